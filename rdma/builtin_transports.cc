@@ -1,0 +1,15 @@
+#include "rdma/builtin_transports.h"
+
+#include "common/status_macros.h"
+#include "rdma/loopback/loopback_transport.h"
+#include "rdma/ucx/ucx_transport.h"
+
+namespace rdmaflow::rdma {
+
+absl::Status RegisterBuiltinTransports(TransportRegistry& registry) {
+  RETURN_IF_ERROR(ucx::RegisterUcxTransport(registry));
+  RETURN_IF_ERROR(loopback::RegisterLoopbackTransport(registry));
+  return absl::OkStatus();
+}
+
+}  // namespace rdmaflow::rdma

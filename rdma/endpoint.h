@@ -1,0 +1,71 @@
+// File: endpoint.h
+// -----------------------------------------------------------------------------
+// Endpoint: the data plane towards one peer. One-sided writes (optionally
+// followed by a 32-bit notification delivered to the peer), one-sided reads,
+// and flushes, all non-blocking, all completing through callbacks that the
+// owning Transport fires from Transport::Progress().
+#ifndef RDMAFLOW_RDMA_ENDPOINT_H_
+#define RDMAFLOW_RDMA_ENDPOINT_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "rdma/slice.h"
+
+namespace rdmaflow::rdma {
+
+// Called exactly once per accepted operation, from Transport::Progress() on
+// the thread that drives the transport, never inline from Post*() and never
+// under a backend lock. OK, or the operation's error (see docs/rdma.md):
+// kUnavailable (peer died or unreachable), kCancelled (endpoint closed),
+// kPermissionDenied (stale or foreign remote key), kInternal (backend bug).
+using Completion = absl::AnyInvocable<void(absl::Status) &&>;
+
+// A connection to one peer, created by Transport::Connect(). The Transport
+// must outlive it. Thread-compatible: one thread posts at a time, and it is
+// the thread that calls Transport::Progress().
+//
+// Every Post*() either returns OK and later runs `done` exactly once, or
+// returns an error and never runs `done`:
+//   kInvalidArgument / kOutOfRange: bad slices (see CheckTransfer); nothing is
+//     posted, so an out-of-bounds access never reaches the fabric.
+//   kResourceExhausted: too many operations in flight on this endpoint;
+//     progress the transport and retry (back-pressure, never blocking).
+//   kUnavailable: the peer has failed; the message names it.
+//   kFailedPrecondition: the endpoint is closed.
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+
+  // Rank of the peer.
+  virtual int peer_rank() const = 0;
+
+  // Writes `src` into the peer's `dst`. `done` fires once `src` may be reused.
+  // With a `notification`, the peer's Transport::PollNotification() returns
+  // {this rank, *notification} exactly once, after the written bytes are
+  // visible to the peer, and notifications of one endpoint arrive in the
+  // order their writes were posted.
+  virtual absl::Status PostWrite(const LocalSlice& src, const RemoteSlice& dst,
+                                 std::optional<uint32_t> notification,
+                                 Completion done) = 0;
+
+  // Reads the peer's `src` into `dst`; `done` fires once the bytes are in
+  // `dst`.
+  virtual absl::Status PostRead(const LocalSlice& dst, const RemoteSlice& src,
+                                Completion done) = 0;
+
+  // `done` fires once every operation posted before it has completed and its
+  // writes are visible at the peer.
+  virtual absl::Status PostFlush(Completion done) = 0;
+
+  // Stops the endpoint: operations still in flight complete with kCancelled
+  // (their callbacks fire from later Progress() calls); later posts return
+  // kFailedPrecondition. Idempotent. The destructor calls it.
+  virtual absl::Status Close() = 0;
+};
+
+}  // namespace rdmaflow::rdma
+
+#endif  // RDMAFLOW_RDMA_ENDPOINT_H_

@@ -1,0 +1,69 @@
+#include "rdma/rendezvous.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace rdmaflow::rdma {
+namespace {
+
+std::string AddressKey(absl::string_view ns, int rank) {
+  return absl::StrCat(ns, "/address/", rank);
+}
+
+}  // namespace
+
+absl::Status PublishAddress(Store& store, absl::string_view ns,
+                            const Transport& transport) {
+  return store.Set(AddressKey(ns, transport.rank()), transport.address());
+}
+
+absl::StatusOr<std::unique_ptr<Endpoint>> ConnectToPeer(
+    Transport& transport, Store& store, absl::string_view ns, int peer_rank,
+    absl::Duration timeout) {
+  absl::StatusOr<std::string> address =
+      store.Get(AddressKey(ns, peer_rank), timeout);
+  if (!address.ok()) {
+    return absl::Status(
+        address.status().code(),
+        absl::StrCat("rank ", transport.rank(),
+                     " could not get the transport address of rank ",
+                     peer_rank, ": ", address.status().message(),
+                     " (is rank ", peer_rank,
+                     " running, with the same store address and namespace?)"));
+  }
+  return transport.Connect(PeerInfo{peer_rank, *std::move(address)});
+}
+
+absl::Status PublishRegion(Store& store, absl::string_view ns,
+                           absl::string_view key, const RemoteRegion& region) {
+  return store.Set(absl::StrCat(ns, "/", key), region.Serialize());
+}
+
+absl::StatusOr<RemoteRegion> FetchRegion(Store& store, absl::string_view ns,
+                                         absl::string_view key,
+                                         absl::Duration timeout) {
+  ASSIGN_OR_RETURN(std::string bytes,
+                   store.Get(absl::StrCat(ns, "/", key), timeout));
+  return RemoteRegion::Parse(bytes);
+}
+
+absl::Status Barrier(Store& store, absl::string_view ns,
+                     absl::string_view name, int world_size,
+                     absl::Duration timeout) {
+  const std::string prefix = absl::StrCat(ns, "/barrier/", name);
+  ASSIGN_OR_RETURN(int64_t arrived, store.Add(prefix + "/count", 1));
+  if (arrived == world_size) RETURN_IF_ERROR(store.Set(prefix + "/done", "1"));
+  absl::Status status = store.Wait({prefix + "/done"}, timeout);
+  if (absl::IsDeadlineExceeded(status)) {
+    absl::StatusOr<int64_t> now = store.Add(prefix + "/count", 0);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "barrier '", name, "' timed out after ", absl::FormatDuration(timeout),
+        ": ", now.ok() ? absl::StrCat(*now) : std::string("?"), " of ",
+        world_size, " ranks arrived"));
+  }
+  return status;
+}
+
+}  // namespace rdmaflow::rdma

@@ -1,0 +1,55 @@
+// File: rendezvous.h
+// -----------------------------------------------------------------------------
+// The control plane: ranks publish their transport address and region
+// descriptors in a Store and fetch their peers', before any data moves.
+// Key layout (all under a caller-chosen namespace `ns`, so several jobs or
+// phases can share one store):
+//   <ns>/address/<rank>      Transport::address() of each rank
+//   <ns>/<key>               RemoteRegion::Serialize() of published regions
+//   <ns>/barrier/<name>/...  barrier counters
+#ifndef RDMAFLOW_RDMA_RENDEZVOUS_H_
+#define RDMAFLOW_RDMA_RENDEZVOUS_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "rdma/endpoint.h"
+#include "rdma/remote_region.h"
+#include "rdma/store.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::rdma {
+
+// Publishes transport.address() for transport.rank().
+absl::Status PublishAddress(Store& store, absl::string_view ns,
+                            const Transport& transport);
+
+// Waits for `peer_rank`'s address and connects to it.
+// kDeadlineExceeded (the peer never published: is it running, with the same
+// MASTER_ADDR/MASTER_PORT?) or Connect()'s error.
+absl::StatusOr<std::unique_ptr<Endpoint>> ConnectToPeer(
+    Transport& transport, Store& store, absl::string_view ns, int peer_rank,
+    absl::Duration timeout);
+
+// Publishes a region descriptor under <ns>/<key>.
+absl::Status PublishRegion(Store& store, absl::string_view ns,
+                           absl::string_view key, const RemoteRegion& region);
+
+// Waits for and parses the descriptor under <ns>/<key>.
+// kDeadlineExceeded, or kInvalidArgument for a malformed descriptor.
+absl::StatusOr<RemoteRegion> FetchRegion(Store& store, absl::string_view ns,
+                                         absl::string_view key,
+                                         absl::Duration timeout);
+
+// Blocks until `world_size` ranks have entered barrier `name`. Each name may
+// be used once per job. kDeadlineExceeded says how many ranks arrived.
+absl::Status Barrier(Store& store, absl::string_view ns,
+                     absl::string_view name, int world_size,
+                     absl::Duration timeout);
+
+}  // namespace rdmaflow::rdma
+
+#endif  // RDMAFLOW_RDMA_RENDEZVOUS_H_

@@ -1,0 +1,57 @@
+#include "rdma/slice.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace rdmaflow::rdma {
+
+absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
+                           int peer_rank, const char* backend) {
+  if (local.region == nullptr || local.region->data() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "operation with peer rank ", peer_rank,
+        " has no local memory region (null or moved-from MemoryRegion)"));
+  }
+  if (remote.region == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "operation with peer rank ", peer_rank, " has no remote region"));
+  }
+  if (absl::Status status = remote.region->Validate(); !status.ok()) {
+    return status;
+  }
+  if (remote.region->backend != backend) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "remote region was registered by the '", remote.region->backend,
+        "' backend but this endpoint is '", backend,
+        "'; all ranks must use the same transport"));
+  }
+  if (remote.region->owner_rank != peer_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "remote region belongs to rank ", remote.region->owner_rank,
+        " but this endpoint is connected to rank ", peer_rank,
+        "; use the endpoint of the region's owner"));
+  }
+  if (local.length == 0 || local.length != remote.length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "operation with peer rank ", peer_rank, " has local length ",
+        local.length, " and remote length ", remote.length,
+        "; both must be equal and non-zero"));
+  }
+  if (local.offset > local.region->size() ||
+      local.length > local.region->size() - local.offset) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "local slice [%u, %u) is outside its %u-byte region (operation with "
+        "peer rank %d)",
+        local.offset, local.offset + local.length, local.region->size(),
+        peer_rank));
+  }
+  if (remote.offset > remote.region->length ||
+      remote.length > remote.region->length - remote.offset) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "remote slice [%u, %u) is outside %s", remote.offset,
+        remote.offset + remote.length, remote.region->DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rdmaflow::rdma

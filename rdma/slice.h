@@ -1,0 +1,56 @@
+// File: slice.h
+// -----------------------------------------------------------------------------
+// LocalSlice and RemoteSlice name the bytes an Endpoint operation moves, and
+// CheckTransfer() is the one bounds check every backend runs before it posts.
+#ifndef RDMAFLOW_RDMA_SLICE_H_
+#define RDMAFLOW_RDMA_SLICE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "rdma/memory_region.h"
+#include "rdma/remote_region.h"
+
+namespace rdmaflow::rdma {
+
+// [offset, offset + length) of a local registered region. The region must
+// outlive the operation. Value type.
+struct LocalSlice {
+  const MemoryRegion* region = nullptr;
+  size_t offset = 0;
+  size_t length = 0;
+
+  std::byte* data() const { return region->data() + offset; }
+};
+
+// [offset, offset + length) of a peer's registered region. The descriptor is
+// read at post time only. Value type.
+struct RemoteSlice {
+  const RemoteRegion* region = nullptr;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+
+  uint64_t address() const { return region->address + offset; }
+};
+
+// Whole-region helpers.
+inline LocalSlice WholeRegion(const MemoryRegion& region) {
+  return {&region, 0, region.size()};
+}
+inline RemoteSlice WholeRegion(const RemoteRegion& region) {
+  return {&region, 0, region.length};
+}
+
+// Checks that `local` and `remote` are valid, in bounds, of equal non-zero
+// length, that `remote` belongs to `peer_rank` and to `backend`.
+// Returns kInvalidArgument (null region, zero or unequal lengths, another
+// backend's or another rank's descriptor, malformed descriptor) or
+// kOutOfRange (a slice past the end of its region), each message naming the
+// peer and the offending offsets.
+absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
+                           int peer_rank, const char* backend);
+
+}  // namespace rdmaflow::rdma
+
+#endif  // RDMAFLOW_RDMA_SLICE_H_

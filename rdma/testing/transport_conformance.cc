@@ -1,0 +1,608 @@
+#include "rdma/testing/transport_conformance.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "rdma/slice.h"
+
+namespace rdmaflow::rdma::testing {
+namespace {
+
+using ::rdmaflow::testing::IsOk;
+using ::rdmaflow::testing::StatusIs;
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+
+constexpr char kChildEnv[] = "RDMAFLOW_CONFORMANCE_CHILD";
+constexpr char kChildFdEnv[] = "RDMAFLOW_CONFORMANCE_FD";
+// Generous bound for "never hangs": a correct backend needs a small fraction
+// of it; a hang shows up as this test's failure, not as a stuck CI.
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+// Progresses every transport until `done()`, or fails at the deadline.
+absl::Status Drive(std::initializer_list<Transport*> transports,
+                   absl::FunctionRef<bool()> done,
+                   absl::Duration timeout = kTimeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError("conformance: operation never ended");
+    }
+    for (Transport* transport : transports) {
+      absl::StatusOr<int> fired = transport->Progress();
+      if (!fired.ok()) return fired.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Deterministic bytes for a (seed, index): catches shifted or stale data.
+void FillPattern(std::byte* data, size_t length, uint64_t seed) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < length; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    data[i] = static_cast<std::byte>(x);
+  }
+}
+
+// Records the result of one callback and checks it is never inline.
+struct CallbackProbe {
+  bool posting = false;
+  int calls = 0;
+  bool inline_call = false;
+  absl::Status status;
+
+  Completion Callback() {
+    return [this](absl::Status s) {
+      if (posting) inline_call = true;
+      ++calls;
+      status = std::move(s);
+    };
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Endpoint>> ConnectTo(Transport& from,
+                                                    Transport& to) {
+  return from.Connect(PeerInfo{to.rank(), to.address()});
+}
+
+class Fixture {
+ public:
+  // Creates ranks 0 and 1 and an endpoint 0 -> 1. Returns kUnavailable if
+  // the backend cannot run here.
+  absl::Status Init(const ConformanceBackend& backend) {
+    factory_ = backend.new_group();
+    absl::StatusOr<std::unique_ptr<Transport>> a = factory_(0);
+    if (!a.ok()) return a.status();
+    a_ = *std::move(a);
+    absl::StatusOr<std::unique_ptr<Transport>> b = factory_(1);
+    if (!b.ok()) return b.status();
+    b_ = *std::move(b);
+    absl::StatusOr<std::unique_ptr<Endpoint>> ab = ConnectTo(*a_, *b_);
+    if (!ab.ok()) return ab.status();
+    ab_ = *std::move(ab);
+    return absl::OkStatus();
+  }
+
+  // Posts with `post` (retrying on back-pressure) and drives both ranks
+  // until the callback fired; returns its status.
+  absl::Status Run(absl::FunctionRef<absl::Status(Completion)> post) {
+    CallbackProbe probe;
+    absl::Status posted;
+    absl::Status driven = Drive({a_.get(), b_.get()}, [&] {
+      probe.posting = true;
+      posted = post(probe.Callback());
+      probe.posting = false;
+      return !absl::IsResourceExhausted(posted);
+    });
+    if (!driven.ok()) return driven;
+    if (!posted.ok()) return posted;
+    driven = Drive({a_.get(), b_.get()}, [&] { return probe.calls > 0; });
+    if (!driven.ok()) return driven;
+    EXPECT_FALSE(probe.inline_call) << "callback ran inline from Post*()";
+    return probe.status;
+  }
+
+  absl::Status Write(const LocalSlice& src, const RemoteSlice& dst,
+                     std::optional<uint32_t> notification = std::nullopt) {
+    return Run([&](Completion done) {
+      return ab_->PostWrite(src, dst, notification, std::move(done));
+    });
+  }
+  absl::Status Read(const LocalSlice& dst, const RemoteSlice& src) {
+    return Run([&](Completion done) {
+      return ab_->PostRead(dst, src, std::move(done));
+    });
+  }
+  absl::Status Flush() {
+    return Run(
+        [&](Completion done) { return ab_->PostFlush(std::move(done)); });
+  }
+
+  RankFactory factory_;
+  std::unique_ptr<Transport> a_;
+  std::unique_ptr<Transport> b_;
+  std::unique_ptr<Endpoint> ab_;
+};
+
+#define RDMAFLOW_CONFORMANCE_SETUP(fixture)                          \
+  Fixture fixture;                                                   \
+  if (absl::Status init = fixture.Init(GetParam()); !init.ok()) {    \
+    if (absl::IsUnavailable(init)) GTEST_SKIP() << init.message();   \
+    FAIL() << init;                                                  \
+  }
+
+TEST_P(TransportConformanceTest, WritesAndReadsAreByteExact) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  constexpr size_t kMax = size_t{64} << 20;
+  constexpr size_t kSlack = 64;
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(kMax + kSlack));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(kMax + kSlack));
+  const RemoteRegion& descriptor = remote.descriptor();
+
+  for (size_t size : {size_t{1}, size_t{3}, size_t{64}, size_t{4097},
+                      size_t{65537}, (size_t{1} << 20) + 7, kMax}) {
+    SCOPED_TRACE(absl::StrCat("size ", size));
+    // Unaligned offsets on both sides; guard bytes around the target.
+    const size_t local_offset = 3, remote_offset = 5;
+    FillPattern(local.data() + local_offset, size, size);
+    std::memset(remote.data(), 0xEE, kMax + kSlack);
+
+    ASSERT_OK(f.Write({&local, local_offset, size},
+                      {&descriptor, remote_offset, size}));
+    ASSERT_OK(f.Flush());
+    ASSERT_EQ(std::memcmp(remote.data() + remote_offset,
+                          local.data() + local_offset, size),
+              0)
+        << "written bytes differ";
+    EXPECT_EQ(remote.data()[remote_offset - 1], std::byte{0xEE});
+    EXPECT_EQ(remote.data()[remote_offset + size], std::byte{0xEE});
+
+    // Read it back into another unaligned place.
+    const size_t read_offset = 11;
+    FillPattern(remote.data() + remote_offset, size, size + 1);
+    std::memset(local.data() + read_offset, 0, size);
+    ASSERT_OK(
+        f.Read({&local, read_offset, size}, {&descriptor, remote_offset, size}));
+    ASSERT_EQ(std::memcmp(local.data() + read_offset,
+                          remote.data() + remote_offset, size),
+              0)
+        << "read bytes differ";
+  }
+}
+
+TEST_P(TransportConformanceTest, RegisteredCallerMemoryWorks) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  std::vector<std::byte> source(10000);
+  FillPattern(source.data(), source.size(), 42);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local,
+                       f.a_->Register(absl::MakeSpan(source)));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(source.size()));
+  ASSERT_OK(f.Write(WholeRegion(local), WholeRegion(remote.descriptor())));
+  ASSERT_OK(f.Flush());
+  EXPECT_EQ(std::memcmp(remote.data(), source.data(), source.size()), 0);
+}
+
+TEST_P(TransportConformanceTest, NotificationsArriveOnceInPostOrderAfterData) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  constexpr uint32_t kCount = 300;
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(8 * kCount));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(8 * kCount));
+  for (uint32_t i = 0; i < kCount; ++i) {
+    const uint64_t value = 1000 + i;
+    std::memcpy(local.data() + 8 * i, &value, 8);
+  }
+
+  std::vector<Notification> received;
+  std::vector<uint64_t> seen_data;
+  auto drain = [&] {
+    while (std::optional<Notification> n = f.b_->PollNotification()) {
+      received.push_back(*n);
+      // The data of write i must be visible when notification i arrives.
+      uint64_t value = 0;
+      std::memcpy(&value, remote.data() + 8 * (n->value % kCount), 8);
+      seen_data.push_back(value);
+    }
+  };
+  int completions = 0;
+  for (uint32_t i = 0; i < kCount; ++i) {
+    absl::Status posted;
+    ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+      posted = f.ab_->PostWrite({&local, 8 * i, 8},
+                                {&remote.descriptor(), 8 * i, 8}, i,
+                                [&](absl::Status s) {
+                                  EXPECT_OK(s);
+                                  ++completions;
+                                });
+      drain();
+      return !absl::IsResourceExhausted(posted);
+    }));
+    ASSERT_OK(posted);
+  }
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+    drain();
+    return received.size() >= kCount && completions == int{kCount};
+  }));
+  // A few more rounds must not deliver anything twice.
+  for (int round = 0; round < 100; ++round) {
+    ASSERT_OK(f.a_->Progress().status());
+    ASSERT_OK(f.b_->Progress().status());
+    drain();
+  }
+  ASSERT_EQ(received.size(), kCount);
+  for (uint32_t i = 0; i < kCount; ++i) {
+    EXPECT_EQ(received[i].peer_rank, 0);
+    EXPECT_EQ(received[i].value, i) << "notifications out of post order";
+    EXPECT_EQ(seen_data[i], 1000 + received[i].value)
+        << "notification " << i << " arrived before its data";
+  }
+}
+
+TEST_P(TransportConformanceTest, CallbacksFireExactlyOnceAndNeverInline) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(4096));
+  CallbackProbe write, notified, read, flush;
+  auto post = [](CallbackProbe& probe, auto&& fn) {
+    probe.posting = true;
+    absl::Status status = fn(probe.Callback());
+    probe.posting = false;
+    return status;
+  };
+  const LocalSlice src{&local, 0, 1024};
+  const RemoteSlice dst{&remote.descriptor(), 0, 1024};
+  ASSERT_OK(post(write, [&](Completion done) {
+    return f.ab_->PostWrite(src, dst, std::nullopt, std::move(done));
+  }));
+  ASSERT_OK(post(notified, [&](Completion done) {
+    return f.ab_->PostWrite(src, dst, 7u, std::move(done));
+  }));
+  ASSERT_OK(post(read, [&](Completion done) {
+    return f.ab_->PostRead({&local, 2048, 1024}, dst, std::move(done));
+  }));
+  ASSERT_OK(post(flush, [&](Completion done) {
+    return f.ab_->PostFlush(std::move(done));
+  }));
+  for (CallbackProbe* probe : {&write, &notified, &read, &flush}) {
+    EXPECT_EQ(probe->calls, 0) << "callback ran inline from Post*()";
+  }
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+    return write.calls && notified.calls && read.calls && flush.calls;
+  }));
+  for (int round = 0; round < 100; ++round) {
+    ASSERT_OK(f.a_->Progress().status());
+    ASSERT_OK(f.b_->Progress().status());
+  }
+  for (CallbackProbe* probe : {&write, &notified, &read, &flush}) {
+    EXPECT_EQ(probe->calls, 1);
+    EXPECT_FALSE(probe->inline_call);
+    EXPECT_OK(probe->status);
+  }
+}
+
+TEST_P(TransportConformanceTest, OutOfBoundsIsRejectedBeforePosting) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(8192));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(4096));
+  const RemoteRegion& d = remote.descriptor();
+  auto must_not_run = [](absl::Status s) {
+    ADD_FAILURE() << "callback of a rejected operation ran: " << s;
+  };
+  // Past the end of the remote region, by one byte and by a lot.
+  EXPECT_THAT(f.ab_->PostWrite({&local, 0, 100}, {&d, 3997, 100}, std::nullopt,
+                               must_not_run),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("rank 1")));
+  EXPECT_THAT(f.ab_->PostRead({&local, 0, 16}, {&d, uint64_t{1} << 62, 16},
+                              must_not_run),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  // Offsets that overflow when added to the length.
+  EXPECT_THAT(f.ab_->PostWrite({&local, 0, 16}, {&d, ~uint64_t{0} - 4, 16},
+                               std::nullopt, must_not_run),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  // Past the end of the local region.
+  EXPECT_THAT(f.ab_->PostWrite({&local, 8190, 16}, {&d, 0, 16}, std::nullopt,
+                               must_not_run),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  // Zero or mismatched lengths.
+  EXPECT_THAT(f.ab_->PostWrite({&local, 0, 0}, {&d, 0, 0}, std::nullopt,
+                               must_not_run),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(f.ab_->PostRead({&local, 0, 8}, {&d, 0, 16}, must_not_run),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // Null regions.
+  EXPECT_THAT(f.ab_->PostWrite({nullptr, 0, 8}, {&d, 0, 8}, std::nullopt,
+                               must_not_run),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(f.ab_->PostWrite({&local, 0, 8}, {nullptr, 0, 8}, std::nullopt,
+                               must_not_run),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  for (int round = 0; round < 50; ++round) {
+    ASSERT_OK(f.a_->Progress().status());
+    ASSERT_OK(f.b_->Progress().status());
+  }
+  for (size_t i = 0; i < remote.size(); ++i) {
+    ASSERT_EQ(remote.data()[i], std::byte{0}) << "a rejected write landed";
+  }
+}
+
+TEST_P(TransportConformanceTest, MalformedDescriptorsAreRejected) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(4096));
+  auto must_not_run = [](absl::Status s) {
+    ADD_FAILURE() << "callback of a rejected operation ran: " << s;
+  };
+  const std::string wire = remote.descriptor().Serialize();
+  EXPECT_THAT(RemoteRegion::Parse(""),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(RemoteRegion::Parse("definitely not a descriptor"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(RemoteRegion::Parse(wire.substr(0, wire.size() / 2)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK_AND_ASSIGN(RemoteRegion round_trip, RemoteRegion::Parse(wire));
+  EXPECT_EQ(round_trip.packed_key, remote.descriptor().packed_key);
+
+  // A descriptor of another rank (rank 0's own region) on the endpoint to 1.
+  EXPECT_THAT(
+      f.ab_->PostWrite({&local, 0, 8}, {&local.descriptor(), 0, 8},
+                       std::nullopt, must_not_run),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 0")));
+  // Another backend's descriptor.
+  RemoteRegion foreign = remote.descriptor();
+  foreign.backend = "some_other_backend";
+  EXPECT_THAT(f.ab_->PostWrite({&local, 0, 8}, {&foreign, 0, 8}, std::nullopt,
+                               must_not_run),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // A corrupted remote key.
+  RemoteRegion corrupt = remote.descriptor();
+  corrupt.packed_key = "garbage key";
+  EXPECT_THAT(f.ab_->PostWrite({&local, 0, 8}, {&corrupt, 0, 8}, std::nullopt,
+                               must_not_run),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  corrupt.packed_key = remote.descriptor().packed_key;
+  corrupt.packed_key[corrupt.packed_key.size() / 2] ^= 0x5A;
+  // Flipped bits are caught at post or at completion, never silently used.
+  absl::Status flipped = f.Write({&local, 0, 8}, {&corrupt, 0, 8});
+  EXPECT_THAT(flipped, AnyOf(StatusIs(absl::StatusCode::kInvalidArgument),
+                             StatusIs(absl::StatusCode::kPermissionDenied)));
+}
+
+TEST_P(TransportConformanceTest, FullQueueIsResourceExhaustedNotBlocking) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  const size_t limit = f.a_->capabilities().max_outstanding_per_endpoint;
+  ASSERT_GT(limit, 0u);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(64));
+  int completions = 0;
+  size_t accepted = 0;
+  absl::Status status;
+  while (accepted <= limit) {
+    status = f.ab_->PostWrite({&local, 0, 8}, {&remote.descriptor(), 0, 8},
+                              std::nullopt,
+                              [&](absl::Status s) {
+                                EXPECT_OK(s);
+                                ++completions;
+                              });
+    if (!status.ok()) break;
+    ++accepted;
+  }
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted,
+                               HasSubstr("rank 1")));
+  EXPECT_EQ(accepted, limit);
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()},
+                  [&] { return completions == static_cast<int>(accepted); }));
+  EXPECT_OK(f.Write({&local, 0, 8}, {&remote.descriptor(), 0, 8}));
+}
+
+TEST_P(TransportConformanceTest, CloseCancelsPendingAndRefusesNewOperations) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  constexpr int kOps = 16;
+  constexpr size_t kBytes = 256 << 10;
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(kBytes));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(kBytes));
+  std::vector<int> calls(kOps, 0);
+  std::vector<absl::Status> statuses(kOps);
+  for (int i = 0; i < kOps; ++i) {
+    ASSERT_OK(f.ab_->PostWrite(WholeRegion(local),
+                               WholeRegion(remote.descriptor()), std::nullopt,
+                               [&, i](absl::Status s) {
+                                 ++calls[i];
+                                 statuses[i] = std::move(s);
+                               }));
+  }
+  ASSERT_OK(f.ab_->Close());
+  ASSERT_OK(f.ab_->Close());  // Idempotent.
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+    for (int c : calls) {
+      if (c == 0) return false;
+    }
+    return true;
+  }));
+  for (int i = 0; i < kOps; ++i) {
+    EXPECT_EQ(calls[i], 1);
+    EXPECT_THAT(statuses[i], AnyOf(IsOk(), StatusIs(absl::StatusCode::kCancelled)));
+  }
+  EXPECT_THAT(f.ab_->PostWrite(WholeRegion(local),
+                               WholeRegion(remote.descriptor()), std::nullopt,
+                               [](absl::Status) {
+                                 ADD_FAILURE() << "posted on a closed endpoint";
+                               }),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+// --- A peer that dies -------------------------------------------------------
+
+// Child side: rank 1 publishes its address and a region on `fd`, then serves
+// (progresses) until killed.
+int RunChild(const ConformanceBackend& backend, int fd) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  absl::StatusOr<std::unique_ptr<Transport>> transport =
+      backend.new_group()(1);
+  if (!transport.ok()) {
+    std::fprintf(stderr, "conformance child: %s\n",
+                 transport.status().ToString().c_str());
+    return 2;
+  }
+  absl::StatusOr<MemoryRegion> region = (*transport)->Allocate(1 << 20);
+  if (!region.ok()) return 3;
+  auto send = [fd](const std::string& bytes) {
+    const uint64_t size = bytes.size();
+    return write(fd, &size, 8) == 8 &&
+           write(fd, bytes.data(), bytes.size()) ==
+               static_cast<ssize_t>(bytes.size());
+  };
+  if (!send((*transport)->address()) ||
+      !send(region->descriptor().Serialize())) {
+    return 4;
+  }
+  close(fd);
+  while (true) {
+    if (!(*transport)->Progress().ok()) return 5;
+  }
+}
+
+bool ReceiveBytes(int fd, std::string* out) {
+  uint64_t size = 0;
+  if (read(fd, &size, 8) != 8 || size > (1 << 20)) return false;
+  out->resize(size);
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = read(fd, out->data() + got, size - got);
+    if (n <= 0) return false;
+    got += n;
+  }
+  return true;
+}
+
+TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
+  const ConformanceBackend& backend = GetParam();
+  RankFactory factory = backend.new_group();
+  absl::StatusOr<std::unique_ptr<Transport>> created = factory(0);
+  if (absl::IsUnavailable(created.status())) {
+    GTEST_SKIP() << created.status().message();
+  }
+  ASSERT_OK(created.status());
+  std::unique_ptr<Transport> a = *std::move(created);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(4096));
+
+  std::unique_ptr<Transport> b;  // In-process peer.
+  pid_t child = -1;
+  PeerInfo peer;
+  RemoteRegion target;
+  if (backend.multi_process) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      close(fds[0]);
+      setenv(kChildEnv, backend.name.c_str(), 1);
+      setenv(kChildFdEnv, absl::StrCat(fds[1]).c_str(), 1);
+      execl("/proc/self/exe", "conformance_child", nullptr);
+      _exit(127);
+    }
+    close(fds[1]);
+    std::string address, descriptor;
+    ASSERT_TRUE(ReceiveBytes(fds[0], &address))
+        << "child process did not publish its address";
+    ASSERT_TRUE(ReceiveBytes(fds[0], &descriptor));
+    close(fds[0]);
+    peer = PeerInfo{1, address};
+    ASSERT_OK_AND_ASSIGN(target, RemoteRegion::Parse(descriptor));
+  } else {
+    ASSERT_OK_AND_ASSIGN(b, factory(1));
+    peer = PeerInfo{1, b->address()};
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab, a->Connect(peer));
+  std::optional<MemoryRegion> in_process_region;
+  if (b != nullptr) {
+    ASSERT_OK_AND_ASSIGN(in_process_region, b->Allocate(1 << 20));
+    target = in_process_region->descriptor();
+  }
+
+  // Alive: a write and a flush succeed.
+  auto run = [&](bool with_flush) -> absl::Status {
+    CallbackProbe write, flush;
+    absl::Status posted = ab->PostWrite({&local, 0, 4096}, {&target, 0, 4096},
+                                        1u, write.Callback());
+    if (!posted.ok()) return posted;
+    if (with_flush) {
+      posted = ab->PostFlush(flush.Callback());
+      if (!posted.ok()) flush.calls = 1;
+    }
+    std::vector<Transport*> transports = {a.get()};
+    if (b) transports.push_back(b.get());
+    absl::Status driven = Drive({a.get()}, [&] {
+      if (b) b->Progress().IgnoreError();
+      return write.calls > 0 && (!with_flush || flush.calls > 0);
+    });
+    if (!driven.ok()) return driven;
+    if (!write.status.ok()) return write.status;
+    if (!posted.ok()) return posted;
+    return flush.status;
+  };
+  ASSERT_OK(run(true));
+
+  // Kill the peer: SIGKILL for a process, destruction for an in-process one.
+  if (child > 0) {
+    ASSERT_EQ(kill(child, SIGKILL), 0);
+    int wstatus = 0;
+    ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  } else {
+    in_process_region.reset();
+    b.reset();
+  }
+
+  // Within a bounded time, operations fail with an error naming the peer.
+  const absl::Time deadline = absl::Now() + kTimeout;
+  absl::Status failure;
+  while (failure.ok() && absl::Now() < deadline) failure = run(true);
+  EXPECT_THAT(failure, StatusIs(absl::StatusCode::kUnavailable,
+                                HasSubstr("rank 1")));
+  // And new operations keep failing, without hanging.
+  EXPECT_THAT(run(false), StatusIs(absl::StatusCode::kUnavailable,
+                                   HasSubstr("rank 1")));
+}
+
+}  // namespace
+
+std::string ConformanceBackendName(
+    const ::testing::TestParamInfo<ConformanceBackend>& info) {
+  return info.param.name;
+}
+
+int RunConformanceMain(int argc, char** argv,
+                       const std::vector<ConformanceBackend>& backends) {
+  if (const char* child = std::getenv(kChildEnv)) {
+    int fd = -1;
+    const char* fd_text = std::getenv(kChildFdEnv);
+    if (fd_text == nullptr || !absl::SimpleAtoi(fd_text, &fd)) return 126;
+    for (const ConformanceBackend& backend : backends) {
+      if (backend.name == child) return RunChild(backend, fd);
+    }
+    return 126;
+  }
+  ::testing::InitGoogleMock(&argc, argv);
+  return RUN_ALL_TESTS();
+}
+
+}  // namespace rdmaflow::rdma::testing

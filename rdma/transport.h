@@ -1,0 +1,95 @@
+// File: transport.h
+// -----------------------------------------------------------------------------
+// Transport: one per process and backend; "the remote machine as a device
+// with a memory interface". It allocates and registers memory regions,
+// connects endpoints to peers, and owns the progress context that completes
+// operations and delivers notifications.
+#ifndef RDMAFLOW_RDMA_TRANSPORT_H_
+#define RDMAFLOW_RDMA_TRANSPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "rdma/endpoint.h"
+#include "rdma/memory_region.h"
+
+namespace rdmaflow::rdma {
+
+// How to reach a peer's transport: its rank and the address blob that the
+// peer's Transport::address() returned (exchanged through a Store).
+struct PeerInfo {
+  int rank = -1;
+  std::string address;
+};
+
+// A notification delivered by a peer's PostWrite(..., notification, ...).
+struct Notification {
+  int peer_rank = -1;
+  uint32_t value = 0;
+};
+
+// What the backend offers, for logs and benchmark reports.
+struct Capabilities {
+  std::string backend;      // "ucx", "loopback", ...
+  std::string description;  // e.g. the UCX transports and devices in use.
+  // True when a write into memory from Allocate() needs no CPU at the target.
+  bool one_sided_allocate = false;
+  // Operations one endpoint accepts in flight before kResourceExhausted.
+  size_t max_outstanding_per_endpoint = 0;
+};
+
+// Thread-compatible: all methods, and every Endpoint it created, are called
+// from one thread at a time, the thread that drives Progress() (see
+// docs/rdma.md, "Threads"). Must outlive its endpoints; memory regions keep
+// what they need of it alive themselves.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // This process's rank.
+  virtual int rank() const = 0;
+
+  virtual Capabilities capabilities() const = 0;
+
+  // Bytes a peer passes to Connect() (in PeerInfo::address) to reach us.
+  virtual std::string address() const = 0;
+
+  // Allocates `bytes` of zeroed, registered memory owned by the transport,
+  // page aligned. This is the memory to use as a target of one-sided
+  // operations: on UCX it comes from ucp_mem_map(ALLOCATE), the only memory
+  // shared-memory put/get reach without the target's CPU.
+  // kInvalidArgument for 0 bytes; kResourceExhausted when the system refuses
+  // the memory or registration (the message says which limit to check).
+  virtual absl::StatusOr<MemoryRegion> Allocate(size_t bytes) = 0;
+
+  // Registers memory the caller owns and keeps alive longer than the
+  // returned region. Same errors as Allocate().
+  virtual absl::StatusOr<MemoryRegion> Register(
+      absl::Span<std::byte> memory) = 0;
+
+  // Connects to a peer. kInvalidArgument for a malformed address or a peer
+  // of another backend; kUnavailable when it cannot be reached.
+  virtual absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
+      const PeerInfo& peer) = 0;
+
+  // Makes progress: runs the backend's progress engine, delivers incoming
+  // notifications to the queue PollNotification() reads, and fires the
+  // completion callbacks of finished operations. Returns the number of
+  // callbacks fired (0 means nothing happened), or kInternal on a backend
+  // failure. Peers whose data path is emulated in software (UCX over TCP)
+  // only progress while their owner calls this.
+  virtual absl::StatusOr<int> Progress() = 0;
+
+  // The oldest notification delivered by an earlier Progress(), if any.
+  virtual std::optional<Notification> PollNotification() = 0;
+};
+
+}  // namespace rdmaflow::rdma
+
+#endif  // RDMAFLOW_RDMA_TRANSPORT_H_

@@ -1,0 +1,79 @@
+#include "rdma/transport_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace rdmaflow::rdma {
+
+absl::Status TransportRegistry::Register(absl::string_view name, int priority,
+                                         TransportFactory factory) {
+  if (name.empty() || !factory) {
+    return absl::InvalidArgumentError(
+        "a transport needs a non-empty name and a factory");
+  }
+  auto [it, inserted] =
+      entries_.emplace(std::string(name), Entry{priority, std::move(factory)});
+  if (!inserted) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("transport '", name, "' is already registered"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> TransportRegistry::Create(
+    absl::string_view name, const TransportConfig& config) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown transport '", name, "'; registered: ",
+                     absl::StrJoin(Names(), ", ")));
+  }
+  return it->second.factory(config);
+}
+
+std::vector<std::string> TransportRegistry::Names() const {
+  std::vector<std::pair<int, std::string>> sorted;
+  for (const auto& [name, entry] : entries_) {
+    sorted.emplace_back(-entry.priority, name);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> names;
+  for (auto& [priority, name] : sorted) names.push_back(std::move(name));
+  return names;
+}
+
+absl::Status CheckKnownParams(const TransportConfig& config,
+                              absl::string_view backend,
+                              const std::vector<std::string>& known) {
+  for (const auto& [key, value] : config.params) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown parameter '", key, "' for transport '", backend,
+          "'; it accepts: ",
+          known.empty() ? std::string("none") : absl::StrJoin(known, ", ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ParseTransportParams(
+    absl::string_view text) {
+  std::map<std::string, std::string> params;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (item.find('=') == absl::string_view::npos || kv.first.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transport parameter '", item, "' is not of the form key=value"));
+    }
+    params[std::string(kv.first)] = std::string(kv.second);
+  }
+  return params;
+}
+
+}  // namespace rdmaflow::rdma
