@@ -1,0 +1,323 @@
+#include "rdma/ucx/ucx_endpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "rdma/slice.h"
+#include "rdma/ucx/ucx_status.h"
+#include "rdma/ucx/ucx_transport.h"
+
+namespace rdmaflow::rdma::ucx {
+namespace {
+
+constexpr char kBackend[] = "ucx";
+// A forced close only purges local state, so it finishes in microseconds; the
+// bound exists so a misbehaving UCX cannot hang Close().
+constexpr absl::Duration kCloseTimeout = absl::Seconds(10);
+
+void OnSendDone(void* request, ucs_status_t status, void* user_data) {
+  ucp_request_free(request);
+  auto* op = static_cast<UcxOp*>(user_data);
+  if (op->abandoned) {
+    delete op;
+    return;
+  }
+  op->endpoint->in_flight.erase(op);
+  UcxOps::OnRequestStatus(op, status);
+}
+
+ucp_request_param_t CallbackParam(UcxOp* op) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &OnSendDone;
+  param.user_data = op;
+  return param;
+}
+
+// Passes the local region's memory handle, when it is ours, so UCX does not
+// register the buffer again on every operation.
+void AddLocalMemh(const LocalSlice& local, const UcxEndpointState& state,
+                  ucp_request_param_t& param) {
+  if (local.region->descriptor().backend != kBackend) return;
+  auto* registration =
+      static_cast<UcxRegistration*>(local.region->registration());
+  if (registration == nullptr) return;
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+  param.memh = registration->memh;
+}
+
+// Handles the return value of a ucp_*_nbx call made with CallbackParam(op):
+// NULL is an immediate success, an error pointer an immediate failure, and a
+// request will call back.
+void HandleRequest(UcxOp* op, ucs_status_ptr_t request) {
+  if (request == nullptr) {
+    UcxOps::OnRequestStatus(op, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(request)) {
+    UcxOps::OnRequestStatus(op, UCS_PTR_STATUS(request));
+  } else {
+    op->endpoint->in_flight.insert(op);
+  }
+}
+
+void IssueFlush(UcxOp* op) {
+  UcxEndpointState& state = *op->endpoint;
+  if (state.ep == nullptr) {
+    UcxOps::Complete(op, UcxOps::Translate(*op, UCS_ERR_CANCELED));
+    return;
+  }
+  ucp_request_param_t param = CallbackParam(op);
+  HandleRequest(op, ucp_ep_flush_nbx(state.ep, &param));
+}
+
+}  // namespace
+
+absl::Status UcxOps::Translate(const UcxOp& op, ucs_status_t status) {
+  if (status == UCS_OK) return absl::OkStatus();
+  const UcxEndpointState& state = *op.endpoint;
+  if (!state.failure.ok()) return state.failure;
+  if (state.closed || status == UCS_ERR_CANCELED) {
+    return absl::CancelledError(absl::StrCat(
+        op.what, " with rank ", state.peer_rank,
+        " was cancelled: the endpoint was closed"));
+  }
+  return UcsToStatus(status,
+                     absl::StrCat(op.what, " with rank ", state.peer_rank));
+}
+
+void UcxOps::Complete(UcxOp* op, absl::Status status, bool abandon) {
+  std::shared_ptr<UcxEndpointState> state = std::move(op->endpoint);
+  Completion done = std::move(op->done);
+  if (abandon) {
+    op->abandoned = true;
+  } else {
+    delete op;
+  }
+  UcxTransport* transport = state->transport;
+  transport->completions_.Push(
+      [state = std::move(state), done = std::move(done)](
+          absl::Status status) mutable {
+        --state->outstanding;
+        std::move(done)(std::move(status));
+      },
+      std::move(status));
+}
+
+void UcxOps::OnRequestStatus(UcxOp* op, ucs_status_t status) {
+  if (op->kind == UcxOp::Kind::kNotify && op->stage == UcxOp::Stage::kFlushing) {
+    op->stage = UcxOp::Stage::kReady;
+    op->flush_status = Translate(*op, status);
+    op->endpoint->transport->to_pump_.push_back(op->endpoint);
+    return;
+  }
+  Complete(op, Translate(*op, status));
+}
+
+void UcxOps::PumpSequence(UcxEndpointState& state) {
+  while (!state.sequence.empty()) {
+    UcxOp* op = state.sequence.front();
+    if (op->kind == UcxOp::Kind::kFlush) {
+      state.sequence.pop_front();
+      IssueFlush(op);
+      continue;
+    }
+    if (op->stage == UcxOp::Stage::kFlushing) return;  // Not due yet.
+    state.sequence.pop_front();
+    if (!op->flush_status.ok() || state.ep == nullptr) {
+      absl::Status status = op->flush_status;
+      if (status.ok()) status = Translate(*op, UCS_ERR_CANCELED);
+      Complete(op, std::move(status));
+      continue;
+    }
+    op->stage = UcxOp::Stage::kSending;
+    ucp_request_param_t param = CallbackParam(op);
+    HandleRequest(op, ucp_am_send_nbx(state.ep, kNotificationAmId, nullptr, 0,
+                                      op->payload, sizeof(op->payload),
+                                      &param));
+  }
+}
+
+UcxEndpoint::~UcxEndpoint() {
+  absl::Status status = Close();
+  if (!status.ok()) {
+    std::fprintf(stderr, "rdmaflow: closing UCX endpoint: %s\n",
+                 status.ToString().c_str());
+  }
+}
+
+absl::Status UcxEndpoint::CheckPostable() const {
+  if (state_->closed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("endpoint to rank ", state_->peer_rank, " is closed"));
+  }
+  if (!state_->failure.ok()) return state_->failure;
+  if (state_->outstanding >=
+      state_->transport->options_.max_outstanding_per_endpoint) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "endpoint to rank ", state_->peer_rank, " has ", state_->outstanding,
+        " operations in flight (the limit); call Progress() and retry"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ucp_rkey_h> UcxEndpoint::RemoteKey(const RemoteRegion& region) {
+  auto it = state_->rkeys.find(region.packed_key);
+  if (it != state_->rkeys.end()) return it->second;
+  absl::StatusOr<std::string> buffer = UnwrapRkey(region.packed_key);
+  if (!buffer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(buffer.status().message(), " in ", region.DebugString()));
+  }
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t status = ucp_ep_rkey_unpack(state_->ep, buffer->data(), &rkey);
+  if (status != UCS_OK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("UCX cannot unpack the remote key of ",
+                     region.DebugString(), ": ", ucs_status_string(status)));
+  }
+  state_->rkeys.emplace(region.packed_key, rkey);
+  return rkey;
+}
+
+absl::Status UcxEndpoint::PostData(bool is_write, const LocalSlice& local,
+                                   const RemoteSlice& remote,
+                                   Completion done) {
+  RETURN_IF_ERROR(CheckTransfer(local, remote, state_->peer_rank, kBackend));
+  RETURN_IF_ERROR(CheckPostable());
+  ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKey(*remote.region));
+  auto* op = new UcxOp{UcxOp::Kind::kData, is_write ? "write" : "read",
+                       state_, std::move(done)};
+  ucp_request_param_t param = CallbackParam(op);
+  AddLocalMemh(local, *state_, param);
+  ucs_status_ptr_t request =
+      is_write ? ucp_put_nbx(state_->ep, local.data(), local.length,
+                             remote.address(), rkey, &param)
+               : ucp_get_nbx(state_->ep, local.data(), local.length,
+                             remote.address(), rkey, &param);
+  if (UCS_PTR_IS_ERR(request)) {
+    // Not accepted: the caller keeps `done`.
+    absl::Status status = UcxOps::Translate(*op, UCS_PTR_STATUS(request));
+    delete op;
+    return status;
+  }
+  ++state_->outstanding;
+  HandleRequest(op, request);
+  return absl::OkStatus();
+}
+
+absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
+                                    const RemoteSlice& dst,
+                                    std::optional<uint32_t> notification,
+                                    Completion done) {
+  if (!notification.has_value()) {
+    return PostData(/*is_write=*/true, src, dst, std::move(done));
+  }
+  RETURN_IF_ERROR(CheckTransfer(src, dst, state_->peer_rank, kBackend));
+  RETURN_IF_ERROR(CheckPostable());
+  ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKey(*dst.region));
+  // The put itself needs no callback: the flush that follows reports both.
+  ucp_request_param_t put_param{};
+  AddLocalMemh(src, *state_, put_param);
+  ucs_status_ptr_t put = ucp_put_nbx(state_->ep, src.data(), src.length,
+                                     dst.address(), rkey, &put_param);
+  if (UCS_PTR_IS_ERR(put)) {
+    return UcsToStatus(UCS_PTR_STATUS(put),
+                       absl::StrCat("write to rank ", state_->peer_rank));
+  }
+  if (put != nullptr) ucp_request_free(put);
+
+  auto* op = new UcxOp{UcxOp::Kind::kNotify, "notified write", state_,
+                       std::move(done)};
+  op->payload[0] = static_cast<uint32_t>(state_->transport->rank());
+  op->payload[1] = *notification;
+  ++state_->outstanding;
+  state_->sequence.push_back(op);
+  ucp_request_param_t param = CallbackParam(op);
+  HandleRequest(op, ucp_ep_flush_nbx(state_->ep, &param));
+  // A flush that finished at once lets the notification go out now.
+  UcxOps::PumpSequence(*state_);
+  return absl::OkStatus();
+}
+
+absl::Status UcxEndpoint::PostRead(const LocalSlice& dst,
+                                   const RemoteSlice& src, Completion done) {
+  return PostData(/*is_write=*/false, dst, src, std::move(done));
+}
+
+absl::Status UcxEndpoint::PostFlush(Completion done) {
+  RETURN_IF_ERROR(CheckPostable());
+  auto* op = new UcxOp{UcxOp::Kind::kFlush, "flush", state_, std::move(done)};
+  ++state_->outstanding;
+  if (state_->sequence.empty()) {
+    IssueFlush(op);
+  } else {
+    state_->sequence.push_back(op);  // After the pending notifications.
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UcxEndpoint::Close() {
+  if (state_->closed) return absl::OkStatus();
+  state_->closed = true;
+  return UcxOps::ReleaseEndpoint(*state_);
+}
+
+absl::Status UcxOps::ReleaseEndpoint(UcxEndpointState& state) {
+  absl::Status result;
+  if (state.ep != nullptr) {
+    // Forced close: UCX cancels every request still in flight.
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t request = ucp_ep_close_nbx(state.ep, &param);
+    ucp_worker_h worker = state.transport->worker_;
+    if (UCS_PTR_IS_PTR(request)) {
+      const absl::Time deadline = absl::Now() + kCloseTimeout;
+      while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+             absl::Now() < deadline) {
+        ucp_worker_progress(worker);
+      }
+      if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+        result = absl::DeadlineExceededError(absl::StrCat(
+            "closing the UCX endpoint to rank ", state.peer_rank,
+            " did not finish in ", absl::FormatDuration(kCloseTimeout)));
+      }
+      ucp_request_free(request);
+    }
+    for (auto& [key, rkey] : state.rkeys) ucp_rkey_destroy(rkey);
+    state.rkeys.clear();
+    state.ep = nullptr;
+  }
+  // Requests UCX did not cancel (e.g. a flush towards a dead shared-memory
+  // peer) still owe their callbacks: complete them here, exactly once.
+  std::vector<UcxOp*> stuck(state.in_flight.begin(), state.in_flight.end());
+  state.in_flight.clear();
+  for (UcxOp* op : stuck) {
+    auto it = std::find(state.sequence.begin(), state.sequence.end(), op);
+    if (it != state.sequence.end()) state.sequence.erase(it);
+    absl::Status status = Translate(*op, UCS_ERR_CANCELED);
+    Complete(op, std::move(status), /*abandon=*/true);
+  }
+  // Whatever had not gone out yet completes with the failure or kCancelled.
+  PumpSequence(state);
+  return result;
+}
+
+std::string UcxEndpoint::Describe() const {
+  if (state_->ep == nullptr) return "";
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream == nullptr) return "";
+  ucp_ep_print_info(state_->ep, stream);
+  std::fclose(stream);
+  std::string result(text, size);
+  std::free(text);
+  return result;
+}
+
+}  // namespace rdmaflow::rdma::ucx

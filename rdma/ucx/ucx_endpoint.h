@@ -1,0 +1,70 @@
+// File: ucx_endpoint.h
+// -----------------------------------------------------------------------------
+// UcxEndpoint: Endpoint over one ucp_ep (error handling mode PEER).
+#ifndef RDMAFLOW_RDMA_UCX_UCX_ENDPOINT_H_
+#define RDMAFLOW_RDMA_UCX_UCX_ENDPOINT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "rdma/endpoint.h"
+#include "rdma/ucx/ucx_internal.h"
+
+namespace rdmaflow::rdma::ucx {
+
+// Thread-compatible, driven by the transport's thread. The transport must
+// outlive it.
+class UcxEndpoint final : public Endpoint {
+ public:
+  explicit UcxEndpoint(std::shared_ptr<UcxEndpointState> state)
+      : state_(std::move(state)) {}
+  ~UcxEndpoint() override;
+
+  int peer_rank() const override { return state_->peer_rank; }
+  absl::Status PostWrite(const LocalSlice& src, const RemoteSlice& dst,
+                         std::optional<uint32_t> notification,
+                         Completion done) override;
+  absl::Status PostRead(const LocalSlice& dst, const RemoteSlice& src,
+                        Completion done) override;
+  absl::Status PostFlush(Completion done) override;
+  absl::Status Close() override;
+
+  // ucp_ep_print_info() output.
+  std::string Describe() const;
+
+ private:
+  absl::Status CheckPostable() const;
+  absl::StatusOr<ucp_rkey_h> RemoteKey(const RemoteRegion& region);
+  absl::Status PostData(bool is_write, const LocalSlice& local,
+                        const RemoteSlice& remote, Completion done);
+
+  std::shared_ptr<UcxEndpointState> state_;
+};
+
+// Operation bookkeeping shared by the endpoint and the transport's progress.
+struct UcxOps {
+  // Called with the result of an operation's UCX request; queues its
+  // completion or advances its notification.
+  static void OnRequestStatus(UcxOp* op, ucs_status_t status);
+
+  // Sends the notifications and issues the flushes that are due, in order.
+  static void PumpSequence(UcxEndpointState& state);
+
+  // Queues `op`'s completion with `status` and frees `op`, unless UCX still
+  // holds its request (`abandon`), in which case the UCX callback frees it.
+  static void Complete(UcxOp* op, absl::Status status, bool abandon = false);
+
+  // Force-closes the UCX endpoint (UCX then cancels what is in flight),
+  // destroys its remote keys, and completes what had not gone out yet.
+  // Returns kDeadlineExceeded if UCX does not finish closing.
+  static absl::Status ReleaseEndpoint(UcxEndpointState& state);
+
+  // The status an operation reports for UCX's `status`: the endpoint's
+  // failure (naming the peer) once it failed, kCancelled once closed.
+  static absl::Status Translate(const UcxOp& op, ucs_status_t status);
+};
+
+}  // namespace rdmaflow::rdma::ucx
+
+#endif  // RDMAFLOW_RDMA_UCX_UCX_ENDPOINT_H_

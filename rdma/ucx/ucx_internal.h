@@ -1,0 +1,99 @@
+// File: ucx_internal.h
+// -----------------------------------------------------------------------------
+// State shared by UcxTransport and UcxEndpoint: the UCP context holder, memory
+// registrations, per-endpoint state and in-flight operations. Private to
+// rdma/ucx.
+#ifndef RDMAFLOW_RDMA_UCX_UCX_INTERNAL_H_
+#define RDMAFLOW_RDMA_UCX_UCX_INTERNAL_H_
+
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "rdma/endpoint.h"
+#include "rdma/memory_region.h"
+#include "rdma/ucx/peer_liveness.h"
+
+namespace rdmaflow::rdma::ucx {
+
+class UcxTransport;
+
+// Owns the ucp_context; shared by the transport and its memory regions so
+// that a region may outlive the transport's worker.
+struct UcxContext {
+  ucp_context_h context = nullptr;
+  ~UcxContext() {
+    if (context != nullptr) ucp_cleanup(context);
+  }
+};
+
+// One ucp_mem_map; unmapping frees memory that UCX allocated.
+struct UcxRegistration final : MemoryRegion::Registration {
+  UcxRegistration(std::shared_ptr<UcxContext> context, ucp_mem_h memh)
+      : context(std::move(context)), memh(memh) {}
+  ~UcxRegistration() override;
+
+  std::shared_ptr<UcxContext> context;
+  ucp_mem_h memh;
+};
+
+struct UcxEndpointState;
+
+// One accepted operation, from post until its completion is queued.
+struct UcxOp {
+  enum class Kind { kData, kNotify, kFlush };
+  // kNotify: its flush is in flight, then it waits its turn, then its
+  // active message is in flight.
+  enum class Stage { kFlushing, kReady, kSending };
+
+  Kind kind;
+  const char* what;  // "write", "read", "flush": for messages.
+  std::shared_ptr<UcxEndpointState> endpoint;
+  Completion done;
+  Stage stage = Stage::kFlushing;
+  absl::Status flush_status;
+  uint32_t payload[2] = {0, 0};  // Notification: sender rank, value.
+  // Completed by ReleaseEndpoint while UCX still held its request; freed
+  // when (if ever) UCX calls back.
+  bool abandoned = false;
+};
+
+// Shared by a UcxEndpoint and its in-flight operations, which may outlive it.
+struct UcxEndpointState {
+  UcxTransport* transport = nullptr;
+  int peer_rank = -1;
+  ucp_ep_h ep = nullptr;
+  bool closed = false;
+  absl::Status failure;  // Set by the UCX error handler or the watchdog.
+  // Same-host peers are watched by pid (peer_liveness.h) instead of by UCX.
+  bool watched = false;
+  ProcessIdentity peer_identity;
+  size_t outstanding = 0;
+  // Unpacked remote keys by packed key.
+  absl::flat_hash_map<std::string, ucp_rkey_h> rkeys;
+  // Notified writes and flushes in post order. A notification's active
+  // message goes out only after its own flush and every earlier entry, so
+  // notifications arrive in post order and after their data.
+  std::deque<UcxOp*> sequence;
+  // Operations whose UCX request has not called back yet.
+  absl::flat_hash_set<UcxOp*> in_flight;
+};
+
+// Id of the active message that carries notifications.
+constexpr unsigned kNotificationAmId = 0x52;  // 'R'
+
+// Packs and checks the remote key envelope: a magic, a checksum and UCX's
+// rkey buffer, so a corrupted descriptor is rejected before UCX parses it.
+std::string WrapRkey(const void* rkey_buffer, size_t size);
+absl::StatusOr<std::string> UnwrapRkey(const std::string& packed);
+
+}  // namespace rdmaflow::rdma::ucx
+
+#endif  // RDMAFLOW_RDMA_UCX_UCX_INTERNAL_H_

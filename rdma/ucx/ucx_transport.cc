@@ -1,0 +1,379 @@
+#include "rdma/ucx/ucx_transport.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "rdma/ucx/ucx_endpoint.h"
+#include "rdma/ucx/ucx_internal.h"
+#include "rdma/ucx/ucx_status.h"
+#include "rdma/ucx/peer_liveness.h"
+
+namespace rdmaflow::rdma::ucx {
+namespace {
+
+constexpr char kBackend[] = "ucx";
+constexpr char kRkeyMagic[8] = {'R', 'F', 'U', 'C', 'X', 'K', '0', '1'};
+constexpr char kAddressMagic[8] = {'R', 'F', 'U', 'C', 'X', 'A', '0', '1'};
+
+// FNV-1a: a stable checksum (the same in every process) for key envelopes.
+uint64_t Fnv1a(const void* data, size_t size) {
+  uint64_t hash = 1469598103934665603ull;
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) {
+    hash ^= bytes[i];
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+// Envelope: magic, checksum of the payload, payload.
+std::string Wrap(const char (&magic)[8], const void* payload, size_t size) {
+  std::string out(magic, 8);
+  const uint64_t sum = Fnv1a(payload, size);
+  out.append(reinterpret_cast<const char*>(&sum), 8);
+  out.append(static_cast<const char*>(payload), size);
+  return out;
+}
+
+absl::StatusOr<std::string> Unwrap(const char (&magic)[8],
+                                   const std::string& wrapped,
+                                   const char* what) {
+  if (wrapped.size() <= 16 || std::memcmp(wrapped.data(), magic, 8) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed UCX ", what, " (bad header)"));
+  }
+  uint64_t sum = 0;
+  std::memcpy(&sum, wrapped.data() + 8, 8);
+  if (Fnv1a(wrapped.data() + 16, wrapped.size() - 16) != sum) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("corrupted UCX ", what, " (checksum mismatch)"));
+  }
+  return wrapped.substr(16);
+}
+
+ucs_status_t OnNotification(void* arg, const void* /*header*/,
+                            size_t /*header_length*/, void* data,
+                            size_t length, const ucp_am_recv_param_t* param) {
+  auto* queue = static_cast<std::deque<Notification>*>(arg);
+  uint32_t payload[2];
+  if (length != sizeof(payload) ||
+      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    std::fprintf(stderr,
+                 "rdmaflow: dropped a malformed UCX notification (%zu bytes)\n",
+                 length);
+    return UCS_OK;
+  }
+  std::memcpy(payload, data, sizeof(payload));
+  queue->push_back(
+      Notification{static_cast<int>(payload[0]), payload[1]});
+  return UCS_OK;
+}
+
+void OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* state = static_cast<UcxEndpointState*>(arg);
+  if (!state->failure.ok()) return;
+  state->failure = absl::UnavailableError(absl::StrCat(
+      "peer rank ", state->peer_rank, " failed (UCX: ",
+      ucs_status_string(status),
+      "); is the process still alive and reachable?"));
+}
+
+}  // namespace
+
+std::string WrapRkey(const void* rkey_buffer, size_t size) {
+  return Wrap(kRkeyMagic, rkey_buffer, size);
+}
+
+absl::StatusOr<std::string> UnwrapRkey(const std::string& packed) {
+  return Unwrap(kRkeyMagic, packed, "remote key");
+}
+
+UcxRegistration::~UcxRegistration() {
+  ucs_status_t status = ucp_mem_unmap(context->context, memh);
+  if (status != UCS_OK) {
+    std::fprintf(stderr, "rdmaflow: ucp_mem_unmap failed: %s\n",
+                 ucs_status_string(status));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
+    const UcxTransportOptions& options) {
+  if (options.rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("UCX transport rank must be >= 0, got ", options.rank));
+  }
+  if (options.max_outstanding_per_endpoint == 0) {
+    return absl::InvalidArgumentError(
+        "UCX max_outstanding_per_endpoint must be > 0");
+  }
+  ucp_config_t* config = nullptr;
+  RETURN_IF_ERROR(
+      UcsToStatus(ucp_config_read(nullptr, nullptr, &config),
+                  "reading the UCX configuration"));
+  absl::Status status;
+  if (!options.tls.empty()) {
+    status = UcsToStatus(ucp_config_modify(config, "TLS", options.tls.c_str()),
+                         absl::StrCat("setting UCX TLS=", options.tls));
+  }
+  const std::string keepalive =
+      absl::StrCat(absl::ToInt64Microseconds(options.keepalive_interval), "us");
+  if (status.ok()) {
+    status = UcsToStatus(
+        ucp_config_modify(config, "KEEPALIVE_INTERVAL", keepalive.c_str()),
+        "setting UCX KEEPALIVE_INTERVAL");
+  }
+  auto context = std::make_shared<UcxContext>();
+  if (status.ok()) {
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+    status = UcsToStatus(ucp_init(&params, config, &context->context),
+                         absl::StrCat("initializing UCX (TLS=",
+                                      options.tls.empty() ? "default"
+                                                          : options.tls,
+                                      ") for rank ", options.rank));
+    if (!status.ok()) context->context = nullptr;
+  }
+  ucp_config_release(config);
+  RETURN_IF_ERROR(status);
+
+  std::unique_ptr<UcxTransport> transport(
+      new UcxTransport(options, std::move(context)));
+  ucp_worker_params_t worker_params{};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  RETURN_IF_ERROR(UcsToStatus(
+      ucp_worker_create(transport->context_->context, &worker_params,
+                        &transport->worker_),
+      "creating the UCX worker"));
+
+  ucp_am_handler_param_t handler{};
+  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                       UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  handler.id = kNotificationAmId;
+  handler.cb = &OnNotification;
+  handler.arg = &transport->notifications_;
+  RETURN_IF_ERROR(UcsToStatus(
+      ucp_worker_set_am_recv_handler(transport->worker_, &handler),
+      "registering the UCX notification handler"));
+
+  ucp_address_t* address = nullptr;
+  size_t address_length = 0;
+  RETURN_IF_ERROR(UcsToStatus(
+      ucp_worker_get_address(transport->worker_, &address, &address_length),
+      "getting the UCX worker address"));
+  // The address carries our process identity, for same-host liveness checks.
+  std::string payload = SelfIdentity().Encode();
+  payload.append(reinterpret_cast<const char*>(address), address_length);
+  transport->address_ = Wrap(kAddressMagic, payload.data(), payload.size());
+  ucp_worker_release_address(transport->worker_, address);
+  return transport;
+}
+
+UcxTransport::~UcxTransport() {
+  completions_.FireAll();
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+}
+
+Capabilities UcxTransport::capabilities() const {
+  return Capabilities{
+      kBackend,
+      absl::StrCat("UCX ", ucp_get_version_string(), ", TLS=",
+                   options_.tls.empty() ? "default" : options_.tls),
+      /*one_sided_allocate=*/true, options_.max_outstanding_per_endpoint};
+}
+
+absl::StatusOr<MemoryRegion> UcxTransport::Map(void* address, size_t bytes,
+                                               bool allocate) {
+  if (bytes == 0) {
+    return absl::InvalidArgumentError(
+        allocate ? "cannot allocate a 0-byte region"
+                 : "cannot register an empty span");
+  }
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                      UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  params.address = address;
+  params.length = bytes;
+  params.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
+  ucp_mem_h memh = nullptr;
+  RETURN_IF_ERROR(UcsToStatus(
+      ucp_mem_map(context_->context, &params, &memh),
+      absl::StrCat("rank ", options_.rank, " mapping ", bytes,
+                   " bytes with ucp_mem_map")));
+  auto registration = std::make_unique<UcxRegistration>(context_, memh);
+
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  RETURN_IF_ERROR(UcsToStatus(ucp_mem_query(memh, &attr),
+                              "querying a UCX memory mapping"));
+  if (attr.length < bytes) {
+    return absl::InternalError(absl::StrCat(
+        "ucp_mem_map returned ", attr.length, " bytes for ", bytes));
+  }
+  void* rkey_buffer = nullptr;
+  size_t rkey_size = 0;
+  RETURN_IF_ERROR(UcsToStatus(
+      ucp_rkey_pack(context_->context, memh, &rkey_buffer, &rkey_size),
+      "packing a UCX remote key"));
+  std::string packed = WrapRkey(rkey_buffer, rkey_size);
+  ucp_rkey_buffer_release(rkey_buffer);
+
+  auto* data = static_cast<std::byte*>(attr.address);
+  if (allocate) std::memset(data, 0, bytes);
+  RemoteRegion descriptor{kBackend, options_.rank,
+                          reinterpret_cast<uint64_t>(data), bytes,
+                          std::move(packed)};
+  return MemoryRegion(data, bytes, std::move(descriptor),
+                      std::move(registration));
+}
+
+absl::StatusOr<MemoryRegion> UcxTransport::Allocate(size_t bytes) {
+  return Map(nullptr, bytes, /*allocate=*/true);
+}
+
+absl::StatusOr<MemoryRegion> UcxTransport::Register(
+    absl::Span<std::byte> memory) {
+  if (memory.data() == nullptr) {
+    return absl::InvalidArgumentError("cannot register an empty span");
+  }
+  return Map(memory.data(), memory.size(), /*allocate=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
+    const PeerInfo& peer) {
+  if (peer.rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot connect to negative rank ", peer.rank));
+  }
+  absl::StatusOr<std::string> worker_address =
+      Unwrap(kAddressMagic, peer.address, "worker address");
+  if (!worker_address.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address of rank ", peer.rank, " is not a UCX worker address: ",
+        worker_address.status().message(),
+        "; do all ranks use the ucx transport?"));
+  }
+  absl::StatusOr<ProcessIdentity> identity = ProcessIdentity::Decode(
+      absl::string_view(*worker_address).substr(0, ProcessIdentity::kEncodedSize));
+  if (!identity.ok() ||
+      worker_address->size() <= ProcessIdentity::kEncodedSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address of rank ", peer.rank, " is truncated"));
+  }
+  auto state = std::make_shared<UcxEndpointState>();
+  state->transport = this;
+  state->peer_rank = peer.rank;
+  state->peer_identity = *identity;
+  // UCX 1.13's shared-memory transports cannot detect a dead peer, and
+  // asking for peer error handling would exclude them; so same-host peers
+  // are watched by process instead (peer_liveness.h).
+  state->watched = identity->boot_id == SelfIdentity().boot_id;
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(
+      worker_address->data() + ProcessIdentity::kEncodedSize);
+  params.err_mode = state->watched ? UCP_ERR_HANDLING_MODE_NONE
+                                   : UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &OnEndpointError;
+  params.err_handler.arg = state.get();
+  RETURN_IF_ERROR(UcsToStatus(
+      ucp_ep_create(worker_, &params, &state->ep),
+      absl::StrCat("rank ", options_.rank, " connecting to rank ",
+                   peer.rank)));
+  if (state->watched) watched_.push_back(state);
+  return std::unique_ptr<Endpoint>(new UcxEndpoint(std::move(state)));
+}
+
+void UcxTransport::WatchPeers() {
+  const absl::Time now = absl::Now();
+  if (now < next_watch_) return;
+  next_watch_ = now + options_.keepalive_interval;
+  for (size_t i = 0; i < watched_.size();) {
+    std::shared_ptr<UcxEndpointState> state = watched_[i].lock();
+    if (state == nullptr || state->ep == nullptr) {
+      watched_[i] = std::move(watched_.back());
+      watched_.pop_back();
+      continue;
+    }
+    if (IsProcessGone(state->peer_identity)) {
+      if (state->failure.ok()) {
+        state->failure = absl::UnavailableError(absl::StrCat(
+            "peer rank ", state->peer_rank, " (pid ",
+            state->peer_identity.pid,
+            ") has exited; its operations cannot complete"));
+      }
+      absl::Status released = UcxOps::ReleaseEndpoint(*state);
+      if (!released.ok()) {
+        std::fprintf(stderr, "rdmaflow: %s\n", released.ToString().c_str());
+      }
+    }
+    ++i;
+  }
+}
+
+absl::StatusOr<int> UcxTransport::Progress() {
+  while (ucp_worker_progress(worker_) != 0) {
+  }
+  if (!watched_.empty()) WatchPeers();
+  if (!to_pump_.empty()) {
+    std::vector<std::shared_ptr<UcxEndpointState>> batch;
+    batch.swap(to_pump_);
+    for (const auto& state : batch) UcxOps::PumpSequence(*state);
+  }
+  return completions_.FireAll();
+}
+
+std::optional<Notification> UcxTransport::PollNotification() {
+  if (notifications_.empty()) return std::nullopt;
+  Notification notification = notifications_.front();
+  notifications_.pop_front();
+  return notification;
+}
+
+std::string UcxTransport::DescribeEndpoint(const Endpoint& endpoint) {
+  const auto* ucx = dynamic_cast<const UcxEndpoint*>(&endpoint);
+  return ucx == nullptr ? std::string() : ucx->Describe();
+}
+
+absl::Status RegisterUcxTransport(TransportRegistry& registry) {
+  return registry.Register(
+      kBackend, /*priority=*/100,
+      [](const TransportConfig& config)
+          -> absl::StatusOr<std::unique_ptr<Transport>> {
+        RETURN_IF_ERROR(CheckKnownParams(
+            config, kBackend, {"tls", "keepalive_ms", "max_outstanding"}));
+        UcxTransportOptions options;
+        options.rank = config.rank;
+        for (const auto& [key, value] : config.params) {
+          bool ok = true;
+          if (key == "tls") {
+            options.tls = value;
+          } else if (key == "keepalive_ms") {
+            int64_t ms = 0;
+            ok = absl::SimpleAtoi(value, &ms) && ms > 0;
+            options.keepalive_interval = absl::Milliseconds(ms);
+          } else if (key == "max_outstanding") {
+            ok = absl::SimpleAtoi(value, &options.max_outstanding_per_endpoint);
+          }
+          if (!ok) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "ucx parameter ", key, "='", value,
+                "' must be a positive integer"));
+          }
+        }
+        ASSIGN_OR_RETURN(auto transport, UcxTransport::Create(options));
+        return std::unique_ptr<Transport>(std::move(transport));
+      });
+}
+
+}  // namespace rdmaflow::rdma::ucx

@@ -1,0 +1,100 @@
+// File: ucx_transport.h
+// -----------------------------------------------------------------------------
+// UcxTransport: the default backend, over UCX's UCP layer: ucp_mem_map for
+// regions (ALLOCATE for Transport::Allocate, so that shared-memory put/get
+// are truly one-sided), packed rkeys in descriptors, ucp_put_nbx/ucp_get_nbx,
+// flush, and an active message (sent after a flush) for notifications. UCX
+// picks shared memory (posix, cma), TCP or verbs (rc/dc) by itself, or as the
+// `tls` option says. Dead peers are found by UCX keepalive and endpoint error
+// handling. See docs/rdma.md.
+#ifndef RDMAFLOW_RDMA_UCX_UCX_TRANSPORT_H_
+#define RDMAFLOW_RDMA_UCX_UCX_TRANSPORT_H_
+
+#include <ucp/api/ucp.h>
+
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rdma/internal/completion_queue.h"
+#include "rdma/transport.h"
+#include "rdma/transport_registry.h"
+
+namespace rdmaflow::rdma::ucx {
+
+struct UcxTransportOptions {
+  int rank = 0;
+  // UCX_TLS for this transport, e.g. "shm" (posix, sysv, cma), "tcp",
+  // "rc_verbs,ud_verbs". Empty: UCX's own choice (the UCX_TLS environment
+  // variable if set, else all available).
+  std::string tls;
+  // How often peers are checked for liveness (UCX keepalive for remote
+  // peers, a process check for same-host ones); a dead peer's operations
+  // fail within about two intervals.
+  absl::Duration keepalive_interval = absl::Milliseconds(500);
+  // Operations one endpoint accepts in flight before kResourceExhausted.
+  size_t max_outstanding_per_endpoint = 1024;
+};
+
+class UcxEndpoint;
+struct UcxContext;
+struct UcxEndpointState;
+struct UcxOp;
+
+// Thread-compatible (UCS_THREAD_MODE_SINGLE worker): see Transport.
+class UcxTransport final : public Transport {
+ public:
+  // kUnavailable when UCX cannot start with these options (e.g. a `tls` with
+  // no usable device), with UCX's reason; kInvalidArgument for bad options.
+  static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(
+      const UcxTransportOptions& options);
+  ~UcxTransport() override;
+
+  int rank() const override { return options_.rank; }
+  Capabilities capabilities() const override;
+  std::string address() const override { return address_; }
+  absl::StatusOr<MemoryRegion> Allocate(size_t bytes) override;
+  absl::StatusOr<MemoryRegion> Register(absl::Span<std::byte> memory) override;
+  absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
+      const PeerInfo& peer) override;
+  absl::StatusOr<int> Progress() override;
+  std::optional<Notification> PollNotification() override;
+
+  // UCX's description of the lanes an endpoint uses (transports, devices),
+  // for benchmark reports. Empty if `endpoint` is not a UcxEndpoint.
+  static std::string DescribeEndpoint(const Endpoint& endpoint);
+
+ private:
+  friend class UcxEndpoint;
+  friend struct UcxOps;
+
+  UcxTransport(const UcxTransportOptions& options,
+               std::shared_ptr<UcxContext> context)
+      : options_(options), context_(std::move(context)) {}
+  absl::StatusOr<MemoryRegion> Map(void* address, size_t bytes, bool allocate);
+  // Fails the endpoints whose same-host peer process has exited.
+  void WatchPeers();
+
+  const UcxTransportOptions options_;
+  std::shared_ptr<UcxContext> context_;  // Shared with memory regions.
+  ucp_worker_h worker_ = nullptr;
+  std::string address_;
+  std::deque<Notification> notifications_;
+  internal::CompletionQueue completions_;
+  // Endpoints whose notification sequence may advance (see UcxEndpointState).
+  std::vector<std::shared_ptr<UcxEndpointState>> to_pump_;
+  // Same-host endpoints whose peer process the watchdog checks.
+  std::vector<std::weak_ptr<UcxEndpointState>> watched_;
+  absl::Time next_watch_ = absl::InfinitePast();
+};
+
+// Registers "ucx" (parameters: tls, keepalive_ms, max_outstanding).
+absl::Status RegisterUcxTransport(TransportRegistry& registry);
+
+}  // namespace rdmaflow::rdma::ucx
+
+#endif  // RDMAFLOW_RDMA_UCX_UCX_TRANSPORT_H_
