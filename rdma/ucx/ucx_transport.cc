@@ -177,6 +177,20 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
 }
 
 UcxTransport::~UcxTransport() {
+  if (worker_ != nullptr) {
+    // Let connection set-up messages still queued (e.g. a TCP wireup reply)
+    // go out: UCX 1.13 asserts when it purges them in ucp_worker_destroy.
+    ucp_request_param_t param{};
+    ucs_status_ptr_t request = ucp_worker_flush_nbx(worker_, &param);
+    const absl::Time deadline = absl::Now() + absl::Seconds(2);
+    if (UCS_PTR_IS_PTR(request)) {
+      while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+             absl::Now() < deadline) {
+        ucp_worker_progress(worker_);
+      }
+      ucp_request_free(request);
+    }
+  }
   completions_.FireAll();
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
 }

@@ -1,0 +1,72 @@
+#include "rdma/remote_region.h"
+
+#include <limits>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/slice.h"
+
+namespace rdmaflow::rdma {
+namespace {
+
+using ::rdmaflow::testing::IsOk;
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+RemoteRegion Valid() { return {"ucx", 2, 0x1000, 4096, "key"}; }
+
+TEST(RemoteRegionTest, RoundTripsThroughTheWireFormat) {
+  ASSERT_OK_AND_ASSIGN(RemoteRegion parsed,
+                       RemoteRegion::Parse(Valid().Serialize()));
+  EXPECT_EQ(parsed.backend, "ucx");
+  EXPECT_EQ(parsed.owner_rank, 2);
+  EXPECT_EQ(parsed.address, 0x1000u);
+  EXPECT_EQ(parsed.length, 4096u);
+  EXPECT_EQ(parsed.packed_key, "key");
+}
+
+TEST(RemoteRegionTest, ValidateNamesTheBadField) {
+  RemoteRegion r = Valid();
+  r.length = 0;
+  EXPECT_THAT(r.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("length 0")));
+  r = Valid();
+  r.owner_rank = -1;
+  EXPECT_THAT(r.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("negative owner rank")));
+  r = Valid();
+  r.address = std::numeric_limits<uint64_t>::max() - 10;
+  EXPECT_THAT(r.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("wraps")));
+  r = Valid();
+  r.packed_key.clear();
+  EXPECT_THAT(r.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("no remote key")));
+  // Parse refuses what Validate refuses.
+  r = Valid();
+  r.length = 0;
+  EXPECT_THAT(RemoteRegion::Parse(r.Serialize()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(CheckTransferTest, AcceptsExactFitAndRejectsOneByteMore) {
+  RemoteRegion remote = Valid();
+  MemoryRegion local(reinterpret_cast<std::byte*>(0x2000), 4096,
+                     RemoteRegion{}, nullptr);
+  EXPECT_THAT(CheckTransfer({&local, 0, 4096}, {&remote, 0, 4096}, 2, "ucx"),
+              IsOk());
+  EXPECT_THAT(CheckTransfer({&local, 0, 4096}, {&remote, 1, 4096}, 2, "ucx"),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(CheckTransfer({&local, 1, 4096}, {&remote, 0, 4096}, 2, "ucx"),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(CheckTransfer({&local, 0, 16}, {&remote, 0, 16}, 3, "ucx"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("belongs to rank 2")));
+  EXPECT_THAT(CheckTransfer({&local, 0, 16}, {&remote, 0, 16}, 2, "loopback"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("same transport")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::rdma

@@ -1,0 +1,81 @@
+#include "rdma/rendezvous.h"
+
+#include <cstring>
+#include <thread>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/blocking.h"
+#include "rdma/loopback/loopback_transport.h"
+#include "rdma/testing/in_memory_store.h"
+
+namespace rdmaflow::rdma {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(RendezvousTest, RanksConnectAndMoveDataThroughPublishedRegions) {
+  testing::InMemoryStore store;
+  auto fabric = loopback::LoopbackFabric::Create();
+  ASSERT_OK_AND_ASSIGN(auto a, loopback::LoopbackTransport::Create({0, fabric}));
+  ASSERT_OK_AND_ASSIGN(auto b, loopback::LoopbackTransport::Create({1, fabric}));
+  ASSERT_OK(PublishAddress(store, "job", *a));
+  ASSERT_OK(PublishAddress(store, "job", *b));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(64));
+  ASSERT_OK(PublishRegion(store, "job", "grad/1", target.descriptor()));
+
+  ASSERT_OK_AND_ASSIGN(auto endpoint,
+                       ConnectToPeer(*a, store, "job", 1, absl::Seconds(5)));
+  ASSERT_OK_AND_ASSIGN(RemoteRegion remote,
+                       FetchRegion(store, "job", "grad/1", absl::Seconds(5)));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion source, a->Allocate(64));
+  std::memset(source.data(), 0x7A, 64);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  ASSERT_OK(Write(*a, *endpoint, WholeRegion(source), WholeRegion(remote), 9u,
+                  deadline));
+  ASSERT_OK_AND_ASSIGN(Notification n, WaitNotification(*b, deadline));
+  EXPECT_EQ(n.peer_rank, 0);
+  EXPECT_EQ(n.value, 9u);
+  EXPECT_EQ(target.data()[63], std::byte{0x7A});
+}
+
+TEST(RendezvousTest, MissingPeerTimesOutWithAHint) {
+  testing::InMemoryStore store;
+  auto fabric = loopback::LoopbackFabric::Create();
+  ASSERT_OK_AND_ASSIGN(auto a, loopback::LoopbackTransport::Create({0, fabric}));
+  EXPECT_THAT(ConnectToPeer(*a, store, "job", 3, absl::Milliseconds(50)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("is rank 3 running")));
+}
+
+TEST(RendezvousTest, MalformedPublishedDescriptorIsInvalidArgument) {
+  testing::InMemoryStore store;
+  ASSERT_OK(store.Set("job/bad", "junk"));
+  EXPECT_THAT(FetchRegion(store, "job", "bad", absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(RendezvousTest, BarrierReleasesAllRanksAndReportsStragglers) {
+  testing::InMemoryStore store;
+  std::thread other([&] {
+    EXPECT_OK(Barrier(store, "job", "start", 2, absl::Seconds(30)));
+  });
+  EXPECT_OK(Barrier(store, "job", "start", 2, absl::Seconds(30)));
+  other.join();
+  EXPECT_THAT(Barrier(store, "job", "lonely", 3, absl::Milliseconds(50)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("1 of 3 ranks arrived")));
+}
+
+TEST(BlockingTest, WaitNotificationTimesOutNamingTheRank) {
+  auto fabric = loopback::LoopbackFabric::Create();
+  ASSERT_OK_AND_ASSIGN(auto a, loopback::LoopbackTransport::Create({4, fabric}));
+  EXPECT_THAT(WaitNotification(*a, absl::Now() + absl::Milliseconds(20)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("rank 4")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::rdma

@@ -1,0 +1,70 @@
+// File: tcp_store.h
+// -----------------------------------------------------------------------------
+// TcpStore: the production rendezvous Store, over LibTorch's c10d::TCPStore,
+// the store torchrun uses. A job launched by torchrun, Slurm or mpirun finds
+// it through MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE. This is the only
+// target of rdma/ that links LibTorch.
+#ifndef RDMAFLOW_RDMA_TORCH_TCP_STORE_H_
+#define RDMAFLOW_RDMA_TORCH_TCP_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rdma/store.h"
+
+namespace c10d {
+class TCPStore;
+}  // namespace c10d
+
+namespace rdmaflow::rdma::torch {
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";
+  // 0 (server only): pick a free port; read it back with TcpStore::port().
+  int port = 29500;
+  bool is_server = false;  // Rank 0 hosts the store.
+  int world_size = 1;
+  // How long to wait for the server (clients) or for all ranks (server).
+  absl::Duration connect_timeout = absl::Seconds(60);
+
+  int rank = 0;            // This process's rank (informational).
+
+  // From MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500), RANK
+  // and WORLD_SIZE: rank 0 is the server. kInvalidArgument naming a variable
+  // that is missing or malformed.
+  static absl::StatusOr<TcpStoreOptions> FromEnvironment();
+};
+
+// Thread-safe (c10d::TCPStore is).
+class TcpStore final : public Store {
+ public:
+  // kUnavailable naming host:port when the server cannot be started or
+  // reached (is MASTER_ADDR right, is rank 0 up, is the port free?).
+  static absl::StatusOr<std::unique_ptr<TcpStore>> Create(
+      const TcpStoreOptions& options);
+  ~TcpStore() override;
+
+  // The port actually listened on (useful with port 0).
+  int port() const;
+
+  absl::Status Set(absl::string_view key, absl::string_view value) override;
+  absl::StatusOr<std::string> Get(absl::string_view key,
+                                  absl::Duration timeout) override;
+  absl::Status Wait(const std::vector<std::string>& keys,
+                    absl::Duration timeout) override;
+  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
+
+ private:
+  TcpStore(std::unique_ptr<c10d::TCPStore> store, std::string where);
+
+  std::unique_ptr<c10d::TCPStore> store_;
+  std::string where_;  // "host:port", for messages.
+};
+
+}  // namespace rdmaflow::rdma::torch
+
+#endif  // RDMAFLOW_RDMA_TORCH_TCP_STORE_H_

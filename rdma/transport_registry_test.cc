@@ -1,0 +1,69 @@
+#include "rdma/transport_registry.h"
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/builtin_transports.h"
+
+namespace rdmaflow::rdma {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(TransportRegistryTest, BuiltinsAreListedByPriority) {
+  TransportRegistry registry;
+  ASSERT_OK(RegisterBuiltinTransports(registry));
+  EXPECT_THAT(registry.Names(), ElementsAre("ucx", "loopback"));
+  EXPECT_THAT(RegisterBuiltinTransports(registry),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+}
+
+TEST(TransportRegistryTest, UnknownNameListsTheValidOnes) {
+  TransportRegistry registry;
+  ASSERT_OK(RegisterBuiltinTransports(registry));
+  EXPECT_THAT(registry.Create("verbs", {}),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("registered: ucx, loopback")));
+}
+
+TEST(TransportRegistryTest, UnknownParameterListsTheAcceptedOnes) {
+  TransportRegistry registry;
+  ASSERT_OK(RegisterBuiltinTransports(registry));
+  TransportConfig config;
+  config.params["tsl"] = "shm";
+  EXPECT_THAT(registry.Create("ucx", config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tls, keepalive_ms, max_outstanding")));
+  config.params = {{"max_outstanding", "many"}};
+  EXPECT_THAT(registry.Create("loopback", config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("integer")));
+}
+
+TEST(TransportRegistryTest, CreatesAWorkingTransport) {
+  TransportRegistry registry;
+  ASSERT_OK(RegisterBuiltinTransports(registry));
+  TransportConfig config;
+  config.rank = 5;
+  config.params["tls"] = "shm";
+  ASSERT_OK_AND_ASSIGN(auto transport, registry.Create("ucx", config));
+  EXPECT_EQ(transport->rank(), 5);
+  EXPECT_EQ(transport->capabilities().backend, "ucx");
+  ASSERT_OK_AND_ASSIGN(MemoryRegion region, transport->Allocate(100));
+  EXPECT_EQ(region.size(), 100u);
+  EXPECT_EQ(region.data()[99], std::byte{0});
+}
+
+TEST(ParseTransportParamsTest, ParsesAndRejects) {
+  ASSERT_OK_AND_ASSIGN(auto params, ParseTransportParams("tls=shm,a=b=c"));
+  EXPECT_EQ(params["tls"], "shm");
+  EXPECT_EQ(params["a"], "b=c");
+  EXPECT_THAT(ParseTransportParams("tls"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("key=value")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::rdma
