@@ -1,0 +1,305 @@
+#include "bench/pingpong.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "rdma/blocking.h"
+#include "rdma/rendezvous.h"
+
+namespace rdmaflow::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Everything one rank needs to talk to the other.
+struct Link {
+  rdma::Transport& transport;
+  rdma::Endpoint& endpoint;
+  const rdma::MemoryRegion& source;  // What this rank sends/reads into.
+  rdma::RemoteRegion remote;         // The peer's buffer.
+  absl::Time deadline;
+  int in_flight = 0;
+  absl::Status first_error;
+
+  rdma::Completion Counted() {
+    ++in_flight;
+    return [this](absl::Status status) {
+      --in_flight;
+      if (!status.ok() && first_error.ok()) first_error = std::move(status);
+    };
+  }
+
+  absl::Status Progress() {
+    RETURN_IF_ERROR(transport.Progress().status());
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "benchmark on rank ", transport.rank(), " ran past its deadline"));
+    }
+    return first_error;
+  }
+
+  // Posts (retrying on back-pressure) a write or read of `bytes` at offset 0.
+  absl::Status Post(bool write, size_t bytes,
+                    std::optional<uint32_t> notification) {
+    while (true) {
+      const rdma::LocalSlice local{&source, 0, bytes};
+      const rdma::RemoteSlice peer{&remote, 0, bytes};
+      absl::Status status =
+          write ? endpoint.PostWrite(local, peer, notification, Counted())
+                : endpoint.PostRead(local, peer, Counted());
+      if (status.ok()) return status;
+      --in_flight;  // Not accepted: the callback will not run.
+      if (!absl::IsResourceExhausted(status)) return status;
+      RETURN_IF_ERROR(Progress());
+    }
+  }
+
+  absl::Status WaitInFlightBelow(int limit) {
+    while (in_flight >= limit) RETURN_IF_ERROR(Progress());
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitNotification() {
+    while (!transport.PollNotification().has_value()) {
+      RETURN_IF_ERROR(Progress());
+    }
+    return absl::OkStatus();
+  }
+};
+
+int Iterations(const PingPongOptions& options, size_t bytes, size_t divisor) {
+  const size_t n = options.byte_budget / divisor / bytes;
+  return static_cast<int>(std::clamp<size_t>(n, options.min_iters,
+                                             options.max_iters));
+}
+
+std::vector<size_t> Sizes(const PingPongOptions& options) {
+  std::vector<size_t> sizes;
+  for (size_t s = options.min_bytes; s <= options.max_bytes; s *= 2) {
+    sizes.push_back(s);
+  }
+  return sizes;
+}
+
+// Latency ping-pong: rank 0 writes with a notification, rank 1 answers in
+// kind. Returns one-way samples (half round trips) on rank 0.
+absl::StatusOr<std::vector<double>> WritePingPong(Link& link, size_t bytes,
+                                                  int warmup, int iters) {
+  std::vector<double> samples;
+  samples.reserve(iters);
+  const bool leader = link.transport.rank() == 0;
+  for (int i = 0; i < warmup + iters; ++i) {
+    if (leader) {
+      const Clock::time_point start = Clock::now();
+      RETURN_IF_ERROR(link.Post(true, bytes, i));
+      RETURN_IF_ERROR(link.WaitNotification());
+      if (i >= warmup) {
+        samples.push_back(Seconds(start, Clock::now()) * 1e6 / 2);
+      }
+    } else {
+      RETURN_IF_ERROR(link.WaitNotification());
+      RETURN_IF_ERROR(link.Post(true, bytes, i));
+    }
+    RETURN_IF_ERROR(link.WaitInFlightBelow(16));
+  }
+  RETURN_IF_ERROR(link.WaitInFlightBelow(1));
+  return samples;
+}
+
+// Bandwidth: `rounds` bursts of writes from rank 0, each ending with a
+// notified write that rank 1 acknowledges. Returns {peak, average} MB/s.
+absl::StatusOr<std::pair<double, double>> WriteBandwidth(
+    Link& link, size_t bytes, int iters, int rounds, int window) {
+  const bool leader = link.transport.rank() == 0;
+  const int per_round = std::max(1, iters / rounds);
+  double peak = 0, total_seconds = 0;
+  for (int r = 0; r < rounds; ++r) {
+    if (!leader) {
+      RETURN_IF_ERROR(link.WaitNotification());
+      RETURN_IF_ERROR(link.Post(true, 8, r));
+      continue;
+    }
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < per_round; ++i) {
+      RETURN_IF_ERROR(link.WaitInFlightBelow(window));
+      const bool last = i == per_round - 1;
+      RETURN_IF_ERROR(link.Post(
+          true, bytes, last ? std::optional<uint32_t>(r) : std::nullopt));
+    }
+    RETURN_IF_ERROR(link.WaitNotification());
+    const double seconds = Seconds(start, Clock::now());
+    total_seconds += seconds;
+    peak = std::max(peak, per_round * bytes / seconds / 1e6);
+  }
+  RETURN_IF_ERROR(link.WaitInFlightBelow(1));
+  if (!leader) return std::make_pair(0.0, 0.0);
+  return std::make_pair(peak,
+                        double(per_round) * rounds * bytes / total_seconds / 1e6);
+}
+
+struct ReadResult {
+  std::vector<double> samples;
+  double peak = 0, average = 0;
+};
+
+// Reads by rank 0 (rank 1 only progresses until told the phase is over).
+absl::StatusOr<ReadResult> Reads(Link& link, size_t bytes, int warmup,
+                                 int lat_iters, int bw_iters, int rounds,
+                                 int window) {
+  ReadResult result;
+  if (link.transport.rank() != 0) {
+    RETURN_IF_ERROR(link.WaitNotification());
+    return result;
+  }
+  for (int i = 0; i < warmup + lat_iters; ++i) {
+    const Clock::time_point start = Clock::now();
+    RETURN_IF_ERROR(link.Post(false, bytes, std::nullopt));
+    RETURN_IF_ERROR(link.WaitInFlightBelow(1));
+    if (i >= warmup) {
+      result.samples.push_back(Seconds(start, Clock::now()) * 1e6);
+    }
+  }
+  const int per_round = std::max(1, bw_iters / rounds);
+  double total_seconds = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < per_round; ++i) {
+      RETURN_IF_ERROR(link.WaitInFlightBelow(window));
+      RETURN_IF_ERROR(link.Post(false, bytes, std::nullopt));
+    }
+    RETURN_IF_ERROR(link.WaitInFlightBelow(1));
+    const double seconds = Seconds(start, Clock::now());
+    total_seconds += seconds;
+    result.peak = std::max(result.peak, per_round * bytes / seconds / 1e6);
+  }
+  result.average = double(per_round) * rounds * bytes / total_seconds / 1e6;
+  // Release rank 1 into the next size.
+  RETURN_IF_ERROR(link.Post(true, 8, 0xFFFFFFFFu));
+  RETURN_IF_ERROR(link.WaitInFlightBelow(1));
+  return result;
+}
+
+void FillLatency(const std::vector<double>& samples, PingPongRow& row) {
+  if (samples.empty()) return;
+  row.lat_min_us = *std::min_element(samples.begin(), samples.end());
+  row.lat_p50_us = Percentile(samples, 50);
+  row.lat_p99_us = Percentile(samples, 99);
+  row.lat_p999_us = Percentile(samples, 99.9);
+}
+
+}  // namespace
+
+double Percentile(std::vector<double> samples, double percentile) {
+  if (samples.empty()) return 0;
+  const size_t index = std::min(
+      samples.size() - 1,
+      static_cast<size_t>(percentile / 100.0 * samples.size()));
+  std::nth_element(samples.begin(), samples.begin() + index, samples.end());
+  return samples[index];
+}
+
+double MeasureMemcpy(size_t bytes, int iterations) {
+  std::vector<std::byte> from(bytes, std::byte{1}), to(bytes, std::byte{0});
+  std::memcpy(to.data(), from.data(), bytes);  // Fault the pages in.
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < iterations; ++i) {
+    from[i % bytes] = static_cast<std::byte>(i);
+    std::memcpy(to.data(), from.data(), bytes);
+    asm volatile("" : : "r"(to.data()) : "memory");
+  }
+  return double(bytes) * iterations / Seconds(start, Clock::now()) / 1e6;
+}
+
+absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
+    rdma::Transport& transport, rdma::Store& store,
+    const PingPongOptions& options) {
+  const int rank = transport.rank();
+  if (rank != 0 && rank != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ping-pong runs on ranks 0 and 1, not ", rank));
+  }
+  if (options.min_bytes == 0 || options.min_bytes > options.max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid size range [", options.min_bytes, ", ", options.max_bytes,
+        "]"));
+  }
+  const int peer = 1 - rank;
+  ASSIGN_OR_RETURN(rdma::MemoryRegion source,
+                   transport.Allocate(options.max_bytes));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion target,
+                   transport.Allocate(options.max_bytes));
+  std::memset(source.data(), rank + 1, options.max_bytes);
+  RETURN_IF_ERROR(rdma::PublishAddress(store, options.ns, transport));
+  RETURN_IF_ERROR(rdma::PublishRegion(store, options.ns,
+                                      absl::StrCat("target/", rank),
+                                      target.descriptor()));
+  ASSIGN_OR_RETURN(std::unique_ptr<rdma::Endpoint> endpoint,
+                   rdma::ConnectToPeer(transport, store, options.ns, peer,
+                                       options.timeout));
+  ASSIGN_OR_RETURN(rdma::RemoteRegion remote,
+                   rdma::FetchRegion(store, options.ns,
+                                     absl::StrCat("target/", peer),
+                                     options.timeout));
+  RETURN_IF_ERROR(
+      rdma::Barrier(store, options.ns, "start", 2, options.timeout));
+
+  Link link{transport, *endpoint, source, remote,
+            absl::Now() + options.timeout};
+  std::vector<PingPongRow> rows;
+  constexpr int kRounds = 4;
+  for (size_t bytes : Sizes(options)) {
+    link.deadline = absl::Now() + options.timeout;
+    const int lat_iters = Iterations(options, bytes, 8);
+    const int bw_iters = Iterations(options, bytes, 1);
+    const int warmup = std::max(1, lat_iters / 10);
+    ASSIGN_OR_RETURN(std::vector<double> write_lat,
+                     WritePingPong(link, bytes, warmup, lat_iters));
+    ASSIGN_OR_RETURN(auto write_bw, WriteBandwidth(link, bytes, bw_iters,
+                                                   kRounds, options.window));
+    std::optional<ReadResult> reads;
+    if (options.reads) {
+      ASSIGN_OR_RETURN(reads, Reads(link, bytes, warmup, lat_iters, bw_iters,
+                                    kRounds, options.window));
+    }
+    if (rank != 0) continue;
+
+    const double memcpy_mbps = MeasureMemcpy(bytes, bw_iters);
+    PingPongRow write_row;
+    write_row.op = "write";
+    write_row.bytes = bytes;
+    write_row.iterations = bw_iters;
+    write_row.bw_peak_mbps = write_bw.first;
+    write_row.bw_avg_mbps = write_bw.second;
+    write_row.msg_rate_mops = write_bw.second / bytes;
+    FillLatency(write_lat, write_row);
+    write_row.memcpy_mbps = memcpy_mbps;
+    write_row.ratio_to_memcpy = write_row.bw_avg_mbps / memcpy_mbps;
+    rows.push_back(write_row);
+    if (reads.has_value()) {
+      PingPongRow read_row = write_row;
+      read_row.op = "read";
+      read_row.bw_peak_mbps = reads->peak;
+      read_row.bw_avg_mbps = reads->average;
+      read_row.msg_rate_mops = reads->average / bytes;
+      FillLatency(reads->samples, read_row);
+      read_row.ratio_to_memcpy = read_row.bw_avg_mbps / memcpy_mbps;
+      rows.push_back(read_row);
+    }
+    if (options.on_size_done) options.on_size_done(bytes);
+  }
+  RETURN_IF_ERROR(rdma::Barrier(store, options.ns, "end", 2, options.timeout));
+  return rows;
+}
+
+}  // namespace rdmaflow::bench

@@ -1,0 +1,61 @@
+#include "bench/pingpong.h"
+
+#include <thread>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/loopback/loopback_transport.h"
+#include "rdma/testing/in_memory_store.h"
+
+namespace rdmaflow::bench {
+namespace {
+
+TEST(PingPongTest, ProducesOneRowPerOpAndSizeOnRankZero) {
+  rdma::testing::InMemoryStore store;
+  auto fabric = rdma::loopback::LoopbackFabric::Create();
+  ASSERT_OK_AND_ASSIGN(auto a,
+                       rdma::loopback::LoopbackTransport::Create({0, fabric}));
+  ASSERT_OK_AND_ASSIGN(auto b,
+                       rdma::loopback::LoopbackTransport::Create({1, fabric}));
+  PingPongOptions options;
+  options.min_bytes = 8;
+  options.max_bytes = 4096;
+  options.byte_budget = 1 << 16;
+  options.max_iters = 50;
+  absl::StatusOr<std::vector<PingPongRow>> peer_rows;
+  std::thread peer([&] { peer_rows = RunPingPong(*b, store, options); });
+  ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows,
+                       RunPingPong(*a, store, options));
+  peer.join();
+  ASSERT_OK(peer_rows.status());
+  EXPECT_TRUE(peer_rows->empty());
+  ASSERT_EQ(rows.size(), 2u * 10);  // 8..4096: 10 sizes, write and read.
+  for (const PingPongRow& row : rows) {
+    EXPECT_GT(row.bw_avg_mbps, 0) << row.op << " " << row.bytes;
+    EXPECT_GE(row.bw_peak_mbps, row.bw_avg_mbps * 0.999);
+    EXPECT_LE(row.lat_min_us, row.lat_p50_us);
+    EXPECT_LE(row.lat_p50_us, row.lat_p99_us);
+    EXPECT_GT(row.memcpy_mbps, 0);
+  }
+}
+
+TEST(PingPongTest, RejectsAnEmptySizeRange) {
+  rdma::testing::InMemoryStore store;
+  ASSERT_OK_AND_ASSIGN(auto a, rdma::loopback::LoopbackTransport::Create(
+                                   {0, rdma::loopback::LoopbackFabric::Create()}));
+  PingPongOptions options;
+  options.min_bytes = 64;
+  options.max_bytes = 8;
+  EXPECT_THAT(RunPingPong(*a, store, options),
+              rdmaflow::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(PercentileTest, PicksTheRankedSample) {
+  EXPECT_EQ(Percentile({5, 1, 3, 2, 4}, 50), 3);
+  EXPECT_EQ(Percentile({5, 1, 3, 2, 4}, 0), 1);
+  EXPECT_EQ(Percentile({5, 1, 3, 2, 4}, 100), 5);
+}
+
+}  // namespace
+}  // namespace rdmaflow::bench

@@ -1,0 +1,241 @@
+// transport_pingpong: perftest-style write/read ping-pong between two ranks
+// over any rdmaflow transport, compared with memcpy in the same run.
+//
+//   transport_pingpong --transport=ucx --params=tls=shm
+//
+// Without RANK/WORLD_SIZE in the environment it starts rank 1 itself (a
+// second process, or a thread with --mode=thread) and rendezvouses through
+// the TCPStore; under torchrun/mpirun/Slurm each process is one rank.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/pingpong.h"
+#include "rdma/builtin_transports.h"
+#include "rdma/testing/in_memory_store.h"
+#include "rdma/torch/tcp_store.h"
+#include "rdma/transport_registry.h"
+
+ABSL_FLAG(std::string, transport, "ucx",
+          "Transport backend: ucx or loopback (loopback needs --mode=thread).");
+ABSL_FLAG(std::string, params, "tls=shm",
+          "Backend parameters key=value,... (ucx: tls, keepalive_ms, "
+          "max_outstanding). Empty for the backend's defaults.");
+ABSL_FLAG(std::string, mode, "process",
+          "How rank 1 runs when not launched by torchrun: process or thread.");
+ABSL_FLAG(int64_t, min_bytes, 8, "Smallest message size.");
+ABSL_FLAG(int64_t, max_bytes, int64_t{64} << 20, "Largest message size.");
+ABSL_FLAG(int64_t, byte_budget, int64_t{1} << 30,
+          "Bytes per size and measurement (iterations = budget / size).");
+ABSL_FLAG(int32_t, max_iters, 2000, "Upper bound on iterations per size.");
+ABSL_FLAG(bool, reads, true, "Also measure one-sided reads.");
+ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file.");
+ABSL_FLAG(std::string, tsv, "", "Write the results as TSV (for plotting).");
+
+namespace rdmaflow::bench {
+namespace {
+
+absl::StatusOr<std::unique_ptr<rdma::Transport>> MakeTransport(int rank) {
+  rdma::TransportRegistry registry;
+  if (absl::Status s = rdma::RegisterBuiltinTransports(registry); !s.ok()) {
+    return s;
+  }
+  rdma::TransportConfig config;
+  config.rank = rank;
+  absl::StatusOr<std::map<std::string, std::string>> params =
+      rdma::ParseTransportParams(absl::GetFlag(FLAGS_params));
+  if (!params.ok()) return params.status();
+  config.params = *params;
+  return registry.Create(absl::GetFlag(FLAGS_transport), config);
+}
+
+PingPongOptions OptionsFromFlags() {
+  PingPongOptions options;
+  options.min_bytes = absl::GetFlag(FLAGS_min_bytes);
+  options.max_bytes = absl::GetFlag(FLAGS_max_bytes);
+  options.byte_budget = absl::GetFlag(FLAGS_byte_budget);
+  options.max_iters = absl::GetFlag(FLAGS_max_iters);
+  options.reads = absl::GetFlag(FLAGS_reads);
+  return options;
+}
+
+void PrintTable(const std::vector<PingPongRow>& rows) {
+  std::printf(
+      "%-6s %10s %6s %11s %11s %9s %8s %8s %8s %8s %11s %7s\n", "op", "bytes",
+      "iters", "bw_peak", "bw_avg", "Mmsg/s", "lat_min", "lat_p50", "lat_p99",
+      "p99.9", "memcpy", "ratio");
+  std::printf("%-6s %10s %6s %11s %11s %9s %8s %8s %8s %8s %11s %7s\n", "", "",
+              "", "MB/s", "MB/s", "", "us", "us", "us", "us", "MB/s", "");
+  for (const PingPongRow& r : rows) {
+    std::printf(
+        "%-6s %10zu %6d %11.1f %11.1f %9.3f %8.2f %8.2f %8.2f %8.2f %11.1f "
+        "%7.2f\n",
+        r.op.c_str(), r.bytes, r.iterations, r.bw_peak_mbps, r.bw_avg_mbps,
+        r.msg_rate_mops, r.lat_min_us, r.lat_p50_us, r.lat_p99_us,
+        r.lat_p999_us, r.memcpy_mbps, r.ratio_to_memcpy);
+  }
+}
+
+bool WriteJson(const std::string& path, const std::string& description,
+               const std::vector<PingPongRow>& rows) {
+  std::ofstream out(path);
+  out << "{\n  \"transport\": \"" << absl::GetFlag(FLAGS_transport)
+      << "\",\n  \"params\": \"" << absl::GetFlag(FLAGS_params)
+      << "\",\n  \"description\": \"" << description << "\",\n  \"rows\": [\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const PingPongRow& r = rows[i];
+    out << absl::StrFormat(
+        "    {\"op\": \"%s\", \"bytes\": %d, \"iterations\": %d, "
+        "\"bw_peak_mbps\": %.2f, \"bw_avg_mbps\": %.2f, "
+        "\"msg_rate_mops\": %.4f, \"lat_min_us\": %.3f, "
+        "\"lat_p50_us\": %.3f, \"lat_p99_us\": %.3f, \"lat_p999_us\": %.3f, "
+        "\"memcpy_mbps\": %.2f, \"ratio_to_memcpy\": %.4f}%s\n",
+        r.op, r.bytes, r.iterations, r.bw_peak_mbps, r.bw_avg_mbps,
+        r.msg_rate_mops, r.lat_min_us, r.lat_p50_us, r.lat_p99_us,
+        r.lat_p999_us, r.memcpy_mbps, r.ratio_to_memcpy,
+        i + 1 < rows.size() ? "," : "");
+  }
+  out << "  ]\n}\n";
+  return out.good();
+}
+
+bool WriteTsv(const std::string& path, const std::vector<PingPongRow>& rows) {
+  std::ofstream out(path);
+  out << "op\tbytes\tbw_avg_mbps\tmemcpy_mbps\tlat_p50_us\tratio\n";
+  for (const PingPongRow& r : rows) {
+    out << r.op << "\t" << r.bytes << "\t" << r.bw_avg_mbps << "\t"
+        << r.memcpy_mbps << "\t" << r.lat_p50_us << "\t" << r.ratio_to_memcpy
+        << "\n";
+  }
+  return out.good();
+}
+
+// One rank's whole run; rank 0 prints.
+int RunRank(int rank, rdma::Store& store) {
+  absl::StatusOr<std::unique_ptr<rdma::Transport>> transport =
+      MakeTransport(rank);
+  if (!transport.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank,
+                 transport.status().ToString().c_str());
+    return 1;
+  }
+  PingPongOptions options = OptionsFromFlags();
+  if (rank == 0) {
+    std::printf("# transport_pingpong: %s\n",
+                (*transport)->capabilities().description.c_str());
+    std::fflush(stdout);
+    options.on_size_done = [](size_t bytes) {
+      std::fprintf(stderr, "  measured %zu bytes\n", bytes);
+    };
+  }
+  absl::StatusOr<std::vector<PingPongRow>> rows =
+      RunPingPong(**transport, store, options);
+  if (!rows.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank,
+                 rows.status().ToString().c_str());
+    return 1;
+  }
+  if (rank != 0) return 0;
+  PrintTable(*rows);
+  const std::string description = (*transport)->capabilities().description;
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty() &&
+      !WriteJson(path, description, *rows)) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return 1;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_tsv); !path.empty() &&
+      !WriteTsv(path, *rows)) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Write/read ping-pong between two ranks over an rdmaflow transport, "
+      "with memcpy as the physical limit.\n  transport_pingpong "
+      "[--transport=ucx --params=tls=shm] [--mode=process|thread] "
+      "[--json=out.json]");
+  absl::ParseCommandLine(argc, argv);
+
+  if (std::getenv("RANK") != nullptr) {  // Launched by torchrun/mpirun.
+    absl::StatusOr<rdma::torch::TcpStoreOptions> options =
+        rdma::torch::TcpStoreOptions::FromEnvironment();
+    if (!options.ok()) {
+      std::fprintf(stderr, "%s\n", options.status().ToString().c_str());
+      return 2;
+    }
+    if (options->world_size != 2) {
+      std::fprintf(stderr, "the ping-pong needs WORLD_SIZE=2, got %d\n",
+                   options->world_size);
+      return 2;
+    }
+    auto store = rdma::torch::TcpStore::Create(*options);
+    if (!store.ok()) {
+      std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
+      return 1;
+    }
+    return RunRank(options->rank, **store);
+  }
+
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "thread" || absl::GetFlag(FLAGS_transport) == "loopback") {
+    rdma::testing::InMemoryStore store;
+    int peer_status = 0;
+    std::thread peer([&] { peer_status = RunRank(1, store); });
+    const int status = RunRank(0, store);
+    peer.join();
+    return status != 0 ? status : peer_status;
+  }
+  if (mode != "process") {
+    std::fprintf(stderr, "--mode must be process or thread, got '%s'\n",
+                 mode.c_str());
+    return 2;
+  }
+  // Rank 0 hosts the store on a free port and starts rank 1 as a child.
+  rdma::torch::TcpStoreOptions options;
+  options.port = 0;
+  options.is_server = true;
+  options.world_size = 2;
+  auto store = rdma::torch::TcpStore::Create(options);
+  if (!store.ok()) {
+    std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  const pid_t child = fork();
+  if (child < 0) {
+    std::perror("fork");
+    return 1;
+  }
+  if (child == 0) {
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", absl::StrCat((*store)->port()).c_str(), 1);
+    execv("/proc/self/exe", argv);
+    _exit(127);
+  }
+  const int status = RunRank(0, **store);
+  int child_status = 0;
+  waitpid(child, &child_status, 0);
+  if (status != 0) return status;
+  return WIFEXITED(child_status) ? WEXITSTATUS(child_status) : 1;
+}
+
+}  // namespace
+}  // namespace rdmaflow::bench
+
+int main(int argc, char** argv) { return rdmaflow::bench::Main(argc, argv); }
