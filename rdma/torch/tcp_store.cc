@@ -42,6 +42,9 @@ auto Guard(Fn fn, const std::string& what, absl::StatusCode code)
     -> absl::StatusOr<decltype(fn())> {
   try {
     return fn();
+  } catch (const c10::Error& e) {
+    return absl::Status(code,
+                        absl::StrCat(what, ": ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::Status(code, absl::StrCat(what, ": ", e.what()));
   }
@@ -66,7 +69,11 @@ absl::StatusOr<TcpStoreOptions> TcpStoreOptions::FromEnvironment() {
   }
   options.port = *port;
   options.world_size = *world;
-  options.is_server = *r == 0;
+  // Rank 0 hosts the store, unless torchrun's agent already does (it says
+  // so with TORCHELASTIC_USE_AGENT_STORE=True).
+  const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  options.is_server =
+      *r == 0 && !(agent_store != nullptr && std::string(agent_store) == "True");
   options.rank = *r;
   return options;
 }

@@ -34,7 +34,8 @@ struct TcpStoreOptions {
   int rank = 0;            // This process's rank (informational).
 
   // From MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500), RANK
-  // and WORLD_SIZE: rank 0 is the server. kInvalidArgument naming a variable
+  // and WORLD_SIZE: rank 0 is the server, unless TORCHELASTIC_USE_AGENT_STORE
+  // is True (torchrun's agent hosts it). kInvalidArgument naming a variable
   // that is missing or malformed.
   static absl::StatusOr<TcpStoreOptions> FromEnvironment();
 };
