@@ -13,10 +13,11 @@ set terminal pngcairo size 900,540 noenhanced
 set output "$png"
 set title "rdmaflow ping-pong: bandwidth vs message size (single-thread memcpy as the limit)"
 set logscale x 2
+set format x "%.0b%B"
 set logscale y 10
 set xlabel "message size (bytes)"
 set ylabel "MB/s"
-set key left top
+set key right bottom
 set grid
 set datafile separator "\t"
 plot "< grep '^write' $tsv" using 2:3 with linespoints title "one-sided write (+notification)", \
