@@ -10,14 +10,48 @@ log=$(mktemp)
 bazel test //... "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
-passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
-failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE)|FAILED TO BUILD' "$log")
-# Individual gtest cases skipped for a missing resource, with their reason.
-skipped=$(find bazel-testlogs/ -name test.xml -newer "$log" -exec grep -ho '<testcase[^>]*result="skipped"' {} + 2>/dev/null | wc -l)
+# Count gtest cases from the XML reports of the targets this run reported
+# (cached ones included); a target that failed without a report counts as one
+# failed case.
+summary=$(python3 - "$log" <<'PY'
+import os, re, sys
+import xml.etree.ElementTree as ET
+passed = failed = skipped = targets = 0
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"^//([^ :]*):(\S+)\s+(\(cached\) )?(PASSED|FAILED|TIMEOUT|FLAKY|NO STATUS)", line)
+    if not m:
+        continue
+    targets += 1
+    xml = os.path.join("bazel-testlogs", m.group(1), m.group(2), "test.xml")
+    try:
+        cases = ET.parse(xml).getroot().iter("testcase")
+    except (OSError, ET.ParseError):
+        cases = []
+    seen = 0
+    for case in cases:
+        seen += 1
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+        elif case.get("result") == "skipped" or case.find("skipped") is not None:
+            skipped += 1
+        else:
+            passed += 1
+    if seen == 0:
+        if m.group(4) == "PASSED":
+            passed += 1
+        else:
+            failed += 1
+print(f"{passed} passed, {failed} failed, {skipped} skipped ({targets} test targets)")
+PY
+)
+build_failed=$(grep -c 'FAILED TO BUILD' "$log")
 rm -f "$log"
 echo
-echo "tests: ${passed} passed, ${failed} failed, ${skipped} skipped"
-if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
-  echo "bazel test exited with status $status (build or configuration error)"
+if [ "$build_failed" -ne 0 ]; then
+  echo "bazel: $build_failed test targets failed to build"
 fi
+if [ "$status" -ne 0 ]; then
+  echo "bazel test exited with status $status"
+fi
+echo "tests: ${summary}"
 exit "$status"

@@ -562,6 +562,14 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
   };
   ASSERT_OK(run(true));
 
+  // Operations still pending when the peer dies: posted, never progressed.
+  constexpr int kPending = 8;
+  std::vector<CallbackProbe> pending(kPending);
+  for (CallbackProbe& probe : pending) {
+    ASSERT_OK(ab->PostWrite({&local, 0, 4096}, {&target, 0, 4096}, 2u,
+                            probe.Callback()));
+  }
+
   // Kill the peer: SIGKILL for a process, destruction for an in-process one.
   if (child > 0) {
     ASSERT_EQ(kill(child, SIGKILL), 0);
@@ -570,6 +578,21 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
   } else {
     in_process_region.reset();
     b.reset();
+  }
+
+  // Each pending operation ends exactly once: done before the death, or
+  // failed naming the peer; never left hanging.
+  ASSERT_OK(Drive({a.get()}, [&] {
+    for (const CallbackProbe& probe : pending) {
+      if (probe.calls == 0) return false;
+    }
+    return true;
+  }));
+  for (const CallbackProbe& probe : pending) {
+    EXPECT_EQ(probe.calls, 1);
+    EXPECT_THAT(probe.status,
+                AnyOf(IsOk(), StatusIs(absl::StatusCode::kUnavailable,
+                                       HasSubstr("rank 1"))));
   }
 
   // Within a bounded time, operations fail with an error naming the peer.
