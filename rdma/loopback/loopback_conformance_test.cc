@@ -5,40 +5,28 @@
 #include "rdma/loopback/loopback_transport.h"
 #include "rdma/testing/transport_conformance.h"
 
-namespace rdmaflow::rdma::testing {
 namespace {
 
-std::vector<ConformanceBackend> Backends() {
+using ::rdmaflow::rdma::testing::ConformanceBackend;
+
+std::vector<ConformanceBackend> LoopbackBackends() {
   ConformanceBackend backend;
   backend.name = "loopback";
   backend.multi_process = false;
   backend.new_group = [] {
-    auto fabric = loopback::LoopbackFabric::Create();
-    return [fabric](int rank) -> absl::StatusOr<std::unique_ptr<Transport>> {
-      loopback::LoopbackTransportOptions options;
+    auto fabric = rdmaflow::rdma::loopback::LoopbackFabric::Create();
+    return [fabric](int rank)
+               -> absl::StatusOr<std::unique_ptr<rdmaflow::rdma::Transport>> {
+      rdmaflow::rdma::loopback::LoopbackTransportOptions options;
       options.rank = rank;
       options.fabric = fabric;
       options.max_outstanding_per_endpoint = 64;
-      auto transport = loopback::LoopbackTransport::Create(options);
-      if (!transport.ok()) return transport.status();
-      return std::unique_ptr<Transport>(*std::move(transport));
+      return rdmaflow::rdma::loopback::LoopbackTransport::Create(options);
     };
   };
   return {backend};
 }
 
-INSTANTIATE_TEST_SUITE_P(Loopback, TransportConformanceTest,
-                         ::testing::ValuesIn(Backends()),
-                         ConformanceBackendName);
-
 }  // namespace
 
-int Main(int argc, char** argv) {
-  return RunConformanceMain(argc, argv, Backends());
-}
-
-}  // namespace rdmaflow::rdma::testing
-
-int main(int argc, char** argv) {
-  return rdmaflow::rdma::testing::Main(argc, argv);
-}
+RDMAFLOW_INSTANTIATE_CONFORMANCE(Loopback, LoopbackBackends)

@@ -290,9 +290,7 @@ absl::Status RegisterLoopbackTransport(TransportRegistry& registry) {
               "loopback max_outstanding must be an integer, got '",
               it->second, "'"));
         }
-        ASSIGN_OR_RETURN(auto transport,
-                         LoopbackTransport::Create(std::move(options)));
-        return std::unique_ptr<Transport>(std::move(transport));
+        return LoopbackTransport::Create(std::move(options));
       });
 }
 

@@ -7,15 +7,11 @@
 // peer that dies. A backend that cannot start here (kUnavailable) skips with
 // its reason.
 //
-// A backend's test file instantiates it and hands its backends to the main:
+// A backend's test file defines its backends and instantiates the suite,
+// which also defines main():
 //
-//   std::vector<ConformanceBackend> Backends() { ... }
-//   INSTANTIATE_TEST_SUITE_P(Ucx, TransportConformanceTest,
-//                            ::testing::ValuesIn(Backends()),
-//                            ConformanceBackendName);
-//   int main(int argc, char** argv) {
-//     return RunConformanceMain(argc, argv, Backends());
-//   }
+//   std::vector<ConformanceBackend> UcxBackends() { ... }
+//   RDMAFLOW_INSTANTIATE_CONFORMANCE(Ucx, UcxBackends)
 #ifndef RDMAFLOW_RDMA_TESTING_TRANSPORT_CONFORMANCE_H_
 #define RDMAFLOW_RDMA_TESTING_TRANSPORT_CONFORMANCE_H_
 
@@ -57,5 +53,18 @@ int RunConformanceMain(int argc, char** argv,
                        const std::vector<ConformanceBackend>& backends);
 
 }  // namespace rdmaflow::rdma::testing
+
+// Instantiates the suite for `backends_fn()` (a function returning
+// std::vector<ConformanceBackend>) and defines main(). Use at file scope.
+#define RDMAFLOW_INSTANTIATE_CONFORMANCE(prefix, backends_fn)               \
+  namespace rdmaflow::rdma::testing {                                       \
+  INSTANTIATE_TEST_SUITE_P(prefix, TransportConformanceTest,                \
+                           ::testing::ValuesIn(backends_fn()),              \
+                           ConformanceBackendName);                         \
+  }                                                                         \
+  int main(int argc, char** argv) {                                         \
+    return ::rdmaflow::rdma::testing::RunConformanceMain(argc, argv,        \
+                                                         backends_fn());    \
+  }
 
 #endif  // RDMAFLOW_RDMA_TESTING_TRANSPORT_CONFORMANCE_H_

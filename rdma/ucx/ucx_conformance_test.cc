@@ -7,43 +7,31 @@
 #include "rdma/testing/transport_conformance.h"
 #include "rdma/ucx/ucx_transport.h"
 
-namespace rdmaflow::rdma::testing {
 namespace {
+
+using ::rdmaflow::rdma::testing::ConformanceBackend;
 
 ConformanceBackend UcxBackend(const std::string& name, const std::string& tls) {
   ConformanceBackend backend;
   backend.name = name;
   backend.multi_process = true;
   backend.new_group = [tls] {
-    return [tls](int rank) -> absl::StatusOr<std::unique_ptr<Transport>> {
-      ucx::UcxTransportOptions options;
+    return [tls](int rank)
+               -> absl::StatusOr<std::unique_ptr<rdmaflow::rdma::Transport>> {
+      rdmaflow::rdma::ucx::UcxTransportOptions options;
       options.rank = rank;
       options.tls = tls;
       options.max_outstanding_per_endpoint = 256;
-      auto transport = ucx::UcxTransport::Create(options);
-      if (!transport.ok()) return transport.status();
-      return std::unique_ptr<Transport>(*std::move(transport));
+      return rdmaflow::rdma::ucx::UcxTransport::Create(options);
     };
   };
   return backend;
 }
 
-std::vector<ConformanceBackend> Backends() {
+std::vector<ConformanceBackend> UcxBackends() {
   return {UcxBackend("ucx_shm", "shm"), UcxBackend("ucx_tcp", "tcp")};
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, TransportConformanceTest,
-                         ::testing::ValuesIn(Backends()),
-                         ConformanceBackendName);
-
 }  // namespace
 
-int Main(int argc, char** argv) {
-  return RunConformanceMain(argc, argv, Backends());
-}
-
-}  // namespace rdmaflow::rdma::testing
-
-int main(int argc, char** argv) {
-  return rdmaflow::rdma::testing::Main(argc, argv);
-}
+RDMAFLOW_INSTANTIATE_CONFORMANCE(Ucx, UcxBackends)

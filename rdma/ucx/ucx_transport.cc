@@ -385,8 +385,7 @@ absl::Status RegisterUcxTransport(TransportRegistry& registry) {
                 "' must be a positive integer"));
           }
         }
-        ASSIGN_OR_RETURN(auto transport, UcxTransport::Create(options));
-        return std::unique_ptr<Transport>(std::move(transport));
+        return UcxTransport::Create(options);
       });
 }
 
