@@ -6,6 +6,7 @@
 // Without RANK/WORLD_SIZE in the environment it starts rank 1 itself (a
 // second process, or a thread with --mode=thread) and rendezvouses through
 // the TCPStore; under torchrun/mpirun/Slurm each process is one rank.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,9 +31,9 @@
 
 ABSL_FLAG(std::string, transport, "ucx",
           "Transport backend: ucx or loopback (loopback needs --mode=thread).");
-ABSL_FLAG(std::string, params, "tls=shm",
+ABSL_FLAG(std::string, params, "",
           "Backend parameters key=value,... (ucx: tls, keepalive_ms, "
-          "max_outstanding). Empty for the backend's defaults.");
+          "max_outstanding), e.g. tls=shm. Empty: the backend's defaults.");
 ABSL_FLAG(std::string, mode, "process",
           "How rank 1 runs when not launched by torchrun: process or thread.");
 ABSL_FLAG(int64_t, min_bytes, 8, "Smallest message size.");
@@ -229,6 +230,8 @@ int Main(int argc, char** argv) {
     _exit(127);
   }
   const int status = RunRank(0, **store);
+  // Rank 1 would otherwise wait out its store timeout for a rank 0 that failed.
+  if (status != 0) kill(child, SIGTERM);
   int child_status = 0;
   waitpid(child, &child_status, 0);
   if (status != 0) return status;
