@@ -253,6 +253,9 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
                                      options.timeout));
   RETURN_IF_ERROR(
       rdma::Barrier(store, options.ns, "start", 2, options.timeout));
+  if (rank == 0 && options.on_connected) {
+    options.on_connected(endpoint->Describe());
+  }
 
   Link link{transport, *endpoint, source, remote,
             absl::Now() + options.timeout};

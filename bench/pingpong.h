@@ -32,6 +32,8 @@ struct PingPongOptions {
   absl::Duration timeout = absl::Seconds(120);
   // Called by rank 0 after each size ("progress"), may be empty.
   std::function<void(size_t bytes)> on_size_done;
+  // Called by rank 0 once connected, with Endpoint::Describe(); may be empty.
+  std::function<void(const std::string&)> on_connected;
 };
 
 // One row of results (rank 0 only).

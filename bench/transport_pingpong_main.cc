@@ -23,6 +23,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "bench/pingpong.h"
 #include "rdma/builtin_transports.h"
 #include "rdma/testing/in_memory_store.h"
@@ -137,6 +140,14 @@ int RunRank(int rank, rdma::Store& store) {
     std::printf("# transport_pingpong: %s\n",
                 (*transport)->capabilities().description.c_str());
     std::fflush(stdout);
+    options.on_connected = [](const std::string& lanes) {
+      // Device information, as comment lines above the table.
+      for (absl::string_view line : absl::StrSplit(lanes, '\n', absl::SkipEmpty())) {
+        line = absl::StripAsciiWhitespace(absl::StripPrefix(line, "#"));
+        if (!line.empty()) std::printf("#   %s\n", std::string(line).c_str());
+      }
+      std::fflush(stdout);
+    };
     options.on_size_done = [](size_t bytes) {
       std::fprintf(stderr, "  measured %zu bytes\n", bytes);
     };

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -41,6 +42,10 @@ class Endpoint {
 
   // Rank of the peer.
   virtual int peer_rank() const = 0;
+
+  // What the backend uses to reach the peer (e.g. UCX lanes: transports and
+  // devices), for logs and benchmark reports. May be empty.
+  virtual std::string Describe() const { return ""; }
 
   // Writes `src` into the peer's `dst`. `done` fires once `src` may be reused.
   // With a `notification`, the peer's Transport::PollNotification() returns

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 #include <cstdlib>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -39,14 +39,18 @@ ucp_request_param_t CallbackParam(UcxOp* op) {
   return param;
 }
 
-// Passes the local region's memory handle, when it is ours, so UCX does not
-// register the buffer again on every operation.
+// Passes the local region's memory handle, when it was mapped by this
+// transport's UCX context, so UCX does not register the buffer again on every
+// operation. Other memory still works; UCX registers it on the fly.
 void AddLocalMemh(const LocalSlice& local, const UcxEndpointState& state,
                   ucp_request_param_t& param) {
   if (local.region->descriptor().backend != kBackend) return;
   auto* registration =
       static_cast<UcxRegistration*>(local.region->registration());
-  if (registration == nullptr) return;
+  if (registration == nullptr ||
+      registration->context->context != state.transport->context()) {
+    return;
+  }
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
   param.memh = registration->memh;
 }

@@ -31,7 +31,7 @@ class UcxEndpoint final : public Endpoint {
   absl::Status Close() override;
 
   // ucp_ep_print_info() output.
-  std::string Describe() const;
+  std::string Describe() const override;
 
  private:
   absl::Status CheckPostable() const;

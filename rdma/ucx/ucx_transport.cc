@@ -354,10 +354,7 @@ std::optional<Notification> UcxTransport::PollNotification() {
   return notification;
 }
 
-std::string UcxTransport::DescribeEndpoint(const Endpoint& endpoint) {
-  const auto* ucx = dynamic_cast<const UcxEndpoint*>(&endpoint);
-  return ucx == nullptr ? std::string() : ucx->Describe();
-}
+ucp_context_h UcxTransport::context() const { return context_->context; }
 
 absl::Status RegisterUcxTransport(TransportRegistry& registry) {
   return registry.Register(

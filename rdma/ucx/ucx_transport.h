@@ -64,9 +64,8 @@ class UcxTransport final : public Transport {
   absl::StatusOr<int> Progress() override;
   std::optional<Notification> PollNotification() override;
 
-  // UCX's description of the lanes an endpoint uses (transports, devices),
-  // for benchmark reports. Empty if `endpoint` is not a UcxEndpoint.
-  static std::string DescribeEndpoint(const Endpoint& endpoint);
+  // The UCP context (for the backend's own bookkeeping).
+  ucp_context_h context() const;
 
  private:
   friend class UcxEndpoint;
