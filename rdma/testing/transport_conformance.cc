@@ -549,8 +549,6 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
       posted = ab->PostFlush(flush.Callback());
       if (!posted.ok()) flush.calls = 1;
     }
-    std::vector<Transport*> transports = {a.get()};
-    if (b) transports.push_back(b.get());
     absl::Status driven = Drive({a.get()}, [&] {
       if (b) b->Progress().IgnoreError();
       return write.calls > 0 && (!with_flush || flush.calls > 0);

@@ -2,9 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
