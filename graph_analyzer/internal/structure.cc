@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/op_registry.h"
 #include "graph_analyzer/shape_util.h"
@@ -33,6 +34,11 @@ absl::Status CheckNames(const GraphDef& graph, Structure& s) {
       return NodeError(node,
                        "name may not contain ':' (it separates the output "
                        "index in input references)");
+    }
+    if (absl::StartsWith(node.name(), "_send/") ||
+        absl::StartsWith(node.name(), "_recv/")) {
+      return NodeError(node, "names starting with '_send/' or '_recv/' are "
+                             "reserved for the partitioner's Send and Recv");
     }
     auto [it, inserted] = s.index.emplace(node.name(), i);
     if (!inserted) {

@@ -1,0 +1,212 @@
+// File: planner.cc
+#include "graph_analyzer/planner.h"
+
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "graph_analyzer/shape_util.h"
+#include "graph_analyzer/slot_allocator.h"
+
+namespace rdmaflow::graph {
+namespace {
+
+// No single slot may exceed this (16 TiB): far above any real tensor, and
+// low enough that sums over a plan cannot overflow 64 bits unnoticed.
+constexpr uint64_t kMaxSlotBytes = uint64_t{1} << 44;
+
+absl::Status Add(uint64_t a, uint64_t b, uint64_t& sum,
+                 absl::string_view what) {
+  if (__builtin_add_overflow(a, b, &sum)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " overflows 64 bits"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mul(uint64_t a, uint64_t b, uint64_t& product,
+                 absl::string_view what) {
+  if (__builtin_mul_overflow(a, b, &product)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " overflows 64 bits"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<plan::TensorSlot> MakeSlot(const AnalyzedGraph& graph,
+                                          const Transfer& t, int id,
+                                          const PlannerOptions& options) {
+  plan::TensorSlot slot;
+  slot.set_id(id);
+  slot.set_tensor(
+      absl::StrCat(graph.def(t.tensor.node).name(), ":", t.tensor.output));
+  *slot.mutable_spec() = graph.spec(t.tensor);
+  slot.set_live_begin(t.live_begin);
+  slot.set_live_end(t.live_end);
+  for (int consumer : t.consumers) {
+    slot.add_consumers(graph.def(consumer).name());
+  }
+  if (std::optional<int64_t> bytes = NumBytes(slot.spec())) {
+    slot.set_kind(plan::STATIC);
+    slot.set_bytes(*bytes);
+    return slot;
+  }
+  uint64_t needed = 8 * (4 + slot.spec().shape_size());
+  if (needed > options.metadata_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dynamic tensor ", slot.tensor(), " ", SpecString(slot.spec()),
+        " needs ", needed, " bytes of metadata, more than metadata_bytes = ",
+        options.metadata_bytes, "; raise it"));
+  }
+  slot.set_kind(plan::DYNAMIC);
+  slot.set_bytes(options.metadata_bytes);
+  return slot;
+}
+
+absl::Status LayoutRegion(const plan::PlannerConfig& config,
+                          plan::LinkRegion& link) {
+  std::vector<SlotRequest> requests;
+  for (const plan::TensorSlot& slot : link.slot()) {
+    if (slot.bytes() == 0 || slot.bytes() > kMaxSlotBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", slot.tensor(), " on link ", link.src_rank(), "->",
+          link.dst_rank(), ": slot of ", slot.bytes(),
+          " bytes is not in 1 .. 2^44"));
+    }
+    requests.push_back({slot.bytes(), slot.live_begin(), slot.live_end()});
+  }
+  SlotLayout layout =
+      LayoutSlots(requests, config.alignment(), config.share_slots());
+  for (int i = 0; i < link.slot_size(); ++i) {
+    link.mutable_slot(i)->set_offset(layout.offsets[i]);
+  }
+  link.set_alignment(config.alignment());
+  link.set_depth(config.pipeline_depth());
+  link.set_stage_bytes(layout.peak);
+  uint64_t region = 0;
+  RETURN_IF_ERROR(Mul(layout.peak, config.pipeline_depth(), region,
+                      absl::StrCat("region of link ", link.src_rank(), "->",
+                                   link.dst_rank())));
+  link.set_region_bytes(region);
+  return absl::OkStatus();
+}
+
+absl::Status Summarize(plan::TransferPlan& plan) {
+  plan.clear_rank();
+  for (int r = 0; r < plan.world_size(); ++r) plan.add_rank()->set_rank(r);
+  const plan::PlannerConfig& config = plan.config();
+  // A tensor sent to several ranks is written from one send buffer.
+  std::set<std::pair<int, std::string>> sent;
+  for (const plan::LinkRegion& link : plan.link()) {
+    plan::RankSummary& dst = *plan.mutable_rank(link.dst_rank());
+    uint64_t receive = 0;
+    RETURN_IF_ERROR(Add(dst.receive_bytes(), link.region_bytes(), receive,
+                        absl::StrCat("receive bytes of rank ", dst.rank())));
+    dst.set_receive_bytes(receive);
+    dst.set_num_regions(dst.num_regions() + 1);
+    plan::RankSummary& src = *plan.mutable_rank(link.src_rank());
+    for (const plan::TensorSlot& slot : link.slot()) {
+      if (slot.kind() != plan::STATIC ||
+          !sent.emplace(link.src_rank(), slot.tensor()).second) {
+        continue;
+      }
+      uint64_t buffer = 0;
+      uint64_t send = 0;
+      std::string what = absl::StrCat("send bytes of rank ", src.rank());
+      RETURN_IF_ERROR(Mul(AlignUp(slot.bytes(), config.alignment()),
+                          config.pipeline_depth(), buffer, what));
+      RETURN_IF_ERROR(Add(src.send_bytes(), buffer, send, what));
+      src.set_send_bytes(send);
+    }
+  }
+  for (plan::RankSummary& rank : *plan.mutable_rank()) {
+    uint64_t total = 0;
+    RETURN_IF_ERROR(Add(rank.receive_bytes(), rank.send_bytes(), total,
+                        absl::StrCat("registered bytes of rank ",
+                                     rank.rank())));
+    rank.set_registered_bytes(total);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckPlannerOptions(const PlannerOptions& options) {
+  uint64_t a = options.alignment;
+  if (a < 64 || a > (uint64_t{1} << 30) || (a & (a - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "alignment ", a, " must be a power of two in 64 .. 1073741824"));
+  }
+  if (options.pipeline_depth < 1 || options.pipeline_depth > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline depth ", options.pipeline_depth,
+                     " must be in 1 .. 16 (2 or more overlaps consecutive steps)"));
+  }
+  uint64_t m = options.metadata_bytes;
+  if (m < 64 || m > 4096 || m % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metadata bytes ", m, " must be a multiple of 8 in 64 .. 4096"));
+  }
+  return absl::OkStatus();
+}
+
+PlannerOptions OptionsFromConfig(const plan::PlannerConfig& config) {
+  PlannerOptions options;
+  options.alignment = config.alignment();
+  options.pipeline_depth = config.pipeline_depth();
+  options.metadata_bytes = config.metadata_bytes();
+  options.share_slots = config.share_slots();
+  return options;
+}
+
+absl::Status LayoutPlan(plan::TransferPlan& plan) {
+  RETURN_IF_ERROR(CheckPlannerOptions(OptionsFromConfig(plan.config())));
+  for (plan::LinkRegion& link : *plan.mutable_link()) {
+    if (link.src_rank() < 0 || link.src_rank() >= plan.world_size() ||
+        link.dst_rank() < 0 || link.dst_rank() >= plan.world_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "link ", link.src_rank(), "->", link.dst_rank(),
+          " is outside the world of ", plan.world_size(), " ranks"));
+    }
+    RETURN_IF_ERROR(LayoutRegion(plan.config(), link));
+  }
+  return Summarize(plan);
+}
+
+absl::StatusOr<plan::TransferPlan> BuildPlan(const AnalyzedGraph& graph,
+                                             const Partition& partition,
+                                             const PlannerOptions& options) {
+  RETURN_IF_ERROR(CheckPlannerOptions(options));
+  plan::TransferPlan plan;
+  plan.set_graph_name(graph.graph().name());
+  plan.set_world_size(graph.world_size());
+  plan::PlannerConfig& config = *plan.mutable_config();
+  config.set_alignment(options.alignment);
+  config.set_pipeline_depth(options.pipeline_depth);
+  config.set_metadata_bytes(options.metadata_bytes);
+  config.set_share_slots(options.share_slots);
+  plan::LinkRegion* link = nullptr;
+  for (int id = 0; id < static_cast<int>(partition.transfers.size()); ++id) {
+    const Transfer& t = partition.transfers[id];
+    if (link == nullptr || link->src_rank() != t.src_rank ||
+        link->dst_rank() != t.dst_rank) {
+      link = plan.add_link();
+      link->set_src_rank(t.src_rank);
+      link->set_dst_rank(t.dst_rank);
+    }
+    ASSIGN_OR_RETURN(*link->add_slot(), MakeSlot(graph, t, id, options));
+  }
+  RETURN_IF_ERROR(LayoutPlan(plan));
+  return plan;
+}
+
+absl::StatusOr<plan::TransferPlan> PlanGraph(GraphDef graph,
+                                             const PlannerOptions& options) {
+  RETURN_IF_ERROR(CheckPlannerOptions(options));
+  ASSIGN_OR_RETURN(AnalyzedGraph analyzed, AnalyzeGraph(std::move(graph)));
+  return BuildPlan(analyzed, PartitionGraph(analyzed), options);
+}
+
+}  // namespace rdmaflow::graph
