@@ -82,8 +82,11 @@ absl::Status ReadTextProto(const std::string& path,
 }
 
 std::string ToTextProto(const google::protobuf::Message& message) {
+  google::protobuf::TextFormat::Printer printer;
+  // "shape: [32, 784]" rather than one line per dimension.
+  printer.SetUseShortRepeatedPrimitives(true);
   std::string text;
-  google::protobuf::TextFormat::PrintToString(message, &text);
+  printer.PrintToString(message, &text);
   return text;
 }
 

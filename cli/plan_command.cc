@@ -1,0 +1,177 @@
+// File: plan_command.cc
+#include "cli/plan_command.h"
+
+#include <sys/stat.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "cli/args.h"
+#include "common/status_macros.h"
+#include "graph_analyzer/analyzed_graph.h"
+#include "graph_analyzer/dot_writer.h"
+#include "graph_analyzer/partition.h"
+#include "graph_analyzer/plan_printer.h"
+#include "graph_analyzer/planner.h"
+#include "graph_analyzer/text_io.h"
+#include "graph_analyzer/tracing.h"
+
+namespace rdmaflow::cli {
+namespace {
+
+using graph::PlannerOptions;
+
+const std::vector<FlagSpec>& PlanFlags() {
+  static const auto* flags = new std::vector<FlagSpec>{
+      {"pipeline-depth", true}, {"alignment", true}, {"metadata-bytes", true},
+      {"no-share", false},      {"trace", true},     {"min-trace-steps", true},
+      {"out", true},            {"dot", true},       {"partitions", true},
+      {"quiet", false},
+  };
+  return *flags;
+}
+
+absl::StatusOr<PlannerOptions> OptionsFromArgs(const ParsedArgs& args) {
+  PlannerOptions options;
+  ASSIGN_OR_RETURN(int64_t depth,
+                   args.GetInt("pipeline-depth", options.pipeline_depth, 1,
+                               16));
+  ASSIGN_OR_RETURN(int64_t alignment,
+                   args.GetInt("alignment", options.alignment, 64, 1 << 30));
+  ASSIGN_OR_RETURN(int64_t metadata,
+                   args.GetInt("metadata-bytes", options.metadata_bytes, 64,
+                               4096));
+  options.pipeline_depth = static_cast<int>(depth);
+  options.alignment = alignment;
+  options.metadata_bytes = metadata;
+  options.share_slots = !args.Has("no-share");
+  RETURN_IF_ERROR(graph::CheckPlannerOptions(options));
+  return options;
+}
+
+absl::Status WritePartitions(const graph::Partition& partition,
+                             const std::string& dir, std::ostream& out) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create directory '", dir, "'"));
+  }
+  for (size_t r = 0; r < partition.rank_graphs.size(); ++r) {
+    std::string path = absl::StrCat(dir, "/rank", r, ".pbtxt");
+    RETURN_IF_ERROR(graph::WriteTextProto(
+        path, partition.rank_graphs[r],
+        absl::StrCat("rank ", r, " of the partitioned graph (rdmaflow plan)")));
+    out << "wrote " << path << "\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run(const ParsedArgs& args, std::ostream& out) {
+  ASSIGN_OR_RETURN(PlannerOptions options, OptionsFromArgs(args));
+  const std::string& path = args.positional[0];
+  graph::GraphDef def;
+  RETURN_IF_ERROR(graph::ReadTextProto(path, &def));
+  absl::StatusOr<graph::AnalyzedGraph> analyzed =
+      graph::AnalyzeGraph(std::move(def));
+  if (!analyzed.ok()) {
+    return absl::Status(analyzed.status().code(),
+                        absl::StrCat(path, ": ", analyzed.status().message()));
+  }
+  graph::Partition partition = graph::PartitionGraph(*analyzed);
+  ASSIGN_OR_RETURN(plan::TransferPlan plan,
+                   graph::BuildPlan(*analyzed, partition, options));
+  if (args.Has("trace")) {
+    plan::SizeTrace trace;
+    RETURN_IF_ERROR(graph::ReadTextProto(args.Get("trace"), &trace));
+    graph::TracingOptions tracing;
+    ASSIGN_OR_RETURN(int64_t min_steps,
+                     args.GetInt("min-trace-steps", tracing.min_steps, 1,
+                                 1 << 20));
+    tracing.min_steps = static_cast<int>(min_steps);
+    ASSIGN_OR_RETURN(plan, graph::PromoteStableTensors(plan, trace, tracing));
+  }
+  out << (args.Has("quiet") ? graph::PlanSummaryLine(plan) + "\n"
+                            : graph::FormatPlan(plan));
+  if (args.Has("out")) {
+    RETURN_IF_ERROR(graph::WriteTextProto(
+        args.Get("out"), plan,
+        absl::StrCat("TransferPlan of ", path, " (rdmaflow plan)")));
+    out << "wrote " << args.Get("out") << "\n";
+  }
+  if (args.Has("dot")) {
+    RETURN_IF_ERROR(
+        graph::WriteStringToFile(args.Get("dot"), graph::GraphToDot(*analyzed)));
+    out << "wrote " << args.Get("dot") << "\n";
+  }
+  if (args.Has("partitions")) {
+    RETURN_IF_ERROR(WritePartitions(partition, args.Get("partitions"), out));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string PlanUsage() {
+  return R"(usage: rdmaflow plan GRAPH [options]
+
+Reads a training dataflow graph (protobuf text format, rdmaflow.graph.GraphDef;
+see graph_analyzer/graph.proto and docs/graph_analyzer.md), validates it,
+infers every tensor's shape, partitions it by rank, and prints the transfer
+plan: for each directed link (src -> dst rank) the tensors that cross it with
+their dtype, shape, kind (static: a preallocated slot the sender writes every
+step; dynamic: a metadata slot, then a one-sided read), bytes, slot offset and
+live interval, and the receive region's size; then each rank's registered
+memory.
+
+options:
+  --pipeline-depth N     buffers per slot, 1..16 (default 2): with 2 or more,
+                         step t+1 can be written while step t is read
+  --alignment BYTES      slot alignment, a power of two >= 64 (default 64)
+  --metadata-bytes N     size of a dynamic tensor's metadata slot (default 128)
+  --no-share             give every slot its own memory (by default slots of
+                         tensors that are never live together share it)
+  --trace FILE           a SizeTrace (text format, graph_analyzer/plan.proto)
+                         of shapes seen at run time: dynamic tensors whose
+                         shape never changed are promoted to static slots
+  --min-trace-steps N    steps a tensor must be seen to be promoted (default 2)
+  --out FILE             write the plan (text format, rdmaflow.plan.TransferPlan)
+  --dot FILE             write the graph as Graphviz DOT, one cluster per rank,
+                         cross-rank edges labelled with their bytes per step
+                         (render: dot -Tpng FILE -o graph.png)
+  --partitions DIR       write each rank's graph, with its Send and Recv nodes,
+                         to DIR/rank<N>.pbtxt
+  --quiet                print only the one-line summary
+  -h, --help             this text
+
+exit status: 0 planned; 1 invalid graph, trace or options, or an I/O error
+(the message names the node, tensor or file); 2 bad command line.
+
+example:
+  rdmaflow plan graph_analyzer/testdata/mlp_2ranks.pbtxt --pipeline-depth 3 \
+      --out plan.pbtxt --dot mlp.dot
+)";
+}
+
+int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out,
+                   std::ostream& err) {
+  absl::StatusOr<ParsedArgs> parsed = ParseArgs(args, PlanFlags());
+  if (!parsed.ok()) {
+    err << "rdmaflow plan: " << parsed.status().message() << "\n";
+    return 2;
+  }
+  if (parsed->help) {
+    out << PlanUsage();
+    return 0;
+  }
+  if (parsed->positional.size() != 1) {
+    err << "rdmaflow plan: expected one GRAPH file, got "
+        << parsed->positional.size() << " (see rdmaflow plan --help)\n";
+    return 2;
+  }
+  absl::Status status = Run(*parsed, out);
+  if (!status.ok()) {
+    err << "rdmaflow plan: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace rdmaflow::cli
