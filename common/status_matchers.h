@@ -60,6 +60,15 @@ MATCHER_P2(StatusIs, code, message_matcher,
                                        result_listener);
 }
 
+// Matches an OK StatusOr whose value matches `value_matcher`.
+MATCHER_P(IsOkAndHolds, value_matcher, "is OK and holds a matching value") {
+  if (!arg.ok()) {
+    *result_listener << "status: " << arg.status();
+    return false;
+  }
+  return ::testing::ExplainMatchResult(value_matcher, *arg, result_listener);
+}
+
 }  // namespace rdmaflow::testing
 
 #define RDMAFLOW_TEST_CONCAT_INNER_(a, b) a##b

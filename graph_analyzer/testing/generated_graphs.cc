@@ -1,0 +1,188 @@
+// File: generated_graphs.cc
+#include "graph_analyzer/testing/generated_graphs.h"
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "graph_analyzer/graph_builder.h"
+
+namespace rdmaflow::graph::testing {
+namespace {
+
+struct Made {
+  std::string tensor;
+  int rank;
+  int64_t batch;  // -1 when dynamic.
+  int64_t width;
+};
+
+struct Param {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+std::vector<Param> ResNet50Params() {
+  std::vector<Param> params;
+  int conv = 0;
+  auto conv_bn = [&](int64_t out, int64_t in, int64_t k) {
+    std::string p = absl::StrCat("conv", conv++);
+    params.push_back({p + "_w", {out, in, k, k}});
+    params.push_back({p + "_bn_scale", {out}});
+    params.push_back({p + "_bn_shift", {out}});
+  };
+  conv_bn(64, 3, 7);
+  int64_t in = 64;
+  const int blocks[] = {3, 4, 6, 3};
+  for (int stage = 0; stage < 4; ++stage) {
+    int64_t width = int64_t{64} << stage;
+    for (int b = 0; b < blocks[stage]; ++b) {
+      conv_bn(width, in, 1);
+      conv_bn(width, width, 3);
+      conv_bn(4 * width, width, 1);
+      if (b == 0) conv_bn(4 * width, in, 1);  // Projection shortcut.
+      in = 4 * width;
+    }
+  }
+  params.push_back({"fc_w", {1000, 2048}});
+  params.push_back({"fc_b", {1000}});
+  return params;
+}
+
+int64_t Elements(const Param& p) {
+  int64_t n = 1;
+  for (int64_t d : p.shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+GraphDef RandomGraph(const RandomGraphOptions& options, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int n) {
+    return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(rng));
+  };
+  auto chance = [&](double p) {
+    return std::uniform_real_distribution<double>(0, 1)(rng) < p;
+  };
+  const int64_t widths[] = {16, 64, 100, 256, 1000};
+  constexpr int64_t kBatch = 32;
+  GraphBuilder b(absl::StrCat("random_", options.num_nodes, "_", seed));
+  b.SetWorldSize(options.world_size);
+  std::vector<Made> made;
+  auto pick = [&]() -> const Made& {
+    int n = made.size();
+    if (chance(0.1)) return made[uniform(n)];
+    return made[n - 1 - uniform(std::min(n, options.window))];
+  };
+  for (int i = 0; static_cast<int>(made.size()) < options.num_nodes; ++i) {
+    std::string name = absl::StrCat("n", i);
+    int kind = made.size() < 4 ? 0 : uniform(10);
+    if (kind == 0) {  // Source.
+      int rank = uniform(options.world_size);
+      int64_t batch = chance(options.dynamic) ? -1 : kBatch;
+      int64_t width = widths[uniform(5)];
+      b.SetRank(rank);
+      made.push_back(
+          {b.Placeholder(name, DT_FLOAT32, {batch, width}), rank, batch, width});
+      continue;
+    }
+    const Made x = pick();
+    int rank = chance(options.rank_switch) ? uniform(options.world_size)
+                                           : x.rank;
+    b.SetRank(rank);
+    if (kind <= 3) {
+      made.push_back({b.Op(name, "Relu", {x.tensor}).out(), rank, x.batch,
+                      x.width});
+    } else if (kind <= 5) {  // MatMul by a fresh weight on this rank.
+      int64_t width = widths[uniform(5)];
+      std::string w = b.Variable(name + "_w", DT_FLOAT32, {x.width, width});
+      made.push_back({b.Op(name, "MatMul", {x.tensor, w}).out(), rank, x.batch,
+                      width});
+    } else if (kind <= 7) {  // Add of two tensors of one shape, if any.
+      std::vector<const Made*> same;
+      for (int j = std::max<int>(0, made.size() - options.window);
+           j < static_cast<int>(made.size()); ++j) {
+        if (made[j].width == x.width && made[j].batch == x.batch &&
+            made[j].tensor != x.tensor) {
+          same.push_back(&made[j]);
+        }
+      }
+      std::string y = same.empty() ? x.tensor : same[uniform(same.size())]->tensor;
+      made.push_back(
+          {b.Op(name, "Add", {x.tensor, y}).out(), rank, x.batch, x.width});
+    } else if (kind == 8) {  // Concat along the width.
+      const Made y = pick();
+      if (y.batch != x.batch) {
+        made.push_back({b.Op(name, "Identity", {x.tensor}).out(), rank,
+                        x.batch, x.width});
+        continue;
+      }
+      made.push_back({b.Op(name, "Concat", {x.tensor, y.tensor})
+                          .Attr("axis", 1)
+                          .out(),
+                      rank, x.batch, x.width + y.width});
+    } else {  // Gradient of x, computed after y.
+      const Made y = pick();
+      made.push_back({b.Op(name, "Gradient", {x.tensor, y.tensor}).out(), rank,
+                      x.batch, x.width});
+    }
+  }
+  return std::move(b).Build();
+}
+
+int64_t ResNet50ParameterCount() {
+  int64_t n = 0;
+  for (const Param& p : ResNet50Params()) n += Elements(p);
+  return n;
+}
+
+GraphDef ResNet50ParameterServer(int workers, int servers) {
+  std::vector<Param> params = ResNet50Params();
+  // Size-balanced shards: largest first onto the least loaded server.
+  std::vector<int> order(params.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return Elements(params[a]) > Elements(params[b]);
+  });
+  std::vector<int64_t> load(servers, 0);
+  std::vector<int> server_of(params.size());
+  for (int i : order) {
+    int s = std::min_element(load.begin(), load.end()) - load.begin();
+    server_of[i] = workers + s;
+    load[s] += Elements(params[i]);
+  }
+  GraphBuilder b(absl::StrCat("resnet50_ps_", workers, "w_", servers, "s"));
+  std::vector<std::string> vars;
+  for (size_t i = 0; i < params.size(); ++i) {
+    b.SetRank(server_of[i]);
+    vars.push_back(b.Variable(params[i].name, DT_FLOAT32, params[i].shape));
+  }
+  std::vector<std::vector<std::string>> grads(params.size());
+  for (int w = 0; w < workers; ++w) {
+    b.SetRank(w);
+    std::string prefix = absl::StrCat("worker", w, "/");
+    std::string images =
+        b.Placeholder(prefix + "images", DT_FLOAT32, {32, 3, 224, 224});
+    // Backward runs from the last layer to the first: one gradient per
+    // parameter, each depending on the one before, as backprop does.
+    std::string upstream = images;
+    for (size_t i = params.size(); i-- > 0;) {
+      auto g = b.Op(absl::StrCat(prefix, params[i].name, "_grad"), "Gradient",
+                    {vars[i], upstream});
+      upstream = g.out();
+      grads[i].push_back(g.out());
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    b.SetRank(server_of[i]);
+    std::string sum =
+        b.Op(params[i].name + "_grad_sum", "AddN", grads[i]).out();
+    b.Op(params[i].name + "_update", "ApplyGradient", {vars[i], sum});
+  }
+  return std::move(b).Build();
+}
+
+}  // namespace rdmaflow::graph::testing

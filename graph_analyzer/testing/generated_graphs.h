@@ -1,0 +1,42 @@
+// File: generated_graphs.h
+// -----------------------------------------------------------------------------
+// Graphs generated for property tests and planning benchmarks.
+#ifndef RDMAFLOW_GRAPH_ANALYZER_TESTING_GENERATED_GRAPHS_H_
+#define RDMAFLOW_GRAPH_ANALYZER_TESTING_GENERATED_GRAPHS_H_
+
+#include <cstdint>
+
+#include "graph_analyzer/graph.pb.h"
+
+namespace rdmaflow::graph::testing {
+
+struct RandomGraphOptions {
+  int num_nodes = 100;
+  int world_size = 4;
+  // Chance that a node moves to another rank than its first input's.
+  double rank_switch = 0.2;
+  // Chance that a source has an unknown batch dimension.
+  double dynamic = 0.1;
+  // Inputs are drawn from the last `window` nodes (short lifetimes, like a
+  // real step) with occasional long-range ones (skip connections).
+  int window = 32;
+};
+
+// A valid random DAG of Placeholder, Variable, Relu, Add, MatMul, Concat and
+// Gradient nodes over [batch, width] tensors, placed over the ranks.
+// Deterministic for a given seed.
+GraphDef RandomGraph(const RandomGraphOptions& options, uint64_t seed);
+
+// ResNet-50's 161 parameter tensors (53 conv weights, 53 batch-norm scale and
+// shift pairs, the FC weight and bias: 25,557,032 parameters) in
+// parameter-server form: `servers` ranks hold size-balanced shards,
+// `workers` ranks each compute every gradient and push it; servers sum and
+// apply them.
+GraphDef ResNet50ParameterServer(int workers, int servers);
+
+// Number of parameters (elements) ResNet50ParameterServer uses.
+int64_t ResNet50ParameterCount();
+
+}  // namespace rdmaflow::graph::testing
+
+#endif  // RDMAFLOW_GRAPH_ANALYZER_TESTING_GENERATED_GRAPHS_H_
