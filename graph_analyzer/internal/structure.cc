@@ -35,8 +35,8 @@ absl::Status CheckNames(const GraphDef& graph, Structure& s) {
                        "name may not contain ':' (it separates the output "
                        "index in input references)");
     }
-    if (absl::StartsWith(node.name(), "_send/") ||
-        absl::StartsWith(node.name(), "_recv/")) {
+    if ((absl::StartsWith(node.name(), "_send/") && node.op() != "Send") ||
+        (absl::StartsWith(node.name(), "_recv/") && node.op() != "Recv")) {
       return NodeError(node, "names starting with '_send/' or '_recv/' are "
                              "reserved for the partitioner's Send and Recv");
     }
@@ -143,12 +143,14 @@ absl::Status CycleError(const GraphDef& graph, const Structure& s,
       }
     }
   }
-  // path[order_seen[node]..] is the cycle, walked against the edges.
+  // path[order_seen[node]..] is the cycle, walked against the edges; report
+  // it along the edges, starting from the node listed first in the graph.
+  std::vector<int> cycle(path.rbegin(), path.rend() - order_seen[node]);
+  std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()),
+              cycle.end());
   std::vector<std::string> names;
-  for (size_t i = path.size(); i-- > static_cast<size_t>(order_seen[node]);) {
-    names.push_back(graph.node(path[i]).name());
-  }
-  names.push_back(graph.node(path.back()).name());
+  for (int i : cycle) names.push_back(graph.node(i).name());
+  names.push_back(names.front());
   return absl::InvalidArgumentError(
       absl::StrCat("cycle: ", absl::StrJoin(names, " -> ")));
 }
