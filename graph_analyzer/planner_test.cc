@@ -1,0 +1,166 @@
+// File: planner_test.cc
+#include "graph_analyzer/planner.h"
+
+#include <string>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "graph_analyzer/graph_builder.h"
+#include "graph_analyzer/text_io.h"
+#include "gtest/gtest.h"
+
+namespace rdmaflow::graph {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Rank 0 produces a [10, 10] float tensor (400 B) read on ranks 1 and 2, and
+// a dynamic [-1, 4] one read on rank 1.
+GraphDef TwoLinks() {
+  GraphBuilder b("two_links");
+  std::string x = b.Placeholder("x", DT_FLOAT32, {10, 10});
+  std::string d = b.Placeholder("d", DT_FLOAT32, {-1, 4});
+  b.SetRank(1);
+  b.Op("y", "Relu", {x});
+  b.Op("z", "Relu", {d});
+  b.SetRank(2);
+  b.Op("w", "Relu", {x});
+  return std::move(b).Build();
+}
+
+TEST(PlannerTest, StaticAndDynamicSlots) {
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan p, PlanGraph(TwoLinks(), {}));
+  EXPECT_EQ(p.world_size(), 3);
+  ASSERT_EQ(p.link_size(), 2);
+  const plan::LinkRegion& to1 = p.link(0);
+  EXPECT_EQ(to1.src_rank(), 0);
+  EXPECT_EQ(to1.dst_rank(), 1);
+  ASSERT_EQ(to1.slot_size(), 2);
+  EXPECT_EQ(to1.slot(0).tensor(), "x:0");
+  EXPECT_EQ(to1.slot(0).kind(), plan::STATIC);
+  EXPECT_EQ(to1.slot(0).bytes(), 400u);
+  EXPECT_EQ(to1.slot(1).tensor(), "d:0");
+  EXPECT_EQ(to1.slot(1).kind(), plan::DYNAMIC);
+  EXPECT_EQ(to1.slot(1).bytes(), 128u);
+  EXPECT_THAT(to1.slot(1).consumers(), ElementsAre("z"));
+  // Both live at once: 448 + 128 bytes per stage, two stages.
+  EXPECT_EQ(to1.alignment(), 64u);
+  EXPECT_EQ(to1.stage_bytes(), 576u);
+  EXPECT_EQ(to1.depth(), 2);
+  EXPECT_EQ(to1.region_bytes(), 1152u);
+  EXPECT_EQ(p.link(1).dst_rank(), 2);
+  EXPECT_EQ(p.link(1).region_bytes(), 2 * 448u);
+  // Ids are dense over the plan.
+  EXPECT_EQ(to1.slot(0).id(), 0);
+  EXPECT_EQ(to1.slot(1).id(), 1);
+  EXPECT_EQ(p.link(1).slot(0).id(), 2);
+}
+
+TEST(PlannerTest, RankSummariesCountASharedSendBufferOnce) {
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan p, PlanGraph(TwoLinks(), {}));
+  ASSERT_EQ(p.rank_size(), 3);
+  // x goes to two ranks from one send buffer; d is dynamic (no buffer).
+  EXPECT_EQ(p.rank(0).send_bytes(), 2 * 448u);
+  EXPECT_EQ(p.rank(0).receive_bytes(), 0u);
+  EXPECT_EQ(p.rank(0).num_regions(), 0);
+  EXPECT_EQ(p.rank(1).receive_bytes(), 1152u);
+  EXPECT_EQ(p.rank(1).num_regions(), 1);
+  EXPECT_EQ(p.rank(1).registered_bytes(), 1152u);
+  EXPECT_EQ(p.rank(2).registered_bytes(), 896u);
+}
+
+TEST(PlannerTest, AlignmentAndDepthAreConfigurable) {
+  PlannerOptions options;
+  options.alignment = 4096;
+  options.pipeline_depth = 3;
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan p, PlanGraph(TwoLinks(), options));
+  const plan::LinkRegion& to1 = p.link(0);
+  EXPECT_EQ(to1.slot(1).offset() % 4096, 0u);
+  EXPECT_EQ(to1.stage_bytes(), 8192u);
+  EXPECT_EQ(to1.region_bytes(), 3 * 8192u);
+  EXPECT_EQ(p.config().pipeline_depth(), 3);
+}
+
+TEST(PlannerTest, BadOptionsAreRejected) {
+  PlannerOptions options;
+  options.alignment = 32;
+  EXPECT_THAT(PlanGraph(TwoLinks(), options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("alignment 32 must be a power of two")));
+  options = {};
+  options.alignment = 96;
+  EXPECT_THAT(PlanGraph(TwoLinks(), options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("power of two")));
+  options = {};
+  options.pipeline_depth = 0;
+  EXPECT_THAT(PlanGraph(TwoLinks(), options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("pipeline depth 0")));
+  options = {};
+  options.metadata_bytes = 100;
+  EXPECT_THAT(PlanGraph(TwoLinks(), options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("metadata bytes 100")));
+}
+
+TEST(PlannerTest, DynamicTensorOfHighRankNeedsMoreMetadata) {
+  GraphBuilder b("high_rank");
+  std::string x = b.Placeholder("x", DT_FLOAT32, {-1, 2, 2, 2, 2, 2, 2, 2, 2});
+  b.SetRank(1);
+  b.Op("y", "Relu", {x});
+  PlannerOptions options;
+  options.metadata_bytes = 64;
+  EXPECT_THAT(PlanGraph(std::move(b).Build(), options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dynamic tensor x:0 float32[-1, 2, 2, 2, 2, "
+                                 "2, 2, 2, 2] needs 104 bytes of metadata")));
+}
+
+TEST(PlannerTest, SlotsShareMemoryOnlyWhenNeverLiveTogether) {
+  // Rank 0 sends a, then b, to rank 1; a's last reader runs before b exists.
+  GraphBuilder b("sequential");
+  std::string a = b.Placeholder("a", DT_FLOAT32, {256});
+  b.SetRank(1);
+  std::string ra = b.Op("ra", "Relu", {a}).out();
+  b.SetRank(0);
+  std::string bb = b.Op("b", "Gradient", {a, ra}).out();
+  b.SetRank(1);
+  b.Op("rb", "Relu", {bb});
+  GraphDef graph = std::move(b).Build();
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan shared, PlanGraph(graph, {}));
+  // Links 0 -> 1 (a, b) and 1 -> 0 (ra, read by b).
+  ASSERT_EQ(shared.link_size(), 2);
+  ASSERT_EQ(shared.link(0).dst_rank(), 1);
+  ASSERT_EQ(shared.link(0).slot_size(), 2);
+  EXPECT_EQ(shared.link(0).slot(0).offset(), shared.link(0).slot(1).offset());
+  EXPECT_EQ(shared.link(0).stage_bytes(), 1024u);
+  PlannerOptions no_share;
+  no_share.share_slots = false;
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan separate, PlanGraph(graph, no_share));
+  EXPECT_EQ(separate.link(0).stage_bytes(), 2048u);
+}
+
+TEST(PlannerTest, PlanSurvivesATextRoundTrip) {
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan p, PlanGraph(TwoLinks(), {}));
+  std::string text = ToTextProto(p);
+  plan::TransferPlan parsed;
+  ASSERT_OK(ParseTextProto(text, "plan.pbtxt", &parsed));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(p, parsed));
+  // Laying the parsed plan out again changes nothing.
+  ASSERT_OK(LayoutPlan(parsed));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(p, parsed));
+}
+
+TEST(PlannerTest, LayoutRejectsAPlanWithLinksOutsideTheWorld) {
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan p, PlanGraph(TwoLinks(), {}));
+  p.mutable_link(0)->set_dst_rank(7);
+  EXPECT_THAT(LayoutPlan(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("outside the world of 3")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::graph
