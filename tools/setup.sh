@@ -10,6 +10,7 @@ PACKAGES=(
   libibverbs-dev librdmacm-dev libucx-dev
   libtorch-dev
   gnuplot-nox
+  clang libclang-rt-14-dev
 )
 
 missing=()

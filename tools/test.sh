@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up and runs the whole test suite, then prints a one-line summary
-# ("N passed, N failed"). Tests needing RDMA hardware or a GPU are tagged
+# Sets up and runs the whole test suite and the fuzzers (bounded time), then
+# prints a one-line summary ("N passed, N failed"). Tests needing RDMA hardware or a GPU are tagged
 # requires-rdma / requires-gpu and filtered out by .bazelrc.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +45,19 @@ print(f"{passed} passed, {failed} failed, {skipped} skipped ({targets} test targ
 PY
 )
 build_failed=$(grep -c 'FAILED TO BUILD' "$log")
+
+# The libFuzzer targets, for a bounded time (FUZZ_SECONDS, default 30;
+# 0 skips them).
+fuzz_status=0
+fuzz_summary="skipped (FUZZ_SECONDS=0)"
+if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
+  if tools/fuzz.sh; then
+    fuzz_summary="graph_text_fuzzer passed (${FUZZ_SECONDS:-30}s)"
+  else
+    fuzz_summary="graph_text_fuzzer FAILED"
+    fuzz_status=1
+  fi
+fi
 rm -f "$log"
 echo
 if [ "$build_failed" -ne 0 ]; then
@@ -53,5 +66,7 @@ fi
 if [ "$status" -ne 0 ]; then
   echo "bazel test exited with status $status"
 fi
+echo "fuzz: ${fuzz_summary}"
 echo "tests: ${summary}"
+[ "$status" -ne 0 ] || status=$fuzz_status
 exit "$status"
