@@ -77,9 +77,14 @@ GraphDef RandomGraph(const RandomGraphOptions& options, uint64_t seed) {
     if (chance(0.1)) return made[uniform(n)];
     return made[n - 1 - uniform(std::min(n, options.window))];
   };
-  for (int i = 0; static_cast<int>(made.size()) < options.num_nodes; ++i) {
+  for (int i = 0; b.graph().node_size() < options.num_nodes; ++i) {
     std::string name = absl::StrCat("n", i);
     int kind = made.size() < 4 ? 0 : uniform(10);
+    // A MatMul adds two nodes (its weight too); keep the count exact.
+    if (kind >= 4 && kind <= 5 &&
+        b.graph().node_size() + 2 > options.num_nodes) {
+      kind = 1;
+    }
     if (kind == 0) {  // Source.
       int rank = uniform(options.world_size);
       int64_t batch = chance(options.dynamic) ? -1 : kBatch;

@@ -11,7 +11,7 @@
 namespace rdmaflow::graph::testing {
 
 struct RandomGraphOptions {
-  int num_nodes = 100;
+  int num_nodes = 100;  // Exactly this many nodes, weights included.
   int world_size = 4;
   // Chance that a node moves to another rank than its first input's.
   double rank_switch = 0.2;
