@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
 # The main job: set up, build optimized, and run the write/read ping-pong
 # between two processes over UCX shared memory, next to memcpy measured in the
-# same run. Prints the table; JSON, TSV and a plot go to $OUT_DIR.
+# same run; then plan the example training graphs with `rdmaflow plan`.
+# Prints the tables; JSON, TSV, a plot, the plans and DOT go to $OUT_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 
 OUT_DIR=${OUT_DIR:-bench-results}
 mkdir -p "$OUT_DIR"
-bazel build -c opt //bench:transport_pingpong
+bazel build -c opt //bench:transport_pingpong //cli:rdmaflow
 bazel-bin/bench/transport_pingpong --transport=ucx --params=tls=shm \
   --json="$OUT_DIR/pingpong_ucx_shm.json" --tsv="$OUT_DIR/pingpong_ucx_shm.tsv" "$@"
 tools/plot_pingpong.sh "$OUT_DIR/pingpong_ucx_shm.tsv" "$OUT_DIR/pingpong_ucx_shm.png"
-echo "results: $OUT_DIR/pingpong_ucx_shm.{json,tsv,png}"
+
+# Transfer plans of the example graphs: the parameter-server CNN in full,
+# the others as one line each.
+echo
+bazel-bin/cli/rdmaflow plan graph_analyzer/testdata/cnn_ps_2workers.pbtxt \
+  --out "$OUT_DIR/cnn_ps_2workers.plan.pbtxt" --dot "$OUT_DIR/cnn_ps_2workers.dot"
+for graph in mlp_2ranks cnn_layer_separated seq_dynamic_length; do
+  bazel-bin/cli/rdmaflow plan "graph_analyzer/testdata/$graph.pbtxt" --quiet \
+    --out "$OUT_DIR/$graph.plan.pbtxt"
+done
+echo "results: $OUT_DIR/pingpong_ucx_shm.{json,tsv,png}, $OUT_DIR/*.plan.pbtxt"
