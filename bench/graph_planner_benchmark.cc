@@ -86,39 +86,33 @@ BENCHMARK(BM_PlanResNet50PS)
     ->Args({32, 4})
     ->Unit(benchmark::kMillisecond);
 
-// Stages of the 10k-node pipeline on their own.
-void BM_AnalyzeRandom10k(benchmark::State& state) {
+// Stages of the 10k-node pipeline on their own: 0 analyze (validate,
+// schedule, shapes), 1 partition, 2 build the plan.
+void BM_StageRandom10k(benchmark::State& state) {
   GraphDef graph = RandomGraph10k();
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(AnalyzeGraph(graph));
-  }
-}
-BENCHMARK(BM_AnalyzeRandom10k)->Unit(benchmark::kMillisecond);
-
-void BM_PartitionRandom10k(benchmark::State& state) {
-  absl::StatusOr<AnalyzedGraph> g = AnalyzeGraph(RandomGraph10k());
+  absl::StatusOr<AnalyzedGraph> g = AnalyzeGraph(graph);
   if (!g.ok()) {
-    state.SkipWithError("graph invalid");
-    return;
-  }
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(PartitionGraph(*g));
-  }
-}
-BENCHMARK(BM_PartitionRandom10k)->Unit(benchmark::kMillisecond);
-
-void BM_BuildPlanRandom10k(benchmark::State& state) {
-  absl::StatusOr<AnalyzedGraph> g = AnalyzeGraph(RandomGraph10k());
-  if (!g.ok()) {
-    state.SkipWithError("graph invalid");
+    state.SkipWithError(std::string(g.status().message()).c_str());
     return;
   }
   Partition partition = PartitionGraph(*g);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(BuildPlan(*g, partition, PlannerOptions{}));
+    switch (state.range(0)) {
+      case 0:
+        benchmark::DoNotOptimize(AnalyzeGraph(graph));
+        break;
+      case 1:
+        benchmark::DoNotOptimize(PartitionGraph(*g));
+        break;
+      default:
+        benchmark::DoNotOptimize(BuildPlan(*g, partition, PlannerOptions{}));
+    }
   }
 }
-BENCHMARK(BM_BuildPlanRandom10k)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StageRandom10k)
+    ->ArgName("stage")
+    ->DenseRange(0, 2)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace rdmaflow::graph

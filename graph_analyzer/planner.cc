@@ -17,22 +17,10 @@ namespace {
 // low enough that sums over a plan cannot overflow 64 bits unnoticed.
 constexpr uint64_t kMaxSlotBytes = uint64_t{1} << 44;
 
-absl::Status Add(uint64_t a, uint64_t b, uint64_t& sum,
-                 absl::string_view what) {
-  if (__builtin_add_overflow(a, b, &sum)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " overflows 64 bits"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Mul(uint64_t a, uint64_t b, uint64_t& product,
-                 absl::string_view what) {
-  if (__builtin_mul_overflow(a, b, &product)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " overflows 64 bits"));
-  }
-  return absl::OkStatus();
+// `overflowed` is the result of a __builtin_*_overflow computing `what`.
+absl::Status CheckOverflow(bool overflowed, absl::string_view what) {
+  if (!overflowed) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " overflows 64 bits"));
 }
 
 absl::StatusOr<plan::TensorSlot> MakeSlot(const AnalyzedGraph& graph,
@@ -86,9 +74,10 @@ absl::Status LayoutRegion(const plan::PlannerConfig& config,
   link.set_depth(config.pipeline_depth());
   link.set_stage_bytes(layout.peak);
   uint64_t region = 0;
-  RETURN_IF_ERROR(Mul(layout.peak, config.pipeline_depth(), region,
-                      absl::StrCat("region of link ", link.src_rank(), "->",
-                                   link.dst_rank())));
+  RETURN_IF_ERROR(CheckOverflow(
+      __builtin_mul_overflow(layout.peak, config.pipeline_depth(), &region),
+      absl::StrCat("region of link ", link.src_rank(), "->",
+                   link.dst_rank())));
   link.set_region_bytes(region);
   return absl::OkStatus();
 }
@@ -102,8 +91,10 @@ absl::Status Summarize(plan::TransferPlan& plan) {
   for (const plan::LinkRegion& link : plan.link()) {
     plan::RankSummary& dst = *plan.mutable_rank(link.dst_rank());
     uint64_t receive = 0;
-    RETURN_IF_ERROR(Add(dst.receive_bytes(), link.region_bytes(), receive,
-                        absl::StrCat("receive bytes of rank ", dst.rank())));
+    RETURN_IF_ERROR(CheckOverflow(
+        __builtin_add_overflow(dst.receive_bytes(), link.region_bytes(),
+                               &receive),
+        absl::StrCat("receive bytes of rank ", dst.rank())));
     dst.set_receive_bytes(receive);
     dst.set_num_regions(dst.num_regions() + 1);
     plan::RankSummary& src = *plan.mutable_rank(link.src_rank());
@@ -115,17 +106,21 @@ absl::Status Summarize(plan::TransferPlan& plan) {
       uint64_t buffer = 0;
       uint64_t send = 0;
       std::string what = absl::StrCat("send bytes of rank ", src.rank());
-      RETURN_IF_ERROR(Mul(AlignUp(slot.bytes(), config.alignment()),
-                          config.pipeline_depth(), buffer, what));
-      RETURN_IF_ERROR(Add(src.send_bytes(), buffer, send, what));
+      RETURN_IF_ERROR(CheckOverflow(
+          __builtin_mul_overflow(AlignUp(slot.bytes(), config.alignment()),
+                                 config.pipeline_depth(), &buffer),
+          what));
+      RETURN_IF_ERROR(CheckOverflow(
+          __builtin_add_overflow(src.send_bytes(), buffer, &send), what));
       src.set_send_bytes(send);
     }
   }
   for (plan::RankSummary& rank : *plan.mutable_rank()) {
     uint64_t total = 0;
-    RETURN_IF_ERROR(Add(rank.receive_bytes(), rank.send_bytes(), total,
-                        absl::StrCat("registered bytes of rank ",
-                                     rank.rank())));
+    RETURN_IF_ERROR(CheckOverflow(
+        __builtin_add_overflow(rank.receive_bytes(), rank.send_bytes(),
+                               &total),
+        absl::StrCat("registered bytes of rank ", rank.rank())));
     rank.set_registered_bytes(total);
   }
   return absl::OkStatus();

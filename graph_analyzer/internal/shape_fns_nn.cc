@@ -74,6 +74,15 @@ absl::StatusOr<int64_t> WindowExtent(const Window& w, int i, int64_t in) {
   return (padded - w.kernel[i]) / w.stride[i] + 1;
 }
 
+// [N, channels, H', W'] from input 0 [N, C, H, W] through the window.
+Specs SpatialOutput(const ShapeContext& c, const Window& w, int64_t channels) {
+  const auto& x = c.input(0).shape();
+  ASSIGN_OR_RETURN(int64_t h, WindowExtent(w, 0, x[2]));
+  ASSIGN_OR_RETURN(int64_t wd, WindowExtent(w, 1, x[3]));
+  return std::vector<TensorSpec>{
+      MakeSpec(c.input(0).dtype(), {x[0], channels, h, wd})};
+}
+
 }  // namespace
 
 // a [..., m, k] x b [k, n] -> [..., m, n]; with rank-2 `a`, the bool
@@ -125,10 +134,7 @@ Specs Conv2DShape(const ShapeContext& c) {
         "filter ", SpecString(c.input(1)), " needs a known kernel size"));
   }
   ASSIGN_OR_RETURN(Window w, ReadWindow(c, f[2], f[3]));
-  ASSIGN_OR_RETURN(int64_t h, WindowExtent(w, 0, x[2]));
-  ASSIGN_OR_RETURN(int64_t wd, WindowExtent(w, 1, x[3]));
-  return std::vector<TensorSpec>{
-      MakeSpec(c.input(0).dtype(), {x[0], f[0], h, wd})};
+  return SpatialOutput(c, w, f[0]);
 }
 
 // input [N, C, H, W], attribute ksize [kh, kw] (strides default to ksize).
@@ -146,11 +152,7 @@ Specs PoolShape(const ShapeContext& c) {
     w.stride[0] = ksize[0];
     w.stride[1] = ksize[1];
   }
-  const auto& x = c.input(0).shape();
-  ASSIGN_OR_RETURN(int64_t h, WindowExtent(w, 0, x[2]));
-  ASSIGN_OR_RETURN(int64_t wd, WindowExtent(w, 1, x[3]));
-  return std::vector<TensorSpec>{
-      MakeSpec(c.input(0).dtype(), {x[0], x[1], h, wd})};
+  return SpatialOutput(c, w, c.input(0).shape(1));
 }
 
 // logits [N, C], labels [N] (class indices, an integer dtype) or [N, C]
