@@ -22,6 +22,10 @@
 
 namespace rdmaflow::graph {
 
+// Ranks at or above this are rejected: per-rank tables stay small, and a typo
+// in a rank cannot make the planner allocate gigabytes.
+inline constexpr int kMaxWorldSize = 1 << 16;
+
 // An edge's source: output `output` of node `node` (indices into nodes()).
 struct OutputId {
   int node = -1;

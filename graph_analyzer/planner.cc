@@ -158,6 +158,11 @@ PlannerOptions OptionsFromConfig(const plan::PlannerConfig& config) {
 
 absl::Status LayoutPlan(plan::TransferPlan& plan) {
   RETURN_IF_ERROR(CheckPlannerOptions(OptionsFromConfig(plan.config())));
+  if (plan.world_size() < 0 || plan.world_size() > kMaxWorldSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan's world_size ", plan.world_size(),
+                     " is not in 0 .. ", kMaxWorldSize));
+  }
   for (plan::LinkRegion& link : *plan.mutable_link()) {
     if (link.src_rank() < 0 || link.src_rank() >= plan.world_size() ||
         link.dst_rank() < 0 || link.dst_rank() >= plan.world_size()) {

@@ -160,6 +160,9 @@ TEST(PlannerTest, LayoutRejectsAPlanWithLinksOutsideTheWorld) {
   p.mutable_link(0)->set_dst_rank(7);
   EXPECT_THAT(LayoutPlan(p), StatusIs(absl::StatusCode::kInvalidArgument,
                                       HasSubstr("outside the world of 3")));
+  p.set_world_size(1 << 30);
+  EXPECT_THAT(LayoutPlan(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("world_size 1073741824")));
 }
 
 }  // namespace

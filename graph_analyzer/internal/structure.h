@@ -16,10 +16,6 @@
 
 namespace rdmaflow::graph::internal {
 
-// Ranks above this are rejected: per-rank tables stay small and a typo in a
-// rank cannot make the planner allocate gigabytes.
-inline constexpr int kMaxWorldSize = 1 << 16;
-
 struct Structure {
   std::vector<AnalyzedNode> nodes;  // rank, inputs and position filled in.
   std::vector<int> schedule;
