@@ -13,7 +13,8 @@ seconds=${FUZZ_SECONDS:-30}
 artifacts=${FUZZ_ARTIFACTS:-$PWD/bazel-fuzz-artifacts}
 # A separate output base: the fuzz config uses another compiler, and sharing
 # the main one would make each switch rebuild everything.
-output_base=${FUZZ_OUTPUT_BASE:-$HOME/.cache/rdmaflow-fuzz}
+# One per checkout, like Bazel's own output bases.
+output_base=${FUZZ_OUTPUT_BASE:-$HOME/.cache/rdmaflow-fuzz/$(pwd -P | md5sum | cut -c1-16)}
 
 log=$(mktemp)
 if ! bazel --output_base="$output_base" build --config=fuzz \
