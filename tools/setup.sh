@@ -11,6 +11,8 @@ PACKAGES=(
   libtorch-dev
   gnuplot-nox
   clang libclang-rt-14-dev
+  qemu-system-x86 busybox-static cpio xz-utils zstd iproute2
+  rdma-core ibverbs-providers ibverbs-utils perftest
 )
 
 missing=()
