@@ -1,0 +1,120 @@
+// File: ibverbs_endpoint.cc
+#include "rdma/ibverbs/ibverbs_endpoint.h"
+
+#include <arpa/inet.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "rdma/ibverbs/ibverbs_transport.h"
+#include "rdma/ibverbs/queue_pair.h"
+#include "rdma/slice.h"
+
+namespace rdmaflow::rdma::ibverbs {
+
+IbverbsEndpoint::~IbverbsEndpoint() {
+  Close().IgnoreError();
+  transport_->Forget(state_->id);
+}
+
+absl::Status IbverbsEndpoint::Prepare(const LocalSlice& local,
+                                      const RemoteSlice& remote, ibv_sge& sge,
+                                      uint32_t& rkey) const {
+  const EndpointState& s = *state_;
+  if (s.closed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the endpoint to rank ", s.peer_rank, " is closed"));
+  }
+  if (!s.failure.ok()) return s.failure;
+  RETURN_IF_ERROR(CheckTransfer(local, remote, s.peer_rank, kBackend));
+  const auto* registration =
+      dynamic_cast<const VerbsRegistration*>(local.region->registration());
+  if (registration == nullptr ||
+      registration->context() != transport_->context_.get()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the local region of an operation towards rank ", s.peer_rank,
+        " was not registered with this ibverbs transport"));
+  }
+  const uint64_t max_message = transport_->context_->device.port_attr.max_msg_sz;
+  if (local.length > max_message) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an operation of ", local.length, " bytes towards rank ", s.peer_rank,
+        " exceeds the device's largest message (", max_message,
+        " bytes); split it"));
+  }
+  ASSIGN_OR_RETURN(rkey, UnpackKey(remote.region->packed_key, s.peer_rank));
+  if (s.operations >= transport_->options_.max_outstanding_per_endpoint) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        s.operations, " operations in flight towards rank ", s.peer_rank,
+        "; progress the transport and retry"));
+  }
+  sge.addr = reinterpret_cast<uintptr_t>(local.data());
+  sge.length = static_cast<uint32_t>(local.length);
+  sge.lkey = registration->lkey();
+  return absl::OkStatus();
+}
+
+absl::Status IbverbsEndpoint::PostWrite(const LocalSlice& src,
+                                        const RemoteSlice& dst,
+                                        std::optional<uint32_t> notification,
+                                        Completion done) {
+  ibv_sge sge{};
+  uint32_t rkey = 0;
+  RETURN_IF_ERROR(Prepare(src, dst, sge, rkey));
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = notification ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  if (notification) wr.imm_data = htonl(*notification);
+  wr.wr.rdma.remote_addr = dst.address();
+  wr.wr.rdma.rkey = rkey;
+  // Inline data is copied at post time: the source is free at once.
+  if (sge.length <= state_->max_inline) wr.send_flags |= IBV_SEND_INLINE;
+  return transport_->Post(*state_, wr, std::move(done), true,
+                          notification ? "write with notification" : "write",
+                          false);
+}
+
+absl::Status IbverbsEndpoint::PostRead(const LocalSlice& dst,
+                                       const RemoteSlice& src,
+                                       Completion done) {
+  ibv_sge sge{};
+  uint32_t rkey = 0;
+  RETURN_IF_ERROR(Prepare(dst, src, sge, rkey));
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.wr.rdma.remote_addr = src.address();
+  wr.wr.rdma.rkey = rkey;
+  return transport_->Post(*state_, wr, std::move(done), true, "read", false);
+}
+
+absl::Status IbverbsEndpoint::PostFlush(Completion done) {
+  const EndpointState& s = *state_;
+  if (s.closed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the endpoint to rank ", s.peer_rank, " is closed"));
+  }
+  if (!s.failure.ok()) return s.failure;
+  if (s.operations >= transport_->options_.max_outstanding_per_endpoint) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        s.operations, " operations in flight towards rank ", s.peer_rank,
+        "; progress the transport and retry"));
+  }
+  return transport_->PostMarker(*state_, std::move(done), true);
+}
+
+absl::Status IbverbsEndpoint::Close() {
+  EndpointState& s = *state_;
+  if (s.closed) return absl::OkStatus();
+  s.closed = true;
+  absl::Status stopped = StopQueuePair(s.qp.get());
+  // The queue pair is in the error state: the device no longer touches the
+  // buffers, and what was in flight is cancelled.
+  transport_->FailAll(
+      s, absl::CancelledError(absl::StrCat("the endpoint to rank ",
+                                           s.peer_rank, " was closed")));
+  return stopped;
+}
+
+}  // namespace rdmaflow::rdma::ibverbs

@@ -1,0 +1,55 @@
+// File: ibverbs_endpoint.h
+// -----------------------------------------------------------------------------
+// IbverbsEndpoint: one RC queue pair towards a peer. Writes are RDMA WRITE
+// (WRITE WITH IMMEDIATE when notified: the immediate is the notification,
+// consumed from the peer's shared receive queue after the data is placed);
+// reads are RDMA READ. Work requests are signaled one in `signal_every`; a
+// signaled completion completes every earlier request (a send queue completes
+// in order), and Transport::Progress() posts a signaled 8-byte read of the
+// peer's marker region behind an idle unsignaled tail so that every callback
+// fires. PostFlush is such a marker read with a callback.
+#ifndef RDMAFLOW_RDMA_IBVERBS_IBVERBS_ENDPOINT_H_
+#define RDMAFLOW_RDMA_IBVERBS_IBVERBS_ENDPOINT_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rdma/endpoint.h"
+#include "rdma/ibverbs/ibverbs_internal.h"
+
+namespace rdmaflow::rdma::ibverbs {
+
+class IbverbsTransport;
+
+// Thread-compatible, like its transport, which must outlive it.
+class IbverbsEndpoint final : public Endpoint {
+ public:
+  IbverbsEndpoint(IbverbsTransport* transport,
+                  std::shared_ptr<EndpointState> state)
+      : transport_(transport), state_(std::move(state)) {}
+  ~IbverbsEndpoint() override;
+
+  int peer_rank() const override { return state_->peer_rank; }
+  std::string Describe() const override { return state_->description; }
+  absl::Status PostWrite(const LocalSlice& src, const RemoteSlice& dst,
+                         std::optional<uint32_t> notification,
+                         Completion done) override;
+  absl::Status PostRead(const LocalSlice& dst, const RemoteSlice& src,
+                        Completion done) override;
+  absl::Status PostFlush(Completion done) override;
+  absl::Status Close() override;
+
+ private:
+  // Checks the endpoint is usable and the slices valid; fills the local
+  // scatter entry and the remote key.
+  absl::Status Prepare(const LocalSlice& local, const RemoteSlice& remote,
+                       ibv_sge& sge, uint32_t& rkey) const;
+
+  IbverbsTransport* transport_;
+  std::shared_ptr<EndpointState> state_;
+};
+
+}  // namespace rdmaflow::rdma::ibverbs
+
+#endif  // RDMAFLOW_RDMA_IBVERBS_IBVERBS_ENDPOINT_H_

@@ -1,0 +1,475 @@
+// File: ibverbs_transport.cc
+#include "rdma/ibverbs/ibverbs_transport.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "rdma/ibverbs/ibverbs_endpoint.h"
+#include "rdma/ibverbs/ibverbs_status.h"
+
+namespace rdmaflow::rdma::ibverbs {
+namespace {
+
+constexpr char kAddressMagic[] = "ibverbs1";
+constexpr char kKeyMagic[] = "IBV1";
+constexpr int kAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+constexpr size_t kPage = 4096;
+constexpr size_t kMarkerBytes = 8;
+constexpr uint64_t kSeqMask = (uint64_t{1} << kSeqBits) - 1;
+
+uint32_t RandomPsn() {
+  static thread_local std::mt19937 rng(std::random_device{}());
+  return rng() & 0xffffff;
+}
+
+// The address peers use for the handshake when none is configured.
+std::string DefaultBootstrapHost(const Device& device) {
+  if (!device.gid_ipv4.empty()) return device.gid_ipv4;
+  char name[256] = {};
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  if (gethostname(name, sizeof(name) - 1) == 0 &&
+      getaddrinfo(name, nullptr, &hints, &found) == 0 && found != nullptr) {
+    char text[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET,
+              &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text,
+              sizeof(text));
+    freeaddrinfo(found);
+    return text;
+  }
+  return "127.0.0.1";
+}
+
+absl::Status RegistrationError(int err, size_t bytes) {
+  if (err == ENOMEM || err == EPERM || err == EFAULT || err == EAGAIN) {
+    rlimit limit{};
+    getrlimit(RLIMIT_MEMLOCK, &limit);
+    std::string current =
+        limit.rlim_cur == RLIM_INFINITY
+            ? std::string("unlimited")
+            : absl::StrCat(limit.rlim_cur / 1024, " KiB");
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "ibv_reg_mr of ", bytes, " bytes failed: ", std::strerror(err),
+        ". The locked-memory limit (ulimit -l) is ", current,
+        "; raise it (ulimit -l unlimited; memlock in "
+        "/etc/security/limits.conf; LimitMEMLOCK= for systemd; "
+        "--ulimit memlock=-1 for containers)"));
+  }
+  return VerbsError(err, absl::StrCat("ibv_reg_mr of ", bytes, " bytes"));
+}
+
+}  // namespace
+
+std::string PackKey(uint32_t rkey) {
+  std::string key(kKeyMagic, 4);
+  key.append(reinterpret_cast<const char*>(&rkey), sizeof(rkey));
+  return key;
+}
+
+absl::StatusOr<uint32_t> UnpackKey(absl::string_view packed, int peer_rank) {
+  if (packed.size() != 8 || packed.substr(0, 4) != kKeyMagic) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the remote key of rank ", peer_rank,
+        "'s region is not an ibverbs key (", packed.size(), " bytes)"));
+  }
+  uint32_t rkey;
+  std::memcpy(&rkey, packed.data() + 4, sizeof(rkey));
+  return rkey;
+}
+
+absl::StatusOr<std::unique_ptr<IbverbsTransport>> IbverbsTransport::Create(
+    const IbverbsTransportOptions& options) {
+  if (options.rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is negative"));
+  }
+  if (options.max_outstanding_per_endpoint == 0 || options.signal_every < 1 ||
+      options.ack_timeout < 1 || options.ack_timeout > 31 ||
+      options.retry_count < 0 || options.retry_count > 7 ||
+      options.receive_depth < 1) {
+    return absl::InvalidArgumentError(
+        "ibverbs options out of range: max_outstanding >= 1, signal_every >= "
+        "1, ack_timeout 1..31, retry_count 0..7, receive_depth >= 1");
+  }
+  std::unique_ptr<IbverbsTransport> transport(new IbverbsTransport(options));
+  RETURN_IF_ERROR(transport->Init());
+  return transport;
+}
+
+absl::Status IbverbsTransport::Init() {
+  ASSIGN_OR_RETURN(Device device, OpenDevice(options_.device));
+  context_ = std::make_shared<VerbsContext>();
+  context_->device = std::move(device);
+  const Device& d = context_->device;
+  context_->pd.reset(ibv_alloc_pd(d.context.get()));
+  if (context_->pd == nullptr) {
+    return VerbsError(errno, absl::StrCat("ibv_alloc_pd on ", d.name));
+  }
+  // Room for every endpoint's requests; the device caps it.
+  const int cq_depth = std::min(d.device_attr.max_cqe, 1 << 16);
+  send_cq_.reset(ibv_create_cq(d.context.get(), cq_depth, nullptr, nullptr, 0));
+  recv_cq_.reset(ibv_create_cq(d.context.get(), cq_depth, nullptr, nullptr, 0));
+  if (send_cq_ == nullptr || recv_cq_ == nullptr) {
+    return VerbsError(errno, absl::StrCat("ibv_create_cq on ", d.name));
+  }
+  ibv_srq_init_attr srq_attr{};
+  srq_attr.attr.max_wr =
+      std::min(options_.receive_depth, d.device_attr.max_srq_wr);
+  srq_attr.attr.max_sge = 1;
+  srq_.reset(ibv_create_srq(context_->pd.get(), &srq_attr));
+  if (srq_ == nullptr) {
+    return VerbsError(errno, absl::StrCat("ibv_create_srq on ", d.name));
+  }
+  RETURN_IF_ERROR(PostReceives(srq_attr.attr.max_wr));
+  ASSIGN_OR_RETURN(marker_, Allocate(kPage));
+  ASSIGN_OR_RETURN(listener_,
+                   BootstrapListener::Start([this](const QueuePairInfo& r) {
+                     return Accept(r);
+                   }));
+  std::string host = options_.bootstrap_host.empty()
+                         ? DefaultBootstrapHost(d)
+                         : options_.bootstrap_host;
+  address_ = absl::StrCat(kAddressMagic, "|", options_.rank, "|", host, "|",
+                          listener_->port(), "|", d.name);
+  description_ = absl::StrCat(d.description, "; handshake at ", host, ":",
+                              listener_->port());
+  return absl::OkStatus();
+}
+
+IbverbsTransport::~IbverbsTransport() { listener_.reset(); }
+
+Capabilities IbverbsTransport::capabilities() const {
+  Capabilities caps;
+  caps.backend = kBackend;
+  caps.description = absl::StrCat(description_, "; RC, signal every ",
+                                  options_.signal_every, ", inline <= ",
+                                  options_.max_inline, " B");
+  caps.one_sided_allocate = true;
+  caps.max_outstanding_per_endpoint = options_.max_outstanding_per_endpoint;
+  return caps;
+}
+
+absl::StatusOr<MemoryRegion> IbverbsTransport::RegisterMemory(void* data,
+                                                              size_t bytes,
+                                                              void* owned) {
+  MrPtr mr(ibv_reg_mr(context_->pd.get(), data, bytes, kAccess));
+  if (mr == nullptr) {
+    int err = errno;
+    std::free(owned);
+    return RegistrationError(err, bytes);
+  }
+  RemoteRegion descriptor;
+  descriptor.backend = kBackend;
+  descriptor.owner_rank = options_.rank;
+  descriptor.address = reinterpret_cast<uintptr_t>(data);
+  descriptor.length = bytes;
+  descriptor.packed_key = PackKey(mr->rkey);
+  auto registration =
+      std::make_unique<VerbsRegistration>(context_, std::move(mr), owned);
+  return MemoryRegion(static_cast<std::byte*>(data), bytes,
+                      std::move(descriptor), std::move(registration));
+}
+
+absl::StatusOr<MemoryRegion> IbverbsTransport::Allocate(size_t bytes) {
+  if (bytes == 0) {
+    return absl::InvalidArgumentError("cannot allocate a 0-byte region");
+  }
+  const size_t rounded = (bytes + kPage - 1) / kPage * kPage;
+  void* memory = std::aligned_alloc(kPage, rounded);
+  if (memory == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes"));
+  }
+  std::memset(memory, 0, rounded);
+  return RegisterMemory(memory, bytes, memory);
+}
+
+absl::StatusOr<MemoryRegion> IbverbsTransport::Register(
+    absl::Span<std::byte> memory) {
+  if (memory.data() == nullptr || memory.empty()) {
+    return absl::InvalidArgumentError("cannot register an empty span");
+  }
+  return RegisterMemory(memory.data(), memory.size(), nullptr);
+}
+
+absl::Status IbverbsTransport::PostReceives(int count) {
+  for (int i = 0; i < count; ++i) {
+    ibv_recv_wr wr{};
+    ibv_recv_wr* bad = nullptr;
+    wr.num_sge = 0;  // WRITE WITH IMMEDIATE carries no payload to receive.
+    if (int rc = ibv_post_srq_recv(srq_.get(), &wr, &bad); rc != 0) {
+      return VerbsError(rc, "ibv_post_srq_recv");
+    }
+  }
+  return absl::OkStatus();
+}
+
+QueuePairOptions IbverbsTransport::QpOptions() const {
+  QueuePairOptions qp;
+  // Every operation may be followed by a marker.
+  qp.send_depth = 2 * options_.max_outstanding_per_endpoint + 4;
+  qp.max_inline = options_.max_inline;
+  qp.timeout = options_.ack_timeout;
+  qp.retry_count = options_.retry_count;
+  return qp;
+}
+
+QueuePairInfo IbverbsTransport::WithMarker(QueuePairInfo info) const {
+  info.marker_address = reinterpret_cast<uintptr_t>(marker_.data());
+  auto* registration = static_cast<VerbsRegistration*>(marker_.registration());
+  (void)registration;
+  absl::StatusOr<uint32_t> rkey =
+      UnpackKey(marker_.descriptor().packed_key, options_.rank);
+  info.marker_rkey = rkey.ok() ? *rkey : 0;
+  return info;
+}
+
+absl::StatusOr<QueuePairInfo> IbverbsTransport::Accept(
+    const QueuePairInfo& request) {
+  const Device& d = context_->device;
+  uint32_t inline_bytes = 0;
+  ASSIGN_OR_RETURN(QpPtr qp,
+                   CreateQueuePair(d, context_->pd.get(), send_cq_.get(),
+                                   recv_cq_.get(), srq_.get(), QpOptions(),
+                                   &inline_bytes));
+  const uint32_t psn = RandomPsn();
+  RETURN_IF_ERROR(ConnectQueuePair(qp.get(), d, psn, request, QpOptions()));
+  QueuePairInfo info = WithMarker(LocalInfo(d, options_.rank, qp.get(), psn));
+  absl::MutexLock lock(&mutex_);
+  rank_of_qp_[qp->qp_num] = request.rank;
+  accepted_.push_back(std::move(qp));
+  return info;
+}
+
+absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
+    const PeerInfo& peer) {
+  std::vector<std::string> parts = absl::StrSplit(peer.address, '|');
+  int rank = -1;
+  int port = 0;
+  if (parts.size() != 5 || parts[0] != kAddressMagic ||
+      !absl::SimpleAtoi(parts[1], &rank) ||
+      !absl::SimpleAtoi(parts[3], &port) || port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the address of rank ", peer.rank,
+        " is not an ibverbs address; do all ranks use the ibverbs transport?"));
+  }
+  if (rank != peer.rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the address given for rank ", peer.rank, " belongs to rank ", rank));
+  }
+  const Device& d = context_->device;
+  auto state = std::make_shared<EndpointState>();
+  state->id = next_endpoint_id_++;
+  state->peer_rank = peer.rank;
+  ASSIGN_OR_RETURN(state->qp,
+                   CreateQueuePair(d, context_->pd.get(), send_cq_.get(),
+                                   recv_cq_.get(), srq_.get(), QpOptions(),
+                                   &state->max_inline));
+  const uint32_t psn = RandomPsn();
+  QueuePairInfo local =
+      WithMarker(LocalInfo(d, options_.rank, state->qp.get(), psn));
+  ASSIGN_OR_RETURN(state->remote,
+                   ExchangeQueuePairInfo(parts[2], port, local,
+                                         options_.connect_timeout));
+  RETURN_IF_ERROR(
+      ConnectQueuePair(state->qp.get(), d, psn, state->remote, QpOptions()));
+  state->description = absl::StrCat(
+      "ibverbs RC QP ", state->qp->qp_num, " -> rank ", peer.rank, " QP ",
+      state->remote.qpn, " on ", d.description);
+  {
+    absl::MutexLock lock(&mutex_);
+    rank_of_qp_[state->qp->qp_num] = peer.rank;
+  }
+  endpoints_[state->id] = state;
+  return std::make_unique<IbverbsEndpoint>(this, std::move(state));
+}
+
+absl::Status IbverbsTransport::Post(EndpointState& state, ibv_send_wr& wr,
+                                    Completion done, bool has_callback,
+                                    const char* op, bool force_signal) {
+  const uint64_t seq = state.next_seq;
+  bool signaled = force_signal || state.unsignaled_run + 1 >= options_.signal_every;
+  if (signaled) wr.send_flags |= IBV_SEND_SIGNALED;
+  wr.wr_id = (state.id << kSeqBits) | (seq & kSeqMask);
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(state.qp.get(), &wr, &bad); rc != 0) {
+    if (rc == ENOMEM) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the send queue towards rank ", state.peer_rank,
+          " is full; progress the transport and retry"));
+    }
+    return VerbsError(rc, absl::StrCat("ibv_post_send (", op, ") to rank ",
+                                       state.peer_rank));
+  }
+  ++state.next_seq;
+  state.unsignaled_run = signaled ? 0 : state.unsignaled_run + 1;
+  state.tail_unsignaled = !signaled;
+  WorkRequest request;
+  request.seq = seq;
+  request.done = std::move(done);
+  request.has_callback = has_callback;
+  request.op = op;
+  state.in_flight.push_back(std::move(request));
+  if (has_callback) ++state.operations;
+  return absl::OkStatus();
+}
+
+absl::Status IbverbsTransport::PostMarker(EndpointState& state,
+                                          Completion done, bool has_callback) {
+  ibv_sge sge{};
+  // The scratch half of our marker region receives the bytes.
+  sge.addr = reinterpret_cast<uintptr_t>(marker_.data()) + 64;
+  sge.length = kMarkerBytes;
+  sge.lkey = static_cast<VerbsRegistration*>(marker_.registration())->lkey();
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.wr.rdma.remote_addr = state.remote.marker_address;
+  wr.wr.rdma.rkey = state.remote.marker_rkey;
+  return Post(state, wr, std::move(done), has_callback,
+              has_callback ? "flush" : "completion marker", true);
+}
+
+void IbverbsTransport::Complete(EndpointState& state, WorkRequest& request,
+                                absl::Status status) {
+  if (!request.has_callback) return;
+  --state.operations;
+  completions_.Push(std::move(request.done), std::move(status));
+}
+
+void IbverbsTransport::FailAll(EndpointState& state,
+                               const absl::Status& status) {
+  while (!state.in_flight.empty()) {
+    Complete(state, state.in_flight.front(), status);
+    state.in_flight.pop_front();
+  }
+  state.tail_unsignaled = false;
+}
+
+void IbverbsTransport::HandleSendCompletion(const ibv_wc& wc) {
+  auto it = endpoints_.find(wc.wr_id >> kSeqBits);
+  if (it == endpoints_.end()) return;  // Its endpoint is gone.
+  EndpointState& state = *it->second;
+  const uint64_t seq = wc.wr_id & kSeqMask;
+  // Everything posted before `seq` completed successfully: a send queue
+  // completes in order.
+  while (!state.in_flight.empty() && state.in_flight.front().seq < seq) {
+    Complete(state, state.in_flight.front(), absl::OkStatus());
+    state.in_flight.pop_front();
+  }
+  if (state.in_flight.empty() || state.in_flight.front().seq != seq) return;
+  WorkRequest request = std::move(state.in_flight.front());
+  state.in_flight.pop_front();
+  if (wc.status == IBV_WC_SUCCESS) {
+    Complete(state, request, absl::OkStatus());
+    if (state.in_flight.empty()) state.tail_unsignaled = false;
+    return;
+  }
+  absl::Status error = WorkCompletionError(wc.status, state.peer_rank,
+                                           request.op);
+  if (state.failure.ok()) state.failure = error;
+  Complete(state, request, error);
+  // The queue pair is in the error state; nothing else will complete well.
+  FailAll(state, state.failure);
+}
+
+absl::StatusOr<int> IbverbsTransport::Progress() {
+  int events = 0;
+  ibv_wc wc[32];
+  int n = 0;
+  while ((n = ibv_poll_cq(send_cq_.get(), 32, wc)) > 0) {
+    for (int i = 0; i < n; ++i) HandleSendCompletion(wc[i]);
+    events += n;
+  }
+  if (n < 0) return absl::InternalError("ibv_poll_cq (send) failed");
+  int received = 0;
+  while ((n = ibv_poll_cq(recv_cq_.get(), 32, wc)) > 0) {
+    for (int i = 0; i < n; ++i) {
+      if (wc[i].status != IBV_WC_SUCCESS) continue;
+      if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        int rank = -1;
+        {
+          absl::MutexLock lock(&mutex_);
+          auto found = rank_of_qp_.find(wc[i].qp_num);
+          if (found != rank_of_qp_.end()) rank = found->second;
+        }
+        notifications_.push_back({rank, ntohl(wc[i].imm_data)});
+      }
+    }
+    received += n;
+  }
+  if (n < 0) return absl::InternalError("ibv_poll_cq (receive) failed");
+  RETURN_IF_ERROR(PostReceives(received));
+  // Idle endpoints with an unsignaled tail get a signaled marker behind it.
+  for (auto& [id, state] : endpoints_) {
+    if (state->tail_unsignaled && !state->closed && state->failure.ok()) {
+      PostMarker(*state, nullptr, false).IgnoreError();
+    }
+  }
+  return completions_.FireAll() + received;
+}
+
+std::optional<Notification> IbverbsTransport::PollNotification() {
+  if (notifications_.empty()) return std::nullopt;
+  Notification note = notifications_.front();
+  notifications_.pop_front();
+  return note;
+}
+
+void IbverbsTransport::Forget(uint64_t endpoint_id) {
+  endpoints_.erase(endpoint_id);
+}
+
+absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
+  return registry.Register(
+      kBackend, /*priority=*/50,
+      [](const TransportConfig& config)
+          -> absl::StatusOr<std::unique_ptr<Transport>> {
+        RETURN_IF_ERROR(CheckKnownParams(
+            config, kBackend,
+            {"device", "port", "gid_index", "bootstrap_host",
+             "max_outstanding", "signal_every", "ack_timeout",
+             "retry_count"}));
+        IbverbsTransportOptions options;
+        options.rank = config.rank;
+        for (const auto& [key, value] : config.params) {
+          bool ok = true;
+          int64_t number = 0;
+          if (key == "device") {
+            options.device.device = value;
+          } else if (key == "bootstrap_host") {
+            options.bootstrap_host = value;
+          } else {
+            ok = absl::SimpleAtoi(value, &number) && number >= 0;
+            if (key == "port") options.device.port = number;
+            if (key == "gid_index") options.device.gid_index = number;
+            if (key == "max_outstanding") {
+              options.max_outstanding_per_endpoint = number;
+            }
+            if (key == "signal_every") options.signal_every = number;
+            if (key == "ack_timeout") options.ack_timeout = number;
+            if (key == "retry_count") options.retry_count = number;
+          }
+          if (!ok) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "ibverbs parameter ", key, "='", value,
+                "' must be a non-negative integer"));
+          }
+        }
+        return IbverbsTransport::Create(options);
+      });
+}
+
+}  // namespace rdmaflow::rdma::ibverbs
