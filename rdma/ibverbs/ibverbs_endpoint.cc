@@ -34,13 +34,6 @@ absl::Status IbverbsEndpoint::Prepare(const LocalSlice& local,
         "the local region of an operation towards rank ", s.peer_rank,
         " was not registered with this ibverbs transport"));
   }
-  const uint64_t max_message = transport_->context_->device.port_attr.max_msg_sz;
-  if (local.length > max_message) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an operation of ", local.length, " bytes towards rank ", s.peer_rank,
-        " exceeds the device's largest message (", max_message,
-        " bytes); split it"));
-  }
   ASSIGN_OR_RETURN(rkey, UnpackKey(remote.region->packed_key, s.peer_rank));
   if (s.operations >= transport_->options_.max_outstanding_per_endpoint) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -48,7 +41,6 @@ absl::Status IbverbsEndpoint::Prepare(const LocalSlice& local,
         "; progress the transport and retry"));
   }
   sge.addr = reinterpret_cast<uintptr_t>(local.data());
-  sge.length = static_cast<uint32_t>(local.length);
   sge.lkey = registration->lkey();
   return absl::OkStatus();
 }
@@ -60,18 +52,10 @@ absl::Status IbverbsEndpoint::PostWrite(const LocalSlice& src,
   ibv_sge sge{};
   uint32_t rkey = 0;
   RETURN_IF_ERROR(Prepare(src, dst, sge, rkey));
-  ibv_send_wr wr{};
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = notification ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-  if (notification) wr.imm_data = htonl(*notification);
-  wr.wr.rdma.remote_addr = dst.address();
-  wr.wr.rdma.rkey = rkey;
-  // Inline data is copied at post time: the source is free at once.
-  if (sge.length <= state_->max_inline) wr.send_flags |= IBV_SEND_INLINE;
-  return transport_->Post(*state_, wr, std::move(done), true,
-                          notification ? "write with notification" : "write",
-                          false);
+  return transport_->PostOperation(
+      *state_, IBV_WR_RDMA_WRITE, notification, sge, src.length,
+      dst.address(), rkey, std::move(done),
+      notification ? "write with notification" : "write");
 }
 
 absl::Status IbverbsEndpoint::PostRead(const LocalSlice& dst,
@@ -80,13 +64,9 @@ absl::Status IbverbsEndpoint::PostRead(const LocalSlice& dst,
   ibv_sge sge{};
   uint32_t rkey = 0;
   RETURN_IF_ERROR(Prepare(dst, src, sge, rkey));
-  ibv_send_wr wr{};
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.wr.rdma.remote_addr = src.address();
-  wr.wr.rdma.rkey = rkey;
-  return transport_->Post(*state_, wr, std::move(done), true, "read", false);
+  return transport_->PostOperation(*state_, IBV_WR_RDMA_READ, std::nullopt,
+                                   sge, dst.length, src.address(), rkey,
+                                   std::move(done), "read");
 }
 
 absl::Status IbverbsEndpoint::PostFlush(Completion done) {

@@ -7,7 +7,9 @@
 // signaled completion completes every earlier request (a send queue completes
 // in order), and Transport::Progress() posts a signaled 8-byte read of the
 // peer's marker region behind an idle unsignaled tail so that every callback
-// fires. PostFlush is such a marker read with a callback.
+// fires. PostFlush is such a marker read with a callback. Operations larger
+// than the device's largest message are split into several work requests
+// (the notification rides on the last).
 #ifndef RDMAFLOW_RDMA_IBVERBS_IBVERBS_ENDPOINT_H_
 #define RDMAFLOW_RDMA_IBVERBS_IBVERBS_ENDPOINT_H_
 
@@ -42,7 +44,7 @@ class IbverbsEndpoint final : public Endpoint {
 
  private:
   // Checks the endpoint is usable and the slices valid; fills the local
-  // scatter entry and the remote key.
+  // scatter entry's address and key, and the remote key.
   absl::Status Prepare(const LocalSlice& local, const RemoteSlice& remote,
                        ibv_sge& sge, uint32_t& rkey) const;
 

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -322,6 +323,45 @@ absl::Status IbverbsTransport::Post(EndpointState& state, ibv_send_wr& wr,
   request.op = op;
   state.in_flight.push_back(std::move(request));
   if (has_callback) ++state.operations;
+  return absl::OkStatus();
+}
+
+absl::Status IbverbsTransport::PostOperation(
+    EndpointState& state, ibv_wr_opcode opcode,
+    std::optional<uint32_t> notification, const ibv_sge& sge, uint64_t length,
+    uint64_t remote_address, uint32_t rkey, Completion done, const char* op) {
+  const uint64_t max_message =
+      std::max<uint64_t>(context_->device.port_attr.max_msg_sz, kPage);
+  const uint64_t chunks = (length + max_message - 1) / max_message;
+  // Room for the chunks and a marker behind them.
+  if (state.in_flight.size() + chunks + 1 > QpOptions().send_depth) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the send queue towards rank ", state.peer_rank, " has no room for ",
+        chunks, " work requests; progress the transport and retry"));
+  }
+  for (uint64_t i = 0; i < chunks; ++i) {
+    const uint64_t offset = i * max_message;
+    const bool last = i + 1 == chunks;
+    ibv_sge chunk = sge;
+    chunk.addr += offset;
+    chunk.length = static_cast<uint32_t>(std::min(max_message, length - offset));
+    ibv_send_wr wr{};
+    wr.sg_list = &chunk;
+    wr.num_sge = 1;
+    wr.opcode = opcode;
+    if (last && notification) {
+      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      wr.imm_data = htonl(*notification);
+    }
+    wr.wr.rdma.remote_addr = remote_address + offset;
+    wr.wr.rdma.rkey = rkey;
+    // Inline data is copied at post time: the source is free at once.
+    if (opcode == IBV_WR_RDMA_WRITE && chunk.length <= state.max_inline) {
+      wr.send_flags |= IBV_SEND_INLINE;
+    }
+    RETURN_IF_ERROR(Post(state, wr, last ? std::move(done) : nullptr, last,
+                         op, false));
+  }
   return absl::OkStatus();
 }
 

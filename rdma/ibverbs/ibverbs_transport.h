@@ -88,6 +88,13 @@ class IbverbsTransport final : public Transport {
   QueuePairInfo WithMarker(QueuePairInfo info) const;
 
   // The data path, called by IbverbsEndpoint and Progress().
+  // One operation of `length` bytes from `sge.addr`, split into work
+  // requests of at most the device's largest message.
+  absl::Status PostOperation(EndpointState& state, ibv_wr_opcode opcode,
+                             std::optional<uint32_t> notification,
+                             const ibv_sge& sge, uint64_t length,
+                             uint64_t remote_address, uint32_t rkey,
+                             Completion done, const char* op);
   absl::Status Post(EndpointState& state, ibv_send_wr& wr, Completion done,
                     bool has_callback, const char* op, bool force_signal);
   absl::Status PostMarker(EndpointState& state, Completion done,
