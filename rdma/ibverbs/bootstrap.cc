@@ -93,6 +93,27 @@ void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK
 
 }  // namespace
 
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool PeerClosed(int connection) {
+  pollfd p{connection, POLLIN, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
+  char byte;
+  ssize_t n = recv(connection, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
 std::string EncodeQueuePairInfo(const QueuePairInfo& info) {
   std::string out;
   Put<uint32_t>(out, kMagic);
@@ -192,25 +213,25 @@ void BootstrapListener::Serve() {
     int connection = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (connection < 0) continue;
     SetNonBlocking(connection);
-    Answer(connection);
-    close(connection);
+    UniqueFd owned(connection);
+    if (Answer(connection)) kept_.push_back(std::move(owned));
   }
 }
 
-void BootstrapListener::Answer(int connection) {
+bool BootstrapListener::Answer(int connection) {
   const absl::Time deadline = absl::Now() + kServerTimeout;
   std::string body;
-  if (!ReceiveMessage(connection, &body, deadline)) return;
+  if (!ReceiveMessage(connection, &body, deadline)) return false;
   absl::StatusOr<QueuePairInfo> request = DecodeQueuePairInfo(body);
   absl::StatusOr<QueuePairInfo> answer =
       request.ok() ? handler_(*request) : request.status();
   std::string reply = answer.ok()
                           ? "K" + EncodeQueuePairInfo(*answer)
                           : "E" + std::string(answer.status().message());
-  SendAll(connection, reply, deadline);
+  return SendAll(connection, reply, deadline) && answer.ok();
 }
 
-absl::StatusOr<QueuePairInfo> ExchangeQueuePairInfo(
+absl::StatusOr<Handshake> ExchangeQueuePairInfo(
     const std::string& host, int port, const QueuePairInfo& request,
     absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -249,12 +270,15 @@ absl::StatusOr<QueuePairInfo> ExchangeQueuePairInfo(
       !ReceiveMessage(fd, &reply, deadline) || reply.empty()) {
     return fail("no answer");
   }
-  close(fd);
+  Handshake handshake;
+  handshake.connection = UniqueFd(fd);
   if (reply[0] != 'K') {
     return absl::UnavailableError(absl::StrCat(
         "the peer at ", where, " refused the connection: ", reply.substr(1)));
   }
-  return DecodeQueuePairInfo(absl::string_view(reply).substr(1));
+  ASSIGN_OR_RETURN(handshake.remote,
+                   DecodeQueuePairInfo(absl::string_view(reply).substr(1)));
+  return handshake;
 }
 
 }  // namespace rdmaflow::rdma::ibverbs

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -37,6 +38,28 @@ struct QueuePairInfo {
   // 1-byte reads that make unsignaled writes complete (ibverbs_endpoint.h).
   uint64_t marker_address = 0;
   uint32_t marker_rkey = 0;
+};
+
+// An open file descriptor, closed on destruction. Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd();
+
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
 };
 
 std::string EncodeQueuePairInfo(const QueuePairInfo& info);
@@ -60,24 +83,40 @@ class BootstrapListener {
   BootstrapListener(int fd, int wake_fd_read, int wake_fd_write, int port,
                     Handler handler);
   void Serve();
-  void Answer(int connection);
+  // Answers one handshake; returns whether to keep the connection open.
+  bool Answer(int connection);
 
   const int fd_;
   const int wake_read_;
   const int wake_write_;
   const int port_;
   Handler handler_;
+  // Connections of answered handshakes, kept open (see Handshake); touched
+  // only by the listener thread.
+  std::vector<UniqueFd> kept_;
   std::thread thread_;
 };
 
-// Connects to `host:port`, sends `request`, returns the peer's answer.
-// kUnavailable when the peer cannot be reached or does not answer within
-// `timeout`; the peer's error (e.g. it could not create a queue pair) as
-// kUnavailable with its message.
-absl::StatusOr<QueuePairInfo> ExchangeQueuePairInfo(const std::string& host,
-                                                    int port,
-                                                    const QueuePairInfo& request,
-                                                    absl::Duration timeout);
+// The handshake connection stays open while both sides live: when a peer
+// process dies its kernel closes it, which is how a dead peer is noticed even
+// where the fabric would retry forever (Soft-RoCE towards a destroyed QP).
+struct Handshake {
+  QueuePairInfo remote;
+  UniqueFd connection;
+};
+
+// Connects to `host:port`, sends `request`, returns the peer's answer and the
+// open connection. kUnavailable when the peer cannot be reached or does not
+// answer within `timeout`; the peer's error (e.g. it could not create a
+// queue pair) as kUnavailable with its message.
+absl::StatusOr<Handshake> ExchangeQueuePairInfo(const std::string& host,
+                                                int port,
+                                                const QueuePairInfo& request,
+                                                absl::Duration timeout);
+
+// True when the peer end of `connection` has closed (EOF or error); never
+// blocks.
+bool PeerClosed(int connection);
 
 }  // namespace rdmaflow::rdma::ibverbs
 

@@ -74,6 +74,7 @@ struct EndpointState {
   uint64_t id = 0;
   int peer_rank = -1;
   QpPtr qp;
+  UniqueFd connection;  // The handshake connection: closed = peer gone.
   uint32_t max_inline = 0;
   QueuePairInfo remote;
   std::string description;

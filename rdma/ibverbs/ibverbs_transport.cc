@@ -280,9 +280,11 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
   const uint32_t psn = RandomPsn();
   QueuePairInfo local =
       WithMarker(LocalInfo(d, options_.rank, state->qp.get(), psn));
-  ASSIGN_OR_RETURN(state->remote,
+  ASSIGN_OR_RETURN(Handshake handshake,
                    ExchangeQueuePairInfo(parts[2], port, local,
                                          options_.connect_timeout));
+  state->remote = handshake.remote;
+  state->connection = std::move(handshake.connection);
   RETURN_IF_ERROR(
       ConnectQueuePair(state->qp.get(), d, psn, state->remote, QpOptions()));
   state->description = absl::StrCat(
@@ -452,6 +454,7 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
   }
   if (n < 0) return absl::InternalError("ibv_poll_cq (receive) failed");
   RETURN_IF_ERROR(PostReceives(received));
+  WatchPeers();
   // Idle endpoints with an unsignaled tail get a signaled marker behind it.
   for (auto& [id, state] : endpoints_) {
     if (state->tail_unsignaled && !state->closed && state->failure.ok()) {
@@ -466,6 +469,24 @@ std::optional<Notification> IbverbsTransport::PollNotification() {
   Notification note = notifications_.front();
   notifications_.pop_front();
   return note;
+}
+
+void IbverbsTransport::WatchPeers() {
+  // A poll() per endpoint is cheap, but not on every Progress() call.
+  const absl::Time now = absl::Now();
+  if (now < next_watch_) return;
+  next_watch_ = now + absl::Milliseconds(50);
+  for (auto& [id, state] : endpoints_) {
+    if (state->closed || !state->failure.ok() ||
+        !PeerClosed(state->connection.get())) {
+      continue;
+    }
+    state->failure = absl::UnavailableError(absl::StrCat(
+        "rank ", state->peer_rank,
+        " is gone: its connection closed (the process exited or was killed)"));
+    StopQueuePair(state->qp.get()).IgnoreError();
+    FailAll(*state, state->failure);
+  }
 }
 
 void IbverbsTransport::Forget(uint64_t endpoint_id) {

@@ -104,6 +104,8 @@ class IbverbsTransport final : public Transport {
   void HandleSendCompletion(const ibv_wc& wc);
   void FailAll(EndpointState& state, const absl::Status& status);
   void Forget(uint64_t endpoint_id);
+  // Fails the endpoints whose peer closed its handshake connection.
+  void WatchPeers();
 
   const IbverbsTransportOptions options_;
   std::shared_ptr<VerbsContext> context_;
@@ -121,6 +123,7 @@ class IbverbsTransport final : public Transport {
 
   absl::flat_hash_map<uint64_t, std::shared_ptr<EndpointState>> endpoints_;
   uint64_t next_endpoint_id_ = 1;
+  absl::Time next_watch_ = absl::InfinitePast();
   ::rdmaflow::rdma::internal::CompletionQueue completions_;
   std::deque<Notification> notifications_;
   std::unique_ptr<BootstrapListener> listener_;  // Stopped first.
