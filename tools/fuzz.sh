@@ -17,7 +17,7 @@ artifacts=${FUZZ_ARTIFACTS:-$PWD/bazel-fuzz-artifacts}
 output_base=${FUZZ_OUTPUT_BASE:-$HOME/.cache/rdmaflow-fuzz/$(pwd -P | md5sum | cut -c1-16)}
 
 log=$(mktemp)
-if ! bazel --output_base="$output_base" build --config=fuzz \
+if ! bazel --output_base="$output_base" build --config=fuzz --symlink_prefix=/ \
   //graph_analyzer:graph_text_fuzzer >"$log" 2>&1; then
   grep -v "Cannot export local symbol" "$log" | tail -40
   echo "fuzz: building the fuzz targets FAILED"

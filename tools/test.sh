@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Sets up and runs the whole test suite and the fuzzers (bounded time), then
-# prints a one-line summary ("N passed, N failed"). Tests needing RDMA hardware or a GPU are tagged
-# requires-rdma / requires-gpu and filtered out by .bazelrc.
+# Sets up and runs the whole test suite, then prints a one-line summary
+# ("tests: N passed, N failed, N skipped (M test targets)"):
+#   1. bazel test //... (tests tagged requires-rdma / requires-gpu are
+#      filtered out by .bazelrc);
+#   2. the libFuzzer targets for FUZZ_SECONDS (default 30; 0 skips);
+#   3. the requires-rdma tests inside a Soft-RoCE VM (tools/rdma_tests.sh;
+#      RDMA_TESTS=0 skips; they count as skipped where no VM can run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -9,45 +13,8 @@ tools/setup.sh || exit 1
 log=$(mktemp)
 bazel test //... "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
-
-# Count gtest cases from the XML reports of the targets this run reported
-# (cached ones included); a target that failed without a report counts as one
-# failed case.
-summary=$(python3 - "$log" <<'PY'
-import os, re, sys
-import xml.etree.ElementTree as ET
-passed = failed = skipped = targets = 0
-for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"^//([^ :]*):(\S+)\s+(\(cached\) )?(PASSED|FAILED|TIMEOUT|FLAKY|NO STATUS)", line)
-    if not m:
-        continue
-    targets += 1
-    xml = os.path.join("bazel-testlogs", m.group(1), m.group(2), "test.xml")
-    try:
-        cases = ET.parse(xml).getroot().iter("testcase")
-    except (OSError, ET.ParseError):
-        cases = []
-    seen = 0
-    for case in cases:
-        seen += 1
-        if case.find("failure") is not None or case.find("error") is not None:
-            failed += 1
-        elif case.get("result") == "skipped" or case.find("skipped") is not None:
-            skipped += 1
-        else:
-            passed += 1
-    if seen == 0:
-        if m.group(4) == "PASSED":
-            passed += 1
-        else:
-            failed += 1
-print(f"{passed} passed, {failed} failed, {skipped} skipped ({targets} test targets)")
-PY
-)
 build_failed=$(grep -c 'FAILED TO BUILD' "$log")
 
-# The libFuzzer targets, for a bounded time (FUZZ_SECONDS, default 30;
-# 0 skips them).
 fuzz_status=0
 fuzz_summary="skipped (FUZZ_SECONDS=0)"
 if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
@@ -58,6 +25,53 @@ if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
     fuzz_status=1
   fi
 fi
+
+rdma_status=0
+rm -rf bazel-rdma-testlogs
+if [ "${RDMA_TESTS:-1}" != 0 ]; then
+  tools/rdma_tests.sh | tee -a "$log"
+  rdma_status=${PIPESTATUS[0]}
+fi
+rdma_summary=$(grep '^rdma tests: ' "$log" | tail -1)
+
+# Count gtest cases from the XML reports of the targets this run reported
+# (cached ones included) and of the VM's tests; a target that failed without
+# a report counts as one failed case.
+summary=$(python3 - "$log" <<'PY'
+import glob, os, re, sys
+import xml.etree.ElementTree as ET
+passed = failed = skipped = targets = 0
+def count(xml, fallback_passed):
+    global passed, failed, skipped
+    try:
+        cases = list(ET.parse(xml).getroot().iter("testcase"))
+    except (OSError, ET.ParseError):
+        cases = []
+    for case in cases:
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+        elif case.get("result") == "skipped" or case.find("skipped") is not None:
+            skipped += 1
+        else:
+            passed += 1
+    if not cases:
+        if fallback_passed:
+            passed += 1
+        else:
+            failed += 1
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"^//([^ :]*):(\S+)\s+(\(cached\) )?(PASSED|FAILED|TIMEOUT|FLAKY|NO STATUS)", line)
+    if not m:
+        continue
+    targets += 1
+    count(os.path.join("bazel-testlogs", m.group(1), m.group(2), "test.xml"),
+          m.group(4) == "PASSED")
+for xml in sorted(glob.glob("bazel-rdma-testlogs/*.xml")):
+    targets += 1
+    count(xml, False)
+print(f"{passed} passed, {failed} failed, {skipped} skipped ({targets} test targets)")
+PY
+)
 rm -f "$log"
 echo
 if [ "$build_failed" -ne 0 ]; then
@@ -67,6 +81,8 @@ if [ "$status" -ne 0 ]; then
   echo "bazel test exited with status $status"
 fi
 echo "fuzz: ${fuzz_summary}"
+echo "${rdma_summary:-rdma tests: skipped (RDMA_TESTS=0)}"
 echo "tests: ${summary}"
 [ "$status" -ne 0 ] || status=$fuzz_status
+[ "$status" -ne 0 ] || status=$rdma_status
 exit "$status"
