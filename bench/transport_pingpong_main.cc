@@ -33,10 +33,12 @@
 #include "rdma/transport_registry.h"
 
 ABSL_FLAG(std::string, transport, "ucx",
-          "Transport backend: ucx or loopback (loopback needs --mode=thread).");
+          "Transport backend: ucx, ibverbs or loopback (loopback needs --mode=thread).");
 ABSL_FLAG(std::string, params, "",
           "Backend parameters key=value,... (ucx: tls, keepalive_ms, "
-          "max_outstanding), e.g. tls=shm. Empty: the backend's defaults.");
+          "max_outstanding; ibverbs: device, port, gid_index, "
+          "bootstrap_host, max_outstanding, signal_every, ack_timeout, "
+          "retry_count), e.g. tls=shm. Empty: the backend's defaults.");
 ABSL_FLAG(std::string, mode, "process",
           "How rank 1 runs when not launched by torchrun: process or thread.");
 ABSL_FLAG(int64_t, min_bytes, 8, "Smallest message size.");

@@ -1,6 +1,7 @@
 #include "rdma/builtin_transports.h"
 
 #include "common/status_macros.h"
+#include "rdma/ibverbs/ibverbs_transport.h"
 #include "rdma/loopback/loopback_transport.h"
 #include "rdma/ucx/ucx_transport.h"
 
@@ -8,6 +9,7 @@ namespace rdmaflow::rdma {
 
 absl::Status RegisterBuiltinTransports(TransportRegistry& registry) {
   RETURN_IF_ERROR(ucx::RegisterUcxTransport(registry));
+  RETURN_IF_ERROR(ibverbs::RegisterIbverbsTransport(registry));
   RETURN_IF_ERROR(loopback::RegisterLoopbackTransport(registry));
   return absl::OkStatus();
 }

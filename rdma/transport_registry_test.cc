@@ -15,7 +15,7 @@ using ::testing::HasSubstr;
 TEST(TransportRegistryTest, BuiltinsAreListedByPriority) {
   TransportRegistry registry;
   ASSERT_OK(RegisterBuiltinTransports(registry));
-  EXPECT_THAT(registry.Names(), ElementsAre("ucx", "loopback"));
+  EXPECT_THAT(registry.Names(), ElementsAre("ucx", "ibverbs", "loopback"));
   EXPECT_THAT(RegisterBuiltinTransports(registry),
               StatusIs(absl::StatusCode::kAlreadyExists));
 }
@@ -25,7 +25,7 @@ TEST(TransportRegistryTest, UnknownNameListsTheValidOnes) {
   ASSERT_OK(RegisterBuiltinTransports(registry));
   EXPECT_THAT(registry.Create("verbs", {}),
               StatusIs(absl::StatusCode::kNotFound,
-                       HasSubstr("registered: ucx, loopback")));
+                       HasSubstr("registered: ucx, ibverbs, loopback")));
 }
 
 TEST(TransportRegistryTest, UnknownParameterListsTheAcceptedOnes) {
