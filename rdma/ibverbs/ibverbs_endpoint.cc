@@ -16,15 +16,26 @@ IbverbsEndpoint::~IbverbsEndpoint() {
   transport_->Forget(state_->id);
 }
 
-absl::Status IbverbsEndpoint::Prepare(const LocalSlice& local,
-                                      const RemoteSlice& remote, ibv_sge& sge,
-                                      uint32_t& rkey) const {
+absl::Status IbverbsEndpoint::CheckUsable() const {
   const EndpointState& s = *state_;
   if (s.closed) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the endpoint to rank ", s.peer_rank, " is closed"));
   }
   if (!s.failure.ok()) return s.failure;
+  if (s.operations >= transport_->options_.max_outstanding_per_endpoint) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        s.operations, " operations in flight towards rank ", s.peer_rank,
+        "; progress the transport and retry"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IbverbsEndpoint::Prepare(const LocalSlice& local,
+                                      const RemoteSlice& remote, ibv_sge& sge,
+                                      uint32_t& rkey) const {
+  const EndpointState& s = *state_;
+  RETURN_IF_ERROR(CheckUsable());
   RETURN_IF_ERROR(CheckTransfer(local, remote, s.peer_rank, kBackend));
   const auto* registration =
       dynamic_cast<const VerbsRegistration*>(local.region->registration());
@@ -35,11 +46,6 @@ absl::Status IbverbsEndpoint::Prepare(const LocalSlice& local,
         " was not registered with this ibverbs transport"));
   }
   ASSIGN_OR_RETURN(rkey, UnpackKey(remote.region->packed_key, s.peer_rank));
-  if (s.operations >= transport_->options_.max_outstanding_per_endpoint) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        s.operations, " operations in flight towards rank ", s.peer_rank,
-        "; progress the transport and retry"));
-  }
   sge.addr = reinterpret_cast<uintptr_t>(local.data());
   sge.lkey = registration->lkey();
   return absl::OkStatus();
@@ -70,17 +76,7 @@ absl::Status IbverbsEndpoint::PostRead(const LocalSlice& dst,
 }
 
 absl::Status IbverbsEndpoint::PostFlush(Completion done) {
-  const EndpointState& s = *state_;
-  if (s.closed) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the endpoint to rank ", s.peer_rank, " is closed"));
-  }
-  if (!s.failure.ok()) return s.failure;
-  if (s.operations >= transport_->options_.max_outstanding_per_endpoint) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        s.operations, " operations in flight towards rank ", s.peer_rank,
-        "; progress the transport and retry"));
-  }
+  RETURN_IF_ERROR(CheckUsable());
   return transport_->PostMarker(*state_, std::move(done), true);
 }
 

@@ -43,6 +43,8 @@ class IbverbsEndpoint final : public Endpoint {
   absl::Status Close() override;
 
  private:
+  // Not closed, not failed, and room for one more operation.
+  absl::Status CheckUsable() const;
   // Checks the endpoint is usable and the slices valid; fills the local
   // scatter entry's address and key, and the remote key.
   absl::Status Prepare(const LocalSlice& local, const RemoteSlice& remote,
