@@ -3,11 +3,11 @@
 // IbverbsEndpoint: one RC queue pair towards a peer. Writes are RDMA WRITE
 // (WRITE WITH IMMEDIATE when notified: the immediate is the notification,
 // consumed from the peer's shared receive queue after the data is placed);
-// reads are RDMA READ. Work requests are signaled one in `signal_every`; a
-// signaled completion completes every earlier request (a send queue completes
-// in order), and Transport::Progress() posts a signaled 8-byte read of the
-// peer's marker region behind an idle unsignaled tail so that every callback
-// fires. PostFlush is such a marker read with a callback. Operations larger
+// reads are RDMA READ. Work requests are signaled one in `signal_every` (and
+// when posted to an idle queue); a signaled completion completes every
+// earlier request (a send queue completes in order), and
+// Transport::Progress() posts a signaled 8-byte read of the peer's marker
+// region behind an unsignaled tail left idle, so that every callback fires. PostFlush is such a marker read with a callback. Operations larger
 // than the device's largest message are split into several work requests
 // (the notification rides on the last).
 #ifndef RDMAFLOW_RDMA_IBVERBS_IBVERBS_ENDPOINT_H_

@@ -83,6 +83,7 @@ struct EndpointState {
   size_t operations = 0;      // Entries of in_flight with a callback.
   int unsignaled_run = 0;     // Posted unsignaled since the last signaled.
   bool tail_unsignaled = false;
+  bool posted_since_progress = false;
   bool closed = false;
   absl::Status failure;  // Set once the queue pair failed.
 };

@@ -228,8 +228,6 @@ QueuePairOptions IbverbsTransport::QpOptions() const {
 
 QueuePairInfo IbverbsTransport::WithMarker(QueuePairInfo info) const {
   info.marker_address = reinterpret_cast<uintptr_t>(marker_.data());
-  auto* registration = static_cast<VerbsRegistration*>(marker_.registration());
-  (void)registration;
   absl::StatusOr<uint32_t> rkey =
       UnpackKey(marker_.descriptor().packed_key, options_.rank);
   info.marker_rkey = rkey.ok() ? *rkey : 0;
@@ -302,7 +300,10 @@ absl::Status IbverbsTransport::Post(EndpointState& state, ibv_send_wr& wr,
                                     Completion done, bool has_callback,
                                     const char* op, bool force_signal) {
   const uint64_t seq = state.next_seq;
-  bool signaled = force_signal || state.unsignaled_run + 1 >= options_.signal_every;
+  // A request posted to an idle queue is signaled itself: a lone operation
+  // then needs no marker behind it.
+  bool signaled = force_signal || state.in_flight.empty() ||
+                  state.unsignaled_run + 1 >= options_.signal_every;
   if (signaled) wr.send_flags |= IBV_SEND_SIGNALED;
   wr.wr_id = (state.id << kSeqBits) | (seq & kSeqMask);
   ibv_send_wr* bad = nullptr;
@@ -318,6 +319,7 @@ absl::Status IbverbsTransport::Post(EndpointState& state, ibv_send_wr& wr,
   ++state.next_seq;
   state.unsignaled_run = signaled ? 0 : state.unsignaled_run + 1;
   state.tail_unsignaled = !signaled;
+  state.posted_since_progress = true;
   WorkRequest request;
   request.seq = seq;
   request.done = std::move(done);
@@ -455,11 +457,14 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
   if (n < 0) return absl::InternalError("ibv_poll_cq (receive) failed");
   RETURN_IF_ERROR(PostReceives(received));
   WatchPeers();
-  // Idle endpoints with an unsignaled tail get a signaled marker behind it.
+  // Endpoints left idle (nothing posted since the last Progress()) with an
+  // unsignaled tail get a signaled marker behind it.
   for (auto& [id, state] : endpoints_) {
-    if (state->tail_unsignaled && !state->closed && state->failure.ok()) {
+    if (state->tail_unsignaled && !state->posted_since_progress &&
+        !state->closed && state->failure.ok()) {
       PostMarker(*state, nullptr, false).IgnoreError();
     }
+    state->posted_since_progress = false;
   }
   return completions_.FireAll() + received;
 }
