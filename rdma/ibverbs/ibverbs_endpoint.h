@@ -7,9 +7,10 @@
 // when posted to an idle queue); a signaled completion completes every
 // earlier request (a send queue completes in order), and
 // Transport::Progress() posts a signaled 8-byte read of the peer's marker
-// region behind an unsignaled tail left idle, so that every callback fires. PostFlush is such a marker read with a callback. Operations larger
-// than the device's largest message are split into several work requests
-// (the notification rides on the last).
+// region behind an unsignaled tail left idle, so that every callback fires.
+// PostFlush is such a marker read with a callback. Operations larger than the
+// device's largest message are split into several work requests (the
+// notification rides on the last).
 #ifndef RDMAFLOW_RDMA_IBVERBS_IBVERBS_ENDPOINT_H_
 #define RDMAFLOW_RDMA_IBVERBS_IBVERBS_ENDPOINT_H_
 
