@@ -1,0 +1,39 @@
+// File: communicator_options.h
+// -----------------------------------------------------------------------------
+// CommunicatorOptions: the settings every Communicator shares (rendezvous
+// namespace, timeouts, tracing) plus those of the zero-copy executor.
+#ifndef RDMAFLOW_RUNTIME_COMMUNICATOR_OPTIONS_H_
+#define RDMAFLOW_RUNTIME_COMMUNICATOR_OPTIONS_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace rdmaflow::runtime {
+
+struct CommunicatorOptions {
+  // Prefix of every key this communicator puts in the Store; jobs (or
+  // communicators of one job) sharing a store need distinct namespaces.
+  std::string ns = "rdmaflow";
+  // How long a call waits for a peer (to publish, deliver a tensor, release a
+  // slot) before it fails with kDeadlineExceeded.
+  absl::Duration timeout = absl::Seconds(60);
+  // While waiting on a peer, how often to probe it (an endpoint flush), so a
+  // dead peer is reported as kUnavailable long before the timeout.
+  absl::Duration liveness_interval = absl::Milliseconds(100);
+  // Registered pools for dynamic-size tensors, per rank that sends (sources
+  // the receiver reads from) and per rank that receives them (destinations).
+  // Allocated only when the plan has dynamic tensors for the rank.
+  size_t dynamic_pool_bytes = size_t{64} << 20;
+  // Dynamic tracing: after this many steps, shapes seen identical at every
+  // step promote dynamic tensors to static slots (all ranks re-plan
+  // together). 0 disables it.
+  int trace_steps = 3;
+  // When set, Shutdown() writes a Chrome trace (JSON) of every transfer here.
+  std::string trace_path;
+};
+
+}  // namespace rdmaflow::runtime
+
+#endif  // RDMAFLOW_RUNTIME_COMMUNICATOR_OPTIONS_H_

@@ -1,0 +1,575 @@
+// File: executor.cc
+// -----------------------------------------------------------------------------
+// The executor's data path: Send (static and dynamic), Recv, FinishStep and
+// Shutdown. Set-up is in executor_setup.cc, the progress engine in
+// executor_progress.cc.
+#include "runtime/executor.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "graph_analyzer/shape_util.h"
+#include "rdma/rendezvous.h"
+
+namespace rdmaflow::runtime {
+namespace {
+
+// What a completion callback of a read reports back to the waiting Recv.
+struct PendingRead {
+  bool done = false;
+  absl::Status status;
+};
+
+absl::Status Annotate(const absl::Status& status, const std::string& what) {
+  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
+    const plan::TransferPlan& plan, rdma::Transport& transport,
+    rdma::Store& store, const CommunicatorOptions& options) {
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the communicator timeout must be positive");
+  }
+  if (options.trace_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trace_steps must be 0 (off) or positive, not ", options.trace_steps));
+  }
+  ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, transport.rank()));
+  std::unique_ptr<Executor> executor(
+      new Executor(std::move(rank_plan), transport, store, options));
+  RETURN_IF_ERROR(executor->ConnectPeers());
+  RETURN_IF_ERROR(executor->SetUpGeneration());
+  return executor;
+}
+
+Executor::Executor(RankPlan rank_plan, rdma::Transport& transport,
+                   rdma::Store& store, const CommunicatorOptions& options)
+    : rank_plan_(std::move(rank_plan)),
+      transport_(transport),
+      store_(store),
+      options_(options),
+      dirty_(std::make_shared<std::atomic<int>>(0)),
+      trace_(rank_plan_.rank(), !options.trace_path.empty()) {}
+
+Executor::~Executor() {
+  absl::Status status = Shutdown();
+  if (!status.ok()) {
+    std::fprintf(stderr, "rdmaflow: rank %d: executor shutdown: %s\n",
+                 rank_plan_.rank(), status.ToString().c_str());
+  }
+  // Closing cancels what is still in flight (after a failure); collect those
+  // completions now, while the state their callbacks touch exists.
+  for (auto& endpoint : endpoints_) {
+    if (endpoint != nullptr) endpoint->Close().IgnoreError();
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (outstanding_ > 0 && absl::Now() < deadline) {
+    if (!transport_.Progress().ok()) break;
+  }
+  endpoints_.clear();
+}
+
+void Executor::AddSendArena(const rdma::MemoryRegion* region) {
+  send_arenas_.push_back(region);
+}
+
+std::vector<std::string> Executor::promoted() const { return promoted_; }
+
+absl::Status Executor::CheckUsable() const {
+  if (shut_down_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank_plan_.rank(), ": the communicator was shut down"));
+  }
+  return failure_;
+}
+
+absl::Status Executor::CheckSequence(uint64_t next_seq, const TransferInfo& info,
+                                     const char* verb) const {
+  const uint64_t due = static_cast<uint64_t>(step_ - generation_start_step_);
+  if (next_seq == due) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      info.Describe(), " was already ", verb, " in step ", step_,
+      ": call FinishStep() before the next step's transfers"));
+}
+
+void Executor::Observe(const TransferInfo& info,
+                       const std::vector<int64_t>& shape) {
+  if (options_.trace_steps == 0 || generation_ > 0 ||
+      step_ >= options_.trace_steps) {
+    return;
+  }
+  for (auto& [tensor, shapes] : observed_) {
+    if (tensor != info.tensor) continue;
+    // A tensor sent to several ranks is observed once per step.
+    if (static_cast<int64_t>(shapes.size()) <= step_) shapes.push_back(shape);
+    return;
+  }
+  observed_.emplace_back(info.tensor,
+                         std::vector<std::vector<int64_t>>{shape});
+}
+
+// --- Send -------------------------------------------------------------------
+
+bool Executor::StageFree(const internal::SendSlot& slot, uint64_t seq) const {
+  return slot.released() + slot.info.depth > seq;
+}
+
+bool Executor::SharedMemoryFree(const internal::SendSlot& slot,
+                                uint64_t seq) const {
+  const uint64_t depth = slot.info.depth;
+  for (const auto& [other, precedes] : slot.overlaps) {
+    const uint64_t released = other->released();
+    if (precedes ? released <= seq : released + depth <= seq) return false;
+  }
+  return true;
+}
+
+std::string Executor::BlockerOf(const internal::SendSlot& slot,
+                                uint64_t seq) const {
+  const uint64_t depth = slot.info.depth;
+  const int64_t base = generation_start_step_;
+  if (!StageFree(slot, seq)) {
+    return absl::StrCat(
+        "rank ", slot.info.dst_rank, " still holds step ",
+        base + slot.released(), " of ", slot.info.Describe(),
+        " (pipeline depth ", depth,
+        "); is it receiving, and dropping received tensors?");
+  }
+  for (const auto& [other, precedes] : slot.overlaps) {
+    const uint64_t released = other->released();
+    if (precedes ? released <= seq : released + depth <= seq) {
+      return absl::StrCat("rank ", slot.info.dst_rank, " still holds step ",
+                          base + released, " of ", other->info.Describe(),
+                          ", whose memory ", slot.info.Describe(),
+                          " shares; is it receiving in schedule order?");
+    }
+  }
+  return absl::StrCat("nothing blocks ", slot.info.Describe());
+}
+
+absl::Status Executor::PostOrDefer(internal::SendSlot& slot,
+                                   internal::SendSlot::PendingWrite write) {
+  if (!SharedMemoryFree(slot, write.seq)) {
+    slot.pending = std::move(write);
+    deferred_.push_back(&slot);
+    return absl::OkStatus();
+  }
+  absl::Status posted = PostWithRetry(
+      [&] {
+        return slot.endpoint->PostWrite(write.src, write.dst,
+                                        write.notification, write.done);
+      },
+      slot.info.dst_rank,
+      [&] { return absl::StrCat("posting ", slot.info.Describe()); });
+  if (posted.ok()) ++outstanding_;
+  return posted;
+}
+
+void Executor::PostDeferred() {
+  size_t kept = 0;
+  for (internal::SendSlot* slot : deferred_) {
+    internal::SendSlot::PendingWrite& write = *slot->pending;
+    if (!SharedMemoryFree(*slot, write.seq)) {
+      deferred_[kept++] = slot;
+      continue;
+    }
+    absl::Status posted = slot->endpoint->PostWrite(
+        write.src, write.dst, write.notification, write.done);
+    if (absl::IsResourceExhausted(posted)) {
+      deferred_[kept++] = slot;
+      continue;
+    }
+    if (posted.ok()) {
+      ++outstanding_;
+    } else {
+      // The write will never run: release what it held, report the error.
+      write.done(posted);
+      ++outstanding_;  // balanced by the callback's decrement
+    }
+    slot->pending.reset();
+  }
+  deferred_.resize(kept);
+}
+
+absl::Status Executor::WaitForSlot(internal::SendSlot& slot, uint64_t seq) {
+  // One deferred write per slot at a time.
+  if (StageFree(slot, seq) && !slot.pending.has_value()) {
+    return absl::OkStatus();
+  }
+  const absl::Time begin = absl::Now();
+  absl::Status status = WaitUntil(
+      [&] { return StageFree(slot, seq) && !slot.pending.has_value(); },
+      slot.info.dst_rank, [&] {
+        return slot.pending.has_value() ? BlockerOf(slot, seq - 1)
+                                        : BlockerOf(slot, seq);
+      });
+  const absl::Time end = absl::Now();
+  counters_.send_wait += end - begin;
+  trace_.Add(TraceRecorder::Lane::kWait, slot.info.tensor, begin, end,
+             slot.info.dst_rank, step_, 0);
+  return status;
+}
+
+absl::StatusOr<rdma::LocalSlice> Executor::SourceOf(
+    internal::SendSlot& slot, const OutgoingTensor& tensor, int stage) {
+  const size_t bytes = tensor.bytes;
+  for (const rdma::MemoryRegion* arena : send_arenas_) {
+    if (tensor.data >= arena->data() &&
+        tensor.data + bytes <= arena->data() + arena->size()) {
+      return rdma::LocalSlice{
+          arena, static_cast<size_t>(tensor.data - arena->data()), bytes};
+    }
+  }
+  // Not registered: one copy into this slot's staging buffer.
+  if (slot.staging == nullptr) {
+    ASSIGN_OR_RETURN(rdma::MemoryRegion staging,
+                     transport_.Allocate(slot.info.slot_bytes * slot.info.depth));
+    slot.staging = std::make_unique<rdma::MemoryRegion>(std::move(staging));
+  }
+  if (slot.staging_busy[stage]) {
+    RETURN_IF_ERROR(WaitUntil([&] { return !slot.staging_busy[stage]; },
+                              slot.info.dst_rank, [&] {
+                                return absl::StrCat("the previous write of ",
+                                                    slot.info.Describe(),
+                                                    " never completed");
+                              }));
+  }
+  const size_t offset = stage * slot.info.slot_bytes;
+  std::memcpy(slot.staging->data() + offset, tensor.data, bytes);
+  slot.staging_busy[stage] = true;
+  ++counters_.copies;
+  counters_.bytes_copied += bytes;
+  return rdma::LocalSlice{slot.staging.get(), offset, bytes};
+}
+
+absl::Status Executor::Send(int id, OutgoingTensor tensor) {
+  RETURN_IF_ERROR(CheckUsable());
+  ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindSend(id));
+  internal::SendSlot& slot = *sends_[send_by_id_[info->id]];
+  RETURN_IF_ERROR(CheckSequence(slot.next_seq, slot.info, "sent"));
+  ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(slot.info, tensor.shape));
+  if (bytes != tensor.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        slot.info.Describe(), ": got ", tensor.bytes, " bytes for shape ",
+        graph::ShapeString(tensor.shape), " of ",
+        graph::DataTypeName(slot.info.spec.dtype()), ", which needs ", bytes));
+  }
+  if (bytes > 0 && tensor.data == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(slot.info.Describe(), ": null data"));
+  }
+  if (slot.info.dynamic) return SendDynamic(slot, std::move(tensor));
+  return SendStatic(slot, std::move(tensor));
+}
+
+absl::Status Executor::SendStatic(internal::SendSlot& slot,
+                                  OutgoingTensor tensor) {
+  const uint64_t seq = slot.next_seq;
+  const int stage = static_cast<int>(seq % slot.info.depth);
+  RETURN_IF_ERROR(WaitForSlot(slot, seq));
+  ASSIGN_OR_RETURN(rdma::LocalSlice src, SourceOf(slot, tensor, stage));
+  const bool staged = src.region == slot.staging.get();
+  if (staged) tensor.keepalive.reset();  // copied: the caller's memory is free
+  const rdma::RemoteSlice dst{
+      slot.remote, stage * slot.info.stage_bytes + slot.info.offset,
+      tensor.bytes};
+  const absl::Time begin = absl::Now();
+  const int64_t step = step_;
+  std::shared_ptr<const void> keep = std::move(tensor.keepalive);
+  auto done = [this, s = &slot, stage, staged, begin, step,
+               keep](absl::Status status) {
+    --outstanding_;
+    if (staged) s->staging_busy[stage] = false;
+    if (!status.ok()) {
+      Fail(Annotate(status, absl::StrCat("writing step ", step, " of ",
+                                         s->info.Describe())));
+    }
+    trace_.Add(TraceRecorder::Lane::kSend, s->info.tensor, begin, absl::Now(),
+               s->info.dst_rank, step, s->info.data_bytes);
+  };
+  internal::SendSlot::PendingWrite write{
+      seq, src, dst,
+      internal::EncodeNotification(slot.info.slot_index, stage),
+      std::move(done)};
+  absl::Status posted = PostOrDefer(slot, std::move(write));
+  if (!posted.ok()) {
+    if (staged) slot.staging_busy[stage] = false;
+    return Annotate(posted, absl::StrCat("sending ", slot.info.Describe()));
+  }
+  ++slot.next_seq;
+  ++counters_.tensors_sent;
+  counters_.bytes_sent += tensor.bytes;
+  return absl::OkStatus();
+}
+
+void Executor::FreeSources(internal::SendSlot& slot) {
+  const uint64_t released = slot.released();
+  while (!slot.sources.empty() && slot.sources.front().first < released) {
+    source_pool_->Free(slot.sources.front().second);
+    slot.sources.pop_front();
+  }
+}
+
+absl::Status Executor::SendDynamic(internal::SendSlot& slot,
+                                   OutgoingTensor tensor) {
+  const uint64_t seq = slot.next_seq;
+  const int stage = static_cast<int>(seq % slot.info.depth);
+  Observe(slot.info, tensor.shape);
+  RETURN_IF_ERROR(WaitForSlot(slot, seq));
+  FreeSources(slot);
+  size_t source = 0;
+  if (tensor.bytes > 0) {
+    if (tensor.bytes > source_pool_->capacity()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          slot.info.Describe(), ": ", tensor.bytes,
+          " bytes exceed the dynamic pool of ", source_pool_->capacity(),
+          " bytes; raise CommunicatorOptions::dynamic_pool_bytes "
+          "(--dynamic_pool_bytes)"));
+    }
+    absl::StatusOr<size_t> allocated = source_pool_->Allocate(tensor.bytes);
+    if (!allocated.ok()) {
+      RETURN_IF_ERROR(WaitUntil(
+          [&] {
+            for (auto& s : sends_) {
+              if (s->info.dynamic) FreeSources(*s);
+            }
+            allocated = source_pool_->Allocate(tensor.bytes);
+            return allocated.ok();
+          },
+          slot.info.dst_rank, [&] {
+            return absl::StrCat(slot.info.Describe(), ": ",
+                                allocated.status().message(),
+                                "; receivers still hold the rest");
+          }));
+    }
+    source = *allocated;
+    std::memcpy(source_pool_region_->data() + source, tensor.data, tensor.bytes);
+    ++counters_.copies;
+    counters_.bytes_copied += tensor.bytes;
+    slot.sources.emplace_back(seq, source);
+  }
+  tensor.keepalive.reset();
+  if (slot.meta_busy[stage]) {
+    RETURN_IF_ERROR(WaitUntil([&] { return !slot.meta_busy[stage]; },
+                              slot.info.dst_rank, [&] {
+                                return absl::StrCat("the previous metadata of ",
+                                                    slot.info.Describe(),
+                                                    " never completed");
+                              }));
+  }
+  const size_t meta_offset = slot.meta_offset + stage * slot.info.slot_bytes;
+  std::vector<uint64_t> words = {seq + 1, tensor.bytes, source,
+                                 static_cast<uint64_t>(rank_plan_.rank())};
+  for (int64_t d : tensor.shape) words.push_back(static_cast<uint64_t>(d));
+  const size_t meta_bytes = words.size() * sizeof(uint64_t);
+  std::memcpy(meta_out_->data() + meta_offset, words.data(), meta_bytes);
+  slot.meta_busy[stage] = true;
+  const rdma::LocalSlice src{meta_out_.get(), meta_offset, meta_bytes};
+  const rdma::RemoteSlice dst{
+      slot.remote, stage * slot.info.stage_bytes + slot.info.offset, meta_bytes};
+  const absl::Time begin = absl::Now();
+  const int64_t step = step_;
+  const uint64_t bytes = tensor.bytes;
+  auto done = [this, s = &slot, stage, begin, step, bytes](absl::Status status) {
+    --outstanding_;
+    s->meta_busy[stage] = false;
+    if (!status.ok()) {
+      Fail(Annotate(status, absl::StrCat("publishing step ", step, " of ",
+                                         s->info.Describe())));
+    }
+    trace_.Add(TraceRecorder::Lane::kSend, s->info.tensor, begin, absl::Now(),
+               s->info.dst_rank, step, bytes);
+  };
+  internal::SendSlot::PendingWrite write{
+      seq, src, dst,
+      internal::EncodeNotification(slot.info.slot_index, stage),
+      std::move(done)};
+  absl::Status posted = PostOrDefer(slot, std::move(write));
+  if (!posted.ok()) {
+    slot.meta_busy[stage] = false;
+    return Annotate(posted, absl::StrCat("sending ", slot.info.Describe()));
+  }
+  ++slot.next_seq;
+  ++counters_.tensors_sent;
+  counters_.bytes_sent += bytes;
+  return absl::OkStatus();
+}
+
+// --- Recv -------------------------------------------------------------------
+
+absl::StatusOr<ReceivedTensor> Executor::Recv(int id) {
+  RETURN_IF_ERROR(CheckUsable());
+  ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindRecv(id));
+  std::shared_ptr<internal::RecvSlot> slot = recvs_[recv_by_id_[info->id]];
+  RETURN_IF_ERROR(CheckSequence(slot->next_seq, slot->info, "received"));
+  const uint64_t seq = slot->next_seq;
+  const int stage = static_cast<int>(seq % slot->info.depth);
+  const absl::Time begin = absl::Now();
+  if (slot->arrived <= seq) {
+    RETURN_IF_ERROR(WaitUntil(
+        [&] { return slot->arrived > seq; }, slot->info.src_rank, [&] {
+          return absl::StrCat("rank ", slot->info.src_rank,
+                              " has not delivered step ", step_, " of ",
+                              slot->info.Describe());
+        }));
+    counters_.recv_wait += absl::Now() - begin;
+  }
+  ReceivedTensor out;
+  if (slot->info.dynamic) {
+    ASSIGN_OR_RETURN(out, RecvDynamic(slot, stage));
+  } else {
+    std::vector<int64_t> shape(slot->info.spec.shape().begin(),
+                               slot->info.spec.shape().end());
+    out = ReceivedTensor(
+        slot->region->data() + stage * slot->info.stage_bytes + slot->info.offset,
+        slot->info.data_bytes, std::move(shape),
+        std::make_unique<internal::SlotLease>(slot, stage));
+  }
+  ++slot->next_seq;
+  ++counters_.tensors_received;
+  counters_.bytes_received += out.bytes();
+  trace_.Add(TraceRecorder::Lane::kRecv, slot->info.tensor, begin, absl::Now(),
+             slot->info.src_rank, step_, out.bytes());
+  return out;
+}
+
+absl::StatusOr<ReceivedTensor> Executor::RecvDynamic(
+    const std::shared_ptr<internal::RecvSlot>& slot, int stage) {
+  const TransferInfo& info = slot->info;
+  const uint64_t seq = slot->next_seq;
+  const std::byte* meta =
+      slot->region->data() + stage * info.stage_bytes + info.offset;
+  const int rank = info.spec.shape_size();
+  std::vector<uint64_t> words(kMetadataHeaderWords + rank);
+  std::memcpy(words.data(), meta, words.size() * sizeof(uint64_t));
+  std::vector<int64_t> shape;
+  for (int d = 0; d < rank; ++d) {
+    shape.push_back(static_cast<int64_t>(words[kMetadataHeaderWords + d]));
+  }
+  auto corrupt = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat(
+        info.Describe(), ": the metadata of step ", step_, " is corrupt (",
+        why, "); do both ranks run the same plan?"));
+  };
+  if (words[0] != seq + 1) {
+    return corrupt(absl::StrCat("sequence ", words[0], ", expected ", seq + 1));
+  }
+  if (words[3] != static_cast<uint64_t>(info.src_rank)) {
+    return corrupt(absl::StrCat("written by rank ", words[3]));
+  }
+  absl::StatusOr<uint64_t> bytes = CheckShape(info, shape);
+  if (!bytes.ok()) return corrupt(std::string(bytes.status().message()));
+  if (*bytes != words[1] ||
+      words[2] + words[1] > slot->source_pool->length) {
+    return corrupt(absl::StrCat(words[1], " bytes at source offset ", words[2]));
+  }
+  Observe(info, shape);
+  if (*bytes == 0) {
+    return ReceivedTensor(nullptr, 0, std::move(shape),
+                          std::make_unique<internal::SlotLease>(slot, stage));
+  }
+  if (*bytes > dest_pool_->capacity()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        info.Describe(), ": ", *bytes, " bytes exceed the dynamic pool of ",
+        dest_pool_->capacity(), " bytes; raise dynamic_pool_bytes"));
+  }
+  absl::StatusOr<size_t> dest = dest_pool_->Allocate(*bytes);
+  if (!dest.ok()) {
+    RETURN_IF_ERROR(WaitUntil(
+        [&] {
+          dest = dest_pool_->Allocate(*bytes);
+          return dest.ok();
+        },
+        info.src_rank, [&] {
+          return absl::StrCat(info.Describe(), ": ", dest.status().message(),
+                              "; drop received dynamic tensors sooner");
+        }));
+  }
+  slot->dest[stage] = *dest;
+  slot->dest_valid[stage] = true;
+  // From here on the lease frees the destination.
+  auto lease = std::make_unique<internal::SlotLease>(slot, stage);
+  auto pending = std::make_shared<PendingRead>();
+  const absl::Time begin = absl::Now();
+  absl::Status posted = PostWithRetry(
+      [&] {
+        return slot->endpoint->PostRead(
+            {dest_pool_region_.get(), *dest, *bytes},
+            {slot->source_pool, words[2], *bytes},
+            [this, pending](absl::Status status) {
+              --outstanding_;
+              pending->done = true;
+              pending->status = std::move(status);
+            });
+      },
+      info.src_rank, [&] { return absl::StrCat("posting the read of ", info.Describe()); });
+  if (!posted.ok()) {
+    return Annotate(posted, absl::StrCat("reading ", info.Describe()));
+  }
+  ++outstanding_;
+  RETURN_IF_ERROR(WaitUntil([&] { return pending->done; }, info.src_rank, [&] {
+    return absl::StrCat("the read of ", info.Describe(), " never completed");
+  }));
+  if (!pending->status.ok()) {
+    return Annotate(pending->status,
+                    absl::StrCat("reading step ", step_, " of ", info.Describe()));
+  }
+  ++counters_.reads;
+  trace_.Add(TraceRecorder::Lane::kPull, info.tensor, begin, absl::Now(),
+             info.src_rank, step_, *bytes);
+  return ReceivedTensor(dest_pool_region_->data() + *dest, *bytes,
+                        std::move(shape), std::move(lease));
+}
+
+// --- Steps and shutdown -----------------------------------------------------
+
+absl::Status Executor::FinishStep() {
+  RETURN_IF_ERROR(CheckUsable());
+  const uint64_t expected =
+      static_cast<uint64_t>(step_ - generation_start_step_) + 1;
+  for (const auto& slot : sends_) {
+    if (slot->next_seq != expected) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", step_, " of rank ", rank_plan_.rank(), " never sent ",
+          slot->info.Describe(), ": every transfer moves once per step"));
+    }
+  }
+  for (const auto& slot : recvs_) {
+    if (slot->next_seq != expected) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", step_, " of rank ", rank_plan_.rank(), " never received ",
+          slot->info.Describe(), ": every transfer moves once per step"));
+    }
+  }
+  ++step_;
+  ++counters_.steps;
+  RETURN_IF_ERROR(Poll());
+  if (options_.trace_steps > 0 && generation_ == 0 &&
+      step_ == options_.trace_steps) {
+    RETURN_IF_ERROR(Replan());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Shutdown() {
+  if (shut_down_) return shutdown_status_;
+  absl::Status status = failure_;
+  if (status.ok()) status = Drain();
+  if (status.ok()) {
+    status = rdma::Barrier(store_, options_.ns, "shutdown",
+                           rank_plan_.world_size(), options_.timeout);
+  }
+  if (trace_.enabled()) {
+    absl::Status written = trace_.WriteFile(options_.trace_path);
+    if (status.ok()) status = written;
+  }
+  shut_down_ = true;
+  shutdown_status_ = status;
+  return status;
+}
+
+}  // namespace rdmaflow::runtime

@@ -1,0 +1,263 @@
+// File: executor_setup.cc
+// -----------------------------------------------------------------------------
+// Executor set-up: connecting to peers, allocating and exchanging the
+// regions of one plan generation, the dynamic-tensor pools, and re-planning
+// after dynamic tracing.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "graph_analyzer/tracing.h"
+#include "rdma/rendezvous.h"
+#include "runtime/executor.h"
+
+namespace rdmaflow::runtime {
+namespace {
+
+std::string LinkKey(const char* what, int generation, int src, int dst) {
+  return absl::StrCat("g", generation, "/", what, "/", src, "-", dst);
+}
+
+bool Overlap(const TransferInfo& a, const TransferInfo& b) {
+  return a.offset < b.offset + b.slot_bytes && b.offset < a.offset + a.slot_bytes;
+}
+
+bool HasDynamic(const plan::TransferPlan& plan) {
+  for (const plan::LinkRegion& link : plan.link()) {
+    for (const plan::TensorSlot& slot : link.slot()) {
+      if (slot.kind() == plan::DYNAMIC) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status Executor::ConnectPeers() {
+  RETURN_IF_ERROR(rdma::PublishAddress(store_, options_.ns, transport_));
+  endpoints_.resize(rank_plan_.world_size());
+  liveness_probe_busy_.assign(rank_plan_.world_size(), false);
+  next_probe_.assign(rank_plan_.world_size(), absl::InfinitePast());
+  for (int peer : rank_plan_.peers()) {
+    ASSIGN_OR_RETURN(endpoints_[peer],
+                     rdma::ConnectToPeer(transport_, store_, options_.ns, peer,
+                                         options_.timeout));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::SetUpPools() {
+  bool dynamic_send = false;
+  bool dynamic_recv = false;
+  std::vector<bool> dynamic_from(rank_plan_.world_size(), false);
+  for (const TransferInfo& info : rank_plan_.sends()) {
+    dynamic_send |= info.dynamic;
+  }
+  for (const TransferInfo& info : rank_plan_.recvs()) {
+    dynamic_recv |= info.dynamic;
+    if (info.dynamic) dynamic_from[info.src_rank] = true;
+  }
+  if (dynamic_send) {
+    ASSIGN_OR_RETURN(rdma::MemoryRegion pool,
+                     transport_.Allocate(options_.dynamic_pool_bytes));
+    source_pool_region_ = std::make_unique<rdma::MemoryRegion>(std::move(pool));
+    source_pool_ = std::make_unique<PoolAllocator>(
+        source_pool_region_->size(), plan().config().alignment());
+    RETURN_IF_ERROR(rdma::PublishRegion(
+        store_, options_.ns, absl::StrCat("pool/", rank_plan_.rank()),
+        source_pool_region_->descriptor()));
+  }
+  if (dynamic_recv) {
+    ASSIGN_OR_RETURN(rdma::MemoryRegion pool,
+                     transport_.Allocate(options_.dynamic_pool_bytes));
+    dest_pool_region_ = std::make_shared<rdma::MemoryRegion>(std::move(pool));
+    dest_pool_ = std::make_unique<PoolAllocator>(
+        dest_pool_region_->size(), plan().config().alignment());
+  }
+  peer_source_pools_.resize(rank_plan_.world_size());
+  for (int peer = 0; peer < rank_plan_.world_size(); ++peer) {
+    if (!dynamic_from[peer]) continue;
+    ASSIGN_OR_RETURN(rdma::RemoteRegion pool,
+                     rdma::FetchRegion(store_, options_.ns,
+                                       absl::StrCat("pool/", peer),
+                                       options_.timeout));
+    peer_source_pools_[peer] =
+        std::make_unique<rdma::RemoteRegion>(std::move(pool));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::SetUpGeneration() {
+  const plan::TransferPlan& p = plan();
+  const int rank = rank_plan_.rank();
+  // Publish everything first, then fetch: no rank waits on one that waits
+  // on it.
+  std::vector<std::shared_ptr<rdma::MemoryRegion>> recv_region(p.link_size());
+  std::vector<const rdma::MemoryRegion*> credit_region(p.link_size());
+  for (int l : rank_plan_.recv_links()) {
+    const plan::LinkRegion& link = p.link(l);
+    ASSIGN_OR_RETURN(rdma::MemoryRegion region,
+                     transport_.Allocate(link.region_bytes()));
+    recv_region[l] = std::make_shared<rdma::MemoryRegion>(std::move(region));
+    RETURN_IF_ERROR(rdma::PublishRegion(
+        store_, options_.ns,
+        LinkKey("recv", generation_, link.src_rank(), link.dst_rank()),
+        recv_region[l]->descriptor()));
+  }
+  for (int l : rank_plan_.send_links()) {
+    const plan::LinkRegion& link = p.link(l);
+    ASSIGN_OR_RETURN(rdma::MemoryRegion region,
+                     transport_.Allocate(8 * link.slot_size()));
+    credit_regions_.push_back(
+        std::make_unique<rdma::MemoryRegion>(std::move(region)));
+    credit_region[l] = credit_regions_.back().get();
+    RETURN_IF_ERROR(rdma::PublishRegion(
+        store_, options_.ns,
+        LinkKey("credit", generation_, link.src_rank(), link.dst_rank()),
+        credit_region[l]->descriptor()));
+  }
+  if (generation_ == 0) RETURN_IF_ERROR(SetUpPools());
+  ASSIGN_OR_RETURN(
+      rdma::MemoryRegion credit_out,
+      transport_.Allocate(8 * std::max<size_t>(1, rank_plan_.recvs().size())));
+  credit_out_ = std::make_unique<rdma::MemoryRegion>(std::move(credit_out));
+  size_t meta_bytes = 0;
+  for (const TransferInfo& info : rank_plan_.sends()) {
+    if (info.dynamic) meta_bytes += info.slot_bytes * info.depth;
+  }
+  meta_out_.reset();
+  if (meta_bytes > 0) {
+    ASSIGN_OR_RETURN(rdma::MemoryRegion meta, transport_.Allocate(meta_bytes));
+    meta_out_ = std::make_unique<rdma::MemoryRegion>(std::move(meta));
+  }
+
+  std::vector<const rdma::RemoteRegion*> remote(p.link_size(), nullptr);
+  for (int l : rank_plan_.send_links()) {
+    const plan::LinkRegion& link = p.link(l);
+    ASSIGN_OR_RETURN(
+        rdma::RemoteRegion region,
+        rdma::FetchRegion(
+            store_, options_.ns,
+            LinkKey("recv", generation_, link.src_rank(), link.dst_rank()),
+            options_.timeout));
+    remote_regions_.push_back(
+        std::make_unique<rdma::RemoteRegion>(std::move(region)));
+    remote[l] = remote_regions_.back().get();
+  }
+  for (int l : rank_plan_.recv_links()) {
+    const plan::LinkRegion& link = p.link(l);
+    ASSIGN_OR_RETURN(
+        rdma::RemoteRegion region,
+        rdma::FetchRegion(
+            store_, options_.ns,
+            LinkKey("credit", generation_, link.src_rank(), link.dst_rank()),
+            options_.timeout));
+    remote_regions_.push_back(
+        std::make_unique<rdma::RemoteRegion>(std::move(region)));
+    remote[l] = remote_regions_.back().get();
+  }
+
+  // Sender state.
+  sends_.clear();
+  send_by_id_.assign(0, -1);
+  size_t meta_offset = 0;
+  for (const TransferInfo& info : rank_plan_.sends()) {
+    auto slot = std::make_unique<internal::SendSlot>();
+    slot->info = info;
+    slot->endpoint = endpoints_[info.dst_rank].get();
+    slot->remote = remote[info.link];
+    slot->credit = reinterpret_cast<const uint64_t*>(
+        credit_region[info.link]->data() + 8 * info.slot_index);
+    if (info.dynamic) {
+      slot->meta_offset = meta_offset;
+      meta_offset += info.slot_bytes * info.depth;
+    }
+    if (info.id >= static_cast<int>(send_by_id_.size())) {
+      send_by_id_.resize(info.id + 1, -1);
+    }
+    send_by_id_[info.id] = static_cast<int>(sends_.size());
+    sends_.push_back(std::move(slot));
+  }
+  // Shared slots: a write must wait for the earlier occupant's release.
+  for (auto& a : sends_) {
+    for (const auto& b : sends_) {
+      if (a == b || a->info.link != b->info.link || !Overlap(a->info, b->info)) {
+        continue;
+      }
+      a->overlaps.emplace_back(b.get(),
+                               b->info.live_begin < a->info.live_begin);
+    }
+  }
+
+  // Receiver state.
+  recvs_.clear();
+  recv_by_id_.assign(0, -1);
+  recv_by_notification_.assign(rank_plan_.world_size(), {});
+  for (const TransferInfo& info : rank_plan_.recvs()) {
+    auto slot = std::make_shared<internal::RecvSlot>();
+    slot->info = info;
+    slot->region = recv_region[info.link];
+    slot->endpoint = endpoints_[info.src_rank].get();
+    slot->credit_remote = remote[info.link];
+    slot->dirty = dirty_;
+    slot->credit_word = 8 * recvs_.size();
+    if (info.dynamic) {
+      slot->source_pool = peer_source_pools_[info.src_rank].get();
+      slot->dest_region = dest_pool_region_;
+    }
+    if (info.id >= static_cast<int>(recv_by_id_.size())) {
+      recv_by_id_.resize(info.id + 1, -1);
+    }
+    recv_by_id_[info.id] = static_cast<int>(recvs_.size());
+    std::vector<int>& by_slot = recv_by_notification_[info.src_rank];
+    if (info.slot_index >= static_cast<int>(by_slot.size())) {
+      by_slot.resize(info.slot_index + 1, -1);
+    }
+    by_slot[info.slot_index] = static_cast<int>(recvs_.size());
+    recvs_.push_back(std::move(slot));
+  }
+  (void)rank;
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Replan() {
+  if (!HasDynamic(plan())) return absl::OkStatus();
+  plan::SizeTrace trace;
+  for (const auto& [tensor, shapes] : observed_) {
+    plan::SizeTrace::Observation* obs = trace.add_observation();
+    obs->set_tensor(tensor);
+    for (const std::vector<int64_t>& shape : shapes) {
+      auto* step = obs->add_step();
+      for (int64_t d : shape) step->add_dim(d);
+    }
+  }
+  graph::TracingOptions tracing;
+  tracing.min_steps = options_.trace_steps;
+  ASSIGN_OR_RETURN(plan::TransferPlan next,
+                   graph::PromoteStableTensors(plan(), trace, tracing));
+  ASSIGN_OR_RETURN(RankPlan next_rank_plan,
+                   RankPlan::Create(next, rank_plan_.rank()));
+  // Every rank re-plans at the same step: finish what is in flight, then
+  // wait for all, so that no old-generation write lands after the switch.
+  RETURN_IF_ERROR(Drain());
+  RETURN_IF_ERROR(rdma::Barrier(store_, options_.ns,
+                                absl::StrCat("replan/g", generation_),
+                                rank_plan_.world_size(), options_.timeout));
+  for (auto& slot : recvs_) {
+    slot->retired = true;
+    retired_.push_back(slot);
+  }
+  credit_pending_.clear();
+  rank_plan_ = std::move(next_rank_plan);
+  promoted_.assign(next.promoted_tensor().begin(), next.promoted_tensor().end());
+  // Every source was read before the readers reached the barrier.
+  if (source_pool_ != nullptr) {
+    source_pool_ = std::make_unique<PoolAllocator>(
+        source_pool_region_->size(), plan().config().alignment());
+  }
+  ++generation_;
+  generation_start_step_ = step_;
+  return SetUpGeneration();
+}
+
+}  // namespace rdmaflow::runtime

@@ -1,0 +1,209 @@
+// File: rank_plan.cc
+#include "runtime/rank_plan.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "graph_analyzer/shape_util.h"
+
+namespace rdmaflow::runtime {
+namespace {
+
+constexpr int kMaxDepth = 16;
+// Notifications carry (slot index << 4 | stage) in 32 bits.
+constexpr int kMaxSlotsPerLink = 1 << 28;
+
+absl::Status Malformed(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("malformed plan: ", what));
+}
+
+}  // namespace
+
+std::string TransferInfo::Describe() const {
+  return absl::StrCat("tensor '", tensor, "' (id ", id, ", rank ", src_rank,
+                      " -> ", dst_rank, ")");
+}
+
+absl::StatusOr<RankPlan> RankPlan::Create(const plan::TransferPlan& plan,
+                                          int rank) {
+  if (plan.world_size() <= 0) return Malformed("world_size is not positive");
+  if (rank < 0 || rank >= plan.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " is outside the plan's world of ", plan.world_size(),
+        " ranks (graph '", plan.graph_name(),
+        "'): was the plan made for this job's WORLD_SIZE?"));
+  }
+  RankPlan out;
+  out.rank_ = rank;
+  out.world_size_ = plan.world_size();
+  out.plan_ = plan;
+  std::set<int> peers;
+  for (int l = 0; l < plan.link_size(); ++l) {
+    const plan::LinkRegion& link = plan.link(l);
+    const std::string where =
+        absl::StrCat("link ", link.src_rank(), " -> ", link.dst_rank());
+    if (link.src_rank() < 0 || link.src_rank() >= plan.world_size() ||
+        link.dst_rank() < 0 || link.dst_rank() >= plan.world_size() ||
+        link.src_rank() == link.dst_rank()) {
+      return Malformed(absl::StrCat(where, " has a bad rank"));
+    }
+    if (link.depth() < 1 || link.depth() > kMaxDepth) {
+      return Malformed(absl::StrCat(where, " has depth ", link.depth(),
+                                    " (1..", kMaxDepth, ")"));
+    }
+    if (link.region_bytes() != link.stage_bytes() * link.depth() ||
+        link.region_bytes() == 0) {
+      return Malformed(absl::StrCat(where, " region of ", link.region_bytes(),
+                                    " bytes is not ", link.depth(),
+                                    " stages of ", link.stage_bytes()));
+    }
+    if (link.slot_size() >= kMaxSlotsPerLink) {
+      return Malformed(absl::StrCat(where, " has too many slots"));
+    }
+    const bool mine = link.src_rank() == rank || link.dst_rank() == rank;
+    if (link.src_rank() == rank) {
+      out.send_links_.push_back(l);
+      peers.insert(link.dst_rank());
+    }
+    if (link.dst_rank() == rank) {
+      out.recv_links_.push_back(l);
+      peers.insert(link.src_rank());
+    }
+    for (int s = 0; s < link.slot_size(); ++s) {
+      const plan::TensorSlot& slot = link.slot(s);
+      TransferInfo info;
+      info.id = slot.id();
+      info.tensor = slot.tensor();
+      info.spec = slot.spec();
+      info.dynamic = slot.kind() == plan::DYNAMIC;
+      info.src_rank = link.src_rank();
+      info.dst_rank = link.dst_rank();
+      info.link = l;
+      info.slot_index = s;
+      info.offset = slot.offset();
+      info.slot_bytes = slot.bytes();
+      info.stage_bytes = link.stage_bytes();
+      info.depth = link.depth();
+      info.live_begin = slot.live_begin();
+      info.live_end = slot.live_end();
+      info.element_bytes = graph::DataTypeSize(slot.spec().dtype());
+      if (info.id < 0 || info.id > 16 * 1024 * 1024) {
+        return Malformed(absl::StrCat(info.Describe(), " has a bad id"));
+      }
+      if (info.element_bytes == 0) {
+        return Malformed(absl::StrCat(info.Describe(), " has no dtype"));
+      }
+      if (slot.kind() != plan::STATIC && slot.kind() != plan::DYNAMIC) {
+        return Malformed(absl::StrCat(info.Describe(), " has no slot kind"));
+      }
+      if (slot.bytes() == 0 || slot.offset() + slot.bytes() > link.stage_bytes()) {
+        return Malformed(absl::StrCat(info.Describe(), " slot [", slot.offset(),
+                                      ", +", slot.bytes(),
+                                      ") is outside its stage of ",
+                                      link.stage_bytes(), " bytes"));
+      }
+      if (info.dynamic) {
+        const uint64_t need =
+            8 * (kMetadataHeaderWords + slot.spec().shape_size());
+        if (slot.bytes() < need) {
+          return Malformed(absl::StrCat(info.Describe(), " metadata slot of ",
+                                        slot.bytes(), " bytes is below the ",
+                                        need, " its rank needs"));
+        }
+      } else {
+        std::optional<int64_t> bytes = graph::NumBytes(slot.spec());
+        if (!bytes.has_value() || static_cast<uint64_t>(*bytes) > slot.bytes()) {
+          return Malformed(absl::StrCat(info.Describe(), " static slot of ",
+                                        slot.bytes(), " bytes cannot hold ",
+                                        graph::SpecString(slot.spec())));
+        }
+        info.data_bytes = static_cast<uint64_t>(*bytes);
+      }
+      if (info.id >= static_cast<int>(out.all_.size())) {
+        out.all_.resize(info.id + 1);
+      }
+      if (out.all_[info.id].id != -1) {
+        return Malformed(absl::StrCat("id ", info.id, " is used by both ",
+                                      out.all_[info.id].Describe(), " and ",
+                                      info.Describe()));
+      }
+      out.all_[info.id] = info;
+      if (!mine) continue;
+      if (link.src_rank() == rank) out.sends_.push_back(info);
+      if (link.dst_rank() == rank) out.recvs_.push_back(info);
+    }
+  }
+  out.send_index_.assign(out.all_.size(), -1);
+  out.recv_index_.assign(out.all_.size(), -1);
+  for (size_t i = 0; i < out.sends_.size(); ++i) {
+    out.send_index_[out.sends_[i].id] = static_cast<int>(i);
+  }
+  for (size_t i = 0; i < out.recvs_.size(); ++i) {
+    out.recv_index_[out.recvs_[i].id] = static_cast<int>(i);
+  }
+  out.peers_.assign(peers.begin(), peers.end());
+  return out;
+}
+
+absl::StatusOr<const TransferInfo*> RankPlan::FindSend(int id) const {
+  if (id >= 0 && id < static_cast<int>(send_index_.size()) &&
+      send_index_[id] >= 0) {
+    return &sends_[send_index_[id]];
+  }
+  if (id < 0 || id >= static_cast<int>(all_.size()) || all_[id].id == -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank_, ": the plan of graph '", plan_.graph_name(),
+        "' has no transfer with id ", id));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "rank ", rank_, " cannot send ", all_[id].Describe(),
+      ": rank ", all_[id].src_rank, " sends it"));
+}
+
+absl::StatusOr<const TransferInfo*> RankPlan::FindRecv(int id) const {
+  if (id >= 0 && id < static_cast<int>(recv_index_.size()) &&
+      recv_index_[id] >= 0) {
+    return &recvs_[recv_index_[id]];
+  }
+  if (id < 0 || id >= static_cast<int>(all_.size()) || all_[id].id == -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank_, ": the plan of graph '", plan_.graph_name(),
+        "' has no transfer with id ", id));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "rank ", rank_, " cannot receive ", all_[id].Describe(),
+      ": rank ", all_[id].dst_rank, " receives it"));
+}
+
+absl::StatusOr<uint64_t> CheckShape(const TransferInfo& info,
+                                    absl::Span<const int64_t> shape) {
+  const auto& spec = info.spec.shape();
+  if (static_cast<int>(shape.size()) != spec.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        info.Describe(), ": got shape ", graph::ShapeString(shape),
+        ", the plan expects ", graph::SpecString(info.spec)));
+  }
+  uint64_t elements = 1;
+  for (int d = 0; d < spec.size(); ++d) {
+    if (shape[d] < 0 || (spec[d] != graph::kUnknownDim && spec[d] != shape[d])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          info.Describe(), ": got shape ", graph::ShapeString(shape),
+          ", the plan expects ", graph::SpecString(info.spec)));
+    }
+    if (shape[d] > graph::kMaxDim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          info.Describe(), ": dimension ", d, " of ", shape[d], " is too large"));
+    }
+    elements *= static_cast<uint64_t>(shape[d]);
+    if (elements > (uint64_t{1} << 50)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(info.Describe(), ": shape ", graph::ShapeString(shape),
+                       " is too large"));
+    }
+  }
+  return elements * static_cast<uint64_t>(info.element_bytes);
+}
+
+}  // namespace rdmaflow::runtime

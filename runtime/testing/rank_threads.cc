@@ -1,0 +1,38 @@
+// File: testing/rank_threads.cc
+#include "runtime/testing/rank_threads.h"
+
+#include <memory>
+#include <thread>
+
+#include "rdma/loopback/loopback_fabric.h"
+#include "rdma/loopback/loopback_transport.h"
+#include "rdma/testing/in_memory_store.h"
+
+namespace rdmaflow::runtime::testing {
+
+std::vector<absl::Status> RunRankThreads(
+    int world_size,
+    const std::function<absl::Status(int, rdma::Transport&, rdma::Store&)>&
+        body) {
+  auto fabric = rdma::loopback::LoopbackFabric::Create();
+  rdma::testing::InMemoryStore store;
+  std::vector<absl::Status> results(world_size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      rdma::loopback::LoopbackTransportOptions options;
+      options.rank = rank;
+      options.fabric = fabric;
+      auto transport = rdma::loopback::LoopbackTransport::Create(options);
+      if (!transport.ok()) {
+        results[rank] = transport.status();
+        return;
+      }
+      results[rank] = body(rank, **transport, store);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return results;
+}
+
+}  // namespace rdmaflow::runtime::testing

@@ -1,0 +1,28 @@
+// File: testing/rank_threads.h
+// -----------------------------------------------------------------------------
+// Runs the ranks of a job as threads of one process, each with its own
+// LoopbackTransport on a shared fabric and a shared InMemoryStore (gloo's
+// `spawn`, tensorpipe's ThreadPeerGroup). For unit tests of the runtime and
+// the strategies.
+#ifndef RDMAFLOW_RUNTIME_TESTING_RANK_THREADS_H_
+#define RDMAFLOW_RUNTIME_TESTING_RANK_THREADS_H_
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "rdma/store.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::runtime::testing {
+
+// Runs `body(rank, transport, store)` for every rank on its own thread and
+// returns every rank's status, by rank.
+std::vector<absl::Status> RunRankThreads(
+    int world_size,
+    const std::function<absl::Status(int rank, rdma::Transport& transport,
+                                     rdma::Store& store)>& body);
+
+}  // namespace rdmaflow::runtime::testing
+
+#endif  // RDMAFLOW_RUNTIME_TESTING_RANK_THREADS_H_
