@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/shape_util.h"
-#include "rdma/rendezvous.h"
 
 namespace rdmaflow::runtime {
 namespace {
@@ -41,7 +40,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, transport.rank()));
   std::unique_ptr<Executor> executor(
       new Executor(std::move(rank_plan), transport, store, options));
-  RETURN_IF_ERROR(executor->ConnectPeers());
+  RETURN_IF_ERROR(executor->engine_.Connect(executor->rank_plan_.peers()));
   RETURN_IF_ERROR(executor->SetUpGeneration());
   return executor;
 }
@@ -50,10 +49,14 @@ Executor::Executor(RankPlan rank_plan, rdma::Transport& transport,
                    rdma::Store& store, const CommunicatorOptions& options)
     : rank_plan_(std::move(rank_plan)),
       transport_(transport),
-      store_(store),
       options_(options),
       dirty_(std::make_shared<std::atomic<int>>(0)),
-      trace_(rank_plan_.rank(), !options.trace_path.empty()) {}
+      trace_(rank_plan_.rank(), !options.trace_path.empty()),
+      engine_(transport, store, options, rank_plan_.world_size()) {
+  engine_.set_handlers(
+      {[this](const rdma::Notification& n) { OnNotification(n); },
+       [this] { OnRound(); }});
+}
 
 Executor::~Executor() {
   absl::Status status = Shutdown();
@@ -61,16 +64,6 @@ Executor::~Executor() {
     std::fprintf(stderr, "rdmaflow: rank %d: executor shutdown: %s\n",
                  rank_plan_.rank(), status.ToString().c_str());
   }
-  // Closing cancels what is still in flight (after a failure); collect those
-  // completions now, while the state their callbacks touch exists.
-  for (auto& endpoint : endpoints_) {
-    if (endpoint != nullptr) endpoint->Close().IgnoreError();
-  }
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (outstanding_ > 0 && absl::Now() < deadline) {
-    if (!transport_.Progress().ok()) break;
-  }
-  endpoints_.clear();
 }
 
 void Executor::AddSendArena(const rdma::MemoryRegion* region) {
@@ -84,7 +77,7 @@ absl::Status Executor::CheckUsable() const {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank_plan_.rank(), ": the communicator was shut down"));
   }
-  return failure_;
+  return engine_.failure();
 }
 
 absl::Status Executor::CheckSequence(uint64_t next_seq, const TransferInfo& info,
@@ -158,15 +151,13 @@ absl::Status Executor::PostOrDefer(internal::SendSlot& slot,
     deferred_.push_back(&slot);
     return absl::OkStatus();
   }
-  absl::Status posted = PostWithRetry(
+  return engine_.Post(
       [&] {
         return slot.endpoint->PostWrite(write.src, write.dst,
                                         write.notification, write.done);
       },
       slot.info.dst_rank,
       [&] { return absl::StrCat("posting ", slot.info.Describe()); });
-  if (posted.ok()) ++outstanding_;
-  return posted;
 }
 
 void Executor::PostDeferred() {
@@ -183,13 +174,10 @@ void Executor::PostDeferred() {
       deferred_[kept++] = slot;
       continue;
     }
-    if (posted.ok()) {
-      ++outstanding_;
-    } else {
-      // The write will never run: release what it held, report the error.
-      write.done(posted);
-      ++outstanding_;  // balanced by the callback's decrement
-    }
+    // A write that will never run still releases what it held and reports
+    // its error through its callback.
+    engine_.Started();
+    if (!posted.ok()) write.done(posted);
     slot->pending.reset();
   }
   deferred_.resize(kept);
@@ -201,7 +189,7 @@ absl::Status Executor::WaitForSlot(internal::SendSlot& slot, uint64_t seq) {
     return absl::OkStatus();
   }
   const absl::Time begin = absl::Now();
-  absl::Status status = WaitUntil(
+  absl::Status status = engine_.WaitUntil(
       [&] { return StageFree(slot, seq) && !slot.pending.has_value(); },
       slot.info.dst_rank, [&] {
         return slot.pending.has_value() ? BlockerOf(slot, seq - 1)
@@ -231,7 +219,7 @@ absl::StatusOr<rdma::LocalSlice> Executor::SourceOf(
     slot.staging = std::make_unique<rdma::MemoryRegion>(std::move(staging));
   }
   if (slot.staging_busy[stage]) {
-    RETURN_IF_ERROR(WaitUntil([&] { return !slot.staging_busy[stage]; },
+    RETURN_IF_ERROR(engine_.WaitUntil([&] { return !slot.staging_busy[stage]; },
                               slot.info.dst_rank, [&] {
                                 return absl::StrCat("the previous write of ",
                                                     slot.info.Describe(),
@@ -282,10 +270,10 @@ absl::Status Executor::SendStatic(internal::SendSlot& slot,
   std::shared_ptr<const void> keep = std::move(tensor.keepalive);
   auto done = [this, s = &slot, stage, staged, begin, step,
                keep](absl::Status status) {
-    --outstanding_;
+    engine_.Completed();
     if (staged) s->staging_busy[stage] = false;
     if (!status.ok()) {
-      Fail(Annotate(status, absl::StrCat("writing step ", step, " of ",
+      engine_.Fail(Annotate(status, absl::StrCat("writing step ", step, " of ",
                                          s->info.Describe())));
     }
     trace_.Add(TraceRecorder::Lane::kSend, s->info.tensor, begin, absl::Now(),
@@ -332,7 +320,7 @@ absl::Status Executor::SendDynamic(internal::SendSlot& slot,
     }
     absl::StatusOr<size_t> allocated = source_pool_->Allocate(tensor.bytes);
     if (!allocated.ok()) {
-      RETURN_IF_ERROR(WaitUntil(
+      RETURN_IF_ERROR(engine_.WaitUntil(
           [&] {
             for (auto& s : sends_) {
               if (s->info.dynamic) FreeSources(*s);
@@ -354,7 +342,7 @@ absl::Status Executor::SendDynamic(internal::SendSlot& slot,
   }
   tensor.keepalive.reset();
   if (slot.meta_busy[stage]) {
-    RETURN_IF_ERROR(WaitUntil([&] { return !slot.meta_busy[stage]; },
+    RETURN_IF_ERROR(engine_.WaitUntil([&] { return !slot.meta_busy[stage]; },
                               slot.info.dst_rank, [&] {
                                 return absl::StrCat("the previous metadata of ",
                                                     slot.info.Describe(),
@@ -375,10 +363,10 @@ absl::Status Executor::SendDynamic(internal::SendSlot& slot,
   const int64_t step = step_;
   const uint64_t bytes = tensor.bytes;
   auto done = [this, s = &slot, stage, begin, step, bytes](absl::Status status) {
-    --outstanding_;
+    engine_.Completed();
     s->meta_busy[stage] = false;
     if (!status.ok()) {
-      Fail(Annotate(status, absl::StrCat("publishing step ", step, " of ",
+      engine_.Fail(Annotate(status, absl::StrCat("publishing step ", step, " of ",
                                          s->info.Describe())));
     }
     trace_.Add(TraceRecorder::Lane::kSend, s->info.tensor, begin, absl::Now(),
@@ -410,7 +398,7 @@ absl::StatusOr<ReceivedTensor> Executor::Recv(int id) {
   const int stage = static_cast<int>(seq % slot->info.depth);
   const absl::Time begin = absl::Now();
   if (slot->arrived <= seq) {
-    RETURN_IF_ERROR(WaitUntil(
+    RETURN_IF_ERROR(engine_.WaitUntil(
         [&] { return slot->arrived > seq; }, slot->info.src_rank, [&] {
           return absl::StrCat("rank ", slot->info.src_rank,
                               " has not delivered step ", step_, " of ",
@@ -479,7 +467,7 @@ absl::StatusOr<ReceivedTensor> Executor::RecvDynamic(
   }
   absl::StatusOr<size_t> dest = dest_pool_->Allocate(*bytes);
   if (!dest.ok()) {
-    RETURN_IF_ERROR(WaitUntil(
+    RETURN_IF_ERROR(engine_.WaitUntil(
         [&] {
           dest = dest_pool_->Allocate(*bytes);
           return dest.ok();
@@ -495,13 +483,13 @@ absl::StatusOr<ReceivedTensor> Executor::RecvDynamic(
   auto lease = std::make_unique<internal::SlotLease>(slot, stage);
   auto pending = std::make_shared<PendingRead>();
   const absl::Time begin = absl::Now();
-  absl::Status posted = PostWithRetry(
+  absl::Status posted = engine_.Post(
       [&] {
         return slot->endpoint->PostRead(
             {dest_pool_region_.get(), *dest, *bytes},
             {slot->source_pool, words[2], *bytes},
             [this, pending](absl::Status status) {
-              --outstanding_;
+              engine_.Completed();
               pending->done = true;
               pending->status = std::move(status);
             });
@@ -510,8 +498,7 @@ absl::StatusOr<ReceivedTensor> Executor::RecvDynamic(
   if (!posted.ok()) {
     return Annotate(posted, absl::StrCat("reading ", info.Describe()));
   }
-  ++outstanding_;
-  RETURN_IF_ERROR(WaitUntil([&] { return pending->done; }, info.src_rank, [&] {
+  RETURN_IF_ERROR(engine_.WaitUntil([&] { return pending->done; }, info.src_rank, [&] {
     return absl::StrCat("the read of ", info.Describe(), " never completed");
   }));
   if (!pending->status.ok()) {
@@ -547,7 +534,7 @@ absl::Status Executor::FinishStep() {
   }
   ++step_;
   ++counters_.steps;
-  RETURN_IF_ERROR(Poll());
+  RETURN_IF_ERROR(engine_.Poll());
   if (options_.trace_steps > 0 && generation_ == 0 &&
       step_ == options_.trace_steps) {
     RETURN_IF_ERROR(Replan());
@@ -557,12 +544,9 @@ absl::Status Executor::FinishStep() {
 
 absl::Status Executor::Shutdown() {
   if (shut_down_) return shutdown_status_;
-  absl::Status status = failure_;
+  absl::Status status = engine_.failure();
   if (status.ok()) status = Drain();
-  if (status.ok()) {
-    status = rdma::Barrier(store_, options_.ns, "shutdown",
-                           rank_plan_.world_size(), options_.timeout);
-  }
+  if (status.ok()) status = engine_.Barrier("shutdown");
   if (trace_.enabled()) {
     absl::Status written = trace_.WriteFile(options_.trace_path);
     if (status.ok()) status = written;

@@ -46,6 +46,7 @@
 #include "runtime/counters.h"
 #include "runtime/internal/slot_state.h"
 #include "runtime/pool_allocator.h"
+#include "runtime/progress_engine.h"
 #include "runtime/rank_plan.h"
 #include "runtime/trace_recorder.h"
 
@@ -88,27 +89,15 @@ class Executor final : public Communicator {
            const CommunicatorOptions& options);
 
   // executor_setup.cc
-  absl::Status ConnectPeers();
   absl::Status SetUpGeneration();
   absl::Status SetUpPools();
   absl::Status Replan();
 
-  // executor_progress.cc
-  // One round: transport progress, notifications, dropped tensors, credits.
-  absl::Status Poll();
-  // Polls until `ready()`; kDeadlineExceeded with `what()` at the timeout,
-  // kUnavailable when `peer` is found dead (probed every
-  // liveness_interval), or the first failure of an operation.
-  absl::Status WaitUntil(const std::function<bool()>& ready, int peer,
-                         const std::function<std::string()>& what);
-  // Posts with retries while the endpoint is full.
-  absl::Status PostWithRetry(const std::function<absl::Status()>& post,
-                             int peer, const std::function<std::string()>& what);
+  // executor_progress.cc: the executor's share of each progress round.
+  void OnNotification(const rdma::Notification& notification);
+  void OnRound();
   void ProcessDrops(internal::RecvSlot& slot);
   void PostCredits();
-  void ProbePeer(int peer);
-  // Records the first failure of an asynchronous operation.
-  void Fail(absl::Status status);
   // Waits until every operation this rank posted has completed.
   absl::Status Drain();
 
@@ -139,11 +128,8 @@ class Executor final : public Communicator {
 
   RankPlan rank_plan_;
   rdma::Transport& transport_;
-  rdma::Store& store_;
   const CommunicatorOptions options_;
 
-  // Endpoints by peer rank (null for ranks we share no link with).
-  std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;
   // Per generation of the plan (a re-plan starts a new one).
   int generation_ = 0;
   int64_t generation_start_step_ = 0;
@@ -175,8 +161,6 @@ class Executor final : public Communicator {
   std::shared_ptr<std::atomic<int>> dirty_;
   std::vector<internal::RecvSlot*> credit_pending_;
   std::vector<internal::SendSlot*> deferred_;
-  int64_t outstanding_ = 0;  // operations posted, not yet completed
-  absl::Status failure_;
   int64_t step_ = 0;
   bool shut_down_ = false;
   absl::Status shutdown_status_;
@@ -184,10 +168,11 @@ class Executor final : public Communicator {
   std::vector<std::pair<std::string, std::vector<std::vector<int64_t>>>>
       observed_;
   std::vector<std::string> promoted_;
-  std::vector<bool> liveness_probe_busy_;
-  std::vector<absl::Time> next_probe_;
   TransferCounters counters_;
   TraceRecorder trace_;
+  // Last: destroyed first, collecting completions while the state their
+  // callbacks touch still exists.
+  ProgressEngine engine_;
 };
 
 }  // namespace rdmaflow::runtime

@@ -1,47 +1,40 @@
 // File: executor_progress.cc
 // -----------------------------------------------------------------------------
-// The executor's progress engine: transport progress, incoming notifications
-// (tensor arrivals), tensors dropped by the user (slot releases), credit
-// write-backs, peer liveness probes, and the wait loop every blocking call
-// uses. Runs on the calling thread and takes no locks: the only state shared
-// with other threads is each RecvSlot's atomic `dropped` mask.
-#include <thread>
-
+// The executor's share of each progress round (progress_engine.h runs the
+// transport): incoming notifications (tensor arrivals), tensors dropped by
+// the user (slot releases), credit write-backs, deferred writes. Runs on the
+// calling thread and takes no locks: the only state shared with other
+// threads is each RecvSlot's atomic `dropped` mask.
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "runtime/executor.h"
 
 namespace rdmaflow::runtime {
 
-void Executor::Fail(absl::Status status) {
-  if (failure_.ok()) failure_ = std::move(status);
+void Executor::OnNotification(const rdma::Notification& n) {
+  const int peer = n.peer_rank;
+  const int slot_index = static_cast<int>(n.value >> 4);
+  const int stage = static_cast<int>(n.value & 15);
+  if (peer < 0 || peer >= static_cast<int>(recv_by_notification_.size()) ||
+      slot_index >= static_cast<int>(recv_by_notification_[peer].size()) ||
+      recv_by_notification_[peer][slot_index] < 0) {
+    engine_.Fail(absl::InternalError(absl::StrCat(
+        "rank ", rank_plan_.rank(), " got a write notification from rank ",
+        peer, " for slot ", slot_index,
+        ", which its plan does not have: do all ranks run the same plan?")));
+    return;
+  }
+  internal::RecvSlot& slot = *recvs_[recv_by_notification_[peer][slot_index]];
+  if (stage != static_cast<int>(slot.arrived % slot.info.depth)) {
+    engine_.Fail(absl::InternalError(absl::StrCat(
+        slot.info.Describe(), ": a write arrived for stage ", stage,
+        " where stage ", slot.arrived % slot.info.depth, " was due")));
+    return;
+  }
+  ++slot.arrived;
 }
 
-absl::Status Executor::Poll() {
-  absl::StatusOr<int> fired = transport_.Progress();
-  if (!fired.ok()) Fail(fired.status());
-  while (std::optional<rdma::Notification> n = transport_.PollNotification()) {
-    const int peer = n->peer_rank;
-    const int slot_index = static_cast<int>(n->value >> 4);
-    const int stage = static_cast<int>(n->value & 15);
-    if (peer < 0 || peer >= static_cast<int>(recv_by_notification_.size()) ||
-        slot_index >= static_cast<int>(recv_by_notification_[peer].size()) ||
-        recv_by_notification_[peer][slot_index] < 0) {
-      Fail(absl::InternalError(absl::StrCat(
-          "rank ", rank_plan_.rank(), " got a write notification from rank ",
-          peer, " for slot ", slot_index,
-          ", which its plan does not have: do all ranks run the same plan?")));
-      continue;
-    }
-    internal::RecvSlot& slot = *recvs_[recv_by_notification_[peer][slot_index]];
-    if (stage != static_cast<int>(slot.arrived % slot.info.depth)) {
-      Fail(absl::InternalError(absl::StrCat(
-          slot.info.Describe(), ": a write arrived for stage ", stage,
-          " where stage ", slot.arrived % slot.info.depth, " was due")));
-      continue;
-    }
-    ++slot.arrived;
-  }
+void Executor::OnRound() {
   if (dirty_->load(std::memory_order_acquire) > 0) {
     dirty_->exchange(0, std::memory_order_acq_rel);
     for (auto& slot : recvs_) ProcessDrops(*slot);
@@ -49,7 +42,6 @@ absl::Status Executor::Poll() {
   }
   PostCredits();
   if (!deferred_.empty()) PostDeferred();
-  return failure_;
 }
 
 void Executor::ProcessDrops(internal::RecvSlot& slot) {
@@ -92,10 +84,10 @@ void Executor::PostCredits() {
         {slot->credit_remote, 8 * static_cast<uint64_t>(slot->info.slot_index),
          8},
         std::nullopt, [this, slot](absl::Status status) {
-          --outstanding_;
+          engine_.Completed();
           slot->credit_busy = false;
           if (!status.ok()) {
-            Fail(absl::Status(status.code(),
+            engine_.Fail(absl::Status(status.code(),
                               absl::StrCat("returning the slot of ",
                                            slot->info.Describe(),
                                            " to its sender: ",
@@ -114,101 +106,26 @@ void Executor::PostCredits() {
     }
     slot->credit_queued = false;
     if (!posted.ok()) {
-      Fail(absl::Status(posted.code(),
+      engine_.Fail(absl::Status(posted.code(),
                         absl::StrCat("returning the slot of ",
                                      slot->info.Describe(), " to its sender: ",
                                      posted.message())));
       continue;
     }
-    ++outstanding_;
+    engine_.Started();
     slot->credit_busy = true;
     slot->credit_posted = value;
   }
   credit_pending_.resize(kept);
 }
 
-void Executor::ProbePeer(int peer) {
-  const absl::Time now = absl::Now();
-  if (endpoints_[peer] == nullptr || liveness_probe_busy_[peer] ||
-      now < next_probe_[peer]) {
-    return;
-  }
-  next_probe_[peer] = now + options_.liveness_interval;
-  absl::Status posted =
-      endpoints_[peer]->PostFlush([this, peer](absl::Status status) {
-        --outstanding_;
-        liveness_probe_busy_[peer] = false;
-        if (!status.ok() && !absl::IsCancelled(status)) Fail(status);
-      });
-  if (absl::IsResourceExhausted(posted)) return;
-  if (!posted.ok()) {
-    Fail(posted);
-    return;
-  }
-  ++outstanding_;
-  liveness_probe_busy_[peer] = true;
-}
-
-absl::Status Executor::WaitUntil(const std::function<bool()>& ready, int peer,
-                                 const std::function<std::string()>& what) {
-  const absl::Time deadline = absl::Now() + options_.timeout;
-  while (true) {
-    RETURN_IF_ERROR(Poll());
-    if (ready()) return absl::OkStatus();
-    if (peer >= 0) {
-      ProbePeer(peer);
-    } else {
-      for (int p : rank_plan_.peers()) ProbePeer(p);
-    }
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "rank ", rank_plan_.rank(), " timed out after ",
-          absl::FormatDuration(options_.timeout), ": ", what()));
-    }
-    // Other processes may share our cores (2-core CI machines).
-    std::this_thread::yield();
-  }
-}
-
-absl::Status Executor::PostWithRetry(
-    const std::function<absl::Status()>& post, int peer,
-    const std::function<std::string()>& what) {
-  absl::Status posted = post();
-  if (!absl::IsResourceExhausted(posted)) return posted;
-  RETURN_IF_ERROR(WaitUntil(
-      [&] {
-        posted = post();
-        return !absl::IsResourceExhausted(posted);
-      },
-      peer, what));
-  return posted;
-}
-
 absl::Status Executor::Drain() {
-  // Make every write visible at its target too, not only complete locally.
-  for (int peer : rank_plan_.peers()) {
-    absl::Status posted = PostWithRetry(
-        [&] {
-          return endpoints_[peer]->PostFlush([this](absl::Status status) {
-            --outstanding_;
-            if (!status.ok()) Fail(status);
-          });
-        },
-        peer, [&] { return absl::StrCat("flushing the link to rank ", peer); });
-    RETURN_IF_ERROR(posted);
-    ++outstanding_;
-  }
-  return WaitUntil(
-      [&] {
-        return outstanding_ == 0 && credit_pending_.empty() &&
-               deferred_.empty();
-      },
-      -1, [&] {
+  return engine_.Drain(
+      [&] { return credit_pending_.empty() && deferred_.empty(); }, [&] {
         if (!deferred_.empty()) {
           return BlockerOf(*deferred_.front(), deferred_.front()->pending->seq);
         }
-        return absl::StrCat(outstanding_,
-                            " operations still in flight while draining");
+        return std::string("credits still to return");
       });
 }
 

@@ -33,19 +33,6 @@ bool HasDynamic(const plan::TransferPlan& plan) {
 
 }  // namespace
 
-absl::Status Executor::ConnectPeers() {
-  RETURN_IF_ERROR(rdma::PublishAddress(store_, options_.ns, transport_));
-  endpoints_.resize(rank_plan_.world_size());
-  liveness_probe_busy_.assign(rank_plan_.world_size(), false);
-  next_probe_.assign(rank_plan_.world_size(), absl::InfinitePast());
-  for (int peer : rank_plan_.peers()) {
-    ASSIGN_OR_RETURN(endpoints_[peer],
-                     rdma::ConnectToPeer(transport_, store_, options_.ns, peer,
-                                         options_.timeout));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Executor::SetUpPools() {
   bool dynamic_send = false;
   bool dynamic_recv = false;
@@ -64,7 +51,7 @@ absl::Status Executor::SetUpPools() {
     source_pool_ = std::make_unique<PoolAllocator>(
         source_pool_region_->size(), plan().config().alignment());
     RETURN_IF_ERROR(rdma::PublishRegion(
-        store_, options_.ns, absl::StrCat("pool/", rank_plan_.rank()),
+        engine_.store(), options_.ns, absl::StrCat("pool/", rank_plan_.rank()),
         source_pool_region_->descriptor()));
   }
   if (dynamic_recv) {
@@ -78,7 +65,7 @@ absl::Status Executor::SetUpPools() {
   for (int peer = 0; peer < rank_plan_.world_size(); ++peer) {
     if (!dynamic_from[peer]) continue;
     ASSIGN_OR_RETURN(rdma::RemoteRegion pool,
-                     rdma::FetchRegion(store_, options_.ns,
+                     rdma::FetchRegion(engine_.store(), options_.ns,
                                        absl::StrCat("pool/", peer),
                                        options_.timeout));
     peer_source_pools_[peer] =
@@ -89,7 +76,6 @@ absl::Status Executor::SetUpPools() {
 
 absl::Status Executor::SetUpGeneration() {
   const plan::TransferPlan& p = plan();
-  const int rank = rank_plan_.rank();
   // Publish everything first, then fetch: no rank waits on one that waits
   // on it.
   std::vector<std::shared_ptr<rdma::MemoryRegion>> recv_region(p.link_size());
@@ -100,7 +86,7 @@ absl::Status Executor::SetUpGeneration() {
                      transport_.Allocate(link.region_bytes()));
     recv_region[l] = std::make_shared<rdma::MemoryRegion>(std::move(region));
     RETURN_IF_ERROR(rdma::PublishRegion(
-        store_, options_.ns,
+        engine_.store(), options_.ns,
         LinkKey("recv", generation_, link.src_rank(), link.dst_rank()),
         recv_region[l]->descriptor()));
   }
@@ -112,7 +98,7 @@ absl::Status Executor::SetUpGeneration() {
         std::make_unique<rdma::MemoryRegion>(std::move(region)));
     credit_region[l] = credit_regions_.back().get();
     RETURN_IF_ERROR(rdma::PublishRegion(
-        store_, options_.ns,
+        engine_.store(), options_.ns,
         LinkKey("credit", generation_, link.src_rank(), link.dst_rank()),
         credit_region[l]->descriptor()));
   }
@@ -137,7 +123,7 @@ absl::Status Executor::SetUpGeneration() {
     ASSIGN_OR_RETURN(
         rdma::RemoteRegion region,
         rdma::FetchRegion(
-            store_, options_.ns,
+            engine_.store(), options_.ns,
             LinkKey("recv", generation_, link.src_rank(), link.dst_rank()),
             options_.timeout));
     remote_regions_.push_back(
@@ -149,7 +135,7 @@ absl::Status Executor::SetUpGeneration() {
     ASSIGN_OR_RETURN(
         rdma::RemoteRegion region,
         rdma::FetchRegion(
-            store_, options_.ns,
+            engine_.store(), options_.ns,
             LinkKey("credit", generation_, link.src_rank(), link.dst_rank()),
             options_.timeout));
     remote_regions_.push_back(
@@ -164,7 +150,7 @@ absl::Status Executor::SetUpGeneration() {
   for (const TransferInfo& info : rank_plan_.sends()) {
     auto slot = std::make_unique<internal::SendSlot>();
     slot->info = info;
-    slot->endpoint = endpoints_[info.dst_rank].get();
+    slot->endpoint = engine_.endpoint(info.dst_rank);
     slot->remote = remote[info.link];
     slot->credit = reinterpret_cast<const uint64_t*>(
         credit_region[info.link]->data() + 8 * info.slot_index);
@@ -197,7 +183,7 @@ absl::Status Executor::SetUpGeneration() {
     auto slot = std::make_shared<internal::RecvSlot>();
     slot->info = info;
     slot->region = recv_region[info.link];
-    slot->endpoint = endpoints_[info.src_rank].get();
+    slot->endpoint = engine_.endpoint(info.src_rank);
     slot->credit_remote = remote[info.link];
     slot->dirty = dirty_;
     slot->credit_word = 8 * recvs_.size();
@@ -216,7 +202,6 @@ absl::Status Executor::SetUpGeneration() {
     by_slot[info.slot_index] = static_cast<int>(recvs_.size());
     recvs_.push_back(std::move(slot));
   }
-  (void)rank;
   return absl::OkStatus();
 }
 
@@ -240,9 +225,7 @@ absl::Status Executor::Replan() {
   // Every rank re-plans at the same step: finish what is in flight, then
   // wait for all, so that no old-generation write lands after the switch.
   RETURN_IF_ERROR(Drain());
-  RETURN_IF_ERROR(rdma::Barrier(store_, options_.ns,
-                                absl::StrCat("replan/g", generation_),
-                                rank_plan_.world_size(), options_.timeout));
+  RETURN_IF_ERROR(engine_.Barrier(absl::StrCat("replan/g", generation_)));
   for (auto& slot : recvs_) {
     slot->retired = true;
     retired_.push_back(slot);

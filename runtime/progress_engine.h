@@ -1,0 +1,103 @@
+// File: progress_engine.h
+// -----------------------------------------------------------------------------
+// ProgressEngine: the per-rank machinery every Communicator over an
+// rdma::Transport shares (the zero-copy executor and the rdma_copy
+// baseline): connecting to peers through the Store, driving
+// Transport::Progress() and handing notifications to the owner, counting
+// operations in flight, probing peers for liveness, and the one wait loop
+// every blocking call uses (timeout and dead-peer errors included).
+#ifndef RDMAFLOW_RUNTIME_PROGRESS_ENGINE_H_
+#define RDMAFLOW_RUNTIME_PROGRESS_ENGINE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "rdma/endpoint.h"
+#include "rdma/store.h"
+#include "rdma/transport.h"
+#include "runtime/communicator_options.h"
+
+namespace rdmaflow::runtime {
+
+// Single-thread: the owner's thread. No locks.
+class ProgressEngine {
+ public:
+  // Called for each notification, and once per round after them.
+  struct Handlers {
+    std::function<void(const rdma::Notification&)> on_notification;
+    std::function<void()> on_round;
+  };
+
+  ProgressEngine(rdma::Transport& transport, rdma::Store& store,
+                 const CommunicatorOptions& options, int world_size);
+  // Collects the completions of operations still in flight (after Close
+  // cancelled them), so no callback outlives its owner.
+  ~ProgressEngine();
+
+  void set_handlers(Handlers handlers) { handlers_ = std::move(handlers); }
+
+  int rank() const { return transport_.rank(); }
+  int world_size() const { return world_size_; }
+  rdma::Transport& transport() { return transport_; }
+  rdma::Store& store() { return store_; }
+  const CommunicatorOptions& options() const { return options_; }
+
+  // Publishes our address and connects to every rank in `peers`.
+  absl::Status Connect(const std::vector<int>& peers);
+  rdma::Endpoint* endpoint(int peer) { return endpoints_[peer].get(); }
+
+  // One round: transport progress, notifications, the owner's round. Returns
+  // the first failure recorded so far.
+  absl::Status Poll();
+
+  // Polls until `ready()`; kDeadlineExceeded with `what()` after the
+  // timeout; the first failure (kUnavailable for a peer found dead: `peer`,
+  // or every peer when -1, is probed every liveness_interval).
+  absl::Status WaitUntil(const std::function<bool()>& ready, int peer,
+                         const std::function<std::string()>& what);
+
+  // Runs `post` until it is not refused for a full queue; counts the
+  // operation in flight when it is accepted.
+  absl::Status Post(const std::function<absl::Status()>& post, int peer,
+                    const std::function<std::string()>& what);
+
+  // Operations in flight: a completion callback calls Completed().
+  void Started() { ++outstanding_; }
+  void Completed() { --outstanding_; }
+  int64_t outstanding() const { return outstanding_; }
+
+  // Records the first failure of an asynchronous operation.
+  void Fail(absl::Status status);
+  const absl::Status& failure() const { return failure_; }
+
+  // Flushes every connected endpoint, then waits until nothing is in flight
+  // and `idle()` holds.
+  absl::Status Drain(const std::function<bool()>& idle,
+                     const std::function<std::string()>& what);
+
+  // Blocks until every rank entered barrier `name` (once per name and job).
+  absl::Status Barrier(const std::string& name);
+
+ private:
+  void ProbePeer(int peer);
+
+  rdma::Transport& transport_;
+  rdma::Store& store_;
+  const CommunicatorOptions options_;
+  const int world_size_;
+  Handlers handlers_;
+  std::vector<int> peers_;
+  std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;
+  std::vector<bool> probe_busy_;
+  std::vector<absl::Time> next_probe_;
+  int64_t outstanding_ = 0;
+  absl::Status failure_;
+};
+
+}  // namespace rdmaflow::runtime
+
+#endif  // RDMAFLOW_RUNTIME_PROGRESS_ENGINE_H_
