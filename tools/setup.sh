@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   bazel-bootstrap g++ pkg-config python3
   libabsl-dev libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
   libibverbs-dev librdmacm-dev libucx-dev
   libtorch-dev

@@ -1,0 +1,108 @@
+// The three communicators behind one interface: each delivers the same bytes
+// for every example graph (the replayer checks every byte against the
+// pattern all of them are fed), counts its copies, and rejects bad calls the
+// same way.
+#include "runtime/communicator_factory.h"
+
+#include <string>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "graph_analyzer/examples/example_graphs.h"
+#include "graph_analyzer/planner.h"
+#include "gtest/gtest.h"
+#include "runtime/replay.h"
+#include "runtime/testing/rank_threads.h"
+
+namespace rdmaflow::runtime {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class CommunicatorTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CommunicatorTest, DeliversEveryExampleByteExact) {
+  for (const graph::examples::NamedGraph& example :
+       graph::examples::AllExamples()) {
+    SCOPED_TRACE(example.file);
+    ASSERT_OK_AND_ASSIGN(plan::TransferPlan plan,
+                         graph::PlanGraph(example.graph, {}));
+    ReplayOptions replay;
+    replay.dynamic_dim = [](const TransferInfo& info, int64_t step, int d) {
+      return 1 + (step * 3 + info.id + d) % 9;
+    };
+    std::vector<TransferCounters> counters(plan.world_size());
+    std::vector<absl::Status> results = testing::RunRankThreads(
+        plan.world_size(),
+        [&](int rank, rdma::Transport& transport,
+            rdma::Store& store) -> absl::Status {
+          CommunicatorOptions options;
+          options.trace_steps = 0;
+          ASSIGN_OR_RETURN(auto communicator,
+                           CreateCommunicator(GetParam(), plan, transport,
+                                              store, options));
+          ASSIGN_OR_RETURN(auto replayer, Replayer::Create(plan, rank, replay));
+          for (int step = 0; step < 4; ++step) {
+            RETURN_IF_ERROR(replayer->RunStep(*communicator, step).status());
+          }
+          RETURN_IF_ERROR(communicator->Shutdown());
+          counters[rank] = communicator->counters();
+          return absl::OkStatus();
+        });
+    for (const absl::Status& status : results) EXPECT_OK(status);
+    int64_t sent = 0, received = 0, copies = 0;
+    for (const TransferCounters& c : counters) {
+      sent += c.tensors_sent;
+      received += c.tensors_received;
+      copies += c.copies;
+    }
+    EXPECT_EQ(sent, received);
+    EXPECT_GT(sent, 0);
+    // Heap tensors: the zero-copy path stages static ones once (dynamic ones
+    // go through the pool); the baselines copy on both sides.
+    if (GetParam() != "rdma") {
+      EXPECT_GE(copies, 2 * sent);
+    }
+  }
+}
+
+TEST_P(CommunicatorTest, RejectsUnknownIdsAndRepeatedSends) {
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan plan,
+                       graph::PlanGraph(graph::examples::MlpTwoRanks(), {}));
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport,
+             rdma::Store& store) -> absl::Status {
+        CommunicatorOptions options;
+        options.trace_steps = 0;
+        ASSIGN_OR_RETURN(auto communicator,
+                         CreateCommunicator(GetParam(), plan, transport, store,
+                                            options));
+        EXPECT_THAT(communicator->Send(9999, {}),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             HasSubstr("no transfer with id 9999")));
+        ASSIGN_OR_RETURN(auto replayer, Replayer::Create(plan, rank, {}));
+        RETURN_IF_ERROR(replayer->RunStep(*communicator, 0).status());
+        return communicator->Shutdown();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCommunicators, CommunicatorTest,
+                         ::testing::Values("rdma", "rdma_copy", "grpc"));
+
+TEST(CommunicatorFactoryTest, UnknownNameListsTheKnownOnes) {
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      1, [&](int, rdma::Transport& transport, rdma::Store& store) {
+        plan::TransferPlan plan;
+        plan.set_world_size(1);
+        return CreateCommunicator("mpi", plan, transport, store, {}).status();
+      });
+  EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kNotFound,
+                                   HasSubstr("rdma, rdma_copy, grpc")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::runtime

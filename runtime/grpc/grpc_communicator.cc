@@ -1,0 +1,308 @@
+// File: grpc_communicator.cc
+#include "runtime/grpc/grpc_communicator.h"
+
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+#include "rdma/rendezvous.h"
+#include "grpcpp/grpcpp.h"
+#include "runtime/rank_plan.h"
+#include "runtime/tensor_message.grpc.pb.h"
+#include "runtime/tensor_message.pb.h"
+
+namespace rdmaflow::runtime {
+namespace {
+
+std::string AddressKey(const std::string& ns, int rank) {
+  return absl::StrCat(ns, "/grpc/address/", rank);
+}
+
+// The parsed message owns the bytes the caller sees.
+class MessageLease final : public ReceivedTensor::Lease {
+ public:
+  explicit MessageLease(std::unique_ptr<TensorChunk> message)
+      : message_(std::move(message)) {}
+
+ private:
+  std::unique_ptr<TensorChunk> message_;
+};
+
+// Server side: parsed tensors, queued per id. Thread-safe (gRPC handler
+// threads produce, the communicator's thread consumes).
+class Inbox final : public TensorService::Service {
+ public:
+  Inbox(const RankPlan* plan, int queue_depth)
+      : plan_(plan), queue_depth_(queue_depth) {}
+
+  grpc::Status Push(grpc::ServerContext* /*context*/,
+                    grpc::ServerReader<TensorChunk>* reader,
+                    StreamAck* /*ack*/) override {
+    while (true) {
+      auto message = std::make_unique<TensorChunk>();
+      if (!reader->Read(message.get())) return grpc::Status::OK;
+      absl::StatusOr<const TransferInfo*> info = plan_->FindRecv(message->id());
+      if (!info.ok()) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            std::string(info.status().message()));
+      }
+      absl::MutexLock lock(&mu_);
+      std::deque<std::unique_ptr<TensorChunk>>& queue = queues_[message->id()];
+      auto has_room = [&] {
+        return static_cast<int>(queue.size()) < queue_depth_ || closed_;
+      };
+      mu_.Await(absl::Condition(&has_room));
+      if (closed_) return grpc::Status::CANCELLED;
+      queue.push_back(std::move(message));
+    }
+  }
+
+  // The oldest tensor of `id`, waiting up to `timeout`.
+  std::unique_ptr<TensorChunk> Pop(int id, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    std::deque<std::unique_ptr<TensorChunk>>& queue = queues_[id];
+    auto ready = [&] { return !queue.empty(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) return nullptr;
+    std::unique_ptr<TensorChunk> message = std::move(queue.front());
+    queue.pop_front();
+    return message;
+  }
+
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+
+ private:
+  const RankPlan* plan_;
+  const int queue_depth_;
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<int, std::deque<std::unique_ptr<TensorChunk>>> queues_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// Thread-compatible (see Communicator).
+class GrpcCommunicator final : public Communicator {
+ public:
+  GrpcCommunicator(RankPlan plan, rdma::Store& store,
+                   const CommunicatorOptions& options,
+                   const GrpcOptions& grpc_options)
+      : plan_(std::move(plan)),
+        store_(store),
+        options_(options),
+        grpc_options_(grpc_options),
+        inbox_(&plan_, grpc_options.queue_depth) {}
+
+  ~GrpcCommunicator() override {
+    absl::Status status = Shutdown();
+    if (!status.ok()) {
+      std::fprintf(stderr, "rdmaflow: rank %d: grpc shutdown: %s\n",
+                   plan_.rank(), status.ToString().c_str());
+    }
+    inbox_.Close();
+    if (server_ != nullptr) server_->Shutdown(gpr_now(GPR_CLOCK_REALTIME));
+  }
+
+  absl::Status SetUp() {
+    std::set<int> senders, receivers;
+    for (const TransferInfo& info : plan_.recvs()) senders.insert(info.src_rank);
+    for (const TransferInfo& info : plan_.sends()) receivers.insert(info.dst_rank);
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(absl::StrCat(grpc_options_.host, ":0"),
+                             grpc::InsecureServerCredentials(), &port);
+    builder.SetMaxReceiveMessageSize(-1);
+    builder.RegisterService(&inbox_);
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || port == 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "rank ", plan_.rank(), " cannot start its gRPC server on ",
+          grpc_options_.host, ": is the address local to this host?"));
+    }
+    RETURN_IF_ERROR(store_.Set(AddressKey(options_.ns, plan_.rank()),
+                               absl::StrCat(grpc_options_.host, ":", port)));
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(-1);
+    args.SetMaxReceiveMessageSize(-1);
+    for (int dst : receivers) {
+      ASSIGN_OR_RETURN(std::string address,
+                       store_.Get(AddressKey(options_.ns, dst), options_.timeout));
+      Stream& stream = streams_[dst];
+      stream.channel = grpc::CreateCustomChannel(
+          address, grpc::InsecureChannelCredentials(), args);
+      stream.stub = TensorService::NewStub(stream.channel);
+      stream.context = std::make_unique<grpc::ClientContext>();
+      stream.writer = stream.stub->Push(stream.context.get(), &stream.ack);
+    }
+    return absl::OkStatus();
+  }
+
+  std::string name() const override { return "grpc"; }
+
+  absl::Status Send(int id, OutgoingTensor tensor) override {
+    RETURN_IF_ERROR(CheckUsable());
+    ASSIGN_OR_RETURN(const TransferInfo* info, plan_.FindSend(id));
+    if (sent_[id] != step_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          info->Describe(), " was already sent in step ", step_,
+          ": call FinishStep() before the next step's transfers"));
+    }
+    ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, tensor.shape));
+    if (bytes != tensor.bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          info->Describe(), ": got ", tensor.bytes, " bytes, the shape needs ",
+          bytes));
+    }
+    TensorChunk message;
+    message.set_id(id);
+    message.set_step(step_);
+    for (int64_t d : tensor.shape) message.add_shape(d);
+    message.set_total_bytes(bytes);
+    message.set_chunk_bytes(bytes);
+    message.set_data(reinterpret_cast<const char*>(tensor.data), bytes);
+    Stream& stream = streams_.at(info->dst_rank);
+    if (!stream.writer->Write(message)) {
+      return absl::UnavailableError(absl::StrCat(
+          "the gRPC stream to rank ", info->dst_rank, " broke while sending ",
+          info->Describe(), ": is the peer still running?"));
+    }
+    ++sent_[id];
+    ++counters_.tensors_sent;
+    counters_.bytes_sent += bytes;
+    // Into the message, then gRPC's serialization into its buffers.
+    counters_.copies += 2;
+    counters_.bytes_copied += 2 * bytes;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<ReceivedTensor> Recv(int id) override {
+    RETURN_IF_ERROR(CheckUsable());
+    ASSIGN_OR_RETURN(const TransferInfo* info, plan_.FindRecv(id));
+    if (received_[id] != step_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          info->Describe(), " was already received in step ", step_,
+          ": call FinishStep() before the next step's transfers"));
+    }
+    const absl::Time begin = absl::Now();
+    std::unique_ptr<TensorChunk> message = inbox_.Pop(id, options_.timeout);
+    counters_.recv_wait += absl::Now() - begin;
+    if (message == nullptr) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rank ", plan_.rank(), " timed out after ",
+          absl::FormatDuration(options_.timeout), ": rank ", info->src_rank,
+          " has not delivered step ", step_, " of ", info->Describe()));
+    }
+    std::vector<int64_t> shape(message->shape().begin(), message->shape().end());
+    ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, shape));
+    if (message->step() != step_ || bytes != message->data().size()) {
+      return absl::DataLossError(absl::StrCat(
+          info->Describe(), ": a malformed message arrived in step ", step_));
+    }
+    ++received_[id];
+    ++counters_.tensors_received;
+    counters_.bytes_received += bytes;
+    ++counters_.copies;  // parsing the message out of gRPC's buffers
+    counters_.bytes_copied += bytes;
+    std::byte* data = reinterpret_cast<std::byte*>(message->mutable_data()->data());
+    return ReceivedTensor(data, bytes, std::move(shape),
+                          std::make_unique<MessageLease>(std::move(message)));
+  }
+
+  absl::Status FinishStep() override {
+    RETURN_IF_ERROR(CheckUsable());
+    for (const TransferInfo& info : plan_.sends()) {
+      if (sent_[info.id] != step_ + 1) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "step ", step_, " of rank ", plan_.rank(), " never sent ",
+            info.Describe(), ": every transfer moves once per step"));
+      }
+    }
+    for (const TransferInfo& info : plan_.recvs()) {
+      if (received_[info.id] != step_ + 1) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "step ", step_, " of rank ", plan_.rank(), " never received ",
+            info.Describe(), ": every transfer moves once per step"));
+      }
+    }
+    ++step_;
+    ++counters_.steps;
+    return absl::OkStatus();
+  }
+
+  absl::Status Shutdown() override {
+    if (shut_down_) return shutdown_status_;
+    shut_down_ = true;
+    absl::Status status;
+    for (auto& [dst, stream] : streams_) {
+      stream.writer->WritesDone();
+      grpc::Status finished = stream.writer->Finish();
+      if (!finished.ok() && status.ok()) {
+        status = absl::UnavailableError(absl::StrCat(
+            "closing the gRPC stream to rank ", dst, ": ",
+            finished.error_message()));
+      }
+    }
+    // Every stream into this rank is finished once every rank is here.
+    if (status.ok()) {
+      status = rdma::Barrier(store_, options_.ns, "grpc/shutdown",
+                             plan_.world_size(), options_.timeout);
+    }
+    shutdown_status_ = status;
+    return status;
+  }
+
+  TransferCounters counters() const override { return counters_; }
+
+ private:
+  struct Stream {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<TensorService::Stub> stub;
+    std::unique_ptr<grpc::ClientContext> context;
+    StreamAck ack;
+    std::unique_ptr<grpc::ClientWriter<TensorChunk>> writer;
+  };
+
+  absl::Status CheckUsable() const {
+    if (shut_down_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", plan_.rank(), ": the communicator was shut down"));
+    }
+    return absl::OkStatus();
+  }
+
+  RankPlan plan_;
+  rdma::Store& store_;
+  const CommunicatorOptions options_;
+  const GrpcOptions grpc_options_;
+  Inbox inbox_;
+  std::unique_ptr<grpc::Server> server_;
+  std::map<int, Stream> streams_;
+  std::map<int, int64_t> sent_;
+  std::map<int, int64_t> received_;
+  int64_t step_ = 0;
+  bool shut_down_ = false;
+  absl::Status shutdown_status_;
+  TransferCounters counters_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateGrpcCommunicator(
+    const plan::TransferPlan& plan, int rank, rdma::Store& store,
+    const CommunicatorOptions& options, const GrpcOptions& grpc_options) {
+  if (grpc_options.queue_depth < 1) {
+    return absl::InvalidArgumentError("grpc queue_depth must be at least 1");
+  }
+  ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, rank));
+  auto communicator = std::make_unique<GrpcCommunicator>(
+      std::move(rank_plan), store, options, grpc_options);
+  RETURN_IF_ERROR(communicator->SetUp());
+  return communicator;
+}
+
+}  // namespace rdmaflow::runtime

@@ -1,0 +1,375 @@
+// File: rdma_copy_communicator.cc
+#include "runtime/rdma_copy_communicator.h"
+
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "rdma/rendezvous.h"
+#include "runtime/tensor_message.pb.h"
+
+namespace rdmaflow::runtime {
+namespace {
+
+// Room for the length word and the serialized header of a chunk.
+constexpr size_t kHeaderRoom = 512;
+
+std::string RingKey(const char* what, int src, int dst) {
+  return absl::StrCat("copy/", what, "/", src, "-", dst);
+}
+
+// A vector-backed tensor (the receiver's copy).
+class VectorLease final : public ReceivedTensor::Lease {
+ public:
+  explicit VectorLease(std::shared_ptr<std::vector<std::byte>> bytes)
+      : bytes_(std::move(bytes)) {}
+
+ private:
+  std::shared_ptr<std::vector<std::byte>> bytes_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RdmaCopyCommunicator>>
+RdmaCopyCommunicator::Create(const plan::TransferPlan& plan,
+                             rdma::Transport& transport, rdma::Store& store,
+                             const CommunicatorOptions& options,
+                             const RdmaCopyOptions& copy_options) {
+  if (copy_options.ring_slots < 1 || copy_options.ring_slots > (1 << 20) ||
+      copy_options.chunk_bytes < 64) {
+    return absl::InvalidArgumentError(
+        "rdma_copy needs ring_slots in 1..2^20 and chunk_bytes >= 64");
+  }
+  ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, transport.rank()));
+  std::unique_ptr<RdmaCopyCommunicator> communicator(new RdmaCopyCommunicator(
+      std::move(rank_plan), transport, store, options, copy_options));
+  RETURN_IF_ERROR(communicator->SetUp());
+  return communicator;
+}
+
+RdmaCopyCommunicator::RdmaCopyCommunicator(RankPlan rank_plan,
+                                           rdma::Transport& transport,
+                                           rdma::Store& store,
+                                           const CommunicatorOptions& options,
+                                           const RdmaCopyOptions& copy_options)
+    : rank_plan_(std::move(rank_plan)),
+      transport_(transport),
+      options_(options),
+      copy_options_(copy_options),
+      slot_bytes_(copy_options.chunk_bytes + kHeaderRoom),
+      engine_(transport, store, options, rank_plan_.world_size()) {
+  engine_.set_handlers(
+      {[this](const rdma::Notification& n) { OnNotification(n); },
+       [this] { PostCredits(); }});
+}
+
+RdmaCopyCommunicator::~RdmaCopyCommunicator() {
+  absl::Status status = Shutdown();
+  if (!status.ok()) {
+    std::fprintf(stderr, "rdmaflow: rank %d: rdma_copy shutdown: %s\n",
+                 rank_plan_.rank(), status.ToString().c_str());
+  }
+}
+
+absl::Status RdmaCopyCommunicator::SetUp() {
+  RETURN_IF_ERROR(engine_.Connect(rank_plan_.peers()));
+  const int rank = rank_plan_.rank();
+  const size_t ring_bytes = slot_bytes_ * copy_options_.ring_slots;
+  std::set<int> senders, receivers;
+  for (const TransferInfo& info : rank_plan_.recvs()) senders.insert(info.src_rank);
+  for (const TransferInfo& info : rank_plan_.sends()) receivers.insert(info.dst_rank);
+  ASSIGN_OR_RETURN(rdma::MemoryRegion credit_out,
+                   transport_.Allocate(8 * std::max<size_t>(1, senders.size())));
+  credit_out_ = std::make_unique<rdma::MemoryRegion>(std::move(credit_out));
+  size_t word = 0;
+  for (int src : senders) {
+    Incoming& in = incoming_[src];
+    in.endpoint = engine_.endpoint(src);
+    in.credit_word = 8 * word++;
+    ASSIGN_OR_RETURN(rdma::MemoryRegion ring, transport_.Allocate(ring_bytes));
+    in.ring = std::make_unique<rdma::MemoryRegion>(std::move(ring));
+    RETURN_IF_ERROR(rdma::PublishRegion(engine_.store(), options_.ns,
+                                        RingKey("ring", src, rank),
+                                        in.ring->descriptor()));
+  }
+  for (int dst : receivers) {
+    Outgoing& out = outgoing_[dst];
+    out.endpoint = engine_.endpoint(dst);
+    ASSIGN_OR_RETURN(rdma::MemoryRegion bounce, transport_.Allocate(ring_bytes));
+    out.bounce = std::make_unique<rdma::MemoryRegion>(std::move(bounce));
+    out.bounce_busy.assign(copy_options_.ring_slots, false);
+    ASSIGN_OR_RETURN(rdma::MemoryRegion credit, transport_.Allocate(8));
+    out.credit = std::make_unique<rdma::MemoryRegion>(std::move(credit));
+    RETURN_IF_ERROR(rdma::PublishRegion(engine_.store(), options_.ns,
+                                        RingKey("credit", rank, dst),
+                                        out.credit->descriptor()));
+  }
+  for (auto& [dst, out] : outgoing_) {
+    ASSIGN_OR_RETURN(out.ring, rdma::FetchRegion(engine_.store(), options_.ns,
+                                                 RingKey("ring", rank, dst),
+                                                 options_.timeout));
+  }
+  for (auto& [src, in] : incoming_) {
+    ASSIGN_OR_RETURN(in.credit, rdma::FetchRegion(engine_.store(), options_.ns,
+                                                  RingKey("credit", src, rank),
+                                                  options_.timeout));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RdmaCopyCommunicator::CheckUsable() const {
+  if (shut_down_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank_plan_.rank(), ": the communicator was shut down"));
+  }
+  return engine_.failure();
+}
+
+absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
+  RETURN_IF_ERROR(CheckUsable());
+  ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindSend(id));
+  int64_t& sent = sent_steps_[id];
+  if (sent != step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        info->Describe(), " was already sent in step ", step_,
+        ": call FinishStep() before the next step's transfers"));
+  }
+  ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, tensor.shape));
+  if (bytes != tensor.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        info->Describe(), ": got ", tensor.bytes, " bytes, the shape needs ",
+        bytes));
+  }
+  Outgoing& out = outgoing_.at(info->dst_rank);
+  const uint64_t* consumed =
+      reinterpret_cast<const uint64_t*>(out.credit->data());
+  const int slots = copy_options_.ring_slots;
+  TensorChunk header;
+  header.set_id(id);
+  header.set_step(step_);
+  for (int64_t d : tensor.shape) header.add_shape(d);
+  header.set_total_bytes(bytes);
+  uint64_t offset = 0;
+  do {
+    const uint64_t chunk = std::min<uint64_t>(bytes - offset, copy_options_.chunk_bytes);
+    const uint64_t message = out.next_message;
+    const int slot = static_cast<int>(message % slots);
+    RETURN_IF_ERROR(engine_.WaitUntil(
+        [&] {
+          return __atomic_load_n(consumed, __ATOMIC_ACQUIRE) + slots > message &&
+                 !out.bounce_busy[slot];
+        },
+        info->dst_rank, [&] {
+          return absl::StrCat("rank ", info->dst_rank,
+                              " does not drain its message ring (sending ",
+                              info->Describe(), ")");
+        }));
+    // Serialize: header, then the payload copied in behind it.
+    header.set_offset(offset);
+    header.set_chunk_bytes(chunk);
+    std::byte* base = out.bounce->data() + slot * slot_bytes_;
+    const uint32_t header_bytes = static_cast<uint32_t>(header.ByteSizeLong());
+    std::memcpy(base, &header_bytes, 4);
+    header.SerializeToArray(base + 4, static_cast<int>(header_bytes));
+    const size_t payload = 4 + header_bytes;
+    if (chunk > 0) std::memcpy(base + payload, tensor.data + offset, chunk);
+    out.bounce_busy[slot] = true;
+    const size_t length = payload + chunk;
+    RETURN_IF_ERROR(engine_.Post(
+        [&] {
+          return out.endpoint->PostWrite(
+              {out.bounce.get(), slot * slot_bytes_, length},
+              {&out.ring, slot * slot_bytes_, length},
+              static_cast<uint32_t>(slot),
+              [this, busy = &out.bounce_busy, slot, info](absl::Status status) {
+                engine_.Completed();
+                (*busy)[slot] = false;
+                if (!status.ok()) {
+                  engine_.Fail(absl::Status(
+                      status.code(), absl::StrCat("sending ", info->Describe(),
+                                                  ": ", status.message())));
+                }
+              });
+        },
+        info->dst_rank, [&] { return absl::StrCat("posting ", info->Describe()); }));
+    ++out.next_message;
+    offset += chunk;
+  } while (offset < bytes);
+  ++sent;
+  ++counters_.tensors_sent;
+  counters_.bytes_sent += bytes;
+  ++counters_.copies;
+  counters_.bytes_copied += bytes;
+  return absl::OkStatus();
+}
+
+void RdmaCopyCommunicator::OnNotification(const rdma::Notification& n) {
+  auto it = incoming_.find(n.peer_rank);
+  if (it == incoming_.end() ||
+      n.value >= static_cast<uint32_t>(copy_options_.ring_slots)) {
+    engine_.Fail(absl::InternalError(absl::StrCat(
+        "rank ", rank_plan_.rank(), " got a message notification from rank ",
+        n.peer_rank, " it expects nothing from")));
+    return;
+  }
+  Incoming& in = it->second;
+  const int slot = static_cast<int>(in.consumed % copy_options_.ring_slots);
+  if (n.value != static_cast<uint32_t>(slot)) {
+    engine_.Fail(absl::InternalError(absl::StrCat(
+        "message ring from rank ", n.peer_rank, " out of order: slot ",
+        n.value, " where ", slot, " was due")));
+    return;
+  }
+  absl::Status delivered =
+      Deliver(n.peer_rank, in.ring->data() + slot * slot_bytes_);
+  if (!delivered.ok()) engine_.Fail(delivered);
+  ++in.consumed;
+}
+
+absl::Status RdmaCopyCommunicator::Deliver(int peer, const std::byte* message) {
+  uint32_t header_bytes = 0;
+  std::memcpy(&header_bytes, message, 4);
+  TensorChunk header;
+  if (header_bytes > kHeaderRoom - 4 ||
+      !header.ParseFromArray(message + 4, static_cast<int>(header_bytes))) {
+    return absl::DataLossError(
+        absl::StrCat("undecodable message header from rank ", peer));
+  }
+  ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindRecv(header.id()));
+  if (info->src_rank != peer ||
+      header.offset() + header.chunk_bytes() > header.total_bytes() ||
+      header.chunk_bytes() > copy_options_.chunk_bytes) {
+    return absl::DataLossError(absl::StrCat(
+        "a malformed chunk of ", info->Describe(), " came from rank ", peer));
+  }
+  Assembled& partial = partial_[header.id()];
+  if (header.offset() == 0) {
+    std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
+    ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, shape));
+    if (bytes != header.total_bytes()) {
+      return absl::DataLossError(absl::StrCat(
+          info->Describe(), ": message of ", header.total_bytes(),
+          " bytes for shape of ", bytes));
+    }
+    partial = Assembled{header.step(), std::move(shape),
+                        std::make_shared<std::vector<std::byte>>(bytes)};
+  } else if (partial.bytes == nullptr) {
+    return absl::DataLossError(absl::StrCat(
+        "a chunk of ", info->Describe(), " arrived before its start"));
+  }
+  // Deserialize: copy the payload out of the ring into the tensor.
+  if (header.chunk_bytes() > 0) {
+    std::memcpy(partial.bytes->data() + header.offset(),
+                message + 4 + header_bytes, header.chunk_bytes());
+  }
+  if (header.offset() + header.chunk_bytes() == header.total_bytes()) {
+    ++counters_.copies;
+    counters_.bytes_copied += header.total_bytes();
+    ready_[header.id()].push_back(std::move(partial));
+    partial_.erase(header.id());
+  }
+  return absl::OkStatus();
+}
+
+void RdmaCopyCommunicator::PostCredits() {
+  for (auto& [src, in] : incoming_) {
+    if (in.credit_busy || in.consumed == in.credit_posted) continue;
+    uint64_t* word = reinterpret_cast<uint64_t*>(credit_out_->data() + in.credit_word);
+    *word = in.consumed;
+    absl::Status posted = in.endpoint->PostWrite(
+        {credit_out_.get(), in.credit_word, 8}, {&in.credit, 0, 8}, std::nullopt,
+        [this, state = &in](absl::Status status) {
+          engine_.Completed();
+          state->credit_busy = false;
+          if (!status.ok()) engine_.Fail(status);
+        });
+    if (absl::IsResourceExhausted(posted)) continue;
+    if (!posted.ok()) {
+      engine_.Fail(posted);
+      continue;
+    }
+    engine_.Started();
+    in.credit_busy = true;
+    in.credit_posted = in.consumed;
+  }
+}
+
+absl::StatusOr<ReceivedTensor> RdmaCopyCommunicator::Recv(int id) {
+  RETURN_IF_ERROR(CheckUsable());
+  ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindRecv(id));
+  int64_t& received = received_steps_[id];
+  if (received != step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        info->Describe(), " was already received in step ", step_,
+        ": call FinishStep() before the next step's transfers"));
+  }
+  std::deque<Assembled>& queue = ready_[id];
+  const absl::Time begin = absl::Now();
+  if (queue.empty()) {
+    RETURN_IF_ERROR(engine_.WaitUntil(
+        [&] { return !queue.empty(); }, info->src_rank, [&] {
+          return absl::StrCat("rank ", info->src_rank,
+                              " has not delivered step ", step_, " of ",
+                              info->Describe());
+        }));
+    counters_.recv_wait += absl::Now() - begin;
+  }
+  Assembled tensor = std::move(queue.front());
+  queue.pop_front();
+  if (tensor.step != step_) {
+    return absl::DataLossError(absl::StrCat(info->Describe(), ": step ",
+                                            tensor.step, " arrived in step ",
+                                            step_));
+  }
+  ++received;
+  ++counters_.tensors_received;
+  counters_.bytes_received += tensor.bytes->size();
+  std::byte* data = tensor.bytes->data();
+  const size_t size = tensor.bytes->size();
+  return ReceivedTensor(data, size, std::move(tensor.shape),
+                        std::make_unique<VectorLease>(std::move(tensor.bytes)));
+}
+
+absl::Status RdmaCopyCommunicator::FinishStep() {
+  RETURN_IF_ERROR(CheckUsable());
+  for (const TransferInfo& info : rank_plan_.sends()) {
+    if (sent_steps_[info.id] != step_ + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", step_, " of rank ", rank_plan_.rank(), " never sent ",
+          info.Describe(), ": every transfer moves once per step"));
+    }
+  }
+  for (const TransferInfo& info : rank_plan_.recvs()) {
+    if (received_steps_[info.id] != step_ + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", step_, " of rank ", rank_plan_.rank(), " never received ",
+          info.Describe(), ": every transfer moves once per step"));
+    }
+  }
+  ++step_;
+  ++counters_.steps;
+  return engine_.Poll();
+}
+
+absl::Status RdmaCopyCommunicator::Shutdown() {
+  if (shut_down_) return shutdown_status_;
+  absl::Status status = engine_.failure();
+  if (status.ok()) {
+    status = engine_.Drain(
+        [&] {
+          for (const auto& [src, in] : incoming_) {
+            if (in.consumed != in.credit_posted) return false;
+          }
+          return true;
+        },
+        [] { return std::string("message credits still to return"); });
+  }
+  if (status.ok()) status = engine_.Barrier("shutdown");
+  shut_down_ = true;
+  shutdown_status_ = status;
+  return status;
+}
+
+}  // namespace rdmaflow::runtime
