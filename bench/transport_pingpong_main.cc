@@ -6,9 +6,6 @@
 // Without RANK/WORLD_SIZE in the environment it starts rank 1 itself (a
 // second process, or a thread with --mode=thread) and rendezvouses through
 // the TCPStore; under torchrun/mpirun/Slurm each process is one rank.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -26,11 +23,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
+#include "bench/local_job.h"
 #include "bench/pingpong.h"
-#include "rdma/builtin_transports.h"
 #include "rdma/testing/in_memory_store.h"
-#include "rdma/torch/tcp_store.h"
-#include "rdma/transport_registry.h"
 
 ABSL_FLAG(std::string, transport, "ucx",
           "Transport backend: ucx, ibverbs or loopback (loopback needs --mode=thread).");
@@ -52,20 +47,6 @@ ABSL_FLAG(std::string, tsv, "", "Write the results as TSV (for plotting).");
 
 namespace rdmaflow::bench {
 namespace {
-
-absl::StatusOr<std::unique_ptr<rdma::Transport>> MakeTransport(int rank) {
-  rdma::TransportRegistry registry;
-  if (absl::Status s = rdma::RegisterBuiltinTransports(registry); !s.ok()) {
-    return s;
-  }
-  rdma::TransportConfig config;
-  config.rank = rank;
-  absl::StatusOr<std::map<std::string, std::string>> params =
-      rdma::ParseTransportParams(absl::GetFlag(FLAGS_params));
-  if (!params.ok()) return params.status();
-  config.params = *params;
-  return registry.Create(absl::GetFlag(FLAGS_transport), config);
-}
 
 PingPongOptions OptionsFromFlags() {
   PingPongOptions options;
@@ -130,8 +111,8 @@ bool WriteTsv(const std::string& path, const std::vector<PingPongRow>& rows) {
 
 // One rank's whole run; rank 0 prints.
 int RunRank(int rank, rdma::Store& store) {
-  absl::StatusOr<std::unique_ptr<rdma::Transport>> transport =
-      MakeTransport(rank);
+  absl::StatusOr<std::unique_ptr<rdma::Transport>> transport = MakeTransport(
+      absl::GetFlag(FLAGS_transport), absl::GetFlag(FLAGS_params), rank);
   if (!transport.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank,
                  transport.status().ToString().c_str());
@@ -186,23 +167,14 @@ int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
 
   if (std::getenv("RANK") != nullptr) {  // Launched by torchrun/mpirun.
-    absl::StatusOr<rdma::torch::TcpStoreOptions> options =
-        rdma::torch::TcpStoreOptions::FromEnvironment();
-    if (!options.ok()) {
-      std::fprintf(stderr, "%s\n", options.status().ToString().c_str());
-      return 2;
-    }
-    if (options->world_size != 2) {
-      std::fprintf(stderr, "the ping-pong needs WORLD_SIZE=2, got %d\n",
-                   options->world_size);
-      return 2;
-    }
-    auto store = rdma::torch::TcpStore::Create(*options);
-    if (!store.ok()) {
-      std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
-      return 1;
-    }
-    return RunRank(options->rank, **store);
+    return RunLaunchedRank([](int rank, int world_size, rdma::Store& store) {
+      if (world_size != 2) {
+        std::fprintf(stderr, "the ping-pong needs WORLD_SIZE=2, got %d\n",
+                     world_size);
+        return 2;
+      }
+      return RunRank(rank, store);
+    });
   }
 
   const std::string mode = absl::GetFlag(FLAGS_mode);
@@ -220,35 +192,8 @@ int Main(int argc, char** argv) {
     return 2;
   }
   // Rank 0 hosts the store on a free port and starts rank 1 as a child.
-  rdma::torch::TcpStoreOptions options;
-  options.port = 0;
-  options.is_server = true;
-  options.world_size = 2;
-  auto store = rdma::torch::TcpStore::Create(options);
-  if (!store.ok()) {
-    std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
-    return 1;
-  }
-  const pid_t child = fork();
-  if (child < 0) {
-    std::perror("fork");
-    return 1;
-  }
-  if (child == 0) {
-    setenv("RANK", "1", 1);
-    setenv("WORLD_SIZE", "2", 1);
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
-    setenv("MASTER_PORT", absl::StrCat((*store)->port()).c_str(), 1);
-    execv("/proc/self/exe", argv);
-    _exit(127);
-  }
-  const int status = RunRank(0, **store);
-  // Rank 1 would otherwise wait out its store timeout for a rank 0 that failed.
-  if (status != 0) kill(child, SIGTERM);
-  int child_status = 0;
-  waitpid(child, &child_status, 0);
-  if (status != 0) return status;
-  return WIFEXITED(child_status) ? WEXITSTATUS(child_status) : 1;
+  return RunLocalJob(2, argv, {},
+                     [](rdma::Store& store) { return RunRank(0, store); });
 }
 
 }  // namespace
