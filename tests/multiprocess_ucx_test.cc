@@ -4,9 +4,6 @@
 //
 // The test process is the launcher; it re-executes itself once per rank with
 // RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, as torchrun would.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +21,7 @@
 #include "rdma/rendezvous.h"
 #include "rdma/torch/tcp_store.h"
 #include "rdma/ucx/ucx_transport.h"
+#include "tests/process_launcher.h"
 
 namespace rdmaflow {
 namespace {
@@ -121,38 +119,8 @@ absl::Status RunRank() {
   return absl::OkStatus();
 }
 
-// Launches `world` ranks of this binary and returns their exit codes.
 std::vector<int> Launch(int world, const std::string& tls) {
-  rdma::torch::TcpStoreOptions options;
-  options.port = 0;
-  options.is_server = true;
-  options.world_size = world;
-  // The launcher hosts the store, like torchrun's agent.
-  auto store = rdma::torch::TcpStore::Create(options);
-  EXPECT_OK(store.status());
-  if (!store.ok()) return {};
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setenv("RANK", absl::StrCat(rank).c_str(), 1);
-      setenv("WORLD_SIZE", absl::StrCat(world).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", absl::StrCat((*store)->port()).c_str(), 1);
-      setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
-      setenv(kTlsEnv, tls.c_str(), 1);
-      execl("/proc/self/exe", "multiprocess_rank", nullptr);
-      _exit(127);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128);
-  }
-  return codes;
+  return testing::LaunchRanks(world, {{kTlsEnv, tls}});
 }
 
 TEST(MultiProcessUcxTest, ThreeProcessesOverSharedMemory) {

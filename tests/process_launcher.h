@@ -1,0 +1,25 @@
+// File: process_launcher.h
+// -----------------------------------------------------------------------------
+// Multi-process end-to-end tests: the test binary is the launcher (it hosts
+// the TCPStore, as torchrun's agent does) and re-executes itself once per
+// rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and test-specific
+// variables set; the child's main() sees RANK and runs the rank instead of
+// the tests.
+#ifndef RDMAFLOW_TESTS_PROCESS_LAUNCHER_H_
+#define RDMAFLOW_TESTS_PROCESS_LAUNCHER_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace rdmaflow::testing {
+
+// Starts `world` ranks of this binary with `env` added and returns their
+// exit codes, by rank (128 + signal for a rank killed by a signal; empty if
+// the store could not start).
+std::vector<int> LaunchRanks(int world,
+                             const std::map<std::string, std::string>& env);
+
+}  // namespace rdmaflow::testing
+
+#endif  // RDMAFLOW_TESTS_PROCESS_LAUNCHER_H_
