@@ -1,0 +1,66 @@
+// File: registered_allocator.h
+// -----------------------------------------------------------------------------
+// RegisteredAllocator: a c10::Allocator over one registered region from
+// Transport::Allocate, so LibTorch tensors (and ops writing into them with
+// out= variants) live in memory the zero-copy executor sends from in place.
+// Register the region with Executor::AddSendArena(&allocator.region()); a
+// tensor allocated here is then written to its receiver with no copy.
+//
+//   ASSIGN_OR_RETURN(auto allocator, RegisteredAllocator::Create(*transport, 256 << 20));
+//   executor->AddSendArena(&allocator->region());
+//   ASSIGN_OR_RETURN(at::Tensor grad, allocator->Empty({4096, 4096}, at::kFloat));
+//   at::matmul_out(grad, a, b);  // produced straight into the send buffer
+#ifndef RDMAFLOW_RUNTIME_TORCH_REGISTERED_ALLOCATOR_H_
+#define RDMAFLOW_RUNTIME_TORCH_REGISTERED_ALLOCATOR_H_
+
+#include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "rdma/memory_region.h"
+#include "rdma/transport.h"
+#include "runtime/pool_allocator.h"
+
+namespace rdmaflow::runtime::torch {
+
+// Thread-safe (LibTorch allocates from any thread). Must outlive every
+// tensor it allocated and the executor that sends from it.
+class RegisteredAllocator final : public c10::Allocator {
+ public:
+  // Allocates and registers `bytes` through `transport`.
+  static absl::StatusOr<std::unique_ptr<RegisteredAllocator>> Create(
+      rdma::Transport& transport, size_t bytes);
+
+  // c10::Allocator. When the region is full, falls back to ordinary memory
+  // (counted in fallbacks(); such tensors are staged by the executor).
+  c10::DataPtr allocate(size_t bytes) const override;
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  // An uninitialized contiguous CPU tensor in registered memory.
+  // kResourceExhausted when the region cannot hold it.
+  absl::StatusOr<at::Tensor> Empty(const std::vector<int64_t>& shape,
+                                   at::ScalarType dtype);
+
+  const rdma::MemoryRegion& region() const { return region_; }
+  size_t used() const;
+  int64_t fallbacks() const { return fallbacks_.load(); }
+
+ private:
+  explicit RegisteredAllocator(rdma::MemoryRegion region);
+  static void Free(void* context);
+
+  rdma::MemoryRegion region_;
+  mutable absl::Mutex mu_;
+  mutable PoolAllocator pool_ ABSL_GUARDED_BY(mu_);
+  mutable std::atomic<int64_t> fallbacks_{0};
+};
+
+}  // namespace rdmaflow::runtime::torch
+
+#endif  // RDMAFLOW_RUNTIME_TORCH_REGISTERED_ALLOCATOR_H_

@@ -1,0 +1,86 @@
+// File: torch_communicator.cc
+#include "runtime/torch/torch_communicator.h"
+
+#include <exception>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "graph_analyzer/shape_util.h"
+
+namespace rdmaflow::runtime::torch {
+
+absl::StatusOr<at::ScalarType> ToScalarType(graph::DataType dtype) {
+  switch (dtype) {
+    case graph::DT_FLOAT32:
+      return at::kFloat;
+    case graph::DT_FLOAT16:
+      return at::kHalf;
+    case graph::DT_BFLOAT16:
+      return at::kBFloat16;
+    case graph::DT_FLOAT64:
+      return at::kDouble;
+    case graph::DT_INT8:
+      return at::kChar;
+    case graph::DT_UINT8:
+      return at::kByte;
+    case graph::DT_INT32:
+      return at::kInt;
+    case graph::DT_INT64:
+      return at::kLong;
+    case graph::DT_BOOL:
+      return at::kBool;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no LibTorch dtype for ", graph::DataTypeName(dtype)));
+  }
+}
+
+absl::StatusOr<TorchCommunicator> TorchCommunicator::Create(
+    Communicator& communicator, const plan::TransferPlan& plan, int rank) {
+  ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, rank));
+  return TorchCommunicator(communicator, std::move(rank_plan));
+}
+
+absl::Status TorchCommunicator::Send(int id, const at::Tensor& tensor) {
+  ASSIGN_OR_RETURN(const TransferInfo* info, plan_.FindSend(id));
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ToScalarType(info->spec.dtype()));
+  try {
+    if (!tensor.device().is_cpu() || tensor.scalar_type() != dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          info->Describe(), ": got a ", tensor.toString(),
+          " tensor, the plan expects a CPU ", c10::toString(dtype), " one"));
+    }
+    auto kept = std::make_shared<at::Tensor>(tensor.contiguous());
+    OutgoingTensor out;
+    out.data = static_cast<const std::byte*>(kept->data_ptr());
+    out.bytes = kept->nbytes();
+    out.shape.assign(kept->sizes().begin(), kept->sizes().end());
+    out.keepalive = kept;
+    return communicator_->Send(id, std::move(out));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat(info->Describe(), ": LibTorch: ", e.what()));
+  }
+}
+
+absl::StatusOr<at::Tensor> TorchCommunicator::Recv(int id) {
+  ASSIGN_OR_RETURN(const TransferInfo* info, plan_.FindRecv(id));
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ToScalarType(info->spec.dtype()));
+  ASSIGN_OR_RETURN(ReceivedTensor received, communicator_->Recv(id));
+  const std::vector<int64_t> shape = received.shape();
+  std::byte* data = received.data();
+  // from_blob's deleter must be copyable: hold the lease through a pointer.
+  ReceivedTensor::Lease* lease = received.ReleaseLease().release();
+  try {
+    return at::from_blob(
+        data, shape, [lease](void*) { delete lease; },
+        at::TensorOptions().dtype(dtype));
+  } catch (const std::exception& e) {
+    delete lease;
+    return absl::InternalError(
+        absl::StrCat(info->Describe(), ": LibTorch: ", e.what()));
+  }
+}
+
+}  // namespace rdmaflow::runtime::torch
