@@ -58,6 +58,10 @@ ABSL_FLAG(std::string, json, "", "Write the results as JSON here.");
 ABSL_FLAG(std::string, tsv, "",
           "Write TSV for tools/plot_ablation.sh here (<path>.graphs, "
           "<path>.sweep).");
+ABSL_FLAG(std::string, trace_dir, "",
+          "Write a Chrome trace (chrome://tracing, Perfetto) of every transfer "
+          "of each rank of the zero-copy runs here: "
+          "<graph>.rdma.rank<r>.json.");
 ABSL_FLAG(std::string, job, "", "Internal: the job a launched rank runs.");
 
 namespace rdmaflow::bench {
@@ -119,6 +123,10 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
   runtime::CommunicatorOptions options;
   options.ns = "ablation";
   options.timeout = absl::Seconds(120);
+  if (const std::string dir = absl::GetFlag(FLAGS_trace_dir); !dir.empty()) {
+    options.trace_path =
+        absl::StrCat(dir, "/", parts[0], ".", parts[1], ".rank", rank, ".json");
+  }
   ASSIGN_OR_RETURN(auto communicator,
                    runtime::CreateCommunicator(parts[1], plan, *transport,
                                                store, options));

@@ -166,6 +166,29 @@ TEST(ExecutorTest, StaticTensorsAreViewsOfTheSlotAndArenaSendsAreNotCopied) {
   EXPECT_EQ(counters[0].bytes_sent, 4 * static_cast<int64_t>(bytes));
 }
 
+TEST(ExecutorTest, WritesAChromeTraceOfEveryTransfer) {
+  const plan::TransferPlan plan = OneTensorPlan({256});
+  std::vector<size_t> events(2);
+  ExpectAllOk(testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport,
+             rdma::Store& store) -> absl::Status {
+        CommunicatorOptions options = NoTracing();
+        options.trace_path =
+            absl::StrCat(::testing::TempDir(), "/trace.rank", rank, ".json");
+        ASSIGN_OR_RETURN(auto executor,
+                         Executor::Create(plan, transport, store, options));
+        ASSIGN_OR_RETURN(auto replayer, Replayer::Create(plan, rank, {}));
+        for (int step = 0; step < 3; ++step) {
+          RETURN_IF_ERROR(replayer->RunStep(*executor, step).status());
+        }
+        RETURN_IF_ERROR(executor->Shutdown());
+        events[rank] = executor->trace().size();
+        return absl::OkStatus();
+      }));
+  EXPECT_GE(events[0], 3u);  // a send event per step (and slot waits)
+  EXPECT_EQ(events[1], 3u);  // a receive event per step
+}
+
 TEST(ExecutorTest, HeapTensorsAreCopiedOnceIntoStaging) {
   const plan::TransferPlan plan = OneTensorPlan({1000});
   TransferCounters sender;

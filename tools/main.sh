@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# The main job: set up, build optimized, and run the write/read ping-pong
-# between two processes over UCX shared memory, next to memcpy measured in the
-# same run; then plan the example training graphs with `rdmaflow plan`.
-# Prints the tables; JSON, TSV, a plot, the plans and DOT go to $OUT_DIR.
+# The main job: set up, build optimized, and run over UCX shared memory
+#  1. the write/read ping-pong between two processes, next to memcpy;
+#  2. the RPC-vs-RDMA ablation: training graphs' communication replayed
+#     between processes through the zero-copy runtime, the rdma_copy and the
+#     gRPC baselines, and a single-tensor sweep next to memcpy;
+# then plan the example training graphs with `rdmaflow plan`.
+# Prints the tables; JSON, TSV, plots, the plans and DOT go to $OUT_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 
 OUT_DIR=${OUT_DIR:-bench-results}
 mkdir -p "$OUT_DIR"
-bazel build -c opt //bench:transport_pingpong //cli:rdmaflow
+bazel build -c opt //bench:transport_pingpong //bench:ablation //cli:rdmaflow
 bazel-bin/bench/transport_pingpong --transport=ucx --params=tls=shm \
   --json="$OUT_DIR/pingpong_ucx_shm.json" --tsv="$OUT_DIR/pingpong_ucx_shm.tsv" "$@"
 tools/plot_pingpong.sh "$OUT_DIR/pingpong_ucx_shm.tsv" "$OUT_DIR/pingpong_ucx_shm.png"
+
+echo
+bazel-bin/bench/ablation --transport=ucx --params=tls=shm \
+  --json="$OUT_DIR/ablation.json" --tsv="$OUT_DIR/ablation" \
+  --trace_dir="$OUT_DIR"
+tools/plot_ablation.sh "$OUT_DIR/ablation" "$OUT_DIR/ablation.png"
 
 # Transfer plans of the example graphs: the parameter-server CNN in full,
 # the others as one line each.
@@ -23,4 +32,5 @@ for graph in mlp_2ranks cnn_layer_separated seq_dynamic_length; do
   bazel-bin/cli/rdmaflow plan "graph_analyzer/testdata/$graph.pbtxt" --quiet \
     --out "$OUT_DIR/$graph.plan.pbtxt"
 done
-echo "results: $OUT_DIR/pingpong_ucx_shm.{json,tsv,png}, $OUT_DIR/*.plan.pbtxt"
+echo "results: $OUT_DIR/pingpong_ucx_shm.{json,tsv,png}, $OUT_DIR/ablation.{json,png}," \
+  "$OUT_DIR/*.rdma.rank*.json (Chrome traces), $OUT_DIR/*.plan.pbtxt"

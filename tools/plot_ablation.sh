@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Plots the RPC-vs-RDMA ablation (bench/ablation --tsv=PREFIX): step time per
+# communicator per graph (PREFIX.graphs) and single-tensor bandwidth per
+# communicator next to memcpy (PREFIX.sweep).
+#   tools/plot_ablation.sh PREFIX out.png
+set -euo pipefail
+prefix=$1
+png=$2
+if ! command -v gnuplot >/dev/null; then
+  echo "plot: gnuplot not installed (tools/setup.sh installs gnuplot-nox); skipping" >&2
+  exit 0
+fi
+gnuplot <<GP
+set terminal pngcairo size 1200,500 noenhanced
+set output "$png"
+set multiplot layout 1,2
+set datafile separator "\t"
+set grid ytics
+set title "step time per graph (p50, slowest rank; lower is better)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set logscale y 10
+set ylabel "ms"
+set xtics rotate by -30
+set key top left
+plot "$prefix.graphs" using 2:xtic(1) title columnheader(2), \
+     "" using 3 title columnheader(3), "" using 4 title columnheader(4)
+unset style
+set style data linespoints
+set title "one tensor per step: bandwidth (higher is better)"
+set logscale x 2
+set format x "%.0b%B"
+set xtics norotate
+set xlabel "tensor size (bytes)"
+set ylabel "GB/s"
+set key bottom right
+plot "$prefix.sweep" using 1:3 title columnheader(3), \
+     "" using 1:4 title columnheader(4), "" using 1:5 title columnheader(5), \
+     "" using 1:2 with lines dashtype 2 title "memcpy, same run"
+unset multiplot
+GP
+echo "plot: $png"
