@@ -1,0 +1,126 @@
+// File: runtime_e2e_rank.cc
+#include "tests/runtime_e2e_rank.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "graph_analyzer/examples/example_graphs.h"
+#include "graph_analyzer/graph_builder.h"
+#include "graph_analyzer/planner.h"
+#include "gtest/gtest.h"
+#include "rdma/builtin_transports.h"
+#include "rdma/torch/tcp_store.h"
+#include "rdma/transport_registry.h"
+#include "runtime/communicator_factory.h"
+#include "runtime/replay.h"
+
+namespace rdmaflow {
+namespace {
+
+// Transfer steps per replay: enough for tracing (2 steps), promotion and
+// pipelining to wrap around; few enough for Soft-RoCE under emulation.
+constexpr int kSteps = 5;
+
+// A 256 KiB tensor from rank 0 to rank 1, no pipelining.
+plan::TransferPlan OneTensorPlan() {
+  graph::GraphBuilder b("one_tensor");
+  b.SetWorldSize(2);
+  b.SetRank(0);
+  std::string x = b.Placeholder("x", graph::DT_FLOAT32, {1 << 16});
+  b.SetRank(1);
+  b.Op("y", "Identity", {x});
+  graph::PlannerOptions options;
+  options.pipeline_depth = 1;
+  return *graph::PlanGraph(std::move(b).Build(), options);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<rdma::Transport>> MakeTransport(int rank) {
+  const char* name = std::getenv(kTransportEnv);
+  const char* params = std::getenv(kParamsEnv);
+  rdma::TransportRegistry registry;
+  RETURN_IF_ERROR(rdma::RegisterBuiltinTransports(registry));
+  rdma::TransportConfig config;
+  config.rank = rank;
+  ASSIGN_OR_RETURN(config.params,
+                   rdma::ParseTransportParams(params != nullptr ? params : ""));
+  return registry.Create(name != nullptr ? name : "ucx", config);
+}
+
+absl::StatusOr<plan::TransferPlan> ExamplePlan(const std::string& file) {
+  for (const graph::examples::NamedGraph& example :
+       graph::examples::AllExamples()) {
+    if (example.file == file) return graph::PlanGraph(example.graph, {});
+  }
+  return absl::NotFoundError(absl::StrCat("no example ", file));
+}
+
+absl::Status RunRuntimeRank(const std::string& mode) {
+  ASSIGN_OR_RETURN(rdma::torch::TcpStoreOptions store_options,
+                   rdma::torch::TcpStoreOptions::FromEnvironment());
+  ASSIGN_OR_RETURN(auto store, rdma::torch::TcpStore::Create(store_options));
+  const int rank = store_options.rank;
+  ASSIGN_OR_RETURN(auto transport, MakeTransport(rank));
+  runtime::CommunicatorOptions options;
+  options.timeout = absl::Seconds(60);
+  options.trace_steps = 2;
+  std::vector<std::string> parts = absl::StrSplit(mode, ':');
+  if (parts[0] == "replay" && parts.size() == 3) {
+    ASSIGN_OR_RETURN(plan::TransferPlan plan, ExamplePlan(parts[1]));
+    ASSIGN_OR_RETURN(auto communicator,
+                     runtime::CreateCommunicator(parts[2], plan, *transport,
+                                                 *store, options));
+    ASSIGN_OR_RETURN(auto replayer, runtime::Replayer::Create(plan, rank, {}));
+    for (int step = 0; step < kSteps; ++step) {
+      RETURN_IF_ERROR(replayer->RunStep(*communicator, step).status());
+    }
+    return communicator->Shutdown();
+  }
+  if (parts[0] == "kill") {
+    const plan::TransferPlan plan = OneTensorPlan();
+    ASSIGN_OR_RETURN(auto communicator,
+                     runtime::CreateCommunicator("rdma", plan, *transport,
+                                                 *store, options));
+    ASSIGN_OR_RETURN(auto replayer, runtime::Replayer::Create(plan, rank, {}));
+    RETURN_IF_ERROR(replayer->RunStep(*communicator, 0).status());
+    if (rank == 1) _exit(0);  // dies holding nothing back: no shutdown
+    for (int step = 1; step < 1000; ++step) {
+      absl::StatusOr<absl::Duration> ran = replayer->RunStep(*communicator, step);
+      if (!ran.ok()) {
+        std::fprintf(stderr, "rank 0 got, as expected: %s\n",
+                     ran.status().ToString().c_str());
+        return absl::IsUnavailable(ran.status())
+                   ? absl::OkStatus()
+                   : absl::InternalError("expected kUnavailable");
+      }
+    }
+    return absl::InternalError("rank 0 kept sending to a dead rank");
+  }
+  return absl::InvalidArgumentError(absl::StrCat("bad mode ", mode));
+}
+
+int RuntimeE2eMain(int argc, char** argv) {
+  if (const char* mode = std::getenv(kModeEnv);
+      mode != nullptr && std::getenv("RANK") != nullptr) {
+    absl::Status status = RunRuntimeRank(mode);
+    if (!status.ok()) {
+      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK"),
+                   status.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  ::testing::InitGoogleMock(&argc, argv);
+  return RUN_ALL_TESTS();
+}
+
+}  // namespace rdmaflow
