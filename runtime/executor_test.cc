@@ -393,7 +393,11 @@ TEST(ExecutorTest, DeadReceiverGivesTheSenderAnErrorNotAHang) {
         executor->Shutdown().IgnoreError();
         return absl::OkStatus();
       });
-  EXPECT_THAT(sender_status, StatusIs(absl::StatusCode::kUnavailable));
+  // The error names the dead peer and the tensor the sender waited on.
+  EXPECT_THAT(sender_status,
+              StatusIs(absl::StatusCode::kUnavailable,
+                       ::testing::AllOf(HasSubstr("rank 1"),
+                                        HasSubstr("tensor 'x:0'"))));
 }
 
 }  // namespace

@@ -83,7 +83,12 @@ absl::Status ProgressEngine::WaitUntil(
     const std::function<std::string()>& what) {
   const absl::Time deadline = absl::Now() + options_.timeout;
   while (true) {
-    RETURN_IF_ERROR(Poll());
+    if (absl::Status polled = Poll(); !polled.ok()) {
+      // Say what we were waiting for: the tensor and the peer.
+      return absl::Status(polled.code(),
+                          absl::StrCat(polled.message(), " (rank ", rank(),
+                                       " was waiting: ", what(), ")"));
+    }
     if (ready()) return absl::OkStatus();
     if (peer >= 0) {
       ProbePeer(peer);

@@ -55,8 +55,9 @@ class ProgressEngine {
   absl::Status Poll();
 
   // Polls until `ready()`; kDeadlineExceeded with `what()` after the
-  // timeout; the first failure (kUnavailable for a peer found dead: `peer`,
-  // or every peer when -1, is probed every liveness_interval).
+  // timeout; the first failure, with `what()` appended (kUnavailable for a
+  // peer found dead: `peer`, or every peer when -1, is probed every
+  // liveness_interval).
   absl::Status WaitUntil(const std::function<bool()>& ready, int peer,
                          const std::function<std::string()>& what);
 
