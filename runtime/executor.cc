@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/shape_util.h"
+#include "runtime/step_tracker.h"
 
 namespace rdmaflow::runtime {
 namespace {
@@ -84,9 +85,7 @@ absl::Status Executor::CheckSequence(uint64_t next_seq, const TransferInfo& info
                                      const char* verb) const {
   const uint64_t due = static_cast<uint64_t>(step_ - generation_start_step_);
   if (next_seq == due) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      info.Describe(), " was already ", verb, " in step ", step_,
-      ": call FinishStep() before the next step's transfers"));
+  return AlreadyMovedError(info, step_, verb);
 }
 
 void Executor::Observe(const TransferInfo& info,
@@ -520,16 +519,12 @@ absl::Status Executor::FinishStep() {
       static_cast<uint64_t>(step_ - generation_start_step_) + 1;
   for (const auto& slot : sends_) {
     if (slot->next_seq != expected) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "step ", step_, " of rank ", rank_plan_.rank(), " never sent ",
-          slot->info.Describe(), ": every transfer moves once per step"));
+      return NotMovedError(slot->info, step_, rank_plan_.rank(), "sent");
     }
   }
   for (const auto& slot : recvs_) {
     if (slot->next_seq != expected) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "step ", step_, " of rank ", rank_plan_.rank(), " never received ",
-          slot->info.Describe(), ": every transfer moves once per step"));
+      return NotMovedError(slot->info, step_, rank_plan_.rank(), "received");
     }
   }
   ++step_;

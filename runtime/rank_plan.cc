@@ -147,34 +147,31 @@ absl::StatusOr<RankPlan> RankPlan::Create(const plan::TransferPlan& plan,
   return out;
 }
 
-absl::StatusOr<const TransferInfo*> RankPlan::FindSend(int id) const {
-  if (id >= 0 && id < static_cast<int>(send_index_.size()) &&
-      send_index_[id] >= 0) {
-    return &sends_[send_index_[id]];
+absl::StatusOr<const TransferInfo*> RankPlan::Find(
+    int id, const std::vector<int>& index, const std::vector<TransferInfo>& list,
+    bool send) const {
+  if (id >= 0 && id < static_cast<int>(index.size()) && index[id] >= 0) {
+    return &list[index[id]];
   }
   if (id < 0 || id >= static_cast<int>(all_.size()) || all_[id].id == -1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", rank_, ": the plan of graph '", plan_.graph_name(),
         "' has no transfer with id ", id));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "rank ", rank_, " cannot send ", all_[id].Describe(),
-      ": rank ", all_[id].src_rank, " sends it"));
+  const TransferInfo& info = all_[id];
+  return absl::InvalidArgumentError(
+      absl::StrCat("rank ", rank_, send ? " cannot send " : " cannot receive ",
+                   info.Describe(), ": rank ",
+                   send ? info.src_rank : info.dst_rank,
+                   send ? " sends it" : " receives it"));
+}
+
+absl::StatusOr<const TransferInfo*> RankPlan::FindSend(int id) const {
+  return Find(id, send_index_, sends_, /*send=*/true);
 }
 
 absl::StatusOr<const TransferInfo*> RankPlan::FindRecv(int id) const {
-  if (id >= 0 && id < static_cast<int>(recv_index_.size()) &&
-      recv_index_[id] >= 0) {
-    return &recvs_[recv_index_[id]];
-  }
-  if (id < 0 || id >= static_cast<int>(all_.size()) || all_[id].id == -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank_, ": the plan of graph '", plan_.graph_name(),
-        "' has no transfer with id ", id));
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "rank ", rank_, " cannot receive ", all_[id].Describe(),
-      ": rank ", all_[id].dst_rank, " receives it"));
+  return Find(id, recv_index_, recvs_, /*send=*/false);
 }
 
 absl::StatusOr<uint64_t> CheckShape(const TransferInfo& info,

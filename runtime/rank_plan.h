@@ -71,6 +71,10 @@ class RankPlan {
   absl::StatusOr<const TransferInfo*> FindRecv(int id) const;
 
  private:
+  absl::StatusOr<const TransferInfo*> Find(
+      int id, const std::vector<int>& index,
+      const std::vector<TransferInfo>& list, bool send) const;
+
   int rank_ = 0;
   int world_size_ = 0;
   plan::TransferPlan plan_;

@@ -59,6 +59,7 @@ RdmaCopyCommunicator::RdmaCopyCommunicator(RankPlan rank_plan,
       options_(options),
       copy_options_(copy_options),
       slot_bytes_(copy_options.chunk_bytes + kHeaderRoom),
+      steps_(&rank_plan_),
       engine_(transport, store, options, rank_plan_.world_size()) {
   engine_.set_handlers(
       {[this](const rdma::Notification& n) { OnNotification(n); },
@@ -130,12 +131,7 @@ absl::Status RdmaCopyCommunicator::CheckUsable() const {
 absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
   RETURN_IF_ERROR(CheckUsable());
   ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindSend(id));
-  int64_t& sent = sent_steps_[id];
-  if (sent != step_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        info->Describe(), " was already sent in step ", step_,
-        ": call FinishStep() before the next step's transfers"));
-  }
+  RETURN_IF_ERROR(steps_.CheckSend(*info));
   ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, tensor.shape));
   if (bytes != tensor.bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -148,7 +144,7 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
   const int slots = copy_options_.ring_slots;
   TensorChunk header;
   header.set_id(id);
-  header.set_step(step_);
+  header.set_step(steps_.step());
   for (int64_t d : tensor.shape) header.add_shape(d);
   header.set_total_bytes(bytes);
   uint64_t offset = 0;
@@ -197,7 +193,7 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
     ++out.next_message;
     offset += chunk;
   } while (offset < bytes);
-  ++sent;
+  steps_.Sent(*info);
   ++counters_.tensors_sent;
   counters_.bytes_sent += bytes;
   ++counters_.copies;
@@ -299,31 +295,26 @@ void RdmaCopyCommunicator::PostCredits() {
 absl::StatusOr<ReceivedTensor> RdmaCopyCommunicator::Recv(int id) {
   RETURN_IF_ERROR(CheckUsable());
   ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindRecv(id));
-  int64_t& received = received_steps_[id];
-  if (received != step_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        info->Describe(), " was already received in step ", step_,
-        ": call FinishStep() before the next step's transfers"));
-  }
+  RETURN_IF_ERROR(steps_.CheckRecv(*info));
   std::deque<Assembled>& queue = ready_[id];
   const absl::Time begin = absl::Now();
   if (queue.empty()) {
     RETURN_IF_ERROR(engine_.WaitUntil(
         [&] { return !queue.empty(); }, info->src_rank, [&] {
           return absl::StrCat("rank ", info->src_rank,
-                              " has not delivered step ", step_, " of ",
+                              " has not delivered step ", steps_.step(), " of ",
                               info->Describe());
         }));
     counters_.recv_wait += absl::Now() - begin;
   }
   Assembled tensor = std::move(queue.front());
   queue.pop_front();
-  if (tensor.step != step_) {
+  if (tensor.step != steps_.step()) {
     return absl::DataLossError(absl::StrCat(info->Describe(), ": step ",
                                             tensor.step, " arrived in step ",
-                                            step_));
+                                            steps_.step()));
   }
-  ++received;
+  steps_.Received(*info);
   ++counters_.tensors_received;
   counters_.bytes_received += tensor.bytes->size();
   std::byte* data = tensor.bytes->data();
@@ -334,21 +325,7 @@ absl::StatusOr<ReceivedTensor> RdmaCopyCommunicator::Recv(int id) {
 
 absl::Status RdmaCopyCommunicator::FinishStep() {
   RETURN_IF_ERROR(CheckUsable());
-  for (const TransferInfo& info : rank_plan_.sends()) {
-    if (sent_steps_[info.id] != step_ + 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "step ", step_, " of rank ", rank_plan_.rank(), " never sent ",
-          info.Describe(), ": every transfer moves once per step"));
-    }
-  }
-  for (const TransferInfo& info : rank_plan_.recvs()) {
-    if (received_steps_[info.id] != step_ + 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "step ", step_, " of rank ", rank_plan_.rank(), " never received ",
-          info.Describe(), ": every transfer moves once per step"));
-    }
-  }
-  ++step_;
+  RETURN_IF_ERROR(steps_.FinishStep());
   ++counters_.steps;
   return engine_.Poll();
 }

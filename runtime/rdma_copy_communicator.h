@@ -30,6 +30,7 @@
 #include "runtime/communicator_options.h"
 #include "runtime/progress_engine.h"
 #include "runtime/rank_plan.h"
+#include "runtime/step_tracker.h"
 
 namespace rdmaflow::runtime {
 
@@ -101,9 +102,7 @@ class RdmaCopyCommunicator final : public Communicator {
   // Per receive id: the tensor being assembled and those complete.
   std::map<int, Assembled> partial_;
   std::map<int, std::deque<Assembled>> ready_;
-  std::map<int, int64_t> sent_steps_;
-  std::map<int, int64_t> received_steps_;
-  int64_t step_ = 0;
+  StepTracker steps_;
   bool shut_down_ = false;
   absl::Status shutdown_status_;
   TransferCounters counters_;

@@ -12,6 +12,7 @@
 #include "rdma/rendezvous.h"
 #include "grpcpp/grpcpp.h"
 #include "runtime/rank_plan.h"
+#include "runtime/step_tracker.h"
 #include "runtime/tensor_message.grpc.pb.h"
 #include "runtime/tensor_message.pb.h"
 
@@ -96,7 +97,8 @@ class GrpcCommunicator final : public Communicator {
         store_(store),
         options_(options),
         grpc_options_(grpc_options),
-        inbox_(&plan_, grpc_options.queue_depth) {}
+        inbox_(&plan_, grpc_options.queue_depth),
+        steps_(&plan_) {}
 
   ~GrpcCommunicator() override {
     absl::Status status = Shutdown();
@@ -147,11 +149,7 @@ class GrpcCommunicator final : public Communicator {
   absl::Status Send(int id, OutgoingTensor tensor) override {
     RETURN_IF_ERROR(CheckUsable());
     ASSIGN_OR_RETURN(const TransferInfo* info, plan_.FindSend(id));
-    if (sent_[id] != step_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          info->Describe(), " was already sent in step ", step_,
-          ": call FinishStep() before the next step's transfers"));
-    }
+    RETURN_IF_ERROR(steps_.CheckSend(*info));
     ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, tensor.shape));
     if (bytes != tensor.bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -160,7 +158,7 @@ class GrpcCommunicator final : public Communicator {
     }
     TensorChunk message;
     message.set_id(id);
-    message.set_step(step_);
+    message.set_step(steps_.step());
     for (int64_t d : tensor.shape) message.add_shape(d);
     message.set_total_bytes(bytes);
     message.set_chunk_bytes(bytes);
@@ -171,7 +169,7 @@ class GrpcCommunicator final : public Communicator {
           "the gRPC stream to rank ", info->dst_rank, " broke while sending ",
           info->Describe(), ": is the peer still running?"));
     }
-    ++sent_[id];
+    steps_.Sent(*info);
     ++counters_.tensors_sent;
     counters_.bytes_sent += bytes;
     // Into the message, then gRPC's serialization into its buffers.
@@ -183,11 +181,7 @@ class GrpcCommunicator final : public Communicator {
   absl::StatusOr<ReceivedTensor> Recv(int id) override {
     RETURN_IF_ERROR(CheckUsable());
     ASSIGN_OR_RETURN(const TransferInfo* info, plan_.FindRecv(id));
-    if (received_[id] != step_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          info->Describe(), " was already received in step ", step_,
-          ": call FinishStep() before the next step's transfers"));
-    }
+    RETURN_IF_ERROR(steps_.CheckRecv(*info));
     const absl::Time begin = absl::Now();
     std::unique_ptr<TensorChunk> message = inbox_.Pop(id, options_.timeout);
     counters_.recv_wait += absl::Now() - begin;
@@ -195,15 +189,17 @@ class GrpcCommunicator final : public Communicator {
       return absl::DeadlineExceededError(absl::StrCat(
           "rank ", plan_.rank(), " timed out after ",
           absl::FormatDuration(options_.timeout), ": rank ", info->src_rank,
-          " has not delivered step ", step_, " of ", info->Describe()));
+          " has not delivered step ", steps_.step(), " of ",
+          info->Describe()));
     }
     std::vector<int64_t> shape(message->shape().begin(), message->shape().end());
     ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, shape));
-    if (message->step() != step_ || bytes != message->data().size()) {
+    if (message->step() != steps_.step() || bytes != message->data().size()) {
       return absl::DataLossError(absl::StrCat(
-          info->Describe(), ": a malformed message arrived in step ", step_));
+          info->Describe(), ": a malformed message arrived in step ",
+          steps_.step()));
     }
-    ++received_[id];
+    steps_.Received(*info);
     ++counters_.tensors_received;
     counters_.bytes_received += bytes;
     ++counters_.copies;  // parsing the message out of gRPC's buffers
@@ -215,21 +211,7 @@ class GrpcCommunicator final : public Communicator {
 
   absl::Status FinishStep() override {
     RETURN_IF_ERROR(CheckUsable());
-    for (const TransferInfo& info : plan_.sends()) {
-      if (sent_[info.id] != step_ + 1) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "step ", step_, " of rank ", plan_.rank(), " never sent ",
-            info.Describe(), ": every transfer moves once per step"));
-      }
-    }
-    for (const TransferInfo& info : plan_.recvs()) {
-      if (received_[info.id] != step_ + 1) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "step ", step_, " of rank ", plan_.rank(), " never received ",
-            info.Describe(), ": every transfer moves once per step"));
-      }
-    }
-    ++step_;
+    RETURN_IF_ERROR(steps_.FinishStep());
     ++counters_.steps;
     return absl::OkStatus();
   }
@@ -282,9 +264,7 @@ class GrpcCommunicator final : public Communicator {
   Inbox inbox_;
   std::unique_ptr<grpc::Server> server_;
   std::map<int, Stream> streams_;
-  std::map<int, int64_t> sent_;
-  std::map<int, int64_t> received_;
-  int64_t step_ = 0;
+  StepTracker steps_;
   bool shut_down_ = false;
   absl::Status shutdown_status_;
   TransferCounters counters_;
