@@ -334,6 +334,14 @@ int Main(int argc, char** argv) {
       "communicators.\n  ablation [--graphs=all] [--communicators=rdma,"
       "rdma_copy,grpc] [--steps=20] [--sweep] [--json=out.json]");
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_sweep_steps) < 1 ||
+      absl::GetFlag(FLAGS_warmup) < 0 || absl::GetFlag(FLAGS_sweep_min) < 4 ||
+      absl::GetFlag(FLAGS_sweep_min) % 4 != 0) {
+    std::fprintf(stderr,
+                 "--steps and --sweep_steps must be >= 1, --warmup >= 0, "
+                 "--sweep_min a positive multiple of 4 (float32 tensors)\n");
+    return 2;
+  }
   if (const std::string job = absl::GetFlag(FLAGS_job); !job.empty()) {
     return RunLaunchedRank([&](int rank, int world_size, rdma::Store& store) {
       absl::Status status = RunJobRank(rank, world_size, store, job, nullptr);

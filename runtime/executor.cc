@@ -450,8 +450,8 @@ absl::StatusOr<ReceivedTensor> Executor::RecvDynamic(
   }
   absl::StatusOr<uint64_t> bytes = CheckShape(info, shape);
   if (!bytes.ok()) return corrupt(std::string(bytes.status().message()));
-  if (*bytes != words[1] ||
-      words[2] + words[1] > slot->source_pool->length) {
+  if (*bytes != words[1] || words[1] > slot->source_pool->length ||
+      words[2] > slot->source_pool->length - words[1]) {
     return corrupt(absl::StrCat(words[1], " bytes at source offset ", words[2]));
   }
   Observe(info, shape);
