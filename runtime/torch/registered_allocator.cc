@@ -68,17 +68,25 @@ absl::StatusOr<at::Tensor> RegisteredAllocator::Empty(
     const std::vector<int64_t>& shape, at::ScalarType dtype) {
   try {
     int64_t elements = 1;
-    for (int64_t d : shape) elements *= d;
+    for (int64_t d : shape) {
+      if (d < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a tensor dimension cannot be negative (", d, ")"));
+      }
+      elements *= d;
+    }
     const size_t bytes = static_cast<size_t>(elements) * c10::elementSize(dtype);
-    const int64_t before = fallbacks_.load();
-    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, allocate(bytes),
-                         this, /*resizable=*/false);
-    if (fallbacks_.load() != before) {
+    c10::DataPtr data = allocate(bytes);
+    // Ours unless it fell back (decided per allocation: other threads may
+    // fall back meanwhile).
+    if (bytes > 0 && data.get_deleter() != &RegisteredAllocator::Free) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the registered region of ", region_.size(), " bytes cannot hold a ",
           bytes, "-byte tensor (", used(), " bytes in use); create the "
           "allocator larger"));
     }
+    c10::Storage storage(c10::Storage::use_byte_size_t(), bytes,
+                         std::move(data), this, /*resizable=*/false);
     at::Tensor tensor = at::empty({0}, at::TensorOptions().dtype(dtype));
     tensor.set_(storage, 0, shape, c10::contiguous_strides(shape));
     return tensor;
