@@ -84,6 +84,8 @@ class ReceivedTensor {
 
 // Thread-compatible: one thread at a time calls the methods, and it drives
 // the communicator's progress (the calls progress while they wait).
+// CommunicatorOptions::lockstep = false lifts the once-per-step rule below:
+// each transfer then runs at its own pace.
 // Errors (every message names the tensor, its id and the peer rank):
 //   kInvalidArgument: an unknown id, an id this rank does not send (receive),
 //     a tensor of the wrong size or shape for its slot.
@@ -106,6 +108,11 @@ class Communicator {
 
   // Waits for this step's tensor of transfer `id`.
   virtual absl::StatusOr<ReceivedTensor> Recv(int id) = 0;
+
+  // Makes progress without waiting, then says whether Recv(id) would return
+  // at once (the next tensor of `id` has arrived). For servers that take
+  // whichever peer's tensor comes first. Recv's errors.
+  virtual absl::StatusOr<bool> Ready(int id) = 0;
 
   // Ends a step: checks every transfer of this rank was sent or received
   // exactly once in it.

@@ -32,6 +32,12 @@ struct CommunicatorOptions {
   int trace_steps = 3;
   // When set, Shutdown() writes a Chrome trace (JSON) of every transfer here.
   std::string trace_path;
+  // true: lock-step, every transfer of the rank moves exactly once per step
+  // and FinishStep() checks it. false: free-running, each transfer keeps its
+  // own sequence (one Recv(id) takes the next tensor the sender sent on id,
+  // whatever other transfers did), FinishStep() checks nothing, and dynamic
+  // tracing is off. Parameter servers under ASP/SSP run free.
+  bool lockstep = true;
 };
 
 }  // namespace rdmaflow::runtime

@@ -39,8 +39,10 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
         "trace_steps must be 0 (off) or positive, not ", options.trace_steps));
   }
   ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, transport.rank()));
+  CommunicatorOptions effective = options;
+  if (!options.lockstep) effective.trace_steps = 0;  // tracing needs steps
   std::unique_ptr<Executor> executor(
-      new Executor(std::move(rank_plan), transport, store, options));
+      new Executor(std::move(rank_plan), transport, store, effective));
   RETURN_IF_ERROR(executor->engine_.Connect(executor->rank_plan_.peers()));
   RETURN_IF_ERROR(executor->SetUpGeneration());
   return executor;
@@ -83,6 +85,7 @@ absl::Status Executor::CheckUsable() const {
 
 absl::Status Executor::CheckSequence(uint64_t next_seq, const TransferInfo& info,
                                      const char* verb) const {
+  if (!options_.lockstep) return absl::OkStatus();
   const uint64_t due = static_cast<uint64_t>(step_ - generation_start_step_);
   if (next_seq == due) return absl::OkStatus();
   return AlreadyMovedError(info, step_, verb);
@@ -513,8 +516,22 @@ absl::StatusOr<ReceivedTensor> Executor::RecvDynamic(
 
 // --- Steps and shutdown -----------------------------------------------------
 
+absl::StatusOr<bool> Executor::Ready(int id) {
+  RETURN_IF_ERROR(CheckUsable());
+  ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindRecv(id));
+  const internal::RecvSlot& slot = *recvs_[recv_by_id_[info->id]];
+  RETURN_IF_ERROR(CheckSequence(slot.next_seq, slot.info, "received"));
+  RETURN_IF_ERROR(engine_.Poll());
+  return slot.arrived > slot.next_seq;
+}
+
 absl::Status Executor::FinishStep() {
   RETURN_IF_ERROR(CheckUsable());
+  if (!options_.lockstep) {
+    ++step_;
+    ++counters_.steps;
+    return engine_.Poll();
+  }
   const uint64_t expected =
       static_cast<uint64_t>(step_ - generation_start_step_) + 1;
   for (const auto& slot : sends_) {

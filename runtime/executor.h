@@ -69,6 +69,7 @@ class Executor final : public Communicator {
   std::string name() const override { return "rdma"; }
   absl::Status Send(int id, OutgoingTensor tensor) override;
   absl::StatusOr<ReceivedTensor> Recv(int id) override;
+  absl::StatusOr<bool> Ready(int id) override;
   absl::Status FinishStep() override;
   absl::Status Shutdown() override;
   TransferCounters counters() const override { return counters_; }

@@ -59,7 +59,7 @@ RdmaCopyCommunicator::RdmaCopyCommunicator(RankPlan rank_plan,
       options_(options),
       copy_options_(copy_options),
       slot_bytes_(copy_options.chunk_bytes + kHeaderRoom),
-      steps_(&rank_plan_),
+      steps_(&rank_plan_, options.lockstep),
       engine_(transport, store, options, rank_plan_.world_size()) {
   engine_.set_handlers(
       {[this](const rdma::Notification& n) { OnNotification(n); },
@@ -144,7 +144,7 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
   const int slots = copy_options_.ring_slots;
   TensorChunk header;
   header.set_id(id);
-  header.set_step(steps_.step());
+  header.set_step(steps_.SendSequence(*info));
   for (int64_t d : tensor.shape) header.add_shape(d);
   header.set_total_bytes(bytes);
   uint64_t offset = 0;
@@ -309,10 +309,10 @@ absl::StatusOr<ReceivedTensor> RdmaCopyCommunicator::Recv(int id) {
   }
   Assembled tensor = std::move(queue.front());
   queue.pop_front();
-  if (tensor.step != steps_.step()) {
-    return absl::DataLossError(absl::StrCat(info->Describe(), ": step ",
-                                            tensor.step, " arrived in step ",
-                                            steps_.step()));
+  if (tensor.step != steps_.RecvSequence(*info)) {
+    return absl::DataLossError(absl::StrCat(
+        info->Describe(), ": tensor ", tensor.step, " arrived as tensor ",
+        steps_.RecvSequence(*info), " (step ", steps_.step(), ")"));
   }
   steps_.Received(*info);
   ++counters_.tensors_received;
@@ -321,6 +321,14 @@ absl::StatusOr<ReceivedTensor> RdmaCopyCommunicator::Recv(int id) {
   const size_t size = tensor.bytes->size();
   return ReceivedTensor(data, size, std::move(tensor.shape),
                         std::make_unique<VectorLease>(std::move(tensor.bytes)));
+}
+
+absl::StatusOr<bool> RdmaCopyCommunicator::Ready(int id) {
+  RETURN_IF_ERROR(CheckUsable());
+  ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindRecv(id));
+  RETURN_IF_ERROR(steps_.CheckRecv(*info));
+  RETURN_IF_ERROR(engine_.Poll());
+  return !ready_[id].empty();
 }
 
 absl::Status RdmaCopyCommunicator::FinishStep() {

@@ -73,6 +73,12 @@ class Inbox final : public TensorService::Service {
     return message;
   }
 
+  // Whether a tensor of `id` is queued.
+  bool Has(int id) {
+    absl::MutexLock lock(&mu_);
+    return !queues_[id].empty();
+  }
+
   void Close() {
     absl::MutexLock lock(&mu_);
     closed_ = true;
@@ -98,7 +104,7 @@ class GrpcCommunicator final : public Communicator {
         options_(options),
         grpc_options_(grpc_options),
         inbox_(&plan_, grpc_options.queue_depth),
-        steps_(&plan_) {}
+        steps_(&plan_, options.lockstep) {}
 
   ~GrpcCommunicator() override {
     absl::Status status = Shutdown();
@@ -158,7 +164,7 @@ class GrpcCommunicator final : public Communicator {
     }
     TensorChunk message;
     message.set_id(id);
-    message.set_step(steps_.step());
+    message.set_step(steps_.SendSequence(*info));
     for (int64_t d : tensor.shape) message.add_shape(d);
     message.set_total_bytes(bytes);
     message.set_chunk_bytes(bytes);
@@ -194,7 +200,8 @@ class GrpcCommunicator final : public Communicator {
     }
     std::vector<int64_t> shape(message->shape().begin(), message->shape().end());
     ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, shape));
-    if (message->step() != steps_.step() || bytes != message->data().size()) {
+    if (message->step() != steps_.RecvSequence(*info) ||
+        bytes != message->data().size()) {
       return absl::DataLossError(absl::StrCat(
           info->Describe(), ": a malformed message arrived in step ",
           steps_.step()));
@@ -207,6 +214,13 @@ class GrpcCommunicator final : public Communicator {
     std::byte* data = reinterpret_cast<std::byte*>(message->mutable_data()->data());
     return ReceivedTensor(data, bytes, std::move(shape),
                           std::make_unique<MessageLease>(std::move(message)));
+  }
+
+  absl::StatusOr<bool> Ready(int id) override {
+    RETURN_IF_ERROR(CheckUsable());
+    ASSIGN_OR_RETURN(const TransferInfo* info, plan_.FindRecv(id));
+    RETURN_IF_ERROR(steps_.CheckRecv(*info));
+    return inbox_.Has(id);
   }
 
   absl::Status FinishStep() override {
