@@ -57,6 +57,8 @@ class VersionedBuffer {
   uint64_t version() const { return version_; }
   // The latest version's bytes (read-only: readers may be reading them).
   const std::byte* latest() const { return CopyData(version_); }
+  // The registered memory holding the header and the copies.
+  const rdma::MemoryRegion& region() const { return *region_; }
 
   // Writes version()+1: `fill(next, latest)` must write all bytes() of
   // `next` (it may read `latest`, the current version); then the new version

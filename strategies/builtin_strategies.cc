@@ -1,0 +1,22 @@
+// File: builtin_strategies.cc
+#include "strategies/builtin_strategies.h"
+
+#include "common/status_macros.h"
+#include "strategies/ps/ps_strategy.h"
+
+namespace rdmaflow::strategies {
+
+absl::Status RegisterBuiltinStrategies(StrategyRegistry& registry) {
+  RETURN_IF_ERROR(registry.Register(
+      "ps",
+      "parameter servers (ranks 0..servers-1) with bsp, asp, ssp:S or "
+      "dssp:LOW:HIGH; params servers=, sync=, pull=read|send, copies=",
+      [](const StrategyOptions& options)
+          -> absl::StatusOr<std::unique_ptr<Strategy>> {
+        ASSIGN_OR_RETURN(auto strategy, ps::PsStrategy::Create(options));
+        return std::unique_ptr<Strategy>(std::move(strategy));
+      }));
+  return absl::OkStatus();
+}
+
+}  // namespace rdmaflow::strategies

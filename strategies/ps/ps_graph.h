@@ -1,0 +1,33 @@
+// File: ps_graph.h
+// -----------------------------------------------------------------------------
+// The tensors a parameter server job exchanges, as a GraphDef for the graph
+// analyzer. Ranks 0..S-1 are servers, S..S+W-1 workers (worker w is rank
+// S + w). Per (worker w, server s):
+//   w<w>/grad<s>       float[n_s] on the worker, consumed by the server's
+//                      ps<s>/apply_w<w> (ApplyGradient): a push into a static
+//                      slot of its own on the server;
+//   ps<s>/params       with pull=send only, sent to each worker (consumed by
+//                      its w<w>/params<s>, an Identity). With pull=read they
+//                      never cross in the plan: workers READ them from the
+//                      server's versioned buffer.
+#ifndef RDMAFLOW_STRATEGIES_PS_PS_GRAPH_H_
+#define RDMAFLOW_STRATEGIES_PS_PS_GRAPH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph_analyzer/graph.pb.h"
+
+namespace rdmaflow::strategies::ps {
+
+std::string GradTensor(int worker, int server);    // "w1/grad0:0"
+std::string ParamsTensor(int server);  // "ps0/params:0"
+
+graph::GraphDef BuildPsGraph(int servers, int workers,
+                             const std::vector<int64_t>& shard_elements,
+                             bool pull_by_read);
+
+}  // namespace rdmaflow::strategies::ps
+
+#endif  // RDMAFLOW_STRATEGIES_PS_PS_GRAPH_H_

@@ -1,0 +1,42 @@
+// File: ps_options.cc
+#include "strategies/ps/ps_options.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace rdmaflow::strategies::ps {
+
+absl::StatusOr<PsOptions> PsOptions::Parse(
+    const std::map<std::string, std::string>& params) {
+  PsOptions options;
+  for (const auto& [key, value] : params) {
+    if (key == "servers") {
+      if (!absl::SimpleAtoi(value, &options.servers) || options.servers < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ps servers must be a positive count, got '", value, "'"));
+      }
+    } else if (key == "sync") {
+      ASSIGN_OR_RETURN(options.sync, SyncPolicy::Parse(value));
+    } else if (key == "pull") {
+      if (value != "read" && value != "send") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ps pull must be 'read' (one-sided READ) or 'send', got '", value,
+            "'"));
+      }
+      options.pull_by_read = value == "read";
+    } else if (key == "copies") {
+      if (!absl::SimpleAtoi(value, &options.copies) || options.copies < 2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ps copies must be at least 2, got '", value, "'"));
+      }
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown ps parameter '", key,
+                       "'; known: servers, sync, pull, copies"));
+    }
+  }
+  return options;
+}
+
+}  // namespace rdmaflow::strategies::ps

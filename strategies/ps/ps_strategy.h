@@ -1,0 +1,141 @@
+// File: ps_strategy.h
+// -----------------------------------------------------------------------------
+// The parameter server strategy ("ps"). Servers (ranks 0..S-1) hold
+// size-balanced shards of the parameters (sharding.h) in versioned buffers
+// (runtime/versioned_buffer.h) and apply SGD with momentum; workers
+//   1. wait for permission: read their bound from every server's clock
+//      buffer (one-sided) until their clock is within it (sync_policy.h);
+//   2. pull each shard by one-sided READ straight into the memory the
+//      model's parameters point at (no server CPU, no copy);
+//   3. compute, with the gradients landing in registered memory;
+//   4. push each shard's gradient into their own static slot on its server
+//      (one-sided write through the free-running communicator, no copy).
+// A server takes gradients as they come (Communicator::Ready): under bsp it
+// sums the W of a step and applies their mean; otherwise it applies each
+// gradient, scaled by 1/W, on arrival; then it republishes the clocks.
+// With pull=send the server instead sends each worker its parameters when
+// the worker may go on (an RPC parameter server's reply), so the strategy
+// runs over every communicator, rdma_copy and grpc included.
+// See docs/strategies.md.
+#ifndef RDMAFLOW_STRATEGIES_PS_PS_STRATEGY_H_
+#define RDMAFLOW_STRATEGIES_PS_PS_STRATEGY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "graph_analyzer/plan.pb.h"
+#include "rdma/memory_region.h"
+#include "runtime/communicator.h"
+#include "runtime/versioned_buffer.h"
+#include "strategies/ps/ps_options.h"
+#include "strategies/ps/sharding.h"
+#include "strategies/ps/sync_policy.h"
+#include "strategies/strategy.h"
+
+namespace rdmaflow::strategies::ps {
+
+// Thread-compatible: one thread drives a rank's strategy.
+class PsStrategy final : public Strategy {
+ public:
+  // kInvalidArgument for bad params (ps_options.h), or pull=read over a
+  // communicator other than rdma.
+  static absl::StatusOr<std::unique_ptr<PsStrategy>> Create(
+      const StrategyOptions& options);
+  ~PsStrategy() override;
+
+  std::string name() const override { return "ps"; }
+  std::string role() const override { return server_ ? "server" : "worker"; }
+  bool computes() const override { return !server_; }
+  absl::StatusOr<graph::GraphDef> Prepare(
+      const StrategyContext& context, std::vector<Parameter> parameters) override;
+  absl::Status Start() override;
+  absl::StatusOr<StepReport> Step(const ComputeFn& compute) override;
+  bool done() const override;
+  absl::Status Finish() override;
+  runtime::TransferCounters counters() const override;
+
+  const PsOptions& ps_options() const { return ps_; }
+  // Servers: every worker's clock after each gradient this server took, in
+  // order (what the sync tests check).
+  const std::vector<std::vector<int64_t>>& clock_history() const {
+    return history_;
+  }
+  // Workers: pulls that raced an update and read again.
+  int64_t pull_retries() const;
+
+ private:
+  PsStrategy(StrategyOptions options, PsOptions ps);
+
+  absl::Status CreateCommunicator();
+  std::string Ns() const;
+  std::string Where() const;  // "ps server 0 (rank 0)", for messages
+
+  // ps_server.cc
+  absl::Status StartServer();
+  absl::StatusOr<StepReport> ServerStep();
+  absl::Status TakeGradient(int worker);
+  void ApplyUpdate(const torch::Tensor& gradient);
+  void PublishClocks();
+  absl::Status SendReplies();
+  absl::Status SendParameters(int worker);
+
+  // ps_worker.cc
+  absl::Status StartWorker();
+  absl::StatusOr<StepReport> WorkerStep(const ComputeFn& compute);
+  // Waits until every server lets this worker's clock go; returns the
+  // slowest clock seen.
+  absl::StatusOr<int64_t> WaitForPermission(int64_t clock);
+  absl::Status ReadClocks(int server, std::vector<int64_t>& words);
+  absl::Status PullParameters();
+  absl::Status ReceiveParameters();
+  absl::Status WaitForPushes();
+  absl::Status PushGradients();
+  void DetachParameters();
+
+  const StrategyOptions options_;
+  const PsOptions ps_;
+  StrategyContext context_;
+  std::vector<Parameter> parameters_;
+  std::vector<Shard> shards_;
+  int workers_ = 0;
+  bool server_ = false;
+  int index_ = 0;  // server index, or worker index (rank - servers)
+  bool started_ = false;
+  bool finished_ = false;
+  plan::TransferPlan plan_;
+  std::unique_ptr<runtime::Communicator> communicator_;
+  absl::Time start_time_;
+
+  // Server.
+  std::unique_ptr<runtime::VersionedBuffer> params_;
+  std::unique_ptr<runtime::VersionedBuffer> clocks_;
+  std::unique_ptr<ClockTable> table_;
+  torch::Tensor momentum_;
+  torch::Tensor sum_;  // bsp: this step's gradients so far
+  std::vector<bool> contributed_;
+  int contributions_ = 0;
+  int next_worker_ = 0;
+  int64_t updates_ = 0;
+  std::vector<bool> reply_due_;
+  std::vector<int> grad_ids_;    // by worker (server) or by server (worker)
+  std::vector<int> params_ids_;  // pull=send, likewise
+  std::vector<std::vector<int64_t>> history_;
+
+  // Worker.
+  int64_t clock_ = 0;
+  std::vector<int64_t> shard_offset_;  // bytes, in the two regions below
+  std::unique_ptr<rdma::MemoryRegion> param_region_;
+  std::unique_ptr<rdma::MemoryRegion> grad_region_;
+  std::unique_ptr<rdma::MemoryRegion> clock_scratch_;
+  std::vector<std::unique_ptr<runtime::VersionedReader>> param_readers_;
+  std::vector<std::unique_ptr<runtime::VersionedReader>> clock_readers_;
+  std::weak_ptr<const void> pushes_in_flight_;
+};
+
+}  // namespace rdmaflow::strategies::ps
+
+#endif  // RDMAFLOW_STRATEGIES_PS_PS_STRATEGY_H_

@@ -1,0 +1,279 @@
+// The parameter server, with its ranks as threads over the loopback fabric:
+//   - bsp gives exactly the parameters of one process training on the
+//     workers' batches concatenated (SGD with momentum), over every
+//     communicator and both pull paths;
+//   - ssp and dssp never let a worker run past the staleness bound (the
+//     clocks the server recorded, and the ones each worker saw), with one
+//     worker slowed down and random compute times;
+//   - asp lets a worker finish while another is stalled.
+#include "strategies/ps/ps_strategy.h"
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/testing/rank_threads.h"
+
+namespace rdmaflow::strategies::ps {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+
+// A two-layer perceptron on synthetic data, deterministic.
+struct Problem {
+  std::vector<torch::Tensor> init;         // w1, b1, w2, b2
+  std::vector<std::vector<torch::Tensor>> x;  // [worker][step]
+  std::vector<std::vector<torch::Tensor>> y;
+
+  Problem(int workers, int steps, int batch) {
+    torch::manual_seed(7);
+    init = {torch::randn({8, 4}) * 0.5, torch::randn({8}) * 0.1,
+            torch::randn({3, 8}) * 0.5, torch::randn({3}) * 0.1};
+    x.resize(workers);
+    y.resize(workers);
+    for (int w = 0; w < workers; ++w) {
+      for (int t = 0; t < steps + 1; ++t) {
+        x[w].push_back(torch::randn({batch, 4}));
+        y[w].push_back(torch::randint(0, 3, {batch}, torch::kLong));
+      }
+    }
+  }
+
+  static torch::Tensor Loss(const std::vector<torch::Tensor>& p,
+                            const torch::Tensor& x, const torch::Tensor& y) {
+    torch::Tensor h = torch::relu(torch::addmm(p[1], x, p[0].t()));
+    return torch::nn::functional::cross_entropy(torch::addmm(p[3], h, p[2].t()),
+                                                y);
+  }
+};
+
+std::vector<Parameter> MakeParameters(const Problem& problem) {
+  std::vector<Parameter> out;
+  const char* names[] = {"w1", "b1", "w2", "b2"};
+  for (size_t i = 0; i < problem.init.size(); ++i) {
+    out.push_back({names[i], problem.init[i].clone().requires_grad_(true)});
+  }
+  return out;
+}
+
+StrategyOptions Options(int steps, const std::string& communicator,
+                        std::map<std::string, std::string> params) {
+  StrategyOptions options;
+  options.steps = steps;
+  options.learning_rate = 0.1;
+  options.momentum = 0.9;
+  options.communicator = communicator;
+  options.communicator_options.timeout = absl::Seconds(60);
+  options.params = std::move(params);
+  return options;
+}
+
+// Runs a ps job of `servers` + `workers` ranks as threads; `delay(w, t)`
+// is worker w's extra compute time at step t. Collects the workers' final
+// parameters, every worker's step reports and the servers' clock histories.
+struct JobResult {
+  std::vector<absl::Status> status;
+  std::vector<std::vector<torch::Tensor>> final_params;  // by worker
+  std::vector<std::vector<StepReport>> reports;          // by worker
+  std::vector<std::vector<std::vector<int64_t>>> history;  // by server
+};
+
+JobResult RunJob(const Problem& problem, int servers, int workers,
+                 const StrategyOptions& options,
+                 const std::function<void(int, int64_t)>& before_compute) {
+  JobResult result;
+  result.final_params.resize(workers);
+  result.reports.resize(workers);
+  result.history.resize(servers);
+  result.status = runtime::testing::RunRankThreads(
+      servers + workers,
+      [&](int rank, rdma::Transport& transport,
+          rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto strategy, PsStrategy::Create(options));
+        std::vector<Parameter> params = MakeParameters(problem);
+        RETURN_IF_ERROR(strategy
+                            ->Prepare({rank, servers + workers, &transport, &store},
+                                      params)
+                            .status());
+        RETURN_IF_ERROR(strategy->Start());
+        const int w = rank - servers;
+        int64_t t = 0;
+        ComputeFn compute = [&]() -> absl::StatusOr<ComputeResult> {
+          if (before_compute) before_compute(w, t);
+          std::vector<torch::Tensor> p;
+          for (const Parameter& param : params) p.push_back(param.tensor);
+          torch::Tensor loss = Problem::Loss(p, problem.x[w][t], problem.y[w][t]);
+          loss.backward();
+          ++t;
+          return ComputeResult{loss.item<double>(), 0, problem.x[w][t].size(0)};
+        };
+        while (!strategy->done()) {
+          ASSIGN_OR_RETURN(StepReport report,
+                           strategy->Step(strategy->computes() ? compute : nullptr));
+          if (strategy->computes()) result.reports[w].push_back(report);
+        }
+        RETURN_IF_ERROR(strategy->Finish());
+        if (strategy->computes()) {
+          for (const Parameter& param : params) {
+            result.final_params[w].push_back(param.tensor.detach().clone());
+          }
+        } else {
+          result.history[rank] = strategy->clock_history();
+        }
+        return absl::OkStatus();
+      });
+  return result;
+}
+
+class BspTest
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(BspTest, MatchesOneProcessTrainingOnTheConcatenatedBatches) {
+  torch::set_num_threads(1);
+  const auto& [communicator, pull] = GetParam();
+  constexpr int kWorkers = 2, kSteps = 6, kBatch = 16;
+  const Problem problem(kWorkers, kSteps, kBatch);
+  JobResult job = RunJob(problem, 2, kWorkers,
+                         Options(kSteps, communicator,
+                                 {{"servers", "2"}, {"sync", "bsp"}, {"pull", pull}}),
+                         nullptr);
+  for (const absl::Status& status : job.status) ASSERT_OK(status);
+
+  // The reference: one process, the batches of a step concatenated.
+  std::vector<torch::Tensor> reference;
+  for (const torch::Tensor& t : problem.init) {
+    reference.push_back(t.clone().requires_grad_(true));
+  }
+  torch::optim::SGD sgd(reference,
+                        torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int t = 0; t < kSteps; ++t) {
+    sgd.zero_grad();
+    Problem::Loss(reference, torch::cat({problem.x[0][t], problem.x[1][t]}),
+                  torch::cat({problem.y[0][t], problem.y[1][t]}))
+        .backward();
+    sgd.step();
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_EQ(job.final_params[w].size(), reference.size());
+    for (size_t i = 0; i < reference.size(); ++i) {
+      const double diff =
+          (job.final_params[w][i] - reference[i].detach()).abs().max().item<double>();
+      EXPECT_LT(diff, 1e-5) << "worker " << w << " parameter " << i;
+      // And training moved it: the test is not comparing two initial states.
+      EXPECT_GT((reference[i].detach() - problem.init[i]).abs().max().item<double>(),
+                1e-3);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    CommunicatorsAndPulls, BspTest,
+    ::testing::Values(std::make_tuple("rdma", "read"),
+                      std::make_tuple("rdma", "send"),
+                      std::make_tuple("rdma_copy", "send"),
+                      std::make_tuple("grpc", "send")),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+    });
+
+// Property: whatever the compute times, no worker starts a clock more than
+// the bound ahead of the slowest. Worker 0 is 4x slower than the others,
+// and every compute time is random.
+class StalenessTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StalenessTest, NoWorkerEverExceedsTheStalenessBound) {
+  torch::set_num_threads(1);
+  ASSERT_OK_AND_ASSIGN(SyncPolicy policy, SyncPolicy::Parse(GetParam()));
+  const int bound = policy.mode == SyncMode::kDssp ? policy.staleness_high
+                                                   : policy.staleness;
+  constexpr int kWorkers = 3, kSteps = 25;
+  const Problem problem(kWorkers, kSteps, 4);
+  std::vector<std::mt19937> random;
+  for (int w = 0; w < kWorkers; ++w) random.emplace_back(100 + w);
+  auto delay = [&](int w, int64_t) {
+    std::uniform_int_distribution<int> micros(0, 600);
+    const int us = micros(random[w]) * (w == 0 ? 4 : 1);
+    std::this_thread::sleep_for(std::chrono::microseconds(us));  // compute
+  };
+  JobResult job = RunJob(problem, 1, kWorkers,
+                         Options(kSteps, "rdma", {{"sync", GetParam()}}), delay);
+  for (const absl::Status& status : job.status) ASSERT_OK(status);
+  int64_t widest = 0;
+  for (const std::vector<int64_t>& clocks : job.history[0]) {
+    const auto [lo, hi] = std::minmax_element(clocks.begin(), clocks.end());
+    ASSERT_LE(*hi - *lo, bound + 1);  // pushed at most bound + 1 ahead
+    widest = std::max(widest, *hi - *lo);
+  }
+  EXPECT_EQ(job.history[0].size(), size_t{kWorkers * kSteps});
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_EQ(job.reports[w].size(), size_t{kSteps});
+    for (const StepReport& report : job.reports[w]) {
+      ASSERT_LE(report.clock - report.min_clock, bound)
+          << "worker " << w << " started clock " << report.clock
+          << " with the slowest at " << report.min_clock;
+    }
+  }
+  // The slow worker made the others use the room they had.
+  if (bound > 0) {
+    EXPECT_GE(widest, 2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, StalenessTest,
+                         ::testing::Values("bsp", "ssp:1", "ssp:3", "dssp:1:4"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), ':', '_');
+                           return name;
+                         });
+
+TEST(AspTest, AWorkerFinishesWhileAnotherIsStalled) {
+  torch::set_num_threads(1);
+  constexpr int kSteps = 20;
+  const Problem problem(2, kSteps, 4);
+  absl::Notification worker0_done;
+  int64_t worker1_clock_at_release = -1;
+  auto stall = [&](int w, int64_t t) {
+    if (w == 1 && t == 1) {
+      // Worker 1 stalls in its second step until worker 0 has finished.
+      worker0_done.WaitForNotification();
+      worker1_clock_at_release = t;
+    }
+    if (w == 0 && t == kSteps - 1) worker0_done.Notify();
+  };
+  JobResult job =
+      RunJob(problem, 1, 2, Options(kSteps, "rdma", {{"sync", "asp"}}), stall);
+  for (const absl::Status& status : job.status) ASSERT_OK(status);
+  EXPECT_EQ(worker1_clock_at_release, 1);
+  // Worker 0 ran all its steps while worker 1 sat at clock 1.
+  ASSERT_EQ(job.reports[0].size(), size_t{kSteps});
+  EXPECT_EQ(job.reports[0].back().min_clock, 1);
+}
+
+TEST(PsStrategyTest, RejectsJobsWithoutWorkers) {
+  ASSERT_OK_AND_ASSIGN(auto strategy,
+                       PsStrategy::Create(Options(5, "rdma", {{"servers", "2"}})));
+  torch::Tensor p = torch::zeros({4});
+  rdma::Transport* transport = nullptr;
+  EXPECT_THAT(strategy->Prepare({0, 2, transport, nullptr}, {{"p", p}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+      1, [&](int, rdma::Transport& t, rdma::Store& store) -> absl::Status {
+        EXPECT_THAT(strategy->Prepare({0, 2, &t, &store}, {{"p", p}}).status(),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             ::testing::HasSubstr("needs at least 3 ranks")));
+        return absl::OkStatus();
+      });
+  EXPECT_OK(results[0]);
+}
+
+}  // namespace
+}  // namespace rdmaflow::strategies::ps

@@ -1,0 +1,216 @@
+// File: ps_worker.cc
+// The parameter server's worker role: permission, pull, compute, push.
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "runtime/executor.h"
+#include "strategies/ps/ps_strategy.h"
+
+namespace rdmaflow::strategies::ps {
+namespace {
+
+constexpr size_t kAlign = 64;
+size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+absl::Status PsStrategy::StartWorker() {
+  const int servers = ps_.servers;
+  shard_offset_.assign(servers, 0);
+  size_t total = 0;
+  for (int s = 0; s < servers; ++s) {
+    shard_offset_[s] = static_cast<int64_t>(total);
+    total += RoundUp(shards_[s].elements * sizeof(float));
+  }
+  rdma::Transport& transport = *context_.transport;
+  ASSIGN_OR_RETURN(rdma::MemoryRegion params, transport.Allocate(total));
+  param_region_ = std::make_unique<rdma::MemoryRegion>(std::move(params));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion grads, transport.Allocate(total));
+  grad_region_ = std::make_unique<rdma::MemoryRegion>(std::move(grads));
+  // The model's parameters and gradients live in registered memory from
+  // now on: pulls land in them, pushes leave from them, without copies.
+  {
+    torch::NoGradGuard no_grad;
+    for (int s = 0; s < servers; ++s) {
+      for (const ShardEntry& entry : shards_[s].entries) {
+        torch::Tensor& p = parameters_[entry.parameter].tensor;
+        const size_t offset = shard_offset_[s] + entry.offset * sizeof(float);
+        torch::Tensor values = torch::from_blob(
+            param_region_->data() + offset, p.sizes(), torch::kFloat32);
+        values.copy_(p.detach());
+        p.set_data(values);
+        p.mutable_grad() = torch::from_blob(grad_region_->data() + offset,
+                                            p.sizes(), torch::kFloat32);
+      }
+    }
+  }
+  if (auto* executor = dynamic_cast<runtime::Executor*>(communicator_.get())) {
+    executor->AddSendArena(grad_region_.get());
+  }
+  if (!ps_.pull_by_read) return absl::OkStatus();
+  const absl::Duration timeout = options_.communicator_options.timeout;
+  for (int s = 0; s < servers; ++s) {
+    ASSIGN_OR_RETURN(auto reader,
+                     runtime::VersionedReader::Create(
+                         transport, *context_.store, Ns(),
+                         absl::StrCat("ps", s, "/params"), s, timeout));
+    if (reader->bytes() != shards_[s].elements * sizeof(float)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), ": server ", s, " publishes ", reader->bytes(),
+          " bytes of parameters, this worker's model has ",
+          shards_[s].elements * sizeof(float),
+          "; do all ranks build the same model?"));
+    }
+    param_readers_.push_back(std::move(reader));
+    ASSIGN_OR_RETURN(reader, runtime::VersionedReader::Create(
+                                 transport, *context_.store, Ns(),
+                                 absl::StrCat("ps", s, "/clocks"), s, timeout));
+    clock_readers_.push_back(std::move(reader));
+  }
+  ASSIGN_OR_RETURN(rdma::MemoryRegion scratch,
+                   transport.Allocate(servers * RoundUp(2 * workers_ * sizeof(int64_t))));
+  clock_scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
+  return absl::OkStatus();
+}
+
+absl::Status PsStrategy::ReadClocks(int server, std::vector<int64_t>& words) {
+  const size_t bytes = 2 * workers_ * sizeof(int64_t);
+  const size_t offset = server * RoundUp(bytes);
+  ASSIGN_OR_RETURN(uint64_t version,
+                   clock_readers_[server]->Read({clock_scratch_.get(), offset, bytes}));
+  words.resize(2 * workers_);
+  std::memcpy(words.data(), clock_scratch_->data() + offset, bytes);
+  // Version 0 is the zeros before the server started: no permission yet.
+  if (version == 0) std::fill(words.begin(), words.begin() + workers_, -1);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> PsStrategy::WaitForPermission(int64_t clock) {
+  const absl::Time deadline = absl::Now() + options_.communicator_options.timeout;
+  std::vector<int64_t> words;
+  while (true) {
+    int64_t bound = kUnbounded;
+    int64_t slowest = kUnbounded;
+    for (int s = 0; s < ps_.servers; ++s) {
+      RETURN_IF_ERROR(ReadClocks(s, words));
+      bound = std::min(bound, words[index_]);
+      slowest = std::min(slowest, *std::min_element(words.begin() + workers_,
+                                                    words.end()));
+    }
+    // kUnbounded asks for the end: every server took every gradient.
+    const bool go = clock == kUnbounded ? slowest >= options_.steps && bound >= 0
+                                        : clock <= bound;
+    if (go) return slowest;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          Where(), " at clock ", clock, " waited ",
+          absl::FormatDuration(options_.communicator_options.timeout),
+          " for permission (", ps_.sync.ToString(), "): its bound is ", bound,
+          " and the workers' clocks are [",
+          absl::StrJoin(words.begin() + workers_, words.end(), ", "),
+          "]; is a worker stuck or dead?"));
+    }
+    std::this_thread::yield();  // let the slower ranks have the CPU
+  }
+}
+
+absl::Status PsStrategy::PullParameters() {
+  for (int s = 0; s < ps_.servers; ++s) {
+    RETURN_IF_ERROR(param_readers_[s]
+                        ->Read({param_region_.get(),
+                                static_cast<size_t>(shard_offset_[s]),
+                                shards_[s].elements * sizeof(float)})
+                        .status());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsStrategy::ReceiveParameters() {
+  for (int s = 0; s < ps_.servers; ++s) {
+    ASSIGN_OR_RETURN(runtime::ReceivedTensor tensor,
+                     communicator_->Recv(params_ids_[s]));
+    const size_t bytes = shards_[s].elements * sizeof(float);
+    if (tensor.bytes() != bytes) {
+      return absl::DataLossError(absl::StrCat(
+          Where(), ": server ", s, " sent ", tensor.bytes(),
+          " bytes of parameters, expected ", bytes));
+    }
+    std::memcpy(param_region_->data() + shard_offset_[s], tensor.data(), bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsStrategy::WaitForPushes() {
+  const absl::Time deadline = absl::Now() + options_.communicator_options.timeout;
+  while (!pushes_in_flight_.expired()) {
+    // Either call drives the transport, which completes the writes.
+    if (ps_.pull_by_read) {
+      RETURN_IF_ERROR(clock_readers_[0]->LatestVersion().status());
+    } else {
+      RETURN_IF_ERROR(communicator_->Ready(params_ids_[0]).status());
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          Where(), ": the gradients of clock ", clock_ - 1,
+          " are still being written after ",
+          absl::FormatDuration(options_.communicator_options.timeout)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsStrategy::PushGradients() {
+  auto token = std::make_shared<int>(0);
+  for (int s = 0; s < ps_.servers; ++s) {
+    const size_t bytes = shards_[s].elements * sizeof(float);
+    RETURN_IF_ERROR(communicator_->Send(
+        grad_ids_[s], {grad_region_->data() + shard_offset_[s], bytes,
+                       {shards_[s].elements}, token}));
+  }
+  pushes_in_flight_ = token;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
+  StepReport report;
+  report.clock = clock_;
+  const absl::Time begin = absl::Now();
+  if (ps_.pull_by_read) {
+    ASSIGN_OR_RETURN(report.min_clock, WaitForPermission(clock_));
+    report.wait_time = absl::Now() - begin;
+    RETURN_IF_ERROR(PullParameters());
+  } else {
+    report.min_clock = -1;  // a reply says nothing of the other workers
+    RETURN_IF_ERROR(ReceiveParameters());
+    report.wait_time = absl::Now() - begin;
+  }
+  RETURN_IF_ERROR(WaitForPushes());
+  const absl::Time pulled = absl::Now();
+  std::memset(grad_region_->data(), 0, grad_region_->size());
+  ASSIGN_OR_RETURN(report.compute, compute());
+  const absl::Time computed = absl::Now();
+  RETURN_IF_ERROR(PushGradients());
+  const absl::Time pushed = absl::Now();
+  report.compute_time = computed - pulled;
+  report.comm_time = (pulled - begin) + (pushed - computed);
+  ++clock_;
+  return report;
+}
+
+void PsStrategy::DetachParameters() {
+  if (param_region_ == nullptr) return;
+  torch::NoGradGuard no_grad;
+  for (Parameter& p : parameters_) {
+    p.tensor.set_data(p.tensor.detach().clone());
+    p.tensor.mutable_grad() = torch::Tensor();
+  }
+  param_region_.reset();
+  grad_region_.reset();
+}
+
+}  // namespace rdmaflow::strategies::ps

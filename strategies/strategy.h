@@ -1,0 +1,122 @@
+// File: strategy.h
+// -----------------------------------------------------------------------------
+// Strategy: a distributed training algorithm (parameter server, all-reduce,
+// gossip, ...) as a plugin over the runtime. A strategy
+//   1. Prepare(): declares the tensors it exchanges, as a GraphDef the graph
+//      analyzer plans (which rank sends which tensor to whom);
+//   2. Start(): plans that graph and connects (collective over the job);
+//   3. Step(): runs one iteration of this rank's role: a worker computes
+//      (through the harness's ComputeFn) and communicates; a server handles
+//      what its workers sent;
+//   4. Finish(): leaves every worker with the final parameters and shuts the
+//      communication down (collective).
+// The harness (train/) owns the model and the data; strategies see only the
+// model's parameters, as float32 CPU tensors they may re-point (set_data) at
+// registered memory so that pulls and pushes move them without copies.
+//
+//   ASSIGN_OR_RETURN(auto strategy, registry.Create("ps", options));
+//   ASSIGN_OR_RETURN(graph::GraphDef graph, strategy->Prepare(context, params));
+//   RETURN_IF_ERROR(strategy->Start());
+//   while (!strategy->done()) ASSIGN_OR_RETURN(StepReport r, strategy->Step(fn));
+//   RETURN_IF_ERROR(strategy->Finish());
+#ifndef RDMAFLOW_STRATEGIES_STRATEGY_H_
+#define RDMAFLOW_STRATEGIES_STRATEGY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "graph_analyzer/graph.pb.h"
+#include "rdma/store.h"
+#include "rdma/transport.h"
+#include "runtime/communicator_options.h"
+#include "runtime/counters.h"
+#include "torch/torch.h"
+
+namespace rdmaflow::strategies {
+
+// What every strategy is configured with; `params` holds the strategy's own
+// settings ("key=value", e.g. servers=1, sync=ssp:3), which it validates
+// (unknown keys are an error listing the known ones). Value type.
+struct StrategyOptions {
+  int64_t steps = 100;  // iterations per worker
+  double learning_rate = 0.05;
+  double momentum = 0.9;
+  // "rdma" (zero copy), "rdma_copy" or "grpc": see runtime/communicator.h.
+  std::string communicator = "rdma";
+  runtime::CommunicatorOptions communicator_options;
+  std::map<std::string, std::string> params;
+};
+
+// The job as this rank sees it. The transport and store outlive the
+// strategy.
+struct StrategyContext {
+  int rank = 0;
+  int world_size = 1;
+  rdma::Transport* transport = nullptr;
+  rdma::Store* store = nullptr;
+};
+
+// A model parameter (float32, CPU, contiguous); its name is unique.
+struct Parameter {
+  std::string name;
+  torch::Tensor tensor;
+};
+
+// What the harness's compute function reports for one batch.
+struct ComputeResult {
+  double loss = 0;
+  double accuracy = 0;
+  int64_t samples = 0;
+};
+// Runs forward and backward on the worker's next batch with the current
+// parameter values; the gradients accumulate into each parameter's .grad()
+// (which the strategy may have pointed at its own memory; it zeroes them).
+using ComputeFn = std::function<absl::StatusOr<ComputeResult>()>;
+
+// One Step() as it went.
+struct StepReport {
+  int64_t clock = 0;      // the iteration (worker) or update (server) count
+  int64_t min_clock = 0;  // the slowest worker's clock, as this rank saw it
+  ComputeResult compute;  // workers only
+  absl::Duration compute_time;
+  absl::Duration comm_time;  // pulls, pushes, and waits for permission
+  absl::Duration wait_time;  // of which: waiting for slower workers
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  virtual std::string name() const = 0;
+  // This rank's role, e.g. "server" or "worker".
+  virtual std::string role() const = 0;
+  // True on ranks that train (run ComputeFn) and hold evaluable parameters.
+  virtual bool computes() const = 0;
+
+  // Declares what this strategy exchanges for `parameters` in `context`'s
+  // job. kInvalidArgument for a job the strategy cannot run (e.g. too few
+  // ranks), naming the requirement.
+  virtual absl::StatusOr<graph::GraphDef> Prepare(
+      const StrategyContext& context, std::vector<Parameter> parameters) = 0;
+  // Plans the prepared graph and connects. Collective.
+  virtual absl::Status Start() = 0;
+  // One iteration of this rank's role. kFailedPrecondition after done().
+  virtual absl::StatusOr<StepReport> Step(const ComputeFn& compute) = 0;
+  // True once this rank has no more iterations to run.
+  virtual bool done() const = 0;
+  // Leaves the computing ranks with the final parameters, then shuts down.
+  // Collective.
+  virtual absl::Status Finish() = 0;
+
+  virtual runtime::TransferCounters counters() const = 0;
+};
+
+}  // namespace rdmaflow::strategies
+
+#endif  // RDMAFLOW_STRATEGIES_STRATEGY_H_
