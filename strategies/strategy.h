@@ -98,6 +98,10 @@ class Strategy {
   virtual std::string role() const = 0;
   // True on ranks that train (run ComputeFn) and hold evaluable parameters.
   virtual bool computes() const = 0;
+  // After Prepare(): how many ranks compute, and which of them this is
+  // (-1 if it does not compute); the harness shards the data by these.
+  virtual int workers() const = 0;
+  virtual int worker_index() const = 0;
 
   // Declares what this strategy exchanges for `parameters` in `context`'s
   // job. kInvalidArgument for a job the strategy cannot run (e.g. too few

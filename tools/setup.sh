@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
   libibverbs-dev librdmacm-dev libucx-dev
-  libtorch-dev
+  libtorch-dev zlib1g-dev dataset-fashion-mnist
   gnuplot-nox
   clang libclang-rt-14-dev
   qemu-system-x86 busybox-static cpio xz-utils zstd iproute2

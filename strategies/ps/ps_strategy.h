@@ -50,6 +50,8 @@ class PsStrategy final : public Strategy {
   std::string name() const override { return "ps"; }
   std::string role() const override { return server_ ? "server" : "worker"; }
   bool computes() const override { return !server_; }
+  int workers() const override { return workers_; }
+  int worker_index() const override { return server_ ? -1 : index_; }
   absl::StatusOr<graph::GraphDef> Prepare(
       const StrategyContext& context, std::vector<Parameter> parameters) override;
   absl::Status Start() override;

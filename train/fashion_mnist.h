@@ -1,0 +1,43 @@
+// File: fashion_mnist.h
+// -----------------------------------------------------------------------------
+// Datasets for the training harness: Fashion-MNIST from Debian's
+// dataset-fashion-mnist package (idx files, gzip-compressed, in
+// /usr/share/datasets/fashion-mnist), or a synthetic stand-in of the same
+// shape whose classes are learnable (each class a fixed random template
+// plus noise), for machines without the package and for tests.
+#ifndef RDMAFLOW_TRAIN_FASHION_MNIST_H_
+#define RDMAFLOW_TRAIN_FASHION_MNIST_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "torch/torch.h"
+
+namespace rdmaflow::train {
+
+inline constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+
+// Images [N, 1, 28, 28] float32, normalized (mean 0, std 1 over the
+// training set's statistics); labels [N] int64 in 0..9. Value type.
+struct Dataset {
+  torch::Tensor images;
+  torch::Tensor labels;
+  int64_t size() const { return labels.size(0); }
+};
+
+// Reads one idx file (gzip-compressed or plain). kNotFound naming the path
+// and the package that provides it; kDataLoss for a malformed file.
+absl::StatusOr<torch::Tensor> ReadIdxFile(const std::string& path);
+
+// "train" (60000 images) or "test" (10000) from `dir`.
+absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir,
+                                         const std::string& split);
+
+// `n` synthetic images of 10 classes; the same `seed` gives the same data,
+// and the train and test splits of one seed share their class templates.
+Dataset SyntheticDataset(int64_t n, uint64_t seed, const std::string& split);
+
+}  // namespace rdmaflow::train
+
+#endif  // RDMAFLOW_TRAIN_FASHION_MNIST_H_

@@ -1,0 +1,42 @@
+// File: models.h
+// -----------------------------------------------------------------------------
+// The harness's models, LibTorch C++ modules for 1x28x28 inputs, 10 classes:
+//   mlp     784-256-128-10, ReLU                                (235 K params)
+//   lenet5  LeNet-5: conv 6@5x5, pool, conv 16@5x5, pool, FC 120-84-10 (62 K)
+//   vgg     VGG-like: conv 32-32, pool, conv 64, pool, FC 3136-1024-1024-10;
+//           the FC layers hold 97 % of its 4.3 M parameters
+//   resnet  a small ResNet: stem conv 16, a residual block, a strided conv to
+//           32, a residual block, global average pooling, FC 10 (no batch
+//           norm: all its state is parameters)                  (33 K)
+#ifndef RDMAFLOW_TRAIN_MODELS_H_
+#define RDMAFLOW_TRAIN_MODELS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "torch/torch.h"
+
+namespace rdmaflow::train {
+
+// A model: its module (parameters) and its forward function. Value type
+// (shares the module).
+struct Model {
+  std::string name;
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+};
+
+// The names above.
+std::vector<std::string> ModelNames();
+
+// Builds `name` with parameters drawn from a generator seeded with `seed`
+// (same seed, same parameters, in every process). kInvalidArgument listing
+// the models for an unknown name.
+absl::StatusOr<Model> MakeModel(const std::string& name, uint64_t seed);
+
+}  // namespace rdmaflow::train
+
+#endif  // RDMAFLOW_TRAIN_MODELS_H_

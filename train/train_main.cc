@@ -1,0 +1,166 @@
+// File: train_main.cc
+// rdmaflow_train: trains a LibTorch model on Fashion-MNIST (or synthetic
+// data) with a distributed strategy over rdmaflow. See docs/strategies.md.
+//
+//   rdmaflow_train --local 3 --model lenet5 --sync ssp:3 --steps 300
+//   torchrun --nproc_per_node 3 --no-python rdmaflow_train --model vgg ...
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/local_job.h"
+#include "rdma/transport_registry.h"
+#include "train/launch_env.h"
+#include "train/trainer.h"
+
+ABSL_FLAG(int, local, 0,
+          "spawn this many ranks as processes on this machine (the job's "
+          "world size); without it, the rank comes from torchrun, mpirun or "
+          "Slurm variables");
+ABSL_FLAG(std::string, model, "lenet5", "mlp | lenet5 | vgg | resnet");
+ABSL_FLAG(std::string, strategy, "ps", "training strategy (ps)");
+ABSL_FLAG(int, servers, 1, "ps: ranks 0..servers-1 are parameter servers");
+ABSL_FLAG(std::string, sync, "bsp", "ps: bsp | asp | ssp:S | dssp:LOW:HIGH");
+ABSL_FLAG(std::string, strategy_params, "",
+          "more strategy settings, key=value,... (ps: pull=read|send, copies=K)");
+ABSL_FLAG(std::string, communicator, "rdma", "rdma | rdma_copy | grpc");
+ABSL_FLAG(std::string, transport, "ucx", "ucx | ibverbs | loopback");
+ABSL_FLAG(std::string, transport_params, "", "backend settings, key=value,...");
+ABSL_FLAG(int64_t, steps, 300, "iterations per worker");
+ABSL_FLAG(int64_t, batch_size, 64, "samples per worker per step");
+ABSL_FLAG(double, lr, 0.05, "learning rate");
+ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the model's parameters and the data order");
+ABSL_FLAG(std::string, data_dir, "",
+          "Fashion-MNIST idx files (default /usr/share/datasets/fashion-mnist, "
+          "from Debian's dataset-fashion-mnist)");
+ABSL_FLAG(bool, synthetic, false, "train on synthetic data instead");
+ABSL_FLAG(int64_t, synthetic_samples, 12000, "training samples of --synthetic");
+ABSL_FLAG(int, slow_rank, -1, "rank whose compute is slowed (a straggler)");
+ABSL_FLAG(double, slow_factor, 1.0, "how many times slower --slow_rank computes");
+ABSL_FLAG(int64_t, eval_every, 0,
+          "evaluate on --eval_samples test images every N steps (0: at the end only)");
+ABSL_FLAG(int64_t, eval_samples, 2000, "test images of the periodic evaluations");
+ABSL_FLAG(std::string, log_prefix, "",
+          "write <prefix>.rank<R>.csv (per-step metrics) for each worker");
+ABSL_FLAG(std::string, json, "", "write the run's summary as JSON here");
+ABSL_FLAG(double, timeout_s, 120, "how long any wait for a peer may last");
+ABSL_FLAG(bool, progress, true, "show a progress bar (or lines)");
+
+namespace rdmaflow::train {
+namespace {
+
+absl::StatusOr<TrainConfig> ConfigFromFlags() {
+  TrainConfig config;
+  config.model = absl::GetFlag(FLAGS_model);
+  config.strategy = absl::GetFlag(FLAGS_strategy);
+  auto params = rdma::ParseTransportParams(absl::GetFlag(FLAGS_strategy_params));
+  if (!params.ok()) return params.status();
+  config.strategy_params = *params;
+  if (config.strategy == "ps") {
+    config.strategy_params.emplace("servers", absl::StrCat(absl::GetFlag(FLAGS_servers)));
+    config.strategy_params.emplace("sync", absl::GetFlag(FLAGS_sync));
+    if (absl::GetFlag(FLAGS_communicator) != "rdma") {
+      config.strategy_params.emplace("pull", "send");  // no READ over RPC
+    }
+  }
+  config.communicator = absl::GetFlag(FLAGS_communicator);
+  config.transport = absl::GetFlag(FLAGS_transport);
+  config.transport_params = absl::GetFlag(FLAGS_transport_params);
+  config.steps = absl::GetFlag(FLAGS_steps);
+  config.batch_size = absl::GetFlag(FLAGS_batch_size);
+  config.learning_rate = absl::GetFlag(FLAGS_lr);
+  config.momentum = absl::GetFlag(FLAGS_momentum);
+  config.seed = absl::GetFlag(FLAGS_seed);
+  config.data_dir = absl::GetFlag(FLAGS_data_dir);
+  config.synthetic = absl::GetFlag(FLAGS_synthetic);
+  config.synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
+  config.slow_rank = absl::GetFlag(FLAGS_slow_rank);
+  config.slow_factor = absl::GetFlag(FLAGS_slow_factor);
+  config.eval_every = absl::GetFlag(FLAGS_eval_every);
+  config.eval_samples = absl::GetFlag(FLAGS_eval_samples);
+  config.log_prefix = absl::GetFlag(FLAGS_log_prefix);
+  config.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  config.progress = absl::GetFlag(FLAGS_progress);
+  return config;
+}
+
+void WriteSummary(const TrainConfig& config, int world_size,
+                  const TrainSummary& s) {
+  const std::string json = absl::StrFormat(
+      "{\"model\": \"%s\", \"strategy\": \"%s\", \"sync\": \"%s\", "
+      "\"communicator\": \"%s\", \"transport\": \"%s\", \"world_size\": %d, "
+      "\"steps\": %d, \"batch_size\": %d, \"slow_rank\": %d, "
+      "\"slow_factor\": %.2f, \"test_accuracy\": %.4f, \"final_loss\": %.4f, "
+      "\"wall_s\": %.3f, \"mean_step_ms\": %.3f, \"mean_comm_ms\": %.3f, "
+      "\"mean_wait_ms\": %.3f}\n",
+      config.model, config.strategy,
+      config.strategy_params.count("sync") ? config.strategy_params.at("sync") : "",
+      config.communicator, config.transport, world_size, config.steps,
+      config.batch_size, config.slow_rank, config.slow_factor, s.test_accuracy,
+      s.final_loss, s.wall_s, s.mean_step_ms, s.mean_comm_ms, s.mean_wait_ms);
+  std::printf("%s", json.c_str());
+  const std::string path = absl::GetFlag(FLAGS_json);
+  if (!path.empty()) std::ofstream(path) << json;
+}
+
+int RunRank(const TrainConfig& config, int rank, int world_size,
+            rdma::Store& store) {
+  absl::StatusOr<TrainSummary> summary =
+      RunTrainingRank(config, rank, world_size, store);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "rdmaflow_train: rank %d: %s\n", rank,
+                 summary.status().ToString().c_str());
+    return 1;
+  }
+  if (summary->reported) WriteSummary(config, world_size, *summary);
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "trains a model with a distributed strategy over rdmaflow.\n"
+      "  rdmaflow_train --local 3 --model lenet5 --sync ssp:3 --steps 300\n"
+      "  torchrun --nproc_per_node 3 --no-python rdmaflow_train --model vgg\n"
+      "Ranks 0..servers-1 serve parameters, the others train; see "
+      "docs/strategies.md.");
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<TrainConfig> config = ConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "rdmaflow_train: %s\n", config.status().ToString().c_str());
+    return 2;
+  }
+  absl::StatusOr<std::optional<LaunchInfo>> launch = DetectLaunch(std::getenv);
+  if (!launch.ok()) {
+    std::fprintf(stderr, "rdmaflow_train: %s\n", launch.status().ToString().c_str());
+    return 2;
+  }
+  auto body = [&](int rank, int world_size, rdma::Store& store) {
+    return RunRank(*config, rank, world_size, store);
+  };
+  if (launch->has_value()) {
+    ExportLaunch(**launch);
+    return bench::RunLaunchedRank(body);
+  }
+  const int local = absl::GetFlag(FLAGS_local);
+  if (local < 2) {
+    std::fprintf(stderr,
+                 "rdmaflow_train: a job needs at least 2 ranks: pass --local N "
+                 "(N >= 2), or start it under torchrun, mpirun or srun\n");
+    return 2;
+  }
+  return bench::RunLocalJob(local, argv, {}, [&](rdma::Store& store) {
+    return RunRank(*config, 0, local, store);
+  });
+}
+
+}  // namespace
+}  // namespace rdmaflow::train
+
+int main(int argc, char** argv) { return rdmaflow::train::Main(argc, argv); }

@@ -1,0 +1,216 @@
+// File: trainer.cc
+#include "train/trainer.h"
+
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/local_job.h"
+#include "common/status_macros.h"
+#include "strategies/builtin_strategies.h"
+#include "strategies/strategy_registry.h"
+#include "train/fashion_mnist.h"
+#include "train/metrics_log.h"
+#include "train/models.h"
+
+namespace rdmaflow::train {
+namespace {
+
+absl::StatusOr<Dataset> LoadSplit(const TrainConfig& config,
+                                  const std::string& split) {
+  if (config.synthetic) {
+    const int64_t n = split == "train" ? config.synthetic_samples
+                                       : std::max<int64_t>(config.synthetic_samples / 6, 1000);
+    return SyntheticDataset(n, config.seed, split);
+  }
+  return LoadFashionMnist(
+      config.data_dir.empty() ? kDefaultFashionMnistDir : config.data_dir, split);
+}
+
+// Accuracy of `model` on the first `limit` samples of `data` (all if <= 0).
+double Evaluate(Model& model, const Dataset& data, int64_t limit) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = limit > 0 ? std::min(limit, data.size()) : data.size();
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < n; begin += 1000) {
+    const int64_t end = std::min(begin + 1000, n);
+    torch::Tensor logits = model.forward(data.images.slice(0, begin, end));
+    correct += logits.argmax(1).eq(data.labels.slice(0, begin, end)).sum().item<int64_t>();
+  }
+  return static_cast<double>(correct) / n;
+}
+
+// The training loop of a computing rank: batches from its shard of the data
+// (every workers-th sample, reshuffled each epoch).
+class Worker {
+ public:
+  Worker(const TrainConfig& config, Model& model, Dataset train, int index,
+         int workers)
+      : config_(config), model_(model), train_(std::move(train)) {
+    for (int64_t i = index; i < train_.size(); i += workers) mine_.push_back(i);
+    generator_ = at::detail::createCPUGenerator(config.seed * 1000 + index);
+  }
+
+  absl::StatusOr<strategies::ComputeResult> Compute() {
+    if (cursor_ + config_.batch_size > static_cast<int64_t>(order_.size())) {
+      Shuffle();
+    }
+    torch::Tensor index = torch::from_blob(order_.data() + cursor_,
+                                           {config_.batch_size}, torch::kInt64);
+    cursor_ += config_.batch_size;
+    torch::Tensor x = train_.images.index_select(0, index);
+    torch::Tensor y = train_.labels.index_select(0, index);
+    torch::Tensor logits = model_.forward(x);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
+    loss.backward();
+    const double accuracy = logits.argmax(1).eq(y).to(torch::kFloat32).mean().item<double>();
+    return strategies::ComputeResult{loss.item<double>(), accuracy,
+                                     config_.batch_size};
+  }
+
+ private:
+  void Shuffle() {
+    torch::Tensor perm = torch::randperm(static_cast<int64_t>(mine_.size()),
+                                         generator_, torch::kInt64);
+    auto at = perm.accessor<int64_t, 1>();
+    order_.resize(mine_.size());
+    for (size_t i = 0; i < mine_.size(); ++i) order_[i] = mine_[at[i]];
+    cursor_ = 0;
+  }
+
+  const TrainConfig& config_;
+  Model& model_;
+  Dataset train_;
+  std::vector<int64_t> mine_;
+  std::vector<int64_t> order_;
+  int64_t cursor_ = 0;
+  torch::Generator generator_;
+};
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+}  // namespace
+
+absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank,
+                                             int world_size, rdma::Store& store) {
+  if (config.batch_size < 1 || config.steps < 1 || config.slow_factor < 1) {
+    return absl::InvalidArgumentError(
+        "batch size and steps must be positive, the slow factor at least 1");
+  }
+  torch::set_num_threads(1);  // ranks share the machine's cores
+  ASSIGN_OR_RETURN(auto transport, bench::MakeTransport(config.transport,
+                                                        config.transport_params, rank));
+  ASSIGN_OR_RETURN(Model model, MakeModel(config.model, config.seed));
+  std::vector<strategies::Parameter> parameters;
+  for (const auto& item : model.module->named_parameters()) {
+    parameters.push_back({item.key(), item.value()});
+  }
+  strategies::StrategyRegistry registry;
+  RETURN_IF_ERROR(strategies::RegisterBuiltinStrategies(registry));
+  strategies::StrategyOptions options;
+  options.steps = config.steps;
+  options.learning_rate = config.learning_rate;
+  options.momentum = config.momentum;
+  options.communicator = config.communicator;
+  options.communicator_options.ns = "train";
+  options.communicator_options.timeout = config.timeout;
+  options.params = config.strategy_params;
+  ASSIGN_OR_RETURN(auto strategy, registry.Create(config.strategy, options));
+  RETURN_IF_ERROR(strategy
+                      ->Prepare({rank, world_size, transport.get(), &store},
+                                parameters)
+                      .status());
+
+  // Data before Start(): loading is not communication time.
+  std::unique_ptr<Worker> worker;
+  Dataset test;
+  const bool reporter = strategy->worker_index() == 0;
+  if (strategy->computes()) {
+    ASSIGN_OR_RETURN(Dataset train, LoadSplit(config, "train"));
+    if (reporter) {
+      ASSIGN_OR_RETURN(test, LoadSplit(config, "test"));
+    }
+    worker = std::make_unique<Worker>(config, model, std::move(train),
+                                      strategy->worker_index(), strategy->workers());
+  }
+  RETURN_IF_ERROR(strategy->Start());
+
+  std::unique_ptr<MetricsLog> log;
+  if (!config.log_prefix.empty() && strategy->computes()) {
+    ASSIGN_OR_RETURN(log, MetricsLog::Open(absl::StrCat(
+                              config.log_prefix, ".rank", rank, ".csv")));
+  }
+  Progress progress(absl::StrCat("rank ", rank, " (", strategy->role(), ")"),
+                    config.steps);
+  const bool slow = rank == config.slow_rank && config.slow_factor > 1;
+  strategies::ComputeFn compute = [&]() -> absl::StatusOr<strategies::ComputeResult> {
+    const absl::Time begin = absl::Now();
+    ASSIGN_OR_RETURN(strategies::ComputeResult result, worker->Compute());
+    if (slow) {
+      // A straggler: this rank's compute takes slow_factor times as long.
+      std::this_thread::sleep_for(absl::ToChronoNanoseconds(
+          (absl::Now() - begin) * (config.slow_factor - 1)));
+    }
+    return result;
+  };
+
+  TrainSummary summary;
+  absl::Duration eval_time;
+  absl::Duration comm_total, wait_total;
+  const absl::Time start = absl::Now();
+  double last_loss = 0;
+  int64_t steps = 0;
+  while (!strategy->done()) {
+    const absl::Time step_begin = absl::Now();
+    ASSIGN_OR_RETURN(strategies::StepReport report,
+                     strategy->Step(strategy->computes() ? compute : nullptr));
+    if (!strategy->computes()) continue;
+    ++steps;
+    comm_total += report.comm_time;
+    wait_total += report.wait_time;
+    last_loss = report.compute.loss;
+    StepRecord record;
+    record.step = report.clock;
+    record.loss = report.compute.loss;
+    record.batch_accuracy = report.compute.accuracy;
+    record.samples_per_s = report.compute.samples /
+                           std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - step_begin));
+    record.compute_ms = Ms(report.compute_time);
+    record.comm_ms = Ms(report.comm_time);
+    record.wait_ms = Ms(report.wait_time);
+    record.staleness = report.min_clock < 0 ? -1 : report.clock - report.min_clock;
+    if (reporter && config.eval_every > 0 && (report.clock + 1) % config.eval_every == 0) {
+      const absl::Time eval_begin = absl::Now();
+      record.test_accuracy = Evaluate(model, test, config.eval_samples);
+      eval_time += absl::Now() - eval_begin;
+    }
+    record.elapsed_s = absl::ToDoubleSeconds(absl::Now() - start - eval_time);
+    if (log != nullptr) log->Add(record);
+    if (reporter && config.progress) {
+      progress.Update(report.clock + 1,
+                      absl::StrFormat("loss %.3f acc %.2f %.0f samples/s comm %.2f ms",
+                                      record.loss, record.batch_accuracy,
+                                      record.samples_per_s, record.comm_ms));
+    }
+  }
+  const double wall_s = absl::ToDoubleSeconds(absl::Now() - start - eval_time);
+  RETURN_IF_ERROR(strategy->Finish());
+  if (!reporter) return summary;
+  summary.reported = true;
+  summary.test_accuracy = Evaluate(model, test, 0);
+  summary.final_loss = last_loss;
+  summary.wall_s = wall_s;
+  summary.mean_step_ms = 1000 * wall_s / std::max<int64_t>(steps, 1);
+  summary.mean_comm_ms = Ms(comm_total) / std::max<int64_t>(steps, 1);
+  summary.mean_wait_ms = Ms(wait_total) / std::max<int64_t>(steps, 1);
+  if (config.progress) {
+    progress.Finish(absl::StrFormat("test accuracy %.4f, %.1f s, %.1f ms/step",
+                                    summary.test_accuracy, wall_s,
+                                    summary.mean_step_ms));
+  }
+  return summary;
+}
+
+}  // namespace rdmaflow::train

@@ -1,0 +1,63 @@
+// File: trainer.h
+// -----------------------------------------------------------------------------
+// One rank of a training job: builds the model (same seed everywhere), the
+// strategy from the registry, the rank's shard of the data, and runs the
+// strategy's steps with a ComputeFn that trains on the next batch. The
+// first computing rank reports progress, evaluates on the test set every
+// `eval_every` steps and at the end, and writes the summary.
+#ifndef RDMAFLOW_TRAIN_TRAINER_H_
+#define RDMAFLOW_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rdma/store.h"
+
+namespace rdmaflow::train {
+
+// Value type; train_main.cc fills it from flags.
+struct TrainConfig {
+  std::string model = "lenet5";
+  std::string strategy = "ps";
+  std::map<std::string, std::string> strategy_params;
+  std::string communicator = "rdma";
+  std::string transport = "ucx";
+  std::string transport_params;
+  int64_t steps = 300;
+  int64_t batch_size = 64;
+  double learning_rate = 0.05;
+  double momentum = 0.9;
+  uint64_t seed = 1;
+  std::string data_dir;  // Fashion-MNIST idx files
+  bool synthetic = false;
+  int64_t synthetic_samples = 12000;
+  int slow_rank = -1;
+  double slow_factor = 1.0;
+  int64_t eval_every = 0;       // 0: only at the end
+  int64_t eval_samples = 2000;  // of the test set, for the periodic points
+  std::string log_prefix;       // <prefix>.rank<R>.csv and <prefix>.json
+  absl::Duration timeout = absl::Seconds(120);
+  bool progress = true;
+};
+
+// What the first computing rank measured. Value type.
+struct TrainSummary {
+  bool reported = false;  // false on ranks that do not compute
+  double test_accuracy = 0;
+  double final_loss = 0;
+  double wall_s = 0;  // training time (evaluations excluded)
+  double mean_step_ms = 0;
+  double mean_comm_ms = 0;
+  double mean_wait_ms = 0;
+};
+
+// Runs rank `rank` of `world_size` (collective). Errors name what failed.
+absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank,
+                                             int world_size, rdma::Store& store);
+
+}  // namespace rdmaflow::train
+
+#endif  // RDMAFLOW_TRAIN_TRAINER_H_
