@@ -4,7 +4,8 @@
 // size-balanced shards of the parameters (sharding.h) in versioned buffers
 // (runtime/versioned_buffer.h) and apply SGD with momentum; workers
 //   1. wait for permission: read their bound from every server's clock
-//      buffer (one-sided) until their clock is within it (sync_policy.h);
+//      buffer (one-sided) until their clock is within it (sync_policy.h)
+//      and the server has applied their own last gradient (read-my-writes);
 //   2. pull each shard by one-sided READ straight into the memory the
 //      model's parameters point at (no server CPU, no copy);
 //   3. compute, with the gradients landing in registered memory;

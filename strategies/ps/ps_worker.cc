@@ -96,15 +96,19 @@ absl::StatusOr<int64_t> PsStrategy::WaitForPermission(int64_t clock) {
   while (true) {
     int64_t bound = kUnbounded;
     int64_t slowest = kUnbounded;
+    int64_t mine = kUnbounded;  // our gradients the servers applied
     for (int s = 0; s < ps_.servers; ++s) {
       RETURN_IF_ERROR(ReadClocks(s, words));
       bound = std::min(bound, words[index_]);
+      mine = std::min(mine, words[workers_ + index_]);
       slowest = std::min(slowest, *std::min_element(words.begin() + workers_,
                                                     words.end()));
     }
     // kUnbounded asks for the end: every server took every gradient.
+    // Otherwise the clock must be within the bound, and the parameters must
+    // hold this worker's own gradients (read-my-writes, as in SSP).
     const bool go = clock == kUnbounded ? slowest >= options_.steps && bound >= 0
-                                        : clock <= bound;
+                                        : clock <= bound && mine >= clock;
     if (go) return slowest;
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
