@@ -9,7 +9,8 @@
 #         communicator (one-sided READ pulls), rdma with pull=send, rdma_copy
 #         and grpc, in the same run.
 #   tools/bench_ps.sh [OUT_DIR]   (default bench-results/ps; ~4 min)
-# Environment: SYNC_STEPS (600), COMM_STEPS (30), TARGET (0.80).
+# Environment: PARTS ("sync comm"), SYNC_STEPS (600), COMM_STEPS (30),
+# TARGET (0.80).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/ps}
@@ -17,10 +18,11 @@ mkdir -p "$out"
 sync_steps=${SYNC_STEPS:-600}
 comm_steps=${COMM_STEPS:-30}
 target=${TARGET:-0.80}
+parts=${PARTS:-sync comm}
 bazel build -c opt //train:rdmaflow_train >/dev/null
 train=bazel-bin/train/rdmaflow_train
 
-for mode in bsp asp ssp:3 dssp:1:6; do
+[[ $parts == *sync* ]] && for mode in bsp asp ssp:3 dssp:1:6; do
   tag=${mode//:/_}
   echo "== sync $mode: $sync_steps steps, rank 2 slowed 2x"
   "$train" --local 3 --model lenet5 --sync "$mode" --steps "$sync_steps" \
@@ -29,7 +31,7 @@ for mode in bsp asp ssp:3 dssp:1:6; do
     --progress=false 2>&1 | grep -v '^{' || true
 done
 
-for variant in rdma:read rdma:send rdma_copy:send grpc:send; do
+[[ $parts == *comm* ]] && for variant in rdma:read rdma:send rdma_copy:send grpc:send; do
   comm=${variant%%:*}
   pull=${variant##*:}
   echo "== comm $comm (pull=$pull): vgg, $comm_steps steps"
@@ -39,5 +41,5 @@ for variant in rdma:read rdma:send rdma_copy:send grpc:send; do
 done
 
 python3 tools/ps_report.py "$out" "$target" | tee "$out/report.txt"
-tools/plot_ps_sync.sh "$out" "$out/ps_sync.png"
+[[ $parts == *sync* ]] && tools/plot_ps_sync.sh "$out" "$out/ps_sync.png"
 echo "bench_ps: results in $out"

@@ -4,6 +4,10 @@
 #  2. the RPC-vs-RDMA ablation: training graphs' communication replayed
 #     between processes through the zero-copy runtime, the rdma_copy and the
 #     gRPC baselines, and a single-tensor sweep next to memcpy;
+#  3. a training run: rdmaflow_train, 1 parameter server + 2 workers as
+#     processes, LeNet-5 on Fashion-MNIST (BSP, zero copy, one-sided pulls);
+#  4. the parameter server's RPC-vs-RDMA comparison: the VGG-like net's step
+#     time over rdma, rdma_copy and grpc (tools/bench_ps.sh, comm part);
 # then plan the example training graphs with `rdmaflow plan`.
 # Prints the tables; JSON, TSV, plots, the plans and DOT go to $OUT_DIR.
 set -euo pipefail
@@ -12,7 +16,8 @@ tools/setup.sh
 
 OUT_DIR=${OUT_DIR:-bench-results}
 mkdir -p "$OUT_DIR"
-bazel build -c opt //bench:transport_pingpong //bench:ablation //cli:rdmaflow
+bazel build -c opt //bench:transport_pingpong //bench:ablation //cli:rdmaflow \
+  //train:rdmaflow_train
 bazel-bin/bench/transport_pingpong --transport=ucx --params=tls=shm \
   --json="$OUT_DIR/pingpong_ucx_shm.json" --tsv="$OUT_DIR/pingpong_ucx_shm.tsv" "$@"
 tools/plot_pingpong.sh "$OUT_DIR/pingpong_ucx_shm.tsv" "$OUT_DIR/pingpong_ucx_shm.png"
@@ -22,6 +27,14 @@ bazel-bin/bench/ablation --transport=ucx --params=tls=shm \
   --json="$OUT_DIR/ablation.json" --tsv="$OUT_DIR/ablation" \
   --trace_dir="$OUT_DIR"
 tools/plot_ablation.sh "$OUT_DIR/ablation" "$OUT_DIR/ablation.png"
+
+echo
+bazel-bin/train/rdmaflow_train --local 3 --model lenet5 --sync bsp --steps 300 \
+  --eval_every 50 --log_prefix "$OUT_DIR/train_lenet5" \
+  --json "$OUT_DIR/train_lenet5.json"
+
+echo
+PARTS=comm COMM_STEPS=${COMM_STEPS:-10} tools/bench_ps.sh "$OUT_DIR/ps"
 
 # Transfer plans of the example graphs: the parameter-server CNN in full,
 # the others as one line each.
@@ -33,4 +46,5 @@ for graph in mlp_2ranks cnn_layer_separated seq_dynamic_length; do
     --out "$OUT_DIR/$graph.plan.pbtxt"
 done
 echo "results: $OUT_DIR/pingpong_ucx_shm.{json,tsv,png}, $OUT_DIR/ablation.{json,png}," \
-  "$OUT_DIR/*.rdma.rank*.json (Chrome traces), $OUT_DIR/*.plan.pbtxt"
+  "$OUT_DIR/*.rdma.rank*.json (Chrome traces), $OUT_DIR/train_lenet5.*," \
+  "$OUT_DIR/ps/report.{txt,json}, $OUT_DIR/*.plan.pbtxt"
