@@ -43,8 +43,14 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   if (!options.lockstep) effective.trace_steps = 0;  // tracing needs steps
   std::unique_ptr<Executor> executor(
       new Executor(std::move(rank_plan), transport, store, effective));
-  RETURN_IF_ERROR(executor->engine_.Connect(executor->rank_plan_.peers()));
-  RETURN_IF_ERROR(executor->SetUpGeneration());
+  absl::Status status = executor->engine_.Connect(executor->rank_plan_.peers());
+  if (status.ok()) status = executor->SetUpGeneration();
+  if (!status.ok()) {
+    // Half set up: nothing to drain, and no barrier the peers would meet
+    // (the caller gets the error; the destructor has nothing to report).
+    executor->shut_down_ = true;
+    return status;
+  }
   return executor;
 }
 

@@ -125,6 +125,7 @@ absl::Status ProgressEngine::Drain(const std::function<bool()>& idle,
                                    const std::function<std::string()>& what) {
   // Make every write visible at its target too, not only complete locally.
   for (int peer : peers_) {
+    if (endpoints_[peer] == nullptr) continue;  // never connected
     RETURN_IF_ERROR(Post(
         [&] {
           return endpoints_[peer]->PostFlush([this](absl::Status status) {

@@ -45,7 +45,12 @@ RdmaCopyCommunicator::Create(const plan::TransferPlan& plan,
   ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, transport.rank()));
   std::unique_ptr<RdmaCopyCommunicator> communicator(new RdmaCopyCommunicator(
       std::move(rank_plan), transport, store, options, copy_options));
-  RETURN_IF_ERROR(communicator->SetUp());
+  if (absl::Status status = communicator->SetUp(); !status.ok()) {
+    // Half set up: nothing to drain, and no barrier the peers would meet
+    // (the caller gets the error; the destructor has nothing to report).
+    communicator->shut_down_ = true;
+    return status;
+  }
   return communicator;
 }
 

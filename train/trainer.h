@@ -18,7 +18,7 @@
 
 namespace rdmaflow::train {
 
-// Value type; train_main.cc fills it from flags.
+// Value type; rdmaflow_train_main.cc fills it from flags.
 struct TrainConfig {
   std::string model = "lenet5";
   std::string strategy = "ps";

@@ -1,4 +1,4 @@
-// File: train_main.cc
+// File: rdmaflow_train_main.cc
 // rdmaflow_train: trains a LibTorch model on Fashion-MNIST (or synthetic
 // data) with a distributed strategy over rdmaflow. See docs/strategies.md.
 //
