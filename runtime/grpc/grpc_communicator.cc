@@ -117,6 +117,14 @@ class GrpcCommunicator final : public Communicator {
   }
 
   absl::Status SetUp() {
+    absl::Status status = StartServerAndStreams();
+    // Half set up: no barrier the peers would meet (the caller gets the
+    // error; the destructor has nothing to report).
+    if (!status.ok()) shut_down_ = true;
+    return status;
+  }
+
+  absl::Status StartServerAndStreams() {
     std::set<int> senders, receivers;
     for (const TransferInfo& info : plan_.recvs()) senders.insert(info.src_rank);
     for (const TransferInfo& info : plan_.sends()) receivers.insert(info.dst_rank);
