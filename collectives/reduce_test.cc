@@ -1,0 +1,70 @@
+// File: reduce_test.cc
+#include "collectives/reduce.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace rdmaflow::collectives {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+
+TEST(ReduceTest, EveryOperatorOnFloat32AndInt64) {
+  std::vector<float> a = {1, -2, 3, 7}, b = {4, 5, -6, 7};
+  std::vector<float> sum = a, prod = a, mn = a, mx = a;
+  Reduce(DataType::kFloat32, ReduceOp::kSum, sum.data(), b.data(), 4);
+  Reduce(DataType::kFloat32, ReduceOp::kProduct, prod.data(), b.data(), 4);
+  Reduce(DataType::kFloat32, ReduceOp::kMin, mn.data(), b.data(), 4);
+  Reduce(DataType::kFloat32, ReduceOp::kMax, mx.data(), b.data(), 4);
+  EXPECT_EQ(sum, (std::vector<float>{5, 3, -3, 14}));
+  EXPECT_EQ(prod, (std::vector<float>{4, -10, -18, 49}));
+  EXPECT_EQ(mn, (std::vector<float>{1, -2, -6, 7}));
+  EXPECT_EQ(mx, (std::vector<float>{4, 5, 3, 7}));
+  std::vector<int64_t> x = {int64_t{1} << 40, -3}, y = {1, 3};
+  Reduce(DataType::kInt64, ReduceOp::kSum, x.data(), y.data(), 2);
+  EXPECT_EQ(x, (std::vector<int64_t>{(int64_t{1} << 40) + 1, 0}));
+}
+
+TEST(ReduceTest, CountLimitsTheElementsTouched) {
+  std::vector<double> a = {1, 1, 1}, b = {1, 1, 1};
+  Reduce(DataType::kFloat64, ReduceOp::kSum, a.data(), b.data(), 2);
+  EXPECT_EQ(a, (std::vector<double>{2, 2, 1}));
+}
+
+TEST(ReduceTest, HalfPrecisionSumsInFloatAndRounds) {
+  // Integers up to 2048 (float16) and 256 (bfloat16) are exact.
+  std::vector<uint16_t> h = {FloatToHalf(1000), FloatToHalf(-3)};
+  std::vector<uint16_t> g = {FloatToHalf(1000), FloatToHalf(0.5)};
+  Reduce(DataType::kFloat16, ReduceOp::kSum, h.data(), g.data(), 2);
+  EXPECT_EQ(HalfToFloat(h[0]), 2000);
+  EXPECT_EQ(HalfToFloat(h[1]), -2.5);
+  std::vector<uint16_t> bf = {FloatToBFloat16(100), FloatToBFloat16(1)};
+  std::vector<uint16_t> bg = {FloatToBFloat16(28), FloatToBFloat16(1.0f / 512)};
+  Reduce(DataType::kBFloat16, ReduceOp::kSum, bf.data(), bg.data(), 2);
+  EXPECT_EQ(BFloat16ToFloat(bf[0]), 128);
+  EXPECT_EQ(BFloat16ToFloat(bf[1]), 1);  // 1 + 2^-9 rounds to even: 1
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(
+      FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(ReduceTest, NamesRoundTripAndUnknownOnesAreListed) {
+  for (const std::string& name : DataTypeNames()) {
+    ASSERT_OK_AND_ASSIGN(DataType type, ParseDataType(name));
+    EXPECT_EQ(DataTypeName(type), name);
+  }
+  EXPECT_EQ(ElementSize(DataType::kBFloat16), 2u);
+  EXPECT_EQ(ElementSize(DataType::kInt64), 8u);
+  EXPECT_THAT(ParseDataType("float8"),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("bfloat16")));
+  ASSERT_OK_AND_ASSIGN(ReduceOp op, ParseReduceOp("prod"));
+  EXPECT_EQ(ReduceOpName(op), "product");
+  EXPECT_THAT(ParseReduceOp("avg"), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace rdmaflow::collectives

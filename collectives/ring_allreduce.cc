@@ -1,0 +1,449 @@
+// File: ring_allreduce.cc
+#include "collectives/ring_allreduce.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "rdma/rendezvous.h"
+
+namespace rdmaflow::collectives {
+namespace {
+
+constexpr size_t kWord = sizeof(uint64_t);
+constexpr int kMaxSlots = 1024;
+
+// Control region words: [0, S) flags (written by the left neighbour),
+// S credit (written by the right neighbour), [S+1, 2S+1) sources of our flag
+// writes, 2S+1 source of our credit write; then S staging slots.
+size_t FlagWord(uint64_t seq, int slots) { return seq % slots; }
+size_t CreditWord(int slots) { return slots; }
+size_t FlagSourceWord(uint64_t seq, int slots) { return slots + 1 + seq % slots; }
+size_t CreditSourceWord(int slots) { return 2 * slots + 1; }
+size_t StagingOffset(int slots) {
+  return ((2 * slots + 2) * kWord + 63) / 64 * 64;
+}
+size_t ControlBytes(const RingAllReduceOptions& o) {
+  return StagingOffset(o.slots) + o.slots * o.chunk_bytes;
+}
+
+std::string Key(const std::string& name, int rank, const char* what) {
+  return absl::StrCat("ring/", name, "/", rank, "/", what);
+}
+
+std::string Layout(const RingAllReduceOptions& o, const std::vector<int>& members) {
+  return absl::StrCat("slots=", o.slots, " chunk=", o.chunk_bytes,
+                      " capacity=", o.capacity_bytes,
+                      " members=", absl::StrJoin(members, ","));
+}
+
+absl::Status Annotate(const absl::Status& status, const std::string& where) {
+  return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
+}
+
+}  // namespace
+
+// The state of one AllReduce() call.
+struct RingAllReduce::Call {
+  RingSchedule schedule;
+  size_t offset;        // bytes into the data region
+  size_t element_size;
+  DataType type;
+  ReduceOp op;
+  uint64_t first;       // sequence number of message 0
+  uint64_t end;         // one past the last
+  uint64_t window;      // messages a sender may run ahead of the credit
+  uint64_t next_send;
+};
+
+absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
+    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+    std::vector<int> members, const RingAllReduceOptions& options) {
+  const std::string what = absl::StrCat("all-reduce '", options.name, "'");
+  if (options.capacity_bytes == 0 || options.chunk_bytes < 64 ||
+      options.chunk_bytes % kWord != 0 || options.slots < 1 ||
+      options.slots > kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": needs capacity_bytes > 0, chunk_bytes >= 64 and a multiple of 8, "
+        "and 1..", kMaxSlots, " slots (got capacity ", options.capacity_bytes,
+        ", chunk ", options.chunk_bytes, ", slots ", options.slots, ")"));
+  }
+  absl::flat_hash_set<int> seen;
+  int position = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] < 0 || !seen.insert(members[i]).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": members must be distinct ranks >= 0, got [",
+          absl::StrJoin(members, ","), "]"));
+    }
+    if (members[i] == transport.rank()) position = static_cast<int>(i);
+  }
+  if (position < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": rank ", transport.rank(), " is not among its members [",
+        absl::StrJoin(members, ","), "]"));
+  }
+  std::unique_ptr<RingAllReduce> ring(new RingAllReduce(
+      transport, store, ns, std::move(members), position, options));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion data,
+                   transport.Allocate(options.capacity_bytes));
+  ring->data_ = std::make_unique<rdma::MemoryRegion>(std::move(data));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion control,
+                   transport.Allocate(ControlBytes(options)));
+  ring->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
+  if (ring->size() > 1) RETURN_IF_ERROR(ring->Connect());
+  return ring;
+}
+
+RingAllReduce::RingAllReduce(rdma::Transport& transport, rdma::Store& store,
+                             std::string ns, std::vector<int> members,
+                             int position, const RingAllReduceOptions& options)
+    : transport_(transport),
+      store_(store),
+      ns_(std::move(ns)),
+      members_(std::move(members)),
+      position_(position),
+      options_(options),
+      left_rank_(members_[(position + members_.size() - 1) % members_.size()]),
+      right_rank_(members_[(position + 1) % members_.size()]) {}
+
+RingAllReduce::~RingAllReduce() {
+  if (right_endpoint_ != nullptr) right_endpoint_->Close().IgnoreError();
+  if (left_endpoint_ != nullptr) left_endpoint_->Close().IgnoreError();
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (outstanding_ > 0 && absl::Now() < deadline) {
+    if (!transport_.Progress().ok()) break;
+  }
+}
+
+std::string RingAllReduce::Where() const {
+  return absl::StrCat("all-reduce '", options_.name, "' on rank ",
+                      transport_.rank(), " (position ", position_, " of ",
+                      size(), ", left rank ", left_rank_, ", right rank ", right_rank_,
+                      ")");
+}
+
+absl::Status RingAllReduce::Connect() {
+  const int rank = transport_.rank();
+  const std::string layout = Layout(options_, members_);
+  RETURN_IF_ERROR(store_.Set(absl::StrCat(ns_, "/", Key(options_.name, rank, "layout")),
+                             layout));
+  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank, "data"),
+                                      data_->descriptor()));
+  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank, "control"),
+                                      control_->descriptor()));
+  RETURN_IF_ERROR(rdma::PublishAddress(store_, ns_, transport_));
+  for (int peer : {right_rank_, left_rank_}) {
+    absl::StatusOr<std::string> theirs = store_.Get(
+        absl::StrCat(ns_, "/", Key(options_.name, peer, "layout")), options_.timeout);
+    if (!theirs.ok()) {
+      return Annotate(theirs.status(),
+                      absl::StrCat(Where(), ": rank ", peer, " never joined"));
+    }
+    if (*theirs != layout) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), ": rank ", peer, " created it with '", *theirs,
+          "' but this rank with '", layout, "'; every member must pass the "
+          "same options and members"));
+    }
+  }
+  ASSIGN_OR_RETURN(right_data_, rdma::FetchRegion(store_, ns_,
+                                                  Key(options_.name, right_rank_, "data"),
+                                                  options_.timeout));
+  ASSIGN_OR_RETURN(right_control_,
+                   rdma::FetchRegion(store_, ns_, Key(options_.name, right_rank_, "control"),
+                                     options_.timeout));
+  ASSIGN_OR_RETURN(left_control_,
+                   rdma::FetchRegion(store_, ns_, Key(options_.name, left_rank_, "control"),
+                                     options_.timeout));
+  ASSIGN_OR_RETURN(right_endpoint_, rdma::ConnectToPeer(transport_, store_, ns_,
+                                                        right_rank_, options_.timeout));
+  left_link_ = right_endpoint_.get();
+  if (left_rank_ != right_rank_) {
+    ASSIGN_OR_RETURN(left_endpoint_, rdma::ConnectToPeer(transport_, store_, ns_,
+                                                         left_rank_, options_.timeout));
+    left_link_ = left_endpoint_.get();
+  }
+  return absl::OkStatus();
+}
+
+uint64_t RingAllReduce::LoadWord(size_t word) const {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(control_->data()) + word,
+                         __ATOMIC_ACQUIRE);
+}
+
+void RingAllReduce::StoreWord(size_t word, uint64_t value) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(control_->data()) + word, value,
+                   __ATOMIC_RELEASE);
+}
+
+void RingAllReduce::Fail(absl::Status status) {
+  if (failure_.ok()) failure_ = std::move(status);
+}
+
+void RingAllReduce::SendDone(uint64_t seq) {
+  if (seq != sent_contiguous_) {
+    sent_out_of_order_.insert(seq);
+    return;
+  }
+  ++sent_contiguous_;
+  while (!sent_out_of_order_.empty() &&
+         *sent_out_of_order_.begin() == sent_contiguous_) {
+    sent_out_of_order_.erase(sent_out_of_order_.begin());
+    ++sent_contiguous_;
+  }
+}
+
+absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
+                                      DataType type, ReduceOp op) {
+  const size_t element = ElementSize(type);
+  if (offset % element != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), ": offset ", offset, " is not a multiple of the ",
+        DataTypeName(type), " element size ", element));
+  }
+  if (count > (options_.capacity_bytes - std::min(offset, options_.capacity_bytes)) / element) {
+    return absl::OutOfRangeError(absl::StrCat(
+        Where(), ": ", count, " ", DataTypeName(type), " elements at offset ",
+        offset, " do not fit its ", options_.capacity_bytes, "-byte data region"));
+  }
+  if (!failure_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), " is unusable after an earlier error: ", failure_.message()));
+  }
+  ++stats_.calls;
+  if (size() == 1 || count == 0) return absl::OkStatus();
+
+  RingSchedule schedule(size(), position_, count, options_.chunk_bytes / element);
+  Call call{schedule, offset, element, type, op, next_seq_,
+            next_seq_ + schedule.messages(),
+            std::min<uint64_t>(options_.slots,
+                               static_cast<uint64_t>(size() - 1) * schedule.pieces()),
+            next_seq_};
+  next_seq_ = call.end;
+
+  absl::Time last_progress = absl::Now();
+  absl::Time next_probe = last_progress + options_.liveness_interval;
+  while (received_ < call.end || sent_contiguous_ < call.end) {
+    bool progressed = false;
+    if (absl::Status turn = Turn(call, progressed); !turn.ok()) {
+      Fail(turn);
+      return Annotate(turn, Where());
+    }
+    const absl::Time now = absl::Now();
+    if (progressed) {
+      last_progress = now;
+      continue;
+    }
+    if (now - last_progress > options_.timeout) {
+      std::string waiting;
+      if (received_ < call.end) {
+        waiting = absl::StrCat("message ", received_ - call.first + 1, " of ",
+                               call.end - call.first, " from rank ", left_rank_);
+      } else {
+        waiting = absl::StrCat("its writes to rank ", right_rank_,
+                               " to complete (", sent_contiguous_ - call.first,
+                               " of ", call.end - call.first, " done)");
+      }
+      absl::Status error = absl::DeadlineExceededError(absl::StrCat(
+          Where(), ": no progress for ", absl::FormatDuration(options_.timeout),
+          " waiting for ", waiting, "; rank ", right_rank_, " released ",
+          LoadWord(CreditWord(options_.slots)),
+          " messages. Do all members run the same all-reduce calls?"));
+      Fail(error);
+      return error;
+    }
+    if (now >= next_probe) {
+      ProbeNeighbours();
+      next_probe = now + options_.liveness_interval;
+    }
+    // Ranks may share cores with their peers.
+    std::this_thread::yield();
+  }
+  stats_.messages += call.end - call.first;
+  // Release the last messages now, so the left neighbour's next call
+  // need not wait for ours.
+  if (absl::Status credit = PostCredit(); !credit.ok()) {
+    Fail(credit);
+    return Annotate(credit, Where());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingAllReduce::Turn(Call& call, bool& progressed) {
+  absl::StatusOr<int> fired = transport_.Progress();
+  if (!fired.ok()) return fired.status();
+  if (*fired > 0) progressed = true;
+  if (!failure_.ok()) return failure_;
+  Receive(call, progressed);
+  StartSends(call, progressed);
+  RETURN_IF_ERROR(PostActions(call));
+  return PostCredit();
+}
+
+void RingAllReduce::Receive(Call& call, bool& progressed) {
+  const int slots = options_.slots;
+  while (received_ < call.end) {
+    const uint64_t seq = received_;
+    if (LoadWord(FlagWord(seq, slots)) != seq + 1) return;
+    const size_t message = seq - call.first;
+    if (call.schedule.is_reduce(message)) {
+      const ElementRange range = call.schedule.Received(message);
+      if (range.count > 0) {
+        Reduce(call.type, call.op,
+               data_->data() + call.offset + range.begin * call.element_size,
+               control_->data() + StagingOffset(slots) +
+                   (seq % slots) * options_.chunk_bytes,
+               range.count);
+      }
+    }
+    ++received_;
+    progressed = true;
+  }
+}
+
+void RingAllReduce::StartSends(Call& call, bool& progressed) {
+  const uint64_t credit = LoadWord(CreditWord(options_.slots));
+  const uint64_t pieces = call.schedule.pieces();
+  while (call.next_send < call.end) {
+    const uint64_t seq = call.next_send;
+    // A forwarded piece must have arrived (and been reduced) first.
+    if (seq - call.first >= pieces && received_ < seq - pieces + 1) return;
+    // The receiver's slot (and, for the all-gather, its buffer) is free.
+    if (seq >= credit + call.window) return;
+    if (call.schedule.Sent(seq - call.first).count > 0) {
+      actions_.push_back({Action::kWrite, seq});
+      actions_.push_back({Action::kFlush, seq});
+    } else {
+      actions_.push_back({Action::kFlag, seq});
+    }
+    ++call.next_send;
+    progressed = true;
+  }
+}
+
+absl::Status RingAllReduce::PostActions(Call& call) {
+  const int slots = options_.slots;
+  while (!actions_.empty()) {
+    const Action action = actions_.front();
+    const uint64_t seq = action.seq;
+    absl::Status posted;
+    switch (action.kind) {
+      case Action::kWrite: {
+        const size_t message = seq - call.first;
+        const ElementRange range = call.schedule.Sent(message);
+        const size_t at = call.offset + range.begin * call.element_size;
+        const size_t bytes = range.count * call.element_size;
+        const rdma::RemoteSlice dst =
+            call.schedule.is_reduce(message)
+                ? rdma::RemoteSlice{&right_control_,
+                                    StagingOffset(slots) + (seq % slots) * options_.chunk_bytes,
+                                    bytes}
+                : rdma::RemoteSlice{&right_data_, at, bytes};
+        posted = right_endpoint_->PostWrite(
+            {data_.get(), at, bytes}, dst, std::nullopt, [this](absl::Status s) {
+              --outstanding_;
+              if (!s.ok()) Fail(s);
+            });
+        if (posted.ok()) stats_.bytes_sent += bytes;
+        break;
+      }
+      case Action::kFlush:
+        // The flag may only land once the piece is visible.
+        posted = right_endpoint_->PostFlush([this, seq](absl::Status s) {
+          --outstanding_;
+          if (!s.ok()) {
+            Fail(s);
+            return;
+          }
+          actions_.push_back({Action::kFlag, seq});
+        });
+        break;
+      case Action::kFlag:
+        StoreWord(FlagSourceWord(seq, slots), seq + 1);
+        posted = right_endpoint_->PostWrite(
+            {control_.get(), FlagSourceWord(seq, slots) * kWord, kWord},
+            {&right_control_, FlagWord(seq, slots) * kWord, kWord}, std::nullopt,
+            [this, seq](absl::Status s) {
+              --outstanding_;
+              if (!s.ok()) {
+                Fail(s);
+                return;
+              }
+              SendDone(seq);
+            });
+        break;
+    }
+    if (absl::IsResourceExhausted(posted)) return absl::OkStatus();  // retry
+    if (!posted.ok()) return posted;
+    ++outstanding_;
+    actions_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingAllReduce::PostCredit() {
+  const uint64_t released = std::min(received_, sent_contiguous_);
+  if (credit_busy_ || released <= credit_posted_) return absl::OkStatus();
+  const int slots = options_.slots;
+  StoreWord(CreditSourceWord(slots), released);
+  absl::Status posted = left_link_->PostWrite(
+      {control_.get(), CreditSourceWord(slots) * kWord, kWord},
+      {&left_control_, CreditWord(slots) * kWord, kWord}, std::nullopt,
+      [this](absl::Status s) {
+        --outstanding_;
+        credit_busy_ = false;
+        if (!s.ok()) Fail(s);
+      });
+  if (absl::IsResourceExhausted(posted)) return absl::OkStatus();
+  RETURN_IF_ERROR(posted);
+  ++outstanding_;
+  credit_busy_ = true;
+  credit_posted_ = released;
+  return absl::OkStatus();
+}
+
+void RingAllReduce::ProbeNeighbours() {
+  if (probes_in_flight_ > 0) return;
+  for (rdma::Endpoint* link : {right_endpoint_.get(), left_endpoint_.get()}) {
+    if (link == nullptr) continue;
+    absl::Status posted = link->PostFlush([this](absl::Status s) {
+      --outstanding_;
+      --probes_in_flight_;
+      if (!s.ok() && !absl::IsCancelled(s)) Fail(s);
+    });
+    if (!posted.ok()) {
+      if (!absl::IsResourceExhausted(posted)) Fail(posted);
+      continue;
+    }
+    ++outstanding_;
+    ++probes_in_flight_;
+  }
+}
+
+absl::Status RingAllReduce::Shutdown() {
+  if (size() > 1) {
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    while (outstanding_ > 0 || !actions_.empty()) {
+      if (!failure_.ok()) return Annotate(failure_, Where());
+      absl::StatusOr<int> fired = transport_.Progress();
+      if (!fired.ok()) return Annotate(fired.status(), Where());
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            Where(), ": ", outstanding_, " writes still in flight at shutdown"));
+      }
+      std::this_thread::yield();
+    }
+  }
+  absl::Status barrier =
+      rdma::Barrier(store_, ns_, absl::StrCat("ring/", options_.name, "/shutdown"),
+                    size(), options_.timeout);
+  if (!barrier.ok()) return Annotate(barrier, Where());
+  return absl::OkStatus();
+}
+
+}  // namespace rdmaflow::collectives

@@ -1,0 +1,166 @@
+// File: ring_allreduce.h
+// -----------------------------------------------------------------------------
+// RingAllReduce: an in-place all-reduce over a group of ranks, as a ring
+// reduce-scatter followed by an all-gather (ring_schedule.h), built on
+// one-sided writes into memory planned once, at Create():
+//   - a data region of `capacity_bytes` per rank, where callers keep what
+//     they reduce (the all-reduce strategy lays the model's gradients there,
+//     so nothing is copied in or out);
+//   - per ring link, `slots` staging slots of `chunk_bytes` at the receiver,
+//     and one flag word per slot.
+// Each message (one piece of a segment) is a write of the piece, a flush,
+// then a write of its sequence number into the receiver's flag word; the
+// receiver polls its flags in local memory, reduces a staged piece into its
+// buffer and passes it on, so reduction overlaps the transfer of the next
+// pieces. All-gather pieces are written straight into the receiver's data
+// region. Back-pressure: the receiver writes a credit word (messages it has
+// released) into the sender's memory; a sender keeps at most
+// min(slots, reduce-scatter messages) messages ahead of it. Notifications
+// are not used, so a collective shares its transport with a communicator.
+//
+//   ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(
+//       transport, store, "job", /*members=*/{0, 1, 2, 3}, options));
+//   std::memcpy(ring->data(), grads, bytes);              // or lay them there
+//   RETURN_IF_ERROR(ring->AllReduce(0, bytes / 4, DataType::kFloat32));
+#ifndef RDMAFLOW_COLLECTIVES_RING_ALLREDUCE_H_
+#define RDMAFLOW_COLLECTIVES_RING_ALLREDUCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collectives/reduce.h"
+#include "collectives/ring_schedule.h"
+#include "rdma/endpoint.h"
+#include "rdma/memory_region.h"
+#include "rdma/remote_region.h"
+#include "rdma/store.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::collectives {
+
+struct RingAllReduceOptions {
+  // Names the collective in the store (unique per namespace).
+  std::string name = "allreduce";
+  // Bytes of the data region every member allocates (the same everywhere).
+  size_t capacity_bytes = 0;
+  // Largest piece one message carries (>= 64), and staging slots per link.
+  size_t chunk_bytes = size_t{256} << 10;
+  int slots = 8;
+  // An error when a call makes no progress for this long.
+  absl::Duration timeout = absl::Seconds(120);
+  // A silent neighbour is probed (a flush) this often.
+  absl::Duration liveness_interval = absl::Seconds(1);
+};
+
+struct RingAllReduceStats {
+  int64_t calls = 0;
+  int64_t messages = 0;    // sent
+  int64_t bytes_sent = 0;  // payload written to the next rank
+};
+
+// Thread-compatible: one thread, the one that drives the transport.
+class RingAllReduce {
+ public:
+  // Collective over `members` (global ranks in ring order, the same list on
+  // every member, including transport.rank()): allocates and publishes this
+  // rank's regions under <ns>/ring/<name>/<rank>/..., fetches its
+  // neighbours', and connects to them. kInvalidArgument for bad options or
+  // members; kFailedPrecondition when a neighbour was created with other
+  // options or members; kDeadlineExceeded naming a member that never came.
+  static absl::StatusOr<std::unique_ptr<RingAllReduce>> Create(
+      rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+      std::vector<int> members, const RingAllReduceOptions& options);
+  // Closes the endpoints and waits (briefly) for operations in flight.
+  // Call Shutdown() first so no neighbour still writes into our memory.
+  ~RingAllReduce();
+
+  // The data region: what AllReduce() reduces, in place.
+  std::byte* data() const { return data_->data(); }
+  const rdma::MemoryRegion& data_region() const { return *data_; }
+  size_t capacity() const { return options_.capacity_bytes; }
+  int size() const { return static_cast<int>(members_.size()); }
+  int rank() const { return members_[position_]; }
+  int position() const { return position_; }
+  const RingAllReduceStats& stats() const { return stats_; }
+
+  // Reduces elements [offset, offset + count * ElementSize(type)) of the
+  // data region across the members, in place: afterwards every member holds
+  // the same result. Every member must call it with the same arguments, in
+  // the same order as its other calls. kInvalidArgument / kOutOfRange for a
+  // misaligned or oversized range; kDeadlineExceeded (naming the neighbour
+  // and message) when the ring stalls for `timeout`; kUnavailable for a
+  // dead neighbour. After an error the collective is unusable.
+  absl::Status AllReduce(size_t offset, size_t count, DataType type,
+                         ReduceOp op = ReduceOp::kSum);
+
+  // Waits for our last writes, then for every member at a store barrier.
+  // Collective; call once, after the last AllReduce().
+  absl::Status Shutdown();
+
+ private:
+  struct Action {
+    enum Kind { kWrite, kFlush, kFlag } kind;
+    uint64_t seq;
+  };
+  struct Call;
+
+  RingAllReduce(rdma::Transport& transport, rdma::Store& store, std::string ns,
+                std::vector<int> members, int position,
+                const RingAllReduceOptions& options);
+  absl::Status Connect();
+  std::string Where() const;
+
+  // One pass of the call's state machine; sets `progressed` when anything
+  // moved.
+  absl::Status Turn(Call& call, bool& progressed);
+  void Receive(Call& call, bool& progressed);
+  void StartSends(Call& call, bool& progressed);
+  absl::Status PostActions(Call& call);
+  absl::Status PostCredit();
+  void ProbeNeighbours();
+  void SendDone(uint64_t seq);
+  void Fail(absl::Status status);
+  uint64_t LoadWord(size_t word) const;
+  void StoreWord(size_t word, uint64_t value);
+
+  rdma::Transport& transport_;
+  rdma::Store& store_;
+  const std::string ns_;
+  const std::vector<int> members_;
+  const int position_;
+  const RingAllReduceOptions options_;
+  const int left_rank_;   // global ranks of our neighbours
+  const int right_rank_;
+
+  std::unique_ptr<rdma::MemoryRegion> data_;
+  std::unique_ptr<rdma::MemoryRegion> control_;
+  rdma::RemoteRegion right_data_, right_control_, left_control_;
+  std::unique_ptr<rdma::Endpoint> right_endpoint_;
+  std::unique_ptr<rdma::Endpoint> left_endpoint_;  // null when left == right
+  rdma::Endpoint* left_link_ = nullptr;  // left_endpoint_, or right_endpoint_
+
+  // Sequence numbers count messages on each link since Create().
+  uint64_t next_seq_ = 0;        // first message of the next call
+  uint64_t received_ = 0;        // messages consumed, in order
+  uint64_t sent_contiguous_ = 0; // messages whose flag write completed
+  std::set<uint64_t> sent_out_of_order_;
+  uint64_t credit_posted_ = 0;
+  bool credit_busy_ = false;
+  int probes_in_flight_ = 0;
+  std::deque<Action> actions_;
+  int64_t outstanding_ = 0;
+  absl::Status failure_;
+  RingAllReduceStats stats_;
+};
+
+}  // namespace rdmaflow::collectives
+
+#endif  // RDMAFLOW_COLLECTIVES_RING_ALLREDUCE_H_

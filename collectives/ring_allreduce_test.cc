@@ -1,0 +1,227 @@
+// File: ring_allreduce_test.cc
+// The ring all-reduce over loopback transports, ranks as threads: exact sums
+// (integers in float32) for 1-8 ranks and sizes from one element to 64 MiB,
+// identical on every rank; half precision; flow control with tiny slots;
+// and the errors users meet.
+#include "collectives/ring_allreduce.h"
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+#include "runtime/testing/rank_threads.h"
+
+namespace rdmaflow::collectives {
+namespace {
+
+using ::rdmaflow::runtime::testing::RunRankThreads;
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+float Value(int rank, size_t i) {
+  return static_cast<float>((i * 7 + static_cast<size_t>(rank) * 13) % 1024);
+}
+
+// Each rank fills [offset, offset + count) with Value(), reduces, and checks
+// every element against the exact sum.
+absl::Status ReduceAndCheck(RingAllReduce& ring, int world, size_t offset_elems,
+                            size_t count) {
+  float* data = reinterpret_cast<float*>(ring.data()) + offset_elems;
+  const int rank = ring.rank();
+  for (size_t i = 0; i < count; ++i) data[i] = Value(rank, i);
+  RETURN_IF_ERROR(ring.AllReduce(offset_elems * 4, count, DataType::kFloat32));
+  for (size_t i = 0; i < count; ++i) {
+    float expected = 0;
+    for (int r = 0; r < world; ++r) expected += Value(r, i);
+    if (data[i] != expected) {
+      return absl::InternalError(absl::StrCat("rank ", rank, ", ", count,
+                                              " elements: element ", i, " is ",
+                                              data[i], ", expected ", expected));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ExpectAllOk(const std::vector<absl::Status>& statuses) {
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    EXPECT_OK(statuses[r]) << "rank " << r;
+  }
+}
+
+std::vector<int> AllRanks(int world) {
+  std::vector<int> members(world);
+  std::iota(members.begin(), members.end(), 0);
+  return members;
+}
+
+TEST(RingAllReduceTest, ExactSumsForOneToEightRanks) {
+  const std::vector<size_t> counts = {1, 2, 3, 1023, 65537, (size_t{1} << 20) + 5};
+  for (int world = 1; world <= 8; ++world) {
+    SCOPED_TRACE(absl::StrCat(world, " ranks"));
+    ExpectAllOk(RunRankThreads(world, [&](int, rdma::Transport& transport,
+                                          rdma::Store& store) -> absl::Status {
+      RingAllReduceOptions options;
+      options.capacity_bytes = 8 << 20;
+      options.chunk_bytes = 64 << 10;
+      ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, "t",
+                                                        AllRanks(world), options));
+      // One ring, many calls: sequence numbers and credits carry over.
+      for (size_t count : counts) RETURN_IF_ERROR(ReduceAndCheck(*ring, world, 0, count));
+      // At an offset too.
+      RETURN_IF_ERROR(ReduceAndCheck(*ring, world, 12345, 999));
+      return ring->Shutdown();
+    }));
+  }
+}
+
+TEST(RingAllReduceTest, SixtyFourMebibytesUneven) {
+  // 2^24 - 1 floats: not divisible by 2, 6 or 8.
+  const size_t count = (size_t{64} << 20) / 4 - 1;
+  for (int world : {2, 6, 8}) {
+    SCOPED_TRACE(absl::StrCat(world, " ranks"));
+    ExpectAllOk(RunRankThreads(world, [&](int, rdma::Transport& transport,
+                                          rdma::Store& store) -> absl::Status {
+      RingAllReduceOptions options;
+      options.capacity_bytes = size_t{64} << 20;
+      ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, "t",
+                                                        AllRanks(world), options));
+      RETURN_IF_ERROR(ReduceAndCheck(*ring, world, 0, count));
+      return ring->Shutdown();
+    }));
+  }
+}
+
+TEST(RingAllReduceTest, TinySlotsExerciseFlowControl) {
+  for (int slots : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat(slots, " slots"));
+    ExpectAllOk(RunRankThreads(4, [&](int, rdma::Transport& transport,
+                                      rdma::Store& store) -> absl::Status {
+      RingAllReduceOptions options;
+      options.capacity_bytes = 1 << 16;
+      options.chunk_bytes = 64;
+      options.slots = slots;
+      ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, "t",
+                                                        AllRanks(4), options));
+      for (int call = 0; call < 5; ++call) {
+        RETURN_IF_ERROR(ReduceAndCheck(*ring, 4, 0, 1000 + call * 37));
+      }
+      return ring->Shutdown();
+    }));
+  }
+}
+
+TEST(RingAllReduceTest, SubgroupInAnyOrder) {
+  // Ranks 3, 0, 2 form a ring; rank 1 is not in it.
+  ExpectAllOk(RunRankThreads(4, [&](int rank, rdma::Transport& transport,
+                                    rdma::Store& store) -> absl::Status {
+    if (rank == 1) return absl::OkStatus();
+    RingAllReduceOptions options;
+    options.capacity_bytes = 1 << 20;
+    ASSIGN_OR_RETURN(auto ring,
+                     RingAllReduce::Create(transport, store, "t", {3, 0, 2}, options));
+    float* data = reinterpret_cast<float*>(ring->data());
+    for (int i = 0; i < 1000; ++i) data[i] = static_cast<float>(rank * 1000 + i);
+    RETURN_IF_ERROR(ring->AllReduce(0, 1000, DataType::kFloat32, ReduceOp::kMax));
+    for (int i = 0; i < 1000; ++i) {
+      if (data[i] != 3000 + i) return absl::InternalError(absl::StrCat("max at ", i, ": ", data[i]));
+    }
+    return ring->Shutdown();
+  }));
+}
+
+TEST(RingAllReduceTest, HalfPrecisionSums) {
+  for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
+    SCOPED_TRACE(DataTypeName(type));
+    ExpectAllOk(RunRankThreads(4, [&](int rank, rdma::Transport& transport,
+                                      rdma::Store& store) -> absl::Status {
+      RingAllReduceOptions options;
+      options.capacity_bytes = 1 << 20;
+      options.chunk_bytes = 256;
+      ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, "t",
+                                                        AllRanks(4), options));
+      auto to = type == DataType::kFloat16 ? FloatToHalf : FloatToBFloat16;
+      auto from = type == DataType::kFloat16 ? HalfToFloat : BFloat16ToFloat;
+      uint16_t* data = reinterpret_cast<uint16_t*>(ring->data());
+      const size_t count = 10001;
+      // Sums up to 4 * 63 = 252: exact in both formats.
+      for (size_t i = 0; i < count; ++i) data[i] = to(static_cast<float>((i + rank) % 64));
+      RETURN_IF_ERROR(ring->AllReduce(0, count, type));
+      for (size_t i = 0; i < count; ++i) {
+        float expected = 0;
+        for (int r = 0; r < 4; ++r) expected += static_cast<float>((i + r) % 64);
+        if (from(data[i]) != expected) {
+          return absl::InternalError(absl::StrCat("element ", i, ": ", from(data[i])));
+        }
+      }
+      return ring->Shutdown();
+    }));
+  }
+}
+
+TEST(RingAllReduceTest, BadArgumentsAreRefusedByName) {
+  ExpectAllOk(RunRankThreads(2, [&](int rank, rdma::Transport& transport,
+                                    rdma::Store& store) -> absl::Status {
+    RingAllReduceOptions options;
+    options.capacity_bytes = 1024;
+    EXPECT_THAT(RingAllReduce::Create(transport, store, "bad", {0, 0}, options).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("distinct")));
+    EXPECT_THAT(RingAllReduce::Create(transport, store, "bad", {1 - rank + 5}, options)
+                    .status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("not among its members")));
+    RingAllReduceOptions no_room = options;
+    no_room.capacity_bytes = 0;
+    EXPECT_THAT(RingAllReduce::Create(transport, store, "bad", {0, 1}, no_room).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("capacity")));
+    ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, "t", {0, 1}, options));
+    EXPECT_THAT(ring->AllReduce(2, 4, DataType::kFloat32),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("multiple")));
+    EXPECT_THAT(ring->AllReduce(0, 257, DataType::kFloat32),
+                StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("1024-byte")));
+    return ring->Shutdown();
+  }));
+}
+
+TEST(RingAllReduceTest, MismatchedOptionsAreNamed) {
+  std::vector<absl::Status> statuses = RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        RingAllReduceOptions options;
+        options.capacity_bytes = rank == 0 ? 1024 : 2048;
+        options.timeout = absl::Seconds(10);
+        return RingAllReduce::Create(transport, store, "t", {0, 1}, options).status();
+      });
+  for (const absl::Status& status : statuses) {
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                 HasSubstr("same options")));
+  }
+}
+
+TEST(RingAllReduceTest, AMemberThatNeverCallsIsATimeoutNotAHang) {
+  std::vector<absl::Status> statuses = RunRankThreads(
+      3, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        RingAllReduceOptions options;
+        options.capacity_bytes = 4096;
+        options.timeout = absl::Milliseconds(500);
+        ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, "t",
+                                                          AllRanks(3), options));
+        if (rank == 2) {
+          // Skips the call, then waits on the store until the others gave up.
+          return store.Wait({"t/gave_up"}, absl::Seconds(30));
+        }
+        absl::Status status = ring->AllReduce(0, 1000, DataType::kFloat32);
+        ASSIGN_OR_RETURN(int64_t gave_up, store.Add("t/count", 1));
+        if (gave_up == 2) RETURN_IF_ERROR(store.Set("t/gave_up", "1"));
+        return status;
+      });
+  EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                    HasSubstr("from rank 2")));
+  EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_OK(statuses[2]);
+}
+
+}  // namespace
+}  // namespace rdmaflow::collectives
