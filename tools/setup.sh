@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libibverbs-dev librdmacm-dev libucx-dev
   libtorch-dev zlib1g-dev dataset-fashion-mnist
+  libgloo-dev libopenmpi-dev openmpi-bin
   gnuplot-nox
   clang libclang-rt-14-dev
   qemu-system-x86 busybox-static cpio xz-utils zstd iproute2

@@ -1,0 +1,211 @@
+// allreduce_bench: all-reduce latency and bandwidth of rdmaflow's ring
+// (collectives/ring_allreduce.h) next to LibTorch's Gloo backend, in the same
+// processes and the same run, for each rank count and size; memcpy and a
+// single-thread float32 sum are printed as the machine's limits. MPI is
+// measured by mpi_allreduce with the same sizes (tools/bench_allreduce.sh
+// runs both and merges the tables).
+//
+//   allreduce_bench --ranks=2,4 --json=allreduce.json
+//
+// Without RANK in the environment it starts each job's ranks as processes
+// itself (rank 0 is this process); under torchrun each process is a rank.
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/allreduce_sweep.h"
+#include "bench/gloo_group.h"
+#include "bench/local_job.h"
+#include "collectives/ring_allreduce.h"
+#include "common/status_macros.h"
+#include "rdma/rendezvous.h"
+
+ABSL_FLAG(std::string, ranks, "2,4", "Rank counts to measure, comma-separated.");
+ABSL_FLAG(std::string, impls, "rdmaflow,gloo", "Implementations: rdmaflow, gloo.");
+ABSL_FLAG(std::string, transport, "ucx", "rdmaflow transport: ucx or ibverbs.");
+ABSL_FLAG(std::string, params, "", "Transport parameters key=value,...");
+ABSL_FLAG(int64_t, chunk_bytes, 256 << 10, "rdmaflow: bytes per pipelined piece.");
+ABSL_FLAG(int32_t, slots, 8, "rdmaflow: staging slots per ring link.");
+ABSL_FLAG(int64_t, min_bytes, 4 << 10, "Smallest all-reduce (bytes of float32).");
+ABSL_FLAG(int64_t, max_bytes, int64_t{64} << 20, "Largest all-reduce.");
+ABSL_FLAG(int64_t, factor, 4, "Size step.");
+ABSL_FLAG(int64_t, byte_budget, int64_t{256} << 20,
+          "Bytes per size and implementation (iterations = budget / size).");
+ABSL_FLAG(int32_t, max_iters, 500, "Upper bound on iterations per size.");
+ABSL_FLAG(int32_t, timeout_s, 120, "Give up when a rank is silent this long.");
+ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file.");
+
+namespace rdmaflow::bench {
+namespace {
+
+SweepOptions SweepFromFlags() {
+  SweepOptions s;
+  s.min_bytes = absl::GetFlag(FLAGS_min_bytes);
+  s.max_bytes = absl::GetFlag(FLAGS_max_bytes);
+  s.factor = absl::GetFlag(FLAGS_factor);
+  s.byte_budget = absl::GetFlag(FLAGS_byte_budget);
+  s.max_iters = absl::GetFlag(FLAGS_max_iters);
+  return s;
+}
+
+bool Wants(const std::string& impl) {
+  for (absl::string_view i : absl::StrSplit(absl::GetFlag(FLAGS_impls), ',')) {
+    if (i == impl) return true;
+  }
+  return false;
+}
+
+// Checks the sum once, then times the calls (on zeros, so nothing grows).
+absl::StatusOr<AllReduceRow> MeasureRing(collectives::RingAllReduce& ring,
+                                         rdma::Store& store, int world,
+                                         int64_t bytes, int iterations) {
+  const size_t count = bytes / sizeof(float);
+  float* data = reinterpret_cast<float*>(ring.data());
+  for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(ring.rank() + 1);
+  RETURN_IF_ERROR(ring.AllReduce(0, count, collectives::DataType::kFloat32));
+  const float expected = world * (world + 1) / 2.0f;
+  for (size_t i = 0; i < count; ++i) {
+    if (data[i] != expected) {
+      return absl::InternalError(absl::StrCat("rdmaflow all-reduce of ", bytes,
+                                              " bytes: element ", i, " is ", data[i],
+                                              ", expected ", expected));
+    }
+  }
+  std::fill(data, data + count, 0.0f);
+  RETURN_IF_ERROR(rdma::Barrier(store, "bench", absl::StrCat("ring/", bytes),
+                                world, absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
+  absl::Status status;
+  const double us = TimeCalls(2, iterations, [&] {
+    if (status.ok()) status = ring.AllReduce(0, count, collectives::DataType::kFloat32);
+  });
+  RETURN_IF_ERROR(status);
+  return MakeRow("rdmaflow", world, bytes, iterations, us);
+}
+
+absl::StatusOr<AllReduceRow> MeasureGloo(GlooGroup& gloo, rdma::Store& store,
+                                         int world, int64_t bytes, int iterations) {
+  torch::Tensor tensor = torch::zeros({bytes / 4}, torch::kFloat32);
+  RETURN_IF_ERROR(rdma::Barrier(store, "bench", absl::StrCat("gloo/", bytes), world,
+                                absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
+  absl::Status status;
+  const double us = TimeCalls(2, iterations, [&] {
+    if (status.ok()) status = gloo.AllReduce(tensor);
+  });
+  RETURN_IF_ERROR(status);
+  return MakeRow("gloo", world, bytes, iterations, us);
+}
+
+absl::Status RunRank(int rank, int world, rdma::Store& store,
+                     std::vector<AllReduceRow>* rows, std::string* description) {
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  const SweepOptions sweep = SweepFromFlags();
+  ASSIGN_OR_RETURN(auto transport, MakeTransport(absl::GetFlag(FLAGS_transport),
+                                                 absl::GetFlag(FLAGS_params), rank));
+  if (description != nullptr) *description = transport->capabilities().description;
+  collectives::RingAllReduceOptions options;
+  options.name = "bench";
+  options.capacity_bytes = sweep.max_bytes;
+  options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  options.slots = absl::GetFlag(FLAGS_slots);
+  options.timeout = timeout;
+  std::vector<int> members;
+  for (int r = 0; r < world; ++r) members.push_back(r);
+  ASSIGN_OR_RETURN(auto ring, collectives::RingAllReduce::Create(
+                                  *transport, store, "bench", members, options));
+  std::unique_ptr<GlooGroup> gloo;
+  if (Wants("gloo")) {
+    torch::set_num_threads(1);
+    ASSIGN_OR_RETURN(gloo, GlooGroup::Create(rank, world, store, timeout));
+  }
+  for (int64_t bytes : SweepSizes(sweep)) {
+    const int iterations = Iterations(sweep, bytes);
+    std::vector<AllReduceRow> measured;
+    if (Wants("rdmaflow")) {
+      ASSIGN_OR_RETURN(AllReduceRow row, MeasureRing(*ring, store, world, bytes, iterations));
+      measured.push_back(row);
+    }
+    if (gloo != nullptr) {
+      ASSIGN_OR_RETURN(AllReduceRow row, MeasureGloo(*gloo, store, world, bytes, iterations));
+      measured.push_back(row);
+    }
+    if (rows == nullptr) continue;
+    for (const AllReduceRow& row : measured) {
+      std::fprintf(stderr, "  %d ranks %10lld bytes %-8s %10.1f us %8.3f GB/s bus\n",
+                   world, static_cast<long long>(bytes), row.impl.c_str(),
+                   row.time_us, row.busbw_gbps);
+      rows->push_back(row);
+    }
+  }
+  return ring->Shutdown();
+}
+
+int Report(absl::Status status, int rank) {
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "All-reduce latency and bus bandwidth: rdmaflow's ring next to LibTorch's "
+      "Gloo, same processes, same run.\n  allreduce_bench [--ranks=2,4] "
+      "[--impls=rdmaflow,gloo] [--transport=ucx --params=tls=shm] [--json=out.json]");
+  absl::ParseCommandLine(argc, argv);
+  if (std::getenv("RANK") != nullptr) {
+    return RunLaunchedRank([](int rank, int world, rdma::Store& store) {
+      return Report(RunRank(rank, world, store, nullptr, nullptr), rank);
+    });
+  }
+  std::vector<AllReduceRow> rows;
+  std::string description;
+  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_ranks), ',')) {
+    int world = 0;
+    if (!absl::SimpleAtoi(text, &world) || world < 2) {
+      std::fprintf(stderr, "--ranks: '%s' is not a rank count >= 2\n",
+                   std::string(text).c_str());
+      return 2;
+    }
+    std::fprintf(stderr, "allreduce_bench: %d ranks\n", world);
+    const int code = RunLocalJob(world, argv, {}, [&](rdma::Store& store) {
+      return Report(RunRank(0, world, store, &rows, &description), 0);
+    });
+    if (code != 0) return code;
+  }
+  const int64_t reference = std::min<int64_t>(absl::GetFlag(FLAGS_max_bytes), 16 << 20);
+  const double memcpy_gbps = MemcpyGbps(reference);
+  const double reduce_gbps = ReduceGbps(reference);
+  std::printf("# allreduce_bench: %s\n# memcpy %.2f GB/s, float32 sum %.2f GB/s "
+              "(one thread, %lld bytes)\n",
+              description.c_str(), memcpy_gbps, reduce_gbps,
+              static_cast<long long>(reference));
+  PrintRows(rows);
+  // rdmaflow against Gloo, size by size.
+  std::map<std::pair<int, int64_t>, std::map<std::string, double>> busbw;
+  for (const AllReduceRow& r : rows) busbw[{r.ranks, r.bytes}][r.impl] = r.busbw_gbps;
+  std::printf("\n%5s %11s %16s\n", "ranks", "bytes", "rdmaflow/gloo");
+  for (const auto& [key, impls] : busbw) {
+    if (impls.count("rdmaflow") == 0 || impls.count("gloo") == 0) continue;
+    std::printf("%5d %11lld %15.2fx\n", key.first, static_cast<long long>(key.second),
+                impls.at("rdmaflow") / impls.at("gloo"));
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json);
+      !path.empty() && !WriteRowsJson(path, description, memcpy_gbps, reduce_gbps, rows)) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace rdmaflow::bench
+
+int main(int argc, char** argv) { return rdmaflow::bench::Main(argc, argv); }

@@ -1,0 +1,97 @@
+// File: allreduce_sweep.cc
+#include "bench/allreduce_sweep.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace rdmaflow::bench {
+
+std::vector<int64_t> SweepSizes(const SweepOptions& options) {
+  std::vector<int64_t> sizes;
+  for (int64_t b = options.min_bytes; b <= options.max_bytes;
+       b *= std::max<int64_t>(options.factor, 2)) {
+    sizes.push_back(b);
+  }
+  return sizes;
+}
+
+int Iterations(const SweepOptions& options, int64_t bytes) {
+  const int64_t n = options.byte_budget / std::max<int64_t>(bytes, 1);
+  return static_cast<int>(std::clamp<int64_t>(n, options.min_iters, options.max_iters));
+}
+
+double TimeCalls(int warmup, int iterations, absl::FunctionRef<void()> op) {
+  for (int i = 0; i < warmup; ++i) op();
+  const absl::Time begin = absl::Now();
+  for (int i = 0; i < iterations; ++i) op();
+  return absl::ToDoubleMicroseconds(absl::Now() - begin) / std::max(iterations, 1);
+}
+
+AllReduceRow MakeRow(const std::string& impl, int ranks, int64_t bytes,
+                     int iterations, double time_us) {
+  AllReduceRow row{impl, ranks, bytes, iterations, time_us};
+  row.algbw_gbps = bytes / (time_us * 1e3);
+  row.busbw_gbps = row.algbw_gbps * 2.0 * (ranks - 1) / ranks;
+  return row;
+}
+
+double MemcpyGbps(int64_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes);
+  const int iterations = std::max<int>(3, static_cast<int>((int64_t{512} << 20) / bytes));
+  const double us = TimeCalls(1, iterations, [&] {
+    std::memcpy(b.data(), a.data(), bytes);
+    std::swap(a, b);
+  });
+  return bytes / (us * 1e3);
+}
+
+double ReduceGbps(int64_t bytes) {
+  const size_t n = bytes / sizeof(float);
+  std::vector<float> a(n, 0.f), b(n, 0.f);
+  const int iterations = std::max<int>(3, static_cast<int>((int64_t{512} << 20) / bytes));
+  const double us = TimeCalls(1, iterations, [&] {
+    float* __restrict dst = a.data();
+    const float* __restrict src = b.data();
+    for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+  });
+  return bytes / (us * 1e3);
+}
+
+void PrintRows(const std::vector<AllReduceRow>& rows) {
+  std::printf("%-10s %5s %11s %6s %11s %10s %10s\n", "impl", "ranks", "bytes",
+              "iters", "time_us", "algbw_GB/s", "busbw_GB/s");
+  for (const AllReduceRow& r : rows) {
+    std::printf("%-10s %5d %11lld %6d %11.1f %10.3f %10.3f\n", r.impl.c_str(),
+                r.ranks, static_cast<long long>(r.bytes), r.iterations,
+                r.time_us, r.algbw_gbps, r.busbw_gbps);
+  }
+  std::fflush(stdout);
+}
+
+bool WriteRowsJson(const std::string& path, const std::string& description,
+                   double memcpy_gbps, double reduce_gbps,
+                   const std::vector<AllReduceRow>& rows) {
+  std::ofstream out(path);
+  out << absl::StrFormat(
+      "{\n  \"description\": \"%s\",\n  \"memcpy_gbps\": %.3f,\n"
+      "  \"reduce_gbps\": %.3f,\n  \"rows\": [\n",
+      description, memcpy_gbps, reduce_gbps);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const AllReduceRow& r = rows[i];
+    out << absl::StrFormat(
+        "    {\"impl\": \"%s\", \"ranks\": %d, \"bytes\": %d, \"iterations\": %d, "
+        "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f}%s\n",
+        r.impl, r.ranks, r.bytes, r.iterations, r.time_us, r.algbw_gbps,
+        r.busbw_gbps, i + 1 < rows.size() ? "," : "");
+  }
+  out << "  ]\n}\n";
+  return out.good();
+}
+
+}  // namespace rdmaflow::bench

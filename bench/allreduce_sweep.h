@@ -1,0 +1,66 @@
+// File: allreduce_sweep.h
+// -----------------------------------------------------------------------------
+// What the all-reduce benchmarks share (rdmaflow and Gloo in
+// allreduce_bench, MPI in mpi_allreduce): the sizes swept, iterations per
+// size, the nccl-tests bandwidth conventions, and the table/JSON output, so
+// every implementation is measured and reported the same way.
+//   algorithm bandwidth = bytes / time
+//   bus bandwidth       = algorithm bandwidth * 2 (n - 1) / n
+// (the bus bandwidth of a ring is what each link carries; compare it with
+// memcpy).
+#ifndef RDMAFLOW_BENCH_ALLREDUCE_SWEEP_H_
+#define RDMAFLOW_BENCH_ALLREDUCE_SWEEP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+
+namespace rdmaflow::bench {
+
+struct SweepOptions {
+  int64_t min_bytes = 4 << 10;
+  int64_t max_bytes = int64_t{64} << 20;
+  int64_t factor = 4;                      // size step
+  int64_t byte_budget = int64_t{256} << 20;  // per size: iterations = budget / size
+  int min_iters = 5;
+  int max_iters = 500;
+};
+
+struct AllReduceRow {
+  std::string impl;
+  int ranks = 0;
+  int64_t bytes = 0;
+  int iterations = 0;
+  double time_us = 0;  // per all-reduce, rank 0's view
+  double algbw_gbps = 0;
+  double busbw_gbps = 0;
+};
+
+std::vector<int64_t> SweepSizes(const SweepOptions& options);
+int Iterations(const SweepOptions& options, int64_t bytes);
+
+// Runs `op` `warmup` times, then `iterations` times, and returns the mean
+// microseconds of the latter.
+double TimeCalls(int warmup, int iterations, absl::FunctionRef<void()> op);
+
+AllReduceRow MakeRow(const std::string& impl, int ranks, int64_t bytes,
+                     int iterations, double time_us);
+
+// Single-thread references on this machine: memcpy and a float32 sum
+// (dst += src), in GB/s, for `bytes`.
+double MemcpyGbps(int64_t bytes);
+double ReduceGbps(int64_t bytes);
+
+void PrintRows(const std::vector<AllReduceRow>& rows);
+// {"memcpy_gbps": .., "reduce_gbps": .., "rows": [...]} ; false if the file
+// cannot be written.
+bool WriteRowsJson(const std::string& path, const std::string& description,
+                   double memcpy_gbps, double reduce_gbps,
+                   const std::vector<AllReduceRow>& rows);
+
+}  // namespace rdmaflow::bench
+
+#endif  // RDMAFLOW_BENCH_ALLREDUCE_SWEEP_H_

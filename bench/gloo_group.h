@@ -1,0 +1,41 @@
+// File: gloo_group.h
+// -----------------------------------------------------------------------------
+// GlooGroup: LibTorch's own c10d::ProcessGroupGloo (TCP on 127.0.0.1), the
+// baseline the all-reduce benchmark measures next to rdmaflow's ring in the
+// same processes. Its c10d::TCPStore is started by rank 0 on a free port
+// that the job's rdma::Store carries to the others. LibTorch exceptions are
+// turned into absl::Status here.
+#ifndef RDMAFLOW_BENCH_GLOO_GROUP_H_
+#define RDMAFLOW_BENCH_GLOO_GROUP_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rdma/store.h"
+#include "torch/torch.h"
+
+namespace rdmaflow::bench {
+
+class GlooGroup {
+ public:
+  // Collective. kUnavailable when Gloo cannot connect (the message is
+  // Gloo's).
+  static absl::StatusOr<std::unique_ptr<GlooGroup>> Create(int rank, int world,
+                                                           rdma::Store& store,
+                                                           absl::Duration timeout);
+  ~GlooGroup();
+
+  // In-place sum of a float32 CPU tensor across the group.
+  absl::Status AllReduce(torch::Tensor& tensor);
+
+ private:
+  struct State;
+  explicit GlooGroup(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace rdmaflow::bench
+
+#endif  // RDMAFLOW_BENCH_GLOO_GROUP_H_

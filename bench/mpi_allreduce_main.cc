@@ -1,0 +1,72 @@
+// mpi_allreduce: Open MPI's MPI_Allreduce (float32 sum, in place) over the
+// sizes allreduce_bench sweeps, reported the same way (allreduce_sweep.h).
+// Run it under mpirun:
+//   mpirun -np 2 --oversubscribe mpi_allreduce --json=mpi2.json
+#include <mpi.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "bench/allreduce_sweep.h"
+
+ABSL_FLAG(int64_t, min_bytes, 4 << 10, "Smallest all-reduce (bytes of float32).");
+ABSL_FLAG(int64_t, max_bytes, int64_t{64} << 20, "Largest all-reduce.");
+ABSL_FLAG(int64_t, factor, 4, "Size step.");
+ABSL_FLAG(int64_t, byte_budget, int64_t{256} << 20,
+          "Bytes per size (iterations = budget / size).");
+ABSL_FLAG(int32_t, max_iters, 500, "Upper bound on iterations per size.");
+ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file (rank 0).");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "MPI_Allreduce latency and bus bandwidth (float32 sum, in place).\n"
+      "  mpirun -np N mpi_allreduce [--json=out.json]");
+  MPI_Init(&argc, &argv);
+  absl::ParseCommandLine(argc, argv);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  rdmaflow::bench::SweepOptions sweep;
+  sweep.min_bytes = absl::GetFlag(FLAGS_min_bytes);
+  sweep.max_bytes = absl::GetFlag(FLAGS_max_bytes);
+  sweep.factor = absl::GetFlag(FLAGS_factor);
+  sweep.byte_budget = absl::GetFlag(FLAGS_byte_budget);
+  sweep.max_iters = absl::GetFlag(FLAGS_max_iters);
+  std::vector<rdmaflow::bench::AllReduceRow> rows;
+  std::vector<float> data(sweep.max_bytes / sizeof(float));
+  int failed = 0;
+  for (int64_t bytes : rdmaflow::bench::SweepSizes(sweep)) {
+    const int count = static_cast<int>(bytes / sizeof(float));
+    // Check the sum once, then time on zeros.
+    std::fill(data.begin(), data.begin() + count, static_cast<float>(rank + 1));
+    MPI_Allreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (data[count - 1] != world * (world + 1) / 2.0f) failed = 1;
+    std::fill(data.begin(), data.begin() + count, 0.0f);
+    const int iterations = rdmaflow::bench::Iterations(sweep, bytes);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double us = rdmaflow::bench::TimeCalls(2, iterations, [&] {
+      MPI_Allreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    });
+    rows.push_back(rdmaflow::bench::MakeRow("mpi", world, bytes, iterations, us));
+    if (rank == 0) {
+      std::fprintf(stderr, "  %d ranks %10lld bytes mpi      %10.1f us %8.3f GB/s bus\n",
+                   world, static_cast<long long>(bytes), us, rows.back().busbw_gbps);
+    }
+  }
+  if (rank == 0) {
+    if (failed) std::fprintf(stderr, "mpi_allreduce: a sum was wrong\n");
+    rdmaflow::bench::PrintRows(rows);
+    const std::string path = absl::GetFlag(FLAGS_json);
+    if (!path.empty() &&
+        !rdmaflow::bench::WriteRowsJson(path, "Open MPI MPI_Allreduce", 0, 0, rows)) {
+      std::fprintf(stderr, "cannot write %s\n", path.c_str());
+      failed = 1;
+    }
+  }
+  MPI_Finalize();
+  return failed;
+}

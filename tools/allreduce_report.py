@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Merges tools/bench_allreduce.sh's results (OUT/ours.json, OUT/mpi<N>.json)
+into OUT/allreduce.json and OUT/allreduce.tsv, and prints bus bandwidth per
+size with rdmaflow's ratio to Gloo and to MPI.
+  allreduce_report.py OUT_DIR"""
+import glob
+import json
+import os
+import sys
+
+
+def main(out):
+    with open(os.path.join(out, "ours.json")) as f:
+        ours = json.load(f)
+    rows = list(ours["rows"])
+    for path in sorted(glob.glob(os.path.join(out, "mpi*.json"))):
+        with open(path) as f:
+            rows += json.load(f)["rows"]
+    table = {}
+    for r in rows:
+        table.setdefault((r["ranks"], r["bytes"]), {})[r["impl"]] = r
+    print("# %s" % ours["description"])
+    print("# single thread: memcpy %.2f GB/s, float32 sum %.2f GB/s"
+          % (ours["memcpy_gbps"], ours["reduce_gbps"]))
+    print("%5s %10s | %10s %10s %10s | %12s %12s | %9s %9s"
+          % ("ranks", "bytes", "rdmaflow", "gloo", "mpi", "rdmaflow_us",
+             "gloo_us", "x_gloo", "x_mpi"))
+    with open(os.path.join(out, "allreduce.tsv"), "w") as tsv:
+        tsv.write("ranks\tbytes\trdmaflow\tgloo\tmpi\n")
+        for (n, b), impls in sorted(table.items()):
+            bw = {k: impls[k]["busbw_gbps"] if k in impls else float("nan")
+                  for k in ("rdmaflow", "gloo", "mpi")}
+            us = {k: impls[k]["time_us"] if k in impls else float("nan")
+                  for k in ("rdmaflow", "gloo")}
+            print("%5d %10d | %10.3f %10.3f %10.3f | %12.1f %12.1f | %8.2fx %8.2fx"
+                  % (n, b, bw["rdmaflow"], bw["gloo"], bw["mpi"], us["rdmaflow"],
+                     us["gloo"], bw["rdmaflow"] / bw["gloo"],
+                     bw["rdmaflow"] / bw["mpi"]))
+            tsv.write("%d\t%d\t%.4f\t%.4f\t%.4f\n"
+                      % (n, b, bw["rdmaflow"], bw["gloo"], bw["mpi"]))
+    print("(bus bandwidth in GB/s: algorithm bandwidth x 2(n-1)/n)")
+    with open(os.path.join(out, "allreduce.json"), "w") as f:
+        json.dump({"description": ours["description"],
+                   "memcpy_gbps": ours["memcpy_gbps"],
+                   "reduce_gbps": ours["reduce_gbps"], "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])

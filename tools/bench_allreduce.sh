@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# All-reduce benchmark (docs/collectives.md): rdmaflow's ring over UCX shared
+# memory and LibTorch's Gloo in the same processes (allreduce_bench), then
+# Open MPI's MPI_Allreduce with the same sizes (mpi_allreduce under mpirun,
+# its default on-node transport), for 2 and 4 ranks, 4 KiB to 64 MiB. Writes
+# OUT/allreduce.{json,txt,tsv} and OUT/allreduce_busbw.png.
+#   tools/bench_allreduce.sh [OUT_DIR]   (default bench-results/allreduce; ~2 min)
+# Environment: RANKS ("2 4"), MAX_BYTES (67108864), PARAMS (UCX parameters).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bench-results/allreduce}
+mkdir -p "$out"
+ranks=${RANKS:-2 4}
+max_bytes=${MAX_BYTES:-67108864}
+bazel build -c opt //bench:allreduce_bench //bench:mpi_allreduce >/dev/null
+comma=$(echo $ranks | tr ' ' ',')
+echo "== rdmaflow ring and Gloo: ranks $comma"
+bazel-bin/bench/allreduce_bench --ranks="$comma" --max_bytes="$max_bytes" \
+  ${PARAMS:+--params="$PARAMS"} --json="$out/ours.json" | tee "$out/ours.txt"
+for n in $ranks; do
+  echo "== Open MPI: $n ranks"
+  mpirun --allow-run-as-root --oversubscribe -np "$n" \
+    bazel-bin/bench/mpi_allreduce --max_bytes="$max_bytes" \
+    --json="$out/mpi$n.json" >"$out/mpi$n.txt"
+done
+/usr/bin/python3 tools/allreduce_report.py "$out" | tee "$out/allreduce.txt"
+tools/plot_allreduce.sh "$out/allreduce.tsv" "$out/allreduce_busbw.png"

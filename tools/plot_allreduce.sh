@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Plots all-reduce bus bandwidth against size, one panel per rank count, from
+# tools/allreduce_report.py's TSV.
+#   tools/plot_allreduce.sh allreduce.tsv out.png
+set -euo pipefail
+tsv=$1
+png=$2
+if ! command -v gnuplot >/dev/null; then
+  echo "plot: gnuplot not installed (tools/setup.sh installs gnuplot-nox); skipping" >&2
+  exit 0
+fi
+ranks=$(awk 'NR > 1 {print $1}' "$tsv" | sort -un | tr '\n' ' ')
+count=$(echo $ranks | wc -w)
+for n in $ranks; do
+  awk -v n="$n" 'NR > 1 && $1 == n' "$tsv" >"$tsv.$n"
+done
+{
+  echo "set terminal pngcairo size $((520 * count)),420 font 'sans,10'"
+  echo "set output '$png'"
+  echo "set multiplot layout 1,$count title 'All-reduce bus bandwidth (float32 sum)'"
+  echo "set logscale x 2; set logscale y 10; set grid"
+  echo "set xlabel 'bytes'; set ylabel 'bus bandwidth (GB/s)'; set key top left"
+  echo "set format x '%.0s%cB'"
+  for n in $ranks; do
+    echo "set title '$n ranks'"
+    echo "plot '$tsv.$n' using 2:3 with linespoints lw 2 title 'rdmaflow ring (UCX shm)', \
+      '' using 2:4 with linespoints title 'Gloo (c10d, TCP)', \
+      '' using 2:5 with linespoints title 'Open MPI'"
+  done
+  echo "unset multiplot"
+} | gnuplot
+echo "plot: wrote $png"
