@@ -2,6 +2,7 @@
 #include "strategies/builtin_strategies.h"
 
 #include "common/status_macros.h"
+#include "strategies/allreduce/allreduce_strategy.h"
 #include "strategies/ps/ps_strategy.h"
 
 namespace rdmaflow::strategies {
@@ -14,6 +15,15 @@ absl::Status RegisterBuiltinStrategies(StrategyRegistry& registry) {
       [](const StrategyOptions& options)
           -> absl::StatusOr<std::unique_ptr<Strategy>> {
         ASSIGN_OR_RETURN(auto strategy, ps::PsStrategy::Create(options));
+        return std::unique_ptr<Strategy>(std::move(strategy));
+      }));
+  RETURN_IF_ERROR(registry.Register(
+      "allreduce",
+      "synchronous data parallelism: every rank a replica, gradients summed "
+      "by the ring all-reduce; params bucket_bytes=, chunk_bytes=, slots=",
+      [](const StrategyOptions& options)
+          -> absl::StatusOr<std::unique_ptr<Strategy>> {
+        ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(options));
         return std::unique_ptr<Strategy>(std::move(strategy));
       }));
   return absl::OkStatus();

@@ -1,0 +1,113 @@
+// File: allreduce_strategy.cc
+#include "strategies/allreduce/allreduce_strategy.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "graph_analyzer/graph_builder.h"
+#include "strategies/strategy_params.h"
+
+namespace rdmaflow::strategies {
+
+absl::StatusOr<std::unique_ptr<AllReduceStrategy>> AllReduceStrategy::Create(
+    const StrategyOptions& options) {
+  DataParallelOptions group;
+  StrategyParams params("allreduce", options.params);
+  RETURN_IF_ERROR(params.Size("bucket_bytes", 0, &group.bucket_bytes));
+  RETURN_IF_ERROR(params.Size("chunk_bytes", 64, &group.chunk_bytes));
+  RETURN_IF_ERROR(params.Int("slots", 1, &group.slots));
+  RETURN_IF_ERROR(params.Done());
+  if (options.steps < 1 || options.learning_rate <= 0 || options.momentum < 0 ||
+      options.momentum >= 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "allreduce needs steps >= 1, a positive learning rate and 0 <= momentum < 1 "
+        "(got steps ", options.steps, ", lr ", options.learning_rate, ", momentum ",
+        options.momentum, ")"));
+  }
+  group.name = "allreduce/grads";
+  group.timeout = options.communicator_options.timeout;
+  return std::unique_ptr<AllReduceStrategy>(
+      new AllReduceStrategy(options, std::move(group)));
+}
+
+absl::StatusOr<graph::GraphDef> AllReduceStrategy::Prepare(
+    const StrategyContext& context, std::vector<Parameter> parameters) {
+  if (context.transport == nullptr || context.store == nullptr) {
+    return absl::InvalidArgumentError("allreduce needs a transport and a store");
+  }
+  context_ = context;
+  parameters_ = std::move(parameters);
+  // Declared: each replica's fused gradients, and what one ring step moves
+  // to the next rank (a piece written into its staging slot).
+  int64_t elements = 0;
+  for (const Parameter& p : parameters_) elements += p.tensor.numel();
+  const int64_t piece = std::min<int64_t>(group_options_.chunk_bytes / 4,
+                                          std::max<int64_t>(elements, 1));
+  graph::GraphBuilder b("allreduce");
+  b.SetWorldSize(context.world_size);
+  for (int r = 0; r < context.world_size; ++r) {
+    b.SetRank(r);
+    b.Variable(absl::StrCat("r", r, "/grads"), graph::DT_FLOAT32, {std::max<int64_t>(elements, 1)});
+    const std::string out = b.Variable(absl::StrCat("r", r, "/piece"), graph::DT_FLOAT32, {piece});
+    if (context.world_size > 1) {
+      b.SetRank((r + 1) % context.world_size);
+      b.Op(absl::StrCat("r", (r + 1) % context.world_size, "/from_r", r), "Identity", {out});
+    }
+  }
+  return std::move(b).Build();
+}
+
+absl::Status AllReduceStrategy::Start() {
+  std::vector<int> members;
+  for (int r = 0; r < context_.world_size; ++r) members.push_back(r);
+  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(
+                               *context_.transport, *context_.store,
+                               options_.communicator_options.ns, members,
+                               parameters_, group_options_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepReport> AllReduceStrategy::Step(const ComputeFn& compute) {
+  if (done()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("allreduce rank ", context_.rank, " already ran its ",
+                     options_.steps, " steps"));
+  }
+  if (group_ == nullptr) return absl::FailedPreconditionError("allreduce: Start() first");
+  StepReport report;
+  report.clock = clock_;
+  report.min_clock = clock_;
+  group_->ZeroGradients();
+  const absl::Time begin = absl::Now();
+  ASSIGN_OR_RETURN(report.compute, compute());
+  const absl::Time computed = absl::Now();
+  RETURN_IF_ERROR(group_->AllReduceGradients(1.0 / context_.world_size));
+  report.compute_time = computed - begin;
+  report.comm_time = absl::Now() - computed;
+  group_->ApplySgd(options_.learning_rate, options_.momentum);
+  ++clock_;
+  return report;
+}
+
+absl::Status AllReduceStrategy::Finish() {
+  if (finished_) return absl::OkStatus();
+  finished_ = true;
+  if (group_ == nullptr) return absl::OkStatus();
+  absl::Status status = group_->Shutdown();
+  final_stats_ = group_->stats();
+  group_.reset();  // the gradients point back at their own memory
+  return status;
+}
+
+runtime::TransferCounters AllReduceStrategy::counters() const {
+  runtime::TransferCounters counters;
+  const collectives::RingAllReduceStats stats =
+      group_ != nullptr ? group_->stats() : final_stats_;
+  counters.steps = clock_;
+  counters.tensors_sent = stats.messages;
+  counters.bytes_sent = stats.bytes_sent;
+  return counters;
+}
+
+}  // namespace rdmaflow::strategies

@@ -1,0 +1,91 @@
+// File: data_parallel.cc
+#include "strategies/data_parallel.h"
+
+#include <cstring>
+#include <utility>
+
+#include "common/status_macros.h"
+
+namespace rdmaflow::strategies {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
+    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+    const std::vector<int>& members, std::vector<Parameter> parameters,
+    const DataParallelOptions& options) {
+  std::unique_ptr<DataParallelGroup> group(new DataParallelGroup());
+  std::vector<size_t> bytes;
+  for (const Parameter& p : parameters) {
+    bytes.push_back(static_cast<size_t>(p.tensor.numel()) * sizeof(float));
+  }
+  ASSIGN_OR_RETURN(group->layout_, collectives::LayOut(bytes, kAlignment));
+  ASSIGN_OR_RETURN(group->buckets_,
+                   collectives::MakeBuckets(bytes, group->layout_,
+                                            static_cast<size_t>(options.bucket_bytes)));
+  group->parameters_ = std::move(parameters);
+  if (group->layout_.total_bytes == 0) return group;
+
+  collectives::RingAllReduceOptions ring;
+  ring.name = options.name;
+  ring.capacity_bytes = group->layout_.total_bytes;
+  ring.chunk_bytes = static_cast<size_t>(options.chunk_bytes);
+  ring.slots = options.slots;
+  ring.timeout = options.timeout;
+  ASSIGN_OR_RETURN(group->ring_, collectives::RingAllReduce::Create(
+                                     transport, store, ns, members, ring));
+
+  const int64_t elements = group->layout_.total_bytes / sizeof(float);
+  group->flat_params_ = torch::zeros({elements}, torch::kFloat32);
+  group->flat_grads_ = torch::from_blob(group->ring_->data(), {elements}, torch::kFloat32);
+  group->flat_grads_.zero_();
+  group->momentum_ = torch::zeros({elements}, torch::kFloat32);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < group->parameters_.size(); ++i) {
+    torch::Tensor& p = group->parameters_[i].tensor;
+    const int64_t at = group->layout_.offsets[i] / sizeof(float);
+    torch::Tensor values = group->flat_params_.narrow(0, at, p.numel()).view(p.sizes());
+    values.copy_(p.detach());
+    p.set_data(values);
+    p.mutable_grad() = group->flat_grads_.narrow(0, at, p.numel()).view(p.sizes());
+  }
+  return group;
+}
+
+DataParallelGroup::~DataParallelGroup() {
+  for (Parameter& p : parameters_) p.tensor.mutable_grad() = torch::Tensor();
+}
+
+void DataParallelGroup::ZeroGradients() {
+  if (ring_ != nullptr) std::memset(ring_->data(), 0, layout_.total_bytes);
+}
+
+absl::Status DataParallelGroup::AllReduceGradients(double scale) {
+  if (ring_ == nullptr) return absl::OkStatus();
+  for (const collectives::Bucket& bucket : buckets_) {
+    RETURN_IF_ERROR(ring_->AllReduce(bucket.offset, bucket.bytes / sizeof(float),
+                                     collectives::DataType::kFloat32));
+  }
+  if (scale != 1.0) flat_grads_.mul_(scale);
+  return absl::OkStatus();
+}
+
+void DataParallelGroup::ApplySgd(double learning_rate, double momentum) {
+  if (ring_ == nullptr) return;
+  torch::NoGradGuard no_grad;
+  momentum_.mul_(momentum).add_(flat_grads_);
+  flat_params_.add_(momentum_, -learning_rate);
+}
+
+absl::Status DataParallelGroup::Shutdown() {
+  return ring_ == nullptr ? absl::OkStatus() : ring_->Shutdown();
+}
+
+collectives::RingAllReduceStats DataParallelGroup::stats() const {
+  return ring_ == nullptr ? collectives::RingAllReduceStats{} : ring_->stats();
+}
+
+}  // namespace rdmaflow::strategies

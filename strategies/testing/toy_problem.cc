@@ -1,0 +1,75 @@
+// File: testing/toy_problem.cc
+#include "strategies/testing/toy_problem.h"
+
+#include <algorithm>
+
+namespace rdmaflow::strategies::testing {
+
+ToyProblem::ToyProblem(int workers, int steps, int batch) {
+  torch::manual_seed(7);
+  init = {torch::randn({8, 4}) * 0.5, torch::randn({8}) * 0.1,
+          torch::randn({3, 8}) * 0.5, torch::randn({3}) * 0.1};
+  x.resize(workers);
+  y.resize(workers);
+  for (int w = 0; w < workers; ++w) {
+    for (int t = 0; t < steps + 1; ++t) {
+      x[w].push_back(torch::randn({batch, 4}));
+      y[w].push_back(torch::randint(0, 3, {batch}, torch::kLong));
+    }
+  }
+}
+
+torch::Tensor ToyProblem::Features(const std::vector<torch::Tensor>& p,
+                                   const torch::Tensor& x) {
+  return torch::relu(torch::addmm(p[1], x, p[0].t()));
+}
+
+torch::Tensor ToyProblem::Head(const std::vector<torch::Tensor>& p,
+                               const torch::Tensor& h) {
+  return torch::addmm(p[3], h, p[2].t());
+}
+
+torch::Tensor ToyProblem::Loss(const std::vector<torch::Tensor>& p,
+                               const torch::Tensor& x, const torch::Tensor& y) {
+  return torch::nn::functional::cross_entropy(Head(p, Features(p, x)), y);
+}
+
+std::vector<Parameter> ToyProblem::MakeParameters() const {
+  std::vector<Parameter> out;
+  const char* names[] = {"w1", "b1", "w2", "b2"};
+  for (size_t i = 0; i < init.size(); ++i) {
+    out.push_back({names[i], init[i].clone().requires_grad_(true)});
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> ToyProblem::Reference(const std::vector<int>& workers,
+                                                 int steps, double lr,
+                                                 double momentum) const {
+  std::vector<torch::Tensor> params;
+  for (const torch::Tensor& t : init) params.push_back(t.clone().requires_grad_(true));
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(lr).momentum(momentum));
+  for (int t = 0; t < steps; ++t) {
+    std::vector<torch::Tensor> xs, ys;
+    for (int w : workers) {
+      xs.push_back(x[w][t]);
+      ys.push_back(y[w][t]);
+    }
+    sgd.zero_grad();
+    Loss(params, torch::cat(xs), torch::cat(ys)).backward();
+    sgd.step();
+  }
+  for (torch::Tensor& p : params) p = p.detach();
+  return params;
+}
+
+double ToyProblem::MaxDiff(const std::vector<torch::Tensor>& a,
+                           const std::vector<torch::Tensor>& b) {
+  double diff = a.size() == b.size() ? 0 : 1e30;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    diff = std::max(diff, (a[i].detach() - b[i].detach()).abs().max().item<double>());
+  }
+  return diff;
+}
+
+}  // namespace rdmaflow::strategies::testing
