@@ -21,48 +21,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/testing/rank_threads.h"
+#include "strategies/testing/toy_problem.h"
 
 namespace rdmaflow::strategies::ps {
 namespace {
 
 using ::rdmaflow::testing::StatusIs;
 
-// A two-layer perceptron on synthetic data, deterministic.
-struct Problem {
-  std::vector<torch::Tensor> init;         // w1, b1, w2, b2
-  std::vector<std::vector<torch::Tensor>> x;  // [worker][step]
-  std::vector<std::vector<torch::Tensor>> y;
-
-  Problem(int workers, int steps, int batch) {
-    torch::manual_seed(7);
-    init = {torch::randn({8, 4}) * 0.5, torch::randn({8}) * 0.1,
-            torch::randn({3, 8}) * 0.5, torch::randn({3}) * 0.1};
-    x.resize(workers);
-    y.resize(workers);
-    for (int w = 0; w < workers; ++w) {
-      for (int t = 0; t < steps + 1; ++t) {
-        x[w].push_back(torch::randn({batch, 4}));
-        y[w].push_back(torch::randint(0, 3, {batch}, torch::kLong));
-      }
-    }
-  }
-
-  static torch::Tensor Loss(const std::vector<torch::Tensor>& p,
-                            const torch::Tensor& x, const torch::Tensor& y) {
-    torch::Tensor h = torch::relu(torch::addmm(p[1], x, p[0].t()));
-    return torch::nn::functional::cross_entropy(torch::addmm(p[3], h, p[2].t()),
-                                                y);
-  }
-};
-
-std::vector<Parameter> MakeParameters(const Problem& problem) {
-  std::vector<Parameter> out;
-  const char* names[] = {"w1", "b1", "w2", "b2"};
-  for (size_t i = 0; i < problem.init.size(); ++i) {
-    out.push_back({names[i], problem.init[i].clone().requires_grad_(true)});
-  }
-  return out;
-}
+using Problem = ::rdmaflow::strategies::testing::ToyProblem;
 
 StrategyOptions Options(int steps, const std::string& communicator,
                         std::map<std::string, std::string> params) {
@@ -98,7 +64,7 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
       [&](int rank, rdma::Transport& transport,
           rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy, PsStrategy::Create(options));
-        std::vector<Parameter> params = MakeParameters(problem);
+        std::vector<Parameter> params = problem.MakeParameters();
         RETURN_IF_ERROR(strategy
                             ->Prepare({rank, servers + workers, &transport, &store},
                                       params)
@@ -148,19 +114,7 @@ TEST_P(BspTest, MatchesOneProcessTrainingOnTheConcatenatedBatches) {
   for (const absl::Status& status : job.status) ASSERT_OK(status);
 
   // The reference: one process, the batches of a step concatenated.
-  std::vector<torch::Tensor> reference;
-  for (const torch::Tensor& t : problem.init) {
-    reference.push_back(t.clone().requires_grad_(true));
-  }
-  torch::optim::SGD sgd(reference,
-                        torch::optim::SGDOptions(0.1).momentum(0.9));
-  for (int t = 0; t < kSteps; ++t) {
-    sgd.zero_grad();
-    Problem::Loss(reference, torch::cat({problem.x[0][t], problem.x[1][t]}),
-                  torch::cat({problem.y[0][t], problem.y[1][t]}))
-        .backward();
-    sgd.step();
-  }
+  const std::vector<torch::Tensor> reference = problem.Reference({0, 1}, kSteps, 0.1, 0.9);
   for (int w = 0; w < kWorkers; ++w) {
     ASSERT_EQ(job.final_params[w].size(), reference.size());
     for (size_t i = 0; i < reference.size(); ++i) {
