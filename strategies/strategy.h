@@ -53,13 +53,39 @@ struct StrategyOptions {
   std::map<std::string, std::string> params;
 };
 
+// One batch of a worker's data: inputs and int64 class labels.
+struct Batch {
+  torch::Tensor x;
+  torch::Tensor y;
+};
+
+// The model cut at a split point (by default before its first fully
+// connected layer), for strategies that place the two parts on different
+// ranks (layer_separated). features(x) -> activations; head(activations) ->
+// logits. Parameters whose names are in `head_parameters` belong to the
+// head, the others to the features.
+struct ModelSplit {
+  std::function<torch::Tensor(const torch::Tensor&)> features;
+  std::function<torch::Tensor(const torch::Tensor&)> head;
+  std::vector<std::string> head_parameters;
+  std::vector<int64_t> sample_shape;      // one input, e.g. {1, 28, 28}
+  std::vector<int64_t> activation_shape;  // one sample's activations
+};
+
 // The job as this rank sees it. The transport and store outlive the
-// strategy.
+// strategy; so do `split` and what `next_batch` reads, when given.
 struct StrategyContext {
   int rank = 0;
   int world_size = 1;
   rdma::Transport* transport = nullptr;
   rdma::Store* store = nullptr;
+  // Samples per batch on a computing rank.
+  int64_t batch_size = 0;
+  // For strategies that run the model themselves (layer_separated): the
+  // split model, and the next batch of this worker's data (valid from
+  // Start() on, on ranks that compute).
+  const ModelSplit* split = nullptr;
+  std::function<absl::StatusOr<Batch>()> next_batch;
 };
 
 // A model parameter (float32, CPU, contiguous); its name is unique.
@@ -96,8 +122,12 @@ class Strategy {
   virtual std::string name() const = 0;
   // This rank's role, e.g. "server" or "worker".
   virtual std::string role() const = 0;
-  // True on ranks that train (run ComputeFn) and hold evaluable parameters.
+  // True on ranks that train on the data (run ComputeFn or read batches).
   virtual bool computes() const = 0;
+  // True when this rank holds the whole model's current parameters during
+  // training (so the harness may evaluate it between steps); after
+  // Finish() every computing rank holds the final ones.
+  virtual bool holds_full_model() const { return computes(); }
   // After Prepare(): how many ranks compute, and which of them this is
   // (-1 if it does not compute); the harness shards the data by these.
   virtual int workers() const = 0;

@@ -2,6 +2,8 @@
 // refused), Fashion-MNIST loads when Debian's package is installed (skips
 // with a message otherwise), synthetic data is deterministic, and every
 // model maps a batch to 10 logits with the same parameters for one seed.
+#include <map>
+#include <set>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -92,6 +94,32 @@ TEST(ModelsTest, EveryModelGivesTenLogitsAndIsSeeded) {
   EXPECT_THAT(MakeModel("alexnet", 1),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("mlp, lenet5, vgg, resnet")));
+}
+
+TEST(ModelsTest, TheSplitComposesToTheModelBeforeTheFirstLinearLayer) {
+  const std::map<std::string, int64_t> activations = {
+      {"mlp", 784}, {"lenet5", 400}, {"vgg", 3136}, {"resnet", 32}};
+  for (const std::string& name : ModelNames()) {
+    ASSERT_OK_AND_ASSIGN(Model model, MakeModel(name, 5));
+    torch::NoGradGuard no_grad;
+    torch::Tensor x = torch::randn({3, 1, 28, 28});
+    torch::Tensor h = model.split.features(x);
+    EXPECT_EQ(h.numel() / 3, activations.at(name)) << name;
+    int64_t product = 1;
+    for (int64_t d : model.split.activation_shape) product *= d;
+    EXPECT_EQ(product, activations.at(name)) << name;
+    EXPECT_TRUE(model.split.head(h).allclose(model.forward(x))) << name;
+    // The head owns exactly the Linear layers' parameters.
+    std::set<std::string> names;
+    for (const auto& p : model.module->named_parameters()) names.insert(p.key());
+    ASSERT_FALSE(model.split.head_parameters.empty()) << name;
+    for (const std::string& p : model.split.head_parameters) {
+      EXPECT_EQ(names.count(p), 1u) << name << " " << p;
+      EXPECT_EQ(model.module->named_parameters()[p].dim() == 2 ||
+                    model.module->named_parameters()[p].dim() == 1,
+                true);
+    }
+  }
 }
 
 }  // namespace

@@ -14,9 +14,36 @@ nn::Conv2d Conv(int in, int out, int kernel, int stride, int padding) {
       nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding));
 }
 
+// Runs modules [begin, end) of `seq` in order.
+torch::Tensor RunRange(nn::Sequential& seq, size_t begin, size_t end,
+                       torch::Tensor x) {
+  for (size_t i = begin; i < end; ++i) x = (seq->begin() + i)->forward(x);
+  return x;
+}
+
+// Split before the first Linear: its index, and the head's parameter names
+// (named_parameters of a Sequential are "<index>.<name>").
 Model FromSequential(const std::string& name, nn::Sequential seq) {
-  return Model{name, seq.ptr(),
-               [seq](const torch::Tensor& x) mutable { return seq->forward(x); }};
+  Model model{name, seq.ptr(),
+              [seq](const torch::Tensor& x) mutable { return seq->forward(x); }};
+  size_t cut = seq->size();
+  for (size_t i = 0; i < seq->size(); ++i) {
+    if (seq->ptr(i)->as<nn::Linear>() != nullptr) {
+      cut = i;
+      break;
+    }
+  }
+  model.split.features = [seq, cut](const torch::Tensor& x) mutable {
+    return RunRange(seq, 0, cut, x);
+  };
+  model.split.head = [seq, cut](const torch::Tensor& x) mutable {
+    return RunRange(seq, cut, seq->size(), x);
+  };
+  for (const auto& item : seq->named_parameters()) {
+    const size_t index = std::stoul(item.key().substr(0, item.key().find('.')));
+    if (index >= cut) model.split.head_parameters.push_back(item.key());
+  }
+  return model;
 }
 
 // Two 3x3 convolutions with an identity shortcut.
@@ -38,11 +65,12 @@ struct SmallResNetImpl : nn::Module {
         down(register_module("down", Conv(16, 32, 3, 2, 1))),
         block2(register_module("block2", ResidualBlock(32))),
         fc(register_module("fc", nn::Linear(32, 10))) {}
-  torch::Tensor forward(const torch::Tensor& x) {
+  torch::Tensor features(const torch::Tensor& x) {
     torch::Tensor h = block1(torch::relu(stem(x)));
     h = block2(torch::relu(down(h)));
-    return fc(h.mean({2, 3}));
+    return h.mean({2, 3});
   }
+  torch::Tensor forward(const torch::Tensor& x) { return fc(features(x)); }
   nn::Conv2d stem;
   ResidualBlock block1;
   nn::Conv2d down;
@@ -78,9 +106,15 @@ absl::StatusOr<Model> Build(const std::string& name) {
   }
   if (name == "resnet") {
     SmallResNet net;
-    return Model{name, net.ptr(), [net](const torch::Tensor& x) mutable {
-                   return net->forward(x);
-                 }};
+    Model model{name, net.ptr(), [net](const torch::Tensor& x) mutable {
+                  return net->forward(x);
+                }};
+    model.split.features = [net](const torch::Tensor& x) mutable {
+      return net->features(x);
+    };
+    model.split.head = [net](const torch::Tensor& h) mutable { return net->fc(h); };
+    model.split.head_parameters = {"fc.weight", "fc.bias"};
+    return model;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown model '", name, "'; models: ", absl::StrJoin(ModelNames(), ", ")));
@@ -94,7 +128,14 @@ absl::StatusOr<Model> MakeModel(const std::string& name, uint64_t seed) {
   // Module constructors draw from the default generator: seed it, build,
   // and the parameters are the same in every process.
   torch::manual_seed(seed);
-  return Build(name);
+  absl::StatusOr<Model> model = Build(name);
+  if (!model.ok()) return model;
+  // The shape of one sample's activations at the split.
+  torch::NoGradGuard no_grad;
+  model->split.sample_shape = {1, 28, 28};
+  torch::Tensor probe = model->split.features(torch::zeros({1, 1, 28, 28}));
+  model->split.activation_shape.assign(probe.sizes().begin() + 1, probe.sizes().end());
+  return model;
 }
 
 }  // namespace rdmaflow::train

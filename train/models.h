@@ -17,16 +17,19 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "strategies/strategy.h"
 #include "torch/torch.h"
 
 namespace rdmaflow::train {
 
-// A model: its module (parameters) and its forward function. Value type
-// (shares the module).
+// A model: its module (parameters), its forward function, and the same
+// forward cut before the first fully connected layer (for layer_separated;
+// mlp's features are just the flattening). Value type (shares the module).
 struct Model {
   std::string name;
   std::shared_ptr<torch::nn::Module> module;
   std::function<torch::Tensor(const torch::Tensor&)> forward;
+  strategies::ModelSplit split;
 };
 
 // The names above.

@@ -53,15 +53,21 @@ class Worker {
     generator_ = at::detail::createCPUGenerator(config.seed * 1000 + index);
   }
 
-  absl::StatusOr<strategies::ComputeResult> Compute() {
+  // The next batch of this worker's shard.
+  strategies::Batch NextBatch() {
     if (cursor_ + config_.batch_size > static_cast<int64_t>(order_.size())) {
       Shuffle();
     }
     torch::Tensor index = torch::from_blob(order_.data() + cursor_,
                                            {config_.batch_size}, torch::kInt64);
     cursor_ += config_.batch_size;
-    torch::Tensor x = train_.images.index_select(0, index);
-    torch::Tensor y = train_.labels.index_select(0, index);
+    return {train_.images.index_select(0, index), train_.labels.index_select(0, index)};
+  }
+
+  absl::StatusOr<strategies::ComputeResult> Compute() {
+    const strategies::Batch batch = NextBatch();
+    const torch::Tensor& x = batch.x;
+    const torch::Tensor& y = batch.y;
     torch::Tensor logits = model_.forward(x);
     torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
     loss.backward();
@@ -118,13 +124,19 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   options.communicator_options.timeout = config.timeout;
   options.params = config.strategy_params;
   ASSIGN_OR_RETURN(auto strategy, registry.Create(config.strategy, options));
-  RETURN_IF_ERROR(strategy
-                      ->Prepare({rank, world_size, transport.get(), &store},
-                                parameters)
-                      .status());
+  std::unique_ptr<Worker> worker;
+  strategies::StrategyContext context{rank, world_size, transport.get(), &store};
+  context.batch_size = config.batch_size;
+  context.split = &model.split;
+  context.next_batch = [&worker]() -> absl::StatusOr<strategies::Batch> {
+    if (worker == nullptr) {
+      return absl::FailedPreconditionError("this rank has no training data");
+    }
+    return worker->NextBatch();
+  };
+  RETURN_IF_ERROR(strategy->Prepare(context, parameters).status());
 
   // Data before Start(): loading is not communication time.
-  std::unique_ptr<Worker> worker;
   Dataset test;
   const bool reporter = strategy->worker_index() == 0;
   if (strategy->computes()) {
@@ -181,7 +193,8 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
     record.comm_ms = Ms(report.comm_time);
     record.wait_ms = Ms(report.wait_time);
     record.staleness = report.min_clock < 0 ? -1 : report.clock - report.min_clock;
-    if (reporter && config.eval_every > 0 && (report.clock + 1) % config.eval_every == 0) {
+    if (reporter && config.eval_every > 0 && strategy->holds_full_model() &&
+        (report.clock + 1) % config.eval_every == 0) {
       const absl::Time eval_begin = absl::Now();
       record.test_accuracy = Evaluate(model, test, config.eval_samples);
       eval_time += absl::Now() - eval_begin;
