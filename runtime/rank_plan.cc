@@ -203,4 +203,16 @@ absl::StatusOr<uint64_t> CheckShape(const TransferInfo& info,
   return elements * static_cast<uint64_t>(info.element_bytes);
 }
 
+absl::StatusOr<int> RankPlan::IdOf(bool send, const std::string& tensor,
+                                   int peer) const {
+  for (const TransferInfo& info : send ? sends_ : recvs_) {
+    if (info.tensor == tensor && (send ? info.dst_rank : info.src_rank) == peer) {
+      return info.id;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "rank ", rank_, "'s plan has no transfer of ", tensor,
+      send ? " to rank " : " from rank ", peer));
+}
+
 }  // namespace rdmaflow::runtime

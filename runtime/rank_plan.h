@@ -69,6 +69,9 @@ class RankPlan {
   // kInvalidArgument saying who does, or that the plan has no such id.
   absl::StatusOr<const TransferInfo*> FindSend(int id) const;
   absl::StatusOr<const TransferInfo*> FindRecv(int id) const;
+  // The id of the transfer of `tensor` ("node:k") this rank sends to (or,
+  // with send = false, receives from) `peer`; kNotFound naming both.
+  absl::StatusOr<int> IdOf(bool send, const std::string& tensor, int peer) const;
 
  private:
   absl::StatusOr<const TransferInfo*> Find(

@@ -3,6 +3,7 @@
 
 #include "common/status_macros.h"
 #include "strategies/allreduce/allreduce_strategy.h"
+#include "strategies/layer_separated/layer_separated_strategy.h"
 #include "strategies/ps/ps_strategy.h"
 
 namespace rdmaflow::strategies {
@@ -24,6 +25,18 @@ absl::Status RegisterBuiltinStrategies(StrategyRegistry& registry) {
       [](const StrategyOptions& options)
           -> absl::StatusOr<std::unique_ptr<Strategy>> {
         ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(options));
+        return std::unique_ptr<Strategy>(std::move(strategy));
+      }));
+  RETURN_IF_ERROR(registry.Register(
+      "layer_separated",
+      "Stanza: ranks 0..C-1 train the conv layers (all-reducing their "
+      "gradients), the last K the FC layers; activations and their gradients "
+      "cross by one-sided writes; params fc_ranks= (default: cost model), "
+      "bucket_bytes=, chunk_bytes=, slots=",
+      [](const StrategyOptions& options)
+          -> absl::StatusOr<std::unique_ptr<Strategy>> {
+        ASSIGN_OR_RETURN(auto strategy,
+                         layer_separated::LayerSeparatedStrategy::Create(options));
         return std::unique_ptr<Strategy>(std::move(strategy));
       }));
   return absl::OkStatus();

@@ -44,6 +44,11 @@ class StrategyParams {
   std::vector<std::string> known_;
 };
 
+// kInvalidArgument unless steps >= 1, learning_rate > 0 and
+// 0 <= momentum < 1, naming `strategy` and the values.
+absl::Status CheckTrainingOptions(const std::string& strategy, int64_t steps,
+                                  double learning_rate, double momentum);
+
 }  // namespace rdmaflow::strategies
 
 #endif  // RDMAFLOW_STRATEGIES_STRATEGY_PARAMS_H_

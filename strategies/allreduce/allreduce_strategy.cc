@@ -18,13 +18,8 @@ absl::StatusOr<std::unique_ptr<AllReduceStrategy>> AllReduceStrategy::Create(
   RETURN_IF_ERROR(params.Size("chunk_bytes", 64, &group.chunk_bytes));
   RETURN_IF_ERROR(params.Int("slots", 1, &group.slots));
   RETURN_IF_ERROR(params.Done());
-  if (options.steps < 1 || options.learning_rate <= 0 || options.momentum < 0 ||
-      options.momentum >= 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "allreduce needs steps >= 1, a positive learning rate and 0 <= momentum < 1 "
-        "(got steps ", options.steps, ", lr ", options.learning_rate, ", momentum ",
-        options.momentum, ")"));
-  }
+  RETURN_IF_ERROR(CheckTrainingOptions("allreduce", options.steps,
+                                       options.learning_rate, options.momentum));
   group.name = "allreduce/grads";
   group.timeout = options.communicator_options.timeout;
   return std::unique_ptr<AllReduceStrategy>(

@@ -15,24 +15,6 @@
 #include "strategies/ps/ps_graph.h"
 
 namespace rdmaflow::strategies::ps {
-namespace {
-
-// The id of the transfer of `tensor` between this rank and `peer` in `list`
-// (this rank's sends or receives).
-absl::StatusOr<int> FindTransfer(const std::vector<runtime::TransferInfo>& list,
-                                 const std::string& tensor, int peer) {
-  for (const runtime::TransferInfo& info : list) {
-    if (info.tensor == tensor && (info.src_rank == peer || info.dst_rank == peer)) {
-      return info.id;
-    }
-  }
-  return absl::InternalError(absl::StrCat(
-      "the parameter server's plan has no transfer of ", tensor, " with rank ",
-      peer));
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<PsStrategy>> PsStrategy::Create(
     const StrategyOptions& options) {
   ASSIGN_OR_RETURN(PsOptions ps, PsOptions::Parse(options.params));
@@ -128,12 +110,10 @@ absl::Status PsStrategy::CreateCommunicator() {
     const int server = server_ ? index_ : peer;
     const int peer_rank = server_ ? ps_.servers + peer : peer;
     ASSIGN_OR_RETURN(grad_ids_[peer],
-                     FindTransfer(server_ ? mine.recvs() : mine.sends(),
-                                  GradTensor(worker, server), peer_rank));
+                     mine.IdOf(!server_, GradTensor(worker, server), peer_rank));
     if (!ps_.pull_by_read) {
       ASSIGN_OR_RETURN(params_ids_[peer],
-                       FindTransfer(server_ ? mine.sends() : mine.recvs(),
-                                    ParamsTensor(server), peer_rank));
+                       mine.IdOf(server_, ParamsTensor(server), peer_rank));
     }
   }
   return absl::OkStatus();

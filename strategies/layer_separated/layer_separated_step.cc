@@ -1,0 +1,101 @@
+// File: layer_separated_step.cc
+// One step of each role of layer-separated training (see the header).
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "strategies/layer_separated/layer_separated_strategy.h"
+
+namespace rdmaflow::strategies::layer_separated {
+
+absl::StatusOr<StepReport> LayerSeparatedStrategy::Step(const ComputeFn&) {
+  if (!started_) return absl::FailedPreconditionError("layer_separated: Step() before Start()");
+  if (done()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "layer_separated rank ", context_.rank, " already ran its ", options_.steps,
+        " steps"));
+  }
+  ASSIGN_OR_RETURN(StepReport report, conv_ ? ConvStep() : FcStep());
+  ++clock_;
+  return report;
+}
+
+absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
+  StepReport report;
+  report.clock = report.min_clock = clock_;
+  ASSIGN_OR_RETURN(Batch batch, context_.next_batch());
+  if (batch.x.size(0) != layout_.batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer_separated conv rank ", context_.rank, ": a batch of ", batch.x.size(0),
+        " samples where the plan has slots for ", layout_.batch));
+  }
+  const Link& link = links_.front();
+  group_->ZeroGradients();
+  const absl::Time begin = absl::Now();
+  torch::Tensor act = context_.split->features(batch.x);
+  const absl::Time computed = absl::Now();
+  RETURN_IF_ERROR(tensors_->Send(link.act, act.detach().contiguous()));
+  RETURN_IF_ERROR(tensors_->Send(link.labels, batch.y.to(torch::kInt64).contiguous()));
+  const absl::Time sent = absl::Now();
+  ASSIGN_OR_RETURN(torch::Tensor grad, tensors_->Recv(link.grad));
+  ASSIGN_OR_RETURN(torch::Tensor stats, tensors_->Recv(link.stats));
+  const absl::Time received = absl::Now();
+  report.compute.loss = stats[0].item<double>();
+  report.compute.accuracy = stats[1].item<double>();
+  report.compute.samples = layout_.batch;
+  if (act.requires_grad()) act.backward(grad);
+  grad = torch::Tensor();  // gives the slots back
+  stats = torch::Tensor();
+  const absl::Time backward = absl::Now();
+  RETURN_IF_ERROR(group_->AllReduceGradients(1.0));
+  group_->ApplySgd(options_.learning_rate, options_.momentum);
+  RETURN_IF_ERROR(tensors_->FinishStep());
+  report.compute_time = (computed - begin) + (backward - received);
+  report.wait_time = received - sent;  // the FC rank's work included
+  report.comm_time = (received - computed) + (absl::Now() - backward);
+  return report;
+}
+
+absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
+  StepReport report;
+  report.clock = report.min_clock = clock_;
+  group_->ZeroGradients();
+  const absl::Time begin = absl::Now();
+  std::vector<torch::Tensor> acts, labels;
+  for (const Link& link : links_) {
+    ASSIGN_OR_RETURN(torch::Tensor a, tensors_->Recv(link.act));
+    ASSIGN_OR_RETURN(torch::Tensor y, tensors_->Recv(link.labels));
+    acts.push_back(std::move(a));
+    labels.push_back(std::move(y));
+  }
+  const absl::Time received = absl::Now();
+  torch::Tensor a = torch::cat(acts).requires_grad_(true);
+  torch::Tensor y = torch::cat(labels);
+  acts.clear();  // gives the slots back
+  labels.clear();
+  torch::Tensor logits = context_.split->head(a);
+  torch::Tensor losses = torch::nn::functional::cross_entropy(
+      logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  // The gradient of the global batch's mean loss.
+  (losses.sum() / static_cast<double>(layout_.batch * layout_.conv_ranks)).backward();
+  torch::Tensor correct = logits.argmax(1).eq(y).to(torch::kFloat32);
+  const torch::Tensor grad = a.grad();
+  const absl::Time computed = absl::Now();
+  const int64_t b = layout_.batch;
+  for (size_t j = 0; j < links_.size(); ++j) {
+    RETURN_IF_ERROR(tensors_->Send(links_[j].grad, grad.narrow(0, j * b, b).contiguous()));
+    torch::Tensor stats = torch::stack({losses.narrow(0, j * b, b).mean().detach(),
+                                        correct.narrow(0, j * b, b).mean()});
+    RETURN_IF_ERROR(tensors_->Send(links_[j].stats, stats));
+  }
+  RETURN_IF_ERROR(group_->AllReduceGradients(1.0));
+  group_->ApplySgd(options_.learning_rate, options_.momentum);
+  RETURN_IF_ERROR(tensors_->FinishStep());
+  report.compute.loss = losses.mean().item<double>();
+  report.compute.accuracy = correct.mean().item<double>();
+  report.compute.samples = b * static_cast<int64_t>(links_.size());
+  report.compute_time = computed - received;
+  report.wait_time = received - begin;
+  report.comm_time = (received - begin) + (absl::Now() - computed);
+  return report;
+}
+
+}  // namespace rdmaflow::strategies::layer_separated

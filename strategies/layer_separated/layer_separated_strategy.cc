@@ -1,0 +1,282 @@
+// File: layer_separated_strategy.cc
+// Set-up and shutdown of layer-separated training: options, the choice of
+// K, the plan and the groups; layer_separated_step.cc holds the steps.
+#include "strategies/layer_separated/layer_separated_strategy.h"
+
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "collectives/buckets.h"
+#include "common/status_macros.h"
+#include "graph_analyzer/planner.h"
+#include "runtime/communicator_factory.h"
+#include "runtime/rank_plan.h"
+#include "strategies/strategy_params.h"
+
+namespace rdmaflow::strategies::layer_separated {
+namespace {
+
+constexpr int64_t kProbeBytes = int64_t{4} << 20;
+
+int64_t Bytes(const std::vector<Parameter>& params) {
+  int64_t bytes = 0;
+  for (const Parameter& p : params) bytes += p.tensor.numel() * sizeof(float);
+  return bytes;
+}
+
+// Fastest of three runs of `run`, in seconds.
+template <typename F>
+double Fastest(F run) {
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const absl::Time begin = absl::Now();
+    run();
+    best = std::min(best, absl::ToDoubleSeconds(absl::Now() - begin));
+  }
+  return best;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LayerSeparatedStrategy>> LayerSeparatedStrategy::Create(
+    const StrategyOptions& options) {
+  DataParallelOptions group;
+  int fc_ranks = 0;
+  StrategyParams params("layer_separated", options.params);
+  RETURN_IF_ERROR(params.Int("fc_ranks", 1, &fc_ranks));
+  RETURN_IF_ERROR(params.Size("bucket_bytes", 0, &group.bucket_bytes));
+  RETURN_IF_ERROR(params.Size("chunk_bytes", 64, &group.chunk_bytes));
+  RETURN_IF_ERROR(params.Int("slots", 1, &group.slots));
+  RETURN_IF_ERROR(params.Done());
+  RETURN_IF_ERROR(CheckTrainingOptions("layer_separated", options.steps,
+                                       options.learning_rate, options.momentum));
+  group.timeout = options.communicator_options.timeout;
+  return std::unique_ptr<LayerSeparatedStrategy>(
+      new LayerSeparatedStrategy(options, std::move(group), fc_ranks));
+}
+
+LayerSeparatedStrategy::~LayerSeparatedStrategy() {
+  // The gradients point into the group's memory: let go of them first.
+  group_.reset();
+}
+
+std::string LayerSeparatedStrategy::Ns() const {
+  return absl::StrCat(options_.communicator_options.ns, "/layer_separated");
+}
+
+absl::StatusOr<graph::GraphDef> LayerSeparatedStrategy::Prepare(
+    const StrategyContext& context, std::vector<Parameter> parameters) {
+  if (context.transport == nullptr || context.store == nullptr) {
+    return absl::InvalidArgumentError("layer_separated needs a transport and a store");
+  }
+  if (context.split == nullptr || !context.split->features || !context.split->head ||
+      !context.next_batch) {
+    return absl::InvalidArgumentError(
+        "layer_separated runs the model itself: it needs the model split at its "
+        "first fully connected layer and the batches (rdmaflow_train gives both)");
+  }
+  if (context.world_size < 2 || context.batch_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer_separated needs at least 2 ranks (conv and FC) and a batch size, "
+        "got ", context.world_size, " ranks and batch ", context.batch_size));
+  }
+  if (requested_fc_ranks_ >= context.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer_separated fc_ranks=", requested_fc_ranks_, " leaves no conv rank among ",
+        context.world_size, " ranks"));
+  }
+  context_ = context;
+  parameters_ = std::move(parameters);
+  const std::set<std::string> head(context.split->head_parameters.begin(),
+                                   context.split->head_parameters.end());
+  for (const Parameter& p : parameters_) (head.count(p.name) ? head_ : features_).push_back(p);
+  if (head_.empty()) {
+    return absl::InvalidArgumentError(
+        "layer_separated: the split gives the head no parameters");
+  }
+  // One ring over every rank: the probes below, and the final model.
+  std::vector<size_t> bytes;
+  for (const Parameter& p : parameters_) bytes.push_back(p.tensor.numel() * sizeof(float));
+  ASSIGN_OR_RETURN(collectives::FusedLayout all, collectives::LayOut(bytes, 64));
+  everyone_offsets_ = all.offsets;
+  collectives::RingAllReduceOptions ring;
+  ring.name = "layer_separated/everyone";
+  ring.capacity_bytes = std::max<size_t>(all.total_bytes, kProbeBytes);
+  ring.chunk_bytes = group_options_.chunk_bytes;
+  ring.slots = group_options_.slots;
+  ring.timeout = group_options_.timeout;
+  std::vector<int> members;
+  for (int r = 0; r < context.world_size; ++r) members.push_back(r);
+  ASSIGN_OR_RETURN(everyone_, collectives::RingAllReduce::Create(
+                                  *context.transport, *context.store, Ns(), members, ring));
+  int k = requested_fc_ranks_;
+  if (k == 0) {
+    ASSIGN_OR_RETURN(k, ChooseK());
+  }
+  layout_.conv_ranks = context.world_size - k;
+  layout_.fc_ranks = k;
+  layout_.batch = context.batch_size;
+  layout_.activation_shape = context.split->activation_shape;
+  conv_ = context.rank < layout_.conv_ranks;
+  fc_index_ = conv_ ? -1 : context.rank - layout_.conv_ranks;
+  return BuildStanzaGraph(layout_);
+}
+
+absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
+  const int n = context_.world_size;
+  const size_t probe = kProbeBytes / sizeof(float);
+  std::memset(everyone_->data(), 0, kProbeBytes);
+  RETURN_IF_ERROR(everyone_->AllReduce(0, probe, collectives::DataType::kFloat32));
+  const double big_s = Fastest([&] {
+    everyone_->AllReduce(0, probe, collectives::DataType::kFloat32).IgnoreError();
+  });
+  const double small_s = Fastest([&] {
+    everyone_->AllReduce(0, 1, collectives::DataType::kFloat32).IgnoreError();
+  });
+  RETURN_IF_ERROR(everyone_->AllReduce(0, 1, collectives::DataType::kFloat32));
+  const std::string key = absl::StrCat(Ns(), "/fc_ranks");
+  if (context_.rank != 0) {
+    ASSIGN_OR_RETURN(std::string value,
+                     context_.store->Get(key, options_.communicator_options.timeout));
+    int k = 0;
+    if (!absl::SimpleAtoi(value, &k) || k < 1 || k >= n) {
+      return absl::InternalError(absl::StrCat("layer_separated: rank 0 chose K='", value, "'"));
+    }
+    return k;
+  }
+  // Rank 0 times the two parts on a synthetic batch and decides.
+  const ModelSplit& split = *context_.split;
+  const int64_t b = context_.batch_size;
+  std::vector<int64_t> x_shape = {b}, a_shape = {b};
+  x_shape.insert(x_shape.end(), split.sample_shape.begin(), split.sample_shape.end());
+  a_shape.insert(a_shape.end(), split.activation_shape.begin(), split.activation_shape.end());
+  torch::Tensor x = torch::randn(x_shape);
+  torch::Tensor labels = torch::zeros({b}, torch::kInt64);
+  costs_.conv_s = Fastest([&] {
+    torch::Tensor h = split.features(x);
+    if (h.requires_grad()) h.backward(torch::ones_like(h));
+  });
+  costs_.fc_s = Fastest([&] {
+    torch::Tensor a = torch::randn(a_shape).requires_grad_(true);
+    torch::nn::functional::cross_entropy(split.head(a), labels).backward();
+  });
+  for (Parameter& p : parameters_) p.tensor.mutable_grad() = torch::Tensor();
+  costs_.activation_bytes = static_cast<int64_t>(torch::empty(a_shape).numel()) * 4 + b * 8;
+  costs_.conv_param_bytes = Bytes(features_);
+  costs_.fc_param_bytes = Bytes(head_);
+  costs_.latency_s = small_s / (2.0 * (n - 1));
+  costs_.bandwidth_bytes_per_s =
+      2.0 * (n - 1) / n * kProbeBytes / std::max(big_s - small_s, 1e-9);
+  const int k = ChooseFcRanks(costs_, n);
+  std::fprintf(stderr,
+               "layer_separated: conv %.2f ms, fc %.2f ms per batch of %lld; ring "
+               "%.2f GB/s, %.1f us per hop; %s -> K=%d\n",
+               costs_.conv_s * 1e3, costs_.fc_s * 1e3, static_cast<long long>(b),
+               costs_.bandwidth_bytes_per_s / 1e9, costs_.latency_s * 1e6,
+               DescribeChoices(costs_, n, b).c_str(), k);
+  RETURN_IF_ERROR(context_.store->Set(key, absl::StrCat(k)));
+  return k;
+}
+
+absl::Status LayerSeparatedStrategy::Start() {
+  if (everyone_ == nullptr) {
+    return absl::FailedPreconditionError("layer_separated: call Prepare() before Start()");
+  }
+  if (started_) return absl::FailedPreconditionError("layer_separated: started twice");
+  started_ = true;
+  ASSIGN_OR_RETURN(plan_, graph::PlanGraph(BuildStanzaGraph(layout_), {}));
+  ASSIGN_OR_RETURN(communicator_,
+                   runtime::CreateCommunicator(options_.communicator, plan_,
+                                               *context_.transport, *context_.store,
+                                               options_.communicator_options));
+  ASSIGN_OR_RETURN(runtime::torch::TorchCommunicator tensors,
+                   runtime::torch::TorchCommunicator::Create(*communicator_, plan_,
+                                                             context_.rank));
+  tensors_ = std::make_unique<runtime::torch::TorchCommunicator>(std::move(tensors));
+  ASSIGN_OR_RETURN(runtime::RankPlan mine, runtime::RankPlan::Create(plan_, context_.rank));
+  const std::vector<int> convs =
+      conv_ ? std::vector<int>{context_.rank} : layout_.Served(fc_index_);
+  for (int i : convs) {
+    const int fc = layout_.FcRankOf(i);
+    const int k = fc - layout_.conv_ranks;
+    const int peer = conv_ ? fc : i;
+    Link link;
+    link.conv = i;
+    ASSIGN_OR_RETURN(link.act, mine.IdOf(conv_, ActTensor(i), peer));
+    ASSIGN_OR_RETURN(link.labels, mine.IdOf(conv_, LabelsTensor(i), peer));
+    ASSIGN_OR_RETURN(link.grad, mine.IdOf(!conv_, GradTensor(k, i), peer));
+    ASSIGN_OR_RETURN(link.stats, mine.IdOf(!conv_, StatsTensor(k, i), peer));
+    links_.push_back(link);
+  }
+  std::vector<int> members;
+  const int first = conv_ ? 0 : layout_.conv_ranks;
+  const int count = conv_ ? layout_.conv_ranks : layout_.fc_ranks;
+  for (int r = first; r < first + count; ++r) members.push_back(r);
+  DataParallelOptions group = group_options_;
+  group.name = conv_ ? "layer_separated/conv" : "layer_separated/fc";
+  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(*context_.transport, *context_.store,
+                                                     Ns(), members,
+                                                     conv_ ? features_ : head_, group));
+  return absl::OkStatus();
+}
+
+absl::Status LayerSeparatedStrategy::Finish() {
+  if (finished_) return absl::OkStatus();
+  finished_ = true;
+  if (!started_) return absl::OkStatus();
+  absl::Status status = ShareFinalModel();
+  if (absl::Status s = communicator_->Shutdown(); status.ok()) status = s;
+  if (absl::Status s = group_->Shutdown(); status.ok()) status = s;
+  if (absl::Status s = everyone_->Shutdown(); status.ok()) status = s;
+  final_counters_ = counters();
+  group_stats_ = group_->stats();
+  group_.reset();
+  return status;
+}
+
+absl::Status LayerSeparatedStrategy::ShareFinalModel() {
+  // Conv rank 0 contributes the features, FC rank 0 (rank C) the head; the
+  // others zeros, so the sum is an exact copy.
+  std::byte* data = everyone_->data();
+  std::memset(data, 0, everyone_->capacity());
+  const std::set<std::string> head(context_.split->head_parameters.begin(),
+                                   context_.split->head_parameters.end());
+  const bool give_features = context_.rank == 0;
+  const bool give_head = context_.rank == layout_.conv_ranks;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const Parameter& p = parameters_[i];
+    if (head.count(p.name) ? give_head : give_features) {
+      std::memcpy(data + everyone_offsets_[i], p.tensor.data_ptr<float>(),
+                  p.tensor.numel() * sizeof(float));
+    }
+  }
+  size_t total = 0;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    total = std::max<size_t>(total, everyone_offsets_[i] +
+                                        parameters_[i].tensor.numel() * sizeof(float));
+  }
+  RETURN_IF_ERROR(everyone_->AllReduce(0, (total + 3) / 4, collectives::DataType::kFloat32));
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    torch::Tensor& p = parameters_[i].tensor;
+    std::memcpy(p.data_ptr<float>(), data + everyone_offsets_[i], p.numel() * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+runtime::TransferCounters LayerSeparatedStrategy::counters() const {
+  if (finished_ && group_ == nullptr) return final_counters_;
+  runtime::TransferCounters counters =
+      communicator_ != nullptr ? communicator_->counters() : runtime::TransferCounters{};
+  const collectives::RingAllReduceStats ring =
+      group_ != nullptr ? group_->stats() : group_stats_;
+  counters.tensors_sent += ring.messages;
+  counters.bytes_sent += ring.bytes_sent;
+  return counters;
+}
+
+}  // namespace rdmaflow::strategies::layer_separated

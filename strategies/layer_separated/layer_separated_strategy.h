@@ -1,0 +1,115 @@
+// File: layer_separated_strategy.h
+// -----------------------------------------------------------------------------
+// Layer-separated training ("layer_separated", Stanza by Chen et al.): of N
+// ranks, C = N - K train only the model's features (the convolutional
+// layers) and K only its head (the fully connected layers), so the head's
+// parameters, most of a CNN's bytes, never cross the cluster. Each step:
+//   conv rank: features(batch) -> writes activations and labels into its FC
+//     rank's static slots; receives the activations' gradients (and the
+//     loss); back-propagates; all-reduces the conv gradients among the C
+//     conv ranks (sum); SGD.
+//   FC rank: receives the activations of the conv ranks it serves, runs the
+//     head forward and backward on them together (loss = sum over the
+//     samples / global batch, so every rank follows the gradient of the
+//     global mean loss), writes each conv rank its activation gradients,
+//     all-reduces the head's gradients among the K FC ranks (sum); SGD.
+// K comes from fc_ranks=K, or, by default, from the cost model
+// (cost_model.h) with compute times and ring bandwidth measured at
+// Prepare(). Finish() gives every rank the whole model (one all-reduce over
+// all ranks, where only the first conv and the first FC rank contribute).
+// Parameters: fc_ranks (auto), bucket_bytes, chunk_bytes, slots.
+// See docs/strategies.md.
+#ifndef RDMAFLOW_STRATEGIES_LAYER_SEPARATED_LAYER_SEPARATED_STRATEGY_H_
+#define RDMAFLOW_STRATEGIES_LAYER_SEPARATED_LAYER_SEPARATED_STRATEGY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/ring_allreduce.h"
+#include "graph_analyzer/plan.pb.h"
+#include "runtime/communicator.h"
+#include "runtime/torch/torch_communicator.h"
+#include "strategies/data_parallel.h"
+#include "strategies/layer_separated/cost_model.h"
+#include "strategies/layer_separated/stanza_graph.h"
+#include "strategies/strategy.h"
+
+namespace rdmaflow::strategies::layer_separated {
+
+// Thread-compatible: one thread drives a rank's strategy.
+class LayerSeparatedStrategy final : public Strategy {
+ public:
+  // kInvalidArgument for bad parameters or options.
+  static absl::StatusOr<std::unique_ptr<LayerSeparatedStrategy>> Create(
+      const StrategyOptions& options);
+  ~LayerSeparatedStrategy() override;
+
+  std::string name() const override { return "layer_separated"; }
+  std::string role() const override { return conv_ ? "conv" : "fc"; }
+  bool computes() const override { return conv_; }
+  bool holds_full_model() const override { return false; }
+  int workers() const override { return layout_.conv_ranks; }
+  int worker_index() const override { return conv_ ? context_.rank : -1; }
+  // kInvalidArgument without a model split or batch source, with fewer
+  // than 2 ranks, or with fc_ranks >= ranks.
+  absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
+                                          std::vector<Parameter> parameters) override;
+  absl::Status Start() override;
+  absl::StatusOr<StepReport> Step(const ComputeFn& compute) override;
+  bool done() const override { return clock_ >= options_.steps; }
+  absl::Status Finish() override;
+  runtime::TransferCounters counters() const override;
+
+  const StanzaLayout& layout() const { return layout_; }
+  // What the cost model saw (when it chose K).
+  const StanzaCosts& costs() const { return costs_; }
+
+ private:
+  LayerSeparatedStrategy(StrategyOptions options, DataParallelOptions group, int fc_ranks)
+      : options_(std::move(options)), group_options_(std::move(group)),
+        requested_fc_ranks_(fc_ranks) {}
+  std::string Ns() const;
+  // Prepare(): times the parts and the ring (rank 0), picks K, shares it.
+  absl::StatusOr<int> ChooseK();
+  absl::StatusOr<int> FindId(bool send, const std::string& tensor, int peer) const;
+  // layer_separated_step.cc
+  absl::StatusOr<StepReport> ConvStep();
+  absl::StatusOr<StepReport> FcStep();
+  absl::Status ShareFinalModel();
+
+  const StrategyOptions options_;
+  const DataParallelOptions group_options_;
+  const int requested_fc_ranks_;  // 0: the cost model decides
+  StrategyContext context_;
+  std::vector<Parameter> parameters_;
+  std::vector<Parameter> features_, head_;
+  StanzaLayout layout_;
+  StanzaCosts costs_;
+  bool conv_ = true;
+  int fc_index_ = -1;
+  bool started_ = false;
+  bool finished_ = false;
+  int64_t clock_ = 0;
+  std::unique_ptr<collectives::RingAllReduce> everyone_;  // final model, probes
+  std::vector<size_t> everyone_offsets_;
+  plan::TransferPlan plan_;
+  std::unique_ptr<runtime::Communicator> communicator_;
+  std::unique_ptr<runtime::torch::TorchCommunicator> tensors_;
+  std::unique_ptr<DataParallelGroup> group_;  // conv or FC replicas
+  collectives::RingAllReduceStats group_stats_;
+  runtime::TransferCounters final_counters_;
+  // Transfer ids: conv rank: act, labels (sent), grad, stats (received);
+  // FC rank: the same per served conv rank.
+  struct Link {
+    int conv = 0;
+    int act = -1, labels = -1, grad = -1, stats = -1;
+  };
+  std::vector<Link> links_;
+};
+
+}  // namespace rdmaflow::strategies::layer_separated
+
+#endif  // RDMAFLOW_STRATEGIES_LAYER_SEPARATED_LAYER_SEPARATED_STRATEGY_H_

@@ -1,0 +1,141 @@
+// Layer-separated training with its ranks as threads over loopback, on the
+// toy perceptron split after its hidden layer: C conv ranks and K FC ranks
+// end (every rank, after Finish) with the parameters of one process
+// training on the C conv ranks' batches concatenated (1e-5), for 1+1, 3+1
+// and 2+2 ranks and with K chosen by the cost model; bad set-ups are named.
+#include "strategies/layer_separated/layer_separated_strategy.h"
+
+#include <string>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+#include "runtime/testing/rank_threads.h"
+#include "strategies/testing/toy_problem.h"
+
+namespace rdmaflow::strategies::layer_separated {
+namespace {
+
+using ::rdmaflow::strategies::testing::ToyProblem;
+using ::rdmaflow::testing::StatusIs;
+
+constexpr int kSteps = 5, kBatch = 6;
+
+StrategyOptions Options(std::map<std::string, std::string> params) {
+  StrategyOptions options;
+  options.steps = kSteps;
+  options.learning_rate = 0.1;
+  options.momentum = 0.9;
+  options.communicator_options.timeout = absl::Seconds(60);
+  options.params = std::move(params);
+  return options;
+}
+
+struct Job {
+  std::vector<absl::Status> status;
+  std::vector<std::vector<torch::Tensor>> finals;  // by rank
+  std::vector<int> conv_ranks;                     // as each rank saw it
+  std::vector<double> first_loss;
+};
+
+Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::string> params) {
+  Job job;
+  job.finals.resize(world);
+  job.conv_ranks.resize(world);
+  job.first_loss.resize(world, -1);
+  job.status = runtime::testing::RunRankThreads(
+      world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto strategy, LayerSeparatedStrategy::Create(Options(params)));
+        std::vector<Parameter> params = problem.MakeParameters();
+        std::vector<torch::Tensor> p;
+        for (const Parameter& param : params) p.push_back(param.tensor);
+        ModelSplit split;
+        split.features = [&p](const torch::Tensor& x) { return ToyProblem::Features(p, x); };
+        split.head = [&p](const torch::Tensor& h) { return ToyProblem::Head(p, h); };
+        split.head_parameters = {"w2", "b2"};
+        split.sample_shape = {4};
+        split.activation_shape = {8};
+        int t = 0;
+        StrategyContext context{rank, world, &transport, &store};
+        context.batch_size = kBatch;
+        context.split = &split;
+        context.next_batch = [&]() -> absl::StatusOr<Batch> {
+          Batch batch{problem.x[rank][t], problem.y[rank][t]};
+          ++t;
+          return batch;
+        };
+        RETURN_IF_ERROR(strategy->Prepare(context, params).status());
+        job.conv_ranks[rank] = strategy->layout().conv_ranks;
+        RETURN_IF_ERROR(strategy->Start());
+        while (!strategy->done()) {
+          ASSIGN_OR_RETURN(StepReport report, strategy->Step(nullptr));
+          if (report.clock == 0) job.first_loss[rank] = report.compute.loss;
+        }
+        RETURN_IF_ERROR(strategy->Finish());
+        for (const Parameter& param : params) job.finals[rank].push_back(param.tensor.detach().clone());
+        return absl::OkStatus();
+      });
+  return job;
+}
+
+void ExpectMatchesReference(const ToyProblem& problem, const Job& job, int world) {
+  for (const absl::Status& status : job.status) ASSERT_OK(status);
+  const int conv = job.conv_ranks[0];
+  std::vector<int> convs;
+  for (int i = 0; i < conv; ++i) convs.push_back(i);
+  const std::vector<torch::Tensor> reference = problem.Reference(convs, kSteps, 0.1, 0.9);
+  EXPECT_GT(ToyProblem::MaxDiff(reference, problem.init), 1e-3);  // it trained
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(job.conv_ranks[r], conv);
+    EXPECT_LT(ToyProblem::MaxDiff(job.finals[r], reference), 1e-5) << "rank " << r;
+  }
+  // The loss the conv ranks report is their batch's, computed on the FC rank.
+  std::vector<torch::Tensor> p0(problem.init.begin(), problem.init.end());
+  EXPECT_NEAR(job.first_loss[0],
+              ToyProblem::Loss(p0, problem.x[0][0], problem.y[0][0]).item<double>(), 1e-5);
+}
+
+TEST(LayerSeparatedTest, OneConvOneFcEqualsOneProcess) {
+  torch::set_num_threads(1);
+  const ToyProblem problem(2, kSteps, kBatch);
+  ExpectMatchesReference(problem, RunJob(problem, 2, {{"fc_ranks", "1"}}), 2);
+}
+
+TEST(LayerSeparatedTest, ThreeConvOneFcEqualsTheConcatenatedBatch) {
+  torch::set_num_threads(1);
+  const ToyProblem problem(4, kSteps, kBatch);
+  ExpectMatchesReference(problem, RunJob(problem, 4, {{"fc_ranks", "1"}, {"chunk_bytes", "64"}}), 4);
+}
+
+TEST(LayerSeparatedTest, TwoFcRanksAllReduceTheHead) {
+  torch::set_num_threads(1);
+  const ToyProblem problem(4, kSteps, kBatch);
+  Job job = RunJob(problem, 4, {{"fc_ranks", "2"}});
+  EXPECT_EQ(job.conv_ranks[0], 2);
+  ExpectMatchesReference(problem, job, 4);
+}
+
+TEST(LayerSeparatedTest, TheCostModelPicksKAndAllRanksAgree) {
+  torch::set_num_threads(1);
+  const ToyProblem problem(3, kSteps, kBatch);
+  Job job = RunJob(problem, 3, {});
+  ExpectMatchesReference(problem, job, 3);
+}
+
+TEST(LayerSeparatedTest, BadSetUpsAreNamed) {
+  EXPECT_THAT(LayerSeparatedStrategy::Create(Options({{"fc_ranks", "0"}})).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("fc_ranks")));
+  EXPECT_THAT(LayerSeparatedStrategy::Create(Options({{"split", "3"}})).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("known")));
+  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto strategy, LayerSeparatedStrategy::Create(Options({})));
+        return strategy->Prepare({rank, 2, &transport, &store}, {}).status();
+      });
+  EXPECT_THAT(status[0], StatusIs(absl::StatusCode::kInvalidArgument,
+                                  ::testing::HasSubstr("model split")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::strategies::layer_separated
