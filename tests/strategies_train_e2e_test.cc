@@ -1,0 +1,41 @@
+// End to end: rdmaflow_train runs the all-reduce and the layer-separated
+// strategies as 3 OS processes over UCX shared memory on Fashion-MNIST:
+// LeNet-5 with 3 replicas, and the VGG-like net with 2 conv ranks and 1 FC
+// rank, both learn far above chance (10 %). Skips without the dataset.
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/train_runner.h"
+
+namespace rdmaflow {
+namespace {
+
+class StrategiesTrainE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::ifstream(testing::kFashionMnistLabels)) {
+      GTEST_SKIP() << "dataset-fashion-mnist is not installed (tools/setup.sh "
+                      "installs it)";
+    }
+  }
+};
+
+TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
+  const double accuracy = testing::TrainAndGetAccuracy(
+      "allreduce", "--local 3 --model lenet5 --strategy allreduce --steps 150");
+  RecordProperty("test_accuracy", absl::StrCat(accuracy));
+  EXPECT_GT(accuracy, 0.60);
+}
+
+TEST_F(StrategiesTrainE2eTest, LayerSeparatedTrainsTheVggLikeNet) {
+  const double accuracy = testing::TrainAndGetAccuracy(
+      "layer_separated",
+      "--local 3 --model vgg --strategy layer_separated --strategy_params fc_ranks=1 "
+      "--steps 40 --batch_size 32");
+  RecordProperty("test_accuracy", absl::StrCat(accuracy));
+  EXPECT_GT(accuracy, 0.40);
+}
+
+}  // namespace
+}  // namespace rdmaflow

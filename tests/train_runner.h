@@ -1,0 +1,23 @@
+// File: train_runner.h
+// -----------------------------------------------------------------------------
+// For end-to-end tests: runs train/rdmaflow_train (a data dependency of the
+// test) with some flags and returns the test accuracy from its JSON summary,
+// recording a gtest failure (with the harness's output) when it fails.
+#ifndef RDMAFLOW_TESTS_TRAIN_RUNNER_H_
+#define RDMAFLOW_TESTS_TRAIN_RUNNER_H_
+
+#include <string>
+
+namespace rdmaflow::testing {
+
+// Path of the Fashion-MNIST file whose absence makes these tests skip.
+inline constexpr char kFashionMnistLabels[] =
+    "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
+
+// `name` names the run's JSON file in TEST_TMPDIR; `flags` are passed as
+// they are (--local, --model, --strategy, ...). -1 on failure.
+double TrainAndGetAccuracy(const std::string& name, const std::string& flags);
+
+}  // namespace rdmaflow::testing
+
+#endif  // RDMAFLOW_TESTS_TRAIN_RUNNER_H_
