@@ -28,6 +28,8 @@ struct TransferCounters {
   int64_t bytes_copied = 0;
   // Dynamic tensors pulled with a one-sided read.
   int64_t reads = 0;
+  // Bytes this rank pulled with one-sided reads (e.g. parameter pulls).
+  int64_t bytes_read = 0;
   // Time spent waiting: in Send for a slot the receiver still held, in Recv
   // for the tensor to arrive.
   absl::Duration send_wait;

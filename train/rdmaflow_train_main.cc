@@ -99,12 +99,13 @@ void WriteSummary(const TrainConfig& config, int world_size,
       "\"steps\": %d, \"batch_size\": %d, \"slow_rank\": %d, "
       "\"slow_factor\": %.2f, \"test_accuracy\": %.4f, \"final_loss\": %.4f, "
       "\"wall_s\": %.3f, \"mean_step_ms\": %.3f, \"mean_comm_ms\": %.3f, "
-      "\"mean_wait_ms\": %.3f}\n",
+      "\"mean_wait_ms\": %.3f, \"wire_bytes_per_step\": %.0f}\n",
       config.model, config.strategy,
       config.strategy_params.count("sync") ? config.strategy_params.at("sync") : "",
       config.communicator, config.transport, world_size, config.steps,
       config.batch_size, config.slow_rank, config.slow_factor, s.test_accuracy,
-      s.final_loss, s.wall_s, s.mean_step_ms, s.mean_comm_ms, s.mean_wait_ms);
+      s.final_loss, s.wall_s, s.mean_step_ms, s.mean_comm_ms, s.mean_wait_ms,
+      s.wire_bytes_per_step);
   std::printf("%s", json.c_str());
   const std::string path = absl::GetFlag(FLAGS_json);
   if (!path.empty()) std::ofstream(path) << json;

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/local_job.h"
@@ -210,7 +211,19 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   }
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - start - eval_time);
   RETURN_IF_ERROR(strategy->Finish());
+  // Every rank's traffic, for the reporter's summary.
+  const runtime::TransferCounters counters = strategy->counters();
+  RETURN_IF_ERROR(store.Set(absl::StrCat("train/wire/", rank),
+                            absl::StrCat(counters.bytes_sent + counters.bytes_read)));
   if (!reporter) return summary;
+  int64_t wire = 0;
+  for (int r = 0; r < world_size; ++r) {
+    ASSIGN_OR_RETURN(std::string bytes,
+                     store.Get(absl::StrCat("train/wire/", r), config.timeout));
+    int64_t value = 0;
+    if (absl::SimpleAtoi(bytes, &value)) wire += value;
+  }
+  summary.wire_bytes_per_step = static_cast<double>(wire) / std::max<int64_t>(steps, 1);
   summary.reported = true;
   summary.test_accuracy = Evaluate(model, test, 0);
   summary.final_loss = last_loss;

@@ -52,6 +52,8 @@ struct TrainSummary {
   double mean_step_ms = 0;
   double mean_comm_ms = 0;
   double mean_wait_ms = 0;
+  // Bytes every rank put on the wire (written or read), per step.
+  double wire_bytes_per_step = 0;
 };
 
 // Runs rank `rank` of `world_size` (collective). Errors name what failed.

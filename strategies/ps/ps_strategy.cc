@@ -149,8 +149,11 @@ bool PsStrategy::done() const {
 }
 
 runtime::TransferCounters PsStrategy::counters() const {
-  return communicator_ == nullptr ? runtime::TransferCounters{}
-                                  : communicator_->counters();
+  runtime::TransferCounters counters = communicator_ == nullptr
+                                           ? runtime::TransferCounters{}
+                                           : communicator_->counters();
+  counters.bytes_read += pulled_bytes_;
+  return counters;
 }
 
 int64_t PsStrategy::pull_retries() const {

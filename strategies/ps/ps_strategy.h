@@ -137,6 +137,7 @@ class PsStrategy final : public Strategy {
   std::vector<std::unique_ptr<runtime::VersionedReader>> param_readers_;
   std::vector<std::unique_ptr<runtime::VersionedReader>> clock_readers_;
   std::weak_ptr<const void> pushes_in_flight_;
+  int64_t pulled_bytes_ = 0;  // parameters read from the servers
 };
 
 }  // namespace rdmaflow::strategies::ps

@@ -130,6 +130,7 @@ absl::Status PsStrategy::PullParameters() {
                                 static_cast<size_t>(shard_offset_[s]),
                                 shards_[s].elements * sizeof(float)})
                         .status());
+    pulled_bytes_ += shards_[s].elements * sizeof(float);
   }
   return absl::OkStatus();
 }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Stanza vs parameter server vs all-reduce (docs/strategies.md): the
+# VGG-like net on 4 ranks, the bytes every rank puts on the wire per step and
+# the step time, for
+#   allreduce         4 replicas, ring all-reduce of the gradients
+#   ps                1 server + 3 workers, bsp, one-sided pulls
+#   layer_separated   3 conv ranks + 1 FC rank (fc_ranks=1)
+# over three links: UCX shared memory (--local), and UCX over TCP between 4
+# network namespaces whose links tc caps at 1 Gbit/s and at 100 Mbit/s
+# (tools/netns_hosts.sh; needs root). Writes OUT/<link>_<strategy>.json, the
+# table OUT/strategies.txt (and .tsv) and OUT/strategies_step.png.
+#   tools/bench_strategies.sh [OUT_DIR]   (default bench-results/strategies; ~8 min)
+# Environment: LINKS ("shm 1gbit 100mbit"), STEPS (8), MODEL (vgg).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bench-results/strategies}
+mkdir -p "$out"
+links=${LINKS:-shm 1gbit 100mbit}
+steps=${STEPS:-8}
+model=${MODEL:-vgg}
+bazel build -c opt //train:rdmaflow_train >/dev/null
+train=$PWD/bazel-bin/train/rdmaflow_train
+declare -A params=(
+  [allreduce]="--strategy allreduce"
+  [ps]="--strategy ps --strategy_params servers=1,sync=bsp"
+  [layer_separated]="--strategy layer_separated --strategy_params fc_ranks=1"
+)
+port=29700
+trap 'tools/netns_hosts.sh down 4 >/dev/null 2>&1 || true' EXIT
+for link in $links; do
+  if [[ $link != shm ]]; then tools/netns_hosts.sh up 4 "$link"; fi
+  for strategy in allreduce ps layer_separated; do
+    json="$out/${link}_${strategy}.json"
+    echo "== $link: $strategy ($model, 4 ranks, $steps steps)"
+    common="--model $model --steps $steps --progress=false --json $json ${params[$strategy]}"
+    if [[ $link == shm ]]; then
+      # shellcheck disable=SC2086
+      "$train" --local 4 $common >"$out/${link}_${strategy}.log" 2>&1
+    else
+      port=$((port + 1))
+      pids=()
+      for r in 0 1 2 3; do
+        # shellcheck disable=SC2086
+        ip netns exec "rfh$r" env RANK=$r WORLD_SIZE=4 MASTER_ADDR=10.88.0.1 \
+          MASTER_PORT=$port "$train" $common --transport_params tls=tcp \
+          >"$out/${link}_${strategy}.rank$r.log" 2>&1 &
+        pids+=($!)
+      done
+      for pid in "${pids[@]}"; do wait "$pid"; done
+    fi
+    tail -c 400 "$json"
+  done
+  if [[ $link != shm ]]; then tools/netns_hosts.sh down 4; fi
+done
+/usr/bin/python3 tools/strategies_report.py "$out" "$links" | tee "$out/strategies.txt"
+tools/plot_strategies.sh "$out/strategies.tsv" "$out/strategies_step.png"

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Tabulates tools/bench_strategies.sh's runs (OUT/<link>_<strategy>.json):
+step time, communication time and bytes on the wire per step, and each
+strategy's speed-up over the parameter server on the same link; writes
+OUT/strategies.tsv for the plot.
+  strategies_report.py OUT_DIR "shm 1gbit 100mbit" """
+import json
+import os
+import sys
+
+STRATEGIES = ["ps", "allreduce", "layer_separated"]
+
+
+def main(out, links):
+    rows = []
+    for link in links.split():
+        for s in STRATEGIES:
+            path = os.path.join(out, "%s_%s.json" % (link, s))
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                rows.append((link, s, json.load(f)))
+    print("%-8s %-16s %10s %10s %14s %10s %9s" % (
+        "link", "strategy", "step_ms", "comm_ms", "wire_MB/step", "x_ps", "test_acc"))
+    with open(os.path.join(out, "strategies.tsv"), "w") as tsv:
+        tsv.write("link\t" + "\t".join(STRATEGIES) + "\n")
+        for link in links.split():
+            mine = {s: r for l, s, r in rows if l == link}
+            ps = mine.get("ps", {}).get("mean_step_ms")
+            for s in STRATEGIES:
+                if s not in mine:
+                    continue
+                r = mine[s]
+                print("%-8s %-16s %10.1f %10.1f %14.2f %9.2fx %9.4f" % (
+                    link, s, r["mean_step_ms"], r["mean_comm_ms"],
+                    r["wire_bytes_per_step"] / 1e6,
+                    ps / r["mean_step_ms"] if ps else float("nan"),
+                    r["test_accuracy"]))
+            tsv.write(link + "\t" + "\t".join(
+                "%.1f" % mine[s]["mean_step_ms"] if s in mine else "nan"
+                for s in STRATEGIES) + "\n")
+    print("(x_ps: the parameter server's step time over this strategy's, same "
+          "link; wire: bytes all ranks wrote or read per step)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])
