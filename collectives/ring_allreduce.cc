@@ -441,7 +441,7 @@ absl::Status RingAllReduce::Shutdown() {
   }
   absl::Status barrier =
       rdma::Barrier(store_, ns_, absl::StrCat("ring/", options_.name, "/shutdown"),
-                    size(), options_.timeout);
+                    size(), options_.timeout, &transport_);
   if (!barrier.ok()) return Annotate(barrier, Where());
   return absl::OkStatus();
 }

@@ -51,11 +51,22 @@ absl::StatusOr<RemoteRegion> FetchRegion(Store& store, absl::string_view ns,
 
 absl::Status Barrier(Store& store, absl::string_view ns,
                      absl::string_view name, int world_size,
-                     absl::Duration timeout) {
+                     absl::Duration timeout, Transport* progress) {
   const std::string prefix = absl::StrCat(ns, "/barrier/", name);
   ASSIGN_OR_RETURN(int64_t arrived, store.Add(prefix + "/count", 1));
   if (arrived == world_size) RETURN_IF_ERROR(store.Set(prefix + "/done", "1"));
-  absl::Status status = store.Wait({prefix + "/done"}, timeout);
+  absl::Status status;
+  if (progress == nullptr) {
+    status = store.Wait({prefix + "/done"}, timeout);
+  } else {
+    // Short waits on the store, the transport's progress in between.
+    const absl::Time deadline = absl::Now() + timeout;
+    do {
+      absl::StatusOr<int> fired = progress->Progress();
+      if (!fired.ok()) return fired.status();
+      status = store.Wait({prefix + "/done"}, absl::Milliseconds(2));
+    } while (absl::IsDeadlineExceeded(status) && absl::Now() < deadline);
+  }
   if (absl::IsDeadlineExceeded(status)) {
     absl::StatusOr<int64_t> now = store.Add(prefix + "/count", 0);
     return absl::DeadlineExceededError(absl::StrCat(

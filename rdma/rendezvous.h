@@ -46,9 +46,13 @@ absl::StatusOr<RemoteRegion> FetchRegion(Store& store, absl::string_view ns,
 
 // Blocks until `world_size` ranks have entered barrier `name`. Each name may
 // be used once per job. kDeadlineExceeded says how many ranks arrived.
+// With a `progress` transport it keeps calling its Progress() while it
+// waits: where a backend emulates one-sided operations in software (UCX
+// over TCP), peers still finishing their writes into, or reads from, this
+// rank need it. A Progress() error is returned.
 absl::Status Barrier(Store& store, absl::string_view ns,
                      absl::string_view name, int world_size,
-                     absl::Duration timeout);
+                     absl::Duration timeout, Transport* progress = nullptr);
 
 }  // namespace rdmaflow::rdma
 

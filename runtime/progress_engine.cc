@@ -145,7 +145,7 @@ absl::Status ProgressEngine::Drain(const std::function<bool()>& idle,
 
 absl::Status ProgressEngine::Barrier(const std::string& name) {
   return rdma::Barrier(store_, options_.ns, name, world_size_,
-                       options_.timeout);
+                       options_.timeout, &transport_);
 }
 
 }  // namespace rdmaflow::runtime

@@ -10,7 +10,8 @@
 # (tools/netns_hosts.sh; needs root). Writes OUT/<link>_<strategy>.json, the
 # table OUT/strategies.txt (and .tsv) and OUT/strategies_step.png.
 #   tools/bench_strategies.sh [OUT_DIR]   (default bench-results/strategies; ~8 min)
-# Environment: LINKS ("shm 1gbit 100mbit"), STEPS (8), MODEL (vgg).
+# Environment: LINKS ("shm 1gbit 100mbit"), STEPS (8), MODEL (vgg),
+# STRATEGIES ("allreduce ps layer_separated").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/strategies}
@@ -18,6 +19,7 @@ mkdir -p "$out"
 links=${LINKS:-shm 1gbit 100mbit}
 steps=${STEPS:-8}
 model=${MODEL:-vgg}
+strategies=${STRATEGIES:-allreduce ps layer_separated}
 bazel build -c opt //train:rdmaflow_train >/dev/null
 train=$PWD/bazel-bin/train/rdmaflow_train
 declare -A params=(
@@ -29,7 +31,7 @@ port=29700
 trap 'tools/netns_hosts.sh down 4 >/dev/null 2>&1 || true' EXIT
 for link in $links; do
   if [[ $link != shm ]]; then tools/netns_hosts.sh up 4 "$link"; fi
-  for strategy in allreduce ps layer_separated; do
+  for strategy in $strategies; do
     json="$out/${link}_${strategy}.json"
     echo "== $link: $strategy ($model, 4 ranks, $steps steps)"
     common="--model $model --steps $steps --progress=false --json $json ${params[$strategy]}"
