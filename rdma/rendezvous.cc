@@ -59,13 +59,20 @@ absl::Status Barrier(Store& store, absl::string_view ns,
   if (progress == nullptr) {
     status = store.Wait({prefix + "/done"}, timeout);
   } else {
-    // Short waits on the store, the transport's progress in between.
+    // Progress for a millisecond at a time, then read the count (an Add of
+    // 0 answers at once; a store wait cut short by its own timeout would
+    // leave a late reply in a TCPStore connection's stream).
     const absl::Time deadline = absl::Now() + timeout;
-    do {
-      absl::StatusOr<int> fired = progress->Progress();
-      if (!fired.ok()) return fired.status();
-      status = store.Wait({prefix + "/done"}, absl::Milliseconds(2));
-    } while (absl::IsDeadlineExceeded(status) && absl::Now() < deadline);
+    status = absl::DeadlineExceededError("");
+    while (arrived < world_size && absl::Now() < deadline) {
+      const absl::Time slice = absl::Now() + absl::Milliseconds(1);
+      while (absl::Now() < slice) {
+        absl::StatusOr<int> fired = progress->Progress();
+        if (!fired.ok()) return fired.status();
+      }
+      ASSIGN_OR_RETURN(arrived, store.Add(prefix + "/count", 0));
+    }
+    if (arrived >= world_size) status = absl::OkStatus();
   }
   if (absl::IsDeadlineExceeded(status)) {
     absl::StatusOr<int64_t> now = store.Add(prefix + "/count", 0);

@@ -69,6 +69,35 @@ TEST(RendezvousTest, BarrierReleasesAllRanksAndReportsStragglers) {
                        HasSubstr("1 of 3 ranks arrived")));
 }
 
+TEST(RendezvousTest, ABarrierWithATransportKeepsItProgressing) {
+  // Rank 0's write completes (its callback fires) only in its Progress();
+  // waiting at a progressing barrier is enough for it to.
+  testing::InMemoryStore store;
+  auto fabric = loopback::LoopbackFabric::Create();
+  ASSERT_OK_AND_ASSIGN(auto a, loopback::LoopbackTransport::Create({0, fabric}));
+  ASSERT_OK_AND_ASSIGN(auto b, loopback::LoopbackTransport::Create({1, fabric}));
+  ASSERT_OK(PublishAddress(store, "job", *b));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion source, a->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(auto endpoint,
+                       ConnectToPeer(*a, store, "job", 1, absl::Seconds(5)));
+  bool done = false;
+  ASSERT_OK(endpoint->PostWrite(WholeRegion(source), WholeRegion(target.descriptor()),
+                                std::nullopt, [&](absl::Status s) {
+                                  EXPECT_OK(s);
+                                  done = true;
+                                }));
+  std::thread other([&] {
+    EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30)));
+  });
+  EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30), a.get()));
+  other.join();
+  EXPECT_TRUE(done);
+  EXPECT_THAT(Barrier(store, "job", "alone", 2, absl::Milliseconds(20), a.get()),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("1 of 2 ranks arrived")));
+}
+
 TEST(BlockingTest, WaitNotificationTimesOutNamingTheRank) {
   auto fabric = loopback::LoopbackFabric::Create();
   ASSERT_OK_AND_ASSIGN(auto a, loopback::LoopbackTransport::Create({4, fabric}));

@@ -135,15 +135,6 @@ TEST(MultiProcessUcxTest, ThreeProcessesOverTcp) {
 }  // namespace rdmaflow
 
 int main(int argc, char** argv) {
-  if (std::getenv("RANK") != nullptr && std::getenv(rdmaflow::kTlsEnv)) {
-    absl::Status status = rdmaflow::RunRank();
-    if (!status.ok()) {
-      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK"),
-                   status.ToString().c_str());
-      return 1;
-    }
-    return 0;
-  }
-  ::testing::InitGoogleMock(&argc, argv);
-  return RUN_ALL_TESTS();
+  return rdmaflow::testing::RanksOrTestsMain(
+      argc, argv, rdmaflow::kTlsEnv, [](const char*) { return rdmaflow::RunRank(); });
 }

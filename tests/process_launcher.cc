@@ -8,6 +8,8 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "rdma/torch/tcp_store.h"
 
 namespace rdmaflow::testing {
@@ -47,6 +49,22 @@ std::vector<int> LaunchRanks(int world,
                                           : 128);
   }
   return codes;
+}
+
+int RanksOrTestsMain(int argc, char** argv, const char* env,
+                     const std::function<absl::Status(const char* value)>& rank) {
+  const char* value = std::getenv(env);
+  if (value != nullptr && std::getenv("RANK") != nullptr) {
+    absl::Status status = rank(value);
+    if (!status.ok()) {
+      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK"),
+                   status.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  ::testing::InitGoogleMock(&argc, argv);
+  return RUN_ALL_TESTS();
 }
 
 }  // namespace rdmaflow::testing

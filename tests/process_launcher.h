@@ -8,9 +8,12 @@
 #ifndef RDMAFLOW_TESTS_PROCESS_LAUNCHER_H_
 #define RDMAFLOW_TESTS_PROCESS_LAUNCHER_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "absl/status/status.h"
 
 namespace rdmaflow::testing {
 
@@ -19,6 +22,12 @@ namespace rdmaflow::testing {
 // the store could not start).
 std::vector<int> LaunchRanks(int world,
                              const std::map<std::string, std::string>& env);
+
+// main() of such a binary: in a child (RANK and `env` set) runs
+// `rank(getenv(env))` and returns 0, or prints its error and returns 1;
+// otherwise runs the tests.
+int RanksOrTestsMain(int argc, char** argv, const char* env,
+                     const std::function<absl::Status(const char* value)>& rank);
 
 }  // namespace rdmaflow::testing
 

@@ -3,8 +3,6 @@
 // Debian's dataset-fashion-mnist, and LeNet-5 learns: test accuracy far
 // above chance (10 %). Also asp with a straggler (one worker 2x slower).
 // Skips when the dataset package is missing.
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/train_runner.h"
@@ -12,15 +10,7 @@
 namespace rdmaflow {
 namespace {
 
-class PsTrainE2eTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!std::ifstream(testing::kFashionMnistLabels)) {
-      GTEST_SKIP() << "dataset-fashion-mnist is not installed (tools/setup.sh "
-                      "installs it)";
-    }
-  }
-};
+using PsTrainE2eTest = testing::TrainE2eTest;
 
 TEST_F(PsTrainE2eTest, LeNetLearnsFashionMnistWithBsp) {
   const double accuracy = testing::TrainAndGetAccuracy(

@@ -109,18 +109,7 @@ absl::Status RunRuntimeRank(const std::string& mode) {
 }
 
 int RuntimeE2eMain(int argc, char** argv) {
-  if (const char* mode = std::getenv(kModeEnv);
-      mode != nullptr && std::getenv("RANK") != nullptr) {
-    absl::Status status = RunRuntimeRank(mode);
-    if (!status.ok()) {
-      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK"),
-                   status.ToString().c_str());
-      return 1;
-    }
-    return 0;
-  }
-  ::testing::InitGoogleMock(&argc, argv);
-  return RUN_ALL_TESTS();
+  return testing::RanksOrTestsMain(argc, argv, kModeEnv, RunRuntimeRank);
 }
 
 }  // namespace rdmaflow

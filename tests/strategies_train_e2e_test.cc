@@ -2,8 +2,6 @@
 // strategies as 3 OS processes over UCX shared memory on Fashion-MNIST:
 // LeNet-5 with 3 replicas, and the VGG-like net with 2 conv ranks and 1 FC
 // rank, both learn far above chance (10 %). Skips without the dataset.
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/train_runner.h"
@@ -11,15 +9,7 @@
 namespace rdmaflow {
 namespace {
 
-class StrategiesTrainE2eTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!std::ifstream(testing::kFashionMnistLabels)) {
-      GTEST_SKIP() << "dataset-fashion-mnist is not installed (tools/setup.sh "
-                      "installs it)";
-    }
-  }
-};
+using StrategiesTrainE2eTest = testing::TrainE2eTest;
 
 TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
   const double accuracy = testing::TrainAndGetAccuracy(

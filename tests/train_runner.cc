@@ -12,6 +12,13 @@
 
 namespace rdmaflow::testing {
 
+void TrainE2eTest::SetUp() {
+  if (!std::ifstream(kFashionMnistLabels)) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (tools/setup.sh "
+                    "installs it)";
+  }
+}
+
 double TrainAndGetAccuracy(const std::string& name, const std::string& flags) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string json = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, ".json");

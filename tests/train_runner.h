@@ -8,11 +8,19 @@
 
 #include <string>
 
+#include "gtest/gtest.h"
+
 namespace rdmaflow::testing {
 
 // Path of the Fashion-MNIST file whose absence makes these tests skip.
 inline constexpr char kFashionMnistLabels[] =
     "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
+
+// Skips (with the reason) when Debian's dataset-fashion-mnist is missing.
+class TrainE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+};
 
 // `name` names the run's JSON file in TEST_TMPDIR; `flags` are passed as
 // they are (--local, --model, --strategy, ...). -1 on failure.

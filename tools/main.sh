@@ -8,6 +8,9 @@
 #     processes, LeNet-5 on Fashion-MNIST (BSP, zero copy, one-sided pulls);
 #  4. the parameter server's RPC-vs-RDMA comparison: the VGG-like net's step
 #     time over rdma, rdma_copy and grpc (tools/bench_ps.sh, comm part);
+#  5. the ring all-reduce next to LibTorch's Gloo and Open MPI, 2 and 4
+#     ranks, 4 KiB to 16 MiB (tools/bench_allreduce.sh), and a short
+#     data-parallel training run on it (3 replicas of LeNet-5);
 # then plan the example training graphs with `rdmaflow plan`.
 # Prints the tables; JSON, TSV, plots, the plans and DOT go to $OUT_DIR.
 set -euo pipefail
@@ -36,6 +39,12 @@ bazel-bin/train/rdmaflow_train --local 3 --model lenet5 --sync bsp --steps 300 \
 echo
 PARTS=comm COMM_STEPS=${COMM_STEPS:-10} tools/bench_ps.sh "$OUT_DIR/ps"
 
+echo
+MAX_BYTES=${ALLREDUCE_MAX_BYTES:-16777216} tools/bench_allreduce.sh "$OUT_DIR/allreduce"
+echo
+bazel-bin/train/rdmaflow_train --local 3 --model lenet5 --strategy allreduce \
+  --steps 200 --json "$OUT_DIR/train_allreduce.json"
+
 # Transfer plans of the example graphs: the parameter-server CNN in full,
 # the others as one line each.
 echo
@@ -47,4 +56,5 @@ for graph in mlp_2ranks cnn_layer_separated seq_dynamic_length; do
 done
 echo "results: $OUT_DIR/pingpong_ucx_shm.{json,tsv,png}, $OUT_DIR/ablation.{json,png}," \
   "$OUT_DIR/*.rdma.rank*.json (Chrome traces), $OUT_DIR/train_lenet5.*," \
-  "$OUT_DIR/ps/report.{txt,json}, $OUT_DIR/*.plan.pbtxt"
+  "$OUT_DIR/ps/report.{txt,json}, $OUT_DIR/allreduce/allreduce.{txt,json,png}," \
+  "$OUT_DIR/train_allreduce.json, $OUT_DIR/*.plan.pbtxt"

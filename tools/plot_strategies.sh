@@ -22,6 +22,7 @@ set grid ytics
 set key top left
 plot '$tsv' using 2:xtic(1) title 'parameter server (1+3)', \
      '' using 3 title 'all-reduce (4 replicas)', \
-     '' using 4 title 'layer separated (3 conv + 1 FC)'
+     '' using 4 title 'layer separated (3 conv + 1 FC)', \
+     '' using 5 title 'layer separated (K by cost model)'
 GP
 echo "plot: wrote $png"

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/local_job.h"
 #include "common/status_macros.h"
+#include "rdma/rendezvous.h"
 #include "strategies/builtin_strategies.h"
 #include "strategies/strategy_registry.h"
 #include "train/fashion_mnist.h"
@@ -215,14 +216,19 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   const runtime::TransferCounters counters = strategy->counters();
   RETURN_IF_ERROR(store.Set(absl::StrCat("train/wire/", rank),
                             absl::StrCat(counters.bytes_sent + counters.bytes_read)));
-  if (!reporter) return summary;
   int64_t wire = 0;
-  for (int r = 0; r < world_size; ++r) {
-    ASSIGN_OR_RETURN(std::string bytes,
-                     store.Get(absl::StrCat("train/wire/", r), config.timeout));
-    int64_t value = 0;
-    if (absl::SimpleAtoi(bytes, &value)) wire += value;
+  if (reporter) {
+    for (int r = 0; r < world_size; ++r) {
+      ASSIGN_OR_RETURN(std::string bytes,
+                       store.Get(absl::StrCat("train/wire/", r), config.timeout));
+      int64_t value = 0;
+      if (absl::SimpleAtoi(bytes, &value)) wire += value;
+    }
   }
+  // Rank 0 may host the store (torchrun without its agent, our netns
+  // launches): nobody leaves before the reporter has read it.
+  RETURN_IF_ERROR(rdma::Barrier(store, "train", "exit", world_size, config.timeout));
+  if (!reporter) return summary;
   summary.wire_bytes_per_step = static_cast<double>(wire) / std::max<int64_t>(steps, 1);
   summary.reported = true;
   summary.test_accuracy = Evaluate(model, test, 0);

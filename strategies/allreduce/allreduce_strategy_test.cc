@@ -20,13 +20,7 @@ using ::rdmaflow::strategies::testing::ToyProblem;
 using ::rdmaflow::testing::StatusIs;
 
 StrategyOptions Options(int steps, std::map<std::string, std::string> params) {
-  StrategyOptions options;
-  options.steps = steps;
-  options.learning_rate = 0.1;
-  options.momentum = 0.9;
-  options.communicator_options.timeout = absl::Seconds(60);
-  options.params = std::move(params);
-  return options;
+  return testing::ToyOptions(steps, std::move(params));
 }
 
 class AllReduceEquivalenceTest

@@ -23,13 +23,7 @@ using ::rdmaflow::testing::StatusIs;
 constexpr int kSteps = 5, kBatch = 6;
 
 StrategyOptions Options(std::map<std::string, std::string> params) {
-  StrategyOptions options;
-  options.steps = kSteps;
-  options.learning_rate = 0.1;
-  options.momentum = 0.9;
-  options.communicator_options.timeout = absl::Seconds(60);
-  options.params = std::move(params);
-  return options;
+  return testing::ToyOptions(kSteps, std::move(params));
 }
 
 struct Job {

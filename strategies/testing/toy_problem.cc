@@ -72,4 +72,14 @@ double ToyProblem::MaxDiff(const std::vector<torch::Tensor>& a,
   return diff;
 }
 
+StrategyOptions ToyOptions(int steps, std::map<std::string, std::string> params) {
+  StrategyOptions options;
+  options.steps = steps;
+  options.learning_rate = 0.1;
+  options.momentum = 0.9;
+  options.communicator_options.timeout = absl::Seconds(60);
+  options.params = std::move(params);
+  return options;
+}
+
 }  // namespace rdmaflow::strategies::testing

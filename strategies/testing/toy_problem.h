@@ -7,6 +7,8 @@
 #ifndef RDMAFLOW_STRATEGIES_TESTING_TOY_PROBLEM_H_
 #define RDMAFLOW_STRATEGIES_TESTING_TOY_PROBLEM_H_
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "strategies/strategy.h"
@@ -42,6 +44,10 @@ struct ToyProblem {
   static double MaxDiff(const std::vector<torch::Tensor>& a,
                         const std::vector<torch::Tensor>& b);
 };
+
+// What the strategy tests train with: `steps`, lr 0.1 (the Reference()
+// they compare with takes the same), momentum 0.9, a 60 s timeout.
+StrategyOptions ToyOptions(int steps, std::map<std::string, std::string> params);
 
 }  // namespace rdmaflow::strategies::testing
 
