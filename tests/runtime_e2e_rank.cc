@@ -21,6 +21,7 @@
 #include "rdma/transport_registry.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/replay.h"
+#include "tests/process_launcher.h"
 
 namespace rdmaflow {
 namespace {
