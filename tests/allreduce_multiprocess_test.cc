@@ -27,15 +27,11 @@ float Value(int rank, size_t i) {
 }
 
 absl::Status RunRank() {
-  ASSIGN_OR_RETURN(rdma::torch::TcpStoreOptions store_options,
-                   rdma::torch::TcpStoreOptions::FromEnvironment());
-  ASSIGN_OR_RETURN(auto store, rdma::torch::TcpStore::Create(store_options));
-  const int rank = store_options.rank;
-  const int world = store_options.world_size;
-  rdma::ucx::UcxTransportOptions options;
-  options.rank = rank;
-  options.tls = std::getenv(kTlsEnv);
-  ASSIGN_OR_RETURN(auto transport, rdma::ucx::UcxTransport::Create(options));
+  ASSIGN_OR_RETURN(testing::UcxRank joined, testing::JoinAsUcxRank(std::getenv(kTlsEnv)));
+  const int rank = joined.rank;
+  const int world = joined.world_size;
+  rdma::Store* store = joined.store.get();
+  rdma::Transport* transport = joined.transport.get();
   collectives::RingAllReduceOptions ring_options;
   ring_options.capacity_bytes = (size_t{16} << 20) + 64;
   ring_options.timeout = absl::Seconds(60);

@@ -37,15 +37,11 @@ uint8_t Stamp(int writer, int reader, size_t i) {
 // One rank: write a stamped slot into every peer, wait for every peer's
 // notification, check the bytes, then read every peer's slot back.
 absl::Status RunRank() {
-  ASSIGN_OR_RETURN(rdma::torch::TcpStoreOptions store_options,
-                   rdma::torch::TcpStoreOptions::FromEnvironment());
-  ASSIGN_OR_RETURN(auto store, rdma::torch::TcpStore::Create(store_options));
-  const int rank = store_options.rank;
-  const int world = store_options.world_size;
-  rdma::ucx::UcxTransportOptions options;
-  options.rank = rank;
-  options.tls = std::getenv(kTlsEnv);
-  ASSIGN_OR_RETURN(auto transport, rdma::ucx::UcxTransport::Create(options));
+  ASSIGN_OR_RETURN(testing::UcxRank joined, testing::JoinAsUcxRank(std::getenv(kTlsEnv)));
+  const int rank = joined.rank;
+  const int world = joined.world_size;
+  rdma::Store* store = joined.store.get();
+  rdma::Transport* transport = joined.transport.get();
 
   // Slot w of `inbox` receives rank w's data.
   ASSIGN_OR_RETURN(rdma::MemoryRegion inbox, transport->Allocate(kSlot * world));

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/torch/tcp_store.h"
+#include "rdma/ucx/ucx_transport.h"
 
 namespace rdmaflow::testing {
 
@@ -49,6 +50,27 @@ std::vector<int> LaunchRanks(int world,
                                           : 128);
   }
   return codes;
+}
+
+absl::StatusOr<UcxRank> JoinAsUcxRank(const std::string& tls) {
+  absl::StatusOr<rdma::torch::TcpStoreOptions> options =
+      rdma::torch::TcpStoreOptions::FromEnvironment();
+  if (!options.ok()) return options.status();
+  UcxRank joined;
+  joined.rank = options->rank;
+  joined.world_size = options->world_size;
+  absl::StatusOr<std::unique_ptr<rdma::torch::TcpStore>> store =
+      rdma::torch::TcpStore::Create(*options);
+  if (!store.ok()) return store.status();
+  joined.store = std::move(*store);
+  rdma::ucx::UcxTransportOptions transport;
+  transport.rank = joined.rank;
+  transport.tls = tls;
+  absl::StatusOr<std::unique_ptr<rdma::ucx::UcxTransport>> created =
+      rdma::ucx::UcxTransport::Create(transport);
+  if (!created.ok()) return created.status();
+  joined.transport = std::move(*created);
+  return joined;
 }
 
 int RanksOrTestsMain(int argc, char** argv, const char* env,

@@ -10,10 +10,14 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "rdma/store.h"
+#include "rdma/transport.h"
 
 namespace rdmaflow::testing {
 
@@ -22,6 +26,16 @@ namespace rdmaflow::testing {
 // the store could not start).
 std::vector<int> LaunchRanks(int world,
                              const std::map<std::string, std::string>& env);
+
+// A launched rank over UCX: the job's store (from RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT) and a UCX transport with transports `tls`.
+struct UcxRank {
+  int rank = 0;
+  int world_size = 0;
+  std::unique_ptr<rdma::Store> store;
+  std::unique_ptr<rdma::Transport> transport;
+};
+absl::StatusOr<UcxRank> JoinAsUcxRank(const std::string& tls);
 
 // main() of such a binary: in a child (RANK and `env` set) runs
 // `rank(getenv(env))` and returns 0, or prints its error and returns 1;
