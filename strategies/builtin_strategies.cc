@@ -3,6 +3,7 @@
 
 #include "common/status_macros.h"
 #include "strategies/allreduce/allreduce_strategy.h"
+#include "strategies/gossip/gossip_strategy.h"
 #include "strategies/layer_separated/layer_separated_strategy.h"
 #include "strategies/ps/ps_strategy.h"
 
@@ -25,6 +26,16 @@ absl::Status RegisterBuiltinStrategies(StrategyRegistry& registry) {
       [](const StrategyOptions& options)
           -> absl::StatusOr<std::unique_ptr<Strategy>> {
         ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(options));
+        return std::unique_ptr<Strategy>(std::move(strategy));
+      }));
+  RETURN_IF_ERROR(registry.Register(
+      "gossip",
+      "gossiping SGD: local SGD, then mix with one peer's parameters read "
+      "one-sidedly from its versioned buffer; params beta=, period=, "
+      "topology=random|ring, copies=, seed=",
+      [](const StrategyOptions& options)
+          -> absl::StatusOr<std::unique_ptr<Strategy>> {
+        ASSIGN_OR_RETURN(auto strategy, gossip::GossipStrategy::Create(options));
         return std::unique_ptr<Strategy>(std::move(strategy));
       }));
   RETURN_IF_ERROR(registry.Register(

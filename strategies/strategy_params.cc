@@ -30,6 +30,22 @@ absl::Status StrategyParams::Int(const std::string& key, int minimum, int* value
   return status;
 }
 
+absl::Status StrategyParams::Real(const std::string& key, double minimum,
+                                  double maximum, double* value) {
+  known_.push_back(key);
+  auto it = params_.find(key);
+  if (it == params_.end()) return absl::OkStatus();
+  double parsed = 0;
+  if (!absl::SimpleAtod(it->second, &parsed) || !(parsed >= minimum) ||
+      !(parsed <= maximum)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        strategy_, " ", key, " must be a number in [", minimum, ", ", maximum,
+        "], got '", it->second, "'"));
+  }
+  *value = parsed;
+  return absl::OkStatus();
+}
+
 absl::Status StrategyParams::Size(const std::string& key, int64_t minimum,
                                   int64_t* value) {
   known_.push_back(key);

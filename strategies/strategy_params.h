@@ -30,6 +30,9 @@ class StrategyParams {
   // *value as it is.
   absl::Status Int(const std::string& key, int64_t minimum, int64_t* value);
   absl::Status Int(const std::string& key, int minimum, int* value);
+  // A real number in [minimum, maximum].
+  absl::Status Real(const std::string& key, double minimum, double maximum,
+                    double* value);
   // Byte sizes also accept K, M and G suffixes (powers of 1024).
   absl::Status Size(const std::string& key, int64_t minimum, int64_t* value);
   // One of `choices`.

@@ -1,7 +1,8 @@
-// End to end: rdmaflow_train runs the all-reduce and the layer-separated
+// End to end: rdmaflow_train runs the all-reduce, gossip and layer-separated
 // strategies as 3 OS processes over UCX shared memory on Fashion-MNIST:
-// LeNet-5 with 3 replicas, and the VGG-like net with 2 conv ranks and 1 FC
-// rank, both learn far above chance (10 %). Skips without the dataset.
+// LeNet-5 with 3 replicas (all-reduce, gossip), and the VGG-like net with 2
+// conv ranks and 1 FC rank, all learn far above chance (10 %). Skips
+// without the dataset.
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/train_runner.h"
@@ -14,6 +15,13 @@ using StrategiesTrainE2eTest = testing::TrainE2eTest;
 TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
   const double accuracy = testing::TrainAndGetAccuracy(
       "allreduce", "--local 3 --model lenet5 --strategy allreduce --steps 150");
+  RecordProperty("test_accuracy", absl::StrCat(accuracy));
+  EXPECT_GT(accuracy, 0.60);
+}
+
+TEST_F(StrategiesTrainE2eTest, GossipTrainsLeNet) {
+  const double accuracy = testing::TrainAndGetAccuracy(
+      "gossip", "--local 3 --model lenet5 --strategy gossip --steps 150");
   RecordProperty("test_accuracy", absl::StrCat(accuracy));
   EXPECT_GT(accuracy, 0.60);
 }

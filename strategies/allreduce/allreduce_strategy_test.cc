@@ -64,7 +64,9 @@ TEST_P(AllReduceEquivalenceTest, MatchesOneProcessOnTheConcatenatedBatches) {
   for (int r = 0; r < world; ++r) {
     EXPECT_LT(ToyProblem::MaxDiff(finals[r], reference), 1e-5) << "rank " << r;
     EXPECT_EQ(counters[r].steps, kSteps);
-    if (world > 1) EXPECT_GT(counters[r].bytes_sent, 0);
+    if (world > 1) {
+      EXPECT_GT(counters[r].bytes_sent, 0);
+    }
   }
 }
 

@@ -1,0 +1,179 @@
+// File: gossip_strategy.cc
+#include "strategies/gossip/gossip_strategy.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/buckets.h"
+#include "common/status_macros.h"
+#include "graph_analyzer/graph_builder.h"
+#include "rdma/rendezvous.h"
+#include "strategies/strategy_params.h"
+
+namespace rdmaflow::strategies::gossip {
+
+absl::StatusOr<std::unique_ptr<GossipStrategy>> GossipStrategy::Create(
+    const StrategyOptions& options) {
+  GossipOptions gossip;
+  std::string topology = "random";
+  int64_t seed = 1;
+  StrategyParams params("gossip", options.params);
+  RETURN_IF_ERROR(params.Real("beta", 1e-6, 1.0, &gossip.beta));
+  RETURN_IF_ERROR(params.Int("period", 1, &gossip.period));
+  RETURN_IF_ERROR(params.Choice("topology", {"random", "ring"}, &topology));
+  RETURN_IF_ERROR(params.Int("copies", 2, &gossip.copies));
+  RETURN_IF_ERROR(params.Int("seed", int64_t{0}, &seed));
+  RETURN_IF_ERROR(params.Done());
+  RETURN_IF_ERROR(CheckTrainingOptions("gossip", options.steps,
+                                       options.learning_rate, options.momentum));
+  ASSIGN_OR_RETURN(gossip.topology, ParseTopology(topology));
+  gossip.seed = static_cast<uint64_t>(seed);
+  return std::unique_ptr<GossipStrategy>(new GossipStrategy(options, gossip));
+}
+
+std::string GossipStrategy::Ns() const {
+  return absl::StrCat(options_.communicator_options.ns, "/gossip");
+}
+
+absl::StatusOr<graph::GraphDef> GossipStrategy::Prepare(
+    const StrategyContext& context, std::vector<Parameter> parameters) {
+  if (context.transport == nullptr || context.store == nullptr) {
+    return absl::InvalidArgumentError("gossip needs a transport and a store");
+  }
+  if (context.world_size < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gossip needs at least 2 ranks to mix, the job has ", context.world_size));
+  }
+  std::vector<size_t> bytes;
+  for (const Parameter& p : parameters) {
+    if (p.tensor.scalar_type() != torch::kFloat32 || !p.tensor.is_cpu()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gossip parameter '", p.name, "' must be a float32 CPU tensor"));
+    }
+    bytes.push_back(p.tensor.numel() * sizeof(float));
+  }
+  ASSIGN_OR_RETURN(collectives::FusedLayout layout, collectives::LayOut(bytes, 64));
+  if (layout.total_bytes == 0) {
+    return absl::InvalidArgumentError("gossip: the model has no parameters");
+  }
+  offsets_ = layout.offsets;
+  bytes_ = layout.total_bytes;
+  context_ = context;
+  parameters_ = std::move(parameters);
+  // Declared: each rank's published parameters (read by its peers).
+  graph::GraphBuilder b("gossip");
+  b.SetWorldSize(context.world_size);
+  for (int r = 0; r < context.world_size; ++r) {
+    b.SetRank(r);
+    b.Variable(absl::StrCat("r", r, "/params"), graph::DT_FLOAT32,
+               {static_cast<int64_t>(bytes_ / sizeof(float))});
+  }
+  return std::move(b).Build();
+}
+
+absl::Status GossipStrategy::Start() {
+  if (bytes_ == 0) return absl::FailedPreconditionError("gossip: Prepare() first");
+  if (started_) return absl::FailedPreconditionError("gossip: started twice");
+  started_ = true;
+  const int64_t elements = bytes_ / sizeof(float);
+  flat_ = torch::zeros({elements}, torch::kFloat32);
+  momentum_ = torch::zeros({elements}, torch::kFloat32);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      torch::Tensor& p = parameters_[i].tensor;
+      torch::Tensor view =
+          flat_.narrow(0, offsets_[i] / sizeof(float), p.numel()).view(p.sizes());
+      view.copy_(p.detach());
+      p.set_data(view);
+    }
+  }
+  rdma::Transport& transport = *context_.transport;
+  ASSIGN_OR_RETURN(published_, runtime::VersionedBuffer::Create(
+                                   transport, *context_.store, Ns(),
+                                   absl::StrCat("r", context_.rank), bytes_,
+                                   gossip_.copies));
+  RETURN_IF_ERROR(Publish());
+  readers_.resize(context_.world_size);
+  for (int r = 0; r < context_.world_size; ++r) {
+    if (r == context_.rank) continue;
+    ASSIGN_OR_RETURN(readers_[r], runtime::VersionedReader::Create(
+                                      transport, *context_.store, Ns(),
+                                      absl::StrCat("r", r), r,
+                                      options_.communicator_options.timeout));
+  }
+  ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(bytes_));
+  scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
+  peer_ = torch::from_blob(scratch_->data(), {elements}, torch::kFloat32);
+  selector_ = std::make_unique<PeerSelector>(gossip_.topology, context_.rank,
+                                             context_.world_size, gossip_.seed);
+  // Nobody reads a peer before every peer has published its first version.
+  return rdma::Barrier(*context_.store, Ns(), "published", context_.world_size,
+                       options_.communicator_options.timeout, &transport);
+}
+
+absl::Status GossipStrategy::Publish() {
+  published_->Update([&](std::byte* next, const std::byte*) {
+    std::memcpy(next, flat_.data_ptr<float>(), bytes_);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status GossipStrategy::MixWithPeer() {
+  const int peer = selector_->Next();
+  RETURN_IF_ERROR(readers_[peer]->Read({scratch_.get(), 0, bytes_}).status());
+  ++counters_.tensors_received;
+  counters_.bytes_read += static_cast<int64_t>(bytes_);
+  torch::NoGradGuard no_grad;
+  flat_.mul_(1.0 - gossip_.beta).add_(peer_, gossip_.beta);
+  peers_mixed_.push_back(peer);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepReport> GossipStrategy::Step(const ComputeFn& compute) {
+  if (!started_) return absl::FailedPreconditionError("gossip: Step() before Start()");
+  if (done()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gossip rank ", context_.rank, " already ran its ", options_.steps, " steps"));
+  }
+  StepReport report;
+  report.clock = report.min_clock = clock_;
+  for (Parameter& p : parameters_) {
+    if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
+  }
+  const absl::Time begin = absl::Now();
+  ASSIGN_OR_RETURN(report.compute, compute());
+  {
+    // Local SGD with momentum (torch.optim.SGD's update).
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const torch::Tensor& grad = parameters_[i].tensor.grad();
+      if (!grad.defined()) continue;
+      torch::Tensor v = momentum_.narrow(0, offsets_[i] / sizeof(float), grad.numel())
+                            .view(grad.sizes());
+      v.mul_(options_.momentum).add_(grad);
+      parameters_[i].tensor.add_(v, -options_.learning_rate);
+    }
+  }
+  const absl::Time computed = absl::Now();
+  if ((clock_ + 1) % gossip_.period == 0) {
+    RETURN_IF_ERROR(Publish());
+    RETURN_IF_ERROR(MixWithPeer());
+  }
+  report.compute_time = computed - begin;
+  report.comm_time = absl::Now() - computed;
+  ++clock_;
+  counters_.steps = clock_;
+  return report;
+}
+
+absl::Status GossipStrategy::Finish() {
+  if (finished_ || !started_) return absl::OkStatus();
+  finished_ = true;
+  // Peers may still be reading our buffer (over TCP they need our progress).
+  return rdma::Barrier(*context_.store, Ns(), "finished", context_.world_size,
+                       options_.communicator_options.timeout, context_.transport);
+}
+
+}  // namespace rdmaflow::strategies::gossip
