@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/buckets.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/graph_builder.h"
 #include "rdma/rendezvous.h"
@@ -45,22 +44,9 @@ absl::StatusOr<graph::GraphDef> GossipStrategy::Prepare(
     return absl::InvalidArgumentError(absl::StrCat(
         "gossip needs at least 2 ranks to mix, the job has ", context.world_size));
   }
-  std::vector<size_t> bytes;
-  for (const Parameter& p : parameters) {
-    if (p.tensor.scalar_type() != torch::kFloat32 || !p.tensor.is_cpu()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gossip parameter '", p.name, "' must be a float32 CPU tensor"));
-    }
-    bytes.push_back(p.tensor.numel() * sizeof(float));
-  }
-  ASSIGN_OR_RETURN(collectives::FusedLayout layout, collectives::LayOut(bytes, 64));
-  if (layout.total_bytes == 0) {
-    return absl::InvalidArgumentError("gossip: the model has no parameters");
-  }
-  offsets_ = layout.offsets;
-  bytes_ = layout.total_bytes;
+  ASSIGN_OR_RETURN(replica_, LocalSgd::Create("gossip", std::move(parameters)));
+  bytes_ = replica_->bytes();
   context_ = context;
-  parameters_ = std::move(parameters);
   // Declared: each rank's published parameters (read by its peers).
   graph::GraphBuilder b("gossip");
   b.SetWorldSize(context.world_size);
@@ -77,18 +63,6 @@ absl::Status GossipStrategy::Start() {
   if (started_) return absl::FailedPreconditionError("gossip: started twice");
   started_ = true;
   const int64_t elements = bytes_ / sizeof(float);
-  flat_ = torch::zeros({elements}, torch::kFloat32);
-  momentum_ = torch::zeros({elements}, torch::kFloat32);
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      torch::Tensor& p = parameters_[i].tensor;
-      torch::Tensor view =
-          flat_.narrow(0, offsets_[i] / sizeof(float), p.numel()).view(p.sizes());
-      view.copy_(p.detach());
-      p.set_data(view);
-    }
-  }
   rdma::Transport& transport = *context_.transport;
   ASSIGN_OR_RETURN(published_, runtime::VersionedBuffer::Create(
                                    transport, *context_.store, Ns(),
@@ -115,7 +89,7 @@ absl::Status GossipStrategy::Start() {
 
 absl::Status GossipStrategy::Publish() {
   published_->Update([&](std::byte* next, const std::byte*) {
-    std::memcpy(next, flat_.data_ptr<float>(), bytes_);
+    std::memcpy(next, replica_->flat().data_ptr<float>(), bytes_);
   });
   return absl::OkStatus();
 }
@@ -126,7 +100,7 @@ absl::Status GossipStrategy::MixWithPeer() {
   ++counters_.tensors_received;
   counters_.bytes_read += static_cast<int64_t>(bytes_);
   torch::NoGradGuard no_grad;
-  flat_.mul_(1.0 - gossip_.beta).add_(peer_, gossip_.beta);
+  replica_->flat().mul_(1.0 - gossip_.beta).add_(peer_, gossip_.beta);
   peers_mixed_.push_back(peer);
   return absl::OkStatus();
 }
@@ -139,23 +113,10 @@ absl::StatusOr<StepReport> GossipStrategy::Step(const ComputeFn& compute) {
   }
   StepReport report;
   report.clock = report.min_clock = clock_;
-  for (Parameter& p : parameters_) {
-    if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
-  }
+  replica_->ZeroGradients();
   const absl::Time begin = absl::Now();
   ASSIGN_OR_RETURN(report.compute, compute());
-  {
-    // Local SGD with momentum (torch.optim.SGD's update).
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      const torch::Tensor& grad = parameters_[i].tensor.grad();
-      if (!grad.defined()) continue;
-      torch::Tensor v = momentum_.narrow(0, offsets_[i] / sizeof(float), grad.numel())
-                            .view(grad.sizes());
-      v.mul_(options_.momentum).add_(grad);
-      parameters_[i].tensor.add_(v, -options_.learning_rate);
-    }
-  }
+  replica_->Step(options_.learning_rate, options_.momentum);
   const absl::Time computed = absl::Now();
   if ((clock_ + 1) % gossip_.period == 0) {
     RETURN_IF_ERROR(Publish());

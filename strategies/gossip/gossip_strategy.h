@@ -22,6 +22,7 @@
 #include "rdma/memory_region.h"
 #include "runtime/versioned_buffer.h"
 #include "strategies/gossip/peer_selector.h"
+#include "strategies/local_sgd.h"
 #include "strategies/strategy.h"
 
 namespace rdmaflow::strategies::gossip {
@@ -67,11 +68,8 @@ class GossipStrategy final : public Strategy {
   const StrategyOptions options_;
   const GossipOptions gossip_;
   StrategyContext context_;
-  std::vector<Parameter> parameters_;
-  std::vector<size_t> offsets_;  // bytes into the flat parameters
+  std::unique_ptr<LocalSgd> replica_;  // the parameters, flat
   size_t bytes_ = 0;
-  torch::Tensor flat_;           // the parameters, one tensor
-  torch::Tensor momentum_;
   std::unique_ptr<PeerSelector> selector_;
   std::unique_ptr<runtime::VersionedBuffer> published_;
   std::vector<std::unique_ptr<runtime::VersionedReader>> readers_;  // by rank
