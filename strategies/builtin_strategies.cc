@@ -5,6 +5,7 @@
 #include "strategies/allreduce/allreduce_strategy.h"
 #include "strategies/gossip/gossip_strategy.h"
 #include "strategies/layer_separated/layer_separated_strategy.h"
+#include "strategies/moshpit/moshpit_strategy.h"
 #include "strategies/ps/ps_strategy.h"
 
 namespace rdmaflow::strategies {
@@ -36,6 +37,17 @@ absl::Status RegisterBuiltinStrategies(StrategyRegistry& registry) {
       [](const StrategyOptions& options)
           -> absl::StatusOr<std::unique_ptr<Strategy>> {
         ASSIGN_OR_RETURN(auto strategy, gossip::GossipStrategy::Create(options));
+        return std::unique_ptr<Strategy>(std::move(strategy));
+      }));
+  RETURN_IF_ERROR(registry.Register(
+      "moshpit",
+      "Moshpit All-Reduce: local SGD, then average within a group of an M^d "
+      "grid that changes each round (formed through the store with a "
+      "timeout, so missing peers shrink it); params side=, dims=, period=, "
+      "group_timeout_ms=, round_timeout_ms=",
+      [](const StrategyOptions& options)
+          -> absl::StatusOr<std::unique_ptr<Strategy>> {
+        ASSIGN_OR_RETURN(auto strategy, moshpit::MoshpitStrategy::Create(options));
         return std::unique_ptr<Strategy>(std::move(strategy));
       }));
   RETURN_IF_ERROR(registry.Register(

@@ -1,8 +1,8 @@
-// End to end: rdmaflow_train runs the all-reduce, gossip and layer-separated
-// strategies as 3 OS processes over UCX shared memory on Fashion-MNIST:
-// LeNet-5 with 3 replicas (all-reduce, gossip), and the VGG-like net with 2
-// conv ranks and 1 FC rank, all learn far above chance (10 %). Skips
-// without the dataset.
+// End to end: rdmaflow_train runs the all-reduce, gossip, Moshpit and
+// layer-separated strategies as OS processes over UCX shared memory on
+// Fashion-MNIST: LeNet-5 with 3 replicas (all-reduce, gossip) and 4
+// (Moshpit, a 2x2 grid), and the VGG-like net with 2 conv ranks and 1 FC
+// rank, all learn far above chance (10 %). Skips without the dataset.
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/train_runner.h"
@@ -22,6 +22,13 @@ TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
 TEST_F(StrategiesTrainE2eTest, GossipTrainsLeNet) {
   const double accuracy = testing::TrainAndGetAccuracy(
       "gossip", "--local 3 --model lenet5 --strategy gossip --steps 150");
+  RecordProperty("test_accuracy", absl::StrCat(accuracy));
+  EXPECT_GT(accuracy, 0.60);
+}
+
+TEST_F(StrategiesTrainE2eTest, MoshpitTrainsLeNetOnA2x2Grid) {
+  const double accuracy = testing::TrainAndGetAccuracy(
+      "moshpit", "--local 4 --model lenet5 --strategy moshpit --steps 150");
   RecordProperty("test_accuracy", absl::StrCat(accuracy));
   EXPECT_GT(accuracy, 0.60);
 }

@@ -1,0 +1,55 @@
+// File: moshpit_group.cc
+#include "strategies/moshpit/moshpit_group.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace rdmaflow::strategies::moshpit {
+
+absl::StatusOr<std::vector<int>> FormGroup(rdma::Store& store, const std::string& prefix,
+                                           int rank, int expected,
+                                           absl::Duration timeout) {
+  ASSIGN_OR_RETURN(int64_t ticket, store.Add(prefix + "/count", 1));
+  RETURN_IF_ERROR(store.Set(absl::StrCat(prefix, "/member/", ticket), absl::StrCat(rank)));
+  const absl::Time deadline = absl::Now() + timeout;
+  // Poll with Adds of 0 (they answer at once) until the group is sealed.
+  while (true) {
+    ASSIGN_OR_RETURN(int64_t sealing, store.Add(prefix + "/seal", 0));
+    if (sealing > 0) break;
+    ASSIGN_OR_RETURN(int64_t taken, store.Add(prefix + "/count", 0));
+    if (taken >= expected || absl::Now() >= deadline) {
+      ASSIGN_OR_RETURN(int64_t first, store.Add(prefix + "/seal", 1));
+      if (first == 1) {
+        ASSIGN_OR_RETURN(taken, store.Add(prefix + "/count", 0));
+        RETURN_IF_ERROR(store.Set(prefix + "/final", absl::StrCat(taken)));
+      }
+      break;
+    }
+    std::this_thread::yield();
+  }
+  // The sealer writes /final right after winning the seal.
+  ASSIGN_OR_RETURN(std::string text, store.Get(prefix + "/final", absl::Seconds(60)));
+  int64_t final_count = 0;
+  if (!absl::SimpleAtoi(text, &final_count)) {
+    return absl::InternalError(absl::StrCat("moshpit group ", prefix, ": final '", text, "'"));
+  }
+  if (ticket > final_count) return std::vector<int>{rank};  // too late: alone
+  std::vector<int> members;
+  for (int64_t i = 1; i <= final_count; ++i) {
+    ASSIGN_OR_RETURN(std::string member,
+                     store.Get(absl::StrCat(prefix, "/member/", i), absl::Seconds(60)));
+    int value = -1;
+    if (!absl::SimpleAtoi(member, &value)) {
+      return absl::InternalError(absl::StrCat("moshpit group ", prefix, ": member '", member, "'"));
+    }
+    members.push_back(value);
+  }
+  std::sort(members.begin(), members.end());
+  return members;
+}
+
+}  // namespace rdmaflow::strategies::moshpit

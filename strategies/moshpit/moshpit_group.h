@@ -1,0 +1,36 @@
+// File: moshpit_group.h
+// -----------------------------------------------------------------------------
+// Forming one Moshpit group for one round through the Store, so that a
+// missing or dead peer shrinks its group instead of stalling it:
+//   1. each peer takes a ticket (Add on <prefix>/count) and records its rank
+//      under <prefix>/member/<ticket>;
+//   2. the first peer to see all `expected` tickets taken, or to reach its
+//      deadline, seals the group (the first Add on <prefix>/seal) by writing
+//      the number of tickets taken then into <prefix>/final;
+//   3. the group is the holders of tickets 1..final, ascending by rank; a
+//      peer whose ticket came later is alone this round (it rejoins the
+//      next one).
+// Every peer of a group gets the same list: the store's operations are
+// atomic, and the seal is written once.
+#ifndef RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_GROUP_H_
+#define RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_GROUP_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rdma/store.h"
+
+namespace rdmaflow::strategies::moshpit {
+
+// Joins the group under `prefix` (unique per round and group) as `rank`,
+// waiting up to `timeout` for the `expected` members. Returns the members,
+// ascending (this rank included). Store errors are returned.
+absl::StatusOr<std::vector<int>> FormGroup(rdma::Store& store, const std::string& prefix,
+                                           int rank, int expected,
+                                           absl::Duration timeout);
+
+}  // namespace rdmaflow::strategies::moshpit
+
+#endif  // RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_GROUP_H_

@@ -1,0 +1,129 @@
+// File: moshpit_strategy.cc
+#include "strategies/moshpit/moshpit_strategy.h"
+
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/ring_allreduce.h"
+#include "common/status_macros.h"
+#include "graph_analyzer/graph_builder.h"
+#include "strategies/moshpit/moshpit_group.h"
+#include "strategies/strategy_params.h"
+
+namespace rdmaflow::strategies::moshpit {
+
+absl::StatusOr<std::unique_ptr<MoshpitStrategy>> MoshpitStrategy::Create(
+    const StrategyOptions& options) {
+  MoshpitOptions moshpit;
+  int64_t group_ms = 2000, round_ms = 10000;
+  StrategyParams params("moshpit", options.params);
+  RETURN_IF_ERROR(params.Int("side", 2, &moshpit.side));
+  RETURN_IF_ERROR(params.Int("dims", 0, &moshpit.dims));
+  RETURN_IF_ERROR(params.Int("period", 1, &moshpit.period));
+  RETURN_IF_ERROR(params.Int("group_timeout_ms", int64_t{1}, &group_ms));
+  RETURN_IF_ERROR(params.Int("round_timeout_ms", int64_t{1}, &round_ms));
+  RETURN_IF_ERROR(params.Done());
+  RETURN_IF_ERROR(CheckTrainingOptions("moshpit", options.steps, options.learning_rate,
+                                       options.momentum));
+  moshpit.group_timeout = absl::Milliseconds(group_ms);
+  moshpit.round_timeout = absl::Milliseconds(round_ms);
+  return std::unique_ptr<MoshpitStrategy>(new MoshpitStrategy(options, moshpit));
+}
+
+absl::StatusOr<graph::GraphDef> MoshpitStrategy::Prepare(
+    const StrategyContext& context, std::vector<Parameter> parameters) {
+  if (context.transport == nullptr || context.store == nullptr) {
+    return absl::InvalidArgumentError("moshpit needs a transport and a store");
+  }
+  ASSIGN_OR_RETURN(MoshpitGrid grid,
+                   MoshpitGrid::Create(context.world_size, moshpit_.side, moshpit_.dims));
+  grid_ = std::make_unique<MoshpitGrid>(grid);
+  ASSIGN_OR_RETURN(replica_, LocalSgd::Create("moshpit", std::move(parameters)));
+  context_ = context;
+  // Declared: each rank's flat parameters (the rounds' rings plan their
+  // own slots).
+  graph::GraphBuilder b("moshpit");
+  b.SetWorldSize(context.world_size);
+  for (int r = 0; r < context.world_size; ++r) {
+    b.SetRank(r);
+    b.Variable(absl::StrCat("r", r, "/params"), graph::DT_FLOAT32,
+               {static_cast<int64_t>(replica_->bytes() / sizeof(float))});
+  }
+  return std::move(b).Build();
+}
+
+absl::Status MoshpitStrategy::Start() {
+  if (replica_ == nullptr) return absl::FailedPreconditionError("moshpit: Prepare() first");
+  return absl::OkStatus();
+}
+
+absl::Status MoshpitStrategy::AverageRound() {
+  const int round = round_++;
+  const int rank = context_.rank;
+  const std::string key = grid_->GroupKey(rank, round);
+  const std::string ns =
+      absl::StrCat(options_.communicator_options.ns, "/moshpit/t", round, "/", key);
+  const int expected = static_cast<int>(grid_->GroupOf(rank, round).size());
+  ASSIGN_OR_RETURN(std::vector<int> members,
+                   FormGroup(*context_.store, ns, rank, expected, moshpit_.group_timeout));
+  group_sizes_.push_back(static_cast<int>(members.size()));
+  if (members.size() < 2) return absl::OkStatus();
+  collectives::RingAllReduceOptions ring_options;
+  ring_options.name = "avg";
+  ring_options.capacity_bytes = replica_->bytes();
+  ring_options.timeout = moshpit_.round_timeout;
+  absl::Status status;
+  {
+    absl::StatusOr<std::unique_ptr<collectives::RingAllReduce>> ring =
+        collectives::RingAllReduce::Create(*context_.transport, *context_.store, ns,
+                                           members, ring_options);
+    status = ring.status();
+    if (status.ok()) {
+      std::memcpy((*ring)->data(), replica_->flat().data_ptr<float>(), replica_->bytes());
+      status = (*ring)->AllReduce(0, replica_->bytes() / sizeof(float),
+                                  collectives::DataType::kFloat32);
+      if (status.ok()) {
+        torch::NoGradGuard no_grad;
+        torch::Tensor sum = torch::from_blob(
+            (*ring)->data(), {static_cast<int64_t>(replica_->bytes() / sizeof(float))},
+            torch::kFloat32);
+        replica_->flat().copy_(sum).div_(static_cast<double>(members.size()));
+        counters_.bytes_sent += (*ring)->stats().bytes_sent;
+        counters_.tensors_sent += (*ring)->stats().messages;
+        status = (*ring)->Shutdown();
+      }
+    }
+  }
+  if (!status.ok()) {
+    // A member died in the round: keep training, try again next round.
+    ++failed_rounds_;
+    std::fprintf(stderr, "moshpit rank %d: round %d's average in group %s failed: %s\n",
+                 rank, round, key.c_str(), status.ToString().c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepReport> MoshpitStrategy::Step(const ComputeFn& compute) {
+  if (replica_ == nullptr) return absl::FailedPreconditionError("moshpit: Prepare() first");
+  if (done()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "moshpit rank ", context_.rank, " already ran its ", options_.steps, " steps"));
+  }
+  StepReport report;
+  report.clock = report.min_clock = clock_;
+  replica_->ZeroGradients();
+  const absl::Time begin = absl::Now();
+  ASSIGN_OR_RETURN(report.compute, compute());
+  replica_->Step(options_.learning_rate, options_.momentum);
+  const absl::Time computed = absl::Now();
+  if ((clock_ + 1) % moshpit_.period == 0) RETURN_IF_ERROR(AverageRound());
+  report.compute_time = computed - begin;
+  report.comm_time = absl::Now() - computed;
+  ++clock_;
+  counters_.steps = clock_;
+  return report;
+}
+
+}  // namespace rdmaflow::strategies::moshpit

@@ -1,0 +1,83 @@
+// File: moshpit_strategy.h
+// -----------------------------------------------------------------------------
+// Moshpit All-Reduce ("moshpit", Ryabinin et al., NeurIPS 2021): every rank
+// trains its replica with local SGD and, every `period` steps, averages
+// within a small group that changes each round. Peers sit on an M^d grid
+// (moshpit_grid.h); round t's group is the peers that share every
+// coordinate except dimension t mod d, formed through the Store with
+// per-round keys and a timeout (moshpit_group.h), so a missing or dead peer
+// shrinks its group instead of stalling it. The group averages with the
+// ring all-reduce (collectives/), created for the round's members. On a
+// full grid, d rounds give every peer the exact global average.
+// Parameters: side (M, 2), dims (d, derived from the ranks), period (1),
+// group_timeout_ms (2000), round_timeout_ms (10000): a group whose
+// all-reduce fails (a member died in it) skips that round's average.
+// See docs/strategies.md.
+#ifndef RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_STRATEGY_H_
+#define RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_STRATEGY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "strategies/local_sgd.h"
+#include "strategies/moshpit/moshpit_grid.h"
+#include "strategies/strategy.h"
+
+namespace rdmaflow::strategies::moshpit {
+
+struct MoshpitOptions {
+  int side = 2;
+  int dims = 0;  // derived
+  int period = 1;
+  absl::Duration group_timeout = absl::Seconds(2);
+  absl::Duration round_timeout = absl::Seconds(10);
+};
+
+// Thread-compatible: one thread drives a rank's strategy.
+class MoshpitStrategy final : public Strategy {
+ public:
+  static absl::StatusOr<std::unique_ptr<MoshpitStrategy>> Create(
+      const StrategyOptions& options);
+
+  std::string name() const override { return "moshpit"; }
+  std::string role() const override { return "peer"; }
+  bool computes() const override { return true; }
+  int workers() const override { return context_.world_size; }
+  int worker_index() const override { return context_.rank; }
+  absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
+                                          std::vector<Parameter> parameters) override;
+  absl::Status Start() override;
+  absl::StatusOr<StepReport> Step(const ComputeFn& compute) override;
+  bool done() const override { return clock_ >= options_.steps; }
+  absl::Status Finish() override { return absl::OkStatus(); }
+  runtime::TransferCounters counters() const override { return counters_; }
+
+  // The size of the group of each round so far, and rounds whose average
+  // failed (for tests and logs).
+  const std::vector<int>& group_sizes() const { return group_sizes_; }
+  int failed_rounds() const { return failed_rounds_; }
+
+ private:
+  MoshpitStrategy(StrategyOptions options, MoshpitOptions moshpit)
+      : options_(std::move(options)), moshpit_(moshpit) {}
+  // One round: form the group, average in it.
+  absl::Status AverageRound();
+
+  const StrategyOptions options_;
+  const MoshpitOptions moshpit_;
+  StrategyContext context_;
+  std::unique_ptr<MoshpitGrid> grid_;
+  std::unique_ptr<LocalSgd> replica_;
+  std::vector<int> group_sizes_;
+  int failed_rounds_ = 0;
+  int round_ = 0;
+  int64_t clock_ = 0;
+  runtime::TransferCounters counters_;
+};
+
+}  // namespace rdmaflow::strategies::moshpit
+
+#endif  // RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_STRATEGY_H_
