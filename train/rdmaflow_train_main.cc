@@ -24,11 +24,15 @@ ABSL_FLAG(int, local, 0,
           "world size); without it, the rank comes from torchrun, mpirun or "
           "Slurm variables");
 ABSL_FLAG(std::string, model, "lenet5", "mlp | lenet5 | vgg | resnet");
-ABSL_FLAG(std::string, strategy, "ps", "training strategy (ps)");
+ABSL_FLAG(std::string, strategy, "ps",
+          "ps | allreduce | layer_separated | gossip | moshpit (docs/strategies.md)");
 ABSL_FLAG(int, servers, 1, "ps: ranks 0..servers-1 are parameter servers");
 ABSL_FLAG(std::string, sync, "bsp", "ps: bsp | asp | ssp:S | dssp:LOW:HIGH");
 ABSL_FLAG(std::string, strategy_params, "",
-          "more strategy settings, key=value,... (ps: pull=read|send, copies=K)");
+          "more strategy settings, key=value,... (ps: pull=read|send, copies=K; "
+          "allreduce: bucket_bytes=4M; layer_separated: fc_ranks=K; gossip: "
+          "beta=0.5,period=1,topology=random|ring; moshpit: side=2,dims=D,"
+          "period=1,group_timeout_ms=2000); an unknown key lists the known ones");
 ABSL_FLAG(std::string, communicator, "rdma", "rdma | rdma_copy | grpc");
 ABSL_FLAG(std::string, transport, "ucx", "ucx | ibverbs | loopback");
 ABSL_FLAG(std::string, transport_params, "", "backend settings, key=value,...");
@@ -129,8 +133,9 @@ int Main(int argc, char** argv) {
       "trains a model with a distributed strategy over rdmaflow.\n"
       "  rdmaflow_train --local 3 --model lenet5 --sync ssp:3 --steps 300\n"
       "  torchrun --nproc_per_node 3 --no-python rdmaflow_train --model vgg\n"
-      "Ranks 0..servers-1 serve parameters, the others train; see "
-      "docs/strategies.md.");
+      "  rdmaflow_train --local 4 --model vgg --strategy layer_separated\n"
+      "Under ps, ranks 0..servers-1 serve parameters and the others train; "
+      "see docs/strategies.md.");
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<TrainConfig> config = ConfigFromFlags();
   if (!config.ok()) {
