@@ -37,16 +37,8 @@ std::string GossipStrategy::Ns() const {
 
 absl::StatusOr<graph::GraphDef> GossipStrategy::Prepare(
     const StrategyContext& context, std::vector<Parameter> parameters) {
-  if (context.transport == nullptr || context.store == nullptr) {
-    return absl::InvalidArgumentError("gossip needs a transport and a store");
-  }
-  if (context.world_size < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gossip needs at least 2 ranks to mix, the job has ", context.world_size));
-  }
-  ASSIGN_OR_RETURN(replica_, LocalSgd::Create("gossip", std::move(parameters)));
+  RETURN_IF_ERROR(Adopt(context, std::move(parameters), 2));
   bytes_ = replica_->bytes();
-  context_ = context;
   // Declared: each rank's published parameters (read by its peers).
   graph::GraphBuilder b("gossip");
   b.SetWorldSize(context.world_size);
@@ -60,15 +52,14 @@ absl::StatusOr<graph::GraphDef> GossipStrategy::Prepare(
 
 absl::Status GossipStrategy::Start() {
   if (bytes_ == 0) return absl::FailedPreconditionError("gossip: Prepare() first");
-  if (started_) return absl::FailedPreconditionError("gossip: started twice");
-  started_ = true;
+  if (started()) return absl::FailedPreconditionError("gossip: started twice");
   const int64_t elements = bytes_ / sizeof(float);
   rdma::Transport& transport = *context_.transport;
   ASSIGN_OR_RETURN(published_, runtime::VersionedBuffer::Create(
                                    transport, *context_.store, Ns(),
                                    absl::StrCat("r", context_.rank), bytes_,
                                    gossip_.copies));
-  RETURN_IF_ERROR(Publish());
+  Publish();
   readers_.resize(context_.world_size);
   for (int r = 0; r < context_.world_size; ++r) {
     if (r == context_.rank) continue;
@@ -83,18 +74,20 @@ absl::Status GossipStrategy::Start() {
   selector_ = std::make_unique<PeerSelector>(gossip_.topology, context_.rank,
                                              context_.world_size, gossip_.seed);
   // Nobody reads a peer before every peer has published its first version.
-  return rdma::Barrier(*context_.store, Ns(), "published", context_.world_size,
-                       options_.communicator_options.timeout, &transport);
-}
-
-absl::Status GossipStrategy::Publish() {
-  published_->Update([&](std::byte* next, const std::byte*) {
-    std::memcpy(next, replica_->flat().data_ptr<float>(), bytes_);
-  });
+  RETURN_IF_ERROR(rdma::Barrier(*context_.store, Ns(), "published", context_.world_size,
+                                options_.communicator_options.timeout, &transport));
+  MarkStarted();
   return absl::OkStatus();
 }
 
-absl::Status GossipStrategy::MixWithPeer() {
+void GossipStrategy::Publish() {
+  published_->Update([&](std::byte* next, const std::byte*) {
+    std::memcpy(next, replica_->flat().data_ptr<float>(), bytes_);
+  });
+}
+
+absl::Status GossipStrategy::Exchange() {
+  Publish();
   const int peer = selector_->Next();
   RETURN_IF_ERROR(readers_[peer]->Read({scratch_.get(), 0, bytes_}).status());
   ++counters_.tensors_received;
@@ -105,32 +98,8 @@ absl::Status GossipStrategy::MixWithPeer() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepReport> GossipStrategy::Step(const ComputeFn& compute) {
-  if (!started_) return absl::FailedPreconditionError("gossip: Step() before Start()");
-  if (done()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gossip rank ", context_.rank, " already ran its ", options_.steps, " steps"));
-  }
-  StepReport report;
-  report.clock = report.min_clock = clock_;
-  replica_->ZeroGradients();
-  const absl::Time begin = absl::Now();
-  ASSIGN_OR_RETURN(report.compute, compute());
-  replica_->Step(options_.learning_rate, options_.momentum);
-  const absl::Time computed = absl::Now();
-  if ((clock_ + 1) % gossip_.period == 0) {
-    RETURN_IF_ERROR(Publish());
-    RETURN_IF_ERROR(MixWithPeer());
-  }
-  report.compute_time = computed - begin;
-  report.comm_time = absl::Now() - computed;
-  ++clock_;
-  counters_.steps = clock_;
-  return report;
-}
-
 absl::Status GossipStrategy::Finish() {
-  if (finished_ || !started_) return absl::OkStatus();
+  if (finished_ || !started()) return absl::OkStatus();
   finished_ = true;
   // Peers may still be reading our buffer (over TCP they need our progress).
   return rdma::Barrier(*context_.store, Ns(), "finished", context_.world_size,

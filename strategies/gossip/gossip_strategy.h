@@ -22,8 +22,7 @@
 #include "rdma/memory_region.h"
 #include "runtime/versioned_buffer.h"
 #include "strategies/gossip/peer_selector.h"
-#include "strategies/local_sgd.h"
-#include "strategies/strategy.h"
+#include "strategies/local_sgd_strategy.h"
 
 namespace rdmaflow::strategies::gossip {
 
@@ -36,39 +35,30 @@ struct GossipOptions {
 };
 
 // Thread-compatible: one thread drives a rank's strategy.
-class GossipStrategy final : public Strategy {
+class GossipStrategy final : public LocalSgdStrategy {
  public:
   // kInvalidArgument for bad parameters (beta outside (0, 1], ...).
   static absl::StatusOr<std::unique_ptr<GossipStrategy>> Create(
       const StrategyOptions& options);
 
   std::string name() const override { return "gossip"; }
-  std::string role() const override { return "peer"; }
-  bool computes() const override { return true; }
-  int workers() const override { return context_.world_size; }
-  int worker_index() const override { return context_.rank; }
   absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
                                           std::vector<Parameter> parameters) override;
   absl::Status Start() override;
-  absl::StatusOr<StepReport> Step(const ComputeFn& compute) override;
-  bool done() const override { return clock_ >= options_.steps; }
   absl::Status Finish() override;
-  runtime::TransferCounters counters() const override { return counters_; }
 
   // The peers this rank mixed with, in order (for tests).
   const std::vector<int>& peers_mixed() const { return peers_mixed_; }
 
  private:
   GossipStrategy(StrategyOptions options, GossipOptions gossip)
-      : options_(std::move(options)), gossip_(gossip) {}
+      : LocalSgdStrategy(std::move(options), gossip.period), gossip_(gossip) {}
   std::string Ns() const;
-  absl::Status Publish();
-  absl::Status MixWithPeer();
+  void Publish();
+  // Publishes, then mixes with the next peer's latest parameters.
+  absl::Status Exchange() override;
 
-  const StrategyOptions options_;
   const GossipOptions gossip_;
-  StrategyContext context_;
-  std::unique_ptr<LocalSgd> replica_;  // the parameters, flat
   size_t bytes_ = 0;
   std::unique_ptr<PeerSelector> selector_;
   std::unique_ptr<runtime::VersionedBuffer> published_;
@@ -76,9 +66,6 @@ class GossipStrategy final : public Strategy {
   std::unique_ptr<rdma::MemoryRegion> scratch_;  // a peer's parameters
   torch::Tensor peer_;                           // view of scratch_
   std::vector<int> peers_mixed_;
-  runtime::TransferCounters counters_;
-  int64_t clock_ = 0;
-  bool started_ = false;
   bool finished_ = false;
 };
 

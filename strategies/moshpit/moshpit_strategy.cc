@@ -34,14 +34,10 @@ absl::StatusOr<std::unique_ptr<MoshpitStrategy>> MoshpitStrategy::Create(
 
 absl::StatusOr<graph::GraphDef> MoshpitStrategy::Prepare(
     const StrategyContext& context, std::vector<Parameter> parameters) {
-  if (context.transport == nullptr || context.store == nullptr) {
-    return absl::InvalidArgumentError("moshpit needs a transport and a store");
-  }
   ASSIGN_OR_RETURN(MoshpitGrid grid,
                    MoshpitGrid::Create(context.world_size, moshpit_.side, moshpit_.dims));
   grid_ = std::make_unique<MoshpitGrid>(grid);
-  ASSIGN_OR_RETURN(replica_, LocalSgd::Create("moshpit", std::move(parameters)));
-  context_ = context;
+  RETURN_IF_ERROR(Adopt(context, std::move(parameters), 1));
   // Declared: each rank's flat parameters (the rounds' rings plan their
   // own slots).
   graph::GraphBuilder b("moshpit");
@@ -56,10 +52,11 @@ absl::StatusOr<graph::GraphDef> MoshpitStrategy::Prepare(
 
 absl::Status MoshpitStrategy::Start() {
   if (replica_ == nullptr) return absl::FailedPreconditionError("moshpit: Prepare() first");
+  MarkStarted();
   return absl::OkStatus();
 }
 
-absl::Status MoshpitStrategy::AverageRound() {
+absl::Status MoshpitStrategy::Exchange() {
   const int round = round_++;
   const int rank = context_.rank;
   const std::string key = grid_->GroupKey(rank, round);
@@ -103,27 +100,6 @@ absl::Status MoshpitStrategy::AverageRound() {
                  rank, round, key.c_str(), status.ToString().c_str());
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<StepReport> MoshpitStrategy::Step(const ComputeFn& compute) {
-  if (replica_ == nullptr) return absl::FailedPreconditionError("moshpit: Prepare() first");
-  if (done()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "moshpit rank ", context_.rank, " already ran its ", options_.steps, " steps"));
-  }
-  StepReport report;
-  report.clock = report.min_clock = clock_;
-  replica_->ZeroGradients();
-  const absl::Time begin = absl::Now();
-  ASSIGN_OR_RETURN(report.compute, compute());
-  replica_->Step(options_.learning_rate, options_.momentum);
-  const absl::Time computed = absl::Now();
-  if ((clock_ + 1) % moshpit_.period == 0) RETURN_IF_ERROR(AverageRound());
-  report.compute_time = computed - begin;
-  report.comm_time = absl::Now() - computed;
-  ++clock_;
-  counters_.steps = clock_;
-  return report;
 }
 
 }  // namespace rdmaflow::strategies::moshpit

@@ -22,9 +22,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "strategies/local_sgd.h"
+#include "strategies/local_sgd_strategy.h"
 #include "strategies/moshpit/moshpit_grid.h"
-#include "strategies/strategy.h"
 
 namespace rdmaflow::strategies::moshpit {
 
@@ -37,23 +36,16 @@ struct MoshpitOptions {
 };
 
 // Thread-compatible: one thread drives a rank's strategy.
-class MoshpitStrategy final : public Strategy {
+class MoshpitStrategy final : public LocalSgdStrategy {
  public:
   static absl::StatusOr<std::unique_ptr<MoshpitStrategy>> Create(
       const StrategyOptions& options);
 
   std::string name() const override { return "moshpit"; }
-  std::string role() const override { return "peer"; }
-  bool computes() const override { return true; }
-  int workers() const override { return context_.world_size; }
-  int worker_index() const override { return context_.rank; }
   absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
                                           std::vector<Parameter> parameters) override;
   absl::Status Start() override;
-  absl::StatusOr<StepReport> Step(const ComputeFn& compute) override;
-  bool done() const override { return clock_ >= options_.steps; }
   absl::Status Finish() override { return absl::OkStatus(); }
-  runtime::TransferCounters counters() const override { return counters_; }
 
   // The size of the group of each round so far, and rounds whose average
   // failed (for tests and logs).
@@ -62,20 +54,15 @@ class MoshpitStrategy final : public Strategy {
 
  private:
   MoshpitStrategy(StrategyOptions options, MoshpitOptions moshpit)
-      : options_(std::move(options)), moshpit_(moshpit) {}
+      : LocalSgdStrategy(std::move(options), moshpit.period), moshpit_(moshpit) {}
   // One round: form the group, average in it.
-  absl::Status AverageRound();
+  absl::Status Exchange() override;
 
-  const StrategyOptions options_;
   const MoshpitOptions moshpit_;
-  StrategyContext context_;
   std::unique_ptr<MoshpitGrid> grid_;
-  std::unique_ptr<LocalSgd> replica_;
   std::vector<int> group_sizes_;
   int failed_rounds_ = 0;
   int round_ = 0;
-  int64_t clock_ = 0;
-  runtime::TransferCounters counters_;
 };
 
 }  // namespace rdmaflow::strategies::moshpit
