@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace rdmaflow::strategies {
@@ -20,6 +21,11 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
   std::unique_ptr<DataParallelGroup> group(new DataParallelGroup());
   std::vector<size_t> bytes;
   for (const Parameter& p : parameters) {
+    if (p.tensor.scalar_type() != torch::kFloat32 || !p.tensor.is_cpu()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data-parallel group '", options.name, "': parameter '", p.name,
+          "' must be a float32 CPU tensor"));
+    }
     bytes.push_back(static_cast<size_t>(p.tensor.numel()) * sizeof(float));
   }
   ASSIGN_OR_RETURN(group->layout_, collectives::LayOut(bytes, kAlignment));

@@ -79,6 +79,19 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<1>(info.param));
     });
 
+TEST(AllReduceStrategyTest, AFloat64ParameterIsRefusedByName) {
+  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(Options(1, {})));
+        std::vector<Parameter> params = {{"w", torch::zeros({3}, torch::kFloat64)}};
+        RETURN_IF_ERROR(strategy->Prepare({rank, 2, &transport, &store}, params).status());
+        return strategy->Start();
+      });
+  for (const absl::Status& s : status) {
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("'w'")));
+  }
+}
+
 TEST(AllReduceStrategyTest, BadParametersAreNamed) {
   EXPECT_THAT(AllReduceStrategy::Create(Options(1, {{"bucket", "1"}})).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -186,8 +186,9 @@ absl::Status LayerSeparatedStrategy::Start() {
   if (everyone_ == nullptr) {
     return absl::FailedPreconditionError("layer_separated: call Prepare() before Start()");
   }
-  if (started_) return absl::FailedPreconditionError("layer_separated: started twice");
-  started_ = true;
+  if (started_ || communicator_ != nullptr) {
+    return absl::FailedPreconditionError("layer_separated: started twice");
+  }
   ASSIGN_OR_RETURN(plan_, graph::PlanGraph(BuildStanzaGraph(layout_), {}));
   ASSIGN_OR_RETURN(communicator_,
                    runtime::CreateCommunicator(options_.communicator, plan_,
@@ -221,6 +222,7 @@ absl::Status LayerSeparatedStrategy::Start() {
   ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(*context_.transport, *context_.store,
                                                      Ns(), members,
                                                      conv_ ? features_ : head_, group));
+  started_ = true;  // only now may Step() and Finish() use all of the above
   return absl::OkStatus();
 }
 
