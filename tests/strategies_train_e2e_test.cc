@@ -33,6 +33,16 @@ TEST_F(StrategiesTrainE2eTest, MoshpitTrainsLeNetOnA2x2Grid) {
   EXPECT_GT(accuracy, 0.60);
 }
 
+TEST_F(StrategiesTrainE2eTest, MoshpitSurvivesARankKilledHalfWay) {
+  // Rank 3 SIGKILLs itself before step 75; the job (and its summary) must
+  // still complete, with the survivors trained.
+  const double accuracy = testing::TrainAndGetAccuracy(
+      "moshpit_churn", "--local 4 --model lenet5 --strategy moshpit --steps 150 "
+                       "--kill_rank 3 --kill_step 75");
+  RecordProperty("test_accuracy", absl::StrCat(accuracy));
+  EXPECT_GT(accuracy, 0.60);
+}
+
 TEST_F(StrategiesTrainE2eTest, LayerSeparatedTrainsTheVggLikeNet) {
   const double accuracy = testing::TrainAndGetAccuracy(
       "layer_separated",

@@ -48,6 +48,10 @@ ABSL_FLAG(bool, synthetic, false, "train on synthetic data instead");
 ABSL_FLAG(int64_t, synthetic_samples, 12000, "training samples of --synthetic");
 ABSL_FLAG(int, slow_rank, -1, "rank whose compute is slowed (a straggler)");
 ABSL_FLAG(double, slow_factor, 1.0, "how many times slower --slow_rank computes");
+ABSL_FLAG(int, kill_rank, -1,
+          "churn: this rank (not 0) kills itself (SIGKILL) before step --kill_step; "
+          "the others go on without it where the strategy allows (moshpit)");
+ABSL_FLAG(int64_t, kill_step, 0, "the step before which --kill_rank dies");
 ABSL_FLAG(int64_t, eval_every, 0,
           "evaluate on --eval_samples test images every N steps (0: at the end only)");
 ABSL_FLAG(int64_t, eval_samples, 2000, "test images of the periodic evaluations");
@@ -87,6 +91,8 @@ absl::StatusOr<TrainConfig> ConfigFromFlags() {
   config.synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
   config.slow_rank = absl::GetFlag(FLAGS_slow_rank);
   config.slow_factor = absl::GetFlag(FLAGS_slow_factor);
+  config.kill_rank = absl::GetFlag(FLAGS_kill_rank);
+  config.kill_step = absl::GetFlag(FLAGS_kill_step);
   config.eval_every = absl::GetFlag(FLAGS_eval_every);
   config.eval_samples = absl::GetFlag(FLAGS_eval_samples);
   config.log_prefix = absl::GetFlag(FLAGS_log_prefix);
@@ -161,9 +167,10 @@ int Main(int argc, char** argv) {
                  "(N >= 2), or start it under torchrun, mpirun or srun\n");
     return 2;
   }
-  return bench::RunLocalJob(local, argv, {}, [&](rdma::Store& store) {
-    return RunRank(*config, 0, local, store);
-  });
+  return bench::RunLocalJob(
+      local, argv, {},
+      [&](rdma::Store& store) { return RunRank(*config, 0, local, store); },
+      config->kill_rank);
 }
 
 }  // namespace

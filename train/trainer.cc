@@ -1,6 +1,7 @@
 // File: trainer.cc
 #include "train/trainer.h"
 
+#include <csignal>
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -107,6 +108,11 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
     return absl::InvalidArgumentError(
         "batch size and steps must be positive, the slow factor at least 1");
   }
+  if (config.kill_rank == 0 || config.kill_rank >= world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kill_rank must be a rank in 1..", world_size - 1,
+        " (rank 0 hosts the job's store), got ", config.kill_rank));
+  }
   torch::set_num_threads(1);  // ranks share the machine's cores
   ASSIGN_OR_RETURN(auto transport, bench::MakeTransport(config.transport,
                                                         config.transport_params, rank));
@@ -177,6 +183,12 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   double last_loss = 0;
   int64_t steps = 0;
   while (!strategy->done()) {
+    if (rank == config.kill_rank && steps == config.kill_step) {
+      std::fprintf(stderr, "rank %d: killing itself before step %lld (--kill_rank)\n",
+                   rank, static_cast<long long>(steps));
+      std::fflush(stderr);
+      raise(SIGKILL);
+    }
     const absl::Time step_begin = absl::Now();
     ASSIGN_OR_RETURN(strategies::StepReport report,
                      strategy->Step(strategy->computes() ? compute : nullptr));
@@ -217,8 +229,10 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   RETURN_IF_ERROR(store.Set(absl::StrCat("train/wire/", rank),
                             absl::StrCat(counters.bytes_sent + counters.bytes_read)));
   int64_t wire = 0;
+  const int alive = world_size - (config.kill_rank > 0 ? 1 : 0);
   if (reporter) {
     for (int r = 0; r < world_size; ++r) {
+      if (r == config.kill_rank) continue;
       ASSIGN_OR_RETURN(std::string bytes,
                        store.Get(absl::StrCat("train/wire/", r), config.timeout));
       int64_t value = 0;
@@ -227,7 +241,7 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   }
   // Rank 0 may host the store (torchrun without its agent, our netns
   // launches): nobody leaves before the reporter has read it.
-  RETURN_IF_ERROR(rdma::Barrier(store, "train", "exit", world_size, config.timeout));
+  RETURN_IF_ERROR(rdma::Barrier(store, "train", "exit", alive, config.timeout));
   if (!reporter) return summary;
   summary.wire_bytes_per_step = static_cast<double>(wire) / std::max<int64_t>(steps, 1);
   summary.reported = true;

@@ -36,6 +36,11 @@ struct TrainConfig {
   int64_t synthetic_samples = 12000;
   int slow_rank = -1;
   double slow_factor = 1.0;
+  // Churn: rank `kill_rank` kills itself (SIGKILL, no clean-up) when it is
+  // about to start step `kill_step`; the others finish without it (the
+  // strategies that tolerate it: moshpit). -1: nobody.
+  int kill_rank = -1;
+  int64_t kill_step = 0;
   int64_t eval_every = 0;       // 0: only at the end
   int64_t eval_samples = 2000;  // of the test set, for the periodic points
   std::string log_prefix;       // <prefix>.rank<R>.csv and <prefix>.json

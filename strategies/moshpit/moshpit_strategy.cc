@@ -1,6 +1,7 @@
 // File: moshpit_strategy.cc
 #include "strategies/moshpit/moshpit_strategy.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -62,10 +63,29 @@ absl::Status MoshpitStrategy::Exchange() {
   const std::string key = grid_->GroupKey(rank, round);
   const std::string ns =
       absl::StrCat(options_.communicator_options.ns, "/moshpit/t", round, "/", key);
-  const int expected = static_cast<int>(grid_->GroupOf(rank, round).size());
+  // Every round bumps our heartbeat; a peer that missed a group is
+  // suspected, not waited for, until its heartbeat moves again (it came
+  // back), so a dead peer costs one group timeout, not one per round.
+  rdma::Store& store = *context_.store;
+  const std::string beats = absl::StrCat(options_.communicator_options.ns, "/moshpit/beat/");
+  RETURN_IF_ERROR(store.Add(absl::StrCat(beats, rank), 1).status());
+  const std::vector<int> grid_group = grid_->GroupOf(rank, round);
+  int expected = 0;
+  for (int peer : grid_group) {
+    if (auto it = suspected_.find(peer); it != suspected_.end()) {
+      ASSIGN_OR_RETURN(int64_t beat, store.Add(absl::StrCat(beats, peer), 0));
+      if (beat > it->second) suspected_.erase(it);
+    }
+    if (suspected_.count(peer) == 0) ++expected;
+  }
   ASSIGN_OR_RETURN(std::vector<int> members,
-                   FormGroup(*context_.store, ns, rank, expected, moshpit_.group_timeout));
+                   FormGroup(store, ns, rank, expected, moshpit_.group_timeout));
   group_sizes_.push_back(static_cast<int>(members.size()));
+  for (int peer : grid_group) {
+    if (std::find(members.begin(), members.end(), peer) != members.end()) continue;
+    ASSIGN_OR_RETURN(int64_t beat, store.Add(absl::StrCat(beats, peer), 0));
+    suspected_[peer] = beat;
+  }
   if (members.size() < 2) return absl::OkStatus();
   collectives::RingAllReduceOptions ring_options;
   ring_options.name = "avg";

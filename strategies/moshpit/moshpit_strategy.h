@@ -6,7 +6,8 @@
 // (moshpit_grid.h); round t's group is the peers that share every
 // coordinate except dimension t mod d, formed through the Store with
 // per-round keys and a timeout (moshpit_group.h), so a missing or dead peer
-// shrinks its group instead of stalling it. The group averages with the
+// shrinks its group instead of stalling it (and, once it has missed a group,
+// is not waited for again until its heartbeat shows it back). The group averages with the
 // ring all-reduce (collectives/), created for the round's members. On a
 // full grid, d rounds give every peer the exact global average.
 // Parameters: side (M, 2), dims (d, derived from the ranks), period (1),
@@ -16,6 +17,7 @@
 #ifndef RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_STRATEGY_H_
 #define RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_STRATEGY_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +65,8 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   std::vector<int> group_sizes_;
   int failed_rounds_ = 0;
   int round_ = 0;
+  // Peers that missed a group, with their heartbeat count then.
+  std::map<int, int64_t> suspected_;
 };
 
 }  // namespace rdmaflow::strategies::moshpit
