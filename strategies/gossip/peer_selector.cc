@@ -18,12 +18,24 @@ PeerSelector::PeerSelector(Topology topology, int rank, int world, uint64_t seed
       world_(world),
       generator_(seed * 1000003 + static_cast<uint64_t>(rank)) {}
 
-int PeerSelector::Next() {
-  if (topology_ == Topology::kRing) return (rank_ + 1) % world_;
-  // Uniform over the world_ - 1 others.
-  std::uniform_int_distribution<int> pick(0, world_ - 2);
-  const int other = pick(generator_);
-  return other >= rank_ ? other + 1 : other;
+int PeerSelector::Next(const std::vector<bool>& gone) {
+  auto live = [&](int r) {
+    return r != rank_ && (static_cast<size_t>(r) >= gone.size() || !gone[r]);
+  };
+  if (topology_ == Topology::kRing) {
+    for (int step = 1; step < world_; ++step) {
+      if (live((rank_ + step) % world_)) return (rank_ + step) % world_;
+    }
+    return -1;
+  }
+  // Uniform over the live others.
+  std::vector<int> others;
+  for (int r = 0; r < world_; ++r) {
+    if (live(r)) others.push_back(r);
+  }
+  if (others.empty()) return -1;
+  std::uniform_int_distribution<size_t> pick(0, others.size() - 1);
+  return others[pick(generator_)];
 }
 
 }  // namespace rdmaflow::strategies::gossip

@@ -2,13 +2,15 @@
 // -----------------------------------------------------------------------------
 // Which peer a gossiping rank mixes with next: `random` draws uniformly
 // among the other ranks from a generator seeded with (seed, rank), so a run
-// is reproducible; `ring` always takes the next rank.
+// is reproducible; `ring` always takes the next rank. Ranks marked gone
+// (dead peers) are skipped.
 #ifndef RDMAFLOW_STRATEGIES_GOSSIP_PEER_SELECTOR_H_
 #define RDMAFLOW_STRATEGIES_GOSSIP_PEER_SELECTOR_H_
 
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -22,7 +24,9 @@ absl::StatusOr<Topology> ParseTopology(const std::string& name);
 class PeerSelector {
  public:
   PeerSelector(Topology topology, int rank, int world, uint64_t seed);
-  int Next();
+  // The next peer; `gone` (by rank, empty for none) marks ranks to skip.
+  // -1 when every other rank is gone.
+  int Next(const std::vector<bool>& gone = {});
 
  private:
   Topology topology_;

@@ -1,0 +1,100 @@
+// File: mailbox.h
+// -----------------------------------------------------------------------------
+// Mailboxes: the push side of one-sided exchange. Every rank owns an inbox
+// with one slot per rank of the job; a sender writes a whole message of
+// `bytes` into its own slot at the receiver with one-sided WRITEs, and the
+// receiver picks complete messages out of its inbox without any exchange
+// with the sender. Gossip's push mode (strategies/gossip) uses it.
+//
+// Each slot has a stamp: 2k+1 while message k+1 is being written, 2k+2 once
+// it is whole. Send() writes the odd stamp, flushes, writes the message,
+// flushes, writes the even stamp and flushes, so the stamps bracket the
+// message at the receiver. Collect() copies a slot out between two reads of
+// its stamp: an even stamp that has not changed proves the copy is whole; a
+// slot being overwritten is left for the next Collect() (never a torn
+// message).
+//
+//   ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, "job/gossip",
+//                                              rank, world, bytes, timeout));
+//   RETURN_IF_ERROR(box->Connect(peer));      // after the peer's Create()
+//   RETURN_IF_ERROR(box->Send(peer, data));  // bytes() bytes
+//   box->Collect([&](int sender, const std::byte* message) { ... });
+#ifndef RDMAFLOW_RUNTIME_MAILBOX_H_
+#define RDMAFLOW_RUNTIME_MAILBOX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rdma/endpoint.h"
+#include "rdma/memory_region.h"
+#include "rdma/store.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::runtime {
+
+// Thread-compatible; Send() and Connect() drive `transport`'s progress on the
+// calling thread.
+class Mailbox {
+ public:
+  // Allocates the inbox (`world` slots of `bytes`) and an outbox, and
+  // publishes the inbox as <ns>/mailbox/<rank>. kInvalidArgument for 0 bytes
+  // or a rank outside [0, world); Allocate's errors.
+  static absl::StatusOr<std::unique_ptr<Mailbox>> Create(
+      rdma::Transport& transport, rdma::Store& store, const std::string& ns, int rank,
+      int world, size_t bytes, absl::Duration timeout);
+
+  size_t bytes() const { return bytes_; }
+
+  // Connects to `peer`'s inbox, waiting up to the timeout for it to be
+  // published. kDeadlineExceeded names the peer; a second call is a no-op.
+  absl::Status Connect(int peer);
+
+  // Writes `data` (bytes() bytes) into this rank's slot at `peer`.
+  // kFailedPrecondition before Connect(peer); kUnavailable /
+  // kDeadlineExceeded when the peer is gone or silent.
+  absl::Status Send(int peer, const std::byte* data);
+
+  // Flushes the connection to `peer`: OK while it lives.
+  absl::Status Probe(int peer);
+
+  // Calls `deliver(sender, message)` for every slot holding a whole message
+  // not delivered before, and returns how many it delivered. `message` is a
+  // private copy, valid during the call.
+  int Collect(absl::FunctionRef<void(int sender, const std::byte* message)> deliver);
+
+  // Collect() passes over a slot whose sender was writing it.
+  int64_t busy_slots() const { return busy_slots_; }
+
+ private:
+  Mailbox(rdma::Transport& transport, rdma::Store& store, std::string ns, int rank,
+          int world, size_t bytes, absl::Duration timeout);
+  absl::Status WriteStamp(int peer, uint64_t stamp, absl::Time deadline);
+  absl::Status Checked(int peer, absl::Status status) const;
+
+  rdma::Transport& transport_;
+  rdma::Store& store_;
+  const std::string ns_;
+  const int rank_;
+  const int world_;
+  const size_t bytes_;
+  const absl::Duration timeout_;
+  std::unique_ptr<rdma::MemoryRegion> inbox_;
+  std::unique_ptr<rdma::MemoryRegion> outbox_;  // [stamp word][message]
+  std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;        // by peer
+  std::vector<std::unique_ptr<rdma::RemoteRegion>> remote_;       // by peer
+  std::vector<uint64_t> sent_;       // messages sent, by peer
+  std::vector<uint64_t> delivered_;  // last stamp delivered, by sender
+  std::vector<std::byte> copy_;
+  int64_t busy_slots_ = 0;
+};
+
+}  // namespace rdmaflow::runtime
+
+#endif  // RDMAFLOW_RUNTIME_MAILBOX_H_
