@@ -14,6 +14,15 @@ std::vector<absl::Status> RunRankThreads(
     int world_size,
     const std::function<absl::Status(int, rdma::Transport&, rdma::Store&)>&
         body) {
+  return RunRankThreadsOwning(
+      world_size, [&](int rank, std::unique_ptr<rdma::Transport>& transport,
+                      rdma::Store& store) { return body(rank, *transport, store); });
+}
+
+std::vector<absl::Status> RunRankThreadsOwning(
+    int world_size,
+    const std::function<absl::Status(int, std::unique_ptr<rdma::Transport>&,
+                                     rdma::Store&)>& body) {
   auto fabric = rdma::loopback::LoopbackFabric::Create();
   rdma::testing::InMemoryStore store;
   std::vector<absl::Status> results(world_size);
@@ -23,12 +32,13 @@ std::vector<absl::Status> RunRankThreads(
       rdma::loopback::LoopbackTransportOptions options;
       options.rank = rank;
       options.fabric = fabric;
-      auto transport = rdma::loopback::LoopbackTransport::Create(options);
-      if (!transport.ok()) {
-        results[rank] = transport.status();
+      auto created = rdma::loopback::LoopbackTransport::Create(options);
+      if (!created.ok()) {
+        results[rank] = created.status();
         return;
       }
-      results[rank] = body(rank, **transport, store);
+      std::unique_ptr<rdma::Transport> transport = *std::move(created);
+      results[rank] = body(rank, transport, store);
     });
   }
   for (std::thread& thread : threads) thread.join();

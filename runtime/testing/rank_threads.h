@@ -8,6 +8,7 @@
 #define RDMAFLOW_RUNTIME_TESTING_RANK_THREADS_H_
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +22,14 @@ namespace rdmaflow::runtime::testing {
 std::vector<absl::Status> RunRankThreads(
     int world_size,
     const std::function<absl::Status(int rank, rdma::Transport& transport,
+                                     rdma::Store& store)>& body);
+
+// The same, with the body owning its transport: resetting it is how a rank
+// dies in the middle of a job (its peers' operations on it then fail with
+// kUnavailable).
+std::vector<absl::Status> RunRankThreadsOwning(
+    int world_size,
+    const std::function<absl::Status(int rank, std::unique_ptr<rdma::Transport>& transport,
                                      rdma::Store& store)>& body);
 
 }  // namespace rdmaflow::runtime::testing

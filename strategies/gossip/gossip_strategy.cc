@@ -1,6 +1,7 @@
 // File: gossip_strategy.cc
 #include "strategies/gossip/gossip_strategy.h"
 
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -15,12 +16,13 @@ namespace rdmaflow::strategies::gossip {
 absl::StatusOr<std::unique_ptr<GossipStrategy>> GossipStrategy::Create(
     const StrategyOptions& options) {
   GossipOptions gossip;
-  std::string topology = "random";
+  std::string topology = "random", mode = "pull";
   int64_t seed = 1;
   StrategyParams params("gossip", options.params);
   RETURN_IF_ERROR(params.Real("beta", 1e-6, 1.0, &gossip.beta));
   RETURN_IF_ERROR(params.Int("period", 1, &gossip.period));
   RETURN_IF_ERROR(params.Choice("topology", {"random", "ring"}, &topology));
+  RETURN_IF_ERROR(params.Choice("mode", {"pull", "push"}, &mode));
   RETURN_IF_ERROR(params.Int("copies", 2, &gossip.copies));
   RETURN_IF_ERROR(params.Int("seed", int64_t{0}, &seed));
   RETURN_IF_ERROR(params.Done());
@@ -28,6 +30,7 @@ absl::StatusOr<std::unique_ptr<GossipStrategy>> GossipStrategy::Create(
                                        options.learning_rate, options.momentum));
   ASSIGN_OR_RETURN(gossip.topology, ParseTopology(topology));
   gossip.seed = static_cast<uint64_t>(seed);
+  gossip.mode = mode == "push" ? GossipMode::kPush : GossipMode::kPull;
   return std::unique_ptr<GossipStrategy>(new GossipStrategy(options, gossip));
 }
 
@@ -53,29 +56,38 @@ absl::StatusOr<graph::GraphDef> GossipStrategy::Prepare(
 absl::Status GossipStrategy::Start() {
   if (bytes_ == 0) return absl::FailedPreconditionError("gossip: Prepare() first");
   if (started()) return absl::FailedPreconditionError("gossip: started twice");
-  const int64_t elements = bytes_ / sizeof(float);
   rdma::Transport& transport = *context_.transport;
-  ASSIGN_OR_RETURN(published_, runtime::VersionedBuffer::Create(
-                                   transport, *context_.store, Ns(),
-                                   absl::StrCat("r", context_.rank), bytes_,
-                                   gossip_.copies));
-  Publish();
-  readers_.resize(context_.world_size);
-  for (int r = 0; r < context_.world_size; ++r) {
-    if (r == context_.rank) continue;
-    ASSIGN_OR_RETURN(readers_[r], runtime::VersionedReader::Create(
-                                      transport, *context_.store, Ns(),
-                                      absl::StrCat("r", r), r,
-                                      options_.communicator_options.timeout));
+  rdma::Store& store = *context_.store;
+  const absl::Duration timeout = options_.communicator_options.timeout;
+  const int world = context_.world_size;
+  if (gossip_.mode == GossipMode::kPull) {
+    ASSIGN_OR_RETURN(published_,
+                     runtime::VersionedBuffer::Create(transport, store, Ns(),
+                                                      absl::StrCat("r", context_.rank),
+                                                      bytes_, gossip_.copies));
+    Publish();
+    readers_.resize(world);
+    for (int r = 0; r < world; ++r) {
+      if (r == context_.rank) continue;
+      ASSIGN_OR_RETURN(readers_[r],
+                       runtime::VersionedReader::Create(transport, store, Ns(),
+                                                        absl::StrCat("r", r), r, timeout));
+    }
+    ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(bytes_));
+    scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
+  } else {
+    ASSIGN_OR_RETURN(mailbox_, runtime::Mailbox::Create(transport, store, Ns(),
+                                                        context_.rank, world, bytes_,
+                                                        timeout));
+    for (int r = 0; r < world; ++r) {
+      if (r != context_.rank) RETURN_IF_ERROR(mailbox_->Connect(r));
+    }
   }
-  ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(bytes_));
-  scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
-  peer_ = torch::from_blob(scratch_->data(), {elements}, torch::kFloat32);
-  selector_ = std::make_unique<PeerSelector>(gossip_.topology, context_.rank,
-                                             context_.world_size, gossip_.seed);
-  // Nobody reads a peer before every peer has published its first version.
-  RETURN_IF_ERROR(rdma::Barrier(*context_.store, Ns(), "published", context_.world_size,
-                                options_.communicator_options.timeout, &transport));
+  gone_.assign(world, false);
+  selector_ = std::make_unique<PeerSelector>(gossip_.topology, context_.rank, world,
+                                             gossip_.seed);
+  // Nobody reads (or writes) a peer before every peer is set up.
+  RETURN_IF_ERROR(rdma::Barrier(store, Ns(), "published", world, timeout, &transport));
   MarkStarted();
   return absl::OkStatus();
 }
@@ -86,24 +98,98 @@ void GossipStrategy::Publish() {
   });
 }
 
+void GossipStrategy::Mix(int peer, const float* theta) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor other = torch::from_blob(const_cast<float*>(theta),
+                                         {static_cast<int64_t>(bytes_ / sizeof(float))},
+                                         torch::kFloat32);
+  replica_->flat().mul_(1.0 - gossip_.beta).add_(other, gossip_.beta);
+  peers_mixed_.push_back(peer);
+}
+
+bool GossipStrategy::LostPeer(int peer, const absl::Status& status) {
+  if (!absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status)) return false;
+  gone_[peer] = true;
+  peers_lost_.push_back(peer);
+  std::fprintf(stderr, "gossip rank %d: rank %d is gone, gossiping with the others: %s\n",
+               context_.rank, peer, status.ToString().c_str());
+  return true;
+}
+
 absl::Status GossipStrategy::Exchange() {
+  return gossip_.mode == GossipMode::kPull ? Pull() : Push();
+}
+
+absl::Status GossipStrategy::Pull() {
   Publish();
-  const int peer = selector_->Next();
-  RETURN_IF_ERROR(readers_[peer]->Read({scratch_.get(), 0, bytes_}).status());
+  const int peer = selector_->Next(gone_);
+  if (peer < 0) return absl::OkStatus();  // alone
+  absl::StatusOr<uint64_t> version = readers_[peer]->Read({scratch_.get(), 0, bytes_});
+  if (!version.ok()) {
+    return LostPeer(peer, version.status()) ? absl::OkStatus() : version.status();
+  }
   ++counters_.tensors_received;
   counters_.bytes_read += static_cast<int64_t>(bytes_);
-  torch::NoGradGuard no_grad;
-  replica_->flat().mul_(1.0 - gossip_.beta).add_(peer_, gossip_.beta);
-  peers_mixed_.push_back(peer);
+  Mix(peer, reinterpret_cast<const float*>(scratch_->data()));
   return absl::OkStatus();
+}
+
+absl::Status GossipStrategy::Push() {
+  mailbox_->Collect([&](int sender, const std::byte* message) {
+    ++counters_.tensors_received;
+    Mix(sender, reinterpret_cast<const float*>(message));
+  });
+  const int peer = selector_->Next(gone_);
+  if (peer < 0) return absl::OkStatus();
+  absl::Status sent = mailbox_->Send(
+      peer, reinterpret_cast<const std::byte*>(replica_->flat().data_ptr<float>()));
+  if (!sent.ok()) return LostPeer(peer, sent) ? absl::OkStatus() : sent;
+  ++counters_.tensors_sent;
+  counters_.bytes_sent += static_cast<int64_t>(bytes_);
+  return absl::OkStatus();
+}
+
+absl::Status GossipStrategy::Probe(int peer) {
+  if (gossip_.mode == GossipMode::kPush) return mailbox_->Probe(peer);
+  return readers_[peer]->LatestVersion().status();
 }
 
 absl::Status GossipStrategy::Finish() {
   if (finished_ || !started()) return absl::OkStatus();
   finished_ = true;
-  // Peers may still be reading our buffer (over TCP they need our progress).
-  return rdma::Barrier(*context_.store, Ns(), "finished", context_.world_size,
-                       options_.communicator_options.timeout, context_.transport);
+  // Peers may still be reading (or writing) our memory, and over TCP they
+  // need our progress: wait until every peer has finished or is gone.
+  rdma::Store& store = *context_.store;
+  const std::string done = absl::StrCat(Ns(), "/finished/");
+  RETURN_IF_ERROR(store.Add(absl::StrCat(done, context_.rank), 1).status());
+  const absl::Time deadline = absl::Now() + options_.communicator_options.timeout;
+  std::vector<bool> waiting(context_.world_size, false);
+  for (int r = 0; r < context_.world_size; ++r) waiting[r] = r != context_.rank && !gone_[r];
+  absl::Time next_probe = absl::Now();
+  while (true) {
+    int left = 0;
+    const bool probe = absl::Now() >= next_probe;
+    for (int r = 0; r < context_.world_size; ++r) {
+      if (!waiting[r]) continue;
+      ASSIGN_OR_RETURN(int64_t finished, store.Add(absl::StrCat(done, r), 0));
+      if (finished == 0 && probe) {
+        absl::Status alive = Probe(r);
+        if (!alive.ok() && !LostPeer(r, alive)) return alive;
+      }
+      waiting[r] = finished == 0 && !gone_[r];
+      left += waiting[r] ? 1 : 0;
+    }
+    if (left == 0) return absl::OkStatus();
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "gossip rank ", context_.rank, ": ", left,
+          " live peers did not finish within ",
+          absl::FormatDuration(options_.communicator_options.timeout)));
+    }
+    if (probe) next_probe = absl::Now() + absl::Milliseconds(100);
+    const absl::Time slice = absl::Now() + absl::Milliseconds(1);
+    while (absl::Now() < slice) RETURN_IF_ERROR(context_.transport->Progress().status());
+  }
 }
 
 }  // namespace rdmaflow::strategies::gossip

@@ -1,14 +1,21 @@
 // File: gossip_strategy.h
 // -----------------------------------------------------------------------------
 // Gossiping SGD ("gossip", Jin et al. 2016): every rank trains its own
-// replica with local SGD and, every `period` steps, publishes its
-// parameters in a versioned buffer (runtime/versioned_buffer.h), reads one
-// peer's latest parameters with one-sided READs (never a torn tensor: the
-// seqlock retries) and mixes:  theta_i <- (1 - beta) theta_i + beta theta_j.
+// replica with local SGD and, every `period` steps, mixes with one peer:
+//   pull (default): publishes its parameters in a versioned buffer
+//     (runtime/versioned_buffer.h), reads the peer's latest parameters with
+//     one-sided READs (never a torn tensor: the seqlock retries) and mixes
+//     theta_i <- (1 - beta) theta_i + beta theta_j;
+//   push: writes its parameters into its slot of the peer's mailbox
+//     (runtime/mailbox.h) with one-sided WRITEs, and mixes every whole
+//     message found in its own mailbox the same way.
 // The peer (peer_selector.h) is drawn uniformly at random (seeded) or is the
 // next rank on a ring. The peer's CPU is not involved on transports with
-// true one-sided reads. Parameters: beta (0.5), period (1), topology
-// (random|ring), copies (versions kept per buffer, 3).
+// true one-sided operations. A peer whose read or write fails as gone
+// (kUnavailable, kDeadlineExceeded: the transport found it dead) is skipped
+// from then on; Finish() waits for the peers still alive only.
+// Parameters: beta (0.5), period (1), topology (random|ring), mode
+// (pull|push), copies (versions kept per pull buffer, 3), seed (1).
 // See docs/strategies.md.
 #ifndef RDMAFLOW_STRATEGIES_GOSSIP_GOSSIP_STRATEGY_H_
 #define RDMAFLOW_STRATEGIES_GOSSIP_GOSSIP_STRATEGY_H_
@@ -20,16 +27,20 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "rdma/memory_region.h"
+#include "runtime/mailbox.h"
 #include "runtime/versioned_buffer.h"
 #include "strategies/gossip/peer_selector.h"
 #include "strategies/local_sgd_strategy.h"
 
 namespace rdmaflow::strategies::gossip {
 
+enum class GossipMode { kPull, kPush };
+
 struct GossipOptions {
   double beta = 0.5;
   int period = 1;
   Topology topology = Topology::kRandom;
+  GossipMode mode = GossipMode::kPull;
   int copies = 3;
   uint64_t seed = 1;
 };
@@ -47,25 +58,41 @@ class GossipStrategy final : public LocalSgdStrategy {
   absl::Status Start() override;
   absl::Status Finish() override;
 
-  // The peers this rank mixed with, in order (for tests).
+  // The peers this rank mixed with, in order (for tests). In push mode,
+  // the senders of the messages it mixed.
   const std::vector<int>& peers_mixed() const { return peers_mixed_; }
+  // The peers found gone, in the order they were found.
+  const std::vector<int>& peers_lost() const { return peers_lost_; }
 
  private:
   GossipStrategy(StrategyOptions options, GossipOptions gossip)
       : LocalSgdStrategy(std::move(options), gossip.period), gossip_(gossip) {}
   std::string Ns() const;
   void Publish();
-  // Publishes, then mixes with the next peer's latest parameters.
   absl::Status Exchange() override;
+  // Pull: publishes, then mixes with the next peer's latest parameters.
+  absl::Status Pull();
+  // Push: mixes what arrived, then sends to the next peer.
+  absl::Status Push();
+  void Mix(int peer, const float* theta);
+  // For a failed operation on `peer`: true (and the peer is skipped from
+  // now on) when the status says the peer is gone.
+  bool LostPeer(int peer, const absl::Status& status);
+  // OK while `peer` lives (a one-word read or a flush).
+  absl::Status Probe(int peer);
 
   const GossipOptions gossip_;
   size_t bytes_ = 0;
   std::unique_ptr<PeerSelector> selector_;
+  // Pull.
   std::unique_ptr<runtime::VersionedBuffer> published_;
   std::vector<std::unique_ptr<runtime::VersionedReader>> readers_;  // by rank
   std::unique_ptr<rdma::MemoryRegion> scratch_;  // a peer's parameters
-  torch::Tensor peer_;                           // view of scratch_
+  // Push.
+  std::unique_ptr<runtime::Mailbox> mailbox_;
+  std::vector<bool> gone_;  // by rank
   std::vector<int> peers_mixed_;
+  std::vector<int> peers_lost_;
   bool finished_ = false;
 };
 

@@ -71,55 +71,123 @@ TEST(GossipMixingTest, ConsensusDistanceShrinksGeometrically) {
   }
 }
 
-TEST(GossipStrategyTest, ReplicasReachConsensusThroughOneSidedReads) {
+// Pure mixing (no gradients) of 4 ranks on a ring, kept within a step of
+// each other by a store barrier per step, in the given mode. Rank `leaver`
+// (if any) dies after `leave_after` steps: it drops its strategy and its
+// transport, so its peers' operations on it fail.
+struct MixRun {
+  std::vector<absl::Status> status;
+  std::vector<torch::Tensor> start, final;
+  std::vector<std::vector<int>> mixed, lost;
+};
+
+MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after = 0) {
   torch::set_num_threads(1);
-  constexpr int kRanks = 4, kSteps = 30;
-  std::vector<std::vector<torch::Tensor>> start(kRanks), final(kRanks);
-  std::vector<std::vector<int>> mixed(kRanks);
-  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
-      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+  constexpr int kRanks = 4;
+  MixRun run;
+  run.start.resize(kRanks);
+  run.final.resize(kRanks);
+  run.mixed.resize(kRanks);
+  run.lost.resize(kRanks);
+  run.status = runtime::testing::RunRankThreadsOwning(
+      kRanks, [&](int rank, std::unique_ptr<rdma::Transport>& transport,
+                  rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy,
-                         GossipStrategy::Create(ToyOptions(kSteps, {{"topology", "ring"}})));
-        // Each rank starts elsewhere; no gradients: pure mixing.
+                         GossipStrategy::Create(ToyOptions(
+                             steps, {{"topology", "ring"}, {"mode", mode}})));
+        // Each rank starts elsewhere.
         torch::Tensor a = torch::full({100}, static_cast<float>(rank * 10));
         torch::Tensor b = torch::arange(7, torch::kFloat32) * (rank - 1.5f);
         std::vector<Parameter> params = {{"a", a.clone()}, {"b", b.clone()}};
-        start[rank] = {a, b};
-        RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &transport, &store}, params).status());
+        run.start[rank] = torch::cat({a, b});
+        RETURN_IF_ERROR(
+            strategy->Prepare({rank, kRanks, transport.get(), &store}, params).status());
         RETURN_IF_ERROR(strategy->Start());
-        // No gradients, and the ranks kept within a step of each other (a
-        // store barrier per step), so every mix sees a recent peer.
         int step = 0;
         ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> {
-          RETURN_IF_ERROR(rdma::Barrier(store, "test", absl::StrCat("step", step++),
-                                        kRanks, absl::Seconds(60)));
+          if (leaver >= 0 && step == leave_after) {
+            // Every rank is past its last exchange with the leaver alive.
+            RETURN_IF_ERROR(rdma::Barrier(store, "test", "leave", kRanks, absl::Seconds(60)));
+            RETURN_IF_ERROR(store.Wait({"test/left"}, absl::Seconds(60)));
+          }
+          const int ranks = leaver >= 0 && step >= leave_after ? kRanks - 1 : kRanks;
+          RETURN_IF_ERROR(rdma::Barrier(store, "test", absl::StrCat("step", step++), ranks,
+                                        absl::Seconds(60)));
           return ComputeResult{};
         };
-        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(nothing).status());
+        for (int taken = 0; !strategy->done(); ++taken) {
+          if (rank == leaver && taken == leave_after) {
+            RETURN_IF_ERROR(rdma::Barrier(store, "test", "leave", kRanks, absl::Seconds(60)));
+            strategy.reset();
+            transport.reset();  // dead
+            return store.Set("test/left", "1");
+          }
+          RETURN_IF_ERROR(strategy->Step(nothing).status());
+        }
         RETURN_IF_ERROR(strategy->Finish());
-        for (const Parameter& p : params) final[rank].push_back(p.tensor.detach().clone());
-        mixed[rank] = strategy->peers_mixed();
+        run.final[rank] = torch::cat({params[0].tensor, params[1].tensor}).detach().clone();
+        run.mixed[rank] = strategy->peers_mixed();
+        run.lost[rank] = strategy->peers_lost();
         return absl::OkStatus();
       });
-  for (const absl::Status& s : status) ASSERT_OK(s);
-  for (size_t i = 0; i < 2; ++i) {
-    std::vector<torch::Tensor> before, after;
-    for (int r = 0; r < kRanks; ++r) {
-      before.push_back(start[r][i]);
-      after.push_back(final[r][i]);
-    }
-    const double d0 = ConsensusDistance(before), d1 = ConsensusDistance(after);
-    EXPECT_LT(d1, 1e-2 * d0) << "parameter " << i << ": " << d0 << " -> " << d1;
-    // Mixing only averages: every value stays within the initial range.
-    const double lo = torch::stack(before).min().item<double>();
-    const double hi = torch::stack(before).max().item<double>();
-    for (const torch::Tensor& t : after) {
-      EXPECT_GE(t.min().item<double>(), lo - 1e-5);
-      EXPECT_LE(t.max().item<double>(), hi + 1e-5);
-    }
+  return run;
+}
+
+// Mixing only averages: every value stays within the initial range.
+void ExpectWithinStartRange(const MixRun& run, const std::vector<int>& ranks) {
+  std::vector<torch::Tensor> before;
+  for (const torch::Tensor& t : run.start) before.push_back(t);
+  const torch::Tensor lo = std::get<0>(torch::stack(before).min(0)) - 1e-5;
+  const torch::Tensor hi = std::get<0>(torch::stack(before).max(0)) + 1e-5;
+  for (int r : ranks) {
+    EXPECT_TRUE((run.final[r] >= lo).all().item<bool>()) << "rank " << r;
+    EXPECT_TRUE((run.final[r] <= hi).all().item<bool>()) << "rank " << r;
   }
-  for (int r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(mixed[r], std::vector<int>(kSteps, (r + 1) % kRanks));
+}
+
+TEST(GossipStrategyTest, ReplicasReachConsensusThroughOneSidedReads) {
+  constexpr int kSteps = 30;
+  MixRun run = Mix("pull", kSteps);
+  for (const absl::Status& s : run.status) ASSERT_OK(s);
+  const double d0 = ConsensusDistance(run.start), d1 = ConsensusDistance(run.final);
+  EXPECT_LT(d1, 1e-2 * d0) << d0 << " -> " << d1;
+  ExpectWithinStartRange(run, {0, 1, 2, 3});
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(run.mixed[r], std::vector<int>(kSteps, (r + 1) % 4));
+    EXPECT_TRUE(run.lost[r].empty());
+  }
+}
+
+TEST(GossipStrategyTest, ReplicasReachConsensusThroughOneSidedWritesInPushMode) {
+  constexpr int kSteps = 30;
+  MixRun run = Mix("push", kSteps);
+  for (const absl::Status& s : run.status) ASSERT_OK(s);
+  const double d0 = ConsensusDistance(run.start), d1 = ConsensusDistance(run.final);
+  EXPECT_LT(d1, 1e-2 * d0) << d0 << " -> " << d1;
+  ExpectWithinStartRange(run, {0, 1, 2, 3});
+  for (int r = 0; r < 4; ++r) {
+    // Every message comes from the previous rank. A slot keeps only the
+    // latest message, and one being overwritten is left for the next step,
+    // so some of the 30 are never mixed (about 1 in 4 here).
+    EXPECT_GE(run.mixed[r].size(), static_cast<size_t>(kSteps / 4)) << "rank " << r;
+    for (int sender : run.mixed[r]) EXPECT_EQ(sender, (r + 3) % 4) << "rank " << r;
+  }
+}
+
+TEST(GossipStrategyTest, SurvivorsOfADeadRankSkipItAndStillReachConsensus) {
+  for (const std::string mode : {"pull", "push"}) {
+    SCOPED_TRACE(mode);
+    MixRun run = Mix(mode, 30, /*leaver=*/3, /*leave_after=*/3);
+    for (const absl::Status& s : run.status) ASSERT_OK(s);
+    std::vector<torch::Tensor> start, after;
+    for (int r = 0; r < 3; ++r) {
+      start.push_back(run.start[r]);
+      after.push_back(run.final[r]);
+      // Found in an exchange (its ring neighbour) or while finishing.
+      EXPECT_EQ(run.lost[r], std::vector<int>{3}) << "rank " << r;
+    }
+    EXPECT_LT(ConsensusDistance(after), 1e-2 * ConsensusDistance(start));
+    ExpectWithinStartRange(run, {0, 1, 2});
   }
 }
 
@@ -165,7 +233,9 @@ TEST(GossipStrategyTest, BadParametersAreNamed) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("beta")));
   EXPECT_THAT(GossipStrategy::Create(ToyOptions(1, {{"topology", "star"}})).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("random, ring")));
-  EXPECT_THAT(GossipStrategy::Create(ToyOptions(1, {{"mode", "push"}})).status(),
+  EXPECT_THAT(GossipStrategy::Create(ToyOptions(1, {{"mode", "broadcast"}})).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("pull, push")));
+  EXPECT_THAT(GossipStrategy::Create(ToyOptions(1, {{"speed", "2"}})).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("known")));
 }
 
