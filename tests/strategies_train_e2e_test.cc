@@ -1,7 +1,8 @@
 // End to end: rdmaflow_train runs the all-reduce, gossip, Moshpit and
 // layer-separated strategies as OS processes over UCX shared memory on
 // Fashion-MNIST: LeNet-5 with 3 replicas (all-reduce, gossip) and 4
-// (Moshpit, a 2x2 grid), and the VGG-like net with 2 conv ranks and 1 FC
+// (Moshpit, a 2x2 grid; gossip and Moshpit also with a rank killed half-way),
+// and the VGG-like net with 2 conv ranks and 1 FC
 // rank, all learn far above chance (10 %). Skips without the dataset.
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -24,6 +25,19 @@ TEST_F(StrategiesTrainE2eTest, GossipTrainsLeNet) {
       "gossip", "--local 3 --model lenet5 --strategy gossip --steps 150");
   RecordProperty("test_accuracy", absl::StrCat(accuracy));
   EXPECT_GT(accuracy, 0.60);
+}
+
+TEST_F(StrategiesTrainE2eTest, GossipSurvivesARankKilledHalfWayInBothModes) {
+  // Rank 3 SIGKILLs itself before step 75: its peers' reads (pull) or
+  // writes (push) fail, they skip it, and nobody waits for it at the end.
+  for (const char* mode : {"pull", "push"}) {
+    const double accuracy = testing::TrainAndGetAccuracy(
+        absl::StrCat("gossip_churn_", mode),
+        absl::StrCat("--local 4 --model lenet5 --strategy gossip --strategy_params mode=",
+                     mode, " --steps 150 --kill_rank 3 --kill_step 75"));
+    RecordProperty(absl::StrCat("test_accuracy_", mode), absl::StrCat(accuracy));
+    EXPECT_GT(accuracy, 0.60) << mode;
+  }
 }
 
 TEST_F(StrategiesTrainE2eTest, MoshpitTrainsLeNetOnA2x2Grid) {
