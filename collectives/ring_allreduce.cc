@@ -425,9 +425,10 @@ void RingAllReduce::ProbeNeighbours() {
   }
 }
 
-absl::Status RingAllReduce::Shutdown() {
+absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
+  const absl::Duration limit = timeout.value_or(options_.timeout);
   if (size() > 1) {
-    const absl::Time deadline = absl::Now() + options_.timeout;
+    const absl::Time deadline = absl::Now() + limit;
     while (outstanding_ > 0 || !actions_.empty()) {
       if (!failure_.ok()) return Annotate(failure_, Where());
       absl::StatusOr<int> fired = transport_.Progress();
@@ -441,7 +442,7 @@ absl::Status RingAllReduce::Shutdown() {
   }
   absl::Status barrier =
       rdma::Barrier(store_, ns_, absl::StrCat("ring/", options_.name, "/shutdown"),
-                    size(), options_.timeout, &transport_);
+                    size(), limit, &transport_);
   if (!barrier.ok()) return Annotate(barrier, Where());
   return absl::OkStatus();
 }

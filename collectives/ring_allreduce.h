@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -101,9 +102,10 @@ class RingAllReduce {
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum);
 
-  // Waits for our last writes, then for every member at a store barrier.
+  // Waits for our last writes, then for every member at a store barrier,
+  // each for up to `timeout` (the options' timeout by default).
   // Collective; call once, after the last AllReduce().
-  absl::Status Shutdown();
+  absl::Status Shutdown(std::optional<absl::Duration> timeout = std::nullopt);
 
  private:
   struct Action {

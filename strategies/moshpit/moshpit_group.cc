@@ -2,10 +2,10 @@
 #include "strategies/moshpit/moshpit_group.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 
 namespace rdmaflow::strategies::moshpit {
@@ -16,7 +16,10 @@ absl::StatusOr<std::vector<int>> FormGroup(rdma::Store& store, const std::string
   ASSIGN_OR_RETURN(int64_t ticket, store.Add(prefix + "/count", 1));
   RETURN_IF_ERROR(store.Set(absl::StrCat(prefix, "/member/", ticket), absl::StrCat(rank)));
   const absl::Time deadline = absl::Now() + timeout;
-  // Poll with Adds of 0 (they answer at once) until the group is sealed.
+  // Poll with Adds of 0 (they answer at once) until the group is sealed,
+  // backing off to a poll per millisecond: the store's server shares the
+  // cores with the training ranks.
+  absl::Duration backoff = absl::Microseconds(20);
   while (true) {
     ASSIGN_OR_RETURN(int64_t sealing, store.Add(prefix + "/seal", 0));
     if (sealing > 0) break;
@@ -29,7 +32,8 @@ absl::StatusOr<std::vector<int>> FormGroup(rdma::Store& store, const std::string
       }
       break;
     }
-    std::this_thread::yield();
+    absl::SleepFor(backoff);
+    backoff = std::min(2 * backoff, absl::Milliseconds(1));
   }
   // The sealer writes /final right after winning the seal.
   ASSIGN_OR_RETURN(std::string text, store.Get(prefix + "/final", absl::Seconds(60)));

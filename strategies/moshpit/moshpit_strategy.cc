@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/ring_allreduce.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/graph_builder.h"
 #include "strategies/moshpit/moshpit_group.h"
@@ -84,41 +83,77 @@ absl::Status MoshpitStrategy::Exchange() {
   for (int peer : grid_group) {
     if (std::find(members.begin(), members.end(), peer) != members.end()) continue;
     ASSIGN_OR_RETURN(int64_t beat, store.Add(absl::StrCat(beats, peer), 0));
-    suspected_[peer] = beat;
+    Suspect(peer, beat);
   }
   if (members.size() < 2) return absl::OkStatus();
+  absl::Status status = Average(members, ns);
+  if (!status.ok()) {
+    // A member died in the round: keep training, try again next round.
+    ++failed_rounds_;
+    rings_.erase(members);
+    std::fprintf(stderr, "moshpit rank %d: round %d's average in group %s failed: %s\n",
+                 rank, round, key.c_str(), status.ToString().c_str());
+  }
+  return absl::OkStatus();
+}
+
+void MoshpitStrategy::Suspect(int peer, int64_t beat) {
+  suspected_[peer] = beat;
+  // Its rings would stall: drop them (they cannot be shut down with it).
+  for (auto it = rings_.begin(); it != rings_.end();) {
+    const std::vector<int>& members = it->first;
+    if (std::find(members.begin(), members.end(), peer) != members.end()) {
+      it = rings_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::StatusOr<collectives::RingAllReduce*> MoshpitStrategy::RingFor(
+    const std::vector<int>& members, const std::string& ns) {
+  if (auto it = rings_.find(members); it != rings_.end()) return it->second.get();
   collectives::RingAllReduceOptions ring_options;
   ring_options.name = "avg";
   ring_options.capacity_bytes = replica_->bytes();
   ring_options.timeout = moshpit_.round_timeout;
-  absl::Status status;
-  {
-    absl::StatusOr<std::unique_ptr<collectives::RingAllReduce>> ring =
-        collectives::RingAllReduce::Create(*context_.transport, *context_.store, ns,
-                                           members, ring_options);
-    status = ring.status();
-    if (status.ok()) {
-      std::memcpy((*ring)->data(), replica_->flat().data_ptr<float>(), replica_->bytes());
-      status = (*ring)->AllReduce(0, replica_->bytes() / sizeof(float),
-                                  collectives::DataType::kFloat32);
-      if (status.ok()) {
-        torch::NoGradGuard no_grad;
-        torch::Tensor sum = torch::from_blob(
-            (*ring)->data(), {static_cast<int64_t>(replica_->bytes() / sizeof(float))},
-            torch::kFloat32);
-        replica_->flat().copy_(sum).div_(static_cast<double>(members.size()));
-        counters_.bytes_sent += (*ring)->stats().bytes_sent;
-        counters_.tensors_sent += (*ring)->stats().messages;
-        status = (*ring)->Shutdown();
-      }
+  ASSIGN_OR_RETURN(std::unique_ptr<collectives::RingAllReduce> ring,
+                   collectives::RingAllReduce::Create(*context_.transport, *context_.store,
+                                                      ns, members, ring_options));
+  ++rings_created_;
+  collectives::RingAllReduce* kept = ring.get();
+  rings_[members] = std::move(ring);
+  return kept;
+}
+
+absl::Status MoshpitStrategy::Average(const std::vector<int>& members,
+                                      const std::string& ns) {
+  ASSIGN_OR_RETURN(collectives::RingAllReduce * ring, RingFor(members, ns));
+  const int64_t elements = static_cast<int64_t>(replica_->bytes() / sizeof(float));
+  const collectives::RingAllReduceStats before = ring->stats();
+  std::memcpy(ring->data(), replica_->flat().data_ptr<float>(), replica_->bytes());
+  RETURN_IF_ERROR(ring->AllReduce(0, elements, collectives::DataType::kFloat32));
+  torch::NoGradGuard no_grad;
+  torch::Tensor sum = torch::from_blob(ring->data(), {elements}, torch::kFloat32);
+  replica_->flat().copy_(sum).div_(static_cast<double>(members.size()));
+  counters_.bytes_sent += ring->stats().bytes_sent - before.bytes_sent;
+  counters_.tensors_sent += ring->stats().messages - before.messages;
+  return absl::OkStatus();
+}
+
+absl::Status MoshpitStrategy::Finish() {
+  // std::map order: every peer shuts its rings down in the same order, so
+  // the shutdown barriers cannot wait on each other in a cycle.
+  for (auto& [members, ring] : rings_) {
+    // Members that left the ring (they suspected us) never come: wait no
+    // longer than for a group.
+    absl::Status status = ring->Shutdown(moshpit_.group_timeout);
+    if (!status.ok()) {
+      std::fprintf(stderr, "moshpit rank %d: shutting a ring down: %s\n", context_.rank,
+                   status.ToString().c_str());
     }
   }
-  if (!status.ok()) {
-    // A member died in the round: keep training, try again next round.
-    ++failed_rounds_;
-    std::fprintf(stderr, "moshpit rank %d: round %d's average in group %s failed: %s\n",
-                 rank, round, key.c_str(), status.ToString().c_str());
-  }
+  rings_.clear();
   return absl::OkStatus();
 }
 

@@ -8,8 +8,12 @@
 // per-round keys and a timeout (moshpit_group.h), so a missing or dead peer
 // shrinks its group instead of stalling it (and, once it has missed a group,
 // is not waited for again until its heartbeat shows it back). The group averages with the
-// ring all-reduce (collectives/), created for the round's members. On a
-// full grid, d rounds give every peer the exact global average.
+// ring all-reduce (collectives/), created the first time a group has those
+// members and kept for the next rounds with the same members (on a full grid
+// each peer keeps d rings, one per dimension, and a round costs one store
+// exchange plus one all-reduce). A ring whose all-reduce fails, or that
+// holds a suspected peer, is dropped. On a full grid, d rounds give every
+// peer the exact global average.
 // Parameters: side (M, 2), dims (d, derived from the ranks), period (1),
 // group_timeout_ms (2000), round_timeout_ms (10000): a group whose
 // all-reduce fails (a member died in it) skips that round's average.
@@ -24,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "collectives/ring_allreduce.h"
 #include "strategies/local_sgd_strategy.h"
 #include "strategies/moshpit/moshpit_grid.h"
 
@@ -47,24 +52,37 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
                                           std::vector<Parameter> parameters) override;
   absl::Status Start() override;
-  absl::Status Finish() override { return absl::OkStatus(); }
+  // Shuts the kept rings down (in one order on every peer), waiting at most
+  // the group timeout for each: a ring whose other members left it (they
+  // suspected this peer) is logged and dropped.
+  absl::Status Finish() override;
 
   // The size of the group of each round so far, and rounds whose average
   // failed (for tests and logs).
   const std::vector<int>& group_sizes() const { return group_sizes_; }
   int failed_rounds() const { return failed_rounds_; }
+  // Rings created so far (kept rings are reused, not counted again).
+  int rings_created() const { return rings_created_; }
 
  private:
   MoshpitStrategy(StrategyOptions options, MoshpitOptions moshpit)
       : LocalSgdStrategy(std::move(options), moshpit.period), moshpit_(moshpit) {}
   // One round: form the group, average in it.
   absl::Status Exchange() override;
+  // The kept ring for `members`, or a new one set up under `ns`.
+  absl::StatusOr<collectives::RingAllReduce*> RingFor(const std::vector<int>& members,
+                                                      const std::string& ns);
+  // Averages the replica within `members`.
+  absl::Status Average(const std::vector<int>& members, const std::string& ns);
+  void Suspect(int peer, int64_t beat);
 
   const MoshpitOptions moshpit_;
   std::unique_ptr<MoshpitGrid> grid_;
   std::vector<int> group_sizes_;
   int failed_rounds_ = 0;
   int round_ = 0;
+  int rings_created_ = 0;
+  std::map<std::vector<int>, std::unique_ptr<collectives::RingAllReduce>> rings_;
   // Peers that missed a group, with their heartbeat count then.
   std::map<int, int64_t> suspected_;
 };
