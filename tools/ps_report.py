@@ -3,10 +3,11 @@
 mode (from worker 0's evaluations) and the VGG step time per communicator,
 as ratios to the zero-copy run. Writes OUT/report.json too.
 Usage: ps_report.py OUT_DIR TARGET"""
-import csv
 import json
 import os
 import sys
+
+from curves import time_to_target
 
 
 def sync_rows(out, target):
@@ -19,16 +20,7 @@ def sync_rows(out, target):
             continue
         with open(summary_path) as f:
             summary = json.load(f)
-        reached = None
-        best = 0.0
-        with open(curve_path) as f:
-            for row in csv.DictReader(f):
-                if not row["test_accuracy"]:
-                    continue
-                accuracy = float(row["test_accuracy"])
-                best = max(best, accuracy)
-                if reached is None and accuracy >= target:
-                    reached = float(row["elapsed_s"])
+        reached, best, _ = time_to_target(curve_path, target)
         rows.append({"sync": mode, "time_to_target_s": reached,
                      "best_eval_accuracy": best,
                      "final_test_accuracy": summary["test_accuracy"],
