@@ -275,9 +275,13 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
 }
 
 absl::Status RingAllReduce::Turn(Call& call, bool& progressed) {
+  // Progress is the ring's own: a write completing, a message arriving or
+  // leaving. Other completions (liveness probes answered by a neighbour
+  // that is alive but not calling, other users of the transport) are not.
+  const uint64_t sent_before = sent_contiguous_;
   absl::StatusOr<int> fired = transport_.Progress();
   if (!fired.ok()) return fired.status();
-  if (*fired > 0) progressed = true;
+  if (sent_contiguous_ != sent_before) progressed = true;
   if (!failure_.ok()) return failure_;
   Receive(call, progressed);
   StartSends(call, progressed);

@@ -201,26 +201,33 @@ TEST(RingAllReduceTest, MismatchedOptionsAreNamed) {
 }
 
 TEST(RingAllReduceTest, AMemberThatNeverCallsIsATimeoutNotAHang) {
-  std::vector<absl::Status> statuses = RunRankThreads(
-      3, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        RingAllReduceOptions options;
-        options.capacity_bytes = 4096;
-        options.timeout = absl::Milliseconds(500);
-        ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, "t",
-                                                          AllRanks(3), options));
-        if (rank == 2) {
-          // Skips the call, then waits on the store until the others gave up.
-          return store.Wait({"t/gave_up"}, absl::Seconds(30));
-        }
-        absl::Status status = ring->AllReduce(0, 1000, DataType::kFloat32);
-        ASSIGN_OR_RETURN(int64_t gave_up, store.Add("t/count", 1));
-        if (gave_up == 2) RETURN_IF_ERROR(store.Set("t/gave_up", "1"));
-        return status;
-      });
-  EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kDeadlineExceeded,
-                                    HasSubstr("from rank 2")));
-  EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kDeadlineExceeded));
-  EXPECT_OK(statuses[2]);
+  // Also with liveness probes every 50 ms: their completions (the member
+  // is alive) are not progress of the all-reduce.
+  for (absl::Duration probes : {absl::Seconds(1), absl::Milliseconds(50)}) {
+    SCOPED_TRACE(absl::FormatDuration(probes));
+    const std::string ns = absl::StrCat("t", absl::ToInt64Milliseconds(probes));
+    std::vector<absl::Status> statuses = RunRankThreads(
+        3, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+          RingAllReduceOptions options;
+          options.capacity_bytes = 4096;
+          options.timeout = absl::Milliseconds(500);
+          options.liveness_interval = probes;
+          ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, ns,
+                                                            AllRanks(3), options));
+          if (rank == 2) {
+            // Skips the call, then waits on the store until the others gave up.
+            return store.Wait({ns + "/gave_up"}, absl::Seconds(30));
+          }
+          absl::Status status = ring->AllReduce(0, 1000, DataType::kFloat32);
+          ASSIGN_OR_RETURN(int64_t gave_up, store.Add(ns + "/count", 1));
+          if (gave_up == 2) RETURN_IF_ERROR(store.Set(ns + "/gave_up", "1"));
+          return status;
+        });
+    EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                      HasSubstr("from rank 2")));
+    EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kDeadlineExceeded));
+    EXPECT_OK(statuses[2]);
+  }
 }
 
 }  // namespace
