@@ -20,14 +20,25 @@
 
 namespace rdmaflow::bench {
 
+// Set in the environment of a rank that RunLocalJob restarted.
+inline constexpr char kRejoinVariable[] = "RDMAFLOW_REJOIN";
+
+// Churn experiments: a child of rank `expendable` killed by SIGKILL does not
+// count as failing; with `restart`, it is started again (once) with
+// RDMAFLOW_REJOIN=1 in its environment, and then counts like the others.
+struct LocalJobChurn {
+  int expendable = -1;
+  bool restart = false;
+};
+
 // Starts ranks 1..world_size-1 as children running this binary with `argv`
 // plus `extra_flags`, runs `rank0(store)` here, then waits for the children
 // (killing them if rank 0 failed). Returns rank 0's exit code, or the first
-// failing child's; a child of rank `expendable` killed by SIGKILL (churn
-// experiments) does not count as failing.
+// failing child's.
 int RunLocalJob(int world_size, char** argv,
                 const std::vector<std::string>& extra_flags,
-                const std::function<int(rdma::Store&)>& rank0, int expendable = -1);
+                const std::function<int(rdma::Store&)>& rank0,
+                const LocalJobChurn& churn = {});
 
 // In a child of RunLocalJob (or under torchrun): joins the job's store and
 // runs `body(rank, world_size, store)`. Returns its exit code.

@@ -44,6 +44,9 @@ class LocalSgdStrategy : public Strategy {
   // For Start(): from now on Step() may run.
   void MarkStarted() { started_ = true; }
   bool started() const { return started_; }
+  // For a rank that rejoins a running job: continue from step `clock`.
+  void SkipTo(int64_t clock) { clock_ = clock; }
+  int period() const { return period_; }
 
   // This peer's exchange, on the updated replica.
   virtual absl::Status Exchange() = 0;

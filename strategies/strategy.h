@@ -86,6 +86,9 @@ struct StrategyContext {
   // Start() on, on ranks that compute).
   const ModelSplit* split = nullptr;
   std::function<absl::StatusOr<Batch>()> next_batch;
+  // This rank died and was started again: it joins the others where they
+  // are (only where supports_rejoin()).
+  bool rejoining = false;
 };
 
 // A model parameter (float32, CPU, contiguous); its name is unique.
@@ -128,6 +131,9 @@ class Strategy {
   // training (so the harness may evaluate it between steps); after
   // Finish() every computing rank holds the final ones.
   virtual bool holds_full_model() const { return computes(); }
+  // True when a rank that died can be started again and rejoin the running
+  // job (StrategyContext::rejoining): moshpit.
+  virtual bool supports_rejoin() const { return false; }
   // After Prepare(): how many ranks compute, and which of them this is
   // (-1 if it does not compute); the harness shards the data by these.
   virtual int workers() const = 0;

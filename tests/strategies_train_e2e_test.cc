@@ -1,7 +1,8 @@
 // End to end: rdmaflow_train runs the all-reduce, gossip, Moshpit and
 // layer-separated strategies as OS processes over UCX shared memory on
 // Fashion-MNIST: LeNet-5 with 3 replicas (all-reduce, gossip) and 4
-// (Moshpit, a 2x2 grid; gossip and Moshpit also with a rank killed half-way),
+// (Moshpit, a 2x2 grid; gossip and Moshpit also with a rank killed half-way,
+// Moshpit with that rank restarted),
 // and the VGG-like net with 2 conv ranks and 1 FC
 // rank, all learn far above chance (10 %). Skips without the dataset.
 #include "absl/strings/str_cat.h"
@@ -53,6 +54,16 @@ TEST_F(StrategiesTrainE2eTest, MoshpitSurvivesARankKilledHalfWay) {
   const double accuracy = testing::TrainAndGetAccuracy(
       "moshpit_churn", "--local 4 --model lenet5 --strategy moshpit --steps 150 "
                        "--kill_rank 3 --kill_step 75");
+  RecordProperty("test_accuracy", absl::StrCat(accuracy));
+  EXPECT_GT(accuracy, 0.60);
+}
+
+TEST_F(StrategiesTrainE2eTest, MoshpitTakesBackARestartedRank) {
+  // The launcher starts rank 3 again after its SIGKILL; it rejoins where
+  // the others are and the job completes with all four.
+  const double accuracy = testing::TrainAndGetAccuracy(
+      "moshpit_restart", "--local 4 --model lenet5 --strategy moshpit --steps 150 "
+                         "--kill_rank 3 --kill_step 75 --restart_killed");
   RecordProperty("test_accuracy", absl::StrCat(accuracy));
   EXPECT_GT(accuracy, 0.60);
 }

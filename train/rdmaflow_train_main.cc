@@ -52,6 +52,9 @@ ABSL_FLAG(int, kill_rank, -1,
           "churn: this rank (not 0) kills itself (SIGKILL) before step --kill_step; "
           "the others go on without it where the strategy allows (moshpit)");
 ABSL_FLAG(int64_t, kill_step, 0, "the step before which --kill_rank dies");
+ABSL_FLAG(bool, restart_killed, false,
+          "churn: with --local, start --kill_rank again once it died; it rejoins the "
+          "job where the others are (strategies that take peers back: moshpit)");
 ABSL_FLAG(int64_t, eval_every, 0,
           "evaluate on --eval_samples test images every N steps (0: at the end only)");
 ABSL_FLAG(int64_t, eval_samples, 2000, "test images of the periodic evaluations");
@@ -93,6 +96,9 @@ absl::StatusOr<TrainConfig> ConfigFromFlags() {
   config.slow_factor = absl::GetFlag(FLAGS_slow_factor);
   config.kill_rank = absl::GetFlag(FLAGS_kill_rank);
   config.kill_step = absl::GetFlag(FLAGS_kill_step);
+  config.restart_killed = absl::GetFlag(FLAGS_restart_killed);
+  const char* rejoin = std::getenv(bench::kRejoinVariable);
+  config.rejoining = rejoin != nullptr && std::string(rejoin) == "1";
   config.eval_every = absl::GetFlag(FLAGS_eval_every);
   config.eval_samples = absl::GetFlag(FLAGS_eval_samples);
   config.log_prefix = absl::GetFlag(FLAGS_log_prefix);
@@ -170,7 +176,7 @@ int Main(int argc, char** argv) {
   return bench::RunLocalJob(
       local, argv, {},
       [&](rdma::Store& store) { return RunRank(*config, 0, local, store); },
-      config->kill_rank);
+      bench::LocalJobChurn{config->kill_rank, config->restart_killed});
 }
 
 }  // namespace

@@ -113,6 +113,9 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
         "--kill_rank must be a rank in 1..", world_size - 1,
         " (rank 0 hosts the job's store), got ", config.kill_rank));
   }
+  if (config.restart_killed && config.kill_rank < 0) {
+    return absl::InvalidArgumentError("--restart_killed needs --kill_rank and --kill_step");
+  }
   torch::set_num_threads(1);  // ranks share the machine's cores
   ASSIGN_OR_RETURN(auto transport, bench::MakeTransport(config.transport,
                                                         config.transport_params, rank));
@@ -132,9 +135,15 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   options.communicator_options.timeout = config.timeout;
   options.params = config.strategy_params;
   ASSIGN_OR_RETURN(auto strategy, registry.Create(config.strategy, options));
+  if (config.restart_killed && !strategy->supports_rejoin()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "strategy '", config.strategy,
+        "' cannot take a restarted rank back; --restart_killed works with moshpit"));
+  }
   std::unique_ptr<Worker> worker;
   strategies::StrategyContext context{rank, world_size, transport.get(), &store};
   context.batch_size = config.batch_size;
+  context.rejoining = config.rejoining;
   context.split = &model.split;
   context.next_batch = [&worker]() -> absl::StatusOr<strategies::Batch> {
     if (worker == nullptr) {
@@ -183,7 +192,7 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   double last_loss = 0;
   int64_t steps = 0;
   while (!strategy->done()) {
-    if (rank == config.kill_rank && steps == config.kill_step) {
+    if (rank == config.kill_rank && steps == config.kill_step && !config.rejoining) {
       std::fprintf(stderr, "rank %d: killing itself before step %lld (--kill_rank)\n",
                    rank, static_cast<long long>(steps));
       std::fflush(stderr);
@@ -229,10 +238,11 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   RETURN_IF_ERROR(store.Set(absl::StrCat("train/wire/", rank),
                             absl::StrCat(counters.bytes_sent + counters.bytes_read)));
   int64_t wire = 0;
-  const int alive = world_size - (config.kill_rank > 0 ? 1 : 0);
+  const bool lost = config.kill_rank > 0 && !config.restart_killed;
+  const int alive = world_size - (lost ? 1 : 0);
   if (reporter) {
     for (int r = 0; r < world_size; ++r) {
-      if (r == config.kill_rank) continue;
+      if (lost && r == config.kill_rank) continue;
       ASSIGN_OR_RETURN(std::string bytes,
                        store.Get(absl::StrCat("train/wire/", r), config.timeout));
       int64_t value = 0;

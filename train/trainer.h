@@ -41,6 +41,12 @@ struct TrainConfig {
   // strategies that tolerate it: moshpit). -1: nobody.
   int kill_rank = -1;
   int64_t kill_step = 0;
+  // The launcher starts the killed rank again (RunLocalJob's churn option);
+  // the others then wait for it at the end.
+  bool restart_killed = false;
+  // This process is that restarted rank: it does not kill itself again,
+  // and its strategy rejoins the running job (StrategyContext::rejoining).
+  bool rejoining = false;
   int64_t eval_every = 0;       // 0: only at the end
   int64_t eval_samples = 2000;  // of the test set, for the periodic points
   std::string log_prefix;       // <prefix>.rank<R>.csv and <prefix>.json

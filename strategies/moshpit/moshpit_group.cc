@@ -10,11 +10,17 @@
 
 namespace rdmaflow::strategies::moshpit {
 
-absl::StatusOr<std::vector<int>> FormGroup(rdma::Store& store, const std::string& prefix,
-                                           int rank, int expected,
-                                           absl::Duration timeout) {
+absl::StatusOr<std::vector<GroupMember>> FormGroup(rdma::Store& store,
+                                                   const std::string& prefix, int id,
+                                                   const std::string& note, int expected,
+                                                   absl::Duration timeout) {
+  if (note.find(' ') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("moshpit group ", prefix, ": a note may not hold spaces: '", note, "'"));
+  }
   ASSIGN_OR_RETURN(int64_t ticket, store.Add(prefix + "/count", 1));
-  RETURN_IF_ERROR(store.Set(absl::StrCat(prefix, "/member/", ticket), absl::StrCat(rank)));
+  RETURN_IF_ERROR(
+      store.Set(absl::StrCat(prefix, "/member/", ticket), absl::StrCat(id, " ", note)));
   const absl::Time deadline = absl::Now() + timeout;
   // Poll with Adds of 0 (they answer at once) until the group is sealed,
   // backing off to a poll per millisecond: the store's server shares the
@@ -41,18 +47,24 @@ absl::StatusOr<std::vector<int>> FormGroup(rdma::Store& store, const std::string
   if (!absl::SimpleAtoi(text, &final_count)) {
     return absl::InternalError(absl::StrCat("moshpit group ", prefix, ": final '", text, "'"));
   }
-  if (ticket > final_count) return std::vector<int>{rank};  // too late: alone
-  std::vector<int> members;
+  if (ticket > final_count) {
+    return std::vector<GroupMember>{{id, note}};  // too late: alone
+  }
+  std::vector<GroupMember> members;
   for (int64_t i = 1; i <= final_count; ++i) {
     ASSIGN_OR_RETURN(std::string member,
                      store.Get(absl::StrCat(prefix, "/member/", i), absl::Seconds(60)));
-    int value = -1;
-    if (!absl::SimpleAtoi(member, &value)) {
+    const size_t space = member.find(' ');
+    GroupMember parsed;
+    if (space == std::string::npos ||
+        !absl::SimpleAtoi(absl::string_view(member).substr(0, space), &parsed.id)) {
       return absl::InternalError(absl::StrCat("moshpit group ", prefix, ": member '", member, "'"));
     }
-    members.push_back(value);
+    parsed.note = member.substr(space + 1);
+    members.push_back(parsed);
   }
-  std::sort(members.begin(), members.end());
+  std::sort(members.begin(), members.end(),
+            [](const GroupMember& a, const GroupMember& b) { return a.id < b.id; });
   return members;
 }
 

@@ -2,12 +2,13 @@
 // -----------------------------------------------------------------------------
 // Forming one Moshpit group for one round through the Store, so that a
 // missing or dead peer shrinks its group instead of stalling it:
-//   1. each peer takes a ticket (Add on <prefix>/count) and records its rank
-//      under <prefix>/member/<ticket>;
+//   1. each peer takes a ticket (Add on <prefix>/count) and records its id
+//      and a note (any text without spaces; moshpit lists the rings it
+//      kept) under <prefix>/member/<ticket>;
 //   2. the first peer to see all `expected` tickets taken, or to reach its
 //      deadline, seals the group (the first Add on <prefix>/seal) by writing
 //      the number of tickets taken then into <prefix>/final;
-//   3. the group is the holders of tickets 1..final, ascending by rank; a
+//   3. the group is the holders of tickets 1..final, ascending by id; a
 //      peer whose ticket came later is alone this round (it rejoins the
 //      next one).
 // Every peer of a group gets the same list: the store's operations are
@@ -24,12 +25,22 @@
 
 namespace rdmaflow::strategies::moshpit {
 
-// Joins the group under `prefix` (unique per round and group) as `rank`,
-// waiting up to `timeout` for the `expected` members. Returns the members,
-// ascending (this rank included). Store errors are returned.
-absl::StatusOr<std::vector<int>> FormGroup(rdma::Store& store, const std::string& prefix,
-                                           int rank, int expected,
-                                           absl::Duration timeout);
+struct GroupMember {
+  int id = 0;
+  std::string note;
+  bool operator==(const GroupMember& other) const {
+    return id == other.id && note == other.note;
+  }
+};
+
+// Joins the group under `prefix` (unique per round and group) as `id` with
+// `note`, waiting up to `timeout` for the `expected` members. Returns the
+// members, ascending by id (this one included). kInvalidArgument for a note
+// with a space; store errors are returned.
+absl::StatusOr<std::vector<GroupMember>> FormGroup(rdma::Store& store,
+                                                   const std::string& prefix, int id,
+                                                   const std::string& note, int expected,
+                                                   absl::Duration timeout);
 
 }  // namespace rdmaflow::strategies::moshpit
 

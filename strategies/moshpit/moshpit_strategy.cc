@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/graph_builder.h"
 #include "strategies/moshpit/moshpit_group.h"
@@ -52,7 +54,35 @@ absl::StatusOr<graph::GraphDef> MoshpitStrategy::Prepare(
 
 absl::Status MoshpitStrategy::Start() {
   if (replica_ == nullptr) return absl::FailedPreconditionError("moshpit: Prepare() first");
+  if (context_.rejoining) {
+    RETURN_IF_ERROR(CatchUp());
+    SkipTo(static_cast<int64_t>(round_) * period());
+    adopt_next_average_ = true;
+    std::fprintf(stderr, "moshpit rank %d: rejoining at round %d (step %lld)\n",
+                 context_.rank, round_, static_cast<long long>(round_) * period());
+  }
   MarkStarted();
+  return absl::OkStatus();
+}
+
+absl::Status MoshpitStrategy::CatchUp() {
+  // A heartbeat counts the rounds a peer started: beat - 1 is the round it
+  // is in. Jump to the most advanced peer's round when it is ahead of ours
+  // (never past it: that would leave everyone alone, leapfrogging).
+  rdma::Store& store = *context_.store;
+  const std::string beats = absl::StrCat(options_.communicator_options.ns, "/moshpit/beat/");
+  int64_t leader = -1;
+  for (int peer = 0; peer < context_.world_size; ++peer) {
+    if (peer == context_.rank) continue;
+    ASSIGN_OR_RETURN(int64_t beat, store.Add(absl::StrCat(beats, peer), 0));
+    leader = std::max(leader, beat - 1);
+  }
+  if (leader <= round_) return absl::OkStatus();
+  ASSIGN_OR_RETURN(int64_t mine, store.Add(absl::StrCat(beats, context_.rank), 0));
+  if (leader > mine) {
+    RETURN_IF_ERROR(store.Add(absl::StrCat(beats, context_.rank), leader - mine).status());
+  }
+  round_ = static_cast<int>(leader);
   return absl::OkStatus();
 }
 
@@ -77,8 +107,13 @@ absl::Status MoshpitStrategy::Exchange() {
     }
     if (suspected_.count(peer) == 0) ++expected;
   }
-  ASSIGN_OR_RETURN(std::vector<int> members,
-                   FormGroup(store, ns, rank, expected, moshpit_.group_timeout));
+  // The note lists the rounds our kept rings were created in: a ring is
+  // reused only where every member still keeps it.
+  ASSIGN_OR_RETURN(std::vector<GroupMember> group,
+                   FormGroup(store, ns, rank, KeptRingsNote(), expected,
+                             moshpit_.group_timeout));
+  std::vector<int> members;
+  for (const GroupMember& member : group) members.push_back(member.id);
   group_sizes_.push_back(static_cast<int>(members.size()));
   for (int peer : grid_group) {
     if (std::find(members.begin(), members.end(), peer) != members.end()) continue;
@@ -86,7 +121,8 @@ absl::Status MoshpitStrategy::Exchange() {
     Suspect(peer, beat);
   }
   if (members.size() < 2) return absl::OkStatus();
-  absl::Status status = Average(members, ns);
+  DropRingUnlessAllKeep(group);
+  absl::Status status = Average(members, round, ns);
   if (!status.ok()) {
     // A member died in the round: keep training, try again next round.
     ++failed_rounds_;
@@ -110,32 +146,66 @@ void MoshpitStrategy::Suspect(int peer, int64_t beat) {
   }
 }
 
+std::string MoshpitStrategy::KeptRingsNote() const {
+  std::vector<std::string> rounds;
+  for (const auto& [members, kept] : rings_) rounds.push_back(absl::StrCat(kept.created));
+  return absl::StrJoin(rounds, ",");
+}
+
+void MoshpitStrategy::DropRingUnlessAllKeep(const std::vector<GroupMember>& group) {
+  std::vector<int> members;
+  for (const GroupMember& member : group) members.push_back(member.id);
+  auto it = rings_.find(members);
+  if (it == rings_.end()) return;
+  const std::string created = absl::StrCat(it->second.created);
+  for (const GroupMember& member : group) {
+    const std::vector<std::string> kept = absl::StrSplit(member.note, ',');
+    if (std::find(kept.begin(), kept.end(), created) == kept.end()) {
+      // A member dropped it (it suspected someone) or is a restarted
+      // process: everyone sets up a new one this round.
+      rings_.erase(it);
+      return;
+    }
+  }
+}
+
 absl::StatusOr<collectives::RingAllReduce*> MoshpitStrategy::RingFor(
-    const std::vector<int>& members, const std::string& ns) {
-  if (auto it = rings_.find(members); it != rings_.end()) return it->second.get();
+    const std::vector<int>& members, int round, const std::string& ns) {
+  if (auto it = rings_.find(members); it != rings_.end()) return it->second.ring.get();
   collectives::RingAllReduceOptions ring_options;
   ring_options.name = "avg";
-  ring_options.capacity_bytes = replica_->bytes();
+  ring_options.capacity_bytes = replica_->bytes() + sizeof(float);  // + the weight
   ring_options.timeout = moshpit_.round_timeout;
   ASSIGN_OR_RETURN(std::unique_ptr<collectives::RingAllReduce> ring,
                    collectives::RingAllReduce::Create(*context_.transport, *context_.store,
                                                       ns, members, ring_options));
   ++rings_created_;
   collectives::RingAllReduce* kept = ring.get();
-  rings_[members] = std::move(ring);
+  rings_[members] = KeptRing{std::move(ring), round};
   return kept;
 }
 
-absl::Status MoshpitStrategy::Average(const std::vector<int>& members,
+absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round,
                                       const std::string& ns) {
-  ASSIGN_OR_RETURN(collectives::RingAllReduce * ring, RingFor(members, ns));
+  ASSIGN_OR_RETURN(collectives::RingAllReduce * ring, RingFor(members, round, ns));
   const int64_t elements = static_cast<int64_t>(replica_->bytes() / sizeof(float));
   const collectives::RingAllReduceStats before = ring->stats();
-  std::memcpy(ring->data(), replica_->flat().data_ptr<float>(), replica_->bytes());
-  RETURN_IF_ERROR(ring->AllReduce(0, elements, collectives::DataType::kFloat32));
-  torch::NoGradGuard no_grad;
-  torch::Tensor sum = torch::from_blob(ring->data(), {elements}, torch::kFloat32);
-  replica_->flat().copy_(sum).div_(static_cast<double>(members.size()));
+  // [w theta, w], summed: the average is sum(w theta) / sum(w).
+  float* data = reinterpret_cast<float*>(ring->data());
+  if (adopt_next_average_) {
+    std::memset(data, 0, replica_->bytes());
+  } else {
+    std::memcpy(data, replica_->flat().data_ptr<float>(), replica_->bytes());
+  }
+  data[elements] = adopt_next_average_ ? 0.0f : 1.0f;
+  RETURN_IF_ERROR(ring->AllReduce(0, elements + 1, collectives::DataType::kFloat32));
+  const float total = data[elements];
+  if (total > 0) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor sum = torch::from_blob(data, {elements}, torch::kFloat32);
+    replica_->flat().copy_(sum).div_(static_cast<double>(total));
+    adopt_next_average_ = false;
+  }
   counters_.bytes_sent += ring->stats().bytes_sent - before.bytes_sent;
   counters_.tensors_sent += ring->stats().messages - before.messages;
   return absl::OkStatus();
@@ -144,10 +214,10 @@ absl::Status MoshpitStrategy::Average(const std::vector<int>& members,
 absl::Status MoshpitStrategy::Finish() {
   // std::map order: every peer shuts its rings down in the same order, so
   // the shutdown barriers cannot wait on each other in a cycle.
-  for (auto& [members, ring] : rings_) {
+  for (auto& [members, kept] : rings_) {
     // Members that left the ring (they suspected us) never come: wait no
     // longer than for a group.
-    absl::Status status = ring->Shutdown(moshpit_.group_timeout);
+    absl::Status status = kept.ring->Shutdown(moshpit_.group_timeout);
     if (!status.ok()) {
       std::fprintf(stderr, "moshpit rank %d: shutting a ring down: %s\n", context_.rank,
                    status.ToString().c_str());

@@ -14,6 +14,13 @@
 // exchange plus one all-reduce). A ring whose all-reduce fails, or that
 // holds a suspected peer, is dropped. On a full grid, d rounds give every
 // peer the exact global average.
+// A peer that died and was started again (StrategyContext::rejoining) reads
+// the others' heartbeats, starts at the most advanced one's round (and
+// the matching step), and
+// averages with weight 0 the first time, adopting its group's parameters;
+// the others expect it again as soon as its heartbeat moves. A peer that
+// finds itself alone in a group it expected company in catches up the same
+// way. Averages carry a weight element: sum(w theta) / sum(w).
 // Parameters: side (M, 2), dims (d, derived from the ranks), period (1),
 // group_timeout_ms (2000), round_timeout_ms (10000): a group whose
 // all-reduce fails (a member died in it) skips that round's average.
@@ -31,6 +38,7 @@
 #include "collectives/ring_allreduce.h"
 #include "strategies/local_sgd_strategy.h"
 #include "strategies/moshpit/moshpit_grid.h"
+#include "strategies/moshpit/moshpit_group.h"
 
 namespace rdmaflow::strategies::moshpit {
 
@@ -52,6 +60,7 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
                                           std::vector<Parameter> parameters) override;
   absl::Status Start() override;
+  bool supports_rejoin() const override { return true; }
   // Shuts the kept rings down (in one order on every peer), waiting at most
   // the group timeout for each: a ring whose other members left it (they
   // suspected this peer) is logged and dropped.
@@ -69,12 +78,19 @@ class MoshpitStrategy final : public LocalSgdStrategy {
       : LocalSgdStrategy(std::move(options), moshpit.period), moshpit_(moshpit) {}
   // One round: form the group, average in it.
   absl::Status Exchange() override;
-  // The kept ring for `members`, or a new one set up under `ns`.
+  // The kept ring for `members`, or a new one set up under `ns` in `round`.
   absl::StatusOr<collectives::RingAllReduce*> RingFor(const std::vector<int>& members,
-                                                      const std::string& ns);
-  // Averages the replica within `members`.
-  absl::Status Average(const std::vector<int>& members, const std::string& ns);
+                                                      int round, const std::string& ns);
+  // Averages the replica within the group.
+  absl::Status Average(const std::vector<int>& members, int round, const std::string& ns);
   void Suspect(int peer, int64_t beat);
+  // The rounds our kept rings were created in, "3,4" (the group note).
+  std::string KeptRingsNote() const;
+  // Drops our ring for this group unless every member's note keeps it.
+  void DropRingUnlessAllKeep(const std::vector<GroupMember>& group);
+  // Moves round_ (and this peer's heartbeat) to the round the most
+  // advanced other peer is in, when that is ahead of ours.
+  absl::Status CatchUp();
 
   const MoshpitOptions moshpit_;
   std::unique_ptr<MoshpitGrid> grid_;
@@ -82,7 +98,15 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   int failed_rounds_ = 0;
   int round_ = 0;
   int rings_created_ = 0;
-  std::map<std::vector<int>, std::unique_ptr<collectives::RingAllReduce>> rings_;
+  // A rejoining peer's first average counts with weight 0: it adopts its
+  // group's parameters instead of pulling them toward its fresh ones.
+  bool adopt_next_average_ = false;
+  struct KeptRing {
+    std::unique_ptr<collectives::RingAllReduce> ring;
+    int created = 0;  // the round
+  };
+  // Kept rings, by members.
+  std::map<std::vector<int>, KeptRing> rings_;
   // Peers that missed a group, with their heartbeat count then.
   std::map<int, int64_t> suspected_;
 };

@@ -40,29 +40,39 @@ TEST(MoshpitGridTest, GroupsShareAllCoordinatesButTheRoundsDimension) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("dims >= 4")));
 }
 
+std::vector<int> Ids(const std::vector<GroupMember>& members) {
+  std::vector<int> ids;
+  for (const GroupMember& m : members) ids.push_back(m.id);
+  return ids;
+}
+
 TEST(FormGroupTest, FullShrunkAndLate) {
   rdma::testing::InMemoryStore store;
-  std::vector<std::vector<int>> got(4);
+  std::vector<std::vector<GroupMember>> got(4);
   std::vector<std::thread> threads;
   for (int r = 0; r < 4; ++r) {
     threads.emplace_back([&, r] {
-      ASSERT_OK_AND_ASSIGN(got[r], FormGroup(store, "full", r * 10, 4, absl::Seconds(30)));
+      ASSERT_OK_AND_ASSIGN(got[r], FormGroup(store, "full", r * 10, absl::StrCat("n", r), 4,
+                                             absl::Seconds(30)));
     });
   }
   for (auto& t : threads) t.join();
-  for (int r = 0; r < 4; ++r) EXPECT_EQ(got[r], (std::vector<int>{0, 10, 20, 30}));
+  const std::vector<GroupMember> full = {{0, "n0"}, {10, "n1"}, {20, "n2"}, {30, "n3"}};
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(got[r], full);
   // Three of four come: after the timeout the three form the group; the
   // fourth, arriving after the seal, is alone.
   threads.clear();
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      ASSERT_OK_AND_ASSIGN(got[r], FormGroup(store, "shrunk", r, 4, absl::Milliseconds(100)));
+      ASSERT_OK_AND_ASSIGN(got[r], FormGroup(store, "shrunk", r, "", 4, absl::Milliseconds(100)));
     });
   }
   for (auto& t : threads) t.join();
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(got[r], (std::vector<int>{0, 1, 2}));
-  ASSERT_OK_AND_ASSIGN(got[3], FormGroup(store, "shrunk", 3, 4, absl::Seconds(30)));
-  EXPECT_EQ(got[3], (std::vector<int>{3}));
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(Ids(got[r]), (std::vector<int>{0, 1, 2}));
+  ASSERT_OK_AND_ASSIGN(got[3], FormGroup(store, "shrunk", 3, "", 4, absl::Seconds(30)));
+  EXPECT_EQ(Ids(got[3]), (std::vector<int>{3}));
+  EXPECT_THAT(FormGroup(store, "bad", 0, "a b", 1, absl::Seconds(1)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("spaces")));
 }
 
 // Runs `world` ranks of moshpit with no gradients (pure averaging); rank
@@ -149,6 +159,72 @@ TEST(MoshpitStrategyTest, ARankThatLeavesShrinksItsGroupsAndTheOthersGoOn) {
     return worst;
   };
   EXPECT_LT(spread(final), 0.05 * spread(start));
+}
+
+TEST(MoshpitStrategyTest, ARestartedRankRejoinsAndAdoptsItsGroupsParameters) {
+  torch::set_num_threads(1);
+  constexpr int kWorld = 4, kSteps = 12;
+  const std::map<std::string, std::string> params = {{"side", "2"},
+                                                     {"group_timeout_ms", "300"}};
+  std::vector<torch::Tensor> start(kWorld), final(kWorld);
+  std::vector<int64_t> steps_taken(kWorld, 0);
+  std::vector<std::vector<int>> sizes(kWorld);
+  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+      kWorld, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto strategy, MoshpitStrategy::Create(ToyOptions(kSteps, params)));
+        torch::manual_seed(100 + rank);
+        start[rank] = torch::randn({41});
+        std::vector<Parameter> p = {{"w", start[rank].clone()}};
+        RETURN_IF_ERROR(strategy->Prepare({rank, kWorld, &transport, &store}, p).status());
+        RETURN_IF_ERROR(strategy->Start());
+        int64_t step = 0;
+        ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> {
+          // The survivors reach step 5, and go on only once rank 3 is back.
+          if (rank != 3 && step++ == 5) {
+            ASSIGN_OR_RETURN(int64_t there, store.Add("at5", 1));
+            if (there == 3) RETURN_IF_ERROR(store.Set("all_at5", "1"));
+            RETURN_IF_ERROR(store.Wait({"back"}, absl::Seconds(60)));
+          }
+          return ComputeResult{};
+        };
+        if (rank == 3) {
+          for (int i = 0; i < 2; ++i) RETURN_IF_ERROR(strategy->Step(nothing).status());
+          // Dies (no Finish), and a new process of rank 3 starts from far
+          // away parameters: they must not pull the others there.
+          strategy.reset();
+          RETURN_IF_ERROR(store.Wait({"all_at5"}, absl::Seconds(60)));
+          ASSIGN_OR_RETURN(strategy, MoshpitStrategy::Create(ToyOptions(kSteps, params)));
+          p = {{"w", torch::full({41}, 1000.0f)}};
+          strategies::StrategyContext context{rank, kWorld, &transport, &store};
+          context.rejoining = true;
+          RETURN_IF_ERROR(strategy->Prepare(context, p).status());
+          RETURN_IF_ERROR(strategy->Start());
+          RETURN_IF_ERROR(store.Set("back", "1"));
+        }
+        while (!strategy->done()) {
+          RETURN_IF_ERROR(strategy->Step(nothing).status());
+          ++steps_taken[rank];
+        }
+        RETURN_IF_ERROR(strategy->Finish());
+        final[rank] = p[0].tensor.detach().clone();
+        sizes[rank] = strategy->group_sizes();
+        return absl::OkStatus();
+      });
+  for (const absl::Status& s : status) ASSERT_OK(s);
+  // The rejoined rank started where the others were (round 4: their
+  // rounds 0-4 are done), not at step 0.
+  EXPECT_EQ(steps_taken[3], kSteps - 4);
+  EXPECT_EQ(steps_taken[0], kSteps);
+  // It averaged in a group again.
+  EXPECT_NE(std::find(sizes[3].begin(), sizes[3].end(), 2), sizes[3].end());
+  // Everyone, the rejoined rank included, holds values from the original
+  // starts' range: its 1000s counted with weight 0.
+  const torch::Tensor lo = std::get<0>(torch::stack(start).min(0)) - 1e-4;
+  const torch::Tensor hi = std::get<0>(torch::stack(start).max(0)) + 1e-4;
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE((final[r] >= lo).all().item<bool>() && (final[r] <= hi).all().item<bool>())
+        << "rank " << r << ": " << final[r].max().item<float>();
+  }
 }
 
 }  // namespace
