@@ -8,11 +8,14 @@
 #   kill         rank 3 SIGKILLs itself half-way (--kill_rank/--kill_step).
 # Rank 0 evaluates EVAL_SAMPLES test images every 25 steps; the report gives
 # the time to TARGET accuracy per run, and a PNG per scenario plots the
-# curves. A run that fails (the all-reduce cannot lose a rank) is reported
-# as failed, with its error and how far it got.
-#   tools/bench_decentralized.sh [OUT_DIR]   (default bench-results/decentralized; ~5 min)
+# curves (of the first repeat). A run that fails (the all-reduce cannot lose
+# a rank) is reported as failed, with its error and how far it got. With
+# REPEATS > 1 every run is repeated and the report gives medians and ranges.
+#   tools/bench_decentralized.sh [OUT_DIR]   (default bench-results/decentralized;
+#                                             ~3.5 min per repeat)
 # Environment: SCENARIOS ("homogeneous slow kill"), STRATEGIES ("allreduce
-# gossip gossip_push moshpit"), STEPS (400), TARGET (0.80), EVAL_SAMPLES (1000).
+# gossip gossip_push moshpit"), STEPS (400), TARGET (0.80), EVAL_SAMPLES
+# (1000), REPEATS (1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/decentralized}
@@ -22,6 +25,7 @@ strategies=${STRATEGIES:-allreduce gossip gossip_push moshpit}
 steps=${STEPS:-400}
 target=${TARGET:-0.80}
 eval_samples=${EVAL_SAMPLES:-1000}
+repeats=${REPEATS:-1}
 bazel build -c opt //train:rdmaflow_train >/dev/null
 train=bazel-bin/train/rdmaflow_train
 
@@ -32,24 +36,26 @@ for scenario in $scenarios; do
     kill) churn=(--kill_rank 3 --kill_step $((steps / 2))) ;;
     *) echo "bench_decentralized: unknown scenario '$scenario'" >&2; exit 2 ;;
   esac
-  for name in $strategies; do
-    case $name in
-      gossip_push) strategy=(--strategy gossip --strategy_params mode=push) ;;
-      *) strategy=(--strategy "$name") ;;
-    esac
-    run="$out/${scenario}_$name"
-    rm -f "$run.json" "$run".rank*.csv
-    echo "== $scenario: $name, 4 ranks, $steps steps"
-    if "$train" --local 4 --model lenet5 "${strategy[@]}" --steps "$steps" "${churn[@]}" \
-         --eval_every 25 --eval_samples "$eval_samples" --log_prefix "$run" \
-         --json "$run.json" --progress=false >"$run.log" 2>&1; then
-      echo "   done: $(grep -o '"test_accuracy": [0-9.]*' "$run.json")"
-    else
-      echo "   failed (as the report will say): $(grep -m1 -i 'error\|unavailable\|deadline' "$run.log" || tail -1 "$run.log")"
-    fi
+  for repeat in $(seq 1 "$repeats"); do
+    for name in $strategies; do
+      case $name in
+        gossip_push) strategy=(--strategy gossip --strategy_params mode=push) ;;
+        *) strategy=(--strategy "$name") ;;
+      esac
+      run="$out/${scenario}_${name}_r$repeat"
+      rm -f "$run.json" "$run".rank*.csv
+      echo "== $scenario: $name, 4 ranks, $steps steps (repeat $repeat of $repeats)"
+      if "$train" --local 4 --model lenet5 "${strategy[@]}" --steps "$steps" "${churn[@]}" \
+           --eval_every 25 --eval_samples "$eval_samples" --log_prefix "$run" \
+           --json "$run.json" --progress=false >"$run.log" 2>&1; then
+        echo "   done: $(grep -o '"test_accuracy": [0-9.]*' "$run.json")"
+      else
+        echo "   failed (as the report will say): $(grep -m1 -i 'error\|unavailable\|deadline' "$run.log" || tail -1 "$run.log")"
+      fi
+    done
   done
   logs=()
-  for name in $strategies; do logs+=("$name=$out/${scenario}_$name.rank0.csv"); done
+  for name in $strategies; do logs+=("$name=$out/${scenario}_${name}_r1.rank0.csv"); done
   case $scenario in
     homogeneous) title="4 ranks, homogeneous" ;;
     slow) title="4 ranks, rank 3 slowed 2x" ;;
@@ -59,6 +65,6 @@ for scenario in $scenarios; do
     "LeNet-5 on Fashion-MNIST, $title (UCX shared memory)" "${logs[@]}"
 done
 
-python3 tools/decentralized_report.py "$out" "$target" "$scenarios" "$strategies" |
+python3 tools/decentralized_report.py "$out" "$target" "$scenarios" "$strategies" "$repeats" |
   tee "$out/report.txt"
 echo "bench_decentralized: results in $out"
