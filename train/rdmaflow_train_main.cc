@@ -31,7 +31,7 @@ ABSL_FLAG(std::string, sync, "bsp", "ps: bsp | asp | ssp:S | dssp:LOW:HIGH");
 ABSL_FLAG(std::string, strategy_params, "",
           "more strategy settings, key=value,... (ps: pull=read|send, copies=K; "
           "allreduce: bucket_bytes=4M; layer_separated: fc_ranks=K; gossip: "
-          "beta=0.5,period=1,topology=random|ring; moshpit: side=2,dims=D,"
+          "beta=0.5,period=1,topology=random|ring,mode=pull|push; moshpit: side=2,dims=D,"
           "period=1,group_timeout_ms=2000); an unknown key lists the known ones");
 ABSL_FLAG(std::string, communicator, "rdma", "rdma | rdma_copy | grpc");
 ABSL_FLAG(std::string, transport, "ucx", "ucx | ibverbs | loopback");
@@ -50,7 +50,7 @@ ABSL_FLAG(int, slow_rank, -1, "rank whose compute is slowed (a straggler)");
 ABSL_FLAG(double, slow_factor, 1.0, "how many times slower --slow_rank computes");
 ABSL_FLAG(int, kill_rank, -1,
           "churn: this rank (not 0) kills itself (SIGKILL) before step --kill_step; "
-          "the others go on without it where the strategy allows (moshpit)");
+          "the others go on without it where the strategy allows (gossip, moshpit)");
 ABSL_FLAG(int64_t, kill_step, 0, "the step before which --kill_rank dies");
 ABSL_FLAG(bool, restart_killed, false,
           "churn: with --local, start --kill_rank again once it died; it rejoins the "

@@ -38,7 +38,7 @@ struct TrainConfig {
   double slow_factor = 1.0;
   // Churn: rank `kill_rank` kills itself (SIGKILL, no clean-up) when it is
   // about to start step `kill_step`; the others finish without it (the
-  // strategies that tolerate it: moshpit). -1: nobody.
+  // strategies that tolerate it: gossip, moshpit). -1: nobody.
   int kill_rank = -1;
   int64_t kill_step = 0;
   // The launcher starts the killed rank again (RunLocalJob's churn option);
