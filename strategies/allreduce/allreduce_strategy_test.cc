@@ -41,15 +41,7 @@ TEST_P(AllReduceEquivalenceTest, MatchesOneProcessOnTheConcatenatedBatches) {
         std::vector<Parameter> params = problem.MakeParameters();
         RETURN_IF_ERROR(strategy->Prepare({rank, world, &transport, &store}, params).status());
         RETURN_IF_ERROR(strategy->Start());
-        int t = 0;
-        ComputeFn compute = [&]() -> absl::StatusOr<ComputeResult> {
-          std::vector<torch::Tensor> p;
-          for (const Parameter& param : params) p.push_back(param.tensor);
-          torch::Tensor loss = ToyProblem::Loss(p, problem.x[rank][t], problem.y[rank][t]);
-          loss.backward();
-          ++t;
-          return ComputeResult{loss.item<double>(), 0, kBatch};
-        };
+        ComputeFn compute = problem.Compute(params, rank);
         while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(compute).status());
         RETURN_IF_ERROR(strategy->Finish());
         for (const Parameter& param : params) finals[rank].push_back(param.tensor.detach().clone());

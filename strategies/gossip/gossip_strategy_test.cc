@@ -206,15 +206,7 @@ TEST(GossipStrategyTest, TrainsTheToyProblem) {
         std::vector<Parameter> params = problem.MakeParameters();
         RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &transport, &store}, params).status());
         RETURN_IF_ERROR(strategy->Start());
-        int t = 0;
-        ComputeFn compute = [&]() -> absl::StatusOr<ComputeResult> {
-          std::vector<torch::Tensor> p;
-          for (const Parameter& param : params) p.push_back(param.tensor);
-          torch::Tensor loss = ToyProblem::Loss(p, problem.x[rank][t], problem.y[rank][t]);
-          loss.backward();
-          ++t;
-          return ComputeResult{loss.item<double>(), 0, 16};
-        };
+        ComputeFn compute = problem.Compute(params, rank);
         while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(compute).status());
         RETURN_IF_ERROR(strategy->Finish());
         EXPECT_EQ(strategy->peers_mixed().size(), static_cast<size_t>(kSteps / 2));

@@ -1,7 +1,9 @@
 // File: testing/toy_problem.cc
 #include "strategies/testing/toy_problem.h"
 
+
 #include <algorithm>
+#include <memory>
 
 namespace rdmaflow::strategies::testing {
 
@@ -41,6 +43,19 @@ std::vector<Parameter> ToyProblem::MakeParameters() const {
     out.push_back({names[i], init[i].clone().requires_grad_(true)});
   }
   return out;
+}
+
+ComputeFn ToyProblem::Compute(const std::vector<Parameter>& params, int worker) const {
+  auto step = std::make_shared<int>(0);
+  return [this, &params, worker, step]() -> absl::StatusOr<ComputeResult> {
+    std::vector<torch::Tensor> p;
+    for (const Parameter& param : params) p.push_back(param.tensor);
+    const torch::Tensor& batch = x[worker][*step];
+    torch::Tensor loss = Loss(p, batch, y[worker][*step]);
+    loss.backward();
+    ++*step;
+    return ComputeResult{loss.item<double>(), 0, batch.size(0)};
+  };
 }
 
 std::vector<torch::Tensor> ToyProblem::Reference(const std::vector<int>& workers,

@@ -35,6 +35,10 @@ struct ToyProblem {
   // Fresh parameters named w1, b1, w2, b2, requiring grad.
   std::vector<Parameter> MakeParameters() const;
 
+  // The harness's compute for `worker`: each call runs the forward and
+  // backward pass of its next batch on `params` (which must outlive it).
+  ComputeFn Compute(const std::vector<Parameter>& params, int worker) const;
+
   // `steps` of SGD (lr, momentum) from `init`, each on the batches of
   // `workers` concatenated; the final parameters.
   std::vector<torch::Tensor> Reference(const std::vector<int>& workers, int steps,
