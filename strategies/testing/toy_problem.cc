@@ -1,7 +1,6 @@
 // File: testing/toy_problem.cc
 #include "strategies/testing/toy_problem.h"
 
-
 #include <algorithm>
 #include <memory>
 
