@@ -156,17 +156,7 @@ int RunLaunchedRank(
 
 absl::StatusOr<std::unique_ptr<rdma::Transport>> MakeTransport(
     const std::string& name, const std::string& params, int rank) {
-  rdma::TransportRegistry registry;
-  if (absl::Status s = rdma::RegisterBuiltinTransports(registry); !s.ok()) {
-    return s;
-  }
-  rdma::TransportConfig config;
-  config.rank = rank;
-  absl::StatusOr<std::map<std::string, std::string>> parsed =
-      rdma::ParseTransportParams(params);
-  if (!parsed.ok()) return parsed.status();
-  config.params = *parsed;
-  return registry.Create(name, config);
+  return rdma::CreateBuiltinTransport(name, params, rank);
 }
 
 }  // namespace rdmaflow::bench

@@ -14,4 +14,14 @@ absl::Status RegisterBuiltinTransports(TransportRegistry& registry) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<Transport>> CreateBuiltinTransport(
+    const std::string& name, const std::string& params, int rank) {
+  TransportRegistry registry;
+  RETURN_IF_ERROR(RegisterBuiltinTransports(registry));
+  TransportConfig config;
+  config.rank = rank;
+  ASSIGN_OR_RETURN(config.params, ParseTransportParams(params));
+  return registry.Create(name, config);
+}
+
 }  // namespace rdmaflow::rdma

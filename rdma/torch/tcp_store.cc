@@ -9,7 +9,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace rdmaflow::rdma::torch {
 namespace {
@@ -33,21 +32,6 @@ absl::StatusOr<int> IntFromEnv(const char* name, std::optional<int> fallback) {
         "' is not a non-negative integer"));
   }
   return value;
-}
-
-// c10d reports timeouts and I/O errors as exceptions; this is the one place
-// they become Status.
-template <typename Fn>
-auto Guard(Fn fn, const std::string& what, absl::StatusCode code)
-    -> absl::StatusOr<decltype(fn())> {
-  try {
-    return fn();
-  } catch (const c10::Error& e) {
-    return absl::Status(code,
-                        absl::StrCat(what, ": ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::Status(code, absl::StrCat(what, ": ", e.what()));
-  }
 }
 
 }  // namespace
@@ -78,8 +62,9 @@ absl::StatusOr<TcpStoreOptions> TcpStoreOptions::FromEnvironment() {
   return options;
 }
 
-TcpStore::TcpStore(std::unique_ptr<c10d::TCPStore> store, std::string where)
-    : store_(std::move(store)), where_(std::move(where)) {}
+TcpStore::TcpStore(c10::intrusive_ptr<c10d::Store> store, int port,
+                   std::string where)
+    : port_(port), store_(std::move(store), std::move(where)) {}
 
 TcpStore::~TcpStore() = default;
 
@@ -102,65 +87,41 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(
   opts.numWorkers = options.world_size;
   opts.waitWorkers = false;
   opts.timeout = ToChrono(options.connect_timeout);
-  auto store = Guard(
-      [&] { return std::make_unique<c10d::TCPStore>(options.host, opts); },
-      absl::StrCat(options.is_server ? "starting" : "connecting to",
-                   " the rendezvous store at ", where,
-                   " (check MASTER_ADDR/MASTER_PORT, that rank 0 is up and "
-                   "the port is free)"),
-      absl::StatusCode::kUnavailable);
-  if (!store.ok()) return store.status();
-  const std::string actual =
-      absl::StrCat(options.host, ":", (*store)->getPort());
-  return std::unique_ptr<TcpStore>(new TcpStore(*std::move(store), actual));
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(options.host, opts);
+  } catch (const std::exception& e) {
+    const c10::Error* error = dynamic_cast<const c10::Error*>(&e);
+    return absl::UnavailableError(absl::StrCat(
+        options.is_server ? "starting" : "connecting to",
+        " the rendezvous store at ", where,
+        " (check MASTER_ADDR/MASTER_PORT, that rank 0 is up and the port is "
+        "free): ",
+        error != nullptr ? error->what_without_backtrace() : e.what()));
+  }
+  const int port = store->getPort();
+  return std::unique_ptr<TcpStore>(
+      new TcpStore(store, port, absl::StrCat(options.host, ":", port)));
 }
 
-int TcpStore::port() const { return store_->getPort(); }
+int TcpStore::port() const { return port_; }
 
 absl::Status TcpStore::Set(absl::string_view key, absl::string_view value) {
-  return Guard(
-             [&] {
-               store_->set(std::string(key),
-                           std::vector<uint8_t>(value.begin(), value.end()));
-               return 0;
-             },
-             absl::StrCat("store set of '", key, "' at ", where_),
-             absl::StatusCode::kUnavailable)
-      .status();
+  return store_.Set(key, value);
 }
 
 absl::StatusOr<std::string> TcpStore::Get(absl::string_view key,
                                           absl::Duration timeout) {
-  if (absl::Status status = Wait({std::string(key)}, timeout); !status.ok()) {
-    return status;
-  }
-  return Guard(
-      [&] {
-        std::vector<uint8_t> value = store_->get(std::string(key));
-        return std::string(value.begin(), value.end());
-      },
-      absl::StrCat("store get of '", key, "' at ", where_),
-      absl::StatusCode::kUnavailable);
+  return store_.Get(key, timeout);
 }
 
 absl::Status TcpStore::Wait(const std::vector<std::string>& keys,
                             absl::Duration timeout) {
-  return Guard(
-             [&] {
-               store_->wait(keys, ToChrono(timeout));
-               return 0;
-             },
-             absl::StrCat("waiting ", absl::FormatDuration(timeout),
-                          " for store keys [", absl::StrJoin(keys, ", "),
-                          "] at ", where_),
-             absl::StatusCode::kDeadlineExceeded)
-      .status();
+  return store_.Wait(keys, timeout);
 }
 
 absl::StatusOr<int64_t> TcpStore::Add(absl::string_view key, int64_t delta) {
-  return Guard([&] { return store_->add(std::string(key), delta); },
-               absl::StrCat("store add to '", key, "' at ", where_),
-               absl::StatusCode::kUnavailable);
+  return store_.Add(key, delta);
 }
 
 }  // namespace rdmaflow::rdma::torch

@@ -15,10 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rdma/store.h"
-
-namespace c10d {
-class TCPStore;
-}  // namespace c10d
+#include "rdma/torch/c10d_store.h"
 
 namespace rdmaflow::rdma::torch {
 
@@ -40,7 +37,7 @@ struct TcpStoreOptions {
   static absl::StatusOr<TcpStoreOptions> FromEnvironment();
 };
 
-// Thread-safe (c10d::TCPStore is).
+// Thread-safe (c10d::TCPStore is). A C10dStore over a TCPStore it creates.
 class TcpStore final : public Store {
  public:
   // kUnavailable naming host:port when the server cannot be started or
@@ -60,10 +57,10 @@ class TcpStore final : public Store {
   absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
 
  private:
-  TcpStore(std::unique_ptr<c10d::TCPStore> store, std::string where);
+  TcpStore(c10::intrusive_ptr<c10d::Store> store, int port, std::string where);
 
-  std::unique_ptr<c10d::TCPStore> store_;
-  std::string where_;  // "host:port", for messages.
+  int port_;
+  C10dStore store_;
 };
 
 }  // namespace rdmaflow::rdma::torch

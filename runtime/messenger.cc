@@ -1,0 +1,593 @@
+#include "runtime/messenger.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "rdma/rendezvous.h"
+
+namespace rdmaflow::runtime {
+namespace {
+
+constexpr size_t kWord = sizeof(uint64_t);
+constexpr size_t kHeaderBytes = 64;
+
+// The header at the start of each slot.
+struct PieceHeader {
+  uint64_t tag;
+  uint64_t message_bytes;
+  uint64_t offset;  // of this piece in the message
+  uint64_t bytes;   // of this piece
+};
+static_assert(sizeof(PieceHeader) <= kHeaderBytes);
+
+std::string Key(const std::string& name, int rank, const char* what) {
+  return absl::StrCat("messenger/", name, "/", rank, "/", what);
+}
+
+std::string Layout(const MessengerOptions& o, int world) {
+  return absl::StrCat("slots=", o.slots, " slot_bytes=", o.slot_bytes,
+                      " world=", world);
+}
+
+absl::Status Annotate(const absl::Status& status, const std::string& where) {
+  return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
+}
+
+uint64_t Load(const std::byte* word) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
+}
+
+void Store(std::byte* word, uint64_t value) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_RELEASE);
+}
+
+}  // namespace
+
+struct Messenger::Outgoing {
+  uint64_t tag;
+  const std::byte* data;
+  size_t bytes;
+  size_t next_offset = 0;  // first byte not yet cut into a piece
+  uint64_t last_seq = 0;   // the piece that completes it, once cut
+  bool all_cut = false;
+  SendDone done;
+};
+
+struct Messenger::Incoming {
+  uint64_t tag;
+  std::byte* dst = nullptr;  // a posted receive's buffer, or buffer.data()
+  size_t capacity = 0;
+  std::string buffer;        // an unexpected message's copy
+  size_t message_bytes = 0;
+  size_t arrived = 0;
+  bool started = false;      // its first piece has arrived
+  bool complete = false;
+  bool too_large = false;
+  RecvDone done;             // set once a receive is posted for it
+};
+
+struct Messenger::Peer {
+  int rank;
+  std::unique_ptr<rdma::Endpoint> endpoint;
+  rdma::RemoteRegion inbox;    // the peer's inbox
+  rdma::RemoteRegion control;  // the peer's credit words
+  absl::Status status;         // not OK once declared dead
+
+  // Sending to the peer.
+  std::deque<std::unique_ptr<Outgoing>> outgoing;  // front: being cut
+  std::deque<std::unique_ptr<Outgoing>> cut;       // all pieces posted
+  std::deque<Action> actions;
+  uint64_t next_seq = 0;     // next piece to cut
+  uint64_t flagged = 0;      // pieces whose flag writes completed, in order
+  std::vector<uint64_t> flagged_out_of_order;
+
+  // Receiving from the peer.
+  uint64_t received = 0;     // pieces consumed
+  uint64_t credit_posted = 0;
+  bool credit_busy = false;
+  std::list<std::unique_ptr<Incoming>> posted;   // receives not yet matched
+  // Messages whose first piece has arrived: unexpected ones (no receive
+  // yet; kept once whole until one comes) and matched ones still arriving.
+  std::list<std::unique_ptr<Incoming>> arrived;
+  Incoming* current = nullptr;  // the message the next piece continues
+
+  // Liveness.
+  absl::Time last_heard = absl::InfinitePast();
+  bool probing = false;
+  int64_t outstanding = 0;
+};
+
+Messenger::Messenger(rdma::Transport& transport, rdma::Store& store, std::string ns,
+                     int rank, int world, const MessengerOptions& options)
+    : transport_(transport),
+      store_(store),
+      ns_(std::move(ns)),
+      rank_(rank),
+      world_(world),
+      options_(options) {}
+
+Messenger::~Messenger() {
+  closing_ = true;
+  for (auto& peer : peers_) {
+    if (peer != nullptr && peer->endpoint != nullptr) {
+      peer->endpoint->Close().IgnoreError();
+    }
+  }
+  // Completions capture `this`: let those in flight fire before it goes.
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < deadline) {
+    int64_t outstanding = 0;
+    for (auto& peer : peers_) {
+      if (peer != nullptr) outstanding += peer->outstanding;
+    }
+    if (outstanding == 0) break;
+    if (!transport_.Progress().ok()) break;
+  }
+}
+
+std::string Messenger::Where() const {
+  return absl::StrCat("messenger '", options_.name, "' on rank ", rank_);
+}
+
+absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(
+    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+    int rank, int world, const MessengerOptions& options) {
+  if (world < 1 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "messenger: rank ", rank, " is outside a world of ", world));
+  }
+  if (options.slots < 1 || options.slot_bytes == 0 || options.slot_bytes % 64 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "messenger '", options.name, "': slots (", options.slots,
+        ") must be >= 1 and slot_bytes (", options.slot_bytes,
+        ") a positive multiple of 64"));
+  }
+  std::unique_ptr<Messenger> messenger(
+      new Messenger(transport, store, ns, rank, world, options));
+  const size_t block = messenger->block_bytes();
+  ASSIGN_OR_RETURN(rdma::MemoryRegion inbox, transport.Allocate(block * world));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion control, transport.Allocate(64 * 2 * world));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion outbox, transport.Allocate(block * world));
+  std::memset(inbox.data(), 0, inbox.size());
+  std::memset(control.data(), 0, control.size());
+  messenger->inbox_ = std::make_unique<rdma::MemoryRegion>(std::move(inbox));
+  messenger->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
+  messenger->outbox_ = std::make_unique<rdma::MemoryRegion>(std::move(outbox));
+  messenger->peers_.resize(world);
+  RETURN_IF_ERROR(messenger->Connect());
+  return messenger;
+}
+
+absl::Status Messenger::Connect() {
+  const std::string layout = Layout(options_, world_);
+  RETURN_IF_ERROR(store_.Set(absl::StrCat(ns_, "/", Key(options_.name, rank_, "layout")),
+                             layout));
+  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank_, "inbox"),
+                                      inbox_->descriptor()));
+  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank_, "control"),
+                                      control_->descriptor()));
+  RETURN_IF_ERROR(rdma::PublishAddress(store_, ns_, transport_));
+  for (int rank = 0; rank < world_; ++rank) {
+    if (rank == rank_) continue;
+    absl::StatusOr<std::string> theirs = store_.Get(
+        absl::StrCat(ns_, "/", Key(options_.name, rank, "layout")), options_.timeout);
+    if (!theirs.ok()) {
+      return Annotate(theirs.status(), absl::StrCat(Where(), ": rank ", rank,
+                                                    " never joined"));
+    }
+    if (*theirs != layout) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), ": rank ", rank, " created it with '", *theirs,
+          "' but this rank with '", layout, "'; every rank must pass the same "
+          "options and world size"));
+    }
+    auto peer = std::make_unique<Peer>();
+    peer->rank = rank;
+    ASSIGN_OR_RETURN(peer->inbox, rdma::FetchRegion(store_, ns_,
+                                                    Key(options_.name, rank, "inbox"),
+                                                    options_.timeout));
+    ASSIGN_OR_RETURN(peer->control, rdma::FetchRegion(store_, ns_,
+                                                      Key(options_.name, rank, "control"),
+                                                      options_.timeout));
+    ASSIGN_OR_RETURN(peer->endpoint, rdma::ConnectToPeer(transport_, store_, ns_, rank,
+                                                         options_.timeout));
+    peers_[rank] = std::move(peer);
+  }
+  return absl::OkStatus();
+}
+
+void Messenger::AddSendRegion(const rdma::MemoryRegion* region) {
+  send_regions_.push_back(region);
+}
+
+const rdma::MemoryRegion* Messenger::SendRegionOf(const void* data,
+                                                  size_t bytes) const {
+  const auto* begin = static_cast<const std::byte*>(data);
+  for (const rdma::MemoryRegion* region : send_regions_) {
+    if (begin >= region->data() && begin + bytes <= region->data() + region->size()) {
+      return region;
+    }
+  }
+  return nullptr;
+}
+
+absl::Status Messenger::PeerStatus(int peer) const {
+  if (peer < 0 || peer >= world_ || peers_[peer] == nullptr) return absl::OkStatus();
+  return peers_[peer]->status;
+}
+
+bool Messenger::idle() const {
+  for (const auto& peer : peers_) {
+    if (peer == nullptr) continue;
+    if (!peer->outgoing.empty() || !peer->cut.empty() || !peer->posted.empty()) {
+      return false;
+    }
+    for (const auto& message : peer->arrived) {
+      if (message->done) return false;
+    }
+  }
+  return true;
+}
+
+absl::Status Messenger::Send(int peer, uint64_t tag, const void* data, size_t bytes,
+                             SendDone done) {
+  if (peer < 0 || peer >= world_ || peer == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), ": cannot send to rank ", peer, " (world of ", world_,
+        "; a rank does not send to itself)"));
+  }
+  Peer& p = *peers_[peer];
+  if (!p.status.ok()) return p.status;
+  auto message = std::make_unique<Outgoing>();
+  message->tag = tag;
+  message->data = static_cast<const std::byte*>(data);
+  message->bytes = bytes;
+  message->done = std::move(done);
+  p.outgoing.push_back(std::move(message));
+  return absl::OkStatus();
+}
+
+absl::Status Messenger::Recv(int peer, uint64_t tag, void* dst, size_t bytes,
+                             RecvDone done) {
+  if (peer < 0 || peer >= world_ || peer == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), ": cannot receive from rank ", peer, " (world of ", world_,
+        "; a rank does not receive from itself)"));
+  }
+  Peer& p = *peers_[peer];
+  // A message that arrived first (whole or in part) is the match.
+  for (auto it = p.arrived.begin(); it != p.arrived.end(); ++it) {
+    Incoming& message = **it;
+    if (message.tag != tag || message.done) continue;
+    if (message.complete) {
+      std::unique_ptr<Incoming> owned = std::move(*it);
+      p.arrived.erase(it);
+      if (owned->message_bytes > bytes) {
+        std::move(done)(absl::InvalidArgumentError(absl::StrCat(
+            Where(), ": message from rank ", peer, " (tag ", tag, ") has ",
+            owned->message_bytes, " bytes, the receive room for ", bytes)));
+      } else {
+        std::memcpy(dst, owned->buffer.data(), owned->message_bytes);
+        std::move(done)(owned->message_bytes);
+      }
+      return absl::OkStatus();
+    }
+    // Still arriving: finish it in its buffer, then copy.
+    message.capacity = bytes;
+    message.dst = static_cast<std::byte*>(dst);
+    message.done = std::move(done);
+    return absl::OkStatus();
+  }
+  if (!p.status.ok()) return p.status;
+  auto message = std::make_unique<Incoming>();
+  message->tag = tag;
+  message->dst = static_cast<std::byte*>(dst);
+  message->capacity = bytes;
+  message->done = std::move(done);
+  p.posted.push_back(std::move(message));
+  return absl::OkStatus();
+}
+
+absl::Status Messenger::Progress() {
+  absl::StatusOr<int> fired = transport_.Progress();
+  if (!fired.ok()) return Annotate(fired.status(), Where());
+  const absl::Time now = absl::Now();
+  for (auto& peer : peers_) {
+    if (peer == nullptr) continue;
+    if (peer->status.ok()) {
+      Receive(*peer);
+      StartSends(*peer);
+      PostActions(*peer);
+      PostCredit(*peer);
+    }
+    if (peer->status.ok()) Probe(*peer, now);
+  }
+  return absl::OkStatus();
+}
+
+void Messenger::PeerDied(Peer& peer, absl::Status status) {
+  if (!peer.status.ok() || closing_) return;
+  peer.status = Annotate(status, absl::StrCat(Where(), ": rank ", peer.rank));
+  for (auto* queue : {&peer.outgoing, &peer.cut}) {
+    for (auto& message : *queue) std::move(message->done)(peer.status);
+    queue->clear();
+  }
+  peer.actions.clear();
+  for (auto& message : peer.posted) std::move(message->done)(peer.status);
+  peer.posted.clear();
+  for (auto& message : peer.arrived) {
+    if (message->done && !message->complete) std::move(message->done)(peer.status);
+  }
+  peer.arrived.remove_if([](const auto& m) { return !m->complete; });
+  peer.current = nullptr;
+}
+
+void Messenger::Receive(Peer& peer) {
+  const size_t flags_bytes = this->flags_bytes();
+  const size_t block = block_bytes();
+  std::byte* base = inbox_->data() + block * peer.rank;
+  while (true) {
+    const uint64_t seq = peer.received;
+    const size_t slot = seq % options_.slots;
+    if (Load(base + slot * kWord) != seq + 1) break;
+    Deliver(peer, base + flags_bytes + slot * slot_stride());
+    ++peer.received;
+    peer.last_heard = absl::Now();
+    if (!peer.status.ok()) return;
+  }
+}
+
+void Messenger::Deliver(Peer& peer, const std::byte* slot) {
+  PieceHeader header;
+  std::memcpy(&header, slot, sizeof(header));
+  const std::byte* payload = slot + kHeaderBytes;
+  if (header.offset == 0) {
+    // A new message: the first posted receive of its tag, or arrived.
+    std::unique_ptr<Incoming> message;
+    for (auto it = peer.posted.begin(); it != peer.posted.end(); ++it) {
+      if ((*it)->tag == header.tag) {
+        message = std::move(*it);
+        peer.posted.erase(it);
+        break;
+      }
+    }
+    if (message == nullptr) {
+      message = std::make_unique<Incoming>();
+      message->tag = header.tag;
+      message->buffer.resize(header.message_bytes);
+      ++stats_.unexpected_messages;
+    }
+    message->message_bytes = header.message_bytes;
+    message->started = true;
+    message->too_large = message->done && header.message_bytes > message->capacity;
+    peer.arrived.push_back(std::move(message));
+    peer.current = peer.arrived.back().get();
+  }
+  Incoming* message = peer.current;
+  if (message == nullptr) return;  // the rest of a message we gave up on
+  std::byte* dst = message->buffer.empty()
+                       ? message->dst
+                       : reinterpret_cast<std::byte*>(message->buffer.data());
+  if (!message->too_large && header.bytes > 0) {
+    std::memcpy(dst + header.offset, payload, header.bytes);
+  }
+  message->arrived += header.bytes;
+  if (message->arrived < message->message_bytes) return;
+  // Whole.
+  message->complete = true;
+  peer.current = nullptr;
+  ++stats_.messages_received;
+  if (!message->done) return;  // stays unexpected until a receive comes
+  auto it = std::find_if(peer.arrived.begin(), peer.arrived.end(),
+                         [&](const auto& m) { return m.get() == message; });
+  std::unique_ptr<Incoming> owned = std::move(*it);
+  peer.arrived.erase(it);
+  if (owned->message_bytes > owned->capacity) {
+    std::move(owned->done)(absl::InvalidArgumentError(absl::StrCat(
+        Where(), ": message from rank ", peer.rank, " (tag ", owned->tag, ") has ",
+        owned->message_bytes, " bytes, the receive room for ", owned->capacity)));
+    return;
+  }
+  if (!owned->buffer.empty()) {
+    std::memcpy(owned->dst, owned->buffer.data(), owned->message_bytes);
+  }
+  std::move(owned->done)(owned->message_bytes);
+}
+
+void Messenger::StartSends(Peer& peer) {
+  const size_t flags_bytes = this->flags_bytes();
+  const size_t block = block_bytes();
+  const std::byte* credit_word = control_->data() + 64 * peer.rank;
+  while (!peer.outgoing.empty()) {
+    const uint64_t released = Load(credit_word);
+    if (peer.next_seq - released >= static_cast<uint64_t>(options_.slots)) break;
+    Outgoing& message = *peer.outgoing.front();
+    const uint64_t seq = peer.next_seq++;
+    const size_t slot = seq % options_.slots;
+    std::byte* staging = outbox_->data() + block * peer.rank + flags_bytes +
+                         slot * slot_stride();
+    PieceHeader header{message.tag, message.bytes, message.next_offset,
+                       std::min(options_.slot_bytes, message.bytes - message.next_offset)};
+    std::memcpy(staging, &header, sizeof(header));
+    const bool in_place =
+        header.bytes > 0 && SendRegionOf(message.data, message.bytes) != nullptr;
+    if (!in_place && header.bytes > 0) {
+      std::memcpy(staging + kHeaderBytes, message.data + header.offset, header.bytes);
+      stats_.staged_bytes += header.bytes;
+    }
+    if (in_place) {
+      const rdma::MemoryRegion* region = SendRegionOf(message.data, message.bytes);
+      peer.actions.push_back({Action::kHeader, seq});
+      peer.actions.push_back({Action::kPayload, seq, region,
+                              static_cast<size_t>(message.data + header.offset -
+                                                  region->data())});
+    } else {
+      peer.actions.push_back({Action::kPayload, seq});
+    }
+    peer.actions.push_back({Action::kFlush, seq});
+    ++stats_.pieces_sent;
+    stats_.bytes_sent += header.bytes;
+    message.next_offset += header.bytes;
+    if (message.next_offset == message.bytes) {
+      message.last_seq = seq;
+      message.all_cut = true;
+      peer.cut.push_back(std::move(peer.outgoing.front()));
+      peer.outgoing.pop_front();
+    }
+  }
+}
+
+void Messenger::PostActions(Peer& peer) {
+  const size_t flags_bytes = this->flags_bytes();
+  const size_t block = block_bytes();
+  const size_t local_block = block * peer.rank;
+  const size_t remote_block = block * rank_;
+  while (!peer.actions.empty() && peer.status.ok()) {
+    const Action action = peer.actions.front();
+    const uint64_t seq = action.seq;
+    const size_t slot = seq % options_.slots;
+    const size_t slot_offset = flags_bytes + slot * slot_stride();
+    std::byte* staging = outbox_->data() + local_block + slot_offset;
+    PieceHeader header;
+    std::memcpy(&header, staging, sizeof(header));
+    auto on_done = [this, &peer](absl::Status s) {
+      --peer.outstanding;
+      if (!s.ok()) PeerDied(peer, s);
+    };
+    absl::Status posted;
+    switch (action.kind) {
+      case Action::kHeader:
+        posted = peer.endpoint->PostWrite(
+            {outbox_.get(), local_block + slot_offset, kHeaderBytes},
+            {&peer.inbox, remote_block + slot_offset, kHeaderBytes}, std::nullopt,
+            on_done);
+        break;
+      case Action::kPayload: {
+        // Header and staged payload in one write, or the payload from where
+        // it lies (its header went first).
+        const rdma::MemoryRegion* region = action.source;
+        if (region != nullptr) {
+          posted = peer.endpoint->PostWrite(
+              {region, action.source_offset, header.bytes},
+              {&peer.inbox, remote_block + slot_offset + kHeaderBytes, header.bytes},
+              std::nullopt, on_done);
+        } else {
+          posted = peer.endpoint->PostWrite(
+              {outbox_.get(), local_block + slot_offset, kHeaderBytes + header.bytes},
+              {&peer.inbox, remote_block + slot_offset, kHeaderBytes + header.bytes},
+              std::nullopt, on_done);
+        }
+        break;
+      }
+      case Action::kFlush:
+        // The flag may only land once the piece is visible.
+        posted = peer.endpoint->PostFlush([this, &peer, seq](absl::Status s) {
+          --peer.outstanding;
+          if (!s.ok()) {
+            PeerDied(peer, s);
+            return;
+          }
+          peer.actions.push_back({Action::kFlag, seq});
+        });
+        break;
+      case Action::kFlag: {
+        std::byte* flag_source = outbox_->data() + local_block + slot * kWord;
+        Store(flag_source, seq + 1);
+        posted = peer.endpoint->PostWrite(
+            {outbox_.get(), local_block + slot * kWord, kWord},
+            {&peer.inbox, remote_block + slot * kWord, kWord}, std::nullopt,
+            [this, &peer, seq](absl::Status s) {
+              --peer.outstanding;
+              if (!s.ok()) {
+                PeerDied(peer, s);
+                return;
+              }
+              peer.last_heard = absl::Now();
+              // Messages complete when their last piece's flag has landed.
+              if (seq == peer.flagged) {
+                ++peer.flagged;
+                std::sort(peer.flagged_out_of_order.begin(),
+                          peer.flagged_out_of_order.end());
+                auto it = peer.flagged_out_of_order.begin();
+                while (it != peer.flagged_out_of_order.end() && *it == peer.flagged) {
+                  ++peer.flagged;
+                  ++it;
+                }
+                peer.flagged_out_of_order.erase(peer.flagged_out_of_order.begin(), it);
+              } else {
+                peer.flagged_out_of_order.push_back(seq);
+              }
+              while (!peer.cut.empty() && peer.cut.front()->last_seq < peer.flagged) {
+                std::unique_ptr<Outgoing> done = std::move(peer.cut.front());
+                peer.cut.pop_front();
+                ++stats_.messages_sent;
+                std::move(done->done)(absl::OkStatus());
+              }
+            });
+        break;
+      }
+    }
+    if (absl::IsResourceExhausted(posted)) return;  // retried next pass
+    if (!posted.ok()) {
+      PeerDied(peer, posted);
+      return;
+    }
+    ++peer.outstanding;
+    peer.actions.pop_front();
+  }
+}
+
+void Messenger::PostCredit(Peer& peer) {
+  if (peer.credit_busy || peer.credit_posted == peer.received) return;
+  const uint64_t value = peer.received;
+  const size_t source = 64 * (world_ + peer.rank);
+  Store(control_->data() + source, value);
+  absl::Status posted = peer.endpoint->PostWrite(
+      {control_.get(), source, kWord}, {&peer.control, 64 * size_t(rank_), kWord},
+      std::nullopt, [this, &peer](absl::Status s) {
+        --peer.outstanding;
+        peer.credit_busy = false;
+        if (!s.ok()) PeerDied(peer, s);
+      });
+  if (absl::IsResourceExhausted(posted)) return;
+  if (!posted.ok()) {
+    PeerDied(peer, posted);
+    return;
+  }
+  ++peer.outstanding;
+  peer.credit_busy = true;
+  peer.credit_posted = value;
+}
+
+void Messenger::Probe(Peer& peer, absl::Time now) {
+  bool waiting = !peer.outgoing.empty() || !peer.cut.empty() || !peer.posted.empty() ||
+                 peer.current != nullptr;
+  for (const auto& message : peer.arrived) waiting |= message->done != nullptr;
+  if (!waiting) {
+    peer.last_heard = now;
+    return;
+  }
+  if (peer.probing || now - peer.last_heard < options_.liveness_interval) return;
+  absl::Status posted = peer.endpoint->PostFlush([this, &peer](absl::Status s) {
+    --peer.outstanding;
+    peer.probing = false;
+    if (!s.ok()) {
+      PeerDied(peer, s);
+      return;
+    }
+    peer.last_heard = absl::Now();
+  });
+  if (absl::IsResourceExhausted(posted)) return;
+  if (!posted.ok()) {
+    PeerDied(peer, posted);
+    return;
+  }
+  ++peer.outstanding;
+  peer.probing = true;
+}
+
+}  // namespace rdmaflow::runtime

@@ -1,0 +1,186 @@
+// File: messenger.h
+// -----------------------------------------------------------------------------
+// Messenger: ordered, reliable, tagged messages between every pair of ranks,
+// over one-sided writes into slots the receiver owns. What point-to-point
+// send/recv and the non-reducing collectives of the c10d backend
+// (torch_backend/) are built on.
+//
+// Per ordered pair (sender s, receiver r), r's inbox holds `slots` slots of
+// a 64-byte header and `slot_bytes` of payload, and one flag word per slot.
+// A message is cut into pieces of up to `slot_bytes`; piece k of the link is
+// a write of header + payload into slot k % slots, a flush, and a write of
+// k + 1 into the slot's flag. The receiver polls its flags in local memory,
+// in order, copies the piece out to the posted receive it matches (or to an
+// unexpected-message buffer), and writes how many pieces it has released
+// into the sender's credit word; a sender keeps at most `slots` pieces
+// ahead. So a sender never blocks on its receiver's application, messages
+// between a pair arrive in the order they were sent, and receives are
+// matched by (peer, tag) in any order.
+//
+// Payload is copied into a registered staging slot, unless it lies in a
+// region given to AddSendRegion(): then it is written from where it is.
+//
+// A peer is declared dead when an operation towards it fails (the transport
+// reports kUnavailable), or when a liveness probe (a flush, every
+// `liveness_interval` while something waits on the peer) fails; every send
+// to and receive from it then completes with that error.
+//
+//   ASSIGN_OR_RETURN(auto messenger, Messenger::Create(transport, store, "job",
+//                                                      rank, world, {}));
+//   RETURN_IF_ERROR(messenger->Send(peer, tag, data, bytes, on_sent));
+//   RETURN_IF_ERROR(messenger->Recv(peer, tag, out, bytes, on_received));
+//   while (!done) RETURN_IF_ERROR(messenger->Progress());
+#ifndef RDMAFLOW_RUNTIME_MESSENGER_H_
+#define RDMAFLOW_RUNTIME_MESSENGER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rdma/endpoint.h"
+#include "rdma/memory_region.h"
+#include "rdma/remote_region.h"
+#include "rdma/store.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::runtime {
+
+struct MessengerOptions {
+  // Names the messenger in the store (unique per namespace).
+  std::string name = "messenger";
+  // Payload bytes per piece (a multiple of 64), and slots per ordered pair.
+  size_t slot_bytes = size_t{256} << 10;
+  int slots = 8;
+  // How long Create() waits for the peers to publish their inboxes.
+  absl::Duration timeout = absl::Seconds(120);
+  // While a send or receive waits on a peer, the peer is probed this often.
+  absl::Duration liveness_interval = absl::Seconds(1);
+};
+
+struct MessengerStats {
+  int64_t messages_sent = 0;
+  int64_t messages_received = 0;
+  int64_t pieces_sent = 0;
+  int64_t bytes_sent = 0;
+  int64_t staged_bytes = 0;      // payload copied into staging slots
+  int64_t unexpected_messages = 0;  // arrived before their receive was posted
+};
+
+// Thread-compatible: one thread calls everything, the one that drives
+// `transport`.
+class Messenger {
+ public:
+  // Fires once per accepted Send(), from Progress(): OK once the message
+  // has been written and is visible at the peer, or the peer's error.
+  using SendDone = absl::AnyInvocable<void(absl::Status) &&>;
+  // Fires once per accepted Recv(), from Progress() (or from Recv() itself
+  // when the message had already arrived): the message's size, or an error
+  // (kInvalidArgument when it was larger than the buffer; the peer's error).
+  using RecvDone = absl::AnyInvocable<void(absl::StatusOr<size_t>) &&>;
+
+  // Allocates and publishes this rank's inbox and credit words under
+  // <ns>/messenger/<name>/<rank>/..., publishes the transport's address, then
+  // fetches every peer's regions and connects to it (the peers must call
+  // Create() too). kInvalidArgument for bad options or ranks;
+  // kFailedPrecondition when a peer used other options; kDeadlineExceeded
+  // naming a peer that never came.
+  static absl::StatusOr<std::unique_ptr<Messenger>> Create(
+      rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+      int rank, int world, const MessengerOptions& options);
+  // Closes the endpoints. Messages still in flight are dropped.
+  ~Messenger();
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  const MessengerStats& stats() const { return stats_; }
+
+  // Payload inside `region` (which must outlive the messenger) is written
+  // to receivers straight from where it lies, without staging.
+  void AddSendRegion(const rdma::MemoryRegion* region);
+
+  // Queues `bytes` from `data` for `peer` under `tag`. `data` must stay
+  // valid and unchanged until `done` fires. kInvalidArgument for a bad
+  // peer (or this rank); the peer's error when it is known to be dead.
+  absl::Status Send(int peer, uint64_t tag, const void* data, size_t bytes,
+                    SendDone done);
+
+  // Posts a receive of the next message from `peer` under `tag` into `dst`
+  // (room for `bytes`). Receives of one (peer, tag) match messages in the
+  // order they were sent. kInvalidArgument for a bad peer; the peer's error
+  // when it is known to be dead.
+  absl::Status Recv(int peer, uint64_t tag, void* dst, size_t bytes,
+                    RecvDone done);
+
+  // One pass: progresses the transport, fires completions, consumes arrived
+  // pieces, posts pieces the credits allow, probes peers that are waited on.
+  // An error only for a transport failure not tied to a peer.
+  absl::Status Progress();
+
+  // The error a peer was declared dead with (OK while it is alive).
+  absl::Status PeerStatus(int peer) const;
+
+  // Whether sends or receives are still pending.
+  bool idle() const;
+
+ private:
+  struct Outgoing;
+  struct Incoming;
+  struct Peer;
+  struct Action {
+    enum Kind { kHeader, kPayload, kFlush, kFlag } kind;
+    uint64_t seq;
+    // kPayload written from where it lies: its region and offset there.
+    const rdma::MemoryRegion* source = nullptr;
+    size_t source_offset = 0;
+  };
+
+  Messenger(rdma::Transport& transport, rdma::Store& store, std::string ns,
+            int rank, int world, const MessengerOptions& options);
+  absl::Status Connect();
+  std::string Where() const;
+  // Layout of one peer's block of the inbox (or outbox): flag words, then
+  // slots of a 64-byte header and the payload.
+  size_t slot_stride() const { return 64 + options_.slot_bytes; }
+  size_t flags_bytes() const { return (options_.slots * 8 + 63) / 64 * 64; }
+  size_t block_bytes() const { return flags_bytes() + options_.slots * slot_stride(); }
+
+  void Receive(Peer& peer);
+  void Deliver(Peer& peer, const std::byte* slot);
+  void StartSends(Peer& peer);
+  void PostActions(Peer& peer);
+  void PostCredit(Peer& peer);
+  void Probe(Peer& peer, absl::Time now);
+  void PeerDied(Peer& peer, absl::Status status);
+  const rdma::MemoryRegion* SendRegionOf(const void* data, size_t bytes) const;
+
+  rdma::Transport& transport_;
+  rdma::Store& store_;
+  const std::string ns_;
+  const int rank_;
+  const int world_;
+  const MessengerOptions options_;
+
+  // inbox_: per sender, `slots` flag words then `slots` slots.
+  // control_: per peer, the credit word it writes (at 64 * peer), then the
+  // credit value we write to it (at 64 * (world + peer)).
+  // outbox_: per receiver, `slots` flag values then `slots` staging slots.
+  std::unique_ptr<rdma::MemoryRegion> inbox_;
+  std::unique_ptr<rdma::MemoryRegion> control_;
+  std::unique_ptr<rdma::MemoryRegion> outbox_;
+  std::vector<const rdma::MemoryRegion*> send_regions_;
+  std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null for this rank
+  bool closing_ = false;  // in the destructor: completions only count down
+  MessengerStats stats_;
+};
+
+}  // namespace rdmaflow::runtime
+
+#endif  // RDMAFLOW_RUNTIME_MESSENGER_H_

@@ -1,0 +1,287 @@
+// Messenger: every rank sends every other messages of 0 bytes to several
+// slots, all arrive whole and in order; receives match tags in any order,
+// posted before or after their message arrived; payload in a send region is
+// not staged; a message larger than its receive and a dead peer are errors
+// on the operation, never a hang.
+#include "runtime/messenger.h"
+
+#include <cstring>
+#include <numeric>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/testing/rank_threads.h"
+
+namespace rdmaflow::runtime {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr char kNs[] = "messenger_test";
+
+MessengerOptions SmallSlots() {
+  MessengerOptions options;
+  options.slot_bytes = 1024;
+  options.slots = 4;
+  options.timeout = absl::Seconds(60);
+  return options;
+}
+
+// Bytes of message `tag` from `from`: a pattern unique to both.
+std::vector<uint8_t> Pattern(int from, uint64_t tag, size_t bytes) {
+  std::vector<uint8_t> data(bytes);
+  for (size_t i = 0; i < bytes; ++i) {
+    data[i] = static_cast<uint8_t>(i * 7 + from * 31 + tag * 13);
+  }
+  return data;
+}
+
+absl::Status Drive(Messenger& messenger, const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!done()) {
+    RETURN_IF_ERROR(messenger.Progress());
+    if (absl::Now() > deadline) return absl::DeadlineExceededError("test stalled");
+  }
+  return absl::OkStatus();
+}
+
+TEST(MessengerTest, AllPairsExchangeMessagesOfEverySizeInOrder) {
+  constexpr int kRanks = 3;
+  const std::vector<size_t> sizes = {0, 1, 1023, 1024, 1025, 3584, 10000};
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger, Messenger::Create(transport, store, kNs, rank,
+                                                           kRanks, SmallSlots()));
+        std::vector<std::vector<uint8_t>> outgoing;
+        std::vector<std::vector<uint8_t>> incoming;
+        outgoing.reserve(kRanks * sizes.size());
+        incoming.reserve(kRanks * sizes.size());
+        int pending = 0;
+        absl::Status failure;
+        for (int peer = 0; peer < kRanks; ++peer) {
+          if (peer == rank) continue;
+          for (size_t bytes : sizes) {
+            // One tag for all: order alone tells the messages apart.
+            outgoing.push_back(Pattern(rank, bytes, bytes));
+            ++pending;
+            RETURN_IF_ERROR(messenger->Send(peer, 7, outgoing.back().data(), bytes,
+                                            [&](absl::Status s) {
+                                              --pending;
+                                              failure.Update(s);
+                                            }));
+            incoming.emplace_back(bytes + 5);
+            const size_t index = incoming.size() - 1;
+            ++pending;
+            RETURN_IF_ERROR(messenger->Recv(
+                peer, 7, incoming.back().data(), bytes + 5,
+                [&, peer, bytes, index](absl::StatusOr<size_t> got) {
+                  --pending;
+                  if (!got.ok()) return failure.Update(got.status());
+                  EXPECT_EQ(*got, bytes) << "from rank " << peer;
+                  incoming[index].resize(bytes);
+                  EXPECT_EQ(incoming[index], Pattern(peer, bytes, bytes))
+                      << bytes << " bytes from rank " << peer;
+                }));
+          }
+        }
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return pending == 0; }));
+        EXPECT_TRUE(messenger->idle());
+        EXPECT_EQ(messenger->stats().messages_sent, (kRanks - 1) * sizes.size());
+        EXPECT_EQ(messenger->stats().messages_received, (kRanks - 1) * sizes.size());
+        return failure;
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MessengerTest, ReceivesMatchTagsInAnyOrder) {
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(transport, store, kNs, rank, 2, SmallSlots()));
+        std::vector<std::vector<uint8_t>> sent;
+        for (uint64_t tag : {1, 2, 3}) sent.push_back(Pattern(0, tag, 3000 + tag));
+        int pending = 0;
+        absl::Status failure;
+        if (rank == 0) {
+          for (uint64_t tag : {1, 2, 3}) {
+            ++pending;
+            RETURN_IF_ERROR(messenger->Send(1, tag, sent[tag - 1].data(),
+                                            sent[tag - 1].size(), [&](absl::Status s) {
+                                              --pending;
+                                              failure.Update(s);
+                                            }));
+          }
+          RETURN_IF_ERROR(Drive(*messenger, [&] { return pending == 0; }));
+          // Rank 1 has taken everything: a last message tells us.
+          uint8_t bye = 0;
+          bool got = false;
+          RETURN_IF_ERROR(messenger->Recv(1, 99, &bye, 1, [&](absl::StatusOr<size_t> s) {
+            failure.Update(s.status());
+            got = true;
+          }));
+          RETURN_IF_ERROR(Drive(*messenger, [&] { return got; }));
+          return failure;
+        }
+        // Tag 3 is posted first, while 1 and 2 arrive unexpected; 1 is
+        // posted once everything has arrived.
+        std::vector<std::vector<uint8_t>> received(4, std::vector<uint8_t>(4000));
+        auto receive = [&](uint64_t tag) {
+          ++pending;
+          return messenger->Recv(0, tag, received[tag].data(), 4000,
+                                 [&, tag](absl::StatusOr<size_t> got) {
+                                   --pending;
+                                   if (!got.ok()) return failure.Update(got.status());
+                                   received[tag].resize(*got);
+                                 });
+        };
+        RETURN_IF_ERROR(receive(3));
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return pending == 0; }));
+        RETURN_IF_ERROR(receive(2));
+        RETURN_IF_ERROR(receive(1));
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return pending == 0; }));
+        RETURN_IF_ERROR(failure);
+        for (uint64_t tag : {1, 2, 3}) EXPECT_EQ(received[tag], sent[tag - 1]) << tag;
+        EXPECT_GE(messenger->stats().unexpected_messages, 1);
+        uint8_t bye = 1;
+        bool sent_bye = false;
+        RETURN_IF_ERROR(messenger->Send(0, 99, &bye, 1, [&](absl::Status s) {
+          failure.Update(s);
+          sent_bye = true;
+        }));
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return sent_bye; }));
+        return failure;
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MessengerTest, PayloadInASendRegionIsNotStaged) {
+  constexpr size_t kBytes = 5000;
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(transport, store, kNs, rank, 2, SmallSlots()));
+        ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(2 * kBytes));
+        messenger->AddSendRegion(&region);
+        const std::vector<uint8_t> data = Pattern(rank, 5, kBytes);
+        std::memcpy(region.data() + 100, data.data(), kBytes);
+        std::vector<uint8_t> staged_data = Pattern(rank, 6, kBytes);
+        std::vector<uint8_t> in_place(kBytes), staged(kBytes);
+        int pending = 4;
+        absl::Status failure;
+        auto sent = [&](absl::Status s) {
+          --pending;
+          failure.Update(s);
+        };
+        auto received = [&](absl::StatusOr<size_t> s) {
+          --pending;
+          failure.Update(s.status());
+        };
+        const int peer = 1 - rank;
+        RETURN_IF_ERROR(messenger->Send(peer, 5, region.data() + 100, kBytes, sent));
+        RETURN_IF_ERROR(messenger->Send(peer, 6, staged_data.data(), kBytes, sent));
+        RETURN_IF_ERROR(messenger->Recv(peer, 5, in_place.data(), kBytes, received));
+        RETURN_IF_ERROR(messenger->Recv(peer, 6, staged.data(), kBytes, received));
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return pending == 0; }));
+        RETURN_IF_ERROR(failure);
+        EXPECT_EQ(in_place, Pattern(peer, 5, kBytes));
+        EXPECT_EQ(staged, Pattern(peer, 6, kBytes));
+        EXPECT_EQ(messenger->stats().staged_bytes, kBytes);  // only the second
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MessengerTest, AMessageLargerThanItsReceiveIsAnError) {
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(transport, store, kNs, rank, 2, SmallSlots()));
+        std::vector<uint8_t> data(3000, 1);
+        std::optional<absl::Status> outcome;
+        if (rank == 0) {
+          RETURN_IF_ERROR(messenger->Send(1, 1, data.data(), data.size(),
+                                          [&](absl::Status s) { outcome = s; }));
+          RETURN_IF_ERROR(Drive(*messenger, [&] { return outcome.has_value(); }));
+          RETURN_IF_ERROR(*outcome);
+          outcome.reset();
+          RETURN_IF_ERROR(messenger->Recv(1, 2, data.data(), 10, [&](absl::StatusOr<size_t> s) {
+            outcome = s.status();
+          }));
+          RETURN_IF_ERROR(Drive(*messenger, [&] { return outcome.has_value(); }));
+          return *outcome;
+        }
+        RETURN_IF_ERROR(messenger->Recv(0, 1, data.data(), 100,
+                                        [&](absl::StatusOr<size_t> s) { outcome = s.status(); }));
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return outcome.has_value(); }));
+        EXPECT_THAT(*outcome, StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("3000 bytes, the receive room for 100")));
+        // The link is still good afterwards.
+        outcome.reset();
+        RETURN_IF_ERROR(messenger->Send(0, 2, data.data(), 10,
+                                        [&](absl::Status s) { outcome = s; }));
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return outcome.has_value(); }));
+        return *outcome;
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MessengerTest, ADeadPeerFailsItsPendingOperations) {
+  std::vector<absl::Status> results = testing::RunRankThreadsOwning(
+      2, [&](int rank, std::unique_ptr<rdma::Transport>& transport,
+             rdma::Store& store) -> absl::Status {
+        MessengerOptions options = SmallSlots();
+        options.liveness_interval = absl::Milliseconds(50);
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(*transport, store, kNs, rank, 2, options));
+        if (rank == 1) {
+          // Dies, once rank 0 is connected, without sending what it waits for.
+          RETURN_IF_ERROR(store.Get("connected", absl::Seconds(60)).status());
+          messenger.reset();
+          transport.reset();
+          return absl::OkStatus();
+        }
+        RETURN_IF_ERROR(store.Set("connected", "1"));
+        uint8_t byte = 0;
+        std::optional<absl::Status> outcome;
+        RETURN_IF_ERROR(messenger->Recv(1, 1, &byte, 1,
+                                        [&](absl::StatusOr<size_t> s) { outcome = s.status(); }));
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return outcome.has_value(); }));
+        EXPECT_THAT(*outcome, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1")));
+        EXPECT_THAT(messenger->PeerStatus(1), StatusIs(absl::StatusCode::kUnavailable));
+        // Later operations on the dead peer fail at once.
+        EXPECT_THAT(messenger->Send(1, 1, &byte, 1, [](absl::Status) {}),
+                    StatusIs(absl::StatusCode::kUnavailable));
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MessengerTest, RefusesBadRanksAndOptions) {
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        MessengerOptions bad = SmallSlots();
+        bad.slot_bytes = 100;
+        EXPECT_THAT(Messenger::Create(transport, store, kNs, rank, 1, bad),
+                    StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("multiple of 64")));
+        EXPECT_THAT(Messenger::Create(transport, store, kNs, 3, 2, SmallSlots()),
+                    StatusIs(absl::StatusCode::kInvalidArgument));
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(transport, store, kNs, rank, 1, SmallSlots()));
+        uint8_t byte = 0;
+        EXPECT_THAT(messenger->Send(0, 1, &byte, 1, [](absl::Status) {}),
+                    StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("itself")));
+        EXPECT_THAT(messenger->Recv(5, 1, &byte, 1, [](absl::StatusOr<size_t>) {}),
+                    StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 5")));
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+}  // namespace
+}  // namespace rdmaflow::runtime
