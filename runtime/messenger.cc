@@ -311,6 +311,9 @@ absl::Status Messenger::Progress() {
 
 void Messenger::PeerDied(Peer& peer, absl::Status status) {
   if (!peer.status.ok() || closing_) return;
+  // What it wrote before it went (a peer that sent its last message and
+  // exited) is still delivered.
+  Receive(peer);
   peer.status = Annotate(status, absl::StrCat(Where(), ": rank ", peer.rank));
   for (auto* queue : {&peer.outgoing, &peer.cut}) {
     for (auto& message : *queue) std::move(message->done)(peer.status);
