@@ -1,0 +1,81 @@
+// File: direct_collectives.h
+// -----------------------------------------------------------------------------
+// DirectCollectives: the collectives of the c10d backend that do not reduce
+// in a ring, over a Messenger: every rank sends its part straight to the
+// ranks that need it (broadcast from the root, all-gather and
+// reduce-scatter all-to-all, barrier as empty messages). Each call is one
+// collective with its own tag, so ranks that disagree on the order of calls
+// get an error, not each other's data. Torch-free; the process group
+// (process_group_rdmaflow.h) maps tensors onto it.
+//
+//   DirectCollectives direct(messenger, absl::Minutes(30));
+//   RETURN_IF_ERROR(direct.Broadcast(/*root=*/0, data, bytes));
+#ifndef RDMAFLOW_TORCH_BACKEND_DIRECT_COLLECTIVES_H_
+#define RDMAFLOW_TORCH_BACKEND_DIRECT_COLLECTIVES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "collectives/reduce.h"
+#include "runtime/messenger.h"
+
+namespace rdmaflow::torch_backend {
+
+// Tags at and above this are the collectives'; user point-to-point tags
+// are below it.
+inline constexpr uint64_t kCollectiveTagBase = uint64_t{1} << 62;
+
+// Drives `messenger` until `done()`. kDeadlineExceeded ("timed out after ...
+// waiting for <what>") at `deadline`; a Progress() error as is.
+absl::Status Await(runtime::Messenger& messenger, absl::FunctionRef<bool()> done,
+                   absl::Time deadline, absl::string_view what);
+
+// Thread-compatible: the messenger's thread calls it. Every rank of the
+// messenger must make the same calls in the same order.
+class DirectCollectives {
+ public:
+  DirectCollectives(runtime::Messenger& messenger, absl::Duration timeout);
+
+  // The root's `bytes` at `data` into every other rank's `data`.
+  absl::Status Broadcast(int root, void* data, size_t bytes);
+
+  // Every rank's `bytes` from `input` into outputs[rank] on every rank
+  // (outputs has one buffer per rank, this rank's included).
+  absl::Status AllGather(const void* input, size_t bytes,
+                         const std::vector<void*>& outputs);
+
+  // output = op over ranks r of (rank r's inputs[this rank]), reduced in
+  // rank order so every rank's result is bitwise that of a local loop.
+  // inputs has one buffer of `count` elements per rank.
+  absl::Status ReduceScatter(const std::vector<const void*>& inputs, void* output,
+                             size_t count, collectives::DataType type,
+                             collectives::ReduceOp op);
+
+  // Returns once every rank has entered it.
+  absl::Status Barrier();
+
+  // Every rank's `record`, by rank (an all-gather of small strings). Ranks
+  // compare what they are about to do with it.
+  absl::StatusOr<std::vector<std::string>> Exchange(const std::string& record);
+
+ private:
+  // Sends and receives of one call, and their outcome.
+  struct Batch;
+  uint64_t NextTag() { return kCollectiveTagBase + next_call_++; }
+  absl::Status Finish(Batch& batch, absl::string_view what);
+
+  runtime::Messenger& messenger_;
+  const absl::Duration timeout_;
+  uint64_t next_call_ = 0;
+};
+
+}  // namespace rdmaflow::torch_backend
+
+#endif  // RDMAFLOW_TORCH_BACKEND_DIRECT_COLLECTIVES_H_
