@@ -30,6 +30,21 @@ absl::StatusOr<std::unique_ptr<RegisteredAllocator>> RegisteredAllocator::Create
       new RegisteredAllocator(std::move(region)));
 }
 
+absl::StatusOr<std::unique_ptr<RegisteredAllocator>> RegisteredAllocator::Over(
+    const rdma::MemoryRegion& parent, size_t offset, size_t bytes) {
+  if (offset > parent.size() || bytes > parent.size() - offset ||
+      offset % kAlignment != 0) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "bytes [", offset, ", ", offset + bytes, ") are not a ", kAlignment,
+        "-byte aligned range of a ", parent.size(), "-byte region"));
+  }
+  rdma::RemoteRegion descriptor = parent.descriptor();
+  descriptor.address += offset;
+  descriptor.length = bytes;
+  return std::unique_ptr<RegisteredAllocator>(new RegisteredAllocator(
+      rdma::MemoryRegion(parent.data() + offset, bytes, std::move(descriptor), nullptr)));
+}
+
 RegisteredAllocator::RegisteredAllocator(rdma::MemoryRegion region)
     : region_(std::move(region)), pool_(region_.size(), kAlignment) {}
 

@@ -37,6 +37,14 @@ class RegisteredAllocator final : public c10::Allocator {
   static absl::StatusOr<std::unique_ptr<RegisteredAllocator>> Create(
       rdma::Transport& transport, size_t bytes);
 
+  // Allocates from bytes [offset, offset + bytes) of `parent`, a region
+  // someone else registered and keeps alive (a collective's data region, so
+  // its tensors are reduced in place). region() is then a view without a
+  // registration of its own: post transfers from `parent`.
+  // kOutOfRange when the range does not fit in `parent`.
+  static absl::StatusOr<std::unique_ptr<RegisteredAllocator>> Over(
+      const rdma::MemoryRegion& parent, size_t offset, size_t bytes);
+
   // c10::Allocator. When the region is full, falls back to ordinary memory
   // (counted in fallbacks(); such tensors are staged by the executor).
   c10::DataPtr allocate(size_t bytes) const override;

@@ -1,0 +1,49 @@
+#include "torch_backend/backend_options.h"
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace rdmaflow::torch_backend {
+namespace {
+
+const char* Variable(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+absl::Status Megabytes(const char* name, size_t& bytes) {
+  const char* text = Variable(name);
+  if (text == nullptr) return absl::OkStatus();
+  int64_t mb = 0;
+  if (!absl::SimpleAtoi(text, &mb) || mb < 1 || mb > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, "='", text, "' is not a size in MiB between 1 and 1048576"));
+  }
+  bytes = static_cast<size_t>(mb) << 20;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration timeout) {
+  BackendOptions options;
+  options.timeout = timeout;
+  if (const char* transport = Variable("RDMAFLOW_TRANSPORT")) {
+    options.transport = transport;
+  }
+  if (const char* params = Variable("RDMAFLOW_TRANSPORT_PARAMS")) {
+    options.transport_params = params;
+  }
+  if (absl::Status s = Megabytes("RDMAFLOW_STAGING_MB", options.staging_bytes); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Megabytes("RDMAFLOW_REGISTERED_MB", options.registered_bytes);
+      !s.ok()) {
+    return s;
+  }
+  return options;
+}
+
+}  // namespace rdmaflow::torch_backend

@@ -1,0 +1,44 @@
+// File: backend_options.h
+// -----------------------------------------------------------------------------
+// BackendOptions: how the rdmaflow c10d backend sets itself up. From the
+// environment, so `init_process_group("rdmaflow")` needs no code change:
+//   RDMAFLOW_TRANSPORT         ucx (default) | ibverbs
+//   RDMAFLOW_TRANSPORT_PARAMS  backend settings, key=value,... (e.g. tls=shm)
+//   RDMAFLOW_STAGING_MB        staging for all-reduces of unregistered
+//                              tensors (default 32; larger ones go in pieces)
+//   RDMAFLOW_REGISTERED_MB     pool for registered tensors (default 64)
+#ifndef RDMAFLOW_TORCH_BACKEND_BACKEND_OPTIONS_H_
+#define RDMAFLOW_TORCH_BACKEND_BACKEND_OPTIONS_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace rdmaflow::torch_backend {
+
+struct BackendOptions {
+  std::string transport = "ucx";
+  std::string transport_params;
+  // The all-reduce data region: staging first, then the registered pool.
+  size_t staging_bytes = size_t{32} << 20;
+  size_t registered_bytes = size_t{64} << 20;
+  // Ring all-reduce pieces and slots per link.
+  size_t chunk_bytes = size_t{256} << 10;
+  int ring_slots = 8;
+  // Messenger (broadcast, all-gather, reduce-scatter, send/recv) pieces and
+  // slots per ordered pair.
+  size_t message_slot_bytes = size_t{256} << 10;
+  int message_slots = 8;
+  // Set-up and every operation: an error after this long without progress.
+  absl::Duration timeout = absl::Minutes(30);
+
+  // Defaults overridden by the RDMAFLOW_* variables above. kInvalidArgument
+  // naming a malformed variable.
+  static absl::StatusOr<BackendOptions> FromEnvironment(absl::Duration timeout);
+};
+
+}  // namespace rdmaflow::torch_backend
+
+#endif  // RDMAFLOW_TORCH_BACKEND_BACKEND_OPTIONS_H_

@@ -1,0 +1,23 @@
+// File: backend_stats.h
+// -----------------------------------------------------------------------------
+// BackendStats: what the rdmaflow c10d backend counts, so copies are visible
+// (rdmaflow_torch.stats(group) in Python).
+#ifndef RDMAFLOW_TORCH_BACKEND_BACKEND_STATS_H_
+#define RDMAFLOW_TORCH_BACKEND_BACKEND_STATS_H_
+
+#include <cstdint>
+
+namespace rdmaflow::torch_backend {
+
+struct BackendStats {
+  int64_t allreduces = 0;
+  int64_t zero_copy_allreduces = 0;  // registered tensors, reduced in place
+  int64_t staged_bytes = 0;          // copied into the all-reduce staging area
+  int64_t noncontiguous_copies = 0;  // tensors copied to be contiguous
+  int64_t messages_sent = 0;         // by the Messenger
+  int64_t message_bytes_staged = 0;  // payload the Messenger copied
+};
+
+}  // namespace rdmaflow::torch_backend
+
+#endif  // RDMAFLOW_TORCH_BACKEND_BACKEND_STATS_H_

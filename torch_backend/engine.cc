@@ -1,0 +1,226 @@
+#include "torch_backend/engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <future>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "rdma/builtin_transports.h"
+
+namespace rdmaflow::torch_backend {
+namespace {
+
+// Store keys, under the group's own (prefixed) store.
+constexpr char kNamespace[] = "rdmaflow";
+
+}  // namespace
+
+Engine::Engine(int rank, int size, const BackendOptions& options)
+    : rank_(rank), size_(size), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    const BackendOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rdmaflow process group: rank ", rank, " is outside a group of ", size));
+  }
+  if (store.get() == nullptr) {
+    return absl::InvalidArgumentError("rdmaflow process group: no store given");
+  }
+  std::unique_ptr<Engine> engine(new Engine(rank, size, options));
+  std::promise<absl::Status> ready;
+  std::future<absl::Status> set_up = ready.get_future();
+  Engine* self = engine.get();
+  engine->thread_ = std::thread([self, store, &ready] {
+    absl::Status status = self->SetUp(store);
+    const bool ok = status.ok();
+    if (!ok) self->TearDown();
+    ready.set_value(std::move(status));
+    if (ok) self->Loop();
+  });
+  absl::Status status = set_up.get();
+  if (!status.ok()) {
+    engine->thread_.join();
+    return status;
+  }
+  return engine;
+}
+
+absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
+  store_ = std::make_unique<rdma::torch::C10dStore>(store, "the process group's store");
+  absl::StatusOr<std::unique_ptr<rdma::Transport>> transport =
+      rdma::CreateBuiltinTransport(options_.transport, options_.transport_params, rank_);
+  if (!transport.ok()) {
+    return absl::Status(transport.status().code(),
+                        absl::StrCat("rdmaflow rank ", rank_, ": creating transport '",
+                                     options_.transport, "' (RDMAFLOW_TRANSPORT, "
+                                     "RDMAFLOW_TRANSPORT_PARAMS): ",
+                                     transport.status().message()));
+  }
+  transport_ = *std::move(transport);
+  runtime::MessengerOptions messenger;
+  messenger.name = "c10d";
+  messenger.slot_bytes = options_.message_slot_bytes;
+  messenger.slots = options_.message_slots;
+  messenger.timeout = options_.timeout;
+  ASSIGN_OR_RETURN(messenger_, runtime::Messenger::Create(*transport_, *store_, kNamespace,
+                                                          rank_, size_, messenger));
+  direct_ = std::make_unique<DirectCollectives>(*messenger_, options_.timeout);
+  const size_t capacity = options_.staging_bytes + options_.registered_bytes;
+  if (size_ > 1) {
+    collectives::RingAllReduceOptions ring;
+    ring.name = "c10d";
+    ring.capacity_bytes = capacity;
+    ring.chunk_bytes = options_.chunk_bytes;
+    ring.slots = options_.ring_slots;
+    ring.timeout = options_.timeout;
+    std::vector<int> members(size_);
+    std::iota(members.begin(), members.end(), 0);
+    ASSIGN_OR_RETURN(ring_, collectives::RingAllReduce::Create(*transport_, *store_,
+                                                               kNamespace, members, ring));
+    data_region_ = &ring_->data_region();
+  } else {
+    ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport_->Allocate(capacity));
+    own_region_ = std::make_unique<rdma::MemoryRegion>(std::move(region));
+    data_region_ = own_region_.get();
+  }
+  messenger_->AddSendRegion(data_region_);
+  ASSIGN_OR_RETURN(registered_,
+                   runtime::torch::RegisteredAllocator::Over(
+                       *data_region_, options_.staging_bytes, options_.registered_bytes));
+  return absl::OkStatus();
+}
+
+void Engine::Submit(Op op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(op));
+    ++queued_;
+  }
+  wake_.notify_one();
+}
+
+void Engine::Loop() {
+  while (true) {
+    std::deque<Op> batch;
+    if (queued_.load() > 0 || messenger_->idle()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (messenger_->idle()) {
+        wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      }
+      if (stop_ && queue_.empty()) break;
+      batch.swap(queue_);
+      queued_ = 0;
+    }
+    for (Op& op : batch) Run(op);
+    if (!batch.empty()) Settle();
+    if (!messenger_->idle()) {
+      if (absl::Status status = messenger_->Progress(); !status.ok()) {
+        broken_.Update(status);
+      }
+      std::this_thread::yield();
+    }
+  }
+  TearDown();
+}
+
+void Engine::Run(Op& op) {
+  if (op.p2p) {
+    absl::Status posted = op.run(*this, op.work);
+    if (!posted.ok()) {
+      op.work->Complete(posted);
+      return;
+    }
+    posted_.push_back(op.work);
+    return;
+  }
+  if (!broken_.ok()) {
+    op.work->Complete(absl::FailedPreconditionError(absl::StrCat(
+        "the process group is unusable after an earlier failure: ", broken_.message())));
+    return;
+  }
+  absl::Status status = op.run(*this, op.work);
+  // A collective that failed in the middle leaves the ring (and the peers)
+  // in an unknown state; bad arguments refused up front do not.
+  if (!status.ok() && !absl::IsInvalidArgument(status)) broken_ = status;
+  op.work->Complete(status);
+}
+
+void Engine::Settle() {
+  // Point-to-point work that has completed is forgotten.
+  posted_.erase(std::remove_if(posted_.begin(), posted_.end(),
+                               [](const auto& work) { return work->isCompleted(); }),
+                posted_.end());
+  const runtime::MessengerStats& messenger = messenger_->stats();
+  Count([&](BackendStats& stats) {
+    stats.messages_sent = messenger.messages_sent;
+    stats.message_bytes_staged = messenger.staged_bytes;
+  });
+}
+
+void Engine::TearDown() {
+  // Point-to-point operations that never completed (a peer that never
+  // posted the other side) are cancelled, so no wait() hangs.
+  for (auto& work : posted_) {
+    work->Complete(absl::CancelledError(
+        "the rdmaflow process group was destroyed before this operation completed"));
+  }
+  posted_.clear();
+  if (ring_ != nullptr && broken_.ok()) {
+    // Collective: every rank tears down; a peer's writes into our memory
+    // must be over before it is freed.
+    if (absl::Status s = ring_->Shutdown(absl::Seconds(10)); !s.ok()) {
+      std::fprintf(stderr, "rdmaflow rank %d: shutdown: %s\n", rank_,
+                   std::string(s.message()).c_str());
+    }
+  }
+  if (registered_ != nullptr && registered_->used() > 0) {
+    // Registered tensors outlive the group: their memory must stay valid.
+    std::fprintf(stderr,
+                 "rdmaflow rank %d: %zu bytes of registered tensors outlive the "
+                 "process group; its transport memory stays mapped\n",
+                 rank_, registered_->used());
+    registered_.release();
+    ring_.release();
+    own_region_.release();
+    messenger_.release();
+    transport_.release();
+    return;
+  }
+  registered_.reset();
+  direct_.reset();
+  messenger_.reset();
+  ring_.reset();
+  own_region_.reset();
+  transport_.reset();
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::StatusOr<at::Tensor> Engine::AllocateRegistered(const std::vector<int64_t>& shape,
+                                                      at::ScalarType dtype) {
+  return registered_->Empty(shape, dtype);
+}
+
+BackendStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Engine::Count(const std::function<void(BackendStats&)>& update) {
+  std::lock_guard<std::mutex> lock(mu_);
+  update(stats_);
+}
+
+}  // namespace rdmaflow::torch_backend

@@ -1,0 +1,117 @@
+// File: engine.h
+// -----------------------------------------------------------------------------
+// Engine: the thread of one rdmaflow process group, and everything it owns:
+// the transport, the Messenger (with DirectCollectives over it), the ring
+// all-reduce and its data region (staging area, then the pool of
+// registered tensors). The transport is thread-compatible, so this one
+// thread sets it up, runs every operation and tears it down.
+//
+// Operations arrive through Submit() from any thread and run in submission
+// order: a collective runs to completion (its waits drive the Messenger);
+// a point-to-point post returns at once and completes from the Messenger's
+// callbacks while the thread keeps progressing.
+#ifndef RDMAFLOW_TORCH_BACKEND_ENGINE_H_
+#define RDMAFLOW_TORCH_BACKEND_ENGINE_H_
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/ring_allreduce.h"
+#include "rdma/memory_region.h"
+#include "rdma/torch/c10d_store.h"
+#include "rdma/transport.h"
+#include "runtime/messenger.h"
+#include "runtime/torch/registered_allocator.h"
+#include "torch_backend/backend_options.h"
+#include "torch_backend/backend_stats.h"
+#include "torch_backend/direct_collectives.h"
+#include "torch_backend/work.h"
+
+namespace rdmaflow::torch_backend {
+
+class Engine {
+ public:
+  struct Op {
+    c10::intrusive_ptr<RdmaflowWork> work;
+    // A collective: returns once done, and the engine completes `work`.
+    // A point-to-point post: hands `work` to a Messenger completion and
+    // returns; an error completes `work` at once.
+    bool p2p = false;
+    std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run;
+  };
+
+  // Starts the thread and sets everything up on it (rendezvous through
+  // `store`). The set-up's error, if any.
+  static absl::StatusOr<std::unique_ptr<Engine>> Start(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+      const BackendOptions& options);
+  // Runs what was submitted, stops the thread, tears down.
+  ~Engine();
+
+  // Thread-safe.
+  void Submit(Op op);
+  absl::StatusOr<at::Tensor> AllocateRegistered(const std::vector<int64_t>& shape,
+                                                at::ScalarType dtype);
+  BackendStats stats() const;
+
+  // For operations, on the engine thread.
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const BackendOptions& options() const { return options_; }
+  runtime::Messenger& messenger() { return *messenger_; }
+  DirectCollectives& direct() { return *direct_; }
+  // Null for a group of one.
+  collectives::RingAllReduce* ring() { return ring_.get(); }
+  const rdma::MemoryRegion& data_region() const { return *data_region_; }
+  // Adds to the counters (any thread).
+  void Count(const std::function<void(BackendStats&)>& update);
+
+ private:
+  Engine(int rank, int size, const BackendOptions& options);
+  absl::Status SetUp(const c10::intrusive_ptr<c10d::Store>& store);
+  void Loop();
+  void Run(Op& op);
+  // After a batch: forgets completed point-to-point work, copies the
+  // Messenger's counters.
+  void Settle();
+  void TearDown();
+
+  const int rank_;
+  const int size_;
+  const BackendOptions options_;
+
+  // Owned by the thread.
+  std::unique_ptr<rdma::torch::C10dStore> store_;
+  std::unique_ptr<rdma::Transport> transport_;
+  std::unique_ptr<runtime::Messenger> messenger_;
+  std::unique_ptr<DirectCollectives> direct_;
+  std::unique_ptr<collectives::RingAllReduce> ring_;
+  std::unique_ptr<rdma::MemoryRegion> own_region_;  // a group of one's
+  const rdma::MemoryRegion* data_region_ = nullptr;
+  std::unique_ptr<runtime::torch::RegisteredAllocator> registered_;
+  absl::Status broken_;  // a failed collective: the ring is unusable
+  std::vector<c10::intrusive_ptr<RdmaflowWork>> posted_;  // p2p in flight
+
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<Op> queue_;           // guarded by mu_
+  bool stop_ = false;              // guarded by mu_
+  std::atomic<int> queued_{0};
+  BackendStats stats_;             // guarded by mu_
+};
+
+}  // namespace rdmaflow::torch_backend
+
+#endif  // RDMAFLOW_TORCH_BACKEND_ENGINE_H_

@@ -1,0 +1,233 @@
+#include "torch_backend/process_group_rdmaflow.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "torch_backend/engine.h"
+#include "torch_backend/tensor_collectives.h"
+#include "torch_backend/tensor_types.h"
+
+namespace rdmaflow::torch_backend {
+namespace {
+
+absl::Status CheckRank(int rank, int size, const char* what) {
+  if (rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": rank ", rank, " is outside a group of ", size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPeer(int peer, int rank, int size, int tag, const char* what) {
+  RETURN_IF_ERROR(CheckRank(peer, size, what));
+  if (peer == rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": rank ", rank, " cannot exchange a message with itself"));
+  }
+  if (tag < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": tag ", tag, " is negative; tags are 0 or more"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ProcessGroupRdmaflow::ProcessGroupRdmaflow(int rank, int size,
+                                           std::unique_ptr<Engine> engine)
+    : c10d::ProcessGroup(rank, size), engine_(std::move(engine)) {
+  init();
+}
+
+ProcessGroupRdmaflow::~ProcessGroupRdmaflow() = default;
+
+absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::Create(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    const BackendOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                   Engine::Start(store, rank, size, options));
+  return c10::make_intrusive<ProcessGroupRdmaflow>(rank, size, std::move(engine));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Enqueue(
+    c10d::OpType type, std::vector<at::Tensor> outputs, bool p2p,
+    std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run) {
+  auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs));
+  engine_->Submit({work, p2p, std::move(run)});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Failed(c10d::OpType type,
+                                                           const absl::Status& status) {
+  auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::vector<at::Tensor>{});
+  work->Complete(status);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  const c10d::OpType op_type = c10d::OpType::ALLREDUCE;
+  if (absl::Status s = CheckSingle(tensors, "allreduce"); !s.ok()) return Failed(op_type, s);
+  at::Tensor tensor = tensors[0];
+  absl::StatusOr<collectives::DataType> type = ReducibleType(tensor.scalar_type());
+  if (!type.ok()) return Failed(op_type, type.status());
+  absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensor.scalar_type());
+  if (!reduction.ok()) return Failed(op_type, reduction.status());
+  return Enqueue(op_type, tensors, false,
+                 [tensor, type = *type, reduction = *reduction](
+                     Engine& engine, const auto&) mutable {
+                   return AllReduceTensor(engine, tensor, type, reduction);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  const c10d::OpType op_type = c10d::OpType::BROADCAST;
+  if (absl::Status s = CheckSingle(tensors, "broadcast"); !s.ok()) return Failed(op_type, s);
+  if (absl::Status s = CheckRank(opts.rootRank, size_, "broadcast root"); !s.ok()) {
+    return Failed(op_type, s);
+  }
+  at::Tensor tensor = tensors[0];
+  const int root = static_cast<int>(opts.rootRank);
+  return Enqueue(op_type, tensors, false,
+                 [tensor, root](Engine& engine, const auto&) mutable {
+                   return BroadcastTensor(engine, tensor, root);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  const c10d::OpType op_type = c10d::OpType::ALLGATHER;
+  if (absl::Status s = CheckSingle(inputs, "allgather"); !s.ok()) return Failed(op_type, s);
+  if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
+    return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                               "allgather: needs one list of ", size_,
+                               " output tensors (one per rank)")));
+  }
+  for (const at::Tensor& output : outputs[0]) {
+    if (absl::Status s = CheckSameShape(output, inputs[0], "allgather output"); !s.ok()) {
+      return Failed(op_type, s);
+    }
+  }
+  at::Tensor input = inputs[0];
+  std::vector<at::Tensor> targets = outputs[0];
+  return Enqueue(op_type, targets, false,
+                 [input, targets](Engine& engine, const auto&) mutable {
+                   return AllGatherTensors(engine, input, targets);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  const c10d::OpType op_type = c10d::OpType::_ALLGATHER_BASE;
+  for (const at::Tensor* t : {&output, &input}) {
+    if (absl::Status s = CheckCpuTensor(*t, "_allgather_base"); !s.ok()) {
+      return Failed(op_type, s);
+    }
+  }
+  if (output.scalar_type() != input.scalar_type() ||
+      output.numel() != input.numel() * size_ || !output.is_contiguous()) {
+    return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                               "_allgather_base: the output must be a contiguous ",
+                               c10::toString(input.scalar_type()), " tensor of ",
+                               input.numel() * size_, " elements (", size_,
+                               " times the input)")));
+  }
+  std::vector<std::vector<at::Tensor>> outputs = {
+      at::flatten(output).chunk(size_)};
+  std::vector<at::Tensor> inputs = {input};
+  return allgather(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const c10d::OpType op_type = c10d::OpType::REDUCE_SCATTER;
+  if (absl::Status s = CheckSingle(outputs, "reduce_scatter"); !s.ok()) {
+    return Failed(op_type, s);
+  }
+  if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
+    return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                               "reduce_scatter: needs one list of ", size_,
+                               " input tensors (one per rank)")));
+  }
+  at::Tensor output = outputs[0];
+  for (const at::Tensor& input : inputs[0]) {
+    if (absl::Status s = CheckSameShape(input, output, "reduce_scatter input"); !s.ok()) {
+      return Failed(op_type, s);
+    }
+  }
+  absl::StatusOr<collectives::DataType> type = ReducibleType(output.scalar_type());
+  if (!type.ok()) return Failed(op_type, type.status());
+  absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, output.scalar_type());
+  if (!reduction.ok()) return Failed(op_type, reduction.status());
+  std::vector<at::Tensor> sources = inputs[0];
+  return Enqueue(op_type, outputs, false,
+                 [sources, output, type = *type, reduction = *reduction](
+                     Engine& engine, const auto&) mutable {
+                   return ReduceScatterTensors(engine, sources, output, type, reduction);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  const c10d::OpType op_type = c10d::OpType::_REDUCE_SCATTER_BASE;
+  for (const at::Tensor* t : {&output, &input}) {
+    if (absl::Status s = CheckCpuTensor(*t, "_reduce_scatter_base"); !s.ok()) {
+      return Failed(op_type, s);
+    }
+  }
+  if (output.scalar_type() != input.scalar_type() ||
+      input.numel() != output.numel() * size_) {
+    return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                               "_reduce_scatter_base: the input must hold ", size_,
+                               " times the output's ", output.numel(), " elements")));
+  }
+  std::vector<at::Tensor> outputs = {output};
+  std::vector<std::vector<at::Tensor>> inputs = {at::flatten(input).chunk(size_)};
+  return reduce_scatter(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::barrier(const c10d::BarrierOptions&) {
+  return Enqueue(c10d::OpType::BARRIER, {}, false,
+                 [](Engine& engine, const auto&) { return engine.direct().Barrier(); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::send(std::vector<at::Tensor>& tensors,
+                                                          int dst_rank, int tag) {
+  const c10d::OpType op_type = c10d::OpType::SEND;
+  if (absl::Status s = CheckSingle(tensors, "send"); !s.ok()) return Failed(op_type, s);
+  if (absl::Status s = CheckPeer(dst_rank, rank_, size_, tag, "send"); !s.ok()) {
+    return Failed(op_type, s);
+  }
+  at::Tensor tensor = tensors[0];
+  return Enqueue(op_type, tensors, true,
+                 [tensor, dst_rank, tag](Engine& engine, const auto& work) {
+                   return PostSend(engine, tensor, dst_rank, tag, work);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor>& tensors,
+                                                          int src_rank, int tag) {
+  const c10d::OpType op_type = c10d::OpType::RECV;
+  if (absl::Status s = CheckSingle(tensors, "recv"); !s.ok()) return Failed(op_type, s);
+  if (absl::Status s = CheckPeer(src_rank, rank_, size_, tag, "recv"); !s.ok()) {
+    return Failed(op_type, s);
+  }
+  at::Tensor tensor = tensors[0];
+  return Enqueue(op_type, tensors, true,
+                 [tensor, src_rank, tag](Engine& engine, const auto& work) {
+                   return PostRecv(engine, tensor, src_rank, tag, work);
+                 });
+}
+
+absl::StatusOr<at::Tensor> ProcessGroupRdmaflow::AllocateRegistered(
+    const std::vector<int64_t>& shape, at::ScalarType dtype) {
+  return engine_->AllocateRegistered(shape, dtype);
+}
+
+BackendStats ProcessGroupRdmaflow::stats() const { return engine_->stats(); }
+
+}  // namespace rdmaflow::torch_backend

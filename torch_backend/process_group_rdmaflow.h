@@ -1,0 +1,115 @@
+// File: process_group_rdmaflow.h
+// -----------------------------------------------------------------------------
+// ProcessGroupRdmaflow: the "rdmaflow" c10d backend of LibTorch 1.13, so
+// DistributedDataParallel, torch.distributed's collectives and
+// point-to-point calls run over rdmaflow unchanged.
+//   - allreduce: the ring all-reduce (collectives/ring_allreduce.h) over
+//     one-sided writes. A tensor from AllocateRegistered() lies in the
+//     ring's data region and is reduced where it is (no copy); others are
+//     copied through a staging area (in pieces when larger).
+//   - broadcast, allgather, reduce_scatter, barrier: DirectCollectives over
+//     a Messenger; send/recv (with tags): the Messenger. Payload in
+//     registered memory is written from where it lies.
+//   - Non-contiguous tensors are copied once into (and out of) a
+//     contiguous buffer, and counted in stats().
+// Every call returns at once with a Work; one engine thread per group owns
+// the transport and runs the operations in call order (point-to-point ones
+// progress alongside). Errors, a dead rank's included, complete the Work
+// with an error (wait() raises it); after a failed collective the group
+// refuses further collectives with that error. Set-up rendezvous goes
+// through the c10d store the group is given.
+//
+//   ASSIGN_OR_RETURN(auto pg, ProcessGroupRdmaflow::Create(store, rank, size, options));
+//   std::vector<at::Tensor> tensors = {grad};
+//   pg->allreduce(tensors)->wait();
+#ifndef RDMAFLOW_TORCH_BACKEND_PROCESS_GROUP_RDMAFLOW_H_
+#define RDMAFLOW_TORCH_BACKEND_PROCESS_GROUP_RDMAFLOW_H_
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "torch_backend/backend_options.h"
+#include "torch_backend/backend_stats.h"
+#include "torch_backend/work.h"
+
+namespace rdmaflow::torch_backend {
+
+class Engine;
+
+class ProcessGroupRdmaflow final : public c10d::ProcessGroup {
+ public:
+  // Creates the transport, the Messenger and the ring all-reduce, meeting
+  // the other ranks through `store`. Errors name what failed (transport,
+  // peer, store) and what to check.
+  static absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> Create(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+      const BackendOptions& options);
+  // Runs what was queued, then stops the engine. Registered tensors still
+  // alive keep the transport's memory mapped (it is then not freed).
+  ~ProcessGroupRdmaflow() override;
+  // Use Create(); public for c10::make_intrusive.
+  ProcessGroupRdmaflow(int rank, int size, std::unique_ptr<Engine> engine);
+
+  const std::string getBackendName() const override { return "rdmaflow"; }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank,
+                                      int tag) override;
+
+  // An uninitialized contiguous tensor in registered memory: all-reduced in
+  // place and sent without staging. Thread-safe. Every rank must allocate
+  // its registered tensors in the same order with the same shapes (a
+  // tensor's offset must match across ranks to be reduced in place; when
+  // it does not, the call still works, through staging).
+  // kResourceExhausted when the pool (RDMAFLOW_REGISTERED_MB) is full.
+  absl::StatusOr<at::Tensor> AllocateRegistered(const std::vector<int64_t>& shape,
+                                                at::ScalarType dtype);
+
+  // Counters since creation. Thread-safe.
+  BackendStats stats() const;
+
+ private:
+
+  // Queues `run` on the engine (see Engine::Op).
+  c10::intrusive_ptr<c10d::Work> Enqueue(
+      c10d::OpType type, std::vector<at::Tensor> outputs, bool p2p,
+      std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run);
+  // A Work already failed with `status` (bad arguments).
+  c10::intrusive_ptr<c10d::Work> Failed(c10d::OpType type, const absl::Status& status);
+
+  std::unique_ptr<Engine> engine_;
+};
+
+}  // namespace rdmaflow::torch_backend
+
+#endif  // RDMAFLOW_TORCH_BACKEND_PROCESS_GROUP_RDMAFLOW_H_

@@ -1,0 +1,172 @@
+#include "torch_backend/tensor_collectives.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace rdmaflow::torch_backend {
+namespace {
+
+size_t Bytes(const at::Tensor& tensor) {
+  return static_cast<size_t>(tensor.numel()) * tensor.element_size();
+}
+
+// `tensor` itself when contiguous, else a contiguous copy (counted), with
+// its content when `fill`.
+at::Tensor Contiguous(Engine& engine, const at::Tensor& tensor, bool fill) {
+  if (tensor.is_contiguous()) return tensor;
+  engine.Count([](BackendStats& stats) { ++stats.noncontiguous_copies; });
+  return fill ? tensor.contiguous()
+              : at::empty(tensor.sizes(), tensor.options().memory_format(
+                                              at::MemoryFormat::Contiguous));
+}
+
+// Copies `buffer` back into `tensor` when it is a copy.
+void CopyBack(const at::Tensor& tensor, const at::Tensor& buffer) {
+  if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+}
+
+// What every rank must agree on before an all-reduce, and where its tensor
+// lies ("@<offset>" in the registered pool, or "staged").
+struct Plan {
+  std::string what;
+  std::string where;
+};
+
+absl::StatusOr<bool> AgreeInPlace(Engine& engine, const Plan& plan) {
+  ASSIGN_OR_RETURN(std::vector<std::string> records,
+                   engine.direct().Exchange(plan.what + "|" + plan.where));
+  bool in_place = plan.where != "staged";
+  for (int r = 0; r < static_cast<int>(records.size()); ++r) {
+    const size_t bar = records[r].find('|');
+    const std::string what = records[r].substr(0, bar);
+    if (what != plan.what) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", r, " all-reduces ", what, " where rank ", engine.rank(),
+          " all-reduces ", plan.what, "; every rank must pass the same dtype, "
+          "number of elements and op, in the same order"));
+    }
+    in_place = in_place && records[r].substr(bar + 1) == plan.where;
+  }
+  return in_place;
+}
+
+}  // namespace
+
+absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::DataType type,
+                             Reduction reduction) {
+  engine.Count([](BackendStats& stats) { ++stats.allreduces; });
+  collectives::RingAllReduce* ring = engine.ring();
+  const size_t count = static_cast<size_t>(tensor.numel());
+  const size_t bytes = Bytes(tensor);
+  if (ring != nullptr && count > 0) {
+    const std::byte* data = ring->data();
+    const size_t staging = engine.options().staging_bytes;
+    const auto* at = static_cast<const std::byte*>(tensor.data_ptr());
+    const bool registered = tensor.is_contiguous() && at >= data + staging &&
+                            at + bytes <= data + ring->capacity();
+    Plan plan{absl::StrCat(count, " ", collectives::DataTypeName(type), " elements with ",
+                           reduction.average ? "avg" : collectives::ReduceOpName(reduction.op)),
+              registered ? absl::StrCat("@", at - data) : "staged"};
+    ASSIGN_OR_RETURN(const bool in_place, AgreeInPlace(engine, plan));
+    if (in_place) {
+      engine.Count([](BackendStats& stats) { ++stats.zero_copy_allreduces; });
+      RETURN_IF_ERROR(ring->AllReduce(at - data, count, type, reduction.op));
+    } else if (!tensor.is_contiguous() && bytes <= staging) {
+      // Straight from the strided tensor into staging, and back: one copy.
+      engine.Count([](BackendStats& stats) { ++stats.noncontiguous_copies; });
+      at::Tensor staged = at::from_blob(ring->data(), tensor.sizes(), tensor.options());
+      staged.copy_(tensor);
+      RETURN_IF_ERROR(ring->AllReduce(0, count, type, reduction.op));
+      tensor.copy_(staged);
+      engine.Count([&](BackendStats& stats) { stats.staged_bytes += bytes; });
+    } else {
+      at::Tensor buffer = Contiguous(engine, tensor, /*fill=*/true);
+      auto* base = static_cast<std::byte*>(buffer.data_ptr());
+      const size_t element = buffer.element_size();
+      const size_t per_piece = staging / element;
+      for (size_t first = 0; first < count; first += per_piece) {
+        const size_t n = std::min(per_piece, count - first);
+        std::memcpy(ring->data(), base + first * element, n * element);
+        RETURN_IF_ERROR(ring->AllReduce(0, n, type, reduction.op));
+        std::memcpy(base + first * element, ring->data(), n * element);
+      }
+      CopyBack(tensor, buffer);
+      engine.Count([&](BackendStats& stats) { stats.staged_bytes += bytes; });
+    }
+  }
+  if (reduction.average) tensor.div_(engine.size());
+  return absl::OkStatus();
+}
+
+absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root) {
+  at::Tensor buffer = Contiguous(engine, tensor, /*fill=*/engine.rank() == root);
+  RETURN_IF_ERROR(engine.direct().Broadcast(root, buffer.data_ptr(), Bytes(buffer)));
+  if (engine.rank() != root) CopyBack(tensor, buffer);
+  return absl::OkStatus();
+}
+
+absl::Status AllGatherTensors(Engine& engine, const at::Tensor& input,
+                              std::vector<at::Tensor>& outputs) {
+  at::Tensor source = Contiguous(engine, input, /*fill=*/true);
+  std::vector<at::Tensor> buffers;
+  std::vector<void*> pointers;
+  for (at::Tensor& output : outputs) {
+    buffers.push_back(Contiguous(engine, output, /*fill=*/false));
+    pointers.push_back(buffers.back().data_ptr());
+  }
+  RETURN_IF_ERROR(engine.direct().AllGather(source.data_ptr(), Bytes(source), pointers));
+  for (size_t r = 0; r < outputs.size(); ++r) CopyBack(outputs[r], buffers[r]);
+  return absl::OkStatus();
+}
+
+absl::Status ReduceScatterTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                                  at::Tensor& output, collectives::DataType type,
+                                  Reduction reduction) {
+  std::vector<at::Tensor> sources;
+  std::vector<const void*> pointers;
+  for (const at::Tensor& input : inputs) {
+    sources.push_back(Contiguous(engine, input, /*fill=*/true));
+    pointers.push_back(sources.back().data_ptr());
+  }
+  at::Tensor result = Contiguous(engine, output, /*fill=*/false);
+  RETURN_IF_ERROR(engine.direct().ReduceScatter(pointers, result.data_ptr(),
+                                                static_cast<size_t>(result.numel()), type,
+                                                reduction.op));
+  if (reduction.average) result.div_(engine.size());
+  CopyBack(output, result);
+  return absl::OkStatus();
+}
+
+absl::Status PostSend(Engine& engine, const at::Tensor& tensor, int peer, int tag,
+                      const c10::intrusive_ptr<RdmaflowWork>& work) {
+  at::Tensor source = Contiguous(engine, tensor, /*fill=*/true);
+  return engine.messenger().Send(
+      peer, static_cast<uint64_t>(tag), source.data_ptr(), Bytes(source),
+      // The source stays alive until the message has landed.
+      [work, source](absl::Status status) { work->Complete(status); });
+}
+
+absl::Status PostRecv(Engine& engine, const at::Tensor& tensor, int peer, int tag,
+                      const c10::intrusive_ptr<RdmaflowWork>& work) {
+  at::Tensor target = Contiguous(engine, tensor, /*fill=*/false);
+  const size_t bytes = Bytes(target);
+  return engine.messenger().Recv(
+      peer, static_cast<uint64_t>(tag), target.data_ptr(), bytes,
+      [work, tensor, target, bytes, peer](absl::StatusOr<size_t> got) mutable {
+        if (!got.ok()) return work->Complete(got.status());
+        if (*got != bytes) {
+          return work->Complete(absl::InvalidArgumentError(absl::StrCat(
+              "rank ", peer, " sent ", *got, " bytes to a receiving tensor of ", bytes,
+              " bytes")));
+        }
+        CopyBack(tensor, target);
+        work->Complete(absl::OkStatus());
+      });
+}
+
+}  // namespace rdmaflow::torch_backend

@@ -1,0 +1,50 @@
+// File: tensor_collectives.h
+// -----------------------------------------------------------------------------
+// The rdmaflow backend's operations on LibTorch tensors, run on the engine
+// thread: they map tensors onto the engine's ring all-reduce, direct
+// collectives and Messenger, copying only what must be copied (a
+// non-contiguous tensor once, an unregistered one through staging for the
+// all-reduce), and counting it. Arguments are checked by the caller
+// (process_group_rdmaflow.cc); what only the ranks together can check
+// (same sizes and types everywhere) is checked here.
+#ifndef RDMAFLOW_TORCH_BACKEND_TENSOR_COLLECTIVES_H_
+#define RDMAFLOW_TORCH_BACKEND_TENSOR_COLLECTIVES_H_
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/reduce.h"
+#include "torch_backend/engine.h"
+#include "torch_backend/tensor_types.h"
+#include "torch_backend/work.h"
+
+namespace rdmaflow::torch_backend {
+
+// In place. Every rank must pass the same dtype, number of elements and
+// operator (kInvalidArgument naming the rank that differs).
+absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::DataType type,
+                             Reduction reduction);
+
+absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root);
+
+// outputs[r] = rank r's input.
+absl::Status AllGatherTensors(Engine& engine, const at::Tensor& input,
+                              std::vector<at::Tensor>& outputs);
+
+// output = reduction over ranks r of rank r's inputs[this rank].
+absl::Status ReduceScatterTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                                  at::Tensor& output, collectives::DataType type,
+                                  Reduction reduction);
+
+// Point-to-point posts: `work` completes when the message has landed at
+// `peer` (send) or has been received into `tensor` (recv).
+absl::Status PostSend(Engine& engine, const at::Tensor& tensor, int peer, int tag,
+                      const c10::intrusive_ptr<RdmaflowWork>& work);
+absl::Status PostRecv(Engine& engine, const at::Tensor& tensor, int peer, int tag,
+                      const c10::intrusive_ptr<RdmaflowWork>& work);
+
+}  // namespace rdmaflow::torch_backend
+
+#endif  // RDMAFLOW_TORCH_BACKEND_TENSOR_COLLECTIVES_H_

@@ -1,0 +1,40 @@
+// File: work.h
+// -----------------------------------------------------------------------------
+// RdmaflowWork: the c10d::Work of one operation of the rdmaflow backend. The
+// backend's engine thread completes it; wait() then returns (or rethrows the
+// operation's error, as every c10d backend does), and its Future, which
+// DistributedDataParallel's communication hooks chain on, holds the output
+// tensors or the error.
+#ifndef RDMAFLOW_TORCH_BACKEND_WORK_H_
+#define RDMAFLOW_TORCH_BACKEND_WORK_H_
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace rdmaflow::torch_backend {
+
+// Thread-safe.
+class RdmaflowWork final : public c10d::Work {
+ public:
+  RdmaflowWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+
+  // Completes the operation: OK, or an error that wait() rethrows as a
+  // RuntimeError carrying the status message. Only the first call counts.
+  void Complete(const absl::Status& status);
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  const std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<bool> completing_{false};
+};
+
+}  // namespace rdmaflow::torch_backend
+
+#endif  // RDMAFLOW_TORCH_BACKEND_WORK_H_
