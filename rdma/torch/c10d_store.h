@@ -30,7 +30,7 @@ class C10dStore final : public Store {
   // `where` names the store in messages ("127.0.0.1:29500").
   C10dStore(c10::intrusive_ptr<c10d::Store> store, std::string where);
 
-  c10d::Store& store() const { return *store_; }
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
 
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::string> Get(absl::string_view key,

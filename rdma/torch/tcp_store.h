@@ -48,6 +48,8 @@ class TcpStore final : public Store {
 
   // The port actually listened on (useful with port 0).
   int port() const;
+  // The c10d store itself, to hand to LibTorch (a process group).
+  const c10::intrusive_ptr<c10d::Store>& c10d_store() const { return store_.store(); }
 
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::string> Get(absl::string_view key,

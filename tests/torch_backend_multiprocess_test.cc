@@ -1,0 +1,322 @@
+// End to end: the rdmaflow c10d process group between OS processes over
+// UCX shared memory, rendezvous through c10d's TCPStore (as under torchrun).
+// With 2 and 4 ranks, every collective against a reference computed
+// locally, from 1 element to 16 MiB (pieces through a 4 MiB staging area),
+// float32/float64/int32/int64; every reduce op; non-contiguous and
+// registered tensors (counted); send/recv with tags received out of order;
+// mismatched sizes and bad arguments as errors on the Work. A rank killed
+// mid-job: its peers' next collective fails on the Work instead of hanging.
+// The test binary re-executes itself per rank (process_launcher.h).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/torch/tcp_store.h"
+#include "tests/process_launcher.h"
+#include "torch_backend/process_group_rdmaflow.h"
+
+namespace rdmaflow {
+namespace {
+
+using torch_backend::ProcessGroupRdmaflow;
+
+constexpr char kCaseEnv[] = "RDMAFLOW_PG_TEST_CASE";
+
+// wait() as a Status: c10d raises an operation's error.
+absl::Status Wait(const c10::intrusive_ptr<c10d::Work>& work) {
+  try {
+    work->wait();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::AbortedError(e.what());
+  }
+}
+
+absl::Status Check(bool ok, const std::string& what) {
+  return ok ? absl::OkStatus() : absl::DataLossError(what);
+}
+
+// Small integers: sums, products and extremes are exact in every dtype, in
+// any order.
+at::Tensor Values(int rank, int64_t n, at::ScalarType dtype, int salt = 0) {
+  at::Tensor i = at::arange(n, at::kLong);
+  return ((i * 7 + rank * 13 + salt * 5) % 31 - 15).to(dtype);
+}
+
+absl::Status CheckEqual(const at::Tensor& got, const at::Tensor& expected,
+                        const std::string& what) {
+  return Check(got.scalar_type() == expected.scalar_type() && at::equal(got, expected),
+               absl::StrCat(what, ": result differs from the local reference"));
+}
+
+absl::Status AllReduces(ProcessGroupRdmaflow& pg, int rank, int world) {
+  const std::vector<int64_t> sizes = {1, 1000, 65537, int64_t{4} << 20};  // 16 MiB fp32
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kInt, at::kLong}) {
+    for (int64_t n : sizes) {
+      if (n > 65537 && (dtype == at::kDouble || dtype == at::kInt)) continue;
+      at::Tensor reference = Values(0, n, dtype);
+      for (int r = 1; r < world; ++r) reference += Values(r, n, dtype);
+      std::vector<at::Tensor> tensors = {Values(rank, n, dtype)};
+      RETURN_IF_ERROR(Wait(pg.allreduce(tensors)));
+      RETURN_IF_ERROR(CheckEqual(tensors[0], reference,
+                                 absl::StrCat("allreduce sum ", c10::toString(dtype), " x", n)));
+    }
+  }
+  // The other ops.
+  const int64_t n = 5000;
+  struct OpCase {
+    c10d::ReduceOp::RedOpType op;
+    const char* name;
+  };
+  for (OpCase c : {OpCase{c10d::ReduceOp::MAX, "max"}, OpCase{c10d::ReduceOp::MIN, "min"},
+                   OpCase{c10d::ReduceOp::PRODUCT, "product"},
+                   OpCase{c10d::ReduceOp::AVG, "avg"}}) {
+    for (at::ScalarType dtype : {at::kFloat, at::kLong}) {
+      if (c.op == c10d::ReduceOp::AVG && dtype == at::kLong) continue;
+      auto input = [&](int r) {
+        // Products of values in {-1, 1, 2} stay small.
+        return c.op == c10d::ReduceOp::PRODUCT
+                   ? (Values(r, n, at::kLong) % 3 - 1).clamp_min(-1).masked_fill(
+                         Values(r, n, at::kLong) % 3 == 1, 2).to(dtype)
+                   : Values(r, n, dtype);
+      };
+      at::Tensor reference = input(0);
+      for (int r = 1; r < world; ++r) {
+        switch (c.op) {
+          case c10d::ReduceOp::MAX: reference = at::maximum(reference, input(r)); break;
+          case c10d::ReduceOp::MIN: reference = at::minimum(reference, input(r)); break;
+          case c10d::ReduceOp::PRODUCT: reference = reference * input(r); break;
+          default: reference = reference + input(r); break;
+        }
+      }
+      if (c.op == c10d::ReduceOp::AVG) reference = reference / world;
+      std::vector<at::Tensor> tensors = {input(rank)};
+      c10d::AllreduceOptions options;
+      options.reduceOp = c.op;
+      RETURN_IF_ERROR(Wait(pg.allreduce(tensors, options)));
+      RETURN_IF_ERROR(CheckEqual(tensors[0], reference,
+                                 absl::StrCat("allreduce ", c.name, " ", c10::toString(dtype))));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OtherCollectives(ProcessGroupRdmaflow& pg, int rank, int world) {
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kInt, at::kLong}) {
+    for (int64_t n : {int64_t{1}, int64_t{70000}, int64_t{1} << 20}) {
+      const std::string what = absl::StrCat(c10::toString(dtype), " x", n);
+      for (int root = 0; root < world; ++root) {
+        std::vector<at::Tensor> tensors = {Values(rank, n, dtype, root)};
+        c10d::BroadcastOptions options;
+        options.rootRank = root;
+        RETURN_IF_ERROR(Wait(pg.broadcast(tensors, options)));
+        RETURN_IF_ERROR(CheckEqual(tensors[0], Values(root, n, dtype, root),
+                                   absl::StrCat("broadcast from ", root, " ", what)));
+      }
+      std::vector<std::vector<at::Tensor>> gathered(1);
+      for (int r = 0; r < world; ++r) gathered[0].push_back(at::zeros({n}, dtype));
+      std::vector<at::Tensor> inputs = {Values(rank, n, dtype)};
+      RETURN_IF_ERROR(Wait(pg.allgather(gathered, inputs)));
+      for (int r = 0; r < world; ++r) {
+        RETURN_IF_ERROR(CheckEqual(gathered[0][r], Values(r, n, dtype),
+                                   absl::StrCat("allgather from ", r, " ", what)));
+      }
+      // Rank r's input block b: Values(r, n, dtype, b).
+      std::vector<std::vector<at::Tensor>> blocks(1);
+      for (int b = 0; b < world; ++b) blocks[0].push_back(Values(rank, n, dtype, b));
+      std::vector<at::Tensor> output = {at::zeros({n}, dtype)};
+      RETURN_IF_ERROR(Wait(pg.reduce_scatter(output, blocks)));
+      at::Tensor reference = Values(0, n, dtype, rank);
+      for (int r = 1; r < world; ++r) reference += Values(r, n, dtype, rank);
+      RETURN_IF_ERROR(CheckEqual(output[0], reference, absl::StrCat("reduce_scatter ", what)));
+    }
+  }
+  // The flat variants.
+  at::Tensor flat = at::zeros({world * 100}, at::kFloat);
+  at::Tensor mine = Values(rank, 100, at::kFloat);
+  RETURN_IF_ERROR(Wait(pg._allgather_base(flat, mine)));
+  for (int r = 0; r < world; ++r) {
+    RETURN_IF_ERROR(CheckEqual(flat.narrow(0, r * 100, 100), Values(r, 100, at::kFloat),
+                               "_allgather_base"));
+  }
+  return Wait(pg.barrier());
+}
+
+absl::Status Layouts(ProcessGroupRdmaflow& pg, int rank, int world) {
+  // Non-contiguous: a transposed matrix and a strided slice.
+  at::Tensor matrix = Values(rank, 300 * 200, at::kFloat).reshape({300, 200});
+  std::vector<at::Tensor> transposed = {matrix.t()};
+  at::Tensor reference = Values(0, 300 * 200, at::kFloat).reshape({300, 200});
+  for (int r = 1; r < world; ++r) reference += Values(r, 300 * 200, at::kFloat).reshape({300, 200});
+  const int64_t before = pg.stats().noncontiguous_copies;
+  RETURN_IF_ERROR(Wait(pg.allreduce(transposed)));
+  RETURN_IF_ERROR(CheckEqual(matrix, reference, "allreduce of a transposed view"));
+  at::Tensor strided_base = at::zeros({4000}, at::kLong);
+  if (rank == 0) strided_base.copy_(Values(0, 4000, at::kLong));
+  std::vector<at::Tensor> every_other = {strided_base.slice(0, 0, 4000, 2)};
+  RETURN_IF_ERROR(Wait(pg.broadcast(every_other)));
+  RETURN_IF_ERROR(CheckEqual(every_other[0], Values(0, 4000, at::kLong).slice(0, 0, 4000, 2),
+                             "broadcast of a strided slice"));
+  RETURN_IF_ERROR(Check(pg.stats().noncontiguous_copies >= before + 2,
+                        "non-contiguous tensors were not counted"));
+  // Registered tensors are reduced in place.
+  ASSIGN_OR_RETURN(at::Tensor registered, pg.AllocateRegistered({1 << 20}, at::kFloat));
+  registered.copy_(Values(rank, 1 << 20, at::kFloat));
+  at::Tensor registered_reference = Values(0, 1 << 20, at::kFloat);
+  for (int r = 1; r < world; ++r) registered_reference += Values(r, 1 << 20, at::kFloat);
+  const torch_backend::BackendStats stats_before = pg.stats();
+  std::vector<at::Tensor> in_place = {registered};
+  RETURN_IF_ERROR(Wait(pg.allreduce(in_place)));
+  RETURN_IF_ERROR(CheckEqual(registered, registered_reference, "registered allreduce"));
+  const torch_backend::BackendStats stats_after = pg.stats();
+  RETURN_IF_ERROR(Check(stats_after.zero_copy_allreduces == stats_before.zero_copy_allreduces + 1 &&
+                            stats_after.staged_bytes == stats_before.staged_bytes,
+                        "a registered tensor was staged"));
+  return absl::OkStatus();
+}
+
+absl::Status PointToPoint(ProcessGroupRdmaflow& pg, int rank, int world) {
+  // Pairs (0,1), (2,3): the even rank sends tags 1, 2, 3; the odd one
+  // receives them 3, 2, 1, and each message differs in size.
+  const int peer = rank ^ 1;
+  if (peer >= world) return absl::OkStatus();
+  if (rank % 2 == 0) {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<std::vector<at::Tensor>> messages;
+    for (int tag : {1, 2, 3}) {
+      messages.push_back({Values(rank, 1000 * tag + 77, at::kDouble, tag)});
+      works.push_back(pg.send(messages.back(), peer, tag));
+    }
+    for (auto& work : works) RETURN_IF_ERROR(Wait(work));
+  } else {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<std::vector<at::Tensor>> received;
+    for (int tag : {3, 2, 1}) {
+      received.push_back({at::zeros({1000 * tag + 77}, at::kDouble)});
+      works.push_back(pg.recv(received.back(), peer, tag));
+    }
+    for (auto& work : works) RETURN_IF_ERROR(Wait(work));
+    for (int i = 0; i < 3; ++i) {
+      const int tag = 3 - i;
+      RETURN_IF_ERROR(CheckEqual(received[i][0], Values(peer, 1000 * tag + 77, at::kDouble, tag),
+                                 absl::StrCat("recv of tag ", tag)));
+    }
+  }
+  return Wait(pg.barrier());
+}
+
+absl::Status Errors(ProcessGroupRdmaflow& pg, int rank, int world) {
+  // Sizes that differ across ranks: an error on every rank, and the group
+  // still works afterwards.
+  std::vector<at::Tensor> mismatched = {at::ones({rank == 0 ? 10 : 20}, at::kFloat)};
+  absl::Status status = Wait(pg.allreduce(mismatched));
+  RETURN_IF_ERROR(Check(!status.ok() && absl::StrContains(status.message(), "all-reduces"),
+                        absl::StrCat("mismatched allreduce: ", status.ToString())));
+  std::vector<at::Tensor> two = {at::ones({3}), at::ones({3})};
+  status = Wait(pg.allreduce(two));
+  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "exactly one tensor"),
+                        absl::StrCat("two tensors: ", status.ToString())));
+  std::vector<at::Tensor> one = {at::ones({3}, at::kInt)};
+  c10d::AllreduceOptions bxor;
+  bxor.reduceOp = c10d::ReduceOp::BXOR;
+  status = Wait(pg.allreduce(one, bxor));
+  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "supports SUM"),
+                        absl::StrCat("BXOR: ", status.ToString())));
+  status = Wait(pg.send(one, rank, 0));
+  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "itself"),
+                        absl::StrCat("send to self: ", status.ToString())));
+  std::vector<at::Tensor> fine = {at::full({7}, rank + 1.0f)};
+  RETURN_IF_ERROR(Wait(pg.allreduce(fine)));
+  return Check(fine[0].equal(at::full({7}, world * (world + 1) / 2.0f)),
+               "allreduce after the errors");
+}
+
+struct Joined {
+  std::unique_ptr<rdma::torch::TcpStore> store;
+  c10::intrusive_ptr<ProcessGroupRdmaflow> pg;
+  int rank = 0;
+  int world = 0;
+};
+
+absl::StatusOr<Joined> Join() {
+  ASSIGN_OR_RETURN(rdma::torch::TcpStoreOptions options,
+                   rdma::torch::TcpStoreOptions::FromEnvironment());
+  Joined joined;
+  joined.rank = options.rank;
+  joined.world = options.world_size;
+  ASSIGN_OR_RETURN(joined.store, rdma::torch::TcpStore::Create(options));
+  ASSIGN_OR_RETURN(torch_backend::BackendOptions backend,
+                   torch_backend::BackendOptions::FromEnvironment(absl::Seconds(60)));
+  ASSIGN_OR_RETURN(joined.pg, ProcessGroupRdmaflow::Create(joined.store->c10d_store(),
+                                                           joined.rank, joined.world, backend));
+  return joined;
+}
+
+absl::Status RunRank(const std::string& which) {
+  ASSIGN_OR_RETURN(Joined joined, Join());
+  ProcessGroupRdmaflow& pg = *joined.pg;
+  if (which == "collectives") {
+    RETURN_IF_ERROR(AllReduces(pg, joined.rank, joined.world));
+    RETURN_IF_ERROR(OtherCollectives(pg, joined.rank, joined.world));
+    RETURN_IF_ERROR(Layouts(pg, joined.rank, joined.world));
+    RETURN_IF_ERROR(PointToPoint(pg, joined.rank, joined.world));
+    return Errors(pg, joined.rank, joined.world);
+  }
+  if (which == "dead_rank") {
+    std::vector<at::Tensor> tensors = {at::ones({1000})};
+    RETURN_IF_ERROR(Wait(pg.allreduce(tensors)));
+    if (joined.rank == joined.world - 1) raise(SIGKILL);  // dies mid-job
+    std::vector<at::Tensor> recv = {at::zeros({10})};
+    auto pending_recv = pg.recv(recv, joined.world - 1, 5);
+    absl::Status collective = Wait(pg.allreduce(tensors));
+    absl::Status p2p = Wait(pending_recv);
+    std::fprintf(stderr, "rank %d: allreduce: %s\nrank %d: recv: %s\n", joined.rank,
+                 collective.ToString().c_str(), joined.rank, p2p.ToString().c_str());
+    RETURN_IF_ERROR(Check(!collective.ok(), "an allreduce with a dead rank succeeded"));
+    RETURN_IF_ERROR(Check(!p2p.ok(), "a recv from a dead rank succeeded"));
+    // Later collectives fail at once, naming the first failure.
+    absl::Status later = Wait(pg.barrier());
+    return Check(absl::StrContains(later.message(), "unusable"),
+                 absl::StrCat("a collective after the failure: ", later.ToString()));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown case ", which));
+}
+
+std::map<std::string, std::string> Env(const char* which) {
+  return {{kCaseEnv, which},
+          {"RDMAFLOW_TRANSPORT_PARAMS", "tls=shm"},
+          {"RDMAFLOW_STAGING_MB", "4"},
+          {"RDMAFLOW_REGISTERED_MB", "8"}};
+}
+
+TEST(TorchBackendMultiProcessTest, EveryCollectiveWithTwoRanks) {
+  EXPECT_THAT(testing::LaunchRanks(2, Env("collectives")), ::testing::Each(0));
+}
+
+TEST(TorchBackendMultiProcessTest, EveryCollectiveWithFourRanks) {
+  EXPECT_THAT(testing::LaunchRanks(4, Env("collectives")), ::testing::Each(0));
+}
+
+TEST(TorchBackendMultiProcessTest, ADeadRankFailsThePendingWorkOfItsPeers) {
+  EXPECT_THAT(testing::LaunchRanks(3, Env("dead_rank")),
+              ::testing::ElementsAre(0, 0, 128 + SIGKILL));
+}
+
+}  // namespace
+}  // namespace rdmaflow
+
+int main(int argc, char** argv) {
+  return rdmaflow::testing::RanksOrTestsMain(
+      argc, argv, rdmaflow::kCaseEnv,
+      [](const char* which) { return rdmaflow::RunRank(which); });
+}
