@@ -1,0 +1,129 @@
+// The rdmaflow_torch Python module: importing it registers the "rdmaflow"
+// backend with torch.distributed, so
+//   import rdmaflow_torch
+//   torch.distributed.init_process_group("rdmaflow")
+// runs DistributedDataParallel and the collectives over rdmaflow. Also:
+//   rdmaflow_torch.empty(group, shape, dtype)  a tensor in registered memory
+//   rdmaflow_torch.stats(group)                the backend's counters (dict)
+// Errors raise RuntimeError with the backend's message.
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "torch_backend/backend_options.h"
+#include "torch_backend/process_group_rdmaflow.h"
+
+namespace py = pybind11;
+
+namespace rdmaflow::torch_backend {
+namespace {
+
+// The holder of process groups in Python. torch binds c10d.ProcessGroup
+// with a holder that drops the GIL before the group is destroyed (its
+// destructor joins threads that may need the GIL to run Python callbacks);
+// ours does the same.
+template <typename T>
+class GroupHolder {
+ public:
+  GroupHolder() = default;
+  explicit GroupHolder(T* raw)
+      : group_(c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(raw)) {}
+  explicit GroupHolder(c10::intrusive_ptr<T> group) : group_(std::move(group)) {}
+  GroupHolder(const GroupHolder&) = default;
+  GroupHolder& operator=(const GroupHolder&) = default;
+  ~GroupHolder() {
+    if (group_ && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      group_.reset();
+    }
+  }
+  T* get() const { return group_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> group_;
+};
+
+}  // namespace
+}  // namespace rdmaflow::torch_backend
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, rdmaflow::torch_backend::GroupHolder<T>, true);
+
+namespace rdmaflow::torch_backend {
+namespace {
+
+using Holder = GroupHolder<ProcessGroupRdmaflow>;
+
+Holder CreateGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                   std::chrono::milliseconds timeout) {
+  absl::StatusOr<BackendOptions> options =
+      BackendOptions::FromEnvironment(absl::Milliseconds(timeout.count()));
+  if (!options.ok()) throw std::runtime_error(std::string(options.status().message()));
+  absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> group;
+  {
+    // Set-up waits for the other ranks; let other Python threads run.
+    py::gil_scoped_release release;
+    group = ProcessGroupRdmaflow::Create(store, rank, size, *options);
+  }
+  if (!group.ok()) {
+    throw std::runtime_error("rdmaflow: " + std::string(group.status().ToString()));
+  }
+  return Holder(*std::move(group));
+}
+
+at::Tensor Empty(ProcessGroupRdmaflow& group, const std::vector<int64_t>& shape,
+                 const py::object& dtype) {
+  if (!THPDtype_Check(dtype.ptr())) {
+    throw py::type_error("rdmaflow_torch.empty: dtype must be a torch.dtype");
+  }
+  absl::StatusOr<at::Tensor> tensor = group.AllocateRegistered(
+      shape, reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
+  if (!tensor.ok()) {
+    throw std::runtime_error("rdmaflow: " + std::string(tensor.status().ToString()));
+  }
+  return *tensor;
+}
+
+py::dict Stats(const ProcessGroupRdmaflow& group) {
+  const BackendStats stats = group.stats();
+  py::dict out;
+  out["allreduces"] = stats.allreduces;
+  out["zero_copy_allreduces"] = stats.zero_copy_allreduces;
+  out["staged_bytes"] = stats.staged_bytes;
+  out["noncontiguous_copies"] = stats.noncontiguous_copies;
+  out["messages_sent"] = stats.messages_sent;
+  out["message_bytes_staged"] = stats.message_bytes_staged;
+  return out;
+}
+
+}  // namespace
+}  // namespace rdmaflow::torch_backend
+
+PYBIND11_MODULE(rdmaflow_torch, m) {
+  using namespace rdmaflow::torch_backend;
+  m.doc() = "rdmaflow: a torch.distributed backend over one-sided RDMA writes";
+  // c10d's Python types (ProcessGroup, Store) must exist first.
+  py::module_ dist = py::module_::import("torch.distributed");
+  py::class_<ProcessGroupRdmaflow, c10d::ProcessGroup, Holder>(m, "ProcessGroupRdmaflow")
+      .def("stats", &Stats, "The backend's counters.");
+  m.def("create_process_group", &CreateGroup, py::arg("store"), py::arg("rank"),
+        py::arg("size"), py::arg("timeout"),
+        "What init_process_group('rdmaflow') calls: a group over `store`.");
+  m.def("empty", &Empty, py::arg("group"), py::arg("shape"), py::arg("dtype"),
+        "An uninitialized tensor in the group's registered memory: all-reduced in "
+        "place and sent without staging. Allocate them in the same order on every "
+        "rank.");
+  m.def("stats", &Stats, py::arg("group"), "The backend's counters, as a dict.");
+  py::object backend = dist.attr("Backend");
+  if (!py::hasattr(backend, "RDMAFLOW")) {
+    backend.attr("register_backend")("rdmaflow", m.attr("create_process_group"));
+  }
+}
