@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libibverbs-dev librdmacm-dev libucx-dev
   libtorch-dev zlib1g-dev dataset-fashion-mnist
+  python3-torch python3-dev pybind11-dev
   libgloo-dev libopenmpi-dev openmpi-bin
   gnuplot-nox
   clang libclang-rt-14-dev

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# torchrun for Debian's python3-torch, with the rdmaflow_torch module on
+# PYTHONPATH (built first unless RDMAFLOW_TORCH_MODULE_DIR names a folder
+# holding rdmaflow_torch.so). Arguments are torchrun's:
+#   tools/torchrun.sh --nproc_per_node=2 examples/torch/ddp_fashion_mnist.py
+# Runs on one machine (--standalone: a free port, no MASTER_* needed).
+# `--redirects 1 --tee 1` works around torch 1.13 under Python 3.11, whose
+# launcher fails on the default "--redirects 0" (an empty enum flag); output
+# still reaches the console, prefixed by rank.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ -z "${RDMAFLOW_TORCH_MODULE_DIR:-}" ]; then
+  log=$(mktemp)
+  if ! (cd "$root" && bazel build -c opt //torch_backend/python:rdmaflow_torch.so) \
+      >"$log" 2>&1; then
+    cat "$log" >&2
+    exit 1
+  fi
+  rm -f "$log"
+  RDMAFLOW_TORCH_MODULE_DIR="$root/bazel-bin/torch_backend/python"
+fi
+export PYTHONPATH="$RDMAFLOW_TORCH_MODULE_DIR${PYTHONPATH:+:$PYTHONPATH}"
+exec /usr/bin/python3 -m torch.distributed.run --standalone --redirects 1 --tee 1 "$@"
