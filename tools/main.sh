@@ -48,6 +48,14 @@ bazel-bin/train/rdmaflow_train --local 3 --model lenet5 --strategy allreduce \
 # Transfer plans of the example graphs: the parameter-server CNN in full,
 # the others as one line each.
 echo
+# The c10d backend as a drop-in: the same DDP script over rdmaflow and Gloo.
+for backend in rdmaflow gloo; do
+  tools/torchrun.sh --nproc_per_node=2 examples/torch/ddp_fashion_mnist.py \
+    --backend "$backend" --steps 200 --json "$OUT_DIR/ddp_$backend.json" 2>&1 |
+    grep -v -e '^\*\*\*' -e OMP_NUM_THREADS -e '^WARNING:__main__'
+done
+
+echo
 bazel-bin/cli/rdmaflow plan graph_analyzer/testdata/cnn_ps_2workers.pbtxt \
   --out "$OUT_DIR/cnn_ps_2workers.plan.pbtxt" --dot "$OUT_DIR/cnn_ps_2workers.dot"
 for graph in mlp_2ranks cnn_layer_separated seq_dynamic_length; do
@@ -57,4 +65,4 @@ done
 echo "results: $OUT_DIR/pingpong_ucx_shm.{json,tsv,png}, $OUT_DIR/ablation.{json,png}," \
   "$OUT_DIR/*.rdma.rank*.json (Chrome traces), $OUT_DIR/train_lenet5.*," \
   "$OUT_DIR/ps/report.{txt,json}, $OUT_DIR/allreduce/allreduce.{txt,json,png}," \
-  "$OUT_DIR/train_allreduce.json, $OUT_DIR/*.plan.pbtxt"
+  "$OUT_DIR/train_allreduce.json, $OUT_DIR/ddp_{rdmaflow,gloo}.json, $OUT_DIR/*.plan.pbtxt"

@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Plots all-reduce bus bandwidth against size, one panel per rank count, from
-# tools/allreduce_report.py's TSV.
-#   tools/plot_allreduce.sh allreduce.tsv out.png
+# a TSV of columns ranks, bytes, then one GB/s column per series (one header
+# row), as tools/allreduce_report.py and tools/torch_report.py write them.
+#   tools/plot_allreduce.sh allreduce.tsv out.png [TITLE ...]
+# The titles name the series in order (default: rdmaflow ring, Gloo, Open MPI).
 set -euo pipefail
 tsv=$1
 png=$2
+shift 2
+titles=("$@")
+if [ ${#titles[@]} -eq 0 ]; then
+  titles=("rdmaflow ring (UCX shm)" "Gloo (c10d, TCP)" "Open MPI")
+fi
 if ! command -v gnuplot >/dev/null; then
   echo "plot: gnuplot not installed (tools/setup.sh installs gnuplot-nox); skipping" >&2
   exit 0
@@ -17,15 +24,18 @@ done
 {
   echo "set terminal pngcairo size $((520 * count)),420 font 'sans,10'"
   echo "set output '$png'"
-  echo "set multiplot layout 1,$count title 'All-reduce bus bandwidth (float32 sum)'"
+  echo "set multiplot layout 1,$count title '${PLOT_TITLE:-All-reduce bus bandwidth (float32 sum)}'"
   echo "set logscale x 2; set logscale y 10; set grid"
   echo "set xlabel 'bytes'; set ylabel 'bus bandwidth (GB/s)'; set key top left"
   echo "set format x '%.0s%cB'"
   for n in $ranks; do
     echo "set title '$n ranks'"
-    echo "plot '$tsv.$n' using 2:3 with linespoints lw 2 title 'rdmaflow ring (UCX shm)', \
-      '' using 2:4 with linespoints title 'Gloo (c10d, TCP)', \
-      '' using 2:5 with linespoints title 'Open MPI'"
+    plot="plot"
+    for i in "${!titles[@]}"; do
+      [ "$i" -gt 0 ] && plot="$plot,"
+      plot="$plot '$tsv.$n' using 2:$((i + 3)) with linespoints lw 2 title '${titles[$i]}'"
+    done
+    echo "$plot"
   done
   echo "unset multiplot"
 } | gnuplot

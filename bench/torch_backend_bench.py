@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""All-reduce bus bandwidth and DDP step time of one torch.distributed backend.
+
+The same script for every backend (tools/bench_torch.sh runs it under
+torchrun for gloo and rdmaflow, 2 and 4 ranks, and compares):
+
+  tools/torchrun.sh --nproc_per_node=2 bench/torch_backend_bench.py --backend rdmaflow
+
+All-reduce: float32 tensors of 4 KiB to 64 MiB, SUM, timed over enough
+iterations to move ~256 MiB (at least 5) after warm-up; the median of the
+per-iteration maximum over ranks. Bus bandwidth is nccl-tests' convention,
+2 (n - 1) / n * bytes / time. With --registered the rdmaflow tensors come
+from rdmaflow_torch.empty (reduced in place, no staging copies).
+
+Rank r is pinned to core r mod cores, whatever the backend (--no_pin).
+
+DDP: the VGG-like network of the examples on random Fashion-MNIST-shaped
+batches (the data does not matter to the timing), median step time
+(forward, backward with DDP's bucketed all-reduces, SGD step).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", default="rdmaflow", choices=["rdmaflow", "gloo"])
+    parser.add_argument("--registered", action="store_true",
+                        help="rdmaflow only: all-reduce tensors in registered memory")
+    parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES),
+                        help="all-reduce sizes in bytes, comma-separated")
+    parser.add_argument("--ddp_steps", type=int, default=30, help="0 skips DDP")
+    parser.add_argument("--batch", type=int, default=64, help="global batch of the DDP steps")
+    parser.add_argument("--json", default="", help="rank 0 appends one JSON line per result")
+    parser.add_argument("--no_pin", action="store_true",
+                        help="do not pin rank r to core r mod cores (pinning keeps the "
+                             "scheduler from stacking two ranks on one core, which made "
+                             "timings bimodal on a 2-core machine)")
+    return parser.parse_args(argv)
+
+
+def vgg():
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1),
+        nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(3136, 1024), nn.ReLU(),
+        nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+
+def slowest(seconds):
+    """The largest of the ranks' values (what a synchronous step waits for)."""
+    t = torch.tensor([seconds], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def bench_allreduce(args, world, label, emit):
+    import_registered = args.backend == "rdmaflow" and args.registered
+    if import_registered:
+        import rdmaflow_torch
+    for size in [int(s) for s in args.sizes.split(",")]:
+        n = size // 4
+        if import_registered:
+            tensor = rdmaflow_torch.empty(dist.group.WORLD, [n], torch.float32)
+            tensor.fill_(1.0)
+        else:
+            tensor = torch.ones(n, dtype=torch.float32)
+        iterations = max(5, min(200, (256 << 20) // size))
+        for _ in range(3):
+            dist.all_reduce(tensor)
+        times = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            dist.all_reduce(tensor)
+            times.append(time.perf_counter() - start)
+        # Each rank's median, then the slowest rank's.
+        seconds = slowest(statistics.median(times))
+        busbw = 2 * (world - 1) / world * size / seconds / 1e9
+        emit({"kind": "allreduce", "backend": label, "world": world, "bytes": size,
+              "iterations": iterations, "us": seconds * 1e6, "busbw_gbs": busbw})
+        del tensor
+
+
+def bench_ddp(args, world, label, emit):
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(vgg())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    per_rank = args.batch // world
+    x = torch.randn(per_rank, 1, 28, 28)
+    y = torch.randint(0, 10, (per_rank,))
+    times = []
+    for step in range(args.ddp_steps + 3):
+        start = time.perf_counter()
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step >= 3:
+            times.append(time.perf_counter() - start)
+    seconds = slowest(statistics.median(times))
+    emit({"kind": "ddp", "backend": label, "world": world, "model": "vgg",
+          "batch": args.batch, "steps": args.ddp_steps, "ms_per_step": seconds * 1e3})
+
+
+def main(argv):
+    args = parse_args(argv)
+    if not args.no_pin:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        os.sched_setaffinity(0, {local_rank % os.cpu_count()})
+    if args.backend == "rdmaflow":
+        import rdmaflow_torch  # noqa: F401  registers the backend
+    dist.init_process_group(args.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    label = args.backend + (" (registered)" if args.registered else "")
+
+    def emit(row):
+        if rank != 0:
+            return
+        if row["kind"] == "allreduce":
+            print(f"{label:22s} {world} ranks  allreduce {row['bytes']:>9d} B  "
+                  f"{row['us']:10.1f} us  busbw {row['busbw_gbs']:7.3f} GB/s", flush=True)
+        else:
+            print(f"{label:22s} {world} ranks  DDP vgg step {row['ms_per_step']:8.2f} ms",
+                  flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    bench_allreduce(args, world, label, emit)
+    if args.ddp_steps > 0:
+        bench_ddp(args, world, label, emit)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The rdmaflow c10d backend next to Gloo, through the same Python script
+# (bench/torch_backend_bench.py) under torchrun: all-reduce bus bandwidth
+# from 4 KiB to 64 MiB and DDP step time of the VGG-like net, with 2 and 4
+# ranks, for gloo, rdmaflow, and rdmaflow with registered tensors. Prints
+# the comparison (tools/torch_report.py) and plots it.
+#   tools/bench_torch.sh [OUT]        (default bench-results/torch)
+# RANKS (default "2 4"), DDP_STEPS (default 30).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bench-results/torch}
+mkdir -p "$out"
+rm -f "$out"/*.jsonl
+export RDMAFLOW_TRANSPORT_PARAMS=${RDMAFLOW_TRANSPORT_PARAMS:-tls=shm}
+export RDMAFLOW_REGISTERED_MB=${RDMAFLOW_REGISTERED_MB:-80}  # a 64 MiB tensor fits
+for n in ${RANKS:-2 4}; do
+  for variant in gloo rdmaflow registered; do
+    case $variant in
+      registered) flags=(--backend rdmaflow --registered --ddp_steps 0) ;;
+      *) flags=(--backend "$variant") ;;
+    esac
+    echo "== $variant, $n ranks"
+    # DDP allocates its own buckets, so "registered" times all-reduces only.
+    tools/torchrun.sh --nproc_per_node="$n" bench/torch_backend_bench.py \
+        --ddp_steps "${DDP_STEPS:-30}" "${flags[@]}" --json "$out/$variant.$n.jsonl" 2>&1 |
+      grep -v -e '^\*\*\*' -e OMP_NUM_THREADS -e '^WARNING:__main__' || true
+  done
+done
+/usr/bin/python3 tools/torch_report.py "$out" | tee "$out/torch_report.txt"
+PLOT_TITLE="torch.distributed all-reduce bus bandwidth (float32 sum)" \
+  tools/plot_allreduce.sh "$out/torch_allreduce.tsv" "$out/torch_allreduce.png" \
+  "rdmaflow" "rdmaflow (registered tensors)" "gloo"

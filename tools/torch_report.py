@@ -1,0 +1,54 @@
+#!/usr/bin/python3
+"""Reads the JSON lines of bench/torch_backend_bench.py (one file per run, in
+DIR) and prints the comparison of tools/bench_torch.sh: all-reduce bus
+bandwidth per size and backend with rdmaflow's speed-up over Gloo, and DDP
+step time. Writes DIR/torch_allreduce.tsv (for tools/plot_allreduce.sh) and
+DIR/torch_report.json.
+
+  tools/torch_report.py DIR
+"""
+
+import glob
+import json
+import os
+import sys
+
+SERIES = ["rdmaflow", "rdmaflow (registered)", "gloo"]
+
+
+def main(out):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(out, "*.jsonl"))):
+        with open(path) as f:
+            rows += [json.loads(line) for line in f if line.strip()]
+    if not rows:
+        sys.exit(f"torch_report: no *.jsonl results in {out}")
+    allreduce = {(r["world"], r["bytes"], r["backend"]): r for r in rows if r["kind"] == "allreduce"}
+    ddp = {(r["world"], r["backend"]): r for r in rows if r["kind"] == "ddp"}
+    worlds = sorted({k[0] for k in allreduce})
+    sizes = sorted({k[1] for k in allreduce})
+    print("All-reduce bus bandwidth, GB/s (float32 sum; median per rank, slowest rank)")
+    print(f"{'ranks':>5} {'bytes':>10} " + " ".join(f"{s:>22}" for s in SERIES) +
+          f" {'rdmaflow/gloo':>14} {'registered/gloo':>16}")
+    with open(os.path.join(out, "torch_allreduce.tsv"), "w") as tsv:
+        tsv.write("ranks\tbytes\t" + "\t".join(s.replace(" ", "_") for s in SERIES) + "\n")
+        for world in worlds:
+            for size in sizes:
+                bw = [allreduce.get((world, size, s), {}).get("busbw_gbs", float("nan"))
+                      for s in SERIES]
+                print(f"{world:>5} {size:>10} " + " ".join(f"{b:>22.3f}" for b in bw) +
+                      f" {bw[0] / bw[2]:>13.2f}x {bw[1] / bw[2]:>15.2f}x")
+                tsv.write(f"{world}\t{size}\t" + "\t".join(f"{b:.4f}" for b in bw) + "\n")
+    print()
+    print("DDP step time, VGG-like (4.3 M parameters), ms (median, slowest rank)")
+    print(f"{'ranks':>5} {'rdmaflow':>10} {'gloo':>10} {'gloo/rdmaflow':>14}")
+    for world in worlds:
+        ms = [ddp.get((world, s), {}).get("ms_per_step", float("nan")) for s in ("rdmaflow", "gloo")]
+        print(f"{world:>5} {ms[0]:>10.1f} {ms[1]:>10.1f} {ms[1] / ms[0]:>13.2f}x")
+    with open(os.path.join(out, "torch_report.json"), "w") as f:
+        json.dump({"allreduce": [r for r in rows if r["kind"] == "allreduce"],
+                   "ddp": [r for r in rows if r["kind"] == "ddp"]}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench-results/torch")
