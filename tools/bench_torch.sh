@@ -5,7 +5,9 @@
 # ranks, for gloo, rdmaflow, and rdmaflow with registered tensors. Prints
 # the comparison (tools/torch_report.py) and plots it.
 #   tools/bench_torch.sh [OUT]        (default bench-results/torch)
-# RANKS (default "2 4"), DDP_STEPS (default 30).
+# RANKS (default "2 4"), DDP_STEPS (default 30), REPEATS (default 3: every
+# configuration runs that many times; the report shows medians, the JSON
+# every run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/torch}
@@ -13,18 +15,20 @@ mkdir -p "$out"
 rm -f "$out"/*.jsonl
 export RDMAFLOW_TRANSPORT_PARAMS=${RDMAFLOW_TRANSPORT_PARAMS:-tls=shm}
 export RDMAFLOW_REGISTERED_MB=${RDMAFLOW_REGISTERED_MB:-80}  # a 64 MiB tensor fits
+for repeat in $(seq "${REPEATS:-3}"); do
 for n in ${RANKS:-2 4}; do
   for variant in gloo rdmaflow registered; do
     case $variant in
       registered) flags=(--backend rdmaflow --registered --ddp_steps 0) ;;
       *) flags=(--backend "$variant") ;;
     esac
-    echo "== $variant, $n ranks"
+    echo "== $variant, $n ranks (run $repeat of ${REPEATS:-3})"
     # DDP allocates its own buckets, so "registered" times all-reduces only.
     tools/torchrun.sh --nproc_per_node="$n" bench/torch_backend_bench.py \
-        --ddp_steps "${DDP_STEPS:-30}" "${flags[@]}" --json "$out/$variant.$n.jsonl" 2>&1 |
+        --ddp_steps "${DDP_STEPS:-30}" "${flags[@]}" --json "$out/$variant.$n.$repeat.jsonl" 2>&1 |
       grep -v -e '^\*\*\*' -e OMP_NUM_THREADS -e '^WARNING:__main__' || true
   done
+done
 done
 /usr/bin/python3 tools/torch_report.py "$out" | tee "$out/torch_report.txt"
 PLOT_TITLE="torch.distributed all-reduce bus bandwidth (float32 sum)" \

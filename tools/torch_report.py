@@ -2,7 +2,8 @@
 """Reads the JSON lines of bench/torch_backend_bench.py (one file per run, in
 DIR) and prints the comparison of tools/bench_torch.sh: all-reduce bus
 bandwidth per size and backend with rdmaflow's speed-up over Gloo, and DDP
-step time. Writes DIR/torch_allreduce.tsv (for tools/plot_allreduce.sh) and
+step time; where a configuration ran several times, the median of the runs
+(the ratios are of medians). Writes DIR/torch_allreduce.tsv (for tools/plot_allreduce.sh) and
 DIR/torch_report.json.
 
   tools/torch_report.py DIR
@@ -11,9 +12,19 @@ DIR/torch_report.json.
 import glob
 import json
 import os
+import statistics
 import sys
 
 SERIES = ["rdmaflow", "rdmaflow (registered)", "gloo"]
+
+
+def median_by(rows, kind, key, value):
+    """{key tuple: {value: median over the runs}}."""
+    runs = {}
+    for row in rows:
+        if row["kind"] == kind:
+            runs.setdefault(tuple(row[k] for k in key), []).append(row[value])
+    return {k: {value: statistics.median(v), "runs": len(v)} for k, v in runs.items()}
 
 
 def main(out):
@@ -23,8 +34,8 @@ def main(out):
             rows += [json.loads(line) for line in f if line.strip()]
     if not rows:
         sys.exit(f"torch_report: no *.jsonl results in {out}")
-    allreduce = {(r["world"], r["bytes"], r["backend"]): r for r in rows if r["kind"] == "allreduce"}
-    ddp = {(r["world"], r["backend"]): r for r in rows if r["kind"] == "ddp"}
+    allreduce = median_by(rows, "allreduce", ("world", "bytes", "backend"), "busbw_gbs")
+    ddp = median_by(rows, "ddp", ("world", "backend"), "ms_per_step")
     worlds = sorted({k[0] for k in allreduce})
     sizes = sorted({k[1] for k in allreduce})
     print("All-reduce bus bandwidth, GB/s (float32 sum; median per rank, slowest rank)")
