@@ -138,18 +138,8 @@ absl::Status RingAllReduce::Connect() {
                                       control_->descriptor()));
   RETURN_IF_ERROR(rdma::PublishAddress(store_, ns_, transport_));
   for (int peer : {right_rank_, left_rank_}) {
-    absl::StatusOr<std::string> theirs = store_.Get(
-        absl::StrCat(ns_, "/", Key(options_.name, peer, "layout")), options_.timeout);
-    if (!theirs.ok()) {
-      return Annotate(theirs.status(),
-                      absl::StrCat(Where(), ": rank ", peer, " never joined"));
-    }
-    if (*theirs != layout) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          Where(), ": rank ", peer, " created it with '", *theirs,
-          "' but this rank with '", layout, "'; every member must pass the "
-          "same options and members"));
-    }
+    RETURN_IF_ERROR(rdma::CheckPeerLayout(store_, ns_, Key(options_.name, peer, "layout"),
+                                          layout, peer, options_.timeout, Where()));
   }
   ASSIGN_OR_RETURN(right_data_, rdma::FetchRegion(store_, ns_,
                                                   Key(options_.name, right_rank_, "data"),

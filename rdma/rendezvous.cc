@@ -49,6 +49,24 @@ absl::StatusOr<RemoteRegion> FetchRegion(Store& store, absl::string_view ns,
   return RemoteRegion::Parse(bytes);
 }
 
+absl::Status CheckPeerLayout(Store& store, absl::string_view ns,
+                             absl::string_view key, absl::string_view layout,
+                             int peer, absl::Duration timeout,
+                             absl::string_view what) {
+  absl::StatusOr<std::string> theirs = store.Get(absl::StrCat(ns, "/", key), timeout);
+  if (!theirs.ok()) {
+    return absl::Status(theirs.status().code(),
+                        absl::StrCat(what, ": rank ", peer, " never joined: ",
+                                     theirs.status().message()));
+  }
+  if (*theirs != layout) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": rank ", peer, " created it with '", *theirs, "' but this rank with '",
+        layout, "'; every rank must create it with the same options"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Barrier(Store& store, absl::string_view ns,
                      absl::string_view name, int world_size,
                      absl::Duration timeout, Transport* progress) {

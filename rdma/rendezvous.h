@@ -44,6 +44,16 @@ absl::StatusOr<RemoteRegion> FetchRegion(Store& store, absl::string_view ns,
                                          absl::string_view key,
                                          absl::Duration timeout);
 
+// Waits for the layout a peer published under <ns>/<key> (a description of
+// the options that must be the same everywhere, set with Store::Set) and
+// compares it with ours. `what` names the object in messages ("ring 'x' on
+// rank 0"). kDeadlineExceeded: the peer never joined; kFailedPrecondition
+// quoting both layouts when they differ.
+absl::Status CheckPeerLayout(Store& store, absl::string_view ns,
+                             absl::string_view key, absl::string_view layout,
+                             int peer, absl::Duration timeout,
+                             absl::string_view what);
+
 // Blocks until `world_size` ranks have entered barrier `name`. Each name may
 // be used once per job. kDeadlineExceeded says how many ranks arrived.
 // With a `progress` transport it keeps calling its Progress() while it

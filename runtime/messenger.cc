@@ -173,18 +173,8 @@ absl::Status Messenger::Connect() {
   RETURN_IF_ERROR(rdma::PublishAddress(store_, ns_, transport_));
   for (int rank = 0; rank < world_; ++rank) {
     if (rank == rank_) continue;
-    absl::StatusOr<std::string> theirs = store_.Get(
-        absl::StrCat(ns_, "/", Key(options_.name, rank, "layout")), options_.timeout);
-    if (!theirs.ok()) {
-      return Annotate(theirs.status(), absl::StrCat(Where(), ": rank ", rank,
-                                                    " never joined"));
-    }
-    if (*theirs != layout) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          Where(), ": rank ", rank, " created it with '", *theirs,
-          "' but this rank with '", layout, "'; every rank must pass the same "
-          "options and world size"));
-    }
+    RETURN_IF_ERROR(rdma::CheckPeerLayout(store_, ns_, Key(options_.name, rank, "layout"),
+                                          layout, rank, options_.timeout, Where()));
     auto peer = std::make_unique<Peer>();
     peer->rank = rank;
     ASSIGN_OR_RETURN(peer->inbox, rdma::FetchRegion(store_, ns_,

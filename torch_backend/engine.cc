@@ -32,14 +32,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
     return absl::InvalidArgumentError("rdmaflow process group: no store given");
   }
   std::unique_ptr<Engine> engine(new Engine(rank, size, options));
-  std::promise<absl::Status> ready;
-  std::future<absl::Status> set_up = ready.get_future();
+  // Shared: the thread may still be inside set_value() when Start() returns.
+  auto ready = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> set_up = ready->get_future();
   Engine* self = engine.get();
-  engine->thread_ = std::thread([self, store, &ready] {
+  engine->thread_ = std::thread([self, store, ready] {
     absl::Status status = self->SetUp(store);
     const bool ok = status.ok();
     if (!ok) self->TearDown();
-    ready.set_value(std::move(status));
+    ready->set_value(std::move(status));
     if (ok) self->Loop();
   });
   absl::Status status = set_up.get();
