@@ -1,7 +1,7 @@
 // End to end: the rdmaflow c10d process group between OS processes over
 // UCX shared memory, rendezvous through c10d's TCPStore (as under torchrun).
 // With 2 and 4 ranks, every collective against a reference computed
-// locally, from 1 element to 16 MiB (pieces through a 4 MiB staging area),
+// locally, from 0 elements to 16 MiB (pieces through a 4 MiB staging area),
 // float32/float64/int32/int64; every reduce op; non-contiguous and
 // registered tensors (counted); send/recv with tags received out of order;
 // mismatched sizes and bad arguments as errors on the Work. A rank killed
@@ -60,7 +60,7 @@ absl::Status CheckEqual(const at::Tensor& got, const at::Tensor& expected,
 }
 
 absl::Status AllReduces(ProcessGroupRdmaflow& pg, int rank, int world) {
-  const std::vector<int64_t> sizes = {1, 1000, 65537, int64_t{4} << 20};  // 16 MiB fp32
+  const std::vector<int64_t> sizes = {0, 1, 1000, 65537, int64_t{4} << 20};  // 16 MiB fp32
   for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kInt, at::kLong}) {
     for (int64_t n : sizes) {
       if (n > 65537 && (dtype == at::kDouble || dtype == at::kInt)) continue;

@@ -26,7 +26,7 @@ for n in ${RANKS:-2 4}; do
     # DDP allocates its own buckets, so "registered" times all-reduces only.
     tools/torchrun.sh --nproc_per_node="$n" bench/torch_backend_bench.py \
         --ddp_steps "${DDP_STEPS:-30}" "${flags[@]}" --json "$out/$variant.$n.$repeat.jsonl" 2>&1 |
-      grep -v -e '^\*\*\*' -e OMP_NUM_THREADS -e '^WARNING:__main__' || true
+      sed -e '/^\*\*\*/d' -e '/OMP_NUM_THREADS/d' -e '/^WARNING:__main__/d'
   done
 done
 done

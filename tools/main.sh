@@ -50,9 +50,10 @@ bazel-bin/train/rdmaflow_train --local 3 --model lenet5 --strategy allreduce \
 echo
 # The c10d backend as a drop-in: the same DDP script over rdmaflow and Gloo.
 for backend in rdmaflow gloo; do
-  tools/torchrun.sh --nproc_per_node=2 examples/torch/ddp_fashion_mnist.py \
+  RDMAFLOW_TRANSPORT_PARAMS=tls=shm tools/torchrun.sh --nproc_per_node=2 \
+    examples/torch/ddp_fashion_mnist.py \
     --backend "$backend" --steps 200 --json "$OUT_DIR/ddp_$backend.json" 2>&1 |
-    grep -v -e '^\*\*\*' -e OMP_NUM_THREADS -e '^WARNING:__main__'
+    sed -e '/^\*\*\*/d' -e '/OMP_NUM_THREADS/d' -e '/^WARNING:__main__/d'
 done
 
 echo

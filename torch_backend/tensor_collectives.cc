@@ -63,7 +63,7 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
   collectives::RingAllReduce* ring = engine.ring();
   const size_t count = static_cast<size_t>(tensor.numel());
   const size_t bytes = Bytes(tensor);
-  if (ring != nullptr && count > 0) {
+  if (ring != nullptr) {
     const std::byte* data = ring->data();
     const size_t staging = engine.options().staging_bytes;
     const auto* at = static_cast<const std::byte*>(tensor.data_ptr());
@@ -72,8 +72,12 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
     Plan plan{absl::StrCat(count, " ", collectives::DataTypeName(type), " elements with ",
                            reduction.average ? "avg" : collectives::ReduceOpName(reduction.op)),
               registered ? absl::StrCat("@", at - data) : "staged"};
+    // Empty tensors agree too, so a rank whose tensor is not empty gets an
+    // error instead of waiting for it.
     ASSIGN_OR_RETURN(const bool in_place, AgreeInPlace(engine, plan));
-    if (in_place) {
+    if (count == 0) {
+      // Nothing to reduce.
+    } else if (in_place) {
       engine.Count([](BackendStats& stats) { ++stats.zero_copy_allreduces; });
       RETURN_IF_ERROR(ring->AllReduce(at - data, count, type, reduction.op));
     } else if (!tensor.is_contiguous() && bytes <= staging) {
