@@ -257,7 +257,7 @@ absl::StatusOr<Joined> Join() {
   ASSIGN_OR_RETURN(joined.store, rdma::torch::TcpStore::Create(options));
   ASSIGN_OR_RETURN(torch_backend::BackendOptions backend,
                    torch_backend::BackendOptions::FromEnvironment(absl::Seconds(60)));
-  ASSIGN_OR_RETURN(joined.pg, ProcessGroupRdmaflow::Create(joined.store->c10d_store(),
+  ASSIGN_OR_RETURN(joined.pg, ProcessGroupRdmaflow::Create(joined.store->store(),
                                                            joined.rank, joined.world, backend));
   return joined;
 }

@@ -62,7 +62,7 @@ absl::StatusOr<Group> JoinGroup(const std::string& backend) {
   group.rank = options.rank;
   group.world = options.world_size;
   ASSIGN_OR_RETURN(group.store, rdma::torch::TcpStore::Create(options));
-  auto store = c10::make_intrusive<c10d::PrefixStore>(backend, group.store->c10d_store());
+  auto store = c10::make_intrusive<c10d::PrefixStore>(backend, group.store->store());
   const auto timeout = std::chrono::minutes(5);
   if (backend == "rdmaflow") {
     ASSIGN_OR_RETURN(torch_backend::BackendOptions backend_options,

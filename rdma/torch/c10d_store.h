@@ -25,11 +25,12 @@
 namespace rdmaflow::rdma::torch {
 
 // Thread-safe when the wrapped store is (c10d's stores are).
-class C10dStore final : public Store {
+class C10dStore : public Store {
  public:
   // `where` names the store in messages ("127.0.0.1:29500").
   C10dStore(c10::intrusive_ptr<c10d::Store> store, std::string where);
 
+  // The c10d store itself, to hand to LibTorch (a process group).
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
 
   absl::Status Set(absl::string_view key, absl::string_view value) override;

@@ -64,9 +64,7 @@ absl::StatusOr<TcpStoreOptions> TcpStoreOptions::FromEnvironment() {
 
 TcpStore::TcpStore(c10::intrusive_ptr<c10d::Store> store, int port,
                    std::string where)
-    : port_(port), store_(std::move(store), std::move(where)) {}
-
-TcpStore::~TcpStore() = default;
+    : C10dStore(std::move(store), std::move(where)), port_(port) {}
 
 absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(
     const TcpStoreOptions& options) {
@@ -105,23 +103,5 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(
 }
 
 int TcpStore::port() const { return port_; }
-
-absl::Status TcpStore::Set(absl::string_view key, absl::string_view value) {
-  return store_.Set(key, value);
-}
-
-absl::StatusOr<std::string> TcpStore::Get(absl::string_view key,
-                                          absl::Duration timeout) {
-  return store_.Get(key, timeout);
-}
-
-absl::Status TcpStore::Wait(const std::vector<std::string>& keys,
-                            absl::Duration timeout) {
-  return store_.Wait(keys, timeout);
-}
-
-absl::StatusOr<int64_t> TcpStore::Add(absl::string_view key, int64_t delta) {
-  return store_.Add(key, delta);
-}
 
 }  // namespace rdmaflow::rdma::torch

@@ -38,31 +38,20 @@ struct TcpStoreOptions {
 };
 
 // Thread-safe (c10d::TCPStore is). A C10dStore over a TCPStore it creates.
-class TcpStore final : public Store {
+class TcpStore final : public C10dStore {
  public:
   // kUnavailable naming host:port when the server cannot be started or
   // reached (is MASTER_ADDR right, is rank 0 up, is the port free?).
   static absl::StatusOr<std::unique_ptr<TcpStore>> Create(
       const TcpStoreOptions& options);
-  ~TcpStore() override;
 
   // The port actually listened on (useful with port 0).
   int port() const;
-  // The c10d store itself, to hand to LibTorch (a process group).
-  const c10::intrusive_ptr<c10d::Store>& c10d_store() const { return store_.store(); }
-
-  absl::Status Set(absl::string_view key, absl::string_view value) override;
-  absl::StatusOr<std::string> Get(absl::string_view key,
-                                  absl::Duration timeout) override;
-  absl::Status Wait(const std::vector<std::string>& keys,
-                    absl::Duration timeout) override;
-  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
 
  private:
   TcpStore(c10::intrusive_ptr<c10d::Store> store, int port, std::string where);
 
   int port_;
-  C10dStore store_;
 };
 
 }  // namespace rdmaflow::rdma::torch
