@@ -1,7 +1,8 @@
 // End to end: the rdmaflow c10d process group between OS processes over
 // UCX shared memory, rendezvous through c10d's TCPStore (as under torchrun).
 // With 2 and 4 ranks, every collective against a reference computed
-// locally, from 0 elements to 16 MiB (pieces through a 4 MiB staging area),
+// locally (reduce, gather and scatter from every root too), from 0 elements
+// to 16 MiB (pieces through a 4 MiB staging area),
 // float32/float64/int32/int64; every reduce op; non-contiguous and
 // registered tensors (counted); send/recv with tags received out of order;
 // mismatched sizes and bad arguments as errors on the Work. A rank killed
@@ -140,6 +141,41 @@ absl::Status OtherCollectives(ProcessGroupRdmaflow& pg, int rank, int world) {
       for (int r = 1; r < world; ++r) reference += Values(r, n, dtype, rank);
       RETURN_IF_ERROR(CheckEqual(output[0], reference, absl::StrCat("reduce_scatter ", what)));
     }
+  }
+  // Reduce, gather and scatter, to and from every root.
+  for (int root = 0; root < world; ++root) {
+    const std::string what = absl::StrCat(" with root ", root);
+    std::vector<at::Tensor> tensors = {Values(rank, 5000, at::kLong)};
+    c10d::ReduceOptions reduce;
+    reduce.rootRank = root;
+    reduce.reduceOp = c10d::ReduceOp::MAX;
+    RETURN_IF_ERROR(Wait(pg.reduce(tensors, reduce)));
+    at::Tensor expected = Values(rank, 5000, at::kLong);
+    if (rank == root) {
+      for (int r = 0; r < world; ++r) expected = at::maximum(expected, Values(r, 5000, at::kLong));
+    }
+    RETURN_IF_ERROR(CheckEqual(tensors[0], expected, "reduce" + what));
+    std::vector<std::vector<at::Tensor>> gathered(rank == root ? 1 : 0);
+    for (int r = 0; r < world && rank == root; ++r) {
+      gathered[0].push_back(at::zeros({3000}, at::kDouble));
+    }
+    std::vector<at::Tensor> mine = {Values(rank, 3000, at::kDouble)};
+    c10d::GatherOptions gather;
+    gather.rootRank = root;
+    RETURN_IF_ERROR(Wait(pg.gather(gathered, mine, gather)));
+    for (int r = 0; r < world && rank == root; ++r) {
+      RETURN_IF_ERROR(CheckEqual(gathered[0][r], Values(r, 3000, at::kDouble),
+                                 absl::StrCat("gather from ", r, what)));
+    }
+    std::vector<std::vector<at::Tensor>> parts(rank == root ? 1 : 0);
+    for (int r = 0; r < world && rank == root; ++r) {
+      parts[0].push_back(Values(root, 3000, at::kInt, r));
+    }
+    std::vector<at::Tensor> part = {at::zeros({3000}, at::kInt)};
+    c10d::ScatterOptions scatter;
+    scatter.rootRank = root;
+    RETURN_IF_ERROR(Wait(pg.scatter(part, parts, scatter)));
+    RETURN_IF_ERROR(CheckEqual(part[0], Values(root, 3000, at::kInt, rank), "scatter" + what));
   }
   // The flat variants.
   at::Tensor flat = at::zeros({world * 100}, at::kFloat);

@@ -80,13 +80,27 @@ absl::Status DirectCollectives::Finish(Batch& batch, absl::string_view what) {
   return batch.failure;
 }
 
+absl::Status DirectCollectives::CheckRoot(int root, absl::string_view what) const {
+  if (root < 0 || root >= messenger_.world()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " root ", root,
+                                                   " is outside a world of ",
+                                                   messenger_.world()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DirectCollectives::CheckPerRank(size_t buffers, absl::string_view what) const {
+  if (static_cast<int>(buffers) != messenger_.world()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " needs one buffer per rank (", messenger_.world(), "), got ", buffers));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DirectCollectives::Broadcast(int root, void* data, size_t bytes) {
   const int rank = messenger_.rank();
   const int world = messenger_.world();
-  if (root < 0 || root >= world) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("broadcast root ", root, " is outside a world of ", world));
-  }
+  RETURN_IF_ERROR(CheckRoot(root, "broadcast"));
   Batch batch{NextTag()};
   if (rank == root) {
     for (int peer = 0; peer < world; ++peer) {
@@ -100,14 +114,80 @@ absl::Status DirectCollectives::Broadcast(int root, void* data, size_t bytes) {
   return Finish(batch, absl::StrCat("broadcast from rank ", root));
 }
 
+absl::Status DirectCollectives::Reduce(int root, void* data, size_t count,
+                                       collectives::DataType type,
+                                       collectives::ReduceOp op) {
+  const int rank = messenger_.rank();
+  const int world = messenger_.world();
+  RETURN_IF_ERROR(CheckRoot(root, "reduce"));
+  const size_t bytes = count * collectives::ElementSize(type);
+  std::vector<std::unique_ptr<std::byte[]>> parts(world);
+  Batch batch{NextTag()};
+  if (rank != root) {
+    batch.Posted(messenger_.Send(root, batch.tag, data, bytes, batch.Sent()));
+    return Finish(batch, absl::StrCat("reduce to rank ", root));
+  }
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    parts[peer] = std::make_unique<std::byte[]>(bytes);
+    batch.Posted(messenger_.Recv(peer, batch.tag, parts[peer].get(), bytes,
+                                 batch.Received(peer, bytes)));
+  }
+  RETURN_IF_ERROR(Finish(batch, "reduce"));
+  if (bytes == 0) return absl::OkStatus();
+  // In rank order, as a local loop over the ranks' data would.
+  std::vector<std::byte> mine(static_cast<std::byte*>(data),
+                              static_cast<std::byte*>(data) + bytes);
+  auto part = [&](int r) -> const void* {
+    return r == rank ? mine.data() : parts[r].get();
+  };
+  std::memcpy(data, part(0), bytes);
+  for (int r = 1; r < world; ++r) collectives::Reduce(type, op, data, part(r), count);
+  return absl::OkStatus();
+}
+
+absl::Status DirectCollectives::Gather(int root, const void* input, size_t bytes,
+                                       const std::vector<void*>& outputs) {
+  const int rank = messenger_.rank();
+  RETURN_IF_ERROR(CheckRoot(root, "gather"));
+  Batch batch{NextTag()};
+  if (rank != root) {
+    batch.Posted(messenger_.Send(root, batch.tag, input, bytes, batch.Sent()));
+    return Finish(batch, absl::StrCat("gather to rank ", root));
+  }
+  RETURN_IF_ERROR(CheckPerRank(outputs.size(), "gather"));
+  for (int peer = 0; peer < messenger_.world(); ++peer) {
+    if (peer == rank) continue;
+    batch.Posted(messenger_.Recv(peer, batch.tag, outputs[peer], bytes,
+                                 batch.Received(peer, bytes)));
+  }
+  if (outputs[rank] != input && bytes > 0) std::memcpy(outputs[rank], input, bytes);
+  return Finish(batch, "gather");
+}
+
+absl::Status DirectCollectives::Scatter(int root, const std::vector<const void*>& inputs,
+                                        void* output, size_t bytes) {
+  const int rank = messenger_.rank();
+  RETURN_IF_ERROR(CheckRoot(root, "scatter"));
+  Batch batch{NextTag()};
+  if (rank != root) {
+    batch.Posted(messenger_.Recv(root, batch.tag, output, bytes, batch.Received(root, bytes)));
+    return Finish(batch, absl::StrCat("scatter from rank ", root));
+  }
+  RETURN_IF_ERROR(CheckPerRank(inputs.size(), "scatter"));
+  for (int peer = 0; peer < messenger_.world(); ++peer) {
+    if (peer == rank) continue;
+    batch.Posted(messenger_.Send(peer, batch.tag, inputs[peer], bytes, batch.Sent()));
+  }
+  if (inputs[rank] != output && bytes > 0) std::memcpy(output, inputs[rank], bytes);
+  return Finish(batch, "scatter");
+}
+
 absl::Status DirectCollectives::AllGather(const void* input, size_t bytes,
                                           const std::vector<void*>& outputs) {
   const int rank = messenger_.rank();
   const int world = messenger_.world();
-  if (static_cast<int>(outputs.size()) != world) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "all-gather needs one output per rank (", world, "), got ", outputs.size()));
-  }
+  RETURN_IF_ERROR(CheckPerRank(outputs.size(), "all-gather"));
   Batch batch{NextTag()};
   for (int peer = 0; peer < world; ++peer) {
     if (peer == rank) continue;
@@ -125,10 +205,7 @@ absl::Status DirectCollectives::ReduceScatter(const std::vector<const void*>& in
                                               collectives::ReduceOp op) {
   const int rank = messenger_.rank();
   const int world = messenger_.world();
-  if (static_cast<int>(inputs.size()) != world) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reduce-scatter needs one input per rank (", world, "), got ", inputs.size()));
-  }
+  RETURN_IF_ERROR(CheckPerRank(inputs.size(), "reduce-scatter"));
   const size_t bytes = count * collectives::ElementSize(type);
   std::vector<std::unique_ptr<std::byte[]>> parts(world);
   Batch batch{NextTag()};

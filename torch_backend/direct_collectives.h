@@ -46,6 +46,21 @@ class DirectCollectives {
   // The root's `bytes` at `data` into every other rank's `data`.
   absl::Status Broadcast(int root, void* data, size_t bytes);
 
+  // op over every rank's `count` elements at `data`, in rank order, into
+  // the root's `data` (other ranks' data is left as it was).
+  absl::Status Reduce(int root, void* data, size_t count, collectives::DataType type,
+                      collectives::ReduceOp op);
+
+  // Every rank's `bytes` from `input` into outputs[rank] at the root
+  // (`outputs` has one buffer per rank there, and is ignored elsewhere).
+  absl::Status Gather(int root, const void* input, size_t bytes,
+                      const std::vector<void*>& outputs);
+
+  // The root's inputs[r] into rank r's `output` (`inputs` has one buffer per
+  // rank at the root, and is ignored elsewhere).
+  absl::Status Scatter(int root, const std::vector<const void*>& inputs, void* output,
+                       size_t bytes);
+
   // Every rank's `bytes` from `input` into outputs[rank] on every rank
   // (outputs has one buffer per rank, this rank's included).
   absl::Status AllGather(const void* input, size_t bytes,
@@ -70,6 +85,8 @@ class DirectCollectives {
   struct Batch;
   uint64_t NextTag() { return kCollectiveTagBase + next_call_++; }
   absl::Status Finish(Batch& batch, absl::string_view what);
+  absl::Status CheckRoot(int root, absl::string_view what) const;
+  absl::Status CheckPerRank(size_t buffers, absl::string_view what) const;
 
   runtime::Messenger& messenger_;
   const absl::Duration timeout_;

@@ -1,6 +1,7 @@
 // DirectCollectives over the loopback transport, 3 ranks as threads:
-// broadcast from every root, all-gather, reduce-scatter against a local
-// loop (bitwise), barrier, exchange; mismatched sizes are errors.
+// broadcast, reduce, gather and scatter from every root, all-gather,
+// reduce-scatter against a local loop (bitwise), barrier, exchange;
+// mismatched sizes are errors.
 #include "torch_backend/direct_collectives.h"
 
 #include <algorithm>
@@ -82,6 +83,37 @@ TEST(DirectCollectivesTest, EveryCollectiveMatchesALocalReference) {
             }
           }
           EXPECT_EQ(out, expected) << collectives::ReduceOpName(op);
+        }
+        // Reduce, gather and scatter to and from every root.
+        for (int root = 0; root < kRanks; ++root) {
+          std::vector<float> data = mine;
+          RETURN_IF_ERROR(direct.Reduce(root, data.data(), kCount,
+                                        collectives::DataType::kFloat32,
+                                        collectives::ReduceOp::kSum));
+          std::vector<float> expected = mine;  // untouched off the root
+          if (rank == root) {
+            for (size_t i = 0; i < kCount; ++i) {
+              expected[i] = Value(0, 0, i);
+              for (int r = 1; r < kRanks; ++r) expected[i] += Value(r, 0, i);
+            }
+          }
+          EXPECT_EQ(data, expected) << "reduce to " << root;
+          std::vector<std::vector<float>> at_root(kRanks, std::vector<float>(kCount));
+          std::vector<void*> slots;
+          for (auto& g : at_root) slots.push_back(g.data());
+          RETURN_IF_ERROR(direct.Gather(root, mine.data(), kCount * sizeof(float),
+                                        rank == root ? slots : std::vector<void*>{}));
+          for (int r = 0; r < kRanks && rank == root; ++r) {
+            std::vector<float> from(kCount);
+            for (size_t i = 0; i < kCount; ++i) from[i] = Value(r, 0, i);
+            EXPECT_EQ(at_root[r], from) << "gather from " << r << " to " << root;
+          }
+          std::vector<float> part(kCount);
+          RETURN_IF_ERROR(direct.Scatter(root, rank == root ? inputs : std::vector<const void*>{},
+                                         part.data(), kCount * sizeof(float)));
+          std::vector<float> block(kCount);
+          for (size_t i = 0; i < kCount; ++i) block[i] = Value(root, rank, i);
+          EXPECT_EQ(part, block) << "scatter from " << root;
         }
         RETURN_IF_ERROR(direct.Barrier());
         ASSIGN_OR_RETURN(std::vector<std::string> records,

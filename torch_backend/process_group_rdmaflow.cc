@@ -96,6 +96,92 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(
                  });
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce(
+    std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  const c10d::OpType op_type = c10d::OpType::REDUCE;
+  if (absl::Status s = CheckSingle(tensors, "reduce"); !s.ok()) return Failed(op_type, s);
+  if (absl::Status s = CheckRank(opts.rootRank, size_, "reduce root"); !s.ok()) {
+    return Failed(op_type, s);
+  }
+  at::Tensor tensor = tensors[0];
+  absl::StatusOr<collectives::DataType> type = ReducibleType(tensor.scalar_type());
+  if (!type.ok()) return Failed(op_type, type.status());
+  absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensor.scalar_type());
+  if (!reduction.ok()) return Failed(op_type, reduction.status());
+  const int root = static_cast<int>(opts.rootRank);
+  return Enqueue(op_type, tensors, false,
+                 [tensor, root, type = *type, reduction = *reduction](
+                     Engine& engine, const auto&) mutable {
+                   return ReduceTensor(engine, tensor, root, type, reduction);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  const c10d::OpType op_type = c10d::OpType::GATHER;
+  if (absl::Status s = CheckSingle(inputs, "gather"); !s.ok()) return Failed(op_type, s);
+  if (absl::Status s = CheckRank(opts.rootRank, size_, "gather root"); !s.ok()) {
+    return Failed(op_type, s);
+  }
+  const int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> targets;
+  if (rank_ == root) {
+    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
+      return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                                 "gather: the root needs one list of ", size_,
+                                 " output tensors (one per rank)")));
+    }
+    for (const at::Tensor& output : outputs[0]) {
+      if (absl::Status s = CheckSameShape(output, inputs[0], "gather output"); !s.ok()) {
+        return Failed(op_type, s);
+      }
+    }
+    targets = outputs[0];
+  } else if (!outputs.empty() && !outputs[0].empty()) {
+    return Failed(op_type, absl::InvalidArgumentError(
+                               "gather: only the root passes output tensors"));
+  }
+  at::Tensor input = inputs[0];
+  return Enqueue(op_type, targets, false,
+                 [input, targets, root](Engine& engine, const auto&) mutable {
+                   return GatherTensors(engine, input, targets, root);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  const c10d::OpType op_type = c10d::OpType::SCATTER;
+  if (absl::Status s = CheckSingle(outputs, "scatter"); !s.ok()) return Failed(op_type, s);
+  if (absl::Status s = CheckRank(opts.rootRank, size_, "scatter root"); !s.ok()) {
+    return Failed(op_type, s);
+  }
+  const int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> sources;
+  if (rank_ == root) {
+    if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
+      return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                                 "scatter: the root needs one list of ", size_,
+                                 " input tensors (one per rank)")));
+    }
+    for (const at::Tensor& input : inputs[0]) {
+      if (absl::Status s = CheckSameShape(input, outputs[0], "scatter input"); !s.ok()) {
+        return Failed(op_type, s);
+      }
+    }
+    sources = inputs[0];
+  } else if (!inputs.empty() && !inputs[0].empty()) {
+    return Failed(op_type, absl::InvalidArgumentError(
+                               "scatter: only the root passes input tensors"));
+  }
+  at::Tensor output = outputs[0];
+  return Enqueue(op_type, outputs, false,
+                 [sources, output, root](Engine& engine, const auto&) mutable {
+                   return ScatterTensors(engine, sources, output, root);
+                 });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {

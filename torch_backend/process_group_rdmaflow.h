@@ -7,7 +7,8 @@
 //     one-sided writes. A tensor from AllocateRegistered() lies in the
 //     ring's data region and is reduced where it is (no copy); others are
 //     copied through a staging area (in pieces when larger).
-//   - broadcast, allgather, reduce_scatter, barrier: DirectCollectives over
+//   - broadcast, reduce, gather, scatter, allgather, reduce_scatter,
+//     barrier: DirectCollectives over
 //     a Messenger; send/recv (with tags): the Messenger. Payload in
 //     registered memory is written from where it lies.
 //   - Non-contiguous tensors are copied once into (and out of) a
@@ -67,6 +68,15 @@ class ProcessGroupRdmaflow final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
       const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> allgather(
       std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;

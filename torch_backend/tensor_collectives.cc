@@ -114,6 +114,47 @@ absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root) {
   return absl::OkStatus();
 }
 
+absl::Status ReduceTensor(Engine& engine, at::Tensor& tensor, int root,
+                          collectives::DataType type, Reduction reduction) {
+  at::Tensor buffer = Contiguous(engine, tensor, /*fill=*/true);
+  RETURN_IF_ERROR(engine.direct().Reduce(root, buffer.data_ptr(),
+                                         static_cast<size_t>(buffer.numel()), type,
+                                         reduction.op));
+  if (engine.rank() != root) return absl::OkStatus();
+  if (reduction.average) buffer.div_(engine.size());
+  CopyBack(tensor, buffer);
+  return absl::OkStatus();
+}
+
+absl::Status GatherTensors(Engine& engine, const at::Tensor& input,
+                           std::vector<at::Tensor>& outputs, int root) {
+  at::Tensor source = Contiguous(engine, input, /*fill=*/true);
+  std::vector<at::Tensor> buffers;
+  std::vector<void*> pointers;
+  for (at::Tensor& output : outputs) {
+    buffers.push_back(Contiguous(engine, output, /*fill=*/false));
+    pointers.push_back(buffers.back().data_ptr());
+  }
+  RETURN_IF_ERROR(
+      engine.direct().Gather(root, source.data_ptr(), Bytes(source), pointers));
+  for (size_t r = 0; r < outputs.size(); ++r) CopyBack(outputs[r], buffers[r]);
+  return absl::OkStatus();
+}
+
+absl::Status ScatterTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                            at::Tensor& output, int root) {
+  std::vector<at::Tensor> sources;
+  std::vector<const void*> pointers;
+  for (const at::Tensor& input : inputs) {
+    sources.push_back(Contiguous(engine, input, /*fill=*/true));
+    pointers.push_back(sources.back().data_ptr());
+  }
+  at::Tensor target = Contiguous(engine, output, /*fill=*/false);
+  RETURN_IF_ERROR(engine.direct().Scatter(root, pointers, target.data_ptr(), Bytes(target)));
+  CopyBack(output, target);
+  return absl::OkStatus();
+}
+
 absl::Status AllGatherTensors(Engine& engine, const at::Tensor& input,
                               std::vector<at::Tensor>& outputs) {
   at::Tensor source = Contiguous(engine, input, /*fill=*/true);

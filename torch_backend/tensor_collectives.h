@@ -29,6 +29,19 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
 
 absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root);
 
+// The root's tensor = reduction over the ranks' tensors (rank order);
+// other ranks' tensors are left as they were.
+absl::Status ReduceTensor(Engine& engine, at::Tensor& tensor, int root,
+                          collectives::DataType type, Reduction reduction);
+
+// At the root, outputs[r] = rank r's input (outputs is empty elsewhere).
+absl::Status GatherTensors(Engine& engine, const at::Tensor& input,
+                           std::vector<at::Tensor>& outputs, int root);
+
+// output = the root's inputs[this rank] (inputs is empty off the root).
+absl::Status ScatterTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                            at::Tensor& output, int root);
+
 // outputs[r] = rank r's input.
 absl::Status AllGatherTensors(Engine& engine, const at::Tensor& input,
                               std::vector<at::Tensor>& outputs);

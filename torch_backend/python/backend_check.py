@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Checks the rdmaflow backend from Python, under torchrun: every collective
-against a reference computed locally (several dtypes and sizes), send/recv
+(reduce, gather and scatter from every root too) against a reference computed locally (several dtypes and sizes), send/recv
 with tags received out of order, registered tensors reduced in place, and
 errors raised from wait(). Exits non-zero, naming the check, on a mismatch."""
 
@@ -50,6 +50,19 @@ def main():
             dist.reduce_scatter(out, [values(rank, n, dtype, b) for b in range(world)])
             expect(torch.equal(out, sum(values(r, n, dtype, rank) for r in range(world))),
                    f"reduce_scatter {what}")
+    for root in range(world):
+        t = values(rank, 999, torch.float64)
+        dist.reduce(t, dst=root)
+        expected = sum(values(r, 999, torch.float64) for r in range(world))
+        expect(rank != root or torch.equal(t, expected), f"reduce to {root}")
+        gathered = [torch.zeros(999, dtype=torch.int64) for _ in range(world)] if rank == root else None
+        dist.gather(values(rank, 999, torch.int64), gathered, dst=root)
+        expect(rank != root or all(torch.equal(gathered[r], values(r, 999, torch.int64))
+                                   for r in range(world)), f"gather to {root}")
+        part = torch.zeros(999)
+        dist.scatter(part, [values(root, 999, torch.float32, r) for r in range(world)]
+                     if rank == root else None, src=root)
+        expect(torch.equal(part, values(root, 999, torch.float32, rank)), f"scatter from {root}")
     t = values(rank, 1000, torch.float32)
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
     expect(torch.allclose(t, sum(values(r, 1000, torch.float32) for r in range(world)) / world),
