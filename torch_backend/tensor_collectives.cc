@@ -30,6 +30,26 @@ void CopyBack(const at::Tensor& tensor, const at::Tensor& buffer) {
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
 }
 
+// Contiguous() of each tensor of a list, and CopyBack() of each.
+std::vector<at::Tensor> ContiguousAll(Engine& engine, const std::vector<at::Tensor>& tensors,
+                                      bool fill) {
+  std::vector<at::Tensor> buffers;
+  for (const at::Tensor& tensor : tensors) buffers.push_back(Contiguous(engine, tensor, fill));
+  return buffers;
+}
+void CopyBackAll(const std::vector<at::Tensor>& tensors,
+                 const std::vector<at::Tensor>& buffers) {
+  for (size_t i = 0; i < tensors.size(); ++i) CopyBack(tensors[i], buffers[i]);
+}
+
+// The data pointers of a list of contiguous tensors.
+template <typename Pointer>
+std::vector<Pointer> DataPointers(const std::vector<at::Tensor>& buffers) {
+  std::vector<Pointer> pointers;
+  for (const at::Tensor& buffer : buffers) pointers.push_back(buffer.data_ptr());
+  return pointers;
+}
+
 // What every rank must agree on before an all-reduce, and where its tensor
 // lies ("@<offset>" in the registered pool, or "staged").
 struct Plan {
@@ -129,28 +149,19 @@ absl::Status ReduceTensor(Engine& engine, at::Tensor& tensor, int root,
 absl::Status GatherTensors(Engine& engine, const at::Tensor& input,
                            std::vector<at::Tensor>& outputs, int root) {
   at::Tensor source = Contiguous(engine, input, /*fill=*/true);
-  std::vector<at::Tensor> buffers;
-  std::vector<void*> pointers;
-  for (at::Tensor& output : outputs) {
-    buffers.push_back(Contiguous(engine, output, /*fill=*/false));
-    pointers.push_back(buffers.back().data_ptr());
-  }
-  RETURN_IF_ERROR(
-      engine.direct().Gather(root, source.data_ptr(), Bytes(source), pointers));
-  for (size_t r = 0; r < outputs.size(); ++r) CopyBack(outputs[r], buffers[r]);
+  std::vector<at::Tensor> buffers = ContiguousAll(engine, outputs, /*fill=*/false);
+  RETURN_IF_ERROR(engine.direct().Gather(root, source.data_ptr(), Bytes(source),
+                                         DataPointers<void*>(buffers)));
+  CopyBackAll(outputs, buffers);
   return absl::OkStatus();
 }
 
 absl::Status ScatterTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
                             at::Tensor& output, int root) {
-  std::vector<at::Tensor> sources;
-  std::vector<const void*> pointers;
-  for (const at::Tensor& input : inputs) {
-    sources.push_back(Contiguous(engine, input, /*fill=*/true));
-    pointers.push_back(sources.back().data_ptr());
-  }
+  std::vector<at::Tensor> sources = ContiguousAll(engine, inputs, /*fill=*/true);
   at::Tensor target = Contiguous(engine, output, /*fill=*/false);
-  RETURN_IF_ERROR(engine.direct().Scatter(root, pointers, target.data_ptr(), Bytes(target)));
+  RETURN_IF_ERROR(engine.direct().Scatter(root, DataPointers<const void*>(sources),
+                                          target.data_ptr(), Bytes(target)));
   CopyBack(output, target);
   return absl::OkStatus();
 }
@@ -158,28 +169,20 @@ absl::Status ScatterTensors(Engine& engine, const std::vector<at::Tensor>& input
 absl::Status AllGatherTensors(Engine& engine, const at::Tensor& input,
                               std::vector<at::Tensor>& outputs) {
   at::Tensor source = Contiguous(engine, input, /*fill=*/true);
-  std::vector<at::Tensor> buffers;
-  std::vector<void*> pointers;
-  for (at::Tensor& output : outputs) {
-    buffers.push_back(Contiguous(engine, output, /*fill=*/false));
-    pointers.push_back(buffers.back().data_ptr());
-  }
-  RETURN_IF_ERROR(engine.direct().AllGather(source.data_ptr(), Bytes(source), pointers));
-  for (size_t r = 0; r < outputs.size(); ++r) CopyBack(outputs[r], buffers[r]);
+  std::vector<at::Tensor> buffers = ContiguousAll(engine, outputs, /*fill=*/false);
+  RETURN_IF_ERROR(engine.direct().AllGather(source.data_ptr(), Bytes(source),
+                                            DataPointers<void*>(buffers)));
+  CopyBackAll(outputs, buffers);
   return absl::OkStatus();
 }
 
 absl::Status ReduceScatterTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
                                   at::Tensor& output, collectives::DataType type,
                                   Reduction reduction) {
-  std::vector<at::Tensor> sources;
-  std::vector<const void*> pointers;
-  for (const at::Tensor& input : inputs) {
-    sources.push_back(Contiguous(engine, input, /*fill=*/true));
-    pointers.push_back(sources.back().data_ptr());
-  }
+  std::vector<at::Tensor> sources = ContiguousAll(engine, inputs, /*fill=*/true);
   at::Tensor result = Contiguous(engine, output, /*fill=*/false);
-  RETURN_IF_ERROR(engine.direct().ReduceScatter(pointers, result.data_ptr(),
+  RETURN_IF_ERROR(engine.direct().ReduceScatter(DataPointers<const void*>(sources),
+                                                result.data_ptr(),
                                                 static_cast<size_t>(result.numel()), type,
                                                 reduction.op));
   if (reduction.average) result.div_(engine.size());
