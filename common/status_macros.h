@@ -4,7 +4,7 @@
 // 20220623 does not ship. Short aliases RETURN_IF_ERROR / ASSIGN_OR_RETURN are
 // provided for readability inside the project.
 //
-//   RETURN_IF_ERROR(DoThing());
+//   RETURN_IF_ERROR(DoThing());   // a Status, or a StatusOr whose value is unused
 //   ASSIGN_OR_RETURN(MemoryRegion region, transport.Allocate(4096));
 #ifndef RDMAFLOW_COMMON_STATUS_MACROS_H_
 #define RDMAFLOW_COMMON_STATUS_MACROS_H_
@@ -14,10 +14,19 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define RDMAFLOW_RETURN_IF_ERROR(expr)                       \
-  do {                                                       \
-    ::absl::Status rdmaflow_status_ = (expr);                \
-    if (!rdmaflow_status_.ok()) return rdmaflow_status_;     \
+namespace rdmaflow::status_internal {
+inline ::absl::Status AsStatus(::absl::Status status) { return status; }
+template <typename T>
+::absl::Status AsStatus(const ::absl::StatusOr<T>& status_or) {
+  return status_or.status();
+}
+}  // namespace rdmaflow::status_internal
+
+#define RDMAFLOW_RETURN_IF_ERROR(expr)                                      \
+  do {                                                                      \
+    ::absl::Status rdmaflow_status_ =                                       \
+        ::rdmaflow::status_internal::AsStatus(expr);                        \
+    if (!rdmaflow_status_.ok()) return rdmaflow_status_;                    \
   } while (false)
 
 #define RDMAFLOW_STATUS_CONCAT_INNER_(a, b) a##b

@@ -1,28 +1,24 @@
 #include "runtime/messenger.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
+#include "runtime/internal/piece_header.h"
 
 namespace rdmaflow::runtime {
 namespace {
 
-constexpr size_t kWord = sizeof(uint64_t);
-constexpr size_t kHeaderBytes = 64;
+using internal::PieceHeader;
 
-// The header at the start of each slot.
-struct PieceHeader {
-  uint64_t tag;
-  uint64_t message_bytes;
-  uint64_t offset;  // of this piece in the message
-  uint64_t bytes;   // of this piece
-};
-static_assert(sizeof(PieceHeader) <= kHeaderBytes);
+constexpr size_t kWord = sizeof(uint64_t);
+constexpr size_t kHeaderBytes = internal::kPieceHeaderBytes;
 
 std::string Key(const std::string& name, int rank, const char* what) {
   return absl::StrCat("messenger/", name, "/", rank, "/", what);
@@ -45,29 +41,73 @@ void Store(std::byte* word, uint64_t value) {
   __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_RELEASE);
 }
 
+PieceHeader ReadHeader(const std::byte* slot) {
+  PieceHeader header;
+  std::memcpy(&header, slot, sizeof(header));
+  return header;
+}
+
+// Runs a completion once and leaves it empty.
+template <typename Done, typename Value>
+void Fire(Done& done, Value&& value) {
+  if (!done) return;
+  Done run = std::move(done);
+  done = nullptr;
+  std::move(run)(std::forward<Value>(value));
+}
+
 }  // namespace
 
 struct Messenger::Outgoing {
+  OpId id;
   uint64_t tag;
-  const std::byte* data;
+  const std::byte* data;   // the caller's, until abandoned
   size_t bytes;
   size_t next_offset = 0;  // first byte not yet cut into a piece
   uint64_t last_seq = 0;   // the piece that completes it, once cut
   bool all_cut = false;
+  // Abandoned: bytes [copied_from, bytes) of the message, copied out of
+  // the caller's buffer before it was given back.
+  std::string copy;
+  size_t copied_from = 0;
+  bool abandoned = false;
   SendDone done;
+
+  const std::byte* Source(size_t offset) const {
+    if (abandoned) {
+      return reinterpret_cast<const std::byte*>(copy.data()) + (offset - copied_from);
+    }
+    return data + offset;
+  }
 };
 
 struct Messenger::Incoming {
-  uint64_t tag;
-  std::byte* dst = nullptr;  // a posted receive's buffer, or buffer.data()
+  // Returns its buffer's bytes to the messenger's unexpected budget.
+  explicit Incoming(size_t* budget) : budget(budget) {}
+  ~Incoming() { *budget -= buffer.size(); }
+  Incoming(const Incoming&) = delete;
+  Incoming& operator=(const Incoming&) = delete;
+
+  size_t* const budget;
+  OpId id = 0;               // of the receive posted for it
+  uint64_t tag = 0;
+  std::byte* dst = nullptr;  // a posted receive's buffer
   size_t capacity = 0;
   std::string buffer;        // an unexpected message's copy
+  bool buffered = false;     // pieces go to `buffer`, not `dst`
   size_t message_bytes = 0;
   size_t arrived = 0;
-  bool started = false;      // its first piece has arrived
   bool complete = false;
   bool too_large = false;
+  // Abandoned by its receive: consumes its message, keeps nothing.
+  bool discard = false;
   RecvDone done;             // set once a receive is posted for it
+
+  bool waited_on() const { return static_cast<bool>(done); }
+  void Unbuffer() {
+    *budget -= buffer.size();
+    std::string().swap(buffer);
+  }
 };
 
 struct Messenger::Peer {
@@ -213,46 +253,63 @@ absl::Status Messenger::PeerStatus(int peer) const {
 bool Messenger::idle() const {
   for (const auto& peer : peers_) {
     if (peer == nullptr) continue;
-    if (!peer->outgoing.empty() || !peer->cut.empty() || !peer->posted.empty()) {
-      return false;
-    }
-    for (const auto& message : peer->arrived) {
-      if (message->done) return false;
+    // Abandoned sends still have to go out; abandoned receives may never
+    // see their message.
+    if (!peer->outgoing.empty() || !peer->cut.empty()) return false;
+    for (const auto* list : {&peer->posted, &peer->arrived}) {
+      for (const auto& message : *list) {
+        if (message->waited_on()) return false;
+      }
     }
   }
   return true;
 }
 
-absl::Status Messenger::Send(int peer, uint64_t tag, const void* data, size_t bytes,
-                             SendDone done) {
+absl::StatusOr<Messenger::OpId> Messenger::Send(int peer, uint64_t tag,
+                                                const void* data, size_t bytes,
+                                                SendDone done) {
   if (peer < 0 || peer >= world_ || peer == rank_) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(), ": cannot send to rank ", peer, " (world of ", world_,
         "; a rank does not send to itself)"));
   }
+  if (data == nullptr && bytes > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), ": send of ", bytes, " bytes to rank ", peer, " from a null buffer"));
+  }
   Peer& p = *peers_[peer];
   if (!p.status.ok()) return p.status;
   auto message = std::make_unique<Outgoing>();
+  message->id = next_op_++;
   message->tag = tag;
   message->data = static_cast<const std::byte*>(data);
   message->bytes = bytes;
   message->done = std::move(done);
+  const OpId id = message->id;
   p.outgoing.push_back(std::move(message));
-  return absl::OkStatus();
+  return id;
 }
 
-absl::Status Messenger::Recv(int peer, uint64_t tag, void* dst, size_t bytes,
-                             RecvDone done) {
+absl::StatusOr<Messenger::OpId> Messenger::Recv(int peer, uint64_t tag, void* dst,
+                                                size_t bytes, RecvDone done) {
   if (peer < 0 || peer >= world_ || peer == rank_) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(), ": cannot receive from rank ", peer, " (world of ", world_,
         "; a rank does not receive from itself)"));
   }
+  if (dst == nullptr && bytes > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), ": receive of up to ", bytes, " bytes from rank ", peer,
+        " into a null buffer"));
+  }
   Peer& p = *peers_[peer];
-  // A message that arrived first (whole or in part) is the match.
+  const OpId id = next_op_++;
+  // A message that arrived first (whole or in part) is the match. (While a
+  // receive of the tag is posted, none has arrived unmatched: Deliver()
+  // gives each new message to the first posted receive of its tag.)
   for (auto it = p.arrived.begin(); it != p.arrived.end(); ++it) {
     Incoming& message = **it;
-    if (message.tag != tag || message.done) continue;
+    if (message.tag != tag || message.waited_on() || message.discard) continue;
     if (message.complete) {
       std::unique_ptr<Incoming> owned = std::move(*it);
       p.arrived.erase(it);
@@ -261,25 +318,65 @@ absl::Status Messenger::Recv(int peer, uint64_t tag, void* dst, size_t bytes,
             Where(), ": message from rank ", peer, " (tag ", tag, ") has ",
             owned->message_bytes, " bytes, the receive room for ", bytes)));
       } else {
-        std::memcpy(dst, owned->buffer.data(), owned->message_bytes);
+        if (owned->message_bytes > 0) {
+          std::memcpy(dst, owned->buffer.data(), owned->message_bytes);
+        }
         std::move(done)(owned->message_bytes);
       }
-      return absl::OkStatus();
+      return id;
     }
     // Still arriving: finish it in its buffer, then copy.
+    message.id = id;
     message.capacity = bytes;
     message.dst = static_cast<std::byte*>(dst);
     message.done = std::move(done);
-    return absl::OkStatus();
+    return id;
   }
   if (!p.status.ok()) return p.status;
-  auto message = std::make_unique<Incoming>();
+  auto message = std::make_unique<Incoming>(&unexpected_bytes_);
+  message->id = id;
   message->tag = tag;
   message->dst = static_cast<std::byte*>(dst);
   message->capacity = bytes;
   message->done = std::move(done);
   p.posted.push_back(std::move(message));
-  return absl::OkStatus();
+  return id;
+}
+
+void Messenger::Abandon(OpId op, const absl::Status& why) {
+  for (auto& peer : peers_) {
+    if (peer == nullptr) continue;
+    for (auto* queue : {&peer->outgoing, &peer->cut}) {
+      for (auto& message : *queue) {
+        if (message->id != op || message->abandoned) continue;
+        // What is not yet cut into pieces is copied; cut pieces are
+        // already staged (or lie in a send region, which outlives us).
+        message->copy.assign(reinterpret_cast<const char*>(message->data) +
+                                 message->next_offset,
+                             message->bytes - message->next_offset);
+        message->copied_from = message->next_offset;
+        message->abandoned = true;
+        message->data = nullptr;
+        ++stats_.abandoned;
+        Fire(message->done, why);
+        return;
+      }
+    }
+    for (auto* list : {&peer->posted, &peer->arrived}) {
+      for (auto& message : *list) {
+        if (message->id != op || !message->waited_on()) continue;
+        message->discard = true;
+        message->dst = nullptr;
+        message->capacity = 0;
+        message->Unbuffer();
+        ++stats_.abandoned;
+        // A posted one stays to consume its message; an arriving one is
+        // still `current` and is dropped once whole.
+        Fire(message->done, why);
+        return;
+      }
+    }
+  }
 }
 
 absl::Status Messenger::Progress() {
@@ -304,18 +401,26 @@ void Messenger::PeerDied(Peer& peer, absl::Status status) {
   // What it wrote before it went (a peer that sent its last message and
   // exited) is still delivered.
   Receive(peer);
+  FailPeer(peer, std::move(status));
+}
+
+void Messenger::FailPeer(Peer& peer, absl::Status status) {
+  if (!peer.status.ok() || closing_) return;
   peer.status = Annotate(status, absl::StrCat(Where(), ": rank ", peer.rank));
+  if (absl::IsDataLoss(status)) {
+    std::fprintf(stderr, "%s\n", std::string(peer.status.message()).c_str());
+  }
   for (auto* queue : {&peer.outgoing, &peer.cut}) {
-    for (auto& message : *queue) std::move(message->done)(peer.status);
+    for (auto& message : *queue) Fire(message->done, peer.status);
     queue->clear();
   }
   peer.actions.clear();
-  for (auto& message : peer.posted) std::move(message->done)(peer.status);
+  for (auto& message : peer.posted) Fire(message->done, peer.status);
   peer.posted.clear();
   for (auto& message : peer.arrived) {
-    if (message->done && !message->complete) std::move(message->done)(peer.status);
+    if (!message->complete) Fire(message->done, peer.status);
   }
-  peer.arrived.remove_if([](const auto& m) { return !m->complete; });
+  peer.arrived.remove_if([](const auto& m) { return !m->complete || m->discard; });
   peer.current = nullptr;
 }
 
@@ -323,20 +428,50 @@ void Messenger::Receive(Peer& peer) {
   const size_t flags_bytes = this->flags_bytes();
   const size_t block = block_bytes();
   std::byte* base = inbox_->data() + block * peer.rank;
-  while (true) {
+  while (peer.status.ok()) {
     const uint64_t seq = peer.received;
     const size_t slot = seq % options_.slots;
     if (Load(base + slot * kWord) != seq + 1) break;
-    Deliver(peer, base + flags_bytes + slot * slot_stride());
+    const std::byte* piece = base + flags_bytes + slot * slot_stride();
+    if (absl::Status valid = CheckPiece(peer, piece); !valid.ok()) {
+      FailPeer(peer, std::move(valid));
+      return;
+    }
+    if (MustWait(peer, piece)) break;
+    Deliver(peer, piece);
     ++peer.received;
     peer.last_heard = absl::Now();
-    if (!peer.status.ok()) return;
   }
 }
 
+absl::Status Messenger::CheckPiece(const Peer& peer, const std::byte* slot) const {
+  std::optional<internal::PartialMessage> current;
+  if (peer.current != nullptr) {
+    current = internal::PartialMessage{peer.current->tag, peer.current->message_bytes,
+                                       peer.current->arrived};
+  }
+  absl::Status valid = internal::CheckPiece(
+      ReadHeader(slot), current.has_value() ? &*current : nullptr, options_.slot_bytes);
+  if (valid.ok()) return valid;
+  return absl::DataLossError(absl::StrCat(
+      "piece ", peer.received, " from it: ", valid.message(),
+      "; does it run the same rdmaflow version, and is anything else writing "
+      "into our memory?"));
+}
+
+bool Messenger::MustWait(const Peer& peer, const std::byte* slot) const {
+  const PieceHeader h = ReadHeader(slot);
+  if (h.offset != 0) return false;
+  for (const auto& posted : peer.posted) {
+    if (posted->tag == h.tag) return false;
+  }
+  // unexpected_bytes_ <= max_unexpected_bytes: no wrap.
+  return h.message_bytes > options_.max_unexpected_bytes - unexpected_bytes_;
+}
+
 void Messenger::Deliver(Peer& peer, const std::byte* slot) {
-  PieceHeader header;
-  std::memcpy(&header, slot, sizeof(header));
+  // CheckPiece() has vouched for the header, MustWait() for the budget.
+  const PieceHeader header = ReadHeader(slot);
   const std::byte* payload = slot + kHeaderBytes;
   if (header.offset == 0) {
     // A new message: the first posted receive of its tag, or arrived.
@@ -349,23 +484,27 @@ void Messenger::Deliver(Peer& peer, const std::byte* slot) {
       }
     }
     if (message == nullptr) {
-      message = std::make_unique<Incoming>();
+      message = std::make_unique<Incoming>(&unexpected_bytes_);
       message->tag = header.tag;
       message->buffer.resize(header.message_bytes);
+      unexpected_bytes_ += header.message_bytes;
+      message->buffered = true;
       ++stats_.unexpected_messages;
     }
     message->message_bytes = header.message_bytes;
-    message->started = true;
-    message->too_large = message->done && header.message_bytes > message->capacity;
+    message->too_large = !message->buffered && header.message_bytes > message->capacity;
     peer.arrived.push_back(std::move(message));
     peer.current = peer.arrived.back().get();
   }
   Incoming* message = peer.current;
-  if (message == nullptr) return;  // the rest of a message we gave up on
-  std::byte* dst = message->buffer.empty()
-                       ? message->dst
-                       : reinterpret_cast<std::byte*>(message->buffer.data());
-  if (!message->too_large && header.bytes > 0) {
+  std::byte* dst = nullptr;
+  if (!message->discard && !message->too_large) {
+    dst = message->buffered ? reinterpret_cast<std::byte*>(message->buffer.data())
+                            : message->dst;
+  }
+  // offset + bytes <= message_bytes (CheckPiece), and the buffer holds
+  // message_bytes (buffered) or the receive has room for them.
+  if (dst != nullptr && header.bytes > 0) {
     std::memcpy(dst + header.offset, payload, header.bytes);
   }
   message->arrived += header.bytes;
@@ -374,21 +513,24 @@ void Messenger::Deliver(Peer& peer, const std::byte* slot) {
   message->complete = true;
   peer.current = nullptr;
   ++stats_.messages_received;
-  if (!message->done) return;  // stays unexpected until a receive comes
+  if (!message->waited_on() && !message->discard) {
+    return;  // stays unexpected until a receive comes
+  }
   auto it = std::find_if(peer.arrived.begin(), peer.arrived.end(),
                          [&](const auto& m) { return m.get() == message; });
   std::unique_ptr<Incoming> owned = std::move(*it);
   peer.arrived.erase(it);
+  if (owned->discard) return;
   if (owned->message_bytes > owned->capacity) {
-    std::move(owned->done)(absl::InvalidArgumentError(absl::StrCat(
+    Fire(owned->done, absl::InvalidArgumentError(absl::StrCat(
         Where(), ": message from rank ", peer.rank, " (tag ", owned->tag, ") has ",
         owned->message_bytes, " bytes, the receive room for ", owned->capacity)));
     return;
   }
-  if (!owned->buffer.empty()) {
+  if (owned->buffered && owned->message_bytes > 0) {
     std::memcpy(owned->dst, owned->buffer.data(), owned->message_bytes);
   }
-  std::move(owned->done)(owned->message_bytes);
+  Fire(owned->done, owned->message_bytes);
 }
 
 void Messenger::StartSends(Peer& peer) {
@@ -397,6 +539,13 @@ void Messenger::StartSends(Peer& peer) {
   const std::byte* credit_word = control_->data() + 64 * peer.rank;
   while (!peer.outgoing.empty()) {
     const uint64_t released = Load(credit_word);
+    if (released > peer.next_seq) {
+      // Written by the peer: it cannot have released more than was sent.
+      FailPeer(peer, absl::DataLossError(absl::StrCat(
+          "broke the message protocol: its credit word releases ", released,
+          " pieces where ", peer.next_seq, " were sent")));
+      return;
+    }
     if (peer.next_seq - released >= static_cast<uint64_t>(options_.slots)) break;
     Outgoing& message = *peer.outgoing.front();
     const uint64_t seq = peer.next_seq++;
@@ -406,10 +555,10 @@ void Messenger::StartSends(Peer& peer) {
     PieceHeader header{message.tag, message.bytes, message.next_offset,
                        std::min(options_.slot_bytes, message.bytes - message.next_offset)};
     std::memcpy(staging, &header, sizeof(header));
-    const bool in_place =
-        header.bytes > 0 && SendRegionOf(message.data, message.bytes) != nullptr;
+    const bool in_place = header.bytes > 0 && !message.abandoned &&
+                          SendRegionOf(message.data, message.bytes) != nullptr;
     if (!in_place && header.bytes > 0) {
-      std::memcpy(staging + kHeaderBytes, message.data + header.offset, header.bytes);
+      std::memcpy(staging + kHeaderBytes, message.Source(header.offset), header.bytes);
       stats_.staged_bytes += header.bytes;
     }
     if (in_place) {
@@ -518,7 +667,7 @@ void Messenger::PostActions(Peer& peer) {
                 std::unique_ptr<Outgoing> done = std::move(peer.cut.front());
                 peer.cut.pop_front();
                 ++stats_.messages_sent;
-                std::move(done->done)(absl::OkStatus());
+                Fire(done->done, absl::OkStatus());
               }
             });
         break;
@@ -557,9 +706,9 @@ void Messenger::PostCredit(Peer& peer) {
 }
 
 void Messenger::Probe(Peer& peer, absl::Time now) {
-  bool waiting = !peer.outgoing.empty() || !peer.cut.empty() || !peer.posted.empty() ||
-                 peer.current != nullptr;
-  for (const auto& message : peer.arrived) waiting |= message->done != nullptr;
+  bool waiting = !peer.outgoing.empty() || !peer.cut.empty() || peer.current != nullptr;
+  for (const auto& message : peer.posted) waiting |= message->waited_on();
+  for (const auto& message : peer.arrived) waiting |= message->waited_on();
   if (!waiting) {
     peer.last_heard = now;
     return;

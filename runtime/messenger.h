@@ -25,6 +25,18 @@
 // `liveness_interval` while something waits on the peer) fails; every send
 // to and receive from it then completes with that error.
 //
+// Everything a peer writes into our inbox and credit words is untrusted:
+// each piece header is checked against the slot size and the message it
+// continues (tag, size, offset, piece size) before a byte is copied, and a
+// credit may not release more pieces than were sent. A peer that breaks the
+// protocol is failed with kDataLoss. Messages that arrive before their
+// receive are buffered up to `max_unexpected_bytes` in all; past that, the
+// peer's next unexpected message waits in its slot (and the peer on its
+// credits) until a matching receive is posted.
+//
+// A caller that gives up on an operation (a timeout) calls Abandon(): from
+// then on the messenger never touches the caller's buffer for it.
+//
 //   ASSIGN_OR_RETURN(auto messenger, Messenger::Create(transport, store, "job",
 //                                                      rank, world, {}));
 //   RETURN_IF_ERROR(messenger->Send(peer, tag, data, bytes, on_sent));
@@ -63,6 +75,8 @@ struct MessengerOptions {
   absl::Duration timeout = absl::Seconds(120);
   // While a send or receive waits on a peer, the peer is probed this often.
   absl::Duration liveness_interval = absl::Seconds(1);
+  // Bytes of messages that arrived before their receive, buffered in all.
+  size_t max_unexpected_bytes = size_t{1} << 30;
 };
 
 struct MessengerStats {
@@ -72,6 +86,7 @@ struct MessengerStats {
   int64_t bytes_sent = 0;
   int64_t staged_bytes = 0;      // payload copied into staging slots
   int64_t unexpected_messages = 0;  // arrived before their receive was posted
+  int64_t abandoned = 0;            // operations given up by their caller
 };
 
 // Thread-compatible: one thread calls everything, the one that drives
@@ -85,6 +100,8 @@ class Messenger {
   // when the message had already arrived): the message's size, or an error
   // (kInvalidArgument when it was larger than the buffer; the peer's error).
   using RecvDone = absl::AnyInvocable<void(absl::StatusOr<size_t>) &&>;
+  // Names an accepted Send() or Recv() (never 0).
+  using OpId = uint64_t;
 
   // Allocates and publishes this rank's inbox and credit words under
   // <ns>/messenger/<name>/<rank>/..., publishes the transport's address, then
@@ -107,17 +124,27 @@ class Messenger {
   void AddSendRegion(const rdma::MemoryRegion* region);
 
   // Queues `bytes` from `data` for `peer` under `tag`. `data` must stay
-  // valid and unchanged until `done` fires. kInvalidArgument for a bad
-  // peer (or this rank); the peer's error when it is known to be dead.
-  absl::Status Send(int peer, uint64_t tag, const void* data, size_t bytes,
-                    SendDone done);
+  // valid and unchanged until `done` fires (or Abandon() returns).
+  // kInvalidArgument for a bad peer (or this rank) or a null `data` with
+  // `bytes`; the peer's error when it is known to be dead.
+  absl::StatusOr<OpId> Send(int peer, uint64_t tag, const void* data, size_t bytes,
+                            SendDone done);
 
   // Posts a receive of the next message from `peer` under `tag` into `dst`
   // (room for `bytes`). Receives of one (peer, tag) match messages in the
-  // order they were sent. kInvalidArgument for a bad peer; the peer's error
-  // when it is known to be dead.
-  absl::Status Recv(int peer, uint64_t tag, void* dst, size_t bytes,
-                    RecvDone done);
+  // order they were sent. kInvalidArgument for a bad peer or a null `dst`
+  // with `bytes`; the peer's error when it is known to be dead.
+  absl::StatusOr<OpId> Recv(int peer, uint64_t tag, void* dst, size_t bytes,
+                            RecvDone done);
+
+  // Gives up on `op`: if its `done` has not fired, it fires now with `why`,
+  // and the messenger never reads or writes the caller's buffer for it
+  // again. An abandoned send still goes out whole, from a copy of what was
+  // not yet sent, so the link stays in step with the receiver; an abandoned
+  // receive still consumes the message it would have matched (discarding
+  // it), so a later receive of the same tag gets the next one. No-op for an
+  // operation that has completed.
+  void Abandon(OpId op, const absl::Status& why);
 
   // One pass: progresses the transport, fires completions, consumes arrived
   // pieces, posts pieces the credits allow, probes peers that are waited on.
@@ -127,7 +154,8 @@ class Messenger {
   // The error a peer was declared dead with (OK while it is alive).
   absl::Status PeerStatus(int peer) const;
 
-  // Whether sends or receives are still pending.
+  // Whether sends (abandoned ones included) or receives (not abandoned
+  // ones) are still pending.
   bool idle() const;
 
  private:
@@ -153,12 +181,21 @@ class Messenger {
   size_t block_bytes() const { return flags_bytes() + options_.slots * slot_stride(); }
 
   void Receive(Peer& peer);
+  // Whether the piece header in `slot` continues the peer's stream
+  // correctly; kDataLoss naming what is wrong if not.
+  absl::Status CheckPiece(const Peer& peer, const std::byte* slot) const;
+  // Whether an unexpected message of `bytes` must wait for its receive.
+  bool MustWait(const Peer& peer, const std::byte* slot) const;
   void Deliver(Peer& peer, const std::byte* slot);
   void StartSends(Peer& peer);
   void PostActions(Peer& peer);
   void PostCredit(Peer& peer);
   void Probe(Peer& peer, absl::Time now);
+  // Takes what the peer wrote before it went, then fails it.
   void PeerDied(Peer& peer, absl::Status status);
+  // Fails every operation with the peer (also for a peer that broke the
+  // protocol, whose slots are not read again).
+  void FailPeer(Peer& peer, absl::Status status);
   const rdma::MemoryRegion* SendRegionOf(const void* data, size_t bytes) const;
 
   rdma::Transport& transport_;
@@ -178,6 +215,8 @@ class Messenger {
   std::vector<const rdma::MemoryRegion*> send_regions_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null for this rank
   bool closing_ = false;  // in the destructor: completions only count down
+  OpId next_op_ = 1;
+  size_t unexpected_bytes_ = 0;  // buffered for messages not yet received
   MessengerStats stats_;
 };
 

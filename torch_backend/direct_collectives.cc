@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
 namespace rdmaflow::torch_backend {
@@ -34,29 +35,42 @@ absl::Status Await(runtime::Messenger& messenger, absl::FunctionRef<bool()> done
 }
 
 struct DirectCollectives::Batch {
+  // One send or receive of the call.
+  struct Op {
+    runtime::Messenger::OpId id = 0;
+    int peer;
+    bool send;
+    bool done = false;
+  };
+
   uint64_t tag;
   int pending = 0;
   absl::Status failure;
+  std::vector<Op> ops;
 
-  // The outcome of posting one operation: one that was refused will never
-  // complete.
-  void Posted(absl::Status posted) {
-    if (posted.ok()) return;
+  // The outcome of posting the last operation: one that was refused will
+  // never complete.
+  void Posted(absl::StatusOr<runtime::Messenger::OpId> posted) {
+    if (posted.ok()) {
+      ops.back().id = *posted;
+      return;
+    }
     --pending;
-    failure.Update(std::move(posted));
+    ops.back().done = true;
+    failure.Update(posted.status());
   }
-  runtime::Messenger::SendDone Sent() {
-    ++pending;
-    return [this](absl::Status s) {
-      --pending;
+  runtime::Messenger::SendDone Sent(int to) {
+    const size_t index = Add(to, /*send=*/true);
+    return [this, index](absl::Status s) {
+      Finished(index);
       failure.Update(s);
     };
   }
   // A receive that must bring exactly `bytes`.
   runtime::Messenger::RecvDone Received(int from, size_t bytes) {
-    ++pending;
-    return [this, from, bytes](absl::StatusOr<size_t> got) {
-      --pending;
+    const size_t index = Add(from, /*send=*/false);
+    return [this, index, from, bytes](absl::StatusOr<size_t> got) {
+      Finished(index);
       if (!got.ok()) {
         failure.Update(got.status());
       } else if (*got != bytes) {
@@ -66,6 +80,38 @@ struct DirectCollectives::Batch {
       }
     };
   }
+  // A receive whose completion the caller handles.
+  runtime::Messenger::RecvDone Received(
+      int from, absl::AnyInvocable<void(absl::StatusOr<size_t>)> on_done) {
+    const size_t index = Add(from, /*send=*/false);
+    return [this, index, on_done = std::move(on_done)](
+               absl::StatusOr<size_t> got) mutable {
+      Finished(index);
+      on_done(std::move(got));
+    };
+  }
+  // What is still outstanding, for an error message.
+  std::string Outstanding() const {
+    std::vector<std::string> parts;
+    for (const Op& op : ops) {
+      if (!op.done) {
+        parts.push_back(absl::StrCat(op.send ? "send to rank " : "receive from rank ",
+                                     op.peer));
+      }
+    }
+    return absl::StrJoin(parts, ", ");
+  }
+
+ private:
+  size_t Add(int peer, bool send) {
+    ++pending;
+    ops.push_back({0, peer, send});
+    return ops.size() - 1;
+  }
+  void Finished(size_t index) {
+    --pending;
+    ops[index].done = true;
+  }
 };
 
 DirectCollectives::DirectCollectives(runtime::Messenger& messenger,
@@ -74,9 +120,22 @@ DirectCollectives::DirectCollectives(runtime::Messenger& messenger,
 
 absl::Status DirectCollectives::Finish(Batch& batch, absl::string_view what) {
   // Posting errors (a dead peer) leave earlier posts pending: wait for them
-  // all the same, so no buffer is released while a transfer still uses it.
-  RETURN_IF_ERROR(Await(messenger_, [&] { return batch.pending == 0; },
-                        absl::Now() + timeout_, what));
+  // all the same.
+  absl::Status waited = Await(messenger_, [&] { return batch.pending == 0; },
+                              absl::Now() + timeout_, what);
+  if (!waited.ok()) {
+    // Giving up: the buffers of this call (the caller's, and `parts` on our
+    // stack) are released when we return, so the messenger must let go of
+    // every operation still outstanding first.
+    if (absl::IsDeadlineExceeded(waited)) {
+      waited = absl::DeadlineExceededError(
+          absl::StrCat(waited.message(), "; still outstanding: ", batch.Outstanding()));
+    }
+    for (const Batch::Op& op : batch.ops) {
+      if (!op.done && op.id != 0) messenger_.Abandon(op.id, waited);
+    }
+    return waited;
+  }
   return batch.failure;
 }
 
@@ -105,7 +164,7 @@ absl::Status DirectCollectives::Broadcast(int root, void* data, size_t bytes) {
   if (rank == root) {
     for (int peer = 0; peer < world; ++peer) {
       if (peer == rank) continue;
-      batch.Posted(messenger_.Send(peer, batch.tag, data, bytes, batch.Sent()));
+      batch.Posted(messenger_.Send(peer, batch.tag, data, bytes, batch.Sent(peer)));
     }
   } else {
     batch.Posted(
@@ -124,7 +183,7 @@ absl::Status DirectCollectives::Reduce(int root, void* data, size_t count,
   std::vector<std::unique_ptr<std::byte[]>> parts(world);
   Batch batch{NextTag()};
   if (rank != root) {
-    batch.Posted(messenger_.Send(root, batch.tag, data, bytes, batch.Sent()));
+    batch.Posted(messenger_.Send(root, batch.tag, data, bytes, batch.Sent(root)));
     return Finish(batch, absl::StrCat("reduce to rank ", root));
   }
   for (int peer = 0; peer < world; ++peer) {
@@ -152,7 +211,7 @@ absl::Status DirectCollectives::Gather(int root, const void* input, size_t bytes
   RETURN_IF_ERROR(CheckRoot(root, "gather"));
   Batch batch{NextTag()};
   if (rank != root) {
-    batch.Posted(messenger_.Send(root, batch.tag, input, bytes, batch.Sent()));
+    batch.Posted(messenger_.Send(root, batch.tag, input, bytes, batch.Sent(root)));
     return Finish(batch, absl::StrCat("gather to rank ", root));
   }
   RETURN_IF_ERROR(CheckPerRank(outputs.size(), "gather"));
@@ -177,7 +236,7 @@ absl::Status DirectCollectives::Scatter(int root, const std::vector<const void*>
   RETURN_IF_ERROR(CheckPerRank(inputs.size(), "scatter"));
   for (int peer = 0; peer < messenger_.world(); ++peer) {
     if (peer == rank) continue;
-    batch.Posted(messenger_.Send(peer, batch.tag, inputs[peer], bytes, batch.Sent()));
+    batch.Posted(messenger_.Send(peer, batch.tag, inputs[peer], bytes, batch.Sent(peer)));
   }
   if (inputs[rank] != output && bytes > 0) std::memcpy(output, inputs[rank], bytes);
   return Finish(batch, "scatter");
@@ -191,7 +250,7 @@ absl::Status DirectCollectives::AllGather(const void* input, size_t bytes,
   Batch batch{NextTag()};
   for (int peer = 0; peer < world; ++peer) {
     if (peer == rank) continue;
-    batch.Posted(messenger_.Send(peer, batch.tag, input, bytes, batch.Sent()));
+    batch.Posted(messenger_.Send(peer, batch.tag, input, bytes, batch.Sent(peer)));
     batch.Posted(messenger_.Recv(peer, batch.tag, outputs[peer], bytes,
                                          batch.Received(peer, bytes)));
   }
@@ -213,7 +272,7 @@ absl::Status DirectCollectives::ReduceScatter(const std::vector<const void*>& in
     if (peer == rank) continue;
     parts[peer] = std::make_unique<std::byte[]>(bytes);
     batch.Posted(
-        messenger_.Send(peer, batch.tag, inputs[peer], bytes, batch.Sent()));
+        messenger_.Send(peer, batch.tag, inputs[peer], bytes, batch.Sent(peer)));
     batch.Posted(messenger_.Recv(peer, batch.tag, parts[peer].get(), bytes,
                                          batch.Received(peer, bytes)));
   }
@@ -233,7 +292,7 @@ absl::Status DirectCollectives::Barrier() {
   Batch batch{NextTag()};
   for (int peer = 0; peer < messenger_.world(); ++peer) {
     if (peer == rank) continue;
-    batch.Posted(messenger_.Send(peer, batch.tag, nullptr, 0, batch.Sent()));
+    batch.Posted(messenger_.Send(peer, batch.tag, nullptr, 0, batch.Sent(peer)));
     batch.Posted(
         messenger_.Recv(peer, batch.tag, nullptr, 0, batch.Received(peer, 0)));
   }
@@ -255,18 +314,16 @@ absl::StatusOr<std::vector<std::string>> DirectCollectives::Exchange(
   for (int peer = 0; peer < world; ++peer) {
     if (peer == rank) continue;
     batch.Posted(
-        messenger_.Send(peer, batch.tag, record.data(), record.size(), batch.Sent()));
-    ++batch.pending;
-    batch.Posted(messenger_.Recv(
-        peer, batch.tag, records[peer].data(), kMaxRecord,
-        [&batch, &sizes, peer](absl::StatusOr<size_t> got) {
-          --batch.pending;
-          if (got.ok()) {
-            sizes[peer] = *got;
-          } else {
-            batch.failure.Update(got.status());
-          }
-        }));
+        messenger_.Send(peer, batch.tag, record.data(), record.size(), batch.Sent(peer)));
+    batch.Posted(messenger_.Recv(peer, batch.tag, records[peer].data(), kMaxRecord,
+                                 batch.Received(peer, [&batch, &sizes, peer](
+                                                          absl::StatusOr<size_t> got) {
+                                   if (got.ok()) {
+                                     sizes[peer] = *got;
+                                   } else {
+                                     batch.failure.Update(got.status());
+                                   }
+                                 })));
   }
   RETURN_IF_ERROR(Finish(batch, "exchange"));
   for (int peer = 0; peer < world; ++peer) {

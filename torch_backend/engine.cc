@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <future>
+#include <new>
 #include <numeric>
 #include <utility>
 
@@ -15,6 +16,26 @@ namespace {
 
 // Store keys, under the group's own (prefixed) store.
 constexpr char kNamespace[] = "rdmaflow";
+
+// `run()`, with an exception it throws (LibTorch's tensor operations and
+// allocations throw) turned into an error naming `what`: no exception may
+// end the engine thread, and with it the process.
+template <typename F>
+auto Guarded(absl::string_view what, F&& run) -> decltype(run()) {
+  try {
+    return run();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": out of memory (std::bad_alloc)"));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat(what, ": LibTorch error: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(what, ": an unknown exception"));
+  }
+}
 
 }  // namespace
 
@@ -108,21 +129,24 @@ void Engine::Submit(Op op) {
 void Engine::Loop() {
   while (true) {
     std::deque<Op> batch;
-    if (queued_.load() > 0 || messenger_->idle()) {
+    if (queued_.load() > 0 || stopping_.load() || messenger_->idle()) {
       std::unique_lock<std::mutex> lock(mu_);
       if (messenger_->idle()) {
         wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       }
-      if (stop_ && queue_.empty()) break;
       batch.swap(queue_);
       queued_ = 0;
+      // Pending point-to-point operations do not hold the group up: the
+      // tear-down cancels them.
+      if (stop_ && batch.empty()) break;
     }
     for (Op& op : batch) Run(op);
     if (!batch.empty()) Settle();
     if (!messenger_->idle()) {
-      if (absl::Status status = messenger_->Progress(); !status.ok()) {
-        broken_.Update(status);
-      }
+      absl::Status status = Guarded("progressing point-to-point operations",
+                                    [&] { return messenger_->Progress(); });
+      if (!status.ok()) broken_.Update(status);
+      ExpireOverdue(absl::Now());
       std::this_thread::yield();
     }
   }
@@ -130,13 +154,14 @@ void Engine::Loop() {
 }
 
 void Engine::Run(Op& op) {
-  if (op.p2p) {
-    absl::Status posted = op.run(*this, op.work);
+  if (op.post) {
+    absl::StatusOr<runtime::Messenger::OpId> posted = Guarded(
+        op.what, [&] { return op.post(*this, op.work); });
     if (!posted.ok()) {
-      op.work->Complete(posted);
+      op.work->Complete(posted.status());
       return;
     }
-    posted_.push_back(op.work);
+    posted_.push_back({op.work, *posted, absl::Now() + options_.timeout, op.what});
     return;
   }
   if (!broken_.ok()) {
@@ -144,17 +169,35 @@ void Engine::Run(Op& op) {
         "the process group is unusable after an earlier failure: ", broken_.message())));
     return;
   }
-  absl::Status status = op.run(*this, op.work);
+  absl::Status status = Guarded("a collective", [&] { return op.run(*this, op.work); });
   // A collective that failed in the middle leaves the ring (and the peers)
   // in an unknown state; bad arguments refused up front do not.
   if (!status.ok() && !absl::IsInvalidArgument(status)) broken_ = status;
   op.work->Complete(status);
 }
 
+void Engine::ExpireOverdue(absl::Time now) {
+  for (Posted& posted : posted_) {
+    if (now < posted.deadline || posted.work->isCompleted()) continue;
+    // Fires the operation's completion, which fails the Work; the
+    // messenger lets go of the tensor.
+    messenger_->Abandon(
+        posted.id,
+        absl::DeadlineExceededError(absl::StrCat(
+            "rdmaflow rank ", rank_, ": ", posted.what, " did not complete within ",
+            absl::FormatDuration(options_.timeout),
+            " (the process group's timeout); did the peer post the matching ",
+            "operation, with the same tag?")));
+    // An operation the messenger had already finished with.
+    posted.work->Complete(absl::DeadlineExceededError(
+        absl::StrCat("rdmaflow rank ", rank_, ": ", posted.what, " timed out")));
+  }
+}
+
 void Engine::Settle() {
   // Point-to-point work that has completed is forgotten.
   posted_.erase(std::remove_if(posted_.begin(), posted_.end(),
-                               [](const auto& work) { return work->isCompleted(); }),
+                               [](const Posted& p) { return p.work->isCompleted(); }),
                 posted_.end());
   const runtime::MessengerStats& messenger = messenger_->stats();
   Count([&](BackendStats& stats) {
@@ -166,8 +209,8 @@ void Engine::Settle() {
 void Engine::TearDown() {
   // Point-to-point operations that never completed (a peer that never
   // posted the other side) are cancelled, so no wait() hangs.
-  for (auto& work : posted_) {
-    work->Complete(absl::CancelledError(
+  for (Posted& posted : posted_) {
+    posted.work->Complete(absl::CancelledError(
         "the rdmaflow process group was destroyed before this operation completed"));
   }
   posted_.clear();
@@ -204,6 +247,7 @@ Engine::~Engine() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    stopping_ = true;
   }
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();

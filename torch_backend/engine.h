@@ -22,11 +22,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "collectives/ring_allreduce.h"
 #include "rdma/memory_region.h"
 #include "rdma/torch/c10d_store.h"
@@ -42,13 +44,17 @@ namespace rdmaflow::torch_backend {
 
 class Engine {
  public:
+  using WorkPtr = c10::intrusive_ptr<RdmaflowWork>;
   struct Op {
-    c10::intrusive_ptr<RdmaflowWork> work;
-    // A collective: returns once done, and the engine completes `work`.
+    WorkPtr work;
+    // A collective (when `post` is empty): returns once done, and the
+    // engine completes `work`.
+    std::function<absl::Status(Engine&, const WorkPtr&)> run;
     // A point-to-point post: hands `work` to a Messenger completion and
-    // returns; an error completes `work` at once.
-    bool p2p = false;
-    std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run;
+    // returns the operation; an error completes `work` at once. The engine
+    // abandons it (kDeadlineExceeded naming `what`) at the group's timeout.
+    std::function<absl::StatusOr<runtime::Messenger::OpId>(Engine&, const WorkPtr&)> post;
+    std::string what;
   };
 
   // Starts the thread and sets everything up on it (rendezvous through
@@ -56,7 +62,11 @@ class Engine {
   static absl::StatusOr<std::unique_ptr<Engine>> Start(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
       const BackendOptions& options);
-  // Runs what was submitted, stops the thread, tears down.
+  // Stops the thread: what was submitted runs (collectives to completion
+  // or their timeout), point-to-point operations still pending are
+  // cancelled, then everything is torn down. Returns within the group's
+  // timeout plus the ring's shutdown bound (10 s), even with peers that
+  // never answer.
   ~Engine();
 
   // Thread-safe.
@@ -82,6 +92,8 @@ class Engine {
   absl::Status SetUp(const c10::intrusive_ptr<c10d::Store>& store);
   void Loop();
   void Run(Op& op);
+  // Abandons point-to-point operations past their deadline.
+  void ExpireOverdue(absl::Time now);
   // After a batch: forgets completed point-to-point work, copies the
   // Messenger's counters.
   void Settle();
@@ -101,7 +113,14 @@ class Engine {
   const rdma::MemoryRegion* data_region_ = nullptr;
   std::unique_ptr<runtime::torch::RegisteredAllocator> registered_;
   absl::Status broken_;  // a failed collective: the ring is unusable
-  std::vector<c10::intrusive_ptr<RdmaflowWork>> posted_;  // p2p in flight
+  // Point-to-point operations in flight.
+  struct Posted {
+    WorkPtr work;
+    runtime::Messenger::OpId id;
+    absl::Time deadline;
+    std::string what;
+  };
+  std::vector<Posted> posted_;
 
   std::thread thread_;
   mutable std::mutex mu_;
@@ -109,6 +128,7 @@ class Engine {
   std::deque<Op> queue_;           // guarded by mu_
   bool stop_ = false;              // guarded by mu_
   std::atomic<int> queued_{0};
+  std::atomic<bool> stopping_{false};  // stop_, readable without mu_
   BackendStats stats_;             // guarded by mu_
 };
 

@@ -51,10 +51,20 @@ absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::C
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Enqueue(
-    c10d::OpType type, std::vector<at::Tensor> outputs, bool p2p,
+    c10d::OpType type, std::vector<at::Tensor> outputs,
     std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run) {
   auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs));
-  engine_->Submit({work, p2p, std::move(run)});
+  engine_->Submit({work, std::move(run), nullptr, ""});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::EnqueuePost(
+    c10d::OpType type, std::vector<at::Tensor> outputs, std::string what,
+    std::function<absl::StatusOr<uint64_t>(Engine&,
+                                            const c10::intrusive_ptr<RdmaflowWork>&)>
+        post) {
+  auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs));
+  engine_->Submit({work, nullptr, std::move(post), std::move(what)});
   return work;
 }
 
@@ -74,7 +84,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce(
   if (!type.ok()) return Failed(op_type, type.status());
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensor.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
-  return Enqueue(op_type, tensors, false,
+  return Enqueue(op_type, tensors,
                  [tensor, type = *type, reduction = *reduction](
                      Engine& engine, const auto&) mutable {
                    return AllReduceTensor(engine, tensor, type, reduction);
@@ -90,7 +100,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(
   }
   at::Tensor tensor = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  return Enqueue(op_type, tensors, false,
+  return Enqueue(op_type, tensors,
                  [tensor, root](Engine& engine, const auto&) mutable {
                    return BroadcastTensor(engine, tensor, root);
                  });
@@ -109,7 +119,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensor.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   const int root = static_cast<int>(opts.rootRank);
-  return Enqueue(op_type, tensors, false,
+  return Enqueue(op_type, tensors,
                  [tensor, root, type = *type, reduction = *reduction](
                      Engine& engine, const auto&) mutable {
                    return ReduceTensor(engine, tensor, root, type, reduction);
@@ -143,7 +153,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::gather(
                                "gather: only the root passes output tensors"));
   }
   at::Tensor input = inputs[0];
-  return Enqueue(op_type, targets, false,
+  return Enqueue(op_type, targets,
                  [input, targets, root](Engine& engine, const auto&) mutable {
                    return GatherTensors(engine, input, targets, root);
                  });
@@ -176,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
                                "scatter: only the root passes input tensors"));
   }
   at::Tensor output = outputs[0];
-  return Enqueue(op_type, outputs, false,
+  return Enqueue(op_type, outputs,
                  [sources, output, root](Engine& engine, const auto&) mutable {
                    return ScatterTensors(engine, sources, output, root);
                  });
@@ -199,7 +209,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather(
   }
   at::Tensor input = inputs[0];
   std::vector<at::Tensor> targets = outputs[0];
-  return Enqueue(op_type, targets, false,
+  return Enqueue(op_type, targets,
                  [input, targets](Engine& engine, const auto&) mutable {
                    return AllGatherTensors(engine, input, targets);
                  });
@@ -250,7 +260,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce_scatter(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, output.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   std::vector<at::Tensor> sources = inputs[0];
-  return Enqueue(op_type, outputs, false,
+  return Enqueue(op_type, outputs,
                  [sources, output, type = *type, reduction = *reduction](
                      Engine& engine, const auto&) mutable {
                    return ReduceScatterTensors(engine, sources, output, type, reduction);
@@ -277,7 +287,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_reduce_scatter_base(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::barrier(const c10d::BarrierOptions&) {
-  return Enqueue(c10d::OpType::BARRIER, {}, false,
+  return Enqueue(c10d::OpType::BARRIER, {},
                  [](Engine& engine, const auto&) { return engine.direct().Barrier(); });
 }
 
@@ -289,10 +299,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::send(std::vector<at::Tensor
     return Failed(op_type, s);
   }
   at::Tensor tensor = tensors[0];
-  return Enqueue(op_type, tensors, true,
-                 [tensor, dst_rank, tag](Engine& engine, const auto& work) {
-                   return PostSend(engine, tensor, dst_rank, tag, work);
-                 });
+  return EnqueuePost(op_type, tensors,
+                     absl::StrCat("send to rank ", dst_rank, " (tag ", tag, ")"),
+                     [tensor, dst_rank, tag](Engine& engine, const auto& work) {
+                       return PostSend(engine, tensor, dst_rank, tag, work);
+                     });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor>& tensors,
@@ -303,10 +314,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor
     return Failed(op_type, s);
   }
   at::Tensor tensor = tensors[0];
-  return Enqueue(op_type, tensors, true,
-                 [tensor, src_rank, tag](Engine& engine, const auto& work) {
-                   return PostRecv(engine, tensor, src_rank, tag, work);
-                 });
+  return EnqueuePost(op_type, tensors,
+                     absl::StrCat("receive from rank ", src_rank, " (tag ", tag, ")"),
+                     [tensor, src_rank, tag](Engine& engine, const auto& work) {
+                       return PostRecv(engine, tensor, src_rank, tag, work);
+                     });
 }
 
 absl::StatusOr<at::Tensor> ProcessGroupRdmaflow::AllocateRegistered(

@@ -110,10 +110,16 @@ class ProcessGroupRdmaflow final : public c10d::ProcessGroup {
 
  private:
 
-  // Queues `run` on the engine (see Engine::Op).
+  // Queues a collective on the engine (see Engine::Op).
   c10::intrusive_ptr<c10d::Work> Enqueue(
-      c10d::OpType type, std::vector<at::Tensor> outputs, bool p2p,
+      c10d::OpType type, std::vector<at::Tensor> outputs,
       std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run);
+  // Queues a point-to-point post on the engine (see Engine::Op).
+  c10::intrusive_ptr<c10d::Work> EnqueuePost(
+      c10d::OpType type, std::vector<at::Tensor> outputs, std::string what,
+      std::function<absl::StatusOr<uint64_t>(Engine&,
+                                              const c10::intrusive_ptr<RdmaflowWork>&)>
+          post);
   // A Work already failed with `status` (bad arguments).
   c10::intrusive_ptr<c10d::Work> Failed(c10d::OpType type, const absl::Status& status);
 

@@ -190,8 +190,9 @@ absl::Status ReduceScatterTensors(Engine& engine, const std::vector<at::Tensor>&
   return absl::OkStatus();
 }
 
-absl::Status PostSend(Engine& engine, const at::Tensor& tensor, int peer, int tag,
-                      const c10::intrusive_ptr<RdmaflowWork>& work) {
+absl::StatusOr<runtime::Messenger::OpId> PostSend(
+    Engine& engine, const at::Tensor& tensor, int peer, int tag,
+    const c10::intrusive_ptr<RdmaflowWork>& work) {
   at::Tensor source = Contiguous(engine, tensor, /*fill=*/true);
   return engine.messenger().Send(
       peer, static_cast<uint64_t>(tag), source.data_ptr(), Bytes(source),
@@ -199,8 +200,9 @@ absl::Status PostSend(Engine& engine, const at::Tensor& tensor, int peer, int ta
       [work, source](absl::Status status) { work->Complete(status); });
 }
 
-absl::Status PostRecv(Engine& engine, const at::Tensor& tensor, int peer, int tag,
-                      const c10::intrusive_ptr<RdmaflowWork>& work) {
+absl::StatusOr<runtime::Messenger::OpId> PostRecv(
+    Engine& engine, const at::Tensor& tensor, int peer, int tag,
+    const c10::intrusive_ptr<RdmaflowWork>& work) {
   at::Tensor target = Contiguous(engine, tensor, /*fill=*/false);
   const size_t bytes = Bytes(target);
   return engine.messenger().Recv(
@@ -212,7 +214,13 @@ absl::Status PostRecv(Engine& engine, const at::Tensor& tensor, int peer, int ta
               "rank ", peer, " sent ", *got, " bytes to a receiving tensor of ", bytes,
               " bytes")));
         }
-        CopyBack(tensor, target);
+        // Runs inside the messenger's progress: no exception may leave it.
+        try {
+          CopyBack(tensor, target);
+        } catch (const std::exception& e) {
+          return work->Complete(absl::InternalError(absl::StrCat(
+              "copying the message from rank ", peer, " into the tensor: ", e.what())));
+        }
         work->Complete(absl::OkStatus());
       });
 }

@@ -53,10 +53,14 @@ absl::Status ReduceScatterTensors(Engine& engine, const std::vector<at::Tensor>&
 
 // Point-to-point posts: `work` completes when the message has landed at
 // `peer` (send) or has been received into `tensor` (recv).
-absl::Status PostSend(Engine& engine, const at::Tensor& tensor, int peer, int tag,
-                      const c10::intrusive_ptr<RdmaflowWork>& work);
-absl::Status PostRecv(Engine& engine, const at::Tensor& tensor, int peer, int tag,
-                      const c10::intrusive_ptr<RdmaflowWork>& work);
+// Returns the Messenger's operation, which the engine abandons at its
+// deadline.
+absl::StatusOr<runtime::Messenger::OpId> PostSend(
+    Engine& engine, const at::Tensor& tensor, int peer, int tag,
+    const c10::intrusive_ptr<RdmaflowWork>& work);
+absl::StatusOr<runtime::Messenger::OpId> PostRecv(
+    Engine& engine, const at::Tensor& tensor, int peer, int tag,
+    const c10::intrusive_ptr<RdmaflowWork>& work);
 
 }  // namespace rdmaflow::torch_backend
 

@@ -1,0 +1,346 @@
+// Messenger against a hostile peer: rank 1 connects like any rank, then
+// writes forged piece headers (and credit words) straight into rank 0's
+// memory, as a buggy or malicious peer could. Each forged value is refused
+// with kDataLoss before a byte is copied (guard bytes around the receive
+// stay untouched), an unexpected message too big to buffer waits instead of
+// being allocated, and the victim never crashes or hangs. Also: operations
+// a caller abandons never touch its buffers again.
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/rendezvous.h"
+#include "runtime/internal/piece_header.h"
+#include "runtime/messenger.h"
+#include "runtime/testing/rank_threads.h"
+
+namespace rdmaflow::runtime {
+namespace {
+
+using internal::PieceHeader;
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr char kNs[] = "messenger_hostile_test";
+constexpr size_t kSlotBytes = 1024;
+constexpr int kSlots = 4;
+// The inbox layout of the wire protocol (messenger.h): per sender, the flag
+// words (rounded up to 64 bytes), then slots of a 64-byte header + payload.
+constexpr size_t kFlagsBytes = 64;
+constexpr size_t kStride = 64 + kSlotBytes;
+constexpr size_t kBlock = kFlagsBytes + kSlots * kStride;
+constexpr uint64_t kMax = ~uint64_t{0};
+
+MessengerOptions Options() {
+  MessengerOptions options;
+  options.name = "m";
+  options.slot_bytes = kSlotBytes;
+  options.slots = kSlots;
+  options.timeout = absl::Seconds(60);
+  options.max_unexpected_bytes = 1 << 20;
+  return options;
+}
+
+absl::Status Drive(Messenger& messenger, const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!done()) {
+    RETURN_IF_ERROR(messenger.Progress());
+    if (absl::Now() > deadline) return absl::DeadlineExceededError("test stalled");
+  }
+  return absl::OkStatus();
+}
+
+// Rank 1's raw access to rank 0's inbox and credit words.
+class Attacker {
+ public:
+  static absl::StatusOr<Attacker> Connect(rdma::Transport& transport, rdma::Store& store) {
+    Attacker a(transport);
+    ASSIGN_OR_RETURN(a.endpoint_, rdma::ConnectToPeer(transport, store, kNs, 0,
+                                                      absl::Seconds(60)));
+    ASSIGN_OR_RETURN(a.inbox_, rdma::FetchRegion(store, kNs, "messenger/m/0/inbox",
+                                                 absl::Seconds(60)));
+    ASSIGN_OR_RETURN(a.control_, rdma::FetchRegion(store, kNs, "messenger/m/0/control",
+                                                   absl::Seconds(60)));
+    ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(kStride));
+    a.scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
+    return a;
+  }
+
+  // Writes `header` (and a payload of min(bytes, slot) bytes of 0xAB) into
+  // the slot of piece `seq`, then its flag.
+  absl::Status Piece(uint64_t seq, const PieceHeader& header) {
+    const size_t slot = seq % kSlots;
+    const size_t payload = std::min<uint64_t>(header.bytes, kSlotBytes);
+    std::memset(scratch_->data(), 0xAB, kStride);
+    std::memcpy(scratch_->data(), &header, sizeof(header));
+    RETURN_IF_ERROR(Write(0, kBlock * 1 + kFlagsBytes + slot * kStride, 64 + payload,
+                          inbox_));
+    return Word(seq + 1, kBlock * 1 + slot * 8, inbox_);
+  }
+
+  // Writes `value` as the credit word rank 1 owns in rank 0's control region.
+  absl::Status Credit(uint64_t value) { return Word(value, 64 * 1, control_); }
+
+ private:
+  explicit Attacker(rdma::Transport& transport) : transport_(&transport) {}
+
+  absl::Status Word(uint64_t value, size_t offset, const rdma::RemoteRegion& region) {
+    std::memcpy(scratch_->data(), &value, 8);
+    return Write(0, offset, 8, region);
+  }
+  absl::Status Write(size_t from, size_t offset, size_t bytes,
+                     const rdma::RemoteRegion& region) {
+    std::optional<absl::Status> done;
+    RETURN_IF_ERROR(endpoint_->PostWrite({scratch_.get(), from, bytes},
+                                         {&region, offset, bytes}, std::nullopt,
+                                         [&](absl::Status s) { done = s; }));
+    while (!done.has_value()) RETURN_IF_ERROR(transport_->Progress().status());
+    return *done;
+  }
+
+  rdma::Transport* transport_;
+  std::unique_ptr<rdma::Endpoint> endpoint_;
+  rdma::RemoteRegion inbox_;
+  rdma::RemoteRegion control_;
+  std::unique_ptr<rdma::MemoryRegion> scratch_;
+};
+
+// A receive of up to 100 bytes with 64 guard bytes on each side.
+struct GuardedBuffer {
+  std::vector<uint8_t> bytes = std::vector<uint8_t>(64 + 100 + 64, 0x5A);
+  uint8_t* data() { return bytes.data() + 64; }
+  bool GuardsIntact() const {
+    for (size_t i = 0; i < 64; ++i) {
+      if (bytes[i] != 0x5A || bytes[64 + 100 + i] != 0x5A) return false;
+    }
+    return true;
+  }
+};
+
+// Rank 0 posts a receive of tag 7 (room for 100 bytes) and waits for it;
+// rank 1 forges `pieces`. Rank 0's receive must fail with kDataLoss naming
+// `expected`, with the guards intact.
+void ExpectForgedPiecesRefused(const std::vector<PieceHeader>& pieces,
+                               const std::string& expected) {
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(transport, store, kNs, rank, 2, Options()));
+        if (rank == 1) {
+          ASSIGN_OR_RETURN(Attacker attacker, Attacker::Connect(transport, store));
+          RETURN_IF_ERROR(store.Get("posted", absl::Seconds(60)).status());
+          for (size_t seq = 0; seq < pieces.size(); ++seq) {
+            RETURN_IF_ERROR(attacker.Piece(seq, pieces[seq]));
+          }
+          return store.Get("judged", absl::Seconds(60)).status();
+        }
+        GuardedBuffer buffer;
+        std::optional<absl::Status> outcome;
+        RETURN_IF_ERROR(messenger->Recv(
+            1, 7, buffer.data(), 100,
+            [&](absl::StatusOr<size_t> got) { outcome = got.status(); }));
+        RETURN_IF_ERROR(store.Set("posted", "1"));
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return outcome.has_value(); }));
+        RETURN_IF_ERROR(store.Set("judged", "1"));
+        EXPECT_THAT(*outcome, StatusIs(absl::StatusCode::kDataLoss, HasSubstr(expected)));
+        EXPECT_THAT(messenger->PeerStatus(1), StatusIs(absl::StatusCode::kDataLoss));
+        EXPECT_TRUE(buffer.GuardsIntact());
+        // The peer stays failed: nothing more is read from its slots.
+        uint8_t byte = 0;
+        EXPECT_THAT(messenger->Send(1, 1, &byte, 1, [](absl::Status) {}),
+                    StatusIs(absl::StatusCode::kDataLoss));
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MessengerHostileTest, PieceLargerThanTheReceiveIsRefused) {
+  // Message of 100 bytes (fits) with a piece of 1000: overflowed before.
+  ExpectForgedPiecesRefused({{7, 100, 0, 1000}}, "should have 100 bytes");
+}
+
+TEST(MessengerHostileTest, PieceLargerThanTheSlotIsRefused) {
+  ExpectForgedPiecesRefused({{7, kMax, 0, kMax}}, "larger than a slot");
+}
+
+TEST(MessengerHostileTest, PayloadInAnEmptyMessageIsRefused) {
+  // Unexpected (tag 8), empty, with payload: written through null before.
+  ExpectForgedPiecesRefused({{8, 0, 0, 64}}, "should have 0 bytes");
+}
+
+TEST(MessengerHostileTest, ContinuationOfNothingIsRefused) {
+  ExpectForgedPiecesRefused({{7, 5000, 1024, 1024}}, "continues no message");
+}
+
+TEST(MessengerHostileTest, ContinuationThatRewindsIsRefused) {
+  // Rewinding would write the first bytes twice; a wrapping offset past
+  // the receive.
+  ExpectForgedPiecesRefused({{8, 3000, 0, 1024}, {8, 3000, 0, 1024}},
+                            "new message began");
+  ExpectForgedPiecesRefused({{8, 3000, 0, 1024}, {8, 3000, kMax - 512, 1024}},
+                            "under way");
+}
+
+TEST(MessengerHostileTest, HugeUnexpectedMessageWaitsInsteadOfBeingAllocated) {
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(transport, store, kNs, rank, 2, Options()));
+        if (rank == 1) {
+          ASSIGN_OR_RETURN(Attacker attacker, Attacker::Connect(transport, store));
+          // 2^62 bytes (std::length_error before), then, once rank 0 has
+          // looked at it, a piece that does not continue it.
+          RETURN_IF_ERROR(attacker.Piece(0, {9, uint64_t{1} << 62, 0, kSlotBytes}));
+          RETURN_IF_ERROR(store.Set("forged", "1"));
+          RETURN_IF_ERROR(store.Get("looked", absl::Seconds(60)).status());
+          RETURN_IF_ERROR(attacker.Piece(1, {9, uint64_t{1} << 62, 0, kSlotBytes}));
+          return store.Get("judged", absl::Seconds(60)).status();
+        }
+        RETURN_IF_ERROR(store.Get("forged", absl::Seconds(60)).status());
+        // The piece is visible: many passes over it buffer nothing.
+        for (int i = 0; i < 1000; ++i) RETURN_IF_ERROR(messenger->Progress());
+        EXPECT_EQ(messenger->stats().unexpected_messages, 0);
+        EXPECT_OK(messenger->PeerStatus(1));
+        // A receive for it takes it (too large for the receive: discarded).
+        GuardedBuffer buffer;
+        std::optional<absl::Status> outcome;
+        RETURN_IF_ERROR(messenger->Recv(
+            1, 9, buffer.data(), 100,
+            [&](absl::StatusOr<size_t> got) { outcome = got.status(); }));
+        RETURN_IF_ERROR(store.Set("looked", "1"));
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return outcome.has_value(); }));
+        RETURN_IF_ERROR(store.Set("judged", "1"));
+        EXPECT_THAT(*outcome, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("began")));
+        EXPECT_TRUE(buffer.GuardsIntact());
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MessengerHostileTest, UnexpectedMessagesBeyondTheBudgetWaitForTheirReceive) {
+  // Honest peer, 3 messages of 600 KiB against a 1 MiB budget: the second
+  // waits in its slot until its receive is posted; all arrive intact.
+  constexpr size_t kBytes = 600 << 10;
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(transport, store, kNs, rank, 2, Options()));
+        if (rank == 1) {
+          std::vector<std::vector<uint8_t>> data;
+          int sent = 0;
+          for (uint8_t tag = 1; tag <= 3; ++tag) {
+            data.emplace_back(kBytes, tag);
+            RETURN_IF_ERROR(messenger->Send(0, tag, data.back().data(), kBytes,
+                                            [&](absl::Status s) { sent += s.ok(); }));
+          }
+          return Drive(*messenger, [&] { return sent == 3; });
+        }
+        // Let the first arrive unexpected, then the rest stall.
+        RETURN_IF_ERROR(Drive(*messenger, [&] {
+          return messenger->stats().unexpected_messages == 1;
+        }));
+        for (int i = 0; i < 1000; ++i) RETURN_IF_ERROR(messenger->Progress());
+        EXPECT_EQ(messenger->stats().unexpected_messages, 1);
+        std::vector<std::vector<uint8_t>> got(4, std::vector<uint8_t>(kBytes));
+        int received = 0;
+        for (uint8_t tag = 3; tag >= 1; --tag) {
+          RETURN_IF_ERROR(messenger->Recv(1, tag, got[tag].data(), kBytes,
+                                          [&](absl::StatusOr<size_t> s) {
+                                            received += s.ok() && *s == kBytes;
+                                          }));
+        }
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return received == 3; }));
+        for (uint8_t tag = 1; tag <= 3; ++tag) {
+          EXPECT_EQ(got[tag], std::vector<uint8_t>(kBytes, tag)) << int(tag);
+        }
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MessengerHostileTest, ForgedCreditIsRefused) {
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(transport, store, kNs, rank, 2, Options()));
+        if (rank == 1) {
+          ASSIGN_OR_RETURN(Attacker attacker, Attacker::Connect(transport, store));
+          // Releases pieces never sent.
+          RETURN_IF_ERROR(attacker.Credit(1000));
+          RETURN_IF_ERROR(store.Set("forged", "1"));
+          return store.Get("judged", absl::Seconds(60)).status();
+        }
+        RETURN_IF_ERROR(store.Get("forged", absl::Seconds(60)).status());
+        uint8_t byte = 1;
+        std::optional<absl::Status> outcome;
+        RETURN_IF_ERROR(
+            messenger->Send(1, 1, &byte, 1, [&](absl::Status s) { outcome = s; }));
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return outcome.has_value(); }));
+        RETURN_IF_ERROR(store.Set("judged", "1"));
+        EXPECT_THAT(*outcome, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("credit")));
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MessengerAbandonTest, AbandonedOperationsNeverTouchTheCallersBuffers) {
+  constexpr size_t kBytes = 3000;  // three pieces
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(transport, store, kNs, rank, 2, Options()));
+        if (rank == 0) {
+          // A receive given up before its message came: the buffer must
+          // stay as it is, and the next receive of the tag gets the next
+          // message.
+          GuardedBuffer abandoned;
+          std::optional<absl::Status> first;
+          ASSIGN_OR_RETURN(Messenger::OpId id,
+                           messenger->Recv(1, 5, abandoned.data(), 100,
+                                           [&](absl::StatusOr<size_t> s) {
+                                             first = s.status();
+                                           }));
+          messenger->Abandon(id, absl::DeadlineExceededError("gave up"));
+          EXPECT_THAT(first, ::testing::Optional(
+                                 StatusIs(absl::StatusCode::kDeadlineExceeded)));
+          EXPECT_TRUE(messenger->idle());
+          std::vector<uint8_t> second(kBytes);
+          std::optional<absl::StatusOr<size_t>> got;
+          RETURN_IF_ERROR(messenger->Recv(1, 5, second.data(), kBytes,
+                                          [&](absl::StatusOr<size_t> s) { got = s; }));
+          RETURN_IF_ERROR(store.Set("abandoned", "1"));
+          RETURN_IF_ERROR(Drive(*messenger, [&] { return got.has_value(); }));
+          EXPECT_THAT(*got, ::rdmaflow::testing::IsOkAndHolds(kBytes));
+          EXPECT_EQ(second, std::vector<uint8_t>(kBytes, 2));
+          EXPECT_EQ(abandoned.bytes, GuardedBuffer().bytes);
+          EXPECT_EQ(messenger->stats().abandoned, 1);
+          return absl::OkStatus();
+        }
+        RETURN_IF_ERROR(store.Get("abandoned", absl::Seconds(60)).status());
+        // A send given up before any progress: its buffer is overwritten
+        // (as freed memory would be) at once, yet the message goes out
+        // whole, as it was when given up, and the link stays in step.
+        auto data = std::make_unique<std::vector<uint8_t>>(kBytes, 1);
+        std::optional<absl::Status> sent;
+        ASSIGN_OR_RETURN(Messenger::OpId id,
+                         messenger->Send(0, 5, data->data(), kBytes,
+                                         [&](absl::Status s) { sent = s; }));
+        messenger->Abandon(id, absl::DeadlineExceededError("gave up"));
+        EXPECT_THAT(sent, ::testing::Optional(StatusIs(absl::StatusCode::kDeadlineExceeded)));
+        data.reset();
+        std::vector<uint8_t> next(kBytes, 2);
+        int done = 0;
+        RETURN_IF_ERROR(messenger->Send(0, 5, next.data(), kBytes,
+                                        [&](absl::Status s) { done += s.ok(); }));
+        return Drive(*messenger, [&] { return done == 1 && messenger->idle(); });
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+}  // namespace
+}  // namespace rdmaflow::runtime
