@@ -7,6 +7,12 @@
 // registered tensors (counted); send/recv with tags received out of order;
 // mismatched sizes and bad arguments as errors on the Work. A rank killed
 // mid-job: its peers' next collective fails on the Work instead of hanging.
+// Slow peers (the `slow_peer` suite, target torch_backend_slow_peer_test):
+// a collective that times out waiting on a straggler names it and lets go
+// of its buffers (the straggler's late message never lands in them); an
+// unmatched receive fails at the group's timeout; destroying a group with
+// a receive pending returns; an exception on the engine thread fails the
+// Work instead of ending the process.
 // The test binary re-executes itself per rank (process_launcher.h).
 #include <signal.h>
 #include <unistd.h>
@@ -291,11 +297,89 @@ absl::StatusOr<Joined> Join() {
   joined.rank = options.rank;
   joined.world = options.world_size;
   ASSIGN_OR_RETURN(joined.store, rdma::torch::TcpStore::Create(options));
+  const char* timeout_s = std::getenv("RDMAFLOW_PG_TEST_TIMEOUT_S");
   ASSIGN_OR_RETURN(torch_backend::BackendOptions backend,
-                   torch_backend::BackendOptions::FromEnvironment(absl::Seconds(60)));
+                   torch_backend::BackendOptions::FromEnvironment(
+                       absl::Seconds(timeout_s == nullptr ? 60 : std::atoi(timeout_s))));
   ASSIGN_OR_RETURN(joined.pg, ProcessGroupRdmaflow::Create(joined.store->store(),
                                                            joined.rank, joined.world, backend));
   return joined;
+}
+
+// Rank 1 is a straggler: it joins rank 0's all-gather only after rank 0 has
+// given up on it (the group's timeout is 5 s).
+absl::Status SlowCollective(Joined& joined) {
+  c10d::Store& store = *joined.store->store();
+  ProcessGroupRdmaflow& pg = *joined.pg;
+  std::vector<at::Tensor> input = {at::full({1000}, joined.rank + 1.0f)};
+  std::vector<std::vector<at::Tensor>> outputs = {
+      {at::zeros({1000}), at::zeros({1000})}};
+  if (joined.rank == 1) {
+    store.wait({"gave_up"}, std::chrono::seconds(60));
+    RETURN_IF_ERROR(Wait(pg.allgather(outputs, input)));
+    // Rank 0 sent its part before it gave up: the message went out whole.
+    RETURN_IF_ERROR(CheckEqual(outputs[0][0], at::full({1000}, 1.0f), "late all-gather"));
+    std::vector<at::Tensor> bye = {at::ones({4})};
+    return Wait(pg.send(bye, 0, 9));
+  }
+  absl::Status status = Wait(pg.allgather(outputs, input));
+  std::fprintf(stderr, "rank 0: all-gather: %s\n", status.ToString().c_str());
+  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "timed out") &&
+                            absl::StrContains(status.message(), "receive from rank 1") &&
+                            absl::StrContains(status.message(), "all-gather"),
+                        absl::StrCat("the straggler's all-gather: ", status.ToString())));
+  // The output is ours again: whatever we write stays, although rank 1's
+  // part arrives now (the receive after it proves it has been consumed).
+  outputs[0][1].fill_(-7.0f);
+  store.set("gave_up", {'1'});
+  std::vector<at::Tensor> bye = {at::zeros({4})};
+  RETURN_IF_ERROR(Wait(pg.recv(bye, 1, 9)));
+  RETURN_IF_ERROR(CheckEqual(outputs[0][1], at::full({1000}, -7.0f),
+                             "an abandoned all-gather's output"));
+  // Documented: the group is unusable after a failed collective.
+  absl::Status later = Wait(pg.barrier());
+  return Check(absl::StrContains(later.message(), "unusable"),
+               absl::StrCat("a collective after the timeout: ", later.ToString()));
+}
+
+// Rank 0 receives what rank 1 never sends.
+absl::Status PointToPointDeadline(Joined& joined) {
+  c10d::Store& store = *joined.store->store();
+  if (joined.rank == 1) {
+    // Destroys its group as rank 0 does (the tear-down is collective).
+    store.wait({"destroying"}, std::chrono::seconds(120));
+    joined.pg.reset();
+    return absl::OkStatus();
+  }
+  std::vector<at::Tensor> never = {at::zeros({10})};
+  absl::Status status = Wait(joined.pg->recv(never, 1, 3));
+  std::fprintf(stderr, "rank 0: recv: %s\n", status.ToString().c_str());
+  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "receive from rank 1 (tag 3)") &&
+                            absl::StrContains(status.message(), "did not complete within"),
+                        absl::StrCat("an unmatched recv: ", status.ToString())));
+  // Destroyed with a receive pending and its peer alive: returns (it
+  // waited forever before), and the receive is cancelled.
+  std::vector<at::Tensor> pending = {at::zeros({10})};
+  c10::intrusive_ptr<c10d::Work> work = joined.pg->recv(pending, 1, 4);
+  const absl::Time start = absl::Now();
+  store.set("destroying", {'1'});
+  joined.pg.reset();
+  std::fprintf(stderr, "rank 0: destroyed in %s\n",
+               absl::FormatDuration(absl::Now() - start).c_str());
+  status = Wait(work);
+  return Check(absl::StrContains(status.message(), "destroyed"),
+               absl::StrCat("a recv pending at destruction: ", status.ToString()));
+}
+
+// LibTorch throws on the engine thread: a contiguous copy of a 64 TiB
+// broadcast view cannot be allocated.
+absl::Status EngineException(Joined& joined) {
+  std::vector<at::Tensor> huge = {at::ones({1}).expand({int64_t{1} << 44})};
+  absl::Status status = Wait(joined.pg->broadcast(huge));
+  std::fprintf(stderr, "rank %d: broadcast: %s\n", joined.rank, status.ToString().c_str());
+  return Check(!status.ok() && (absl::StrContains(status.message(), "LibTorch") ||
+                                absl::StrContains(status.message(), "memory")),
+               absl::StrCat("a broadcast whose copy throws: ", status.ToString()));
 }
 
 absl::Status RunRank(const std::string& which) {
@@ -325,6 +409,9 @@ absl::Status RunRank(const std::string& which) {
     return Check(absl::StrContains(later.message(), "unusable"),
                  absl::StrCat("a collective after the failure: ", later.ToString()));
   }
+  if (which == "slow_collective") return SlowCollective(joined);
+  if (which == "p2p_deadline") return PointToPointDeadline(joined);
+  if (which == "engine_exception") return EngineException(joined);
   return absl::InvalidArgumentError(absl::StrCat("unknown case ", which));
 }
 
@@ -346,6 +433,25 @@ TEST(TorchBackendMultiProcessTest, EveryCollectiveWithFourRanks) {
 TEST(TorchBackendMultiProcessTest, ADeadRankFailsThePendingWorkOfItsPeers) {
   EXPECT_THAT(testing::LaunchRanks(3, Env("dead_rank")),
               ::testing::ElementsAre(0, 0, 128 + SIGKILL));
+}
+
+std::map<std::string, std::string> ShortTimeout(const char* which) {
+  std::map<std::string, std::string> env = Env(which);
+  env["RDMAFLOW_PG_TEST_TIMEOUT_S"] = "5";
+  return env;
+}
+
+TEST(TorchBackendSlowPeerTest, AStragglersLateMessageNeverLandsInAnAbandonedBuffer) {
+  EXPECT_THAT(testing::LaunchRanks(2, ShortTimeout("slow_collective")),
+              ::testing::Each(0));
+}
+
+TEST(TorchBackendSlowPeerTest, AnUnmatchedReceiveTimesOutAndDestructionReturns) {
+  EXPECT_THAT(testing::LaunchRanks(2, ShortTimeout("p2p_deadline")), ::testing::Each(0));
+}
+
+TEST(TorchBackendSlowPeerTest, AnExceptionOnTheEngineThreadFailsTheWork) {
+  EXPECT_THAT(testing::LaunchRanks(1, Env("engine_exception")), ::testing::Each(0));
 }
 
 }  // namespace
