@@ -3,10 +3,12 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "runtime/internal/piece_header.h"
 #include "rdma/rendezvous.h"
 #include "runtime/tensor_message.pb.h"
 
@@ -143,6 +145,12 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
         info->Describe(), ": got ", tensor.bytes, " bytes, the shape needs ",
         bytes));
   }
+  if (info->dynamic && bytes > options_.dynamic_pool_bytes) {
+    // The receiver refuses it (as the zero-copy executor's pool would).
+    return absl::InvalidArgumentError(absl::StrCat(
+        info->Describe(), ": ", bytes, " bytes exceed dynamic_pool_bytes (",
+        options_.dynamic_pool_bytes, ")"));
+  }
   Outgoing& out = outgoing_.at(info->dst_rank);
   const uint64_t* consumed =
       reinterpret_cast<const uint64_t*>(out.credit->data());
@@ -239,33 +247,61 @@ absl::Status RdmaCopyCommunicator::Deliver(int peer, const std::byte* message) {
         absl::StrCat("undecodable message header from rank ", peer));
   }
   ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindRecv(header.id()));
-  if (info->src_rank != peer ||
-      header.offset() + header.chunk_bytes() > header.total_bytes() ||
-      header.chunk_bytes() > copy_options_.chunk_bytes) {
+  if (info->src_rank != peer) {
     return absl::DataLossError(absl::StrCat(
-        "a malformed chunk of ", info->Describe(), " came from rank ", peer));
+        "rank ", peer, " sent a chunk of ", info->Describe(), ", which it does not send"));
   }
-  Assembled& partial = partial_[header.id()];
+  // The chunk continues the tensor under way on this id, or starts one, cut
+  // as Send() cuts (the same rule as the Messenger's pieces): so offset +
+  // chunk_bytes never passes the buffer allocated at the start.
+  auto under_way = partial_.find(header.id());
+  std::optional<internal::PartialMessage> current;
+  if (under_way != partial_.end()) {
+    current = internal::PartialMessage{static_cast<uint64_t>(header.id()),
+                                       under_way->second.bytes->size(),
+                                       under_way->second.arrived};
+  }
+  if (absl::Status valid = internal::CheckPiece(
+          {static_cast<uint64_t>(header.id()), header.total_bytes(), header.offset(),
+           header.chunk_bytes()},
+          current.has_value() ? &*current : nullptr, copy_options_.chunk_bytes);
+      !valid.ok()) {
+    return absl::DataLossError(absl::StrCat("a malformed chunk of ", info->Describe(),
+                                            " came from rank ", peer, ": ",
+                                            valid.message()));
+  }
   if (header.offset() == 0) {
     std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
-    ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, shape));
-    if (bytes != header.total_bytes()) {
+    absl::StatusOr<uint64_t> bytes = CheckShape(*info, shape);
+    if (!bytes.ok()) {
+      return absl::DataLossError(absl::StrCat("rank ", peer, " sent ",
+                                              bytes.status().message()));
+    }
+    if (*bytes != header.total_bytes()) {
       return absl::DataLossError(absl::StrCat(
           info->Describe(), ": message of ", header.total_bytes(),
-          " bytes for shape of ", bytes));
+          " bytes for shape of ", *bytes));
     }
-    partial = Assembled{header.step(), std::move(shape),
-                        std::make_shared<std::vector<std::byte>>(bytes)};
-  } else if (partial.bytes == nullptr) {
-    return absl::DataLossError(absl::StrCat(
-        "a chunk of ", info->Describe(), " arrived before its start"));
+    if (*bytes > options_.dynamic_pool_bytes && info->dynamic) {
+      return absl::DataLossError(absl::StrCat(
+          "rank ", peer, " sent ", info->Describe(), " of ", *bytes,
+          " bytes, more than dynamic_pool_bytes (", options_.dynamic_pool_bytes, ")"));
+    }
+    under_way = partial_
+                    .insert_or_assign(header.id(),
+                                      Assembled{header.step(), std::move(shape),
+                                                std::make_shared<std::vector<std::byte>>(
+                                                    *bytes)})
+                    .first;
   }
+  Assembled& partial = under_way->second;
   // Deserialize: copy the payload out of the ring into the tensor.
   if (header.chunk_bytes() > 0) {
     std::memcpy(partial.bytes->data() + header.offset(),
                 message + 4 + header_bytes, header.chunk_bytes());
   }
-  if (header.offset() + header.chunk_bytes() == header.total_bytes()) {
+  partial.arrived += header.chunk_bytes();
+  if (partial.arrived == partial.bytes->size()) {
     ++counters_.copies;
     counters_.bytes_copied += header.total_bytes();
     ready_[header.id()].push_back(std::move(partial));

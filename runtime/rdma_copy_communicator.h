@@ -72,6 +72,7 @@ class RdmaCopyCommunicator final : public Communicator {
     int64_t step;
     std::vector<int64_t> shape;
     std::shared_ptr<std::vector<std::byte>> bytes;
+    uint64_t arrived = 0;  // bytes delivered so far, in order
   };
   struct Incoming {  // from one peer
     rdma::Endpoint* endpoint = nullptr;
