@@ -6,11 +6,18 @@
 // live together may share it.
 //
 // This is interval colouring with sizes (dynamic storage allocation), which
-// is NP-hard in general; we use the greedy-by-size heuristic that
-// TensorFlow Lite's arena planner uses: largest slot first, each at the lowest
-// aligned offset that does not collide with an already placed slot live at
-// the same time. Deterministic: ties go to the earlier interval, then the
-// lower index.
+// is NP-hard in general; LayoutSlots keeps the lowest peak of three
+// heuristics (ties to the earlier one):
+//  - greedy by size, as TensorFlow Lite's arena planner: largest slot first,
+//    each at the lowest offset free of the already placed slots live at the
+//    same time (ties to the earlier interval, then the lower index). It costs
+//    O(n log n + p log p) for p pairs of slots live together, so it runs only
+//    while p <= max(2^16, 64 n);
+//  - a sweep over time: a slot takes the best-fitting free block (coalesced,
+//    ordered by size then offset) when it becomes live, or grows the peak,
+//    and frees it after its last position; O(n log n);
+//  - the same sweep with time running backwards.
+// Deterministic. Inverted intervals (begin > end) count as live at begin.
 #ifndef RDMAFLOW_GRAPH_ANALYZER_SLOT_ALLOCATOR_H_
 #define RDMAFLOW_GRAPH_ANALYZER_SLOT_ALLOCATOR_H_
 
@@ -33,7 +40,7 @@ struct SlotLayout {
 };
 
 // `alignment` must be a power of two. With `share` false every slot gets its
-// own memory (offsets in request order).
+// own memory (offsets in request order). O(n log n) either way.
 SlotLayout LayoutSlots(absl::Span<const SlotRequest> requests,
                        uint64_t alignment, bool share);
 
