@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "rdma/builtin_transports.h"
+#include "rdma/torch/run_scope.h"
 #include "rdma/torch/tcp_store.h"
 #include "rdma/transport_registry.h"
 
@@ -71,6 +72,14 @@ int RunLocalJob(int world_size, char** argv, const std::vector<std::string>& ext
   options.port = 0;
   options.is_server = true;
   options.world_size = world_size;
+  // Rank 0 runs here: its keys are scoped as its children's are (they take
+  // the scope from the same environment).
+  absl::StatusOr<rdma::torch::RunScope> scope = rdma::torch::RunScope::FromEnvironment();
+  if (!scope.ok()) {
+    std::fprintf(stderr, "%s\n", scope.status().ToString().c_str());
+    return 1;
+  }
+  options.key_prefix = scope->prefix();
   auto store = rdma::torch::TcpStore::Create(options);
   if (!store.ok()) {
     std::fprintf(stderr, "%s\n", store.status().ToString().c_str());

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "rdma/torch/run_scope.h"
 
 namespace rdmaflow::torch_backend {
 namespace {
@@ -43,6 +44,9 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
       !s.ok()) {
     return s;
   }
+  absl::StatusOr<rdma::torch::RunScope> scope = rdma::torch::RunScope::FromEnvironment();
+  if (!scope.ok()) return scope.status();
+  options.store_scope = scope->prefix();
   return options;
 }
 

@@ -7,6 +7,8 @@
 //   RDMAFLOW_STAGING_MB        staging for all-reduces of unregistered
 //                              tensors (default 32; larger ones go in pieces)
 //   RDMAFLOW_REGISTERED_MB     pool for registered tensors (default 64)
+//   TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT (set by torchrun), or
+//   RDMAFLOW_RUN_ID: scope the group's store keys (rdma/torch/run_scope.h)
 #ifndef RDMAFLOW_TORCH_BACKEND_BACKEND_OPTIONS_H_
 #define RDMAFLOW_TORCH_BACKEND_BACKEND_OPTIONS_H_
 
@@ -33,6 +35,9 @@ struct BackendOptions {
   int message_slots = 8;
   // Set-up and every operation: an error after this long without progress.
   absl::Duration timeout = absl::Minutes(30);
+  // Prefix of the group's keys in its store: keeps the keys of an earlier
+  // run, or of an attempt before an elastic restart, out of sight.
+  std::string store_scope = "run/none/attempt/0";
 
   // Defaults overridden by the RDMAFLOW_* variables above. kInvalidArgument
   // naming a malformed variable.

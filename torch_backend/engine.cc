@@ -14,8 +14,10 @@
 namespace rdmaflow::torch_backend {
 namespace {
 
-// Store keys, under the group's own (prefixed) store.
-constexpr char kNamespace[] = "rdmaflow";
+// Store keys, under the group's own (prefixed) store and its run scope.
+std::string Namespace(const BackendOptions& options) {
+  return absl::StrCat("rdmaflow/", options.store_scope);
+}
 
 // `run()`, with an exception it throws (LibTorch's tensor operations and
 // allocations throw) turned into an error naming `what`: no exception may
@@ -89,8 +91,9 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
   messenger.slot_bytes = options_.message_slot_bytes;
   messenger.slots = options_.message_slots;
   messenger.timeout = options_.timeout;
-  ASSIGN_OR_RETURN(messenger_, runtime::Messenger::Create(*transport_, *store_, kNamespace,
-                                                          rank_, size_, messenger));
+  ASSIGN_OR_RETURN(messenger_, runtime::Messenger::Create(*transport_, *store_,
+                                                          Namespace(options_), rank_,
+                                                          size_, messenger));
   direct_ = std::make_unique<DirectCollectives>(*messenger_, options_.timeout);
   const size_t capacity = options_.staging_bytes + options_.registered_bytes;
   if (size_ > 1) {
@@ -102,8 +105,8 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     ring.timeout = options_.timeout;
     std::vector<int> members(size_);
     std::iota(members.begin(), members.end(), 0);
-    ASSIGN_OR_RETURN(ring_, collectives::RingAllReduce::Create(*transport_, *store_,
-                                                               kNamespace, members, ring));
+    ASSIGN_OR_RETURN(ring_, collectives::RingAllReduce::Create(
+                                *transport_, *store_, Namespace(options_), members, ring));
     data_region_ = &ring_->data_region();
   } else {
     ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport_->Allocate(capacity));

@@ -5,10 +5,12 @@
 #include <exception>
 #include <optional>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "rdma/torch/run_scope.h"
 
 namespace rdmaflow::rdma::torch {
 namespace {
@@ -59,6 +61,9 @@ absl::StatusOr<TcpStoreOptions> TcpStoreOptions::FromEnvironment() {
   options.is_server =
       *r == 0 && !(agent_store != nullptr && std::string(agent_store) == "True");
   options.rank = *r;
+  absl::StatusOr<RunScope> scope = RunScope::FromEnvironment();
+  if (!scope.ok()) return scope.status();
+  options.key_prefix = scope->prefix();
   return options;
 }
 
@@ -98,8 +103,12 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Create(
         error != nullptr ? error->what_without_backtrace() : e.what()));
   }
   const int port = store->getPort();
+  c10::intrusive_ptr<c10d::Store> scoped = store;
+  if (!options.key_prefix.empty()) {
+    scoped = c10::make_intrusive<c10d::PrefixStore>(options.key_prefix, store);
+  }
   return std::unique_ptr<TcpStore>(
-      new TcpStore(store, port, absl::StrCat(options.host, ":", port)));
+      new TcpStore(scoped, port, absl::StrCat(options.host, ":", port)));
 }
 
 int TcpStore::port() const { return port_; }

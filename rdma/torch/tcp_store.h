@@ -30,10 +30,14 @@ struct TcpStoreOptions {
 
   int rank = 0;            // This process's rank (informational).
 
+  // Prefix of every key (see run_scope.h); empty: none.
+  std::string key_prefix;
+
   // From MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500), RANK
   // and WORLD_SIZE: rank 0 is the server, unless TORCHELASTIC_USE_AGENT_STORE
-  // is True (torchrun's agent hosts it). kInvalidArgument naming a variable
-  // that is missing or malformed.
+  // is True (torchrun's agent hosts it); keys scoped by RunScope (run id
+  // and restart count). kInvalidArgument naming a variable that is missing
+  // or malformed.
   static absl::StatusOr<TcpStoreOptions> FromEnvironment();
 };
 

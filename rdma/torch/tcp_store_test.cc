@@ -78,5 +78,50 @@ TEST(TcpStoreTest, EnvironmentIsValidated) {
   EXPECT_FALSE(options.is_server);
 }
 
+// After an elastic restart the new attempt's workers share the store with
+// the old attempt's keys: those must be out of sight (a barrier key set by
+// attempt 0 does not let attempt 1 through).
+TEST(TcpStoreTest, KeysOfAnEarlierAttemptAreOutOfSight) {
+  TcpStoreOptions server_options;
+  server_options.port = 0;
+  server_options.is_server = true;
+  server_options.world_size = 3;
+  server_options.key_prefix = "run/job/attempt/0";
+  ASSERT_OK_AND_ASSIGN(auto attempt0, TcpStore::Create(server_options));
+  ASSERT_OK(attempt0->Set("barrier/start", "1"));
+  ASSERT_OK_AND_ASSIGN(int64_t arrived0, attempt0->Add("arrived", 2));
+  EXPECT_EQ(arrived0, 2);
+
+  TcpStoreOptions client_options = server_options;
+  client_options.is_server = false;
+  client_options.port = attempt0->port();
+  client_options.key_prefix = "run/job/attempt/1";
+  ASSERT_OK_AND_ASSIGN(auto attempt1, TcpStore::Create(client_options));
+  EXPECT_THAT(attempt1->Get("barrier/start", absl::Milliseconds(200)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_OK_AND_ASSIGN(int64_t arrived1, attempt1->Add("arrived", 1));
+  EXPECT_EQ(arrived1, 1);
+
+  client_options.key_prefix = "run/job/attempt/0";
+  ASSERT_OK_AND_ASSIGN(auto same, TcpStore::Create(client_options));
+  ASSERT_OK_AND_ASSIGN(std::string value, same->Get("barrier/start", absl::Seconds(5)));
+  EXPECT_EQ(value, "1");
+}
+
+TEST(TcpStoreTest, EnvironmentScopesKeysByRunAndRestart) {
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("TORCHELASTIC_RUN_ID", "r1", 1);
+  setenv("TORCHELASTIC_RESTART_COUNT", "2", 1);
+  ASSERT_OK_AND_ASSIGN(TcpStoreOptions options, TcpStoreOptions::FromEnvironment());
+  EXPECT_EQ(options.key_prefix, "run/r1/attempt/2");
+  setenv("TORCHELASTIC_RESTART_COUNT", "two", 1);
+  EXPECT_THAT(TcpStoreOptions::FromEnvironment(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("TORCHELASTIC_RESTART_COUNT")));
+  unsetenv("TORCHELASTIC_RUN_ID");
+  unsetenv("TORCHELASTIC_RESTART_COUNT");
+}
+
 }  // namespace
 }  // namespace rdmaflow::rdma::torch
