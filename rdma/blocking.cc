@@ -1,6 +1,9 @@
 #include "rdma/blocking.h"
 
+#include <cstdio>
 #include <memory>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,18 +12,78 @@
 namespace rdmaflow::rdma {
 namespace {
 
-// Retries `post` while it reports back-pressure, then waits for `done`.
+// How long a helper that gave up keeps progressing after Close() for the
+// operation's completion. Close() fails pending operations from the next
+// Progress() calls (loopback: the next one; UCX: once the forced close has
+// run), so this only runs out on a backend that broke that contract or a
+// transport whose Progress() fails.
+constexpr absl::Duration kCancelGrace = absl::Seconds(1);
+
+// Shared by a helper and its operation's callback: if the helper returns
+// first (it could not see the cancellation through), the callback still
+// fires later, exactly once, and touches only this heap object, never the
+// helper's stack frame.
+struct OperationState {
+  bool finished = false;
+  absl::Status result;
+};
+
+// The helper waited for `what` on `endpoint` and `why` (its deadline, or a
+// Progress() error) ended the wait with the operation still in flight.
+// Fences it before anyone may reuse its memory: closes the endpoint, then
+// progresses until the operation's completion has fired (bounded by
+// kCancelGrace). Returns `why`'s code with what was done.
+absl::Status GiveUp(Transport& transport, Endpoint& endpoint,
+                    const OperationState& state, const absl::Status& why,
+                    absl::string_view what) {
+  const int peer = endpoint.peer_rank();
+  absl::Status closed = endpoint.Close();
+  const absl::Time grace = absl::Now() + kCancelGrace;
+  absl::Status progress;
+  while (!state.finished && absl::Now() < grace) {
+    absl::StatusOr<int> fired = transport.Progress();
+    if (!fired.ok()) {
+      progress = fired.status();
+      break;
+    }
+    if (*fired == 0) std::this_thread::yield();
+  }
+  if (state.finished) {
+    return absl::Status(
+        why.code(),
+        absl::StrCat(why.message(), "; closed the endpoint to rank ", peer,
+                     " and ", what, " ended (", state.result.ToString(),
+                     "): nothing of it lands later, and the endpoint is "
+                     "unusable from now on (connect again)"));
+  }
+  std::string message = absl::StrCat(
+      why.message(), "; closed the endpoint to rank ", peer, " but ", what,
+      " did not end within ", absl::FormatDuration(kCancelGrace),
+      " of the close (", closed.ok() ? "" : closed.ToString(),
+      closed.ok() || progress.ok() ? "" : "; ",
+      progress.ok() ? "" : absl::StrCat("Progress() failed: ", progress.ToString()),
+      "): it may still write its local memory (a read) or read it (a write); "
+      "do not free or reuse that memory while the transport lives");
+  std::fprintf(stderr, "rdma/blocking: rank %d: %s\n", transport.rank(),
+               message.c_str());
+  return absl::Status(why.code(), message);
+}
+
+// Retries `post` while it reports back-pressure, then waits for `done`. On
+// a timeout after posting, fences the operation (GiveUp) before returning.
 template <typename PostFn>
-absl::Status PostAndWait(Transport& transport, PostFn post, absl::Time deadline,
-                         absl::string_view what) {
-  // Shared with the callback: if the deadline passes first, the callback
-  // still fires later (exactly once) and must not touch this stack frame.
-  struct State {
-    bool finished = false;
-    absl::Status result;
-  };
-  auto state = std::make_shared<State>();
+absl::Status PostAndWait(Transport& transport, Endpoint& endpoint, PostFn post,
+                         absl::Time deadline, absl::string_view what) {
+  if (absl::Now() >= deadline) {
+    // Posting now could only time out with the operation in flight.
+    return absl::DeadlineExceededError(
+        absl::StrCat("rank ", transport.rank(),
+                     ": the deadline passed before posting ", what,
+                     "; nothing was posted"));
+  }
+  auto state = std::make_shared<OperationState>();
   absl::Status posted;
+  // A timeout here posted nothing: nothing to fence.
   RETURN_IF_ERROR(ProgressUntil(
       transport,
       [&] {
@@ -32,8 +95,9 @@ absl::Status PostAndWait(Transport& transport, PostFn post, absl::Time deadline,
       },
       deadline, what));
   RETURN_IF_ERROR(posted);
-  RETURN_IF_ERROR(ProgressUntil(
-      transport, [&] { return state->finished; }, deadline, what));
+  absl::Status waited = ProgressUntil(
+      transport, [&] { return state->finished; }, deadline, what);
+  if (!waited.ok()) return GiveUp(transport, endpoint, *state, waited, what);
   return state->result;
 }
 
@@ -71,7 +135,7 @@ absl::Status Write(Transport& transport, Endpoint& endpoint,
                    const LocalSlice& src, const RemoteSlice& dst,
                    std::optional<uint32_t> notification, absl::Time deadline) {
   return PostAndWait(
-      transport,
+      transport, endpoint,
       [&](Completion done) {
         return endpoint.PostWrite(src, dst, notification, std::move(done));
       },
@@ -82,7 +146,7 @@ absl::Status Read(Transport& transport, Endpoint& endpoint,
                   const LocalSlice& dst, const RemoteSlice& src,
                   absl::Time deadline) {
   return PostAndWait(
-      transport,
+      transport, endpoint,
       [&](Completion done) {
         return endpoint.PostRead(dst, src, std::move(done));
       },
@@ -92,7 +156,7 @@ absl::Status Read(Transport& transport, Endpoint& endpoint,
 absl::Status Flush(Transport& transport, Endpoint& endpoint,
                    absl::Time deadline) {
   return PostAndWait(
-      transport,
+      transport, endpoint,
       [&](Completion done) { return endpoint.PostFlush(std::move(done)); },
       deadline, absl::StrCat("a flush to rank ", endpoint.peer_rank()));
 }

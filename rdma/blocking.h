@@ -4,6 +4,20 @@
 // each drives Transport::Progress() on the calling thread until an operation
 // finishes or a deadline passes. For set-up code, tools and tests; the runtime
 // drives progress itself.
+//
+// Giving up is a protocol step: Write(), Read() and Flush() never return
+// while their operation may still move bytes, unless they say so. When the
+// deadline passes (or Progress() fails) with the operation posted, they
+// CLOSE THE ENDPOINT, which fails its pending operations with kCancelled,
+// and keep progressing until the operation's completion has fired (at most
+// one more second); only then do they return, with the wait's code
+// (kDeadlineExceeded naming the peer and the operation). From then on the
+// endpoint is unusable (posts return kFailedPrecondition): connect again.
+// If even the cancellation does not complete in that second (a backend
+// breaking Close()'s contract), the message says that the memory may still
+// be written or read, and the helper logs it: keep that memory alive while
+// the transport lives. Either way the completion callback owns only heap
+// state, so a late completion never touches the returned call's stack.
 #ifndef RDMAFLOW_RDMA_BLOCKING_H_
 #define RDMAFLOW_RDMA_BLOCKING_H_
 
@@ -32,16 +46,22 @@ absl::StatusOr<Notification> WaitNotification(Transport& transport,
 
 // Posts a write (retrying while the endpoint reports kResourceExhausted) and
 // waits for its completion; returns the completion's status.
+// kDeadlineExceeded at `deadline`: before posting (the deadline had passed,
+// or the queue stayed full) nothing was posted and the endpoint stays open;
+// after posting, the endpoint was closed and the write fenced (see above).
+// A Progress() error after posting also closes and fences.
 absl::Status Write(Transport& transport, Endpoint& endpoint,
                    const LocalSlice& src, const RemoteSlice& dst,
                    std::optional<uint32_t> notification, absl::Time deadline);
 
-// Posts a read and waits for its completion.
+// Posts a read and waits for its completion. Timeouts as for Write(): once
+// it returns, nothing more lands in `dst` (unless the message says the
+// cancellation did not complete).
 absl::Status Read(Transport& transport, Endpoint& endpoint,
                   const LocalSlice& dst, const RemoteSlice& src,
                   absl::Time deadline);
 
-// Posts a flush and waits for it.
+// Posts a flush and waits for it. Timeouts as for Write().
 absl::Status Flush(Transport& transport, Endpoint& endpoint,
                    absl::Time deadline);
 
