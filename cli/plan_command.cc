@@ -2,12 +2,18 @@
 #include "cli/plan_command.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
 #include "common/status_macros.h"
+#include "google/protobuf/message.h"
 #include "graph_analyzer/analyzed_graph.h"
+#include "graph_analyzer/display_text.h"
 #include "graph_analyzer/dot_writer.h"
 #include "graph_analyzer/partition.h"
 #include "graph_analyzer/plan_printer.h"
@@ -25,7 +31,7 @@ const std::vector<FlagSpec>& PlanFlags() {
       {"pipeline-depth", true}, {"alignment", true}, {"metadata-bytes", true},
       {"no-share", false},      {"trace", true},     {"min-trace-steps", true},
       {"out", true},            {"dot", true},       {"partitions", true},
-      {"quiet", false},
+      {"quiet", false},         {"max-input-bytes", true},
   };
   return *flags;
 }
@@ -48,6 +54,29 @@ absl::StatusOr<PlannerOptions> OptionsFromArgs(const ParsedArgs& args) {
   return options;
 }
 
+// The largest --max-input-bytes: protobuf's text parser indexes its input
+// with an int, and 1 GiB of text already takes minutes to parse.
+constexpr int64_t kMaxInputBytesLimit = int64_t{1} << 30;
+
+// ReadTextProto with the CLI's hint when the file is too large.
+absl::Status ReadInput(const std::string& path,
+                       google::protobuf::Message* message, uint64_t max_bytes) {
+  absl::Status status = graph::ReadTextProto(path, message, max_bytes);
+  if (absl::IsResourceExhausted(status)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(status.message(), "; --max-input-bytes raises it"));
+  }
+  return status;
+}
+
+// This machine's memory, if the system says.
+std::optional<uint64_t> PhysicalMemoryBytes() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return std::nullopt;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
 absl::Status WritePartitions(const graph::Partition& partition,
                              const std::string& dir, std::ostream& out) {
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
@@ -59,16 +88,27 @@ absl::Status WritePartitions(const graph::Partition& partition,
     RETURN_IF_ERROR(graph::WriteTextProto(
         path, partition.rank_graphs[r],
         absl::StrCat("rank ", r, " of the partitioned graph (rdmaflow plan)")));
-    out << "wrote " << path << "\n";
+    out << "wrote " << graph::DisplayText(path) << "\n";
   }
   return absl::OkStatus();
 }
 
-absl::Status Run(const ParsedArgs& args, std::ostream& out) {
+absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
   ASSIGN_OR_RETURN(PlannerOptions options, OptionsFromArgs(args));
+  ASSIGN_OR_RETURN(
+      int64_t max_input,
+      args.GetInt("max-input-bytes",
+                  static_cast<int64_t>(graph::kDefaultMaxFileBytes), 1,
+                  kMaxInputBytesLimit));
   const std::string& path = args.positional[0];
   graph::GraphDef def;
-  RETURN_IF_ERROR(graph::ReadTextProto(path, &def));
+  RETURN_IF_ERROR(ReadInput(path, &def, max_input));
+  if (def.node_size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": graph has no nodes (is the file empty or only "
+                     "comments?); nothing to plan"));
+  }
   absl::StatusOr<graph::AnalyzedGraph> analyzed =
       graph::AnalyzeGraph(std::move(def));
   if (!analyzed.ok()) {
@@ -80,7 +120,7 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
                    graph::BuildPlan(*analyzed, partition, options));
   if (args.Has("trace")) {
     plan::SizeTrace trace;
-    RETURN_IF_ERROR(graph::ReadTextProto(args.Get("trace"), &trace));
+    RETURN_IF_ERROR(ReadInput(args.Get("trace"), &trace, max_input));
     graph::TracingOptions tracing;
     ASSIGN_OR_RETURN(int64_t min_steps,
                      args.GetInt("min-trace-steps", tracing.min_steps, 1,
@@ -90,16 +130,22 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
   }
   out << (args.Has("quiet") ? graph::PlanSummaryLine(plan) + "\n"
                             : graph::FormatPlan(plan));
+  if (std::optional<uint64_t> physical = PhysicalMemoryBytes()) {
+    for (const std::string& warning :
+         graph::RegisteredMemoryWarnings(plan, *physical)) {
+      err << "rdmaflow plan: warning: " << warning << "\n";
+    }
+  }
   if (args.Has("out")) {
     RETURN_IF_ERROR(graph::WriteTextProto(
         args.Get("out"), plan,
         absl::StrCat("TransferPlan of ", path, " (rdmaflow plan)")));
-    out << "wrote " << args.Get("out") << "\n";
+    out << "wrote " << graph::DisplayText(args.Get("out")) << "\n";
   }
   if (args.Has("dot")) {
     RETURN_IF_ERROR(
         graph::WriteStringToFile(args.Get("dot"), graph::GraphToDot(*analyzed)));
-    out << "wrote " << args.Get("dot") << "\n";
+    out << "wrote " << graph::DisplayText(args.Get("dot")) << "\n";
   }
   if (args.Has("partitions")) {
     RETURN_IF_ERROR(WritePartitions(partition, args.Get("partitions"), out));
@@ -119,7 +165,11 @@ plan: for each directed link (src -> dst rank) the tensors that cross it with
 their dtype, shape, kind (static: a preallocated slot the sender writes every
 step; dynamic: a metadata slot, then a one-sided read), bytes, slot offset and
 live interval, and the receive region's size; then each rank's registered
-memory.
+memory. GRAPH must be a regular file (not a directory or a device) of at
+most --max-input-bytes and hold at least one node. Control characters in
+names are printed escaped (\x1b, \n, ...). A rank that would register more
+memory than this machine has gets a warning on stderr (registration pins
+memory; the plan is still printed and the exit status is unchanged).
 
 options:
   --pipeline-depth N     buffers per slot, 1..16 (default 2): with 2 or more,
@@ -139,10 +189,13 @@ options:
   --partitions DIR       write each rank's graph, with its Send and Recv nodes,
                          to DIR/rank<N>.pbtxt
   --quiet                print only the one-line summary
+  --max-input-bytes N    refuse a GRAPH or --trace file larger than N bytes
+                         (default 67108864 = 64 MiB, at most 1073741824)
   -h, --help             this text
 
-exit status: 0 planned; 1 invalid graph, trace or options, or an I/O error
-(the message names the node, tensor or file); 2 bad command line.
+exit status: 0 planned (also with warnings); 1 invalid graph, trace or
+options, an empty graph, an input that is not a regular file or too large, or
+an I/O error (the message names the node, tensor or file); 2 bad command line.
 
 example:
   rdmaflow plan graph_analyzer/testdata/mlp_2ranks.pbtxt --pipeline-depth 3 \
@@ -154,7 +207,8 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out,
                    std::ostream& err) {
   absl::StatusOr<ParsedArgs> parsed = ParseArgs(args, PlanFlags());
   if (!parsed.ok()) {
-    err << "rdmaflow plan: " << parsed.status().message() << "\n";
+    err << "rdmaflow plan: " << graph::DisplayLines(parsed.status().message())
+        << "\n";
     return 2;
   }
   if (parsed->help) {
@@ -166,9 +220,11 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out,
         << parsed->positional.size() << " (see rdmaflow plan --help)\n";
     return 2;
   }
-  absl::Status status = Run(*parsed, out);
+  absl::Status status = Run(*parsed, out, err);
   if (!status.ok()) {
-    err << "rdmaflow plan: " << status.message() << "\n";
+    // Messages quote names and paths from the input: escape their control
+    // characters.
+    err << "rdmaflow plan: " << graph::DisplayLines(status.message()) << "\n";
     return 1;
   }
   return 0;

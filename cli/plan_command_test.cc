@@ -3,6 +3,9 @@
 // statuses and messages for bad input.
 #include "cli/plan_command.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -19,6 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 constexpr char kMlp[] = "graph_analyzer/testdata/mlp_2ranks.pbtxt";
 constexpr char kSeq[] = "graph_analyzer/testdata/seq_dynamic_length.pbtxt";
@@ -96,7 +100,7 @@ TEST(PlanCommandTest, HelpDocumentsEveryOption) {
   for (const char* flag :
        {"--pipeline-depth", "--alignment", "--metadata-bytes", "--no-share",
         "--trace", "--min-trace-steps", "--out", "--dot", "--partitions",
-        "--quiet"}) {
+        "--quiet", "--max-input-bytes"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }
 }
@@ -131,6 +135,127 @@ TEST(PlanCommandTest, BadInputExitsWithOneAndSaysWhy) {
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("bad.pbtxt: node 'x' (op Relu): input 'y' "
                                "names unknown node 'y'"));
+}
+
+TEST(PlanCommandTest, DirectoryIsNotAGraph) {
+  std::string dir = TempPath("graphs");
+  ASSERT_TRUE(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST);
+  Result r = RunPlan({dir});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("'" + dir +
+                               "' is a directory, not a regular "
+                               "file"));
+  EXPECT_THAT(r.out, IsEmpty());
+}
+
+TEST(PlanCommandTest, EmptyAndCommentOnlyFilesHaveNoNodes) {
+  std::string empty = TempPath("empty.pbtxt");
+  std::string comments = TempPath("comments.pbtxt");
+  ASSERT_OK(graph::WriteStringToFile(empty, ""));
+  ASSERT_OK(graph::WriteStringToFile(comments, "# a graph\n# to come\n"));
+  for (const std::string& path : {empty, comments}) {
+    Result r = RunPlan({path});
+    EXPECT_EQ(r.status, 1) << path;
+    EXPECT_THAT(r.err, HasSubstr(path + ": graph has no nodes"));
+    EXPECT_THAT(r.out, Not(HasSubstr("0 ranks")));
+  }
+}
+
+TEST(PlanCommandTest, DeviceIsRefusedWithoutReadingIt) {
+  if (access("/dev/zero", R_OK) != 0) GTEST_SKIP() << "no /dev/zero here";
+  Result r = RunPlan({"/dev/zero"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("'/dev/zero' is a character device, not a "
+                               "regular file"));
+}
+
+TEST(PlanCommandTest, InputsAboveTheSizeLimitAreRefused) {
+  // mlp_2ranks.pbtxt is 2.8 KiB; the trace, 5,000 bytes of comments.
+  Result r = RunPlan({kMlp, "--max-input-bytes", "1000"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("'" + std::string(kMlp) +
+                               "' is larger than the limit of 1000 bytes for "
+                               "an input file; --max-input-bytes raises it"));
+  std::string trace = TempPath("padded_trace.pbtxt");
+  ASSERT_OK(graph::WriteStringToFile(trace, std::string(5000, '#') + "\n"));
+  r = RunPlan({kMlp, "--trace", trace, "--max-input-bytes", "4096"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("padded_trace.pbtxt' is larger than the limit"));
+  EXPECT_EQ(RunPlan({kMlp, "--max-input-bytes", "1000000"}).status, 0);
+  r = RunPlan({kMlp, "--max-input-bytes", "0"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("--max-input-bytes=0: expected an integer in "
+                               "1 .. 1073741824"));
+}
+
+TEST(PlanCommandTest, ControlCharactersInNamesArePrintedEscaped) {
+  std::string path = TempPath("control.pbtxt");
+  ASSERT_OK(graph::WriteStringToFile(path, R"pb(
+    node {
+      name: "evil\033[2J\nname"
+      op: "Placeholder"
+      output {
+        dtype: DT_FLOAT32
+        shape: [ 4 ]
+      }
+      rank: 0
+    }
+    node { name: "reader\007" op: "Relu" input: "evil\033[2J\nname" rank: 1 }
+  )pb"));
+  std::string dot = TempPath("control.dot");
+  Result r = RunPlan({path, "--dot", dot});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("evil\\x1b[2J\\nname:0"));
+  EXPECT_THAT(r.out, HasSubstr("reader\\x07"));
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos);
+  EXPECT_EQ(r.out.find('\a'), std::string::npos);
+  ASSERT_OK_AND_ASSIGN(std::string dot_text, graph::ReadFileToString(dot));
+  EXPECT_EQ(dot_text.find('\x1b'), std::string::npos);
+  EXPECT_THAT(dot_text, HasSubstr("\"reader\\\\x07\""));
+  // Error messages quote names too.
+  ASSERT_OK(graph::WriteStringToFile(
+      path, "node { name: \"z\\033[2J\" op: \"Relu\" input: \"q\" rank: 0 }"));
+  r = RunPlan({path});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("node 'z\\x1b[2J' (op Relu)"));
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos);
+}
+
+TEST(PlanCommandTest, WarnsWhenARankRegistersMoreThanPhysicalMemory) {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page_size = sysconf(_SC_PAGESIZE);
+  ASSERT_GT(pages, 0);
+  ASSERT_GT(page_size, 0);
+  // One 4 TiB tensor, double-buffered: 8 TiB on each rank.
+  if (static_cast<double>(pages) * page_size >= 8.0 * (uint64_t{1} << 40)) {
+    GTEST_SKIP() << "this machine has 8 TiB of memory or more";
+  }
+  std::string path = TempPath("huge.pbtxt");
+  ASSERT_OK(graph::WriteStringToFile(path, R"pb(
+    name: "huge"
+    node {
+      name: "w"
+      op: "Variable"
+      output {
+        dtype: DT_FLOAT32
+        shape: [ 1048576, 1048576 ]
+      }
+      rank: 0
+    }
+    node { name: "y" op: "Relu" input: "w" rank: 1 }
+  )pb"));
+  Result r = RunPlan({path, "--quiet"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("16.0 TiB registered"));
+  EXPECT_THAT(r.err, HasSubstr("rdmaflow plan: warning: rank 0 registers "
+                               "8.00 TiB (receive 0 B, send 8.00 TiB)"));
+  EXPECT_THAT(r.err, HasSubstr("rdmaflow plan: warning: rank 1 registers "
+                               "8.00 TiB (receive 8.00 TiB, send 0 B), more "
+                               "than the"));
+  // A plan that fits gets no warning.
+  r = RunPlan({kMlp, "--quiet"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.err, IsEmpty());
 }
 
 }  // namespace

@@ -5,12 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/text_table.h"
+#include "graph_analyzer/display_text.h"
 #include "graph_analyzer/shape_util.h"
 
 namespace rdmaflow::graph {
 namespace {
 
-// A DOT double-quoted string.
+// A DOT double-quoted string. A newline becomes the label line break "\n";
+// callers pass names through DisplayText first, so the only newlines left
+// are the ones they put between a label's lines.
 std::string Quote(const std::string& text) {
   std::string out = "\"";
   for (char c : text) {
@@ -25,10 +28,13 @@ std::string Quote(const std::string& text) {
   return out;
 }
 
+// A node's DOT id: its name, escaped and quoted.
+std::string Id(const std::string& name) { return Quote(DisplayText(name)); }
+
 }  // namespace
 
 std::string GraphToDot(const AnalyzedGraph& graph) {
-  std::string out = absl::StrCat("digraph ", Quote(graph.graph().name()),
+  std::string out = absl::StrCat("digraph ", Id(graph.graph().name()),
                                  " {\n  rankdir=TB;\n"
                                  "  node [shape=box, fontsize=10];\n"
                                  "  edge [fontsize=9];\n");
@@ -39,16 +45,18 @@ std::string GraphToDot(const AnalyzedGraph& graph) {
     for (int node : graph.schedule()) {
       if (graph.node(node).rank != r) continue;
       const NodeDef& def = graph.def(node);
-      absl::StrAppend(&out, "    ", Quote(def.name()), " [label=",
-                      Quote(absl::StrCat(def.name(), "\n", def.op())), "];\n");
+      absl::StrAppend(&out, "    ", Id(def.name()), " [label=",
+                      Quote(absl::StrCat(DisplayText(def.name()), "\n",
+                                         DisplayText(def.op()))),
+                      "];\n");
     }
     absl::StrAppend(&out, "  }\n");
   }
   for (int node : graph.schedule()) {
     const AnalyzedNode& n = graph.node(node);
     for (const OutputId& in : n.inputs) {
-      std::string edge = absl::StrCat("  ", Quote(graph.def(in.node).name()),
-                                      " -> ", Quote(graph.def(node).name()));
+      std::string edge = absl::StrCat("  ", Id(graph.def(in.node).name()),
+                                      " -> ", Id(graph.def(node).name()));
       if (graph.node(in.node).rank == n.rank) {
         absl::StrAppend(&out, edge, ";\n");
         continue;

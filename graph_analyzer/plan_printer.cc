@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/text_table.h"
+#include "graph_analyzer/display_text.h"
 #include "graph_analyzer/shape_util.h"
 
 namespace rdmaflow::graph {
@@ -23,11 +24,12 @@ std::string FormatLink(const plan::LinkRegion& link) {
     bool is_static = slot.kind() == plan::STATIC;
     (is_static ? num_static : num_dynamic)++;
     if (is_static) static_bytes += slot.bytes();
-    std::string consumers = slot.consumers_size() > 0 ? slot.consumers(0) : "";
+    std::string consumers =
+        slot.consumers_size() > 0 ? DisplayText(slot.consumers(0)) : "";
     if (slot.consumers_size() > 1) {
       absl::StrAppend(&consumers, " +", slot.consumers_size() - 1);
     }
-    table.AddRow({absl::StrCat(slot.id()), slot.tensor(),
+    table.AddRow({absl::StrCat(slot.id()), DisplayText(slot.tensor()),
                   DataTypeName(slot.spec().dtype()),
                   ShapeString(slot.spec().shape()), KindName(slot),
                   is_static ? absl::StrCat(slot.bytes())
@@ -54,12 +56,12 @@ std::string PlanSummaryLine(const plan::TransferPlan& plan) {
     registered += rank.registered_bytes();
   }
   const plan::PlannerConfig& c = plan.config();
-  return absl::StrCat(
-      "plan '", plan.graph_name(), "': ", plan.world_size(), " ranks, ",
-      plan.link_size(), " links, ", tensors, " transfers, ",
-      FormatBytes(registered), " registered (alignment ", c.alignment(),
-      " B, pipeline depth ", c.pipeline_depth(), ", slot sharing ",
-      c.share_slots() ? "on" : "off", ")");
+  return absl::StrCat("plan '", DisplayText(plan.graph_name()),
+                      "': ", plan.world_size(), " ranks, ", plan.link_size(),
+                      " links, ", tensors, " transfers, ",
+                      FormatBytes(registered), " registered (alignment ",
+                      c.alignment(), " B, pipeline depth ", c.pipeline_depth(),
+                      ", slot sharing ", c.share_slots() ? "on" : "off", ")");
 }
 
 std::string FormatPlan(const plan::TransferPlan& plan) {
@@ -89,6 +91,23 @@ std::string FormatPlan(const plan::TransferPlan& plan) {
                     plan.promoted_tensor_size(), " tensor(s)\n");
   }
   return out;
+}
+
+std::vector<std::string> RegisteredMemoryWarnings(
+    const plan::TransferPlan& plan, uint64_t physical_bytes) {
+  std::vector<std::string> warnings;
+  for (const plan::RankSummary& r : plan.rank()) {
+    if (r.registered_bytes() <= physical_bytes) continue;
+    warnings.push_back(absl::StrCat(
+        "rank ", r.rank(), " registers ", FormatBytes(r.registered_bytes()),
+        " (receive ", FormatBytes(r.receive_bytes()), ", send ",
+        FormatBytes(r.send_bytes()), "), more than the ",
+        FormatBytes(physical_bytes),
+        " of physical memory here: registration pins every page, so it "
+        "fails on a machine like this one; shrink the tensors, lower "
+        "--pipeline-depth or spread the work over more ranks"));
+  }
+  return warnings;
 }
 
 }  // namespace rdmaflow::graph

@@ -1,16 +1,24 @@
 // File: text_io.cc
 #include "graph_analyzer/text_io.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <fstream>
-#include <sstream>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "graph_analyzer/display_text.h"
 
 namespace rdmaflow::graph {
 namespace {
@@ -43,6 +51,16 @@ class ErrorCollector final : public google::protobuf::io::ErrorCollector {
   std::vector<std::string> lines_;
 };
 
+// "a directory", "a character device", ... for an error message.
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
 }  // namespace
 
 absl::Status ParseTextProto(absl::string_view text, absl::string_view source,
@@ -61,23 +79,58 @@ absl::Status ParseTextProto(absl::string_view text, absl::string_view source,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot open '", path,
-                                            "': ", strerror(errno)));
+absl::StatusOr<std::string> ReadFileToString(const std::string& path,
+                                             uint64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused
+  // below. Reads of regular files ignore the flag.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open '", path, "'"));
   }
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) {
-    return absl::InternalError(absl::StrCat("error reading '", path, "'"));
+  absl::Cleanup close_fd = [fd] { close(fd); };
+  struct stat info;
+  if (fstat(fd, &info) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot stat '", path, "'"));
   }
-  return contents.str();
+  if (!S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is ", FileKind(info.st_mode),
+                     ", not a regular file; give the path of a file"));
+  }
+  auto too_large = [&]() {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("'", path, "' is larger than the limit of ", max_bytes,
+                     " bytes for an input file"));
+  };
+  if (static_cast<uint64_t>(info.st_size) > max_bytes) return too_large();
+  // The stated size is only a hint (files in /proc state 0, a file may grow
+  // meanwhile): read until end of file, at most max_bytes + 1 bytes.
+  std::string contents;
+  contents.resize(std::min<uint64_t>(max_bytes, info.st_size) + 1);
+  size_t filled = 0;
+  while (true) {
+    if (filled == contents.size()) {
+      if (filled > max_bytes) return too_large();
+      contents.resize(std::min<uint64_t>(max_bytes + 1, 2 * filled));
+    }
+    ssize_t got = read(fd, contents.data() + filled, contents.size() - filled);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      return absl::ErrnoToStatus(errno,
+                                 absl::StrCat("error reading '", path, "'"));
+    }
+    if (got == 0) break;
+    filled += got;
+  }
+  if (filled > max_bytes) return too_large();
+  contents.resize(filled);
+  return contents;
 }
 
 absl::Status ReadTextProto(const std::string& path,
-                           google::protobuf::Message* message) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+                           google::protobuf::Message* message,
+                           uint64_t max_bytes) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, max_bytes));
   return ParseTextProto(text, path, message);
 }
 
@@ -109,7 +162,7 @@ absl::Status WriteTextProto(const std::string& path,
                             const google::protobuf::Message& message,
                             absl::string_view header) {
   std::string text;
-  if (!header.empty()) text = absl::StrCat("# ", header, "\n");
+  if (!header.empty()) text = absl::StrCat("# ", DisplayText(header), "\n");
   absl::StrAppend(&text, ToTextProto(message));
   return WriteStringToFile(path, text);
 }
