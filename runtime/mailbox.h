@@ -14,6 +14,15 @@
 // slot being overwritten is left for the next Collect() (never a torn
 // message).
 //
+// A stamp is written by the peer into our memory, so it is untrusted: stamps
+// only go up (a sender counts its messages from 0 for the life of the
+// mailbox; a sender that restarts needs a new namespace), and a slot whose
+// stamp goes back fails its sender with kDataLoss for good: nothing more is
+// read from its slot, and Send()/Probe() to it return that error. Sizes come
+// only from this rank's arguments, checked without wrapping; a peer's inbox
+// must have been created with the same world and message size (its layout
+// in the store is compared in Connect()).
+//
 //   ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, "job/gossip",
 //                                              rank, world, bytes, timeout));
 //   RETURN_IF_ERROR(box->Connect(peer));      // after the peer's Create()
@@ -44,8 +53,10 @@ namespace rdmaflow::runtime {
 class Mailbox {
  public:
   // Allocates the inbox (`world` slots of `bytes`) and an outbox, and
-  // publishes the inbox as <ns>/mailbox/<rank>. kInvalidArgument for 0 bytes
-  // or a rank outside [0, world); Allocate's errors.
+  // publishes the inbox as <ns>/mailbox/<rank> (and its layout, world and
+  // bytes, as <ns>/mailbox/<rank>/layout). kInvalidArgument for 0 bytes, a
+  // rank outside [0, world), or an inbox whose size overflows size_t;
+  // Allocate's errors.
   static absl::StatusOr<std::unique_ptr<Mailbox>> Create(
       rdma::Transport& transport, rdma::Store& store, const std::string& ns, int rank,
       int world, size_t bytes, absl::Duration timeout);
@@ -53,20 +64,32 @@ class Mailbox {
   size_t bytes() const { return bytes_; }
 
   // Connects to `peer`'s inbox, waiting up to the timeout for it to be
-  // published. kDeadlineExceeded names the peer; a second call is a no-op.
+  // published. kDeadlineExceeded names the peer; kFailedPrecondition quoting
+  // both layouts when the peer's mailbox has another world or message size;
+  // kInvalidArgument for a descriptor of another rank or too short for the
+  // inbox; a second call is a no-op.
   absl::Status Connect(int peer);
 
   // Writes `data` (bytes() bytes) into this rank's slot at `peer`.
   // kFailedPrecondition before Connect(peer); kUnavailable /
-  // kDeadlineExceeded when the peer is gone or silent.
+  // kDeadlineExceeded when the peer is gone or silent; PeerStatus(peer)
+  // (kDataLoss) once the peer broke the protocol.
   absl::Status Send(int peer, const std::byte* data);
 
-  // Flushes the connection to `peer`: OK while it lives.
+  // Flushes the connection to `peer`: OK while it lives. PeerStatus(peer)
+  // once the peer broke the protocol.
   absl::Status Probe(int peer);
+
+  // OK, or kDataLoss naming what `peer` wrote into its slot here that no
+  // honest sender writes (a stamp going back). kInvalidArgument for a rank
+  // outside the world.
+  absl::Status PeerStatus(int peer) const;
 
   // Calls `deliver(sender, message)` for every slot holding a whole message
   // not delivered before, and returns how many it delivered. `message` is a
-  // private copy, valid during the call.
+  // private copy, valid during the call. Slots of senders that broke the
+  // protocol are skipped (see PeerStatus()); a sender whose stamp goes back
+  // in this call is failed, and its message not delivered.
   int Collect(absl::FunctionRef<void(int sender, const std::byte* message)> deliver);
 
   // Collect() passes over a slot whose sender was writing it.
@@ -74,9 +97,11 @@ class Mailbox {
 
  private:
   Mailbox(rdma::Transport& transport, rdma::Store& store, std::string ns, int rank,
-          int world, size_t bytes, absl::Duration timeout);
+          int world, size_t bytes, size_t slot_bytes, absl::Duration timeout);
   absl::Status WriteStamp(int peer, uint64_t stamp, absl::Time deadline);
   absl::Status Checked(int peer, absl::Status status) const;
+  // Fails `sender` with kDataLoss: its stamp went back from `from` to `to`.
+  void FailSender(int sender, uint64_t from, uint64_t to);
 
   rdma::Transport& transport_;
   rdma::Store& store_;
@@ -84,6 +109,7 @@ class Mailbox {
   const int rank_;
   const int world_;
   const size_t bytes_;
+  const size_t slot_bytes_;  // stamp word (padded) + message (rounded up)
   const absl::Duration timeout_;
   std::unique_ptr<rdma::MemoryRegion> inbox_;
   std::unique_ptr<rdma::MemoryRegion> outbox_;  // [stamp word][message]
@@ -91,6 +117,7 @@ class Mailbox {
   std::vector<std::unique_ptr<rdma::RemoteRegion>> remote_;       // by peer
   std::vector<uint64_t> sent_;       // messages sent, by peer
   std::vector<uint64_t> delivered_;  // last stamp delivered, by sender
+  std::vector<absl::Status> peer_status_;  // kDataLoss once a peer broke the protocol
   std::vector<std::byte> copy_;
   int64_t busy_slots_ = 0;
 };

@@ -126,5 +126,35 @@ TEST(MailboxTest, RefusesBadUses) {
   EXPECT_OK(results[0]);
 }
 
+TEST(MailboxTest, RefusesADescriptorTooShortOrOfAnotherRank) {
+  // Descriptors forged under rank 1's inbox key, with rank 1's layout.
+  constexpr size_t kInbox = 2 * (64 + 64);  // 2 slots of 64-byte messages
+  for (int forgery = 0; forgery < 2; ++forgery) {
+    const std::string ns = absl::StrCat("mailbox_test_descriptor", forgery);
+    std::vector<absl::Status> results = testing::RunRankThreads(
+        2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+          if (rank == 1) {
+            ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(kInbox));
+            rdma::RemoteRegion descriptor = region.descriptor();
+            if (forgery == 0) {
+              descriptor.length = kInbox - 1;  // one byte short
+            } else {
+              descriptor.owner_rank = 0;
+            }
+            RETURN_IF_ERROR(rdma::PublishAddress(store, ns, transport));
+            RETURN_IF_ERROR(store.Set(ns + "/mailbox/1/layout", "2 slots of 64 bytes"));
+            RETURN_IF_ERROR(rdma::PublishRegion(store, ns, "mailbox/1", descriptor));
+            return rdma::Barrier(store, ns, "done", 2, absl::Seconds(60));
+          }
+          ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, ns, 0, 2, 64,
+                                                     absl::Seconds(60)));
+          EXPECT_THAT(box->Connect(1), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("does not hold 2 slots")));
+          return rdma::Barrier(store, ns, "done", 2, absl::Seconds(60));
+        });
+    for (const absl::Status& status : results) EXPECT_OK(status);
+  }
+}
+
 }  // namespace
 }  // namespace rdmaflow::runtime

@@ -15,6 +15,13 @@
 // stamp proves no write overlapped the copy; otherwise it retries. A reader
 // that loses the race needs `copies - 1` updates to pass during one read.
 //
+// Everything a reader learns from the store (the layout: bytes and copies;
+// the region's descriptor) or from the owner's memory (the latest version,
+// the stamps) is untrusted: the layout is checked with overflow-safe
+// arithmetic against the descriptor before it sizes anything, and a header
+// whose version goes back, or lies beyond what a stamp can hold (2^63 - 1),
+// fails the reader with kDataLoss for good.
+//
 //   // owner (rank 0)
 //   ASSIGN_OR_RETURN(auto shard, VersionedBuffer::Create(
 //       transport, store, "job/ps", "shard0", bytes, /*copies=*/3));
@@ -32,6 +39,7 @@
 #include <string>
 
 #include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rdma/endpoint.h"
@@ -45,9 +53,15 @@ namespace rdmaflow::runtime {
 // (no transport call), so it may run while readers read.
 class VersionedBuffer {
  public:
+  // The most copies a buffer may have: a reader reads the whole header (8
+  // bytes per copy) on every Read(), and a layout in the store claiming more
+  // must not make it allocate without bound.
+  static constexpr int kMaxCopies = 1024;
+
   // Allocates the copies and the header with transport.Allocate(), writes
   // version 0 (zeros) and publishes the descriptor as <ns>/versioned/<name>.
-  // kInvalidArgument for 0 bytes or fewer than 2 copies; Allocate's errors.
+  // kInvalidArgument for 0 bytes, fewer than 2 or more than kMaxCopies
+  // copies, or a size that does not fit in size_t; Allocate's errors.
   static absl::StatusOr<std::unique_ptr<VersionedBuffer>> Create(
       rdma::Transport& transport, rdma::Store& store, const std::string& ns,
       const std::string& name, size_t bytes, int copies);
@@ -83,7 +97,10 @@ class VersionedBuffer {
 class VersionedReader {
  public:
   // Fetches <ns>/versioned/<name> (waiting up to `timeout` for the owner to
-  // publish it) and connects to `owner_rank`. kDeadlineExceeded names both.
+  // publish it) and connects to `owner_rank`. kDeadlineExceeded names both;
+  // kInvalidArgument naming the field for a layout that is malformed, out of
+  // range (bytes 0, copies outside 2..kMaxCopies), overflows size_t, or does
+  // not fit in the published descriptor.
   static absl::StatusOr<std::unique_ptr<VersionedReader>> Create(
       rdma::Transport& transport, rdma::Store& store, const std::string& ns,
       const std::string& name, int owner_rank, absl::Duration timeout);
@@ -95,10 +112,12 @@ class VersionedReader {
   // exactly bytes()) and returns its version number. kInvalidArgument for a
   // wrong `dst`; kUnavailable / kDeadlineExceeded when the owner is gone or
   // silent; kAborted when 1000 attempts in a row lost the race against the
-  // owner's updates (give the buffer more copies).
+  // owner's updates (give the buffer more copies); kDataLoss when the
+  // owner's header broke the protocol (a version below one already seen, or
+  // one of 2^63 or more), and from then on for every call.
   absl::StatusOr<uint64_t> Read(const rdma::LocalSlice& dst);
 
-  // The latest version number, by one 8-byte read.
+  // The latest version number, by one 8-byte read. kDataLoss as for Read().
   absl::StatusOr<uint64_t> LatestVersion();
 
   // Reads that saw their copy overwritten and started again.
@@ -108,6 +127,9 @@ class VersionedReader {
   VersionedReader(rdma::Transport& transport, std::string name, int owner,
                   absl::Duration timeout);
   absl::Status ReadWords(size_t offset, size_t count);
+  // kDataLoss (kept in `failed_`) for a version the owner cannot have
+  // published after `last_version_`.
+  absl::Status CheckVersion(uint64_t version);
 
   rdma::Transport& transport_;
   const std::string name_;
@@ -119,6 +141,8 @@ class VersionedReader {
   size_t bytes_ = 0;
   int copies_ = 0;
   int64_t retries_ = 0;
+  uint64_t last_version_ = 0;  // the highest version seen in the header
+  absl::Status failed_;        // kDataLoss once the owner broke the protocol
 };
 
 }  // namespace rdmaflow::runtime

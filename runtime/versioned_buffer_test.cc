@@ -111,8 +111,15 @@ TEST(VersionedBufferTest, ReaderSeesEachUpdateAndTheLatestVersion) {
           EXPECT_EQ(reader->retries(), 0);
           RETURN_IF_ERROR(store.Set(absl::StrCat("read/", v), "1"));
         }
-        // A destination of the wrong size is refused before anything moves.
+        // A destination of the wrong size is refused before anything moves,
+        // and so is one whose offset + length wraps.
         EXPECT_THAT(reader->Read({&dst, 0, 16}),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             HasSubstr("must be 24 bytes")));
+        EXPECT_THAT(reader->Read({&dst, ~size_t{0} - 7, 24}),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             HasSubstr("must be 24 bytes")));
+        EXPECT_THAT(reader->Read({&dst, 1, 24}),
                     StatusIs(absl::StatusCode::kInvalidArgument,
                              HasSubstr("must be 24 bytes")));
         return absl::OkStatus();
