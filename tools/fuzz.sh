@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang + AddressSanitizer +
 # UndefinedBehaviorSanitizer (bazel --config=fuzz) and runs each for a bounded
-# time, seeded with the example graphs. Exits non-zero if a fuzzer finds a
-# crash; the reproducer is left in $FUZZ_ARTIFACTS (default
-# bazel-fuzz-artifacts/).
+# time: the graph text loader (seeded with the example graphs) and the
+# peer-written piece headers of the Messenger and rdma_copy. Exits non-zero
+# if a fuzzer finds a crash; the reproducer is left in $FUZZ_ARTIFACTS
+# (default bazel-fuzz-artifacts/).
 #
 #   tools/fuzz.sh              # 30 s per target
 #   FUZZ_SECONDS=600 tools/fuzz.sh
@@ -18,27 +19,36 @@ output_base=${FUZZ_OUTPUT_BASE:-$HOME/.cache/rdmaflow-fuzz/$(pwd -P | md5sum | c
 
 log=$(mktemp)
 if ! bazel --output_base="$output_base" build --config=fuzz --symlink_prefix=/ \
-  //graph_analyzer:graph_text_fuzzer >"$log" 2>&1; then
+  //graph_analyzer:graph_text_fuzzer //runtime:piece_stream_fuzzer >"$log" 2>&1; then
   grep -v "Cannot export local symbol" "$log" | tail -40
   echo "fuzz: building the fuzz targets FAILED"
   exit 1
 fi
 rm -f "$log"
 bin=$(bazel --output_base="$output_base" info --config=fuzz bazel-bin)
-
-corpus=$(mktemp -d)
-trap 'rm -rf "$corpus"' EXIT
-cp graph_analyzer/testdata/*.pbtxt "$corpus/"
 mkdir -p "$artifacts"
-echo "fuzz: graph_text_fuzzer for ${seconds}s (corpus: $(ls "$corpus" | wc -l) seeds)"
-"$bin/graph_analyzer/graph_text_fuzzer" "$corpus" \
-  -dict=graph_analyzer/fuzz/graph_text.dict -max_len=65536 \
-  -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
-  -artifact_prefix="$artifacts/" -print_final_stats=1 2>&1 |
-  grep -E "^(#[0-9]+ +(INITED|DONE)|stat::number_of_executed_units|stat::peak_rss|==[0-9]+==ERROR|SUMMARY|Done|artifact_prefix|Test unit written)" || true
-status=${PIPESTATUS[0]}
-if [ "$status" -ne 0 ]; then
-  echo "fuzz: graph_text_fuzzer FAILED (exit $status); reproducer in $artifacts"
-  exit "$status"
-fi
-echo "fuzz: graph_text_fuzzer passed"
+
+# run_fuzzer NAME BINARY CORPUS [libFuzzer flags...]
+run_fuzzer() {
+  local name=$1 binary=$2 corpus=$3
+  shift 3
+  echo "fuzz: $name for ${seconds}s (corpus: $(ls "$corpus" | wc -l) seeds)"
+  "$binary" "$corpus" "$@" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+    -artifact_prefix="$artifacts/$name-" -print_final_stats=1 2>&1 |
+    grep -E "^(#[0-9]+ +(INITED|DONE)|stat::number_of_executed_units|stat::peak_rss|==[0-9]+==ERROR|SUMMARY|Done|artifact_prefix|Test unit written)" || true
+  local status=${PIPESTATUS[0]}
+  if [ "$status" -ne 0 ]; then
+    echo "fuzz: $name FAILED (exit $status); reproducer in $artifacts"
+    return "$status"
+  fi
+  echo "fuzz: $name passed"
+}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/graphs" "$work/pieces"
+cp graph_analyzer/testdata/*.pbtxt "$work/graphs/"
+run_fuzzer graph_text_fuzzer "$bin/graph_analyzer/graph_text_fuzzer" "$work/graphs" \
+  -dict=graph_analyzer/fuzz/graph_text.dict -max_len=65536 || exit $?
+run_fuzzer piece_stream_fuzzer "$bin/runtime/piece_stream_fuzzer" "$work/pieces" \
+  -max_len=4096 || exit $?

@@ -3,8 +3,10 @@
 # ("tests: N passed, N failed, N skipped (M test targets)"):
 #   1. bazel test //... (tests tagged requires-rdma / requires-gpu are
 #      filtered out by .bazelrc);
-#   2. the libFuzzer targets for FUZZ_SECONDS (default 30; 0 skips);
-#   3. the requires-rdma tests inside a Soft-RoCE VM (tools/rdma_tests.sh;
+#   2. the libFuzzer targets for FUZZ_SECONDS (default 30 each; 0 skips);
+#   3. the `hostile` and `slow_peer` suites and the conformance tests under
+#      AddressSanitizer + UBSan (tools/sanitize.sh; SANITIZE=0 skips);
+#   4. the requires-rdma tests inside a Soft-RoCE VM (tools/rdma_tests.sh;
 #      RDMA_TESTS=0 skips; they count as skipped where no VM can run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,11 +21,20 @@ fuzz_status=0
 fuzz_summary="skipped (FUZZ_SECONDS=0)"
 if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
   if tools/fuzz.sh; then
-    fuzz_summary="graph_text_fuzzer passed (${FUZZ_SECONDS:-30}s)"
+    fuzz_summary="graph_text_fuzzer, piece_stream_fuzzer passed (${FUZZ_SECONDS:-30}s each)"
   else
-    fuzz_summary="graph_text_fuzzer FAILED"
+    fuzz_summary="FAILED (see above)"
     fuzz_status=1
   fi
+fi
+
+sanitize_status=0
+sanitize_summary="sanitizers: skipped (SANITIZE=0)"
+if [ "${SANITIZE:-1}" != 0 ]; then
+  tools/sanitize.sh | tee "$log.sanitize"
+  sanitize_status=${PIPESTATUS[0]}
+  sanitize_summary=$(grep '^sanitizers: ' "$log.sanitize" | tail -1)
+  rm -f "$log.sanitize"
 fi
 
 rdma_status=0
@@ -81,8 +92,10 @@ if [ "$status" -ne 0 ]; then
   echo "bazel test exited with status $status"
 fi
 echo "fuzz: ${fuzz_summary}"
+echo "${sanitize_summary}"
 echo "${rdma_summary:-rdma tests: skipped (RDMA_TESTS=0)}"
 echo "tests: ${summary}"
 [ "$status" -ne 0 ] || status=$fuzz_status
+[ "$status" -ne 0 ] || status=$sanitize_status
 [ "$status" -ne 0 ] || status=$rdma_status
 exit "$status"

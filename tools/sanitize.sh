@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs the tests that feed hostile or late peer data to rdmaflow (bazel tags
+# `hostile` and `slow_peer`) and the transport conformance suites under
+# AddressSanitizer + UndefinedBehaviorSanitizer (bazel --config=asan), in an
+# output base of their own so that the main build's cache stays warm.
+# Prints "sanitizers: ..." and exits non-zero when a test fails.
+#
+#   tools/sanitize.sh                 # every such test
+#   tools/sanitize.sh //runtime:messenger_hostile_test   # just these
+set -uo pipefail
+cd "$(dirname "$0")/.."
+output_base=${SANITIZE_OUTPUT_BASE:-$HOME/.cache/rdmaflow-asan/$(pwd -P | md5sum | cut -c1-16)}
+bazel_asan=(bazel --output_base="$output_base")
+
+if [ $# -gt 0 ]; then
+  targets=("$@")
+else
+  mapfile -t targets < <("${bazel_asan[@]}" query --noshow_progress \
+    'attr(tags, "(^|[ \[,])(hostile|slow_peer)([ \],]|$)", tests(//...))' 2>/dev/null)
+  targets+=(//rdma/loopback:loopback_conformance_test //rdma/ucx:ucx_conformance_test)
+fi
+echo "sanitizers: ${#targets[@]} test targets under ASan+UBSan"
+log=$(mktemp)
+"${bazel_asan[@]}" test --config=asan --symlink_prefix=/ \
+  --test_tag_filters=-requires-rdma,-requires-gpu "${targets[@]}" 2>&1 | tee "$log" |
+  grep -E "^//|^Executed|ERROR|FAILED TO BUILD" || true
+status=${PIPESTATUS[0]}
+passed=$(grep -cE "^//\S+\s+(\(cached\) )?PASSED" "$log")
+failed=$(grep -cE "^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS)|FAILED TO BUILD" "$log")
+rm -f "$log"
+if [ "$status" -ne 0 ]; then
+  testlogs=$("${bazel_asan[@]}" info --config=asan bazel-testlogs 2>/dev/null)
+  echo "sanitizers: FAILED ($passed passed, $failed failed; logs under $testlogs)"
+  exit "$status"
+fi
+echo "sanitizers: $passed test targets passed under ASan+UBSan"
