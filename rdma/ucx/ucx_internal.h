@@ -72,7 +72,9 @@ struct UcxEndpointState {
   ucp_ep_h ep = nullptr;
   bool closed = false;
   absl::Status failure;  // Set by the UCX error handler or the watchdog.
-  // Same-host peers are watched by pid (peer_liveness.h) instead of by UCX.
+  // Peers whose process we can check (same host and PID namespace,
+  // peer_liveness.h) are watched by the transport's watchdog; any other peer
+  // by UCX's peer error handling (UCP_ERR_HANDLING_MODE_PEER).
   bool watched = false;
   ProcessIdentity peer_identity;
   size_t outstanding = 0;

@@ -18,7 +18,8 @@ namespace {
 
 constexpr char kBackend[] = "ucx";
 constexpr char kRkeyMagic[8] = {'R', 'F', 'U', 'C', 'X', 'K', '0', '1'};
-constexpr char kAddressMagic[8] = {'R', 'F', 'U', 'C', 'X', 'A', '0', '1'};
+// 02: the process identity names its PID namespace.
+constexpr char kAddressMagic[8] = {'R', 'F', 'U', 'C', 'X', 'A', '0', '2'};
 
 // FNV-1a: a stable checksum (the same in every process) for key envelopes.
 uint64_t Fnv1a(const void* data, size_t size) {
@@ -101,6 +102,10 @@ UcxRegistration::~UcxRegistration() {
   }
 }
 
+UcxTransport::UcxTransport(const UcxTransportOptions& options,
+                           std::shared_ptr<UcxContext> context)
+    : options_(options), context_(std::move(context)) {}
+
 absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
     const UcxTransportOptions& options) {
   if (options.rank < 0) {
@@ -169,7 +174,8 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
       ucp_worker_get_address(transport->worker_, &address, &address_length),
       "getting the UCX worker address"));
   // The address carries our process identity, for same-host liveness checks.
-  std::string payload = SelfIdentity().Encode();
+  transport->self_ = std::make_unique<ProcessIdentity>(SelfIdentity());
+  std::string payload = transport->self_->Encode();
   payload.append(reinterpret_cast<const char*>(address), address_length);
   transport->address_ = Wrap(kAddressMagic, payload.data(), payload.size());
   ucp_worker_release_address(transport->worker_, address);
@@ -275,36 +281,57 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
         worker_address.status().message(),
         "; do all ranks use the ucx transport?"));
   }
+  if (worker_address->size() <= ProcessIdentity::kEncodedSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address of rank ", peer.rank, " is truncated (",
+        worker_address->size(), " bytes)"));
+  }
   absl::StatusOr<ProcessIdentity> identity = ProcessIdentity::Decode(
       absl::string_view(*worker_address).substr(0, ProcessIdentity::kEncodedSize));
-  if (!identity.ok() ||
-      worker_address->size() <= ProcessIdentity::kEncodedSize) {
+  if (!identity.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "address of rank ", peer.rank, " is truncated"));
+        "address of rank ", peer.rank, ": ", identity.status().message()));
   }
   auto state = std::make_shared<UcxEndpointState>();
   state->transport = this;
   state->peer_rank = peer.rank;
   state->peer_identity = *identity;
   // UCX 1.13's shared-memory transports cannot detect a dead peer, and
-  // asking for peer error handling would exclude them; so same-host peers
-  // are watched by process instead (peer_liveness.h).
-  state->watched = identity->boot_id == SelfIdentity().boot_id;
+  // asking for peer error handling would exclude them; so a peer whose
+  // process we can check (same host and PID namespace) is watched by pid
+  // instead (peer_liveness.h). Any other peer, on another host or in another
+  // PID namespace (another container on this host), gets UCX's peer error
+  // handling. That excludes shared memory, which UCX 1.13 cannot use across
+  // PID namespaces anyway: posix and cma are unreachable there, and an mm
+  // endpoint reads /proc/<peer pid> when it connects.
+  const bool watched = CanWatchProcess(*self_, *identity);
+  state->watched = watched;
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(
       worker_address->data() + ProcessIdentity::kEncodedSize);
-  params.err_mode = state->watched ? UCP_ERR_HANDLING_MODE_NONE
-                                   : UCP_ERR_HANDLING_MODE_PEER;
+  params.err_mode =
+      watched ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = &OnEndpointError;
   params.err_handler.arg = state.get();
-  RETURN_IF_ERROR(UcsToStatus(
-      ucp_ep_create(worker_, &params, &state->ep),
-      absl::StrCat("rank ", options_.rank, " connecting to rank ",
-                   peer.rank)));
-  if (state->watched) watched_.push_back(state);
+  const ucs_status_t created = ucp_ep_create(worker_, &params, &state->ep);
+  if (created != UCS_OK) {
+    std::string hint;
+    if (created == UCS_ERR_UNREACHABLE && !watched &&
+        self_->boot_id == identity->boot_id) {
+      hint = absl::StrCat(
+          " (rank ", peer.rank, " runs on this host but its process cannot be "
+          "watched from here: another PID namespace, e.g. another container, "
+          "or a /proc of another namespace; shared memory cannot detect its "
+          "death, so it needs a transport that can, e.g. tcp in `tls`)");
+    }
+    return UcsToStatus(created,
+                       absl::StrCat("rank ", options_.rank,
+                                    " connecting to rank ", peer.rank, hint));
+  }
+  if (watched) watched_.push_back(state);
   return std::unique_ptr<Endpoint>(new UcxEndpoint(std::move(state)));
 }
 

@@ -5,8 +5,9 @@
 // are truly one-sided), packed rkeys in descriptors, ucp_put_nbx/ucp_get_nbx,
 // flush, and an active message (sent after a flush) for notifications. UCX
 // picks shared memory (posix, cma), TCP or verbs (rc/dc) by itself, or as the
-// `tls` option says. Dead peers are found by UCX keepalive and endpoint error
-// handling. See docs/rdma.md.
+// `tls` option says. Dead peers are found by a process watchdog (same host
+// and PID namespace) or by UCX keepalive and endpoint error handling (other
+// hosts and containers). See docs/rdma.md.
 #ifndef RDMAFLOW_RDMA_UCX_UCX_TRANSPORT_H_
 #define RDMAFLOW_RDMA_UCX_UCX_TRANSPORT_H_
 
@@ -32,15 +33,16 @@ struct UcxTransportOptions {
   // "rc_verbs,ud_verbs". Empty: UCX's own choice (the UCX_TLS environment
   // variable if set, else all available).
   std::string tls;
-  // How often peers are checked for liveness (UCX keepalive for remote
-  // peers, a process check for same-host ones); a dead peer's operations
-  // fail within about two intervals.
+  // How often peers are checked for liveness (a process check for peers on
+  // this host in our PID namespace, UCX keepalive for the others); a dead
+  // peer's operations fail within two intervals (docs/rdma.md).
   absl::Duration keepalive_interval = absl::Milliseconds(500);
   // Operations one endpoint accepts in flight before kResourceExhausted.
   size_t max_outstanding_per_endpoint = 1024;
 };
 
 class UcxEndpoint;
+struct ProcessIdentity;
 struct UcxContext;
 struct UcxEndpointState;
 struct UcxOp;
@@ -72,13 +74,13 @@ class UcxTransport final : public Transport {
   friend struct UcxOps;
 
   UcxTransport(const UcxTransportOptions& options,
-               std::shared_ptr<UcxContext> context)
-      : options_(options), context_(std::move(context)) {}
+               std::shared_ptr<UcxContext> context);
   absl::StatusOr<MemoryRegion> Map(void* address, size_t bytes, bool allocate);
   // Fails the endpoints whose same-host peer process has exited.
   void WatchPeers();
 
   const UcxTransportOptions options_;
+  std::unique_ptr<ProcessIdentity> self_;  // Published in address_.
   std::shared_ptr<UcxContext> context_;  // Shared with memory regions.
   ucp_worker_h worker_ = nullptr;
   std::string address_;
