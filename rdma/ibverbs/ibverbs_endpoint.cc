@@ -84,13 +84,9 @@ absl::Status IbverbsEndpoint::Close() {
   EndpointState& s = *state_;
   if (s.closed) return absl::OkStatus();
   s.closed = true;
-  absl::Status stopped = StopQueuePair(s.qp.get());
-  // The queue pair is in the error state: the device no longer touches the
-  // buffers, and what was in flight is cancelled.
-  transport_->FailAll(
-      s, absl::CancelledError(absl::StrCat("the endpoint to rank ",
-                                           s.peer_rank, " was closed")));
-  return stopped;
+  // Not FailAll() at once: the adapter may touch a request's buffers until
+  // its flush completion arrives, and a callback hands the buffer back.
+  return transport_->CloseEndpoint(s);
 }
 
 }  // namespace rdmaflow::rdma::ibverbs

@@ -41,6 +41,21 @@ class IbverbsEndpoint final : public Endpoint {
   absl::Status PostRead(const LocalSlice& dst, const RemoteSlice& src,
                         Completion done) override;
   absl::Status PostFlush(Completion done) override;
+
+  // Stops the endpoint (Endpoint::Close) and returns only once the adapter
+  // is done with every buffer of the operations in flight, so that their
+  // callbacks (which fire from later Progress() calls: OK for those that
+  // finished, kCancelled for the rest) really hand the buffers back. How: a
+  // signaled marker behind an unsignaled tail, the queue pair to the error
+  // state, then polling the send completion queue (other endpoints'
+  // completions found there are queued for Progress() as usual) until each
+  // request has its completion. If that takes longer than close_timeout,
+  // the queue pair is destroyed, which stops the adapter as surely, and the
+  // rest are cancelled (logged). Should even that fail, the callbacks of
+  // what is left never run and their buffers must be leaked: kInternal
+  // says so. Otherwise OK (or the error moving the queue pair to the error
+  // state). Blocks for at most close_timeout; idempotent; the destructor
+  // calls it.
   absl::Status Close() override;
 
  private:

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "rdma/endpoint.h"
 #include "rdma/ibverbs/bootstrap.h"
 #include "rdma/ibverbs/device.h"
@@ -86,6 +87,14 @@ struct EndpointState {
   bool posted_since_progress = false;
   bool closed = false;
   absl::Status failure;  // Set once the queue pair failed.
+  // The queue pair is in the error state (Close(), a failed completion, a
+  // dead peer): each request still in `in_flight` will end with a
+  // completion, a flushed one with `stop_reason`. The adapter may touch a
+  // request's buffers until then, so callbacks wait for it, until
+  // `drain_deadline` (then the queue pair is destroyed, see Fence()).
+  bool stopped = false;
+  absl::Status stop_reason;
+  absl::Time drain_deadline = absl::InfiniteFuture();
 };
 
 // wr_id = endpoint id << kSeqBits | sequence number.

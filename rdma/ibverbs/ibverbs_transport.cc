@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -89,21 +91,59 @@ absl::StatusOr<uint32_t> UnpackKey(absl::string_view packed, int peer_rank) {
   return rkey;
 }
 
+// What the handshake listener keeps for a peer that connected to us: its
+// queue pair, retired when the listener lets go of it.
+class AcceptedQueuePair final : public AcceptedPeer {
+ public:
+  AcceptedQueuePair(IbverbsTransport* transport, uint32_t qpn)
+      : transport_(transport), qpn_(qpn) {}
+  ~AcceptedQueuePair() override { transport_->RetireAccepted(qpn_); }
+
+ private:
+  IbverbsTransport* transport_;
+  uint32_t qpn_;
+};
+
 absl::StatusOr<std::unique_ptr<IbverbsTransport>> IbverbsTransport::Create(
     const IbverbsTransportOptions& options) {
   if (options.rank < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", options.rank, " is negative"));
   }
+  if (options.world_size < 0 ||
+      (options.world_size > 0 && options.rank >= options.world_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is outside world_size ",
+                     options.world_size));
+  }
   if (options.max_outstanding_per_endpoint == 0 || options.signal_every < 1 ||
       options.ack_timeout < 1 || options.ack_timeout > 31 ||
       options.retry_count < 0 || options.retry_count > 7 ||
-      options.receive_depth < 1) {
+      options.receive_depth < 1 || options.max_pending_queue_pairs < 1 ||
+      options.handshake_timeout <= absl::ZeroDuration() ||
+      options.close_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "ibverbs options out of range: max_outstanding >= 1, signal_every >= "
-        "1, ack_timeout 1..31, retry_count 0..7, receive_depth >= 1");
+        "1, ack_timeout 1..31, retry_count 0..7, receive_depth >= 1, "
+        "max_pending_queue_pairs >= 1, handshake_timeout and close_timeout "
+        "> 0");
   }
-  std::unique_ptr<IbverbsTransport> transport(new IbverbsTransport(options));
+  // The token before the device: a misconfigured job is told so even on a
+  // host without RDMA.
+  JobToken token;
+  if (options.job_token.has_value()) {
+    if (options.job_token->empty() ||
+        options.job_token->size() > kMaxJobTokenBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the ibverbs job token must have 1..", kMaxJobTokenBytes,
+          " bytes, not ", options.job_token->size()));
+    }
+    token = JobToken{*options.job_token, "IbverbsTransportOptions::job_token"};
+  } else {
+    ASSIGN_OR_RETURN(token, JobTokenFromEnvironment());
+  }
+  std::unique_ptr<IbverbsTransport> transport(
+      new IbverbsTransport(options, std::move(token)));
   RETURN_IF_ERROR(transport->Init());
   return transport;
 }
@@ -134,21 +174,55 @@ absl::Status IbverbsTransport::Init() {
   }
   RETURN_IF_ERROR(PostReceives(srq_attr.attr.max_wr));
   ASSIGN_OR_RETURN(marker_, Allocate(kPage));
+  const std::string default_host = DefaultBootstrapHost(d);
+  ASSIGN_OR_RETURN(BindChoice bind,
+                   ChooseBindAddress(options_.bind_address.empty()
+                                         ? options_.bootstrap_host
+                                         : options_.bind_address,
+                                     default_host));
+  BootstrapListenerOptions listen;
+  listen.bind_address = bind.address;
+  listen.job_token = job_token_.value;
+  listen.job_token_source = job_token_.source;
+  listen.local_rank = options_.rank;
+  listen.world_size = options_.world_size;
+  listen.handshake_timeout = options_.handshake_timeout;
+  listen.max_pending_queue_pairs = options_.max_pending_queue_pairs;
   ASSIGN_OR_RETURN(listener_,
-                   BootstrapListener::Start([this](const QueuePairInfo& r) {
-                     return Accept(r);
-                   }));
-  std::string host = options_.bootstrap_host.empty()
-                         ? DefaultBootstrapHost(d)
-                         : options_.bootstrap_host;
+                   BootstrapListener::Start(
+                       listen, [this](const QueuePairInfo& request) {
+                         return Accept(request);
+                       }));
+  std::string host = options_.bootstrap_host;
+  if (host.empty()) {
+    host = bind.address == "0.0.0.0" ? default_host : bind.address;
+  }
   address_ = absl::StrCat(kAddressMagic, "|", options_.rank, "|", host, "|",
                           listener_->port(), "|", d.name);
+  handshake_address_ = absl::StrCat(listener_->bound_address(), ":",
+                                    listener_->port(), ", ", bind.why);
   description_ = absl::StrCat(d.description, "; handshake at ", host, ":",
-                              listener_->port());
+                              listener_->port(), " (bound to ",
+                              handshake_address_, "; job token: ",
+                              job_token_.source, ")");
   return absl::OkStatus();
 }
 
+// The listener goes first: it releases the accepted queue pairs into
+// retired_, destroyed with the other members (before the CQs and SRQ).
 IbverbsTransport::~IbverbsTransport() { listener_.reset(); }
+
+IbverbsTransportStats IbverbsTransport::stats() const {
+  IbverbsTransportStats stats;
+  {
+    absl::MutexLock lock(&mutex_);
+    stats.accepted_queue_pairs = accepted_.size();
+    stats.retired_queue_pairs = retired_count_;
+  }
+  stats.fenced_queue_pairs = fenced_count_;
+  stats.listener = listener_->stats();
+  return stats;
+}
 
 Capabilities IbverbsTransport::capabilities() const {
   Capabilities caps;
@@ -234,7 +308,7 @@ QueuePairInfo IbverbsTransport::WithMarker(QueuePairInfo info) const {
   return info;
 }
 
-absl::StatusOr<QueuePairInfo> IbverbsTransport::Accept(
+absl::StatusOr<Accepted> IbverbsTransport::Accept(
     const QueuePairInfo& request) {
   const Device& d = context_->device;
   uint32_t inline_bytes = 0;
@@ -244,11 +318,31 @@ absl::StatusOr<QueuePairInfo> IbverbsTransport::Accept(
                                    &inline_bytes));
   const uint32_t psn = RandomPsn();
   RETURN_IF_ERROR(ConnectQueuePair(qp.get(), d, psn, request, QpOptions()));
-  QueuePairInfo info = WithMarker(LocalInfo(d, options_.rank, qp.get(), psn));
+  Accepted accepted;
+  accepted.info = WithMarker(LocalInfo(d, options_.rank, qp.get(), psn));
+  const uint32_t qpn = qp->qp_num;
+  {
+    absl::MutexLock lock(&mutex_);
+    rank_of_qp_[qpn] = request.rank;
+    accepted_[qpn] = std::move(qp);
+  }
+  accepted.peer = std::make_unique<AcceptedQueuePair>(this, qpn);
+  return accepted;
+}
+
+void IbverbsTransport::RetireAccepted(uint32_t qpn) {
   absl::MutexLock lock(&mutex_);
-  rank_of_qp_[qp->qp_num] = request.rank;
-  accepted_.push_back(std::move(qp));
-  return info;
+  auto it = accepted_.find(qpn);
+  if (it == accepted_.end()) return;
+  // In the error state it takes no more writes; completions it produced
+  // before are already in the receive CQ, which Progress() drains before it
+  // destroys the queue pair and forgets its rank.
+  if (absl::Status stopped = StopQueuePair(it->second.get()); !stopped.ok()) {
+    std::fprintf(stderr, "rdmaflow ibverbs: retiring queue pair %u: %s\n",
+                 qpn, std::string(stopped.message()).c_str());
+  }
+  retired_.emplace_back(qpn, std::move(it->second));
+  accepted_.erase(it);
 }
 
 absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
@@ -278,20 +372,31 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
   const uint32_t psn = RandomPsn();
   QueuePairInfo local =
       WithMarker(LocalInfo(d, options_.rank, state->qp.get(), psn));
-  ASSIGN_OR_RETURN(Handshake handshake,
-                   ExchangeQueuePairInfo(parts[2], port, local,
-                                         options_.connect_timeout));
+  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  ASSIGN_OR_RETURN(
+      Handshake handshake,
+      ExchangeQueuePairInfo(parts[2], port,
+                            HandshakeRequest{local, job_token_.value},
+                            options_.connect_timeout));
+  if (handshake.remote.rank != peer.rank) {
+    return absl::UnavailableError(absl::StrCat(
+        "the handshake at ", parts[2], ":", port, " was answered by rank ",
+        handshake.remote.rank, ", not rank ", peer.rank,
+        "; is the published address stale?"));
+  }
+  // On an error from here on, `handshake.connection` closes unconfirmed and
+  // the peer frees the queue pair it created for us.
+  RETURN_IF_ERROR(ConnectQueuePair(state->qp.get(), d, psn, handshake.remote,
+                                   QpOptions()));
+  RETURN_IF_ERROR(ConfirmHandshake(
+      handshake, std::max(deadline - absl::Now(), absl::Seconds(1))));
   state->remote = handshake.remote;
   state->connection = std::move(handshake.connection);
-  RETURN_IF_ERROR(
-      ConnectQueuePair(state->qp.get(), d, psn, state->remote, QpOptions()));
   state->description = absl::StrCat(
       "ibverbs RC QP ", state->qp->qp_num, " -> rank ", peer.rank, " QP ",
       state->remote.qpn, " on ", d.description);
-  {
-    absl::MutexLock lock(&mutex_);
-    rank_of_qp_[state->qp->qp_num] = peer.rank;
-  }
+  // Nothing arrives on this queue pair (the peer's side of it only receives
+  // our operations), so rank_of_qp_ does not need it.
   endpoints_[state->id] = state;
   return std::make_unique<IbverbsEndpoint>(this, std::move(state));
 }
@@ -408,7 +513,8 @@ void IbverbsTransport::HandleSendCompletion(const ibv_wc& wc) {
   EndpointState& state = *it->second;
   const uint64_t seq = wc.wr_id & kSeqMask;
   // Everything posted before `seq` completed successfully: a send queue
-  // completes in order.
+  // completes in order, and a failed or flushed request always produces a
+  // completion, signaled or not.
   while (!state.in_flight.empty() && state.in_flight.front().seq < seq) {
     Complete(state, state.in_flight.front(), absl::OkStatus());
     state.in_flight.pop_front();
@@ -421,23 +527,47 @@ void IbverbsTransport::HandleSendCompletion(const ibv_wc& wc) {
     if (state.in_flight.empty()) state.tail_unsignaled = false;
     return;
   }
+  if (state.stopped && wc.status == IBV_WC_WR_FLUSH_ERR) {
+    Complete(state, request, state.stop_reason);
+    return;
+  }
   absl::Status error = WorkCompletionError(wc.status, state.peer_rank,
                                            request.op);
   if (state.failure.ok()) state.failure = error;
   Complete(state, request, error);
-  // The queue pair is in the error state; nothing else will complete well.
-  FailAll(state, state.failure);
+  if (!state.stopped) {
+    // The adapter moved the queue pair to the error state: every request
+    // still queued ends with a flush completion, which completes it with
+    // this failure once the adapter is done with its buffers.
+    state.stopped = true;
+    state.stop_reason = state.failure;
+    state.drain_deadline = absl::Now() + options_.close_timeout;
+    state.tail_unsignaled = false;
+  }
+}
+
+absl::StatusOr<int> IbverbsTransport::PollSendQueue() {
+  ibv_wc wc[32];
+  const int n = ibv_poll_cq(send_cq_.get(), 32, wc);
+  if (n < 0) return absl::InternalError("ibv_poll_cq (send) failed");
+  for (int i = 0; i < n; ++i) HandleSendCompletion(wc[i]);
+  return n;
 }
 
 absl::StatusOr<int> IbverbsTransport::Progress() {
-  int events = 0;
+  // Taken before the receive queue is drained: their completions are in it
+  // already (see RetireAccepted).
+  std::vector<std::pair<uint32_t, QpPtr>> retiring;
+  {
+    absl::MutexLock lock(&mutex_);
+    retiring.swap(retired_);
+  }
+  while (true) {
+    ASSIGN_OR_RETURN(int n, PollSendQueue());
+    if (n == 0) break;
+  }
   ibv_wc wc[32];
   int n = 0;
-  while ((n = ibv_poll_cq(send_cq_.get(), 32, wc)) > 0) {
-    for (int i = 0; i < n; ++i) HandleSendCompletion(wc[i]);
-    events += n;
-  }
-  if (n < 0) return absl::InternalError("ibv_poll_cq (send) failed");
   int received = 0;
   while ((n = ibv_poll_cq(recv_cq_.get(), 32, wc)) > 0) {
     for (int i = 0; i < n; ++i) {
@@ -449,6 +579,13 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
           auto found = rank_of_qp_.find(wc[i].qp_num);
           if (found != rank_of_qp_.end()) rank = found->second;
         }
+        if (rank < 0) {
+          std::fprintf(stderr,
+                       "rdmaflow ibverbs: rank %d dropped a notification on "
+                       "queue pair %u, which belongs to no connected peer\n",
+                       options_.rank, wc[i].qp_num);
+          continue;
+        }
         notifications_.push_back({rank, ntohl(wc[i].imm_data)});
       }
     }
@@ -456,12 +593,20 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
   }
   if (n < 0) return absl::InternalError("ibv_poll_cq (receive) failed");
   RETURN_IF_ERROR(PostReceives(received));
+  if (!retiring.empty()) {
+    {
+      absl::MutexLock lock(&mutex_);
+      for (const auto& [qpn, qp] : retiring) rank_of_qp_.erase(qpn);
+      retired_count_ += retiring.size();
+    }
+    retiring.clear();  // Destroys them.
+  }
   WatchPeers();
   // Endpoints left idle (nothing posted since the last Progress()) with an
   // unsignaled tail get a signaled marker behind it.
   for (auto& [id, state] : endpoints_) {
     if (state->tail_unsignaled && !state->posted_since_progress &&
-        !state->closed && state->failure.ok()) {
+        !state->stopped) {
       PostMarker(*state, nullptr, false).IgnoreError();
     }
     state->posted_since_progress = false;
@@ -482,16 +627,104 @@ void IbverbsTransport::WatchPeers() {
   if (now < next_watch_) return;
   next_watch_ = now + absl::Milliseconds(50);
   for (auto& [id, state] : endpoints_) {
-    if (state->closed || !state->failure.ok() ||
-        !PeerClosed(state->connection.get())) {
+    if (state->stopped) {
+      if (!state->in_flight.empty() && now >= state->drain_deadline) {
+        Fence(*state).IgnoreError();  // Logged.
+      }
       continue;
     }
+    if (!PeerClosed(state->connection.get())) continue;
     state->failure = absl::UnavailableError(absl::StrCat(
         "rank ", state->peer_rank,
         " is gone: its connection closed (the process exited or was killed)"));
-    StopQueuePair(state->qp.get()).IgnoreError();
-    FailAll(*state, state->failure);
+    // What is in flight fails with it as the flush completions arrive.
+    Stop(*state, state->failure).IgnoreError();
   }
+}
+
+absl::Status IbverbsTransport::Stop(EndpointState& state,
+                                    absl::Status reason) {
+  if (state.stopped) return absl::OkStatus();
+  // A request that completed unsignaled leaves no completion, so the last
+  // request must be signaled for its completion to prove the adapter done.
+  // Post() always keeps room for this marker.
+  absl::Status marker = absl::OkStatus();
+  if (state.tail_unsignaled && !state.in_flight.empty()) {
+    marker = PostMarker(state, nullptr, false);
+  }
+  absl::Status stopped = StopQueuePair(state.qp.get());
+  state.stopped = true;
+  state.stop_reason = std::move(reason);
+  state.drain_deadline = absl::Now() + options_.close_timeout;
+  state.tail_unsignaled = false;
+  // Without the marker or the error state the flush may not come: Fence()
+  // at the deadline covers it.
+  if (!marker.ok()) return marker;
+  return stopped;
+}
+
+absl::Status IbverbsTransport::CloseEndpoint(EndpointState& state) {
+  absl::Status stopped =
+      Stop(state, absl::CancelledError(absl::StrCat(
+                      "the endpoint to rank ", state.peer_rank,
+                      " was closed")));
+  // The flush takes microseconds on a NIC and longer on an emulated one:
+  // spin, then yield, then sleep briefly between polls.
+  int idle = 0;
+  while (!state.in_flight.empty()) {
+    absl::StatusOr<int> polled = PollSendQueue();
+    if (!polled.ok()) {
+      absl::Status fenced = Fence(state);
+      return fenced.ok() ? polled.status() : fenced;
+    }
+    if (*polled > 0) {
+      idle = 0;
+      continue;
+    }
+    if (absl::Now() >= state.drain_deadline) {
+      absl::Status fenced = Fence(state);
+      return fenced.ok() ? stopped : fenced;
+    }
+    ++idle;
+    if (idle > 256) {
+      absl::SleepFor(absl::Microseconds(200));
+    } else if (idle > 32) {
+      std::this_thread::yield();
+    }
+  }
+  return stopped;
+}
+
+absl::Status IbverbsTransport::Fence(EndpointState& state) {
+  ++fenced_count_;
+  const size_t left = state.in_flight.size();
+  ibv_qp* qp = state.qp.release();
+  const int rc = qp == nullptr ? 0 : ibv_destroy_qp(qp);
+  if (rc == 0) {
+    std::fprintf(stderr,
+                 "rdmaflow ibverbs: %zu work requests towards rank %d had no "
+                 "completion %s after their queue pair was stopped; destroyed "
+                 "the queue pair, so the adapter no longer touches their "
+                 "buffers\n",
+                 left, state.peer_rank,
+                 absl::FormatDuration(options_.close_timeout).c_str());
+    FailAll(state, state.stop_reason);
+    return absl::OkStatus();
+  }
+  // The adapter may still write into these buffers: never run the callbacks
+  // (they hand the buffers back) nor destroy what they captured. Leaked on
+  // purpose.
+  auto* leaked = new std::deque<WorkRequest>(std::move(state.in_flight));
+  state.in_flight.clear();
+  state.operations = 0;
+  const std::string message = absl::StrCat(
+      "cannot destroy the queue pair towards rank ", state.peer_rank, " (",
+      std::strerror(rc), ") after it did not flush: leaking it and the ",
+      leaked->size(),
+      " operations still in flight, whose buffers the adapter may still "
+      "write; do not free or reuse them");
+  std::fprintf(stderr, "rdmaflow ibverbs: %s\n", message.c_str());
+  return absl::InternalError(message);
 }
 
 void IbverbsTransport::Forget(uint64_t endpoint_id) {
@@ -505,8 +738,8 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
           -> absl::StatusOr<std::unique_ptr<Transport>> {
         RETURN_IF_ERROR(CheckKnownParams(
             config, kBackend,
-            {"device", "port", "gid_index", "bootstrap_host",
-             "max_outstanding", "signal_every", "ack_timeout",
+            {"device", "port", "gid_index", "bootstrap_host", "bind_address",
+             "world_size", "max_outstanding", "signal_every", "ack_timeout",
              "retry_count"}));
         IbverbsTransportOptions options;
         options.rank = config.rank;
@@ -517,9 +750,12 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
             options.device.device = value;
           } else if (key == "bootstrap_host") {
             options.bootstrap_host = value;
+          } else if (key == "bind_address") {
+            options.bind_address = value;
           } else {
             ok = absl::SimpleAtoi(value, &number) && number >= 0;
             if (key == "port") options.device.port = number;
+            if (key == "world_size") options.world_size = number;
             if (key == "gid_index") options.device.gid_index = number;
             if (key == "max_outstanding") {
               options.max_outstanding_per_endpoint = number;

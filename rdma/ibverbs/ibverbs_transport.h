@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -26,6 +28,7 @@
 #include "rdma/ibverbs/ibverbs_internal.h"
 #include "rdma/ibverbs/queue_pair.h"
 #include "rdma/internal/completion_queue.h"
+#include "rdma/job_token.h"
 #include "rdma/transport.h"
 #include "rdma/transport_registry.h"
 
@@ -33,11 +36,33 @@ namespace rdmaflow::rdma::ibverbs {
 
 struct IbverbsTransportOptions {
   int rank = 0;
+  // Ranks of the job are 0..world_size-1: the handshake listener refuses
+  // peers claiming any other. 0: unknown (only negative ranks and our own are
+  // refused).
+  int world_size = 0;
   DeviceOptions device;
-  // Address peers use for the handshake. Empty: the IPv4 address in the
-  // chosen RoCE GID, else this host name's address, else 127.0.0.1.
+  // The job's token (rdma/job_token.h), which every handshake must carry.
+  // Unset: JobTokenFromEnvironment().
+  std::optional<std::string> job_token;
+  // Where the handshake listener binds: an IPv4 address, an interface name
+  // or a host name. Empty: bootstrap_host if set, else RDMAFLOW_BIND_ADDR,
+  // else the interface that reaches MASTER_ADDR, else the default host below
+  // (see ChooseBindAddress in bootstrap.h). "0.0.0.0" binds every interface.
+  std::string bind_address;
+  // Address peers use for the handshake. Empty: the bound address (the
+  // default host when bound to 0.0.0.0). The default host is the IPv4
+  // address in the chosen RoCE GID, else this host name's address, else
+  // 127.0.0.1.
   std::string bootstrap_host;
   absl::Duration connect_timeout = absl::Seconds(10);
+  // Handshake listener: how long a peer may take from connecting to
+  // confirming before its connection is closed and the queue pair created
+  // for it freed; and how many queue pairs may await confirmation at once.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  int max_pending_queue_pairs = 32;
+  // How long Close() waits for the adapter to flush what was in flight
+  // before it destroys the queue pair to stop it (endpoint.h).
+  absl::Duration close_timeout = absl::Seconds(5);
   // Operations one endpoint accepts in flight before kResourceExhausted.
   size_t max_outstanding_per_endpoint = 256;
   // Every n-th work request is signaled (selective signaling); the rest
@@ -54,8 +79,20 @@ struct IbverbsTransportOptions {
   int receive_depth = 512;
 };
 
+// What the transport did, for tests and logs.
+struct IbverbsTransportStats {
+  // Queue pairs created for peers' Connect() (freed when their connection
+  // closes or their handshake is abandoned), and those freed so far.
+  size_t accepted_queue_pairs = 0;
+  int64_t retired_queue_pairs = 0;
+  // Endpoints stopped whose queue pair had to be destroyed because the
+  // adapter did not flush it within close_timeout.
+  int64_t fenced_queue_pairs = 0;
+  BootstrapListenerStats listener;
+};
+
 // Thread-compatible (see Transport); its handshake listener runs on a thread
-// of its own and shares only the queue-pair table, under a mutex.
+// of its own and shares only the accepted queue pairs, under a mutex.
 class IbverbsTransport final : public Transport {
  public:
   // kUnavailable when there is no usable RDMA device (with what to check).
@@ -73,17 +110,29 @@ class IbverbsTransport final : public Transport {
   absl::StatusOr<int> Progress() override;
   std::optional<Notification> PollNotification() override;
 
+  // Where the handshake listener is bound and why ("127.0.0.1:41234, the
+  // interface that reaches MASTER_ADDR=127.0.0.1").
+  std::string handshake_address() const { return handshake_address_; }
+  // From the thread that drives Progress(), like the rest.
+  IbverbsTransportStats stats() const;
+
  private:
   friend class IbverbsEndpoint;
+  friend class AcceptedQueuePair;
 
-  explicit IbverbsTransport(const IbverbsTransportOptions& options)
-      : options_(options) {}
+  IbverbsTransport(const IbverbsTransportOptions& options, JobToken token)
+      : options_(options), job_token_(std::move(token)) {}
   absl::Status Init();
   absl::StatusOr<MemoryRegion> RegisterMemory(void* data, size_t bytes,
                                               void* owned);
   absl::Status PostReceives(int count);
-  // Answers a peer's handshake (on the listener thread).
-  absl::StatusOr<QueuePairInfo> Accept(const QueuePairInfo& request);
+  // Answers a peer's handshake (on the listener thread): creates and
+  // connects its queue pair, owned by the returned AcceptedPeer.
+  absl::StatusOr<Accepted> Accept(const QueuePairInfo& request);
+  // The listener released a peer (on the listener thread): the queue pair
+  // moves to the error state and waits in retired_ for Progress() to drain
+  // the receive queue of its completions and destroy it.
+  void RetireAccepted(uint32_t qpn);
   QueuePairOptions QpOptions() const;
   QueuePairInfo WithMarker(QueuePairInfo info) const;
 
@@ -102,10 +151,26 @@ class IbverbsTransport final : public Transport {
   void Complete(EndpointState& state, WorkRequest& request,
                 absl::Status status);
   void HandleSendCompletion(const ibv_wc& wc);
+  // Polls the send completion queue once; how many completions it handled.
+  absl::StatusOr<int> PollSendQueue();
   void FailAll(EndpointState& state, const absl::Status& status);
   void Forget(uint64_t endpoint_id);
-  // Fails the endpoints whose peer closed its handshake connection.
+  // Fails the endpoints whose peer closed its handshake connection, and
+  // fences stopped endpoints whose flush is overdue.
   void WatchPeers();
+  // Stops `state`'s queue pair: a signaled marker behind an unsignaled tail,
+  // then the error state, so that every request still queued ends with a
+  // completion (a flush error, or success for the marker), and `reason` for
+  // the flushed ones. Only after that completion may the callbacks fire.
+  absl::Status Stop(EndpointState& state, absl::Status reason);
+  // Close(): Stop(), then polls until every request of `state` completed,
+  // or close_timeout passes (then Fence()).
+  absl::Status CloseEndpoint(EndpointState& state);
+  // The flush did not come: destroys the queue pair, after which the
+  // adapter no longer touches the buffers, then fails what is left. If even
+  // that fails, the callbacks are leaked (never run) so that nobody frees a
+  // buffer the adapter may still write; kInternal says so.
+  absl::Status Fence(EndpointState& state);
 
   const IbverbsTransportOptions options_;
   std::shared_ptr<VerbsContext> context_;
@@ -114,12 +179,18 @@ class IbverbsTransport final : public Transport {
   SrqPtr srq_;
   // 64 readable bytes (the peers' marker target) and 64 scratch bytes.
   MemoryRegion marker_;
+  const JobToken job_token_;
   std::string address_;
+  std::string handshake_address_;
   std::string description_;
 
-  absl::Mutex mutex_;
+  mutable absl::Mutex mutex_;
+  // The sender's rank of each accepted queue pair, for notifications.
   absl::flat_hash_map<uint32_t, int> rank_of_qp_ ABSL_GUARDED_BY(mutex_);
-  std::vector<QpPtr> accepted_ ABSL_GUARDED_BY(mutex_);
+  absl::flat_hash_map<uint32_t, QpPtr> accepted_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::pair<uint32_t, QpPtr>> retired_ ABSL_GUARDED_BY(mutex_);
+  int64_t retired_count_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t fenced_count_ = 0;
 
   absl::flat_hash_map<uint64_t, std::shared_ptr<EndpointState>> endpoints_;
   uint64_t next_endpoint_id_ = 1;
@@ -130,7 +201,8 @@ class IbverbsTransport final : public Transport {
 };
 
 // Registers "ibverbs" (priority 50) with parameters device, port, gid_index,
-// bootstrap_host, max_outstanding, signal_every, ack_timeout, retry_count.
+// bootstrap_host, bind_address, world_size, max_outstanding, signal_every,
+// ack_timeout, retry_count. The job token comes from the environment.
 absl::Status RegisterIbverbsTransport(TransportRegistry& registry);
 
 }  // namespace rdmaflow::rdma::ibverbs

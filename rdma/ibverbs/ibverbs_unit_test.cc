@@ -1,15 +1,22 @@
 // File: ibverbs_unit_test.cc
 // The parts of the ibverbs backend that need no RDMA device: the handshake
-// (over loopback TCP), peer-death detection through its connection, remote
-// key packing, work-completion error mapping, and a clear kUnavailable when
-// no device exists.
+// (over loopback TCP: the job token, claimed ranks, concurrent clients,
+// abandoned handshakes, caps, the bind address), peer-death detection
+// through its connection, remote key packing, work-completion error mapping,
+// and a clear kUnavailable when no device exists.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -63,19 +70,155 @@ TEST(BootstrapTest, QueuePairInfoRoundTrips) {
                        HasSubstr("another version")));
 }
 
+constexpr char kToken[] = "job-secret";
+
+// A listener for rank 1 of 4 on loopback, token kToken.
+BootstrapListenerOptions TestOptions() {
+  BootstrapListenerOptions options;
+  options.bind_address = "127.0.0.1";
+  options.job_token = kToken;
+  options.job_token_source = "the test";
+  options.local_rank = 1;
+  options.world_size = 4;
+  return options;
+}
+
+HandshakeRequest Request(int rank, std::string token = kToken) {
+  return HandshakeRequest{SampleInfo(rank), std::move(token)};
+}
+
+// Counts events and lets a test wait for them, with a deadline.
+class Counter {
+ public:
+  void Increment() {
+    absl::MutexLock lock(&mutex_);
+    ++count_;
+  }
+  int count() const {
+    absl::MutexLock lock(&mutex_);
+    return count_;
+  }
+  // Whether the count reached `n` within `timeout`.
+  bool WaitFor(int n, absl::Duration timeout) const {
+    absl::MutexLock lock(&mutex_);
+    auto reached = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+      return count_ >= n;
+    };
+    return mutex_.AwaitWithTimeout(absl::Condition(&reached), timeout);
+  }
+
+ private:
+  mutable absl::Mutex mutex_;
+  int count_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+// Stands in for an accepted queue pair: counts its release.
+class CountedPeer final : public AcceptedPeer {
+ public:
+  explicit CountedPeer(Counter* released) : released_(released) {}
+  ~CountedPeer() override { released_->Increment(); }
+
+ private:
+  Counter* released_;
+};
+
+// A handler answering as rank 1 that counts calls and releases.
+BootstrapListener::Handler CountingHandler(Counter* calls, Counter* released) {
+  return [calls, released](const QueuePairInfo&) -> absl::StatusOr<Accepted> {
+    calls->Increment();
+    Accepted accepted;
+    accepted.info = SampleInfo(1);
+    accepted.peer = std::make_unique<CountedPeer>(released);
+    return accepted;
+  };
+}
+
+// A TCP connection to 127.0.0.1:port that says nothing.
+UniqueFd ConnectRaw(int port) {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  EXPECT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+            0);
+  return fd;
+}
+
+// Waits (bounded) until `fd`'s peer closed it, discarding what it sent.
+bool WaitClosed(int fd, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    pollfd p{fd, POLLIN, 0};
+    if (ms <= 0 || poll(&p, 1, static_cast<int>(ms)) <= 0) return false;
+    char buffer[256];
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+  }
+}
+
+// Sets (or with nullptr unsets) an environment variable for its lifetime.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value == nullptr) {
+      unsetenv(name);
+    } else {
+      setenv(name, value, 1);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(BootstrapTest, HandshakeRequestsRoundTripWithTheirToken) {
+  ASSERT_OK_AND_ASSIGN(HandshakeRequest decoded,
+                       DecodeHandshakeRequest(EncodeHandshakeRequest(
+                           Request(2, "tok\0en"))));
+  ExpectSame(decoded.info, SampleInfo(2));
+  EXPECT_EQ(decoded.job_token, "tok");  // A C string: up to the NUL.
+  const std::string bytes = EncodeHandshakeRequest(Request(2));
+  ASSERT_OK_AND_ASSIGN(decoded, DecodeHandshakeRequest(bytes));
+  EXPECT_EQ(decoded.job_token, kToken);
+  // Truncated, extended, or a token length that does not match.
+  EXPECT_THAT(DecodeHandshakeRequest(bytes.substr(0, bytes.size() - 1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(DecodeHandshakeRequest(bytes + "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(DecodeHandshakeRequest(EncodeQueuePairInfo(SampleInfo(2))),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(BootstrapTest, HandshakeExchangesInfoAndKeepsTheConnection) {
   std::atomic<int> calls{0};
   ASSERT_OK_AND_ASSIGN(
-      auto listener, BootstrapListener::Start([&](const QueuePairInfo& r) {
-        ++calls;
-        EXPECT_EQ(r.rank, 0);
-        return absl::StatusOr<QueuePairInfo>(SampleInfo(1));
-      }));
+      auto listener,
+      BootstrapListener::Start(
+          TestOptions(), [&](const QueuePairInfo& r) -> absl::StatusOr<Accepted> {
+            ++calls;
+            EXPECT_EQ(r.rank, 0);
+            return Accepted{SampleInfo(1), nullptr};
+          }));
   ASSERT_OK_AND_ASSIGN(Handshake handshake,
                        ExchangeQueuePairInfo("127.0.0.1", listener->port(),
-                                             SampleInfo(0), absl::Seconds(5)));
+                                             Request(0), absl::Seconds(5)));
   ExpectSame(handshake.remote, SampleInfo(1));
   EXPECT_EQ(calls.load(), 1);
+  ASSERT_OK(ConfirmHandshake(handshake, absl::Seconds(5)));
+  EXPECT_TRUE(listener->WaitForStats(
+      [](const BootstrapListenerStats& s) { return s.established == 1; },
+      absl::Seconds(10)));
   // The listener keeps its end open while it lives...
   EXPECT_FALSE(PeerClosed(handshake.connection.get()));
   // ...and the connection reports the peer gone once it is destroyed.
@@ -84,13 +227,14 @@ TEST(BootstrapTest, HandshakeExchangesInfoAndKeepsTheConnection) {
 }
 
 TEST(BootstrapTest, RefusedHandshakeCarriesThePeersReason) {
-  ASSERT_OK_AND_ASSIGN(auto listener,
-                       BootstrapListener::Start([](const QueuePairInfo&) {
-                         return absl::StatusOr<QueuePairInfo>(
-                             absl::ResourceExhaustedError("no more QPs"));
-                       }));
-  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(),
-                                    SampleInfo(0), absl::Seconds(5)),
+  ASSERT_OK_AND_ASSIGN(
+      auto listener,
+      BootstrapListener::Start(TestOptions(), [](const QueuePairInfo&) {
+        return absl::StatusOr<Accepted>(
+            absl::ResourceExhaustedError("no more QPs"));
+      }));
+  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(0),
+                                    absl::Seconds(5)),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("refused the connection: no more QPs")));
 }
@@ -106,9 +250,237 @@ TEST(BootstrapTest, UnreachablePeerIsUnavailable) {
   ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   close(fd);
   EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", ntohs(addr.sin_port),
-                                    SampleInfo(0), absl::Seconds(2)),
+                                    Request(0), absl::Seconds(2)),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("handshake with 127.0.0.1")));
+}
+
+TEST(BootstrapTest, WrongOrMissingTokenIsRefusedAndTheListenerKeepsServing) {
+  Counter calls, released;
+  ASSERT_OK_AND_ASSIGN(
+      auto listener, BootstrapListener::Start(
+                         TestOptions(), CountingHandler(&calls, &released)));
+  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(),
+                                    Request(0, "job-secreT"), absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("wrong job token")));
+  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(),
+                                    Request(0, ""), absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("no job token")));
+  // A client of another protocol (here: the previous version's request,
+  // without a token).
+  {
+    UniqueFd raw = ConnectRaw(listener->port());
+    std::string body = EncodeQueuePairInfo(SampleInfo(0));
+    uint32_t size = body.size();
+    std::string frame(reinterpret_cast<const char*>(&size), 4);
+    frame += body;
+    ASSERT_EQ(send(raw.get(), frame.data(), frame.size(), 0),
+              static_cast<ssize_t>(frame.size()));
+    EXPECT_TRUE(WaitClosed(raw.get(), absl::Seconds(10)));
+  }
+  // No queue pair was created for any of them.
+  EXPECT_EQ(calls.count(), 0);
+  EXPECT_TRUE(listener->WaitForStats(
+      [](const BootstrapListenerStats& s) { return s.refused == 3; },
+      absl::Seconds(10)));
+  // The right token still gets through.
+  ASSERT_OK_AND_ASSIGN(Handshake handshake,
+                       ExchangeQueuePairInfo("127.0.0.1", listener->port(),
+                                             Request(0), absl::Seconds(5)));
+  ExpectSame(handshake.remote, SampleInfo(1));
+  EXPECT_EQ(calls.count(), 1);
+}
+
+TEST(BootstrapTest, ClaimedRanksOutsideTheJobOrOursAreRefused) {
+  Counter calls, released;
+  ASSERT_OK_AND_ASSIGN(
+      auto listener, BootstrapListener::Start(
+                         TestOptions(), CountingHandler(&calls, &released)));
+  const int port = listener->port();
+  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", port, Request(4),
+                                    absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("rank 4 is outside the job's ranks 0..3")));
+  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", port, Request(-1),
+                                    absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("outside the job's ranks")));
+  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", port, Request(1),
+                                    absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("this listener's own rank")));
+  EXPECT_EQ(calls.count(), 0);
+  EXPECT_OK(ExchangeQueuePairInfo("127.0.0.1", port, Request(3),
+                                  absl::Seconds(5)));
+  EXPECT_EQ(calls.count(), 1);
+
+  // World size unknown: any rank but ours, not negative.
+  BootstrapListenerOptions options = TestOptions();
+  options.world_size = 0;
+  ASSERT_OK_AND_ASSIGN(listener, BootstrapListener::Start(
+                                     options, CountingHandler(&calls, &released)));
+  EXPECT_OK(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(100),
+                                  absl::Seconds(5)));
+  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(-5),
+                                    absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("negative")));
+  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(1),
+                                    absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("own rank")));
+}
+
+TEST(BootstrapTest, AnIdleClientDoesNotStallOthers) {
+  Counter calls, released;
+  ASSERT_OK_AND_ASSIGN(
+      auto listener, BootstrapListener::Start(
+                         TestOptions(), CountingHandler(&calls, &released)));
+  // One client connects and says nothing; another sends half a length.
+  UniqueFd idle = ConnectRaw(listener->port());
+  UniqueFd partial = ConnectRaw(listener->port());
+  ASSERT_EQ(send(partial.get(), "\x3b\x00", 2, 0), 2);
+  ASSERT_TRUE(listener->WaitForStats(
+      [](const BootstrapListenerStats& s) { return s.handshakes == 2; },
+      absl::Seconds(10)));
+  // Both are accepted and waiting; a third completes the whole handshake
+  // meanwhile (the listener's deadline for them is 10 s, this client's 5 s).
+  ASSERT_OK_AND_ASSIGN(Handshake handshake,
+                       ExchangeQueuePairInfo("127.0.0.1", listener->port(),
+                                             Request(0), absl::Seconds(5)));
+  ASSERT_OK(ConfirmHandshake(handshake, absl::Seconds(5)));
+  EXPECT_TRUE(listener->WaitForStats(
+      [](const BootstrapListenerStats& s) { return s.established == 1; },
+      absl::Seconds(10)));
+  // ...while the first two are still connected and pending.
+  EXPECT_FALSE(PeerClosed(idle.get()));
+  EXPECT_FALSE(PeerClosed(partial.get()));
+  EXPECT_EQ(listener->stats().handshakes, 2);
+  EXPECT_EQ(calls.count(), 1);
+}
+
+TEST(BootstrapTest, AbandonedHandshakesFreeTheirQueuePair) {
+  Counter calls, released;
+  BootstrapListenerOptions options = TestOptions();
+  options.handshake_timeout = absl::Milliseconds(300);
+  options.max_pending_queue_pairs = 1;
+  ASSERT_OK_AND_ASSIGN(auto listener,
+                       BootstrapListener::Start(
+                           options, CountingHandler(&calls, &released)));
+  // Gets its answer (a queue pair is created for it), never confirms.
+  ASSERT_OK_AND_ASSIGN(Handshake abandoned,
+                       ExchangeQueuePairInfo("127.0.0.1", listener->port(),
+                                             Request(0), absl::Seconds(5)));
+  EXPECT_EQ(calls.count(), 1);
+  // At its deadline the listener frees the queue pair and closes.
+  ASSERT_TRUE(released.WaitFor(1, absl::Seconds(30)));
+  EXPECT_TRUE(WaitClosed(abandoned.connection.get(), absl::Seconds(10)));
+  EXPECT_TRUE(listener->WaitForStats(
+      [](const BootstrapListenerStats& s) {
+        return s.abandoned == 1 && s.pending_queue_pairs == 0 &&
+               s.peers_released == 1;
+      },
+      absl::Seconds(10)));
+  // A peer that closes before confirming frees its queue pair too.
+  {
+    ASSERT_OK_AND_ASSIGN(Handshake gone,
+                         ExchangeQueuePairInfo("127.0.0.1", listener->port(),
+                                               Request(2), absl::Seconds(5)));
+  }
+  ASSERT_TRUE(released.WaitFor(2, absl::Seconds(30)));
+  // The cap (1) is free again: the next peer connects and stays.
+  ASSERT_OK_AND_ASSIGN(Handshake kept,
+                       ExchangeQueuePairInfo("127.0.0.1", listener->port(),
+                                             Request(3), absl::Seconds(5)));
+  ASSERT_OK(ConfirmHandshake(kept, absl::Seconds(5)));
+  EXPECT_TRUE(listener->WaitForStats(
+      [](const BootstrapListenerStats& s) { return s.established == 1; },
+      absl::Seconds(10)));
+  EXPECT_EQ(released.count(), 2);
+  // Once confirmed there is no deadline; closing the connection (the
+  // endpoint destroyed, the process gone) frees the queue pair.
+  kept.connection = UniqueFd();
+  ASSERT_TRUE(released.WaitFor(3, absl::Seconds(30)));
+  EXPECT_TRUE(listener->WaitForStats(
+      [](const BootstrapListenerStats& s) { return s.established == 0; },
+      absl::Seconds(10)));
+}
+
+TEST(BootstrapTest, PendingQueuePairsAreCappedAndBusyClientsRetry) {
+  Counter calls, released;
+  BootstrapListenerOptions options = TestOptions();
+  options.max_pending_queue_pairs = 1;
+  ASSERT_OK_AND_ASSIGN(auto listener,
+                       BootstrapListener::Start(
+                           options, CountingHandler(&calls, &released)));
+  ASSERT_OK_AND_ASSIGN(Handshake first,
+                       ExchangeQueuePairInfo("127.0.0.1", listener->port(),
+                                             Request(0), absl::Seconds(5)));
+  // The only slot is taken until `first` confirms (its deadline is 10 s):
+  // this client retries, then gives up saying why.
+  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(2),
+                                    absl::Milliseconds(300)),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("stayed busy")));
+  EXPECT_EQ(calls.count(), 1);
+  EXPECT_GE(listener->stats().busy, 1);
+  ASSERT_OK(ConfirmHandshake(first, absl::Seconds(5)));
+  // Now it gets through (retrying while the confirmation is processed).
+  ASSERT_OK(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(2),
+                                  absl::Seconds(10)));
+  EXPECT_EQ(calls.count(), 2);
+}
+
+TEST(BootstrapTest, ListenerBindsTheInterfaceThatReachesMasterAddr) {
+  ScopedEnv no_bind("RDMAFLOW_BIND_ADDR", nullptr);
+  ScopedEnv master("MASTER_ADDR", "127.0.0.1");
+  ASSERT_OK_AND_ASSIGN(BindChoice choice,
+                       ChooseBindAddress("", "192.0.2.1"));
+  EXPECT_EQ(choice.address, "127.0.0.1");
+  EXPECT_THAT(choice.why, HasSubstr("MASTER_ADDR=127.0.0.1"));
+  BootstrapListenerOptions options = TestOptions();
+  options.bind_address = choice.address;
+  ASSERT_OK_AND_ASSIGN(
+      auto listener,
+      BootstrapListener::Start(options, [](const QueuePairInfo&) {
+        return absl::StatusOr<Accepted>(Accepted{SampleInfo(1), nullptr});
+      }));
+  EXPECT_EQ(listener->bound_address(), "127.0.0.1");
+  EXPECT_OK(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(0),
+                                  absl::Seconds(5)));
+}
+
+TEST(BootstrapTest, BindAddressPrecedence) {
+  ScopedEnv master("MASTER_ADDR", "127.0.0.1");
+  {
+    // An interface named by RDMAFLOW_BIND_ADDR beats MASTER_ADDR.
+    ScopedEnv bind("RDMAFLOW_BIND_ADDR", "lo");
+    ASSERT_OK_AND_ASSIGN(BindChoice choice, ChooseBindAddress("", "192.0.2.1"));
+    EXPECT_EQ(choice.address, "127.0.0.1");
+    EXPECT_THAT(choice.why, HasSubstr("RDMAFLOW_BIND_ADDR=lo"));
+    // The configured address beats both.
+    ASSERT_OK_AND_ASSIGN(choice, ChooseBindAddress("127.0.0.2", "192.0.2.1"));
+    EXPECT_EQ(choice.address, "127.0.0.2");
+  }
+  {
+    ScopedEnv bind("RDMAFLOW_BIND_ADDR", "no-such-interface.invalid");
+    EXPECT_THAT(ChooseBindAddress("", "192.0.2.1"),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("RDMAFLOW_BIND_ADDR")));
+  }
+  {
+    // Neither: the fallback.
+    ScopedEnv bind("RDMAFLOW_BIND_ADDR", nullptr);
+    ScopedEnv no_master("MASTER_ADDR", nullptr);
+    ASSERT_OK_AND_ASSIGN(BindChoice choice, ChooseBindAddress("", "127.0.0.3"));
+    EXPECT_EQ(choice.address, "127.0.0.3");
+  }
+  // A bind address that is not this host's is refused with what to do.
+  BootstrapListenerOptions options = TestOptions();
+  options.bind_address = "192.0.2.1";  // TEST-NET-1, never local.
+  EXPECT_THAT(BootstrapListener::Start(options, nullptr),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("RDMAFLOW_BIND_ADDR")));
 }
 
 TEST(KeyTest, PackedKeysRoundTripAndForeignOnesAreRejected) {
@@ -155,6 +527,19 @@ TEST(TransportTest, CreateWorksOrSaysWhyNot) {
               StatusIs(absl::StatusCode::kUnavailable));
 }
 
+TEST(TransportTest, ABadJobTokenIsRefusedBeforeTheDevice) {
+  IbverbsTransportOptions options;
+  options.job_token = "";
+  EXPECT_THAT(IbverbsTransport::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("job token")));
+  options.job_token.reset();
+  ScopedEnv token("RDMAFLOW_JOB_TOKEN", "");
+  EXPECT_THAT(IbverbsTransport::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("RDMAFLOW_JOB_TOKEN")));
+}
+
 TEST(TransportTest, BadOptionsAreInvalidArguments) {
   IbverbsTransportOptions options;
   options.signal_every = 0;
@@ -165,6 +550,12 @@ TEST(TransportTest, BadOptionsAreInvalidArguments) {
   options.rank = -2;
   EXPECT_THAT(IbverbsTransport::Create(options),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  options = {};
+  options.rank = 2;
+  options.world_size = 2;
+  EXPECT_THAT(IbverbsTransport::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("world_size")));
 }
 
 }  // namespace
