@@ -220,7 +220,8 @@ void Engine::TearDown() {
   if (ring_ != nullptr && broken_.ok()) {
     // Collective: every rank tears down; a peer's writes into our memory
     // must be over before it is freed.
-    if (absl::Status s = ring_->Shutdown(absl::Seconds(10)); !s.ok()) {
+    if (absl::Status s = ring_->Shutdown(std::min(absl::Seconds(10), options_.timeout));
+        !s.ok()) {
       std::fprintf(stderr, "rdmaflow rank %d: shutdown: %s\n", rank_,
                    std::string(s.message()).c_str());
     }

@@ -65,8 +65,8 @@ class Engine {
   // Stops the thread: what was submitted runs (collectives to completion
   // or their timeout), point-to-point operations still pending are
   // cancelled, then everything is torn down. Returns within the group's
-  // timeout plus the ring's shutdown bound (10 s), even with peers that
-  // never answer.
+  // timeout plus the ring's shutdown bound (the timeout, at most 10 s),
+  // even with peers that never answer.
   ~Engine();
 
   // Thread-safe.
