@@ -5,10 +5,13 @@
 // executor_progress.cc.
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/shape_util.h"
 #include "runtime/step_tracker.h"
@@ -16,17 +19,141 @@
 namespace rdmaflow::runtime {
 namespace {
 
-// What a completion callback of a read reports back to the waiting Recv.
-struct PendingRead {
-  bool done = false;
-  absl::Status status;
-};
-
 absl::Status Annotate(const absl::Status& status, const std::string& what) {
   return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
 }
 
+// CheckShape's own limit on elements.
+constexpr uint64_t kMaxElements = uint64_t{1} << 50;
+
+// How long a receive that gave up on a read waits for the read's
+// cancellation (the link is closed) before it leaves the destination to the
+// completion.
+constexpr absl::Duration kFenceWait = absl::Seconds(5);
+
 }  // namespace
+
+// --- Checks of peer-written words -----------------------------------------
+
+namespace internal {
+
+absl::StatusOr<uint64_t> ShapeBytes(const TransferInfo& info,
+                                    absl::Span<const int64_t> shape) {
+  if (static_cast<int>(shape.size()) == info.spec.shape_size()) {
+    bool empty = false;
+    for (int64_t d : shape) empty |= d == 0;
+    uint64_t elements = 1;
+    for (size_t d = 0; d < shape.size() && !empty; ++d) {
+      if (shape[d] < 0) break;  // CheckShape names it
+      const uint64_t dim = static_cast<uint64_t>(shape[d]);
+      if (dim > kMaxElements / elements) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(info.Describe(), ": shape ", graph::ShapeString(shape),
+                         " has more than 2^50 elements"));
+      }
+      elements *= dim;
+    }
+  }
+  return CheckShape(info, shape);
+}
+
+absl::StatusOr<DynamicMetadata> CheckDynamicMetadata(
+    const TransferInfo& info, absl::Span<const uint64_t> words, uint64_t seq,
+    uint64_t source_pool_bytes) {
+  auto corrupt = [&](auto&&... why) {
+    return absl::DataLossError(absl::StrCat(
+        info.Describe(), ": the metadata rank ", info.src_rank,
+        " wrote for its tensor ", seq, " (counting from 0) is corrupt (", why...,
+        "); do both ranks run the same plan?"));
+  };
+  const size_t rank = static_cast<size_t>(info.spec.shape_size());
+  if (words.size() != kMetadataHeaderWords + rank) {
+    return absl::InternalError(absl::StrCat(
+        info.Describe(), ": ", words.size(), " metadata words for a rank-",
+        rank, " tensor"));
+  }
+  if (words[0] != seq + 1) {
+    return corrupt("sequence ", words[0], ", expected ", seq + 1);
+  }
+  if (words[3] != static_cast<uint64_t>(info.src_rank)) {
+    return corrupt("written by rank ", words[3]);
+  }
+  DynamicMetadata metadata;
+  for (size_t d = 0; d < rank; ++d) {
+    // A word above 2^63 reads as a negative dimension: CheckShape refuses it.
+    metadata.shape.push_back(static_cast<int64_t>(words[kMetadataHeaderWords + d]));
+  }
+  absl::StatusOr<uint64_t> bytes = ShapeBytes(info, metadata.shape);
+  if (!bytes.ok()) {
+    absl::string_view why = bytes.status().message();
+    absl::ConsumePrefix(&why, absl::StrCat(info.Describe(), ": "));
+    return corrupt(why);
+  }
+  if (words[1] != *bytes) {
+    return corrupt(words[1], " bytes for shape ",
+                   graph::ShapeString(metadata.shape), ", which has ", *bytes);
+  }
+  // Overflow-safe: offset + bytes <= pool, without forming the sum.
+  if (*bytes > source_pool_bytes || words[2] > source_pool_bytes - *bytes) {
+    return corrupt(*bytes, " bytes at source offset ", words[2],
+                   " lie outside rank ", info.src_rank, "'s pool of ",
+                   source_pool_bytes, " bytes");
+  }
+  metadata.bytes = *bytes;
+  metadata.source_offset = words[2];
+  return metadata;
+}
+
+absl::Status CheckCredit(const TransferInfo& info, uint64_t credit,
+                         uint64_t previous, uint64_t sent) {
+  if (credit < previous) {
+    return absl::DataLossError(absl::StrCat(
+        info.Describe(), ": rank ", info.dst_rank,
+        " wrote a credit (released count) of ", credit, " after ", previous,
+        "; credits never go back"));
+  }
+  if (credit > sent) {
+    return absl::DataLossError(absl::StrCat(
+        info.Describe(), ": rank ", info.dst_rank, " wrote a credit releasing ",
+        credit, " tensors, but only ", sent, " were sent"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckArrival(const TransferInfo& info, int stage,
+                          uint64_t arrived, uint64_t released) {
+  const uint64_t depth = static_cast<uint64_t>(info.depth);
+  if (static_cast<uint64_t>(stage) != arrived % depth) {
+    return absl::DataLossError(absl::StrCat(
+        info.Describe(), ": rank ", info.src_rank,
+        " notified a write into stage ", stage, " where stage ",
+        arrived % depth, " was due"));
+  }
+  // released <= arrived always: the sum cannot wrap in practice, but compare
+  // without forming it anyway.
+  if (arrived - released >= depth) {
+    return absl::DataLossError(absl::StrCat(
+        info.Describe(), ": rank ", info.src_rank, " wrote its tensor ", arrived,
+        " while tensor ", released, " is still held (pipeline depth ", depth,
+        "): it ignored the credits"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
+
+// What a completion callback of a read reports back to the waiting Recv
+// (shared: the callback may outlive the receive, and the executor).
+struct Executor::PendingRead {
+  bool done = false;
+  absl::Status status;
+  size_t dest = 0;
+  // Set when the receive gave up before the completion fired: the
+  // destination stays allocated until it does, and `keep` holds the pool's
+  // region even past the executor (deliberately leaked if it never fires).
+  bool abandoned = false;
+  std::shared_ptr<rdma::MemoryRegion>* keep = nullptr;
+};
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     const plan::TransferPlan& plan, rdma::Transport& transport,
@@ -191,7 +318,21 @@ void Executor::PostDeferred() {
   deferred_.resize(kept);
 }
 
+absl::Status Executor::RefreshCredit(internal::SendSlot& slot) {
+  const uint64_t credit = slot.LoadCredit();
+  if (credit == slot.credit_seen) return absl::OkStatus();
+  absl::Status valid =
+      internal::CheckCredit(slot.info, credit, slot.credit_seen, slot.next_seq);
+  if (!valid.ok()) {
+    engine_.Fail(valid);
+    return valid;
+  }
+  slot.credit_seen = credit;
+  return absl::OkStatus();
+}
+
 absl::Status Executor::WaitForSlot(internal::SendSlot& slot, uint64_t seq) {
+  RETURN_IF_ERROR(RefreshCredit(slot));
   // One deferred write per slot at a time.
   if (StageFree(slot, seq) && !slot.pending.has_value()) {
     return absl::OkStatus();
@@ -247,7 +388,7 @@ absl::Status Executor::Send(int id, OutgoingTensor tensor) {
   ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindSend(id));
   internal::SendSlot& slot = *sends_[send_by_id_[info->id]];
   RETURN_IF_ERROR(CheckSequence(slot.next_seq, slot.info, "sent"));
-  ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(slot.info, tensor.shape));
+  ASSIGN_OR_RETURN(uint64_t bytes, internal::ShapeBytes(slot.info, tensor.shape));
   if (bytes != tensor.bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         slot.info.Describe(), ": got ", tensor.bytes, " bytes for shape ",
@@ -439,45 +580,36 @@ absl::StatusOr<ReceivedTensor> Executor::RecvDynamic(
   const uint64_t seq = slot->next_seq;
   const std::byte* meta =
       slot->region->data() + stage * info.stage_bytes + info.offset;
-  const int rank = info.spec.shape_size();
-  std::vector<uint64_t> words(kMetadataHeaderWords + rank);
+  // The sender wrote these words into our memory: nothing in them is used
+  // before CheckDynamicMetadata accepted all of them.
+  std::vector<uint64_t> words(kMetadataHeaderWords + info.spec.shape_size());
   std::memcpy(words.data(), meta, words.size() * sizeof(uint64_t));
-  std::vector<int64_t> shape;
-  for (int d = 0; d < rank; ++d) {
-    shape.push_back(static_cast<int64_t>(words[kMetadataHeaderWords + d]));
+  absl::StatusOr<internal::DynamicMetadata> metadata =
+      internal::CheckDynamicMetadata(info, words, seq, slot->source_pool->length);
+  if (!metadata.ok()) {
+    // The link can no longer be trusted: the executor stops here.
+    absl::Status error = Annotate(
+        metadata.status(), absl::StrCat("rank ", rank_plan_.rank(), ", step ", step_));
+    engine_.Fail(error);
+    return error;
   }
-  auto corrupt = [&](const std::string& why) {
-    return absl::DataLossError(absl::StrCat(
-        info.Describe(), ": the metadata of step ", step_, " is corrupt (",
-        why, "); do both ranks run the same plan?"));
-  };
-  if (words[0] != seq + 1) {
-    return corrupt(absl::StrCat("sequence ", words[0], ", expected ", seq + 1));
-  }
-  if (words[3] != static_cast<uint64_t>(info.src_rank)) {
-    return corrupt(absl::StrCat("written by rank ", words[3]));
-  }
-  absl::StatusOr<uint64_t> bytes = CheckShape(info, shape);
-  if (!bytes.ok()) return corrupt(std::string(bytes.status().message()));
-  if (*bytes != words[1] || words[1] > slot->source_pool->length ||
-      words[2] > slot->source_pool->length - words[1]) {
-    return corrupt(absl::StrCat(words[1], " bytes at source offset ", words[2]));
-  }
+  const uint64_t bytes = metadata->bytes;
+  std::vector<int64_t> shape = std::move(metadata->shape);
   Observe(info, shape);
-  if (*bytes == 0) {
+  if (bytes == 0) {
     return ReceivedTensor(nullptr, 0, std::move(shape),
                           std::make_unique<internal::SlotLease>(slot, stage));
   }
-  if (*bytes > dest_pool_->capacity()) {
+  if (bytes > dest_pool_->capacity()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        info.Describe(), ": ", *bytes, " bytes exceed the dynamic pool of ",
+        info.Describe(), ": ", bytes, " bytes exceed the dynamic pool of ",
         dest_pool_->capacity(), " bytes; raise dynamic_pool_bytes"));
   }
-  absl::StatusOr<size_t> dest = dest_pool_->Allocate(*bytes);
+  absl::StatusOr<size_t> dest = dest_pool_->Allocate(bytes);
   if (!dest.ok()) {
     RETURN_IF_ERROR(engine_.WaitUntil(
         [&] {
-          dest = dest_pool_->Allocate(*bytes);
+          dest = dest_pool_->Allocate(bytes);
           return dest.ok();
         },
         info.src_rank, [&] {
@@ -485,39 +617,87 @@ absl::StatusOr<ReceivedTensor> Executor::RecvDynamic(
                               "; drop received dynamic tensors sooner");
         }));
   }
-  slot->dest[stage] = *dest;
-  slot->dest_valid[stage] = true;
-  // From here on the lease frees the destination.
-  auto lease = std::make_unique<internal::SlotLease>(slot, stage);
-  auto pending = std::make_shared<PendingRead>();
+  // Until a lease takes it (on success), the destination is ours to free,
+  // and only once no read can still land in it.
+  auto read = std::make_shared<PendingRead>();
+  read->dest = *dest;
   const absl::Time begin = absl::Now();
   absl::Status posted = engine_.Post(
       [&] {
         return slot->endpoint->PostRead(
-            {dest_pool_region_.get(), *dest, *bytes},
-            {slot->source_pool, words[2], *bytes},
-            [this, pending](absl::Status status) {
+            {dest_pool_region_.get(), *dest, bytes},
+            {slot->source_pool, metadata->source_offset, bytes},
+            [this, alive = std::weak_ptr<int>(alive_), read](absl::Status status) {
+              read->done = true;
+              read->status = std::move(status);
+              if (alive.expired()) return;  // `keep` stays: see PendingRead
               engine_.Completed();
-              pending->done = true;
-              pending->status = std::move(status);
+              if (read->abandoned) {
+                dest_pool_->Free(read->dest);
+                delete read->keep;
+                read->keep = nullptr;
+              }
             });
       },
       info.src_rank, [&] { return absl::StrCat("posting the read of ", info.Describe()); });
   if (!posted.ok()) {
+    dest_pool_->Free(*dest);  // never posted: nothing can land
     return Annotate(posted, absl::StrCat("reading ", info.Describe()));
   }
-  RETURN_IF_ERROR(engine_.WaitUntil([&] { return pending->done; }, info.src_rank, [&] {
-    return absl::StrCat("the read of ", info.Describe(), " never completed");
-  }));
-  if (!pending->status.ok()) {
-    return Annotate(pending->status,
-                    absl::StrCat("reading step ", step_, " of ", info.Describe()));
+  absl::Status waited = engine_.WaitUntil(
+      [&] { return read->done; }, info.src_rank, [&] {
+        return absl::StrCat("rank ", info.src_rank, " has not served the read of step ",
+                            step_, " of ", info.Describe(), " (", bytes, " bytes)");
+      });
+  if (!waited.ok()) {
+    AbandonRead(read, info.src_rank, waited);
+    return waited;
   }
+  if (!read->status.ok()) {
+    // The completion fired: nothing lands in the destination any more.
+    dest_pool_->Free(*dest);
+    absl::Status error = Annotate(
+        read->status, absl::StrCat("reading step ", step_, " of ", info.Describe()));
+    engine_.Fail(error);
+    return error;
+  }
+  slot->dest[stage] = *dest;
+  slot->dest_valid[stage] = true;
   ++counters_.reads;
   trace_.Add(TraceRecorder::Lane::kPull, info.tensor, begin, absl::Now(),
-             info.src_rank, step_, *bytes);
-  return ReceivedTensor(dest_pool_region_->data() + *dest, *bytes,
-                        std::move(shape), std::move(lease));
+             info.src_rank, step_, bytes);
+  // From here on the lease frees the destination (and releases the stage).
+  return ReceivedTensor(dest_pool_region_->data() + *dest, bytes, std::move(shape),
+                        std::make_unique<internal::SlotLease>(slot, stage));
+}
+
+void Executor::AbandonRead(const std::shared_ptr<PendingRead>& read, int peer,
+                           const absl::Status& why) {
+  // Giving up is a protocol step: the link's state is unknown from here on,
+  // so the executor stops, and the read is cancelled before its destination
+  // can go to another tensor.
+  engine_.Fail(why);
+  if (rdma::Endpoint* endpoint = engine_.endpoint(peer); endpoint != nullptr) {
+    endpoint->Close().IgnoreError();
+  }
+  const absl::Time deadline = absl::Now() + std::min(kFenceWait, options_.timeout);
+  while (!read->done && absl::Now() < deadline) {
+    if (!transport_.Progress().ok()) break;
+    std::this_thread::yield();
+  }
+  if (read->done) {
+    dest_pool_->Free(read->dest);
+    return;
+  }
+  read->abandoned = true;
+  read->keep = new std::shared_ptr<rdma::MemoryRegion>(dest_pool_region_);
+  std::fprintf(stderr,
+               "rdmaflow: rank %d: a read from rank %d was not cancelled within %s "
+               "of closing the link; its destination (offset %zu of the dynamic "
+               "pool) stays allocated until its completion fires\n",
+               rank_plan_.rank(), peer,
+               absl::FormatDuration(std::min(kFenceWait, options_.timeout)).c_str(),
+               read->dest);
 }
 
 // --- Steps and shutdown -----------------------------------------------------

@@ -17,6 +17,13 @@
 //   - dynamic tracing: after `trace_steps` steps every rank re-plans with the
 //     shapes it saw (graph_analyzer/tracing.h) and stable dynamic tensors move
 //     to static slots.
+// Every word a peer writes into our memory (metadata, credits, notification
+// values) is checked before it sizes, offsets or releases anything
+// (internal/slot_state.h); a forged one fails the executor with kDataLoss.
+// A receive that gives up on a one-sided read (timeout, error) first closes
+// the link to the sender, which cancels the read, and frees the read's
+// destination only once its completion has fired; a completion that never
+// fires keeps the destination allocated (logged), never reused.
 // See docs/runtime.md for the protocol in full.
 //
 //   ASSIGN_OR_RETURN(auto executor,
@@ -122,6 +129,15 @@ class Executor final : public Communicator {
   absl::Status SendDynamic(internal::SendSlot& slot, OutgoingTensor tensor);
   absl::StatusOr<ReceivedTensor> RecvDynamic(
       const std::shared_ptr<internal::RecvSlot>& slot, int stage);
+  // Checks the credit word of `slot` and, if valid, makes it the one flow
+  // control uses; else fails the executor (kDataLoss) and returns that.
+  absl::Status RefreshCredit(internal::SendSlot& slot);
+  struct PendingRead;
+  // Gives up on `read` after `why`: fails the executor, closes the link to
+  // `peer` (cancelling the read) and waits, briefly, for its completion;
+  // the destination is freed then, or by the completion when it fires.
+  void AbandonRead(const std::shared_ptr<PendingRead>& read, int peer,
+                   const absl::Status& why);
   absl::Status CheckUsable() const;
   absl::Status CheckSequence(uint64_t next_seq, const TransferInfo& info,
                              const char* verb) const;
@@ -171,6 +187,9 @@ class Executor final : public Communicator {
   std::vector<std::string> promoted_;
   TransferCounters counters_;
   TraceRecorder trace_;
+  // Completion callbacks that may outlive the executor (abandoned reads)
+  // hold a weak_ptr to this and touch the executor only while it lives.
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   // Last: destroyed first, collecting completions while the state their
   // callbacks touch still exists.
   ProgressEngine engine_;

@@ -12,29 +12,35 @@
 namespace rdmaflow::runtime {
 
 void Executor::OnNotification(const rdma::Notification& n) {
+  // The value is the sender's (untrusted): it may index nothing we have.
   const int peer = n.peer_rank;
   const int slot_index = static_cast<int>(n.value >> 4);
   const int stage = static_cast<int>(n.value & 15);
   if (peer < 0 || peer >= static_cast<int>(recv_by_notification_.size()) ||
       slot_index >= static_cast<int>(recv_by_notification_[peer].size()) ||
       recv_by_notification_[peer][slot_index] < 0) {
-    engine_.Fail(absl::InternalError(absl::StrCat(
+    engine_.Fail(absl::DataLossError(absl::StrCat(
         "rank ", rank_plan_.rank(), " got a write notification from rank ",
         peer, " for slot ", slot_index,
         ", which its plan does not have: do all ranks run the same plan?")));
     return;
   }
   internal::RecvSlot& slot = *recvs_[recv_by_notification_[peer][slot_index]];
-  if (stage != static_cast<int>(slot.arrived % slot.info.depth)) {
-    engine_.Fail(absl::InternalError(absl::StrCat(
-        slot.info.Describe(), ": a write arrived for stage ", stage,
-        " where stage ", slot.arrived % slot.info.depth, " was due")));
+  if (absl::Status valid =
+          internal::CheckArrival(slot.info, stage, slot.arrived, slot.released);
+      !valid.ok()) {
+    engine_.Fail(std::move(valid));
     return;
   }
   ++slot.arrived;
 }
 
 void Executor::OnRound() {
+  // Credits are written into our memory by the receivers: checked each round
+  // (a failure is recorded by RefreshCredit and ends the wait).
+  for (auto& slot : sends_) {
+    if (!RefreshCredit(*slot).ok()) break;
+  }
   if (dirty_->load(std::memory_order_acquire) > 0) {
     dirty_->exchange(0, std::memory_order_acq_rel);
     for (auto& slot : recvs_) ProcessDrops(*slot);

@@ -1,8 +1,10 @@
 // File: internal/slot_state.h
 // -----------------------------------------------------------------------------
 // The executor's per-transfer state: SendSlot on the sender, RecvSlot on the
-// receiver, and the lease a received tensor holds on its RecvSlot. Private
-// to runtime/executor*.cc.
+// receiver, and the lease a received tensor holds on its RecvSlot; and the
+// checks of every word a peer writes into that state (metadata of dynamic
+// tensors, credits), pure functions defined in executor.cc. Private to
+// runtime/executor*.cc (and their tests).
 #ifndef RDMAFLOW_RUNTIME_INTERNAL_SLOT_STATE_H_
 #define RDMAFLOW_RUNTIME_INTERNAL_SLOT_STATE_H_
 
@@ -16,6 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
@@ -31,13 +36,58 @@ inline uint32_t EncodeNotification(int slot_index, int stage) {
   return static_cast<uint32_t>(slot_index) << 4 | static_cast<uint32_t>(stage);
 }
 
+// --- Checks of peer-written words -------------------------------------------
+// Everything a peer writes into our memory is untrusted: these accept only
+// what an honest peer running the same plan can write, with arithmetic that
+// cannot wrap, and name the broken rule (kDataLoss) otherwise.
+
+// CheckShape (rank_plan.h) with an element count that cannot wrap: dimensions
+// of up to 2^40 multiply past 2^64 (e.g. [2^30, 2^40] would count 64
+// elements), so the product is bounded by division before it is formed. A
+// shape with a zero dimension is empty whatever the others are.
+// kInvalidArgument as CheckShape.
+absl::StatusOr<uint64_t> ShapeBytes(const TransferInfo& info,
+                                    absl::Span<const int64_t> shape);
+
+// A dynamic tensor's metadata slot as the receiver found it.
+struct DynamicMetadata {
+  uint64_t bytes = 0;          // equals ShapeBytes(shape)
+  uint64_t source_offset = 0;  // [source_offset, +bytes) lies in the pool
+  std::vector<int64_t> shape;
+};
+
+// Checks the kMetadataHeaderWords + rank words the sender wrote for its
+// tensor number `seq` (0-based) of `info` (layout: rank_plan.h): the
+// sequence is exactly seq + 1 (not repeated, not skipped), the writer is
+// `info.src_rank`, the shape fits the spec and its byte count is the one
+// written, and the source range lies inside the sender's pool of
+// `source_pool_bytes`. kDataLoss naming the transfer and the rule otherwise.
+absl::StatusOr<DynamicMetadata> CheckDynamicMetadata(
+    const TransferInfo& info, absl::Span<const uint64_t> words, uint64_t seq,
+    uint64_t source_pool_bytes);
+
+// Checks a credit word (the receiver's count of released tensors): it never
+// goes back (`previous` is the last value accepted) and never counts more
+// tensors than were `sent`. kDataLoss naming the receiver otherwise.
+absl::Status CheckCredit(const TransferInfo& info, uint64_t credit,
+                         uint64_t previous, uint64_t sent);
+
+// Checks a write notification for the next step of a receive slot: its
+// stage is the one due, and the sender did not write a stage we still hold
+// (`arrived` tensors so far, `released` of them released; the sender may
+// run `depth` ahead of the releases). kDataLoss naming the sender otherwise.
+absl::Status CheckArrival(const TransferInfo& info, int stage,
+                          uint64_t arrived, uint64_t released);
+
 // Sender side of one transfer. Progress-thread only.
 struct SendSlot {
   TransferInfo info;
   rdma::Endpoint* endpoint = nullptr;
   const rdma::RemoteRegion* remote = nullptr;  // the receiver's link region
-  // Released count the receiver writes into our credit region.
+  // Released count the receiver writes into our credit region (untrusted),
+  // and the last value of it CheckCredit accepted: what flow control uses.
   const uint64_t* credit = nullptr;
+  uint64_t credit_seen = 0;
   uint64_t next_seq = 0;
   // Slots of the same link whose memory overlaps this one's (shared slots),
   // and whether they come before this one in the step schedule.
@@ -64,7 +114,10 @@ struct SendSlot {
   };
   std::optional<PendingWrite> pending;
 
-  uint64_t released() const {
+  // The receiver's released count, as last checked.
+  uint64_t released() const { return credit_seen; }
+  // The credit word as the receiver wrote it, unchecked.
+  uint64_t LoadCredit() const {
     return __atomic_load_n(credit, __ATOMIC_ACQUIRE);
   }
 };
