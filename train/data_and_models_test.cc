@@ -1,12 +1,23 @@
-// The harness's data and models: idx files parse (and malformed ones are
-// refused), Fashion-MNIST loads when Debian's package is installed (skips
-// with a message otherwise), synthetic data is deterministic, and every
-// model maps a batch to 10 logits with the same parameters for one seed.
-#include <map>
-#include <set>
+// The harness's data and models: idx files parse, and malformed ones are
+// refused (forged dimensions that overflow, truncated or corrupt data,
+// empty splits; random headers against the rule); Fashion-MNIST loads when
+// Debian's package is installed (skips with a message otherwise); synthetic
+// data is deterministic; every model maps a batch to 10 logits with the same
+// parameters for one seed.
+#include <zlib.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
+#include <random>
+#include <set>
 #include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -46,6 +57,155 @@ TEST(IdxTest, ParsesAPlainIdxFileAndRefusesATruncatedOne) {
   EXPECT_THAT(ReadIdxFile(TempPath("missing")),
               StatusIs(absl::StatusCode::kNotFound,
                        HasSubstr("dataset-fashion-mnist")));
+}
+
+// A plain idx file: magic 0, 0, 8 (unsigned bytes), `dims.size()` (as the
+// count byte, unless `count` says otherwise), each dim big-endian, `data`.
+std::string IdxBytes(const std::vector<uint32_t>& dims, const std::string& data,
+                     int count = -1) {
+  std::string bytes = {0, 0, 8, static_cast<char>(count >= 0 ? count : dims.size())};
+  for (uint32_t d : dims) {
+    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(char(d >> shift));
+  }
+  return bytes + data;
+}
+
+std::string WriteFile(const std::string& name, const std::string& bytes) {
+  const std::string path = TempPath(name);
+  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+  return path;
+}
+
+std::string WriteGzip(const std::string& name, const std::string& bytes) {
+  const std::string path = TempPath(name);
+  gzFile file = gzopen(path.c_str(), "wb");
+  EXPECT_NE(file, nullptr);
+  EXPECT_EQ(gzwrite(file, bytes.data(), bytes.size()), static_cast<int>(bytes.size()));
+  gzclose(file);
+  return path;
+}
+
+TEST(IdxTest, DimensionsThatOverflowAreRefusedBeforeAllocating) {
+  // 65536^4 = 2^64 wrapped to 0 = the data there is (an exception from
+  // torch::empty before); 3 x (2^32 - 1) overflowed int64.
+  EXPECT_THAT(ReadIdxFile(WriteFile("wrap", IdxBytes({65536, 65536, 65536, 65536}, ""))),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("dimensions 65536 x 65536 x 65536 x 65536 exceed")));
+  EXPECT_THAT(
+      ReadIdxFile(WriteFile("int64", IdxBytes({~0u, ~0u, ~0u}, "abc"))),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("exceed 1073741824 bytes")));
+  // Within the product's range but beyond 1 GiB: refused without reading.
+  EXPECT_THAT(ReadIdxFile(WriteFile("big", IdxBytes({65536, 16385}, "x"))),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("65536 x 16385 exceed")));
+  // Exactly 1 GiB promised, 1 byte there: the size check, not an allocation.
+  EXPECT_THAT(ReadIdxFile(WriteFile("gib", IdxBytes({65536, 16384}, "x"))),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("promises 1073741824 bytes of data, the file has 1 ")));
+}
+
+TEST(IdxTest, TruncatedAndForgedHeadersAreRefused) {
+  EXPECT_THAT(ReadIdxFile(WriteFile("empty", "")),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("not an idx file")));
+  EXPECT_THAT(ReadIdxFile(WriteFile("float", std::string("\0\0\x0d\x01", 4))),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("not an idx file")));
+  EXPECT_THAT(ReadIdxFile(WriteFile("dims0", IdxBytes({}, "abc"))),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("0 dimensions (1..4)")));
+  EXPECT_THAT(ReadIdxFile(WriteFile("dims5", IdxBytes({1, 1, 1, 1, 1}, "a"))),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("5 dimensions")));
+  EXPECT_THAT(ReadIdxFile(WriteFile("dims255", IdxBytes({1}, "a", 255))),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("255 dimensions")));
+  // The header says 3 dims and stops inside the second.
+  EXPECT_THAT(ReadIdxFile(WriteFile("short", IdxBytes({2, 2, 2}, "").substr(0, 10))),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("truncated after 10 bytes, the header of 3 dimensions "
+                                 "has 16")));
+  EXPECT_THAT(ReadIdxFile(WriteFile("trailing", IdxBytes({2}, "abc"))),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("promises 2 bytes of data, the file has more")));
+  // A dimension of 0 is an empty tensor, not an error.
+  ASSERT_OK_AND_ASSIGN(torch::Tensor empty, ReadIdxFile(WriteFile("zero", IdxBytes({0, 28}, ""))));
+  EXPECT_EQ(empty.sizes(), (std::vector<int64_t>{0, 28}));
+}
+
+TEST(IdxTest, GzipFilesParseAndCorruptOnesAreRefused) {
+  std::string data(3000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = char(i * 7);
+  const std::string idx = IdxBytes({3, 1000}, data);
+  ASSERT_OK_AND_ASSIGN(torch::Tensor t, ReadIdxFile(WriteGzip("ok.gz", idx)));
+  EXPECT_EQ(t.sizes(), (std::vector<int64_t>{3, 1000}));
+  EXPECT_EQ(t[2][999].item<int>(), uint8_t(2999 * 7));
+  // The compressed stream cut in half.
+  const std::string path = WriteGzip("cut.gz", idx);
+  std::ifstream in(path, std::ios::binary);
+  std::string gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(ReadIdxFile(WriteFile("cut.gz", gz.substr(0, gz.size() / 2))),
+              StatusIs(absl::StatusCode::kDataLoss));
+  // Compressed, promising more than there is.
+  EXPECT_THAT(ReadIdxFile(WriteGzip("liar.gz", IdxBytes({1000, 1000}, data))),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("promises 1000000 bytes of data, the file has 3000")));
+}
+
+// Random headers (dimension counts 0..6, dimensions at the edges of their
+// range, products that wrap) over random amounts of data: ReadIdxFile never crashes, and
+// accepts exactly the files whose data is the product of 1..4 dimensions.
+TEST(IdxTest, RandomHeadersAreAcceptedExactlyWhenConsistent) {
+  const uint32_t edges[] = {0, 1, 2, 3, 7, 64, 255, 256, 65535, 65536, 1u << 31, ~0u};
+  const uint64_t seed = 99;
+  std::mt19937_64 random(seed);
+  int accepted = 0;
+  for (int i = 0; i < 500; ++i) {
+    std::vector<uint32_t> dims(random() % 7);
+    unsigned __int128 product = 1;
+    for (uint32_t& d : dims) {
+      d = random() % 3 == 0 ? random() % 5 : edges[random() % std::size(edges)];
+      product *= d;
+    }
+    // Often the right amount of data, or what the product wrapped to 64
+    // bits says (a header forged against unchecked arithmetic), else a near
+    // miss or anything.
+    size_t length = random() % 40;
+    const uint64_t wrapped = static_cast<uint64_t>(product);
+    if (product < 40 && random() % 2 == 0) {
+      length = static_cast<size_t>(product) + (random() % 3 == 0 ? 1 : 0);
+    } else if (wrapped < 40 && random() % 2 == 0) {
+      length = wrapped;
+    }
+    const std::string data(length, 'd');
+    const bool valid = !dims.empty() && dims.size() <= 4 && product == length;
+    absl::StatusOr<torch::Tensor> t =
+        ReadIdxFile(WriteFile("random", IdxBytes(dims, data)));
+    SCOPED_TRACE(absl::StrCat("seed ", seed, " case ", i, ": dims ",
+                              absl::StrJoin(dims, " x "), ", ", length, " bytes"));
+    if (valid) {
+      ASSERT_OK(t.status());
+      EXPECT_EQ(t->numel(), static_cast<int64_t>(length));
+      ++accepted;
+    } else {
+      EXPECT_THAT(t, StatusIs(absl::StatusCode::kDataLoss));
+    }
+  }
+  EXPECT_GE(accepted, 30);  // the seed exercises both sides
+}
+
+TEST(FashionMnistTest, RefusesAnEmptySplit) {
+  // 0 images of 28 x 28 and 0 labels agree, but label checks ran max() on
+  // nothing (an exception) before.
+  const std::string dir = TempPath("empty_split");
+  std::filesystem::create_directories(dir);
+  WriteFile("empty_split/t10k-images-idx3-ubyte.gz", IdxBytes({0, 28, 28}, ""));
+  WriteFile("empty_split/t10k-labels-idx1-ubyte.gz", IdxBytes({0}, ""));
+  EXPECT_THAT(LoadFashionMnist(dir, "test"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("has no samples")));
+  // Images of another shape, and labels beyond 9.
+  WriteFile("empty_split/t10k-images-idx3-ubyte.gz", IdxBytes({1, 28}, std::string(28, 0)));
+  WriteFile("empty_split/t10k-labels-idx1-ubyte.gz", IdxBytes({1}, "\x0a"));
+  EXPECT_THAT(LoadFashionMnist(dir, "test"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("do not match")));
+  WriteFile("empty_split/t10k-images-idx3-ubyte.gz",
+            IdxBytes({1, 28, 28}, std::string(28 * 28, 0)));
+  EXPECT_THAT(LoadFashionMnist(dir, "test"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("labels beyond 9")));
 }
 
 TEST(FashionMnistTest, LoadsDebiansPackage) {

@@ -3,16 +3,23 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace rdmaflow::train {
 namespace {
 
 constexpr double kMean = 0.2860;  // Fashion-MNIST training set, pixels / 255
 constexpr double kStd = 0.3530;
+
+// Fashion-MNIST's largest file, the training images, holds 47 MB; a header
+// claiming more than 1 GiB is corrupt, not data to make room for.
+constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 30;
+constexpr int kMaxIdxDims = 4;
 
 uint32_t BigEndian(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) |
@@ -30,38 +37,82 @@ absl::StatusOr<torch::Tensor> ReadIdxFile(const std::string& path) {
         "dataset-fashion-mnist), point --data_dir at the idx files, or train "
         "on --synthetic data"));
   }
-  std::vector<unsigned char> bytes;
-  unsigned char buffer[1 << 16];
-  int n;
-  while ((n = gzread(file, buffer, sizeof(buffer))) > 0) {
-    bytes.insert(bytes.end(), buffer, buffer + n);
-  }
-  const bool failed = n < 0;
+  // Reads up to `n` bytes (fewer only at the end of the data); -1 on error.
+  auto read = [&](unsigned char* out, size_t n) -> int64_t {
+    size_t got = 0;
+    while (got < n) {
+      const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - got, 1 << 20));
+      const int r = gzread(file, out + got, chunk);
+      if (r < 0) return -1;
+      if (r == 0) break;
+      got += static_cast<size_t>(r);
+    }
+    return static_cast<int64_t>(got);
+  };
+  auto result = [&]() -> absl::StatusOr<torch::Tensor> {
+    // The header: 0, 0, 0x08 (unsigned bytes), the number of dims, then
+    // each dim as a 32-bit big-endian count.
+    unsigned char header[4 + 4 * kMaxIdxDims];
+    int64_t got = read(header, 4);
+    if (got != 4 || header[0] != 0 || header[1] != 0 || header[2] != 0x08) {
+      return absl::DataLossError(absl::StrCat(
+          path, " is not an idx file of unsigned bytes (corrupt or truncated?)"));
+    }
+    const int dims = header[3];
+    if (dims < 1 || dims > kMaxIdxDims) {
+      return absl::DataLossError(absl::StrCat(path, ": bad idx header: ", dims,
+                                              " dimensions (1..", kMaxIdxDims, ")"));
+    }
+    got = read(header + 4, 4 * size_t(dims));
+    if (got != 4 * dims) {
+      return absl::DataLossError(absl::StrCat(
+          path, ": bad idx header: truncated after ", 4 + std::max<int64_t>(got, 0),
+          " bytes, the header of ", dims, " dimensions has ", 4 + 4 * dims));
+    }
+    // The dims multiply into the size of the data: untrusted until checked
+    // without wrapping and against the bytes the file holds.
+    std::vector<int64_t> shape;
+    for (int d = 0; d < dims; ++d) shape.push_back(BigEndian(&header[4 + 4 * d]));
+    uint64_t elements = 1;
+    bool overflow = false;
+    for (int64_t d : shape) {
+      overflow |= __builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements);
+    }
+    if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {
+      elements = 0;  // empty, however large the other dimensions
+    } else if (overflow || elements > kMaxIdxBytes) {
+      return absl::DataLossError(absl::StrCat(
+          path, ": bad idx header: dimensions ", absl::StrJoin(shape, " x "),
+          " exceed ", kMaxIdxBytes, " bytes of data (corrupt or not an idx file?)"));
+    }
+    // Read what the header promises, and one byte more to find trailing
+    // data; memory grows with the bytes that are there, not with the claim.
+    std::vector<unsigned char> data;
+    size_t have = 0;
+    while (true) {
+      const size_t want = std::min<uint64_t>(elements + 1 - have, 1 << 24);
+      data.resize(have + want);
+      got = read(data.data() + have, want);
+      if (got < 0) break;
+      have += static_cast<size_t>(got);
+      if (static_cast<size_t>(got) < want || have == elements + 1) break;
+    }
+    if (got < 0) {
+      return absl::DataLossError(absl::StrCat(path, ": corrupt compressed data"));
+    }
+    const size_t header_bytes = 4 + 4 * size_t(dims);
+    if (have != elements) {
+      return absl::DataLossError(absl::StrCat(
+          path, ": the header promises ", elements, " bytes of data, the file has ",
+          have > elements ? "more" : absl::StrCat(have), " after its ", header_bytes,
+          "-byte header (truncated or corrupt?)"));
+    }
+    torch::Tensor out = torch::empty(shape, torch::kUInt8);
+    if (elements > 0) std::memcpy(out.data_ptr<uint8_t>(), data.data(), elements);
+    return out;
+  }();
   gzclose(file);
-  if (failed || bytes.size() < 4 || bytes[0] != 0 || bytes[1] != 0 ||
-      bytes[2] != 0x08) {
-    return absl::DataLossError(absl::StrCat(
-        path, " is not an idx file of unsigned bytes (corrupt or truncated?)"));
-  }
-  const int dims = bytes[3];
-  if (dims < 1 || dims > 4 || bytes.size() < 4 + 4 * size_t(dims)) {
-    return absl::DataLossError(absl::StrCat(path, ": bad idx header"));
-  }
-  std::vector<int64_t> shape;
-  int64_t elements = 1;
-  for (int d = 0; d < dims; ++d) {
-    shape.push_back(BigEndian(&bytes[4 + 4 * d]));
-    elements *= shape.back();
-  }
-  const size_t header = 4 + 4 * size_t(dims);
-  if (bytes.size() != header + size_t(elements)) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": the header promises ", elements, " bytes of data, the file has ",
-        bytes.size() - header));
-  }
-  torch::Tensor out = torch::empty(shape, torch::kUInt8);
-  std::memcpy(out.data_ptr<uint8_t>(), bytes.data() + header, elements);
-  return out;
+  return result;
 }
 
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir,
@@ -83,6 +134,9 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir,
         dir, ": the ", split, " images and labels do not match (",
         images->size(0), " images of ", images->dim(), " dims, ",
         labels->size(0), " labels)"));
+  }
+  if (labels->size(0) == 0) {
+    return absl::DataLossError(absl::StrCat(dir, ": the ", split, " split has no samples"));
   }
   Dataset out;
   out.images = ((images->to(torch::kFloat32) / 255.0 - kMean) / kStd)

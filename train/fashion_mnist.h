@@ -26,11 +26,16 @@ struct Dataset {
   int64_t size() const { return labels.size(0); }
 };
 
-// Reads one idx file (gzip-compressed or plain). kNotFound naming the path
-// and the package that provides it; kDataLoss for a malformed file.
+// Reads one idx file of unsigned bytes (gzip-compressed or plain), of 1 to
+// 4 dimensions and at most 1 GiB of data. kNotFound naming the path and the
+// package that provides it; kDataLoss naming the path for a malformed file:
+// a bad or truncated header, dimensions whose product overflows or exceeds
+// 1 GiB, data shorter or longer than the header promises, corrupt gzip data.
+// Memory grows with the bytes the file holds, never with the header's claim.
 absl::StatusOr<torch::Tensor> ReadIdxFile(const std::string& path);
 
-// "train" (60000 images) or "test" (10000) from `dir`.
+// "train" (60000 images) or "test" (10000) from `dir`. kDataLoss when the
+// images are not N x 28 x 28, the labels not N of 0..9, or N is 0.
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir,
                                          const std::string& split);
 
