@@ -56,13 +56,14 @@ absl::Status GiveUp(Transport& transport, Endpoint& endpoint,
                      "): nothing of it lands later, and the endpoint is "
                      "unusable from now on (connect again)"));
   }
+  std::string trouble;
+  if (!closed.ok()) absl::StrAppend(&trouble, "; Close() failed: ", closed.ToString());
+  if (!progress.ok()) absl::StrAppend(&trouble, "; Progress() failed: ", progress.ToString());
   std::string message = absl::StrCat(
       why.message(), "; closed the endpoint to rank ", peer, " but ", what,
-      " did not end within ", absl::FormatDuration(kCancelGrace),
-      " of the close (", closed.ok() ? "" : closed.ToString(),
-      closed.ok() || progress.ok() ? "" : "; ",
-      progress.ok() ? "" : absl::StrCat("Progress() failed: ", progress.ToString()),
-      "): it may still write its local memory (a read) or read it (a write); "
+      " did not end within ", absl::FormatDuration(kCancelGrace), " of the close",
+      trouble,
+      ": it may still write its local memory (a read) or read it (a write); "
       "do not free or reuse that memory while the transport lives");
   std::fprintf(stderr, "rdma/blocking: rank %d: %s\n", transport.rank(),
                message.c_str());

@@ -111,6 +111,7 @@ bool GossipStrategy::LostPeer(int peer, const absl::Status& status) {
   if (!absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status)) return false;
   gone_[peer] = true;
   peers_lost_.push_back(peer);
+  peer_errors_.push_back(status);
   std::fprintf(stderr, "gossip rank %d: rank %d is gone, gossiping with the others: %s\n",
                context_.rank, peer, status.ToString().c_str());
   return true;
@@ -126,11 +127,22 @@ absl::Status GossipStrategy::Pull() {
   if (peer < 0) return absl::OkStatus();  // alone
   absl::StatusOr<uint64_t> version = readers_[peer]->Read({scratch_.get(), 0, bytes_});
   if (!version.ok()) {
+    // The read gave up, normally after cancelling what it posted, but a
+    // backend that could not cancel in time may still land it here: never
+    // mix in this buffer again (it stays allocated while we live).
+    RETURN_IF_ERROR(RetireScratch());
     return LostPeer(peer, version.status()) ? absl::OkStatus() : version.status();
   }
   ++counters_.tensors_received;
   counters_.bytes_read += static_cast<int64_t>(bytes_);
   Mix(peer, reinterpret_cast<const float*>(scratch_->data()));
+  return absl::OkStatus();
+}
+
+absl::Status GossipStrategy::RetireScratch() {
+  ASSIGN_OR_RETURN(rdma::MemoryRegion fresh, context_.transport->Allocate(bytes_));
+  retired_scratch_.push_back(std::move(scratch_));
+  scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(fresh));
   return absl::OkStatus();
 }
 

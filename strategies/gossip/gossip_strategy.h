@@ -12,8 +12,11 @@
 // The peer (peer_selector.h) is drawn uniformly at random (seeded) or is the
 // next rank on a ring. The peer's CPU is not involved on transports with
 // true one-sided operations. A peer whose read or write fails as gone
-// (kUnavailable, kDeadlineExceeded: the transport found it dead) is skipped
-// from then on; Finish() waits for the peers still alive only.
+// (kUnavailable, or kDeadlineExceeded: slower than the timeout) is skipped
+// from then on (peers_lost(), peer_errors()); Finish() waits for the peers
+// still alive only. A read that timed out was cancelled before the error
+// came back (rdma/blocking.h); should its cancellation not have gone
+// through, it can only land in a scratch buffer that is never mixed again.
 // Parameters: beta (0.5), period (1), topology (random|ring), mode
 // (pull|push), copies (versions kept per pull buffer, 3), seed (1).
 // See docs/strategies.md.
@@ -61,8 +64,10 @@ class GossipStrategy final : public LocalSgdStrategy {
   // The peers this rank mixed with, in order (for tests). In push mode,
   // the senders of the messages it mixed.
   const std::vector<int>& peers_mixed() const { return peers_mixed_; }
-  // The peers found gone, in the order they were found.
+  // The peers found gone, in the order they were found, and the error each
+  // was found gone with (naming the peer and the operation).
   const std::vector<int>& peers_lost() const { return peers_lost_; }
+  const std::vector<absl::Status>& peer_errors() const { return peer_errors_; }
 
  private:
   GossipStrategy(StrategyOptions options, GossipOptions gossip)
@@ -74,6 +79,9 @@ class GossipStrategy final : public LocalSgdStrategy {
   absl::Status Pull();
   // Push: mixes what arrived, then sends to the next peer.
   absl::Status Push();
+  // Pull: after a failed read into `scratch_`, which may still land there
+  // if its cancellation did not go through, reads go to a fresh buffer.
+  absl::Status RetireScratch();
   void Mix(int peer, const float* theta);
   // For a failed operation on `peer`: true (and the peer is skipped from
   // now on) when the status says the peer is gone.
@@ -88,11 +96,15 @@ class GossipStrategy final : public LocalSgdStrategy {
   std::unique_ptr<runtime::VersionedBuffer> published_;
   std::vector<std::unique_ptr<runtime::VersionedReader>> readers_;  // by rank
   std::unique_ptr<rdma::MemoryRegion> scratch_;  // a peer's parameters
+  // Scratch buffers of reads that failed: never read again, kept allocated
+  // for the strategy's life (at most one per lost peer).
+  std::vector<std::unique_ptr<rdma::MemoryRegion>> retired_scratch_;
   // Push.
   std::unique_ptr<runtime::Mailbox> mailbox_;
   std::vector<bool> gone_;  // by rank
   std::vector<int> peers_mixed_;
   std::vector<int> peers_lost_;
+  std::vector<absl::Status> peer_errors_;
   bool finished_ = false;
 };
 

@@ -1,0 +1,154 @@
+// Gossip with one peer slower than the timeout (the slow-peer suite): three
+// ranks on a ring as threads; rank 0's operations towards rank 1 are held
+// by a SlowPeerTransport past the 1 s timeout. Rank 0 must skip rank 1 (as
+// documented: a peer whose read or write times out is gone), name it and
+// the operation, finish every step and Finish() within the timeout, and
+// never mix bytes that land late: rank 1's parameters are 1e6 where ranks
+// 0 and 2 hold 0 and 10, so one late landing in a buffer in use shows.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/rendezvous.h"
+#include "runtime/testing/rank_threads.h"
+#include "strategies/gossip/gossip_strategy.h"
+#include "strategies/testing/slow_peer_transport.h"
+#include "strategies/testing/toy_problem.h"
+
+namespace rdmaflow::strategies::gossip {
+namespace {
+
+using ::rdmaflow::strategies::testing::SlowPeerTransport;
+using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr int kRanks = 3, kSteps = 4, kElements = 1024;
+constexpr absl::Duration kTimeout = absl::Seconds(1);
+
+struct SlowRun {
+  std::vector<absl::Status> status;
+  std::vector<torch::Tensor> final;
+  std::vector<int> mixed0, lost0;        // rank 0's
+  std::vector<absl::Status> errors0;     // why rank 0 lost its peers
+  int64_t outstanding_to_1 = -1;         // rank 0's, after its first step
+  int64_t landed_after_close = -1;       // rank 0's held operations
+  absl::Duration finish0;
+};
+
+// Rank 0 holds `hold` (towards rank 1); everyone runs kSteps exchanges of
+// pure mixing, kept within a step of each other by a store barrier.
+SlowRun RunWithHold(const std::string& mode, SlowPeerTransport::Hold hold) {
+  torch::set_num_threads(1);
+  SlowRun run;
+  run.final.resize(kRanks);
+  run.status = runtime::testing::RunRankThreads(
+      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        SlowPeerTransport slow(transport);
+        if (rank == 0) slow.AddHold(hold);
+        StrategyOptions options =
+            testing::ToyOptions(kSteps, {{"topology", "ring"}, {"mode", mode}});
+        options.communicator_options.timeout = kTimeout;
+        ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(options));
+        const float value = rank == 0 ? 0.0f : rank == 1 ? 1e6f : 10.0f;
+        std::vector<Parameter> params = {{"a", torch::full({kElements}, value)}};
+        RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &slow, &store}, params).status());
+        RETURN_IF_ERROR(strategy->Start());
+        int step = 0;
+        ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> {
+          RETURN_IF_ERROR(rdma::Barrier(store, "test", absl::StrCat("step", step++), kRanks,
+                                        absl::Seconds(60)));
+          return ComputeResult{};
+        };
+        while (!strategy->done()) {
+          RETURN_IF_ERROR(strategy->Step(nothing).status());
+          if (rank == 0 && step == 1) run.outstanding_to_1 = slow.outstanding(1);
+        }
+        const absl::Time begin = absl::Now();
+        RETURN_IF_ERROR(strategy->Finish());
+        if (rank == 0) {
+          run.finish0 = absl::Now() - begin;
+          run.mixed0 = strategy->peers_mixed();
+          run.lost0 = strategy->peers_lost();
+          run.errors0 = strategy->peer_errors();
+          run.landed_after_close = slow.landed_after_close();
+        }
+        run.final[rank] = params[0].tensor.detach().clone();
+        return absl::OkStatus();
+      });
+  return run;
+}
+
+// Rank 0 skipped rank 1 for good after naming it, mixed only with rank 2,
+// and nothing of rank 1's (1e6) reached its parameters.
+void ExpectRank1SkippedCleanly(const SlowRun& run, const std::string& operation) {
+  for (const absl::Status& s : run.status) ASSERT_OK(s);
+  EXPECT_EQ(run.lost0, std::vector<int>{1});
+  ASSERT_EQ(run.errors0.size(), 1u);
+  EXPECT_THAT(run.errors0[0], StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                       AllOf(HasSubstr(operation), HasSubstr("rank 1"))));
+  EXPECT_EQ(run.mixed0, std::vector<int>(kSteps - 1, 2));
+  for (int r : {0, 2}) {
+    EXPECT_LE(run.final[r].max().item<float>(), 10.0f) << "rank " << r << " mixed late bytes";
+    EXPECT_GE(run.final[r].min().item<float>(), 0.0f) << "rank " << r;
+  }
+  EXPECT_LT(run.finish0, kTimeout + absl::Seconds(5));  // Finish waits at most the timeout
+}
+
+// Rank 0's second read from rank 1 (its parameters, after the header) is
+// held; it is let go just before rank 0's third read from rank 2 (the
+// stamp re-read after rank 2's parameters landed in the scratch buffer), so
+// a read that was not fenced lands in the buffer about to be mixed.
+SlowPeerTransport::Hold HeldParameterRead(bool survives_close) {
+  SlowPeerTransport::Hold hold;
+  hold.op = SlowPeerTransport::Op::kRead;
+  hold.peer = 1;
+  hold.nth = 2;
+  hold.release_before = [](SlowPeerTransport::Op op, int peer, int64_t nth) {
+    return op == SlowPeerTransport::Op::kRead && peer == 2 && nth == 3;
+  };
+  hold.survives_close = survives_close;
+  return hold;
+}
+
+TEST(GossipSlowPeerTest, TimedOutReadIsCancelledAndItsPeerSkipped) {
+  SlowRun run = RunWithHold("pull", HeldParameterRead(/*survives_close=*/false));
+  ExpectRank1SkippedCleanly(run, "read");
+  EXPECT_EQ(run.outstanding_to_1, 0) << "rank 0 went on with its read from rank 1 in flight";
+  EXPECT_EQ(run.landed_after_close, 0);
+}
+
+TEST(GossipSlowPeerTest, ReadThatOutlivesItsCancellationLandsInARetiredBuffer) {
+  // The backend cannot cancel the read in time: it lands after rank 0 went
+  // on. It must land in a scratch buffer that is no longer mixed.
+  SlowRun run = RunWithHold("pull", HeldParameterRead(/*survives_close=*/true));
+  ExpectRank1SkippedCleanly(run, "read");
+  EXPECT_EQ(run.outstanding_to_1, 1);    // rank 0 went on without it,
+  EXPECT_EQ(run.landed_after_close, 1);  // and it did land late
+  ASSERT_EQ(run.errors0.size(), 1u);
+  EXPECT_THAT(run.errors0[0].message(), HasSubstr("did not end"));
+}
+
+TEST(GossipSlowPeerTest, TimedOutWriteInPushModeSkipsThePeer) {
+  // Rank 0's first write to rank 1's mailbox (the stamp that opens its
+  // message) is held past the timeout.
+  SlowPeerTransport::Hold hold;
+  hold.op = SlowPeerTransport::Op::kWrite;
+  hold.peer = 1;
+  SlowRun run = RunWithHold("push", hold);
+  for (const absl::Status& s : run.status) ASSERT_OK(s);
+  EXPECT_EQ(run.lost0, std::vector<int>{1});
+  ASSERT_EQ(run.errors0.size(), 1u);
+  EXPECT_THAT(run.errors0[0], StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                       AllOf(HasSubstr("write to rank 1"))));
+  EXPECT_EQ(run.outstanding_to_1, 0);
+  EXPECT_EQ(run.landed_after_close, 0);
+  EXPECT_LT(run.finish0, kTimeout + absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace rdmaflow::strategies::gossip
