@@ -549,6 +549,9 @@ void BootstrapListener::OnReadable(Connection& c) {
 
 void BootstrapListener::Serve() {
   std::vector<pollfd> fds;
+  // After an accept() failure such as EMFILE the listening socket stays
+  // readable: pause accepting instead of spinning on it.
+  absl::Time accept_resume = absl::InfinitePast();
   while (true) {
     const absl::Time now = absl::Now();
     for (auto& c : connections_) {
@@ -575,13 +578,15 @@ void BootstrapListener::Serve() {
         connections_.end());
     PublishStats();
 
-    const bool accepting = counters_.handshakes < options_.max_handshakes;
+    const bool accepting = counters_.handshakes < options_.max_handshakes &&
+                           now >= accept_resume;
     fds.clear();
     fds.push_back({wake_read_, POLLIN, 0});
     // A negative descriptor is ignored by poll(): at the cap, new clients
     // wait in the backlog.
     fds.push_back({accepting ? fd_ : -1, POLLIN, 0});
-    absl::Time next = absl::InfiniteFuture();
+    absl::Time next =
+        now < accept_resume ? accept_resume : absl::InfiniteFuture();
     for (const auto& c : connections_) {
       short events = POLLIN;
       if (!c->out.empty()) events |= POLLOUT;
@@ -618,7 +623,17 @@ void BootstrapListener::Serve() {
         socklen_t len = sizeof(from);
         int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&from), &len,
                          SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;  // EAGAIN, or an error of that one connection.
+        if (fd < 0) {
+          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+              errno == ENOMEM) {
+            std::fprintf(stderr,
+                         "rdmaflow ibverbs: rank %d: accept() for a "
+                         "handshake: %s; pausing 100 ms\n",
+                         options_.local_rank, strerror(errno));
+            accept_resume = absl::Now() + absl::Milliseconds(100);
+          }
+          break;  // EAGAIN, or an error of that one connection.
+        }
         auto c = std::make_unique<Connection>();
         c->fd = UniqueFd(fd);
         c->peer = absl::StrCat(AddressText(from), ":", ntohs(from.sin_port));

@@ -527,7 +527,10 @@ void IbverbsTransport::HandleSendCompletion(const ibv_wc& wc) {
     if (state.in_flight.empty()) state.tail_unsignaled = false;
     return;
   }
-  if (state.stopped && wc.status == IBV_WC_WR_FLUSH_ERR) {
+  // Flushed after a stop; or anything unfinished on a closed endpoint, which
+  // is cancelled whatever the adapter says about it.
+  if (state.stopped &&
+      (wc.status == IBV_WC_WR_FLUSH_ERR || state.closed)) {
     Complete(state, request, state.stop_reason);
     return;
   }
