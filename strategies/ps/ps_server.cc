@@ -154,11 +154,23 @@ absl::StatusOr<StepReport> PsStrategy::ServerStep() {
       return report;
     }
     if (absl::Now() > deadline) {
+      // The workers it waits for: under bsp those whose gradient this step
+      // still lacks, otherwise the slowest ones still running.
+      std::vector<std::string> waiting;
+      const int64_t slowest = table_->min_clock();
+      for (int w = 0; w < workers_; ++w) {
+        const int64_t clock = table_->clock(w);
+        if (clock >= options_.steps || contributed_[w]) continue;
+        if (ps_.sync.mode != SyncMode::kBsp && clock != slowest) continue;
+        waiting.push_back(
+            absl::StrCat("worker ", w, " (rank ", ps_.servers + w, ") at clock ", clock));
+      }
       return absl::DeadlineExceededError(absl::StrCat(
           Where(), " received no gradient for ",
-          absl::FormatDuration(options_.communicator_options.timeout),
-          "; the workers' clocks are [", absl::StrJoin(table_->clocks(), ", "),
-          "] of ", options_.steps, " steps: is a worker stuck or dead?"));
+          absl::FormatDuration(options_.communicator_options.timeout), " from ",
+          absl::StrJoin(waiting, ", "), "; the workers' clocks are [",
+          absl::StrJoin(table_->clocks(), ", "), "] of ", options_.steps,
+          " steps: is a worker stuck or dead?"));
     }
     std::this_thread::yield();  // let the workers have the CPU
   }

@@ -132,13 +132,21 @@ absl::Status PsStrategy::Start() {
 
 absl::StatusOr<StepReport> PsStrategy::Step(const ComputeFn& compute) {
   if (!started_) return absl::FailedPreconditionError("ps: Step() before Start()");
+  if (!failure_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), " is unusable after a failed step: ", failure_.ToString()));
+  }
   if (done()) {
     return absl::FailedPreconditionError(
         absl::StrCat(Where(), ": Step() after the last step"));
   }
-  if (server_) return ServerStep();
-  if (!compute) return absl::InvalidArgumentError("a ps worker needs a ComputeFn");
-  return WorkerStep(compute);
+  if (!server_ && !compute) return absl::InvalidArgumentError("a ps worker needs a ComputeFn");
+  absl::StatusOr<StepReport> report = server_ ? ServerStep() : WorkerStep(compute);
+  // A failed step may have left a pull, a push or a permission round half
+  // done (a timed-out read was cancelled before it returned): nothing is
+  // retried on this state.
+  if (!report.ok()) failure_ = report.status();
+  return report;
 }
 
 bool PsStrategy::done() const {
@@ -167,13 +175,16 @@ absl::Status PsStrategy::Finish() {
   if (finished_) return absl::OkStatus();
   finished_ = true;
   if (!started_) return absl::OkStatus();
-  absl::Status status = absl::OkStatus();
-  if (!server_) {
-    // The final parameters: after every server took every gradient.
+  absl::Status status = failure_;
+  if (!server_ && failure_.ok()) {
+    // The final parameters: after every server took every gradient. After
+    // a failure nobody is waited for: the parameters stay as they are.
     status = ps_.pull_by_read ? WaitForPermission(kUnbounded).status()
                               : ReceiveParameters();
     if (status.ok() && ps_.pull_by_read) status = PullParameters();
   }
+  // Completes or cancels what is in flight (each wait bounded by the
+  // timeout), so nothing lands after the regions below are freed.
   absl::Status shutdown = communicator_->Shutdown();
   if (status.ok()) status = shutdown;
   if (!server_) DetachParameters();

@@ -17,6 +17,14 @@
 // With pull=send the server instead sends each worker its parameters when
 // the worker may go on (an RPC parameter server's reply), so the strategy
 // runs over every communicator, rdma_copy and grpc included.
+// A peer slower than the timeout: a worker waiting for permission, or a
+// server for a gradient, gets kDeadlineExceeded naming the workers (and
+// ranks) it waits for; a pull whose read times out, kDeadlineExceeded naming
+// the server (the read is cancelled first, so nothing lands in the
+// parameters later). After any failed step the rank is unusable: Step()
+// returns kFailedPrecondition quoting the failure, and Finish() waits for
+// nobody's progress (only the communicator's shutdown, each of its waits
+// bounded by the timeout) and returns the failure.
 // See docs/strategies.md.
 #ifndef RDMAFLOW_STRATEGIES_PS_PS_STRATEGY_H_
 #define RDMAFLOW_STRATEGIES_PS_PS_STRATEGY_H_
@@ -98,6 +106,9 @@ class PsStrategy final : public Strategy {
   absl::Status WaitForPushes();
   absl::Status PushGradients();
   void DetachParameters();
+  // "worker 1 (rank 2), ... at clock c": the workers whose clock in the
+  // server's clock words is `clock`.
+  std::string WorkersAt(const std::vector<int64_t>& words, int64_t clock) const;
 
   const StrategyOptions options_;
   const PsOptions ps_;
@@ -109,6 +120,7 @@ class PsStrategy final : public Strategy {
   int index_ = 0;  // server index, or worker index (rank - servers)
   bool started_ = false;
   bool finished_ = false;
+  absl::Status failure_;  // of the step that failed: the rank is unusable
   plan::TransferPlan plan_;
   std::unique_ptr<runtime::Communicator> communicator_;
   absl::Time start_time_;

@@ -97,10 +97,14 @@ absl::StatusOr<int64_t> PsStrategy::WaitForPermission(int64_t clock) {
     int64_t bound = kUnbounded;
     int64_t slowest = kUnbounded;
     int64_t mine = kUnbounded;  // our gradients the servers applied
+    int lagging_server = -1;    // one that has not applied them all
     for (int s = 0; s < ps_.servers; ++s) {
       RETURN_IF_ERROR(ReadClocks(s, words));
       bound = std::min(bound, words[index_]);
-      mine = std::min(mine, words[workers_ + index_]);
+      if (words[workers_ + index_] < mine) {
+        mine = words[workers_ + index_];
+        if (mine < clock) lagging_server = s;
+      }
       slowest = std::min(slowest, *std::min_element(words.begin() + workers_,
                                                     words.end()));
     }
@@ -111,16 +115,34 @@ absl::StatusOr<int64_t> PsStrategy::WaitForPermission(int64_t clock) {
                                         : clock <= bound && mine >= clock;
     if (go) return slowest;
     if (absl::Now() > deadline) {
+      // Name who is holding us back: the slowest workers (bound too low), or
+      // a server that has not applied our own last gradient.
+      std::string waiting_for = absl::StrCat("the slowest: ", WorkersAt(words, slowest));
+      if (clock != kUnbounded && clock <= bound && lagging_server >= 0) {
+        waiting_for = absl::StrCat("server ", lagging_server, " (rank ", lagging_server,
+                                   ") has applied ", mine, " of this worker's gradients");
+      }
       return absl::DeadlineExceededError(absl::StrCat(
-          Where(), " at clock ", clock, " waited ",
+          Where(), " at clock ",
+          clock == kUnbounded ? std::string("end") : absl::StrCat(clock), " waited ",
           absl::FormatDuration(options_.communicator_options.timeout),
           " for permission (", ps_.sync.ToString(), "): its bound is ", bound,
           " and the workers' clocks are [",
-          absl::StrJoin(words.begin() + workers_, words.end(), ", "),
-          "]; is a worker stuck or dead?"));
+          absl::StrJoin(words.begin() + workers_, words.end(), ", "), "]; ",
+          waiting_for, "; is it stuck or dead?"));
     }
     std::this_thread::yield();  // let the slower ranks have the CPU
   }
+}
+
+std::string PsStrategy::WorkersAt(const std::vector<int64_t>& words, int64_t clock) const {
+  std::vector<std::string> names;
+  for (int w = 0; w < workers_; ++w) {
+    if (words[workers_ + w] == clock) {
+      names.push_back(absl::StrCat("worker ", w, " (rank ", ps_.servers + w, ")"));
+    }
+  }
+  return absl::StrCat(absl::StrJoin(names, ", "), " at clock ", clock);
 }
 
 absl::Status PsStrategy::PullParameters() {

@@ -108,7 +108,7 @@ class SlowPeerEndpoint final : public rdma::Endpoint {
       --(*outstanding)[peer];
       std::move(done)(std::move(status));
     };
-    const int rule = transport_.Decide(op, state_->peer);
+    const int rule = transport_.Decide(op, state_->peer, local.length);
     if (rule >= 0) {
       auto held = std::make_unique<HeldOp>();
       held->op = op;
@@ -203,11 +203,12 @@ void SlowPeerTransport::BeforePost(Op op, int peer) {
   }
 }
 
-int SlowPeerTransport::Decide(Op op, int peer) {
+int SlowPeerTransport::Decide(Op op, int peer, size_t length) {
   for (size_t r = 0; r < rules_.size(); ++r) {
     Rule& rule = rules_[r];
     if (rule.hold.op != op) continue;
     if (rule.hold.peer != -1 && rule.hold.peer != peer) continue;
+    if (rule.hold.length != 0 && rule.hold.length != length) continue;
     const int64_t n = ++rule.seen;
     if (n < rule.hold.nth || n >= rule.hold.nth + rule.hold.count) continue;
     return static_cast<int>(r);

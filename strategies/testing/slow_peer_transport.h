@@ -33,6 +33,7 @@
 #ifndef RDMAFLOW_STRATEGIES_TESTING_SLOW_PEER_TRANSPORT_H_
 #define RDMAFLOW_STRATEGIES_TESTING_SLOW_PEER_TRANSPORT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -55,6 +56,7 @@ class SlowPeerTransport final : public rdma::Transport {
   struct Hold {
     Op op = Op::kRead;
     int peer = -1;      // -1: any peer
+    size_t length = 0;  // only operations moving this many bytes; 0: any
     int64_t nth = 1;    // the first matching operation held (1-based)
     int64_t count = 1;  // how many from there on
     // Called before each operation is posted through this transport, with
@@ -107,8 +109,9 @@ class SlowPeerTransport final : public rdma::Transport {
   // Before an operation of `op` towards `peer` is posted: counts it, and
   // releases what a rule's release_before asks for.
   void BeforePost(Op op, int peer);
-  // The index of the rule that holds the next `op` towards `peer`, or -1.
-  int Decide(Op op, int peer);
+  // The index of the rule that holds the next `op` of `length` bytes
+  // towards `peer`, or -1.
+  int Decide(Op op, int peer, size_t length);
   // Hands a held operation to the inner endpoint.
   void Release(HeldOp& op);
   // Closes the inner endpoint of `state` once nothing held needs it.
