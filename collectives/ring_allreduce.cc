@@ -2,6 +2,7 @@
 #include "collectives/ring_allreduce.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 #include <utility>
 
@@ -114,10 +115,41 @@ RingAllReduce::RingAllReduce(rdma::Transport& transport, rdma::Store& store,
 RingAllReduce::~RingAllReduce() {
   if (right_endpoint_ != nullptr) right_endpoint_->Close().IgnoreError();
   if (left_endpoint_ != nullptr) left_endpoint_->Close().IgnoreError();
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (outstanding_ > 0 && absl::Now() < deadline) {
-    if (!transport_.Progress().ok()) break;
+  if (!fenced_) {  // GiveUp() waited already
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (outstanding_ > 0 && absl::Now() < deadline) {
+      if (!transport_.Progress().ok()) break;
+    }
   }
+  // Freeing memory that a neighbour may still write into (it has not passed
+  // the shutdown barrier), or that one of our operations still reads or
+  // writes, would let a late operation land in whatever reuses it: leave
+  // it registered instead.
+  const bool neighbours_done = quiesced_ || size() == 1;
+  if (outstanding_ > 0 || !neighbours_done) {
+    const size_t bytes = (data_ != nullptr ? data_->size() : 0) +
+                         (control_ != nullptr ? control_->size() : 0);
+    const std::string why =
+        outstanding_ > 0
+            ? absl::StrCat(outstanding_, " of its operations never completed")
+            : std::string("no Shutdown() barrier passed, so a neighbour may "
+                          "still write into it");
+    std::fprintf(stderr,
+                 "rdmaflow: %s: leaving its %zu bytes of registered memory "
+                 "mapped: %s\n",
+                 Where().c_str(), bytes, why.c_str());
+    data_.release();
+    control_.release();
+  }
+  alive_.reset();  // completions still held by the transport do nothing
+}
+
+template <typename F>
+rdma::Completion RingAllReduce::Guarded(F f) {
+  return [alive = std::weak_ptr<int>(alive_), f = std::move(f)](absl::Status s) mutable {
+    if (alive.expired()) return;
+    f(std::move(s));
+  };
 }
 
 std::string RingAllReduce::Where() const {
@@ -222,6 +254,7 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
     bool progressed = false;
     if (absl::Status turn = Turn(call, progressed); !turn.ok()) {
       Fail(turn);
+      GiveUp();
       return Annotate(turn, Where());
     }
     const absl::Time now = absl::Now();
@@ -242,9 +275,9 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
       absl::Status error = absl::DeadlineExceededError(absl::StrCat(
           Where(), ": no progress for ", absl::FormatDuration(options_.timeout),
           " waiting for ", waiting, "; rank ", right_rank_, " released ",
-          LoadWord(CreditWord(options_.slots)),
-          " messages. Do all members run the same all-reduce calls?"));
+          credit_seen_, " messages. Do all members run the same all-reduce calls?"));
       Fail(error);
+      GiveUp();
       return error;
     }
     if (now >= next_probe) {
@@ -259,9 +292,24 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
   // need not wait for ours.
   if (absl::Status credit = PostCredit(); !credit.ok()) {
     Fail(credit);
+    GiveUp();
     return Annotate(credit, Where());
   }
   return absl::OkStatus();
+}
+
+void RingAllReduce::GiveUp() {
+  if (fenced_) return;
+  fenced_ = true;
+  actions_.clear();  // never posted
+  if (right_endpoint_ != nullptr) right_endpoint_->Close().IgnoreError();
+  if (left_endpoint_ != nullptr) left_endpoint_->Close().IgnoreError();
+  const absl::Time deadline =
+      absl::Now() + std::min(options_.timeout, absl::Seconds(5));
+  while (outstanding_ > 0 && absl::Now() < deadline) {
+    if (!transport_.Progress().ok()) break;
+    std::this_thread::yield();
+  }
 }
 
 absl::Status RingAllReduce::Turn(Call& call, bool& progressed) {
@@ -273,17 +321,32 @@ absl::Status RingAllReduce::Turn(Call& call, bool& progressed) {
   if (!fired.ok()) return fired.status();
   if (sent_contiguous_ != sent_before) progressed = true;
   if (!failure_.ok()) return failure_;
-  Receive(call, progressed);
-  StartSends(call, progressed);
+  RETURN_IF_ERROR(Receive(call, progressed));
+  RETURN_IF_ERROR(StartSends(call, progressed));
   RETURN_IF_ERROR(PostActions(call));
   return PostCredit();
 }
 
-void RingAllReduce::Receive(Call& call, bool& progressed) {
+absl::Status RingAllReduce::Receive(Call& call, bool& progressed) {
   const int slots = options_.slots;
   while (received_ < call.end) {
     const uint64_t seq = received_;
-    if (LoadWord(FlagWord(seq, slots)) != seq + 1) return;
+    // The left neighbour writes the flag: it holds the value of the slot's
+    // previous message (seq + 1 - slots, or 0 before the first) until this
+    // one arrives, and nothing else (the next use of the slot needs our
+    // credit for this one).
+    const uint64_t flag = LoadWord(FlagWord(seq, slots));
+    if (flag != seq + 1) {
+      const uint64_t previous = seq >= static_cast<uint64_t>(slots) ? seq + 1 - slots : 0;
+      if (flag == previous) return absl::OkStatus();
+      return absl::DataLossError(absl::StrCat(
+          "rank ", left_rank_, " (the left neighbour) wrote ", flag,
+          " into the flag of slot ", seq % slots, " where ", seq + 1, " (message ",
+          seq - call.first + 1, " of ", call.end - call.first,
+          " of this call) or, before it, ", previous,
+          " was due: it breaks the protocol (same all-reduce calls? memory "
+          "corruption?)"));
+    }
     const size_t message = seq - call.first;
     if (call.schedule.is_reduce(message)) {
       const ElementRange range = call.schedule.Received(message);
@@ -298,17 +361,33 @@ void RingAllReduce::Receive(Call& call, bool& progressed) {
     ++received_;
     progressed = true;
   }
+  return absl::OkStatus();
 }
 
-void RingAllReduce::StartSends(Call& call, bool& progressed) {
+absl::Status RingAllReduce::StartSends(Call& call, bool& progressed) {
+  // The right neighbour writes the credit: the messages it released, which
+  // never go back and never pass those we started.
   const uint64_t credit = LoadWord(CreditWord(options_.slots));
+  if (credit < credit_seen_) {
+    return absl::DataLossError(absl::StrCat(
+        "rank ", right_rank_, " (the right neighbour) wrote a credit of ", credit,
+        " after ", credit_seen_, "; credits never go back"));
+  }
+  if (credit > call.next_send) {
+    return absl::DataLossError(absl::StrCat(
+        "rank ", right_rank_, " (the right neighbour) wrote a credit releasing ",
+        credit, " messages, but only ", call.next_send, " were sent"));
+  }
+  credit_seen_ = credit;
   const uint64_t pieces = call.schedule.pieces();
   while (call.next_send < call.end) {
     const uint64_t seq = call.next_send;
     // A forwarded piece must have arrived (and been reduced) first.
-    if (seq - call.first >= pieces && received_ < seq - pieces + 1) return;
+    if (seq - call.first >= pieces && received_ < seq - pieces + 1) {
+      return absl::OkStatus();
+    }
     // The receiver's slot (and, for the all-gather, its buffer) is free.
-    if (seq >= credit + call.window) return;
+    if (seq >= credit + call.window) return absl::OkStatus();
     if (call.schedule.Sent(seq - call.first).count > 0) {
       actions_.push_back({Action::kWrite, seq});
       actions_.push_back({Action::kFlush, seq});
@@ -318,6 +397,7 @@ void RingAllReduce::StartSends(Call& call, bool& progressed) {
     ++call.next_send;
     progressed = true;
   }
+  return absl::OkStatus();
 }
 
 absl::Status RingAllReduce::PostActions(Call& call) {
@@ -339,37 +419,37 @@ absl::Status RingAllReduce::PostActions(Call& call) {
                                     bytes}
                 : rdma::RemoteSlice{&right_data_, at, bytes};
         posted = right_endpoint_->PostWrite(
-            {data_.get(), at, bytes}, dst, std::nullopt, [this](absl::Status s) {
+            {data_.get(), at, bytes}, dst, std::nullopt, Guarded([this](absl::Status s) {
               --outstanding_;
               if (!s.ok()) Fail(s);
-            });
+            }));
         if (posted.ok()) stats_.bytes_sent += bytes;
         break;
       }
       case Action::kFlush:
         // The flag may only land once the piece is visible.
-        posted = right_endpoint_->PostFlush([this, seq](absl::Status s) {
+        posted = right_endpoint_->PostFlush(Guarded([this, seq](absl::Status s) {
           --outstanding_;
           if (!s.ok()) {
             Fail(s);
             return;
           }
           actions_.push_back({Action::kFlag, seq});
-        });
+        }));
         break;
       case Action::kFlag:
         StoreWord(FlagSourceWord(seq, slots), seq + 1);
         posted = right_endpoint_->PostWrite(
             {control_.get(), FlagSourceWord(seq, slots) * kWord, kWord},
             {&right_control_, FlagWord(seq, slots) * kWord, kWord}, std::nullopt,
-            [this, seq](absl::Status s) {
+            Guarded([this, seq](absl::Status s) {
               --outstanding_;
               if (!s.ok()) {
                 Fail(s);
                 return;
               }
               SendDone(seq);
-            });
+            }));
         break;
     }
     if (absl::IsResourceExhausted(posted)) return absl::OkStatus();  // retry
@@ -388,11 +468,11 @@ absl::Status RingAllReduce::PostCredit() {
   absl::Status posted = left_link_->PostWrite(
       {control_.get(), CreditSourceWord(slots) * kWord, kWord},
       {&left_control_, CreditWord(slots) * kWord, kWord}, std::nullopt,
-      [this](absl::Status s) {
+      Guarded([this](absl::Status s) {
         --outstanding_;
         credit_busy_ = false;
         if (!s.ok()) Fail(s);
-      });
+      }));
   if (absl::IsResourceExhausted(posted)) return absl::OkStatus();
   RETURN_IF_ERROR(posted);
   ++outstanding_;
@@ -405,11 +485,11 @@ void RingAllReduce::ProbeNeighbours() {
   if (probes_in_flight_ > 0) return;
   for (rdma::Endpoint* link : {right_endpoint_.get(), left_endpoint_.get()}) {
     if (link == nullptr) continue;
-    absl::Status posted = link->PostFlush([this](absl::Status s) {
+    absl::Status posted = link->PostFlush(Guarded([this](absl::Status s) {
       --outstanding_;
       --probes_in_flight_;
       if (!s.ok() && !absl::IsCancelled(s)) Fail(s);
-    });
+    }));
     if (!posted.ok()) {
       if (!absl::IsResourceExhausted(posted)) Fail(posted);
       continue;
@@ -423,8 +503,28 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
   const absl::Duration limit = timeout.value_or(options_.timeout);
   if (size() > 1) {
     const absl::Time deadline = absl::Now() + limit;
-    while (outstanding_ > 0 || !actions_.empty()) {
+    // Our last writes must be visible at the neighbours, not only complete
+    // here, before we tell them at the barrier that we are done.
+    std::vector<rdma::Endpoint*> to_flush;
+    if (failure_.ok()) {
+      to_flush.push_back(right_endpoint_.get());
+      if (left_endpoint_ != nullptr) to_flush.push_back(left_endpoint_.get());
+    }
+    while (outstanding_ > 0 || !actions_.empty() || !to_flush.empty()) {
       if (!failure_.ok()) return Annotate(failure_, Where());
+      while (!to_flush.empty()) {
+        absl::Status posted = to_flush.back()->PostFlush(Guarded([this](absl::Status s) {
+          --outstanding_;
+          if (!s.ok()) Fail(s);
+        }));
+        if (absl::IsResourceExhausted(posted)) break;  // retry after progress
+        if (!posted.ok()) {
+          Fail(posted);
+          return Annotate(posted, Where());
+        }
+        ++outstanding_;
+        to_flush.pop_back();
+      }
       absl::StatusOr<int> fired = transport_.Progress();
       if (!fired.ok()) return Annotate(fired.status(), Where());
       if (absl::Now() > deadline) {
@@ -438,6 +538,8 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
       rdma::Barrier(store_, ns_, absl::StrCat("ring/", options_.name, "/shutdown"),
                     size(), limit, &transport_);
   if (!barrier.ok()) return Annotate(barrier, Where());
+  // Every member has stopped writing into our memory: it may be freed.
+  quiesced_ = true;
   return absl::OkStatus();
 }
 

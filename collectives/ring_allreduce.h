@@ -17,6 +17,15 @@
 // released) into the sender's memory; a sender keeps at most
 // min(slots, reduce-scatter messages) messages ahead of it. Notifications
 // are not used, so a collective shares its transport with a communicator.
+// Flags and credits are written by the neighbours, so both are checked
+// before they count: a flag holds the value of its slot's previous message
+// or of the one due, a credit never goes back nor releases a message not
+// yet sent; anything else is kDataLoss naming the neighbour.
+// Giving up (an error or a timeout) closes both links, which cancels what
+// we posted; and since a neighbour may still write into our regions until
+// every member has passed Shutdown()'s barrier, a ring destroyed before
+// that leaves its regions registered (logged) rather than free them under
+// a late write.
 //
 //   ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(
 //       transport, store, "job", /*members=*/{0, 1, 2, 3}, options));
@@ -80,7 +89,10 @@ class RingAllReduce {
       rdma::Transport& transport, rdma::Store& store, const std::string& ns,
       std::vector<int> members, const RingAllReduceOptions& options);
   // Closes the endpoints and waits (briefly) for operations in flight.
-  // Call Shutdown() first so no neighbour still writes into our memory.
+  // Call Shutdown() first so no neighbour still writes into our memory:
+  // unless its barrier passed, the data and control regions are left
+  // registered (leaked, with a message on stderr), as they are when one of
+  // our own operations never completes.
   ~RingAllReduce();
 
   // The data region: what AllReduce() reduces, in place.
@@ -98,13 +110,19 @@ class RingAllReduce {
   // the same order as its other calls. kInvalidArgument / kOutOfRange for a
   // misaligned or oversized range; kDeadlineExceeded (naming the neighbour
   // and message) when the ring stalls for `timeout`; kUnavailable for a
-  // dead neighbour. After an error the collective is unusable.
+  // dead neighbour; kDataLoss when a neighbour wrote a flag or credit
+  // outside the protocol. After an error the collective is unusable: both
+  // links are closed (cancelling our operations in flight) before it
+  // returns, and later calls get kFailedPrecondition.
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum);
 
   // Waits for our last writes, then for every member at a store barrier,
-  // each for up to `timeout` (the options' timeout by default).
-  // Collective; call once, after the last AllReduce().
+  // each for up to `timeout` (the options' timeout by default). After an
+  // error it still meets the others at the barrier, so that every member
+  // may free its memory, unless one of our own operations never completed:
+  // then it returns the error at once. Collective; call once, after the
+  // last AllReduce().
   absl::Status Shutdown(std::optional<absl::Duration> timeout = std::nullopt);
 
  private:
@@ -123,8 +141,16 @@ class RingAllReduce {
   // One pass of the call's state machine; sets `progressed` when anything
   // moved.
   absl::Status Turn(Call& call, bool& progressed);
-  void Receive(Call& call, bool& progressed);
-  void StartSends(Call& call, bool& progressed);
+  absl::Status Receive(Call& call, bool& progressed);
+  absl::Status StartSends(Call& call, bool& progressed);
+  // After an error: closes both links (our operations in flight complete
+  // with kCancelled) and waits, up to min(timeout, 5 s), for them.
+  void GiveUp();
+  // Wraps a completion callback so that it does nothing once the ring is
+  // destroyed (an operation that never completed keeps the transport
+  // holding it).
+  template <typename F>
+  rdma::Completion Guarded(F f);
   absl::Status PostActions(Call& call);
   absl::Status PostCredit();
   void ProbeNeighbours();
@@ -156,11 +182,16 @@ class RingAllReduce {
   std::set<uint64_t> sent_out_of_order_;
   uint64_t credit_posted_ = 0;
   bool credit_busy_ = false;
+  uint64_t credit_seen_ = 0;  // the right neighbour's last valid credit
+  bool fenced_ = false;       // GiveUp() ran
+  bool quiesced_ = false;     // Shutdown()'s barrier passed
   int probes_in_flight_ = 0;
   std::deque<Action> actions_;
   int64_t outstanding_ = 0;
   absl::Status failure_;
   RingAllReduceStats stats_;
+  // Callbacks hold a weak_ptr to this: they may outlive the ring.
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
 };
 
 }  // namespace rdmaflow::collectives

@@ -8,7 +8,6 @@
 // sender is not told that the undelivered tensor was released, and the
 // executor stays failed.
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,11 +23,13 @@
 #include "runtime/executor.h"
 #include "runtime/replay.h"
 #include "runtime/testing/rank_threads.h"
+#include "runtime/testing/tracking_transport.h"
 
 namespace rdmaflow::runtime {
 namespace {
 
 using ::rdmaflow::rdma::testing::FaultyTransport;
+using ::rdmaflow::runtime::testing::TrackingTransport;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -36,162 +37,6 @@ using ::testing::HasSubstr;
 constexpr char kNs[] = "executor_slow_peer_test";
 constexpr int64_t kElements = 1024;  // 4 KiB: exactly the receiver's pool
 constexpr size_t kBytes = kElements * 4;
-
-// A Transport decorator that watches the local memory of operations in
-// flight: a region from Allocate() destroyed while an operation reads or
-// writes it is a violation (the use-after-free a late completion would
-// cause on a NIC). With `hold_reads`, the completions of reads are kept
-// even past Close() (a NIC that never flushes them) until Release().
-// Thread-compatible, like the transport it wraps.
-class TrackingTransport final : public rdma::Transport {
- public:
-  explicit TrackingTransport(rdma::Transport& inner)
-      : inner_(inner), state_(std::make_shared<State>()) {}
-
-  void hold_reads() { state_->hold_reads = true; }
-  // Fires the held completions from the next Progress().
-  void Release() {
-    state_->hold_reads = false;
-    state_->release = true;
-  }
-  int64_t held() const { return static_cast<int64_t>(state_->held.size()); }
-  const std::vector<std::string>& violations() const { return state_->violations; }
-  // Whether [data, data + bytes) meets the local memory of a read in flight.
-  bool OverlapsReadInFlight(const std::byte* data, size_t bytes) const {
-    for (const auto& [id, op] : state_->in_flight) {
-      if (op.read && data < op.begin + op.length && op.begin < data + bytes) return true;
-    }
-    return false;
-  }
-
-  int rank() const override { return inner_.rank(); }
-  rdma::Capabilities capabilities() const override { return inner_.capabilities(); }
-  std::string address() const override { return inner_.address(); }
-  absl::StatusOr<rdma::MemoryRegion> Allocate(size_t bytes) override {
-    ASSIGN_OR_RETURN(rdma::MemoryRegion region, inner_.Allocate(bytes));
-    std::byte* data = region.data();
-    const size_t size = region.size();
-    rdma::RemoteRegion descriptor = region.descriptor();
-    return rdma::MemoryRegion(
-        data, size, std::move(descriptor),
-        std::make_unique<Watched>(state_, std::move(region)));
-  }
-  absl::StatusOr<rdma::MemoryRegion> Register(absl::Span<std::byte> memory) override {
-    return inner_.Register(memory);
-  }
-  absl::StatusOr<std::unique_ptr<rdma::Endpoint>> Connect(
-      const rdma::PeerInfo& peer) override {
-    ASSIGN_OR_RETURN(std::unique_ptr<rdma::Endpoint> inner, inner_.Connect(peer));
-    return std::unique_ptr<rdma::Endpoint>(new TrackedEndpoint(state_, std::move(inner)));
-  }
-  absl::StatusOr<int> Progress() override {
-    absl::StatusOr<int> fired = inner_.Progress();
-    if (state_->release) {
-      state_->release = false;
-      std::vector<Held> held = std::move(state_->held);
-      state_->held.clear();
-      for (Held& h : held) {
-        state_->in_flight.erase(h.id);
-        std::move(h.done)(std::move(h.status));
-      }
-    }
-    return fired;
-  }
-  std::optional<rdma::Notification> PollNotification() override {
-    return inner_.PollNotification();
-  }
-
- private:
-  struct Op {
-    bool read;
-    const std::byte* begin;
-    size_t length;
-  };
-  struct Held {
-    int64_t id;
-    rdma::Completion done;
-    absl::Status status;
-  };
-  struct State {
-    bool hold_reads = false;
-    bool release = false;
-    int64_t next_id = 0;
-    std::map<int64_t, Op> in_flight;
-    std::vector<Held> held;
-    std::vector<std::string> violations;
-  };
-
-  // Owns the inner registration; checks, when destroyed, that nothing in
-  // flight still uses the memory.
-  class Watched final : public rdma::MemoryRegion::Registration {
-   public:
-    Watched(std::shared_ptr<State> state, rdma::MemoryRegion inner)
-        : state_(std::move(state)), inner_(std::move(inner)) {}
-    ~Watched() override {
-      const std::byte* begin = inner_.data();
-      const std::byte* end = begin + inner_.size();
-      for (const auto& [id, op] : state_->in_flight) {
-        if (op.begin < end && begin < op.begin + op.length) {
-          state_->violations.push_back(absl::StrCat(
-              "a region of ", inner_.size(), " bytes was freed while a ",
-              op.read ? "read into" : "write from", " it was in flight"));
-        }
-      }
-    }
-
-   private:
-    std::shared_ptr<State> state_;
-    rdma::MemoryRegion inner_;
-  };
-
-  class TrackedEndpoint final : public rdma::Endpoint {
-   public:
-    TrackedEndpoint(std::shared_ptr<State> state, std::unique_ptr<rdma::Endpoint> inner)
-        : state_(std::move(state)), inner_(std::move(inner)) {}
-    int peer_rank() const override { return inner_->peer_rank(); }
-    absl::Status PostWrite(const rdma::LocalSlice& src, const rdma::RemoteSlice& dst,
-                           std::optional<uint32_t> notification,
-                           rdma::Completion done) override {
-      return Track(false, src, std::move(done), [&](rdma::Completion wrapped) {
-        return inner_->PostWrite(src, dst, notification, std::move(wrapped));
-      });
-    }
-    absl::Status PostRead(const rdma::LocalSlice& dst, const rdma::RemoteSlice& src,
-                          rdma::Completion done) override {
-      return Track(true, dst, std::move(done), [&](rdma::Completion wrapped) {
-        return inner_->PostRead(dst, src, std::move(wrapped));
-      });
-    }
-    absl::Status PostFlush(rdma::Completion done) override {
-      return inner_->PostFlush(std::move(done));
-    }
-    absl::Status Close() override { return inner_->Close(); }
-
-   private:
-    template <typename PostFn>
-    absl::Status Track(bool read, const rdma::LocalSlice& local, rdma::Completion done,
-                       PostFn post) {
-      const int64_t id = state_->next_id++;
-      absl::Status posted = post([state = state_, id, read,
-                                  done = std::move(done)](absl::Status s) mutable {
-        if (read && state->hold_reads) {
-          state->held.push_back({id, std::move(done), std::move(s)});
-          return;
-        }
-        state->in_flight.erase(id);
-        std::move(done)(std::move(s));
-      });
-      if (posted.ok()) state_->in_flight[id] = Op{read, local.data(), local.length};
-      return posted;
-    }
-
-    std::shared_ptr<State> state_;
-    std::unique_ptr<rdma::Endpoint> inner_;
-  };
-
-  rdma::Transport& inner_;
-  std::shared_ptr<State> state_;
-};
 
 plan::TransferPlan DynamicPlan() {
   graph::GraphBuilder b("one_tensor");
