@@ -70,6 +70,11 @@ absl::StatusOr<StepReport> AllReduceStrategy::Step(const ComputeFn& compute) {
                      options_.steps, " steps"));
   }
   if (group_ == nullptr) return absl::FailedPreconditionError("allreduce: Start() first");
+  if (!failure_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "allreduce rank ", context_.rank, " is unusable after a failed step: ",
+        failure_.ToString()));
+  }
   StepReport report;
   report.clock = clock_;
   report.min_clock = clock_;
@@ -77,7 +82,12 @@ absl::StatusOr<StepReport> AllReduceStrategy::Step(const ComputeFn& compute) {
   const absl::Time begin = absl::Now();
   ASSIGN_OR_RETURN(report.compute, compute());
   const absl::Time computed = absl::Now();
-  RETURN_IF_ERROR(group_->AllReduceGradients(1.0 / context_.world_size));
+  if (absl::Status reduced = group_->AllReduceGradients(1.0 / context_.world_size);
+      !reduced.ok()) {
+    // The ring is unusable now (collectives/ring_allreduce.h), and so are we.
+    failure_ = reduced;
+    return reduced;
+  }
   report.compute_time = computed - begin;
   report.comm_time = absl::Now() - computed;
   group_->ApplySgd(options_.learning_rate, options_.momentum);
@@ -89,7 +99,9 @@ absl::Status AllReduceStrategy::Finish() {
   if (finished_) return absl::OkStatus();
   finished_ = true;
   if (group_ == nullptr) return absl::OkStatus();
-  absl::Status status = group_->Shutdown();
+  // After a failure the others may never come to the shutdown barrier: tear
+  // down here alone (the ring cancels what it posted as it goes).
+  absl::Status status = failure_.ok() ? group_->Shutdown() : failure_;
   final_stats_ = group_->stats();
   group_.reset();  // the gradients point back at their own memory
   return status;

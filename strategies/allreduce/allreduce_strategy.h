@@ -5,6 +5,11 @@
 // ring's registered memory) are summed by the ring all-reduce in buckets,
 // averaged, and every rank applies the same SGD step, so the replicas stay
 // identical. Parameters: bucket_bytes (4M), chunk_bytes (256K), slots (8).
+// A replica slower than the timeout fails its peers' all-reduce with
+// kDeadlineExceeded naming the neighbour the ring waited for; after any
+// failed step the strategy is unusable (Step() returns kFailedPrecondition
+// quoting the failure) and Finish() tears it down without waiting for the
+// other ranks, returning that failure.
 // See docs/strategies.md.
 #ifndef RDMAFLOW_STRATEGIES_ALLREDUCE_ALLREDUCE_STRATEGY_H_
 #define RDMAFLOW_STRATEGIES_ALLREDUCE_ALLREDUCE_STRATEGY_H_
@@ -52,6 +57,7 @@ class AllReduceStrategy final : public Strategy {
   collectives::RingAllReduceStats final_stats_;  // kept past Finish()
   int64_t clock_ = 0;
   bool finished_ = false;
+  absl::Status failure_;  // of the step that failed; the group is unusable
 };
 
 }  // namespace rdmaflow::strategies
