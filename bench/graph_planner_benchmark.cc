@@ -1,14 +1,20 @@
 // File: graph_planner_benchmark.cc
 // -----------------------------------------------------------------------------
 // Planning time and registered bytes of the graph analyzer on large graphs:
-// a generated graph of 10k nodes over 8 ranks, and ResNet-50 (161 parameter
-// tensors, 25.6 M parameters) in parameter-server form. Each benchmark
-// reports its stages separately (analyze = validate + infer shapes,
-// partition, plan) and counters for transfers and registered bytes.
+// a generated graph of 10k nodes over 8 ranks, ResNet-50 (161 parameter
+// tensors, 25.6 M parameters) in parameter-server form, and up to 100k
+// transfers on a single link (one region for the slot layout). Each
+// benchmark reports its stages separately (analyze = validate + infer
+// shapes, partition, plan) and counters for transfers and registered bytes.
 //
 //   bazel run -c opt //bench:graph_planner_benchmark --
 //       --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "graph_analyzer/analyzed_graph.h"
 #include "graph_analyzer/partition.h"
@@ -34,6 +40,26 @@ void ReportPlan(benchmark::State& state, const plan::TransferPlan& p) {
     transfers += link.slot_size();
     for (const auto& slot : link.slot()) dynamic += slot.kind() == plan::DYNAMIC;
   }
+  uint64_t receive = 0;
+  // Pairs of slots of one region live at the same time: what greedy by size
+  // costs (slot_allocator.h).
+  uint64_t live_pairs = 0;
+  for (const auto& link : p.link()) {
+    receive += link.region_bytes();
+    std::vector<std::pair<int, int>> live;  // (begin, end), by begin.
+    for (const auto& slot : link.slot()) {
+      live.emplace_back(slot.live_begin(), slot.live_end());
+    }
+    std::sort(live.begin(), live.end());
+    std::vector<int> begins;
+    for (const auto& [begin, end] : live) begins.push_back(begin);
+    for (size_t k = 0; k < live.size(); ++k) {
+      // The later slots that begin no later than this one ends.
+      live_pairs += std::upper_bound(begins.begin() + k + 1, begins.end(),
+                                     live[k].second) -
+                    (begins.begin() + k + 1);
+    }
+  }
   uint64_t registered = 0;
   uint64_t max_rank = 0;
   for (const auto& r : p.rank()) {
@@ -43,6 +69,8 @@ void ReportPlan(benchmark::State& state, const plan::TransferPlan& p) {
   state.counters["links"] = p.link_size();
   state.counters["transfers"] = transfers;
   state.counters["dynamic"] = dynamic;
+  state.counters["receive_MiB"] = receive / 1048576.0;
+  state.counters["live_pairs"] = live_pairs;
   state.counters["registered_MiB"] = registered / 1048576.0;
   state.counters["max_rank_MiB"] = max_rank / 1048576.0;
 }
@@ -84,6 +112,47 @@ BENCHMARK(BM_PlanResNet50PS)
     ->Args({2, 1})
     ->Args({8, 2})
     ->Args({32, 4})
+    ->Unit(benchmark::kMillisecond);
+
+// Every transfer on one link, so that one region holds them all: short
+// lifetimes (each tensor is read again within 32 transfers), or all live
+// together until the end. With and without slot sharing.
+GraphDef OneLink(benchmark::State& state) {
+  testing::OneLinkGraphOptions options;
+  options.transfers = static_cast<int>(state.range(0));
+  options.all_live = state.range(1) != 0;
+  return testing::OneLinkGraph(options, 1);
+}
+
+void BM_PlanOneLink(benchmark::State& state) {
+  PlanEndToEnd(state, OneLink(state), state.range(2) != 0);
+}
+BENCHMARK(BM_PlanOneLink)
+    ->ArgNames({"transfers", "all_live", "share"})
+    ->ArgsProduct({{16000, 100000}, {0, 1}, {1, 0}})
+    ->Unit(benchmark::kMillisecond);
+
+// The slot layout alone (LayoutPlan over the plan of the graph above).
+void BM_LayoutOneLink(benchmark::State& state) {
+  PlannerOptions options;
+  options.share_slots = state.range(2) != 0;
+  absl::StatusOr<plan::TransferPlan> p = PlanGraph(OneLink(state), options);
+  if (!p.ok()) {
+    state.SkipWithError(std::string(p.status().message()).c_str());
+    return;
+  }
+  for (auto _ : state) {
+    absl::Status laid_out = LayoutPlan(*p);
+    if (!laid_out.ok()) {
+      state.SkipWithError(std::string(laid_out.message()).c_str());
+      return;
+    }
+  }
+  ReportPlan(state, *p);
+}
+BENCHMARK(BM_LayoutOneLink)
+    ->ArgNames({"transfers", "all_live", "share"})
+    ->ArgsProduct({{16000, 100000}, {0, 1}, {1, 0}})
     ->Unit(benchmark::kMillisecond);
 
 // Stages of the 10k-node pipeline on their own: 0 analyze (validate,

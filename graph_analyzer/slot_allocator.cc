@@ -77,7 +77,7 @@ class FreeList {
     by_size_.erase({size, offset});
   }
 
-  absl::btree_map<uint64_t, uint64_t> by_offset_;        // offset -> size
+  absl::btree_map<uint64_t, uint64_t> by_offset_;           // offset -> size
   absl::btree_set<std::pair<uint64_t, uint64_t>> by_size_;  // (size, offset)
   uint64_t peak_ = 0;
 };
@@ -98,7 +98,7 @@ constexpr size_t kMinGreedyPairs = size_t{1} << 16;
 struct Timeline {
   std::vector<size_t> request;  // The request of each slot.
   std::vector<uint64_t> size;
-  std::vector<int> begin;       // Non-decreasing.
+  std::vector<int> begin;  // Non-decreasing.
   std::vector<int> end;
 
   size_t count() const { return size.size(); }
@@ -232,8 +232,7 @@ SlotLayout GreedyBySize(const Timeline& t, const LiveTogether& live) {
   for (size_t k : order) {
     taken.clear();
     for (size_t m = k + 1; m < live.later_end[k]; ++m) take(m);
-    for (size_t e = live.earlier_start[k]; e < live.earlier_start[k + 1];
-         ++e) {
+    for (size_t e = live.earlier_start[k]; e < live.earlier_start[k + 1]; ++e) {
       take(live.earlier_items[e]);
     }
     std::sort(taken.begin(), taken.end());

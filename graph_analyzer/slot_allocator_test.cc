@@ -110,8 +110,8 @@ TEST(SlotAllocatorTest, TouchingIntervalsOverlap) {
 }
 
 TEST(SlotAllocatorTest, InvertedIntervalIsLiveAtItsBegin) {
-  SlotLayout layout = LayoutSlots({{64, 5, 2}, {64, 5, 5}, {64, 0, 3}}, 64,
-                                  true);
+  SlotLayout layout =
+      LayoutSlots({{64, 5, 2}, {64, 5, 5}, {64, 0, 3}}, 64, true);
   EXPECT_NE(layout.offsets[0], layout.offsets[1]);
   EXPECT_EQ(layout.peak, 128u);
 }
@@ -149,8 +149,8 @@ TEST(SlotAllocatorTest, RandomRequestsNeverOverlapWhileLive) {
     int n = 1 + rng() % 40;
     for (int i = 0; i < n; ++i) {
       int begin = rng() % 50;
-      requests.push_back({1 + rng() % 5000, begin,
-                          begin + static_cast<int>(rng() % 20)});
+      requests.push_back(
+          {1 + rng() % 5000, begin, begin + static_cast<int>(rng() % 20)});
     }
     uint64_t alignment = 64u << (rng() % 3);
     SlotLayout shared = LayoutSlots(requests, alignment, true);

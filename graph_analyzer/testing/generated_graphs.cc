@@ -138,6 +138,35 @@ GraphDef RandomGraph(const RandomGraphOptions& options, uint64_t seed) {
   return std::move(b).Build();
 }
 
+GraphDef OneLinkGraph(const OneLinkGraphOptions& options, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int n) {
+    return static_cast<int>(std::uniform_int_distribution<int>(0, n - 1)(rng));
+  };
+  const int64_t widths[] = {16, 64, 100, 256, 1000, 4096};
+  GraphBuilder b(absl::StrCat("one_link_", options.transfers,
+                              options.all_live ? "_all_live" : "", "_", seed));
+  b.SetWorldSize(2);
+  std::vector<std::string> sent;
+  sent.reserve(options.transfers);
+  for (int i = 0; i < options.transfers; ++i) {
+    b.SetRank(0);
+    sent.push_back(b.Placeholder(absl::StrCat("t", i), DT_FLOAT32,
+                                 {32, widths[uniform(6)]}));
+    std::vector<std::string> inputs = {sent.back()};
+    if (i > 0) {
+      inputs.push_back(sent[i - 1 - uniform(std::min(i, options.window))]);
+    }
+    b.SetRank(1);
+    b.Op(absl::StrCat("c", i), "Gradient", std::move(inputs));
+  }
+  if (options.all_live) {
+    b.SetRank(1);
+    b.Op("sum", "Gradient", std::move(sent));
+  }
+  return std::move(b).Build();
+}
+
 int64_t ResNet50ParameterCount() {
   int64_t n = 0;
   for (const Param& p : ResNet50Params()) n += Elements(p);

@@ -27,6 +27,22 @@ struct RandomGraphOptions {
 // Deterministic for a given seed.
 GraphDef RandomGraph(const RandomGraphOptions& options, uint64_t seed);
 
+struct OneLinkGraphOptions {
+  int transfers = 100000;
+  // Each consumer also reads a tensor sent up to `window` transfers before
+  // its own, so a transfer stays live for about `window` / 2 more.
+  int window = 32;
+  // A last node on rank 1 reads every tensor, so all transfers are live
+  // together until the end (as the gradients a parameter server sums).
+  bool all_live = false;
+};
+
+// Every transfer on one link: rank 0 sends `transfers` tensors of
+// [32, width] float32 (width from 16 to 4096: 2 KiB .. 512 KiB) and rank 1
+// reads each (Gradient nodes). The planner's stress test for one region.
+// Deterministic for a given seed.
+GraphDef OneLinkGraph(const OneLinkGraphOptions& options, uint64_t seed);
+
 // ResNet-50's 161 parameter tensors (53 conv weights, 53 batch-norm scale and
 // shift pairs, the FC weight and bias: 25,557,032 parameters) in
 // parameter-server form: `servers` ranks hold size-balanced shards,
