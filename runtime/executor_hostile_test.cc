@@ -39,6 +39,10 @@ using ::testing::HasSubstr;
 constexpr char kNs[] = "executor_hostile_test";
 constexpr uint64_t kMax = ~uint64_t{0};
 constexpr uint64_t kPoolBytes = 64 << 10;  // the attacker's source pool
+// Two dimensions of at most 2^40 whose product is 2^64 + 16: it wraps to 16.
+constexpr uint64_t kWrapA = (uint64_t{1} << 24) + 16;
+constexpr uint64_t kWrapB = 1099510579201;
+static_assert(kWrapB <= (uint64_t{1} << 40) && kWrapA * kWrapB == 16);
 
 // Rank 0 produces `x` of `shape` (float32); rank 1 consumes it.
 plan::TransferPlan OneTensorPlan(std::vector<int64_t> shape, int depth = 2) {
@@ -125,9 +129,11 @@ TEST(ExecutorMetadataCheckTest, WriterMustBeTheSender) {
 }
 
 TEST(ExecutorMetadataCheckTest, ShapeProductsThatWrapAreRefused) {
-  // 2^30 * 2^40 elements wrap to 64 (256 bytes), 2^40 * 2^40 to 0: both
-  // passed CheckShape's after-the-fact bound.
-  EXPECT_THAT(Check(Words(1, 256, 0, 0, uint64_t{1} << 30, uint64_t{1} << 40)),
+  // (2^24 + 16) * 1099510579201 elements wrap to 16 (64 bytes), 2^40 * 2^40
+  // to 0: both passed CheckShape's after-the-fact bound.
+  EXPECT_THAT(Check(Words(1, 64, 0, 0, kWrapA, kWrapB)),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("more than 2^50 elements")));
+  EXPECT_THAT(Check(Words(1, 0, 0, 0, uint64_t{1} << 30, uint64_t{1} << 40)),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("more than 2^50 elements")));
   EXPECT_THAT(Check(Words(1, 0, 0, 0, uint64_t{1} << 40, uint64_t{1} << 40)),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("more than 2^50 elements")));
@@ -188,6 +194,8 @@ uint64_t Interesting(std::mt19937_64& rng) {
                                      uint64_t{1} << 52,
                                      uint64_t{1} << 62,
                                      uint64_t{1} << 63,
+                                     kWrapA,
+                                     kWrapB,
                                      kMax - 24,
                                      kMax - 1,
                                      kMax};
@@ -278,6 +286,9 @@ TEST(ExecutorArrivalCheckTest, StagesInOrderAndWithinTheCredits) {
 TEST(ExecutorShapeBytesTest, SendRefusesShapesThatWrap) {
   const TransferInfo info = DynamicInfo();
   EXPECT_THAT(internal::ShapeBytes(info, {int64_t{1} << 30, int64_t{1} << 40}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2^50")));
+  EXPECT_THAT(internal::ShapeBytes(info, {static_cast<int64_t>(kWrapA),
+                                          static_cast<int64_t>(kWrapB)}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2^50")));
   EXPECT_THAT(internal::ShapeBytes(info, {int64_t{1} << 40, 0}),
               ::rdmaflow::testing::IsOkAndHolds(0u));
@@ -454,8 +465,8 @@ TEST(ExecutorHostileTest, ForgedMetadataFailsTheReceiverWithDataLoss) {
       {"sequence jumping", Words(3, 24, 0, 0, 2, 3), "sequence 3, expected 1"},
       {"another writer", Words(1, 24, 0, 1, 2, 3), "written by rank 1"},
       {"size 2^63", Words(1, uint64_t{1} << 63, 0, 0, 2, 3), "bytes for shape [2, 3]"},
-      {"shape product wraps to 64 elements",
-       Words(1, 256, 0, 0, uint64_t{1} << 30, k40), "more than 2^50 elements"},
+      {"shape product wraps to 16 elements", Words(1, 64, 0, 0, kWrapA, kWrapB),
+       "more than 2^50 elements"},
       {"shape product wraps to 0", Words(1, 0, 0, 0, k40, k40), "more than 2^50 elements"},
       {"negative dimension", Words(1, 24, 0, 0, (uint64_t{1} << 63) | 2, 3), "got shape"},
       {"offset past the source pool", Words(1, 24, kPoolBytes - 8, 0, 2, 3),
