@@ -13,7 +13,18 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::Step(const ComputeFn&) {
         "layer_separated rank ", context_.rank, " already ran its ", options_.steps,
         " steps"));
   }
-  ASSIGN_OR_RETURN(StepReport report, conv_ ? ConvStep() : FcStep());
+  if (!failure_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "layer_separated ", conv_ ? "conv" : "FC", " rank ", context_.rank,
+        " is unusable after a failed step: ", failure_.ToString()));
+  }
+  absl::StatusOr<StepReport> report = conv_ ? ConvStep() : FcStep();
+  if (!report.ok()) {
+    // Tensors half sent or received, a ring half reduced: nothing is
+    // retried on this state.
+    failure_ = report.status();
+    return report;
+  }
   ++clock_;
   return report;
 }

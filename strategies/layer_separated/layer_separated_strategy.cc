@@ -230,6 +230,21 @@ absl::Status LayerSeparatedStrategy::Finish() {
   if (finished_) return absl::OkStatus();
   finished_ = true;
   if (!started_) return absl::OkStatus();
+  if (!failure_.ok()) {
+    // The others may never come to the final all-reduce or to the rings'
+    // shutdown barriers: none of them is waited for. The communicator
+    // completes or cancels what is in flight (its drain and barrier each
+    // wait at most the timeout); the rings cancel theirs as they go.
+    if (absl::Status s = communicator_->Shutdown(); !s.ok()) {
+      std::fprintf(stderr, "layer_separated rank %d: communicator shutdown after a failure: %s\n",
+                   context_.rank, s.ToString().c_str());
+    }
+    final_counters_ = counters();
+    group_stats_ = group_->stats();
+    group_.reset();
+    everyone_.reset();
+    return failure_;
+  }
   absl::Status status = ShareFinalModel();
   if (absl::Status s = communicator_->Shutdown(); status.ok()) status = s;
   if (absl::Status s = group_->Shutdown(); status.ok()) status = s;

@@ -18,6 +18,14 @@
 // Prepare(). Finish() gives every rank the whole model (one all-reduce over
 // all ranks, where only the first conv and the first FC rank contribute).
 // Parameters: fc_ranks (auto), bucket_bytes, chunk_bytes, slots.
+// A peer slower than the timeout: an FC rank waiting for activations, or a
+// conv rank for their gradients, gets the communicator's kDeadlineExceeded
+// naming the tensor and the peer rank; a ring that stalls, the ring's. After
+// any failed step the rank is unusable: Step() returns kFailedPrecondition
+// quoting the failure, and Finish() skips the final model and the rings'
+// barriers (only the communicator's shutdown waits, each of its waits
+// bounded by the timeout) and returns the failure; the ranks keep the
+// parameters they had.
 // See docs/strategies.md.
 #ifndef RDMAFLOW_STRATEGIES_LAYER_SEPARATED_LAYER_SEPARATED_STRATEGY_H_
 #define RDMAFLOW_STRATEGIES_LAYER_SEPARATED_LAYER_SEPARATED_STRATEGY_H_
@@ -92,6 +100,7 @@ class LayerSeparatedStrategy final : public Strategy {
   int fc_index_ = -1;
   bool started_ = false;
   bool finished_ = false;
+  absl::Status failure_;  // of the step that failed: the rank is unusable
   int64_t clock_ = 0;
   std::unique_ptr<collectives::RingAllReduce> everyone_;  // final model, probes
   std::vector<size_t> everyone_offsets_;
