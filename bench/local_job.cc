@@ -11,9 +11,11 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "rdma/builtin_transports.h"
 #include "rdma/torch/run_scope.h"
 #include "rdma/torch/tcp_store.h"
@@ -68,6 +70,14 @@ bool KilledBySigkill(int status) { return WIFSIGNALED(status) && WTERMSIG(status
 
 int RunLocalJob(int world_size, char** argv, const std::vector<std::string>& extra_flags,
                 const std::function<int(rdma::Store&)>& rank0, const LocalJobChurn& churn) {
+  // Every rank (this process and the children, which inherit it) proves
+  // its handshakes and published addresses with one fresh secret.
+  if (std::getenv("RDMAFLOW_JOB_TOKEN") == nullptr) {
+    std::random_device urandom;
+    std::string token;
+    for (int i = 0; i < 4; ++i) token += absl::StrFormat("%08x", urandom());
+    setenv("RDMAFLOW_JOB_TOKEN", token.c_str(), 1);
+  }
   rdma::torch::TcpStoreOptions options;
   options.port = 0;
   options.is_server = true;

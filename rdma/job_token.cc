@@ -1,8 +1,12 @@
 // File: job_token.cc
 #include "rdma/job_token.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include <cstdlib>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace rdmaflow::rdma {
@@ -88,6 +92,16 @@ bool JobTokenMatches(absl::string_view expected, absl::string_view presented) {
     diff = diff | (want ^ static_cast<unsigned char>(presented[i]));
   }
   return diff == 0;
+}
+
+std::string JobTokenProof(absl::string_view token, absl::string_view message) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest,
+       &length);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), length));
 }
 
 }  // namespace rdmaflow::rdma

@@ -59,6 +59,12 @@ absl::StatusOr<JobToken> JobTokenFrom(
 // differ, so a remote peer cannot find the token byte by byte.
 bool JobTokenMatches(absl::string_view expected, absl::string_view presented);
 
+// HMAC-SHA256 of `message` keyed with `token`, as 64 lowercase hex digits:
+// proves that whoever wrote `message` (e.g. an address published in the
+// store) holds the job's token, without revealing it to readers of the
+// store.
+std::string JobTokenProof(absl::string_view token, absl::string_view message);
+
 }  // namespace rdmaflow::rdma
 
 #endif  // RDMAFLOW_RDMA_JOB_TOKEN_H_

@@ -122,5 +122,13 @@ TEST(JobTokenTest, MatchesComparesWholeTokens) {
   EXPECT_FALSE(JobTokenMatches(std::string("a\0b", 3), "a"));
 }
 
+// RFC 4231, test case 2: HMAC-SHA256 with key "Jefe".
+TEST(JobTokenTest, ProofIsHmacSha256) {
+  EXPECT_EQ(JobTokenProof("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_NE(JobTokenProof("a", "m"), JobTokenProof("b", "m"));
+  EXPECT_NE(JobTokenProof("a", "m"), JobTokenProof("a", "n"));
+}
+
 }  // namespace
 }  // namespace rdmaflow::rdma

@@ -1,39 +1,78 @@
 #include "rdma/rendezvous.h"
 
+#include <cstdio>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "rdma/job_token.h"
+#include "rdma/remote_region.pb.h"
 
 namespace rdmaflow::rdma {
 namespace {
 
+constexpr uint32_t kAddressVersion = 1;
+
 std::string AddressKey(absl::string_view ns, int rank) {
   return absl::StrCat(ns, "/address/", rank);
+}
+
+// What an address record's proof covers: the namespace and rank it is
+// published for, so a record copied under another key does not verify.
+std::string ProvenMessage(absl::string_view ns, int rank, absl::string_view address) {
+  return absl::StrCat("rdmaflow-address-v1/", ns, "/", rank, "/", address);
 }
 
 }  // namespace
 
 absl::Status PublishAddress(Store& store, absl::string_view ns,
                             const Transport& transport) {
-  return store.Set(AddressKey(ns, transport.rank()), transport.address());
+  ASSIGN_OR_RETURN(JobToken token, JobTokenFromEnvironment());
+  PublishedAddressProto record;
+  record.set_version(kAddressVersion);
+  record.set_rank(transport.rank());
+  record.set_address(transport.address());
+  record.set_proof(
+      JobTokenProof(token.value, ProvenMessage(ns, transport.rank(), record.address())));
+  return store.Set(AddressKey(ns, transport.rank()), record.SerializeAsString());
 }
 
 absl::StatusOr<std::unique_ptr<Endpoint>> ConnectToPeer(
     Transport& transport, Store& store, absl::string_view ns, int peer_rank,
     absl::Duration timeout) {
-  absl::StatusOr<std::string> address =
-      store.Get(AddressKey(ns, peer_rank), timeout);
-  if (!address.ok()) {
+  const std::string key = AddressKey(ns, peer_rank);
+  absl::StatusOr<std::string> bytes = store.Get(key, timeout);
+  if (!bytes.ok()) {
     return absl::Status(
-        address.status().code(),
+        bytes.status().code(),
         absl::StrCat("rank ", transport.rank(),
                      " could not get the transport address of rank ",
-                     peer_rank, ": ", address.status().message(),
+                     peer_rank, ": ", bytes.status().message(),
                      " (is rank ", peer_rank,
                      " running, with the same store address and namespace?)"));
   }
-  return transport.Connect(PeerInfo{peer_rank, *std::move(address)});
+  // Written by whoever can reach the store: checked before it is used.
+  PublishedAddressProto record;
+  if (!record.ParseFromString(*bytes) || record.version() != kAddressVersion ||
+      record.rank() != peer_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", transport.rank(), ": the address record of rank ", peer_rank,
+        " in the store (", key, ", ", bytes->size(),
+        " bytes) is not one this rdmaflow version publishes"));
+  }
+  ASSIGN_OR_RETURN(JobToken token, JobTokenFromEnvironment());
+  const std::string expected =
+      JobTokenProof(token.value, ProvenMessage(ns, peer_rank, record.address()));
+  if (!JobTokenMatches(expected, record.proof())) {
+    absl::Status refused = absl::PermissionDeniedError(absl::StrCat(
+        "rank ", transport.rank(), ": the address of rank ", peer_rank, " in the store (",
+        key, ") was not published with this job's token (", token.source,
+        "): another job shares the store, or the record was forged; give every rank "
+        "of a job the same RDMAFLOW_JOB_TOKEN"));
+    std::fprintf(stderr, "rdmaflow: %s\n", std::string(refused.message()).c_str());
+    return refused;
+  }
+  return transport.Connect(PeerInfo{peer_rank, record.address()});
 }
 
 absl::Status PublishRegion(Store& store, absl::string_view ns,

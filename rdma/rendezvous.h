@@ -23,13 +23,17 @@
 
 namespace rdmaflow::rdma {
 
-// Publishes transport.address() for transport.rank().
+// Publishes transport.address() for transport.rank(), with a proof that it
+// was published by a holder of the job's token (rdma/job_token.h, from the
+// environment). kInvalidArgument for a malformed RDMAFLOW_JOB_TOKEN.
 absl::Status PublishAddress(Store& store, absl::string_view ns,
                             const Transport& transport);
 
 // Waits for `peer_rank`'s address and connects to it.
 // kDeadlineExceeded (the peer never published: is it running, with the same
-// MASTER_ADDR/MASTER_PORT?) or Connect()'s error.
+// MASTER_ADDR/MASTER_PORT?); kInvalidArgument for a record that does not
+// parse or names another rank; kPermissionDenied (also logged) for one not
+// published with this job's token; or Connect()'s error.
 absl::StatusOr<std::unique_ptr<Endpoint>> ConnectToPeer(
     Transport& transport, Store& store, absl::string_view ns, int peer_rank,
     absl::Duration timeout);

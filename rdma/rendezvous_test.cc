@@ -1,5 +1,6 @@
 #include "rdma/rendezvous.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -48,6 +49,41 @@ TEST(RendezvousTest, MissingPeerTimesOutWithAHint) {
   EXPECT_THAT(ConnectToPeer(*a, store, "job", 3, absl::Milliseconds(50)),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr("is rank 3 running")));
+}
+
+// An address in the store is only used when it was published with this
+// job's token, for the rank and namespace it is found under.
+TEST(RendezvousTest, AddressesOfAnotherJobOrForgedOnesAreRefused) {
+  testing::InMemoryStore store;
+  auto fabric = loopback::LoopbackFabric::Create();
+  ASSERT_OK_AND_ASSIGN(auto a, loopback::LoopbackTransport::Create({0, fabric}));
+  ASSERT_OK_AND_ASSIGN(auto b, loopback::LoopbackTransport::Create({1, fabric}));
+  setenv("RDMAFLOW_JOB_TOKEN", "other-job", 1);
+  ASSERT_OK(PublishAddress(store, "job", *b));
+  setenv("RDMAFLOW_JOB_TOKEN", "our-job", 1);
+  EXPECT_THAT(ConnectToPeer(*a, store, "job", 1, absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("not published with this job's token")));
+  ASSERT_OK(PublishAddress(store, "job", *b));
+  EXPECT_OK(ConnectToPeer(*a, store, "job", 1, absl::Seconds(1)).status());
+
+  // A valid record copied under another rank's key, or another namespace's.
+  ASSERT_OK_AND_ASSIGN(std::string record, store.Get("job/address/1", absl::Seconds(1)));
+  ASSERT_OK(store.Set("job/address/2", record));
+  EXPECT_THAT(ConnectToPeer(*a, store, "job", 2, absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2")));
+  ASSERT_OK(store.Set("other/address/1", record));
+  EXPECT_THAT(ConnectToPeer(*a, store, "other", 1, absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  // Garbage, and a bare address as earlier versions published it.
+  for (const std::string bytes : {std::string("junk"), std::string(), b->address(),
+                                  std::string(100000, '\xff')}) {
+    ASSERT_OK(store.Set("job/address/3", bytes));
+    absl::Status status = ConnectToPeer(*a, store, "job", 3, absl::Seconds(1)).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(status) || absl::IsPermissionDenied(status))
+        << status;
+  }
+  unsetenv("RDMAFLOW_JOB_TOKEN");
 }
 
 TEST(RendezvousTest, MalformedPublishedDescriptorIsInvalidArgument) {

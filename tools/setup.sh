@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
   libibverbs-dev librdmacm-dev libucx-dev
-  libtorch-dev zlib1g-dev dataset-fashion-mnist
+  libtorch-dev zlib1g-dev dataset-fashion-mnist libssl-dev
   python3-torch python3-dev pybind11-dev
   libgloo-dev libopenmpi-dev openmpi-bin
   gnuplot-nox
