@@ -3,17 +3,22 @@
 // empty splits; random headers against the rule); Fashion-MNIST loads when
 // Debian's package is installed (skips with a message otherwise); synthetic
 // data is deterministic; every model maps a batch to 10 logits with the same
-// parameters for one seed.
+// parameters for one seed; rdmaflow_train's flags are each checked, by
+// name, before any rank starts (--local bounded).
+#include <sys/wait.h>
 #include <zlib.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "train/fashion_mnist.h"
 #include "train/models.h"
+#include "train/trainer.h"
 
 namespace rdmaflow::train {
 namespace {
@@ -280,6 +286,117 @@ TEST(ModelsTest, TheSplitComposesToTheModelBeforeTheFirstLinearLayer) {
                 true);
     }
   }
+}
+
+// rdmaflow_train's flags, checked before any process starts.
+TrainConfig ValidConfig() {
+  TrainConfig config;
+  config.synthetic = true;  // no dataset needed
+  config.strategy_params = {{"servers", "1"}, {"sync", "bsp"}};
+  return config;
+}
+
+TEST(TrainFlagsTest, EachBadFlagIsNamed) {
+  ASSERT_OK(ValidateTrainConfig(ValidConfig(), 3));
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::pair<std::function<void(TrainConfig&)>, std::string>> cases = {
+      {[](TrainConfig& c) { c.steps = 0; }, "--steps"},
+      {[](TrainConfig& c) { c.batch_size = 0; }, "--batch_size must be in 1..65536"},
+      {[](TrainConfig& c) { c.batch_size = kMaxBatchSize + 1; }, "--batch_size"},
+      {[](TrainConfig& c) { c.batch_size = -1; }, "--batch_size"},
+      {[&](TrainConfig& c) { c.learning_rate = nan; }, "--lr"},
+      {[&](TrainConfig& c) { c.learning_rate = inf; }, "--lr"},
+      {[](TrainConfig& c) { c.learning_rate = 0; }, "--lr"},
+      {[](TrainConfig& c) { c.momentum = 1; }, "--momentum"},
+      {[&](TrainConfig& c) { c.momentum = nan; }, "--momentum"},
+      {[](TrainConfig& c) { c.slow_factor = 0.5; }, "--slow_factor"},
+      {[&](TrainConfig& c) { c.slow_factor = inf; }, "--slow_factor"},
+      {[](TrainConfig& c) { c.slow_rank = 3; }, "--slow_rank must be -1 (nobody) or a rank in 0..2"},
+      {[](TrainConfig& c) { c.slow_rank = -2; }, "--slow_rank"},
+      {[](TrainConfig& c) { c.kill_rank = 0; }, "--kill_rank must be -1 (nobody) or a rank in 1..2"},
+      {[](TrainConfig& c) { c.kill_rank = 3; }, "--kill_rank"},
+      {[](TrainConfig& c) { c.kill_rank = -7; }, "--kill_rank"},
+      {[](TrainConfig& c) { c.kill_rank = 2, c.kill_step = 300; }, "--kill_step must be in 0..299"},
+      {[](TrainConfig& c) { c.kill_rank = 2, c.kill_step = -1; }, "--kill_step"},
+      {[](TrainConfig& c) { c.restart_killed = true; }, "--restart_killed needs --kill_rank"},
+      {[](TrainConfig& c) { c.kill_rank = 2, c.restart_killed = true; },
+       "strategy 'ps' cannot take a restarted rank back"},
+      {[](TrainConfig& c) { c.eval_every = -1; }, "--eval_every"},
+      {[](TrainConfig& c) { c.eval_samples = -1; }, "--eval_samples"},
+      {[](TrainConfig& c) { c.timeout = absl::ZeroDuration(); }, "--timeout_s"},
+      {[](TrainConfig& c) { c.timeout = absl::InfiniteDuration(); }, "--timeout_s"},
+      {[](TrainConfig& c) { c.synthetic_samples = 0; }, "--synthetic_samples must be in"},
+      {[](TrainConfig& c) { c.synthetic_samples = kMaxSyntheticSamples + 1; },
+       "--synthetic_samples"},
+      {[](TrainConfig& c) { c.synthetic_samples = 191; }, "do not give each of 3 ranks a batch"},
+      {[](TrainConfig& c) { c.synthetic = false, c.data_dir = TempPath("no_data"); },
+       "--data_dir: cannot read"},
+      {[](TrainConfig& c) { c.log_prefix = TempPath("no_dir/run"); }, "--log_prefix"},
+      {[](TrainConfig& c) { c.model = "alexnet"; }, "--model 'alexnet' is unknown; models: mlp"},
+      {[](TrainConfig& c) { c.strategy = "hogwild"; }, "--strategy 'hogwild'"},
+      {[](TrainConfig& c) { c.strategy_params["copies"] = "1"; }, "copies must be at least 2"},
+      {[](TrainConfig& c) { c.strategy_params["servers"] = "3"; },
+       "--servers 3 leaves no worker among 3 ranks"},
+      {[](TrainConfig& c) { c.communicator = "mpi"; }, "--communicator 'mpi'"},
+      {[](TrainConfig& c) { c.transport = "tcp"; }, "--transport 'tcp' is unknown"},
+      {[](TrainConfig& c) { c.transport_params = "tls"; }, "--transport_params"},
+  };
+  for (const auto& [mutate, expected] : cases) {
+    TrainConfig config = ValidConfig();
+    mutate(config);
+    EXPECT_THAT(ValidateTrainConfig(config, 3),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(expected)));
+  }
+  // The edges that are fine.
+  TrainConfig edge = ValidConfig();
+  edge.strategy = "moshpit";
+  edge.strategy_params.clear();
+  edge.kill_rank = 2;
+  edge.kill_step = 299;
+  edge.restart_killed = true;
+  edge.slow_rank = 2;
+  edge.slow_factor = kMaxSlowFactor;
+  edge.synthetic_samples = 192;  // 64 for each of 3 ranks
+  edge.eval_samples = 0;
+  EXPECT_OK(ValidateTrainConfig(edge, 3));
+}
+
+// Runs train/rdmaflow_train (a data dependency) with `flags`; its exit
+// status and output.
+std::pair<int, std::string> RunTrain(const std::string& flags) {
+  const std::string command =
+      absl::StrCat("train/rdmaflow_train --progress=false ", flags, " 2>&1");
+  std::FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, "cannot run " + command};
+  std::string output;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+TEST(TrainFlagsTest, TheBinaryRefusesBadFlagsBeforeStartingAnyRank) {
+  // --local is bounded (it forked that many processes before).
+  for (const char* local : {"1", "-1", "257", "100000", "2147483647"}) {
+    const auto [status, output] = RunTrain(absl::StrCat("--synthetic --local ", local));
+    EXPECT_EQ(status, 2) << output;
+    EXPECT_THAT(output, HasSubstr(absl::StrCat("--local must be in 2..256, got ", local)));
+  }
+  // A bad flag is refused once, by the launcher: no rank ran (each rank
+  // failed on its own before, after the launcher had started them all).
+  for (const char* flags : {"--batch_size 0", "--kill_rank 5", "--servers 3",
+                            "--model nope", "--timeout_s nan", "--json /no/such/dir/x"}) {
+    const auto [status, output] =
+        RunTrain(absl::StrCat("--synthetic --local 3 ", flags));
+    EXPECT_EQ(status, 2) << flags << "\n" << output;
+    EXPECT_THAT(output, HasSubstr("rdmaflow_train: invalid flags: --")) << flags;
+    // What a rank prints when it fails: "rdmaflow_train: rank 1: ...".
+    EXPECT_THAT(output, ::testing::Not(HasSubstr("rdmaflow_train: rank"))) << flags;
+    EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  }
+  // --help documents the bound.
+  EXPECT_THAT(RunTrain("--help").second, HasSubstr("(2..256)"));
 }
 
 }  // namespace

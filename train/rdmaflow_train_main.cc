@@ -6,6 +6,7 @@
 //   torchrun --nproc_per_node 3 --no-python rdmaflow_train --model vgg ...
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -19,10 +20,14 @@
 #include "train/launch_env.h"
 #include "train/trainer.h"
 
+// The most ranks --local starts: each is a process with its own LibTorch
+// and transport; more than this on one machine is a typo, not a job.
+constexpr int kMaxLocalRanks = 256;
+
 ABSL_FLAG(int, local, 0,
-          "spawn this many ranks as processes on this machine (the job's "
-          "world size); without it, the rank comes from torchrun, mpirun or "
-          "Slurm variables");
+          "spawn this many ranks (2..256) as processes on this machine (the "
+          "job's world size); without it, the rank comes from torchrun, mpirun "
+          "or Slurm variables. Every flag is checked before any process starts");
 ABSL_FLAG(std::string, model, "lenet5", "mlp | lenet5 | vgg | resnet");
 ABSL_FLAG(std::string, strategy, "ps",
           "ps | allreduce | layer_separated | gossip | moshpit (docs/strategies.md)");
@@ -37,17 +42,21 @@ ABSL_FLAG(std::string, communicator, "rdma", "rdma | rdma_copy | grpc");
 ABSL_FLAG(std::string, transport, "ucx", "ucx | ibverbs | loopback");
 ABSL_FLAG(std::string, transport_params, "", "backend settings, key=value,...");
 ABSL_FLAG(int64_t, steps, 300, "iterations per worker");
-ABSL_FLAG(int64_t, batch_size, 64, "samples per worker per step");
-ABSL_FLAG(double, lr, 0.05, "learning rate");
-ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
+ABSL_FLAG(int64_t, batch_size, 64,
+          "samples per worker per step (1..65536; each worker's shard of the "
+          "training set must hold a batch)");
+ABSL_FLAG(double, lr, 0.05, "learning rate (> 0)");
+ABSL_FLAG(double, momentum, 0.9, "SGD momentum (0 <= m < 1)");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the model's parameters and the data order");
 ABSL_FLAG(std::string, data_dir, "",
           "Fashion-MNIST idx files (default /usr/share/datasets/fashion-mnist, "
           "from Debian's dataset-fashion-mnist)");
 ABSL_FLAG(bool, synthetic, false, "train on synthetic data instead");
-ABSL_FLAG(int64_t, synthetic_samples, 12000, "training samples of --synthetic");
+ABSL_FLAG(int64_t, synthetic_samples, 12000,
+          "training samples of --synthetic (1..1000000, and at least --batch_size "
+          "per rank)");
 ABSL_FLAG(int, slow_rank, -1, "rank whose compute is slowed (a straggler)");
-ABSL_FLAG(double, slow_factor, 1.0, "how many times slower --slow_rank computes");
+ABSL_FLAG(double, slow_factor, 1.0, "how many times slower --slow_rank computes (1..1000)");
 ABSL_FLAG(int, kill_rank, -1,
           "churn: this rank (not 0) kills itself (SIGKILL) before step --kill_step; "
           "the others go on without it where the strategy allows (gossip, moshpit)");
@@ -57,11 +66,12 @@ ABSL_FLAG(bool, restart_killed, false,
           "job where the others are (strategies that take peers back: moshpit)");
 ABSL_FLAG(int64_t, eval_every, 0,
           "evaluate on --eval_samples test images every N steps (0: at the end only)");
-ABSL_FLAG(int64_t, eval_samples, 2000, "test images of the periodic evaluations");
+ABSL_FLAG(int64_t, eval_samples, 2000,
+          "test images of the periodic evaluations (0: all)");
 ABSL_FLAG(std::string, log_prefix, "",
           "write <prefix>.rank<R>.csv (per-step metrics) for each worker");
 ABSL_FLAG(std::string, json, "", "write the run's summary as JSON here");
-ABSL_FLAG(double, timeout_s, 120, "how long any wait for a peer may last");
+ABSL_FLAG(double, timeout_s, 120, "how long any wait for a peer may last (> 0)");
 ABSL_FLAG(bool, progress, true, "show a progress bar (or lines)");
 
 namespace rdmaflow::train {
@@ -72,7 +82,10 @@ absl::StatusOr<TrainConfig> ConfigFromFlags() {
   config.model = absl::GetFlag(FLAGS_model);
   config.strategy = absl::GetFlag(FLAGS_strategy);
   auto params = rdma::ParseTransportParams(absl::GetFlag(FLAGS_strategy_params));
-  if (!params.ok()) return params.status();
+  if (!params.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--strategy_params: ", params.status().message()));
+  }
   config.strategy_params = *params;
   if (config.strategy == "ps") {
     config.strategy_params.emplace("servers", absl::StrCat(absl::GetFlag(FLAGS_servers)));
@@ -105,6 +118,19 @@ absl::StatusOr<TrainConfig> ConfigFromFlags() {
   config.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   config.progress = absl::GetFlag(FLAGS_progress);
   return config;
+}
+
+// kInvalidArgument naming `flag` when `path` is set and its directory is
+// not one (the file would not be written at the end of the run).
+absl::Status CheckOutputPath(const char* flag, const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": ", parent.string(), " is not a directory"));
+  }
+  return absl::OkStatus();
 }
 
 void WriteSummary(const TrainConfig& config, int world_size,
@@ -151,7 +177,8 @@ int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<TrainConfig> config = ConfigFromFlags();
   if (!config.ok()) {
-    std::fprintf(stderr, "rdmaflow_train: %s\n", config.status().ToString().c_str());
+    std::fprintf(stderr, "rdmaflow_train: invalid flags: %s\n",
+                 std::string(config.status().message()).c_str());
     return 2;
   }
   absl::StatusOr<std::optional<LaunchInfo>> launch = DetectLaunch(std::getenv);
@@ -162,16 +189,34 @@ int Main(int argc, char** argv) {
   auto body = [&](int rank, int world_size, rdma::Store& store) {
     return RunRank(*config, rank, world_size, store);
   };
+  // Everything is checked here, before a store, a transport or a process
+  // exists: a bad command line fails once, with the flag named.
+  const int local = absl::GetFlag(FLAGS_local);
+  if (!launch->has_value()) {
+    if (local == 0) {
+      std::fprintf(stderr,
+                   "rdmaflow_train: a job needs at least 2 ranks: pass --local N "
+                   "(N in 2..%d), or start it under torchrun, mpirun or srun\n",
+                   kMaxLocalRanks);
+      return 2;
+    }
+    if (local < 2 || local > kMaxLocalRanks) {
+      std::fprintf(stderr, "rdmaflow_train: invalid flags: --local must be in 2..%d, got %d\n",
+                   kMaxLocalRanks, local);
+      return 2;
+    }
+  }
+  const int world_size = launch->has_value() ? (*launch)->world_size : local;
+  absl::Status valid = ValidateTrainConfig(*config, world_size);
+  if (valid.ok()) valid = CheckOutputPath("--json", absl::GetFlag(FLAGS_json));
+  if (!valid.ok()) {
+    std::fprintf(stderr, "rdmaflow_train: invalid flags: %s\n",
+                 std::string(valid.message()).c_str());
+    return 2;
+  }
   if (launch->has_value()) {
     ExportLaunch(**launch);
     return bench::RunLaunchedRank(body);
-  }
-  const int local = absl::GetFlag(FLAGS_local);
-  if (local < 2) {
-    std::fprintf(stderr,
-                 "rdmaflow_train: a job needs at least 2 ranks: pass --local N "
-                 "(N >= 2), or start it under torchrun, mpirun or srun\n");
-    return 2;
   }
   return bench::RunLocalJob(
       local, argv, {},

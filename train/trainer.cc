@@ -1,17 +1,25 @@
 // File: trainer.cc
 #include "train/trainer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "bench/local_job.h"
 #include "common/status_macros.h"
+#include "rdma/builtin_transports.h"
 #include "rdma/rendezvous.h"
+#include "rdma/transport_registry.h"
+#include "runtime/communicator_factory.h"
 #include "strategies/builtin_strategies.h"
 #include "strategies/strategy_registry.h"
 #include "train/fashion_mnist.h"
@@ -102,20 +110,138 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 }  // namespace
 
+absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size) {
+  auto invalid = [](auto&&... pieces) {
+    return absl::InvalidArgumentError(absl::StrCat(pieces...));
+  };
+  if (world_size < 1) return invalid("a job of ", world_size, " ranks");
+  if (config.steps < 1) return invalid("--steps must be at least 1, got ", config.steps);
+  if (config.batch_size < 1 || config.batch_size > kMaxBatchSize) {
+    return invalid("--batch_size must be in 1..", kMaxBatchSize, ", got ",
+                   config.batch_size);
+  }
+  if (!std::isfinite(config.learning_rate) || config.learning_rate <= 0) {
+    return invalid("--lr must be a finite number above 0, got ", config.learning_rate);
+  }
+  if (!(config.momentum >= 0 && config.momentum < 1)) {
+    return invalid("--momentum must be in [0, 1), got ", config.momentum);
+  }
+  if (!(config.slow_factor >= 1 && config.slow_factor <= kMaxSlowFactor)) {
+    return invalid("--slow_factor must be in 1..", kMaxSlowFactor, ", got ",
+                   config.slow_factor);
+  }
+  if (config.slow_rank < -1 || config.slow_rank >= world_size) {
+    return invalid("--slow_rank must be -1 (nobody) or a rank in 0..", world_size - 1,
+                   ", got ", config.slow_rank);
+  }
+  if (config.kill_rank != -1 && (config.kill_rank < 1 || config.kill_rank >= world_size)) {
+    return invalid("--kill_rank must be -1 (nobody) or a rank in 1..", world_size - 1,
+                   " (rank 0 hosts the job's store), got ", config.kill_rank);
+  }
+  if (config.kill_rank != -1 && (config.kill_step < 0 || config.kill_step >= config.steps)) {
+    return invalid("--kill_step must be in 0..", config.steps - 1,
+                   " (a step the rank runs), got ", config.kill_step);
+  }
+  if (config.restart_killed && config.kill_rank == -1) {
+    return invalid("--restart_killed needs --kill_rank and --kill_step");
+  }
+  if (config.eval_every < 0 || config.eval_samples < 0) {
+    return invalid("--eval_every and --eval_samples must be >= 0, got ",
+                   config.eval_every, " and ", config.eval_samples);
+  }
+  if (!std::isfinite(absl::ToDoubleSeconds(config.timeout)) ||
+      config.timeout <= absl::ZeroDuration()) {
+    return invalid("--timeout_s must be a finite number of seconds above 0, got ",
+                   absl::FormatDuration(config.timeout));
+  }
+  if (config.synthetic) {
+    if (config.synthetic_samples < 1 || config.synthetic_samples > kMaxSyntheticSamples) {
+      return invalid("--synthetic_samples must be in 1..", kMaxSyntheticSamples, ", got ",
+                     config.synthetic_samples);
+    }
+    // A batch for every rank's shard (at most every rank computes).
+    if (config.synthetic_samples / world_size < config.batch_size) {
+      return invalid("--synthetic_samples ", config.synthetic_samples,
+                     " do not give each of ", world_size, " ranks a batch of ",
+                     config.batch_size, " (--batch_size)");
+    }
+  } else {
+    const std::string dir =
+        config.data_dir.empty() ? kDefaultFashionMnistDir : config.data_dir;
+    for (const char* file : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+      const std::string path = absl::StrCat(dir, "/", file);
+      if (!std::ifstream(path)) {
+        return invalid("--data_dir: cannot read ", path,
+                       "; install Debian's dataset-fashion-mnist, point --data_dir at the "
+                       "idx files, or train on --synthetic data");
+      }
+    }
+  }
+  if (!config.log_prefix.empty()) {
+    const std::filesystem::path parent =
+        std::filesystem::path(config.log_prefix).parent_path();
+    std::error_code error;
+    if (!parent.empty() && !std::filesystem::is_directory(parent, error)) {
+      return invalid("--log_prefix: ", parent.string(), " is not a directory");
+    }
+  }
+  const std::vector<std::string> models = ModelNames();
+  if (std::find(models.begin(), models.end(), config.model) == models.end()) {
+    return invalid("--model '", config.model, "' is unknown; models: ",
+                   absl::StrJoin(models, ", "));
+  }
+  const std::vector<std::string> communicators = runtime::CommunicatorNames();
+  if (std::find(communicators.begin(), communicators.end(), config.communicator) ==
+      communicators.end()) {
+    return invalid("--communicator '", config.communicator, "' is unknown; communicators: ",
+                   absl::StrJoin(communicators, ", "));
+  }
+  rdma::TransportRegistry transports;
+  RETURN_IF_ERROR(rdma::RegisterBuiltinTransports(transports));
+  const std::vector<std::string> transport_names = transports.Names();
+  if (std::find(transport_names.begin(), transport_names.end(), config.transport) ==
+      transport_names.end()) {
+    return invalid("--transport '", config.transport, "' is unknown; transports: ",
+                   absl::StrJoin(transport_names, ", "));
+  }
+  if (absl::Status params = rdma::ParseTransportParams(config.transport_params).status();
+      !params.ok()) {
+    return invalid("--transport_params: ", params.message());
+  }
+  // The strategy's factory checks its name and parameters (and steps, lr,
+  // momentum); creating it starts nothing.
+  strategies::StrategyRegistry registry;
+  RETURN_IF_ERROR(strategies::RegisterBuiltinStrategies(registry));
+  strategies::StrategyOptions options;
+  options.steps = config.steps;
+  options.learning_rate = config.learning_rate;
+  options.momentum = config.momentum;
+  options.communicator = config.communicator;
+  options.params = config.strategy_params;
+  absl::StatusOr<std::unique_ptr<strategies::Strategy>> strategy =
+      registry.Create(config.strategy, options);
+  if (!strategy.ok()) {
+    return invalid("--strategy '", config.strategy, "': ", strategy.status().message());
+  }
+  if (config.restart_killed && !(*strategy)->supports_rejoin()) {
+    return invalid("--restart_killed: strategy '", config.strategy,
+                   "' cannot take a restarted rank back; it works with moshpit");
+  }
+  if (config.strategy == "ps" && config.strategy_params.count("servers") != 0) {
+    int servers = 0;
+    if (absl::SimpleAtoi(config.strategy_params.at("servers"), &servers) &&
+        servers >= world_size) {
+      return invalid("--servers ", servers, " leaves no worker among ", world_size,
+                     " ranks (servers come first, then workers)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank,
                                              int world_size, rdma::Store& store) {
-  if (config.batch_size < 1 || config.steps < 1 || config.slow_factor < 1) {
-    return absl::InvalidArgumentError(
-        "batch size and steps must be positive, the slow factor at least 1");
-  }
-  if (config.kill_rank == 0 || config.kill_rank >= world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kill_rank must be a rank in 1..", world_size - 1,
-        " (rank 0 hosts the job's store), got ", config.kill_rank));
-  }
-  if (config.restart_killed && config.kill_rank < 0) {
-    return absl::InvalidArgumentError("--restart_killed needs --kill_rank and --kill_step");
-  }
+  RETURN_IF_ERROR(ValidateTrainConfig(config, world_size));
   torch::set_num_threads(1);  // ranks share the machine's cores
   ASSIGN_OR_RETURN(auto transport, bench::MakeTransport(config.transport,
                                                         config.transport_params, rank));
@@ -135,11 +261,6 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   options.communicator_options.timeout = config.timeout;
   options.params = config.strategy_params;
   ASSIGN_OR_RETURN(auto strategy, registry.Create(config.strategy, options));
-  if (config.restart_killed && !strategy->supports_rejoin()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "strategy '", config.strategy,
-        "' cannot take a restarted rank back; --restart_killed works with moshpit"));
-  }
   std::unique_ptr<Worker> worker;
   strategies::StrategyContext context{rank, world_size, transport.get(), &store};
   context.batch_size = config.batch_size;
@@ -158,6 +279,13 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   const bool reporter = strategy->worker_index() == 0;
   if (strategy->computes()) {
     ASSIGN_OR_RETURN(Dataset train, LoadSplit(config, "train"));
+    // Every worker's shard (every workers-th sample) must fill a batch.
+    const int64_t shard = train.size() / std::max(strategy->workers(), 1);
+    if (shard < config.batch_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--batch_size ", config.batch_size, " is more than the ", shard,
+          " training samples of each of the ", strategy->workers(), " workers' shards"));
+    }
     if (reporter) {
       ASSIGN_OR_RETURN(test, LoadSplit(config, "test"));
     }

@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rdma/store.h"
@@ -67,7 +68,28 @@ struct TrainSummary {
   double wire_bytes_per_step = 0;
 };
 
-// Runs rank `rank` of `world_size` (collective). Errors name what failed.
+// Bounds of the harness's numeric settings (the flags of rdmaflow_train).
+inline constexpr int64_t kMaxBatchSize = 1 << 16;
+inline constexpr int64_t kMaxSyntheticSamples = 1'000'000;  // 3 GB of images a rank
+inline constexpr double kMaxSlowFactor = 1000;
+
+// Checks `config` for a job of `world_size` ranks without starting,
+// connecting or loading anything, so that a launcher can refuse a bad
+// command line before it starts any process: every number in range (steps,
+// --batch_size 1..kMaxBatchSize, --synthetic_samples 1..kMaxSyntheticSamples
+// and at least a batch for every rank, --lr finite and > 0, --momentum in
+// [0, 1), --slow_factor in 1..kMaxSlowFactor, --timeout_s finite and > 0,
+// --eval_every and --eval_samples >= 0), ranks inside the world
+// (--slow_rank, --kill_rank not 0, --kill_step before the last step, ps
+// --servers leaving a worker), known names (--model, --strategy and its
+// parameters, --communicator, --transport and the syntax of its
+// parameters), --restart_killed only with a strategy that takes a rank
+// back, the Fashion-MNIST files present unless --synthetic, and the
+// directory of --log_prefix existing. kInvalidArgument naming the flag.
+absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size);
+
+// Runs rank `rank` of `world_size` (collective). Errors name what failed;
+// ValidateTrainConfig()'s first.
 absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank,
                                              int world_size, rdma::Store& store);
 
