@@ -126,6 +126,7 @@ absl::Status MoshpitStrategy::Exchange() {
   if (!status.ok()) {
     // A member died in the round: keep training, try again next round.
     ++failed_rounds_;
+    round_errors_.push_back(status);
     rings_.erase(members);
     std::fprintf(stderr, "moshpit rank %d: round %d's average in group %s failed: %s\n",
                  rank, round, key.c_str(), status.ToString().c_str());

@@ -70,6 +70,9 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   // failed (for tests and logs).
   const std::vector<int>& group_sizes() const { return group_sizes_; }
   int failed_rounds() const { return failed_rounds_; }
+  // Why each failed round's average failed (the ring's error: a member
+  // slower than round_timeout_ms is named, with the message it owed).
+  const std::vector<absl::Status>& round_errors() const { return round_errors_; }
   // Rings created so far (kept rings are reused, not counted again).
   int rings_created() const { return rings_created_; }
 
@@ -96,6 +99,7 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   std::unique_ptr<MoshpitGrid> grid_;
   std::vector<int> group_sizes_;
   int failed_rounds_ = 0;
+  std::vector<absl::Status> round_errors_;
   int round_ = 0;
   int rings_created_ = 0;
   // A rejoining peer's first average counts with weight 0: it adopts its
