@@ -267,37 +267,15 @@ absl::Status UcxEndpoint::PostFlush(Completion done) {
 absl::Status UcxEndpoint::Close() {
   if (state_->closed) return absl::OkStatus();
   state_->closed = true;
-  return UcxOps::ReleaseEndpoint(*state_);
+  return UcxOps::ReleaseEndpoint(state_);
 }
 
-absl::Status UcxOps::ReleaseEndpoint(UcxEndpointState& state) {
-  absl::Status result;
-  if (state.ep != nullptr) {
-    // Forced close: UCX cancels every request still in flight.
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t request = ucp_ep_close_nbx(state.ep, &param);
-    ucp_worker_h worker = state.transport->worker_;
-    if (UCS_PTR_IS_PTR(request)) {
-      const absl::Time deadline = absl::Now() + kCloseTimeout;
-      while (ucp_request_check_status(request) == UCS_INPROGRESS &&
-             absl::Now() < deadline) {
-        ucp_worker_progress(worker);
-      }
-      if (ucp_request_check_status(request) == UCS_INPROGRESS) {
-        result = absl::DeadlineExceededError(absl::StrCat(
-            "closing the UCX endpoint to rank ", state.peer_rank,
-            " did not finish in ", absl::FormatDuration(kCloseTimeout)));
-      }
-      ucp_request_free(request);
-    }
-    for (auto& [key, rkey] : state.rkeys) ucp_rkey_destroy(rkey);
-    state.rkeys.clear();
-    state.ep = nullptr;
-  }
-  // Requests UCX did not cancel (e.g. a flush towards a dead shared-memory
-  // peer) still owe their callbacks: complete them here, exactly once.
+void UcxOps::DestroyRemoteKeys(UcxEndpointState& state) {
+  for (auto& [key, rkey] : state.rkeys) ucp_rkey_destroy(rkey);
+  state.rkeys.clear();
+}
+
+void UcxOps::AbandonInFlight(UcxEndpointState& state) {
   std::vector<UcxOp*> stuck(state.in_flight.begin(), state.in_flight.end());
   state.in_flight.clear();
   for (UcxOp* op : stuck) {
@@ -306,6 +284,64 @@ absl::Status UcxOps::ReleaseEndpoint(UcxEndpointState& state) {
     absl::Status status = Translate(*op, UCS_ERR_CANCELED);
     Complete(op, std::move(status), /*abandon=*/true);
   }
+}
+
+absl::Status UcxOps::ReleaseEndpoint(
+    const std::shared_ptr<UcxEndpointState>& shared) {
+  UcxEndpointState& state = *shared;
+  UcxTransport& transport = *state.transport;
+  absl::Status result;
+  if (state.ep != nullptr) {
+    ucp_ep_h ep = state.ep;
+    state.ep = nullptr;
+    ucp_request_param_t param{};
+    if (state.watched) {
+      // Graceful (flush) close: UCX 1.13 answers a forced close of an
+      // endpoint without peer error handling with UCS_ERR_INVALID_PARAM and
+      // leaves it open, wire-up and all, until the worker is destroyed.
+      ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
+      if (UCS_PTR_IS_PTR(request)) {
+        transport.closing_.push_back({request, shared});
+      } else {
+        // An endpoint UCX already failed (its peer died) may refuse; only
+        // an unexpected refusal is worth a line.
+        if (UCS_PTR_IS_ERR(request) && state.failure.ok()) {
+          std::fprintf(stderr,
+                       "rdmaflow: closing the UCX endpoint to rank %d: %s\n",
+                       state.peer_rank,
+                       ucs_status_string(UCS_PTR_STATUS(request)));
+        }
+        DestroyRemoteKeys(state);
+      }
+    } else {
+      // Forced close: UCX cancels every request still in flight.
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
+      if (UCS_PTR_IS_PTR(request)) {
+        const absl::Time deadline = absl::Now() + kCloseTimeout;
+        while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+               absl::Now() < deadline) {
+          ucp_worker_progress(transport.worker_);
+        }
+        if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+          result = absl::DeadlineExceededError(absl::StrCat(
+              "closing the UCX endpoint to rank ", state.peer_rank,
+              " did not finish in ", absl::FormatDuration(kCloseTimeout)));
+        }
+        ucp_request_free(request);
+      } else if (UCS_PTR_IS_ERR(request)) {
+        result = UcsToStatus(
+            UCS_PTR_STATUS(request),
+            absl::StrCat("closing the UCX endpoint to rank ", state.peer_rank));
+      }
+      DestroyRemoteKeys(state);
+    }
+  }
+  // Requests UCX did not cancel (after a forced close), or that will never
+  // finish (a dead peer), still owe their callbacks: complete them here,
+  // exactly once.
+  if (!state.watched || !state.failure.ok()) AbandonInFlight(state);
   // Whatever had not gone out yet completes with the failure or kCancelled.
   PumpSequence(state);
   return result;

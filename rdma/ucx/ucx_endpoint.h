@@ -55,10 +55,26 @@ struct UcxOps {
   // holds its request (`abandon`), in which case the UCX callback frees it.
   static void Complete(UcxOp* op, absl::Status status, bool abandon = false);
 
-  // Force-closes the UCX endpoint (UCX then cancels what is in flight),
-  // destroys its remote keys, and completes what had not gone out yet.
-  // Returns kDeadlineExceeded if UCX does not finish closing.
-  static absl::Status ReleaseEndpoint(UcxEndpointState& state);
+  // Ends our use of the UCX endpoint and completes what had not gone out
+  // yet (kCancelled, or the endpoint's failure).
+  //  * Peer error handling (other hosts and PID namespaces): a forced close,
+  //    which cancels what UCX holds; waits for it (kDeadlineExceeded if UCX
+  //    does not finish) and destroys the remote keys.
+  //  * Watched same-host peers: UCX 1.13 refuses to force-close an endpoint
+  //    without peer error handling, so the close is graceful: it flushes
+  //    what UCX holds (those operations complete normally: their buffers
+  //    may be in use until then) and finishes in the transport's Progress()
+  //    (UcxTransport::PollClosing), which then destroys the remote keys. A
+  //    dead peer's operations are failed at once instead: they would never
+  //    finish.
+  static absl::Status ReleaseEndpoint(
+      const std::shared_ptr<UcxEndpointState>& state);
+
+  // Completes, with the endpoint's failure or kCancelled, every operation
+  // whose UCX request has not called back; UCX's late callback frees it.
+  static void AbandonInFlight(UcxEndpointState& state);
+
+  static void DestroyRemoteKeys(UcxEndpointState& state);
 
   // The status an operation reports for UCX's `status`: the endpoint's
   // failure (naming the peer) once it failed, kCancelled once closed.

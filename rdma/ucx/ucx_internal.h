@@ -60,8 +60,8 @@ struct UcxOp {
   Stage stage = Stage::kFlushing;
   absl::Status flush_status;
   uint32_t payload[2] = {0, 0};  // Notification: sender rank, value.
-  // Completed by ReleaseEndpoint while UCX still held its request; freed
-  // when (if ever) UCX calls back.
+  // Completed (UcxOps::AbandonInFlight) while UCX still held its request;
+  // freed when (if ever) UCX calls back.
   bool abandoned = false;
 };
 

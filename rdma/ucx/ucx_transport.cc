@@ -2,12 +2,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "rdma/ucx/net_devices.h"
 #include "rdma/ucx/ucx_endpoint.h"
 #include "rdma/ucx/ucx_internal.h"
 #include "rdma/ucx/ucx_status.h"
@@ -17,6 +21,10 @@ namespace rdmaflow::rdma::ucx {
 namespace {
 
 constexpr char kBackend[] = "ucx";
+// How long a transport's destruction waits for its endpoints' closes and
+// set-up messages, which may need the peers' progress.
+constexpr absl::Duration kTeardownTimeout = absl::Seconds(2);
+constexpr absl::Duration kTeardownCheckInterval = absl::Milliseconds(50);
 constexpr char kRkeyMagic[8] = {'R', 'F', 'U', 'C', 'X', 'K', '0', '1'};
 // 02: the process identity names its PID namespace.
 constexpr char kAddressMagic[8] = {'R', 'F', 'U', 'C', 'X', 'A', '0', '2'};
@@ -116,6 +124,29 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
     return absl::InvalidArgumentError(
         "UCX max_outstanding_per_endpoint must be > 0");
   }
+  if (absl::StrContains(options.net_devices, ",,") ||
+      absl::StartsWith(options.net_devices, ",") ||
+      absl::EndsWith(options.net_devices, ",") ||
+      options.net_devices.find_first_of(" \t\n") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX net_devices='", options.net_devices,
+        "' must be a comma-separated list of device names, e.g. eth0 or "
+        "mlx5_0:1,eth0"));
+  }
+  // NET_DEVICES: the option, else UCX_NET_DEVICES (which ucp_config_read
+  // reads), else TCP on loopback only (net_devices.h).
+  std::string net_devices = options.net_devices;
+  std::string net_devices_in_effect = net_devices;
+  bool tcp_on_loopback_by_default = false;
+  if (net_devices.empty()) {
+    if (const char* env = std::getenv("UCX_NET_DEVICES")) {
+      net_devices_in_effect = absl::StrCat("UCX_NET_DEVICES=", env);
+    } else {
+      net_devices = DefaultNetDevices();
+      net_devices_in_effect = net_devices;
+      tcp_on_loopback_by_default = true;
+    }
+  }
   ucp_config_t* config = nullptr;
   RETURN_IF_ERROR(
       UcsToStatus(ucp_config_read(nullptr, nullptr, &config),
@@ -124,6 +155,11 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
   if (!options.tls.empty()) {
     status = UcsToStatus(ucp_config_modify(config, "TLS", options.tls.c_str()),
                          absl::StrCat("setting UCX TLS=", options.tls));
+  }
+  if (status.ok() && !net_devices.empty()) {
+    status = UcsToStatus(
+        ucp_config_modify(config, "NET_DEVICES", net_devices.c_str()),
+        absl::StrCat("setting UCX NET_DEVICES=", net_devices));
   }
   const std::string keepalive =
       absl::StrCat(absl::ToInt64Microseconds(options.keepalive_interval), "us");
@@ -137,11 +173,13 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
-    status = UcsToStatus(ucp_init(&params, config, &context->context),
-                         absl::StrCat("initializing UCX (TLS=",
-                                      options.tls.empty() ? "default"
-                                                          : options.tls,
-                                      ") for rank ", options.rank));
+    status = UcsToStatus(
+        ucp_init(&params, config, &context->context),
+        absl::StrCat("initializing UCX (TLS=",
+                     options.tls.empty() ? "default" : options.tls,
+                     ", NET_DEVICES=", net_devices_in_effect,
+                     "; the `tls` and `net_devices` parameters) for rank ",
+                     options.rank));
     if (!status.ok()) context->context = nullptr;
   }
   ucp_config_release(config);
@@ -149,6 +187,8 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
 
   std::unique_ptr<UcxTransport> transport(
       new UcxTransport(options, std::move(context)));
+  transport->net_devices_ = net_devices_in_effect;
+  transport->tcp_on_loopback_by_default_ = tcp_on_loopback_by_default;
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
@@ -183,29 +223,90 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
 }
 
 UcxTransport::~UcxTransport() {
-  if (worker_ != nullptr) {
-    // Let connection set-up messages still queued (e.g. a TCP wireup reply)
-    // go out: UCX 1.13 asserts when it purges them in ucp_worker_destroy.
+  if (worker_ == nullptr) {
+    completions_.FireAll();
+    return;
+  }
+  // Never tear down an endpoint whose set-up is in flight: UCX 1.13 (built
+  // with assertions, as Debian's is) aborts when it purges a queued wire-up
+  // request or reply ("ucp_request.c:684 ... got REQ message", fixed in UCX
+  // 1.14), whether in ucp_worker_destroy or when the connection fails. So
+  // first let the graceful endpoint closes finish (they flush the wire-up
+  // too), then the worker's own endpoints (e.g. a wire-up reply to a peer
+  // that connected to us). Closes towards peers known to be dead cannot
+  // finish (a shared-memory FIFO nobody drains) and are not waited for;
+  // UCX discards what they hold (data, flushes) when the worker goes.
+  auto waiting = [this] {
+    return std::any_of(closing_.begin(), closing_.end(),
+                       [](const Closing& c) { return c.state->failure.ok(); });
+  };
+  const absl::Time deadline = absl::Now() + kTeardownTimeout;
+  absl::Time next_check = absl::InfinitePast();
+  while (waiting() && absl::Now() < deadline) {
+    ucp_worker_progress(worker_);
+    PollClosing();
+    if (absl::Now() >= next_check) {
+      // A watched peer that exits meanwhile (e.g. at the end of a job) will
+      // never drain its shared-memory FIFO: stop waiting for it.
+      next_check = absl::Now() + kTeardownCheckInterval;
+      for (Closing& closing : closing_) {
+        UcxEndpointState& state = *closing.state;
+        if (state.watched && state.failure.ok() &&
+            IsProcessGone(state.peer_identity)) {
+          state.failure = absl::UnavailableError(absl::StrCat(
+              "peer rank ", state.peer_rank, " exited while closing"));
+        }
+      }
+    }
+  }
+  bool settled = !waiting();
+  if (settled && closing_.empty()) {
     ucp_request_param_t param{};
     ucs_status_ptr_t request = ucp_worker_flush_nbx(worker_, &param);
-    const absl::Time deadline = absl::Now() + absl::Seconds(2);
     if (UCS_PTR_IS_PTR(request)) {
       while (ucp_request_check_status(request) == UCS_INPROGRESS &&
              absl::Now() < deadline) {
         ucp_worker_progress(worker_);
       }
+      settled = ucp_request_check_status(request) != UCS_INPROGRESS;
       ucp_request_free(request);
     }
   }
+  if (!settled) {
+    // A peer that neither progresses nor has died (e.g. a transport of this
+    // process that nobody drives). Leave the worker and its context
+    // undestroyed rather than abort inside UCX; fail what is still owed a
+    // callback.
+    std::fprintf(stderr,
+                 "rdmaflow: rank %d: UCX endpoints still closing or setting "
+                 "up after %s (is a peer not progressing?); leaving this "
+                 "transport's UCX worker undestroyed, since UCX 1.13 aborts "
+                 "when it discards an endpoint set-up in flight\n",
+                 options_.rank,
+                 absl::FormatDuration(kTeardownTimeout).c_str());
+    for (Closing& closing : closing_) UcxOps::AbandonInFlight(*closing.state);
+    completions_.FireAll();
+    // Deliberately leaked: ucp_cleanup must not run while the worker exists.
+    new std::shared_ptr<UcxContext>(context_);
+    return;
+  }
+  // Closes towards dead peers: released, so that the worker's destruction,
+  // which purges what UCX still holds, frees them.
+  for (Closing& closing : closing_) {
+    UcxOps::AbandonInFlight(*closing.state);
+    ucp_request_free(closing.request);
+    UcxOps::DestroyRemoteKeys(*closing.state);
+  }
   completions_.FireAll();
-  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  ucp_worker_destroy(worker_);
 }
 
 Capabilities UcxTransport::capabilities() const {
   return Capabilities{
       kBackend,
       absl::StrCat("UCX ", ucp_get_version_string(), ", TLS=",
-                   options_.tls.empty() ? "default" : options_.tls),
+                   options_.tls.empty() ? "default" : options_.tls,
+                   ", NET_DEVICES=", net_devices_),
       /*one_sided_allocate=*/true, options_.max_outstanding_per_endpoint};
 }
 
@@ -319,8 +420,15 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
   const ucs_status_t created = ucp_ep_create(worker_, &params, &state->ep);
   if (created != UCS_OK) {
     std::string hint;
-    if (created == UCS_ERR_UNREACHABLE && !watched &&
-        self_->boot_id == identity->boot_id) {
+    if (created == UCS_ERR_UNREACHABLE && tcp_on_loopback_by_default_ &&
+        self_->boot_id != identity->boot_id) {
+      hint = absl::StrCat(
+          " (rank ", peer.rank, " runs on another host, and TCP uses only "
+          "the loopback interface unless told otherwise: pass "
+          "net_devices=<interface>, e.g. net_devices=eth0, or set "
+          "UCX_NET_DEVICES)");
+    } else if (created == UCS_ERR_UNREACHABLE && !watched &&
+               self_->boot_id == identity->boot_id) {
       hint = absl::StrCat(
           " (rank ", peer.rank, " runs on this host but its process cannot be "
           "watched from here: another PID namespace, e.g. another container, "
@@ -341,7 +449,10 @@ void UcxTransport::WatchPeers() {
   next_watch_ = now + options_.keepalive_interval;
   for (size_t i = 0; i < watched_.size();) {
     std::shared_ptr<UcxEndpointState> state = watched_[i].lock();
-    if (state == nullptr || state->ep == nullptr) {
+    // Closed endpoints stay watched until UCX has given back their
+    // operations: a peer that dies meanwhile must not leave them hanging.
+    if (state == nullptr ||
+        (state->ep == nullptr && state->in_flight.empty())) {
       watched_[i] = std::move(watched_.back());
       watched_.pop_back();
       continue;
@@ -353,7 +464,7 @@ void UcxTransport::WatchPeers() {
             state->peer_identity.pid,
             ") has exited; its operations cannot complete"));
       }
-      absl::Status released = UcxOps::ReleaseEndpoint(*state);
+      absl::Status released = UcxOps::ReleaseEndpoint(state);
       if (!released.ok()) {
         std::fprintf(stderr, "rdmaflow: %s\n", released.ToString().c_str());
       }
@@ -362,9 +473,25 @@ void UcxTransport::WatchPeers() {
   }
 }
 
+void UcxTransport::PollClosing() {
+  for (size_t i = 0; i < closing_.size();) {
+    Closing& closing = closing_[i];
+    if (ucp_request_check_status(closing.request) == UCS_INPROGRESS) {
+      ++i;
+      continue;
+    }
+    // Done, or failed with the peer: either way UCX is done with the keys.
+    ucp_request_free(closing.request);
+    UcxOps::DestroyRemoteKeys(*closing.state);
+    closing_[i] = std::move(closing_.back());
+    closing_.pop_back();
+  }
+}
+
 absl::StatusOr<int> UcxTransport::Progress() {
   while (ucp_worker_progress(worker_) != 0) {
   }
+  if (!closing_.empty()) PollClosing();
   if (!watched_.empty()) WatchPeers();
   if (!to_pump_.empty()) {
     std::vector<std::shared_ptr<UcxEndpointState>> batch;
@@ -389,13 +516,16 @@ absl::Status RegisterUcxTransport(TransportRegistry& registry) {
       [](const TransportConfig& config)
           -> absl::StatusOr<std::unique_ptr<Transport>> {
         RETURN_IF_ERROR(CheckKnownParams(
-            config, kBackend, {"tls", "keepalive_ms", "max_outstanding"}));
+            config, kBackend,
+            {"tls", "net_devices", "keepalive_ms", "max_outstanding"}));
         UcxTransportOptions options;
         options.rank = config.rank;
         for (const auto& [key, value] : config.params) {
           bool ok = true;
           if (key == "tls") {
             options.tls = value;
+          } else if (key == "net_devices") {
+            options.net_devices = value;
           } else if (key == "keepalive_ms") {
             int64_t ms = 0;
             ok = absl::SimpleAtoi(value, &ms) && ms > 0;

@@ -33,6 +33,12 @@ struct UcxTransportOptions {
   // "rc_verbs,ud_verbs". Empty: UCX's own choice (the UCX_TLS environment
   // variable if set, else all available).
   std::string tls;
+  // UCX_NET_DEVICES for this transport: the network interfaces TCP uses and
+  // the RDMA ports, comma-separated, e.g. "eth0", "mlx5_0:1,eth0", "all".
+  // Empty: the UCX_NET_DEVICES environment variable if set, else TCP on the
+  // loopback interface only, plus every RDMA port (net_devices.h). A job
+  // whose ranks talk TCP across hosts must name its interface here.
+  std::string net_devices;
   // How often peers are checked for liveness (a process check for peers on
   // this host in our PID namespace, UCX keepalive for the others); a dead
   // peer's operations fail within two intervals (docs/rdma.md).
@@ -78,8 +84,15 @@ class UcxTransport final : public Transport {
   absl::StatusOr<MemoryRegion> Map(void* address, size_t bytes, bool allocate);
   // Fails the endpoints whose same-host peer process has exited.
   void WatchPeers();
+  // Finishes the graceful endpoint closes that UCX has completed.
+  void PollClosing();
 
   const UcxTransportOptions options_;
+  // NET_DEVICES in effect, for messages ("UCX_NET_DEVICES=..." when set by
+  // the environment).
+  std::string net_devices_;
+  // TCP was restricted to the loopback interface by default.
+  bool tcp_on_loopback_by_default_ = false;
   std::unique_ptr<ProcessIdentity> self_;  // Published in address_.
   std::shared_ptr<UcxContext> context_;  // Shared with memory regions.
   ucp_worker_h worker_ = nullptr;
@@ -88,12 +101,21 @@ class UcxTransport final : public Transport {
   internal::CompletionQueue completions_;
   // Endpoints whose notification sequence may advance (see UcxEndpointState).
   std::vector<std::shared_ptr<UcxEndpointState>> to_pump_;
-  // Same-host endpoints whose peer process the watchdog checks.
+  // Same-host endpoints whose peer process the watchdog checks (also while
+  // they close, until UCX has given back their operations).
   std::vector<std::weak_ptr<UcxEndpointState>> watched_;
+  // Graceful endpoint closes in flight (UcxOps::ReleaseEndpoint); each keeps
+  // its endpoint's remote keys alive until UCX is done with them.
+  struct Closing {
+    ucs_status_ptr_t request;
+    std::shared_ptr<UcxEndpointState> state;
+  };
+  std::vector<Closing> closing_;
   absl::Time next_watch_ = absl::InfinitePast();
 };
 
-// Registers "ucx" (parameters: tls, keepalive_ms, max_outstanding).
+// Registers "ucx" (parameters: tls, net_devices, keepalive_ms,
+// max_outstanding).
 absl::Status RegisterUcxTransport(TransportRegistry& registry);
 
 }  // namespace rdmaflow::rdma::ucx

@@ -1,0 +1,26 @@
+// File: net_devices.h
+// -----------------------------------------------------------------------------
+// Which network devices the UCX backend uses (UCX's NET_DEVICES). TCP uses
+// only the loopback interface unless told otherwise, so that tests and
+// single-host jobs never depend on, or wait for, another interface (UCX 1.13
+// otherwise spreads TCP lanes over every interface that is up). RDMA ports
+// (InfiniBand, RoCE) stay available by default.
+#ifndef RDMAFLOW_RDMA_UCX_NET_DEVICES_H_
+#define RDMAFLOW_RDMA_UCX_NET_DEVICES_H_
+
+#include <string>
+
+namespace rdmaflow::rdma::ucx {
+
+// The loopback interface's name.
+inline constexpr char kLoopbackDevice[] = "lo";
+
+// The value for UCX's NET_DEVICES when neither the `net_devices` option nor
+// UCX_NET_DEVICES says otherwise: "lo" plus every network device of UCX's
+// other (non-TCP) transports, e.g. "lo,mlx5_0:1". Thread-safe; enumerated
+// once per process.
+std::string DefaultNetDevices();
+
+}  // namespace rdmaflow::rdma::ucx
+
+#endif  // RDMAFLOW_RDMA_UCX_NET_DEVICES_H_

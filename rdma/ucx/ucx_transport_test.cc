@@ -1,0 +1,226 @@
+// UcxTransport's options: the `net_devices` parameter and its loopback
+// default for TCP (shared memory unaffected), and endpoint teardown.
+#include "rdma/ucx/ucx_transport.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/transport_registry.h"
+
+namespace rdmaflow::rdma::ucx {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+// Tests run with UCX_NET_DEVICES unset unless they set it.
+class UcxTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override { unsetenv("UCX_NET_DEVICES"); }
+  void TearDown() override { unsetenv("UCX_NET_DEVICES"); }
+};
+
+absl::StatusOr<std::unique_ptr<UcxTransport>> Make(int rank,
+                                                   const std::string& tls,
+                                                   const std::string& devices) {
+  UcxTransportOptions options;
+  options.rank = rank;
+  options.tls = tls;
+  options.net_devices = devices;
+  return UcxTransport::Create(options);
+}
+
+// The interfaces of the endpoint's TCP lanes, from ucp_ep_print_info():
+// "lane[0]:  0:tcp/lo.0 md[0] ...".
+std::vector<std::string> TcpInterfaces(const std::string& description) {
+  std::vector<std::string> interfaces;
+  for (absl::string_view line : absl::StrSplit(description, '\n')) {
+    if (!absl::StrContains(line, "lane[")) continue;
+    const size_t at = line.find(":tcp/");
+    if (at == absl::string_view::npos) continue;
+    absl::string_view rest = line.substr(at + 5);
+    interfaces.emplace_back(rest.substr(0, rest.find('.')));
+  }
+  return interfaces;
+}
+
+// Connects `a` to `b`, writes 4 KiB with a notification and reads it back.
+absl::Status RoundTrip(Transport& a, Transport& b, std::string* lanes) {
+  absl::StatusOr<std::unique_ptr<Endpoint>> ab =
+      a.Connect(PeerInfo{b.rank(), b.address()});
+  if (!ab.ok()) return ab.status();
+  absl::StatusOr<MemoryRegion> local = a.Allocate(8192);
+  absl::StatusOr<MemoryRegion> remote = b.Allocate(4096);
+  if (!local.ok()) return local.status();
+  if (!remote.ok()) return remote.status();
+  for (size_t i = 0; i < 4096; ++i) local->data()[i] = std::byte(i * 7);
+  const absl::Time deadline = absl::Now() + kTimeout;
+  // Both sides progress: TCP needs the target's progress too.
+  auto drive = [&](const std::function<bool()>& done,
+                   const char* what) -> absl::Status {
+    while (!done()) {
+      if (absl::Now() > deadline) return absl::DeadlineExceededError(what);
+      if (absl::Status s = a.Progress().status(); !s.ok()) return s;
+      if (absl::Status s = b.Progress().status(); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  bool noted = false;
+  int writes = 0;
+  absl::Status write_status;
+  absl::Status posted = (*ab)->PostWrite({&*local, 0, 4096},
+                                         {&remote->descriptor(), 0, 4096}, 7u,
+                                         [&](absl::Status s) {
+                                           write_status = s;
+                                           ++writes;
+                                         });
+  if (!posted.ok()) return posted;
+  if (absl::Status s = drive(
+          [&] {
+            if (b.PollNotification().has_value()) noted = true;
+            return writes > 0 && noted;
+          },
+          "write");
+      !s.ok()) {
+    return s;
+  }
+  if (!write_status.ok()) return write_status;
+  int reads = 0;
+  absl::Status read_status;
+  posted = (*ab)->PostRead({&*local, 4096, 4096},
+                           {&remote->descriptor(), 0, 4096},
+                           [&](absl::Status s) {
+                             read_status = s;
+                             ++reads;
+                           });
+  if (!posted.ok()) return posted;
+  if (absl::Status s = drive([&] { return reads > 0; }, "read"); !s.ok()) {
+    return s;
+  }
+  if (!read_status.ok()) return read_status;
+  if (std::memcmp(local->data(), local->data() + 4096, 4096) != 0) {
+    return absl::DataLossError("read back other bytes");
+  }
+  if (lanes != nullptr) *lanes = (*ab)->Describe();
+  absl::Status closed = (*ab)->Close();
+  return closed;
+}
+
+TEST_F(UcxTransportTest, TcpUsesOnlyTheLoopbackInterfaceByDefault) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, "tcp", ""));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, "tcp", ""));
+  EXPECT_THAT(a->capabilities().description, HasSubstr("NET_DEVICES=lo"));
+  std::string lanes;
+  ASSERT_OK(RoundTrip(*a, *b, &lanes));
+  std::vector<std::string> interfaces = TcpInterfaces(lanes);
+  EXPECT_THAT(interfaces, ::testing::Not(::testing::IsEmpty())) << lanes;
+  EXPECT_THAT(interfaces, ::testing::Each(std::string("lo"))) << lanes;
+}
+
+TEST_F(UcxTransportTest, NetDevicesPicksTheInterfaces) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, "tcp", "lo"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, "tcp", "lo"));
+  EXPECT_THAT(a->capabilities().description, HasSubstr("NET_DEVICES=lo"));
+  std::string lanes;
+  ASSERT_OK(RoundTrip(*a, *b, &lanes));
+  EXPECT_THAT(TcpInterfaces(lanes), ::testing::Each(std::string("lo")));
+}
+
+TEST_F(UcxTransportTest, TheEnvironmentVariableAppliesWhenTheOptionIsUnset) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, "tcp", ""));
+  EXPECT_THAT(a->capabilities().description,
+              HasSubstr("NET_DEVICES=UCX_NET_DEVICES=lo"));
+}
+
+TEST_F(UcxTransportTest, LoopbackNetDevicesLeaveSharedMemoryAlone) {
+  for (const std::string& tls : {std::string("shm"), std::string("")}) {
+    SCOPED_TRACE(tls.empty() ? "default tls" : tls);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, tls, "lo"));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, tls, "lo"));
+    std::string lanes;
+    ASSERT_OK(RoundTrip(*a, *b, &lanes));
+    if (tls == "shm") {
+      EXPECT_THAT(lanes, ::testing::Not(HasSubstr("tcp/"))) << lanes;
+    }
+  }
+}
+
+TEST_F(UcxTransportTest, MalformedNetDevicesAreRejected) {
+  for (const char* devices : {",lo", "lo,", "lo,,eth0", "lo eth0"}) {
+    EXPECT_THAT(Make(0, "tcp", devices),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("net_devices")))
+        << devices;
+  }
+}
+
+TEST_F(UcxTransportTest, AnAbsentDeviceLeavesTcpUnusable) {
+  // UCX drops devices it does not have; with TCP alone nothing is left.
+  absl::StatusOr<std::unique_ptr<UcxTransport>> made =
+      Make(0, "tcp", "no_such_dev0");
+  ASSERT_FALSE(made.ok());
+  EXPECT_THAT(made.status(), StatusIs(absl::StatusCode::kUnavailable,
+                                      HasSubstr("NET_DEVICES=no_such_dev0")));
+}
+
+// The peer never progresses, so the connection's set-up (UCX's wire-up
+// request, queued behind the TCP handshake) is still in flight when the
+// endpoint closes and the transport goes. UCX 1.13 aborts if the worker is
+// destroyed then (ucp_request.c:684 "got REQ message"); the transport must
+// not do that, and every callback must still fire.
+TEST_F(UcxTransportTest, DestructionWithConnectionSetUpInFlightDoesNotAbort) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, "tcp", ""));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, "tcp", ""));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, b->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab,
+                       a->Connect(PeerInfo{1, b->address()}));
+  int calls = 0;
+  absl::Status status;
+  ASSERT_OK(ab->PostWrite({&local, 0, 4096}, {&remote.descriptor(), 0, 4096},
+                          std::nullopt, [&](absl::Status s) {
+                            ++calls;
+                            status = s;
+                          }));
+  ASSERT_OK(ab->Close());
+  a.reset();  // `b` never progressed: the set-up cannot finish.
+  EXPECT_EQ(calls, 1);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kCancelled));
+  ab.reset();
+  b.reset();
+}
+
+TEST_F(UcxTransportTest, RegistryTakesNetDevices) {
+  TransportRegistry registry;
+  ASSERT_OK(RegisterUcxTransport(registry));
+  TransportConfig config;
+  config.params = {{"tls", "tcp"}, {"net_devices", "lo"}};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> transport,
+                       registry.Create("ucx", config));
+  EXPECT_THAT(transport->capabilities().description,
+              HasSubstr("NET_DEVICES=lo"));
+  config.params = {{"net_devices", "lo,,eth0"}};
+  EXPECT_THAT(registry.Create("ucx", config),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  config.params = {{"net_device", "lo"}};
+  EXPECT_THAT(registry.Create("ucx", config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("net_devices")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::rdma::ucx
