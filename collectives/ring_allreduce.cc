@@ -125,7 +125,7 @@ RingAllReduce::~RingAllReduce() {
   // the shutdown barrier), or that one of our operations still reads or
   // writes, would let a late operation land in whatever reuses it: leave
   // it registered instead.
-  const bool neighbours_done = quiesced_ || size() == 1;
+  const bool neighbours_done = quiesced_ || !published_;
   if (outstanding_ > 0 || !neighbours_done) {
     const size_t bytes = (data_ != nullptr ? data_->size() : 0) +
                          (control_ != nullptr ? control_->size() : 0);
@@ -164,6 +164,7 @@ absl::Status RingAllReduce::Connect() {
   const std::string layout = Layout(options_, members_);
   RETURN_IF_ERROR(store_.Set(absl::StrCat(ns_, "/", Key(options_.name, rank, "layout")),
                              layout));
+  published_ = true;  // from here on, a neighbour may write into our regions
   RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank, "data"),
                                       data_->descriptor()));
   RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank, "control"),

@@ -185,6 +185,7 @@ class RingAllReduce {
   uint64_t credit_seen_ = 0;  // the right neighbour's last valid credit
   bool fenced_ = false;       // GiveUp() ran
   bool quiesced_ = false;     // Shutdown()'s barrier passed
+  bool published_ = false;    // peers may have our regions' descriptors
   int probes_in_flight_ = 0;
   std::deque<Action> actions_;
   int64_t outstanding_ = 0;
