@@ -15,8 +15,14 @@ bazel_asan=(bazel --output_base="$output_base")
 if [ $# -gt 0 ]; then
   targets=("$@")
 else
-  mapfile -t targets < <("${bazel_asan[@]}" query --noshow_progress \
-    'attr(tags, "(^|[ \[,])(hostile|slow_peer)([ \],]|$)", tests(//...))' 2>/dev/null)
+  # Asked of the main output base: another one would take its convenience
+  # symlinks (bazel-<workspace>/...) for packages.
+  mapfile -t targets < <(bazel query --noshow_progress \
+    'attr(tags, "(^|[ \[,])(hostile|slow_peer)([ \],]|$)", tests(//...))')
+  if [ ${#targets[@]} -eq 0 ]; then
+    echo "sanitizers: FAILED (no hostile or slow_peer tests found)"
+    exit 1
+  fi
   targets+=(//rdma/loopback:loopback_conformance_test //rdma/ucx:ucx_conformance_test)
 fi
 echo "sanitizers: ${#targets[@]} test targets under ASan+UBSan"
