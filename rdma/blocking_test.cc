@@ -236,7 +236,7 @@ TEST_F(BlockingTest, DelayedCompletionEndsBeforeItReturns) {
   testing::FaultyTransport::Fault delay;
   delay.op = testing::FaultyTransport::Op::kRead;
   delay.action = testing::FaultyTransport::Action::kDelay;
-  delay.delay_progress = 1000;
+  delay.delay_progress = 20;
   faulty_->AddFault(delay);
   stalling_->stalled = true;
   stalling_->resume_on_close = true;
