@@ -14,7 +14,8 @@ namespace {
 constexpr char kTcpComponent[] = "tcp";
 
 // Appends the network devices of `component`'s memory domains to `devices`.
-void AddNetDevices(uct_component_h component, std::vector<std::string>& devices) {
+void AddNetDevices(uct_component_h component,
+                   std::vector<std::string>& devices) {
   uct_component_attr_t attr{};
   attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
                     UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
@@ -62,7 +63,8 @@ std::string DefaultNetDevices() {
     uct_component_h* components = nullptr;
     unsigned count = 0;
     if (uct_query_components(&components, &count) == UCS_OK) {
-      for (unsigned i = 0; i < count; ++i) AddNetDevices(components[i], devices);
+      for (unsigned i = 0; i < count; ++i)
+        AddNetDevices(components[i], devices);
       uct_release_component_list(components);
     }
     return new std::string(absl::StrJoin(devices, ","));

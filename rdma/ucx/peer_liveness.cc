@@ -28,8 +28,7 @@ constexpr size_t kPidNsAt = kBootAt + ProcessIdentity::kBootIdSize;
 static_assert(kPidNsAt + 16 == ProcessIdentity::kEncodedSize);
 
 bool IsBlank(absl::string_view text) {
-  return std::all_of(text.begin(), text.end(),
-                     [](char c) { return c == ' '; });
+  return std::all_of(text.begin(), text.end(), [](char c) { return c == ' '; });
 }
 
 // A boot id as the kernel prints it: 8-4-4-4-12 lower-case hex digits.
@@ -157,8 +156,9 @@ ProcessIdentity SelfIdentity() {
 
 bool CanWatchProcess(const ProcessIdentity& self, const ProcessIdentity& peer) {
   return !IsBlank(self.boot_id) && self.boot_id == peer.boot_id &&
-         self.pid_namespace.known() && self.pid_namespace == peer.pid_namespace &&
-         self.start_time != 0 && peer.start_time != 0;
+         self.pid_namespace.known() &&
+         self.pid_namespace == peer.pid_namespace && self.start_time != 0 &&
+         peer.start_time != 0;
 }
 
 bool IsProcessGone(const ProcessIdentity& peer) {

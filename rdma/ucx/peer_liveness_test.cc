@@ -66,13 +66,15 @@ TEST(ProcessIdentityTest, DecodeRejectsMalformedBytes) {
 
   std::string bad_boot = good;
   bad_boot[12] = 'Z';  // The boot id's first character.
-  EXPECT_THAT(ProcessIdentity::Decode(bad_boot),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("boot id")));
+  EXPECT_THAT(
+      ProcessIdentity::Decode(bad_boot),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("boot id")));
 
   ProcessIdentity half_namespace = Sample();
   half_namespace.pid_namespace = {4, 0};
-  EXPECT_THAT(ProcessIdentity::Decode(half_namespace.Encode()),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("namespace")));
+  EXPECT_THAT(
+      ProcessIdentity::Decode(half_namespace.Encode()),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("namespace")));
 
   // An unknown boot id (blank) is valid: such a peer is never watched.
   ProcessIdentity blank_boot = Sample();

@@ -149,7 +149,8 @@ absl::Status RunRank(int rank, const std::string& tls, bool victim, int in,
                    ReceiveMessage(in, setup_deadline, "the peer's address"));
   ASSIGN_OR_RETURN(std::string peer_descriptor,
                    ReceiveMessage(in, setup_deadline, "the peer's region"));
-  ASSIGN_OR_RETURN(RemoteRegion peer_inbox, RemoteRegion::Parse(peer_descriptor));
+  ASSIGN_OR_RETURN(RemoteRegion peer_inbox,
+                   RemoteRegion::Parse(peer_descriptor));
   ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> endpoint,
                    transport->Connect(PeerInfo{peer, peer_address}));
 
@@ -176,8 +177,8 @@ absl::Status RunRank(int rank, const std::string& tls, bool victim, int in,
                           static_cast<uint32_t>(round), deadline));
     RETURN_IF_ERROR(Read(*transport, *endpoint, readback, dst, deadline));
     if (std::memcmp(local.data(), local.data() + kSlot, kSlot) != 0) {
-      return absl::DataLossError(absl::StrCat(
-          "rank ", rank, ": round ", round, " read back other bytes"));
+      return absl::DataLossError(absl::StrCat("rank ", rank, ": round ", round,
+                                              " read back other bytes"));
     }
     while (std::optional<Notification> note = transport->PollNotification()) {
       if (note->peer_rank != peer) {
@@ -196,16 +197,17 @@ absl::Status RunRank(int rank, const std::string& tls, bool victim, int in,
     // ucp_request.inl:346 "unexpected error"; that is not what this test is
     // about.)
     const absl::Time deadline = absl::Now() + kTimeout;
-    while (absl::Now() < deadline) RETURN_IF_ERROR(transport->Progress().status());
+    while (absl::Now() < deadline)
+      RETURN_IF_ERROR(transport->Progress().status());
     return absl::DeadlineExceededError(
         absl::StrCat("rank ", rank, " was never killed"));
   }
   // The survivor writes until its writes fail with kUnavailable naming the
   // peer.
   for (uint64_t round = 0;; ++round) {
-    absl::Status status = Write(*transport, *endpoint, src, dst,
-                                static_cast<uint32_t>(round),
-                                absl::Now() + kTimeout);
+    absl::Status status =
+        Write(*transport, *endpoint, src, dst, static_cast<uint32_t>(round),
+              absl::Now() + kTimeout);
     if (status.ok()) {
       while (transport->PollNotification().has_value()) {
       }
@@ -231,9 +233,8 @@ int RankMain(int rank) {
     return 2;
   }
   const char* victim = std::getenv(kVictimEnv);
-  absl::Status status = RunRank(rank, tls, victim != nullptr &&
-                                               std::string(victim) == "1",
-                                in, out);
+  absl::Status status = RunRank(
+      rank, tls, victim != nullptr && std::string(victim) == "1", in, out);
   if (status.ok()) return 0;
   std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
   SendMessage(out, absl::StrCat("error ", status.ToString())).IgnoreError();
@@ -266,7 +267,8 @@ pid_t Spawn(const std::vector<std::string>& argv,
   for (int fd : keep) fcntl(fd, F_SETFD, 0);
   for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
   std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  for (const std::string& arg : argv)
+    args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
   execvp(args[0], args.data());
   _exit(127);
@@ -318,7 +320,6 @@ pid_t FindChild(pid_t parent) {
   return found;
 }
 
-
 // Two launched ranks, rank 1 under unshare, and the pipes to them.
 class Job {
  public:
@@ -343,7 +344,8 @@ class Job {
     for (int r = 0; r < 2; ++r) {
       int to[2], from[2];
       if (pipe2(to, O_CLOEXEC) != 0 || pipe2(from, O_CLOEXEC) != 0) {
-        return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
+        return absl::InternalError(
+            absl::StrCat("pipe2: ", std::strerror(errno)));
       }
       std::vector<std::string> argv;
       if (r == 1) argv = UnshareArgs(mount_proc);
@@ -381,7 +383,8 @@ class Job {
                      ReceiveMessage(from_[r], deadline,
                                     absl::StrCat("rank ", r, "'s ", what)));
     if (absl::StartsWith(message, "error ")) {
-      return absl::AbortedError(absl::StrCat("rank ", r, ": ", message.substr(6)));
+      return absl::AbortedError(
+          absl::StrCat("rank ", r, ": ", message.substr(6)));
     }
     return message;
   }
@@ -427,9 +430,9 @@ TEST_P(PidNamespaceTest, RanksConnectRunAndDetectAKilledPeerWithinTheBound) {
   const int64_t killed = MonotonicNanos();
   ASSERT_EQ(kill(victim_pid, SIGKILL), 0);
 
-  absl::StatusOr<std::string> report = job.Receive(
-      survivor, absl::Now() + kTimeout,
-      absl::StrCat("detection of the death of rank ", victim));
+  absl::StatusOr<std::string> report =
+      job.Receive(survivor, absl::Now() + kTimeout,
+                  absl::StrCat("detection of the death of rank ", victim));
   ASSERT_TRUE(report.ok()) << report.status();
   std::vector<std::string> words =
       absl::StrSplit(*report, absl::MaxSplits(' ', 1));

@@ -306,10 +306,9 @@ absl::Status UcxOps::ReleaseEndpoint(
         // An endpoint UCX already failed (its peer died) may refuse; only
         // an unexpected refusal is worth a line.
         if (UCS_PTR_IS_ERR(request) && state.failure.ok()) {
-          std::fprintf(stderr,
-                       "rdmaflow: closing the UCX endpoint to rank %d: %s\n",
-                       state.peer_rank,
-                       ucs_status_string(UCS_PTR_STATUS(request)));
+          std::fprintf(
+              stderr, "rdmaflow: closing the UCX endpoint to rank %d: %s\n",
+              state.peer_rank, ucs_status_string(UCS_PTR_STATUS(request)));
         }
         DestroyRemoteKeys(state);
       }

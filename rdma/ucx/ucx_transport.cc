@@ -7,15 +7,15 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rdma/ucx/net_devices.h"
+#include "rdma/ucx/peer_liveness.h"
 #include "rdma/ucx/ucx_endpoint.h"
 #include "rdma/ucx/ucx_internal.h"
 #include "rdma/ucx/ucx_status.h"
-#include "rdma/ucx/peer_liveness.h"
 
 namespace rdmaflow::rdma::ucx {
 namespace {
@@ -282,8 +282,7 @@ UcxTransport::~UcxTransport() {
                  "up after %s (is a peer not progressing?); leaving this "
                  "transport's UCX worker undestroyed, since UCX 1.13 aborts "
                  "when it discards an endpoint set-up in flight\n",
-                 options_.rank,
-                 absl::FormatDuration(kTeardownTimeout).c_str());
+                 options_.rank, absl::FormatDuration(kTeardownTimeout).c_str());
     for (Closing& closing : closing_) UcxOps::AbandonInFlight(*closing.state);
     completions_.FireAll();
     // Deliberately leaked: ucp_cleanup must not run while the worker exists.
@@ -304,8 +303,8 @@ UcxTransport::~UcxTransport() {
 Capabilities UcxTransport::capabilities() const {
   return Capabilities{
       kBackend,
-      absl::StrCat("UCX ", ucp_get_version_string(), ", TLS=",
-                   options_.tls.empty() ? "default" : options_.tls,
+      absl::StrCat("UCX ", ucp_get_version_string(),
+                   ", TLS=", options_.tls.empty() ? "default" : options_.tls,
                    ", NET_DEVICES=", net_devices_),
       /*one_sided_allocate=*/true, options_.max_outstanding_per_endpoint};
 }
@@ -383,9 +382,9 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
         "; do all ranks use the ucx transport?"));
   }
   if (worker_address->size() <= ProcessIdentity::kEncodedSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "address of rank ", peer.rank, " is truncated (",
-        worker_address->size(), " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("address of rank ", peer.rank, " is truncated (",
+                     worker_address->size(), " bytes)"));
   }
   absl::StatusOr<ProcessIdentity> identity = ProcessIdentity::Decode(
       absl::string_view(*worker_address).substr(0, ProcessIdentity::kEncodedSize));
@@ -422,22 +421,24 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
     std::string hint;
     if (created == UCS_ERR_UNREACHABLE && tcp_on_loopback_by_default_ &&
         self_->boot_id != identity->boot_id) {
-      hint = absl::StrCat(
-          " (rank ", peer.rank, " runs on another host, and TCP uses only "
-          "the loopback interface unless told otherwise: pass "
-          "net_devices=<interface>, e.g. net_devices=eth0, or set "
-          "UCX_NET_DEVICES)");
+      hint =
+          absl::StrCat(" (rank ", peer.rank,
+                       " runs on another host, and TCP uses only "
+                       "the loopback interface unless told otherwise: pass "
+                       "net_devices=<interface>, e.g. net_devices=eth0, or set "
+                       "UCX_NET_DEVICES)");
     } else if (created == UCS_ERR_UNREACHABLE && !watched &&
                self_->boot_id == identity->boot_id) {
       hint = absl::StrCat(
-          " (rank ", peer.rank, " runs on this host but its process cannot be "
+          " (rank ", peer.rank,
+          " runs on this host but its process cannot be "
           "watched from here: another PID namespace, e.g. another container, "
           "or a /proc of another namespace; shared memory cannot detect its "
           "death, so it needs a transport that can, e.g. tcp in `tls`)");
     }
-    return UcsToStatus(created,
-                       absl::StrCat("rank ", options_.rank,
-                                    " connecting to rank ", peer.rank, hint));
+    return UcsToStatus(
+        created, absl::StrCat("rank ", options_.rank, " connecting to rank ",
+                              peer.rank, hint));
   }
   if (watched) watched_.push_back(state);
   return std::unique_ptr<Endpoint>(new UcxEndpoint(std::move(state)));

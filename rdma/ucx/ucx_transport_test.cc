@@ -81,12 +81,12 @@ absl::Status RoundTrip(Transport& a, Transport& b, std::string* lanes) {
   bool noted = false;
   int writes = 0;
   absl::Status write_status;
-  absl::Status posted = (*ab)->PostWrite({&*local, 0, 4096},
-                                         {&remote->descriptor(), 0, 4096}, 7u,
-                                         [&](absl::Status s) {
-                                           write_status = s;
-                                           ++writes;
-                                         });
+  absl::Status posted =
+      (*ab)->PostWrite({&*local, 0, 4096}, {&remote->descriptor(), 0, 4096}, 7u,
+                       [&](absl::Status s) {
+                         write_status = s;
+                         ++writes;
+                       });
   if (!posted.ok()) return posted;
   if (absl::Status s = drive(
           [&] {
@@ -100,12 +100,12 @@ absl::Status RoundTrip(Transport& a, Transport& b, std::string* lanes) {
   if (!write_status.ok()) return write_status;
   int reads = 0;
   absl::Status read_status;
-  posted = (*ab)->PostRead({&*local, 4096, 4096},
-                           {&remote->descriptor(), 0, 4096},
-                           [&](absl::Status s) {
-                             read_status = s;
-                             ++reads;
-                           });
+  posted =
+      (*ab)->PostRead({&*local, 4096, 4096}, {&remote->descriptor(), 0, 4096},
+                      [&](absl::Status s) {
+                        read_status = s;
+                        ++reads;
+                      });
   if (!posted.ok()) return posted;
   if (absl::Status s = drive([&] { return reads > 0; }, "read"); !s.ok()) {
     return s;
@@ -161,9 +161,9 @@ TEST_F(UcxTransportTest, LoopbackNetDevicesLeaveSharedMemoryAlone) {
 
 TEST_F(UcxTransportTest, MalformedNetDevicesAreRejected) {
   for (const char* devices : {",lo", "lo,", "lo,,eth0", "lo eth0"}) {
-    EXPECT_THAT(Make(0, "tcp", devices),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("net_devices")))
+    EXPECT_THAT(
+        Make(0, "tcp", devices),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("net_devices")))
         << devices;
   }
 }
@@ -217,9 +217,9 @@ TEST_F(UcxTransportTest, RegistryTakesNetDevices) {
   EXPECT_THAT(registry.Create("ucx", config),
               StatusIs(absl::StatusCode::kInvalidArgument));
   config.params = {{"net_device", "lo"}};
-  EXPECT_THAT(registry.Create("ucx", config),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("net_devices")));
+  EXPECT_THAT(
+      registry.Create("ucx", config),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("net_devices")));
 }
 
 }  // namespace
