@@ -23,9 +23,6 @@ absl::Status Annotate(const absl::Status& status, const std::string& what) {
   return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
 }
 
-// CheckShape's own limit on elements.
-constexpr uint64_t kMaxElements = uint64_t{1} << 50;
-
 // How long a receive that gave up on a read waits for the read's
 // cancellation (the link is closed) before it leaves the destination to the
 // completion.
@@ -36,26 +33,6 @@ constexpr absl::Duration kFenceWait = absl::Seconds(5);
 // --- Checks of peer-written words -----------------------------------------
 
 namespace internal {
-
-absl::StatusOr<uint64_t> ShapeBytes(const TransferInfo& info,
-                                    absl::Span<const int64_t> shape) {
-  if (static_cast<int>(shape.size()) == info.spec.shape_size()) {
-    bool empty = false;
-    for (int64_t d : shape) empty |= d == 0;
-    uint64_t elements = 1;
-    for (size_t d = 0; d < shape.size() && !empty; ++d) {
-      if (shape[d] < 0) break;  // CheckShape names it
-      const uint64_t dim = static_cast<uint64_t>(shape[d]);
-      if (dim > kMaxElements / elements) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(info.Describe(), ": shape ", graph::ShapeString(shape),
-                         " has more than 2^50 elements"));
-      }
-      elements *= dim;
-    }
-  }
-  return CheckShape(info, shape);
-}
 
 absl::StatusOr<DynamicMetadata> CheckDynamicMetadata(
     const TransferInfo& info, absl::Span<const uint64_t> words, uint64_t seq,
@@ -83,7 +60,7 @@ absl::StatusOr<DynamicMetadata> CheckDynamicMetadata(
     // A word above 2^63 reads as a negative dimension: CheckShape refuses it.
     metadata.shape.push_back(static_cast<int64_t>(words[kMetadataHeaderWords + d]));
   }
-  absl::StatusOr<uint64_t> bytes = ShapeBytes(info, metadata.shape);
+  absl::StatusOr<uint64_t> bytes = CheckShape(info, metadata.shape);
   if (!bytes.ok()) {
     absl::string_view why = bytes.status().message();
     absl::ConsumePrefix(&why, absl::StrCat(info.Describe(), ": "));
@@ -388,7 +365,7 @@ absl::Status Executor::Send(int id, OutgoingTensor tensor) {
   ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindSend(id));
   internal::SendSlot& slot = *sends_[send_by_id_[info->id]];
   RETURN_IF_ERROR(CheckSequence(slot.next_seq, slot.info, "sent"));
-  ASSIGN_OR_RETURN(uint64_t bytes, internal::ShapeBytes(slot.info, tensor.shape));
+  ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(slot.info, tensor.shape));
   if (bytes != tensor.bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         slot.info.Describe(), ": got ", tensor.bytes, " bytes for shape ",

@@ -283,19 +283,18 @@ TEST(ExecutorArrivalCheckTest, StagesInOrderAndWithinTheCredits) {
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("stage 15")));
 }
 
-TEST(ExecutorShapeBytesTest, SendRefusesShapesThatWrap) {
+TEST(CheckShapeTest, RefusesShapesThatWrap) {
   const TransferInfo info = DynamicInfo();
-  EXPECT_THAT(internal::ShapeBytes(info, {int64_t{1} << 30, int64_t{1} << 40}),
+  EXPECT_THAT(CheckShape(info, {int64_t{1} << 30, int64_t{1} << 40}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2^50")));
-  EXPECT_THAT(internal::ShapeBytes(info, {static_cast<int64_t>(kWrapA),
-                                          static_cast<int64_t>(kWrapB)}),
+  EXPECT_THAT(CheckShape(info, {static_cast<int64_t>(kWrapA), static_cast<int64_t>(kWrapB)}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2^50")));
-  EXPECT_THAT(internal::ShapeBytes(info, {int64_t{1} << 40, 0}),
+  EXPECT_THAT(CheckShape(info, {int64_t{1} << 40, 0}),
               ::rdmaflow::testing::IsOkAndHolds(0u));
-  EXPECT_THAT(internal::ShapeBytes(info, {2, 3}), ::rdmaflow::testing::IsOkAndHolds(24u));
-  EXPECT_THAT(internal::ShapeBytes(info, {2, -3}),
+  EXPECT_THAT(CheckShape(info, {2, 3}), ::rdmaflow::testing::IsOkAndHolds(24u));
+  EXPECT_THAT(CheckShape(info, {2, -3}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("expects")));
-  EXPECT_THAT(internal::ShapeBytes(info, {2}),
+  EXPECT_THAT(CheckShape(info, {2}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("expects")));
 }
 

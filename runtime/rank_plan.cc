@@ -182,7 +182,8 @@ absl::StatusOr<uint64_t> CheckShape(const TransferInfo& info,
         info.Describe(), ": got shape ", graph::ShapeString(shape),
         ", the plan expects ", graph::SpecString(info.spec)));
   }
-  uint64_t elements = 1;
+  constexpr uint64_t kMaxElements = uint64_t{1} << 50;
+  bool empty = false;
   for (int d = 0; d < spec.size(); ++d) {
     if (shape[d] < 0 || (spec[d] != graph::kUnknownDim && spec[d] != shape[d])) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -193,12 +194,20 @@ absl::StatusOr<uint64_t> CheckShape(const TransferInfo& info,
       return absl::InvalidArgumentError(absl::StrCat(
           info.Describe(), ": dimension ", d, " of ", shape[d], " is too large"));
     }
-    elements *= static_cast<uint64_t>(shape[d]);
-    if (elements > (uint64_t{1} << 50)) {
+    empty |= shape[d] == 0;
+  }
+  if (empty) return 0;
+  // Shapes may come from a peer: bounded before each product, so it never
+  // wraps (a product past 2^64 could otherwise look small).
+  uint64_t elements = 1;
+  for (int d = 0; d < spec.size(); ++d) {
+    const uint64_t dim = static_cast<uint64_t>(shape[d]);
+    if (dim > kMaxElements / elements) {
       return absl::InvalidArgumentError(
           absl::StrCat(info.Describe(), ": shape ", graph::ShapeString(shape),
-                       " is too large"));
+                       " has more than 2^50 elements"));
     }
+    elements *= dim;
   }
   return elements * static_cast<uint64_t>(info.element_bytes);
 }

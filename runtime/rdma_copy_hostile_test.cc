@@ -271,7 +271,7 @@ TEST(RdmaCopyHostileTest, ForgedChunksFailTheReceiver) {
        "more than dynamic_pool_bytes"},
       {"a dynamic tensor of 2^62 bytes", &DynamicPlan(),
        {Chunk(d, 0, {int64_t{1} << 30, int64_t{1} << 30}, uint64_t{1} << 62, 0, 64)},
-       absl::StatusCode::kDataLoss, "too large"},
+       absl::StatusCode::kDataLoss, "more than 2^50 elements"},
       {"an undecodable header (length past its room)", &StaticPlan(), {too_long},
        absl::StatusCode::kDataLoss, "undecodable message header from rank 0"},
       {"an undecodable header (garbage)", &StaticPlan(), {garbage},
@@ -306,14 +306,10 @@ TEST(RdmaCopyHostileTest, AChunkOfAnIdTheReceiverDoesNotHaveIsAnError) {
                                      AllOf(HasSubstr("999"), HasSubstr("rank 1"))));
 }
 
-// CheckShape (rank_plan.cc), which Deliver() uses, multiplies dimensions of
-// up to 2^40 and bounds the product only after forming it: [2^24 + 16,
-// 1099510579201] is 2^64 + 16 elements, which wraps to 16, so a 64-byte
-// message with that shape is accepted and handed on with a shape of 2^64
-// elements. Enable once CheckShape bounds the product before forming it (as
-// the executor's internal::ShapeBytes does); rank_plan.cc and
-// rdma_copy_communicator.cc are outside this change.
-TEST(RdmaCopyHostileTest, DISABLED_AShapeWhoseProductWrapsIsRefused) {
+// [2^24 + 16, 1099510579201] is 2^64 + 16 elements: a product formed
+// before it is bounded would wrap to 16 and accept a 64-byte message.
+// CheckShape (rank_plan.cc) bounds it before each product.
+TEST(RdmaCopyHostileTest, AShapeWhoseProductWrapsIsRefused) {
   const int d = DynamicId();
   Outcome outcome = RecvForged(
       DynamicPlan(), {Chunk(d, 0, {(int64_t{1} << 24) + 16, 1099510579201}, 64, 0, 64)});

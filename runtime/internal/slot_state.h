@@ -41,17 +41,9 @@ inline uint32_t EncodeNotification(int slot_index, int stage) {
 // what an honest peer running the same plan can write, with arithmetic that
 // cannot wrap, and name the broken rule (kDataLoss) otherwise.
 
-// CheckShape (rank_plan.h) with an element count that cannot wrap: dimensions
-// of up to 2^40 multiply past 2^64 (e.g. [2^30, 2^40] would count 64
-// elements), so the product is bounded by division before it is formed. A
-// shape with a zero dimension is empty whatever the others are.
-// kInvalidArgument as CheckShape.
-absl::StatusOr<uint64_t> ShapeBytes(const TransferInfo& info,
-                                    absl::Span<const int64_t> shape);
-
 // A dynamic tensor's metadata slot as the receiver found it.
 struct DynamicMetadata {
-  uint64_t bytes = 0;          // equals ShapeBytes(shape)
+  uint64_t bytes = 0;          // equals CheckShape(shape)
   uint64_t source_offset = 0;  // [source_offset, +bytes) lies in the pool
   std::vector<int64_t> shape;
 };
