@@ -46,7 +46,7 @@ for link in $links; do
       for r in 0 1 2 3; do
         # shellcheck disable=SC2086
         ip netns exec "rfh$r" env RANK=$r WORLD_SIZE=4 MASTER_ADDR=10.88.0.1 \
-          MASTER_PORT=$port "$train" $common --transport_params tls=tcp \
+          MASTER_PORT=$port "$train" $common --transport_params tls=tcp,net_devices=eth0 \
           >"$out/${link}_${strategy}.rank$r.log" 2>&1 &
         pids+=($!)
       done
