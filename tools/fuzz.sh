@@ -33,10 +33,12 @@ run_fuzzer() {
   local name=$1 binary=$2 corpus=$3
   shift 3
   echo "fuzz: $name for ${seconds}s (corpus: $(ls "$corpus" | wc -l) seeds)"
+  local output status=0
+  output=$(mktemp)
   "$binary" "$corpus" "$@" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
-    -artifact_prefix="$artifacts/$name-" -print_final_stats=1 2>&1 |
-    grep -E "^(#[0-9]+ +(INITED|DONE)|stat::number_of_executed_units|stat::peak_rss|==[0-9]+==ERROR|SUMMARY|Done|artifact_prefix|Test unit written)" || true
-  local status=${PIPESTATUS[0]}
+    -artifact_prefix="$artifacts/$name-" -print_final_stats=1 >"$output" 2>&1 || status=$?
+  grep -E "^(#[0-9]+ +(INITED|DONE)|stat::number_of_executed_units|stat::peak_rss|==[0-9]+==ERROR|SUMMARY|Done|artifact_prefix|Test unit written)" "$output" || true
+  rm -f "$output"
   if [ "$status" -ne 0 ]; then
     echo "fuzz: $name FAILED (exit $status); reproducer in $artifacts"
     return "$status"

@@ -27,10 +27,10 @@ else
 fi
 echo "sanitizers: ${#targets[@]} test targets under ASan+UBSan"
 log=$(mktemp)
+status=0
 "${bazel_asan[@]}" test --config=asan --symlink_prefix=/ \
-  --test_tag_filters=-requires-rdma,-requires-gpu "${targets[@]}" 2>&1 | tee "$log" |
-  grep -E "^//|^Executed|ERROR|FAILED TO BUILD" || true
-status=${PIPESTATUS[0]}
+  --test_tag_filters=-requires-rdma,-requires-gpu "${targets[@]}" >"$log" 2>&1 || status=$?
+grep -E "^//|^Executed|ERROR|FAILED TO BUILD" "$log" || true
 passed=$(grep -cE "^//\S+\s+(\(cached\) )?PASSED" "$log")
 failed=$(grep -cE "^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS)|FAILED TO BUILD" "$log")
 rm -f "$log"
