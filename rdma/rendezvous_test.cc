@@ -76,7 +76,7 @@ TEST(RendezvousTest, AddressesOfAnotherJobOrForgedOnesAreRefused) {
   EXPECT_THAT(ConnectToPeer(*a, store, "other", 1, absl::Seconds(1)),
               StatusIs(absl::StatusCode::kPermissionDenied));
   // Garbage, and a bare address as earlier versions published it.
-  for (const std::string bytes : {std::string("junk"), std::string(), b->address(),
+  for (const std::string& bytes : {std::string("junk"), std::string(), b->address(),
                                   std::string(100000, '\xff')}) {
     ASSERT_OK(store.Set("job/address/3", bytes));
     absl::Status status = ConnectToPeer(*a, store, "job", 3, absl::Seconds(1)).status();

@@ -35,7 +35,7 @@ TEST(TransportRegistryTest, UnknownParameterListsTheAcceptedOnes) {
   config.params["tsl"] = "shm";
   EXPECT_THAT(registry.Create("ucx", config),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("tls, keepalive_ms, max_outstanding")));
+                       HasSubstr("tls, net_devices, keepalive_ms, max_outstanding")));
   config.params = {{"max_outstanding", "many"}};
   EXPECT_THAT(registry.Create("loopback", config),
               StatusIs(absl::StatusCode::kInvalidArgument,
