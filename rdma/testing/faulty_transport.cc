@@ -25,7 +25,7 @@ class FaultyEndpoint final : public Endpoint {
     if (fault != nullptr && fault->action == FaultyTransport::Action::kCorrupt &&
         fault->corrupt && src.length > 0) {
       // What lands is a corrupted copy, written from a region of our own.
-      absl::StatusOr<MemoryRegion> copy = transport_.inner_.Allocate(src.length);
+      absl::StatusOr<MemoryRegion> copy = transport_.inner().Allocate(src.length);
       if (!copy.ok()) return copy.status();
       auto region = std::make_shared<MemoryRegion>(*std::move(copy));
       std::memcpy(region->data(), src.data(), src.length);
@@ -105,7 +105,7 @@ class FaultyEndpoint final : public Endpoint {
 };
 
 Capabilities FaultyTransport::capabilities() const {
-  Capabilities caps = inner_.capabilities();
+  Capabilities caps = inner().capabilities();
   caps.description = absl::StrCat("faulty(", caps.description, ")");
   return caps;
 }
@@ -113,9 +113,9 @@ Capabilities FaultyTransport::capabilities() const {
 void FaultyTransport::AddFault(Fault fault) { rules_.push_back({std::move(fault), 0}); }
 
 absl::StatusOr<std::unique_ptr<Endpoint>> FaultyTransport::Connect(const PeerInfo& peer) {
-  absl::StatusOr<std::unique_ptr<Endpoint>> inner = inner_.Connect(peer);
-  if (!inner.ok()) return inner.status();
-  return std::make_unique<FaultyEndpoint>(*this, *std::move(inner));
+  absl::StatusOr<std::unique_ptr<Endpoint>> connected = inner().Connect(peer);
+  if (!connected.ok()) return connected.status();
+  return std::make_unique<FaultyEndpoint>(*this, *std::move(connected));
 }
 
 const FaultyTransport::Fault* FaultyTransport::Decide(Op op, int peer) {
@@ -137,7 +137,7 @@ void FaultyTransport::Hold(Completion done, absl::Status status, int progress) {
 }
 
 absl::StatusOr<int> FaultyTransport::Progress() {
-  absl::StatusOr<int> fired = inner_.Progress();
+  absl::StatusOr<int> fired = inner().Progress();
   if (!fired.ok()) return fired;
   int count = *fired;
   // Those due now fire; a completion may hold another (for the next pass).

@@ -42,11 +42,12 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "rdma/endpoint.h"
+#include "rdma/testing/transport_wrapper.h"
 #include "rdma/transport.h"
 
 namespace rdmaflow::rdma::testing {
 
-class FaultyTransport final : public Transport {
+class FaultyTransport final : public TransportWrapper {
  public:
   enum class Op { kAny, kWrite, kRead, kFlush };
   enum class Action { kFail, kDelay, kDrop, kCorrupt, kKillPeer };
@@ -63,26 +64,15 @@ class FaultyTransport final : public Transport {
     std::function<void(uint64_t offset, absl::Span<std::byte> bytes)> corrupt;
   };
 
-  explicit FaultyTransport(Transport& inner) : inner_(inner) {}
+  explicit FaultyTransport(Transport& inner) : TransportWrapper(inner) {}
 
   void AddFault(Fault fault);
   // Operations a fault has affected so far.
   int64_t injected() const { return injected_; }
 
-  int rank() const override { return inner_.rank(); }
   Capabilities capabilities() const override;
-  std::string address() const override { return inner_.address(); }
-  absl::StatusOr<MemoryRegion> Allocate(size_t bytes) override {
-    return inner_.Allocate(bytes);
-  }
-  absl::StatusOr<MemoryRegion> Register(absl::Span<std::byte> memory) override {
-    return inner_.Register(memory);
-  }
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const PeerInfo& peer) override;
   absl::StatusOr<int> Progress() override;
-  std::optional<Notification> PollNotification() override {
-    return inner_.PollNotification();
-  }
 
  private:
   friend class FaultyEndpoint;
@@ -101,7 +91,6 @@ class FaultyTransport final : public Transport {
   // Fires `done` with `status` after `progress` more Progress() calls.
   void Hold(Completion done, absl::Status status, int progress);
 
-  Transport& inner_;
   std::vector<Rule> rules_;
   std::deque<Held> held_;
   int64_t injected_ = 0;

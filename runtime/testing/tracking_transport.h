@@ -23,6 +23,7 @@
 #include "common/status_macros.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
+#include "rdma/testing/transport_wrapper.h"
 #include "rdma/transport.h"
 
 namespace rdmaflow::runtime::testing {
@@ -44,10 +45,10 @@ namespace rdmaflow::runtime::testing {
 // Loopback only: the regions it hands out wrap the inner ones, whose
 // registration backends that use lkeys would not find. Thread-compatible,
 // like the transport it wraps, which must outlive it.
-class TrackingTransport final : public rdma::Transport {
+class TrackingTransport final : public rdma::testing::TransportWrapper {
  public:
   explicit TrackingTransport(rdma::Transport& inner)
-      : inner_(inner), state_(std::make_shared<State>()) {}
+      : TransportWrapper(inner), state_(std::make_shared<State>()) {}
 
   void hold_reads() { state_->hold_reads = true; }
   void hold_writes() { state_->hold_writes = true; }
@@ -67,11 +68,8 @@ class TrackingTransport final : public rdma::Transport {
     return false;
   }
 
-  int rank() const override { return inner_.rank(); }
-  rdma::Capabilities capabilities() const override { return inner_.capabilities(); }
-  std::string address() const override { return inner_.address(); }
   absl::StatusOr<rdma::MemoryRegion> Allocate(size_t bytes) override {
-    ASSIGN_OR_RETURN(rdma::MemoryRegion region, inner_.Allocate(bytes));
+    ASSIGN_OR_RETURN(rdma::MemoryRegion region, inner().Allocate(bytes));
     std::byte* data = region.data();
     const size_t size = region.size();
     rdma::RemoteRegion descriptor = region.descriptor();
@@ -79,16 +77,13 @@ class TrackingTransport final : public rdma::Transport {
         data, size, std::move(descriptor),
         std::make_unique<Watched>(state_, std::move(region)));
   }
-  absl::StatusOr<rdma::MemoryRegion> Register(absl::Span<std::byte> memory) override {
-    return inner_.Register(memory);
-  }
   absl::StatusOr<std::unique_ptr<rdma::Endpoint>> Connect(
       const rdma::PeerInfo& peer) override {
-    ASSIGN_OR_RETURN(std::unique_ptr<rdma::Endpoint> inner, inner_.Connect(peer));
-    return std::unique_ptr<rdma::Endpoint>(new TrackedEndpoint(state_, std::move(inner)));
+    ASSIGN_OR_RETURN(std::unique_ptr<rdma::Endpoint> connected, inner().Connect(peer));
+    return std::unique_ptr<rdma::Endpoint>(new TrackedEndpoint(state_, std::move(connected)));
   }
   absl::StatusOr<int> Progress() override {
-    absl::StatusOr<int> fired = inner_.Progress();
+    absl::StatusOr<int> fired = inner().Progress();
     if (state_->release) {
       state_->release = false;
       std::vector<Held> held = std::move(state_->held);
@@ -99,9 +94,6 @@ class TrackingTransport final : public rdma::Transport {
       }
     }
     return fired;
-  }
-  std::optional<rdma::Notification> PollNotification() override {
-    return inner_.PollNotification();
   }
 
  private:
@@ -193,7 +185,6 @@ class TrackingTransport final : public rdma::Transport {
     std::unique_ptr<rdma::Endpoint> inner_;
   };
 
-  rdma::Transport& inner_;
   std::shared_ptr<State> state_;
 };
 

@@ -148,7 +148,7 @@ class SlowPeerEndpoint final : public rdma::Endpoint {
   std::shared_ptr<SlowPeerTransport::EndpointState> state_;
 };
 
-SlowPeerTransport::SlowPeerTransport(rdma::Transport& inner) : inner_(inner) {}
+SlowPeerTransport::SlowPeerTransport(rdma::Transport& inner) : TransportWrapper(inner) {}
 
 // Held operations that were never released are dropped with their
 // completions (as FaultyTransport drops what it holds).
@@ -163,17 +163,17 @@ int64_t SlowPeerTransport::outstanding(int peer) const {
 
 absl::StatusOr<std::unique_ptr<rdma::Endpoint>> SlowPeerTransport::Connect(
     const rdma::PeerInfo& peer) {
-  absl::StatusOr<std::unique_ptr<rdma::Endpoint>> inner = inner_.Connect(peer);
-  if (!inner.ok()) return inner.status();
+  absl::StatusOr<std::unique_ptr<rdma::Endpoint>> connected = inner().Connect(peer);
+  if (!connected.ok()) return connected.status();
   auto state = std::make_shared<EndpointState>();
   state->peer = peer.rank;
-  state->inner = std::shared_ptr<rdma::Endpoint>(*std::move(inner));
+  state->inner = std::shared_ptr<rdma::Endpoint>(*std::move(connected));
   return std::unique_ptr<rdma::Endpoint>(new SlowPeerEndpoint(*this, std::move(state)));
 }
 
 absl::StatusOr<int> SlowPeerTransport::Progress() {
   if (before_progress_) before_progress_();
-  absl::StatusOr<int> fired = inner_.Progress();
+  absl::StatusOr<int> fired = inner().Progress();
   if (!fired.ok()) return fired;
   int count = *fired;
   std::deque<std::pair<rdma::Completion, absl::Status>> due;

@@ -46,11 +46,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "rdma/endpoint.h"
+#include "rdma/testing/transport_wrapper.h"
 #include "rdma/transport.h"
 
 namespace rdmaflow::strategies::testing {
 
-class SlowPeerTransport final : public rdma::Transport {
+class SlowPeerTransport final : public rdma::testing::TransportWrapper {
  public:
   enum class Op { kWrite, kRead, kFlush };
   struct Hold {
@@ -82,20 +83,8 @@ class SlowPeerTransport final : public rdma::Transport {
   // completion has not fired yet.
   int64_t outstanding(int peer) const;
 
-  int rank() const override { return inner_.rank(); }
-  rdma::Capabilities capabilities() const override { return inner_.capabilities(); }
-  std::string address() const override { return inner_.address(); }
-  absl::StatusOr<rdma::MemoryRegion> Allocate(size_t bytes) override {
-    return inner_.Allocate(bytes);
-  }
-  absl::StatusOr<rdma::MemoryRegion> Register(absl::Span<std::byte> memory) override {
-    return inner_.Register(memory);
-  }
   absl::StatusOr<std::unique_ptr<rdma::Endpoint>> Connect(const rdma::PeerInfo& peer) override;
   absl::StatusOr<int> Progress() override;
-  std::optional<rdma::Notification> PollNotification() override {
-    return inner_.PollNotification();
-  }
 
  private:
   friend class SlowPeerEndpoint;
@@ -119,7 +108,6 @@ class SlowPeerTransport final : public rdma::Transport {
   // Completions owed with a status, fired from the next Progress().
   void FireLater(rdma::Completion done, absl::Status status);
 
-  rdma::Transport& inner_;
   std::vector<Rule> rules_;
   std::vector<std::unique_ptr<HeldOp>> held_ops_;
   std::function<void()> before_progress_;
