@@ -25,6 +25,7 @@
 #include "graph_analyzer/planner.h"
 #include "gtest/gtest.h"
 #include "rdma/rendezvous.h"
+#include "rdma/testing/raw_peer.h"
 #include "runtime/executor.h"
 #include "runtime/internal/slot_state.h"
 #include "runtime/rank_plan.h"
@@ -319,8 +320,7 @@ class Attacker {
     for (size_t i = 0; i < kPoolBytes; ++i) pool.data()[i] = std::byte(i & 0xff);
     a->own_.push_back(std::make_unique<rdma::MemoryRegion>(std::move(pool)));
     RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, "pool/0", a->own_.back()->descriptor()));
-    ASSIGN_OR_RETURN(a->endpoint_, rdma::ConnectToPeer(transport, store, kNs, 1,
-                                                       absl::Seconds(20)));
+    RETURN_IF_ERROR(a->Connect(transport, store, 1));
     ASSIGN_OR_RETURN(a->target_, rdma::FetchRegion(store, kNs, "g0/recv/0-1",
                                                    absl::Seconds(20)));
     return a;
@@ -337,8 +337,7 @@ class Attacker {
     a->own_.push_back(std::make_unique<rdma::MemoryRegion>(std::move(region)));
     RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, "g0/recv/0-1",
                                         a->own_.back()->descriptor()));
-    ASSIGN_OR_RETURN(a->endpoint_, rdma::ConnectToPeer(transport, store, kNs, 0,
-                                                       absl::Seconds(20)));
+    RETURN_IF_ERROR(a->Connect(transport, store, 0));
     ASSIGN_OR_RETURN(a->target_, rdma::FetchRegion(store, kNs, "g0/credit/0-1",
                                                    absl::Seconds(20)));
     return a;
@@ -347,18 +346,11 @@ class Attacker {
   // Writes `words` at `offset` of the victim's region, with `notification`.
   absl::Status Write(uint64_t offset, const std::vector<uint64_t>& words,
                      std::optional<uint32_t> notification) {
-    const size_t bytes = words.size() * 8;
-    std::memcpy(scratch_->data(), words.data(), bytes);
-    std::optional<absl::Status> done;
-    RETURN_IF_ERROR(endpoint_->PostWrite({scratch_.get(), 0, bytes},
-                                         {&target_, offset, bytes}, notification,
-                                         [&](absl::Status s) { done = s; }));
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (!done.has_value()) {
-      RETURN_IF_ERROR(transport_.Progress().status());
-      if (absl::Now() > deadline) return absl::DeadlineExceededError("attacker write");
-    }
-    return *done;
+    return peer_->Write(
+        target_, offset,
+        absl::MakeConstSpan(reinterpret_cast<const std::byte*>(words.data()),
+                            words.size() * 8),
+        notification);
   }
 
   // Sender role: metadata for `stage` of the plan's only slot.
@@ -378,19 +370,21 @@ class Attacker {
   }
 
  private:
-  explicit Attacker(rdma::Transport& transport) : transport_(transport) {}
+  explicit Attacker(rdma::Transport&) {}
 
   static absl::StatusOr<std::unique_ptr<Attacker>> Create(rdma::Transport& transport) {
-    auto a = std::unique_ptr<Attacker>(new Attacker(transport));
-    ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(4096));
-    a->scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
-    return a;
+    return std::unique_ptr<Attacker>(new Attacker(transport));
+  }
+  absl::Status Connect(rdma::Transport& transport, rdma::Store& store, int victim) {
+    ASSIGN_OR_RETURN(rdma::testing::RawPeer peer,
+                     rdma::testing::RawPeer::Connect(transport, store, kNs, victim, 4096,
+                                                     absl::Seconds(20)));
+    peer_ = std::make_unique<rdma::testing::RawPeer>(std::move(peer));
+    return absl::OkStatus();
   }
 
-  rdma::Transport& transport_;
   std::vector<std::unique_ptr<rdma::MemoryRegion>> own_;
-  std::unique_ptr<rdma::MemoryRegion> scratch_;
-  std::unique_ptr<rdma::Endpoint> endpoint_;
+  std::unique_ptr<rdma::testing::RawPeer> peer_;
   rdma::RemoteRegion target_;
 };
 
@@ -433,7 +427,9 @@ Outcome RecvForged(const std::function<absl::Status(Attacker&)>& forge) {
         // Honest: drains and meets the attacker at the barrier; failed:
         // returns at once. Either way the executor goes without hanging.
         absl::Status shutdown = executor->Shutdown();
-        if (got.ok()) EXPECT_OK(shutdown);
+        if (got.ok()) {
+          EXPECT_OK(shutdown);
+        }
         executor.reset();
         return store.Set(gone, "1");
       });

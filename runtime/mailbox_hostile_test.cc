@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/rendezvous.h"
+#include "rdma/testing/raw_peer.h"
 #include "runtime/mailbox.h"
 #include "runtime/testing/rank_threads.h"
 
@@ -37,41 +38,29 @@ class Attacker {
  public:
   static absl::StatusOr<Attacker> Connect(rdma::Transport& transport, rdma::Store& store,
                                           const std::string& ns) {
-    Attacker a(transport);
-    ASSIGN_OR_RETURN(a.endpoint_,
-                     rdma::ConnectToPeer(transport, store, ns, 0, absl::Seconds(60)));
+    ASSIGN_OR_RETURN(rdma::testing::RawPeer peer,
+                     rdma::testing::RawPeer::Connect(transport, store, ns, 0, kSlot));
+    Attacker a(std::move(peer));
     ASSIGN_OR_RETURN(a.inbox_, rdma::FetchRegion(store, ns, "mailbox/0", absl::Seconds(60)));
-    ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(kSlot));
-    a.scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
     return a;
   }
 
   // Writes a message whose every word is `fill`, then `stamp`, into rank
   // 1's slot at rank 0 (each write completes before the next is posted).
   absl::Status Forge(uint64_t stamp, uint64_t fill) {
-    uint64_t* words = reinterpret_cast<uint64_t*>(scratch_->data());
-    for (size_t w = 0; w < kSlot / 8; ++w) words[w] = fill;
-    RETURN_IF_ERROR(Write(64, kSlot + 64, kBytes));
-    words[0] = stamp;
-    return Write(0, kSlot, 8);
+    std::vector<uint64_t> words(kBytes / 8, fill);
+    RETURN_IF_ERROR(peer_.Write(inbox_, kSlot + 64,
+                                absl::MakeConstSpan(reinterpret_cast<const std::byte*>(
+                                                        words.data()),
+                                                    kBytes)));
+    return peer_.WriteWord(inbox_, kSlot, stamp);
   }
 
  private:
-  explicit Attacker(rdma::Transport& transport) : transport_(&transport) {}
+  explicit Attacker(rdma::testing::RawPeer peer) : peer_(std::move(peer)) {}
 
-  absl::Status Write(size_t from, size_t offset, size_t bytes) {
-    std::optional<absl::Status> done;
-    RETURN_IF_ERROR(endpoint_->PostWrite({scratch_.get(), from, bytes},
-                                         {&inbox_, offset, bytes}, std::nullopt,
-                                         [&](absl::Status s) { done = s; }));
-    while (!done.has_value()) RETURN_IF_ERROR(transport_->Progress().status());
-    return *done;
-  }
-
-  rdma::Transport* transport_;
-  std::unique_ptr<rdma::Endpoint> endpoint_;
+  rdma::testing::RawPeer peer_;
   rdma::RemoteRegion inbox_;
-  std::unique_ptr<rdma::MemoryRegion> scratch_;
 };
 
 // What rank 0 saw of one forged stamp.

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/rendezvous.h"
+#include "rdma/testing/raw_peer.h"
 #include "runtime/internal/piece_header.h"
 #include "runtime/messenger.h"
 #include "runtime/testing/rank_threads.h"
@@ -59,15 +60,13 @@ absl::Status Drive(Messenger& messenger, const std::function<bool()>& done) {
 class Attacker {
  public:
   static absl::StatusOr<Attacker> Connect(rdma::Transport& transport, rdma::Store& store) {
-    Attacker a(transport);
-    ASSIGN_OR_RETURN(a.endpoint_, rdma::ConnectToPeer(transport, store, kNs, 0,
-                                                      absl::Seconds(60)));
+    ASSIGN_OR_RETURN(rdma::testing::RawPeer peer,
+                     rdma::testing::RawPeer::Connect(transport, store, kNs, 0, kStride));
+    Attacker a(std::move(peer));
     ASSIGN_OR_RETURN(a.inbox_, rdma::FetchRegion(store, kNs, "messenger/m/0/inbox",
                                                  absl::Seconds(60)));
     ASSIGN_OR_RETURN(a.control_, rdma::FetchRegion(store, kNs, "messenger/m/0/control",
                                                    absl::Seconds(60)));
-    ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(kStride));
-    a.scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
     return a;
   }
 
@@ -75,39 +74,22 @@ class Attacker {
   // the slot of piece `seq`, then its flag.
   absl::Status Piece(uint64_t seq, const PieceHeader& header) {
     const size_t slot = seq % kSlots;
-    const size_t payload = std::min<uint64_t>(header.bytes, kSlotBytes);
-    std::memset(scratch_->data(), 0xAB, kStride);
-    std::memcpy(scratch_->data(), &header, sizeof(header));
-    RETURN_IF_ERROR(Write(0, kBlock * 1 + kFlagsBytes + slot * kStride, 64 + payload,
-                          inbox_));
-    return Word(seq + 1, kBlock * 1 + slot * 8, inbox_);
+    std::vector<std::byte> bytes(64 + std::min<uint64_t>(header.bytes, kSlotBytes),
+                                 std::byte{0xAB});
+    std::memcpy(bytes.data(), &header, sizeof(header));
+    RETURN_IF_ERROR(peer_.Write(inbox_, kBlock * 1 + kFlagsBytes + slot * kStride, bytes));
+    return peer_.WriteWord(inbox_, kBlock * 1 + slot * 8, seq + 1);
   }
 
   // Writes `value` as the credit word rank 1 owns in rank 0's control region.
-  absl::Status Credit(uint64_t value) { return Word(value, 64 * 1, control_); }
+  absl::Status Credit(uint64_t value) { return peer_.WriteWord(control_, 64 * 1, value); }
 
  private:
-  explicit Attacker(rdma::Transport& transport) : transport_(&transport) {}
+  explicit Attacker(rdma::testing::RawPeer peer) : peer_(std::move(peer)) {}
 
-  absl::Status Word(uint64_t value, size_t offset, const rdma::RemoteRegion& region) {
-    std::memcpy(scratch_->data(), &value, 8);
-    return Write(0, offset, 8, region);
-  }
-  absl::Status Write(size_t from, size_t offset, size_t bytes,
-                     const rdma::RemoteRegion& region) {
-    std::optional<absl::Status> done;
-    RETURN_IF_ERROR(endpoint_->PostWrite({scratch_.get(), from, bytes},
-                                         {&region, offset, bytes}, std::nullopt,
-                                         [&](absl::Status s) { done = s; }));
-    while (!done.has_value()) RETURN_IF_ERROR(transport_->Progress().status());
-    return *done;
-  }
-
-  rdma::Transport* transport_;
-  std::unique_ptr<rdma::Endpoint> endpoint_;
+  rdma::testing::RawPeer peer_;
   rdma::RemoteRegion inbox_;
   rdma::RemoteRegion control_;
-  std::unique_ptr<rdma::MemoryRegion> scratch_;
 };
 
 // A receive of up to 100 bytes with 64 guard bytes on each side.

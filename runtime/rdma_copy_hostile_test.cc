@@ -22,6 +22,7 @@
 #include "graph_analyzer/planner.h"
 #include "gtest/gtest.h"
 #include "rdma/rendezvous.h"
+#include "rdma/testing/raw_peer.h"
 #include "runtime/rdma_copy_communicator.h"
 #include "runtime/tensor_message.pb.h"
 #include "runtime/testing/rank_threads.h"
@@ -106,10 +107,10 @@ class Attacker {
     a->credit_ = std::make_unique<rdma::MemoryRegion>(std::move(credit));
     RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, "copy/credit/0-1",
                                         a->credit_->descriptor()));
-    ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(kSlotBytes));
-    a->scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
-    ASSIGN_OR_RETURN(a->endpoint_,
-                     rdma::ConnectToPeer(transport, store, kNs, 1, absl::Seconds(20)));
+    ASSIGN_OR_RETURN(rdma::testing::RawPeer peer,
+                     rdma::testing::RawPeer::Connect(transport, store, kNs, 1, kSlotBytes,
+                                                     absl::Seconds(20)));
+    a->peer_ = std::make_unique<rdma::testing::RawPeer>(std::move(peer));
     ASSIGN_OR_RETURN(a->ring_, rdma::FetchRegion(store, kNs, "copy/ring/0-1",
                                                  absl::Seconds(20)));
     return a;
@@ -120,23 +121,15 @@ class Attacker {
     const uint64_t slot = next_++ % kRingSlots;
     const uint32_t length = m.length.value_or(static_cast<uint32_t>(m.header.size()));
     const size_t bytes = std::min(kSlotBytes, 4 + m.header.size() + m.payload);
-    std::memset(scratch_->data(), 0, kSlotBytes);
-    std::memcpy(scratch_->data(), &length, 4);
-    std::memcpy(scratch_->data() + 4, m.header.data(), std::min(m.header.size(), kSlotBytes - 4));
+    std::vector<std::byte> message(bytes);
+    std::memcpy(message.data(), &length, 4);
+    std::memcpy(message.data() + 4, m.header.data(),
+                std::min(m.header.size(), bytes - 4));
     for (size_t i = 4 + m.header.size(); i < bytes; ++i) {
-      scratch_->data()[i] = std::byte((i - 4 - m.header.size()) & 0xff);
+      message[i] = std::byte((i - 4 - m.header.size()) & 0xff);
     }
-    std::optional<absl::Status> done;
-    RETURN_IF_ERROR(endpoint_->PostWrite(
-        {scratch_.get(), 0, bytes}, {&ring_, slot * kSlotBytes, bytes},
-        m.notification.value_or(static_cast<uint32_t>(slot)),
-        [&](absl::Status s) { done = s; }));
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (!done.has_value()) {
-      RETURN_IF_ERROR(transport_.Progress().status());
-      if (absl::Now() > deadline) return absl::DeadlineExceededError("attacker write");
-    }
-    return *done;
+    return peer_->Write(ring_, slot * kSlotBytes, message,
+                        m.notification.value_or(static_cast<uint32_t>(slot)));
   }
 
   // Enters the victim's shutdown barrier without waiting in it (an honest
@@ -146,12 +139,10 @@ class Attacker {
   }
 
  private:
-  explicit Attacker(rdma::Transport& transport) : transport_(transport) {}
+  explicit Attacker(rdma::Transport&) {}
 
-  rdma::Transport& transport_;
   std::unique_ptr<rdma::MemoryRegion> credit_;
-  std::unique_ptr<rdma::MemoryRegion> scratch_;
-  std::unique_ptr<rdma::Endpoint> endpoint_;
+  std::unique_ptr<rdma::testing::RawPeer> peer_;
   rdma::RemoteRegion ring_;
   uint64_t next_ = 0;
 };
@@ -191,7 +182,9 @@ Outcome RecvForged(const plan::TransferPlan& plan, const std::vector<Message>& m
         }
         RETURN_IF_ERROR(store.Set(judged, "1"));
         absl::Status shutdown = copy->Shutdown();
-        if (got.ok()) EXPECT_OK(shutdown);
+        if (got.ok()) {
+          EXPECT_OK(shutdown);
+        }
         copy.reset();
         return store.Set(gone, "1");
       });
