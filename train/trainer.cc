@@ -108,6 +108,19 @@ class Worker {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
+// The strategy's options from the trainer's flags.
+strategies::StrategyOptions StrategyOptionsOf(const TrainConfig& config) {
+  strategies::StrategyOptions options;
+  options.steps = config.steps;
+  options.learning_rate = config.learning_rate;
+  options.momentum = config.momentum;
+  options.communicator = config.communicator;
+  options.communicator_options.ns = "train";
+  options.communicator_options.timeout = config.timeout;
+  options.params = config.strategy_params;
+  return options;
+}
+
 }  // namespace
 
 absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size) {
@@ -213,14 +226,8 @@ absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size) {
   // momentum); creating it starts nothing.
   strategies::StrategyRegistry registry;
   RETURN_IF_ERROR(strategies::RegisterBuiltinStrategies(registry));
-  strategies::StrategyOptions options;
-  options.steps = config.steps;
-  options.learning_rate = config.learning_rate;
-  options.momentum = config.momentum;
-  options.communicator = config.communicator;
-  options.params = config.strategy_params;
   absl::StatusOr<std::unique_ptr<strategies::Strategy>> strategy =
-      registry.Create(config.strategy, options);
+      registry.Create(config.strategy, StrategyOptionsOf(config));
   if (!strategy.ok()) {
     return invalid("--strategy '", config.strategy, "': ", strategy.status().message());
   }
@@ -252,14 +259,7 @@ absl::StatusOr<TrainSummary> RunTrainingRank(const TrainConfig& config, int rank
   }
   strategies::StrategyRegistry registry;
   RETURN_IF_ERROR(strategies::RegisterBuiltinStrategies(registry));
-  strategies::StrategyOptions options;
-  options.steps = config.steps;
-  options.learning_rate = config.learning_rate;
-  options.momentum = config.momentum;
-  options.communicator = config.communicator;
-  options.communicator_options.ns = "train";
-  options.communicator_options.timeout = config.timeout;
-  options.params = config.strategy_params;
+  strategies::StrategyOptions options = StrategyOptionsOf(config);
   ASSIGN_OR_RETURN(auto strategy, registry.Create(config.strategy, options));
   std::unique_ptr<Worker> worker;
   strategies::StrategyContext context{rank, world_size, transport.get(), &store};
