@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -78,6 +79,13 @@ ucs_status_t OnNotification(void* arg, const void* /*header*/,
     return UCS_OK;
   }
   std::memcpy(payload, data, sizeof(payload));
+  // UCX active messages do not say who sent them: the sender's rank is the
+  // one it claims (docs/security.md). At least it must be a rank.
+  if (payload[0] > static_cast<uint32_t>(std::numeric_limits<int>::max())) {
+    std::fprintf(stderr,
+                 "rdmaflow: dropped a UCX notification claiming rank %u\n", payload[0]);
+    return UCS_OK;
+  }
   queue->push_back(
       Notification{static_cast<int>(payload[0]), payload[1]});
   return UCS_OK;
