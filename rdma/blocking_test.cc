@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "rdma/loopback/loopback_transport.h"
 #include "rdma/testing/faulty_transport.h"
+#include "rdma/testing/transport_wrapper.h"
 
 namespace rdmaflow::rdma {
 namespace {
@@ -36,33 +37,21 @@ using ::testing::Not;
 // endpoints ends the stall (the cancellation goes through); without it the
 // operation stays stuck past the helper's grace period.
 // Thread-compatible.
-class StallingTransport final : public Transport {
+class StallingTransport final : public testing::TransportWrapper {
  public:
-  explicit StallingTransport(Transport& inner) : inner_(inner) {}
+  explicit StallingTransport(Transport& inner) : TransportWrapper(inner) {}
 
   bool stalled = false;
   bool resume_on_close = false;
   int64_t outstanding() const { return *outstanding_; }
 
-  int rank() const override { return inner_.rank(); }
-  Capabilities capabilities() const override { return inner_.capabilities(); }
-  std::string address() const override { return inner_.address(); }
-  absl::StatusOr<MemoryRegion> Allocate(size_t bytes) override {
-    return inner_.Allocate(bytes);
-  }
-  absl::StatusOr<MemoryRegion> Register(absl::Span<std::byte> memory) override {
-    return inner_.Register(memory);
-  }
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const PeerInfo& peer) override {
-    ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> inner, inner_.Connect(peer));
-    return std::unique_ptr<Endpoint>(new StallingEndpoint(*this, std::move(inner)));
+    ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> connected, inner().Connect(peer));
+    return std::unique_ptr<Endpoint>(new StallingEndpoint(*this, std::move(connected)));
   }
   absl::StatusOr<int> Progress() override {
     if (stalled) return 0;
-    return inner_.Progress();
-  }
-  std::optional<Notification> PollNotification() override {
-    return inner_.PollNotification();
+    return inner().Progress();
   }
 
  private:
@@ -102,7 +91,6 @@ class StallingTransport final : public Transport {
     std::unique_ptr<Endpoint> inner_;
   };
 
-  Transport& inner_;
   // Shared with the wrapped completions, which may outlive an endpoint.
   std::shared_ptr<int64_t> outstanding_ = std::make_shared<int64_t>(0);
 };

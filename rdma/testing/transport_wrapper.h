@@ -2,8 +2,9 @@
 // -----------------------------------------------------------------------------
 // TransportWrapper: a Transport that forwards every call to an inner one
 // (leveldb's EnvWrapper). The test decorators (FaultyTransport, the
-// strategies' SlowPeerTransport, the runtime's TrackingTransport) derive
-// from it and override only what they change.
+// strategies' SlowPeerTransport, the runtime's TrackingTransport,
+// blocking_test's StallingTransport) derive from it and override only what
+// they change.
 //
 // Thread-compatible, like the transport it wraps, which must outlive it.
 #ifndef RDMAFLOW_RDMA_TESTING_TRANSPORT_WRAPPER_H_
