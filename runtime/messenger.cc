@@ -396,6 +396,22 @@ absl::Status Messenger::Progress() {
   return absl::OkStatus();
 }
 
+absl::Status Messenger::ProgressUntil(absl::FunctionRef<bool()> done, absl::Time deadline,
+                                      absl::string_view what) {
+  const absl::Time start = absl::Now();
+  while (!done()) {
+    RETURN_IF_ERROR(Progress());
+    if (done()) break;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("rank ", rank_, " timed out after ",
+                       absl::FormatDuration(absl::Now() - start), " waiting for ", what));
+    }
+    std::this_thread::yield();
+  }
+  return absl::OkStatus();
+}
+
 void Messenger::PeerDied(Peer& peer, absl::Status status) {
   if (!peer.status.ok() || closing_) return;
   // What it wrote before it went (a peer that sent its last message and

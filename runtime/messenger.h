@@ -54,8 +54,10 @@
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -150,6 +152,12 @@ class Messenger {
   // pieces, posts pieces the credits allow, probes peers that are waited on.
   // An error only for a transport failure not tied to a peer.
   absl::Status Progress();
+
+  // Calls Progress() until `done()`, yielding between passes (ranks may
+  // share cores). kDeadlineExceeded ("rank R timed out after ... waiting for
+  // <what>") at `deadline`; a Progress() error as is.
+  absl::Status ProgressUntil(absl::FunctionRef<bool()> done, absl::Time deadline,
+                             absl::string_view what);
 
   // The error a peer was declared dead with (OK while it is alive).
   absl::Status PeerStatus(int peer) const;

@@ -47,13 +47,8 @@ MessengerOptions Options() {
   return options;
 }
 
-absl::Status Drive(Messenger& messenger, const std::function<bool()>& done) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (!done()) {
-    RETURN_IF_ERROR(messenger.Progress());
-    if (absl::Now() > deadline) return absl::DeadlineExceededError("test stalled");
-  }
-  return absl::OkStatus();
+absl::Status Drive(Messenger& messenger, absl::FunctionRef<bool()> done) {
+  return messenger.ProgressUntil(done, absl::Now() + absl::Seconds(60), "the test");
 }
 
 // Rank 1's raw access to rank 0's inbox and credit words.

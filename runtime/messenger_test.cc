@@ -42,13 +42,8 @@ std::vector<uint8_t> Pattern(int from, uint64_t tag, size_t bytes) {
   return data;
 }
 
-absl::Status Drive(Messenger& messenger, const std::function<bool()>& done) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (!done()) {
-    RETURN_IF_ERROR(messenger.Progress());
-    if (absl::Now() > deadline) return absl::DeadlineExceededError("test stalled");
-  }
-  return absl::OkStatus();
+absl::Status Drive(Messenger& messenger, absl::FunctionRef<bool()> done) {
+  return messenger.ProgressUntil(done, absl::Now() + absl::Seconds(60), "the test");
 }
 
 TEST(MessengerTest, AllPairsExchangeMessagesOfEverySizeInOrder) {

@@ -2,7 +2,6 @@
 
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,24 +14,6 @@ namespace {
 constexpr size_t kMaxRecord = 4096;
 
 }  // namespace
-
-absl::Status Await(runtime::Messenger& messenger, absl::FunctionRef<bool()> done,
-                   absl::Time deadline, absl::string_view what) {
-  const absl::Time start = absl::Now();
-  while (!done()) {
-    RETURN_IF_ERROR(messenger.Progress());
-    if (done()) break;
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("rank ", messenger.rank(), " timed out after ",
-                       absl::FormatDuration(absl::Now() - start), " waiting for ",
-                       what, " (are all ranks making the same calls?)"));
-    }
-    // Ranks may share cores with their peers.
-    std::this_thread::yield();
-  }
-  return absl::OkStatus();
-}
 
 struct DirectCollectives::Batch {
   // One send or receive of the call.
@@ -121,8 +102,9 @@ DirectCollectives::DirectCollectives(runtime::Messenger& messenger,
 absl::Status DirectCollectives::Finish(Batch& batch, absl::string_view what) {
   // Posting errors (a dead peer) leave earlier posts pending: wait for them
   // all the same.
-  absl::Status waited = Await(messenger_, [&] { return batch.pending == 0; },
-                              absl::Now() + timeout_, what);
+  absl::Status waited = messenger_.ProgressUntil(
+      [&] { return batch.pending == 0; }, absl::Now() + timeout_,
+      absl::StrCat(what, " (are all ranks making the same calls?)"));
   if (!waited.ok()) {
     // Giving up: the buffers of this call (the caller's, and `parts` on our
     // stack) are released when we return, so the messenger must let go of

@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -31,11 +30,6 @@ namespace rdmaflow::torch_backend {
 // Tags at and above this are the collectives'; user point-to-point tags
 // are below it.
 inline constexpr uint64_t kCollectiveTagBase = uint64_t{1} << 62;
-
-// Drives `messenger` until `done()`. kDeadlineExceeded ("timed out after ...
-// waiting for <what>") at `deadline`; a Progress() error as is.
-absl::Status Await(runtime::Messenger& messenger, absl::FunctionRef<bool()> done,
-                   absl::Time deadline, absl::string_view what);
 
 // Thread-compatible: the messenger's thread calls it. Every rank of the
 // messenger must make the same calls in the same order.
