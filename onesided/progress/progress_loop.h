@@ -1,0 +1,168 @@
+// File: progress_loop.h
+// -----------------------------------------------------------------------------
+// ProgressLoop: the one owner of a transport's progress. Every protocol that
+// shares a transport (the Messenger and the ring in the c10d backend, the
+// executor's links) registers with the transport's loop instead of spinning
+// Transport::Progress() on its own. The loop
+//
+//   - calls Transport::Progress() (completions fire inside it) and hands
+//     each notification to the registered notification handlers, in
+//     registration order, until one claims it;
+//   - runs every registered round handler once per round (protocols that
+//     poll flags in their memory: slot rings, stamped slots);
+//   - waits with a deadline (WaitUntil), escalating from spin to yield to
+//     sleep as its WaitPolicy says (wait_policy.h);
+//   - probes watched peers for liveness: a flush every `liveness_interval`
+//     while a wait involves the peer; a flush that fails (other than
+//     cancelled) reports the peer to its watcher.
+//
+// Thread model (docs/thread_model.md): a loop belongs to one thread, the
+// one that created it until AdoptOnCurrentThread() hands it to another.
+// Every method but the destructor checks that it runs there and aborts the
+// process with a message naming the loop and the method otherwise: a call
+// from the wrong thread is a bug, never a race. Handlers run on that thread,
+// inside Poll(), never under a lock of ours.
+//
+//   ProgressLoopOptions options;
+//   options.name = "rank 0";
+//   ProgressLoop loop(transport, options);
+//   loop.WatchPeer(1, endpoint.get(), [&](int peer, absl::Status s) { ... });
+//   int64_t id = loop.AddRoundHandler([&] { return ring.PollSlots(); });
+//   RETURN_IF_ERROR(loop.WaitUntil([&] { return ring.done(); }, deadline,
+//                                  [] { return "the ring's step"; }, {1}));
+#ifndef RDMAFLOW_ONESIDED_PROGRESS_PROGRESS_LOOP_H_
+#define RDMAFLOW_ONESIDED_PROGRESS_PROGRESS_LOOP_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "onesided/progress/wait_policy.h"
+#include "rdma/endpoint.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::onesided {
+
+struct ProgressLoopOptions {
+  // Whose loop, in messages: "rank 3", "rank 3's ring".
+  std::string name = "progress loop";
+  WaitPolicy wait = WaitPolicy::Adaptive();
+  // How often a wait probes a silent peer it involves.
+  absl::Duration liveness_interval = absl::Milliseconds(100);
+
+  // kInvalidArgument naming the field.
+  absl::Status Validate() const;
+};
+
+// Single-thread (see the file comment). Not copyable.
+class ProgressLoop {
+ public:
+  // Returns true when it took the notification (others do not see it).
+  using NotificationHandler = std::function<bool(const rdma::Notification&)>;
+  // Returns true when the round moved something (a slot arrived, a credit
+  // went out): the wait then spins again instead of backing off.
+  using RoundHandler = std::function<bool()>;
+  // A probe of `peer` failed with `status` (never kCancelled).
+  using PeerFailed = std::function<void(int peer, const absl::Status& status)>;
+
+  // `transport` must outlive the loop. Options are validated: invalid ones
+  // abort, so callers that take them from users call Validate() first.
+  ProgressLoop(rdma::Transport& transport, ProgressLoopOptions options);
+  // Stops watching every peer and progresses (at most one second) until
+  // the probes in flight have completed; a probe's completion touches only
+  // state it shares, so one that fires later is harmless.
+  ~ProgressLoop();
+
+  ProgressLoop(const ProgressLoop&) = delete;
+  ProgressLoop& operator=(const ProgressLoop&) = delete;
+
+  // Hands the loop to the calling thread (a thread that outlives the one
+  // that built the loop, e.g. a backend's engine thread).
+  void AdoptOnCurrentThread();
+  bool OnLoopThread() const { return std::this_thread::get_id() == owner_; }
+
+  rdma::Transport& transport() { return transport_; }
+  const ProgressLoopOptions& options() const { return options_; }
+
+  // Handlers, by the id these return. Adding or removing inside a handler
+  // is allowed (a removed handler is not called again in this round).
+  int64_t AddNotificationHandler(NotificationHandler handler);
+  int64_t AddRoundHandler(RoundHandler handler);
+  void RemoveHandler(int64_t id);
+
+  // Liveness. `endpoint` stays the watcher's and must stay open until
+  // UnwatchPeer(); `on_failure` (null: the loop's Fail()) runs on the loop
+  // thread, at most once per probe.
+  void WatchPeer(int peer, rdma::Endpoint* endpoint, PeerFailed on_failure);
+  void UnwatchPeer(int peer);
+  // We heard from `peer` (its data arrived): its next probe waits a full
+  // interval from now.
+  void HeardFrom(int peer);
+  // Posts a flush to each of `peers` (every watched peer when empty) whose
+  // interval has passed and that has no probe in flight.
+  void ProbeIfDue(absl::Span<const int> peers = {});
+
+  // Records the first failure: Poll() and the waits return it from then on.
+  void Fail(absl::Status status);
+  const absl::Status& failure() const { return failure_; }
+
+  // One round: Transport::Progress(), notifications, round handlers. The
+  // number of things that moved (completions, notifications, productive
+  // round handlers), or the first failure (Progress() errors included).
+  absl::StatusOr<int> Poll();
+
+  // Polls until `ready()`, probing `probe` (every watched peer when empty)
+  // each liveness interval and idling between empty rounds as `policy` (the
+  // loop's own when omitted) says. kDeadlineExceeded "<name> timed out after
+  // <elapsed> waiting for <what()>" at `deadline`; a failure (Fail(), a
+  // Progress() error) with " (<name> was waiting for <what()>)" appended.
+  absl::Status WaitUntil(absl::FunctionRef<bool()> ready, absl::Time deadline,
+                         absl::FunctionRef<std::string()> what,
+                         absl::Span<const int> probe = {});
+  absl::Status WaitUntil(absl::FunctionRef<bool()> ready, absl::Time deadline,
+                         absl::FunctionRef<std::string()> what,
+                         absl::Span<const int> probe, const WaitPolicy& policy);
+
+  // Counters since construction.
+  int64_t rounds() const { return rounds_; }
+  int64_t probes_posted() const { return probes_posted_; }
+  int64_t unclaimed_notifications() const { return unclaimed_notifications_; }
+
+ private:
+  struct Watch;  // shared with its probes' completions
+  struct Handler {
+    NotificationHandler on_notification;
+    RoundHandler on_round;
+    bool removed = false;
+  };
+
+  // Aborts, naming the loop and `method`, off the loop's thread.
+  void CheckThread(const char* method) const;
+  void Probe(const std::shared_ptr<Watch>& watch, absl::Time now);
+  void Sweep();
+
+  rdma::Transport& transport_;
+  const ProgressLoopOptions options_;
+  std::thread::id owner_;
+  std::map<int64_t, Handler> handlers_;
+  int64_t next_handler_id_ = 1;
+  bool dispatching_ = false;
+  std::map<int, std::shared_ptr<Watch>> watches_;
+  std::shared_ptr<int64_t> probes_in_flight_ = std::make_shared<int64_t>(0);
+  absl::Status failure_;
+  int64_t rounds_ = 0;
+  int64_t probes_posted_ = 0;
+  int64_t unclaimed_notifications_ = 0;
+};
+
+}  // namespace rdmaflow::onesided
+
+#endif  // RDMAFLOW_ONESIDED_PROGRESS_PROGRESS_LOOP_H_

@@ -1,0 +1,223 @@
+// ProgressLoop over a loopback pair: notifications reach the handler that
+// claims them, round handlers run every round and may leave, waits end at
+// their deadline or with the failure that stopped them, a dead peer is
+// found by the liveness probe, and a call from a thread that does not own
+// the loop aborts with a message.
+#include "onesided/progress/progress_loop.h"
+
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/blocking.h"
+#include "rdma/loopback/loopback_transport.h"
+
+namespace rdmaflow::onesided {
+namespace {
+
+using ::rdmaflow::testing::IsOk;
+using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kTimeout = absl::Seconds(10);
+
+// Rank 0 and rank 1 on one loopback fabric, rank 1 connected to rank 0 and
+// rank 0 to rank 1; rank 0's loop is the one under test.
+class ProgressLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto fabric = rdma::loopback::LoopbackFabric::Create();
+    for (int rank : {0, 1}) {
+      rdma::loopback::LoopbackTransportOptions options;
+      options.rank = rank;
+      options.fabric = fabric;
+      auto created = rdma::loopback::LoopbackTransport::Create(options);
+      ASSERT_THAT(created, IsOk());
+      transports_.push_back(*std::move(created));
+    }
+    auto region = transports_[0]->Allocate(64);
+    ASSERT_THAT(region, IsOk());
+    region_ = std::make_unique<rdma::MemoryRegion>(*std::move(region));
+    auto source = transports_[1]->Allocate(64);
+    ASSERT_THAT(source, IsOk());
+    source_ = std::make_unique<rdma::MemoryRegion>(*std::move(source));
+    auto to_0 = transports_[1]->Connect({0, transports_[0]->address()});
+    ASSERT_THAT(to_0, IsOk());
+    to_0_ = *std::move(to_0);
+    auto to_1 = transports_[0]->Connect({1, transports_[1]->address()});
+    ASSERT_THAT(to_1, IsOk());
+    to_1_ = *std::move(to_1);
+    ProgressLoopOptions options;
+    options.name = "rank 0";
+    options.liveness_interval = absl::Milliseconds(1);
+    loop_ = std::make_unique<ProgressLoop>(*transports_[0], options);
+  }
+
+  // Rank 1 writes `byte` into rank 0's region, with a notification.
+  absl::Status WriteFrom1(std::byte byte, uint32_t notification) {
+    std::memset(source_->data(), static_cast<int>(byte), 64);
+    const rdma::RemoteRegion target = region_->descriptor();
+    return rdma::Write(*transports_[1], *to_0_, {source_.get(), 0, 64}, {&target, 0, 64},
+                       notification, absl::Now() + kTimeout);
+  }
+
+  std::vector<std::unique_ptr<rdma::loopback::LoopbackTransport>> transports_;
+  std::unique_ptr<rdma::MemoryRegion> region_, source_;
+  std::unique_ptr<rdma::Endpoint> to_0_, to_1_;
+  std::unique_ptr<ProgressLoop> loop_;
+};
+
+TEST_F(ProgressLoopTest, NotificationsGoToTheFirstHandlerThatClaimsThem) {
+  std::vector<uint32_t> declined, claimed;
+  loop_->AddNotificationHandler([&](const rdma::Notification& n) {
+    declined.push_back(n.value);
+    return false;
+  });
+  loop_->AddNotificationHandler([&](const rdma::Notification& n) {
+    EXPECT_EQ(n.peer_rank, 1);
+    if (n.value == 99) return false;
+    claimed.push_back(n.value);
+    return true;
+  });
+  int after_claim = 0;
+  loop_->AddNotificationHandler([&](const rdma::Notification&) { return ++after_claim > 0; });
+  ASSERT_THAT(WriteFrom1(std::byte{1}, 7), IsOk());
+  ASSERT_THAT(WriteFrom1(std::byte{2}, 99), IsOk());
+  ASSERT_THAT(loop_->WaitUntil([&] { return declined.size() == 2; }, absl::Now() + kTimeout,
+                               [] { return "two notifications"; }),
+              IsOk());
+  EXPECT_THAT(declined, ElementsAre(7, 99));
+  EXPECT_THAT(claimed, ElementsAre(7));
+  EXPECT_EQ(after_claim, 1);  // only 99 reached it
+  EXPECT_EQ(loop_->unclaimed_notifications(), 0);
+  EXPECT_EQ(region_->data()[0], std::byte{2});  // the data came before its notification
+}
+
+TEST_F(ProgressLoopTest, UnclaimedNotificationsAreCounted) {
+  ASSERT_THAT(WriteFrom1(std::byte{1}, 5), IsOk());
+  ASSERT_THAT(loop_->WaitUntil([&] { return loop_->unclaimed_notifications() == 1; },
+                               absl::Now() + kTimeout, [] { return "a notification"; }),
+              IsOk());
+}
+
+TEST_F(ProgressLoopTest, RoundHandlersRunEachRoundAndMayRemoveThemselves) {
+  int a = 0, b = 0;
+  int64_t b_id = 0;
+  loop_->AddRoundHandler([&] {
+    ++a;
+    return false;
+  });
+  b_id = loop_->AddRoundHandler([&] {
+    if (++b == 3) loop_->RemoveHandler(b_id);
+    return true;
+  });
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<int> moved = loop_->Poll();
+    ASSERT_THAT(moved, IsOk());
+    EXPECT_EQ(*moved, i < 3 ? 1 : 0) << "round " << i;  // b's rounds moved something
+  }
+  EXPECT_EQ(a, 5);
+  EXPECT_EQ(b, 3);
+  EXPECT_EQ(loop_->rounds(), 5);
+}
+
+TEST_F(ProgressLoopTest, WaitSeesWhatAPeerWroteAndEndsAtItsDeadline) {
+  ASSERT_THAT(WriteFrom1(std::byte{0x5A}, 1), IsOk());
+  EXPECT_THAT(loop_->WaitUntil([&] { return region_->data()[63] == std::byte{0x5A}; },
+                               absl::Now() + kTimeout, [] { return "the write"; }),
+              IsOk());
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(loop_->WaitUntil([] { return false; }, start + absl::Milliseconds(30),
+                               [] { return "Godot"; }, {}, WaitPolicy::Adaptive()),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("rank 0 timed out after"), HasSubstr("waiting for Godot"))));
+  EXPECT_GE(absl::Now(), start + absl::Milliseconds(30));
+}
+
+TEST_F(ProgressLoopTest, AFailureEndsEveryWaitAndSaysWhatItWaitedFor) {
+  loop_->Fail(absl::DataLossError("rank 1 forged a header"));
+  loop_->Fail(absl::InternalError("a later failure is not the first"));
+  EXPECT_THAT(loop_->WaitUntil([] { return false; }, absl::InfiniteFuture(),
+                               [] { return "tensor 'w'"; }),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("rank 1 forged a header"),
+                             HasSubstr("(rank 0 was waiting for tensor 'w')"))));
+  EXPECT_THAT(loop_->Poll(), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST_F(ProgressLoopTest, ADeadPeerIsFoundByTheProbeAndReportedToItsWatcher) {
+  std::vector<int> failed;
+  absl::Status why;
+  loop_->WatchPeer(1, to_1_.get(), [&](int peer, const absl::Status& status) {
+    failed.push_back(peer);
+    why = status;
+    loop_->UnwatchPeer(peer);  // a watcher may stop watching in the callback
+  });
+  to_0_.reset();
+  transports_[1].reset();  // rank 1 dies
+  ASSERT_THAT(loop_->WaitUntil([&] { return !failed.empty(); }, absl::Now() + kTimeout,
+                               [] { return "rank 1's death"; }, {1}),
+              IsOk());
+  EXPECT_THAT(failed, ElementsAre(1));
+  EXPECT_FALSE(why.ok());
+  EXPECT_FALSE(absl::IsCancelled(why));
+  EXPECT_GE(loop_->probes_posted(), 1);
+}
+
+TEST_F(ProgressLoopTest, ADeadPeerWithoutAWatcherCallbackFailsTheLoop) {
+  loop_->WatchPeer(1, to_1_.get(), nullptr);
+  to_0_.reset();
+  transports_[1].reset();
+  EXPECT_THAT(loop_->WaitUntil([] { return false; }, absl::Now() + kTimeout,
+                               [] { return "a message from rank 1"; }),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("(rank 0 was waiting for a message from rank 1)")));
+}
+
+TEST_F(ProgressLoopTest, APeerHeardFromIsNotProbed) {
+  ProgressLoopOptions options;
+  options.liveness_interval = absl::Hours(1);
+  ProgressLoop loop(*transports_[0], options);
+  loop.WatchPeer(1, to_1_.get(), nullptr);
+  loop.HeardFrom(1);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_THAT(loop.Poll(), IsOk());
+    loop.ProbeIfDue();
+  }
+  EXPECT_EQ(loop.probes_posted(), 0);
+}
+
+using ProgressLoopDeathTest = ProgressLoopTest;
+
+TEST_F(ProgressLoopDeathTest, ACallFromAnotherThreadAbortsNamingTheLoop) {
+  EXPECT_DEATH(
+      {
+        std::thread other([&] { loop_->Poll().IgnoreError(); });
+        other.join();
+      },
+      "ProgressLoop 'rank 0': Poll called on thread .* belongs to thread");
+}
+
+TEST_F(ProgressLoopTest, AnAdoptedLoopRunsOnItsNewThread) {
+  int rounds = 0;
+  loop_->AddRoundHandler([&] { return ++rounds < 0; });
+  std::thread other([&] {
+    loop_->AdoptOnCurrentThread();
+    EXPECT_TRUE(loop_->OnLoopThread());
+    EXPECT_THAT(loop_->Poll(), IsOk());
+  });
+  other.join();
+  EXPECT_FALSE(loop_->OnLoopThread());
+  EXPECT_EQ(rounds, 1);
+  loop_->AdoptOnCurrentThread();  // back, for the destructor's peers
+}
+
+}  // namespace
+}  // namespace rdmaflow::onesided
