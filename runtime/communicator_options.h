@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "onesided/progress/wait_policy.h"
 
 namespace rdmaflow::runtime {
 
@@ -22,6 +23,10 @@ struct CommunicatorOptions {
   // While waiting on a peer, how often to probe it (an endpoint flush), so a
   // dead peer is reported as kUnavailable long before the timeout.
   absl::Duration liveness_interval = absl::Milliseconds(100);
+  // How blocking calls idle between empty progress rounds: spin, yield, then
+  // sleep (onesided/progress/wait_policy.h). WaitPolicy::Spin() for a core
+  // per rank and the lowest latency.
+  onesided::WaitPolicy wait = onesided::WaitPolicy::Adaptive();
   // Registered pools for dynamic-size tensors, per rank that sends (sources
   // the receiver reads from) and per rank that receives them (destinations).
   // Allocated only when the plan has dynamic tensors for the rank.

@@ -1,13 +1,23 @@
 // File: progress_engine.cc
 #include "runtime/progress_engine.h"
 
-#include <thread>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
 
 namespace rdmaflow::runtime {
+namespace {
+
+onesided::ProgressLoopOptions LoopOptions(const rdma::Transport& transport,
+                                          const CommunicatorOptions& options) {
+  onesided::ProgressLoopOptions loop;
+  loop.name = absl::StrCat("rank ", transport.rank());
+  loop.wait = options.wait;
+  loop.liveness_interval = options.liveness_interval;
+  return loop;
+}
+
+}  // namespace
 
 ProgressEngine::ProgressEngine(rdma::Transport& transport, rdma::Store& store,
                                const CommunicatorOptions& options,
@@ -17,8 +27,7 @@ ProgressEngine::ProgressEngine(rdma::Transport& transport, rdma::Store& store,
       options_(options),
       world_size_(world_size),
       endpoints_(world_size),
-      probe_busy_(world_size, false),
-      next_probe_(world_size, absl::InfinitePast()) {}
+      loop_(transport, LoopOptions(transport, options)) {}
 
 ProgressEngine::~ProgressEngine() {
   for (auto& endpoint : endpoints_) {
@@ -31,6 +40,22 @@ ProgressEngine::~ProgressEngine() {
   endpoints_.clear();
 }
 
+void ProgressEngine::set_handlers(Handlers handlers) {
+  if (handlers.on_notification) {
+    loop_.AddNotificationHandler(
+        [on_notification = std::move(handlers.on_notification)](const rdma::Notification& n) {
+          on_notification(n);
+          return true;
+        });
+  }
+  if (handlers.on_round) {
+    loop_.AddRoundHandler([on_round = std::move(handlers.on_round)] {
+      on_round();
+      return false;
+    });
+  }
+}
+
 absl::Status ProgressEngine::Connect(const std::vector<int>& peers) {
   peers_ = peers;
   RETURN_IF_ERROR(rdma::PublishAddress(store_, options_.ns, transport_));
@@ -38,71 +63,19 @@ absl::Status ProgressEngine::Connect(const std::vector<int>& peers) {
     ASSIGN_OR_RETURN(endpoints_[peer],
                      rdma::ConnectToPeer(transport_, store_, options_.ns, peer,
                                          options_.timeout));
+    loop_.WatchPeer(peer, endpoints_[peer].get(), nullptr);  // a dead peer fails the loop
   }
   return absl::OkStatus();
 }
 
-void ProgressEngine::Fail(absl::Status status) {
-  if (failure_.ok()) failure_ = std::move(status);
-}
-
-absl::Status ProgressEngine::Poll() {
-  absl::StatusOr<int> fired = transport_.Progress();
-  if (!fired.ok()) Fail(fired.status());
-  while (std::optional<rdma::Notification> n = transport_.PollNotification()) {
-    if (handlers_.on_notification) handlers_.on_notification(*n);
-  }
-  if (handlers_.on_round) handlers_.on_round();
-  return failure_;
-}
-
-void ProgressEngine::ProbePeer(int peer) {
-  const absl::Time now = absl::Now();
-  if (endpoints_[peer] == nullptr || probe_busy_[peer] ||
-      now < next_probe_[peer]) {
-    return;
-  }
-  next_probe_[peer] = now + options_.liveness_interval;
-  absl::Status posted =
-      endpoints_[peer]->PostFlush([this, peer](absl::Status status) {
-        Completed();
-        probe_busy_[peer] = false;
-        if (!status.ok() && !absl::IsCancelled(status)) Fail(status);
-      });
-  if (absl::IsResourceExhausted(posted)) return;
-  if (!posted.ok()) {
-    Fail(posted);
-    return;
-  }
-  Started();
-  probe_busy_[peer] = true;
-}
+absl::Status ProgressEngine::Poll() { return loop_.Poll().status(); }
 
 absl::Status ProgressEngine::WaitUntil(
     const std::function<bool()>& ready, int peer,
     const std::function<std::string()>& what) {
-  const absl::Time deadline = absl::Now() + options_.timeout;
-  while (true) {
-    if (absl::Status polled = Poll(); !polled.ok()) {
-      // Say what we were waiting for: the tensor and the peer.
-      return absl::Status(polled.code(),
-                          absl::StrCat(polled.message(), " (rank ", rank(),
-                                       " was waiting: ", what(), ")"));
-    }
-    if (ready()) return absl::OkStatus();
-    if (peer >= 0) {
-      ProbePeer(peer);
-    } else {
-      for (int p : peers_) ProbePeer(p);
-    }
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("rank ", rank(), " timed out after ",
-                       absl::FormatDuration(options_.timeout), ": ", what()));
-    }
-    // Other processes may share our cores (2-core CI machines).
-    std::this_thread::yield();
-  }
+  const int probe[] = {peer};
+  return loop_.WaitUntil(ready, absl::Now() + options_.timeout, what,
+                         peer >= 0 ? absl::Span<const int>(probe) : absl::Span<const int>());
 }
 
 absl::Status ProgressEngine::Post(const std::function<absl::Status()>& post,

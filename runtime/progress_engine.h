@@ -2,10 +2,11 @@
 // -----------------------------------------------------------------------------
 // ProgressEngine: the per-rank machinery every Communicator over an
 // rdma::Transport shares (the zero-copy executor and the rdma_copy
-// baseline): connecting to peers through the Store, driving
-// Transport::Progress() and handing notifications to the owner, counting
-// operations in flight, probing peers for liveness, and the one wait loop
-// every blocking call uses (timeout and dead-peer errors included).
+// baseline): connecting to peers through the Store, counting operations in
+// flight, draining, and the communicator's deadline. Progress itself (the
+// Transport::Progress() calls, notifications to the owner, liveness probes,
+// the adaptive wait) is the transport's onesided::ProgressLoop: the engine
+// registers the owner's handlers and its peers with it.
 #ifndef RDMAFLOW_RUNTIME_PROGRESS_ENGINE_H_
 #define RDMAFLOW_RUNTIME_PROGRESS_ENGINE_H_
 
@@ -16,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "onesided/progress/progress_loop.h"
 #include "rdma/endpoint.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
@@ -23,7 +25,8 @@
 
 namespace rdmaflow::runtime {
 
-// Single-thread: the owner's thread. No locks.
+// Single-thread: the thread that created it (its loop checks, see
+// docs/thread_model.md). No locks.
 class ProgressEngine {
  public:
   // Called for each notification, and once per round after them.
@@ -38,7 +41,8 @@ class ProgressEngine {
   // cancelled them), so no callback outlives its owner.
   ~ProgressEngine();
 
-  void set_handlers(Handlers handlers) { handlers_ = std::move(handlers); }
+  // Once, before Connect().
+  void set_handlers(Handlers handlers);
 
   int rank() const { return transport_.rank(); }
   int world_size() const { return world_size_; }
@@ -57,7 +61,7 @@ class ProgressEngine {
   // Polls until `ready()`; kDeadlineExceeded with `what()` after the
   // timeout; the first failure, with `what()` appended (kUnavailable for a
   // peer found dead: `peer`, or every peer when -1, is probed every
-  // liveness_interval).
+  // liveness_interval). Idles between empty rounds as options().wait says.
   absl::Status WaitUntil(const std::function<bool()>& ready, int peer,
                          const std::function<std::string()>& what);
 
@@ -72,8 +76,9 @@ class ProgressEngine {
   int64_t outstanding() const { return outstanding_; }
 
   // Records the first failure of an asynchronous operation.
-  void Fail(absl::Status status);
-  const absl::Status& failure() const { return failure_; }
+  void Fail(absl::Status status) { loop_.Fail(std::move(status)); }
+  const absl::Status& failure() const { return loop_.failure(); }
+  onesided::ProgressLoop& loop() { return loop_; }
 
   // Flushes every connected endpoint, then waits until nothing is in flight
   // and `idle()` holds.
@@ -84,19 +89,15 @@ class ProgressEngine {
   absl::Status Barrier(const std::string& name);
 
  private:
-  void ProbePeer(int peer);
-
   rdma::Transport& transport_;
   rdma::Store& store_;
   const CommunicatorOptions options_;
   const int world_size_;
-  Handlers handlers_;
   std::vector<int> peers_;
   std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;
-  std::vector<bool> probe_busy_;
-  std::vector<absl::Time> next_probe_;
   int64_t outstanding_ = 0;
-  absl::Status failure_;
+  // After the endpoints: it stops watching them before they close.
+  onesided::ProgressLoop loop_;
 };
 
 }  // namespace rdmaflow::runtime

@@ -18,7 +18,7 @@
 //
 // Thread model (docs/thread_model.md): a loop belongs to one thread, the
 // one that created it until AdoptOnCurrentThread() hands it to another.
-// Every method but the destructor checks that it runs there and aborts the
+// Every method but the destructor and Fail() checks that it runs there and aborts the
 // process with a message naming the loop and the method otherwise: a call
 // from the wrong thread is a bug, never a race. Handlers run on that thread,
 // inside Poll(), never under a lock of ours.
@@ -111,6 +111,8 @@ class ProgressLoop {
   void ProbeIfDue(absl::Span<const int> peers = {});
 
   // Records the first failure: Poll() and the waits return it from then on.
+  // Callable from completions that fire while the owner tears down on
+  // another thread (the one method that does not check its thread).
   void Fail(absl::Status status);
   const absl::Status& failure() const { return failure_; }
 
