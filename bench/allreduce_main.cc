@@ -22,12 +22,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bench/allreduce_sweep.h"
 #include "bench/gloo_group.h"
 #include "bench/local_job.h"
 #include "collectives/ring_allreduce.h"
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
+#include "results/run_info.h"
 
 ABSL_FLAG(std::string, ranks, "2,4", "Rank counts to measure, comma-separated.");
 ABSL_FLAG(std::string, impls, "rdmaflow,gloo", "Implementations: rdmaflow, gloo.");
@@ -140,8 +143,8 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
     if (rows == nullptr) continue;
     for (const AllReduceRow& row : measured) {
       std::fprintf(stderr, "  %d ranks %10lld bytes %-8s %10.1f us %8.3f GB/s bus\n",
-                   world, static_cast<long long>(bytes), row.impl.c_str(),
-                   row.time_us, row.busbw_gbps);
+                   world, static_cast<long long>(bytes), row.impl().c_str(),
+                   row.time_us(), row.busbw_gbps());
       rows->push_back(row);
     }
   }
@@ -160,6 +163,7 @@ int Main(int argc, char** argv) {
       "Gloo, same processes, same run.\n  allreduce_bench [--ranks=2,4] "
       "[--impls=rdmaflow,gloo] [--transport=ucx --params=tls=shm] [--json=out.json]");
   absl::ParseCommandLine(argc, argv);
+  const absl::Time start = absl::Now();
   if (std::getenv("RANK") != nullptr) {
     return RunLaunchedRank([](int rank, int world, rdma::Store& store) {
       return Report(RunRank(rank, world, store, nullptr, nullptr), rank);
@@ -189,18 +193,25 @@ int Main(int argc, char** argv) {
               static_cast<long long>(reference));
   PrintRows(rows);
   // rdmaflow against Gloo, size by size.
-  std::map<std::pair<int, int64_t>, std::map<std::string, double>> busbw;
-  for (const AllReduceRow& r : rows) busbw[{r.ranks, r.bytes}][r.impl] = r.busbw_gbps;
+  std::map<std::pair<int, double>, std::map<std::string, double>> busbw;
+  for (const AllReduceRow& r : rows) busbw[{r.ranks(), r.bytes()}][r.impl()] = r.busbw_gbps();
   std::printf("\n%5s %11s %16s\n", "ranks", "bytes", "rdmaflow/gloo");
   for (const auto& [key, impls] : busbw) {
     if (impls.count("rdmaflow") == 0 || impls.count("gloo") == 0) continue;
-    std::printf("%5d %11lld %15.2fx\n", key.first, static_cast<long long>(key.second),
+    std::printf("%5d %11.0f %15.2fx\n", key.first, key.second,
                 impls.at("rdmaflow") / impls.at("gloo"));
   }
-  if (const std::string path = absl::GetFlag(FLAGS_json);
-      !path.empty() && !WriteRowsJson(path, description, memcpy_gbps, reduce_gbps, rows)) {
-    std::fprintf(stderr, "cannot write %s\n", path.c_str());
-    return 1;
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    results::RunInfo run = results::NewRunInfo("allreduce_bench", start);
+    run.set_transport(absl::GetFlag(FLAGS_transport));
+    run.set_params(absl::GetFlag(FLAGS_params));
+    run.set_description(description);
+    const absl::Status written =
+        WriteRowsJson(path, run, memcpy_gbps, reduce_gbps, rows);
+    if (!written.ok()) {
+      std::fprintf(stderr, "%s\n", written.ToString().c_str());
+      return 1;
+    }
   }
   return 0;
 }

@@ -4,11 +4,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "results/json.h"
 
 namespace rdmaflow::bench {
 
@@ -35,9 +34,14 @@ double TimeCalls(int warmup, int iterations, absl::FunctionRef<void()> op) {
 
 AllReduceRow MakeRow(const std::string& impl, int ranks, int64_t bytes,
                      int iterations, double time_us) {
-  AllReduceRow row{impl, ranks, bytes, iterations, time_us};
-  row.algbw_gbps = bytes / (time_us * 1e3);
-  row.busbw_gbps = row.algbw_gbps * 2.0 * (ranks - 1) / ranks;
+  AllReduceRow row;
+  row.set_impl(impl);
+  row.set_ranks(ranks);
+  row.set_bytes(static_cast<double>(bytes));
+  row.set_iterations(iterations);
+  row.set_time_us(time_us);
+  row.set_algbw_gbps(bytes / (time_us * 1e3));
+  row.set_busbw_gbps(row.algbw_gbps() * 2.0 * (ranks - 1) / ranks);
   return row;
 }
 
@@ -67,31 +71,23 @@ void PrintRows(const std::vector<AllReduceRow>& rows) {
   std::printf("%-10s %5s %11s %6s %11s %10s %10s\n", "impl", "ranks", "bytes",
               "iters", "time_us", "algbw_GB/s", "busbw_GB/s");
   for (const AllReduceRow& r : rows) {
-    std::printf("%-10s %5d %11lld %6d %11.1f %10.3f %10.3f\n", r.impl.c_str(),
-                r.ranks, static_cast<long long>(r.bytes), r.iterations,
-                r.time_us, r.algbw_gbps, r.busbw_gbps);
+    std::printf("%-10s %5d %11.0f %6d %11.1f %10.3f %10.3f\n", r.impl().c_str(),
+                r.ranks(), r.bytes(), r.iterations(), r.time_us(),
+                r.algbw_gbps(), r.busbw_gbps());
   }
   std::fflush(stdout);
 }
 
-bool WriteRowsJson(const std::string& path, const std::string& description,
-                   double memcpy_gbps, double reduce_gbps,
-                   const std::vector<AllReduceRow>& rows) {
-  std::ofstream out(path);
-  out << absl::StrFormat(
-      "{\n  \"description\": \"%s\",\n  \"memcpy_gbps\": %.3f,\n"
-      "  \"reduce_gbps\": %.3f,\n  \"rows\": [\n",
-      description, memcpy_gbps, reduce_gbps);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const AllReduceRow& r = rows[i];
-    out << absl::StrFormat(
-        "    {\"impl\": \"%s\", \"ranks\": %d, \"bytes\": %d, \"iterations\": %d, "
-        "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f}%s\n",
-        r.impl, r.ranks, r.bytes, r.iterations, r.time_us, r.algbw_gbps,
-        r.busbw_gbps, i + 1 < rows.size() ? "," : "");
-  }
-  out << "  ]\n}\n";
-  return out.good();
+absl::Status WriteRowsJson(const std::string& path, const results::RunInfo& run,
+                           double memcpy_gbps, double reduce_gbps,
+                           const std::vector<AllReduceRow>& rows) {
+  results::BenchmarkReport report;
+  *report.mutable_run() = run;
+  results::AllReduceResults& allreduce = *report.mutable_allreduce();
+  allreduce.set_memcpy_gbps(memcpy_gbps);
+  allreduce.set_reduce_gbps(reduce_gbps);
+  for (const AllReduceRow& row : rows) *allreduce.add_rows() = row;
+  return results::WriteJsonFile(report, path);
 }
 
 }  // namespace rdmaflow::bench

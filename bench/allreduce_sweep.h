@@ -3,7 +3,8 @@
 // What the all-reduce benchmarks share (rdmaflow and Gloo in
 // allreduce_bench, MPI in mpi_allreduce): the sizes swept, iterations per
 // size, the nccl-tests bandwidth conventions, and the table/JSON output, so
-// every implementation is measured and reported the same way.
+// every implementation is measured and reported the same way. Rows are
+// `results::AllReduceRow` (results/results.proto).
 //   algorithm bandwidth = bytes / time
 //   bus bandwidth       = algorithm bandwidth * 2 (n - 1) / n
 // (the bus bandwidth of a ring is what each link carries; compare it with
@@ -17,6 +18,8 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "results/results.pb.h"
 
 namespace rdmaflow::bench {
 
@@ -29,15 +32,7 @@ struct SweepOptions {
   int max_iters = 500;
 };
 
-struct AllReduceRow {
-  std::string impl;
-  int ranks = 0;
-  int64_t bytes = 0;
-  int iterations = 0;
-  double time_us = 0;  // per all-reduce, rank 0's view
-  double algbw_gbps = 0;
-  double busbw_gbps = 0;
-};
+using results::AllReduceRow;
 
 std::vector<int64_t> SweepSizes(const SweepOptions& options);
 int Iterations(const SweepOptions& options, int64_t bytes);
@@ -55,11 +50,13 @@ double MemcpyGbps(int64_t bytes);
 double ReduceGbps(int64_t bytes);
 
 void PrintRows(const std::vector<AllReduceRow>& rows);
-// {"memcpy_gbps": .., "reduce_gbps": .., "rows": [...]} ; false if the file
-// cannot be written.
-bool WriteRowsJson(const std::string& path, const std::string& description,
-                   double memcpy_gbps, double reduce_gbps,
-                   const std::vector<AllReduceRow>& rows);
+
+// Writes a `results::BenchmarkReport` of `run` and the all-reduce results
+// (memcpy_gbps, reduce_gbps: 0 where not measured) to `path` as JSON
+// (results/json.h); kUnavailable naming the path if it cannot be written.
+absl::Status WriteRowsJson(const std::string& path, const results::RunInfo& run,
+                           double memcpy_gbps, double reduce_gbps,
+                           const std::vector<AllReduceRow>& rows);
 
 }  // namespace rdmaflow::bench
 

@@ -11,7 +11,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bench/allreduce_sweep.h"
+#include "results/run_info.h"
 
 ABSL_FLAG(int64_t, min_bytes, 4 << 10, "Smallest all-reduce (bytes of float32).");
 ABSL_FLAG(int64_t, max_bytes, int64_t{64} << 20, "Largest all-reduce.");
@@ -27,6 +30,7 @@ int main(int argc, char** argv) {
       "  mpirun -np N mpi_allreduce [--json=out.json]");
   MPI_Init(&argc, &argv);
   absl::ParseCommandLine(argc, argv);
+  const absl::Time start = absl::Now();
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -54,17 +58,24 @@ int main(int argc, char** argv) {
     rows.push_back(rdmaflow::bench::MakeRow("mpi", world, bytes, iterations, us));
     if (rank == 0) {
       std::fprintf(stderr, "  %d ranks %10lld bytes mpi      %10.1f us %8.3f GB/s bus\n",
-                   world, static_cast<long long>(bytes), us, rows.back().busbw_gbps);
+                   world, static_cast<long long>(bytes), us, rows.back().busbw_gbps());
     }
   }
   if (rank == 0) {
     if (failed) std::fprintf(stderr, "mpi_allreduce: a sum was wrong\n");
     rdmaflow::bench::PrintRows(rows);
     const std::string path = absl::GetFlag(FLAGS_json);
-    if (!path.empty() &&
-        !rdmaflow::bench::WriteRowsJson(path, "Open MPI MPI_Allreduce", 0, 0, rows)) {
-      std::fprintf(stderr, "cannot write %s\n", path.c_str());
-      failed = 1;
+    if (!path.empty()) {
+      rdmaflow::results::RunInfo run =
+          rdmaflow::results::NewRunInfo("mpi_allreduce", start);
+      run.set_description("Open MPI MPI_Allreduce");
+      run.set_world_size(world);
+      const absl::Status written =
+          rdmaflow::bench::WriteRowsJson(path, run, 0, 0, rows);
+      if (!written.ok()) {
+        std::fprintf(stderr, "%s\n", written.ToString().c_str());
+        failed = 1;
+      }
     }
   }
   MPI_Finalize();

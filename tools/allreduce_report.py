@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Merges tools/bench_allreduce.sh's results (OUT/ours.json, OUT/mpi<N>.json)
 into OUT/allreduce.json and OUT/allreduce.tsv, and prints bus bandwidth per
-size with rdmaflow's ratio to Gloo and to MPI.
+size with rdmaflow's ratio to Gloo and to MPI. Inputs and output are
+BenchmarkReport records (results/results.proto; docs/benchmarks.md, "Result
+records").
   allreduce_report.py OUT_DIR"""
 import glob
 import json
@@ -12,16 +14,17 @@ import sys
 def main(out):
     with open(os.path.join(out, "ours.json")) as f:
         ours = json.load(f)
-    rows = list(ours["rows"])
+    results = ours["allreduce"]
+    rows = list(results["rows"])
     for path in sorted(glob.glob(os.path.join(out, "mpi*.json"))):
         with open(path) as f:
-            rows += json.load(f)["rows"]
+            rows += json.load(f)["allreduce"]["rows"]
     table = {}
     for r in rows:
         table.setdefault((r["ranks"], r["bytes"]), {})[r["impl"]] = r
-    print("# %s" % ours["description"])
+    print("# %s" % ours["run"]["description"])
     print("# single thread: memcpy %.2f GB/s, float32 sum %.2f GB/s"
-          % (ours["memcpy_gbps"], ours["reduce_gbps"]))
+          % (results["memcpy_gbps"], results["reduce_gbps"]))
     print("%5s %10s | %10s %10s %10s | %12s %12s | %9s %9s"
           % ("ranks", "bytes", "rdmaflow", "gloo", "mpi", "rdmaflow_us",
              "gloo_us", "x_gloo", "x_mpi"))
@@ -40,9 +43,10 @@ def main(out):
                       % (n, b, bw["rdmaflow"], bw["gloo"], bw["mpi"]))
     print("(bus bandwidth in GB/s: algorithm bandwidth x 2(n-1)/n)")
     with open(os.path.join(out, "allreduce.json"), "w") as f:
-        json.dump({"description": ours["description"],
-                   "memcpy_gbps": ours["memcpy_gbps"],
-                   "reduce_gbps": ours["reduce_gbps"], "rows": rows}, f, indent=1)
+        json.dump({"run": ours["run"],
+                   "allreduce": {"memcpy_gbps": results["memcpy_gbps"],
+                                 "reduce_gbps": results["reduce_gbps"],
+                                 "rows": rows}}, f, indent=1)
 
 
 if __name__ == "__main__":
