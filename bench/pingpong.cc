@@ -192,10 +192,10 @@ absl::StatusOr<ReadResult> Reads(Link& link, size_t bytes, int warmup,
 
 void FillLatency(const std::vector<double>& samples, PingPongRow& row) {
   if (samples.empty()) return;
-  row.lat_min_us = *std::min_element(samples.begin(), samples.end());
-  row.lat_p50_us = Percentile(samples, 50);
-  row.lat_p99_us = Percentile(samples, 99);
-  row.lat_p999_us = Percentile(samples, 99.9);
+  row.set_lat_min_us(*std::min_element(samples.begin(), samples.end()));
+  row.set_lat_p50_us(Percentile(samples, 50));
+  row.set_lat_p99_us(Percentile(samples, 99));
+  row.set_lat_p999_us(Percentile(samples, 99.9));
 }
 
 }  // namespace
@@ -279,24 +279,24 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
 
     const double memcpy_mbps = MeasureMemcpy(bytes, bw_iters);
     PingPongRow write_row;
-    write_row.op = "write";
-    write_row.bytes = bytes;
-    write_row.iterations = bw_iters;
-    write_row.bw_peak_mbps = write_bw.first;
-    write_row.bw_avg_mbps = write_bw.second;
-    write_row.msg_rate_mops = write_bw.second / bytes;
+    write_row.set_op("write");
+    write_row.set_bytes(static_cast<double>(bytes));
+    write_row.set_iterations(bw_iters);
+    write_row.set_bw_peak_mbps(write_bw.first);
+    write_row.set_bw_avg_mbps(write_bw.second);
+    write_row.set_msg_rate_mops(write_bw.second / bytes);
     FillLatency(write_lat, write_row);
-    write_row.memcpy_mbps = memcpy_mbps;
-    write_row.ratio_to_memcpy = write_row.bw_avg_mbps / memcpy_mbps;
+    write_row.set_memcpy_mbps(memcpy_mbps);
+    write_row.set_ratio_to_memcpy(write_row.bw_avg_mbps() / memcpy_mbps);
     rows.push_back(write_row);
     if (reads.has_value()) {
       PingPongRow read_row = write_row;
-      read_row.op = "read";
-      read_row.bw_peak_mbps = reads->peak;
-      read_row.bw_avg_mbps = reads->average;
-      read_row.msg_rate_mops = reads->average / bytes;
+      read_row.set_op("read");
+      read_row.set_bw_peak_mbps(reads->peak);
+      read_row.set_bw_avg_mbps(reads->average);
+      read_row.set_msg_rate_mops(reads->average / bytes);
       FillLatency(reads->samples, read_row);
-      read_row.ratio_to_memcpy = read_row.bw_avg_mbps / memcpy_mbps;
+      read_row.set_ratio_to_memcpy(read_row.bw_avg_mbps() / memcpy_mbps);
       rows.push_back(read_row);
     }
     if (options.on_size_done) options.on_size_done(bytes);

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
+#include "results/results.pb.h"
 
 namespace rdmaflow::bench {
 
@@ -36,20 +37,9 @@ struct PingPongOptions {
   std::function<void(const std::string&)> on_connected;
 };
 
-// One row of results (rank 0 only).
-struct PingPongRow {
-  std::string op;  // "write" (with notification) or "read".
-  size_t bytes = 0;
-  int iterations = 0;
-  double bw_peak_mbps = 0;  // MB/s = 1e6 B/s.
-  double bw_avg_mbps = 0;
-  double msg_rate_mops = 0;
-  // One-way latency: half the ping-pong round trip for writes, the whole
-  // completion time for reads (a read is a round trip by nature).
-  double lat_min_us = 0, lat_p50_us = 0, lat_p99_us = 0, lat_p999_us = 0;
-  double memcpy_mbps = 0;
-  double ratio_to_memcpy = 0;  // bw_avg / memcpy.
-};
+// One row of results (rank 0 only): one size and operation; the fields are
+// described in results/results.proto.
+using results::PingPongRow;
 
 // Runs the benchmark as `transport.rank()` (0 or 1) against the other rank.
 // Rank 0 returns the rows; rank 1 returns an empty vector.

@@ -32,11 +32,11 @@ TEST(PingPongTest, ProducesOneRowPerOpAndSizeOnRankZero) {
   EXPECT_TRUE(peer_rows->empty());
   ASSERT_EQ(rows.size(), 2u * 10);  // 8..4096: 10 sizes, write and read.
   for (const PingPongRow& row : rows) {
-    EXPECT_GT(row.bw_avg_mbps, 0) << row.op << " " << row.bytes;
-    EXPECT_GE(row.bw_peak_mbps, row.bw_avg_mbps * 0.999);
-    EXPECT_LE(row.lat_min_us, row.lat_p50_us);
-    EXPECT_LE(row.lat_p50_us, row.lat_p99_us);
-    EXPECT_GT(row.memcpy_mbps, 0);
+    EXPECT_GT(row.bw_avg_mbps(), 0) << row.op() << " " << row.bytes();
+    EXPECT_GE(row.bw_peak_mbps(), row.bw_avg_mbps() * 0.999);
+    EXPECT_LE(row.lat_min_us(), row.lat_p50_us());
+    EXPECT_LE(row.lat_p50_us(), row.lat_p99_us());
+    EXPECT_GT(row.memcpy_mbps(), 0);
   }
 }
 

@@ -19,13 +19,17 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bench/local_job.h"
 #include "bench/pingpong.h"
 #include "rdma/testing/in_memory_store.h"
+#include "results/json.h"
+#include "results/results.pb.h"
+#include "results/run_info.h"
 
 ABSL_FLAG(std::string, transport, "ucx",
           "Transport backend: ucx, ibverbs or loopback (loopback needs --mode=thread).");
@@ -67,50 +71,42 @@ void PrintTable(const std::vector<PingPongRow>& rows) {
               "", "MB/s", "MB/s", "", "us", "us", "us", "us", "MB/s", "");
   for (const PingPongRow& r : rows) {
     std::printf(
-        "%-6s %10zu %6d %11.1f %11.1f %9.3f %8.2f %8.2f %8.2f %8.2f %11.1f "
+        "%-6s %10.0f %6d %11.1f %11.1f %9.3f %8.2f %8.2f %8.2f %8.2f %11.1f "
         "%7.2f\n",
-        r.op.c_str(), r.bytes, r.iterations, r.bw_peak_mbps, r.bw_avg_mbps,
-        r.msg_rate_mops, r.lat_min_us, r.lat_p50_us, r.lat_p99_us,
-        r.lat_p999_us, r.memcpy_mbps, r.ratio_to_memcpy);
+        r.op().c_str(), r.bytes(), r.iterations(), r.bw_peak_mbps(),
+        r.bw_avg_mbps(), r.msg_rate_mops(), r.lat_min_us(), r.lat_p50_us(),
+        r.lat_p99_us(), r.lat_p999_us(), r.memcpy_mbps(), r.ratio_to_memcpy());
   }
 }
 
-bool WriteJson(const std::string& path, const std::string& description,
-               const std::vector<PingPongRow>& rows) {
-  std::ofstream out(path);
-  out << "{\n  \"transport\": \"" << absl::GetFlag(FLAGS_transport)
-      << "\",\n  \"params\": \"" << absl::GetFlag(FLAGS_params)
-      << "\",\n  \"description\": \"" << description << "\",\n  \"rows\": [\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const PingPongRow& r = rows[i];
-    out << absl::StrFormat(
-        "    {\"op\": \"%s\", \"bytes\": %d, \"iterations\": %d, "
-        "\"bw_peak_mbps\": %.2f, \"bw_avg_mbps\": %.2f, "
-        "\"msg_rate_mops\": %.4f, \"lat_min_us\": %.3f, "
-        "\"lat_p50_us\": %.3f, \"lat_p99_us\": %.3f, \"lat_p999_us\": %.3f, "
-        "\"memcpy_mbps\": %.2f, \"ratio_to_memcpy\": %.4f}%s\n",
-        r.op, r.bytes, r.iterations, r.bw_peak_mbps, r.bw_avg_mbps,
-        r.msg_rate_mops, r.lat_min_us, r.lat_p50_us, r.lat_p99_us,
-        r.lat_p999_us, r.memcpy_mbps, r.ratio_to_memcpy,
-        i + 1 < rows.size() ? "," : "");
-  }
-  out << "  ]\n}\n";
-  return out.good();
+absl::Status WriteJson(const std::string& path, absl::Time start,
+                       const std::string& description,
+                       const std::vector<PingPongRow>& rows) {
+  results::BenchmarkReport report;
+  results::RunInfo& run = *report.mutable_run();
+  run = results::NewRunInfo("transport_pingpong", start);
+  run.set_transport(absl::GetFlag(FLAGS_transport));
+  run.set_params(absl::GetFlag(FLAGS_params));
+  run.set_description(description);
+  run.set_world_size(2);
+  for (const PingPongRow& row : rows) *report.mutable_pingpong()->add_rows() = row;
+  return results::WriteJsonFile(report, path);
 }
 
 bool WriteTsv(const std::string& path, const std::vector<PingPongRow>& rows) {
   std::ofstream out(path);
   out << "op\tbytes\tbw_avg_mbps\tmemcpy_mbps\tlat_p50_us\tratio\n";
   for (const PingPongRow& r : rows) {
-    out << r.op << "\t" << r.bytes << "\t" << r.bw_avg_mbps << "\t"
-        << r.memcpy_mbps << "\t" << r.lat_p50_us << "\t" << r.ratio_to_memcpy
-        << "\n";
+    out << r.op() << "\t" << static_cast<int64_t>(r.bytes()) << "\t"
+        << r.bw_avg_mbps() << "\t" << r.memcpy_mbps() << "\t" << r.lat_p50_us()
+        << "\t" << r.ratio_to_memcpy() << "\n";
   }
   return out.good();
 }
 
 // One rank's whole run; rank 0 prints.
 int RunRank(int rank, rdma::Store& store) {
+  const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<rdma::Transport>> transport = MakeTransport(
       absl::GetFlag(FLAGS_transport), absl::GetFlag(FLAGS_params), rank);
   if (!transport.ok()) {
@@ -145,10 +141,12 @@ int RunRank(int rank, rdma::Store& store) {
   if (rank != 0) return 0;
   PrintTable(*rows);
   const std::string description = (*transport)->capabilities().description;
-  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty() &&
-      !WriteJson(path, description, *rows)) {
-    std::fprintf(stderr, "cannot write %s\n", path.c_str());
-    return 1;
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    const absl::Status written = WriteJson(path, start, description, *rows);
+    if (!written.ok()) {
+      std::fprintf(stderr, "%s\n", written.ToString().c_str());
+      return 1;
+    }
   }
   if (const std::string path = absl::GetFlag(FLAGS_tsv); !path.empty() &&
       !WriteTsv(path, *rows)) {
