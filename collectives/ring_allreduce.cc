@@ -73,6 +73,9 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
         "and 1..", kMaxSlots, " slots (got capacity ", options.capacity_bytes,
         ", chunk ", options.chunk_bytes, ", slots ", options.slots, ")"));
   }
+  if (absl::Status valid = options.wait.Validate(); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", valid.message()));
+  }
   absl::flat_hash_set<int> seen;
   int position = -1;
   for (size_t i = 0; i < members.size(); ++i) {
@@ -251,6 +254,7 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
 
   absl::Time last_progress = absl::Now();
   absl::Time next_probe = last_progress + options_.liveness_interval;
+  onesided::IdleBackoff backoff(options_.wait);
   while (received_ < call.end || sent_contiguous_ < call.end) {
     bool progressed = false;
     if (absl::Status turn = Turn(call, progressed); !turn.ok()) {
@@ -261,6 +265,7 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
     const absl::Time now = absl::Now();
     if (progressed) {
       last_progress = now;
+      backoff.Reset();
       continue;
     }
     if (now - last_progress > options_.timeout) {
@@ -285,8 +290,7 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
       ProbeNeighbours();
       next_probe = now + options_.liveness_interval;
     }
-    // Ranks may share cores with their peers.
-    std::this_thread::yield();
+    backoff.Idle();  // ranks may share cores with their peers
   }
   stats_.messages += call.end - call.first;
   // Release the last messages now, so the left neighbour's next call

@@ -48,6 +48,7 @@
 #include "absl/time/time.h"
 #include "collectives/reduce.h"
 #include "collectives/ring_schedule.h"
+#include "onesided/progress/wait_policy.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
@@ -68,6 +69,11 @@ struct RingAllReduceOptions {
   absl::Duration timeout = absl::Seconds(120);
   // A silent neighbour is probed (a flush) this often.
   absl::Duration liveness_interval = absl::Seconds(1);
+  // How a call idles while its neighbours have nothing for it: spin, then
+  // yield, then sleep (onesided/progress/wait_policy.h). With more ranks
+  // than cores, a ring that only spins or yields starves the rank it waits
+  // for.
+  onesided::WaitPolicy wait = onesided::WaitPolicy::Adaptive();
 };
 
 struct RingAllReduceStats {

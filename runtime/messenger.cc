@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -185,6 +184,10 @@ absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(
         "messenger '", options.name, "': slots (", options.slots,
         ") must be >= 1 and slot_bytes (", options.slot_bytes,
         ") a positive multiple of 64"));
+  }
+  if (absl::Status valid = options.wait.Validate(); !valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("messenger '", options.name, "': ", valid.message()));
   }
   std::unique_ptr<Messenger> messenger(
       new Messenger(transport, store, ns, rank, world, options));
@@ -382,14 +385,17 @@ void Messenger::Abandon(OpId op, const absl::Status& why) {
 absl::Status Messenger::Progress() {
   absl::StatusOr<int> fired = transport_.Progress();
   if (!fired.ok()) return Annotate(fired.status(), Where());
+  progressed_ = *fired > 0;
   const absl::Time now = absl::Now();
   for (auto& peer : peers_) {
     if (peer == nullptr) continue;
     if (peer->status.ok()) {
+      const uint64_t received = peer->received, cut = peer->next_seq;
       Receive(*peer);
       StartSends(*peer);
       PostActions(*peer);
       PostCredit(*peer);
+      progressed_ |= peer->received != received || peer->next_seq != cut;
     }
     if (peer->status.ok()) Probe(*peer, now);
   }
@@ -399,6 +405,7 @@ absl::Status Messenger::Progress() {
 absl::Status Messenger::ProgressUntil(absl::FunctionRef<bool()> done, absl::Time deadline,
                                       absl::string_view what) {
   const absl::Time start = absl::Now();
+  onesided::IdleBackoff backoff(options_.wait);
   while (!done()) {
     RETURN_IF_ERROR(Progress());
     if (done()) break;
@@ -407,7 +414,11 @@ absl::Status Messenger::ProgressUntil(absl::FunctionRef<bool()> done, absl::Time
           absl::StrCat("rank ", rank_, " timed out after ",
                        absl::FormatDuration(absl::Now() - start), " waiting for ", what));
     }
-    std::this_thread::yield();
+    if (progressed_) {
+      backoff.Reset();
+    } else {
+      backoff.Idle();
+    }
   }
   return absl::OkStatus();
 }

@@ -59,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "onesided/progress/wait_policy.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
@@ -79,6 +80,9 @@ struct MessengerOptions {
   absl::Duration liveness_interval = absl::Seconds(1);
   // Bytes of messages that arrived before their receive, buffered in all.
   size_t max_unexpected_bytes = size_t{1} << 30;
+  // How ProgressUntil() idles between passes that move nothing
+  // (onesided/progress/wait_policy.h).
+  onesided::WaitPolicy wait = onesided::WaitPolicy::Adaptive();
 };
 
 struct MessengerStats {
@@ -152,9 +156,12 @@ class Messenger {
   // pieces, posts pieces the credits allow, probes peers that are waited on.
   // An error only for a transport failure not tied to a peer.
   absl::Status Progress();
+  // Whether the last Progress() moved anything (a completion, a piece in
+  // or out, a credit): waits spin again instead of backing off.
+  bool progressed() const { return progressed_; }
 
-  // Calls Progress() until `done()`, yielding between passes (ranks may
-  // share cores). kDeadlineExceeded ("rank R timed out after ... waiting for
+  // Calls Progress() until `done()`, idling between passes that moved
+  // nothing as options' `wait` says (ranks may share cores). kDeadlineExceeded ("rank R timed out after ... waiting for
   // <what>") at `deadline`; a Progress() error as is.
   absl::Status ProgressUntil(absl::FunctionRef<bool()> done, absl::Time deadline,
                              absl::string_view what);
@@ -225,6 +232,7 @@ class Messenger {
   bool closing_ = false;  // in the destructor: completions only count down
   OpId next_op_ = 1;
   size_t unexpected_bytes_ = 0;  // buffered for messages not yet received
+  bool progressed_ = false;
   MessengerStats stats_;
 };
 

@@ -44,6 +44,14 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
       !s.ok()) {
     return s;
   }
+  if (const char* wait = Variable("RDMAFLOW_WAIT")) {
+    absl::StatusOr<onesided::WaitPolicy> policy = onesided::WaitPolicy::Parse(wait);
+    if (!policy.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RDMAFLOW_WAIT: ", policy.status().message()));
+    }
+    options.wait = *policy;
+  }
   absl::StatusOr<rdma::torch::RunScope> scope = rdma::torch::RunScope::FromEnvironment();
   if (!scope.ok()) return scope.status();
   options.store_scope = scope->prefix();

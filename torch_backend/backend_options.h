@@ -7,6 +7,9 @@
 //   RDMAFLOW_STAGING_MB        staging for all-reduces of unregistered
 //                              tensors (default 32; larger ones go in pieces)
 //   RDMAFLOW_REGISTERED_MB     pool for registered tensors (default 64)
+//   RDMAFLOW_WAIT              how waits idle: adaptive (default), spin,
+//                              yield, or adaptive:spin=N,yield_us=N,sleep_us=N
+//                              (onesided/progress/wait_policy.h)
 //   TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT (set by torchrun), or
 //   RDMAFLOW_RUN_ID: scope the group's store keys (rdma/torch/run_scope.h)
 #ifndef RDMAFLOW_TORCH_BACKEND_BACKEND_OPTIONS_H_
@@ -17,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "onesided/progress/wait_policy.h"
 
 namespace rdmaflow::torch_backend {
 
@@ -35,6 +39,9 @@ struct BackendOptions {
   int message_slots = 8;
   // Set-up and every operation: an error after this long without progress.
   absl::Duration timeout = absl::Minutes(30);
+  // How the ring, the messenger and the engine thread idle between rounds
+  // that move nothing.
+  onesided::WaitPolicy wait = onesided::WaitPolicy::Adaptive();
   // Prefix of the group's keys in its store: keeps the keys of an earlier
   // run, or of an attempt before an elastic restart, out of sight.
   std::string store_scope = "run/none/attempt/0";

@@ -91,6 +91,7 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
   messenger.slot_bytes = options_.message_slot_bytes;
   messenger.slots = options_.message_slots;
   messenger.timeout = options_.timeout;
+  messenger.wait = options_.wait;
   ASSIGN_OR_RETURN(messenger_, runtime::Messenger::Create(*transport_, *store_,
                                                           Namespace(options_), rank_,
                                                           size_, messenger));
@@ -103,6 +104,7 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     ring.chunk_bytes = options_.chunk_bytes;
     ring.slots = options_.ring_slots;
     ring.timeout = options_.timeout;
+    ring.wait = options_.wait;
     std::vector<int> members(size_);
     std::iota(members.begin(), members.end(), 0);
     ASSIGN_OR_RETURN(ring_, collectives::RingAllReduce::Create(
@@ -130,6 +132,10 @@ void Engine::Submit(Op op) {
 }
 
 void Engine::Loop() {
+  // Pending point-to-point operations are progressed between batches; the
+  // thread backs off while they move nothing (a receive waiting for a late
+  // sender must not starve the ranks beside it).
+  onesided::IdleBackoff backoff(options_.wait);
   while (true) {
     std::deque<Op> batch;
     if (queued_.load() > 0 || stopping_.load() || messenger_->idle()) {
@@ -150,7 +156,11 @@ void Engine::Loop() {
                                     [&] { return messenger_->Progress(); });
       if (!status.ok()) broken_.Update(status);
       ExpireOverdue(absl::Now());
-      std::this_thread::yield();
+      if (messenger_->progressed() || !batch.empty()) {
+        backoff.Reset();
+      } else {
+        backoff.Idle();
+      }
     }
   }
   TearDown();

@@ -1,0 +1,54 @@
+// BackendOptions from the environment: defaults, the wait policy, and
+// malformed variables named in the error.
+#include "torch_backend/backend_options.h"
+
+#include <cstdlib>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rdmaflow::torch_backend {
+namespace {
+
+using ::rdmaflow::testing::IsOk;
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class BackendOptionsTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const char* name : {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB"}) unsetenv(name);
+  }
+};
+
+TEST_F(BackendOptionsTest, WaitsAreAdaptiveUnlessTold) {
+  absl::StatusOr<BackendOptions> options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->wait.ToString(), onesided::WaitPolicy::Adaptive().ToString());
+  EXPECT_EQ(options->timeout, absl::Seconds(5));
+
+  setenv("RDMAFLOW_WAIT", "spin", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->wait.ToString(), "spin");
+
+  setenv("RDMAFLOW_WAIT", "adaptive:spin=10,yield_us=20,sleep_us=30", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->wait.spin_rounds, 10);
+  EXPECT_EQ(options->wait.max_sleep, absl::Microseconds(30));
+}
+
+TEST_F(BackendOptionsTest, MalformedVariablesAreNamed) {
+  setenv("RDMAFLOW_WAIT", "nap", 1);
+  EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("RDMAFLOW_WAIT")));
+  unsetenv("RDMAFLOW_WAIT");
+  setenv("RDMAFLOW_STAGING_MB", "0", 1);
+  EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("RDMAFLOW_STAGING_MB")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::torch_backend
