@@ -27,6 +27,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bench/ablation_graphs.h"
 #include "bench/local_job.h"
 #include "bench/pingpong.h"
@@ -36,6 +38,9 @@
 #include "runtime/communicator_factory.h"
 #include "runtime/executor.h"
 #include "runtime/replay.h"
+#include "results/json.h"
+#include "results/results.pb.h"
+#include "results/run_info.h"
 
 ABSL_FLAG(std::string, graphs, "all",
           "Comma-separated graphs to replay (mlp, cnn_ps, cnn_layer_separated, "
@@ -67,23 +72,13 @@ ABSL_FLAG(std::string, job, "", "Internal: the job a launched rank runs.");
 namespace rdmaflow::bench {
 namespace {
 
-// One (graph, communicator) run as rank 0 saw it.
-struct RunResult {
-  std::string communicator;
-  double p50_ms = 0;
-  double p99_ms = 0;
-  double bytes_per_step = 0;
-  double gbps = 0;  // bytes moved / the slowest rank's total step time
-  double copies_per_step = 0;
-  double ratio = 0;  // step time / zero-copy step time
-};
-
-struct GraphResult {
-  std::string graph;
-  int64_t bytes = 0;  // sweep size; 0 for graphs
-  double memcpy_gbps = 0;
-  std::vector<RunResult> runs;
-};
+// The result records (results/results.proto) of one (graph, communicator)
+// run and of one sweep size's runs (bench::AblationGraph is the graph
+// itself; results::AblationGraph its runs).
+using results::AblationRankResult;
+using results::AblationRun;
+using results::AblationSweepPoint;
+using Runs = google::protobuf::RepeatedPtrField<AblationRun>;
 
 absl::StatusOr<graph::GraphDef> FindGraph(const std::string& name) {
   int64_t bytes = 0;
@@ -106,9 +101,10 @@ double Percentile(std::vector<double> values, double p) {
 }
 
 // Runs one rank of job "<graph>|<communicator>"; every rank publishes its
-// step times (ns) and counter deltas; rank 0 gathers them into `result`.
+// step times and counter deltas (an AblationRankResult); rank 0 gathers them
+// into `result`.
 absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
-                        const std::string& job, RunResult* result) {
+                        const std::string& job, AblationRun* result) {
   std::vector<std::string> parts = absl::StrSplit(job, '|');
   if (parts.size() != 2) return absl::InvalidArgumentError("bad --job");
   ASSIGN_OR_RETURN(graph::GraphDef graph, FindGraph(parts[0]));
@@ -155,64 +151,64 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
                         ? absl::GetFlag(FLAGS_sweep_steps)
                         : absl::GetFlag(FLAGS_steps);
   runtime::TransferCounters before;
-  std::vector<int64_t> times;
+  AblationRankResult mine;
+  mine.set_rank(rank);
   for (int step = 0; step < warmup + steps; ++step) {
     if (step == warmup) before = communicator->counters();
     ASSIGN_OR_RETURN(absl::Duration d, replayer->RunStep(*communicator, step));
-    if (step >= warmup) times.push_back(absl::ToInt64Nanoseconds(d));
+    if (step >= warmup) mine.add_step_ms(absl::ToDoubleMilliseconds(d));
   }
   const runtime::TransferCounters after = communicator->counters();
-  RETURN_IF_ERROR(store.Set(
-      absl::StrCat("result/", rank),
-      absl::StrCat(absl::StrJoin(times, ","), ";",
-                   after.bytes_sent - before.bytes_sent, ";",
-                   after.copies - before.copies)));
+  mine.set_bytes_sent(static_cast<double>(after.bytes_sent - before.bytes_sent));
+  mine.set_copies(static_cast<double>(after.copies - before.copies));
+  RETURN_IF_ERROR(
+      store.Set(absl::StrCat("result/", rank), mine.SerializeAsString()));
   RETURN_IF_ERROR(communicator->Shutdown());
   if (rank != 0) return absl::OkStatus();
   std::vector<double> step_ms(steps, 0);
   double bytes = 0, copies = 0, slowest_total_ms = 0;
   for (int r = 0; r < world_size; ++r) {
-    ASSIGN_OR_RETURN(std::string value,
-                     store.Get(absl::StrCat("result/", r), options.timeout));
-    std::vector<std::string> fields = absl::StrSplit(value, ';');
-    std::vector<std::string> ts = absl::StrSplit(fields[0], ',');
+    const std::string key = absl::StrCat("result/", r);
+    ASSIGN_OR_RETURN(std::string value, store.Get(key, options.timeout));
+    // Written by whoever can reach the store: checked before it is used.
+    AblationRankResult& peer = *result->add_ranks();
+    if (!peer.ParseFromString(value) || peer.rank() != r ||
+        peer.step_ms_size() != steps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the result of rank ", r, " in the store (", key, ", ", value.size(),
+          " bytes) is not ", steps, " steps of rank ", r,
+          ": do all ranks run this binary with the same --steps?"));
+    }
     double total_ms = 0;
-    for (int i = 0; i < steps && i < static_cast<int>(ts.size()); ++i) {
-      double ns = 0;
-      (void)absl::SimpleAtod(ts[i], &ns);
-      step_ms[i] = std::max(step_ms[i], ns / 1e6);
-      total_ms += ns / 1e6;
+    for (int i = 0; i < steps; ++i) {
+      step_ms[i] = std::max(step_ms[i], peer.step_ms(i));
+      total_ms += peer.step_ms(i);
     }
     slowest_total_ms = std::max(slowest_total_ms, total_ms);
-    double b = 0, c = 0;
-    (void)absl::SimpleAtod(fields[1], &b);
-    (void)absl::SimpleAtod(fields[2], &c);
-    bytes += b;
-    copies += c;
+    bytes += peer.bytes_sent();
+    copies += peer.copies();
   }
-  result->communicator = parts[1];
-  result->p50_ms = Percentile(step_ms, 0.5);
-  result->p99_ms = Percentile(step_ms, 0.99);
-  result->bytes_per_step = bytes / steps;
+  result->set_communicator(parts[1]);
+  result->set_step_p50_ms(Percentile(step_ms, 0.5));
+  result->set_step_p99_ms(Percentile(step_ms, 0.99));
+  result->set_bytes_per_step(bytes / steps);
   // Streaming bandwidth: every step's bytes over the slowest rank's time.
-  result->gbps = result->bytes_per_step * steps / (slowest_total_ms * 1e6);
-  result->copies_per_step = copies / steps;
+  result->set_gbps(bytes / (slowest_total_ms * 1e6));
+  result->set_copies_per_step(copies / steps);
   return absl::OkStatus();
 }
 
 // Runs `graph` under every communicator as local jobs.
-absl::StatusOr<GraphResult> RunGraph(const std::string& graph_name,
-                                     char** argv) {
+absl::StatusOr<Runs> RunGraph(const std::string& graph_name, char** argv) {
   ASSIGN_OR_RETURN(graph::GraphDef graph, FindGraph(graph_name));
-  GraphResult out;
-  out.graph = graph_name;
+  Runs runs;
   ASSIGN_OR_RETURN(plan::TransferPlan plan, graph::PlanGraph(graph, {}));
   const std::vector<std::string> communicators =
       absl::StrSplit(absl::GetFlag(FLAGS_communicators), ',');
   for (const std::string& name : communicators) {
     const std::string job = absl::StrCat(graph_name, "|", name);
     std::fprintf(stderr, "  %-22s %-10s ", graph_name.c_str(), name.c_str());
-    RunResult result;
+    AblationRun result;
     absl::Status status;
     const int code = RunLocalJob(
         plan.world_size(), argv, {absl::StrCat("--job=", job)},
@@ -224,107 +220,95 @@ absl::StatusOr<GraphResult> RunGraph(const std::string& graph_name,
       return absl::InternalError(absl::StrCat(
           job, " failed: ", status.ok() ? "a rank failed" : status.ToString()));
     }
-    std::fprintf(stderr, "step %.3f ms\n", result.p50_ms);
-    out.runs.push_back(result);
+    std::fprintf(stderr, "step %.3f ms\n", result.step_p50_ms());
+    *runs.Add() = std::move(result);
   }
-  for (RunResult& run : out.runs) {
-    run.ratio = run.p50_ms / out.runs.front().p50_ms;
+  for (AblationRun& run : runs) {
+    run.set_time_ratio_to_rdma(run.step_p50_ms() / runs.Get(0).step_p50_ms());
   }
-  return out;
+  return runs;
 }
 
-void PrintGraphs(const std::vector<GraphResult>& results, bool sweep) {
-  TextTable table(
-      sweep ? std::vector<std::string>{"bytes", "communicator", "step p50 ms",
-                                       "p99 ms", "GB/s", "memcpy GB/s",
-                                       "x memcpy", "copies/step", "time / rdma"}
-            : std::vector<std::string>{"graph", "communicator", "MB/step",
-                                       "step p50 ms", "p99 ms", "GB/s",
-                                       "copies/step", "time / rdma"});
-  for (const GraphResult& g : results) {
-    for (const RunResult& r : g.runs) {
-      if (sweep) {
-        table.AddRow({FormatBytes(g.bytes), r.communicator,
-                      absl::StrFormat("%.3f", r.p50_ms),
-                      absl::StrFormat("%.3f", r.p99_ms),
-                      absl::StrFormat("%.2f", r.gbps),
-                      absl::StrFormat("%.2f", g.memcpy_gbps),
-                      absl::StrFormat("%.2f", r.gbps / g.memcpy_gbps),
-                      absl::StrFormat("%.1f", r.copies_per_step),
-                      absl::StrFormat("%.2fx", r.ratio)});
-      } else {
-        table.AddRow({g.graph, r.communicator,
-                      absl::StrFormat("%.1f", r.bytes_per_step / 1e6),
-                      absl::StrFormat("%.3f", r.p50_ms),
-                      absl::StrFormat("%.3f", r.p99_ms),
-                      absl::StrFormat("%.2f", r.gbps),
-                      absl::StrFormat("%.1f", r.copies_per_step),
-                      absl::StrFormat("%.2fx", r.ratio)});
-      }
+void PrintGraphs(const google::protobuf::RepeatedPtrField<results::AblationGraph>& graphs) {
+  TextTable table({"graph", "communicator", "MB/step", "step p50 ms", "p99 ms",
+                   "GB/s", "copies/step", "time / rdma"});
+  for (const results::AblationGraph& g : graphs) {
+    for (const AblationRun& r : g.runs()) {
+      table.AddRow({g.graph(), r.communicator(),
+                    absl::StrFormat("%.1f", r.bytes_per_step() / 1e6),
+                    absl::StrFormat("%.3f", r.step_p50_ms()),
+                    absl::StrFormat("%.3f", r.step_p99_ms()),
+                    absl::StrFormat("%.2f", r.gbps()),
+                    absl::StrFormat("%.1f", r.copies_per_step()),
+                    absl::StrFormat("%.2fx", r.time_ratio_to_rdma())});
     }
   }
   std::printf("%s\n", table.Render().c_str());
 }
 
-std::string RunsJson(const GraphResult& g) {
-  std::vector<std::string> runs;
-  for (const RunResult& r : g.runs) {
-    runs.push_back(absl::StrFormat(
-        "{\"communicator\": \"%s\", \"step_p50_ms\": %.4f, \"step_p99_ms\": "
-        "%.4f, \"bytes_per_step\": %.0f, \"gbps\": %.4f, \"copies_per_step\": "
-        "%.2f, \"time_ratio_to_rdma\": %.3f}",
-        r.communicator, r.p50_ms, r.p99_ms, r.bytes_per_step, r.gbps,
-        r.copies_per_step, r.ratio));
+void PrintSweep(
+    const google::protobuf::RepeatedPtrField<AblationSweepPoint>& sweep) {
+  TextTable table({"bytes", "communicator", "step p50 ms", "p99 ms", "GB/s",
+                   "memcpy GB/s", "x memcpy", "copies/step", "time / rdma"});
+  for (const AblationSweepPoint& p : sweep) {
+    for (const AblationRun& r : p.runs()) {
+      table.AddRow({FormatBytes(static_cast<uint64_t>(p.bytes())),
+                    r.communicator(),
+                    absl::StrFormat("%.3f", r.step_p50_ms()),
+                    absl::StrFormat("%.3f", r.step_p99_ms()),
+                    absl::StrFormat("%.2f", r.gbps()),
+                    absl::StrFormat("%.2f", p.memcpy_gbps()),
+                    absl::StrFormat("%.2f", r.gbps() / p.memcpy_gbps()),
+                    absl::StrFormat("%.1f", r.copies_per_step()),
+                    absl::StrFormat("%.2fx", r.time_ratio_to_rdma())});
+    }
   }
-  return absl::StrCat("[", absl::StrJoin(runs, ", "), "]");
+  std::printf("%s\n", table.Render().c_str());
 }
 
-bool WriteOutputs(const std::string& description,
-                  const std::vector<GraphResult>& graphs,
-                  const std::vector<GraphResult>& sweep) {
+// The report as JSON (--json) and as the TSV files tools/plot_ablation.sh
+// reads (--tsv); kUnavailable naming the file that cannot be written.
+absl::Status WriteOutputs(const results::BenchmarkReport& report) {
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    std::ofstream out(path);
-    out << "{\"transport\": \"" << description << "\", \"steps\": "
-        << absl::GetFlag(FLAGS_steps) << ", \"graphs\": [";
-    for (size_t i = 0; i < graphs.size(); ++i) {
-      out << (i ? ",\n  " : "\n  ") << "{\"graph\": \"" << graphs[i].graph
-          << "\", \"runs\": " << RunsJson(graphs[i]) << "}";
-    }
-    out << "],\n \"sweep\": [";
-    for (size_t i = 0; i < sweep.size(); ++i) {
-      out << (i ? ",\n  " : "\n  ") << "{\"bytes\": " << sweep[i].bytes
-          << ", \"memcpy_gbps\": " << sweep[i].memcpy_gbps
-          << ", \"runs\": " << RunsJson(sweep[i]) << "}";
-    }
-    out << "]}\n";
-    if (!out) return false;
+    RETURN_IF_ERROR(results::WriteJsonFile(report, path));
   }
-  if (const std::string path = absl::GetFlag(FLAGS_tsv); !path.empty()) {
-    std::ofstream g(path + ".graphs");
-    g << "graph";
-    if (!graphs.empty()) {
-      for (const RunResult& r : graphs[0].runs) g << "\t" << r.communicator;
+  const std::string path = absl::GetFlag(FLAGS_tsv);
+  if (path.empty()) return absl::OkStatus();
+  const results::AblationResults& ablation = report.ablation();
+  std::ofstream g(path + ".graphs");
+  g << "graph";
+  if (!ablation.graphs().empty()) {
+    for (const AblationRun& r : ablation.graphs(0).runs()) {
+      g << "\t" << r.communicator();
     }
+  }
+  g << "\n";
+  for (const results::AblationGraph& graph : ablation.graphs()) {
+    g << graph.graph();
+    for (const AblationRun& r : graph.runs()) g << "\t" << r.step_p50_ms();
     g << "\n";
-    for (const GraphResult& result : graphs) {
-      g << result.graph;
-      for (const RunResult& r : result.runs) g << "\t" << r.p50_ms;
-      g << "\n";
-    }
-    std::ofstream s(path + ".sweep");
-    s << "bytes\tmemcpy";
-    if (!sweep.empty()) {
-      for (const RunResult& r : sweep[0].runs) s << "\t" << r.communicator;
-    }
-    s << "\n";
-    for (const GraphResult& result : sweep) {
-      s << result.bytes << "\t" << result.memcpy_gbps;
-      for (const RunResult& r : result.runs) s << "\t" << r.gbps;
-      s << "\n";
-    }
-    if (!g || !s) return false;
   }
-  return true;
+  std::ofstream s(path + ".sweep");
+  s << "bytes\tmemcpy";
+  if (!ablation.sweep().empty()) {
+    for (const AblationRun& r : ablation.sweep(0).runs()) {
+      s << "\t" << r.communicator();
+    }
+  }
+  s << "\n";
+  for (const AblationSweepPoint& point : ablation.sweep()) {
+    s << static_cast<int64_t>(point.bytes()) << "\t" << point.memcpy_gbps();
+    for (const AblationRun& r : point.runs()) s << "\t" << r.gbps();
+    s << "\n";
+  }
+  g.close();
+  s.close();
+  if (!g || !s) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot write ", path, ".graphs and ", path,
+        ".sweep: does the directory exist and is it writable?"));
+  }
+  return absl::OkStatus();
 }
 
 int Main(int argc, char** argv) {
@@ -334,6 +318,7 @@ int Main(int argc, char** argv) {
       "communicators.\n  ablation [--graphs=all] [--communicators=rdma,"
       "rdma_copy,grpc] [--steps=20] [--sweep] [--json=out.json]");
   absl::ParseCommandLine(argc, argv);
+  const absl::Time start = absl::Now();
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_sweep_steps) < 1 ||
       absl::GetFlag(FLAGS_warmup) < 0 || absl::GetFlag(FLAGS_sweep_min) < 4 ||
       absl::GetFlag(FLAGS_sweep_min) % 4 != 0) {
@@ -365,35 +350,46 @@ int Main(int argc, char** argv) {
               "step time = slowest rank\n",
               description.c_str(), absl::GetFlag(FLAGS_steps),
               absl::GetFlag(FLAGS_warmup));
-  std::vector<GraphResult> graphs;
+  results::BenchmarkReport report;
+  *report.mutable_run() = results::NewRunInfo("ablation", start);
+  report.mutable_run()->set_transport(absl::GetFlag(FLAGS_transport));
+  report.mutable_run()->set_params(absl::GetFlag(FLAGS_params));
+  results::AblationResults& ablation = *report.mutable_ablation();
+  ablation.set_steps(absl::GetFlag(FLAGS_steps));
+  ablation.set_sweep_steps(absl::GetFlag(FLAGS_sweep_steps));
+  ablation.set_warmup(absl::GetFlag(FLAGS_warmup));
+  ablation.set_compute_delay_us(
+      static_cast<double>(absl::GetFlag(FLAGS_compute_delay_us)));
   for (const std::string& name : names) {
-    absl::StatusOr<GraphResult> result = RunGraph(name, argv);
-    if (!result.ok()) {
-      std::fprintf(stderr, "%s\n", result.status().ToString().c_str());
+    absl::StatusOr<Runs> runs = RunGraph(name, argv);
+    if (!runs.ok()) {
+      std::fprintf(stderr, "%s\n", runs.status().ToString().c_str());
       return 1;
     }
-    graphs.push_back(*result);
+    results::AblationGraph& graph = *ablation.add_graphs();
+    graph.set_graph(name);
+    *graph.mutable_runs() = std::move(*runs);
   }
-  if (!graphs.empty()) PrintGraphs(graphs, false);
-  std::vector<GraphResult> sweep;
+  if (!ablation.graphs().empty()) PrintGraphs(ablation.graphs());
   if (absl::GetFlag(FLAGS_sweep)) {
     for (int64_t bytes = absl::GetFlag(FLAGS_sweep_min);
          bytes <= absl::GetFlag(FLAGS_sweep_max); bytes *= 4) {
-      absl::StatusOr<GraphResult> result = RunGraph(absl::StrCat(bytes), argv);
-      if (!result.ok()) {
-        std::fprintf(stderr, "%s\n", result.status().ToString().c_str());
+      absl::StatusOr<Runs> runs = RunGraph(absl::StrCat(bytes), argv);
+      if (!runs.ok()) {
+        std::fprintf(stderr, "%s\n", runs.status().ToString().c_str());
         return 1;
       }
-      result->bytes = bytes;
+      AblationSweepPoint& point = *ablation.add_sweep();
+      point.set_bytes(static_cast<double>(bytes));
       const int iterations =
           static_cast<int>(std::clamp<int64_t>((int64_t{1} << 30) / bytes, 4, 5000));
-      result->memcpy_gbps = MeasureMemcpy(bytes, iterations) / 1000;
-      sweep.push_back(*result);
+      point.set_memcpy_gbps(MeasureMemcpy(bytes, iterations) / 1000);
+      *point.mutable_runs() = std::move(*runs);
     }
-    PrintGraphs(sweep, true);
+    PrintSweep(ablation.sweep());
   }
-  if (!WriteOutputs(description, graphs, sweep)) {
-    std::fprintf(stderr, "cannot write the results\n");
+  if (const absl::Status written = WriteOutputs(report); !written.ok()) {
+    std::fprintf(stderr, "%s\n", written.ToString().c_str());
     return 1;
   }
   return 0;
