@@ -1,0 +1,185 @@
+// File: slot_ring.cc
+#include "onesided/slots/slot_ring.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace rdmaflow::onesided {
+namespace {
+
+uint64_t LoadWord(const std::byte* word) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
+}
+
+void StoreWord(std::byte* word, uint64_t value) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_RELEASE);
+}
+
+}  // namespace
+
+SlotRingSender::SlotRingSender(Options options) : options_(std::move(options)) {}
+
+void SlotRingSender::Fail(absl::Status status) {
+  if (failure_.ok()) failure_ = std::move(status);
+}
+
+absl::StatusOr<uint64_t> SlotRingSender::Credit() {
+  if (!failure_.ok()) return failure_;
+  const uint64_t credit = LoadWord(options_.credit_word);
+  if (credit < credit_seen_) {
+    Fail(absl::DataLossError(absl::StrCat(
+        options_.peer, " wrote a credit of ", credit, " after one of ", credit_seen_,
+        ": credits never go back (does it run the same rdmaflow version? is anything "
+        "else writing into our memory?)")));
+    return failure_;
+  }
+  if (credit > claimed_) {
+    Fail(absl::DataLossError(absl::StrCat(
+        options_.peer, " wrote a credit releasing ", credit, " messages where ", claimed_,
+        " were sent: it breaks the slot protocol (does it run the same rdmaflow "
+        "version? is anything else writing into our memory?)")));
+    return failure_;
+  }
+  credit_seen_ = credit;
+  return credit;
+}
+
+absl::StatusOr<bool> SlotRingSender::HasRoom(uint64_t window) {
+  absl::StatusOr<uint64_t> credit = Credit();
+  if (!credit.ok()) return credit.status();
+  // credit <= claimed_ (Credit() checked): no wrap.
+  return claimed_ - *credit < std::min<uint64_t>(window, options_.slots);
+}
+
+void SlotRingSender::Write(uint64_t seq, const rdma::LocalSlice& src,
+                           const rdma::RemoteSlice& dst) {
+  actions_.push_back({Action::kWrite, seq, src, dst});
+}
+
+void SlotRingSender::Commit(uint64_t seq, bool had_writes) {
+  // The flag may only land once the payload is visible: it is queued when
+  // the flush completes.
+  actions_.push_back({had_writes ? Action::kFlush : Action::kFlag, seq, {}, {}});
+}
+
+void SlotRingSender::Delivered(uint64_t seq) {
+  if (seq != delivered_) {
+    delivered_out_of_order_.insert(seq);
+    return;
+  }
+  ++delivered_;
+  while (!delivered_out_of_order_.empty() &&
+         *delivered_out_of_order_.begin() == delivered_) {
+    delivered_out_of_order_.erase(delivered_out_of_order_.begin());
+    ++delivered_;
+  }
+}
+
+rdma::Completion SlotRingSender::Done() {
+  return [this](absl::Status status) {
+    --outstanding_;
+    if (!status.ok()) Fail(std::move(status));
+  };
+}
+
+absl::Status SlotRingSender::Post() {
+  while (!actions_.empty() && failure_.ok()) {
+    const Action& action = actions_.front();
+    const uint64_t seq = action.seq;
+    absl::Status posted;
+    switch (action.kind) {
+      case Action::kWrite:
+        posted = options_.endpoint->PostWrite(action.src, action.dst, std::nullopt, Done());
+        break;
+      case Action::kFlush:
+        posted = options_.endpoint->PostFlush([this, seq](absl::Status status) {
+          --outstanding_;
+          if (!status.ok()) {
+            Fail(std::move(status));
+            return;
+          }
+          actions_.push_back({Action::kFlag, seq, {}, {}});
+        });
+        break;
+      case Action::kFlag: {
+        const size_t source = options_.flag_source_offset + slot(seq) * kSlotWordBytes;
+        StoreWord(options_.flag_source->data() + source, seq + 1);
+        posted = options_.endpoint->PostWrite(
+            {options_.flag_source, source, kSlotWordBytes},
+            {options_.remote_flags, options_.remote_flags_offset + slot(seq) * kSlotWordBytes,
+             kSlotWordBytes},
+            std::nullopt, [this, seq](absl::Status status) {
+              --outstanding_;
+              if (!status.ok()) {
+                Fail(std::move(status));
+                return;
+              }
+              Delivered(seq);
+            });
+        break;
+      }
+    }
+    if (absl::IsResourceExhausted(posted)) break;  // the next call retries
+    if (!posted.ok()) {
+      Fail(absl::Status(posted.code(), absl::StrCat("posting to ", options_.peer, ": ",
+                                                    posted.message())));
+      break;
+    }
+    ++outstanding_;
+    actions_.pop_front();
+  }
+  return failure_;
+}
+
+SlotRingReceiver::SlotRingReceiver(Options options) : options_(std::move(options)) {}
+
+void SlotRingReceiver::Fail(absl::Status status) {
+  if (failure_.ok()) failure_ = std::move(status);
+}
+
+absl::StatusOr<bool> SlotRingReceiver::Arrived() {
+  if (!failure_.ok()) return failure_;
+  const uint64_t seq = received_;
+  const uint64_t flag = LoadWord(options_.flags + slot() * kSlotWordBytes);
+  if (flag == seq + 1) return true;
+  // Until it arrives, the slot's flag holds its previous message's number
+  // (0 before the slot's first use): the next use needs our credit.
+  const uint64_t slots = static_cast<uint64_t>(options_.slots);
+  const uint64_t previous = seq >= slots ? seq + 1 - slots : 0;
+  if (flag == previous) return false;
+  Fail(absl::DataLossError(absl::StrCat(
+      options_.peer, " wrote ", flag, " into the flag of slot ", slot(), " where ", seq + 1,
+      " (message ", seq, ") or, before it, ", previous,
+      " was due: it breaks the slot protocol (does it run the same rdmaflow version? is "
+      "anything else writing into our memory?)")));
+  return failure_;
+}
+
+absl::Status SlotRingReceiver::PostCredit(uint64_t released) {
+  if (!failure_.ok()) return failure_;
+  if (credit_busy_ || released <= credit_posted_) return absl::OkStatus();
+  std::byte* source = options_.credit_source->data() + options_.credit_source_offset;
+  StoreWord(source, released);
+  absl::Status posted = options_.endpoint->PostWrite(
+      {options_.credit_source, options_.credit_source_offset, kSlotWordBytes},
+      {options_.remote_credit, options_.remote_credit_offset, kSlotWordBytes}, std::nullopt,
+      [this](absl::Status status) {
+        --outstanding_;
+        credit_busy_ = false;
+        if (!status.ok()) Fail(std::move(status));
+      });
+  if (absl::IsResourceExhausted(posted)) return absl::OkStatus();  // the next call retries
+  if (!posted.ok()) {
+    Fail(absl::Status(posted.code(), absl::StrCat("posting a credit to ", options_.peer,
+                                                  ": ", posted.message())));
+    return failure_;
+  }
+  ++outstanding_;
+  credit_busy_ = true;
+  credit_posted_ = released;
+  return absl::OkStatus();
+}
+
+}  // namespace rdmaflow::onesided
