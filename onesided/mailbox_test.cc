@@ -1,0 +1,160 @@
+// Mailboxes: a receiver collecting while a sender overwrites its slot as
+// fast as it can never gets a torn message, and sees versions only go up;
+// each message is delivered once; bad uses are refused.
+#include "onesided/mailbox.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/rendezvous.h"
+#include "runtime/testing/rank_threads.h"
+
+namespace rdmaflow::onesided {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr char kNs[] = "mailbox_test";
+
+std::vector<uint64_t> Filled(size_t bytes, uint64_t value) {
+  return std::vector<uint64_t>(bytes / sizeof(uint64_t), value);
+}
+
+const std::byte* Bytes(const std::vector<uint64_t>& words) {
+  return reinterpret_cast<const std::byte*>(words.data());
+}
+
+TEST(MailboxTest, CollectNeverDeliversATornMessageWhileTheSenderOverwrites) {
+  constexpr size_t kBytes = size_t{1} << 20;
+  constexpr uint64_t kMessages = 300;
+  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, kNs, rank, 2, kBytes,
+                                                   absl::Seconds(60)));
+        if (rank == 1) {
+          RETURN_IF_ERROR(box->Connect(0));
+          for (uint64_t k = 1; k <= kMessages; ++k) {
+            RETURN_IF_ERROR(box->Send(0, Bytes(Filled(kBytes, k))));
+          }
+          return absl::OkStatus();
+        }
+        uint64_t last = 0;
+        int deliveries = 0;
+        absl::Status torn;
+        const absl::Time deadline = absl::Now() + absl::Seconds(120);
+        while (last < kMessages) {
+          if (absl::Now() > deadline) {
+            return absl::DeadlineExceededError(
+                absl::StrCat("the last message never arrived; last ", last));
+          }
+          deliveries += box->Collect([&](int sender, const std::byte* message) {
+            EXPECT_EQ(sender, 1);
+            const uint64_t* words = reinterpret_cast<const uint64_t*>(message);
+            for (size_t w = 0; w < kBytes / sizeof(uint64_t); ++w) {
+              if (words[w] != words[0]) {
+                torn = absl::DataLossError(absl::StrCat("word ", w, " holds ", words[w],
+                                                        ", word 0 ", words[0]));
+                break;
+              }
+            }
+            EXPECT_GT(words[0], last);
+            last = words[0];
+          });
+          RETURN_IF_ERROR(torn);
+        }
+        EXPECT_GE(deliveries, 1);
+        ::testing::Test::RecordProperty("deliveries", deliveries);
+        ::testing::Test::RecordProperty("busy_slots", static_cast<int>(box->busy_slots()));
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MailboxTest, EachMessageIsDeliveredOnceFromEverySender) {
+  constexpr int kRanks = 3;
+  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, kNs, rank, kRanks, 40,
+                                                   absl::Seconds(60)));
+        for (int peer = 0; peer < kRanks; ++peer) {
+          if (peer == rank) continue;
+          RETURN_IF_ERROR(box->Connect(peer));
+          RETURN_IF_ERROR(box->Connect(peer));  // a no-op
+          // Two messages: only the second is still there to collect.
+          RETURN_IF_ERROR(box->Send(peer, Bytes(Filled(40, 100 + rank))));
+          RETURN_IF_ERROR(box->Send(peer, Bytes(Filled(40, 200 + rank))));
+        }
+        RETURN_IF_ERROR(rdma::Barrier(store, kNs, "sent", kRanks, absl::Seconds(60)));
+        std::vector<uint64_t> got(kRanks, 0);
+        EXPECT_EQ(box->Collect([&](int sender, const std::byte* message) {
+                    got[sender] = reinterpret_cast<const uint64_t*>(message)[4];
+                  }),
+                  kRanks - 1);
+        for (int peer = 0; peer < kRanks; ++peer) {
+          EXPECT_EQ(got[peer], peer == rank ? 0 : 200 + peer) << "rank " << rank;
+        }
+        EXPECT_EQ(box->Collect([](int, const std::byte*) { ADD_FAILURE(); }), 0);
+        EXPECT_EQ(box->busy_slots(), 0);
+        RETURN_IF_ERROR(rdma::Barrier(store, kNs, "collected", kRanks, absl::Seconds(60)));
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MailboxTest, RefusesBadUses) {
+  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+      1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        EXPECT_THAT(Mailbox::Create(transport, store, kNs, 0, 2, 0, absl::Seconds(1)),
+                    StatusIs(absl::StatusCode::kInvalidArgument));
+        EXPECT_THAT(Mailbox::Create(transport, store, kNs, 2, 2, 8, absl::Seconds(1)),
+                    StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+        ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, kNs, 0, 2, 8,
+                                                   absl::Milliseconds(50)));
+        std::vector<uint64_t> message(1, 7);
+        EXPECT_THAT(box->Send(1, Bytes(message)),
+                    StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("Connect")));
+        EXPECT_THAT(box->Connect(0), StatusIs(absl::StatusCode::kInvalidArgument));
+        EXPECT_THAT(box->Connect(1), StatusIs(absl::StatusCode::kDeadlineExceeded));
+        return absl::OkStatus();
+      });
+  EXPECT_OK(results[0]);
+}
+
+TEST(MailboxTest, RefusesADescriptorTooShortOrOfAnotherRank) {
+  // Descriptors forged under rank 1's inbox key, with rank 1's layout.
+  constexpr size_t kInbox = 2 * (64 + 64);  // 2 slots of 64-byte messages
+  for (int forgery = 0; forgery < 2; ++forgery) {
+    const std::string ns = absl::StrCat("mailbox_test_descriptor", forgery);
+    std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+        2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+          if (rank == 1) {
+            ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(kInbox));
+            rdma::RemoteRegion descriptor = region.descriptor();
+            if (forgery == 0) {
+              descriptor.length = kInbox - 1;  // one byte short
+            } else {
+              descriptor.owner_rank = 0;
+            }
+            RETURN_IF_ERROR(rdma::PublishAddress(store, ns, transport));
+            RETURN_IF_ERROR(store.Set(ns + "/mailbox/1/layout", "2 slots of 64 bytes"));
+            RETURN_IF_ERROR(rdma::PublishRegion(store, ns, "mailbox/1", descriptor));
+            return rdma::Barrier(store, ns, "done", 2, absl::Seconds(60));
+          }
+          ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, ns, 0, 2, 64,
+                                                     absl::Seconds(60)));
+          EXPECT_THAT(box->Connect(1), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("does not hold 2 slots")));
+          return rdma::Barrier(store, ns, "done", 2, absl::Seconds(60));
+        });
+    for (const absl::Status& status : results) EXPECT_OK(status);
+  }
+}
+
+}  // namespace
+}  // namespace rdmaflow::onesided

@@ -1,0 +1,244 @@
+// File: versioned_buffer.cc
+#include "onesided/versioned_buffer.h"
+
+#include <cstring>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "rdma/blocking.h"
+#include "rdma/rendezvous.h"
+
+namespace rdmaflow::onesided {
+namespace {
+
+constexpr int kMaxAttempts = 1000;
+
+// Only for sizes CheckLayout() has accepted (or the header of at most
+// kMaxCopies copies): none of these wraps then.
+size_t HeaderBytes(int copies) {
+  return *AlignUp(sizeof(uint64_t) * (1 + static_cast<size_t>(copies)));
+}
+
+// Header word 0 is the latest version; copy i's stamp is word 1 + i.
+constexpr size_t kLatestWord = 0;
+
+// The stamped slot holding `version`: its stamp word in the header, its
+// copy after it.
+StampedSlot Slot(uint64_t version, size_t bytes, int copies) {
+  const size_t copy = version % copies;
+  return {sizeof(uint64_t) * (1 + copy), HeaderBytes(copies) + copy * *AlignUp(bytes), bytes};
+}
+
+std::string RegionKey(const std::string& name) {
+  return absl::StrCat("versioned/", name);
+}
+std::string LayoutKey(const std::string& ns, const std::string& name) {
+  return absl::StrCat(ns, "/versioned/", name, "/layout");
+}
+
+// Checks `bytes` and `copies` (the caller's, or a layout from the store) and
+// returns the bytes of the header and the copies, computed without
+// wrapping. kInvalidArgument naming the field otherwise.
+absl::StatusOr<size_t> CheckLayout(size_t bytes, int copies) {
+  if (bytes == 0) return absl::InvalidArgumentError("bytes is 0");
+  if (copies < 2 || copies > VersionedBuffer::kMaxCopies) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "copies is ", copies, ", it must be in 2..", VersionedBuffer::kMaxCopies));
+  }
+  const std::optional<size_t> stride = AlignUp(bytes);
+  size_t all_copies = 0, total = 0;
+  if (!stride.has_value() ||
+      __builtin_mul_overflow(*stride, static_cast<size_t>(copies), &all_copies) ||
+      __builtin_add_overflow(HeaderBytes(copies), all_copies, &total)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bytes is ", bytes, ": ", copies, " copies of it overflow size_t"));
+  }
+  return total;
+}
+
+}  // namespace
+
+// --- VersionedBuffer ---------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<VersionedBuffer>> VersionedBuffer::Create(
+    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+    const std::string& name, size_t bytes, int copies) {
+  if (bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("versioned buffer '", name, "' of 0 bytes"));
+  }
+  if (copies < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "versioned buffer '", name, "' needs at least 2 copies, got ", copies));
+  }
+  absl::StatusOr<size_t> region_bytes = CheckLayout(bytes, copies);
+  if (!region_bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "versioned buffer '", name, "': ", region_bytes.status().message()));
+  }
+  ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(*region_bytes));
+  auto owned = std::make_unique<rdma::MemoryRegion>(std::move(region));
+  // Version 0 (zeros) in copy 0, whose stamp 0 is WholeStamp(0); every other
+  // stamp 0 too, which no version but 0 is read with.
+  std::memset(owned->data(), 0, owned->size());
+  RETURN_IF_ERROR(rdma::PublishAddress(store, ns, transport));
+  RETURN_IF_ERROR(store.Set(LayoutKey(ns, name), absl::StrCat(bytes, " ", copies)));
+  RETURN_IF_ERROR(rdma::PublishRegion(store, ns, RegionKey(name), owned->descriptor()));
+  return std::unique_ptr<VersionedBuffer>(
+      new VersionedBuffer(std::move(owned), bytes, copies));
+}
+
+VersionedBuffer::VersionedBuffer(std::unique_ptr<rdma::MemoryRegion> region,
+                                 size_t bytes, int copies)
+    : region_(std::move(region)), bytes_(bytes), copies_(copies) {}
+
+std::byte* VersionedBuffer::CopyData(uint64_t version) const {
+  return region_->data() + Slot(version, bytes_, copies_).payload_offset;
+}
+
+void VersionedBuffer::Update(
+    absl::FunctionRef<void(std::byte* next, const std::byte* latest)> fill) {
+  const uint64_t next = version_ + 1;
+  WriteLocal(region_->data(), Slot(next, bytes_, copies_), next,
+             [&](std::byte* payload) { fill(payload, CopyData(version_)); });
+  StoreStamp(region_->data(), sizeof(uint64_t) * kLatestWord, next);  // the latest
+  version_ = next;
+}
+
+// --- VersionedReader ---------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
+    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+    const std::string& name, int owner_rank, absl::Duration timeout) {
+  std::unique_ptr<VersionedReader> reader(
+      new VersionedReader(transport, name, owner_rank, timeout));
+  absl::StatusOr<std::string> layout =
+      store.Get(LayoutKey(ns, name), timeout);
+  if (!layout.ok()) {
+    return absl::Status(
+        layout.status().code(),
+        absl::StrCat("versioned buffer '", name, "' of rank ", owner_rank,
+                     " was not published: ", layout.status().message()));
+  }
+  // The layout comes from the store: untrusted until checked against the
+  // descriptor, without wrapping, before it sizes anything.
+  std::vector<std::string> fields = absl::StrSplit(*layout, ' ');
+  if (fields.size() != 2 || !absl::SimpleAtoi(fields[0], &reader->bytes_) ||
+      !absl::SimpleAtoi(fields[1], &reader->copies_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "versioned buffer '", name, "' of rank ", owner_rank,
+        ": malformed layout '", *layout, "' in the store (expected '<bytes> <copies>')"));
+  }
+  absl::StatusOr<size_t> needed = CheckLayout(reader->bytes_, reader->copies_);
+  if (!needed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "versioned buffer '", name, "' of rank ", owner_rank, ": the layout '",
+        *layout, "' in the store is invalid: ", needed.status().message()));
+  }
+  ASSIGN_OR_RETURN(rdma::RemoteRegion remote,
+                   rdma::FetchRegion(store, ns, RegionKey(name), timeout));
+  if (remote.owner_rank != owner_rank || remote.length < *needed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "versioned buffer '", name, "': the descriptor (",
+        remote.DebugString(), ") does not hold ", *needed,
+        " bytes of rank ", owner_rank, " (layout '", *layout, "')"));
+  }
+  reader->remote_ = std::make_unique<rdma::RemoteRegion>(std::move(remote));
+  ASSIGN_OR_RETURN(reader->endpoint_,
+                   rdma::ConnectToPeer(transport, store, ns, owner_rank, timeout));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion scratch,
+                   transport.Allocate(HeaderBytes(reader->copies_)));
+  reader->scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
+  reader->stamps_.reserve(reader->copies_);
+  for (int copy = 0; copy < reader->copies_; ++copy) {
+    reader->stamps_.emplace_back(
+        absl::StrCat("versioned buffer '", name, "' of rank ", owner_rank),
+        absl::StrCat("the stamp of copy ", copy));
+  }
+  return reader;
+}
+
+VersionedReader::VersionedReader(rdma::Transport& transport, std::string name,
+                                 int owner, absl::Duration timeout)
+    : transport_(transport),
+      name_(std::move(name)),
+      owner_(owner),
+      timeout_(timeout),
+      version_(absl::StrCat("versioned buffer '", name_, "' of rank ", owner),
+               "its header", "version ", kMaxSequence) {}
+
+absl::Status VersionedReader::Named(absl::Status status) const {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat("reading versioned buffer '", name_, "' of rank ", owner_,
+                                   ": ", status.message()));
+}
+
+absl::Status VersionedReader::ReadWords(size_t offset, size_t count) {
+  const size_t length = count * sizeof(uint64_t);
+  return Named(rdma::Read(transport_, *endpoint_, {scratch_.get(), offset, length},
+                          {remote_.get(), offset, length}, absl::Now() + timeout_));
+}
+
+absl::Status VersionedReader::CheckVersion(uint64_t version) {
+  absl::Status checked = version_.Advance(version);
+  if (!checked.ok()) failed_ = checked;
+  return checked;
+}
+
+absl::StatusOr<uint64_t> VersionedReader::LatestVersion() {
+  RETURN_IF_ERROR(failed_);
+  RETURN_IF_ERROR(ReadWords(0, 1));
+  const uint64_t version = LoadStamp(scratch_->data(), sizeof(uint64_t) * kLatestWord);
+  RETURN_IF_ERROR(CheckVersion(version));
+  return version;
+}
+
+absl::StatusOr<uint64_t> VersionedReader::Read(const rdma::LocalSlice& dst) {
+  if (dst.region == nullptr || dst.length != bytes_ ||
+      dst.offset > dst.region->size() ||
+      dst.length > dst.region->size() - dst.offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reading versioned buffer '", name_, "' of rank ", owner_,
+        ": the destination must be ", bytes_,
+        " bytes inside a registered region"));
+  }
+  RETURN_IF_ERROR(failed_);
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    if (attempt > 0) ++retries_;
+    // 1. The header: which version is the latest, and its copy's stamp.
+    RETURN_IF_ERROR(ReadWords(0, 1 + copies_));
+    const uint64_t version = LoadStamp(scratch_->data(), sizeof(uint64_t) * kLatestWord);
+    RETURN_IF_ERROR(CheckVersion(version));  // its stamps fit in 64 bits
+    const StampedSlot slot = Slot(version, bytes_, copies_);
+    StampedSlotReader& stamp = stamps_[version % copies_];
+    // 2. The copy, 3. its stamp again: WholeStamp(version) both times, or
+    // an update overlapped and we read again.
+    absl::StatusOr<SlotRead> got = stamp.TryRead(
+        LoadStamp(scratch_->data(), slot.stamp_offset),
+        [&] {
+          return Named(rdma::Read(transport_, *endpoint_, dst,
+                                  {remote_.get(), slot.payload_offset, bytes_},
+                                  absl::Now() + timeout_));
+        },
+        [&]() -> absl::StatusOr<uint64_t> {
+          RETURN_IF_ERROR(ReadWords(slot.stamp_offset, 1));
+          return LoadStamp(scratch_->data(), slot.stamp_offset);
+        },
+        version);
+    if (!stamp.status().ok()) failed_ = stamp.status();
+    if (!got.ok()) return got.status();
+    if (*got == SlotRead::kWhole) return version;
+  }
+  return absl::AbortedError(absl::StrCat(
+      "versioned buffer '", name_, "' of rank ", owner_, ": ", kMaxAttempts,
+      " reads in a row lost the race against the owner's updates; give it "
+      "more copies"));
+}
+
+}  // namespace rdmaflow::onesided

@@ -1,0 +1,163 @@
+// File: versioned_buffer.h
+// -----------------------------------------------------------------------------
+// Versioned buffers: memory one rank updates and other ranks read with
+// one-sided RDMA READs, without the owner's CPU, and without ever seeing a
+// half-updated tensor. A parameter server publishes each shard of its
+// parameters in one; workers pull them (strategies/ps); gossip reads a
+// peer's parameters the same way.
+//
+// The owner keeps `copies` copies (>= 2) of the tensor and a header: the
+// latest version number and, per copy, a stamp. Each copy is a stamped slot
+// (stamped_slot.h) whose stamp word lies in the header: copy v % copies
+// holds version v once its stamp is 2v, and is being written while it is
+// 2v-1. Update() writes version v+1 into the copy after the latest, so
+// readers of the latest are not disturbed. A reader reads the header, then
+// the latest copy, then that copy's stamp again (three ordered reads, a
+// seqlock): a stamp of exactly 2v, unchanged, proves no write overlapped the
+// copy; otherwise it retries. A reader that loses the race needs
+// `copies - 1` updates to pass during one read.
+//
+// In memory: 8-byte words [latest version][stamp of copy 0]...[stamp of
+// copy copies-1], padded to 64 bytes, then the copies, each rounded up to
+// 64 bytes.
+//
+// Everything a reader learns from the store (the layout: bytes and copies;
+// the region's descriptor) or from the owner's memory (the latest version,
+// the stamps) is untrusted: the layout is checked with overflow-safe
+// arithmetic against the descriptor before it sizes anything, and a header
+// whose version goes back, or lies beyond what a stamp can hold (2^63 - 1),
+// or a copy's stamp that goes back, fails the reader with kDataLoss for
+// good.
+//
+//   // owner (rank 0)
+//   ASSIGN_OR_RETURN(auto shard, VersionedBuffer::Create(
+//       transport, store, "job/ps", "shard0", bytes, /*copies=*/3));
+//   shard->Update([&](std::byte* next, const std::byte* latest) { ... });
+//   // reader (rank 1)
+//   ASSIGN_OR_RETURN(auto pull, VersionedReader::Create(
+//       transport, store, "job/ps", "shard0", /*owner=*/0, absl::Seconds(60)));
+//   ASSIGN_OR_RETURN(uint64_t version, pull->Read({&region, 0, pull->bytes()}));
+#ifndef RDMAFLOW_ONESIDED_VERSIONED_BUFFER_H_
+#define RDMAFLOW_ONESIDED_VERSIONED_BUFFER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "onesided/stamped_slot.h"
+#include "rdma/endpoint.h"
+#include "rdma/memory_region.h"
+#include "rdma/store.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::onesided {
+
+// The owner's side. Thread-compatible; Update() touches only local memory
+// (no transport call), so it may run while readers read.
+class VersionedBuffer {
+ public:
+  // The most copies a buffer may have: a reader reads the whole header (8
+  // bytes per copy) on every Read(), and a layout in the store claiming more
+  // must not make it allocate without bound.
+  static constexpr int kMaxCopies = 1024;
+
+  // Allocates the copies and the header with transport.Allocate(), writes
+  // version 0 (zeros) and publishes the descriptor as <ns>/versioned/<name>.
+  // kInvalidArgument for 0 bytes, fewer than 2 or more than kMaxCopies
+  // copies, or a size that does not fit in size_t; Allocate's errors.
+  static absl::StatusOr<std::unique_ptr<VersionedBuffer>> Create(
+      rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+      const std::string& name, size_t bytes, int copies);
+
+  size_t bytes() const { return bytes_; }
+  // Versions written so far (0 before the first Update()).
+  uint64_t version() const { return version_; }
+  // The latest version's bytes (read-only: readers may be reading them).
+  const std::byte* latest() const { return CopyData(version_); }
+  // The registered memory holding the header and the copies.
+  const rdma::MemoryRegion& region() const { return *region_; }
+
+  // Writes version()+1: `fill(next, latest)` must write all bytes() of
+  // `next` (it may read `latest`, the current version); then the new version
+  // becomes the latest, atomically for readers.
+  void Update(absl::FunctionRef<void(std::byte* next, const std::byte* latest)>
+                  fill);
+
+ private:
+  VersionedBuffer(std::unique_ptr<rdma::MemoryRegion> region, size_t bytes,
+                  int copies);
+  std::byte* CopyData(uint64_t version) const;
+
+  std::unique_ptr<rdma::MemoryRegion> region_;
+  size_t bytes_;
+  int copies_;
+  uint64_t version_ = 0;
+};
+
+// A reader's side. Thread-compatible; Read() drives `transport`'s progress
+// on the calling thread (other completions it fires are the owners' own
+// callbacks, e.g. a communicator's on the same thread).
+class VersionedReader {
+ public:
+  // Fetches <ns>/versioned/<name> (waiting up to `timeout` for the owner to
+  // publish it) and connects to `owner_rank`. kDeadlineExceeded names both;
+  // kInvalidArgument naming the field for a layout that is malformed, out of
+  // range (bytes 0, copies outside 2..kMaxCopies), overflows size_t, or does
+  // not fit in the published descriptor.
+  static absl::StatusOr<std::unique_ptr<VersionedReader>> Create(
+      rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+      const std::string& name, int owner_rank, absl::Duration timeout);
+
+  size_t bytes() const { return bytes_; }
+  const std::string& name() const { return name_; }
+
+  // Reads a whole, consistent version into `dst` (registered memory of
+  // exactly bytes()) and returns its version number. kInvalidArgument for a
+  // wrong `dst`; kUnavailable / kDeadlineExceeded when the owner is gone or
+  // silent; kAborted when 1000 attempts in a row lost the race against the
+  // owner's updates (give the buffer more copies); kDataLoss when the
+  // owner's header broke the protocol (a version below one already seen, or
+  // one of 2^63 or more, or a copy's stamp going back), and from then on for
+  // every call.
+  absl::StatusOr<uint64_t> Read(const rdma::LocalSlice& dst);
+
+  // The latest version number, by one 8-byte read. kDataLoss as for Read().
+  absl::StatusOr<uint64_t> LatestVersion();
+
+  // Reads that saw their copy overwritten and started again.
+  int64_t retries() const { return retries_; }
+
+ private:
+  VersionedReader(rdma::Transport& transport, std::string name, int owner,
+                  absl::Duration timeout);
+  // Reads `count` header words at byte `offset` into scratch_ (same offset).
+  absl::Status ReadWords(size_t offset, size_t count);
+  // Error context for a failed read of the owner's memory.
+  absl::Status Named(absl::Status status) const;
+  // version_.Advance(version); kDataLoss is kept in failed_.
+  absl::Status CheckVersion(uint64_t version);
+
+  rdma::Transport& transport_;
+  const std::string name_;
+  const int owner_;
+  const absl::Duration timeout_;
+  std::unique_ptr<rdma::Endpoint> endpoint_;
+  std::unique_ptr<rdma::RemoteRegion> remote_;
+  std::unique_ptr<rdma::MemoryRegion> scratch_;  // header words read back
+  size_t bytes_ = 0;
+  int copies_ = 0;
+  int64_t retries_ = 0;
+  RisingWord version_;  // the header's latest version
+  std::vector<StampedSlotReader> stamps_;  // by copy
+  absl::Status failed_;  // kDataLoss once the owner broke the protocol
+};
+
+}  // namespace rdmaflow::onesided
+
+#endif  // RDMAFLOW_ONESIDED_VERSIONED_BUFFER_H_
