@@ -4,7 +4,8 @@
 // moshpit). Every rank is a peer that trains its own replica (LocalSgd) and,
 // every `period` steps, after its local update, exchanges with other peers
 // through the subclass's Exchange(). This class owns the replica and the
-// step loop; subclasses set up their exchange in Prepare()/Start().
+// step; subclasses set up their exchange in DoPrepare()/DoStart() (the
+// Strategy base checks the order of the calls).
 #ifndef RDMAFLOW_STRATEGIES_LOCAL_SGD_STRATEGY_H_
 #define RDMAFLOW_STRATEGIES_LOCAL_SGD_STRATEGY_H_
 
@@ -24,42 +25,31 @@ class LocalSgdStrategy : public Strategy {
  public:
   std::string role() const override { return "peer"; }
   bool computes() const override { return true; }
-  int workers() const override { return context_.world_size; }
-  int worker_index() const override { return context_.rank; }
-  bool done() const override { return clock_ >= options_.steps; }
-  runtime::TransferCounters counters() const override { return counters_; }
-
-  // Zero the gradients, compute, the local SGD update, and every `period`
-  // steps Exchange(). kFailedPrecondition before Start() or after done().
-  absl::StatusOr<StepReport> Step(const ComputeFn& compute) final;
+  int workers() const override { return context().world_size; }
+  int worker_index() const override { return context().rank; }
+  runtime::TransferCounters counters() const override;
 
  protected:
   LocalSgdStrategy(StrategyOptions options, int period)
-      : options_(std::move(options)), period_(period) {}
+      : Strategy(std::move(options)), period_(period) {}
 
-  // For Prepare(): validates the context (transport, store, at least
-  // `min_ranks` ranks) and moves the parameters into the replica.
-  absl::Status Adopt(const StrategyContext& context, std::vector<Parameter> parameters,
-                     int min_ranks);
-  // For Start(): from now on Step() may run.
-  void MarkStarted() { started_ = true; }
-  bool started() const { return started_; }
-  // For a rank that rejoins a running job: continue from step `clock`.
-  void SkipTo(int64_t clock) { clock_ = clock; }
+  // Zero the gradients, compute, the local SGD update, and every `period`
+  // steps Exchange().
+  absl::StatusOr<StepReport> DoStep(const ComputeFn& compute) final;
+
+  // For DoPrepare(): checks the job has at least `min_ranks` ranks and
+  // moves the parameters into the replica.
+  absl::Status Adopt(std::vector<Parameter> parameters, int min_ranks);
   int period() const { return period_; }
 
   // This peer's exchange, on the updated replica.
   virtual absl::Status Exchange() = 0;
 
-  const StrategyOptions options_;
-  StrategyContext context_;
   std::unique_ptr<LocalSgd> replica_;
-  runtime::TransferCounters counters_;
+  runtime::TransferCounters counters_;  // but steps: clock()
 
  private:
   const int period_;
-  int64_t clock_ = 0;
-  bool started_ = false;
 };
 
 }  // namespace rdmaflow::strategies

@@ -10,6 +10,8 @@
 //      what its workers sent;
 //   4. Finish(): leaves every worker with the final parameters and shuts the
 //      communication down (collective).
+// The base class checks that order (and refuses a call out of it) once for
+// every strategy; a strategy implements DoPrepare/DoStart/DoStep/DoFinish.
 // The harness (train/) owns the model and the data; strategies see only the
 // model's parameters, as float32 CPU tensors they may re-point (set_data) at
 // registered memory so that pulls and pushes move them without copies.
@@ -26,10 +28,12 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "graph_analyzer/graph.pb.h"
 #include "rdma/store.h"
@@ -118,9 +122,31 @@ struct StepReport {
   absl::Duration wait_time;  // of which: waiting for slower workers
 };
 
+// The base of every strategy: it owns the Prepare/Start/Step/Finish state
+// machine, so each call's order is checked, and refused with one set of
+// messages, in one place; strategies implement the Do*() steps.
+//
+//   state        Prepare()      Start()        Step()            Finish()
+//   new          DoPrepare      refused        refused           OK, nothing to do
+//   prepared     refused        DoStart        refused           OK, nothing to do
+//   started      refused        refused        DoStep (*)        DoFinish(false)
+//   step failed  refused        refused        refused, quoting  DoFinish(true), then
+//                                              the failure       returns the failure
+//   start failed refused        refused        refused, quoting  OK, nothing to do
+//   finished     refused        refused        refused           OK (idempotent)
+//
+// (*) refused once done(). A failed DoPrepare leaves the strategy new (fix
+// the context and call Prepare() again); a failed DoStart or DoStep leaves
+// it unusable: what it had posted or connected may be half done, and nothing
+// is retried on that state. Every refusal is kFailedPrecondition naming the
+// strategy, the rank and what to call first.
+//
+// Thread-compatible: one thread drives a rank's strategy.
 class Strategy {
  public:
   virtual ~Strategy() = default;
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
 
   virtual std::string name() const = 0;
   // This rank's role, e.g. "server" or "worker".
@@ -140,21 +166,76 @@ class Strategy {
   virtual int worker_index() const = 0;
 
   // Declares what this strategy exchanges for `parameters` in `context`'s
-  // job. kInvalidArgument for a job the strategy cannot run (e.g. too few
-  // ranks), naming the requirement.
-  virtual absl::StatusOr<graph::GraphDef> Prepare(
-      const StrategyContext& context, std::vector<Parameter> parameters) = 0;
+  // job. kInvalidArgument for a job the strategy cannot run (no transport
+  // or store, a rank outside the job, too few ranks, ...), naming the
+  // requirement.
+  absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
+                                          std::vector<Parameter> parameters);
   // Plans the prepared graph and connects. Collective.
-  virtual absl::Status Start() = 0;
-  // One iteration of this rank's role. kFailedPrecondition after done().
-  virtual absl::StatusOr<StepReport> Step(const ComputeFn& compute) = 0;
-  // True once this rank has no more iterations to run.
-  virtual bool done() const = 0;
+  absl::Status Start();
+  // One iteration of this rank's role. kInvalidArgument without a
+  // ComputeFn on a rank that needs one; kFailedPrecondition out of order
+  // (see the table above), after done(), or after a failed step.
+  absl::StatusOr<StepReport> Step(const ComputeFn& compute);
+  // True once this rank has no more iterations to run; by default once
+  // `steps` of them succeeded.
+  virtual bool done() const { return clock_ >= options_.steps; }
   // Leaves the computing ranks with the final parameters, then shuts down.
-  // Collective.
-  virtual absl::Status Finish() = 0;
+  // Collective, except after a failed step: then it waits for nobody's
+  // progress and returns the step's failure.
+  absl::Status Finish();
 
   virtual runtime::TransferCounters counters() const = 0;
+
+ protected:
+  explicit Strategy(StrategyOptions options) : options_(std::move(options)) {}
+
+  // The steps the state machine runs, each at most once (DoPrepare again
+  // after it failed) and only in order; the contracts are the public
+  // calls'. The context is set (and checked) before DoPrepare runs.
+  virtual absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) = 0;
+  virtual absl::Status DoStart() = 0;
+  virtual absl::StatusOr<StepReport> DoStep(const ComputeFn& compute) = 0;
+  // Only after a successful DoStart. `after_failure`: a step failed, so the
+  // other ranks may never come to a barrier: wait for none of them, only
+  // complete or cancel what this rank posted. Its error is then logged
+  // (Finish returns the step's failure).
+  virtual absl::Status DoFinish(bool after_failure) = 0;
+
+  // How messages name this rank once prepared: "<name> rank <r>" by
+  // default ("ps server 0 (rank 0)" where a role says more).
+  virtual std::string Where() const;
+  // True on ranks whose Step() calls the ComputeFn (a rank that computes
+  // from StrategyContext::next_batch itself needs none).
+  virtual bool needs_compute_fn() const { return computes(); }
+
+  const StrategyOptions& options() const { return options_; }
+  const StrategyContext& context() const { return context_; }
+  // The steps that succeeded so far (the iteration the next Step() runs).
+  int64_t clock() const { return clock_; }
+  // For a rank that rejoins a running job (in DoStart): continue from
+  // iteration `clock`.
+  void SkipTo(int64_t clock) { clock_ = clock; }
+  // True once Finish() was called (during DoFinish, not yet).
+  bool finished() const { return phase_ == Phase::kFinished; }
+
+ private:
+  enum class Phase { kNew, kPrepared, kStarted, kFinished };
+
+  // kFailedPrecondition for `call` out of order: "<who>: <call> <why>".
+  absl::Status Refuse(absl::string_view call, absl::string_view why) const;
+  // kFailedPrecondition quoting the Start() or step that failed.
+  absl::Status Unusable() const;
+  // Where(), or just the name before anything was prepared.
+  std::string Who() const;
+
+  const StrategyOptions options_;
+  StrategyContext context_;
+  Phase phase_ = Phase::kNew;
+  int64_t clock_ = 0;
+  // Of the Start() or Step() that failed: the rank is unusable.
+  absl::Status failure_;
+  bool failed_in_start_ = false;
 };
 
 }  // namespace rdmaflow::strategies

@@ -26,12 +26,8 @@ absl::StatusOr<std::unique_ptr<AllReduceStrategy>> AllReduceStrategy::Create(
       new AllReduceStrategy(options, std::move(group)));
 }
 
-absl::StatusOr<graph::GraphDef> AllReduceStrategy::Prepare(
-    const StrategyContext& context, std::vector<Parameter> parameters) {
-  if (context.transport == nullptr || context.store == nullptr) {
-    return absl::InvalidArgumentError("allreduce needs a transport and a store");
-  }
-  context_ = context;
+absl::StatusOr<graph::GraphDef> AllReduceStrategy::DoPrepare(std::vector<Parameter> parameters) {
+  const int world = context().world_size;
   parameters_ = std::move(parameters);
   // Declared: each replica's fused gradients, and what one ring step moves
   // to the next rank (a piece written into its staging slot).
@@ -40,68 +36,47 @@ absl::StatusOr<graph::GraphDef> AllReduceStrategy::Prepare(
   const int64_t piece = std::min<int64_t>(group_options_.chunk_bytes / 4,
                                           std::max<int64_t>(elements, 1));
   graph::GraphBuilder b("allreduce");
-  b.SetWorldSize(context.world_size);
-  for (int r = 0; r < context.world_size; ++r) {
+  b.SetWorldSize(world);
+  for (int r = 0; r < world; ++r) {
     b.SetRank(r);
     b.Variable(absl::StrCat("r", r, "/grads"), graph::DT_FLOAT32, {std::max<int64_t>(elements, 1)});
     const std::string out = b.Variable(absl::StrCat("r", r, "/piece"), graph::DT_FLOAT32, {piece});
-    if (context.world_size > 1) {
-      b.SetRank((r + 1) % context.world_size);
-      b.Op(absl::StrCat("r", (r + 1) % context.world_size, "/from_r", r), "Identity", {out});
+    if (world > 1) {
+      b.SetRank((r + 1) % world);
+      b.Op(absl::StrCat("r", (r + 1) % world, "/from_r", r), "Identity", {out});
     }
   }
   return std::move(b).Build();
 }
 
-absl::Status AllReduceStrategy::Start() {
+absl::Status AllReduceStrategy::DoStart() {
   std::vector<int> members;
-  for (int r = 0; r < context_.world_size; ++r) members.push_back(r);
+  for (int r = 0; r < context().world_size; ++r) members.push_back(r);
   ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(
-                               *context_.transport, *context_.store,
-                               options_.communicator_options.ns, members,
+                               *context().transport, *context().store,
+                               options().communicator_options.ns, members,
                                parameters_, group_options_));
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepReport> AllReduceStrategy::Step(const ComputeFn& compute) {
-  if (done()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("allreduce rank ", context_.rank, " already ran its ",
-                     options_.steps, " steps"));
-  }
-  if (group_ == nullptr) return absl::FailedPreconditionError("allreduce: Start() first");
-  if (!failure_.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "allreduce rank ", context_.rank, " is unusable after a failed step: ",
-        failure_.ToString()));
-  }
+absl::StatusOr<StepReport> AllReduceStrategy::DoStep(const ComputeFn& compute) {
   StepReport report;
-  report.clock = clock_;
-  report.min_clock = clock_;
+  report.clock = clock();
+  report.min_clock = clock();
   group_->ZeroGradients();
   const absl::Time begin = absl::Now();
   ASSIGN_OR_RETURN(report.compute, compute());
   const absl::Time computed = absl::Now();
-  if (absl::Status reduced = group_->AllReduceGradients(1.0 / context_.world_size);
-      !reduced.ok()) {
-    // The ring is unusable now (collectives/ring_allreduce.h), and so are we.
-    failure_ = reduced;
-    return reduced;
-  }
+  RETURN_IF_ERROR(group_->AllReduceGradients(1.0 / context().world_size));
   report.compute_time = computed - begin;
   report.comm_time = absl::Now() - computed;
-  group_->ApplySgd(options_.learning_rate, options_.momentum);
-  ++clock_;
+  group_->ApplySgd(options().learning_rate, options().momentum);
   return report;
 }
 
-absl::Status AllReduceStrategy::Finish() {
-  if (finished_) return absl::OkStatus();
-  finished_ = true;
-  if (group_ == nullptr) return absl::OkStatus();
-  // After a failure the others may never come to the shutdown barrier: tear
-  // down here alone (the ring cancels what it posted as it goes).
-  absl::Status status = failure_.ok() ? group_->Shutdown() : failure_;
+absl::Status AllReduceStrategy::DoFinish(bool after_failure) {
+  // After a failure the ring cancels what it posted as it goes.
+  absl::Status status = after_failure ? absl::OkStatus() : group_->Shutdown();
   final_stats_ = group_->stats();
   group_.reset();  // the gradients point back at their own memory
   return status;
@@ -111,7 +86,7 @@ runtime::TransferCounters AllReduceStrategy::counters() const {
   runtime::TransferCounters counters;
   const collectives::RingAllReduceStats stats =
       group_ != nullptr ? group_->stats() : final_stats_;
-  counters.steps = clock_;
+  counters.steps = clock();
   counters.tensors_sent = stats.messages;
   counters.bytes_sent = stats.bytes_sent;
   return counters;

@@ -35,29 +35,26 @@ class AllReduceStrategy final : public Strategy {
   std::string name() const override { return "allreduce"; }
   std::string role() const override { return "replica"; }
   bool computes() const override { return true; }
-  int workers() const override { return context_.world_size; }
-  int worker_index() const override { return context_.rank; }
-  absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
-                                          std::vector<Parameter> parameters) override;
-  absl::Status Start() override;
-  absl::StatusOr<StepReport> Step(const ComputeFn& compute) override;
-  bool done() const override { return clock_ >= options_.steps; }
-  absl::Status Finish() override;
+  int workers() const override { return context().world_size; }
+  int worker_index() const override { return context().rank; }
   runtime::TransferCounters counters() const override;
 
  private:
   AllReduceStrategy(StrategyOptions options, DataParallelOptions group)
-      : options_(std::move(options)), group_options_(std::move(group)) {}
+      : Strategy(std::move(options)), group_options_(std::move(group)) {}
 
-  const StrategyOptions options_;
+  absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
+  absl::Status DoStart() override;
+  absl::StatusOr<StepReport> DoStep(const ComputeFn& compute) override;
+  // After a failure the ring is unusable (collectives/ring_allreduce.h)
+  // and the others may never come to its shutdown barrier: it is torn
+  // down here alone.
+  absl::Status DoFinish(bool after_failure) override;
+
   const DataParallelOptions group_options_;
-  StrategyContext context_;
   std::vector<Parameter> parameters_;
   std::unique_ptr<DataParallelGroup> group_;
   collectives::RingAllReduceStats final_stats_;  // kept past Finish()
-  int64_t clock_ = 0;
-  bool finished_ = false;
-  absl::Status failure_;  // of the step that failed; the group is unusable
 };
 
 }  // namespace rdmaflow::strategies

@@ -35,17 +35,17 @@ absl::StatusOr<std::unique_ptr<GossipStrategy>> GossipStrategy::Create(
 }
 
 std::string GossipStrategy::Ns() const {
-  return absl::StrCat(options_.communicator_options.ns, "/gossip");
+  return absl::StrCat(options().communicator_options.ns, "/gossip");
 }
 
-absl::StatusOr<graph::GraphDef> GossipStrategy::Prepare(
-    const StrategyContext& context, std::vector<Parameter> parameters) {
-  RETURN_IF_ERROR(Adopt(context, std::move(parameters), 2));
+absl::StatusOr<graph::GraphDef> GossipStrategy::DoPrepare(std::vector<Parameter> parameters) {
+  RETURN_IF_ERROR(Adopt(std::move(parameters), 2));
   bytes_ = replica_->bytes();
   // Declared: each rank's published parameters (read by its peers).
+  const int world = context().world_size;
   graph::GraphBuilder b("gossip");
-  b.SetWorldSize(context.world_size);
-  for (int r = 0; r < context.world_size; ++r) {
+  b.SetWorldSize(world);
+  for (int r = 0; r < world; ++r) {
     b.SetRank(r);
     b.Variable(absl::StrCat("r", r, "/params"), graph::DT_FLOAT32,
                {static_cast<int64_t>(bytes_ / sizeof(float))});
@@ -53,43 +53,39 @@ absl::StatusOr<graph::GraphDef> GossipStrategy::Prepare(
   return std::move(b).Build();
 }
 
-absl::Status GossipStrategy::Start() {
-  if (bytes_ == 0) return absl::FailedPreconditionError("gossip: Prepare() first");
-  if (started()) return absl::FailedPreconditionError("gossip: started twice");
-  rdma::Transport& transport = *context_.transport;
-  rdma::Store& store = *context_.store;
-  const absl::Duration timeout = options_.communicator_options.timeout;
-  const int world = context_.world_size;
+absl::Status GossipStrategy::DoStart() {
+  rdma::Transport& transport = *context().transport;
+  rdma::Store& store = *context().store;
+  const absl::Duration timeout = options().communicator_options.timeout;
+  const int world = context().world_size;
   if (gossip_.mode == GossipMode::kPull) {
     ASSIGN_OR_RETURN(published_,
-                     runtime::VersionedBuffer::Create(transport, store, Ns(),
-                                                      absl::StrCat("r", context_.rank),
-                                                      bytes_, gossip_.copies));
+                     onesided::VersionedBuffer::Create(transport, store, Ns(),
+                                                       absl::StrCat("r", context().rank),
+                                                       bytes_, gossip_.copies));
     Publish();
     readers_.resize(world);
     for (int r = 0; r < world; ++r) {
-      if (r == context_.rank) continue;
+      if (r == context().rank) continue;
       ASSIGN_OR_RETURN(readers_[r],
-                       runtime::VersionedReader::Create(transport, store, Ns(),
-                                                        absl::StrCat("r", r), r, timeout));
+                       onesided::VersionedReader::Create(transport, store, Ns(),
+                                                         absl::StrCat("r", r), r, timeout));
     }
     ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(bytes_));
     scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
   } else {
-    ASSIGN_OR_RETURN(mailbox_, runtime::Mailbox::Create(transport, store, Ns(),
-                                                        context_.rank, world, bytes_,
-                                                        timeout));
+    ASSIGN_OR_RETURN(mailbox_, onesided::Mailbox::Create(transport, store, Ns(),
+                                                         context().rank, world, bytes_,
+                                                         timeout));
     for (int r = 0; r < world; ++r) {
-      if (r != context_.rank) RETURN_IF_ERROR(mailbox_->Connect(r));
+      if (r != context().rank) RETURN_IF_ERROR(mailbox_->Connect(r));
     }
   }
   gone_.assign(world, false);
-  selector_ = std::make_unique<PeerSelector>(gossip_.topology, context_.rank, world,
+  selector_ = std::make_unique<PeerSelector>(gossip_.topology, context().rank, world,
                                              gossip_.seed);
   // Nobody reads (or writes) a peer before every peer is set up.
-  RETURN_IF_ERROR(rdma::Barrier(store, Ns(), "published", world, timeout, &transport));
-  MarkStarted();
-  return absl::OkStatus();
+  return rdma::Barrier(store, Ns(), "published", world, timeout, &transport);
 }
 
 void GossipStrategy::Publish() {
@@ -113,7 +109,7 @@ bool GossipStrategy::LostPeer(int peer, const absl::Status& status) {
   peers_lost_.push_back(peer);
   peer_errors_.push_back(status);
   std::fprintf(stderr, "gossip rank %d: rank %d is gone, gossiping with the others: %s\n",
-               context_.rank, peer, status.ToString().c_str());
+               context().rank, peer, status.ToString().c_str());
   return true;
 }
 
@@ -140,7 +136,7 @@ absl::Status GossipStrategy::Pull() {
 }
 
 absl::Status GossipStrategy::RetireScratch() {
-  ASSIGN_OR_RETURN(rdma::MemoryRegion fresh, context_.transport->Allocate(bytes_));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion fresh, context().transport->Allocate(bytes_));
   retired_scratch_.push_back(std::move(scratch_));
   scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(fresh));
   return absl::OkStatus();
@@ -166,22 +162,20 @@ absl::Status GossipStrategy::Probe(int peer) {
   return readers_[peer]->LatestVersion().status();
 }
 
-absl::Status GossipStrategy::Finish() {
-  if (finished_ || !started()) return absl::OkStatus();
-  finished_ = true;
+absl::Status GossipStrategy::DoFinish(bool) {
   // Peers may still be reading (or writing) our memory, and over TCP they
   // need our progress: wait until every peer has finished or is gone.
-  rdma::Store& store = *context_.store;
+  rdma::Store& store = *context().store;
   const std::string done = absl::StrCat(Ns(), "/finished/");
-  RETURN_IF_ERROR(store.Add(absl::StrCat(done, context_.rank), 1).status());
-  const absl::Time deadline = absl::Now() + options_.communicator_options.timeout;
-  std::vector<bool> waiting(context_.world_size, false);
-  for (int r = 0; r < context_.world_size; ++r) waiting[r] = r != context_.rank && !gone_[r];
+  RETURN_IF_ERROR(store.Add(absl::StrCat(done, context().rank), 1).status());
+  const absl::Time deadline = absl::Now() + options().communicator_options.timeout;
+  std::vector<bool> waiting(context().world_size, false);
+  for (int r = 0; r < context().world_size; ++r) waiting[r] = r != context().rank && !gone_[r];
   absl::Time next_probe = absl::Now();
   while (true) {
     int left = 0;
     const bool probe = absl::Now() >= next_probe;
-    for (int r = 0; r < context_.world_size; ++r) {
+    for (int r = 0; r < context().world_size; ++r) {
       if (!waiting[r]) continue;
       ASSIGN_OR_RETURN(int64_t finished, store.Add(absl::StrCat(done, r), 0));
       if (finished == 0 && probe) {
@@ -194,13 +188,13 @@ absl::Status GossipStrategy::Finish() {
     if (left == 0) return absl::OkStatus();
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "gossip rank ", context_.rank, ": ", left,
+          "gossip rank ", context().rank, ": ", left,
           " live peers did not finish within ",
-          absl::FormatDuration(options_.communicator_options.timeout)));
+          absl::FormatDuration(options().communicator_options.timeout)));
     }
     if (probe) next_probe = absl::Now() + absl::Milliseconds(100);
     const absl::Time slice = absl::Now() + absl::Milliseconds(1);
-    while (absl::Now() < slice) RETURN_IF_ERROR(context_.transport->Progress().status());
+    while (absl::Now() < slice) RETURN_IF_ERROR(context().transport->Progress().status());
   }
 }
 

@@ -3,11 +3,11 @@
 // Gossiping SGD ("gossip", Jin et al. 2016): every rank trains its own
 // replica with local SGD and, every `period` steps, mixes with one peer:
 //   pull (default): publishes its parameters in a versioned buffer
-//     (runtime/versioned_buffer.h), reads the peer's latest parameters with
+//     (onesided/versioned_buffer.h), reads the peer's latest parameters with
 //     one-sided READs (never a torn tensor: the seqlock retries) and mixes
 //     theta_i <- (1 - beta) theta_i + beta theta_j;
 //   push: writes its parameters into its slot of the peer's mailbox
-//     (runtime/mailbox.h) with one-sided WRITEs, and mixes every whole
+//     (onesided/mailbox.h) with one-sided WRITEs, and mixes every whole
 //     message found in its own mailbox the same way.
 // The peer (peer_selector.h) is drawn uniformly at random (seeded) or is the
 // next rank on a ring. The peer's CPU is not involved on transports with
@@ -29,9 +29,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "onesided/mailbox.h"
+#include "onesided/versioned_buffer.h"
 #include "rdma/memory_region.h"
-#include "runtime/mailbox.h"
-#include "runtime/versioned_buffer.h"
 #include "strategies/gossip/peer_selector.h"
 #include "strategies/local_sgd_strategy.h"
 
@@ -56,10 +56,6 @@ class GossipStrategy final : public LocalSgdStrategy {
       const StrategyOptions& options);
 
   std::string name() const override { return "gossip"; }
-  absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
-                                          std::vector<Parameter> parameters) override;
-  absl::Status Start() override;
-  absl::Status Finish() override;
 
   // The peers this rank mixed with, in order (for tests). In push mode,
   // the senders of the messages it mixed.
@@ -72,6 +68,11 @@ class GossipStrategy final : public LocalSgdStrategy {
  private:
   GossipStrategy(StrategyOptions options, GossipOptions gossip)
       : LocalSgdStrategy(std::move(options), gossip.period), gossip_(gossip) {}
+  absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
+  absl::Status DoStart() override;
+  // Waits until every live peer has finished too (they may be reading our
+  // memory), at most the timeout; the same after a failed step.
+  absl::Status DoFinish(bool after_failure) override;
   std::string Ns() const;
   void Publish();
   absl::Status Exchange() override;
@@ -93,19 +94,18 @@ class GossipStrategy final : public LocalSgdStrategy {
   size_t bytes_ = 0;
   std::unique_ptr<PeerSelector> selector_;
   // Pull.
-  std::unique_ptr<runtime::VersionedBuffer> published_;
-  std::vector<std::unique_ptr<runtime::VersionedReader>> readers_;  // by rank
+  std::unique_ptr<onesided::VersionedBuffer> published_;
+  std::vector<std::unique_ptr<onesided::VersionedReader>> readers_;  // by rank
   std::unique_ptr<rdma::MemoryRegion> scratch_;  // a peer's parameters
   // Scratch buffers of reads that failed: never read again, kept allocated
   // for the strategy's life (at most one per lost peer).
   std::vector<std::unique_ptr<rdma::MemoryRegion>> retired_scratch_;
   // Push.
-  std::unique_ptr<runtime::Mailbox> mailbox_;
+  std::unique_ptr<onesided::Mailbox> mailbox_;
   std::vector<bool> gone_;  // by rank
   std::vector<int> peers_mixed_;
   std::vector<int> peers_lost_;
   std::vector<absl::Status> peer_errors_;
-  bool finished_ = false;
 };
 
 }  // namespace rdmaflow::strategies::gossip

@@ -6,42 +6,23 @@
 
 namespace rdmaflow::strategies::layer_separated {
 
-absl::StatusOr<StepReport> LayerSeparatedStrategy::Step(const ComputeFn&) {
-  if (!started_) return absl::FailedPreconditionError("layer_separated: Step() before Start()");
-  if (done()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "layer_separated rank ", context_.rank, " already ran its ", options_.steps,
-        " steps"));
-  }
-  if (!failure_.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "layer_separated ", conv_ ? "conv" : "FC", " rank ", context_.rank,
-        " is unusable after a failed step: ", failure_.ToString()));
-  }
-  absl::StatusOr<StepReport> report = conv_ ? ConvStep() : FcStep();
-  if (!report.ok()) {
-    // Tensors half sent or received, a ring half reduced: nothing is
-    // retried on this state.
-    failure_ = report.status();
-    return report;
-  }
-  ++clock_;
-  return report;
+absl::StatusOr<StepReport> LayerSeparatedStrategy::DoStep(const ComputeFn&) {
+  return conv_ ? ConvStep() : FcStep();
 }
 
 absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   StepReport report;
-  report.clock = report.min_clock = clock_;
-  ASSIGN_OR_RETURN(Batch batch, context_.next_batch());
+  report.clock = report.min_clock = clock();
+  ASSIGN_OR_RETURN(Batch batch, context().next_batch());
   if (batch.x.size(0) != layout_.batch) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "layer_separated conv rank ", context_.rank, ": a batch of ", batch.x.size(0),
+        "layer_separated conv rank ", context().rank, ": a batch of ", batch.x.size(0),
         " samples where the plan has slots for ", layout_.batch));
   }
   const Link& link = links_.front();
   group_->ZeroGradients();
   const absl::Time begin = absl::Now();
-  torch::Tensor act = context_.split->features(batch.x);
+  torch::Tensor act = context().split->features(batch.x);
   const absl::Time computed = absl::Now();
   RETURN_IF_ERROR(tensors_->Send(link.act, act.detach().contiguous()));
   RETURN_IF_ERROR(tensors_->Send(link.labels, batch.y.to(torch::kInt64).contiguous()));
@@ -57,7 +38,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   stats = torch::Tensor();
   const absl::Time backward = absl::Now();
   RETURN_IF_ERROR(group_->AllReduceGradients(1.0));
-  group_->ApplySgd(options_.learning_rate, options_.momentum);
+  group_->ApplySgd(options().learning_rate, options().momentum);
   RETURN_IF_ERROR(tensors_->FinishStep());
   report.compute_time = (computed - begin) + (backward - received);
   report.wait_time = received - sent;  // the FC rank's work included
@@ -67,7 +48,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
 
 absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
   StepReport report;
-  report.clock = report.min_clock = clock_;
+  report.clock = report.min_clock = clock();
   group_->ZeroGradients();
   const absl::Time begin = absl::Now();
   std::vector<torch::Tensor> acts, labels;
@@ -82,7 +63,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
   torch::Tensor y = torch::cat(labels);
   acts.clear();  // gives the slots back
   labels.clear();
-  torch::Tensor logits = context_.split->head(a);
+  torch::Tensor logits = context().split->head(a);
   torch::Tensor losses = torch::nn::functional::cross_entropy(
       logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
   // The gradient of the global batch's mean loss.
@@ -98,7 +79,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
     RETURN_IF_ERROR(tensors_->Send(links_[j].stats, stats));
   }
   RETURN_IF_ERROR(group_->AllReduceGradients(1.0));
-  group_->ApplySgd(options_.learning_rate, options_.momentum);
+  group_->ApplySgd(options().learning_rate, options().momentum);
   RETURN_IF_ERROR(tensors_->FinishStep());
   report.compute.loss = losses.mean().item<double>();
   report.compute.accuracy = correct.mean().item<double>();

@@ -64,35 +64,38 @@ LayerSeparatedStrategy::~LayerSeparatedStrategy() {
   group_.reset();
 }
 
-std::string LayerSeparatedStrategy::Ns() const {
-  return absl::StrCat(options_.communicator_options.ns, "/layer_separated");
+std::string LayerSeparatedStrategy::Where() const {
+  return absl::StrCat("layer_separated ", conv_ ? "conv" : "FC", " rank ", context().rank);
 }
 
-absl::StatusOr<graph::GraphDef> LayerSeparatedStrategy::Prepare(
-    const StrategyContext& context, std::vector<Parameter> parameters) {
-  if (context.transport == nullptr || context.store == nullptr) {
-    return absl::InvalidArgumentError("layer_separated needs a transport and a store");
-  }
-  if (context.split == nullptr || !context.split->features || !context.split->head ||
-      !context.next_batch) {
+std::string LayerSeparatedStrategy::Ns() const {
+  return absl::StrCat(options().communicator_options.ns, "/layer_separated");
+}
+
+absl::StatusOr<graph::GraphDef> LayerSeparatedStrategy::DoPrepare(
+    std::vector<Parameter> parameters) {
+  const StrategyContext& job = context();
+  if (job.split == nullptr || !job.split->features || !job.split->head ||
+      !job.next_batch) {
     return absl::InvalidArgumentError(
         "layer_separated runs the model itself: it needs the model split at its "
         "first fully connected layer and the batches (rdmaflow_train gives both)");
   }
-  if (context.world_size < 2 || context.batch_size < 1) {
+  if (job.world_size < 2 || job.batch_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "layer_separated needs at least 2 ranks (conv and FC) and a batch size, "
-        "got ", context.world_size, " ranks and batch ", context.batch_size));
+        "got ", job.world_size, " ranks and batch ", job.batch_size));
   }
-  if (requested_fc_ranks_ >= context.world_size) {
+  if (requested_fc_ranks_ >= job.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "layer_separated fc_ranks=", requested_fc_ranks_, " leaves no conv rank among ",
-        context.world_size, " ranks"));
+        job.world_size, " ranks"));
   }
-  context_ = context;
   parameters_ = std::move(parameters);
-  const std::set<std::string> head(context.split->head_parameters.begin(),
-                                   context.split->head_parameters.end());
+  features_.clear();  // a Prepare() that failed may have filled them
+  head_.clear();
+  const std::set<std::string> head(job.split->head_parameters.begin(),
+                                   job.split->head_parameters.end());
   for (const Parameter& p : parameters_) (head.count(p.name) ? head_ : features_).push_back(p);
   if (head_.empty()) {
     return absl::InvalidArgumentError(
@@ -110,24 +113,24 @@ absl::StatusOr<graph::GraphDef> LayerSeparatedStrategy::Prepare(
   ring.slots = group_options_.slots;
   ring.timeout = group_options_.timeout;
   std::vector<int> members;
-  for (int r = 0; r < context.world_size; ++r) members.push_back(r);
+  for (int r = 0; r < job.world_size; ++r) members.push_back(r);
   ASSIGN_OR_RETURN(everyone_, collectives::RingAllReduce::Create(
-                                  *context.transport, *context.store, Ns(), members, ring));
+                                  *job.transport, *job.store, Ns(), members, ring));
   int k = requested_fc_ranks_;
   if (k == 0) {
     ASSIGN_OR_RETURN(k, ChooseK());
   }
-  layout_.conv_ranks = context.world_size - k;
+  layout_.conv_ranks = job.world_size - k;
   layout_.fc_ranks = k;
-  layout_.batch = context.batch_size;
-  layout_.activation_shape = context.split->activation_shape;
-  conv_ = context.rank < layout_.conv_ranks;
-  fc_index_ = conv_ ? -1 : context.rank - layout_.conv_ranks;
+  layout_.batch = job.batch_size;
+  layout_.activation_shape = job.split->activation_shape;
+  conv_ = job.rank < layout_.conv_ranks;
+  fc_index_ = conv_ ? -1 : job.rank - layout_.conv_ranks;
   return BuildStanzaGraph(layout_);
 }
 
 absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
-  const int n = context_.world_size;
+  const int n = context().world_size;
   const size_t probe = kProbeBytes / sizeof(float);
   std::memset(everyone_->data(), 0, kProbeBytes);
   RETURN_IF_ERROR(everyone_->AllReduce(0, probe, collectives::DataType::kFloat32));
@@ -139,9 +142,9 @@ absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
   });
   RETURN_IF_ERROR(everyone_->AllReduce(0, 1, collectives::DataType::kFloat32));
   const std::string key = absl::StrCat(Ns(), "/fc_ranks");
-  if (context_.rank != 0) {
+  if (context().rank != 0) {
     ASSIGN_OR_RETURN(std::string value,
-                     context_.store->Get(key, options_.communicator_options.timeout));
+                     context().store->Get(key, options().communicator_options.timeout));
     int k = 0;
     if (!absl::SimpleAtoi(value, &k) || k < 1 || k >= n) {
       return absl::InternalError(absl::StrCat("layer_separated: rank 0 chose K='", value, "'"));
@@ -149,8 +152,8 @@ absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
     return k;
   }
   // Rank 0 times the two parts on a synthetic batch and decides.
-  const ModelSplit& split = *context_.split;
-  const int64_t b = context_.batch_size;
+  const ModelSplit& split = *context().split;
+  const int64_t b = context().batch_size;
   std::vector<int64_t> x_shape = {b}, a_shape = {b};
   x_shape.insert(x_shape.end(), split.sample_shape.begin(), split.sample_shape.end());
   a_shape.insert(a_shape.end(), split.activation_shape.begin(), split.activation_shape.end());
@@ -178,29 +181,23 @@ absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
                costs_.conv_s * 1e3, costs_.fc_s * 1e3, static_cast<long long>(b),
                costs_.bandwidth_bytes_per_s / 1e9, costs_.latency_s * 1e6,
                DescribeChoices(costs_, n, b).c_str(), k);
-  RETURN_IF_ERROR(context_.store->Set(key, absl::StrCat(k)));
+  RETURN_IF_ERROR(context().store->Set(key, absl::StrCat(k)));
   return k;
 }
 
-absl::Status LayerSeparatedStrategy::Start() {
-  if (everyone_ == nullptr) {
-    return absl::FailedPreconditionError("layer_separated: call Prepare() before Start()");
-  }
-  if (started_ || communicator_ != nullptr) {
-    return absl::FailedPreconditionError("layer_separated: started twice");
-  }
+absl::Status LayerSeparatedStrategy::DoStart() {
   ASSIGN_OR_RETURN(plan_, graph::PlanGraph(BuildStanzaGraph(layout_), {}));
   ASSIGN_OR_RETURN(communicator_,
-                   runtime::CreateCommunicator(options_.communicator, plan_,
-                                               *context_.transport, *context_.store,
-                                               options_.communicator_options));
+                   runtime::CreateCommunicator(options().communicator, plan_,
+                                               *context().transport, *context().store,
+                                               options().communicator_options));
   ASSIGN_OR_RETURN(runtime::torch::TorchCommunicator tensors,
                    runtime::torch::TorchCommunicator::Create(*communicator_, plan_,
-                                                             context_.rank));
+                                                             context().rank));
   tensors_ = std::make_unique<runtime::torch::TorchCommunicator>(std::move(tensors));
-  ASSIGN_OR_RETURN(runtime::RankPlan mine, runtime::RankPlan::Create(plan_, context_.rank));
+  ASSIGN_OR_RETURN(runtime::RankPlan mine, runtime::RankPlan::Create(plan_, context().rank));
   const std::vector<int> convs =
-      conv_ ? std::vector<int>{context_.rank} : layout_.Served(fc_index_);
+      conv_ ? std::vector<int>{context().rank} : layout_.Served(fc_index_);
   for (int i : convs) {
     const int fc = layout_.FcRankOf(i);
     const int k = fc - layout_.conv_ranks;
@@ -219,31 +216,24 @@ absl::Status LayerSeparatedStrategy::Start() {
   for (int r = first; r < first + count; ++r) members.push_back(r);
   DataParallelOptions group = group_options_;
   group.name = conv_ ? "layer_separated/conv" : "layer_separated/fc";
-  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(*context_.transport, *context_.store,
+  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(*context().transport, *context().store,
                                                      Ns(), members,
                                                      conv_ ? features_ : head_, group));
-  started_ = true;  // only now may Step() and Finish() use all of the above
   return absl::OkStatus();
 }
 
-absl::Status LayerSeparatedStrategy::Finish() {
-  if (finished_) return absl::OkStatus();
-  finished_ = true;
-  if (!started_) return absl::OkStatus();
-  if (!failure_.ok()) {
+absl::Status LayerSeparatedStrategy::DoFinish(bool after_failure) {
+  if (after_failure) {
     // The others may never come to the final all-reduce or to the rings'
     // shutdown barriers: none of them is waited for. The communicator
     // completes or cancels what is in flight (its drain and barrier each
     // wait at most the timeout); the rings cancel theirs as they go.
-    if (absl::Status s = communicator_->Shutdown(); !s.ok()) {
-      std::fprintf(stderr, "layer_separated rank %d: communicator shutdown after a failure: %s\n",
-                   context_.rank, s.ToString().c_str());
-    }
+    absl::Status shutdown = communicator_->Shutdown();
     final_counters_ = counters();
     group_stats_ = group_->stats();
     group_.reset();
     everyone_.reset();
-    return failure_;
+    return shutdown;
   }
   absl::Status status = ShareFinalModel();
   if (absl::Status s = communicator_->Shutdown(); status.ok()) status = s;
@@ -260,10 +250,10 @@ absl::Status LayerSeparatedStrategy::ShareFinalModel() {
   // others zeros, so the sum is an exact copy.
   std::byte* data = everyone_->data();
   std::memset(data, 0, everyone_->capacity());
-  const std::set<std::string> head(context_.split->head_parameters.begin(),
-                                   context_.split->head_parameters.end());
-  const bool give_features = context_.rank == 0;
-  const bool give_head = context_.rank == layout_.conv_ranks;
+  const std::set<std::string> head(context().split->head_parameters.begin(),
+                                   context().split->head_parameters.end());
+  const bool give_features = context().rank == 0;
+  const bool give_head = context().rank == layout_.conv_ranks;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const Parameter& p = parameters_[i];
     if (head.count(p.name) ? give_head : give_features) {
@@ -286,7 +276,7 @@ absl::Status LayerSeparatedStrategy::ShareFinalModel() {
 }
 
 runtime::TransferCounters LayerSeparatedStrategy::counters() const {
-  if (finished_ && group_ == nullptr) return final_counters_;
+  if (finished() && group_ == nullptr) return final_counters_;
   runtime::TransferCounters counters =
       communicator_ != nullptr ? communicator_->counters() : runtime::TransferCounters{};
   const collectives::RingAllReduceStats ring =

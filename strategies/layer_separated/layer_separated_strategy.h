@@ -60,15 +60,7 @@ class LayerSeparatedStrategy final : public Strategy {
   bool computes() const override { return conv_; }
   bool holds_full_model() const override { return false; }
   int workers() const override { return layout_.conv_ranks; }
-  int worker_index() const override { return conv_ ? context_.rank : -1; }
-  // kInvalidArgument without a model split or batch source, with fewer
-  // than 2 ranks, or with fc_ranks >= ranks.
-  absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
-                                          std::vector<Parameter> parameters) override;
-  absl::Status Start() override;
-  absl::StatusOr<StepReport> Step(const ComputeFn& compute) override;
-  bool done() const override { return clock_ >= options_.steps; }
-  absl::Status Finish() override;
+  int worker_index() const override { return conv_ ? context().rank : -1; }
   runtime::TransferCounters counters() const override;
 
   const StanzaLayout& layout() const { return layout_; }
@@ -77,8 +69,19 @@ class LayerSeparatedStrategy final : public Strategy {
 
  private:
   LayerSeparatedStrategy(StrategyOptions options, DataParallelOptions group, int fc_ranks)
-      : options_(std::move(options)), group_options_(std::move(group)),
+      : Strategy(std::move(options)), group_options_(std::move(group)),
         requested_fc_ranks_(fc_ranks) {}
+  // kInvalidArgument without a model split or batch source, with fewer
+  // than 2 ranks, or with fc_ranks >= ranks.
+  absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
+  absl::Status DoStart() override;
+  // layer_separated_step.cc. Steps run the model on next_batch(): the
+  // ComputeFn is not used.
+  absl::StatusOr<StepReport> DoStep(const ComputeFn& compute) override;
+  bool needs_compute_fn() const override { return false; }
+  // After a failure: skips the final model and the rings' barriers.
+  absl::Status DoFinish(bool after_failure) override;
+  std::string Where() const override;  // "layer_separated conv rank 0"
   std::string Ns() const;
   // Prepare(): times the parts and the ring (rank 0), picks K, shares it.
   absl::StatusOr<int> ChooseK();
@@ -88,20 +91,14 @@ class LayerSeparatedStrategy final : public Strategy {
   absl::StatusOr<StepReport> FcStep();
   absl::Status ShareFinalModel();
 
-  const StrategyOptions options_;
   const DataParallelOptions group_options_;
   const int requested_fc_ranks_;  // 0: the cost model decides
-  StrategyContext context_;
   std::vector<Parameter> parameters_;
   std::vector<Parameter> features_, head_;
   StanzaLayout layout_;
   StanzaCosts costs_;
   bool conv_ = true;
   int fc_index_ = -1;
-  bool started_ = false;
-  bool finished_ = false;
-  absl::Status failure_;  // of the step that failed: the rank is unusable
-  int64_t clock_ = 0;
   std::unique_ptr<collectives::RingAllReduce> everyone_;  // final model, probes
   std::vector<size_t> everyone_offsets_;
   plan::TransferPlan plan_;

@@ -34,17 +34,16 @@ absl::StatusOr<std::unique_ptr<MoshpitStrategy>> MoshpitStrategy::Create(
   return std::unique_ptr<MoshpitStrategy>(new MoshpitStrategy(options, moshpit));
 }
 
-absl::StatusOr<graph::GraphDef> MoshpitStrategy::Prepare(
-    const StrategyContext& context, std::vector<Parameter> parameters) {
-  ASSIGN_OR_RETURN(MoshpitGrid grid,
-                   MoshpitGrid::Create(context.world_size, moshpit_.side, moshpit_.dims));
+absl::StatusOr<graph::GraphDef> MoshpitStrategy::DoPrepare(std::vector<Parameter> parameters) {
+  const int world = context().world_size;
+  ASSIGN_OR_RETURN(MoshpitGrid grid, MoshpitGrid::Create(world, moshpit_.side, moshpit_.dims));
   grid_ = std::make_unique<MoshpitGrid>(grid);
-  RETURN_IF_ERROR(Adopt(context, std::move(parameters), 1));
+  RETURN_IF_ERROR(Adopt(std::move(parameters), 1));
   // Declared: each rank's flat parameters (the rounds' rings plan their
   // own slots).
   graph::GraphBuilder b("moshpit");
-  b.SetWorldSize(context.world_size);
-  for (int r = 0; r < context.world_size; ++r) {
+  b.SetWorldSize(world);
+  for (int r = 0; r < world; ++r) {
     b.SetRank(r);
     b.Variable(absl::StrCat("r", r, "/params"), graph::DT_FLOAT32,
                {static_cast<int64_t>(replica_->bytes() / sizeof(float))});
@@ -52,16 +51,14 @@ absl::StatusOr<graph::GraphDef> MoshpitStrategy::Prepare(
   return std::move(b).Build();
 }
 
-absl::Status MoshpitStrategy::Start() {
-  if (replica_ == nullptr) return absl::FailedPreconditionError("moshpit: Prepare() first");
-  if (context_.rejoining) {
+absl::Status MoshpitStrategy::DoStart() {
+  if (context().rejoining) {
     RETURN_IF_ERROR(CatchUp());
     SkipTo(static_cast<int64_t>(round_) * period());
     adopt_next_average_ = true;
     std::fprintf(stderr, "moshpit rank %d: rejoining at round %d (step %lld)\n",
-                 context_.rank, round_, static_cast<long long>(round_) * period());
+                 context().rank, round_, static_cast<long long>(round_) * period());
   }
-  MarkStarted();
   return absl::OkStatus();
 }
 
@@ -69,18 +66,18 @@ absl::Status MoshpitStrategy::CatchUp() {
   // A heartbeat counts the rounds a peer started: beat - 1 is the round it
   // is in. Jump to the most advanced peer's round when it is ahead of ours
   // (never past it: that would leave everyone alone, leapfrogging).
-  rdma::Store& store = *context_.store;
-  const std::string beats = absl::StrCat(options_.communicator_options.ns, "/moshpit/beat/");
+  rdma::Store& store = *context().store;
+  const std::string beats = absl::StrCat(options().communicator_options.ns, "/moshpit/beat/");
   int64_t leader = -1;
-  for (int peer = 0; peer < context_.world_size; ++peer) {
-    if (peer == context_.rank) continue;
+  for (int peer = 0; peer < context().world_size; ++peer) {
+    if (peer == context().rank) continue;
     ASSIGN_OR_RETURN(int64_t beat, store.Add(absl::StrCat(beats, peer), 0));
     leader = std::max(leader, beat - 1);
   }
   if (leader <= round_) return absl::OkStatus();
-  ASSIGN_OR_RETURN(int64_t mine, store.Add(absl::StrCat(beats, context_.rank), 0));
+  ASSIGN_OR_RETURN(int64_t mine, store.Add(absl::StrCat(beats, context().rank), 0));
   if (leader > mine) {
-    RETURN_IF_ERROR(store.Add(absl::StrCat(beats, context_.rank), leader - mine).status());
+    RETURN_IF_ERROR(store.Add(absl::StrCat(beats, context().rank), leader - mine).status());
   }
   round_ = static_cast<int>(leader);
   return absl::OkStatus();
@@ -88,15 +85,15 @@ absl::Status MoshpitStrategy::CatchUp() {
 
 absl::Status MoshpitStrategy::Exchange() {
   const int round = round_++;
-  const int rank = context_.rank;
+  const int rank = context().rank;
   const std::string key = grid_->GroupKey(rank, round);
   const std::string ns =
-      absl::StrCat(options_.communicator_options.ns, "/moshpit/t", round, "/", key);
+      absl::StrCat(options().communicator_options.ns, "/moshpit/t", round, "/", key);
   // Every round bumps our heartbeat; a peer that missed a group is
   // suspected, not waited for, until its heartbeat moves again (it came
   // back), so a dead peer costs one group timeout, not one per round.
-  rdma::Store& store = *context_.store;
-  const std::string beats = absl::StrCat(options_.communicator_options.ns, "/moshpit/beat/");
+  rdma::Store& store = *context().store;
+  const std::string beats = absl::StrCat(options().communicator_options.ns, "/moshpit/beat/");
   RETURN_IF_ERROR(store.Add(absl::StrCat(beats, rank), 1).status());
   const std::vector<int> grid_group = grid_->GroupOf(rank, round);
   int expected = 0;
@@ -178,7 +175,7 @@ absl::StatusOr<collectives::RingAllReduce*> MoshpitStrategy::RingFor(
   ring_options.capacity_bytes = replica_->bytes() + sizeof(float);  // + the weight
   ring_options.timeout = moshpit_.round_timeout;
   ASSIGN_OR_RETURN(std::unique_ptr<collectives::RingAllReduce> ring,
-                   collectives::RingAllReduce::Create(*context_.transport, *context_.store,
+                   collectives::RingAllReduce::Create(*context().transport, *context().store,
                                                       ns, members, ring_options));
   ++rings_created_;
   collectives::RingAllReduce* kept = ring.get();
@@ -212,7 +209,7 @@ absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round
   return absl::OkStatus();
 }
 
-absl::Status MoshpitStrategy::Finish() {
+absl::Status MoshpitStrategy::DoFinish(bool) {
   // std::map order: every peer shuts its rings down in the same order, so
   // the shutdown barriers cannot wait on each other in a cycle.
   for (auto& [members, kept] : rings_) {
@@ -220,7 +217,7 @@ absl::Status MoshpitStrategy::Finish() {
     // longer than for a group.
     absl::Status status = kept.ring->Shutdown(moshpit_.group_timeout);
     if (!status.ok()) {
-      std::fprintf(stderr, "moshpit rank %d: shutting a ring down: %s\n", context_.rank,
+      std::fprintf(stderr, "moshpit rank %d: shutting a ring down: %s\n", context().rank,
                    status.ToString().c_str());
     }
   }

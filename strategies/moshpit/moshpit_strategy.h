@@ -57,14 +57,7 @@ class MoshpitStrategy final : public LocalSgdStrategy {
       const StrategyOptions& options);
 
   std::string name() const override { return "moshpit"; }
-  absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
-                                          std::vector<Parameter> parameters) override;
-  absl::Status Start() override;
   bool supports_rejoin() const override { return true; }
-  // Shuts the kept rings down (in one order on every peer), waiting at most
-  // the group timeout for each: a ring whose other members left it (they
-  // suspected this peer) is logged and dropped.
-  absl::Status Finish() override;
 
   // The size of the group of each round so far, and rounds whose average
   // failed (for tests and logs).
@@ -79,6 +72,14 @@ class MoshpitStrategy final : public LocalSgdStrategy {
  private:
   MoshpitStrategy(StrategyOptions options, MoshpitOptions moshpit)
       : LocalSgdStrategy(std::move(options), moshpit.period), moshpit_(moshpit) {}
+  absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
+  // A rejoining peer catches up with the others' round here.
+  absl::Status DoStart() override;
+  // Shuts the kept rings down (in one order on every peer), waiting at most
+  // the group timeout for each: a ring whose other members left it (they
+  // suspected this peer) is logged and dropped. The same after a failed
+  // step: the wait is bounded either way.
+  absl::Status DoFinish(bool after_failure) override;
   // One round: form the group, average in it.
   absl::Status Exchange() override;
   // The kept ring for `members`, or a new one set up under `ns` in `round`.

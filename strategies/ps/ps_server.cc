@@ -24,9 +24,9 @@ torch::Tensor FloatView(const std::byte* data, int64_t elements) {
 absl::Status PsStrategy::StartServer() {
   const Shard& shard = shards_[index_];
   const size_t bytes = shard.elements * sizeof(float);
-  rdma::Transport& transport = *context_.transport;
-  ASSIGN_OR_RETURN(params_, runtime::VersionedBuffer::Create(
-                                transport, *context_.store, Ns(),
+  rdma::Transport& transport = *context().transport;
+  ASSIGN_OR_RETURN(params_, onesided::VersionedBuffer::Create(
+                                transport, *context().store, Ns(),
                                 absl::StrCat("ps", index_, "/params"), bytes,
                                 ps_.copies));
   // Version 1: the model's initial values (every rank builds the same model
@@ -38,8 +38,8 @@ absl::Status PsStrategy::StartServer() {
                   entry.elements * sizeof(float));
     }
   });
-  ASSIGN_OR_RETURN(clocks_, runtime::VersionedBuffer::Create(
-                                transport, *context_.store, Ns(),
+  ASSIGN_OR_RETURN(clocks_, onesided::VersionedBuffer::Create(
+                                transport, *context().store, Ns(),
                                 absl::StrCat("ps", index_, "/clocks"),
                                 2 * workers_ * sizeof(int64_t), ps_.copies));
   table_ = std::make_unique<ClockTable>(ps_.sync, workers_);
@@ -64,12 +64,12 @@ void PsStrategy::PublishClocks() {
 void PsStrategy::ApplyUpdate(const torch::Tensor& gradient) {
   // SGD with momentum, as torch.optim.SGD: v = mu * v + g; p -= lr * v,
   // written straight into the next version.
-  momentum_.mul_(options_.momentum).add_(gradient);
+  momentum_.mul_(options().momentum).add_(gradient);
   const int64_t elements = shards_[index_].elements;
   params_->Update([&](std::byte* next, const std::byte* latest) {
     torch::Tensor out = FloatView(next, elements);
     torch::add_out(out, FloatView(latest, elements), momentum_,
-                   -options_.learning_rate);
+                   -options().learning_rate);
   });
   ++updates_;
 }
@@ -85,14 +85,14 @@ absl::Status PsStrategy::SendParameters(int worker) {
 
 absl::Status PsStrategy::SendReplies() {
   if (ps_.pull_by_read) return absl::OkStatus();
-  if (table_->min_clock() >= options_.steps) {
+  if (table_->min_clock() >= options().steps) {
     // The end: every worker gets the final parameters.
     for (int w = 0; w < workers_; ++w) RETURN_IF_ERROR(SendParameters(w));
     return absl::OkStatus();
   }
   for (int w = 0; w < workers_; ++w) {
     const int64_t clock = table_->clock(w);
-    if (!reply_due_[w] || clock >= options_.steps || clock > table_->Bound(w)) {
+    if (!reply_due_[w] || clock >= options().steps || clock > table_->Bound(w)) {
       continue;
     }
     RETURN_IF_ERROR(SendParameters(w));
@@ -135,11 +135,11 @@ absl::Status PsStrategy::TakeGradient(int worker) {
 
 absl::StatusOr<StepReport> PsStrategy::ServerStep() {
   const absl::Time begin = absl::Now();
-  const absl::Time deadline = begin + options_.communicator_options.timeout;
+  const absl::Time deadline = begin + options().communicator_options.timeout;
   while (true) {
     for (int i = 0; i < workers_; ++i) {
       const int w = (next_worker_ + i) % workers_;
-      if (table_->clock(w) >= options_.steps || contributed_[w]) continue;
+      if (table_->clock(w) >= options().steps || contributed_[w]) continue;
       ASSIGN_OR_RETURN(bool ready, communicator_->Ready(grad_ids_[w]));
       if (!ready) continue;
       const absl::Time arrived = absl::Now();
@@ -160,16 +160,16 @@ absl::StatusOr<StepReport> PsStrategy::ServerStep() {
       const int64_t slowest = table_->min_clock();
       for (int w = 0; w < workers_; ++w) {
         const int64_t clock = table_->clock(w);
-        if (clock >= options_.steps || contributed_[w]) continue;
+        if (clock >= options().steps || contributed_[w]) continue;
         if (ps_.sync.mode != SyncMode::kBsp && clock != slowest) continue;
         waiting.push_back(
             absl::StrCat("worker ", w, " (rank ", ps_.servers + w, ") at clock ", clock));
       }
       return absl::DeadlineExceededError(absl::StrCat(
           Where(), " received no gradient for ",
-          absl::FormatDuration(options_.communicator_options.timeout), " from ",
+          absl::FormatDuration(options().communicator_options.timeout), " from ",
           absl::StrJoin(waiting, ", "), "; the workers' clocks are [",
-          absl::StrJoin(table_->clocks(), ", "), "] of ", options_.steps,
+          absl::StrJoin(table_->clocks(), ", "), "] of ", options().steps,
           " steps: is a worker stuck or dead?"));
     }
     std::this_thread::yield();  // let the workers have the CPU

@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<PsStrategy>> PsStrategy::Create(
 }
 
 PsStrategy::PsStrategy(StrategyOptions options, PsOptions ps)
-    : options_(std::move(options)), ps_(std::move(ps)) {}
+    : Strategy(std::move(options)), ps_(std::move(ps)) {}
 
 PsStrategy::~PsStrategy() {
   // In-flight pushes leave from our memory: shut down first. Then the
@@ -46,25 +46,22 @@ PsStrategy::~PsStrategy() {
 }
 
 std::string PsStrategy::Ns() const {
-  return absl::StrCat(options_.communicator_options.ns, "/ps");
+  return absl::StrCat(options().communicator_options.ns, "/ps");
 }
 
 std::string PsStrategy::Where() const {
   return absl::StrCat("ps ", server_ ? "server " : "worker ", index_, " (rank ",
-                      context_.rank, ")");
+                      context().rank, ")");
 }
 
-absl::StatusOr<graph::GraphDef> PsStrategy::Prepare(
-    const StrategyContext& context, std::vector<Parameter> parameters) {
-  if (context.transport == nullptr || context.store == nullptr) {
-    return absl::InvalidArgumentError("ps needs a transport and a store");
-  }
-  workers_ = context.world_size - ps_.servers;
+absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> parameters) {
+  const StrategyContext& job = context();
+  workers_ = job.world_size - ps_.servers;
   if (workers_ < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ps with ", ps_.servers, " servers needs at least ", ps_.servers + 1,
         " ranks (servers first, then workers); the job has ",
-        context.world_size));
+        job.world_size));
   }
   std::vector<int64_t> elements;
   for (const Parameter& p : parameters) {
@@ -76,10 +73,9 @@ absl::StatusOr<graph::GraphDef> PsStrategy::Prepare(
     elements.push_back(p.tensor.numel());
   }
   ASSIGN_OR_RETURN(shards_, ShardParameters(elements, ps_.servers));
-  context_ = context;
   parameters_ = std::move(parameters);
-  server_ = context.rank < ps_.servers;
-  index_ = server_ ? context.rank : context.rank - ps_.servers;
+  server_ = job.rank < ps_.servers;
+  index_ = server_ ? job.rank : job.rank - ps_.servers;
   std::vector<int64_t> shard_elements;
   for (const Shard& shard : shards_) shard_elements.push_back(shard.elements);
   return BuildPsGraph(ps_.servers, workers_, shard_elements, ps_.pull_by_read);
@@ -94,14 +90,14 @@ absl::Status PsStrategy::CreateCommunicator() {
                               BuildPsGraph(ps_.servers, workers_, shard_elements,
                                            ps_.pull_by_read),
                               planner));
-  runtime::CommunicatorOptions options = options_.communicator_options;
-  options.lockstep = false;  // workers run at their own pace
+  runtime::CommunicatorOptions free_running = options().communicator_options;
+  free_running.lockstep = false;  // workers run at their own pace
   ASSIGN_OR_RETURN(communicator_,
-                   runtime::CreateCommunicator(options_.communicator, plan_,
-                                               *context_.transport,
-                                               *context_.store, options));
+                   runtime::CreateCommunicator(options().communicator, plan_,
+                                               *context().transport,
+                                               *context().store, free_running));
   ASSIGN_OR_RETURN(runtime::RankPlan mine,
-                   runtime::RankPlan::Create(plan_, context_.rank));
+                   runtime::RankPlan::Create(plan_, context().rank));
   const int peers = server_ ? workers_ : ps_.servers;
   grad_ids_.assign(peers, -1);
   params_ids_.assign(peers, -1);
@@ -119,41 +115,24 @@ absl::Status PsStrategy::CreateCommunicator() {
   return absl::OkStatus();
 }
 
-absl::Status PsStrategy::Start() {
-  if (shards_.empty()) {
-    return absl::FailedPreconditionError("ps: call Prepare() before Start()");
-  }
-  if (started_) return absl::FailedPreconditionError("ps: started twice");
-  started_ = true;
+absl::Status PsStrategy::DoStart() {
   start_time_ = absl::Now();
   RETURN_IF_ERROR(CreateCommunicator());
   return server_ ? StartServer() : StartWorker();
 }
 
-absl::StatusOr<StepReport> PsStrategy::Step(const ComputeFn& compute) {
-  if (!started_) return absl::FailedPreconditionError("ps: Step() before Start()");
-  if (!failure_.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Where(), " is unusable after a failed step: ", failure_.ToString()));
-  }
-  if (done()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Where(), ": Step() after the last step"));
-  }
-  if (!server_ && !compute) return absl::InvalidArgumentError("a ps worker needs a ComputeFn");
-  absl::StatusOr<StepReport> report = server_ ? ServerStep() : WorkerStep(compute);
-  // A failed step may have left a pull, a push or a permission round half
-  // done (a timed-out read was cancelled before it returned): nothing is
-  // retried on this state.
-  if (!report.ok()) failure_ = report.status();
-  return report;
+absl::StatusOr<StepReport> PsStrategy::DoStep(const ComputeFn& compute) {
+  // A failed step may leave a pull, a push or a permission round half done
+  // (a timed-out read was cancelled before it returned): the base retries
+  // nothing on that state.
+  return server_ ? ServerStep() : WorkerStep(compute);
 }
 
 bool PsStrategy::done() const {
   if (server_) {
-    return table_ != nullptr && table_->min_clock() >= options_.steps;
+    return table_ != nullptr && table_->min_clock() >= options().steps;
   }
-  return clock_ >= options_.steps;
+  return Strategy::done();
 }
 
 runtime::TransferCounters PsStrategy::counters() const {
@@ -171,14 +150,10 @@ int64_t PsStrategy::pull_retries() const {
   return retries;
 }
 
-absl::Status PsStrategy::Finish() {
-  if (finished_) return absl::OkStatus();
-  finished_ = true;
-  if (!started_) return absl::OkStatus();
-  absl::Status status = failure_;
-  if (!server_ && failure_.ok()) {
-    // The final parameters: after every server took every gradient. After
-    // a failure nobody is waited for: the parameters stay as they are.
+absl::Status PsStrategy::DoFinish(bool after_failure) {
+  absl::Status status;
+  if (!server_ && !after_failure) {
+    // The final parameters: after every server took every gradient.
     status = ps_.pull_by_read ? WaitForPermission(kUnbounded).status()
                               : ReceiveParameters();
     if (status.ok() && ps_.pull_by_read) status = PullParameters();

@@ -2,7 +2,7 @@
 // -----------------------------------------------------------------------------
 // The parameter server strategy ("ps"). Servers (ranks 0..S-1) hold
 // size-balanced shards of the parameters (sharding.h) in versioned buffers
-// (runtime/versioned_buffer.h) and apply SGD with momentum; workers
+// (onesided/versioned_buffer.h) and apply SGD with momentum; workers
 //   1. wait for permission: read their bound from every server's clock
 //      buffer (one-sided) until their clock is within it (sync_policy.h)
 //      and the server has applied their own last gradient (read-my-writes);
@@ -37,9 +37,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "graph_analyzer/plan.pb.h"
+#include "onesided/versioned_buffer.h"
 #include "rdma/memory_region.h"
 #include "runtime/communicator.h"
-#include "runtime/versioned_buffer.h"
 #include "strategies/ps/ps_options.h"
 #include "strategies/ps/sharding.h"
 #include "strategies/ps/sync_policy.h"
@@ -61,12 +61,8 @@ class PsStrategy final : public Strategy {
   bool computes() const override { return !server_; }
   int workers() const override { return workers_; }
   int worker_index() const override { return server_ ? -1 : index_; }
-  absl::StatusOr<graph::GraphDef> Prepare(
-      const StrategyContext& context, std::vector<Parameter> parameters) override;
-  absl::Status Start() override;
-  absl::StatusOr<StepReport> Step(const ComputeFn& compute) override;
+  // A worker: once it ran its steps; a server: once every worker did.
   bool done() const override;
-  absl::Status Finish() override;
   runtime::TransferCounters counters() const override;
 
   const PsOptions& ps_options() const { return ps_; }
@@ -81,9 +77,15 @@ class PsStrategy final : public Strategy {
  private:
   PsStrategy(StrategyOptions options, PsOptions ps);
 
+  absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
+  absl::Status DoStart() override;
+  absl::StatusOr<StepReport> DoStep(const ComputeFn& compute) override;
+  // After a failure nobody is waited for: the parameters stay as they are.
+  absl::Status DoFinish(bool after_failure) override;
+  std::string Where() const override;  // "ps server 0 (rank 0)"
+
   absl::Status CreateCommunicator();
   std::string Ns() const;
-  std::string Where() const;  // "ps server 0 (rank 0)", for messages
 
   // ps_server.cc
   absl::Status StartServer();
@@ -110,24 +112,19 @@ class PsStrategy final : public Strategy {
   // server's clock words is `clock`.
   std::string WorkersAt(const std::vector<int64_t>& words, int64_t clock) const;
 
-  const StrategyOptions options_;
   const PsOptions ps_;
-  StrategyContext context_;
   std::vector<Parameter> parameters_;
   std::vector<Shard> shards_;
   int workers_ = 0;
   bool server_ = false;
   int index_ = 0;  // server index, or worker index (rank - servers)
-  bool started_ = false;
-  bool finished_ = false;
-  absl::Status failure_;  // of the step that failed: the rank is unusable
   plan::TransferPlan plan_;
   std::unique_ptr<runtime::Communicator> communicator_;
   absl::Time start_time_;
 
   // Server.
-  std::unique_ptr<runtime::VersionedBuffer> params_;
-  std::unique_ptr<runtime::VersionedBuffer> clocks_;
+  std::unique_ptr<onesided::VersionedBuffer> params_;
+  std::unique_ptr<onesided::VersionedBuffer> clocks_;
   std::unique_ptr<ClockTable> table_;
   torch::Tensor momentum_;
   torch::Tensor sum_;  // bsp: this step's gradients so far
@@ -141,13 +138,12 @@ class PsStrategy final : public Strategy {
   std::vector<std::vector<int64_t>> history_;
 
   // Worker.
-  int64_t clock_ = 0;
   std::vector<int64_t> shard_offset_;  // bytes, in the two regions below
   std::unique_ptr<rdma::MemoryRegion> param_region_;
   std::unique_ptr<rdma::MemoryRegion> grad_region_;
   std::unique_ptr<rdma::MemoryRegion> clock_scratch_;
-  std::vector<std::unique_ptr<runtime::VersionedReader>> param_readers_;
-  std::vector<std::unique_ptr<runtime::VersionedReader>> clock_readers_;
+  std::vector<std::unique_ptr<onesided::VersionedReader>> param_readers_;
+  std::vector<std::unique_ptr<onesided::VersionedReader>> clock_readers_;
   std::weak_ptr<const void> pushes_in_flight_;
   int64_t pulled_bytes_ = 0;  // parameters read from the servers
 };

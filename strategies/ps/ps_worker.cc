@@ -27,7 +27,7 @@ absl::Status PsStrategy::StartWorker() {
     shard_offset_[s] = static_cast<int64_t>(total);
     total += RoundUp(shards_[s].elements * sizeof(float));
   }
-  rdma::Transport& transport = *context_.transport;
+  rdma::Transport& transport = *context().transport;
   ASSIGN_OR_RETURN(rdma::MemoryRegion params, transport.Allocate(total));
   param_region_ = std::make_unique<rdma::MemoryRegion>(std::move(params));
   ASSIGN_OR_RETURN(rdma::MemoryRegion grads, transport.Allocate(total));
@@ -53,11 +53,11 @@ absl::Status PsStrategy::StartWorker() {
     executor->AddSendArena(grad_region_.get());
   }
   if (!ps_.pull_by_read) return absl::OkStatus();
-  const absl::Duration timeout = options_.communicator_options.timeout;
+  const absl::Duration timeout = options().communicator_options.timeout;
   for (int s = 0; s < servers; ++s) {
     ASSIGN_OR_RETURN(auto reader,
-                     runtime::VersionedReader::Create(
-                         transport, *context_.store, Ns(),
+                     onesided::VersionedReader::Create(
+                         transport, *context().store, Ns(),
                          absl::StrCat("ps", s, "/params"), s, timeout));
     if (reader->bytes() != shards_[s].elements * sizeof(float)) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -67,8 +67,8 @@ absl::Status PsStrategy::StartWorker() {
           "; do all ranks build the same model?"));
     }
     param_readers_.push_back(std::move(reader));
-    ASSIGN_OR_RETURN(reader, runtime::VersionedReader::Create(
-                                 transport, *context_.store, Ns(),
+    ASSIGN_OR_RETURN(reader, onesided::VersionedReader::Create(
+                                 transport, *context().store, Ns(),
                                  absl::StrCat("ps", s, "/clocks"), s, timeout));
     clock_readers_.push_back(std::move(reader));
   }
@@ -91,7 +91,7 @@ absl::Status PsStrategy::ReadClocks(int server, std::vector<int64_t>& words) {
 }
 
 absl::StatusOr<int64_t> PsStrategy::WaitForPermission(int64_t clock) {
-  const absl::Time deadline = absl::Now() + options_.communicator_options.timeout;
+  const absl::Time deadline = absl::Now() + options().communicator_options.timeout;
   std::vector<int64_t> words;
   while (true) {
     int64_t bound = kUnbounded;
@@ -111,7 +111,7 @@ absl::StatusOr<int64_t> PsStrategy::WaitForPermission(int64_t clock) {
     // kUnbounded asks for the end: every server took every gradient.
     // Otherwise the clock must be within the bound, and the parameters must
     // hold this worker's own gradients (read-my-writes, as in SSP).
-    const bool go = clock == kUnbounded ? slowest >= options_.steps && bound >= 0
+    const bool go = clock == kUnbounded ? slowest >= options().steps && bound >= 0
                                         : clock <= bound && mine >= clock;
     if (go) return slowest;
     if (absl::Now() > deadline) {
@@ -125,7 +125,7 @@ absl::StatusOr<int64_t> PsStrategy::WaitForPermission(int64_t clock) {
       return absl::DeadlineExceededError(absl::StrCat(
           Where(), " at clock ",
           clock == kUnbounded ? std::string("end") : absl::StrCat(clock), " waited ",
-          absl::FormatDuration(options_.communicator_options.timeout),
+          absl::FormatDuration(options().communicator_options.timeout),
           " for permission (", ps_.sync.ToString(), "): its bound is ", bound,
           " and the workers' clocks are [",
           absl::StrJoin(words.begin() + workers_, words.end(), ", "), "]; ",
@@ -173,7 +173,7 @@ absl::Status PsStrategy::ReceiveParameters() {
 }
 
 absl::Status PsStrategy::WaitForPushes() {
-  const absl::Time deadline = absl::Now() + options_.communicator_options.timeout;
+  const absl::Time deadline = absl::Now() + options().communicator_options.timeout;
   while (!pushes_in_flight_.expired()) {
     // Either call drives the transport, which completes the writes.
     if (ps_.pull_by_read) {
@@ -183,9 +183,9 @@ absl::Status PsStrategy::WaitForPushes() {
     }
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
-          Where(), ": the gradients of clock ", clock_ - 1,
+          Where(), ": the gradients of clock ", clock() - 1,
           " are still being written after ",
-          absl::FormatDuration(options_.communicator_options.timeout)));
+          absl::FormatDuration(options().communicator_options.timeout)));
     }
   }
   return absl::OkStatus();
@@ -205,10 +205,10 @@ absl::Status PsStrategy::PushGradients() {
 
 absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
   StepReport report;
-  report.clock = clock_;
+  report.clock = clock();
   const absl::Time begin = absl::Now();
   if (ps_.pull_by_read) {
-    ASSIGN_OR_RETURN(report.min_clock, WaitForPermission(clock_));
+    ASSIGN_OR_RETURN(report.min_clock, WaitForPermission(clock()));
     report.wait_time = absl::Now() - begin;
     RETURN_IF_ERROR(PullParameters());
   } else {
@@ -225,7 +225,6 @@ absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
   const absl::Time pushed = absl::Now();
   report.compute_time = computed - pulled;
   report.comm_time = (pulled - begin) + (pushed - computed);
-  ++clock_;
   return report;
 }
 

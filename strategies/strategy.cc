@@ -1,0 +1,111 @@
+// File: strategy.cc
+// The Strategy base's state machine (see the table in strategy.h).
+#include "strategies/strategy.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
+namespace rdmaflow::strategies {
+
+std::string Strategy::Where() const {
+  return absl::StrCat(name(), " rank ", context_.rank);
+}
+
+std::string Strategy::Who() const {
+  return phase_ == Phase::kNew ? name() : Where();
+}
+
+absl::Status Strategy::Refuse(absl::string_view call, absl::string_view why) const {
+  return absl::FailedPreconditionError(absl::StrCat(Who(), ": ", call, " ", why));
+}
+
+absl::Status Strategy::Unusable() const {
+  return absl::FailedPreconditionError(absl::StrCat(Where(), " is unusable after a failed ",
+                                                    failed_in_start_ ? "Start()" : "step",
+                                                    ": ", failure_.ToString()));
+}
+
+absl::StatusOr<graph::GraphDef> Strategy::Prepare(const StrategyContext& context,
+                                                  std::vector<Parameter> parameters) {
+  if (phase_ != Phase::kNew) return Refuse("Prepare()", "called twice");
+  if (context.transport == nullptr || context.store == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name(), " needs a transport and a store (StrategyContext::transport, ::store)"));
+  }
+  if (context.world_size < 1 || context.rank < 0 || context.rank >= context.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": rank ", context.rank,
+                                                   " is not one of a job of ",
+                                                   context.world_size, " ranks"));
+  }
+  context_ = context;
+  absl::StatusOr<graph::GraphDef> graph = DoPrepare(std::move(parameters));
+  if (graph.ok()) phase_ = Phase::kPrepared;
+  return graph;
+}
+
+absl::Status Strategy::Start() {
+  switch (phase_) {
+    case Phase::kNew:
+      return Refuse("Start()", "before Prepare(): call Prepare() first");
+    case Phase::kPrepared:
+      break;
+    case Phase::kStarted:
+      return failure_.ok() ? Refuse("Start()", "called twice") : Unusable();
+    case Phase::kFinished:
+      return Refuse("Start()", "after Finish()");
+  }
+  phase_ = Phase::kStarted;
+  if (absl::Status started = DoStart(); !started.ok()) {
+    failure_ = started;
+    failed_in_start_ = true;
+    return started;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepReport> Strategy::Step(const ComputeFn& compute) {
+  switch (phase_) {
+    case Phase::kNew:
+    case Phase::kPrepared:
+      return Refuse("Step()", "before Start(): call Prepare() and Start() first");
+    case Phase::kStarted:
+      break;
+    case Phase::kFinished:
+      return Refuse("Step()", "after Finish()");
+  }
+  if (!failure_.ok()) return Unusable();
+  if (done()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), " already ran its ", options_.steps, " steps: Step() after done()"));
+  }
+  if (needs_compute_fn() && !compute) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), " computes: its Step() needs a ComputeFn"));
+  }
+  absl::StatusOr<StepReport> report = DoStep(compute);
+  if (!report.ok()) {
+    // A pull, a push, a ring or a tensor may be half done: nothing is
+    // retried on this state.
+    failure_ = report.status();
+    return report;
+  }
+  ++clock_;
+  return report;
+}
+
+absl::Status Strategy::Finish() {
+  const bool run = phase_ == Phase::kStarted && !failed_in_start_;
+  phase_ = Phase::kFinished;
+  if (!run) return absl::OkStatus();  // nothing started, or finished already
+  const bool after_failure = !failure_.ok();
+  absl::Status status = DoFinish(after_failure);
+  if (!after_failure) return status;
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: shutting down after a failed step: %s\n", Where().c_str(),
+                 status.ToString().c_str());
+  }
+  return failure_;
+}
+
+}  // namespace rdmaflow::strategies
