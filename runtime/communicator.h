@@ -86,9 +86,11 @@ class ReceivedTensor {
 // the communicator's progress (the calls progress while they wait).
 // CommunicatorOptions::lockstep = false lifts the once-per-step rule below:
 // each transfer then runs at its own pace.
-// Errors (every message names the tensor, its id and the peer rank):
+// Errors (every message names the tensor, its id and the peer rank; the
+// argument checks are shared by every implementation: communicator_checks.h):
 //   kInvalidArgument: an unknown id, an id this rank does not send (receive),
-//     a tensor of the wrong size or shape for its slot.
+//     a tensor of the wrong size or shape for its slot, a dynamic tensor
+//     larger than CommunicatorOptions::dynamic_pool_bytes.
 //   kDeadlineExceeded: the peer did not deliver, or did not release a slot,
 //     within the communicator's timeout.
 //   kUnavailable: the peer died or became unreachable.

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/shape_util.h"
+#include "runtime/communicator_checks.h"
 #include "runtime/step_tracker.h"
 
 namespace rdmaflow::runtime {
@@ -186,10 +187,7 @@ void Executor::AddSendArena(const rdma::MemoryRegion* region) {
 std::vector<std::string> Executor::promoted() const { return promoted_; }
 
 absl::Status Executor::CheckUsable() const {
-  if (shut_down_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_plan_.rank(), ": the communicator was shut down"));
-  }
+  RETURN_IF_ERROR(CheckNotShutDown(shut_down_, rank_plan_.rank()));
   return engine_.failure();
 }
 
@@ -362,20 +360,10 @@ absl::StatusOr<rdma::LocalSlice> Executor::SourceOf(
 
 absl::Status Executor::Send(int id, OutgoingTensor tensor) {
   RETURN_IF_ERROR(CheckUsable());
-  ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindSend(id));
-  internal::SendSlot& slot = *sends_[send_by_id_[info->id]];
+  ASSIGN_OR_RETURN(SendArguments args, CheckSendArguments(rank_plan_, id, tensor,
+                                                          options_.dynamic_pool_bytes));
+  internal::SendSlot& slot = *sends_[send_by_id_[args.info->id]];
   RETURN_IF_ERROR(CheckSequence(slot.next_seq, slot.info, "sent"));
-  ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(slot.info, tensor.shape));
-  if (bytes != tensor.bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        slot.info.Describe(), ": got ", tensor.bytes, " bytes for shape ",
-        graph::ShapeString(tensor.shape), " of ",
-        graph::DataTypeName(slot.info.spec.dtype()), ", which needs ", bytes));
-  }
-  if (bytes > 0 && tensor.data == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(slot.info.Describe(), ": null data"));
-  }
   if (slot.info.dynamic) return SendDynamic(slot, std::move(tensor));
   return SendStatic(slot, std::move(tensor));
 }
@@ -437,13 +425,7 @@ absl::Status Executor::SendDynamic(internal::SendSlot& slot,
   FreeSources(slot);
   size_t source = 0;
   if (tensor.bytes > 0) {
-    if (tensor.bytes > source_pool_->capacity()) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          slot.info.Describe(), ": ", tensor.bytes,
-          " bytes exceed the dynamic pool of ", source_pool_->capacity(),
-          " bytes; raise CommunicatorOptions::dynamic_pool_bytes "
-          "(--dynamic_pool_bytes)"));
-    }
+    // Send() checked it fits the pool (CheckSendArguments).
     absl::StatusOr<size_t> allocated = source_pool_->Allocate(tensor.bytes);
     if (!allocated.ok()) {
       RETURN_IF_ERROR(engine_.WaitUntil(

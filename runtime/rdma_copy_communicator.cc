@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "runtime/communicator_checks.h"
 #include "runtime/internal/piece_header.h"
 #include "rdma/rendezvous.h"
 #include "runtime/tensor_message.pb.h"
@@ -128,29 +129,17 @@ absl::Status RdmaCopyCommunicator::SetUp() {
 }
 
 absl::Status RdmaCopyCommunicator::CheckUsable() const {
-  if (shut_down_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank_plan_.rank(), ": the communicator was shut down"));
-  }
+  RETURN_IF_ERROR(CheckNotShutDown(shut_down_, rank_plan_.rank()));
   return engine_.failure();
 }
 
 absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
   RETURN_IF_ERROR(CheckUsable());
-  ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindSend(id));
+  ASSIGN_OR_RETURN(SendArguments args, CheckSendArguments(rank_plan_, id, tensor,
+                                                          options_.dynamic_pool_bytes));
+  const TransferInfo* info = args.info;
+  const uint64_t bytes = args.bytes;
   RETURN_IF_ERROR(steps_.CheckSend(*info));
-  ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, tensor.shape));
-  if (bytes != tensor.bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        info->Describe(), ": got ", tensor.bytes, " bytes, the shape needs ",
-        bytes));
-  }
-  if (info->dynamic && bytes > options_.dynamic_pool_bytes) {
-    // The receiver refuses it (as the zero-copy executor's pool would).
-    return absl::InvalidArgumentError(absl::StrCat(
-        info->Describe(), ": ", bytes, " bytes exceed dynamic_pool_bytes (",
-        options_.dynamic_pool_bytes, ")"));
-  }
   Outgoing& out = outgoing_.at(info->dst_rank);
   const uint64_t* consumed =
       reinterpret_cast<const uint64_t*>(out.credit->data());
@@ -272,26 +261,14 @@ absl::Status RdmaCopyCommunicator::Deliver(int peer, const std::byte* message) {
   }
   if (header.offset() == 0) {
     std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
-    absl::StatusOr<uint64_t> bytes = CheckShape(*info, shape);
-    if (!bytes.ok()) {
-      return absl::DataLossError(absl::StrCat("rank ", peer, " sent ",
-                                              bytes.status().message()));
-    }
-    if (*bytes != header.total_bytes()) {
-      return absl::DataLossError(absl::StrCat(
-          info->Describe(), ": message of ", header.total_bytes(),
-          " bytes for shape of ", *bytes));
-    }
-    if (*bytes > options_.dynamic_pool_bytes && info->dynamic) {
-      return absl::DataLossError(absl::StrCat(
-          "rank ", peer, " sent ", info->Describe(), " of ", *bytes,
-          " bytes, more than dynamic_pool_bytes (", options_.dynamic_pool_bytes, ")"));
-    }
+    ASSIGN_OR_RETURN(uint64_t bytes,
+                     CheckArrivedTensor(*info, peer, shape, header.total_bytes(),
+                                        options_.dynamic_pool_bytes));
     under_way = partial_
                     .insert_or_assign(header.id(),
                                       Assembled{header.step(), std::move(shape),
                                                 std::make_shared<std::vector<std::byte>>(
-                                                    *bytes)})
+                                                    bytes)})
                     .first;
   }
   Assembled& partial = under_way->second;

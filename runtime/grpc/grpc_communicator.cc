@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
 #include "grpcpp/grpcpp.h"
+#include "runtime/communicator_checks.h"
 #include "runtime/rank_plan.h"
 #include "runtime/step_tracker.h"
 #include "runtime/tensor_message.grpc.pb.h"
@@ -162,14 +163,11 @@ class GrpcCommunicator final : public Communicator {
 
   absl::Status Send(int id, OutgoingTensor tensor) override {
     RETURN_IF_ERROR(CheckUsable());
-    ASSIGN_OR_RETURN(const TransferInfo* info, plan_.FindSend(id));
+    ASSIGN_OR_RETURN(SendArguments args,
+                     CheckSendArguments(plan_, id, tensor, options_.dynamic_pool_bytes));
+    const TransferInfo* info = args.info;
+    const uint64_t bytes = args.bytes;
     RETURN_IF_ERROR(steps_.CheckSend(*info));
-    ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, tensor.shape));
-    if (bytes != tensor.bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          info->Describe(), ": got ", tensor.bytes, " bytes, the shape needs ",
-          bytes));
-    }
     TensorChunk message;
     message.set_id(id);
     message.set_step(steps_.SendSequence(*info));
@@ -207,12 +205,13 @@ class GrpcCommunicator final : public Communicator {
           info->Describe()));
     }
     std::vector<int64_t> shape(message->shape().begin(), message->shape().end());
-    ASSIGN_OR_RETURN(uint64_t bytes, CheckShape(*info, shape));
-    if (message->step() != steps_.RecvSequence(*info) ||
-        bytes != message->data().size()) {
+    ASSIGN_OR_RETURN(uint64_t bytes,
+                     CheckArrivedTensor(*info, info->src_rank, shape, message->data().size(),
+                                        options_.dynamic_pool_bytes));
+    if (message->step() != steps_.RecvSequence(*info)) {
       return absl::DataLossError(absl::StrCat(
-          info->Describe(), ": a malformed message arrived in step ",
-          steps_.step()));
+          info->Describe(), ": tensor ", message->step(), " arrived as tensor ",
+          steps_.RecvSequence(*info), " (step ", steps_.step(), ")"));
     }
     steps_.Received(*info);
     ++counters_.tensors_received;
@@ -271,13 +270,7 @@ class GrpcCommunicator final : public Communicator {
     std::unique_ptr<grpc::ClientWriter<TensorChunk>> writer;
   };
 
-  absl::Status CheckUsable() const {
-    if (shut_down_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", plan_.rank(), ": the communicator was shut down"));
-    }
-    return absl::OkStatus();
-  }
+  absl::Status CheckUsable() const { return CheckNotShutDown(shut_down_, plan_.rank()); }
 
   RankPlan plan_;
   rdma::Store& store_;
