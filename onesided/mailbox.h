@@ -114,10 +114,10 @@ class Mailbox {
   const absl::Duration timeout_;
   std::unique_ptr<rdma::MemoryRegion> inbox_;
   std::unique_ptr<rdma::MemoryRegion> outbox_;  // one packed slot
-  std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;        // by peer
-  std::vector<std::unique_ptr<rdma::RemoteRegion>> remote_;       // by peer
-  std::vector<uint64_t> sent_;                // messages sent, by peer
-  std::vector<StampedSlotReader> senders_;    // our view of each sender's slot
+  std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;   // by peer
+  std::vector<std::unique_ptr<rdma::RemoteRegion>> remote_;  // by peer
+  std::vector<uint64_t> sent_;                               // messages sent, by peer
+  std::vector<StampedSlotReader> senders_;  // our view of each sender's slot, by sender
   std::vector<std::byte> copy_;
   int64_t busy_slots_ = 0;
 };
