@@ -1,13 +1,15 @@
 // File: trace_recorder.cc
 #include "runtime/trace_recorder.h"
 
-#include <cstdio>
-#include <fstream>
+#include <string>
 
-#include "absl/strings/str_cat.h"
+#include "results/chrome_trace.pb.h"
+#include "results/json.h"
 
 namespace rdmaflow::runtime {
 namespace {
+
+constexpr int kLanes = 4;
 
 const char* LaneName(TraceRecorder::Lane lane) {
   switch (lane) {
@@ -23,22 +25,15 @@ const char* LaneName(TraceRecorder::Lane lane) {
   return "?";
 }
 
-// Tensor names are graph node names ("layer/w:0"); escape what JSON needs.
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
+// A metadata event naming a process (tid < 0) or thread row.
+results::TraceEvent RowName(int pid, int tid, const std::string& name) {
+  results::TraceEvent event;
+  event.set_ph("M");
+  event.set_name(tid < 0 ? "process_name" : "thread_name");
+  event.set_pid(pid);
+  if (tid >= 0) event.set_tid(tid);
+  event.mutable_args()->set_name(name);
+  return event;
 }
 
 }  // namespace
@@ -52,40 +47,36 @@ void TraceRecorder::Add(Lane lane, const std::string& tensor, absl::Time begin,
                           bytes});
 }
 
-std::string TraceRecorder::ToJson() const {
-  std::string out = "{\"traceEvents\": [\n";
+results::ChromeTrace TraceRecorder::Trace() const {
+  results::ChromeTrace trace;
   // Name the rows: process = rank, threads = lanes.
-  absl::StrAppend(&out, "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": ",
-                  rank_, ", \"args\": {\"name\": \"rank ", rank_, "\"}}");
-  for (int lane = 0; lane < 4; ++lane) {
-    absl::StrAppend(
-        &out, ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": ", rank_,
-        ", \"tid\": ", lane, ", \"args\": {\"name\": \"",
-        LaneName(static_cast<Lane>(lane)), "\"}}");
+  *trace.add_traceevents() = RowName(rank_, -1, "rank " + std::to_string(rank_));
+  for (int lane = 0; lane < kLanes; ++lane) {
+    *trace.add_traceevents() =
+        RowName(rank_, lane, LaneName(static_cast<Lane>(lane)));
   }
   for (const Event& e : events_) {
-    absl::StrAppend(&out, ",\n{\"ph\": \"X\", \"name\": \"",
-                    JsonEscape(e.tensor), "\", \"cat\": \"",
-                    LaneName(e.lane), "\", \"pid\": ", rank_, ", \"tid\": ",
-                    static_cast<int>(e.lane), ", \"ts\": ", e.begin_us,
-                    ", \"dur\": ", e.duration_us, ", \"args\": {\"peer\": ",
-                    e.peer, ", \"step\": ", e.step, ", \"bytes\": ", e.bytes,
-                    "}}");
+    results::TraceEvent& event = *trace.add_traceevents();
+    event.set_ph("X");
+    event.set_name(e.tensor);
+    event.set_cat(LaneName(e.lane));
+    event.set_pid(rank_);
+    event.set_tid(static_cast<int>(e.lane));
+    event.set_ts(static_cast<double>(e.begin_us));
+    event.set_dur(static_cast<double>(e.duration_us));
+    event.mutable_args()->set_peer(e.peer);
+    event.mutable_args()->set_step(static_cast<double>(e.step));
+    event.mutable_args()->set_bytes(static_cast<double>(e.bytes));
   }
-  out += "\n]}\n";
-  return out;
+  return trace;
+}
+
+absl::StatusOr<std::string> TraceRecorder::ToJson() const {
+  return results::ToJson(Trace());
 }
 
 absl::Status TraceRecorder::WriteFile(const std::string& path) const {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file << ToJson();
-  file.close();
-  if (!file) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot write the transfer trace to '", path,
-        "': does the directory exist and is it writable?"));
-  }
-  return absl::OkStatus();
+  return results::WriteJsonFile(Trace(), path);
 }
 
 }  // namespace rdmaflow::runtime

@@ -3,7 +3,8 @@
 // TraceRecorder: collects one event per transfer (send, receive, pull, slot
 // wait) and writes them as Chrome trace JSON, the format chrome://tracing and
 // Perfetto (ui.perfetto.dev) open. Each rank is a process row, each event
-// kind a thread row.
+// kind a thread row. The document is a results::ChromeTrace
+// (results/chrome_trace.proto) printed by results/json.h.
 #ifndef RDMAFLOW_RUNTIME_TRACE_RECORDER_H_
 #define RDMAFLOW_RUNTIME_TRACE_RECORDER_H_
 
@@ -12,7 +13,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+
+namespace rdmaflow::results {
+class ChromeTrace;
+}  // namespace rdmaflow::results
 
 namespace rdmaflow::runtime {
 
@@ -31,13 +37,17 @@ class TraceRecorder {
 
   size_t size() const { return events_.size(); }
 
-  // The JSON document ({"traceEvents": [...]}).
-  std::string ToJson() const;
+  // The JSON document ({"traceEvents": [...]}). kInternal only if protobuf
+  // cannot print it.
+  absl::StatusOr<std::string> ToJson() const;
 
   // Writes ToJson() to `path`; kUnavailable naming the path on failure.
   absl::Status WriteFile(const std::string& path) const;
 
  private:
+  // The recorded events as a trace document, rows named.
+  results::ChromeTrace Trace() const;
+
   struct Event {
     Lane lane;
     std::string tensor;
