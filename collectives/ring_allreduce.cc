@@ -21,10 +21,10 @@ constexpr int kMaxSlots = 1024;
 // Control region words: [0, S) flags (written by the left neighbour),
 // S credit (written by the right neighbour), [S+1, 2S+1) sources of our flag
 // writes, 2S+1 source of our credit write; then S staging slots.
-size_t FlagWord(uint64_t seq, int slots) { return seq % slots; }
-size_t CreditWord(int slots) { return slots; }
-size_t FlagSourceWord(uint64_t seq, int slots) { return slots + 1 + seq % slots; }
-size_t CreditSourceWord(int slots) { return 2 * slots + 1; }
+size_t FlagsOffset() { return 0; }
+size_t CreditOffset(int slots) { return slots * kWord; }
+size_t FlagSourcesOffset(int slots) { return (slots + 1) * kWord; }
+size_t CreditSourceOffset(int slots) { return (2 * slots + 1) * kWord; }
 size_t StagingOffset(int slots) {
   return ((2 * slots + 2) * kWord + 63) / 64 * 64;
 }
@@ -58,7 +58,6 @@ struct RingAllReduce::Call {
   uint64_t first;       // sequence number of message 0
   uint64_t end;         // one past the last
   uint64_t window;      // messages a sender may run ahead of the credit
-  uint64_t next_send;
 };
 
 absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
@@ -120,7 +119,7 @@ RingAllReduce::~RingAllReduce() {
   if (left_endpoint_ != nullptr) left_endpoint_->Close().IgnoreError();
   if (!fenced_) {  // GiveUp() waited already
     const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    while (outstanding_ > 0 && absl::Now() < deadline) {
+    while (in_flight() > 0 && absl::Now() < deadline) {
       if (!transport_.Progress().ok()) break;
     }
   }
@@ -129,12 +128,13 @@ RingAllReduce::~RingAllReduce() {
   // writes, would let a late operation land in whatever reuses it: leave
   // it registered instead.
   const bool neighbours_done = quiesced_ || !published_;
-  if (outstanding_ > 0 || !neighbours_done) {
+  const int64_t never_completed = in_flight();
+  if (never_completed > 0 || !neighbours_done) {
     const size_t bytes = (data_ != nullptr ? data_->size() : 0) +
                          (control_ != nullptr ? control_->size() : 0);
     const std::string why =
-        outstanding_ > 0
-            ? absl::StrCat(outstanding_, " of its operations never completed")
+        never_completed > 0
+            ? absl::StrCat(never_completed, " of its operations never completed")
             : std::string("no Shutdown() barrier passed, so a neighbour may "
                           "still write into it");
     std::fprintf(stderr,
@@ -143,6 +143,11 @@ RingAllReduce::~RingAllReduce() {
                  Where().c_str(), bytes, why.c_str());
     data_.release();
     control_.release();
+    if (never_completed > 0) {
+      // Their completions point at them.
+      sender_.release();
+      receiver_.release();
+    }
   }
   alive_.reset();  // completions still held by the transport do nothing
 }
@@ -194,34 +199,48 @@ absl::Status RingAllReduce::Connect() {
                                                          left_rank_, options_.timeout));
     left_link_ = left_endpoint_.get();
   }
+  const int slots = options_.slots;
+  onesided::SlotRingSender::Options send;
+  send.slots = slots;
+  send.peer = absl::StrCat("rank ", right_rank_, " (the right neighbour)");
+  send.endpoint = right_endpoint_.get();
+  send.flag_source = control_.get();
+  send.flag_source_offset = FlagSourcesOffset(slots);
+  send.remote_flags = &right_control_;
+  send.remote_flags_offset = FlagsOffset();
+  send.credit_word = control_->data() + CreditOffset(slots);
+  sender_ = std::make_unique<onesided::SlotRingSender>(std::move(send));
+  onesided::SlotRingReceiver::Options receive;
+  receive.slots = slots;
+  receive.peer = absl::StrCat("rank ", left_rank_, " (the left neighbour)");
+  receive.endpoint = left_link_;
+  receive.flags = control_->data() + FlagsOffset();
+  receive.credit_source = control_.get();
+  receive.credit_source_offset = CreditSourceOffset(slots);
+  receive.remote_credit = &left_control_;
+  receive.remote_credit_offset = CreditOffset(slots);
+  receive.describe = [this](uint64_t seq) {
+    return absl::StrCat("message ", seq - call_first_ + 1, " of ", call_end_ - call_first_,
+                        " of this call");
+  };
+  receiver_ = std::make_unique<onesided::SlotRingReceiver>(std::move(receive));
   return absl::OkStatus();
-}
-
-uint64_t RingAllReduce::LoadWord(size_t word) const {
-  return __atomic_load_n(reinterpret_cast<const uint64_t*>(control_->data()) + word,
-                         __ATOMIC_ACQUIRE);
-}
-
-void RingAllReduce::StoreWord(size_t word, uint64_t value) {
-  __atomic_store_n(reinterpret_cast<uint64_t*>(control_->data()) + word, value,
-                   __ATOMIC_RELEASE);
 }
 
 void RingAllReduce::Fail(absl::Status status) {
   if (failure_.ok()) failure_ = std::move(status);
 }
 
-void RingAllReduce::SendDone(uint64_t seq) {
-  if (seq != sent_contiguous_) {
-    sent_out_of_order_.insert(seq);
-    return;
-  }
-  ++sent_contiguous_;
-  while (!sent_out_of_order_.empty() &&
-         *sent_out_of_order_.begin() == sent_contiguous_) {
-    sent_out_of_order_.erase(sent_out_of_order_.begin());
-    ++sent_contiguous_;
-  }
+absl::Status RingAllReduce::failure() const {
+  if (!failure_.ok()) return failure_;
+  if (sender_ != nullptr && !sender_->failure().ok()) return sender_->failure();
+  if (receiver_ != nullptr && !receiver_->failure().ok()) return receiver_->failure();
+  return absl::OkStatus();
+}
+
+int64_t RingAllReduce::in_flight() const {
+  return outstanding_ + (sender_ != nullptr ? sender_->outstanding() : 0) +
+         (receiver_ != nullptr ? receiver_->outstanding() : 0);
 }
 
 absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
@@ -248,14 +267,15 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
   Call call{schedule, offset, element, type, op, next_seq_,
             next_seq_ + schedule.messages(),
             std::min<uint64_t>(options_.slots,
-                               static_cast<uint64_t>(size() - 1) * schedule.pieces()),
-            next_seq_};
+                               static_cast<uint64_t>(size() - 1) * schedule.pieces())};
   next_seq_ = call.end;
+  call_first_ = call.first;
+  call_end_ = call.end;
 
   absl::Time last_progress = absl::Now();
   absl::Time next_probe = last_progress + options_.liveness_interval;
   onesided::IdleBackoff backoff(options_.wait);
-  while (received_ < call.end || sent_contiguous_ < call.end) {
+  while (receiver_->received() < call.end || sender_->delivered() < call.end) {
     bool progressed = false;
     if (absl::Status turn = Turn(call, progressed); !turn.ok()) {
       Fail(turn);
@@ -270,18 +290,18 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
     }
     if (now - last_progress > options_.timeout) {
       std::string waiting;
-      if (received_ < call.end) {
-        waiting = absl::StrCat("message ", received_ - call.first + 1, " of ",
+      if (receiver_->received() < call.end) {
+        waiting = absl::StrCat("message ", receiver_->received() - call.first + 1, " of ",
                                call.end - call.first, " from rank ", left_rank_);
       } else {
         waiting = absl::StrCat("its writes to rank ", right_rank_,
-                               " to complete (", sent_contiguous_ - call.first,
+                               " to complete (", sender_->delivered() - call.first,
                                " of ", call.end - call.first, " done)");
       }
       absl::Status error = absl::DeadlineExceededError(absl::StrCat(
           Where(), ": no progress for ", absl::FormatDuration(options_.timeout),
           " waiting for ", waiting, "; rank ", right_rank_, " released ",
-          credit_seen_, " messages. Do all members run the same all-reduce calls?"));
+          sender_->credit_seen(), " messages. Do all members run the same all-reduce calls?"));
       Fail(error);
       GiveUp();
       return error;
@@ -306,12 +326,12 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
 void RingAllReduce::GiveUp() {
   if (fenced_) return;
   fenced_ = true;
-  actions_.clear();  // never posted
+  if (sender_ != nullptr) sender_->DropQueued();  // never posted
   if (right_endpoint_ != nullptr) right_endpoint_->Close().IgnoreError();
   if (left_endpoint_ != nullptr) left_endpoint_->Close().IgnoreError();
   const absl::Time deadline =
       absl::Now() + std::min(options_.timeout, absl::Seconds(5));
-  while (outstanding_ > 0 && absl::Now() < deadline) {
+  while (in_flight() > 0 && absl::Now() < deadline) {
     if (!transport_.Progress().ok()) break;
     std::this_thread::yield();
   }
@@ -321,169 +341,78 @@ absl::Status RingAllReduce::Turn(Call& call, bool& progressed) {
   // Progress is the ring's own: a write completing, a message arriving or
   // leaving. Other completions (liveness probes answered by a neighbour
   // that is alive but not calling, other users of the transport) are not.
-  const uint64_t sent_before = sent_contiguous_;
+  const uint64_t delivered_before = sender_->delivered();
   absl::StatusOr<int> fired = transport_.Progress();
   if (!fired.ok()) return fired.status();
-  if (sent_contiguous_ != sent_before) progressed = true;
-  if (!failure_.ok()) return failure_;
+  if (sender_->delivered() != delivered_before) progressed = true;
+  RETURN_IF_ERROR(failure());
   RETURN_IF_ERROR(Receive(call, progressed));
   RETURN_IF_ERROR(StartSends(call, progressed));
-  RETURN_IF_ERROR(PostActions(call));
+  RETURN_IF_ERROR(sender_->Post());
   return PostCredit();
 }
 
 absl::Status RingAllReduce::Receive(Call& call, bool& progressed) {
-  const int slots = options_.slots;
-  while (received_ < call.end) {
-    const uint64_t seq = received_;
-    // The left neighbour writes the flag: it holds the value of the slot's
-    // previous message (seq + 1 - slots, or 0 before the first) until this
-    // one arrives, and nothing else (the next use of the slot needs our
-    // credit for this one).
-    const uint64_t flag = LoadWord(FlagWord(seq, slots));
-    if (flag != seq + 1) {
-      const uint64_t previous = seq >= static_cast<uint64_t>(slots) ? seq + 1 - slots : 0;
-      if (flag == previous) return absl::OkStatus();
-      return absl::DataLossError(absl::StrCat(
-          "rank ", left_rank_, " (the left neighbour) wrote ", flag,
-          " into the flag of slot ", seq % slots, " where ", seq + 1, " (message ",
-          seq - call.first + 1, " of ", call.end - call.first,
-          " of this call) or, before it, ", previous,
-          " was due: it breaks the protocol (same all-reduce calls? memory "
-          "corruption?)"));
-    }
+  while (receiver_->received() < call.end) {
+    ASSIGN_OR_RETURN(const bool arrived, receiver_->Arrived());
+    if (!arrived) return absl::OkStatus();
+    const uint64_t seq = receiver_->received();
     const size_t message = seq - call.first;
     if (call.schedule.is_reduce(message)) {
       const ElementRange range = call.schedule.Received(message);
       if (range.count > 0) {
         Reduce(call.type, call.op,
                data_->data() + call.offset + range.begin * call.element_size,
-               control_->data() + StagingOffset(slots) +
-                   (seq % slots) * options_.chunk_bytes,
+               control_->data() + StagingOffset(options_.slots) +
+                   receiver_->slot() * options_.chunk_bytes,
                range.count);
       }
     }
-    ++received_;
+    receiver_->Consume();
     progressed = true;
   }
   return absl::OkStatus();
 }
 
 absl::Status RingAllReduce::StartSends(Call& call, bool& progressed) {
-  // The right neighbour writes the credit: the messages it released, which
-  // never go back and never pass those we started.
-  const uint64_t credit = LoadWord(CreditWord(options_.slots));
-  if (credit < credit_seen_) {
-    return absl::DataLossError(absl::StrCat(
-        "rank ", right_rank_, " (the right neighbour) wrote a credit of ", credit,
-        " after ", credit_seen_, "; credits never go back"));
-  }
-  if (credit > call.next_send) {
-    return absl::DataLossError(absl::StrCat(
-        "rank ", right_rank_, " (the right neighbour) wrote a credit releasing ",
-        credit, " messages, but only ", call.next_send, " were sent"));
-  }
-  credit_seen_ = credit;
   const uint64_t pieces = call.schedule.pieces();
-  while (call.next_send < call.end) {
-    const uint64_t seq = call.next_send;
+  while (sender_->claimed() < call.end) {
+    const uint64_t seq = sender_->claimed();
     // A forwarded piece must have arrived (and been reduced) first.
-    if (seq - call.first >= pieces && received_ < seq - pieces + 1) {
+    if (seq - call.first >= pieces && receiver_->received() < seq - pieces + 1) {
       return absl::OkStatus();
     }
-    // The receiver's slot (and, for the all-gather, its buffer) is free.
-    if (seq >= credit + call.window) return absl::OkStatus();
-    if (call.schedule.Sent(seq - call.first).count > 0) {
-      actions_.push_back({Action::kWrite, seq});
-      actions_.push_back({Action::kFlush, seq});
-    } else {
-      actions_.push_back({Action::kFlag, seq});
+    // The receiver's slot (and, for the all-gather, its buffer) is free:
+    // the right neighbour's credit, checked by the slot ring.
+    ASSIGN_OR_RETURN(const bool room, sender_->HasRoom(call.window));
+    if (!room) return absl::OkStatus();
+    sender_->Claim();
+    const size_t message = seq - call.first;
+    const ElementRange range = call.schedule.Sent(message);
+    const size_t bytes = range.count * call.element_size;
+    if (bytes > 0) {
+      const size_t at = call.offset + range.begin * call.element_size;
+      const rdma::RemoteSlice dst =
+          call.schedule.is_reduce(message)
+              ? rdma::RemoteSlice{&right_control_,
+                                  StagingOffset(options_.slots) +
+                                      sender_->slot(seq) * options_.chunk_bytes,
+                                  bytes}
+              : rdma::RemoteSlice{&right_data_, at, bytes};
+      sender_->Write(seq, {data_.get(), at, bytes}, dst);
+      stats_.bytes_sent += bytes;
     }
-    ++call.next_send;
+    sender_->Commit(seq, /*had_writes=*/bytes > 0);
     progressed = true;
   }
   return absl::OkStatus();
 }
 
-absl::Status RingAllReduce::PostActions(Call& call) {
-  const int slots = options_.slots;
-  while (!actions_.empty()) {
-    const Action action = actions_.front();
-    const uint64_t seq = action.seq;
-    absl::Status posted;
-    switch (action.kind) {
-      case Action::kWrite: {
-        const size_t message = seq - call.first;
-        const ElementRange range = call.schedule.Sent(message);
-        const size_t at = call.offset + range.begin * call.element_size;
-        const size_t bytes = range.count * call.element_size;
-        const rdma::RemoteSlice dst =
-            call.schedule.is_reduce(message)
-                ? rdma::RemoteSlice{&right_control_,
-                                    StagingOffset(slots) + (seq % slots) * options_.chunk_bytes,
-                                    bytes}
-                : rdma::RemoteSlice{&right_data_, at, bytes};
-        posted = right_endpoint_->PostWrite(
-            {data_.get(), at, bytes}, dst, std::nullopt, Guarded([this](absl::Status s) {
-              --outstanding_;
-              if (!s.ok()) Fail(s);
-            }));
-        if (posted.ok()) stats_.bytes_sent += bytes;
-        break;
-      }
-      case Action::kFlush:
-        // The flag may only land once the piece is visible.
-        posted = right_endpoint_->PostFlush(Guarded([this, seq](absl::Status s) {
-          --outstanding_;
-          if (!s.ok()) {
-            Fail(s);
-            return;
-          }
-          actions_.push_back({Action::kFlag, seq});
-        }));
-        break;
-      case Action::kFlag:
-        StoreWord(FlagSourceWord(seq, slots), seq + 1);
-        posted = right_endpoint_->PostWrite(
-            {control_.get(), FlagSourceWord(seq, slots) * kWord, kWord},
-            {&right_control_, FlagWord(seq, slots) * kWord, kWord}, std::nullopt,
-            Guarded([this, seq](absl::Status s) {
-              --outstanding_;
-              if (!s.ok()) {
-                Fail(s);
-                return;
-              }
-              SendDone(seq);
-            }));
-        break;
-    }
-    if (absl::IsResourceExhausted(posted)) return absl::OkStatus();  // retry
-    if (!posted.ok()) return posted;
-    ++outstanding_;
-    actions_.pop_front();
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RingAllReduce::PostCredit() {
-  const uint64_t released = std::min(received_, sent_contiguous_);
-  if (credit_busy_ || released <= credit_posted_) return absl::OkStatus();
-  const int slots = options_.slots;
-  StoreWord(CreditSourceWord(slots), released);
-  absl::Status posted = left_link_->PostWrite(
-      {control_.get(), CreditSourceWord(slots) * kWord, kWord},
-      {&left_control_, CreditWord(slots) * kWord, kWord}, std::nullopt,
-      Guarded([this](absl::Status s) {
-        --outstanding_;
-        credit_busy_ = false;
-        if (!s.ok()) Fail(s);
-      }));
-  if (absl::IsResourceExhausted(posted)) return absl::OkStatus();
-  RETURN_IF_ERROR(posted);
-  ++outstanding_;
-  credit_busy_ = true;
-  credit_posted_ = released;
-  return absl::OkStatus();
+  // A slot is free once its message was consumed, and, as the all-gather
+  // writes straight into our data region, once what we forward from it has
+  // landed at the right neighbour.
+  return receiver_->PostCredit(std::min(receiver_->received(), sender_->delivered()));
 }
 
 void RingAllReduce::ProbeNeighbours() {
@@ -511,12 +440,13 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
     // Our last writes must be visible at the neighbours, not only complete
     // here, before we tell them at the barrier that we are done.
     std::vector<rdma::Endpoint*> to_flush;
-    if (failure_.ok()) {
+    if (failure().ok()) {
       to_flush.push_back(right_endpoint_.get());
       if (left_endpoint_ != nullptr) to_flush.push_back(left_endpoint_.get());
     }
-    while (outstanding_ > 0 || !actions_.empty() || !to_flush.empty()) {
-      if (!failure_.ok()) return Annotate(failure_, Where());
+    while (in_flight() > 0 || !sender_->idle() || !to_flush.empty()) {
+      if (absl::Status failed = failure(); !failed.ok()) return Annotate(failed, Where());
+      if (absl::Status queued = sender_->Post(); !queued.ok()) return Annotate(queued, Where());
       while (!to_flush.empty()) {
         absl::Status posted = to_flush.back()->PostFlush(Guarded([this](absl::Status s) {
           --outstanding_;
@@ -534,7 +464,7 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
       if (!fired.ok()) return Annotate(fired.status(), Where());
       if (absl::Now() > deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
-            Where(), ": ", outstanding_, " writes still in flight at shutdown"));
+            Where(), ": ", in_flight(), " writes still in flight at shutdown"));
       }
       std::this_thread::yield();
     }

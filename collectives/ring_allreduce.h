@@ -36,10 +36,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -49,6 +47,7 @@
 #include "collectives/reduce.h"
 #include "collectives/ring_schedule.h"
 #include "onesided/progress/wait_policy.h"
+#include "onesided/slots/slot_ring.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
@@ -132,10 +131,6 @@ class RingAllReduce {
   absl::Status Shutdown(std::optional<absl::Duration> timeout = std::nullopt);
 
  private:
-  struct Action {
-    enum Kind { kWrite, kFlush, kFlag } kind;
-    uint64_t seq;
-  };
   struct Call;
 
   RingAllReduce(rdma::Transport& transport, rdma::Store& store, std::string ns,
@@ -157,13 +152,13 @@ class RingAllReduce {
   // holding it).
   template <typename F>
   rdma::Completion Guarded(F f);
-  absl::Status PostActions(Call& call);
   absl::Status PostCredit();
   void ProbeNeighbours();
-  void SendDone(uint64_t seq);
   void Fail(absl::Status status);
-  uint64_t LoadWord(size_t word) const;
-  void StoreWord(size_t word, uint64_t value);
+  // The first failure: ours (probes, shutdown) or either link's.
+  absl::Status failure() const;
+  // Our operations in flight: the links' and the probes'.
+  int64_t in_flight() const;
 
   rdma::Transport& transport_;
   rdma::Store& store_;
@@ -181,20 +176,19 @@ class RingAllReduce {
   std::unique_ptr<rdma::Endpoint> left_endpoint_;  // null when left == right
   rdma::Endpoint* left_link_ = nullptr;  // left_endpoint_, or right_endpoint_
 
-  // Sequence numbers count messages on each link since Create().
+  // The two links' slot rings (onesided/slots/slot_ring.h): to the right
+  // neighbour, from the left one. Sequence numbers count messages on each
+  // link since Create().
+  std::unique_ptr<onesided::SlotRingSender> sender_;
+  std::unique_ptr<onesided::SlotRingReceiver> receiver_;
   uint64_t next_seq_ = 0;        // first message of the next call
-  uint64_t received_ = 0;        // messages consumed, in order
-  uint64_t sent_contiguous_ = 0; // messages whose flag write completed
-  std::set<uint64_t> sent_out_of_order_;
-  uint64_t credit_posted_ = 0;
-  bool credit_busy_ = false;
-  uint64_t credit_seen_ = 0;  // the right neighbour's last valid credit
+  uint64_t call_first_ = 0;      // the call under way, for error messages
+  uint64_t call_end_ = 0;
   bool fenced_ = false;       // GiveUp() ran
   bool quiesced_ = false;     // Shutdown()'s barrier passed
   bool published_ = false;    // peers may have our regions' descriptors
   int probes_in_flight_ = 0;
-  std::deque<Action> actions_;
-  int64_t outstanding_ = 0;
+  int64_t outstanding_ = 0;  // probes and shutdown flushes
   absl::Status failure_;
   RingAllReduceStats stats_;
   // Callbacks hold a weak_ptr to this: they may outlive the ring.
