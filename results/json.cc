@@ -21,8 +21,8 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message,
       google::protobuf::util::MessageToJsonString(message, &json, options);
   if (!status.ok()) {
     return absl::InternalError(absl::StrCat("cannot print a ",
-                                            message.GetTypeName(), " as JSON: ",
-                                            status.ToString()));
+                                            message.GetTypeName(),
+                                            " as JSON: ", status.ToString()));
   }
   // The indented form already ends with a newline; the one-line form not.
   if (json.empty() || json.back() != '\n') json += '\n';

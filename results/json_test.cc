@@ -130,8 +130,9 @@ TEST(JsonTest, StringsAreEscaped) {
 
 TEST(JsonTest, FromJsonRejectsOtherSchemas) {
   BenchmarkReport report;
-  EXPECT_THAT(FromJson(R"({"run": {"tool": "x"}, "no_such_field": 1})", &report),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      FromJson(R"({"run": {"tool": "x"}, "no_such_field": 1})", &report),
+      StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(FromJson("{\"run\": ", &report),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
@@ -147,7 +148,8 @@ TEST(JsonTest, WriteJsonFileWritesTheJsonOrNamesThePath) {
   EXPECT_EQ(read.str(), json);
   const absl::Status status = WriteJsonFile(report, "/no/such/dir/report.json");
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(std::string(status.message()), HasSubstr("/no/such/dir/report.json"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("/no/such/dir/report.json"));
 }
 
 TEST(RunInfoTest, NamesToolHostAndStart) {

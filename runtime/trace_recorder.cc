@@ -50,7 +50,8 @@ void TraceRecorder::Add(Lane lane, const std::string& tensor, absl::Time begin,
 results::ChromeTrace TraceRecorder::Trace() const {
   results::ChromeTrace trace;
   // Name the rows: process = rank, threads = lanes.
-  *trace.add_traceevents() = RowName(rank_, -1, "rank " + std::to_string(rank_));
+  *trace.add_traceevents() =
+      RowName(rank_, -1, "rank " + std::to_string(rank_));
   for (int lane = 0; lane < kLanes; ++lane) {
     *trace.add_traceevents() =
         RowName(rank_, lane, LaneName(static_cast<Lane>(lane)));

@@ -46,8 +46,7 @@ TEST(TraceRecorderTest, WritesChromeTraceEventsWithEscapedNames) {
   EXPECT_FALSE(process.has_ts());
   EXPECT_FALSE(process.has_cat());
   EXPECT_EQ(parsed.traceevents(1).name(), "thread_name");
-  EXPECT_EQ(parsed.traceevents(1).args().name(),
-            "send");
+  EXPECT_EQ(parsed.traceevents(1).args().name(), "send");
   const results::TraceEvent& event = parsed.traceevents(5);
   EXPECT_EQ(event.ph(), "X");
   EXPECT_EQ(event.name(), "layer\"1\"/w:0");
@@ -77,7 +76,8 @@ TEST(TraceRecorderTest, WritesChromeTraceEventsWithEscapedNames) {
 
 TEST(TraceRecorderTest, DisabledRecorderKeepsNothing) {
   TraceRecorder trace(0, false);
-  trace.Add(TraceRecorder::Lane::kRecv, "x:0", absl::Now(), absl::Now(), 1, 0, 8);
+  trace.Add(TraceRecorder::Lane::kRecv, "x:0", absl::Now(), absl::Now(), 1, 0,
+            8);
   EXPECT_EQ(trace.size(), 0u);
   const results::ChromeTrace parsed = Parse(trace);
   for (const results::TraceEvent& event : parsed.traceevents()) {
