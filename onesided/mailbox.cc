@@ -14,7 +14,9 @@ namespace rdmaflow::onesided {
 namespace {
 
 std::string InboxKey(int rank) { return absl::StrCat("mailbox/", rank); }
-std::string LayoutKey(int rank) { return absl::StrCat("mailbox/", rank, "/layout"); }
+std::string LayoutKey(int rank) {
+  return absl::StrCat("mailbox/", rank, "/layout");
+}
 std::string Layout(int world, size_t bytes) {
   return absl::StrCat(world, " slots of ", bytes, " bytes");
 }
@@ -22,9 +24,10 @@ std::string Layout(int world, size_t bytes) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Mailbox>> Mailbox::Create(
-    rdma::Transport& transport, rdma::Store& store, const std::string& ns, int rank,
-    int world, size_t bytes, absl::Duration timeout) {
-  if (bytes == 0) return absl::InvalidArgumentError("mailbox of 0-byte messages");
+    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+    int rank, int world, size_t bytes, absl::Duration timeout) {
+  if (bytes == 0)
+    return absl::InvalidArgumentError("mailbox of 0-byte messages");
   if (rank < 0 || rank >= world) {
     return absl::InvalidArgumentError(
         absl::StrCat("mailbox: rank ", rank, " is outside a world of ", world));
@@ -32,24 +35,27 @@ absl::StatusOr<std::unique_ptr<Mailbox>> Mailbox::Create(
   const std::optional<size_t> slot_bytes = StampedSlot::PackedBytes(bytes);
   size_t inbox_bytes = 0;
   if (!slot_bytes.has_value() ||
-      __builtin_mul_overflow(*slot_bytes, static_cast<size_t>(world), &inbox_bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mailbox of rank ", rank, ": an inbox of ", world, " slots of ", bytes,
-        "-byte messages overflows size_t"));
+      __builtin_mul_overflow(*slot_bytes, static_cast<size_t>(world),
+                             &inbox_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mailbox of rank ", rank, ": an inbox of ", world,
+                     " slots of ", bytes, "-byte messages overflows size_t"));
   }
   // The memory first: the copy buffer of `bytes` is only made once the
   // transport has agreed to twice as much.
   ASSIGN_OR_RETURN(rdma::MemoryRegion inbox, transport.Allocate(inbox_bytes));
   ASSIGN_OR_RETURN(rdma::MemoryRegion outbox, transport.Allocate(*slot_bytes));
-  std::unique_ptr<Mailbox> box(
-      new Mailbox(transport, store, ns, rank, world, bytes, *slot_bytes, timeout));
+  std::unique_ptr<Mailbox> box(new Mailbox(transport, store, ns, rank, world,
+                                           bytes, *slot_bytes, timeout));
   std::memset(inbox.data(), 0, inbox.size());  // every stamp 0: nothing sent
   box->inbox_ = std::make_unique<rdma::MemoryRegion>(std::move(inbox));
   box->outbox_ = std::make_unique<rdma::MemoryRegion>(std::move(outbox));
   RETURN_IF_ERROR(rdma::PublishAddress(store, ns, transport));
   // The layout before the region: a peer that found the region finds it.
-  RETURN_IF_ERROR(store.Set(absl::StrCat(ns, "/", LayoutKey(rank)), Layout(world, bytes)));
-  RETURN_IF_ERROR(rdma::PublishRegion(store, ns, InboxKey(rank), box->inbox_->descriptor()));
+  RETURN_IF_ERROR(
+      store.Set(absl::StrCat(ns, "/", LayoutKey(rank)), Layout(world, bytes)));
+  RETURN_IF_ERROR(rdma::PublishRegion(store, ns, InboxKey(rank),
+                                      box->inbox_->descriptor()));
   return box;
 }
 
@@ -78,8 +84,9 @@ Mailbox::Mailbox(rdma::Transport& transport, rdma::Store& store, std::string ns,
 
 absl::Status Mailbox::Connect(int peer) {
   if (peer < 0 || peer >= world_ || peer == rank_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mailbox of rank ", rank_, ": no peer ", peer, " in a world of ", world_));
+    return absl::InvalidArgumentError(absl::StrCat("mailbox of rank ", rank_,
+                                                   ": no peer ", peer,
+                                                   " in a world of ", world_));
   }
   if (endpoints_[peer] != nullptr) return absl::OkStatus();
   ASSIGN_OR_RETURN(rdma::RemoteRegion remote,
@@ -93,8 +100,8 @@ absl::Status Mailbox::Connect(int peer) {
         "mailbox of rank ", peer, ": the descriptor (", remote.DebugString(),
         ") does not hold ", world_, " slots of ", bytes_, " bytes"));
   }
-  ASSIGN_OR_RETURN(endpoints_[peer],
-                   rdma::ConnectToPeer(transport_, store_, ns_, peer, timeout_));
+  ASSIGN_OR_RETURN(endpoints_[peer], rdma::ConnectToPeer(transport_, store_,
+                                                         ns_, peer, timeout_));
   remote_[peer] = std::make_unique<rdma::RemoteRegion>(std::move(remote));
   return absl::OkStatus();
 }
@@ -102,35 +109,40 @@ absl::Status Mailbox::Connect(int peer) {
 absl::Status Mailbox::Checked(int peer, absl::Status status) const {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat("mailbox of rank ", rank_,
-                                                  ": sending to rank ", peer, ": ",
-                                                  status.message()));
+                                                  ": sending to rank ", peer,
+                                                  ": ", status.message()));
 }
 
 absl::Status Mailbox::Send(int peer, const std::byte* data) {
   if (peer < 0 || peer >= world_ || endpoints_[peer] == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "mailbox of rank ", rank_, ": Send() to rank ", peer, " before Connect()"));
+    return absl::FailedPreconditionError(absl::StrCat("mailbox of rank ", rank_,
+                                                      ": Send() to rank ", peer,
+                                                      " before Connect()"));
   }
   RETURN_IF_ERROR(senders_[peer].status());
   std::memcpy(outbox_->data() + kSlotAlign, data, bytes_);
-  return Checked(peer, WriteRemote(transport_, *endpoints_[peer], *outbox_, *remote_[peer],
-                                   StampedSlot::Packed(rank_ * slot_bytes_, bytes_),
-                                   ++sent_[peer], absl::Now() + timeout_));
+  return Checked(
+      peer, WriteRemote(transport_, *endpoints_[peer], *outbox_, *remote_[peer],
+                        StampedSlot::Packed(rank_ * slot_bytes_, bytes_),
+                        ++sent_[peer], absl::Now() + timeout_));
 }
 
 absl::Status Mailbox::Probe(int peer) {
   if (peer < 0 || peer >= world_ || endpoints_[peer] == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "mailbox of rank ", rank_, ": Probe() of rank ", peer, " before Connect()"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("mailbox of rank ", rank_, ": Probe() of rank ", peer,
+                     " before Connect()"));
   }
   RETURN_IF_ERROR(senders_[peer].status());
-  return Checked(peer, rdma::Flush(transport_, *endpoints_[peer], absl::Now() + timeout_));
+  return Checked(
+      peer, rdma::Flush(transport_, *endpoints_[peer], absl::Now() + timeout_));
 }
 
 absl::Status Mailbox::PeerStatus(int peer) const {
   if (peer < 0 || peer >= world_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mailbox of rank ", rank_, ": no peer ", peer, " in a world of ", world_));
+    return absl::InvalidArgumentError(absl::StrCat("mailbox of rank ", rank_,
+                                                   ": no peer ", peer,
+                                                   " in a world of ", world_));
   }
   return senders_[peer].status();
 }
@@ -143,7 +155,8 @@ int Mailbox::Collect(
     // A sender that broke the protocol is failed for good (PeerStatus()),
     // and the error was logged when it was found.
     absl::StatusOr<SlotRead> read = senders_[sender].TryReadLocal(
-        inbox_->data(), StampedSlot::Packed(sender * slot_bytes_, bytes_), copy_.data());
+        inbox_->data(), StampedSlot::Packed(sender * slot_bytes_, bytes_),
+        copy_.data());
     if (!read.ok()) continue;
     if (*read == SlotRead::kBusy) ++busy_slots_;
     if (*read != SlotRead::kWhole) continue;

@@ -62,8 +62,8 @@ class Mailbox {
   // rank outside [0, world), or an inbox whose size overflows size_t;
   // Allocate's errors.
   static absl::StatusOr<std::unique_ptr<Mailbox>> Create(
-      rdma::Transport& transport, rdma::Store& store, const std::string& ns, int rank,
-      int world, size_t bytes, absl::Duration timeout);
+      rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+      int rank, int world, size_t bytes, absl::Duration timeout);
 
   size_t bytes() const { return bytes_; }
 
@@ -94,14 +94,16 @@ class Mailbox {
   // private copy, valid during the call. Slots of senders that broke the
   // protocol are skipped (see PeerStatus()); a sender whose stamp goes back
   // in this call is failed, and its message not delivered.
-  int Collect(absl::FunctionRef<void(int sender, const std::byte* message)> deliver);
+  int Collect(
+      absl::FunctionRef<void(int sender, const std::byte* message)> deliver);
 
   // Collect() passes over a slot whose sender was writing it.
   int64_t busy_slots() const { return busy_slots_; }
 
  private:
-  Mailbox(rdma::Transport& transport, rdma::Store& store, std::string ns, int rank,
-          int world, size_t bytes, size_t slot_bytes, absl::Duration timeout);
+  Mailbox(rdma::Transport& transport, rdma::Store& store, std::string ns,
+          int rank, int world, size_t bytes, size_t slot_bytes,
+          absl::Duration timeout);
   absl::Status Checked(int peer, absl::Status status) const;
 
   rdma::Transport& transport_;
@@ -113,11 +115,12 @@ class Mailbox {
   const size_t slot_bytes_;  // StampedSlot::PackedBytes(bytes_)
   const absl::Duration timeout_;
   std::unique_ptr<rdma::MemoryRegion> inbox_;
-  std::unique_ptr<rdma::MemoryRegion> outbox_;  // one packed slot
+  std::unique_ptr<rdma::MemoryRegion> outbox_;               // one packed slot
   std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;   // by peer
   std::vector<std::unique_ptr<rdma::RemoteRegion>> remote_;  // by peer
-  std::vector<uint64_t> sent_;                               // messages sent, by peer
-  std::vector<StampedSlotReader> senders_;  // our view of each sender's slot, by sender
+  std::vector<uint64_t> sent_;  // messages sent, by peer
+  std::vector<StampedSlotReader>
+      senders_;  // our view of each sender's slot, by sender
   std::vector<std::byte> copy_;
   int64_t busy_slots_ = 0;
 };

@@ -14,29 +14,34 @@
 namespace rdmaflow::onesided {
 
 uint64_t LoadStamp(const std::byte* base, size_t offset) {
-  return __atomic_load_n(reinterpret_cast<const uint64_t*>(base + offset), __ATOMIC_ACQUIRE);
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(base + offset),
+                         __ATOMIC_ACQUIRE);
 }
 
 void StoreStamp(std::byte* base, size_t offset, uint64_t stamp) {
-  __atomic_store_n(reinterpret_cast<uint64_t*>(base + offset), stamp, __ATOMIC_RELEASE);
+  __atomic_store_n(reinterpret_cast<uint64_t*>(base + offset), stamp,
+                   __ATOMIC_RELEASE);
 }
 
 std::optional<size_t> AlignUp(size_t bytes) {
   size_t padded = 0;
-  if (__builtin_add_overflow(bytes, kSlotAlign - 1, &padded)) return std::nullopt;
+  if (__builtin_add_overflow(bytes, kSlotAlign - 1, &padded))
+    return std::nullopt;
   return padded / kSlotAlign * kSlotAlign;
 }
 
 std::optional<size_t> StampedSlot::PackedBytes(size_t payload_bytes) {
   const std::optional<size_t> payload = AlignUp(payload_bytes);
   size_t total = 0;
-  if (!payload.has_value() || __builtin_add_overflow(*payload, kSlotAlign, &total)) {
+  if (!payload.has_value() ||
+      __builtin_add_overflow(*payload, kSlotAlign, &total)) {
     return std::nullopt;
   }
   return total;
 }
 
-// --- RisingWord ------------------------------------------------------------------
+// --- RisingWord
+// ------------------------------------------------------------------
 
 RisingWord::RisingWord(std::string writer, std::string what, std::string unit,
                        uint64_t limit)
@@ -46,25 +51,30 @@ RisingWord::RisingWord(std::string writer, std::string what, std::string unit,
       limit_(limit) {}
 
 absl::Status RisingWord::Fail(std::string problem) {
-  status_ = absl::DataLossError(absl::StrCat(
-      writer_, " broke the protocol: ", what_, " ", problem,
-      "; is anything else writing into this memory?"));
+  status_ = absl::DataLossError(
+      absl::StrCat(writer_, " broke the protocol: ", what_, " ", problem,
+                   "; is anything else writing into this memory?"));
   std::fprintf(stderr, "%s\n", std::string(status_.message()).c_str());
   return status_;
 }
 
-absl::Status RisingWord::Check(uint64_t value) { return CheckAfter(last_, value); }
+absl::Status RisingWord::Check(uint64_t value) {
+  return CheckAfter(last_, value);
+}
 
 absl::Status RisingWord::CheckAfter(uint64_t earlier, uint64_t value) {
   RETURN_IF_ERROR(status_);
   if (value > limit_) {
-    return Fail(absl::StrCat("says ", unit_, value, ", beyond the largest whose stamps fit in "
-                             "64 bits (", limit_, ")"));
+    return Fail(absl::StrCat("says ", unit_, value,
+                             ", beyond the largest whose stamps fit in "
+                             "64 bits (",
+                             limit_, ")"));
   }
   if (value < earlier) {
-    return Fail(absl::StrCat("went back from ", unit_, earlier, " to ", value,
-                             " (it only goes up: a restarted writer needs a new "
-                             "namespace or name)"));
+    return Fail(
+        absl::StrCat("went back from ", unit_, earlier, " to ", value,
+                     " (it only goes up: a restarted writer needs a new "
+                     "namespace or name)"));
   }
   return absl::OkStatus();
 }
@@ -75,14 +85,16 @@ absl::Status RisingWord::Advance(uint64_t value) {
   return absl::OkStatus();
 }
 
-// --- StampedSlotReader -------------------------------------------------------------
+// --- StampedSlotReader
+// -------------------------------------------------------------
 
 StampedSlotReader::StampedSlotReader(std::string writer, std::string what)
     : stamp_(std::move(writer), std::move(what)) {}
 
 absl::StatusOr<SlotRead> StampedSlotReader::TryRead(
     uint64_t before, absl::FunctionRef<absl::Status()> copy,
-    absl::FunctionRef<absl::StatusOr<uint64_t>()> reload, std::optional<uint64_t> sequence) {
+    absl::FunctionRef<absl::StatusOr<uint64_t>()> reload,
+    std::optional<uint64_t> sequence) {
   RETURN_IF_ERROR(stamp_.Check(before));
   if (sequence.has_value()) {
     ABSL_RAW_CHECK(*sequence <= kMaxSequence, "a sequence no stamp can hold");
@@ -99,9 +111,8 @@ absl::StatusOr<SlotRead> StampedSlotReader::TryRead(
   return SlotRead::kWhole;
 }
 
-absl::StatusOr<SlotRead> StampedSlotReader::TryReadLocal(const std::byte* base,
-                                                         const StampedSlot& slot,
-                                                         std::byte* into) {
+absl::StatusOr<SlotRead> StampedSlotReader::TryReadLocal(
+    const std::byte* base, const StampedSlot& slot, std::byte* into) {
   return TryRead(
       LoadStamp(base, slot.stamp_offset),
       [&] {
@@ -110,14 +121,19 @@ absl::StatusOr<SlotRead> StampedSlotReader::TryReadLocal(const std::byte* base,
         std::atomic_thread_fence(std::memory_order_acquire);
         return absl::OkStatus();
       },
-      [&]() -> absl::StatusOr<uint64_t> { return LoadStamp(base, slot.stamp_offset); });
+      [&]() -> absl::StatusOr<uint64_t> {
+        return LoadStamp(base, slot.stamp_offset);
+      });
 }
 
-// --- Writer ------------------------------------------------------------------------
+// --- Writer
+// ------------------------------------------------------------------------
 
-absl::Status WriteBracket(uint64_t sequence, absl::FunctionRef<absl::Status(uint64_t)> put_stamp,
+absl::Status WriteBracket(uint64_t sequence,
+                          absl::FunctionRef<absl::Status(uint64_t)> put_stamp,
                           absl::FunctionRef<absl::Status()> put_payload) {
-  ABSL_RAW_CHECK(sequence >= 1 && sequence <= kMaxSequence, "a sequence no stamp can hold");
+  ABSL_RAW_CHECK(sequence >= 1 && sequence <= kMaxSequence,
+                 "a sequence no stamp can hold");
   RETURN_IF_ERROR(put_stamp(WritingStamp(sequence)));
   RETURN_IF_ERROR(put_payload());
   return put_stamp(WholeStamp(sequence));
@@ -144,23 +160,26 @@ void WriteLocal(std::byte* base, const StampedSlot& slot, uint64_t sequence,
 }
 
 absl::Status WriteRemote(rdma::Transport& transport, rdma::Endpoint& endpoint,
-                         rdma::MemoryRegion& staging, const rdma::RemoteRegion& remote,
-                         const StampedSlot& at, uint64_t sequence, absl::Time deadline) {
+                         rdma::MemoryRegion& staging,
+                         const rdma::RemoteRegion& remote,
+                         const StampedSlot& at, uint64_t sequence,
+                         absl::Time deadline) {
   return WriteBracket(
       sequence,
       [&](uint64_t stamp) {
         // Our staging word is only read by the write we post next.
         StoreStamp(staging.data(), 0, stamp);
-        RETURN_IF_ERROR(rdma::Write(transport, endpoint, {&staging, 0, sizeof(uint64_t)},
-                                    {&remote, at.stamp_offset, sizeof(uint64_t)},
-                                    std::nullopt, deadline));
+        RETURN_IF_ERROR(
+            rdma::Write(transport, endpoint, {&staging, 0, sizeof(uint64_t)},
+                        {&remote, at.stamp_offset, sizeof(uint64_t)},
+                        std::nullopt, deadline));
         return rdma::Flush(transport, endpoint, deadline);
       },
       [&] {
-        RETURN_IF_ERROR(rdma::Write(transport, endpoint,
-                                    {&staging, kSlotAlign, at.payload_bytes},
-                                    {&remote, at.payload_offset, at.payload_bytes},
-                                    std::nullopt, deadline));
+        RETURN_IF_ERROR(rdma::Write(
+            transport, endpoint, {&staging, kSlotAlign, at.payload_bytes},
+            {&remote, at.payload_offset, at.payload_bytes}, std::nullopt,
+            deadline));
         return rdma::Flush(transport, endpoint, deadline);
       });
 }

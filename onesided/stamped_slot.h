@@ -60,7 +60,8 @@
 
 namespace rdmaflow::onesided {
 
-// --- Stamps -------------------------------------------------------------------
+// --- Stamps
+// -------------------------------------------------------------------
 
 // The largest sequence number whose stamps fit in 64 bits.
 inline constexpr uint64_t kMaxSequence = (uint64_t{1} << 63) - 1;
@@ -74,7 +75,8 @@ constexpr uint64_t WholeStamp(uint64_t sequence) { return 2 * sequence; }
 uint64_t LoadStamp(const std::byte* base, size_t offset);
 void StoreStamp(std::byte* base, size_t offset, uint64_t stamp);
 
-// --- Layout -------------------------------------------------------------------
+// --- Layout
+// -------------------------------------------------------------------
 
 // Stamp words and payloads start on cache lines, so a payload never shares
 // one with a stamp the writer is changing.
@@ -99,7 +101,8 @@ struct StampedSlot {
   }
 };
 
-// --- Peer-written words ---------------------------------------------------------
+// --- Peer-written words
+// ---------------------------------------------------------
 
 // A word a peer writes into memory we read, that may stay or go up but never
 // go back, nor exceed `limit`: a slot's stamp, a buffer's latest version. The
@@ -141,7 +144,8 @@ class RisingWord {
   absl::Status status_;
 };
 
-// --- Reader -------------------------------------------------------------------
+// --- Reader
+// -------------------------------------------------------------------
 
 // What one attempt at reading a slot found.
 enum class SlotRead {
@@ -164,13 +168,15 @@ class StampedSlotReader {
   // nothing was written to), and any other stamp is kBusy. kDataLoss, for
   // good, when a stamp goes back (below last_whole(), or between the two
   // loads); copy()'s and reload()'s errors as they are.
-  absl::StatusOr<SlotRead> TryRead(uint64_t before, absl::FunctionRef<absl::Status()> copy,
-                                   absl::FunctionRef<absl::StatusOr<uint64_t>()> reload,
-                                   std::optional<uint64_t> sequence = std::nullopt);
+  absl::StatusOr<SlotRead> TryRead(
+      uint64_t before, absl::FunctionRef<absl::Status()> copy,
+      absl::FunctionRef<absl::StatusOr<uint64_t>()> reload,
+      std::optional<uint64_t> sequence = std::nullopt);
 
   // TryRead() of `slot` in this process's memory at `base` (written by a
   // peer's one-sided WRITEs), copying its payload to `into`.
-  absl::StatusOr<SlotRead> TryReadLocal(const std::byte* base, const StampedSlot& slot,
+  absl::StatusOr<SlotRead> TryReadLocal(const std::byte* base,
+                                        const StampedSlot& slot,
                                         std::byte* into);
 
   // The stamp of the last whole payload taken (0 at first).
@@ -182,13 +188,15 @@ class StampedSlotReader {
   RisingWord stamp_;
 };
 
-// --- Writer -------------------------------------------------------------------
+// --- Writer
+// -------------------------------------------------------------------
 
 // The writer's bracket around payload `sequence` (1..kMaxSequence, above
 // any it published in this slot before): put_stamp(WritingStamp),
 // put_payload(), put_stamp(WholeStamp). Each call must return only once what
 // it wrote is visible to readers. Stops at the first error and returns it.
-absl::Status WriteBracket(uint64_t sequence, absl::FunctionRef<absl::Status(uint64_t)> put_stamp,
+absl::Status WriteBracket(uint64_t sequence,
+                          absl::FunctionRef<absl::Status(uint64_t)> put_stamp,
                           absl::FunctionRef<absl::Status()> put_payload);
 
 // The bracket on `slot` in this process's memory at `base` (readers read it
@@ -204,8 +212,10 @@ void WriteLocal(std::byte* base, const StampedSlot& slot, uint64_t sequence,
 // `deadline`; errors are the transport's (kUnavailable, kDeadlineExceeded:
 // the endpoint is then closed).
 absl::Status WriteRemote(rdma::Transport& transport, rdma::Endpoint& endpoint,
-                         rdma::MemoryRegion& staging, const rdma::RemoteRegion& remote,
-                         const StampedSlot& at, uint64_t sequence, absl::Time deadline);
+                         rdma::MemoryRegion& staging,
+                         const rdma::RemoteRegion& remote,
+                         const StampedSlot& at, uint64_t sequence,
+                         absl::Time deadline);
 
 }  // namespace rdmaflow::onesided
 

@@ -56,12 +56,14 @@ TEST(StampedSlotTest, RisingWordFailsForGoodOnceItGoesBack) {
   EXPECT_OK(word.Advance(3));  // staying is fine
   EXPECT_OK(word.Check(50));   // checking does not move it
   EXPECT_EQ(word.last(), 3u);
-  EXPECT_THAT(word.CheckAfter(60, 59),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       HasSubstr("rank 7 broke the protocol: its counter went back "
-                                 "from step 60 to 59")));
+  EXPECT_THAT(
+      word.CheckAfter(60, 59),
+      StatusIs(absl::StatusCode::kDataLoss,
+               HasSubstr("rank 7 broke the protocol: its counter went back "
+                         "from step 60 to 59")));
   // For good: even a value that would have been fine is refused now.
-  EXPECT_THAT(word.Advance(4), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("60")));
+  EXPECT_THAT(word.Advance(4),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("60")));
   EXPECT_THAT(word.status(), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_EQ(word.last(), 3u);
 
@@ -88,7 +90,8 @@ class ForgedSlot {
 
   absl::StatusOr<SlotRead> Read(StampedSlotReader& reader) {
     std::memset(copy_, 0, sizeof(copy_));
-    return reader.TryReadLocal(memory_.data(), slot_, reinterpret_cast<std::byte*>(copy_));
+    return reader.TryReadLocal(memory_.data(), slot_,
+                               reinterpret_cast<std::byte*>(copy_));
   }
   // The first word of the last copy, and whether every word equals it.
   uint64_t copied() const { return copy_[0]; }
@@ -108,7 +111,8 @@ class ForgedSlot {
 TEST(StampedSlotTest, ReaderTakesEachNewWholePayloadOnce) {
   ForgedSlot slot;
   StampedSlotReader reader("rank 1", "the stamp of its slot");
-  EXPECT_THAT(slot.Read(reader), IsOkAndHolds(SlotRead::kUnchanged));  // nothing yet
+  EXPECT_THAT(slot.Read(reader),
+              IsOkAndHolds(SlotRead::kUnchanged));  // nothing yet
   slot.Forge(WritingStamp(1), 11);
   EXPECT_THAT(slot.Read(reader), IsOkAndHolds(SlotRead::kBusy));
   slot.Forge(WholeStamp(1), 11);
@@ -122,16 +126,20 @@ TEST(StampedSlotTest, ReaderTakesEachNewWholePayloadOnce) {
 
 TEST(StampedSlotTest, StampGoingBackIsDataLossForGood) {
   ForgedSlot slot;
-  StampedSlotReader reader("mailbox 'm' of rank 0: rank 1", "the stamp of its slot");
+  StampedSlotReader reader("mailbox 'm' of rank 0: rank 1",
+                           "the stamp of its slot");
   slot.Forge(8, 4);
   EXPECT_THAT(slot.Read(reader), IsOkAndHolds(SlotRead::kWhole));
   slot.Forge(6, 3);  // an old message replayed
-  EXPECT_THAT(slot.Read(reader),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       HasSubstr("rank 1 broke the protocol: the stamp of its slot went "
-                                 "back from 8 to 6")));
+  EXPECT_THAT(
+      slot.Read(reader),
+      StatusIs(
+          absl::StatusCode::kDataLoss,
+          HasSubstr("rank 1 broke the protocol: the stamp of its slot went "
+                    "back from 8 to 6")));
   slot.Forge(10, 5);  // forward again: too late
-  EXPECT_THAT(slot.Read(reader), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("8 to 6")));
+  EXPECT_THAT(slot.Read(reader),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("8 to 6")));
   EXPECT_THAT(reader.status(), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_EQ(reader.last_whole(), 8u);
 }
@@ -142,8 +150,8 @@ TEST(StampedSlotTest, OddStampGoingBackIsDataLossNotBusy) {
   slot.Forge(6, 3);
   EXPECT_THAT(slot.Read(reader), IsOkAndHolds(SlotRead::kWhole));
   slot.Forge(1, 0);
-  EXPECT_THAT(slot.Read(reader),
-              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("went back from 6 to 1")));
+  EXPECT_THAT(slot.Read(reader), StatusIs(absl::StatusCode::kDataLoss,
+                                          HasSubstr("went back from 6 to 1")));
 }
 
 TEST(StampedSlotTest, StampJumpingForwardIsTaken) {
@@ -193,7 +201,8 @@ TEST(StampedSlotTest, StampChangingDuringTheCopy) {
               IsOkAndHolds(SlotRead::kWhole));
   // Lower on reload than on the first load: the stamp went back.
   EXPECT_THAT(reader.TryRead(8, copy, [] { return uint64_t{6}; }),
-              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("went back from 8 to 6")));
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("went back from 8 to 6")));
   EXPECT_EQ(copies, 3);
   // Failed for good: nothing is copied any more.
   EXPECT_THAT(reader.TryRead(10, copy, [] { return uint64_t{10}; }),
@@ -205,17 +214,24 @@ TEST(StampedSlotTest, ExpectedSequenceTakesOnlyItsOwnStamp) {
   // The versioned buffer's use: the header names the sequence to read.
   StampedSlotReader reader("rank 0", "the stamp of copy 1");
   auto copy = [] { return absl::OkStatus(); };
-  EXPECT_THAT(reader.TryRead(0, copy, [] { return uint64_t{0}; }, 0),
-              IsOkAndHolds(SlotRead::kWhole));  // sequence 0: nothing written yet
-  EXPECT_THAT(reader.TryRead(WritingStamp(4), copy, [] { return WritingStamp(4); }, 4),
+  EXPECT_THAT(
+      reader.TryRead(
+          0, copy, [] { return uint64_t{0}; }, 0),
+      IsOkAndHolds(SlotRead::kWhole));  // sequence 0: nothing written yet
+  EXPECT_THAT(reader.TryRead(
+                  WritingStamp(4), copy, [] { return WritingStamp(4); }, 4),
               IsOkAndHolds(SlotRead::kBusy));
-  EXPECT_THAT(reader.TryRead(WholeStamp(7), copy, [] { return WholeStamp(7); }, 4),
+  EXPECT_THAT(reader.TryRead(
+                  WholeStamp(7), copy, [] { return WholeStamp(7); }, 4),
               IsOkAndHolds(SlotRead::kBusy));  // already overwritten by 7
-  EXPECT_THAT(reader.TryRead(WholeStamp(4), copy, [] { return WholeStamp(4); }, 4),
+  EXPECT_THAT(reader.TryRead(
+                  WholeStamp(4), copy, [] { return WholeStamp(4); }, 4),
               IsOkAndHolds(SlotRead::kWhole));
-  EXPECT_THAT(reader.TryRead(WholeStamp(4), copy, [] { return WholeStamp(4); }, 4),
+  EXPECT_THAT(reader.TryRead(
+                  WholeStamp(4), copy, [] { return WholeStamp(4); }, 4),
               IsOkAndHolds(SlotRead::kWhole));  // the same again: still whole
-  EXPECT_THAT(reader.TryRead(WholeStamp(1), copy, [] { return WholeStamp(1); }, 1),
+  EXPECT_THAT(reader.TryRead(
+                  WholeStamp(1), copy, [] { return WholeStamp(1); }, 1),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("from 8 to 2")));
 }
 
@@ -232,8 +248,10 @@ TEST(StampedSlotTest, CopyAndReloadErrorsAreReturnedNotHeldAgainstTheWriter) {
                   }),
               StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_OK(reader.status());
-  EXPECT_THAT(reader.TryRead(2, [] { return absl::OkStatus(); }, [] { return uint64_t{2}; }),
-              IsOkAndHolds(SlotRead::kWhole));
+  EXPECT_THAT(
+      reader.TryRead(
+          2, [] { return absl::OkStatus(); }, [] { return uint64_t{2}; }),
+      IsOkAndHolds(SlotRead::kWhole));
 }
 
 TEST(StampedSlotTest, WriteBracketOrdersItsStepsAndStopsAtAnError) {
@@ -258,7 +276,8 @@ TEST(StampedSlotTest, WriteBracketOrdersItsStepsAndStopsAtAnError) {
                   },
                   [] { return absl::UnavailableError("peer gone"); }),
               StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(steps, ::testing::ElementsAre("stamp 5"));  // never the even stamp
+  EXPECT_THAT(steps,
+              ::testing::ElementsAre("stamp 5"));  // never the even stamp
 }
 
 // A writer publishing 20,000 payloads without pause while a reader reads
@@ -284,8 +303,8 @@ TEST(StampedSlotTest, ReaderRacingALocalWriterNeverTakesATornPayload) {
   uint64_t last = 0;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (reader.last_whole() < WholeStamp(kWrites) && absl::Now() < deadline) {
-    absl::StatusOr<SlotRead> got =
-        reader.TryReadLocal(memory.data(), slot, reinterpret_cast<std::byte*>(copy.data()));
+    absl::StatusOr<SlotRead> got = reader.TryReadLocal(
+        memory.data(), slot, reinterpret_cast<std::byte*>(copy.data()));
     if (!got.ok()) break;
     if (*got == SlotRead::kBusy) ++busy;
     if (*got != SlotRead::kWhole) continue;
@@ -313,16 +332,21 @@ TEST(StampedSlotTest, RemoteBracketLandsWholeInThePeersSlot) {
     rdma::loopback::LoopbackTransportOptions options;
     options.rank = rank;
     options.fabric = fabric;
-    ASSERT_OK_AND_ASSIGN(auto transport, rdma::loopback::LoopbackTransport::Create(options));
+    ASSERT_OK_AND_ASSIGN(auto transport,
+                         rdma::loopback::LoopbackTransport::Create(options));
     transports.push_back(std::move(transport));
   }
   const size_t slot_bytes = *StampedSlot::PackedBytes(kPayload);
-  ASSERT_OK_AND_ASSIGN(rdma::MemoryRegion target, transports[0]->Allocate(2 * slot_bytes));
+  ASSERT_OK_AND_ASSIGN(rdma::MemoryRegion target,
+                       transports[0]->Allocate(2 * slot_bytes));
   std::memset(target.data(), 0, target.size());
-  ASSERT_OK_AND_ASSIGN(rdma::MemoryRegion staging, transports[1]->Allocate(slot_bytes));
-  ASSERT_OK_AND_ASSIGN(auto endpoint, transports[1]->Connect({0, transports[0]->address()}));
+  ASSERT_OK_AND_ASSIGN(rdma::MemoryRegion staging,
+                       transports[1]->Allocate(slot_bytes));
+  ASSERT_OK_AND_ASSIGN(auto endpoint,
+                       transports[1]->Connect({0, transports[0]->address()}));
   const rdma::RemoteRegion remote = target.descriptor();
-  const StampedSlot at = StampedSlot::Packed(slot_bytes, kPayload);  // the second slot
+  const StampedSlot at =
+      StampedSlot::Packed(slot_bytes, kPayload);  // the second slot
   StampedSlotReader reader("rank 1", "the stamp of its slot");
   std::vector<uint64_t> copy(kPayload / 8);
   for (uint64_t s = 1; s <= 3; ++s) {
@@ -331,7 +355,8 @@ TEST(StampedSlotTest, RemoteBracketLandsWholeInThePeersSlot) {
     ASSERT_OK(WriteRemote(*transports[1], *endpoint, staging, remote, at, s,
                           absl::Now() + absl::Seconds(10)));
     EXPECT_EQ(LoadStamp(target.data(), at.stamp_offset), WholeStamp(s));
-    EXPECT_THAT(reader.TryReadLocal(target.data(), at, reinterpret_cast<std::byte*>(copy.data())),
+    EXPECT_THAT(reader.TryReadLocal(target.data(), at,
+                                    reinterpret_cast<std::byte*>(copy.data())),
                 IsOkAndHolds(SlotRead::kWhole));
     EXPECT_THAT(copy, ::testing::Each(100 + s));
   }
@@ -339,8 +364,8 @@ TEST(StampedSlotTest, RemoteBracketLandsWholeInThePeersSlot) {
   // A slot past the end of the peer's region: the transport refuses the
   // first write, and nothing lands.
   const StampedSlot outside = StampedSlot::Packed(2 * slot_bytes, kPayload);
-  EXPECT_THAT(WriteRemote(*transports[1], *endpoint, staging, remote, outside, 4,
-                          absl::Now() + absl::Seconds(10)),
+  EXPECT_THAT(WriteRemote(*transports[1], *endpoint, staging, remote, outside,
+                          4, absl::Now() + absl::Seconds(10)),
               StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_EQ(LoadStamp(target.data(), at.stamp_offset), WholeStamp(3));
 }

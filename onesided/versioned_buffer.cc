@@ -31,7 +31,8 @@ constexpr size_t kLatestWord = 0;
 // copy after it.
 StampedSlot Slot(uint64_t version, size_t bytes, int copies) {
   const size_t copy = version % copies;
-  return {sizeof(uint64_t) * (1 + copy), HeaderBytes(copies) + copy * *AlignUp(bytes), bytes};
+  return {sizeof(uint64_t) * (1 + copy),
+          HeaderBytes(copies) + copy * *AlignUp(bytes), bytes};
 }
 
 std::string RegionKey(const std::string& name) {
@@ -47,13 +48,15 @@ std::string LayoutKey(const std::string& ns, const std::string& name) {
 absl::StatusOr<size_t> CheckLayout(size_t bytes, int copies) {
   if (bytes == 0) return absl::InvalidArgumentError("bytes is 0");
   if (copies < 2 || copies > VersionedBuffer::kMaxCopies) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "copies is ", copies, ", it must be in 2..", VersionedBuffer::kMaxCopies));
+    return absl::InvalidArgumentError(
+        absl::StrCat("copies is ", copies, ", it must be in 2..",
+                     VersionedBuffer::kMaxCopies));
   }
   const std::optional<size_t> stride = AlignUp(bytes);
   size_t all_copies = 0, total = 0;
   if (!stride.has_value() ||
-      __builtin_mul_overflow(*stride, static_cast<size_t>(copies), &all_copies) ||
+      __builtin_mul_overflow(*stride, static_cast<size_t>(copies),
+                             &all_copies) ||
       __builtin_add_overflow(HeaderBytes(copies), all_copies, &total)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bytes is ", bytes, ": ", copies, " copies of it overflow size_t"));
@@ -81,14 +84,17 @@ absl::StatusOr<std::unique_ptr<VersionedBuffer>> VersionedBuffer::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "versioned buffer '", name, "': ", region_bytes.status().message()));
   }
-  ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(*region_bytes));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion region,
+                   transport.Allocate(*region_bytes));
   auto owned = std::make_unique<rdma::MemoryRegion>(std::move(region));
   // Version 0 (zeros) in copy 0, whose stamp 0 is WholeStamp(0); every other
   // stamp 0 too, which no version but 0 is read with.
   std::memset(owned->data(), 0, owned->size());
   RETURN_IF_ERROR(rdma::PublishAddress(store, ns, transport));
-  RETURN_IF_ERROR(store.Set(LayoutKey(ns, name), absl::StrCat(bytes, " ", copies)));
-  RETURN_IF_ERROR(rdma::PublishRegion(store, ns, RegionKey(name), owned->descriptor()));
+  RETURN_IF_ERROR(
+      store.Set(LayoutKey(ns, name), absl::StrCat(bytes, " ", copies)));
+  RETURN_IF_ERROR(
+      rdma::PublishRegion(store, ns, RegionKey(name), owned->descriptor()));
   return std::unique_ptr<VersionedBuffer>(
       new VersionedBuffer(std::move(owned), bytes, copies));
 }
@@ -106,7 +112,8 @@ void VersionedBuffer::Update(
   const uint64_t next = version_ + 1;
   WriteLocal(region_->data(), Slot(next, bytes_, copies_), next,
              [&](std::byte* payload) { fill(payload, CopyData(version_)); });
-  StoreStamp(region_->data(), sizeof(uint64_t) * kLatestWord, next);  // the latest
+  StoreStamp(region_->data(), sizeof(uint64_t) * kLatestWord,
+             next);  // the latest
   version_ = next;
 }
 
@@ -117,8 +124,7 @@ absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
     const std::string& name, int owner_rank, absl::Duration timeout) {
   std::unique_ptr<VersionedReader> reader(
       new VersionedReader(transport, name, owner_rank, timeout));
-  absl::StatusOr<std::string> layout =
-      store.Get(LayoutKey(ns, name), timeout);
+  absl::StatusOr<std::string> layout = store.Get(LayoutKey(ns, name), timeout);
   if (!layout.ok()) {
     return absl::Status(
         layout.status().code(),
@@ -130,9 +136,10 @@ absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
   std::vector<std::string> fields = absl::StrSplit(*layout, ' ');
   if (fields.size() != 2 || !absl::SimpleAtoi(fields[0], &reader->bytes_) ||
       !absl::SimpleAtoi(fields[1], &reader->copies_)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "versioned buffer '", name, "' of rank ", owner_rank,
-        ": malformed layout '", *layout, "' in the store (expected '<bytes> <copies>')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("versioned buffer '", name, "' of rank ", owner_rank,
+                     ": malformed layout '", *layout,
+                     "' in the store (expected '<bytes> <copies>')"));
   }
   absl::StatusOr<size_t> needed = CheckLayout(reader->bytes_, reader->copies_);
   if (!needed.ok()) {
@@ -144,13 +151,13 @@ absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
                    rdma::FetchRegion(store, ns, RegionKey(name), timeout));
   if (remote.owner_rank != owner_rank || remote.length < *needed) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "versioned buffer '", name, "': the descriptor (",
-        remote.DebugString(), ") does not hold ", *needed,
-        " bytes of rank ", owner_rank, " (layout '", *layout, "')"));
+        "versioned buffer '", name, "': the descriptor (", remote.DebugString(),
+        ") does not hold ", *needed, " bytes of rank ", owner_rank,
+        " (layout '", *layout, "')"));
   }
   reader->remote_ = std::make_unique<rdma::RemoteRegion>(std::move(remote));
-  ASSIGN_OR_RETURN(reader->endpoint_,
-                   rdma::ConnectToPeer(transport, store, ns, owner_rank, timeout));
+  ASSIGN_OR_RETURN(reader->endpoint_, rdma::ConnectToPeer(transport, store, ns,
+                                                          owner_rank, timeout));
   ASSIGN_OR_RETURN(rdma::MemoryRegion scratch,
                    transport.Allocate(HeaderBytes(reader->copies_)));
   reader->scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
@@ -174,15 +181,16 @@ VersionedReader::VersionedReader(rdma::Transport& transport, std::string name,
 
 absl::Status VersionedReader::Named(absl::Status status) const {
   if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat("reading versioned buffer '", name_, "' of rank ", owner_,
-                                   ": ", status.message()));
+  return absl::Status(status.code(), absl::StrCat("reading versioned buffer '",
+                                                  name_, "' of rank ", owner_,
+                                                  ": ", status.message()));
 }
 
 absl::Status VersionedReader::ReadWords(size_t offset, size_t count) {
   const size_t length = count * sizeof(uint64_t);
-  return Named(rdma::Read(transport_, *endpoint_, {scratch_.get(), offset, length},
-                          {remote_.get(), offset, length}, absl::Now() + timeout_));
+  return Named(
+      rdma::Read(transport_, *endpoint_, {scratch_.get(), offset, length},
+                 {remote_.get(), offset, length}, absl::Now() + timeout_));
 }
 
 absl::Status VersionedReader::CheckVersion(uint64_t version) {
@@ -194,7 +202,8 @@ absl::Status VersionedReader::CheckVersion(uint64_t version) {
 absl::StatusOr<uint64_t> VersionedReader::LatestVersion() {
   RETURN_IF_ERROR(failed_);
   RETURN_IF_ERROR(ReadWords(0, 1));
-  const uint64_t version = LoadStamp(scratch_->data(), sizeof(uint64_t) * kLatestWord);
+  const uint64_t version =
+      LoadStamp(scratch_->data(), sizeof(uint64_t) * kLatestWord);
   RETURN_IF_ERROR(CheckVersion(version));
   return version;
 }
@@ -203,17 +212,18 @@ absl::StatusOr<uint64_t> VersionedReader::Read(const rdma::LocalSlice& dst) {
   if (dst.region == nullptr || dst.length != bytes_ ||
       dst.offset > dst.region->size() ||
       dst.length > dst.region->size() - dst.offset) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reading versioned buffer '", name_, "' of rank ", owner_,
-        ": the destination must be ", bytes_,
-        " bytes inside a registered region"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reading versioned buffer '", name_, "' of rank ", owner_,
+                     ": the destination must be ", bytes_,
+                     " bytes inside a registered region"));
   }
   RETURN_IF_ERROR(failed_);
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     if (attempt > 0) ++retries_;
     // 1. The header: which version is the latest, and its copy's stamp.
     RETURN_IF_ERROR(ReadWords(0, 1 + copies_));
-    const uint64_t version = LoadStamp(scratch_->data(), sizeof(uint64_t) * kLatestWord);
+    const uint64_t version =
+        LoadStamp(scratch_->data(), sizeof(uint64_t) * kLatestWord);
     RETURN_IF_ERROR(CheckVersion(version));  // its stamps fit in 64 bits
     const StampedSlot slot = Slot(version, bytes_, copies_);
     StampedSlotReader& stamp = stamps_[version % copies_];

@@ -36,7 +36,8 @@
 //   // reader (rank 1)
 //   ASSIGN_OR_RETURN(auto pull, VersionedReader::Create(
 //       transport, store, "job/ps", "shard0", /*owner=*/0, absl::Seconds(60)));
-//   ASSIGN_OR_RETURN(uint64_t version, pull->Read({&region, 0, pull->bytes()}));
+//   ASSIGN_OR_RETURN(uint64_t version, pull->Read({&region, 0,
+//   pull->bytes()}));
 #ifndef RDMAFLOW_ONESIDED_VERSIONED_BUFFER_H_
 #define RDMAFLOW_ONESIDED_VERSIONED_BUFFER_H_
 
@@ -86,8 +87,8 @@ class VersionedBuffer {
   // Writes version()+1: `fill(next, latest)` must write all bytes() of
   // `next` (it may read `latest`, the current version); then the new version
   // becomes the latest, atomically for readers.
-  void Update(absl::FunctionRef<void(std::byte* next, const std::byte* latest)>
-                  fill);
+  void Update(
+      absl::FunctionRef<void(std::byte* next, const std::byte* latest)> fill);
 
  private:
   VersionedBuffer(std::unique_ptr<rdma::MemoryRegion> region, size_t bytes,
@@ -153,7 +154,7 @@ class VersionedReader {
   size_t bytes_ = 0;
   int copies_ = 0;
   int64_t retries_ = 0;
-  RisingWord version_;  // the header's latest version
+  RisingWord version_;                     // the header's latest version
   std::vector<StampedSlotReader> stamps_;  // by copy
   absl::Status failed_;  // kDataLoss once the owner broke the protocol
 };
