@@ -16,7 +16,6 @@ namespace {
 
 using internal::PieceHeader;
 
-constexpr size_t kWord = sizeof(uint64_t);
 constexpr size_t kHeaderBytes = internal::kPieceHeaderBytes;
 
 std::string Key(const std::string& name, int rank, const char* what) {
@@ -30,14 +29,6 @@ std::string Layout(const MessengerOptions& o, int world) {
 
 absl::Status Annotate(const absl::Status& status, const std::string& where) {
   return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
-}
-
-uint64_t Load(const std::byte* word) {
-  return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
-}
-
-void Store(std::byte* word, uint64_t value) {
-  __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_RELEASE);
 }
 
 PieceHeader ReadHeader(const std::byte* slot) {
@@ -116,18 +107,16 @@ struct Messenger::Peer {
   rdma::RemoteRegion control;  // the peer's credit words
   absl::Status status;         // not OK once declared dead
 
+  // The link's slot rings (onesided/slots/slot_ring.h): pieces to the
+  // peer, pieces from it. Sequence numbers count pieces.
+  std::unique_ptr<onesided::SlotRingSender> sender;
+  std::unique_ptr<onesided::SlotRingReceiver> receiver;
+
   // Sending to the peer.
   std::deque<std::unique_ptr<Outgoing>> outgoing;  // front: being cut
   std::deque<std::unique_ptr<Outgoing>> cut;       // all pieces posted
-  std::deque<Action> actions;
-  uint64_t next_seq = 0;     // next piece to cut
-  uint64_t flagged = 0;      // pieces whose flag writes completed, in order
-  std::vector<uint64_t> flagged_out_of_order;
 
   // Receiving from the peer.
-  uint64_t received = 0;     // pieces consumed
-  uint64_t credit_posted = 0;
-  bool credit_busy = false;
   std::list<std::unique_ptr<Incoming>> posted;   // receives not yet matched
   // Messages whose first piece has arrived: unexpected ones (no receive
   // yet; kept once whole until one comes) and matched ones still arriving.
@@ -137,7 +126,12 @@ struct Messenger::Peer {
   // Liveness.
   absl::Time last_heard = absl::InfinitePast();
   bool probing = false;
-  int64_t outstanding = 0;
+  int64_t outstanding = 0;  // probes
+
+  int64_t in_flight() const {
+    return outstanding + (sender != nullptr ? sender->outstanding() : 0) +
+           (receiver != nullptr ? receiver->outstanding() : 0);
+  }
 };
 
 Messenger::Messenger(rdma::Transport& transport, rdma::Store& store, std::string ns,
@@ -161,10 +155,19 @@ Messenger::~Messenger() {
   while (absl::Now() < deadline) {
     int64_t outstanding = 0;
     for (auto& peer : peers_) {
-      if (peer != nullptr) outstanding += peer->outstanding;
+      if (peer != nullptr) outstanding += peer->in_flight();
     }
     if (outstanding == 0) break;
     if (!transport_.Progress().ok()) break;
+  }
+  for (auto& peer : peers_) {
+    if (peer == nullptr || peer->in_flight() == 0) continue;
+    // A completion that never came may still fire: leave what it points at.
+    std::fprintf(stderr, "%s: %lld operations to rank %d never completed\n", Where().c_str(),
+                 static_cast<long long>(peer->in_flight()), peer->rank);
+    peer->sender.release();
+    peer->receiver.release();
+    peer.release();
   }
 }
 
@@ -228,6 +231,28 @@ absl::Status Messenger::Connect() {
                                                       options_.timeout));
     ASSIGN_OR_RETURN(peer->endpoint, rdma::ConnectToPeer(transport_, store_, ns_, rank,
                                                          options_.timeout));
+    const size_t block = block_bytes();
+    onesided::SlotRingSender::Options send;
+    send.slots = options_.slots;
+    send.peer = "it";  // FailPeer() names the rank
+    send.endpoint = peer->endpoint.get();
+    send.flag_source = outbox_.get();
+    send.flag_source_offset = block * rank;
+    send.remote_flags = &peer->inbox;
+    send.remote_flags_offset = block * rank_;
+    send.credit_word = control_->data() + 64 * rank;
+    peer->sender = std::make_unique<onesided::SlotRingSender>(std::move(send));
+    onesided::SlotRingReceiver::Options receive;
+    receive.slots = options_.slots;
+    receive.peer = "it";
+    receive.endpoint = peer->endpoint.get();
+    receive.flags = inbox_->data() + block * rank;
+    receive.credit_source = control_.get();
+    receive.credit_source_offset = 64 * (world_ + rank);
+    receive.remote_credit = &peer->control;
+    receive.remote_credit_offset = 64 * rank_;
+    receive.describe = [](uint64_t seq) { return absl::StrCat("piece ", seq); };
+    peer->receiver = std::make_unique<onesided::SlotRingReceiver>(std::move(receive));
     peers_[rank] = std::move(peer);
   }
   return absl::OkStatus();
@@ -390,12 +415,15 @@ absl::Status Messenger::Progress() {
   for (auto& peer : peers_) {
     if (peer == nullptr) continue;
     if (peer->status.ok()) {
-      const uint64_t received = peer->received, cut = peer->next_seq;
+      const uint64_t received = peer->receiver->received();
+      const uint64_t cut = peer->sender->claimed();
+      const uint64_t delivered = peer->sender->delivered();
       Receive(*peer);
       StartSends(*peer);
       PostActions(*peer);
       PostCredit(*peer);
-      progressed_ |= peer->received != received || peer->next_seq != cut;
+      progressed_ |= peer->receiver->received() != received ||
+                     peer->sender->claimed() != cut || peer->sender->delivered() != delivered;
     }
     if (peer->status.ok()) Probe(*peer, now);
   }
@@ -441,7 +469,7 @@ void Messenger::FailPeer(Peer& peer, absl::Status status) {
     for (auto& message : *queue) Fire(message->done, peer.status);
     queue->clear();
   }
-  peer.actions.clear();
+  peer.sender->DropQueued();
   for (auto& message : peer.posted) Fire(message->done, peer.status);
   peer.posted.clear();
   for (auto& message : peer.arrived) {
@@ -456,17 +484,20 @@ void Messenger::Receive(Peer& peer) {
   const size_t block = block_bytes();
   std::byte* base = inbox_->data() + block * peer.rank;
   while (peer.status.ok()) {
-    const uint64_t seq = peer.received;
-    const size_t slot = seq % options_.slots;
-    if (Load(base + slot * kWord) != seq + 1) break;
-    const std::byte* piece = base + flags_bytes + slot * slot_stride();
+    absl::StatusOr<bool> arrived = peer.receiver->Arrived();
+    if (!arrived.ok()) {
+      FailPeer(peer, arrived.status());
+      return;
+    }
+    if (!*arrived) break;
+    const std::byte* piece = base + flags_bytes + peer.receiver->slot() * slot_stride();
     if (absl::Status valid = CheckPiece(peer, piece); !valid.ok()) {
       FailPeer(peer, std::move(valid));
       return;
     }
     if (MustWait(peer, piece)) break;
     Deliver(peer, piece);
-    ++peer.received;
+    peer.receiver->Consume();
     peer.last_heard = absl::Now();
   }
 }
@@ -481,7 +512,7 @@ absl::Status Messenger::CheckPiece(const Peer& peer, const std::byte* slot) cons
       ReadHeader(slot), current.has_value() ? &*current : nullptr, options_.slot_bytes);
   if (valid.ok()) return valid;
   return absl::DataLossError(absl::StrCat(
-      "piece ", peer.received, " from it: ", valid.message(),
+      "piece ", peer.receiver->received(), " from it: ", valid.message(),
       "; does it run the same rdmaflow version, and is anything else writing "
       "into our memory?"));
 }
@@ -563,41 +594,44 @@ void Messenger::Deliver(Peer& peer, const std::byte* slot) {
 void Messenger::StartSends(Peer& peer) {
   const size_t flags_bytes = this->flags_bytes();
   const size_t block = block_bytes();
-  const std::byte* credit_word = control_->data() + 64 * peer.rank;
   while (!peer.outgoing.empty()) {
-    const uint64_t released = Load(credit_word);
-    if (released > peer.next_seq) {
-      // Written by the peer: it cannot have released more than was sent.
-      FailPeer(peer, absl::DataLossError(absl::StrCat(
-          "broke the message protocol: its credit word releases ", released,
-          " pieces where ", peer.next_seq, " were sent")));
+    // The credit is the peer's: the slot ring checks it.
+    absl::StatusOr<bool> room = peer.sender->HasRoom();
+    if (!room.ok()) {
+      FailPeer(peer, room.status());
       return;
     }
-    if (peer.next_seq - released >= static_cast<uint64_t>(options_.slots)) break;
+    if (!*room) break;
     Outgoing& message = *peer.outgoing.front();
-    const uint64_t seq = peer.next_seq++;
-    const size_t slot = seq % options_.slots;
-    std::byte* staging = outbox_->data() + block * peer.rank + flags_bytes +
-                         slot * slot_stride();
+    const uint64_t seq = peer.sender->Claim();
+    const size_t slot_offset = flags_bytes + peer.sender->slot(seq) * slot_stride();
+    const size_t local = block * peer.rank + slot_offset;
+    const size_t remote = block * rank_ + slot_offset;
+    std::byte* staging = outbox_->data() + local;
     PieceHeader header{message.tag, message.bytes, message.next_offset,
                        std::min(options_.slot_bytes, message.bytes - message.next_offset)};
     std::memcpy(staging, &header, sizeof(header));
-    const bool in_place = header.bytes > 0 && !message.abandoned &&
-                          SendRegionOf(message.data, message.bytes) != nullptr;
-    if (!in_place && header.bytes > 0) {
-      std::memcpy(staging + kHeaderBytes, message.Source(header.offset), header.bytes);
-      stats_.staged_bytes += header.bytes;
-    }
-    if (in_place) {
-      const rdma::MemoryRegion* region = SendRegionOf(message.data, message.bytes);
-      peer.actions.push_back({Action::kHeader, seq});
-      peer.actions.push_back({Action::kPayload, seq, region,
-                              static_cast<size_t>(message.data + header.offset -
-                                                  region->data())});
+    const rdma::MemoryRegion* region =
+        header.bytes > 0 && !message.abandoned ? SendRegionOf(message.data, message.bytes)
+                                               : nullptr;
+    if (region != nullptr) {
+      // The header from staging, the payload from where it lies.
+      peer.sender->Write(seq, {outbox_.get(), local, kHeaderBytes},
+                         {&peer.inbox, remote, kHeaderBytes});
+      peer.sender->Write(
+          seq,
+          {region, static_cast<size_t>(message.data + header.offset - region->data()),
+           header.bytes},
+          {&peer.inbox, remote + kHeaderBytes, header.bytes});
     } else {
-      peer.actions.push_back({Action::kPayload, seq});
+      if (header.bytes > 0) {
+        std::memcpy(staging + kHeaderBytes, message.Source(header.offset), header.bytes);
+        stats_.staged_bytes += header.bytes;
+      }
+      peer.sender->Write(seq, {outbox_.get(), local, kHeaderBytes + header.bytes},
+                         {&peer.inbox, remote, kHeaderBytes + header.bytes});
     }
-    peer.actions.push_back({Action::kFlush, seq});
+    peer.sender->Commit(seq);
     ++stats_.pieces_sent;
     stats_.bytes_sent += header.bytes;
     message.next_offset += header.bytes;
@@ -611,125 +645,29 @@ void Messenger::StartSends(Peer& peer) {
 }
 
 void Messenger::PostActions(Peer& peer) {
-  const size_t flags_bytes = this->flags_bytes();
-  const size_t block = block_bytes();
-  const size_t local_block = block * peer.rank;
-  const size_t remote_block = block * rank_;
-  while (!peer.actions.empty() && peer.status.ok()) {
-    const Action action = peer.actions.front();
-    const uint64_t seq = action.seq;
-    const size_t slot = seq % options_.slots;
-    const size_t slot_offset = flags_bytes + slot * slot_stride();
-    std::byte* staging = outbox_->data() + local_block + slot_offset;
-    PieceHeader header;
-    std::memcpy(&header, staging, sizeof(header));
-    auto on_done = [this, &peer](absl::Status s) {
-      --peer.outstanding;
-      if (!s.ok()) PeerDied(peer, s);
-    };
-    absl::Status posted;
-    switch (action.kind) {
-      case Action::kHeader:
-        posted = peer.endpoint->PostWrite(
-            {outbox_.get(), local_block + slot_offset, kHeaderBytes},
-            {&peer.inbox, remote_block + slot_offset, kHeaderBytes}, std::nullopt,
-            on_done);
-        break;
-      case Action::kPayload: {
-        // Header and staged payload in one write, or the payload from where
-        // it lies (its header went first).
-        const rdma::MemoryRegion* region = action.source;
-        if (region != nullptr) {
-          posted = peer.endpoint->PostWrite(
-              {region, action.source_offset, header.bytes},
-              {&peer.inbox, remote_block + slot_offset + kHeaderBytes, header.bytes},
-              std::nullopt, on_done);
-        } else {
-          posted = peer.endpoint->PostWrite(
-              {outbox_.get(), local_block + slot_offset, kHeaderBytes + header.bytes},
-              {&peer.inbox, remote_block + slot_offset, kHeaderBytes + header.bytes},
-              std::nullopt, on_done);
-        }
-        break;
-      }
-      case Action::kFlush:
-        // The flag may only land once the piece is visible.
-        posted = peer.endpoint->PostFlush([this, &peer, seq](absl::Status s) {
-          --peer.outstanding;
-          if (!s.ok()) {
-            PeerDied(peer, s);
-            return;
-          }
-          peer.actions.push_back({Action::kFlag, seq});
-        });
-        break;
-      case Action::kFlag: {
-        std::byte* flag_source = outbox_->data() + local_block + slot * kWord;
-        Store(flag_source, seq + 1);
-        posted = peer.endpoint->PostWrite(
-            {outbox_.get(), local_block + slot * kWord, kWord},
-            {&peer.inbox, remote_block + slot * kWord, kWord}, std::nullopt,
-            [this, &peer, seq](absl::Status s) {
-              --peer.outstanding;
-              if (!s.ok()) {
-                PeerDied(peer, s);
-                return;
-              }
-              peer.last_heard = absl::Now();
-              // Messages complete when their last piece's flag has landed.
-              if (seq == peer.flagged) {
-                ++peer.flagged;
-                std::sort(peer.flagged_out_of_order.begin(),
-                          peer.flagged_out_of_order.end());
-                auto it = peer.flagged_out_of_order.begin();
-                while (it != peer.flagged_out_of_order.end() && *it == peer.flagged) {
-                  ++peer.flagged;
-                  ++it;
-                }
-                peer.flagged_out_of_order.erase(peer.flagged_out_of_order.begin(), it);
-              } else {
-                peer.flagged_out_of_order.push_back(seq);
-              }
-              while (!peer.cut.empty() && peer.cut.front()->last_seq < peer.flagged) {
-                std::unique_ptr<Outgoing> done = std::move(peer.cut.front());
-                peer.cut.pop_front();
-                ++stats_.messages_sent;
-                Fire(done->done, absl::OkStatus());
-              }
-            });
-        break;
-      }
-    }
-    if (absl::IsResourceExhausted(posted)) return;  // retried next pass
-    if (!posted.ok()) {
+  if (!peer.status.ok()) return;
+  const uint64_t delivered = peer.sender->delivered();
+  if (absl::Status posted = peer.sender->Post(); !posted.ok()) {
+    if (absl::IsDataLoss(posted)) {
+      FailPeer(peer, posted);
+    } else {
       PeerDied(peer, posted);
-      return;
     }
-    ++peer.outstanding;
-    peer.actions.pop_front();
+    return;
+  }
+  if (peer.sender->delivered() != delivered) peer.last_heard = absl::Now();
+  // Messages complete when their last piece's flag has landed.
+  while (!peer.cut.empty() && peer.cut.front()->last_seq < peer.sender->delivered()) {
+    std::unique_ptr<Outgoing> done = std::move(peer.cut.front());
+    peer.cut.pop_front();
+    ++stats_.messages_sent;
+    Fire(done->done, absl::OkStatus());
   }
 }
 
 void Messenger::PostCredit(Peer& peer) {
-  if (peer.credit_busy || peer.credit_posted == peer.received) return;
-  const uint64_t value = peer.received;
-  const size_t source = 64 * (world_ + peer.rank);
-  Store(control_->data() + source, value);
-  absl::Status posted = peer.endpoint->PostWrite(
-      {control_.get(), source, kWord}, {&peer.control, 64 * size_t(rank_), kWord},
-      std::nullopt, [this, &peer](absl::Status s) {
-        --peer.outstanding;
-        peer.credit_busy = false;
-        if (!s.ok()) PeerDied(peer, s);
-      });
-  if (absl::IsResourceExhausted(posted)) return;
-  if (!posted.ok()) {
-    PeerDied(peer, posted);
-    return;
-  }
-  ++peer.outstanding;
-  peer.credit_busy = true;
-  peer.credit_posted = value;
+  if (!peer.status.ok()) return;
+  if (absl::Status posted = peer.receiver->PostCredit(); !posted.ok()) PeerDied(peer, posted);
 }
 
 void Messenger::Probe(Peer& peer, absl::Time now) {

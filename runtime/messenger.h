@@ -60,6 +60,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "onesided/progress/wait_policy.h"
+#include "onesided/slots/slot_ring.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
@@ -177,13 +178,6 @@ class Messenger {
   struct Outgoing;
   struct Incoming;
   struct Peer;
-  struct Action {
-    enum Kind { kHeader, kPayload, kFlush, kFlag } kind;
-    uint64_t seq;
-    // kPayload written from where it lies: its region and offset there.
-    const rdma::MemoryRegion* source = nullptr;
-    size_t source_offset = 0;
-  };
 
   Messenger(rdma::Transport& transport, rdma::Store& store, std::string ns,
             int rank, int world, const MessengerOptions& options);
@@ -203,6 +197,8 @@ class Messenger {
   bool MustWait(const Peer& peer, const std::byte* slot) const;
   void Deliver(Peer& peer, const std::byte* slot);
   void StartSends(Peer& peer);
+  // Posts the queued writes and flags; fires the sends whose last piece's
+  // flag has landed.
   void PostActions(Peer& peer);
   void PostCredit(Peer& peer);
   void Probe(Peer& peer, absl::Time now);
