@@ -30,14 +30,14 @@ absl::StatusOr<uint64_t> SlotRingSender::Credit() {
   const uint64_t credit = LoadWord(options_.credit_word);
   if (credit < credit_seen_) {
     Fail(absl::DataLossError(absl::StrCat(
-        options_.peer, " wrote a credit of ", credit, " after one of ", credit_seen_,
-        ": credits never go back (does it run the same rdmaflow version? is anything "
+        options_.peer, " wrote a credit of ", credit, " after ", credit_seen_,
+        "; credits never go back (does it run the same rdmaflow version? is anything "
         "else writing into our memory?)")));
     return failure_;
   }
   if (credit > claimed_) {
     Fail(absl::DataLossError(absl::StrCat(
-        options_.peer, " wrote a credit releasing ", credit, " messages where ", claimed_,
+        options_.peer, " wrote a credit releasing ", credit, " messages, but only ", claimed_,
         " were sent: it breaks the slot protocol (does it run the same rdmaflow "
         "version? is anything else writing into our memory?)")));
     return failure_;
@@ -133,7 +133,24 @@ absl::Status SlotRingSender::Post() {
   return failure_;
 }
 
-SlotRingReceiver::SlotRingReceiver(Options options) : options_(std::move(options)) {}
+namespace {
+
+CreditWriter::Options CreditOptions(const SlotRingReceiver::Options& o) {
+  CreditWriter::Options credit;
+  credit.words = 1;
+  credit.peer = o.peer;
+  credit.endpoint = o.endpoint;
+  credit.source = o.credit_source;
+  credit.source_offset = o.credit_source_offset;
+  credit.remote = o.remote_credit;
+  credit.remote_offset = o.remote_credit_offset;
+  return credit;
+}
+
+}  // namespace
+
+SlotRingReceiver::SlotRingReceiver(Options options)
+    : options_(std::move(options)), credits_(CreditOptions(options_)) {}
 
 void SlotRingReceiver::Fail(absl::Status status) {
   if (failure_.ok()) failure_ = std::move(status);
@@ -151,7 +168,8 @@ absl::StatusOr<bool> SlotRingReceiver::Arrived() {
   if (flag == previous) return false;
   Fail(absl::DataLossError(absl::StrCat(
       options_.peer, " wrote ", flag, " into the flag of slot ", slot(), " where ", seq + 1,
-      " (message ", seq, ") or, before it, ", previous,
+      " (", options_.describe ? options_.describe(seq) : absl::StrCat("message ", seq),
+      ") or, before it, ", previous,
       " was due: it breaks the slot protocol (does it run the same rdmaflow version? is "
       "anything else writing into our memory?)")));
   return failure_;
@@ -159,27 +177,8 @@ absl::StatusOr<bool> SlotRingReceiver::Arrived() {
 
 absl::Status SlotRingReceiver::PostCredit(uint64_t released) {
   if (!failure_.ok()) return failure_;
-  if (credit_busy_ || released <= credit_posted_) return absl::OkStatus();
-  std::byte* source = options_.credit_source->data() + options_.credit_source_offset;
-  StoreWord(source, released);
-  absl::Status posted = options_.endpoint->PostWrite(
-      {options_.credit_source, options_.credit_source_offset, kSlotWordBytes},
-      {options_.remote_credit, options_.remote_credit_offset, kSlotWordBytes}, std::nullopt,
-      [this](absl::Status status) {
-        --outstanding_;
-        credit_busy_ = false;
-        if (!status.ok()) Fail(std::move(status));
-      });
-  if (absl::IsResourceExhausted(posted)) return absl::OkStatus();  // the next call retries
-  if (!posted.ok()) {
-    Fail(absl::Status(posted.code(), absl::StrCat("posting a credit to ", options_.peer,
-                                                  ": ", posted.message())));
-    return failure_;
-  }
-  ++outstanding_;
-  credit_busy_ = true;
-  credit_posted_ = released;
-  return absl::OkStatus();
+  credits_.Set(0, std::min(released, received_));
+  return credits_.Post();
 }
 
 }  // namespace rdmaflow::onesided

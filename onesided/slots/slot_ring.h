@@ -33,11 +33,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <set>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "onesided/slots/credit_writer.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
@@ -144,6 +146,9 @@ class SlotRingReceiver {
     // The sender's credit word.
     const rdma::RemoteRegion* remote_credit = nullptr;
     uint64_t remote_credit_offset = 0;
+    // Names message `seq` in errors ("message 3 of 64 of this call");
+    // "message <seq>" when unset.
+    std::function<std::string(uint64_t seq)> describe;
   };
 
   explicit SlotRingReceiver(Options options);
@@ -164,18 +169,18 @@ class SlotRingReceiver {
   absl::Status PostCredit(uint64_t released);
   absl::Status PostCredit() { return PostCredit(received_); }
 
-  int64_t outstanding() const { return outstanding_; }
-  const absl::Status& failure() const { return failure_; }
+  int64_t outstanding() const { return credits_.outstanding(); }
+  const absl::Status& failure() const {
+    return failure_.ok() ? credits_.failure() : failure_;
+  }
 
  private:
   void Fail(absl::Status status);
 
   const Options options_;
+  CreditWriter credits_;
   uint64_t received_ = 0;
-  uint64_t credit_posted_ = 0;
-  bool credit_busy_ = false;
-  int64_t outstanding_ = 0;
-  absl::Status failure_;
+  absl::Status failure_;  // a forged flag
 };
 
 }  // namespace rdmaflow::onesided

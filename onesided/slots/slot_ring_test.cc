@@ -203,7 +203,7 @@ TEST_F(SlotRingTest, ACreditBeyondWhatWasSentFailsTheSender) {
   Forge(outbox_->data() + kOutboxCredit, 2);  // one message was sent
   EXPECT_THAT(sender_->HasRoom(),
               StatusIs(absl::StatusCode::kDataLoss,
-                       HasSubstr("rank 1 wrote a credit releasing 2 messages where 1 were sent")));
+                       HasSubstr("rank 1 wrote a credit releasing 2 messages, but only 1 were sent")));
   EXPECT_THAT(sender_->Post(), StatusIs(absl::StatusCode::kDataLoss));
 }
 
@@ -215,7 +215,7 @@ TEST_F(SlotRingTest, ACreditThatGoesBackFailsTheSender) {
   Forge(outbox_->data() + kOutboxCredit, 1);
   EXPECT_THAT(sender_->Credit(),
               StatusIs(absl::StatusCode::kDataLoss,
-                       HasSubstr("rank 1 wrote a credit of 1 after one of 2")));
+                       HasSubstr("rank 1 wrote a credit of 1 after 2; credits never go back")));
 }
 
 TEST_F(SlotRingTest, ADeadReceiverFailsTheSender) {

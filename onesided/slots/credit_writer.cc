@@ -1,0 +1,58 @@
+// File: credit_writer.cc
+#include "onesided/slots/credit_writer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace rdmaflow::onesided {
+namespace {
+constexpr size_t kWord = sizeof(uint64_t);
+}  // namespace
+
+CreditWriter::CreditWriter(Options options)
+    : options_(std::move(options)),
+      wanted_(options_.words, 0),
+      lo_(options_.words) {}
+
+void CreditWriter::Set(int index, uint64_t value) {
+  if (value <= wanted_[index]) return;
+  wanted_[index] = value;
+  lo_ = std::min(lo_, index);
+  hi_ = std::max(hi_, index);
+}
+
+absl::Status CreditWriter::Post() {
+  if (!failure_.ok() || busy_ || lo_ > hi_) return failure_;
+  uint64_t* words =
+      reinterpret_cast<uint64_t*>(options_.source->data() + options_.source_offset);
+  for (int i = lo_; i <= hi_; ++i) {
+    __atomic_store_n(&words[i], wanted_[i], __ATOMIC_RELEASE);
+  }
+  const size_t bytes = static_cast<size_t>(hi_ - lo_ + 1) * kWord;
+  absl::Status posted = options_.endpoint->PostWrite(
+      {options_.source, options_.source_offset + lo_ * kWord, bytes},
+      {options_.remote, options_.remote_offset + lo_ * kWord, bytes}, std::nullopt,
+      [this](absl::Status status) {
+        busy_ = false;
+        if (!status.ok() && failure_.ok()) {
+          failure_ = absl::Status(status.code(), absl::StrCat("returning credits to ",
+                                                              options_.peer, ": ",
+                                                              status.message()));
+        }
+      });
+  if (absl::IsResourceExhausted(posted)) return absl::OkStatus();  // the next call retries
+  if (!posted.ok()) {
+    failure_ = absl::Status(posted.code(), absl::StrCat("returning credits to ", options_.peer,
+                                                        ": ", posted.message()));
+    return failure_;
+  }
+  busy_ = true;
+  ++writes_;
+  lo_ = options_.words;
+  hi_ = -1;
+  return absl::OkStatus();
+}
+
+}  // namespace rdmaflow::onesided
