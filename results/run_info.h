@@ -12,7 +12,7 @@
 namespace rdmaflow::results {
 
 // A RunInfo naming `tool`, this host (gethostname; empty if that fails) and
-// `start` (call it with absl::Now() when the tool starts). The caller fills
+// `start` (absl::Now() taken when the run starts). The caller fills
 // in transport, params, description and world_size.
 RunInfo NewRunInfo(absl::string_view tool, absl::Time start);
 
