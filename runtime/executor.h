@@ -105,7 +105,10 @@ class Executor final : public Communicator {
   void OnNotification(const rdma::Notification& notification);
   void OnRound();
   void ProcessDrops(internal::RecvSlot& slot);
+  // Posts each receive link's released counts in one write (at most one
+  // in flight per link).
   void PostCredits();
+  bool CreditsPending() const;
   // Waits until every operation this rank posted has completed.
   absl::Status Drain();
 
@@ -155,7 +158,11 @@ class Executor final : public Communicator {
   // fetched, of every generation (stable addresses).
   std::vector<std::unique_ptr<rdma::MemoryRegion>> credit_regions_;
   std::vector<std::unique_ptr<rdma::RemoteRegion>> remote_regions_;
-  std::unique_ptr<rdma::MemoryRegion> credit_out_;  // our credit words
+  // Our credit words (per receive link, its slots' words in slot order)
+  // and the writer that returns each receive link's credits (by link
+  // index; null for links we do not receive on).
+  std::unique_ptr<rdma::MemoryRegion> credit_out_;
+  std::vector<std::unique_ptr<onesided::CreditWriter>> credit_writers_;
   std::unique_ptr<rdma::MemoryRegion> meta_out_;    // dynamic metadata staging
   std::vector<std::unique_ptr<internal::SendSlot>> sends_;
   std::vector<std::shared_ptr<internal::RecvSlot>> recvs_;
@@ -176,7 +183,6 @@ class Executor final : public Communicator {
 
   std::vector<const rdma::MemoryRegion*> send_arenas_;
   std::shared_ptr<std::atomic<int>> dirty_;
-  std::vector<internal::RecvSlot*> credit_pending_;
   std::vector<internal::SendSlot*> deferred_;
   int64_t step_ = 0;
   bool shut_down_ = false;

@@ -67,67 +67,29 @@ void Executor::ProcessDrops(internal::RecvSlot& slot) {
     slot.done_stages &= ~(1u << (slot.released % slot.info.depth));
     ++slot.released;
   }
-  if (slot.released > slot.credit_posted && !slot.credit_queued) {
-    slot.credit_queued = true;
-    credit_pending_.push_back(&slot);
-  }
+  slot.credits->Set(slot.info.slot_index, slot.released);
 }
 
 void Executor::PostCredits() {
-  size_t kept = 0;
-  for (internal::RecvSlot* slot : credit_pending_) {
-    if (slot->credit_busy || slot->retired) {
-      // The completion of the write in flight re-queues it if needed.
-      slot->credit_queued = false;
-      continue;
-    }
-    uint64_t* word =
-        reinterpret_cast<uint64_t*>(credit_out_->data() + slot->credit_word);
-    *word = slot->released;
-    const uint64_t value = slot->released;
-    absl::Status posted = slot->endpoint->PostWrite(
-        {credit_out_.get(), slot->credit_word, 8},
-        {slot->credit_remote, 8 * static_cast<uint64_t>(slot->info.slot_index),
-         8},
-        std::nullopt, [this, slot](absl::Status status) {
-          engine_.Completed();
-          slot->credit_busy = false;
-          if (!status.ok()) {
-            engine_.Fail(absl::Status(status.code(),
-                              absl::StrCat("returning the slot of ",
-                                           slot->info.Describe(),
-                                           " to its sender: ",
-                                           status.message())));
-            return;
-          }
-          if (slot->released > slot->credit_posted && !slot->credit_queued &&
-              !slot->retired) {
-            slot->credit_queued = true;
-            credit_pending_.push_back(slot);
-          }
-        });
-    if (absl::IsResourceExhausted(posted)) {
-      credit_pending_[kept++] = slot;  // retry on the next poll
-      continue;
-    }
-    slot->credit_queued = false;
-    if (!posted.ok()) {
+  for (const auto& credits : credit_writers_) {
+    if (credits == nullptr) continue;
+    if (absl::Status posted = credits->Post(); !posted.ok()) {
       engine_.Fail(absl::Status(posted.code(),
-                        absl::StrCat("returning the slot of ",
-                                     slot->info.Describe(), " to its sender: ",
-                                     posted.message())));
-      continue;
+                                absl::StrCat("rank ", rank_plan_.rank(), ": ", posted.message())));
     }
-    engine_.Started();
-    slot->credit_busy = true;
-    slot->credit_posted = value;
   }
-  credit_pending_.resize(kept);
+}
+
+bool Executor::CreditsPending() const {
+  for (const auto& credits : credit_writers_) {
+    if (credits != nullptr && credits->pending()) return true;
+  }
+  return false;
 }
 
 absl::Status Executor::Drain() {
   return engine_.Drain(
-      [&] { return credit_pending_.empty() && deferred_.empty(); }, [&] {
+      [&] { return !CreditsPending() && deferred_.empty(); }, [&] {
         if (!deferred_.empty()) {
           return BlockerOf(*deferred_.front(), deferred_.front()->pending->seq);
         }

@@ -103,9 +103,15 @@ absl::Status Executor::SetUpGeneration() {
         credit_region[l]->descriptor()));
   }
   if (generation_ == 0) RETURN_IF_ERROR(SetUpPools());
-  ASSIGN_OR_RETURN(
-      rdma::MemoryRegion credit_out,
-      transport_.Allocate(8 * std::max<size_t>(1, rank_plan_.recvs().size())));
+  // The previous generation's writers are idle: Replan() drained them.
+  std::vector<size_t> credit_base(p.link_size(), 0);
+  size_t credit_words = 0;
+  for (int l : rank_plan_.recv_links()) {
+    credit_base[l] = 8 * credit_words;
+    credit_words += p.link(l).slot_size();
+  }
+  ASSIGN_OR_RETURN(rdma::MemoryRegion credit_out,
+                   transport_.Allocate(8 * std::max<size_t>(1, credit_words)));
   credit_out_ = std::make_unique<rdma::MemoryRegion>(std::move(credit_out));
   size_t meta_bytes = 0;
   for (const TransferInfo& info : rank_plan_.sends()) {
@@ -141,6 +147,19 @@ absl::Status Executor::SetUpGeneration() {
     remote_regions_.push_back(
         std::make_unique<rdma::RemoteRegion>(std::move(region)));
     remote[l] = remote_regions_.back().get();
+  }
+  credit_writers_.clear();
+  credit_writers_.resize(p.link_size());
+  for (int l : rank_plan_.recv_links()) {
+    const plan::LinkRegion& link = p.link(l);
+    onesided::CreditWriter::Options credits;
+    credits.words = link.slot_size();
+    credits.peer = absl::StrCat("rank ", link.src_rank());
+    credits.endpoint = engine_.endpoint(link.src_rank());
+    credits.source = credit_out_.get();
+    credits.source_offset = credit_base[l];
+    credits.remote = remote[l];
+    credit_writers_[l] = std::make_unique<onesided::CreditWriter>(std::move(credits));
   }
 
   // Sender state.
@@ -184,9 +203,8 @@ absl::Status Executor::SetUpGeneration() {
     slot->info = info;
     slot->region = recv_region[info.link];
     slot->endpoint = engine_.endpoint(info.src_rank);
-    slot->credit_remote = remote[info.link];
+    slot->credits = credit_writers_[info.link].get();
     slot->dirty = dirty_;
-    slot->credit_word = 8 * recvs_.size();
     if (info.dynamic) {
       slot->source_pool = peer_source_pools_[info.src_rank].get();
       slot->dest_region = dest_pool_region_;
@@ -230,7 +248,6 @@ absl::Status Executor::Replan() {
     slot->retired = true;
     retired_.push_back(slot);
   }
-  credit_pending_.clear();
   rank_plan_ = std::move(next_rank_plan);
   promoted_.assign(next.promoted_tensor().begin(), next.promoted_tensor().end());
   // Every source was read before the readers reached the barrier.

@@ -23,8 +23,15 @@ void CreditWriter::Set(int index, uint64_t value) {
   hi_ = std::max(hi_, index);
 }
 
+void CreditWriter::Fail(Shared& shared, const std::string& peer, const absl::Status& status) {
+  if (!shared.failure.ok()) return;
+  shared.failure = absl::Status(
+      status.code(), absl::StrCat("returning credits to ", peer, ": ", status.message()));
+}
+
 absl::Status CreditWriter::Post() {
-  if (!failure_.ok() || busy_ || lo_ > hi_) return failure_;
+  Shared& shared = *shared_;
+  if (!shared.failure.ok() || shared.busy || lo_ > hi_) return shared.failure;
   uint64_t* words =
       reinterpret_cast<uint64_t*>(options_.source->data() + options_.source_offset);
   for (int i = lo_; i <= hi_; ++i) {
@@ -34,21 +41,16 @@ absl::Status CreditWriter::Post() {
   absl::Status posted = options_.endpoint->PostWrite(
       {options_.source, options_.source_offset + lo_ * kWord, bytes},
       {options_.remote, options_.remote_offset + lo_ * kWord, bytes}, std::nullopt,
-      [this](absl::Status status) {
-        busy_ = false;
-        if (!status.ok() && failure_.ok()) {
-          failure_ = absl::Status(status.code(), absl::StrCat("returning credits to ",
-                                                              options_.peer, ": ",
-                                                              status.message()));
-        }
+      [shared = shared_, peer = options_.peer](absl::Status status) {
+        shared->busy = false;
+        if (!status.ok()) Fail(*shared, peer, status);
       });
   if (absl::IsResourceExhausted(posted)) return absl::OkStatus();  // the next call retries
   if (!posted.ok()) {
-    failure_ = absl::Status(posted.code(), absl::StrCat("returning credits to ", options_.peer,
-                                                        ": ", posted.message()));
-    return failure_;
+    Fail(shared, options_.peer, posted);
+    return shared.failure;
   }
-  busy_ = true;
+  shared.busy = true;
   ++writes_;
   lo_ = options_.words;
   hi_ = -1;

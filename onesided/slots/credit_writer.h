@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,8 @@
 namespace rdmaflow::onesided {
 
 // Thread-compatible: the owner's progress thread. Its completion touches
-// only the writer: keep it alive (and progress the transport) until
-// outstanding() is 0.
+// only state it shares with the writer, so the writer may go first; the
+// source region must outlive a write in flight (outstanding() > 0).
 class CreditWriter {
  public:
   struct Options {
@@ -57,19 +58,26 @@ class CreditWriter {
   absl::Status Post();
 
   // Values set and not yet written (or in flight).
-  bool pending() const { return lo_ <= hi_ || busy_; }
-  int64_t outstanding() const { return busy_ ? 1 : 0; }
+  bool pending() const { return lo_ <= hi_ || shared_->busy; }
+  int64_t outstanding() const { return shared_->busy ? 1 : 0; }
   int64_t writes() const { return writes_; }
-  const absl::Status& failure() const { return failure_; }
+  const absl::Status& failure() const { return shared_->failure; }
 
  private:
+  // What the write's completion updates.
+  struct Shared {
+    bool busy = false;
+    absl::Status failure;
+  };
+
+  static void Fail(Shared& shared, const std::string& peer, const absl::Status& status);
+
   const Options options_;
   std::vector<uint64_t> wanted_;
   int lo_;  // changed indices not yet written: [lo_, hi_], empty when lo_ > hi_
   int hi_ = -1;
-  bool busy_ = false;
   int64_t writes_ = 0;
-  absl::Status failure_;
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };
 
 }  // namespace rdmaflow::onesided

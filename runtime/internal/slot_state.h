@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "onesided/slots/credit_writer.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
@@ -120,7 +121,9 @@ struct RecvSlot {
   TransferInfo info;
   std::shared_ptr<rdma::MemoryRegion> region;  // the link region
   rdma::Endpoint* endpoint = nullptr;          // to the sender
-  const rdma::RemoteRegion* credit_remote = nullptr;  // sender's credits
+  // The link's credit writer (owned by the executor): word `slot_index`
+  // is this slot's released count at the sender.
+  onesided::CreditWriter* credits = nullptr;
   const rdma::RemoteRegion* source_pool = nullptr;    // dynamic sources
   // Stages whose tensor the user dropped (bit per stage), set by leases on
   // any thread; `dirty` (executor-wide) counts such drops.
@@ -133,12 +136,6 @@ struct RecvSlot {
   // Released count (contiguous) and stages released beyond it.
   uint64_t released = 0;
   uint32_t done_stages = 0;
-  // Credit write: our source word (in the executor's credit-out region) and
-  // whether a write is in flight / the value last posted.
-  size_t credit_word = 0;
-  bool credit_busy = false;
-  bool credit_queued = false;
-  uint64_t credit_posted = 0;
   // Dynamic: the destination pool (kept alive by leases) and the offsets
   // held per stage.
   std::shared_ptr<rdma::MemoryRegion> dest_region;
