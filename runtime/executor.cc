@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/shape_util.h"
+#include "onesided/slots/credit_check.h"
 #include "runtime/communicator_checks.h"
 #include "runtime/step_tracker.h"
 
@@ -84,18 +85,8 @@ absl::StatusOr<DynamicMetadata> CheckDynamicMetadata(
 
 absl::Status CheckCredit(const TransferInfo& info, uint64_t credit,
                          uint64_t previous, uint64_t sent) {
-  if (credit < previous) {
-    return absl::DataLossError(absl::StrCat(
-        info.Describe(), ": rank ", info.dst_rank,
-        " wrote a credit (released count) of ", credit, " after ", previous,
-        "; credits never go back"));
-  }
-  if (credit > sent) {
-    return absl::DataLossError(absl::StrCat(
-        info.Describe(), ": rank ", info.dst_rank, " wrote a credit releasing ",
-        credit, " tensors, but only ", sent, " were sent"));
-  }
-  return absl::OkStatus();
+  return onesided::CheckCredit(absl::StrCat(info.Describe(), ": rank ", info.dst_rank),
+                               "tensors", credit, previous, sent);
 }
 
 absl::Status CheckArrival(const TransferInfo& info, int stage,

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "onesided/slots/credit_check.h"
 #include "runtime/communicator_checks.h"
 #include "runtime/internal/piece_header.h"
 #include "rdma/rendezvous.h"
@@ -124,6 +125,13 @@ absl::Status RdmaCopyCommunicator::SetUp() {
     ASSIGN_OR_RETURN(in.credit, rdma::FetchRegion(engine_.store(), options_.ns,
                                                   RingKey("credit", src, rank),
                                                   options_.timeout));
+    onesided::CreditWriter::Options credits;
+    credits.peer = absl::StrCat("rank ", src);
+    credits.endpoint = in.endpoint;
+    credits.source = credit_out_.get();
+    credits.source_offset = in.credit_word;
+    credits.remote = &in.credit;
+    in.credits = std::make_unique<onesided::CreditWriter>(std::move(credits));
   }
   return absl::OkStatus();
 }
@@ -141,8 +149,6 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
   const uint64_t bytes = args.bytes;
   RETURN_IF_ERROR(steps_.CheckSend(*info));
   Outgoing& out = outgoing_.at(info->dst_rank);
-  const uint64_t* consumed =
-      reinterpret_cast<const uint64_t*>(out.credit->data());
   const int slots = copy_options_.ring_slots;
   TensorChunk header;
   header.set_id(id);
@@ -156,8 +162,17 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
     const int slot = static_cast<int>(message % slots);
     RETURN_IF_ERROR(engine_.WaitUntil(
         [&] {
-          return __atomic_load_n(consumed, __ATOMIC_ACQUIRE) + slots > message &&
-                 !out.bounce_busy[slot];
+          // The consumed count is the receiver's: checked before it frees a slot.
+          const uint64_t consumed = onesided::LoadCredit(out.credit->data());
+          if (absl::Status valid =
+                  onesided::CheckCredit(absl::StrCat("rank ", info->dst_rank), "messages",
+                                        consumed, out.credit_seen, out.next_message);
+              !valid.ok()) {
+            engine_.Fail(std::move(valid));
+            return false;  // the next poll returns the failure
+          }
+          out.credit_seen = consumed;
+          return consumed + slots > message && !out.bounce_busy[slot];
         },
         info->dst_rank, [&] {
           return absl::StrCat("rank ", info->dst_rank,
@@ -289,24 +304,8 @@ absl::Status RdmaCopyCommunicator::Deliver(int peer, const std::byte* message) {
 
 void RdmaCopyCommunicator::PostCredits() {
   for (auto& [src, in] : incoming_) {
-    if (in.credit_busy || in.consumed == in.credit_posted) continue;
-    uint64_t* word = reinterpret_cast<uint64_t*>(credit_out_->data() + in.credit_word);
-    *word = in.consumed;
-    absl::Status posted = in.endpoint->PostWrite(
-        {credit_out_.get(), in.credit_word, 8}, {&in.credit, 0, 8}, std::nullopt,
-        [this, state = &in](absl::Status status) {
-          engine_.Completed();
-          state->credit_busy = false;
-          if (!status.ok()) engine_.Fail(status);
-        });
-    if (absl::IsResourceExhausted(posted)) continue;
-    if (!posted.ok()) {
-      engine_.Fail(posted);
-      continue;
-    }
-    engine_.Started();
-    in.credit_busy = true;
-    in.credit_posted = in.consumed;
+    in.credits->Set(0, in.consumed);
+    if (absl::Status posted = in.credits->Post(); !posted.ok()) engine_.Fail(posted);
   }
 }
 
@@ -363,7 +362,7 @@ absl::Status RdmaCopyCommunicator::Shutdown() {
     status = engine_.Drain(
         [&] {
           for (const auto& [src, in] : incoming_) {
-            if (in.consumed != in.credit_posted) return false;
+            if (in.credits->pending()) return false;
           }
           return true;
         },

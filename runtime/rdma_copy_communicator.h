@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "graph_analyzer/plan.pb.h"
+#include "onesided/slots/credit_writer.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
 #include "rdma/store.h"
@@ -66,6 +67,7 @@ class RdmaCopyCommunicator final : public Communicator {
     std::unique_ptr<rdma::MemoryRegion> bounce;
     std::vector<bool> bounce_busy;
     std::unique_ptr<rdma::MemoryRegion> credit;  // consumed count, theirs
+    uint64_t credit_seen = 0;  // its last value that passed CheckCredit
     uint64_t next_message = 0;
   };
   struct Assembled {
@@ -79,8 +81,8 @@ class RdmaCopyCommunicator final : public Communicator {
     std::unique_ptr<rdma::MemoryRegion> ring;
     rdma::RemoteRegion credit;  // the sender's consumed count
     uint64_t consumed = 0;
-    uint64_t credit_posted = 0;
-    bool credit_busy = false;
+    // Returns `consumed` to the sender (a word of credit_out_).
+    std::unique_ptr<onesided::CreditWriter> credits;
     size_t credit_word = 0;  // in credit_out_
   };
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "onesided/slots/credit_check.h"
 
 namespace rdmaflow::onesided {
 namespace {
@@ -27,19 +28,10 @@ void SlotRingSender::Fail(absl::Status status) {
 
 absl::StatusOr<uint64_t> SlotRingSender::Credit() {
   if (!failure_.ok()) return failure_;
-  const uint64_t credit = LoadWord(options_.credit_word);
-  if (credit < credit_seen_) {
-    Fail(absl::DataLossError(absl::StrCat(
-        options_.peer, " wrote a credit of ", credit, " after ", credit_seen_,
-        "; credits never go back (does it run the same rdmaflow version? is anything "
-        "else writing into our memory?)")));
-    return failure_;
-  }
-  if (credit > claimed_) {
-    Fail(absl::DataLossError(absl::StrCat(
-        options_.peer, " wrote a credit releasing ", credit, " messages, but only ", claimed_,
-        " were sent: it breaks the slot protocol (does it run the same rdmaflow "
-        "version? is anything else writing into our memory?)")));
+  const uint64_t credit = LoadCredit(options_.credit_word);
+  if (absl::Status valid = CheckCredit(options_.peer, "messages", credit, credit_seen_, claimed_);
+      !valid.ok()) {
+    Fail(std::move(valid));
     return failure_;
   }
   credit_seen_ = credit;
