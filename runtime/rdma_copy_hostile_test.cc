@@ -7,7 +7,8 @@
 // the shape's, an undecodable header, a notification outside the ring or out
 // of order, a dynamic tensor beyond the pool) fails rank 1's Recv with a
 // named error before a byte is copied or allocated, and rank 1 never
-// crashes or hangs.
+// crashes or hangs. In the other direction, a receiver that writes a forged
+// credit (releasing messages never sent) fails the honest sender's Send.
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -307,6 +308,48 @@ TEST(RdmaCopyHostileTest, AShapeWhoseProductWrapsIsRefused) {
   Outcome outcome = RecvForged(
       DynamicPlan(), {Chunk(d, 0, {(int64_t{1} << 24) + 16, 1099510579201}, 64, 0, 64)});
   EXPECT_THAT(outcome.recv, StatusIs(absl::StatusCode::kDataLoss));
+}
+
+// Rank 1 joins as rdma_copy's receiver would (its address, its ring), then
+// writes a credit into rank 0's credit word releasing 1000 messages before
+// any was sent; rank 0, an honest sender, must refuse it.
+TEST(RdmaCopyHostileTest, ACreditReleasingUnsentMessagesFailsTheSender) {
+  const plan::TransferPlan& plan = StaticPlan();
+  const std::string forged = absl::StrCat(kNs, "/credit_forged");
+  const std::string judged = absl::StrCat(kNs, "/credit_judged");
+  absl::Status sent;
+  std::vector<absl::Status> results = testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        if (rank == 1) {
+          RETURN_IF_ERROR(rdma::PublishAddress(store, kNs, transport));
+          ASSIGN_OR_RETURN(rdma::MemoryRegion ring,
+                           transport.Allocate(kSlotBytes * kRingSlots));
+          RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, "copy/ring/0-1", ring.descriptor()));
+          ASSIGN_OR_RETURN(rdma::testing::RawPeer peer,
+                           rdma::testing::RawPeer::Connect(transport, store, kNs, 0, 64,
+                                                           absl::Seconds(20)));
+          ASSIGN_OR_RETURN(rdma::RemoteRegion credit,
+                           rdma::FetchRegion(store, kNs, "copy/credit/0-1", absl::Seconds(20)));
+          RETURN_IF_ERROR(peer.WriteWord(credit, 0, 1000));
+          RETURN_IF_ERROR(store.Set(forged, "1"));
+          return store.Wait({judged}, absl::Seconds(20));
+        }
+        ASSIGN_OR_RETURN(auto copy, RdmaCopyCommunicator::Create(plan, transport, store,
+                                                                 Options(), CopyOptions()));
+        RETURN_IF_ERROR(store.Wait({forged}, absl::Seconds(20)));
+        std::vector<float> x(40, 1.0f);
+        OutgoingTensor tensor;
+        tensor.data = reinterpret_cast<const std::byte*>(x.data());
+        tensor.bytes = x.size() * sizeof(float);
+        tensor.shape = {40};
+        sent = copy->Send(StaticId(), tensor);
+        RETURN_IF_ERROR(store.Set(judged, "1"));
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+  EXPECT_THAT(sent, StatusIs(absl::StatusCode::kDataLoss,
+                             HasSubstr("rank 1 wrote a credit releasing 1000 messages, but "
+                                       "only 0 were sent")));
 }
 
 }  // namespace
