@@ -1,0 +1,32 @@
+// File: credit_check.h
+// -----------------------------------------------------------------------------
+// The sender's half of credit flow control: the one check every credit a
+// receiver writes into our memory passes before it releases anything. A
+// credit counts what the receiver has released; it never goes back and
+// never releases more than was sent. Used by the slot ring, the executor's
+// per-slot credits and rdma_copy's message ring.
+#ifndef RDMAFLOW_ONESIDED_SLOTS_CREDIT_CHECK_H_
+#define RDMAFLOW_ONESIDED_SLOTS_CREDIT_CHECK_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace rdmaflow::onesided {
+
+// OK when `credit`, written by `peer` ("rank 2", "rank 2 (the right
+// neighbour)"), may follow `previous` with `sent` `unit` ("messages",
+// "tensors") sent; kDataLoss naming the peer and the values otherwise.
+absl::Status CheckCredit(absl::string_view peer, absl::string_view unit, uint64_t credit,
+                         uint64_t previous, uint64_t sent);
+
+// Loads a credit word the peer writes (acquire: what it released is ours
+// to reuse once we see it).
+inline uint64_t LoadCredit(const void* word) {
+  return __atomic_load_n(static_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
+}
+
+}  // namespace rdmaflow::onesided
+
+#endif  // RDMAFLOW_ONESIDED_SLOTS_CREDIT_CHECK_H_
