@@ -9,7 +9,7 @@
 //   ablation --graphs=vgg_fc,small_tensors --steps=20 --json=out.json
 //
 // Each (graph, communicator) is one local job: this process is rank 0 and
-// starts the other ranks (bench/local_job.h).
+// starts the other ranks (launch/launcher.h).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -30,11 +30,13 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/ablation_graphs.h"
-#include "bench/local_job.h"
 #include "bench/pingpong.h"
 #include "common/status_macros.h"
 #include "common/text_table.h"
 #include "graph_analyzer/planner.h"
+#include "launch/launcher.h"
+#include "launch/rank.h"
+#include "rdma/builtin_transports.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/executor.h"
 #include "runtime/replay.h"
@@ -114,8 +116,8 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
         "graph ", parts[0], " needs ", plan.world_size(), " ranks"));
   }
   ASSIGN_OR_RETURN(auto transport,
-                   MakeTransport(absl::GetFlag(FLAGS_transport),
-                                 absl::GetFlag(FLAGS_params), rank));
+                   rdma::CreateBuiltinTransport(absl::GetFlag(FLAGS_transport),
+                                                absl::GetFlag(FLAGS_params), rank));
   runtime::CommunicatorOptions options;
   options.ns = "ablation";
   options.timeout = absl::Seconds(120);
@@ -210,7 +212,7 @@ absl::StatusOr<Runs> RunGraph(const std::string& graph_name, char** argv) {
     std::fprintf(stderr, "  %-22s %-10s ", graph_name.c_str(), name.c_str());
     AblationRun result;
     absl::Status status;
-    const int code = RunLocalJob(
+    const int code = launch::RunLocalJob(
         plan.world_size(), argv, {absl::StrCat("--job=", job)},
         [&](rdma::Store& store) {
           status = RunJobRank(0, plan.world_size(), store, job, &result);
@@ -328,7 +330,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (const std::string job = absl::GetFlag(FLAGS_job); !job.empty()) {
-    return RunLaunchedRank([&](int rank, int world_size, rdma::Store& store) {
+    return launch::RunLaunchedRank([&](int rank, int world_size, rdma::Store& store) {
       absl::Status status = RunJobRank(rank, world_size, store, job, nullptr);
       if (!status.ok()) {
         std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());

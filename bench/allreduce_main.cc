@@ -26,9 +26,11 @@
 #include "absl/time/time.h"
 #include "bench/allreduce_sweep.h"
 #include "bench/gloo_group.h"
-#include "bench/local_job.h"
 #include "collectives/ring_allreduce.h"
 #include "common/status_macros.h"
+#include "launch/launcher.h"
+#include "launch/rank.h"
+#include "rdma/builtin_transports.h"
 #include "rdma/rendezvous.h"
 #include "results/run_info.h"
 
@@ -111,8 +113,9 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
                      std::vector<AllReduceRow>* rows, std::string* description) {
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   const SweepOptions sweep = SweepFromFlags();
-  ASSIGN_OR_RETURN(auto transport, MakeTransport(absl::GetFlag(FLAGS_transport),
-                                                 absl::GetFlag(FLAGS_params), rank));
+  ASSIGN_OR_RETURN(auto transport,
+                   rdma::CreateBuiltinTransport(absl::GetFlag(FLAGS_transport),
+                                                absl::GetFlag(FLAGS_params), rank));
   if (description != nullptr) *description = transport->capabilities().description;
   collectives::RingAllReduceOptions options;
   options.name = "bench";
@@ -165,7 +168,7 @@ int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const absl::Time start = absl::Now();
   if (std::getenv("RANK") != nullptr) {
-    return RunLaunchedRank([](int rank, int world, rdma::Store& store) {
+    return launch::RunLaunchedRank([](int rank, int world, rdma::Store& store) {
       return Report(RunRank(rank, world, store, nullptr, nullptr), rank);
     });
   }
@@ -179,7 +182,7 @@ int Main(int argc, char** argv) {
       return 2;
     }
     std::fprintf(stderr, "allreduce_bench: %d ranks\n", world);
-    const int code = RunLocalJob(world, argv, {}, [&](rdma::Store& store) {
+    const int code = launch::RunLocalJob(world, argv, {}, [&](rdma::Store& store) {
       return Report(RunRank(0, world, store, &rows, &description), 0);
     });
     if (code != 0) return code;

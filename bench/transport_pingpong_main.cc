@@ -24,8 +24,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "bench/local_job.h"
 #include "bench/pingpong.h"
+#include "launch/launcher.h"
+#include "launch/rank.h"
+#include "rdma/builtin_transports.h"
 #include "rdma/testing/in_memory_store.h"
 #include "results/json.h"
 #include "results/results.pb.h"
@@ -107,7 +109,7 @@ bool WriteTsv(const std::string& path, const std::vector<PingPongRow>& rows) {
 // One rank's whole run; rank 0 prints.
 int RunRank(int rank, rdma::Store& store) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<rdma::Transport>> transport = MakeTransport(
+  absl::StatusOr<std::unique_ptr<rdma::Transport>> transport = rdma::CreateBuiltinTransport(
       absl::GetFlag(FLAGS_transport), absl::GetFlag(FLAGS_params), rank);
   if (!transport.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank,
@@ -165,7 +167,7 @@ int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
 
   if (std::getenv("RANK") != nullptr) {  // Launched by torchrun/mpirun.
-    return RunLaunchedRank([](int rank, int world_size, rdma::Store& store) {
+    return launch::RunLaunchedRank([](int rank, int world_size, rdma::Store& store) {
       if (world_size != 2) {
         std::fprintf(stderr, "the ping-pong needs WORLD_SIZE=2, got %d\n",
                      world_size);
@@ -190,8 +192,8 @@ int Main(int argc, char** argv) {
     return 2;
   }
   // Rank 0 hosts the store on a free port and starts rank 1 as a child.
-  return RunLocalJob(2, argv, {},
-                     [](rdma::Store& store) { return RunRank(0, store); });
+  return launch::RunLocalJob(2, argv, {},
+                             [](rdma::Store& store) { return RunRank(0, store); });
 }
 
 }  // namespace

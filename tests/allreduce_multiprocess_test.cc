@@ -2,7 +2,7 @@
 // memory with 4 ranks, TCP with 3), rendezvous through TCPStore: exact sums
 // (integers in float32) from one element to 16 MiB + 12 bytes (uneven), one
 // ring for all calls, every rank checking every element.
-// The test binary re-executes itself per rank (process_launcher.h).
+// The test binary re-executes itself per rank (launch/ranks_or_tests_main.h).
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -11,11 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/ring_allreduce.h"
 #include "common/status_macros.h"
+#include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "rdma/torch/tcp_store.h"
-#include "rdma/ucx/ucx_transport.h"
-#include "tests/process_launcher.h"
+#include "launch/launcher.h"
+#include "launch/rank.h"
+#include "launch/ranks_or_tests_main.h"
+#include "rdma/builtin_transports.h"
 
 namespace rdmaflow {
 namespace {
@@ -27,11 +29,14 @@ float Value(int rank, size_t i) {
 }
 
 absl::Status RunRank() {
-  ASSIGN_OR_RETURN(testing::UcxRank joined, testing::JoinAsUcxRank(std::getenv(kTlsEnv)));
+  ASSIGN_OR_RETURN(launch::JoinedRank joined, launch::JoinJob());
   const int rank = joined.rank;
   const int world = joined.world_size;
   rdma::Store* store = joined.store.get();
-  rdma::Transport* transport = joined.transport.get();
+  ASSIGN_OR_RETURN(std::unique_ptr<rdma::Transport> ucx,
+                   rdma::CreateBuiltinTransport(
+                       "ucx", absl::StrCat("tls=", std::getenv(kTlsEnv)), rank));
+  rdma::Transport* transport = ucx.get();
   collectives::RingAllReduceOptions ring_options;
   ring_options.capacity_bytes = (size_t{16} << 20) + 64;
   ring_options.timeout = absl::Seconds(60);
@@ -57,17 +62,17 @@ absl::Status RunRank() {
 }
 
 TEST(AllReduceMultiProcessTest, FourProcessesOverSharedMemory) {
-  EXPECT_THAT(testing::LaunchRanks(4, {{kTlsEnv, "shm"}}), ::testing::Each(0));
+  EXPECT_OK(launch::LaunchRanks(4, {{kTlsEnv, "shm"}}).status);
 }
 
 TEST(AllReduceMultiProcessTest, ThreeProcessesOverTcp) {
-  EXPECT_THAT(testing::LaunchRanks(3, {{kTlsEnv, "tcp"}}), ::testing::Each(0));
+  EXPECT_OK(launch::LaunchRanks(3, {{kTlsEnv, "tcp"}}).status);
 }
 
 }  // namespace
 }  // namespace rdmaflow
 
 int main(int argc, char** argv) {
-  return rdmaflow::testing::RanksOrTestsMain(
+  return rdmaflow::launch::RanksOrTestsMain(
       argc, argv, rdmaflow::kTlsEnv, [](const char*) { return rdmaflow::RunRank(); });
 }

@@ -17,11 +17,12 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "launch/launcher.h"
+#include "launch/rank.h"
+#include "launch/ranks_or_tests_main.h"
 #include "rdma/blocking.h"
+#include "rdma/builtin_transports.h"
 #include "rdma/rendezvous.h"
-#include "rdma/torch/tcp_store.h"
-#include "rdma/ucx/ucx_transport.h"
-#include "tests/process_launcher.h"
 
 namespace rdmaflow {
 namespace {
@@ -37,11 +38,14 @@ uint8_t Stamp(int writer, int reader, size_t i) {
 // One rank: write a stamped slot into every peer, wait for every peer's
 // notification, check the bytes, then read every peer's slot back.
 absl::Status RunRank() {
-  ASSIGN_OR_RETURN(testing::UcxRank joined, testing::JoinAsUcxRank(std::getenv(kTlsEnv)));
+  ASSIGN_OR_RETURN(launch::JoinedRank joined, launch::JoinJob());
   const int rank = joined.rank;
   const int world = joined.world_size;
   rdma::Store* store = joined.store.get();
-  rdma::Transport* transport = joined.transport.get();
+  ASSIGN_OR_RETURN(std::unique_ptr<rdma::Transport> ucx,
+                   rdma::CreateBuiltinTransport(
+                       "ucx", absl::StrCat("tls=", std::getenv(kTlsEnv)), rank));
+  rdma::Transport* transport = ucx.get();
 
   // Slot w of `inbox` receives rank w's data.
   ASSIGN_OR_RETURN(rdma::MemoryRegion inbox, transport->Allocate(kSlot * world));
@@ -115,22 +119,22 @@ absl::Status RunRank() {
   return absl::OkStatus();
 }
 
-std::vector<int> Launch(int world, const std::string& tls) {
-  return testing::LaunchRanks(world, {{kTlsEnv, tls}});
+absl::Status Launch(int world, const std::string& tls) {
+  return launch::LaunchRanks(world, {{kTlsEnv, tls}}).status;
 }
 
 TEST(MultiProcessUcxTest, ThreeProcessesOverSharedMemory) {
-  EXPECT_THAT(Launch(3, "shm"), ::testing::Each(0));
+  EXPECT_OK(Launch(3, "shm"));
 }
 
 TEST(MultiProcessUcxTest, ThreeProcessesOverTcp) {
-  EXPECT_THAT(Launch(3, "tcp"), ::testing::Each(0));
+  EXPECT_OK(Launch(3, "tcp"));
 }
 
 }  // namespace
 }  // namespace rdmaflow
 
 int main(int argc, char** argv) {
-  return rdmaflow::testing::RanksOrTestsMain(
+  return rdmaflow::launch::RanksOrTestsMain(
       argc, argv, rdmaflow::kTlsEnv, [](const char*) { return rdmaflow::RunRank(); });
 }

@@ -16,12 +16,12 @@
 #include "graph_analyzer/graph_builder.h"
 #include "graph_analyzer/planner.h"
 #include "gtest/gtest.h"
+#include "launch/rank.h"
+#include "launch/ranks_or_tests_main.h"
 #include "rdma/builtin_transports.h"
-#include "rdma/torch/tcp_store.h"
 #include "rdma/transport_registry.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/replay.h"
-#include "tests/process_launcher.h"
 
 namespace rdmaflow {
 namespace {
@@ -66,10 +66,9 @@ absl::StatusOr<plan::TransferPlan> ExamplePlan(const std::string& file) {
 }
 
 absl::Status RunRuntimeRank(const std::string& mode) {
-  ASSIGN_OR_RETURN(rdma::torch::TcpStoreOptions store_options,
-                   rdma::torch::TcpStoreOptions::FromEnvironment());
-  ASSIGN_OR_RETURN(auto store, rdma::torch::TcpStore::Create(store_options));
-  const int rank = store_options.rank;
+  ASSIGN_OR_RETURN(launch::JoinedRank joined, launch::JoinJob());
+  std::unique_ptr<rdma::Store>& store = joined.store;
+  const int rank = joined.rank;
   ASSIGN_OR_RETURN(auto transport, MakeTransport(rank));
   runtime::CommunicatorOptions options;
   options.timeout = absl::Seconds(60);
@@ -110,7 +109,7 @@ absl::Status RunRuntimeRank(const std::string& mode) {
 }
 
 int RuntimeE2eMain(int argc, char** argv) {
-  return testing::RanksOrTestsMain(argc, argv, kModeEnv, RunRuntimeRank);
+  return launch::RanksOrTestsMain(argc, argv, kModeEnv, RunRuntimeRank);
 }
 
 }  // namespace rdmaflow

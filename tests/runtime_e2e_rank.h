@@ -2,7 +2,7 @@
 // -----------------------------------------------------------------------------
 // One rank of the runtime's multi-process tests (runtime_multiprocess_test
 // over UCX, runtime_ibverbs_test over native verbs in the Soft-RoCE VM):
-// the launcher (process_launcher.h) sets the mode and the transport in the
+// the launcher (launch/launcher.h) sets the mode and the transport in the
 // environment; the re-executed binary runs RunRuntimeRank.
 #ifndef RDMAFLOW_TESTS_RUNTIME_E2E_RANK_H_
 #define RDMAFLOW_TESTS_RUNTIME_E2E_RANK_H_

@@ -11,7 +11,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/process_launcher.h"
+#include "launch/launcher.h"
 #include "tests/runtime_e2e_rank.h"
 
 namespace rdmaflow {
@@ -46,8 +46,9 @@ TEST_P(RuntimeIbverbsTest, ReplayArrivesByteExact) {
   const std::string mode = absl::StrCat("replay:", GetParam());
   const std::string file = GetParam().substr(0, GetParam().find(':'));
   ASSERT_OK_AND_ASSIGN(plan::TransferPlan plan, ExamplePlan(file));
-  EXPECT_THAT(testing::LaunchRanks(plan.world_size(), Env(mode)),
-              ::testing::Each(0));
+  // Soft-RoCE under emulation is slow: a deadline inside the test's own
+  // (size large, 900 s for the four cases).
+  EXPECT_OK(launch::LaunchRanks(plan.world_size(), Env(mode), absl::Seconds(600)).status);
 }
 
 INSTANTIATE_TEST_SUITE_P(

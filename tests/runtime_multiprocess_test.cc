@@ -12,7 +12,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/process_launcher.h"
+#include "launch/launcher.h"
 #include "tests/runtime_e2e_rank.h"
 
 namespace rdmaflow {
@@ -31,10 +31,9 @@ class RuntimeMultiProcessTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RuntimeMultiProcessTest, ExampleArrivesByteExactOverUcx) {
   ASSERT_OK_AND_ASSIGN(plan::TransferPlan plan, ExamplePlan(GetParam()));
-  EXPECT_THAT(testing::LaunchRanks(
-                  plan.world_size(),
-                  Env(absl::StrCat("replay:", GetParam(), ":rdma"))),
-              ::testing::Each(0));
+  EXPECT_OK(launch::LaunchRanks(plan.world_size(),
+                                Env(absl::StrCat("replay:", GetParam(), ":rdma")))
+                .status);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -48,16 +47,14 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(RuntimeMultiProcessBaselinesTest, BaselinesDeliverTheSameBytes) {
   for (const char* communicator : {"rdma_copy", "grpc"}) {
     SCOPED_TRACE(communicator);
-    EXPECT_THAT(
-        testing::LaunchRanks(
-            3, Env(absl::StrCat("replay:cnn_ps_2workers.pbtxt:", communicator))),
-        ::testing::Each(0));
+    EXPECT_OK(launch::LaunchRanks(
+                  3, Env(absl::StrCat("replay:cnn_ps_2workers.pbtxt:", communicator)))
+                  .status);
   }
 }
 
 TEST(RuntimeMultiProcessKillTest, KilledReceiverGivesTheSenderAnError) {
-  EXPECT_THAT(testing::LaunchRanks(2, Env("kill")),
-              ::testing::Each(0));
+  EXPECT_OK(launch::LaunchRanks(2, Env("kill")).status);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 // unmatched receive fails at the group's timeout; destroying a group with
 // a receive pending returns; an exception on the engine thread fails the
 // Work instead of ending the process.
-// The test binary re-executes itself per rank (process_launcher.h).
+// The test binary re-executes itself per rank (launch/ranks_or_tests_main.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -29,10 +29,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "launch/launcher.h"
+#include "launch/ranks_or_tests_main.h"
 #include "rdma/torch/tcp_store.h"
-#include "tests/process_launcher.h"
 #include "torch_backend/process_group_rdmaflow.h"
 
 namespace rdmaflow {
@@ -505,16 +507,23 @@ std::map<std::string, std::string> Env(const char* which) {
 }
 
 TEST(TorchBackendMultiProcessTest, EveryCollectiveWithTwoRanks) {
-  EXPECT_THAT(testing::LaunchRanks(2, Env("collectives")), ::testing::Each(0));
+  EXPECT_OK(launch::LaunchRanks(2, Env("collectives")).status);
 }
 
 TEST(TorchBackendMultiProcessTest, EveryCollectiveWithFourRanks) {
-  EXPECT_THAT(testing::LaunchRanks(4, Env("collectives")), ::testing::Each(0));
+  EXPECT_OK(launch::LaunchRanks(4, Env("collectives")).status);
 }
 
 TEST(TorchBackendMultiProcessTest, ADeadRankFailsThePendingWorkOfItsPeers) {
-  EXPECT_THAT(testing::LaunchRanks(3, Env("dead_rank")),
-              ::testing::ElementsAre(0, 0, 128 + SIGKILL));
+  // Rank 2's SIGKILL is the test, not a failure: the launcher stops nobody.
+  launch::JobOptions options;
+  options.world_size = 3;
+  options.env = Env("dead_rank");
+  options.timeout = launch::kTestJobTimeout;
+  options.churn.expendable = 2;
+  const launch::JobResult result = launch::RunJob(options);
+  EXPECT_OK(result.status);
+  EXPECT_THAT(result.codes(), ::testing::ElementsAre(0, 0, 128 + SIGKILL));
 }
 
 std::map<std::string, std::string> ShortTimeout(const char* which) {
@@ -524,23 +533,22 @@ std::map<std::string, std::string> ShortTimeout(const char* which) {
 }
 
 TEST(TorchBackendSlowPeerTest, EveryCollectiveLetsGoOfItsBuffersWhenItGivesUpOnAStraggler) {
-  EXPECT_THAT(testing::LaunchRanks(2, ShortTimeout("slow_collective")),
-              ::testing::Each(0));
+  EXPECT_OK(launch::LaunchRanks(2, ShortTimeout("slow_collective")).status);
 }
 
 TEST(TorchBackendSlowPeerTest, AnUnmatchedReceiveTimesOutAndDestructionReturns) {
-  EXPECT_THAT(testing::LaunchRanks(2, ShortTimeout("p2p_deadline")), ::testing::Each(0));
+  EXPECT_OK(launch::LaunchRanks(2, ShortTimeout("p2p_deadline")).status);
 }
 
 TEST(TorchBackendSlowPeerTest, AnExceptionOnTheEngineThreadFailsTheWork) {
-  EXPECT_THAT(testing::LaunchRanks(1, Env("engine_exception")), ::testing::Each(0));
+  EXPECT_OK(launch::LaunchRanks(1, Env("engine_exception")).status);
 }
 
 }  // namespace
 }  // namespace rdmaflow
 
 int main(int argc, char** argv) {
-  return rdmaflow::testing::RanksOrTestsMain(
+  return rdmaflow::launch::RanksOrTestsMain(
       argc, argv, rdmaflow::kCaseEnv,
       [](const char* which) { return rdmaflow::RunRank(which); });
 }

@@ -15,7 +15,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "bench/local_job.h"
+#include "launch/launcher.h"
+#include "launch/rank.h"
 #include "rdma/transport_registry.h"
 #include "train/launch_env.h"
 #include "train/trainer.h"
@@ -110,8 +111,7 @@ absl::StatusOr<TrainConfig> ConfigFromFlags() {
   config.kill_rank = absl::GetFlag(FLAGS_kill_rank);
   config.kill_step = absl::GetFlag(FLAGS_kill_step);
   config.restart_killed = absl::GetFlag(FLAGS_restart_killed);
-  const char* rejoin = std::getenv(bench::kRejoinVariable);
-  config.rejoining = rejoin != nullptr && std::string(rejoin) == "1";
+  config.rejoining = launch::IsRejoining();
   config.eval_every = absl::GetFlag(FLAGS_eval_every);
   config.eval_samples = absl::GetFlag(FLAGS_eval_samples);
   config.log_prefix = absl::GetFlag(FLAGS_log_prefix);
@@ -216,12 +216,12 @@ int Main(int argc, char** argv) {
   }
   if (launch->has_value()) {
     ExportLaunch(**launch);
-    return bench::RunLaunchedRank(body);
+    return launch::RunLaunchedRank(body);
   }
-  return bench::RunLocalJob(
+  return launch::RunLocalJob(
       local, argv, {},
       [&](rdma::Store& store) { return RunRank(*config, 0, local, store); },
-      bench::LocalJobChurn{config->kill_rank, config->restart_killed});
+      launch::Churn{config->kill_rank, config->restart_killed});
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // strategy from the registry, the rank's shard of the data, and runs the
 // strategy's steps with a ComputeFn that trains on the next batch. The
 // first computing rank reports progress, evaluates on the test set every
-// `eval_every` steps and at the end, and writes the summary.
+// `eval_every` steps and at the end, and writes the summary. The steps
+// (set-up, data, loop, report) are train/rank_steps.h's.
 #ifndef RDMAFLOW_TRAIN_TRAINER_H_
 #define RDMAFLOW_TRAIN_TRAINER_H_
 
@@ -42,7 +43,7 @@ struct TrainConfig {
   // strategies that tolerate it: gossip, moshpit). -1: nobody.
   int kill_rank = -1;
   int64_t kill_step = 0;
-  // The launcher starts the killed rank again (RunLocalJob's churn option);
+  // The launcher starts the killed rank again (launch::Churn's restart);
   // the others then wait for it at the end.
   bool restart_killed = false;
   // This process is that restarted rank: it does not kill itself again,

@@ -1,0 +1,287 @@
+// File: rank_steps.cc
+#include "train/rank_steps.h"
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "rdma/builtin_transports.h"
+#include "rdma/rendezvous.h"
+#include "strategies/builtin_strategies.h"
+#include "strategies/strategy_registry.h"
+
+namespace rdmaflow::train {
+
+// The training loop's data on a computing rank: batches from its shard of
+// the data (every workers-th sample, reshuffled each epoch).
+class Worker {
+ public:
+  Worker(const TrainConfig& config, Model& model, Dataset train, int index,
+         int workers)
+      : config_(config), model_(model), train_(std::move(train)) {
+    for (int64_t i = index; i < train_.size(); i += workers) mine_.push_back(i);
+    generator_ = at::detail::createCPUGenerator(config.seed * 1000 + index);
+  }
+
+  // The next batch of this worker's shard.
+  strategies::Batch NextBatch() {
+    if (cursor_ + config_.batch_size > static_cast<int64_t>(order_.size())) {
+      Shuffle();
+    }
+    torch::Tensor index = torch::from_blob(order_.data() + cursor_,
+                                           {config_.batch_size}, torch::kInt64);
+    cursor_ += config_.batch_size;
+    return {train_.images.index_select(0, index), train_.labels.index_select(0, index)};
+  }
+
+  absl::StatusOr<strategies::ComputeResult> Compute() {
+    const strategies::Batch batch = NextBatch();
+    const torch::Tensor& x = batch.x;
+    const torch::Tensor& y = batch.y;
+    torch::Tensor logits = model_.forward(x);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
+    loss.backward();
+    const double accuracy = logits.argmax(1).eq(y).to(torch::kFloat32).mean().item<double>();
+    return strategies::ComputeResult{loss.item<double>(), accuracy,
+                                     config_.batch_size};
+  }
+
+ private:
+  void Shuffle() {
+    torch::Tensor perm = torch::randperm(static_cast<int64_t>(mine_.size()),
+                                         generator_, torch::kInt64);
+    auto at = perm.accessor<int64_t, 1>();
+    order_.resize(mine_.size());
+    for (size_t i = 0; i < mine_.size(); ++i) order_[i] = mine_[at[i]];
+    cursor_ = 0;
+  }
+
+  const TrainConfig& config_;
+  Model& model_;
+  Dataset train_;
+  std::vector<int64_t> mine_;
+  std::vector<int64_t> order_;
+  int64_t cursor_ = 0;
+  torch::Generator generator_;
+};
+
+namespace {
+
+absl::StatusOr<Dataset> LoadSplit(const TrainConfig& config,
+                                  const std::string& split) {
+  if (config.synthetic) {
+    const int64_t n = split == "train" ? config.synthetic_samples
+                                       : std::max<int64_t>(config.synthetic_samples / 6, 1000);
+    return SyntheticDataset(n, config.seed, split);
+  }
+  return LoadFashionMnist(
+      config.data_dir.empty() ? kDefaultFashionMnistDir : config.data_dir, split);
+}
+
+// Accuracy of `model` on the first `limit` samples of `data` (all if <= 0).
+double Evaluate(Model& model, const Dataset& data, int64_t limit) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = limit > 0 ? std::min(limit, data.size()) : data.size();
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < n; begin += 1000) {
+    const int64_t end = std::min(begin + 1000, n);
+    torch::Tensor logits = model.forward(data.images.slice(0, begin, end));
+    correct += logits.argmax(1).eq(data.labels.slice(0, begin, end)).sum().item<int64_t>();
+  }
+  return static_cast<double>(correct) / n;
+}
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+}  // namespace
+
+RankState::RankState() = default;
+RankState::~RankState() = default;
+
+strategies::StrategyOptions StrategyOptionsOf(const TrainConfig& config) {
+  strategies::StrategyOptions options;
+  options.steps = config.steps;
+  options.learning_rate = config.learning_rate;
+  options.momentum = config.momentum;
+  options.communicator = config.communicator;
+  options.communicator_options.ns = "train";
+  options.communicator_options.timeout = config.timeout;
+  options.params = config.strategy_params;
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, int rank,
+                                                     int world_size, rdma::Store& store) {
+  RETURN_IF_ERROR(ValidateTrainConfig(config, world_size));
+  torch::set_num_threads(1);  // ranks share the machine's cores
+  auto state = std::make_unique<RankState>();
+  state->rank = rank;
+  state->world_size = world_size;
+  ASSIGN_OR_RETURN(state->transport, rdma::CreateBuiltinTransport(
+                                         config.transport, config.transport_params, rank));
+  ASSIGN_OR_RETURN(state->model, MakeModel(config.model, config.seed));
+  std::vector<strategies::Parameter> parameters;
+  for (const auto& item : state->model.module->named_parameters()) {
+    parameters.push_back({item.key(), item.value()});
+  }
+  strategies::StrategyRegistry registry;
+  RETURN_IF_ERROR(strategies::RegisterBuiltinStrategies(registry));
+  strategies::StrategyOptions options = StrategyOptionsOf(config);
+  ASSIGN_OR_RETURN(state->strategy, registry.Create(config.strategy, options));
+  strategies::StrategyContext context{rank, world_size, state->transport.get(), &store};
+  context.batch_size = config.batch_size;
+  context.rejoining = config.rejoining;
+  context.split = &state->model.split;
+  RankState* held = state.get();  // outlives the strategy it holds
+  context.next_batch = [held]() -> absl::StatusOr<strategies::Batch> {
+    if (held->worker == nullptr) {
+      return absl::FailedPreconditionError("this rank has no training data");
+    }
+    return held->worker->NextBatch();
+  };
+  RETURN_IF_ERROR(state->strategy->Prepare(context, parameters).status());
+  state->reporter = state->strategy->worker_index() == 0;
+  return state;
+}
+
+absl::Status LoadRankData(const TrainConfig& config, RankState& state) {
+  strategies::Strategy& strategy = *state.strategy;
+  if (!strategy.computes()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(Dataset train, LoadSplit(config, "train"));
+  // Every worker's shard (every workers-th sample) must fill a batch.
+  const int64_t shard = train.size() / std::max(strategy.workers(), 1);
+  if (shard < config.batch_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch_size ", config.batch_size, " is more than the ", shard,
+        " training samples of each of the ", strategy.workers(), " workers' shards"));
+  }
+  if (state.reporter) {
+    ASSIGN_OR_RETURN(state.test, LoadSplit(config, "test"));
+  }
+  state.worker = std::make_unique<Worker>(config, state.model, std::move(train),
+                                          strategy.worker_index(), strategy.workers());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& state) {
+  strategies::Strategy& strategy = *state.strategy;
+  const int rank = state.rank;
+  RETURN_IF_ERROR(strategy.Start());
+
+  std::unique_ptr<MetricsLog> log;
+  if (!config.log_prefix.empty() && strategy.computes()) {
+    ASSIGN_OR_RETURN(log, MetricsLog::Open(absl::StrCat(
+                              config.log_prefix, ".rank", rank, ".csv")));
+  }
+  state.progress = std::make_unique<Progress>(
+      absl::StrCat("rank ", rank, " (", strategy.role(), ")"), config.steps);
+  const bool slow = rank == config.slow_rank && config.slow_factor > 1;
+  strategies::ComputeFn compute = [&]() -> absl::StatusOr<strategies::ComputeResult> {
+    const absl::Time begin = absl::Now();
+    ASSIGN_OR_RETURN(strategies::ComputeResult result, state.worker->Compute());
+    if (slow) {
+      // A straggler: this rank's compute takes slow_factor times as long.
+      std::this_thread::sleep_for(absl::ToChronoNanoseconds(
+          (absl::Now() - begin) * (config.slow_factor - 1)));
+    }
+    return result;
+  };
+
+  LoopTotals totals;
+  absl::Duration eval_time;
+  const absl::Time start = absl::Now();
+  while (!strategy.done()) {
+    if (rank == config.kill_rank && totals.steps == config.kill_step && !config.rejoining) {
+      std::fprintf(stderr, "rank %d: killing itself before step %lld (--kill_rank)\n",
+                   rank, static_cast<long long>(totals.steps));
+      std::fflush(stderr);
+      raise(SIGKILL);
+    }
+    const absl::Time step_begin = absl::Now();
+    ASSIGN_OR_RETURN(strategies::StepReport report,
+                     strategy.Step(strategy.computes() ? compute : nullptr));
+    if (!strategy.computes()) continue;
+    ++totals.steps;
+    totals.comm_time += report.comm_time;
+    totals.wait_time += report.wait_time;
+    totals.last_loss = report.compute.loss;
+    StepRecord record;
+    record.step = report.clock;
+    record.loss = report.compute.loss;
+    record.batch_accuracy = report.compute.accuracy;
+    record.samples_per_s = report.compute.samples /
+                           std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - step_begin));
+    record.compute_ms = Ms(report.compute_time);
+    record.comm_ms = Ms(report.comm_time);
+    record.wait_ms = Ms(report.wait_time);
+    record.staleness = report.min_clock < 0 ? -1 : report.clock - report.min_clock;
+    if (state.reporter && config.eval_every > 0 && strategy.holds_full_model() &&
+        (report.clock + 1) % config.eval_every == 0) {
+      const absl::Time eval_begin = absl::Now();
+      record.test_accuracy = Evaluate(state.model, state.test, config.eval_samples);
+      eval_time += absl::Now() - eval_begin;
+    }
+    record.elapsed_s = absl::ToDoubleSeconds(absl::Now() - start - eval_time);
+    if (log != nullptr) log->Add(record);
+    if (state.reporter && config.progress) {
+      state.progress->Update(
+          report.clock + 1,
+          absl::StrFormat("loss %.3f acc %.2f %.0f samples/s comm %.2f ms", record.loss,
+                          record.batch_accuracy, record.samples_per_s, record.comm_ms));
+    }
+  }
+  totals.wall_s = absl::ToDoubleSeconds(absl::Now() - start - eval_time);
+  RETURN_IF_ERROR(strategy.Finish());
+  return totals;
+}
+
+absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& state,
+                                        const LoopTotals& totals, rdma::Store& store) {
+  const int world_size = state.world_size;
+  // Every rank's traffic, for the reporter's summary.
+  const runtime::TransferCounters counters = state.strategy->counters();
+  RETURN_IF_ERROR(store.Set(absl::StrCat("train/wire/", state.rank),
+                            absl::StrCat(counters.bytes_sent + counters.bytes_read)));
+  int64_t wire = 0;
+  const bool lost = config.kill_rank > 0 && !config.restart_killed;
+  const int alive = world_size - (lost ? 1 : 0);
+  if (state.reporter) {
+    for (int r = 0; r < world_size; ++r) {
+      if (lost && r == config.kill_rank) continue;
+      ASSIGN_OR_RETURN(std::string bytes,
+                       store.Get(absl::StrCat("train/wire/", r), config.timeout));
+      int64_t value = 0;
+      if (absl::SimpleAtoi(bytes, &value)) wire += value;
+    }
+  }
+  // Rank 0 may host the store (torchrun without its agent, our netns
+  // launches): nobody leaves before the reporter has read it.
+  RETURN_IF_ERROR(rdma::Barrier(store, "train", "exit", alive, config.timeout));
+  TrainSummary summary;
+  if (!state.reporter) return summary;
+  const int64_t steps = std::max<int64_t>(totals.steps, 1);
+  summary.wire_bytes_per_step = static_cast<double>(wire) / steps;
+  summary.reported = true;
+  summary.test_accuracy = Evaluate(state.model, state.test, 0);
+  summary.final_loss = totals.last_loss;
+  summary.wall_s = totals.wall_s;
+  summary.mean_step_ms = 1000 * totals.wall_s / steps;
+  summary.mean_comm_ms = Ms(totals.comm_time) / steps;
+  summary.mean_wait_ms = Ms(totals.wait_time) / steps;
+  if (config.progress) {
+    state.progress->Finish(absl::StrFormat("test accuracy %.4f, %.1f s, %.1f ms/step",
+                                           summary.test_accuracy, totals.wall_s,
+                                           summary.mean_step_ms));
+  }
+  return summary;
+}
+
+}  // namespace rdmaflow::train
