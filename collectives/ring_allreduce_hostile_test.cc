@@ -19,12 +19,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/rendezvous.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::collectives {
 namespace {
 
-using ::rdmaflow::runtime::testing::RunRankThreads;
+using ::rdmaflow::rdma::testing::RunRankThreads;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;

@@ -20,14 +20,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/testing/faulty_transport.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "runtime/testing/tracking_transport.h"
 
 namespace rdmaflow::collectives {
 namespace {
 
 using ::rdmaflow::rdma::testing::FaultyTransport;
-using ::rdmaflow::runtime::testing::RunRankThreads;
+using ::rdmaflow::rdma::testing::RunRankThreads;
 using ::rdmaflow::runtime::testing::TrackingTransport;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::AllOf;

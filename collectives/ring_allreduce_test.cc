@@ -13,12 +13,12 @@
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::collectives {
 namespace {
 
-using ::rdmaflow::runtime::testing::RunRankThreads;
+using ::rdmaflow::rdma::testing::RunRankThreads;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::HasSubstr;
 

@@ -9,9 +9,9 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "rdma/blocking.h"
+#include "rdma/builtin_transports.h"
 #include "rdma/rendezvous.h"
 #include "rdma/torch/tcp_store.h"
-#include "rdma/ucx/ucx_transport.h"
 
 namespace rdma = rdmaflow::rdma;
 
@@ -22,10 +22,8 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(auto store, rdma::torch::TcpStore::Create(store_options));
   const int rank = store_options.rank;
 
-  rdma::ucx::UcxTransportOptions options;
-  options.rank = rank;
-  options.tls = "shm";
-  ASSIGN_OR_RETURN(auto transport, rdma::ucx::UcxTransport::Create(options));
+  // A backend by name, through the registry ("ibverbs" for native verbs).
+  ASSIGN_OR_RETURN(auto transport, rdma::CreateBuiltinTransport("ucx", "tls=shm", rank));
   ASSIGN_OR_RETURN(rdma::MemoryRegion buffer, transport->Allocate(1 << 20));
   RETURN_IF_ERROR(rdma::PublishAddress(*store, "job", *transport));
   RETURN_IF_ERROR(rdma::PublishRegion(*store, "job", absl::StrCat("buf/", rank),

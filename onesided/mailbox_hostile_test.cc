@@ -19,7 +19,7 @@
 #include "onesided/mailbox.h"
 #include "rdma/rendezvous.h"
 #include "rdma/testing/raw_peer.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::onesided {
 namespace {
@@ -74,7 +74,7 @@ struct Seen {
 // each, rank 0 collects once and `judge(i, seen, box)` checks what it got.
 void RunForgery(const std::string& ns, const std::vector<uint64_t>& stamps,
                 const std::function<void(size_t, const Seen&, Mailbox&)>& judge) {
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, ns, rank, 2, kBytes,
                                                    absl::Seconds(60)));
@@ -230,7 +230,7 @@ TEST(MailboxHostileTest, RandomStampsFollowTheModel) {
 }
 
 TEST(MailboxHostileTest, SizesThatWrapAreRefused) {
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         // The slot (message + 64-byte stamp, rounded) wraps, or world slots
         // of it do: a tiny inbox and a huge copy buffer before.
@@ -249,7 +249,7 @@ TEST(MailboxHostileTest, SizesThatWrapAreRefused) {
 TEST(MailboxHostileTest, PeerOfAnotherLayoutIsRefused) {
   // Rank 1's inbox holds 128-byte messages: large enough for rank 0's
   // 64-byte slots, but laid out differently (connected before).
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         const char* ns = "mailbox_hostile_layout";
         ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, ns, rank, 2,

@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/rendezvous.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::onesided {
 namespace {
@@ -33,7 +33,7 @@ const std::byte* Bytes(const std::vector<uint64_t>& words) {
 TEST(MailboxTest, CollectNeverDeliversATornMessageWhileTheSenderOverwrites) {
   constexpr size_t kBytes = size_t{1} << 20;
   constexpr uint64_t kMessages = 300;
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, kNs, rank, 2, kBytes,
                                                    absl::Seconds(60)));
@@ -78,7 +78,7 @@ TEST(MailboxTest, CollectNeverDeliversATornMessageWhileTheSenderOverwrites) {
 
 TEST(MailboxTest, EachMessageIsDeliveredOnceFromEverySender) {
   constexpr int kRanks = 3;
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, kNs, rank, kRanks, 40,
                                                    absl::Seconds(60)));
@@ -108,7 +108,7 @@ TEST(MailboxTest, EachMessageIsDeliveredOnceFromEverySender) {
 }
 
 TEST(MailboxTest, RefusesBadUses) {
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         EXPECT_THAT(Mailbox::Create(transport, store, kNs, 0, 2, 0, absl::Seconds(1)),
                     StatusIs(absl::StatusCode::kInvalidArgument));
@@ -131,7 +131,7 @@ TEST(MailboxTest, RefusesADescriptorTooShortOrOfAnotherRank) {
   constexpr size_t kInbox = 2 * (64 + 64);  // 2 slots of 64-byte messages
   for (int forgery = 0; forgery < 2; ++forgery) {
     const std::string ns = absl::StrCat("mailbox_test_descriptor", forgery);
-    std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+    std::vector<absl::Status> results = rdma::testing::RunRankThreads(
         2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
           if (rank == 1) {
             ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(kInbox));

@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "onesided/versioned_buffer.h"
 #include "rdma/rendezvous.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::onesided {
 namespace {
@@ -59,7 +59,7 @@ void RunForgery(const std::string& name, size_t count,
                 const std::function<void(size_t, VersionedReader&, rdma::MemoryRegion&)>&
                     judge) {
   const std::string ns = absl::StrCat("versioned_hostile_", name);
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         if (rank == 0) {
           ASSIGN_OR_RETURN(auto buffer, VersionedBuffer::Create(transport, store, ns, name,
@@ -222,7 +222,7 @@ TEST(VersionedBufferHostileTest, RandomForgeriesFollowTheModel) {
 }
 
 TEST(VersionedBufferHostileTest, OwnerSizesThatWrapAreRefused) {
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         // Copies of 2^63 bytes wrap to a region of one header before.
         for (size_t bytes : {size_t{kHalf}, size_t{kMax}, size_t{kMax - 63}}) {
@@ -276,7 +276,7 @@ TEST(VersionedBufferHostileTest, ForgedLayoutsInTheStoreAreRefused) {
       {"64 1024", 0, ""},
   };
   const std::string ns = "versioned_hostile_layouts";
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         if (rank == 0) {
           ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(kLargest));

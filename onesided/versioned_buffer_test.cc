@@ -12,7 +12,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::onesided {
 namespace {
@@ -34,7 +34,7 @@ TEST(VersionedBufferTest, PullsNeverObserveTornTensorsUnderConcurrentUpdates) {
   constexpr size_t kBytes = size_t{1} << 20;
   std::atomic<bool> done{false};
   std::atomic<int64_t> retries{0};
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         if (rank == 0) {
@@ -81,7 +81,7 @@ TEST(VersionedBufferTest, PullsNeverObserveTornTensorsUnderConcurrentUpdates) {
 }
 
 TEST(VersionedBufferTest, ReaderSeesEachUpdateAndTheLatestVersion) {
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         if (rank == 0) {
@@ -128,7 +128,7 @@ TEST(VersionedBufferTest, ReaderSeesEachUpdateAndTheLatestVersion) {
 }
 
 TEST(VersionedBufferTest, RejectsBadLayoutsAndMissingOwners) {
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         EXPECT_THAT(VersionedBuffer::Create(transport, store, kNs, "a", 0, 3),
                     StatusIs(absl::StatusCode::kInvalidArgument));

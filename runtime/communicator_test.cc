@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "runtime/rank_plan.h"
 #include "runtime/replay.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::runtime {
 namespace {
@@ -39,7 +39,7 @@ TEST_P(CommunicatorTest, DeliversEveryExampleByteExact) {
       return 1 + (step * 3 + info.id + d) % 9;
     };
     std::vector<TransferCounters> counters(plan.world_size());
-    std::vector<absl::Status> results = testing::RunRankThreads(
+    std::vector<absl::Status> results = rdma::testing::RunRankThreads(
         plan.world_size(),
         [&](int rank, rdma::Transport& transport,
             rdma::Store& store) -> absl::Status {
@@ -76,7 +76,7 @@ TEST_P(CommunicatorTest, DeliversEveryExampleByteExact) {
 TEST_P(CommunicatorTest, RejectsUnknownIdsAndRepeatedSends) {
   ASSERT_OK_AND_ASSIGN(plan::TransferPlan plan,
                        graph::PlanGraph(graph::examples::MlpTwoRanks(), {}));
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         CommunicatorOptions options;
@@ -104,7 +104,7 @@ TEST_P(CommunicatorTest, FreeRunningTransfersKeepTheirOwnSequence) {
   const TransferInfo info = sender_plan.sends().front();
   ASSERT_FALSE(info.dynamic);
   constexpr int kTimes = 5;
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         CommunicatorOptions options;
@@ -147,7 +147,7 @@ TEST_P(CommunicatorTest, FreeRunningTransfersKeepTheirOwnSequence) {
 TEST_P(CommunicatorTest, ReadyIsFalseUntilTheSenderSends) {
   ASSERT_OK_AND_ASSIGN(plan::TransferPlan plan,
                        graph::PlanGraph(graph::examples::MlpTwoRanks(), {}));
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         CommunicatorOptions options;
@@ -178,7 +178,7 @@ INSTANTIATE_TEST_SUITE_P(AllCommunicators, CommunicatorTest,
                          ::testing::Values("rdma", "rdma_copy", "grpc"));
 
 TEST(CommunicatorFactoryTest, UnknownNameListsTheKnownOnes) {
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) {
         plan::TransferPlan plan;
         plan.set_world_size(1);

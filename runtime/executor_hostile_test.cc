@@ -29,7 +29,7 @@
 #include "runtime/executor.h"
 #include "runtime/internal/slot_state.h"
 #include "runtime/rank_plan.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::runtime {
 namespace {
@@ -402,7 +402,7 @@ Outcome RecvForged(const std::function<absl::Status(Attacker&)>& forge) {
   const int id = plan.link(0).slot(0).id();
   const std::string judged = absl::StrCat(kNs, "/judged");
   const std::string gone = absl::StrCat(kNs, "/gone");
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         if (rank == 0) {
           ASSIGN_OR_RETURN(auto attacker, Attacker::JoinAsSender(transport, store));
@@ -526,7 +526,7 @@ TEST(ExecutorHostileTest, ForgedNotificationsFailTheReceiver) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     absl::Status recv;
-    std::vector<absl::Status> results = testing::RunRankThreads(
+    std::vector<absl::Status> results = rdma::testing::RunRankThreads(
         2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
           if (rank == 0) {
             ASSIGN_OR_RETURN(auto attacker, Attacker::JoinAsSender(transport, store));
@@ -558,7 +558,7 @@ TEST(ExecutorHostileTest, ForgedCreditsFailTheSender) {
   // Releasing more than was sent.
   {
     absl::Status sent;
-    std::vector<absl::Status> results = testing::RunRankThreads(
+    std::vector<absl::Status> results = rdma::testing::RunRankThreads(
         2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
           if (rank == 1) {
             ASSIGN_OR_RETURN(auto attacker,
@@ -584,7 +584,7 @@ TEST(ExecutorHostileTest, ForgedCreditsFailTheSender) {
   // Going back: 1 after step 0, then 0.
   {
     absl::Status sent;
-    std::vector<absl::Status> results = testing::RunRankThreads(
+    std::vector<absl::Status> results = rdma::testing::RunRankThreads(
         2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
           if (rank == 1) {
             ASSIGN_OR_RETURN(auto attacker,

@@ -22,7 +22,7 @@
 #include "rdma/testing/faulty_transport.h"
 #include "runtime/executor.h"
 #include "runtime/replay.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "runtime/testing/tracking_transport.h"
 
 namespace rdmaflow::runtime {
@@ -78,7 +78,7 @@ Result RunWithDroppedRead(bool stuck) {
   const std::string judged = absl::StrCat(kNs, "/judged");
   const std::string sender_done = absl::StrCat(kNs, "/sender_done");
   Result result;
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         if (rank == 0) {
           CommunicatorOptions options = Options(absl::Seconds(1));

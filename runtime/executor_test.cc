@@ -18,7 +18,7 @@
 #include "graph_analyzer/planner.h"
 #include "gtest/gtest.h"
 #include "runtime/replay.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::runtime {
 namespace {
@@ -65,7 +65,7 @@ std::vector<absl::Status> Replay(
     const plan::TransferPlan& plan, const CommunicatorOptions& options,
     ReplayOptions replay, int steps,
     const std::function<void(int, Executor&)>& check = nullptr) {
-  return testing::RunRankThreads(
+  return rdma::testing::RunRankThreads(
       plan.world_size(),
       [&](int rank, rdma::Transport& transport,
           rdma::Store& store) -> absl::Status {
@@ -129,7 +129,7 @@ TEST(ExecutorTest, StaticTensorsAreViewsOfTheSlotAndArenaSendsAreNotCopied) {
   const uint64_t bytes = 64 * 256 * 4;
   std::vector<const std::byte*> received(4);
   TransferCounters counters[2];
-  ExpectAllOk(testing::RunRankThreads(
+  ExpectAllOk(rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto executor,
@@ -169,7 +169,7 @@ TEST(ExecutorTest, StaticTensorsAreViewsOfTheSlotAndArenaSendsAreNotCopied) {
 TEST(ExecutorTest, WritesAChromeTraceOfEveryTransfer) {
   const plan::TransferPlan plan = OneTensorPlan({256});
   std::vector<size_t> events(2);
-  ExpectAllOk(testing::RunRankThreads(
+  ExpectAllOk(rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         CommunicatorOptions options = NoTracing();
@@ -213,7 +213,7 @@ TEST(ExecutorTest, SlowReceiverHoldsTheSenderBackAndNothingIsOverwritten) {
   const int id = plan.link(0).slot(0).id();
   absl::Notification holding, sender_refused, dropped;
   absl::Status refused;
-  ExpectAllOk(testing::RunRankThreads(
+  ExpectAllOk(rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         CommunicatorOptions options = NoTracing();
@@ -319,7 +319,7 @@ TEST(ExecutorTest, BadCallsGetClearErrors) {
   const plan::TransferPlan plan = OneTensorPlan({16});
   const int id = plan.link(0).slot(0).id();
   std::vector<absl::Status> checks;
-  ExpectAllOk(testing::RunRankThreads(
+  ExpectAllOk(rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto executor,
@@ -361,7 +361,7 @@ TEST(ExecutorTest, BadCallsGetClearErrors) {
 
 TEST(ExecutorTest, PlanForAnotherWorldIsRejected) {
   const plan::TransferPlan plan = OneTensorPlan({16});
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       3, [&](int, rdma::Transport& transport, rdma::Store& store) {
         return Executor::Create(plan, transport, store, NoTracing()).status();
       });
@@ -374,7 +374,7 @@ TEST(ExecutorTest, DeadReceiverGivesTheSenderAnErrorNotAHang) {
   const int id = plan.link(0).slot(0).id();
   absl::Notification receiver_gone;
   absl::Status sender_status;
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto executor,

@@ -18,7 +18,7 @@
 #include "rdma/testing/raw_peer.h"
 #include "runtime/internal/piece_header.h"
 #include "runtime/messenger.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::runtime {
 namespace {
@@ -104,7 +104,7 @@ struct GuardedBuffer {
 // `expected`, with the guards intact.
 void ExpectForgedPiecesRefused(const std::vector<PieceHeader>& pieces,
                                const std::string& expected) {
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger,
                          Messenger::Create(transport, store, kNs, rank, 2, Options()));
@@ -164,7 +164,7 @@ TEST(MessengerHostileTest, ContinuationThatRewindsIsRefused) {
 }
 
 TEST(MessengerHostileTest, HugeUnexpectedMessageWaitsInsteadOfBeingAllocated) {
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger,
                          Messenger::Create(transport, store, kNs, rank, 2, Options()));
@@ -203,7 +203,7 @@ TEST(MessengerHostileTest, UnexpectedMessagesBeyondTheBudgetWaitForTheirReceive)
   // Honest peer, 3 messages of 600 KiB against a 1 MiB budget: the second
   // waits in its slot until its receive is posted; all arrive intact.
   constexpr size_t kBytes = 600 << 10;
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger,
                          Messenger::Create(transport, store, kNs, rank, 2, Options()));
@@ -241,7 +241,7 @@ TEST(MessengerHostileTest, UnexpectedMessagesBeyondTheBudgetWaitForTheirReceive)
 }
 
 TEST(MessengerHostileTest, ForgedCreditIsRefused) {
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger,
                          Messenger::Create(transport, store, kNs, rank, 2, Options()));
@@ -267,7 +267,7 @@ TEST(MessengerHostileTest, ForgedCreditIsRefused) {
 
 TEST(MessengerAbandonTest, AbandonedOperationsNeverTouchTheCallersBuffers) {
   constexpr size_t kBytes = 3000;  // three pieces
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger,
                          Messenger::Create(transport, store, kNs, rank, 2, Options()));

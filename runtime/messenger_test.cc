@@ -15,7 +15,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::runtime {
 namespace {
@@ -49,7 +49,7 @@ absl::Status Drive(Messenger& messenger, absl::FunctionRef<bool()> done) {
 TEST(MessengerTest, AllPairsExchangeMessagesOfEverySizeInOrder) {
   constexpr int kRanks = 3;
   const std::vector<size_t> sizes = {0, 1, 1023, 1024, 1025, 3584, 10000};
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger, Messenger::Create(transport, store, kNs, rank,
                                                            kRanks, SmallSlots()));
@@ -95,7 +95,7 @@ TEST(MessengerTest, AllPairsExchangeMessagesOfEverySizeInOrder) {
 }
 
 TEST(MessengerTest, ReceivesMatchTagsInAnyOrder) {
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger,
                          Messenger::Create(transport, store, kNs, rank, 2, SmallSlots()));
@@ -157,7 +157,7 @@ TEST(MessengerTest, ReceivesMatchTagsInAnyOrder) {
 
 TEST(MessengerTest, PayloadInASendRegionIsNotStaged) {
   constexpr size_t kBytes = 5000;
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger,
                          Messenger::Create(transport, store, kNs, rank, 2, SmallSlots()));
@@ -193,7 +193,7 @@ TEST(MessengerTest, PayloadInASendRegionIsNotStaged) {
 }
 
 TEST(MessengerTest, AMessageLargerThanItsReceiveIsAnError) {
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger,
                          Messenger::Create(transport, store, kNs, rank, 2, SmallSlots()));
@@ -227,7 +227,7 @@ TEST(MessengerTest, AMessageLargerThanItsReceiveIsAnError) {
 }
 
 TEST(MessengerTest, ADeadPeerFailsItsPendingOperations) {
-  std::vector<absl::Status> results = testing::RunRankThreadsOwning(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreadsOwning(
       2, [&](int rank, std::unique_ptr<rdma::Transport>& transport,
              rdma::Store& store) -> absl::Status {
         MessengerOptions options = SmallSlots();
@@ -258,7 +258,7 @@ TEST(MessengerTest, ADeadPeerFailsItsPendingOperations) {
 }
 
 TEST(MessengerTest, RefusesBadRanksAndOptions) {
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         MessengerOptions bad = SmallSlots();
         bad.slot_bytes = 100;

@@ -26,7 +26,7 @@
 #include "rdma/testing/raw_peer.h"
 #include "runtime/rdma_copy_communicator.h"
 #include "runtime/tensor_message.pb.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::runtime {
 namespace {
@@ -161,7 +161,7 @@ Outcome RecvForged(const plan::TransferPlan& plan, const std::vector<Message>& m
   const int id = plan.link(0).slot(0).id();
   const std::string judged = absl::StrCat(kNs, "/judged");
   const std::string gone = absl::StrCat(kNs, "/gone");
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         if (rank == 0) {
           ASSIGN_OR_RETURN(auto attacker, Attacker::Join(transport, store));
@@ -318,7 +318,7 @@ TEST(RdmaCopyHostileTest, ACreditReleasingUnsentMessagesFailsTheSender) {
   const std::string forged = absl::StrCat(kNs, "/credit_forged");
   const std::string judged = absl::StrCat(kNs, "/credit_judged");
   absl::Status sent;
-  std::vector<absl::Status> results = testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         if (rank == 1) {
           RETURN_IF_ERROR(rdma::PublishAddress(store, kNs, transport));

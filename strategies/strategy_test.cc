@@ -11,7 +11,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::strategies {
 namespace {
@@ -71,7 +71,7 @@ const ComputeFn kCompute = []() -> absl::StatusOr<ComputeResult> { return Comput
 
 // Runs `body` with a rank-0-of-2 context over loopback.
 void WithContext(const std::function<void(const StrategyContext&)>& body) {
-  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         body(StrategyContext{1, 2, &transport, &store});
         return absl::OkStatus();

@@ -12,7 +12,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::torch_backend {
 namespace {
@@ -36,7 +36,7 @@ float Value(int rank, int block, size_t i) {
 
 TEST(DirectCollectivesTest, EveryCollectiveMatchesALocalReference) {
   constexpr size_t kCount = 3001;  // several slots
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger, runtime::Messenger::Create(
                                              transport, store, "direct", rank, kRanks,
@@ -125,7 +125,7 @@ TEST(DirectCollectivesTest, EveryCollectiveMatchesALocalReference) {
 }
 
 TEST(DirectCollectivesTest, MismatchedSizesAreAnError) {
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger, runtime::Messenger::Create(
                                              transport, store, "direct", rank, 2, Options()));

@@ -12,7 +12,7 @@
 #include "graph_analyzer/planner.h"
 #include "gtest/gtest.h"
 #include "runtime/executor.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "runtime/torch/registered_allocator.h"
 
 namespace rdmaflow::runtime::torch {
@@ -38,7 +38,7 @@ TEST(TorchCommunicatorTest, RegisteredTensorsGoOutUncopiedAndArriveAsViews) {
   constexpr int kSteps = 5;
   std::vector<const void*> received(kSteps);
   TransferCounters counters[2];
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         CommunicatorOptions options;
@@ -83,7 +83,7 @@ TEST(TorchCommunicatorTest, RegisteredTensorsGoOutUncopiedAndArriveAsViews) {
 TEST(TorchCommunicatorTest, WrongDtypeIsRejected) {
   const plan::TransferPlan plan = MatmulPlan();
   const int id = plan.link(0).slot(0).id();
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         CommunicatorOptions options;

@@ -14,7 +14,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "strategies/allreduce/allreduce_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
@@ -38,7 +38,7 @@ TEST(AllReduceSlowPeerTest, WaitingReplicasTimeOutNamingTheSlowOneAndFinishAtOnc
   std::vector<absl::Status> step_error(kRanks), retry(kRanks), finished(kRanks);
   std::vector<absl::Duration> finish_time(kRanks);
   std::vector<int64_t> in_flight(kRanks, -1);
-  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         SlowPeerTransport counted(transport);  // holds nothing: counts
         StrategyOptions options = testing::ToyOptions(kSteps, {{"chunk_bytes", "64"}});

@@ -10,7 +10,7 @@
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
 
 namespace rdmaflow::strategies {
@@ -33,7 +33,7 @@ TEST_P(AllReduceEquivalenceTest, MatchesOneProcessOnTheConcatenatedBatches) {
   const ToyProblem problem(world, kSteps, kBatch);
   std::vector<std::vector<torch::Tensor>> finals(world);
   std::vector<runtime::TransferCounters> counters(world);
-  std::vector<absl::Status> statuses = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
       world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(
                                             Options(kSteps, {{"bucket_bytes", bucket},
@@ -72,7 +72,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(AllReduceStrategyTest, AFloat64ParameterIsRefusedByName) {
-  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(Options(1, {})));
         std::vector<Parameter> params = {{"w", torch::zeros({3}, torch::kFloat64)}};

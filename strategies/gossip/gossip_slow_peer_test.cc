@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/rendezvous.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "strategies/gossip/gossip_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
@@ -46,7 +46,7 @@ SlowRun RunWithHold(const std::string& mode, SlowPeerTransport::Hold hold) {
   torch::set_num_threads(1);
   SlowRun run;
   run.final.resize(kRanks);
-  run.status = runtime::testing::RunRankThreads(
+  run.status = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         SlowPeerTransport slow(transport);
         if (rank == 0) slow.AddHold(hold);

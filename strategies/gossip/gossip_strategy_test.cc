@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
 #include "rdma/rendezvous.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
 
 namespace rdmaflow::strategies::gossip {
@@ -89,7 +89,7 @@ MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after 
   run.final.resize(kRanks);
   run.mixed.resize(kRanks);
   run.lost.resize(kRanks);
-  run.status = runtime::testing::RunRankThreadsOwning(
+  run.status = rdma::testing::RunRankThreadsOwning(
       kRanks, [&](int rank, std::unique_ptr<rdma::Transport>& transport,
                   rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy,
@@ -206,7 +206,7 @@ TEST(GossipStrategyTest, TrainsTheToyProblem) {
   constexpr int kRanks = 3, kSteps = 40;
   const ToyProblem problem(kRanks, kSteps, 16);
   std::vector<double> first(kRanks), last(kRanks);
-  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy,
                          GossipStrategy::Create(ToyOptions(kSteps, {{"period", "2"}})));

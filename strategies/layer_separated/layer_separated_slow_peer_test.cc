@@ -17,7 +17,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "strategies/layer_separated/layer_separated_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
@@ -45,7 +45,7 @@ std::vector<Outcome> RunWithSlowRank(int slow) {
   torch::set_num_threads(1);
   const ToyProblem problem(kRanks, kSteps, kBatch);
   std::vector<Outcome> outcome(kRanks);
-  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         SlowPeerTransport counted(transport);  // holds nothing: counts
         Outcome& out = outcome[rank];

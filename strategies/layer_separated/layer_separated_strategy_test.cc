@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
 
 namespace rdmaflow::strategies::layer_separated {
@@ -38,7 +38,7 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
   job.finals.resize(world);
   job.conv_ranks.resize(world);
   job.first_loss.resize(world, -1);
-  job.status = runtime::testing::RunRankThreads(
+  job.status = rdma::testing::RunRankThreads(
       world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy, LayerSeparatedStrategy::Create(Options(params)));
         std::vector<Parameter> params = problem.MakeParameters();
@@ -122,7 +122,7 @@ TEST(LayerSeparatedTest, BadSetUpsAreNamed) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("fc_ranks")));
   EXPECT_THAT(LayerSeparatedStrategy::Create(Options({{"split", "3"}})).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("known")));
-  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy, LayerSeparatedStrategy::Create(Options({})));
         return strategy->Prepare({rank, 2, &transport, &store}, {}).status();

@@ -16,7 +16,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "strategies/moshpit/moshpit_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
@@ -43,7 +43,7 @@ TEST(MoshpitSlowPeerTest, APeerFrozenInItsAverageIsNamedAndSkipped) {
   std::vector<int64_t> steps(kRanks, 0), in_flight(kRanks, -1);
   std::vector<absl::Duration> finish_time(kRanks);
   std::vector<torch::Tensor> final(kRanks);
-  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         SlowPeerTransport slow(transport);
         bool armed = false, frozen = false;

@@ -15,7 +15,7 @@
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "rdma/testing/in_memory_store.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "strategies/moshpit/moshpit_group.h"
 #include "strategies/testing/toy_problem.h"
 
@@ -92,7 +92,7 @@ AverageRun Average(int world, int steps, std::map<std::string, std::string> para
   run.final.resize(world);
   run.sizes.resize(world);
   run.rings.resize(world);
-  run.status = runtime::testing::RunRankThreads(
+  run.status = rdma::testing::RunRankThreads(
       world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy, MoshpitStrategy::Create(ToyOptions(steps, params)));
         torch::manual_seed(100 + rank);
@@ -169,7 +169,7 @@ TEST(MoshpitStrategyTest, ARestartedRankRejoinsAndAdoptsItsGroupsParameters) {
   std::vector<torch::Tensor> start(kWorld), final(kWorld);
   std::vector<int64_t> steps_taken(kWorld, 0);
   std::vector<std::vector<int>> sizes(kWorld);
-  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       kWorld, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy, MoshpitStrategy::Create(ToyOptions(kSteps, params)));
         torch::manual_seed(100 + rank);

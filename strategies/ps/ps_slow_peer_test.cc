@@ -19,7 +19,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "strategies/ps/ps_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
@@ -59,7 +59,7 @@ std::vector<Outcome> RunJob(
   const int world = 1 + workers;
   const ToyProblem problem(workers, kSteps, kBatch);
   std::vector<Outcome> outcome(world);
-  std::vector<absl::Status> status = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         SlowPeerTransport slow(transport);
         setup(rank, slow);

@@ -20,7 +20,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
 
 namespace rdmaflow::strategies::ps {
@@ -59,7 +59,7 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
   result.final_params.resize(workers);
   result.reports.resize(workers);
   result.history.resize(servers);
-  result.status = runtime::testing::RunRankThreads(
+  result.status = rdma::testing::RunRankThreads(
       servers + workers,
       [&](int rank, rdma::Transport& transport,
           rdma::Store& store) -> absl::Status {
@@ -219,7 +219,7 @@ TEST(PsStrategyTest, RejectsJobsWithoutWorkers) {
   rdma::Transport* transport = nullptr;
   EXPECT_THAT(strategy->Prepare({0, 2, transport, nullptr}, {{"p", p}}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  std::vector<absl::Status> results = runtime::testing::RunRankThreads(
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& t, rdma::Store& store) -> absl::Status {
         EXPECT_THAT(strategy->Prepare({0, 2, &t, &store}, {{"p", p}}).status(),
                     StatusIs(absl::StatusCode::kInvalidArgument,

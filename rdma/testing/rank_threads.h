@@ -4,8 +4,8 @@
 // LoopbackTransport on a shared fabric and a shared InMemoryStore (gloo's
 // `spawn`, tensorpipe's ThreadPeerGroup). For unit tests of the runtime and
 // the strategies.
-#ifndef RDMAFLOW_RUNTIME_TESTING_RANK_THREADS_H_
-#define RDMAFLOW_RUNTIME_TESTING_RANK_THREADS_H_
+#ifndef RDMAFLOW_RDMA_TESTING_RANK_THREADS_H_
+#define RDMAFLOW_RDMA_TESTING_RANK_THREADS_H_
 
 #include <functional>
 #include <memory>
@@ -15,7 +15,7 @@
 #include "rdma/store.h"
 #include "rdma/transport.h"
 
-namespace rdmaflow::runtime::testing {
+namespace rdmaflow::rdma::testing {
 
 // Runs `body(rank, transport, store)` for every rank on its own thread and
 // returns every rank's status, by rank.
@@ -32,6 +32,6 @@ std::vector<absl::Status> RunRankThreadsOwning(
     const std::function<absl::Status(int rank, std::unique_ptr<rdma::Transport>& transport,
                                      rdma::Store& store)>& body);
 
-}  // namespace rdmaflow::runtime::testing
+}  // namespace rdmaflow::rdma::testing
 
-#endif  // RDMAFLOW_RUNTIME_TESTING_RANK_THREADS_H_
+#endif  // RDMAFLOW_RDMA_TESTING_RANK_THREADS_H_

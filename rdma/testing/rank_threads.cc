@@ -1,5 +1,5 @@
 // File: testing/rank_threads.cc
-#include "runtime/testing/rank_threads.h"
+#include "rdma/testing/rank_threads.h"
 
 #include <memory>
 #include <thread>
@@ -8,7 +8,7 @@
 #include "rdma/loopback/loopback_transport.h"
 #include "rdma/testing/in_memory_store.h"
 
-namespace rdmaflow::runtime::testing {
+namespace rdmaflow::rdma::testing {
 
 std::vector<absl::Status> RunRankThreads(
     int world_size,
@@ -45,4 +45,4 @@ std::vector<absl::Status> RunRankThreadsOwning(
   return results;
 }
 
-}  // namespace rdmaflow::runtime::testing
+}  // namespace rdmaflow::rdma::testing
