@@ -21,14 +21,14 @@
 #include "gtest/gtest.h"
 #include "rdma/testing/faulty_transport.h"
 #include "rdma/testing/rank_threads.h"
-#include "runtime/testing/tracking_transport.h"
+#include "rdma/testing/tracking_transport.h"
 
 namespace rdmaflow::collectives {
 namespace {
 
 using ::rdmaflow::rdma::testing::FaultyTransport;
 using ::rdmaflow::rdma::testing::RunRankThreads;
-using ::rdmaflow::runtime::testing::TrackingTransport;
+using ::rdmaflow::rdma::testing::TrackingTransport;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;

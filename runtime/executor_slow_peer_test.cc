@@ -23,13 +23,13 @@
 #include "runtime/executor.h"
 #include "runtime/replay.h"
 #include "rdma/testing/rank_threads.h"
-#include "runtime/testing/tracking_transport.h"
+#include "rdma/testing/tracking_transport.h"
 
 namespace rdmaflow::runtime {
 namespace {
 
 using ::rdmaflow::rdma::testing::FaultyTransport;
-using ::rdmaflow::runtime::testing::TrackingTransport;
+using ::rdmaflow::rdma::testing::TrackingTransport;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;

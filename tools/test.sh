@@ -7,7 +7,9 @@
 #   3. the `hostile` and `slow_peer` suites and the conformance tests under
 #      AddressSanitizer + UBSan (tools/sanitize.sh; SANITIZE=0 skips);
 #   4. the requires-rdma tests inside a Soft-RoCE VM (tools/rdma_tests.sh;
-#      RDMA_TESTS=0 skips; they count as skipped where no VM can run).
+#      RDMA_TESTS=0 skips; they count as skipped where no VM can run);
+#   5. the layering rules (tools/layering_check.sh: each rule's breaking
+#      probe must fail to build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -16,6 +18,11 @@ log=$(mktemp)
 bazel test //... "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 build_failed=$(grep -c 'FAILED TO BUILD' "$log")
+
+tools/layering_check.sh | tee "$log.layering"
+layering_status=${PIPESTATUS[0]}
+layering_summary=$(grep '^layering: ' "$log.layering" | tail -1)
+rm -f "$log.layering"
 
 fuzz_status=0
 fuzz_summary="skipped (FUZZ_SECONDS=0)"
@@ -91,10 +98,12 @@ fi
 if [ "$status" -ne 0 ]; then
   echo "bazel test exited with status $status"
 fi
+echo "${layering_summary:-layering: did not run}"
 echo "fuzz: ${fuzz_summary}"
 echo "${sanitize_summary}"
 echo "${rdma_summary:-rdma tests: skipped (RDMA_TESTS=0)}"
 echo "tests: ${summary}"
+[ "$status" -ne 0 ] || status=$layering_status
 [ "$status" -ne 0 ] || status=$fuzz_status
 [ "$status" -ne 0 ] || status=$sanitize_status
 [ "$status" -ne 0 ] || status=$rdma_status

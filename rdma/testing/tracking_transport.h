@@ -4,8 +4,8 @@
 // FaultyTransport over loopback) that proves the rule "an operation in
 // flight never lands in freed memory" for the component above it. For the
 // slow_peer tests of the executor and the ring all-reduce.
-#ifndef RDMAFLOW_RUNTIME_TESTING_TRACKING_TRANSPORT_H_
-#define RDMAFLOW_RUNTIME_TESTING_TRACKING_TRANSPORT_H_
+#ifndef RDMAFLOW_RDMA_TESTING_TRACKING_TRANSPORT_H_
+#define RDMAFLOW_RDMA_TESTING_TRACKING_TRANSPORT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +26,7 @@
 #include "rdma/testing/transport_wrapper.h"
 #include "rdma/transport.h"
 
-namespace rdmaflow::runtime::testing {
+namespace rdmaflow::rdma::testing {
 
 // A Transport decorator that watches the local memory of operations in
 // flight: a region from Allocate() destroyed while an operation reads or
@@ -188,6 +188,6 @@ class TrackingTransport final : public rdma::testing::TransportWrapper {
   std::shared_ptr<State> state_;
 };
 
-}  // namespace rdmaflow::runtime::testing
+}  // namespace rdmaflow::rdma::testing
 
-#endif  // RDMAFLOW_RUNTIME_TESTING_TRACKING_TRANSPORT_H_
+#endif  // RDMAFLOW_RDMA_TESTING_TRACKING_TRANSPORT_H_
