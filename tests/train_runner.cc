@@ -6,9 +6,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/numbers.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "results/json.h"
+#include "results/results.pb.h"
 
 namespace rdmaflow::testing {
 
@@ -39,18 +41,15 @@ double TrainAndGetAccuracy(const std::string& name, const std::string& flags) {
   std::stringstream text;
   text << in.rdbuf();
   const std::string summary = text.str();
-  const std::string key = "\"test_accuracy\": ";
-  const size_t at = summary.find(key);
-  if (at == std::string::npos) {
-    ADD_FAILURE() << "no summary in " << json << "\n" << output;
+  results::TrainingSummary parsed;
+  if (const absl::Status status = results::FromJson(summary, &parsed);
+      !status.ok()) {
+    ADD_FAILURE() << "no summary in " << json << ": " << status << "\n"
+                  << output;
     return -1;
   }
-  double accuracy = -1;
-  EXPECT_TRUE(absl::SimpleAtod(
-      summary.substr(at + key.size(), summary.find(',', at) - at - key.size()),
-      &accuracy));
   std::printf("%s: %s", name.c_str(), summary.c_str());
-  return accuracy;
+  return parsed.test_accuracy();
 }
 
 }  // namespace rdmaflow::testing

@@ -1,8 +1,8 @@
 // File: train_runner.h
 // -----------------------------------------------------------------------------
 // For end-to-end tests: runs train/rdmaflow_train (a data dependency of the
-// test) with some flags and returns the test accuracy from its JSON summary,
-// recording a gtest failure (with the harness's output) when it fails.
+// test) with some flags and returns the test accuracy from its JSON summary
+// (a results::TrainingSummary, read with results::FromJson), recording a gtest failure (with the harness's output) when it fails.
 #ifndef RDMAFLOW_TESTS_TRAIN_RUNNER_H_
 #define RDMAFLOW_TESTS_TRAIN_RUNNER_H_
 
