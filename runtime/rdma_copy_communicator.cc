@@ -10,7 +10,7 @@
 #include "common/status_macros.h"
 #include "onesided/slots/credit_check.h"
 #include "runtime/communicator_checks.h"
-#include "runtime/internal/piece_header.h"
+#include "onesided/internal/piece_header.h"
 #include "rdma/rendezvous.h"
 #include "runtime/tensor_message.pb.h"
 
@@ -259,13 +259,13 @@ absl::Status RdmaCopyCommunicator::Deliver(int peer, const std::byte* message) {
   // as Send() cuts (the same rule as the Messenger's pieces): so offset +
   // chunk_bytes never passes the buffer allocated at the start.
   auto under_way = partial_.find(header.id());
-  std::optional<internal::PartialMessage> current;
+  std::optional<onesided::internal::PartialMessage> current;
   if (under_way != partial_.end()) {
-    current = internal::PartialMessage{static_cast<uint64_t>(header.id()),
+    current = onesided::internal::PartialMessage{static_cast<uint64_t>(header.id()),
                                        under_way->second.bytes->size(),
                                        under_way->second.arrived};
   }
-  if (absl::Status valid = internal::CheckPiece(
+  if (absl::Status valid = onesided::internal::CheckPiece(
           {static_cast<uint64_t>(header.id()), header.total_bytes(), header.offset(),
            header.chunk_bytes()},
           current.has_value() ? &*current : nullptr, copy_options_.chunk_bytes);

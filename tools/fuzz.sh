@@ -19,7 +19,7 @@ output_base=${FUZZ_OUTPUT_BASE:-$HOME/.cache/rdmaflow-fuzz/$(pwd -P | md5sum | c
 
 log=$(mktemp)
 if ! bazel --output_base="$output_base" build --config=fuzz --symlink_prefix=/ \
-  //graph_analyzer:graph_text_fuzzer //runtime:piece_stream_fuzzer >"$log" 2>&1; then
+  //graph_analyzer:graph_text_fuzzer //onesided:piece_stream_fuzzer >"$log" 2>&1; then
   grep -v "Cannot export local symbol" "$log" | tail -40
   echo "fuzz: building the fuzz targets FAILED"
   exit 1
@@ -52,5 +52,5 @@ mkdir "$work/graphs" "$work/pieces"
 cp graph_analyzer/testdata/*.pbtxt "$work/graphs/"
 run_fuzzer graph_text_fuzzer "$bin/graph_analyzer/graph_text_fuzzer" "$work/graphs" \
   -dict=graph_analyzer/fuzz/graph_text.dict -max_len=65536 || exit $?
-run_fuzzer piece_stream_fuzzer "$bin/runtime/piece_stream_fuzzer" "$work/pieces" \
+run_fuzzer piece_stream_fuzzer "$bin/onesided/piece_stream_fuzzer" "$work/pieces" \
   -max_len=4096 || exit $?

@@ -33,7 +33,7 @@ probe graph_analyzer "//third_party/system:torch" "graph_analyzer/ does not use 
 probe onesided "//third_party/system:torch" "onesided/ does not use LibTorch"
 probe runtime "//strategies:strategy" "runtime/ does not use strategies/"
 probe runtime "//collectives:ring_allreduce" "runtime/ does not use collectives/"
-probe collectives "//runtime:messenger" "collectives/ does not use runtime/"
+probe collectives "//runtime:communicator" "collectives/ does not use runtime/"
 probe strategies "//rdma/ucx:ucx_transport" "strategies/ reach UCX only through the registry"
 probe strategies "//rdma/ibverbs:ibverbs_transport" "strategies/ reach verbs only through the registry"
 probe strategies "//rdma/loopback:loopback_transport" "strategies/ reach loopback only through the registry"

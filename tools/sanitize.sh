@@ -6,7 +6,7 @@
 # Prints "sanitizers: ..." and exits non-zero when a test fails.
 #
 #   tools/sanitize.sh                 # every such test
-#   tools/sanitize.sh //runtime:messenger_hostile_test   # just these
+#   tools/sanitize.sh //onesided:messenger_hostile_test   # just these
 set -uo pipefail
 cd "$(dirname "$0")/.."
 output_base=${SANITIZE_OUTPUT_BASE:-$HOME/.cache/rdmaflow-asan/$(pwd -P | md5sum | cut -c1-16)}

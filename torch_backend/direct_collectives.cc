@@ -18,7 +18,7 @@ constexpr size_t kMaxRecord = 4096;
 struct DirectCollectives::Batch {
   // One send or receive of the call.
   struct Op {
-    runtime::Messenger::OpId id = 0;
+    onesided::Messenger::OpId id = 0;
     int peer;
     bool send;
     bool done = false;
@@ -31,7 +31,7 @@ struct DirectCollectives::Batch {
 
   // The outcome of posting the last operation: one that was refused will
   // never complete.
-  void Posted(absl::StatusOr<runtime::Messenger::OpId> posted) {
+  void Posted(absl::StatusOr<onesided::Messenger::OpId> posted) {
     if (posted.ok()) {
       ops.back().id = *posted;
       return;
@@ -40,7 +40,7 @@ struct DirectCollectives::Batch {
     ops.back().done = true;
     failure.Update(posted.status());
   }
-  runtime::Messenger::SendDone Sent(int to) {
+  onesided::Messenger::SendDone Sent(int to) {
     const size_t index = Add(to, /*send=*/true);
     return [this, index](absl::Status s) {
       Finished(index);
@@ -48,7 +48,7 @@ struct DirectCollectives::Batch {
     };
   }
   // A receive that must bring exactly `bytes`.
-  runtime::Messenger::RecvDone Received(int from, size_t bytes) {
+  onesided::Messenger::RecvDone Received(int from, size_t bytes) {
     const size_t index = Add(from, /*send=*/false);
     return [this, index, from, bytes](absl::StatusOr<size_t> got) {
       Finished(index);
@@ -62,7 +62,7 @@ struct DirectCollectives::Batch {
     };
   }
   // A receive whose completion the caller handles.
-  runtime::Messenger::RecvDone Received(
+  onesided::Messenger::RecvDone Received(
       int from, absl::AnyInvocable<void(absl::StatusOr<size_t>)> on_done) {
     const size_t index = Add(from, /*send=*/false);
     return [this, index, on_done = std::move(on_done)](
@@ -95,7 +95,7 @@ struct DirectCollectives::Batch {
   }
 };
 
-DirectCollectives::DirectCollectives(runtime::Messenger& messenger,
+DirectCollectives::DirectCollectives(onesided::Messenger& messenger,
                                      absl::Duration timeout)
     : messenger_(messenger), timeout_(timeout) {}
 

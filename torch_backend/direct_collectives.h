@@ -23,7 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "collectives/reduce.h"
-#include "runtime/messenger.h"
+#include "onesided/messenger.h"
 
 namespace rdmaflow::torch_backend {
 
@@ -35,7 +35,7 @@ inline constexpr uint64_t kCollectiveTagBase = uint64_t{1} << 62;
 // messenger must make the same calls in the same order.
 class DirectCollectives {
  public:
-  DirectCollectives(runtime::Messenger& messenger, absl::Duration timeout);
+  DirectCollectives(onesided::Messenger& messenger, absl::Duration timeout);
 
   // The root's `bytes` at `data` into every other rank's `data`.
   absl::Status Broadcast(int root, void* data, size_t bytes);
@@ -82,7 +82,7 @@ class DirectCollectives {
   absl::Status CheckRoot(int root, absl::string_view what) const;
   absl::Status CheckPerRank(size_t buffers, absl::string_view what) const;
 
-  runtime::Messenger& messenger_;
+  onesided::Messenger& messenger_;
   const absl::Duration timeout_;
   uint64_t next_call_ = 0;
 };

@@ -22,8 +22,8 @@ using ::testing::HasSubstr;
 
 constexpr int kRanks = 3;
 
-runtime::MessengerOptions Options() {
-  runtime::MessengerOptions options;
+onesided::MessengerOptions Options() {
+  onesided::MessengerOptions options;
   options.slot_bytes = 4096;
   options.slots = 4;
   options.timeout = absl::Seconds(60);
@@ -38,7 +38,7 @@ TEST(DirectCollectivesTest, EveryCollectiveMatchesALocalReference) {
   constexpr size_t kCount = 3001;  // several slots
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(auto messenger, runtime::Messenger::Create(
+        ASSIGN_OR_RETURN(auto messenger, onesided::Messenger::Create(
                                              transport, store, "direct", rank, kRanks,
                                              Options()));
         DirectCollectives direct(*messenger, absl::Seconds(60));
@@ -127,7 +127,7 @@ TEST(DirectCollectivesTest, EveryCollectiveMatchesALocalReference) {
 TEST(DirectCollectivesTest, MismatchedSizesAreAnError) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(auto messenger, runtime::Messenger::Create(
+        ASSIGN_OR_RETURN(auto messenger, onesided::Messenger::Create(
                                              transport, store, "direct", rank, 2, Options()));
         DirectCollectives direct(*messenger, absl::Seconds(60));
         std::vector<float> data(100);

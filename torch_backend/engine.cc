@@ -86,13 +86,13 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
                                      transport.status().message()));
   }
   transport_ = *std::move(transport);
-  runtime::MessengerOptions messenger;
+  onesided::MessengerOptions messenger;
   messenger.name = "c10d";
   messenger.slot_bytes = options_.message_slot_bytes;
   messenger.slots = options_.message_slots;
   messenger.timeout = options_.timeout;
   messenger.wait = options_.wait;
-  ASSIGN_OR_RETURN(messenger_, runtime::Messenger::Create(*transport_, *store_,
+  ASSIGN_OR_RETURN(messenger_, onesided::Messenger::Create(*transport_, *store_,
                                                           Namespace(options_), rank_,
                                                           size_, messenger));
   direct_ = std::make_unique<DirectCollectives>(*messenger_, options_.timeout);
@@ -168,7 +168,7 @@ void Engine::Loop() {
 
 void Engine::Run(Op& op) {
   if (op.post) {
-    absl::StatusOr<runtime::Messenger::OpId> posted = Guarded(
+    absl::StatusOr<onesided::Messenger::OpId> posted = Guarded(
         op.what, [&] { return op.post(*this, op.work); });
     if (!posted.ok()) {
       op.work->Complete(posted.status());
@@ -212,7 +212,7 @@ void Engine::Settle() {
   posted_.erase(std::remove_if(posted_.begin(), posted_.end(),
                                [](const Posted& p) { return p.work->isCompleted(); }),
                 posted_.end());
-  const runtime::MessengerStats& messenger = messenger_->stats();
+  const onesided::MessengerStats& messenger = messenger_->stats();
   Count([&](BackendStats& stats) {
     stats.messages_sent = messenger.messages_sent;
     stats.message_bytes_staged = messenger.staged_bytes;

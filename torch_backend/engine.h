@@ -33,7 +33,7 @@
 #include "rdma/memory_region.h"
 #include "rdma/torch/c10d_store.h"
 #include "rdma/transport.h"
-#include "runtime/messenger.h"
+#include "onesided/messenger.h"
 #include "runtime/torch/registered_allocator.h"
 #include "torch_backend/backend_options.h"
 #include "torch_backend/backend_stats.h"
@@ -53,7 +53,7 @@ class Engine {
     // A point-to-point post: hands `work` to a Messenger completion and
     // returns the operation; an error completes `work` at once. The engine
     // abandons it (kDeadlineExceeded naming `what`) at the group's timeout.
-    std::function<absl::StatusOr<runtime::Messenger::OpId>(Engine&, const WorkPtr&)> post;
+    std::function<absl::StatusOr<onesided::Messenger::OpId>(Engine&, const WorkPtr&)> post;
     std::string what;
   };
 
@@ -79,7 +79,7 @@ class Engine {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const BackendOptions& options() const { return options_; }
-  runtime::Messenger& messenger() { return *messenger_; }
+  onesided::Messenger& messenger() { return *messenger_; }
   DirectCollectives& direct() { return *direct_; }
   // Null for a group of one.
   collectives::RingAllReduce* ring() { return ring_.get(); }
@@ -106,7 +106,7 @@ class Engine {
   // Owned by the thread.
   std::unique_ptr<rdma::torch::C10dStore> store_;
   std::unique_ptr<rdma::Transport> transport_;
-  std::unique_ptr<runtime::Messenger> messenger_;
+  std::unique_ptr<onesided::Messenger> messenger_;
   std::unique_ptr<DirectCollectives> direct_;
   std::unique_ptr<collectives::RingAllReduce> ring_;
   std::unique_ptr<rdma::MemoryRegion> own_region_;  // a group of one's
@@ -116,7 +116,7 @@ class Engine {
   // Point-to-point operations in flight.
   struct Posted {
     WorkPtr work;
-    runtime::Messenger::OpId id;
+    onesided::Messenger::OpId id;
     absl::Time deadline;
     std::string what;
   };

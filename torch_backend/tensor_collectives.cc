@@ -190,7 +190,7 @@ absl::Status ReduceScatterTensors(Engine& engine, const std::vector<at::Tensor>&
   return absl::OkStatus();
 }
 
-absl::StatusOr<runtime::Messenger::OpId> PostSend(
+absl::StatusOr<onesided::Messenger::OpId> PostSend(
     Engine& engine, const at::Tensor& tensor, int peer, int tag,
     const c10::intrusive_ptr<RdmaflowWork>& work) {
   at::Tensor source = Contiguous(engine, tensor, /*fill=*/true);
@@ -200,7 +200,7 @@ absl::StatusOr<runtime::Messenger::OpId> PostSend(
       [work, source](absl::Status status) { work->Complete(status); });
 }
 
-absl::StatusOr<runtime::Messenger::OpId> PostRecv(
+absl::StatusOr<onesided::Messenger::OpId> PostRecv(
     Engine& engine, const at::Tensor& tensor, int peer, int tag,
     const c10::intrusive_ptr<RdmaflowWork>& work) {
   at::Tensor target = Contiguous(engine, tensor, /*fill=*/false);

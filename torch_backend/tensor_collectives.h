@@ -55,10 +55,10 @@ absl::Status ReduceScatterTensors(Engine& engine, const std::vector<at::Tensor>&
 // `peer` (send) or has been received into `tensor` (recv).
 // Returns the Messenger's operation, which the engine abandons at its
 // deadline.
-absl::StatusOr<runtime::Messenger::OpId> PostSend(
+absl::StatusOr<onesided::Messenger::OpId> PostSend(
     Engine& engine, const at::Tensor& tensor, int peer, int tag,
     const c10::intrusive_ptr<RdmaflowWork>& work);
-absl::StatusOr<runtime::Messenger::OpId> PostRecv(
+absl::StatusOr<onesided::Messenger::OpId> PostRecv(
     Engine& engine, const at::Tensor& tensor, int peer, int tag,
     const c10::intrusive_ptr<RdmaflowWork>& work);
 

@@ -3,7 +3,7 @@
 // posted before or after their message arrived; payload in a send region is
 // not staged; a message larger than its receive and a dead peer are errors
 // on the operation, never a hang.
-#include "runtime/messenger.h"
+#include "onesided/messenger.h"
 
 #include <cstring>
 #include <numeric>
@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "rdma/testing/rank_threads.h"
 
-namespace rdmaflow::runtime {
+namespace rdmaflow::onesided {
 namespace {
 
 using ::rdmaflow::testing::StatusIs;
@@ -279,4 +279,4 @@ TEST(MessengerTest, RefusesBadRanksAndOptions) {
 }
 
 }  // namespace
-}  // namespace rdmaflow::runtime
+}  // namespace rdmaflow::onesided

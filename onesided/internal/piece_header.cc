@@ -1,10 +1,10 @@
-#include "runtime/internal/piece_header.h"
+#include "onesided/internal/piece_header.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
-namespace rdmaflow::runtime::internal {
+namespace rdmaflow::onesided::internal {
 
 absl::Status CheckPiece(const PieceHeader& h, const PartialMessage* current,
                         size_t slot_bytes) {
@@ -36,4 +36,4 @@ absl::Status CheckPiece(const PieceHeader& h, const PartialMessage* current,
   return absl::OkStatus();
 }
 
-}  // namespace rdmaflow::runtime::internal
+}  // namespace rdmaflow::onesided::internal

@@ -1,4 +1,4 @@
-#include "runtime/messenger.h"
+#include "onesided/messenger.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
-#include "runtime/internal/piece_header.h"
+#include "onesided/internal/piece_header.h"
 
-namespace rdmaflow::runtime {
+namespace rdmaflow::onesided {
 namespace {
 
 using internal::PieceHeader;
@@ -697,4 +697,4 @@ void Messenger::Probe(Peer& peer, absl::Time now) {
   peer.probing = true;
 }
 
-}  // namespace rdmaflow::runtime
+}  // namespace rdmaflow::onesided

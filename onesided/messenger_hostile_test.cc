@@ -16,11 +16,11 @@
 #include "gtest/gtest.h"
 #include "rdma/rendezvous.h"
 #include "rdma/testing/raw_peer.h"
-#include "runtime/internal/piece_header.h"
-#include "runtime/messenger.h"
+#include "onesided/internal/piece_header.h"
+#include "onesided/messenger.h"
 #include "rdma/testing/rank_threads.h"
 
-namespace rdmaflow::runtime {
+namespace rdmaflow::onesided {
 namespace {
 
 using internal::PieceHeader;
@@ -320,4 +320,4 @@ TEST(MessengerAbandonTest, AbandonedOperationsNeverTouchTheCallersBuffers) {
 }
 
 }  // namespace
-}  // namespace rdmaflow::runtime
+}  // namespace rdmaflow::onesided

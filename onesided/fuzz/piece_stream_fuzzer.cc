@@ -11,13 +11,13 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/internal/piece_header.h"
+#include "onesided/internal/piece_header.h"
 
 namespace {
 
-using rdmaflow::runtime::internal::CheckPiece;
-using rdmaflow::runtime::internal::PartialMessage;
-using rdmaflow::runtime::internal::PieceHeader;
+using rdmaflow::onesided::internal::CheckPiece;
+using rdmaflow::onesided::internal::PartialMessage;
+using rdmaflow::onesided::internal::PieceHeader;
 
 // Small slots and messages keep the copies cheap; the header fields are
 // still full 64-bit values from the input.

@@ -3,7 +3,7 @@
 // than the slot or than what remains, a zero-byte message with payload, a
 // continuation of nothing, a new message in the middle of one, a huge
 // size) is kDataLoss.
-#include "runtime/internal/piece_header.h"
+#include "onesided/internal/piece_header.h"
 
 #include <cstdint>
 #include <limits>
@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace rdmaflow::runtime::internal {
+namespace rdmaflow::onesided::internal {
 namespace {
 
 using ::rdmaflow::testing::IsOk;
@@ -113,4 +113,4 @@ TEST(CheckPieceTest, AcceptedRandomPiecesStayInsideTheirMessage) {
 }
 
 }  // namespace
-}  // namespace rdmaflow::runtime::internal
+}  // namespace rdmaflow::onesided::internal

@@ -5,15 +5,15 @@
 // memory the peer writes, so every field is untrusted: CheckPiece() accepts
 // only the piece that can follow what has arrived so far. Pure code, shared
 // by the Messenger and its fuzz target.
-#ifndef RDMAFLOW_RUNTIME_INTERNAL_PIECE_HEADER_H_
-#define RDMAFLOW_RUNTIME_INTERNAL_PIECE_HEADER_H_
+#ifndef RDMAFLOW_ONESIDED_INTERNAL_PIECE_HEADER_H_
+#define RDMAFLOW_ONESIDED_INTERNAL_PIECE_HEADER_H_
 
 #include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
 
-namespace rdmaflow::runtime::internal {
+namespace rdmaflow::onesided::internal {
 
 inline constexpr size_t kPieceHeaderBytes = 64;
 
@@ -41,6 +41,6 @@ struct PartialMessage {
 absl::Status CheckPiece(const PieceHeader& piece, const PartialMessage* current,
                         size_t slot_bytes);
 
-}  // namespace rdmaflow::runtime::internal
+}  // namespace rdmaflow::onesided::internal
 
-#endif  // RDMAFLOW_RUNTIME_INTERNAL_PIECE_HEADER_H_
+#endif  // RDMAFLOW_ONESIDED_INTERNAL_PIECE_HEADER_H_

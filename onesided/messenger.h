@@ -42,8 +42,8 @@
 //   RETURN_IF_ERROR(messenger->Send(peer, tag, data, bytes, on_sent));
 //   RETURN_IF_ERROR(messenger->Recv(peer, tag, out, bytes, on_received));
 //   while (!done) RETURN_IF_ERROR(messenger->Progress());
-#ifndef RDMAFLOW_RUNTIME_MESSENGER_H_
-#define RDMAFLOW_RUNTIME_MESSENGER_H_
+#ifndef RDMAFLOW_ONESIDED_MESSENGER_H_
+#define RDMAFLOW_ONESIDED_MESSENGER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -67,7 +67,7 @@
 #include "rdma/store.h"
 #include "rdma/transport.h"
 
-namespace rdmaflow::runtime {
+namespace rdmaflow::onesided {
 
 struct MessengerOptions {
   // Names the messenger in the store (unique per namespace).
@@ -232,6 +232,6 @@ class Messenger {
   MessengerStats stats_;
 };
 
-}  // namespace rdmaflow::runtime
+}  // namespace rdmaflow::onesided
 
-#endif  // RDMAFLOW_RUNTIME_MESSENGER_H_
+#endif  // RDMAFLOW_ONESIDED_MESSENGER_H_
