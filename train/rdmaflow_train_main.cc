@@ -7,16 +7,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "launch/launcher.h"
 #include "launch/rank.h"
+#include "results/json.h"
+#include "results/results.pb.h"
+#include "results/run_info.h"
 #include "rdma/transport_registry.h"
 #include "train/launch_env.h"
 #include "train/trainer.h"
@@ -133,24 +135,44 @@ absl::Status CheckOutputPath(const char* flag, const std::string& path) {
   return absl::OkStatus();
 }
 
+// The run's summary (results::TrainingSummary, docs/benchmarks.md): one
+// line on stdout, and indented in --json's file.
 void WriteSummary(const TrainConfig& config, int world_size,
                   const TrainSummary& s) {
-  const std::string json = absl::StrFormat(
-      "{\"model\": \"%s\", \"strategy\": \"%s\", \"sync\": \"%s\", "
-      "\"communicator\": \"%s\", \"transport\": \"%s\", \"world_size\": %d, "
-      "\"steps\": %d, \"batch_size\": %d, \"slow_rank\": %d, "
-      "\"slow_factor\": %.2f, \"test_accuracy\": %.4f, \"final_loss\": %.4f, "
-      "\"wall_s\": %.3f, \"mean_step_ms\": %.3f, \"mean_comm_ms\": %.3f, "
-      "\"mean_wait_ms\": %.3f, \"wire_bytes_per_step\": %.0f}\n",
-      config.model, config.strategy,
-      config.strategy_params.count("sync") ? config.strategy_params.at("sync") : "",
-      config.communicator, config.transport, world_size, config.steps,
-      config.batch_size, config.slow_rank, config.slow_factor, s.test_accuracy,
-      s.final_loss, s.wall_s, s.mean_step_ms, s.mean_comm_ms, s.mean_wait_ms,
-      s.wire_bytes_per_step);
-  std::printf("%s", json.c_str());
+  results::TrainingSummary summary;
+  summary.set_model(config.model);
+  summary.set_strategy(config.strategy);
+  if (auto sync = config.strategy_params.find("sync"); sync != config.strategy_params.end()) {
+    summary.set_sync(sync->second);
+  }
+  summary.set_communicator(config.communicator);
+  summary.set_transport(config.transport);
+  summary.set_world_size(world_size);
+  summary.set_steps(config.steps);
+  summary.set_batch_size(config.batch_size);
+  summary.set_slow_rank(config.slow_rank);
+  summary.set_slow_factor(config.slow_factor);
+  summary.set_test_accuracy(s.test_accuracy);
+  summary.set_final_loss(s.final_loss);
+  summary.set_wall_s(s.wall_s);
+  summary.set_mean_step_ms(s.mean_step_ms);
+  summary.set_mean_comm_ms(s.mean_comm_ms);
+  summary.set_mean_wait_ms(s.mean_wait_ms);
+  summary.set_wire_bytes_per_step(s.wire_bytes_per_step);
+  *summary.mutable_run() = results::NewRunInfo("rdmaflow_train", absl::Now() - absl::Seconds(s.wall_s));
+  summary.mutable_run()->set_transport(config.transport);
+  summary.mutable_run()->set_world_size(world_size);
+  absl::StatusOr<std::string> line = results::ToJson(summary, results::JsonLayout::kOneLine);
+  if (!line.ok()) {
+    std::fprintf(stderr, "rdmaflow_train: summary: %s\n", line.status().ToString().c_str());
+    return;
+  }
+  std::printf("%s", line->c_str());
   const std::string path = absl::GetFlag(FLAGS_json);
-  if (!path.empty()) std::ofstream(path) << json;
+  if (path.empty()) return;
+  if (absl::Status written = results::WriteJsonFile(summary, path); !written.ok()) {
+    std::fprintf(stderr, "rdmaflow_train: --json: %s\n", written.ToString().c_str());
+  }
 }
 
 int RunRank(const TrainConfig& config, int rank, int world_size,
