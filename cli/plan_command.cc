@@ -30,6 +30,7 @@ const std::vector<FlagSpec>& PlanFlags() {
   static const auto* flags = new std::vector<FlagSpec>{
       {"pipeline-depth", true}, {"alignment", true}, {"metadata-bytes", true},
       {"no-share", false},      {"trace", true},     {"min-trace-steps", true},
+      {"min-shared-bytes", true},
       {"out", true},            {"dot", true},       {"partitions", true},
       {"quiet", false},         {"max-input-bytes", true},
   };
@@ -50,6 +51,9 @@ absl::StatusOr<PlannerOptions> OptionsFromArgs(const ParsedArgs& args) {
   options.alignment = alignment;
   options.metadata_bytes = metadata;
   options.share_slots = !args.Has("no-share");
+  ASSIGN_OR_RETURN(int64_t min_shared,
+                   args.GetInt("min-shared-bytes", options.min_shared_bytes, 0, 1 << 30));
+  options.min_shared_bytes = min_shared;
   RETURN_IF_ERROR(graph::CheckPlannerOptions(options));
   return options;
 }
@@ -178,6 +182,9 @@ options:
   --metadata-bytes N     size of a dynamic tensor's metadata slot (default 128)
   --no-share             give every slot its own memory (by default slots of
                          tensors that are never live together share it)
+  --min-shared-bytes N   only slots of at least N bytes share (default 262144:
+                         a shared slot waits for its earlier tensor's release,
+                         a round trip; 0 lets every slot share)
   --trace FILE           a SizeTrace (text format, graph_analyzer/plan.proto)
                          of shapes seen at run time: dynamic tensors whose
                          shape never changed are promoted to static slots

@@ -98,7 +98,7 @@ TEST(PlanCommandTest, HelpDocumentsEveryOption) {
   Result r = RunPlan({"--help"});
   EXPECT_EQ(r.status, 0);
   for (const char* flag :
-       {"--pipeline-depth", "--alignment", "--metadata-bytes", "--no-share",
+       {"--pipeline-depth", "--alignment", "--metadata-bytes", "--no-share", "--min-shared-bytes",
         "--trace", "--min-trace-steps", "--out", "--dot", "--partitions",
         "--quiet", "--max-input-bytes"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));

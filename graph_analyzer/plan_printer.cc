@@ -61,7 +61,10 @@ std::string PlanSummaryLine(const plan::TransferPlan& plan) {
                       " links, ", tensors, " transfers, ",
                       FormatBytes(registered), " registered (alignment ",
                       c.alignment(), " B, pipeline depth ", c.pipeline_depth(),
-                      ", slot sharing ", c.share_slots() ? "on" : "off", ")");
+                      ", slot sharing ",
+                      c.share_slots() ? absl::StrCat("on from ", FormatBytes(c.min_shared_bytes()))
+                                      : std::string("off"),
+                      ")");
 }
 
 std::string FormatPlan(const plan::TransferPlan& plan) {

@@ -65,8 +65,28 @@ absl::Status LayoutRegion(const plan::PlannerConfig& config,
     }
     requests.push_back({slot.bytes(), slot.live_begin(), slot.live_end()});
   }
-  SlotLayout layout =
-      LayoutSlots(requests, config.alignment(), config.share_slots());
+  // Slots that may share memory are laid out first; the rest follow, each
+  // in memory of its own.
+  std::vector<SlotRequest> shared, own;
+  std::vector<int> shared_index, own_index;
+  for (int i = 0; i < static_cast<int>(requests.size()); ++i) {
+    const bool shares =
+        config.share_slots() && requests[i].bytes >= config.min_shared_bytes();
+    (shares ? shared : own).push_back(requests[i]);
+    (shares ? shared_index : own_index).push_back(i);
+  }
+  const SlotLayout shared_layout = LayoutSlots(shared, config.alignment(), true);
+  const SlotLayout own_layout = LayoutSlots(own, config.alignment(), false);
+  SlotLayout layout;
+  layout.offsets.resize(requests.size());
+  for (size_t k = 0; k < shared_index.size(); ++k) {
+    layout.offsets[shared_index[k]] = shared_layout.offsets[k];
+  }
+  // Both peaks are below 2^44 per slot times the slot count: no wrap.
+  for (size_t k = 0; k < own_index.size(); ++k) {
+    layout.offsets[own_index[k]] = shared_layout.peak + own_layout.offsets[k];
+  }
+  layout.peak = shared_layout.peak + own_layout.peak;
   for (int i = 0; i < link.slot_size(); ++i) {
     link.mutable_slot(i)->set_offset(layout.offsets[i]);
   }
@@ -144,6 +164,10 @@ absl::Status CheckPlannerOptions(const PlannerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "metadata bytes ", m, " must be a multiple of 8 in 64 .. 4096"));
   }
+  if (options.min_shared_bytes > (uint64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "min_shared_bytes ", options.min_shared_bytes, " must be at most 1 GiB"));
+  }
   return absl::OkStatus();
 }
 
@@ -153,6 +177,7 @@ PlannerOptions OptionsFromConfig(const plan::PlannerConfig& config) {
   options.pipeline_depth = config.pipeline_depth();
   options.metadata_bytes = config.metadata_bytes();
   options.share_slots = config.share_slots();
+  options.min_shared_bytes = config.min_shared_bytes();
   return options;
 }
 
@@ -187,6 +212,7 @@ absl::StatusOr<plan::TransferPlan> BuildPlan(const AnalyzedGraph& graph,
   config.set_pipeline_depth(options.pipeline_depth);
   config.set_metadata_bytes(options.metadata_bytes);
   config.set_share_slots(options.share_slots);
+  config.set_min_shared_bytes(options.min_shared_bytes);
   plan::LinkRegion* link = nullptr;
   for (int id = 0; id < static_cast<int>(partition.transfers.size()); ++id) {
     const Transfer& t = partition.transfers[id];

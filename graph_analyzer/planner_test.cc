@@ -1,6 +1,7 @@
 // File: planner_test.cc
 #include "graph_analyzer/planner.h"
 
+#include <map>
 #include <string>
 
 #include "common/status_matchers.h"
@@ -131,7 +132,9 @@ TEST(PlannerTest, SlotsShareMemoryOnlyWhenNeverLiveTogether) {
   b.SetRank(1);
   b.Op("rb", "Relu", {bb});
   GraphDef graph = std::move(b).Build();
-  ASSERT_OK_AND_ASSIGN(plan::TransferPlan shared, PlanGraph(graph, {}));
+  PlannerOptions share_all;
+  share_all.min_shared_bytes = 0;
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan shared, PlanGraph(graph, share_all));
   // Links 0 -> 1 (a, b) and 1 -> 0 (ra, read by b).
   ASSERT_EQ(shared.link_size(), 2);
   ASSERT_EQ(shared.link(0).dst_rank(), 1);
@@ -142,6 +145,48 @@ TEST(PlannerTest, SlotsShareMemoryOnlyWhenNeverLiveTogether) {
   no_share.share_slots = false;
   ASSERT_OK_AND_ASSIGN(plan::TransferPlan separate, PlanGraph(graph, no_share));
   EXPECT_EQ(separate.link(0).stage_bytes(), 2048u);
+  // By default only slots of min_shared_bytes (256 KiB) or more share: these
+  // 1 KiB ones keep memory of their own.
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan small, PlanGraph(graph, {}));
+  EXPECT_EQ(small.link(0).stage_bytes(), 2048u);
+  EXPECT_NE(small.link(0).slot(0).offset(), small.link(0).slot(1).offset());
+}
+
+TEST(PlannerTest, SmallSlotsFollowTheSharedOnesInMemoryOfTheirOwn) {
+  // a (1 MiB) and b (1 MiB) never live together; c (1 KiB) neither with b.
+  GraphBuilder b("mixed");
+  std::string a = b.Placeholder("a", DT_FLOAT32, {1 << 18});
+  b.SetRank(1);
+  std::string ra = b.Op("ra", "Relu", {a}).out();
+  b.SetRank(0);
+  std::string bb = b.Op("b", "Gradient", {a, ra}).out();
+  std::string c = b.Placeholder("c", DT_FLOAT32, {256});
+  b.SetRank(1);
+  b.Op("rb", "Relu", {bb});
+  b.Op("rc", "Relu", {c});
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan plan, PlanGraph(std::move(b).Build(), {}));
+  const plan::LinkRegion& link = plan.link(0);
+  ASSERT_EQ(link.dst_rank(), 1);
+  std::map<std::string, const plan::TensorSlot*> by_name;
+  for (const plan::TensorSlot& slot : link.slot()) by_name[slot.tensor()] = &slot;
+  ASSERT_EQ(by_name.size(), 3u);
+  const plan::TensorSlot* big_a = nullptr;
+  const plan::TensorSlot* big_b = nullptr;
+  const plan::TensorSlot* small = nullptr;
+  for (const auto& [name, slot] : by_name) {
+    if (slot->bytes() < 4096) {
+      small = slot;
+    } else if (big_a == nullptr) {
+      big_a = slot;
+    } else {
+      big_b = slot;
+    }
+  }
+  ASSERT_NE(small, nullptr);
+  ASSERT_NE(big_b, nullptr);
+  EXPECT_EQ(big_a->offset(), big_b->offset());     // shared
+  EXPECT_EQ(small->offset(), uint64_t{1} << 20);   // after the shared peak
+  EXPECT_EQ(link.stage_bytes(), (uint64_t{1} << 20) + 1024);
 }
 
 TEST(PlannerTest, PlanSurvivesATextRoundTrip) {
