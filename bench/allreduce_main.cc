@@ -9,11 +9,13 @@
 //
 // Without RANK in the environment it starts each job's ranks as processes
 // itself (rank 0 is this process); under torchrun each process is a rank.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -30,6 +32,7 @@
 #include "common/status_macros.h"
 #include "launch/launcher.h"
 #include "launch/rank.h"
+#include "onesided/progress/wait_policy.h"
 #include "rdma/builtin_transports.h"
 #include "rdma/rendezvous.h"
 #include "results/run_info.h"
@@ -48,9 +51,46 @@ ABSL_FLAG(int64_t, byte_budget, int64_t{256} << 20,
 ABSL_FLAG(int32_t, max_iters, 500, "Upper bound on iterations per size.");
 ABSL_FLAG(int32_t, timeout_s, 120, "Give up when a rank is silent this long.");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file.");
+ABSL_FLAG(int32_t, load, 0,
+          "Threads of busy compute running beside the ranks for the whole run (0..64): "
+          "how the collectives hold up when ranks share their cores with work.");
+ABSL_FLAG(std::string, wait, "adaptive",
+          "rdmaflow: how a waiting rank idles: adaptive, spin, yield, or "
+          "adaptive:spin=N,yield_us=N,sleep_us=N (onesided/progress/wait_policy.h).");
 
 namespace rdmaflow::bench {
 namespace {
+
+// `threads` threads of busy floating-point work until Stop(): the training
+// step's compute, standing beside the communication.
+class ComputeLoad {
+ public:
+  explicit ComputeLoad(int threads) {
+    for (int t = 0; t < threads; ++t) {
+      threads_.emplace_back([this, t] {
+        double x = 1.0 + t;
+        uint64_t n = 0;
+        while (!stop_.load(std::memory_order_relaxed)) {
+          for (int i = 0; i < 4096; ++i) x = x * 1.0000001 + 1e-9;
+          n += 4096;
+        }
+        iterations_.fetch_add(n + (x > 0 ? 0 : 1));
+      });
+    }
+  }
+  ~ComputeLoad() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+  uint64_t iterations() const { return iterations_.load(); }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> iterations_{0};
+  std::vector<std::thread> threads_;
+};
 
 SweepOptions SweepFromFlags() {
   SweepOptions s;
@@ -123,6 +163,7 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
   options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   options.slots = absl::GetFlag(FLAGS_slots);
   options.timeout = timeout;
+  ASSIGN_OR_RETURN(options.wait, onesided::WaitPolicy::Parse(absl::GetFlag(FLAGS_wait)));
   std::vector<int> members;
   for (int r = 0; r < world; ++r) members.push_back(r);
   ASSIGN_OR_RETURN(auto ring, collectives::RingAllReduce::Create(
@@ -167,6 +208,17 @@ int Main(int argc, char** argv) {
       "[--impls=rdmaflow,gloo] [--transport=ucx --params=tls=shm] [--json=out.json]");
   absl::ParseCommandLine(argc, argv);
   const absl::Time start = absl::Now();
+  if (absl::StatusOr<onesided::WaitPolicy> wait =
+          onesided::WaitPolicy::Parse(absl::GetFlag(FLAGS_wait));
+      !wait.ok()) {
+    std::fprintf(stderr, "--wait: %s\n", wait.status().ToString().c_str());
+    return 2;
+  }
+  const int load = absl::GetFlag(FLAGS_load);
+  if (load < 0 || load > 64) {
+    std::fprintf(stderr, "--load: %d is not a thread count in 0..64\n", load);
+    return 2;
+  }
   if (std::getenv("RANK") != nullptr) {
     return launch::RunLaunchedRank([](int rank, int world, rdma::Store& store) {
       return Report(RunRank(rank, world, store, nullptr, nullptr), rank);
@@ -174,6 +226,7 @@ int Main(int argc, char** argv) {
   }
   std::vector<AllReduceRow> rows;
   std::string description;
+  ComputeLoad compute(load);  // in the process of rank 0, beside all ranks
   for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_ranks), ',')) {
     int world = 0;
     if (!absl::SimpleAtoi(text, &world) || world < 2) {
@@ -190,9 +243,11 @@ int Main(int argc, char** argv) {
   const int64_t reference = std::min<int64_t>(absl::GetFlag(FLAGS_max_bytes), 16 << 20);
   const double memcpy_gbps = MemcpyGbps(reference);
   const double reduce_gbps = ReduceGbps(reference);
-  std::printf("# allreduce_bench: %s\n# memcpy %.2f GB/s, float32 sum %.2f GB/s "
-              "(one thread, %lld bytes)\n",
-              description.c_str(), memcpy_gbps, reduce_gbps,
+  compute.Stop();  // memcpy and the reduce are measured alone
+  std::printf("# allreduce_bench: %s; wait %s; compute load %d threads (%.0f M iterations)\n"
+              "# memcpy %.2f GB/s, float32 sum %.2f GB/s (one thread, %lld bytes)\n",
+              description.c_str(), absl::GetFlag(FLAGS_wait).c_str(), load,
+              compute.iterations() / 1e6, memcpy_gbps, reduce_gbps,
               static_cast<long long>(reference));
   PrintRows(rows);
   // rdmaflow against Gloo, size by size.
@@ -208,7 +263,8 @@ int Main(int argc, char** argv) {
     results::RunInfo run = results::NewRunInfo("allreduce_bench", start);
     run.set_transport(absl::GetFlag(FLAGS_transport));
     run.set_params(absl::GetFlag(FLAGS_params));
-    run.set_description(description);
+    run.set_description(absl::StrCat(description, "; wait ", absl::GetFlag(FLAGS_wait),
+                                     "; compute load ", load, " threads"));
     const absl::Status written =
         WriteRowsJson(path, run, memcpy_gbps, reduce_gbps, rows);
     if (!written.ok()) {

@@ -34,6 +34,7 @@ WaitPolicy WaitPolicy::Spin() {
 
 WaitPolicy WaitPolicy::Yield() {
   WaitPolicy policy;
+  policy.spin_rounds = 200;
   policy.yield_for = absl::InfiniteDuration();
   return policy;
 }

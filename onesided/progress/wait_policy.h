@@ -1,17 +1,23 @@
 // File: wait_policy.h
 // -----------------------------------------------------------------------------
-// How a rank waits for a peer: spin, then yield, then sleep with a bounded
-// wake-up latency. A wait that only spins is the fastest while the rank has
-// a core to itself, and the slowest way to wait when ranks outnumber cores:
-// the spinner holds the core the peer it waits for needs (the ring measured
-// 4.6 GB/s idle and 0.3 GB/s beside a compute load when it only yielded).
-// So an idle wait escalates:
+// How a rank waits for a peer: spin, then (optionally) yield, then sleep
+// with a bounded wake-up latency. A wait that only spins is the fastest
+// while the rank has a core to itself, and the slowest way to wait when
+// ranks outnumber cores: the spinner holds the core the peer it waits for
+// needs. An idle wait escalates:
 //
 //   spin   the first `spin_rounds` idle rounds poll back to back;
 //   yield  then, for `yield_for`, each idle round ends in sched_yield();
 //   sleep  then each idle round sleeps, starting at `min_sleep` and doubling
 //          up to `max_sleep`: the longest a sleeping wait can take to notice
 //          that its peer has answered.
+//
+// The default does not yield. Under Linux's CFS a sched_yield() beside
+// threads that are always runnable (the training step's compute) gives them
+// the core for a whole time slice: the 4-rank ring on 2 cores with 2 compute
+// threads beside it fell to 0.16 GB/s at 1 MiB with 10 us of yielding, and
+// kept 1.46 GB/s (over half its idle bandwidth) sleeping at once
+// (docs/collectives.md, "Sharing the cores").
 //
 // Any round that makes progress starts the escalation again from spin.
 //
@@ -39,20 +45,20 @@ namespace rdmaflow::onesided {
 
 // A value type; copy freely.
 struct WaitPolicy {
-  // Idle rounds polled back to back before the wait yields.
-  int64_t spin_rounds = 200;
+  // Idle rounds polled back to back before the wait yields or sleeps.
+  int64_t spin_rounds = 100;
   // How long idle rounds yield the core before the wait starts sleeping;
   // absl::InfiniteDuration() never sleeps.
-  absl::Duration yield_for = absl::Microseconds(100);
+  absl::Duration yield_for = absl::ZeroDuration();
   // The first sleep, and the longest: sleeps double from one to the other.
   absl::Duration min_sleep = absl::Microseconds(5);
-  absl::Duration max_sleep = absl::Microseconds(100);
+  absl::Duration max_sleep = absl::Microseconds(20);
 
   // Never yields nor sleeps: a core per rank, latency benchmarks.
   static WaitPolicy Spin();
-  // Spins, then yields for ever: never sleeps.
+  // Spins 200 rounds, then yields for ever: never sleeps.
   static WaitPolicy Yield();
-  // Spin, yield, sleep with the defaults above (the default everywhere).
+  // Spin, then sleep, with the defaults above (the default everywhere).
   static WaitPolicy Adaptive();
 
   // kInvalidArgument naming the field: negative rounds or durations, a
