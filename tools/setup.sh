@@ -15,7 +15,7 @@ PACKAGES=(
   gnuplot-nox
   clang libclang-rt-14-dev
   qemu-system-x86 busybox-static cpio xz-utils zstd iproute2
-  rdma-core ibverbs-providers ibverbs-utils perftest
+  rdma-core ibverbs-providers ibverbs-utils perftest ucx-utils
 )
 
 missing=()
