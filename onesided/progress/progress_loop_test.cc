@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "rdma/blocking.h"
 #include "rdma/loopback/loopback_transport.h"
+#include "rdma/testing/loopback_pair.h"
 
 namespace rdmaflow::onesided {
 namespace {
@@ -33,27 +34,17 @@ constexpr absl::Duration kTimeout = absl::Seconds(10);
 class ProgressLoopTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto fabric = rdma::loopback::LoopbackFabric::Create();
-    for (int rank : {0, 1}) {
-      rdma::loopback::LoopbackTransportOptions options;
-      options.rank = rank;
-      options.fabric = fabric;
-      auto created = rdma::loopback::LoopbackTransport::Create(options);
-      ASSERT_THAT(created, IsOk());
-      transports_.push_back(*std::move(created));
-    }
+    absl::StatusOr<rdma::testing::LoopbackPair> pair = rdma::testing::LoopbackPair::Create();
+    ASSERT_THAT(pair, IsOk());
+    transports_ = std::move(pair->transports);
     auto region = transports_[0]->Allocate(64);
     ASSERT_THAT(region, IsOk());
     region_ = std::make_unique<rdma::MemoryRegion>(*std::move(region));
     auto source = transports_[1]->Allocate(64);
     ASSERT_THAT(source, IsOk());
     source_ = std::make_unique<rdma::MemoryRegion>(*std::move(source));
-    auto to_0 = transports_[1]->Connect({0, transports_[0]->address()});
-    ASSERT_THAT(to_0, IsOk());
-    to_0_ = *std::move(to_0);
-    auto to_1 = transports_[0]->Connect({1, transports_[1]->address()});
-    ASSERT_THAT(to_1, IsOk());
-    to_1_ = *std::move(to_1);
+    to_0_ = std::move(pair->to_0);
+    to_1_ = std::move(pair->to_1);
     ProgressLoopOptions options;
     options.name = "rank 0";
     options.liveness_interval = absl::Milliseconds(1);

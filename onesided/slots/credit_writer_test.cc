@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/loopback/loopback_transport.h"
+#include "rdma/testing/loopback_pair.h"
 
 namespace rdmaflow::onesided {
 namespace {
@@ -26,15 +27,9 @@ constexpr int kWords = 8;
 class CreditWriterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto fabric = rdma::loopback::LoopbackFabric::Create();
-    for (int rank : {0, 1}) {
-      rdma::loopback::LoopbackTransportOptions options;
-      options.rank = rank;
-      options.fabric = fabric;
-      auto created = rdma::loopback::LoopbackTransport::Create(options);
-      ASSERT_THAT(created, IsOk());
-      transports_.push_back(*std::move(created));
-    }
+    absl::StatusOr<rdma::testing::LoopbackPair> pair = rdma::testing::LoopbackPair::Create();
+    ASSERT_THAT(pair, IsOk());
+    transports_ = std::move(pair->transports);
     auto source = transports_[1]->Allocate(kWords * 8);
     auto target = transports_[0]->Allocate(kWords * 8);
     ASSERT_THAT(source, IsOk());
@@ -42,9 +37,7 @@ class CreditWriterTest : public ::testing::Test {
     source_ = std::make_unique<rdma::MemoryRegion>(*std::move(source));
     target_ = std::make_unique<rdma::MemoryRegion>(*std::move(target));
     remote_ = target_->descriptor();
-    auto to_0 = transports_[1]->Connect({0, transports_[0]->address()});
-    ASSERT_THAT(to_0, IsOk());
-    to_0_ = *std::move(to_0);
+    to_0_ = std::move(pair->to_0);
     CreditWriter::Options options;
     options.words = kWords;
     options.peer = "rank 0";

@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/loopback/loopback_transport.h"
+#include "rdma/testing/loopback_pair.h"
 
 namespace rdmaflow::onesided {
 namespace {
@@ -39,15 +40,9 @@ constexpr size_t kOutboxBytes = kOutboxPayload + kSlots * kSlotBytes;
 class SlotRingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto fabric = rdma::loopback::LoopbackFabric::Create();
-    for (int rank : {0, 1}) {
-      rdma::loopback::LoopbackTransportOptions options;
-      options.rank = rank;
-      options.fabric = fabric;
-      auto created = rdma::loopback::LoopbackTransport::Create(options);
-      ASSERT_THAT(created, IsOk());
-      transports_.push_back(*std::move(created));
-    }
+    absl::StatusOr<rdma::testing::LoopbackPair> pair = rdma::testing::LoopbackPair::Create();
+    ASSERT_THAT(pair, IsOk());
+    transports_ = std::move(pair->transports);
     auto outbox = transports_[0]->Allocate(kOutboxBytes);
     auto inbox = transports_[1]->Allocate(kInboxBytes);
     ASSERT_THAT(outbox, IsOk());
@@ -56,12 +51,8 @@ class SlotRingTest : public ::testing::Test {
     inbox_ = std::make_unique<rdma::MemoryRegion>(*std::move(inbox));
     remote_inbox_ = inbox_->descriptor();
     remote_outbox_ = outbox_->descriptor();
-    auto to_1 = transports_[0]->Connect({1, transports_[1]->address()});
-    auto to_0 = transports_[1]->Connect({0, transports_[0]->address()});
-    ASSERT_THAT(to_1, IsOk());
-    ASSERT_THAT(to_0, IsOk());
-    to_1_ = *std::move(to_1);
-    to_0_ = *std::move(to_0);
+    to_1_ = std::move(pair->to_1);
+    to_0_ = std::move(pair->to_0);
 
     SlotRingSender::Options send;
     send.slots = kSlots;
