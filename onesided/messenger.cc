@@ -123,14 +123,22 @@ struct Messenger::Peer {
   std::list<std::unique_ptr<Incoming>> arrived;
   Incoming* current = nullptr;  // the message the next piece continues
 
-  // Liveness.
-  absl::Time last_heard = absl::InfinitePast();
-  bool probing = false;
-  int64_t outstanding = 0;  // probes
-
   int64_t in_flight() const {
-    return outstanding + (sender != nullptr ? sender->outstanding() : 0) +
+    return (sender != nullptr ? sender->outstanding() : 0) +
            (receiver != nullptr ? receiver->outstanding() : 0);
+  }
+
+  // Something waits on the peer: a send not yet landed, a message arriving,
+  // a posted receive. Only then is it probed for liveness.
+  bool waited_on() const {
+    if (!outgoing.empty() || !cut.empty() || current != nullptr) return true;
+    for (const auto& message : posted) {
+      if (message->waited_on()) return true;
+    }
+    for (const auto& message : arrived) {
+      if (message->waited_on()) return true;
+    }
+    return false;
   }
 };
 
@@ -145,6 +153,20 @@ Messenger::Messenger(rdma::Transport& transport, rdma::Store& store, std::string
 
 Messenger::~Messenger() {
   closing_ = true;
+  if (loop_ != nullptr) {
+    if (loop_->OnLoopThread()) {
+      loop_->RemoveHandler(handler_);
+      for (auto& peer : peers_) {
+        if (peer != nullptr) loop_->UnwatchPeer(peer->rank);
+      }
+    } else if (own_loop_ == nullptr) {
+      // A shared loop would keep calling into a messenger that is gone.
+      std::fprintf(stderr,
+                   "%s: destroyed off its progress loop's thread; its handler stays "
+                   "registered (see docs/thread_model.md)\n",
+                   Where().c_str());
+    }
+  }
   for (auto& peer : peers_) {
     if (peer != nullptr && peer->endpoint != nullptr) {
       peer->endpoint->Close().IgnoreError();
@@ -188,9 +210,19 @@ absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(
         ") must be >= 1 and slot_bytes (", options.slot_bytes,
         ") a positive multiple of 64"));
   }
+  if (options.loop != nullptr && !options.loop->OnLoopThread()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "messenger '", options.name, "': its progress loop belongs to another thread "
+        "(docs/thread_model.md)"));
+  }
   if (absl::Status valid = options.wait.Validate(); !valid.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("messenger '", options.name, "': ", valid.message()));
+  }
+  if (options.liveness_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "messenger '", options.name, "': liveness_interval must be positive, not ",
+        absl::FormatDuration(options.liveness_interval)));
   }
   std::unique_ptr<Messenger> messenger(
       new Messenger(transport, store, ns, rank, world, options));
@@ -205,7 +237,29 @@ absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(
   messenger->outbox_ = std::make_unique<rdma::MemoryRegion>(std::move(outbox));
   messenger->peers_.resize(world);
   RETURN_IF_ERROR(messenger->Connect());
+  messenger->JoinLoop();
   return messenger;
+}
+
+void Messenger::JoinLoop() {
+  loop_ = options_.loop;
+  if (loop_ == nullptr) {
+    ProgressLoopOptions loop;
+    loop.name = absl::StrCat("rank ", rank_);
+    loop.wait = options_.wait;
+    loop.liveness_interval = options_.liveness_interval;
+    own_loop_ = std::make_unique<ProgressLoop>(transport_, loop);
+    loop_ = own_loop_.get();
+  }
+  handler_ = loop_->AddRoundHandler([this] { return Pass(); });
+  for (auto& peer : peers_) {
+    if (peer == nullptr) continue;
+    // A probe that fails: what it wrote before it went is still delivered.
+    loop_->WatchPeer(peer->rank, peer->endpoint.get(),
+                     [this](int rank, const absl::Status& status) {
+                       PeerDied(*peers_[rank], status);
+                     });
+  }
 }
 
 absl::Status Messenger::Connect() {
@@ -408,47 +462,46 @@ void Messenger::Abandon(OpId op, const absl::Status& why) {
 }
 
 absl::Status Messenger::Progress() {
-  absl::StatusOr<int> fired = transport_.Progress();
-  if (!fired.ok()) return Annotate(fired.status(), Where());
-  progressed_ = *fired > 0;
-  const absl::Time now = absl::Now();
-  for (auto& peer : peers_) {
-    if (peer == nullptr) continue;
-    if (peer->status.ok()) {
-      const uint64_t received = peer->receiver->received();
-      const uint64_t cut = peer->sender->claimed();
-      const uint64_t delivered = peer->sender->delivered();
-      Receive(*peer);
-      StartSends(*peer);
-      PostActions(*peer);
-      PostCredit(*peer);
-      progressed_ |= peer->receiver->received() != received ||
-                     peer->sender->claimed() != cut || peer->sender->delivered() != delivered;
-    }
-    if (peer->status.ok()) Probe(*peer, now);
-  }
+  absl::StatusOr<int> moved = loop_->Poll();
+  if (!moved.ok()) return Annotate(moved.status(), Where());
+  progressed_ = *moved > 0;
   return absl::OkStatus();
+}
+
+bool Messenger::Pass() {
+  bool moved = false;
+  for (auto& peer : peers_) {
+    if (peer == nullptr || !peer->status.ok()) continue;
+    const uint64_t received = peer->receiver->received();
+    const uint64_t cut = peer->sender->claimed();
+    const uint64_t delivered = peer->sender->delivered();
+    Receive(*peer);
+    StartSends(*peer);
+    PostActions(*peer);
+    PostCredit(*peer);
+    if (!peer->status.ok()) continue;
+    if (peer->receiver->received() != received || peer->sender->delivered() != delivered) {
+      loop_->HeardFrom(peer->rank);
+      moved = true;
+    }
+    moved |= peer->sender->claimed() != cut;
+    // An idle link needs no probe: start its interval afresh.
+    if (peer->waited_on()) {
+      const int rank[] = {peer->rank};
+      loop_->ProbeIfDue(rank);
+    } else {
+      loop_->HeardFrom(peer->rank);
+    }
+  }
+  return moved;
 }
 
 absl::Status Messenger::ProgressUntil(absl::FunctionRef<bool()> done, absl::Time deadline,
                                       absl::string_view what) {
-  const absl::Time start = absl::Now();
-  onesided::IdleBackoff backoff(options_.wait);
-  while (!done()) {
-    RETURN_IF_ERROR(Progress());
-    if (done()) break;
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("rank ", rank_, " timed out after ",
-                       absl::FormatDuration(absl::Now() - start), " waiting for ", what));
-    }
-    if (progressed_) {
-      backoff.Reset();
-    } else {
-      backoff.Idle();
-    }
-  }
-  return absl::OkStatus();
+  if (done()) return absl::OkStatus();
+  absl::Status waited = loop_->WaitUntil(done, deadline, [&] { return std::string(what); });
+  if (waited.ok() || absl::IsDeadlineExceeded(waited)) return waited;
+  return Annotate(waited, Where());
 }
 
 void Messenger::PeerDied(Peer& peer, absl::Status status) {
@@ -498,7 +551,6 @@ void Messenger::Receive(Peer& peer) {
     if (MustWait(peer, piece)) break;
     Deliver(peer, piece);
     peer.receiver->Consume();
-    peer.last_heard = absl::Now();
   }
 }
 
@@ -646,7 +698,6 @@ void Messenger::StartSends(Peer& peer) {
 
 void Messenger::PostActions(Peer& peer) {
   if (!peer.status.ok()) return;
-  const uint64_t delivered = peer.sender->delivered();
   if (absl::Status posted = peer.sender->Post(); !posted.ok()) {
     if (absl::IsDataLoss(posted)) {
       FailPeer(peer, posted);
@@ -655,7 +706,6 @@ void Messenger::PostActions(Peer& peer) {
     }
     return;
   }
-  if (peer.sender->delivered() != delivered) peer.last_heard = absl::Now();
   // Messages complete when their last piece's flag has landed.
   while (!peer.cut.empty() && peer.cut.front()->last_seq < peer.sender->delivered()) {
     std::unique_ptr<Outgoing> done = std::move(peer.cut.front());
@@ -670,31 +720,5 @@ void Messenger::PostCredit(Peer& peer) {
   if (absl::Status posted = peer.receiver->PostCredit(); !posted.ok()) PeerDied(peer, posted);
 }
 
-void Messenger::Probe(Peer& peer, absl::Time now) {
-  bool waiting = !peer.outgoing.empty() || !peer.cut.empty() || peer.current != nullptr;
-  for (const auto& message : peer.posted) waiting |= message->waited_on();
-  for (const auto& message : peer.arrived) waiting |= message->waited_on();
-  if (!waiting) {
-    peer.last_heard = now;
-    return;
-  }
-  if (peer.probing || now - peer.last_heard < options_.liveness_interval) return;
-  absl::Status posted = peer.endpoint->PostFlush([this, &peer](absl::Status s) {
-    --peer.outstanding;
-    peer.probing = false;
-    if (!s.ok()) {
-      PeerDied(peer, s);
-      return;
-    }
-    peer.last_heard = absl::Now();
-  });
-  if (absl::IsResourceExhausted(posted)) return;
-  if (!posted.ok()) {
-    PeerDied(peer, posted);
-    return;
-  }
-  ++peer.outstanding;
-  peer.probing = true;
-}
 
 }  // namespace rdmaflow::onesided

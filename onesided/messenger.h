@@ -59,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "onesided/progress/progress_loop.h"
 #include "onesided/progress/wait_policy.h"
 #include "onesided/slots/slot_ring.h"
 #include "rdma/endpoint.h"
@@ -82,8 +83,13 @@ struct MessengerOptions {
   // Bytes of messages that arrived before their receive, buffered in all.
   size_t max_unexpected_bytes = size_t{1} << 30;
   // How ProgressUntil() idles between passes that move nothing
-  // (onesided/progress/wait_policy.h).
+  // (onesided/progress/wait_policy.h); with `loop`, the loop's policy.
   onesided::WaitPolicy wait = onesided::WaitPolicy::Adaptive();
+  // The transport's progress loop, shared with its other protocols (the
+  // c10d engine's ring): it must outlive the messenger, which is created,
+  // called and destroyed on the loop's thread. Null: the messenger makes a
+  // loop of its own (with `wait` and `liveness_interval`).
+  ProgressLoop* loop = nullptr;
 };
 
 struct MessengerStats {
@@ -153,9 +159,11 @@ class Messenger {
   // operation that has completed.
   void Abandon(OpId op, const absl::Status& why);
 
-  // One pass: progresses the transport, fires completions, consumes arrived
-  // pieces, posts pieces the credits allow, probes peers that are waited on.
-  // An error only for a transport failure not tied to a peer.
+  // One round of the progress loop: the transport's completions and every
+  // protocol registered with the loop, this messenger's pass among them
+  // (consume arrived pieces, post what the credits allow, probe the peers
+  // that are waited on). An error only for a transport failure not tied to
+  // a peer.
   absl::Status Progress();
   // Whether the last Progress() moved anything (a completion, a piece in
   // or out, a credit): waits spin again instead of backing off.
@@ -201,7 +209,11 @@ class Messenger {
   // flag has landed.
   void PostActions(Peer& peer);
   void PostCredit(Peer& peer);
-  void Probe(Peer& peer, absl::Time now);
+  // Registers with the progress loop (options' or our own) and watches the
+  // peers.
+  void JoinLoop();
+  // The messenger's share of a loop round; true if it moved anything.
+  bool Pass();
   // Takes what the peer wrote before it went, then fails it.
   void PeerDied(Peer& peer, absl::Status status);
   // Fails every operation with the peer (also for a peer that broke the
@@ -226,6 +238,9 @@ class Messenger {
   std::vector<const rdma::MemoryRegion*> send_regions_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null for this rank
   bool closing_ = false;  // in the destructor: completions only count down
+  std::unique_ptr<ProgressLoop> own_loop_;  // when options.loop is null
+  ProgressLoop* loop_ = nullptr;
+  int64_t handler_ = 0;
   OpId next_op_ = 1;
   size_t unexpected_bytes_ = 0;  // buffered for messages not yet received
   bool progressed_ = false;

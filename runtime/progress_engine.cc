@@ -75,7 +75,7 @@ absl::Status ProgressEngine::WaitUntil(
     const std::function<std::string()>& what) {
   const int probe[] = {peer};
   return loop_.WaitUntil(ready, absl::Now() + options_.timeout, what,
-                         peer >= 0 ? absl::Span<const int>(probe) : absl::Span<const int>());
+                         peer >= 0 ? absl::Span<const int>(probe) : absl::Span<const int>(peers_));
 }
 
 absl::Status ProgressEngine::Post(const std::function<absl::Status()>& post,

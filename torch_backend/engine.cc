@@ -86,7 +86,14 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
                                      transport.status().message()));
   }
   transport_ = *std::move(transport);
+  onesided::ProgressLoopOptions loop;
+  loop.name = absl::StrCat("rdmaflow rank ", rank_);
+  loop.wait = options_.wait;
+  // A waited-on peer is probed each second, as the Messenger's own default.
+  loop.liveness_interval = absl::Seconds(1);
+  loop_ = std::make_unique<onesided::ProgressLoop>(*transport_, loop);
   onesided::MessengerOptions messenger;
+  messenger.loop = loop_.get();
   messenger.name = "c10d";
   messenger.slot_bytes = options_.message_slot_bytes;
   messenger.slots = options_.message_slots;
@@ -246,6 +253,7 @@ void Engine::TearDown() {
     ring_.release();
     own_region_.release();
     messenger_.release();
+    loop_.release();
     transport_.release();
     return;
   }
@@ -254,6 +262,7 @@ void Engine::TearDown() {
   messenger_.reset();
   ring_.reset();
   own_region_.reset();
+  loop_.reset();
   transport_.reset();
 }
 

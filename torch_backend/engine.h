@@ -30,10 +30,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collectives/ring_allreduce.h"
+#include "onesided/messenger.h"
+#include "onesided/progress/progress_loop.h"
 #include "rdma/memory_region.h"
 #include "rdma/torch/c10d_store.h"
 #include "rdma/transport.h"
-#include "onesided/messenger.h"
 #include "runtime/torch/registered_allocator.h"
 #include "torch_backend/backend_options.h"
 #include "torch_backend/backend_stats.h"
@@ -106,6 +107,9 @@ class Engine {
   // Owned by the thread.
   std::unique_ptr<rdma::torch::C10dStore> store_;
   std::unique_ptr<rdma::Transport> transport_;
+  // The transport's one progress loop (this thread's): the Messenger is a
+  // round handler of it.
+  std::unique_ptr<onesided::ProgressLoop> loop_;
   std::unique_ptr<onesided::Messenger> messenger_;
   std::unique_ptr<DirectCollectives> direct_;
   std::unique_ptr<collectives::RingAllReduce> ring_;

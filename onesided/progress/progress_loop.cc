@@ -231,7 +231,7 @@ absl::Status ProgressLoop::WaitUntil(absl::FunctionRef<bool()> ready, absl::Time
                                        " was waiting for ", what(), ")"));
     }
     if (ready()) return absl::OkStatus();
-    ProbeIfDue(probe);
+    if (!probe.empty()) ProbeIfDue(probe);
     const absl::Time now = absl::Now();
     if (now >= deadline) {
       return absl::DeadlineExceededError(

@@ -121,9 +121,10 @@ class ProgressLoop {
   // round handlers), or the first failure (Progress() errors included).
   absl::StatusOr<int> Poll();
 
-  // Polls until `ready()`, probing `probe` (every watched peer when empty)
-  // each liveness interval and idling between empty rounds as `policy` (the
-  // loop's own when omitted) says. kDeadlineExceeded "<name> timed out after
+  // Polls until `ready()`, probing the peers in `probe` (none when empty:
+  // a protocol may probe from its round handler instead) each liveness
+  // interval and idling between empty rounds as `policy` (the loop's own
+  // when omitted) says. kDeadlineExceeded "<name> timed out after
   // <elapsed> waiting for <what()>" at `deadline`; a failure (Fail(), a
   // Progress() error) with " (<name> was waiting for <what()>)" appended.
   absl::Status WaitUntil(absl::FunctionRef<bool()> ready, absl::Time deadline,

@@ -167,7 +167,7 @@ TEST_F(ProgressLoopTest, ADeadPeerWithoutAWatcherCallbackFailsTheLoop) {
   to_0_.reset();
   transports_[1].reset();
   EXPECT_THAT(loop_->WaitUntil([] { return false; }, absl::Now() + kTimeout,
-                               [] { return "a message from rank 1"; }),
+                               [] { return "a message from rank 1"; }, {1}),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("(rank 0 was waiting for a message from rank 1)")));
 }
