@@ -75,6 +75,15 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
   if (absl::Status valid = options.wait.Validate(); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", valid.message()));
   }
+  if (options.liveness_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": liveness_interval must be positive, not ",
+        absl::FormatDuration(options.liveness_interval)));
+  }
+  if (options.loop != nullptr && !options.loop->OnLoopThread()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
+  }
   absl::flat_hash_set<int> seen;
   int position = -1;
   for (size_t i = 0; i < members.size(); ++i) {
@@ -98,7 +107,10 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
   ASSIGN_OR_RETURN(rdma::MemoryRegion control,
                    transport.Allocate(ControlBytes(options)));
   ring->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
-  if (ring->size() > 1) RETURN_IF_ERROR(ring->Connect());
+  if (ring->size() > 1) {
+    RETURN_IF_ERROR(ring->Connect());
+    ring->JoinLoop();
+  }
   return ring;
 }
 
@@ -115,6 +127,16 @@ RingAllReduce::RingAllReduce(rdma::Transport& transport, rdma::Store& store,
       right_rank_(members_[(position + 1) % members_.size()]) {}
 
 RingAllReduce::~RingAllReduce() {
+  if (loop_ != nullptr) {
+    if (loop_->OnLoopThread()) {
+      for (int64_t watch : watches_) loop_->Unwatch(watch);
+    } else if (own_loop_ == nullptr) {
+      std::fprintf(stderr,
+                   "%s: destroyed off its progress loop's thread; its neighbours stay "
+                   "watched (see docs/thread_model.md)\n",
+                   Where().c_str());
+    }
+  }
   if (right_endpoint_ != nullptr) right_endpoint_->Close().IgnoreError();
   if (left_endpoint_ != nullptr) left_endpoint_->Close().IgnoreError();
   if (!fenced_) {  // GiveUp() waited already
@@ -273,7 +295,7 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
   call_end_ = call.end;
 
   absl::Time last_progress = absl::Now();
-  absl::Time next_probe = last_progress + options_.liveness_interval;
+  const int neighbours[] = {left_rank_, right_rank_};
   onesided::IdleBackoff backoff(options_.wait);
   while (receiver_->received() < call.end || sender_->delivered() < call.end) {
     bool progressed = false;
@@ -285,6 +307,7 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
     const absl::Time now = absl::Now();
     if (progressed) {
       last_progress = now;
+      for (int neighbour : neighbours) loop_->HeardFrom(neighbour);
       backoff.Reset();
       continue;
     }
@@ -306,10 +329,7 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
       GiveUp();
       return error;
     }
-    if (now >= next_probe) {
-      ProbeNeighbours();
-      next_probe = now + options_.liveness_interval;
-    }
+    loop_->ProbeIfDue(neighbours);  // a silent neighbour, each liveness interval
     backoff.Idle();  // ranks may share cores with their peers
   }
   stats_.messages += call.end - call.first;
@@ -342,7 +362,7 @@ absl::Status RingAllReduce::Turn(Call& call, bool& progressed) {
   // leaving. Other completions (liveness probes answered by a neighbour
   // that is alive but not calling, other users of the transport) are not.
   const uint64_t delivered_before = sender_->delivered();
-  absl::StatusOr<int> fired = transport_.Progress();
+  absl::StatusOr<int> fired = loop_->Poll();  // the transport's, and its other protocols'
   if (!fired.ok()) return fired.status();
   if (sender_->delivered() != delivered_before) progressed = true;
   RETURN_IF_ERROR(failure());
@@ -415,21 +435,21 @@ absl::Status RingAllReduce::PostCredit() {
   return receiver_->PostCredit(std::min(receiver_->received(), sender_->delivered()));
 }
 
-void RingAllReduce::ProbeNeighbours() {
-  if (probes_in_flight_ > 0) return;
-  for (rdma::Endpoint* link : {right_endpoint_.get(), left_endpoint_.get()}) {
-    if (link == nullptr) continue;
-    absl::Status posted = link->PostFlush(Guarded([this](absl::Status s) {
-      --outstanding_;
-      --probes_in_flight_;
-      if (!s.ok() && !absl::IsCancelled(s)) Fail(s);
-    }));
-    if (!posted.ok()) {
-      if (!absl::IsResourceExhausted(posted)) Fail(posted);
-      continue;
-    }
-    ++outstanding_;
-    ++probes_in_flight_;
+void RingAllReduce::JoinLoop() {
+  loop_ = options_.loop;
+  if (loop_ == nullptr) {
+    onesided::ProgressLoopOptions loop;
+    loop.name = Where();
+    loop.wait = options_.wait;
+    loop.liveness_interval = options_.liveness_interval;
+    own_loop_ = std::make_unique<onesided::ProgressLoop>(transport_, loop);
+    loop_ = own_loop_.get();
+  }
+  // A neighbour whose probe fails fails the ring (kUnavailable).
+  auto fail = [this](int, const absl::Status& status) { Fail(status); };
+  watches_.push_back(loop_->WatchPeer(right_rank_, right_endpoint_.get(), fail));
+  if (left_rank_ != right_rank_) {
+    watches_.push_back(loop_->WatchPeer(left_rank_, left_endpoint_.get(), fail));
   }
 }
 

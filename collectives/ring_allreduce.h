@@ -46,6 +46,7 @@
 #include "absl/time/time.h"
 #include "collectives/reduce.h"
 #include "collectives/ring_schedule.h"
+#include "onesided/progress/progress_loop.h"
 #include "onesided/progress/wait_policy.h"
 #include "onesided/slots/slot_ring.h"
 #include "rdma/endpoint.h"
@@ -73,6 +74,11 @@ struct RingAllReduceOptions {
   // than cores, a ring that only spins or yields starves the rank it waits
   // for.
   onesided::WaitPolicy wait = onesided::WaitPolicy::Adaptive();
+  // The transport's progress loop, shared with its other protocols (the
+  // c10d engine's Messenger): it must outlive the ring, which is created,
+  // called and destroyed on the loop's thread. Null: the ring makes a loop
+  // of its own (with `wait` and `liveness_interval`).
+  onesided::ProgressLoop* loop = nullptr;
 };
 
 struct RingAllReduceStats {
@@ -153,7 +159,9 @@ class RingAllReduce {
   template <typename F>
   rdma::Completion Guarded(F f);
   absl::Status PostCredit();
-  void ProbeNeighbours();
+  // Joins the progress loop (options' or our own) and watches the
+  // neighbours.
+  void JoinLoop();
   void Fail(absl::Status status);
   // The first failure: ours (probes, shutdown) or either link's.
   absl::Status failure() const;
@@ -181,13 +189,15 @@ class RingAllReduce {
   // link since Create().
   std::unique_ptr<onesided::SlotRingSender> sender_;
   std::unique_ptr<onesided::SlotRingReceiver> receiver_;
+  std::unique_ptr<onesided::ProgressLoop> own_loop_;  // when options.loop is null
+  onesided::ProgressLoop* loop_ = nullptr;
+  std::vector<int64_t> watches_;  // the neighbours' liveness watches
   uint64_t next_seq_ = 0;        // first message of the next call
   uint64_t call_first_ = 0;      // the call under way, for error messages
   uint64_t call_end_ = 0;
   bool fenced_ = false;       // GiveUp() ran
   bool quiesced_ = false;     // Shutdown()'s barrier passed
   bool published_ = false;    // peers may have our regions' descriptors
-  int probes_in_flight_ = 0;
   int64_t outstanding_ = 0;  // probes and shutdown flushes
   absl::Status failure_;
   RingAllReduceStats stats_;

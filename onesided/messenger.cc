@@ -123,6 +123,8 @@ struct Messenger::Peer {
   std::list<std::unique_ptr<Incoming>> arrived;
   Incoming* current = nullptr;  // the message the next piece continues
 
+  int64_t watch = 0;  // its liveness watch in the progress loop
+
   int64_t in_flight() const {
     return (sender != nullptr ? sender->outstanding() : 0) +
            (receiver != nullptr ? receiver->outstanding() : 0);
@@ -157,7 +159,7 @@ Messenger::~Messenger() {
     if (loop_->OnLoopThread()) {
       loop_->RemoveHandler(handler_);
       for (auto& peer : peers_) {
-        if (peer != nullptr) loop_->UnwatchPeer(peer->rank);
+        if (peer != nullptr) loop_->Unwatch(peer->watch);
       }
     } else if (own_loop_ == nullptr) {
       // A shared loop would keep calling into a messenger that is gone.
@@ -255,10 +257,9 @@ void Messenger::JoinLoop() {
   for (auto& peer : peers_) {
     if (peer == nullptr) continue;
     // A probe that fails: what it wrote before it went is still delivered.
-    loop_->WatchPeer(peer->rank, peer->endpoint.get(),
-                     [this](int rank, const absl::Status& status) {
-                       PeerDied(*peers_[rank], status);
-                     });
+    peer->watch = loop_->WatchPeer(
+        peer->rank, peer->endpoint.get(),
+        [this](int rank, const absl::Status& status) { PeerDied(*peers_[rank], status); });
   }
 }
 

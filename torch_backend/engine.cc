@@ -112,6 +112,7 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     ring.slots = options_.ring_slots;
     ring.timeout = options_.timeout;
     ring.wait = options_.wait;
+    ring.loop = loop_.get();
     std::vector<int> members(size_);
     std::iota(members.begin(), members.end(), 0);
     ASSIGN_OR_RETURN(ring_, collectives::RingAllReduce::Create(

@@ -14,6 +14,7 @@ namespace rdmaflow::onesided {
 // A watched peer. Its probes' completions hold it, so they may outlive the
 // watch (and the loop): they then only update this.
 struct ProgressLoop::Watch {
+  int64_t id = 0;
   int peer = -1;
   rdma::Endpoint* endpoint = nullptr;
   PeerFailed on_failure;
@@ -71,6 +72,7 @@ int64_t ProgressLoop::AddNotificationHandler(NotificationHandler handler) {
   CheckThread("AddNotificationHandler");
   const int64_t id = next_handler_id_++;
   handlers_[id].on_notification = std::move(handler);
+  ++notification_handlers_;
   return id;
 }
 
@@ -85,6 +87,7 @@ void ProgressLoop::RemoveHandler(int64_t id) {
   CheckThread("RemoveHandler");
   auto it = handlers_.find(id);
   if (it == handlers_.end()) return;
+  if (it->second.on_notification && !it->second.removed) --notification_handlers_;
   if (dispatching_) {
     it->second.removed = true;  // erased by Sweep() after the round
   } else {
@@ -98,28 +101,32 @@ void ProgressLoop::Sweep() {
   }
 }
 
-void ProgressLoop::WatchPeer(int peer, rdma::Endpoint* endpoint, PeerFailed on_failure) {
+int64_t ProgressLoop::WatchPeer(int peer, rdma::Endpoint* endpoint, PeerFailed on_failure) {
   CheckThread("WatchPeer");
-  UnwatchPeer(peer);
   auto watch = std::make_shared<Watch>();
+  watch->id = next_watch_id_++;
   watch->peer = peer;
   watch->endpoint = endpoint;
   watch->on_failure = std::move(on_failure);
   watch->next_probe = absl::Now() + options_.liveness_interval;
-  watches_[peer] = std::move(watch);
+  watches_.emplace(peer, watch);
+  return watch->id;
 }
 
-void ProgressLoop::UnwatchPeer(int peer) {
-  CheckThread("UnwatchPeer");
-  auto it = watches_.find(peer);
-  if (it == watches_.end()) return;
-  it->second->active = false;
-  watches_.erase(it);
+void ProgressLoop::Unwatch(int64_t id) {
+  CheckThread("Unwatch");
+  for (auto it = watches_.begin(); it != watches_.end(); ++it) {
+    if (it->second->id != id) continue;
+    it->second->active = false;
+    watches_.erase(it);
+    return;
+  }
 }
 
 void ProgressLoop::HeardFrom(int peer) {
-  auto it = watches_.find(peer);
-  if (it != watches_.end()) it->second->next_probe = absl::Now() + options_.liveness_interval;
+  const absl::Time next = absl::Now() + options_.liveness_interval;
+  auto [begin, end] = watches_.equal_range(peer);
+  for (auto it = begin; it != end; ++it) it->second->next_probe = next;
 }
 
 void ProgressLoop::Fail(absl::Status status) {
@@ -162,20 +169,17 @@ void ProgressLoop::Probe(const std::shared_ptr<Watch>& held, absl::Time now) {
 void ProgressLoop::ProbeIfDue(absl::Span<const int> peers) {
   CheckThread("ProbeIfDue");
   const absl::Time now = absl::Now();
+  // A failure callback may unwatch: probe from a snapshot.
+  std::vector<std::shared_ptr<Watch>> due;
   if (peers.empty()) {
-    // A failure callback may unwatch: walk a snapshot.
-    std::vector<std::shared_ptr<Watch>> all;
-    all.reserve(watches_.size());
-    for (auto& [peer, watch] : watches_) all.push_back(watch);
-    for (const auto& watch : all) Probe(watch, now);
-    return;
+    for (auto& [peer, watch] : watches_) due.push_back(watch);
+  } else {
+    for (int peer : peers) {
+      auto [begin, end] = watches_.equal_range(peer);
+      for (auto it = begin; it != end; ++it) due.push_back(it->second);
+    }
   }
-  for (int peer : peers) {
-    auto it = watches_.find(peer);
-    if (it == watches_.end()) continue;
-    std::shared_ptr<Watch> watch = it->second;  // kept while its callback may unwatch
-    Probe(watch, now);
-  }
+  for (const auto& watch : due) Probe(watch, now);
 }
 
 absl::StatusOr<int> ProgressLoop::Poll() {
@@ -189,7 +193,12 @@ absl::StatusOr<int> ProgressLoop::Poll() {
     Fail(fired.status());
   }
   dispatching_ = true;
-  while (std::optional<rdma::Notification> n = transport_.PollNotification()) {
+  // A loop nobody asked for notifications leaves them in the transport: a
+  // protocol on another loop of the same transport (a bug, but one that
+  // must not lose data) still finds them.
+  while (notification_handlers_ > 0) {
+    std::optional<rdma::Notification> n = transport_.PollNotification();
+    if (!n.has_value()) break;
     ++moved;
     bool claimed = false;
     for (auto& [id, handler] : handlers_) {

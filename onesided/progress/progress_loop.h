@@ -7,7 +7,8 @@
 //
 //   - calls Transport::Progress() (completions fire inside it) and hands
 //     each notification to the registered notification handlers, in
-//     registration order, until one claims it;
+//     registration order, until one claims it (a loop without notification
+//     handlers leaves notifications in the transport);
 //   - runs every registered round handler once per round (protocols that
 //     poll flags in their memory: slot rings, stamped slots);
 //   - waits with a deadline (WaitUntil), escalating from spin to yield to
@@ -26,7 +27,7 @@
 //   ProgressLoopOptions options;
 //   options.name = "rank 0";
 //   ProgressLoop loop(transport, options);
-//   loop.WatchPeer(1, endpoint.get(), [&](int peer, absl::Status s) { ... });
+//   int64_t watch = loop.WatchPeer(1, endpoint.get(), [&](int peer, absl::Status s) { ... });
 //   int64_t id = loop.AddRoundHandler([&] { return ring.PollSlots(); });
 //   RETURN_IF_ERROR(loop.WaitUntil([&] { return ring.done(); }, deadline,
 //                                  [] { return "the ring's step"; }, {1}));
@@ -98,13 +99,14 @@ class ProgressLoop {
   int64_t AddRoundHandler(RoundHandler handler);
   void RemoveHandler(int64_t id);
 
-  // Liveness. `endpoint` stays the watcher's and must stay open until
-  // UnwatchPeer(); `on_failure` (null: the loop's Fail()) runs on the loop
-  // thread, at most once per probe.
-  void WatchPeer(int peer, rdma::Endpoint* endpoint, PeerFailed on_failure);
-  void UnwatchPeer(int peer);
-  // We heard from `peer` (its data arrived): its next probe waits a full
-  // interval from now.
+  // Liveness. Several protocols may watch one peer (each through its own
+  // endpoint); the id returned ends the watch. `endpoint` stays the
+  // watcher's and must stay open until Unwatch(); `on_failure` (null: the
+  // loop's Fail()) runs on the loop thread, at most once per probe.
+  int64_t WatchPeer(int peer, rdma::Endpoint* endpoint, PeerFailed on_failure);
+  void Unwatch(int64_t watch);
+  // We heard from `peer` (its data arrived): its watches' next probes wait a
+  // full interval from now.
   void HeardFrom(int peer);
   // Posts a flush to each of `peers` (every watched peer when empty) whose
   // interval has passed and that has no probe in flight.
@@ -158,7 +160,9 @@ class ProgressLoop {
   std::map<int64_t, Handler> handlers_;
   int64_t next_handler_id_ = 1;
   bool dispatching_ = false;
-  std::map<int, std::shared_ptr<Watch>> watches_;
+  int notification_handlers_ = 0;  // registered and not removed
+  std::multimap<int, std::shared_ptr<Watch>> watches_;  // by peer
+  int64_t next_watch_id_ = 1;
   std::shared_ptr<int64_t> probes_in_flight_ = std::make_shared<int64_t>(0);
   absl::Status failure_;
   int64_t rounds_ = 0;

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -92,10 +93,25 @@ TEST_F(ProgressLoopTest, NotificationsGoToTheFirstHandlerThatClaimsThem) {
 }
 
 TEST_F(ProgressLoopTest, UnclaimedNotificationsAreCounted) {
+  loop_->AddNotificationHandler([](const rdma::Notification&) { return false; });
   ASSERT_THAT(WriteFrom1(std::byte{1}, 5), IsOk());
   ASSERT_THAT(loop_->WaitUntil([&] { return loop_->unclaimed_notifications() == 1; },
                                absl::Now() + kTimeout, [] { return "a notification"; }),
               IsOk());
+}
+
+TEST_F(ProgressLoopTest, ALoopWithoutNotificationHandlersLeavesThemInTheTransport) {
+  ASSERT_THAT(WriteFrom1(std::byte{1}, 9), IsOk());
+  std::optional<rdma::Notification> left;
+  ASSERT_THAT(loop_->WaitUntil(
+                  [&] {
+                    if (!left.has_value()) left = transports_[0]->PollNotification();
+                    return left.has_value();
+                  },
+                  absl::Now() + kTimeout, [] { return "the notification"; }),
+              IsOk());
+  EXPECT_EQ(left->value, 9u);
+  EXPECT_EQ(loop_->unclaimed_notifications(), 0);
 }
 
 TEST_F(ProgressLoopTest, RoundHandlersRunEachRoundAndMayRemoveThemselves) {
@@ -146,17 +162,25 @@ TEST_F(ProgressLoopTest, AFailureEndsEveryWaitAndSaysWhatItWaitedFor) {
 TEST_F(ProgressLoopTest, ADeadPeerIsFoundByTheProbeAndReportedToItsWatcher) {
   std::vector<int> failed;
   absl::Status why;
-  loop_->WatchPeer(1, to_1_.get(), [&](int peer, const absl::Status& status) {
+  int64_t watch = 0;
+  watch = loop_->WatchPeer(1, to_1_.get(), [&](int peer, const absl::Status& status) {
     failed.push_back(peer);
     why = status;
-    loop_->UnwatchPeer(peer);  // a watcher may stop watching in the callback
+    loop_->Unwatch(watch);  // a watcher may stop watching in the callback
   });
+  // A second protocol watching the same peer hears of its death too.
+  int second = 0;
+  loop_->WatchPeer(1, to_1_.get(), [&](int, const absl::Status&) { ++second; });
   to_0_.reset();
   transports_[1].reset();  // rank 1 dies
   ASSERT_THAT(loop_->WaitUntil([&] { return !failed.empty(); }, absl::Now() + kTimeout,
                                [] { return "rank 1's death"; }, {1}),
               IsOk());
+  ASSERT_THAT(loop_->WaitUntil([&] { return second > 0; }, absl::Now() + kTimeout,
+                               [] { return "the second watcher"; }, {1}),
+              IsOk());
   EXPECT_THAT(failed, ElementsAre(1));
+  EXPECT_EQ(second, 1);
   EXPECT_FALSE(why.ok());
   EXPECT_FALSE(absl::IsCancelled(why));
   EXPECT_GE(loop_->probes_posted(), 1);
