@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <utility>
 
@@ -132,9 +133,10 @@ RingAllReduce::~RingAllReduce() {
       for (int64_t watch : watches_) loop_->Unwatch(watch);
     } else if (own_loop_ == nullptr) {
       std::fprintf(stderr,
-                   "%s: destroyed off its progress loop's thread; its neighbours stay "
-                   "watched (see docs/thread_model.md)\n",
+                   "FATAL: %s: destroyed off its progress loop's thread (see "
+                   "docs/thread_model.md)\n",
                    Where().c_str());
+      std::abort();
     }
   }
   if (right_endpoint_ != nullptr) right_endpoint_->Close().IgnoreError();
@@ -307,7 +309,7 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
     const absl::Time now = absl::Now();
     if (progressed) {
       last_progress = now;
-      for (int neighbour : neighbours) loop_->HeardFrom(neighbour);
+      for (int64_t watch : watches_) loop_->Rearm(watch);
       backoff.Reset();
       continue;
     }

@@ -82,11 +82,14 @@ absl::Status LayoutRegion(const plan::PlannerConfig& config,
   for (size_t k = 0; k < shared_index.size(); ++k) {
     layout.offsets[shared_index[k]] = shared_layout.offsets[k];
   }
-  // Both peaks are below 2^44 per slot times the slot count: no wrap.
+  const std::string where = absl::StrCat("region of link ", link.src_rank(), "->",
+                                         link.dst_rank());
+  RETURN_IF_ERROR(CheckOverflow(
+      __builtin_add_overflow(shared_layout.peak, own_layout.peak, &layout.peak), where));
+  // Every own offset is below own_layout.peak: no wrap past the sum.
   for (size_t k = 0; k < own_index.size(); ++k) {
     layout.offsets[own_index[k]] = shared_layout.peak + own_layout.offsets[k];
   }
-  layout.peak = shared_layout.peak + own_layout.peak;
   for (int i = 0; i < link.slot_size(); ++i) {
     link.mutable_slot(i)->set_offset(layout.offsets[i]);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -162,11 +163,13 @@ Messenger::~Messenger() {
         if (peer != nullptr) loop_->Unwatch(peer->watch);
       }
     } else if (own_loop_ == nullptr) {
-      // A shared loop would keep calling into a messenger that is gone.
+      // A shared loop would keep calling into a messenger that is gone: a
+      // bug in the caller, never to be carried on from.
       std::fprintf(stderr,
-                   "%s: destroyed off its progress loop's thread; its handler stays "
-                   "registered (see docs/thread_model.md)\n",
+                   "FATAL: %s: destroyed off its progress loop's thread (see "
+                   "docs/thread_model.md)\n",
                    Where().c_str());
+      std::abort();
     }
   }
   for (auto& peer : peers_) {
@@ -184,6 +187,7 @@ Messenger::~Messenger() {
     if (outstanding == 0) break;
     if (!transport_.Progress().ok()) break;
   }
+  bool leak = false;
   for (auto& peer : peers_) {
     if (peer == nullptr || peer->in_flight() == 0) continue;
     // A completion that never came may still fire: leave what it points at.
@@ -192,6 +196,13 @@ Messenger::~Messenger() {
     peer->sender.release();
     peer->receiver.release();
     peer.release();
+    leak = true;
+  }
+  if (leak) {
+    // ... and the regions those operations read and write.
+    inbox_.release();
+    outbox_.release();
+    control_.release();
   }
 }
 
@@ -482,7 +493,7 @@ bool Messenger::Pass() {
     PostCredit(*peer);
     if (!peer->status.ok()) continue;
     if (peer->receiver->received() != received || peer->sender->delivered() != delivered) {
-      loop_->HeardFrom(peer->rank);
+      loop_->Rearm(peer->watch);
       moved = true;
     }
     moved |= peer->sender->claimed() != cut;
@@ -491,7 +502,7 @@ bool Messenger::Pass() {
       const int rank[] = {peer->rank};
       loop_->ProbeIfDue(rank);
     } else {
-      loop_->HeardFrom(peer->rank);
+      loop_->Rearm(peer->watch);
     }
   }
   return moved;
@@ -545,24 +556,27 @@ void Messenger::Receive(Peer& peer) {
     }
     if (!*arrived) break;
     const std::byte* piece = base + flags_bytes + peer.receiver->slot() * slot_stride();
-    if (absl::Status valid = CheckPiece(peer, piece); !valid.ok()) {
+    // The header is read out of the peer's reach once: the checked copy is
+    // the one every later step uses (the peer may still rewrite the slot).
+    const PieceHeader header = ReadHeader(piece);
+    if (absl::Status valid = CheckPiece(peer, header); !valid.ok()) {
       FailPeer(peer, std::move(valid));
       return;
     }
-    if (MustWait(peer, piece)) break;
-    Deliver(peer, piece);
+    if (MustWait(peer, header)) break;
+    Deliver(peer, header, piece + kHeaderBytes);
     peer.receiver->Consume();
   }
 }
 
-absl::Status Messenger::CheckPiece(const Peer& peer, const std::byte* slot) const {
+absl::Status Messenger::CheckPiece(const Peer& peer, const PieceHeader& header) const {
   std::optional<internal::PartialMessage> current;
   if (peer.current != nullptr) {
     current = internal::PartialMessage{peer.current->tag, peer.current->message_bytes,
                                        peer.current->arrived};
   }
   absl::Status valid = internal::CheckPiece(
-      ReadHeader(slot), current.has_value() ? &*current : nullptr, options_.slot_bytes);
+      header, current.has_value() ? &*current : nullptr, options_.slot_bytes);
   if (valid.ok()) return valid;
   return absl::DataLossError(absl::StrCat(
       "piece ", peer.receiver->received(), " from it: ", valid.message(),
@@ -570,8 +584,7 @@ absl::Status Messenger::CheckPiece(const Peer& peer, const std::byte* slot) cons
       "into our memory?"));
 }
 
-bool Messenger::MustWait(const Peer& peer, const std::byte* slot) const {
-  const PieceHeader h = ReadHeader(slot);
+bool Messenger::MustWait(const Peer& peer, const PieceHeader& h) const {
   if (h.offset != 0) return false;
   for (const auto& posted : peer.posted) {
     if (posted->tag == h.tag) return false;
@@ -580,10 +593,9 @@ bool Messenger::MustWait(const Peer& peer, const std::byte* slot) const {
   return h.message_bytes > options_.max_unexpected_bytes - unexpected_bytes_;
 }
 
-void Messenger::Deliver(Peer& peer, const std::byte* slot) {
-  // CheckPiece() has vouched for the header, MustWait() for the budget.
-  const PieceHeader header = ReadHeader(slot);
-  const std::byte* payload = slot + kHeaderBytes;
+void Messenger::Deliver(Peer& peer, const PieceHeader& header, const std::byte* payload) {
+  // CheckPiece() has vouched for `header` (our copy), MustWait() for the
+  // budget; only payload bytes are read from the slot.
   if (header.offset == 0) {
     // A new message: the first posted receive of its tag, or arrived.
     std::unique_ptr<Incoming> message;

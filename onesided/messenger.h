@@ -59,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "onesided/internal/piece_header.h"
 #include "onesided/progress/progress_loop.h"
 #include "onesided/progress/wait_policy.h"
 #include "onesided/slots/slot_ring.h"
@@ -198,12 +199,13 @@ class Messenger {
   size_t block_bytes() const { return flags_bytes() + options_.slots * slot_stride(); }
 
   void Receive(Peer& peer);
-  // Whether the piece header in `slot` continues the peer's stream
+  // Whether `header` (our copy of a slot's) continues the peer's stream
   // correctly; kDataLoss naming what is wrong if not.
-  absl::Status CheckPiece(const Peer& peer, const std::byte* slot) const;
+  absl::Status CheckPiece(const Peer& peer, const internal::PieceHeader& header) const;
   // Whether an unexpected message of `bytes` must wait for its receive.
-  bool MustWait(const Peer& peer, const std::byte* slot) const;
-  void Deliver(Peer& peer, const std::byte* slot);
+  bool MustWait(const Peer& peer, const internal::PieceHeader& header) const;
+  // Copies the piece's payload (`header.bytes` at `payload`) to its message.
+  void Deliver(Peer& peer, const internal::PieceHeader& header, const std::byte* payload);
   void StartSends(Peer& peer);
   // Posts the queued writes and flags; fires the sends whose last piece's
   // flag has landed.

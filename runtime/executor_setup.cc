@@ -159,6 +159,8 @@ absl::Status Executor::SetUpGeneration() {
     credits.source = credit_out_.get();
     credits.source_offset = credit_base[l];
     credits.remote = remote[l];
+    credits.started = [this] { engine_.Started(); };
+    credits.completed = [this] { engine_.Completed(); };
     credit_writers_[l] = std::make_unique<onesided::CreditWriter>(std::move(credits));
   }
 

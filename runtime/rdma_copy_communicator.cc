@@ -131,6 +131,8 @@ absl::Status RdmaCopyCommunicator::SetUp() {
     credits.source = credit_out_.get();
     credits.source_offset = in.credit_word;
     credits.remote = &in.credit;
+    credits.started = [this] { engine_.Started(); };
+    credits.completed = [this] { engine_.Completed(); };
     in.credits = std::make_unique<onesided::CreditWriter>(std::move(credits));
   }
   return absl::OkStatus();

@@ -123,10 +123,13 @@ void ProgressLoop::Unwatch(int64_t id) {
   }
 }
 
-void ProgressLoop::HeardFrom(int peer) {
-  const absl::Time next = absl::Now() + options_.liveness_interval;
-  auto [begin, end] = watches_.equal_range(peer);
-  for (auto it = begin; it != end; ++it) it->second->next_probe = next;
+void ProgressLoop::Rearm(int64_t id) {
+  CheckThread("Rearm");
+  for (auto& [peer, watch] : watches_) {
+    if (watch->id != id) continue;
+    watch->next_probe = absl::Now() + options_.liveness_interval;
+    return;
+  }
 }
 
 void ProgressLoop::Fail(absl::Status status) {
@@ -250,7 +253,7 @@ absl::Status ProgressLoop::WaitUntil(absl::FunctionRef<bool()> ready, absl::Time
     if (*moved > 0) {
       backoff.Reset();
     } else {
-      backoff.Idle();
+      backoff.Idle(deadline - now);  // never sleeps past the deadline
     }
   }
 }

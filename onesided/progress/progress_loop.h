@@ -105,9 +105,10 @@ class ProgressLoop {
   // loop's Fail()) runs on the loop thread, at most once per probe.
   int64_t WatchPeer(int peer, rdma::Endpoint* endpoint, PeerFailed on_failure);
   void Unwatch(int64_t watch);
-  // We heard from `peer` (its data arrived): its watches' next probes wait a
-  // full interval from now.
-  void HeardFrom(int peer);
+  // The watcher heard from its peer (data arrived), or does not need it
+  // now: this watch's next probe waits a full interval from now. Other
+  // protocols' watches of the same peer keep their own schedule.
+  void Rearm(int64_t watch);
   // Posts a flush to each of `peers` (every watched peer when empty) whose
   // interval has passed and that has no probe in flight.
   void ProbeIfDue(absl::Span<const int> peers = {});

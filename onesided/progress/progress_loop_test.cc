@@ -196,17 +196,31 @@ TEST_F(ProgressLoopTest, ADeadPeerWithoutAWatcherCallbackFailsTheLoop) {
                        HasSubstr("(rank 0 was waiting for a message from rank 1)")));
 }
 
-TEST_F(ProgressLoopTest, APeerHeardFromIsNotProbed) {
+TEST_F(ProgressLoopTest, ARearmedWatchIsNotProbed) {
   ProgressLoopOptions options;
   options.liveness_interval = absl::Hours(1);
   ProgressLoop loop(*transports_[0], options);
-  loop.WatchPeer(1, to_1_.get(), nullptr);
-  loop.HeardFrom(1);
+  const int64_t watch = loop.WatchPeer(1, to_1_.get(), nullptr);
+  loop.Rearm(watch);
   for (int i = 0; i < 100; ++i) {
     ASSERT_THAT(loop.Poll(), IsOk());
     loop.ProbeIfDue();
   }
   EXPECT_EQ(loop.probes_posted(), 0);
+}
+
+TEST_F(ProgressLoopTest, RearmingOneWatchLeavesTheOtherWatchOfItsPeerDue) {
+  // Two protocols watch rank 1; the first re-arms its watch every round (an
+  // idle link, as the Messenger does), which must not silence the second's.
+  const int64_t idle = loop_->WatchPeer(1, to_1_.get(), nullptr);
+  loop_->WatchPeer(1, to_1_.get(), nullptr);
+  loop_->AddRoundHandler([&] {
+    loop_->Rearm(idle);
+    return false;
+  });
+  EXPECT_THAT(loop_->WaitUntil([&] { return loop_->probes_posted() > 0; },
+                               absl::Now() + kTimeout, [] { return "a probe"; }, {1}),
+              IsOk());
 }
 
 using ProgressLoopDeathTest = ProgressLoopTest;

@@ -129,7 +129,7 @@ void IdleBackoff::Reset() {
   next_sleep_ = policy_.min_sleep;
 }
 
-void IdleBackoff::Idle() {
+void IdleBackoff::Idle(absl::Duration at_most) {
   switch (phase_) {
     case Phase::kSpin:
       if (++idle_rounds_ <= policy_.spin_rounds) return;
@@ -146,7 +146,7 @@ void IdleBackoff::Idle() {
       [[fallthrough]];
     case Phase::kSleep:
       ++sleeps_;
-      clock_.sleep(next_sleep_);
+      clock_.sleep(std::max(absl::ZeroDuration(), std::min(next_sleep_, at_most)));
       next_sleep_ = std::min(next_sleep_ * 2, policy_.max_sleep);
       return;
   }

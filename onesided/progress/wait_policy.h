@@ -87,8 +87,9 @@ class IdleBackoff {
   explicit IdleBackoff(const WaitPolicy& policy);
   IdleBackoff(const WaitPolicy& policy, Clock clock);
 
-  // After a round that did nothing: spins, yields or sleeps as the phase says.
-  void Idle();
+  // After a round that did nothing: spins, yields or sleeps as the phase
+  // says; a sleep lasts at most `at_most` (the time a wait has left).
+  void Idle(absl::Duration at_most = absl::InfiniteDuration());
   // After a round that made progress: back to spinning.
   void Reset();
 

@@ -93,6 +93,13 @@ TEST(IdleBackoffTest, SpinsThenYieldsThenSleepsDoublingUpToTheBound) {
   EXPECT_EQ(backoff.yields(), 2);
   EXPECT_EQ(backoff.sleeps(), 4);
 
+  // A wait with less time left sleeps only that long.
+  backoff.Idle(absl::Microseconds(3));
+  EXPECT_EQ(clock.sleeps.back(), absl::Microseconds(3));
+  backoff.Idle(-absl::Microseconds(1));
+  EXPECT_EQ(clock.sleeps.back(), absl::ZeroDuration());
+  clock.sleeps.resize(4);
+
   // Progress starts over from spinning, and from the shortest sleep.
   backoff.Reset();
   EXPECT_EQ(backoff.phase(), IdleBackoff::Phase::kSpin);

@@ -41,9 +41,11 @@ absl::Status CreditWriter::Post() {
   absl::Status posted = options_.endpoint->PostWrite(
       {options_.source, options_.source_offset + lo_ * kWord, bytes},
       {options_.remote, options_.remote_offset + lo_ * kWord, bytes}, std::nullopt,
-      [shared = shared_, peer = options_.peer](absl::Status status) {
+      [shared = shared_, peer = options_.peer, completed = options_.completed](
+          absl::Status status) {
         shared->busy = false;
         if (!status.ok()) Fail(*shared, peer, status);
+        if (completed) completed();
       });
   if (absl::IsResourceExhausted(posted)) return absl::OkStatus();  // the next call retries
   if (!posted.ok()) {
@@ -52,6 +54,7 @@ absl::Status CreditWriter::Post() {
   }
   shared.busy = true;
   ++writes_;
+  if (options_.started) options_.started();
   lo_ = options_.words;
   hi_ = -1;
   return absl::OkStatus();

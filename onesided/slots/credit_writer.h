@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,11 @@ class CreditWriter {
     // The sender's `words` words.
     const rdma::RemoteRegion* remote = nullptr;
     uint64_t remote_offset = 0;
+    // Called when a write is posted and when it completes, so an owner that
+    // counts its operations in flight (runtime::ProgressEngine) counts these
+    // too and waits for them before it frees `source`. Either may be unset.
+    std::function<void()> started;
+    std::function<void()> completed;
   };
 
   explicit CreditWriter(Options options);
