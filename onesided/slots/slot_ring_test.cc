@@ -95,12 +95,15 @@ class SlotRingTest : public ::testing::Test {
     return absl::OkStatus();
   }
 
+  // First, so destroyed last: a transport's destructor cancels what is
+  // still posted, and those completions reach the ring's halves (which must
+  // outlive them, as slot_ring.h says).
+  std::unique_ptr<SlotRingSender> sender_;
+  std::unique_ptr<SlotRingReceiver> receiver_;
   std::vector<std::unique_ptr<rdma::loopback::LoopbackTransport>> transports_;
   std::unique_ptr<rdma::MemoryRegion> outbox_, inbox_;
   rdma::RemoteRegion remote_inbox_, remote_outbox_;
   std::unique_ptr<rdma::Endpoint> to_1_, to_0_;
-  std::unique_ptr<SlotRingSender> sender_;
-  std::unique_ptr<SlotRingReceiver> receiver_;
 };
 
 TEST_F(SlotRingTest, MessagesArriveWholeInOrderAndTheWindowWaitsForCredit) {
