@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <thread>
 #include <utility>
 
@@ -129,14 +128,9 @@ RingAllReduce::RingAllReduce(rdma::Transport& transport, rdma::Store& store,
 
 RingAllReduce::~RingAllReduce() {
   if (loop_ != nullptr) {
+    if (own_loop_ == nullptr) loop_->CheckOnLoopThread(Where() + "'s destructor");
     if (loop_->OnLoopThread()) {
       for (int64_t watch : watches_) loop_->Unwatch(watch);
-    } else if (own_loop_ == nullptr) {
-      std::fprintf(stderr,
-                   "FATAL: %s: destroyed off its progress loop's thread (see "
-                   "docs/thread_model.md)\n",
-                   Where().c_str());
-      std::abort();
     }
   }
   if (right_endpoint_ != nullptr) right_endpoint_->Close().IgnoreError();

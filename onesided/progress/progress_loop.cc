@@ -66,6 +66,10 @@ void ProgressLoop::CheckThread(const char* method) const {
   std::abort();
 }
 
+void ProgressLoop::CheckOnLoopThread(const std::string& caller) const {
+  CheckThread(caller.c_str());
+}
+
 void ProgressLoop::AdoptOnCurrentThread() { owner_ = std::this_thread::get_id(); }
 
 int64_t ProgressLoop::AddNotificationHandler(NotificationHandler handler) {

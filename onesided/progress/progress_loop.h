@@ -89,6 +89,10 @@ class ProgressLoop {
   // that built the loop, e.g. a backend's engine thread).
   void AdoptOnCurrentThread();
   bool OnLoopThread() const { return std::this_thread::get_id() == owner_; }
+  // Aborts, naming `caller` and the loop, off the loop's thread: for a
+  // protocol's destructor, whose handlers a shared loop would otherwise go
+  // on calling after it is gone.
+  void CheckOnLoopThread(const std::string& caller) const;
 
   rdma::Transport& transport() { return transport_; }
   const ProgressLoopOptions& options() const { return options_; }
