@@ -135,11 +135,9 @@ RingAllReduce::~RingAllReduce() {
   }
   if (right_endpoint_ != nullptr) right_endpoint_->Close().IgnoreError();
   if (left_endpoint_ != nullptr) left_endpoint_->Close().IgnoreError();
-  if (!fenced_) {  // GiveUp() waited already
-    const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    while (in_flight() > 0 && absl::Now() < deadline) {
-      if (!transport_.Progress().ok()) break;
-    }
+  if (!fenced_ && loop_ != nullptr) {  // GiveUp() waited already
+    loop_->Drain([&] { return in_flight() == 0; }, absl::Now() + absl::Seconds(5))
+        .IgnoreError();
   }
   // Freeing memory that a neighbour may still write into (it has not passed
   // the shutdown barrier), or that one of our operations still reads or
@@ -345,12 +343,10 @@ void RingAllReduce::GiveUp() {
   if (sender_ != nullptr) sender_->DropQueued();  // never posted
   if (right_endpoint_ != nullptr) right_endpoint_->Close().IgnoreError();
   if (left_endpoint_ != nullptr) left_endpoint_->Close().IgnoreError();
-  const absl::Time deadline =
-      absl::Now() + std::min(options_.timeout, absl::Seconds(5));
-  while (in_flight() > 0 && absl::Now() < deadline) {
-    if (!transport_.Progress().ok()) break;
-    std::this_thread::yield();
-  }
+  if (loop_ == nullptr) return;  // never connected: nothing posted
+  loop_->Drain([&] { return in_flight() == 0; },
+               absl::Now() + std::min(options_.timeout, absl::Seconds(5)))
+      .IgnoreError();
 }
 
 absl::Status RingAllReduce::Turn(Call& call, bool& progressed) {
@@ -460,30 +456,32 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
       to_flush.push_back(right_endpoint_.get());
       if (left_endpoint_ != nullptr) to_flush.push_back(left_endpoint_.get());
     }
-    while (in_flight() > 0 || !sender_->idle() || !to_flush.empty()) {
-      if (absl::Status failed = failure(); !failed.ok()) return Annotate(failed, Where());
-      if (absl::Status queued = sender_->Post(); !queued.ok()) return Annotate(queued, Where());
-      while (!to_flush.empty()) {
-        absl::Status posted = to_flush.back()->PostFlush(Guarded([this](absl::Status s) {
-          --outstanding_;
-          if (!s.ok()) Fail(s);
-        }));
-        if (absl::IsResourceExhausted(posted)) break;  // retry after progress
-        if (!posted.ok()) {
-          Fail(posted);
-          return Annotate(posted, Where());
-        }
-        ++outstanding_;
-        to_flush.pop_back();
-      }
-      absl::StatusOr<int> fired = transport_.Progress();
-      if (!fired.ok()) return Annotate(fired.status(), Where());
-      if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            Where(), ": ", in_flight(), " writes still in flight at shutdown"));
-      }
-      std::this_thread::yield();
-    }
+    // Posting happens between the loop's rounds; a failure ends the wait.
+    absl::Status trouble;
+    absl::Status drained = loop_->WaitUntil(
+        [&] {
+          if (trouble = failure(); !trouble.ok()) return true;
+          if (trouble = sender_->Post(); !trouble.ok()) return true;
+          while (!to_flush.empty()) {
+            absl::Status posted = to_flush.back()->PostFlush(Guarded([this](absl::Status s) {
+              --outstanding_;
+              if (!s.ok()) Fail(s);
+            }));
+            if (absl::IsResourceExhausted(posted)) break;  // retry after progress
+            if (!posted.ok()) {
+              Fail(posted);
+              trouble = posted;
+              return true;
+            }
+            ++outstanding_;
+            to_flush.pop_back();
+          }
+          return in_flight() == 0 && sender_->idle() && to_flush.empty();
+        },
+        deadline,
+        [&] { return absl::StrCat(in_flight(), " writes still in flight at shutdown"); });
+    if (!trouble.ok()) return Annotate(trouble, Where());
+    if (!drained.ok()) return Annotate(drained, Where());
   }
   absl::Status barrier =
       rdma::Barrier(store_, ns_, absl::StrCat("ring/", options_.name, "/shutdown"),

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "rdma/blocking.h"
 #include "rdma/rendezvous.h"
 
 namespace rdmaflow::onesided {
@@ -24,8 +23,9 @@ std::string Layout(int world, size_t bytes) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Mailbox>> Mailbox::Create(
-    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
-    int rank, int world, size_t bytes, absl::Duration timeout) {
+    ProgressLoop& loop, rdma::Store& store, const std::string& ns, int rank,
+    int world, size_t bytes, absl::Duration timeout) {
+  rdma::Transport& transport = loop.transport();
   if (bytes == 0)
     return absl::InvalidArgumentError("mailbox of 0-byte messages");
   if (rank < 0 || rank >= world) {
@@ -45,8 +45,8 @@ absl::StatusOr<std::unique_ptr<Mailbox>> Mailbox::Create(
   // transport has agreed to twice as much.
   ASSIGN_OR_RETURN(rdma::MemoryRegion inbox, transport.Allocate(inbox_bytes));
   ASSIGN_OR_RETURN(rdma::MemoryRegion outbox, transport.Allocate(*slot_bytes));
-  std::unique_ptr<Mailbox> box(new Mailbox(transport, store, ns, rank, world,
-                                           bytes, *slot_bytes, timeout));
+  std::unique_ptr<Mailbox> box(new Mailbox(loop, store, ns, rank, world, bytes,
+                                           *slot_bytes, timeout));
   std::memset(inbox.data(), 0, inbox.size());  // every stamp 0: nothing sent
   box->inbox_ = std::make_unique<rdma::MemoryRegion>(std::move(inbox));
   box->outbox_ = std::make_unique<rdma::MemoryRegion>(std::move(outbox));
@@ -59,10 +59,11 @@ absl::StatusOr<std::unique_ptr<Mailbox>> Mailbox::Create(
   return box;
 }
 
-Mailbox::Mailbox(rdma::Transport& transport, rdma::Store& store, std::string ns,
+Mailbox::Mailbox(ProgressLoop& loop, rdma::Store& store, std::string ns,
                  int rank, int world, size_t bytes, size_t slot_bytes,
                  absl::Duration timeout)
-    : transport_(transport),
+    : loop_(loop),
+      transport_(loop.transport()),
       store_(store),
       ns_(std::move(ns)),
       rank_(rank),
@@ -122,7 +123,7 @@ absl::Status Mailbox::Send(int peer, const std::byte* data) {
   RETURN_IF_ERROR(senders_[peer].status());
   std::memcpy(outbox_->data() + kSlotAlign, data, bytes_);
   return Checked(
-      peer, WriteRemote(transport_, *endpoints_[peer], *outbox_, *remote_[peer],
+      peer, WriteRemote(loop_, *endpoints_[peer], *outbox_, *remote_[peer],
                         StampedSlot::Packed(rank_ * slot_bytes_, bytes_),
                         ++sent_[peer], absl::Now() + timeout_));
 }
@@ -135,7 +136,7 @@ absl::Status Mailbox::Probe(int peer) {
   }
   RETURN_IF_ERROR(senders_[peer].status());
   return Checked(
-      peer, rdma::Flush(transport_, *endpoints_[peer], absl::Now() + timeout_));
+      peer, rdma::Flush(loop_, *endpoints_[peer], absl::Now() + timeout_));
 }
 
 absl::Status Mailbox::PeerStatus(int peer) const {

@@ -26,7 +26,7 @@
 // sender of rank r writing the r-th; the outbox is one packed slot, the
 // staging copy of what this rank sends.
 //
-//   ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, "job/gossip",
+//   ASSIGN_OR_RETURN(auto box, Mailbox::Create(loop, store, "job/gossip",
 //                                              rank, world, bytes, timeout));
 //   RETURN_IF_ERROR(box->Connect(peer));      // after the peer's Create()
 //   RETURN_IF_ERROR(box->Send(peer, data));  // bytes() bytes
@@ -44,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "onesided/progress/progress_loop.h"
 #include "onesided/stamped_slot.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -52,18 +53,20 @@
 
 namespace rdmaflow::onesided {
 
-// Thread-compatible; Send() and Connect() drive `transport`'s progress on the
-// calling thread.
+// Single-thread: Send() and Probe() wait through the transport's
+// ProgressLoop (so on its thread), which keeps running the other protocols
+// registered with it while they wait.
 class Mailbox {
  public:
-  // Allocates the inbox (`world` slots of `bytes`) and an outbox, and
+  // Allocates the inbox (`world` slots of `bytes`) and an outbox from
+  // `loop`'s transport (`loop` must outlive the mailbox), and
   // publishes the inbox as <ns>/mailbox/<rank> (and its layout, world and
   // bytes, as <ns>/mailbox/<rank>/layout). kInvalidArgument for 0 bytes, a
   // rank outside [0, world), or an inbox whose size overflows size_t;
   // Allocate's errors.
   static absl::StatusOr<std::unique_ptr<Mailbox>> Create(
-      rdma::Transport& transport, rdma::Store& store, const std::string& ns,
-      int rank, int world, size_t bytes, absl::Duration timeout);
+      ProgressLoop& loop, rdma::Store& store, const std::string& ns, int rank,
+      int world, size_t bytes, absl::Duration timeout);
 
   size_t bytes() const { return bytes_; }
 
@@ -101,12 +104,13 @@ class Mailbox {
   int64_t busy_slots() const { return busy_slots_; }
 
  private:
-  Mailbox(rdma::Transport& transport, rdma::Store& store, std::string ns,
+  Mailbox(ProgressLoop& loop, rdma::Store& store, std::string ns,
           int rank, int world, size_t bytes, size_t slot_bytes,
           absl::Duration timeout);
   absl::Status Checked(int peer, absl::Status status) const;
 
-  rdma::Transport& transport_;
+  ProgressLoop& loop_;
+  rdma::Transport& transport_;  // loop_'s
   rdma::Store& store_;
   const std::string ns_;
   const int rank_;

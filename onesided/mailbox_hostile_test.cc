@@ -76,7 +76,8 @@ void RunForgery(const std::string& ns, const std::vector<uint64_t>& stamps,
                 const std::function<void(size_t, const Seen&, Mailbox&)>& judge) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, ns, rank, 2, kBytes,
+        ProgressLoop loop(transport, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(auto box, Mailbox::Create(loop, store, ns, rank, 2, kBytes,
                                                    absl::Seconds(60)));
         RETURN_IF_ERROR(box->Connect(1 - rank));
         if (rank == 1) {
@@ -232,11 +233,12 @@ TEST(MailboxHostileTest, RandomStampsFollowTheModel) {
 TEST(MailboxHostileTest, SizesThatWrapAreRefused) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ProgressLoop loop(transport, ProgressLoopOptions{});
         // The slot (message + 64-byte stamp, rounded) wraps, or world slots
         // of it do: a tiny inbox and a huge copy buffer before.
         for (const auto& [world, bytes] : std::vector<std::pair<int, size_t>>{
                  {2, kMax}, {2, kMax - 64}, {2, uint64_t{1} << 63}, {4, uint64_t{1} << 62}}) {
-          EXPECT_THAT(Mailbox::Create(transport, store, "mailbox_hostile_sizes", 0, world,
+          EXPECT_THAT(Mailbox::Create(loop, store, "mailbox_hostile_sizes", 0, world,
                                       bytes, absl::Seconds(1)),
                       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("overflows")))
               << world << " x " << bytes;
@@ -251,8 +253,9 @@ TEST(MailboxHostileTest, PeerOfAnotherLayoutIsRefused) {
   // 64-byte slots, but laid out differently (connected before).
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ProgressLoop loop(transport, ProgressLoopOptions{});
         const char* ns = "mailbox_hostile_layout";
-        ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, ns, rank, 2,
+        ASSIGN_OR_RETURN(auto box, Mailbox::Create(loop, store, ns, rank, 2,
                                                    rank == 0 ? kBytes : 2 * kBytes,
                                                    absl::Seconds(60)));
         if (rank == 0) {

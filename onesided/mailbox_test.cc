@@ -35,7 +35,8 @@ TEST(MailboxTest, CollectNeverDeliversATornMessageWhileTheSenderOverwrites) {
   constexpr uint64_t kMessages = 300;
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, kNs, rank, 2, kBytes,
+        ProgressLoop loop(transport, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(auto box, Mailbox::Create(loop, store, kNs, rank, 2, kBytes,
                                                    absl::Seconds(60)));
         if (rank == 1) {
           RETURN_IF_ERROR(box->Connect(0));
@@ -80,7 +81,8 @@ TEST(MailboxTest, EachMessageIsDeliveredOnceFromEverySender) {
   constexpr int kRanks = 3;
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, kNs, rank, kRanks, 40,
+        ProgressLoop loop(transport, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(auto box, Mailbox::Create(loop, store, kNs, rank, kRanks, 40,
                                                    absl::Seconds(60)));
         for (int peer = 0; peer < kRanks; ++peer) {
           if (peer == rank) continue;
@@ -110,11 +112,12 @@ TEST(MailboxTest, EachMessageIsDeliveredOnceFromEverySender) {
 TEST(MailboxTest, RefusesBadUses) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        EXPECT_THAT(Mailbox::Create(transport, store, kNs, 0, 2, 0, absl::Seconds(1)),
+        ProgressLoop loop(transport, ProgressLoopOptions{});
+        EXPECT_THAT(Mailbox::Create(loop, store, kNs, 0, 2, 0, absl::Seconds(1)),
                     StatusIs(absl::StatusCode::kInvalidArgument));
-        EXPECT_THAT(Mailbox::Create(transport, store, kNs, 2, 2, 8, absl::Seconds(1)),
+        EXPECT_THAT(Mailbox::Create(loop, store, kNs, 2, 2, 8, absl::Seconds(1)),
                     StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
-        ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, kNs, 0, 2, 8,
+        ASSIGN_OR_RETURN(auto box, Mailbox::Create(loop, store, kNs, 0, 2, 8,
                                                    absl::Milliseconds(50)));
         std::vector<uint64_t> message(1, 7);
         EXPECT_THAT(box->Send(1, Bytes(message)),
@@ -133,6 +136,7 @@ TEST(MailboxTest, RefusesADescriptorTooShortOrOfAnotherRank) {
     const std::string ns = absl::StrCat("mailbox_test_descriptor", forgery);
     std::vector<absl::Status> results = rdma::testing::RunRankThreads(
         2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+          ProgressLoop loop(transport, ProgressLoopOptions{});
           if (rank == 1) {
             ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(kInbox));
             rdma::RemoteRegion descriptor = region.descriptor();
@@ -146,7 +150,7 @@ TEST(MailboxTest, RefusesADescriptorTooShortOrOfAnotherRank) {
             RETURN_IF_ERROR(rdma::PublishRegion(store, ns, "mailbox/1", descriptor));
             return rdma::Barrier(store, ns, "done", 2, absl::Seconds(60));
           }
-          ASSIGN_OR_RETURN(auto box, Mailbox::Create(transport, store, ns, 0, 2, 64,
+          ASSIGN_OR_RETURN(auto box, Mailbox::Create(loop, store, ns, 0, 2, 64,
                                                      absl::Seconds(60)));
           EXPECT_THAT(box->Connect(1), StatusIs(absl::StatusCode::kInvalidArgument,
                                                 HasSubstr("does not hold 2 slots")));

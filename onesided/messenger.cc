@@ -170,14 +170,16 @@ Messenger::~Messenger() {
     }
   }
   // Completions capture `this`: let those in flight fire before it goes.
-  const absl::Time deadline = absl::Now() + absl::Seconds(2);
-  while (absl::Now() < deadline) {
-    int64_t outstanding = 0;
-    for (auto& peer : peers_) {
-      if (peer != nullptr) outstanding += peer->in_flight();
-    }
-    if (outstanding == 0) break;
-    if (!transport_.Progress().ok()) break;
+  if (loop_ != nullptr) {
+    loop_->Drain(
+        [&] {
+          for (auto& peer : peers_) {
+            if (peer != nullptr && peer->in_flight() > 0) return false;
+          }
+          return true;
+        },
+        absl::Now() + absl::Seconds(2))
+        .IgnoreError();
   }
   bool leak = false;
   for (auto& peer : peers_) {

@@ -35,7 +35,7 @@
 //
 //   // writer, into a peer's slot (Mailbox::Send):
 //   std::memcpy(staging.data() + kSlotAlign, data, bytes);
-//   RETURN_IF_ERROR(WriteRemote(transport, endpoint, staging, remote,
+//   RETURN_IF_ERROR(WriteRemote(loop, endpoint, staging, remote,
 //                               StampedSlot::Packed(base, bytes), ++sent,
 //                               deadline));
 //   // reader, of a slot in our memory (Mailbox::Collect):
@@ -53,6 +53,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rdma/blocking.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
@@ -208,10 +209,11 @@ void WriteLocal(std::byte* base, const StampedSlot& slot, uint64_t sequence,
 // flushed before the next (so the peer sees them in order whatever the
 // transport reorders). `staging` is a registered packed slot at offset 0
 // whose payload (at kSlotAlign, at.payload_bytes long) the caller has
-// filled; its stamp word is ours to write. Blocks (rdma/blocking.h) until
-// `deadline`; errors are the transport's (kUnavailable, kDeadlineExceeded:
-// the endpoint is then closed).
-absl::Status WriteRemote(rdma::Transport& transport, rdma::Endpoint& endpoint,
+// filled; its stamp word is ours to write. Waits through `driver` (the
+// transport's ProgressLoop) until `deadline`; errors are the transport's
+// (kUnavailable, kDeadlineExceeded: the endpoint is then closed, and the
+// writes fenced, as rdma/blocking.h says).
+absl::Status WriteRemote(rdma::ProgressDriver& driver, rdma::Endpoint& endpoint,
                          rdma::MemoryRegion& staging,
                          const rdma::RemoteRegion& remote,
                          const StampedSlot& at, uint64_t sequence,

@@ -17,6 +17,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "onesided/progress/progress_loop.h"
 #include "rdma/loopback/loopback_fabric.h"
 #include "rdma/loopback/loopback_transport.h"
 
@@ -348,11 +349,12 @@ TEST(StampedSlotTest, RemoteBracketLandsWholeInThePeersSlot) {
   const StampedSlot at =
       StampedSlot::Packed(slot_bytes, kPayload);  // the second slot
   StampedSlotReader reader("rank 1", "the stamp of its slot");
+  ProgressLoop loop(*transports[1], ProgressLoopOptions{});  // the writer's
   std::vector<uint64_t> copy(kPayload / 8);
   for (uint64_t s = 1; s <= 3; ++s) {
     std::vector<uint64_t> words(kPayload / 8, 100 + s);
     std::memcpy(staging.data() + kSlotAlign, words.data(), kPayload);
-    ASSERT_OK(WriteRemote(*transports[1], *endpoint, staging, remote, at, s,
+    ASSERT_OK(WriteRemote(loop, *endpoint, staging, remote, at, s,
                           absl::Now() + absl::Seconds(10)));
     EXPECT_EQ(LoadStamp(target.data(), at.stamp_offset), WholeStamp(s));
     EXPECT_THAT(reader.TryReadLocal(target.data(), at,
@@ -364,7 +366,7 @@ TEST(StampedSlotTest, RemoteBracketLandsWholeInThePeersSlot) {
   // A slot past the end of the peer's region: the transport refuses the
   // first write, and nothing lands.
   const StampedSlot outside = StampedSlot::Packed(2 * slot_bytes, kPayload);
-  EXPECT_THAT(WriteRemote(*transports[1], *endpoint, staging, remote, outside,
+  EXPECT_THAT(WriteRemote(loop, *endpoint, staging, remote, outside,
                           4, absl::Now() + absl::Seconds(10)),
               StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_EQ(LoadStamp(target.data(), at.stamp_offset), WholeStamp(3));

@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
-#include "rdma/blocking.h"
 #include "rdma/rendezvous.h"
 
 namespace rdmaflow::onesided {
@@ -120,10 +119,11 @@ void VersionedBuffer::Update(
 // --- VersionedReader ---------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
-    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+    ProgressLoop& loop, rdma::Store& store, const std::string& ns,
     const std::string& name, int owner_rank, absl::Duration timeout) {
+  rdma::Transport& transport = loop.transport();
   std::unique_ptr<VersionedReader> reader(
-      new VersionedReader(transport, name, owner_rank, timeout));
+      new VersionedReader(loop, name, owner_rank, timeout));
   absl::StatusOr<std::string> layout = store.Get(LayoutKey(ns, name), timeout);
   if (!layout.ok()) {
     return absl::Status(
@@ -170,9 +170,9 @@ absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
   return reader;
 }
 
-VersionedReader::VersionedReader(rdma::Transport& transport, std::string name,
+VersionedReader::VersionedReader(ProgressLoop& loop, std::string name,
                                  int owner, absl::Duration timeout)
-    : transport_(transport),
+    : loop_(loop),
       name_(std::move(name)),
       owner_(owner),
       timeout_(timeout),
@@ -189,7 +189,7 @@ absl::Status VersionedReader::Named(absl::Status status) const {
 absl::Status VersionedReader::ReadWords(size_t offset, size_t count) {
   const size_t length = count * sizeof(uint64_t);
   return Named(
-      rdma::Read(transport_, *endpoint_, {scratch_.get(), offset, length},
+      rdma::Read(loop_, *endpoint_, {scratch_.get(), offset, length},
                  {remote_.get(), offset, length}, absl::Now() + timeout_));
 }
 
@@ -232,7 +232,7 @@ absl::StatusOr<uint64_t> VersionedReader::Read(const rdma::LocalSlice& dst) {
     absl::StatusOr<SlotRead> got = stamp.TryRead(
         LoadStamp(scratch_->data(), slot.stamp_offset),
         [&] {
-          return Named(rdma::Read(transport_, *endpoint_, dst,
+          return Named(rdma::Read(loop_, *endpoint_, dst,
                                   {remote_.get(), slot.payload_offset, bytes_},
                                   absl::Now() + timeout_));
         },

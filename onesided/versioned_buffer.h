@@ -35,7 +35,7 @@
 //   shard->Update([&](std::byte* next, const std::byte* latest) { ... });
 //   // reader (rank 1)
 //   ASSIGN_OR_RETURN(auto pull, VersionedReader::Create(
-//       transport, store, "job/ps", "shard0", /*owner=*/0, absl::Seconds(60)));
+//       loop, store, "job/ps", "shard0", /*owner=*/0, absl::Seconds(60)));
 //   ASSIGN_OR_RETURN(uint64_t version, pull->Read({&region, 0,
 //   pull->bytes()}));
 #ifndef RDMAFLOW_ONESIDED_VERSIONED_BUFFER_H_
@@ -51,6 +51,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "onesided/progress/progress_loop.h"
 #include "onesided/stamped_slot.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -101,18 +102,19 @@ class VersionedBuffer {
   uint64_t version_ = 0;
 };
 
-// A reader's side. Thread-compatible; Read() drives `transport`'s progress
-// on the calling thread (other completions it fires are the owners' own
-// callbacks, e.g. a communicator's on the same thread).
+// A reader's side. Single-thread: Read() and LatestVersion() wait through
+// the transport's ProgressLoop (so on its thread), which keeps running the
+// other protocols registered with it (a communicator's) while they wait.
 class VersionedReader {
  public:
   // Fetches <ns>/versioned/<name> (waiting up to `timeout` for the owner to
-  // publish it) and connects to `owner_rank`. kDeadlineExceeded names both;
+  // publish it) and connects to `owner_rank` over `loop`'s transport
+  // (`loop` must outlive the reader). kDeadlineExceeded names both;
   // kInvalidArgument naming the field for a layout that is malformed, out of
   // range (bytes 0, copies outside 2..kMaxCopies), overflows size_t, or does
   // not fit in the published descriptor.
   static absl::StatusOr<std::unique_ptr<VersionedReader>> Create(
-      rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+      ProgressLoop& loop, rdma::Store& store, const std::string& ns,
       const std::string& name, int owner_rank, absl::Duration timeout);
 
   size_t bytes() const { return bytes_; }
@@ -135,7 +137,7 @@ class VersionedReader {
   int64_t retries() const { return retries_; }
 
  private:
-  VersionedReader(rdma::Transport& transport, std::string name, int owner,
+  VersionedReader(ProgressLoop& loop, std::string name, int owner,
                   absl::Duration timeout);
   // Reads `count` header words at byte `offset` into scratch_ (same offset).
   absl::Status ReadWords(size_t offset, size_t count);
@@ -144,7 +146,7 @@ class VersionedReader {
   // version_.Advance(version); kDataLoss is kept in failed_.
   absl::Status CheckVersion(uint64_t version);
 
-  rdma::Transport& transport_;
+  ProgressLoop& loop_;
   const std::string name_;
   const int owner_;
   const absl::Duration timeout_;

@@ -61,6 +61,7 @@ void RunForgery(const std::string& name, size_t count,
   const std::string ns = absl::StrCat("versioned_hostile_", name);
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ProgressLoop loop(transport, ProgressLoopOptions{});
         if (rank == 0) {
           ASSIGN_OR_RETURN(auto buffer, VersionedBuffer::Create(transport, store, ns, name,
                                                                 kBytes, kCopies));
@@ -72,7 +73,7 @@ void RunForgery(const std::string& name, size_t count,
           }
           return absl::OkStatus();
         }
-        ASSIGN_OR_RETURN(auto reader, VersionedReader::Create(transport, store, ns, name, 0,
+        ASSIGN_OR_RETURN(auto reader, VersionedReader::Create(loop, store, ns, name, 0,
                                                               absl::Seconds(60)));
         ASSIGN_OR_RETURN(rdma::MemoryRegion dst, transport.Allocate(kBytes));
         for (size_t i = 0; i < count; ++i) {
@@ -224,6 +225,7 @@ TEST(VersionedBufferHostileTest, RandomForgeriesFollowTheModel) {
 TEST(VersionedBufferHostileTest, OwnerSizesThatWrapAreRefused) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ProgressLoop loop(transport, ProgressLoopOptions{});
         // Copies of 2^63 bytes wrap to a region of one header before.
         for (size_t bytes : {size_t{kHalf}, size_t{kMax}, size_t{kMax - 63}}) {
           EXPECT_THAT(VersionedBuffer::Create(transport, store, "versioned_hostile_own",
@@ -278,6 +280,7 @@ TEST(VersionedBufferHostileTest, ForgedLayoutsInTheStoreAreRefused) {
   const std::string ns = "versioned_hostile_layouts";
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ProgressLoop loop(transport, ProgressLoopOptions{});
         if (rank == 0) {
           ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(kLargest));
           RETURN_IF_ERROR(rdma::PublishAddress(store, ns, transport));
@@ -294,7 +297,7 @@ TEST(VersionedBufferHostileTest, ForgedLayoutsInTheStoreAreRefused) {
         for (size_t i = 0; i < cases.size(); ++i) {
           SCOPED_TRACE(absl::StrCat("layout '", cases[i].layout, "'"));
           absl::StatusOr<std::unique_ptr<VersionedReader>> reader = VersionedReader::Create(
-              transport, store, ns, absl::StrCat("b", i), 0, absl::Seconds(60));
+              loop, store, ns, absl::StrCat("b", i), 0, absl::Seconds(60));
           if (cases[i].error.empty()) {
             EXPECT_OK(reader.status());
             if (reader.ok()) {

@@ -37,6 +37,7 @@ TEST(VersionedBufferTest, PullsNeverObserveTornTensorsUnderConcurrentUpdates) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
+        ProgressLoop loop(transport, ProgressLoopOptions{});
         if (rank == 0) {
           ASSIGN_OR_RETURN(auto buffer,
                            VersionedBuffer::Create(transport, store, kNs,
@@ -53,7 +54,7 @@ TEST(VersionedBufferTest, PullsNeverObserveTornTensorsUnderConcurrentUpdates) {
           return absl::OkStatus();
         }
         ASSIGN_OR_RETURN(auto reader,
-                         VersionedReader::Create(transport, store, kNs, "params",
+                         VersionedReader::Create(loop, store, kNs, "params",
                                                  0, absl::Seconds(60)));
         EXPECT_EQ(reader->bytes(), kBytes);
         ASSIGN_OR_RETURN(rdma::MemoryRegion dst, transport.Allocate(kBytes));
@@ -84,6 +85,7 @@ TEST(VersionedBufferTest, ReaderSeesEachUpdateAndTheLatestVersion) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
+        ProgressLoop loop(transport, ProgressLoopOptions{});
         if (rank == 0) {
           ASSIGN_OR_RETURN(auto buffer, VersionedBuffer::Create(
                                             transport, store, kNs, "p", 24, 3));
@@ -98,7 +100,7 @@ TEST(VersionedBufferTest, ReaderSeesEachUpdateAndTheLatestVersion) {
           return absl::OkStatus();
         }
         ASSIGN_OR_RETURN(auto reader, VersionedReader::Create(
-                                          transport, store, kNs, "p", 0,
+                                          loop, store, kNs, "p", 0,
                                           absl::Seconds(60)));
         ASSIGN_OR_RETURN(rdma::MemoryRegion dst, transport.Allocate(24));
         for (uint64_t v = 1; v <= 5; ++v) {
@@ -130,12 +132,13 @@ TEST(VersionedBufferTest, ReaderSeesEachUpdateAndTheLatestVersion) {
 TEST(VersionedBufferTest, RejectsBadLayoutsAndMissingOwners) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ProgressLoop loop(transport, ProgressLoopOptions{});
         EXPECT_THAT(VersionedBuffer::Create(transport, store, kNs, "a", 0, 3),
                     StatusIs(absl::StatusCode::kInvalidArgument));
         EXPECT_THAT(VersionedBuffer::Create(transport, store, kNs, "a", 8, 1),
                     StatusIs(absl::StatusCode::kInvalidArgument,
                              HasSubstr("at least 2 copies")));
-        EXPECT_THAT(VersionedReader::Create(transport, store, kNs, "nobody", 3,
+        EXPECT_THAT(VersionedReader::Create(loop, store, kNs, "nobody", 3,
                                             absl::Milliseconds(50)),
                     StatusIs(absl::StatusCode::kDeadlineExceeded,
                              HasSubstr("'nobody' of rank 3")));

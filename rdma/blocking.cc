@@ -33,21 +33,13 @@ struct OperationState {
 // Fences it before anyone may reuse its memory: closes the endpoint, then
 // progresses until the operation's completion has fired (bounded by
 // kCancelGrace). Returns `why`'s code with what was done.
-absl::Status GiveUp(Transport& transport, Endpoint& endpoint,
+absl::Status GiveUp(ProgressDriver& driver, Endpoint& endpoint,
                     const OperationState& state, const absl::Status& why,
                     absl::string_view what) {
   const int peer = endpoint.peer_rank();
   absl::Status closed = endpoint.Close();
-  const absl::Time grace = absl::Now() + kCancelGrace;
-  absl::Status progress;
-  while (!state.finished && absl::Now() < grace) {
-    absl::StatusOr<int> fired = transport.Progress();
-    if (!fired.ok()) {
-      progress = fired.status();
-      break;
-    }
-    if (*fired == 0) std::this_thread::yield();
-  }
+  absl::Status progress = driver.Drain([&] { return state.finished; },
+                                       absl::Now() + kCancelGrace);
   if (state.finished) {
     return absl::Status(
         why.code(),
@@ -65,7 +57,7 @@ absl::Status GiveUp(Transport& transport, Endpoint& endpoint,
       trouble,
       ": it may still write its local memory (a read) or read it (a write); "
       "do not free or reuse that memory while the transport lives");
-  std::fprintf(stderr, "rdma/blocking: rank %d: %s\n", transport.rank(),
+  std::fprintf(stderr, "rdma/blocking: rank %d: %s\n", driver.transport().rank(),
                message.c_str());
   return absl::Status(why.code(), message);
 }
@@ -73,20 +65,19 @@ absl::Status GiveUp(Transport& transport, Endpoint& endpoint,
 // Retries `post` while it reports back-pressure, then waits for `done`. On
 // a timeout after posting, fences the operation (GiveUp) before returning.
 template <typename PostFn>
-absl::Status PostAndWait(Transport& transport, Endpoint& endpoint, PostFn post,
+absl::Status PostAndWait(ProgressDriver& driver, Endpoint& endpoint, PostFn post,
                          absl::Time deadline, absl::string_view what) {
   if (absl::Now() >= deadline) {
     // Posting now could only time out with the operation in flight.
     return absl::DeadlineExceededError(
-        absl::StrCat("rank ", transport.rank(),
+        absl::StrCat("rank ", driver.transport().rank(),
                      ": the deadline passed before posting ", what,
                      "; nothing was posted"));
   }
   auto state = std::make_shared<OperationState>();
   absl::Status posted;
   // A timeout here posted nothing: nothing to fence.
-  RETURN_IF_ERROR(ProgressUntil(
-      transport,
+  RETURN_IF_ERROR(driver.WaitFor(
       [&] {
         posted = post(Completion([state](absl::Status status) {
           state->result = std::move(status);
@@ -96,11 +87,34 @@ absl::Status PostAndWait(Transport& transport, Endpoint& endpoint, PostFn post,
       },
       deadline, what));
   RETURN_IF_ERROR(posted);
-  absl::Status waited = ProgressUntil(
-      transport, [&] { return state->finished; }, deadline, what);
-  if (!waited.ok()) return GiveUp(transport, endpoint, *state, waited, what);
+  absl::Status waited =
+      driver.WaitFor([&] { return state->finished; }, deadline, what);
+  if (!waited.ok()) return GiveUp(driver, endpoint, *state, waited, what);
   return state->result;
 }
+
+// The Transport& overloads' driver: spins Progress() on the calling thread.
+class SpinningDriver final : public ProgressDriver {
+ public:
+  explicit SpinningDriver(Transport& transport) : transport_(transport) {}
+  Transport& transport() override { return transport_; }
+  absl::Status WaitFor(absl::FunctionRef<bool()> done, absl::Time deadline,
+                       absl::string_view what) override {
+    return ProgressUntil(transport_, done, deadline, what);
+  }
+  absl::Status Drain(absl::FunctionRef<bool()> done,
+                     absl::Time deadline) override {
+    while (!done() && absl::Now() < deadline) {
+      absl::StatusOr<int> fired = transport_.Progress();
+      if (!fired.ok()) return fired.status();
+      if (*fired == 0) std::this_thread::yield();
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Transport& transport_;
+};
 
 }  // namespace
 
@@ -132,34 +146,54 @@ absl::StatusOr<Notification> WaitNotification(Transport& transport,
   return *notification;
 }
 
-absl::Status Write(Transport& transport, Endpoint& endpoint,
+absl::Status Write(ProgressDriver& driver, Endpoint& endpoint,
                    const LocalSlice& src, const RemoteSlice& dst,
                    std::optional<uint32_t> notification, absl::Time deadline) {
   return PostAndWait(
-      transport, endpoint,
+      driver, endpoint,
       [&](Completion done) {
         return endpoint.PostWrite(src, dst, notification, std::move(done));
       },
       deadline, absl::StrCat("a write to rank ", endpoint.peer_rank()));
 }
 
-absl::Status Read(Transport& transport, Endpoint& endpoint,
+absl::Status Read(ProgressDriver& driver, Endpoint& endpoint,
                   const LocalSlice& dst, const RemoteSlice& src,
                   absl::Time deadline) {
   return PostAndWait(
-      transport, endpoint,
+      driver, endpoint,
       [&](Completion done) {
         return endpoint.PostRead(dst, src, std::move(done));
       },
       deadline, absl::StrCat("a read from rank ", endpoint.peer_rank()));
 }
 
-absl::Status Flush(Transport& transport, Endpoint& endpoint,
+absl::Status Flush(ProgressDriver& driver, Endpoint& endpoint,
                    absl::Time deadline) {
   return PostAndWait(
-      transport, endpoint,
+      driver, endpoint,
       [&](Completion done) { return endpoint.PostFlush(std::move(done)); },
       deadline, absl::StrCat("a flush to rank ", endpoint.peer_rank()));
+}
+
+absl::Status Write(Transport& transport, Endpoint& endpoint,
+                   const LocalSlice& src, const RemoteSlice& dst,
+                   std::optional<uint32_t> notification, absl::Time deadline) {
+  SpinningDriver driver(transport);
+  return Write(driver, endpoint, src, dst, notification, deadline);
+}
+
+absl::Status Read(Transport& transport, Endpoint& endpoint,
+                  const LocalSlice& dst, const RemoteSlice& src,
+                  absl::Time deadline) {
+  SpinningDriver driver(transport);
+  return Read(driver, endpoint, dst, src, deadline);
+}
+
+absl::Status Flush(Transport& transport, Endpoint& endpoint,
+                   absl::Time deadline) {
+  SpinningDriver driver(transport);
+  return Flush(driver, endpoint, deadline);
 }
 
 }  // namespace rdmaflow::rdma

@@ -2,8 +2,11 @@
 // -----------------------------------------------------------------------------
 // Blocking conveniences over the non-blocking Endpoint/Transport interface:
 // each drives Transport::Progress() on the calling thread until an operation
-// finishes or a deadline passes. For set-up code, tools and tests; the runtime
-// drives progress itself.
+// finishes or a deadline passes. The Transport& overloads spin Progress()
+// on the calling thread: for set-up code, tools and tests. A layer that owns
+// a transport's progress (onesided::ProgressLoop) is a ProgressDriver and
+// passes itself to the ProgressDriver& overloads, so that its handlers keep
+// running and its wait policy applies while a helper waits.
 //
 // Giving up is a protocol step: Write(), Read() and Flush() never return
 // while their operation may still move bytes, unless they say so. When the
@@ -34,6 +37,24 @@
 
 namespace rdmaflow::rdma {
 
+// How a helper drives a transport's progress.
+class ProgressDriver {
+ public:
+  virtual ~ProgressDriver() = default;
+
+  virtual Transport& transport() = 0;
+  // Progresses until `done()`. kDeadlineExceeded naming `what` at
+  // `deadline`; a progress failure with its own code.
+  virtual absl::Status WaitFor(absl::FunctionRef<bool()> done,
+                               absl::Time deadline, absl::string_view what) = 0;
+  // The fence after giving up: progresses completions until `done()` or
+  // `deadline`, whatever failed before (a failure recorded by the driver
+  // does not stop it). Returns the first Progress() error, or OK; the
+  // caller checks `done()` itself.
+  virtual absl::Status Drain(absl::FunctionRef<bool()> done,
+                             absl::Time deadline) = 0;
+};
+
 // Calls transport.Progress() until `done()` returns true.
 // kDeadlineExceeded ("timed out after ... waiting for <what>") at `deadline`;
 // a Progress() error is returned as is.
@@ -63,6 +84,16 @@ absl::Status Read(Transport& transport, Endpoint& endpoint,
 
 // Posts a flush and waits for it. Timeouts as for Write().
 absl::Status Flush(Transport& transport, Endpoint& endpoint,
+                   absl::Time deadline);
+
+// The same three, progressed by `driver` (whose transport owns `endpoint`).
+absl::Status Write(ProgressDriver& driver, Endpoint& endpoint,
+                   const LocalSlice& src, const RemoteSlice& dst,
+                   std::optional<uint32_t> notification, absl::Time deadline);
+absl::Status Read(ProgressDriver& driver, Endpoint& endpoint,
+                  const LocalSlice& dst, const RemoteSlice& src,
+                  absl::Time deadline);
+absl::Status Flush(ProgressDriver& driver, Endpoint& endpoint,
                    absl::Time deadline);
 
 }  // namespace rdmaflow::rdma

@@ -11,6 +11,10 @@
 #include "absl/time/time.h"
 #include "onesided/progress/wait_policy.h"
 
+namespace rdmaflow::onesided {
+class ProgressLoop;  // onesided/progress/progress_loop.h
+}  // namespace rdmaflow::onesided
+
 namespace rdmaflow::runtime {
 
 struct CommunicatorOptions {
@@ -27,6 +31,13 @@ struct CommunicatorOptions {
   // sleep (onesided/progress/wait_policy.h). WaitPolicy::Spin() for a core
   // per rank and the lowest latency.
   onesided::WaitPolicy wait = onesided::WaitPolicy::Adaptive();
+  // The transport's progress loop, when other protocols on the same
+  // transport run on it too (a strategy's ring, its mailboxes): the
+  // communicator registers its handlers and peers with it (and takes its
+  // wait policy and liveness interval instead of the two above). It must
+  // outlive the communicator, whose thread must be the loop's. Null: the
+  // communicator runs a loop of its own.
+  onesided::ProgressLoop* loop = nullptr;
   // Registered pools for dynamic-size tensors, per rank that sends (sources
   // the receiver reads from) and per rank that receives them (destinations).
   // Allocated only when the plan has dynamic tensors for the rank.

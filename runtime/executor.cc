@@ -630,11 +630,10 @@ void Executor::AbandonRead(const std::shared_ptr<PendingRead>& read, int peer,
   if (rdma::Endpoint* endpoint = engine_.endpoint(peer); endpoint != nullptr) {
     endpoint->Close().IgnoreError();
   }
-  const absl::Time deadline = absl::Now() + std::min(kFenceWait, options_.timeout);
-  while (!read->done && absl::Now() < deadline) {
-    if (!transport_.Progress().ok()) break;
-    std::this_thread::yield();
-  }
+  engine_.loop()
+      .Drain([&] { return read->done; },
+             absl::Now() + std::min(kFenceWait, options_.timeout))
+      .IgnoreError();
   if (read->done) {
     dest_pool_->Free(read->dest);
     return;

@@ -27,32 +27,39 @@ ProgressEngine::ProgressEngine(rdma::Transport& transport, rdma::Store& store,
       options_(options),
       world_size_(world_size),
       endpoints_(world_size),
-      loop_(transport, LoopOptions(transport, options)) {}
+      own_loop_(options.loop == nullptr ? std::make_unique<onesided::ProgressLoop>(
+                                              transport, LoopOptions(transport, options))
+                                        : nullptr),
+      loop_(options.loop != nullptr ? options.loop : own_loop_.get()) {}
 
 ProgressEngine::~ProgressEngine() {
+  if (own_loop_ == nullptr) {
+    // A shared loop goes on: leave it (an own loop goes with us).
+    loop_->CheckOnLoopThread("a communicator's progress engine's destructor");
+    for (int64_t handler : handlers_) loop_->RemoveHandler(handler);
+    for (int64_t watch : watches_) loop_->Unwatch(watch);
+  }
   for (auto& endpoint : endpoints_) {
     if (endpoint != nullptr) endpoint->Close().IgnoreError();
   }
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (outstanding_ > 0 && absl::Now() < deadline) {
-    if (!transport_.Progress().ok()) break;
-  }
+  loop_->Drain([&] { return outstanding_ == 0; }, absl::Now() + absl::Seconds(5))
+      .IgnoreError();
   endpoints_.clear();
 }
 
 void ProgressEngine::set_handlers(Handlers handlers) {
   if (handlers.on_notification) {
-    loop_.AddNotificationHandler(
+    handlers_.push_back(loop_->AddNotificationHandler(
         [on_notification = std::move(handlers.on_notification)](const rdma::Notification& n) {
           on_notification(n);
           return true;
-        });
+        }));
   }
   if (handlers.on_round) {
-    loop_.AddRoundHandler([on_round = std::move(handlers.on_round)] {
+    handlers_.push_back(loop_->AddRoundHandler([on_round = std::move(handlers.on_round)] {
       on_round();
       return false;
-    });
+    }));
   }
 }
 
@@ -63,18 +70,19 @@ absl::Status ProgressEngine::Connect(const std::vector<int>& peers) {
     ASSIGN_OR_RETURN(endpoints_[peer],
                      rdma::ConnectToPeer(transport_, store_, options_.ns, peer,
                                          options_.timeout));
-    loop_.WatchPeer(peer, endpoints_[peer].get(), nullptr);  // a dead peer fails the loop
+    // A dead peer fails the loop.
+    watches_.push_back(loop_->WatchPeer(peer, endpoints_[peer].get(), nullptr));
   }
   return absl::OkStatus();
 }
 
-absl::Status ProgressEngine::Poll() { return loop_.Poll().status(); }
+absl::Status ProgressEngine::Poll() { return loop_->Poll().status(); }
 
 absl::Status ProgressEngine::WaitUntil(
     const std::function<bool()>& ready, int peer,
     const std::function<std::string()>& what) {
   const int probe[] = {peer};
-  return loop_.WaitUntil(ready, absl::Now() + options_.timeout, what,
+  return loop_->WaitUntil(ready, absl::Now() + options_.timeout, what,
                          peer >= 0 ? absl::Span<const int>(probe) : absl::Span<const int>(peers_));
 }
 

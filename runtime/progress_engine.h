@@ -37,8 +37,11 @@ class ProgressEngine {
 
   ProgressEngine(rdma::Transport& transport, rdma::Store& store,
                  const CommunicatorOptions& options, int world_size);
-  // Collects the completions of operations still in flight (after Close
-  // cancelled them), so no callback outlives its owner.
+  // Runs on `options.loop` when set (see CommunicatorOptions), else on a
+  // loop of its own.
+  // Leaves the loop (its handlers and watches), then collects the
+  // completions of operations still in flight (after Close cancelled them),
+  // so no callback outlives its owner. On the loop's thread.
   ~ProgressEngine();
 
   // Once, before Connect().
@@ -76,9 +79,9 @@ class ProgressEngine {
   int64_t outstanding() const { return outstanding_; }
 
   // Records the first failure of an asynchronous operation.
-  void Fail(absl::Status status) { loop_.Fail(std::move(status)); }
-  const absl::Status& failure() const { return loop_.failure(); }
-  onesided::ProgressLoop& loop() { return loop_; }
+  void Fail(absl::Status status) { loop_->Fail(std::move(status)); }
+  const absl::Status& failure() const { return loop_->failure(); }
+  onesided::ProgressLoop& loop() { return *loop_; }
 
   // Flushes every connected endpoint, then waits until nothing is in flight
   // and `idle()` holds.
@@ -97,7 +100,10 @@ class ProgressEngine {
   std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;
   int64_t outstanding_ = 0;
   // After the endpoints: it stops watching them before they close.
-  onesided::ProgressLoop loop_;
+  std::unique_ptr<onesided::ProgressLoop> own_loop_;  // null: options_.loop
+  onesided::ProgressLoop* loop_;
+  std::vector<int64_t> handlers_;  // ours, on loop_
+  std::vector<int64_t> watches_;
 };
 
 }  // namespace rdmaflow::runtime

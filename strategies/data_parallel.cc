@@ -15,7 +15,7 @@ constexpr size_t kAlignment = 64;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
-    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+    onesided::ProgressLoop& loop, rdma::Store& store, const std::string& ns,
     const std::vector<int>& members, std::vector<Parameter> parameters,
     const DataParallelOptions& options) {
   std::unique_ptr<DataParallelGroup> group(new DataParallelGroup());
@@ -41,8 +41,9 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
   ring.chunk_bytes = static_cast<size_t>(options.chunk_bytes);
   ring.slots = options.slots;
   ring.timeout = options.timeout;
+  ring.loop = &loop;
   ASSIGN_OR_RETURN(group->ring_, collectives::RingAllReduce::Create(
-                                     transport, store, ns, members, ring));
+                                     loop.transport(), store, ns, members, ring));
 
   const int64_t elements = group->layout_.total_bytes / sizeof(float);
   group->flat_params_ = torch::zeros({elements}, torch::kFloat32);

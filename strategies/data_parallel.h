@@ -44,9 +44,10 @@ class DataParallelGroup {
  public:
   // Collective over `members` (global ranks, the same list everywhere),
   // all holding the same `parameters` (float32, CPU). With no parameters
-  // the group does nothing. Errors: RingAllReduce::Create's.
+  // the group does nothing. Its ring runs on `loop` (the transport's, which
+  // must outlive the group). Errors: RingAllReduce::Create's.
   static absl::StatusOr<std::unique_ptr<DataParallelGroup>> Create(
-      rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+      onesided::ProgressLoop& loop, rdma::Store& store, const std::string& ns,
       const std::vector<int>& members, std::vector<Parameter> parameters,
       const DataParallelOptions& options);
   // Points the gradients back at their own memory (the region goes away).

@@ -38,10 +38,30 @@ absl::StatusOr<graph::GraphDef> Strategy::Prepare(const StrategyContext& context
                                                    " is not one of a job of ",
                                                    context.world_size, " ranks"));
   }
+  onesided::ProgressLoopOptions loop;
+  loop.name = absl::StrCat(name(), " rank ", context.rank);
+  loop.wait = options_.communicator_options.wait;
+  loop.liveness_interval = options_.communicator_options.liveness_interval;
+  if (absl::Status valid = loop.Validate(); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": ", valid.message()));
+  }
+  if (loop_ != nullptr && &loop_->transport() != context.transport) {
+    // A failed DoPrepare() may have left protocols registered with it.
+    retired_loops_.push_back(std::move(loop_));
+  }
+  if (loop_ == nullptr) {
+    loop_ = std::make_unique<onesided::ProgressLoop>(*context.transport, loop);
+  }
   context_ = context;
   absl::StatusOr<graph::GraphDef> graph = DoPrepare(std::move(parameters));
   if (graph.ok()) phase_ = Phase::kPrepared;
   return graph;
+}
+
+runtime::CommunicatorOptions Strategy::communicator_options() const {
+  runtime::CommunicatorOptions options = options_.communicator_options;
+  options.loop = loop_.get();
+  return options;
 }
 
 absl::Status Strategy::Start() {

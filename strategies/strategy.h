@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "graph_analyzer/graph.pb.h"
+#include "onesided/progress/progress_loop.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
 #include "runtime/communicator_options.h"
@@ -211,6 +213,15 @@ class Strategy {
 
   const StrategyOptions& options() const { return options_; }
   const StrategyContext& context() const { return context_; }
+  // The transport's one progress loop (docs/thread_model.md), made by
+  // Prepare() on its thread before DoPrepare() runs: every protocol the
+  // strategy runs over the transport (its communicator, rings, mailboxes,
+  // versioned readers) registers with it, so one wait progresses them all.
+  // It outlives them (a member of the base).
+  onesided::ProgressLoop& loop() { return *loop_; }
+  // options().communicator_options with loop() set: what a strategy
+  // creates its communicators with.
+  runtime::CommunicatorOptions communicator_options() const;
   // The steps that succeeded so far (the iteration the next Step() runs).
   int64_t clock() const { return clock_; }
   // For a rank that rejoins a running job (in DoStart): continue from
@@ -231,6 +242,10 @@ class Strategy {
 
   const StrategyOptions options_;
   StrategyContext context_;
+  // A base member: it outlives the derived class's, whose protocols leave
+  // it first.
+  std::unique_ptr<onesided::ProgressLoop> loop_;  // from Prepare()
+  std::vector<std::unique_ptr<onesided::ProgressLoop>> retired_loops_;
   Phase phase_ = Phase::kNew;
   int64_t clock_ = 0;
   // Of the Start() or Step() that failed: the rank is unusable.

@@ -48,10 +48,29 @@ ProgressLoop::ProgressLoop(rdma::Transport& transport, ProgressLoopOptions optio
 ProgressLoop::~ProgressLoop() {
   for (auto& [peer, watch] : watches_) watch->active = false;
   watches_.clear();
-  const absl::Time deadline = absl::Now() + absl::Seconds(1);
-  while (*probes_in_flight_ > 0 && absl::Now() < deadline) {
-    if (!transport_.Progress().ok()) break;
+  Drain([&] { return *probes_in_flight_ == 0; }, absl::Now() + absl::Seconds(1))
+      .IgnoreError();
+}
+
+absl::Status ProgressLoop::Drain(absl::FunctionRef<bool()> done, absl::Time deadline) {
+  IdleBackoff backoff(options_.wait);
+  while (!done()) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    absl::StatusOr<int> fired = transport_.Progress();
+    if (!fired.ok()) return fired.status();
+    if (*fired > 0) {
+      backoff.Reset();
+    } else {
+      backoff.Idle(deadline - now);
+    }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ProgressLoop::WaitFor(absl::FunctionRef<bool()> done, absl::Time deadline,
+                                   absl::string_view what) {
+  return WaitUntil(done, deadline, [&] { return std::string(what); });
 }
 
 void ProgressLoop::CheckThread(const char* method) const {

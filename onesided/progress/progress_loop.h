@@ -19,7 +19,7 @@
 //
 // Thread model (docs/thread_model.md): a loop belongs to one thread, the
 // one that created it until AdoptOnCurrentThread() hands it to another.
-// Every method but the destructor and Fail() checks that it runs there and aborts the
+// Every method but the destructor, Drain() and Fail() checks that it runs there and aborts the
 // process with a message naming the loop and the method otherwise: a call
 // from the wrong thread is a bug, never a race. Handlers run on that thread,
 // inside Poll(), never under a lock of ours.
@@ -47,6 +47,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "onesided/progress/wait_policy.h"
+#include "rdma/blocking.h"
 #include "rdma/endpoint.h"
 #include "rdma/transport.h"
 
@@ -63,8 +64,10 @@ struct ProgressLoopOptions {
   absl::Status Validate() const;
 };
 
-// Single-thread (see the file comment). Not copyable.
-class ProgressLoop {
+// Single-thread (see the file comment). Not copyable. A ProgressDriver, so
+// rdma/blocking's helpers wait through it (WaitFor) and fence through it
+// (Drain) instead of spinning the transport themselves.
+class ProgressLoop final : public rdma::ProgressDriver {
  public:
   // Returns true when it took the notification (others do not see it).
   using NotificationHandler = std::function<bool(const rdma::Notification&)>;
@@ -80,7 +83,7 @@ class ProgressLoop {
   // Stops watching every peer and progresses (at most one second) until
   // the probes in flight have completed; a probe's completion touches only
   // state it shares, so one that fires later is harmless.
-  ~ProgressLoop();
+  ~ProgressLoop() override;
 
   ProgressLoop(const ProgressLoop&) = delete;
   ProgressLoop& operator=(const ProgressLoop&) = delete;
@@ -94,7 +97,7 @@ class ProgressLoop {
   // on calling after it is gone.
   void CheckOnLoopThread(const std::string& caller) const;
 
-  rdma::Transport& transport() { return transport_; }
+  rdma::Transport& transport() override { return transport_; }
   const ProgressLoopOptions& options() const { return options_; }
 
   // Handlers, by the id these return. Adding or removing inside a handler
@@ -140,6 +143,19 @@ class ProgressLoop {
   absl::Status WaitUntil(absl::FunctionRef<bool()> ready, absl::Time deadline,
                          absl::FunctionRef<std::string()> what,
                          absl::Span<const int> probe, const WaitPolicy& policy);
+
+  // WaitUntil() with no probes, for rdma/blocking's helpers.
+  absl::Status WaitFor(absl::FunctionRef<bool()> done, absl::Time deadline,
+                       absl::string_view what) override;
+
+  // Teardown: calls Transport::Progress() (completions only: no
+  // notifications, no round handlers, no probes) until `done()` or
+  // `deadline`, whatever failed before, idling as the loop's policy says.
+  // Returns the first Progress() error (which stops it), or OK. Like the
+  // destructor, callable from the thread tearing down while no other uses
+  // the loop: a protocol's destructor fences its operations with it.
+  absl::Status Drain(absl::FunctionRef<bool()> done,
+                     absl::Time deadline) override;
 
   // Counters since construction.
   int64_t rounds() const { return rounds_; }

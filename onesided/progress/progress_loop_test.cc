@@ -159,6 +159,43 @@ TEST_F(ProgressLoopTest, AFailureEndsEveryWaitAndSaysWhatItWaitedFor) {
   EXPECT_THAT(loop_->Poll(), StatusIs(absl::StatusCode::kDataLoss));
 }
 
+TEST_F(ProgressLoopTest, BlockingHelpersWaitThroughTheLoopSoItsHandlersKeepRunning) {
+  std::vector<uint32_t> seen;
+  loop_->AddNotificationHandler([&](const rdma::Notification& n) {
+    seen.push_back(n.value);
+    return true;
+  });
+  int rounds = 0;
+  loop_->AddRoundHandler([&] {
+    ++rounds;
+    return false;
+  });
+  ASSERT_THAT(WriteFrom1(std::byte{1}, 3), IsOk());  // waiting at rank 0
+  // Rank 0 writes to rank 1 with a blocking helper driven by its loop.
+  const rdma::RemoteRegion target = source_->descriptor();
+  ASSERT_THAT(rdma::Write(*loop_, *to_1_, {region_.get(), 0, 64}, {&target, 0, 64},
+                          std::nullopt, absl::Now() + kTimeout),
+              IsOk());
+  ASSERT_THAT(rdma::Flush(*loop_, *to_1_, absl::Now() + kTimeout), IsOk());
+  EXPECT_THAT(seen, ElementsAre(3));  // dispatched while the helper waited
+  EXPECT_GT(rounds, 0);
+  EXPECT_EQ(loop_->rounds(), rounds);
+}
+
+TEST_F(ProgressLoopTest, DrainCollectsCompletionsEvenAfterAFailure) {
+  loop_->Fail(absl::DataLossError("rank 1 forged a credit"));
+  auto done = std::make_shared<bool>(false);
+  ASSERT_THAT(to_1_->PostFlush([done](absl::Status) { *done = true; }), IsOk());
+  // A wait would stop at the failure; the drain goes on to the completion.
+  EXPECT_FALSE(*done);
+  EXPECT_THAT(loop_->Drain([&] { return *done; }, absl::Now() + kTimeout), IsOk());
+  EXPECT_TRUE(*done);
+  // A drain whose operation never completes ends at its deadline.
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(loop_->Drain([] { return false; }, start + absl::Milliseconds(20)), IsOk());
+  EXPECT_GE(absl::Now(), start + absl::Milliseconds(20));
+}
+
 TEST_F(ProgressLoopTest, ADeadPeerIsFoundByTheProbeAndReportedToItsWatcher) {
   std::vector<int> failed;
   absl::Status why;

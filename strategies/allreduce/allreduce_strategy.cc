@@ -53,7 +53,7 @@ absl::Status AllReduceStrategy::DoStart() {
   std::vector<int> members;
   for (int r = 0; r < context().world_size; ++r) members.push_back(r);
   ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(
-                               *context().transport, *context().store,
+                               loop(), *context().store,
                                options().communicator_options.ns, members,
                                parameters_, group_options_));
   return absl::OkStatus();

@@ -68,13 +68,13 @@ absl::Status GossipStrategy::DoStart() {
     for (int r = 0; r < world; ++r) {
       if (r == context().rank) continue;
       ASSIGN_OR_RETURN(readers_[r],
-                       onesided::VersionedReader::Create(transport, store, Ns(),
+                       onesided::VersionedReader::Create(loop(), store, Ns(),
                                                          absl::StrCat("r", r), r, timeout));
     }
     ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(bytes_));
     scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
   } else {
-    ASSIGN_OR_RETURN(mailbox_, onesided::Mailbox::Create(transport, store, Ns(),
+    ASSIGN_OR_RETURN(mailbox_, onesided::Mailbox::Create(loop(), store, Ns(),
                                                          context().rank, world, bytes_,
                                                          timeout));
     for (int r = 0; r < world; ++r) {
@@ -193,8 +193,12 @@ absl::Status GossipStrategy::DoFinish(bool) {
           absl::FormatDuration(options().communicator_options.timeout)));
     }
     if (probe) next_probe = absl::Now() + absl::Milliseconds(100);
+    // Serve the peers' reads (and writes) for a millisecond, idling as the
+    // loop's wait policy says.
     const absl::Time slice = absl::Now() + absl::Milliseconds(1);
-    while (absl::Now() < slice) RETURN_IF_ERROR(context().transport->Progress().status());
+    RETURN_IF_ERROR(loop().WaitUntil([&] { return absl::Now() >= slice; },
+                                     slice + absl::Seconds(1),
+                                     [] { return std::string("peers to finish"); }));
   }
 }
 

@@ -112,6 +112,7 @@ absl::StatusOr<graph::GraphDef> LayerSeparatedStrategy::DoPrepare(
   ring.chunk_bytes = group_options_.chunk_bytes;
   ring.slots = group_options_.slots;
   ring.timeout = group_options_.timeout;
+  ring.loop = &loop();
   std::vector<int> members;
   for (int r = 0; r < job.world_size; ++r) members.push_back(r);
   ASSIGN_OR_RETURN(everyone_, collectives::RingAllReduce::Create(
@@ -190,7 +191,7 @@ absl::Status LayerSeparatedStrategy::DoStart() {
   ASSIGN_OR_RETURN(communicator_,
                    runtime::CreateCommunicator(options().communicator, plan_,
                                                *context().transport, *context().store,
-                                               options().communicator_options));
+                                               communicator_options()));
   ASSIGN_OR_RETURN(runtime::torch::TorchCommunicator tensors,
                    runtime::torch::TorchCommunicator::Create(*communicator_, plan_,
                                                              context().rank));
@@ -216,8 +217,7 @@ absl::Status LayerSeparatedStrategy::DoStart() {
   for (int r = first; r < first + count; ++r) members.push_back(r);
   DataParallelOptions group = group_options_;
   group.name = conv_ ? "layer_separated/conv" : "layer_separated/fc";
-  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(*context().transport, *context().store,
-                                                     Ns(), members,
+  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(loop(), *context().store, Ns(), members,
                                                      conv_ ? features_ : head_, group));
   return absl::OkStatus();
 }

@@ -174,6 +174,7 @@ absl::StatusOr<collectives::RingAllReduce*> MoshpitStrategy::RingFor(
   ring_options.name = "avg";
   ring_options.capacity_bytes = replica_->bytes() + sizeof(float);  // + the weight
   ring_options.timeout = moshpit_.round_timeout;
+  ring_options.loop = &loop();
   ASSIGN_OR_RETURN(std::unique_ptr<collectives::RingAllReduce> ring,
                    collectives::RingAllReduce::Create(*context().transport, *context().store,
                                                       ns, members, ring_options));

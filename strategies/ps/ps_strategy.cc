@@ -90,7 +90,7 @@ absl::Status PsStrategy::CreateCommunicator() {
                               BuildPsGraph(ps_.servers, workers_, shard_elements,
                                            ps_.pull_by_read),
                               planner));
-  runtime::CommunicatorOptions free_running = options().communicator_options;
+  runtime::CommunicatorOptions free_running = communicator_options();
   free_running.lockstep = false;  // workers run at their own pace
   ASSIGN_OR_RETURN(communicator_,
                    runtime::CreateCommunicator(options().communicator, plan_,
