@@ -9,8 +9,11 @@
 //   spin   the first `spin_rounds` idle rounds poll back to back;
 //   yield  then, for `yield_for`, each idle round ends in sched_yield();
 //   sleep  then each idle round sleeps, starting at `min_sleep` and doubling
-//          up to `max_sleep`: the longest a sleeping wait can take to notice
-//          that its peer has answered.
+//          up to `max_sleep`, plus the kernel's timer slack (50 us for a
+//          normal thread): the longest a sleeping wait can take to notice
+//          that its peer has answered. The slack is left as it is: with
+//          more ranks than cores the longer sleep leaves the core to the
+//          peer with work (docs/collectives.md, "Sharing the cores").
 //
 // The default does not yield. Under Linux's CFS a sched_yield() beside
 // threads that are always runnable (the training step's compute) gives them
