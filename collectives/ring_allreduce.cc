@@ -479,13 +479,14 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
           return in_flight() == 0 && sender_->idle() && to_flush.empty();
         },
         deadline,
-        [&] { return absl::StrCat(in_flight(), " writes still in flight at shutdown"); });
+        [&] { return absl::StrCat(in_flight(), " writes still in flight at shutdown"); }, {},
+        options_.wait);
     if (!trouble.ok()) return Annotate(trouble, Where());
     if (!drained.ok()) return Annotate(drained, Where());
   }
   absl::Status barrier =
       rdma::Barrier(store_, ns_, absl::StrCat("ring/", options_.name, "/shutdown"),
-                    size(), limit, &transport_);
+                    size(), limit, loop_);
   if (!barrier.ok()) return Annotate(barrier, Where());
   // Every member has stopped writing into our memory: it may be freed.
   quiesced_ = true;

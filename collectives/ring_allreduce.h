@@ -75,9 +75,12 @@ struct RingAllReduceOptions {
   // for.
   onesided::WaitPolicy wait = onesided::WaitPolicy::Adaptive();
   // The transport's progress loop, shared with its other protocols (the
-  // c10d engine's Messenger): it must outlive the ring, which is created,
-  // called and destroyed on the loop's thread. Null: the ring makes a loop
-  // of its own (with `wait` and `liveness_interval`).
+  // c10d engine's Messenger, a strategy's communicator): it must outlive
+  // the ring, which is created, called and destroyed on the loop's thread.
+  // The ring's calls then idle by `wait`, but its neighbours are probed at
+  // the loop's liveness interval, and a probe of a neighbour flushes every
+  // watch of it on the loop. Null: the ring makes a loop of its own (with
+  // `wait` and `liveness_interval`).
   onesided::ProgressLoop* loop = nullptr;
 };
 

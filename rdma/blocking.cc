@@ -93,30 +93,21 @@ absl::Status PostAndWait(ProgressDriver& driver, Endpoint& endpoint, PostFn post
   return state->result;
 }
 
-// The Transport& overloads' driver: spins Progress() on the calling thread.
-class SpinningDriver final : public ProgressDriver {
- public:
-  explicit SpinningDriver(Transport& transport) : transport_(transport) {}
-  Transport& transport() override { return transport_; }
-  absl::Status WaitFor(absl::FunctionRef<bool()> done, absl::Time deadline,
-                       absl::string_view what) override {
-    return ProgressUntil(transport_, done, deadline, what);
-  }
-  absl::Status Drain(absl::FunctionRef<bool()> done,
-                     absl::Time deadline) override {
-    while (!done() && absl::Now() < deadline) {
-      absl::StatusOr<int> fired = transport_.Progress();
-      if (!fired.ok()) return fired.status();
-      if (*fired == 0) std::this_thread::yield();
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  Transport& transport_;
-};
-
 }  // namespace
+
+absl::Status SpinningDriver::WaitFor(absl::FunctionRef<bool()> done, absl::Time deadline,
+                                     absl::string_view what) {
+  return ProgressUntil(transport_, done, deadline, what);
+}
+
+absl::Status SpinningDriver::Drain(absl::FunctionRef<bool()> done, absl::Time deadline) {
+  while (!done() && absl::Now() < deadline) {
+    absl::StatusOr<int> fired = transport_.Progress();
+    if (!fired.ok()) return fired.status();
+    if (*fired == 0) std::this_thread::yield();
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ProgressUntil(Transport& transport, absl::FunctionRef<bool()> done,
                            absl::Time deadline, absl::string_view what) {

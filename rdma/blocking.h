@@ -33,26 +33,25 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rdma/endpoint.h"
+#include "rdma/progress_driver.h"
 #include "rdma/transport.h"
 
 namespace rdmaflow::rdma {
 
-// How a helper drives a transport's progress.
-class ProgressDriver {
+// The driver of the Transport& overloads, for set-up code, tools and tests:
+// spins `transport`'s Progress() on the calling thread (its Drain() yields
+// between empty rounds).
+class SpinningDriver final : public ProgressDriver {
  public:
-  virtual ~ProgressDriver() = default;
+  explicit SpinningDriver(Transport& transport) : transport_(transport) {}
+  Transport& transport() override { return transport_; }
+  absl::Status WaitFor(absl::FunctionRef<bool()> done, absl::Time deadline,
+                       absl::string_view what) override;
+  absl::Status Drain(absl::FunctionRef<bool()> done,
+                     absl::Time deadline) override;
 
-  virtual Transport& transport() = 0;
-  // Progresses until `done()`. kDeadlineExceeded naming `what` at
-  // `deadline`; a progress failure with its own code.
-  virtual absl::Status WaitFor(absl::FunctionRef<bool()> done,
-                               absl::Time deadline, absl::string_view what) = 0;
-  // The fence after giving up: progresses completions until `done()` or
-  // `deadline`, whatever failed before (a failure recorded by the driver
-  // does not stop it). Returns the first Progress() error, or OK; the
-  // caller checks `done()` itself.
-  virtual absl::Status Drain(absl::FunctionRef<bool()> done,
-                             absl::Time deadline) = 0;
+ private:
+  Transport& transport_;
 };
 
 // Calls transport.Progress() until `done()` returns true.

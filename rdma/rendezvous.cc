@@ -108,7 +108,7 @@ absl::Status CheckPeerLayout(Store& store, absl::string_view ns,
 
 absl::Status Barrier(Store& store, absl::string_view ns,
                      absl::string_view name, int world_size,
-                     absl::Duration timeout, Transport* progress) {
+                     absl::Duration timeout, ProgressDriver* progress) {
   const std::string prefix = absl::StrCat(ns, "/barrier/", name);
   ASSIGN_OR_RETURN(int64_t arrived, store.Add(prefix + "/count", 1));
   if (arrived == world_size) RETURN_IF_ERROR(store.Set(prefix + "/done", "1"));
@@ -123,10 +123,9 @@ absl::Status Barrier(Store& store, absl::string_view ns,
     status = absl::DeadlineExceededError("");
     while (arrived < world_size && absl::Now() < deadline) {
       const absl::Time slice = absl::Now() + absl::Milliseconds(1);
-      while (absl::Now() < slice) {
-        absl::StatusOr<int> fired = progress->Progress();
-        if (!fired.ok()) return fired.status();
-      }
+      RETURN_IF_ERROR(progress->WaitFor([&] { return absl::Now() >= slice; },
+                                        slice + timeout,
+                                        absl::StrCat("barrier '", name, "'")));
       ASSIGN_OR_RETURN(arrived, store.Add(prefix + "/count", 0));
     }
     if (arrived >= world_size) status = absl::OkStatus();

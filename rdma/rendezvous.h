@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "rdma/endpoint.h"
 #include "rdma/remote_region.h"
+#include "rdma/progress_driver.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
 
@@ -60,13 +61,14 @@ absl::Status CheckPeerLayout(Store& store, absl::string_view ns,
 
 // Blocks until `world_size` ranks have entered barrier `name`. Each name may
 // be used once per job. kDeadlineExceeded says how many ranks arrived.
-// With a `progress` transport it keeps calling its Progress() while it
-// waits: where a backend emulates one-sided operations in software (UCX
-// over TCP), peers still finishing their writes into, or reads from, this
-// rank need it. A Progress() error is returned.
+// With a `progress` driver (the transport's ProgressLoop) it keeps the
+// transport progressing while it waits: where a backend emulates one-sided
+// operations in software (UCX over TCP), peers still finishing their writes
+// into, or reads from, this rank need it. The driver's failure is returned.
 absl::Status Barrier(Store& store, absl::string_view ns,
                      absl::string_view name, int world_size,
-                     absl::Duration timeout, Transport* progress = nullptr);
+                     absl::Duration timeout,
+                     ProgressDriver* progress = nullptr);
 
 }  // namespace rdmaflow::rdma
 

@@ -126,10 +126,11 @@ TEST(RendezvousTest, ABarrierWithATransportKeepsItProgressing) {
   std::thread other([&] {
     EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30)));
   });
-  EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30), a.get()));
+  SpinningDriver progress(*a);
+  EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30), &progress));
   other.join();
   EXPECT_TRUE(done);
-  EXPECT_THAT(Barrier(store, "job", "alone", 2, absl::Milliseconds(20), a.get()),
+  EXPECT_THAT(Barrier(store, "job", "alone", 2, absl::Milliseconds(20), &progress),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr("1 of 2 ranks arrived")));
 }

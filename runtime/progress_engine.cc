@@ -70,20 +70,29 @@ absl::Status ProgressEngine::Connect(const std::vector<int>& peers) {
     ASSIGN_OR_RETURN(endpoints_[peer],
                      rdma::ConnectToPeer(transport_, store_, options_.ns, peer,
                                          options_.timeout));
-    // A dead peer fails the loop.
-    watches_.push_back(loop_->WatchPeer(peer, endpoints_[peer].get(), nullptr));
+    // A dead peer fails the engine.
+    watches_.push_back(loop_->WatchPeer(peer, endpoints_[peer].get(),
+                                        [this](int, const absl::Status& status) { Fail(status); }));
   }
   return absl::OkStatus();
 }
 
-absl::Status ProgressEngine::Poll() { return loop_->Poll().status(); }
+absl::Status ProgressEngine::Poll() {
+  RETURN_IF_ERROR(loop_->Poll().status());
+  return failure_;
+}
 
 absl::Status ProgressEngine::WaitUntil(
     const std::function<bool()>& ready, int peer,
     const std::function<std::string()>& what) {
   const int probe[] = {peer};
-  return loop_->WaitUntil(ready, absl::Now() + options_.timeout, what,
-                         peer >= 0 ? absl::Span<const int>(probe) : absl::Span<const int>(peers_));
+  RETURN_IF_ERROR(loop_->WaitUntil(
+      [&] { return !failure_.ok() || ready(); }, absl::Now() + options_.timeout, what,
+      peer >= 0 ? absl::Span<const int>(probe) : absl::Span<const int>(peers_)));
+  if (failure_.ok()) return absl::OkStatus();
+  return absl::Status(failure_.code(), absl::StrCat(failure_.message(), " (",
+                                                    loop_->options().name,
+                                                    " was waiting for ", what(), ")"));
 }
 
 absl::Status ProgressEngine::Post(const std::function<absl::Status()>& post,
@@ -126,7 +135,7 @@ absl::Status ProgressEngine::Drain(const std::function<bool()>& idle,
 
 absl::Status ProgressEngine::Barrier(const std::string& name) {
   return rdma::Barrier(store_, options_.ns, name, world_size_,
-                       options_.timeout, &transport_);
+                       options_.timeout, loop_);
 }
 
 }  // namespace rdmaflow::runtime

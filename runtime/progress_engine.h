@@ -78,9 +78,14 @@ class ProgressEngine {
   void Completed() { --outstanding_; }
   int64_t outstanding() const { return outstanding_; }
 
-  // Records the first failure of an asynchronous operation.
-  void Fail(absl::Status status) { loop_->Fail(std::move(status)); }
-  const absl::Status& failure() const { return loop_->failure(); }
+  // Records the first failure of an asynchronous operation, or of a peer
+  // (its liveness probe). The engine's own: on a shared loop the other
+  // protocols go on (a ring finishing its shutdown); the loop's failure (a
+  // Progress() error) ends the engine's waits too.
+  void Fail(absl::Status status) {
+    if (failure_.ok()) failure_ = std::move(status);
+  }
+  const absl::Status& failure() const { return failure_; }
   onesided::ProgressLoop& loop() { return *loop_; }
 
   // Flushes every connected endpoint, then waits until nothing is in flight
@@ -99,6 +104,7 @@ class ProgressEngine {
   std::vector<int> peers_;
   std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;
   int64_t outstanding_ = 0;
+  absl::Status failure_;
   // After the endpoints: it stops watching them before they close.
   std::unique_ptr<onesided::ProgressLoop> own_loop_;  // null: options_.loop
   onesided::ProgressLoop* loop_;

@@ -45,13 +45,10 @@ absl::StatusOr<graph::GraphDef> Strategy::Prepare(const StrategyContext& context
   if (absl::Status valid = loop.Validate(); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": ", valid.message()));
   }
-  if (loop_ != nullptr && &loop_->transport() != context.transport) {
-    // A failed DoPrepare() may have left protocols registered with it.
-    retired_loops_.push_back(std::move(loop_));
-  }
-  if (loop_ == nullptr) {
-    loop_ = std::make_unique<onesided::ProgressLoop>(*context.transport, loop);
-  }
+  // A fresh loop on this thread each time: a failed DoPrepare() may have
+  // left protocols registered with the last one, which must outlive them.
+  if (loop_ != nullptr) retired_loops_.push_back(std::move(loop_));
+  loop_ = std::make_unique<onesided::ProgressLoop>(*context.transport, loop);
   context_ = context;
   absl::StatusOr<graph::GraphDef> graph = DoPrepare(std::move(parameters));
   if (graph.ok()) phase_ = Phase::kPrepared;

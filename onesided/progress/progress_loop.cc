@@ -53,7 +53,9 @@ ProgressLoop::~ProgressLoop() {
 }
 
 absl::Status ProgressLoop::Drain(absl::FunctionRef<bool()> done, absl::Time deadline) {
-  IdleBackoff backoff(options_.wait);
+  // Teardown is not latency-bound: never spin for seconds, whatever the
+  // loop's own policy.
+  IdleBackoff backoff(WaitPolicy::Adaptive());
   while (!done()) {
     const absl::Time now = absl::Now();
     if (now >= deadline) break;

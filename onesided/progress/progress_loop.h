@@ -122,7 +122,8 @@ class ProgressLoop final : public rdma::ProgressDriver {
 
   // Records the first failure: Poll() and the waits return it from then on.
   // Callable from completions that fire while the owner tears down on
-  // another thread (the one method that does not check its thread).
+  // another thread (with the destructor and Drain(), the methods that do
+  // not check their thread).
   void Fail(absl::Status status);
   const absl::Status& failure() const { return failure_; }
 
@@ -150,7 +151,8 @@ class ProgressLoop final : public rdma::ProgressDriver {
 
   // Teardown: calls Transport::Progress() (completions only: no
   // notifications, no round handlers, no probes) until `done()` or
-  // `deadline`, whatever failed before, idling as the loop's policy says.
+  // `deadline`, whatever failed before, idling as WaitPolicy::Adaptive()
+  // does (teardown never spins for seconds).
   // Returns the first Progress() error (which stops it), or OK. Like the
   // destructor, callable from the thread tearing down while no other uses
   // the loop: a protocol's destructor fences its operations with it.

@@ -85,7 +85,7 @@ absl::Status GossipStrategy::DoStart() {
   selector_ = std::make_unique<PeerSelector>(gossip_.topology, context().rank, world,
                                              gossip_.seed);
   // Nobody reads (or writes) a peer before every peer is set up.
-  return rdma::Barrier(store, Ns(), "published", world, timeout, &transport);
+  return rdma::Barrier(store, Ns(), "published", world, timeout, &loop());
 }
 
 void GossipStrategy::Publish() {
