@@ -7,12 +7,14 @@
 #ifndef RDMAFLOW_RDMA_ENDPOINT_H_
 #define RDMAFLOW_RDMA_ENDPOINT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "rdma/slice.h"
 
 namespace rdmaflow::rdma {
@@ -64,6 +66,16 @@ class Endpoint {
   // `done` fires once every operation posted before it has completed and its
   // writes are visible at the peer.
   virtual absl::Status PostFlush(Completion done) = 0;
+
+  // Maps the peer's `remote` into this process for loads and stores, where
+  // the backend can: a same-host peer's shared memory (UCX: ucp_rkey_ptr;
+  // loopback: the peer's own memory). `remote` is checked as a post's is
+  // (CheckRemoteSlice). The pointer stays valid while this endpoint is open
+  // and the peer keeps the region; what is stored through it is visible to
+  // the peer as its own memory's stores are (use atomics and fences).
+  // kUnimplemented where the backend cannot map it (another host, memory
+  // that is not shared, a backend without mappings): use the posts then.
+  virtual absl::StatusOr<std::byte*> MapRemote(const RemoteSlice& remote);
 
   // Stops the endpoint: operations still in flight complete with kCancelled
   // (their callbacks fire from later Progress() calls); later posts return

@@ -5,13 +5,12 @@
 
 namespace rdmaflow::rdma {
 
-absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
-                           int peer_rank, const char* backend) {
-  if (local.region == nullptr || local.region->data() == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "operation with peer rank ", peer_rank,
-        " has no local memory region (null or moved-from MemoryRegion)"));
-  }
+namespace {
+
+// The remote half of a post or a mapping: the region's descriptor names
+// this backend and the endpoint's peer.
+absl::Status CheckRemoteRegion(const RemoteSlice& remote, int peer_rank,
+                               const char* backend) {
   if (remote.region == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "operation with peer rank ", peer_rank, " has no remote region"));
@@ -31,6 +30,32 @@ absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
         " but this endpoint is connected to rank ", peer_rank,
         "; use the endpoint of the region's owner"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRemoteRange(const RemoteSlice& remote) {
+  if (remote.offset > remote.region->length ||
+      remote.length > remote.region->length - remote.offset) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "remote slice [%u, %u) is outside %s", remote.offset,
+        remote.offset + remote.length, remote.region->DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
+                           int peer_rank, const char* backend) {
+  if (local.region == nullptr || local.region->data() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "operation with peer rank ", peer_rank,
+        " has no local memory region (null or moved-from MemoryRegion)"));
+  }
+  if (absl::Status status = CheckRemoteRegion(remote, peer_rank, backend);
+      !status.ok()) {
+    return status;
+  }
   if (local.length == 0 || local.length != remote.length) {
     return absl::InvalidArgumentError(absl::StrCat(
         "operation with peer rank ", peer_rank, " has local length ",
@@ -45,13 +70,20 @@ absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
         local.offset, local.offset + local.length, local.region->size(),
         peer_rank));
   }
-  if (remote.offset > remote.region->length ||
-      remote.length > remote.region->length - remote.offset) {
-    return absl::OutOfRangeError(absl::StrFormat(
-        "remote slice [%u, %u) is outside %s", remote.offset,
-        remote.offset + remote.length, remote.region->DebugString()));
+  return CheckRemoteRange(remote);
+}
+
+absl::Status CheckRemoteSlice(const RemoteSlice& remote, int peer_rank,
+                              const char* backend) {
+  if (absl::Status status = CheckRemoteRegion(remote, peer_rank, backend);
+      !status.ok()) {
+    return status;
   }
-  return absl::OkStatus();
+  if (remote.length == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mapping of peer rank ", peer_rank, "'s memory has length 0"));
+  }
+  return CheckRemoteRange(remote);
 }
 
 }  // namespace rdmaflow::rdma

@@ -51,6 +51,11 @@ inline RemoteSlice WholeRegion(const RemoteRegion& region) {
 absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
                            int peer_rank, const char* backend);
 
+// The same checks of `remote` alone (non-zero length), for a mapping
+// (Endpoint::MapRemote).
+absl::Status CheckRemoteSlice(const RemoteSlice& remote, int peer_rank,
+                              const char* backend);
+
 }  // namespace rdmaflow::rdma
 
 #endif  // RDMAFLOW_RDMA_SLICE_H_

@@ -97,6 +97,13 @@ absl::Status LoopbackFabric::Read(int peer_rank, std::byte* local,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::byte*> LoopbackFabric::Map(int peer_rank,
+                                               uint64_t address, uint64_t key,
+                                               size_t length) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return Resolve(peer_rank, address, key, length);
+}
+
 std::optional<Notification> LoopbackFabric::PopNotification(int rank) {
   absl::MutexLock lock(&mu_);
   auto it = inboxes_.find(rank);

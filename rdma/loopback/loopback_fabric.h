@@ -47,6 +47,10 @@ class LoopbackFabric {
                      std::optional<uint32_t> notification);
   absl::Status Read(int peer_rank, std::byte* local, uint64_t address,
                     uint64_t key, size_t length);
+  // The owner's memory itself, checked as Read() checks (ranks share the
+  // process): valid while the owner keeps the region.
+  absl::StatusOr<std::byte*> Map(int peer_rank, uint64_t address,
+                                 uint64_t key, size_t length) const;
 
   std::optional<Notification> PopNotification(int rank);
 

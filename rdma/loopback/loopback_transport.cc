@@ -105,6 +105,18 @@ class LoopbackEndpoint final : public Endpoint {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<std::byte*> MapRemote(const RemoteSlice& remote) override {
+    RETURN_IF_ERROR(CheckRemoteSlice(remote, state_->peer_rank, kBackend));
+    if (state_->closed) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "endpoint to rank ", state_->peer_rank, " is closed"));
+    }
+    ASSIGN_OR_RETURN(uint64_t key,
+                     UnpackKey(*remote.region, transport_->options_.fabric->id()));
+    return transport_->options_.fabric->Map(state_->peer_rank, remote.address(),
+                                            key, remote.length);
+  }
+
  private:
   absl::Status CheckPostable() const {
     if (state_->closed) {

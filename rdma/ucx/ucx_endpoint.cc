@@ -264,6 +264,24 @@ absl::Status UcxEndpoint::PostFlush(Completion done) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::byte*> UcxEndpoint::MapRemote(const RemoteSlice& remote) {
+  RETURN_IF_ERROR(CheckRemoteSlice(remote, state_->peer_rank, kBackend));
+  if (state_->closed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("endpoint to rank ", state_->peer_rank, " is closed"));
+  }
+  ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKey(*remote.region));
+  void* mapped = nullptr;
+  const ucs_status_t status = ucp_rkey_ptr(rkey, remote.address(), &mapped);
+  if (status != UCS_OK) {
+    return absl::UnimplementedError(absl::StrCat(
+        "UCX cannot map ", remote.region->DebugString(), " of rank ",
+        state_->peer_rank, " into this process (", ucs_status_string(status),
+        "): only a same-host peer's shared memory maps; use posts"));
+  }
+  return static_cast<std::byte*>(mapped);
+}
+
 absl::Status UcxEndpoint::Close() {
   if (state_->closed) return absl::OkStatus();
   state_->closed = true;

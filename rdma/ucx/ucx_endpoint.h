@@ -29,6 +29,9 @@ class UcxEndpoint final : public Endpoint {
                         Completion done) override;
   absl::Status PostFlush(Completion done) override;
   absl::Status Close() override;
+  // ucp_rkey_ptr(): only a region of a same-host peer allocated in shared
+  // memory (Transport::Allocate) maps.
+  absl::StatusOr<std::byte*> MapRemote(const RemoteSlice& remote) override;
 
   // ucp_ep_print_info() output.
   std::string Describe() const override;

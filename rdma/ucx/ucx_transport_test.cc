@@ -159,6 +159,39 @@ TEST_F(UcxTransportTest, LoopbackNetDevicesLeaveSharedMemoryAlone) {
   }
 }
 
+// Over shared memory a peer's allocated region maps into this process:
+// stores through the mapping are the peer's memory. Over TCP nothing maps.
+TEST_F(UcxTransportTest, ASameHostPeersSharedMemoryMapsAndTcpDoesNot) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, "shm", ""));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, "shm", ""));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab, a->Connect({b->rank(), b->address()}));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion region, b->Allocate(4096));
+  std::memset(region.data(), 0, region.size());
+  const RemoteRegion descriptor = region.descriptor();
+  ASSERT_OK_AND_ASSIGN(std::byte* mapped, ab->MapRemote({&descriptor, 64, 128}));
+  std::memset(mapped, 0x5A, 128);
+  EXPECT_EQ(region.data()[63], std::byte{0});
+  EXPECT_EQ(region.data()[64], std::byte{0x5A});
+  EXPECT_EQ(region.data()[191], std::byte{0x5A});
+  EXPECT_EQ(region.data()[192], std::byte{0});
+  EXPECT_THAT(ab->MapRemote({&descriptor, 4000, 128}),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("outside")));
+  EXPECT_THAT(ab->MapRemote({&descriptor, 0, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("length 0")));
+  ASSERT_OK(ab->Close());
+  EXPECT_THAT(ab->MapRemote({&descriptor, 0, 8}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("closed")));
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> c, Make(0, "tcp", "lo"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> d, Make(1, "tcp", "lo"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> cd, c->Connect({d->rank(), d->address()}));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion far, d->Allocate(4096));
+  const RemoteRegion far_descriptor = far.descriptor();
+  EXPECT_THAT(cd->MapRemote({&far_descriptor, 0, 64}),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("use posts")));
+  ASSERT_OK(cd->Close());
+}
+
 TEST_F(UcxTransportTest, MalformedNetDevicesAreRejected) {
   for (const char* devices : {",lo", "lo,", "lo,,eth0", "lo eth0"}) {
     EXPECT_THAT(

@@ -1,0 +1,14 @@
+// File: endpoint.cc
+#include "rdma/endpoint.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace rdmaflow::rdma {
+
+absl::StatusOr<std::byte*> Endpoint::MapRemote(const RemoteSlice&) {
+  return absl::UnimplementedError(absl::StrCat(
+      "this backend cannot map rank ", peer_rank(),
+      "'s memory into this process; write and read it with posts instead"));
+}
+
+}  // namespace rdmaflow::rdma
