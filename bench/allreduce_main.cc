@@ -42,7 +42,7 @@ ABSL_FLAG(std::string, impls, "rdmaflow,gloo", "Implementations: rdmaflow, gloo.
 ABSL_FLAG(std::string, transport, "ucx", "rdmaflow transport: ucx or ibverbs.");
 ABSL_FLAG(std::string, params, "", "Transport parameters key=value,...");
 ABSL_FLAG(int64_t, chunk_bytes, 256 << 10, "rdmaflow: bytes per pipelined piece.");
-ABSL_FLAG(int32_t, slots, 8, "rdmaflow: staging slots per ring link.");
+ABSL_FLAG(int32_t, slots, 32, "rdmaflow: staging slots per ring link (at most).");
 ABSL_FLAG(int64_t, min_bytes, 4 << 10, "Smallest all-reduce (bytes of float32).");
 ABSL_FLAG(int64_t, max_bytes, int64_t{64} << 20, "Largest all-reduce.");
 ABSL_FLAG(int64_t, factor, 4, "Size step.");

@@ -32,6 +32,16 @@ size_t ControlBytes(const RingAllReduceOptions& o) {
   return StagingOffset(o.slots) + o.slots * o.chunk_bytes;
 }
 
+// Staging slots beyond the reduce-scatter messages of a call over the whole
+// data region would never fill: `slots` is a bound, this is what is
+// allocated (the same on every member, whose options and world agree).
+int StagingSlots(const RingAllReduceOptions& o, size_t world) {
+  const uint64_t segment = (o.capacity_bytes + world - 1) / world;
+  const uint64_t pieces = (segment + o.chunk_bytes - 1) / o.chunk_bytes;
+  const uint64_t messages = std::max<uint64_t>(1, (world - 1) * pieces);
+  return static_cast<int>(std::min<uint64_t>(o.slots, messages));
+}
+
 std::string Key(const std::string& name, int rank, const char* what) {
   return absl::StrCat("ring/", name, "/", rank, "/", what);
 }
@@ -99,13 +109,15 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
         what, ": rank ", transport.rank(), " is not among its members [",
         absl::StrJoin(members, ","), "]"));
   }
+  RingAllReduceOptions planned = options;
+  planned.slots = StagingSlots(options, members.size());
   std::unique_ptr<RingAllReduce> ring(new RingAllReduce(
-      transport, store, ns, std::move(members), position, options));
+      transport, store, ns, std::move(members), position, planned));
   ASSIGN_OR_RETURN(rdma::MemoryRegion data,
                    transport.Allocate(options.capacity_bytes));
   ring->data_ = std::make_unique<rdma::MemoryRegion>(std::move(data));
   ASSIGN_OR_RETURN(rdma::MemoryRegion control,
-                   transport.Allocate(ControlBytes(options)));
+                   transport.Allocate(ControlBytes(planned)));
   ring->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
   if (ring->size() > 1) {
     RETURN_IF_ERROR(ring->Connect());

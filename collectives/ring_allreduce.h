@@ -62,9 +62,16 @@ struct RingAllReduceOptions {
   std::string name = "allreduce";
   // Bytes of the data region every member allocates (the same everywhere).
   size_t capacity_bytes = 0;
-  // Largest piece one message carries (>= 64), and staging slots per link.
+  // Largest piece one message carries (>= 64).
   size_t chunk_bytes = size_t{256} << 10;
-  int slots = 8;
+  // Staging slots per link, at most (1..1024): the ring allocates no more
+  // than a call over its whole data region can fill, (members - 1) x pieces
+  // per segment. Deep staging lets a rank run a segment or two ahead of a
+  // neighbour that lost its core: with 4 ranks on 2 cores beside a compute
+  // load, 32 slots kept 0.52-0.75 of the idle 16 MiB bandwidth where 8 kept
+  // 0.42-0.59 (docs/collectives.md, "Sharing the cores"). 32 x 256 KiB is
+  // 8 MiB of registered staging per ring.
+  int slots = 32;
   // An error when a call makes no progress for this long.
   absl::Duration timeout = absl::Seconds(120);
   // A silent neighbour is probed (a flush) this often.
@@ -117,6 +124,9 @@ class RingAllReduce {
   int rank() const { return members_[position_]; }
   int position() const { return position_; }
   const RingAllReduceStats& stats() const { return stats_; }
+  // Staging slots allocated per link: options.slots, or fewer where a call
+  // over the whole data region could not fill them.
+  int staging_slots() const { return options_.slots; }
 
   // Reduces elements [offset, offset + count * ElementSize(type)) of the
   // data region across the members, in place: afterwards every member holds

@@ -78,6 +78,37 @@ TEST(RingAllReduceTest, ExactSumsForOneToEightRanks) {
   }
 }
 
+TEST(RingAllReduceTest, StagingIsBoundedByWhatACallCanFill) {
+  // 4 ranks, 16 KiB: segments of 4 KiB, one 4 KiB piece each, so a call
+  // has 3 reduce-scatter messages per link and 3 slots are all it can use;
+  // a larger region keeps the slots asked for.
+  struct Case {
+    size_t capacity;
+    int slots;
+    int expected;
+  };
+  for (const Case& c : {Case{16 << 10, 32, 3}, Case{16 << 10, 2, 2},
+                        Case{(16 << 10) + 1, 32, 6}, Case{1 << 20, 32, 32}}) {
+    SCOPED_TRACE(absl::StrCat(c.capacity, " bytes, ", c.slots, " slots"));
+    ExpectAllOk(RunRankThreads(4, [&](int, rdma::Transport& transport,
+                                      rdma::Store& store) -> absl::Status {
+      RingAllReduceOptions options;
+      options.capacity_bytes = c.capacity;
+      options.chunk_bytes = 4 << 10;
+      options.slots = c.slots;
+      ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, "t",
+                                                        AllRanks(4), options));
+      if (ring->staging_slots() != c.expected) {
+        return absl::InternalError(absl::StrCat("staging slots ", ring->staging_slots(),
+                                                ", expected ", c.expected));
+      }
+      RETURN_IF_ERROR(ReduceAndCheck(*ring, 4, 0, c.capacity / 4));
+      RETURN_IF_ERROR(ReduceAndCheck(*ring, 4, 0, 7));
+      return ring->Shutdown();
+    }));
+  }
+}
+
 TEST(RingAllReduceTest, SixtyFourMebibytesUneven) {
   // 2^24 - 1 floats: not divisible by 2, 6 or 8.
   const size_t count = (size_t{64} << 20) / 4 - 1;

@@ -35,7 +35,7 @@ struct DataParallelOptions {
   std::string name = "grads";  // unique per namespace
   int64_t bucket_bytes = int64_t{4} << 20;
   int64_t chunk_bytes = int64_t{256} << 10;
-  int slots = 8;
+  int slots = 32;  // at most (collectives/ring_allreduce.h)
   absl::Duration timeout = absl::Seconds(120);
 };
 

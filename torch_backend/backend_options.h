@@ -32,7 +32,7 @@ struct BackendOptions {
   size_t registered_bytes = size_t{64} << 20;
   // Ring all-reduce pieces and slots per link.
   size_t chunk_bytes = size_t{256} << 10;
-  int ring_slots = 8;
+  int ring_slots = 32;  // at most (collectives/ring_allreduce.h)
   // Messenger (broadcast, all-gather, reduce-scatter, send/recv) pieces and
   // slots per ordered pair.
   size_t message_slot_bytes = size_t{256} << 10;
