@@ -22,6 +22,7 @@ using internal::FlattenShape;
 using internal::GradientShape;
 using internal::MatMulShape;
 using internal::NoOutputs;
+using internal::OpaqueOutputs;
 using internal::PoolShape;
 using internal::ReduceShape;
 using internal::ReshapeShape;
@@ -44,6 +45,7 @@ constexpr OpDef kOps[] = {
     {"MatMul", 2, 2, MatMulShape},
     {"MaxPool", 1, 1, PoolShape},
     {"Mul", 2, 2, BroadcastShape},
+    {"Opaque", 0, kVariadic, OpaqueOutputs},
     {"Parameter", 0, 0, DeclaredOutputs},
     {"Placeholder", 0, 0, DeclaredOutputs},
     {"Recv", 0, 0, DeclaredOutputs},

@@ -26,6 +26,8 @@ absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank);
 Specs DeclaredOutputs(const ShapeContext& c);
 // Send: no outputs.
 Specs NoOutputs(const ShapeContext& c);
+// Opaque: the declared outputs (one or more); attribute `op` required.
+Specs OpaqueOutputs(const ShapeContext& c);
 
 // shape_fns_elementwise.cc
 Specs UnaryShape(const ShapeContext& c);     // Relu, Sigmoid, Tanh, Identity,

@@ -1,7 +1,10 @@
 // File: internal/shape_fns_common.cc
 // Checks shared by the shape functions, and the ops whose outputs are
 // declared rather than derived (sources, Recv) or absent (Send).
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "graph_analyzer/internal/shape_fns.h"
 #include "graph_analyzer/shape_util.h"
 
@@ -55,5 +58,20 @@ Specs DeclaredOutputs(const ShapeContext& c) {
 }
 
 Specs NoOutputs(const ShapeContext&) { return std::vector<TensorSpec>{}; }
+
+// Opaque: an op of an imported graph the analyzer has no shape function for
+// (attribute `op` names it, e.g. "aten::layer_norm"), carried with the
+// outputs its importer traced.
+Specs OpaqueOutputs(const ShapeContext& c) {
+  ASSIGN_OR_RETURN(std::string op, c.GetString("op"));
+  if (op.empty()) {
+    return absl::InvalidArgumentError("attribute 'op' (the imported op's name) is empty");
+  }
+  if (c.node().output_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an Opaque op (", op, ") must declare its outputs (dtype and shape)"));
+  }
+  return std::vector<TensorSpec>(c.node().output().begin(), c.node().output().end());
+}
 
 }  // namespace rdmaflow::graph::internal
