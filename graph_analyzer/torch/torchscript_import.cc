@@ -1,0 +1,387 @@
+// File: torchscript_import.cc
+#include "graph_analyzer/torch/torchscript_import.h"
+
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "graph_analyzer/shape_util.h"
+#include "torch/csrc/jit/passes/inliner.h"
+#include "torch/script.h"
+
+namespace rdmaflow::graph {
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+absl::StatusOr<DataType> ToDataType(c10::ScalarType type) {
+  switch (type) {
+    case c10::ScalarType::Float: return DT_FLOAT32;
+    case c10::ScalarType::Half: return DT_FLOAT16;
+    case c10::ScalarType::BFloat16: return DT_BFLOAT16;
+    case c10::ScalarType::Double: return DT_FLOAT64;
+    case c10::ScalarType::Char: return DT_INT8;
+    case c10::ScalarType::Byte: return DT_UINT8;
+    case c10::ScalarType::Int: return DT_INT32;
+    case c10::ScalarType::Long: return DT_INT64;
+    case c10::ScalarType::Bool: return DT_BOOL;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensors of ", c10::toString(type), " are not supported"));
+  }
+}
+
+absl::StatusOr<c10::ScalarType> ToScalarType(DataType type) {
+  switch (type) {
+    case DT_FLOAT32: return c10::ScalarType::Float;
+    case DT_FLOAT16: return c10::ScalarType::Half;
+    case DT_BFLOAT16: return c10::ScalarType::BFloat16;
+    case DT_FLOAT64: return c10::ScalarType::Double;
+    case DT_INT8: return c10::ScalarType::Char;
+    case DT_UINT8: return c10::ScalarType::Byte;
+    case DT_INT32: return c10::ScalarType::Int;
+    case DT_INT64: return c10::ScalarType::Long;
+    case DT_BOOL: return c10::ScalarType::Bool;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("an input of type ", DataTypeName(type), " cannot be made"));
+  }
+}
+
+absl::StatusOr<TensorSpec> SpecOf(const at::Tensor& t) {
+  ASSIGN_OR_RETURN(DataType dtype, ToDataType(t.scalar_type()));
+  return MakeSpec(dtype, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
+}
+
+// A constant argument as an attribute; false for what has no attribute form
+// (None, lists of floats, devices, ...).
+bool ToAttr(const c10::IValue& v, AttrValue* attr) {
+  if (v.isBool()) {
+    attr->set_b(v.toBool());
+  } else if (v.isInt()) {
+    attr->set_i(v.toInt());
+  } else if (v.isDouble()) {
+    attr->set_f(v.toDouble());
+  } else if (v.isString()) {
+    attr->set_s(v.toStringRef());
+  } else if (v.isIntList()) {
+    for (int64_t x : v.toIntVector()) attr->add_ints(x);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+class Tracer {
+ public:
+  explicit Tracer(const std::string& path) : path_(path) {}
+
+  absl::StatusOr<ModelTrace> Run(torch::jit::Module& module,
+                                 const std::vector<TensorSpec>& inputs) {
+    trace_.set_name(std::filesystem::path(path_).stem().string());
+    trace_.set_source("torchscript");
+    if (!module.find_method("forward").has_value()) {
+      return Invalid("has no forward() method");
+    }
+    std::shared_ptr<torch::jit::Graph> graph =
+        module.get_method("forward").graph()->copy();
+    torch::jit::Inline(*graph);
+    for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+      ASSIGN_OR_RETURN(TensorSpec spec, Spec(p.value, p.name));
+      parameters_[p.value.unsafeGetTensorImpl()] = p.name;
+      TracedTensor* t = trace_.add_parameter();
+      t->set_name(p.name);
+      *t->mutable_spec() = spec;
+      declared_.insert(p.name);
+    }
+    for (const auto& b : module.named_buffers(/*recurse=*/true)) {
+      buffers_[b.value.unsafeGetTensorImpl()] = b.name;
+    }
+    const auto graph_inputs = graph->inputs();
+    if (graph_inputs.size() != inputs.size() + 1) {
+      return Invalid(absl::StrCat("forward() takes ", graph_inputs.size() - 1,
+                                  " input(s); sizes were given for ", inputs.size()));
+    }
+    env_[graph_inputs[0]] = Slot{module._ivalue(), {}, false};
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(inputs[i].dtype()));
+      const std::vector<int64_t> shape(inputs[i].shape().begin(), inputs[i].shape().end());
+      for (int64_t d : shape) {
+        if (d <= 0) {
+          return Invalid(absl::StrCat("input ", i, " ", SpecString(inputs[i]),
+                                      ": every dimension must be positive"));
+        }
+      }
+      const std::string name = Name(graph_inputs[i + 1]);
+      TracedTensor* t = trace_.add_input();
+      t->set_name(name);
+      *t->mutable_spec() = inputs[i];
+      declared_.insert(name);
+      env_[graph_inputs[i + 1]] = Slot{torch::zeros(shape, torch::dtype(type)), {name}, true};
+      specs_[name] = inputs[i];
+    }
+    at::NoGradGuard no_grad;
+    int index = 0;
+    for (Node* node : graph->nodes()) RETURN_IF_ERROR(Step(node, index++));
+    const Slot& out = env_.at(graph->outputs()[0]);
+    if (graph->outputs().size() != 1 || !out.value.isTensor()) {
+      return Invalid(absl::StrCat("forward() returns ", out.value.tagKind(),
+                                  ": it must return one tensor (the logits or the "
+                                  "output the loss is taken of)"));
+    }
+    trace_.set_output(out.names.at(0));
+    return std::move(trace_);
+  }
+
+ private:
+  // A value as the trace knows it: what it holds, the names of the tensors
+  // in it (one for a tensor, one per element for a list of tensors), and
+  // whether it depends on an input or a parameter.
+  struct Slot {
+    c10::IValue value;
+    std::vector<std::string> names;
+    bool live = false;
+  };
+
+  absl::Status Invalid(const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat("TorchScript '", path_, "': ", what));
+  }
+
+  static std::string Name(const Value* v) { return absl::StrCat("%", v->debugName()); }
+
+  absl::StatusOr<TensorSpec> Spec(const at::Tensor& t, const std::string& name) {
+    absl::StatusOr<TensorSpec> spec = SpecOf(t);
+    if (!spec.ok()) return Invalid(absl::StrCat("tensor '", name, "': ", spec.status().message()));
+    return spec;
+  }
+
+  // Names the tensors in `v`, held by value `value`.
+  absl::StatusOr<std::vector<std::string>> NameTensors(const c10::IValue& v,
+                                                       const Value* value) {
+    std::vector<std::string> names;
+    if (v.isTensor()) {
+      names.push_back(Name(value));
+      ASSIGN_OR_RETURN(specs_[names.back()], Spec(v.toTensor(), names.back()));
+    } else if (v.isTensorList()) {
+      const auto list = v.toTensorVector();
+      for (size_t j = 0; j < list.size(); ++j) {
+        names.push_back(absl::StrCat(Name(value), ".", j));
+        ASSIGN_OR_RETURN(specs_[names.back()], Spec(list[j], names.back()));
+      }
+    }
+    return names;
+  }
+
+  // Declares a tensor read by a traced op that no traced op produced: a
+  // buffer, or a constant computed from constants.
+  void DeclareBuffer(const std::string& name) {
+    if (!declared_.insert(name).second) return;
+    TracedTensor* t = trace_.add_buffer();
+    t->set_name(name);
+    *t->mutable_spec() = specs_.at(name);
+  }
+
+  absl::Status Step(Node* node, int index) {
+    const std::string kind = node->kind().toQualString();
+    const std::string where = absl::StrCat("node #", index, " (", kind, ")");
+    if (!node->blocks().empty()) {
+      return Invalid(absl::StrCat(where, " is control flow, which a graph of one step "
+                                  "cannot hold: trace the module (torch.jit.trace) "
+                                  "instead of scripting it"));
+    }
+    if (node->kind() == c10::prim::Constant) {
+      std::optional<c10::IValue> v = torch::jit::toIValue(node->output());
+      if (!v.has_value()) return Invalid(absl::StrCat(where, " has no value"));
+      ASSIGN_OR_RETURN(std::vector<std::string> names, NameTensors(*v, node->output()));
+      env_[node->output()] = Slot{*v, std::move(names), false};
+      return absl::OkStatus();
+    }
+    if (node->kind() == c10::prim::GetAttr) {
+      const Slot& owner = env_.at(node->input());
+      if (!owner.value.isObject()) {
+        return Invalid(absl::StrCat(where, " reads an attribute of a non-object"));
+      }
+      c10::IValue v = owner.value.toObject()->getAttr(node->s(c10::attr::name));
+      Slot slot{v, {}, false};
+      if (v.isTensor()) {
+        const c10::TensorImpl* impl = v.toTensor().unsafeGetTensorImpl();
+        if (auto p = parameters_.find(impl); p != parameters_.end()) {
+          slot.names = {p->second};
+          slot.live = true;
+        } else {
+          slot.names = {buffers_.count(impl) ? buffers_.at(impl) : Name(node->output())};
+        }
+        ASSIGN_OR_RETURN(specs_[slot.names[0]], Spec(v.toTensor(), slot.names[0]));
+      }
+      env_[node->output()] = std::move(slot);
+      return absl::OkStatus();
+    }
+
+    torch::jit::Stack stack;
+    std::vector<std::string> tensor_inputs;
+    bool live = false;
+    for (const Value* in : node->inputs()) {
+      const Slot& s = env_.at(in);
+      stack.push_back(s.value);
+      tensor_inputs.insert(tensor_inputs.end(), s.names.begin(), s.names.end());
+      live = live || s.live;
+    }
+    try {
+      RunNode(node, stack);
+    } catch (const c10::Error& e) {
+      return Invalid(absl::StrCat(where, " failed on the given input sizes (are they "
+                                  "what the model expects?): ", e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      return Invalid(absl::StrCat(where, " failed on the given input sizes (are they "
+                                  "what the model expects?): ", e.what()));
+    }
+    const size_t n = node->outputs().size();
+    if (stack.size() != n) return Invalid(absl::StrCat(where, ": unexpected results"));
+
+    const bool plumbing = node->kind() == c10::prim::ListConstruct ||
+                          node->kind() == c10::prim::TupleConstruct ||
+                          node->kind() == c10::prim::ListUnpack ||
+                          node->kind() == c10::prim::TupleUnpack;
+    if (plumbing) {
+      // Lists and tuples of tensors keep their elements' names.
+      const bool unpack = node->kind() == c10::prim::ListUnpack ||
+                          node->kind() == c10::prim::TupleUnpack;
+      for (size_t k = 0; k < n; ++k) {
+        Slot slot{stack[k], {}, live};
+        if (!unpack) {
+          slot.names = tensor_inputs;
+        } else if (tensor_inputs.size() == n && stack[k].isTensor()) {
+          slot.names = {tensor_inputs[k]};
+        }
+        env_[node->outputs()[k]] = std::move(slot);
+      }
+      return absl::OkStatus();
+    }
+
+    TracedOp op;
+    bool has_tensor_output = false;
+    for (size_t k = 0; k < n; ++k) {
+      ASSIGN_OR_RETURN(std::vector<std::string> names,
+                       NameTensors(stack[k], node->outputs()[k]));
+      for (const std::string& name : names) {
+        op.add_output(name);
+        *op.add_output_spec() = specs_.at(name);
+        has_tensor_output = true;
+      }
+      env_[node->outputs()[k]] = Slot{stack[k], std::move(names), live};
+    }
+    // Only ops on inputs or parameters, with a tensor result, are the
+    // model's computation; the rest (sizes, constants, a buffer's counter)
+    // only feed it.
+    if (!live || !has_tensor_output) return absl::OkStatus();
+    op.set_kind(kind);
+    for (const std::string& name : tensor_inputs) {
+      if (!declared_.contains(name)) DeclareBuffer(name);
+      op.add_input(name);
+    }
+    const c10::FunctionSchema* schema = node->maybeSchema();
+    const auto node_inputs = node->inputs();
+    for (size_t i = 0; schema != nullptr && i < node_inputs.size() &&
+                       i < schema->arguments().size(); ++i) {
+      const Slot& s = env_.at(node_inputs[i]);
+      if (!s.names.empty()) continue;
+      AttrValue attr;
+      if (ToAttr(s.value, &attr)) (*op.mutable_arg())[schema->arguments()[i].name()] = attr;
+    }
+    Canonicalize(op);
+    for (const std::string& name : op.output()) declared_.insert(name);
+    *trace_.add_op() = std::move(op);
+    return absl::OkStatus();
+  }
+
+  // Runs `node` on `stack` (its inputs; its outputs after). Lists and
+  // tuples are built and taken apart here: the interpreter does that
+  // itself, with no operator to call.
+  static void RunNode(const Node* node, torch::jit::Stack& stack) {
+    if (node->kind() == c10::prim::ListConstruct) {
+      c10::impl::GenericList list(
+          node->output()->type()->expectRef<c10::ListType>().getElementType());
+      for (c10::IValue& v : stack) list.push_back(std::move(v));
+      stack.clear();
+      stack.emplace_back(std::move(list));
+    } else if (node->kind() == c10::prim::TupleConstruct) {
+      std::vector<c10::IValue> elements(stack.begin(), stack.end());
+      stack.clear();
+      stack.emplace_back(c10::ivalue::Tuple::create(std::move(elements)));
+    } else if (node->kind() == c10::prim::ListUnpack ||
+               node->kind() == c10::prim::TupleUnpack) {
+      c10::IValue packed = std::move(stack.at(0));
+      stack.clear();
+      if (packed.isTuple()) {
+        for (const c10::IValue& v : packed.toTupleRef().elements()) stack.push_back(v);
+      } else {
+        for (const c10::IValue& v : packed.toListRef()) stack.push_back(v);
+      }
+    } else {
+      node->getOperation()(stack);
+    }
+  }
+
+  // What torch.jit.trace records as aten::_convolution is, unless
+  // transposed, the convolution the module called: aten::conv<N>d.
+  void Canonicalize(TracedOp& op) const {
+    if (op.kind() != "aten::_convolution" || op.input_size() < 2) return;
+    auto transposed = op.arg().find("transposed");
+    if (transposed == op.arg().end() || transposed->second.b()) return;
+    const int64_t dims = specs_.at(op.input(1)).shape_size() - 2;
+    op.set_kind(absl::StrCat("aten::conv", dims, "d"));
+    google::protobuf::Map<std::string, AttrValue> kept;
+    for (const char* name : {"stride", "padding", "dilation", "groups"}) {
+      if (auto it = op.arg().find(name); it != op.arg().end()) kept[name] = it->second;
+    }
+    *op.mutable_arg() = kept;
+  }
+
+  std::string path_;
+  ModelTrace trace_;
+  absl::flat_hash_map<const Value*, Slot> env_;
+  absl::flat_hash_map<const c10::TensorImpl*, std::string> parameters_;
+  absl::flat_hash_map<const c10::TensorImpl*, std::string> buffers_;
+  absl::flat_hash_map<std::string, TensorSpec> specs_;
+  absl::flat_hash_set<std::string> declared_;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelTrace> TraceTorchScript(const std::string& path,
+                                            const std::vector<TensorSpec>& inputs) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return absl::NotFoundError(absl::StrCat(
+        "TorchScript '", path, "': no such file (save one with torch.jit.save)"));
+  }
+  try {
+    torch::jit::Module module = torch::jit::load(path);
+    return Tracer(path).Run(module, inputs);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TorchScript '", path, "' cannot be read (is it a module saved with "
+        "torch.jit.save?): ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TorchScript '", path, "' cannot be read (is it a module saved with "
+        "torch.jit.save?): ", e.what()));
+  }
+}
+
+absl::StatusOr<GraphDef> ImportTorchScript(const std::string& path,
+                                           const std::vector<TensorSpec>& inputs,
+                                           const TrainingGraphOptions& options) {
+  ASSIGN_OR_RETURN(ModelTrace trace, TraceTorchScript(path, inputs));
+  return BuildTrainingGraph(trace, options);
+}
+
+}  // namespace rdmaflow::graph

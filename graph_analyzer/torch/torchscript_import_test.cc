@@ -1,0 +1,175 @@
+// File: torchscript_import_test.cc
+// The test models are built at test time by Debian's /usr/bin/python3
+// (test_models.py): an MLP, a ResNet-18-like CNN and a small transformer.
+#include "graph_analyzer/torch/torchscript_import.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "graph_analyzer/analyzed_graph.h"
+#include "graph_analyzer/shape_util.h"
+#include "gtest/gtest.h"
+
+namespace rdmaflow::graph {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int kBatch = 8;
+
+class TorchScriptImportTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/models"));
+    const std::string command =
+        absl::StrCat("/usr/bin/python3 graph_analyzer/torch/test_models.py ", *dir_,
+                     " mlp resnet18 transformer control_flow");
+    made_ = std::system(command.c_str()) == 0;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  void SetUp() override {
+    if (!made_) GTEST_SKIP() << "/usr/bin/python3 with python3-torch could not build the models";
+  }
+
+  static std::string Path(const std::string& model) {
+    return absl::StrCat(*dir_, "/", model, ".pt");
+  }
+
+  // The model's manifest (test_models.py): sample shape, dtype, parameters.
+  static google::protobuf::Struct Manifest(const std::string& model) {
+    std::ifstream in(absl::StrCat(*dir_, "/", model, ".json"));
+    std::stringstream text;
+    text << in.rdbuf();
+    google::protobuf::Struct manifest;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(text.str(), &manifest).ok());
+    return manifest;
+  }
+
+  static std::vector<int64_t> Shape(const google::protobuf::Value& list) {
+    std::vector<int64_t> shape;
+    for (const auto& d : list.list_value().values()) {
+      shape.push_back(static_cast<int64_t>(d.number_value()));
+    }
+    return shape;
+  }
+
+  static TensorSpec Input(const std::string& model) {
+    const google::protobuf::Struct m = Manifest(model);
+    std::vector<int64_t> shape = {kBatch};
+    for (int64_t d : Shape(m.fields().at("sample"))) shape.push_back(d);
+    return MakeSpec(m.fields().at("dtype").string_value() == "int64" ? DT_INT64 : DT_FLOAT32,
+                    shape);
+  }
+
+  static std::string* dir_;
+  static bool made_;
+};
+
+std::string* TorchScriptImportTest::dir_ = nullptr;
+bool TorchScriptImportTest::made_ = false;
+
+int Count(const GraphDef& g, const std::string& op, const std::string& opaque = "") {
+  int n = 0;
+  for (const NodeDef& node : g.node()) {
+    if (node.op() != op) continue;
+    if (!opaque.empty() && node.attr().at("op").s() != opaque) continue;
+    ++n;
+  }
+  return n;
+}
+
+TEST_F(TorchScriptImportTest, EveryParameterActivationAndGradientOfEachModel) {
+  for (const std::string model : {"mlp", "resnet18", "transformer"}) {
+    SCOPED_TRACE(model);
+    ASSERT_OK_AND_ASSIGN(GraphDef g, ImportTorchScript(Path(model), {Input(model)}));
+    ASSERT_OK_AND_ASSIGN(AnalyzedGraph a, AnalyzeGraph(g));
+    const google::protobuf::Struct m = Manifest(model);
+    const auto& parameters = m.fields().at("parameters").struct_value().fields();
+    ASSERT_FALSE(parameters.empty());
+    EXPECT_EQ(Count(g, "Variable"), static_cast<int>(parameters.size()));
+    EXPECT_EQ(Count(g, "ApplyGradient"), static_cast<int>(parameters.size()));
+    for (const auto& [name, shape] : parameters) {
+      SCOPED_TRACE(name);
+      const TensorSpec expected = MakeSpec(DT_FLOAT32, Shape(shape));
+      const int param = a.Find(name);
+      ASSERT_GE(param, 0);
+      EXPECT_EQ(SpecString(a.spec(OutputId{param, 0})), SpecString(expected));
+      const int grad = a.Find(absl::StrCat(name, "/grad"));
+      ASSERT_GE(grad, 0);
+      EXPECT_EQ(SpecString(a.spec(OutputId{grad, 0})), SpecString(expected));
+    }
+    // Buffers (batch norm statistics) are read, never trained.
+    const auto& buffers = m.fields().at("buffers").struct_value().fields();
+    for (const auto& [name, shape] : buffers) {
+      if (name.find("num_batches_tracked") != std::string::npos) continue;
+      SCOPED_TRACE(name);
+      const int b = a.Find(name);
+      ASSERT_GE(b, 0);
+      EXPECT_EQ(g.node(b).op(), "Const");
+    }
+    // The loss is on [N, 10] logits.
+    const int labels = a.Find("labels");
+    ASSERT_GE(labels, 0);
+    EXPECT_EQ(SpecString(a.spec(OutputId{labels, 0})), "int64[8]");
+  }
+}
+
+TEST_F(TorchScriptImportTest, KnownOpsBecomeTheAnalyzersAndTheRestAreCarried) {
+  ASSERT_OK_AND_ASSIGN(GraphDef mlp, ImportTorchScript(Path("mlp"), {Input("mlp")}));
+  EXPECT_EQ(Count(mlp, "MatMul"), 3);
+  EXPECT_EQ(Count(mlp, "Flatten"), 1);
+  EXPECT_EQ(Count(mlp, "Relu"), 2);
+  EXPECT_EQ(Count(mlp, "Opaque"), 0);
+
+  ASSERT_OK_AND_ASSIGN(GraphDef resnet,
+                       ImportTorchScript(Path("resnet18"), {Input("resnet18")}));
+  // 1 stem + 16 block convolutions + 3 strided shortcuts.
+  EXPECT_EQ(Count(resnet, "Conv2D"), 20);
+  EXPECT_EQ(Count(resnet, "Opaque", "aten::batch_norm"), 20);
+  EXPECT_EQ(Count(resnet, "Opaque", "aten::adaptive_avg_pool2d"), 1);
+  // 8 residuals and the classifier's bias; the batch norms' counters
+  // (in-place adds on buffers) are left out.
+  EXPECT_EQ(Count(resnet, "Add"), 9);
+
+  ASSERT_OK_AND_ASSIGN(GraphDef transformer,
+                       ImportTorchScript(Path("transformer"), {Input("transformer")}));
+  EXPECT_EQ(Count(transformer, "Opaque", "aten::layer_norm"), 5);
+  EXPECT_EQ(Count(transformer, "Opaque", "aten::embedding"), 1);
+  EXPECT_EQ(Count(transformer, "Softmax"), 2);
+  EXPECT_EQ(Count(transformer, "ReduceMean"), 1);  // the mean over positions
+}
+
+TEST_F(TorchScriptImportTest, BadFilesInputsAndModelsAreRefusedWithTheReason) {
+  EXPECT_THAT(ImportTorchScript(absl::StrCat(*dir_, "/none.pt"), {Input("mlp")}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no such file")));
+  const std::string junk = absl::StrCat(*dir_, "/junk.pt");
+  std::ofstream(junk) << "not a zip archive";
+  EXPECT_THAT(ImportTorchScript(junk, {Input("mlp")}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot be read")));
+  EXPECT_THAT(ImportTorchScript(Path("mlp"), {}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("forward() takes 1 input(s); sizes were given for 0")));
+  EXPECT_THAT(ImportTorchScript(Path("mlp"), {MakeSpec(DT_FLOAT32, {8, 3, 28, 28})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("failed on the given input sizes")));
+  EXPECT_THAT(ImportTorchScript(Path("mlp"), {MakeSpec(DT_FLOAT32, {8, 0, 28, 28})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("every dimension must be positive")));
+  EXPECT_THAT(ImportTorchScript(Path("control_flow"), {MakeSpec(DT_FLOAT32, {2, 4})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("control flow")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::graph
