@@ -6,7 +6,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
@@ -143,10 +142,13 @@ class Builder {
   std::string GradientOf(const std::string& value) {
     std::vector<std::string>& refs = grads_[value];
     if (refs.size() == 1) return refs[0];
-    // "node:0" -> "node/grad_sum", "node:2" -> "node_2/grad_sum".
-    std::string tensor = values_.at(value).ref;
-    if (absl::EndsWith(tensor, ":0")) tensor.resize(tensor.size() - 2);
-    NodeDef& sum = AddNode(Unique(absl::StrCat(tensor, "/grad_sum")), "AddN");
+    // "node:0" -> "node/grad_sum", "node:2" -> "node/grad_sum_2".
+    const std::string& ref = values_.at(value).ref;
+    const size_t colon = ref.rfind(':');
+    const std::string k = ref.substr(colon + 1);
+    NodeDef& sum = AddNode(Unique(absl::StrCat(ref.substr(0, colon), "/grad_sum",
+                                               k == "0" ? "" : "_" + k)),
+                           "AddN");
     for (const std::string& r : refs) sum.add_input(r);
     refs = {absl::StrCat(sum.name(), ":0")};
     return refs[0];

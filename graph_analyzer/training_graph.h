@@ -17,7 +17,11 @@
 //   - backward: "<op>_<i>/grad" (Gradient) for every op a parameter's
 //     gradient flows through, its outputs the gradients of the op's inputs
 //     that need one; gradients of a tensor read by several ops are summed
-//     ("<tensor's node>/grad_sum", AddN);
+//     ("<node>/grad_sum" for its output 0, "<node>/grad_sum_<k>" for output
+//     k; AddN);
+//   - every node's name starts with the forward node it belongs to (a
+//     parameter, an input, an op, "loss"), then "/" and what it is
+//     ("linear_0/bias", "linear_0/grad"): placement.h relies on that;
 //   - per parameter p: "p/grad" (the gradient, an Identity or the sum) and
 //     "p/apply" (ApplyGradient).
 // Every node is on `rank`. Node names are made unique (a suffix "_" where a

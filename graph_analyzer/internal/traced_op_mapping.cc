@@ -262,7 +262,11 @@ MappedOp MapTracedOp(const TracedOp& op, const std::vector<MappedInput>& inputs,
   NodeDef& node = opaque.nodes.emplace_back();
   node.set_name(name);
   node.set_op("Opaque");
-  (*node.mutable_attr())["op"].set_s(op.kind());
+  // In-place and out-of-place variants are the same op here.
+  const size_t colons = op.kind().rfind("::");
+  (*node.mutable_attr())["op"].set_s(absl::StrCat(
+      colons == std::string::npos ? "" : op.kind().substr(0, colons + 2),
+      ShortKind(op.kind())));
   for (const MappedInput& in : inputs) node.add_input(in.ref);
   for (const TensorSpec& spec : op.output_spec()) *node.add_output() = spec;
   return opaque;
