@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
+#include "cli/model_source.h"
 #include "common/status_macros.h"
 #include "google/protobuf/message.h"
 #include "graph_analyzer/analyzed_graph.h"
@@ -17,8 +18,10 @@
 #include "graph_analyzer/dot_writer.h"
 #include "graph_analyzer/partition.h"
 #include "graph_analyzer/plan_printer.h"
+#include "graph_analyzer/placement.h"
 #include "graph_analyzer/planner.h"
 #include "graph_analyzer/text_io.h"
+#include "graph_analyzer/torch/torchscript_import.h"
 #include "graph_analyzer/tracing.h"
 
 namespace rdmaflow::cli {
@@ -33,6 +36,7 @@ const std::vector<FlagSpec>& PlanFlags() {
       {"min-shared-bytes", true},
       {"out", true},            {"dot", true},       {"partitions", true},
       {"quiet", false},         {"max-input-bytes", true},
+      {"input", true},          {"strategy", true},  {"graph", true},
   };
   return *flags;
 }
@@ -106,7 +110,34 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
                   kMaxInputBytesLimit));
   const std::string& path = args.positional[0];
   graph::GraphDef def;
-  RETURN_IF_ERROR(ReadInput(path, &def, max_input));
+  if (IsTorchScriptFile(path)) {
+    if (!args.Has("input")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " is a TorchScript model: give the sizes of its inputs with --input "
+          "(e.g. --input 64x1x28x28)"));
+    }
+    ASSIGN_OR_RETURN(std::vector<graph::TensorSpec> inputs,
+                     ParseInputSpecs(args.Get("input")));
+    ASSIGN_OR_RETURN(def, graph::ImportTorchScript(path, inputs));
+  } else {
+    if (args.Has("input")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--input gives a TorchScript model's input sizes; ", path,
+          " is not one (a graph file carries its own shapes)"));
+    }
+    RETURN_IF_ERROR(ReadInput(path, &def, max_input));
+  }
+  if (args.Has("strategy")) {
+    ASSIGN_OR_RETURN(graph::PlacementSpec spec,
+                     graph::ParsePlacementSpec(args.Get("strategy")));
+    ASSIGN_OR_RETURN(def, graph::PlaceTrainingGraph(def, spec));
+  }
+  if (args.Has("graph")) {
+    RETURN_IF_ERROR(graph::WriteTextProto(
+        args.Get("graph"), def, absl::StrCat("the graph planned from ", path,
+                                             " (rdmaflow plan)")));
+    out << "wrote " << graph::DisplayText(args.Get("graph")) << "\n";
+  }
   if (def.node_size() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(path,
@@ -161,9 +192,13 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
 
 std::string PlanUsage() {
   return R"(usage: rdmaflow plan GRAPH [options]
+       rdmaflow plan MODEL.pt --input SIZES [--strategy STRATEGY[:key=value,...]] [options]
 
 Reads a training dataflow graph (protobuf text format, rdmaflow.graph.GraphDef;
-see graph_analyzer/graph.proto and docs/graph_analyzer.md), validates it,
+see graph_analyzer/graph.proto and docs/graph_analyzer.md), or a PyTorch
+model saved as TorchScript (torch.jit.save of a traced or scripted module)
+and imports its training step: every parameter, activation and gradient
+with its dtype and shape (docs/bring_your_model.md). It validates it,
 infers every tensor's shape, partitions it by rank, and prints the transfer
 plan: for each directed link (src -> dst rank) the tensors that cross it with
 their dtype, shape, kind (static: a preallocated slot the sender writes every
@@ -176,6 +211,16 @@ memory than this machine has gets a warning on stderr (registration pins
 memory; the plan is still printed and the exit status is unchanged).
 
 options:
+  --input SIZES          a TorchScript model's input sizes: 64x1x28x28 (float32)
+                         or 64x16:int64; several separated by ','
+  --strategy SPEC        place the model's step (a TorchScript model's, or a
+                         single-rank graph as rdmaflow_torch.export_graph
+                         writes it) on a strategy's ranks, then plan:
+                           ps[:servers=S,workers=W]           (default 1, 2)
+                           allreduce[:workers=W]              (default 2)
+                           layer_separated[:conv=C,fc=K,cut=NODE]
+                                 (default 2, 1, before the first FC layer)
+  --graph FILE           write the graph that was planned (imported, placed)
   --pipeline-depth N     buffers per slot, 1..16 (default 2): with 2 or more,
                          step t+1 can be written while step t is read
   --alignment BYTES      slot alignment, a power of two >= 64 (default 64)
@@ -204,9 +249,11 @@ exit status: 0 planned (also with warnings); 1 invalid graph, trace or
 options, an empty graph, an input that is not a regular file or too large, or
 an I/O error (the message names the node, tensor or file); 2 bad command line.
 
-example:
+examples:
   rdmaflow plan graph_analyzer/testdata/mlp_2ranks.pbtxt --pipeline-depth 3 \
       --out plan.pbtxt --dot mlp.dot
+  rdmaflow plan resnet.pt --input 64x3x32x32 --strategy ps:servers=2,workers=4 \
+      --dot resnet_ps.dot
 )";
 }
 

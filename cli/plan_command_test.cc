@@ -258,5 +258,34 @@ TEST(PlanCommandTest, WarnsWhenARankRegistersMoreThanPhysicalMemory) {
   EXPECT_THAT(r.err, IsEmpty());
 }
 
+TEST(PlanCommandTest, ModelsAndStrategiesAreCheckedBeforeAnythingIsPlanned) {
+  // --input is for TorchScript models only.
+  Result r = RunPlan({kMlp, "--input", "8x784"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("is not one (a graph file carries its own shapes)"));
+  // A zip that is no TorchScript.
+  const std::string fake = TempPath("fake.pt");
+  ASSERT_OK(graph::WriteStringToFile(fake, std::string("PK\x03\x04 not a model", 20)));
+  r = RunPlan({fake});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("is a TorchScript model: give the sizes of its inputs"));
+  r = RunPlan({fake, "--input", "8x1x28x28"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("cannot be read"));
+  for (const char* bad : {"8xx28", "8x0", "8x4:complex", "-1"}) {
+    SCOPED_TRACE(bad);
+    r = RunPlan({fake, "--input", bad});
+    EXPECT_EQ(r.status, 1);
+    EXPECT_THAT(r.err, HasSubstr("--input"));
+  }
+  // A graph already spread over ranks cannot be placed again.
+  r = RunPlan({kMlp, "--strategy", "ps:servers=1,workers=2"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("must be on rank 0 only"));
+  r = RunPlan({kMlp, "--strategy", "gossip"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("unknown strategy 'gossip'"));
+}
+
 }  // namespace
 }  // namespace rdmaflow::cli

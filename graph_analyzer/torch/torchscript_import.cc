@@ -64,7 +64,14 @@ absl::StatusOr<TensorSpec> SpecOf(const at::Tensor& t) {
 // A constant argument as an attribute; false for what has no attribute form
 // (None, lists of floats, devices, ...).
 bool ToAttr(const c10::IValue& v, AttrValue* attr) {
-  if (v.isBool()) {
+  if (v.isTensor() && v.toTensor().dim() == 0) {  // a number traced as a tensor
+    const at::Tensor& t = v.toTensor();
+    if (t.is_floating_point()) {
+      attr->set_f(t.item<double>());
+    } else {
+      attr->set_i(t.item<int64_t>());
+    }
+  } else if (v.isBool()) {
     attr->set_b(v.toBool());
   } else if (v.isInt()) {
     attr->set_i(v.toInt());
@@ -200,6 +207,13 @@ class Tracer {
     if (node->kind() == c10::prim::Constant) {
       std::optional<c10::IValue> v = torch::jit::toIValue(node->output());
       if (!v.has_value()) return Invalid(absl::StrCat(where, " has no value"));
+      // torch.jit.trace turns a Python number in an expression (x * 0.5)
+      // into a 0-d constant tensor: the trace keeps it a number (an
+      // argument), as torch.fx does; only the run sees the tensor.
+      if (v->isTensor() && v->toTensor().dim() == 0) {
+        env_[node->output()] = Slot{*v, {}, false};
+        return absl::OkStatus();
+      }
       ASSIGN_OR_RETURN(std::vector<std::string> names, NameTensors(*v, node->output()));
       env_[node->output()] = Slot{*v, std::move(names), false};
       return absl::OkStatus();

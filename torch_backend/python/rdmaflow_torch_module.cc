@@ -5,8 +5,12 @@
 // runs DistributedDataParallel and the collectives over rdmaflow. Also:
 //   rdmaflow_torch.empty(group, shape, dtype)  a tensor in registered memory
 //   rdmaflow_torch.stats(group)                the backend's counters (dict)
+//   rdmaflow_torch.export_graph(module, example_inputs, path)
+//                                              the model's training graph for
+//                                              `rdmaflow plan` (fx_export.py)
 // Errors raise RuntimeError with the backend's message.
 #include <pybind11/chrono.h>
+#include <pybind11/eval.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/Dtype.h>
@@ -19,6 +23,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "graph_analyzer/text_io.h"
+#include "graph_analyzer/training_graph.h"
 #include "torch_backend/backend_options.h"
 #include "torch_backend/process_group_rdmaflow.h"
 
@@ -104,6 +110,22 @@ py::dict Stats(const ProcessGroupRdmaflow& group) {
   return out;
 }
 
+// The training graph of a model trace (JSON, from fx_export.py), as
+// graph.proto text. ValueError with the builder's message.
+std::string TrainingGraphText(const std::string& json, int rank) {
+  absl::StatusOr<graph::ModelTrace> trace = graph::ModelTraceFromJson(json);
+  if (!trace.ok()) throw py::value_error(std::string(trace.status().message()));
+  graph::TrainingGraphOptions options;
+  options.rank = rank;
+  absl::StatusOr<graph::GraphDef> g = graph::BuildTrainingGraph(*trace, options);
+  if (!g.ok()) throw py::value_error(std::string(g.status().message()));
+  return graph::ToTextProto(*g);
+}
+
+constexpr char kFxExport[] =
+#include "torch_backend/python/fx_export.inc"
+    ;
+
 }  // namespace
 }  // namespace rdmaflow::torch_backend
 
@@ -122,6 +144,10 @@ PYBIND11_MODULE(rdmaflow_torch, m) {
         "place and sent without staging. Allocate them in the same order on every "
         "rank.");
   m.def("stats", &Stats, py::arg("group"), "The backend's counters, as a dict.");
+  m.def("_training_graph_text", &TrainingGraphText, py::arg("trace_json"),
+        py::arg("rank") = 0, "A model trace (JSON) -> its training graph (text).");
+  // export_graph, graph_text, trace_model (fx_export.py).
+  py::exec(kFxExport, m.attr("__dict__"));
   py::object backend = dist.attr("Backend");
   if (!py::hasattr(backend, "RDMAFLOW")) {
     backend.attr("register_backend")("rdmaflow", m.attr("create_process_group"));
