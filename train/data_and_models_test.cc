@@ -10,9 +10,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <random>
@@ -239,6 +239,47 @@ TEST(SyntheticTest, IsDeterministicPerSeed) {
   EXPECT_LE(a.labels.max().item<int64_t>(), 9);
 }
 
+TEST(SyntheticTest, TakesAnySampleShapeAndTokenIds) {
+  SampleSpec images;
+  images.shape = {3, 8, 8};
+  images.classes = 4;
+  Dataset a = SyntheticDataset(50, 3, "train", images);
+  EXPECT_EQ(a.images.sizes(), (std::vector<int64_t>{50, 3, 8, 8}));
+  EXPECT_LE(a.labels.max().item<int64_t>(), 3);
+  SampleSpec tokens;
+  tokens.shape = {16};
+  tokens.int64 = true;
+  tokens.vocab = 40;
+  tokens.classes = 4;
+  Dataset t = SyntheticDataset(200, 3, "train", tokens);
+  EXPECT_EQ(t.images.scalar_type(), torch::kInt64);
+  EXPECT_EQ(t.images.sizes(), (std::vector<int64_t>{200, 16}));
+  EXPECT_GE(t.images.min().item<int64_t>(), 0);
+  EXPECT_LT(t.images.max().item<int64_t>(), 40);
+  // Learnable: a sample's tokens lean to its class's band of 10 ids.
+  torch::Tensor band = t.images.div(10, "floor");
+  torch::Tensor own = band.eq(t.labels.view({200, 1})).to(torch::kFloat32).mean();
+  EXPECT_GT(own.item<double>(), 0.5);
+  EXPECT_TRUE(SyntheticDataset(200, 3, "train", tokens).images.equal(t.images));
+  // The default is Fashion-MNIST's shape, unchanged.
+  EXPECT_TRUE(SampleSpec{}.IsFashionMnist());
+  EXPECT_FALSE(images.IsFashionMnist());
+}
+
+TEST(SampleSpecTest, ParsesShapesAndRefusesBadOnes) {
+  bool int64 = true;
+  ASSERT_OK_AND_ASSIGN(std::vector<int64_t> shape, ParseSampleShape("3x32x32", &int64));
+  EXPECT_EQ(shape, (std::vector<int64_t>{3, 32, 32}));
+  EXPECT_FALSE(int64);
+  ASSERT_OK_AND_ASSIGN(shape, ParseSampleShape("16:int64", &int64));
+  EXPECT_EQ(shape, (std::vector<int64_t>{16}));
+  EXPECT_TRUE(int64);
+  for (const char* bad : {"", "3x", "0x4", "4:complex", "1x2x3x4x5x6x7x8x9", "70000"}) {
+    EXPECT_THAT(ParseSampleShape(bad, &int64),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--input"))) << bad;
+  }
+}
+
 TEST(ModelsTest, EveryModelGivesTenLogitsAndIsSeeded) {
   torch::Tensor x = torch::randn({4, 1, 28, 28});
   for (const std::string& name : ModelNames()) {
@@ -341,6 +382,11 @@ TEST(TrainFlagsTest, EachBadFlagIsNamed) {
       {[](TrainConfig& c) { c.communicator = "mpi"; }, "--communicator 'mpi'"},
       {[](TrainConfig& c) { c.transport = "tcp"; }, "--transport 'tcp' is unknown"},
       {[](TrainConfig& c) { c.transport_params = "tls"; }, "--transport_params"},
+      {[](TrainConfig& c) { c.sample.shape = {3, 32, 32}; },
+       "--input and --classes are for a TorchScript model"},
+      {[](TrainConfig& c) { c.sample.classes = 1; }, "--classes must be in 2..100000"},
+      {[](TrainConfig& c) { c.model = TempPath("none.pt"); }, "none.pt: no such file"},
+      {[](TrainConfig& c) { c.model = "/dev/null/x.pt"; }, "no such file"},
   };
   for (const auto& [mutate, expected] : cases) {
     TrainConfig config = ValidConfig();
@@ -348,6 +394,17 @@ TEST(TrainFlagsTest, EachBadFlagIsNamed) {
     EXPECT_THAT(ValidateTrainConfig(config, 3),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(expected)));
   }
+  // A model file is not cut in two for layer_separated (yet).
+  const std::string file = TempPath("model.pt");
+  std::ofstream(file) << "a file";
+  TrainConfig cut = ValidConfig();
+  cut.model = file;
+  EXPECT_OK(ValidateTrainConfig(cut, 3));
+  cut.strategy = "layer_separated";
+  cut.strategy_params.clear();
+  EXPECT_THAT(ValidateTrainConfig(cut, 3),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cuts the model in two, which it does for the presets")));
   // The edges that are fine.
   TrainConfig edge = ValidConfig();
   edge.strategy = "moshpit";

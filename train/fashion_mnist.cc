@@ -149,16 +149,33 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir,
   return out;
 }
 
-Dataset SyntheticDataset(int64_t n, uint64_t seed, const std::string& split) {
-  torch::Generator templates_gen = at::detail::createCPUGenerator(seed);
-  torch::Tensor templates =
-      torch::randn({10, 1, 28, 28}, templates_gen, torch::kFloat32);
+Dataset SyntheticDataset(int64_t n, uint64_t seed, const std::string& split,
+                         const SampleSpec& sample) {
+  std::vector<int64_t> batch = {n};
+  batch.insert(batch.end(), sample.shape.begin(), sample.shape.end());
   torch::Generator gen =
       at::detail::createCPUGenerator(seed * 2 + (split == "train" ? 1 : 2));
   Dataset out;
-  out.labels = torch::randint(0, 10, {n}, gen, torch::kInt64);
+  out.labels = torch::randint(0, sample.classes, {n}, gen, torch::kInt64);
+  if (sample.int64) {
+    // Half the tokens from the class's band of the vocabulary.
+    const int64_t band = std::max<int64_t>(sample.vocab / sample.classes, 1);
+    std::vector<int64_t> ones(sample.shape.size(), 1);
+    std::vector<int64_t> label_shape = {n};
+    label_shape.insert(label_shape.end(), ones.begin(), ones.end());
+    torch::Tensor own = (out.labels.view(label_shape) * band +
+                         torch::randint(0, band, batch, gen, torch::kInt64))
+                            .remainder(sample.vocab);
+    torch::Tensor any = torch::randint(0, sample.vocab, batch, gen, torch::kInt64);
+    out.images = torch::where(torch::rand(batch, gen) < 0.5, own, any).contiguous();
+    return out;
+  }
+  torch::Generator templates_gen = at::detail::createCPUGenerator(seed);
+  std::vector<int64_t> template_shape = {sample.classes};
+  template_shape.insert(template_shape.end(), sample.shape.begin(), sample.shape.end());
+  torch::Tensor templates = torch::randn(template_shape, templates_gen, torch::kFloat32);
   out.images = (templates.index_select(0, out.labels) +
-                1.5 * torch::randn({n, 1, 28, 28}, gen, torch::kFloat32))
+                1.5 * torch::randn(batch, gen, torch::kFloat32))
                    .contiguous();
   return out;
 }

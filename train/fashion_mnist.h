@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "torch/torch.h"
+#include "train/sample_spec.h"
 
 namespace rdmaflow::train {
 
@@ -39,9 +40,14 @@ absl::StatusOr<torch::Tensor> ReadIdxFile(const std::string& path);
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir,
                                          const std::string& split);
 
-// `n` synthetic images of 10 classes; the same `seed` gives the same data,
-// and the train and test splits of one seed share their class templates.
-Dataset SyntheticDataset(int64_t n, uint64_t seed, const std::string& split);
+// `n` synthetic samples of `sample` (by default Fashion-MNIST's shape and
+// 10 classes), learnable: float samples are a fixed random template per
+// class plus noise; token ids (int64) are drawn half from a band of the
+// vocabulary that belongs to the class, half uniformly. The same `seed`
+// gives the same data, and the train and test splits of one seed share
+// their classes' templates. `images` holds the samples whatever they are.
+Dataset SyntheticDataset(int64_t n, uint64_t seed, const std::string& split,
+                         const SampleSpec& sample = {});
 
 }  // namespace rdmaflow::train
 

@@ -1,6 +1,9 @@
 // File: models.cc
 #include "train/models.h"
 
+#include <filesystem>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -117,14 +120,84 @@ absl::StatusOr<Model> Build(const std::string& name) {
     return model;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown model '", name, "'; models: ", absl::StrJoin(ModelNames(), ", ")));
+      "unknown model '", name, "'; models: ", absl::StrJoin(ModelNames(), ", "),
+      ", or a TorchScript file (PATH.pt)"));
+}
+
+// A TorchScript file, in training mode, checked on a batch of two samples.
+absl::StatusOr<Model> LoadScript(const std::string& path, const SampleSpec& sample) {
+  auto script = std::make_shared<torch::jit::Module>();
+  try {
+    *script = torch::jit::load(path);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model ", path, ": not a TorchScript module (save one with "
+        "torch.jit.save(torch.jit.trace(model, example), path)): ",
+        e.what_without_backtrace()));
+  }
+  script->train(true);
+  Model model;
+  model.name = std::filesystem::path(path).stem().string();
+  model.script = script;
+  model.forward = [script](const torch::Tensor& x) {
+    return script->forward({x}).toTensor();
+  };
+  std::vector<int64_t> probe_shape = {2};
+  probe_shape.insert(probe_shape.end(), sample.shape.begin(), sample.shape.end());
+  std::string got;
+  try {
+    torch::NoGradGuard no_grad;
+    torch::Tensor probe = sample.int64 ? torch::zeros(probe_shape, torch::kInt64)
+                                       : torch::zeros(probe_shape);
+    c10::IValue out = script->forward({probe});
+    if (out.isTensor()) {
+      const auto sizes = out.toTensor().sizes();
+      if (sizes.size() == 2 && sizes[0] == 2 && sizes[1] == sample.classes) return model;
+      got = absl::StrCat("[", absl::StrJoin(sizes, ", "), "]");
+    } else {
+      got = out.tagKind();
+    }
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model ", path, " does not run on samples of --input ", sample.ToString(), ": ",
+        e.what_without_backtrace()));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--model ", path, ": a batch of 2 samples of --input ", sample.ToString(),
+      " gives ", got, "; the harness needs logits [2, ", sample.classes,
+      "] (--classes) for its cross-entropy"));
 }
 
 }  // namespace
 
+std::vector<strategies::Parameter> Model::Parameters() const {
+  std::vector<strategies::Parameter> out;
+  if (script != nullptr) {
+    for (const auto& p : script->named_parameters(/*recurse=*/true)) {
+      out.push_back({p.name, p.value});
+    }
+  } else if (module != nullptr) {
+    for (const auto& p : module->named_parameters()) out.push_back({p.key(), p.value()});
+  }
+  return out;
+}
+
 std::vector<std::string> ModelNames() { return {"mlp", "lenet5", "vgg", "resnet"}; }
 
-absl::StatusOr<Model> MakeModel(const std::string& name, uint64_t seed) {
+bool IsModelFile(const std::string& name) {
+  return absl::EndsWith(name, ".pt") || absl::EndsWith(name, ".pth") ||
+         name.find('/') != std::string::npos;
+}
+
+absl::StatusOr<Model> MakeModel(const std::string& name, uint64_t seed,
+                                const SampleSpec& sample) {
+  if (IsModelFile(name)) return LoadScript(name, sample);
+  if (!sample.IsFashionMnist()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model ", name, " takes Fashion-MNIST's 1x28x28 images of 10 classes, not "
+        "--input ", sample.ToString(), " and --classes ", sample.classes,
+        "; bring a TorchScript model for other data (docs/bring_your_model.md)"));
+  }
   // Module constructors draw from the default generator: seed it, build,
   // and the parameters are the same in every process.
   torch::manual_seed(seed);

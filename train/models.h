@@ -8,6 +8,8 @@
 //   resnet  a small ResNet: stem conv 16, a residual block, a strided conv to
 //           32, a residual block, global average pooling, FC 10 (no batch
 //           norm: all its state is parameters)                  (33 K)
+// or a user's model: a TorchScript file (torch.jit.save of a traced or
+// scripted module), any input shape and class count (sample_spec.h).
 #ifndef RDMAFLOW_TRAIN_MODELS_H_
 #define RDMAFLOW_TRAIN_MODELS_H_
 
@@ -18,7 +20,9 @@
 
 #include "absl/status/statusor.h"
 #include "strategies/strategy.h"
+#include "torch/script.h"
 #include "torch/torch.h"
+#include "train/sample_spec.h"
 
 namespace rdmaflow::train {
 
@@ -27,18 +31,31 @@ namespace rdmaflow::train {
 // mlp's features are just the flattening). Value type (shares the module).
 struct Model {
   std::string name;
-  std::shared_ptr<torch::nn::Module> module;
+  std::shared_ptr<torch::nn::Module> module;  // a preset
   std::function<torch::Tensor(const torch::Tensor&)> forward;
+  // Presets only: a TorchScript model is not cut in two (yet).
   strategies::ModelSplit split;
+  std::shared_ptr<torch::jit::Module> script;  // a TorchScript file
+
+  // The trainable parameters by qualified name, in the module's order.
+  std::vector<strategies::Parameter> Parameters() const;
 };
 
 // The names above.
 std::vector<std::string> ModelNames();
 
-// Builds `name` with parameters drawn from a generator seeded with `seed`
-// (same seed, same parameters, in every process). kInvalidArgument listing
-// the models for an unknown name.
-absl::StatusOr<Model> MakeModel(const std::string& name, uint64_t seed);
+// True when --model names a file (a path ending in .pt or .pth, or holding
+// a '/') rather than a preset.
+bool IsModelFile(const std::string& name);
+
+// Builds preset `name` with parameters drawn from a generator seeded with
+// `seed` (same seed, same parameters, in every process), or loads the
+// TorchScript file `name` (the same file everywhere: the same parameters)
+// and checks that a batch of `sample`s gives [batch, classes] logits.
+// kInvalidArgument listing the models for an unknown name, naming the file
+// that is no TorchScript, or saying what the model's output was.
+absl::StatusOr<Model> MakeModel(const std::string& name, uint64_t seed,
+                                const SampleSpec& sample = {});
 
 }  // namespace rdmaflow::train
 

@@ -77,10 +77,10 @@ namespace {
 
 absl::StatusOr<Dataset> LoadSplit(const TrainConfig& config,
                                   const std::string& split) {
-  if (config.synthetic) {
+  if (UsesSyntheticData(config)) {
     const int64_t n = split == "train" ? config.synthetic_samples
                                        : std::max<int64_t>(config.synthetic_samples / 6, 1000);
-    return SyntheticDataset(n, config.seed, split);
+    return SyntheticDataset(n, config.seed, split, config.sample);
   }
   return LoadFashionMnist(
       config.data_dir.empty() ? kDefaultFashionMnistDir : config.data_dir, split);
@@ -127,11 +127,8 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
   state->world_size = world_size;
   ASSIGN_OR_RETURN(state->transport, rdma::CreateBuiltinTransport(
                                          config.transport, config.transport_params, rank));
-  ASSIGN_OR_RETURN(state->model, MakeModel(config.model, config.seed));
-  std::vector<strategies::Parameter> parameters;
-  for (const auto& item : state->model.module->named_parameters()) {
-    parameters.push_back({item.key(), item.value()});
-  }
+  ASSIGN_OR_RETURN(state->model, MakeModel(config.model, config.seed, config.sample));
+  std::vector<strategies::Parameter> parameters = state->model.Parameters();
   strategies::StrategyRegistry registry;
   RETURN_IF_ERROR(strategies::RegisterBuiltinStrategies(registry));
   strategies::StrategyOptions options = StrategyOptionsOf(config);

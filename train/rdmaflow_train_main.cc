@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "launch/launcher.h"
 #include "launch/rank.h"
 #include "results/json.h"
@@ -31,7 +32,15 @@ ABSL_FLAG(int, local, 0,
           "spawn this many ranks (2..256) as processes on this machine (the "
           "job's world size); without it, the rank comes from torchrun, mpirun "
           "or Slurm variables. Every flag is checked before any process starts");
-ABSL_FLAG(std::string, model, "lenet5", "mlp | lenet5 | vgg | resnet");
+ABSL_FLAG(std::string, model, "lenet5",
+          "mlp | lenet5 | vgg | resnet, or PATH.pt: a TorchScript module (torch.jit.save "
+          "of a traced or scripted model) giving [batch, --classes] logits");
+ABSL_FLAG(std::string, input, "1x28x28",
+          "--model PATH.pt: one sample's shape, without the batch (1x28x28, 3x32x32, or "
+          "16:int64 for token ids); anything but Fashion-MNIST's 1x28x28 trains on "
+          "synthetic data of that shape");
+ABSL_FLAG(int64_t, classes, 10, "--model PATH.pt: classes of its logits (2..100000)");
+ABSL_FLAG(int64_t, vocab, 100, "--input ...:int64: synthetic token ids are in [0, vocab)");
 ABSL_FLAG(std::string, strategy, "ps",
           "ps | allreduce | layer_separated | gossip | moshpit (docs/strategies.md)");
 ABSL_FLAG(int, servers, 1, "ps: ranks 0..servers-1 are parameter servers");
@@ -83,6 +92,10 @@ namespace {
 absl::StatusOr<TrainConfig> ConfigFromFlags() {
   TrainConfig config;
   config.model = absl::GetFlag(FLAGS_model);
+  ASSIGN_OR_RETURN(config.sample.shape,
+                   ParseSampleShape(absl::GetFlag(FLAGS_input), &config.sample.int64));
+  config.sample.classes = absl::GetFlag(FLAGS_classes);
+  config.sample.vocab = absl::GetFlag(FLAGS_vocab);
   config.strategy = absl::GetFlag(FLAGS_strategy);
   auto params = rdma::ParseTransportParams(absl::GetFlag(FLAGS_strategy_params));
   if (!params.ok()) {

@@ -68,7 +68,7 @@ absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size) {
     return invalid("--timeout_s must be a finite number of seconds above 0, got ",
                    absl::FormatDuration(config.timeout));
   }
-  if (config.synthetic) {
+  if (UsesSyntheticData(config)) {
     if (config.synthetic_samples < 1 || config.synthetic_samples > kMaxSyntheticSamples) {
       return invalid("--synthetic_samples must be in 1..", kMaxSyntheticSamples, ", got ",
                      config.synthetic_samples);
@@ -100,10 +100,33 @@ absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size) {
       return invalid("--log_prefix: ", parent.string(), " is not a directory");
     }
   }
-  const std::vector<std::string> models = ModelNames();
-  if (std::find(models.begin(), models.end(), config.model) == models.end()) {
-    return invalid("--model '", config.model, "' is unknown; models: ",
-                   absl::StrJoin(models, ", "));
+  if (config.sample.classes < 2 || config.sample.classes > 100000 ||
+      config.sample.vocab < 1 || config.sample.vocab > (int64_t{1} << 31)) {
+    return invalid("--classes must be in 2..100000 and --vocab in 1..2^31, got ",
+                   config.sample.classes, " and ", config.sample.vocab);
+  }
+  if (IsModelFile(config.model)) {
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(config.model, error)) {
+      return invalid("--model ", config.model, ": no such file (a TorchScript module "
+                     "saved with torch.jit.save)");
+    }
+    if (config.strategy == "layer_separated") {
+      return invalid("--strategy layer_separated cuts the model in two, which it does for "
+                     "the presets only; train a TorchScript model with ps, allreduce, "
+                     "gossip or moshpit (rdmaflow plan MODEL.pt --strategy "
+                     "layer_separated shows its plan)");
+    }
+  } else {
+    const std::vector<std::string> models = ModelNames();
+    if (std::find(models.begin(), models.end(), config.model) == models.end()) {
+      return invalid("--model '", config.model, "' is unknown; models: ",
+                     absl::StrJoin(models, ", "), ", or a TorchScript file (PATH.pt)");
+    }
+    if (!config.sample.IsFashionMnist()) {
+      return invalid("--model ", config.model, " takes 1x28x28 images of 10 classes; "
+                     "--input and --classes are for a TorchScript model");
+    }
   }
   const std::vector<std::string> communicators = runtime::CommunicatorNames();
   if (std::find(communicators.begin(), communicators.end(), config.communicator) ==

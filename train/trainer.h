@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rdma/store.h"
+#include "train/sample_spec.h"
 
 namespace rdmaflow::train {
 
@@ -36,6 +37,10 @@ struct TrainConfig {
   std::string data_dir;  // Fashion-MNIST idx files
   bool synthetic = false;
   int64_t synthetic_samples = 12000;
+  // One sample and the classes: Fashion-MNIST's unless a user's model
+  // (--model PATH.pt) takes other input, which then trains on synthetic
+  // data of that shape.
+  SampleSpec sample;
   int slow_rank = -1;
   double slow_factor = 1.0;
   // Churn: rank `kill_rank` kills itself (SIGKILL, no clean-up) when it is
@@ -88,6 +93,12 @@ inline constexpr double kMaxSlowFactor = 1000;
 // back, the Fashion-MNIST files present unless --synthetic, and the
 // directory of --log_prefix existing. kInvalidArgument naming the flag.
 absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size);
+
+// True when the job trains on synthetic data: --synthetic, or samples that
+// are not Fashion-MNIST's.
+inline bool UsesSyntheticData(const TrainConfig& config) {
+  return config.synthetic || !config.sample.IsFashionMnist();
+}
 
 // Runs rank `rank` of `world_size` (collective). Errors name what failed;
 // ValidateTrainConfig()'s first.

@@ -1,0 +1,72 @@
+// End to end: a user's model, saved as TorchScript, trained by rdmaflow_train
+// --model PATH.pt as OS processes over UCX shared memory. The models are
+// built at test time by Debian's /usr/bin/python3 (graph_analyzer/torch/
+// test_models.py): the MLP with every strategy that trains a whole model
+// (ps, allreduce, gossip, moshpit), the ResNet-18-like CNN and the
+// transformer encoder (int64 token ids) with all-reduce, all on synthetic
+// data, each far above chance (10 %) after a few dozen steps.
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/train_runner.h"
+
+namespace rdmaflow {
+namespace {
+
+class ModelTrainE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/models"));
+    made_ = std::system(absl::StrCat("/usr/bin/python3 graph_analyzer/torch/test_models.py ",
+                                     *dir_, " mlp resnet18 transformer")
+                            .c_str()) == 0;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  void SetUp() override {
+    if (!made_) GTEST_SKIP() << "/usr/bin/python3 with python3-torch could not build the models";
+  }
+  static std::string Model(const std::string& name) {
+    return absl::StrCat(*dir_, "/", name, ".pt");
+  }
+  static std::string* dir_;
+  static bool made_;
+};
+
+std::string* ModelTrainE2eTest::dir_ = nullptr;
+bool ModelTrainE2eTest::made_ = false;
+
+TEST_F(ModelTrainE2eTest, AnMlpFileTrainsWithEveryWholeModelStrategy) {
+  const std::pair<const char*, const char*> runs[] = {
+      {"ps", "--local 3 --strategy ps"},
+      {"allreduce", "--local 2 --strategy allreduce"},
+      {"gossip", "--local 3 --strategy gossip"},
+      {"moshpit", "--local 4 --strategy moshpit"},
+  };
+  for (const auto& [name, flags] : runs) {
+    SCOPED_TRACE(name);
+    const double accuracy = testing::TrainAndGetAccuracy(
+        absl::StrCat("mlp_", name),
+        absl::StrCat(flags, " --model ", Model("mlp"), " --synthetic --steps 40"));
+    RecordProperty(absl::StrCat("test_accuracy_", name), absl::StrCat(accuracy));
+    EXPECT_GT(accuracy, 0.5);
+  }
+}
+
+TEST_F(ModelTrainE2eTest, AResNetAndATransformerOnTokenIdsTrain) {
+  double accuracy = testing::TrainAndGetAccuracy(
+      "resnet18", absl::StrCat("--local 2 --strategy allreduce --model ", Model("resnet18"),
+                               " --synthetic --steps 15 --batch_size 16"));
+  RecordProperty("test_accuracy_resnet18", absl::StrCat(accuracy));
+  EXPECT_GT(accuracy, 0.3);
+  accuracy = testing::TrainAndGetAccuracy(
+      "transformer", absl::StrCat("--local 2 --strategy allreduce --model ",
+                                  Model("transformer"),
+                                  " --input 16:int64 --steps 40 --batch_size 32"));
+  RecordProperty("test_accuracy_transformer", absl::StrCat(accuracy));
+  EXPECT_GT(accuracy, 0.5);
+}
+
+}  // namespace
+}  // namespace rdmaflow
