@@ -2,7 +2,8 @@
 // -----------------------------------------------------------------------------
 // Planning time and registered bytes of the graph analyzer on large graphs:
 // a generated graph of 10k nodes over 8 ranks, ResNet-50 (161 parameter
-// tensors, 25.6 M parameters) in parameter-server form, and up to 100k
+// tensors, 25.6 M parameters) in parameter-server form, both as a hand-made
+// exchange graph and as the whole training step of an imported model, and up to 100k
 // transfers on a single link (one region for the slot layout). Each
 // benchmark reports its stages separately (analyze = validate + infer
 // shapes, partition, plan) and counters for transfers and registered bytes.
@@ -18,7 +19,9 @@
 
 #include "graph_analyzer/analyzed_graph.h"
 #include "graph_analyzer/partition.h"
+#include "graph_analyzer/placement.h"
 #include "graph_analyzer/planner.h"
+#include "graph_analyzer/training_graph.h"
 #include "graph_analyzer/testing/generated_graphs.h"
 
 namespace rdmaflow::graph {
@@ -112,6 +115,40 @@ BENCHMARK(BM_PlanResNet50PS)
     ->Args({2, 1})
     ->Args({8, 2})
     ->Args({32, 4})
+    ->Unit(benchmark::kMillisecond);
+
+// ResNet-50 as a model importer gives it (a trace of the forward pass at
+// batch 32), turned into its training step, placed for a parameter server
+// and planned: the path of `rdmaflow plan MODEL.pt --strategy ps:...`
+// after the import, every stage inside the timing.
+void BM_PlanResNet50Model(benchmark::State& state) {
+  const ModelTrace trace = testing::ResNet50Trace(32);
+  PlacementSpec spec;
+  spec.strategy = "ps";
+  spec.workers = static_cast<int>(state.range(0));
+  spec.servers = static_cast<int>(state.range(1));
+  plan::TransferPlan last;
+  int nodes = 0;
+  for (auto _ : state) {
+    absl::StatusOr<GraphDef> step = BuildTrainingGraph(trace);
+    absl::StatusOr<GraphDef> placed =
+        step.ok() ? PlaceTrainingGraph(*step, spec) : step.status();
+    absl::StatusOr<plan::TransferPlan> p =
+        placed.ok() ? PlanGraph(*placed, PlannerOptions{}) : placed.status();
+    if (!p.ok()) {
+      state.SkipWithError(std::string(p.status().message()).c_str());
+      return;
+    }
+    nodes = placed->node_size();
+    last = *std::move(p);
+  }
+  state.counters["nodes"] = nodes;
+  ReportPlan(state, last);
+}
+BENCHMARK(BM_PlanResNet50Model)
+    ->ArgNames({"workers", "servers"})
+    ->Args({2, 1})
+    ->Args({8, 2})
     ->Unit(benchmark::kMillisecond);
 
 // Every transfer on one link, so that one region holds them all: short

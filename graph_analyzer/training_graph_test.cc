@@ -10,6 +10,7 @@
 #include "graph_analyzer/analyzed_graph.h"
 #include "graph_analyzer/model_trace.pb.h"
 #include "graph_analyzer/shape_util.h"
+#include "graph_analyzer/testing/generated_graphs.h"
 #include "gtest/gtest.h"
 
 namespace rdmaflow::graph {
@@ -220,6 +221,25 @@ TEST(TrainingGraphTest, InconsistentTracesAreRefusedNamingWhatIsWrong) {
     EXPECT_THAT(BuildTrainingGraph(Trace(c.text)),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)));
   }
+}
+
+TEST(TrainingGraphTest, AResNet50TraceBecomesAStepOfAllItsParameters) {
+  const ModelTrace trace = testing::ResNet50Trace(8);
+  ASSERT_OK_AND_ASSIGN(GraphDef g, BuildTrainingGraph(trace));
+  ASSERT_OK_AND_ASSIGN(AnalyzedGraph a, AnalyzeGraph(g));
+  int variables = 0, convs = 0, pools = 0, applies = 0;
+  for (const NodeDef& n : g.node()) {
+    variables += n.op() == "Variable";
+    convs += n.op() == "Conv2D";
+    pools += n.op() == "MaxPool";
+    applies += n.op() == "ApplyGradient";
+  }
+  EXPECT_EQ(variables, 161);
+  EXPECT_EQ(applies, 161);
+  EXPECT_EQ(convs, 53);
+  EXPECT_EQ(pools, 1);
+  EXPECT_EQ(Spec(a, "fc.weight/grad"), "float32[1000, 2048]");
+  EXPECT_EQ(Spec(a, "loss"), "float32[]");
 }
 
 TEST(TrainingGraphTest, TracesReadFromJsonAsThePythonImporterWritesThem) {

@@ -12,7 +12,7 @@ PACKAGES=(
   libtorch-dev zlib1g-dev dataset-fashion-mnist libssl-dev
   python3-torch python3-dev pybind11-dev
   libgloo-dev libopenmpi-dev openmpi-bin
-  gnuplot-nox
+  gnuplot-nox graphviz
   clang libclang-rt-14-dev
   qemu-system-x86 busybox-static cpio xz-utils zstd iproute2
   rdma-core ibverbs-providers ibverbs-utils perftest ucx-utils

@@ -219,4 +219,110 @@ GraphDef ResNet50ParameterServer(int workers, int servers) {
   return std::move(b).Build();
 }
 
+namespace {
+
+// Appends ops to a trace, naming their outputs t0, t1, ...
+class TraceWriter {
+ public:
+  explicit TraceWriter(ModelTrace& trace) : trace_(trace) {}
+
+  std::string Param(const std::string& name, std::vector<int64_t> shape, bool buffer = false) {
+    TracedTensor* t = buffer ? trace_.add_buffer() : trace_.add_parameter();
+    t->set_name(name);
+    t->mutable_spec()->set_dtype(DT_FLOAT32);
+    for (int64_t d : shape) t->mutable_spec()->add_shape(d);
+    return name;
+  }
+
+  std::string Op(const std::string& kind, std::vector<std::string> inputs,
+                 std::vector<int64_t> shape,
+                 std::vector<std::pair<std::string, std::vector<int64_t>>> args = {}) {
+    TracedOp* op = trace_.add_op();
+    op->set_kind(kind);
+    for (std::string& in : inputs) op->add_input(std::move(in));
+    for (auto& [name, value] : args) {
+      AttrValue& a = (*op->mutable_arg())[name];
+      if (value.size() == 1 && (name == "groups" || name == "start_dim")) {
+        a.set_i(value[0]);
+      } else {
+        for (int64_t v : value) a.add_ints(v);
+      }
+    }
+    const std::string out = absl::StrCat("t", next_++);
+    op->add_output(out);
+    op->add_output_spec()->set_dtype(DT_FLOAT32);
+    for (int64_t d : shape) op->mutable_output_spec(0)->add_shape(d);
+    return out;
+  }
+
+ private:
+  ModelTrace& trace_;
+  int next_ = 0;
+};
+
+}  // namespace
+
+ModelTrace ResNet50Trace(int64_t batch) {
+  ModelTrace trace;
+  trace.set_name("resnet50");
+  trace.set_source("generated");
+  TracedTensor* input = trace.add_input();
+  input->set_name("x");
+  input->mutable_spec()->set_dtype(DT_FLOAT32);
+  for (int64_t d : {batch, int64_t{3}, int64_t{224}, int64_t{224}}) {
+    input->mutable_spec()->add_shape(d);
+  }
+  TraceWriter w(trace);
+  int layer = 0;
+  // conv (k x k, stride, padding k/2) + batch norm.
+  auto conv_bn = [&](const std::string& x, int64_t in, int64_t out, int64_t k,
+                     int64_t stride, int64_t size) {
+    const std::string p = absl::StrCat("layer", layer++);
+    const std::string weight = w.Param(p + ".conv.weight", {out, in, k, k});
+    const int64_t next = (size + 2 * (k / 2) - k) / stride + 1;
+    const std::string c = w.Op("aten::conv2d", {x, weight}, {batch, out, next, next},
+                               {{"stride", {stride, stride}}, {"padding", {k / 2, k / 2}},
+                                {"dilation", {1, 1}}, {"groups", {1}}});
+    const std::string bn = w.Op(
+        "aten::batch_norm",
+        {c, w.Param(p + ".bn.weight", {out}), w.Param(p + ".bn.bias", {out}),
+         w.Param(p + ".bn.running_mean", {out}, true),
+         w.Param(p + ".bn.running_var", {out}, true)},
+        {batch, out, next, next});
+    return std::make_pair(bn, next);
+  };
+  auto [stem, size] = conv_bn("x", 3, 64, 7, 2, 224);
+  std::string x = w.Op("aten::relu", {stem}, {batch, 64, size, size});
+  size = (size + 2 - 3) / 2 + 1;
+  x = w.Op("aten::max_pool2d", {x}, {batch, 64, size, size},
+           {{"kernel_size", {3, 3}}, {"stride", {2, 2}}, {"padding", {1, 1}}});
+  int64_t channels = 64;
+  const int64_t widths[] = {64, 128, 256, 512};
+  const int blocks[] = {3, 4, 6, 3};
+  for (int stage = 0; stage < 4; ++stage) {
+    for (int b = 0; b < blocks[stage]; ++b) {
+      const int64_t width = widths[stage];
+      const int64_t stride = (b == 0 && stage > 0) ? 2 : 1;
+      auto [h1, s1] = conv_bn(x, channels, width, 1, 1, size);
+      h1 = w.Op("aten::relu", {h1}, {batch, width, s1, s1});
+      auto [h2, s2] = conv_bn(h1, width, width, 3, stride, s1);
+      h2 = w.Op("aten::relu", {h2}, {batch, width, s2, s2});
+      auto [h3, s3] = conv_bn(h2, width, 4 * width, 1, 1, s2);
+      std::string skip = x;
+      if (b == 0) skip = conv_bn(x, channels, 4 * width, 1, stride, size).first;
+      x = w.Op("aten::add", {h3, skip}, {batch, 4 * width, s3, s3});
+      x = w.Op("aten::relu", {x}, {batch, 4 * width, s3, s3});
+      channels = 4 * width;
+      size = s3;
+    }
+  }
+  x = w.Op("aten::adaptive_avg_pool2d", {x}, {batch, 2048, 1, 1});
+  x = w.Op("aten::flatten", {x}, {batch, 2048}, {{"start_dim", {1}}});
+  x = w.Op("aten::linear",
+           {x, w.Param("fc.weight", {1000, 2048}), w.Param("fc.bias", {1000})},
+           {batch, 1000});
+  trace.set_output(x);
+  return trace;
+}
+
 }  // namespace rdmaflow::graph::testing

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "graph_analyzer/graph.pb.h"
+#include "graph_analyzer/model_trace.pb.h"
 
 namespace rdmaflow::graph::testing {
 
@@ -52,6 +53,13 @@ GraphDef ResNet50ParameterServer(int workers, int servers);
 
 // Number of parameters (elements) ResNet50ParameterServer uses.
 int64_t ResNet50ParameterCount();
+
+// The forward pass of ResNet-50 on [batch, 3, 224, 224] images as an
+// importer records it (model_trace.proto): the ops torch.jit.trace gives
+// for torchvision's resnet50 (conv2d, batch_norm, relu, max_pool2d, add,
+// adaptive_avg_pool2d, flatten, linear) with their traced shapes; the same
+// 161 parameters as above, plus the batch norms' running statistics.
+ModelTrace ResNet50Trace(int64_t batch);
 
 }  // namespace rdmaflow::graph::testing
 
