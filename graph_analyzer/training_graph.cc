@@ -82,7 +82,25 @@ class Builder {
     return node;
   }
 
+  // Traced specs are concrete: a known dtype, and dimensions the analyzer takes
+  // (1 .. 2^40; -1 is no traced size). Checked before any shape function
+  // sees them.
+  absl::Status CheckTraced(const std::string& trace_name, const TensorSpec& spec) {
+    absl::Status valid = CheckSpec(spec);
+    for (int d = 0; valid.ok() && d < spec.shape_size(); ++d) {
+      if (spec.shape(d) < 1) {
+        valid = absl::InvalidArgumentError(absl::StrCat(
+            "dimension ", d, " is ", spec.shape(d), "; a traced size is positive"));
+      }
+    }
+    if (!valid.ok()) {
+      return Invalid(absl::StrCat("tensor '", trace_name, "': ", valid.message()));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Define(const std::string& trace_name, Value value) {
+    RETURN_IF_ERROR(CheckTraced(trace_name, value.spec));
     if (!values_.emplace(trace_name, std::move(value)).second) {
       return Invalid(absl::StrCat("tensor '", trace_name, "' is defined twice"));
     }
@@ -118,6 +136,9 @@ class Builder {
       inputs.push_back(MappedInput{it->second.ref, it->second.spec});
       unit.inputs.push_back(in);
       unit.needs_grad = unit.needs_grad || it->second.needs_grad;
+    }
+    for (int k = 0; k < op.output_size(); ++k) {
+      RETURN_IF_ERROR(CheckTraced(op.output(k), op.output_spec(k)));
     }
     internal::MappedOp mapped = internal::MapTracedOp(op, inputs, unit.name);
     for (NodeDef& node : mapped.nodes) {

@@ -215,6 +215,18 @@ TEST(TrainingGraphTest, InconsistentTracesAreRefusedNamingWhatIsWrong) {
             output: "x")pb",
        "no trainable parameters"},
       {R"pb(name: "bad" output: "x")pb", "has no inputs"},
+      {head + R"pb(op { kind: "aten::matmul" input: ["x", "w"] output: "y"
+                        output_spec { dtype: DT_FLOAT32 shape: [4, -3] } } output: "y")pb",
+       "tensor 'y': dimension 1 of [4, -3] is negative"},
+      {head + R"pb(op { kind: "aten::matmul" input: ["x", "w"] output: "y"
+                        output_spec { dtype: DT_FLOAT32 shape: [4, 0] } } output: "y")pb",
+       "tensor 'y'"},
+      {head + R"pb(op { kind: "aten::matmul" input: ["x", "w"] output: "y"
+                        output_spec { shape: [4, 3] } } output: "y")pb",
+       "tensor 'y': invalid dtype 0"},
+      {R"pb(name: "bad" input { name: "x" spec { dtype: DT_FLOAT32 shape: [4, 1099511627777] } }
+            parameter { name: "w" spec { dtype: DT_FLOAT32 shape: [4] } } output: "x")pb",
+       "exceeds 2^40"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.text);

@@ -144,7 +144,10 @@ class Tracer {
                                   ": it must return one tensor (the logits or the "
                                   "output the loss is taken of)"));
     }
-    trace_.set_output(out.names.at(0));
+    if (out.names.size() != 1) {
+      return Invalid("forward() returns a constant, not a tensor computed from its inputs");
+    }
+    trace_.set_output(out.names[0]);
     return std::move(trace_);
   }
 
