@@ -278,6 +278,13 @@ TEST(PlanCommandTest, ModelsAndStrategiesAreCheckedBeforeAnythingIsPlanned) {
     EXPECT_EQ(r.status, 1);
     EXPECT_THAT(r.err, HasSubstr("--input"));
   }
+  // A FIFO is refused, not opened (which would block).
+  const std::string fifo = TempPath("plan.fifo");
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  r = RunPlan({fifo});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("regular file"));
   // A graph already spread over ranks cannot be placed again.
   r = RunPlan({kMlp, "--strategy", "ps:servers=1,workers=2"});
   EXPECT_EQ(r.status, 1);

@@ -2,9 +2,12 @@
 #include "graph_analyzer/shape_util.h"
 
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace rdmaflow::graph {
 
@@ -128,6 +131,40 @@ TensorSpec MakeSpec(DataType dtype, std::vector<int64_t> shape) {
   TensorSpec spec;
   spec.set_dtype(dtype);
   for (int64_t d : shape) spec.add_shape(d);
+  return spec;
+}
+
+absl::StatusOr<TensorSpec> ParseSpecText(absl::string_view text) {
+  std::vector<absl::string_view> typed = absl::StrSplit(text, absl::MaxSplits(':', 1));
+  DataType dtype = DT_FLOAT32;
+  if (typed.size() == 2) {
+    bool known = false;
+    for (int t = DT_FLOAT32; t <= DT_BOOL; ++t) {
+      if (DataTypeName(static_cast<DataType>(t)) == typed[1]) {
+        dtype = static_cast<DataType>(t);
+        known = true;
+      }
+    }
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", text, "': unknown dtype '", typed[1],
+          "' (float32, float16, bfloat16, float64, int8, uint8, int32, int64, bool)"));
+    }
+  }
+  std::vector<int64_t> shape;
+  for (absl::string_view d : absl::StrSplit(typed[0], 'x')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(d, &v) || v < 1 || v > kMaxDim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", text, "': '", d, "' is not a dimension in 1..2^40 (sizes look like "
+          "64x1x28x28, or 8x16:int64)"));
+    }
+    shape.push_back(v);
+  }
+  TensorSpec spec = MakeSpec(dtype, std::move(shape));
+  if (absl::Status valid = CheckSpec(spec); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "': ", valid.message()));
+  }
   return spec;
 }
 

@@ -13,6 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "graph_analyzer/graph.pb.h"
 
@@ -37,6 +39,12 @@ std::string SpecString(const TensorSpec& spec);
 
 // True when no dimension is unknown.
 bool IsFullyDefined(const TensorSpec& spec);
+
+// "64x1x28x28" (float32) or "8x16:int64" (any DataTypeName): the sizes the
+// CLIs take for a model's inputs. kInvalidArgument naming the bad part
+// (a dimension that is no integer in 1..2^40, an unknown dtype, a byte
+// count that overflows).
+absl::StatusOr<TensorSpec> ParseSpecText(absl::string_view text);
 
 // Elements of a fully defined shape; nullopt when a dimension is unknown or
 // the count would overflow int64.

@@ -54,5 +54,16 @@ TEST(TensorRefTest, ParsesNodeAndIndex) {
   }
 }
 
+TEST(ShapeUtilTest, ParsesSpecTextAndNamesWhatIsWrong) {
+  ASSERT_OK_AND_ASSIGN(TensorSpec spec, ParseSpecText("64x1x28x28"));
+  EXPECT_EQ(SpecString(spec), "float32[64, 1, 28, 28]");
+  ASSERT_OK_AND_ASSIGN(spec, ParseSpecText("8x16:int64"));
+  EXPECT_EQ(SpecString(spec), "int64[8, 16]");
+  for (const char* bad : {"", "8x", "x8", "8x-1", "8x0", "8x1099511627777", "8:complex",
+                          "8:invalid", "1099511627776x1099511627776"}) {
+    EXPECT_THAT(ParseSpecText(bad), StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace rdmaflow::graph

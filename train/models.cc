@@ -3,9 +3,11 @@
 
 #include <filesystem>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "graph_analyzer/torch/torchscript_import.h"
 
 namespace rdmaflow::train {
 namespace {
@@ -124,17 +126,22 @@ absl::StatusOr<Model> Build(const std::string& name) {
       ", or a TorchScript file (PATH.pt)"));
 }
 
+// LibTorch's message without its C++ backtrace.
+std::string ErrorText(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
+    return c10->what_without_backtrace();
+  }
+  return e.what();
+}
+
 // A TorchScript file, in training mode, checked on a batch of two samples.
 absl::StatusOr<Model> LoadScript(const std::string& path, const SampleSpec& sample) {
-  auto script = std::make_shared<torch::jit::Module>();
-  try {
-    *script = torch::jit::load(path);
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--model ", path, ": not a TorchScript module (save one with "
-        "torch.jit.save(torch.jit.trace(model, example), path)): ",
-        e.what_without_backtrace()));
+  absl::StatusOr<torch::jit::Module> loaded = graph::LoadTorchScript(path);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat("--model: ", loaded.status().message()));
   }
+  auto script = std::make_shared<torch::jit::Module>(*std::move(loaded));
   script->train(true);
   Model model;
   model.name = std::filesystem::path(path).stem().string();
@@ -147,8 +154,11 @@ absl::StatusOr<Model> LoadScript(const std::string& path, const SampleSpec& samp
   std::string got;
   try {
     torch::NoGradGuard no_grad;
+    // Token ids at both ends of [0, vocab): an embedding too small for
+    // --vocab fails here, not in the middle of the job.
     torch::Tensor probe = sample.int64 ? torch::zeros(probe_shape, torch::kInt64)
                                        : torch::zeros(probe_shape);
+    if (sample.int64) script->forward({torch::full(probe_shape, sample.vocab - 1, torch::kInt64)});
     c10::IValue out = script->forward({probe});
     if (out.isTensor()) {
       const auto sizes = out.toTensor().sizes();
@@ -157,10 +167,10 @@ absl::StatusOr<Model> LoadScript(const std::string& path, const SampleSpec& samp
     } else {
       got = out.tagKind();
     }
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--model ", path, " does not run on samples of --input ", sample.ToString(), ": ",
-        e.what_without_backtrace()));
+        ErrorText(e)));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "--model ", path, ": a batch of 2 samples of --input ", sample.ToString(),
@@ -173,13 +183,23 @@ absl::StatusOr<Model> LoadScript(const std::string& path, const SampleSpec& samp
 std::vector<strategies::Parameter> Model::Parameters() const {
   std::vector<strategies::Parameter> out;
   if (script != nullptr) {
+    absl::flat_hash_set<const c10::TensorImpl*> seen;  // tied weights once
     for (const auto& p : script->named_parameters(/*recurse=*/true)) {
-      out.push_back({p.name, p.value});
+      if (seen.insert(p.value.unsafeGetTensorImpl()).second) out.push_back({p.name, p.value});
     }
   } else if (module != nullptr) {
     for (const auto& p : module->named_parameters()) out.push_back({p.key(), p.value()});
   }
   return out;
+}
+
+absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& x) const {
+  try {
+    return forward(x);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", name, " failed on a batch: ", ErrorText(e)));
+  }
 }
 
 std::vector<std::string> ModelNames() { return {"mlp", "lenet5", "vgg", "resnet"}; }

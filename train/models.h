@@ -37,8 +37,13 @@ struct Model {
   strategies::ModelSplit split;
   std::shared_ptr<torch::jit::Module> script;  // a TorchScript file
 
-  // The trainable parameters by qualified name, in the module's order.
+  // The trainable parameters by qualified name, in the module's order
+  // (a parameter shared by two submodules once, under its first name).
   std::vector<strategies::Parameter> Parameters() const;
+  // forward(x), with whatever LibTorch throws (a token id out of an
+  // embedding's range, a shape the model does not take) as
+  // kInvalidArgument naming the model.
+  absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& x) const;
 };
 
 // The names above.

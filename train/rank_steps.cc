@@ -46,9 +46,15 @@ class Worker {
     const strategies::Batch batch = NextBatch();
     const torch::Tensor& x = batch.x;
     const torch::Tensor& y = batch.y;
-    torch::Tensor logits = model_.forward(x);
-    torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
-    loss.backward();
+    ASSIGN_OR_RETURN(torch::Tensor logits, model_.Forward(x));
+    torch::Tensor loss;
+    try {
+      loss = torch::nn::functional::cross_entropy(logits, y);
+      loss.backward();
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", model_.name, ": the loss or its backward pass failed: ", e.what()));
+    }
     const double accuracy = logits.argmax(1).eq(y).to(torch::kFloat32).mean().item<double>();
     return strategies::ComputeResult{loss.item<double>(), accuracy,
                                      config_.batch_size};
@@ -87,13 +93,13 @@ absl::StatusOr<Dataset> LoadSplit(const TrainConfig& config,
 }
 
 // Accuracy of `model` on the first `limit` samples of `data` (all if <= 0).
-double Evaluate(Model& model, const Dataset& data, int64_t limit) {
+absl::StatusOr<double> Evaluate(Model& model, const Dataset& data, int64_t limit) {
   torch::NoGradGuard no_grad;
   const int64_t n = limit > 0 ? std::min(limit, data.size()) : data.size();
   int64_t correct = 0;
   for (int64_t begin = 0; begin < n; begin += 1000) {
     const int64_t end = std::min(begin + 1000, n);
-    torch::Tensor logits = model.forward(data.images.slice(0, begin, end));
+    ASSIGN_OR_RETURN(torch::Tensor logits, model.Forward(data.images.slice(0, begin, end)));
     correct += logits.argmax(1).eq(data.labels.slice(0, begin, end)).sum().item<int64_t>();
   }
   return static_cast<double>(correct) / n;
@@ -223,7 +229,8 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     if (state.reporter && config.eval_every > 0 && strategy.holds_full_model() &&
         (report.clock + 1) % config.eval_every == 0) {
       const absl::Time eval_begin = absl::Now();
-      record.test_accuracy = Evaluate(state.model, state.test, config.eval_samples);
+      ASSIGN_OR_RETURN(record.test_accuracy,
+                       Evaluate(state.model, state.test, config.eval_samples));
       eval_time += absl::Now() - eval_begin;
     }
     record.elapsed_s = absl::ToDoubleSeconds(absl::Now() - start - eval_time);
@@ -267,7 +274,7 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   const int64_t steps = std::max<int64_t>(totals.steps, 1);
   summary.wire_bytes_per_step = static_cast<double>(wire) / steps;
   summary.reported = true;
-  summary.test_accuracy = Evaluate(state.model, state.test, 0);
+  ASSIGN_OR_RETURN(summary.test_accuracy, Evaluate(state.model, state.test, 0));
   summary.final_loss = totals.last_loss;
   summary.wall_s = totals.wall_s;
   summary.mean_step_ms = 1000 * totals.wall_s / steps;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "graph_analyzer/shape_util.h"
 #include "rdma/builtin_transports.h"
 #include "rdma/transport_registry.h"
 #include "runtime/communicator_factory.h"
@@ -69,6 +70,20 @@ absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size) {
                    absl::FormatDuration(config.timeout));
   }
   if (UsesSyntheticData(config)) {
+    // What the synthetic splits hold in memory, per rank: train, test (at
+    // least 1000) and the class templates of float samples.
+    const int64_t per_sample = graph::NumElements(config.sample.shape).value_or(kMaxSyntheticBytes);
+    const int64_t width = config.sample.int64 ? 8 : 4;
+    const int64_t samples = config.synthetic_samples + std::max<int64_t>(
+                                                           config.synthetic_samples / 6, 1000);
+    const int64_t classes = config.sample.int64 ? 0 : config.sample.classes;
+    if (per_sample > kMaxSyntheticBytes / width / (samples + classes)) {
+      return invalid("synthetic data of --input ", config.sample.ToString(), " x (",
+                     config.synthetic_samples, " --synthetic_samples + the test split",
+                     classes > 0 ? absl::StrCat(" + ", classes, " class templates") : "",
+                     ") would take more than ", kMaxSyntheticBytes >> 30,
+                     " GiB a rank; lower --synthetic_samples or the sample size");
+    }
     if (config.synthetic_samples < 1 || config.synthetic_samples > kMaxSyntheticSamples) {
       return invalid("--synthetic_samples must be in 1..", kMaxSyntheticSamples, ", got ",
                      config.synthetic_samples);

@@ -77,6 +77,9 @@ struct TrainSummary {
 // Bounds of the harness's numeric settings (the flags of rdmaflow_train).
 inline constexpr int64_t kMaxBatchSize = 1 << 16;
 inline constexpr int64_t kMaxSyntheticSamples = 1'000'000;  // 3 GB of images a rank
+// The most bytes synthetic data (train and test splits, class templates)
+// may take on a rank, whatever the sample's shape.
+inline constexpr int64_t kMaxSyntheticBytes = int64_t{4} << 30;
 inline constexpr double kMaxSlowFactor = 1000;
 
 // Checks `config` for a job of `world_size` ranks without starting,

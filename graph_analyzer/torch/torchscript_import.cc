@@ -373,25 +373,38 @@ class Tracer {
 
 }  // namespace
 
-absl::StatusOr<ModelTrace> TraceTorchScript(const std::string& path,
-                                            const std::vector<TensorSpec>& inputs) {
+absl::StatusOr<torch::jit::Module> LoadTorchScript(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) {
     return absl::NotFoundError(absl::StrCat(
         "TorchScript '", path, "': no such file (save one with torch.jit.save)"));
   }
+  std::string message;
   try {
-    torch::jit::Module module = torch::jit::load(path);
+    return torch::jit::load(path);
+  } catch (const c10::Error& e) {
+    message = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "TorchScript '", path, "' cannot be read (is it a module saved with "
+      "torch.jit.save?): ", message));
+}
+
+absl::StatusOr<ModelTrace> TraceTorchScript(const std::string& path,
+                                            const std::vector<TensorSpec>& inputs) {
+  ASSIGN_OR_RETURN(torch::jit::Module module, LoadTorchScript(path));
+  std::string message;
+  try {
     return Tracer(path).Run(module, inputs);
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TorchScript '", path, "' cannot be read (is it a module saved with "
-        "torch.jit.save?): ", e.what_without_backtrace()));
+    message = e.what_without_backtrace();
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TorchScript '", path, "' cannot be read (is it a module saved with "
-        "torch.jit.save?): ", e.what()));
+    message = e.what();
   }
+  return absl::InvalidArgumentError(
+      absl::StrCat("TorchScript '", path, "' could not be traced: ", message));
 }
 
 absl::StatusOr<GraphDef> ImportTorchScript(const std::string& path,

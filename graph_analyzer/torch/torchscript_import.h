@@ -26,8 +26,14 @@
 #include "graph_analyzer/graph.pb.h"
 #include "graph_analyzer/model_trace.pb.h"
 #include "graph_analyzer/training_graph.h"
+#include "torch/script.h"
 
 namespace rdmaflow::graph {
+
+// torch::jit::load, its exceptions as a Status: kNotFound for a path that is
+// no regular file, kInvalidArgument (LibTorch's message) for one that is
+// no TorchScript module.
+absl::StatusOr<torch::jit::Module> LoadTorchScript(const std::string& path);
 
 // kNotFound for a missing file; kInvalidArgument when it is not TorchScript,
 // has no forward(), takes another number of inputs, fails to run on inputs
