@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,8 @@ namespace rdmaflow::graph {
 namespace {
 
 constexpr int kMaxRanks = 1024;
+// A parameter's bytes as sharding counts them when they overflow.
+constexpr int64_t kMaxBytes = std::numeric_limits<int64_t>::max();
 
 std::string Anchor(const std::string& name) { return name.substr(0, name.find('/')); }
 
@@ -38,14 +41,13 @@ struct Layout {
 // The parameters' bytes, for sharding.
 int64_t Bytes(const NodeDef& variable) {
   if (variable.output_size() != 1) return 0;
-  const TensorSpec& s = variable.output(0);
-  std::optional<int64_t> n = NumElements(s.shape());
-  return n.value_or(0) * DataTypeSize(s.dtype());
+  return NumBytes(variable.output(0)).value_or(kMaxBytes);
 }
 
 class Placer {
  public:
-  explicit Placer(const GraphDef& model) : model_(model) {}
+  Placer(const GraphDef& model, const AnalyzedGraph& analyzed)
+      : model_(model), analyzed_(analyzed) {}
 
   absl::Status Index() {
     for (int i = 0; i < model_.node_size(); ++i) {
@@ -73,20 +75,28 @@ class Placer {
     return it == index_.end() ? -1 : it->second;
   }
 
-  // Gradient nodes and everything computed from them.
+  // The nodes in an order where every node comes after its inputs.
+  absl::Span<const int> schedule() const { return analyzed_.schedule(); }
+  // The names of the nodes node `i` reads.
+  std::vector<std::string> Sources(int i) const {
+    std::vector<std::string> out;
+    for (const OutputId& in : analyzed_.node(i).inputs) {
+      out.push_back(model_.node(in.node).name());
+    }
+    return out;
+  }
+
+  // Gradient nodes and everything computed from them (one pass, in
+  // schedule order).
   absl::flat_hash_set<std::string> Backward() const {
     absl::flat_hash_set<std::string> backward;
-    bool changed = true;
-    while (changed) {
-      changed = false;
-      for (const NodeDef& n : model_.node()) {
-        if (backward.contains(n.name())) continue;
-        bool b = n.op() == "Gradient";
-        for (const std::string& in : n.input()) {
-          b = b || backward.contains(std::string(ParseTensorRef(in)->node));
-        }
-        if (b) changed = backward.insert(n.name()).second || changed;
+    for (int i : schedule()) {
+      const NodeDef& n = model_.node(i);
+      bool b = n.op() == "Gradient";
+      for (const OutputId& in : analyzed_.node(i).inputs) {
+        b = b || backward.contains(model_.node(in.node).name());
       }
+      if (b) backward.insert(n.name());
     }
     return backward;
   }
@@ -166,6 +176,7 @@ class Placer {
   }
 
   const GraphDef& model_;
+  const AnalyzedGraph& analyzed_;
   absl::flat_hash_map<std::string, int> index_;
   std::vector<int> params_;
   absl::flat_hash_map<std::string, int> owner_rank_;
@@ -184,7 +195,8 @@ absl::StatusOr<Layout> PsLayout(const Placer& placer, const PlacementSpec& spec)
   std::vector<int64_t> load(spec.servers, 0);
   for (int p : order) {
     const int s = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    load[s] += Bytes(placer.model().node(p));
+    const int64_t bytes = Bytes(placer.model().node(p));
+    load[s] = load[s] > kMaxBytes - bytes ? kMaxBytes : load[s] + bytes;  // saturating
     (*server)[placer.model().node(p).name()] = s;
   }
   const int servers = spec.servers;
@@ -236,21 +248,19 @@ absl::StatusOr<Layout> LayerSeparatedLayout(const Placer& placer, const Placemen
         "layer_separated: cut '", cut, "' is not a forward node of the model "
         "(name one of its ops, e.g. flatten_3, or an input)"));
   }
-  // The head: forward nodes downstream of the cut (by anchor).
+  // The head: forward nodes downstream of the cut (by anchor; one pass in
+  // schedule order, which has every node after the nodes it reads).
   auto head = std::make_shared<absl::flat_hash_set<std::string>>();
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    for (const NodeDef& n : g.node()) {
-      if (backward.contains(n.name()) || n.op() == "Variable") continue;
-      const std::string anchor = Anchor(n.name());
-      if (head->contains(anchor)) continue;
-      for (const std::string& in : n.input()) {
-        const std::string src = Anchor(std::string(ParseTensorRef(in)->node));
-        if (src == cut || head->contains(src)) {
-          changed = head->insert(anchor).second || changed;
-          break;
-        }
+  for (int i : placer.schedule()) {
+    const NodeDef& n = g.node(i);
+    if (backward.contains(n.name()) || n.op() == "Variable") continue;
+    const std::string anchor = Anchor(n.name());
+    if (head->contains(anchor)) continue;
+    for (const std::string& in : placer.Sources(i)) {
+      const std::string src = Anchor(in);
+      if (src == cut || head->contains(src)) {
+        head->insert(anchor);
+        break;
       }
     }
   }
@@ -259,19 +269,27 @@ absl::StatusOr<Layout> LayerSeparatedLayout(const Placer& placer, const Placemen
         "layer_separated: nothing follows cut '", cut, "': no layers are left for the "
         "FC ranks"));
   }
-  // Head parameters: read by head nodes only.
+  // Head parameters and constants (buffers): read by head nodes only.
   absl::flat_hash_map<std::string, bool> head_param;
-  for (const NodeDef& n : g.node()) {
+  absl::flat_hash_map<std::string, bool> head_const;
+  for (int i : placer.schedule()) {
+    const NodeDef& n = g.node(i);
     if (backward.contains(n.name()) || n.op() == "Variable" || n.op() == "ApplyGradient") {
       continue;
     }
-    for (const std::string& in : n.input()) {
-      const std::string src(ParseTensorRef(in)->node);
-      if (!is_param(src)) continue;
-      const bool h = head->contains(Anchor(n.name()));
-      auto [it, fresh] = head_param.emplace(src, h);
+    const bool h = head->contains(Anchor(n.name()));
+    for (const std::string& src : placer.Sources(i)) {
+      const int s = placer.IndexOf(src);
+      if (s < 0) continue;
+      const std::string& op = g.node(s).op();
+      if (op != "Variable" && op != "Const") continue;
+      auto& side = op == "Variable" ? head_param : head_const;
+      auto [it, fresh] = side.emplace(src, h);
       if (!fresh) it->second = it->second && h;
     }
+  }
+  for (const auto& [name, on_head] : head_const) {
+    if (on_head) head->insert(name);
   }
   auto params_on_head = std::make_shared<absl::flat_hash_map<std::string, bool>>(head_param);
   // A head parameter's gradient sum and update run with it.
@@ -354,11 +372,21 @@ absl::StatusOr<PlacementSpec> ParsePlacementSpec(absl::string_view text) {
 absl::StatusOr<GraphDef> PlaceTrainingGraph(const GraphDef& model,
                                             const PlacementSpec& spec) {
   // Checked first: every reference below then parses and resolves.
-  absl::Status valid = AnalyzeGraph(model).status();
-  if (!valid.ok()) {
-    return absl::Status(valid.code(), absl::StrCat("placement: ", valid.message()));
+  absl::StatusOr<AnalyzedGraph> analyzed = AnalyzeGraph(model);
+  if (!analyzed.ok()) {
+    return absl::Status(analyzed.status().code(),
+                        absl::StrCat("placement: ", analyzed.status().message()));
   }
-  Placer placer(model);
+  const int counts[] = {spec.servers, spec.workers, spec.conv_ranks, spec.fc_ranks};
+  for (int count : counts) {
+    if (count < 1 || count > kMaxRanks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "placement: servers, workers, conv and fc ranks must be in 1..", kMaxRanks,
+          " (got ", spec.servers, ", ", spec.workers, ", ", spec.conv_ranks, ", ",
+          spec.fc_ranks, ")"));
+    }
+  }
+  Placer placer(model, *analyzed);
   RETURN_IF_ERROR(placer.Index());
   Layout layout;
   if (spec.strategy == "ps") {

@@ -20,8 +20,9 @@ namespace {
 using ::rdmaflow::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// conv 3x3 -> relu -> flatten -> linear: features, then one FC layer.
-GraphDef Model() {
+// conv 3x3 -> relu -> flatten -> linear: features, then one FC layer
+// (scaled by a buffer when `scaled`).
+GraphDef Model(bool scaled = false) {
   ModelTrace trace;
   EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(R"pb(
     name: "cnn" source: "test"
@@ -42,6 +43,14 @@ GraphDef Model() {
          output: "y" output_spec { dtype: DT_FLOAT32 shape: [8, 3] } }
     output: "y"
   )pb", &trace));
+  if (scaled) {
+    EXPECT_TRUE(google::protobuf::TextFormat::MergeFromString(R"pb(
+      buffer { name: "scale" spec { dtype: DT_FLOAT32 shape: [3] } }
+      op { kind: "aten::mul" input: ["y", "scale"]
+           output: "z" output_spec { dtype: DT_FLOAT32 shape: [8, 3] } }
+      output: "z"
+    )pb", &trace));
+  }
   absl::StatusOr<GraphDef> g = BuildTrainingGraph(trace);
   EXPECT_TRUE(g.ok()) << g.status();
   return *g;
@@ -116,6 +125,12 @@ TEST(PlacementTest, LayerSeparatedCutsBeforeTheFirstFullyConnectedLayer) {
   EXPECT_THAT(crossings[Link(1, 2)], ::testing::UnorderedElementsAre("c1/flatten_2", "c1/labels"));
   EXPECT_THAT(crossings[Link(2, 1)], ::testing::ElementsAre("c1/linear_3/grad"));
   EXPECT_EQ(crossings.count(Link(0, 1)), 0u);
+  // A buffer only the head reads lives with the head: it never crosses.
+  ASSERT_OK_AND_ASSIGN(g, PlaceTrainingGraph(Model(/*scaled=*/true), spec));
+  EXPECT_EQ(RankOf(g, "c1/scale"), 2);
+  EXPECT_EQ(RankOf(g, "c1/mul_4"), 2);
+  EXPECT_THAT(Crossings(g)[Link(1, 2)],
+              ::testing::UnorderedElementsAre("c1/flatten_2", "c1/labels"));
   // An explicit cut moves the boundary.
   ASSERT_OK_AND_ASSIGN(spec, ParsePlacementSpec("layer_separated:conv=1,fc=1,cut=relu_1"));
   ASSERT_OK_AND_ASSIGN(g, PlaceTrainingGraph(Model(), spec));
@@ -139,6 +154,11 @@ TEST(PlacementTest, BadSpecsAndModelsAreRefusedNamingTheProblem) {
   ASSERT_OK_AND_ASSIGN(PlacementSpec last, ParsePlacementSpec("layer_separated:cut=loss"));
   EXPECT_THAT(PlaceTrainingGraph(Model(), last),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nothing follows")));
+  ASSERT_OK_AND_ASSIGN(PlacementSpec ps0, ParsePlacementSpec("ps"));
+  PlacementSpec zero = ps0;
+  zero.fc_ranks = 0;
+  EXPECT_THAT(PlaceTrainingGraph(Model(), zero),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be in 1..1024")));
   GraphDef spread = Model();
   spread.mutable_node(1)->set_rank(1);
   ASSERT_OK_AND_ASSIGN(PlacementSpec ps, ParsePlacementSpec("ps"));

@@ -50,10 +50,10 @@ class Builder {
       RETURN_IF_ERROR(AddSource(trace_.input(i), name, "Placeholder", false));
     }
     for (const TracedTensor& p : trace_.parameter()) {
-      RETURN_IF_ERROR(AddSource(p, p.name(), "Variable", true));
+      RETURN_IF_ERROR(AddSource(p, Plain(p.name()), "Variable", true));
     }
     for (const TracedTensor& b : trace_.buffer()) {
-      RETURN_IF_ERROR(AddSource(b, b.name(), "Const", false));
+      RETURN_IF_ERROR(AddSource(b, Plain(b.name()), "Const", false));
     }
     for (int i = 0; i < trace_.op_size(); ++i) RETURN_IF_ERROR(AddOp(i));
     RETURN_IF_ERROR(AddLossAndBackward());
@@ -72,6 +72,12 @@ class Builder {
     if (name.empty()) name = "_";
     while (!used_.insert(name).second) name += "_";
     return name;
+  }
+
+  // A name from the trace as the start of node names: no '/', which
+  // separates a node's forward node from what it is (placement.h).
+  static std::string Plain(const std::string& name) {
+    return absl::StrReplaceAll(name, {{"/", "_"}});
   }
 
   NodeDef& AddNode(const std::string& name, const std::string& op) {
@@ -123,8 +129,11 @@ class Builder {
                                   op.output_spec_size(), " output spec(s); it needs "
                                   "at least one tensor output, each with its spec"));
     }
+    if (internal::ShortKind(op.kind()).empty()) {
+      return Invalid(absl::StrCat(where, " has no kind (the op's name, e.g. aten::relu)"));
+    }
     Unit unit;
-    unit.name = Unique(absl::StrCat(internal::ShortKind(op.kind()), "_", i));
+    unit.name = Unique(absl::StrCat(Plain(internal::ShortKind(op.kind())), "_", i));
     std::vector<MappedInput> inputs;
     for (const std::string& in : op.input()) {
       auto it = values_.find(in);

@@ -186,6 +186,21 @@ TEST(TrainingGraphTest, AParameterNamedLikeAGeneratedNodeIsKeptApart) {
   EXPECT_EQ(Node(g, "loss/apply")->input(1), "loss/grad:0");
 }
 
+TEST(TrainingGraphTest, SlashesInTracedNamesNeverReachNodeNames) {
+  ASSERT_OK_AND_ASSIGN(GraphDef g, BuildTrainingGraph(Trace(R"pb(
+    name: "slash" source: "test"
+    input { name: "x" spec { dtype: DT_FLOAT32 shape: [4, 6] } }
+    parameter { name: "fc/w" spec { dtype: DT_FLOAT32 shape: [6, 3] } }
+    op { kind: "custom::a/b" input: ["x", "fc/w"]
+         output: "y" output_spec { dtype: DT_FLOAT32 shape: [4, 3] } }
+    output: "y"
+  )pb")));
+  ASSERT_OK(AnalyzeGraph(g).status());
+  EXPECT_EQ(Node(g, "fc_w")->op(), "Variable");
+  EXPECT_EQ(Node(g, "a_b_0")->op(), "Opaque");
+  EXPECT_NE(Node(g, "fc_w/apply"), nullptr);
+}
+
 TEST(TrainingGraphTest, InconsistentTracesAreRefusedNamingWhatIsWrong) {
   const std::string head = R"pb(
     name: "bad" source: "test"
@@ -215,6 +230,9 @@ TEST(TrainingGraphTest, InconsistentTracesAreRefusedNamingWhatIsWrong) {
             output: "x")pb",
        "no trainable parameters"},
       {R"pb(name: "bad" output: "x")pb", "has no inputs"},
+      {head + R"pb(op { kind: "aten::" input: ["x", "w"] output: "y"
+                        output_spec { dtype: DT_FLOAT32 shape: [4, 3] } } output: "y")pb",
+       "op #0 (aten::) has no kind"},
       {head + R"pb(op { kind: "aten::matmul" input: ["x", "w"] output: "y"
                         output_spec { dtype: DT_FLOAT32 shape: [4, -3] } } output: "y")pb",
        "tensor 'y': dimension 1 of [4, -3] is negative"},
