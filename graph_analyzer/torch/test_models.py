@@ -17,7 +17,8 @@ shapes), for Debian's /usr/bin/python3 with python3-torch. Models:
                mean over positions, a 10-way classifier
 
 and, when named, control_flow.pt: a scripted module that branches on its
-input (which a graph of one step cannot hold).
+input (which a graph of one step cannot hold), and tied_tuple.pt: a
+submodule that returns a tuple, and a weight two layers share.
 """
 import json
 import math
@@ -142,6 +143,31 @@ class ControlFlow(nn.Module):
         return self.fc(x)
 
 
+class Features(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 6)
+
+    def forward(self, x):
+        h = torch.relu(self.fc(x))
+        return h, h.size(1)
+
+
+class TiedTuple(nn.Module):
+    """A submodule returning a tuple, and a weight shared by two layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = Features()
+        self.head = nn.Linear(6, 6)
+        self.out = nn.Linear(6, 6)
+        self.out.weight = self.head.weight
+
+    def forward(self, x):
+        h, width = self.features(x)
+        return self.out(torch.relu(self.head(h))) * (1.0 / width)
+
+
 def example_input(name, batch):
     _, sample, dtype, _ = MODELS[name]
     if dtype == torch.int64:
@@ -163,6 +189,10 @@ def main(argv):
     for name in argv[2:] or sorted(MODELS):
         if name == "control_flow":
             torch.jit.script(ControlFlow()).save(os.path.join(out, name + ".pt"))
+            continue
+        if name == "tied_tuple":
+            torch.manual_seed(0)
+            torch.jit.trace(TiedTuple(), torch.randn(4, 8)).save(os.path.join(out, name + ".pt"))
             continue
         if name not in MODELS:
             print(f"unknown model '{name}'; known: {', '.join(sorted(MODELS))}",

@@ -102,15 +102,17 @@ class Tracer {
         module.get_method("forward").graph()->copy();
     torch::jit::Inline(*graph);
     for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+      // A parameter shared by two submodules (tied weights) once, under
+      // its first name, as torch.nn.Module.named_parameters() has it.
+      if (!parameters_.emplace(p.value.unsafeGetTensorImpl(), p.name).second) continue;
       ASSIGN_OR_RETURN(TensorSpec spec, Spec(p.value, p.name));
-      parameters_[p.value.unsafeGetTensorImpl()] = p.name;
       TracedTensor* t = trace_.add_parameter();
       t->set_name(p.name);
       *t->mutable_spec() = spec;
       declared_.insert(p.name);
     }
     for (const auto& b : module.named_buffers(/*recurse=*/true)) {
-      buffers_[b.value.unsafeGetTensorImpl()] = b.name;
+      buffers_.emplace(b.value.unsafeGetTensorImpl(), b.name);
     }
     const auto graph_inputs = graph->inputs();
     if (graph_inputs.size() != inputs.size() + 1) {
@@ -159,6 +161,9 @@ class Tracer {
     c10::IValue value;
     std::vector<std::string> names;
     bool live = false;
+    // For a list or tuple: the names in each element (an unpack hands
+    // them out).
+    std::vector<std::vector<std::string>> parts;
   };
 
   absl::Status Invalid(const std::string& what) const {
@@ -268,15 +273,23 @@ class Tracer {
                           node->kind() == c10::prim::ListUnpack ||
                           node->kind() == c10::prim::TupleUnpack;
     if (plumbing) {
-      // Lists and tuples of tensors keep their elements' names.
+      // Lists and tuples keep the names of their elements' tensors.
       const bool unpack = node->kind() == c10::prim::ListUnpack ||
                           node->kind() == c10::prim::TupleUnpack;
+      if (!unpack) {
+        Slot slot{stack[0], tensor_inputs, live, {}};
+        for (const Value* in : node->inputs()) slot.parts.push_back(env_.at(in).names);
+        env_[node->output()] = std::move(slot);
+        return absl::OkStatus();
+      }
+      const Slot& packed = env_.at(node->input());
       for (size_t k = 0; k < n; ++k) {
-        Slot slot{stack[k], {}, live};
-        if (!unpack) {
-          slot.names = tensor_inputs;
-        } else if (tensor_inputs.size() == n && stack[k].isTensor()) {
-          slot.names = {tensor_inputs[k]};
+        Slot slot{stack[k], {}, live, {}};
+        if (packed.parts.size() == n) {
+          slot.names = packed.parts[k];
+        } else if (!packed.names.empty()) {
+          return Invalid(absl::StrCat(where, " unpacks ", n, " values from a list or "
+                                      "tuple whose tensors it cannot tell apart"));
         }
         env_[node->outputs()[k]] = std::move(slot);
       }
@@ -288,17 +301,30 @@ class Tracer {
     for (size_t k = 0; k < n; ++k) {
       ASSIGN_OR_RETURN(std::vector<std::string> names,
                        NameTensors(stack[k], node->outputs()[k]));
+      Slot slot{stack[k], names, live, {}};
+      if (stack[k].isTensorList()) {
+        for (const std::string& name : names) slot.parts.push_back({name});
+      }
       for (const std::string& name : names) {
         op.add_output(name);
         *op.add_output_spec() = specs_.at(name);
         has_tensor_output = true;
       }
-      env_[node->outputs()[k]] = Slot{stack[k], std::move(names), live};
+      env_[node->outputs()[k]] = std::move(slot);
     }
     // Only ops on inputs or parameters, with a tensor result, are the
     // model's computation; the rest (sizes, constants, a buffer's counter)
     // only feed it.
     if (!live || !has_tensor_output) return absl::OkStatus();
+    // A tensor computed from the inputs must be named, or its edge (and
+    // the gradients behind it) would be lost without a word.
+    for (const Value* in : node->inputs()) {
+      const Slot& s = env_.at(in);
+      if (s.live && s.names.empty() && (s.value.isTensor() || s.value.isTensorList())) {
+        return Invalid(absl::StrCat(where, " reads a tensor the importer lost track of (",
+                                    in->debugName(), "); trace the module instead"));
+      }
+    }
     op.set_kind(kind);
     for (const std::string& name : tensor_inputs) {
       if (!declared_.contains(name)) DeclareBuffer(name);

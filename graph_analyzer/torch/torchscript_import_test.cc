@@ -33,7 +33,7 @@ class TorchScriptImportTest : public ::testing::Test {
     dir_ = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/models"));
     const std::string command =
         absl::StrCat("/usr/bin/python3 graph_analyzer/torch/test_models.py ", *dir_,
-                     " mlp resnet18 transformer control_flow");
+                     " mlp resnet18 transformer control_flow tied_tuple");
     made_ = std::system(command.c_str()) == 0;
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -148,6 +148,20 @@ TEST_F(TorchScriptImportTest, KnownOpsBecomeTheAnalyzersAndTheRestAreCarried) {
   EXPECT_EQ(Count(transformer, "Opaque", "aten::embedding"), 1);
   EXPECT_EQ(Count(transformer, "Softmax"), 2);
   EXPECT_EQ(Count(transformer, "ReduceMean"), 1);  // the mean over positions
+}
+
+TEST_F(TorchScriptImportTest, TuplesKeepTheirTensorsAndTiedWeightsAreOneParameter) {
+  ASSERT_OK_AND_ASSIGN(GraphDef g,
+                       ImportTorchScript(Path("tied_tuple"), {MakeSpec(DT_FLOAT32, {4, 8})}));
+  ASSERT_OK_AND_ASSIGN(AnalyzedGraph a, AnalyzeGraph(g));
+  // features.fc's output comes out of a tuple: its gradient still flows.
+  EXPECT_GE(a.Find("features.fc.weight/apply"), 0);
+  EXPECT_GE(a.Find("features.fc.bias/apply"), 0);
+  // head.weight and out.weight are one tensor: one parameter, whose
+  // gradient sums both uses.
+  EXPECT_GE(a.Find("head.weight"), 0);
+  EXPECT_LT(a.Find("out.weight"), 0);
+  EXPECT_EQ(Count(g, "Variable"), 5);  // features.fc.{weight,bias}, head.{weight,bias}, out.bias
 }
 
 TEST_F(TorchScriptImportTest, BadFilesInputsAndModelsAreRefusedWithTheReason) {

@@ -72,6 +72,41 @@ class ExportGraphTest(unittest.TestCase):
                     if not strategy.startswith("allreduce"):
                         self.assertNotIn(" 0 transfers", result.stdout)
 
+    def test_tuples_tied_weights_and_multi_input_modules(self):
+        # The TorchScript importer and torch.fx agree on a submodule that
+        # returns a tuple and a weight two layers share.
+        subprocess.run(["/usr/bin/python3", os.path.join(MODELS_DIR, "test_models.py"), WORK,
+                        "tied_tuple"], check=True)
+        ts_graph = os.path.join(WORK, "tied_tuple_ts.pbtxt")
+        result = plan(os.path.join(WORK, "tied_tuple.pt"), "--input", "4x8", "--graph", ts_graph,
+                      "--quiet")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        torch.manual_seed(0)
+        fx_text = rdmaflow_torch.graph_text(test_models.TiedTuple(), torch.randn(4, 8),
+                                            name="tied_tuple")
+        self.assertIn('name: "head.weight/apply"', fx_text)
+        self.assertNotIn('name: "out.weight"', fx_text)
+        with open(ts_graph) as f:
+            ts_text = strip_comments(f.read())
+        # Both have the same parameters, and each of them is updated.
+        for text in (ts_text, fx_text):
+            self.assertEqual(text.count('op: "Variable"'), 5)
+            self.assertEqual(text.count('op: "ApplyGradient"'), 5)
+
+        # A leaf module given two tensors keeps both edges.
+        class TwoInputs(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = torch.nn.Linear(4, 4)
+                self.bilinear = torch.nn.Bilinear(4, 4, 3)
+
+            def forward(self, x):
+                return self.bilinear(x, self.proj(x))
+
+        text = rdmaflow_torch.graph_text(TwoInputs(), torch.randn(2, 4))
+        self.assertIn('name: "proj.weight/apply"', text)
+        self.assertIn('s: "python::Bilinear"', text)
+
     def test_export_leaves_the_model_as_it_was(self):
         model = test_models.build("resnet18")
         before = {k: v.clone() for k, v in model.state_dict().items()}

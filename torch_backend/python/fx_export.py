@@ -145,8 +145,11 @@ def trace_model(module, example_inputs, name=None):
     graph_module = _fx.symbolic_trace(module)
     with _torch.no_grad():
         _ShapeProp(graph_module).propagate(*example_inputs)
+    # Deduplicated, first name first (tied weights are one parameter).
     parameters = dict(module.named_parameters())
     buffers = dict(module.named_buffers())
+    canonical = {id(p): n for n, p in parameters.items()}
+    canonical.update({id(b): n for n, b in buffers.items()})
     trace = {"name": name or type(module).__name__, "source": "torch.fx",
              "input": [], "parameter": [], "buffer": [], "op": []}
     for n, p in parameters.items():
@@ -187,7 +190,7 @@ def trace_model(module, example_inputs, name=None):
             names[node], live[node], specs[tensor] = [tensor], True, _spec(meta)
             continue
         if node.op == "get_attr":
-            target = node.target
+            target = canonical.get(id(_attribute(graph_module, node.target)), node.target)
             if target in parameters:
                 names[node], live[node] = [target], True
                 specs[target] = _spec(parameters[target])
@@ -212,19 +215,23 @@ def trace_model(module, example_inputs, name=None):
         if node.op == "call_module":
             module_here = graph_module.get_submodule(node.target)
             kind, order, constants = _module_call(node.target, module_here)
-            arguments = []
-            read(node.args[0] if node.args else None, arguments, flags)
+            arguments = []  # every tensor the call is given, in order
+            for a in node.args:
+                read(a, arguments, flags)
+            for v in node.kwargs.values():
+                read(v, arguments, flags)
             own = dict(module_here.named_parameters())
             own_buffers = dict(module_here.named_buffers())
             for attribute in order:
                 if attribute is None:
                     inputs.extend(arguments)
                     continue
-                qualified = f"{node.target}.{attribute}"
                 if attribute in own:
-                    inputs.append(qualified)
+                    inputs.append(canonical[id(own[attribute])])
                     flags.append(True)
                 elif own_buffers.get(attribute) is not None:
+                    qualified = canonical.get(id(own_buffers[attribute]),
+                                              f"{node.target}.{attribute}")
                     inputs.append(qualified)
                     specs[qualified] = _spec(own_buffers[attribute])
             args = constants
@@ -269,6 +276,14 @@ def trace_model(module, example_inputs, name=None):
             declared.add(t)
         trace["op"].append(op)
     return trace
+
+
+def _attribute(graph_module, target):
+    """What get_attr `target` ("layers.0.position") names."""
+    value = graph_module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def _has_node(value):
