@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "graph_analyzer/analyzed_graph.h"
 #include "graph_analyzer/shape_util.h"
+#include "graph_analyzer/size_balance.h"
 #include "graph_analyzer/tensor_ref.h"
 
 namespace rdmaflow::graph {
@@ -186,18 +187,13 @@ absl::StatusOr<Layout> PsLayout(const Placer& placer, const PlacementSpec& spec)
   Layout layout;
   layout.world = spec.servers + spec.workers;
   for (int w = 0; w < spec.workers; ++w) layout.prefixes.push_back(absl::StrCat("w", w, "/"));
-  // Largest first onto the least loaded server (ties: the lower rank).
-  std::vector<int> order = placer.params();
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return Bytes(placer.model().node(a)) > Bytes(placer.model().node(b));
-  });
+  // Largest first onto the least loaded server, as the ps strategy shards.
+  std::vector<int64_t> sizes;
+  for (int p : placer.params()) sizes.push_back(Bytes(placer.model().node(p)));
+  const std::vector<int> bins = BalanceBySize(sizes, spec.servers);
   auto server = std::make_shared<absl::flat_hash_map<std::string, int>>();
-  std::vector<int64_t> load(spec.servers, 0);
-  for (int p : order) {
-    const int s = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    const int64_t bytes = Bytes(placer.model().node(p));
-    load[s] = load[s] > kMaxBytes - bytes ? kMaxBytes : load[s] + bytes;  // saturating
-    (*server)[placer.model().node(p).name()] = s;
+  for (size_t i = 0; i < bins.size(); ++i) {
+    (*server)[placer.model().node(placer.params()[i]).name()] = bins[i];
   }
   const int servers = spec.servers;
   layout.rank_of = [servers](int r, const NodeDef&) { return servers + r; };

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph_analyzer/graph_builder.h"
+#include "graph_analyzer/size_balance.h"
 
 namespace rdmaflow::graph::testing {
 namespace {
@@ -175,19 +176,11 @@ int64_t ResNet50ParameterCount() {
 
 GraphDef ResNet50ParameterServer(int workers, int servers) {
   std::vector<Param> params = ResNet50Params();
-  // Size-balanced shards: largest first onto the least loaded server.
-  std::vector<int> order(params.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return Elements(params[a]) > Elements(params[b]);
-  });
-  std::vector<int64_t> load(servers, 0);
-  std::vector<int> server_of(params.size());
-  for (int i : order) {
-    int s = std::min_element(load.begin(), load.end()) - load.begin();
-    server_of[i] = workers + s;
-    load[s] += Elements(params[i]);
-  }
+  // Size-balanced shards, as the ps strategy makes them.
+  std::vector<int64_t> sizes;
+  for (const Param& p : params) sizes.push_back(Elements(p));
+  std::vector<int> server_of = BalanceBySize(sizes, servers);
+  for (int& s : server_of) s += workers;
   GraphBuilder b(absl::StrCat("resnet50_ps_", workers, "w_", servers, "s"));
   std::vector<std::string> vars;
   for (size_t i = 0; i < params.size(); ++i) {

@@ -1,10 +1,8 @@
 // File: sharding.cc
 #include "strategies/ps/sharding.h"
 
-#include <algorithm>
-#include <numeric>
-
 #include "absl/strings/str_cat.h"
+#include "graph_analyzer/size_balance.h"
 
 namespace rdmaflow::strategies::ps {
 
@@ -25,18 +23,8 @@ absl::StatusOr<std::vector<Shard>> ShardParameters(
           absl::StrCat("parameter ", i, " has ", elements[i], " elements"));
     }
   }
-  std::vector<int> order(elements.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return elements[a] > elements[b]; });
-  std::vector<int> owner(elements.size());
-  std::vector<int64_t> load(servers, 0);
-  for (int p : order) {
-    const int s = static_cast<int>(std::min_element(load.begin(), load.end()) -
-                                   load.begin());
-    owner[p] = s;
-    load[s] += elements[p];
-  }
+  // The rule the planner's placement uses (graph_analyzer/size_balance.h).
+  const std::vector<int> owner = graph::BalanceBySize(elements, servers);
   std::vector<Shard> shards(servers);
   for (size_t p = 0; p < elements.size(); ++p) {
     Shard& shard = shards[owner[p]];

@@ -2,7 +2,8 @@
 // -----------------------------------------------------------------------------
 // Size-balanced sharding of a model's parameters over parameter servers:
 // whole tensors, largest first, each onto the server holding the fewest
-// elements so far (the greedy LPT rule, within 4/3 of the best balance). A
+// elements so far (graph::BalanceBySize, the rule `rdmaflow plan --strategy
+// ps` places a model's parameters by, so the plan and the run agree). A
 // shard is the concatenation of its tensors in model order: one flat float
 // buffer per server, pushed and pulled as one tensor.
 #ifndef RDMAFLOW_STRATEGIES_PS_SHARDING_H_
