@@ -11,7 +11,8 @@
 #  5. the ring all-reduce next to LibTorch's Gloo and Open MPI, 2 and 4
 #     ranks, 4 KiB to 16 MiB (tools/bench_allreduce.sh), and a short
 #     data-parallel training run on it (3 replicas of LeNet-5);
-# then plan the example training graphs with `rdmaflow plan`.
+# then plan the example training graphs with `rdmaflow plan`, and a PyTorch
+# model (a ResNet-18-like CNN saved as TorchScript) for each strategy.
 # Prints the tables; JSON, TSV, plots, the plans and DOT go to $OUT_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,8 +46,6 @@ echo
 bazel-bin/train/rdmaflow_train --local 3 --model lenet5 --strategy allreduce \
   --steps 200 --json "$OUT_DIR/train_allreduce.json"
 
-# Transfer plans of the example graphs: the parameter-server CNN in full,
-# the others as one line each.
 echo
 # The c10d backend as a drop-in: the same DDP script over rdmaflow and Gloo.
 for backend in rdmaflow gloo; do
@@ -56,12 +55,22 @@ for backend in rdmaflow gloo; do
     sed -e '/^\*\*\*/d' -e '/OMP_NUM_THREADS/d' -e '/^WARNING:__main__/d'
 done
 
+# Transfer plans of the example graphs: the parameter-server CNN in full,
+# the others as one line each.
 echo
 bazel-bin/cli/rdmaflow plan graph_analyzer/testdata/cnn_ps_2workers.pbtxt \
   --out "$OUT_DIR/cnn_ps_2workers.plan.pbtxt" --dot "$OUT_DIR/cnn_ps_2workers.dot"
 for graph in mlp_2ranks cnn_layer_separated seq_dynamic_length; do
   bazel-bin/cli/rdmaflow plan "graph_analyzer/testdata/$graph.pbtxt" --quiet \
     --out "$OUT_DIR/$graph.plan.pbtxt"
+done
+# A PyTorch model brought in (docs/bring_your_model.md): the ResNet-18-like
+# test model, saved as TorchScript, planned for each strategy.
+echo
+/usr/bin/python3 graph_analyzer/torch/test_models.py "$OUT_DIR/models" resnet18
+for strategy in ps:servers=2,workers=4 allreduce:workers=4 layer_separated:conv=3,fc=1; do
+  bazel-bin/cli/rdmaflow plan "$OUT_DIR/models/resnet18.pt" --input 64x1x28x28 \
+    --strategy "$strategy" --quiet --out "$OUT_DIR/resnet18_${strategy%%:*}.plan.pbtxt"
 done
 echo "results: $OUT_DIR/pingpong_ucx_shm.{json,tsv,png}, $OUT_DIR/ablation.{json,png}," \
   "$OUT_DIR/*.rdma.rank*.json (Chrome traces), $OUT_DIR/train_lenet5.*," \
