@@ -150,5 +150,46 @@ TEST(GossipSlowPeerTest, TimedOutWriteInPushModeSkipsThePeer) {
   EXPECT_LT(run.finish0, kTimeout + absl::Seconds(5));
 }
 
+TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
+  // Rank 0's probe of rank 2 in Finish() is held (and times out); rank 2
+  // starts finishing only once that probe is out, so it finishes and
+  // leaves (its transport destroyed) while the probe is pending. Rank 2
+  // finished cleanly: rank 0 must not record it as lost.
+  std::vector<int> lost0;
+  const std::vector<absl::Status> status = rdma::testing::RunRankThreads(
+      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        SlowPeerTransport slow(transport);
+        StrategyOptions options =
+            testing::ToyOptions(kSteps, {{"topology", "ring"}, {"mode", "push"}});
+        options.communicator_options.timeout = kTimeout;
+        ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(options));
+        std::vector<Parameter> params = {{"a", torch::full({kElements}, 1.0f * rank)}};
+        RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &slow, &store}, params).status());
+        RETURN_IF_ERROR(strategy->Start());
+        ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> { return ComputeResult{}; };
+        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(nothing).status());
+        if (rank == 0) {
+          SlowPeerTransport::Hold probe;
+          probe.op = SlowPeerTransport::Op::kFlush;
+          probe.peer = 2;
+          slow.AddHold(probe);
+          bool told = false;
+          slow.SetBeforeProgress([&] {
+            if (!told && slow.held() > 0) {
+              told = store.Set("test/probe_held", "1").ok();
+            }
+          });
+        }
+        if (rank == 2) {
+          RETURN_IF_ERROR(store.Get("test/probe_held", absl::Seconds(60)).status());
+        }
+        RETURN_IF_ERROR(strategy->Finish());
+        if (rank == 0) lost0 = strategy->peers_lost();
+        return absl::OkStatus();
+      });
+  for (const absl::Status& s : status) ASSERT_OK(s);
+  EXPECT_TRUE(lost0.empty()) << "rank 0 lost rank " << lost0[0];
+}
+
 }  // namespace
 }  // namespace rdmaflow::strategies::gossip

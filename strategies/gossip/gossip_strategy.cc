@@ -180,13 +180,21 @@ absl::Status GossipStrategy::DoFinish(bool) {
       ASSIGN_OR_RETURN(int64_t finished, store.Add(absl::StrCat(done, r), 0));
       if (finished == 0 && probe) {
         absl::Status alive = Probe(r);
-        if (!alive.ok() && !LostPeer(r, alive)) return alive;
+        if (!alive.ok()) {
+          // A peer marks itself finished before it can leave: one that
+          // finished and left while the probe was out is not lost.
+          ASSIGN_OR_RETURN(finished, store.Add(absl::StrCat(done, r), 0));
+          if (finished == 0 && !LostPeer(r, alive)) return alive;
+        }
       }
       waiting[r] = finished == 0 && !gone_[r];
       left += waiting[r] ? 1 : 0;
     }
     if (left == 0) return absl::OkStatus();
-    if (absl::Now() > deadline) {
+    // A probe can take the whole timeout (a peer that is slow to answer):
+    // the flags read before it are stale, so read them once more before
+    // giving up.
+    if (absl::Now() > deadline && !probe) {
       return absl::DeadlineExceededError(absl::StrCat(
           "gossip rank ", context().rank, ": ", left,
           " live peers did not finish within ",
