@@ -158,6 +158,7 @@ TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
   std::vector<int> lost0;
   const std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        bool told = false;  // outlives `slow`, whose hook reads it
         SlowPeerTransport slow(transport);
         StrategyOptions options =
             testing::ToyOptions(kSteps, {{"topology", "ring"}, {"mode", "push"}});
@@ -173,7 +174,6 @@ TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
           probe.op = SlowPeerTransport::Op::kFlush;
           probe.peer = 2;
           slow.AddHold(probe);
-          bool told = false;
           slow.SetBeforeProgress([&] {
             if (!told && slow.held() > 0) {
               told = store.Set("test/probe_held", "1").ok();
