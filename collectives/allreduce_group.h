@@ -1,0 +1,117 @@
+// File: allreduce_group.h
+// -----------------------------------------------------------------------------
+// AllReduceGroup: the all-reduce the strategies, the c10d backend and the
+// benches call. It owns one data region and picks, per call, the fastest
+// algorithm the members can all run on it:
+//
+//   host one-shot         every member on one host with direct access to the
+//                         others' memory (HostAllReduce), small calls;
+//   host scatter-gather   the same members, larger calls;
+//   ring                  anything else (verbs, TCP, several hosts):
+//                         RingAllReduce's one-sided writes.
+//
+// Direct access is a capability of the transport (Endpoint::MapRemote),
+// found at Create() and agreed by all members through the store, so every
+// member takes the same path for the same call. Both algorithms reduce the
+// same region in place, so callers lay their tensors there once.
+//
+//   AllReduceGroupOptions options;
+//   options.ring.capacity_bytes = 64 << 20;
+//   ASSIGN_OR_RETURN(auto group, AllReduceGroup::Create(
+//       transport, store, "job", {0, 1, 2, 3}, options));
+//   std::memcpy(group->data(), grads, bytes);
+//   RETURN_IF_ERROR(group->AllReduce(0, bytes / 4, DataType::kFloat32));
+//   // group->last_algorithm(): which one ran
+//   RETURN_IF_ERROR(group->Shutdown());
+#ifndef RDMAFLOW_COLLECTIVES_ALLREDUCE_GROUP_H_
+#define RDMAFLOW_COLLECTIVES_ALLREDUCE_GROUP_H_
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "collectives/host_allreduce.h"
+#include "collectives/reduce.h"
+#include "collectives/ring_allreduce.h"
+#include "onesided/progress/progress_loop.h"
+#include "rdma/store.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::collectives {
+
+enum class AllReduceAlgorithm { kNone, kRing, kHostOneShot, kHostScatterGather };
+
+// "ring", "host-one-shot", "host-scatter-gather" ("none" before a call).
+std::string AlgorithmName(AllReduceAlgorithm algorithm);
+
+// When the group uses direct access among same-host members.
+enum class DirectAccess {
+  kAuto,  // wherever every member maps every other's memory
+  kOff,   // never: the ring only (ablations, benches)
+};
+
+// "auto" or "off"; kInvalidArgument otherwise.
+absl::StatusOr<DirectAccess> ParseDirectAccess(absl::string_view text);
+
+struct AllReduceGroupOptions {
+  // The ring's options, and with them the group's: name, capacity_bytes,
+  // timeout, wait, liveness_interval, loop (null: the group makes one).
+  RingAllReduceOptions ring;
+  DirectAccess direct = DirectAccess::kAuto;
+  // Direct access: calls up to this many bytes take the one-shot path.
+  size_t one_shot_max_bytes = size_t{64} << 10;
+  // Direct access: the reduce-scatter's unit of progress.
+  size_t host_chunk_bytes = size_t{64} << 10;
+};
+
+// Thread-compatible: one thread, the progress loop's.
+class AllReduceGroup {
+ public:
+  // Errors: RingAllReduce::Create's and HostAllReduce::Create's (other than
+  // kUnimplemented, which means: no direct access, the ring it is).
+  static absl::StatusOr<std::unique_ptr<AllReduceGroup>> Create(
+      rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+      std::vector<int> members, const AllReduceGroupOptions& options);
+  ~AllReduceGroup();
+
+  std::byte* data() const { return ring_->data(); }
+  const rdma::MemoryRegion& data_region() const { return ring_->data_region(); }
+  size_t capacity() const { return ring_->capacity(); }
+  int size() const { return ring_->size(); }
+  int rank() const { return ring_->rank(); }
+  int position() const { return ring_->position(); }
+  // Whether the members agreed on direct access.
+  bool direct() const { return host_ != nullptr; }
+  // The algorithm a call of `bytes` takes, and the one the last call took.
+  AllReduceAlgorithm Choose(size_t bytes) const;
+  AllReduceAlgorithm last_algorithm() const { return last_; }
+  const RingAllReduce& ring() const { return *ring_; }
+  const HostAllReduce* host() const { return host_.get(); }
+
+  // RingAllReduce::AllReduce's contract (the same arguments on every
+  // member, in the same order), whichever algorithm runs it.
+  absl::Status AllReduce(size_t offset, size_t count, DataType type,
+                         ReduceOp op = ReduceOp::kSum);
+
+  // Shuts down both algorithms (collective; once, after the last call);
+  // the first error.
+  absl::Status Shutdown(std::optional<absl::Duration> timeout = std::nullopt);
+
+ private:
+  AllReduceGroup() = default;
+
+  std::unique_ptr<onesided::ProgressLoop> own_loop_;  // when options' is null
+  std::unique_ptr<RingAllReduce> ring_;
+  std::unique_ptr<HostAllReduce> host_;  // null without direct access
+  AllReduceAlgorithm last_ = AllReduceAlgorithm::kNone;
+};
+
+}  // namespace rdmaflow::collectives
+
+#endif  // RDMAFLOW_COLLECTIVES_ALLREDUCE_GROUP_H_

@@ -1,0 +1,271 @@
+// File: allreduce_group_test.cc
+// AllReduceGroup over loopback transports, ranks as threads. Loopback maps
+// a peer's memory, so with direct access on the group takes the host
+// algorithms (one-shot for small calls, scatter-gather for larger ones);
+// with it off, the ring. Exact sums for 1-8 ranks across both paths and
+// their boundary, bitwise-identical results for inexact float sums, half
+// precision and max, subgroups, and the errors users meet: calls that
+// differ between members, a member that never calls.
+#include "collectives/allreduce_group.h"
+
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/testing/rank_threads.h"
+
+namespace rdmaflow::collectives {
+namespace {
+
+using ::rdmaflow::rdma::testing::RunRankThreads;
+using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+float Value(int rank, size_t i) {
+  return static_cast<float>((i * 7 + static_cast<size_t>(rank) * 13) % 1024);
+}
+
+std::vector<int> AllRanks(int world) {
+  std::vector<int> members(world);
+  std::iota(members.begin(), members.end(), 0);
+  return members;
+}
+
+void ExpectAllOk(const std::vector<absl::Status>& statuses) {
+  for (size_t r = 0; r < statuses.size(); ++r) EXPECT_OK(statuses[r]) << "rank " << r;
+}
+
+AllReduceGroupOptions Options(size_t capacity) {
+  AllReduceGroupOptions options;
+  options.ring.capacity_bytes = capacity;
+  options.ring.chunk_bytes = 64 << 10;
+  options.one_shot_max_bytes = 16 << 10;
+  options.host_chunk_bytes = 4 << 10;
+  options.ring.timeout = absl::Seconds(60);
+  return options;
+}
+
+// Fills [offset, offset + count) with Value(), reduces, checks every
+// element against the exact sum and the algorithm against `expected`.
+absl::Status ReduceAndCheck(AllReduceGroup& group, int world, size_t offset_elems,
+                            size_t count, AllReduceAlgorithm expected) {
+  float* data = reinterpret_cast<float*>(group.data()) + offset_elems;
+  const int rank = group.rank();
+  for (size_t i = 0; i < count; ++i) data[i] = Value(rank, i);
+  RETURN_IF_ERROR(group.AllReduce(offset_elems * 4, count, DataType::kFloat32));
+  if (world > 1 && group.last_algorithm() != expected) {
+    return absl::InternalError(absl::StrCat(count, " elements took ",
+                                            AlgorithmName(group.last_algorithm()),
+                                            ", expected ", AlgorithmName(expected)));
+  }
+  for (size_t i = 0; i < count; ++i) {
+    float expected_sum = 0;
+    for (int r = 0; r < world; ++r) expected_sum += Value(r, i);
+    if (data[i] != expected_sum) {
+      return absl::InternalError(absl::StrCat("rank ", rank, ", ", count, " elements (",
+                                              AlgorithmName(group.last_algorithm()),
+                                              "): element ", i, " is ", data[i],
+                                              ", expected ", expected_sum));
+    }
+  }
+  return absl::OkStatus();
+}
+
+TEST(AllReduceGroupTest, ExactSumsOnEveryPathForOneToEightRanks) {
+  using A = AllReduceAlgorithm;
+  struct Call {
+    size_t offset, count;
+    A host;  // the algorithm with direct access
+  };
+  // 16 KiB is the one-shot bound: 4096 floats are one-shot, 4097 not.
+  const std::vector<Call> calls = {
+      {0, 1, A::kHostOneShot},          {0, 3, A::kHostOneShot},
+      {0, 4096, A::kHostOneShot},       {0, 4097, A::kHostScatterGather},
+      {0, 1023, A::kHostOneShot},       {0, 65537, A::kHostScatterGather},
+      {5, 7, A::kHostOneShot},          {12345, (size_t{1} << 20) + 5, A::kHostScatterGather},
+      {0, 2, A::kHostOneShot},
+  };
+  for (DirectAccess direct : {DirectAccess::kAuto, DirectAccess::kOff}) {
+    for (int world = 1; world <= 8; ++world) {
+      SCOPED_TRACE(absl::StrCat(world, " ranks, direct ",
+                                direct == DirectAccess::kAuto ? "auto" : "off"));
+      ExpectAllOk(RunRankThreads(world, [&](int, rdma::Transport& transport,
+                                            rdma::Store& store) -> absl::Status {
+        AllReduceGroupOptions options = Options(8 << 20);
+        options.direct = direct;
+        ASSIGN_OR_RETURN(auto group, AllReduceGroup::Create(transport, store, "t",
+                                                            AllRanks(world), options));
+        if (group->direct() != (direct == DirectAccess::kAuto && world > 1)) {
+          return absl::InternalError(absl::StrCat("direct access: ", group->direct()));
+        }
+        // One group, many calls of both kinds: counters carry over.
+        for (const Call& call : calls) {
+          RETURN_IF_ERROR(ReduceAndCheck(*group, world, call.offset, call.count,
+                                         group->direct() ? call.host : A::kRing));
+        }
+        return group->Shutdown();
+      }));
+    }
+  }
+}
+
+TEST(AllReduceGroupTest, InexactSumsAreBitwiseIdenticalOnEveryRank) {
+  // Random floats of mixed magnitude: the sum depends on the order, so
+  // every member must reduce each element in the same order.
+  constexpr int kWorld = 5;
+  for (size_t count : {size_t{3000}, size_t{100003}}) {
+    SCOPED_TRACE(absl::StrCat(count, " elements"));
+    std::vector<std::vector<float>> results(kWorld);
+    ExpectAllOk(RunRankThreads(kWorld, [&](int rank, rdma::Transport& transport,
+                                           rdma::Store& store) -> absl::Status {
+      ASSIGN_OR_RETURN(auto group, AllReduceGroup::Create(transport, store, "t",
+                                                          AllRanks(kWorld), Options(1 << 20)));
+      float* data = reinterpret_cast<float*>(group->data());
+      std::mt19937 random(static_cast<unsigned>(rank) * 7919 + 1);
+      std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+      for (size_t i = 0; i < count; ++i) {
+        data[i] = unit(random) * static_cast<float>(1 << (i % 20));
+      }
+      RETURN_IF_ERROR(group->AllReduce(0, count, DataType::kFloat32));
+      results[rank].assign(data, data + count);
+      return group->Shutdown();
+    }));
+    for (int r = 1; r < kWorld; ++r) {
+      ASSERT_EQ(results[r].size(), count);
+      EXPECT_EQ(std::memcmp(results[r].data(), results[0].data(), count * 4), 0)
+          << "rank " << r << " differs from rank 0";
+    }
+  }
+}
+
+TEST(AllReduceGroupTest, HalfPrecisionAndMaxOnTheHostPaths) {
+  for (size_t count : {size_t{1001}, size_t{50001}}) {
+    for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
+      SCOPED_TRACE(absl::StrCat(DataTypeName(type), ", ", count, " elements"));
+      ExpectAllOk(RunRankThreads(4, [&](int rank, rdma::Transport& transport,
+                                        rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto group, AllReduceGroup::Create(transport, store, "t",
+                                                            AllRanks(4), Options(1 << 20)));
+        auto to = type == DataType::kFloat16 ? FloatToHalf : FloatToBFloat16;
+        auto from = type == DataType::kFloat16 ? HalfToFloat : BFloat16ToFloat;
+        uint16_t* data = reinterpret_cast<uint16_t*>(group->data());
+        for (size_t i = 0; i < count; ++i) data[i] = to(static_cast<float>((i + rank) % 64));
+        RETURN_IF_ERROR(group->AllReduce(0, count, type));
+        for (size_t i = 0; i < count; ++i) {
+          float expected = 0;
+          for (int r = 0; r < 4; ++r) expected += static_cast<float>((i + r) % 64);
+          if (from(data[i]) != expected) {
+            return absl::InternalError(absl::StrCat("element ", i, ": ", from(data[i])));
+          }
+        }
+        int32_t* ints = reinterpret_cast<int32_t*>(group->data());
+        for (size_t i = 0; i < count; ++i) ints[i] = static_cast<int32_t>(rank * 1000 - i);
+        RETURN_IF_ERROR(group->AllReduce(0, count, DataType::kInt32, ReduceOp::kMax));
+        for (size_t i = 0; i < count; ++i) {
+          if (ints[i] != static_cast<int32_t>(3000 - i)) {
+            return absl::InternalError(absl::StrCat("max at ", i, ": ", ints[i]));
+          }
+        }
+        return group->Shutdown();
+      }));
+    }
+  }
+}
+
+TEST(AllReduceGroupTest, SubgroupInAnyOrder) {
+  ExpectAllOk(RunRankThreads(4, [&](int rank, rdma::Transport& transport,
+                                    rdma::Store& store) -> absl::Status {
+    if (rank == 1) return absl::OkStatus();
+    ASSIGN_OR_RETURN(auto group,
+                     AllReduceGroup::Create(transport, store, "t", {3, 0, 2}, Options(1 << 20)));
+    if (!group->direct()) return absl::InternalError("no direct access");
+    for (size_t count : {size_t{100}, size_t{100000}}) {
+      float* data = reinterpret_cast<float*>(group->data());
+      for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(rank + i);
+      RETURN_IF_ERROR(group->AllReduce(0, count, DataType::kFloat32));
+      for (size_t i = 0; i < count; ++i) {
+        if (data[i] != static_cast<float>(5 + 3 * i)) {
+          return absl::InternalError(absl::StrCat("element ", i, ": ", data[i]));
+        }
+      }
+    }
+    return group->Shutdown();
+  }));
+}
+
+TEST(AllReduceGroupTest, CallsThatDifferBetweenMembersAreNamed) {
+  for (size_t theirs : {size_t{200}, size_t{100000}}) {
+    SCOPED_TRACE(absl::StrCat("rank 1 reduces ", theirs));
+    const std::string ns = absl::StrCat("differ", theirs);
+    std::vector<absl::Status> statuses = RunRankThreads(
+        2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+          AllReduceGroupOptions options = Options(1 << 20);
+          options.ring.timeout = absl::Seconds(10);
+          ASSIGN_OR_RETURN(auto group,
+                           AllReduceGroup::Create(transport, store, ns, {0, 1}, options));
+          absl::Status status = group->AllReduce(0, rank == 0 ? 100 : theirs,
+                                                 DataType::kFloat32);
+          EXPECT_THAT(group->AllReduce(0, 100, DataType::kFloat32),
+                      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("unusable")));
+          return status;
+        });
+    EXPECT_THAT(statuses[0],
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("rank 1 called AllReduce(offset 0, count " +
+                                         std::to_string(theirs) + ", float32 sum)"),
+                               HasSubstr("rank 0 called AllReduce(offset 0, count 100"))));
+    EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("differs between members")));
+  }
+}
+
+TEST(AllReduceGroupTest, AMemberThatNeverCallsIsATimeoutNamingIt) {
+  std::vector<absl::Status> statuses = RunRankThreads(
+      3, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        AllReduceGroupOptions options = Options(1 << 20);
+        options.ring.timeout = absl::Milliseconds(500);
+        options.ring.liveness_interval = absl::Milliseconds(50);
+        ASSIGN_OR_RETURN(auto group,
+                         AllReduceGroup::Create(transport, store, "t", AllRanks(3), options));
+        if (rank == 2) return store.Wait({"t/gave_up"}, absl::Seconds(30));
+        absl::Status status = group->AllReduce(0, 1000, DataType::kFloat32);
+        ASSIGN_OR_RETURN(int64_t gave_up, store.Add("t/count", 1));
+        if (gave_up == 2) RETURN_IF_ERROR(store.Set("t/gave_up", "1"));
+        return status;
+      });
+  for (int rank : {0, 1}) {
+    EXPECT_THAT(statuses[rank],
+                StatusIs(absl::StatusCode::kDeadlineExceeded,
+                         AllOf(HasSubstr("rank 2's entry in call 1"),
+                               HasSubstr("same all-reduce calls"))))
+        << "rank " << rank;
+  }
+  EXPECT_OK(statuses[2]);
+}
+
+TEST(AllReduceGroupTest, BadArgumentsAreRefusedOnTheHostPathToo) {
+  ExpectAllOk(RunRankThreads(2, [&](int, rdma::Transport& transport,
+                                    rdma::Store& store) -> absl::Status {
+    ASSIGN_OR_RETURN(auto group,
+                     AllReduceGroup::Create(transport, store, "t", {0, 1}, Options(1024)));
+    EXPECT_TRUE(group->direct());
+    EXPECT_THAT(group->AllReduce(2, 4, DataType::kFloat32),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("aligned")));
+    EXPECT_THAT(group->AllReduce(0, 257, DataType::kFloat32),
+                StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("1024 bytes")));
+    EXPECT_THAT(group->AllReduce(0, ~size_t{0}, DataType::kFloat64),
+                StatusIs(absl::StatusCode::kOutOfRange));
+    return group->Shutdown();
+  }));
+}
+
+}  // namespace
+}  // namespace rdmaflow::collectives

@@ -1,0 +1,478 @@
+// File: host_allreduce.cc
+#include "collectives/host_allreduce.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "rdma/rendezvous.h"
+#include "rdma/slice.h"
+
+namespace rdmaflow::collectives {
+namespace {
+
+namespace layout = host_allreduce_layout;
+
+std::string Key(const std::string& name, int rank, const char* what) {
+  return absl::StrCat("host/", name, "/", rank, "/", what);
+}
+
+uint64_t Load(const std::byte* word) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
+}
+
+void Store(std::byte* word, uint64_t value) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_RELEASE);
+}
+
+uint64_t PackTypeOp(DataType type, ReduceOp op) {
+  return (static_cast<uint64_t>(type) << 8) | static_cast<uint64_t>(op);
+}
+
+std::string DescribeCall(uint64_t offset, uint64_t count, uint64_t type_op) {
+  // A forged word is printed as a number, never cast to an enum.
+  const uint64_t type = type_op >> 8, op = type_op & 0xff;
+  const bool known = type <= static_cast<uint64_t>(DataType::kInt64) &&
+                     op <= static_cast<uint64_t>(ReduceOp::kMax);
+  return absl::StrCat(
+      "AllReduce(offset ", offset, ", count ", count, ", ",
+      known ? absl::StrCat(DataTypeName(static_cast<DataType>(type)), " ",
+                           ReduceOpName(static_cast<ReduceOp>(op)))
+            : absl::StrCat("type/op word ", type_op),
+      ")");
+}
+
+absl::Status Annotate(const absl::Status& status, const std::string& where) {
+  return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
+}
+
+// Elements [begin, begin + length) of segment `k` of `count` among `n`
+// (the first count % n one element longer).
+struct Range {
+  size_t begin;
+  size_t length;
+};
+Range SegmentOf(size_t count, size_t n, size_t k) {
+  const size_t base = count / n;
+  const size_t extra = count % n;
+  return {k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
+}
+
+}  // namespace
+
+struct HostAllReduce::Peer {
+  int rank = -1;
+  std::unique_ptr<rdma::Endpoint> endpoint;
+  rdma::RemoteRegion data_descriptor, control_descriptor;
+  std::byte* data = nullptr;     // mapped: the peer's data region
+  std::byte* control = nullptr;  // mapped: the peer's control block
+  // Its `reduced` counter when this call began: the chunks of its
+  // segments in all earlier calls, which every member knows.
+  uint64_t reduced_base = 0;
+};
+
+std::string HostAllReduce::LayoutText(const HostAllReduceOptions& o, size_t capacity,
+                                      const std::vector<int>& members) {
+  return absl::StrCat("one_shot_max=", o.one_shot_max_bytes, " chunk=", o.chunk_bytes,
+                      " capacity=", capacity, " members=", absl::StrJoin(members, ","));
+}
+
+absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
+    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+    std::vector<int> members, const rdma::MemoryRegion& data,
+    const HostAllReduceOptions& options) {
+  const std::string what = absl::StrCat("host all-reduce '", options.name, "'");
+  if (options.chunk_bytes < 64 || options.chunk_bytes % 64 != 0 ||
+      options.one_shot_max_bytes > data.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": needs chunk_bytes >= 64 and a multiple of 64, and one_shot_max_bytes "
+        "no larger than the data region (got chunk ", options.chunk_bytes,
+        ", one_shot_max ", options.one_shot_max_bytes, ", region ", data.size(), ")"));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": timeout must be positive"));
+  }
+  if (options.loop == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": needs the transport's progress loop"));
+  }
+  if (!options.loop->OnLoopThread()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
+  }
+  absl::flat_hash_set<int> seen;
+  int position = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] < 0 || !seen.insert(members[i]).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": members must be distinct ranks >= 0, got [", absl::StrJoin(members, ","),
+          "]"));
+    }
+    if (members[i] == transport.rank()) position = static_cast<int>(i);
+  }
+  if (position < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", transport.rank(),
+                                                   " is not among its members [",
+                                                   absl::StrJoin(members, ","), "]"));
+  }
+  std::unique_ptr<HostAllReduce> host(new HostAllReduce(
+      transport, store, ns, std::move(members), position, data, options));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion control, transport.Allocate(layout::kBytes));
+  std::memset(control.data(), 0, control.size());
+  host->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
+  host->scratch_.resize(options.one_shot_max_bytes);
+  RETURN_IF_ERROR(host->Connect());
+  return host;
+}
+
+HostAllReduce::HostAllReduce(rdma::Transport& transport, rdma::Store& store, std::string ns,
+                             std::vector<int> members, int position,
+                             const rdma::MemoryRegion& data,
+                             const HostAllReduceOptions& options)
+    : transport_(transport),
+      store_(store),
+      ns_(std::move(ns)),
+      members_(std::move(members)),
+      position_(position),
+      data_(data),
+      options_(options) {}
+
+HostAllReduce::~HostAllReduce() {
+  onesided::ProgressLoop* loop = options_.loop;
+  loop->CheckOnLoopThread(Where() + "'s destructor");
+  for (int64_t watch : watches_) loop->Unwatch(watch);
+  // No operation of ours is ever posted (loads and stores only): closing
+  // the endpoints unmaps the peers' memory and cancels nothing.
+  for (Peer& peer : peers_) {
+    if (peer.endpoint != nullptr) peer.endpoint->Close().IgnoreError();
+  }
+  if (published_ && !quiesced_ && control_ != nullptr) {
+    std::fprintf(stderr,
+                 "rdmaflow: %s: leaving its %zu-byte control block allocated: no "
+                 "Shutdown() barrier passed, so a peer may still read it\n",
+                 Where().c_str(), control_->size());
+    control_.release();
+  }
+}
+
+std::string HostAllReduce::Where() const {
+  return absl::StrCat("host all-reduce '", options_.name, "' on rank ", transport_.rank(),
+                      " (position ", position_, " of ", size(), ")");
+}
+
+bool HostAllReduce::OneShot(size_t bytes) const {
+  return bytes <= options_.one_shot_max_bytes;
+}
+
+absl::Status HostAllReduce::Connect() {
+  const int rank = transport_.rank();
+  const std::string layout_text = LayoutText(options_, data_.size(), members_);
+  RETURN_IF_ERROR(
+      store_.Set(absl::StrCat(ns_, "/", Key(options_.name, rank, "layout")), layout_text));
+  published_ = true;  // from here on, a peer may map our regions
+  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank, "data"),
+                                      data_.descriptor()));
+  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank, "control"),
+                                      control_->descriptor()));
+  RETURN_IF_ERROR(rdma::PublishAddress(store_, ns_, transport_));
+  peers_.resize(members_.size());
+  // Map every peer's regions; the first that does not map is our answer.
+  std::string refusal;
+  for (int p = 0; p < size(); ++p) {
+    if (p == position_) continue;
+    Peer& peer = peers_[p];
+    peer.rank = members_[p];
+    RETURN_IF_ERROR(rdma::CheckPeerLayout(store_, ns_, Key(options_.name, peer.rank, "layout"),
+                                          layout_text, peer.rank, options_.timeout, Where()));
+    ASSIGN_OR_RETURN(peer.data_descriptor,
+                     rdma::FetchRegion(store_, ns_, Key(options_.name, peer.rank, "data"),
+                                       options_.timeout));
+    ASSIGN_OR_RETURN(peer.control_descriptor,
+                     rdma::FetchRegion(store_, ns_, Key(options_.name, peer.rank, "control"),
+                                       options_.timeout));
+    if (peer.data_descriptor.length != data_.size() ||
+        peer.control_descriptor.length < layout::kBytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), ": rank ", peer.rank, " published a data region of ",
+          peer.data_descriptor.length, " bytes (ours: ", data_.size(),
+          ") and a control block of ", peer.control_descriptor.length, " (needs ",
+          layout::kBytes, ")"));
+    }
+    ASSIGN_OR_RETURN(peer.endpoint, rdma::ConnectToPeer(transport_, store_, ns_, peer.rank,
+                                                        options_.timeout));
+    if (!refusal.empty()) continue;
+    absl::StatusOr<std::byte*> data =
+        peer.endpoint->MapRemote({&peer.data_descriptor, 0, peer.data_descriptor.length});
+    absl::StatusOr<std::byte*> control =
+        data.ok() ? peer.endpoint->MapRemote({&peer.control_descriptor, 0, layout::kBytes})
+                  : data;
+    if (!control.ok()) {
+      refusal = absl::StrCat("rank ", rank, " cannot map rank ", peer.rank, "'s memory: ",
+                             control.status().message());
+      continue;
+    }
+    peer.data = *data;
+    peer.control = *control;
+  }
+  // Every member says whether it mapped all its peers, and each reads every
+  // answer, so they all reach the same verdict.
+  RETURN_IF_ERROR(store_.Set(absl::StrCat(ns_, "/", Key(options_.name, rank, "mapped")),
+                             refusal.empty() ? std::string("ok") : refusal));
+  for (int p = 0; p < size(); ++p) {
+    if (p == position_) continue;
+    const std::string key = absl::StrCat(ns_, "/", Key(options_.name, members_[p], "mapped"));
+    ASSIGN_OR_RETURN(std::string answer, store_.Get(key, options_.timeout));
+    if (answer != "ok" && refusal.empty()) refusal = std::move(answer);
+  }
+  if (!refusal.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        Where(), ": no direct access among the members (", refusal,
+        "); use the ring (RingAllReduce)"));
+  }
+  block_ = control_->data();
+  auto fail = [this](int, const absl::Status& status) {
+    if (failure_.ok()) failure_ = status;
+  };
+  for (Peer& peer : peers_) {
+    if (peer.endpoint == nullptr) continue;
+    watches_.push_back(options_.loop->WatchPeer(peer.rank, peer.endpoint.get(), fail));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Ready>
+absl::Status HostAllReduce::WaitFor(uint64_t call, Peer* only, const char* what,
+                                    Ready ready) {
+  // Which peer is still awaited, and any forged word seen.
+  Peer* missing = nullptr;
+  absl::Status forged;
+  auto all_ready = [&] {
+    if (!failure_.ok()) return true;
+    for (int p = 0; p < size(); ++p) {
+      Peer& peer = peers_[p];
+      if (p == position_ || (only != nullptr && &peer != only)) continue;
+      absl::StatusOr<bool> is = ready(peer);
+      if (!is.ok()) {
+        forged = is.status();
+        return true;
+      }
+      if (!*is) {
+        missing = &peer;
+        return false;
+      }
+    }
+    return true;
+  };
+  if (!all_ready()) {
+    std::vector<int> probe;
+    for (const Peer& peer : peers_) {
+      if (peer.rank >= 0 && (only == nullptr || &peer == only)) probe.push_back(peer.rank);
+    }
+    RETURN_IF_ERROR(options_.loop->WaitUntil(
+        all_ready, absl::Now() + options_.timeout,
+        [&] {
+          return absl::StrCat("rank ", missing != nullptr ? missing->rank : -1, "'s ", what,
+                              " in call ", call,
+                              " (do all members run the same all-reduce calls?)");
+        },
+        probe));
+  }
+  if (!forged.ok()) return forged;
+  return failure_;
+}
+
+absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type,
+                                      ReduceOp op) {
+  if (!failure_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), ": unusable after an earlier error: ", failure_.message()));
+  }
+  const size_t element = ElementSize(type);
+  if (element == 0 || offset % element != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), ": offset ", offset, " is not aligned to ", DataTypeName(type), " elements"));
+  }
+  if (offset > data_.size() || count > (data_.size() - offset) / element) {
+    return absl::OutOfRangeError(absl::StrCat(Where(), ": ", count, " ", DataTypeName(type),
+                                              " elements at offset ", offset,
+                                              " exceed its data region of ", data_.size(),
+                                              " bytes"));
+  }
+  if (count == 0) return absl::OkStatus();
+  const uint64_t call = ++calls_;
+  ++stats_.calls;
+  const size_t bytes = count * element;
+  absl::Status status = Enter(call, offset, count, type, op);
+  if (status.ok()) {
+    status = size() == 1 ? Leave(call)
+             : OneShot(bytes) ? OneShotCall(call, offset, bytes, count, type, op)
+                              : ScatterGatherCall(call, offset, count, type, op);
+  }
+  if (!status.ok()) {
+    if (failure_.ok()) failure_ = status;
+    return Annotate(status, Where());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, DataType type,
+                                  ReduceOp op) {
+  const uint64_t type_op = PackTypeOp(type, op);
+  Store(block_ + layout::kOffset, offset);
+  Store(block_ + layout::kCount, count);
+  Store(block_ + layout::kTypeOp, type_op);
+  Store(block_ + layout::kEntered, call);
+  RETURN_IF_ERROR(WaitFor(call, nullptr, "entry", [&](Peer& peer) -> absl::StatusOr<bool> {
+    const uint64_t entered = Load(peer.control + layout::kEntered);
+    if (entered > call) {
+      return absl::DataLossError(absl::StrCat(
+          "rank ", peer.rank, " wrote call number ", entered, " into its control block while "
+          "call ", call, " is under way: a forged or corrupted word"));
+    }
+    return entered == call;
+  }));
+  // Every peer entered: their arguments stay put until we are done.
+  for (int p = 0; p < size(); ++p) {
+    if (p == position_) continue;
+    const Peer& peer = peers_[p];
+    const uint64_t theirs[3] = {Load(peer.control + layout::kOffset),
+                                Load(peer.control + layout::kCount),
+                                Load(peer.control + layout::kTypeOp)};
+    if (theirs[0] != offset || theirs[1] != count || theirs[2] != type_op) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "call ", call, " differs between members: rank ", peer.rank, " called ",
+          DescribeCall(theirs[0], theirs[1], theirs[2]), ", rank ", transport_.rank(),
+          " called ", DescribeCall(offset, count, type_op),
+          "; every member must make the same calls in the same order"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t bytes,
+                                        size_t count, DataType type, ReduceOp op) {
+  // Member order, the same on every member: identical results everywhere.
+  auto source = [&](int p) -> const std::byte* {
+    return (p == position_ ? data_.data() : peers_[p].data) + offset;
+  };
+  std::memcpy(scratch_.data(), source(0), bytes);
+  for (int p = 1; p < size(); ++p) Reduce(type, op, scratch_.data(), source(p), count);
+  stats_.bytes_read += static_cast<int64_t>(bytes) * (size() - 1);
+  ++stats_.one_shot_calls;
+  RETURN_IF_ERROR(Leave(call));
+  std::memcpy(data_.data() + offset, scratch_.data(), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size_t count,
+                                              DataType type, ReduceOp op) {
+  const size_t element = ElementSize(type);
+  const size_t n = static_cast<size_t>(size());
+  const size_t chunk = options_.chunk_bytes / element;  // elements, >= 8
+  auto chunks_of = [&](size_t length) { return (length + chunk - 1) / chunk; };
+  std::byte* ours = data_.data() + offset;
+
+  // Reduce-scatter: our segment of every peer, chunk by chunk, into ours;
+  // each final chunk is published at once for the peers to copy.
+  const Range mine = SegmentOf(count, n, static_cast<size_t>(position_));
+  for (size_t c = 0; c < chunks_of(mine.length); ++c) {
+    const size_t first = mine.begin + c * chunk;
+    const size_t length = std::min(chunk, mine.begin + mine.length - first);
+    for (int p = 0; p < size(); ++p) {
+      if (p == position_) continue;
+      Reduce(type, op, ours + first * element, peers_[p].data + offset + first * element,
+             length);
+      stats_.bytes_read += static_cast<int64_t>(length * element);
+    }
+    Store(block_ + layout::kReduced, reduced_ + c + 1);
+  }
+  reduced_ += chunks_of(mine.length);
+
+  // How many chunks of its segment peer `p` has made final in this call;
+  // its counter is untrusted.
+  auto final_chunks = [&](size_t p) -> absl::StatusOr<size_t> {
+    const Peer& peer = peers_[p];
+    const size_t total = chunks_of(SegmentOf(count, n, p).length);
+    const uint64_t published = Load(peer.control + layout::kReduced);
+    if (published < peer.reduced_base || published - peer.reduced_base > total) {
+      return absl::DataLossError(absl::StrCat(
+          "rank ", peer.rank, " wrote ", published, " into its reduced-chunks counter, "
+          "outside [", peer.reduced_base, ", ", peer.reduced_base + total, "] for call ",
+          call, ": a forged or corrupted word"));
+    }
+    return static_cast<size_t>(published - peer.reduced_base);
+  };
+
+  // All-gather: copy each peer's final chunks of its segment, taking
+  // whichever peer has one ready rather than waiting on one.
+  std::vector<size_t> copied(n, 0);
+  size_t left = 0;
+  for (size_t p = 0; p < n; ++p) {
+    if (static_cast<int>(p) != position_) left += chunks_of(SegmentOf(count, n, p).length);
+  }
+  while (left > 0) {
+    bool moved = false;
+    for (size_t step = 1; step < n; ++step) {
+      const size_t p = (static_cast<size_t>(position_) + step) % n;
+      Peer& peer = peers_[p];
+      const Range theirs = SegmentOf(count, n, p);
+      const size_t total = chunks_of(theirs.length);
+      if (copied[p] == total) continue;
+      ASSIGN_OR_RETURN(const size_t ready, final_chunks(p));
+      for (; copied[p] < ready; ++copied[p], --left) {
+        const size_t first = theirs.begin + copied[p] * chunk;
+        const size_t length = std::min(chunk, theirs.begin + theirs.length - first);
+        std::memcpy(ours + first * element, peer.data + offset + first * element,
+                    length * element);
+        stats_.bytes_read += static_cast<int64_t>(length * element);
+        moved = true;
+      }
+    }
+    if (left > 0 && !moved) {
+      // Wait for any peer with chunks left to publish one more.
+      RETURN_IF_ERROR(WaitFor(call, nullptr, "reduced chunks",
+                              [&](Peer& peer) -> absl::StatusOr<bool> {
+        const size_t p = static_cast<size_t>(&peer - peers_.data());
+        if (copied[p] == chunks_of(SegmentOf(count, n, p).length)) return true;
+        ASSIGN_OR_RETURN(const size_t ready, final_chunks(p));
+        return ready > copied[p];
+      }));
+    }
+  }
+  // Their counters move on by what this call made final.
+  for (size_t p = 0; p < n; ++p) {
+    if (static_cast<int>(p) != position_) {
+      peers_[p].reduced_base += chunks_of(SegmentOf(count, n, p).length);
+    }
+  }
+  return Leave(call);
+}
+
+absl::Status HostAllReduce::Leave(uint64_t call) {
+  Store(block_ + layout::kDone, call);
+  return WaitFor(call, nullptr, "done flag", [&](Peer& peer) -> absl::StatusOr<bool> {
+    const uint64_t done = Load(peer.control + layout::kDone);
+    if (done > call) {
+      return absl::DataLossError(absl::StrCat(
+          "rank ", peer.rank, " wrote done flag ", done, " into its control block during call ",
+          call, ": a forged or corrupted word"));
+    }
+    return done == call;
+  });
+}
+
+absl::Status HostAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
+  const absl::Duration limit = timeout.value_or(options_.timeout);
+  absl::Status barrier =
+      rdma::Barrier(store_, ns_, absl::StrCat("host/", options_.name, "/shutdown"), size(),
+                    limit, options_.loop);
+  if (!barrier.ok()) return Annotate(barrier, Where());
+  quiesced_ = true;  // no peer reads our memory any more
+  return absl::OkStatus();
+}
+
+}  // namespace rdmaflow::collectives

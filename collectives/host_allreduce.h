@@ -1,0 +1,186 @@
+// File: host_allreduce.h
+// -----------------------------------------------------------------------------
+// HostAllReduce: an in-place all-reduce among ranks of one host, on direct
+// access to each other's memory (Endpoint::MapRemote: UCX shared memory
+// through ucp_rkey_ptr, the loopback backend's own memory). No byte is
+// staged: each member reads its peers' buffers where they lie.
+//
+//   - one shot (small calls): every member reads every member's range and
+//     reduces it, in member order, into a private scratch buffer; after a
+//     "done reading" flag from every peer it copies the result in place.
+//     Two flag exchanges per call, no per-call handshake beyond them.
+//   - reduce-scatter / all-gather (large calls): member p reduces segment p
+//     of every peer into its own buffer, chunk by chunk, in one pass, and
+//     publishes how many chunks are final; the others copy those chunks
+//     straight out of its buffer as they become final. Every byte is read
+//     once from each peer and written once: no staging copy.
+//
+// Each member's control block (one cache line per word, written only by
+// its owner, read by the peers through the mapping): `entered` (the call
+// number, after the call's arguments), `reduced` (chunks of its segments
+// made final, counted over all calls), `done` (the call number, once it
+// has read what it needs from the peers). A member leaves a call only
+// after every peer's `done`, so the next call may change its buffer.
+// What a peer writes there is untrusted: a counter ahead of the call, a
+// chunk count beyond its segment, or other call arguments than ours are
+// kDataLoss / kInvalidArgument naming the peer, never a wrong read.
+//
+// The data region belongs to the caller (AllReduceGroup passes the ring's,
+// so both algorithms work on the same buffer) and must outlive this object.
+// Create() returns kUnimplemented, on every member alike, when any member
+// cannot map any other's memory (another host, verbs, TCP): the members
+// agree through the store, so none takes a path the others do not.
+//
+//   ASSIGN_OR_RETURN(auto host, HostAllReduce::Create(
+//       transport, store, "job", members, ring->data_region(), options));
+//   RETURN_IF_ERROR(host->AllReduce(0, n, DataType::kFloat32));
+//   RETURN_IF_ERROR(host->Shutdown());
+#ifndef RDMAFLOW_COLLECTIVES_HOST_ALLREDUCE_H_
+#define RDMAFLOW_COLLECTIVES_HOST_ALLREDUCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collectives/reduce.h"
+#include "onesided/progress/progress_loop.h"
+#include "rdma/endpoint.h"
+#include "rdma/memory_region.h"
+#include "rdma/remote_region.h"
+#include "rdma/store.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::collectives {
+
+// A member's control block: byte offsets of its 64-bit words (for the
+// hostile-peer tests). `reduced` counts the chunks of its segments made
+// final since Create(), over all calls.
+namespace host_allreduce_layout {
+constexpr size_t kEntered = 0;  // the call under way, after its arguments:
+constexpr size_t kOffset = 8;
+constexpr size_t kCount = 16;
+constexpr size_t kTypeOp = 24;  // DataType << 8 | ReduceOp
+constexpr size_t kReduced = 64;
+constexpr size_t kDone = 128;
+constexpr size_t kBytes = 192;
+}  // namespace host_allreduce_layout
+
+struct HostAllReduceOptions {
+  // Names the collective in the store (unique per namespace).
+  std::string name = "allreduce";
+  // Calls of at most this many bytes take the one-shot path; 0 never does.
+  size_t one_shot_max_bytes = size_t{64} << 10;
+  // Unit of the reduce-scatter's progress (>= 64, a multiple of 64): a peer
+  // copies a chunk of our segment once it is final.
+  size_t chunk_bytes = size_t{64} << 10;
+  // An error when a call waits this long for a peer.
+  absl::Duration timeout = absl::Seconds(120);
+  // The transport's progress loop (probes the peers while a call waits);
+  // must outlive this object, which is created, called and destroyed on
+  // the loop's thread. Required.
+  onesided::ProgressLoop* loop = nullptr;
+};
+
+struct HostAllReduceStats {
+  int64_t calls = 0;
+  int64_t one_shot_calls = 0;
+  int64_t bytes_read = 0;  // from the peers' buffers
+};
+
+// Thread-compatible: one thread, the loop's.
+class HostAllReduce {
+ public:
+  // Over `members` (global ranks, the same list on every member, including
+  // transport.rank()), on `data` (this rank's region; every member's has the
+  // same size). kInvalidArgument for bad options or members;
+  // kFailedPrecondition when a member was created with other options;
+  // kUnimplemented (on every member) when some member cannot map a peer's
+  // memory; kDeadlineExceeded naming a member that never came.
+  static absl::StatusOr<std::unique_ptr<HostAllReduce>> Create(
+      rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+      std::vector<int> members, const rdma::MemoryRegion& data,
+      const HostAllReduceOptions& options);
+  // Unless Shutdown()'s barrier passed, a peer may still read our control
+  // block: it is then left allocated (with a message on stderr).
+  ~HostAllReduce();
+
+  // What every member publishes as "host/<name>/<rank>/layout" and checks
+  // its peers' against (hostile-peer tests play a member by hand with it).
+  static std::string LayoutText(const HostAllReduceOptions& options, size_t capacity,
+                                const std::vector<int>& members);
+
+  int size() const { return static_cast<int>(members_.size()); }
+  int position() const { return position_; }
+  const HostAllReduceStats& stats() const { return stats_; }
+  // Whether a call of `bytes` takes the one-shot path.
+  bool OneShot(size_t bytes) const;
+
+  // Reduces [offset, offset + count * ElementSize(type)) of the data region
+  // across the members, in place; every member calls it with the same
+  // arguments in the same order. kInvalidArgument / kOutOfRange for a bad
+  // range; kInvalidArgument naming the member whose call differs;
+  // kDeadlineExceeded naming the member waited for; kUnavailable for a
+  // dead peer; kDataLoss for a forged control word. After an error the
+  // collective refuses further calls (kFailedPrecondition).
+  absl::Status AllReduce(size_t offset, size_t count, DataType type,
+                         ReduceOp op = ReduceOp::kSum);
+
+  // Meets every member at a store barrier (after it, no peer reads our
+  // memory), for up to `timeout` (the options' by default). Collective;
+  // call once, after the last AllReduce(), also after an error.
+  absl::Status Shutdown(std::optional<absl::Duration> timeout = std::nullopt);
+
+ private:
+  struct Peer;
+
+  HostAllReduce(rdma::Transport& transport, rdma::Store& store, std::string ns,
+                std::vector<int> members, int position, const rdma::MemoryRegion& data,
+                const HostAllReduceOptions& options);
+  // Publishes, maps every peer's regions, and agrees with the members
+  // through the store on whether every mapping worked.
+  absl::Status Connect();
+  std::string Where() const;
+
+  absl::Status Enter(uint64_t call, size_t offset, size_t count, DataType type,
+                     ReduceOp op);
+  absl::Status OneShotCall(uint64_t call, size_t offset, size_t bytes,
+                           size_t count, DataType type, ReduceOp op);
+  absl::Status ScatterGatherCall(uint64_t call, size_t offset, size_t count,
+                                 DataType type, ReduceOp op);
+  // Publishes `done` and waits for every peer's.
+  absl::Status Leave(uint64_t call);
+  // Waits until `ready(peer)` for the given peer (nullptr: every peer).
+  // `ready` returns an error for a forged word.
+  template <typename Ready>
+  absl::Status WaitFor(uint64_t call, Peer* only, const char* what, Ready ready);
+
+  rdma::Transport& transport_;
+  rdma::Store& store_;
+  const std::string ns_;
+  const std::vector<int> members_;
+  const int position_;
+  const rdma::MemoryRegion& data_;
+  const HostAllReduceOptions options_;
+
+  std::unique_ptr<rdma::MemoryRegion> control_;
+  std::byte* block_ = nullptr;  // our control block (control_)
+  std::vector<Peer> peers_;  // by position; ours is empty
+  std::vector<std::byte> scratch_;  // the one-shot result
+  std::vector<int64_t> watches_;
+  uint64_t calls_ = 0;
+  uint64_t reduced_ = 0;  // our `reduced` counter
+  bool published_ = false;
+  bool quiesced_ = false;
+  absl::Status failure_;
+  HostAllReduceStats stats_;
+};
+
+}  // namespace rdmaflow::collectives
+
+#endif  // RDMAFLOW_COLLECTIVES_HOST_ALLREDUCE_H_
