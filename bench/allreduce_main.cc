@@ -1,7 +1,10 @@
-// allreduce_bench: all-reduce latency and bandwidth of rdmaflow's ring
-// (collectives/ring_allreduce.h) next to LibTorch's Gloo backend, in the same
-// processes and the same run, for each rank count and size; memcpy and a
-// single-thread float32 sum are printed as the machine's limits. MPI is
+// allreduce_bench: all-reduce latency and bandwidth of rdmaflow
+// (collectives/allreduce_group.h: the same-host algorithms where the
+// transport maps peers' memory, else the ring; "rdmaflow-ring" forces the
+// ring) next to LibTorch's Gloo backend, in the same processes and the same
+// run, for each rank count and size. Each row names the algorithm that ran
+// and one thread's `dst += src` bandwidth at that size (the reduction's
+// bound); memcpy and a float32 sum at 16 MiB head the table. MPI is
 // measured by mpi_allreduce with the same sizes (tools/bench_allreduce.sh
 // runs both and merges the tables).
 //
@@ -13,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <utility>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,7 +32,7 @@
 #include "absl/time/time.h"
 #include "bench/allreduce_sweep.h"
 #include "bench/gloo_group.h"
-#include "collectives/ring_allreduce.h"
+#include "collectives/allreduce_group.h"
 #include "common/status_macros.h"
 #include "launch/launcher.h"
 #include "launch/rank.h"
@@ -38,10 +42,16 @@
 #include "results/run_info.h"
 
 ABSL_FLAG(std::string, ranks, "2,4", "Rank counts to measure, comma-separated.");
-ABSL_FLAG(std::string, impls, "rdmaflow,gloo", "Implementations: rdmaflow, gloo.");
+ABSL_FLAG(std::string, impls, "rdmaflow,gloo",
+          "Implementations: rdmaflow (the group's pick per size), rdmaflow-ring (the ring "
+          "only, for the ablation), gloo.");
 ABSL_FLAG(std::string, transport, "ucx", "rdmaflow transport: ucx or ibverbs.");
 ABSL_FLAG(std::string, params, "", "Transport parameters key=value,...");
-ABSL_FLAG(int64_t, chunk_bytes, 256 << 10, "rdmaflow: bytes per pipelined piece.");
+ABSL_FLAG(int64_t, chunk_bytes, 256 << 10, "rdmaflow ring: bytes per pipelined piece.");
+ABSL_FLAG(int64_t, one_shot_max_bytes, 64 << 10,
+          "rdmaflow same-host: calls up to this size take the one-shot path.");
+ABSL_FLAG(int64_t, host_chunk_bytes, 64 << 10,
+          "rdmaflow same-host: the reduce-scatter's unit of progress.");
 ABSL_FLAG(int32_t, slots, 32, "rdmaflow: staging slots per ring link (at most).");
 ABSL_FLAG(int64_t, min_bytes, 4 << 10, "Smallest all-reduce (bytes of float32).");
 ABSL_FLAG(int64_t, max_bytes, int64_t{64} << 20, "Largest all-reduce.");
@@ -110,9 +120,10 @@ bool Wants(const std::string& impl) {
 }
 
 // Checks the sum once, then times the calls (on zeros, so nothing grows).
-absl::StatusOr<AllReduceRow> MeasureRing(collectives::RingAllReduce& ring,
-                                         rdma::Store& store, int world,
-                                         int64_t bytes, int iterations) {
+absl::StatusOr<AllReduceRow> MeasureGroup(const std::string& impl,
+                                          collectives::AllReduceGroup& ring,
+                                          rdma::Store& store, int world, int64_t bytes,
+                                          int iterations) {
   const size_t count = bytes / sizeof(float);
   float* data = reinterpret_cast<float*>(ring.data());
   for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(ring.rank() + 1);
@@ -126,14 +137,16 @@ absl::StatusOr<AllReduceRow> MeasureRing(collectives::RingAllReduce& ring,
     }
   }
   std::fill(data, data + count, 0.0f);
-  RETURN_IF_ERROR(rdma::Barrier(store, "bench", absl::StrCat("ring/", bytes),
+  RETURN_IF_ERROR(rdma::Barrier(store, "bench", absl::StrCat(impl, "/", bytes),
                                 world, absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
   absl::Status status;
   const double us = TimeCalls(2, iterations, [&] {
     if (status.ok()) status = ring.AllReduce(0, count, collectives::DataType::kFloat32);
   });
   RETURN_IF_ERROR(status);
-  return MakeRow("rdmaflow", world, bytes, iterations, us);
+  AllReduceRow row = MakeRow(impl, world, bytes, iterations, us);
+  row.set_algorithm(collectives::AlgorithmName(ring.last_algorithm()));
+  return row;
 }
 
 absl::StatusOr<AllReduceRow> MeasureGloo(GlooGroup& gloo, rdma::Store& store,
@@ -157,17 +170,34 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
                    rdma::CreateBuiltinTransport(absl::GetFlag(FLAGS_transport),
                                                 absl::GetFlag(FLAGS_params), rank));
   if (description != nullptr) *description = transport->capabilities().description;
-  collectives::RingAllReduceOptions options;
-  options.name = "bench";
-  options.capacity_bytes = sweep.max_bytes;
-  options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
-  options.slots = absl::GetFlag(FLAGS_slots);
-  options.timeout = timeout;
-  ASSIGN_OR_RETURN(options.wait, onesided::WaitPolicy::Parse(absl::GetFlag(FLAGS_wait)));
+  collectives::AllReduceGroupOptions options;
+  options.ring.name = "bench";
+  options.ring.capacity_bytes = sweep.max_bytes;
+  options.ring.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  options.ring.slots = absl::GetFlag(FLAGS_slots);
+  options.ring.timeout = timeout;
+  ASSIGN_OR_RETURN(options.ring.wait, onesided::WaitPolicy::Parse(absl::GetFlag(FLAGS_wait)));
+  options.one_shot_max_bytes = absl::GetFlag(FLAGS_one_shot_max_bytes);
+  options.host_chunk_bytes = absl::GetFlag(FLAGS_host_chunk_bytes);
   std::vector<int> members;
   for (int r = 0; r < world; ++r) members.push_back(r);
-  ASSIGN_OR_RETURN(auto ring, collectives::RingAllReduce::Create(
-                                  *transport, store, "bench", members, options));
+  // One group per implementation asked for, sharing one progress loop.
+  onesided::ProgressLoopOptions loop_options;
+  loop_options.name = absl::StrCat("allreduce_bench rank ", rank);
+  loop_options.wait = options.ring.wait;
+  onesided::ProgressLoop loop(*transport, loop_options);
+  options.ring.loop = &loop;
+  std::vector<std::pair<std::string, std::unique_ptr<collectives::AllReduceGroup>>> groups;
+  for (const char* impl : {"rdmaflow", "rdmaflow-ring"}) {
+    if (!Wants(impl)) continue;
+    collectives::AllReduceGroupOptions these = options;
+    these.ring.name = impl;
+    these.direct = std::string(impl) == "rdmaflow" ? collectives::DirectAccess::kAuto
+                                                   : collectives::DirectAccess::kOff;
+    ASSIGN_OR_RETURN(auto group, collectives::AllReduceGroup::Create(
+                                     *transport, store, "bench", members, these));
+    groups.emplace_back(impl, std::move(group));
+  }
   std::unique_ptr<GlooGroup> gloo;
   if (Wants("gloo")) {
     torch::set_num_threads(1);
@@ -176,8 +206,9 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
   for (int64_t bytes : SweepSizes(sweep)) {
     const int iterations = Iterations(sweep, bytes);
     std::vector<AllReduceRow> measured;
-    if (Wants("rdmaflow")) {
-      ASSIGN_OR_RETURN(AllReduceRow row, MeasureRing(*ring, store, world, bytes, iterations));
+    for (auto& [impl, group] : groups) {
+      ASSIGN_OR_RETURN(AllReduceRow row,
+                       MeasureGroup(impl, *group, store, world, bytes, iterations));
       measured.push_back(row);
     }
     if (gloo != nullptr) {
@@ -186,13 +217,15 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
     }
     if (rows == nullptr) continue;
     for (const AllReduceRow& row : measured) {
-      std::fprintf(stderr, "  %d ranks %10lld bytes %-8s %10.1f us %8.3f GB/s bus\n",
+      std::fprintf(stderr, "  %d ranks %10lld bytes %-13s %10.1f us %8.3f GB/s bus %s\n",
                    world, static_cast<long long>(bytes), row.impl().c_str(),
-                   row.time_us(), row.busbw_gbps());
+                   row.time_us(), row.busbw_gbps(), row.algorithm().c_str());
       rows->push_back(row);
     }
   }
-  return ring->Shutdown();
+  absl::Status status;
+  for (auto& [impl, group] : groups) status.Update(group->Shutdown());
+  return status;
 }
 
 int Report(absl::Status status, int rank) {
@@ -241,9 +274,15 @@ int Main(int argc, char** argv) {
     if (code != 0) return code;
   }
   const int64_t reference = std::min<int64_t>(absl::GetFlag(FLAGS_max_bytes), 16 << 20);
+  compute.Stop();  // memcpy and the reduce are measured alone
   const double memcpy_gbps = MemcpyGbps(reference);
   const double reduce_gbps = ReduceGbps(reference);
-  compute.Stop();  // memcpy and the reduce are measured alone
+  std::map<double, double> reduce_bound;  // by size
+  for (AllReduceRow& row : rows) {
+    auto [it, fresh] = reduce_bound.try_emplace(row.bytes(), 0.0);
+    if (fresh) it->second = ReduceGbps(static_cast<int64_t>(row.bytes()));
+    row.set_reduce_bound_gbps(it->second);
+  }
   std::printf("# allreduce_bench: %s; wait %s; compute load %d threads (%.0f M iterations)\n"
               "# memcpy %.2f GB/s, float32 sum %.2f GB/s (one thread, %lld bytes)\n",
               description.c_str(), absl::GetFlag(FLAGS_wait).c_str(), load,
