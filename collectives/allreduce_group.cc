@@ -88,6 +88,16 @@ absl::Status AllReduceGroup::AllReduce(size_t offset, size_t count, DataType typ
   return host_->AllReduce(offset, count, type, op);
 }
 
+RingAllReduceStats AllReduceGroup::stats() const {
+  RingAllReduceStats stats = ring_->stats();
+  if (host_ != nullptr) {
+    stats.calls += host_->stats().calls;
+    stats.messages += host_->stats().reads;
+    stats.bytes_sent += host_->stats().bytes_read;
+  }
+  return stats;
+}
+
 absl::Status AllReduceGroup::Shutdown(std::optional<absl::Duration> timeout) {
   absl::Status status;
   if (host_ != nullptr) status.Update(host_->Shutdown(timeout));

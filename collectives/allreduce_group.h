@@ -92,6 +92,10 @@ class AllReduceGroup {
   AllReduceAlgorithm Choose(size_t bytes) const;
   AllReduceAlgorithm last_algorithm() const { return last_; }
   const RingAllReduce& ring() const { return *ring_; }
+  // Both algorithms together: calls; messages (the ring's writes, the host
+  // paths' reads of a peer's range); bytes_sent (what crossed between
+  // members: written by the ring, read by the host paths).
+  RingAllReduceStats stats() const;
   const HostAllReduce* host() const { return host_.get(); }
 
   // RingAllReduce::AllReduce's contract (the same arguments on every

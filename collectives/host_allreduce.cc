@@ -361,6 +361,7 @@ absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t byt
   };
   std::memcpy(scratch_.data(), source(0), bytes);
   for (int p = 1; p < size(); ++p) Reduce(type, op, scratch_.data(), source(p), count);
+  stats_.reads += size() - 1;
   stats_.bytes_read += static_cast<int64_t>(bytes) * (size() - 1);
   ++stats_.one_shot_calls;
   RETURN_IF_ERROR(Leave(call));
@@ -386,6 +387,7 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
       if (p == position_) continue;
       Reduce(type, op, ours + first * element, peers_[p].data + offset + first * element,
              length);
+      ++stats_.reads;
       stats_.bytes_read += static_cast<int64_t>(length * element);
     }
     Store(block_ + layout::kReduced, reduced_ + c + 1);
@@ -428,6 +430,7 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
         const size_t length = std::min(chunk, theirs.begin + theirs.length - first);
         std::memcpy(ours + first * element, peer.data + offset + first * element,
                     length * element);
+        ++stats_.reads;
         stats_.bytes_read += static_cast<int64_t>(length * element);
         moved = true;
       }

@@ -90,6 +90,7 @@ struct HostAllReduceOptions {
 struct HostAllReduceStats {
   int64_t calls = 0;
   int64_t one_shot_calls = 0;
+  int64_t reads = 0;       // ranges read from a peer's buffer
   int64_t bytes_read = 0;  // from the peers' buffers
 };
 

@@ -35,15 +35,16 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
   group->parameters_ = std::move(parameters);
   if (group->layout_.total_bytes == 0) return group;
 
-  collectives::RingAllReduceOptions ring;
-  ring.name = options.name;
-  ring.capacity_bytes = group->layout_.total_bytes;
-  ring.chunk_bytes = static_cast<size_t>(options.chunk_bytes);
-  ring.slots = options.slots;
-  ring.timeout = options.timeout;
-  ring.loop = &loop;
-  ASSIGN_OR_RETURN(group->ring_, collectives::RingAllReduce::Create(
-                                     loop.transport(), store, ns, members, ring));
+  collectives::AllReduceGroupOptions all_reduce;
+  all_reduce.ring.name = options.name;
+  all_reduce.ring.capacity_bytes = group->layout_.total_bytes;
+  all_reduce.ring.chunk_bytes = static_cast<size_t>(options.chunk_bytes);
+  all_reduce.ring.slots = options.slots;
+  all_reduce.ring.timeout = options.timeout;
+  all_reduce.ring.loop = &loop;
+  all_reduce.direct = options.direct;
+  ASSIGN_OR_RETURN(group->ring_, collectives::AllReduceGroup::Create(
+                                     loop.transport(), store, ns, members, all_reduce));
 
   const int64_t elements = group->layout_.total_bytes / sizeof(float);
   group->flat_params_ = torch::zeros({elements}, torch::kFloat32);

@@ -1,13 +1,14 @@
 // File: data_parallel.h
 // -----------------------------------------------------------------------------
 // DataParallelGroup: replicas of (part of) a model that keep their
-// parameters identical by summing gradients with the ring all-reduce
-// (collectives/ring_allreduce.h) and applying the same SGD step. The
+// parameters identical by summing gradients with the all-reduce
+// (collectives/allreduce_group.h: same-host members read each other's
+// memory directly, others use the ring) and applying the same SGD step. The
 // `allreduce` strategy is one group over every rank; `layer_separated` has
 // one over its convolutional ranks and one over its fully connected ranks.
 //
 // Zero copy: each parameter's .grad() is re-pointed into the ring's
-// registered data region (fused, 64-byte aligned, in parameter order), so
+// all-reduce's registered data region (fused, 64-byte aligned, in parameter order), so
 // backward writes gradients where the ring reads them. The region is
 // reduced in buckets of about `bucket_bytes` (gradient fusion), and the
 // parameters are moved into one flat tensor so the SGD step is one
@@ -24,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collectives/buckets.h"
+#include "collectives/allreduce_group.h"
 #include "collectives/ring_allreduce.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
@@ -36,6 +38,9 @@ struct DataParallelOptions {
   int64_t bucket_bytes = int64_t{4} << 20;
   int64_t chunk_bytes = int64_t{256} << 10;
   int slots = 32;  // at most (collectives/ring_allreduce.h)
+  // Same-host members reduce on direct access to each other's memory
+  // where the transport maps it (collectives/allreduce_group.h).
+  collectives::DirectAccess direct = collectives::DirectAccess::kAuto;
   absl::Duration timeout = absl::Seconds(120);
 };
 
@@ -45,7 +50,7 @@ class DataParallelGroup {
   // Collective over `members` (global ranks, the same list everywhere),
   // all holding the same `parameters` (float32, CPU). With no parameters
   // the group does nothing. Its ring runs on `loop` (the transport's, which
-  // must outlive the group). Errors: RingAllReduce::Create's.
+  // must outlive the group). Errors: AllReduceGroup::Create's.
   static absl::StatusOr<std::unique_ptr<DataParallelGroup>> Create(
       onesided::ProgressLoop& loop, rdma::Store& store, const std::string& ns,
       const std::vector<int>& members, std::vector<Parameter> parameters,
@@ -69,7 +74,7 @@ class DataParallelGroup {
  private:
   DataParallelGroup() = default;
 
-  std::unique_ptr<collectives::RingAllReduce> ring_;
+  std::unique_ptr<collectives::AllReduceGroup> ring_;
   std::vector<Parameter> parameters_;
   collectives::FusedLayout layout_;
   std::vector<collectives::Bucket> buckets_;

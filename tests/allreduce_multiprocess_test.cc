@@ -1,15 +1,19 @@
-// End to end: the ring all-reduce between OS processes over UCX (shared
-// memory with 4 ranks, TCP with 3), rendezvous through TCPStore: exact sums
-// (integers in float32) from one element to 16 MiB + 12 bytes (uneven), one
-// ring for all calls, every rank checking every element.
+// End to end: the all-reduce (collectives/allreduce_group.h) between OS
+// processes over UCX, rendezvous through TCPStore: over shared memory with 4
+// ranks the members map each other's memory and take the host algorithms
+// (one-shot and scatter-gather), or the ring with direct access off; over
+// TCP with 3 ranks nothing maps and the ring runs. Exact sums (integers in
+// float32) from one element to 16 MiB + 12 bytes (uneven), one group for all
+// calls, every rank checking every element and the algorithm taken.
 // The test binary re-executes itself per rank (launch/ranks_or_tests_main.h).
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collectives/ring_allreduce.h"
+#include "collectives/allreduce_group.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -23,6 +27,7 @@ namespace rdmaflow {
 namespace {
 
 constexpr char kTlsEnv[] = "RDMAFLOW_RING_TEST_TLS";
+constexpr char kDirectEnv[] = "RDMAFLOW_RING_TEST_DIRECT";
 
 float Value(int rank, size_t i) {
   return static_cast<float>((i * 5 + static_cast<size_t>(rank) * 11) % 2048);
@@ -37,17 +42,35 @@ absl::Status RunRank() {
                    rdma::CreateBuiltinTransport(
                        "ucx", absl::StrCat("tls=", std::getenv(kTlsEnv)), rank));
   rdma::Transport* transport = ucx.get();
-  collectives::RingAllReduceOptions ring_options;
-  ring_options.capacity_bytes = (size_t{16} << 20) + 64;
-  ring_options.timeout = absl::Seconds(60);
+  collectives::AllReduceGroupOptions options;
+  options.ring.capacity_bytes = (size_t{16} << 20) + 64;
+  options.ring.timeout = absl::Seconds(60);
+  const bool shm = std::string(std::getenv(kTlsEnv)) == "shm";
+  ASSIGN_OR_RETURN(options.direct, collectives::ParseDirectAccess(std::getenv(kDirectEnv)));
+  const bool direct = shm && options.direct == collectives::DirectAccess::kAuto;
   std::vector<int> members(world);
   std::iota(members.begin(), members.end(), 0);
-  ASSIGN_OR_RETURN(auto ring, collectives::RingAllReduce::Create(
-                                  *transport, *store, "e2e", members, ring_options));
+  ASSIGN_OR_RETURN(auto ring, collectives::AllReduceGroup::Create(
+                                  *transport, *store, "e2e", members, options));
+  if (ring->direct() != direct) {
+    return absl::InternalError(absl::StrCat("rank ", rank, ": direct access is ",
+                                            ring->direct(), ", expected ", direct));
+  }
   float* data = reinterpret_cast<float*>(ring->data());
   for (size_t count : {size_t{1}, size_t{1023}, size_t{65537}, (size_t{4} << 20) + 3}) {
     for (size_t i = 0; i < count; ++i) data[i] = Value(rank, i);
     RETURN_IF_ERROR(ring->AllReduce(0, count, collectives::DataType::kFloat32));
+    const collectives::AllReduceAlgorithm expected =
+        !direct ? collectives::AllReduceAlgorithm::kRing
+        : count * 4 <= options.one_shot_max_bytes
+            ? collectives::AllReduceAlgorithm::kHostOneShot
+            : collectives::AllReduceAlgorithm::kHostScatterGather;
+    if (ring->last_algorithm() != expected) {
+      return absl::InternalError(absl::StrCat(
+          "rank ", rank, ", ", count, " elements: took ",
+          collectives::AlgorithmName(ring->last_algorithm()), ", expected ",
+          collectives::AlgorithmName(expected)));
+    }
     for (size_t i = 0; i < count; ++i) {
       float expected = 0;
       for (int r = 0; r < world; ++r) expected += Value(r, i);
@@ -61,12 +84,16 @@ absl::Status RunRank() {
   return ring->Shutdown();
 }
 
-TEST(AllReduceMultiProcessTest, FourProcessesOverSharedMemory) {
-  EXPECT_OK(launch::LaunchRanks(4, {{kTlsEnv, "shm"}}).status);
+TEST(AllReduceMultiProcessTest, FourProcessesOverSharedMemoryReadEachOthersMemory) {
+  EXPECT_OK(launch::LaunchRanks(4, {{kTlsEnv, "shm"}, {kDirectEnv, "auto"}}).status);
 }
 
-TEST(AllReduceMultiProcessTest, ThreeProcessesOverTcp) {
-  EXPECT_OK(launch::LaunchRanks(3, {{kTlsEnv, "tcp"}}).status);
+TEST(AllReduceMultiProcessTest, FourProcessesOverSharedMemoryRingOnly) {
+  EXPECT_OK(launch::LaunchRanks(4, {{kTlsEnv, "shm"}, {kDirectEnv, "off"}}).status);
+}
+
+TEST(AllReduceMultiProcessTest, ThreeProcessesOverTcpFallBackToTheRing) {
+  EXPECT_OK(launch::LaunchRanks(3, {{kTlsEnv, "tcp"}, {kDirectEnv, "auto"}}).status);
 }
 
 }  // namespace

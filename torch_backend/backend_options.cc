@@ -52,6 +52,14 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
     }
     options.wait = *policy;
   }
+  if (const char* direct = Variable("RDMAFLOW_DIRECT")) {
+    absl::StatusOr<collectives::DirectAccess> parsed = collectives::ParseDirectAccess(direct);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RDMAFLOW_DIRECT: ", parsed.status().message()));
+    }
+    options.direct = *parsed;
+  }
   absl::StatusOr<rdma::torch::RunScope> scope = rdma::torch::RunScope::FromEnvironment();
   if (!scope.ok()) return scope.status();
   options.store_scope = scope->prefix();

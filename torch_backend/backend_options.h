@@ -10,6 +10,10 @@
 //   RDMAFLOW_WAIT              how waits idle: adaptive (default), spin,
 //                              yield, or adaptive:spin=N,yield_us=N,sleep_us=N
 //                              (onesided/progress/wait_policy.h)
+//   RDMAFLOW_DIRECT            auto (default): same-host ranks all-reduce by
+//                              reading each other's memory where the
+//                              transport maps it; off: the ring only
+//                              (collectives/allreduce_group.h)
 //   TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT (set by torchrun), or
 //   RDMAFLOW_RUN_ID: scope the group's store keys (rdma/torch/run_scope.h)
 #ifndef RDMAFLOW_TORCH_BACKEND_BACKEND_OPTIONS_H_
@@ -20,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collectives/allreduce_group.h"
 #include "onesided/progress/wait_policy.h"
 
 namespace rdmaflow::torch_backend {
@@ -33,6 +38,8 @@ struct BackendOptions {
   // Ring all-reduce pieces and slots per link.
   size_t chunk_bytes = size_t{256} << 10;
   int ring_slots = 32;  // at most (collectives/ring_allreduce.h)
+  // Direct access among same-host ranks (collectives/allreduce_group.h).
+  collectives::DirectAccess direct = collectives::DirectAccess::kAuto;
   // Messenger (broadcast, all-gather, reduce-scatter, send/recv) pieces and
   // slots per ordered pair.
   size_t message_slot_bytes = size_t{256} << 10;

@@ -13,12 +13,13 @@ namespace {
 
 using ::rdmaflow::testing::IsOk;
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 class BackendOptionsTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    for (const char* name : {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB"}) unsetenv(name);
+    for (const char* name : {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB", "RDMAFLOW_DIRECT"}) unsetenv(name);
   }
 };
 
@@ -38,6 +39,20 @@ TEST_F(BackendOptionsTest, WaitsAreAdaptiveUnlessTold) {
   ASSERT_THAT(options, IsOk());
   EXPECT_EQ(options->wait.spin_rounds, 10);
   EXPECT_EQ(options->wait.max_sleep, absl::Microseconds(30));
+}
+
+TEST_F(BackendOptionsTest, DirectAccessIsAutomaticUnlessTurnedOff) {
+  absl::StatusOr<BackendOptions> options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->direct, collectives::DirectAccess::kAuto);
+  setenv("RDMAFLOW_DIRECT", "off", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->direct, collectives::DirectAccess::kOff);
+  setenv("RDMAFLOW_DIRECT", "sometimes", 1);
+  EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("RDMAFLOW_DIRECT"), HasSubstr("'auto' or 'off'"))));
 }
 
 TEST_F(BackendOptionsTest, MalformedVariablesAreNamed) {

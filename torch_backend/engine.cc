@@ -105,17 +105,18 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
   direct_ = std::make_unique<DirectCollectives>(*messenger_, options_.timeout);
   const size_t capacity = options_.staging_bytes + options_.registered_bytes;
   if (size_ > 1) {
-    collectives::RingAllReduceOptions ring;
-    ring.name = "c10d";
-    ring.capacity_bytes = capacity;
-    ring.chunk_bytes = options_.chunk_bytes;
-    ring.slots = options_.ring_slots;
-    ring.timeout = options_.timeout;
-    ring.wait = options_.wait;
-    ring.loop = loop_.get();
+    collectives::AllReduceGroupOptions ring;
+    ring.ring.name = "c10d";
+    ring.ring.capacity_bytes = capacity;
+    ring.ring.chunk_bytes = options_.chunk_bytes;
+    ring.ring.slots = options_.ring_slots;
+    ring.ring.timeout = options_.timeout;
+    ring.ring.wait = options_.wait;
+    ring.ring.loop = loop_.get();
+    ring.direct = options_.direct;
     std::vector<int> members(size_);
     std::iota(members.begin(), members.end(), 0);
-    ASSIGN_OR_RETURN(ring_, collectives::RingAllReduce::Create(
+    ASSIGN_OR_RETURN(ring_, collectives::AllReduceGroup::Create(
                                 *transport_, *store_, Namespace(options_), members, ring));
     data_region_ = &ring_->data_region();
   } else {

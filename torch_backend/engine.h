@@ -29,7 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "collectives/ring_allreduce.h"
+#include "collectives/allreduce_group.h"
 #include "onesided/messenger.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/memory_region.h"
@@ -83,7 +83,7 @@ class Engine {
   onesided::Messenger& messenger() { return *messenger_; }
   DirectCollectives& direct() { return *direct_; }
   // Null for a group of one.
-  collectives::RingAllReduce* ring() { return ring_.get(); }
+  collectives::AllReduceGroup* ring() { return ring_.get(); }
   const rdma::MemoryRegion& data_region() const { return *data_region_; }
   // Adds to the counters (any thread).
   void Count(const std::function<void(BackendStats&)>& update);
@@ -112,7 +112,7 @@ class Engine {
   std::unique_ptr<onesided::ProgressLoop> loop_;
   std::unique_ptr<onesided::Messenger> messenger_;
   std::unique_ptr<DirectCollectives> direct_;
-  std::unique_ptr<collectives::RingAllReduce> ring_;
+  std::unique_ptr<collectives::AllReduceGroup> ring_;
   std::unique_ptr<rdma::MemoryRegion> own_region_;  // a group of one's
   const rdma::MemoryRegion* data_region_ = nullptr;
   std::unique_ptr<runtime::torch::RegisteredAllocator> registered_;

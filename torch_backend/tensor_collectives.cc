@@ -80,7 +80,7 @@ absl::StatusOr<bool> AgreeInPlace(Engine& engine, const Plan& plan) {
 absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::DataType type,
                              Reduction reduction) {
   engine.Count([](BackendStats& stats) { ++stats.allreduces; });
-  collectives::RingAllReduce* ring = engine.ring();
+  collectives::AllReduceGroup* ring = engine.ring();
   const size_t count = static_cast<size_t>(tensor.numel());
   const size_t bytes = Bytes(tensor);
   if (ring != nullptr) {

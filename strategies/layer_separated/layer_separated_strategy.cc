@@ -106,16 +106,17 @@ absl::StatusOr<graph::GraphDef> LayerSeparatedStrategy::DoPrepare(
   for (const Parameter& p : parameters_) bytes.push_back(p.tensor.numel() * sizeof(float));
   ASSIGN_OR_RETURN(collectives::FusedLayout all, collectives::LayOut(bytes, 64));
   everyone_offsets_ = all.offsets;
-  collectives::RingAllReduceOptions ring;
-  ring.name = "layer_separated/everyone";
-  ring.capacity_bytes = std::max<size_t>(all.total_bytes, kProbeBytes);
-  ring.chunk_bytes = group_options_.chunk_bytes;
-  ring.slots = group_options_.slots;
-  ring.timeout = group_options_.timeout;
-  ring.loop = &loop();
+  collectives::AllReduceGroupOptions ring;
+  ring.ring.name = "layer_separated/everyone";
+  ring.ring.capacity_bytes = std::max<size_t>(all.total_bytes, kProbeBytes);
+  ring.ring.chunk_bytes = group_options_.chunk_bytes;
+  ring.ring.slots = group_options_.slots;
+  ring.ring.timeout = group_options_.timeout;
+  ring.ring.loop = &loop();
+  ring.direct = group_options_.direct;
   std::vector<int> members;
   for (int r = 0; r < job.world_size; ++r) members.push_back(r);
-  ASSIGN_OR_RETURN(everyone_, collectives::RingAllReduce::Create(
+  ASSIGN_OR_RETURN(everyone_, collectives::AllReduceGroup::Create(
                                   *job.transport, *job.store, Ns(), members, ring));
   int k = requested_fc_ranks_;
   if (k == 0) {

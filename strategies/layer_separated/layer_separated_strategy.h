@@ -36,7 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "collectives/ring_allreduce.h"
+#include "collectives/allreduce_group.h"
 #include "graph_analyzer/plan.pb.h"
 #include "runtime/communicator.h"
 #include "runtime/torch/torch_communicator.h"
@@ -99,7 +99,7 @@ class LayerSeparatedStrategy final : public Strategy {
   StanzaCosts costs_;
   bool conv_ = true;
   int fc_index_ = -1;
-  std::unique_ptr<collectives::RingAllReduce> everyone_;  // final model, probes
+  std::unique_ptr<collectives::AllReduceGroup> everyone_;  // final model, probes
   std::vector<size_t> everyone_offsets_;
   plan::TransferPlan plan_;
   std::unique_ptr<runtime::Communicator> communicator_;

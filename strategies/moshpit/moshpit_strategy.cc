@@ -167,26 +167,26 @@ void MoshpitStrategy::DropRingUnlessAllKeep(const std::vector<GroupMember>& grou
   }
 }
 
-absl::StatusOr<collectives::RingAllReduce*> MoshpitStrategy::RingFor(
+absl::StatusOr<collectives::AllReduceGroup*> MoshpitStrategy::RingFor(
     const std::vector<int>& members, int round, const std::string& ns) {
   if (auto it = rings_.find(members); it != rings_.end()) return it->second.ring.get();
-  collectives::RingAllReduceOptions ring_options;
-  ring_options.name = "avg";
-  ring_options.capacity_bytes = replica_->bytes() + sizeof(float);  // + the weight
-  ring_options.timeout = moshpit_.round_timeout;
-  ring_options.loop = &loop();
-  ASSIGN_OR_RETURN(std::unique_ptr<collectives::RingAllReduce> ring,
-                   collectives::RingAllReduce::Create(*context().transport, *context().store,
-                                                      ns, members, ring_options));
+  collectives::AllReduceGroupOptions ring_options;
+  ring_options.ring.name = "avg";
+  ring_options.ring.capacity_bytes = replica_->bytes() + sizeof(float);  // + the weight
+  ring_options.ring.timeout = moshpit_.round_timeout;
+  ring_options.ring.loop = &loop();
+  ASSIGN_OR_RETURN(std::unique_ptr<collectives::AllReduceGroup> ring,
+                   collectives::AllReduceGroup::Create(*context().transport, *context().store,
+                                                       ns, members, ring_options));
   ++rings_created_;
-  collectives::RingAllReduce* kept = ring.get();
+  collectives::AllReduceGroup* kept = ring.get();
   rings_[members] = KeptRing{std::move(ring), round};
   return kept;
 }
 
 absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round,
                                       const std::string& ns) {
-  ASSIGN_OR_RETURN(collectives::RingAllReduce * ring, RingFor(members, round, ns));
+  ASSIGN_OR_RETURN(collectives::AllReduceGroup * ring, RingFor(members, round, ns));
   const int64_t elements = static_cast<int64_t>(replica_->bytes() / sizeof(float));
   const collectives::RingAllReduceStats before = ring->stats();
   // [w theta, w], summed: the average is sum(w theta) / sum(w).

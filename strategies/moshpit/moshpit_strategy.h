@@ -35,7 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "collectives/ring_allreduce.h"
+#include "collectives/allreduce_group.h"
 #include "strategies/local_sgd_strategy.h"
 #include "strategies/moshpit/moshpit_grid.h"
 #include "strategies/moshpit/moshpit_group.h"
@@ -83,7 +83,7 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   // One round: form the group, average in it.
   absl::Status Exchange() override;
   // The kept ring for `members`, or a new one set up under `ns` in `round`.
-  absl::StatusOr<collectives::RingAllReduce*> RingFor(const std::vector<int>& members,
+  absl::StatusOr<collectives::AllReduceGroup*> RingFor(const std::vector<int>& members,
                                                       int round, const std::string& ns);
   // Averages the replica within the group.
   absl::Status Average(const std::vector<int>& members, int round, const std::string& ns);
@@ -107,7 +107,7 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   // group's parameters instead of pulling them toward its fresh ones.
   bool adopt_next_average_ = false;
   struct KeptRing {
-    std::unique_ptr<collectives::RingAllReduce> ring;
+    std::unique_ptr<collectives::AllReduceGroup> ring;
     int created = 0;  // the round
   };
   // Kept rings, by members.

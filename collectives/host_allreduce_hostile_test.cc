@@ -1,0 +1,155 @@
+// File: host_allreduce_hostile_test.cc
+// HostAllReduce against a hostile same-host peer. Rank 1 plays a member by
+// hand: it publishes a layout, a data region and a control block like any
+// member, says it mapped rank 0, and then writes forged words into its own
+// control block, which rank 0 reads through its mapping: a call number from
+// the future, other call arguments (also an out-of-range type/op word), a
+// reduced-chunks counter beyond its segment, a done flag ahead of the call.
+// Each fails rank 0's call with an error naming rank 1 before the value
+// moves anything; the collective is then unusable.
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/host_allreduce.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "onesided/progress/progress_loop.h"
+#include "rdma/rendezvous.h"
+#include "rdma/testing/rank_threads.h"
+
+namespace rdmaflow::collectives {
+namespace {
+
+namespace layout = host_allreduce_layout;
+using ::rdmaflow::rdma::testing::RunRankThreads;
+using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr char kNs[] = "host_hostile_test";
+constexpr size_t kCapacity = 64 << 10;
+
+HostAllReduceOptions Options(const std::string& name, onesided::ProgressLoop* loop) {
+  HostAllReduceOptions options;
+  options.name = name;
+  options.one_shot_max_bytes = 1 << 10;
+  options.chunk_bytes = 1 << 10;
+  options.timeout = absl::Seconds(2);  // a forgery that went unnoticed stalls
+  options.loop = loop;
+  return options;
+}
+
+void SetWord(std::byte* block, size_t offset, uint64_t value) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(block + offset), value, __ATOMIC_RELEASE);
+}
+
+struct Outcome {
+  absl::Status call;   // rank 0's call against the forgery
+  absl::Status again;  // a call after that
+};
+
+// Rank 0 calls AllReduce(0, count, float32 sum) after rank 1, a member
+// played by hand, wrote `forge` into its control block.
+Outcome ForgeThenCall(const std::string& name, size_t count,
+                      const std::function<void(std::byte* block)>& forge) {
+  Outcome outcome;
+  const std::string forged = absl::StrCat(kNs, "/", name, "/forged");
+  const std::string judged = absl::StrCat(kNs, "/", name, "/judged");
+  std::vector<absl::Status> results = RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        onesided::ProgressLoop loop(transport, {});
+        ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(kCapacity));
+        const HostAllReduceOptions options = Options(name, &loop);
+        if (rank == 0) {
+          ASSIGN_OR_RETURN(auto host,
+                           HostAllReduce::Create(transport, store, kNs, {0, 1}, data, options));
+          RETURN_IF_ERROR(store.Wait({forged}, absl::Seconds(30)));
+          outcome.call = host->AllReduce(0, count, DataType::kFloat32);
+          outcome.again = host->AllReduce(0, count, DataType::kFloat32);
+          return store.Set(judged, "1");
+        }
+        // The hostile member: everything a real one publishes.
+        ASSIGN_OR_RETURN(rdma::MemoryRegion control, transport.Allocate(layout::kBytes));
+        std::memset(control.data(), 0, control.size());
+        const std::string key = absl::StrCat("host/", name, "/1/");
+        RETURN_IF_ERROR(store.Set(absl::StrCat(kNs, "/", key, "layout"),
+                                  HostAllReduce::LayoutText(options, kCapacity, {0, 1})));
+        RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, key + "data", data.descriptor()));
+        RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, key + "control", control.descriptor()));
+        RETURN_IF_ERROR(rdma::PublishAddress(store, kNs, transport));
+        RETURN_IF_ERROR(store.Set(absl::StrCat(kNs, "/", key, "mapped"), "ok"));
+        forge(control.data());
+        RETURN_IF_ERROR(store.Set(forged, "1"));
+        return store.Wait({judged}, absl::Seconds(30));
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+  return outcome;
+}
+
+// The words of an honest rank 1 in call 1 of AllReduce(0, count, float32).
+void Entered(std::byte* block, size_t count) {
+  SetWord(block, layout::kOffset, 0);
+  SetWord(block, layout::kCount, count);
+  SetWord(block, layout::kTypeOp, 0);  // float32 << 8 | sum
+  SetWord(block, layout::kEntered, 1);
+}
+
+void ExpectRefused(const Outcome& outcome, absl::StatusCode code, const std::string& what) {
+  EXPECT_THAT(outcome.call, StatusIs(code, AllOf(HasSubstr(what), HasSubstr("on rank 0"))));
+  EXPECT_THAT(outcome.again,
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("unusable")));
+}
+
+TEST(HostAllReduceHostileTest, ACallNumberFromTheFutureIsRefused) {
+  for (uint64_t value : {uint64_t{2}, uint64_t{1} << 40, ~uint64_t{0}}) {
+    SCOPED_TRACE(value);
+    Outcome outcome = ForgeThenCall(absl::StrCat("future", value % 1000), 100,
+                                    [&](std::byte* block) {
+                                      SetWord(block, layout::kEntered, value);
+                                    });
+    ExpectRefused(outcome, absl::StatusCode::kDataLoss,
+                  absl::StrCat("rank 1 wrote call number ", value));
+  }
+}
+
+TEST(HostAllReduceHostileTest, OtherCallArgumentsAreNamed) {
+  Outcome outcome = ForgeThenCall("count", 100, [](std::byte* block) {
+    Entered(block, 100);
+    SetWord(block, layout::kCount, uint64_t{1} << 62);
+  });
+  ExpectRefused(outcome, absl::StatusCode::kInvalidArgument,
+                "rank 1 called AllReduce(offset 0, count 4611686018427387904, float32 sum)");
+  Outcome garbage = ForgeThenCall("type", 100, [](std::byte* block) {
+    Entered(block, 100);
+    SetWord(block, layout::kTypeOp, 0xdead0077);
+  });
+  ExpectRefused(garbage, absl::StatusCode::kInvalidArgument,
+                absl::StrCat("type/op word ", 0xdead0077));
+}
+
+TEST(HostAllReduceHostileTest, AReducedCounterBeyondItsSegmentIsRefused) {
+  // 4096 floats, 2 members: rank 1's segment is 8 KiB, 8 chunks of 1 KiB.
+  Outcome outcome = ForgeThenCall("reduced", 4096, [](std::byte* block) {
+    Entered(block, 4096);
+    SetWord(block, layout::kReduced, 9);
+  });
+  ExpectRefused(outcome, absl::StatusCode::kDataLoss,
+                "rank 1 wrote 9 into its reduced-chunks counter, outside [0, 8]");
+}
+
+TEST(HostAllReduceHostileTest, ADoneFlagAheadOfTheCallIsRefused) {
+  Outcome outcome = ForgeThenCall("done", 100, [](std::byte* block) {
+    Entered(block, 100);
+    SetWord(block, layout::kDone, 5);
+  });
+  ExpectRefused(outcome, absl::StatusCode::kDataLoss, "rank 1 wrote done flag 5");
+}
+
+}  // namespace
+}  // namespace rdmaflow::collectives
