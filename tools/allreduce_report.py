@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Merges tools/bench_allreduce.sh's results (OUT/ours.json, OUT/mpi<N>.json)
 into OUT/allreduce.json and OUT/allreduce.tsv, and prints bus bandwidth per
-size with rdmaflow's ratio to Gloo and to MPI. Inputs and output are
+size: rdmaflow (the algorithm it picked), its ring alone (rdmaflow-ring,
+where measured), Gloo and MPI, one thread's dst += src at that size, and
+rdmaflow's ratio to Gloo and to MPI. Inputs and output are
 BenchmarkReport records (results/results.proto; docs/benchmarks.md, "Result
 records").
   allreduce_report.py OUT_DIR"""
@@ -25,22 +27,25 @@ def main(out):
     print("# %s" % ours["run"]["description"])
     print("# single thread: memcpy %.2f GB/s, float32 sum %.2f GB/s"
           % (results["memcpy_gbps"], results["reduce_gbps"]))
-    print("%5s %10s | %10s %10s %10s | %12s %12s | %9s %9s"
-          % ("ranks", "bytes", "rdmaflow", "gloo", "mpi", "rdmaflow_us",
-             "gloo_us", "x_gloo", "x_mpi"))
+    print("%5s %10s | %-19s %9s %9s %9s %9s | %11s %9s %9s | %8s %8s"
+          % ("ranks", "bytes", "algorithm", "rdmaflow", "ring", "gloo", "mpi",
+             "rdmaflow_us", "mpi_us", "dst+=src", "x_gloo", "x_mpi"))
+    nan = float("nan")
     with open(os.path.join(out, "allreduce.tsv"), "w") as tsv:
-        tsv.write("ranks\tbytes\trdmaflow\tgloo\tmpi\n")
+        tsv.write("ranks\tbytes\trdmaflow\tring\tgloo\tmpi\n")
         for (n, b), impls in sorted(table.items()):
-            bw = {k: impls[k]["busbw_gbps"] if k in impls else float("nan")
-                  for k in ("rdmaflow", "gloo", "mpi")}
-            us = {k: impls[k]["time_us"] if k in impls else float("nan")
-                  for k in ("rdmaflow", "gloo")}
-            print("%5d %10d | %10.3f %10.3f %10.3f | %12.1f %12.1f | %8.2fx %8.2fx"
-                  % (n, b, bw["rdmaflow"], bw["gloo"], bw["mpi"], us["rdmaflow"],
-                     us["gloo"], bw["rdmaflow"] / bw["gloo"],
-                     bw["rdmaflow"] / bw["mpi"]))
-            tsv.write("%d\t%d\t%.4f\t%.4f\t%.4f\n"
-                      % (n, b, bw["rdmaflow"], bw["gloo"], bw["mpi"]))
+            series = ("rdmaflow", "rdmaflow-ring", "gloo", "mpi")
+            bw = {k: impls[k]["busbw_gbps"] if k in impls else nan for k in series}
+            us = {k: impls[k]["time_us"] if k in impls else nan for k in series}
+            ours_row = impls.get("rdmaflow", {})
+            ratio = lambda a, c: a / c if c == c and c > 0 else nan
+            print("%5d %10d | %-19s %9.3f %9.3f %9.3f %9.3f | %11.1f %9.1f %9.2f | %7.2fx %7.2fx"
+                  % (n, b, ours_row.get("algorithm", "-"), bw["rdmaflow"],
+                     bw["rdmaflow-ring"], bw["gloo"], bw["mpi"], us["rdmaflow"],
+                     us["mpi"], ours_row.get("reduce_bound_gbps", nan),
+                     ratio(bw["rdmaflow"], bw["gloo"]), ratio(bw["rdmaflow"], bw["mpi"])))
+            tsv.write("%d\t%d\t%.4f\t%.4f\t%.4f\t%.4f\n"
+                      % (n, b, bw["rdmaflow"], bw["rdmaflow-ring"], bw["gloo"], bw["mpi"]))
     print("(bus bandwidth in GB/s: algorithm bandwidth x 2(n-1)/n)")
     with open(os.path.join(out, "allreduce.json"), "w") as f:
         json.dump({"run": ours["run"],

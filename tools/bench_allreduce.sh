@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# All-reduce benchmark (docs/collectives.md): rdmaflow's ring over UCX shared
-# memory and LibTorch's Gloo in the same processes (allreduce_bench), then
+# All-reduce benchmark (docs/collectives.md): rdmaflow over UCX shared memory
+# (the algorithm it picks per size, and its ring alone) and LibTorch's Gloo in
+# the same processes (allreduce_bench), then
 # Open MPI's MPI_Allreduce with the same sizes (mpi_allreduce under mpirun,
 # its default on-node transport), for 2 and 4 ranks, 4 KiB to 64 MiB. Writes
 # OUT/allreduce.{json,txt,tsv} and OUT/allreduce_busbw.png.
@@ -14,8 +15,9 @@ ranks=${RANKS:-2 4}
 max_bytes=${MAX_BYTES:-67108864}
 bazel build -c opt //bench:allreduce_bench //bench:mpi_allreduce >/dev/null
 comma=$(echo $ranks | tr ' ' ',')
-echo "== rdmaflow ring and Gloo: ranks $comma"
+echo "== rdmaflow (picked per size, ring only) and Gloo: ranks $comma"
 bazel-bin/bench/allreduce_bench --ranks="$comma" --max_bytes="$max_bytes" \
+  --impls=rdmaflow,rdmaflow-ring,gloo \
   ${PARAMS:+--params="$PARAMS"} --json="$out/ours.json" | tee "$out/ours.txt"
 for n in $ranks; do
   echo "== Open MPI: $n ranks"

@@ -3,14 +3,15 @@
 # a TSV of columns ranks, bytes, then one GB/s column per series (one header
 # row), as tools/allreduce_report.py and tools/torch_report.py write them.
 #   tools/plot_allreduce.sh allreduce.tsv out.png [TITLE ...]
-# The titles name the series in order (default: rdmaflow ring, Gloo, Open MPI).
+# The titles name the series in order (default: rdmaflow, its ring alone,
+# Gloo, Open MPI).
 set -euo pipefail
 tsv=$1
 png=$2
 shift 2
 titles=("$@")
 if [ ${#titles[@]} -eq 0 ]; then
-  titles=("rdmaflow ring (UCX shm)" "Gloo (c10d, TCP)" "Open MPI")
+  titles=("rdmaflow (UCX shm, picked per size)" "rdmaflow ring only" "Gloo (c10d, TCP)" "Open MPI")
 fi
 if ! command -v gnuplot >/dev/null; then
   echo "plot: gnuplot not installed (tools/setup.sh installs gnuplot-nox); skipping" >&2
