@@ -229,6 +229,9 @@ absl::Status HostAllReduce::Connect() {
     if (answer != "ok" && refusal.empty()) refusal = std::move(answer);
   }
   if (!refusal.empty()) {
+    // Every member refuses too, and none reads a control word after the
+    // verdict: the block may be freed.
+    quiesced_ = true;
     return absl::UnimplementedError(absl::StrCat(
         Where(), ": no direct access among the members (", refusal,
         "); use the ring (RingAllReduce)"));
@@ -245,7 +248,7 @@ absl::Status HostAllReduce::Connect() {
 }
 
 template <typename Ready>
-absl::Status HostAllReduce::WaitFor(uint64_t call, Peer* only, const char* what,
+absl::Status HostAllReduce::WaitFor(uint64_t call, const char* what, bool any,
                                     Ready ready) {
   // Which peer is still awaited, and any forged word seen.
   Peer* missing = nullptr;
@@ -254,28 +257,31 @@ absl::Status HostAllReduce::WaitFor(uint64_t call, Peer* only, const char* what,
     if (!failure_.ok()) return true;
     for (int p = 0; p < size(); ++p) {
       Peer& peer = peers_[p];
-      if (p == position_ || (only != nullptr && &peer != only)) continue;
+      if (p == position_) continue;
       absl::StatusOr<bool> is = ready(peer);
       if (!is.ok()) {
         forged = is.status();
         return true;
       }
-      if (!*is) {
+      if (*is && any) return true;
+      if (!*is && !any) {
         missing = &peer;
         return false;
       }
+      if (!*is && missing == nullptr) missing = &peer;
     }
-    return true;
+    return !any;
   };
   if (!all_ready()) {
     std::vector<int> probe;
     for (const Peer& peer : peers_) {
-      if (peer.rank >= 0 && (only == nullptr || &peer == only)) probe.push_back(peer.rank);
+      if (peer.rank >= 0) probe.push_back(peer.rank);
     }
     RETURN_IF_ERROR(options_.loop->WaitUntil(
         all_ready, absl::Now() + options_.timeout,
         [&] {
-          return absl::StrCat("rank ", missing != nullptr ? missing->rank : -1, "'s ", what,
+          return absl::StrCat(any ? "any peer's " : "", what, " (", any ? "e.g. " : "",
+                              "rank ", missing != nullptr ? missing->rank : -1, ")",
                               " in call ", call,
                               " (do all members run the same all-reduce calls?)");
         },
@@ -313,10 +319,21 @@ absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type
                               : ScatterGatherCall(call, offset, count, type, op);
   }
   if (!status.ok()) {
+    // Our buffer may change as soon as we return: a peer still reading it
+    // must not take what it reads for this call's data (it checks for this
+    // mark after its last read).
+    Store(block_ + layout::kDone, call | layout::kAborted);
     if (failure_.ok()) failure_ = status;
     return Annotate(status, Where());
   }
   return absl::OkStatus();
+}
+
+absl::Status HostAllReduce::CheckNotAborted(const Peer& peer, uint64_t done) const {
+  if ((done & layout::kAborted) == 0) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(
+      "rank ", peer.rank, " gave up during its call ", done & ~layout::kAborted,
+      " (its own error says why), so what was read from it cannot be trusted"));
 }
 
 absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, DataType type,
@@ -326,7 +343,8 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, Da
   Store(block_ + layout::kCount, count);
   Store(block_ + layout::kTypeOp, type_op);
   Store(block_ + layout::kEntered, call);
-  RETURN_IF_ERROR(WaitFor(call, nullptr, "entry", [&](Peer& peer) -> absl::StatusOr<bool> {
+  RETURN_IF_ERROR(WaitFor(call, "entry", /*any=*/false, [&](Peer& peer) -> absl::StatusOr<bool> {
+    RETURN_IF_ERROR(CheckNotAborted(peer, Load(peer.control + layout::kDone)));
     const uint64_t entered = Load(peer.control + layout::kEntered);
     if (entered > call) {
       return absl::DataLossError(absl::StrCat(
@@ -437,10 +455,10 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
     }
     if (left > 0 && !moved) {
       // Wait for any peer with chunks left to publish one more.
-      RETURN_IF_ERROR(WaitFor(call, nullptr, "reduced chunks",
+      RETURN_IF_ERROR(WaitFor(call, "reduced chunks", /*any=*/true,
                               [&](Peer& peer) -> absl::StatusOr<bool> {
         const size_t p = static_cast<size_t>(&peer - peers_.data());
-        if (copied[p] == chunks_of(SegmentOf(count, n, p).length)) return true;
+        if (copied[p] == chunks_of(SegmentOf(count, n, p).length)) return false;
         ASSIGN_OR_RETURN(const size_t ready, final_chunks(p));
         return ready > copied[p];
       }));
@@ -456,9 +474,14 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
 }
 
 absl::Status HostAllReduce::Leave(uint64_t call) {
+  // Our reads of the peers' buffers come before the loads of their done
+  // words below (a seqlock reader's fence): a peer seen not to have given
+  // up had not changed its buffer while we read it.
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
   Store(block_ + layout::kDone, call);
-  return WaitFor(call, nullptr, "done flag", [&](Peer& peer) -> absl::StatusOr<bool> {
+  return WaitFor(call, "done flag", /*any=*/false, [&](Peer& peer) -> absl::StatusOr<bool> {
     const uint64_t done = Load(peer.control + layout::kDone);
+    RETURN_IF_ERROR(CheckNotAborted(peer, done));
     if (done > call) {
       return absl::DataLossError(absl::StrCat(
           "rank ", peer.rank, " wrote done flag ", done, " into its control block during call ",

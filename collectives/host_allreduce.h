@@ -67,7 +67,8 @@ constexpr size_t kOffset = 8;
 constexpr size_t kCount = 16;
 constexpr size_t kTypeOp = 24;  // DataType << 8 | ReduceOp
 constexpr size_t kReduced = 64;
-constexpr size_t kDone = 128;
+constexpr size_t kDone = 128;   // the call number; with kAborted: gave up in it
+constexpr uint64_t kAborted = uint64_t{1} << 63;
 constexpr size_t kBytes = 192;
 }  // namespace host_allreduce_layout
 
@@ -156,10 +157,12 @@ class HostAllReduce {
                                  DataType type, ReduceOp op);
   // Publishes `done` and waits for every peer's.
   absl::Status Leave(uint64_t call);
-  // Waits until `ready(peer)` for the given peer (nullptr: every peer).
-  // `ready` returns an error for a forged word.
+  // Waits until `ready(peer)` holds for every peer (`any`: for one of
+  // them). `ready` returns an error for a forged word.
   template <typename Ready>
-  absl::Status WaitFor(uint64_t call, Peer* only, const char* what, Ready ready);
+  absl::Status WaitFor(uint64_t call, const char* what, bool any, Ready ready);
+  // kAborted naming `peer` when its done word says it gave up.
+  absl::Status CheckNotAborted(const Peer& peer, uint64_t done) const;
 
   rdma::Transport& transport_;
   rdma::Store& store_;

@@ -4,7 +4,8 @@
 // member, says it mapped rank 0, and then writes forged words into its own
 // control block, which rank 0 reads through its mapping: a call number from
 // the future, other call arguments (also an out-of-range type/op word), a
-// reduced-chunks counter beyond its segment, a done flag ahead of the call.
+// reduced-chunks counter beyond its segment, a done flag ahead of the call,
+// the mark of a member that gave up in the call.
 // Each fails rank 0's call with an error naming rank 1 before the value
 // moves anything; the collective is then unusable.
 #include <cstring>
@@ -149,6 +150,17 @@ TEST(HostAllReduceHostileTest, ADoneFlagAheadOfTheCallIsRefused) {
     SetWord(block, layout::kDone, 5);
   });
   ExpectRefused(outcome, absl::StatusCode::kDataLoss, "rank 1 wrote done flag 5");
+}
+
+TEST(HostAllReduceHostileTest, APeerThatGaveUpIsNotTrusted) {
+  // A member that gave up in a call marks its done word: whatever a peer
+  // read from its buffer may have changed since, so the peer fails too
+  // instead of returning that data as the sum.
+  Outcome outcome = ForgeThenCall("aborted", 100, [](std::byte* block) {
+    Entered(block, 100);
+    SetWord(block, layout::kDone, 1 | layout::kAborted);
+  });
+  ExpectRefused(outcome, absl::StatusCode::kAborted, "rank 1 gave up during its call 1");
 }
 
 }  // namespace
