@@ -6,9 +6,9 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/members.h"
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
 #include "rdma/slice.h"
@@ -104,21 +104,7 @@ absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
     return absl::FailedPreconditionError(absl::StrCat(
         what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
   }
-  absl::flat_hash_set<int> seen;
-  int position = -1;
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (members[i] < 0 || !seen.insert(members[i]).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": members must be distinct ranks >= 0, got [", absl::StrJoin(members, ","),
-          "]"));
-    }
-    if (members[i] == transport.rank()) position = static_cast<int>(i);
-  }
-  if (position < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", transport.rank(),
-                                                   " is not among its members [",
-                                                   absl::StrJoin(members, ","), "]"));
-  }
+  ASSIGN_OR_RETURN(const int position, PositionOf(members, transport.rank(), what));
   std::unique_ptr<HostAllReduce> host(new HostAllReduce(
       transport, store, ns, std::move(members), position, data, options));
   ASSIGN_OR_RETURN(rdma::MemoryRegion control, transport.Allocate(layout::kBytes));
