@@ -3,7 +3,10 @@
 # PYTHONPATH (built first unless RDMAFLOW_TORCH_MODULE_DIR names a folder
 # holding rdmaflow_torch.so). Arguments are torchrun's:
 #   tools/torchrun.sh --nproc_per_node=2 examples/torch/ddp_fashion_mnist.py
-# Runs on one machine (--standalone: a free port, no MASTER_* needed).
+# Runs on one machine, like --standalone, but with the rendezvous store on a
+# free port: torch 1.13's --standalone always takes port 29400, so two jobs
+# at once (tests running side by side) share one store and the second dies
+# with the first ("Broken pipe").
 # `--redirects 1 --tee 1` works around torch 1.13 under Python 3.11, whose
 # launcher fails on the default "--redirects 0" (an empty enum flag); output
 # still reaches the console, prefixed by rank.
@@ -20,4 +23,6 @@ if [ -z "${RDMAFLOW_TORCH_MODULE_DIR:-}" ]; then
   RDMAFLOW_TORCH_MODULE_DIR="$root/bazel-bin/torch_backend/python"
 fi
 export PYTHONPATH="$RDMAFLOW_TORCH_MODULE_DIR${PYTHONPATH:+:$PYTHONPATH}"
-exec /usr/bin/python3 -m torch.distributed.run --standalone --redirects 1 --tee 1 "$@"
+exec /usr/bin/python3 -m torch.distributed.run --rdzv_backend=c10d \
+  --rdzv_endpoint=localhost:0 --rdzv_id="rdmaflow-$$-$RANDOM" --nnodes=1 \
+  --redirects 1 --tee 1 "$@"
