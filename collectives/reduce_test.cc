@@ -1,9 +1,11 @@
 // File: reduce_test.cc
 #include "collectives/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "common/status_matchers.h"
@@ -50,6 +52,75 @@ TEST(ReduceTest, HalfPrecisionSumsInFloatAndRounds) {
   EXPECT_EQ(BFloat16ToFloat(bf[1]), 1);  // 1 + 2^-9 rounds to even: 1
   EXPECT_TRUE(std::isnan(BFloat16ToFloat(
       FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+// The vector kernels (AVX2/F16C where the CPU has them) against the
+// element-by-element definition: dst = Narrow(op(Widen(dst), Widen(src))),
+// over every kind of 16-bit pattern (normals, subnormals, infinities,
+// NaNs) and lengths that leave a scalar tail. Same bits, except that a NaN
+// need only stay a NaN.
+TEST(ReduceTest, VectorKernelsMatchTheElementwiseDefinitionBitForBit) {
+  std::mt19937 random(7);
+  const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,
+                                     ReduceOp::kMax};
+  struct Half {
+    DataType type;
+    float (*widen)(uint16_t);
+    uint16_t (*narrow)(float);
+  };
+  for (const Half& half : {Half{DataType::kFloat16, HalfToFloat, FloatToHalf},
+                           Half{DataType::kBFloat16, BFloat16ToFloat, FloatToBFloat16}}) {
+    for (ReduceOp op : ops) {
+      SCOPED_TRACE(DataTypeName(half.type) + " " + ReduceOpName(op));
+      for (size_t count : {size_t{1}, size_t{7}, size_t{8}, size_t{4099}}) {
+        std::vector<uint16_t> dst(count), src(count);
+        for (size_t i = 0; i < count; ++i) {
+          dst[i] = static_cast<uint16_t>(random());
+          src[i] = static_cast<uint16_t>(random());
+        }
+        std::vector<uint16_t> got = dst;
+        Reduce(half.type, op, got.data(), src.data(), count);
+        for (size_t i = 0; i < count; ++i) {
+          const float a = half.widen(dst[i]), b = half.widen(src[i]);
+          const float r = op == ReduceOp::kSum       ? a + b
+                          : op == ReduceOp::kProduct ? a * b
+                          : op == ReduceOp::kMin     ? std::min(a, b)
+                                                     : std::max(a, b);
+          const uint16_t want = half.narrow(r);
+          if (std::isnan(half.widen(want))) {
+            ASSERT_TRUE(std::isnan(half.widen(got[i]))) << "element " << i;
+          } else {
+            ASSERT_EQ(got[i], want) << "element " << i << " of " << count << ": "
+                                    << dst[i] << " and " << src[i];
+          }
+        }
+      }
+    }
+  }
+  for (ReduceOp op : ops) {
+    SCOPED_TRACE("float32 " + ReduceOpName(op));
+    const size_t count = 1031;
+    std::vector<float> dst(count), src(count);
+    std::uniform_real_distribution<float> values(-1e6f, 1e6f);
+    for (size_t i = 0; i < count; ++i) {
+      dst[i] = values(random);
+      src[i] = i % 97 == 0 ? std::numeric_limits<float>::quiet_NaN() : values(random);
+    }
+    std::vector<float> got = dst;
+    Reduce(DataType::kFloat32, op, got.data(), src.data(), count);
+    for (size_t i = 0; i < count; ++i) {
+      const float a = dst[i], b = src[i];
+      const float want = op == ReduceOp::kSum       ? a + b
+                         : op == ReduceOp::kProduct ? a * b
+                         : op == ReduceOp::kMin     ? std::min(a, b)
+                                                    : std::max(a, b);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got[i])) << "element " << i;
+      } else {
+        ASSERT_EQ(got[i], want) << "element " << i;
+      }
+    }
+  }
 }
 
 TEST(ReduceTest, NamesRoundTripAndUnknownOnesAreListed) {
