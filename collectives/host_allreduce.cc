@@ -1,6 +1,8 @@
 // File: host_allreduce.cc
 #include "collectives/host_allreduce.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -63,6 +65,13 @@ Range SegmentOf(size_t count, size_t n, size_t k) {
   return {k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
 }
 
+// CPUs this process may run on.
+int CpusAvailable() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
+
 }  // namespace
 
 struct HostAllReduce::Peer {
@@ -107,6 +116,10 @@ absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
   ASSIGN_OR_RETURN(const int position, PositionOf(members, transport.rank(), what));
   std::unique_ptr<HostAllReduce> host(new HostAllReduce(
       transport, store, ns, std::move(members), position, data, options));
+  host->spin_for_ = options.spin_for >= absl::ZeroDuration()
+                        ? options.spin_for
+                        : (host->size() <= CpusAvailable() ? absl::Microseconds(50)
+                                                           : absl::ZeroDuration());
   ASSIGN_OR_RETURN(rdma::MemoryRegion control, transport.Allocate(layout::kBytes));
   std::memset(control.data(), 0, control.size());
   host->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
@@ -258,6 +271,15 @@ absl::Status HostAllReduce::WaitFor(uint64_t call, const char* what, bool any,
     }
     return !any;
   };
+  // A peer is usually microseconds away: where every member has a core of
+  // its own, poll its words (loads only) for as long as a sleep would cost
+  // before waiting through the loop, whose waits sleep after a few rounds.
+  if (spin_for_ > absl::ZeroDuration() && !all_ready()) {
+    const absl::Time until = absl::Now() + spin_for_;
+    for (int round = 1; !all_ready(); ++round) {
+      if (round % 64 == 0 && absl::Now() >= until) break;
+    }
+  }
   if (!all_ready()) {
     std::vector<int> probe;
     for (const Peer& peer : peers_) {

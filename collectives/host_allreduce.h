@@ -82,6 +82,13 @@ struct HostAllReduceOptions {
   size_t chunk_bytes = size_t{64} << 10;
   // An error when a call waits this long for a peer.
   absl::Duration timeout = absl::Seconds(120);
+  // How long a wait polls the peers' words before it waits through the
+  // loop (which sleeps after its policy's spin rounds, ~55 us a sleep with
+  // the kernel's timer slack). Negative: 50 us where every member can have
+  // a CPU of its own (members <= the CPUs this process may use), else 0:
+  // with more ranks than cores, a spinning rank holds the core its peer
+  // needs.
+  absl::Duration spin_for = absl::Microseconds(-1);
   // The transport's progress loop (probes the peers while a call waits);
   // must outlive this object, which is created, called and destroyed on
   // the loop's thread. Required.
@@ -179,6 +186,7 @@ class HostAllReduce {
   std::vector<int64_t> watches_;
   uint64_t calls_ = 0;
   uint64_t reduced_ = 0;  // our `reduced` counter
+  absl::Duration spin_for_;
   bool published_ = false;
   bool quiesced_ = false;
   absl::Status failure_;
