@@ -1,7 +1,11 @@
 // File: host_allreduce.cc
 #include "collectives/host_allreduce.h"
 
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -285,18 +289,60 @@ absl::Status HostAllReduce::WaitFor(uint64_t call, const char* what, bool any,
     for (const Peer& peer : peers_) {
       if (peer.rank >= 0) probe.push_back(peer.rank);
     }
-    RETURN_IF_ERROR(options_.loop->WaitUntil(
-        all_ready, absl::Now() + options_.timeout,
-        [&] {
-          return absl::StrCat(any ? "any peer's " : "", what, " (", any ? "e.g. " : "",
-                              "rank ", missing != nullptr ? missing->rank : -1, ")",
-                              " in call ", call,
-                              " (do all members run the same all-reduce calls?)");
-        },
-        probe));
+    // Then sleep on our doorbell, which a peer rings when it publishes a
+    // word while we wait: the wake-up comes with the word, not a timer
+    // later. Between sleeps (at most 1 ms each) the loop polls the
+    // transport and probes the peers.
+    const absl::Time start = absl::Now();
+    const absl::Time deadline = start + options_.timeout;
+    onesided::ProgressLoop& loop = *options_.loop;
+    while (true) {
+      absl::StatusOr<int> polled = loop.Poll();
+      if (!polled.ok()) return polled.status();
+      if (all_ready()) break;
+      loop.ProbeIfDue(probe);
+      const absl::Time now = absl::Now();
+      if (now >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "timed out after ", absl::FormatDuration(now - start), " waiting for ",
+            any ? "any peer's " : "", what, " (", any ? "e.g. " : "", "rank ",
+            missing != nullptr ? missing->rank : -1, ") in call ", call,
+            " (do all members run the same all-reduce calls?)"));
+      }
+      SleepUntilRung(all_ready, std::min(deadline - now, absl::Milliseconds(1)));
+    }
   }
   if (!forged.ok()) return forged;
   return failure_;
+}
+
+template <typename Ready>
+void HostAllReduce::SleepUntilRung(Ready& ready, absl::Duration limit) {
+  auto* bell = reinterpret_cast<uint32_t*>(block_ + layout::kBell);
+  const uint32_t seen = __atomic_load_n(bell, __ATOMIC_ACQUIRE);
+  // Say we sleep, then look once more: a peer that publishes after this
+  // store sees it and rings (both sides order store before load).
+  __atomic_store_n(reinterpret_cast<uint64_t*>(block_ + layout::kWaiting), 1, __ATOMIC_SEQ_CST);
+  if (!ready()) {
+    const timespec ts = absl::ToTimespec(limit);
+    // Not FUTEX_PRIVATE: the bell is in memory our peers map.
+    syscall(SYS_futex, bell, FUTEX_WAIT, seen, &ts, nullptr, 0);
+  }
+  __atomic_store_n(reinterpret_cast<uint64_t*>(block_ + layout::kWaiting), 0, __ATOMIC_RELAXED);
+}
+
+void HostAllReduce::RingPeers() {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);  // our word before their flags
+  for (Peer& peer : peers_) {
+    if (peer.control == nullptr) continue;
+    if (__atomic_load_n(reinterpret_cast<const uint64_t*>(peer.control + layout::kWaiting),
+                        __ATOMIC_RELAXED) == 0) {
+      continue;
+    }
+    auto* bell = reinterpret_cast<uint32_t*>(peer.control + layout::kBell);
+    __atomic_fetch_add(bell, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, bell, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  }
 }
 
 absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type,
@@ -331,6 +377,7 @@ absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type
     // must not take what it reads for this call's data (it checks for this
     // mark after its last read).
     Store(block_ + layout::kDone, call | layout::kAborted);
+    RingPeers();
     if (failure_.ok()) failure_ = status;
     return Annotate(status, Where());
   }
@@ -351,6 +398,7 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, Da
   Store(block_ + layout::kCount, count);
   Store(block_ + layout::kTypeOp, type_op);
   Store(block_ + layout::kEntered, call);
+  RingPeers();
   RETURN_IF_ERROR(WaitFor(call, "entry", /*any=*/false, [&](Peer& peer) -> absl::StatusOr<bool> {
     RETURN_IF_ERROR(CheckNotAborted(peer, Load(peer.control + layout::kDone)));
     const uint64_t entered = Load(peer.control + layout::kEntered);
@@ -417,6 +465,7 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
       stats_.bytes_read += static_cast<int64_t>(length * element);
     }
     Store(block_ + layout::kReduced, reduced_ + c + 1);
+    RingPeers();
   }
   reduced_ += chunks_of(mine.length);
 
@@ -487,6 +536,7 @@ absl::Status HostAllReduce::Leave(uint64_t call) {
   // up had not changed its buffer while we read it.
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
   Store(block_ + layout::kDone, call);
+  RingPeers();
   return WaitFor(call, "done flag", /*any=*/false, [&](Peer& peer) -> absl::StatusOr<bool> {
     const uint64_t done = Load(peer.control + layout::kDone);
     RETURN_IF_ERROR(CheckNotAborted(peer, done));

@@ -69,7 +69,9 @@ constexpr size_t kTypeOp = 24;  // DataType << 8 | ReduceOp
 constexpr size_t kReduced = 64;
 constexpr size_t kDone = 128;   // the call number; with kAborted: gave up in it
 constexpr uint64_t kAborted = uint64_t{1} << 63;
-constexpr size_t kBytes = 192;
+constexpr size_t kWaiting = 192;  // 1 while its owner sleeps on its bell
+constexpr size_t kBell = 256;     // 32-bit futex word, rung by the peers
+constexpr size_t kBytes = 320;
 }  // namespace host_allreduce_layout
 
 struct HostAllReduceOptions {
@@ -168,6 +170,13 @@ class HostAllReduce {
   // them). `ready` returns an error for a forged word.
   template <typename Ready>
   absl::Status WaitFor(uint64_t call, const char* what, bool any, Ready ready);
+  // Sleeps on our bell until a peer rings it, `limit` passes, or (checked
+  // after announcing the sleep) `ready()` already holds.
+  template <typename Ready>
+  void SleepUntilRung(Ready& ready, absl::Duration limit);
+  // Rings the bell of every peer that sleeps on it: after each word we
+  // publish.
+  void RingPeers();
   // kAborted naming `peer` when its done word says it gave up.
   absl::Status CheckNotAborted(const Peer& peer, uint64_t done) const;
 
