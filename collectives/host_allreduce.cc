@@ -246,6 +246,7 @@ absl::Status HostAllReduce::Connect() {
   for (Peer& peer : peers_) {
     if (peer.endpoint == nullptr) continue;
     watches_.push_back(options_.loop->WatchPeer(peer.rank, peer.endpoint.get(), fail));
+    peer_ranks_.push_back(peer.rank);
   }
   return absl::OkStatus();
 }
@@ -285,10 +286,6 @@ absl::Status HostAllReduce::WaitFor(uint64_t call, const char* what, bool any,
     }
   }
   if (!all_ready()) {
-    std::vector<int> probe;
-    for (const Peer& peer : peers_) {
-      if (peer.rank >= 0) probe.push_back(peer.rank);
-    }
     // Then sleep on our doorbell, which a peer rings when it publishes a
     // word while we wait: the wake-up comes with the word, not a timer
     // later. Between sleeps (at most 1 ms each) the loop polls the
@@ -300,7 +297,7 @@ absl::Status HostAllReduce::WaitFor(uint64_t call, const char* what, bool any,
       absl::StatusOr<int> polled = loop.Poll();
       if (!polled.ok()) return polled.status();
       if (all_ready()) break;
-      loop.ProbeIfDue(probe);
+      loop.ProbeIfDue(peer_ranks_);
       const absl::Time now = absl::Now();
       if (now >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(

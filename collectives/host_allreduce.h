@@ -193,6 +193,7 @@ class HostAllReduce {
   std::vector<Peer> peers_;  // by position; ours is empty
   std::vector<std::byte> scratch_;  // the one-shot result
   std::vector<int64_t> watches_;
+  std::vector<int> peer_ranks_;  // probed while a call waits
   uint64_t calls_ = 0;
   uint64_t reduced_ = 0;  // our `reduced` counter
   absl::Duration spin_for_;

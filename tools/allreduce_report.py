@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Merges tools/bench_allreduce.sh's results (OUT/ours.json, OUT/mpi<N>.json)
+"""Merges tools/bench_allreduce.sh's results (OUT/ours-<impl>.json, OUT/mpi<N>.json)
 into OUT/allreduce.json and OUT/allreduce.tsv, and prints bus bandwidth per
 size: rdmaflow (the algorithm it picked), its ring alone (rdmaflow-ring,
 where measured), Gloo and MPI, one thread's dst += src at that size, and
@@ -14,10 +14,17 @@ import sys
 
 
 def main(out):
-    with open(os.path.join(out, "ours.json")) as f:
-        ours = json.load(f)
+    paths = sorted(glob.glob(os.path.join(out, "ours-*.json")))
+    if not paths:
+        sys.exit("allreduce_report: no %s/ours-*.json (run tools/bench_allreduce.sh)" % out)
+    reports = {}
+    for path in paths:
+        with open(path) as f:
+            reports[os.path.basename(path)] = json.load(f)
+    rows = [r for report in reports.values() for r in report["allreduce"]["rows"]]
+    # The run description and single-thread references: rdmaflow's run.
+    ours = reports.get("ours-rdmaflow.json", next(iter(reports.values())))
     results = ours["allreduce"]
-    rows = list(results["rows"])
     for path in sorted(glob.glob(os.path.join(out, "mpi*.json"))):
         with open(path) as f:
             rows += json.load(f)["allreduce"]["rows"]

@@ -15,10 +15,15 @@ ranks=${RANKS:-2 4}
 max_bytes=${MAX_BYTES:-67108864}
 bazel build -c opt //bench:allreduce_bench //bench:mpi_allreduce >/dev/null
 comma=$(echo $ranks | tr ' ' ',')
-echo "== rdmaflow (picked per size, ring only) and Gloo: ranks $comma"
-bazel-bin/bench/allreduce_bench --ranks="$comma" --max_bytes="$max_bytes" \
-  --impls=rdmaflow,rdmaflow-ring,gloo \
-  ${PARAMS:+--params="$PARAMS"} --json="$out/ours.json" | tee "$out/ours.txt"
+# Each implementation in processes of its own, as a job would run it: Gloo's
+# threads (and an idle second group) beside rdmaflow's ranks made the 2-rank
+# figures erratic (docs/collectives.md).
+for impl in rdmaflow rdmaflow-ring gloo; do
+  echo "== $impl: ranks $comma"
+  bazel-bin/bench/allreduce_bench --ranks="$comma" --max_bytes="$max_bytes" \
+    --impls="$impl" ${PARAMS:+--params="$PARAMS"} --json="$out/ours-$impl.json" \
+    | tee "$out/ours-$impl.txt"
+done
 for n in $ranks; do
   echo "== Open MPI: $n ranks"
   mpirun --allow-run-as-root --oversubscribe -np "$n" \
