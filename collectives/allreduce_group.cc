@@ -46,6 +46,7 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
   }
   ASSIGN_OR_RETURN(group->ring_,
                    RingAllReduce::Create(transport, store, ns, members, ring));
+  group->ring_options_timeout_ = ring.timeout;
   if (options.direct == DirectAccess::kAuto && group->ring_->size() > 1) {
     HostAllReduceOptions host;
     host.name = ring.name;
@@ -99,9 +100,13 @@ RingAllReduceStats AllReduceGroup::stats() const {
 }
 
 absl::Status AllReduceGroup::Shutdown(std::optional<absl::Duration> timeout) {
+  // One bound for both barriers.
+  const absl::Time deadline = absl::Now() + timeout.value_or(ring_options_timeout_);
   absl::Status status;
-  if (host_ != nullptr) status.Update(host_->Shutdown(timeout));
-  status.Update(ring_->Shutdown(timeout));
+  if (host_ != nullptr) {
+    status.Update(host_->Shutdown(std::max(deadline - absl::Now(), absl::ZeroDuration())));
+  }
+  status.Update(ring_->Shutdown(std::max(deadline - absl::Now(), absl::ZeroDuration())));
   return status;
 }
 

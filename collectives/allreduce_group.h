@@ -103,8 +103,8 @@ class AllReduceGroup {
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum);
 
-  // Shuts down both algorithms (collective; once, after the last call);
-  // the first error.
+  // Shuts down both algorithms (collective; once, after the last call),
+  // both within `timeout` (the options' by default); the first error.
   absl::Status Shutdown(std::optional<absl::Duration> timeout = std::nullopt);
 
  private:
@@ -114,6 +114,7 @@ class AllReduceGroup {
   std::unique_ptr<RingAllReduce> ring_;
   std::unique_ptr<HostAllReduce> host_;  // null without direct access
   AllReduceAlgorithm last_ = AllReduceAlgorithm::kNone;
+  absl::Duration ring_options_timeout_;
 };
 
 }  // namespace rdmaflow::collectives

@@ -184,7 +184,12 @@ absl::Status HostAllReduce::Connect() {
   RETURN_IF_ERROR(rdma::PublishAddress(store_, ns_, transport_));
   peers_.resize(members_.size());
   // Map every peer's regions; the first that does not map is our answer.
+  // A transport that never maps answers at once, without connecting.
   std::string refusal;
+  if (!transport_.capabilities().maps_peer_memory) {
+    refusal = absl::StrCat("rank ", rank, "'s transport (", transport_.capabilities().backend,
+                           ") cannot map a peer's memory");
+  }
   for (int p = 0; p < size(); ++p) {
     if (p == position_) continue;
     Peer& peer = peers_[p];
@@ -205,9 +210,9 @@ absl::Status HostAllReduce::Connect() {
           ") and a control block of ", peer.control_descriptor.length, " (needs ",
           layout::kBytes, ")"));
     }
+    if (!refusal.empty()) continue;
     ASSIGN_OR_RETURN(peer.endpoint, rdma::ConnectToPeer(transport_, store_, ns_, peer.rank,
                                                         options_.timeout));
-    if (!refusal.empty()) continue;
     absl::StatusOr<std::byte*> data =
         peer.endpoint->MapRemote({&peer.data_descriptor, 0, peer.data_descriptor.length});
     absl::StatusOr<std::byte*> control =

@@ -42,6 +42,9 @@ struct Capabilities {
   bool one_sided_allocate = false;
   // Operations one endpoint accepts in flight before kResourceExhausted.
   size_t max_outstanding_per_endpoint = 0;
+  // Endpoint::MapRemote may map some peer's memory (a same-host peer's
+  // shared memory); false: it never does, so callers need not try.
+  bool maps_peer_memory = false;
 };
 
 // Thread-compatible: all methods, and every Endpoint it created, are called

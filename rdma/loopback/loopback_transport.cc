@@ -186,7 +186,8 @@ Capabilities LoopbackTransport::capabilities() const {
                       absl::StrCat("in-process loopback fabric ",
                                    options_.fabric->id()),
                       /*one_sided_allocate=*/false,
-                      options_.max_outstanding_per_endpoint};
+                      options_.max_outstanding_per_endpoint,
+                      /*maps_peer_memory=*/true};
 }
 
 std::string LoopbackTransport::address() const {

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "rdma/ucx/net_devices.h"
 #include "rdma/ucx/peer_liveness.h"
@@ -308,13 +309,34 @@ UcxTransport::~UcxTransport() {
   ucp_worker_destroy(worker_);
 }
 
+namespace {
+
+// Whether UCX's transports `tls` (its TLS setting; empty: its default,
+// which has them) include shared memory, the only memory ucp_rkey_ptr maps.
+bool MapsPeerMemory(const std::string& tls) {
+  if (tls.empty()) return true;
+  // "^a,b": every transport but a and b.
+  const bool excluding = tls[0] == '^';
+  bool named = false;
+  for (absl::string_view name : absl::StrSplit(absl::string_view(tls).substr(excluding), ',')) {
+    if (name == "shm" || name == "sm" || name == "posix" || name == "sysv" || name == "mm" ||
+        name == "xpmem" || name == "all") {
+      named = true;
+    }
+  }
+  return excluding ? !named : named;
+}
+
+}  // namespace
+
 Capabilities UcxTransport::capabilities() const {
   return Capabilities{
       kBackend,
       absl::StrCat("UCX ", ucp_get_version_string(),
                    ", TLS=", options_.tls.empty() ? "default" : options_.tls,
                    ", NET_DEVICES=", net_devices_),
-      /*one_sided_allocate=*/true, options_.max_outstanding_per_endpoint};
+      /*one_sided_allocate=*/true, options_.max_outstanding_per_endpoint,
+      MapsPeerMemory(options_.tls)};
 }
 
 absl::StatusOr<MemoryRegion> UcxTransport::Map(void* address, size_t bytes,

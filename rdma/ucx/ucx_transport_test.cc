@@ -164,6 +164,7 @@ TEST_F(UcxTransportTest, LoopbackNetDevicesLeaveSharedMemoryAlone) {
 TEST_F(UcxTransportTest, ASameHostPeersSharedMemoryMapsAndTcpDoesNot) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, "shm", ""));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, "shm", ""));
+  EXPECT_TRUE(a->capabilities().maps_peer_memory);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab, a->Connect({b->rank(), b->address()}));
   ASSERT_OK_AND_ASSIGN(MemoryRegion region, b->Allocate(4096));
   std::memset(region.data(), 0, region.size());
@@ -184,12 +185,28 @@ TEST_F(UcxTransportTest, ASameHostPeersSharedMemoryMapsAndTcpDoesNot) {
 
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> c, Make(0, "tcp", "lo"));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> d, Make(1, "tcp", "lo"));
+  // The capability says so up front: only shared-memory transports map.
+  EXPECT_FALSE(c->capabilities().maps_peer_memory);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> cd, c->Connect({d->rank(), d->address()}));
   ASSERT_OK_AND_ASSIGN(MemoryRegion far, d->Allocate(4096));
   const RemoteRegion far_descriptor = far.descriptor();
   EXPECT_THAT(cd->MapRemote({&far_descriptor, 0, 64}),
               StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("use posts")));
   ASSERT_OK(cd->Close());
+}
+
+TEST_F(UcxTransportTest, TheTransportListSaysWhetherPeersMemoryCanMap) {
+  struct Case {
+    const char* tls;
+    bool maps;
+  };
+  for (const Case& c : {Case{"", true}, Case{"shm", true}, Case{"tcp,sm", true},
+                        Case{"all", true}, Case{"tcp", false}, Case{"^shm", false},
+                        Case{"^tcp", true}}) {
+    SCOPED_TRACE(c.tls);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> t, Make(0, c.tls, "lo"));
+    EXPECT_EQ(t->capabilities().maps_peer_memory, c.maps);
+  }
 }
 
 TEST_F(UcxTransportTest, MalformedNetDevicesAreRejected) {
