@@ -99,7 +99,11 @@ class AllReduceGroup {
   const HostAllReduce* host() const { return host_.get(); }
 
   // RingAllReduce::AllReduce's contract (the same arguments on every
-  // member, in the same order), whichever algorithm runs it.
+  // member, in the same order), whichever algorithm runs it; except that
+  // with direct() each member may pass an offset of its own (the host
+  // algorithms read each member's range where it lies), so a caller that
+  // stages on one member and reduces in place on another needs no
+  // agreement first.
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum);
 

@@ -201,6 +201,25 @@ TEST(AllReduceGroupTest, SubgroupInAnyOrder) {
   }));
 }
 
+TEST(AllReduceGroupTest, WithDirectAccessEachMemberMayReduceAtItsOwnOffset) {
+  constexpr int kWorld = 3;
+  for (size_t count : {size_t{1000}, size_t{100001}}) {
+    SCOPED_TRACE(absl::StrCat(count, " elements"));
+    ExpectAllOk(RunRankThreads(kWorld, [&](int rank, rdma::Transport& transport,
+                                           rdma::Store& store) -> absl::Status {
+      ASSIGN_OR_RETURN(auto group, AllReduceGroup::Create(transport, store, "t",
+                                                          AllRanks(kWorld), Options(1 << 20)));
+      if (!group->direct()) return absl::InternalError("no direct access");
+      const size_t offset = static_cast<size_t>(rank) * 4096 + 64;  // bytes
+      for (int round = 0; round < 2; ++round) {
+        RETURN_IF_ERROR(ReduceAndCheck(*group, kWorld, offset / 4, count,
+                                       group->Choose(count * 4)));
+      }
+      return group->Shutdown();
+    }));
+  }
+}
+
 TEST(AllReduceGroupTest, CallsThatDifferBetweenMembersAreNamed) {
   for (size_t theirs : {size_t{200}, size_t{100000}}) {
     SCOPED_TRACE(absl::StrCat("rank 1 reduces ", theirs));

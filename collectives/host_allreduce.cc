@@ -87,6 +87,7 @@ struct HostAllReduce::Peer {
   // Its `reduced` counter when this call began: the chunks of its
   // segments in all earlier calls, which every member knows.
   uint64_t reduced_base = 0;
+  size_t offset = 0;  // where its range of the call under way starts (checked)
 };
 
 std::string HostAllReduce::LayoutText(const HostAllReduceOptions& o, size_t capacity,
@@ -411,20 +412,31 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, Da
     }
     return entered == call;
   }));
-  // Every peer entered: their arguments stay put until we are done.
+  // Every peer entered: their arguments stay put until we are done. Count,
+  // type and operator must match; each member's range may lie at its own
+  // offset, which is untrusted until checked against the region.
+  const size_t bytes = count * ElementSize(type);
   for (int p = 0; p < size(); ++p) {
     if (p == position_) continue;
-    const Peer& peer = peers_[p];
+    Peer& peer = peers_[p];
     const uint64_t theirs[3] = {Load(peer.control + layout::kOffset),
                                 Load(peer.control + layout::kCount),
                                 Load(peer.control + layout::kTypeOp)};
-    if (theirs[0] != offset || theirs[1] != count || theirs[2] != type_op) {
+    if (theirs[1] != count || theirs[2] != type_op) {
       return absl::InvalidArgumentError(absl::StrCat(
           "call ", call, " differs between members: rank ", peer.rank, " called ",
           DescribeCall(theirs[0], theirs[1], theirs[2]), ", rank ", transport_.rank(),
           " called ", DescribeCall(offset, count, type_op),
           "; every member must make the same calls in the same order"));
     }
+    if (theirs[0] % ElementSize(type) != 0 || theirs[0] > data_.size() ||
+        bytes > data_.size() - theirs[0]) {
+      return absl::DataLossError(absl::StrCat(
+          "rank ", peer.rank, " published offset ", theirs[0], " for ", bytes,
+          " bytes of its ", data_.size(), "-byte region in call ", call,
+          ": misaligned or outside the region, a forged or corrupted word"));
+    }
+    peer.offset = static_cast<size_t>(theirs[0]);
   }
   return absl::OkStatus();
 }
@@ -433,7 +445,7 @@ absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t byt
                                         size_t count, DataType type, ReduceOp op) {
   // Member order, the same on every member: identical results everywhere.
   auto source = [&](int p) -> const std::byte* {
-    return (p == position_ ? data_.data() : peers_[p].data) + offset;
+    return p == position_ ? data_.data() + offset : peers_[p].data + peers_[p].offset;
   };
   std::memcpy(scratch_.data(), source(0), bytes);
   for (int p = 1; p < size(); ++p) Reduce(type, op, scratch_.data(), source(p), count);
@@ -461,7 +473,8 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
     const size_t length = std::min(chunk, mine.begin + mine.length - first);
     for (int p = 0; p < size(); ++p) {
       if (p == position_) continue;
-      Reduce(type, op, ours + first * element, peers_[p].data + offset + first * element,
+      Reduce(type, op, ours + first * element,
+             peers_[p].data + peers_[p].offset + first * element,
              length);
       ++stats_.reads;
       stats_.bytes_read += static_cast<int64_t>(length * element);
@@ -505,7 +518,7 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
       for (; copied[p] < ready; ++copied[p], --left) {
         const size_t first = theirs.begin + copied[p] * chunk;
         const size_t length = std::min(chunk, theirs.begin + theirs.length - first);
-        std::memcpy(ours + first * element, peer.data + offset + first * element,
+        std::memcpy(ours + first * element, peer.data + peer.offset + first * element,
                     length * element);
         ++stats_.reads;
         stats_.bytes_read += static_cast<int64_t>(length * element);

@@ -134,8 +134,11 @@ class HostAllReduce {
 
   // Reduces [offset, offset + count * ElementSize(type)) of the data region
   // across the members, in place; every member calls it with the same
-  // arguments in the same order. kInvalidArgument / kOutOfRange for a bad
-  // range; kInvalidArgument naming the member whose call differs;
+  // count, type and operator, in the same order, each at an offset of its
+  // own (a staged tensor at 0 on one member may meet a registered one
+  // elsewhere on another). kInvalidArgument / kOutOfRange for a bad range;
+  // kInvalidArgument naming the member whose call differs; kDataLoss for a
+  // peer's offset outside its region;
   // kDeadlineExceeded naming the member waited for; kUnavailable for a
   // dead peer; kDataLoss for a forged control word. After an error the
   // collective refuses further calls (kFailedPrecondition).

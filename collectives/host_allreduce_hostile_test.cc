@@ -3,7 +3,8 @@
 // hand: it publishes a layout, a data region and a control block like any
 // member, says it mapped rank 0, and then writes forged words into its own
 // control block, which rank 0 reads through its mapping: a call number from
-// the future, other call arguments (also an out-of-range type/op word), a
+// the future, other call arguments (also an out-of-range type/op word), an
+// offset outside its region, a
 // reduced-chunks counter beyond its segment, a done flag ahead of the call,
 // the mark of a member that gave up in the call.
 // Each fails rank 0's call with an error naming rank 1 before the value
@@ -132,6 +133,22 @@ TEST(HostAllReduceHostileTest, OtherCallArgumentsAreNamed) {
   });
   ExpectRefused(garbage, absl::StatusCode::kInvalidArgument,
                 absl::StrCat("type/op word ", 0xdead0077));
+}
+
+TEST(HostAllReduceHostileTest, AnOffsetOutsideItsRegionIsRefused) {
+  // Each member's range may lie at its own offset, so rank 0 reads rank 1's
+  // where rank 1 says it is: only inside the region, and aligned.
+  for (uint64_t offset : {uint64_t{kCapacity}, uint64_t{kCapacity} - 396, uint64_t{2},
+                          ~uint64_t{0} - 3}) {
+    SCOPED_TRACE(offset);
+    Outcome outcome = ForgeThenCall(absl::StrCat("offset", offset % 1000), 100,
+                                    [&](std::byte* block) {
+                                      Entered(block, 100);
+                                      SetWord(block, layout::kOffset, offset);
+                                    });
+    ExpectRefused(outcome, absl::StatusCode::kDataLoss,
+                  absl::StrCat("rank 1 published offset ", offset, " for 400 bytes"));
+  }
 }
 
 TEST(HostAllReduceHostileTest, AReducedCounterBeyondItsSegmentIsRefused) {
