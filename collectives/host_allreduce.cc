@@ -365,12 +365,21 @@ absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type
                                               " exceed its data region of ", data_.size(),
                                               " bytes"));
   }
-  if (count == 0) return absl::OkStatus();
+  // An empty call still meets the others, so a member whose count differs
+  // gets an error rather than a wait.
   const uint64_t call = ++calls_;
   ++stats_.calls;
   const size_t bytes = count * element;
-  absl::Status status = Enter(call, offset, count, type, op);
-  if (status.ok()) {
+  bool differs = false;
+  absl::Status status = Enter(call, offset, count, type, op, differs);
+  if (differs) {
+    // Every member sees a call that differs from its own (each compares
+    // with all the others) before anyone reads data: all leave the call
+    // together and the collective stays usable.
+    absl::Status left = Leave(call);
+    if (left.ok()) return Annotate(status, Where());
+    status = left;
+  } else if (status.ok()) {
     status = size() == 1 ? Leave(call)
              : OneShot(bytes) ? OneShotCall(call, offset, bytes, count, type, op)
                               : ScatterGatherCall(call, offset, count, type, op);
@@ -395,7 +404,7 @@ absl::Status HostAllReduce::CheckNotAborted(const Peer& peer, uint64_t done) con
 }
 
 absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, DataType type,
-                                  ReduceOp op) {
+                                  ReduceOp op, bool& differs) {
   const uint64_t type_op = PackTypeOp(type, op);
   Store(block_ + layout::kOffset, offset);
   Store(block_ + layout::kCount, count);
@@ -423,11 +432,13 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, Da
                                 Load(peer.control + layout::kCount),
                                 Load(peer.control + layout::kTypeOp)};
     if (theirs[1] != count || theirs[2] != type_op) {
+      differs = true;
       return absl::InvalidArgumentError(absl::StrCat(
           "call ", call, " differs between members: rank ", peer.rank, " called ",
           DescribeCall(theirs[0], theirs[1], theirs[2]), ", rank ", transport_.rank(),
           " called ", DescribeCall(offset, count, type_op),
-          "; every member must make the same calls in the same order"));
+          "; every member must make the same all-reduces (count, type, operator) in the "
+          "same order"));
     }
     if (theirs[0] % ElementSize(type) != 0 || theirs[0] > data_.size() ||
         bytes > data_.size() - theirs[0]) {

@@ -137,11 +137,11 @@ class HostAllReduce {
   // count, type and operator, in the same order, each at an offset of its
   // own (a staged tensor at 0 on one member may meet a registered one
   // elsewhere on another). kInvalidArgument / kOutOfRange for a bad range;
-  // kInvalidArgument naming the member whose call differs; kDataLoss for a
-  // peer's offset outside its region;
-  // kDeadlineExceeded naming the member waited for; kUnavailable for a
-  // dead peer; kDataLoss for a forged control word. After an error the
-  // collective refuses further calls (kFailedPrecondition).
+  // kInvalidArgument naming the member whose call differs (every member
+  // gets one, and the collective stays usable); kDeadlineExceeded naming
+  // the member waited for; kUnavailable for a dead peer; kDataLoss for a
+  // forged control word or a peer's offset outside its region. After those
+  // the collective refuses further calls (kFailedPrecondition).
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum);
 
@@ -161,8 +161,11 @@ class HostAllReduce {
   absl::Status Connect();
   std::string Where() const;
 
+  // Publishes the call and waits for every peer's; `differs` when a peer's
+  // count, type or operator is not ours (an error, but every member sees
+  // one, so the call can end cleanly).
   absl::Status Enter(uint64_t call, size_t offset, size_t count, DataType type,
-                     ReduceOp op);
+                     ReduceOp op, bool& differs);
   absl::Status OneShotCall(uint64_t call, size_t offset, size_t bytes,
                            size_t count, DataType type, ReduceOp op);
   absl::Status ScatterGatherCall(uint64_t call, size_t offset, size_t count,

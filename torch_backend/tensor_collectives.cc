@@ -93,8 +93,15 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
                            reduction.average ? "avg" : collectives::ReduceOpName(reduction.op)),
               registered ? absl::StrCat("@", at - data) : "staged"};
     // Empty tensors agree too, so a rank whose tensor is not empty gets an
-    // error instead of waiting for it.
-    ASSIGN_OR_RETURN(const bool in_place, AgreeInPlace(engine, plan));
+    // error instead of waiting for it. With direct access there is no round
+    // trip: the host algorithms check count, type and operator at every call
+    // and read each rank's range where it lies, staged or registered.
+    bool in_place = registered;
+    if (!ring->direct()) {
+      ASSIGN_OR_RETURN(in_place, AgreeInPlace(engine, plan));
+    } else if (count == 0) {
+      RETURN_IF_ERROR(ring->AllReduce(0, 0, type, reduction.op));
+    }
     if (count == 0) {
       // Nothing to reduce.
     } else if (in_place) {

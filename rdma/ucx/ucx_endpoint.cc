@@ -171,6 +171,12 @@ absl::Status UcxEndpoint::CheckPostable() const {
 absl::StatusOr<ucp_rkey_h> UcxEndpoint::RemoteKey(const RemoteRegion& region) {
   auto it = state_->rkeys.find(region.packed_key);
   if (it != state_->rkeys.end()) return it->second;
+  ASSIGN_OR_RETURN(ucp_rkey_h rkey, UnpackKey(region));
+  state_->rkeys.emplace(region.packed_key, rkey);
+  return rkey;
+}
+
+absl::StatusOr<ucp_rkey_h> UcxEndpoint::UnpackKey(const RemoteRegion& region) {
   absl::StatusOr<std::string> buffer = UnwrapRkey(region.packed_key);
   if (!buffer.ok()) {
     return absl::InvalidArgumentError(
@@ -183,7 +189,6 @@ absl::StatusOr<ucp_rkey_h> UcxEndpoint::RemoteKey(const RemoteRegion& region) {
         absl::StrCat("UCX cannot unpack the remote key of ",
                      region.DebugString(), ": ", ucs_status_string(status)));
   }
-  state_->rkeys.emplace(region.packed_key, rkey);
   return rkey;
 }
 
@@ -270,10 +275,18 @@ absl::StatusOr<std::byte*> UcxEndpoint::MapRemote(const RemoteSlice& remote) {
     return absl::FailedPreconditionError(
         absl::StrCat("endpoint to rank ", state_->peer_rank, " is closed"));
   }
-  ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKey(*remote.region));
+  if (state_->ep == nullptr) {  // the transport gave it up: its peer died
+    return absl::UnavailableError(absl::StrCat("endpoint to rank ", state_->peer_rank,
+                                               " failed: ", state_->failure.message()));
+  }
+  // A key of its own, kept until our Close() (ucx_internal.h).
+  ASSIGN_OR_RETURN(ucp_rkey_h rkey, UnpackKey(*remote.region));
   void* mapped = nullptr;
   const ucs_status_t status = ucp_rkey_ptr(rkey, remote.address(), &mapped);
-  if (status != UCS_OK) {
+  if (status == UCS_OK) {
+    state_->mapped_rkeys.push_back(rkey);
+  } else {
+    ucp_rkey_destroy(rkey);
     return absl::UnimplementedError(absl::StrCat(
         "UCX cannot map ", remote.region->DebugString(), " of rank ",
         state_->peer_rank, " into this process (", ucs_status_string(status),
@@ -285,7 +298,12 @@ absl::StatusOr<std::byte*> UcxEndpoint::MapRemote(const RemoteSlice& remote) {
 absl::Status UcxEndpoint::Close() {
   if (state_->closed) return absl::OkStatus();
   state_->closed = true;
-  return UcxOps::ReleaseEndpoint(state_);
+  absl::Status released = UcxOps::ReleaseEndpoint(state_);
+  // Nothing of UCX's uses a mapping's key (no operation names it): the
+  // segments are detached now, whatever the close still waits for.
+  for (ucp_rkey_h rkey : state_->mapped_rkeys) ucp_rkey_destroy(rkey);
+  state_->mapped_rkeys.clear();
+  return released;
 }
 
 void UcxOps::DestroyRemoteKeys(UcxEndpointState& state) {

@@ -39,6 +39,8 @@ class UcxEndpoint final : public Endpoint {
  private:
   absl::Status CheckPostable() const;
   absl::StatusOr<ucp_rkey_h> RemoteKey(const RemoteRegion& region);
+  // A freshly unpacked key of `region` (the caller owns it).
+  absl::StatusOr<ucp_rkey_h> UnpackKey(const RemoteRegion& region);
   absl::Status PostData(bool is_write, const LocalSlice& local,
                         const RemoteSlice& remote, Completion done);
 

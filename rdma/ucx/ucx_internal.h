@@ -80,6 +80,11 @@ struct UcxEndpointState {
   size_t outstanding = 0;
   // Unpacked remote keys by packed key.
   absl::flat_hash_map<std::string, ucp_rkey_h> rkeys;
+  // Keys unpacked for MapRemote: their mappings are in the caller's hands,
+  // so a close the transport starts (a dead peer) leaves them, and only the
+  // endpoint's own Close() releases them. A dead peer's pages stay mapped
+  // until then: reads see its last words instead of a fault.
+  std::vector<ucp_rkey_h> mapped_rkeys;
   // Notified writes and flushes in post order. A notification's active
   // message goes out only after its own flush and every earlier entry, so
   // notifications arrive in post order and after their data.
