@@ -2,7 +2,6 @@
 #include "collectives/host_allreduce.h"
 
 #include <linux/futex.h>
-#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,11 +68,12 @@ Range SegmentOf(size_t count, size_t n, size_t k) {
   return {k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
 }
 
-// CPUs this process may run on.
-int CpusAvailable() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return CPU_COUNT(&set);
+// CPUs of this host: what its members share. (Not this process's affinity:
+// launchers pin each rank to a core of its own, which is when spinning is
+// cheapest.)
+int HostCpus() {
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(online) : 1;
 }
 
 }  // namespace
@@ -123,7 +123,7 @@ absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
       transport, store, ns, std::move(members), position, data, options));
   host->spin_for_ = options.spin_for >= absl::ZeroDuration()
                         ? options.spin_for
-                        : (host->size() <= CpusAvailable() ? absl::Microseconds(50)
+                        : (host->size() <= HostCpus() ? absl::Microseconds(50)
                                                            : absl::ZeroDuration());
   ASSIGN_OR_RETURN(rdma::MemoryRegion control, transport.Allocate(layout::kBytes));
   std::memset(control.data(), 0, control.size());
