@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs the rdmaflow c10d backend's Python module (rdmaflow_torch.so,
+# built with -c opt) into Debian's Python, so that any script run by
+# /usr/bin/python3 or plain torchrun can `import rdmaflow_torch` and then
+# init_process_group("rdmaflow"), with no wrapper and no PYTHONPATH.
+#   tools/install_torch_module.sh [--prefix DIR] [--uninstall]
+#     --prefix DIR   install into DIR instead of /usr/bin/python3's first
+#                    site-packages folder (/usr/local/lib/python3.11/dist-packages)
+#     --uninstall    remove it again
+# The module is one self-contained file: it links rdmaflow statically and
+# needs only Debian's libraries (python3-torch, UCX, ...). Re-run after a
+# rebuild; a module older than the sources is not detected.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+prefix=""
+uninstall=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) prefix=${2:?--prefix needs a folder}; shift 2 ;;
+    --prefix=*) prefix=${1#--prefix=}; shift ;;
+    --uninstall) uninstall=1; shift ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install_torch_module: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$prefix" ]; then
+  prefix=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+fi
+target="$prefix/rdmaflow_torch.so"
+if [ "$uninstall" = 1 ]; then
+  rm -f "$target"
+  echo "install_torch_module: removed $target"
+  exit 0
+fi
+module="${RDMAFLOW_TORCH_MODULE:-}"
+if [ -z "$module" ]; then
+  (cd "$root" && bazel build -c opt //torch_backend/python:rdmaflow_torch.so >/dev/null 2>&1) || {
+    echo "install_torch_module: the build failed; run" \
+         "'bazel build -c opt //torch_backend/python:rdmaflow_torch.so' to see why" >&2
+    exit 1
+  }
+  module="$root/bazel-bin/torch_backend/python/rdmaflow_torch.so"
+fi
+mkdir -p "$prefix"
+install -m 0644 "$module" "$target.tmp"
+mv -f "$target.tmp" "$target"
+# Prove it: the module imports from there and registers the backend.
+PYTHONPATH="$prefix" /usr/bin/python3 -c '
+import sys, torch.distributed as dist, rdmaflow_torch
+assert rdmaflow_torch.__file__.startswith(sys.argv[1]), rdmaflow_torch.__file__
+dist.Backend("rdmaflow")  # ValueError unless registered
+' "$prefix"
+echo "install_torch_module: installed $target (import rdmaflow_torch; backend \"rdmaflow\")"
