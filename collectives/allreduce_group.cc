@@ -80,13 +80,13 @@ AllReduceAlgorithm AllReduceGroup::Choose(size_t bytes) const {
 }
 
 absl::Status AllReduceGroup::AllReduce(size_t offset, size_t count, DataType type,
-                                       ReduceOp op) {
+                                       ReduceOp op, uint8_t variant) {
   // A count too large to multiply is refused by the algorithm itself.
   const size_t element = ElementSize(type);
   const size_t bytes = count <= capacity() / element ? count * element : capacity() + 1;
   last_ = Choose(bytes);
   if (last_ == AllReduceAlgorithm::kRing) return ring_->AllReduce(offset, count, type, op);
-  return host_->AllReduce(offset, count, type, op);
+  return host_->AllReduce(offset, count, type, op, variant);
 }
 
 RingAllReduceStats AllReduceGroup::stats() const {

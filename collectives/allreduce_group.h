@@ -104,8 +104,9 @@ class AllReduceGroup {
   // algorithms read each member's range where it lies), so a caller that
   // stages on one member and reduces in place on another needs no
   // agreement first.
+  // `variant`: HostAllReduce::AllReduce's (checked on the host paths only).
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
-                         ReduceOp op = ReduceOp::kSum);
+                         ReduceOp op = ReduceOp::kSum, uint8_t variant = 0);
 
   // Shuts down both algorithms (collective; once, after the last call),
   // both within `timeout` (the options' by default); the first error.

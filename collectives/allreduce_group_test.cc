@@ -248,6 +248,48 @@ TEST(AllReduceGroupTest, CallsThatDifferBetweenMembersAreNamedAndTheGroupGoesOn)
   }
 }
 
+TEST(AllReduceGroupTest, ABadRangeOnOneMemberIsAnErrorOnEveryMember) {
+  // Each member passes its own offset, so only rank 1 knows its range is
+  // bad: its call still meets rank 0's, which ends with an error too, and
+  // the next call works on both.
+  std::vector<absl::Status> statuses = RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        AllReduceGroupOptions options = Options(1 << 20);
+        options.ring.timeout = absl::Seconds(10);
+        ASSIGN_OR_RETURN(auto group,
+                         AllReduceGroup::Create(transport, store, "t", {0, 1}, options));
+        absl::Status status =
+            group->AllReduce(rank == 1 ? (1 << 20) - 8 : 0, 100, DataType::kFloat32);
+        RETURN_IF_ERROR(ReduceAndCheck(*group, 2, 0, 100, AllReduceAlgorithm::kHostOneShot));
+        RETURN_IF_ERROR(group->Shutdown());
+        return status;
+      });
+  EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("rank 1 called AllReduce(offset 0, count 100) "
+                                              "with a bad range")));
+  EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kOutOfRange,
+                                    HasSubstr("exceed its data region")));
+}
+
+TEST(AllReduceGroupTest, CallsThatReduceAlikeButDifferInVariantAreNamed) {
+  // The c10d backend's AVG is a SUM with variant 1: it must not pair with
+  // a SUM.
+  std::vector<absl::Status> statuses = RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto group,
+                         AllReduceGroup::Create(transport, store, "t", {0, 1}, Options(1 << 20)));
+        absl::Status status = group->AllReduce(0, 100, DataType::kFloat32, ReduceOp::kSum,
+                                               /*variant=*/rank == 0 ? 1 : 0);
+        RETURN_IF_ERROR(group->Shutdown());
+        return status;
+      });
+  for (int rank : {0, 1}) {
+    EXPECT_THAT(statuses[rank], StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("float32 sum, variant 1)")))
+        << "rank " << rank;
+  }
+}
+
 TEST(AllReduceGroupTest, AMemberThatNeverCallsIsATimeoutNamingIt) {
   std::vector<absl::Status> statuses = RunRankThreads(
       3, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {

@@ -2,6 +2,7 @@
 #include "collectives/host_allreduce.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,19 +36,25 @@ void Store(std::byte* word, uint64_t value) {
   __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_RELEASE);
 }
 
-uint64_t PackTypeOp(DataType type, ReduceOp op) {
-  return (static_cast<uint64_t>(type) << 8) | static_cast<uint64_t>(op);
+uint64_t PackTypeOp(DataType type, ReduceOp op, uint8_t variant) {
+  return (static_cast<uint64_t>(variant) << 16) | (static_cast<uint64_t>(type) << 8) |
+         static_cast<uint64_t>(op);
 }
 
 std::string DescribeCall(uint64_t offset, uint64_t count, uint64_t type_op) {
   // A forged word is printed as a number, never cast to an enum.
-  const uint64_t type = type_op >> 8, op = type_op & 0xff;
-  const bool known = type <= static_cast<uint64_t>(DataType::kInt64) &&
+  if (type_op == host_allreduce_layout::kPoisonedCall) {
+    return absl::StrCat("AllReduce(offset ", offset, ", count ", count,
+                        ") with a bad range (its own error says which)");
+  }
+  const uint64_t variant = type_op >> 16, type = (type_op >> 8) & 0xff, op = type_op & 0xff;
+  const bool known = variant <= 0xff && type <= static_cast<uint64_t>(DataType::kInt64) &&
                      op <= static_cast<uint64_t>(ReduceOp::kMax);
   return absl::StrCat(
       "AllReduce(offset ", offset, ", count ", count, ", ",
       known ? absl::StrCat(DataTypeName(static_cast<DataType>(type)), " ",
-                           ReduceOpName(static_cast<ReduceOp>(op)))
+                           ReduceOpName(static_cast<ReduceOp>(op)),
+                           variant != 0 ? absl::StrCat(", variant ", variant) : "")
             : absl::StrCat("type/op word ", type_op),
       ")");
 }
@@ -68,12 +75,16 @@ Range SegmentOf(size_t count, size_t n, size_t k) {
   return {k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
 }
 
-// CPUs of this host: what its members share. (Not this process's affinity:
-// launchers pin each rank to a core of its own, which is when spinning is
-// cheapest.)
+// CPUs the members can share: this process's allowed CPUs (a cpuset or a
+// container's), unless it is pinned to one, as launchers pin each rank to
+// a core of its own, which is when spinning is cheapest; then the host's.
 int HostCpus() {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  return online > 0 ? static_cast<int>(online) : 1;
+  const int host = online > 0 ? static_cast<int>(online) : 1;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return host;
+  const int allowed = CPU_COUNT(&set);
+  return allowed <= 1 ? host : std::min(host, allowed);
 }
 
 }  // namespace
@@ -326,6 +337,7 @@ void HostAllReduce::SleepUntilRung(Ready& ready, absl::Duration limit) {
   // Say we sleep, then look once more: a peer that publishes after this
   // store sees it and rings (both sides order store before load).
   __atomic_store_n(reinterpret_cast<uint64_t*>(block_ + layout::kWaiting), 1, __ATOMIC_SEQ_CST);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);  // the store before ready()'s loads
   if (!ready()) {
     const timespec ts = absl::ToTimespec(limit);
     // Not FUTEX_PRIVATE: the bell is in memory our peers map.
@@ -349,35 +361,40 @@ void HostAllReduce::RingPeers() {
 }
 
 absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type,
-                                      ReduceOp op) {
+                                      ReduceOp op, uint8_t variant) {
   if (!failure_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         Where(), ": unusable after an earlier error: ", failure_.message()));
   }
+  // A bad range is ours alone (each member passes its own offset): the
+  // call still meets the others, as one that differs from theirs (a type/op
+  // word no call has), so they get an error too instead of a wait, and the
+  // collective stays usable.
   const size_t element = ElementSize(type);
+  absl::Status bad_range;
   if (element == 0 || offset % element != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    bad_range = absl::InvalidArgumentError(absl::StrCat(
         Where(), ": offset ", offset, " is not aligned to ", DataTypeName(type), " elements"));
+  } else if (offset > data_.size() || count > (data_.size() - offset) / element) {
+    bad_range = absl::OutOfRangeError(absl::StrCat(
+        Where(), ": ", count, " ", DataTypeName(type), " elements at offset ", offset,
+        " exceed its data region of ", data_.size(), " bytes"));
   }
-  if (offset > data_.size() || count > (data_.size() - offset) / element) {
-    return absl::OutOfRangeError(absl::StrCat(Where(), ": ", count, " ", DataTypeName(type),
-                                              " elements at offset ", offset,
-                                              " exceed its data region of ", data_.size(),
-                                              " bytes"));
-  }
+  if (!bad_range.ok() && size() == 1) return bad_range;
   // An empty call still meets the others, so a member whose count differs
   // gets an error rather than a wait.
   const uint64_t call = ++calls_;
   ++stats_.calls;
-  const size_t bytes = count * element;
+  const size_t bytes = bad_range.ok() ? count * element : 0;
   bool differs = false;
-  absl::Status status = Enter(call, offset, count, type, op, differs);
+  absl::Status status = Enter(call, bad_range.ok() ? offset : 0, count, type, op, variant,
+                              /*poisoned=*/!bad_range.ok(), differs);
   if (differs) {
     // Every member sees a call that differs from its own (each compares
     // with all the others) before anyone reads data: all leave the call
     // together and the collective stays usable.
     absl::Status left = Leave(call);
-    if (left.ok()) return Annotate(status, Where());
+    if (left.ok()) return bad_range.ok() ? Annotate(status, Where()) : bad_range;
     status = left;
   } else if (status.ok()) {
     status = size() == 1 ? Leave(call)
@@ -404,8 +421,8 @@ absl::Status HostAllReduce::CheckNotAborted(const Peer& peer, uint64_t done) con
 }
 
 absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, DataType type,
-                                  ReduceOp op, bool& differs) {
-  const uint64_t type_op = PackTypeOp(type, op);
+                                  ReduceOp op, uint8_t variant, bool poisoned, bool& differs) {
+  const uint64_t type_op = poisoned ? layout::kPoisonedCall : PackTypeOp(type, op, variant);
   Store(block_ + layout::kOffset, offset);
   Store(block_ + layout::kCount, count);
   Store(block_ + layout::kTypeOp, type_op);
@@ -421,6 +438,10 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, Da
     }
     return entered == call;
   }));
+  if (poisoned) {  // every member ends this call, with or without our word
+    differs = true;
+    return absl::OkStatus();
+  }
   // Every peer entered: their arguments stay put until we are done. Count,
   // type and operator must match; each member's range may lie at its own
   // offset, which is untrusted until checked against the region.
@@ -499,6 +520,7 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
   // its counter is untrusted.
   auto final_chunks = [&](size_t p) -> absl::StatusOr<size_t> {
     const Peer& peer = peers_[p];
+    RETURN_IF_ERROR(CheckNotAborted(peer, Load(peer.control + layout::kDone)));
     const size_t total = chunks_of(SegmentOf(count, n, p).length);
     const uint64_t published = Load(peer.control + layout::kReduced);
     if (published < peer.reduced_base || published - peer.reduced_base > total) {

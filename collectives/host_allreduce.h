@@ -65,7 +65,10 @@ namespace host_allreduce_layout {
 constexpr size_t kEntered = 0;  // the call under way, after its arguments:
 constexpr size_t kOffset = 8;
 constexpr size_t kCount = 16;
-constexpr size_t kTypeOp = 24;  // DataType << 8 | ReduceOp
+constexpr size_t kTypeOp = 24;  // variant << 16 | DataType << 8 | ReduceOp
+// The type/op word of a call whose range was bad on its member: it differs
+// from every real call, so all members end it with an error.
+constexpr uint64_t kPoisonedCall = ~uint64_t{0};
 constexpr size_t kReduced = 64;
 constexpr size_t kDone = 128;   // the call number; with kAborted: gave up in it
 constexpr uint64_t kAborted = uint64_t{1} << 63;
@@ -136,14 +139,18 @@ class HostAllReduce {
   // across the members, in place; every member calls it with the same
   // count, type and operator, in the same order, each at an offset of its
   // own (a staged tensor at 0 on one member may meet a registered one
-  // elsewhere on another). kInvalidArgument / kOutOfRange for a bad range;
+  // elsewhere on another). kInvalidArgument / kOutOfRange for a bad range
+  // (the other members get kInvalidArgument for that call);
   // kInvalidArgument naming the member whose call differs (every member
   // gets one, and the collective stays usable); kDeadlineExceeded naming
   // the member waited for; kUnavailable for a dead peer; kDataLoss for a
   // forged control word or a peer's offset outside its region. After those
   // the collective refuses further calls (kFailedPrecondition).
+  // `variant` is the caller's own distinction between calls that reduce
+  // alike (the c10d backend: 1 for AVG, reduced as a sum and divided
+  // afterwards), compared as count, type and operator are.
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
-                         ReduceOp op = ReduceOp::kSum);
+                         ReduceOp op = ReduceOp::kSum, uint8_t variant = 0);
 
   // Meets every member at a store barrier (after it, no peer reads our
   // memory), for up to `timeout` (the options' by default). Collective;
@@ -164,8 +171,9 @@ class HostAllReduce {
   // Publishes the call and waits for every peer's; `differs` when a peer's
   // count, type or operator is not ours (an error, but every member sees
   // one, so the call can end cleanly).
+  // `poisoned`: our range was bad; publish a call that differs from all.
   absl::Status Enter(uint64_t call, size_t offset, size_t count, DataType type,
-                     ReduceOp op, bool& differs);
+                     ReduceOp op, uint8_t variant, bool poisoned, bool& differs);
   absl::Status OneShotCall(uint64_t call, size_t offset, size_t bytes,
                            size_t count, DataType type, ReduceOp op);
   absl::Status ScatterGatherCall(uint64_t call, size_t offset, size_t count,

@@ -342,8 +342,10 @@ absl::Status SlowCollective(Joined& joined) {
          opts.rootRank = 1;
          return pg.broadcast(one, opts);
        }},
-      {"exchange", [](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>& t) {
-         std::vector<at::Tensor> one = {t[0]};  // the all-reduce's agreement
+      // The ring's agreement exchange, or (one host) the host path's entry:
+      // both name the all-reduce.
+      {"all-reduce", [](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>& t) {
+         std::vector<at::Tensor> one = {t[0]};
          return pg.allreduce(one);
        }},
       {"reduce", [](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>& t) {

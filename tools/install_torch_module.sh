@@ -26,6 +26,8 @@ done
 if [ -z "$prefix" ]; then
   prefix=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
 fi
+mkdir -p "$prefix"
+prefix="$(cd "$prefix" && pwd)"  # Python's path entries are absolute
 target="$prefix/rdmaflow_torch.so"
 if [ "$uninstall" = 1 ]; then
   rm -f "$target"

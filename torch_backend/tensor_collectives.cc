@@ -58,8 +58,13 @@ struct Plan {
 };
 
 absl::StatusOr<bool> AgreeInPlace(Engine& engine, const Plan& plan) {
-  ASSIGN_OR_RETURN(std::vector<std::string> records,
-                   engine.direct().Exchange(plan.what + "|" + plan.where));
+  absl::StatusOr<std::vector<std::string>> exchanged =
+      engine.direct().Exchange(plan.what + "|" + plan.where);
+  if (!exchanged.ok()) {
+    return absl::Status(exchanged.status().code(),
+                        absl::StrCat("the all-reduce's agreement: ", exchanged.status().message()));
+  }
+  const std::vector<std::string>& records = *exchanged;
   bool in_place = plan.where != "staged";
   for (int r = 0; r < static_cast<int>(records.size()); ++r) {
     const size_t bar = records[r].find('|');
@@ -96,14 +101,28 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
     // error instead of waiting for it. With direct access there is no round
     // trip: the host algorithms check count, type and operator at every call
     // and read each rank's range where it lies, staged or registered.
+    // On the host paths an AVG and a SUM must not pair up: both reduce as a
+    // sum, so the call says which it is.
+    const uint8_t variant = reduction.average ? 1 : 0;
     bool in_place = registered;
     if (!ring->direct()) {
       ASSIGN_OR_RETURN(in_place, AgreeInPlace(engine, plan));
     } else if (count == 0) {
-      RETURN_IF_ERROR(ring->AllReduce(0, 0, type, reduction.op));
+      RETURN_IF_ERROR(ring->AllReduce(0, 0, type, reduction.op, variant));
     }
     if (count == 0) {
       // Nothing to reduce.
+    } else if (in_place && ring->direct()) {
+      // In pieces of the staging area's size, as a staged tensor on another
+      // rank goes: the calls then depend on the count alone.
+      engine.Count([](BackendStats& stats) { ++stats.zero_copy_allreduces; });
+      const size_t element = tensor.element_size();
+      const size_t per_piece = staging / element;
+      for (size_t first = 0; first < count; first += per_piece) {
+        RETURN_IF_ERROR(ring->AllReduce(at - data + first * element,
+                                        std::min(per_piece, count - first), type,
+                                        reduction.op, variant));
+      }
     } else if (in_place) {
       engine.Count([](BackendStats& stats) { ++stats.zero_copy_allreduces; });
       RETURN_IF_ERROR(ring->AllReduce(at - data, count, type, reduction.op));
@@ -112,7 +131,7 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
       engine.Count([](BackendStats& stats) { ++stats.noncontiguous_copies; });
       at::Tensor staged = at::from_blob(ring->data(), tensor.sizes(), tensor.options());
       staged.copy_(tensor);
-      RETURN_IF_ERROR(ring->AllReduce(0, count, type, reduction.op));
+      RETURN_IF_ERROR(ring->AllReduce(0, count, type, reduction.op, variant));
       tensor.copy_(staged);
       engine.Count([&](BackendStats& stats) { stats.staged_bytes += bytes; });
     } else {
@@ -123,7 +142,7 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
       for (size_t first = 0; first < count; first += per_piece) {
         const size_t n = std::min(per_piece, count - first);
         std::memcpy(ring->data(), base + first * element, n * element);
-        RETURN_IF_ERROR(ring->AllReduce(0, n, type, reduction.op));
+        RETURN_IF_ERROR(ring->AllReduce(0, n, type, reduction.op, variant));
         std::memcpy(base + first * element, ring->data(), n * element);
       }
       CopyBack(tensor, buffer);

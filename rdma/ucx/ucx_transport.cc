@@ -315,16 +315,23 @@ namespace {
 // which has them) include shared memory, the only memory ucp_rkey_ptr maps.
 bool MapsPeerMemory(const std::string& tls) {
   if (tls.empty()) return true;
-  // "^a,b": every transport but a and b.
-  const bool excluding = tls[0] == '^';
-  bool named = false;
-  for (absl::string_view name : absl::StrSplit(absl::string_view(tls).substr(excluding), ',')) {
-    if (name == "shm" || name == "sm" || name == "posix" || name == "sysv" || name == "mm" ||
-        name == "xpmem" || name == "all") {
-      named = true;
+  if (tls[0] == '^') {
+    // "^a,b": every transport but a and b. Shared memory is gone only when
+    // the list takes all of it, not one kind (say "^xpmem").
+    int kinds = 0;
+    for (absl::string_view name : absl::StrSplit(absl::string_view(tls).substr(1), ',')) {
+      if (name == "shm" || name == "sm" || name == "mm" || name == "all") return false;
+      if (name == "posix" || name == "sysv" || name == "xpmem") ++kinds;
+    }
+    return kinds < 3;
+  }
+  for (absl::string_view name : absl::StrSplit(tls, ',')) {
+    if (name == "all" || name == "shm" || name == "sm" || name == "mm" || name == "posix" ||
+        name == "sysv" || name == "xpmem") {
+      return true;
     }
   }
-  return excluding ? !named : named;
+  return false;
 }
 
 }  // namespace

@@ -202,7 +202,8 @@ TEST_F(UcxTransportTest, TheTransportListSaysWhetherPeersMemoryCanMap) {
   };
   for (const Case& c : {Case{"", true}, Case{"shm", true}, Case{"tcp,sm", true},
                         Case{"all", true}, Case{"tcp", false}, Case{"^shm", false},
-                        Case{"^tcp", true}}) {
+                        Case{"^tcp", true}, Case{"^xpmem", true},
+                        Case{"^posix,sysv,xpmem", false}}) {
     SCOPED_TRACE(c.tls);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> t, Make(0, c.tls, "lo"));
     EXPECT_EQ(t->capabilities().maps_peer_memory, c.maps);
