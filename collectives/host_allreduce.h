@@ -90,9 +90,9 @@ struct HostAllReduceOptions {
   // How long a wait polls the peers' words before it waits through the
   // loop (which sleeps after its policy's spin rounds, ~55 us a sleep with
   // the kernel's timer slack). Negative: 50 us where every member can have
-  // a CPU of its own (members <= the host's online CPUs), else 0:
-  // with more ranks than cores, a spinning rank holds the core its peer
-  // needs.
+  // a CPU of its own (members <= the CPUs this process may use, or the
+  // host's online CPUs when it is pinned to one), else 0: with more ranks
+  // than cores, a spinning rank holds the core its peer needs.
   absl::Duration spin_for = absl::Microseconds(-1);
   // The transport's progress loop (probes the peers while a call waits);
   // must outlive this object, which is created, called and destroyed on
