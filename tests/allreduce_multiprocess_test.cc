@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/allreduce_group.h"
 #include "common/status_macros.h"
@@ -28,6 +29,9 @@ namespace {
 
 constexpr char kTlsEnv[] = "RDMAFLOW_RING_TEST_TLS";
 constexpr char kDirectEnv[] = "RDMAFLOW_RING_TEST_DIRECT";
+// Set: the last rank dies right after Create(), and the others' first call
+// must fail naming it (reading its shared memory must not fault).
+constexpr char kDieEnv[] = "RDMAFLOW_RING_TEST_LAST_RANK_DIES";
 
 float Value(int rank, size_t i) {
   return static_cast<float>((i * 5 + static_cast<size_t>(rank) * 11) % 2048);
@@ -55,6 +59,21 @@ absl::Status RunRank() {
   if (ring->direct() != direct) {
     return absl::InternalError(absl::StrCat("rank ", rank, ": direct access is ",
                                             ring->direct(), ", expected ", direct));
+  }
+  if (std::getenv(kDieEnv) != nullptr) {
+    if (rank == world - 1) std::_Exit(0);  // no shutdown, no goodbye: a crash
+    absl::Status status = ring->AllReduce(0, 65537, collectives::DataType::kFloat32);
+    const std::string dead = absl::StrCat("rank ", world - 1);
+    // Its own verdict, or a peer's that gave up first (kAborted naming it).
+    const bool named = absl::StrContains(status.message(), dead) ||
+                       (absl::IsAborted(status) && absl::StrContains(status.message(), "gave up"));
+    if (status.ok() || !named) {
+      return absl::InternalError(absl::StrCat("rank ", rank, ": a call with ", dead,
+                                              " dead gave ", status.ToString()));
+    }
+    std::fprintf(stderr, "rank %d: with %s dead: %s\n", rank, dead.c_str(),
+                 status.ToString().c_str());
+    return absl::OkStatus();  // its memory stays registered (no barrier)
   }
   float* data = reinterpret_cast<float*>(ring->data());
   for (size_t count : {size_t{1}, size_t{1023}, size_t{65537}, (size_t{4} << 20) + 3}) {
@@ -90,6 +109,15 @@ TEST(AllReduceMultiProcessTest, FourProcessesOverSharedMemoryReadEachOthersMemor
 
 TEST(AllReduceMultiProcessTest, FourProcessesOverSharedMemoryRingOnly) {
   EXPECT_OK(launch::LaunchRanks(4, {{kTlsEnv, "shm"}, {kDirectEnv, "off"}}).status);
+}
+
+TEST(AllReduceMultiProcessTest, ARankThatDiesFailsItsPeersCallsWithoutAFault) {
+  // Over shared memory the peers read the dead rank's memory through their
+  // mappings: UCX releases its endpoint, but the mappings stay until their
+  // owner closes them, so the peers see stale words and then the failed
+  // liveness probe, not a segmentation fault.
+  EXPECT_OK(
+      launch::LaunchRanks(3, {{kTlsEnv, "shm"}, {kDirectEnv, "auto"}, {kDieEnv, "1"}}).status);
 }
 
 TEST(AllReduceMultiProcessTest, ThreeProcessesOverTcpFallBackToTheRing) {
