@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/members.h"
 #include "common/status_macros.h"
 
 namespace rdmaflow::collectives {
@@ -15,6 +16,7 @@ std::string AlgorithmName(AllReduceAlgorithm algorithm) {
     case AllReduceAlgorithm::kRing: return "ring";
     case AllReduceAlgorithm::kHostOneShot: return "host-one-shot";
     case AllReduceAlgorithm::kHostScatterGather: return "host-scatter-gather";
+    case AllReduceAlgorithm::kHierarchical: return "hierarchical";
   }
   return "?";
 }
@@ -26,39 +28,83 @@ absl::StatusOr<DirectAccess> ParseDirectAccess(absl::string_view text) {
       absl::StrCat("direct access '", text, "': expected 'auto' or 'off'"));
 }
 
+absl::StatusOr<Hierarchy> ParseHierarchy(absl::string_view text) {
+  if (text == "auto") return Hierarchy::kAuto;
+  if (text == "off") return Hierarchy::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat("hierarchy '", text, "': expected 'auto' or 'off'"));
+}
+
+namespace {
+
+HostAllReduceOptions HostOptions(const std::string& name, const RingAllReduceOptions& ring,
+                                 const AllReduceGroupOptions& options) {
+  HostAllReduceOptions host;
+  host.name = name;
+  host.one_shot_max_bytes = std::min(options.one_shot_max_bytes, ring.capacity_bytes);
+  host.chunk_bytes = options.host_chunk_bytes;
+  host.timeout = ring.timeout;
+  host.loop = ring.loop;
+  return host;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
     rdma::Transport& transport, rdma::Store& store, const std::string& ns,
     std::vector<int> members, const AllReduceGroupOptions& options) {
   std::unique_ptr<AllReduceGroup> group(new AllReduceGroup());
   RingAllReduceOptions ring = options.ring;
+  const std::string what = absl::StrCat("all-reduce '", ring.name, "'");
+  ASSIGN_OR_RETURN(group->position_, PositionOf(members, transport.rank(), what));
+  group->members_ = members;
+  if (ring.capacity_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": needs capacity_bytes > 0"));
+  }
   if (ring.loop == nullptr) {
-    // One loop for both algorithms, on this thread, as the ring would make.
+    // One loop for every algorithm, on this thread, as the ring would make.
     onesided::ProgressLoopOptions loop;
-    loop.name = absl::StrCat("all-reduce '", ring.name, "' on rank ", transport.rank());
+    loop.name = absl::StrCat(what, " on rank ", transport.rank());
     loop.wait = ring.wait;
     loop.liveness_interval = ring.liveness_interval;
     if (absl::Status valid = loop.Validate(); !valid.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("all-reduce '", ring.name, "': ", valid.message()));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", valid.message()));
     }
     group->own_loop_ = std::make_unique<onesided::ProgressLoop>(transport, loop);
     ring.loop = group->own_loop_.get();
   }
+  group->ring_options_timeout_ = ring.timeout;
+  ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(ring.capacity_bytes));
+  group->data_ = std::make_shared<rdma::MemoryRegion>(std::move(data));
+  ring.data = group->data_;
+
+  const bool direct = options.direct == DirectAccess::kAuto && members.size() > 1;
+  HostGroups hosts;
+  hosts.hosts = {members};
+  if (direct) {
+    std::string identity = options.host;
+    if (identity.empty()) {
+      ASSIGN_OR_RETURN(identity, LocalHostIdentity());
+    }
+    ASSIGN_OR_RETURN(hosts, GroupByHost(store, ns, ring.name, members, transport.rank(),
+                                        identity, ring.timeout));
+  }
+  group->hosts_ = static_cast<int>(hosts.hosts.size());
+  const bool shared_host = std::any_of(hosts.hosts.begin(), hosts.hosts.end(),
+                                       [](const auto& host) { return host.size() > 1; });
+  if (direct && group->hosts_ > 1 && shared_host && options.hierarchy == Hierarchy::kAuto) {
+    ASSIGN_OR_RETURN(group->hierarchical_,
+                     group->TryHierarchy(transport, store, ns, hosts, ring, options));
+    if (group->hierarchical_) return group;
+  }
   ASSIGN_OR_RETURN(group->ring_,
                    RingAllReduce::Create(transport, store, ns, members, ring));
-  group->ring_options_timeout_ = ring.timeout;
-  if (options.direct == DirectAccess::kAuto && group->ring_->size() > 1) {
-    HostAllReduceOptions host;
-    host.name = ring.name;
-    host.one_shot_max_bytes = std::min(options.one_shot_max_bytes, ring.capacity_bytes);
-    host.chunk_bytes = options.host_chunk_bytes;
-    host.timeout = ring.timeout;
-    host.loop = ring.loop;
-    // The ring's region: its descriptor is already published for the ring,
-    // and both algorithms reduce it in place.
+  if (direct && group->hosts_ == 1) {
+    // The group's region: its descriptor is already published for the
+    // ring, and both algorithms reduce it in place.
     absl::StatusOr<std::unique_ptr<HostAllReduce>> made = HostAllReduce::Create(
-        transport, store, ns, std::move(members),
-        group->ring_->data_region(), host);
+        transport, store, ns, std::move(members), *group->data_,
+        HostOptions(ring.name, ring, options));
     if (made.ok()) {
       group->host_ = *std::move(made);
     } else if (!absl::IsUnimplemented(made.status())) {
@@ -68,12 +114,73 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
   return group;
 }
 
+absl::StatusOr<bool> AllReduceGroup::TryHierarchy(rdma::Transport& transport,
+                                                  rdma::Store& store, const std::string& ns,
+                                                  const HostGroups& hosts,
+                                                  const RingAllReduceOptions& ring,
+                                                  const AllReduceGroupOptions& options) {
+  const std::vector<int>& local = hosts.hosts[hosts.mine];
+  const int rank = transport.rank();
+  // Each host's collective has a name of its own (their barriers must not
+  // meet): its leader's rank.
+  std::string answer = "ok";
+  if (local.size() > 1) {
+    absl::StatusOr<std::unique_ptr<HostAllReduce>> made = HostAllReduce::Create(
+        transport, store, ns, local, *data_,
+        HostOptions(absl::StrCat(ring.name, "-host", local.front()), ring, options));
+    if (made.ok()) {
+      local_ = *std::move(made);
+    } else if (absl::IsUnimplemented(made.status())) {
+      answer = std::string(made.status().message());
+    } else {
+      // Tell the others before leaving, so they do not wait for us.
+      store.Set(absl::StrCat(ns, "/group/", ring.name, "/", rank, "/hierarchy"),
+                absl::StrCat("rank ", rank, " failed: ", made.status().message()))
+          .IgnoreError();
+      return made.status();
+    }
+  }
+  // Every member says whether its host can, and reads every answer, so
+  // all reach the same verdict.
+  RETURN_IF_ERROR(
+      store.Set(absl::StrCat(ns, "/group/", ring.name, "/", rank, "/hierarchy"), answer));
+  std::string refusal;
+  for (int member : members_) {
+    if (member == rank) continue;
+    ASSIGN_OR_RETURN(std::string theirs,
+                     store.Get(absl::StrCat(ns, "/group/", ring.name, "/", member, "/hierarchy"),
+                               ring.timeout));
+    if (theirs != "ok" && refusal.empty()) refusal = std::move(theirs);
+  }
+  if (answer != "ok" || !refusal.empty()) {
+    if (local_ != nullptr) {
+      // Our host's members all reach this verdict and meet here.
+      RETURN_IF_ERROR(local_->Shutdown());
+      local_.reset();
+    }
+    return false;
+  }
+  if (rank == local.front()) {
+    std::vector<int> leaders;
+    for (const std::vector<int>& host : hosts.hosts) leaders.push_back(host.front());
+    RingAllReduceOptions across = ring;
+    across.name = absl::StrCat(ring.name, "-leaders");
+    ASSIGN_OR_RETURN(leaders_, RingAllReduce::Create(transport, store, ns, leaders, across));
+  }
+  return true;
+}
+
 AllReduceGroup::~AllReduceGroup() {
-  host_.reset();  // it reads the ring's region
+  // The host collectives read the region; the rings keep it alive, past
+  // their destruction, while a neighbour may still write into it.
+  host_.reset();
+  local_.reset();
   ring_.reset();
+  leaders_.reset();
 }
 
 AllReduceAlgorithm AllReduceGroup::Choose(size_t bytes) const {
+  if (hierarchical_) return AllReduceAlgorithm::kHierarchical;
   if (host_ == nullptr) return AllReduceAlgorithm::kRing;
   return host_->OneShot(bytes) ? AllReduceAlgorithm::kHostOneShot
                                : AllReduceAlgorithm::kHostScatterGather;
@@ -85,28 +192,76 @@ absl::Status AllReduceGroup::AllReduce(size_t offset, size_t count, DataType typ
   const size_t element = ElementSize(type);
   const size_t bytes = count <= capacity() / element ? count * element : capacity() + 1;
   last_ = Choose(bytes);
-  if (last_ == AllReduceAlgorithm::kRing) return ring_->AllReduce(offset, count, type, op);
-  return host_->AllReduce(offset, count, type, op, variant);
+  switch (last_) {
+    case AllReduceAlgorithm::kHierarchical:
+      return HierarchicalAllReduce(offset, count, type, op, variant);
+    case AllReduceAlgorithm::kRing:
+      return ring_->AllReduce(offset, count, type, op);
+    default:
+      return host_->AllReduce(offset, count, type, op, variant);
+  }
+}
+
+absl::Status AllReduceGroup::HierarchicalAllReduce(size_t offset, size_t count,
+                                                   DataType type, ReduceOp op,
+                                                   uint8_t variant) {
+  // Every member passes the same arguments, so a bad range is bad on all of
+  // them: refused here, before any member waits for another.
+  const size_t element = ElementSize(type);
+  if (offset % element != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hierarchical all-reduce on rank ", rank(), ": offset ", offset,
+        " is not aligned to ", DataTypeName(type), " elements"));
+  }
+  if (offset > capacity() || count > (capacity() - offset) / element) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "hierarchical all-reduce on rank ", rank(), ": ", count, " ", DataTypeName(type),
+        " elements at offset ", offset, " exceed its data region of ", capacity(), " bytes"));
+  }
+  // 1. Our host's sum, at its leader (position 0 of the host).
+  if (local_ != nullptr) RETURN_IF_ERROR(local_->Reduce(offset, count, type, op, 0, variant));
+  // 2. The leaders' all-reduce across hosts.
+  if (leaders_ != nullptr) {
+    absl::Status across = leaders_->AllReduce(offset, count, type, op);
+    if (!across.ok()) {
+      // Our host's members wait for the broadcast: fail it at once.
+      if (local_ != nullptr) local_->Abandon(across);
+      return across;
+    }
+  }
+  // 3. The result, from the leader to the host's members.
+  if (local_ != nullptr) RETURN_IF_ERROR(local_->Broadcast(offset, count * element, 0));
+  return absl::OkStatus();
 }
 
 RingAllReduceStats AllReduceGroup::stats() const {
-  RingAllReduceStats stats = ring_->stats();
-  if (host_ != nullptr) {
-    stats.calls += host_->stats().calls;
-    stats.messages += host_->stats().reads;
-    stats.bytes_sent += host_->stats().bytes_read;
+  RingAllReduceStats stats;
+  for (const RingAllReduce* ring : {ring_.get(), leaders_.get()}) {
+    if (ring == nullptr) continue;
+    stats.calls += ring->stats().calls;
+    stats.messages += ring->stats().messages;
+    stats.bytes_sent += ring->stats().bytes_sent;
+  }
+  for (const HostAllReduce* host : {host_.get(), local_.get()}) {
+    if (host == nullptr) continue;
+    stats.calls += host->stats().calls;
+    stats.messages += host->stats().reads;
+    stats.bytes_sent += host->stats().bytes_read;
   }
   return stats;
 }
 
 absl::Status AllReduceGroup::Shutdown(std::optional<absl::Duration> timeout) {
-  // One bound for both barriers.
+  // One bound for every barrier.
   const absl::Time deadline = absl::Now() + timeout.value_or(ring_options_timeout_);
+  auto left = [&] { return std::max(deadline - absl::Now(), absl::ZeroDuration()); };
   absl::Status status;
-  if (host_ != nullptr) {
-    status.Update(host_->Shutdown(std::max(deadline - absl::Now(), absl::ZeroDuration())));
+  for (HostAllReduce* host : {host_.get(), local_.get()}) {
+    if (host != nullptr) status.Update(host->Shutdown(left()));
   }
-  status.Update(ring_->Shutdown(std::max(deadline - absl::Now(), absl::ZeroDuration())));
+  for (RingAllReduce* ring : {ring_.get(), leaders_.get()}) {
+    if (ring != nullptr) status.Update(ring->Shutdown(left()));
+  }
   return status;
 }
 

@@ -7,13 +7,21 @@
 //   host one-shot         every member on one host with direct access to the
 //                         others' memory (HostAllReduce), small calls;
 //   host scatter-gather   the same members, larger calls;
-//   ring                  anything else (verbs, TCP, several hosts):
+//   hierarchical          members on several hosts, some sharing one, with
+//                         direct access within each host: a reduce to each
+//                         host's leader over shared memory, a ring among
+//                         the leaders across hosts, a broadcast from each
+//                         leader over shared memory. Only one rank per host
+//                         sends across the network, and every byte crosses
+//                         it once per direction instead of once per member;
+//   ring                  anything else (verbs, TCP, one rank per host):
 //                         RingAllReduce's one-sided writes.
 //
-// Direct access is a capability of the transport (Endpoint::MapRemote),
-// found at Create() and agreed by all members through the store, so every
-// member takes the same path for the same call. Both algorithms reduce the
-// same region in place, so callers lay their tensors there once.
+// Hosts come from the members' host identities (collectives/host_groups.h)
+// and direct access is a capability of the transport (Endpoint::MapRemote);
+// both are found at Create() and agreed by all members through the store,
+// so every member takes the same path for the same call. Every algorithm
+// reduces the same region in place, so callers lay their tensors there once.
 //
 //   AllReduceGroupOptions options;
 //   options.ring.capacity_bytes = 64 << 20;
@@ -37,6 +45,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "collectives/host_allreduce.h"
+#include "collectives/host_groups.h"
 #include "collectives/reduce.h"
 #include "collectives/ring_allreduce.h"
 #include "onesided/progress/progress_loop.h"
@@ -45,9 +54,16 @@
 
 namespace rdmaflow::collectives {
 
-enum class AllReduceAlgorithm { kNone, kRing, kHostOneShot, kHostScatterGather };
+enum class AllReduceAlgorithm {
+  kNone,
+  kRing,
+  kHostOneShot,
+  kHostScatterGather,
+  kHierarchical,
+};
 
-// "ring", "host-one-shot", "host-scatter-gather" ("none" before a call).
+// "ring", "host-one-shot", "host-scatter-gather", "hierarchical" ("none"
+// before a call).
 std::string AlgorithmName(AllReduceAlgorithm algorithm);
 
 // When the group uses direct access among same-host members.
@@ -59,6 +75,16 @@ enum class DirectAccess {
 // "auto" or "off"; kInvalidArgument otherwise.
 absl::StatusOr<DirectAccess> ParseDirectAccess(absl::string_view text);
 
+// Whether members on several hosts reduce hierarchically.
+enum class Hierarchy {
+  kAuto,  // wherever some host has two members and each host's members
+          // have direct access to each other
+  kOff,   // never: one flat ring over every member (ablations, benches)
+};
+
+// "auto" or "off"; kInvalidArgument otherwise.
+absl::StatusOr<Hierarchy> ParseHierarchy(absl::string_view text);
+
 struct AllReduceGroupOptions {
   // The ring's options, and with them the group's: name, capacity_bytes,
   // timeout, wait, liveness_interval, loop (null: the group makes one).
@@ -68,33 +94,42 @@ struct AllReduceGroupOptions {
   size_t one_shot_max_bytes = size_t{64} << 10;
   // Direct access: the reduce-scatter's unit of progress.
   size_t host_chunk_bytes = size_t{64} << 10;
+  // Members on several hosts (needs direct access: off with `direct` off).
+  Hierarchy hierarchy = Hierarchy::kAuto;
+  // This rank's host identity; empty: LocalHostIdentity() (RDMAFLOW_HOST,
+  // or host name, boot id and PID namespace).
+  std::string host;
 };
 
 // Thread-compatible: one thread, the progress loop's.
 class AllReduceGroup {
  public:
   // Errors: RingAllReduce::Create's and HostAllReduce::Create's (other than
-  // kUnimplemented, which means: no direct access, the ring it is).
+  // kUnimplemented, which means: no direct access, the ring it is), and
+  // GroupByHost's.
   static absl::StatusOr<std::unique_ptr<AllReduceGroup>> Create(
       rdma::Transport& transport, rdma::Store& store, const std::string& ns,
       std::vector<int> members, const AllReduceGroupOptions& options);
   ~AllReduceGroup();
 
-  std::byte* data() const { return ring_->data(); }
-  const rdma::MemoryRegion& data_region() const { return ring_->data_region(); }
-  size_t capacity() const { return ring_->capacity(); }
-  int size() const { return ring_->size(); }
-  int rank() const { return ring_->rank(); }
-  int position() const { return ring_->position(); }
-  // Whether the members agreed on direct access.
+  std::byte* data() const { return data_->data(); }
+  const rdma::MemoryRegion& data_region() const { return *data_; }
+  size_t capacity() const { return data_->size(); }
+  int size() const { return static_cast<int>(members_.size()); }
+  int rank() const { return members_[position_]; }
+  int position() const { return position_; }
+  // Whether every member is on one host and they agreed on direct access:
+  // then each member may pass an offset of its own (see AllReduce()).
   bool direct() const { return host_ != nullptr; }
+  // Whether calls run hierarchically; how many hosts the members are on.
+  bool hierarchical() const { return hierarchical_; }
+  int hosts() const { return hosts_; }
   // The algorithm a call of `bytes` takes, and the one the last call took.
   AllReduceAlgorithm Choose(size_t bytes) const;
   AllReduceAlgorithm last_algorithm() const { return last_; }
-  const RingAllReduce& ring() const { return *ring_; }
-  // Both algorithms together: calls; messages (the ring's writes, the host
+  // Every algorithm together: calls; messages (the rings' writes, the host
   // paths' reads of a peer's range); bytes_sent (what crossed between
-  // members: written by the ring, read by the host paths).
+  // members: written by the rings, read by the host paths).
   RingAllReduceStats stats() const;
   const HostAllReduce* host() const { return host_.get(); }
 
@@ -108,16 +143,33 @@ class AllReduceGroup {
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0);
 
-  // Shuts down both algorithms (collective; once, after the last call),
-  // both within `timeout` (the options' by default); the first error.
+  // Shuts down every algorithm (collective; once, after the last call),
+  // all within `timeout` (the options' by default); the first error.
   absl::Status Shutdown(std::optional<absl::Duration> timeout = std::nullopt);
 
  private:
   AllReduceGroup() = default;
+  // Sets up the hierarchy when every member can; false (on every member
+  // alike) when some host's members have no direct access.
+  absl::StatusOr<bool> TryHierarchy(rdma::Transport& transport, rdma::Store& store,
+                                    const std::string& ns, const HostGroups& hosts,
+                                    const RingAllReduceOptions& ring,
+                                    const AllReduceGroupOptions& options);
+  absl::Status HierarchicalAllReduce(size_t offset, size_t count, DataType type,
+                                     ReduceOp op, uint8_t variant);
 
+  std::vector<int> members_;
+  int position_ = 0;
   std::unique_ptr<onesided::ProgressLoop> own_loop_;  // when options' is null
-  std::unique_ptr<RingAllReduce> ring_;
-  std::unique_ptr<HostAllReduce> host_;  // null without direct access
+  std::shared_ptr<rdma::MemoryRegion> data_;  // every algorithm's region
+  std::unique_ptr<RingAllReduce> ring_;  // over every member; null if hierarchical
+  std::unique_ptr<HostAllReduce> host_;  // every member, one host; else null
+  // Hierarchical: our host's members (null when we are alone on it), and
+  // the ring of the hosts' leaders (on the leaders only).
+  std::unique_ptr<HostAllReduce> local_;
+  std::unique_ptr<RingAllReduce> leaders_;
+  bool hierarchical_ = false;
+  int hosts_ = 1;
   AllReduceAlgorithm last_ = AllReduceAlgorithm::kNone;
   absl::Duration ring_options_timeout_;
 };

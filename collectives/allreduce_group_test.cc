@@ -265,8 +265,8 @@ TEST(AllReduceGroupTest, ABadRangeOnOneMemberIsAnErrorOnEveryMember) {
         return status;
       });
   EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kInvalidArgument,
-                                    HasSubstr("rank 1 called AllReduce(offset 0, count 100) "
-                                              "with a bad range")));
+                                    HasSubstr("rank 1 called something with a bad range or "
+                                              "root (offset 0, count 100;")));
   EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kOutOfRange,
                                     HasSubstr("exceed its data region")));
 }
@@ -334,6 +334,146 @@ TEST(AllReduceGroupTest, BadArgumentsAreRefusedOnTheHostPathToo) {
                 StatusIs(absl::StatusCode::kOutOfRange));
     return group->Shutdown();
   }));
+}
+
+// Hierarchical: hosts from AllReduceGroupOptions::host, per rank. Loopback
+// maps every peer, so each host's members have direct access.
+AllReduceGroupOptions OnHost(size_t capacity, const std::string& host) {
+  AllReduceGroupOptions options = Options(capacity);
+  options.host = host;
+  return options;
+}
+
+TEST(AllReduceGroupTest, HierarchicalSumsExactlyOnEveryLayoutOfHosts) {
+  using A = AllReduceAlgorithm;
+  struct Layout {
+    const char* name;
+    std::vector<std::string> host_of;  // by rank
+  };
+  const std::vector<Layout> layouts = {
+      {"2x2", {"a", "a", "b", "b"}},
+      {"2x2 interleaved", {"a", "b", "a", "b"}},
+      {"3+2", {"a", "b", "a", "b", "a"}},
+      {"2+1", {"a", "a", "b"}},
+      {"2+2+2", {"a", "a", "b", "b", "c", "c"}},
+  };
+  const std::vector<std::pair<size_t, size_t>> calls = {  // offset, count (floats)
+      {0, 1}, {0, 4096}, {0, 4097}, {0, 65537}, {12345, (size_t{1} << 20) + 5}, {3, 2}};
+  for (const Layout& layout : layouts) {
+    const int world = static_cast<int>(layout.host_of.size());
+    SCOPED_TRACE(layout.name);
+    ExpectAllOk(RunRankThreads(world, [&](int rank, rdma::Transport& transport,
+                                          rdma::Store& store) -> absl::Status {
+      ASSIGN_OR_RETURN(auto group,
+                       AllReduceGroup::Create(transport, store, "t", AllRanks(world),
+                                              OnHost(8 << 20, layout.host_of[rank])));
+      if (!group->hierarchical() || group->direct()) {
+        return absl::InternalError(absl::StrCat("hierarchical ", group->hierarchical(),
+                                                ", direct ", group->direct()));
+      }
+      for (const auto& [offset, count] : calls) {
+        RETURN_IF_ERROR(ReduceAndCheck(*group, world, offset, count, A::kHierarchical));
+      }
+      return group->Shutdown();
+    }));
+  }
+}
+
+TEST(AllReduceGroupTest, HierarchicalInexactSumsAreBitwiseIdenticalOnEveryRank) {
+  constexpr int kWorld = 5;
+  const std::vector<std::string> host_of = {"a", "a", "b", "b", "b"};
+  for (size_t count : {size_t{3000}, size_t{100003}}) {
+    SCOPED_TRACE(absl::StrCat(count, " elements"));
+    std::vector<std::vector<float>> results(kWorld);
+    ExpectAllOk(RunRankThreads(kWorld, [&](int rank, rdma::Transport& transport,
+                                           rdma::Store& store) -> absl::Status {
+      ASSIGN_OR_RETURN(auto group, AllReduceGroup::Create(transport, store, "t",
+                                                          AllRanks(kWorld),
+                                                          OnHost(1 << 20, host_of[rank])));
+      float* data = reinterpret_cast<float*>(group->data());
+      std::mt19937 random(static_cast<unsigned>(rank) * 7919 + 1);
+      std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+      for (size_t i = 0; i < count; ++i) {
+        data[i] = unit(random) * static_cast<float>(1 << (i % 20));
+      }
+      RETURN_IF_ERROR(group->AllReduce(0, count, DataType::kFloat32));
+      results[rank].assign(data, data + count);
+      return group->Shutdown();
+    }));
+    for (int rank = 1; rank < kWorld; ++rank) {
+      EXPECT_EQ(std::memcmp(results[rank].data(), results[0].data(), count * sizeof(float)), 0)
+          << "rank " << rank << " differs from rank 0";
+    }
+  }
+}
+
+TEST(AllReduceGroupTest, OneRankPerHostOrHierarchyOffIsOneFlatRing) {
+  for (Hierarchy hierarchy : {Hierarchy::kAuto, Hierarchy::kOff}) {
+    const bool shared = hierarchy == Hierarchy::kOff;  // "a a b b", else one rank a host
+    SCOPED_TRACE(shared ? "hierarchy off" : "one rank per host");
+    ExpectAllOk(RunRankThreads(4, [&](int rank, rdma::Transport& transport,
+                                      rdma::Store& store) -> absl::Status {
+      AllReduceGroupOptions options =
+          OnHost(1 << 20, shared ? std::string(1, "aabb"[rank]) : absl::StrCat("h", rank));
+      options.hierarchy = hierarchy;
+      ASSIGN_OR_RETURN(auto group,
+                       AllReduceGroup::Create(transport, store, "t", AllRanks(4), options));
+      if (group->hierarchical() || group->direct() || group->hosts() != (shared ? 2 : 4)) {
+        return absl::InternalError(absl::StrCat("hierarchical ", group->hierarchical(),
+                                                ", direct ", group->direct(), ", hosts ",
+                                                group->hosts()));
+      }
+      RETURN_IF_ERROR(ReduceAndCheck(*group, 4, 0, 1000, AllReduceAlgorithm::kRing));
+      return group->Shutdown();
+    }));
+  }
+}
+
+TEST(AllReduceGroupTest, HierarchicalBadRangeIsRefusedOnEveryMemberWithoutWaiting) {
+  ExpectAllOk(RunRankThreads(4, [&](int rank, rdma::Transport& transport,
+                                    rdma::Store& store) -> absl::Status {
+    ASSIGN_OR_RETURN(auto group, AllReduceGroup::Create(transport, store, "t", AllRanks(4),
+                                                        OnHost(1024, rank < 2 ? "a" : "b")));
+    EXPECT_THAT(group->AllReduce(2, 4, DataType::kFloat32),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("aligned")));
+    EXPECT_THAT(group->AllReduce(0, 257, DataType::kFloat32),
+                StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("1024 bytes")));
+    RETURN_IF_ERROR(ReduceAndCheck(*group, 4, 0, 256, AllReduceAlgorithm::kHierarchical));
+    return group->Shutdown();
+  }));
+}
+
+TEST(AllReduceGroupTest, ALeaderWhoseRingFailsReleasesItsHostAtOnce) {
+  // Hosts {0, 1} and {2, 3}; rank 3 never calls. Rank 2 (host b's leader)
+  // times out in its host's reduce; rank 0 (host a's leader) then times out
+  // in the leaders' ring, and rank 1, waiting for rank 0's broadcast, fails
+  // at once naming rank 0 instead of timing out in turn.
+  std::vector<absl::Status> calls(4);
+  std::vector<absl::Duration> took(4);
+  std::vector<absl::Status> statuses = RunRankThreads(
+      4, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        AllReduceGroupOptions options = OnHost(1 << 20, rank < 2 ? "a" : "b");
+        // Rank 1 would wait far longer than the others: only rank 0's
+        // word can end its call in time.
+        options.ring.timeout = rank == 1 ? absl::Seconds(60) : absl::Seconds(1);
+        options.ring.liveness_interval = absl::Milliseconds(50);
+        ASSIGN_OR_RETURN(auto group,
+                         AllReduceGroup::Create(transport, store, "t", AllRanks(4), options));
+        if (rank != 3) {
+          const absl::Time start = absl::Now();
+          calls[rank] = group->AllReduce(0, 1000, DataType::kFloat32);
+          took[rank] = absl::Now() - start;
+        }
+        // The hosts' barriers outlast the others' timeouts (the leaders'
+        // ring, which failed, ends its shutdown with its error).
+        return group->Shutdown(absl::Seconds(5));
+      });
+  EXPECT_OK(statuses[1]);
+  EXPECT_OK(statuses[3]);
+  EXPECT_THAT(calls[2], StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 3")));
+  EXPECT_THAT(calls[0], StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 2")));
+  EXPECT_THAT(calls[1], StatusIs(absl::StatusCode::kAborted,
+                                 HasSubstr("rank 0 gave up during its call 2")));
 }
 
 }  // namespace

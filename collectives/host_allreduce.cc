@@ -36,27 +36,38 @@ void Store(std::byte* word, uint64_t value) {
   __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_RELEASE);
 }
 
-uint64_t PackTypeOp(DataType type, ReduceOp op, uint8_t variant) {
-  return (static_cast<uint64_t>(variant) << 16) | (static_cast<uint64_t>(type) << 8) |
+uint64_t PackCall(uint64_t kind, int root, DataType type, ReduceOp op, uint8_t variant) {
+  return (static_cast<uint64_t>(root < 0 ? 0 : root) << 32) | (kind << 24) |
+         (static_cast<uint64_t>(variant) << 16) | (static_cast<uint64_t>(type) << 8) |
          static_cast<uint64_t>(op);
 }
 
 std::string DescribeCall(uint64_t offset, uint64_t count, uint64_t type_op) {
   // A forged word is printed as a number, never cast to an enum.
   if (type_op == host_allreduce_layout::kPoisonedCall) {
-    return absl::StrCat("AllReduce(offset ", offset, ", count ", count,
-                        ") with a bad range (its own error says which)");
+    return absl::StrCat("something with a bad range or root (offset ", offset, ", count ",
+                        count, "; its own error says which)");
   }
-  const uint64_t variant = type_op >> 16, type = (type_op >> 8) & 0xff, op = type_op & 0xff;
-  const bool known = variant <= 0xff && type <= static_cast<uint64_t>(DataType::kInt64) &&
+  const uint64_t root = type_op >> 32, kind = (type_op >> 24) & 0xff;
+  const uint64_t variant = (type_op >> 16) & 0xff, type = (type_op >> 8) & 0xff,
+                 op = type_op & 0xff;
+  if (kind == layout::kBroadcastCall && (type_op & 0xffffff) == 0) {
+    return absl::StrCat("Broadcast(offset ", offset, ", ", count, " bytes, root position ",
+                        root, ")");
+  }
+  const bool known = (kind == layout::kAllReduceCall ? root == 0 : kind == layout::kReduceCall) &&
+                     type <= static_cast<uint64_t>(DataType::kInt64) &&
                      op <= static_cast<uint64_t>(ReduceOp::kMax);
+  if (!known) {
+    return absl::StrCat("an unknown call (offset ", offset, ", count ", count,
+                        ", type/op word ", type_op, ")");
+  }
   return absl::StrCat(
-      "AllReduce(offset ", offset, ", count ", count, ", ",
-      known ? absl::StrCat(DataTypeName(static_cast<DataType>(type)), " ",
-                           ReduceOpName(static_cast<ReduceOp>(op)),
-                           variant != 0 ? absl::StrCat(", variant ", variant) : "")
-            : absl::StrCat("type/op word ", type_op),
-      ")");
+      kind == layout::kReduceCall ? "Reduce" : "AllReduce", "(offset ", offset, ", count ",
+      count, ", ", DataTypeName(static_cast<DataType>(type)), " ",
+      ReduceOpName(static_cast<ReduceOp>(op)),
+      variant != 0 ? absl::StrCat(", variant ", variant) : "",
+      kind == layout::kReduceCall ? absl::StrCat(", root position ", root) : "", ")");
 }
 
 absl::Status Annotate(const absl::Status& status, const std::string& where) {
@@ -362,23 +373,63 @@ void HostAllReduce::RingPeers() {
 
 absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type,
                                       ReduceOp op, uint8_t variant) {
+  return Run(offset, count, ElementSize(type), DataTypeName(type),
+             PackCall(layout::kAllReduceCall, -1, type, op, variant), /*root=*/-1,
+             [&](uint64_t call, size_t bytes) {
+               return OneShot(bytes) ? OneShotCall(call, offset, bytes, count, type, op, -1)
+                                     : ScatterGatherCall(call, offset, count, type, op, -1);
+             });
+}
+
+absl::Status HostAllReduce::Reduce(size_t offset, size_t count, DataType type, ReduceOp op,
+                                   int root, uint8_t variant) {
+  return Run(offset, count, ElementSize(type), DataTypeName(type),
+             PackCall(layout::kReduceCall, root, type, op, variant), root,
+             [&](uint64_t call, size_t bytes) {
+               return OneShot(bytes) ? OneShotCall(call, offset, bytes, count, type, op, root)
+                                     : ScatterGatherCall(call, offset, count, type, op, root);
+             });
+}
+
+absl::Status HostAllReduce::Broadcast(size_t offset, size_t bytes, int root) {
+  return Run(offset, bytes, 1, "byte",
+             PackCall(layout::kBroadcastCall, root, DataType{}, ReduceOp{}, 0), root,
+             [&](uint64_t call, size_t) {
+               if (position_ != root) {
+                 const Peer& from = peers_[root];
+                 std::memcpy(data_.data() + offset, from.data + from.offset, bytes);
+                 ++stats_.reads;
+                 stats_.bytes_read += static_cast<int64_t>(bytes);
+               }
+               // The root leaves after every member has copied.
+               return Leave(call);
+             });
+}
+
+template <typename Body>
+absl::Status HostAllReduce::Run(size_t offset, size_t count, size_t element,
+                                absl::string_view unit, uint64_t type_op, int root,
+                                Body body) {
   if (!failure_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         Where(), ": unusable after an earlier error: ", failure_.message()));
   }
-  // A bad range is ours alone (each member passes its own offset): the
-  // call still meets the others, as one that differs from theirs (a type/op
-  // word no call has), so they get an error too instead of a wait, and the
-  // collective stays usable.
-  const size_t element = ElementSize(type);
+  // A bad range or root is ours alone (each member passes its own offset):
+  // the call still meets the others, as one that differs from theirs (a
+  // type/op word no call has), so they get an error too instead of a
+  // wait, and the collective stays usable.
   absl::Status bad_range;
   if (element == 0 || offset % element != 0) {
     bad_range = absl::InvalidArgumentError(absl::StrCat(
-        Where(), ": offset ", offset, " is not aligned to ", DataTypeName(type), " elements"));
+        Where(), ": offset ", offset, " is not aligned to ", unit, " elements"));
   } else if (offset > data_.size() || count > (data_.size() - offset) / element) {
     bad_range = absl::OutOfRangeError(absl::StrCat(
-        Where(), ": ", count, " ", DataTypeName(type), " elements at offset ", offset,
+        Where(), ": ", count, " ", unit, " elements at offset ", offset,
         " exceed its data region of ", data_.size(), " bytes"));
+  } else if ((((type_op >> 24) & 0xff) == layout::kAllReduceCall ? root != -1 : root < 0) ||
+             root >= size()) {
+    bad_range = absl::InvalidArgumentError(absl::StrCat(
+        Where(), ": root position ", root, " is not a member's (0..", size() - 1, ")"));
   }
   if (!bad_range.ok() && size() == 1) return bad_range;
   // An empty call still meets the others, so a member whose count differs
@@ -387,7 +438,7 @@ absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type
   ++stats_.calls;
   const size_t bytes = bad_range.ok() ? count * element : 0;
   bool differs = false;
-  absl::Status status = Enter(call, bad_range.ok() ? offset : 0, count, type, op, variant,
+  absl::Status status = Enter(call, bad_range.ok() ? offset : 0, count, element, type_op,
                               /*poisoned=*/!bad_range.ok(), differs);
   if (differs) {
     // Every member sees a call that differs from its own (each compares
@@ -397,9 +448,7 @@ absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type
     if (left.ok()) return bad_range.ok() ? Annotate(status, Where()) : bad_range;
     status = left;
   } else if (status.ok()) {
-    status = size() == 1 ? Leave(call)
-             : OneShot(bytes) ? OneShotCall(call, offset, bytes, count, type, op)
-                              : ScatterGatherCall(call, offset, count, type, op);
+    status = size() == 1 ? Leave(call) : body(call, bytes);
   }
   if (!status.ok()) {
     // Our buffer may change as soon as we return: a peer still reading it
@@ -413,6 +462,13 @@ absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type
   return absl::OkStatus();
 }
 
+void HostAllReduce::Abandon(const absl::Status& why) {
+  if (failure_.ok()) failure_ = why.ok() ? absl::AbortedError("abandoned") : why;
+  if (block_ == nullptr) return;
+  Store(block_ + layout::kDone, (calls_ + 1) | layout::kAborted);
+  RingPeers();
+}
+
 absl::Status HostAllReduce::CheckNotAborted(const Peer& peer, uint64_t done) const {
   if ((done & layout::kAborted) == 0) return absl::OkStatus();
   return absl::AbortedError(absl::StrCat(
@@ -420,9 +476,9 @@ absl::Status HostAllReduce::CheckNotAborted(const Peer& peer, uint64_t done) con
       " (its own error says why), so what was read from it cannot be trusted"));
 }
 
-absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, DataType type,
-                                  ReduceOp op, uint8_t variant, bool poisoned, bool& differs) {
-  const uint64_t type_op = poisoned ? layout::kPoisonedCall : PackTypeOp(type, op, variant);
+absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, size_t element,
+                                  uint64_t type_op, bool poisoned, bool& differs) {
+  if (poisoned) type_op = layout::kPoisonedCall;
   Store(block_ + layout::kOffset, offset);
   Store(block_ + layout::kCount, count);
   Store(block_ + layout::kTypeOp, type_op);
@@ -443,9 +499,9 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, Da
     return absl::OkStatus();
   }
   // Every peer entered: their arguments stay put until we are done. Count,
-  // type and operator must match; each member's range may lie at its own
-  // offset, which is untrusted until checked against the region.
-  const size_t bytes = count * ElementSize(type);
+  // kind, type, operator and root must match; each member's range may lie
+  // at its own offset, which is untrusted until checked against the region.
+  const size_t bytes = count * element;
   for (int p = 0; p < size(); ++p) {
     if (p == position_) continue;
     Peer& peer = peers_[p];
@@ -458,10 +514,10 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, Da
           "call ", call, " differs between members: rank ", peer.rank, " called ",
           DescribeCall(theirs[0], theirs[1], theirs[2]), ", rank ", transport_.rank(),
           " called ", DescribeCall(offset, count, type_op),
-          "; every member must make the same all-reduces (count, type, operator) in the "
+          "; every member must make the same calls (count, type, operator, root) in the "
           "same order"));
     }
-    if (theirs[0] % ElementSize(type) != 0 || theirs[0] > data_.size() ||
+    if (theirs[0] % element != 0 || theirs[0] > data_.size() ||
         bytes > data_.size() - theirs[0]) {
       return absl::DataLossError(absl::StrCat(
           "rank ", peer.rank, " published offset ", theirs[0], " for ", bytes,
@@ -474,13 +530,18 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, Da
 }
 
 absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t bytes,
-                                        size_t count, DataType type, ReduceOp op) {
+                                        size_t count, DataType type, ReduceOp op, int root) {
   // Member order, the same on every member: identical results everywhere.
+  // A reduce to a root: only the root reads; the others wait for it to be
+  // done with their buffers.
+  if (root >= 0 && root != position_) return Leave(call);
   auto source = [&](int p) -> const std::byte* {
     return p == position_ ? data_.data() + offset : peers_[p].data + peers_[p].offset;
   };
   std::memcpy(scratch_.data(), source(0), bytes);
-  for (int p = 1; p < size(); ++p) Reduce(type, op, scratch_.data(), source(p), count);
+  for (int p = 1; p < size(); ++p) {
+    collectives::Reduce(type, op, scratch_.data(), source(p), count);
+  }
   stats_.reads += size() - 1;
   stats_.bytes_read += static_cast<int64_t>(bytes) * (size() - 1);
   ++stats_.one_shot_calls;
@@ -490,7 +551,7 @@ absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t byt
 }
 
 absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size_t count,
-                                              DataType type, ReduceOp op) {
+                                              DataType type, ReduceOp op, int root) {
   const size_t element = ElementSize(type);
   const size_t n = static_cast<size_t>(size());
   const size_t chunk = options_.chunk_bytes / element;  // elements, >= 8
@@ -505,7 +566,7 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
     const size_t length = std::min(chunk, mine.begin + mine.length - first);
     for (int p = 0; p < size(); ++p) {
       if (p == position_) continue;
-      Reduce(type, op, ours + first * element,
+      collectives::Reduce(type, op, ours + first * element,
              peers_[p].data + peers_[p].offset + first * element,
              length);
       ++stats_.reads;
@@ -532,13 +593,15 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
     return static_cast<size_t>(published - peer.reduced_base);
   };
 
-  // All-gather: copy each peer's final chunks of its segment, taking
-  // whichever peer has one ready rather than waiting on one.
+  // All-gather (a reduce: to the root only): copy each peer's final chunks
+  // of its segment, taking whichever peer has one ready rather than
+  // waiting on one.
   std::vector<size_t> copied(n, 0);
   size_t left = 0;
   for (size_t p = 0; p < n; ++p) {
     if (static_cast<int>(p) != position_) left += chunks_of(SegmentOf(count, n, p).length);
   }
+  if (root >= 0 && root != position_) left = 0;
   while (left > 0) {
     bool moved = false;
     for (size_t step = 1; step < n; ++step) {

@@ -47,6 +47,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "collectives/reduce.h"
 #include "onesided/progress/progress_loop.h"
@@ -65,7 +66,13 @@ namespace host_allreduce_layout {
 constexpr size_t kEntered = 0;  // the call under way, after its arguments:
 constexpr size_t kOffset = 8;
 constexpr size_t kCount = 16;
-constexpr size_t kTypeOp = 24;  // variant << 16 | DataType << 8 | ReduceOp
+constexpr size_t kTypeOp = 24;  // the call's kind and arguments, packed:
+// root << 32 | kind << 24 | variant << 16 | DataType << 8 | ReduceOp, where
+// kind is one of these (a broadcast's type, operator and variant are 0,
+// and its count is in bytes):
+constexpr uint64_t kAllReduceCall = 0;
+constexpr uint64_t kReduceCall = 1;
+constexpr uint64_t kBroadcastCall = 2;
 // The type/op word of a call whose range was bad on its member: it differs
 // from every real call, so all members end it with an error.
 constexpr uint64_t kPoisonedCall = ~uint64_t{0};
@@ -152,6 +159,25 @@ class HostAllReduce {
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0);
 
+  // AllReduce()'s contract, but only the member at position `root` gets the
+  // result (in place); the others' ranges are left holding partial results
+  // (the reduce-scatter's segments). The first phase of a hierarchical
+  // all-reduce: the host's leader then reduces across hosts.
+  absl::Status Reduce(size_t offset, size_t count, DataType type, ReduceOp op, int root,
+                      uint8_t variant = 0);
+
+  // Copies `bytes` at the member at position `root` (from its offset) into
+  // every other member's range (at its own offset), read straight out of
+  // the root's buffer. The same errors as AllReduce()'s; a call whose root
+  // or size differs between members is kInvalidArgument on every member.
+  absl::Status Broadcast(size_t offset, size_t bytes, int root);
+
+  // Ends our part after an error outside this collective (a hierarchical
+  // all-reduce's leader whose ring across hosts failed): marks our next
+  // call aborted, so members waiting in it fail at once with kAborted
+  // naming us instead of timing out. Later calls are refused.
+  void Abandon(const absl::Status& why);
+
   // Meets every member at a store barrier (after it, no peer reads our
   // memory), for up to `timeout` (the options' by default). Collective;
   // call once, after the last AllReduce(), also after an error.
@@ -168,16 +194,24 @@ class HostAllReduce {
   absl::Status Connect();
   std::string Where() const;
 
+  // One call of any kind: checks our range (`count` units of `element`
+  // bytes at `offset`, and `root`, -1 for none), enters, runs `body(call,
+  // bytes)` unless the members' calls differ, and on an error marks our
+  // done word aborted. `type_op`: the packed kind and arguments.
+  template <typename Body>
+  absl::Status Run(size_t offset, size_t count, size_t element, absl::string_view unit,
+                   uint64_t type_op, int root, Body body);
   // Publishes the call and waits for every peer's; `differs` when a peer's
-  // count, type or operator is not ours (an error, but every member sees
-  // one, so the call can end cleanly).
+  // count or packed kind and arguments are not ours (an error, but every
+  // member sees one, so the call can end cleanly).
   // `poisoned`: our range was bad; publish a call that differs from all.
-  absl::Status Enter(uint64_t call, size_t offset, size_t count, DataType type,
-                     ReduceOp op, uint8_t variant, bool poisoned, bool& differs);
+  absl::Status Enter(uint64_t call, size_t offset, size_t count, size_t element,
+                     uint64_t type_op, bool poisoned, bool& differs);
+  // `root` -1: every member gets the result; else only that position.
   absl::Status OneShotCall(uint64_t call, size_t offset, size_t bytes,
-                           size_t count, DataType type, ReduceOp op);
+                           size_t count, DataType type, ReduceOp op, int root);
   absl::Status ScatterGatherCall(uint64_t call, size_t offset, size_t count,
-                                 DataType type, ReduceOp op);
+                                 DataType type, ReduceOp op, int root);
   // Publishes `done` and waits for every peer's.
   absl::Status Leave(uint64_t call);
   // Waits until `ready(peer)` holds for every peer (`any`: for one of

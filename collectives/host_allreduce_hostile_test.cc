@@ -3,8 +3,8 @@
 // hand: it publishes a layout, a data region and a control block like any
 // member, says it mapped rank 0, and then writes forged words into its own
 // control block, which rank 0 reads through its mapping: a call number from
-// the future, other call arguments (also an out-of-range type/op word), an
-// offset outside its region, a
+// the future, other call arguments (also an out-of-range type/op word and
+// a broadcast root no member holds), an offset outside its region, a
 // reduced-chunks counter beyond its segment, a done flag ahead of the call,
 // the mark of a member that gave up in the call.
 // Each fails rank 0's call with an error naming rank 1 before the value
@@ -56,10 +56,15 @@ struct Outcome {
   absl::Status again;  // a call after that
 };
 
-// Rank 0 calls AllReduce(0, count, float32 sum) after rank 1, a member
-// played by hand, wrote `forge` into its control block.
+// Rank 0 makes `call` (by default AllReduce(0, count, float32 sum)) twice
+// after rank 1, a member played by hand, wrote `forge` into its control
+// block.
 Outcome ForgeThenCall(const std::string& name, size_t count,
-                      const std::function<void(std::byte* block)>& forge) {
+                      const std::function<void(std::byte* block)>& forge,
+                      std::function<absl::Status(HostAllReduce&)> call = nullptr) {
+  if (call == nullptr) {
+    call = [count](HostAllReduce& host) { return host.AllReduce(0, count, DataType::kFloat32); };
+  }
   Outcome outcome;
   const std::string forged = absl::StrCat(kNs, "/", name, "/forged");
   const std::string judged = absl::StrCat(kNs, "/", name, "/judged");
@@ -72,8 +77,8 @@ Outcome ForgeThenCall(const std::string& name, size_t count,
           ASSIGN_OR_RETURN(auto host,
                            HostAllReduce::Create(transport, store, kNs, {0, 1}, data, options));
           RETURN_IF_ERROR(store.Wait({forged}, absl::Seconds(30)));
-          outcome.call = host->AllReduce(0, count, DataType::kFloat32);
-          outcome.again = host->AllReduce(0, count, DataType::kFloat32);
+          outcome.call = call(*host);
+          outcome.again = call(*host);
           return store.Set(judged, "1");
         }
         // The hostile member: everything a real one publishes.
@@ -146,6 +151,21 @@ TEST(HostAllReduceHostileTest, OtherCallArgumentsAreNamed) {
     SetWord(block, layout::kDone, 1);
   });
   ExpectDifferenceNamed(garbage, absl::StrCat("type/op word ", 0xdead0077));
+}
+
+TEST(HostAllReduceHostileTest, AForgedRootIsNamedNeverUsed) {
+  // Rank 0 broadcasts from position 1; rank 1's word claims a broadcast
+  // from position 2^20, which no member holds: a difference, never an index.
+  Outcome outcome = ForgeThenCall(
+      "root", 400,
+      [](std::byte* block) {
+        Entered(block, 400);
+        SetWord(block, layout::kTypeOp, (uint64_t{1} << 52) | (layout::kBroadcastCall << 24));
+        SetWord(block, layout::kDone, 1);
+      },
+      [](HostAllReduce& host) { return host.Broadcast(0, 400, 1); });
+  ExpectDifferenceNamed(outcome,
+                        "rank 1 called Broadcast(offset 0, 400 bytes, root position 1048576)");
 }
 
 TEST(HostAllReduceHostileTest, AnOffsetOutsideItsRegionIsRefused) {

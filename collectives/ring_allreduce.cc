@@ -94,14 +94,23 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
     return absl::FailedPreconditionError(absl::StrCat(
         what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
   }
+  if (options.data != nullptr && options.data->size() != options.capacity_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the caller's data region has ", options.data->size(),
+        " bytes, capacity_bytes says ", options.capacity_bytes));
+  }
   ASSIGN_OR_RETURN(const int position, PositionOf(members, transport.rank(), what));
   RingAllReduceOptions planned = options;
+  planned.data = nullptr;  // held as data_
   planned.slots = StagingSlots(options, members.size());
   std::unique_ptr<RingAllReduce> ring(new RingAllReduce(
       transport, store, ns, std::move(members), position, planned));
-  ASSIGN_OR_RETURN(rdma::MemoryRegion data,
-                   transport.Allocate(options.capacity_bytes));
-  ring->data_ = std::make_unique<rdma::MemoryRegion>(std::move(data));
+  if (options.data != nullptr) {
+    ring->data_ = options.data;
+  } else {
+    ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(options.capacity_bytes));
+    ring->data_ = std::make_shared<rdma::MemoryRegion>(std::move(data));
+  }
   ASSIGN_OR_RETURN(rdma::MemoryRegion control,
                    transport.Allocate(ControlBytes(planned)));
   ring->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
@@ -155,7 +164,8 @@ RingAllReduce::~RingAllReduce() {
                  "rdmaflow: %s: leaving its %zu bytes of registered memory "
                  "mapped: %s\n",
                  Where().c_str(), bytes, why.c_str());
-    data_.release();
+    // Deliberately leaked references: the region outlives its other owners.
+    new std::shared_ptr<rdma::MemoryRegion>(std::move(data_));
     control_.release();
     if (never_completed > 0) {
       // Their completions point at them.

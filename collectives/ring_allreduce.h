@@ -89,6 +89,12 @@ struct RingAllReduceOptions {
   // watch of it on the loop. Null: the ring makes a loop of its own (with
   // `wait` and `liveness_interval`).
   onesided::ProgressLoop* loop = nullptr;
+  // The data region, when the caller owns it (AllReduceGroup: the same
+  // region under every algorithm); registered with this transport, of
+  // exactly capacity_bytes. Null: the ring allocates its own. The ring
+  // holds a reference, and keeps it past its destruction when a neighbour
+  // might still write into the region.
+  std::shared_ptr<rdma::MemoryRegion> data;
 };
 
 struct RingAllReduceStats {
@@ -190,7 +196,7 @@ class RingAllReduce {
   const int left_rank_;   // global ranks of our neighbours
   const int right_rank_;
 
-  std::unique_ptr<rdma::MemoryRegion> data_;
+  std::shared_ptr<rdma::MemoryRegion> data_;
   std::unique_ptr<rdma::MemoryRegion> control_;
   rdma::RemoteRegion right_data_, right_control_, left_control_;
   std::unique_ptr<rdma::Endpoint> right_endpoint_;
