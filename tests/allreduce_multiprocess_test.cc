@@ -2,10 +2,14 @@
 // processes over UCX, rendezvous through TCPStore: over shared memory with 4
 // ranks the members map each other's memory and take the host algorithms
 // (one-shot and scatter-gather), or the ring with direct access off; over
-// TCP with 3 ranks nothing maps and the ring runs. Exact sums (integers in
+// TCP with 3 ranks nothing maps and the ring runs; on 2 network-namespace
+// hosts of 2 ranks each (tools/netns_hosts.sh: shared memory within a host,
+// TCP between them; needs root) the group runs hierarchically. Exact sums (integers in
 // float32) from one element to 16 MiB + 12 bytes (uneven), one group for all
 // calls, every rank checking every element and the algorithm taken.
 // The test binary re-executes itself per rank (launch/ranks_or_tests_main.h).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -27,6 +31,8 @@
 namespace rdmaflow {
 namespace {
 
+// "shm" or "tcp": UCX's transports; "netns": UCX's choice, TCP on eth0
+// (each rank on a namespace host).
 constexpr char kTlsEnv[] = "RDMAFLOW_RING_TEST_TLS";
 constexpr char kDirectEnv[] = "RDMAFLOW_RING_TEST_DIRECT";
 // Set: the last rank dies right after Create(), and the others' first call
@@ -42,23 +48,28 @@ absl::Status RunRank() {
   const int rank = joined.rank;
   const int world = joined.world_size;
   rdma::Store* store = joined.store.get();
+  const std::string tls = std::getenv(kTlsEnv);
+  const bool netns = tls == "netns";
   ASSIGN_OR_RETURN(std::unique_ptr<rdma::Transport> ucx,
                    rdma::CreateBuiltinTransport(
-                       "ucx", absl::StrCat("tls=", std::getenv(kTlsEnv)), rank));
+                       "ucx", netns ? "net_devices=eth0" : absl::StrCat("tls=", tls), rank));
   rdma::Transport* transport = ucx.get();
   collectives::AllReduceGroupOptions options;
   options.ring.capacity_bytes = (size_t{16} << 20) + 64;
   options.ring.timeout = absl::Seconds(60);
-  const bool shm = std::string(std::getenv(kTlsEnv)) == "shm";
+  const bool shm = tls == "shm";
   ASSIGN_OR_RETURN(options.direct, collectives::ParseDirectAccess(std::getenv(kDirectEnv)));
   const bool direct = shm && options.direct == collectives::DirectAccess::kAuto;
   std::vector<int> members(world);
   std::iota(members.begin(), members.end(), 0);
   ASSIGN_OR_RETURN(auto ring, collectives::AllReduceGroup::Create(
                                   *transport, *store, "e2e", members, options));
-  if (ring->direct() != direct) {
-    return absl::InternalError(absl::StrCat("rank ", rank, ": direct access is ",
-                                            ring->direct(), ", expected ", direct));
+  if (ring->direct() != direct || ring->hierarchical() != netns ||
+      ring->hosts() != (netns ? 2 : 1)) {
+    return absl::InternalError(absl::StrCat(
+        "rank ", rank, ": direct access is ", ring->direct(), ", expected ", direct,
+        "; hierarchical ", ring->hierarchical(), " on ", ring->hosts(),
+        " hosts, expected ", netns ? "true on 2" : "false on 1"));
   }
   if (std::getenv(kDieEnv) != nullptr) {
     if (rank == world - 1) std::_Exit(0);  // no shutdown, no goodbye: a crash
@@ -80,7 +91,8 @@ absl::Status RunRank() {
     for (size_t i = 0; i < count; ++i) data[i] = Value(rank, i);
     RETURN_IF_ERROR(ring->AllReduce(0, count, collectives::DataType::kFloat32));
     const collectives::AllReduceAlgorithm expected =
-        !direct ? collectives::AllReduceAlgorithm::kRing
+        netns     ? collectives::AllReduceAlgorithm::kHierarchical
+        : !direct ? collectives::AllReduceAlgorithm::kRing
         : count * 4 <= options.one_shot_max_bytes
             ? collectives::AllReduceAlgorithm::kHostOneShot
             : collectives::AllReduceAlgorithm::kHostScatterGather;
@@ -122,6 +134,46 @@ TEST(AllReduceMultiProcessTest, ARankThatDiesFailsItsPeersCallsWithoutAFault) {
 
 TEST(AllReduceMultiProcessTest, ThreeProcessesOverTcpFallBackToTheRing) {
   EXPECT_OK(launch::LaunchRanks(3, {{kTlsEnv, "tcp"}, {kDirectEnv, "auto"}}).status);
+}
+
+// Two hosts (network and PID namespaces) of two ranks each, made with
+// tools/netns_hosts.sh under a prefix and subnet of this test's own; every
+// rank is started on its host by the script's `exec`, and reaches the store
+// this process hosts through the hosts' bridge.
+TEST(AllReduceMultiProcessTest, TwoNamespaceHostsOfTwoRanksRunHierarchically) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make network and PID namespaces";
+  const std::string script = "tools/netns_hosts.sh";
+  if (access(script.c_str(), X_OK) != 0) GTEST_SKIP() << script << " is not in the runfiles";
+  const int id = static_cast<int>(getpid() % 200);
+  const std::string prefix = absl::StrCat("rfa", id);
+  const std::string subnet = absl::StrCat("10.76.", id);
+  const std::string env = absl::StrCat("NETNS_PREFIX=", prefix, " NETNS_SUBNET=", subnet, " ");
+  const std::string up = absl::StrCat(env, script, " up 2 none 2>&1");
+  std::string output;
+  FILE* pipe = popen(up.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char line[512];
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) output += line;
+  if (pclose(pipe) != 0) {
+    std::system(absl::StrCat(env, script, " down 2 >/dev/null 2>&1").c_str());
+    GTEST_SKIP() << "cannot make namespace hosts here (" << script << " up): " << output;
+  }
+  char self[4096] = {};
+  ASSERT_GT(readlink("/proc/self/exe", self, sizeof(self) - 1), 0);
+  launch::JobOptions job;
+  job.world_size = 4;
+  job.program = "/bin/sh";
+  // Ranks 0 and 1 on host 0, 2 and 3 on host 1.
+  job.argv = {"sh", "-c", "exec \"$0\" exec $((RANK / 2)) \"$1\"", script, self};
+  job.env = {{kTlsEnv, "netns"},
+             {kDirectEnv, "auto"},
+             {"NETNS_PREFIX", prefix},
+             {"MASTER_ADDR", absl::StrCat(subnet, ".254")}};
+  job.timeout = launch::kTestJobTimeout;
+  const launch::JobResult result = launch::RunJob(job);
+  // Also ends whatever a failed rank left in the hosts' PID namespaces.
+  std::system(absl::StrCat(env, script, " down 2 >/dev/null 2>&1").c_str());
+  EXPECT_OK(result.status);
 }
 
 }  // namespace
