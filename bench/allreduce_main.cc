@@ -1,7 +1,8 @@
 // allreduce_bench: all-reduce latency and bandwidth of rdmaflow
 // (collectives/allreduce_group.h: the same-host algorithms where the
-// transport maps peers' memory, else the ring; "rdmaflow-ring" forces the
-// ring) next to LibTorch's Gloo backend, in the same processes and the same
+// transport maps peers' memory, hierarchical across hosts, else the ring;
+// "rdmaflow-ring" forces the ring, "rdmaflow-flat" one flat ring across
+// hosts) next to LibTorch's Gloo backend, in the same processes and the same
 // run, for each rank count and size. Each row names the algorithm that ran
 // and one thread's `dst += src` bandwidth at that size (the reduction's
 // bound); memcpy and a float32 sum at 16 MiB head the table. MPI is
@@ -11,7 +12,10 @@
 //   allreduce_bench --ranks=2,4 --json=allreduce.json
 //
 // Without RANK in the environment it starts each job's ranks as processes
-// itself (rank 0 is this process); under torchrun each process is a rank.
+// itself (rank 0 is this process); under torchrun (or one process per rank
+// started on each host, as tools/bench_hierarchical.sh does) each process
+// is a rank and rank 0 prints the table.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -44,7 +48,8 @@
 ABSL_FLAG(std::string, ranks, "2,4", "Rank counts to measure, comma-separated.");
 ABSL_FLAG(std::string, impls, "rdmaflow,gloo",
           "Implementations: rdmaflow (the group's pick per size), rdmaflow-ring (the ring "
-          "only, for the ablation), gloo.");
+          "only, for the ablation), rdmaflow-flat (no hierarchy across hosts: one ring), "
+          "gloo (on one host only: it runs over 127.0.0.1).");
 ABSL_FLAG(std::string, transport, "ucx", "rdmaflow transport: ucx or ibverbs.");
 ABSL_FLAG(std::string, params, "", "Transport parameters key=value,...");
 ABSL_FLAG(int64_t, chunk_bytes, 256 << 10, "rdmaflow ring: bytes per pipelined piece.");
@@ -188,12 +193,14 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
   onesided::ProgressLoop loop(*transport, loop_options);
   options.ring.loop = &loop;
   std::vector<std::pair<std::string, std::unique_ptr<collectives::AllReduceGroup>>> groups;
-  for (const char* impl : {"rdmaflow", "rdmaflow-ring"}) {
+  for (const char* impl : {"rdmaflow", "rdmaflow-ring", "rdmaflow-flat"}) {
     if (!Wants(impl)) continue;
     collectives::AllReduceGroupOptions these = options;
     these.ring.name = impl;
-    these.direct = std::string(impl) == "rdmaflow" ? collectives::DirectAccess::kAuto
-                                                   : collectives::DirectAccess::kOff;
+    these.direct = std::string(impl) == "rdmaflow-ring" ? collectives::DirectAccess::kOff
+                                                        : collectives::DirectAccess::kAuto;
+    these.hierarchy = std::string(impl) == "rdmaflow-flat" ? collectives::Hierarchy::kOff
+                                                           : collectives::Hierarchy::kAuto;
     ASSIGN_OR_RETURN(auto group, collectives::AllReduceGroup::Create(
                                      *transport, store, "bench", members, these));
     groups.emplace_back(impl, std::move(group));
@@ -252,26 +259,33 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "--load: %d is not a thread count in 0..64\n", load);
     return 2;
   }
-  if (std::getenv("RANK") != nullptr) {
-    return launch::RunLaunchedRank([](int rank, int world, rdma::Store& store) {
-      return Report(RunRank(rank, world, store, nullptr, nullptr), rank);
-    });
-  }
   std::vector<AllReduceRow> rows;
   std::string description;
   ComputeLoad compute(load);  // in the process of rank 0, beside all ranks
-  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_ranks), ',')) {
-    int world = 0;
-    if (!absl::SimpleAtoi(text, &world) || world < 2) {
-      std::fprintf(stderr, "--ranks: '%s' is not a rank count >= 2\n",
-                   std::string(text).c_str());
-      return 2;
-    }
-    std::fprintf(stderr, "allreduce_bench: %d ranks\n", world);
-    const int code = launch::RunLocalJob(world, argv, {}, [&](rdma::Store& store) {
-      return Report(RunRank(0, world, store, &rows, &description), 0);
+  if (std::getenv("RANK") != nullptr) {
+    // One rank of a job someone else started: rank 0 reports it.
+    bool reports = false;
+    const int code = launch::RunLaunchedRank([&](int rank, int world, rdma::Store& store) {
+      reports = rank == 0;
+      return Report(RunRank(rank, world, store, reports ? &rows : nullptr,
+                            reports ? &description : nullptr),
+                    rank);
     });
-    if (code != 0) return code;
+    if (code != 0 || !reports) return code;
+  } else {
+    for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_ranks), ',')) {
+      int world = 0;
+      if (!absl::SimpleAtoi(text, &world) || world < 2) {
+        std::fprintf(stderr, "--ranks: '%s' is not a rank count >= 2\n",
+                     std::string(text).c_str());
+        return 2;
+      }
+      std::fprintf(stderr, "allreduce_bench: %d ranks\n", world);
+      const int code = launch::RunLocalJob(world, argv, {}, [&](rdma::Store& store) {
+        return Report(RunRank(0, world, store, &rows, &description), 0);
+      });
+      if (code != 0) return code;
+    }
   }
   const int64_t reference = std::min<int64_t>(absl::GetFlag(FLAGS_max_bytes), 16 << 20);
   compute.Stop();  // memcpy and the reduce are measured alone
@@ -289,14 +303,32 @@ int Main(int argc, char** argv) {
               compute.iterations() / 1e6, memcpy_gbps, reduce_gbps,
               static_cast<long long>(reference));
   PrintRows(rows);
-  // rdmaflow against Gloo, size by size.
+  // rdmaflow against each other implementation measured, size by size.
   std::map<std::pair<int, double>, std::map<std::string, double>> busbw;
-  for (const AllReduceRow& r : rows) busbw[{r.ranks(), r.bytes()}][r.impl()] = r.busbw_gbps();
-  std::printf("\n%5s %11s %16s\n", "ranks", "bytes", "rdmaflow/gloo");
-  for (const auto& [key, impls] : busbw) {
-    if (impls.count("rdmaflow") == 0 || impls.count("gloo") == 0) continue;
-    std::printf("%5d %11.0f %15.2fx\n", key.first, key.second,
-                impls.at("rdmaflow") / impls.at("gloo"));
+  std::vector<std::string> baselines;
+  for (const AllReduceRow& r : rows) {
+    busbw[{r.ranks(), r.bytes()}][r.impl()] = r.busbw_gbps();
+    if (r.impl() != "rdmaflow" &&
+        std::find(baselines.begin(), baselines.end(), r.impl()) == baselines.end()) {
+      baselines.push_back(r.impl());
+    }
+  }
+  if (Wants("rdmaflow") && !baselines.empty()) {
+    std::printf("\n%5s %11s", "ranks", "bytes");
+    for (const std::string& b : baselines) std::printf(" %22s", ("rdmaflow/" + b).c_str());
+    std::printf("\n");
+    for (const auto& [key, impls] : busbw) {
+      if (impls.count("rdmaflow") == 0) continue;
+      std::printf("%5d %11.0f", key.first, key.second);
+      for (const std::string& b : baselines) {
+        if (impls.count(b) == 0 || impls.at(b) <= 0) {
+          std::printf(" %22s", "-");
+        } else {
+          std::printf(" %21.2fx", impls.at("rdmaflow") / impls.at(b));
+        }
+      }
+      std::printf("\n");
+    }
   }
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     results::RunInfo run = results::NewRunInfo("allreduce_bench", start);

@@ -2,6 +2,7 @@
 # Plots all-reduce bus bandwidth against size, one panel per rank count, from
 # a TSV of columns ranks, bytes, then one GB/s column per series (one header
 # row), as tools/allreduce_report.py and tools/torch_report.py write them.
+# PANEL_UNIT names what the first column counts (default "ranks").
 #   tools/plot_allreduce.sh allreduce.tsv out.png [TITLE ...]
 # The titles name the series in order (default: rdmaflow, its ring alone,
 # Gloo, Open MPI).
@@ -30,7 +31,7 @@ done
   echo "set xlabel 'bytes'; set ylabel 'bus bandwidth (GB/s)'; set key top left"
   echo "set format x '%.0s%cB'"
   for n in $ranks; do
-    echo "set title '$n ranks'"
+    echo "set title '$n ${PANEL_UNIT:-ranks}'"
     plot="plot"
     for i in "${!titles[@]}"; do
       [ "$i" -gt 0 ] && plot="$plot,"
