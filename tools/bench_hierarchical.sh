@@ -10,7 +10,8 @@
 # OUT/hierarchical_busbw.png.
 #   tools/bench_hierarchical.sh [OUT_DIR]   (default bench-results/hierarchical)
 # Environment: RATES ("1gbit 10gbit"), HOSTS (2), PER_HOST (2), MIN_BYTES
-# (4096), MAX_BYTES (67108864), BUDGET (bytes per size, 268435456).
+# (4096), MAX_BYTES (67108864), BUDGET (bytes per size, 268435456),
+# BENCH_FLAGS (more allreduce_bench flags, e.g. --chunk_bytes=1048576).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/hierarchical}
@@ -36,7 +37,7 @@ for rate in $rates; do
       tools/netns_hosts.sh exec $((r / per_host)) "$bench" --impls=rdmaflow,rdmaflow-flat \
       --params=net_devices=eth0 --min_bytes="${MIN_BYTES:-4096}" \
       --max_bytes="${MAX_BYTES:-67108864}" --byte_budget="${BUDGET:-268435456}" \
-      --json="$out/$rate.json" >"$out/$rate.rank$r.txt" 2>&1 &
+      --json="$out/$rate.json" ${BENCH_FLAGS:-} >"$out/$rate.rank$r.txt" 2>&1 &
     pids+=($!)
   done
   status=0

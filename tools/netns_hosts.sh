@@ -13,8 +13,9 @@
 #   tools/netns_hosts.sh down N
 #   ip netns exec rfh2 <command>        host 2's network only (its own PID
 #                                       namespace not entered)
-# Environment: NETNS_PREFIX <P> (default rf), NETNS_SUBNET <S> (default
-# 10.88.0): separate sets of hosts side by side (tests use their own).
+# Environment: TBF_LATENCY (the shaper's queue, default 100ms);
+# NETNS_PREFIX <P> (default rf) and NETNS_SUBNET <S> (default 10.88.0):
+# separate sets of hosts side by side (tests use their own).
 set -euo pipefail
 action=${1:?up|exec|down}
 p=${NETNS_PREFIX:-rf}
@@ -67,8 +68,8 @@ for i in $(seq 0 $((n - 1))); do
   ip netns exec "${p}h$i" ip link set lo up
   if [[ $rate != none ]]; then
     # Egress of the host (its uplink) and of the bridge port (its downlink).
-    ip netns exec "${p}h$i" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 100ms
-    tc qdisc add dev "${p}v$i" root tbf rate "$rate" burst 256kb latency 100ms
+    ip netns exec "${p}h$i" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency "${TBF_LATENCY:-100ms}"
+    tc qdisc add dev "${p}v$i" root tbf rate "$rate" burst 256kb latency "${TBF_LATENCY:-100ms}"
   fi
   # The PID namespace's init, inside the host's network namespace; its pid
   # (as this namespace sees it) is what `exec` enters.
