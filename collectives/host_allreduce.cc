@@ -514,8 +514,8 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, si
           "call ", call, " differs between members: rank ", peer.rank, " called ",
           DescribeCall(theirs[0], theirs[1], theirs[2]), ", rank ", transport_.rank(),
           " called ", DescribeCall(offset, count, type_op),
-          "; every member must make the same calls (count, type, operator, root) in the "
-          "same order"));
+          "; every member must make the same all-reduces (and reduces and broadcasts: "
+          "count, type, operator, root) in the same order"));
     }
     if (theirs[0] % element != 0 || theirs[0] > data_.size() ||
         bytes > data_.size() - theirs[0]) {

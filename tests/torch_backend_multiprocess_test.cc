@@ -123,6 +123,83 @@ absl::Status AllReduces(ProcessGroupRdmaflow& pg, int rank, int world) {
   return absl::OkStatus();
 }
 
+// alltoall_base with uneven and with equal splits, and alltoall's lists
+// (a non-contiguous output among them).
+absl::Status AllToAlls(ProcessGroupRdmaflow& pg, int rank, int world) {
+  // Rank s's part for rank d: (s + d + 1) * 10 rows of 3 floats.
+  auto rows = [](int s, int d) { return int64_t{(s + d + 1) * 10}; };
+  auto part = [&](int s, int d) {
+    return Values(s, rows(s, d) * 3, at::kFloat, d).view({-1, 3});
+  };
+  std::vector<int64_t> in_splits, out_splits;
+  std::vector<at::Tensor> in_parts, expected_parts;
+  int64_t out_rows = 0;
+  for (int peer = 0; peer < world; ++peer) {
+    in_splits.push_back(rows(rank, peer));
+    in_parts.push_back(part(rank, peer));
+    out_splits.push_back(rows(peer, rank));
+    expected_parts.push_back(part(peer, rank));
+    out_rows += rows(peer, rank);
+  }
+  at::Tensor input = at::cat(in_parts);
+  at::Tensor output = at::zeros({out_rows, 3}, at::kFloat);
+  RETURN_IF_ERROR(Wait(pg.alltoall_base(output, input, out_splits, in_splits)));
+  RETURN_IF_ERROR(CheckEqual(output, at::cat(expected_parts), "alltoall_base, uneven splits"));
+  at::Tensor even_in = Values(rank, world * 8, at::kLong);
+  at::Tensor even_out = at::zeros({world * 8}, at::kLong);
+  std::vector<int64_t> equal;
+  RETURN_IF_ERROR(Wait(pg.alltoall_base(even_out, even_in, equal, equal)));
+  for (int peer = 0; peer < world; ++peer) {
+    RETURN_IF_ERROR(CheckEqual(even_out.narrow(0, peer * 8, 8),
+                               Values(peer, world * 8, at::kLong).narrow(0, rank * 8, 8),
+                               absl::StrCat("alltoall_base, equal splits, from ", peer)));
+  }
+  std::vector<at::Tensor> ins, outs;
+  for (int peer = 0; peer < world; ++peer) {
+    ins.push_back(Values(rank, 600, at::kDouble, peer).view({20, 30}));
+    // The last part arrives into a transposed (non-contiguous) view.
+    outs.push_back(peer == world - 1 ? at::zeros({30, 20}, at::kDouble).t()
+                                     : at::zeros({20, 30}, at::kDouble));
+  }
+  RETURN_IF_ERROR(Wait(pg.alltoall(outs, ins)));
+  for (int peer = 0; peer < world; ++peer) {
+    RETURN_IF_ERROR(CheckEqual(outs[peer].contiguous(),
+                               Values(peer, 600, at::kDouble, rank).view({20, 30}),
+                               absl::StrCat("alltoall from ", peer)));
+  }
+  return absl::OkStatus();
+}
+
+// allreduce_coalesced and allgather_coalesced: one call each over tensors
+// of several shapes, laid end to end (counted).
+absl::Status Coalesced(ProcessGroupRdmaflow& pg, int rank, int world) {
+  const int64_t before = pg.stats().coalesced_bytes;
+  std::vector<at::Tensor> grads = {Values(rank, 10, at::kFloat),
+                                   Values(rank, 70000, at::kFloat, 1).view({700, 100})};
+  RETURN_IF_ERROR(Wait(pg.allreduce_coalesced(grads)));
+  for (size_t i = 0; i < grads.size(); ++i) {
+    at::Tensor sum = at::zeros_like(grads[i]);
+    for (int r = 0; r < world; ++r) {
+      sum += Values(r, grads[i].numel(), at::kFloat, static_cast<int>(i)).view(grads[i].sizes());
+    }
+    RETURN_IF_ERROR(CheckEqual(grads[i], sum, absl::StrCat("allreduce_coalesced tensor ", i)));
+  }
+  std::vector<at::Tensor> mine = {Values(rank, 5, at::kInt), Values(rank, 3000, at::kInt, 1)};
+  std::vector<std::vector<at::Tensor>> lists(world);
+  for (int r = 0; r < world; ++r) {
+    lists[r] = {at::zeros({5}, at::kInt), at::zeros({3000}, at::kInt)};
+  }
+  RETURN_IF_ERROR(Wait(pg.allgather_coalesced(lists, mine)));
+  for (int r = 0; r < world; ++r) {
+    RETURN_IF_ERROR(CheckEqual(lists[r][0], Values(r, 5, at::kInt),
+                               absl::StrCat("allgather_coalesced from ", r, ", tensor 0")));
+    RETURN_IF_ERROR(CheckEqual(lists[r][1], Values(r, 3000, at::kInt, 1),
+                               absl::StrCat("allgather_coalesced from ", r, ", tensor 1")));
+  }
+  return Check(pg.stats().coalesced_bytes > before,
+               "the coalesced calls' copies were not counted");
+}
+
 absl::Status OtherCollectives(ProcessGroupRdmaflow& pg, int rank, int world) {
   for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kInt, at::kLong}) {
     for (int64_t n : {int64_t{1}, int64_t{70000}, int64_t{1} << 20}) {
@@ -188,6 +265,8 @@ absl::Status OtherCollectives(ProcessGroupRdmaflow& pg, int rank, int world) {
     RETURN_IF_ERROR(Wait(pg.scatter(part, parts, scatter)));
     RETURN_IF_ERROR(CheckEqual(part[0], Values(root, 3000, at::kInt, rank), "scatter" + what));
   }
+  RETURN_IF_ERROR(AllToAlls(pg, rank, world));
+  RETURN_IF_ERROR(Coalesced(pg, rank, world));
   // The flat variants.
   at::Tensor flat = at::zeros({world * 100}, at::kFloat);
   at::Tensor mine = Values(rank, 100, at::kFloat);
@@ -282,6 +361,26 @@ absl::Status Errors(ProcessGroupRdmaflow& pg, int rank, int world) {
   status = Wait(pg.send(one, rank, 0));
   RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "itself"),
                         absl::StrCat("send to self: ", status.ToString())));
+  // All-to-all splits that do not add up, or a part for itself whose two
+  // sizes differ: refused here, before any rank waits.
+  at::Tensor rows = at::zeros({4 * world}, at::kFloat);
+  at::Tensor out = at::zeros({4 * world}, at::kFloat);
+  std::vector<int64_t> short_splits(world, 3), none;
+  status = Wait(pg.alltoall_base(out, rows, none, short_splits));
+  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "summing to its"),
+                        absl::StrCat("alltoall_base splits: ", status.ToString())));
+  status = Wait(pg.alltoall_base(rows, rows, none, none));
+  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "share memory"),
+                        absl::StrCat("alltoall_base in place: ", status.ToString())));
+  std::vector<at::Tensor> ins(world, at::zeros({2})), outs(world, at::zeros({2}));
+  outs[rank] = at::zeros({3});
+  status = Wait(pg.alltoall(outs, ins));
+  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "part for itself"),
+                        absl::StrCat("alltoall self sizes: ", status.ToString())));
+  std::vector<at::Tensor> mixed = {at::ones({2}, at::kFloat), at::ones({2}, at::kDouble)};
+  status = Wait(pg.allreduce_coalesced(mixed));
+  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "share one dtype"),
+                        absl::StrCat("allreduce_coalesced dtypes: ", status.ToString())));
   std::vector<at::Tensor> fine = {at::full({7}, rank + 1.0f)};
   RETURN_IF_ERROR(Wait(pg.allreduce(fine)));
   return Check(fine[0].equal(at::full({7}, world * (world + 1) / 2.0f)),

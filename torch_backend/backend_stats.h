@@ -14,6 +14,8 @@ struct BackendStats {
   int64_t zero_copy_allreduces = 0;  // registered tensors, reduced in place
   int64_t staged_bytes = 0;          // copied into the all-reduce staging area
   int64_t noncontiguous_copies = 0;  // tensors copied to be contiguous
+  int64_t coalesced_bytes = 0;       // copied to lay a coalesced call's tensors end to
+                                     // end, and back
   int64_t messages_sent = 0;         // by the Messenger
   int64_t message_bytes_staged = 0;  // payload the Messenger copied
 };

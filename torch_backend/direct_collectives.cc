@@ -269,6 +269,34 @@ absl::Status DirectCollectives::ReduceScatter(const std::vector<const void*>& in
   return absl::OkStatus();
 }
 
+absl::Status DirectCollectives::AllToAll(const std::vector<const void*>& inputs,
+                                         const std::vector<size_t>& input_bytes,
+                                         const std::vector<void*>& outputs,
+                                         const std::vector<size_t>& output_bytes) {
+  const int rank = messenger_.rank();
+  const int world = messenger_.world();
+  for (size_t n : {inputs.size(), input_bytes.size(), outputs.size(), output_bytes.size()}) {
+    RETURN_IF_ERROR(CheckPerRank(n, "all-to-all"));
+  }
+  if (input_bytes[rank] != output_bytes[rank]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all-to-all on rank ", rank, ": its part for itself is ", input_bytes[rank],
+        " bytes, but it expects ", output_bytes[rank], " from itself"));
+  }
+  Batch batch{NextTag()};
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    batch.Posted(
+        messenger_.Send(peer, batch.tag, inputs[peer], input_bytes[peer], batch.Sent(peer)));
+    batch.Posted(messenger_.Recv(peer, batch.tag, outputs[peer], output_bytes[peer],
+                                 batch.Received(peer, output_bytes[peer])));
+  }
+  if (output_bytes[rank] > 0 && outputs[rank] != inputs[rank]) {
+    std::memmove(outputs[rank], inputs[rank], output_bytes[rank]);
+  }
+  return Finish(batch, "all-to-all");
+}
+
 absl::Status DirectCollectives::Barrier() {
   const int rank = messenger_.rank();
   Batch batch{NextTag()};

@@ -2,8 +2,8 @@
 // -----------------------------------------------------------------------------
 // DirectCollectives: the collectives of the c10d backend that do not reduce
 // in a ring, over a Messenger: every rank sends its part straight to the
-// ranks that need it (broadcast from the root, all-gather and
-// reduce-scatter all-to-all, barrier as empty messages). Each call is one
+// ranks that need it (broadcast from the root, all-gather, reduce-scatter
+// and all-to-all straight to every peer, barrier as empty messages). Each call is one
 // collective with its own tag, so ranks that disagree on the order of calls
 // get an error, not each other's data. Torch-free; the process group
 // (process_group_rdmaflow.h) maps tensors onto it.
@@ -66,6 +66,16 @@ class DirectCollectives {
   absl::Status ReduceScatter(const std::vector<const void*>& inputs, void* output,
                              size_t count, collectives::DataType type,
                              collectives::ReduceOp op);
+
+  // inputs[r] (input_bytes[r] bytes) to rank r, and rank r's part for us
+  // into outputs[r] (output_bytes[r] bytes), this rank's own part copied
+  // (its two sizes must be equal). A part whose size differs from what its
+  // sender sends is kInvalidArgument naming the sender. Every vector has one
+  // entry per rank.
+  absl::Status AllToAll(const std::vector<const void*>& inputs,
+                        const std::vector<size_t>& input_bytes,
+                        const std::vector<void*>& outputs,
+                        const std::vector<size_t>& output_bytes);
 
   // Returns once every rank has entered it.
   absl::Status Barrier();

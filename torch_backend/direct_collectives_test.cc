@@ -1,7 +1,8 @@
 // DirectCollectives over the loopback transport, 3 ranks as threads:
 // broadcast, reduce, gather and scatter from every root, all-gather,
-// reduce-scatter against a local loop (bitwise), barrier, exchange;
-// mismatched sizes are errors.
+// reduce-scatter against a local loop (bitwise), all-to-all with uneven
+// and empty parts, barrier, exchange; mismatched sizes are errors naming the
+// sender.
 #include "torch_backend/direct_collectives.h"
 
 #include <algorithm>
@@ -119,6 +120,71 @@ TEST(DirectCollectivesTest, EveryCollectiveMatchesALocalReference) {
         ASSIGN_OR_RETURN(std::vector<std::string> records,
                          direct.Exchange(std::string(rank + 1, 'x')));
         for (int r = 0; r < kRanks; ++r) EXPECT_EQ(records[r], std::string(r + 1, 'x'));
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(DirectCollectivesTest, AllToAllWithUnevenPartsMatchesALocalReference) {
+  // Rank s sends rank d a part of (s + 2 d) * 1000 + 1 bytes (0 bytes from
+  // rank 0 to itself would be 1: every part at least one byte, several
+  // slots for the larger ones), byte i of it (s * 7 + d * 13 + i) % 251.
+  auto bytes_of = [](int s, int d) { return static_cast<size_t>(s + 2 * d) * 1000 + 1; };
+  auto byte = [](int s, int d, size_t i) {
+    return static_cast<uint8_t>((s * 7 + d * 13 + i) % 251);
+  };
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger, onesided::Messenger::Create(
+                                             transport, store, "direct", rank, kRanks,
+                                             Options()));
+        DirectCollectives direct(*messenger, absl::Seconds(60));
+        std::vector<std::vector<uint8_t>> parts(kRanks), received(kRanks);
+        std::vector<const void*> inputs;
+        std::vector<void*> outputs;
+        std::vector<size_t> input_bytes, output_bytes;
+        for (int peer = 0; peer < kRanks; ++peer) {
+          parts[peer].resize(bytes_of(rank, peer));
+          for (size_t i = 0; i < parts[peer].size(); ++i) parts[peer][i] = byte(rank, peer, i);
+          received[peer].assign(bytes_of(peer, rank), 0);
+          inputs.push_back(parts[peer].data());
+          input_bytes.push_back(parts[peer].size());
+          outputs.push_back(received[peer].data());
+          output_bytes.push_back(received[peer].size());
+        }
+        // Rank 1 sends and receives nothing from rank 2: empty parts work.
+        if (rank == 1) input_bytes[2] = output_bytes[2] = 0;
+        if (rank == 2) input_bytes[1] = output_bytes[1] = 0;
+        RETURN_IF_ERROR(direct.AllToAll(inputs, input_bytes, outputs, output_bytes));
+        for (int peer = 0; peer < kRanks; ++peer) {
+          std::vector<uint8_t> expected(bytes_of(peer, rank), 0);
+          if (output_bytes[peer] > 0) {
+            for (size_t i = 0; i < expected.size(); ++i) expected[i] = byte(peer, rank, i);
+          }
+          EXPECT_EQ(received[peer], expected) << "from rank " << peer << " at rank " << rank;
+        }
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(DirectCollectivesTest, AllToAllPartsOfTheWrongSizeAreNamed) {
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger, onesided::Messenger::Create(
+                                             transport, store, "direct", rank, 2, Options()));
+        DirectCollectives direct(*messenger, absl::Seconds(60));
+        std::vector<float> in(100), out(100);
+        // Rank 1 expects 100 floats from rank 0, which sends 60.
+        const std::vector<size_t> input_bytes = {400, rank == 0 ? size_t{240} : size_t{400}};
+        absl::Status status = direct.AllToAll({in.data(), in.data()}, input_bytes,
+                                              {out.data(), out.data()}, {400, 400});
+        if (rank == 0) return status;
+        EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("rank 0 sent 240 bytes where 400")));
+        EXPECT_THAT(direct.AllToAll({in.data()}, {4}, {out.data()}, {4}),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             HasSubstr("one buffer per rank (2), got 1")));
         return absl::OkStatus();
       });
   for (const absl::Status& status : results) EXPECT_OK(status);

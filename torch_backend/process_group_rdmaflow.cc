@@ -286,6 +286,186 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_reduce_scatter_base(
   return reduce_scatter(outputs, inputs, opts);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  const c10d::OpType op_type = c10d::OpType::ALLREDUCE_COALESCED;
+  if (tensors.empty()) {
+    return Failed(op_type, absl::InvalidArgumentError(
+                               "allreduce_coalesced: needs at least one tensor"));
+  }
+  for (const at::Tensor& tensor : tensors) {
+    if (absl::Status s = CheckCpuTensor(tensor, "allreduce_coalesced"); !s.ok()) {
+      return Failed(op_type, s);
+    }
+    if (tensor.scalar_type() != tensors[0].scalar_type()) {
+      return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                                 "allreduce_coalesced: the tensors must share one dtype (",
+                                 c10::toString(tensors[0].scalar_type()), " and ",
+                                 c10::toString(tensor.scalar_type()), " given)")));
+    }
+  }
+  absl::StatusOr<collectives::DataType> type = ReducibleType(tensors[0].scalar_type());
+  if (!type.ok()) return Failed(op_type, type.status());
+  absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensors[0].scalar_type());
+  if (!reduction.ok()) return Failed(op_type, reduction.status());
+  std::vector<at::Tensor> targets = tensors;
+  return Enqueue(op_type, targets,
+                 [targets, type = *type, reduction = *reduction](
+                     Engine& engine, const auto&) mutable {
+                   return AllReduceCoalescedTensors(engine, targets, type, reduction);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  const c10d::OpType op_type = c10d::OpType::ALLGATHER_COALESCED;
+  if (inputs.empty() || static_cast<int>(output_lists.size()) != size_) {
+    return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                               "allgather_coalesced: needs at least one input and ", size_,
+                               " output lists (one per rank), got ", inputs.size(), " and ",
+                               output_lists.size())));
+  }
+  for (const at::Tensor& input : inputs) {
+    if (absl::Status s = CheckCpuTensor(input, "allgather_coalesced input"); !s.ok()) {
+      return Failed(op_type, s);
+    }
+    if (input.scalar_type() != inputs[0].scalar_type()) {
+      return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                                 "allgather_coalesced: the inputs must share one dtype (",
+                                 c10::toString(inputs[0].scalar_type()), " and ",
+                                 c10::toString(input.scalar_type()), " given)")));
+    }
+  }
+  std::vector<at::Tensor> flat_outputs;
+  for (int r = 0; r < size_; ++r) {
+    if (output_lists[r].size() != inputs.size()) {
+      return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                                 "allgather_coalesced: output list ", r, " has ",
+                                 output_lists[r].size(), " tensors, one per input (",
+                                 inputs.size(), ") expected")));
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (absl::Status s = CheckSameShape(output_lists[r][i], inputs[i],
+                                          "allgather_coalesced output");
+          !s.ok()) {
+        return Failed(op_type, s);
+      }
+      flat_outputs.push_back(output_lists[r][i]);
+    }
+  }
+  std::vector<at::Tensor> sources = inputs;
+  std::vector<std::vector<at::Tensor>> targets = output_lists;
+  return Enqueue(op_type, flat_outputs,
+                 [sources, targets](Engine& engine, const auto&) mutable {
+                   return AllGatherCoalescedTensors(engine, sources, targets);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllToAllOptions&) {
+  const c10d::OpType op_type = c10d::OpType::ALLTOALL;
+  if (static_cast<int>(inputs.size()) != size_ || static_cast<int>(outputs.size()) != size_) {
+    return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                               "alltoall: needs one input and one output tensor per rank (",
+                               size_, "), got ", inputs.size(), " and ", outputs.size())));
+  }
+  for (int r = 0; r < size_; ++r) {
+    for (const at::Tensor* t : {&inputs[r], &outputs[r]}) {
+      if (absl::Status s = CheckCpuTensor(*t, "alltoall"); !s.ok()) return Failed(op_type, s);
+      if (t->scalar_type() != inputs[0].scalar_type()) {
+        return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                                   "alltoall: every tensor must be ",
+                                   c10::toString(inputs[0].scalar_type()), " (",
+                                   c10::toString(t->scalar_type()), " given for rank ", r,
+                                   ")")));
+      }
+    }
+  }
+  if (inputs[rank_].numel() != outputs[rank_].numel()) {
+    return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                               "alltoall: this rank's part for itself has ",
+                               inputs[rank_].numel(), " elements, its output for it ",
+                               outputs[rank_].numel())));
+  }
+  std::vector<at::Tensor> sources = inputs;
+  std::vector<at::Tensor> targets = outputs;
+  return Enqueue(op_type, targets,
+                 [sources, targets](Engine& engine, const auto&) mutable {
+                   return AllToAllTensors(engine, sources, targets);
+                 });
+}
+
+namespace {
+
+// Rows of `tensor` (along dim 0) per rank: `splits`, or equal parts when
+// it is empty.
+absl::StatusOr<std::vector<int64_t>> SplitSizes(const at::Tensor& tensor,
+                                                const std::vector<int64_t>& splits, int size,
+                                                const char* which) {
+  const int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
+  if (splits.empty()) {
+    if (rows % size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "alltoall_base: the ", which, "'s ", rows, " rows do not split evenly among ", size,
+          " ranks; pass split sizes"));
+    }
+    return std::vector<int64_t>(size, rows / size);
+  }
+  int64_t total = 0;
+  for (int64_t split : splits) {
+    if (split < 0 || split > rows - total) {
+      total = -1;
+      break;
+    }
+    total += split;
+  }
+  if (static_cast<int>(splits.size()) != size || total != rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "alltoall_base: the ", which, " split sizes must be ", size,
+        " non-negative row counts summing to its ", rows, " rows"));
+  }
+  return splits;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
+  const c10d::OpType op_type = c10d::OpType::ALLTOALL_BASE;
+  for (const at::Tensor* t : {&output, &input}) {
+    if (absl::Status s = CheckCpuTensor(*t, "alltoall_base"); !s.ok()) {
+      return Failed(op_type, s);
+    }
+    if (t->dim() == 0) {
+      return Failed(op_type, absl::InvalidArgumentError(
+                                 "alltoall_base: needs tensors of at least one dimension"));
+    }
+  }
+  if (output.scalar_type() != input.scalar_type()) {
+    return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                               "alltoall_base: input and output must share a dtype (",
+                               c10::toString(input.scalar_type()), " and ",
+                               c10::toString(output.scalar_type()), " given)")));
+  }
+  if (input.numel() > 0 && output.numel() > 0 &&
+      input.storage().is_alias_of(output.storage())) {
+    return Failed(op_type, absl::InvalidArgumentError(
+                               "alltoall_base: the output may not share memory with the input"));
+  }
+  absl::StatusOr<std::vector<int64_t>> in = SplitSizes(input, input_split_sizes, size_, "input");
+  if (!in.ok()) return Failed(op_type, in.status());
+  absl::StatusOr<std::vector<int64_t>> out =
+      SplitSizes(output, output_split_sizes, size_, "output");
+  if (!out.ok()) return Failed(op_type, out.status());
+  // Views of both, part by part: contiguous parts go straight over.
+  std::vector<at::Tensor> inputs = input.split_with_sizes(*in, 0);
+  std::vector<at::Tensor> outputs = output.split_with_sizes(*out, 0);
+  return alltoall(outputs, inputs, opts);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::barrier(const c10d::BarrierOptions&) {
   return Enqueue(c10d::OpType::BARRIER, {},
                  [](Engine& engine, const auto&) { return engine.direct().Barrier(); });

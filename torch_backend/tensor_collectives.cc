@@ -216,6 +216,60 @@ absl::Status ReduceScatterTensors(Engine& engine, const std::vector<at::Tensor>&
   return absl::OkStatus();
 }
 
+absl::Status AllToAllTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                             std::vector<at::Tensor>& outputs) {
+  std::vector<at::Tensor> sources = ContiguousAll(engine, inputs, /*fill=*/true);
+  std::vector<at::Tensor> targets = ContiguousAll(engine, outputs, /*fill=*/false);
+  std::vector<size_t> input_bytes, output_bytes;
+  for (const at::Tensor& t : sources) input_bytes.push_back(Bytes(t));
+  for (const at::Tensor& t : targets) output_bytes.push_back(Bytes(t));
+  RETURN_IF_ERROR(engine.direct().AllToAll(DataPointers<const void*>(sources), input_bytes,
+                                           DataPointers<void*>(targets), output_bytes));
+  CopyBackAll(outputs, targets);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The tensors laid end to end in one new contiguous tensor (counted).
+at::Tensor Concatenated(Engine& engine, const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
+  at::Tensor joined = at::cat(flat);
+  engine.Count([&](BackendStats& stats) { stats.coalesced_bytes += Bytes(joined); });
+  return joined;
+}
+
+// Copies consecutive pieces of `joined` back into `tensors` (counted).
+void CopyPieces(Engine& engine, const at::Tensor& joined, const std::vector<at::Tensor>& tensors) {
+  int64_t at = 0;
+  for (const at::Tensor& t : tensors) {
+    t.copy_(joined.narrow(0, at, t.numel()).view(t.sizes()));
+    at += t.numel();
+  }
+  engine.Count([&](BackendStats& stats) { stats.coalesced_bytes += Bytes(joined); });
+}
+
+}  // namespace
+
+absl::Status AllReduceCoalescedTensors(Engine& engine, std::vector<at::Tensor>& tensors,
+                                       collectives::DataType type, Reduction reduction) {
+  at::Tensor joined = Concatenated(engine, tensors);
+  RETURN_IF_ERROR(AllReduceTensor(engine, joined, type, reduction));
+  CopyPieces(engine, joined, tensors);
+  return absl::OkStatus();
+}
+
+absl::Status AllGatherCoalescedTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                                       std::vector<std::vector<at::Tensor>>& outputs) {
+  at::Tensor joined = Concatenated(engine, inputs);
+  std::vector<at::Tensor> gathered;
+  for (int r = 0; r < engine.size(); ++r) gathered.push_back(at::empty_like(joined));
+  RETURN_IF_ERROR(AllGatherTensors(engine, joined, gathered));
+  for (int r = 0; r < engine.size(); ++r) CopyPieces(engine, gathered[r], outputs[r]);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<onesided::Messenger::OpId> PostSend(
     Engine& engine, const at::Tensor& tensor, int peer, int tag,
     const c10::intrusive_ptr<RdmaflowWork>& work) {

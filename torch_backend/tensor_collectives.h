@@ -51,6 +51,23 @@ absl::Status ReduceScatterTensors(Engine& engine, const std::vector<at::Tensor>&
                                   at::Tensor& output, collectives::DataType type,
                                   Reduction reduction);
 
+// outputs[r] = rank r's inputs[this rank]. The lists have one tensor per
+// rank; a part whose size differs from what its sender sends is
+// kInvalidArgument naming the sender.
+absl::Status AllToAllTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                             std::vector<at::Tensor>& outputs);
+
+// Every tensor all-reduced, as one all-reduce of all of them laid end to
+// end (one copy in and one out, counted as coalesced_bytes). They share
+// one dtype; every rank passes the same list of sizes.
+absl::Status AllReduceCoalescedTensors(Engine& engine, std::vector<at::Tensor>& tensors,
+                                       collectives::DataType type, Reduction reduction);
+
+// outputs[r][i] = rank r's inputs[i], as one all-gather of the inputs laid
+// end to end (counted as coalesced_bytes). They share one dtype.
+absl::Status AllGatherCoalescedTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                                       std::vector<std::vector<at::Tensor>>& outputs);
+
 // Point-to-point posts: `work` completes when the message has landed at
 // `peer` (send) or has been received into `tensor` (recv).
 // Returns the Messenger's operation, which the engine abandons at its

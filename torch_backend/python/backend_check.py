@@ -67,6 +67,20 @@ def main():
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
     expect(torch.allclose(t, sum(values(r, 1000, torch.float32) for r in range(world)) / world),
            "all_reduce avg")
+    # All-to-all: single tensors with uneven splits (rank s sends rank d s + d + 1
+    # elements), and lists.
+    sizes_in = [rank + d + 1 for d in range(world)]
+    sizes_out = [s + rank + 1 for s in range(world)]
+    send = torch.cat([values(rank, n, torch.float32, d) for d, n in enumerate(sizes_in)])
+    recv = torch.zeros(sum(sizes_out))
+    dist.all_to_all_single(recv, send, output_split_sizes=sizes_out, input_split_sizes=sizes_in)
+    expect(torch.equal(recv, torch.cat([values(s, n, torch.float32, rank)
+                                        for s, n in enumerate(sizes_out)])),
+           "all_to_all_single")
+    outs = [torch.zeros(7, dtype=torch.int64) for _ in range(world)]
+    dist.all_to_all(outs, [values(rank, 7, torch.int64, d) for d in range(world)])
+    expect(all(torch.equal(outs[s], values(s, 7, torch.int64, rank)) for s in range(world)),
+           "all_to_all")
     # Out-of-order tags: even ranks send tags 1, 2, 3; odd ranks receive 3, 2, 1.
     peer = rank ^ 1
     if peer < world:

@@ -105,6 +105,7 @@ py::dict Stats(const ProcessGroupRdmaflow& group) {
   out["zero_copy_allreduces"] = stats.zero_copy_allreduces;
   out["staged_bytes"] = stats.staged_bytes;
   out["noncontiguous_copies"] = stats.noncontiguous_copies;
+  out["coalesced_bytes"] = stats.coalesced_bytes;
   out["messages_sent"] = stats.messages_sent;
   out["message_bytes_staged"] = stats.message_bytes_staged;
   return out;
