@@ -477,6 +477,13 @@ absl::Status SlowCollective(Joined& joined) {
          std::vector<at::Tensor> out = {t[2]};
          return pg.reduce_scatter(out, in);
        }},
+      {"all-to-all", [&](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>& t) {
+         // Its parts for and from each rank: t[0] and t[1] in, t[2] and t[1]
+         // out (the part for itself moves from t[rank] to itself's slot).
+         std::vector<at::Tensor> in = pair(t);
+         std::vector<at::Tensor> out = {rank == 0 ? t[0] : t[2], rank == 0 ? t[2] : t[1]};
+         return pg.alltoall(out, in);
+       }},
       {"barrier", [](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>&) {
          return pg.barrier();
        }},
