@@ -200,8 +200,10 @@ class RingAllReduce {
   std::unique_ptr<rdma::MemoryRegion> control_;
   rdma::RemoteRegion right_data_, right_control_, left_control_;
   std::unique_ptr<rdma::Endpoint> right_endpoint_;
-  std::unique_ptr<rdma::Endpoint> left_endpoint_;  // null when left == right
-  rdma::Endpoint* left_link_ = nullptr;  // left_endpoint_, or right_endpoint_
+  // Credits to the left neighbour: an endpoint of their own, also when the
+  // left neighbour is the right one (2 members). Null with 1 member.
+  std::unique_ptr<rdma::Endpoint> left_endpoint_;
+  rdma::Endpoint* left_link_ = nullptr;  // left_endpoint_
 
   // The two links' slot rings (onesided/slots/slot_ring.h): to the right
   // neighbour, from the left one. Sequence numbers count messages on each
