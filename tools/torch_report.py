@@ -18,13 +18,19 @@ import sys
 SERIES = ["rdmaflow", "rdmaflow (registered)", "gloo"]
 
 
-def median_by(rows, kind, key, value):
-    """{key tuple: {value: median over the runs}}."""
+def median_by(rows, kind, key, values):
+    """{key tuple: {value: median over the runs that have it}} for each of
+    `values` (a field name or a tuple of them)."""
+    values = (values,) if isinstance(values, str) else values
     runs = {}
     for row in rows:
         if row["kind"] == kind:
-            runs.setdefault(tuple(row[k] for k in key), []).append(row[value])
-    return {k: {value: statistics.median(v), "runs": len(v)} for k, v in runs.items()}
+            cell = runs.setdefault(tuple(row[k] for k in key), {})
+            for value in values:
+                if value in row:
+                    cell.setdefault(value, []).append(row[value])
+    return {k: {value: statistics.median(v) for value, v in cell.items()}
+            for k, cell in runs.items()}
 
 
 def main(out):
@@ -35,7 +41,8 @@ def main(out):
     if not rows:
         sys.exit(f"torch_report: no *.jsonl results in {out}")
     allreduce = median_by(rows, "allreduce", ("world", "bytes", "backend"), "busbw_gbs")
-    ddp = median_by(rows, "ddp", ("world", "backend"), "ms_per_step")
+    ddp = median_by(rows, "ddp", ("world", "backend"),
+                    ("ms_per_step", "comm_ms_per_step", "hooked_ms_per_step"))
     worlds = sorted({k[0] for k in allreduce})
     sizes = sorted({k[1] for k in allreduce})
     print("All-reduce bus bandwidth, GB/s (float32 sum; median per rank, slowest rank)")
@@ -51,11 +58,21 @@ def main(out):
                       f" {bw[0] / bw[2]:>13.2f}x {bw[1] / bw[2]:>15.2f}x")
                 tsv.write(f"{world}\t{size}\t" + "\t".join(f"{b:.4f}" for b in bw) + "\n")
     print()
-    print("DDP step time, VGG-like (4.3 M parameters), ms (median, slowest rank)")
-    print(f"{'ranks':>5} {'rdmaflow':>10} {'gloo':>10} {'gloo/rdmaflow':>14}")
+    print("DDP, VGG-like (4.3 M parameters), ms per step (median, slowest rank): step time,"
+          " and the time an all-reduce was in flight (timed by a comm hook, in a second run"
+          " whose step time is shown beside it)")
+    print(f"{'ranks':>5} | {'step rdmaflow':>13} {'gloo':>8} {'gloo/rdma':>10} |"
+          f" {'comm rdmaflow':>13} {'gloo':>8} {'gloo/rdma':>10} |"
+          f" {'hooked step rdmaflow':>20} {'gloo':>8}")
+    nan = float("nan")
     for world in worlds:
-        ms = [ddp.get((world, s), {}).get("ms_per_step", float("nan")) for s in ("rdmaflow", "gloo")]
-        print(f"{world:>5} {ms[0]:>10.1f} {ms[1]:>10.1f} {ms[1] / ms[0]:>13.2f}x")
+        cell = {s: ddp.get((world, s), {}) for s in ("rdmaflow", "gloo")}
+        step = [cell[s].get("ms_per_step", nan) for s in ("rdmaflow", "gloo")]
+        comm = [cell[s].get("comm_ms_per_step", nan) for s in ("rdmaflow", "gloo")]
+        hooked = [cell[s].get("hooked_ms_per_step", nan) for s in ("rdmaflow", "gloo")]
+        print(f"{world:>5} | {step[0]:>13.1f} {step[1]:>8.1f} {step[1] / step[0]:>9.2f}x |"
+              f" {comm[0]:>13.1f} {comm[1]:>8.1f} {comm[1] / comm[0]:>9.2f}x |"
+              f" {hooked[0]:>20.1f} {hooked[1]:>8.1f}")
     with open(os.path.join(out, "torch_report.json"), "w") as f:
         json.dump({"allreduce": [r for r in rows if r["kind"] == "allreduce"],
                    "ddp": [r for r in rows if r["kind"] == "ddp"]}, f, indent=1)
