@@ -9,6 +9,7 @@
 #include "collectives/allreduce_group.h"
 
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -117,17 +118,17 @@ TEST(AllReduceGroupTest, ExactSumsOnEveryPathForOneToEightRanks) {
   }
 }
 
-TEST(AllReduceGroupTest, InexactSumsAreBitwiseIdenticalOnEveryRank) {
-  // Random floats of mixed magnitude: the sum depends on the order, so
-  // every member must reduce each element in the same order.
-  constexpr int kWorld = 5;
+// Random floats of mixed magnitude: the sum depends on the order, so every
+// member must reduce each element in the same order. `options(rank)`.
+void ExpectInexactSumsBitwiseIdentical(
+    int world, const std::function<AllReduceGroupOptions(int rank)>& options) {
   for (size_t count : {size_t{3000}, size_t{100003}}) {
     SCOPED_TRACE(absl::StrCat(count, " elements"));
-    std::vector<std::vector<float>> results(kWorld);
-    ExpectAllOk(RunRankThreads(kWorld, [&](int rank, rdma::Transport& transport,
-                                           rdma::Store& store) -> absl::Status {
+    std::vector<std::vector<float>> results(world);
+    ExpectAllOk(RunRankThreads(world, [&](int rank, rdma::Transport& transport,
+                                          rdma::Store& store) -> absl::Status {
       ASSIGN_OR_RETURN(auto group, AllReduceGroup::Create(transport, store, "t",
-                                                          AllRanks(kWorld), Options(1 << 20)));
+                                                          AllRanks(world), options(rank)));
       float* data = reinterpret_cast<float*>(group->data());
       std::mt19937 random(static_cast<unsigned>(rank) * 7919 + 1);
       std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
@@ -138,12 +139,16 @@ TEST(AllReduceGroupTest, InexactSumsAreBitwiseIdenticalOnEveryRank) {
       results[rank].assign(data, data + count);
       return group->Shutdown();
     }));
-    for (int r = 1; r < kWorld; ++r) {
+    for (int r = 1; r < world; ++r) {
       ASSERT_EQ(results[r].size(), count);
       EXPECT_EQ(std::memcmp(results[r].data(), results[0].data(), count * 4), 0)
           << "rank " << r << " differs from rank 0";
     }
   }
+}
+
+TEST(AllReduceGroupTest, InexactSumsAreBitwiseIdenticalOnEveryRank) {
+  ExpectInexactSumsBitwiseIdentical(5, [](int) { return Options(1 << 20); });
 }
 
 TEST(AllReduceGroupTest, HalfPrecisionAndMaxOnTheHostPaths) {
@@ -380,31 +385,8 @@ TEST(AllReduceGroupTest, HierarchicalSumsExactlyOnEveryLayoutOfHosts) {
 }
 
 TEST(AllReduceGroupTest, HierarchicalInexactSumsAreBitwiseIdenticalOnEveryRank) {
-  constexpr int kWorld = 5;
   const std::vector<std::string> host_of = {"a", "a", "b", "b", "b"};
-  for (size_t count : {size_t{3000}, size_t{100003}}) {
-    SCOPED_TRACE(absl::StrCat(count, " elements"));
-    std::vector<std::vector<float>> results(kWorld);
-    ExpectAllOk(RunRankThreads(kWorld, [&](int rank, rdma::Transport& transport,
-                                           rdma::Store& store) -> absl::Status {
-      ASSIGN_OR_RETURN(auto group, AllReduceGroup::Create(transport, store, "t",
-                                                          AllRanks(kWorld),
-                                                          OnHost(1 << 20, host_of[rank])));
-      float* data = reinterpret_cast<float*>(group->data());
-      std::mt19937 random(static_cast<unsigned>(rank) * 7919 + 1);
-      std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-      for (size_t i = 0; i < count; ++i) {
-        data[i] = unit(random) * static_cast<float>(1 << (i % 20));
-      }
-      RETURN_IF_ERROR(group->AllReduce(0, count, DataType::kFloat32));
-      results[rank].assign(data, data + count);
-      return group->Shutdown();
-    }));
-    for (int rank = 1; rank < kWorld; ++rank) {
-      EXPECT_EQ(std::memcmp(results[rank].data(), results[0].data(), count * sizeof(float)), 0)
-          << "rank " << rank << " differs from rank 0";
-    }
-  }
+  ExpectInexactSumsBitwiseIdentical(5, [&](int rank) { return OnHost(1 << 20, host_of[rank]); });
 }
 
 TEST(AllReduceGroupTest, OneRankPerHostOrHierarchyOffIsOneFlatRing) {

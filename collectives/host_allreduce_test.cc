@@ -7,6 +7,7 @@
 #include "collectives/host_allreduce.h"
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,10 +38,24 @@ HostAllReduceOptions Options(onesided::ProgressLoop* loop) {
   return options;
 }
 
-std::vector<int> Members(int world) {
+// Runs body(rank, host, data) on `world` ranks as threads, each with a
+// HostAllReduce over all of them on its own region, then shuts it down;
+// every rank's status.
+std::vector<absl::Status> WithHosts(
+    int world,
+    const std::function<absl::Status(int rank, HostAllReduce& host, std::byte* data)>& body) {
   std::vector<int> members;
   for (int r = 0; r < world; ++r) members.push_back(r);
-  return members;
+  return RunRankThreads(
+      world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        onesided::ProgressLoop loop(transport, {});
+        ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(kCapacity));
+        ASSIGN_OR_RETURN(auto host, HostAllReduce::Create(transport, store, "t", members, data,
+                                                          Options(&loop)));
+        absl::Status status = body(rank, *host, data.data());
+        absl::Status shutdown = host->Shutdown();
+        return status.ok() ? shutdown : status;
+      });
 }
 
 float Value(int rank, size_t i) { return static_cast<float>((i * 3 + rank * 11) % 512); }
@@ -49,20 +64,15 @@ TEST(HostAllReduceTest, ReduceLeavesTheSumAtTheRootOnBothPaths) {
   for (int world : {2, 3, 5}) {
     for (size_t count : {size_t{7}, size_t{1024}, size_t{1025}, size_t{40001}}) {
       SCOPED_TRACE(absl::StrCat(world, " members, ", count, " floats"));
-      std::vector<absl::Status> statuses = RunRankThreads(
-          world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-            onesided::ProgressLoop loop(transport, {});
-            ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(kCapacity));
-            ASSIGN_OR_RETURN(auto host, HostAllReduce::Create(transport, store, "t",
-                                                              Members(world), data,
-                                                              Options(&loop)));
+      std::vector<absl::Status> statuses =
+          WithHosts(world, [&](int rank, HostAllReduce& host, std::byte* data) -> absl::Status {
             // Each member's range at an offset of its own.
             const size_t offset = 64 * static_cast<size_t>(rank);
-            float* values = reinterpret_cast<float*>(data.data() + offset);
+            float* values = reinterpret_cast<float*>(data + offset);
             for (int root = 0; root < world; ++root) {
               for (size_t i = 0; i < count; ++i) values[i] = Value(rank, i);
-              RETURN_IF_ERROR(host->Reduce(offset, count, DataType::kFloat32, ReduceOp::kSum,
-                                           root));
+              RETURN_IF_ERROR(host.Reduce(offset, count, DataType::kFloat32, ReduceOp::kSum,
+                                          root));
               if (rank != root) continue;
               for (size_t i = 0; i < count; ++i) {
                 float sum = 0;
@@ -73,7 +83,7 @@ TEST(HostAllReduceTest, ReduceLeavesTheSumAtTheRootOnBothPaths) {
                 }
               }
             }
-            return host->Shutdown();
+            return absl::OkStatus();
           });
       for (int r = 0; r < world; ++r) EXPECT_OK(statuses[r]) << "rank " << r;
     }
@@ -84,20 +94,15 @@ TEST(HostAllReduceTest, BroadcastCopiesTheRootsBytesToEveryMember) {
   constexpr int kWorld = 4;
   for (size_t bytes : {size_t{1}, size_t{4099}, size_t{300001}}) {
     SCOPED_TRACE(absl::StrCat(bytes, " bytes"));
-    std::vector<absl::Status> statuses = RunRankThreads(
-        kWorld, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-          onesided::ProgressLoop loop(transport, {});
-          ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(kCapacity));
-          ASSIGN_OR_RETURN(auto host, HostAllReduce::Create(transport, store, "t",
-                                                            Members(kWorld), data,
-                                                            Options(&loop)));
+    std::vector<absl::Status> statuses =
+        WithHosts(kWorld, [&](int rank, HostAllReduce& host, std::byte* data) -> absl::Status {
           const size_t offset = 3 * static_cast<size_t>(rank);  // bytes: any alignment
-          unsigned char* bytes_at = reinterpret_cast<unsigned char*>(data.data() + offset);
+          unsigned char* bytes_at = reinterpret_cast<unsigned char*>(data + offset);
           for (int root = 0; root < kWorld; ++root) {
             for (size_t i = 0; i < bytes; ++i) {
               bytes_at[i] = static_cast<unsigned char>(i * 31 + rank);
             }
-            RETURN_IF_ERROR(host->Broadcast(offset, bytes, root));
+            RETURN_IF_ERROR(host.Broadcast(offset, bytes, root));
             for (size_t i = 0; i < bytes; ++i) {
               const auto expected = static_cast<unsigned char>(i * 31 + root);
               if (bytes_at[i] != expected) {
@@ -106,7 +111,7 @@ TEST(HostAllReduceTest, BroadcastCopiesTheRootsBytesToEveryMember) {
               }
             }
           }
-          return host->Shutdown();
+          return absl::OkStatus();
         });
     for (int r = 0; r < kWorld; ++r) EXPECT_OK(statuses[r]) << "rank " << r;
   }
@@ -114,18 +119,13 @@ TEST(HostAllReduceTest, BroadcastCopiesTheRootsBytesToEveryMember) {
 
 TEST(HostAllReduceTest, CallsThatDifferInKindOrRootAreNamedAndTheCollectiveGoesOn) {
   std::vector<absl::Status> first(2), second(2);
-  std::vector<absl::Status> statuses = RunRankThreads(
-      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        onesided::ProgressLoop loop(transport, {});
-        ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(kCapacity));
-        ASSIGN_OR_RETURN(auto host, HostAllReduce::Create(transport, store, "t", {0, 1}, data,
-                                                          Options(&loop)));
-        first[rank] = rank == 0 ? host->Broadcast(0, 400, 0)
-                                : host->AllReduce(0, 100, DataType::kFloat32);
-        second[rank] = host->Reduce(0, 100, DataType::kFloat32, ReduceOp::kMax, rank);
+  std::vector<absl::Status> statuses =
+      WithHosts(2, [&](int rank, HostAllReduce& host, std::byte*) -> absl::Status {
+        first[rank] = rank == 0 ? host.Broadcast(0, 400, 0)
+                                : host.AllReduce(0, 100, DataType::kFloat32);
+        second[rank] = host.Reduce(0, 100, DataType::kFloat32, ReduceOp::kMax, rank);
         // Both left both calls: the next one works.
-        RETURN_IF_ERROR(host->Broadcast(0, 400, 1));
-        return host->Shutdown();
+        return host.Broadcast(0, 400, 1);
       });
   for (int r = 0; r < 2; ++r) {
     EXPECT_OK(statuses[r]) << "rank " << r;
@@ -143,15 +143,10 @@ TEST(HostAllReduceTest, CallsThatDifferInKindOrRootAreNamedAndTheCollectiveGoesO
 
 TEST(HostAllReduceTest, ABadRootIsRefusedOnItsMemberAndAnErrorOnEveryOther) {
   std::vector<absl::Status> calls(2);
-  std::vector<absl::Status> statuses = RunRankThreads(
-      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        onesided::ProgressLoop loop(transport, {});
-        ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(kCapacity));
-        ASSIGN_OR_RETURN(auto host, HostAllReduce::Create(transport, store, "t", {0, 1}, data,
-                                                          Options(&loop)));
-        calls[rank] = host->Broadcast(0, 64, rank == 1 ? 2 : 0);
-        RETURN_IF_ERROR(host->Broadcast(0, 64, 0));
-        return host->Shutdown();
+  std::vector<absl::Status> statuses =
+      WithHosts(2, [&](int rank, HostAllReduce& host, std::byte*) -> absl::Status {
+        calls[rank] = host.Broadcast(0, 64, rank == 1 ? 2 : 0);
+        return host.Broadcast(0, 64, 0);
       });
   for (int r = 0; r < 2; ++r) EXPECT_OK(statuses[r]) << "rank " << r;
   EXPECT_THAT(calls[1], StatusIs(absl::StatusCode::kInvalidArgument,

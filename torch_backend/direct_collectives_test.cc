@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/status_macros.h"
@@ -35,14 +36,24 @@ float Value(int rank, int block, size_t i) {
   return 0.1f * static_cast<float>(i) + 1.7f * rank - 0.3f * block;
 }
 
-TEST(DirectCollectivesTest, EveryCollectiveMatchesALocalReference) {
-  constexpr size_t kCount = 3001;  // several slots
-  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
-      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+// Runs body(rank, direct) on `world` ranks as threads, each with
+// DirectCollectives over a Messenger of its own; every rank's status.
+std::vector<absl::Status> WithDirect(
+    int world, const std::function<absl::Status(int rank, DirectCollectives& direct)>& body) {
+  return rdma::testing::RunRankThreads(
+      world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto messenger, onesided::Messenger::Create(
-                                             transport, store, "direct", rank, kRanks,
+                                             transport, store, "direct", rank, world,
                                              Options()));
         DirectCollectives direct(*messenger, absl::Seconds(60));
+        return body(rank, direct);
+      });
+}
+
+TEST(DirectCollectivesTest, EveryCollectiveMatchesALocalReference) {
+  constexpr size_t kCount = 3001;  // several slots
+  std::vector<absl::Status> results = WithDirect(
+      kRanks, [&](int rank, DirectCollectives& direct) -> absl::Status {
         for (int root = 0; root < kRanks; ++root) {
           std::vector<float> data(kCount);
           for (size_t i = 0; i < kCount; ++i) data[i] = Value(rank, root, i);
@@ -133,12 +144,8 @@ TEST(DirectCollectivesTest, AllToAllWithUnevenPartsMatchesALocalReference) {
   auto byte = [](int s, int d, size_t i) {
     return static_cast<uint8_t>((s * 7 + d * 13 + i) % 251);
   };
-  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
-      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(auto messenger, onesided::Messenger::Create(
-                                             transport, store, "direct", rank, kRanks,
-                                             Options()));
-        DirectCollectives direct(*messenger, absl::Seconds(60));
+  std::vector<absl::Status> results = WithDirect(
+      kRanks, [&](int rank, DirectCollectives& direct) -> absl::Status {
         std::vector<std::vector<uint8_t>> parts(kRanks), received(kRanks);
         std::vector<const void*> inputs;
         std::vector<void*> outputs;
@@ -169,11 +176,8 @@ TEST(DirectCollectivesTest, AllToAllWithUnevenPartsMatchesALocalReference) {
 }
 
 TEST(DirectCollectivesTest, AllToAllPartsOfTheWrongSizeAreNamed) {
-  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
-      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(auto messenger, onesided::Messenger::Create(
-                                             transport, store, "direct", rank, 2, Options()));
-        DirectCollectives direct(*messenger, absl::Seconds(60));
+  std::vector<absl::Status> results = WithDirect(
+      2, [&](int rank, DirectCollectives& direct) -> absl::Status {
         std::vector<float> in(100), out(100);
         // Rank 1 expects 100 floats from rank 0, which sends 60.
         const std::vector<size_t> input_bytes = {400, rank == 0 ? size_t{240} : size_t{400}};
@@ -191,11 +195,8 @@ TEST(DirectCollectivesTest, AllToAllPartsOfTheWrongSizeAreNamed) {
 }
 
 TEST(DirectCollectivesTest, MismatchedSizesAreAnError) {
-  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
-      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(auto messenger, onesided::Messenger::Create(
-                                             transport, store, "direct", rank, 2, Options()));
-        DirectCollectives direct(*messenger, absl::Seconds(60));
+  std::vector<absl::Status> results = WithDirect(
+      2, [&](int rank, DirectCollectives& direct) -> absl::Status {
         std::vector<float> data(100);
         // Rank 1 expects 100 floats, rank 0 sends 50.
         absl::Status status =
