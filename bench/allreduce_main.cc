@@ -261,8 +261,10 @@ int Main(int argc, char** argv) {
   }
   std::vector<AllReduceRow> rows;
   std::string description;
-  ComputeLoad compute(load);  // in the process of rank 0, beside all ranks
-  if (std::getenv("RANK") != nullptr) {
+  // In the process of rank 0, beside all ranks.
+  const char* launched_rank = std::getenv("RANK");
+  ComputeLoad compute(launched_rank == nullptr || std::string(launched_rank) == "0" ? load : 0);
+  if (launched_rank != nullptr) {
     // One rank of a job someone else started: rank 0 reports it.
     bool reports = false;
     const int code = launch::RunLaunchedRank([&](int rank, int world, rdma::Store& store) {

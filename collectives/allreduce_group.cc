@@ -2,8 +2,10 @@
 #include "collectives/allreduce_group.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/members.h"
 #include "common/status_macros.h"
@@ -78,6 +80,10 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
   group->data_ = std::make_shared<rdma::MemoryRegion>(std::move(data));
   ring.data = group->data_;
 
+  if (members.size() > 1) {
+    RETURN_IF_ERROR(group->AgreeOnSettings(store, ns, ring.name, transport.rank(), options,
+                                           ring.timeout));
+  }
   const bool direct = options.direct == DirectAccess::kAuto && members.size() > 1;
   HostGroups hosts;
   hosts.hosts = {members};
@@ -114,6 +120,36 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
   return group;
 }
 
+namespace {
+
+// A value read from the store, for a message: untrusted, so bounded.
+std::string Quoted(const std::string& value) {
+  return value.size() <= 300 ? value : value.substr(0, 300) + "...";
+}
+
+}  // namespace
+
+absl::Status AllReduceGroup::AgreeOnSettings(rdma::Store& store, const std::string& ns,
+                                             const std::string& name, int rank,
+                                             const AllReduceGroupOptions& options,
+                                             absl::Duration timeout) {
+  const std::string ours = absl::StrCat(
+      "direct=", options.direct == DirectAccess::kAuto ? "auto" : "off",
+      " hierarchy=", options.hierarchy == Hierarchy::kAuto ? "auto" : "off");
+  auto key = [&](int member) { return absl::StrCat(ns, "/group/", name, "/", member, "/settings"); };
+  RETURN_IF_ERROR(store.Set(key(rank), ours));
+  for (int member : members_) {
+    if (member == rank) continue;
+    ASSIGN_OR_RETURN(std::string theirs, store.Get(key(member), timeout));
+    if (theirs != ours) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "all-reduce '", name, "': rank ", member, " created it with ", Quoted(theirs),
+          ", rank ", rank, " with ", ours, "; every member must pass the same options"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> AllReduceGroup::TryHierarchy(rdma::Transport& transport,
                                                   rdma::Store& store, const std::string& ns,
                                                   const HostGroups& hosts,
@@ -121,8 +157,15 @@ absl::StatusOr<bool> AllReduceGroup::TryHierarchy(rdma::Transport& transport,
                                                   const AllReduceGroupOptions& options) {
   const std::vector<int>& local = hosts.hosts[hosts.mine];
   const int rank = transport.rank();
-  // Each host's collective has a name of its own (their barriers must not
-  // meet): its leader's rank.
+  local_leader_ = local.front();
+  auto key = [&](int member, const char* what) {
+    return absl::StrCat(ns, "/group/", ring.name, "/", member, "/", what);
+  };
+  // Every member answers "ok", "no: <why>" (its host's members cannot map
+  // each other's memory: one flat ring for all) or "failed: <error>" (the
+  // group fails on every member), and reads every answer, so all reach
+  // the same verdict. Each host's collective has a name of its own (their
+  // barriers must not meet): its leader's rank.
   std::string answer = "ok";
   if (local.size() > 1) {
     absl::StatusOr<std::unique_ptr<HostAllReduce>> made = HostAllReduce::Create(
@@ -131,52 +174,86 @@ absl::StatusOr<bool> AllReduceGroup::TryHierarchy(rdma::Transport& transport,
     if (made.ok()) {
       local_ = *std::move(made);
     } else if (absl::IsUnimplemented(made.status())) {
-      answer = std::string(made.status().message());
+      answer = absl::StrCat("no: ", made.status().message());
     } else {
-      // Tell the others before leaving, so they do not wait for us.
-      store.Set(absl::StrCat(ns, "/group/", ring.name, "/", rank, "/hierarchy"),
-                absl::StrCat("rank ", rank, " failed: ", made.status().message()))
+      store.Set(key(rank, "hierarchy"), absl::StrCat("failed: ", made.status().message()))
           .IgnoreError();
       return made.status();
     }
   }
-  // Every member says whether its host can, and reads every answer, so
-  // all reach the same verdict.
-  RETURN_IF_ERROR(
-      store.Set(absl::StrCat(ns, "/group/", ring.name, "/", rank, "/hierarchy"), answer));
-  std::string refusal;
+  RETURN_IF_ERROR(store.Set(key(rank, "hierarchy"), answer));
+  std::string refusal = answer == "ok" ? "" : answer.substr(4);
   for (int member : members_) {
     if (member == rank) continue;
-    ASSIGN_OR_RETURN(std::string theirs,
-                     store.Get(absl::StrCat(ns, "/group/", ring.name, "/", member, "/hierarchy"),
-                               ring.timeout));
-    if (theirs != "ok" && refusal.empty()) refusal = std::move(theirs);
+    ASSIGN_OR_RETURN(std::string theirs, store.Get(key(member, "hierarchy"), ring.timeout));
+    if (theirs == "ok") continue;
+    if (absl::StartsWith(theirs, "no: ")) {
+      if (refusal.empty()) refusal = theirs.substr(4);
+      continue;
+    }
+    return absl::AbortedError(absl::StrCat(
+        "all-reduce '", ring.name, "' on rank ", rank, ": rank ", member,
+        " could not set up its host's collective: ", Quoted(theirs)));
   }
-  if (answer != "ok" || !refusal.empty()) {
+  if (!refusal.empty()) {
     if (local_ != nullptr) {
       // Our host's members all reach this verdict and meet here.
       RETURN_IF_ERROR(local_->Shutdown());
       local_.reset();
     }
+    std::fprintf(stderr,
+                 "rdmaflow: all-reduce '%s' on rank %d: members on %d hosts, but not "
+                 "hierarchical (%s): one flat ring\n",
+                 ring.name.c_str(), rank, static_cast<int>(hosts.hosts.size()),
+                 Quoted(refusal).c_str());
     return false;
   }
   if (rank == local.front()) {
+    // The leaders' ring; our host's members wait for its outcome.
     std::vector<int> leaders;
     for (const std::vector<int>& host : hosts.hosts) leaders.push_back(host.front());
     RingAllReduceOptions across = ring;
     across.name = absl::StrCat(ring.name, "-leaders");
-    ASSIGN_OR_RETURN(leaders_, RingAllReduce::Create(transport, store, ns, leaders, across));
+    absl::StatusOr<std::unique_ptr<RingAllReduce>> made =
+        RingAllReduce::Create(transport, store, ns, leaders, across);
+    RETURN_IF_ERROR(store.Set(key(rank, "leader"),
+                              made.ok() ? std::string("ok")
+                                        : absl::StrCat("failed: ", made.status().message())));
+    if (!made.ok()) return made.status();
+    leaders_ = *std::move(made);
+  } else {
+    // The leader's ring meets the other hosts' leaders, each of whom may
+    // take up to the timeout to arrive: wait for both.
+    ASSIGN_OR_RETURN(std::string leader,
+                     store.Get(key(local.front(), "leader"), 2 * ring.timeout));
+    if (leader != "ok") {
+      return absl::AbortedError(absl::StrCat(
+          "all-reduce '", ring.name, "' on rank ", rank, ": this host's leader, rank ",
+          local.front(), ", could not join the ring across hosts: ", Quoted(leader)));
+    }
   }
   return true;
 }
 
 AllReduceGroup::~AllReduceGroup() {
-  // The host collectives read the region; the rings keep it alive, past
-  // their destruction, while a neighbour may still write into it.
+  // The host collectives' peers read the region until their shutdown
+  // barrier; the rings keep it alive, past their destruction, while a
+  // neighbour may still write into it.
+  const bool peers_may_read = (host_ != nullptr && !host_->quiesced()) ||
+                              (local_ != nullptr && !local_->quiesced());
   host_.reset();
   local_.reset();
   ring_.reset();
   leaders_.reset();
+  if (peers_may_read && data_ != nullptr) {
+    std::fprintf(stderr,
+                 "rdmaflow: all-reduce on rank %d: leaving its %zu-byte data region "
+                 "mapped: no Shutdown() barrier passed, so a peer on its host may still "
+                 "read it\n",
+                 rank(), data_->size());
+    // Deliberately leaked: the region outlives the group.
+    new std::shared_ptr<rdma::MemoryRegion>(std::move(data_));
+  }
 }
 
 AllReduceAlgorithm AllReduceGroup::Choose(size_t bytes) const {
@@ -230,8 +307,16 @@ absl::Status AllReduceGroup::HierarchicalAllReduce(size_t offset, size_t count,
     }
   }
   // 3. The result, from the leader to the host's members.
-  if (local_ != nullptr) RETURN_IF_ERROR(local_->Broadcast(offset, count * element, 0));
-  return absl::OkStatus();
+  if (local_ == nullptr) return absl::OkStatus();
+  absl::Status broadcast = local_->Broadcast(offset, count * element, 0);
+  if (absl::IsDeadlineExceeded(broadcast) && leaders_ == nullptr) {
+    // The leader waited for us in the reduce; since then it has been in
+    // the all-reduce across hosts.
+    return absl::DeadlineExceededError(absl::StrCat(
+        broadcast.message(), "; this host's leader, rank ", local_leader_,
+        ", was in the all-reduce across hosts since: a slow or stalled host holds it there"));
+  }
+  return broadcast;
 }
 
 RingAllReduceStats AllReduceGroup::stats() const {

@@ -157,6 +157,12 @@ class AllReduceGroup {
                                     const AllReduceGroupOptions& options);
   absl::Status HierarchicalAllReduce(size_t offset, size_t count, DataType type,
                                      ReduceOp op, uint8_t variant);
+  // Every member publishes its direct and hierarchy options and checks the
+  // others': kFailedPrecondition naming a member whose differ (they would
+  // take another path and leave the others waiting).
+  absl::Status AgreeOnSettings(rdma::Store& store, const std::string& ns,
+                               const std::string& name, int rank,
+                               const AllReduceGroupOptions& options, absl::Duration timeout);
 
   std::vector<int> members_;
   int position_ = 0;
@@ -170,6 +176,7 @@ class AllReduceGroup {
   std::unique_ptr<RingAllReduce> leaders_;
   bool hierarchical_ = false;
   int hosts_ = 1;
+  int local_leader_ = -1;  // hierarchical: our host's first member
   AllReduceAlgorithm last_ = AllReduceAlgorithm::kNone;
   absl::Duration ring_options_timeout_;
 };

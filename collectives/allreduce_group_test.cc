@@ -425,6 +425,43 @@ TEST(AllReduceGroupTest, HierarchicalBadRangeIsRefusedOnEveryMemberWithoutWaitin
   }));
 }
 
+TEST(AllReduceGroupTest, MembersCreatedWithOtherOptionsAreNamed) {
+  std::vector<absl::Status> statuses = RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        AllReduceGroupOptions options = Options(1 << 20);
+        if (rank == 1) options.direct = DirectAccess::kOff;
+        return AllReduceGroup::Create(transport, store, "t", {0, 1}, options).status();
+      });
+  EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    AllOf(HasSubstr("rank 1 created it with direct=off"),
+                                          HasSubstr("rank 0 with direct=auto"))));
+  EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    HasSubstr("rank 0 created it with direct=auto")));
+}
+
+TEST(AllReduceGroupTest, AHostWhoseCollectiveFailsFailsTheGroupOnEveryHost) {
+  // Hosts {0, 1} and {2, 3}; rank 1's host chunk differs from rank 0's, so
+  // host a's collective fails (not a refusal): hosts b's members must not
+  // fall back to a flat ring with them, but fail naming them.
+  std::vector<absl::Status> statuses = RunRankThreads(
+      4, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        AllReduceGroupOptions options = OnHost(1 << 20, rank < 2 ? "a" : "b");
+        if (rank == 1) options.host_chunk_bytes = 8 << 10;
+        options.ring.timeout = absl::Seconds(20);
+        return AllReduceGroup::Create(transport, store, "t", AllRanks(4), options).status();
+      });
+  for (int rank : {0, 1}) {
+    EXPECT_THAT(statuses[rank], StatusIs(absl::StatusCode::kFailedPrecondition))
+        << "rank " << rank;
+  }
+  for (int rank : {2, 3}) {
+    EXPECT_THAT(statuses[rank],
+                StatusIs(absl::StatusCode::kAborted,
+                         HasSubstr("could not set up its host's collective")))
+        << "rank " << rank;
+  }
+}
+
 TEST(AllReduceGroupTest, ALeaderWhoseRingFailsReleasesItsHostAtOnce) {
   // Hosts {0, 1} and {2, 3}; rank 3 never calls. Rank 2 (host b's leader)
   // times out in its host's reduce; rank 0 (host a's leader) then times out

@@ -139,6 +139,9 @@ class HostAllReduce {
   int size() const { return static_cast<int>(members_.size()); }
   int position() const { return position_; }
   const HostAllReduceStats& stats() const { return stats_; }
+  // Whether no peer reads our memory any more (Shutdown()'s barrier
+  // passed, or nothing was published): the caller may free the region.
+  bool quiesced() const { return quiesced_ || !published_; }
   // Whether a call of `bytes` takes the one-shot path.
   bool OneShot(size_t bytes) const;
 
@@ -160,8 +163,8 @@ class HostAllReduce {
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0);
 
   // AllReduce()'s contract, but only the member at position `root` gets the
-  // result (in place); the others' ranges are left holding partial results
-  // (the reduce-scatter's segments). The first phase of a hierarchical
+  // result (in place); the others' ranges are left as they were (one-shot)
+  // or hold partial results (the reduce-scatter's segments). The first phase of a hierarchical
   // all-reduce: the host's leader then reduces across hosts.
   absl::Status Reduce(size_t offset, size_t count, DataType type, ReduceOp op, int root,
                       uint8_t variant = 0);

@@ -450,10 +450,9 @@ void RingAllReduce::JoinLoop() {
   }
   // A neighbour whose probe fails fails the ring (kUnavailable).
   auto fail = [this](int, const absl::Status& status) { Fail(status); };
+  // Both endpoints, also when both lead to one rank (2 members).
   watches_.push_back(loop_->WatchPeer(right_rank_, right_endpoint_.get(), fail));
-  if (left_rank_ != right_rank_) {
-    watches_.push_back(loop_->WatchPeer(left_rank_, left_endpoint_.get(), fail));
-  }
+  watches_.push_back(loop_->WatchPeer(left_rank_, left_endpoint_.get(), fail));
 }
 
 absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {

@@ -144,20 +144,30 @@ TEST(AllReduceMultiProcessTest, TwoNamespaceHostsOfTwoRanksRunHierarchically) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to make network and PID namespaces";
   const std::string script = "tools/netns_hosts.sh";
   if (access(script.c_str(), X_OK) != 0) GTEST_SKIP() << script << " is not in the runfiles";
-  const int id = static_cast<int>(getpid() % 200);
-  const std::string prefix = absl::StrCat("rfa", id);
-  const std::string subnet = absl::StrCat("10.76.", id);
+  // Names and a subnet of this run's own (interface names are at most 15
+  // characters: "rfa" + pid + "br").
+  const int pid = static_cast<int>(getpid());
+  const std::string prefix = absl::StrCat("rfa", pid);
+  const std::string subnet = absl::StrCat("10.", 64 + (pid / 256) % 64, ".", pid % 256);
   const std::string env = absl::StrCat("NETNS_PREFIX=", prefix, " NETNS_SUBNET=", subnet, " ");
-  const std::string up = absl::StrCat(env, script, " up 2 none 2>&1");
+  // Whether this machine lets us make namespaces at all; a failure after
+  // that is the script's, and fails the test.
+  const std::string probe = absl::StrCat(prefix, "probe");
+  if (std::system(absl::StrCat("ip netns add ", probe, " >/dev/null 2>&1 && ip netns del ",
+                               probe, " && unshare --pid --fork true").c_str()) != 0) {
+    GTEST_SKIP() << "this machine does not let root make network and PID namespaces "
+                    "(ip netns add, unshare --pid)";
+  }
+  struct Down {
+    std::string command;
+    ~Down() { std::system(command.c_str()); }
+  } down{absl::StrCat(env, script, " down 2 >/dev/null 2>&1")};
   std::string output;
-  FILE* pipe = popen(up.c_str(), "r");
+  FILE* pipe = popen(absl::StrCat(env, script, " up 2 none 2>&1").c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   char line[512];
   while (std::fgets(line, sizeof(line), pipe) != nullptr) output += line;
-  if (pclose(pipe) != 0) {
-    std::system(absl::StrCat(env, script, " down 2 >/dev/null 2>&1").c_str());
-    GTEST_SKIP() << "cannot make namespace hosts here (" << script << " up): " << output;
-  }
+  ASSERT_EQ(pclose(pipe), 0) << script << " up failed: " << output;
   char self[4096] = {};
   ASSERT_GT(readlink("/proc/self/exe", self, sizeof(self) - 1), 0);
   launch::JobOptions job;
@@ -170,10 +180,9 @@ TEST(AllReduceMultiProcessTest, TwoNamespaceHostsOfTwoRanksRunHierarchically) {
              {"NETNS_PREFIX", prefix},
              {"MASTER_ADDR", absl::StrCat(subnet, ".254")}};
   job.timeout = launch::kTestJobTimeout;
-  const launch::JobResult result = launch::RunJob(job);
-  // Also ends whatever a failed rank left in the hosts' PID namespaces.
-  std::system(absl::StrCat(env, script, " down 2 >/dev/null 2>&1").c_str());
-  EXPECT_OK(result.status);
+  // `down` (at the end of the scope) also ends whatever a failed rank left
+  // in the hosts' PID namespaces.
+  EXPECT_OK(launch::RunJob(job).status);
 }
 
 }  // namespace

@@ -370,7 +370,7 @@ absl::Status Errors(ProcessGroupRdmaflow& pg, int rank, int world) {
   RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "summing to its"),
                         absl::StrCat("alltoall_base splits: ", status.ToString())));
   status = Wait(pg.alltoall_base(rows, rows, none, none));
-  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "share memory"),
+  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "shares memory"),
                         absl::StrCat("alltoall_base in place: ", status.ToString())));
   std::vector<at::Tensor> ins(world, at::zeros({2})), outs(world, at::zeros({2}));
   outs[rank] = at::zeros({3});

@@ -38,8 +38,13 @@ down() {
   for i in $(seq 0 $((n - 1))); do
     if [[ -f $(holder "$i") ]]; then
       # The holder is its PID namespace's init: killing it ends every
-      # process left in that namespace.
-      kill -KILL "$(cat "$(holder "$i")")" 2>/dev/null || true
+      # process left in that namespace. Only if that pid is still a holder
+      # (a sleep in another PID namespace), not a process that reused it.
+      pid=$(cat "$(holder "$i")")
+      if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == sleep ]] &&
+         [[ $(readlink "/proc/$pid/ns/pid") != $(readlink /proc/self/ns/pid) ]]; then
+        kill -KILL "$pid" 2>/dev/null || true
+      fi
       rm -f "$(holder "$i")"
     fi
     ip netns del "${p}h$i" 2>/dev/null || true

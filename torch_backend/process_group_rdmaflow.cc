@@ -365,18 +365,42 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllToAllOptions&) {
-  const c10d::OpType op_type = c10d::OpType::ALLTOALL;
+  return AllToAll(c10d::OpType::ALLTOALL, outputs, inputs);
+}
+
+namespace {
+
+// The bytes a tensor's elements span, [first, last + 1).
+std::pair<uintptr_t, uintptr_t> Extent(const at::Tensor& t) {
+  const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+  int64_t last = 0;  // offset of the last element, in elements
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return {begin, begin + static_cast<uintptr_t>(last + 1) * t.element_size()};
+}
+
+bool Overlap(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const auto [a0, a1] = Extent(a);
+  const auto [b0, b1] = Extent(b);
+  return a0 < b1 && b0 < a1;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::AllToAll(
+    c10d::OpType op_type, std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs) {
+  const char* what = op_type == c10d::OpType::ALLTOALL ? "alltoall" : "alltoall_base";
   if (static_cast<int>(inputs.size()) != size_ || static_cast<int>(outputs.size()) != size_) {
     return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
-                               "alltoall: needs one input and one output tensor per rank (",
+                               what, ": needs one input and one output tensor per rank (",
                                size_, "), got ", inputs.size(), " and ", outputs.size())));
   }
   for (int r = 0; r < size_; ++r) {
     for (const at::Tensor* t : {&inputs[r], &outputs[r]}) {
-      if (absl::Status s = CheckCpuTensor(*t, "alltoall"); !s.ok()) return Failed(op_type, s);
+      if (absl::Status s = CheckCpuTensor(*t, what); !s.ok()) return Failed(op_type, s);
       if (t->scalar_type() != inputs[0].scalar_type()) {
         return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
-                                   "alltoall: every tensor must be ",
+                                   what, ": every tensor must be ",
                                    c10::toString(inputs[0].scalar_type()), " (",
                                    c10::toString(t->scalar_type()), " given for rank ", r,
                                    ")")));
@@ -385,9 +409,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall(
   }
   if (inputs[rank_].numel() != outputs[rank_].numel()) {
     return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
-                               "alltoall: this rank's part for itself has ",
+                               what, ": this rank's part for itself has ",
                                inputs[rank_].numel(), " elements, its output for it ",
                                outputs[rank_].numel())));
+  }
+  // A part received into memory still being sent, or into another part,
+  // would be overwritten while it moves.
+  for (int r = 0; r < size_; ++r) {
+    for (int q = 0; q < size_; ++q) {
+      if ((q != r || r != rank_) && Overlap(outputs[r], inputs[q])) {
+        return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                                   what, ": the output for rank ", r,
+                                   " shares memory with the input for rank ", q)));
+      }
+      if (q > r && Overlap(outputs[r], outputs[q])) {
+        return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
+                                   what, ": the outputs for ranks ", r, " and ", q,
+                                   " share memory")));
+      }
+    }
   }
   std::vector<at::Tensor> sources = inputs;
   std::vector<at::Tensor> targets = outputs;
@@ -433,7 +473,7 @@ absl::StatusOr<std::vector<int64_t>> SplitSizes(const at::Tensor& tensor,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
-    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
   const c10d::OpType op_type = c10d::OpType::ALLTOALL_BASE;
   for (const at::Tensor* t : {&output, &input}) {
     if (absl::Status s = CheckCpuTensor(*t, "alltoall_base"); !s.ok()) {
@@ -450,11 +490,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall_base(
                                c10::toString(input.scalar_type()), " and ",
                                c10::toString(output.scalar_type()), " given)")));
   }
-  if (input.numel() > 0 && output.numel() > 0 &&
-      input.storage().is_alias_of(output.storage())) {
-    return Failed(op_type, absl::InvalidArgumentError(
-                               "alltoall_base: the output may not share memory with the input"));
-  }
   absl::StatusOr<std::vector<int64_t>> in = SplitSizes(input, input_split_sizes, size_, "input");
   if (!in.ok()) return Failed(op_type, in.status());
   absl::StatusOr<std::vector<int64_t>> out =
@@ -463,7 +498,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall_base(
   // Views of both, part by part: contiguous parts go straight over.
   std::vector<at::Tensor> inputs = input.split_with_sizes(*in, 0);
   std::vector<at::Tensor> outputs = output.split_with_sizes(*out, 0);
-  return alltoall(outputs, inputs, opts);
+  return AllToAll(op_type, outputs, inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::barrier(const c10d::BarrierOptions&) {

@@ -135,6 +135,10 @@ class ProcessGroupRdmaflow final : public c10d::ProcessGroup {
           post);
   // A Work already failed with `status` (bad arguments).
   c10::intrusive_ptr<c10d::Work> Failed(c10d::OpType type, const absl::Status& status);
+  // alltoall and alltoall_base (as `op_type`): one part per rank each way.
+  c10::intrusive_ptr<c10d::Work> AllToAll(c10d::OpType op_type,
+                                          std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs);
 
   std::unique_ptr<Engine> engine_;
 };
