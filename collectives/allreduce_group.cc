@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -264,19 +265,32 @@ AllReduceAlgorithm AllReduceGroup::Choose(size_t bytes) const {
 }
 
 absl::Status AllReduceGroup::AllReduce(size_t offset, size_t count, DataType type,
-                                       ReduceOp op, uint8_t variant) {
+                                       ReduceOp op, uint8_t variant, std::byte* result) {
   // A count too large to multiply is refused by the algorithm itself.
   const size_t element = ElementSize(type);
   const size_t bytes = count <= capacity() / element ? count * element : capacity() + 1;
+  if (result != nullptr && bytes <= capacity()) {
+    const auto at = reinterpret_cast<uintptr_t>(result);
+    const auto region = reinterpret_cast<uintptr_t>(data());
+    if (at < region + capacity() && region < at + bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "all-reduce on rank ", rank(), ": the result buffer overlaps the data region"));
+    }
+  }
   last_ = Choose(bytes);
+  absl::Status status;
   switch (last_) {
     case AllReduceAlgorithm::kHierarchical:
-      return HierarchicalAllReduce(offset, count, type, op, variant);
+      status = HierarchicalAllReduce(offset, count, type, op, variant);
+      break;
     case AllReduceAlgorithm::kRing:
-      return ring_->AllReduce(offset, count, type, op);
+      status = ring_->AllReduce(offset, count, type, op);
+      break;
     default:
-      return host_->AllReduce(offset, count, type, op, variant);
+      return host_->AllReduce(offset, count, type, op, variant, result);
   }
+  if (status.ok() && result != nullptr && bytes > 0) std::memcpy(result, data() + offset, bytes);
+  return status;
 }
 
 absl::Status AllReduceGroup::HierarchicalAllReduce(size_t offset, size_t count,

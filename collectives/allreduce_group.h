@@ -140,8 +140,14 @@ class AllReduceGroup {
   // stages on one member and reduces in place on another needs no
   // agreement first.
   // `variant`: HostAllReduce::AllReduce's (checked on the host paths only).
+  // `result`: where this member wants the result instead of its range (a
+  // buffer of count elements outside the data region; nullptr: in place):
+  // the host paths write it there directly (HostAllReduce::AllReduce), the
+  // others copy it out of the range. kInvalidArgument (on this member
+  // alone: a caller's bug) when it overlaps the data region.
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
-                         ReduceOp op = ReduceOp::kSum, uint8_t variant = 0);
+                         ReduceOp op = ReduceOp::kSum, uint8_t variant = 0,
+                         std::byte* result = nullptr);
 
   // Shuts down every algorithm (collective; once, after the last call),
   // all within `timeout` (the options' by default); the first error.

@@ -462,6 +462,50 @@ TEST(AllReduceGroupTest, AHostWhoseCollectiveFailsFailsTheGroupOnEveryHost) {
   }
 }
 
+TEST(AllReduceGroupTest, AResultBufferGetsTheSumOnEveryPath) {
+  // One host with direct access (one-shot, scatter-gather), the ring, and
+  // two hosts (hierarchical): the caller's input staged in the region, the
+  // result in a buffer of its own.
+  struct Setup {
+    const char* name;
+    DirectAccess direct;
+    bool two_hosts;
+  };
+  for (const Setup& setup : {Setup{"host", DirectAccess::kAuto, false},
+                             Setup{"ring", DirectAccess::kOff, false},
+                             Setup{"hierarchical", DirectAccess::kAuto, true}}) {
+    SCOPED_TRACE(setup.name);
+    ExpectAllOk(RunRankThreads(4, [&](int rank, rdma::Transport& transport,
+                                      rdma::Store& store) -> absl::Status {
+      AllReduceGroupOptions options =
+          OnHost(1 << 20, setup.two_hosts ? std::string(1, "aabb"[rank]) : "one");
+      options.direct = setup.direct;
+      ASSIGN_OR_RETURN(auto group,
+                       AllReduceGroup::Create(transport, store, "t", AllRanks(4), options));
+      for (size_t count : {size_t{1000}, size_t{100001}}) {
+        float* staged = reinterpret_cast<float*>(group->data()) + 16;
+        for (size_t i = 0; i < count; ++i) staged[i] = Value(rank, i);
+        std::vector<float> result(count, -1.0f);
+        RETURN_IF_ERROR(group->AllReduce(64, count, DataType::kFloat32, ReduceOp::kSum, 0,
+                                         reinterpret_cast<std::byte*>(result.data())));
+        for (size_t i = 0; i < count; ++i) {
+          float sum = 0;
+          for (int r = 0; r < 4; ++r) sum += Value(r, i);
+          if (result[i] != sum) {
+            return absl::InternalError(absl::StrCat(
+                count, " elements (", AlgorithmName(group->last_algorithm()), "): element ", i,
+                " is ", result[i], ", expected ", sum));
+          }
+        }
+      }
+      EXPECT_THAT(group->AllReduce(0, 10, DataType::kFloat32, ReduceOp::kSum, 0,
+                                   group->data() + 100),
+                  StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("overlaps")));
+      return group->Shutdown();
+    }));
+  }
+}
+
 TEST(AllReduceGroupTest, ALeaderWhoseRingFailsReleasesItsHostAtOnce) {
   // Hosts {0, 1} and {2, 3}; rank 3 never calls. Rank 2 (host b's leader)
   // times out in its host's reduce; rank 0 (host a's leader) then times out

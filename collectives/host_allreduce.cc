@@ -372,12 +372,13 @@ void HostAllReduce::RingPeers() {
 }
 
 absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type,
-                                      ReduceOp op, uint8_t variant) {
+                                      ReduceOp op, uint8_t variant, std::byte* result) {
   return Run(offset, count, ElementSize(type), DataTypeName(type),
              PackCall(layout::kAllReduceCall, -1, type, op, variant), /*root=*/-1,
              [&](uint64_t call, size_t bytes) {
-               return OneShot(bytes) ? OneShotCall(call, offset, bytes, count, type, op, -1)
-                                     : ScatterGatherCall(call, offset, count, type, op, -1);
+               return OneShot(bytes)
+                          ? OneShotCall(call, offset, bytes, count, type, op, -1, result)
+                          : ScatterGatherCall(call, offset, count, type, op, -1, result);
              });
 }
 
@@ -386,8 +387,9 @@ absl::Status HostAllReduce::Reduce(size_t offset, size_t count, DataType type, R
   return Run(offset, count, ElementSize(type), DataTypeName(type),
              PackCall(layout::kReduceCall, root, type, op, variant), root,
              [&](uint64_t call, size_t bytes) {
-               return OneShot(bytes) ? OneShotCall(call, offset, bytes, count, type, op, root)
-                                     : ScatterGatherCall(call, offset, count, type, op, root);
+               return OneShot(bytes)
+                          ? OneShotCall(call, offset, bytes, count, type, op, root, nullptr)
+                          : ScatterGatherCall(call, offset, count, type, op, root, nullptr);
              });
 }
 
@@ -530,7 +532,8 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, si
 }
 
 absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t bytes,
-                                        size_t count, DataType type, ReduceOp op, int root) {
+                                        size_t count, DataType type, ReduceOp op, int root,
+                                        std::byte* result) {
   // Member order, the same on every member: identical results everywhere.
   // A reduce to a root: only the root reads; the others wait for it to be
   // done with their buffers.
@@ -546,17 +549,22 @@ absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t byt
   stats_.bytes_read += static_cast<int64_t>(bytes) * (size() - 1);
   ++stats_.one_shot_calls;
   RETURN_IF_ERROR(Leave(call));
-  std::memcpy(data_.data() + offset, scratch_.data(), bytes);
+  std::memcpy(result != nullptr ? result : data_.data() + offset, scratch_.data(), bytes);
   return absl::OkStatus();
 }
 
 absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size_t count,
-                                              DataType type, ReduceOp op, int root) {
+                                              DataType type, ReduceOp op, int root,
+                                              std::byte* result) {
   const size_t element = ElementSize(type);
   const size_t n = static_cast<size_t>(size());
   const size_t chunk = options_.chunk_bytes / element;  // elements, >= 8
   auto chunks_of = [&](size_t length) { return (length + chunk - 1) / chunk; };
   std::byte* ours = data_.data() + offset;
+  // Where the result goes: our range, or the caller's buffer (then only
+  // our own segment, which the peers copy from our range, is written in
+  // both).
+  std::byte* out = result != nullptr ? result : ours;
 
   // Reduce-scatter: our segment of every peer, chunk by chunk, into ours;
   // each final chunk is published at once for the peers to copy.
@@ -574,6 +582,9 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
     }
     Store(block_ + layout::kReduced, reduced_ + c + 1);
     RingPeers();
+    if (result != nullptr) {
+      std::memcpy(result + first * element, ours + first * element, length * element);
+    }
   }
   reduced_ += chunks_of(mine.length);
 
@@ -614,7 +625,7 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
       for (; copied[p] < ready; ++copied[p], --left) {
         const size_t first = theirs.begin + copied[p] * chunk;
         const size_t length = std::min(chunk, theirs.begin + theirs.length - first);
-        std::memcpy(ours + first * element, peer.data + peer.offset + first * element,
+        std::memcpy(out + first * element, peer.data + peer.offset + first * element,
                     length * element);
         ++stats_.reads;
         stats_.bytes_read += static_cast<int64_t>(length * element);

@@ -159,8 +159,14 @@ class HostAllReduce {
   // `variant` is the caller's own distinction between calls that reduce
   // alike (the c10d backend: 1 for AVG, reduced as a sum and divided
   // afterwards), compared as count, type and operator are.
+  // `result`: where this member wants the result instead of its range,
+  // e.g. the caller's own buffer that it copied into the range to take part
+  // (count elements, outside the data region; nullptr: in place). The
+  // result then goes straight there, and the range keeps this member's
+  // input but for its own segment: one copy fewer than copying it out.
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
-                         ReduceOp op = ReduceOp::kSum, uint8_t variant = 0);
+                         ReduceOp op = ReduceOp::kSum, uint8_t variant = 0,
+                         std::byte* result = nullptr);
 
   // AllReduce()'s contract, but only the member at position `root` gets the
   // result (in place); the others' ranges are left as they were (one-shot)
@@ -211,10 +217,12 @@ class HostAllReduce {
   absl::Status Enter(uint64_t call, size_t offset, size_t count, size_t element,
                      uint64_t type_op, bool poisoned, bool& differs);
   // `root` -1: every member gets the result; else only that position.
+  // `result`: AllReduce()'s (nullptr: in place).
   absl::Status OneShotCall(uint64_t call, size_t offset, size_t bytes,
-                           size_t count, DataType type, ReduceOp op, int root);
+                           size_t count, DataType type, ReduceOp op, int root,
+                           std::byte* result);
   absl::Status ScatterGatherCall(uint64_t call, size_t offset, size_t count,
-                                 DataType type, ReduceOp op, int root);
+                                 DataType type, ReduceOp op, int root, std::byte* result);
   // Publishes `done` and waits for every peer's.
   absl::Status Leave(uint64_t call);
   // Waits until `ready(peer)` holds for every peer (`any`: for one of

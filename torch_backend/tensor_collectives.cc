@@ -141,9 +141,11 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
       const size_t per_piece = staging / element;
       for (size_t first = 0; first < count; first += per_piece) {
         const size_t n = std::min(per_piece, count - first);
-        std::memcpy(ring->data(), base + first * element, n * element);
-        RETURN_IF_ERROR(ring->AllReduce(0, n, type, reduction.op, variant));
-        std::memcpy(base + first * element, ring->data(), n * element);
+        std::byte* piece = base + first * element;
+        std::memcpy(ring->data(), piece, n * element);
+        // The result straight into the tensor: on the host paths only our
+        // own segment is written twice (the group copies it out elsewhere).
+        RETURN_IF_ERROR(ring->AllReduce(0, n, type, reduction.op, variant, piece));
       }
       CopyBack(tensor, buffer);
       engine.Count([&](BackendStats& stats) { stats.staged_bytes += bytes; });
