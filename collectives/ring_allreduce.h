@@ -149,10 +149,11 @@ class RingAllReduce {
 
   // Waits for our last writes, then for every member at a store barrier,
   // each for up to `timeout` (the options' timeout by default). After an
-  // error it still meets the others at the barrier, so that every member
-  // may free its memory, unless one of our own operations never completed:
-  // then it returns the error at once. Collective; call once, after the
-  // last AllReduce().
+  // error (ours or a link's) it returns that error at once, without the
+  // barrier, where a dead or stalled member would keep everyone waiting:
+  // the regions then stay registered when the ring is destroyed (logged),
+  // as a neighbour may still write into them. Collective; call once, after
+  // the last AllReduce().
   absl::Status Shutdown(std::optional<absl::Duration> timeout = std::nullopt);
 
  private:
