@@ -226,6 +226,10 @@ absl::Status RingAllReduce::Connect() {
   ASSIGN_OR_RETURN(left_endpoint_, rdma::ConnectToPeer(transport_, store_, ns_,
                                                        left_rank_, options_.timeout));
   left_link_ = left_endpoint_.get();
+  // The neighbours' keys now, while they hold their regions (Prepare()).
+  RETURN_IF_ERROR(right_endpoint_->Prepare(right_data_));
+  RETURN_IF_ERROR(right_endpoint_->Prepare(right_control_));
+  RETURN_IF_ERROR(left_endpoint_->Prepare(left_control_));
   const int slots = options_.slots;
   onesided::SlotRingSender::Options send;
   send.slots = slots;

@@ -101,8 +101,11 @@ absl::Status Mailbox::Connect(int peer) {
         "mailbox of rank ", peer, ": the descriptor (", remote.DebugString(),
         ") does not hold ", world_, " slots of ", bytes_, " bytes"));
   }
-  ASSIGN_OR_RETURN(endpoints_[peer], rdma::ConnectToPeer(transport_, store_,
-                                                         ns_, peer, timeout_));
+  ASSIGN_OR_RETURN(std::unique_ptr<rdma::Endpoint> endpoint,
+                   rdma::ConnectToPeer(transport_, store_, ns_, peer, timeout_));
+  // Its key now, while the peer holds the inbox (Endpoint::Prepare).
+  RETURN_IF_ERROR(endpoint->Prepare(remote));
+  endpoints_[peer] = std::move(endpoint);
   remote_[peer] = std::make_unique<rdma::RemoteRegion>(std::move(remote));
   return absl::OkStatus();
 }

@@ -291,6 +291,10 @@ absl::Status Messenger::Connect() {
                                                       options_.timeout));
     ASSIGN_OR_RETURN(peer->endpoint, rdma::ConnectToPeer(transport_, store_, ns_, rank,
                                                          options_.timeout));
+    // Its keys now, while it holds the regions: a credit or message posted
+    // first after it tore down must not be what resolves them.
+    RETURN_IF_ERROR(peer->endpoint->Prepare(peer->inbox));
+    RETURN_IF_ERROR(peer->endpoint->Prepare(peer->control));
     const size_t block = block_bytes();
     onesided::SlotRingSender::Options send;
     send.slots = options_.slots;

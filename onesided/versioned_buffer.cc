@@ -158,6 +158,8 @@ absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
   reader->remote_ = std::make_unique<rdma::RemoteRegion>(std::move(remote));
   ASSIGN_OR_RETURN(reader->endpoint_, rdma::ConnectToPeer(transport, store, ns,
                                                           owner_rank, timeout));
+  // Its key now, while the owner holds the buffer (Endpoint::Prepare).
+  RETURN_IF_ERROR(reader->endpoint_->Prepare(*reader->remote_));
   ASSIGN_OR_RETURN(rdma::MemoryRegion scratch,
                    transport.Allocate(HeaderBytes(reader->copies_)));
   reader->scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));

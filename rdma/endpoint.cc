@@ -11,4 +11,6 @@ absl::StatusOr<std::byte*> Endpoint::MapRemote(const RemoteSlice&) {
       "'s memory into this process; write and read it with posts instead"));
 }
 
+absl::Status Endpoint::Prepare(const RemoteRegion&) { return absl::OkStatus(); }
+
 }  // namespace rdmaflow::rdma

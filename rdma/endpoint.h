@@ -77,6 +77,14 @@ class Endpoint {
   // that is not shared, a backend without mappings): use the posts then.
   virtual absl::StatusOr<std::byte*> MapRemote(const RemoteSlice& remote);
 
+  // Resolves now what operations on `region` need (UCX: unpacks and caches
+  // its remote key, which attaches a same-host peer's shared memory), while
+  // the peer is known to hold the region, rather than at the first post,
+  // which may come after the peer has let it go (UCX 1.13 then faults
+  // unpacking the key of a segment already removed). OK where a backend
+  // needs nothing; else the error a post would get for this region.
+  virtual absl::Status Prepare(const RemoteRegion& region);
+
   // Stops the endpoint: operations still in flight complete with kCancelled
   // (their callbacks fire from later Progress() calls); later posts return
   // kFailedPrecondition. Idempotent. The destructor calls it.

@@ -176,6 +176,11 @@ absl::StatusOr<ucp_rkey_h> UcxEndpoint::RemoteKey(const RemoteRegion& region) {
   return rkey;
 }
 
+absl::Status UcxEndpoint::Prepare(const RemoteRegion& region) {
+  if (!state_->failure.ok()) return state_->failure;
+  return RemoteKey(region).status();
+}
+
 absl::StatusOr<ucp_rkey_h> UcxEndpoint::UnpackKey(const RemoteRegion& region) {
   absl::StatusOr<std::string> buffer = UnwrapRkey(region.packed_key);
   if (!buffer.ok()) {

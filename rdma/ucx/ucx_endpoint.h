@@ -32,6 +32,7 @@ class UcxEndpoint final : public Endpoint {
   // ucp_rkey_ptr(): only a region of a same-host peer allocated in shared
   // memory (Transport::Allocate) maps.
   absl::StatusOr<std::byte*> MapRemote(const RemoteSlice& remote) override;
+  absl::Status Prepare(const RemoteRegion& region) override;
 
   // ucp_ep_print_info() output.
   std::string Describe() const override;

@@ -255,6 +255,41 @@ TEST_F(UcxTransportTest, DestructionWithConnectionSetUpInFlightDoesNotAbort) {
   b.reset();
 }
 
+// A region whose key was resolved while its owner held it (Prepare) takes
+// a write after the owner let it go: the shared memory stays attached here.
+// Unresolved, the first post would unpack the key of a removed segment,
+// where UCX 1.13 faults in its error path (a c10d rank posting a credit to
+// a peer that had just torn down did).
+TEST_F(UcxTransportTest, APreparedRegionTakesAWriteAfterItsOwnerLetItGo) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, "shm", ""));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, "shm", ""));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab, a->Connect({b->rank(), b->address()}));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(64));
+  RemoteRegion descriptor;
+  {
+    ASSERT_OK_AND_ASSIGN(MemoryRegion region, b->Allocate(4096));
+    descriptor = region.descriptor();
+    ASSERT_OK(ab->Prepare(descriptor));
+  }  // b lets the region go
+  bool done = false;
+  absl::Status status;
+  ASSERT_OK(ab->PostWrite({&local, 0, 64}, {&descriptor, 0, 64}, std::nullopt,
+                          [&](absl::Status s) {
+                            done = true;
+                            status = s;
+                          }));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!done && absl::Now() < deadline) {
+    ASSERT_OK(a->Progress().status());
+    ASSERT_OK(b->Progress().status());
+  }
+  ASSERT_TRUE(done) << "the write never completed";
+  EXPECT_OK(status);
+  RemoteRegion corrupt = descriptor;
+  corrupt.packed_key[corrupt.packed_key.size() / 2] ^= 0x5A;
+  EXPECT_THAT(ab->Prepare(corrupt), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST_F(UcxTransportTest, RegistryTakesNetDevices) {
   TransportRegistry registry;
   ASSERT_OK(RegisterUcxTransport(registry));
