@@ -141,10 +141,10 @@ class AllReduceGroup {
   // agreement first.
   // `variant`: HostAllReduce::AllReduce's (checked on the host paths only).
   // `result`: where this member wants the result instead of its range (a
-  // buffer of count elements outside the data region; nullptr: in place):
-  // the host paths write it there directly (HostAllReduce::AllReduce), the
-  // others copy it out of the range. kInvalidArgument (on this member
-  // alone: a caller's bug) when it overlaps the data region.
+  // buffer of count elements; nullptr: in place): the host paths write it
+  // there directly (HostAllReduce::AllReduce: outside the data region, else
+  // kInvalidArgument on every member), the ring and the hierarchy copy it
+  // out of the range. After an error it holds unspecified bytes.
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0,
                          std::byte* result = nullptr);

@@ -373,13 +373,30 @@ void HostAllReduce::RingPeers() {
 
 absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type,
                                       ReduceOp op, uint8_t variant, std::byte* result) {
-  return Run(offset, count, ElementSize(type), DataTypeName(type),
-             PackCall(layout::kAllReduceCall, -1, type, op, variant), /*root=*/-1,
-             [&](uint64_t call, size_t bytes) {
-               return OneShot(bytes)
-                          ? OneShotCall(call, offset, bytes, count, type, op, -1, result)
-                          : ScatterGatherCall(call, offset, count, type, op, -1, result);
-             });
+  // A result buffer in the region would be read by the peers while we
+  // write it: refused as a bad range is (every member gets an error).
+  const size_t element = ElementSize(type);
+  absl::Status bad_result;
+  if (result != nullptr && element > 0 && count > 0 && count <= data_.size() / element) {
+    const auto at = reinterpret_cast<uintptr_t>(result);
+    const auto region = reinterpret_cast<uintptr_t>(data_.data());
+    if (at < region + data_.size() && region < at + count * element) {
+      bad_result = absl::InvalidArgumentError(
+          absl::StrCat(Where(), ": the result buffer overlaps the data region"));
+    }
+  }
+  absl::Status status = Run(
+      offset, count, element, DataTypeName(type),
+      PackCall(layout::kAllReduceCall, -1, type, op, variant), /*root=*/-1,
+      [&](uint64_t call, size_t bytes) {
+        return OneShot(bytes) ? OneShotCall(call, offset, bytes, count, type, op, -1, result)
+                              : ScatterGatherCall(call, offset, count, type, op, -1, result);
+      },
+      bad_result);
+  if (status.ok() && size() == 1 && result != nullptr && count > 0) {
+    std::memcpy(result, data_.data() + offset, count * element);  // alone: no body ran
+  }
+  return status;
 }
 
 absl::Status HostAllReduce::Reduce(size_t offset, size_t count, DataType type, ReduceOp op,
@@ -411,7 +428,7 @@ absl::Status HostAllReduce::Broadcast(size_t offset, size_t bytes, int root) {
 template <typename Body>
 absl::Status HostAllReduce::Run(size_t offset, size_t count, size_t element,
                                 absl::string_view unit, uint64_t type_op, int root,
-                                Body body) {
+                                Body body, absl::Status bad_argument) {
   if (!failure_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         Where(), ": unusable after an earlier error: ", failure_.message()));
@@ -433,6 +450,7 @@ absl::Status HostAllReduce::Run(size_t offset, size_t count, size_t element,
     bad_range = absl::InvalidArgumentError(absl::StrCat(
         Where(), ": root position ", root, " is not a member's (0..", size() - 1, ")"));
   }
+  if (bad_range.ok()) bad_range = bad_argument;
   if (!bad_range.ok() && size() == 1) return bad_range;
   // An empty call still meets the others, so a member whose count differs
   // gets an error rather than a wait.

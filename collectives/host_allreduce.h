@@ -161,9 +161,11 @@ class HostAllReduce {
   // afterwards), compared as count, type and operator are.
   // `result`: where this member wants the result instead of its range,
   // e.g. the caller's own buffer that it copied into the range to take part
-  // (count elements, outside the data region; nullptr: in place). The
+  // (count elements, outside the data region, else kInvalidArgument here
+  // and for the other members as a bad range is; nullptr: in place). The
   // result then goes straight there, and the range keeps this member's
   // input but for its own segment: one copy fewer than copying it out.
+  // After an error `result` holds unspecified bytes.
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0,
                          std::byte* result = nullptr);
@@ -207,9 +209,12 @@ class HostAllReduce {
   // bytes at `offset`, and `root`, -1 for none), enters, runs `body(call,
   // bytes)` unless the members' calls differ, and on an error marks our
   // done word aborted. `type_op`: the packed kind and arguments.
+  // `bad_argument`: another of our arguments is bad (the call is then
+  // refused like a bad range).
   template <typename Body>
   absl::Status Run(size_t offset, size_t count, size_t element, absl::string_view unit,
-                   uint64_t type_op, int root, Body body);
+                   uint64_t type_op, int root, Body body,
+                   absl::Status bad_argument = absl::OkStatus());
   // Publishes the call and waits for every peer's; `differs` when a peer's
   // count or packed kind and arguments are not ours (an error, but every
   // member sees one, so the call can end cleanly).

@@ -90,6 +90,32 @@ TEST(HostAllReduceTest, ReduceLeavesTheSumAtTheRootOnBothPaths) {
   }
 }
 
+TEST(HostAllReduceTest, AResultBufferGetsTheSumAlsoWithOneMember) {
+  for (int world : {1, 3}) {
+    for (size_t count : {size_t{100}, size_t{40001}}) {  // one-shot, scatter-gather
+      SCOPED_TRACE(absl::StrCat(world, " members, ", count, " floats"));
+      std::vector<absl::Status> statuses =
+          WithHosts(world, [&](int rank, HostAllReduce& host, std::byte* data) -> absl::Status {
+            float* values = reinterpret_cast<float*>(data);
+            for (size_t i = 0; i < count; ++i) values[i] = Value(rank, i);
+            std::vector<float> result(count, -1.0f);
+            RETURN_IF_ERROR(host.AllReduce(0, count, DataType::kFloat32, ReduceOp::kSum, 0,
+                                           reinterpret_cast<std::byte*>(result.data())));
+            for (size_t i = 0; i < count; ++i) {
+              float sum = 0;
+              for (int r = 0; r < world; ++r) sum += Value(r, i);
+              if (result[i] != sum) {
+                return absl::InternalError(absl::StrCat("element ", i, ": ", result[i],
+                                                        ", expected ", sum));
+              }
+            }
+            return absl::OkStatus();
+          });
+      for (int r = 0; r < world; ++r) EXPECT_OK(statuses[r]) << "rank " << r;
+    }
+  }
+}
+
 TEST(HostAllReduceTest, BroadcastCopiesTheRootsBytesToEveryMember) {
   constexpr int kWorld = 4;
   for (size_t bytes : {size_t{1}, size_t{4099}, size_t{300001}}) {

@@ -64,19 +64,14 @@ absl::Status CheckKnownParams(const TransportConfig& config,
 absl::StatusOr<std::map<std::string, std::string>> ParseTransportParams(
     absl::string_view text) {
   std::map<std::string, std::string> params;
-  std::string* last = nullptr;  // the value an item without '=' continues
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(item, absl::MaxSplits('=', 1));
-    if (item.find('=') == absl::string_view::npos && last != nullptr) {
-      absl::StrAppend(last, ",", item);  // a list value: tls=posix,cma
-      continue;
-    }
     if (item.find('=') == absl::string_view::npos || kv.first.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "transport parameter '", item, "' is not of the form key=value"));
     }
-    last = &(params[std::string(kv.first)] = std::string(kv.second));
+    params[std::string(kv.first)] = std::string(kv.second);
   }
   return params;
 }

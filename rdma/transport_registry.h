@@ -62,10 +62,8 @@ absl::Status CheckKnownParams(const TransportConfig& config,
                               absl::string_view backend,
                               const std::vector<std::string>& known);
 
-// Parses "key=value,key=value" into TransportConfig::params. A value may
-// hold commas: an item without '=' continues the previous value
-// ("tls=posix,cma,net_devices=eth0" is tls "posix,cma" and net_devices
-// "eth0"). kInvalidArgument when the first item has no '='.
+// Parses "key=value,key=value" into TransportConfig::params.
+// kInvalidArgument for an item without '='.
 absl::StatusOr<std::map<std::string, std::string>> ParseTransportParams(
     absl::string_view text);
 

@@ -63,13 +63,6 @@ TEST(ParseTransportParamsTest, ParsesAndRejects) {
   EXPECT_THAT(ParseTransportParams("tls"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("key=value")));
-  EXPECT_THAT(ParseTransportParams("=shm"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("key=value")));
-  // A list value: items without '=' continue the previous value.
-  ASSERT_OK_AND_ASSIGN(auto lists,
-                       ParseTransportParams("tls=posix,cma,tcp,net_devices=eth0,lo"));
-  EXPECT_EQ(lists["tls"], "posix,cma,tcp");
-  EXPECT_EQ(lists["net_devices"], "eth0,lo");
 }
 
 }  // namespace

@@ -38,10 +38,11 @@ down() {
   for i in $(seq 0 $((n - 1))); do
     if [[ -f $(holder "$i") ]]; then
       # The holder is its PID namespace's init: killing it ends every
-      # process left in that namespace. Only if that pid is still a holder
-      # (a sleep in another PID namespace), not a process that reused it.
+      # process left in that namespace. Only if that pid is still this
+      # host's holder (in its network namespace, a PID namespace of its
+      # own), not a process that reused the pid.
       pid=$(cat "$(holder "$i")")
-      if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == sleep ]] &&
+      if [[ $(ip netns identify "$pid" 2>/dev/null) == "${p}h$i" ]] &&
          [[ $(readlink "/proc/$pid/ns/pid") != $(readlink /proc/self/ns/pid) ]]; then
         kill -KILL "$pid" 2>/dev/null || true
       fi

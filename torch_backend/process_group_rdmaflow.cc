@@ -378,8 +378,13 @@ std::pair<uintptr_t, uintptr_t> Extent(const at::Tensor& t) {
   return {begin, begin + static_cast<uintptr_t>(last + 1) * t.element_size()};
 }
 
+// Whether two tensors that go over in place share memory. Non-contiguous
+// ones travel through buffers of their own (tensor_collectives.cc), so
+// only contiguous pairs are compared, whose extents are exact.
 bool Overlap(const at::Tensor& a, const at::Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
+  if (a.numel() == 0 || b.numel() == 0 || !a.is_contiguous() || !b.is_contiguous()) {
+    return false;
+  }
   const auto [a0, a1] = Extent(a);
   const auto [b0, b1] = Extent(b);
   return a0 < b1 && b0 < a1;

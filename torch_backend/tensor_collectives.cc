@@ -145,7 +145,13 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
         std::memcpy(ring->data(), piece, n * element);
         // The result straight into the tensor: on the host paths only our
         // own segment is written twice (the group copies it out elsewhere).
-        RETURN_IF_ERROR(ring->AllReduce(0, n, type, reduction.op, variant, piece));
+        // A registered tensor staged because another rank staged (no
+        // direct access) lies in the region: copied back as before.
+        const bool outside = piece + n * element <= ring->data() ||
+                             piece >= ring->data() + ring->capacity();
+        RETURN_IF_ERROR(ring->AllReduce(0, n, type, reduction.op, variant,
+                                        outside ? piece : nullptr));
+        if (!outside) std::memcpy(piece, ring->data(), n * element);
       }
       CopyBack(tensor, buffer);
       engine.Count([&](BackendStats& stats) { stats.staged_bytes += bytes; });
