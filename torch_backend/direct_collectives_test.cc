@@ -14,6 +14,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rdma/rendezvous.h"
 #include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::torch_backend {
@@ -37,7 +38,10 @@ float Value(int rank, int block, size_t i) {
 }
 
 // Runs body(rank, direct) on `world` ranks as threads, each with
-// DirectCollectives over a Messenger of its own; every rank's status.
+// DirectCollectives over a Messenger of its own; every rank's status. No
+// rank tears its transport down before every rank's body is over (a rank
+// whose sends land at once could otherwise go while a peer still connects
+// to it).
 std::vector<absl::Status> WithDirect(
     int world, const std::function<absl::Status(int rank, DirectCollectives& direct)>& body) {
   return rdma::testing::RunRankThreads(
@@ -46,7 +50,9 @@ std::vector<absl::Status> WithDirect(
                                              transport, store, "direct", rank, world,
                                              Options()));
         DirectCollectives direct(*messenger, absl::Seconds(60));
-        return body(rank, direct);
+        absl::Status status = body(rank, direct);
+        absl::Status end = rdma::Barrier(store, "direct", "end", world, absl::Seconds(60));
+        return status.ok() ? end : status;
       });
 }
 
