@@ -283,6 +283,26 @@ absl::StatusOr<at::Tensor> Engine::AllocateRegistered(const std::vector<int64_t>
   return registered_->Empty(shape, dtype);
 }
 
+bool Engine::IsRegistered(const at::Tensor& tensor) const {
+  return registered_->Holds(tensor);
+}
+
+absl::Status Engine::MoveToRegistered(const at::Tensor& tensor) {
+  if (registered_->Holds(tensor)) return absl::OkStatus();
+  if (!posted_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        posted_.size(), " point-to-point operations are in flight (", posted_.front().what,
+        "...) and may hold the tensor's memory; move it when they are done"));
+  }
+  RETURN_IF_ERROR(registered_->MoveIn(tensor));
+  const int64_t bytes = static_cast<int64_t>(tensor.storage().nbytes());
+  Count([&](BackendStats& stats) {
+    ++stats.moved_to_registered;
+    stats.moved_bytes += bytes;
+  });
+  return absl::OkStatus();
+}
+
 BackendStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -74,6 +74,8 @@ class Engine {
   void Submit(Op op);
   absl::StatusOr<at::Tensor> AllocateRegistered(const std::vector<int64_t>& shape,
                                                 at::ScalarType dtype);
+  // Whether `tensor`'s memory is a block of the registered pool. Thread-safe.
+  bool IsRegistered(const at::Tensor& tensor) const;
   BackendStats stats() const;
 
   // For operations, on the engine thread.
@@ -85,6 +87,11 @@ class Engine {
   // Null for a group of one.
   collectives::AllReduceGroup* ring() { return ring_.get(); }
   const rdma::MemoryRegion& data_region() const { return *data_region_; }
+  // Moves `tensor`'s storage into the registered pool
+  // (RegisteredAllocator::MoveIn), counted: between operations, so no
+  // collective is reading it. kFailedPrecondition while point-to-point
+  // operations are in flight (one may hold the old address).
+  absl::Status MoveToRegistered(const at::Tensor& tensor);
   // Adds to the counters (any thread).
   void Count(const std::function<void(BackendStats&)>& update);
 

@@ -1,5 +1,11 @@
 #include "torch_backend/process_group_rdmaflow.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <stdexcept>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,7 +42,9 @@ absl::Status CheckPeer(int peer, int rank, int size, int tag, const char* what) 
 
 ProcessGroupRdmaflow::ProcessGroupRdmaflow(int rank, int size,
                                            std::unique_ptr<Engine> engine)
-    : c10d::ProcessGroup(rank, size), engine_(std::move(engine)) {
+    : c10d::ProcessGroup(rank, size),
+      engine_(std::move(engine)),
+      repeated_(/*sightings=*/2, /*capacity=*/4096) {
   init();
 }
 
@@ -544,6 +552,67 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor
 absl::StatusOr<at::Tensor> ProcessGroupRdmaflow::AllocateRegistered(
     const std::vector<int64_t>& shape, at::ScalarType dtype) {
   return engine_->AllocateRegistered(shape, dtype);
+}
+
+absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
+  if (engine_->IsRegistered(tensor)) return absl::OkStatus();
+  // Who moves: the engine between operations (1), or nobody because the
+  // caller gave up waiting first (2).
+  struct Move {
+    std::atomic<int> claim{0};
+    absl::Status status;  // written by the engine before the Work completes
+  };
+  auto move = std::make_shared<Move>();
+  c10::intrusive_ptr<c10d::Work> work =
+      Enqueue(c10d::OpType::UNKNOWN, {}, [tensor, move](Engine& engine, const auto&) {
+        int pending = 0;
+        if (move->claim.compare_exchange_strong(pending, 1)) {
+          move->status = engine.MoveToRegistered(tensor);
+        }
+        return absl::OkStatus();
+      });
+  const absl::Duration timeout = engine_->options().timeout;
+  bool timed_out = false;
+  try {
+    work->wait(std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
+  } catch (const std::exception&) {
+    timed_out = !work->isCompleted();  // else the group failed it: below
+  }
+  int pending = 0;
+  if (timed_out && move->claim.compare_exchange_strong(pending, 2)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "moving a tensor into registered memory: the operations queued before it did "
+        "not finish within ", absl::FormatDuration(timeout), "; it was not moved"));
+  }
+  // Done, failed by a broken group, or taken by the engine (a memcpy away
+  // from done).
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    return absl::FailedPreconditionError(e.what());
+  }
+  return move->status;
+}
+
+absl::StatusOr<bool> ProcessGroupRdmaflow::RegisterRepeated(const at::Tensor& tensor) {
+  if (engine_->IsRegistered(tensor)) return true;
+  if (!repeated_.Sighted(tensor)) return false;
+  absl::Status moved = MoveToRegistered(tensor);
+  if (moved.ok()) return true;
+  if (!absl::IsResourceExhausted(moved) && !absl::IsInvalidArgument(moved) &&
+      !absl::IsFailedPrecondition(moved)) {
+    return moved;
+  }
+  engine_->Count([](BackendStats& stats) { ++stats.moves_refused; });
+  if (!warned_refusal_.exchange(true)) {
+    std::fprintf(stderr,
+                 "rdmaflow rank %d: a repeated %zu-byte buffer stays outside registered "
+                 "memory and is staged: %s (RDMAFLOW_REGISTERED_MB sets the pool's size; "
+                 "warned once)\n",
+                 rank_, tensor.defined() && tensor.has_storage() ? tensor.storage().nbytes() : 0,
+                 std::string(moved.message()).c_str());
+  }
+  return false;
 }
 
 BackendStats ProcessGroupRdmaflow::stats() const { return engine_->stats(); }

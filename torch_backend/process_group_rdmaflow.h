@@ -30,6 +30,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "torch_backend/backend_options.h"
 #include "torch_backend/backend_stats.h"
+#include "torch_backend/repeated_storages.h"
 #include "torch_backend/work.h"
 
 namespace rdmaflow::torch_backend {
@@ -118,6 +120,25 @@ class ProcessGroupRdmaflow final : public c10d::ProcessGroup {
   absl::StatusOr<at::Tensor> AllocateRegistered(const std::vector<int64_t>& shape,
                                                 at::ScalarType dtype);
 
+  // Moves `tensor`'s memory into the registered pool: all its views come
+  // along (RegisteredAllocator::MoveIn says what can be moved and what the
+  // caller guarantees). Runs after the operations already queued have
+  // completed; returns once done. Thread-safe. Errors: those of MoveIn,
+  // kFailedPrecondition with point-to-point operations in flight or a
+  // broken group, kDeadlineExceeded when the queue ahead did not finish
+  // within the group's timeout (the move is then not made).
+  absl::Status MoveToRegistered(const at::Tensor& tensor);
+  // The trace behind the DDP comm hook (rdmaflow_torch.allreduce_hook):
+  // counts a sighting of `tensor`'s storage and moves it at its second
+  // (RepeatedStorages), so buffers that come back every step (DDP's
+  // gradient buckets) end up in registered memory and those used once
+  // (the buckets DDP rebuilds after its first step) do not. Returns whether
+  // the tensor lies in registered memory now. A move refused for what the
+  // tensor or the pool is (MoveIn's errors) leaves it staged: false,
+  // counted in moves_refused, and one warning on stderr naming the pool
+  // size to raise. Thread-safe.
+  absl::StatusOr<bool> RegisterRepeated(const at::Tensor& tensor);
+
   // Counters since creation. Thread-safe.
   BackendStats stats() const;
 
@@ -141,6 +162,8 @@ class ProcessGroupRdmaflow final : public c10d::ProcessGroup {
                                           std::vector<at::Tensor>& inputs);
 
   std::unique_ptr<Engine> engine_;
+  RepeatedStorages repeated_;
+  std::atomic<bool> warned_refusal_{false};
 };
 
 }  // namespace rdmaflow::torch_backend

@@ -4,9 +4,12 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/strides.h>
 
+#include <cstdint>
+#include <cstring>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
 namespace rdmaflow::runtime::torch {
@@ -48,21 +51,72 @@ absl::StatusOr<std::unique_ptr<RegisteredAllocator>> RegisteredAllocator::Over(
 RegisteredAllocator::RegisteredAllocator(rdma::MemoryRegion region)
     : region_(std::move(region)), pool_(region_.size(), kAlignment) {}
 
+absl::StatusOr<c10::DataPtr> RegisteredAllocator::Allocate(size_t bytes) const {
+  absl::StatusOr<size_t> offset;
+  size_t used = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    offset = pool_.Allocate(bytes);
+    used = pool_.used();
+  }
+  if (!offset.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the registered region of ", region_.size(), " bytes cannot hold ", bytes,
+        " more bytes (", used, " bytes in use): ", offset.status().message()));
+  }
+  void* data = region_.data() + *offset;
+  return c10::DataPtr(data, new Block{this, *offset}, &RegisteredAllocator::Free,
+                      c10::Device(c10::DeviceType::CPU));
+}
+
 c10::DataPtr RegisteredAllocator::allocate(size_t bytes) const {
   if (bytes > 0) {
-    absl::StatusOr<size_t> offset;
-    {
-      absl::MutexLock lock(&mu_);
-      offset = pool_.Allocate(bytes);
-    }
-    if (offset.ok()) {
-      void* data = region_.data() + *offset;
-      return c10::DataPtr(data, new Block{this, *offset}, &RegisteredAllocator::Free,
-                          c10::Device(c10::DeviceType::CPU));
-    }
+    absl::StatusOr<c10::DataPtr> block = Allocate(bytes);
+    if (block.ok()) return *std::move(block);
     ++fallbacks_;
   }
   return c10::GetDefaultCPUAllocator()->allocate(bytes);
+}
+
+bool RegisteredAllocator::Holds(const at::Tensor& tensor) const {
+  if (!tensor.has_storage()) return false;
+  const c10::DataPtr& data = tensor.storage().data_ptr();
+  return data.get_deleter() == &RegisteredAllocator::Free &&
+         static_cast<const Block*>(data.get_context())->allocator == this;
+}
+
+absl::Status RegisteredAllocator::MoveIn(const at::Tensor& tensor) const {
+  if (Holds(tensor)) return absl::OkStatus();
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.has_storage()) {
+    return absl::InvalidArgumentError(
+        "only a CPU tensor with storage can be moved into registered memory");
+  }
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  const size_t bytes = storage->nbytes();
+  const size_t tensor_bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
+  if (!tensor.is_contiguous() || tensor.storage_offset() != 0 || tensor_bytes != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "only a contiguous tensor that is the whole of its storage can be moved into "
+        "registered memory (this one: ", tensor_bytes, " bytes from element ",
+        tensor.storage_offset(), " of a ", bytes, "-byte storage", 
+        tensor.is_contiguous() ? "" : ", not contiguous",
+        "); moving a view would move the tensors it shares memory with"));
+  }
+  const c10::DeleterFnPtr cpu = c10::GetCPUAllocator()->raw_deleter();
+  const c10::DeleterFnPtr default_cpu = c10::GetDefaultCPUAllocator()->raw_deleter();
+  const c10::DeleterFnPtr deleter = storage->data_ptr().get_deleter();
+  if (deleter == nullptr || (deleter != cpu && deleter != default_cpu)) {
+    return absl::FailedPreconditionError(
+        "the tensor's memory was not allocated by LibTorch's CPU allocator (from_blob, "
+        "from_numpy or another allocator own it), so it cannot be moved; copy it into "
+        "a tensor of its own first");
+  }
+  if (bytes == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(c10::DataPtr block, Allocate(bytes));
+  std::memcpy(block.get(), storage->data(), bytes);
+  // The old DataPtr is freed as it goes out of scope.
+  c10::DataPtr old = storage->set_data_ptr(std::move(block));
+  return absl::OkStatus();
 }
 
 void RegisteredAllocator::Free(void* context) {
@@ -82,23 +136,26 @@ size_t RegisteredAllocator::used() const {
 absl::StatusOr<at::Tensor> RegisteredAllocator::Empty(
     const std::vector<int64_t>& shape, at::ScalarType dtype) {
   try {
-    int64_t elements = 1;
+    size_t bytes = c10::elementSize(dtype);
     for (int64_t d : shape) {
       if (d < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "a tensor dimension cannot be negative (", d, ")"));
       }
-      elements *= d;
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a tensor of shape [", absl::StrJoin(shape, ", "), "] has more than 2^64 bytes"));
+      }
     }
-    const size_t bytes = static_cast<size_t>(elements) * c10::elementSize(dtype);
-    c10::DataPtr data = allocate(bytes);
-    // Ours unless it fell back (decided per allocation: other threads may
-    // fall back meanwhile).
-    if (bytes > 0 && data.get_deleter() != &RegisteredAllocator::Free) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the registered region of ", region_.size(), " bytes cannot hold a ",
-          bytes, "-byte tensor (", used(), " bytes in use); create the "
-          "allocator larger"));
+    c10::DataPtr data;
+    if (bytes > 0) {
+      absl::StatusOr<c10::DataPtr> block = Allocate(bytes);
+      if (!block.ok()) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "a ", bytes, "-byte tensor: ", block.status().message(),
+            "; create the allocator larger"));
+      }
+      data = *std::move(block);
     }
     c10::Storage storage(c10::Storage::use_byte_size_t(), bytes,
                          std::move(data), this, /*resizable=*/false);

@@ -50,10 +50,32 @@ class RegisteredAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t bytes) const override;
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
+  // A block of `bytes` of the region (never ordinary memory), freed back
+  // to it when the DataPtr goes. kResourceExhausted when it cannot hold it.
+  absl::StatusOr<c10::DataPtr> Allocate(size_t bytes) const;
+
   // An uninitialized contiguous CPU tensor in registered memory.
-  // kResourceExhausted when the region cannot hold it.
+  // kResourceExhausted when the region cannot hold it, kInvalidArgument for
+  // a negative dimension or a size past 2^64 bytes.
   absl::StatusOr<at::Tensor> Empty(const std::vector<int64_t>& shape,
                                    at::ScalarType dtype);
+
+  // Moves the memory of `tensor`'s storage into the region: copies its
+  // bytes into a block, points the storage at the block and frees the old
+  // memory. Every tensor sharing the storage (views, DDP's gradient views)
+  // then lies in registered memory, with the same content. OK at once when
+  // the storage already lies here. The caller guarantees that nothing reads
+  // or writes the storage meanwhile, and that nobody kept its old address
+  // (tensor.numpy(), data_ptr()): those would point at freed memory.
+  // Refused, with the tensor untouched:
+  //   kInvalidArgument: not a CPU tensor, not contiguous, or not the whole
+  //     of its storage (a view: moving would move other tensors too);
+  //   kFailedPrecondition: its memory is not LibTorch's CPU allocator's
+  //     (from_blob, numpy, another allocator): someone else frees it;
+  //   kResourceExhausted: the region cannot hold it.
+  absl::Status MoveIn(const at::Tensor& tensor) const;
+  // Whether `tensor`'s memory is a block of this allocator.
+  bool Holds(const at::Tensor& tensor) const;
 
   const rdma::MemoryRegion& region() const { return region_; }
   size_t used() const;

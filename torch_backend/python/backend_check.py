@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """Checks the rdmaflow backend from Python, under torchrun: every collective
-(reduce, gather and scatter from every root too) against a reference computed locally (several dtypes and sizes), send/recv
-with tags received out of order, registered tensors reduced in place, and
+(reduce, gather and scatter from every root too) against a reference computed
+locally (several dtypes and sizes), send/recv with tags received out of
+order, registered tensors reduced in place, DDP with rdmaflow_torch's comm
+hook (its buckets moved into registered memory) against plain DDP, and
 errors raised from wait(). Exits non-zero, naming the check, on a mismatch."""
 
 import sys
 
+import numpy
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 
 import rdmaflow_torch
 
@@ -20,6 +24,78 @@ def values(rank, n, dtype, salt=0):
 def expect(ok, what):
     if not ok:
         sys.exit(f"rank {dist.get_rank()}: {what}")
+
+
+def check_moves(group, rank, world):
+    """move_to_registered and register_repeated on plain tensors."""
+    t = values(rank, 5000, torch.float32)
+    view = t[100:200]
+    before = rdmaflow_torch.stats(group)
+    expect(not rdmaflow_torch.register_repeated(group, t), "first sighting moved")
+    expect(rdmaflow_torch.register_repeated(group, t), "second sighting not moved")
+    expect(rdmaflow_torch.register_repeated(group, t), "moved tensor not seen as registered")
+    expect(torch.equal(t, values(rank, 5000, torch.float32)), "moved tensor changed")
+    view.fill_(1)  # the view moved with it
+    expect(torch.equal(t[100:200], torch.ones(100)), "view not moved along")
+    t.copy_(values(rank, 5000, torch.float32))
+    dist.all_reduce(t)
+    after = rdmaflow_torch.stats(group)
+    expect(torch.equal(t, sum(values(r, 5000, torch.float32) for r in range(world))),
+           "all_reduce of a moved tensor")
+    expect(after["moved_to_registered"] == before["moved_to_registered"] + 1 and
+           after["zero_copy_allreduces"] == before["zero_copy_allreduces"] + 1,
+           f"moved tensor not reduced in place: {before} -> {after}")
+    for bad, why in ((values(rank, 64, torch.float32)[8:], "whole of its storage"),
+                     (torch.from_numpy(numpy.zeros(64, dtype=numpy.float32)), "from_numpy"),
+                     (torch.zeros(1 << 30, dtype=torch.uint8), "cannot hold")):
+        try:
+            rdmaflow_torch.move_to_registered(group, bad)
+            expect(False, f"move_to_registered did not refuse ({why})")
+        except RuntimeError as e:
+            expect(why in str(e), f"move_to_registered error: {e}")
+    del t, view
+
+
+def check_ddp_hook(group, rank, world, as_view):
+    """A few DDP steps with rdmaflow_torch.allreduce_hook against the same
+    steps on plain DDP: the same parameters, and the buckets all-reduced in
+    place once moved (from the third step)."""
+    def net():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(32, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                             nn.Linear(512, 10))
+    # 1.1 MB of gradients in small buckets (DDP's first holds 1 MB), so
+    # there are several.
+    start = rdmaflow_torch.stats(group)
+    plain = nn.parallel.DistributedDataParallel(net(), bucket_cap_mb=0.01,
+                                                gradient_as_bucket_view=as_view)
+    hooked = nn.parallel.DistributedDataParallel(net(), bucket_cap_mb=0.01,
+                                                 gradient_as_bucket_view=as_view)
+    hooked.register_comm_hook(None, rdmaflow_torch.allreduce_hook)
+    torch.manual_seed(1 + rank)
+    x, y = torch.randn(8, 32), torch.randint(0, 10, (8,))
+    steps = 6
+    for model in (plain, hooked):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(steps):
+            if model is hooked and step == 3:
+                before = rdmaflow_torch.stats(group)
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    after = rdmaflow_torch.stats(group)
+    what = f"DDP hook (gradient_as_bucket_view={as_view})"
+    for p, q in zip(plain.parameters(), hooked.parameters()):
+        expect(torch.allclose(p, q, rtol=1e-5, atol=1e-6), f"{what}: parameters differ")
+    moved = before["moved_to_registered"] - start["moved_to_registered"]
+    expect(moved >= 2 and after["moved_to_registered"] == before["moved_to_registered"],
+           f"{what}: {moved} buckets moved by the third step, then "
+           f"{after['moved_to_registered'] - before['moved_to_registered']}")
+    allreduces = after["allreduces"] - before["allreduces"]
+    expect(allreduces >= 2 * (steps - 3) and
+           after["zero_copy_allreduces"] - before["zero_copy_allreduces"] == allreduces,
+           f"{what}: buckets not reduced in place: {before} -> {after}")
+    expect(after["moves_refused"] == 0, f"{what}: moves refused: {after}")
 
 
 def main():
@@ -107,6 +183,9 @@ def main():
     expect(after["zero_copy_allreduces"] == before["zero_copy_allreduces"] + 1,
            f"registered tensor not reduced in place: {before} -> {after}")
     del t
+    check_moves(group, rank, world)
+    for as_view in (False, True):
+        check_ddp_hook(group, rank, world, as_view)
     # Errors surface as exceptions.
     try:
         dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BXOR)

@@ -5,6 +5,11 @@
 // runs DistributedDataParallel and the collectives over rdmaflow. Also:
 //   rdmaflow_torch.empty(group, shape, dtype)  a tensor in registered memory
 //   rdmaflow_torch.stats(group)                the backend's counters (dict)
+//   rdmaflow_torch.allreduce_hook              DDP's comm hook, with its
+//                                              gradient buckets moved into
+//                                              registered memory (ddp_hook.py)
+//   rdmaflow_torch.move_to_registered(group, tensor)
+//   rdmaflow_torch.register_repeated(group, tensor)
 //   rdmaflow_torch.export_graph(module, example_inputs, path)
 //                                              the model's training graph for
 //                                              `rdmaflow plan` (fx_export.py)
@@ -98,6 +103,27 @@ at::Tensor Empty(ProcessGroupRdmaflow& group, const std::vector<int64_t>& shape,
   return *tensor;
 }
 
+void MoveToRegistered(ProcessGroupRdmaflow& group, const at::Tensor& tensor) {
+  absl::Status moved;
+  {
+    py::gil_scoped_release release;  // waits for the operations queued before it
+    moved = group.MoveToRegistered(tensor);
+  }
+  if (!moved.ok()) throw std::runtime_error("rdmaflow: " + moved.ToString());
+}
+
+bool RegisterRepeated(ProcessGroupRdmaflow& group, const at::Tensor& tensor) {
+  absl::StatusOr<bool> registered;
+  {
+    py::gil_scoped_release release;
+    registered = group.RegisterRepeated(tensor);
+  }
+  if (!registered.ok()) {
+    throw std::runtime_error("rdmaflow: " + registered.status().ToString());
+  }
+  return *registered;
+}
+
 py::dict Stats(const ProcessGroupRdmaflow& group) {
   const BackendStats stats = group.stats();
   py::dict out;
@@ -106,6 +132,9 @@ py::dict Stats(const ProcessGroupRdmaflow& group) {
   out["staged_bytes"] = stats.staged_bytes;
   out["noncontiguous_copies"] = stats.noncontiguous_copies;
   out["coalesced_bytes"] = stats.coalesced_bytes;
+  out["moved_to_registered"] = stats.moved_to_registered;
+  out["moved_bytes"] = stats.moved_bytes;
+  out["moves_refused"] = stats.moves_refused;
   out["messages_sent"] = stats.messages_sent;
   out["message_bytes_staged"] = stats.message_bytes_staged;
   return out;
@@ -126,6 +155,9 @@ std::string TrainingGraphText(const std::string& json, int rank) {
 constexpr char kFxExport[] =
 #include "torch_backend/python/fx_export.inc"
     ;
+constexpr char kDdpHook[] =
+#include "torch_backend/python/ddp_hook.inc"
+    ;
 
 }  // namespace
 }  // namespace rdmaflow::torch_backend
@@ -145,10 +177,21 @@ PYBIND11_MODULE(rdmaflow_torch, m) {
         "place and sent without staging. Allocate them in the same order on every "
         "rank.");
   m.def("stats", &Stats, py::arg("group"), "The backend's counters, as a dict.");
+  m.def("move_to_registered", &MoveToRegistered, py::arg("group"), py::arg("tensor"),
+        "Moves a tensor's memory (the whole of its storage, with its views) into the "
+        "group's registered pool, after the operations already queued; the old memory "
+        "is freed, so nothing may hold its address (tensor.numpy()). RuntimeError "
+        "when it cannot (a view, from_numpy/from_blob memory, the pool full).");
+  m.def("register_repeated", &RegisterRepeated, py::arg("group"), py::arg("tensor"),
+        "Counts a sighting of the tensor's storage and moves it into registered "
+        "memory at the second; True when it lies there now (a refusal, such as a "
+        "full pool, leaves it staged: False, counted in moves_refused).");
   m.def("_training_graph_text", &TrainingGraphText, py::arg("trace_json"),
         py::arg("rank") = 0, "A model trace (JSON) -> its training graph (text).");
-  // export_graph, graph_text, trace_model (fx_export.py).
+  // export_graph, graph_text, trace_model (fx_export.py); allreduce_hook
+  // (ddp_hook.py).
   py::exec(kFxExport, m.attr("__dict__"));
+  py::exec(kDdpHook, m.attr("__dict__"));
   py::object backend = dist.attr("Backend");
   if (!py::hasattr(backend, "RDMAFLOW")) {
     backend.attr("register_backend")("rdmaflow", m.attr("create_process_group"));

@@ -1,0 +1,38 @@
+"""rdmaflow_torch.allreduce_hook: DistributedDataParallel's all-reduce, with
+its gradient buckets moved into the group's registered memory.
+
+    import rdmaflow_torch
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    model.register_comm_hook(None, rdmaflow_torch.allreduce_hook)
+
+The hook does what DDP's default communication does (divide the bucket by
+the world size, all-reduce it) and, the second time it meets a bucket's
+buffer, moves that buffer into registered memory
+(rdmaflow_torch.register_repeated): DDP builds its buckets once for the
+first step and rebuilds them after it, so the buffers that come back step
+after step are the ones moved, from the third step on. From then on the
+backend reduces them where they lie instead of copying them through its
+staging area. The parameters' gradients (views of the bucket with
+gradient_as_bucket_view=True) move along with it.
+
+Run by the module when it is imported (it sees register_repeated and
+ProcessGroupRdmaflow); this file is not imported on its own.
+"""
+
+
+def allreduce_hook(state, bucket):
+    """DDP comm hook. `state`: an rdmaflow process group, or None for the
+    default group. Returns the future of the bucket's average."""
+    import torch.distributed as dist
+
+    group = state if state is not None else dist.group.WORLD
+    if not isinstance(group, ProcessGroupRdmaflow):  # noqa: F821  (module scope)
+        raise TypeError(
+            "rdmaflow_torch.allreduce_hook: the hook's state must be an rdmaflow "
+            "process group or None (the default group, which must then be rdmaflow); "
+            f"got {type(group).__name__}")
+    buffer = bucket.buffer()
+    register_repeated(group, buffer)  # noqa: F821  (module scope)
+    buffer.div_(group.size())
+    future = dist.all_reduce(buffer, group=group, async_op=True).get_future()
+    return future.then(lambda done: done.value()[0])
