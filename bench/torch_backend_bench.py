@@ -10,7 +10,9 @@ All-reduce: float32 tensors of 4 KiB to 64 MiB, SUM, timed over enough
 iterations to move ~256 MiB (at least 5) after warm-up; the median of the
 per-iteration maximum over ranks. Bus bandwidth is nccl-tests' convention,
 2 (n - 1) / n * bytes / time. With --registered the rdmaflow tensors come
-from rdmaflow_torch.empty (reduced in place, no staging copies).
+from rdmaflow_torch.empty (reduced in place, no staging copies), and DDP
+runs with rdmaflow_torch.allreduce_hook (its buckets moved into registered
+memory from the third step).
 
 Rank r is pinned to core r mod cores, whatever the backend (--no_pin).
 
@@ -19,7 +21,7 @@ batches (the data does not matter to the timing), median step time
 (forward, backward with DDP's bucketed all-reduces, SGD step). Then the
 same steps again on a second DDP model whose comm hook times every
 bucket's all-reduce (divide by the world, all_reduce, as DDP's default
-hook does): communication time per step is the time during which at least
+hook does; with --registered, rdmaflow_torch.allreduce_hook): communication time per step is the time during which at least
 one bucket's all-reduce was in flight (the union of the buckets'
 intervals, from the hook's call to the future's completion), median over
 steps, slowest rank; the hook's own step time is reported beside it.
@@ -44,7 +46,8 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="rdmaflow", choices=["rdmaflow", "gloo"])
     parser.add_argument("--registered", action="store_true",
-                        help="rdmaflow only: all-reduce tensors in registered memory")
+                        help="rdmaflow only: all-reduce tensors in registered memory, and "
+                             "DDP's buckets too (rdmaflow_torch.allreduce_hook)")
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES),
                         help="all-reduce sizes in bytes, comma-separated")
     parser.add_argument("--ddp_steps", type=int, default=30, help="0 skips DDP")
@@ -133,21 +136,34 @@ def ddp_steps(args, world, model, after_step=None):
     return times
 
 
+def default_allreduce(_, bucket):
+    """What DDP's default communication does."""
+    tensor = bucket.buffer().div_(dist.get_world_size())
+    return dist.all_reduce(tensor, async_op=True).get_future().then(lambda f: f.value()[0])
+
+
 def bench_ddp(args, world, label, emit):
+    hook = None
+    if args.registered:
+        import rdmaflow_torch
+        hook = rdmaflow_torch.allreduce_hook
     torch.manual_seed(0)
-    plain = ddp_steps(args, world, nn.parallel.DistributedDataParallel(vgg()))
+    plain = nn.parallel.DistributedDataParallel(vgg())
+    if hook is not None:
+        plain.register_comm_hook(None, hook)
+    plain = ddp_steps(args, world, plain)
     # The same steps with every bucket's all-reduce timed.
     intervals = []  # (start, end) of this step's buckets
     comm = []
+    inner = hook or default_allreduce
 
-    def timed_allreduce(_, bucket):
+    def timed_allreduce(state, bucket):
         start = time.perf_counter()
-        tensor = bucket.buffer().div_(world)
-        future = dist.all_reduce(tensor, async_op=True).get_future()
+        future = inner(state, bucket)
 
         def done(f):
             intervals.append((start, time.perf_counter()))
-            return f.value()[0]
+            return f.value()
         return future.then(done)
 
     def after_step(measured):

@@ -2,7 +2,8 @@
 # The rdmaflow c10d backend next to Gloo, through the same Python script
 # (bench/torch_backend_bench.py) under torchrun: all-reduce bus bandwidth
 # from 4 KiB to 64 MiB and DDP step time of the VGG-like net, with 2 and 4
-# ranks, for gloo, rdmaflow, and rdmaflow with registered tensors. Prints
+# ranks, for gloo, rdmaflow, and rdmaflow with registered tensors (DDP
+# with rdmaflow_torch.allreduce_hook, its buckets registered). Prints
 # the comparison (tools/torch_report.py) and plots it.
 #   tools/bench_torch.sh [OUT]        (default bench-results/torch)
 # RANKS (default "2 4"), DDP_STEPS (default 30), REPEATS (default 3: every
@@ -19,11 +20,12 @@ for repeat in $(seq "${REPEATS:-3}"); do
 for n in ${RANKS:-2 4}; do
   for variant in gloo rdmaflow registered; do
     case $variant in
-      registered) flags=(--backend rdmaflow --registered --ddp_steps 0) ;;
+      registered) flags=(--backend rdmaflow --registered) ;;
       *) flags=(--backend "$variant") ;;
     esac
     echo "== $variant, $n ranks (run $repeat of ${REPEATS:-3})"
-    # DDP allocates its own buckets, so "registered" times all-reduces only.
+    # "registered": DDP with rdmaflow_torch.allreduce_hook (buckets moved
+    # into registered memory).
     tools/torchrun.sh --nproc_per_node="$n" bench/torch_backend_bench.py \
         --ddp_steps "${DDP_STEPS:-30}" "${flags[@]}" --json "$out/$variant.$n.$repeat.jsonl" 2>&1 |
       sed -e '/^\*\*\*/d' -e '/OMP_NUM_THREADS/d' -e '/^WARNING:__main__/d'

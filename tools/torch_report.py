@@ -60,19 +60,21 @@ def main(out):
     print()
     print("DDP, VGG-like (4.3 M parameters), ms per step (median, slowest rank): step time,"
           " and the time an all-reduce was in flight (timed by a comm hook, in a second run"
-          " whose step time is shown beside it)")
-    print(f"{'ranks':>5} | {'step rdmaflow':>13} {'gloo':>8} {'gloo/rdma':>10} |"
-          f" {'comm rdmaflow':>13} {'gloo':>8} {'gloo/rdma':>10} |"
-          f" {'hooked step rdmaflow':>20} {'gloo':>8}")
+          " whose step time is shown beside it); \"registered\": rdmaflow_torch.allreduce_hook,"
+          " the buckets in registered memory")
+    ddp_series = [s for s in SERIES if any(k[1] == s for k in ddp)]
     nan = float("nan")
-    for world in worlds:
-        cell = {s: ddp.get((world, s), {}) for s in ("rdmaflow", "gloo")}
-        step = [cell[s].get("ms_per_step", nan) for s in ("rdmaflow", "gloo")]
-        comm = [cell[s].get("comm_ms_per_step", nan) for s in ("rdmaflow", "gloo")]
-        hooked = [cell[s].get("hooked_ms_per_step", nan) for s in ("rdmaflow", "gloo")]
-        print(f"{world:>5} | {step[0]:>13.1f} {step[1]:>8.1f} {step[1] / step[0]:>9.2f}x |"
-              f" {comm[0]:>13.1f} {comm[1]:>8.1f} {comm[1] / comm[0]:>9.2f}x |"
-              f" {hooked[0]:>20.1f} {hooked[1]:>8.1f}")
+    for field, title in (("ms_per_step", "step"), ("comm_ms_per_step", "all-reduce in flight"),
+                         ("hooked_ms_per_step", "step with the timing hook")):
+        print(f"  {title}")
+        print(f"{'ranks':>5} " + " ".join(f"{s:>22}" for s in ddp_series) +
+              "".join(f" {'gloo/' + s.replace(' (registered)', ' reg.'):>20}"
+                      for s in ddp_series if s != "gloo"))
+        for world in worlds:
+            v = {s: ddp.get((world, s), {}).get(field, nan) for s in ddp_series}
+            gloo = v.get("gloo", nan)
+            print(f"{world:>5} " + " ".join(f"{v[s]:>22.1f}" for s in ddp_series) +
+                  "".join(f" {gloo / v[s]:>19.2f}x" for s in ddp_series if s != "gloo"))
     with open(os.path.join(out, "torch_report.json"), "w") as f:
         json.dump({"allreduce": [r for r in rows if r["kind"] == "allreduce"],
                    "ddp": [r for r in rows if r["kind"] == "ddp"]}, f, indent=1)

@@ -47,7 +47,7 @@ def check_moves(group, rank, world):
            f"moved tensor not reduced in place: {before} -> {after}")
     for bad, why in ((values(rank, 64, torch.float32)[8:], "whole of its storage"),
                      (torch.from_numpy(numpy.zeros(64, dtype=numpy.float32)), "from_numpy"),
-                     (torch.zeros(1 << 30, dtype=torch.uint8), "cannot hold")):
+                     (torch.empty(256 << 20, dtype=torch.uint8), "cannot hold")):
         try:
             rdmaflow_torch.move_to_registered(group, bad)
             expect(False, f"move_to_registered did not refuse ({why})")
