@@ -14,15 +14,18 @@ const char* Variable(const char* name) {
   return value != nullptr && *value != '\0' ? value : nullptr;
 }
 
-absl::Status Megabytes(const char* name, size_t& bytes) {
+// A size in units of 2^`shift` bytes (KiB: 10, MiB: 20), from `least` to
+// 2^20 units.
+absl::Status Size(const char* name, int shift, int64_t least, size_t& bytes) {
   const char* text = Variable(name);
   if (text == nullptr) return absl::OkStatus();
-  int64_t mb = 0;
-  if (!absl::SimpleAtoi(text, &mb) || mb < 1 || mb > (int64_t{1} << 20)) {
+  int64_t units = 0;
+  if (!absl::SimpleAtoi(text, &units) || units < least || units > (int64_t{1} << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, "='", text, "' is not a size in MiB between 1 and 1048576"));
+        name, "='", text, "' is not a size in ", shift == 10 ? "KiB" : "MiB", " between ",
+        least, " and 1048576"));
   }
-  bytes = static_cast<size_t>(mb) << 20;
+  bytes = static_cast<size_t>(units) << shift;
   return absl::OkStatus();
 }
 
@@ -37,11 +40,14 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
   if (const char* params = Variable("RDMAFLOW_TRANSPORT_PARAMS")) {
     options.transport_params = params;
   }
-  if (absl::Status s = Megabytes("RDMAFLOW_STAGING_MB", options.staging_bytes); !s.ok()) {
+  if (absl::Status s = Size("RDMAFLOW_STAGING_MB", 20, 1, options.staging_bytes); !s.ok()) {
     return s;
   }
-  if (absl::Status s = Megabytes("RDMAFLOW_REGISTERED_MB", options.registered_bytes);
+  if (absl::Status s = Size("RDMAFLOW_REGISTERED_MB", 20, 1, options.registered_bytes);
       !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Size("RDMAFLOW_INLINE_KB", 10, 0, options.inline_bytes); !s.ok()) {
     return s;
   }
   if (const char* wait = Variable("RDMAFLOW_WAIT")) {

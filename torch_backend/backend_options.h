@@ -7,6 +7,9 @@
 //   RDMAFLOW_STAGING_MB        staging for all-reduces of unregistered
 //                              tensors (default 32; larger ones go in pieces)
 //   RDMAFLOW_REGISTERED_MB     pool for registered tensors (default 64)
+//   RDMAFLOW_INLINE_KB         collectives on up to this many KiB run on
+//                              the calling thread when the engine is idle
+//                              (default 64; 0: always on the engine thread)
 //   RDMAFLOW_WAIT              how waits idle: adaptive (default), spin,
 //                              yield, or adaptive:spin=N,yield_us=N,sleep_us=N
 //                              (onesided/progress/wait_policy.h)
@@ -44,6 +47,11 @@ struct BackendOptions {
   // slots per ordered pair.
   size_t message_slot_bytes = size_t{256} << 10;
   int message_slots = 8;
+  // A collective whose tensors total at most this many bytes runs on the
+  // calling thread, with no hand-off to the engine thread and back, when
+  // the engine is idle and this is the process's only rdmaflow group
+  // (Engine::TryRunInline); 0 turns it off.
+  size_t inline_bytes = size_t{64} << 10;
   // Set-up and every operation: an error after this long without progress.
   absl::Duration timeout = absl::Minutes(30);
   // How the ring, the messenger and the engine thread idle between rounds

@@ -19,7 +19,10 @@ using ::testing::HasSubstr;
 class BackendOptionsTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    for (const char* name : {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB", "RDMAFLOW_DIRECT"}) unsetenv(name);
+    for (const char* name :
+         {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB", "RDMAFLOW_DIRECT", "RDMAFLOW_INLINE_KB"}) {
+      unsetenv(name);
+    }
   }
 };
 
@@ -63,6 +66,25 @@ TEST_F(BackendOptionsTest, MalformedVariablesAreNamed) {
   setenv("RDMAFLOW_STAGING_MB", "0", 1);
   EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("RDMAFLOW_STAGING_MB")));
+  unsetenv("RDMAFLOW_STAGING_MB");
+  setenv("RDMAFLOW_INLINE_KB", "-1", 1);
+  EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("RDMAFLOW_INLINE_KB"), HasSubstr("KiB between 0"))));
+}
+
+TEST_F(BackendOptionsTest, SmallCollectivesRunInlineUpTo64KiBUnlessTold) {
+  absl::StatusOr<BackendOptions> options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->inline_bytes, 64u << 10);
+  setenv("RDMAFLOW_INLINE_KB", "0", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->inline_bytes, 0u);
+  setenv("RDMAFLOW_INLINE_KB", "256", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->inline_bytes, 256u << 10);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "torch_backend/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <future>
 #include <new>
@@ -39,10 +40,28 @@ auto Guarded(absl::string_view what, F&& run) -> decltype(run()) {
   }
 }
 
+// Engines alive in the process: a caller blocked in one group's inline
+// collective could hold up another group's peers, so with several groups
+// every call goes through the engine threads.
+std::atomic<int> live_engines{0};
+// True on engine threads: a Future callback they run must not take a
+// group's transport (the thread already holds its own).
+thread_local bool on_engine_thread = false;
+
+int64_t TotalBytes(const std::vector<at::Tensor>& tensors) {
+  int64_t bytes = 0;
+  for (const at::Tensor& tensor : tensors) {
+    if (tensor.defined()) bytes += static_cast<int64_t>(tensor.numel()) * tensor.element_size();
+  }
+  return bytes;
+}
+
 }  // namespace
 
 Engine::Engine(int rank, int size, const BackendOptions& options)
-    : rank_(rank), size_(size), options_(options) {}
+    : rank_(rank), size_(size), options_(options) {
+  ++live_engines;
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -136,8 +155,36 @@ void Engine::Submit(Op op) {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(op));
     ++queued_;
+    ++unfinished_;
   }
   wake_.notify_one();
+}
+
+bool Engine::TryRunInline(Op& op) {
+  if (!op.run || op.post || on_engine_thread || live_engines.load() > 1 ||
+      TotalBytes(op.work->result()) > static_cast<int64_t>(options_.inline_bytes)) {
+    return false;
+  }
+  std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
+  if (!drive.owns_lock()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ || unfinished_ > 0) return false;
+  }
+  if (!messenger_->idle()) return false;
+  loop_->AdoptOnCurrentThread();
+  const absl::Status status = Execute(op);
+  Settle();
+  const bool progress = !messenger_->idle();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.inline_calls;
+    nudged_ = nudged_ || progress;
+  }
+  drive.unlock();
+  if (progress) wake_.notify_one();
+  op.work->Complete(status);
+  return true;
 }
 
 void Engine::Loop() {
@@ -145,21 +192,39 @@ void Engine::Loop() {
   // thread backs off while they move nothing (a receive waiting for a late
   // sender must not starve the ranks beside it).
   onesided::IdleBackoff backoff(options_.wait);
+  on_engine_thread = true;
+  std::unique_lock<std::mutex> drive(drive_mu_);
+  loop_->AdoptOnCurrentThread();
   while (true) {
     std::deque<Op> batch;
     if (queued_.load() > 0 || stopping_.load() || messenger_->idle()) {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (messenger_->idle()) {
-        wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      // Asleep, the thread lets go of the transport: a caller may run a
+      // small collective on its own thread meanwhile (TryRunInline).
+      const bool idle = messenger_->idle();
+      if (idle) drive.unlock();
+      bool stop = false;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (idle) wake_.wait(lock, [&] { return stop_ || nudged_ || !queue_.empty(); });
+        nudged_ = false;
+        batch.swap(queue_);
+        queued_ = 0;
+        // Pending point-to-point operations do not hold the group up: the
+        // tear-down cancels them.
+        stop = stop_ && batch.empty();
       }
-      batch.swap(queue_);
-      queued_ = 0;
-      // Pending point-to-point operations do not hold the group up: the
-      // tear-down cancels them.
-      if (stop_ && batch.empty()) break;
+      if (idle) {
+        drive.lock();
+        loop_->AdoptOnCurrentThread();
+      }
+      if (stop) break;
     }
     for (Op& op : batch) Run(op);
-    if (!batch.empty()) Settle();
+    if (!batch.empty()) {
+      Settle();
+      std::lock_guard<std::mutex> lock(mu_);
+      unfinished_ -= static_cast<int>(batch.size());
+    }
     if (!messenger_->idle()) {
       absl::Status status = Guarded("progressing point-to-point operations",
                                     [&] { return messenger_->Progress(); });
@@ -175,26 +240,29 @@ void Engine::Loop() {
   TearDown();
 }
 
-void Engine::Run(Op& op) {
+absl::Status Engine::Execute(Op& op) {
   if (op.post) {
     absl::StatusOr<onesided::Messenger::OpId> posted = Guarded(
         op.what, [&] { return op.post(*this, op.work); });
-    if (!posted.ok()) {
-      op.work->Complete(posted.status());
-      return;
-    }
+    if (!posted.ok()) return posted.status();
     posted_.push_back({op.work, *posted, absl::Now() + options_.timeout, op.what});
-    return;
+    return absl::OkStatus();
   }
   if (!broken_.ok()) {
-    op.work->Complete(absl::FailedPreconditionError(absl::StrCat(
-        "the process group is unusable after an earlier failure: ", broken_.message())));
-    return;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the process group is unusable after an earlier failure: ", broken_.message()));
   }
   absl::Status status = Guarded("a collective", [&] { return op.run(*this, op.work); });
   // A collective that failed in the middle leaves the ring (and the peers)
   // in an unknown state; bad arguments refused up front do not.
   if (!status.ok() && !absl::IsInvalidArgument(status)) broken_ = status;
+  return status;
+}
+
+void Engine::Run(Op& op) {
+  const absl::Status status = Execute(op);
+  // A post completes from the Messenger, unless it failed to go out.
+  if (op.post && status.ok()) return;
   op.work->Complete(status);
 }
 
@@ -276,6 +344,7 @@ Engine::~Engine() {
   }
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();
+  --live_engines;
 }
 
 absl::StatusOr<at::Tensor> Engine::AllocateRegistered(const std::vector<int64_t>& shape,
@@ -289,10 +358,13 @@ bool Engine::IsRegistered(const at::Tensor& tensor) const {
 
 absl::Status Engine::MoveToRegistered(const at::Tensor& tensor) {
   if (registered_->Holds(tensor)) return absl::OkStatus();
-  if (!posted_.empty()) {
+  const auto in_flight = std::find_if(posted_.begin(), posted_.end(), [](const Posted& p) {
+    return !p.work->isCompleted();
+  });
+  if (in_flight != posted_.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        posted_.size(), " point-to-point operations are in flight (", posted_.front().what,
-        "...) and may hold the tensor's memory; move it when they are done"));
+        "point-to-point operations are in flight (", in_flight->what,
+        ") and may hold the tensor's memory; move it when they are done"));
   }
   RETURN_IF_ERROR(registered_->MoveIn(tensor));
   const int64_t bytes = static_cast<int64_t>(tensor.storage().nbytes());

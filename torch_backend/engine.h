@@ -10,6 +10,13 @@
 // order: a collective runs to completion (its waits drive the Messenger);
 // a point-to-point post returns at once and completes from the Messenger's
 // callbacks while the thread keeps progressing.
+//
+// A small collective may instead run on its caller's thread
+// (TryRunInline): when nothing is queued or running, no point-to-point
+// operation is in flight, and the engine thread is asleep. Whichever
+// thread drives the transport holds `drive_mu_` and owns the progress loop
+// (ProgressLoop::AdoptOnCurrentThread) meanwhile, so the transport and
+// everything built on it still see one thread at a time.
 #ifndef RDMAFLOW_TORCH_BACKEND_ENGINE_H_
 #define RDMAFLOW_TORCH_BACKEND_ENGINE_H_
 
@@ -72,6 +79,14 @@ class Engine {
 
   // Thread-safe.
   void Submit(Op op);
+  // Runs collective `op` (not a post) on the calling thread and completes
+  // its Work, when the engine is idle: nothing submitted is unfinished, no
+  // point-to-point operation is in flight, no other thread drives the
+  // transport, and the engine is not stopping. Otherwise returns false with
+  // `op` untouched (Submit it). The Work is completed after the transport
+  // is let go, so its Future's callbacks may call the group again.
+  // Thread-safe.
+  bool TryRunInline(Op& op);
   absl::StatusOr<at::Tensor> AllocateRegistered(const std::vector<int64_t>& shape,
                                                 at::ScalarType dtype);
   // Whether `tensor`'s memory is a block of the registered pool. Thread-safe.
@@ -99,6 +114,9 @@ class Engine {
   Engine(int rank, int size, const BackendOptions& options);
   absl::Status SetUp(const c10::intrusive_ptr<c10d::Store>& store);
   void Loop();
+  // A collective's status (and the group broken by its failure), or a
+  // post handed to the Messenger; Run() also completes the Work.
+  absl::Status Execute(Op& op);
   void Run(Op& op);
   // Abandons point-to-point operations past their deadline.
   void ExpireOverdue(absl::Time now);
@@ -134,7 +152,13 @@ class Engine {
   std::vector<Posted> posted_;
 
   std::thread thread_;
+  // Held by the thread that drives the transport: the engine thread while
+  // it runs operations and progresses, or a caller in TryRunInline. Taken
+  // before mu_, never while holding it.
+  std::mutex drive_mu_;
   mutable std::mutex mu_;
+  int unfinished_ = 0;             // submitted, not yet run; guarded by mu_
+  bool nudged_ = false;            // an inline call left progress to do; guarded by mu_
   std::condition_variable wake_;
   std::deque<Op> queue_;           // guarded by mu_
   bool stop_ = false;              // guarded by mu_

@@ -62,7 +62,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Enqueue(
     c10d::OpType type, std::vector<at::Tensor> outputs,
     std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run) {
   auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs));
-  engine_->Submit({work, std::move(run), nullptr, ""});
+  Engine::Op op{work, std::move(run), nullptr, ""};
+  if (!engine_->TryRunInline(op)) engine_->Submit(std::move(op));
   return work;
 }
 
@@ -607,10 +608,12 @@ absl::StatusOr<bool> ProcessGroupRdmaflow::RegisterRepeated(const at::Tensor& te
   if (!warned_refusal_.exchange(true)) {
     std::fprintf(stderr,
                  "rdmaflow rank %d: a repeated %zu-byte buffer stays outside registered "
-                 "memory and is staged: %s (RDMAFLOW_REGISTERED_MB sets the pool's size; "
-                 "warned once)\n",
+                 "memory and is staged: %s%s (warned once)\n",
                  rank_, tensor.defined() && tensor.has_storage() ? tensor.storage().nbytes() : 0,
-                 std::string(moved.message()).c_str());
+                 std::string(moved.message()).c_str(),
+                 absl::IsResourceExhausted(moved)
+                     ? "; RDMAFLOW_REGISTERED_MB sets the pool's size"
+                     : "");
   }
   return false;
 }

@@ -200,7 +200,7 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
   transport->tcp_on_loopback_by_default_ = tcp_on_loopback_by_default;
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   RETURN_IF_ERROR(UcsToStatus(
       ucp_worker_create(transport->context_->context, &worker_params,
                         &transport->worker_),

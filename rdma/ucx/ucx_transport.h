@@ -53,7 +53,9 @@ struct UcxContext;
 struct UcxEndpointState;
 struct UcxOp;
 
-// Thread-compatible (UCS_THREAD_MODE_SINGLE worker): see Transport.
+// Thread-compatible (UCS_THREAD_MODE_SERIALIZED worker: any thread, one at a
+// time, as the c10d backend hands the transport between its engine thread
+// and a caller running a small collective): see Transport.
 class UcxTransport final : public Transport {
  public:
   // kUnavailable when UCX cannot start with these options (e.g. a `tls` with

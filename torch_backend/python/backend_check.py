@@ -26,6 +26,42 @@ def expect(ok, what):
         sys.exit(f"rank {dist.get_rank()}: {what}")
 
 
+def check_inline(group, rank, world):
+    """Small collectives run on the calling thread while the engine sleeps;
+    large ones, and any while a receive is pending, go through the engine
+    thread, in order."""
+    before = rdmaflow_torch.stats(group)
+    t = values(rank, 1000, torch.float32)
+    dist.all_reduce(t)
+    expect(torch.equal(t, sum(values(r, 1000, torch.float32) for r in range(world))),
+           "inline all_reduce")
+    big = values(rank, 1 << 16, torch.float32)  # 256 KiB: past RDMAFLOW_INLINE_KB's 64
+    dist.all_reduce(big)
+    expect(torch.equal(big, sum(values(r, 1 << 16, torch.float32) for r in range(world))),
+           "large all_reduce")
+    after = rdmaflow_torch.stats(group)
+    expect(after["inline_calls"] == before["inline_calls"] + 1,
+           f"inline calls: {before['inline_calls']} -> {after['inline_calls']}")
+    # Rank 0 waits for a message rank 1 sends only after the all-reduce:
+    # rank 0's all-reduce must not run inline ahead of its pending receive's
+    # progress, and both complete.
+    got = torch.zeros(300, dtype=torch.float64)
+    pending = dist.irecv(got, 1, tag=77) if rank == 0 else None
+    before = rdmaflow_torch.stats(group)
+    t = values(rank, 10, torch.float32)
+    dist.all_reduce(t)
+    after = rdmaflow_torch.stats(group)
+    if rank == 1:
+        dist.send(values(1, 300, torch.float64, 77), 0, tag=77)
+    if rank == 0:
+        pending.wait()
+        expect(torch.equal(got, values(1, 300, torch.float64, 77)), "receive beside an all_reduce")
+        expect(after["inline_calls"] == before["inline_calls"],
+               "an all_reduce ran inline while a receive was pending")
+    expect(torch.equal(t, sum(values(r, 10, torch.float32) for r in range(world))),
+           "all_reduce beside a receive")
+
+
 def check_moves(group, rank, world):
     """move_to_registered and register_repeated on plain tensors."""
     t = values(rank, 5000, torch.float32)
@@ -183,6 +219,7 @@ def main():
     expect(after["zero_copy_allreduces"] == before["zero_copy_allreduces"] + 1,
            f"registered tensor not reduced in place: {before} -> {after}")
     del t
+    check_inline(group, rank, world)
     check_moves(group, rank, world)
     for as_view in (False, True):
         check_ddp_hook(group, rank, world, as_view)

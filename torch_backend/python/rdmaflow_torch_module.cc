@@ -135,6 +135,7 @@ py::dict Stats(const ProcessGroupRdmaflow& group) {
   out["moved_to_registered"] = stats.moved_to_registered;
   out["moved_bytes"] = stats.moved_bytes;
   out["moves_refused"] = stats.moves_refused;
+  out["inline_calls"] = stats.inline_calls;
   out["messages_sent"] = stats.messages_sent;
   out["message_bytes_staged"] = stats.message_bytes_staged;
   return out;
