@@ -40,7 +40,11 @@ def main(out):
             rows += [json.loads(line) for line in f if line.strip()]
     if not rows:
         sys.exit(f"torch_report: no *.jsonl results in {out}")
-    allreduce = median_by(rows, "allreduce", ("world", "bytes", "backend"), "busbw_gbs")
+    allreduce = median_by(rows, "allreduce", ("world", "bytes", "backend"), ("busbw_gbs", "us"))
+    # One rank: no peer, so the time is what a call through torch.distributed
+    # costs by itself (bus bandwidth is zero there).
+    floor = {k: v for k, v in allreduce.items() if k[0] == 1}
+    allreduce = {k: v for k, v in allreduce.items() if k[0] != 1}
     ddp = median_by(rows, "ddp", ("world", "backend"),
                     ("ms_per_step", "comm_ms_per_step", "hooked_ms_per_step"))
     worlds = sorted({k[0] for k in allreduce})
@@ -57,6 +61,9 @@ def main(out):
                 print(f"{world:>5} {size:>10} " + " ".join(f"{b:>22.3f}" for b in bw) +
                       f" {bw[0] / bw[2]:>13.2f}x {bw[1] / bw[2]:>15.2f}x")
                 tsv.write(f"{world}\t{size}\t" + "\t".join(f"{b:.4f}" for b in bw) + "\n")
+    for (world, size, backend), cell in sorted(floor.items()):
+        print(f"one rank, {size} bytes, {backend}: {cell['us']:.1f} us per call (no peer: "
+              "the call's own cost through torch.distributed)")
     print()
     print("DDP, VGG-like (4.3 M parameters), ms per step (median, slowest rank): step time,"
           " and the time an all-reduce was in flight (timed by a comm hook, in a second run"
