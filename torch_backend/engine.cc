@@ -48,14 +48,6 @@ std::atomic<int> live_engines{0};
 // group's transport (the thread already holds its own).
 thread_local bool on_engine_thread = false;
 
-int64_t TotalBytes(const std::vector<at::Tensor>& tensors) {
-  int64_t bytes = 0;
-  for (const at::Tensor& tensor : tensors) {
-    if (tensor.defined()) bytes += static_cast<int64_t>(tensor.numel()) * tensor.element_size();
-  }
-  return bytes;
-}
-
 }  // namespace
 
 Engine::Engine(int rank, int size, const BackendOptions& options)
@@ -160,9 +152,11 @@ void Engine::Submit(Op op) {
   wake_.notify_one();
 }
 
-bool Engine::TryRunInline(Op& op) {
-  if (!op.run || op.post || on_engine_thread || live_engines.load() > 1 ||
-      TotalBytes(op.work->result()) > static_cast<int64_t>(options_.inline_bytes)) {
+bool Engine::OnEngineThread() { return on_engine_thread; }
+
+bool Engine::TryRunInline(Op& op, size_t bytes) {
+  if (options_.inline_bytes == 0 || bytes > options_.inline_bytes || !op.run || op.post ||
+      on_engine_thread || live_engines.load() > 1) {
     return false;
   }
   std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
@@ -195,6 +189,11 @@ void Engine::Loop() {
   on_engine_thread = true;
   std::unique_lock<std::mutex> drive(drive_mu_);
   loop_->AdoptOnCurrentThread();
+  // The last operation before the thread sleeps, completed once it has let
+  // go of the transport: the caller it wakes can then run its next small
+  // call inline instead of finding the transport still held.
+  WorkPtr last;
+  absl::Status last_status;
   while (true) {
     std::deque<Op> batch;
     if (queued_.load() > 0 || stopping_.load() || messenger_->idle()) {
@@ -202,6 +201,10 @@ void Engine::Loop() {
       // small collective on its own thread meanwhile (TryRunInline).
       const bool idle = messenger_->idle();
       if (idle) drive.unlock();
+      if (last) {
+        last->Complete(last_status);
+        last.reset();
+      }
       bool stop = false;
       {
         std::unique_lock<std::mutex> lock(mu_);
@@ -219,12 +222,22 @@ void Engine::Loop() {
       }
       if (stop) break;
     }
-    for (Op& op : batch) Run(op);
-    if (!batch.empty()) {
-      Settle();
-      std::lock_guard<std::mutex> lock(mu_);
-      unfinished_ -= static_cast<int>(batch.size());
+    for (Op& op : batch) {
+      const absl::Status status = Execute(op);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --unfinished_;
+      }
+      // A post completes from the Messenger, unless it failed to go out.
+      if (op.post && status.ok()) continue;
+      if (&op == &batch.back() && queued_.load() == 0 && messenger_->idle()) {
+        last = op.work;  // completed at the top, after letting go
+        last_status = status;
+      } else {
+        op.work->Complete(status);
+      }
     }
+    if (!batch.empty()) Settle();
     if (!messenger_->idle()) {
       absl::Status status = Guarded("progressing point-to-point operations",
                                     [&] { return messenger_->Progress(); });
@@ -252,18 +265,14 @@ absl::Status Engine::Execute(Op& op) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the process group is unusable after an earlier failure: ", broken_.message()));
   }
+  // Collectives move data, not autograd history, on whichever thread runs
+  // them (a caller's grad mode must not change what an inline call does).
+  at::NoGradGuard no_grad;
   absl::Status status = Guarded("a collective", [&] { return op.run(*this, op.work); });
   // A collective that failed in the middle leaves the ring (and the peers)
   // in an unknown state; bad arguments refused up front do not.
   if (!status.ok() && !absl::IsInvalidArgument(status)) broken_ = status;
   return status;
-}
-
-void Engine::Run(Op& op) {
-  const absl::Status status = Execute(op);
-  // A post completes from the Messenger, unless it failed to go out.
-  if (op.post && status.ok()) return;
-  op.work->Complete(status);
 }
 
 void Engine::ExpireOverdue(absl::Time now) {
@@ -362,11 +371,12 @@ absl::Status Engine::MoveToRegistered(const at::Tensor& tensor) {
     return !p.work->isCompleted();
   });
   if (in_flight != posted_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return absl::UnavailableError(absl::StrCat(
         "point-to-point operations are in flight (", in_flight->what,
         ") and may hold the tensor's memory; move it when they are done"));
   }
   RETURN_IF_ERROR(registered_->MoveIn(tensor));
+  if (!registered_->Holds(tensor)) return absl::OkStatus();  // empty: nothing to move
   const int64_t bytes = static_cast<int64_t>(tensor.storage().nbytes());
   Count([&](BackendStats& stats) {
     ++stats.moved_to_registered;

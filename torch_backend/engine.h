@@ -79,14 +79,18 @@ class Engine {
 
   // Thread-safe.
   void Submit(Op op);
-  // Runs collective `op` (not a post) on the calling thread and completes
-  // its Work, when the engine is idle: nothing submitted is unfinished, no
+  // Runs collective `op` (not a post) moving `bytes` on the calling thread
+  // and completes its Work, when inline calls are on
+  // (BackendOptions::inline_bytes >= bytes), this is the process's only
+  // engine, and the engine is idle: nothing submitted is unfinished, no
   // point-to-point operation is in flight, no other thread drives the
   // transport, and the engine is not stopping. Otherwise returns false with
   // `op` untouched (Submit it). The Work is completed after the transport
-  // is let go, so its Future's callbacks may call the group again.
-  // Thread-safe.
-  bool TryRunInline(Op& op);
+  // is let go. Thread-safe.
+  bool TryRunInline(Op& op, size_t bytes);
+  // Whether the calling thread is an engine's (a Future callback runs
+  // there): it must not wait for its own engine's operations.
+  static bool OnEngineThread();
   absl::StatusOr<at::Tensor> AllocateRegistered(const std::vector<int64_t>& shape,
                                                 at::ScalarType dtype);
   // Whether `tensor`'s memory is a block of the registered pool. Thread-safe.
@@ -104,8 +108,8 @@ class Engine {
   const rdma::MemoryRegion& data_region() const { return *data_region_; }
   // Moves `tensor`'s storage into the registered pool
   // (RegisteredAllocator::MoveIn), counted: between operations, so no
-  // collective is reading it. kFailedPrecondition while point-to-point
-  // operations are in flight (one may hold the old address).
+  // collective is reading it. kUnavailable while point-to-point operations
+  // are in flight (one may hold the old address): try again later.
   absl::Status MoveToRegistered(const at::Tensor& tensor);
   // Adds to the counters (any thread).
   void Count(const std::function<void(BackendStats&)>& update);
@@ -115,9 +119,9 @@ class Engine {
   absl::Status SetUp(const c10::intrusive_ptr<c10d::Store>& store);
   void Loop();
   // A collective's status (and the group broken by its failure), or a
-  // post handed to the Messenger; Run() also completes the Work.
+  // post handed to the Messenger. The caller completes the Work (a post's
+  // only when it failed to go out: the Messenger completes the others).
   absl::Status Execute(Op& op);
-  void Run(Op& op);
   // Abandons point-to-point operations past their deadline.
   void ExpireOverdue(absl::Time now);
   // After a batch: forgets completed point-to-point work, copies the

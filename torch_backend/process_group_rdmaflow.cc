@@ -63,7 +63,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Enqueue(
     std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run) {
   auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs));
   Engine::Op op{work, std::move(run), nullptr, ""};
-  if (!engine_->TryRunInline(op)) engine_->Submit(std::move(op));
+  // Only all-reduces and broadcasts run inline: their outputs are all they
+  // move, so the size limit means what it says.
+  bool ran = false;
+  if (type == c10d::OpType::ALLREDUCE || type == c10d::OpType::BROADCAST) {
+    size_t bytes = 0;
+    for (const at::Tensor& tensor : work->result()) {
+      bytes += static_cast<size_t>(tensor.numel()) * tensor.element_size();
+    }
+    ran = engine_->TryRunInline(op, bytes);
+  }
+  if (!ran) engine_->Submit(std::move(op));
   return work;
 }
 
@@ -557,6 +567,13 @@ absl::StatusOr<at::Tensor> ProcessGroupRdmaflow::AllocateRegistered(
 
 absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
   if (engine_->IsRegistered(tensor)) return absl::OkStatus();
+  if (Engine::OnEngineThread()) {
+    // It would wait for the thread it runs on.
+    return absl::FailedPreconditionError(
+        "a tensor cannot be moved into registered memory from a Future callback "
+        "(the backend's engine thread); move it from the thread that issues the "
+        "collectives");
+  }
   // Who moves: the engine between operations (1), or nobody because the
   // caller gave up waiting first (2).
   struct Move {
@@ -575,7 +592,9 @@ absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
   const absl::Duration timeout = engine_->options().timeout;
   bool timed_out = false;
   try {
-    work->wait(std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
+    // At most a day at a time: an infinite timeout would overflow the wait.
+    work->wait(std::chrono::milliseconds(std::clamp<int64_t>(
+        absl::ToInt64Milliseconds(timeout), 1, int64_t{24} * 3600 * 1000)));
   } catch (const std::exception&) {
     timed_out = !work->isCompleted();  // else the group failed it: below
   }
@@ -599,7 +618,12 @@ absl::StatusOr<bool> ProcessGroupRdmaflow::RegisterRepeated(const at::Tensor& te
   if (engine_->IsRegistered(tensor)) return true;
   if (!repeated_.Sighted(tensor)) return false;
   absl::Status moved = MoveToRegistered(tensor);
-  if (moved.ok()) return true;
+  if (moved.ok()) return engine_->IsRegistered(tensor);  // an empty one is not
+  if (absl::IsUnavailable(moved)) {
+    // Point-to-point operations in flight pass: the next sighting tries again.
+    repeated_.Again(tensor);
+    return false;
+  }
   if (!absl::IsResourceExhausted(moved) && !absl::IsInvalidArgument(moved) &&
       !absl::IsFailedPrecondition(moved)) {
     return moved;

@@ -123,10 +123,12 @@ class ProcessGroupRdmaflow final : public c10d::ProcessGroup {
   // Moves `tensor`'s memory into the registered pool: all its views come
   // along (RegisteredAllocator::MoveIn says what can be moved and what the
   // caller guarantees). Runs after the operations already queued have
-  // completed; returns once done. Thread-safe. Errors: those of MoveIn,
-  // kFailedPrecondition with point-to-point operations in flight or a
-  // broken group, kDeadlineExceeded when the queue ahead did not finish
-  // within the group's timeout (the move is then not made).
+  // completed; returns once done. Thread-safe, except that nothing else may
+  // use the tensor meanwhile. Errors: those of MoveIn; kUnavailable with
+  // point-to-point operations in flight (try again); kFailedPrecondition
+  // for a broken group or a call from a Future callback (the engine
+  // thread); kDeadlineExceeded when the queue ahead did not finish within
+  // the group's timeout (the move is then not made).
   absl::Status MoveToRegistered(const at::Tensor& tensor);
   // The trace behind the DDP comm hook (rdmaflow_torch.allreduce_hook):
   // counts a sighting of `tensor`'s storage and moves it at its second
@@ -135,8 +137,9 @@ class ProcessGroupRdmaflow final : public c10d::ProcessGroup {
   // (the buckets DDP rebuilds after its first step) do not. Returns whether
   // the tensor lies in registered memory now. A move refused for what the
   // tensor or the pool is (MoveIn's errors) leaves it staged: false,
-  // counted in moves_refused, and one warning on stderr naming the pool
-  // size to raise. Thread-safe.
+  // counted in moves_refused, and one warning on stderr (naming the pool
+  // size to raise when it is full); one put off by point-to-point
+  // operations in flight is tried again at the next sighting. Thread-safe.
   absl::StatusOr<bool> RegisterRepeated(const at::Tensor& tensor);
 
   // Counters since creation. Thread-safe.

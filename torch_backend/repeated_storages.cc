@@ -29,6 +29,15 @@ bool RepeatedStorages::Sighted(const at::Tensor& tensor) {
   return sightings_ == 1;
 }
 
+void RepeatedStorages::Again(const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.has_storage()) return;
+  const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  absl::MutexLock lock(&mu_);
+  for (Seen& seen : seen_) {
+    if (seen.storage._unsafe_get_target() == storage) seen.sightings = sightings_ - 1;
+  }
+}
+
 size_t RepeatedStorages::size() const {
   absl::MutexLock lock(&mu_);
   return seen_.size();

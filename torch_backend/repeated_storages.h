@@ -37,6 +37,10 @@ class RepeatedStorages {
   // Counts a sighting of `tensor`'s storage; true when it is the
   // `sightings`-th. False for a tensor without storage.
   bool Sighted(const at::Tensor& tensor);
+  // Makes the next sighting of `tensor`'s storage answer true again (a move
+  // that could not be made this time). No effect on a storage not
+  // remembered.
+  void Again(const at::Tensor& tensor);
   // Storages remembered now (dead ones included until dropped).
   size_t size() const;
 

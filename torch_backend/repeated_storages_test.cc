@@ -19,6 +19,9 @@ TEST(RepeatedStoragesTest, TrueOnceAtTheNthSightingOfTheSameStorage) {
   EXPECT_FALSE(seen.Sighted(bucket));               // only once
   EXPECT_TRUE(seen.Sighted(other));
   EXPECT_FALSE(seen.Sighted(at::Tensor()));
+  seen.Again(bucket);  // a move that could not be made: the next sighting retries
+  EXPECT_TRUE(seen.Sighted(bucket));
+  EXPECT_FALSE(seen.Sighted(bucket));
   RepeatedStorages first(/*sightings=*/1, /*capacity=*/16);
   EXPECT_TRUE(first.Sighted(bucket));
   EXPECT_FALSE(first.Sighted(bucket));

@@ -102,6 +102,11 @@ absl::Status RegisteredAllocator::MoveIn(const at::Tensor& tensor) const {
         tensor.is_contiguous() ? "" : ", not contiguous",
         "); moving a view would move the tensors it shares memory with"));
   }
+  if (storage->data_ptr().get_deleter() == &RegisteredAllocator::Free) {
+    return absl::FailedPreconditionError(
+        "the tensor already lies in another registered region (another process "
+        "group's pool); copy it into a tensor of its own first");
+  }
   const c10::DeleterFnPtr cpu = c10::GetCPUAllocator()->raw_deleter();
   const c10::DeleterFnPtr default_cpu = c10::GetDefaultCPUAllocator()->raw_deleter();
   const c10::DeleterFnPtr deleter = storage->data_ptr().get_deleter();

@@ -19,17 +19,14 @@ using ::testing::HasSubstr;
 
 class RegisteredAllocatorTest : public ::testing::Test {
  protected:
-  // An allocator over `bytes` of a local buffer (no transport needed: Over
-  // takes any region).
+  // An allocator over `bytes` of a local 64-byte aligned buffer (no
+  // transport needed: Over takes any region).
   void MakeAllocator(size_t bytes) {
-    memory_.assign(bytes + 64, std::byte{0});
-    parent_ = std::make_unique<rdma::MemoryRegion>(memory_.data(), memory_.size(),
-                                                   rdma::RemoteRegion{}, nullptr);
-    // Over() wants a 64-byte aligned offset inside the parent.
-    const size_t misalignment = reinterpret_cast<uintptr_t>(memory_.data()) % 64;
-    const size_t offset = misalignment == 0 ? 0 : 64 - misalignment;
+    memory_.reset(new Aligned[bytes / sizeof(Aligned) + 1]);
+    parent_ = std::make_unique<rdma::MemoryRegion>(
+        reinterpret_cast<std::byte*>(memory_.get()), bytes, rdma::RemoteRegion{}, nullptr);
     absl::StatusOr<std::unique_ptr<RegisteredAllocator>> allocator =
-        RegisteredAllocator::Over(*parent_, offset, bytes);
+        RegisteredAllocator::Over(*parent_, 0, bytes);
     ASSERT_TRUE(allocator.ok()) << allocator.status();
     allocator_ = *std::move(allocator);
   }
@@ -39,7 +36,10 @@ class RegisteredAllocatorTest : public ::testing::Test {
     return at >= data && at < data + allocator_->region().size();
   }
 
-  std::vector<std::byte> memory_;
+  struct alignas(64) Aligned {
+    std::byte bytes[64];
+  };
+  std::unique_ptr<Aligned[]> memory_;
   std::unique_ptr<rdma::MemoryRegion> parent_;
   std::unique_ptr<RegisteredAllocator> allocator_;
 };
@@ -101,6 +101,18 @@ TEST_F(RegisteredAllocatorTest, MoveInRefusesWhatItCannotMoveAndLeavesItAlone) {
   EXPECT_THAT(allocator_->MoveIn(blob),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("from_blob")));
   EXPECT_EQ(blob.data_ptr(), outside.data());
+  std::unique_ptr<Aligned[]> other_memory(new Aligned[16]);
+  rdma::MemoryRegion other_parent(reinterpret_cast<std::byte*>(other_memory.get()), 1024,
+                                  rdma::RemoteRegion{}, nullptr);
+  absl::StatusOr<std::unique_ptr<RegisteredAllocator>> other =
+      RegisteredAllocator::Over(other_parent, 0, 1024);
+  ASSERT_TRUE(other.ok()) << other.status();
+  absl::StatusOr<at::Tensor> elsewhere = (*other)->Empty({16}, at::kFloat);
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.status();
+  EXPECT_THAT(allocator_->MoveIn(*elsewhere),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("another registered region")));
+  EXPECT_TRUE((*other)->Holds(*elsewhere));
   at::Tensor large = at::ones({4096}, at::kFloat);  // 16 KiB: more than the region
   const void* where = large.data_ptr();
   EXPECT_THAT(allocator_->MoveIn(large),

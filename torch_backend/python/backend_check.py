@@ -6,6 +6,7 @@ order, registered tensors reduced in place, DDP with rdmaflow_torch's comm
 hook (its buckets moved into registered memory) against plain DDP, and
 errors raised from wait(). Exits non-zero, naming the check, on a mismatch."""
 
+import os
 import sys
 
 import numpy
@@ -27,21 +28,28 @@ def expect(ok, what):
 
 
 def check_inline(group, rank, world):
-    """Small collectives run on the calling thread while the engine sleeps;
-    large ones, and any while a receive is pending, go through the engine
-    thread, in order."""
+    """With RDMAFLOW_INLINE_KB set, small all-reduces run on the calling
+    thread while the engine sleeps; large ones, and any while a receive is
+    pending, go through the engine thread, in order. Unset, none runs
+    inline."""
+    inline_on = int(os.environ.get("RDMAFLOW_INLINE_KB", "0")) >= 4
     before = rdmaflow_torch.stats(group)
-    t = values(rank, 1000, torch.float32)
-    dist.all_reduce(t)
-    expect(torch.equal(t, sum(values(r, 1000, torch.float32) for r in range(world))),
-           "inline all_reduce")
-    big = values(rank, 1 << 16, torch.float32)  # 256 KiB: past RDMAFLOW_INLINE_KB's 64
+    for salt in range(5):
+        t = values(rank, 1000, torch.float32, salt)
+        dist.all_reduce(t)
+        expect(torch.equal(t, sum(values(r, 1000, torch.float32, salt) for r in range(world))),
+               "small all_reduce")
+    small = rdmaflow_torch.stats(group)["inline_calls"] - before["inline_calls"]
+    expect(small >= 1 if inline_on else small == 0,
+           f"{small} of 5 small all_reduces ran inline (RDMAFLOW_INLINE_KB "
+           f"{os.environ.get('RDMAFLOW_INLINE_KB', 'unset')})")
+    before = rdmaflow_torch.stats(group)
+    big = values(rank, 1 << 16, torch.float32)  # 256 KiB: past RDMAFLOW_INLINE_KB
     dist.all_reduce(big)
     expect(torch.equal(big, sum(values(r, 1 << 16, torch.float32) for r in range(world))),
            "large all_reduce")
     after = rdmaflow_torch.stats(group)
-    expect(after["inline_calls"] == before["inline_calls"] + 1,
-           f"inline calls: {before['inline_calls']} -> {after['inline_calls']}")
+    expect(after["inline_calls"] == before["inline_calls"], "a 256 KiB all_reduce ran inline")
     # Rank 0 waits for a message rank 1 sends only after the all-reduce:
     # rank 0's all-reduce must not run inline ahead of its pending receive's
     # progress, and both complete.
