@@ -53,6 +53,9 @@ def parse_args(argv):
     parser.add_argument("--ddp_steps", type=int, default=30, help="0 skips DDP")
     parser.add_argument("--batch", type=int, default=64, help="global batch of the DDP steps")
     parser.add_argument("--json", default="", help="rank 0 appends one JSON line per result")
+    parser.add_argument("--label", default="",
+                        help="the series' name in the output (default: the backend, with "
+                             "\" (registered)\" for --registered)")
     parser.add_argument("--no_pin", action="store_true",
                         help="do not pin rank r to core r mod cores (pinning keeps the "
                              "scheduler from stacking two ranks on one core, which made "
@@ -191,7 +194,7 @@ def main(argv):
         import rdmaflow_torch  # noqa: F401  registers the backend
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    label = args.backend + (" (registered)" if args.registered else "")
+    label = args.label or args.backend + (" (registered)" if args.registered else "")
 
     def emit(row):
         if rank != 0:

@@ -3,7 +3,8 @@
 # (bench/torch_backend_bench.py) under torchrun: all-reduce bus bandwidth
 # from 4 KiB to 64 MiB and DDP step time of the VGG-like net, with 2 and 4
 # ranks, for gloo, rdmaflow, and rdmaflow with registered tensors (DDP
-# with rdmaflow_torch.allreduce_hook, its buckets registered). Prints
+# with rdmaflow_torch.allreduce_hook, its buckets registered); small calls
+# also with RDMAFLOW_INLINE_KB=64, and one rank alone. Prints
 # the comparison (tools/torch_report.py) and plots it.
 #   tools/bench_torch.sh [OUT]        (default bench-results/torch)
 # RANKS (default "2 4"), DDP_STEPS (default 30), REPEATS (default 3: every
@@ -22,6 +23,14 @@ for variant in rdmaflow gloo; do
   echo "== $variant, 1 rank, 4 KiB (run $repeat of ${REPEATS:-3})"
   tools/torchrun.sh --nproc_per_node=1 bench/torch_backend_bench.py --backend "$variant" \
       --sizes 4096 --ddp_steps 0 --json "$out/$variant.1.$repeat.jsonl" 2>&1 |
+    sed -e '/^\*\*\*/d' -e '/OMP_NUM_THREADS/d' -e '/^WARNING:__main__/d'
+done
+for n in ${RANKS:-2 4}; do
+  # Small calls on the caller's thread (off by default: docs/torch.md).
+  echo "== rdmaflow, inline calls, $n ranks (run $repeat of ${REPEATS:-3})"
+  RDMAFLOW_INLINE_KB=64 tools/torchrun.sh --nproc_per_node="$n" bench/torch_backend_bench.py \
+      --backend rdmaflow --label "rdmaflow (inline)" --sizes 4096,16384,65536 --ddp_steps 0 \
+      --json "$out/inline.$n.$repeat.jsonl" 2>&1 |
     sed -e '/^\*\*\*/d' -e '/OMP_NUM_THREADS/d' -e '/^WARNING:__main__/d'
 done
 for n in ${RANKS:-2 4}; do

@@ -61,6 +61,16 @@ def main(out):
                 print(f"{world:>5} {size:>10} " + " ".join(f"{b:>22.3f}" for b in bw) +
                       f" {bw[0] / bw[2]:>13.2f}x {bw[1] / bw[2]:>15.2f}x")
                 tsv.write(f"{world}\t{size}\t" + "\t".join(f"{b:.4f}" for b in bw) + "\n")
+    inline = "rdmaflow (inline)"
+    small = sorted({(k[0], k[1]) for k in allreduce if k[2] == inline})
+    if small:
+        print()
+        print("Small calls, us per call (RDMAFLOW_INLINE_KB=64: on the caller's thread)")
+        print(f"{'ranks':>5} {'bytes':>10} {'rdmaflow':>10} {inline:>18} {'gloo':>10}")
+        for world, size in small:
+            us = [allreduce.get((world, size, s), {}).get("us", float("nan"))
+                  for s in ("rdmaflow", inline, "gloo")]
+            print(f"{world:>5} {size:>10} {us[0]:>10.1f} {us[1]:>18.1f} {us[2]:>10.1f}")
     for (world, size, backend), cell in sorted(floor.items()):
         print(f"one rank, {size} bytes, {backend}: {cell['us']:.1f} us per call (no peer: "
               "the call's own cost through torch.distributed)")
