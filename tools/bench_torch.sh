@@ -19,10 +19,14 @@ export RDMAFLOW_TRANSPORT_PARAMS=${RDMAFLOW_TRANSPORT_PARAMS:-tls=shm}
 export RDMAFLOW_REGISTERED_MB=${RDMAFLOW_REGISTERED_MB:-80}  # a 64 MiB tensor fits
 for repeat in $(seq "${REPEATS:-3}"); do
 # One rank, no peer: what a 4 KiB call costs through torch.distributed.
-for variant in rdmaflow gloo; do
+for variant in rdmaflow inline gloo; do
   echo "== $variant, 1 rank, 4 KiB (run $repeat of ${REPEATS:-3})"
-  tools/torchrun.sh --nproc_per_node=1 bench/torch_backend_bench.py --backend "$variant" \
-      --sizes 4096 --ddp_steps 0 --json "$out/$variant.1.$repeat.jsonl" 2>&1 |
+  case $variant in
+    inline) flags=(--backend rdmaflow --label "rdmaflow (inline)"); kb=64 ;;
+    *) flags=(--backend "$variant"); kb=0 ;;
+  esac
+  RDMAFLOW_INLINE_KB=$kb tools/torchrun.sh --nproc_per_node=1 bench/torch_backend_bench.py \
+      "${flags[@]}" --sizes 4096 --ddp_steps 0 --json "$out/$variant.1.$repeat.jsonl" 2>&1 |
     sed -e '/^\*\*\*/d' -e '/OMP_NUM_THREADS/d' -e '/^WARNING:__main__/d'
 done
 for n in ${RANKS:-2 4}; do

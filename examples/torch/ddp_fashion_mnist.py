@@ -41,6 +41,10 @@ def parse_args(argv):
     parser.add_argument("--log_every", type=int, default=50)
     parser.add_argument("--save_params", default="", help="rank 0 saves the final parameters here")
     parser.add_argument("--json", default="", help="rank 0 writes a summary here")
+    parser.add_argument("--staged_buckets", action="store_true",
+                        help="rdmaflow: leave DDP's gradient buckets where DDP allocated "
+                             "them (staged) instead of rdmaflow_torch.allreduce_hook, which "
+                             "moves them into registered memory")
     return parser.parse_args(argv)
 
 
@@ -76,13 +80,16 @@ def make_model(name):
 def main(argv):
     args = parse_args(argv)
     if args.backend == "rdmaflow":
-        import rdmaflow_torch  # noqa: F401  registers the backend
+        import rdmaflow_torch  # registers the backend
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.batch % world:
         sys.exit(f"--batch {args.batch} is not a multiple of the {world} ranks")
     torch.manual_seed(args.seed)
     model = nn.parallel.DistributedDataParallel(make_model(args.model))
+    if args.backend == "rdmaflow" and not args.staged_buckets:
+        # DDP's all-reduce, with its gradient buckets in registered memory.
+        model.register_comm_hook(None, rdmaflow_torch.allreduce_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     x, y = load(args.data, "train")
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(args.seed))
