@@ -12,7 +12,9 @@
 // of its buffers (the straggler's late message never lands in them); an
 // unmatched receive fails at the group's timeout; destroying a group with
 // a receive pending returns; an exception on the engine thread fails the
-// Work instead of ending the process.
+// Work instead of ending the process. Inline calls (RDMAFLOW_INLINE_KB): one
+// thread's small all-reduces beside another thread's send/recv ping-pong, in
+// the same group, every result exact.
 // The test binary re-executes itself per rank (launch/ranks_or_tests_main.h).
 #include <signal.h>
 #include <unistd.h>
@@ -22,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -574,6 +577,68 @@ absl::Status EngineException(Joined& joined) {
                absl::StrCat("a broadcast whose copy throws: ", status.ToString()));
 }
 
+// With RDMAFLOW_INLINE_KB on: thread A all-reduces small tensors (inline
+// while nothing else is in flight, on the engine thread otherwise) while
+// thread B ping-pongs messages with its pair rank in the same group, so the
+// transport keeps changing hands between callers and the engine thread.
+// Every all-reduce and every message must be exact, and some calls must
+// have run inline.
+absl::Status InlineBesidePointToPoint(Joined& joined) {
+  ProcessGroupRdmaflow& pg = *joined.pg;
+  const int rank = joined.rank;
+  const int world = joined.world;
+  constexpr int kAllReduces = 1000;
+  constexpr int kRounds = 200;
+  // A thread's body: LibTorch may throw, and nothing may escape a thread.
+  auto guarded = [](absl::Status& out, const std::function<absl::Status()>& body) {
+    try {
+      out = body();
+    } catch (const std::exception& e) {
+      out = absl::InternalError(e.what());
+    }
+  };
+  absl::Status collectives;
+  absl::Status messages;
+  std::thread a([&] {
+    guarded(collectives, [&]() -> absl::Status {
+      for (int i = 0; i < kAllReduces; ++i) {
+        std::vector<at::Tensor> t = {Values(rank, 1000, at::kFloat, i)};
+        RETURN_IF_ERROR(Wait(pg.allreduce(t)));
+        at::Tensor expected = Values(0, 1000, at::kFloat, i);
+        for (int r = 1; r < world; ++r) expected += Values(r, 1000, at::kFloat, i);
+        RETURN_IF_ERROR(CheckEqual(t[0], expected, absl::StrCat("all-reduce ", i)));
+      }
+      return absl::OkStatus();
+    });
+  });
+  std::thread b([&] {
+    guarded(messages, [&]() -> absl::Status {
+      const int peer = rank ^ 1;
+      if (peer >= world) return absl::OkStatus();
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<at::Tensor> out = {Values(rank, 100 + round, at::kDouble, round)};
+        std::vector<at::Tensor> in = {at::zeros({100 + round}, at::kDouble)};
+        auto received = pg.recv(in, peer, round);
+        RETURN_IF_ERROR(Wait(pg.send(out, peer, round)));
+        RETURN_IF_ERROR(Wait(received));
+        RETURN_IF_ERROR(CheckEqual(in[0], Values(peer, 100 + round, at::kDouble, round),
+                                   absl::StrCat("message ", round)));
+      }
+      return absl::OkStatus();
+    });
+  });
+  a.join();
+  b.join();
+  RETURN_IF_ERROR(collectives);
+  RETURN_IF_ERROR(messages);
+  const torch_backend::BackendStats stats = pg.stats();
+  std::fprintf(stderr, "rank %d: %lld of %lld all-reduces inline\n", rank,
+               static_cast<long long>(stats.inline_calls),
+               static_cast<long long>(stats.allreduces));
+  RETURN_IF_ERROR(Check(stats.inline_calls > 0, "no all-reduce ran inline"));
+  return Wait(pg.barrier());
+}
+
 absl::Status RunRank(const std::string& which) {
   ASSIGN_OR_RETURN(Joined joined, Join());
   ProcessGroupRdmaflow& pg = *joined.pg;
@@ -601,6 +666,7 @@ absl::Status RunRank(const std::string& which) {
     return Check(absl::StrContains(later.message(), "unusable"),
                  absl::StrCat("a collective after the failure: ", later.ToString()));
   }
+  if (which == "inline_threads") return InlineBesidePointToPoint(joined);
   if (which == "slow_collective") return SlowCollective(joined);
   if (which == "p2p_deadline") return PointToPointDeadline(joined);
   if (which == "engine_exception") return EngineException(joined);
@@ -620,6 +686,14 @@ TEST(TorchBackendMultiProcessTest, EveryCollectiveWithTwoRanks) {
 
 TEST(TorchBackendMultiProcessTest, EveryCollectiveWithFourRanks) {
   EXPECT_OK(launch::LaunchRanks(4, Env("collectives")).status);
+}
+
+TEST(TorchBackendMultiProcessTest, InlineAllReducesBesideAnotherThreadsMessages) {
+  for (int world : {2, 4}) {
+    std::map<std::string, std::string> env = Env("inline_threads");
+    env["RDMAFLOW_INLINE_KB"] = "64";
+    EXPECT_OK(launch::LaunchRanks(world, env).status) << world << " ranks";
+  }
 }
 
 TEST(TorchBackendMultiProcessTest, ADeadRankFailsThePendingWorkOfItsPeers) {
