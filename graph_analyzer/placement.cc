@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -396,6 +397,22 @@ absl::StatusOr<GraphDef> PlaceTrainingGraph(const GraphDef& model,
   }
   placer.Register(layout);
   return placer.Emit(layout, absl::StrCat(model.name(), " (", spec.strategy, ")"));
+}
+
+absl::StatusOr<absl::flat_hash_map<std::string, int>> PsParameterServers(
+    const GraphDef& placed) {
+  absl::flat_hash_map<std::string, int> servers;
+  for (const NodeDef& node : placed.node()) {
+    if (node.op() == "Variable" && absl::StartsWith(node.name(), "ps/")) {
+      servers[node.name().substr(3)] = node.rank();
+    }
+  }
+  if (servers.empty()) {
+    return absl::InvalidArgumentError(
+        "the graph holds no parameter server's parameters (no \"ps/\" variables): "
+        "is it a ps placement?");
+  }
+  return servers;
 }
 
 }  // namespace rdmaflow::graph

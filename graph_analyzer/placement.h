@@ -31,6 +31,7 @@
 
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "graph_analyzer/graph.pb.h"
@@ -55,6 +56,13 @@ absl::StatusOr<PlacementSpec> ParsePlacementSpec(absl::string_view text);
 // the cut names no forward node.
 absl::StatusOr<GraphDef> PlaceTrainingGraph(const GraphDef& model,
                                             const PlacementSpec& spec);
+
+// The server of each parameter in a ps placement (the rank of its
+// "ps/<name>" Variable), by the model's parameter name: what the ps
+// strategy shards by. kInvalidArgument when the graph holds no ps
+// parameter.
+absl::StatusOr<absl::flat_hash_map<std::string, int>> PsParameterServers(
+    const GraphDef& placed);
 
 }  // namespace rdmaflow::graph
 

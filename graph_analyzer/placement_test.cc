@@ -96,6 +96,15 @@ TEST(PlacementTest, ParameterServerPullsParametersAndPushesGradients) {
   for (const NodeDef& n : g.node()) {
     if (n.op() == "ApplyGradient") EXPECT_EQ(n.input_size(), 3) << n.name();
   }
+  // What the ps strategy shards by.
+  ASSERT_OK_AND_ASSIGN(auto servers, PsParameterServers(g));
+  EXPECT_EQ(servers.size(), 4u);
+  EXPECT_EQ(servers.at("fc.weight"), 0);
+  EXPECT_EQ(servers.at("conv.weight"), 1);
+  EXPECT_EQ(servers.at("conv.bias"), 1);
+  EXPECT_EQ(servers.at("fc.bias"), 1);
+  EXPECT_THAT(PsParameterServers(Model()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ps placement")));
 }
 
 TEST(PlacementTest, AllReduceReplicasExchangeNothingPointToPoint) {

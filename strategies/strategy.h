@@ -92,6 +92,12 @@ struct StrategyContext {
   // Start() on, on ranks that compute).
   const ModelSplit* split = nullptr;
   std::function<absl::StatusOr<Batch>()> next_batch;
+  // The model's single-rank training graph (graph_analyzer/training_graph.h),
+  // when the trainer has one (a TorchScript model): strategies that place
+  // the model take their placement from the analyzer's plan of it (ps
+  // shards as PlaceTrainingGraph places its parameters). Null: each
+  // strategy decides from the parameter list alone.
+  const graph::GraphDef* model = nullptr;
   // This rank died and was started again: it joins the others where they
   // are (only where supports_rejoin()).
   bool rejoining = false;

@@ -146,6 +146,18 @@ absl::StatusOr<Model> LoadScript(const std::string& path, const SampleSpec& samp
   Model model;
   model.name = std::filesystem::path(path).stem().string();
   model.script = script;
+  // The analyzer's view of the same file, for placement (a batch of two:
+  // parameter sizes do not depend on it).
+  graph::TensorSpec input;
+  input.set_dtype(sample.int64 ? graph::DT_INT64 : graph::DT_FLOAT32);
+  input.add_shape(2);
+  for (int64_t d : sample.shape) input.add_shape(d);
+  absl::StatusOr<graph::GraphDef> imported = graph::ImportTorchScript(path, {input});
+  if (imported.ok()) {
+    model.graph = std::make_shared<const graph::GraphDef>(*std::move(imported));
+  } else {
+    model.graph_status = imported.status();
+  }
   model.forward = [script](const torch::Tensor& x) {
     return script->forward({x}).toTensor();
   };

@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "graph_analyzer/graph.pb.h"
 #include "strategies/strategy.h"
 #include "torch/script.h"
 #include "torch/torch.h"
@@ -36,6 +38,12 @@ struct Model {
   // Presets only: a TorchScript model is not cut in two (yet).
   strategies::ModelSplit split;
   std::shared_ptr<torch::jit::Module> script;  // a TorchScript file
+  // A TorchScript model's single-rank training graph, as the analyzer
+  // imports it (graph_analyzer/torch/torchscript_import.h), for strategies
+  // that place the model as planned; null for presets, and when the
+  // import failed (`graph_status` says why: the model still trains).
+  std::shared_ptr<const graph::GraphDef> graph;
+  absl::Status graph_status;
 
   // The trainable parameters by qualified name, in the module's order
   // (a parameter shared by two submodules once, under its first name).

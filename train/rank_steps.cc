@@ -143,6 +143,13 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
   context.batch_size = config.batch_size;
   context.rejoining = config.rejoining;
   context.split = &state->model.split;
+  context.model = state->model.graph.get();
+  if (rank == 0 && state->model.script != nullptr && !state->model.graph_status.ok()) {
+    std::fprintf(stderr,
+                 "rdmaflow_train: the analyzer could not import --model, so strategies "
+                 "place it without a plan (ps shards by size): %s\n",
+                 std::string(state->model.graph_status.message()).c_str());
+  }
   RankState* held = state.get();  // outlives the strategy it holds
   context.next_batch = [held]() -> absl::StatusOr<strategies::Batch> {
     if (held->worker == nullptr) {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "graph_analyzer/placement.h"
 #include "graph_analyzer/planner.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/executor.h"
@@ -54,6 +55,40 @@ std::string PsStrategy::Where() const {
                       context().rank, ")");
 }
 
+absl::StatusOr<std::vector<Shard>> PsStrategy::ShardAsPlanned(
+    const graph::GraphDef& model, const std::vector<Parameter>& parameters,
+    const std::vector<int64_t>& elements) const {
+  graph::PlacementSpec spec;
+  spec.strategy = "ps";
+  spec.servers = ps_.servers;
+  spec.workers = workers_;
+  absl::StatusOr<graph::GraphDef> placed = graph::PlaceTrainingGraph(model, spec);
+  if (!placed.ok()) {
+    return absl::Status(placed.status().code(),
+                        absl::StrCat("ps: placing the model's training graph for ",
+                                     ps_.servers, " servers and ", workers_,
+                                     " workers: ", placed.status().message()));
+  }
+  ASSIGN_OR_RETURN(auto servers, graph::PsParameterServers(*placed));
+  if (servers.size() != parameters.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ps: the model's plan places ", servers.size(), " parameters, the model has ",
+        parameters.size(), " (tied parameters count once in the plan); train it without "
+        "the plan's placement or untie them"));
+  }
+  std::vector<int> owner;
+  for (const Parameter& p : parameters) {
+    const auto it = servers.find(p.name);
+    if (it == servers.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ps: parameter '", p.name, "' is not in the model's plan (its parameters are "
+          "named as the model's named_parameters())"));
+    }
+    owner.push_back(it->second);
+  }
+  return ShardParametersOnto(elements, owner, ps_.servers);
+}
+
 absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> parameters) {
   const StrategyContext& job = context();
   workers_ = job.world_size - ps_.servers;
@@ -72,7 +107,11 @@ absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> par
     }
     elements.push_back(p.tensor.numel());
   }
-  ASSIGN_OR_RETURN(shards_, ShardParameters(elements, ps_.servers));
+  if (job.model != nullptr) {
+    ASSIGN_OR_RETURN(shards_, ShardAsPlanned(*job.model, parameters, elements));
+  } else {
+    ASSIGN_OR_RETURN(shards_, ShardParameters(elements, ps_.servers));
+  }
   parameters_ = std::move(parameters);
   server_ = job.rank < ps_.servers;
   index_ = server_ ? job.rank : job.rank - ps_.servers;

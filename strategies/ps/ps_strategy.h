@@ -66,6 +66,10 @@ class PsStrategy final : public Strategy {
   runtime::TransferCounters counters() const override;
 
   const PsOptions& ps_options() const { return ps_; }
+  // Which server holds which parameters (from Prepare() on): as the
+  // analyzer places the model when the context gives its training graph,
+  // else by size.
+  const std::vector<Shard>& shards() const { return shards_; }
   // Servers: every worker's clock after each gradient this server took, in
   // order (what the sync tests check).
   const std::vector<std::vector<int64_t>>& clock_history() const {
@@ -114,6 +118,11 @@ class PsStrategy final : public Strategy {
 
   const PsOptions ps_;
   std::vector<Parameter> parameters_;
+  // Shards as the analyzer places `model`'s parameters for this job.
+  absl::StatusOr<std::vector<Shard>> ShardAsPlanned(
+      const graph::GraphDef& model, const std::vector<Parameter>& parameters,
+      const std::vector<int64_t>& elements) const;
+
   std::vector<Shard> shards_;
   int workers_ = 0;
   bool server_ = false;

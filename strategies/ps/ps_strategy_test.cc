@@ -9,6 +9,7 @@
 #include "strategies/ps/ps_strategy.h"
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -16,6 +17,9 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "google/protobuf/text_format.h"
+#include "graph_analyzer/placement.h"
+#include "graph_analyzer/training_graph.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -224,6 +228,71 @@ TEST(PsStrategyTest, RejectsJobsWithoutWorkers) {
         EXPECT_THAT(strategy->Prepare({0, 2, &t, &store}, {{"p", p}}).status(),
                     StatusIs(absl::StatusCode::kInvalidArgument,
                              ::testing::HasSubstr("needs at least 3 ranks")));
+        return absl::OkStatus();
+      });
+  EXPECT_OK(results[0]);
+}
+
+// A conv layer and a linear one, as the importers trace them.
+graph::GraphDef TracedModel() {
+  graph::ModelTrace trace;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(R"pb(
+    name: "cnn" source: "test"
+    input { name: "x" spec { dtype: DT_FLOAT32 shape: [8, 1, 6, 6] } }
+    parameter { name: "conv.weight" spec { dtype: DT_FLOAT32 shape: [2, 1, 3, 3] } }
+    parameter { name: "conv.bias" spec { dtype: DT_FLOAT32 shape: [2] } }
+    parameter { name: "fc.weight" spec { dtype: DT_FLOAT32 shape: [3, 32] } }
+    parameter { name: "fc.bias" spec { dtype: DT_FLOAT32 shape: [3] } }
+    op { kind: "aten::conv2d" input: ["x", "conv.weight", "conv.bias"]
+         arg { key: "stride" value { ints: [1, 1] } }
+         arg { key: "padding" value { ints: [0, 0] } }
+         output: "c" output_spec { dtype: DT_FLOAT32 shape: [8, 2, 4, 4] } }
+    op { kind: "aten::flatten" input: "c" arg { key: "start_dim" value { i: 1 } }
+         output: "f" output_spec { dtype: DT_FLOAT32 shape: [8, 32] } }
+    op { kind: "aten::linear" input: ["f", "fc.weight", "fc.bias"]
+         output: "y" output_spec { dtype: DT_FLOAT32 shape: [8, 3] } }
+    output: "y"
+  )pb", &trace));
+  absl::StatusOr<graph::GraphDef> g = graph::BuildTrainingGraph(trace);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return *g;
+}
+
+TEST(PsStrategyTest, ShardsAsTheAnalyzerPlacesTheModelGivenItsGraph) {
+  const graph::GraphDef model = TracedModel();
+  std::vector<Parameter> parameters = {{"conv.weight", torch::zeros({2, 1, 3, 3})},
+                                       {"conv.bias", torch::zeros({2})},
+                                       {"fc.weight", torch::zeros({3, 32})},
+                                       {"fc.bias", torch::zeros({3})}};
+  graph::PlacementSpec spec;
+  spec.strategy = "ps";
+  spec.servers = 2;
+  spec.workers = 1;
+  ASSERT_OK_AND_ASSIGN(graph::GraphDef placed, graph::PlaceTrainingGraph(model, spec));
+  ASSERT_OK_AND_ASSIGN(auto planned, graph::PsParameterServers(placed));
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      1, [&](int, rdma::Transport& t, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto strategy,
+                         PsStrategy::Create(Options(5, "rdma", {{"servers", "2"}})));
+        StrategyContext context{0, 3, &t, &store};
+        context.model = &model;
+        RETURN_IF_ERROR(strategy->Prepare(context, parameters).status());
+        std::map<std::string, int> held;
+        for (size_t s = 0; s < strategy->shards().size(); ++s) {
+          for (const ShardEntry& e : strategy->shards()[s].entries) {
+            held[parameters[e.parameter].name] = static_cast<int>(s);
+          }
+        }
+        EXPECT_EQ(held.size(), planned.size());
+        for (const auto& [name, server] : planned) EXPECT_EQ(held[name], server) << name;
+        // A parameter the plan does not know is refused, naming it.
+        ASSIGN_OR_RETURN(auto renamed,
+                         PsStrategy::Create(Options(5, "rdma", {{"servers", "2"}})));
+        std::vector<Parameter> other = parameters;
+        other[1].name = "conv.offset";
+        EXPECT_THAT(renamed->Prepare(context, other).status(),
+                    StatusIs(absl::StatusCode::kFailedPrecondition,
+                             ::testing::HasSubstr("'conv.offset' is not in the model's plan")));
         return absl::OkStatus();
       });
   EXPECT_OK(results[0]);

@@ -36,6 +36,13 @@ struct Shard {
 absl::StatusOr<std::vector<Shard>> ShardParameters(
     const std::vector<int64_t>& elements, int servers);
 
+// The same, with parameter p on server `owner[p]` (as a plan placed it)
+// instead of by size. kInvalidArgument also for an owner outside
+// [0, servers) and for a server left with nothing.
+absl::StatusOr<std::vector<Shard>> ShardParametersOnto(const std::vector<int64_t>& elements,
+                                                       const std::vector<int>& owner,
+                                                       int servers);
+
 }  // namespace rdmaflow::strategies::ps
 
 #endif  // RDMAFLOW_STRATEGIES_PS_SHARDING_H_

@@ -58,5 +58,22 @@ TEST(ShardingTest, RejectsImpossibleLayouts) {
                        HasSubstr("parameter 1 has 0 elements")));
 }
 
+TEST(ShardingTest, OntoPutsEachParameterWhereItIsTold) {
+  ASSERT_OK_AND_ASSIGN(std::vector<Shard> shards,
+                       ShardParametersOnto({10, 20, 30}, {1, 0, 1}, 2));
+  ASSERT_EQ(shards.size(), 2u);
+  EXPECT_EQ(shards[0].elements, 20);
+  ASSERT_EQ(shards[1].entries.size(), 2u);
+  EXPECT_EQ(shards[1].entries[0].parameter, 0);
+  EXPECT_EQ(shards[1].entries[1].parameter, 2);
+  EXPECT_EQ(shards[1].entries[1].offset, 10);
+  EXPECT_THAT(ShardParametersOnto({10, 20}, {0, 2}, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("server 2 of 2")));
+  EXPECT_THAT(ShardParametersOnto({10, 20}, {1, 1}, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("server 0 of 2 holds no")));
+  EXPECT_THAT(ShardParametersOnto({10, 20}, {0}, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1 owners for 2")));
+}
+
 }  // namespace
 }  // namespace rdmaflow::strategies::ps
