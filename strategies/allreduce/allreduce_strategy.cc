@@ -3,8 +3,10 @@
 
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "graph_analyzer/gradient_order.h"
 #include "graph_analyzer/graph_builder.h"
 #include "strategies/strategy_params.h"
 
@@ -26,9 +28,51 @@ absl::StatusOr<std::unique_ptr<AllReduceStrategy>> AllReduceStrategy::Create(
       new AllReduceStrategy(options, std::move(group)));
 }
 
+absl::Status AllReduceStrategy::OrderAsPlanned(const graph::GraphDef& model) {
+  absl::StatusOr<std::vector<graph::ReadyGradient>> order = graph::GradientReadyOrder(model);
+  if (!order.ok()) {
+    return absl::Status(order.status().code(),
+                        absl::StrCat("allreduce: the order of the model's gradients: ",
+                                     order.status().message()));
+  }
+  if (order->size() != parameters_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "allreduce: the model's plan has gradients for ", order->size(),
+        " parameters, the model has ", parameters_.size(),
+        " (tied parameters count once in the plan)"));
+  }
+  absl::flat_hash_map<std::string, size_t> index;
+  for (size_t i = 0; i < parameters_.size(); ++i) index[parameters_[i].name] = i;
+  std::vector<Parameter> ordered;
+  for (const graph::ReadyGradient& g : *order) {
+    const auto it = index.find(g.parameter);
+    if (it == index.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "allreduce: the model's plan has a gradient for '", g.parameter,
+          "', which the model does not name among its parameters"));
+    }
+    const Parameter& p = parameters_[it->second];
+    if (p.tensor.numel() != g.elements) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "allreduce: parameter '", p.name, "' has ", p.tensor.numel(),
+          " elements, its gradient in the model's plan ", g.elements));
+    }
+    ordered.push_back(p);
+  }
+  parameters_ = std::move(ordered);
+  return absl::OkStatus();
+}
+
+std::vector<std::string> AllReduceStrategy::gradient_order() const {
+  std::vector<std::string> names;
+  for (const Parameter& p : parameters_) names.push_back(p.name);
+  return names;
+}
+
 absl::StatusOr<graph::GraphDef> AllReduceStrategy::DoPrepare(std::vector<Parameter> parameters) {
   const int world = context().world_size;
   parameters_ = std::move(parameters);
+  if (context().model != nullptr) RETURN_IF_ERROR(OrderAsPlanned(*context().model));
   // Declared: each replica's fused gradients, and what one ring step moves
   // to the next rank (a piece written into its staging slot).
   int64_t elements = 0;

@@ -5,6 +5,10 @@
 // ring's registered memory) are summed by the ring all-reduce in buckets,
 // averaged, and every rank applies the same SGD step, so the replicas stay
 // identical. Parameters: bucket_bytes (4M), chunk_bytes (256K), slots (8).
+// Given the model's training graph (StrategyContext::model), the gradients
+// are fused and bucketed in the order backward completes them
+// (graph_analyzer/gradient_order.h), with the sizes the plan gives them;
+// else in parameter order.
 // A replica slower than the timeout fails its peers' all-reduce with
 // kDeadlineExceeded naming the neighbour the ring waited for; after any
 // failed step the strategy is unusable (Step() returns kFailedPrecondition
@@ -38,8 +42,14 @@ class AllReduceStrategy final : public Strategy {
   int workers() const override { return context().world_size; }
   int worker_index() const override { return context().rank; }
   runtime::TransferCounters counters() const override;
+  // The parameters' names in the order their gradients are fused and
+  // bucketed (from Prepare() on).
+  std::vector<std::string> gradient_order() const;
 
  private:
+  // `parameters_` in the order the model's plan completes their gradients.
+  absl::Status OrderAsPlanned(const graph::GraphDef& model);
+
   AllReduceStrategy(StrategyOptions options, DataParallelOptions group)
       : Strategy(std::move(options)), group_options_(std::move(group)) {}
 
