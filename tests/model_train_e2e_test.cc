@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/train_runner.h"
 
@@ -46,11 +47,20 @@ TEST_F(ModelTrainE2eTest, AnMlpFileTrainsWithEveryWholeModelStrategy) {
   };
   for (const auto& [name, flags] : runs) {
     SCOPED_TRACE(name);
-    const double accuracy = testing::TrainAndGetAccuracy(
+    const testing::TrainRun run = testing::Train(
         absl::StrCat("mlp_", name),
         absl::StrCat(flags, " --model ", Model("mlp"), " --synthetic --steps 40"));
+    const double accuracy = run.summary.test_accuracy();
     RecordProperty(absl::StrCat("test_accuracy_", name), absl::StrCat(accuracy));
     EXPECT_GT(accuracy, 0.5);
+    // The analyzer imported the file: ps and allreduce placed it as planned.
+    EXPECT_THAT(run.output, ::testing::Not(::testing::HasSubstr("could not import")));
+    // The exchange each strategy declared, as the analyzer planned it: ps
+    // and allreduce move tensors between ranks; gossip and moshpit pick
+    // their peers at run time, so their declared graphs cross nothing.
+    const bool static_exchange = std::string(name) == "ps" || std::string(name) == "allreduce";
+    EXPECT_EQ(run.summary.plan_transfers() > 0, static_exchange);
+    EXPECT_EQ(run.summary.plan_registered_bytes() > 0, static_exchange);
   }
 }
 

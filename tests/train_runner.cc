@@ -21,7 +21,8 @@ void TrainE2eTest::SetUp() {
   }
 }
 
-double TrainAndGetAccuracy(const std::string& name, const std::string& flags) {
+TrainRun Train(const std::string& name, const std::string& flags) {
+  TrainRun run;
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string json = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, ".json");
   const std::string command =
@@ -30,26 +31,27 @@ double TrainAndGetAccuracy(const std::string& name, const std::string& flags) {
   std::FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
     ADD_FAILURE() << "cannot run " << command;
-    return -1;
+    return run;
   }
-  std::string output;
   char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) run.output += buffer;
   const int status = pclose(pipe);
-  EXPECT_EQ(status, 0) << command << "\n" << output;
+  EXPECT_EQ(status, 0) << command << "\n" << run.output;
   std::ifstream in(json);
   std::stringstream text;
   text << in.rdbuf();
   const std::string summary = text.str();
-  results::TrainingSummary parsed;
-  if (const absl::Status status = results::FromJson(summary, &parsed);
-      !status.ok()) {
-    ADD_FAILURE() << "no summary in " << json << ": " << status << "\n"
-                  << output;
-    return -1;
+  if (const absl::Status status = results::FromJson(summary, &run.summary); !status.ok()) {
+    ADD_FAILURE() << "no summary in " << json << ": " << status << "\n" << run.output;
+    run.summary.set_test_accuracy(-1);
+    return run;
   }
   std::printf("%s: %s", name.c_str(), summary.c_str());
-  return parsed.test_accuracy();
+  return run;
+}
+
+double TrainAndGetAccuracy(const std::string& name, const std::string& flags) {
+  return Train(name, flags).summary.test_accuracy();
 }
 
 }  // namespace rdmaflow::testing

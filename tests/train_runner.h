@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "results/results.pb.h"
 
 namespace rdmaflow::testing {
 
@@ -22,8 +23,16 @@ class TrainE2eTest : public ::testing::Test {
   void SetUp() override;
 };
 
+// One run: its summary (empty after a failure) and what it printed.
+struct TrainRun {
+  results::TrainingSummary summary;
+  std::string output;
+};
+
 // `name` names the run's JSON file in TEST_TMPDIR; `flags` are passed as
-// they are (--local, --model, --strategy, ...). -1 on failure.
+// they are (--local, --model, --strategy, ...).
+TrainRun Train(const std::string& name, const std::string& flags);
+// Train()'s test accuracy; -1 on failure.
 double TrainAndGetAccuracy(const std::string& name, const std::string& flags);
 
 }  // namespace rdmaflow::testing

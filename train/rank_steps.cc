@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "graph_analyzer/planner.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -157,7 +158,16 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
     }
     return held->worker->NextBatch();
   };
-  RETURN_IF_ERROR(state->strategy->Prepare(context, parameters).status());
+  ASSIGN_OR_RETURN(graph::GraphDef declared, state->strategy->Prepare(context, parameters));
+  // The analyzer's plan of the exchange the strategy declared: what the
+  // summary reports as its registered memory and transfers.
+  absl::StatusOr<plan::TransferPlan> planned = graph::PlanGraph(std::move(declared), {});
+  if (!planned.ok()) {
+    return absl::Status(planned.status().code(),
+                        absl::StrCat("planning the exchange strategy '", config.strategy,
+                                     "' declared: ", planned.status().message()));
+  }
+  state->plan = *std::move(planned);
   state->reporter = state->strategy->worker_index() == 0;
   return state;
 }
@@ -280,6 +290,12 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   if (!state.reporter) return summary;
   const int64_t steps = std::max<int64_t>(totals.steps, 1);
   summary.wire_bytes_per_step = static_cast<double>(wire) / steps;
+  for (const plan::RankSummary& r : state.plan.rank()) {
+    summary.plan_registered_bytes += static_cast<int64_t>(r.registered_bytes());
+  }
+  for (const plan::LinkRegion& link : state.plan.link()) {
+    summary.plan_transfers += link.slot_size();
+  }
   summary.reported = true;
   ASSIGN_OR_RETURN(summary.test_accuracy, Evaluate(state.model, state.test, 0));
   summary.final_loss = totals.last_loss;

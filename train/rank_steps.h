@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "graph_analyzer/plan.pb.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
 #include "strategies/strategy.h"
@@ -54,6 +55,8 @@ struct RankState {
   std::unique_ptr<rdma::Transport> transport;
   Model model;
   std::unique_ptr<strategies::Strategy> strategy;
+  // The analyzer's plan of the exchange the strategy declared in Prepare().
+  plan::TransferPlan plan;
   // The first computing rank: progress, evaluations and the summary.
   bool reporter = false;
   // From LoadRankData on, on ranks that compute.

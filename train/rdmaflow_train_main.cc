@@ -172,6 +172,8 @@ void WriteSummary(const TrainConfig& config, int world_size,
   summary.set_mean_comm_ms(s.mean_comm_ms);
   summary.set_mean_wait_ms(s.mean_wait_ms);
   summary.set_wire_bytes_per_step(s.wire_bytes_per_step);
+  summary.set_plan_registered_bytes(s.plan_registered_bytes);
+  summary.set_plan_transfers(s.plan_transfers);
   *summary.mutable_run() = results::NewRunInfo("rdmaflow_train", absl::Now() - absl::Seconds(s.wall_s));
   summary.mutable_run()->set_transport(config.transport);
   summary.mutable_run()->set_world_size(world_size);

@@ -72,6 +72,10 @@ struct TrainSummary {
   double mean_wait_ms = 0;
   // Bytes every rank put on the wire (written or read), per step.
   double wire_bytes_per_step = 0;
+  // The analyzer's plan of the exchange the strategy declared: registered
+  // bytes over every rank, and tensors crossing between ranks.
+  int64_t plan_registered_bytes = 0;
+  int64_t plan_transfers = 0;
 };
 
 // Bounds of the harness's numeric settings (the flags of rdmaflow_train).
