@@ -9,6 +9,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
+#include "graph_analyzer/testing/small_traces.h"
 #include "graph_analyzer/training_graph.h"
 #include "gtest/gtest.h"
 
@@ -35,28 +36,14 @@ std::vector<std::string> Names(const std::vector<ReadyGradient>& order) {
 
 TEST(GradientOrderTest, TheLastLayersGradientsCompleteFirst) {
   // fc1 -> relu -> fc2, parameters listed first layer first.
-  const GraphDef g = Build(R"pb(
-    name: "mlp" source: "test"
-    input { name: "x" spec { dtype: DT_FLOAT32 shape: [4, 8] } }
-    parameter { name: "fc1.weight" spec { dtype: DT_FLOAT32 shape: [16, 8] } }
-    parameter { name: "fc1.bias" spec { dtype: DT_FLOAT32 shape: [16] } }
-    parameter { name: "fc2.weight" spec { dtype: DT_FLOAT32 shape: [3, 16] } }
-    parameter { name: "fc2.bias" spec { dtype: DT_FLOAT32 shape: [3] } }
-    op { kind: "aten::linear" input: ["x", "fc1.weight", "fc1.bias"]
-         output: "h" output_spec { dtype: DT_FLOAT32 shape: [4, 16] } }
-    op { kind: "aten::relu" input: "h"
-         output: "r" output_spec { dtype: DT_FLOAT32 shape: [4, 16] } }
-    op { kind: "aten::linear" input: ["r", "fc2.weight", "fc2.bias"]
-         output: "y" output_spec { dtype: DT_FLOAT32 shape: [4, 3] } }
-    output: "y"
-  )pb");
+  const GraphDef g = testing::TrainingGraphOf(testing::SmallMlpTrace());
   ASSERT_OK_AND_ASSIGN(std::vector<ReadyGradient> order, GradientReadyOrder(g));
   ASSERT_EQ(order.size(), 4u);
   // Both of fc2's before either of fc1's; one Gradient node completes a
   // layer's weight and bias together, which keep the model's order.
   EXPECT_THAT(Names(order), ElementsAre("fc2.weight", "fc2.bias", "fc1.weight", "fc1.bias"));
-  EXPECT_EQ(order[0].elements, 48);
-  EXPECT_EQ(order[2].elements, 128);
+  EXPECT_EQ(order[0].elements, 64);
+  EXPECT_EQ(order[2].elements, 320);
 }
 
 TEST(GradientOrderTest, AParameterReadTwiceIsCompleteAfterItsLastUse) {

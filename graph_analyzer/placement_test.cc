@@ -11,6 +11,7 @@
 #include "google/protobuf/text_format.h"
 #include "graph_analyzer/analyzed_graph.h"
 #include "graph_analyzer/partition.h"
+#include "graph_analyzer/testing/small_traces.h"
 #include "graph_analyzer/training_graph.h"
 #include "gtest/gtest.h"
 
@@ -23,37 +24,7 @@ using ::testing::HasSubstr;
 // conv 3x3 -> relu -> flatten -> linear: features, then one FC layer
 // (scaled by a buffer when `scaled`).
 GraphDef Model(bool scaled = false) {
-  ModelTrace trace;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(R"pb(
-    name: "cnn" source: "test"
-    input { name: "x" spec { dtype: DT_FLOAT32 shape: [8, 1, 6, 6] } }
-    parameter { name: "conv.weight" spec { dtype: DT_FLOAT32 shape: [2, 1, 3, 3] } }
-    parameter { name: "conv.bias" spec { dtype: DT_FLOAT32 shape: [2] } }
-    parameter { name: "fc.weight" spec { dtype: DT_FLOAT32 shape: [3, 32] } }
-    parameter { name: "fc.bias" spec { dtype: DT_FLOAT32 shape: [3] } }
-    op { kind: "aten::conv2d" input: ["x", "conv.weight", "conv.bias"]
-         arg { key: "stride" value { ints: [1, 1] } }
-         arg { key: "padding" value { ints: [0, 0] } }
-         output: "c" output_spec { dtype: DT_FLOAT32 shape: [8, 2, 4, 4] } }
-    op { kind: "aten::relu" input: "c"
-         output: "r" output_spec { dtype: DT_FLOAT32 shape: [8, 2, 4, 4] } }
-    op { kind: "aten::flatten" input: "r" arg { key: "start_dim" value { i: 1 } }
-         output: "f" output_spec { dtype: DT_FLOAT32 shape: [8, 32] } }
-    op { kind: "aten::linear" input: ["f", "fc.weight", "fc.bias"]
-         output: "y" output_spec { dtype: DT_FLOAT32 shape: [8, 3] } }
-    output: "y"
-  )pb", &trace));
-  if (scaled) {
-    EXPECT_TRUE(google::protobuf::TextFormat::MergeFromString(R"pb(
-      buffer { name: "scale" spec { dtype: DT_FLOAT32 shape: [3] } }
-      op { kind: "aten::mul" input: ["y", "scale"]
-           output: "z" output_spec { dtype: DT_FLOAT32 shape: [8, 3] } }
-      output: "z"
-    )pb", &trace));
-  }
-  absl::StatusOr<GraphDef> g = BuildTrainingGraph(trace);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return *g;
+  return testing::TrainingGraphOf(testing::SmallCnnTrace(scaled));
 }
 
 // (src, dst) -> tensors crossing, by their producer's name.

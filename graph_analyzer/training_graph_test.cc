@@ -11,6 +11,7 @@
 #include "graph_analyzer/model_trace.pb.h"
 #include "graph_analyzer/shape_util.h"
 #include "graph_analyzer/testing/generated_graphs.h"
+#include "graph_analyzer/testing/small_traces.h"
 #include "gtest/gtest.h"
 
 namespace rdmaflow::graph {
@@ -38,24 +39,9 @@ std::string Spec(const AnalyzedGraph& a, const std::string& node, int k = 0) {
   return SpecString(a.spec(OutputId{i, k}));
 }
 
-constexpr char kMlp[] = R"pb(
-  name: "mlp" source: "test"
-  input { name: "x" spec { dtype: DT_FLOAT32 shape: [8, 20] } }
-  parameter { name: "fc1.weight" spec { dtype: DT_FLOAT32 shape: [16, 20] } }
-  parameter { name: "fc1.bias" spec { dtype: DT_FLOAT32 shape: [16] } }
-  parameter { name: "fc2.weight" spec { dtype: DT_FLOAT32 shape: [4, 16] } }
-  parameter { name: "fc2.bias" spec { dtype: DT_FLOAT32 shape: [4] } }
-  op { kind: "aten::linear" input: ["x", "fc1.weight", "fc1.bias"]
-       output: "h" output_spec { dtype: DT_FLOAT32 shape: [8, 16] } }
-  op { kind: "aten::relu_" input: "h"
-       output: "r" output_spec { dtype: DT_FLOAT32 shape: [8, 16] } }
-  op { kind: "aten::linear" input: ["r", "fc2.weight", "fc2.bias"]
-       output: "y" output_spec { dtype: DT_FLOAT32 shape: [8, 4] } }
-  output: "y"
-)pb";
 
 TEST(TrainingGraphTest, AnMlpTraceBecomesAStepWithLossGradientsAndUpdates) {
-  ASSERT_OK_AND_ASSIGN(GraphDef g, BuildTrainingGraph(Trace(kMlp)));
+  ASSERT_OK_AND_ASSIGN(GraphDef g, BuildTrainingGraph(testing::SmallMlpTrace()));
   ASSERT_OK_AND_ASSIGN(AnalyzedGraph a, AnalyzeGraph(g));
   // Forward: the analyzer's own ops, with the traced shapes.
   EXPECT_EQ(Node(g, "input")->op(), "Placeholder");

@@ -35,12 +35,6 @@ absl::Status AllReduceStrategy::OrderAsPlanned(const graph::GraphDef& model) {
                         absl::StrCat("allreduce: the order of the model's gradients: ",
                                      order.status().message()));
   }
-  if (order->size() != parameters_.size()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "allreduce: the model's plan has gradients for ", order->size(),
-        " parameters, the model has ", parameters_.size(),
-        " (tied parameters count once in the plan)"));
-  }
   absl::flat_hash_map<std::string, size_t> index;
   for (size_t i = 0; i < parameters_.size(); ++i) index[parameters_[i].name] = i;
   std::vector<Parameter> ordered;
@@ -58,6 +52,12 @@ absl::Status AllReduceStrategy::OrderAsPlanned(const graph::GraphDef& model) {
           " elements, its gradient in the model's plan ", g.elements));
     }
     ordered.push_back(p);
+    index.erase(it);
+  }
+  // Parameters backward never reaches (unused by forward) come last, in the
+  // model's order.
+  for (const Parameter& p : parameters_) {
+    if (index.contains(p.name)) ordered.push_back(p);
   }
   parameters_ = std::move(ordered);
   return absl::OkStatus();

@@ -7,8 +7,8 @@
 // identical. Parameters: bucket_bytes (4M), chunk_bytes (256K), slots (8).
 // Given the model's training graph (StrategyContext::model), the gradients
 // are fused and bucketed in the order backward completes them
-// (graph_analyzer/gradient_order.h), with the sizes the plan gives them;
-// else in parameter order.
+// (graph_analyzer/gradient_order.h), with the sizes the plan gives them
+// (parameters backward never reaches last); else in parameter order.
 // A replica slower than the timeout fails its peers' all-reduce with
 // kDeadlineExceeded naming the neighbour the ring waited for; after any
 // failed step the strategy is unusable (Step() returns kFailedPrecondition

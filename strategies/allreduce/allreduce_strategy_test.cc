@@ -9,8 +9,7 @@
 
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
-#include "google/protobuf/text_format.h"
-#include "graph_analyzer/training_graph.h"
+#include "graph_analyzer/testing/small_traces.h"
 #include "gtest/gtest.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
@@ -86,33 +85,13 @@ TEST(AllReduceStrategyTest, AFloat64ParameterIsRefusedByName) {
   }
 }
 
-// fc1 -> fc2 as an importer traces it: backward completes fc2 first.
-graph::GraphDef TwoLayers() {
-  graph::ModelTrace trace;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(R"pb(
-    name: "mlp" source: "test"
-    input { name: "x" spec { dtype: DT_FLOAT32 shape: [4, 8] } }
-    parameter { name: "fc1.weight" spec { dtype: DT_FLOAT32 shape: [16, 8] } }
-    parameter { name: "fc1.bias" spec { dtype: DT_FLOAT32 shape: [16] } }
-    parameter { name: "fc2.weight" spec { dtype: DT_FLOAT32 shape: [3, 16] } }
-    parameter { name: "fc2.bias" spec { dtype: DT_FLOAT32 shape: [3] } }
-    op { kind: "aten::linear" input: ["x", "fc1.weight", "fc1.bias"]
-         output: "h" output_spec { dtype: DT_FLOAT32 shape: [4, 16] } }
-    op { kind: "aten::linear" input: ["h", "fc2.weight", "fc2.bias"]
-         output: "y" output_spec { dtype: DT_FLOAT32 shape: [4, 3] } }
-    output: "y"
-  )pb", &trace));
-  absl::StatusOr<graph::GraphDef> g = graph::BuildTrainingGraph(trace);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return *g;
-}
-
 TEST(AllReduceStrategyTest, GradientsAreBucketedInTheOrderThePlanCompletesThem) {
-  const graph::GraphDef model = TwoLayers();
-  std::vector<Parameter> params = {{"fc1.weight", torch::zeros({16, 8})},
+  // fc1 -> relu -> fc2 as an importer traces it: backward completes fc2 first.
+  const graph::GraphDef model = graph::testing::TrainingGraphOf(graph::testing::SmallMlpTrace());
+  std::vector<Parameter> params = {{"fc1.weight", torch::zeros({16, 20})},
                                    {"fc1.bias", torch::zeros({16})},
-                                   {"fc2.weight", torch::zeros({3, 16})},
-                                   {"fc2.bias", torch::zeros({3})}};
+                                   {"fc2.weight", torch::zeros({4, 16})},
+                                   {"fc2.bias", torch::zeros({4})}};
   std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         StrategyContext context{rank, 1, &transport, &store};
@@ -122,16 +101,21 @@ TEST(AllReduceStrategyTest, GradientsAreBucketedInTheOrderThePlanCompletesThem) 
         EXPECT_EQ(plain->gradient_order(),
                   (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
         context.model = &model;
-        RETURN_IF_ERROR(planned->Prepare(context, params).status());
+        // A parameter backward never reaches (not in the plan's gradients)
+        // comes last.
+        std::vector<Parameter> with_unused = params;
+        with_unused.insert(with_unused.begin(), {"unused", torch::zeros({7})});
+        RETURN_IF_ERROR(planned->Prepare(context, with_unused).status());
         EXPECT_EQ(planned->gradient_order(),
-                  (std::vector<std::string>{"fc2.weight", "fc2.bias", "fc1.weight", "fc1.bias"}));
+                  (std::vector<std::string>{"fc2.weight", "fc2.bias", "fc1.weight", "fc1.bias",
+                                            "unused"}));
         // A parameter whose size differs from its gradient's in the plan.
         std::vector<Parameter> resized = params;
-        resized[3].tensor = torch::zeros({4});
+        resized[3].tensor = torch::zeros({5});
         ASSIGN_OR_RETURN(auto mismatched, AllReduceStrategy::Create(Options(1, {})));
         EXPECT_THAT(mismatched->Prepare(context, resized).status(),
                     StatusIs(absl::StatusCode::kFailedPrecondition,
-                             ::testing::HasSubstr("'fc2.bias' has 4 elements")));
+                             ::testing::HasSubstr("'fc2.bias' has 5 elements")));
         return absl::OkStatus();
       });
   EXPECT_OK(status[0]);

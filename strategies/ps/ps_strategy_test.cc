@@ -17,9 +17,8 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "google/protobuf/text_format.h"
 #include "graph_analyzer/placement.h"
-#include "graph_analyzer/training_graph.h"
+#include "graph_analyzer/testing/small_traces.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -233,33 +232,9 @@ TEST(PsStrategyTest, RejectsJobsWithoutWorkers) {
   EXPECT_OK(results[0]);
 }
 
-// A conv layer and a linear one, as the importers trace them.
-graph::GraphDef TracedModel() {
-  graph::ModelTrace trace;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(R"pb(
-    name: "cnn" source: "test"
-    input { name: "x" spec { dtype: DT_FLOAT32 shape: [8, 1, 6, 6] } }
-    parameter { name: "conv.weight" spec { dtype: DT_FLOAT32 shape: [2, 1, 3, 3] } }
-    parameter { name: "conv.bias" spec { dtype: DT_FLOAT32 shape: [2] } }
-    parameter { name: "fc.weight" spec { dtype: DT_FLOAT32 shape: [3, 32] } }
-    parameter { name: "fc.bias" spec { dtype: DT_FLOAT32 shape: [3] } }
-    op { kind: "aten::conv2d" input: ["x", "conv.weight", "conv.bias"]
-         arg { key: "stride" value { ints: [1, 1] } }
-         arg { key: "padding" value { ints: [0, 0] } }
-         output: "c" output_spec { dtype: DT_FLOAT32 shape: [8, 2, 4, 4] } }
-    op { kind: "aten::flatten" input: "c" arg { key: "start_dim" value { i: 1 } }
-         output: "f" output_spec { dtype: DT_FLOAT32 shape: [8, 32] } }
-    op { kind: "aten::linear" input: ["f", "fc.weight", "fc.bias"]
-         output: "y" output_spec { dtype: DT_FLOAT32 shape: [8, 3] } }
-    output: "y"
-  )pb", &trace));
-  absl::StatusOr<graph::GraphDef> g = graph::BuildTrainingGraph(trace);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return *g;
-}
-
 TEST(PsStrategyTest, ShardsAsTheAnalyzerPlacesTheModelGivenItsGraph) {
-  const graph::GraphDef model = TracedModel();
+  // A conv layer and a linear one, as the importers trace them.
+  const graph::GraphDef model = graph::testing::TrainingGraphOf(graph::testing::SmallCnnTrace());
   std::vector<Parameter> parameters = {{"conv.weight", torch::zeros({2, 1, 3, 3})},
                                        {"conv.bias", torch::zeros({2})},
                                        {"fc.weight", torch::zeros({3, 32})},
