@@ -1,8 +1,10 @@
 // End to end: a user's model, saved as TorchScript, trained by rdmaflow_train
 // --model PATH.pt as OS processes over UCX shared memory. The models are
 // built at test time by Debian's /usr/bin/python3 (graph_analyzer/torch/
-// test_models.py): the MLP with every strategy that trains a whole model
-// (ps, allreduce, gossip, moshpit), the ResNet-18-like CNN and the
+// test_models.py): the MLP with every strategy (ps, allreduce, gossip,
+// moshpit, and layer_separated cut before its first linear layer), the
+// ResNet-18-like CNN
+// (allreduce and layer_separated) and the
 // transformer encoder (int64 token ids) with all-reduce, all on synthetic
 // data, each far above chance (10 %) after a few dozen steps.
 #include <cstdlib>
@@ -44,6 +46,7 @@ TEST_F(ModelTrainE2eTest, AnMlpFileTrainsWithEveryWholeModelStrategy) {
       {"allreduce", "--local 2 --strategy allreduce"},
       {"gossip", "--local 3 --strategy gossip"},
       {"moshpit", "--local 4 --strategy moshpit"},
+      {"layer_separated", "--local 3 --strategy layer_separated"},
   };
   for (const auto& [name, flags] : runs) {
     SCOPED_TRACE(name);
@@ -55,10 +58,10 @@ TEST_F(ModelTrainE2eTest, AnMlpFileTrainsWithEveryWholeModelStrategy) {
     EXPECT_GT(accuracy, 0.5);
     // The analyzer imported the file: ps and allreduce placed it as planned.
     EXPECT_THAT(run.output, ::testing::Not(::testing::HasSubstr("could not import")));
-    // The exchange each strategy declared, as the analyzer planned it: ps
-    // and allreduce move tensors between ranks; gossip and moshpit pick
-    // their peers at run time, so their declared graphs cross nothing.
-    const bool static_exchange = std::string(name) == "ps" || std::string(name) == "allreduce";
+    // The exchange each strategy declared, as the analyzer planned it: ps,
+    // allreduce and layer_separated move tensors between ranks; gossip and
+    // moshpit pick their peers at run time, so their graphs cross nothing.
+    const bool static_exchange = std::string(name) != "gossip" && std::string(name) != "moshpit";
     EXPECT_EQ(run.summary.plan_transfers() > 0, static_exchange);
     EXPECT_EQ(run.summary.plan_registered_bytes() > 0, static_exchange);
   }
@@ -69,6 +72,14 @@ TEST_F(ModelTrainE2eTest, AResNetAndATransformerOnTokenIdsTrain) {
       "resnet18", absl::StrCat("--local 2 --strategy allreduce --model ", Model("resnet18"),
                                " --synthetic --steps 15 --batch_size 16"));
   RecordProperty("test_accuracy_resnet18", absl::StrCat(accuracy));
+  EXPECT_GT(accuracy, 0.3);
+  // Cut before its classifier: the residual blocks on two conv ranks, the
+  // pooling and the linear layer on one FC rank.
+  accuracy = testing::TrainAndGetAccuracy(
+      "resnet18_layer_separated",
+      absl::StrCat("--local 3 --strategy layer_separated --model ", Model("resnet18"),
+                   " --synthetic --steps 15 --batch_size 16"));
+  RecordProperty("test_accuracy_resnet18_layer_separated", absl::StrCat(accuracy));
   EXPECT_GT(accuracy, 0.3);
   accuracy = testing::TrainAndGetAccuracy(
       "transformer", absl::StrCat("--local 2 --strategy allreduce --model ",

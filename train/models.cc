@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph_analyzer/torch/torchscript_import.h"
+#include "train/script_split.h"
 
 namespace rdmaflow::train {
 namespace {
@@ -152,6 +153,12 @@ absl::StatusOr<Model> LoadScript(const std::string& path, const SampleSpec& samp
   input.set_dtype(sample.int64 ? graph::DT_INT64 : graph::DT_FLOAT32);
   input.add_shape(2);
   for (int64_t d : sample.shape) input.add_shape(d);
+  absl::StatusOr<strategies::ModelSplit> split = SplitScript(script, sample);
+  if (split.ok()) {
+    model.split = *std::move(split);
+  } else {
+    model.split_status = split.status();
+  }
   absl::StatusOr<graph::GraphDef> imported = graph::ImportTorchScript(path, {input});
   if (imported.ok()) {
     model.graph = std::make_shared<const graph::GraphDef>(*std::move(imported));

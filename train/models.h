@@ -35,8 +35,11 @@ struct Model {
   std::string name;
   std::shared_ptr<torch::nn::Module> module;  // a preset
   std::function<torch::Tensor(const torch::Tensor&)> forward;
-  // Presets only: a TorchScript model is not cut in two (yet).
+  // Features and head (layer_separated): the presets as written, a
+  // TorchScript model before its first fully connected layer
+  // (script_split.h; `split_status` says why when it cannot be cut).
   strategies::ModelSplit split;
+  absl::Status split_status;
   std::shared_ptr<torch::jit::Module> script;  // a TorchScript file
   // A TorchScript model's single-rank training graph, as the analyzer
   // imports it (graph_analyzer/torch/torchscript_import.h), for strategies

@@ -135,6 +135,11 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
   ASSIGN_OR_RETURN(state->transport, rdma::CreateBuiltinTransport(
                                          config.transport, config.transport_params, rank));
   ASSIGN_OR_RETURN(state->model, MakeModel(config.model, config.seed, config.sample));
+  if (config.strategy == "layer_separated" && !state->model.split_status.ok()) {
+    return absl::Status(state->model.split_status.code(),
+                        absl::StrCat("--model ", config.model, ": ",
+                                     state->model.split_status.message()));
+  }
   std::vector<strategies::Parameter> parameters = state->model.Parameters();
   strategies::StrategyRegistry registry;
   RETURN_IF_ERROR(strategies::RegisterBuiltinStrategies(registry));

@@ -126,12 +126,6 @@ absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size) {
       return invalid("--model ", config.model, ": no such file (a TorchScript module "
                      "saved with torch.jit.save)");
     }
-    if (config.strategy == "layer_separated") {
-      return invalid("--strategy layer_separated cuts the model in two, which it does for "
-                     "the presets only; train a TorchScript model with ps, allreduce, "
-                     "gossip or moshpit (rdmaflow plan MODEL.pt --strategy "
-                     "layer_separated shows its plan)");
-    }
   } else {
     const std::vector<std::string> models = ModelNames();
     if (std::find(models.begin(), models.end(), config.model) == models.end()) {
