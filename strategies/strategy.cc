@@ -2,6 +2,9 @@
 // The Strategy base's state machine (see the table in strategy.h).
 #include "strategies/strategy.h"
 
+#include <exception>
+#include <string>
+
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +64,22 @@ runtime::CommunicatorOptions Strategy::communicator_options() const {
   return options;
 }
 
+template <typename F>
+auto Strategy::Guarded(absl::string_view what, F&& run) const -> decltype(run()) {
+  // The model's own code (LibTorch, a user's TorchScript) throws; no
+  // exception may leave the strategy.
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::string text = e.what();
+    // LibTorch appends a C++ backtrace; its first line is the message.
+    if (const size_t cut = text.find("\nException raised from"); cut != std::string::npos) {
+      text.resize(cut);
+    }
+    return absl::InternalError(absl::StrCat(Where(), ": ", what, " threw: ", text));
+  }
+}
+
 absl::Status Strategy::Start() {
   switch (phase_) {
     case Phase::kNew:
@@ -73,7 +92,7 @@ absl::Status Strategy::Start() {
       return Refuse("Start()", "after Finish()");
   }
   phase_ = Phase::kStarted;
-  if (absl::Status started = DoStart(); !started.ok()) {
+  if (absl::Status started = Guarded("Start()", [&] { return DoStart(); }); !started.ok()) {
     failure_ = started;
     failed_in_start_ = true;
     return started;
@@ -100,7 +119,7 @@ absl::StatusOr<StepReport> Strategy::Step(const ComputeFn& compute) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(), " computes: its Step() needs a ComputeFn"));
   }
-  absl::StatusOr<StepReport> report = DoStep(compute);
+  absl::StatusOr<StepReport> report = Guarded("a step", [&] { return DoStep(compute); });
   if (!report.ok()) {
     // A pull, a push, a ring or a tensor may be half done: nothing is
     // retried on this state.

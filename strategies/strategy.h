@@ -241,6 +241,10 @@ class Strategy {
 
   // kFailedPrecondition for `call` out of order: "<who>: <call> <why>".
   absl::Status Refuse(absl::string_view call, absl::string_view why) const;
+  // `run()`, with an exception it throws as kInternal naming the rank and
+  // `what`.
+  template <typename F>
+  auto Guarded(absl::string_view what, F&& run) const -> decltype(run());
   // kFailedPrecondition quoting the Start() or step that failed.
   absl::Status Unusable() const;
   // Where(), or just the name before anything was prepared.

@@ -21,9 +21,11 @@
 namespace rdmaflow::train {
 
 // kInvalidArgument naming the reason when the model cannot be cut there:
-// no aten::linear in its forward, a value other than the cut's crossing
-// from the features to the head (a skip connection over the cut), or a
-// forward that is not one tensor in and one out.
+// no aten::linear in its forward; a value other than the cut's crossing
+// from the features to the head (a connection over the cut); a cut not
+// computed from the input (a learned query, a tensor filled in place); a
+// parameter read on both sides; token-id inputs; a forward that is not one
+// tensor in and one out.
 absl::StatusOr<strategies::ModelSplit> SplitScript(std::shared_ptr<torch::jit::Module> script,
                                                    const SampleSpec& sample);
 

@@ -58,6 +58,23 @@ TEST(ScriptSplitTest, TheHalvesComposeToTheModelAndGradientsReachBoth) {
   EXPECT_TRUE(model->attr("w").toTensor().grad().defined());
 }
 
+TEST(ScriptSplitTest, AHeadWeightComputedBeforeTheCutStaysWithTheHead) {
+  // The weight is scaled before the features run: it still belongs to the
+  // head (the FC ranks update it), and scale to the features.
+  auto model = Model(R"(
+def forward(self, x):
+    w = self.w * 2.0
+    h = torch.relu(x * self.scale)
+    return torch.linear(h, w, self.b)
+)");
+  SampleSpec sample;
+  sample.shape = {8};
+  ASSERT_OK_AND_ASSIGN(strategies::ModelSplit split, SplitScript(model, sample));
+  EXPECT_THAT(split.head_parameters, UnorderedElementsAre("w", "b"));
+  const torch::Tensor x = torch::randn({4, 8});
+  EXPECT_TRUE(torch::allclose(split.head(split.features(x)), model->forward({x}).toTensor()));
+}
+
 TEST(ScriptSplitTest, ModelsThatCannotBeCutThereAreRefusedWithTheReason) {
   SampleSpec sample;
   sample.shape = {8};
@@ -73,6 +90,26 @@ def forward(self, x):
     return torch.linear(h, self.w, self.b) + x.sum()
 )"), sample).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("crosses")));
+  // The first linear reads something the input does not reach.
+  EXPECT_THAT(SplitScript(Model(R"(
+def forward(self, x):
+    q = torch.linear(self.scale, self.w, self.b)
+    return q + torch.relu(x * self.scale).sum()
+)"), sample).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("does not read a value computed from the input")));
+  // A parameter on both sides of the cut.
+  EXPECT_THAT(SplitScript(Model(R"(
+def forward(self, x):
+    h = torch.relu(x * self.scale)
+    return torch.linear(h, self.w, self.b) * self.scale[:3]
+)"), sample).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("both sides")));
+  SampleSpec tokens;
+  tokens.shape = {8};
+  tokens.int64 = true;
+  EXPECT_THAT(SplitScript(Model(kScaledLinear), tokens).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("token ids")));
 }
 
 }  // namespace

@@ -36,7 +36,13 @@ absl::Status AllReduceStrategy::OrderAsPlanned(const graph::GraphDef& model) {
                                      order.status().message()));
   }
   absl::flat_hash_map<std::string, size_t> index;
-  for (size_t i = 0; i < parameters_.size(); ++i) index[parameters_[i].name] = i;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!index.emplace(parameters_[i].name, i).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "allreduce: two parameters are named '", parameters_[i].name,
+          "'; the plan tells them apart by name"));
+    }
+  }
   std::vector<Parameter> ordered;
   for (const graph::ReadyGradient& g : *order) {
     const auto it = index.find(g.parameter);

@@ -73,8 +73,8 @@ absl::StatusOr<std::vector<Shard>> PsStrategy::ShardAsPlanned(
   if (servers.size() != parameters.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "ps: the model's plan places ", servers.size(), " parameters, the model has ",
-        parameters.size(), " (tied parameters count once in the plan); train it without "
-        "the plan's placement or untie them"));
+        parameters.size(), "; the importer names parameters as named_parameters() does, "
+        "renaming one that collides with a generated name (docs/bring_your_model.md)"));
   }
   std::vector<int> owner;
   for (const Parameter& p : parameters) {
