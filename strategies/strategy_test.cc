@@ -176,6 +176,25 @@ TEST(StrategyTest, AFailedStartLeavesNothingToFinish) {
   EXPECT_EQ(s.finishes, 0);
 }
 
+TEST(StrategyTest, AnExceptionFromTheModelsCodeIsAFailedStepNamingTheRank) {
+  FakeStrategy s(3);
+  WithContext([&](const StrategyContext& context) {
+    ASSERT_OK(s.Prepare(context, {}).status());
+    ASSERT_OK(s.Start());
+    // What a user's TorchScript model does with a shape it does not take.
+    const ComputeFn throwing = []() -> absl::StatusOr<ComputeResult> {
+      return ComputeResult{torch::ones({2, 3}).matmul(torch::ones({2, 3})).sum().item<double>()};
+    };
+    EXPECT_THAT(s.Step(throwing).status(),
+                StatusIs(absl::StatusCode::kInternal,
+                         AllOf(HasSubstr("fake rank 1"), HasSubstr("a step threw"),
+                               ::testing::Not(HasSubstr("Exception raised from")))));
+    EXPECT_THAT(s.Step(kCompute).status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("unusable")));
+    EXPECT_THAT(s.Finish(), StatusIs(absl::StatusCode::kInternal));
+  });
+}
+
 TEST(StrategyTest, AMissingComputeFnIsRefusedWithoutSpoilingTheRank) {
   FakeStrategy s(1);
   WithContext([&](const StrategyContext& context) {
