@@ -2,12 +2,12 @@
 // The Strategy base's state machine (see the table in strategy.h).
 #include "strategies/strategy.h"
 
+#include <cstdio>
 #include <exception>
 #include <string>
 
-#include <cstdio>
-
 #include "absl/strings/str_cat.h"
+#include "strategies/exception_text.h"
 
 namespace rdmaflow::strategies {
 
@@ -71,12 +71,7 @@ auto Strategy::Guarded(absl::string_view what, F&& run) const -> decltype(run())
   try {
     return run();
   } catch (const std::exception& e) {
-    std::string text = e.what();
-    // LibTorch appends a C++ backtrace; its first line is the message.
-    if (const size_t cut = text.find("\nException raised from"); cut != std::string::npos) {
-      text.resize(cut);
-    }
-    return absl::InternalError(absl::StrCat(Where(), ": ", what, " threw: ", text));
+    return absl::InternalError(absl::StrCat(Where(), ": ", what, " threw: ", ExceptionText(e)));
   }
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph_analyzer/torch/torchscript_import.h"
+#include "strategies/exception_text.h"
 #include "train/script_split.h"
 
 namespace rdmaflow::train {
@@ -127,14 +128,6 @@ absl::StatusOr<Model> Build(const std::string& name) {
       ", or a TorchScript file (PATH.pt)"));
 }
 
-// LibTorch's message without its C++ backtrace.
-std::string ErrorText(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
-    return c10->what_without_backtrace();
-  }
-  return e.what();
-}
-
 // A TorchScript file, in training mode, checked on a batch of two samples.
 absl::StatusOr<Model> LoadScript(const std::string& path, const SampleSpec& sample) {
   absl::StatusOr<torch::jit::Module> loaded = graph::LoadTorchScript(path);
@@ -189,7 +182,7 @@ absl::StatusOr<Model> LoadScript(const std::string& path, const SampleSpec& samp
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--model ", path, " does not run on samples of --input ", sample.ToString(), ": ",
-        ErrorText(e)));
+        strategies::ExceptionText(e)));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "--model ", path, ": a batch of 2 samples of --input ", sample.ToString(),
@@ -217,7 +210,7 @@ absl::StatusOr<torch::Tensor> Model::Forward(const torch::Tensor& x) const {
     return forward(x);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model ", name, " failed on a batch: ", ErrorText(e)));
+        absl::StrCat("model ", name, " failed on a batch: ", strategies::ExceptionText(e)));
   }
 }
 

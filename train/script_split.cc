@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "strategies/exception_text.h"
 #include "torch/csrc/jit/api/function_impl.h"
 #include "torch/csrc/jit/ir/ir.h"
 #include "torch/csrc/jit/passes/dead_code_elimination.h"
@@ -215,11 +216,7 @@ absl::StatusOr<strategies::ModelSplit> SplitScript(std::shared_ptr<torch::jit::M
     split.activation_shape.assign(activations.sizes().begin() + 1, activations.sizes().end());
     return split;
   } catch (const std::exception& e) {
-    std::string text = e.what();
-    if (const size_t cut = text.find("\nException raised from"); cut != std::string::npos) {
-      text.resize(cut);
-    }
-    return Invalid(text);
+    return Invalid(strategies::ExceptionText(e));
   }
 }
 
