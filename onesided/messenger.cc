@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
 #include "onesided/internal/piece_header.h"
@@ -24,7 +25,13 @@ std::string Key(const std::string& name, int rank, const char* what) {
 
 std::string Layout(const MessengerOptions& o, int world) {
   return absl::StrCat("slots=", o.slots, " slot_bytes=", o.slot_bytes,
-                      " world=", world);
+                      " world=", world, " members=",
+                      o.members.empty() ? std::string("all") : absl::StrJoin(o.members, ","));
+}
+
+bool IsMember(const MessengerOptions& o, int rank) {
+  return o.members.empty() || std::find(o.members.begin(), o.members.end(), rank) !=
+                                  o.members.end();
 }
 
 absl::Status Annotate(const absl::Status& status, const std::string& where) {
@@ -211,6 +218,16 @@ absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "messenger: rank ", rank, " is outside a world of ", world));
   }
+  std::vector<int> sorted = options.members;
+  std::sort(sorted.begin(), sorted.end());
+  if (!options.members.empty() &&
+      (sorted.front() < 0 || sorted.back() >= world ||
+       std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
+       !IsMember(options, rank))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "messenger '", options.name, "': members (", absl::StrJoin(options.members, ","),
+        ") must be distinct ranks of a world of ", world, " and include rank ", rank));
+  }
   if (options.slots < 1 || options.slot_bytes == 0 || options.slot_bytes % 64 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "messenger '", options.name, "': slots (", options.slots,
@@ -278,7 +295,7 @@ absl::Status Messenger::Connect() {
                                       control_->descriptor()));
   RETURN_IF_ERROR(rdma::PublishAddress(store_, ns_, transport_));
   for (int rank = 0; rank < world_; ++rank) {
-    if (rank == rank_) continue;
+    if (rank == rank_ || !IsMember(options_, rank)) continue;
     RETURN_IF_ERROR(rdma::CheckPeerLayout(store_, ns_, Key(options_.name, rank, "layout"),
                                           layout, rank, options_.timeout, Where()));
     auto peer = std::make_unique<Peer>();
@@ -360,9 +377,10 @@ bool Messenger::idle() const {
 absl::StatusOr<Messenger::OpId> Messenger::Send(int peer, uint64_t tag,
                                                 const void* data, size_t bytes,
                                                 SendDone done) {
-  if (peer < 0 || peer >= world_ || peer == rank_) {
+  if (peer < 0 || peer >= world_ || peers_[peer] == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(), ": cannot send to rank ", peer, " (world of ", world_,
+        options_.members.empty() ? "" : absl::StrCat(", members ", absl::StrJoin(options_.members, ",")),
         "; a rank does not send to itself)"));
   }
   if (data == nullptr && bytes > 0) {
@@ -384,9 +402,10 @@ absl::StatusOr<Messenger::OpId> Messenger::Send(int peer, uint64_t tag,
 
 absl::StatusOr<Messenger::OpId> Messenger::Recv(int peer, uint64_t tag, void* dst,
                                                 size_t bytes, RecvDone done) {
-  if (peer < 0 || peer >= world_ || peer == rank_) {
+  if (peer < 0 || peer >= world_ || peers_[peer] == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(), ": cannot receive from rank ", peer, " (world of ", world_,
+        options_.members.empty() ? "" : absl::StrCat(", members ", absl::StrJoin(options_.members, ",")),
         "; a rank does not receive from itself)"));
   }
   if (dst == nullptr && bytes > 0) {

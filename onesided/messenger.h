@@ -81,6 +81,11 @@ struct MessengerOptions {
   absl::Duration timeout = absl::Seconds(120);
   // While a send or receive waits on a peer, the peer is probed this often.
   absl::Duration liveness_interval = absl::Seconds(1);
+  // The ranks that take part (this one among them, each in [0, world));
+  // the others are never connected to, and sends to or receives from them
+  // are refused. Empty: every rank of the world. Every member passes the
+  // same list.
+  std::vector<int> members;
   // Bytes of messages that arrived before their receive, buffered in all.
   size_t max_unexpected_bytes = size_t{1} << 30;
   // How ProgressUntil() idles between passes that move nothing

@@ -257,6 +257,51 @@ TEST(MessengerTest, ADeadPeerFailsItsPendingOperations) {
   for (const absl::Status& status : results) EXPECT_OK(status);
 }
 
+// Ranks 0, 2 and 3 of 4 talk among themselves; rank 1 never creates the
+// messenger, so a member that waited for it would time out.
+TEST(MessengerTest, MembersTalkWithoutTheRanksLeftOut) {
+  constexpr int kRanks = 4;
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        if (rank == 1) return absl::OkStatus();
+        MessengerOptions options = SmallSlots();
+        options.members = {3, 0, 2};
+        options.timeout = absl::Seconds(20);
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(transport, store, kNs, rank, kRanks, options));
+        uint8_t byte = 0;
+        EXPECT_THAT(messenger->Send(1, 1, &byte, 1, [](absl::Status) {}),
+                    StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("members 3,0,2")));
+        std::vector<std::vector<uint8_t>> in;
+        std::vector<std::vector<uint8_t>> out;
+        in.reserve(kRanks);
+        out.reserve(kRanks);
+        int pending = 0;
+        absl::Status failure;
+        for (int peer : options.members) {
+          if (peer == rank) continue;
+          out.push_back(Pattern(rank, peer, 100));
+          in.emplace_back(100);
+          pending += 2;
+          RETURN_IF_ERROR(messenger->Send(peer, 9, out.back().data(), 100, [&](absl::Status s) {
+            --pending;
+            failure.Update(s);
+          }));
+          RETURN_IF_ERROR(messenger->Recv(peer, 9, in.back().data(), 100,
+                                          [&, peer, at = in.size() - 1](absl::StatusOr<size_t> got) {
+                                            --pending;
+                                            if (!got.ok()) return failure.Update(got.status());
+                                            if (in[at] != Pattern(peer, rank, 100)) {
+                                              failure.Update(absl::DataLossError("garbled"));
+                                            }
+                                          }));
+        }
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return pending == 0; }));
+        return failure;
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
 TEST(MessengerTest, RefusesBadRanksAndOptions) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
@@ -266,6 +311,14 @@ TEST(MessengerTest, RefusesBadRanksAndOptions) {
                     StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("multiple of 64")));
         EXPECT_THAT(Messenger::Create(transport, store, kNs, 3, 2, SmallSlots()),
                     StatusIs(absl::StatusCode::kInvalidArgument));
+        for (std::vector<int> members : {std::vector<int>{1}, std::vector<int>{0, 0},
+                                         std::vector<int>{0, -1}}) {
+          MessengerOptions stray = SmallSlots();
+          stray.members = members;
+          EXPECT_THAT(Messenger::Create(transport, store, kNs, rank, 1, stray),
+                      StatusIs(absl::StatusCode::kInvalidArgument,
+                               HasSubstr("must be distinct ranks")));
+        }
         ASSIGN_OR_RETURN(auto messenger,
                          Messenger::Create(transport, store, kNs, rank, 1, SmallSlots()));
         uint8_t byte = 0;

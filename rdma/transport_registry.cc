@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/key_value_params.h"
 
 namespace rdmaflow::rdma {
 
@@ -63,17 +63,7 @@ absl::Status CheckKnownParams(const TransportConfig& config,
 
 absl::StatusOr<std::map<std::string, std::string>> ParseTransportParams(
     absl::string_view text) {
-  std::map<std::string, std::string> params;
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    std::pair<absl::string_view, absl::string_view> kv =
-        absl::StrSplit(item, absl::MaxSplits('=', 1));
-    if (item.find('=') == absl::string_view::npos || kv.first.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "transport parameter '", item, "' is not of the form key=value"));
-    }
-    params[std::string(kv.first)] = std::string(kv.second);
-  }
-  return params;
+  return ParseKeyValues(text, "transport parameter");
 }
 
 }  // namespace rdmaflow::rdma
