@@ -1,0 +1,175 @@
+// File: compressed_allreduce.cc
+#include "compression/compressed_allreduce.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace rdmaflow::compression {
+namespace {
+
+// Payload per messenger piece: a whole top-k message of a few MB goes in a
+// few pieces; small ones take one slot.
+constexpr size_t kMaxSlotBytes = size_t{1} << 20;
+
+collectives::ReduceOp OpOf(Exchange exchange) {
+  return exchange == Exchange::kAllReduceMax ? collectives::ReduceOp::kMax
+                                             : collectives::ReduceOp::kSum;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CompressedAllReduce>> CompressedAllReduce::Create(
+    onesided::ProgressLoop& loop, rdma::Store& store, const std::string& ns,
+    std::vector<int> members, size_t count, const CompressedAllReduceOptions& options) {
+  const int rank = loop.transport().rank();
+  const auto self = std::find(members.begin(), members.end(), rank);
+  if (self == members.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compressed all-reduce '", options.name, "': rank ", rank, " is not a member"));
+  }
+  std::unique_ptr<CompressedAllReduce> exchange(new CompressedAllReduce());
+  exchange->position_ = static_cast<int>(self - members.begin());
+  exchange->timeout_ = options.group.ring.timeout;
+  CodecContext context{exchange->position_, static_cast<int>(members.size()), options.seed};
+  ASSIGN_OR_RETURN(exchange->codec_, CreateCodec(options.codec, context, count));
+
+  collectives::AllReduceGroupOptions group = options.group;
+  group.ring.name = absl::StrCat(options.name, "/rounds");
+  group.ring.capacity_bytes = std::max<size_t>(exchange->codec_->scratch_bytes(), 64);
+  group.ring.loop = &loop;
+  ASSIGN_OR_RETURN(exchange->group_, collectives::AllReduceGroup::Create(
+                                         loop.transport(), store, ns, members, group));
+  const size_t message = exchange->codec_->max_message_bytes();
+  if (message > 0 && members.size() > 1) {
+    onesided::MessengerOptions gather;
+    gather.name = absl::StrCat(options.name, "/gather");
+    gather.slot_bytes = std::min(kMaxSlotBytes, (message + 63) / 64 * 64);
+    gather.timeout = options.group.ring.timeout;
+    gather.members = members;
+    gather.loop = &loop;
+    int world = 0;
+    for (int m : members) world = std::max(world, m + 1);
+    ASSIGN_OR_RETURN(exchange->messenger_,
+                     onesided::Messenger::Create(loop.transport(), store, ns, rank, world,
+                                                 gather));
+    exchange->messenger_->AddSendRegion(&exchange->group_->data_region());
+    exchange->inbox_.resize(members.size());
+    for (size_t m = 0; m < members.size(); ++m) {
+      if (static_cast<int>(m) != exchange->position_) exchange->inbox_[m].resize(message);
+    }
+  }
+  exchange->members_ = std::move(members);
+  return exchange;
+}
+
+CompressedAllReduce::~CompressedAllReduce() = default;
+
+int64_t CompressedAllReduce::WireBytesSoFar() const {
+  return group_->stats().bytes_sent + (messenger_ ? messenger_->stats().bytes_sent : 0);
+}
+
+absl::Status CompressedAllReduce::AllReduce(absl::Span<float> data, float scale) {
+  if (!failure_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "compressed all-reduce (", codec_->spec(), ") is unusable after: ",
+        failure_.message()));
+  }
+  if (data.size() != codec_->count()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compressed all-reduce (", codec_->spec(), "): ", data.size(),
+        " elements; it was made for ", codec_->count()));
+  }
+  const int64_t wire_before = WireBytesSoFar();
+  absl::Status status = Run(data, scale);
+  if (!status.ok()) {
+    failure_ = status;
+    return status;
+  }
+  ++stats_.calls;
+  stats_.wire_bytes += WireBytesSoFar() - wire_before;
+  stats_.dense_bytes += static_cast<int64_t>(data.size() * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status CompressedAllReduce::Run(absl::Span<float> data, float scale) {
+  const absl::Span<std::byte> scratch(group_->data(), group_->capacity());
+  absl::Time begin = absl::Now();
+  ASSIGN_OR_RETURN(Round round, codec_->Begin(data, calls_, scratch));
+  stats_.encode_time += absl::Now() - begin;
+  for (;;) {
+    std::vector<absl::Span<const std::byte>> gathered;
+    if (round.exchange == Exchange::kAllGather) {
+      RETURN_IF_ERROR(AllGather(round, gathered));
+    } else {
+      RETURN_IF_ERROR(group_->AllReduce(round.offset,
+                                        round.bytes / collectives::ElementSize(round.type),
+                                        round.type, OpOf(round.exchange)));
+    }
+    begin = absl::Now();
+    ASSIGN_OR_RETURN(std::optional<Round> next, codec_->Next(scratch, gathered, data, scale));
+    const absl::Duration spent = absl::Now() - begin;
+    if (!next.has_value()) {
+      stats_.decode_time += spent;
+      ++calls_;
+      return absl::OkStatus();
+    }
+    stats_.encode_time += spent;
+    round = *next;
+  }
+}
+
+absl::Status CompressedAllReduce::AllGather(const Round& round,
+                                            std::vector<absl::Span<const std::byte>>& gathered) {
+  gathered.assign(members_.size(), {});
+  gathered[position_] = absl::Span<const std::byte>(group_->data() + round.offset, round.bytes);
+  if (messenger_ == nullptr) return absl::OkStatus();
+  const uint64_t tag = calls_;
+  int pending = 0;
+  absl::Status failure;
+  std::vector<onesided::Messenger::OpId> ops;
+  auto post = [&]() -> absl::Status {
+    for (size_t m = 0; m < members_.size(); ++m) {
+      if (static_cast<int>(m) == position_) continue;
+      const int peer = members_[m];
+      ASSIGN_OR_RETURN(onesided::Messenger::OpId sent,
+                       messenger_->Send(peer, tag, group_->data() + round.offset, round.bytes,
+                                        [&](absl::Status s) {
+                                          --pending;
+                                          failure.Update(s);
+                                        }));
+      ++pending;
+      ops.push_back(sent);
+      ASSIGN_OR_RETURN(onesided::Messenger::OpId received,
+                       messenger_->Recv(peer, tag, inbox_[m].data(), inbox_[m].size(),
+                                        [&, m](absl::StatusOr<size_t> got) {
+                                          --pending;
+                                          if (!got.ok()) return failure.Update(got.status());
+                                          gathered[m] = absl::Span<const std::byte>(
+                                              inbox_[m].data(), *got);
+                                        }));
+      ++pending;
+      ops.push_back(received);
+    }
+    return absl::OkStatus();
+  };
+  absl::Status posted = post();
+  absl::Status waited =
+      posted.ok() ? messenger_->ProgressUntil(
+                        [&] { return pending == 0; }, absl::Now() + timeout_,
+                        absl::StrCat("the members' messages of compressed all-reduce call ",
+                                     calls_))
+                  : posted;
+  if (!waited.ok()) {
+    // The callbacks point at this frame: none may fire after it is gone.
+    for (onesided::Messenger::OpId op : ops) messenger_->Abandon(op, waited);
+    return waited;
+  }
+  return failure;
+}
+
+absl::Status CompressedAllReduce::Shutdown() { return group_->Shutdown(); }
+
+}  // namespace rdmaflow::compression
