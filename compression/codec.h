@@ -92,6 +92,12 @@ class Codec {
   virtual size_t max_message_bytes() const { return 0; }
   // What the codec has not sent yet.
   absl::Span<const float> residual() const { return residual_; }
+  // The elements the last step sent whole (taken out of the residual
+  // entirely), increasing: the sparse codecs' chosen indices; empty for a
+  // codec that sends every element in part (int8). A caller that keeps a
+  // momentum of what it encodes resets these elements' (DGC's momentum
+  // factor masking).
+  virtual absl::Span<const uint32_t> sent() const { return {}; }
 
   // Starts a step: the residual takes in `gradient` (count() elements;
   // without error feedback it is replaced by it), and the first round is

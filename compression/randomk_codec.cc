@@ -27,6 +27,7 @@ class RandomKCodec final : public Codec {
     return absl::StrCat("randomk:ratio=", ratio_, ",feedback=", feedback_ ? 1 : 0);
   }
   size_t scratch_bytes() const override { return RoundUp64(k_ * sizeof(float)); }
+  absl::Span<const uint32_t> sent() const override { return indices_; }
 
  private:
   absl::StatusOr<Round> DoBegin(uint64_t step, absl::Span<std::byte> scratch) override {

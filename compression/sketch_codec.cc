@@ -44,6 +44,7 @@ class SketchCodec final : public Codec {
   size_t scratch_bytes() const override {
     return values_offset_ + RoundUp64(k_ * sizeof(float));
   }
+  absl::Span<const uint32_t> sent() const override { return hitters_; }
 
  private:
   absl::StatusOr<Round> DoBegin(uint64_t /*step*/, absl::Span<std::byte> scratch) override {

@@ -39,19 +39,20 @@ class TopKCodec final : public Codec {
   }
   size_t scratch_bytes() const override { return RoundUp64(SparseMessageBytes(cap_)); }
   size_t max_message_bytes() const override { return SparseMessageBytes(cap_); }
+  absl::Span<const uint32_t> sent() const override { return chosen_; }
 
  private:
   absl::StatusOr<Round> DoBegin(uint64_t step, absl::Span<std::byte> scratch) override {
     absl::Span<float> residual = mutable_residual();
-    const std::vector<uint32_t> chosen =
+    chosen_ =
         sampled_ ? SampledTopKIndices(residual, k_, sample_, cap_,
                                       StreamSeed(context().seed, kTopKSample, step,
                                                  static_cast<uint64_t>(context().rank)))
                  : TopKIndices(residual, k_);
     Round round;
     round.exchange = Exchange::kAllGather;
-    round.bytes = WriteSparseMessage(step, chosen, residual, scratch);
-    for (uint32_t i : chosen) residual[i] = 0.0f;  // sent
+    round.bytes = WriteSparseMessage(step, chosen_, residual, scratch);
+    for (uint32_t i : chosen_) residual[i] = 0.0f;  // sent
     return round;
   }
 
@@ -73,6 +74,7 @@ class TopKCodec final : public Codec {
   const size_t k_;
   const size_t cap_;     // pairs a message may have
   const size_t sample_;  // sampled: residual entries the threshold is read from
+  std::vector<uint32_t> chosen_;  // this step's
 };
 
 }  // namespace

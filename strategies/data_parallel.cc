@@ -43,12 +43,29 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
   all_reduce.ring.timeout = options.timeout;
   all_reduce.ring.loop = &loop;
   all_reduce.direct = options.direct;
-  ASSIGN_OR_RETURN(group->ring_, collectives::AllReduceGroup::Create(
-                                     loop.transport(), store, ns, members, all_reduce));
-
   const int64_t elements = group->layout_.total_bytes / sizeof(float);
+  if (options.codec.empty()) {
+    ASSIGN_OR_RETURN(group->ring_, collectives::AllReduceGroup::Create(
+                                       loop.transport(), store, ns, members, all_reduce));
+    group->flat_grads_ = torch::from_blob(group->ring_->data(), {elements}, torch::kFloat32);
+  } else {
+    compression::CompressedAllReduceOptions compressed;
+    compressed.name = options.name;
+    compressed.codec = options.codec;
+    compressed.seed = options.seed;
+    compressed.group = all_reduce;
+    absl::StatusOr<std::unique_ptr<compression::CompressedAllReduce>> made =
+        compression::CompressedAllReduce::Create(loop, store, ns, members,
+                                                 static_cast<size_t>(elements), compressed);
+    if (!made.ok()) {
+      return absl::Status(made.status().code(),
+                          absl::StrCat("data-parallel group '", options.name,
+                                       "': ", made.status().message()));
+    }
+    group->compressed_ = std::move(made).value();
+    group->flat_grads_ = torch::zeros({elements}, torch::kFloat32);
+  }
   group->flat_params_ = torch::zeros({elements}, torch::kFloat32);
-  group->flat_grads_ = torch::from_blob(group->ring_->data(), {elements}, torch::kFloat32);
   group->flat_grads_.zero_();
   group->momentum_ = torch::zeros({elements}, torch::kFloat32);
   torch::NoGradGuard no_grad;
@@ -68,10 +85,23 @@ DataParallelGroup::~DataParallelGroup() {
 }
 
 void DataParallelGroup::ZeroGradients() {
-  if (ring_ != nullptr) std::memset(ring_->data(), 0, layout_.total_bytes);
+  if (flat_grads_.defined()) std::memset(flat_grads_.data_ptr(), 0, layout_.total_bytes);
 }
 
-absl::Status DataParallelGroup::AllReduceGradients(double scale) {
+absl::Status DataParallelGroup::AllReduceGradients(double scale, double momentum) {
+  if (compressed_ != nullptr) {
+    torch::NoGradGuard no_grad;
+    if (momentum != 0) {
+      momentum_.mul_(momentum).add_(flat_grads_);
+      flat_grads_.copy_(momentum_);
+    }
+    RETURN_IF_ERROR(compressed_->AllReduce(
+        absl::MakeSpan(flat_grads_.data_ptr<float>(), static_cast<size_t>(flat_grads_.numel())),
+        static_cast<float>(scale)));
+    float* velocity = momentum_.data_ptr<float>();
+    for (uint32_t i : compressed_->codec().sent()) velocity[i] = 0.0f;
+    return absl::OkStatus();
+  }
   if (ring_ == nullptr) return absl::OkStatus();
   for (const collectives::Bucket& bucket : buckets_) {
     RETURN_IF_ERROR(ring_->AllReduce(bucket.offset, bucket.bytes / sizeof(float),
@@ -82,18 +112,35 @@ absl::Status DataParallelGroup::AllReduceGradients(double scale) {
 }
 
 void DataParallelGroup::ApplySgd(double learning_rate, double momentum) {
-  if (ring_ == nullptr) return;
+  if (!flat_grads_.defined()) return;
   torch::NoGradGuard no_grad;
+  if (compressed_ != nullptr) {
+    flat_params_.add_(flat_grads_, -learning_rate);
+    return;
+  }
   momentum_.mul_(momentum).add_(flat_grads_);
   flat_params_.add_(momentum_, -learning_rate);
 }
 
 absl::Status DataParallelGroup::Shutdown() {
+  if (compressed_ != nullptr) return compressed_->Shutdown();
   return ring_ == nullptr ? absl::OkStatus() : ring_->Shutdown();
 }
 
 collectives::RingAllReduceStats DataParallelGroup::stats() const {
+  if (compressed_ != nullptr) {
+    const compression::CompressionStats c = compressed_->stats();
+    collectives::RingAllReduceStats stats;
+    stats.calls = c.calls;
+    stats.messages = c.calls;
+    stats.bytes_sent = c.wire_bytes;
+    return stats;
+  }
   return ring_ == nullptr ? collectives::RingAllReduceStats{} : ring_->stats();
+}
+
+compression::CompressionStats DataParallelGroup::compression() const {
+  return compressed_ == nullptr ? compression::CompressionStats{} : compressed_->stats();
 }
 
 }  // namespace rdmaflow::strategies

@@ -13,6 +13,10 @@
 // reduced in buckets of about `bucket_bytes` (gradient fusion), and the
 // parameters are moved into one flat tensor so the SGD step is one
 // vectorized pass.
+//
+// With a codec (DataParallelOptions::codec) backward writes into a plain
+// flat tensor instead, and the codec encodes from it into the exchange's
+// registered scratch (compression/compressed_allreduce.h).
 #ifndef RDMAFLOW_STRATEGIES_DATA_PARALLEL_H_
 #define RDMAFLOW_STRATEGIES_DATA_PARALLEL_H_
 
@@ -27,6 +31,7 @@
 #include "collectives/buckets.h"
 #include "collectives/allreduce_group.h"
 #include "collectives/ring_allreduce.h"
+#include "compression/compressed_allreduce.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
 #include "strategies/strategy.h"
@@ -42,6 +47,12 @@ struct DataParallelOptions {
   // where the transport maps it (collectives/allreduce_group.h).
   collectives::DirectAccess direct = collectives::DirectAccess::kAuto;
   absl::Duration timeout = absl::Seconds(120);
+  // A gradient codec (compression/codec.h), or empty for none: then the
+  // fused gradients go through CompressedAllReduce (the codec's scratch is
+  // the registered region; gradients live in plain memory) instead of the
+  // all-reduce, whole, once a step.
+  std::string codec;
+  uint64_t seed = 0;  // the codec's shared seed
 };
 
 // Thread-compatible: the thread that drives the transport.
@@ -60,21 +71,31 @@ class DataParallelGroup {
 
   void ZeroGradients();
   // Sums the gradients over the members, bucket by bucket, then multiplies
-  // them by `scale` (1/members for a mean).
-  absl::Status AllReduceGradients(double scale);
-  // v = momentum * v + g; p -= lr * v (torch.optim.SGD).
+  // them by `scale` (1/members for a mean). `momentum` matters with a codec
+  // only: each member then folds its gradient into a velocity of its own
+  // first (v = momentum * v + g), the codec sends the velocity, and the
+  // velocity of what it sent whole is reset (DGC's momentum correction and
+  // factor masking, Lin et al., ICLR 2018): momentum applied after a sparse
+  // exchange, to sums that arrive in bursts, diverges.
+  absl::Status AllReduceGradients(double scale, double momentum);
+  // v = momentum * v + g; p -= lr * v (torch.optim.SGD). With a codec the
+  // gradients already carry the momentum: p -= lr * g.
   void ApplySgd(double learning_rate, double momentum);
   // Collective: after the last AllReduceGradients().
   absl::Status Shutdown();
 
   int64_t gradient_bytes() const { return static_cast<int64_t>(layout_.total_bytes); }
   int buckets() const { return static_cast<int>(buckets_.size()); }
+  // What crossed between members: with a codec, its calls and wire bytes.
   collectives::RingAllReduceStats stats() const;
+  // The codec's counters (zero without one).
+  compression::CompressionStats compression() const;
 
  private:
   DataParallelGroup() = default;
 
-  std::unique_ptr<collectives::AllReduceGroup> ring_;
+  std::unique_ptr<collectives::AllReduceGroup> ring_;        // without a codec
+  std::unique_ptr<compression::CompressedAllReduce> compressed_;  // with one
   std::vector<Parameter> parameters_;
   collectives::FusedLayout layout_;
   std::vector<collectives::Bucket> buckets_;

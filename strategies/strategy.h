@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "compression/compressed_allreduce.h"
 #include "graph_analyzer/graph.pb.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/store.h"
@@ -57,6 +58,10 @@ struct StrategyOptions {
   std::string communicator = "rdma";
   runtime::CommunicatorOptions communicator_options;
   std::map<std::string, std::string> params;
+  // A gradient codec (compression/codec.h, "topk:ratio=0.01"), or empty for
+  // none. Strategies that move gradients take it (compresses()); the
+  // registry refuses it for the others.
+  std::string codec;
 };
 
 // One batch of a worker's data: inputs and int64 class labels.
@@ -194,6 +199,10 @@ class Strategy {
   absl::Status Finish();
 
   virtual runtime::TransferCounters counters() const = 0;
+  // Whether the strategy sends its gradients through StrategyOptions::codec.
+  virtual bool compresses() const { return false; }
+  // The codec's counters on this rank (zero without one).
+  virtual compression::CompressionStats compression() const { return {}; }
 
  protected:
   explicit Strategy(StrategyOptions options) : options_(std::move(options)) {}

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "compression/codec.h"
 
 namespace rdmaflow::strategies {
 
@@ -31,7 +33,19 @@ absl::StatusOr<std::unique_ptr<Strategy>> StrategyRegistry::Create(
                                             "'; registered: ",
                                             absl::StrJoin(names(), ", ")));
   }
-  return it->second.factory(options);
+  if (!options.codec.empty()) {
+    absl::Status valid = compression::ValidateCodecSpec(options.codec);
+    if (!valid.ok()) {
+      return absl::Status(valid.code(), absl::StrCat("--codec: ", valid.message()));
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, it->second.factory(options));
+  if (!options.codec.empty() && !strategy->compresses()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "strategy '", name, "' does not send its gradients through a codec (--codec ",
+        options.codec, "); docs/compression.md lists the strategies that do"));
+  }
+  return strategy;
 }
 
 std::vector<std::string> StrategyRegistry::names() const {

@@ -46,5 +46,21 @@ TEST(StrategyRegistryTest, StrategiesValidateTheirParameters) {
   EXPECT_OK(registry.Create("ps", options).status());
 }
 
+TEST(StrategyRegistryTest, ACodecIsCheckedAndOnlyTakenWhereGradientsMove) {
+  StrategyRegistry registry;
+  ASSERT_OK(RegisterBuiltinStrategies(registry));
+  StrategyOptions options;
+  options.codec = "zip";
+  EXPECT_THAT(registry.Create("allreduce", options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--codec: unknown gradient codec 'zip'")));
+  options.codec = "topk:ratio=0.01";
+  EXPECT_OK(registry.Create("allreduce", options).status());
+  EXPECT_OK(registry.Create("layer_separated", options).status());
+  EXPECT_THAT(registry.Create("gossip", options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'gossip' does not send its gradients through a codec")));
+}
+
 }  // namespace
 }  // namespace rdmaflow::strategies

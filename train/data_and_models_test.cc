@@ -380,6 +380,7 @@ TEST(TrainFlagsTest, EachBadFlagIsNamed) {
       {[](TrainConfig& c) { c.strategy_params["servers"] = "3"; },
        "--servers 3 leaves no worker among 3 ranks"},
       {[](TrainConfig& c) { c.communicator = "mpi"; }, "--communicator 'mpi'"},
+      {[](TrainConfig& c) { c.codec = "topk:ratio=5"; }, "--codec: topk ratio must be"},
       {[](TrainConfig& c) { c.transport = "tcp"; }, "--transport 'tcp' is unknown"},
       {[](TrainConfig& c) { c.transport_params = "tls"; }, "--transport_params"},
       {[](TrainConfig& c) { c.sample.shape = {3, 32, 32}; },

@@ -122,6 +122,7 @@ strategies::StrategyOptions StrategyOptionsOf(const TrainConfig& config) {
   options.communicator_options.ns = "train";
   options.communicator_options.timeout = config.timeout;
   options.params = config.strategy_params;
+  options.codec = config.codec;
   return options;
 }
 
@@ -308,6 +309,9 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   summary.mean_step_ms = 1000 * totals.wall_s / steps;
   summary.mean_comm_ms = Ms(totals.comm_time) / steps;
   summary.mean_wait_ms = Ms(totals.wait_time) / steps;
+  const compression::CompressionStats codec = state.strategy->compression();
+  summary.encode_ms_per_step = Ms(codec.encode_time) / steps;
+  summary.decode_ms_per_step = Ms(codec.decode_time) / steps;
   if (config.progress) {
     state.progress->Finish(absl::StrFormat("test accuracy %.4f, %.1f s, %.1f ms/step",
                                            summary.test_accuracy, totals.wall_s,

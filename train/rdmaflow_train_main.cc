@@ -50,6 +50,11 @@ ABSL_FLAG(std::string, strategy_params, "",
           "allreduce: bucket_bytes=4M; layer_separated: fc_ranks=K; gossip: "
           "beta=0.5,period=1,topology=random|ring,mode=pull|push; moshpit: side=2,dims=D,"
           "period=1,group_timeout_ms=2000); an unknown key lists the known ones");
+ABSL_FLAG(std::string, codec, "none",
+          "gradient codec for allreduce and layer_separated (its conv ranks): none | "
+          "topk:ratio=R[,sampled=1] | randomk:ratio=R | int8[:bucket=N] | "
+          "sketch[:rows=R,cols=C,k=K], each with feedback=0|1 (error feedback, on); "
+          "see docs/compression.md");
 ABSL_FLAG(std::string, communicator, "rdma", "rdma | rdma_copy | grpc");
 ABSL_FLAG(std::string, transport, "ucx", "ucx | ibverbs | loopback");
 ABSL_FLAG(std::string, transport_params, "", "backend settings, key=value,...");
@@ -110,6 +115,7 @@ absl::StatusOr<TrainConfig> ConfigFromFlags() {
       config.strategy_params.emplace("pull", "send");  // no READ over RPC
     }
   }
+  config.codec = absl::GetFlag(FLAGS_codec) == "none" ? "" : absl::GetFlag(FLAGS_codec);
   config.communicator = absl::GetFlag(FLAGS_communicator);
   config.transport = absl::GetFlag(FLAGS_transport);
   config.transport_params = absl::GetFlag(FLAGS_transport_params);
@@ -174,6 +180,9 @@ void WriteSummary(const TrainConfig& config, int world_size,
   summary.set_wire_bytes_per_step(s.wire_bytes_per_step);
   summary.set_plan_registered_bytes(s.plan_registered_bytes);
   summary.set_plan_transfers(s.plan_transfers);
+  summary.set_codec(config.codec);
+  summary.set_encode_ms_per_step(s.encode_ms_per_step);
+  summary.set_decode_ms_per_step(s.decode_ms_per_step);
   *summary.mutable_run() = results::NewRunInfo("rdmaflow_train", absl::Now() - absl::Seconds(s.wall_s));
   summary.mutable_run()->set_transport(config.transport);
   summary.mutable_run()->set_world_size(world_size);

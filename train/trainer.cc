@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "compression/codec.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/shape_util.h"
@@ -59,6 +60,11 @@ absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size) {
   }
   if (config.restart_killed && config.kill_rank == -1) {
     return invalid("--restart_killed needs --kill_rank and --kill_step");
+  }
+  if (!config.codec.empty()) {
+    if (absl::Status codec = compression::ValidateCodecSpec(config.codec); !codec.ok()) {
+      return invalid("--codec: ", codec.message());
+    }
   }
   if (config.eval_every < 0 || config.eval_samples < 0) {
     return invalid("--eval_every and --eval_samples must be >= 0, got ",

@@ -26,6 +26,8 @@ struct TrainConfig {
   std::string model = "lenet5";
   std::string strategy = "ps";
   std::map<std::string, std::string> strategy_params;
+  // The gradient codec (--codec, compression/codec.h); empty: none.
+  std::string codec;
   std::string communicator = "rdma";
   std::string transport = "ucx";
   std::string transport_params;
@@ -76,6 +78,10 @@ struct TrainSummary {
   // bytes over every rank, and tensors crossing between ranks.
   int64_t plan_registered_bytes = 0;
   int64_t plan_transfers = 0;
+  // The reporting rank's codec, per step: encoding and decoding (0 without
+  // a codec).
+  double encode_ms_per_step = 0;
+  double decode_ms_per_step = 0;
 };
 
 // Bounds of the harness's numeric settings (the flags of rdmaflow_train).

@@ -24,6 +24,7 @@ absl::StatusOr<std::unique_ptr<AllReduceStrategy>> AllReduceStrategy::Create(
                                        options.learning_rate, options.momentum));
   group.name = "allreduce/grads";
   group.timeout = options.communicator_options.timeout;
+  group.codec = options.codec;
   return std::unique_ptr<AllReduceStrategy>(
       new AllReduceStrategy(options, std::move(group)));
 }
@@ -117,7 +118,7 @@ absl::StatusOr<StepReport> AllReduceStrategy::DoStep(const ComputeFn& compute) {
   const absl::Time begin = absl::Now();
   ASSIGN_OR_RETURN(report.compute, compute());
   const absl::Time computed = absl::Now();
-  RETURN_IF_ERROR(group_->AllReduceGradients(1.0 / context().world_size));
+  RETURN_IF_ERROR(group_->AllReduceGradients(1.0 / context().world_size, options().momentum));
   report.compute_time = computed - begin;
   report.comm_time = absl::Now() - computed;
   group_->ApplySgd(options().learning_rate, options().momentum);
@@ -128,8 +129,13 @@ absl::Status AllReduceStrategy::DoFinish(bool after_failure) {
   // After a failure the ring cancels what it posted as it goes.
   absl::Status status = after_failure ? absl::OkStatus() : group_->Shutdown();
   final_stats_ = group_->stats();
+  final_compression_ = group_->compression();
   group_.reset();  // the gradients point back at their own memory
   return status;
+}
+
+compression::CompressionStats AllReduceStrategy::compression() const {
+  return group_ != nullptr ? group_->compression() : final_compression_;
 }
 
 runtime::TransferCounters AllReduceStrategy::counters() const {

@@ -9,6 +9,8 @@
 // are fused and bucketed in the order backward completes them
 // (graph_analyzer/gradient_order.h), with the sizes the plan gives them
 // (parameters backward never reaches last); else in parameter order.
+// With a codec (StrategyOptions::codec) the fused gradients are sent
+// through it whole, once a step (compression/compressed_allreduce.h).
 // A replica slower than the timeout fails its peers' all-reduce with
 // kDeadlineExceeded naming the neighbour the ring waited for; after any
 // failed step the strategy is unusable (Step() returns kFailedPrecondition
@@ -42,6 +44,8 @@ class AllReduceStrategy final : public Strategy {
   int workers() const override { return context().world_size; }
   int worker_index() const override { return context().rank; }
   runtime::TransferCounters counters() const override;
+  bool compresses() const override { return true; }
+  compression::CompressionStats compression() const override;
   // The parameters' names in the order their gradients are fused and
   // bucketed (from Prepare() on).
   std::vector<std::string> gradient_order() const;
@@ -65,6 +69,7 @@ class AllReduceStrategy final : public Strategy {
   std::vector<Parameter> parameters_;
   std::unique_ptr<DataParallelGroup> group_;
   collectives::RingAllReduceStats final_stats_;  // kept past Finish()
+  compression::CompressionStats final_compression_;
 };
 
 }  // namespace rdmaflow::strategies

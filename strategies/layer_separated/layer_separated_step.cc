@@ -37,7 +37,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   grad = torch::Tensor();  // gives the slots back
   stats = torch::Tensor();
   const absl::Time backward = absl::Now();
-  RETURN_IF_ERROR(group_->AllReduceGradients(1.0));
+  RETURN_IF_ERROR(group_->AllReduceGradients(1.0, options().momentum));
   group_->ApplySgd(options().learning_rate, options().momentum);
   RETURN_IF_ERROR(tensors_->FinishStep());
   report.compute_time = (computed - begin) + (backward - received);
@@ -78,7 +78,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
                                         correct.narrow(0, j * b, b).mean()});
     RETURN_IF_ERROR(tensors_->Send(links_[j].stats, stats));
   }
-  RETURN_IF_ERROR(group_->AllReduceGradients(1.0));
+  RETURN_IF_ERROR(group_->AllReduceGradients(1.0, options().momentum));
   group_->ApplySgd(options().learning_rate, options().momentum);
   RETURN_IF_ERROR(tensors_->FinishStep());
   report.compute.loss = losses.mean().item<double>();

@@ -218,6 +218,9 @@ absl::Status LayerSeparatedStrategy::DoStart() {
   for (int r = first; r < first + count; ++r) members.push_back(r);
   DataParallelOptions group = group_options_;
   group.name = conv_ ? "layer_separated/conv" : "layer_separated/fc";
+  // The codec is the convolutional ranks': their gradients are what the
+  // many replicas exchange; the few FC ranks' stay dense.
+  group.codec = conv_ ? options().codec : std::string();
   ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(loop(), *context().store, Ns(), members,
                                                      conv_ ? features_ : head_, group));
   return absl::OkStatus();
@@ -232,6 +235,7 @@ absl::Status LayerSeparatedStrategy::DoFinish(bool after_failure) {
     absl::Status shutdown = communicator_->Shutdown();
     final_counters_ = counters();
     group_stats_ = group_->stats();
+    group_compression_ = group_->compression();
     group_.reset();
     everyone_.reset();
     return shutdown;
@@ -242,6 +246,7 @@ absl::Status LayerSeparatedStrategy::DoFinish(bool after_failure) {
   if (absl::Status s = everyone_->Shutdown(); status.ok()) status = s;
   final_counters_ = counters();
   group_stats_ = group_->stats();
+  group_compression_ = group_->compression();
   group_.reset();
   return status;
 }

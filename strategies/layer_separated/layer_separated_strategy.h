@@ -62,6 +62,11 @@ class LayerSeparatedStrategy final : public Strategy {
   int workers() const override { return layout_.conv_ranks; }
   int worker_index() const override { return conv_ ? context().rank : -1; }
   runtime::TransferCounters counters() const override;
+  // The convolutional ranks' gradients go through StrategyOptions::codec.
+  bool compresses() const override { return true; }
+  compression::CompressionStats compression() const override {
+    return group_ != nullptr ? group_->compression() : group_compression_;
+  }
 
   const StanzaLayout& layout() const { return layout_; }
   // What the cost model saw (when it chose K).
@@ -106,6 +111,7 @@ class LayerSeparatedStrategy final : public Strategy {
   std::unique_ptr<runtime::torch::TorchCommunicator> tensors_;
   std::unique_ptr<DataParallelGroup> group_;  // conv or FC replicas
   collectives::RingAllReduceStats group_stats_;
+  compression::CompressionStats group_compression_;
   runtime::TransferCounters final_counters_;
   // Transfer ids: conv rank: act, labels (sent), grad, stats (received);
   // FC rank: the same per served conv rank.

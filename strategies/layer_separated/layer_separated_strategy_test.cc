@@ -31,16 +31,21 @@ struct Job {
   std::vector<std::vector<torch::Tensor>> finals;  // by rank
   std::vector<int> conv_ranks;                     // as each rank saw it
   std::vector<double> first_loss;
+  std::vector<int64_t> codec_calls;  // by rank
 };
 
-Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::string> params) {
+Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::string> params,
+           const std::string& codec = "") {
   Job job;
   job.finals.resize(world);
+  job.codec_calls.resize(world, -1);
   job.conv_ranks.resize(world);
   job.first_loss.resize(world, -1);
   job.status = rdma::testing::RunRankThreads(
       world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(auto strategy, LayerSeparatedStrategy::Create(Options(params)));
+        StrategyOptions options = Options(params);
+        options.codec = codec;
+        ASSIGN_OR_RETURN(auto strategy, LayerSeparatedStrategy::Create(options));
         std::vector<Parameter> params = problem.MakeParameters();
         std::vector<torch::Tensor> p;
         for (const Parameter& param : params) p.push_back(param.tensor);
@@ -68,6 +73,7 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
         }
         RETURN_IF_ERROR(strategy->Finish());
         for (const Parameter& param : params) job.finals[rank].push_back(param.tensor.detach().clone());
+        job.codec_calls[rank] = strategy->compression().calls;
         return absl::OkStatus();
       });
   return job;
@@ -100,6 +106,21 @@ TEST(LayerSeparatedTest, ThreeConvOneFcEqualsTheConcatenatedBatch) {
   torch::set_num_threads(1);
   const ToyProblem problem(4, kSteps, kBatch);
   ExpectMatchesReference(problem, RunJob(problem, 4, {{"fc_ranks", "1"}, {"chunk_bytes", "64"}}), 4);
+}
+
+// The convolutional ranks' gradients go through the codec; the FC rank's
+// head never leaves it. The conv replicas stay identical and train.
+TEST(LayerSeparatedTest, TheConvGroupSendsItsGradientsThroughACodec) {
+  torch::set_num_threads(1);
+  const ToyProblem problem(3, kSteps, kBatch);
+  const Job job = RunJob(problem, 4, {{"fc_ranks", "1"}}, "topk:ratio=0.5");
+  for (const absl::Status& s : job.status) ASSERT_OK(s);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(job.codec_calls[r], kSteps) << "rank " << r;
+    EXPECT_GT(ToyProblem::MaxDiff(job.finals[r], problem.init), 1e-3) << "rank " << r;
+    EXPECT_EQ(ToyProblem::MaxDiff(job.finals[r], job.finals[0]), 0.0) << "rank " << r;
+  }
+  EXPECT_EQ(job.codec_calls[3], 0);  // the FC rank's group is dense
 }
 
 TEST(LayerSeparatedTest, TwoFcRanksAllReduceTheHead) {
