@@ -28,6 +28,26 @@ namespace {
 // The largest integer float16 holds exactly, with every integer below it.
 constexpr int kHalfExactIntegers = 2048;
 
+// float16 of the levels -127..127 (index level + 127), and float32 of every
+// float16 bit pattern: table lookups instead of conversions per element.
+const uint16_t* LevelToHalf() {
+  static const auto* table = [] {
+    auto* t = new uint16_t[255];
+    for (int q = -127; q <= 127; ++q) t[q + 127] = collectives::FloatToHalf(static_cast<float>(q));
+    return t;
+  }();
+  return table;
+}
+
+const float* HalfToFloatTable() {
+  static const auto* table = [] {
+    auto* t = new float[65536];
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = collectives::HalfToFloat(static_cast<uint16_t>(h));
+    return t;
+  }();
+  return table;
+}
+
 class Int8Codec final : public Codec {
  public:
   Int8Codec(const CodecContext& context, size_t count, bool feedback, size_t bucket)
@@ -87,8 +107,9 @@ class Int8Codec final : public Codec {
       return std::optional<Round>(next);
     }
     const float bound = static_cast<float>(levels_) * static_cast<float>(context().world);
+    const float* half_to_float = HalfToFloatTable();
     for (size_t i = 0; i < count(); ++i) {
-      const float sum = collectives::HalfToFloat(levels[i]);
+      const float sum = half_to_float[levels[i]];
       if (!(std::fabs(sum) <= bound)) {
         return absl::DataLossError(absl::StrCat(
             spec(), ": element ", i, "'s level sum is ", sum, ", beyond the ", bound,
@@ -106,18 +127,28 @@ class Int8Codec final : public Codec {
     absl::Span<float> residual = mutable_residual();
     SplitMix64 rng(StreamSeed(context().seed, kInt8Rounding, step(),
                               static_cast<uint64_t>(context().rank)));
+    const uint16_t* to_half = LevelToHalf();
     const float top = static_cast<float>(levels_);
-    for (size_t i = 0; i < count(); ++i) {
-      const float s = scales[i / bucket_];
-      float q = 0.0f;
-      if (s > 0) {
-        const float v = std::clamp(residual[i] / s * top, -top, top);
-        const float lower = std::floor(v);
-        q = lower + (rng.Uniform() < static_cast<double>(v - lower) ? 1.0f : 0.0f);
-        q = std::clamp(q, -top, top);
-        residual[i] -= q * (s / top);
+    uint64_t bits = 0;
+    for (size_t b = 0; b < buckets_; ++b) {
+      const float s = scales[b];
+      const size_t end = std::min(count(), (b + 1) * bucket_);
+      if (!(s > 0)) {
+        for (size_t i = b * bucket_; i < end; ++i) levels[i] = to_half[127];
+        continue;
       }
-      levels[i] = collectives::FloatToHalf(q);
+      const float to_level = top / s;
+      const float step_value = s / top;
+      for (size_t i = b * bucket_; i < end; ++i) {
+        const float v = std::clamp(residual[i] * to_level, -top, top);
+        const float lower = std::floor(v);
+        // 32 random bits an element, two from each draw.
+        if ((i & 1) == 0) bits = rng.Next();
+        const float u = static_cast<float>((bits >> ((i & 1) * 32 + 8)) & 0xffffff) * 0x1.0p-24f;
+        const float q = std::clamp(lower + (u < v - lower ? 1.0f : 0.0f), -top, top);
+        residual[i] -= q * step_value;
+        levels[i] = to_half[static_cast<int>(q) + 127];
+      }
     }
   }
 

@@ -47,8 +47,31 @@ uint64_t StreamSeed(uint64_t seed, uint64_t purpose, uint64_t step, uint64_t mem
 }
 
 std::vector<uint32_t> TopKIndices(absl::Span<const float> values, size_t k) {
-  k = std::min(k, values.size());
+  const size_t n = values.size();
+  k = std::min(k, n);
   if (k == 0) return {};
+  if (n >= 4096 && k <= n / 8) {
+    // A bound first, from an evenly strided sample: the magnitude about 2k/n
+    // of the way from its top. If at least k elements reach it, the k-th
+    // largest does too, so every element of the exact answer (ties at the
+    // cut included) is among them: select there instead of among all n.
+    const size_t sample = std::clamp<size_t>(64 * n / k, 1024, n);
+    const size_t stride = n / sample;
+    std::vector<float> drawn;
+    drawn.reserve(sample);
+    for (size_t i = 0; i < n && drawn.size() < sample; i += stride) {
+      drawn.push_back(Magnitude(values[i]));
+    }
+    const size_t above = std::min(drawn.size() - 1, 2 * k * drawn.size() / n);
+    std::nth_element(drawn.begin(), drawn.begin() + above, drawn.end(), std::greater<float>());
+    const float bound = drawn[above];
+    std::vector<uint32_t> candidates;
+    candidates.reserve(4 * k);
+    for (size_t i = 0; i < n; ++i) {
+      if (Magnitude(values[i]) >= bound) candidates.push_back(static_cast<uint32_t>(i));
+    }
+    if (candidates.size() >= k) return KeepLargest(values, std::move(candidates), k);
+  }
   std::vector<uint32_t> all(values.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint32_t>(i);
   return KeepLargest(values, std::move(all), k);

@@ -55,18 +55,18 @@ std::vector<uint32_t> DrawIndices(size_t n, size_t k, uint64_t rng_seed);
 
 // Count-Sketch hashes: row `row`'s bucket of index i in [0, cols), and its
 // sign (+1 or -1), from the shared seed.
+// One 64-bit mix gives both: the bucket from its high 32 bits (multiply-
+// shift, no division), the sign from its lowest bit.
 struct SketchHash {
   uint64_t seed = 0;
   size_t cols = 1;
-  uint32_t Bucket(int row, uint32_t i) const {
-    return static_cast<uint32_t>(Hash(row, i) % cols);
-  }
-  float Sign(int row, uint32_t i) const {
-    return (Mix64(Hash(row, i) ^ 0x5bd1e995ULL) & 1) != 0 ? 1.0f : -1.0f;
-  }
   uint64_t Hash(int row, uint32_t i) const {
     return Mix64(seed ^ (static_cast<uint64_t>(row) << 40) ^ i);
   }
+  uint32_t Bucket(uint64_t hash) const {
+    return static_cast<uint32_t>(((hash >> 32) * static_cast<uint64_t>(cols)) >> 32);
+  }
+  static float Sign(uint64_t hash) { return (hash & 1) != 0 ? 1.0f : -1.0f; }
 };
 
 }  // namespace rdmaflow::compression

@@ -95,11 +95,15 @@ TEST(DrawIndicesTest, CoversTheRangeEvenly) {
 TEST(SketchHashTest, BucketsFallInRangeAndSignsAreBalanced) {
   SketchHash hash{12345, 97};
   int plus = 0;
-  for (uint32_t i = 0; i < 10000; ++i) {
-    EXPECT_LT(hash.Bucket(2, i), 97u);
-    plus += hash.Sign(2, i) > 0;
+  std::vector<int> per_bucket(97, 0);
+  for (uint32_t i = 0; i < 97000; ++i) {
+    const uint64_t h = hash.Hash(2, i);
+    ASSERT_LT(hash.Bucket(h), 97u);
+    ++per_bucket[hash.Bucket(h)];
+    plus += SketchHash::Sign(h) > 0;
   }
-  EXPECT_NEAR(plus, 5000, 300);
+  EXPECT_NEAR(plus, 48500, 1000);
+  for (int n : per_bucket) EXPECT_NEAR(n, 1000, 150);
   EXPECT_NE(hash.Hash(0, 5), hash.Hash(1, 5));
 }
 

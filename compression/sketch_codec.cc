@@ -54,8 +54,8 @@ class SketchCodec final : public Codec {
     for (int r = 0; r < rows_; ++r) {
       float* row = table + static_cast<size_t>(r) * hash_.cols;
       for (size_t i = 0; i < count(); ++i) {
-        const uint32_t at = static_cast<uint32_t>(i);
-        row[hash_.Bucket(r, at)] += hash_.Sign(r, at) * residual[i];
+        const uint64_t h = hash_.Hash(r, static_cast<uint32_t>(i));
+        row[hash_.Bucket(h)] += SketchHash::Sign(h) * residual[i];
       }
     }
     Round round;
@@ -92,8 +92,9 @@ class SketchCodec final : public Codec {
     for (size_t i = 0; i < count(); ++i) {
       const uint32_t at = static_cast<uint32_t>(i);
       for (int r = 0; r < rows_; ++r) {
-        row_estimates[r] = hash_.Sign(r, at) *
-                           table[static_cast<size_t>(r) * hash_.cols + hash_.Bucket(r, at)];
+        const uint64_t h = hash_.Hash(r, at);
+        row_estimates[r] =
+            SketchHash::Sign(h) * table[static_cast<size_t>(r) * hash_.cols + hash_.Bucket(h)];
       }
       std::nth_element(row_estimates, row_estimates + rows_ / 2, row_estimates + rows_,
                        [](float a, float b) { return a < b || (a == a && b != b); });
