@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 namespace rdmaflow {
 
@@ -28,9 +29,15 @@ absl::Status KeyValueParams::Int(const std::string& key, int64_t minimum,
 
 absl::Status KeyValueParams::Int(const std::string& key, int minimum, int* value) {
   int64_t wide = *value;
-  absl::Status status = Int(key, static_cast<int64_t>(minimum), &wide);
-  if (status.ok()) *value = static_cast<int>(wide);
-  return status;
+  RETURN_IF_ERROR(Int(key, static_cast<int64_t>(minimum), &wide));
+  if (wide > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(owner_, " ", key, " must be an integer in ",
+                                                   minimum, "..",
+                                                   std::numeric_limits<int>::max(), ", got '",
+                                                   params_.at(key), "'"));
+  }
+  *value = static_cast<int>(wide);
+  return absl::OkStatus();
 }
 
 absl::Status KeyValueParams::Real(const std::string& key, double minimum,

@@ -148,4 +148,27 @@ absl::StatusOr<std::optional<Round>> Codec::Next(
   return next;
 }
 
+absl::StatusOr<size_t> Codec::EncodeMessage(absl::Span<const float> gradient, uint64_t step,
+                                            absl::Span<std::byte> out) {
+  if (max_message_bytes() == 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        spec(), " needs a collective among the members; a point-to-point push takes topk"));
+  }
+  ASSIGN_OR_RETURN(Round round, Begin(gradient, step, out));
+  round_ = -1;  // the message is all there is to the step
+  if (round.exchange != Exchange::kAllGather || round.offset != 0) {
+    return absl::InternalError(absl::StrCat(spec(), ": a message codec began with ",
+                                            ExchangeName(round.exchange), " at ",
+                                            round.offset));
+  }
+  return round.bytes;
+}
+
+absl::Status Codec::AddMessage(absl::Span<const std::byte> /*message*/, uint64_t /*step*/,
+                               int /*member*/, absl::Span<float> /*out*/,
+                               float /*scale*/) const {
+  return absl::UnimplementedError(absl::StrCat(
+      spec(), " needs a collective among the members; a point-to-point push takes topk"));
+}
+
 }  // namespace rdmaflow::compression

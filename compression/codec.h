@@ -119,6 +119,22 @@ class Codec {
                                             absl::Span<const absl::Span<const std::byte>> gathered,
                                             absl::Span<float> out, float scale);
 
+  // Point to point (a parameter server's push), for codecs whose one round
+  // is an all-gather (top-k): the message this member would gather, which
+  // its receiver decodes alone with AddMessage(). Encodes as Begin() does
+  // (the residual takes in the gradient; what the message holds leaves it)
+  // and ends the step there. Returns the message's bytes, written at the
+  // start of `out` (at least scratch_bytes()). kUnimplemented for codecs
+  // that need a collective among the members; Begin()'s errors.
+  absl::StatusOr<size_t> EncodeMessage(absl::Span<const float> gradient, uint64_t step,
+                                       absl::Span<std::byte> out);
+  // Adds `scale` times the decoded `message` (from `member`, stamped
+  // `step`; bytes after the message are padding and ignored) into `out`
+  // (count() elements). kDataLoss naming the member for a message that does
+  // not fit (`out` is untouched then); kUnimplemented as above.
+  virtual absl::Status AddMessage(absl::Span<const std::byte> message, uint64_t step,
+                                  int member, absl::Span<float> out, float scale) const;
+
  protected:
   Codec(const CodecContext& context, size_t count, bool feedback);
 
@@ -157,7 +173,8 @@ std::vector<std::string> CodecNames();
 //                                      bucket of N elements (QSGD)
 //   sketch[:rows=R,cols=C,k=K]         Count-Sketch of the residual,
 //                                      all-reduced; the K heavy hitters it
-//                                      finds, all-reduced exactly (gs-SGD)
+//                                      finds, all-reduced exactly (gs-SGD);
+//                                      K at most the tensor's elements
 // and, for each, feedback=0|1 (error feedback, on by default).
 // kInvalidArgument naming the codec and the setting for a bad spec (an
 // unknown codec lists the known ones); for members or a count the codec

@@ -199,6 +199,23 @@ TEST(Int8CodecTest, RefusesAForgedScaleOrLevelSum) {
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("element 5's level sum")));
 }
 
+// A scale agreed so small that its levels would overflow float (a forged
+// one, or tiny gradients): the bucket is not sent, nothing is cast from NaN.
+TEST(Int8CodecTest, ABucketWhoseLevelsWouldOverflowIsKeptForLater) {
+  auto codecs = Make("int8:bucket=8", 2, 64);
+  const std::vector<std::vector<float>> g = {Gaussian(64, 1), Gaussian(64, 2)};
+  testing::LocalExchangeOptions tiny_scale;
+  tiny_scale.tamper = [](int round, int, absl::Span<std::byte> scratch, auto&) {
+    if (round == 0) reinterpret_cast<float*>(scratch.data())[2] = 1e-38f;
+  };
+  auto out = RunLocalStep(Raw(codecs), g, 0, tiny_scale);
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (int i = 16; i < 24; ++i) {
+    EXPECT_EQ((*out)[0][i], 0.0f) << i;
+    EXPECT_EQ(codecs[0]->residual()[i], g[0][i]) << i;
+  }
+}
+
 TEST(SketchCodecTest, RecoversPlantedHeavyHittersExactly) {
   const size_t count = 20000;
   const int members = 3;
@@ -249,8 +266,14 @@ TEST(CodecTest, ABadSpecIsANamedError) {
         << spec;
   }
   for (const char* spec : kSpecs) EXPECT_TRUE(ValidateCodecSpec(spec).ok()) << spec;
-  EXPECT_THAT(CreateCodec("sketch:k=50", CodecContext{}, 10).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("larger than the tensor")));
+  // A k beyond a small tensor takes all of it.
+  auto small = CreateCodec("sketch:k=50", CodecContext{}, 10);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_THAT((*small)->spec(), HasSubstr(",k=10,"));
+  EXPECT_THAT(ValidateCodecSpec("sketch:rows=4294967295"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sketch rows must be")));
+  EXPECT_THAT(ValidateCodecSpec("topk:feedback=4294967296"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("feedback must be")));
   EXPECT_THAT(CreateCodec("topk", CodecContext{2, 2, 0}, 10).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("member 2 of 2")));
   EXPECT_THAT(CreateCodec("topk", CodecContext{}, 0).status(),

@@ -2,6 +2,8 @@
 #include "compression/compressed_allreduce.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -47,6 +49,7 @@ absl::StatusOr<std::unique_ptr<CompressedAllReduce>> CompressedAllReduce::Create
     onesided::MessengerOptions gather;
     gather.name = absl::StrCat(options.name, "/gather");
     gather.slot_bytes = std::min(kMaxSlotBytes, (message + 63) / 64 * 64);
+    gather.slots = 2;  // one message a call to each peer
     gather.timeout = options.group.ring.timeout;
     gather.members = members;
     gather.loop = &loop;
@@ -65,7 +68,19 @@ absl::StatusOr<std::unique_ptr<CompressedAllReduce>> CompressedAllReduce::Create
   return exchange;
 }
 
-CompressedAllReduce::~CompressedAllReduce() = default;
+CompressedAllReduce::~CompressedAllReduce() {
+  if (messenger_ == nullptr || messenger_->idle()) return;
+  absl::Status drained = messenger_->ProgressUntil(
+      [&] { return messenger_->idle(); }, absl::Now() + std::min(timeout_, absl::Seconds(10)),
+      "abandoned messages of a compressed all-reduce");
+  if (drained.ok()) return;
+  std::fprintf(stderr,
+               "compressed all-reduce (%s): messages still in flight at teardown (%s); "
+               "keeping their memory\n",
+               codec_->spec().c_str(), std::string(drained.message()).c_str());
+  static_cast<void>(messenger_.release());
+  static_cast<void>(group_.release());
+}
 
 int64_t CompressedAllReduce::WireBytesSoFar() const {
   return group_->stats().bytes_sent + (messenger_ ? messenger_->stats().bytes_sent : 0);

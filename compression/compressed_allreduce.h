@@ -74,6 +74,10 @@ class CompressedAllReduce {
   static absl::StatusOr<std::unique_ptr<CompressedAllReduce>> Create(
       onesided::ProgressLoop& loop, rdma::Store& store, const std::string& ns,
       std::vector<int> members, size_t count, const CompressedAllReduceOptions& options);
+  // After a call that gave up on the messages (a timeout), waits up to the
+  // timeout for the sends it abandoned to leave the scratch; sends that
+  // never do keep the scratch and the messenger alive (leaked, logged)
+  // rather than have a write read freed memory.
   ~CompressedAllReduce();
 
   // Every member calls it, in the same order: `data` (count elements) is

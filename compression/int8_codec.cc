@@ -139,13 +139,20 @@ class Int8Codec final : public Codec {
       }
       const float to_level = top / s;
       const float step_value = s / top;
-      for (size_t i = b * bucket_; i < end; ++i) {
+      if (!std::isfinite(to_level)) {
+        // A scale so small (below 127/FLT_MAX) that its levels overflow:
+        // nothing of this bucket is sent this step; it stays in the residual.
+        for (size_t i = b * bucket_; i < end; ++i) levels[i] = to_half[127];
+        continue;
+      }
+      for (size_t i = b * bucket_, j = 0; i < end; ++i, ++j) {
         const float v = std::clamp(residual[i] * to_level, -top, top);
         const float lower = std::floor(v);
-        // 32 random bits an element, two from each draw.
-        if ((i & 1) == 0) bits = rng.Next();
-        const float u = static_cast<float>((bits >> ((i & 1) * 32 + 8)) & 0xffffff) * 0x1.0p-24f;
-        const float q = std::clamp(lower + (u < v - lower ? 1.0f : 0.0f), -top, top);
+        // 32 random bits an element, two from each draw of the bucket's.
+        if ((j & 1) == 0) bits = rng.Next();
+        const float u = static_cast<float>((bits >> ((j & 1) * 32 + 8)) & 0xffffff) * 0x1.0p-24f;
+        float q = std::clamp(lower + (u < v - lower ? 1.0f : 0.0f), -top, top);
+        if (!(q == q)) q = 0.0f;  // NaN: not a level; never cast
         residual[i] -= q * step_value;
         levels[i] = to_half[static_cast<int>(q) + 127];
       }

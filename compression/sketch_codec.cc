@@ -129,13 +129,12 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeSketch(KeyValueParams& settings,
         ", cols ", cols, ", k ", k));
   }
   if (count == 0) return std::unique_ptr<Codec>();
-  // Defaults: 1% of the elements, counters for twice as many per row.
-  const size_t hitters = k > 0 ? static_cast<size_t>(k) : RatioToK(0.01, count);
-  if (hitters > count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sketch k (", hitters, ") is larger than the tensor (", count, " elements)"));
-  }
-  const size_t counters = cols > 0 ? static_cast<size_t>(cols) : std::max<size_t>(64, 2 * hitters);
+  // Defaults: 1% of the elements, counters for twice as many per row. A k
+  // beyond the tensor (a small bucket of a model's) takes all of it.
+  const size_t hitters =
+      k > 0 ? std::min(static_cast<size_t>(k), count) : RatioToK(0.01, count);
+  const size_t counters = cols > 0 ? static_cast<size_t>(cols)
+                                   : std::clamp<size_t>(2 * hitters, 64, size_t{1} << 28);
   return std::unique_ptr<Codec>(
       new SketchCodec(context, count, feedback, rows, counters, hitters));
 }

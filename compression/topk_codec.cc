@@ -9,6 +9,7 @@
 // nothing before the all-gather.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,24 @@ class TopKCodec final : public Codec {
   size_t scratch_bytes() const override { return RoundUp64(SparseMessageBytes(cap_)); }
   size_t max_message_bytes() const override { return SparseMessageBytes(cap_); }
   absl::Span<const uint32_t> sent() const override { return chosen_; }
+
+  absl::Status AddMessage(absl::Span<const std::byte> message, uint64_t step, int member,
+                          absl::Span<float> out, float scale) const override {
+    if (out.size() != count()) {
+      return absl::InvalidArgumentError(absl::StrCat(spec(), ": AddMessage() into ", out.size(),
+                                                     " elements; the codec has ", count()));
+    }
+    // A message padded to the slot it travelled in: only as long as its
+    // header says, when that fits (else the check below names the fault).
+    if (message.size() >= kSparseHeaderBytes) {
+      uint32_t pairs = 0;
+      std::memcpy(&pairs, message.data() + 4, sizeof(pairs));
+      if (pairs <= cap_ && SparseMessageBytes(pairs) <= message.size()) {
+        message = message.first(SparseMessageBytes(pairs));
+      }
+    }
+    return AddSparseMessage(message, step, cap_, member, out, scale);
+  }
 
  private:
   absl::StatusOr<Round> DoBegin(uint64_t step, absl::Span<std::byte> scratch) override {

@@ -75,7 +75,8 @@ for link in $links; do
   for model in $models; do
     curves=()
     for codec in ${codecs[$model]}; do
-      curves+=("$codec=$out/${link}_${model}_$(echo "$codec" | tr ':,=' '___').rank0.csv")
+      # plot_accuracy.sh splits LABEL=PATH at the first '=': none in the label.
+      curves+=("${codec//=/ }=$out/${link}_${model}_$(echo "$codec" | tr ':,=' '___').rank0.csv")
     done
     tools/plot_accuracy.sh "$out/compression_${model}_${link}.png" \
       "$model, allreduce on 4 hosts over $link links: test accuracy by codec" "${curves[@]}"

@@ -51,7 +51,7 @@ ABSL_FLAG(std::string, strategy_params, "",
           "beta=0.5,period=1,topology=random|ring,mode=pull|push; moshpit: side=2,dims=D,"
           "period=1,group_timeout_ms=2000); an unknown key lists the known ones");
 ABSL_FLAG(std::string, codec, "none",
-          "gradient codec for allreduce and layer_separated (its conv ranks): none | "
+          "gradient codec for allreduce, layer_separated (its conv ranks) and ps (topk): none | "
           "topk:ratio=R[,sampled=1] | randomk:ratio=R | int8[:bucket=N] | "
           "sketch[:rows=R,cols=C,k=K], each with feedback=0|1 (error feedback, on); "
           "see docs/compression.md");

@@ -16,7 +16,7 @@ std::string ParamsTensor(int server) {
 
 graph::GraphDef BuildPsGraph(int servers, int workers,
                              const std::vector<int64_t>& shard_elements,
-                             bool pull_by_read) {
+                             const std::vector<int64_t>& push_elements, bool pull_by_read) {
   graph::GraphBuilder b("parameter_server");
   b.SetWorldSize(servers + workers);
   std::vector<std::string> params(servers);
@@ -29,13 +29,18 @@ graph::GraphDef BuildPsGraph(int servers, int workers,
     for (int s = 0; s < servers; ++s) {
       b.SetRank(servers + w);
       const std::string grad = b.Variable(absl::StrCat("w", w, "/grad", s),
-                                          graph::DT_FLOAT32, {shard_elements[s]});
+                                          graph::DT_FLOAT32, {push_elements[s]});
       if (!pull_by_read) {
         b.Op(absl::StrCat("w", w, "/params", s), "Identity", {params[s]});
       }
       b.SetRank(s);
-      b.Op(absl::StrCat("ps", s, "/apply_w", w), "ApplyGradient",
-           {params[s], grad});
+      if (push_elements[s] == shard_elements[s]) {
+        b.Op(absl::StrCat("ps", s, "/apply_w", w), "ApplyGradient", {params[s], grad});
+      } else {
+        // A codec's message: the server reads it (and decodes it into a
+        // gradient of its shard, which never crosses again).
+        b.Op(absl::StrCat("ps", s, "/decode_w", w), "Identity", {grad});
+      }
     }
   }
   return std::move(b).Build();

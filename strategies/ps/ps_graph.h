@@ -3,7 +3,9 @@
 // The tensors a parameter server job exchanges, as a GraphDef for the graph
 // analyzer. Ranks 0..S-1 are servers, S..S+W-1 workers (worker w is rank
 // S + w). Per (worker w, server s):
-//   w<w>/grad<s>       float[n_s] on the worker, consumed by the server's
+//   w<w>/grad<s>       float[n_s] on the worker (or, with a codec, as many
+//                      as its largest message takes, read by the server's
+//                      ps<s>/decode_w<w>, an Identity), consumed by the server's
 //                      ps<s>/apply_w<w> (ApplyGradient): a push into a static
 //                      slot of its own on the server;
 //   ps<s>/params       with pull=send only, sent to each worker (consumed by
@@ -24,9 +26,11 @@ namespace rdmaflow::strategies::ps {
 std::string GradTensor(int worker, int server);    // "w1/grad0:0"
 std::string ParamsTensor(int server);  // "ps0/params:0"
 
+// `push_elements[s]`: the float32 elements of a push to server s (the
+// shard's, or with a codec its largest message's).
 graph::GraphDef BuildPsGraph(int servers, int workers,
                              const std::vector<int64_t>& shard_elements,
-                             bool pull_by_read);
+                             const std::vector<int64_t>& push_elements, bool pull_by_read);
 
 }  // namespace rdmaflow::strategies::ps
 

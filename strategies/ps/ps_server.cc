@@ -46,6 +46,8 @@ absl::Status PsStrategy::StartServer() {
   momentum_ = torch::zeros({shard.elements}, torch::kFloat32);
   sum_ = torch::zeros({shard.elements}, torch::kFloat32);
   contributed_.assign(workers_, false);
+  pushes_taken_.assign(workers_, 0);
+  if (!codecs_.empty()) decoded_ = torch::zeros({shard.elements}, torch::kFloat32);
   reply_due_.assign(workers_, !ps_.pull_by_read);
   PublishClocks();
   return SendReplies();
@@ -105,13 +107,34 @@ absl::Status PsStrategy::TakeGradient(int worker) {
   ASSIGN_OR_RETURN(runtime::ReceivedTensor tensor,
                    communicator_->Recv(grad_ids_[worker]));
   const int64_t elements = shards_[index_].elements;
-  if (tensor.bytes() != elements * sizeof(float)) {
+  const size_t expected = PushElements()[index_] * sizeof(float);
+  if (tensor.bytes() != expected) {
     return absl::DataLossError(absl::StrCat(
         Where(), ": worker ", worker, " pushed ", tensor.bytes(),
-        " bytes of gradient, expected ", elements * sizeof(float)));
+        " bytes of gradient, expected ", expected));
   }
-  // The gradient is read where it landed, then the slot goes back.
-  const torch::Tensor gradient = FloatView(tensor.data(), elements);
+  // The gradient is read where it landed (decoded from there, with a
+  // codec), then the slot goes back.
+  torch::Tensor gradient;
+  if (codecs_.empty()) {
+    gradient = FloatView(tensor.data(), elements);
+  } else {
+    const absl::Time begin = absl::Now();
+    decoded_.zero_();
+    absl::Status decoded = codecs_[index_]->AddMessage(
+        absl::MakeConstSpan(tensor.data(), tensor.bytes()),
+        static_cast<uint64_t>(pushes_taken_[worker]), worker,
+        absl::MakeSpan(decoded_.data_ptr<float>(), static_cast<size_t>(elements)), 1.0f);
+    if (!decoded.ok()) {
+      return absl::Status(decoded.code(),
+                          absl::StrCat(Where(), ": the push of worker ", worker, " (rank ",
+                                       ps_.servers + worker, "): ", decoded.message()));
+    }
+    codec_stats_.decode_time += absl::Now() - begin;
+    ++codec_stats_.calls;
+    gradient = decoded_;
+  }
+  ++pushes_taken_[worker];
   const double now = absl::ToDoubleSeconds(absl::Now() - start_time_);
   if (ps_.sync.mode == SyncMode::kBsp) {
     sum_.add_(gradient);

@@ -12,6 +12,7 @@
 #include "graph_analyzer/planner.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/executor.h"
+#include "compression/codec.h"
 #include "runtime/rank_plan.h"
 #include "strategies/ps/ps_graph.h"
 
@@ -33,7 +34,30 @@ absl::StatusOr<std::unique_ptr<PsStrategy>> PsStrategy::Create(
         options.steps, ", lr ", options.learning_rate, ", momentum ",
         options.momentum, ")"));
   }
+  if (!options.codec.empty()) {
+    absl::StatusOr<std::unique_ptr<compression::Codec>> probe =
+        compression::CreateCodec(options.codec, compression::CodecContext{}, 1);
+    if (probe.ok() && (*probe)->max_message_bytes() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ps pushes each worker's gradients alone, through a codec whose message its server "
+          "decodes alone (topk); --codec ", options.codec,
+          " needs a collective among the members (allreduce, layer_separated)"));
+    }
+    RETURN_IF_ERROR(probe.status());
+  }
   return std::unique_ptr<PsStrategy>(new PsStrategy(options, std::move(ps)));
+}
+
+std::vector<int64_t> PsStrategy::PushElements() const {
+  std::vector<int64_t> elements;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    elements.push_back(codecs_.empty()
+                           ? shards_[s].elements
+                           : static_cast<int64_t>(
+                                 (codecs_[s]->max_message_bytes() + sizeof(float) - 1) /
+                                 sizeof(float)));
+  }
+  return elements;
 }
 
 PsStrategy::PsStrategy(StrategyOptions options, PsOptions ps)
@@ -115,9 +139,23 @@ absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> par
   parameters_ = std::move(parameters);
   server_ = job.rank < ps_.servers;
   index_ = server_ ? job.rank : job.rank - ps_.servers;
+  codecs_.clear();
+  if (!options().codec.empty()) {
+    // One codec per shard: a worker's encode its pushes (with their
+    // residuals), a server's decodes pushes to its shard.
+    for (const Shard& shard : shards_) {
+      ASSIGN_OR_RETURN(std::unique_ptr<compression::Codec> codec,
+                       compression::CreateCodec(options().codec,
+                                                // Alone: each push is decoded by itself.
+                                                compression::CodecContext{
+                                                    0, 1, static_cast<uint64_t>(job.rank)},
+                                                static_cast<size_t>(shard.elements)));
+      codecs_.push_back(std::move(codec));
+    }
+  }
   std::vector<int64_t> shard_elements;
   for (const Shard& shard : shards_) shard_elements.push_back(shard.elements);
-  return BuildPsGraph(ps_.servers, workers_, shard_elements, ps_.pull_by_read);
+  return BuildPsGraph(ps_.servers, workers_, shard_elements, PushElements(), ps_.pull_by_read);
 }
 
 absl::Status PsStrategy::CreateCommunicator() {
@@ -127,7 +165,7 @@ absl::Status PsStrategy::CreateCommunicator() {
   planner.share_slots = false;  // free-running transfers are never ordered
   ASSIGN_OR_RETURN(plan_, graph::PlanGraph(
                               BuildPsGraph(ps_.servers, workers_, shard_elements,
-                                           ps_.pull_by_read),
+                                           PushElements(), ps_.pull_by_read),
                               planner));
   runtime::CommunicatorOptions free_running = communicator_options();
   free_running.lockstep = false;  // workers run at their own pace

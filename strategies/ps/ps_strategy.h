@@ -43,6 +43,7 @@
 #include "strategies/ps/ps_options.h"
 #include "strategies/ps/sharding.h"
 #include "strategies/ps/sync_policy.h"
+#include "compression/codec.h"
 #include "strategies/strategy.h"
 
 namespace rdmaflow::strategies::ps {
@@ -64,6 +65,10 @@ class PsStrategy final : public Strategy {
   // A worker: once it ran its steps; a server: once every worker did.
   bool done() const override;
   runtime::TransferCounters counters() const override;
+  // Workers push through StrategyOptions::codec, one whose message a server
+  // decodes alone (topk; Create() refuses the others).
+  bool compresses() const override { return true; }
+  compression::CompressionStats compression() const override { return codec_stats_; }
 
   const PsOptions& ps_options() const { return ps_; }
   // Which server holds which parameters (from Prepare() on): as the
@@ -90,6 +95,9 @@ class PsStrategy final : public Strategy {
 
   absl::Status CreateCommunicator();
   std::string Ns() const;
+  // The float32 elements of a push to each server: the shard's, or with a
+  // codec its largest message's.
+  std::vector<int64_t> PushElements() const;
 
   // ps_server.cc
   absl::Status StartServer();
@@ -130,6 +138,10 @@ class PsStrategy final : public Strategy {
   plan::TransferPlan plan_;
   std::unique_ptr<runtime::Communicator> communicator_;
   absl::Time start_time_;
+  // With a codec: one per shard (workers encode, servers decode), and its
+  // counters on this rank.
+  std::vector<std::unique_ptr<compression::Codec>> codecs_;
+  compression::CompressionStats codec_stats_;
 
   // Server.
   std::unique_ptr<onesided::VersionedBuffer> params_;
@@ -145,11 +157,16 @@ class PsStrategy final : public Strategy {
   std::vector<int> grad_ids_;    // by worker (server) or by server (worker)
   std::vector<int> params_ids_;  // pull=send, likewise
   std::vector<std::vector<int64_t>> history_;
+  std::vector<int64_t> pushes_taken_;  // by worker: the next push's step
+  torch::Tensor decoded_;              // with a codec: a push, decoded
 
   // Worker.
   std::vector<int64_t> shard_offset_;  // bytes, in the two regions below
   std::unique_ptr<rdma::MemoryRegion> param_region_;
   std::unique_ptr<rdma::MemoryRegion> grad_region_;
+  // With a codec: each shard's push, encoded (at message_offset_[s]).
+  std::unique_ptr<rdma::MemoryRegion> message_region_;
+  std::vector<int64_t> message_offset_;
   std::unique_ptr<rdma::MemoryRegion> clock_scratch_;
   std::vector<std::unique_ptr<onesided::VersionedReader>> param_readers_;
   std::vector<std::unique_ptr<onesided::VersionedReader>> clock_readers_;

@@ -141,6 +141,42 @@ INSTANTIATE_TEST_SUITE_P(
       return std::get<0>(info.param) + "_" + std::get<1>(info.param);
     });
 
+// With a codec that keeps every element (topk:ratio=1) the compressed push
+// gives the uncompressed result; with one that sends a quarter, the
+// workers still train and push fewer bytes than their gradients hold.
+TEST(PsStrategyTest, WorkersPushThroughATopKCodec) {
+  torch::set_num_threads(1);
+  constexpr int kWorkers = 2, kSteps = 6, kBatch = 16;
+  const Problem problem(kWorkers, kSteps, kBatch);
+  StrategyOptions everything = Options(kSteps, "rdma", {{"servers", "2"}, {"sync", "bsp"}});
+  everything.codec = "topk:ratio=1";
+  JobResult job = RunJob(problem, 2, kWorkers, everything, nullptr);
+  for (const absl::Status& status : job.status) EXPECT_OK(status);
+  if (HasFailure()) return;
+  const std::vector<torch::Tensor> reference = problem.Reference({0, 1}, kSteps, 0.1, 0.9);
+  for (int w = 0; w < kWorkers; ++w) {
+    EXPECT_LT(Problem::MaxDiff(job.final_params[w], reference), 1e-5) << "worker " << w;
+  }
+  StrategyOptions quarter = Options(kSteps, "rdma", {{"servers", "1"}, {"sync", "asp"}});
+  quarter.codec = "topk:ratio=0.25,sampled=1";
+  JobResult sparse = RunJob(problem, 1, kWorkers, quarter, nullptr);
+  for (const absl::Status& status : sparse.status) EXPECT_OK(status);
+  if (HasFailure()) return;
+  for (int w = 0; w < kWorkers; ++w) {
+    EXPECT_GT(Problem::MaxDiff(sparse.final_params[w], problem.init), 1e-3) << "worker " << w;
+  }
+}
+
+TEST(PsStrategyTest, ACodecThatNeedsTheWholeGroupIsRefused) {
+  StrategyOptions options = Options(2, "rdma", {});
+  options.codec = "int8";
+  EXPECT_THAT(PsStrategy::Create(options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("needs a collective among the members")));
+  options.codec = "topk:ratio=0.01";
+  EXPECT_OK(PsStrategy::Create(options).status());
+}
+
 // Property: whatever the compute times, no worker starts a clock more than
 // the bound ahead of the slowest. Worker 0 is 4x slower than the others,
 // and every compute time is random.

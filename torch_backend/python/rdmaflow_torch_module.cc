@@ -10,6 +10,10 @@
 //                                              registered memory (ddp_hook.py)
 //   rdmaflow_torch.move_to_registered(group, tensor)
 //   rdmaflow_torch.register_repeated(group, tensor)
+//   rdmaflow_torch.Codec                      a gradient codec over tensors
+//                                              (codec_binding.h)
+//   rdmaflow_torch.hooks.codec_hook            DDP's comm hook through a codec,
+//                                              with hooks.CodecState (hooks.py)
 //   rdmaflow_torch.export_graph(module, example_inputs, path)
 //                                              the model's training graph for
 //                                              `rdmaflow plan` (fx_export.py)
@@ -31,6 +35,7 @@
 #include "graph_analyzer/text_io.h"
 #include "graph_analyzer/training_graph.h"
 #include "torch_backend/backend_options.h"
+#include "torch_backend/python/codec_binding.h"
 #include "torch_backend/process_group_rdmaflow.h"
 
 namespace py = pybind11;
@@ -159,6 +164,9 @@ constexpr char kFxExport[] =
 constexpr char kDdpHook[] =
 #include "torch_backend/python/ddp_hook.inc"
     ;
+constexpr char kHooks[] =
+#include "torch_backend/python/hooks.inc"
+    ;
 
 }  // namespace
 }  // namespace rdmaflow::torch_backend
@@ -193,6 +201,13 @@ PYBIND11_MODULE(rdmaflow_torch, m) {
   // (ddp_hook.py).
   py::exec(kFxExport, m.attr("__dict__"));
   py::exec(kDdpHook, m.attr("__dict__"));
+  BindCodec(m);
+  py::module_ hooks = m.def_submodule(
+      "hooks", "DDP communication hooks through rdmaflow's gradient codecs");
+  hooks.attr("Codec") = m.attr("Codec");
+  hooks.attr("validate_codec") = m.attr("validate_codec");
+  py::exec(kHooks, hooks.attr("__dict__"));
+  py::module_::import("sys").attr("modules")["rdmaflow_torch.hooks"] = hooks;
   py::object backend = dist.attr("Backend");
   if (!py::hasattr(backend, "RDMAFLOW")) {
     backend.attr("register_backend")("rdmaflow", m.attr("create_process_group"));
