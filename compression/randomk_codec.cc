@@ -47,9 +47,7 @@ class RandomKCodec final : public Codec {
       int /*round*/, absl::Span<std::byte> scratch,
       absl::Span<const absl::Span<const std::byte>> /*gathered*/, absl::Span<float> out,
       float scale) override {
-    const float* sums = reinterpret_cast<const float*>(scratch.data());
-    std::fill(out.begin(), out.end(), 0.0f);
-    for (size_t j = 0; j < indices_.size(); ++j) out[indices_[j]] = sums[j] * scale;
+    ScatterScaled(indices_, reinterpret_cast<const float*>(scratch.data()), out, scale);
     return std::optional<Round>();
   }
 
@@ -60,6 +58,12 @@ class RandomKCodec final : public Codec {
 };
 
 }  // namespace
+
+void ScatterScaled(absl::Span<const uint32_t> indices, const float* values,
+                   absl::Span<float> out, float scale) {
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (size_t j = 0; j < indices.size(); ++j) out[indices[j]] = values[j] * scale;
+}
 
 absl::StatusOr<std::unique_ptr<Codec>> MakeRandomK(KeyValueParams& settings,
                                                    const CodecContext& context, size_t count,

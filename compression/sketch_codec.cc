@@ -81,8 +81,7 @@ class SketchCodec final : public Codec {
       next.bytes = hitters_.size() * sizeof(float);
       return std::optional<Round>(next);
     }
-    std::fill(out.begin(), out.end(), 0.0f);
-    for (size_t j = 0; j < hitters_.size(); ++j) out[hitters_[j]] = values[j] * scale;
+    ScatterScaled(hitters_, values, out, scale);
     return std::optional<Round>();
   }
 

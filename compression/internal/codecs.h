@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/key_value_params.h"
 #include "compression/codec.h"
 
@@ -31,6 +32,11 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeInt8(KeyValueParams& settings,
 absl::StatusOr<std::unique_ptr<Codec>> MakeSketch(KeyValueParams& settings,
                                                   const CodecContext& context, size_t count,
                                                   bool feedback);
+
+// out = 0, then out[indices[j]] = scale * values[j]: what a codec that sent
+// values at chosen indices decodes.
+void ScatterScaled(absl::Span<const uint32_t> indices, const float* values,
+                   absl::Span<float> out, float scale);
 
 // Bytes rounded up to a multiple of 64 (where the next round's span starts).
 inline size_t RoundUp64(size_t bytes) { return (bytes + 63) / 64 * 64; }

@@ -24,6 +24,57 @@ StrategyOptions Options(int steps, std::map<std::string, std::string> params) {
   return testing::ToyOptions(steps, std::move(params));
 }
 
+// Mean loss of `params` over every worker's batches of every step.
+double LossOverAllData(const ToyProblem& problem, const std::vector<torch::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  double total = 0;
+  int batches = 0;
+  for (size_t w = 0; w < problem.x.size(); ++w) {
+    for (size_t s = 0; s < problem.x[w].size(); ++s) {
+      total += ToyProblem::Loss(params, problem.x[w][s], problem.y[w][s]).item<double>();
+      ++batches;
+    }
+  }
+  return total / batches;
+}
+
+// A job's outcome on each rank.
+struct JobRun {
+  std::vector<std::vector<torch::Tensor>> finals;
+  std::vector<runtime::TransferCounters> counters;
+  std::vector<compression::CompressionStats> compression;
+};
+
+// `world` replicas train `problem` for `steps` with `params` and `codec`.
+JobRun Train(const ToyProblem& problem, int world, int steps,
+          std::map<std::string, std::string> params, const std::string& codec) {
+  JobRun run;
+  run.finals.resize(world);
+  run.counters.resize(world);
+  run.compression.resize(world);
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
+      world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        StrategyOptions options = Options(steps, params);
+        options.codec = codec;
+        ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(options));
+        std::vector<Parameter> parameters = problem.MakeParameters();
+        RETURN_IF_ERROR(
+            strategy->Prepare({rank, world, &transport, &store}, parameters).status());
+        RETURN_IF_ERROR(strategy->Start());
+        ComputeFn compute = problem.Compute(parameters, rank);
+        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(compute).status());
+        RETURN_IF_ERROR(strategy->Finish());
+        for (const Parameter& p : parameters) {
+          run.finals[rank].push_back(p.tensor.detach().clone());
+        }
+        run.counters[rank] = strategy->counters();
+        run.compression[rank] = strategy->compression();
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : statuses) EXPECT_OK(status);
+  return run;
+}
+
 class AllReduceEquivalenceTest
     : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
@@ -32,24 +83,11 @@ TEST_P(AllReduceEquivalenceTest, MatchesOneProcessOnTheConcatenatedBatches) {
   const auto& [world, bucket] = GetParam();
   constexpr int kSteps = 6, kBatch = 8;
   const ToyProblem problem(world, kSteps, kBatch);
-  std::vector<std::vector<torch::Tensor>> finals(world);
-  std::vector<runtime::TransferCounters> counters(world);
-  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
-      world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(
-                                            Options(kSteps, {{"bucket_bytes", bucket},
-                                                             {"chunk_bytes", "64"}})));
-        std::vector<Parameter> params = problem.MakeParameters();
-        RETURN_IF_ERROR(strategy->Prepare({rank, world, &transport, &store}, params).status());
-        RETURN_IF_ERROR(strategy->Start());
-        ComputeFn compute = problem.Compute(params, rank);
-        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(compute).status());
-        RETURN_IF_ERROR(strategy->Finish());
-        for (const Parameter& param : params) finals[rank].push_back(param.tensor.detach().clone());
-        counters[rank] = strategy->counters();
-        return absl::OkStatus();
-      });
-  for (const absl::Status& status : statuses) ASSERT_OK(status);
+  const JobRun run =
+      Train(problem, world, kSteps, {{"bucket_bytes", bucket}, {"chunk_bytes", "64"}}, "");
+  if (HasFailure()) return;
+  const auto& finals = run.finals;
+  const auto& counters = run.counters;
   std::vector<int> everyone;
   for (int w = 0; w < world; ++w) everyone.push_back(w);
   const std::vector<torch::Tensor> reference = problem.Reference(everyone, kSteps, 0.1, 0.9);
@@ -72,51 +110,6 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<1>(info.param));
     });
 
-// Mean loss of `params` over every worker's batches of every step.
-double LossOverAllData(const ToyProblem& problem, const std::vector<torch::Tensor>& params) {
-  torch::NoGradGuard no_grad;
-  double total = 0;
-  int batches = 0;
-  for (size_t w = 0; w < problem.x.size(); ++w) {
-    for (size_t s = 0; s < problem.x[w].size(); ++s) {
-      total += ToyProblem::Loss(params, problem.x[w][s], problem.y[w][s]).item<double>();
-      ++batches;
-    }
-  }
-  return total / batches;
-}
-
-struct CodecRun {
-  std::vector<std::vector<torch::Tensor>> finals;
-  std::vector<runtime::TransferCounters> counters;
-  std::vector<compression::CompressionStats> compression;
-};
-
-CodecRun TrainWithCodec(const ToyProblem& problem, int world, int steps, const std::string& codec) {
-  CodecRun run;
-  run.finals.resize(world);
-  run.counters.resize(world);
-  run.compression.resize(world);
-  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
-      world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        StrategyOptions options = Options(steps, {});
-        options.codec = codec;
-        ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(options));
-        std::vector<Parameter> params = problem.MakeParameters();
-        RETURN_IF_ERROR(strategy->Prepare({rank, world, &transport, &store}, params).status());
-        RETURN_IF_ERROR(strategy->Start());
-        ComputeFn compute = problem.Compute(params, rank);
-        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(compute).status());
-        RETURN_IF_ERROR(strategy->Finish());
-        for (const Parameter& p : params) run.finals[rank].push_back(p.tensor.detach().clone());
-        run.counters[rank] = strategy->counters();
-        run.compression[rank] = strategy->compression();
-        return absl::OkStatus();
-      });
-  for (const absl::Status& status : statuses) EXPECT_OK(status);
-  return run;
-}
-
 // Each codec trains the toy problem to within 0.15 of the loss the dense
 // all-reduce reaches in the same steps (and well below where it started),
 // replicas stay identical, and fewer bytes cross.
@@ -125,13 +118,13 @@ TEST(AllReduceStrategyTest, EveryCodecTrainsTheToyProblemWithFewerBytes) {
   constexpr int kWorld = 3, kSteps = 40, kBatch = 8;
   const ToyProblem problem(kWorld, kSteps, kBatch);
   const double initial = LossOverAllData(problem, problem.init);
-  const CodecRun dense = TrainWithCodec(problem, kWorld, kSteps, "");
+  const JobRun dense = Train(problem, kWorld, kSteps, {}, "");
   const double dense_loss = LossOverAllData(problem, dense.finals[0]);
   ASSERT_LT(dense_loss, 0.8 * initial);
   for (const char* codec : {"topk:ratio=0.25", "topk:ratio=0.25,sampled=1", "randomk:ratio=0.25",
                             "int8:bucket=16", "sketch:rows=3,cols=16,k=16"}) {
     SCOPED_TRACE(codec);
-    const CodecRun run = TrainWithCodec(problem, kWorld, kSteps, codec);
+    const JobRun run = Train(problem, kWorld, kSteps, {}, codec);
     if (run.finals[0].empty()) continue;  // failed: reported above
     const double loss = LossOverAllData(problem, run.finals[0]);
     EXPECT_LT(loss, dense_loss + 0.15) << "dense " << dense_loss << ", initial " << initial;
