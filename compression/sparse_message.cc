@@ -31,7 +31,9 @@ size_t WriteSparseMessage(uint64_t step, absl::Span<const uint32_t> indices,
   std::memcpy(at + 8, &step, 8);
   std::byte* index_at = at + kSparseHeaderBytes;
   std::byte* value_at = index_at + indices.size() * sizeof(uint32_t);
-  std::memcpy(index_at, indices.data(), indices.size() * sizeof(uint32_t));
+  if (!indices.empty()) {  // an empty span's data() may be null: no memcpy from it
+    std::memcpy(index_at, indices.data(), indices.size() * sizeof(uint32_t));
+  }
   for (size_t j = 0; j < indices.size(); ++j) {
     std::memcpy(value_at + j * sizeof(float), &source[indices[j]], sizeof(float));
   }

@@ -46,7 +46,7 @@ absl::StatusOr<std::vector<std::vector<float>>> RunLocalStep(
                                                                   : collectives::ReduceOp::kSum,
                             total.data(), scratch[m].data() + r.offset, count);
       }
-      for (size_t m = 0; m < members; ++m) {
+      for (size_t m = 0; m < members && r.bytes > 0; ++m) {
         std::memcpy(scratch[m].data() + r.offset, total.data(), r.bytes);
       }
     }
