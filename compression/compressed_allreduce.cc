@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<CompressedAllReduce>> CompressedAllReduce::Create
   }
   std::unique_ptr<CompressedAllReduce> exchange(new CompressedAllReduce());
   exchange->position_ = static_cast<int>(self - members.begin());
+  exchange->loop_ = &loop;
   exchange->timeout_ = options.group.ring.timeout;
   CodecContext context{exchange->position_, static_cast<int>(members.size()), options.seed};
   ASSIGN_OR_RETURN(exchange->codec_, CreateCodec(options.codec, context, count));
@@ -69,15 +70,24 @@ absl::StatusOr<std::unique_ptr<CompressedAllReduce>> CompressedAllReduce::Create
 }
 
 CompressedAllReduce::~CompressedAllReduce() {
-  if (messenger_ == nullptr || messenger_->idle()) return;
-  absl::Status drained = messenger_->ProgressUntil(
-      [&] { return messenger_->idle(); }, absl::Now() + std::min(timeout_, absl::Seconds(10)),
-      "abandoned messages of a compressed all-reduce");
-  if (drained.ok()) return;
+  if (messenger_ == nullptr || (failure_.ok() && messenger_->idle())) return;
+  absl::Status drained = absl::OkStatus();
+  if (loop_->OnLoopThread()) {
+    drained = messenger_->ProgressUntil(
+        [&] { return messenger_->idle(); },
+        absl::Now() + std::min(timeout_, absl::Seconds(10)),
+        "abandoned messages of a compressed all-reduce");
+  } else {
+    drained = absl::FailedPreconditionError("destroyed off its progress loop's thread");
+  }
+  // After a failed call the messenger may have failed a peer with pieces
+  // still posted (no longer counted as pending): keep what they read.
+  if (drained.ok() && failure_.ok()) return;
   std::fprintf(stderr,
-               "compressed all-reduce (%s): messages still in flight at teardown (%s); "
-               "keeping their memory\n",
-               codec_->spec().c_str(), std::string(drained.message()).c_str());
+               "compressed all-reduce (%s): %s; keeping its scratch and messenger mapped, "
+               "since a message may still be read from them\n",
+               codec_->spec().c_str(),
+               std::string(!drained.ok() ? drained.message() : failure_.message()).c_str());
   static_cast<void>(messenger_.release());
   static_cast<void>(group_.release());
 }

@@ -74,10 +74,11 @@ class CompressedAllReduce {
   static absl::StatusOr<std::unique_ptr<CompressedAllReduce>> Create(
       onesided::ProgressLoop& loop, rdma::Store& store, const std::string& ns,
       std::vector<int> members, size_t count, const CompressedAllReduceOptions& options);
-  // After a call that gave up on the messages (a timeout), waits up to the
-  // timeout for the sends it abandoned to leave the scratch; sends that
-  // never do keep the scratch and the messenger alive (leaked, logged)
-  // rather than have a write read freed memory.
+  // Destroyed on the loop's thread. After a call that gave up on the
+  // messages (a timeout), waits up to the timeout for the sends it abandoned
+  // to leave the scratch; after any failed call (or sends that never leave)
+  // the scratch and the messenger stay mapped (leaked, logged) rather than
+  // have a write read freed memory.
   ~CompressedAllReduce();
 
   // Every member calls it, in the same order: `data` (count elements) is
@@ -104,6 +105,7 @@ class CompressedAllReduce {
 
   std::vector<int> members_;
   int position_ = 0;
+  onesided::ProgressLoop* loop_ = nullptr;
   absl::Duration timeout_;
   std::unique_ptr<Codec> codec_;
   std::unique_ptr<collectives::AllReduceGroup> group_;  // its region: the scratch

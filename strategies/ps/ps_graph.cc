@@ -16,7 +16,8 @@ std::string ParamsTensor(int server) {
 
 graph::GraphDef BuildPsGraph(int servers, int workers,
                              const std::vector<int64_t>& shard_elements,
-                             const std::vector<int64_t>& push_elements, bool pull_by_read) {
+                             const std::vector<int64_t>& push_elements, bool compressed,
+                             bool pull_by_read) {
   graph::GraphBuilder b("parameter_server");
   b.SetWorldSize(servers + workers);
   std::vector<std::string> params(servers);
@@ -34,7 +35,7 @@ graph::GraphDef BuildPsGraph(int servers, int workers,
         b.Op(absl::StrCat("w", w, "/params", s), "Identity", {params[s]});
       }
       b.SetRank(s);
-      if (push_elements[s] == shard_elements[s]) {
+      if (!compressed) {
         b.Op(absl::StrCat("ps", s, "/apply_w", w), "ApplyGradient", {params[s], grad});
       } else {
         // A codec's message: the server reads it (and decodes it into a

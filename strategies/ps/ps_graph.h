@@ -27,10 +27,11 @@ std::string GradTensor(int worker, int server);    // "w1/grad0:0"
 std::string ParamsTensor(int server);  // "ps0/params:0"
 
 // `push_elements[s]`: the float32 elements of a push to server s (the
-// shard's, or with a codec its largest message's).
+// shard's, or with a codec, `compressed`, its largest message's).
 graph::GraphDef BuildPsGraph(int servers, int workers,
                              const std::vector<int64_t>& shard_elements,
-                             const std::vector<int64_t>& push_elements, bool pull_by_read);
+                             const std::vector<int64_t>& push_elements, bool compressed,
+                             bool pull_by_read);
 
 }  // namespace rdmaflow::strategies::ps
 

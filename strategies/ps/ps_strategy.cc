@@ -49,14 +49,9 @@ absl::StatusOr<std::unique_ptr<PsStrategy>> PsStrategy::Create(
 }
 
 std::vector<int64_t> PsStrategy::PushElements() const {
+  if (!push_elements_.empty()) return push_elements_;
   std::vector<int64_t> elements;
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    elements.push_back(codecs_.empty()
-                           ? shards_[s].elements
-                           : static_cast<int64_t>(
-                                 (codecs_[s]->max_message_bytes() + sizeof(float) - 1) /
-                                 sizeof(float)));
-  }
+  for (const Shard& shard : shards_) elements.push_back(shard.elements);
   return elements;
 }
 
@@ -140,22 +135,31 @@ absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> par
   server_ = job.rank < ps_.servers;
   index_ = server_ ? job.rank : job.rank - ps_.servers;
   codecs_.clear();
+  push_elements_.clear();
   if (!options().codec.empty()) {
     // One codec per shard: a worker's encode its pushes (with their
-    // residuals), a server's decodes pushes to its shard.
-    for (const Shard& shard : shards_) {
-      ASSIGN_OR_RETURN(std::unique_ptr<compression::Codec> codec,
-                       compression::CreateCodec(options().codec,
-                                                // Alone: each push is decoded by itself.
-                                                compression::CodecContext{
-                                                    0, 1, static_cast<uint64_t>(job.rank)},
-                                                static_cast<size_t>(shard.elements)));
-      codecs_.push_back(std::move(codec));
+    // residuals); a server keeps only its own shard's, to decode.
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      absl::StatusOr<std::unique_ptr<compression::Codec>> codec = compression::CreateCodec(
+          options().codec,
+          // Alone: each push is decoded by itself.
+          compression::CodecContext{0, 1, static_cast<uint64_t>(job.rank)},
+          static_cast<size_t>(shards_[s].elements));
+      if (!codec.ok()) {
+        return absl::Status(codec.status().code(),
+                            absl::StrCat("ps server ", s, "'s shard: ", codec.status().message(),
+                                         " (more servers make smaller shards)"));
+      }
+      push_elements_.push_back(static_cast<int64_t>(
+          ((*codec)->max_message_bytes() + sizeof(float) - 1) / sizeof(float)));
+      if (server_ && static_cast<int>(s) != index_) codec->reset();
+      codecs_.push_back(std::move(codec).value());
     }
   }
   std::vector<int64_t> shard_elements;
   for (const Shard& shard : shards_) shard_elements.push_back(shard.elements);
-  return BuildPsGraph(ps_.servers, workers_, shard_elements, PushElements(), ps_.pull_by_read);
+  return BuildPsGraph(ps_.servers, workers_, shard_elements, PushElements(), !codecs_.empty(),
+                      ps_.pull_by_read);
 }
 
 absl::Status PsStrategy::CreateCommunicator() {
@@ -165,7 +169,7 @@ absl::Status PsStrategy::CreateCommunicator() {
   planner.share_slots = false;  // free-running transfers are never ordered
   ASSIGN_OR_RETURN(plan_, graph::PlanGraph(
                               BuildPsGraph(ps_.servers, workers_, shard_elements,
-                                           PushElements(), ps_.pull_by_read),
+                                           PushElements(), !codecs_.empty(), ps_.pull_by_read),
                               planner));
   runtime::CommunicatorOptions free_running = communicator_options();
   free_running.lockstep = false;  // workers run at their own pace

@@ -140,7 +140,8 @@ class PsStrategy final : public Strategy {
   absl::Time start_time_;
   // With a codec: one per shard (workers encode, servers decode), and its
   // counters on this rank.
-  std::vector<std::unique_ptr<compression::Codec>> codecs_;
+  std::vector<std::unique_ptr<compression::Codec>> codecs_;  // servers: own shard's only
+  std::vector<int64_t> push_elements_;  // with a codec: PushElements()
   compression::CompressionStats codec_stats_;
 
   // Server.

@@ -221,12 +221,13 @@ absl::Status PsStrategy::PushGradients() {
         reinterpret_cast<const float*>(grad_region_->data() + shard_offset_[s]),
         static_cast<size_t>(shards_[s].elements));
     std::byte* message = message_region_->data() + message_offset_[s];
-    ASSIGN_OR_RETURN(size_t encoded,
-                     codecs_[s]->EncodeMessage(
-                         gradient, static_cast<uint64_t>(clock()),
-                         absl::MakeSpan(message, codecs_[s]->scratch_bytes())));
+    RETURN_IF_ERROR(codecs_[s]
+                        ->EncodeMessage(gradient, static_cast<uint64_t>(clock()),
+                                        absl::MakeSpan(message, codecs_[s]->scratch_bytes()))
+                        .status());
     codec_stats_.encode_time += absl::Now() - begin;
-    codec_stats_.wire_bytes += static_cast<int64_t>(encoded);
+    // The whole slot crosses (a shorter message leaves padding).
+    codec_stats_.wire_bytes += static_cast<int64_t>(bytes);
     codec_stats_.dense_bytes += shards_[s].elements * static_cast<int64_t>(sizeof(float));
     RETURN_IF_ERROR(communicator_->Send(grad_ids_[s], {message, bytes, {push[s]}, token}));
   }

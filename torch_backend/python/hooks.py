@@ -86,6 +86,8 @@ def _exchange(state, group, codec, buffer, world):
 def _carry_residual(state, layout, codec):
     """Keeps `codec`'s residual by parameter (buckets lay their parameters
     end to end in their order)."""
+    if "feedback=0" in codec.spec:
+        return  # without error feedback nothing is kept for later
     residual = codec.residual
     if sum(n for _, n in layout) != residual.numel():
         return  # not laid out as assumed: the residual is dropped
@@ -138,7 +140,12 @@ def codec_hook(state, bucket):
         state.steps[id(codec)] = 0
         _take_carried(state, layout, buffer)
     codec = state.codecs[index][1]
-    _exchange(state, group, codec, buffer, world)
+    try:
+        _exchange(state, group, codec, buffer, world)
+    except BaseException:
+        # The codec is left inside its step: the next call starts afresh.
+        state.codecs.pop(index, None)
+        raise
     state.dense_bytes += buffer.numel() * 4
     future = torch.futures.Future()
     future.set_result(buffer)
