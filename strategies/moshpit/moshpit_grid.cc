@@ -1,6 +1,8 @@
 // File: moshpit_grid.cc
 #include "strategies/moshpit/moshpit_grid.h"
 
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -45,10 +47,20 @@ std::string MoshpitGrid::GroupKey(int rank, int round) const {
 }
 
 std::vector<int> MoshpitGrid::GroupOf(int rank, int round) const {
+  // The peers differ from `rank` only in the free dimension's digit: rank
+  // with that digit replaced by 0..M-1, as long as they are ranks. Strides
+  // past the ranks (a large d) leave `rank` alone in its group.
+  const int free = round % dims_;
+  int64_t stride = 1;
+  for (int i = 0; i < free && stride <= ranks_; ++i) stride *= side_;
+  if (stride > ranks_) return {rank};
+  const int64_t digit = (rank / stride) % side_;
+  const int64_t base = rank - digit * stride;
   std::vector<int> group;
-  const std::string key = GroupKey(rank, round);
-  for (int r = 0; r < ranks_; ++r) {
-    if (GroupKey(r, round) == key) group.push_back(r);
+  for (int64_t v = 0; v < side_; ++v) {
+    const int64_t peer = base + v * stride;
+    if (peer >= ranks_) break;
+    group.push_back(static_cast<int>(peer));
   }
   return group;
 }

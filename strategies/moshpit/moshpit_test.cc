@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +39,24 @@ TEST(MoshpitGridTest, GroupsShareAllCoordinatesButTheRoundsDimension) {
   EXPECT_EQ(partial.GroupOf(4, 0), (std::vector<int>{3, 4}));  // 5 is missing
   EXPECT_THAT(MoshpitGrid::Create(9, 2, 3).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("dims >= 4")));
+}
+
+TEST(MoshpitGridTest, GroupOfIsExactlyThePeersSharingTheGroupKey) {
+  for (auto [ranks, side, dims] : {std::tuple{8, 2, 0}, std::tuple{27, 3, 0},
+                                   std::tuple{20, 3, 0}, std::tuple{5, 2, 6},
+                                   std::tuple{100, 4, 0}}) {
+    ASSERT_OK_AND_ASSIGN(MoshpitGrid grid, MoshpitGrid::Create(ranks, side, dims));
+    for (int round = 0; round < grid.dims() + 1; ++round) {
+      for (int rank = 0; rank < ranks; ++rank) {
+        std::vector<int> same_key;
+        for (int r = 0; r < ranks; ++r) {
+          if (grid.GroupKey(r, round) == grid.GroupKey(rank, round)) same_key.push_back(r);
+        }
+        EXPECT_EQ(grid.GroupOf(rank, round), same_key)
+            << ranks << " ranks, side " << side << ", rank " << rank << ", round " << round;
+      }
+    }
+  }
 }
 
 std::vector<int> Ids(const std::vector<GroupMember>& members) {

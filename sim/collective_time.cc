@@ -1,0 +1,112 @@
+// File: collective_time.cc
+#include "sim/collective_time.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace rdmaflow::sim {
+namespace {
+
+double Bandwidth(double gbps) { return std::max(gbps, 1e-9) * 1e9; }
+
+// How many times slower each member's share of a host's work runs when
+// `members` ranks of one host compete for `cores`.
+double Oversubscription(int members, int cores) {
+  return std::max(1.0, static_cast<double>(members) / std::max(1, cores));
+}
+
+// The ring over `n` members connected by `link`, one bucket of `bytes`.
+double RingSeconds(const LinkProfile& link, const HostProfile& host, int n,
+                   double bytes, double chunk_bytes, double oversubscription) {
+  if (n <= 1 || bytes <= 0) return 0;
+  const double segment = bytes / n;
+  const double pieces = std::max(1.0, std::ceil(segment / chunk_bytes));
+  const double latency = link.latency_us() * 1e-6;
+  const double messages = pieces * link.per_message_us() * 1e-6;
+  const double send = segment / Bandwidth(link.bandwidth_gbps());
+  const double reduce = segment / Bandwidth(host.reduce_gbps()) * oversubscription;
+  // Reduce-scatter steps wait for the slower of the piece's transfer and its
+  // reduction; all-gather steps write straight into place.
+  return (n - 1) * (latency + messages + std::max(send, reduce)) +
+         (n - 1) * (latency + messages + send);
+}
+
+// The host paths over `k` members sharing `cores`: reduce, and (unless only
+// the leader needs the sum) copy the others' results out.
+double HostSeconds(const LinkProfile& local, const HostProfile& host, int k,
+                   double bytes, bool one_shot, bool copy_out, int cores) {
+  if (k <= 1 || bytes <= 0) return 0;
+  const double reduce_bw = Bandwidth(host.reduce_gbps());
+  const double copy_bw = Bandwidth(host.memcpy_gbps());
+  const double flags = 2 * local.latency_us() * 1e-6;
+  // Work of one member, then the members' work shared over the cores.
+  double work;
+  if (one_shot) {
+    work = (k - 1) * bytes / reduce_bw;
+  } else {
+    const double segment = bytes / k;
+    work = (k - 1) * segment / reduce_bw + (copy_out ? (k - 1) * segment / copy_bw : 0);
+  }
+  return flags + work * Oversubscription(k, cores);
+}
+
+}  // namespace
+
+AllReduceCost AllReduceTime(const Topology& topology, const HostProfile& host,
+                            const std::vector<int>& members, double bytes,
+                            const AllReduceShape& shape) {
+  AllReduceCost cost;
+  const int n = static_cast<int>(members.size());
+  if (n <= 1 || bytes <= 0) {
+    cost.algorithm = "none";
+    return cost;
+  }
+  std::map<int, int> per_host;
+  for (int rank : members) ++per_host[topology.host(rank)];
+  const int hosts = static_cast<int>(per_host.size());
+  int largest = 0;
+  for (const auto& [h, count] : per_host) largest = std::max(largest, count);
+  const int cores = topology.cores_per_host;
+
+  // Buckets: whole ones of bucket_bytes, then the rest.
+  std::vector<double> buckets;
+  if (shape.bucket_bytes <= 0 || bytes <= shape.bucket_bytes) {
+    buckets.push_back(bytes);
+  } else {
+    const double whole = std::floor(bytes / shape.bucket_bytes);
+    buckets.assign(static_cast<size_t>(whole), shape.bucket_bytes);
+    const double rest = bytes - whole * shape.bucket_bytes;
+    if (rest > 0) buckets.push_back(rest);
+  }
+
+  for (double b : buckets) {
+    if (hosts == 1) {
+      const bool one_shot = b <= shape.one_shot_bytes;
+      cost.algorithm = one_shot ? "host-one-shot" : "host-scatter-gather";
+      cost.seconds += HostSeconds(topology.local, host, n, b, one_shot,
+                                  /*copy_out=*/true, cores);
+      cost.wire_bytes += one_shot ? n * (n - 1) * b : 2.0 * (n - 1) * b;
+    } else if (largest >= 2) {
+      cost.algorithm = "hierarchical";
+      // Reduce to the leaders, the leaders' ring, broadcast back (a copy).
+      const double within = HostSeconds(topology.local, host, largest, b,
+                                        b <= shape.one_shot_bytes, false, cores);
+      const double ring = RingSeconds(topology.network, host, hosts, b,
+                                      shape.chunk_bytes, 1.0);
+      const double broadcast =
+          b / Bandwidth(host.memcpy_gbps()) * Oversubscription(largest - 1, cores) +
+          topology.local.latency_us() * 1e-6;
+      cost.seconds += within + ring + broadcast;
+      cost.wire_bytes += 2.0 * (n - hosts) * b + 2.0 * (hosts - 1) * b;
+    } else {
+      cost.algorithm = "ring";
+      cost.seconds += RingSeconds(topology.network, host, n, b, shape.chunk_bytes,
+                                  Oversubscription(largest, cores));
+      cost.wire_bytes += 2.0 * (n - 1) * b;
+    }
+  }
+  return cost;
+}
+
+}  // namespace rdmaflow::sim

@@ -1,0 +1,71 @@
+// File: event_loop.cc
+#include "sim/event_loop.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/base/macros.h"
+
+namespace rdmaflow::sim {
+
+double Topology::PortSeconds(int a, int b, double bytes) const {
+  const LinkProfile& l = link(a, b);
+  return l.per_message_us() * 1e-6 + bytes / (l.bandwidth_gbps() * 1e9);
+}
+
+double Topology::LatencySeconds(int a, int b) const {
+  return link(a, b).latency_us() * 1e-6;
+}
+
+EventLoop::EventLoop(Topology topology)
+    : topology_(std::move(topology)),
+      core_free_(topology_.hosts(),
+                 std::vector<double>(std::max(1, topology_.cores_per_host), 0.0)),
+      local_egress_(topology_.ranks, 0.0),
+      local_ingress_(topology_.ranks, 0.0),
+      network_egress_(topology_.ranks, 0.0),
+      network_ingress_(topology_.ranks, 0.0) {}
+
+void EventLoop::At(double time, Callback fn) {
+  queue_.push_back(Event{std::max(time, now_), next_sequence_++, std::move(fn)});
+  std::push_heap(queue_.begin(), queue_.end(), Later);
+}
+
+void EventLoop::After(double seconds, Callback fn) {
+  ABSL_ASSERT(seconds >= 0);
+  At(now_ + std::max(0.0, seconds), std::move(fn));
+}
+
+void EventLoop::Compute(int rank, double seconds, Callback done) {
+  ABSL_ASSERT(rank >= 0 && rank < topology_.ranks);
+  std::vector<double>& cores = core_free_[topology_.host(rank)];
+  auto core = std::min_element(cores.begin(), cores.end());
+  const double start = std::max(now_, *core);
+  *core = start + std::max(0.0, seconds);
+  At(*core, std::move(done));
+}
+
+void EventLoop::Transfer(int src, int dst, double bytes, Callback done) {
+  ABSL_ASSERT(src >= 0 && src < topology_.ranks && dst >= 0 && dst < topology_.ranks);
+  wire_bytes_ += bytes;
+  const bool local = topology_.same_host(src, dst);
+  double& egress = local ? local_egress_[src] : network_egress_[src];
+  double& ingress = local ? local_ingress_[dst] : network_ingress_[dst];
+  const double start = std::max({now_, egress, ingress});
+  const double end = start + topology_.PortSeconds(src, dst, bytes);
+  egress = ingress = end;
+  At(end + topology_.LatencySeconds(src, dst), std::move(done));
+}
+
+void EventLoop::Run() {
+  stopped_ = false;
+  while (!queue_.empty() && !stopped_) {
+    std::pop_heap(queue_.begin(), queue_.end(), Later);
+    Event event = std::move(queue_.back());
+    queue_.pop_back();
+    now_ = event.time;
+    event.fn();
+  }
+}
+
+}  // namespace rdmaflow::sim

@@ -1,0 +1,133 @@
+// File: job.cc
+#include "sim/internal/job.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace rdmaflow::sim::internal {
+
+absl::StatusOr<Costs> CostsOf(const ModelProfile& model) {
+  if (model.layers().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the profile of model '", model.model(),
+        "' has no layers; measure it with tools/calibrate_sim.sh"));
+  }
+  if (model.batch_size() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the profile of model '", model.model(), "' has batch size ",
+        model.batch_size(), "; it must be positive"));
+  }
+  Costs c;
+  c.batch = model.batch_size();
+  for (const LayerProfile& layer : model.layers()) {
+    if (!(layer.forward_ms() >= 0 && layer.backward_ms() >= 0 &&
+          layer.param_bytes() >= 0 && layer.output_bytes() >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer '", layer.name(), "' of model '", model.model(),
+          "' has a negative (or NaN) time or size"));
+    }
+    if (layer.head()) {
+      c.head_forward += layer.forward_ms() * 1e-3;
+      c.head_backward += layer.backward_ms() * 1e-3;
+      c.head_param_bytes += layer.param_bytes();
+    } else {
+      c.features_forward += layer.forward_ms() * 1e-3;
+      c.features_backward += layer.backward_ms() * 1e-3;
+      c.features_param_bytes += layer.param_bytes();
+      c.activation_bytes = layer.output_bytes();
+    }
+    if (layer.param_bytes() > 0) c.tensor_bytes.push_back(layer.param_bytes());
+  }
+  if (!(model.optimizer_ms() >= 0 && model.loss_ms() >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", model.model(), "' has a negative optimizer or loss time"));
+  }
+  c.optimizer = model.optimizer_ms() * 1e-3;
+  c.loss = model.loss_ms() * 1e-3;
+  return c;
+}
+
+Job::Job(const Scenario& scenario, Costs costs)
+    : scenario_(scenario),
+      costs_(std::move(costs)),
+      loop_(Topology{scenario.ranks, scenario.ranks_per_host,
+                     scenario.host.cores(), scenario.network, scenario.local}),
+      random_(scenario.seed) {}
+
+void Job::Compute(int rank, double seconds, EventLoop::Callback done) {
+  if (scenario_.jitter > 0) {
+    std::uniform_real_distribution<double> factor(1 - scenario_.jitter,
+                                                  1 + scenario_.jitter);
+    seconds *= factor(random_);
+  }
+  if (rank == scenario_.slow_rank && scenario_.slow_factor > 1) {
+    const double sleep = seconds * (scenario_.slow_factor - 1);
+    loop_.Compute(rank, seconds, [this, sleep, done = std::move(done)]() mutable {
+      loop_.After(sleep, std::move(done));
+    });
+    return;
+  }
+  loop_.Compute(rank, seconds, std::move(done));
+}
+
+void Job::Read(int reader, int owner, double bytes, EventLoop::Callback done) {
+  loop_.After(loop_.topology().LatencySeconds(reader, owner),
+              [this, reader, owner, bytes, done = std::move(done)]() mutable {
+                loop_.Transfer(owner, reader, bytes, std::move(done));
+              });
+}
+
+void Job::AllReduce(const std::vector<int>& members, double bytes, int member,
+                    std::function<void()> done) {
+  (void)member;
+  PendingCollective& pending = collectives_[members];
+  pending.waiting.push_back(std::move(done));
+  if (++pending.arrived < static_cast<int>(members.size())) return;
+  const AllReduceCost cost =
+      AllReduceTime(loop_.topology(), scenario_.host, members, bytes, shape_);
+  loop_.CountWireBytes(cost.wire_bytes);
+  std::vector<std::function<void()>> waiting = std::move(pending.waiting);
+  collectives_.erase(members);
+  for (auto& fn : waiting) loop_.After(cost.seconds, std::move(fn));
+}
+
+double Job::CopySeconds(double bytes) const {
+  return bytes / (std::max(scenario_.host.memcpy_gbps(), 1e-9) * 1e9);
+}
+
+double Job::ReduceSeconds(double bytes) const {
+  return bytes / (std::max(scenario_.host.reduce_gbps(), 1e-9) * 1e9);
+}
+
+double Job::StoreRoundTrip() const {
+  return scenario_.host.store_round_trip_us() * 1e-6;
+}
+
+SimulatedRun Job::Result(double samples_per_step) const {
+  SimulatedRun run;
+  run.set_model(scenario_.model.model());
+  run.set_strategy(scenario_.strategy);
+  std::string params;
+  for (const auto& [key, value] : scenario_.params) {
+    absl::StrAppend(&params, params.empty() ? "" : ",", key, "=", value);
+  }
+  run.set_params(params);
+  run.set_link(scenario_.network.name());
+  run.set_ranks(scenario_.ranks);
+  run.set_ranks_per_host(scenario_.ranks_per_host);
+  run.set_steps(scenario_.steps);
+  run.set_slow_rank(scenario_.slow_rank);
+  run.set_slow_factor(scenario_.slow_factor);
+  const int steps = std::max(1, log_.steps);
+  const double span = std::max(0.0, log_.last_end - std::max(0.0, log_.first_start));
+  run.set_step_ms(span / steps * 1e3);
+  run.set_comm_ms(log_.comm / steps * 1e3);
+  run.set_wait_ms(log_.wait / steps * 1e3);
+  run.set_wire_bytes_per_step(loop_.wire_bytes() / std::max(1, scenario_.steps));
+  run.set_samples_per_s(span > 0 ? samples_per_step * steps / span : 0);
+  return run;
+}
+
+}  // namespace rdmaflow::sim::internal

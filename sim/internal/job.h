@@ -1,0 +1,135 @@
+// File: job.h
+// -----------------------------------------------------------------------------
+// What every strategy model shares: the event loop, the model's compute
+// costs, the straggler and jitter, and the reporting rank's step log.
+// Internal to sim/ (simulate.cc and the *_model.cc files).
+#ifndef RDMAFLOW_SIM_INTERNAL_JOB_H_
+#define RDMAFLOW_SIM_INTERNAL_JOB_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/key_value_params.h"
+#include "sim/collective_time.h"
+#include "sim/event_loop.h"
+#include "sim/simulate.h"
+
+namespace rdmaflow::sim::internal {
+
+// A model's compute on one batch, in seconds, and its bytes.
+struct Costs {
+  double features_forward = 0, features_backward = 0;
+  double head_forward = 0, head_backward = 0;
+  double loss = 0, optimizer = 0;
+  double features_param_bytes = 0, head_param_bytes = 0;
+  double activation_bytes = 0;  // the features' output, one batch
+  int batch = 0;
+  std::vector<double> tensor_bytes;  // each layer's parameters (ps shards)
+
+  double param_bytes() const { return features_param_bytes + head_param_bytes; }
+  // Forward, loss and backward of the whole model: a worker's compute.
+  double step() const {
+    return features_forward + features_backward + head_forward + head_backward + loss;
+  }
+};
+
+// kInvalidArgument for a profile without layers or with negative times.
+absl::StatusOr<Costs> CostsOf(const ModelProfile& model);
+
+// The reporting rank's steps, as rdmaflow_train measures them.
+struct StepLog {
+  double first_start = -1;
+  double last_end = 0;
+  int steps = 0;
+  double comm = 0, wait = 0;
+
+  void Start(double now) {
+    if (first_start < 0) first_start = now;
+  }
+  void End(double now) {
+    last_end = now;
+    ++steps;
+  }
+};
+
+// Single-threaded.
+class Job {
+ public:
+  Job(const Scenario& scenario, Costs costs);
+
+  const Scenario& scenario() const { return scenario_; }
+  const Costs& costs() const { return costs_; }
+  EventLoop& loop() { return loop_; }
+  double now() const { return loop_.now(); }
+  int ranks() const { return scenario_.ranks; }
+  int steps() const { return scenario_.steps; }
+  bool alive(int rank, int step) const {
+    return !(rank == scenario_.kill_rank && step >= scenario_.kill_step);
+  }
+
+  // `seconds` of `rank`'s compute on its host's cores, with jitter; a
+  // straggler then sleeps (slow_factor - 1) times what it computed.
+  void Compute(int rank, double seconds, EventLoop::Callback done);
+  // Work that is not the model's (copies, reductions, optimizer): cores,
+  // no jitter, no straggler.
+  void Work(int rank, double seconds, EventLoop::Callback done) {
+    loop_.Compute(rank, seconds, std::move(done));
+  }
+  // A one-sided read of `bytes` of `owner`'s memory by `reader`: the
+  // request's latency, then the data back.
+  void Read(int reader, int owner, double bytes, EventLoop::Callback done);
+  // The all-reduce of `bytes` among `members`; `done` runs for each member
+  // once the last has arrived and the collective has run.
+  void AllReduce(const std::vector<int>& members, double bytes, int member,
+                 std::function<void()> done);
+
+  double CopySeconds(double bytes) const;
+  double ReduceSeconds(double bytes) const;
+  double StoreRoundTrip() const;
+  AllReduceShape shape() const { return shape_; }
+  void set_shape(const AllReduceShape& shape) { shape_ = shape; }
+
+  StepLog& log() { return log_; }
+  void set_reporter(int rank) { reporter_ = rank; }
+  int reporter() const { return reporter_; }
+
+  // The run's row (step, comm, wait from the log; wire bytes per step).
+  SimulatedRun Result(double samples_per_step) const;
+
+ private:
+  struct PendingCollective {
+    int arrived = 0;
+    std::vector<std::function<void()>> waiting;
+  };
+
+  const Scenario scenario_;
+  const Costs costs_;
+  EventLoop loop_;
+  std::mt19937_64 random_;
+  AllReduceShape shape_;
+  // Collectives in progress, by member list (one call at a time per group).
+  std::map<std::vector<int>, PendingCollective> collectives_;
+  StepLog log_;
+  int reporter_ = 0;
+};
+
+// bucket_bytes=, chunk_bytes= and slots= of the strategies that all-reduce
+// (allreduce, layer_separated), as they read them.
+absl::Status ReadAllReduceShape(KeyValueParams& params, AllReduceShape* shape);
+
+// The strategy models (one file each): each reads its settings from the
+// scenario (kInvalidArgument naming a bad one), runs the loop to the end and
+// returns the samples the job trains per step.
+absl::StatusOr<double> RunParameterServer(Job& job);
+absl::StatusOr<double> RunAllReduce(Job& job);
+absl::StatusOr<double> RunLayerSeparated(Job& job);
+absl::StatusOr<double> RunGossip(Job& job);
+absl::StatusOr<double> RunMoshpit(Job& job);
+
+}  // namespace rdmaflow::sim::internal
+
+#endif  // RDMAFLOW_SIM_INTERNAL_JOB_H_

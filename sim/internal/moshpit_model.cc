@@ -1,0 +1,189 @@
+// File: moshpit_model.cc
+// -----------------------------------------------------------------------------
+// Moshpit as strategies/moshpit runs it: local SGD, then every `period`
+// steps one averaging round within the rank's group of the round (the
+// strategies' own MoshpitGrid says who). A round:
+//   1. through the rendezvous store: a heartbeat, a ticket and a member
+//      record (three round trips), then polls (two round trips each, with
+//      sleeps of 20 us doubling to 1 ms) until every expected member has a
+//      ticket or group_timeout_ms passes; the sealer writes the group
+//      (three round trips); everyone reads it (one round trip, one more per
+//      member);
+//   2. the first time a member set meets, its all-reduce group is built
+//      through the store (settings, hosts, ring: modelled as a few round
+//      trips per member);
+//   3. copy the parameters in, all-reduce them with a weight, divide, copy
+//      back.
+// A dead member is waited for until the timeout once, then left out.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/key_value_params.h"
+#include "common/status_macros.h"
+#include "sim/internal/job.h"
+#include "strategies/moshpit/moshpit_grid.h"
+
+namespace rdmaflow::sim::internal {
+namespace {
+
+using strategies::moshpit::MoshpitGrid;
+
+// Store round trips to build an all-reduce group the first time a member
+// set meets (settings agreement, host grouping, ring set-up), per member.
+constexpr double kSetupRoundTripsPerMember = 4;
+constexpr double kFirstPollSeconds = 20e-6;
+constexpr double kLastPollSeconds = 1e-3;
+
+class MoshpitModel {
+ public:
+  MoshpitModel(Job& job, MoshpitGrid grid, int period, double group_timeout_s)
+      : job_(job), grid_(grid), period_(period), timeout_(group_timeout_s) {
+    step_.assign(job.ranks(), 0);
+    round_.assign(job.ranks(), 0);
+  }
+
+  void Start() {
+    for (int r = 0; r < job_.ranks(); ++r) Step(r);
+  }
+
+ private:
+  struct Meeting {
+    std::vector<int> expected;
+    std::vector<int> present;
+    std::vector<std::function<void(std::vector<int>)>> waiting;
+    double first_arrival = 0;
+    bool sealed = false;
+  };
+
+  bool Gone(int r) const { return !job_.alive(r, step_[r]); }
+  double Rtt() const { return job_.StoreRoundTrip(); }
+
+  void Step(int r) {
+    if (step_[r] >= job_.steps() || Gone(r)) return;
+    if (r == 0) job_.log().Start(job_.now());
+    job_.Compute(r, job_.costs().step(), [this, r] {
+      job_.Work(r, job_.costs().optimizer, [this, r] {
+        if ((step_[r] + 1) % period_ != 0) {
+          EndStep(r);
+          return;
+        }
+        const double begin = job_.now();
+        job_.loop().After(3 * Rtt(), [this, r, begin] {
+          Join(r, begin);
+        });
+      });
+    });
+  }
+
+  void EndStep(int r) {
+    ++step_[r];
+    if (r == 0) job_.log().End(job_.now());
+    Step(r);
+  }
+
+  void Join(int r, double begin) {
+    const int round = round_[r]++;
+    std::vector<int> expected;
+    for (int peer : grid_.GroupOf(r, round)) {
+      if (!suspected_.count(peer)) expected.push_back(peer);
+    }
+    const std::string key = absl::StrCat(round, "/", grid_.GroupKey(r, round));
+    Meeting& meeting = meetings_[key];
+    if (meeting.present.empty()) {
+      meeting.expected = expected;
+      meeting.first_arrival = job_.now();
+      // The deadline: the first member seals with whoever came.
+      job_.loop().After(timeout_, [this, key] { Seal(key); });
+    }
+    meeting.present.push_back(r);
+    meeting.waiting.push_back([this, r, begin](std::vector<int> members) {
+      Average(r, begin, std::move(members));
+    });
+    if (meeting.present.size() >= meeting.expected.size()) Seal(key);
+  }
+
+  void Seal(const std::string& key) {
+    auto it = meetings_.find(key);
+    if (it == meetings_.end() || it->second.sealed) return;
+    Meeting& meeting = it->second;
+    meeting.sealed = true;
+    for (int peer : meeting.expected) {
+      if (std::find(meeting.present.begin(), meeting.present.end(), peer) ==
+          meeting.present.end()) {
+        suspected_.insert(peer);
+      }
+    }
+    std::vector<int> members = meeting.present;
+    std::sort(members.begin(), members.end());
+    const double waited = job_.now() - meeting.first_arrival;
+    // The others notice at their next poll; the sealer writes, all read.
+    const double poll = std::clamp(waited / 2, kFirstPollSeconds, kLastPollSeconds);
+    const double after = poll / 2 + 2 * Rtt() + 3 * Rtt() + (1 + members.size()) * Rtt();
+    auto waiting = std::move(meeting.waiting);
+    meetings_.erase(it);
+    for (auto& fn : waiting) {
+      job_.loop().After(after, [fn = std::move(fn), members] { fn(members); });
+    }
+  }
+
+  void Average(int r, double begin, std::vector<int> members) {
+    const double bytes = job_.costs().param_bytes() + 4;
+    auto finish = [this, r, begin] {
+      if (r == 0) job_.log().comm += job_.now() - begin;
+      EndStep(r);
+    };
+    if (members.size() <= 1) {
+      finish();
+      return;
+    }
+    double setup = 0;
+    if (built_.insert({r, members}).second) {
+      setup = kSetupRoundTripsPerMember * members.size() * Rtt();
+    }
+    job_.loop().After(setup, [this, r, bytes, members, finish] {
+      job_.Work(r, job_.CopySeconds(bytes), [this, r, bytes, members, finish] {
+        job_.AllReduce(members, bytes, r, [this, r, bytes, finish] {
+          job_.Work(r, job_.ReduceSeconds(bytes) + job_.CopySeconds(bytes), finish);
+        });
+      });
+    });
+  }
+
+  Job& job_;
+  const MoshpitGrid grid_;
+  const int period_;
+  const double timeout_;
+  std::vector<int> step_;
+  std::vector<int> round_;
+  std::map<std::string, Meeting> meetings_;
+  std::set<int> suspected_;
+  // (rank, members) of the all-reduce groups each rank has built.
+  std::set<std::pair<int, std::vector<int>>> built_;
+};
+
+}  // namespace
+
+absl::StatusOr<double> RunMoshpit(Job& job) {
+  KeyValueParams params("moshpit", job.scenario().params);
+  int side = 2, dims = 0, period = 1;
+  int64_t group_ms = 2000, round_ms = 10000;
+  RETURN_IF_ERROR(params.Int("side", 2, &side));
+  RETURN_IF_ERROR(params.Int("dims", 0, &dims));
+  RETURN_IF_ERROR(params.Int("period", 1, &period));
+  RETURN_IF_ERROR(params.Int("group_timeout_ms", int64_t{1}, &group_ms));
+  RETURN_IF_ERROR(params.Int("round_timeout_ms", int64_t{1}, &round_ms));
+  RETURN_IF_ERROR(params.Done());
+  if (job.ranks() < 2) return absl::InvalidArgumentError("moshpit needs at least 2 ranks");
+  ASSIGN_OR_RETURN(MoshpitGrid grid, MoshpitGrid::Create(job.ranks(), side, dims));
+  MoshpitModel model(job, grid, period, group_ms * 1e-3);
+  model.Start();
+  job.loop().Run();
+  return static_cast<double>(job.ranks()) * job.costs().batch;
+}
+
+}  // namespace rdmaflow::sim::internal

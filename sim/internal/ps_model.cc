@@ -1,0 +1,249 @@
+// File: ps_model.cc
+// -----------------------------------------------------------------------------
+// The parameter server as strategies/ps runs it. Ranks 0..S-1 serve shards
+// (whole tensors, largest first onto the emptiest server); the others work.
+// A worker's step:
+//   1. permission: it polls every server's clock buffer (a versioned read:
+//      header, data, stamp) until its clock is within the server's bound for
+//      it and the server has taken its previous push; the bound comes from
+//      the strategies' own ClockTable (bsp, asp, ssp, dssp);
+//   2. pull: a versioned read of every shard, one server after another;
+//   3. its previous push must have landed; compute (the straggler sleeps);
+//   4. push: one write of each server's gradient shard, not waited for.
+// A server takes one push at a time on its core: bsp adds it to the step's
+// sum and applies the mean once every worker's is in; the other modes apply
+// each as it comes. Then it republishes its clocks.
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/key_value_params.h"
+#include "common/status_macros.h"
+#include "sim/internal/job.h"
+#include "strategies/ps/sync_policy.h"
+
+namespace rdmaflow::sim::internal {
+namespace {
+
+using strategies::ps::ClockTable;
+using strategies::ps::SyncPolicy;
+
+constexpr double kHeaderBytes = 64;
+constexpr double kStampBytes = 8;
+
+class ParameterServerModel {
+ public:
+  ParameterServerModel(Job& job, int servers, const SyncPolicy& policy)
+      : job_(job), servers_(servers), workers_(job.ranks() - servers) {
+    // Size-balanced shards of whole tensors (strategies/ps/sharding.h).
+    shard_bytes_.assign(servers_, 0);
+    std::vector<double> tensors = job.costs().tensor_bytes;
+    std::sort(tensors.rbegin(), tensors.rend());
+    for (double bytes : tensors) {
+      *std::min_element(shard_bytes_.begin(), shard_bytes_.end()) += bytes;
+    }
+    for (int s = 0; s < servers_; ++s) {
+      Server& server = servers_state_.emplace_back();
+      server.table = std::make_unique<ClockTable>(policy, workers_);
+    }
+    bsp_ = policy.mode == strategies::ps::SyncMode::kBsp;
+    worker_state_.resize(workers_);
+    job.set_reporter(servers_);
+  }
+
+  void Start() {
+    for (int w = 0; w < workers_; ++w) BeginStep(w);
+  }
+
+  double samples_per_step() const {
+    return static_cast<double>(workers_) * job_.costs().batch;
+  }
+
+ private:
+  struct Server {
+    std::unique_ptr<ClockTable> table;
+    std::vector<int> inbox;  // workers whose push has landed, in order
+    bool busy = false;
+    int taken_this_step = 0;
+  };
+  struct Worker {
+    int step = 0;
+    double step_start = 0;
+    double wait_start = -1;  // waiting for permission since
+    int pushes_in_flight = 0;
+    std::function<void()> after_pushes;
+  };
+
+  int Rank(int w) const { return servers_ + w; }
+  bool Reporting(int w) const { return w == 0; }
+  double PollSeconds(int w, int s) const {
+    const Topology& t = job_.loop().topology();
+    return 3 * (2 * t.LatencySeconds(Rank(w), s) + t.PortSeconds(s, Rank(w), kHeaderBytes));
+  }
+
+  bool Permitted(int w) const {
+    const int64_t clock = worker_state_[w].step;
+    for (const Server& server : servers_state_) {
+      if (server.table->clock(w) < clock) return false;  // read-my-writes
+    }
+    for (const Server& server : servers_state_) {
+      if (clock > server.table->Bound(w)) return false;
+    }
+    return true;
+  }
+
+  void BeginStep(int w) {
+    Worker& worker = worker_state_[w];
+    if (worker.step >= job_.steps()) return;
+    worker.step_start = job_.now();
+    if (Reporting(w)) job_.log().Start(job_.now());
+    worker.wait_start = job_.now();
+    CheckPermission(w);
+  }
+
+  // Called when the worker starts waiting and whenever a server republishes.
+  void CheckPermission(int w) {
+    Worker& worker = worker_state_[w];
+    if (worker.wait_start < 0 || !Permitted(w)) return;
+    const double waited_from = worker.wait_start;
+    worker.wait_start = -1;
+    double poll = 0;
+    for (int s = 0; s < servers_; ++s) poll += PollSeconds(w, s);
+    job_.loop().After(poll, [this, w, waited_from] {
+      if (Reporting(w)) job_.log().wait += job_.now() - waited_from;
+      Pull(w, 0);
+    });
+  }
+
+  void Pull(int w, int s) {
+    if (s == servers_) {
+      AfterPull(w);
+      return;
+    }
+    const int rank = Rank(w);
+    job_.Read(rank, s, kHeaderBytes, [this, w, s, rank] {
+      job_.Read(rank, s, shard_bytes_[s], [this, w, s, rank] {
+        job_.Read(rank, s, kStampBytes, [this, w, s] { Pull(w, s + 1); });
+      });
+    });
+  }
+
+  void AfterPull(int w) {
+    Worker& worker = worker_state_[w];
+    auto compute = [this, w] {
+      Worker& worker = worker_state_[w];
+      if (Reporting(w)) job_.log().comm += job_.now() - worker.step_start;
+      job_.Compute(Rank(w), job_.costs().step(), [this, w] { Push(w); });
+    };
+    if (worker.pushes_in_flight > 0) {
+      worker.after_pushes = compute;
+    } else {
+      compute();
+    }
+  }
+
+  void Push(int w) {
+    Worker& worker = worker_state_[w];
+    worker.pushes_in_flight = servers_;
+    for (int s = 0; s < servers_; ++s) {
+      job_.loop().Transfer(Rank(w), s, shard_bytes_[s], [this, w, s] {
+        Worker& worker = worker_state_[w];
+        Arrive(s, w);
+        if (--worker.pushes_in_flight == 0 && worker.after_pushes) {
+          auto next = std::move(worker.after_pushes);
+          worker.after_pushes = nullptr;
+          next();
+        }
+      });
+    }
+    ++worker.step;
+    if (Reporting(w)) job_.log().End(job_.now());
+    BeginStep(w);
+  }
+
+  void Arrive(int s, int w) {
+    servers_state_[s].inbox.push_back(w);
+    Serve(s);
+  }
+
+  // The server takes the next push it may take.
+  void Serve(int s) {
+    Server& server = servers_state_[s];
+    if (server.busy) return;
+    auto next = server.inbox.begin();
+    if (bsp_) {
+      // A worker that already contributed waits until the step closes.
+      const int64_t step_clock = server.table->min_clock();
+      next = std::find_if(server.inbox.begin(), server.inbox.end(), [&](int w) {
+        return server.table->clock(w) == step_clock;
+      });
+    }
+    if (next == server.inbox.end()) return;
+    const int w = *next;
+    server.inbox.erase(next);
+    server.busy = true;
+    const double fraction = shard_bytes_[s] / std::max(1.0, job_.costs().param_bytes());
+    const double apply = job_.costs().optimizer * fraction;
+    const double add = job_.ReduceSeconds(shard_bytes_[s]);
+    bool closes = true;
+    if (bsp_) closes = ++server.taken_this_step == workers_;
+    const double work = add + (closes ? apply : 0);
+    job_.Work(s, work, [this, s, w, closes] {
+      Server& server = servers_state_[s];
+      const int64_t min_before = server.table->min_clock();
+      server.table->OnPush(w, job_.now());
+      if (bsp_ && closes) server.taken_this_step = 0;
+      server.busy = false;
+      // A bound moves for everyone only when the slowest clock moves; else
+      // only `w`'s own clock (and DSSP extra) changed.
+      if (server.table->min_clock() != min_before) {
+        for (int other = 0; other < workers_; ++other) CheckPermission(other);
+      } else {
+        CheckPermission(w);
+      }
+      Serve(s);
+    });
+  }
+
+  Job& job_;
+  const int servers_;
+  const int workers_;
+  bool bsp_ = true;
+  std::vector<double> shard_bytes_;
+  std::vector<Server> servers_state_;
+  std::vector<Worker> worker_state_;
+};
+
+}  // namespace
+
+absl::StatusOr<double> RunParameterServer(Job& job) {
+  std::map<std::string, std::string> params = job.scenario().params;
+  std::string sync = "bsp";
+  if (auto it = params.find("sync"); it != params.end()) {
+    sync = it->second;
+    params.erase(it);
+  }
+  KeyValueParams p("ps", params);
+  int servers = 1;
+  RETURN_IF_ERROR(p.Int("servers", 1, &servers));
+  RETURN_IF_ERROR(p.Done());
+  ASSIGN_OR_RETURN(SyncPolicy policy, SyncPolicy::Parse(sync));
+  if (servers >= job.ranks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ps needs at least one worker: servers=", servers, " of ", job.ranks(),
+        " ranks"));
+  }
+  if (static_cast<int>(job.costs().tensor_bytes.size()) < servers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ps shards whole tensors: model '", job.scenario().model.model(), "' has ",
+        job.costs().tensor_bytes.size(), " layers with parameters, fewer than servers=",
+        servers));
+  }
+  ParameterServerModel model(job, servers, policy);
+  model.Start();
+  job.loop().Run();
+  return model.samples_per_step();
+}
+
+}  // namespace rdmaflow::sim::internal

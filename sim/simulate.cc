@@ -1,0 +1,108 @@
+// File: simulate.cc
+#include "sim/simulate.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "sim/internal/job.h"
+
+namespace rdmaflow::sim {
+namespace {
+
+absl::Status CheckLink(const LinkProfile& link, const char* role) {
+  if (!(link.bandwidth_gbps() > 0 && std::isfinite(link.bandwidth_gbps()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", role, " link '", link.name(), "' has bandwidth ",
+        link.bandwidth_gbps(), " GB/s; it must be positive"));
+  }
+  if (!(link.latency_us() >= 0 && link.per_message_us() >= 0 &&
+        std::isfinite(link.latency_us()) && std::isfinite(link.per_message_us()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", role, " link '", link.name(),
+        "' has a negative or non-finite latency or per-message cost"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckScenario(const Scenario& s) {
+  if (s.ranks < 1 || s.ranks > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranks must be in 1..", 1 << 20, ", got ", s.ranks));
+  }
+  if (s.ranks_per_host < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranks per host must be at least 1, got ", s.ranks_per_host));
+  }
+  if (s.steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("steps must be at least 1, got ", s.steps));
+  }
+  if (!(s.slow_factor >= 1 && s.slow_factor <= 1000)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the slow factor must be in 1..1000, got ", s.slow_factor));
+  }
+  if (!(s.jitter >= 0 && s.jitter < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("jitter must be in [0, 1), got ", s.jitter));
+  }
+  if (s.slow_rank < -1 || s.slow_rank >= s.ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the slow rank must be -1 (none) or in 0..", s.ranks - 1, ", got ", s.slow_rank));
+  }
+  if (s.kill_rank != -1 && (s.kill_rank < 1 || s.kill_rank >= s.ranks)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the kill rank must be -1 (none) or in 1..", s.ranks - 1,
+        " (rank 0 reports), got ", s.kill_rank));
+  }
+  if (s.kill_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the kill step must be >= 0, got ", s.kill_step));
+  }
+  if (s.host.cores() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the host profile has ", s.host.cores(), " cores; it needs at least 1"));
+  }
+  if (!(s.host.memcpy_gbps() > 0 && s.host.reduce_gbps() > 0 &&
+        s.host.store_round_trip_us() >= 0)) {
+    return absl::InvalidArgumentError(
+        "the host profile needs positive memcpy and reduce bandwidths and a "
+        "store round trip >= 0");
+  }
+  RETURN_IF_ERROR(CheckLink(s.network, "network"));
+  RETURN_IF_ERROR(CheckLink(s.local, "host"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::string> SimulatedStrategies() {
+  return {"ps", "allreduce", "layer_separated", "gossip", "moshpit"};
+}
+
+absl::StatusOr<SimulatedRun> Simulate(const Scenario& scenario) {
+  RETURN_IF_ERROR(CheckScenario(scenario));
+  ASSIGN_OR_RETURN(internal::Costs costs, internal::CostsOf(scenario.model));
+  internal::Job job(scenario, std::move(costs));
+  absl::StatusOr<double> samples;
+  const std::string& s = scenario.strategy;
+  if (s == "ps") {
+    samples = internal::RunParameterServer(job);
+  } else if (s == "allreduce") {
+    samples = internal::RunAllReduce(job);
+  } else if (s == "layer_separated") {
+    samples = internal::RunLayerSeparated(job);
+  } else if (s == "gossip") {
+    samples = internal::RunGossip(job);
+  } else if (s == "moshpit") {
+    samples = internal::RunMoshpit(job);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the simulator does not know strategy '", s, "' (known: ",
+        absl::StrJoin(SimulatedStrategies(), ", "), ")"));
+  }
+  if (!samples.ok()) return samples.status();
+  return job.Result(*samples);
+}
+
+}  // namespace rdmaflow::sim

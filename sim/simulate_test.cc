@@ -1,0 +1,243 @@
+// File: simulate_test.cc
+// The strategy models against steps worked out by hand, the sync modes'
+// order under a straggler, churn, determinism, and the errors a user meets.
+#include "sim/simulate.h"
+
+#include <string>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rdmaflow::sim {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// A two-layer model: features 10 ms forward, 20 ms backward, 1 MB of
+// parameters, 100 KB of activations; head 5 + 10 ms, 4 MB.
+ModelProfile TwoLayers() {
+  ModelProfile m;
+  m.set_model("two_layers");
+  m.set_batch_size(64);
+  LayerProfile* f = m.add_layers();
+  f->set_name("conv");
+  f->set_forward_ms(10);
+  f->set_backward_ms(20);
+  f->set_param_bytes(1e6);
+  f->set_output_bytes(1e5);
+  LayerProfile* h = m.add_layers();
+  h->set_name("fc");
+  h->set_head(true);
+  h->set_forward_ms(5);
+  h->set_backward_ms(10);
+  h->set_param_bytes(4e6);
+  h->set_output_bytes(64 * 40);
+  m.set_loss_ms(1);
+  m.set_optimizer_ms(2);
+  return m;
+}
+
+Scenario Base(const std::string& strategy, int ranks) {
+  Scenario s;
+  s.model = TwoLayers();
+  s.host.set_cores(64);
+  s.host.set_memcpy_gbps(10);
+  s.host.set_reduce_gbps(5);
+  s.host.set_store_round_trip_us(100);
+  s.network.set_name("test");
+  s.network.set_latency_us(10);
+  s.network.set_bandwidth_gbps(1);
+  s.network.set_per_message_us(0);
+  s.local = s.network;
+  s.strategy = strategy;
+  s.ranks = ranks;
+  s.steps = 10;
+  return s;
+}
+
+constexpr double kCompute = 46e-3;  // 10 + 20 + 5 + 10 + 1 ms
+
+TEST(SimulateTest, AllReduceIsComputeThenTheRingThenSgd) {
+  Scenario s = Base("allreduce", 2);
+  s.params = {{"bucket_bytes", "0"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+  // 5 MB over 2 ranks: 2 steps of 2.5 MB (10 pieces of 256 KiB), at 1 GB/s.
+  const double ring = 2 * (10e-6 + 2.5e-3);
+  EXPECT_NEAR(run.step_ms(), (kCompute + ring + 2e-3) * 1e3, 1e-6);
+  EXPECT_NEAR(run.comm_ms(), ring * 1e3, 1e-6);
+  EXPECT_DOUBLE_EQ(run.wire_bytes_per_step(), 2 * 5e6);
+  EXPECT_EQ(run.strategy(), "allreduce");
+  EXPECT_EQ(run.ranks(), 2);
+}
+
+TEST(SimulateTest, AStragglerHoldsBspBackAspNotAndSspInBetween) {
+  double step[3];
+  const char* syncs[] = {"bsp", "ssp:3", "asp"};
+  for (int i = 0; i < 3; ++i) {
+    Scenario s = Base("ps", 3);
+    s.params = {{"servers", "1"}, {"sync", syncs[i]}};
+    s.slow_rank = 2;  // the second worker
+    s.slow_factor = 3;
+    s.steps = 12;
+    ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+    step[i] = run.step_ms();
+  }
+  EXPECT_GT(step[0], 3 * kCompute * 1e3);  // waits for the straggler
+  EXPECT_LT(step[1], step[0]);
+  EXPECT_LT(step[2], step[1]);
+  EXPECT_LT(step[2], 2 * kCompute * 1e3);  // runs at its own pace
+}
+
+TEST(SimulateTest, DsspLiesBetweenItsTwoSspBounds) {
+  double step[3];
+  const char* syncs[] = {"ssp:1", "dssp:1:8", "ssp:8"};
+  for (int i = 0; i < 3; ++i) {
+    Scenario s = Base("ps", 3);
+    s.params = {{"sync", syncs[i]}};
+    s.slow_rank = 2;
+    s.slow_factor = 2;
+    s.jitter = 0.3;
+    s.steps = 16;
+    ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+    step[i] = run.step_ms();
+  }
+  EXPECT_LE(step[1], step[0]);
+  EXPECT_GE(step[1], step[2]);
+  EXPECT_LT(step[2], step[0]);
+}
+
+TEST(SimulateTest, PsPushesAndPullsEveryParameterEveryStep) {
+  Scenario s = Base("ps", 3);
+  ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+  // Two workers push 5 MB and pull 5 MB each (plus headers and stamps).
+  EXPECT_GE(run.wire_bytes_per_step(), 2 * 2 * 5e6);
+  EXPECT_LT(run.wire_bytes_per_step(), 2 * 2 * 5e6 + 1e4);
+  // bsp: the step is at least compute + the pull of 5 MB at 1 GB/s.
+  EXPECT_GT(run.step_ms(), (kCompute + 5e-3) * 1e3);
+}
+
+TEST(SimulateTest, LayerSeparatedByHand) {
+  Scenario s = Base("layer_separated", 2);
+  s.params = {{"fc_ranks", "1"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+  // features forward; activations + labels over; head + loss; gradients
+  // back; features backward; no all-reduce with one rank a side; SGD of the
+  // features (1/5 of the optimizer).
+  const double over = 10e-6 + (1e5 + 8 * 64) / 1e9;
+  const double back = 10e-6 + (1e5 + 8) / 1e9;
+  const double expected = 10e-3 + over + 16e-3 + back + 20e-3 + 0.4e-3;
+  EXPECT_NEAR(run.step_ms(), expected * 1e3, 1e-6);
+  EXPECT_NEAR(run.wait_ms(), (over + 16e-3 + back) * 1e3, 1e-6);
+}
+
+TEST(SimulateTest, LayerSeparatedChoosesKWhenNotTold) {
+  Scenario s = Base("layer_separated", 4);
+  ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+  EXPECT_GT(run.step_ms(), 0);
+  EXPECT_GT(run.samples_per_s(), 0);
+}
+
+TEST(SimulateTest, GossipPullReadsOnePeerAndNeverWaits) {
+  Scenario s = Base("gossip", 2);
+  ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+  // compute, SGD, copy out 5 MB, three reads (header, 5 MB, stamp: each a
+  // request latency and the data's), mix.
+  const double reads = 3 * 20e-6 + (64 + 5e6 + 8) / 1e9;
+  const double expected = kCompute + 2e-3 + 5e6 / 10e9 + reads + 5e6 / 5e9;
+  EXPECT_NEAR(run.step_ms(), expected * 1e3, 1e-6);
+  EXPECT_EQ(run.wait_ms(), 0);
+}
+
+TEST(SimulateTest, GossipPushAndRingTopologyRun) {
+  Scenario s = Base("gossip", 4);
+  s.params = {{"mode", "push"}, {"topology", "ring"}, {"period", "2"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+  EXPECT_GT(run.step_ms(), kCompute * 1e3);
+  // Every other step, 4 ranks write 5 MB each.
+  EXPECT_NEAR(run.wire_bytes_per_step(), 4 * (5e6 + 16) / 2, 1);
+}
+
+TEST(SimulateTest, MoshpitWaitsForADeadMemberOnceThenLeavesItOut) {
+  Scenario s = Base("moshpit", 4);
+  s.steps = 20;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun healthy, Simulate(s));
+  s.kill_rank = 1;
+  s.kill_step = 5;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun churn, Simulate(s));
+  // One group timeout (2 s) over 20 steps, give or take a round.
+  const double extra = churn.step_ms() - healthy.step_ms();
+  EXPECT_GT(extra, 2000.0 / 20 * 0.8);
+  EXPECT_LT(extra, 2000.0 / 20 * 1.3);
+}
+
+TEST(SimulateTest, GossipGoesOnWithoutADeadPeer) {
+  Scenario s = Base("gossip", 4);
+  s.kill_rank = 3;
+  s.kill_step = 2;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+  EXPECT_EQ(run.steps(), 10);
+  EXPECT_GT(run.step_ms(), 0);
+}
+
+TEST(SimulateTest, SameScenarioSameResult) {
+  Scenario s = Base("gossip", 8);
+  s.jitter = 0.2;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun a, Simulate(s));
+  ASSERT_OK_AND_ASSIGN(SimulatedRun b, Simulate(s));
+  EXPECT_EQ(a.step_ms(), b.step_ms());
+  s.seed = 2;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun c, Simulate(s));
+  EXPECT_NE(a.step_ms(), c.step_ms());
+}
+
+TEST(SimulateTest, ThousandsOfRanks) {
+  for (const char* strategy : {"allreduce", "gossip", "moshpit", "ps"}) {
+    Scenario s = Base(strategy, 1024);
+    s.steps = 3;
+    if (std::string(strategy) == "ps") s.params = {{"servers", "2"}};
+    ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+    EXPECT_GT(run.step_ms(), kCompute * 1e3) << strategy;
+  }
+}
+
+TEST(SimulateTest, OversubscribedCoresSlowCompute) {
+  Scenario s = Base("allreduce", 4);
+  s.ranks_per_host = 4;
+  s.host.set_cores(2);
+  ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+  EXPECT_GT(run.step_ms(), 2 * kCompute * 1e3);
+}
+
+TEST(SimulateTest, BadScenariosAreNamed) {
+  Scenario s = Base("nope", 2);
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("known: ps")));
+  s = Base("ps", 2);
+  s.params = {{"servers", "2"}};
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("worker")));
+  s = Base("ps", 3);
+  s.params = {{"sync", "ssp:-1"}};
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ssp")));
+  s = Base("gossip", 2);
+  s.params = {{"colour", "red"}};
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("colour")));
+  s = Base("allreduce", 2);
+  s.network.set_bandwidth_gbps(0);
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bandwidth")));
+  s = Base("allreduce", 2);
+  s.model.clear_layers();
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no layers")));
+  s = Base("allreduce", 2);
+  s.slow_rank = 5;
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("slow")));
+  s = Base("gossip", 2);
+  s.kill_rank = 0;
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("kill")));
+  s = Base("layer_separated", 3);
+  s.params = {{"fc_ranks", "3"}};
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("fc_ranks")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::sim
