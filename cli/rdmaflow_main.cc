@@ -3,12 +3,16 @@
 // The `rdmaflow` command: one binary, one subcommand per job.
 //
 //   rdmaflow plan GRAPH [options]   plan a dataflow graph's transfers
+//   rdmaflow simulate [options]     predict step times (docs/scale.md)
+//   rdmaflow calibrate [options]    the simulator's calibration
 //   rdmaflow --help
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "cli/calibrate_command.h"
 #include "cli/plan_command.h"
+#include "cli/simulate_command.h"
 
 namespace {
 
@@ -19,6 +23,10 @@ rdmaflow: an RDMA dataflow communication substrate for tensor graphs.
 commands:
   plan GRAPH    validate a dataflow graph, infer shapes, partition it by rank
                 and print the transfer plan (registered regions, slots)
+  simulate      predict the training step of each strategy at any rank count
+                and link, from this machine's calibration (docs/scale.md)
+  calibrate     build that calibration from measurements
+                (tools/calibrate_sim.sh runs them)
 
 run 'rdmaflow COMMAND --help' for a command's options.
 )";
@@ -37,7 +45,13 @@ int main(int argc, char** argv) {
   if (command == "plan") {
     return rdmaflow::cli::RunPlanCommand(args, std::cout, std::cerr);
   }
+  if (command == "simulate") {
+    return rdmaflow::cli::RunSimulateCommand(args, std::cout, std::cerr);
+  }
+  if (command == "calibrate") {
+    return rdmaflow::cli::RunCalibrateCommand(args, std::cout, std::cerr);
+  }
   std::cerr << "rdmaflow: unknown command '" << command
-            << "' (known: plan; see rdmaflow --help)\n";
+            << "' (known: plan, simulate, calibrate; see rdmaflow --help)\n";
   return 2;
 }

@@ -102,7 +102,11 @@ double Job::ReduceSeconds(double bytes) const {
 }
 
 double Job::StoreRoundTrip() const {
-  return scenario_.host.store_round_trip_us() * 1e-6;
+  // The store's own round trip (measured on one host), and across hosts
+  // the network's there and back.
+  const double crossing =
+      loop_.topology().hosts() > 1 ? 2 * scenario_.network.latency_us() : 0;
+  return (scenario_.host.store_round_trip_us() + crossing) * 1e-6;
 }
 
 SimulatedRun Job::Result(double samples_per_step) const {

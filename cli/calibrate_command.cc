@@ -1,0 +1,145 @@
+// File: calibrate_command.cc
+#include "cli/calibrate_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cli/args.h"
+#include "cli/json_file.h"
+#include "common/key_value_params.h"
+#include "common/status_macros.h"
+#include "results/json.h"
+#include "results/results.pb.h"
+#include "sim/calibration.h"
+#include "sim/sim.pb.h"
+
+namespace rdmaflow::cli {
+namespace {
+
+std::vector<FlagSpec> CalibrateFlags() {
+  return {{"links"}, {"allreduce"}, {"profiles"}, {"cores"}, {"store_rtt_us"}, {"out"}};
+}
+
+std::vector<std::string> List(const std::string& text) {
+  return absl::StrSplit(text, ',', absl::SkipEmpty());
+}
+
+absl::Status Run(const ParsedArgs& args, std::ostream& out) {
+  if (!args.Has("out")) {
+    return absl::InvalidArgumentError("--out FILE is required");
+  }
+  sim::Calibration calibration;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  calibration.set_host(host);
+  calibration.set_created(absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
+  sim::HostProfile* profile = calibration.mutable_host_profile();
+  ASSIGN_OR_RETURN(int64_t cores,
+                   args.GetInt("cores", std::max(1u, std::thread::hardware_concurrency()), 1, 1 << 16));
+  profile->set_cores(static_cast<int>(cores));
+  ASSIGN_OR_RETURN(int64_t store_rtt, args.GetInt("store_rtt_us", 50, 0, 10000000));
+  profile->set_store_round_trip_us(static_cast<double>(store_rtt));
+
+  ASSIGN_OR_RETURN(auto links, ParseKeyValues(args.Get("links"), "--links item"));
+  for (const auto& [name, path] : links) {
+    results::BenchmarkReport report;
+    RETURN_IF_ERROR(ReadJsonFile(path, &report));
+    ASSIGN_OR_RETURN(sim::LinkProfile link, sim::LinkFromPingPong(name, report, path));
+    *calibration.add_links() = link;
+    if (name == "shm" && profile->memcpy_gbps() == 0) {
+      profile->set_memcpy_gbps(sim::MemcpyFromPingPong(report));
+    }
+    out << "link " << name << ": latency " << link.latency_us() << " us, "
+        << link.bandwidth_gbps() << " GB/s, " << link.per_message_us()
+        << " us a message\n";
+  }
+  if (args.Has("allreduce")) {
+    results::BenchmarkReport report;
+    RETURN_IF_ERROR(ReadJsonFile(args.Get("allreduce"), &report));
+    const results::AllReduceResults& r = report.allreduce();
+    if (!(r.memcpy_gbps() > 0 && r.reduce_gbps() > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          args.Get("allreduce"), " has no memcpy_gbps and reduce_gbps; write it with "
+                                 "bench/allreduce_bench --json"));
+    }
+    profile->set_memcpy_gbps(r.memcpy_gbps());
+    profile->set_reduce_gbps(r.reduce_gbps());
+  }
+  if (profile->reduce_gbps() == 0) profile->set_reduce_gbps(profile->memcpy_gbps() / 2);
+  out << "host: " << profile->cores() << " cores, memcpy " << profile->memcpy_gbps()
+      << " GB/s, reduce " << profile->reduce_gbps() << " GB/s, store round trip "
+      << profile->store_round_trip_us() << " us\n";
+  for (const std::string& path : List(args.Get("profiles"))) {
+    sim::ModelProfile model;
+    RETURN_IF_ERROR(ReadJsonFile(path, &model));
+    if (model.layers().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " has no layers; write it with rdmaflow_profile --json"));
+    }
+    out << "model " << model.model() << ": " << model.layers_size() << " parts, step "
+        << model.step_ms() << " ms at batch " << model.batch_size() << "\n";
+    *calibration.add_models() = model;
+  }
+  RETURN_IF_ERROR(results::WriteJsonFile(calibration, args.Get("out")));
+  out << "wrote " << args.Get("out") << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string CalibrateUsage() {
+  return R"(usage: rdmaflow calibrate --out FILE [options]
+
+Builds the step-time simulator's calibration (JSON, sim/sim.proto's
+Calibration) from this machine's measurements. tools/calibrate_sim.sh runs
+them all and then this; see docs/scale.md.
+
+options:
+  --links NAME=FILE,...   ping-pong reports (bench/transport_pingpong --json),
+                          one per link: shm=pp_shm.json,1gbit=pp_1g.json
+  --allreduce FILE        the collectives' bench report (bench/allreduce_bench
+                          --json): the host's memcpy and reduce bandwidth
+                          (default: memcpy from the shm ping-pong, reduce half)
+  --profiles FILE,...     model profiles (rdmaflow_profile --json)
+  --cores N               cores the ranks of one host share (default: this
+                          machine's)
+  --store_rtt_us N        one rendezvous-store round trip on one host
+                          (default 50)
+  --out FILE              where to write the calibration
+  -h, --help              this text
+
+exit status: 0 written; 1 a measurement cannot be read or is invalid (the
+message names the file); 2 bad command line.
+)";
+}
+
+int RunCalibrateCommand(const std::vector<std::string>& args, std::ostream& out,
+                        std::ostream& err) {
+  absl::StatusOr<ParsedArgs> parsed = ParseArgs(args, CalibrateFlags());
+  if (!parsed.ok()) {
+    err << "rdmaflow calibrate: " << parsed.status().message() << "\n";
+    return 2;
+  }
+  if (parsed->help) {
+    out << CalibrateUsage();
+    return 0;
+  }
+  if (!parsed->positional.empty()) {
+    err << "rdmaflow calibrate: takes no positional arguments (see --help)\n";
+    return 2;
+  }
+  const absl::Status status = Run(*parsed, out);
+  if (!status.ok()) {
+    err << "rdmaflow calibrate: " << status.message() << "\n";
+    return status.code() == absl::StatusCode::kInvalidArgument && !parsed->Has("out") ? 2 : 1;
+  }
+  return 0;
+}
+
+}  // namespace rdmaflow::cli

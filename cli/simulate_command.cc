@@ -1,0 +1,229 @@
+// File: simulate_command.cc
+#include "cli/simulate_command.h"
+
+#include <filesystem>
+#include <map>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "cli/args.h"
+#include "cli/json_file.h"
+#include "common/key_value_params.h"
+#include "common/status_macros.h"
+#include "common/text_table.h"
+#include "results/json.h"
+#include "sim/calibration.h"
+#include "sim/link_presets.h"
+#include "sim/simulate.h"
+
+namespace rdmaflow::cli {
+namespace {
+
+// Where tools/calibrate_sim.sh writes this machine's calibration (and where
+// the repository keeps the one docs/scale.md was made with).
+constexpr char kDefaultCalibration[] = "docs/scale/calibration.json";
+
+std::vector<FlagSpec> SimulateFlags() {
+  return {{"calibration"}, {"model"},      {"strategy"},
+          {"ranks"},       {"link"},       {"ranks_per_host"}, {"cores"},
+          {"steps"},       {"slow_rank"},  {"slow_factor"}, {"jitter"},
+          {"kill_rank"},   {"kill_step"},  {"seed"},      {"json"},
+          {"quiet", false}};
+}
+
+std::vector<std::string> List(const std::string& text) {
+  return absl::StrSplit(text, ',', absl::SkipEmpty());
+}
+
+absl::StatusOr<double> Real(const ParsedArgs& args, const std::string& name, double fallback) {
+  if (!args.Has(name)) return fallback;
+  double v;
+  if (!absl::SimpleAtod(args.Get(name), &v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " must be a number, got '", args.Get(name), "'"));
+  }
+  return v;
+}
+
+absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
+  std::string path = args.Get("calibration");
+  if (path.empty()) {
+    if (!std::filesystem::exists(kDefaultCalibration)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no --calibration FILE, and no ", kDefaultCalibration,
+          " here: run tools/calibrate_sim.sh (or pass the file)"));
+    }
+    path = kDefaultCalibration;
+  }
+  sim::Calibration calibration;
+  RETURN_IF_ERROR(ReadJsonFile(path, &calibration));
+  ASSIGN_OR_RETURN(sim::ModelProfile model,
+                   sim::FindModel(calibration, args.Get("model", "lenet5")));
+
+  sim::Scenario base;
+  base.model = model;
+  base.host = sim::HostOf(calibration);
+  ASSIGN_OR_RETURN(int64_t cores, args.GetInt("cores", base.host.cores(), 1, 1 << 16));
+  base.host.set_cores(static_cast<int>(cores));
+  ASSIGN_OR_RETURN(int64_t steps, args.GetInt("steps", 30, 1, 100000));
+  base.steps = static_cast<int>(steps);
+  ASSIGN_OR_RETURN(int64_t slow_rank, args.GetInt("slow_rank", -1, -1, 1 << 20));
+  base.slow_rank = static_cast<int>(slow_rank);
+  ASSIGN_OR_RETURN(base.slow_factor, Real(args, "slow_factor", 1));
+  ASSIGN_OR_RETURN(base.jitter, Real(args, "jitter", 0));
+  ASSIGN_OR_RETURN(int64_t kill_rank, args.GetInt("kill_rank", -1, -1, 1 << 20));
+  base.kill_rank = static_cast<int>(kill_rank);
+  ASSIGN_OR_RETURN(int64_t kill_step, args.GetInt("kill_step", 0, 0, 1 << 30));
+  base.kill_step = static_cast<int>(kill_step);
+  ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed", 1, 0, INT64_MAX));
+  base.seed = static_cast<uint64_t>(seed);
+  ASSIGN_OR_RETURN(sim::LinkProfile shm, sim::FindLink(calibration, "shm"));
+
+  std::vector<int> rank_counts;
+  for (const std::string& item : List(args.Get("ranks", "4"))) {
+    int n;
+    if (!absl::SimpleAtoi(item, &n) || n < 1 || n > (1 << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--ranks takes counts in 1..1048576, got '", item, "'"));
+    }
+    rank_counts.push_back(n);
+  }
+  // "ps:servers=1,sync=bsp;allreduce": name and settings, ';' between.
+  std::vector<std::pair<std::string, std::map<std::string, std::string>>> strategies;
+  for (absl::string_view item :
+       absl::StrSplit(args.Get("strategy", "allreduce"), ';', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> parts = absl::StrSplit(item, absl::MaxSplits(':', 1));
+    ASSIGN_OR_RETURN(auto settings,
+                     ParseKeyValues(parts.second, absl::StrCat(parts.first, " setting")));
+    strategies.emplace_back(parts.first, settings);
+  }
+  std::vector<std::string> links = List(args.Get("link", "shm"));
+  if (rank_counts.empty() || strategies.empty() || links.empty()) {
+    return absl::InvalidArgumentError("--ranks, --strategy and --link need at least one value");
+  }
+
+  sim::SimulationReport report;
+  report.set_calibration(path);
+  TextTable table({"link", "strategy", "params", "ranks", "step_ms", "comm_ms", "wait_ms",
+                   "wire_MB/step", "samples/s"});
+  for (const std::string& link_name : links) {
+    ASSIGN_OR_RETURN(sim::LinkProfile link, sim::FindLink(calibration, link_name));
+    for (const auto& [strategy, settings] : strategies) {
+      for (int ranks : rank_counts) {
+        sim::Scenario s = base;
+        s.strategy = strategy;
+        s.params = settings;
+        s.ranks = ranks;
+        s.local = shm;
+        if (link_name == "shm") {
+          s.network = shm;
+          s.ranks_per_host = ranks;  // one host
+        } else {
+          s.network = link;
+          ASSIGN_OR_RETURN(int64_t per_host, args.GetInt("ranks_per_host", 1, 1, 1 << 20));
+          s.ranks_per_host = static_cast<int>(per_host);
+        }
+        absl::StatusOr<sim::SimulatedRun> run = sim::Simulate(s);
+        if (!run.ok()) {
+          return absl::Status(run.status().code(),
+                              absl::StrCat(strategy, " on ", ranks, " ranks over ", link_name,
+                                           ": ", run.status().message()));
+        }
+        if (!args.Has("quiet") && ranks >= 256) {
+          err << "simulated " << strategy << " on " << ranks << " ranks over " << link_name
+              << "\n";
+        }
+        table.AddRow({link_name, strategy, run->params().empty() ? "-" : run->params(),
+                      absl::StrCat(ranks), absl::StrFormat("%.2f", run->step_ms()),
+                      absl::StrFormat("%.2f", run->comm_ms()),
+                      absl::StrFormat("%.2f", run->wait_ms()),
+                      absl::StrFormat("%.2f", run->wire_bytes_per_step() / 1e6),
+                      absl::StrFormat("%.0f", run->samples_per_s())});
+        *report.add_runs() = *run;
+      }
+    }
+  }
+  out << "model " << model.model() << " (batch " << model.batch_size() << "), "
+      << base.host.cores() << " cores a host, " << base.steps << " steps; calibration "
+      << path << "\n"
+      << table.Render("  ");
+  if (args.Has("json")) RETURN_IF_ERROR(results::WriteJsonFile(report, args.Get("json")));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string SimulateUsage() {
+  return R"(usage: rdmaflow simulate [options]
+
+Predicts rdmaflow's training step per strategy, rank count and link, from a
+calibration of this machine (rdmaflow calibrate; tools/calibrate_sim.sh).
+A discrete-event model of each strategy as its code runs it: compute queued
+on each host's cores, messages on each rank's ports, waits and collectives
+(docs/scale.md says what is modelled and how well it matches runs).
+
+options:
+  --calibration FILE   default docs/scale/calibration.json
+  --model NAME         a model the calibration profiled (default lenet5)
+  --strategy S;...     strategies, each NAME[:K=V,...], ';' between: ps,
+                       allreduce, layer_separated, gossip, moshpit (default
+                       allreduce), with their settings as rdmaflow_train
+                       takes them (ps: servers=1,sync=bsp|asp|ssp:S|dssp:L:H;
+                       layer_separated: fc_ranks=K; gossip: mode=pull|push,
+                       period=N, topology=random|ring; moshpit: side=M,
+                       dims=D, period=N, group_timeout_ms=T; allreduce:
+                       bucket_bytes=B, chunk_bytes=B)
+  --ranks N,...        rank counts (default 4)
+  --link NAME,...      shm (every rank on one host), 100mbit, 1gbit, 10gbit,
+                       25gbit, roce25, roce100, ib_edr100, ib_hdr200, or a
+                       link the calibration measured (default shm)
+  --ranks_per_host N   over a network link: ranks on each host (default 1)
+  --cores N            cores of a host (default: the calibration's)
+  --steps N            steps to simulate (default 30)
+  --slow_rank R        a straggler: its compute is --slow_factor times slower
+  --slow_factor F
+  --jitter J           every compute varies uniformly by +-J (0 <= J < 1)
+  --kill_rank R        churn: rank R is gone from --kill_step on
+  --kill_step N
+  --seed N             random choices (peers, jitter); default 1
+  --json FILE          write the rows (sim/sim.proto's SimulationReport)
+  --quiet              no progress lines
+  -h, --help           this text
+
+exit status: 0 simulated; 1 a file cannot be read or a scenario cannot run
+(the message names it); 2 bad command line.
+
+example:
+  rdmaflow simulate --model vgg \
+      --strategy 'ps:servers=1,sync=bsp;allreduce;layer_separated' \
+      --ranks 4,16,64 --link 1gbit,ib_hdr200
+)";
+}
+
+int RunSimulateCommand(const std::vector<std::string>& args, std::ostream& out,
+                       std::ostream& err) {
+  absl::StatusOr<ParsedArgs> parsed = ParseArgs(args, SimulateFlags());
+  if (!parsed.ok()) {
+    err << "rdmaflow simulate: " << parsed.status().message() << "\n";
+    return 2;
+  }
+  if (parsed->help) {
+    out << SimulateUsage();
+    return 0;
+  }
+  if (!parsed->positional.empty()) {
+    err << "rdmaflow simulate: takes no positional arguments (see --help)\n";
+    return 2;
+  }
+  const absl::Status status = Run(*parsed, out, err);
+  if (!status.ok()) {
+    err << "rdmaflow simulate: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace rdmaflow::cli

@@ -1,0 +1,158 @@
+// File: simulate_command_test.cc
+// `rdmaflow calibrate` from measurement files, then `rdmaflow simulate` on
+// the calibration: the table, the JSON, and the errors a user meets.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/calibrate_command.h"
+#include "cli/simulate_command.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "results/json.h"
+#include "results/results.pb.h"
+#include "sim/sim.pb.h"
+
+namespace rdmaflow::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Tmp(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+void Write(const google::protobuf::Message& m, const std::string& path) {
+  ASSERT_TRUE(results::WriteJsonFile(m, path).ok());
+}
+
+struct Outcome {
+  int code;
+  std::string out, err;
+};
+
+template <typename Fn>
+Outcome Call(Fn fn, std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = fn(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+class SimulateCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    results::BenchmarkReport pp;
+    pp.mutable_run()->set_transport("ucx");
+    results::PingPongRow* row = pp.mutable_pingpong()->add_rows();
+    row->set_op("write");
+    row->set_bytes(8);
+    row->set_bw_avg_mbps(8);
+    row->set_lat_p50_us(0.6);
+    row->set_msg_rate_mops(1);
+    row->set_memcpy_mbps(9000);
+    Write(pp, Tmp("pp_shm.json"));
+    row->set_lat_p50_us(30);
+    row->set_bytes(1 << 20);
+    row->set_bw_avg_mbps(110);
+    row->set_msg_rate_mops(1e-4);
+    Write(pp, Tmp("pp_1g.json"));
+
+    sim::ModelProfile model;
+    model.set_model("tiny");
+    model.set_batch_size(32);
+    for (bool head : {false, true}) {
+      sim::LayerProfile* l = model.add_layers();
+      l->set_name(head ? "fc" : "conv");
+      l->set_head(head);
+      l->set_forward_ms(1);
+      l->set_backward_ms(2);
+      l->set_param_bytes(head ? 4e6 : 1e5);
+      l->set_output_bytes(1e4);
+    }
+    Write(model, Tmp("tiny.json"));
+  }
+
+  Outcome Calibrate() {
+    return Call(RunCalibrateCommand,
+                {"--links", "shm=" + Tmp("pp_shm.json") + ",1gbit=" + Tmp("pp_1g.json"),
+                 "--profiles", Tmp("tiny.json"), "--cores", "2", "--out",
+                 Tmp("calibration.json")});
+  }
+};
+
+TEST_F(SimulateCommandTest, CalibrateThenSimulate) {
+  Outcome c = Calibrate();
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_THAT(c.out, HasSubstr("link 1gbit: latency 30 us"));
+  EXPECT_THAT(c.out, HasSubstr("memcpy 9 GB/s"));
+
+  Outcome s = Call(RunSimulateCommand,
+               {"--calibration", Tmp("calibration.json"), "--model", "tiny", "--strategy",
+                "ps:servers=1,sync=ssp:2;allreduce", "--ranks", "2,8", "--link",
+                "1gbit,ib_hdr200", "--steps", "5", "--json", Tmp("sim.json")});
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_THAT(s.out, HasSubstr("servers=1,sync=ssp:2"));
+  EXPECT_THAT(s.out, HasSubstr("ib_hdr200"));
+  sim::SimulationReport report;
+  std::ifstream in(Tmp("sim.json"));
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSERT_TRUE(results::FromJson(text.str(), &report).ok());
+  ASSERT_EQ(report.runs_size(), 2 * 2 * 2);
+  // 1 Gbit/s moves 8 ranks' gradients slower than HDR InfiniBand.
+  double gbit = 0, ib = 0;
+  for (const sim::SimulatedRun& run : report.runs()) {
+    if (run.strategy() == "allreduce" && run.ranks() == 8) {
+      (run.link() == "1gbit" ? gbit : ib) = run.step_ms();
+    }
+  }
+  EXPECT_GT(gbit, ib);
+  EXPECT_GT(ib, 0);
+}
+
+TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {
+  ASSERT_EQ(Calibrate().code, 0);
+  const std::string cal = Tmp("calibration.json");
+  Outcome r = Call(RunSimulateCommand, {"--calibration", cal, "--model", "bert"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("tiny"));
+  r = Call(RunSimulateCommand, {"--calibration", cal, "--model", "tiny", "--ranks", "0"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--ranks"));
+  r = Call(RunSimulateCommand, {"--calibration", cal, "--model", "tiny", "--strategy", "nccl"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("known: ps"));
+  r = Call(RunSimulateCommand,
+           {"--calibration", cal, "--model", "tiny", "--strategy", "allreduce:servers=2"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("servers"));
+  r = Call(RunSimulateCommand, {"--calibration", Tmp("missing.json")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("missing.json"));
+  r = Call(RunSimulateCommand, {"--calibration", Tmp("pp_shm.json")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("rdmaflow.sim.Calibration"));
+  r = Call(RunSimulateCommand, {"--bogus"});
+  EXPECT_EQ(r.code, 2);
+  r = Call(RunCalibrateCommand, {"--links", "shm=" + Tmp("tiny.json"), "--out", Tmp("x.json")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("tiny.json"));
+}
+
+TEST_F(SimulateCommandTest, HelpDocumentsEveryOption) {
+  Outcome r = Call(RunSimulateCommand, {"--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* flag : {"--calibration", "--model", "--strategy", "--ranks", "--link",
+                           "--ranks_per_host", "--cores", "--steps", "--slow_rank",
+                           "--jitter", "--kill_rank", "--json"}) {
+    EXPECT_THAT(r.out, HasSubstr(flag));
+  }
+  r = Call(RunCalibrateCommand, {"--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("--links"));
+}
+
+}  // namespace
+}  // namespace rdmaflow::cli

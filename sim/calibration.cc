@@ -1,0 +1,79 @@
+// File: calibration.cc
+#include "sim/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace rdmaflow::sim {
+namespace {
+
+bool Positive(double v) { return std::isfinite(v) && v > 0; }
+
+}  // namespace
+
+absl::StatusOr<LinkProfile> LinkFromPingPong(const std::string& name,
+                                             const results::BenchmarkReport& report,
+                                             const std::string& source) {
+  std::vector<const results::PingPongRow*> writes;
+  for (const results::PingPongRow& row : report.pingpong().rows()) {
+    if (row.op() != "write") continue;
+    if (!Positive(row.bytes()) || !Positive(row.bw_avg_mbps()) ||
+        !Positive(row.lat_p50_us()) || !Positive(row.msg_rate_mops())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": the write row of ", row.bytes(),
+          " bytes is not a positive, finite measurement (bandwidth, median "
+          "latency and message rate)"));
+    }
+    writes.push_back(&row);
+  }
+  if (writes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, " has no ping-pong write rows; write it with "
+                "bench/transport_pingpong --json"));
+  }
+  const auto smallest = *std::min_element(
+      writes.begin(), writes.end(),
+      [](const auto* a, const auto* b) { return a->bytes() < b->bytes(); });
+  double best_mbps = 0;
+  for (const auto* row : writes) best_mbps = std::max(best_mbps, row->bw_avg_mbps());
+  LinkProfile link;
+  link.set_name(name);
+  link.set_latency_us(smallest->lat_p50_us());
+  link.set_bandwidth_gbps(best_mbps / 1000);
+  const double message_us = 1 / smallest->msg_rate_mops();
+  const double bytes_us = smallest->bytes() / (best_mbps * 1e6) * 1e6;
+  link.set_per_message_us(std::max(0.0, message_us - bytes_us));
+  link.set_source(absl::StrCat("measured: transport_pingpong ", report.run().transport(),
+                               " ", report.run().params(), " (", source, ")"));
+  return link;
+}
+
+double MemcpyFromPingPong(const results::BenchmarkReport& report) {
+  double bytes = 0, mbps = 0;
+  for (const results::PingPongRow& row : report.pingpong().rows()) {
+    if (row.bytes() >= bytes && Positive(row.memcpy_mbps())) {
+      bytes = row.bytes();
+      mbps = row.memcpy_mbps();
+    }
+  }
+  return mbps / 1000;
+}
+
+absl::StatusOr<ModelProfile> FindModel(const Calibration& calibration,
+                                       const std::string& name) {
+  std::vector<std::string> names;
+  for (const ModelProfile& model : calibration.models()) {
+    if (model.model() == name) return model;
+    names.push_back(model.model());
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "the calibration has no profile of model '", name, "' (it has: ",
+      names.empty() ? "none" : absl::StrJoin(names, ", "),
+      "); profile it with rdmaflow_profile and rerun rdmaflow calibrate"));
+}
+
+}  // namespace rdmaflow::sim

@@ -1,0 +1,40 @@
+// File: calibration.h
+// -----------------------------------------------------------------------------
+// From this machine's measurements to the simulator's Calibration:
+//   - a link from the ping-pong (bench/transport_pingpong --json): one-way
+//     latency from the smallest write's median, bandwidth from the best
+//     average bandwidth of any write size, the per-message cost from the
+//     smallest write's message rate less its bytes' time;
+//   - the host's copy and reduce bandwidths from the collectives' bench
+//     (bench/allreduce_bench --json), else the copy from the ping-pong's
+//     memcpy column and the reduce as half of it;
+//   - model profiles from rdmaflow_profile --json.
+// `rdmaflow calibrate` (cli/calibrate_command.h) drives it;
+// tools/calibrate_sim.sh runs the measurements.
+#ifndef RDMAFLOW_SIM_CALIBRATION_H_
+#define RDMAFLOW_SIM_CALIBRATION_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "results/results.pb.h"
+#include "sim/sim.pb.h"
+
+namespace rdmaflow::sim {
+
+// kInvalidArgument if the report has no write rows or a row is not a
+// finite positive measurement (naming the file's `source`).
+absl::StatusOr<LinkProfile> LinkFromPingPong(const std::string& name,
+                                             const results::BenchmarkReport& report,
+                                             const std::string& source);
+
+// The memcpy column of the largest write, GB/s (0 when absent).
+double MemcpyFromPingPong(const results::BenchmarkReport& report);
+
+// The model's profile; kNotFound listing the models the calibration has.
+absl::StatusOr<ModelProfile> FindModel(const Calibration& calibration,
+                                       const std::string& name);
+
+}  // namespace rdmaflow::sim
+
+#endif  // RDMAFLOW_SIM_CALIBRATION_H_

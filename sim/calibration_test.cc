@@ -1,0 +1,75 @@
+// File: calibration_test.cc
+#include "sim/calibration.h"
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sim/link_presets.h"
+
+namespace rdmaflow::sim {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+results::PingPongRow* Row(results::BenchmarkReport& r, const char* op, double bytes,
+                          double mbps, double p50_us, double mops) {
+  results::PingPongRow* row = r.mutable_pingpong()->add_rows();
+  row->set_op(op);
+  row->set_bytes(bytes);
+  row->set_bw_avg_mbps(mbps);
+  row->set_lat_p50_us(p50_us);
+  row->set_msg_rate_mops(mops);
+  row->set_memcpy_mbps(bytes * 2);
+  return row;
+}
+
+TEST(CalibrationTest, ALinkFromThePingPong) {
+  results::BenchmarkReport report;
+  report.mutable_run()->set_transport("ucx");
+  report.mutable_run()->set_params("tls=tcp");
+  Row(report, "write", 8, 1.6, 25, 0.2);        // 5 us a message
+  Row(report, "write", 1 << 20, 110, 9000, 1e-4);
+  Row(report, "write", 4 << 20, 100, 40000, 2e-5);
+  Row(report, "read", 8, 999, 1, 9);             // reads are not used
+  ASSERT_OK_AND_ASSIGN(LinkProfile link, LinkFromPingPong("1gbit", report, "a.json"));
+  EXPECT_EQ(link.name(), "1gbit");
+  EXPECT_DOUBLE_EQ(link.latency_us(), 25);
+  EXPECT_DOUBLE_EQ(link.bandwidth_gbps(), 0.11);
+  // 5 us a message less 8 bytes at 110 MB/s.
+  EXPECT_NEAR(link.per_message_us(), 5 - 8 / 110.0, 1e-9);
+  EXPECT_THAT(link.source(), HasSubstr("tls=tcp"));
+  EXPECT_DOUBLE_EQ(MemcpyFromPingPong(report), 2.0 * (4 << 20) / 1000);
+}
+
+TEST(CalibrationTest, BadReportsAreNamed) {
+  results::BenchmarkReport empty;
+  EXPECT_THAT(LinkFromPingPong("x", empty, "e.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("e.json")));
+  results::BenchmarkReport zero;
+  Row(zero, "write", 8, 0, 1, 1);
+  EXPECT_THAT(LinkFromPingPong("x", zero, "z.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("8 bytes")));
+}
+
+TEST(CalibrationTest, ModelsAndLinksByName) {
+  Calibration c;
+  c.add_models()->set_model("vgg");
+  LinkProfile* shm = c.add_links();
+  shm->set_name("shm");
+  shm->set_bandwidth_gbps(42);
+  ASSERT_OK_AND_ASSIGN(ModelProfile m, FindModel(c, "vgg"));
+  EXPECT_EQ(m.model(), "vgg");
+  EXPECT_THAT(FindModel(c, "bert"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("vgg")));
+  // Measured links replace presets of the same name; presets fill in.
+  ASSERT_OK_AND_ASSIGN(LinkProfile l, FindLink(c, "shm"));
+  EXPECT_DOUBLE_EQ(l.bandwidth_gbps(), 42);
+  ASSERT_OK_AND_ASSIGN(LinkProfile ib, FindLink(c, "ib_hdr200"));
+  EXPECT_GT(ib.bandwidth_gbps(), 20);
+  EXPECT_THAT(FindLink(c, "carrier_pigeon"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("ib_hdr200")));
+  EXPECT_EQ(HostOf(c).cores(), 2);
+}
+
+}  // namespace
+}  // namespace rdmaflow::sim
