@@ -28,7 +28,7 @@ constexpr char kDefaultCalibration[] = "docs/scale/calibration.json";
 
 std::vector<FlagSpec> SimulateFlags() {
   return {{"calibration"}, {"model"},      {"strategy"},
-          {"ranks"},       {"link"},       {"ranks_per_host"}, {"cores"},
+          {"ranks"},       {"link"},       {"ranks_per_host"}, {"cores"}, {"shared_cores"},
           {"steps"},       {"slow_rank"},  {"slow_factor"}, {"jitter"},
           {"kill_rank"},   {"kill_step"},  {"seed"},      {"json"},
           {"quiet", false}};
@@ -68,6 +68,8 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
   base.host = sim::HostOf(calibration);
   ASSIGN_OR_RETURN(int64_t cores, args.GetInt("cores", base.host.cores(), 1, 1 << 16));
   base.host.set_cores(static_cast<int>(cores));
+  ASSIGN_OR_RETURN(int64_t shared_cores, args.GetInt("shared_cores", 0, 0, 1 << 16));
+  base.shared_cores = static_cast<int>(shared_cores);
   ASSIGN_OR_RETURN(int64_t steps, args.GetInt("steps", 30, 1, 100000));
   base.steps = static_cast<int>(steps);
   ASSIGN_OR_RETURN(int64_t slow_rank, args.GetInt("slow_rank", -1, -1, 1 << 20));
@@ -182,6 +184,8 @@ options:
                        link the calibration measured (default shm)
   --ranks_per_host N   over a network link: ranks on each host (default 1)
   --cores N            cores of a host (default: the calibration's)
+  --shared_cores N     every host's ranks share N cores: namespace hosts on
+                       one machine, as tools/validate_sim.sh runs them
   --steps N            steps to simulate (default 30)
   --slow_rank R        a straggler: its compute is --slow_factor times slower
   --slow_factor F

@@ -145,7 +145,7 @@ TEST_F(SimulateCommandTest, HelpDocumentsEveryOption) {
   Outcome r = Call(RunSimulateCommand, {"--help"});
   EXPECT_EQ(r.code, 0);
   for (const char* flag : {"--calibration", "--model", "--strategy", "--ranks", "--link",
-                           "--ranks_per_host", "--cores", "--steps", "--slow_rank",
+                           "--ranks_per_host", "--cores", "--shared_cores", "--steps", "--slow_rank",
                            "--jitter", "--kill_rank", "--json"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }

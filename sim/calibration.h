@@ -2,8 +2,8 @@
 // -----------------------------------------------------------------------------
 // From this machine's measurements to the simulator's Calibration:
 //   - a link from the ping-pong (bench/transport_pingpong --json): one-way
-//     latency from the smallest write's median, bandwidth from the best
-//     average bandwidth of any write size, the per-message cost from the
+//     latency from the smallest write's median, bandwidth from the largest
+//     write's average bandwidth, the per-message cost from the
 //     smallest write's message rate less its bytes' time;
 //   - the host's copy and reduce bandwidths from the collectives' bench
 //     (bench/allreduce_bench --json), else the copy from the ping-pong's

@@ -35,9 +35,10 @@ TEST(CalibrationTest, ALinkFromThePingPong) {
   ASSERT_OK_AND_ASSIGN(LinkProfile link, LinkFromPingPong("1gbit", report, "a.json"));
   EXPECT_EQ(link.name(), "1gbit");
   EXPECT_DOUBLE_EQ(link.latency_us(), 25);
-  EXPECT_DOUBLE_EQ(link.bandwidth_gbps(), 0.11);
-  // 5 us a message less 8 bytes at 110 MB/s.
-  EXPECT_NEAR(link.per_message_us(), 5 - 8 / 110.0, 1e-9);
+  // The largest write's bandwidth, not the best (a cache or burst effect).
+  EXPECT_DOUBLE_EQ(link.bandwidth_gbps(), 0.1);
+  // 5 us a message less 8 bytes at 100 MB/s.
+  EXPECT_NEAR(link.per_message_us(), 5 - 8 / 100.0, 1e-9);
   EXPECT_THAT(link.source(), HasSubstr("tls=tcp"));
   EXPECT_DOUBLE_EQ(MemcpyFromPingPong(report), 2.0 * (4 << 20) / 1000);
 }

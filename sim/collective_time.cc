@@ -35,7 +35,7 @@ double RingSeconds(const LinkProfile& link, const HostProfile& host, int n,
 // The host paths over `k` members sharing `cores`: reduce, and (unless only
 // the leader needs the sum) copy the others' results out.
 double HostSeconds(const LinkProfile& local, const HostProfile& host, int k,
-                   double bytes, bool one_shot, bool copy_out, int cores) {
+                   double bytes, bool one_shot, bool copy_out, double slow) {
   if (k <= 1 || bytes <= 0) return 0;
   const double reduce_bw = Bandwidth(host.reduce_gbps());
   const double copy_bw = Bandwidth(host.memcpy_gbps());
@@ -48,7 +48,7 @@ double HostSeconds(const LinkProfile& local, const HostProfile& host, int k,
     const double segment = bytes / k;
     work = (k - 1) * segment / reduce_bw + (copy_out ? (k - 1) * segment / copy_bw : 0);
   }
-  return flags + work * Oversubscription(k, cores);
+  return flags + work * slow;
 }
 
 }  // namespace
@@ -67,7 +67,13 @@ AllReduceCost AllReduceTime(const Topology& topology, const HostProfile& host,
   const int hosts = static_cast<int>(per_host.size());
   int largest = 0;
   for (const auto& [h, count] : per_host) largest = std::max(largest, count);
-  const int cores = topology.cores_per_host;
+  // Members competing for one pool of cores, and its size.
+  const int cores = topology.pool_cores();
+  // How many times slower a member's share of reductions and copies runs:
+  // its host's members on its host's cores, or every member on the
+  // machine's shared cores.
+  const double slow = topology.shared_cores > 0 ? Oversubscription(n, cores)
+                                                : Oversubscription(largest, cores);
 
   // Buckets: whole ones of bucket_bytes, then the rest.
   std::vector<double> buckets;
@@ -85,24 +91,24 @@ AllReduceCost AllReduceTime(const Topology& topology, const HostProfile& host,
       const bool one_shot = b <= shape.one_shot_bytes;
       cost.algorithm = one_shot ? "host-one-shot" : "host-scatter-gather";
       cost.seconds += HostSeconds(topology.local, host, n, b, one_shot,
-                                  /*copy_out=*/true, cores);
+                                  /*copy_out=*/true, slow);
       cost.wire_bytes += one_shot ? n * (n - 1) * b : 2.0 * (n - 1) * b;
     } else if (largest >= 2) {
       cost.algorithm = "hierarchical";
       // Reduce to the leaders, the leaders' ring, broadcast back (a copy).
       const double within = HostSeconds(topology.local, host, largest, b,
-                                        b <= shape.one_shot_bytes, false, cores);
+                                        b <= shape.one_shot_bytes, false, slow);
       const double ring = RingSeconds(topology.network, host, hosts, b,
-                                      shape.chunk_bytes, 1.0);
+                                      shape.chunk_bytes,
+                                      topology.shared_cores > 0 ? slow : 1.0);
       const double broadcast =
-          b / Bandwidth(host.memcpy_gbps()) * Oversubscription(largest - 1, cores) +
+          b / Bandwidth(host.memcpy_gbps()) * slow +
           topology.local.latency_us() * 1e-6;
       cost.seconds += within + ring + broadcast;
       cost.wire_bytes += 2.0 * (n - hosts) * b + 2.0 * (hosts - 1) * b;
     } else {
       cost.algorithm = "ring";
-      cost.seconds += RingSeconds(topology.network, host, n, b, shape.chunk_bytes,
-                                  Oversubscription(largest, cores));
+      cost.seconds += RingSeconds(topology.network, host, n, b, shape.chunk_bytes, slow);
       cost.wire_bytes += 2.0 * (n - 1) * b;
     }
   }

@@ -19,8 +19,8 @@ double Topology::LatencySeconds(int a, int b) const {
 
 EventLoop::EventLoop(Topology topology)
     : topology_(std::move(topology)),
-      core_free_(topology_.hosts(),
-                 std::vector<double>(std::max(1, topology_.cores_per_host), 0.0)),
+      core_free_(topology_.shared_cores > 0 ? 1 : topology_.hosts(),
+                 std::vector<double>(std::max(1, topology_.pool_cores()), 0.0)),
       local_egress_(topology_.ranks, 0.0),
       local_ingress_(topology_.ranks, 0.0),
       network_egress_(topology_.ranks, 0.0),
@@ -38,7 +38,7 @@ void EventLoop::After(double seconds, Callback fn) {
 
 void EventLoop::Compute(int rank, double seconds, Callback done) {
   ABSL_ASSERT(rank >= 0 && rank < topology_.ranks);
-  std::vector<double>& cores = core_free_[topology_.host(rank)];
+  std::vector<double>& cores = core_free_[topology_.core_pool(rank)];
   auto core = std::min_element(cores.begin(), cores.end());
   const double start = std::max(now_, *core);
   *core = start + std::max(0.0, seconds);

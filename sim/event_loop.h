@@ -36,11 +36,18 @@ struct Topology {
   int ranks = 1;
   int ranks_per_host = 1;  // ranks r*k .. r*k+k-1 share host r
   int cores_per_host = 1;
+  // > 0: every host's ranks share one pool of this many cores (namespace
+  // "hosts" on one machine, as the validation runs); cores_per_host is
+  // then ignored.
+  int shared_cores = 0;
   LinkProfile network;  // between hosts
   LinkProfile local;    // within a host
   int host(int rank) const { return rank / ranks_per_host; }
   int hosts() const { return (ranks + ranks_per_host - 1) / ranks_per_host; }
   bool same_host(int a, int b) const { return host(a) == host(b); }
+  // Which pool of cores `rank` computes on, and how many cores it has.
+  int core_pool(int rank) const { return shared_cores > 0 ? 0 : host(rank); }
+  int pool_cores() const { return shared_cores > 0 ? shared_cores : cores_per_host; }
   const LinkProfile& link(int a, int b) const {
     return same_host(a, b) ? local : network;
   }

@@ -47,6 +47,16 @@ TEST(EventLoopTest, ComputeQueuesOnTheHostsCores) {
   }
 }
 
+TEST(EventLoopTest, SharedCoresServeEveryHost) {
+  Topology t = TwoHosts(1, 8);
+  t.shared_cores = 1;
+  EventLoop loop(t);
+  std::vector<double> ends;
+  for (int rank : {0, 1}) loop.Compute(rank, 1.0, [&] { ends.push_back(loop.now()); });
+  loop.Run();
+  EXPECT_EQ(ends, (std::vector<double>{1.0, 2.0}));
+}
+
 TEST(EventLoopTest, AMessageHoldsBothPortsThenTakesTheLatency) {
   EventLoop loop(TwoHosts(1, 1));
   std::vector<double> arrivals;

@@ -35,6 +35,10 @@ absl::Status CheckScenario(const Scenario& s) {
     return absl::InvalidArgumentError(
         absl::StrCat("ranks per host must be at least 1, got ", s.ranks_per_host));
   }
+  if (s.shared_cores < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared cores must be >= 0 (0: per host), got ", s.shared_cores));
+  }
   if (s.steps < 1) {
     return absl::InvalidArgumentError(absl::StrCat("steps must be at least 1, got ", s.steps));
   }

@@ -39,6 +39,9 @@ struct Scenario {
   std::map<std::string, std::string> params;
   int ranks = 2;
   int ranks_per_host = 1;
+  // > 0: all hosts share this many cores (namespace hosts on one machine);
+  // else each host has host.cores().
+  int shared_cores = 0;
   int steps = 20;
   // A straggler: this rank's compute takes slow_factor times as long (it
   // sleeps the difference, as rdmaflow_train's --slow_rank does).

@@ -52,8 +52,8 @@ absl::StatusOr<Costs> CostsOf(const ModelProfile& model) {
 Job::Job(const Scenario& scenario, Costs costs)
     : scenario_(scenario),
       costs_(std::move(costs)),
-      loop_(Topology{scenario.ranks, scenario.ranks_per_host,
-                     scenario.host.cores(), scenario.network, scenario.local}),
+      loop_(Topology{scenario.ranks, scenario.ranks_per_host, scenario.host.cores(),
+                     scenario.shared_cores, scenario.network, scenario.local}),
       random_(scenario.seed) {}
 
 void Job::Compute(int rank, double seconds, EventLoop::Callback done) {

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The step-time simulator's calibration of this machine, in one command
+# (docs/scale.md): measures
+#   - the links: transport_pingpong over UCX shared memory, and (as root,
+#     with tools/netns_hosts.sh) over UCX TCP between two namespace hosts
+#     whose link tc caps at 1 Gbit/s and at 100 Mbit/s;
+#   - the host: bench/allreduce_bench's single-thread memcpy and reduce;
+#   - the models: rdmaflow_profile's layer times (one thread, one rank);
+# then writes OUT/calibration.json with `rdmaflow calibrate`.
+#   tools/calibrate_sim.sh [OUT_DIR]   (default docs/scale; ~4 min)
+# Environment: MODELS ("mlp lenet5 vgg"), BATCH (64), LINKS ("1gbit 100mbit";
+# "" for shared memory only).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,12p' "$0"
+  exit 0
+fi
+out=${1:-docs/scale}
+raw=bench-results/calibration
+mkdir -p "$out" "$raw"
+models=${MODELS:-mlp lenet5 vgg}
+batch=${BATCH:-64}
+links=${LINKS-1gbit 100mbit}
+bazel build -c opt //bench:transport_pingpong //bench:allreduce_bench \
+  //train:rdmaflow_profile //cli:rdmaflow >/dev/null
+bin=$PWD/bazel-bin
+pingpong=(--max_bytes=16777216 --byte_budget=268435456 --reads=false)
+
+echo "== [1/4] link shm: transport_pingpong over UCX shared memory"
+"$bin/bench/transport_pingpong" --transport=ucx --params=tls=shm "${pingpong[@]}" \
+  --json="$raw/pp_shm.json" >"$raw/pp_shm.log" 2>&1
+link_args="shm=$raw/pp_shm.json"
+
+if [[ -n $links && $(id -u) == 0 ]]; then
+  export NETNS_PREFIX=rfc NETNS_SUBNET=10.89.0
+  trap 'tools/netns_hosts.sh down 2 >/dev/null 2>&1 || true' EXIT
+  port=29650
+  for link in $links; do
+    echo "== [2/4] link $link: transport_pingpong over UCX TCP between 2 namespace hosts"
+    tools/netns_hosts.sh up 2 "$link" >/dev/null
+    port=$((port + 1))
+    for r in 1 0; do
+      tools/netns_hosts.sh exec "$r" env RANK=$r WORLD_SIZE=2 MASTER_ADDR=10.89.0.1 \
+        MASTER_PORT=$port "$bin/bench/transport_pingpong" --transport=ucx \
+        --params=tls=tcp,net_devices=eth0 "${pingpong[@]}" --max_bytes=4194304 \
+        --byte_budget=33554432 --json="$raw/pp_$link.json" >"$raw/pp_$link.rank$r.log" 2>&1 &
+    done
+    wait
+    tools/netns_hosts.sh down 2 >/dev/null
+    link_args="$link_args,$link=$raw/pp_$link.json"
+  done
+elif [[ -n $links ]]; then
+  echo "== [2/4] skipped: measuring $links needs root (network namespaces); presets stand in"
+fi
+
+echo "== [3/4] host: memcpy and reduce bandwidth (allreduce_bench)"
+"$bin/bench/allreduce_bench" --ranks=2 --impls=rdmaflow --min_bytes=16777216 \
+  --max_bytes=16777216 --json="$raw/allreduce.json" >"$raw/allreduce.log" 2>&1
+
+profiles=""
+for m in $models; do
+  echo "== [4/4] model $m: layer times at batch $batch (rdmaflow_profile)"
+  "$bin/train/rdmaflow_profile" --model "$m" --batch_size "$batch" \
+    --json "$out/$m.profile.json" 2>&1 | tail -1
+  profiles="$profiles${profiles:+,}$out/$m.profile.json"
+done
+
+"$bin/cli/rdmaflow" calibrate --links "$link_args" --allreduce "$raw/allreduce.json" \
+  --profiles "$profiles" --out "$out/calibration.json"
