@@ -20,10 +20,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <utility>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -193,6 +193,7 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
   onesided::ProgressLoop loop(*transport, loop_options);
   options.ring.loop = &loop;
   std::vector<std::pair<std::string, std::unique_ptr<collectives::AllReduceGroup>>> groups;
+  std::map<std::string, double> setup_ms;  // by impl
   for (const char* impl : {"rdmaflow", "rdmaflow-ring", "rdmaflow-flat"}) {
     if (!Wants(impl)) continue;
     collectives::AllReduceGroupOptions these = options;
@@ -201,8 +202,10 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
                                                         : collectives::DirectAccess::kAuto;
     these.hierarchy = std::string(impl) == "rdmaflow-flat" ? collectives::Hierarchy::kOff
                                                            : collectives::Hierarchy::kAuto;
+    const absl::Time begin = absl::Now();
     ASSIGN_OR_RETURN(auto group, collectives::AllReduceGroup::Create(
                                      *transport, store, "bench", members, these));
+    setup_ms[impl] = absl::ToDoubleMilliseconds(absl::Now() - begin);
     groups.emplace_back(impl, std::move(group));
   }
   std::unique_ptr<GlooGroup> gloo;
@@ -216,6 +219,7 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
     for (auto& [impl, group] : groups) {
       ASSIGN_OR_RETURN(AllReduceRow row,
                        MeasureGroup(impl, *group, store, world, bytes, iterations));
+      row.set_setup_ms(setup_ms[impl]);
       measured.push_back(row);
     }
     if (gloo != nullptr) {

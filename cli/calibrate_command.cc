@@ -70,11 +70,17 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
     }
     profile->set_memcpy_gbps(r.memcpy_gbps());
     profile->set_reduce_gbps(r.reduce_gbps());
+    for (const results::AllReduceRow& row : r.rows()) {
+      if (row.impl() == "rdmaflow" && row.ranks() == 2 && row.setup_ms() > 0) {
+        profile->set_group_setup_ms(row.setup_ms());
+      }
+    }
   }
   if (profile->reduce_gbps() == 0) profile->set_reduce_gbps(profile->memcpy_gbps() / 2);
   out << "host: " << profile->cores() << " cores, memcpy " << profile->memcpy_gbps()
       << " GB/s, reduce " << profile->reduce_gbps() << " GB/s, store round trip "
-      << profile->store_round_trip_us() << " us\n";
+      << profile->store_round_trip_us() << " us, group set-up "
+      << profile->group_setup_ms() << " ms\n";
   for (const std::string& path : List(args.Get("profiles"))) {
     sim::ModelProfile model;
     RETURN_IF_ERROR(ReadJsonFile(path, &model));
@@ -106,11 +112,12 @@ options:
   --allreduce FILE        the collectives' bench report (bench/allreduce_bench
                           --json): the host's memcpy and reduce bandwidth
                           (default: memcpy from the shm ping-pong, reduce half)
+                          and a 2-rank group's set-up time
   --profiles FILE,...     model profiles (rdmaflow_profile --json)
   --cores N               cores the ranks of one host share (default: this
                           machine's)
   --store_rtt_us N        one rendezvous-store round trip on one host
-                          (default 50)
+                          (default 50; tools/store_rtt.py measures it)
   --out FILE              where to write the calibration
   -h, --help              this text
 

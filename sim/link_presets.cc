@@ -63,6 +63,7 @@ HostProfile HostOf(const Calibration& calibration) {
   if (host.memcpy_gbps() <= 0) host.set_memcpy_gbps(10);
   if (host.reduce_gbps() <= 0) host.set_reduce_gbps(5);
   if (host.store_round_trip_us() <= 0) host.set_store_round_trip_us(50);
+  if (host.group_setup_ms() <= 0) host.set_group_setup_ms(50);
   return host;
 }
 

@@ -24,7 +24,8 @@ absl::StatusOr<LinkProfile> FindLink(const Calibration& calibration,
                                      const std::string& name);
 
 // The calibration's host, or this machine's defaults where it has none
-// (2 cores, 10 GB/s memcpy, 5 GB/s reduce, 50 us store round trip).
+// (2 cores, 10 GB/s memcpy, 5 GB/s reduce, 50 us store round trip, 50 ms
+// group set-up).
 HostProfile HostOf(const Calibration& calibration);
 
 }  // namespace rdmaflow::sim

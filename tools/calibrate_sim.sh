@@ -4,7 +4,8 @@
 #   - the links: transport_pingpong over UCX shared memory, and (as root,
 #     with tools/netns_hosts.sh) over UCX TCP between two namespace hosts
 #     whose link tc caps at 1 Gbit/s and at 100 Mbit/s;
-#   - the host: bench/allreduce_bench's single-thread memcpy and reduce;
+#   - the host: bench/allreduce_bench's single-thread memcpy and reduce and
+#     its group set-up time, and a c10d TCPStore round trip (store_rtt.py);
 #   - the models: rdmaflow_profile's layer times (one thread, one rank);
 # then writes OUT/calibration.json with `rdmaflow calibrate`.
 #   tools/calibrate_sim.sh [OUT_DIR]   (default docs/scale; ~4 min)
@@ -54,9 +55,11 @@ elif [[ -n $links ]]; then
   echo "== [2/4] skipped: measuring $links needs root (network namespaces); presets stand in"
 fi
 
-echo "== [3/4] host: memcpy and reduce bandwidth (allreduce_bench)"
+echo "== [3/4] host: memcpy and reduce bandwidth, a group's set-up (allreduce_bench), the store"
 "$bin/bench/allreduce_bench" --ranks=2 --impls=rdmaflow --min_bytes=16777216 \
   --max_bytes=16777216 --json="$raw/allreduce.json" >"$raw/allreduce.log" 2>&1
+store_rtt=$(/usr/bin/python3 tools/store_rtt.py)
+store_rtt=${store_rtt%.*}
 
 profiles=""
 for m in $models; do
@@ -67,4 +70,4 @@ for m in $models; do
 done
 
 "$bin/cli/rdmaflow" calibrate --links "$link_args" --allreduce "$raw/allreduce.json" \
-  --profiles "$profiles" --out "$out/calibration.json"
+  --profiles "$profiles" --store_rtt_us "$store_rtt" --out "$out/calibration.json"
