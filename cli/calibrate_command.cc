@@ -23,7 +23,7 @@ namespace rdmaflow::cli {
 namespace {
 
 std::vector<FlagSpec> CalibrateFlags() {
-  return {{"links"}, {"allreduce"}, {"profiles"}, {"cores"}, {"store_rtt_us"}, {"out"}};
+  return {{"links"}, {"allreduce"}, {"profiles"}, {"cores"}, {"store_rtt_us"}, {"burst_bytes"}, {"out"}};
 }
 
 std::vector<std::string> List(const std::string& text) {
@@ -46,11 +46,13 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
   ASSIGN_OR_RETURN(int64_t store_rtt, args.GetInt("store_rtt_us", 50, 0, 10000000));
   profile->set_store_round_trip_us(static_cast<double>(store_rtt));
 
+  ASSIGN_OR_RETURN(int64_t burst, args.GetInt("burst_bytes", 0, 0, int64_t{1} << 40));
   ASSIGN_OR_RETURN(auto links, ParseKeyValues(args.Get("links"), "--links item"));
   for (const auto& [name, path] : links) {
     results::BenchmarkReport report;
     RETURN_IF_ERROR(ReadJsonFile(path, &report));
     ASSIGN_OR_RETURN(sim::LinkProfile link, sim::LinkFromPingPong(name, report, path));
+    if (name != "shm") link.set_burst_bytes(static_cast<double>(burst));
     *calibration.add_links() = link;
     if (name == "shm" && profile->memcpy_gbps() == 0) {
       profile->set_memcpy_gbps(sim::MemcpyFromPingPong(report));
@@ -114,6 +116,8 @@ options:
                           (default: memcpy from the shm ping-pong, reduce half)
                           and a 2-rank group's set-up time
   --profiles FILE,...     model profiles (rdmaflow_profile --json)
+  --burst_bytes N         the shaper's burst on every link but shm (the
+                          namespace hosts' tc tbf: 262144; default 0)
   --cores N               cores the ranks of one host share (default: this
                           machine's)
   --store_rtt_us N        one rendezvous-store round trip on one host

@@ -21,10 +21,10 @@ EventLoop::EventLoop(Topology topology)
     : topology_(std::move(topology)),
       core_free_(topology_.shared_cores > 0 ? 1 : topology_.hosts(),
                  std::vector<double>(std::max(1, topology_.pool_cores()), 0.0)),
-      local_egress_(topology_.ranks, 0.0),
-      local_ingress_(topology_.ranks, 0.0),
-      network_egress_(topology_.ranks, 0.0),
-      network_ingress_(topology_.ranks, 0.0) {}
+      local_egress_(topology_.ranks, Port{0, topology_.local.burst_bytes()}),
+      local_ingress_(topology_.ranks, Port{0, topology_.local.burst_bytes()}),
+      network_egress_(topology_.ranks, Port{0, topology_.network.burst_bytes()}),
+      network_ingress_(topology_.ranks, Port{0, topology_.network.burst_bytes()}) {}
 
 void EventLoop::At(double time, Callback fn) {
   queue_.push_back(Event{std::max(time, now_), next_sequence_++, std::move(fn)});
@@ -49,11 +49,21 @@ void EventLoop::Transfer(int src, int dst, double bytes, Callback done) {
   ABSL_ASSERT(src >= 0 && src < topology_.ranks && dst >= 0 && dst < topology_.ranks);
   wire_bytes_ += bytes;
   const bool local = topology_.same_host(src, dst);
-  double& egress = local ? local_egress_[src] : network_egress_[src];
-  double& ingress = local ? local_ingress_[dst] : network_ingress_[dst];
-  const double start = std::max({now_, egress, ingress});
-  const double end = start + topology_.PortSeconds(src, dst, bytes);
-  egress = ingress = end;
+  Port& egress = local ? local_egress_[src] : network_egress_[src];
+  Port& ingress = local ? local_ingress_[dst] : network_ingress_[dst];
+  const LinkProfile& link = topology_.link(src, dst);
+  const double rate = std::max(link.bandwidth_gbps(), 1e-9) * 1e9;
+  const double burst = std::max(0.0, link.burst_bytes());
+  const double start = std::max({now_, egress.free, ingress.free});
+  // Tokens saved up since each port went idle, up to the burst.
+  const double tokens =
+      std::min(std::min(burst, egress.tokens + (start - egress.free) * rate),
+               std::min(burst, ingress.tokens + (start - ingress.free) * rate));
+  // Bytes the tokens cover pass at once; the rest at the link's rate.
+  const double shaped = std::max(0.0, bytes - tokens);
+  const double end = start + link.per_message_us() * 1e-6 + shaped / rate;
+  const double left = std::max(0.0, tokens - bytes);
+  egress = ingress = Port{end, left};
   At(end + topology_.LatencySeconds(src, dst), std::move(done));
 }
 

@@ -7,7 +7,9 @@
 //   - ports: a message of b bytes from rank s to rank d holds s's egress and
 //     d's ingress port for per_message + b / bandwidth, then arrives
 //     `latency` later (several messages in flight share no time: a port
-//     serves them one after another, as a NIC's queue does);
+//     serves them one after another, as a NIC's queue does). A link with a
+//     shaper's burst (LinkProfile.burst_bytes) lets bytes covered by the
+//     tokens saved up while idle through at once;
 //   - time alone: sleeps and waits that hold nothing (a straggler's sleep,
 //     a store round trip).
 // Ranks on the same host talk over the host's link (shared memory), ranks on
@@ -104,8 +106,13 @@ class EventLoop {
   bool stopped_ = false;
   std::vector<Event> queue_;  // a heap by Later()
   std::vector<std::vector<double>> core_free_;  // [host][core]
-  std::vector<double> local_egress_, local_ingress_;
-  std::vector<double> network_egress_, network_ingress_;
+  // A port: when it is free, and its shaper's tokens at that time.
+  struct Port {
+    double free = 0;
+    double tokens = 0;
+  };
+  std::vector<Port> local_egress_, local_ingress_;
+  std::vector<Port> network_egress_, network_ingress_;
   double wire_bytes_ = 0;
 };
 

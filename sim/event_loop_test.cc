@@ -74,6 +74,25 @@ TEST(EventLoopTest, AMessageHoldsBothPortsThenTakesTheLatency) {
   EXPECT_DOUBLE_EQ(loop.wire_bytes(), 3000);
 }
 
+TEST(EventLoopTest, AShapersBurstPassesAtOnceAfterIdle) {
+  Topology t = TwoHosts(1, 1);
+  t.network.set_per_message_us(0);
+  t.network.set_burst_bytes(3000);  // 3 us of the link
+  EventLoop loop(t);
+  std::vector<double> arrivals;
+  // 2000 bytes from a full bucket: at once, + 10 us latency.
+  loop.Transfer(0, 1, 2000, [&] {
+    arrivals.push_back(loop.now());
+    // 1000 tokens left (+ 10 us of refill, capped at 3000): 5000 bytes
+    // send 2000 at the rate, 2 us.
+    loop.Transfer(0, 1, 5000, [&] { arrivals.push_back(loop.now()); });
+  });
+  loop.Run();
+  ASSERT_EQ(arrivals.size(), 2u);
+  EXPECT_NEAR(arrivals[0], 10e-6, 1e-12);
+  EXPECT_NEAR(arrivals[1], 10e-6 + 2e-6 + 10e-6, 1e-12);
+}
+
 TEST(EventLoopTest, RanksOfOneHostUseTheHostLink) {
   EventLoop loop(TwoHosts(2, 2));
   double local = -1, remote = -1;

@@ -39,6 +39,23 @@ ModelProfile TwoLayers() {
   return m;
 }
 
+TEST(SimulateTest, TheWholeStepScalesThePartsTimedAlone) {
+  Scenario s;
+  s.model = TwoLayers();
+  s.model.set_step_ms(23);  // half of the parts' 46 ms
+  s.host.set_cores(4);
+  s.host.set_memcpy_gbps(10);
+  s.host.set_reduce_gbps(5);
+  s.network.set_bandwidth_gbps(1);
+  s.local = s.network;
+  s.strategy = "gossip";
+  s.params = {{"period", "1000"}};  // no exchange: compute and SGD only
+  s.ranks = 2;
+  s.steps = 4;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+  EXPECT_NEAR(run.step_ms(), 23 + 2, 1e-9);
+}
+
 Scenario Base(const std::string& strategy, int ranks) {
   Scenario s;
   s.model = TwoLayers();

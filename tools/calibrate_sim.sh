@@ -70,4 +70,5 @@ for m in $models; do
 done
 
 "$bin/cli/rdmaflow" calibrate --links "$link_args" --allreduce "$raw/allreduce.json" \
-  --profiles "$profiles" --store_rtt_us "$store_rtt" --out "$out/calibration.json"
+  --profiles "$profiles" --store_rtt_us "$store_rtt" --out "$out/calibration.json" \
+  --burst_bytes 262144  # tools/netns_hosts.sh's tbf burst (256kb)

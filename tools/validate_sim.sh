@@ -50,7 +50,12 @@ total=0
 for link in $links; do for n in $rank_counts; do total=$((total + ${#configs[@]})); done; done
 run=0
 port=29800
-: >"$out/runs.tsv"
+# Runs of links not measured now are kept (LINKS=100mbit redoes one link).
+touch "$out/runs.tsv"
+for link in $links; do
+  grep -v "^$link"$'\t' "$out/runs.tsv" >"$out/runs.tsv.new" || true
+  mv "$out/runs.tsv.new" "$out/runs.tsv"
+done
 for link in $links; do
   [[ $link == shm ]] || tools/netns_hosts.sh up "$largest" "$link" >/dev/null
   for n in $rank_counts; do
@@ -89,3 +94,4 @@ for link in $links; do
 done
 /usr/bin/python3 tools/sim_validation.py "$out" "$calibration" "$model" "$steps" \
   | tee "$out/validation.txt"
+tools/plot_sim_validation.sh "$out/validation.tsv" "$out/validation.png"
