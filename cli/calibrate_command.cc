@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -73,10 +74,16 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
     profile->set_memcpy_gbps(r.memcpy_gbps());
     profile->set_reduce_gbps(r.reduce_gbps());
     for (const results::AllReduceRow& row : r.rows()) {
-      if (row.impl() == "rdmaflow" && row.ranks() == 2 && row.setup_ms() > 0) {
+      if (row.impl() == "rdmaflow" && row.ranks() == 2 && std::isfinite(row.setup_ms()) &&
+          row.setup_ms() > 0) {
         profile->set_group_setup_ms(row.setup_ms());
       }
     }
+  }
+  if (!(profile->memcpy_gbps() > 0) || !std::isfinite(profile->memcpy_gbps())) {
+    return absl::InvalidArgumentError(
+        "no memcpy bandwidth: give --allreduce (bench/allreduce_bench --json) or a shm link "
+        "in --links");
   }
   if (profile->reduce_gbps() == 0) profile->set_reduce_gbps(profile->memcpy_gbps() / 2);
   out << "host: " << profile->cores() << " cores, memcpy " << profile->memcpy_gbps()

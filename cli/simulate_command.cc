@@ -48,26 +48,31 @@ absl::StatusOr<double> Real(const ParsedArgs& args, const std::string& name, dou
   return v;
 }
 
-absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
-  std::string path = args.Get("calibration");
-  if (path.empty()) {
-    if (!std::filesystem::exists(kDefaultCalibration)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "no --calibration FILE, and no ", kDefaultCalibration,
-          " here: run tools/calibrate_sim.sh (or pass the file)"));
-    }
-    path = kDefaultCalibration;
-  }
-  sim::Calibration calibration;
-  RETURN_IF_ERROR(ReadJsonFile(path, &calibration));
-  ASSIGN_OR_RETURN(sim::ModelProfile model,
-                   sim::FindModel(calibration, args.Get("model", "lenet5")));
+// The command line, checked before any file is read (errors: exit 2).
+struct SimulateOptions {
+  std::string calibration;
+  std::string model;
+  std::vector<std::pair<std::string, std::map<std::string, std::string>>> strategies;
+  std::vector<int> rank_counts;
+  std::vector<std::string> links;
+  int cores = 0;  // 0: the calibration's
+  int ranks_per_host = 1;
+  std::string json;
+  bool quiet = false;
+  sim::Scenario base;  // steps, straggler, churn, seed, shared cores
+};
 
-  sim::Scenario base;
-  base.model = model;
-  base.host = sim::HostOf(calibration);
-  ASSIGN_OR_RETURN(int64_t cores, args.GetInt("cores", base.host.cores(), 1, 1 << 16));
-  base.host.set_cores(static_cast<int>(cores));
+absl::StatusOr<SimulateOptions> ParseOptions(const ParsedArgs& args) {
+  SimulateOptions f;
+  f.calibration = args.Get("calibration");
+  f.model = args.Get("model", "lenet5");
+  f.json = args.Get("json");
+  f.quiet = args.Has("quiet");
+  ASSIGN_OR_RETURN(int64_t cores, args.GetInt("cores", 0, 1, 1 << 16));
+  f.cores = static_cast<int>(cores);
+  ASSIGN_OR_RETURN(int64_t per_host, args.GetInt("ranks_per_host", 1, 1, 1 << 20));
+  f.ranks_per_host = static_cast<int>(per_host);
+  sim::Scenario& base = f.base;
   ASSIGN_OR_RETURN(int64_t shared_cores, args.GetInt("shared_cores", 0, 0, 1 << 16));
   base.shared_cores = static_cast<int>(shared_cores);
   ASSIGN_OR_RETURN(int64_t steps, args.GetInt("steps", 30, 1, 100000));
@@ -82,39 +87,56 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
   base.kill_step = static_cast<int>(kill_step);
   ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed", 1, 0, INT64_MAX));
   base.seed = static_cast<uint64_t>(seed);
-  ASSIGN_OR_RETURN(sim::LinkProfile shm, sim::FindLink(calibration, "shm"));
-
-  std::vector<int> rank_counts;
   for (const std::string& item : List(args.Get("ranks", "4"))) {
     int n;
     if (!absl::SimpleAtoi(item, &n) || n < 1 || n > (1 << 20)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--ranks takes counts in 1..1048576, got '", item, "'"));
     }
-    rank_counts.push_back(n);
+    f.rank_counts.push_back(n);
   }
   // "ps:servers=1,sync=bsp;allreduce": name and settings, ';' between.
-  std::vector<std::pair<std::string, std::map<std::string, std::string>>> strategies;
   for (absl::string_view item :
        absl::StrSplit(args.Get("strategy", "allreduce"), ';', absl::SkipEmpty())) {
     std::pair<std::string, std::string> parts = absl::StrSplit(item, absl::MaxSplits(':', 1));
     ASSIGN_OR_RETURN(auto settings,
                      ParseKeyValues(parts.second, absl::StrCat(parts.first, " setting")));
-    strategies.emplace_back(parts.first, settings);
+    f.strategies.emplace_back(parts.first, settings);
   }
-  std::vector<std::string> links = List(args.Get("link", "shm"));
-  if (rank_counts.empty() || strategies.empty() || links.empty()) {
+  f.links = List(args.Get("link", "shm"));
+  if (f.rank_counts.empty() || f.strategies.empty() || f.links.empty()) {
     return absl::InvalidArgumentError("--ranks, --strategy and --link need at least one value");
   }
+  return f;
+}
+
+absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err) {
+  std::string path = f.calibration;
+  if (path.empty()) {
+    if (!std::filesystem::exists(kDefaultCalibration)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no --calibration FILE, and no ", kDefaultCalibration,
+          " here: run tools/calibrate_sim.sh (or pass the file)"));
+    }
+    path = kDefaultCalibration;
+  }
+  sim::Calibration calibration;
+  RETURN_IF_ERROR(ReadJsonFile(path, &calibration));
+  ASSIGN_OR_RETURN(sim::ModelProfile model, sim::FindModel(calibration, f.model));
+  sim::Scenario base = f.base;
+  base.model = model;
+  base.host = sim::HostOf(calibration);
+  if (f.cores > 0) base.host.set_cores(f.cores);
+  ASSIGN_OR_RETURN(sim::LinkProfile shm, sim::FindLink(calibration, "shm"));
 
   sim::SimulationReport report;
   report.set_calibration(path);
   TextTable table({"link", "strategy", "params", "ranks", "step_ms", "comm_ms", "wait_ms",
                    "wire_MB/step", "samples/s"});
-  for (const std::string& link_name : links) {
+  for (const std::string& link_name : f.links) {
     ASSIGN_OR_RETURN(sim::LinkProfile link, sim::FindLink(calibration, link_name));
-    for (const auto& [strategy, settings] : strategies) {
-      for (int ranks : rank_counts) {
+    for (const auto& [strategy, settings] : f.strategies) {
+      for (int ranks : f.rank_counts) {
         sim::Scenario s = base;
         s.strategy = strategy;
         s.params = settings;
@@ -125,8 +147,7 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
           s.ranks_per_host = ranks;  // one host
         } else {
           s.network = link;
-          ASSIGN_OR_RETURN(int64_t per_host, args.GetInt("ranks_per_host", 1, 1, 1 << 20));
-          s.ranks_per_host = static_cast<int>(per_host);
+          s.ranks_per_host = f.ranks_per_host;
         }
         absl::StatusOr<sim::SimulatedRun> run = sim::Simulate(s);
         if (!run.ok()) {
@@ -134,7 +155,7 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
                               absl::StrCat(strategy, " on ", ranks, " ranks over ", link_name,
                                            ": ", run.status().message()));
         }
-        if (!args.Has("quiet") && ranks >= 256) {
+        if (!f.quiet && ranks >= 256) {
           err << "simulated " << strategy << " on " << ranks << " ranks over " << link_name
               << "\n";
         }
@@ -152,7 +173,7 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
       << base.host.cores() << " cores a host, " << base.steps << " steps; calibration "
       << path << "\n"
       << table.Render("  ");
-  if (args.Has("json")) RETURN_IF_ERROR(results::WriteJsonFile(report, args.Get("json")));
+  if (!f.json.empty()) RETURN_IF_ERROR(results::WriteJsonFile(report, f.json));
   return absl::OkStatus();
 }
 
@@ -222,7 +243,12 @@ int RunSimulateCommand(const std::vector<std::string>& args, std::ostream& out,
     err << "rdmaflow simulate: takes no positional arguments (see --help)\n";
     return 2;
   }
-  const absl::Status status = Run(*parsed, out, err);
+  absl::StatusOr<SimulateOptions> flags = ParseOptions(*parsed);
+  if (!flags.ok()) {
+    err << "rdmaflow simulate: " << flags.status().message() << "\n";
+    return 2;
+  }
+  const absl::Status status = Run(*flags, out, err);
   if (!status.ok()) {
     err << "rdmaflow simulate: " << status.message() << "\n";
     return 1;

@@ -119,7 +119,7 @@ TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("tiny"));
   r = Call(RunSimulateCommand, {"--calibration", cal, "--model", "tiny", "--ranks", "0"});
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--ranks"));
   r = Call(RunSimulateCommand, {"--calibration", cal, "--model", "tiny", "--strategy", "nccl"});
   EXPECT_EQ(r.code, 1);

@@ -51,12 +51,22 @@ double HostSeconds(const LinkProfile& local, const HostProfile& host, int k,
   return flags + work * slow;
 }
 
+// The time a shaper's saved tokens take off sending `bytes` (what one member
+// sends), and the tokens left.
+double Burst(const LinkProfile& link, double bytes, double* tokens) {
+  const double covered = std::min(*tokens, bytes);
+  *tokens -= covered;
+  return covered / Bandwidth(link.bandwidth_gbps());
+}
+
 }  // namespace
 
 AllReduceCost AllReduceTime(const Topology& topology, const HostProfile& host,
                             const std::vector<int>& members, double bytes,
                             const AllReduceShape& shape) {
   AllReduceCost cost;
+  double tokens = std::max(0.0, shape.burst_tokens);
+  double network_sent = 0;  // by one member, over the network link
   const int n = static_cast<int>(members.size());
   if (n <= 1 || bytes <= 0) {
     cost.algorithm = "none";
@@ -75,32 +85,34 @@ AllReduceCost AllReduceTime(const Topology& topology, const HostProfile& host,
   const double slow = topology.shared_cores > 0 ? Oversubscription(n, cores)
                                                 : Oversubscription(largest, cores);
 
-  // Buckets: whole ones of bucket_bytes, then the rest.
-  std::vector<double> buckets;
+  // Buckets: `whole` of bucket_bytes (all alike: one is costed and
+  // counted that many times), then the rest.
+  std::vector<std::pair<double, double>> buckets;  // (bytes, how many)
   if (shape.bucket_bytes <= 0 || bytes <= shape.bucket_bytes) {
-    buckets.push_back(bytes);
+    buckets.push_back({bytes, 1});
   } else {
     const double whole = std::floor(bytes / shape.bucket_bytes);
-    buckets.assign(static_cast<size_t>(whole), shape.bucket_bytes);
+    buckets.push_back({shape.bucket_bytes, whole});
     const double rest = bytes - whole * shape.bucket_bytes;
-    if (rest > 0) buckets.push_back(rest);
+    if (rest > 0) buckets.push_back({rest, 1});
   }
 
-  for (double b : buckets) {
+  for (const auto& [b, times] : buckets) {
+    const double seconds_before = cost.seconds, wire_before = cost.wire_bytes;
     if (hosts == 1) {
       const bool one_shot = b <= shape.one_shot_bytes;
       cost.algorithm = one_shot ? "host-one-shot" : "host-scatter-gather";
       cost.seconds += HostSeconds(topology.local, host, n, b, one_shot,
                                   /*copy_out=*/true, slow);
-      cost.wire_bytes += one_shot ? n * (n - 1) * b : 2.0 * (n - 1) * b;
+      cost.wire_bytes += one_shot ? static_cast<double>(n) * (n - 1) * b : 2.0 * (n - 1) * b;
     } else if (largest >= 2) {
       cost.algorithm = "hierarchical";
       // Reduce to the leaders, the leaders' ring, broadcast back (a copy).
       const double within = HostSeconds(topology.local, host, largest, b,
                                         b <= shape.one_shot_bytes, false, slow);
-      const double ring = RingSeconds(topology.network, host, hosts, b,
-                                      shape.chunk_bytes,
+      const double ring = RingSeconds(topology.network, host, hosts, b, shape.chunk_bytes,
                                       topology.shared_cores > 0 ? slow : 1.0);
+      network_sent += times * 2.0 * (hosts - 1) / hosts * b;
       const double broadcast =
           b / Bandwidth(host.memcpy_gbps()) * slow +
           topology.local.latency_us() * 1e-6;
@@ -110,8 +122,14 @@ AllReduceCost AllReduceTime(const Topology& topology, const HostProfile& host,
       cost.algorithm = "ring";
       cost.seconds += RingSeconds(topology.network, host, n, b, shape.chunk_bytes, slow);
       cost.wire_bytes += 2.0 * (n - 1) * b;
+      network_sent += times * 2.0 * (n - 1) / n * b;
     }
+    cost.seconds = seconds_before + (cost.seconds - seconds_before) * times;
+    cost.wire_bytes = wire_before + (cost.wire_bytes - wire_before) * times;
   }
+  // A shaper's saved tokens let a member's first network bytes through at
+  // once.
+  cost.seconds -= Burst(topology.network, network_sent, &tokens);
   return cost;
 }
 

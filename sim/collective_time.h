@@ -35,6 +35,10 @@ struct AllReduceShape {
   double chunk_bytes = 256 * 1024;   // the ring's piece (data_parallel.h)
   double bucket_bytes = 4 << 20;     // 0: one bucket
   double one_shot_bytes = 64 * 1024; // host one-shot up to this size
+  // Network bytes a member's shaper lets through at once at the start (the
+  // tokens it saved while idle; LinkProfile.burst_bytes): taken off the
+  // ring's first sends.
+  double burst_tokens = 0;
 };
 
 // One all-reduce of `bytes` (float32) among `members` (distinct ranks of

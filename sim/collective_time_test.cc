@@ -55,6 +55,17 @@ TEST(CollectiveTimeTest, TheRingByHand) {
   EXPECT_DOUBLE_EQ(c.wire_bytes, 2.0 * 3 * 1e6);
 }
 
+TEST(CollectiveTimeTest, AShapersTokensTakeOffTheRingsFirstSends) {
+  AllReduceShape shape;
+  shape.bucket_bytes = 0;
+  const Topology t = Hosts(4, 1, 2);
+  const double plain = AllReduceTime(t, Host(), All(4), 1e6, shape).seconds;
+  shape.burst_tokens = 3e5;  // 300 us of the 1 GB/s link
+  EXPECT_NEAR(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, plain - 300e-6, 1e-12);
+  shape.burst_tokens = 1e9;  // at most what a member sends: 1.5 MB
+  EXPECT_NEAR(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, plain - 1.5e-3, 1e-12);
+}
+
 TEST(CollectiveTimeTest, BucketsRunOneAfterAnother) {
   AllReduceShape one;
   one.bucket_bytes = 0;

@@ -19,8 +19,14 @@ double Topology::LatencySeconds(int a, int b) const {
 
 EventLoop::EventLoop(Topology topology)
     : topology_(std::move(topology)),
+      // A pool needs no more cores than ranks it serves.
       core_free_(topology_.shared_cores > 0 ? 1 : topology_.hosts(),
-                 std::vector<double>(std::max(1, topology_.pool_cores()), 0.0)),
+                 std::vector<double>(
+                     std::max(1, std::min(topology_.pool_cores(),
+                                          topology_.shared_cores > 0
+                                              ? topology_.ranks
+                                              : topology_.ranks_per_host)),
+                     0.0)),
       local_egress_(topology_.ranks, Port{0, topology_.local.burst_bytes()}),
       local_ingress_(topology_.ranks, Port{0, topology_.local.burst_bytes()}),
       network_egress_(topology_.ranks, Port{0, topology_.network.burst_bytes()}),

@@ -11,17 +11,22 @@
 namespace rdmaflow::sim {
 namespace {
 
+bool Finite(double v, double low, double high) {
+  return std::isfinite(v) && v >= low && v <= high;
+}
+
 absl::Status CheckLink(const LinkProfile& link, const char* role) {
   if (!(link.bandwidth_gbps() > 0 && std::isfinite(link.bandwidth_gbps()))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", role, " link '", link.name(), "' has bandwidth ",
         link.bandwidth_gbps(), " GB/s; it must be positive"));
   }
-  if (!(link.latency_us() >= 0 && link.per_message_us() >= 0 &&
-        std::isfinite(link.latency_us()) && std::isfinite(link.per_message_us()))) {
+  if (!Finite(link.latency_us(), 0, 1e9) || !Finite(link.per_message_us(), 0, 1e9) ||
+      !Finite(link.burst_bytes(), 0, 1e15) || link.bandwidth_gbps() > 1e6) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", role, " link '", link.name(),
-        "' has a negative or non-finite latency or per-message cost"));
+        "' has a latency, per-message cost, burst or bandwidth out of range "
+        "(negative, not finite, or absurdly large)"));
   }
   return absl::OkStatus();
 }
@@ -63,15 +68,27 @@ absl::Status CheckScenario(const Scenario& s) {
     return absl::InvalidArgumentError(
         absl::StrCat("the kill step must be >= 0, got ", s.kill_step));
   }
-  if (s.host.cores() < 1) {
+  if (s.host.cores() < 1 || s.host.cores() > (1 << 16) || s.shared_cores > (1 << 16)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the host profile has ", s.host.cores(), " cores; it needs at least 1"));
+        "the host profile has ", s.host.cores(), " cores (shared: ", s.shared_cores,
+        "); it needs 1..65536"));
   }
-  if (!(s.host.memcpy_gbps() > 0 && s.host.reduce_gbps() > 0 &&
-        s.host.store_round_trip_us() >= 0)) {
+  if (!(Finite(s.host.memcpy_gbps(), 1e-9, 1e6) && Finite(s.host.reduce_gbps(), 1e-9, 1e6) &&
+        Finite(s.host.store_round_trip_us(), 0, 1e9) &&
+        Finite(s.host.group_setup_ms(), 0, 1e9))) {
     return absl::InvalidArgumentError(
-        "the host profile needs positive memcpy and reduce bandwidths and a "
-        "store round trip >= 0");
+        "the host profile needs finite positive memcpy and reduce bandwidths and a "
+        "store round trip and group set-up >= 0");
+  }
+  // Events grow with ranks x steps: keep a run to minutes.
+  if (static_cast<double>(s.ranks) * s.steps > 5e7) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        s.ranks, " ranks x ", s.steps, " steps is more than the simulator runs (5e7 rank-steps)"));
+  }
+  if (s.kill_rank != -1 && s.strategy != "gossip" && s.strategy != "moshpit") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a killed rank is modelled for gossip and moshpit only (", s.strategy,
+        " stops with its rank, as rdmaflow_train does)"));
   }
   RETURN_IF_ERROR(CheckLink(s.network, "network"));
   RETURN_IF_ERROR(CheckLink(s.local, "host"));
@@ -106,6 +123,13 @@ absl::StatusOr<SimulatedRun> Simulate(const Scenario& scenario) {
         absl::StrJoin(SimulatedStrategies(), ", "), ")"));
   }
   if (!samples.ok()) return samples.status();
+  // Every model runs the reporting rank (never the killed one) to the end;
+  // one that stops early is a modelling bug, not a result.
+  if (job.log().steps != scenario.steps) {
+    return absl::InternalError(absl::StrCat(
+        "the ", s, " model stopped after ", job.log().steps, " of ", scenario.steps,
+        " steps of the reporting rank (a simulator bug: please report the scenario)"));
+  }
   return job.Result(*samples);
 }
 

@@ -3,6 +3,8 @@
 // order under a straggler, churn, determinism, and the errors a user meets.
 #include "sim/simulate.h"
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "common/status_matchers.h"
@@ -254,6 +256,24 @@ TEST(SimulateTest, BadScenariosAreNamed) {
   s = Base("layer_separated", 3);
   s.params = {{"fc_ranks", "3"}};
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("fc_ranks")));
+  s = Base("layer_separated", 4);
+  s.params = {{"fc_ranks", "3"}};  // two FC ranks would serve nobody
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("serve no")));
+  s = Base("allreduce", 4);
+  s.kill_rank = 2;
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("gossip")));
+  s = Base("allreduce", 2);
+  s.model.mutable_layers(0)->set_forward_ms(std::numeric_limits<double>::infinity());
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layer 'conv'")));
+  s = Base("allreduce", 2);
+  s.host.set_group_setup_ms(std::nan(""));
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host")));
+  s = Base("allreduce", 1 << 20);
+  s.steps = 1000;
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank-steps")));
+  s = Base("moshpit", 4);
+  s.params = {{"dims", "1000"}};
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dims")));
 }
 
 }  // namespace

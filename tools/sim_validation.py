@@ -39,6 +39,8 @@ def main(out, calibration, model, steps):
                 measured = json.load(g)
             p = predict(rdmaflow, calibration, model, strategy, int(ranks), link,
                         int(steps), cores)
+            if measured["mean_step_ms"] <= 0:
+                sys.exit("sim_validation: %s has no step time" % path)
             error = p["step_ms"] / measured["mean_step_ms"] - 1
             rows.append({
                 "link": link, "strategy": name, "ranks": int(ranks),

@@ -37,7 +37,11 @@ class GossipModel {
     }
     step_.assign(job.ranks(), 0);
     inbox_.assign(job.ranks(), 0);
-    known_gone_.assign(job.ranks(), std::vector<bool>(job.ranks(), false));
+    knows_dead_.assign(job.ranks(), false);
+    if (job.scenario().kill_rank >= 0) {
+      dead_mask_.assign(job.ranks(), false);
+      dead_mask_[job.scenario().kill_rank] = true;
+    }
   }
 
   void Start() {
@@ -72,7 +76,8 @@ class GossipModel {
   }
 
   void Exchange(int r, std::function<void()> done) {
-    const int peer = selectors_[r]->Next(known_gone_[r]);
+    // Only the killed rank is ever gone; a rank skips it once it found out.
+    const int peer = selectors_[r]->Next(knows_dead_[r] ? dead_mask_ : std::vector<bool>{});
     if (peer < 0) {
       done();
       return;
@@ -81,7 +86,7 @@ class GossipModel {
     if (Gone(peer)) {
       // The failed access, then another peer.
       job_.Read(r, peer, kHeaderBytes, [this, r, peer, done = std::move(done)]() mutable {
-        known_gone_[r][peer] = true;
+        knows_dead_[r] = true;
         Exchange(r, std::move(done));
       });
       return;
@@ -126,7 +131,8 @@ class GossipModel {
   std::vector<std::unique_ptr<gossip::PeerSelector>> selectors_;
   std::vector<int> step_;
   std::vector<int> inbox_;  // messages not mixed yet (push)
-  std::vector<std::vector<bool>> known_gone_;
+  std::vector<bool> knows_dead_;  // by rank: it found the killed rank gone
+  std::vector<bool> dead_mask_;   // by rank: the killed one
 };
 
 }  // namespace

@@ -8,6 +8,13 @@
 
 namespace rdmaflow::sim::internal {
 
+namespace {
+
+// In [0, high] and not NaN: values read from a profile file.
+bool Bounded(double v, double high) { return v >= 0 && v <= high; }
+
+}  // namespace
+
 absl::StatusOr<Costs> CostsOf(const ModelProfile& model) {
   if (model.layers().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -22,11 +29,11 @@ absl::StatusOr<Costs> CostsOf(const ModelProfile& model) {
   Costs c;
   c.batch = model.batch_size();
   for (const LayerProfile& layer : model.layers()) {
-    if (!(layer.forward_ms() >= 0 && layer.backward_ms() >= 0 &&
-          layer.param_bytes() >= 0 && layer.output_bytes() >= 0)) {
+    if (!(Bounded(layer.forward_ms(), 1e9) && Bounded(layer.backward_ms(), 1e9) &&
+          Bounded(layer.param_bytes(), 1e15) && Bounded(layer.output_bytes(), 1e15))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layer '", layer.name(), "' of model '", model.model(),
-          "' has a negative (or NaN) time or size"));
+          "' has a time or size that is negative, not finite or absurdly large"));
     }
     if (layer.head()) {
       c.head_forward += layer.forward_ms() * 1e-3;
@@ -40,9 +47,11 @@ absl::StatusOr<Costs> CostsOf(const ModelProfile& model) {
     }
     if (layer.param_bytes() > 0) c.tensor_bytes.push_back(layer.param_bytes());
   }
-  if (!(model.optimizer_ms() >= 0 && model.loss_ms() >= 0 && model.step_ms() >= 0)) {
+  if (!(Bounded(model.optimizer_ms(), 1e9) && Bounded(model.loss_ms(), 1e9) &&
+        Bounded(model.step_ms(), 1e9))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model '", model.model(), "' has a negative optimizer, loss or step time"));
+        "model '", model.model(),
+        "' has an optimizer, loss or step time that is negative, not finite or absurd"));
   }
   c.optimizer = model.optimizer_ms() * 1e-3;
   c.loss = model.loss_ms() * 1e-3;
@@ -97,9 +106,20 @@ void Job::AllReduce(const std::vector<int>& members, double bytes, int member,
   PendingCollective& pending = collectives_[members];
   pending.waiting.push_back(std::move(done));
   if (++pending.arrived < static_cast<int>(members.size())) return;
+  // The tokens a shaped link saved since this group's last call (a first
+  // call finds the bucket full).
+  AllReduceShape shape = shape_;
+  const double burst = scenario_.network.burst_bytes();
+  if (burst > 0) {
+    auto last = last_call_end_.find(members);
+    const double idle = last == last_call_end_.end() ? 1e300 : now() - last->second;
+    shape.burst_tokens =
+        std::min(burst, idle * std::max(scenario_.network.bandwidth_gbps(), 1e-9) * 1e9);
+  }
   const AllReduceCost cost =
-      AllReduceTime(loop_.topology(), scenario_.host, members, bytes, shape_);
+      AllReduceTime(loop_.topology(), scenario_.host, members, bytes, shape);
   loop_.CountWireBytes(cost.wire_bytes);
+  last_call_end_[members] = now() + cost.seconds;
   std::vector<std::function<void()>> waiting = std::move(pending.waiting);
   collectives_.erase(members);
   for (auto& fn : waiting) loop_.After(cost.seconds, std::move(fn));

@@ -113,6 +113,9 @@ class Job {
   AllReduceShape shape_;
   // Collectives in progress, by member list (one call at a time per group).
   std::map<std::vector<int>, PendingCollective> collectives_;
+  // When each group's last collective ended (a shaper's tokens refill
+  // between calls).
+  std::map<std::vector<int>, double> last_call_end_;
   StepLog log_;
   int reporter_ = 0;
 };

@@ -177,6 +177,11 @@ absl::StatusOr<double> RunLayerSeparated(Job& job) {
     costs.latency_s = link.latency_us() * 1e-6;
     fc_ranks = stanza::ChooseFcRanks(costs, n);
   }
+  if (fc_ranks > n - fc_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer_separated fc_ranks=", fc_ranks, " leaves FC ranks that serve no conv rank (",
+        n - fc_ranks, " conv ranks); the simulator models fc_ranks <= conv ranks"));
+  }
   LayerSeparatedModel model(job, fc_ranks);
   model.Start();
   job.loop().Run();

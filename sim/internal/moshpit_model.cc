@@ -14,7 +14,8 @@
 //      group_setup_ms;
 //   3. copy the parameters in, all-reduce them with a weight, divide, copy
 //      back.
-// A dead member is waited for until the timeout once, then left out.
+// A dead member is waited for until the timeout once, then left out until
+// it shows up again; a member that comes after its group sealed is alone.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -85,11 +86,18 @@ class MoshpitModel {
 
   void Join(int r, double begin) {
     const int round = round_[r]++;
+    // Its heartbeat moved: whoever suspected it expects it again.
+    suspected_.erase(r);
+    const std::string key = absl::StrCat(round, "/", grid_.GroupKey(r, round));
+    if (sealed_.count(key)) {
+      // Too late: the group sealed without it; it is alone this round.
+      Average(r, begin, {r});
+      return;
+    }
     std::vector<int> expected;
     for (int peer : grid_.GroupOf(r, round)) {
       if (!suspected_.count(peer)) expected.push_back(peer);
     }
-    const std::string key = absl::StrCat(round, "/", grid_.GroupKey(r, round));
     Meeting& meeting = meetings_[key];
     if (meeting.present.empty()) {
       meeting.expected = expected;
@@ -109,6 +117,7 @@ class MoshpitModel {
     if (it == meetings_.end() || it->second.sealed) return;
     Meeting& meeting = it->second;
     meeting.sealed = true;
+    sealed_.insert(key);
     for (int peer : meeting.expected) {
       if (std::find(meeting.present.begin(), meeting.present.end(), peer) ==
           meeting.present.end()) {
@@ -160,6 +169,7 @@ class MoshpitModel {
   std::vector<int> round_;
   std::map<std::string, Meeting> meetings_;
   std::set<int> suspected_;
+  std::set<std::string> sealed_;  // groups of past rounds
   // (rank, members) of the all-reduce groups each rank has built.
   std::set<std::pair<int, std::vector<int>>> built_;
 };
@@ -172,6 +182,9 @@ absl::StatusOr<double> RunMoshpit(Job& job) {
   int64_t group_ms = 2000, round_ms = 10000;
   RETURN_IF_ERROR(params.Int("side", 2, &side));
   RETURN_IF_ERROR(params.Int("dims", 0, &dims));
+  if (dims > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("moshpit dims must be at most 64, got ", dims));
+  }
   RETURN_IF_ERROR(params.Int("period", 1, &period));
   RETURN_IF_ERROR(params.Int("group_timeout_ms", int64_t{1}, &group_ms));
   RETURN_IF_ERROR(params.Int("round_timeout_ms", int64_t{1}, &round_ms));

@@ -28,7 +28,7 @@ class MoshpitGrid {
   // The group `rank` belongs to in `round`, as a key ("d1:0.1") shared by
   // exactly the peers that differ from it only in dimension round % d.
   std::string GroupKey(int rank, int round) const;
-  // The ranks (< ranks) of that group, ascending.
+  // The ranks (< ranks) of that group, ascending. round >= 0.
   std::vector<int> GroupOf(int rank, int round) const;
 
  private:
