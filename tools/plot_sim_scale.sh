@@ -12,7 +12,7 @@ if ! command -v gnuplot >/dev/null; then
 fi
 columns=$(head -1 "$tsv" | awk -F'\t' '{print NF}')
 gnuplot <<GP
-set terminal pngcairo size 760,480 font 'sans,10'
+set terminal pngcairo size 760,480 font 'sans,10' noenhanced
 set output '$png'
 set title 'Simulated: $title (higher is better)'
 set xlabel 'ranks (one a host)'

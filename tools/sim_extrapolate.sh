@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Extrapolation (docs/scale.md): predicted step time and samples per second of
-# every strategy from 4 to 1024 ranks, one rank a host, over 1 and 10 Gbit/s
+# every strategy from 8 to 1024 ranks, one rank a host, over 1 and 10 Gbit/s
 # Ethernet, RoCE 100 and HDR InfiniBand, from this machine's calibration
 # (each host as fast as one of its cores). Writes OUT/<model>_<link>.json,
 # OUT/extrapolation.tsv and docs/img/scale_<model>_<link>.png.
 #   tools/sim_extrapolate.sh [OUT_DIR]   (default bench-results/scale; ~1 min)
 # Environment: MODELS ("lenet5 vgg"), LINKS ("1gbit 10gbit roce100 ib_hdr200"),
-# RANKS ("4,8,16,32,64,128,256,512,1024"), STEPS (20),
+# RANKS ("8,16,32,64,128,256,512,1024"), STEPS (100),
 # CALIBRATION (docs/scale/calibration.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,8 +18,8 @@ out=${1:-bench-results/scale}
 mkdir -p "$out" docs/img
 models=${MODELS:-lenet5 vgg}
 links=${LINKS:-1gbit 10gbit roce100 ib_hdr200}
-ranks=${RANKS:-4,8,16,32,64,128,256,512,1024}
-steps=${STEPS:-20}
+ranks=${RANKS:-8,16,32,64,128,256,512,1024}
+steps=${STEPS:-100}
 calibration=${CALIBRATION:-docs/scale/calibration.json}
 bazel build -c opt //cli:rdmaflow >/dev/null
 strategies='ps:servers=1,sync=bsp;ps:servers=4,sync=bsp;ps:servers=4,sync=ssp:3;allreduce;layer_separated;gossip;moshpit'
