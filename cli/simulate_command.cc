@@ -80,7 +80,16 @@ absl::StatusOr<SimulateOptions> ParseOptions(const ParsedArgs& args) {
   ASSIGN_OR_RETURN(int64_t slow_rank, args.GetInt("slow_rank", -1, -1, 1 << 20));
   base.slow_rank = static_cast<int>(slow_rank);
   ASSIGN_OR_RETURN(base.slow_factor, Real(args, "slow_factor", 1));
+  if (!(base.slow_factor >= 1 && base.slow_factor <= 1000)) {
+    return absl::InvalidArgumentError("--slow_factor must be in 1..1000");
+  }
   ASSIGN_OR_RETURN(base.jitter, Real(args, "jitter", 0));
+  if (!(base.jitter >= 0 && base.jitter < 1)) {
+    return absl::InvalidArgumentError("--jitter must be in [0, 1)");
+  }
+  if (args.Has("json") && f.json.empty()) {
+    return absl::InvalidArgumentError("--json needs a file name");
+  }
   ASSIGN_OR_RETURN(int64_t kill_rank, args.GetInt("kill_rank", -1, -1, 1 << 20));
   base.kill_rank = static_cast<int>(kill_rank);
   ASSIGN_OR_RETURN(int64_t kill_step, args.GetInt("kill_step", 0, 0, 1 << 30));

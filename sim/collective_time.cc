@@ -129,7 +129,7 @@ AllReduceCost AllReduceTime(const Topology& topology, const HostProfile& host,
   }
   // A shaper's saved tokens let a member's first network bytes through at
   // once.
-  cost.seconds -= Burst(topology.network, network_sent, &tokens);
+  cost.seconds = std::max(0.0, cost.seconds - Burst(topology.network, network_sent, &tokens));
   return cost;
 }
 

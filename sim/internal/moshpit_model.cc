@@ -89,7 +89,7 @@ class MoshpitModel {
     // Its heartbeat moved: whoever suspected it expects it again.
     suspected_.erase(r);
     const std::string key = absl::StrCat(round, "/", grid_.GroupKey(r, round));
-    if (sealed_.count(key)) {
+    if (Sealed(r, round, key)) {
       // Too late: the group sealed without it; it is alone this round.
       Average(r, begin, {r});
       return;
@@ -112,12 +112,22 @@ class MoshpitModel {
     if (meeting.present.size() >= meeting.expected.size()) Seal(key);
   }
 
+  // Whether `r`'s group of `round` sealed without it: no meeting is open,
+  // yet a peer of the group has joined it (a peer that joined round k went
+  // through that meeting, which only a seal closes). No memory per round.
+  bool Sealed(int r, int round, const std::string& key) const {
+    if (meetings_.count(key)) return false;
+    for (int peer : grid_.GroupOf(r, round)) {
+      if (peer != r && round_[peer] > round) return true;
+    }
+    return false;
+  }
+
   void Seal(const std::string& key) {
     auto it = meetings_.find(key);
     if (it == meetings_.end() || it->second.sealed) return;
     Meeting& meeting = it->second;
     meeting.sealed = true;
-    sealed_.insert(key);
     for (int peer : meeting.expected) {
       if (std::find(meeting.present.begin(), meeting.present.end(), peer) ==
           meeting.present.end()) {
@@ -169,7 +179,6 @@ class MoshpitModel {
   std::vector<int> round_;
   std::map<std::string, Meeting> meetings_;
   std::set<int> suspected_;
-  std::set<std::string> sealed_;  // groups of past rounds
   // (rank, members) of the all-reduce groups each rank has built.
   std::set<std::pair<int, std::vector<int>>> built_;
 };
