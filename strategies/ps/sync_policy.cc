@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -87,7 +88,9 @@ ClockTable::ClockTable(const SyncPolicy& policy, int workers)
     : policy_(policy),
       clocks_(workers, 0),
       timing_(workers),
-      extra_(workers, 0) {}
+      grant_(workers, -1),
+      held_(workers, false),
+      released_(workers, -std::numeric_limits<double>::infinity()) {}
 
 int64_t ClockTable::min_clock() const {
   return *std::min_element(clocks_.begin(), clocks_.end());
@@ -95,27 +98,39 @@ int64_t ClockTable::min_clock() const {
 
 void ClockTable::OnPush(int w, double now) {
   PushTiming& timing = timing_[w];
-  if (clocks_[w] > 0) timing.interval = now - timing.last;
-  timing.last = now;
-  ++clocks_[w];
-  if (policy_.mode != SyncMode::kDssp) return;
-  const int64_t base = min_clock() + policy_.staleness;
-  if (clocks_[w] <= base) {
-    extra_[w] = 0;  // below the lower bound: nothing to decide
-    return;
+  if (clocks_[w] > 0) {
+    // From when it could start: a held worker's wait is not its pace.
+    timing.interval = now - std::max(timing.last, released_[w]);
   }
-  // `w` reached the lower bound: it is (one of) the fastest. The slowest is
-  // the lowest clock, the one that pushed longest ago among equals.
-  int slowest = 0;
-  for (int v = 1; v < workers(); ++v) {
-    if (clocks_[v] < clocks_[slowest] ||
-        (clocks_[v] == clocks_[slowest] &&
-         timing_[v].last < timing_[slowest].last)) {
-      slowest = v;
+  timing.last = now;
+  const int64_t min_before = min_clock();
+  ++clocks_[w];
+  if (policy_.mode == SyncMode::kDssp && clocks_[w] == min_clock() + policy_.staleness + 1 &&
+      grant_[w] < clocks_[w]) {
+    // `w` just reached the lower bound's edge, with no grant left: it is
+    // (one of) the fastest. The slowest is the lowest clock, the one that
+    // pushed longest ago among equals.
+    int slowest = 0;
+    for (int v = 1; v < workers(); ++v) {
+      if (clocks_[v] < clocks_[slowest] ||
+          (clocks_[v] == clocks_[slowest] && timing_[v].last < timing_[slowest].last)) {
+        slowest = v;
+      }
+    }
+    const int r = DsspExtraIterations(timing, timing_[slowest], now,
+                                      policy_.staleness_high - policy_.staleness);
+    grant_[w] = clocks_[w] - 1 + r;
+  }
+  if (min_clock() != min_before) {
+    // The bounds rose: whoever waited and may now start was released now.
+    for (int v = 0; v < workers(); ++v) {
+      if (v != w && held_[v] && clocks_[v] <= Bound(v)) {
+        held_[v] = false;
+        released_[v] = now;
+      }
     }
   }
-  extra_[w] = DsspExtraIterations(timing, timing_[slowest], now,
-                                  policy_.staleness_high - policy_.staleness);
+  held_[w] = clocks_[w] > Bound(w);
 }
 
 int64_t ClockTable::Bound(int w) const {
@@ -126,9 +141,14 @@ int64_t ClockTable::Bound(int w) const {
     case SyncMode::kSsp:
       return min_clock() + policy_.staleness;
     case SyncMode::kDssp:
-      return min_clock() + policy_.staleness + extra_[w];
+      return std::max(min_clock() + policy_.staleness, grant_[w]);
   }
   return 0;
+}
+
+int ClockTable::extra(int w) const {
+  if (policy_.mode != SyncMode::kDssp) return 0;
+  return static_cast<int>(Bound(w) - (min_clock() + policy_.staleness));
 }
 
 }  // namespace rdmaflow::strategies::ps

@@ -9,7 +9,8 @@
 //                  worker that reaches the bound may run r more iterations,
 //                  0 <= r <= HIGH - LOW, the r whose predicted push lands
 //                  closest to the slowest worker's predicted next push, so it
-//                  waits as little as it can.
+//                  waits as little as it can (ClockTable says when r is
+//                  chosen and how the intervals are measured).
 // The server publishes, per worker, the highest clock it may start (its
 // bound); a worker at clock c computes only while c <= bound.
 #ifndef RDMAFLOW_STRATEGIES_PS_SYNC_POLICY_H_
@@ -57,12 +58,23 @@ int DsspExtraIterations(const PushTiming& fastest, const PushTiming& slowest,
                         double now, int range);
 
 // The server's view of its workers. Thread-compatible.
+//
+// DSSP, as this table runs it: a worker whose push takes it one past the
+// lower bound (clock == min + LOW + 1) gets a grant of r extra iterations
+// (DsspExtraIterations over [0, HIGH - LOW]); it runs them without waiting,
+// then waits until the lower bound covers its clock again, and the next
+// time it reaches the edge a new r is chosen. A worker's interval is the
+// time from when it could last start (its previous push, or the moment the
+// bound released it if it was waiting) to its push: an iteration's own
+// time, never the wait, so a fast worker held back by a straggler keeps
+// its own pace in the prediction.
 class ClockTable {
  public:
   ClockTable(const SyncPolicy& policy, int workers);
 
-  // Worker `w` pushed a gradient at `now` (seconds); updates its timing and
-  // its bound (DSSP decides r here).
+  // Worker `w` pushed a gradient at `now` (seconds); updates its timing,
+  // its bound (DSSP decides r here) and notes when waiting workers are
+  // released.
   void OnPush(int w, double now);
 
   int workers() const { return static_cast<int>(clocks_.size()); }
@@ -71,14 +83,21 @@ class ClockTable {
   const std::vector<int64_t>& clocks() const { return clocks_; }
   // The highest clock worker `w` may start now (kUnbounded under asp).
   int64_t Bound(int w) const;
-  // The extra iterations DSSP granted `w` (0 otherwise).
-  int extra(int w) const { return extra_[w]; }
+  // The iterations DSSP lets `w` run beyond min + LOW now (0 otherwise).
+  int extra(int w) const;
+  // What the table knows of `w`'s pushes (interval without waits).
+  const PushTiming& timing(int w) const { return timing_[w]; }
 
  private:
   SyncPolicy policy_;
   std::vector<int64_t> clocks_;
   std::vector<PushTiming> timing_;
-  std::vector<int> extra_;
+  // DSSP: the highest clock each worker was granted (-1: none).
+  std::vector<int64_t> grant_;
+  // Whether each worker's clock is past its bound (it waits), and when
+  // the bound last released it (-inf: never held).
+  std::vector<bool> held_;
+  std::vector<double> released_;
 };
 
 }  // namespace rdmaflow::strategies::ps

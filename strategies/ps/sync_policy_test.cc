@@ -2,6 +2,7 @@
 // and DSSP's choice of r on synthetic timings, always inside [LOW, HIGH].
 #include "strategies/ps/sync_policy.h"
 
+#include <functional>
 #include <random>
 
 #include "common/status_matchers.h"
@@ -68,35 +69,89 @@ TEST(DsspTest, PicksTheIterationsThatMeetTheSlowestWorker) {
   EXPECT_EQ(DsspExtraIterations({10, 1}, {9, 0}, 10, 5), 0);
 }
 
-// A fast and a slow worker with jittered synthetic timings: DSSP's bound
-// for the fast one always lies in [min + LOW, min + HIGH], and it does use
-// the extra room (a static LOW would have made it wait more).
-TEST(DsspTest, BoundsStayWithinLowAndHighUnderRandomTimings) {
+// Two workers run against a table as the server's bounds let them: worker 0
+// computes in ~1 s, worker 1 in ~`slow` s (both jittered +-20 %). A worker
+// starts a step as soon as its clock is within its bound. Returns worker
+// 0's mean lead in clocks (sampled at every push) and the grants it got;
+// `check` runs after every push.
+struct Race {
+  double mean_lead = 0;
+  int grants = 0;
+};
+Race RunRace(const SyncPolicy& policy, double slow, int pushes,
+             const std::function<void(const ClockTable&)>& check) {
   std::mt19937 random(42);
   std::uniform_real_distribution<double> jitter(0.8, 1.2);
-  ClockTable table(*SyncPolicy::Parse("dssp:1:6"), 2);
-  double fast_time = 0, slow_time = 0;
-  int granted = 0;
-  for (int event = 0; event < 2000; ++event) {
-    // Whoever may run runs: the fast worker when within its bound.
-    const bool fast_may_run = table.clock(0) <= table.Bound(0);
-    if (fast_may_run && fast_time <= slow_time) {
-      fast_time += 1.0 * jitter(random);
-      table.OnPush(0, fast_time);
-      granted += table.extra(0) > 0;
-    } else {
-      slow_time = std::max(slow_time, fast_may_run ? slow_time : fast_time) +
-                  3.0 * jitter(random);
-      table.OnPush(1, slow_time);
-    }
-    for (int w = 0; w < 2; ++w) {
-      ASSERT_GE(table.Bound(w), table.min_clock() + 1);
-      ASSERT_LE(table.Bound(w), table.min_clock() + 6);
-      ASSERT_GE(table.extra(w), 0);
-      ASSERT_LE(table.extra(w), 5);
+  ClockTable table(policy, 2);
+  const double pace[2] = {1.0, slow};
+  double done[2] = {pace[0] * jitter(random), pace[1] * jitter(random)};
+  double waiting_since[2] = {-1, -1};
+  Race race;
+  for (int push = 0; push < pushes; ++push) {
+    const int w = (waiting_since[1] >= 0 || (waiting_since[0] < 0 && done[0] <= done[1])) ? 0 : 1;
+    const double now = done[w];
+    table.OnPush(w, now);
+    check(table);
+    race.mean_lead += static_cast<double>(table.clock(0) - table.clock(1)) / pushes;
+    race.grants += w == 0 && table.extra(0) > 0 && table.clock(0) == table.min_clock() + 2;
+    waiting_since[w] = now;
+    for (int v = 0; v < 2; ++v) {
+      if (waiting_since[v] < 0 || table.clock(v) > table.Bound(v)) continue;
+      waiting_since[v] = -1;
+      done[v] = now + pace[v] * jitter(random);
     }
   }
-  EXPECT_GT(granted, 0);
+  return race;
+}
+
+// DSSP's bound always lies in [min + LOW, min + HIGH]; the interval it
+// knows of the fast worker is an iteration's time (0.8-1.2 s), never its
+// wait; it grants extra iterations against a 3x straggler, so the fast
+// worker leads by more than under ssp:LOW (which, while the intervals held
+// the wait, DSSP equalled) and by no more than under ssp:HIGH.
+TEST(DsspTest, GrantsAgainstAStragglerWithinLowAndHigh) {
+  const Race dssp = RunRace(*SyncPolicy::Parse("dssp:1:6"), 3.0, 2000,
+                            [](const ClockTable& table) {
+                              for (int w = 0; w < 2; ++w) {
+                                ASSERT_GE(table.Bound(w), table.min_clock() + 1);
+                                ASSERT_LE(table.Bound(w), table.min_clock() + 6);
+                                ASSERT_GE(table.extra(w), 0);
+                                ASSERT_LE(table.extra(w), 5);
+                              }
+                              if (table.timing(0).interval > 0) {
+                                ASSERT_GE(table.timing(0).interval, 0.8 - 1e-9);
+                                ASSERT_LE(table.timing(0).interval, 1.2 + 1e-9);
+                              }
+                            });
+  const Race low = RunRace(*SyncPolicy::Parse("ssp:1"), 3.0, 2000, [](const ClockTable&) {});
+  const Race high = RunRace(*SyncPolicy::Parse("ssp:6"), 3.0, 2000, [](const ClockTable&) {});
+  EXPECT_GT(dssp.grants, 100);
+  EXPECT_GT(dssp.mean_lead, low.mean_lead + 0.5);
+  EXPECT_LT(dssp.mean_lead, high.mean_lead);
+}
+
+// Worked by hand (dssp:0:4): the fast worker's interval leaves its wait
+// out; its grant meets the slowest's next push; a spent grant makes it wait
+// until the lower bound covers it, with no new choice in between.
+TEST(DsspTest, AGrantMeetsTheSlowestAndIsSpentBeforeTheNext) {
+  ClockTable table(*SyncPolicy::Parse("dssp:0:4"), 2);
+  table.OnPush(0, 0.9);  // clock 1, min 0: the edge, intervals unknown: r 0
+  EXPECT_EQ(table.Bound(0), 0);
+  table.OnPush(1, 1);  // min 1: releases the fast worker at 1
+  table.OnPush(0, 2);  // clock 2: the edge again; the slowest's interval unknown
+  EXPECT_DOUBLE_EQ(table.timing(0).interval, 1.0);
+  EXPECT_EQ(table.Bound(0), 1);
+  table.OnPush(1, 5);  // interval 4; releases the fast worker at 5
+  table.OnPush(0, 6);  // interval 1 (not 4: it waited 3 s); edge at clock 3
+  EXPECT_DOUBLE_EQ(table.timing(0).interval, 1.0);
+  // The slowest's next push is at 9, three fast iterations from 6.
+  EXPECT_EQ(table.extra(0), 3);
+  EXPECT_EQ(table.Bound(0), 5);
+  for (double t : {7.0, 8.0, 9.0}) table.OnPush(0, t);  // spends it: clock 6
+  EXPECT_EQ(table.Bound(0), 5);
+  table.OnPush(1, 9.2);  // min 3: the bound is still the grant; it waits
+  EXPECT_EQ(table.Bound(0), 5);
+  EXPECT_GT(table.clock(0), table.Bound(0));
 }
 
 }  // namespace
