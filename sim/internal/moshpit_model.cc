@@ -9,9 +9,10 @@
 //      ticket or group_timeout_ms passes; the sealer writes the group
 //      (three round trips); everyone reads it (one round trip, one more per
 //      member);
-//   2. the first time a member set meets, its all-reduce group is built
-//      through the store (settings, hosts, ring): the calibrated
-//      group_setup_ms;
+//   2. a member set the rank has no ring for (its grid groups' rings were
+//      built before training; a new set appears only when membership
+//      changes) builds its all-reduce group through the store (settings,
+//      hosts, ring): the calibrated group_setup_ms;
 //   3. copy the parameters in, all-reduce them with a weight, divide, copy
 //      back.
 // A dead member is waited for until the timeout once, then left out until
@@ -46,6 +47,10 @@ class MoshpitModel {
   }
 
   void Start() {
+    // Each rank built its grid groups' rings before training.
+    for (int r = 0; r < job_.ranks(); ++r) {
+      for (int dim = 0; dim < grid_.dims(); ++dim) built_.insert({r, grid_.GroupOf(r, dim)});
+    }
     for (int r = 0; r < job_.ranks(); ++r) Step(r);
   }
 

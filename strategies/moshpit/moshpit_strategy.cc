@@ -58,8 +58,30 @@ absl::Status MoshpitStrategy::DoStart() {
     adopt_next_average_ = true;
     std::fprintf(stderr, "moshpit rank %d: rejoining at round %d (step %lld)\n",
                  context().rank, round_, static_cast<long long>(round_) * period());
+    return absl::OkStatus();
   }
+  BuildGridRings();
   return absl::OkStatus();
+}
+
+void MoshpitStrategy::BuildGridRings() {
+  const int rank = context().rank;
+  for (int dim = 0; dim < grid_->dims(); ++dim) {
+    // Round `dim` is the first to average along dimension `dim`.
+    const std::vector<int> members = grid_->GroupOf(rank, dim);
+    if (members.size() < 2) continue;
+    const std::string ns = absl::StrCat(options().communicator_options.ns, "/moshpit/grid/",
+                                        grid_->GroupKey(rank, dim));
+    absl::StatusOr<collectives::AllReduceGroup*> ring = RingFor(members, -1 - dim, ns);
+    if (!ring.ok()) {
+      // The rounds build it when its members meet (the notes make sure no
+      // member keeps a ring another lacks).
+      std::fprintf(stderr,
+                   "moshpit rank %d: building the ring of grid dimension %d before training "
+                   "failed (%s); its first round builds one instead\n",
+                   rank, dim, ring.status().ToString().c_str());
+    }
+  }
 }
 
 absl::Status MoshpitStrategy::CatchUp() {

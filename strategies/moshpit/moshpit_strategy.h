@@ -13,7 +13,9 @@
 // each peer keeps d rings, one per dimension, and a round costs one store
 // exchange plus one all-reduce). A ring whose all-reduce fails, or that
 // holds a suspected peer, is dropped. On a full grid, d rounds give every
-// peer the exact global average.
+// peer the exact global average. A peer that starts fresh builds its d
+// rings before the first step (dimension by dimension: the same order on
+// every peer), so no round pays a ring's set-up unless its members change.
 // A peer that died and was started again (StrategyContext::rejoining) reads
 // the others' heartbeats, starts at the most advanced one's round (and
 // the matching step), and
@@ -73,8 +75,12 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   MoshpitStrategy(StrategyOptions options, MoshpitOptions moshpit)
       : LocalSgdStrategy(std::move(options), moshpit.period), moshpit_(moshpit) {}
   absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
-  // A rejoining peer catches up with the others' round here.
+  // A fresh peer builds its grid rings here (BuildGridRings); a rejoining
+  // peer catches up with the others' round.
   absl::Status DoStart() override;
+  // The ring of each of this peer's grid groups, kept as if created in
+  // round -1 - dim. One that fails is logged and left to its first round.
+  void BuildGridRings();
   // Shuts the kept rings down (in one order on every peer), waiting at most
   // the group timeout for each: a ring whose other members left it (they
   // suspected this peer) is logged and dropped. The same after a failed
@@ -108,7 +114,7 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   bool adopt_next_average_ = false;
   struct KeptRing {
     std::unique_ptr<collectives::AllReduceGroup> ring;
-    int created = 0;  // the round
+    int created = 0;  // the round (-1 - dim: built before training)
   };
   // Kept rings, by members.
   std::map<std::vector<int>, KeptRing> rings_;

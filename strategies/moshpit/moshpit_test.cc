@@ -155,6 +155,33 @@ TEST(MoshpitStrategyTest, FullGridsGiveTheExactGlobalAverageAfterDRounds) {
   }
 }
 
+// A fresh start builds every grid group's ring before the first step; the
+// rounds then reuse them and build none.
+TEST(MoshpitStrategyTest, GridRingsAreBuiltBeforeTheFirstStep) {
+  torch::set_num_threads(1);
+  constexpr int kWorld = 8, kDims = 3;
+  std::vector<int> before(kWorld, -1), after(kWorld, -1);
+  std::vector<absl::Status> status = rdma::testing::RunRankThreads(
+      kWorld, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto strategy, MoshpitStrategy::Create(ToyOptions(
+                                            2 * kDims, {{"side", "2"},
+                                                        {"group_timeout_ms", "20000"}})));
+        std::vector<Parameter> p = {{"w", torch::randn({16})}};
+        RETURN_IF_ERROR(strategy->Prepare({rank, kWorld, &transport, &store}, p).status());
+        RETURN_IF_ERROR(strategy->Start());
+        before[rank] = strategy->rings_created();
+        ComputeFn nothing = [] { return absl::StatusOr<ComputeResult>(ComputeResult{}); };
+        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(nothing).status());
+        after[rank] = strategy->rings_created();
+        return strategy->Finish();
+      });
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_OK(status[r]) << "rank " << r;
+    EXPECT_EQ(before[r], kDims) << "rank " << r;
+    EXPECT_EQ(after[r], kDims) << "rank " << r;
+  }
+}
+
 TEST(MoshpitStrategyTest, ARankThatLeavesShrinksItsGroupsAndTheOthersGoOn) {
   torch::set_num_threads(1);
   constexpr int kWorld = 4, kSteps = 8;
