@@ -16,6 +16,7 @@
 #include "common/text_table.h"
 #include "results/json.h"
 #include "sim/calibration.h"
+#include "sim/convergence.h"
 #include "sim/link_presets.h"
 #include "sim/simulate.h"
 
@@ -25,9 +26,11 @@ namespace {
 // Where tools/calibrate_sim.sh writes this machine's calibration (and where
 // the repository keeps the one docs/scale.md was made with).
 constexpr char kDefaultCalibration[] = "docs/scale/calibration.json";
+// Where tools/measure_convergence.sh writes the measured steps to accuracy.
+constexpr char kDefaultConvergence[] = "docs/scale/convergence.json";
 
 std::vector<FlagSpec> SimulateFlags() {
-  return {{"calibration"}, {"model"},      {"strategy"},
+  return {{"calibration"}, {"convergence"}, {"model"},  {"strategy"},
           {"ranks"},       {"link"},       {"ranks_per_host"}, {"cores"}, {"shared_cores"},
           {"steps"},       {"slow_rank"},  {"slow_factor"}, {"jitter"},
           {"kill_rank"},   {"kill_step"},  {"seed"},      {"json"},
@@ -51,6 +54,7 @@ absl::StatusOr<double> Real(const ParsedArgs& args, const std::string& name, dou
 // The command line, checked before any file is read (errors: exit 2).
 struct SimulateOptions {
   std::string calibration;
+  std::string convergence;  // empty: the default file where it exists
   std::string model;
   std::vector<std::pair<std::string, std::map<std::string, std::string>>> strategies;
   std::vector<int> rank_counts;
@@ -65,6 +69,10 @@ struct SimulateOptions {
 absl::StatusOr<SimulateOptions> ParseOptions(const ParsedArgs& args) {
   SimulateOptions f;
   f.calibration = args.Get("calibration");
+  f.convergence = args.Get("convergence");
+  if (args.Has("convergence") && f.convergence.empty()) {
+    return absl::InvalidArgumentError("--convergence needs a file name (or none)");
+  }
   f.model = args.Get("model", "lenet5");
   f.json = args.Get("json");
   f.quiet = args.Has("quiet");
@@ -138,10 +146,23 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
   if (f.cores > 0) base.host.set_cores(f.cores);
   ASSIGN_OR_RETURN(sim::LinkProfile shm, sim::FindLink(calibration, "shm"));
 
+  sim::Convergence convergence;
+  std::string convergence_path = f.convergence;
+  if (convergence_path.empty() && std::filesystem::exists(kDefaultConvergence)) {
+    convergence_path = kDefaultConvergence;
+  }
+  if (convergence_path == "none") convergence_path.clear();
+  if (!convergence_path.empty()) {
+    RETURN_IF_ERROR(ReadJsonFile(convergence_path, &convergence));
+    RETURN_IF_ERROR(sim::CheckConvergence(convergence));
+  }
+
   sim::SimulationReport report;
   report.set_calibration(path);
+  report.set_convergence(convergence_path);
   TextTable table({"link", "strategy", "params", "ranks", "step_ms", "comm_ms", "wait_ms",
-                   "wire_MB/step", "samples/s"});
+                   "wire_MB/step", "samples/s", "to_acc_s"});
+  bool any_time_to_accuracy = false;
   for (const std::string& link_name : f.links) {
     ASSIGN_OR_RETURN(sim::LinkProfile link, sim::FindLink(calibration, link_name));
     for (const auto& [strategy, settings] : f.strategies) {
@@ -164,6 +185,8 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
                               absl::StrCat(strategy, " on ", ranks, " ranks over ", link_name,
                                            ": ", run.status().message()));
         }
+        sim::AddTimeToAccuracy(convergence, &*run);
+        any_time_to_accuracy |= run->time_to_accuracy_s() > 0;
         if (!f.quiet && ranks >= 256) {
           err << "simulated " << strategy << " on " << ranks << " ranks over " << link_name
               << "\n";
@@ -173,7 +196,10 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
                       absl::StrFormat("%.2f", run->comm_ms()),
                       absl::StrFormat("%.2f", run->wait_ms()),
                       absl::StrFormat("%.2f", run->wire_bytes_per_step() / 1e6),
-                      absl::StrFormat("%.0f", run->samples_per_s())});
+                      absl::StrFormat("%.0f", run->samples_per_s()),
+                      run->time_to_accuracy_s() > 0
+                          ? absl::StrFormat("%.1f", run->time_to_accuracy_s())
+                          : "-"});
         *report.add_runs() = *run;
       }
     }
@@ -182,6 +208,12 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
       << base.host.cores() << " cores a host, " << base.steps << " steps; calibration "
       << path << "\n"
       << table.Render("  ");
+  if (any_time_to_accuracy) {
+    out << "to_acc_s: step_ms x the steps a measured run of the same update rule needed to "
+           "reach "
+        << absl::StrFormat("%.0f", convergence.target() * 100) << " % test accuracy ("
+        << convergence_path << "; the most workers measured up to the run's)\n";
+  }
   if (!f.json.empty()) RETURN_IF_ERROR(results::WriteJsonFile(report, f.json));
   return absl::OkStatus();
 }
@@ -199,6 +231,11 @@ on each host's cores, messages on each rank's ports, waits and collectives
 
 options:
   --calibration FILE   default docs/scale/calibration.json
+  --convergence FILE   measured steps to a target accuracy per update rule
+                       (tools/measure_convergence.sh); adds the time to
+                       accuracy (to_acc_s) where the model and rule were
+                       measured. Default docs/scale/convergence.json where
+                       present; none: leave it out
   --model NAME         a model the calibration profiled (default lenet5)
   --strategy S;...     strategies, each NAME[:K=V,...], ';' between: ps,
                        allreduce, layer_separated, gossip, moshpit (default

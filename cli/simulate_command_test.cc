@@ -112,6 +112,66 @@ TEST_F(SimulateCommandTest, CalibrateThenSimulate) {
   EXPECT_GT(ib, 0);
 }
 
+// A convergence file adds the time to accuracy to the rows whose model and
+// update rule it measured (allreduce: "sgd"), and only to those.
+TEST_F(SimulateCommandTest, ConvergenceGivesTimeToAccuracy) {
+  ASSERT_EQ(Calibrate().code, 0);
+  sim::Convergence convergence;
+  convergence.set_model("tiny");
+  convergence.set_target(0.8);
+  sim::ConvergencePoint* point = convergence.add_points();
+  point->set_spec("allreduce");
+  point->set_update_rule("sgd");
+  point->set_ranks(2);
+  point->set_workers(2);
+  point->set_steps_run(400);
+  point->set_steps_to_target(250);
+  Write(convergence, Tmp("convergence.json"));
+  Outcome s = Call(RunSimulateCommand,
+                   {"--calibration", Tmp("calibration.json"), "--convergence",
+                    Tmp("convergence.json"), "--model", "tiny", "--strategy",
+                    "allreduce;ps:servers=1,sync=ssp:2", "--ranks", "2,8", "--steps", "5",
+                    "--json", Tmp("acc.json")});
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_THAT(s.out, HasSubstr("to_acc_s"));
+  EXPECT_THAT(s.out, HasSubstr("80 % test accuracy"));
+  sim::SimulationReport report;
+  std::ifstream in(Tmp("acc.json"));
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSERT_TRUE(results::FromJson(text.str(), &report).ok());
+  ASSERT_EQ(report.runs_size(), 4);
+  for (const sim::SimulatedRun& run : report.runs()) {
+    SCOPED_TRACE(run.strategy() + " " + std::to_string(run.ranks()));
+    if (run.strategy() == "allreduce") {
+      EXPECT_EQ(run.update_rule(), "sgd");
+      EXPECT_EQ(run.workers(), run.ranks());
+      EXPECT_EQ(run.steps_to_target(), 250);
+      EXPECT_DOUBLE_EQ(run.time_to_accuracy_s(), 250 * run.step_ms() * 1e-3);
+    } else {
+      EXPECT_EQ(run.update_rule(), "ps:ssp:2");
+      EXPECT_EQ(run.workers(), run.ranks() - 1);
+      EXPECT_EQ(run.time_to_accuracy_s(), 0);
+    }
+  }
+  // A point it cannot use is named; so is a missing file.
+  point->set_steps_to_target(401);
+  Write(convergence, Tmp("bad_convergence.json"));
+  Outcome bad = Call(RunSimulateCommand, {"--calibration", Tmp("calibration.json"),
+                                          "--convergence", Tmp("bad_convergence.json"),
+                                          "--model", "tiny"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("convergence point 0"));
+  bad = Call(RunSimulateCommand, {"--calibration", Tmp("calibration.json"), "--convergence",
+                                  Tmp("nowhere.json"), "--model", "tiny"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("nowhere.json"));
+  Outcome none = Call(RunSimulateCommand, {"--calibration", Tmp("calibration.json"),
+                                           "--convergence", "none", "--model", "tiny"});
+  EXPECT_EQ(none.code, 0) << none.err;
+  EXPECT_THAT(none.out, ::testing::Not(HasSubstr("test accuracy")));
+}
+
 TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {
   ASSERT_EQ(Calibrate().code, 0);
   const std::string cal = Tmp("calibration.json");
@@ -144,7 +204,7 @@ TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {
 TEST_F(SimulateCommandTest, HelpDocumentsEveryOption) {
   Outcome r = Call(RunSimulateCommand, {"--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* flag : {"--calibration", "--model", "--strategy", "--ranks", "--link",
+  for (const char* flag : {"--calibration", "--convergence", "--model", "--strategy", "--ranks", "--link",
                            "--ranks_per_host", "--cores", "--shared_cores", "--steps", "--slow_rank",
                            "--jitter", "--kill_rank", "--json"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -89,6 +91,33 @@ TEST(SimulateTest, AllReduceIsComputeThenTheRingThenSgd) {
   EXPECT_DOUBLE_EQ(run.wire_bytes_per_step(), 2 * 5e6);
   EXPECT_EQ(run.strategy(), "allreduce");
   EXPECT_EQ(run.ranks(), 2);
+}
+
+// The update rule and workers every model reports (they key the measured
+// convergence): sync SGD for allreduce, bsp and layer_separated, each with
+// the ranks whose batches train the model.
+TEST(SimulateTest, EachModelNamesItsUpdateRuleAndWorkers) {
+  struct Case {
+    const char* strategy;
+    std::map<std::string, std::string> params;
+    const char* rule;
+    int workers;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"allreduce", {}, "sgd", 6},
+           {"ps", {{"servers", "2"}}, "sgd", 4},
+           {"ps", {{"sync", "dssp:1:6"}}, "ps:dssp:1:6", 5},
+           {"layer_separated", {{"fc_ranks", "2"}}, "sgd", 4},
+           {"gossip", {{"mode", "push"}}, "gossip:mode=push,period=1,topology=random,beta=0.5", 6},
+           {"moshpit", {{"period", "2"}}, "moshpit:side=2,period=2", 6},
+       }) {
+    Scenario s = Base(c.strategy, 6);
+    s.params = c.params;
+    s.steps = 4;
+    ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+    EXPECT_EQ(run.update_rule(), c.rule) << c.strategy;
+    EXPECT_EQ(run.workers(), c.workers) << c.strategy;
+  }
 }
 
 TEST(SimulateTest, AStragglerHoldsBspBackAspNotAndSspInBetween) {

@@ -69,6 +69,7 @@ absl::StatusOr<double> RunAllReduce(Job& job) {
   RETURN_IF_ERROR(ReadAllReduceShape(params, &shape));
   RETURN_IF_ERROR(params.Done());
   job.set_shape(shape);
+  job.set_update_rule("sgd");
   AllReduceModel model(job);
   model.Start();
   job.loop().Run();

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/key_value_params.h"
 #include "common/status_macros.h"
 #include "sim/internal/job.h"
@@ -153,6 +154,8 @@ absl::StatusOr<double> RunGossip(Job& job) {
   RETURN_IF_ERROR(params.Done());
   if (job.ranks() < 2) return absl::InvalidArgumentError("gossip needs at least 2 ranks");
   ASSIGN_OR_RETURN(gossip::Topology parsed, gossip::ParseTopology(topology));
+  job.set_update_rule(absl::StrCat("gossip:mode=", mode, ",period=", period,
+                                   ",topology=", topology, ",beta=", beta));
   GossipModel model(job, parsed, period, mode == "push", static_cast<uint64_t>(seed));
   model.Start();
   job.loop().Run();

@@ -2,6 +2,8 @@
 #include "sim/internal/job.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -163,6 +165,9 @@ SimulatedRun Job::Result(double samples_per_step) const {
   run.set_wait_ms(log_.wait / steps * 1e3);
   run.set_wire_bytes_per_step(loop_.wire_bytes() / std::max(1, scenario_.steps));
   run.set_samples_per_s(span > 0 ? samples_per_step * steps / span : 0);
+  run.set_update_rule(update_rule_);
+  run.set_workers(static_cast<int32_t>(
+      std::lround(samples_per_step / std::max(1, costs_.batch))));
   return run;
 }
 

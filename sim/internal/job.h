@@ -10,6 +10,8 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -93,6 +95,10 @@ class Job {
   AllReduceShape shape() const { return shape_; }
   void set_shape(const AllReduceShape& shape) { shape_ = shape; }
 
+  // How the strategy updates the model (SimulatedRun.update_rule): each
+  // model sets it from its parsed settings.
+  void set_update_rule(std::string rule) { update_rule_ = std::move(rule); }
+
   StepLog& log() { return log_; }
   void set_reporter(int rank) { reporter_ = rank; }
   int reporter() const { return reporter_; }
@@ -118,6 +124,7 @@ class Job {
   std::map<std::vector<int>, double> last_call_end_;
   StepLog log_;
   int reporter_ = 0;
+  std::string update_rule_;
 };
 
 // bucket_bytes=, chunk_bytes= and slots= of the strategies that all-reduce

@@ -182,6 +182,9 @@ absl::StatusOr<double> RunLayerSeparated(Job& job) {
         "layer_separated fc_ranks=", fc_ranks, " leaves FC ranks that serve no conv rank (",
         n - fc_ranks, " conv ranks); the simulator models fc_ranks <= conv ranks"));
   }
+  // SGD on the conv ranks' concatenated batches (the strategy's tests: equal
+  // to one process to 1e-5).
+  job.set_update_rule("sgd");
   LayerSeparatedModel model(job, fc_ranks);
   model.Start();
   job.loop().Run();

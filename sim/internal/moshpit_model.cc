@@ -205,6 +205,7 @@ absl::StatusOr<double> RunMoshpit(Job& job) {
   RETURN_IF_ERROR(params.Done());
   if (job.ranks() < 2) return absl::InvalidArgumentError("moshpit needs at least 2 ranks");
   ASSIGN_OR_RETURN(MoshpitGrid grid, MoshpitGrid::Create(job.ranks(), side, dims));
+  job.set_update_rule(absl::StrCat("moshpit:side=", side, ",period=", period));
   MoshpitModel model(job, grid, period, group_ms * 1e-3);
   model.Start();
   job.loop().Run();

@@ -240,6 +240,9 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
         job.costs().tensor_bytes.size(), " layers with parameters, fewer than servers=",
         servers));
   }
+  job.set_update_rule(policy.mode == strategies::ps::SyncMode::kBsp
+                          ? "sgd"
+                          : absl::StrCat("ps:", policy.ToString()));
   ParameterServerModel model(job, servers, policy);
   model.Start();
   job.loop().Run();
