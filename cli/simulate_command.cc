@@ -34,7 +34,7 @@ std::vector<FlagSpec> SimulateFlags() {
           {"ranks"},       {"link"},       {"ranks_per_host"}, {"cores"}, {"shared_cores"},
           {"steps"},       {"slow_rank"},  {"slow_factor"}, {"jitter"},
           {"kill_rank"},   {"kill_step"},  {"seed"},      {"json"},
-          {"quiet", false}};
+          {"compute_speedup"}, {"quiet", false}};
 }
 
 std::vector<std::string> List(const std::string& text) {
@@ -60,6 +60,7 @@ struct SimulateOptions {
   std::vector<int> rank_counts;
   std::vector<std::string> links;
   int cores = 0;  // 0: the calibration's
+  double compute_speedup = 1;
   int ranks_per_host = 1;
   std::string json;
   bool quiet = false;
@@ -90,6 +91,10 @@ absl::StatusOr<SimulateOptions> ParseOptions(const ParsedArgs& args) {
   ASSIGN_OR_RETURN(base.slow_factor, Real(args, "slow_factor", 1));
   if (!(base.slow_factor >= 1 && base.slow_factor <= 1000)) {
     return absl::InvalidArgumentError("--slow_factor must be in 1..1000");
+  }
+  ASSIGN_OR_RETURN(f.compute_speedup, Real(args, "compute_speedup", 1));
+  if (!(f.compute_speedup >= 1e-3 && f.compute_speedup <= 1e4)) {
+    return absl::InvalidArgumentError("--compute_speedup must be in [0.001, 10000]");
   }
   ASSIGN_OR_RETURN(base.jitter, Real(args, "jitter", 0));
   if (!(base.jitter >= 0 && base.jitter < 1)) {
@@ -139,7 +144,8 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
   }
   sim::Calibration calibration;
   RETURN_IF_ERROR(ReadJsonFile(path, &calibration));
-  ASSIGN_OR_RETURN(sim::ModelProfile model, sim::FindModel(calibration, f.model));
+  ASSIGN_OR_RETURN(sim::ModelProfile measured, sim::FindModel(calibration, f.model));
+  ASSIGN_OR_RETURN(sim::ModelProfile model, sim::FasterCompute(measured, f.compute_speedup));
   sim::Scenario base = f.base;
   base.model = model;
   base.host = sim::HostOf(calibration);
@@ -205,7 +211,11 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
     }
   }
   out << "model " << model.model() << " (batch " << model.batch_size() << "), "
-      << base.host.cores() << " cores a host, " << base.steps << " steps; calibration "
+      << base.host.cores() << " cores a host"
+      << (f.compute_speedup != 1
+              ? absl::StrFormat(" computing %gx as fast as the calibration's", f.compute_speedup)
+              : "")
+      << ", " << base.steps << " steps; calibration "
       << path << "\n"
       << table.Render("  ");
   if (any_time_to_accuracy) {
@@ -251,6 +261,9 @@ options:
                        link the calibration measured (default shm)
   --ranks_per_host N   over a network link: ranks on each host (default 1)
   --cores N            cores of a host (default: the calibration's)
+  --compute_speedup F  hosts compute F times as fast as the calibration's
+                       core (an accelerator, say): every layer, loss and
+                       optimizer time divided by F (default 1)
   --shared_cores N     every host's ranks share N cores: namespace hosts on
                        one machine, as tools/validate_sim.sh runs them
   --steps N            steps to simulate (default 30)

@@ -206,7 +206,7 @@ TEST_F(SimulateCommandTest, HelpDocumentsEveryOption) {
   EXPECT_EQ(r.code, 0);
   for (const char* flag : {"--calibration", "--convergence", "--model", "--strategy", "--ranks", "--link",
                            "--ranks_per_host", "--cores", "--shared_cores", "--steps", "--slow_rank",
-                           "--jitter", "--kill_rank", "--json"}) {
+                           "--jitter", "--kill_rank", "--json", "--compute_speedup"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }
   r = Call(RunCalibrateCommand, {"--help"});

@@ -80,4 +80,20 @@ absl::StatusOr<ModelProfile> FindModel(const Calibration& calibration,
       "); profile it with rdmaflow_profile and rerun rdmaflow calibrate"));
 }
 
+absl::StatusOr<ModelProfile> FasterCompute(const ModelProfile& model, double speedup) {
+  if (!(speedup >= 1e-3 && speedup <= 1e4)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a compute speedup must be in [0.001, 10000], got ", speedup));
+  }
+  ModelProfile faster = model;
+  for (LayerProfile& layer : *faster.mutable_layers()) {
+    layer.set_forward_ms(layer.forward_ms() / speedup);
+    layer.set_backward_ms(layer.backward_ms() / speedup);
+  }
+  faster.set_optimizer_ms(model.optimizer_ms() / speedup);
+  faster.set_loss_ms(model.loss_ms() / speedup);
+  faster.set_step_ms(model.step_ms() / speedup);
+  return faster;
+}
+
 }  // namespace rdmaflow::sim

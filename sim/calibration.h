@@ -35,6 +35,11 @@ double MemcpyFromPingPong(const results::BenchmarkReport& report);
 absl::StatusOr<ModelProfile> FindModel(const Calibration& calibration,
                                        const std::string& name);
 
+// The profile of a machine that computes `speedup` times as fast (an
+// accelerator, say): every compute time divided by it, bytes unchanged.
+// kInvalidArgument for a speedup outside [1e-3, 1e4] or not finite.
+absl::StatusOr<ModelProfile> FasterCompute(const ModelProfile& model, double speedup);
+
 }  // namespace rdmaflow::sim
 
 #endif  // RDMAFLOW_SIM_CALIBRATION_H_

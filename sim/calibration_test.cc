@@ -1,6 +1,8 @@
 // File: calibration_test.cc
 #include "sim/calibration.h"
 
+#include <cmath>
+
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -70,6 +72,30 @@ TEST(CalibrationTest, ModelsAndLinksByName) {
   EXPECT_THAT(FindLink(c, "carrier_pigeon"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("ib_hdr200")));
   EXPECT_EQ(HostOf(c).cores(), 2);
+}
+
+TEST(CalibrationTest, FasterComputeDividesTimesNotBytes) {
+  ModelProfile m;
+  m.set_step_ms(100);
+  m.set_optimizer_ms(10);
+  m.set_loss_ms(4);
+  LayerProfile* l = m.add_layers();
+  l->set_forward_ms(30);
+  l->set_backward_ms(60);
+  l->set_param_bytes(1e6);
+  l->set_output_bytes(1e3);
+  ASSERT_OK_AND_ASSIGN(ModelProfile f, FasterCompute(m, 20));
+  EXPECT_DOUBLE_EQ(f.step_ms(), 5);
+  EXPECT_DOUBLE_EQ(f.optimizer_ms(), 0.5);
+  EXPECT_DOUBLE_EQ(f.loss_ms(), 0.2);
+  EXPECT_DOUBLE_EQ(f.layers(0).forward_ms(), 1.5);
+  EXPECT_DOUBLE_EQ(f.layers(0).backward_ms(), 3);
+  EXPECT_DOUBLE_EQ(f.layers(0).param_bytes(), 1e6);
+  EXPECT_DOUBLE_EQ(f.layers(0).output_bytes(), 1e3);
+  for (double bad : {0.0, -1.0, 1e5, std::nan("")}) {
+    EXPECT_THAT(FasterCompute(m, bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("speedup")));
+  }
 }
 
 }  // namespace

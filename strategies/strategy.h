@@ -170,6 +170,9 @@ class Strategy {
   // training (so the harness may evaluate it between steps); after
   // Finish() every computing rank holds the final ones.
   virtual bool holds_full_model() const { return computes(); }
+  // True on ranks whose Step() calls the ComputeFn (a rank that computes
+  // from StrategyContext::next_batch itself needs none).
+  virtual bool needs_compute_fn() const { return computes(); }
   // True when a rank that died can be started again and rejoin the running
   // job (StrategyContext::rejoining): moshpit.
   virtual bool supports_rejoin() const { return false; }
@@ -222,10 +225,6 @@ class Strategy {
   // How messages name this rank once prepared: "<name> rank <r>" by
   // default ("ps server 0 (rank 0)" where a role says more).
   virtual std::string Where() const;
-  // True on ranks whose Step() calls the ComputeFn (a rank that computes
-  // from StrategyContext::next_batch itself needs none).
-  virtual bool needs_compute_fn() const { return computes(); }
-
   const StrategyOptions& options() const { return options_; }
   const StrategyContext& context() const { return context_; }
   // The transport's one progress loop (docs/thread_model.md), made by

@@ -11,11 +11,12 @@
 #                                            8-30 s a run; ~25 min in all)
 # Environment: SPECS (';'-separated, the simulator's syntax; default below),
 # RANKS ("2 4 8"), SEEDS ("1 2 3"), STEPS (500), TARGET (0.80), EVAL_EVERY
-# (10), EVAL_SAMPLES (2000), CONVERGENCE (docs/scale/convergence.json).
+# (10), EVAL_SAMPLES (2000), EXTRA (more rdmaflow_train flags, such as
+# "--slow_rank 2 --slow_factor 2"), CONVERGENCE (docs/scale/convergence.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,14p' "$0"
+  sed -n '2,15p' "$0"
   exit 0
 fi
 out=${1:-bench-results/convergence}
@@ -28,6 +29,7 @@ target=${TARGET:-0.80}
 eval_every=${EVAL_EVERY:-10}
 eval_samples=${EVAL_SAMPLES:-2000}
 convergence=${CONVERGENCE:-docs/scale/convergence.json}
+read -r -a extra <<<"${EXTRA:-}"
 bazel build -c opt //train:rdmaflow_train //cli:rdmaflow >/dev/null
 train=bazel-bin/train/rdmaflow_train
 
@@ -59,7 +61,7 @@ for ranks in $ranks_list; do
       rm -f "$run".rank*.csv "$run.json"
       echo "== $spec, $ranks ranks, seed $seed, $steps steps $(date +%H:%M:%S)"
       if "$train" --local "$ranks" --model lenet5 "${flags[@]}" --steps "$steps" \
-           --seed "$seed" --eval_every "$eval_every" --eval_samples "$eval_samples" \
+           --seed "$seed" --eval_every "$eval_every" --eval_samples "$eval_samples" "${extra[@]}" \
            --log_prefix "$run" --json "$run.json" --progress=false >"$run.log" 2>&1; then
         echo "   done: $(grep -o '"test_accuracy": [0-9.]*' "$run.json")"
         runs+=("$spec|$ranks|$run")

@@ -234,6 +234,17 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     const absl::Time step_begin = absl::Now();
     ASSIGN_OR_RETURN(strategies::StepReport report,
                      strategy.Step(strategy.computes() ? compute : nullptr));
+    if (slow && !strategy.needs_compute_fn()) {
+      // A rank that computes without `compute` (layer_separated's conv and
+      // FC ranks run the model themselves; a ps server applies updates)
+      // sleeps after its step instead, slow_factor - 1 times the compute it
+      // reported, so its peers wait for it as for a slower machine. Never
+      // longer than a peer would wait (a wall-clock jump, not a straggler).
+      const absl::Duration lag = std::clamp(report.compute_time * (config.slow_factor - 1),
+                                            absl::ZeroDuration(),
+                                            config.timeout);
+      std::this_thread::sleep_for(absl::ToChronoNanoseconds(lag));
+    }
     if (!strategy.computes()) continue;
     ++totals.steps;
     totals.comm_time += report.comm_time;

@@ -67,7 +67,10 @@ int DsspExtraIterations(const PushTiming& fastest, const PushTiming& slowest,
 // time from when it could last start (its previous push, or the moment the
 // bound released it if it was waiting) to its push: an iteration's own
 // time, never the wait, so a fast worker held back by a straggler keeps
-// its own pace in the prediction.
+// its own pace in the prediction. A table sees only its own server's bound:
+// with several servers, a wait on another server's bound still counts in
+// the interval here (each server also chooses its own grants; a worker
+// goes on within the lowest bound of all).
 class ClockTable {
  public:
   ClockTable(const SyncPolicy& policy, int workers);
