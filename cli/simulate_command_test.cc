@@ -28,6 +28,13 @@ void Write(const google::protobuf::Message& m, const std::string& path) {
   ASSERT_TRUE(results::WriteJsonFile(m, path).ok());
 }
 
+void Read(const std::string& path, google::protobuf::Message* m) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSERT_TRUE(results::FromJson(text.str(), m).ok()) << path;
+}
+
 struct Outcome {
   int code;
   std::string out, err;
@@ -96,10 +103,7 @@ TEST_F(SimulateCommandTest, CalibrateThenSimulate) {
   EXPECT_THAT(s.out, HasSubstr("servers=1,sync=ssp:2"));
   EXPECT_THAT(s.out, HasSubstr("ib_hdr200"));
   sim::SimulationReport report;
-  std::ifstream in(Tmp("sim.json"));
-  std::stringstream text;
-  text << in.rdbuf();
-  ASSERT_TRUE(results::FromJson(text.str(), &report).ok());
+  ASSERT_NO_FATAL_FAILURE(Read(Tmp("sim.json"), &report));
   ASSERT_EQ(report.runs_size(), 2 * 2 * 2);
   // 1 Gbit/s moves 8 ranks' gradients slower than HDR InfiniBand.
   double gbit = 0, ib = 0;
@@ -136,10 +140,7 @@ TEST_F(SimulateCommandTest, ConvergenceGivesTimeToAccuracy) {
   EXPECT_THAT(s.out, HasSubstr("to_acc_s"));
   EXPECT_THAT(s.out, HasSubstr("80 % test accuracy"));
   sim::SimulationReport report;
-  std::ifstream in(Tmp("acc.json"));
-  std::stringstream text;
-  text << in.rdbuf();
-  ASSERT_TRUE(results::FromJson(text.str(), &report).ok());
+  ASSERT_NO_FATAL_FAILURE(Read(Tmp("acc.json"), &report));
   ASSERT_EQ(report.runs_size(), 4);
   for (const sim::SimulatedRun& run : report.runs()) {
     SCOPED_TRACE(run.strategy() + " " + std::to_string(run.ranks()));

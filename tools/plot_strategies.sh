@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Bar chart of step time per strategy and link, from strategies_report.py's
-# TSV.
+# TSV (columns a run left out, all nan, are left out of the chart).
 #   tools/plot_strategies.sh strategies.tsv out.png
 set -euo pipefail
 tsv=$1
@@ -9,6 +9,30 @@ if ! command -v gnuplot >/dev/null; then
   echo "plot: gnuplot not installed (tools/setup.sh installs gnuplot-nox); skipping" >&2
   exit 0
 fi
+declare -A titles=(
+  [ps]='parameter server (1+3)'
+  [allreduce]='all-reduce (4 replicas)'
+  [layer_separated]='layer separated (3 conv + 1 FC)'
+  [layer_separated_auto]='layer separated (K by cost model)'
+)
+# The columns with at least one measured value.
+read -r -a columns <<<"$(awk -F'\t' 'NR == 1 { n = NF; next }
+  { for (i = 2; i <= NF; i++) if ($i != "nan") seen[i] = 1 }
+  END { for (i = 2; i <= n; i++) if (seen[i]) printf "%d ", i }' "$tsv")"
+if [[ ${#columns[@]} -eq 0 ]]; then
+  echo "plot: no step times in $tsv; skipping" >&2
+  exit 0
+fi
+plot=
+for c in "${columns[@]}"; do
+  name=$(head -1 "$tsv" | cut -f "$c")
+  title=${titles[$name]:-$name}
+  if [[ -z $plot ]]; then
+    plot="'$tsv' using $c:xtic(1) title '$title'"
+  else
+    plot="$plot, '' using $c title '$title'"
+  fi
+done
 gnuplot <<GP
 set terminal pngcairo size 760,440 font 'sans,10'
 set output '$png'
@@ -20,9 +44,7 @@ set ylabel 'ms per step'
 set logscale y
 set grid ytics
 set key top left
-plot '$tsv' using 2:xtic(1) title 'parameter server (1+3)', \
-     '' using 3 title 'all-reduce (4 replicas)', \
-     '' using 4 title 'layer separated (3 conv + 1 FC)', \
-     '' using 5 title 'layer separated (K by cost model)'
+set datafile missing 'nan'
+plot $plot
 GP
 echo "plot: wrote $png"
