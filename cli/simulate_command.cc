@@ -159,8 +159,22 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
   }
   if (convergence_path == "none") convergence_path.clear();
   if (!convergence_path.empty()) {
-    RETURN_IF_ERROR(ReadJsonFile(convergence_path, &convergence));
-    RETURN_IF_ERROR(sim::CheckConvergence(convergence));
+    absl::Status read = ReadJsonFile(convergence_path, &convergence);
+    if (read.ok()) read = sim::CheckConvergence(convergence);
+    if (read.ok() && convergence.model() == model.model() && convergence.batch() > 0 &&
+        convergence.batch() != model.batch_size()) {
+      read = absl::InvalidArgumentError(absl::StrCat(
+          "the convergence of ", model.model(), " was measured at batch ", convergence.batch(),
+          " a rank; the calibration profiled batch ", model.batch_size(),
+          ": measure both at one batch"));
+    }
+    if (!read.ok()) {
+      return absl::Status(
+          read.code(), absl::StrCat(read.message(), f.convergence.empty()
+                                                        ? " (the default convergence file; "
+                                                          "--convergence none leaves it out)"
+                                                        : ""));
+    }
   }
 
   sim::SimulationReport report;
@@ -222,7 +236,8 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
     out << "to_acc_s: step_ms x the steps a measured run of the same update rule needed to "
            "reach "
         << absl::StrFormat("%.0f", convergence.target() * 100) << " % test accuracy ("
-        << convergence_path << "; the most workers measured up to the run's)\n";
+        << convergence_path
+        << "; the run with the most workers up to the row's, else the fewest above)\n";
   }
   if (!f.json.empty()) RETURN_IF_ERROR(results::WriteJsonFile(report, f.json));
   return absl::OkStatus();

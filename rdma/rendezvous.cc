@@ -111,7 +111,11 @@ absl::Status Barrier(Store& store, absl::string_view ns,
                      absl::Duration timeout, ProgressDriver* progress) {
   const std::string prefix = absl::StrCat(ns, "/barrier/", name);
   ASSIGN_OR_RETURN(int64_t arrived, store.Add(prefix + "/count", 1));
-  if (arrived == world_size) RETURN_IF_ERROR(store.Set(prefix + "/done", "1"));
+  if (arrived == world_size) {
+    // The last to arrive knows at once: no wait (the store's host may be
+    // leaving as soon as it sees the mark).
+    return store.Set(prefix + "/done", "1");
+  }
   absl::Status status;
   if (progress == nullptr) {
     status = store.Wait({prefix + "/done"}, timeout);

@@ -18,9 +18,10 @@
 
 namespace rdmaflow::sim {
 
-// kInvalidArgument naming the point for a file that cannot be used: a
-// point without an update rule, with workers < 1, or with steps outside
-// [0, steps_run].
+// kInvalidArgument naming what to fix for a file that cannot be used: no
+// model, a target accuracy outside (0, 1] (NaN included), a point without an
+// update rule, with workers < 1, with steps_run above 1e9 or steps_to_target
+// outside [0, steps_run], or two points of one rule and worker count.
 absl::Status CheckConvergence(const Convergence& convergence);
 
 // The point that stands for `run` (nullptr: none measured for its model and

@@ -2,6 +2,8 @@
 // a simulated one, the product, and the file's checks.
 #include "sim/convergence.h"
 
+#include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "common/status_matchers.h"
@@ -28,6 +30,7 @@ ConvergencePoint Point(const char* rule, int workers, int steps) {
 Convergence Measured() {
   Convergence c;
   c.set_model("lenet5");
+  c.set_target(0.8);
   *c.add_points() = Point("sgd", 3, 200);
   *c.add_points() = Point("sgd", 4, 150);
   *c.add_points() = Point("sgd", 8, 120);
@@ -85,12 +88,29 @@ TEST(ConvergenceTest, RejectsPointsItCannotUse) {
            [](ConvergencePoint* p) { p->set_workers(0); },
            [](ConvergencePoint* p) { p->set_steps_to_target(-1); },
            [](ConvergencePoint* p) { p->set_steps_to_target(501); },
+           [](ConvergencePoint* p) { p->set_steps_run(int64_t{1} << 40); },
        }) {
     Convergence c = Measured();
     spoil(c.mutable_points(1));
     EXPECT_THAT(CheckConvergence(c),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("convergence point 1")));
   }
+  // Two points of one rule and worker count would stand for the same runs.
+  Convergence twice = Measured();
+  *twice.add_points() = Point("sgd", 4, 170);
+  EXPECT_THAT(CheckConvergence(twice),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("points 1 ")));
+  // The file's own fields: a model, a target accuracy in (0, 1].
+  for (double target : {0.0, 1.5, std::nan("")}) {
+    Convergence bad = Measured();
+    bad.set_target(target);
+    EXPECT_THAT(CheckConvergence(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("target accuracy")));
+  }
+  Convergence nameless = Measured();
+  nameless.clear_model();
+  EXPECT_THAT(CheckConvergence(nameless),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model")));
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 """The report of tools/measure_convergence.sh: for each strategy and rank
 count, the median over its runs (seeds) of the steps the evaluating rank
 needed to reach the target test accuracy (a run that never did counts as
-past the end), with the update rule and the training ranks the simulator
+past the end; of two middle runs, the slower), with the update rule and the training ranks the simulator
 gives the strategy (asked of `rdmaflow simulate`, so the keys are the
 simulator's own). Writes the Convergence message of sim/sim.proto as JSON
 and prints a table.
@@ -25,7 +25,7 @@ def simulated_keys(simulator, spec, ranks):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "run.json")
         subprocess.run([simulator, "simulate", "--strategy", spec, "--ranks", str(ranks),
-                        "--steps", "1", "--quiet", "--json", path],
+                        "--steps", "1", "--quiet", "--convergence", "none", "--json", path],
                        check=True, stdout=subprocess.DEVNULL)
         with open(path) as f:
             run = json.load(f)["runs"][0]
@@ -67,7 +67,7 @@ def main():
         rule, workers = simulated_keys(args.simulator, spec, ranks)
         never = args.steps + 1  # sorts a run that never got there last
         ordered = sorted(runs, key=lambda r: never if r[0] is None else r[0])
-        median = ordered[(len(ordered) - 1) // 2]
+        median = ordered[len(ordered) // 2]
         point = {"spec": spec, "update_rule": rule, "ranks": ranks, "workers": workers,
                  "steps_run": args.steps,
                  "best_accuracy": statistics.median(r[2] for r in runs)}
@@ -81,14 +81,16 @@ def main():
               f"{median[0] if median[0] else 'never':>6} "
               f"{median[1] if median[1] else float('nan'):8.2f} {point['best_accuracy']:6.3f}"
               f"  [{each}]")
+    if not points:
+        sys.exit(f"convergence_report: no run finished; {args.out} left as it was")
     report = {"model": "lenet5", "dataset": "fashion-mnist", "target": args.target,
               "batch": 64, "eval_every": args.eval_every, "points": points}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
+    partial = args.out + ".partial"
+    with open(partial, "w") as f:
         json.dump(report, f, indent=1)
         f.write("\n")
-    if not points:
-        sys.exit("convergence_report: no run finished")
+    os.replace(partial, args.out)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ for ranks in $ranks_list; do
         echo "   done: $(grep -o '"test_accuracy": [0-9.]*' "$run.json")"
         runs+=("$spec|$ranks|$run")
       else
-        echo "   failed: $(tail -1 "$run.log") (left out of the report)"
+        echo "   failed: $(tail -1 "$run.log") (left out of the report)" >&2
       fi
     done
   done

@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,17p' "$0"
+  sed -n '2,16p' "$0"
   exit 0
 fi
 out=${1:-bench-results/paper_gossip_allreduce}

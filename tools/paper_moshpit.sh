@@ -10,8 +10,8 @@
 #      time to TARGET from docs/scale/convergence.json (Moshpit's and
 #      gossip's steps as measured at the most ranks run here).
 #   tools/paper_moshpit.sh [OUT_DIR]   (default bench-results/paper_moshpit; ~4 min)
-# Environment: TARGET (0.80), STEPS (400), CONVERGENCE
-# (docs/scale/convergence.json).
+# Environment: TARGET (0.80; the simulated part takes the convergence
+# file's), STEPS (400), CONVERGENCE (docs/scale/convergence.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then

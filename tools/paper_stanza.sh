@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,15p' "$0"
+  sed -n '2,14p' "$0"
   exit 0
 fi
 out=${1:-bench-results/paper_stanza}

@@ -13,6 +13,7 @@
 #include "graph_analyzer/planner.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "rdma/builtin_transports.h"
 #include "rdma/rendezvous.h"
@@ -281,6 +282,26 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
   return totals;
 }
 
+namespace {
+
+// Rank 0's last wait: until `others` ranks counted themselves out under
+// train/exit/left (an Add of 0 answers at once; polled every millisecond).
+absl::Status WaitForLeavers(rdma::Store& store, int others, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  int64_t left = 0;
+  while (true) {
+    ASSIGN_OR_RETURN(left, store.Add("train/exit/left", 0));
+    if (left >= others) return absl::OkStatus();
+    if (absl::Now() >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "rank 0 waited ", absl::FormatDuration(timeout), " for the other ranks to leave: ", left,
+      " of ", others, " did (a rank that died after the exit barrier; its log says why)"));
+}
+
+}  // namespace
+
 absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& state,
                                         const LoopTotals& totals, rdma::Store& store) {
   const int world_size = state.world_size;
@@ -301,8 +322,15 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
     }
   }
   // Rank 0 may host the store (torchrun without its agent, our netns
-  // launches): nobody leaves before the reporter has read it.
+  // launches): nobody leaves before the reporter has read it, and rank 0
+  // leaves last, once every other rank has had the barrier's answer (a
+  // rank still asking when the store's process exits would fail).
   RETURN_IF_ERROR(rdma::Barrier(store, "train", "exit", alive, config.timeout));
+  if (state.rank != 0) {
+    RETURN_IF_ERROR(store.Add("train/exit/left", 1).status());
+  } else {
+    RETURN_IF_ERROR(WaitForLeavers(store, alive - 1, config.timeout));
+  }
   TrainSummary summary;
   if (!state.reporter) return summary;
   const int64_t steps = std::max<int64_t>(totals.steps, 1);
