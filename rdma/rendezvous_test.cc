@@ -2,7 +2,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -103,6 +105,37 @@ TEST(RendezvousTest, BarrierReleasesAllRanksAndReportsStragglers) {
   EXPECT_THAT(Barrier(store, "job", "lonely", 3, absl::Milliseconds(50)),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr("1 of 3 ranks arrived")));
+}
+
+// The last rank to arrive returns without asking the store again: the
+// store's host may already be gone once the others saw the mark (a store
+// whose waits fail stands for it).
+TEST(RendezvousTest, TheLastToArriveDoesNotWait) {
+  // Sets and adds reach the store; a wait or get finds its host gone.
+  class GoneAfterTheMark final : public Store {
+   public:
+    absl::Status Set(absl::string_view key, absl::string_view value) override {
+      return kept.Set(key, value);
+    }
+    absl::StatusOr<std::string> Get(absl::string_view, absl::Duration) override {
+      return absl::UnavailableError("the store's host left");
+    }
+    absl::Status Wait(const std::vector<std::string>&, absl::Duration) override {
+      return absl::UnavailableError("the store's host left");
+    }
+    absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override {
+      return kept.Add(key, delta);
+    }
+    testing::InMemoryStore kept;
+  };
+  GoneAfterTheMark store;
+  ASSERT_OK(store.Add("job/barrier/end/count", 2).status());  // two arrived before
+  EXPECT_OK(Barrier(store, "job", "end", 3, absl::Seconds(30)));
+  ASSERT_OK_AND_ASSIGN(std::string done, store.kept.Get("job/barrier/end/done", absl::Seconds(1)));
+  EXPECT_EQ(done, "1");
+  // One that is not last does wait, and says so when it cannot.
+  EXPECT_THAT(Barrier(store, "job", "start", 2, absl::Seconds(30)),
+              StatusIs(absl::StatusCode::kUnavailable));
 }
 
 TEST(RendezvousTest, ABarrierWithATransportKeepsItProgressing) {
