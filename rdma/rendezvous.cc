@@ -113,8 +113,10 @@ absl::Status Barrier(Store& store, absl::string_view ns,
   ASSIGN_OR_RETURN(int64_t arrived, store.Add(prefix + "/count", 1));
   if (arrived == world_size) {
     // The last to arrive knows at once: no wait (the store's host may be
-    // leaving as soon as it sees the mark).
-    return store.Set(prefix + "/done", "1");
+    // leaving as soon as it sees the mark). A set is not answered; an Add
+    // of 0 is, after it on the same connection: the mark has landed.
+    RETURN_IF_ERROR(store.Set(prefix + "/done", "1"));
+    return store.Add(prefix + "/count", 0).status();
   }
   absl::Status status;
   if (progress == nullptr) {

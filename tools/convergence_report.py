@@ -49,6 +49,7 @@ def main():
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--simulator", required=True)
+    parser.add_argument("--batch", type=int, default=64, help="samples a rank a step")
     parser.add_argument("runs", nargs="*", help="SPEC|RANKS|RUN_PREFIX")
     args = parser.parse_args()
     groups = {}  # (spec, ranks) -> [(steps or None, seconds or None, best)]
@@ -59,7 +60,7 @@ def main():
         reached = next(((s + 1, t) for t, a, s in curve if a >= args.target), (None, None))
         groups.setdefault((spec, int(ranks)), []).append((reached[0], reached[1], best))
     points = []
-    print(f"LeNet-5 on Fashion-MNIST, batch 64 a rank: steps to {args.target:.0%} test "
+    print(f"LeNet-5 on Fashion-MNIST, batch {args.batch} a rank: steps to {args.target:.0%} test "
           "accuracy (median over seeds; each seed's in brackets)")
     print(f"  {'strategy':28} {'ranks':>5} {'workers':>7} {'rule':22} {'steps':>6} "
           f"{'seconds':>8} {'best':>6}  seeds")
@@ -83,8 +84,18 @@ def main():
               f"  [{each}]")
     if not points:
         sys.exit(f"convergence_report: no run finished; {args.out} left as it was")
+    # Two specs of one rule and worker count would stand for the same
+    # simulated runs (rdmaflow simulate refuses such a file).
+    seen = {}
+    for point in points:
+        key = (point["update_rule"], point["workers"])
+        if key in seen:
+            sys.exit(f"convergence_report: '{seen[key]}' and '{point['spec']}' both measure rule "
+                     f"{key[0]} with {key[1]} workers; measure one of them "
+                     f"({args.out} left as it was)")
+        seen[key] = f"{point['spec']} at {point['ranks']} ranks"
     report = {"model": "lenet5", "dataset": "fashion-mnist", "target": args.target,
-              "batch": 64, "eval_every": args.eval_every, "points": points}
+              "batch": args.batch, "eval_every": args.eval_every, "points": points}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     partial = args.out + ".partial"
     with open(partial, "w") as f:

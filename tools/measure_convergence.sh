@@ -30,6 +30,13 @@ eval_every=${EVAL_EVERY:-10}
 eval_samples=${EVAL_SAMPLES:-2000}
 convergence=${CONVERGENCE:-docs/scale/convergence.json}
 read -r -a extra <<<"${EXTRA:-}"
+batch=64  # rdmaflow_train's default, unless EXTRA sets it
+for ((i = 0; i < ${#extra[@]}; i++)); do
+  case ${extra[i]} in
+    --batch_size) batch=${extra[i + 1]:-64} ;;
+    --batch_size=*) batch=${extra[i]#--batch_size=} ;;
+  esac
+done
 bazel build -c opt //train:rdmaflow_train //cli:rdmaflow >/dev/null
 train=bazel-bin/train/rdmaflow_train
 
@@ -72,6 +79,7 @@ for ranks in $ranks_list; do
   done
 done
 /usr/bin/python3 tools/convergence_report.py --target "$target" --eval_every "$eval_every" \
-  --steps "$steps" --out "$convergence" --simulator bazel-bin/cli/rdmaflow "${runs[@]}" |
+  --steps "$steps" --batch "$batch" --out "$convergence" --simulator bazel-bin/cli/rdmaflow \
+  "${runs[@]}" |
   tee "$out/report.txt"
 echo "measure_convergence: $convergence"

@@ -21,6 +21,7 @@ def predict(rdmaflow, calibration, model, strategy, ranks, link, steps, cores):
             [rdmaflow, "simulate", "--calibration", calibration, "--model", model,
              "--strategy", strategy, "--ranks", str(ranks), "--link", link,
              "--steps", str(steps), "--shared_cores", str(cores), "--quiet",
+             "--convergence", "none",
              "--json", tmp.name],
             check=True, stdout=subprocess.DEVNULL)
         with open(tmp.name) as f:

@@ -325,12 +325,16 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   // launches): nobody leaves before the reporter has read it, and rank 0
   // leaves last, once every other rank has had the barrier's answer (a
   // rank still asking when the store's process exits would fail).
-  RETURN_IF_ERROR(rdma::Barrier(store, "train", "exit", alive, config.timeout));
+  // A rank counts itself out whatever its barrier said, so rank 0 never
+  // waits on one that gave up.
+  absl::Status exit = rdma::Barrier(store, "train", "exit", alive, config.timeout);
   if (state.rank != 0) {
-    RETURN_IF_ERROR(store.Add("train/exit/left", 1).status());
-  } else {
-    RETURN_IF_ERROR(WaitForLeavers(store, alive - 1, config.timeout));
+    absl::Status out = store.Add("train/exit/left", 1).status();
+    if (exit.ok()) exit = out;
+  } else if (exit.ok()) {
+    exit = WaitForLeavers(store, alive - 1, config.timeout);
   }
+  RETURN_IF_ERROR(exit);
   TrainSummary summary;
   if (!state.reporter) return summary;
   const int64_t steps = std::max<int64_t>(totals.steps, 1);
