@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -24,7 +27,8 @@ namespace rdmaflow::cli {
 namespace {
 
 std::vector<FlagSpec> CalibrateFlags() {
-  return {{"links"}, {"allreduce"}, {"profiles"}, {"cores"}, {"store_rtt_us"}, {"burst_bytes"}, {"out"}};
+  return {{"links"},        {"allreduce"},   {"profiles"},     {"cores"},
+          {"store_rtt_us"}, {"burst_bytes"}, {"time_sharing"}, {"out"}};
 }
 
 std::vector<std::string> List(const std::string& text) {
@@ -101,6 +105,50 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
         << model.step_ms() << " ms at batch " << model.batch_size() << "\n";
     *calibration.add_models() = model;
   }
+  ASSIGN_OR_RETURN(auto sharing,
+                   ParseKeyValues(args.Get("time_sharing"), "--time_sharing item"));
+  std::vector<sim::TimeSharing> points;
+  for (const auto& [ratio_text, files] : sharing) {
+    double ratio = 0;
+    if (!absl::SimpleAtod(ratio_text, &ratio)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--time_sharing: '", ratio_text, "' is not a number of ranks a core"));
+    }
+    std::vector<sim::ModelProfile> copies;
+    for (absl::string_view path : absl::StrSplit(files, ':', absl::SkipEmpty())) {
+      RETURN_IF_ERROR(ReadJsonFile(std::string(path), &copies.emplace_back()));
+    }
+    if (copies.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--time_sharing ", ratio_text, "= names no profile"));
+    }
+    const sim::ModelProfile* alone = nullptr;
+    for (const sim::ModelProfile& m : calibration.models()) {
+      if (m.model() == copies.front().model()) alone = &m;
+    }
+    if (alone == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--time_sharing ", ratio_text, "=: model '", copies.front().model(),
+          "' is not in --profiles (its profile alone is the baseline)"));
+    }
+    ASSIGN_OR_RETURN(sim::TimeSharing point,
+                     sim::TimeSharingFromProfiles(ratio, *alone, copies,
+                                                  absl::StrCat("--time_sharing ", ratio_text)));
+    out << "time sharing: " << point.ranks_per_core() << " ranks a core, compute "
+        << point.slowdown() << "x slower than shared evenly (" << copies.size()
+        << " copies of " << alone->model() << ")\n";
+    points.push_back(point);
+  }
+  std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) {
+    return a.ranks_per_core() < b.ranks_per_core();
+  });
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (i > 0 && points[i].ranks_per_core() == points[i - 1].ranks_per_core()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--time_sharing names ", points[i].ranks_per_core(), " ranks a core twice"));
+    }
+    *profile->add_time_sharing() = points[i];
+  }
   RETURN_IF_ERROR(results::WriteJsonFile(calibration, args.Get("out")));
   out << "wrote " << args.Get("out") << "\n";
   return absl::OkStatus();
@@ -125,6 +173,10 @@ options:
   --profiles FILE,...     model profiles (rdmaflow_profile --json)
   --burst_bytes N         the shaper's burst on every link but shm (the
                           namespace hosts' tc tbf: 262144; default 0)
+  --time_sharing K=F:F:...,...
+                          time sharing: profiles (rdmaflow_profile --json) of
+                          one model taken at once, K ranks a core, against
+                          that model's profile in --profiles
   --cores N               cores the ranks of one host share (default: this
                           machine's)
   --store_rtt_us N        one rendezvous-store round trip on one host

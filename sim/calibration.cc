@@ -7,11 +7,24 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace rdmaflow::sim {
 namespace {
 
 bool Positive(double v) { return std::isfinite(v) && v > 0; }
+
+// UCX over TCP alone (the ping-pong's "tls=tcp") emulates put and get in
+// software: the target must call progress (docs/rdma.md). Its shared memory
+// on the regions rdmaflow allocates, and RDMA NICs, do not need it.
+bool EmulatesOneSided(const results::BenchmarkReport& report) {
+  if (report.run().transport() != "ucx") return false;
+  for (absl::string_view param : absl::StrSplit(report.run().params(), ',')) {
+    if (param == "tls=tcp") return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -51,6 +64,7 @@ absl::StatusOr<LinkProfile> LinkFromPingPong(const std::string& name,
   const double message_us = 1 / smallest->msg_rate_mops();
   const double bytes_us = smallest->bytes() / (best_mbps * 1e6) * 1e6;
   link.set_per_message_us(std::max(0.0, message_us - bytes_us));
+  link.set_needs_target_progress(EmulatesOneSided(report));
   link.set_source(absl::StrCat("measured: transport_pingpong ", report.run().transport(),
                                " ", report.run().params(), " (", source, ")"));
   return link;
@@ -94,6 +108,44 @@ absl::StatusOr<ModelProfile> FasterCompute(const ModelProfile& model, double spe
   faster.set_loss_ms(model.loss_ms() / speedup);
   faster.set_step_ms(model.step_ms() / speedup);
   return faster;
+}
+
+absl::StatusOr<TimeSharing> TimeSharingFromProfiles(double ranks_per_core,
+                                                    const ModelProfile& alone,
+                                                    const std::vector<ModelProfile>& copies,
+                                                    const std::string& source) {
+  if (!(std::isfinite(ranks_per_core) && ranks_per_core > 1 && ranks_per_core <= 1e6)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": time sharing is measured above one rank a core, got ", ranks_per_core));
+  }
+  if (copies.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": no profiles of the copies run at once"));
+  }
+  if (!Positive(alone.step_ms())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the profile of model '", alone.model(),
+        "' alone has no whole-step time; write it with rdmaflow_profile --json"));
+  }
+  double sum = 0;
+  for (const ModelProfile& copy : copies) {
+    if (copy.model() != alone.model() || copy.batch_size() != alone.batch_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": a copy profiled model '", copy.model(), "' at batch ", copy.batch_size(),
+          ", not '", alone.model(), "' at batch ", alone.batch_size()));
+    }
+    if (!Positive(copy.step_ms()) || copy.step_ms() > 1e9) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": a copy's whole-step time is ", copy.step_ms(),
+          " ms; it must be positive and finite"));
+    }
+    sum += copy.step_ms();
+  }
+  const double mean = sum / static_cast<double>(copies.size());
+  TimeSharing point;
+  point.set_ranks_per_core(ranks_per_core);
+  point.set_slowdown(std::max(1.0, mean / (ranks_per_core * alone.step_ms())));
+  return point;
 }
 
 }  // namespace rdmaflow::sim

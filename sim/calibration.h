@@ -8,13 +8,16 @@
 //   - the host's copy and reduce bandwidths from the collectives' bench
 //     (bench/allreduce_bench --json), else the copy from the ping-pong's
 //     memcpy column and the reduce as half of it;
-//   - model profiles from rdmaflow_profile --json.
+//     whether its one-sided operations are emulated (UCX over TCP);
+//   - model profiles from rdmaflow_profile --json, and the time-sharing
+//     slowdown from copies of one profiled at once, k ranks a core.
 // `rdmaflow calibrate` (cli/calibrate_command.h) drives it;
 // tools/calibrate_sim.sh runs the measurements.
 #ifndef RDMAFLOW_SIM_CALIBRATION_H_
 #define RDMAFLOW_SIM_CALIBRATION_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "results/results.pb.h"
@@ -39,6 +42,17 @@ absl::StatusOr<ModelProfile> FindModel(const Calibration& calibration,
 // accelerator, say): every compute time divided by it, bytes unchanged.
 // kInvalidArgument for a speedup outside [1e-3, 1e4] or not finite.
 absl::StatusOr<ModelProfile> FasterCompute(const ModelProfile& model, double speedup);
+
+// The time-sharing slowdown at `ranks_per_core` (> 1): `copies` are
+// profiles of one model taken at once, that many ranks a core; `alone`, the
+// same model profiled by itself. slowdown = the copies' mean whole-step time
+// / (ranks_per_core x alone's), at least 1 (a noisy measurement below it
+// means no slowdown). kInvalidArgument naming `source` for no copies,
+// another model or batch, or a step time that is not positive and finite.
+absl::StatusOr<TimeSharing> TimeSharingFromProfiles(double ranks_per_core,
+                                                    const ModelProfile& alone,
+                                                    const std::vector<ModelProfile>& copies,
+                                                    const std::string& source);
 
 }  // namespace rdmaflow::sim
 

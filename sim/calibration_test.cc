@@ -43,6 +43,11 @@ TEST(CalibrationTest, ALinkFromThePingPong) {
   EXPECT_NEAR(link.per_message_us(), 5 - 8 / 100.0, 1e-9);
   EXPECT_THAT(link.source(), HasSubstr("tls=tcp"));
   EXPECT_DOUBLE_EQ(MemcpyFromPingPong(report), 2.0 * (4 << 20) / 1000);
+  // UCX emulates put and get over TCP; not over shared memory.
+  EXPECT_TRUE(link.needs_target_progress());
+  report.mutable_run()->set_params("tls=shm");
+  ASSERT_OK_AND_ASSIGN(link, LinkFromPingPong("shm", report, "s.json"));
+  EXPECT_FALSE(link.needs_target_progress());
 }
 
 TEST(CalibrationTest, BadReportsAreNamed) {
@@ -96,6 +101,41 @@ TEST(CalibrationTest, FasterComputeDividesTimesNotBytes) {
     EXPECT_THAT(FasterCompute(m, bad),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("speedup")));
   }
+}
+
+TEST(CalibrationTest, TimeSharingFromCopiesRunAtOnce) {
+  ModelProfile alone;
+  alone.set_model("lenet5");
+  alone.set_batch_size(64);
+  alone.set_step_ms(7);
+  std::vector<ModelProfile> copies(4, alone);
+  copies[0].set_step_ms(30);
+  copies[1].set_step_ms(31);
+  copies[2].set_step_ms(29);
+  copies[3].set_step_ms(30);
+  // 4 ranks a core: 4 x 7 ms ideally, 30 ms measured.
+  ASSERT_OK_AND_ASSIGN(TimeSharing t, TimeSharingFromProfiles(4, alone, copies, "t"));
+  EXPECT_DOUBLE_EQ(t.ranks_per_core(), 4);
+  EXPECT_NEAR(t.slowdown(), 30.0 / 28, 1e-12);
+  // Faster than ideal is noise: no slowdown.
+  for (ModelProfile& c : copies) c.set_step_ms(13);
+  ASSERT_OK_AND_ASSIGN(t, TimeSharingFromProfiles(2, alone, copies, "t"));
+  EXPECT_DOUBLE_EQ(t.slowdown(), 1);
+
+  EXPECT_THAT(TimeSharingFromProfiles(1, alone, copies, "t"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("above one rank")));
+  EXPECT_THAT(TimeSharingFromProfiles(2, alone, {}, "t"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no profiles")));
+  copies[2].set_model("vgg");
+  EXPECT_THAT(TimeSharingFromProfiles(2, alone, copies, "t"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'vgg'")));
+  copies[2] = alone;
+  copies[2].set_step_ms(-1);
+  EXPECT_THAT(TimeSharingFromProfiles(2, alone, copies, "t"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("positive")));
+  alone.set_step_ms(0);
+  EXPECT_THAT(TimeSharingFromProfiles(2, alone, copies, "t"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("whole-step")));
 }
 
 }  // namespace

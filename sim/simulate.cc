@@ -80,6 +80,17 @@ absl::Status CheckScenario(const Scenario& s) {
         "the host profile needs finite positive memcpy and reduce bandwidths and a "
         "store round trip and group set-up >= 0");
   }
+  double last_ratio = 1;
+  for (const TimeSharing& point : s.host.time_sharing()) {
+    if (!(Finite(point.ranks_per_core(), 1, 1e6) && point.ranks_per_core() > last_ratio &&
+          Finite(point.slowdown(), 1, 100))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the host profile's time sharing needs ranks_per_core rising from above 1 and a "
+          "slowdown in [1, 100]; got ", point.ranks_per_core(), " ranks a core slowed ",
+          point.slowdown(), "x (recalibrate with tools/calibrate_sim.sh)"));
+    }
+    last_ratio = point.ranks_per_core();
+  }
   // Events grow with ranks x steps: keep a run to minutes.
   if (static_cast<double>(s.ranks) * s.steps > 5e7) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -261,9 +261,55 @@ TEST(SimulateTest, OversubscribedCoresSlowCompute) {
   EXPECT_GT(run.step_ms(), 2 * kCompute * 1e3);
 }
 
+// Over a link whose one-sided operations are emulated (UCX over TCP), a read
+// is served only once its owner progresses: gossip, which never waits for a
+// peer over RDMA, waits for a straggling peer to finish its compute.
+TEST(SimulateTest, AnEmulatedReadWaitsForItsOwnerToProgress) {
+  Scenario s = Base("gossip", 2);
+  s.slow_rank = 1;
+  s.slow_factor = 3;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun one_sided, Simulate(s));
+  s.network.set_needs_target_progress(true);
+  s.local = s.network;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun emulated, Simulate(s));
+  // Rank 0 reports: with true one-sided reads its step is its own; emulated,
+  // each of its exchanges waits out rank 1's step (3x the compute, then SGD
+  // and its copy).
+  EXPECT_LT(one_sided.step_ms(), 1.2 * kCompute * 1e3);
+  EXPECT_GT(emulated.step_ms(), 2.5 * kCompute * 1e3);
+  EXPECT_GT(emulated.comm_ms(), 1.5 * kCompute * 1e3);
+  // Without a straggler the two ranks are in step and rarely find the
+  // other computing.
+  s.slow_rank = -1;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun even, Simulate(s));
+  EXPECT_LT(even.step_ms(), 1.2 * kCompute * 1e3);
+}
+
+// Time sharing: 8 ranks on 2 cores compute 4x as long, times the measured
+// slowdown at 4 ranks a core; 4 ranks (2 a core) interpolate between 1 at one
+// rank a core and that point.
+TEST(SimulateTest, TimeSharingSlowsComputeByTheMeasuredFactor) {
+  for (int ranks : {8, 4}) {
+    Scenario s = Base("gossip", ranks);
+    s.params = {{"period", "1000"}};  // compute and SGD only
+    s.shared_cores = 2;
+    ASSERT_OK_AND_ASSIGN(SimulatedRun plain, Simulate(s));
+    TimeSharing* point = s.host.add_time_sharing();
+    point->set_ranks_per_core(4);
+    point->set_slowdown(1.25);
+    ASSERT_OK_AND_ASSIGN(SimulatedRun shared, Simulate(s));
+    const double expected = ranks == 8 ? 1.25 : 1 + 0.25 / 3;
+    EXPECT_NEAR(shared.step_ms() / plain.step_ms(), expected, 1e-9) << ranks;
+  }
+}
+
 TEST(SimulateTest, BadScenariosAreNamed) {
   Scenario s = Base("nope", 2);
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("known: ps")));
+  s = Base("gossip", 2);
+  s.host.add_time_sharing()->set_ranks_per_core(2);  // slowdown 0 < 1
+  EXPECT_THAT(Simulate(s),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("time sharing")));
   s = Base("ps", 2);
   s.params = {{"servers", "2"}};
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("worker")));

@@ -108,9 +108,9 @@ class GossipModel {
     inbox_[r] = 0;
     const double mix = messages * job_.ReduceSeconds(bytes) + job_.CopySeconds(bytes);
     job_.Work(r, mix, [this, r, peer, bytes, done] {
-      Write(r, peer, kStampBytes, [this, r, peer, bytes, done] {
-        Write(r, peer, bytes, [this, r, peer, done] {
-          Write(r, peer, kStampBytes, [this, peer, done] {
+      WriteAndFlush(r, peer, kStampBytes, [this, r, peer, bytes, done] {
+        WriteAndFlush(r, peer, bytes, [this, r, peer, done] {
+          WriteAndFlush(r, peer, kStampBytes, [this, peer, done] {
             ++inbox_[peer];
             done();
           });
@@ -120,8 +120,8 @@ class GossipModel {
   }
 
   // A write and its flush: the data there, then the acknowledgement back.
-  void Write(int r, int peer, double bytes, std::function<void()> done) {
-    job_.loop().Transfer(r, peer, bytes, [this, r, peer, done = std::move(done)] {
+  void WriteAndFlush(int r, int peer, double bytes, std::function<void()> done) {
+    job_.Write(r, peer, bytes, [this, r, peer, done = std::move(done)] {
       job_.loop().After(job_.loop().topology().LatencySeconds(peer, r), done);
     });
   }

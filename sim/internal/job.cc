@@ -15,6 +15,22 @@ namespace {
 // In [0, high] and not NaN: values read from a profile file.
 bool Bounded(double v, double high) { return v >= 0 && v <= high; }
 
+// The host's time-sharing slowdown at `ranks_per_core`, interpolated
+// between its measured points (1 at one rank a core).
+double TimeSharingSlowdown(const HostProfile& host, double ranks_per_core) {
+  double below_ratio = 1, below_slowdown = 1;
+  for (const TimeSharing& point : host.time_sharing()) {
+    if (ranks_per_core <= point.ranks_per_core()) {
+      const double span = point.ranks_per_core() - below_ratio;
+      const double at = span > 0 ? (ranks_per_core - below_ratio) / span : 1;
+      return below_slowdown + std::max(0.0, at) * (point.slowdown() - below_slowdown);
+    }
+    below_ratio = point.ranks_per_core();
+    below_slowdown = point.slowdown();
+  }
+  return below_slowdown;
+}
+
 }  // namespace
 
 absl::StatusOr<Costs> CostsOf(const ModelProfile& model) {
@@ -77,7 +93,43 @@ Job::Job(const Scenario& scenario, Costs costs)
       costs_(std::move(costs)),
       loop_(Topology{scenario.ranks, scenario.ranks_per_host, scenario.host.cores(),
                      scenario.shared_cores, scenario.network, scenario.local}),
-      random_(scenario.seed) {}
+      random_(scenario.seed),
+      busy_(scenario.ranks, 0),
+      waiting_progress_(scenario.ranks) {
+  // Processes sharing one pool of cores.
+  const Topology& t = loop_.topology();
+  const double sharing =
+      t.shared_cores > 0 ? scenario.ranks : std::min(scenario.ranks, scenario.ranks_per_host);
+  slowdown_ = TimeSharingSlowdown(scenario.host, sharing / std::max(1, t.pool_cores()));
+}
+
+void Job::Busy(int rank, double seconds, EventLoop::Callback done) {
+  ++busy_[rank];
+  loop_.Compute(rank, seconds * slowdown_,
+                [this, rank, done = std::move(done)] { EndBusy(rank, done); });
+}
+
+void Job::EndBusy(int rank, const EventLoop::Callback& done) {
+  --busy_[rank];
+  done();
+  // What `done` started keeps it busy; else it progresses now.
+  if (busy_[rank] > 0 || waiting_progress_[rank].empty()) return;
+  std::vector<EventLoop::Callback> waiting = std::move(waiting_progress_[rank]);
+  waiting_progress_[rank].clear();
+  for (auto& fn : waiting) fn();
+}
+
+void Job::WhenProgressing(int rank, EventLoop::Callback fn) {
+  if (busy_[rank] == 0) {
+    fn();
+  } else {
+    waiting_progress_[rank].push_back(std::move(fn));
+  }
+}
+
+void Job::Work(int rank, double seconds, EventLoop::Callback done) {
+  Busy(rank, seconds, std::move(done));
+}
 
 void Job::Compute(int rank, double seconds, EventLoop::Callback done) {
   if (scenario_.jitter > 0) {
@@ -86,20 +138,44 @@ void Job::Compute(int rank, double seconds, EventLoop::Callback done) {
     seconds *= factor(random_);
   }
   if (rank == scenario_.slow_rank && scenario_.slow_factor > 1) {
+    // rdmaflow_train's straggler sleeps inside its compute: it does not
+    // progress meanwhile.
     const double sleep = seconds * (scenario_.slow_factor - 1);
-    loop_.Compute(rank, seconds, [this, sleep, done = std::move(done)]() mutable {
-      loop_.After(sleep, std::move(done));
-    });
+    ++busy_[rank];
+    loop_.Compute(rank, seconds * slowdown_,
+                  [this, rank, sleep, done = std::move(done)]() mutable {
+                    loop_.After(sleep, [this, rank, done = std::move(done)] {
+                      EndBusy(rank, done);
+                    });
+                  });
     return;
   }
-  loop_.Compute(rank, seconds, std::move(done));
+  Busy(rank, seconds, std::move(done));
 }
 
 void Job::Read(int reader, int owner, double bytes, EventLoop::Callback done) {
   loop_.After(loop_.topology().LatencySeconds(reader, owner),
               [this, reader, owner, bytes, done = std::move(done)]() mutable {
-                loop_.Transfer(owner, reader, bytes, std::move(done));
+                auto serve = [this, reader, owner, bytes, done = std::move(done)]() mutable {
+                  loop_.Transfer(owner, reader, bytes, std::move(done));
+                };
+                if (NeedsProgress(reader, owner)) {
+                  WhenProgressing(owner, std::move(serve));
+                } else {
+                  serve();
+                }
               });
+}
+
+void Job::Write(int writer, int target, double bytes, EventLoop::Callback done) {
+  const bool needs = NeedsProgress(writer, target);
+  loop_.Transfer(writer, target, bytes, [this, target, needs, done = std::move(done)]() mutable {
+    if (needs) {
+      WhenProgressing(target, std::move(done));
+    } else {
+      done();
+    }
+  });
 }
 
 void Job::AllReduce(const std::vector<int>& members, double bytes, int member,

@@ -73,17 +73,26 @@ class Job {
     return !(rank == scenario_.kill_rank && step >= scenario_.kill_step);
   }
 
-  // `seconds` of `rank`'s compute on its host's cores, with jitter; a
-  // straggler then sleeps (slow_factor - 1) times what it computed.
+  // `seconds` of `rank`'s compute on its host's cores, with jitter and the
+  // host's time-sharing slowdown; a straggler then sleeps (slow_factor - 1)
+  // times what it computed.
   void Compute(int rank, double seconds, EventLoop::Callback done);
-  // Work that is not the model's (copies, reductions, optimizer): cores,
-  // no jitter, no straggler.
-  void Work(int rank, double seconds, EventLoop::Callback done) {
-    loop_.Compute(rank, seconds, std::move(done));
-  }
+  // Work that is not the model's (copies, reductions, optimizer): cores and
+  // the time-sharing slowdown, no jitter, no straggler.
+  void Work(int rank, double seconds, EventLoop::Callback done);
   // A one-sided read of `bytes` of `owner`'s memory by `reader`: the
-  // request's latency, then the data back.
+  // request's latency, then (once the owner progresses, on a link that
+  // needs it) the data back.
   void Read(int reader, int owner, double bytes, EventLoop::Callback done);
+  // A one-sided write of `bytes` into `target`'s memory; `done` runs when
+  // it has landed (once the target progresses, on a link that needs it).
+  void Write(int writer, int target, double bytes, EventLoop::Callback done);
+  // Runs `fn` now if `rank` is progressing (not inside Compute or Work),
+  // else when it next is. A rank in Compute or Work does not call its
+  // transport's progress, so a peer's emulated read or write waits for it.
+  void WhenProgressing(int rank, EventLoop::Callback fn);
+  // The factor Compute and Work are slowed by (1 without time sharing).
+  double time_sharing_slowdown() const { return slowdown_; }
   // The all-reduce of `bytes` among `members`; `done` runs for each member
   // once the last has arrived and the collective has run.
   void AllReduce(const std::vector<int>& members, double bytes, int member,
@@ -122,8 +131,21 @@ class Job {
   // When each group's last collective ended (a shaper's tokens refill
   // between calls).
   std::map<std::vector<int>, double> last_call_end_;
+  // Runs `seconds` on `rank`'s cores, marking it busy (not progressing)
+  // until `done` has run.
+  void Busy(int rank, double seconds, EventLoop::Callback done);
+  // Runs `done`; then, unless it made `rank` busy again, what waited for
+  // `rank` to progress.
+  void EndBusy(int rank, const EventLoop::Callback& done);
+  bool NeedsProgress(int a, int b) const {
+    return loop_.topology().link(a, b).needs_target_progress();
+  }
+
   StepLog log_;
   int reporter_ = 0;
+  double slowdown_ = 1;
+  std::vector<int> busy_;  // by rank: Compute/Work calls not ended
+  std::vector<std::vector<EventLoop::Callback>> waiting_progress_;  // by rank
   std::string update_rule_;
 };
 

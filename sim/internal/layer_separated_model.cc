@@ -62,7 +62,7 @@ class LayerSeparatedModel {
     if (i == 0) job_.log().Start(job_.now());
     job_.Compute(i, job_.costs().features_forward, [this, i] {
       const double sent = job_.now();
-      job_.loop().Transfer(i, FcRankOf(i), ActivationBytes(), [this, i, sent] {
+      job_.Write(i, FcRankOf(i), ActivationBytes(), [this, i, sent] {
         FcArrive(FcRankOf(i) - conv_ranks_, i, sent);
       });
     });
@@ -86,7 +86,7 @@ class LayerSeparatedModel {
     const Costs& c = job_.costs();
     job_.Work(rank, m * (c.head_forward + c.head_backward + c.loss), [this, f, rank] {
       for (int i : served_[f]) {
-        job_.loop().Transfer(rank, i, job_.costs().activation_bytes + 8,
+        job_.Write(rank, i, job_.costs().activation_bytes + 8,
                              [this, i] { ConvBackward(i); });
       }
       job_.AllReduce(fc_members_, job_.costs().head_param_bytes, rank, [this, f, rank] {

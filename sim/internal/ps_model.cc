@@ -147,7 +147,7 @@ class ParameterServerModel {
     Worker& worker = worker_state_[w];
     worker.pushes_in_flight = servers_;
     for (int s = 0; s < servers_; ++s) {
-      job_.loop().Transfer(Rank(w), s, shard_bytes_[s], [this, w, s] {
+      job_.Write(Rank(w), s, shard_bytes_[s], [this, w, s] {
         Worker& worker = worker_state_[w];
         Arrive(s, w);
         if (--worker.pushes_in_flight == 0 && worker.after_pushes) {
