@@ -278,11 +278,18 @@ TEST(SimulateTest, AnEmulatedReadWaitsForItsOwnerToProgress) {
   EXPECT_LT(one_sided.step_ms(), 1.2 * kCompute * 1e3);
   EXPECT_GT(emulated.step_ms(), 2.5 * kCompute * 1e3);
   EXPECT_GT(emulated.comm_ms(), 1.5 * kCompute * 1e3);
-  // Without a straggler the two ranks are in step and rarely find the
-  // other computing.
+  // Without a straggler too: the rank whose read ends first goes back to
+  // computing while the other's read still needs it, and from then on the
+  // two take turns, each waiting out the other's compute (as 2-rank gossip
+  // over 1 Gbit/s TCP measures: docs/scale.md). True one-sided reads never
+  // wait.
   s.slow_rank = -1;
-  ASSERT_OK_AND_ASSIGN(SimulatedRun even, Simulate(s));
-  EXPECT_LT(even.step_ms(), 1.2 * kCompute * 1e3);
+  ASSERT_OK_AND_ASSIGN(SimulatedRun turns, Simulate(s));
+  EXPECT_GT(turns.step_ms(), 1.8 * kCompute * 1e3);
+  s.network.set_needs_target_progress(false);
+  s.local = s.network;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun free, Simulate(s));
+  EXPECT_LT(free.step_ms(), 1.2 * kCompute * 1e3);
 }
 
 // Time sharing: 8 ranks on 2 cores compute 4x as long, times the measured

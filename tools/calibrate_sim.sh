@@ -7,14 +7,16 @@
 #   - the host: bench/allreduce_bench's single-thread memcpy and reduce and
 #     its group set-up time, and a c10d TCPStore round trip (store_rtt.py);
 #   - the models: rdmaflow_profile's layer times (one thread, one rank);
+#   - time sharing: SHARING_MODEL profiled by 2 and 4 copies a core at once;
 # then writes OUT/calibration.json with `rdmaflow calibrate`.
-#   tools/calibrate_sim.sh [OUT_DIR]   (default docs/scale; ~4 min)
+#   tools/calibrate_sim.sh [OUT_DIR]   (default docs/scale; ~5 min)
 # Environment: MODELS ("mlp lenet5 vgg"), BATCH (64), LINKS ("1gbit 100mbit";
-# "" for shared memory only).
+# "" for shared memory only), SHARING_MODEL (lenet5; "" skips), SHARING
+# (ranks a core: "2 4").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,12p' "$0"
+  sed -n '2,14p' "$0"
   exit 0
 fi
 out=${1:-docs/scale}
@@ -28,7 +30,7 @@ bazel build -c opt //bench:transport_pingpong //bench:allreduce_bench \
 bin=$PWD/bazel-bin
 pingpong=(--max_bytes=16777216 --byte_budget=268435456 --reads=false)
 
-echo "== [1/4] link shm: transport_pingpong over UCX shared memory"
+echo "== [1/5] link shm: transport_pingpong over UCX shared memory"
 "$bin/bench/transport_pingpong" --transport=ucx --params=tls=shm "${pingpong[@]}" \
   --json="$raw/pp_shm.json" >"$raw/pp_shm.log" 2>&1
 link_args="shm=$raw/pp_shm.json"
@@ -38,7 +40,7 @@ if [[ -n $links && $(id -u) == 0 ]]; then
   trap 'tools/netns_hosts.sh down 2 >/dev/null 2>&1 || true' EXIT
   port=29650
   for link in $links; do
-    echo "== [2/4] link $link: transport_pingpong over UCX TCP between 2 namespace hosts"
+    echo "== [2/5] link $link: transport_pingpong over UCX TCP between 2 namespace hosts"
     tools/netns_hosts.sh up 2 "$link" >/dev/null
     port=$((port + 1))
     for r in 1 0; do
@@ -52,10 +54,10 @@ if [[ -n $links && $(id -u) == 0 ]]; then
     link_args="$link_args,$link=$raw/pp_$link.json"
   done
 elif [[ -n $links ]]; then
-  echo "== [2/4] skipped: measuring $links needs root (network namespaces); presets stand in"
+  echo "== [2/5] skipped: measuring $links needs root (network namespaces); presets stand in"
 fi
 
-echo "== [3/4] host: memcpy and reduce bandwidth, a group's set-up (allreduce_bench), the store"
+echo "== [3/5] host: memcpy and reduce bandwidth, a group's set-up (allreduce_bench), the store"
 "$bin/bench/allreduce_bench" --ranks=2 --impls=rdmaflow --min_bytes=16777216 \
   --max_bytes=16777216 --json="$raw/allreduce.json" >"$raw/allreduce.log" 2>&1
 store_rtt=$(/usr/bin/python3 tools/store_rtt.py)
@@ -63,12 +65,35 @@ store_rtt=${store_rtt%.*}
 
 profiles=""
 for m in $models; do
-  echo "== [4/4] model $m: layer times at batch $batch (rdmaflow_profile)"
+  echo "== [4/5] model $m: layer times at batch $batch (rdmaflow_profile)"
   "$bin/train/rdmaflow_profile" --model "$m" --batch_size "$batch" \
     --json "$out/$m.profile.json" 2>&1 | tail -1
   profiles="$profiles${profiles:+,}$out/$m.profile.json"
 done
 
+# Time sharing: k copies a core of one model's profile at once, against its
+# profile alone above.
+sharing_model=${SHARING_MODEL-lenet5}
+sharing_args=()
+if [[ -n $sharing_model && -f $out/$sharing_model.profile.json ]]; then
+  cores=$(nproc)
+  spec=""
+  for k in ${SHARING:-2 4}; do
+    copies=$((cores * k))
+    echo "== [5/5] time sharing: $copies copies of $sharing_model's profile on $cores cores"
+    files=""
+    for ((c = 0; c < copies; c++)); do
+      f=$raw/sharing_${k}_$c.json
+      "$bin/train/rdmaflow_profile" --model "$sharing_model" --batch_size "$batch" \
+        --iterations 20 --json "$f" >/dev/null 2>&1 &
+      files="$files${files:+:}$f"
+    done
+    wait
+    spec="$spec${spec:+,}$k=$files"
+  done
+  sharing_args=(--time_sharing "$spec")
+fi
+
 "$bin/cli/rdmaflow" calibrate --links "$link_args" --allreduce "$raw/allreduce.json" \
   --profiles "$profiles" --store_rtt_us "$store_rtt" --out "$out/calibration.json" \
-  --burst_bytes 262144  # tools/netns_hosts.sh's tbf burst (256kb)
+  --burst_bytes 262144 "${sharing_args[@]}"  # tools/netns_hosts.sh's tbf burst (256kb)

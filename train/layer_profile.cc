@@ -5,6 +5,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -30,16 +31,33 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Runs `fn` kWarmup + iterations times; the median of the timed runs, ms.
+// Runs `fn` kWarmup + iterations times; the timed runs, ms.
 template <typename Fn>
-double TimeMs(int iterations, Fn&& fn) {
+std::vector<double> TimedRunsMs(int iterations, Fn&& fn) {
   std::vector<double> ms;
   for (int i = 0; i < kWarmup + iterations; ++i) {
     const absl::Time begin = absl::Now();
     fn();
     if (i >= kWarmup) ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - begin));
   }
-  return Median(ms);
+  return ms;
+}
+
+// The median of the timed runs, ms.
+template <typename Fn>
+double TimeMs(int iterations, Fn&& fn) {
+  return Median(TimedRunsMs(iterations, std::forward<Fn>(fn)));
+}
+
+// J of a uniform spread [median (1 - J), median (1 + J)] with the runs' 10th
+// and 90th percentiles: they sit at +-0.8 J.
+double UniformJitter(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  const double median = Median(ms);
+  if (ms.size() < 2 || !(median > 0)) return 0;
+  const size_t n = ms.size();
+  const double p10 = ms[n / 10], p90 = ms[std::min(n - 1, n - 1 - n / 10)];
+  return std::min(0.99, (p90 - p10) / (1.6 * median));
 }
 
 double Bytes(const std::vector<torch::Tensor>& tensors) {
@@ -162,10 +180,12 @@ absl::StatusOr<sim::ModelProfile> ProfileLayers(const Model& model,
     }));
 
     part_name = "a whole step";
-    profile.set_step_ms(TimeMs(n, [&] {
+    const std::vector<double> steps = TimedRunsMs(n, [&] {
       torch::Tensor out = model.forward(input);
       torch::nn::functional::cross_entropy(out, labels).backward();
-    }));
+    });
+    profile.set_step_ms(Median(steps));
+    profile.set_step_jitter(UniformJitter(steps));
     for (const strategies::Parameter& p : model.Parameters()) {
       torch::Tensor t = p.tensor;
       t.mutable_grad() = torch::Tensor();

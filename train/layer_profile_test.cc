@@ -40,6 +40,8 @@ TEST(LayerProfileTest, LeNetPerModuleWithItsHeadAndBytes) {
   EXPECT_DOUBLE_EQ(last_features_output, 4.0 * 8 * 400);
   EXPECT_EQ(profile.layers().rbegin()->output_bytes(), 4.0 * 8 * 10);
   EXPECT_GT(profile.step_ms(), 0);
+  EXPECT_GE(profile.step_jitter(), 0);
+  EXPECT_LT(profile.step_jitter(), 1);
   EXPECT_GT(profile.optimizer_ms(), 0);
   // Every parameter got a gradient-free model back.
   for (const strategies::Parameter& p : model.Parameters()) EXPECT_FALSE(p.tensor.grad().defined());

@@ -156,14 +156,18 @@ void Job::Compute(int rank, double seconds, EventLoop::Callback done) {
 void Job::Read(int reader, int owner, double bytes, EventLoop::Callback done) {
   loop_.After(loop_.topology().LatencySeconds(reader, owner),
               [this, reader, owner, bytes, done = std::move(done)]() mutable {
-                auto serve = [this, reader, owner, bytes, done = std::move(done)]() mutable {
+                if (!NeedsProgress(reader, owner)) {
                   loop_.Transfer(owner, reader, bytes, std::move(done));
-                };
-                if (NeedsProgress(reader, owner)) {
-                  WhenProgressing(owner, std::move(serve));
-                } else {
-                  serve();
+                  return;
                 }
+                // The owner's progress takes the request and sends the
+                // data; what its socket did not take before it went back
+                // to computing waits for its next progress.
+                WhenProgressing(owner, [this, reader, owner, bytes, done = std::move(done)] {
+                  loop_.Transfer(owner, reader, bytes, [this, owner, done] {
+                    WhenProgressing(owner, done);
+                  });
+                });
               });
 }
 
