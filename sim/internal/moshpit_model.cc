@@ -4,11 +4,11 @@
 // steps one averaging round within the rank's group of the round (the
 // strategies' own MoshpitGrid says who). A round:
 //   1. through the rendezvous store: a heartbeat, a ticket and a member
-//      record (three round trips), then polls (two round trips each, with
-//      sleeps of 20 us doubling to 1 ms) until every expected member has a
-//      ticket or group_timeout_ms passes; the sealer writes the group
-//      (three round trips); everyone reads it (one round trip, one more per
-//      member);
+//      record (three round trips); the last expected member seals at once
+//      (three round trips), the others poll (two round trips each, with
+//      sleeps of 20 us doubling to 1 ms) until the seal or group_timeout_ms;
+//      each reads the group's size (the sealer knows it) and the other
+//      members' records (a round trip each);
 //   2. a member set the rank has no ring for (its grid groups' rings were
 //      built before training; a new set appears only when membership
 //      changes) builds its all-reduce group through the store (settings,
@@ -142,9 +142,10 @@ class MoshpitModel {
     std::vector<int> members = meeting.present;
     std::sort(members.begin(), members.end());
     const double waited = job_.now() - meeting.first_arrival;
-    // The others notice at their next poll; the sealer writes, all read.
+    // The sealer writes (three round trips); the others notice at their
+    // next poll (a seal read), then read the size and the other records.
     const double poll = std::clamp(waited / 2, kFirstPollSeconds, kLastPollSeconds);
-    const double after = poll / 2 + 2 * Rtt() + 3 * Rtt() + (1 + members.size()) * Rtt();
+    const double after = 3 * Rtt() + poll / 2 + Rtt() + members.size() * Rtt();
     auto waiting = std::move(meeting.waiting);
     meetings_.erase(it);
     for (auto& fn : waiting) {

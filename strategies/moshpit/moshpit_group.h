@@ -5,9 +5,10 @@
 //   1. each peer takes a ticket (Add on <prefix>/count) and records its id
 //      and a note (any text without spaces; moshpit lists the rings it
 //      kept) under <prefix>/member/<ticket>;
-//   2. the first peer to see all `expected` tickets taken, or to reach its
-//      deadline, seals the group (the first Add on <prefix>/seal) by writing
-//      the number of tickets taken then into <prefix>/final;
+//   2. the peer that takes the last expected ticket, or the first to reach
+//      its deadline while polling, seals the group (the first Add on
+//      <prefix>/seal) by writing the number of tickets taken then into
+//      <prefix>/final (a count outside 1..2^20 read back is kDataLoss);
 //   3. the group is the holders of tickets 1..final, ascending by id; a
 //      peer whose ticket came later is alone this round (it rejoins the
 //      next one).

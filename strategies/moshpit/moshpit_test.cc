@@ -7,15 +7,19 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "rdma/testing/in_memory_store.h"
+#include "rdma/store.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/moshpit/moshpit_group.h"
 #include "strategies/testing/toy_problem.h"
@@ -92,6 +96,75 @@ TEST(FormGroupTest, FullShrunkAndLate) {
   EXPECT_EQ(Ids(got[3]), (std::vector<int>{3}));
   EXPECT_THAT(FormGroup(store, "bad", 0, "a b", 1, absl::Seconds(1)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("spaces")));
+}
+
+// Counts one peer's calls into a store shared with others.
+class CountingStore final : public rdma::Store {
+ public:
+  explicit CountingStore(rdma::Store& store) : store_(store) {}
+  absl::Status Set(absl::string_view key, absl::string_view value) override {
+    ++calls;
+    return store_.Set(key, value);
+  }
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) override {
+    ++calls;
+    return store_.Get(key, timeout);
+  }
+  absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) override {
+    ++calls;
+    return store_.Wait(keys, timeout);
+  }
+  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override {
+    ++calls;
+    return store_.Add(key, delta);
+  }
+  int calls = 0;
+
+ private:
+  rdma::Store& store_;
+};
+
+// Each store call is a round trip on the round's critical path: the peer
+// that takes the last expected ticket seals without polling, and nobody
+// reads back what it wrote (its own record, the sealer's count).
+TEST(FormGroupTest, TheLastToArriveSealsAtOnce) {
+  rdma::testing::InMemoryStore shared;
+  std::vector<GroupMember> first_got;
+  std::thread first([&] {
+    ASSERT_OK_AND_ASSIGN(first_got, FormGroup(shared, "g", 7, "a", 2, absl::Seconds(30)));
+  });
+  // Join once the first has its ticket (bounded: its Add is its first call).
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (true) {
+    ASSERT_OK_AND_ASSIGN(int64_t taken, shared.Add("g/count", 0));
+    if (taken >= 1) break;
+    ASSERT_LT(absl::Now(), deadline) << "the first peer never took its ticket";
+    std::this_thread::yield();
+  }
+  CountingStore mine(shared);
+  ASSERT_OK_AND_ASSIGN(std::vector<GroupMember> got,
+                       FormGroup(mine, "g", 3, "b", 2, absl::Seconds(30)));
+  first.join();
+  const std::vector<GroupMember> both = {{3, "b"}, {7, "a"}};
+  EXPECT_EQ(got, both);
+  EXPECT_EQ(first_got, both);
+  // Ticket, record, seal, the count it seals, the seal's count, the other's
+  // record.
+  EXPECT_EQ(mine.calls, 6);
+}
+
+// The sealed count is written by a peer: one outside 1..2^20 is refused
+// before it sizes the reads of the records.
+TEST(FormGroupTest, AForgedSealIsRefused) {
+  for (const char* forged : {"0", "-3", "4000000000"}) {
+    rdma::testing::InMemoryStore store;
+    const std::string prefix = absl::StrCat("forged", forged);
+    ASSERT_OK(store.Add(prefix + "/seal", 1).status());
+    ASSERT_OK(store.Set(prefix + "/final", forged));
+    EXPECT_THAT(FormGroup(store, prefix, 0, "", 2, absl::Seconds(30)).status(),
+                StatusIs(absl::StatusCode::kDataLoss, ::testing::HasSubstr("bad seal")))
+        << forged;
+  }
 }
 
 // Runs `world` ranks of moshpit with no gradients (pure averaging); rank
