@@ -28,7 +28,8 @@ namespace {
 
 std::vector<FlagSpec> CalibrateFlags() {
   return {{"links"},        {"allreduce"},   {"profiles"},     {"cores"},
-          {"store_rtt_us"}, {"burst_bytes"}, {"time_sharing"}, {"out"}};
+          {"store_rtt_us"}, {"burst_bytes"}, {"time_sharing"}, {"wait_cpu"},
+          {"out"}};
 }
 
 std::vector<std::string> List(const std::string& text) {
@@ -65,6 +66,25 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
     out << "link " << name << ": latency " << link.latency_us() << " us, "
         << link.bandwidth_gbps() << " GB/s, " << link.per_message_us()
         << " us a message\n";
+  }
+  ASSIGN_OR_RETURN(auto wait_cpu, ParseKeyValues(args.Get("wait_cpu"), "--wait_cpu item"));
+  for (const auto& [name, text] : wait_cpu) {
+    double share = -1;
+    if (!absl::SimpleAtod(text, &share) || !(share >= 0 && share <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--wait_cpu ", name, "=", text, ": a fraction of a core in [0, 1] "
+          "(tools/wait_cpu.py measures it)"));
+    }
+    sim::LinkProfile* link = nullptr;
+    for (sim::LinkProfile& l : *calibration.mutable_links()) {
+      if (l.name() == name) link = &l;
+    }
+    if (link == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--wait_cpu names link '", name, "', which --links does not measure"));
+    }
+    link->set_wait_cpu(share);
+    out << "link " << name << ": a waiting rank uses " << share << " of a core\n";
   }
   if (args.Has("allreduce")) {
     results::BenchmarkReport report;
@@ -177,6 +197,8 @@ options:
                           time sharing: profiles (rdmaflow_profile --json) of
                           one model taken at once, K ranks a core, against
                           that model's profile in --profiles
+  --wait_cpu NAME=F,...   the fraction of a core a rank waiting on a link
+                          uses (tools/wait_cpu.py), per link of --links
   --cores N               cores the ranks of one host share (default: this
                           machine's)
   --store_rtt_us N        one rendezvous-store round trip on one host

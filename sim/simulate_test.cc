@@ -310,6 +310,26 @@ TEST(SimulateTest, TimeSharingSlowsComputeByTheMeasuredFactor) {
   }
 }
 
+// A rank that waits polls its link: where ranks outnumber cores that CPU
+// comes out of the others' compute; with a core each it costs nothing.
+TEST(SimulateTest, WaitingTakesCpuOnlyWhereRanksOutnumberCores) {
+  for (int shared : {2, 0}) {
+    Scenario s = Base("allreduce", 8);
+    s.shared_cores = shared;
+    s.slow_rank = 3;  // the others wait for it every step
+    s.slow_factor = 4;
+    ASSERT_OK_AND_ASSIGN(SimulatedRun quiet, Simulate(s));
+    s.network.set_wait_cpu(0.5);
+    s.local = s.network;
+    ASSERT_OK_AND_ASSIGN(SimulatedRun polling, Simulate(s));
+    if (shared > 0) {
+      EXPECT_GT(polling.step_ms(), 1.1 * quiet.step_ms());
+    } else {
+      EXPECT_DOUBLE_EQ(polling.step_ms(), quiet.step_ms());
+    }
+  }
+}
+
 TEST(SimulateTest, BadScenariosAreNamed) {
   Scenario s = Base("nope", 2);
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("known: ps")));
@@ -317,6 +337,9 @@ TEST(SimulateTest, BadScenariosAreNamed) {
   s.host.add_time_sharing()->set_ranks_per_core(2);  // slowdown 0 < 1
   EXPECT_THAT(Simulate(s),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("time sharing")));
+  s = Base("gossip", 2);
+  s.network.set_wait_cpu(1.5);
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("wait CPU")));
   s = Base("ps", 2);
   s.params = {{"servers", "2"}};
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("worker")));

@@ -3,7 +3,8 @@
 # (docs/scale.md): measures
 #   - the links: transport_pingpong over UCX shared memory, and (as root,
 #     with tools/netns_hosts.sh) over UCX TCP between two namespace hosts
-#     whose link tc caps at 1 Gbit/s and at 100 Mbit/s;
+#     whose link tc caps at 1 Gbit/s and at 100 Mbit/s; on each, the CPU a
+#     rank uses while it waits (tools/wait_cpu.py);
 #   - the host: bench/allreduce_bench's single-thread memcpy and reduce and
 #     its group set-up time, and a c10d TCPStore round trip (store_rtt.py);
 #   - the models: rdmaflow_profile's layer times (one thread, one rank);
@@ -16,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,14p' "$0"
+  sed -n '2,16p' "$0"
   exit 0
 fi
 out=${1:-docs/scale}
@@ -26,7 +27,7 @@ models=${MODELS:-mlp lenet5 vgg}
 batch=${BATCH:-64}
 links=${LINKS-1gbit 100mbit}
 bazel build -c opt //bench:transport_pingpong //bench:allreduce_bench \
-  //train:rdmaflow_profile //cli:rdmaflow >/dev/null
+  //train:rdmaflow_profile //train:rdmaflow_train //cli:rdmaflow >/dev/null
 bin=$PWD/bazel-bin
 pingpong=(--max_bytes=16777216 --byte_budget=268435456 --reads=false)
 
@@ -34,6 +35,8 @@ echo "== [1/5] link shm: transport_pingpong over UCX shared memory"
 "$bin/bench/transport_pingpong" --transport=ucx --params=tls=shm "${pingpong[@]}" \
   --json="$raw/pp_shm.json" >"$raw/pp_shm.log" 2>&1
 link_args="shm=$raw/pp_shm.json"
+echo "== [1/5] link shm: the CPU a waiting rank uses (tools/wait_cpu.py)"
+wait_args="shm=$(/usr/bin/python3 tools/wait_cpu.py "$bin/train/rdmaflow_train" shm)"
 
 if [[ -n $links && $(id -u) == 0 ]]; then
   export NETNS_PREFIX=rfc NETNS_SUBNET=10.89.0
@@ -50,6 +53,11 @@ if [[ -n $links && $(id -u) == 0 ]]; then
         --byte_budget=33554432 --json="$raw/pp_$link.json" >"$raw/pp_$link.rank$r.log" 2>&1 &
     done
     wait
+    echo "== [2/5] link $link: the CPU a waiting rank uses (tools/wait_cpu.py)"
+    port=$((port + 2))
+    wait_args="$wait_args,$link=$(/usr/bin/python3 tools/wait_cpu.py "$bin/train/rdmaflow_train" \
+      "$link" 10.89.0.1 "$port")"
+    port=$((port + 1))
     tools/netns_hosts.sh down 2 >/dev/null
     link_args="$link_args,$link=$raw/pp_$link.json"
   done
@@ -96,4 +104,4 @@ fi
 
 "$bin/cli/rdmaflow" calibrate --links "$link_args" --allreduce "$raw/allreduce.json" \
   --profiles "$profiles" --store_rtt_us "$store_rtt" --out "$out/calibration.json" \
-  --burst_bytes 262144 "${sharing_args[@]}"  # tools/netns_hosts.sh's tbf burst (256kb)
+  --wait_cpu "$wait_args" --burst_bytes 262144 "${sharing_args[@]}"  # tools/netns_hosts.sh's tbf burst (256kb)

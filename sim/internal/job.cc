@@ -95,25 +95,46 @@ Job::Job(const Scenario& scenario, Costs costs)
                      scenario.shared_cores, scenario.network, scenario.local}),
       random_(scenario.seed),
       busy_(scenario.ranks, 0),
+      is_waiting_(scenario.ranks, false),
       waiting_progress_(scenario.ranks) {
   // Processes sharing one pool of cores.
   const Topology& t = loop_.topology();
   const double sharing =
       t.shared_cores > 0 ? scenario.ranks : std::min(scenario.ranks, scenario.ranks_per_host);
-  slowdown_ = TimeSharingSlowdown(scenario.host, sharing / std::max(1, t.pool_cores()));
+  const double ranks_per_core = sharing / std::max(1, t.pool_cores());
+  slowdown_ = TimeSharingSlowdown(scenario.host, ranks_per_core);
+  if (ranks_per_core > 1) {
+    wait_cpu_ = (t.hosts() > 1 ? scenario.network : scenario.local).wait_cpu();
+  }
+}
+
+void Job::BeginBusy(int rank) {
+  ++busy_[rank];
+  if (is_waiting_[rank]) {
+    is_waiting_[rank] = false;
+    --waiting_;
+  }
+}
+
+double Job::Slowdown() const {
+  return slowdown_ *
+         (1 + wait_cpu_ * waiting_ / std::max(1, loop_.topology().pool_cores()));
 }
 
 void Job::Busy(int rank, double seconds, EventLoop::Callback done) {
-  ++busy_[rank];
-  loop_.Compute(rank, seconds * slowdown_,
+  BeginBusy(rank);
+  loop_.Compute(rank, seconds * Slowdown(),
                 [this, rank, done = std::move(done)] { EndBusy(rank, done); });
 }
 
 void Job::EndBusy(int rank, const EventLoop::Callback& done) {
   --busy_[rank];
   done();
-  // What `done` started keeps it busy; else it progresses now.
-  if (busy_[rank] > 0 || waiting_progress_[rank].empty()) return;
+  // What `done` started keeps it busy; else it waits (and progresses) now.
+  if (busy_[rank] > 0) return;
+  is_waiting_[rank] = true;
+  ++waiting_;
+  if (waiting_progress_[rank].empty()) return;
   std::vector<EventLoop::Callback> waiting = std::move(waiting_progress_[rank]);
   waiting_progress_[rank].clear();
   for (auto& fn : waiting) fn();
@@ -141,8 +162,8 @@ void Job::Compute(int rank, double seconds, EventLoop::Callback done) {
     // rdmaflow_train's straggler sleeps inside its compute: it does not
     // progress meanwhile.
     const double sleep = seconds * (scenario_.slow_factor - 1);
-    ++busy_[rank];
-    loop_.Compute(rank, seconds * slowdown_,
+    BeginBusy(rank);
+    loop_.Compute(rank, seconds * Slowdown(),
                   [this, rank, sleep, done = std::move(done)]() mutable {
                     loop_.After(sleep, [this, rank, done = std::move(done)] {
                       EndBusy(rank, done);

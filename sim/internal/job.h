@@ -134,6 +134,11 @@ class Job {
   // Runs `seconds` on `rank`'s cores, marking it busy (not progressing)
   // until `done` has run.
   void Busy(int rank, double seconds, EventLoop::Callback done);
+  // Marks `rank` busy (no longer waiting).
+  void BeginBusy(int rank);
+  // What a compute starting now is slowed by: time sharing, and the ranks
+  // waiting now, each polling wait_cpu of a core of the pool.
+  double Slowdown() const;
   // Runs `done`; then, unless it made `rank` busy again, what waited for
   // `rank` to progress.
   void EndBusy(int rank, const EventLoop::Callback& done);
@@ -144,7 +149,13 @@ class Job {
   StepLog log_;
   int reporter_ = 0;
   double slowdown_ = 1;
+  // The fraction of a core a waiting rank uses, where ranks outnumber their
+  // cores (else 0: a waiting rank then takes no one's core).
+  double wait_cpu_ = 0;
   std::vector<int> busy_;  // by rank: Compute/Work calls not ended
+  // By rank: it has been busy and is not now (it waits, polling).
+  std::vector<bool> is_waiting_;
+  int waiting_ = 0;  // how many are
   std::vector<std::vector<EventLoop::Callback>> waiting_progress_;  // by rank
   std::string update_rule_;
 };

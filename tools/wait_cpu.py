@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Measures the fraction of a core a rank uses while it waits on a link (its
+progress polls, its sleeps' wake-ups), for tools/calibrate_sim.sh: two ranks
+of rdmaflow_train all-reduce STEPS steps, first even, then with rank 1 a
+FACTORx straggler, so that rank 0 spends most of the second run waiting. The
+CPU rank 0 used (user + system, from getrusage) grows by the wait's share:
+  wait_cpu = (cpu_waiting - cpu_even) / (wall_waiting - wall_even)
+Over shared memory both ranks run under one `--local 2` launcher (rank 1's
+CPU is the same in both runs: it sleeps its extra time); over a network link
+each rank runs in its namespace host (tools/netns_hosts.sh, already up).
+Prints the fraction (0..1).
+  wait_cpu.py TRAIN_BIN shm
+  wait_cpu.py TRAIN_BIN LINK MASTER_ADDR PORT   (ranks in namespace hosts 0, 1)
+Environment: STEPS (40), FACTOR (20)."""
+import os
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_shm(train, common):
+    """Wall and CPU seconds of a `--local 2` job (every process of it)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    begin = time.monotonic()
+    subprocess.run([train, "--local", "2"] + common, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return rusage_since(before, begin)
+
+
+def rusage_since(before, begin):
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return time.monotonic() - begin, cpu
+
+
+def run_hosts(train, common, master, port):
+    """Wall and CPU seconds of rank 0 (rank 1 runs beside it)."""
+    netns = os.path.join(ROOT, "tools", "netns_hosts.sh")
+    procs = []
+    for rank in (1, 0):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR=master,
+                   MASTER_PORT=str(port))
+        cmd = [netns, "exec", str(rank), train] + common + [
+            "--transport_params", "tls=tcp,net_devices=eth0"]
+        if rank == 0:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            begin = time.monotonic()
+            zero = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+        else:
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))
+    if zero.wait() != 0:
+        sys.exit("wait_cpu: rank 0 failed")
+    # Rank 0's rusage is collected by its wait, before rank 1's.
+    measured = rusage_since(before, begin)
+    for p in procs:
+        if p.wait() != 0:
+            sys.exit("wait_cpu: rank 1 failed")
+    return measured
+
+
+def main(argv):
+    if len(argv) < 2 or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    train, link = argv[0], argv[1]
+    steps = os.environ.get("STEPS", "40")
+    factor = os.environ.get("FACTOR", "20")
+    results = []
+    for slow in ("1", factor):
+        common = ["--model", "lenet5", "--steps", steps, "--progress=false",
+                  "--strategy", "allreduce", "--slow_rank", "1", "--slow_factor", slow]
+        if link == "shm":
+            results.append(run_shm(train, common))
+        else:
+            if len(argv) != 4:
+                sys.exit("wait_cpu: a network link needs MASTER_ADDR and PORT")
+            results.append(run_hosts(train, common, argv[2], int(argv[3]) + len(results)))
+    (wall_even, cpu_even), (wall_wait, cpu_wait) = results
+    if wall_wait <= wall_even:
+        sys.exit("wait_cpu: the straggler's run was not longer (%.2f s against %.2f s)" %
+                 (wall_wait, wall_even))
+    share = (cpu_wait - cpu_even) / (wall_wait - wall_even)
+    print("%.4f" % min(1.0, max(0.0, share)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
