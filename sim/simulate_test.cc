@@ -311,13 +311,14 @@ TEST(SimulateTest, TimeSharingSlowsComputeByTheMeasuredFactor) {
 }
 
 // A rank that waits polls its link: where ranks outnumber cores that CPU
-// comes out of the others' compute; with a core each it costs nothing.
+// comes out of the others' compute (a compute runs slower by the waiting
+// ranks' share of the pool); with a core each it costs nothing.
 TEST(SimulateTest, WaitingTakesCpuOnlyWhereRanksOutnumberCores) {
   for (int shared : {2, 0}) {
     Scenario s = Base("allreduce", 8);
+    // 8 ranks on 2 cores compute two at a time: those done wait for the
+    // all-reduce while the others compute.
     s.shared_cores = shared;
-    s.slow_rank = 3;  // the others wait for it every step
-    s.slow_factor = 4;
     ASSERT_OK_AND_ASSIGN(SimulatedRun quiet, Simulate(s));
     s.network.set_wait_cpu(0.5);
     s.local = s.network;

@@ -136,8 +136,9 @@ class Job {
   void Busy(int rank, double seconds, EventLoop::Callback done);
   // Marks `rank` busy (no longer waiting).
   void BeginBusy(int rank);
-  // What a compute starting now is slowed by: time sharing, and the ranks
-  // waiting now, each polling wait_cpu of a core of the pool.
+  // What a compute issued now is slowed by: time sharing, and the ranks
+  // waiting now, each polling wait_cpu of a core of the pool. (Fixed when
+  // issued: a compute queued behind others does not see later waiters.)
   double Slowdown() const;
   // Runs `done`; then, unless it made `rank` busy again, what waited for
   // `rank` to progress.
