@@ -315,9 +315,9 @@ TEST(SimulateTest, TimeSharingSlowsComputeByTheMeasuredFactor) {
 // ranks' share of the pool); with a core each it costs nothing.
 TEST(SimulateTest, WaitingTakesCpuOnlyWhereRanksOutnumberCores) {
   for (int shared : {2, 0}) {
-    Scenario s = Base("allreduce", 8);
-    // 8 ranks on 2 cores compute two at a time: those done wait for the
-    // all-reduce while the others compute.
+    // The server waits for pushes while the 7 workers compute.
+    Scenario s = Base("ps", 8);
+    s.params = {{"servers", "1"}, {"sync", "asp"}};
     s.shared_cores = shared;
     ASSERT_OK_AND_ASSIGN(SimulatedRun quiet, Simulate(s));
     s.network.set_wait_cpu(0.5);
