@@ -142,9 +142,16 @@ absl::StatusOr<TimeSharing> TimeSharingFromProfiles(double ranks_per_core,
     sum += copy.step_ms();
   }
   const double mean = sum / static_cast<double>(copies.size());
+  const double slowdown = mean / (ranks_per_core * alone.step_ms());
+  if (slowdown > 100) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": ", copies.size(), " copies took ", mean, " ms a step against ",
+        alone.step_ms(), " ms alone, ", slowdown, "x more than ", ranks_per_core,
+        " ranks a core explain; was something else running? (the simulator takes up to 100x)"));
+  }
   TimeSharing point;
   point.set_ranks_per_core(ranks_per_core);
-  point.set_slowdown(std::max(1.0, mean / (ranks_per_core * alone.step_ms())));
+  point.set_slowdown(std::max(1.0, slowdown));
   return point;
 }
 

@@ -74,6 +74,10 @@ TEST(CalibrationTest, ModelsAndLinksByName) {
   EXPECT_DOUBLE_EQ(l.bandwidth_gbps(), 42);
   ASSERT_OK_AND_ASSIGN(LinkProfile ib, FindLink(c, "ib_hdr200"));
   EXPECT_GT(ib.bandwidth_gbps(), 20);
+  // Over TCP our one-sided operations are emulated; over RDMA they are not.
+  EXPECT_FALSE(ib.needs_target_progress());
+  ASSERT_OK_AND_ASSIGN(LinkProfile ethernet, FindLink(c, "10gbit"));
+  EXPECT_TRUE(ethernet.needs_target_progress());
   EXPECT_THAT(FindLink(c, "carrier_pigeon"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("ib_hdr200")));
   EXPECT_EQ(HostOf(c).cores(), 2);
@@ -126,6 +130,9 @@ TEST(CalibrationTest, TimeSharingFromCopiesRunAtOnce) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("above one rank")));
   EXPECT_THAT(TimeSharingFromProfiles(2, alone, {}, "t"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no profiles")));
+  for (ModelProfile& c : copies) c.set_step_ms(7 * 2 * 200);
+  EXPECT_THAT(TimeSharingFromProfiles(2, alone, copies, "t"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("something else")));
   copies[2].set_model("vgg");
   EXPECT_THAT(TimeSharingFromProfiles(2, alone, copies, "t"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'vgg'")));

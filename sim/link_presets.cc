@@ -18,6 +18,13 @@ LinkProfile Link(const char* name, double latency_us, double gbps,
   return link;
 }
 
+// rdmaflow over TCP is UCX over TCP: put and get run in software on the
+// target (LinkProfile.needs_target_progress).
+LinkProfile Tcp(LinkProfile link) {
+  link.set_needs_target_progress(true);
+  return link;
+}
+
 }  // namespace
 
 std::vector<LinkProfile> LinkPresets() {
@@ -27,10 +34,12 @@ std::vector<LinkProfile> LinkPresets() {
   return {
       Link("shm", 0.6, 10, 0.3,
            "default: UCX shared memory on a 2-core VM (calibrate to replace)"),
-      Link("100mbit", 60, 0.01175, 5, "typical: TCP over 100 Mbit/s Ethernet (94 Mbit/s goodput)"),
-      Link("1gbit", 30, 0.1175, 5, "typical: TCP over 1 Gbit/s Ethernet (940 Mbit/s goodput)"),
-      Link("10gbit", 15, 1.175, 3, "typical: TCP over 10 Gbit/s Ethernet"),
-      Link("25gbit", 12, 2.94, 2, "typical: TCP over 25 Gbit/s Ethernet"),
+      Tcp(Link("100mbit", 60, 0.01175, 5,
+               "typical: TCP over 100 Mbit/s Ethernet (94 Mbit/s goodput)")),
+      Tcp(Link("1gbit", 30, 0.1175, 5,
+               "typical: TCP over 1 Gbit/s Ethernet (940 Mbit/s goodput)")),
+      Tcp(Link("10gbit", 15, 1.175, 3, "typical: TCP over 10 Gbit/s Ethernet")),
+      Tcp(Link("25gbit", 12, 2.94, 2, "typical: TCP over 25 Gbit/s Ethernet")),
       Link("roce25", 1.6, 2.9, 0.1,
            "published: perftest ib_write_bw/ib_write_lat, RoCE v2 over 25 GbE"),
       Link("roce100", 1.8, 11.6, 0.05,

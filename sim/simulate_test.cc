@@ -3,6 +3,7 @@
 // order under a straggler, churn, determinism, and the errors a user meets.
 #include "sim/simulate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -314,17 +315,23 @@ TEST(SimulateTest, TimeSharingSlowsComputeByTheMeasuredFactor) {
 // comes out of the others' compute (a compute runs slower by the waiting
 // ranks' share of the pool); with a core each it costs nothing.
 TEST(SimulateTest, WaitingTakesCpuOnlyWhereRanksOutnumberCores) {
-  for (int shared : {2, 0}) {
+  // 8 ranks on one pool of 2 cores; 2 hosts of 4 ranks on 2 cores each;
+  // 8 hosts with 64 cores each.
+  for (int shared : {2, -1, 0}) {
     // The server waits for pushes while the 7 workers compute.
     Scenario s = Base("ps", 8);
     s.params = {{"servers", "1"}, {"sync", "asp"}};
-    s.shared_cores = shared;
+    s.shared_cores = std::max(0, shared);
+    if (shared < 0) {
+      s.ranks_per_host = 4;
+      s.host.set_cores(2);
+    }
     ASSERT_OK_AND_ASSIGN(SimulatedRun quiet, Simulate(s));
     s.network.set_wait_cpu(0.5);
     s.local = s.network;
     ASSERT_OK_AND_ASSIGN(SimulatedRun polling, Simulate(s));
-    if (shared > 0) {
-      EXPECT_GT(polling.step_ms(), 1.1 * quiet.step_ms());
+    if (shared != 0) {
+      EXPECT_GT(polling.step_ms(), 1.1 * quiet.step_ms()) << shared;
     } else {
       EXPECT_DOUBLE_EQ(polling.step_ms(), quiet.step_ms());
     }

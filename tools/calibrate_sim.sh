@@ -83,20 +83,26 @@ done
 # profile alone above.
 sharing_model=${SHARING_MODEL-lenet5}
 sharing_args=()
-if [[ -n $sharing_model && -f $out/$sharing_model.profile.json ]]; then
+if [[ -n $sharing_model && ! -f $out/$sharing_model.profile.json ]]; then
+  echo "== [5/5] skipped: time sharing needs SHARING_MODEL=$sharing_model in MODELS" >&2
+elif [[ -n $sharing_model ]]; then
   cores=$(nproc)
   spec=""
   for k in ${SHARING:-2 4}; do
     copies=$((cores * k))
     echo "== [5/5] time sharing: $copies copies of $sharing_model's profile on $cores cores"
     files=""
+    pids=()
     for ((c = 0; c < copies; c++)); do
       f=$raw/sharing_${k}_$c.json
       "$bin/train/rdmaflow_profile" --model "$sharing_model" --batch_size "$batch" \
-        --iterations 20 --json "$f" >/dev/null 2>&1 &
+        --iterations 20 --json "$f" >"$raw/sharing_${k}_$c.log" 2>&1 &
+      pids+=($!)
       files="$files${files:+:}$f"
     done
-    wait
+    for pid in "${pids[@]}"; do
+      wait "$pid" || { echo "calibrate_sim: a profile copy failed (see $raw/sharing_${k}_*.log)" >&2; exit 1; }
+    done
     spec="$spec${spec:+,}$k=$files"
   done
   sharing_args=(--time_sharing "$spec")

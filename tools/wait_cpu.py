@@ -19,13 +19,14 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT_S = 600  # a run takes seconds; a hung rank is killed
 
 
 def run_shm(train, common):
     """Wall and CPU seconds of a `--local 2` job (every process of it)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     begin = time.monotonic()
-    subprocess.run([train, "--local", "2"] + common, check=True,
+    subprocess.run([train, "--local", "2"] + common, check=True, timeout=TIMEOUT_S,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return rusage_since(before, begin)
 
@@ -39,28 +40,32 @@ def rusage_since(before, begin):
 def run_hosts(train, common, master, port):
     """Wall and CPU seconds of rank 0 (rank 1 runs beside it)."""
     netns = os.path.join(ROOT, "tools", "netns_hosts.sh")
-    procs = []
-    for rank in (1, 0):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR=master,
-                   MASTER_PORT=str(port))
-        cmd = [netns, "exec", str(rank), train] + common + [
-            "--transport_params", "tls=tcp,net_devices=eth0"]
-        if rank == 0:
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            begin = time.monotonic()
-            zero = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-        else:
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL))
-    if zero.wait() != 0:
-        sys.exit("wait_cpu: rank 0 failed")
-    # Rank 0's rusage is collected by its wait, before rank 1's.
-    measured = rusage_since(before, begin)
-    for p in procs:
-        if p.wait() != 0:
-            sys.exit("wait_cpu: rank 1 failed")
-    return measured
+    started = {}
+    try:
+        for rank in (1, 0):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR=master,
+                       MASTER_PORT=str(port))
+            cmd = [netns, "exec", str(rank), train] + common + [
+                "--transport_params", "tls=tcp,net_devices=eth0"]
+            if rank == 0:
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                begin = time.monotonic()
+            started[rank] = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL)
+        if started[0].wait(timeout=TIMEOUT_S) != 0:
+            sys.exit("wait_cpu: rank 0 failed over %s" % master)
+        # Rank 0's rusage is collected by its wait, before rank 1's.
+        measured = rusage_since(before, begin)
+        if started[1].wait(timeout=TIMEOUT_S) != 0:
+            sys.exit("wait_cpu: rank 1 failed over %s" % master)
+        return measured
+    except subprocess.TimeoutExpired:
+        sys.exit("wait_cpu: a rank ran past %d s" % TIMEOUT_S)
+    finally:
+        for p in started.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def main(argv):

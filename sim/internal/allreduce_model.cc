@@ -41,7 +41,10 @@ class AllReduceModel {
 
  private:
   void Step(int r) {
-    if (step_[r] >= job_.steps()) return;
+    if (step_[r] >= job_.steps()) {
+      job_.Leave(r);
+      return;
+    }
     if (r == 0) job_.log().Start(job_.now());
     job_.Compute(r, job_.costs().step(), [this, r] {
       const double arrived = job_.now();

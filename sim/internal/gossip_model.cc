@@ -53,7 +53,10 @@ class GossipModel {
   bool Gone(int r) const { return !job_.alive(r, step_[r]); }
 
   void Step(int r) {
-    if (step_[r] >= job_.steps() || Gone(r)) return;
+    if (step_[r] >= job_.steps() || Gone(r)) {
+      job_.Leave(r);
+      return;
+    }
     if (r == 0) job_.log().Start(job_.now());
     job_.Compute(r, job_.costs().step(), [this, r] {
       job_.Work(r, job_.costs().optimizer, [this, r] {

@@ -96,6 +96,7 @@ Job::Job(const Scenario& scenario, Costs costs)
       random_(scenario.seed),
       busy_(scenario.ranks, 0),
       is_waiting_(scenario.ranks, false),
+      waiting_(scenario.shared_cores > 0 ? 1 : loop_.topology().hosts(), 0),
       waiting_progress_(scenario.ranks) {
   // Processes sharing one pool of cores.
   const Topology& t = loop_.topology();
@@ -108,22 +109,27 @@ Job::Job(const Scenario& scenario, Costs costs)
   }
 }
 
-void Job::BeginBusy(int rank) {
-  ++busy_[rank];
-  if (is_waiting_[rank]) {
-    is_waiting_[rank] = false;
-    --waiting_;
-  }
+void Job::StopWaiting(int rank) {
+  if (!is_waiting_[rank]) return;
+  is_waiting_[rank] = false;
+  --waiting_[loop_.topology().core_pool(rank)];
 }
 
-double Job::Slowdown() const {
-  return slowdown_ *
-         (1 + wait_cpu_ * waiting_ / std::max(1, loop_.topology().pool_cores()));
+void Job::BeginBusy(int rank) {
+  ++busy_[rank];
+  StopWaiting(rank);
+}
+
+void Job::Leave(int rank) { StopWaiting(rank); }
+
+double Job::Slowdown(int rank) const {
+  const Topology& t = loop_.topology();
+  return slowdown_ * (1 + wait_cpu_ * waiting_[t.core_pool(rank)] / std::max(1, t.pool_cores()));
 }
 
 void Job::Busy(int rank, double seconds, EventLoop::Callback done) {
   BeginBusy(rank);
-  loop_.Compute(rank, seconds * Slowdown(),
+  loop_.Compute(rank, seconds * Slowdown(rank),
                 [this, rank, done = std::move(done)] { EndBusy(rank, done); });
 }
 
@@ -133,7 +139,7 @@ void Job::EndBusy(int rank, const EventLoop::Callback& done) {
   // What `done` started keeps it busy; else it waits (and progresses) now.
   if (busy_[rank] > 0) return;
   is_waiting_[rank] = true;
-  ++waiting_;
+  ++waiting_[loop_.topology().core_pool(rank)];
   if (waiting_progress_[rank].empty()) return;
   std::vector<EventLoop::Callback> waiting = std::move(waiting_progress_[rank]);
   waiting_progress_[rank].clear();
@@ -163,7 +169,7 @@ void Job::Compute(int rank, double seconds, EventLoop::Callback done) {
     // progress meanwhile.
     const double sleep = seconds * (scenario_.slow_factor - 1);
     BeginBusy(rank);
-    loop_.Compute(rank, seconds * Slowdown(),
+    loop_.Compute(rank, seconds * Slowdown(rank),
                   [this, rank, sleep, done = std::move(done)]() mutable {
                     loop_.After(sleep, [this, rank, done = std::move(done)] {
                       EndBusy(rank, done);

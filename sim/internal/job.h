@@ -91,8 +91,9 @@ class Job {
   // else when it next is. A rank in Compute or Work does not call its
   // transport's progress, so a peer's emulated read or write waits for it.
   void WhenProgressing(int rank, EventLoop::Callback fn);
-  // The factor Compute and Work are slowed by (1 without time sharing).
-  double time_sharing_slowdown() const { return slowdown_; }
+  // `rank` has left the job (its steps are done, or it was killed): it no
+  // longer waits, so it takes no one's CPU.
+  void Leave(int rank);
   // The all-reduce of `bytes` among `members`; `done` runs for each member
   // once the last has arrived and the collective has run.
   void AllReduce(const std::vector<int>& members, double bytes, int member,
@@ -136,10 +137,12 @@ class Job {
   void Busy(int rank, double seconds, EventLoop::Callback done);
   // Marks `rank` busy (no longer waiting).
   void BeginBusy(int rank);
-  // What a compute issued now is slowed by: time sharing, and the ranks
-  // waiting now, each polling wait_cpu of a core of the pool. (Fixed when
-  // issued: a compute queued behind others does not see later waiters.)
-  double Slowdown() const;
+  // What a compute of `rank` issued now is slowed by: time sharing, and the
+  // ranks of its pool waiting now, each polling wait_cpu of a core. (Fixed
+  // when issued: a compute queued behind others does not see later
+  // waiters.)
+  double Slowdown(int rank) const;
+  void StopWaiting(int rank);
   // Runs `done`; then, unless it made `rank` busy again, what waited for
   // `rank` to progress.
   void EndBusy(int rank, const EventLoop::Callback& done);
@@ -156,7 +159,7 @@ class Job {
   std::vector<int> busy_;  // by rank: Compute/Work calls not ended
   // By rank: it has been busy and is not now (it waits, polling).
   std::vector<bool> is_waiting_;
-  int waiting_ = 0;  // how many are
+  std::vector<int> waiting_;  // by core pool: how many are
   std::vector<std::vector<EventLoop::Callback>> waiting_progress_;  // by rank
   std::string update_rule_;
 };

@@ -58,7 +58,10 @@ class LayerSeparatedModel {
   }
 
   void ConvStep(int i) {
-    if (conv_step_[i] >= job_.steps()) return;
+    if (conv_step_[i] >= job_.steps()) {
+      job_.Leave(i);
+      return;
+    }
     if (i == 0) job_.log().Start(job_.now());
     job_.Compute(i, job_.costs().features_forward, [this, i] {
       const double sent = job_.now();

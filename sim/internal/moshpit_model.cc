@@ -67,7 +67,10 @@ class MoshpitModel {
   double Rtt() const { return job_.StoreRoundTrip(); }
 
   void Step(int r) {
-    if (step_[r] >= job_.steps() || Gone(r)) return;
+    if (step_[r] >= job_.steps() || Gone(r)) {
+      job_.Leave(r);
+      return;
+    }
     if (r == 0) job_.log().Start(job_.now());
     job_.Compute(r, job_.costs().step(), [this, r] {
       job_.Work(r, job_.costs().optimizer, [this, r] {
@@ -142,10 +145,13 @@ class MoshpitModel {
     std::vector<int> members = meeting.present;
     std::sort(members.begin(), members.end());
     const double waited = job_.now() - meeting.first_arrival;
-    // The sealer writes (three round trips); the others notice at their
-    // next poll (a seal read), then read the size and the other records.
+    // The sealer writes (three round trips) while the others reach their
+    // next poll (a seal read; a read of the size waits for the write);
+    // then everyone reads the size (the sealer knows it: one less) and the
+    // other records.
     const double poll = std::clamp(waited / 2, kFirstPollSeconds, kLastPollSeconds);
-    const double after = 3 * Rtt() + poll / 2 + Rtt() + members.size() * Rtt();
+    const double after =
+        std::max(3 * Rtt(), poll / 2 + Rtt()) + members.size() * Rtt();
     auto waiting = std::move(meeting.waiting);
     meetings_.erase(it);
     for (auto& fn : waiting) {

@@ -95,7 +95,10 @@ class ParameterServerModel {
 
   void BeginStep(int w) {
     Worker& worker = worker_state_[w];
-    if (worker.step >= job_.steps()) return;
+    if (worker.step >= job_.steps()) {
+      job_.Leave(Rank(w));
+      return;
+    }
     worker.step_start = job_.now();
     if (Reporting(w)) job_.log().Start(job_.now());
     worker.wait_start = job_.now();

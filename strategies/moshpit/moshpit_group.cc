@@ -64,7 +64,9 @@ absl::StatusOr<std::vector<GroupMember>> FormGroup(rdma::Store& store,
     // The sealer writes /final right after winning the seal.
     ASSIGN_OR_RETURN(std::string text, store.Get(prefix + "/final", absl::Seconds(60)));
     if (!absl::SimpleAtoi(text, &final_count)) {
-      return absl::InternalError(absl::StrCat("moshpit group ", prefix, ": final '", text, "'"));
+      return absl::DataLossError(absl::StrCat("moshpit group ", prefix, ": the sealed count '",
+                                              text, "' is not a number; a peer wrote a bad seal "
+                                              "into the store"));
     }
   }
   // Written by a peer through the store: at least the sealer's own ticket,
