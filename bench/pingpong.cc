@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -9,9 +10,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/coarse_clock.h"
 #include "common/status_macros.h"
 #include "rdma/blocking.h"
 #include "rdma/rendezvous.h"
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 namespace rdmaflow::bench {
 namespace {
@@ -21,6 +27,42 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+// Latency timestamps as perftest takes them: the cycle counter where there
+// is one (one instruction, where reading a clock may be a system call: about
+// 1 us inside a VM on the HPET), converted at the rate measured against
+// steady_clock over the whole measurement.
+class Stamps {
+ public:
+  Stamps() : start_(Clock::now()), start_ticks_(Ticks()) {}
+  void Take() { ticks_.push_back(Ticks()); }
+  // Microseconds between successive stamps, divided by `divisor`.
+  std::vector<double> Deltas(double divisor) const {
+    const uint64_t ticks = Ticks();
+    const double seconds = Seconds(start_, Clock::now());
+    const double us_per_tick =
+        ticks > start_ticks_ ? seconds * 1e6 / double(ticks - start_ticks_)
+                             : 0;
+    std::vector<double> deltas;
+    for (size_t i = 1; i < ticks_.size(); ++i) {
+      deltas.push_back(double(ticks_[i] - ticks_[i - 1]) * us_per_tick /
+                       divisor);
+    }
+    return deltas;
+  }
+
+ private:
+  static uint64_t Ticks() {
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    return static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+#endif
+  }
+  Clock::time_point start_;
+  uint64_t start_ticks_;
+  std::vector<uint64_t> ticks_;
+};
 
 // Everything one rank needs to talk to the other.
 struct Link {
@@ -42,7 +84,7 @@ struct Link {
 
   absl::Status Progress() {
     RETURN_IF_ERROR(transport.Progress().status());
-    if (absl::Now() > deadline) {
+    if (CoarseNow() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "benchmark on rank ", transport.rank(), " ran past its deadline"));
     }
@@ -93,20 +135,18 @@ std::vector<size_t> Sizes(const PingPongOptions& options) {
 }
 
 // Latency ping-pong: rank 0 writes with a notification, rank 1 answers in
-// kind. Returns one-way samples (half round trips) on rank 0.
+// kind. Returns one-way samples on rank 0: as perftest's ib_write_lat, half
+// the time between two successive posts.
 absl::StatusOr<std::vector<double>> WritePingPong(Link& link, size_t bytes,
                                                   int warmup, int iters) {
-  std::vector<double> samples;
-  samples.reserve(iters);
+  Stamps stamps;
   const bool leader = link.transport.rank() == 0;
   for (int i = 0; i < warmup + iters; ++i) {
     if (leader) {
-      const Clock::time_point start = Clock::now();
+      if (i >= warmup) stamps.Take();
       RETURN_IF_ERROR(link.Post(true, bytes, i));
       RETURN_IF_ERROR(link.WaitNotification());
-      if (i >= warmup) {
-        samples.push_back(Seconds(start, Clock::now()) * 1e6 / 2);
-      }
+      if (i + 1 == warmup + iters) stamps.Take();
     } else {
       RETURN_IF_ERROR(link.WaitNotification());
       RETURN_IF_ERROR(link.Post(true, bytes, i));
@@ -114,7 +154,7 @@ absl::StatusOr<std::vector<double>> WritePingPong(Link& link, size_t bytes,
     RETURN_IF_ERROR(link.WaitInFlightBelow(16));
   }
   RETURN_IF_ERROR(link.WaitInFlightBelow(1));
-  return samples;
+  return stamps.Deltas(2);
 }
 
 // Bandwidth: `rounds` bursts of writes from rank 0, each ending with a
@@ -162,14 +202,16 @@ absl::StatusOr<ReadResult> Reads(Link& link, size_t bytes, int warmup,
     RETURN_IF_ERROR(link.WaitNotification());
     return result;
   }
+  // As perftest's ib_read_lat: the time between two successive posts, each
+  // after the previous read completed.
+  Stamps stamps;
   for (int i = 0; i < warmup + lat_iters; ++i) {
-    const Clock::time_point start = Clock::now();
+    if (i >= warmup) stamps.Take();
     RETURN_IF_ERROR(link.Post(false, bytes, std::nullopt));
     RETURN_IF_ERROR(link.WaitInFlightBelow(1));
-    if (i >= warmup) {
-      result.samples.push_back(Seconds(start, Clock::now()) * 1e6);
-    }
   }
+  stamps.Take();
+  result.samples = stamps.Deltas(1);
   const int per_round = std::max(1, bw_iters / rounds);
   double total_seconds = 0;
   for (int r = 0; r < rounds; ++r) {
@@ -190,12 +232,23 @@ absl::StatusOr<ReadResult> Reads(Link& link, size_t bytes, int warmup,
   return result;
 }
 
-void FillLatency(const std::vector<double>& samples, PingPongRow& row) {
+void FillLatency(std::vector<double> samples, PingPongRow& row) {
   if (samples.empty()) return;
   row.set_lat_min_us(*std::min_element(samples.begin(), samples.end()));
   row.set_lat_p50_us(Percentile(samples, 50));
   row.set_lat_p99_us(Percentile(samples, 99));
   row.set_lat_p999_us(Percentile(samples, 99.9));
+  // perftest's t_max, t_avg, t_stdev: without the 2 largest samples.
+  std::sort(samples.begin(), samples.end());
+  if (samples.size() > 2) samples.resize(samples.size() - 2);
+  double sum = 0;
+  for (double s : samples) sum += s;
+  const double average = sum / samples.size();
+  double squares = 0;
+  for (double s : samples) squares += (s - average) * (s - average);
+  row.set_lat_max_us(samples.back());
+  row.set_lat_avg_us(average);
+  row.set_lat_stdev_us(std::sqrt(squares / samples.size()));
 }
 
 }  // namespace

@@ -95,6 +95,47 @@ absl::Status WriteJson(const std::string& path, absl::Time start,
   return results::WriteJsonFile(report, path);
 }
 
+// The same rows in perftest's layout and units (MB = 2^20 bytes, as its
+// ib_*_bw print by default), one table per perftest tool, so that the two
+// outputs can be put side by side (tools/bench_ibverbs_vm.sh does).
+void PrintPerftestTables(const std::vector<PingPongRow>& rows) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  for (const char* op : {"write", "read"}) {
+    bool any = false;
+    for (const PingPongRow& r : rows) any = any || r.op() == op;
+    if (!any) continue;
+    std::printf(
+        "\n# as ib_%s_lat (%s)\n"
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]"
+        "    t_avg[usec]    t_stdev[usec]   99%% percentile[usec]   99.9%% "
+        "percentile[usec]\n",
+        op, std::string(op) == "write"
+                ? "one-way: half the time between two posts of the ping-pong, "
+                  "each a write with notification"
+                : "the time between two posts, each after the last read "
+                  "completed");
+    for (const PingPongRow& r : rows) {
+      if (r.op() != op) continue;
+      std::printf(" %-7.0f %-10d %-14.2f %-12.2f %-16.2f %-15.2f %-15.2f "
+                  "%-22.2f %.2f\n",
+                  r.bytes(), r.iterations(), r.lat_min_us(), r.lat_max_us(),
+                  r.lat_p50_us(), r.lat_avg_us(), r.lat_stdev_us(),
+                  r.lat_p99_us(), r.lat_p999_us());
+    }
+    std::printf(
+        "\n# as ib_%s_bw\n"
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   "
+        "MsgRate[Mpps]\n",
+        op);
+    for (const PingPongRow& r : rows) {
+      if (r.op() != op) continue;
+      std::printf(" %-10.0f %-14d %-18.2f %-20.2f %.6f\n", r.bytes(),
+                  r.iterations(), r.bw_peak_mbps() * 1e6 / kMiB,
+                  r.bw_avg_mbps() * 1e6 / kMiB, r.msg_rate_mops());
+    }
+  }
+}
+
 bool WriteTsv(const std::string& path, const std::vector<PingPongRow>& rows) {
   std::ofstream out(path);
   out << "op\tbytes\tbw_avg_mbps\tmemcpy_mbps\tlat_p50_us\tratio\n";
@@ -142,6 +183,7 @@ int RunRank(int rank, rdma::Store& store) {
   }
   if (rank != 0) return 0;
   PrintTable(*rows);
+  PrintPerftestTables(*rows);
   const std::string description = (*transport)->capabilities().description;
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     const absl::Status written = WriteJson(path, start, description, *rows);

@@ -34,8 +34,9 @@
 namespace rdmaflow::rdma::ibverbs {
 namespace {
 
-constexpr uint32_t kMagic = 0x52464932;  // "RFI2": with the job token.
-constexpr size_t kInfoBytes = 4 + 4 + 4 + 4 + 2 + 16 + 1 + 8 + 4;
+// "RFI3": with the job token and the notification ring.
+constexpr uint32_t kMagic = 0x52464933;
+constexpr size_t kInfoBytes = 4 + 4 + 4 + 4 + 2 + 16 + 1 + 8 + 4 + 8 + 4 + 4;
 constexpr uint32_t kMaxMessage = 4096;
 static_assert(kInfoBytes + 2 + kMaxJobTokenBytes <= kMaxMessage);
 // How long a refused connection may take to read its answer and close.
@@ -171,6 +172,9 @@ std::string EncodeQueuePairInfo(const QueuePairInfo& info) {
   Put<uint8_t>(out, info.mtu);
   Put<uint64_t>(out, info.marker_address);
   Put<uint32_t>(out, info.marker_rkey);
+  Put<uint64_t>(out, info.notify_address);
+  Put<uint32_t>(out, info.notify_rkey);
+  Put<uint32_t>(out, info.notify_slots);
   return out;
 }
 
@@ -194,6 +198,9 @@ absl::StatusOr<QueuePairInfo> DecodeQueuePairInfo(absl::string_view bytes) {
   info.mtu = Get<uint8_t>(in);
   info.marker_address = Get<uint64_t>(in);
   info.marker_rkey = Get<uint32_t>(in);
+  info.notify_address = Get<uint64_t>(in);
+  info.notify_rkey = Get<uint32_t>(in);
+  info.notify_slots = Get<uint32_t>(in);
   return info;
 }
 

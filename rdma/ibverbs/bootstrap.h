@@ -48,6 +48,14 @@ struct QueuePairInfo {
   // 1-byte reads that make unsignaled writes complete (ibverbs_endpoint.h).
   uint64_t marker_address = 0;
   uint32_t marker_rkey = 0;
+  // Flag notifications (notify_ring.h). From Connect(): the 8-byte word the
+  // peer writes how many of our notifications it has consumed into
+  // (notify_slots 0). From the listener: its ring of notify_slots 8-byte
+  // records for our notifications (0 slots: it takes write-with-immediate
+  // only). Peer-given: checked (ValidateNotifyRing) before use.
+  uint64_t notify_address = 0;
+  uint32_t notify_rkey = 0;
+  uint32_t notify_slots = 0;
 };
 
 // An open file descriptor, closed on destruction. Move-only.

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ using ::rdmaflow::rdma::PeerInfo;
 using ::rdmaflow::rdma::RemoteSlice;
 using ::rdmaflow::rdma::ibverbs::IbverbsTransport;
 using ::rdmaflow::rdma::ibverbs::IbverbsTransportOptions;
+using ::rdmaflow::rdma::ibverbs::NotifyMode;
+using ::rdmaflow::rdma::Notification;
 using ::rdmaflow::rdma::testing::ConformanceBackend;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::HasSubstr;
@@ -43,17 +46,25 @@ IbverbsTransportOptions DeviceOptions(int rank) {
   return options;
 }
 
+// The suite runs once per notification path: flag records in the peer's
+// ring (the default) and write with immediate.
 std::vector<ConformanceBackend> IbverbsBackends() {
-  ConformanceBackend backend;
-  backend.name = "ibverbs";
-  backend.multi_process = true;
-  backend.new_group = [] {
-    return [](int rank)
-               -> absl::StatusOr<std::unique_ptr<rdmaflow::rdma::Transport>> {
-      return IbverbsTransport::Create(DeviceOptions(rank));
+  std::vector<ConformanceBackend> backends;
+  for (NotifyMode mode : {NotifyMode::kFlag, NotifyMode::kImmediate}) {
+    ConformanceBackend backend;
+    backend.name = mode == NotifyMode::kFlag ? "ibverbs" : "ibverbs_imm";
+    backend.multi_process = true;
+    backend.new_group = [mode] {
+      return [mode](int rank)
+                 -> absl::StatusOr<std::unique_ptr<rdmaflow::rdma::Transport>> {
+        IbverbsTransportOptions options = DeviceOptions(rank);
+        options.notify = mode;
+        return IbverbsTransport::Create(options);
+      };
     };
-  };
-  return {backend};
+    backends.push_back(backend);
+  }
+  return backends;
 }
 
 // Two transports on the device (`first` created first), or a skip.
@@ -165,6 +176,91 @@ TEST(IbverbsHandshakeTest, ATransportOfAnotherJobIsRefused) {
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("wrong job token")));
   EXPECT_EQ(b->stats().accepted_queue_pairs, 0u);
+}
+
+// A sender may have at most notify_slots flag notifications the target has
+// not consumed: then kResourceExhausted, and every one still arrives once,
+// in order, as the target progresses and returns credits.
+TEST(IbverbsNotifyTest, AFullRingPushesBackAndEveryNotificationArrives) {
+  IbverbsTransportOptions small = DeviceOptions(1);
+  small.notify_slots = 4;
+  CREATE_PAIR_OR_SKIP(a, b, DeviceOptions(0), small);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab,
+                       a->Connect(PeerInfo{1, b->address()}));
+  EXPECT_THAT(ab->Describe(), HasSubstr("notify flag (4-slot ring)"));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion source, a->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(4096));
+  constexpr uint32_t kCount = 40;
+  int completed = 0;
+  uint32_t next_post = 0;
+  std::vector<uint32_t> received;
+  bool pushed_back = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (received.size() < kCount && absl::Now() < deadline) {
+    // Post until pushed back, progressing only the sender...
+    while (next_post < kCount) {
+      source.data()[next_post % 64] = static_cast<std::byte>(next_post);
+      absl::Status posted = ab->PostWrite(
+          LocalSlice{&source, next_post % 64, 1},
+          RemoteSlice{&target.descriptor(), next_post % 64, 1}, next_post,
+          [&](absl::Status s) {
+            EXPECT_OK(s);
+            ++completed;
+          });
+      if (absl::IsResourceExhausted(posted)) {
+        EXPECT_THAT(posted.message(), HasSubstr("its ring is full"));
+        pushed_back = true;
+        break;
+      }
+      ASSERT_OK(posted);
+      ++next_post;
+      ASSERT_OK(a->Progress());
+    }
+    // ...then let the target consume, checking the byte each one guards.
+    ASSERT_OK(b->Progress());
+    ASSERT_OK(a->Progress());
+    while (std::optional<Notification> n = b->PollNotification()) {
+      EXPECT_EQ(n->peer_rank, 0);
+      EXPECT_EQ(n->value, received.size());
+      EXPECT_EQ(target.data()[n->value % 64], static_cast<std::byte>(n->value));
+      received.push_back(n->value);
+    }
+  }
+  EXPECT_TRUE(pushed_back) << "40 notifications never filled a 4-slot ring";
+  ASSERT_EQ(received.size(), kCount);
+  ASSERT_TRUE(DriveUntil(*a, *b, [&] { return completed == int{kCount}; }));
+  ASSERT_OK(b->Progress());
+  EXPECT_FALSE(b->PollNotification().has_value()) << "delivered twice";
+}
+
+// Where either side takes only write with immediate, notifications use it.
+TEST(IbverbsNotifyTest, MixedModesFallBackToWriteWithImmediate) {
+  for (bool sender_flags : {true, false}) {
+    SCOPED_TRACE(sender_flags ? "flag sender, imm target"
+                              : "imm sender, flag target");
+    IbverbsTransportOptions sender = DeviceOptions(0);
+    IbverbsTransportOptions target_options = DeviceOptions(1);
+    (sender_flags ? target_options : sender).notify = NotifyMode::kImmediate;
+    CREATE_PAIR_OR_SKIP(a, b, sender, target_options);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab,
+                         a->Connect(PeerInfo{1, b->address()}));
+    EXPECT_THAT(ab->Describe(), HasSubstr("notify imm"));
+    ASSERT_OK_AND_ASSIGN(MemoryRegion source, a->Allocate(64));
+    ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(64));
+    for (uint32_t i = 0; i < 3; ++i) {
+      ASSERT_OK(ab->PostWrite(LocalSlice{&source, 0, 8},
+                              RemoteSlice{&target.descriptor(), 0, 8}, 100 + i,
+                              [](absl::Status s) { EXPECT_OK(s); }));
+    }
+    std::vector<uint32_t> got;
+    ASSERT_TRUE(DriveUntil(*a, *b, [&] {
+      while (std::optional<Notification> n = b->PollNotification()) {
+        got.push_back(n->value);
+      }
+      return got.size() == 3;
+    }));
+    EXPECT_EQ(got, (std::vector<uint32_t>{100, 101, 102}));
+  }
 }
 
 }  // namespace

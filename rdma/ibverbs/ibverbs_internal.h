@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -20,6 +21,7 @@
 #include "rdma/endpoint.h"
 #include "rdma/ibverbs/bootstrap.h"
 #include "rdma/ibverbs/device.h"
+#include "rdma/ibverbs/notify_ring.h"
 #include "rdma/ibverbs/verbs_raii.h"
 #include "rdma/memory_region.h"
 
@@ -79,6 +81,10 @@ struct EndpointState {
   uint32_t max_inline = 0;
   QueuePairInfo remote;
   std::string description;
+  // Flag notifications into the peer's ring (notify_ring.h), when it offered
+  // one; else notifications are WRITE WITH IMMEDIATE.
+  std::optional<NotifyRingWriter> ring;
+  MemoryRegion credit;  // The word the peer writes its consumed count into.
   std::deque<WorkRequest> in_flight;  // In post order.
   uint64_t next_seq = 1;
   size_t operations = 0;      // Entries of in_flight with a callback.

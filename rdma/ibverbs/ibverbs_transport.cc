@@ -12,9 +12,12 @@
 #include <random>
 #include <thread>
 
+#include "absl/container/inlined_vector.h"
+#include "absl/numeric/bits.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/coarse_clock.h"
 #include "common/status_macros.h"
 #include "rdma/ibverbs/ibverbs_endpoint.h"
 #include "rdma/ibverbs/ibverbs_status.h"
@@ -121,12 +124,16 @@ absl::StatusOr<std::unique_ptr<IbverbsTransport>> IbverbsTransport::Create(
       options.retry_count < 0 || options.retry_count > 7 ||
       options.receive_depth < 1 || options.max_pending_queue_pairs < 1 ||
       options.handshake_timeout <= absl::ZeroDuration() ||
-      options.close_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
+      options.close_timeout <= absl::ZeroDuration() ||
+      options.notify_slots < kMinNotifySlots ||
+      options.notify_slots > kMaxNotifySlots ||
+      !absl::has_single_bit(options.notify_slots)) {
+    return absl::InvalidArgumentError(absl::StrCat(
         "ibverbs options out of range: max_outstanding >= 1, signal_every >= "
         "1, ack_timeout 1..31, retry_count 0..7, receive_depth >= 1, "
         "max_pending_queue_pairs >= 1, handshake_timeout and close_timeout "
-        "> 0");
+        "> 0, notify_slots a power of two in [",
+        kMinNotifySlots, ", ", kMaxNotifySlots, "]"));
   }
   // The token before the device: a misconfigured job is told so even on a
   // host without RDMA.
@@ -227,9 +234,12 @@ IbverbsTransportStats IbverbsTransport::stats() const {
 Capabilities IbverbsTransport::capabilities() const {
   Capabilities caps;
   caps.backend = kBackend;
-  caps.description = absl::StrCat(description_, "; RC, signal every ",
-                                  options_.signal_every, ", inline <= ",
-                                  options_.max_inline, " B");
+  caps.description = absl::StrCat(
+      description_, "; RC, signal every ", options_.signal_every,
+      ", inline <= ", options_.max_inline, " B, notify ",
+      options_.notify == NotifyMode::kFlag
+          ? absl::StrCat("flag (", options_.notify_slots, "-slot rings)")
+          : std::string("imm"));
   caps.one_sided_allocate = true;
   caps.max_outstanding_per_endpoint = options_.max_outstanding_per_endpoint;
   return caps;
@@ -279,13 +289,21 @@ absl::StatusOr<MemoryRegion> IbverbsTransport::Register(
 }
 
 absl::Status IbverbsTransport::PostReceives(int count) {
-  for (int i = 0; i < count; ++i) {
-    ibv_recv_wr wr{};
+  // Linked in batches: one call (and one doorbell) per batch.
+  constexpr int kBatch = 32;
+  ibv_recv_wr wrs[kBatch];
+  while (count > 0) {
+    const int n = std::min(count, kBatch);
+    for (int i = 0; i < n; ++i) {
+      wrs[i] = {};
+      wrs[i].num_sge = 0;  // WRITE WITH IMMEDIATE carries no payload.
+      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+    }
     ibv_recv_wr* bad = nullptr;
-    wr.num_sge = 0;  // WRITE WITH IMMEDIATE carries no payload to receive.
-    if (int rc = ibv_post_srq_recv(srq_.get(), &wr, &bad); rc != 0) {
+    if (int rc = ibv_post_srq_recv(srq_.get(), wrs, &bad); rc != 0) {
       return VerbsError(rc, "ibv_post_srq_recv");
     }
+    count -= n;
   }
   return absl::OkStatus();
 }
@@ -321,10 +339,36 @@ absl::StatusOr<Accepted> IbverbsTransport::Accept(
   Accepted accepted;
   accepted.info = WithMarker(LocalInfo(d, options_.rank, qp.get(), psn));
   const uint32_t qpn = qp->qp_num;
+  // A ring for the peer's flag notifications, when it named where our
+  // credits go (an 8-byte aligned word) and we take flags.
+  std::unique_ptr<AcceptedRing> ring;
+  if (options_.notify == NotifyMode::kFlag && request.notify_address != 0 &&
+      request.notify_address % 8 == 0) {
+    ring = std::make_unique<AcceptedRing>();
+    const size_t bytes = size_t{options_.notify_slots} * kNotifyRecordBytes;
+    ASSIGN_OR_RETURN(ring->memory, Allocate(bytes + kNotifyRecordBytes));
+    ring->qpn = qpn;
+    ring->rank = request.rank;
+    ring->qp = qp.get();
+    ring->reader.emplace(reinterpret_cast<const uint64_t*>(ring->memory.data()),
+                         options_.notify_slots);
+    ring->credit_address = request.notify_address;
+    ring->credit_rkey = request.notify_rkey;
+    ASSIGN_OR_RETURN(accepted.info.notify_rkey,
+                     UnpackKey(ring->memory.descriptor().packed_key,
+                               options_.rank));
+    accepted.info.notify_address =
+        reinterpret_cast<uintptr_t>(ring->memory.data());
+    accepted.info.notify_slots = options_.notify_slots;
+  }
   {
     absl::MutexLock lock(&mutex_);
     rank_of_qp_[qpn] = request.rank;
     accepted_[qpn] = std::move(qp);
+    if (ring != nullptr) {
+      new_rings_.push_back(std::move(ring));
+      listener_changed_.store(true, std::memory_order_release);
+    }
   }
   accepted.peer = std::make_unique<AcceptedQueuePair>(this, qpn);
   return accepted;
@@ -343,6 +387,7 @@ void IbverbsTransport::RetireAccepted(uint32_t qpn) {
   }
   retired_.emplace_back(qpn, std::move(it->second));
   accepted_.erase(it);
+  listener_changed_.store(true, std::memory_order_release);
 }
 
 absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
@@ -372,6 +417,17 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
   const uint32_t psn = RandomPsn();
   QueuePairInfo local =
       WithMarker(LocalInfo(d, options_.rank, state->qp.get(), psn));
+  // Flag notifications need the 8-byte record inline (its source is then
+  // free at once) and a word for the peer's credits.
+  const bool flags = options_.notify == NotifyMode::kFlag &&
+                     state->max_inline >= kNotifyRecordBytes;
+  if (flags) {
+    ASSIGN_OR_RETURN(state->credit, Allocate(kNotifyRecordBytes));
+    local.notify_address = reinterpret_cast<uintptr_t>(state->credit.data());
+    ASSIGN_OR_RETURN(local.notify_rkey,
+                     UnpackKey(state->credit.descriptor().packed_key,
+                               options_.rank));
+  }
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
   ASSIGN_OR_RETURN(
       Handshake handshake,
@@ -386,6 +442,13 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
   }
   // On an error from here on, `handshake.connection` closes unconfirmed and
   // the peer frees the queue pair it created for us.
+  if (flags && handshake.remote.notify_slots != 0) {
+    RETURN_IF_ERROR(ValidateNotifyRing(handshake.remote.notify_address,
+                                       handshake.remote.notify_slots,
+                                       peer.rank));
+    state->ring.emplace(reinterpret_cast<const uint64_t*>(state->credit.data()),
+                        handshake.remote.notify_slots, peer.rank);
+  }
   RETURN_IF_ERROR(ConnectQueuePair(state->qp.get(), d, psn, handshake.remote,
                                    QpOptions()));
   RETURN_IF_ERROR(ConfirmHandshake(
@@ -394,25 +457,40 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
   state->connection = std::move(handshake.connection);
   state->description = absl::StrCat(
       "ibverbs RC QP ", state->qp->qp_num, " -> rank ", peer.rank, " QP ",
-      state->remote.qpn, " on ", d.description);
+      state->remote.qpn, " on ", d.description, ", notify ",
+      state->ring.has_value()
+          ? absl::StrCat("flag (", state->remote.notify_slots, "-slot ring)")
+          : std::string("imm"));
   // Nothing arrives on this queue pair (the peer's side of it only receives
   // our operations), so rank_of_qp_ does not need it.
   endpoints_[state->id] = state;
   return std::make_unique<IbverbsEndpoint>(this, std::move(state));
 }
 
-absl::Status IbverbsTransport::Post(EndpointState& state, ibv_send_wr& wr,
-                                    Completion done, bool has_callback,
-                                    const char* op, bool force_signal) {
-  const uint64_t seq = state.next_seq;
-  // A request posted to an idle queue is signaled itself: a lone operation
-  // then needs no marker behind it.
-  bool signaled = force_signal || state.in_flight.empty() ||
-                  state.unsignaled_run + 1 >= options_.signal_every;
-  if (signaled) wr.send_flags |= IBV_SEND_SIGNALED;
-  wr.wr_id = (state.id << kSeqBits) | (seq & kSeqMask);
+absl::Status IbverbsTransport::PostChain(EndpointState& state,
+                                         ibv_send_wr* wrs, int count,
+                                         Completion done, bool has_callback,
+                                         const char* op, bool force_signal) {
+  const bool was_idle = state.in_flight.empty();
+  int run = state.unsignaled_run;
+  for (int i = 0; i < count; ++i) {
+    const bool last = i + 1 == count;
+    const bool signaled = (last && (force_signal || was_idle)) ||
+                          run + 1 >= options_.signal_every;
+    if (signaled) wrs[i].send_flags |= IBV_SEND_SIGNALED;
+    run = signaled ? 0 : run + 1;
+    wrs[i].wr_id = (state.id << kSeqBits) | ((state.next_seq + i) & kSeqMask);
+    wrs[i].next = last ? nullptr : &wrs[i + 1];
+  }
   ibv_send_wr* bad = nullptr;
-  if (int rc = ibv_post_send(state.qp.get(), &wr, &bad); rc != 0) {
+  const int rc = ibv_post_send(state.qp.get(), wrs, &bad);
+  // Without an error every request was taken; with one, those before `bad`.
+  int posted = count;
+  if (rc != 0) {
+    posted = 0;
+    while (posted < count && &wrs[posted] != bad) ++posted;
+  }
+  if (posted == 0) {
     if (rc == ENOMEM) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the send queue towards rank ", state.peer_rank,
@@ -421,17 +499,33 @@ absl::Status IbverbsTransport::Post(EndpointState& state, ibv_send_wr& wr,
     return VerbsError(rc, absl::StrCat("ibv_post_send (", op, ") to rank ",
                                        state.peer_rank));
   }
-  ++state.next_seq;
-  state.unsignaled_run = signaled ? 0 : state.unsignaled_run + 1;
-  state.tail_unsignaled = !signaled;
+  for (int i = 0; i < posted; ++i) {
+    const bool signaled = (wrs[i].send_flags & IBV_SEND_SIGNALED) != 0;
+    state.unsignaled_run = signaled ? 0 : state.unsignaled_run + 1;
+    state.tail_unsignaled = !signaled;
+    WorkRequest request;
+    request.seq = state.next_seq++;
+    request.op = op;
+    // The operation's callback rides on the last request taken: on a
+    // partial chain it completes with the failure below.
+    if (i + 1 == posted) {
+      request.done = std::move(done);
+      request.has_callback = has_callback;
+      if (has_callback) ++state.operations;
+    }
+    state.in_flight.push_back(std::move(request));
+  }
   state.posted_since_progress = true;
-  WorkRequest request;
-  request.seq = seq;
-  request.done = std::move(done);
-  request.has_callback = has_callback;
-  request.op = op;
-  state.in_flight.push_back(std::move(request));
-  if (has_callback) ++state.operations;
+  if (posted < count) {
+    // The adapter may be reading the source already, so the operation
+    // cannot be refused: it is accepted and fails as the queue pair flushes.
+    absl::Status error = VerbsError(
+        rc, absl::StrCat("ibv_post_send (", op, ") to rank ", state.peer_rank,
+                         " took ", posted, " of its ", count,
+                         " work requests"));
+    if (state.failure.ok()) state.failure = error;
+    Stop(state, error).IgnoreError();
+  }
   return absl::OkStatus();
 }
 
@@ -441,24 +535,46 @@ absl::Status IbverbsTransport::PostOperation(
     uint64_t remote_address, uint32_t rkey, Completion done, const char* op) {
   const uint64_t max_message =
       std::max<uint64_t>(context_->device.port_attr.max_msg_sz, kPage);
-  const uint64_t chunks = (length + max_message - 1) / max_message;
-  // Room for the chunks and a marker behind them.
-  if (state.in_flight.size() + chunks + 1 > QpOptions().send_depth) {
+  const uint64_t chunks = std::max<uint64_t>(
+      1, (length + max_message - 1) / max_message);
+  const bool flag = notification.has_value() && state.ring.has_value();
+  const uint64_t requests = chunks + (flag ? 1 : 0);
+  // Room for the requests and a marker behind them.
+  if (state.in_flight.size() + requests + 1 > QpOptions().send_depth) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the send queue towards rank ", state.peer_rank, " has no room for ",
-        chunks, " work requests; progress the transport and retry"));
+        requests, " work requests; progress the transport and retry"));
   }
+  if (flag) {
+    absl::StatusOr<bool> room = state.ring->HasRoom();
+    if (!room.ok()) {
+      // The peer forged its credit: nothing more goes to it.
+      state.failure = room.status();
+      Stop(state, room.status()).IgnoreError();
+      return room.status();
+    }
+    if (!*room) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", state.peer_rank, " has not consumed ",
+          state.remote.notify_slots,
+          " of our notifications yet (its ring is full); progress the "
+          "transport and retry"));
+    }
+  }
+  absl::InlinedVector<ibv_sge, 2> sges(chunks);
+  absl::InlinedVector<ibv_send_wr, 3> wrs(requests);
   for (uint64_t i = 0; i < chunks; ++i) {
     const uint64_t offset = i * max_message;
-    const bool last = i + 1 == chunks;
-    ibv_sge chunk = sge;
+    ibv_sge& chunk = sges[i];
+    chunk = sge;
     chunk.addr += offset;
     chunk.length = static_cast<uint32_t>(std::min(max_message, length - offset));
-    ibv_send_wr wr{};
+    ibv_send_wr& wr = wrs[i];
+    wr = {};
     wr.sg_list = &chunk;
     wr.num_sge = 1;
     wr.opcode = opcode;
-    if (last && notification) {
+    if (i + 1 == chunks && notification && !flag) {
       wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
       wr.imm_data = htonl(*notification);
     }
@@ -468,10 +584,31 @@ absl::Status IbverbsTransport::PostOperation(
     if (opcode == IBV_WR_RDMA_WRITE && chunk.length <= state.max_inline) {
       wr.send_flags |= IBV_SEND_INLINE;
     }
-    RETURN_IF_ERROR(Post(state, wr, last ? std::move(done) : nullptr, last,
-                         op, false));
   }
-  return absl::OkStatus();
+  // The flag record: inline, so its source (this stack) is free at once.
+  uint64_t record = 0;
+  ibv_sge record_sge{};
+  if (flag) {
+    const NotifyRingWriter::Next next = state.ring->Take(*notification);
+    record = next.record;
+    record_sge.addr = reinterpret_cast<uintptr_t>(&record);
+    record_sge.length = kNotifyRecordBytes;
+    ibv_send_wr& wr = wrs[chunks];
+    wr = {};
+    wr.sg_list = &record_sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_INLINE;
+    wr.wr.rdma.remote_addr =
+        state.remote.notify_address + uint64_t{next.slot} * kNotifyRecordBytes;
+    wr.wr.rdma.rkey = state.remote.notify_rkey;
+  }
+  absl::Status posted = PostChain(state, wrs.data(),
+                                  static_cast<int>(requests), std::move(done),
+                                  true, op, false);
+  // Nothing was taken: the record's number goes to the next one.
+  if (!posted.ok() && flag) state.ring->Untake();
+  return posted;
 }
 
 absl::Status IbverbsTransport::PostMarker(EndpointState& state,
@@ -487,8 +624,8 @@ absl::Status IbverbsTransport::PostMarker(EndpointState& state,
   wr.opcode = IBV_WR_RDMA_READ;
   wr.wr.rdma.remote_addr = state.remote.marker_address;
   wr.wr.rdma.rkey = state.remote.marker_rkey;
-  return Post(state, wr, std::move(done), has_callback,
-              has_callback ? "flush" : "completion marker", true);
+  return PostChain(state, &wr, 1, std::move(done), has_callback,
+                   has_callback ? "flush" : "completion marker", true);
 }
 
 void IbverbsTransport::Complete(EndpointState& state, WorkRequest& request,
@@ -557,14 +694,67 @@ absl::StatusOr<int> IbverbsTransport::PollSendQueue() {
   return n;
 }
 
-absl::StatusOr<int> IbverbsTransport::Progress() {
-  // Taken before the receive queue is drained: their completions are in it
-  // already (see RetireAccepted).
-  std::vector<std::pair<uint32_t, QpPtr>> retiring;
-  {
-    absl::MutexLock lock(&mutex_);
-    retiring.swap(retired_);
+void IbverbsTransport::TakeListenerChanges(
+    std::vector<std::pair<uint32_t, QpPtr>>& retiring) {
+  if (!listener_changed_.load(std::memory_order_acquire)) return;
+  absl::MutexLock lock(&mutex_);
+  listener_changed_.store(false, std::memory_order_relaxed);
+  retiring.swap(retired_);
+  for (auto& ring : new_rings_) rings_.push_back(std::move(ring));
+  new_rings_.clear();
+}
+
+int IbverbsTransport::PollRings() {
+  int delivered = 0;
+  for (auto& ring : rings_) {
+    delivered += ring->reader->Poll([&](uint32_t value) {
+      notifications_.push_back({ring->rank, value});
+    });
+    if (std::optional<uint64_t> due = ring->reader->TakeCreditDue()) {
+      SendCredit(*ring, *due);
+    }
   }
+  return delivered;
+}
+
+void IbverbsTransport::SendCredit(AcceptedRing& ring, uint64_t consumed) {
+  // The source word behind the records, for devices without inline data;
+  // a later credit may overwrite it before the adapter reads it, which only
+  // sends a newer count.
+  uint64_t* source = reinterpret_cast<uint64_t*>(
+      ring.memory.data() + size_t{options_.notify_slots} * kNotifyRecordBytes);
+  *source = consumed;
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uintptr_t>(source);
+  sge.length = kNotifyRecordBytes;
+  sge.lkey =
+      static_cast<VerbsRegistration*>(ring.memory.registration())->lkey();
+  ibv_send_wr wr{};
+  wr.wr_id = 0;  // No endpoint has id 0: its completion is ignored.
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  if (options_.max_inline >= kNotifyRecordBytes) {
+    wr.send_flags |= IBV_SEND_INLINE;
+  }
+  wr.wr.rdma.remote_addr = ring.credit_address;
+  wr.wr.rdma.rkey = ring.credit_rkey;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(ring.qp, &wr, &bad); rc != 0) {
+    // The peer's queue pair is failing or gone: it sends nothing more.
+    std::fprintf(stderr,
+                 "rdmaflow ibverbs: rank %d cannot return notification "
+                 "credits to rank %d: %s\n",
+                 options_.rank, ring.rank, std::strerror(rc));
+  }
+}
+
+absl::StatusOr<int> IbverbsTransport::Progress() {
+  // Taken before the receive queue and the rings are drained: what the
+  // retiring queue pairs delivered is there already (see RetireAccepted).
+  std::vector<std::pair<uint32_t, QpPtr>> retiring;
+  TakeListenerChanges(retiring);
   while (true) {
     ASSIGN_OR_RETURN(int n, PollSendQueue());
     if (n == 0) break;
@@ -596,11 +786,21 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
   }
   if (n < 0) return absl::InternalError("ibv_poll_cq (receive) failed");
   RETURN_IF_ERROR(PostReceives(received));
+  const int flagged = rings_.empty() ? 0 : PollRings();
   if (!retiring.empty()) {
+    // Their rings were polled a last time above (the queue pairs are in the
+    // error state: nothing more lands); then the rings and queue pairs go.
     {
       absl::MutexLock lock(&mutex_);
       for (const auto& [qpn, qp] : retiring) rank_of_qp_.erase(qpn);
       retired_count_ += retiring.size();
+    }
+    for (const auto& [qpn, qp] : retiring) {
+      rings_.erase(std::remove_if(rings_.begin(), rings_.end(),
+                                  [qpn = qpn](const auto& ring) {
+                                    return ring->qpn == qpn;
+                                  }),
+                   rings_.end());
     }
     retiring.clear();  // Destroys them.
   }
@@ -614,7 +814,7 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
     }
     state->posted_since_progress = false;
   }
-  return completions_.FireAll() + received;
+  return completions_.FireAll() + received + flagged;
 }
 
 std::optional<Notification> IbverbsTransport::PollNotification() {
@@ -625,8 +825,9 @@ std::optional<Notification> IbverbsTransport::PollNotification() {
 }
 
 void IbverbsTransport::WatchPeers() {
-  // A poll() per endpoint is cheap, but not on every Progress() call.
-  const absl::Time now = absl::Now();
+  // A poll() per endpoint is cheap, but not on every Progress() call; nor
+  // is a precise clock read everywhere (CoarseNow()).
+  const absl::Time now = CoarseNow();
   if (now < next_watch_) return;
   next_watch_ = now + absl::Milliseconds(50);
   for (auto& [id, state] : endpoints_) {
@@ -742,8 +943,8 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
         RETURN_IF_ERROR(CheckKnownParams(
             config, kBackend,
             {"device", "port", "gid_index", "bootstrap_host", "bind_address",
-             "world_size", "max_outstanding", "signal_every", "ack_timeout",
-             "retry_count"}));
+             "world_size", "max_outstanding", "signal_every", "max_inline",
+             "ack_timeout", "retry_count", "notify", "notify_slots"}));
         IbverbsTransportOptions options;
         options.rank = config.rank;
         for (const auto& [key, value] : config.params) {
@@ -755,6 +956,15 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
             options.bootstrap_host = value;
           } else if (key == "bind_address") {
             options.bind_address = value;
+          } else if (key == "notify") {
+            if (value != "flag" && value != "imm") {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "ibverbs parameter notify='", value,
+                  "' must be flag (a record written behind the data) or imm "
+                  "(write with immediate)"));
+            }
+            options.notify = value == "flag" ? NotifyMode::kFlag
+                                             : NotifyMode::kImmediate;
           } else {
             ok = absl::SimpleAtoi(value, &number) && number >= 0;
             if (key == "port") options.device.port = number;
@@ -764,13 +974,22 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
               options.max_outstanding_per_endpoint = number;
             }
             if (key == "signal_every") options.signal_every = number;
+            if (key == "max_inline") {
+              ok = ok && number <= 4096;
+              options.max_inline = static_cast<uint32_t>(number);
+            }
+            if (key == "notify_slots") {
+              ok = ok && number <= kMaxNotifySlots;
+              options.notify_slots = static_cast<uint32_t>(number);
+            }
             if (key == "ack_timeout") options.ack_timeout = number;
             if (key == "retry_count") options.retry_count = number;
           }
           if (!ok) {
             return absl::InvalidArgumentError(absl::StrCat(
                 "ibverbs parameter ", key, "='", value,
-                "' must be a non-negative integer"));
+                "' must be a non-negative integer (max_inline at most 4096, "
+                "notify_slots at most ", kMaxNotifySlots, ")"));
           }
         }
         return IbverbsTransport::Create(options);

@@ -2,14 +2,17 @@
 // -----------------------------------------------------------------------------
 // IbverbsTransport: the native verbs backend over libibverbs (rdma-core), for
 // InfiniBand and RoCE NICs (and Soft-RoCE). One reliable-connected queue pair
-// per connected peer; RDMA WRITE, WRITE WITH IMMEDIATE (the notification, on
-// a shared receive queue), RDMA READ; inline sends for small writes;
-// selective signaling. Regions are page-aligned memory registered with
+// per connected peer; RDMA WRITE, RDMA READ; notifications as a flag record
+// written behind the data into the peer's ring (notify_ring.h), or as WRITE
+// WITH IMMEDIATE on a shared receive queue; a chain of work requests per
+// operation behind one doorbell; inline sends for small writes; selective
+// signaling. Regions are page-aligned memory registered with
 // ibv_reg_mr. Peers exchange queue-pair details through a TCP handshake whose
 // address is the transport's address() (bootstrap.h). See docs/ibverbs.md.
 #ifndef RDMAFLOW_RDMA_IBVERBS_IBVERBS_TRANSPORT_H_
 #define RDMAFLOW_RDMA_IBVERBS_IBVERBS_TRANSPORT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -26,6 +29,7 @@
 #include "rdma/ibverbs/bootstrap.h"
 #include "rdma/ibverbs/device.h"
 #include "rdma/ibverbs/ibverbs_internal.h"
+#include "rdma/ibverbs/notify_ring.h"
 #include "rdma/ibverbs/queue_pair.h"
 #include "rdma/internal/completion_queue.h"
 #include "rdma/job_token.h"
@@ -33,6 +37,19 @@
 #include "rdma/transport_registry.h"
 
 namespace rdmaflow::rdma::ibverbs {
+
+// How a notified write tells its target (docs/ibverbs.md, "Notifications").
+enum class NotifyMode {
+  // A flag record written behind the data into the target's ring, polled by
+  // its Progress(): no receive completion per message. Relies on the queue
+  // pair placing its writes in order in host memory (every RC adapter in
+  // practice; what perftest's latency test relies on).
+  kFlag,
+  // WRITE WITH IMMEDIATE: the adapter's completion says the data is placed,
+  // as the InfiniBand specification guarantees; one receive completion per
+  // message, and the only kind a completion channel can wake a waiter for.
+  kImmediate,
+};
 
 struct IbverbsTransportOptions {
   int rank = 0;
@@ -77,6 +94,14 @@ struct IbverbsTransportOptions {
   int retry_count = 7;
   // Receives kept posted on the shared receive queue (notifications).
   int receive_depth = 512;
+  // Notifications this transport sends: kFlag where the peer offers a ring
+  // (and the device can write 8 bytes inline), else kImmediate. It also
+  // decides whether the listener offers accepted peers a ring.
+  NotifyMode notify = NotifyMode::kFlag;
+  // Records in the ring offered to each accepted peer (a power of two,
+  // kMinNotifySlots..kMaxNotifySlots): flag notifications a sender may have
+  // outstanding before kResourceExhausted.
+  uint32_t notify_slots = 256;
 };
 
 // What the transport did, for tests and logs.
@@ -138,14 +163,21 @@ class IbverbsTransport final : public Transport {
 
   // The data path, called by IbverbsEndpoint and Progress().
   // One operation of `length` bytes from `sge.addr`, split into work
-  // requests of at most the device's largest message.
+  // requests of at most the device's largest message, followed by the
+  // notification's flag record where the peer takes them; one doorbell.
   absl::Status PostOperation(EndpointState& state, ibv_wr_opcode opcode,
                              std::optional<uint32_t> notification,
                              const ibv_sge& sge, uint64_t length,
                              uint64_t remote_address, uint32_t rkey,
                              Completion done, const char* op);
-  absl::Status Post(EndpointState& state, ibv_send_wr& wr, Completion done,
-                    bool has_callback, const char* op, bool force_signal);
+  // Posts `count` linked work requests with one ibv_post_send; `done` rides
+  // on the last. Signals the last when the queue was idle (so a lone
+  // operation needs no marker) or `force_signal`, and any whose unsignaled
+  // run reaches signal_every. A chain the adapter took only in part is
+  // accepted, fails the endpoint, and completes `done` with the error.
+  absl::Status PostChain(EndpointState& state, ibv_send_wr* wrs, int count,
+                         Completion done, bool has_callback, const char* op,
+                         bool force_signal);
   absl::Status PostMarker(EndpointState& state, Completion done,
                           bool has_callback);
   void Complete(EndpointState& state, WorkRequest& request,
@@ -153,6 +185,23 @@ class IbverbsTransport final : public Transport {
   void HandleSendCompletion(const ibv_wc& wc);
   // Polls the send completion queue once; how many completions it handled.
   absl::StatusOr<int> PollSendQueue();
+  // A ring the listener offered an accepted peer (notify_ring.h); the queue
+  // pair is the accepted one, which also carries the credits back.
+  struct AcceptedRing {
+    uint32_t qpn = 0;
+    int rank = -1;
+    ibv_qp* qp = nullptr;  // Owned by accepted_, then retired_.
+    MemoryRegion memory;   // The records, then the credit's source word.
+    std::optional<NotifyRingReader> reader;
+    uint64_t credit_address = 0;
+    uint32_t credit_rkey = 0;
+  };
+  // Delivers what arrived in the rings; sends the credits due.
+  int PollRings();
+  void SendCredit(AcceptedRing& ring, uint64_t consumed);
+  // Takes the rings and retirements the listener queued (under mutex_).
+  void TakeListenerChanges(
+      std::vector<std::pair<uint32_t, QpPtr>>& retiring);
   void FailAll(EndpointState& state, const absl::Status& status);
   void Forget(uint64_t endpoint_id);
   // Fails the endpoints whose peer closed its handshake connection, and
@@ -189,6 +238,12 @@ class IbverbsTransport final : public Transport {
   absl::flat_hash_map<uint32_t, int> rank_of_qp_ ABSL_GUARDED_BY(mutex_);
   absl::flat_hash_map<uint32_t, QpPtr> accepted_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::pair<uint32_t, QpPtr>> retired_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::unique_ptr<AcceptedRing>> new_rings_ ABSL_GUARDED_BY(mutex_);
+  // Set by the listener when retired_ or new_rings_ grew: Progress() takes
+  // the lock only then.
+  std::atomic<bool> listener_changed_{false};
+  // The rings of accepted peers, polled by Progress() (its thread only).
+  std::vector<std::unique_ptr<AcceptedRing>> rings_;
   int64_t retired_count_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t fenced_count_ = 0;
 
@@ -202,7 +257,8 @@ class IbverbsTransport final : public Transport {
 
 // Registers "ibverbs" (priority 50) with parameters device, port, gid_index,
 // bootstrap_host, bind_address, world_size, max_outstanding, signal_every,
-// ack_timeout, retry_count. The job token comes from the environment.
+// max_inline, ack_timeout, retry_count, notify (flag|imm), notify_slots.
+// The job token comes from the environment.
 absl::Status RegisterIbverbsTransport(TransportRegistry& registry);
 
 }  // namespace rdmaflow::rdma::ibverbs

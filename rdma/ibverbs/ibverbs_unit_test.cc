@@ -42,6 +42,9 @@ QueuePairInfo SampleInfo(int rank) {
   info.mtu = IBV_MTU_1024;
   info.marker_address = 0x7f0000001000;
   info.marker_rkey = 0x55aa;
+  info.notify_address = 0x7f0000002000;
+  info.notify_rkey = 0x77bb;
+  info.notify_slots = 256;
   return info;
 }
 
@@ -54,6 +57,9 @@ void ExpectSame(const QueuePairInfo& a, const QueuePairInfo& b) {
   EXPECT_EQ(a.mtu, b.mtu);
   EXPECT_EQ(a.marker_address, b.marker_address);
   EXPECT_EQ(a.marker_rkey, b.marker_rkey);
+  EXPECT_EQ(a.notify_address, b.notify_address);
+  EXPECT_EQ(a.notify_rkey, b.notify_rkey);
+  EXPECT_EQ(a.notify_slots, b.notify_slots);
 }
 
 TEST(BootstrapTest, QueuePairInfoRoundTrips) {
