@@ -180,6 +180,8 @@ absl::Status IbverbsTransport::Init() {
     return VerbsError(errno, absl::StrCat("ibv_create_srq on ", d.name));
   }
   RETURN_IF_ERROR(PostReceives(srq_attr.attr.max_wr));
+  // Consumed receives go back in batches, a few doorbells per queue.
+  repost_batch_ = std::max<int>(1, std::min<int>(32, srq_attr.attr.max_wr / 8));
   ASSIGN_OR_RETURN(marker_, Allocate(kPage));
   const std::string default_host = DefaultBootstrapHost(d);
   ASSIGN_OR_RETURN(BindChoice bind,
@@ -365,10 +367,8 @@ absl::StatusOr<Accepted> IbverbsTransport::Accept(
     absl::MutexLock lock(&mutex_);
     rank_of_qp_[qpn] = request.rank;
     accepted_[qpn] = std::move(qp);
-    if (ring != nullptr) {
-      new_rings_.push_back(std::move(ring));
-      listener_changed_.store(true, std::memory_order_release);
-    }
+    if (ring != nullptr) new_rings_.push_back(std::move(ring));
+    listener_changed_.store(true, std::memory_order_release);
   }
   accepted.peer = std::make_unique<AcceptedQueuePair>(this, qpn);
   return accepted;
@@ -700,6 +700,7 @@ void IbverbsTransport::TakeListenerChanges(
   absl::MutexLock lock(&mutex_);
   listener_changed_.store(false, std::memory_order_relaxed);
   retiring.swap(retired_);
+  ranks_ = rank_of_qp_;
   for (auto& ring : new_rings_) rings_.push_back(std::move(ring));
   new_rings_.clear();
 }
@@ -766,12 +767,14 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
     for (int i = 0; i < n; ++i) {
       if (wc[i].status != IBV_WC_SUCCESS) continue;
       if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-        int rank = -1;
-        {
+        auto found = ranks_.find(wc[i].qp_num);
+        if (found == ranks_.end()) {
+          // Accepted since TakeListenerChanges(): refresh the copy.
           absl::MutexLock lock(&mutex_);
-          auto found = rank_of_qp_.find(wc[i].qp_num);
-          if (found != rank_of_qp_.end()) rank = found->second;
+          ranks_ = rank_of_qp_;
+          found = ranks_.find(wc[i].qp_num);
         }
+        const int rank = found == ranks_.end() ? -1 : found->second;
         if (rank < 0) {
           std::fprintf(stderr,
                        "rdmaflow ibverbs: rank %d dropped a notification on "
@@ -785,14 +788,21 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
     received += n;
   }
   if (n < 0) return absl::InternalError("ibv_poll_cq (receive) failed");
-  RETURN_IF_ERROR(PostReceives(received));
+  unposted_receives_ += received;
+  if (unposted_receives_ >= repost_batch_) {
+    RETURN_IF_ERROR(PostReceives(unposted_receives_));
+    unposted_receives_ = 0;
+  }
   const int flagged = rings_.empty() ? 0 : PollRings();
   if (!retiring.empty()) {
     // Their rings were polled a last time above (the queue pairs are in the
     // error state: nothing more lands); then the rings and queue pairs go.
     {
       absl::MutexLock lock(&mutex_);
-      for (const auto& [qpn, qp] : retiring) rank_of_qp_.erase(qpn);
+      for (const auto& [qpn, qp] : retiring) {
+        rank_of_qp_.erase(qpn);
+        ranks_.erase(qpn);
+      }
       retired_count_ += retiring.size();
     }
     for (const auto& [qpn, qp] : retiring) {

@@ -244,6 +244,11 @@ class IbverbsTransport final : public Transport {
   std::atomic<bool> listener_changed_{false};
   // The rings of accepted peers, polled by Progress() (its thread only).
   std::vector<std::unique_ptr<AcceptedRing>> rings_;
+  // Progress()'s copy of rank_of_qp_, refreshed with the listener's changes.
+  absl::flat_hash_map<uint32_t, int> ranks_;
+  // Receives consumed and not yet reposted, and the batch that reposts them.
+  int unposted_receives_ = 0;
+  int repost_batch_ = 1;
   int64_t retired_count_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t fenced_count_ = 0;
 
