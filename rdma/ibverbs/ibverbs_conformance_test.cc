@@ -46,13 +46,13 @@ IbverbsTransportOptions DeviceOptions(int rank) {
   return options;
 }
 
-// The suite runs once per notification path: flag records in the peer's
-// ring (the default) and write with immediate.
+// The suite runs once per notification path: write with immediate (the
+// default) and flag records in the peer's ring.
 std::vector<ConformanceBackend> IbverbsBackends() {
   std::vector<ConformanceBackend> backends;
-  for (NotifyMode mode : {NotifyMode::kFlag, NotifyMode::kImmediate}) {
+  for (NotifyMode mode : {NotifyMode::kImmediate, NotifyMode::kFlag}) {
     ConformanceBackend backend;
-    backend.name = mode == NotifyMode::kFlag ? "ibverbs" : "ibverbs_imm";
+    backend.name = mode == NotifyMode::kFlag ? "ibverbs_flag" : "ibverbs";
     backend.multi_process = true;
     backend.new_group = [mode] {
       return [mode](int rank)
@@ -182,9 +182,12 @@ TEST(IbverbsHandshakeTest, ATransportOfAnotherJobIsRefused) {
 // not consumed: then kResourceExhausted, and every one still arrives once,
 // in order, as the target progresses and returns credits.
 TEST(IbverbsNotifyTest, AFullRingPushesBackAndEveryNotificationArrives) {
+  IbverbsTransportOptions sender = DeviceOptions(0);
+  sender.notify = NotifyMode::kFlag;
   IbverbsTransportOptions small = DeviceOptions(1);
+  small.notify = NotifyMode::kFlag;
   small.notify_slots = 4;
-  CREATE_PAIR_OR_SKIP(a, b, DeviceOptions(0), small);
+  CREATE_PAIR_OR_SKIP(a, b, sender, small);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab,
                        a->Connect(PeerInfo{1, b->address()}));
   EXPECT_THAT(ab->Describe(), HasSubstr("notify flag (4-slot ring)"));
@@ -240,6 +243,7 @@ TEST(IbverbsNotifyTest, MixedModesFallBackToWriteWithImmediate) {
                               : "imm sender, flag target");
     IbverbsTransportOptions sender = DeviceOptions(0);
     IbverbsTransportOptions target_options = DeviceOptions(1);
+    sender.notify = target_options.notify = NotifyMode::kFlag;
     (sender_flags ? target_options : sender).notify = NotifyMode::kImmediate;
     CREATE_PAIR_OR_SKIP(a, b, sender, target_options);
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab,

@@ -32,6 +32,8 @@ constexpr int kAccess =
 constexpr size_t kPage = 4096;
 constexpr size_t kMarkerBytes = 8;
 constexpr uint64_t kSeqMask = (uint64_t{1} << kSeqBits) - 1;
+// Completions taken per ibv_poll_cq.
+constexpr int kPollBatch = 32;
 
 uint32_t RandomPsn() {
   static thread_local std::mt19937 rng(std::random_device{}());
@@ -687,8 +689,8 @@ void IbverbsTransport::HandleSendCompletion(const ibv_wc& wc) {
 }
 
 absl::StatusOr<int> IbverbsTransport::PollSendQueue() {
-  ibv_wc wc[32];
-  const int n = ibv_poll_cq(send_cq_.get(), 32, wc);
+  ibv_wc wc[kPollBatch];
+  const int n = ibv_poll_cq(send_cq_.get(), kPollBatch, wc);
   if (n < 0) return absl::InternalError("ibv_poll_cq (send) failed");
   for (int i = 0; i < n; ++i) HandleSendCompletion(wc[i]);
   return n;
@@ -756,14 +758,15 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
   // retiring queue pairs delivered is there already (see RetireAccepted).
   std::vector<std::pair<uint32_t, QpPtr>> retiring;
   TakeListenerChanges(retiring);
+  // Again only while a poll came back full.
   while (true) {
     ASSIGN_OR_RETURN(int n, PollSendQueue());
-    if (n == 0) break;
+    if (n < kPollBatch) break;
   }
-  ibv_wc wc[32];
+  ibv_wc wc[kPollBatch];
   int n = 0;
   int received = 0;
-  while ((n = ibv_poll_cq(recv_cq_.get(), 32, wc)) > 0) {
+  while ((n = ibv_poll_cq(recv_cq_.get(), kPollBatch, wc)) > 0) {
     for (int i = 0; i < n; ++i) {
       if (wc[i].status != IBV_WC_SUCCESS) continue;
       if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
@@ -786,6 +789,7 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
       }
     }
     received += n;
+    if (n < kPollBatch) break;  // Drained.
   }
   if (n < 0) return absl::InternalError("ibv_poll_cq (receive) failed");
   unposted_receives_ += received;

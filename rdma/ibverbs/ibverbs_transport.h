@@ -96,8 +96,11 @@ struct IbverbsTransportOptions {
   int receive_depth = 512;
   // Notifications this transport sends: kFlag where the peer offers a ring
   // (and the device can write 8 bytes inline), else kImmediate. It also
-  // decides whether the listener offers accepted peers a ring.
-  NotifyMode notify = NotifyMode::kFlag;
+  // decides whether the listener offers accepted peers a ring. kImmediate
+  // by default: one packet per notified write, where a flag costs two (on
+  // Soft-RoCE the second packet doubles an 8-byte write's latency; see
+  // docs/ibverbs.md, "Notifications").
+  NotifyMode notify = NotifyMode::kImmediate;
   // Records in the ring offered to each accepted peer (a power of two,
   // kMinNotifySlots..kMaxNotifySlots): flag notifications a sender may have
   // outstanding before kResourceExhausted.

@@ -27,16 +27,23 @@ class CompletionQueue {
   // queue) more, which the next call fires. Returns how many fired.
   int FireAll() {
     if (ready_.empty()) return 0;
-    std::vector<std::pair<Completion, absl::Status>> batch;
+    // The two vectors trade places and keep their capacity: no allocation
+    // per operation. A callback that fires the queue again gets a fresh one.
+    std::vector<std::pair<Completion, absl::Status>> batch = std::move(spare_);
+    spare_.clear();
     batch.swap(ready_);
     for (auto& [done, status] : batch) std::move(done)(std::move(status));
-    return static_cast<int>(batch.size());
+    const int fired = static_cast<int>(batch.size());
+    batch.clear();
+    if (batch.capacity() > spare_.capacity()) spare_ = std::move(batch);
+    return fired;
   }
 
   bool empty() const { return ready_.empty(); }
 
  private:
   std::vector<std::pair<Completion, absl::Status>> ready_;
+  std::vector<std::pair<Completion, absl::Status>> spare_;
 };
 
 }  // namespace rdmaflow::rdma::internal
