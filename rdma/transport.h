@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -91,6 +92,15 @@ class Transport {
 
   // The oldest notification delivered by an earlier Progress(), if any.
   virtual std::optional<Notification> PollNotification() = 0;
+
+  // Blocks the thread that drives Progress() until the backend has
+  // something for Progress() that it can be woken for (a completion, a
+  // notification) or `timeout` passes; true when woken early. A wait that
+  // should not spin (WaitPolicy's `events`) sleeps here instead of in
+  // absl::SleepFor. The default sleeps for `timeout` and returns false:
+  // backends without events, and activity no event announces (a flag a
+  // peer writes into memory), are seen when the timeout ends.
+  virtual bool WaitForActivity(absl::Duration timeout);
 };
 
 }  // namespace rdmaflow::rdma

@@ -259,7 +259,11 @@ absl::Status ProgressLoop::WaitUntil(absl::FunctionRef<bool()> ready, absl::Time
                                      absl::Span<const int> probe, const WaitPolicy& policy) {
   CheckThread("WaitUntil");
   const absl::Time start = absl::Now();
-  IdleBackoff backoff(policy);
+  IdleBackoff::Clock clock = IdleBackoff::RealClock();
+  if (policy.sleep_on_events) {
+    clock.sleep = [this](absl::Duration d) { transport_.WaitForActivity(d); };
+  }
+  IdleBackoff backoff(policy, std::move(clock));
   while (true) {
     absl::StatusOr<int> moved = Poll();
     if (!moved.ok()) {

@@ -135,6 +135,55 @@ TEST_F(ProgressLoopTest, RoundHandlersRunEachRoundAndMayRemoveThemselves) {
   EXPECT_EQ(loop_->rounds(), 5);
 }
 
+// Rank 0's transport, counting the waits a loop sleeps in.
+class WaitCountingTransport final : public rdma::Transport {
+ public:
+  explicit WaitCountingTransport(rdma::Transport& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  rdma::Capabilities capabilities() const override { return inner_.capabilities(); }
+  std::string address() const override { return inner_.address(); }
+  absl::StatusOr<rdma::MemoryRegion> Allocate(size_t bytes) override {
+    return inner_.Allocate(bytes);
+  }
+  absl::StatusOr<rdma::MemoryRegion> Register(absl::Span<std::byte> memory) override {
+    return inner_.Register(memory);
+  }
+  absl::StatusOr<std::unique_ptr<rdma::Endpoint>> Connect(const rdma::PeerInfo& peer) override {
+    return inner_.Connect(peer);
+  }
+  absl::StatusOr<int> Progress() override { return inner_.Progress(); }
+  std::optional<rdma::Notification> PollNotification() override {
+    return inner_.PollNotification();
+  }
+  bool WaitForActivity(absl::Duration timeout) override {
+    ++waits;
+    return inner_.WaitForActivity(timeout);
+  }
+  int waits = 0;
+
+ private:
+  rdma::Transport& inner_;
+};
+
+TEST_F(ProgressLoopTest, AnEventsPolicySleepsInTheTransportsWait) {
+  for (const char* text : {"adaptive:spin=0,sleep_us=50,events=1", "adaptive:spin=0,sleep_us=50"}) {
+    SCOPED_TRACE(text);
+    absl::StatusOr<WaitPolicy> policy = WaitPolicy::Parse(text);
+    ASSERT_THAT(policy, IsOk());
+    WaitCountingTransport counting(*transports_[0]);
+    ProgressLoop loop(counting, ProgressLoopOptions{});
+    int rounds = 0;
+    ASSERT_THAT(loop.WaitUntil([&] { return ++rounds > 5; }, absl::Now() + kTimeout,
+                               [] { return "five rounds"; }, {}, *policy),
+                IsOk());
+    if (policy->sleep_on_events) {
+      EXPECT_GE(counting.waits, 4) << "each idle round after the first sleeps in the transport";
+    } else {
+      EXPECT_EQ(counting.waits, 0) << "a plain sleep does not involve the transport";
+    }
+  }
+}
+
 TEST_F(ProgressLoopTest, WaitSeesWhatAPeerWroteAndEndsAtItsDeadline) {
   ASSERT_THAT(WriteFrom1(std::byte{0x5A}, 1), IsOk());
   EXPECT_THAT(loop_->WaitUntil([&] { return region_->data()[63] == std::byte{0x5A}; },

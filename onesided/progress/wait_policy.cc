@@ -19,12 +19,12 @@ constexpr absl::Duration kLongestSleep = absl::Seconds(1);
 
 int64_t Micros(absl::Duration d) { return absl::ToInt64Microseconds(d); }
 
-IdleBackoff::Clock RealClock() {
+}  // namespace
+
+IdleBackoff::Clock IdleBackoff::RealClock() {
   return {[] { return absl::Now(); }, [](absl::Duration d) { absl::SleepFor(d); },
           [] { std::this_thread::yield(); }};
 }
-
-}  // namespace
 
 WaitPolicy WaitPolicy::Spin() {
   WaitPolicy policy;
@@ -95,10 +95,16 @@ absl::StatusOr<WaitPolicy> WaitPolicy::Parse(absl::string_view text) {
       } else if (kv.first == "sleep_us") {
         policy.max_sleep = absl::Microseconds(value);
         policy.min_sleep = std::min(policy.min_sleep, policy.max_sleep);
+      } else if (kv.first == "events") {
+        if (value > 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("wait policy '", text, "': events is 0 or 1"));
+        }
+        policy.sleep_on_events = value == 1;
       } else {
         return absl::InvalidArgumentError(absl::StrCat(
             "wait policy '", text, "': unknown field '", kv.first,
-            "' (known: spin, yield_us, sleep_us)"));
+            "' (known: spin, yield_us, sleep_us, events)"));
       }
     }
   }
@@ -115,7 +121,7 @@ std::string WaitPolicy::ToString() const {
     return "yield";
   }
   return absl::StrCat("adaptive:spin=", spin_rounds, ",yield_us=", Micros(yield_for),
-                      ",sleep_us=", Micros(max_sleep));
+                      ",sleep_us=", Micros(max_sleep), sleep_on_events ? ",events=1" : "");
 }
 
 IdleBackoff::IdleBackoff(const WaitPolicy& policy) : IdleBackoff(policy, RealClock()) {}

@@ -31,7 +31,8 @@
 //   }
 //
 // Policies also parse from text (`--wait=spin|yield|adaptive`, or
-// `adaptive:spin=200,yield_us=50,sleep_us=100`) for CLIs and benchmarks.
+// `adaptive:spin=200,yield_us=50,sleep_us=100,events=1`) for CLIs and
+// benchmarks.
 #ifndef RDMAFLOW_ONESIDED_PROGRESS_WAIT_POLICY_H_
 #define RDMAFLOW_ONESIDED_PROGRESS_WAIT_POLICY_H_
 
@@ -56,6 +57,11 @@ struct WaitPolicy {
   // The first sleep, and the longest: sleeps double from one to the other.
   absl::Duration min_sleep = absl::Microseconds(5);
   absl::Duration max_sleep = absl::Microseconds(20);
+  // Sleeps in Transport::WaitForActivity() (a ProgressLoop's waits), which
+  // ends early when a completion or notification arrives where the backend
+  // has events for them (ibverbs with `events=1`): then a longer max_sleep
+  // costs no wake-up latency for those, only for flags in memory.
+  bool sleep_on_events = false;
 
   // Never yields nor sleeps: a core per rank, latency benchmarks.
   static WaitPolicy Spin();
@@ -68,8 +74,9 @@ struct WaitPolicy {
   // sleep of zero or beyond one second, min_sleep above max_sleep.
   absl::Status Validate() const;
 
-  // "spin", "yield", "adaptive" or "adaptive:spin=N,yield_us=N,sleep_us=N"
-  // (sleep_us sets max_sleep). kInvalidArgument naming what is wrong.
+  // "spin", "yield", "adaptive" or
+  // "adaptive:spin=N,yield_us=N,sleep_us=N,events=0|1" (sleep_us sets
+  // max_sleep). kInvalidArgument naming what is wrong.
   static absl::StatusOr<WaitPolicy> Parse(absl::string_view text);
   // The text Parse() reads back to the same policy.
   std::string ToString() const;
@@ -89,6 +96,9 @@ class IdleBackoff {
 
   explicit IdleBackoff(const WaitPolicy& policy);
   IdleBackoff(const WaitPolicy& policy, Clock clock);
+
+  // absl::Now(), absl::SleepFor() and std::this_thread::yield().
+  static Clock RealClock();
 
   // After a round that did nothing: spins, yields or sleeps as the phase
   // says; a sleep lasts at most `at_most` (the time a wait has left).

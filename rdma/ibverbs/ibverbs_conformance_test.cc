@@ -267,6 +267,43 @@ TEST(IbverbsNotifyTest, MixedModesFallBackToWriteWithImmediate) {
   }
 }
 
+// With completion events, a wait sleeps until a completion or a write with
+// immediate arrives, and a quiet one ends at its timeout.
+TEST(IbverbsEventsTest, AWaitEndsWhenACompletionOrNotificationArrives) {
+  IbverbsTransportOptions sender = DeviceOptions(0);
+  sender.completion_events = true;
+  IbverbsTransportOptions target_options = DeviceOptions(1);
+  target_options.completion_events = true;
+  CREATE_PAIR_OR_SKIP(a, b, sender, target_options);
+  EXPECT_THAT(b->capabilities().description, HasSubstr("completion events"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab,
+                       a->Connect(PeerInfo{1, b->address()}));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion source, a->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(64));
+  ASSERT_OK(b->Progress());
+  EXPECT_FALSE(b->WaitForActivity(absl::Milliseconds(20)))
+      << "nothing was sent: the wait must end at its timeout";
+  for (uint32_t round = 0; round < 3; ++round) {
+    bool done = false;
+    ASSERT_OK(ab->PostWrite(LocalSlice{&source, 0, 8},
+                            RemoteSlice{&target.descriptor(), 0, 8}, round,
+                            [&](absl::Status s) {
+                              EXPECT_OK(s);
+                              done = true;
+                            }));
+    // Woken, not timed out: 60 s is far beyond any delivery.
+    ASSERT_TRUE(b->WaitForActivity(absl::Seconds(60))) << round;
+    ASSERT_OK(b->Progress());
+    std::optional<Notification> note = b->PollNotification();
+    ASSERT_TRUE(note.has_value()) << "woken without the notification";
+    EXPECT_EQ(note->value, round);
+    while (!done) {
+      ASSERT_TRUE(a->WaitForActivity(absl::Seconds(60))) << round;
+      ASSERT_OK(a->Progress());
+    }
+  }
+}
+
 }  // namespace
 
 RDMAFLOW_INSTANTIATE_CONFORMANCE(Ibverbs, IbverbsBackends)

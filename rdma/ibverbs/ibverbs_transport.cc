@@ -2,7 +2,9 @@
 #include "rdma/ibverbs/ibverbs_transport.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -168,8 +170,22 @@ absl::Status IbverbsTransport::Init() {
   }
   // Room for every endpoint's requests; the device caps it.
   const int cq_depth = std::min(d.device_attr.max_cqe, 1 << 16);
-  send_cq_.reset(ibv_create_cq(d.context.get(), cq_depth, nullptr, nullptr, 0));
-  recv_cq_.reset(ibv_create_cq(d.context.get(), cq_depth, nullptr, nullptr, 0));
+  if (options_.completion_events) {
+    channel_.reset(ibv_create_comp_channel(d.context.get()));
+    if (channel_ == nullptr) {
+      return VerbsError(errno,
+                        absl::StrCat("ibv_create_comp_channel on ", d.name));
+    }
+    // Events are read only after poll() said so, never blocking.
+    const int flags = fcntl(channel_->fd, F_GETFL);
+    if (flags < 0 || fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+      return VerbsError(errno, "making the completion channel non-blocking");
+    }
+  }
+  send_cq_.reset(ibv_create_cq(d.context.get(), cq_depth, nullptr,
+                               channel_.get(), 0));
+  recv_cq_.reset(ibv_create_cq(d.context.get(), cq_depth, nullptr,
+                               channel_.get(), 0));
   if (send_cq_ == nullptr || recv_cq_ == nullptr) {
     return VerbsError(errno, absl::StrCat("ibv_create_cq on ", d.name));
   }
@@ -240,7 +256,8 @@ Capabilities IbverbsTransport::capabilities() const {
   caps.backend = kBackend;
   caps.description = absl::StrCat(
       description_, "; RC, signal every ", options_.signal_every,
-      ", inline <= ", options_.max_inline, " B, notify ",
+      ", inline <= ", options_.max_inline, " B",
+      options_.completion_events ? ", completion events" : "", ", notify ",
       options_.notify == NotifyMode::kFlag
           ? absl::StrCat("flag (", options_.notify_slots, "-slot rings)")
           : std::string("imm"));
@@ -753,16 +770,7 @@ void IbverbsTransport::SendCredit(AcceptedRing& ring, uint64_t consumed) {
   }
 }
 
-absl::StatusOr<int> IbverbsTransport::Progress() {
-  // Taken before the receive queue and the rings are drained: what the
-  // retiring queue pairs delivered is there already (see RetireAccepted).
-  std::vector<std::pair<uint32_t, QpPtr>> retiring;
-  TakeListenerChanges(retiring);
-  // Again only while a poll came back full.
-  while (true) {
-    ASSIGN_OR_RETURN(int n, PollSendQueue());
-    if (n < kPollBatch) break;
-  }
+absl::StatusOr<int> IbverbsTransport::PollReceiveQueue() {
   ibv_wc wc[kPollBatch];
   int n = 0;
   int received = 0;
@@ -792,6 +800,20 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
     if (n < kPollBatch) break;  // Drained.
   }
   if (n < 0) return absl::InternalError("ibv_poll_cq (receive) failed");
+  return received;
+}
+
+absl::StatusOr<int> IbverbsTransport::Progress() {
+  // Taken before the receive queue and the rings are drained: what the
+  // retiring queue pairs delivered is there already (see RetireAccepted).
+  std::vector<std::pair<uint32_t, QpPtr>> retiring;
+  TakeListenerChanges(retiring);
+  // Again only while a poll came back full.
+  while (true) {
+    ASSIGN_OR_RETURN(int n, PollSendQueue());
+    if (n < kPollBatch) break;
+  }
+  ASSIGN_OR_RETURN(const int received, PollReceiveQueue());
   unposted_receives_ += received;
   if (unposted_receives_ >= repost_batch_) {
     RETURN_IF_ERROR(PostReceives(unposted_receives_));
@@ -829,6 +851,40 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
     state->posted_since_progress = false;
   }
   return completions_.FireAll() + received + flagged;
+}
+
+bool IbverbsTransport::WaitForActivity(absl::Duration timeout) {
+  if (channel_ == nullptr) return Transport::WaitForActivity(timeout);
+  if (!armed_) {
+    if (ibv_req_notify_cq(send_cq_.get(), 0) != 0 ||
+        ibv_req_notify_cq(recv_cq_.get(), 0) != 0) {
+      return Transport::WaitForActivity(timeout);
+    }
+    armed_ = true;
+  }
+  // What arrived before the queues were armed raises no event: take it now
+  // (Progress() fires its callbacks and hands out its notifications).
+  absl::StatusOr<int> sent = PollSendQueue();
+  absl::StatusOr<int> received = PollReceiveQueue();
+  if (received.ok()) unposted_receives_ += *received;
+  const int flagged = rings_.empty() ? 0 : PollRings();
+  if (!sent.ok() || !received.ok() || *sent > 0 || *received > 0 ||
+      flagged > 0 || !notifications_.empty() || !completions_.empty()) {
+    return true;
+  }
+  const timespec wait = absl::ToTimespec(
+      std::max(absl::ZeroDuration(), timeout));
+  pollfd p{channel_->fd, POLLIN, 0};
+  if (ppoll(&p, 1, &wait, nullptr) <= 0) return false;
+  // Read every pending event (each acknowledged, as destroying a CQ needs);
+  // the queues are armed again by the next wait.
+  ibv_cq* cq = nullptr;
+  void* cq_context = nullptr;
+  while (ibv_get_cq_event(channel_.get(), &cq, &cq_context) == 0) {
+    ibv_ack_cq_events(cq, 1);
+  }
+  armed_ = false;
+  return true;
 }
 
 std::optional<Notification> IbverbsTransport::PollNotification() {
@@ -958,7 +1014,8 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
             config, kBackend,
             {"device", "port", "gid_index", "bootstrap_host", "bind_address",
              "world_size", "max_outstanding", "signal_every", "max_inline",
-             "ack_timeout", "retry_count", "notify", "notify_slots"}));
+             "ack_timeout", "retry_count", "notify", "notify_slots",
+             "events"}));
         IbverbsTransportOptions options;
         options.rank = config.rank;
         for (const auto& [key, value] : config.params) {
@@ -991,6 +1048,10 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
             if (key == "max_inline") {
               ok = ok && number <= 4096;
               options.max_inline = static_cast<uint32_t>(number);
+            }
+            if (key == "events") {
+              ok = ok && number <= 1;
+              options.completion_events = number == 1;
             }
             if (key == "notify_slots") {
               ok = ok && number <= kMaxNotifySlots;

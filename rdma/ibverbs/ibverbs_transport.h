@@ -105,6 +105,11 @@ struct IbverbsTransportOptions {
   // kMinNotifySlots..kMaxNotifySlots): flag notifications a sender may have
   // outstanding before kResourceExhausted.
   uint32_t notify_slots = 256;
+  // A completion channel behind the completion queues, so that
+  // WaitForActivity() sleeps until a completion or a WRITE WITH IMMEDIATE
+  // arrives instead of for its whole timeout. Flag notifications raise no
+  // completion at the target: they are seen when the timeout ends.
+  bool completion_events = false;
 };
 
 // What the transport did, for tests and logs.
@@ -137,6 +142,10 @@ class IbverbsTransport final : public Transport {
       const PeerInfo& peer) override;
   absl::StatusOr<int> Progress() override;
   std::optional<Notification> PollNotification() override;
+  // With completion_events: arms both completion queues, takes what arrived
+  // meanwhile (for the next Progress()), else sleeps on the channel.
+  // Without: the default sleep.
+  bool WaitForActivity(absl::Duration timeout) override;
 
   // Where the handshake listener is bound and why ("127.0.0.1:41234, the
   // interface that reaches MASTER_ADDR=127.0.0.1").
@@ -188,6 +197,9 @@ class IbverbsTransport final : public Transport {
   void HandleSendCompletion(const ibv_wc& wc);
   // Polls the send completion queue once; how many completions it handled.
   absl::StatusOr<int> PollSendQueue();
+  // Takes the receive completion queue's notifications; how many receives
+  // were consumed.
+  absl::StatusOr<int> PollReceiveQueue();
   // A ring the listener offered an accepted peer (notify_ring.h); the queue
   // pair is the accepted one, which also carries the credits back.
   struct AcceptedRing {
@@ -226,6 +238,8 @@ class IbverbsTransport final : public Transport {
 
   const IbverbsTransportOptions options_;
   std::shared_ptr<VerbsContext> context_;
+  ChannelPtr channel_;  // Before the CQs: it outlives them.
+  bool armed_ = false;  // Both CQs asked for an event since the last one.
   CqPtr send_cq_;
   CqPtr recv_cq_;
   SrqPtr srq_;
@@ -265,7 +279,8 @@ class IbverbsTransport final : public Transport {
 
 // Registers "ibverbs" (priority 50) with parameters device, port, gid_index,
 // bootstrap_host, bind_address, world_size, max_outstanding, signal_every,
-// max_inline, ack_timeout, retry_count, notify (flag|imm), notify_slots.
+// max_inline, ack_timeout, retry_count, notify (flag|imm), notify_slots,
+// events (0|1: completion_events).
 // The job token comes from the environment.
 absl::Status RegisterIbverbsTransport(TransportRegistry& registry);
 

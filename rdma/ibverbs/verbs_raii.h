@@ -39,6 +39,12 @@ struct PdDeleter {
     internal::LogFailure("ibv_dealloc_pd", ibv_dealloc_pd(pd));
   }
 };
+struct ChannelDeleter {
+  void operator()(ibv_comp_channel* channel) const {
+    internal::LogFailure("ibv_destroy_comp_channel",
+                         ibv_destroy_comp_channel(channel));
+  }
+};
 struct CqDeleter {
   void operator()(ibv_cq* cq) const {
     internal::LogFailure("ibv_destroy_cq", ibv_destroy_cq(cq));
@@ -63,6 +69,7 @@ struct MrDeleter {
 using DeviceList = std::unique_ptr<ibv_device*, DeviceListDeleter>;
 using ContextPtr = std::unique_ptr<ibv_context, ContextDeleter>;
 using PdPtr = std::unique_ptr<ibv_pd, PdDeleter>;
+using ChannelPtr = std::unique_ptr<ibv_comp_channel, ChannelDeleter>;
 using CqPtr = std::unique_ptr<ibv_cq, CqDeleter>;
 using SrqPtr = std::unique_ptr<ibv_srq, SrqDeleter>;
 using QpPtr = std::unique_ptr<ibv_qp, QpDeleter>;
