@@ -38,8 +38,9 @@ ABSL_FLAG(std::string, transport, "ucx",
 ABSL_FLAG(std::string, params, "",
           "Backend parameters key=value,... (ucx: tls, keepalive_ms, "
           "max_outstanding; ibverbs: device, port, gid_index, "
-          "bootstrap_host, max_outstanding, signal_every, ack_timeout, "
-          "retry_count), e.g. tls=shm. Empty: the backend's defaults.");
+          "bootstrap_host, max_outstanding, signal_every, max_inline, "
+          "ack_timeout, retry_count, notify=imm|flag, notify_slots, events), "
+          "e.g. tls=shm. Empty: the backend's defaults.");
 ABSL_FLAG(std::string, mode, "process",
           "How rank 1 runs when not launched by torchrun: process or thread.");
 ABSL_FLAG(int64_t, min_bytes, 8, "Smallest message size.");
@@ -203,7 +204,9 @@ int RunRank(int rank, rdma::Store& store) {
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Write/read ping-pong between two ranks over an rdmaflow transport, "
-      "with memcpy as the physical limit.\n  transport_pingpong "
+      "with memcpy as the physical limit; the results are also printed in "
+      "perftest's columns (ib_write_lat, ib_write_bw, ib_read_lat, "
+      "ib_read_bw).\n  transport_pingpong "
       "[--transport=ucx --params=tls=shm] [--mode=process|thread] "
       "[--json=out.json]");
   absl::ParseCommandLine(argc, argv);

@@ -1,35 +1,60 @@
 #!/usr/bin/env bash
-# The ping-pong benchmark over the native ibverbs backend, next to perftest
-# (ib_write_lat, ib_write_bw, ib_read_lat, ib_read_bw) on the same device in
-# the same Soft-RoCE VM run (tools/rxe_vm/run.sh), then the ablation's
-# zero-copy vs rdma_copy replay over the same verbs. On rxe under emulation
-# these figures are functional, not a hardware claim: see docs/ibverbs.md for
-# running the same tools on a real InfiniBand/RoCE pair.
-#   tools/bench_ibverbs_vm.sh            # results in bench-results/ibverbs_*
+# rdmaflow's ping-pong over the native ibverbs backend next to perftest's own
+# tools (ib_write_lat, ib_read_lat, ib_write_bw, ib_read_bw) on the same
+# device in the same Soft-RoCE VM run (tools/rxe_vm/run.sh), then the
+# ablation's zero-copy vs rdma_copy replay over the same verbs. The ping-pong
+# runs once per notification path (notify=imm, the default, and notify=flag).
+# tools/ibverbs_report.py then prints one table with the ratios and the
+# targets of docs/ibverbs.md, and plots them.
+#
+# On rxe under emulation these figures are functional, not a hardware claim:
+# see docs/ibverbs.md, "Running it on real hardware", for the same
+# comparison on a pair of hosts.
+#
+#   tools/bench_ibverbs_vm.sh            # results in bench-results/ibverbs_vm/
+#   OUT_DIR=... PNG=docs/img/ibverbs_vs_perftest.png ABLATION=0 tools/bench_ibverbs_vm.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT_DIR:-bench-results}
+out=${OUT_DIR:-bench-results/ibverbs_vm}
+png=${PNG:-$out/ibverbs_vs_perftest.png}
+ablation=${ABLATION:-1}
+iters=${ITERS:-300}
 mkdir -p "$out"
+rm -f "$out"/perftest_*.txt "$out"/pingpong_ibverbs_*.json
+echo "[1/3] building"
 bazel build -c opt //bench:transport_pingpong //bench:ablation
-cat >"$out/ibverbs_vm_run.sh" <<SCRIPT
+cat >"$out/vm_run.sh" <<SCRIPT
 set -u
 gid=\$RDMAFLOW_RXE_GID_INDEX
-echo "=== rdmaflow transport_pingpong --transport=ibverbs"
-bazel-bin/bench/transport_pingpong --transport=ibverbs --mode=process \
-  --max_bytes=1048576 --max_iters=300 \
-  --json=$out/pingpong_ibverbs_rxe.json --tsv=$out/pingpong_ibverbs_rxe.tsv
-for test in "ib_write_lat -s 8" "ib_write_lat -s 4096" "ib_read_lat -s 8" \
-            "ib_write_bw -s 65536" "ib_write_bw -s 1048576" "ib_read_bw -s 65536"; do
-  echo "=== perftest \$test"
-  \$test -d rxe0 -x \$gid -n 300 >/tmp/server.log 2>&1 &
+for notify in imm flag; do
+  echo "=== rdmaflow transport_pingpong --transport=ibverbs --params=notify=\$notify"
+  bazel-bin/bench/transport_pingpong --transport=ibverbs \
+    --params=device=rxe0,notify=\$notify --mode=process \
+    --max_bytes=1048576 --max_iters=$iters --byte_budget=64000000 \
+    --json=$out/pingpong_ibverbs_\$notify.json \
+    --tsv=$out/pingpong_ibverbs_\$notify.tsv
+done
+for test in "ib_write_lat 8" "ib_write_lat 4096" "ib_write_lat 65536" \
+            "ib_read_lat 8" "ib_read_lat 4096" "ib_write_bw 65536" \
+            "ib_write_bw 1048576" "ib_read_bw 65536" "ib_read_bw 1048576"; do
+  set -- \$test
+  echo "=== perftest \$1 -s \$2"
+  \$1 -d rxe0 -x \$gid -s \$2 -n $iters >/tmp/server.log 2>&1 &
   sleep 1
-  \$test -d rxe0 -x \$gid -n 300 10.11.12.1 2>&1 | grep -E '^ *[0-9]+ +[0-9]+ ' || echo "perftest failed"
+  \$1 -d rxe0 -x \$gid -s \$2 -n $iters 10.11.12.1 >$out/perftest_\$1_\$2.txt 2>&1 ||
+    echo "perftest \$1 failed: \$(tail -3 $out/perftest_\$1_\$2.txt)"
+  grep -E '^ *[0-9]+ +[0-9]+ ' $out/perftest_\$1_\$2.txt
   wait
 done
-echo "=== rdmaflow ablation --transport=ibverbs"
-bazel-bin/bench/ablation --transport=ibverbs \
-  --params=device=rxe0,ack_timeout=16 --graphs=mlp,seq,small_tensors \
-  --communicators=rdma,rdma_copy --steps=10 --warmup=3 \
-  --sweep_max=1048576 --sweep_steps=10 --json=$out/ablation_ibverbs_rxe.json
+if [ "$ablation" = 1 ]; then
+  echo "=== rdmaflow ablation --transport=ibverbs"
+  bazel-bin/bench/ablation --transport=ibverbs \
+    --params=device=rxe0,ack_timeout=16 --graphs=mlp,seq,small_tensors \
+    --communicators=rdma,rdma_copy --steps=10 --warmup=3 \
+    --sweep_max=1048576 --sweep_steps=10 --json=$out/ablation_ibverbs_rxe.json
+fi
 SCRIPT
-tools/rxe_vm/run.sh "sh $out/ibverbs_vm_run.sh" 2>&1 | grep -v '^busybox: ' | tee "$out/ibverbs_vm.log"
+echo "[2/3] running both in the Soft-RoCE VM (several minutes under emulation)"
+tools/rxe_vm/run.sh "sh $out/vm_run.sh" 2>&1 | grep -v '^busybox: ' | tee "$out/vm.log"
+echo "[3/3] side by side"
+/usr/bin/python3 tools/ibverbs_report.py "$out" --png "$png"
