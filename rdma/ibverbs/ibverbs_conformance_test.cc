@@ -46,19 +46,30 @@ IbverbsTransportOptions DeviceOptions(int rank) {
   return options;
 }
 
-// The suite runs once per notification path: write with immediate (the
-// default) and flag records in the peer's ring.
+// The suite runs once per notification path, write with immediate (the
+// default) and flag records in the peer's ring, and with operations from
+// 4 KiB striped over 3 queue pairs.
 std::vector<ConformanceBackend> IbverbsBackends() {
+  struct Variant {
+    const char* name;
+    NotifyMode mode;
+    int qps_per_peer;
+  };
   std::vector<ConformanceBackend> backends;
-  for (NotifyMode mode : {NotifyMode::kImmediate, NotifyMode::kFlag}) {
+  for (const Variant& v : {Variant{"ibverbs", NotifyMode::kImmediate, 1},
+                           Variant{"ibverbs_flag", NotifyMode::kFlag, 1},
+                           Variant{"ibverbs_striped", NotifyMode::kImmediate,
+                                   3}}) {
     ConformanceBackend backend;
-    backend.name = mode == NotifyMode::kFlag ? "ibverbs_flag" : "ibverbs";
+    backend.name = v.name;
     backend.multi_process = true;
-    backend.new_group = [mode] {
-      return [mode](int rank)
+    backend.new_group = [v] {
+      return [v](int rank)
                  -> absl::StatusOr<std::unique_ptr<rdmaflow::rdma::Transport>> {
         IbverbsTransportOptions options = DeviceOptions(rank);
-        options.notify = mode;
+        options.notify = v.mode;
+        options.qps_per_peer = v.qps_per_peer;
+        options.stripe_min = 4096;
         return IbverbsTransport::Create(options);
       };
     };
@@ -301,6 +312,64 @@ TEST(IbverbsEventsTest, AWaitEndsWhenACompletionOrNotificationArrives) {
       ASSERT_TRUE(a->WaitForActivity(absl::Seconds(60))) << round;
       ASSERT_OK(a->Progress());
     }
+  }
+}
+
+// Striped writes (over 3 queue pairs) and small ones interleaved, with
+// notifications: each arrives once, in post order, after all of its bytes,
+// in both notification modes; a flush covers every queue pair.
+TEST(IbverbsStripingTest, NotificationsKeepTheirOrderBehindStripes) {
+  for (NotifyMode mode : {NotifyMode::kImmediate, NotifyMode::kFlag}) {
+    SCOPED_TRACE(mode == NotifyMode::kFlag ? "flag" : "imm");
+    IbverbsTransportOptions options0 = DeviceOptions(0);
+    IbverbsTransportOptions options1 = DeviceOptions(1);
+    for (IbverbsTransportOptions* o : {&options0, &options1}) {
+      o->notify = mode;
+      o->qps_per_peer = 3;
+      o->stripe_min = 64 << 10;
+    }
+    CREATE_PAIR_OR_SKIP(a, b, options0, options1);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab,
+                         a->Connect(PeerInfo{1, b->address()}));
+    EXPECT_THAT(ab->Describe(), HasSubstr("3 queue pairs"));
+    constexpr size_t kBig = 1 << 20;
+    constexpr int kOps = 12;
+    ASSERT_OK_AND_ASSIGN(MemoryRegion source, a->Allocate(kBig * kOps));
+    ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(kBig * kOps));
+    for (size_t i = 0; i < kBig * kOps; ++i) {
+      source.data()[i] = static_cast<std::byte>((i * 7 + i / 4096) & 0xff);
+    }
+    int completed = 0;
+    for (int op = 0; op < kOps; ++op) {
+      // Big (striped) and small (first queue pair only) alternate.
+      const size_t length = op % 2 == 0 ? kBig - 4096 * op : 100 + op;
+      ASSERT_OK(ab->PostWrite(
+          LocalSlice{&source, op * kBig, length},
+          RemoteSlice{&target.descriptor(), op * kBig, length},
+          static_cast<uint32_t>(op), [&](absl::Status s) {
+            EXPECT_OK(s);
+            ++completed;
+          }));
+    }
+    bool flushed = false;
+    ASSERT_OK(ab->PostFlush([&](absl::Status s) {
+      EXPECT_OK(s);
+      EXPECT_EQ(completed, kOps) << "the flush fired before a write";
+      flushed = true;
+    }));
+    int next = 0;
+    ASSERT_TRUE(DriveUntil(*a, *b, [&] {
+      while (std::optional<Notification> n = b->PollNotification()) {
+        EXPECT_EQ(n->value, static_cast<uint32_t>(next)) << "out of order";
+        const size_t length = next % 2 == 0 ? kBig - 4096 * next : 100 + next;
+        EXPECT_EQ(0, std::memcmp(target.data() + next * kBig,
+                                 source.data() + next * kBig, length))
+            << "notification " << next << " came before its bytes";
+        ++next;
+      }
+      return next == kOps && flushed;
+    }));
+    EXPECT_EQ(completed, kOps);
   }
 }
 

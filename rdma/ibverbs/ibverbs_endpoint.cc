@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rdma/ibverbs/ibverbs_transport.h"
@@ -11,9 +12,100 @@
 
 namespace rdmaflow::rdma::ibverbs {
 
+struct IbverbsEndpoint::Lanes {
+  // A notification (or a flush) waiting for the parts of its operation (or
+  // the markers of the other queue pairs), in post order.
+  struct Pending {
+    bool flush = false;
+    uint32_t value = 0;
+    std::optional<NotifyRingWriter::Next> record;
+    bool ready = false;
+    absl::Status status;
+    Completion done;
+  };
+  // The parts of one operation: `done` fires once with the first error.
+  struct Join {
+    int left = 0;
+    absl::Status status;
+    Completion done;
+  };
+
+  static Completion Part(std::shared_ptr<Join> join) {
+    return [join = std::move(join)](absl::Status status) {
+      if (!status.ok() && join->status.ok()) join->status = std::move(status);
+      if (--join->left == 0) std::move(join->done)(std::move(join->status));
+    };
+  }
+
+  // Marks `entry` ready with `status` and posts what is ready at the front.
+  static Completion Ready(std::shared_ptr<Lanes> lanes,
+                          std::shared_ptr<Pending> entry) {
+    return [lanes = std::move(lanes), entry = std::move(entry)](
+               absl::Status status) {
+      entry->ready = true;
+      entry->status = std::move(status);
+      lanes->Release();
+    };
+  }
+
+  // Posts, in order, the entries at the front whose operation completed: a
+  // notification on the first queue pair (or its failure to the caller),
+  // a flush's marker behind them.
+  void Release() {
+    while (!pending.empty() && pending.front()->ready) {
+      std::shared_ptr<Pending> entry = std::move(pending.front());
+      pending.pop_front();
+      EndpointState& first = *states[0];
+      if (!entry->flush) {
+        if (!entry->status.ok()) {
+          if (first.reserved > 0) --first.reserved;
+          transport->completions_.Push(std::move(entry->done), entry->status);
+          continue;
+        }
+        transport->PostReservedNotification(first, entry->value, entry->record,
+                                            std::move(entry->done));
+        continue;
+      }
+      if (!entry->status.ok()) {
+        transport->completions_.Push(std::move(entry->done), entry->status);
+        continue;
+      }
+      auto holder = std::make_shared<Completion>(std::move(entry->done));
+      absl::Status posted = transport->PostMarker(
+          first,
+          [holder](absl::Status status) { std::move(*holder)(std::move(status)); },
+          true);
+      if (!posted.ok()) transport->completions_.Push(std::move(*holder), posted);
+    }
+  }
+
+  IbverbsTransport* transport;
+  std::vector<std::shared_ptr<EndpointState>> states;
+  uint64_t stripe_min = 0;
+  std::deque<std::shared_ptr<Pending>> pending;
+};
+
+IbverbsEndpoint::IbverbsEndpoint(
+    IbverbsTransport* transport,
+    std::vector<std::shared_ptr<EndpointState>> lanes, uint64_t stripe_min)
+    : transport_(transport),
+      state_(lanes.front()),
+      lanes_(std::make_shared<Lanes>()) {
+  lanes_->transport = transport;
+  lanes_->states = std::move(lanes);
+  lanes_->stripe_min = stripe_min;
+}
+
 IbverbsEndpoint::~IbverbsEndpoint() {
   Close().IgnoreError();
-  transport_->Forget(state_->id);
+  for (const auto& lane : lanes_->states) transport_->Forget(lane->id);
+}
+
+std::string IbverbsEndpoint::Describe() const {
+  if (lanes_->states.size() == 1) return state_->description;
+  return absl::StrCat(state_->description, "; ", lanes_->states.size(),
+                      " queue pairs, operations from ", lanes_->stripe_min,
+                      " B striped across them");
 }
 
 absl::Status IbverbsEndpoint::CheckUsable() const {
@@ -22,7 +114,9 @@ absl::Status IbverbsEndpoint::CheckUsable() const {
     return absl::FailedPreconditionError(absl::StrCat(
         "the endpoint to rank ", s.peer_rank, " is closed"));
   }
-  if (!s.failure.ok()) return s.failure;
+  for (const auto& lane : lanes_->states) {
+    if (!lane->failure.ok()) return lane->failure;
+  }
   if (s.operations >= transport_->options_.max_outstanding_per_endpoint) {
     return absl::ResourceExhaustedError(absl::StrCat(
         s.operations, " operations in flight towards rank ", s.peer_rank,
@@ -51,6 +145,80 @@ absl::Status IbverbsEndpoint::Prepare(const LocalSlice& local,
   return absl::OkStatus();
 }
 
+absl::Status IbverbsEndpoint::PostParts(ibv_wr_opcode opcode,
+                                        const ibv_sge& sge, uint64_t length,
+                                        uint64_t remote_address, uint32_t rkey,
+                                        std::optional<uint32_t> notification,
+                                        Completion done, const char* op) {
+  const auto& states = lanes_->states;
+  struct Part {
+    EndpointState* lane;
+    uint64_t offset;
+    uint64_t length;
+  };
+  absl::InlinedVector<Part, 4> parts;
+  if (states.size() > 1 && length >= lanes_->stripe_min) {
+    constexpr uint64_t kAlign = 4096;
+    const uint64_t per = (length + states.size() - 1) / states.size();
+    const uint64_t stripe = (per + kAlign - 1) / kAlign * kAlign;
+    for (uint64_t i = 0, offset = 0; i < states.size() && offset < length;
+         ++i, offset += stripe) {
+      parts.push_back({states[i].get(), offset,
+                       std::min(stripe, length - offset)});
+    }
+  } else {
+    parts.push_back({state_.get(), 0, length});
+  }
+  // Nothing is posted unless every part can be.
+  for (const Part& part : parts) {
+    if (part.lane->operations >=
+            transport_->options_.max_outstanding_per_endpoint ||
+        !transport_->HasRoom(*part.lane,
+                             transport_->RequestsFor(part.length))) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the queue pairs towards rank ", state_->peer_rank,
+          " are full; progress the transport and retry"));
+    }
+  }
+  auto join = std::make_shared<Lanes::Join>();
+  join->left = static_cast<int>(parts.size());
+  std::shared_ptr<Lanes::Pending> entry;
+  if (notification.has_value()) {
+    ASSIGN_OR_RETURN(std::optional<NotifyRingWriter::Next> record,
+                     transport_->ReserveNotification(*state_, *notification));
+    entry = std::make_shared<Lanes::Pending>();
+    entry->value = *notification;
+    entry->record = record;
+    entry->done = std::move(done);
+    lanes_->pending.push_back(entry);
+    join->done = Lanes::Ready(lanes_, entry);
+  } else {
+    join->done = std::move(done);
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    ibv_sge part_sge = sge;
+    part_sge.addr += parts[i].offset;
+    absl::Status posted = transport_->PostOperation(
+        *parts[i].lane, opcode, std::nullopt, part_sge, parts[i].length,
+        remote_address + parts[i].offset, rkey, Lanes::Part(join), op);
+    if (posted.ok()) continue;
+    if (i == 0) {
+      // Nothing in flight: refused as a whole, `done` never runs.
+      if (entry != nullptr) {
+        lanes_->pending.pop_back();
+        --state_->reserved;
+        if (entry->record.has_value()) state_->ring->Untake();
+      }
+      return posted;
+    }
+    // Parts are in flight: the operation fails once they complete.
+    if (join->status.ok()) join->status = posted;
+    join->left -= static_cast<int>(parts.size() - i);
+    break;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status IbverbsEndpoint::PostWrite(const LocalSlice& src,
                                         const RemoteSlice& dst,
                                         std::optional<uint32_t> notification,
@@ -58,6 +226,14 @@ absl::Status IbverbsEndpoint::PostWrite(const LocalSlice& src,
   ibv_sge sge{};
   uint32_t rkey = 0;
   RETURN_IF_ERROR(Prepare(src, dst, sge, rkey));
+  // Striped, or a notification that must wait behind a pending one.
+  if (lanes_->states.size() > 1 &&
+      (src.length >= lanes_->stripe_min ||
+       (notification.has_value() && !lanes_->pending.empty()))) {
+    return PostParts(IBV_WR_RDMA_WRITE, sge, src.length, dst.address(), rkey,
+                     notification, std::move(done),
+                     notification ? "write with notification" : "write");
+  }
   return transport_->PostOperation(
       *state_, IBV_WR_RDMA_WRITE, notification, sge, src.length,
       dst.address(), rkey, std::move(done),
@@ -70,6 +246,10 @@ absl::Status IbverbsEndpoint::PostRead(const LocalSlice& dst,
   ibv_sge sge{};
   uint32_t rkey = 0;
   RETURN_IF_ERROR(Prepare(dst, src, sge, rkey));
+  if (lanes_->states.size() > 1 && dst.length >= lanes_->stripe_min) {
+    return PostParts(IBV_WR_RDMA_READ, sge, dst.length, src.address(), rkey,
+                     std::nullopt, std::move(done), "read");
+  }
   return transport_->PostOperation(*state_, IBV_WR_RDMA_READ, std::nullopt,
                                    sge, dst.length, src.address(), rkey,
                                    std::move(done), "read");
@@ -77,16 +257,53 @@ absl::Status IbverbsEndpoint::PostRead(const LocalSlice& dst,
 
 absl::Status IbverbsEndpoint::PostFlush(Completion done) {
   RETURN_IF_ERROR(CheckUsable());
-  return transport_->PostMarker(*state_, std::move(done), true);
+  const auto& states = lanes_->states;
+  if (states.size() == 1) {
+    return transport_->PostMarker(*state_, std::move(done), true);
+  }
+  // The other queue pairs' markers now; the first's once they completed
+  // and the notifications pending before this flush are posted.
+  for (size_t i = 1; i < states.size(); ++i) {
+    if (!transport_->HasRoom(*states[i], 0)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the queue pairs towards rank ", state_->peer_rank,
+          " are full; progress the transport and retry"));
+    }
+  }
+  auto entry = std::make_shared<Lanes::Pending>();
+  entry->flush = true;
+  entry->done = std::move(done);
+  auto join = std::make_shared<Lanes::Join>();
+  join->left = static_cast<int>(states.size() - 1);
+  join->done = Lanes::Ready(lanes_, entry);
+  lanes_->pending.push_back(entry);
+  for (size_t i = 1; i < states.size(); ++i) {
+    absl::Status posted =
+        transport_->PostMarker(*states[i], Lanes::Part(join), true);
+    if (posted.ok()) continue;
+    if (i == 1) {
+      lanes_->pending.pop_back();
+      return posted;
+    }
+    if (join->status.ok()) join->status = posted;
+    join->left -= static_cast<int>(states.size() - i);
+    break;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status IbverbsEndpoint::Close() {
-  EndpointState& s = *state_;
-  if (s.closed) return absl::OkStatus();
-  s.closed = true;
-  // Not FailAll() at once: the adapter may touch a request's buffers until
-  // its flush completion arrives, and a callback hands the buffer back.
-  return transport_->CloseEndpoint(s);
+  absl::Status first_error;
+  for (const auto& lane : lanes_->states) {
+    EndpointState& s = *lane;
+    if (s.closed) continue;
+    s.closed = true;
+    // Not FailAll() at once: the adapter may touch a request's buffers until
+    // its flush completion arrives, and a callback hands the buffer back.
+    absl::Status closed = transport_->CloseEndpoint(s);
+    if (first_error.ok()) first_error = closed;
+  }
+  return first_error;
 }
 
 }  // namespace rdmaflow::rdma::ibverbs

@@ -1,6 +1,7 @@
 // File: ibverbs_endpoint.h
 // -----------------------------------------------------------------------------
-// IbverbsEndpoint: one RC queue pair towards a peer. Writes are RDMA WRITE
+// IbverbsEndpoint: RC queue pairs towards a peer (qps_per_peer of them; the
+// first carries every notification). Writes are RDMA WRITE
 // (WRITE WITH IMMEDIATE when notified: the immediate is the notification,
 // consumed from the peer's shared receive queue after the data is placed);
 // reads are RDMA READ. Work requests are signaled one in `signal_every` (and
@@ -10,13 +11,19 @@
 // region behind an unsignaled tail left idle, so that every callback fires.
 // PostFlush is such a marker read with a callback. Operations larger than the
 // device's largest message are split into several work requests (the
-// notification rides on the last).
+// notification rides on the last). With several queue pairs, operations of
+// at least stripe_min bytes are split into one stripe per queue pair; a
+// striped write's notification is posted on the first queue pair once every
+// stripe completed, and the notifications posted after it wait behind it
+// (they keep their order); a flush covers every queue pair.
 #ifndef RDMAFLOW_RDMA_IBVERBS_IBVERBS_ENDPOINT_H_
 #define RDMAFLOW_RDMA_IBVERBS_IBVERBS_ENDPOINT_H_
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "rdma/endpoint.h"
 #include "rdma/ibverbs/ibverbs_internal.h"
@@ -28,13 +35,14 @@ class IbverbsTransport;
 // Thread-compatible, like its transport, which must outlive it.
 class IbverbsEndpoint final : public Endpoint {
  public:
+  // `lanes`: the queue pairs, the first carrying notifications.
   IbverbsEndpoint(IbverbsTransport* transport,
-                  std::shared_ptr<EndpointState> state)
-      : transport_(transport), state_(std::move(state)) {}
+                  std::vector<std::shared_ptr<EndpointState>> lanes,
+                  uint64_t stripe_min);
   ~IbverbsEndpoint() override;
 
   int peer_rank() const override { return state_->peer_rank; }
-  std::string Describe() const override { return state_->description; }
+  std::string Describe() const override;
   absl::Status PostWrite(const LocalSlice& src, const RemoteSlice& dst,
                          std::optional<uint32_t> notification,
                          Completion done) override;
@@ -65,9 +73,19 @@ class IbverbsEndpoint final : public Endpoint {
   // scatter entry's address and key, and the remote key.
   absl::Status Prepare(const LocalSlice& local, const RemoteSlice& remote,
                        ibv_sge& sge, uint32_t& rkey) const;
+  // An operation split over the queue pairs (or, behind a pending
+  // notification, put on the first), its notification deferred until every
+  // part completed.
+  absl::Status PostParts(ibv_wr_opcode opcode, const ibv_sge& sge,
+                         uint64_t length, uint64_t remote_address,
+                         uint32_t rkey, std::optional<uint32_t> notification,
+                         Completion done, const char* op);
 
+  // What the parts' callbacks need, which may outlive the endpoint.
+  struct Lanes;
   IbverbsTransport* transport_;
-  std::shared_ptr<EndpointState> state_;
+  std::shared_ptr<EndpointState> state_;  // The first queue pair.
+  std::shared_ptr<Lanes> lanes_;
 };
 
 }  // namespace rdmaflow::rdma::ibverbs

@@ -92,6 +92,8 @@ struct EndpointState {
   bool tail_unsignaled = false;
   bool posted_since_progress = false;
   bool closed = false;
+  // Notifications reserved on this queue pair, not yet posted (stripes).
+  uint64_t reserved = 0;
   absl::Status failure;  // Set once the queue pair failed.
   // The queue pair is in the error state (Close(), a failed completion, a
   // dead peer): each request still in `in_flight` will end with a

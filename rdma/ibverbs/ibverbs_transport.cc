@@ -36,6 +36,7 @@ constexpr size_t kMarkerBytes = 8;
 constexpr uint64_t kSeqMask = (uint64_t{1} << kSeqBits) - 1;
 // Completions taken per ibv_poll_cq.
 constexpr int kPollBatch = 32;
+constexpr int kMaxQueuePairsPerPeer = 16;
 
 uint32_t RandomPsn() {
   static thread_local std::mt19937 rng(std::random_device{}());
@@ -131,13 +132,17 @@ absl::StatusOr<std::unique_ptr<IbverbsTransport>> IbverbsTransport::Create(
       options.close_timeout <= absl::ZeroDuration() ||
       options.notify_slots < kMinNotifySlots ||
       options.notify_slots > kMaxNotifySlots ||
-      !absl::has_single_bit(options.notify_slots)) {
+      !absl::has_single_bit(options.notify_slots) ||
+      options.qps_per_peer < 1 ||
+      options.qps_per_peer > kMaxQueuePairsPerPeer ||
+      options.stripe_min < kPage) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ibverbs options out of range: max_outstanding >= 1, signal_every >= "
         "1, ack_timeout 1..31, retry_count 0..7, receive_depth >= 1, "
         "max_pending_queue_pairs >= 1, handshake_timeout and close_timeout "
         "> 0, notify_slots a power of two in [",
-        kMinNotifySlots, ", ", kMaxNotifySlots, "]"));
+        kMinNotifySlots, ", ", kMaxNotifySlots, "], qps_per_peer 1..",
+        kMaxQueuePairsPerPeer, ", stripe_min >= 4096"));
   }
   // The token before the device: a misconfigured job is told so even on a
   // host without RDMA.
@@ -425,6 +430,21 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
     return absl::InvalidArgumentError(absl::StrCat(
         "the address given for rank ", peer.rank, " belongs to rank ", rank));
   }
+  std::vector<std::shared_ptr<EndpointState>> lanes;
+  for (int i = 0; i < options_.qps_per_peer; ++i) {
+    ASSIGN_OR_RETURN(std::shared_ptr<EndpointState> lane,
+                     ConnectLane(peer, parts[2], port, i == 0));
+    lanes.push_back(std::move(lane));
+  }
+  // Nothing arrives on these queue pairs (the peer's side of them only
+  // receives our operations), so rank_of_qp_ does not need them.
+  for (const auto& lane : lanes) endpoints_[lane->id] = lane;
+  return std::make_unique<IbverbsEndpoint>(this, std::move(lanes),
+                                           options_.stripe_min);
+}
+
+absl::StatusOr<std::shared_ptr<EndpointState>> IbverbsTransport::ConnectLane(
+    const PeerInfo& peer, const std::string& host, int port, bool notifies) {
   const Device& d = context_->device;
   auto state = std::make_shared<EndpointState>();
   state->id = next_endpoint_id_++;
@@ -438,7 +458,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
       WithMarker(LocalInfo(d, options_.rank, state->qp.get(), psn));
   // Flag notifications need the 8-byte record inline (its source is then
   // free at once) and a word for the peer's credits.
-  const bool flags = options_.notify == NotifyMode::kFlag &&
+  const bool flags = notifies && options_.notify == NotifyMode::kFlag &&
                      state->max_inline >= kNotifyRecordBytes;
   if (flags) {
     ASSIGN_OR_RETURN(state->credit, Allocate(kNotifyRecordBytes));
@@ -450,12 +470,12 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
   ASSIGN_OR_RETURN(
       Handshake handshake,
-      ExchangeQueuePairInfo(parts[2], port,
+      ExchangeQueuePairInfo(host, port,
                             HandshakeRequest{local, job_token_.value},
                             options_.connect_timeout));
   if (handshake.remote.rank != peer.rank) {
     return absl::UnavailableError(absl::StrCat(
-        "the handshake at ", parts[2], ":", port, " was answered by rank ",
+        "the handshake at ", host, ":", port, " was answered by rank ",
         handshake.remote.rank, ", not rank ", peer.rank,
         "; is the published address stale?"));
   }
@@ -480,10 +500,94 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
       state->ring.has_value()
           ? absl::StrCat("flag (", state->remote.notify_slots, "-slot ring)")
           : std::string("imm"));
-  // Nothing arrives on this queue pair (the peer's side of it only receives
-  // our operations), so rank_of_qp_ does not need it.
-  endpoints_[state->id] = state;
-  return std::make_unique<IbverbsEndpoint>(this, std::move(state));
+  return state;
+}
+
+
+uint64_t IbverbsTransport::RequestsFor(uint64_t length) const {
+  const uint64_t max_message =
+      std::max<uint64_t>(context_->device.port_attr.max_msg_sz, kPage);
+  return std::max<uint64_t>(1, (length + max_message - 1) / max_message);
+}
+
+bool IbverbsTransport::HasRoom(const EndpointState& state,
+                               uint64_t requests) const {
+  return state.in_flight.size() + state.reserved + requests + 1 <=
+         QpOptions().send_depth;
+}
+
+absl::StatusOr<std::optional<NotifyRingWriter::Next>>
+IbverbsTransport::ReserveNotification(EndpointState& state, uint32_t value) {
+  if (!HasRoom(state, 1)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the send queue towards rank ", state.peer_rank,
+        " has no room for a notification; progress the transport and retry"));
+  }
+  std::optional<NotifyRingWriter::Next> record;
+  if (state.ring.has_value()) {
+    absl::StatusOr<bool> room = state.ring->HasRoom();
+    if (!room.ok()) {
+      state.failure = room.status();
+      Stop(state, room.status()).IgnoreError();
+      return room.status();
+    }
+    if (!*room) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", state.peer_rank, " has not consumed ",
+          state.remote.notify_slots,
+          " of our notifications yet (its ring is full); progress the "
+          "transport and retry"));
+    }
+    record = state.ring->Take(value);
+  }
+  ++state.reserved;
+  return record;
+}
+
+void IbverbsTransport::PostReservedNotification(
+    EndpointState& state, uint32_t value,
+    std::optional<NotifyRingWriter::Next> record, Completion done) {
+  if (state.reserved > 0) --state.reserved;
+  absl::Status refused = state.closed ? state.stop_reason : state.failure;
+  if (state.closed && refused.ok()) {
+    refused = absl::CancelledError(absl::StrCat(
+        "the endpoint to rank ", state.peer_rank, " was closed"));
+  }
+  if (!refused.ok()) {
+    completions_.Push(std::move(done), refused);
+    return;
+  }
+  uint64_t bytes = 0;
+  ibv_sge sge{};
+  ibv_send_wr wr{};
+  if (record.has_value()) {
+    bytes = record->record;
+    sge.addr = reinterpret_cast<uintptr_t>(&bytes);
+    sge.length = kNotifyRecordBytes;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_INLINE;
+    wr.wr.rdma.remote_addr = state.remote.notify_address +
+                             uint64_t{record->slot} * kNotifyRecordBytes;
+    wr.wr.rdma.rkey = state.remote.notify_rkey;
+  } else {
+    // No data: the immediate alone, aimed at the peer's marker region.
+    wr.num_sge = 0;
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(value);
+    wr.wr.rdma.remote_addr = state.remote.marker_address;
+    wr.wr.rdma.rkey = state.remote.marker_rkey;
+  }
+  // Completion is a move-only callable: keep it if the post is refused.
+  auto holder = std::make_shared<Completion>(std::move(done));
+  absl::Status posted =
+      PostChain(state, &wr, 1,
+                [holder](absl::Status status) {
+                  std::move (*holder)(std::move(status));
+                },
+                true, "write with notification", false);
+  if (!posted.ok()) completions_.Push(std::move(*holder), posted);
 }
 
 absl::Status IbverbsTransport::PostChain(EndpointState& state,
@@ -554,12 +658,11 @@ absl::Status IbverbsTransport::PostOperation(
     uint64_t remote_address, uint32_t rkey, Completion done, const char* op) {
   const uint64_t max_message =
       std::max<uint64_t>(context_->device.port_attr.max_msg_sz, kPage);
-  const uint64_t chunks = std::max<uint64_t>(
-      1, (length + max_message - 1) / max_message);
+  const uint64_t chunks = RequestsFor(length);
   const bool flag = notification.has_value() && state.ring.has_value();
   const uint64_t requests = chunks + (flag ? 1 : 0);
   // Room for the requests and a marker behind them.
-  if (state.in_flight.size() + requests + 1 > QpOptions().send_depth) {
+  if (!HasRoom(state, requests)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the send queue towards rank ", state.peer_rank, " has no room for ",
         requests, " work requests; progress the transport and retry"));
@@ -1015,7 +1118,7 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
             {"device", "port", "gid_index", "bootstrap_host", "bind_address",
              "world_size", "max_outstanding", "signal_every", "max_inline",
              "ack_timeout", "retry_count", "notify", "notify_slots",
-             "events"}));
+             "events", "qps_per_peer", "stripe_min"}));
         IbverbsTransportOptions options;
         options.rank = config.rank;
         for (const auto& [key, value] : config.params) {
@@ -1049,6 +1152,14 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
               ok = ok && number <= 4096;
               options.max_inline = static_cast<uint32_t>(number);
             }
+            if (key == "qps_per_peer") {
+              ok = ok && number >= 1 && number <= kMaxQueuePairsPerPeer;
+              options.qps_per_peer = static_cast<int>(number);
+            }
+            if (key == "stripe_min") {
+              ok = ok && number >= 4096;
+              options.stripe_min = static_cast<uint64_t>(number);
+            }
             if (key == "events") {
               ok = ok && number <= 1;
               options.completion_events = number == 1;
@@ -1064,7 +1175,9 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
             return absl::InvalidArgumentError(absl::StrCat(
                 "ibverbs parameter ", key, "='", value,
                 "' must be a non-negative integer (max_inline at most 4096, "
-                "notify_slots at most ", kMaxNotifySlots, ")"));
+                "notify_slots at most ", kMaxNotifySlots, ", qps_per_peer 1..",
+                kMaxQueuePairsPerPeer, ", stripe_min at least 4096, events 0 "
+                "or 1)"));
           }
         }
         return IbverbsTransport::Create(options);

@@ -110,6 +110,14 @@ struct IbverbsTransportOptions {
   // arrives instead of for its whole timeout. Flag notifications raise no
   // completion at the target: they are seen when the timeout ends.
   bool completion_events = false;
+  // Queue pairs per connected peer (1..16). Operations of at least
+  // stripe_min bytes are split across them in equal stripes (4 KiB
+  // multiples); smaller ones, flushes' last marker and every notification
+  // go on the first. A notification of a striped write is posted on the
+  // first queue pair once every stripe has completed, and later
+  // notifications of the endpoint wait behind it, so they keep their order.
+  int qps_per_peer = 1;
+  uint64_t stripe_min = uint64_t{256} << 10;
 };
 
 // What the transport did, for tests and logs.
@@ -182,6 +190,28 @@ class IbverbsTransport final : public Transport {
                              const ibv_sge& sge, uint64_t length,
                              uint64_t remote_address, uint32_t rkey,
                              Completion done, const char* op);
+  // Work requests an operation of `length` bytes takes (one per largest
+  // message of the port).
+  uint64_t RequestsFor(uint64_t length) const;
+  // Whether `state` can take `requests` more work requests (and a marker),
+  // beside the notifications reserved on it.
+  bool HasRoom(const EndpointState& state, uint64_t requests) const;
+  // A notification to post later on `state` (behind stripes still in
+  // flight): takes its place in the send queue, and its ring record in flag
+  // mode. kResourceExhausted when there is no room; kDataLoss for a forged
+  // credit (the endpoint fails).
+  absl::StatusOr<std::optional<NotifyRingWriter::Next>> ReserveNotification(
+      EndpointState& state, uint32_t value);
+  // Posts a reserved notification (a zero-byte WRITE WITH IMMEDIATE, or the
+  // reserved record); `done` rides on it. If it cannot be posted, `done`
+  // fires from the next Progress() with the error.
+  void PostReservedNotification(EndpointState& state, uint32_t value,
+                                std::optional<NotifyRingWriter::Next> record,
+                                Completion done);
+  // One queue pair and its handshake towards `peer` at host:port; `notifies`:
+  // it carries the endpoint's notifications (may take flags).
+  absl::StatusOr<std::shared_ptr<EndpointState>> ConnectLane(
+      const PeerInfo& peer, const std::string& host, int port, bool notifies);
   // Posts `count` linked work requests with one ibv_post_send; `done` rides
   // on the last. Signals the last when the queue was idle (so a lone
   // operation needs no marker) or `force_signal`, and any whose unsignaled
@@ -280,7 +310,7 @@ class IbverbsTransport final : public Transport {
 // Registers "ibverbs" (priority 50) with parameters device, port, gid_index,
 // bootstrap_host, bind_address, world_size, max_outstanding, signal_every,
 // max_inline, ack_timeout, retry_count, notify (flag|imm), notify_slots,
-// events (0|1: completion_events).
+// events (0|1: completion_events), qps_per_peer, stripe_min.
 // The job token comes from the environment.
 absl::Status RegisterIbverbsTransport(TransportRegistry& registry);
 
