@@ -29,6 +29,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "rdma/ibverbs/wire.h"
 #include "rdma/job_token.h"
 
 namespace rdmaflow::rdma::ibverbs {
@@ -45,17 +46,8 @@ constexpr absl::Duration kClosingGrace = absl::Seconds(2);
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(5);
 constexpr absl::Duration kMaxBackoff = absl::Milliseconds(200);
 
-template <typename T>
-void Put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
-}
-template <typename T>
-T Get(const char*& in) {
-  T value;
-  std::memcpy(&value, in, sizeof(value));
-  in += sizeof(value);
-  return value;
-}
+using wire::Get;
+using wire::Put;
 
 std::string Frame(absl::string_view body) {
   std::string frame;

@@ -47,19 +47,21 @@ IbverbsTransportOptions DeviceOptions(int rank) {
 }
 
 // The suite runs once per notification path, write with immediate (the
-// default) and flag records in the peer's ring, and with operations from
-// 4 KiB striped over 3 queue pairs.
+// default) and flag records in the peer's ring, with operations from 4 KiB
+// striped over 3 queue pairs, and connected through rdmacm.
 std::vector<ConformanceBackend> IbverbsBackends() {
   struct Variant {
     const char* name;
     NotifyMode mode;
     int qps_per_peer;
+    bool rdmacm;
   };
   std::vector<ConformanceBackend> backends;
-  for (const Variant& v : {Variant{"ibverbs", NotifyMode::kImmediate, 1},
-                           Variant{"ibverbs_flag", NotifyMode::kFlag, 1},
-                           Variant{"ibverbs_striped", NotifyMode::kImmediate,
-                                   3}}) {
+  for (const Variant& v :
+       {Variant{"ibverbs", NotifyMode::kImmediate, 1, false},
+        Variant{"ibverbs_flag", NotifyMode::kFlag, 1, false},
+        Variant{"ibverbs_striped", NotifyMode::kImmediate, 3, false},
+        Variant{"ibverbs_rdmacm", NotifyMode::kImmediate, 1, true}}) {
     ConformanceBackend backend;
     backend.name = v.name;
     backend.multi_process = true;
@@ -70,6 +72,7 @@ std::vector<ConformanceBackend> IbverbsBackends() {
         options.notify = v.mode;
         options.qps_per_peer = v.qps_per_peer;
         options.stripe_min = 4096;
+        options.use_rdmacm = v.rdmacm;
         return IbverbsTransport::Create(options);
       };
     };
@@ -178,15 +181,30 @@ TEST(IbverbsHandshakeTest, AcceptedQueuePairsAreFreedWithTheirEndpoint) {
 }
 
 TEST(IbverbsHandshakeTest, ATransportOfAnotherJobIsRefused) {
-  IbverbsTransportOptions mine = DeviceOptions(1);
-  mine.job_token = "job-a";
-  IbverbsTransportOptions theirs = DeviceOptions(0);
-  theirs.job_token = "job-b";
-  CREATE_PAIR_OR_SKIP(b, a, mine, theirs);
+  for (bool rdmacm : {false, true}) {
+    SCOPED_TRACE(rdmacm ? "rdmacm" : "tcp handshake");
+    IbverbsTransportOptions mine = DeviceOptions(1);
+    mine.job_token = "job-a";
+    IbverbsTransportOptions theirs = DeviceOptions(0);
+    theirs.job_token = "job-b";
+    mine.use_rdmacm = theirs.use_rdmacm = rdmacm;
+    CREATE_PAIR_OR_SKIP(b, a, mine, theirs);
+    EXPECT_THAT(a->Connect(PeerInfo{1, b->address()}),
+                StatusIs(absl::StatusCode::kUnavailable,
+                         HasSubstr(rdmacm ? "job token does not verify"
+                                          : "wrong job token")));
+    EXPECT_EQ(b->stats().accepted_queue_pairs, 0u);
+    EXPECT_EQ(b->stats().listener.refused, 1);
+  }
+}
+
+TEST(IbverbsHandshakeTest, MixedConnectModesAreNamed) {
+  IbverbsTransportOptions cm = DeviceOptions(1);
+  cm.use_rdmacm = true;
+  CREATE_PAIR_OR_SKIP(b, a, cm, DeviceOptions(0));
   EXPECT_THAT(a->Connect(PeerInfo{1, b->address()}),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       HasSubstr("wrong job token")));
-  EXPECT_EQ(b->stats().accepted_queue_pairs, 0u);
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("same connect= parameter")));
 }
 
 // A sender may have at most notify_slots flag notifications the target has

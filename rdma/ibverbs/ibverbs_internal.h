@@ -22,6 +22,7 @@
 #include "rdma/ibverbs/bootstrap.h"
 #include "rdma/ibverbs/device.h"
 #include "rdma/ibverbs/notify_ring.h"
+#include "rdma/ibverbs/rdmacm.h"
 #include "rdma/ibverbs/verbs_raii.h"
 #include "rdma/memory_region.h"
 
@@ -78,6 +79,7 @@ struct EndpointState {
   int peer_rank = -1;
   QpPtr qp;
   UniqueFd connection;  // The handshake connection: closed = peer gone.
+  std::unique_ptr<CmConnection> cm;  // With rdmacm, instead: disconnected.
   uint32_t max_inline = 0;
   QueuePairInfo remote;
   std::string description;

@@ -28,6 +28,7 @@ namespace rdmaflow::rdma::ibverbs {
 namespace {
 
 constexpr char kAddressMagic[] = "ibverbs1";
+constexpr char kAddressMagicCm[] = "ibverbs1cm";
 constexpr char kKeyMagic[] = "IBV1";
 constexpr int kAccess =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -220,29 +221,55 @@ absl::Status IbverbsTransport::Init() {
   listen.world_size = options_.world_size;
   listen.handshake_timeout = options_.handshake_timeout;
   listen.max_pending_queue_pairs = options_.max_pending_queue_pairs;
-  ASSIGN_OR_RETURN(listener_,
-                   BootstrapListener::Start(
-                       listen, [this](const QueuePairInfo& request) {
-                         return Accept(request);
-                       }));
   std::string host = options_.bootstrap_host;
   if (host.empty()) {
     host = bind.address == "0.0.0.0" ? default_host : bind.address;
   }
-  address_ = absl::StrCat(kAddressMagic, "|", options_.rank, "|", host, "|",
-                          listener_->port(), "|", d.name);
-  handshake_address_ = absl::StrCat(listener_->bound_address(), ":",
-                                    listener_->port(), ", ", bind.why);
-  description_ = absl::StrCat(d.description, "; handshake at ", host, ":",
-                              listener_->port(), " (bound to ",
-                              handshake_address_, "; job token: ",
-                              job_token_.source, ")");
+  int port = 0;
+  if (options_.use_rdmacm) {
+    CmListenerOptions cm;
+    // The connection manager needs the device interface's own address.
+    cm.bind_address = bind.address == "0.0.0.0" ? default_host : bind.address;
+    cm.job_token = job_token_.value;
+    cm.local_rank = options_.rank;
+    cm.world_size = options_.world_size;
+    cm.rd_atomic = static_cast<uint8_t>(
+        std::max(1, std::min(16, d.device_attr.max_qp_rd_atom)));
+    cm.retry_count = static_cast<uint8_t>(options_.retry_count);
+    ASSIGN_OR_RETURN(cm_listener_,
+                     CmListener::Start(cm, [this](const CmPeerInfo& request,
+                                                  rdma_cm_id* id) {
+                       return AcceptCm(request, id);
+                     }));
+    port = cm_listener_->port();
+    handshake_address_ = absl::StrCat(cm.bind_address, ":", port,
+                                      " (rdmacm), ", bind.why);
+  } else {
+    ASSIGN_OR_RETURN(listener_,
+                     BootstrapListener::Start(
+                         listen, [this](const QueuePairInfo& request) {
+                           return Accept(request);
+                         }));
+    port = listener_->port();
+    handshake_address_ = absl::StrCat(listener_->bound_address(), ":", port,
+                                      ", ", bind.why);
+  }
+  address_ = absl::StrCat(
+      options_.use_rdmacm ? kAddressMagicCm : kAddressMagic, "|",
+      options_.rank, "|", host, "|", port, "|", d.name);
+  description_ = absl::StrCat(
+      d.description, "; ", options_.use_rdmacm ? "rdmacm" : "handshake",
+      " at ", host, ":", port, " (bound to ", handshake_address_,
+      "; job token: ", job_token_.source, ")");
   return absl::OkStatus();
 }
 
 // The listener goes first: it releases the accepted queue pairs into
 // retired_, destroyed with the other members (before the CQs and SRQ).
-IbverbsTransport::~IbverbsTransport() { listener_.reset(); }
+IbverbsTransport::~IbverbsTransport() {
+  listener_.reset();
+  cm_listener_.reset();
+}
 
 IbverbsTransportStats IbverbsTransport::stats() const {
   IbverbsTransportStats stats;
@@ -252,7 +279,8 @@ IbverbsTransportStats IbverbsTransport::stats() const {
     stats.retired_queue_pairs = retired_count_;
   }
   stats.fenced_queue_pairs = fenced_count_;
-  stats.listener = listener_->stats();
+  if (listener_ != nullptr) stats.listener = listener_->stats();
+  if (cm_listener_ != nullptr) stats.listener.refused = cm_listener_->refused();
   return stats;
 }
 
@@ -262,6 +290,9 @@ Capabilities IbverbsTransport::capabilities() const {
   caps.description = absl::StrCat(
       description_, "; RC, signal every ", options_.signal_every,
       ", inline <= ", options_.max_inline, " B",
+      options_.qps_per_peer > 1
+          ? absl::StrCat(", ", options_.qps_per_peer, " QPs per peer")
+          : "",
       options_.completion_events ? ", completion events" : "", ", notify ",
       options_.notify == NotifyMode::kFlag
           ? absl::StrCat("flag (", options_.notify_slots, "-slot rings)")
@@ -354,6 +385,39 @@ QueuePairInfo IbverbsTransport::WithMarker(QueuePairInfo info) const {
 
 absl::StatusOr<Accepted> IbverbsTransport::Accept(
     const QueuePairInfo& request) {
+  return AcceptQueuePair(
+      request.rank, request.notify_address, request.notify_rkey,
+      [&](ibv_qp* qp, uint32_t psn) {
+        return ConnectQueuePair(qp, context_->device, psn, request,
+                                QpOptions());
+      });
+}
+
+absl::StatusOr<CmAccepted> IbverbsTransport::AcceptCm(
+    const CmPeerInfo& request, rdma_cm_id* id) {
+  ASSIGN_OR_RETURN(
+      Accepted accepted,
+      AcceptQueuePair(request.rank, request.notify_address,
+                      request.notify_rkey, [&](ibv_qp* qp, uint32_t) {
+                        return ConnectQueuePairWithCm(
+                            id, qp, static_cast<uint8_t>(options_.ack_timeout),
+                            static_cast<uint8_t>(options_.retry_count));
+                      }));
+  CmAccepted cm;
+  cm.qp_num = accepted.info.qpn;
+  cm.answer.rank = options_.rank;
+  cm.answer.marker_address = accepted.info.marker_address;
+  cm.answer.marker_rkey = accepted.info.marker_rkey;
+  cm.answer.notify_address = accepted.info.notify_address;
+  cm.answer.notify_rkey = accepted.info.notify_rkey;
+  cm.answer.notify_slots = accepted.info.notify_slots;
+  cm.peer = std::move(accepted.peer);
+  return cm;
+}
+
+absl::StatusOr<Accepted> IbverbsTransport::AcceptQueuePair(
+    int rank, uint64_t credit_address, uint32_t credit_rkey,
+    absl::FunctionRef<absl::Status(ibv_qp*, uint32_t psn)> connect) {
   const Device& d = context_->device;
   uint32_t inline_bytes = 0;
   ASSIGN_OR_RETURN(QpPtr qp,
@@ -361,25 +425,25 @@ absl::StatusOr<Accepted> IbverbsTransport::Accept(
                                    recv_cq_.get(), srq_.get(), QpOptions(),
                                    &inline_bytes));
   const uint32_t psn = RandomPsn();
-  RETURN_IF_ERROR(ConnectQueuePair(qp.get(), d, psn, request, QpOptions()));
+  RETURN_IF_ERROR(connect(qp.get(), psn));
   Accepted accepted;
   accepted.info = WithMarker(LocalInfo(d, options_.rank, qp.get(), psn));
   const uint32_t qpn = qp->qp_num;
   // A ring for the peer's flag notifications, when it named where our
   // credits go (an 8-byte aligned word) and we take flags.
   std::unique_ptr<AcceptedRing> ring;
-  if (options_.notify == NotifyMode::kFlag && request.notify_address != 0 &&
-      request.notify_address % 8 == 0) {
+  if (options_.notify == NotifyMode::kFlag && credit_address != 0 &&
+      credit_address % 8 == 0) {
     ring = std::make_unique<AcceptedRing>();
     const size_t bytes = size_t{options_.notify_slots} * kNotifyRecordBytes;
     ASSIGN_OR_RETURN(ring->memory, Allocate(bytes + kNotifyRecordBytes));
     ring->qpn = qpn;
-    ring->rank = request.rank;
+    ring->rank = rank;
     ring->qp = qp.get();
     ring->reader.emplace(reinterpret_cast<const uint64_t*>(ring->memory.data()),
                          options_.notify_slots);
-    ring->credit_address = request.notify_address;
-    ring->credit_rkey = request.notify_rkey;
+    ring->credit_address = credit_address;
+    ring->credit_rkey = credit_rkey;
     ASSIGN_OR_RETURN(accepted.info.notify_rkey,
                      UnpackKey(ring->memory.descriptor().packed_key,
                                options_.rank));
@@ -389,7 +453,7 @@ absl::StatusOr<Accepted> IbverbsTransport::Accept(
   }
   {
     absl::MutexLock lock(&mutex_);
-    rank_of_qp_[qpn] = request.rank;
+    rank_of_qp_[qpn] = rank;
     accepted_[qpn] = std::move(qp);
     if (ring != nullptr) new_rings_.push_back(std::move(ring));
     listener_changed_.store(true, std::memory_order_release);
@@ -419,7 +483,19 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
   std::vector<std::string> parts = absl::StrSplit(peer.address, '|');
   int rank = -1;
   int port = 0;
-  if (parts.size() != 5 || parts[0] != kAddressMagic ||
+  const absl::string_view magic =
+      options_.use_rdmacm ? kAddressMagicCm : kAddressMagic;
+  if (parts.size() == 5 &&
+      (parts[0] == kAddressMagic || parts[0] == kAddressMagicCm) &&
+      parts[0] != magic) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", peer.rank, " connects with ",
+        parts[0] == kAddressMagicCm ? "connect=rdmacm" : "connect=tcp",
+        " and this rank with ",
+        options_.use_rdmacm ? "connect=rdmacm" : "connect=tcp",
+        "; every rank must use the same connect= parameter"));
+  }
+  if (parts.size() != 5 || parts[0] != magic ||
       !absl::SimpleAtoi(parts[1], &rank) ||
       !absl::SimpleAtoi(parts[3], &port) || port <= 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -467,33 +543,81 @@ absl::StatusOr<std::shared_ptr<EndpointState>> IbverbsTransport::ConnectLane(
                      UnpackKey(state->credit.descriptor().packed_key,
                                options_.rank));
   }
-  const absl::Time deadline = absl::Now() + options_.connect_timeout;
-  ASSIGN_OR_RETURN(
-      Handshake handshake,
-      ExchangeQueuePairInfo(host, port,
-                            HandshakeRequest{local, job_token_.value},
-                            options_.connect_timeout));
-  if (handshake.remote.rank != peer.rank) {
-    return absl::UnavailableError(absl::StrCat(
-        "the handshake at ", host, ":", port, " was answered by rank ",
-        handshake.remote.rank, ", not rank ", peer.rank,
-        "; is the published address stale?"));
+  QueuePairInfo remote;
+  if (options_.use_rdmacm) {
+    CmPeerInfo request;
+    request.rank = options_.rank;
+    request.marker_address = local.marker_address;
+    request.marker_rkey = local.marker_rkey;
+    request.notify_address = local.notify_address;
+    request.notify_rkey = local.notify_rkey;
+    CmPeerInfo answer;
+    ASSIGN_OR_RETURN(
+        state->cm,
+        CmConnection::Connect(
+            host, port, request, job_token_.value, options_.connect_timeout,
+            [&](rdma_cm_id* id) -> absl::StatusOr<ibv_qp*> {
+              // The route must lead out of our own device.
+              const char* routed =
+                  id->verbs != nullptr ? ibv_get_device_name(id->verbs->device)
+                                       : nullptr;
+              if (routed == nullptr || d.name != routed) {
+                return absl::UnavailableError(absl::StrCat(
+                    "rdmacm routes rank ", peer.rank, " at ", host,
+                    " through ", routed == nullptr ? "no device" : routed,
+                    ", not ", d.name, "; set device= to the device that "
+                    "reaches it"));
+              }
+              return state->qp.get();
+            },
+            static_cast<uint8_t>(options_.ack_timeout),
+            static_cast<uint8_t>(options_.retry_count),
+            static_cast<uint8_t>(
+                std::max(1, std::min(16, d.device_attr.max_qp_rd_atom))),
+            &answer));
+    if (answer.rank != peer.rank) {
+      return absl::UnavailableError(absl::StrCat(
+          "rdmacm at ", host, ":", port, " was answered by rank ", answer.rank,
+          ", not rank ", peer.rank, "; is the published address stale?"));
+    }
+    remote.rank = answer.rank;
+    remote.marker_address = answer.marker_address;
+    remote.marker_rkey = answer.marker_rkey;
+    remote.notify_address = answer.notify_address;
+    remote.notify_rkey = answer.notify_rkey;
+    remote.notify_slots = answer.notify_slots;
+    remote.qpn = state->cm->remote_qp_num();
+  } else {
+    const absl::Time deadline = absl::Now() + options_.connect_timeout;
+    ASSIGN_OR_RETURN(
+        Handshake handshake,
+        ExchangeQueuePairInfo(host, port,
+                              HandshakeRequest{local, job_token_.value},
+                              options_.connect_timeout));
+    if (handshake.remote.rank != peer.rank) {
+      return absl::UnavailableError(absl::StrCat(
+          "the handshake at ", host, ":", port, " was answered by rank ",
+          handshake.remote.rank, ", not rank ", peer.rank,
+          "; is the published address stale?"));
+    }
+    // On an error from here on, `handshake.connection` closes unconfirmed and
+    // the peer frees the queue pair it created for us.
+    RETURN_IF_ERROR(ConnectQueuePair(state->qp.get(), d, psn, handshake.remote,
+                                     QpOptions()));
+    RETURN_IF_ERROR(ConfirmHandshake(
+        handshake, std::max(deadline - absl::Now(), absl::Seconds(1))));
+    state->connection = std::move(handshake.connection);
+    remote = handshake.remote;
   }
-  // On an error from here on, `handshake.connection` closes unconfirmed and
-  // the peer frees the queue pair it created for us.
-  if (flags && handshake.remote.notify_slots != 0) {
-    RETURN_IF_ERROR(ValidateNotifyRing(handshake.remote.notify_address,
-                                       handshake.remote.notify_slots,
-                                       peer.rank));
+  // On an error from here on, the connection closes and the peer frees the
+  // queue pair it created for us.
+  if (flags && remote.notify_slots != 0) {
+    RETURN_IF_ERROR(ValidateNotifyRing(remote.notify_address,
+                                       remote.notify_slots, peer.rank));
     state->ring.emplace(reinterpret_cast<const uint64_t*>(state->credit.data()),
-                        handshake.remote.notify_slots, peer.rank);
+                        remote.notify_slots, peer.rank);
   }
-  RETURN_IF_ERROR(ConnectQueuePair(state->qp.get(), d, psn, handshake.remote,
-                                   QpOptions()));
-  RETURN_IF_ERROR(ConfirmHandshake(
-      handshake, std::max(deadline - absl::Now(), absl::Seconds(1))));
-  state->remote = handshake.remote;
-  state->connection = std::move(handshake.connection);
+  state->remote = remote;
   state->description = absl::StrCat(
       "ibverbs RC QP ", state->qp->qp_num, " -> rank ", peer.rank, " QP ",
       state->remote.qpn, " on ", d.description, ", notify ",
@@ -1010,7 +1134,10 @@ void IbverbsTransport::WatchPeers() {
       }
       continue;
     }
-    if (!PeerClosed(state->connection.get())) continue;
+    if (state->cm != nullptr ? !state->cm->Disconnected()
+                             : !PeerClosed(state->connection.get())) {
+      continue;
+    }
     state->failure = absl::UnavailableError(absl::StrCat(
         "rank ", state->peer_rank,
         " is gone: its connection closed (the process exited or was killed)"));
@@ -1118,7 +1245,7 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
             {"device", "port", "gid_index", "bootstrap_host", "bind_address",
              "world_size", "max_outstanding", "signal_every", "max_inline",
              "ack_timeout", "retry_count", "notify", "notify_slots",
-             "events", "qps_per_peer", "stripe_min"}));
+             "events", "qps_per_peer", "stripe_min", "connect"}));
         IbverbsTransportOptions options;
         options.rank = config.rank;
         for (const auto& [key, value] : config.params) {
@@ -1130,6 +1257,14 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
             options.bootstrap_host = value;
           } else if (key == "bind_address") {
             options.bind_address = value;
+          } else if (key == "connect") {
+            if (value != "tcp" && value != "rdmacm") {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "ibverbs parameter connect='", value,
+                  "' must be tcp (rdmaflow's handshake) or rdmacm (the RDMA "
+                  "connection manager)"));
+            }
+            options.use_rdmacm = value == "rdmacm";
           } else if (key == "notify") {
             if (value != "flag" && value != "imm") {
               return absl::InvalidArgumentError(absl::StrCat(

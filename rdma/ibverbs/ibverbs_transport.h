@@ -23,6 +23,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -31,6 +32,7 @@
 #include "rdma/ibverbs/ibverbs_internal.h"
 #include "rdma/ibverbs/notify_ring.h"
 #include "rdma/ibverbs/queue_pair.h"
+#include "rdma/ibverbs/rdmacm.h"
 #include "rdma/internal/completion_queue.h"
 #include "rdma/job_token.h"
 #include "rdma/transport.h"
@@ -118,6 +120,11 @@ struct IbverbsTransportOptions {
   // notifications of the endpoint wait behind it, so they keep their order.
   int qps_per_peer = 1;
   uint64_t stripe_min = uint64_t{256} << 10;
+  // Connect queue pairs through the RDMA connection manager (rdmacm.h)
+  // instead of the TCP handshake: the listener is an rdmacm listener on the
+  // bind address (which must be the device interface's), peers' deaths are
+  // its disconnect events. Every rank of a job must use the same.
+  bool use_rdmacm = false;
 };
 
 // What the transport did, for tests and logs.
@@ -174,6 +181,14 @@ class IbverbsTransport final : public Transport {
   // Answers a peer's handshake (on the listener thread): creates and
   // connects its queue pair, owned by the returned AcceptedPeer.
   absl::StatusOr<Accepted> Accept(const QueuePairInfo& request);
+  // The same for an rdmacm connect request (on the rdmacm listener's thread).
+  absl::StatusOr<CmAccepted> AcceptCm(const CmPeerInfo& request,
+                                      rdma_cm_id* id);
+  // What both answer with: creates the queue pair, lets `connect` move it to
+  // RTS, offers a ring where the peer named a credit word.
+  absl::StatusOr<Accepted> AcceptQueuePair(
+      int rank, uint64_t credit_address, uint32_t credit_rkey,
+      absl::FunctionRef<absl::Status(ibv_qp*, uint32_t psn)> connect);
   // The listener released a peer (on the listener thread): the queue pair
   // moves to the error state and waits in retired_ for Progress() to drain
   // the receive queue of its completions and destroy it.
@@ -305,12 +320,14 @@ class IbverbsTransport final : public Transport {
   ::rdmaflow::rdma::internal::CompletionQueue completions_;
   std::deque<Notification> notifications_;
   std::unique_ptr<BootstrapListener> listener_;  // Stopped first.
+  std::unique_ptr<CmListener> cm_listener_;     // With use_rdmacm, instead.
 };
 
 // Registers "ibverbs" (priority 50) with parameters device, port, gid_index,
 // bootstrap_host, bind_address, world_size, max_outstanding, signal_every,
 // max_inline, ack_timeout, retry_count, notify (flag|imm), notify_slots,
-// events (0|1: completion_events), qps_per_peer, stripe_min.
+// events (0|1: completion_events), qps_per_peer, stripe_min, connect
+// (tcp|rdmacm).
 // The job token comes from the environment.
 absl::Status RegisterIbverbsTransport(TransportRegistry& registry);
 

@@ -24,6 +24,7 @@
 #include "rdma/ibverbs/ibverbs_internal.h"
 #include "rdma/ibverbs/ibverbs_status.h"
 #include "rdma/ibverbs/ibverbs_transport.h"
+#include "rdma/ibverbs/rdmacm.h"
 
 namespace rdmaflow::rdma::ibverbs {
 namespace {
@@ -487,6 +488,43 @@ TEST(BootstrapTest, BindAddressPrecedence) {
   EXPECT_THAT(BootstrapListener::Start(options, nullptr),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("RDMAFLOW_BIND_ADDR")));
+}
+
+TEST(RdmaCmTest, PrivateDataRoundTripsAndAForeignOrForgedOneIsRefused) {
+  CmPeerInfo info;
+  info.rank = 5;
+  info.marker_address = 0x7f0000001000;
+  info.marker_rkey = 0x1234;
+  info.notify_address = 0x7f0000002000;
+  info.notify_rkey = 0x5678;
+  const std::string request = EncodeCmPeerInfo(info, true, "job-a");
+  EXPECT_LE(request.size(), 56u) << "an RC connect request carries 56 bytes";
+  ASSERT_OK_AND_ASSIGN(CmPeerInfo decoded,
+                       DecodeCmPeerInfo(request, true, "job-a"));
+  EXPECT_EQ(decoded.rank, 5);
+  EXPECT_EQ(decoded.marker_address, info.marker_address);
+  EXPECT_EQ(decoded.marker_rkey, info.marker_rkey);
+  EXPECT_EQ(decoded.notify_address, info.notify_address);
+  EXPECT_EQ(decoded.notify_rkey, info.notify_rkey);
+  // The connection manager pads private data with zeros.
+  EXPECT_OK(DecodeCmPeerInfo(request + std::string(8, '\0'), true, "job-a"));
+  EXPECT_THAT(DecodeCmPeerInfo(request, true, "job-b"),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("job token does not verify")));
+  std::string forged = request;
+  forged[4] ^= 1;  // Another claimed rank, the MAC left as it was.
+  EXPECT_THAT(DecodeCmPeerInfo(forged, true, "job-a"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(DecodeCmPeerInfo(request.substr(0, 20), true, "job-a"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(DecodeCmPeerInfo(request, false, "job-a"),
+              StatusIs(absl::StatusCode::kInvalidArgument))
+      << "a request is not an answer";
+  info.notify_slots = 256;
+  ASSERT_OK_AND_ASSIGN(
+      CmPeerInfo answer,
+      DecodeCmPeerInfo(EncodeCmPeerInfo(info, false, "job-a"), false, "job-a"));
+  EXPECT_EQ(answer.notify_slots, 256u);
 }
 
 TEST(KeyTest, PackedKeysRoundTripAndForeignOnesAreRejected) {

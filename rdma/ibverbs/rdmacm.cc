@@ -1,0 +1,450 @@
+// File: rdmacm.cc
+#include "rdma/ibverbs/rdmacm.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "rdma/ibverbs/ibverbs_status.h"
+#include "rdma/ibverbs/wire.h"
+#include "rdma/job_token.h"
+
+namespace rdmaflow::rdma::ibverbs {
+namespace {
+
+using wire::Get;
+using wire::Put;
+
+constexpr uint32_t kRequestMagic = 0x31434652;  // "RFC1"
+constexpr uint32_t kAnswerMagic = 0x31414652;   // "RFA1"
+constexpr size_t kMacBytes = 24;
+constexpr size_t kRequestFields = 4 + 4 + 8 + 4 + 8 + 4;
+constexpr size_t kAnswerFields = kRequestFields + 4;
+// What a connect request's private data can carry on RC (IB CM REQ).
+static_assert(kRequestFields + kMacBytes <= 56);
+constexpr int kBacklog = 64;
+
+std::string Mac(absl::string_view token, absl::string_view fields) {
+  return absl::HexStringToBytes(JobTokenProof(token, fields)).substr(0, kMacBytes);
+}
+
+absl::Status CmError(int err, absl::string_view what) {
+  return VerbsError(err, what);
+}
+
+// Waits for the next event of `channel` (non-blocking fd) until `deadline`;
+// nullptr on timeout. The caller acknowledges it.
+rdma_cm_event* NextEvent(rdma_event_channel* channel, absl::Time deadline) {
+  while (true) {
+    rdma_cm_event* event = nullptr;
+    if (rdma_get_cm_event(channel, &event) == 0) return event;
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return nullptr;
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return nullptr;
+    pollfd p{channel->fd, POLLIN, 0};
+    poll(&p, 1, static_cast<int>(std::min<int64_t>(
+                    absl::ToInt64Milliseconds(left) + 1, 1000)));
+  }
+}
+
+absl::Status NonBlocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return CmError(errno, "making an rdmacm event channel non-blocking");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<sockaddr_in> Ipv4(const std::string& host, int port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rdmacm needs an IPv4 address, not '", host, "'"));
+  }
+  return address;
+}
+
+}  // namespace
+
+std::string EncodeCmPeerInfo(const CmPeerInfo& info, bool request,
+                             absl::string_view job_token) {
+  std::string out;
+  Put<uint32_t>(out, request ? kRequestMagic : kAnswerMagic);
+  Put<int32_t>(out, info.rank);
+  Put<uint64_t>(out, info.marker_address);
+  Put<uint32_t>(out, info.marker_rkey);
+  Put<uint64_t>(out, info.notify_address);
+  Put<uint32_t>(out, info.notify_rkey);
+  if (!request) Put<uint32_t>(out, info.notify_slots);
+  out += Mac(job_token, out);
+  return out;
+}
+
+absl::StatusOr<CmPeerInfo> DecodeCmPeerInfo(absl::string_view bytes,
+                                            bool request,
+                                            absl::string_view job_token) {
+  const size_t fields = request ? kRequestFields : kAnswerFields;
+  // The connection manager pads private data with zeros: longer is fine.
+  if (bytes.size() < fields + kMacBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rdmacm private data of ", bytes.size(), " bytes, expected ",
+        fields + kMacBytes));
+  }
+  const char* in = bytes.data();
+  if (Get<uint32_t>(in) != (request ? kRequestMagic : kAnswerMagic)) {
+    return absl::InvalidArgumentError(
+        "rdmacm private data of another protocol or version");
+  }
+  const std::string expected = Mac(job_token, bytes.substr(0, fields));
+  if (!JobTokenMatches(expected, bytes.substr(fields, kMacBytes))) {
+    return absl::PermissionDeniedError(
+        "its proof of the job token does not verify (another job, or a "
+        "different RDMAFLOW_JOB_TOKEN)");
+  }
+  CmPeerInfo info;
+  info.rank = Get<int32_t>(in);
+  info.marker_address = Get<uint64_t>(in);
+  info.marker_rkey = Get<uint32_t>(in);
+  info.notify_address = Get<uint64_t>(in);
+  info.notify_rkey = Get<uint32_t>(in);
+  if (!request) info.notify_slots = Get<uint32_t>(in);
+  return info;
+}
+
+absl::Status ConnectQueuePairWithCm(rdma_cm_id* id, ibv_qp* qp,
+                                    uint8_t ack_timeout, uint8_t retry_count) {
+  for (ibv_qp_state state : {IBV_QPS_RTR, IBV_QPS_RTS}) {
+    ibv_qp_attr attr{};
+    int mask = 0;
+    attr.qp_state = state;
+    if (int rc = rdma_init_qp_attr(id, &attr, &mask); rc != 0) {
+      return CmError(errno, "rdma_init_qp_attr");
+    }
+    if (state == IBV_QPS_RTS) {
+      attr.timeout = ack_timeout;
+      attr.retry_cnt = retry_count;
+      attr.rnr_retry = 7;  // Retry receiver-not-ready forever.
+      mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY;
+    }
+    if (int rc = ibv_modify_qp(qp, &attr, mask); rc != 0) {
+      return CmError(rc, state == IBV_QPS_RTR ? "ibv_modify_qp to RTR (rdmacm)"
+                                              : "ibv_modify_qp to RTS (rdmacm)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Listener
+
+absl::StatusOr<std::unique_ptr<CmListener>> CmListener::Start(
+    const CmListenerOptions& options, Handler handler) {
+  ASSIGN_OR_RETURN(sockaddr_in address, Ipv4(options.bind_address, 0));
+  rdma_event_channel* channel = rdma_create_event_channel();
+  if (channel == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "rdma_create_event_channel failed: ", std::strerror(errno),
+        "; is the rdma_ucm module loaded (/dev/infiniband/rdma_cm)?"));
+  }
+  rdma_cm_id* id = nullptr;
+  auto fail = [&](absl::Status status) {
+    if (id != nullptr) rdma_destroy_id(id);
+    rdma_destroy_event_channel(channel);
+    return status;
+  };
+  if (absl::Status s = NonBlocking(channel->fd); !s.ok()) return fail(s);
+  if (rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) != 0) {
+    return fail(CmError(errno, "rdma_create_id"));
+  }
+  if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&address)) != 0) {
+    return fail(absl::UnavailableError(absl::StrCat(
+        "rdmacm cannot bind ", options.bind_address, ": ",
+        std::strerror(errno),
+        "; it must be the IPv4 address of an RDMA device's interface (set "
+        "bind_address=)")));
+  }
+  if (rdma_listen(id, kBacklog) != 0) {
+    return fail(CmError(errno, "rdma_listen"));
+  }
+  int wake[2];
+  if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return fail(CmError(errno, "pipe2"));
+  }
+  const int port = ntohs(rdma_get_src_port(id));
+  return std::unique_ptr<CmListener>(new CmListener(
+      options, channel, id, wake[0], wake[1], port, std::move(handler)));
+}
+
+CmListener::CmListener(const CmListenerOptions& options,
+                       rdma_event_channel* channel, rdma_cm_id* listen_id,
+                       int wake_read, int wake_write, int port,
+                       Handler handler)
+    : options_(options),
+      channel_(channel),
+      listen_id_(listen_id),
+      wake_read_(wake_read),
+      wake_write_(wake_write),
+      port_(port),
+      handler_(std::move(handler)) {
+  thread_ = std::thread([this] { Serve(); });
+}
+
+CmListener::~CmListener() {
+  const char byte = 1;
+  (void)!write(wake_write_, &byte, 1);
+  thread_.join();
+  // The thread is gone: disconnect and release what it accepted.
+  while (!peers_.empty()) Release(peers_.begin()->first);
+  rdma_destroy_id(listen_id_);
+  rdma_destroy_event_channel(channel_);
+  close(wake_read_);
+  close(wake_write_);
+}
+
+int64_t CmListener::refused() const {
+  absl::MutexLock lock(&mutex_);
+  return refused_;
+}
+
+void CmListener::Serve() {
+  while (true) {
+    pollfd fds[2] = {{channel_->fd, POLLIN, 0}, {wake_read_, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (fds[1].revents != 0) return;
+    rdma_cm_event* event = nullptr;
+    while (rdma_get_cm_event(channel_, &event) == 0) OnEvent(event);
+  }
+}
+
+void CmListener::Release(rdma_cm_id* id) {
+  auto it = peers_.find(id);
+  if (it == peers_.end()) return;
+  rdma_disconnect(id);
+  it->second.reset();  // Retires the queue pair.
+  peers_.erase(it);
+  rdma_destroy_id(id);
+}
+
+void CmListener::OnEvent(rdma_cm_event* event) {
+  rdma_cm_id* id = event->id;
+  const rdma_cm_event_type type = event->event;
+  if (type != RDMA_CM_EVENT_CONNECT_REQUEST) {
+    rdma_ack_cm_event(event);
+    // The peer went away (disconnected, died, or its connection never
+    // completed): free its queue pair and identifier.
+    if (type == RDMA_CM_EVENT_DISCONNECTED ||
+        type == RDMA_CM_EVENT_REJECTED ||
+        type == RDMA_CM_EVENT_CONNECT_ERROR ||
+        type == RDMA_CM_EVENT_UNREACHABLE ||
+        type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+      Release(id);
+    }
+    return;
+  }
+  const std::string data(
+      static_cast<const char*>(event->param.conn.private_data),
+      event->param.conn.private_data_len);
+  rdma_ack_cm_event(event);
+  char peer[INET_ADDRSTRLEN] = "?";
+  if (sockaddr* a = rdma_get_peer_addr(id); a != nullptr && a->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a)->sin_addr, peer,
+              sizeof(peer));
+  }
+  auto refuse = [&](const std::string& why) {
+    std::fprintf(stderr,
+                 "rdmaflow ibverbs: rank %d refused an rdmacm connection from "
+                 "%s: %s\n",
+                 options_.local_rank, peer, why.c_str());
+    {
+      absl::MutexLock lock(&mutex_);
+      ++refused_;
+    }
+    const std::string reason = why.substr(0, 140);
+    rdma_reject(id, reason.data(), static_cast<uint8_t>(reason.size()));
+    rdma_destroy_id(id);
+  };
+  absl::StatusOr<CmPeerInfo> request =
+      DecodeCmPeerInfo(data, true, options_.job_token);
+  if (!request.ok()) {
+    refuse(std::string(request.status().message()));
+    return;
+  }
+  if (request->rank < 0 || request->rank == options_.local_rank ||
+      (options_.world_size > 0 && request->rank >= options_.world_size)) {
+    refuse(absl::StrCat("claimed rank ", request->rank,
+                        " is not a peer of rank ", options_.local_rank,
+                        options_.world_size > 0
+                            ? absl::StrCat(" in a job of ", options_.world_size)
+                            : ""));
+    return;
+  }
+  absl::StatusOr<CmAccepted> accepted = handler_(*request, id);
+  if (!accepted.ok()) {
+    refuse(std::string(accepted.status().message()));
+    return;
+  }
+  const std::string answer =
+      EncodeCmPeerInfo(accepted->answer, false, options_.job_token);
+  rdma_conn_param param{};
+  param.private_data = answer.data();
+  param.private_data_len = static_cast<uint8_t>(answer.size());
+  param.responder_resources = options_.rd_atomic;
+  param.initiator_depth = options_.rd_atomic;
+  param.retry_count = options_.retry_count;
+  param.rnr_retry_count = 7;
+  param.srq = 1;
+  param.qp_num = accepted->qp_num;
+  peers_[id] = std::move(accepted->peer);
+  if (rdma_accept(id, &param) != 0) {
+    std::fprintf(stderr, "rdmaflow ibverbs: rdma_accept for rank %d: %s\n",
+                 request->rank, std::strerror(errno));
+    Release(id);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Active side
+
+absl::StatusOr<std::unique_ptr<CmConnection>> CmConnection::Connect(
+    const std::string& host, int port, const CmPeerInfo& request,
+    absl::string_view job_token, absl::Duration timeout,
+    const std::function<absl::StatusOr<ibv_qp*>(rdma_cm_id*)>& make_qp,
+    uint8_t ack_timeout, uint8_t retry_count, uint8_t rd_atomic,
+    CmPeerInfo* answer) {
+  ASSIGN_OR_RETURN(sockaddr_in address, Ipv4(host, port));
+  const absl::Time deadline = absl::Now() + timeout;
+  rdma_event_channel* channel = rdma_create_event_channel();
+  if (channel == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "rdma_create_event_channel failed: ", std::strerror(errno),
+        "; is the rdma_ucm module loaded (/dev/infiniband/rdma_cm)?"));
+  }
+  rdma_cm_id* id = nullptr;
+  if (rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) != 0) {
+    absl::Status status = CmError(errno, "rdma_create_id");
+    rdma_destroy_event_channel(channel);
+    return status;
+  }
+  // From here the connection owns both, whatever happens.
+  std::unique_ptr<CmConnection> connection(new CmConnection(channel, id));
+  RETURN_IF_ERROR(NonBlocking(channel->fd));
+  const std::string where = absl::StrCat(host, ":", port);
+  const int resolve_ms = static_cast<int>(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout)));
+  // Waits for `expected`, turning anything else into an error.
+  uint32_t remote_qp_num = 0;
+  auto await = [&](rdma_cm_event_type expected, const char* step,
+                   std::string* data) -> absl::Status {
+    rdma_cm_event* event = NextEvent(channel, deadline);
+    if (event == nullptr) {
+      return absl::UnavailableError(absl::StrCat(
+          "rdmacm ", step, " towards ", where, " did not finish within ",
+          absl::FormatDuration(timeout)));
+    }
+    const rdma_cm_event_type type = event->event;
+    const int status = event->status;
+    std::string private_data;
+    if (event->param.conn.private_data != nullptr) {
+      private_data.assign(
+          static_cast<const char*>(event->param.conn.private_data),
+          event->param.conn.private_data_len);
+    }
+    if (type == RDMA_CM_EVENT_CONNECT_RESPONSE) {
+      remote_qp_num = event->param.conn.qp_num;
+    }
+    rdma_ack_cm_event(event);
+    if (type == expected) {
+      if (data != nullptr) *data = std::move(private_data);
+      return absl::OkStatus();
+    }
+    if (type == RDMA_CM_EVENT_REJECTED) {
+      // A refusal carries its reason as text (the rest is zero padding).
+      const std::string reason(private_data.c_str());
+      return absl::UnavailableError(absl::StrCat(
+          "the rdmacm listener at ", where, " refused the connection",
+          reason.empty() ? absl::StrCat(" (status ", status, ")")
+                         : absl::StrCat(": ", reason)));
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "rdmacm ", step, " towards ", where, " failed: ",
+        rdma_event_str(type), " (status ", status, ")"));
+  };
+  if (rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&address),
+                        resolve_ms) != 0) {
+    return CmError(errno, absl::StrCat("rdma_resolve_addr ", where));
+  }
+  RETURN_IF_ERROR(await(RDMA_CM_EVENT_ADDR_RESOLVED, "address resolution",
+                        nullptr));
+  if (rdma_resolve_route(id, resolve_ms) != 0) {
+    return CmError(errno, absl::StrCat("rdma_resolve_route ", where));
+  }
+  RETURN_IF_ERROR(await(RDMA_CM_EVENT_ROUTE_RESOLVED, "route resolution",
+                        nullptr));
+  ASSIGN_OR_RETURN(ibv_qp * qp, make_qp(id));
+  const std::string data = EncodeCmPeerInfo(request, true, job_token);
+  rdma_conn_param param{};
+  param.private_data = data.data();
+  param.private_data_len = static_cast<uint8_t>(data.size());
+  param.responder_resources = rd_atomic;
+  param.initiator_depth = rd_atomic;
+  param.retry_count = retry_count;
+  param.rnr_retry_count = 7;
+  param.srq = 1;
+  param.qp_num = qp->qp_num;
+  if (rdma_connect(id, &param) != 0) {
+    return CmError(errno, absl::StrCat("rdma_connect ", where));
+  }
+  std::string reply;
+  RETURN_IF_ERROR(await(RDMA_CM_EVENT_CONNECT_RESPONSE, "connection", &reply));
+  absl::StatusOr<CmPeerInfo> decoded = DecodeCmPeerInfo(reply, false, job_token);
+  if (!decoded.ok()) {
+    rdma_reject(id, nullptr, 0);
+    return absl::Status(decoded.status().code(),
+                        absl::StrCat("the rdmacm answer from ", where, ": ",
+                                     decoded.status().message()));
+  }
+  RETURN_IF_ERROR(ConnectQueuePairWithCm(id, qp, ack_timeout, retry_count));
+  if (rdma_establish(id) != 0) {
+    return CmError(errno, absl::StrCat("rdma_establish ", where));
+  }
+  *answer = *decoded;
+  connection->remote_qp_num_ = remote_qp_num;
+  return connection;
+}
+
+CmConnection::~CmConnection() {
+  if (!disconnected_) rdma_disconnect(id_);
+  // Events still queued must be acknowledged before the id goes.
+  rdma_cm_event* event = nullptr;
+  while (rdma_get_cm_event(channel_, &event) == 0) rdma_ack_cm_event(event);
+  rdma_destroy_id(id_);
+  rdma_destroy_event_channel(channel_);
+}
+
+bool CmConnection::Disconnected() {
+  rdma_cm_event* event = nullptr;
+  while (!disconnected_ && rdma_get_cm_event(channel_, &event) == 0) {
+    const rdma_cm_event_type type = event->event;
+    rdma_ack_cm_event(event);
+    disconnected_ = type == RDMA_CM_EVENT_DISCONNECTED ||
+                    type == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+                    type == RDMA_CM_EVENT_CONNECT_ERROR ||
+                    type == RDMA_CM_EVENT_UNREACHABLE ||
+                    type == RDMA_CM_EVENT_REJECTED;
+  }
+  return disconnected_;
+}
+
+}  // namespace rdmaflow::rdma::ibverbs
