@@ -50,8 +50,8 @@ if [ "$ablation" = 1 ]; then
   echo "=== rdmaflow ablation --transport=ibverbs"
   bazel-bin/bench/ablation --transport=ibverbs \
     --params=device=rxe0,ack_timeout=16 --graphs=mlp,seq,small_tensors \
-    --communicators=rdma,rdma_copy --steps=10 --warmup=3 \
-    --sweep_max=1048576 --sweep_steps=10 --json=$out/ablation_ibverbs_rxe.json
+    --communicators=rdma,rdma_copy --steps=20 --warmup=3 \
+    --sweep_max=1048576 --sweep_steps=40 --json=$out/ablation_ibverbs_rxe.json
 fi
 SCRIPT
 echo "[2/3] running both in the Soft-RoCE VM (several minutes under emulation)"
