@@ -56,18 +56,33 @@ struct IbverbsEndpoint::Lanes {
       std::shared_ptr<Pending> entry = std::move(pending.front());
       pending.pop_front();
       EndpointState& first = *states[0];
+      if (first.reserved > 0) --first.reserved;
       if (!entry->flush) {
         if (!entry->status.ok()) {
-          if (first.reserved > 0) --first.reserved;
+          // Its ring record will never be written: the target would hold
+          // back every later one, so the endpoint notifies no more.
+          if (entry->record.has_value()) {
+            transport->FailRing(first, entry->status);
+          }
           transport->completions_.Push(std::move(entry->done), entry->status);
           continue;
         }
+        ++first.reserved;  // PostReservedNotification releases it.
         transport->PostReservedNotification(first, entry->value, entry->record,
                                             std::move(entry->done));
         continue;
       }
-      if (!entry->status.ok()) {
-        transport->completions_.Push(std::move(entry->done), entry->status);
+      absl::Status refused = entry->status;
+      if (refused.ok() && (first.closed || first.stopped)) {
+        refused = first.stop_reason.ok()
+                      ? absl::CancelledError(absl::StrCat(
+                            "the endpoint to rank ", first.peer_rank,
+                            " was closed"))
+                      : first.stop_reason;
+      }
+      if (refused.ok()) refused = first.failure;
+      if (!refused.ok()) {
+        transport->completions_.Push(std::move(entry->done), refused);
         continue;
       }
       auto holder = std::make_shared<Completion>(std::move(entry->done));
@@ -262,9 +277,10 @@ absl::Status IbverbsEndpoint::PostFlush(Completion done) {
     return transport_->PostMarker(*state_, std::move(done), true);
   }
   // The other queue pairs' markers now; the first's once they completed
-  // and the notifications pending before this flush are posted.
-  for (size_t i = 1; i < states.size(); ++i) {
-    if (!transport_->HasRoom(*states[i], 0)) {
+  // and the notifications pending before this flush are posted (its place
+  // reserved now, so it never fails for room later).
+  for (const auto& lane : states) {
+    if (!transport_->HasRoom(*lane, 1)) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the queue pairs towards rank ", state_->peer_rank,
           " are full; progress the transport and retry"));
@@ -277,12 +293,14 @@ absl::Status IbverbsEndpoint::PostFlush(Completion done) {
   join->left = static_cast<int>(states.size() - 1);
   join->done = Lanes::Ready(lanes_, entry);
   lanes_->pending.push_back(entry);
+  ++state_->reserved;
   for (size_t i = 1; i < states.size(); ++i) {
     absl::Status posted =
         transport_->PostMarker(*states[i], Lanes::Part(join), true);
     if (posted.ok()) continue;
     if (i == 1) {
       lanes_->pending.pop_back();
+      --state_->reserved;
       return posted;
     }
     if (join->status.ok()) join->status = posted;
@@ -294,6 +312,15 @@ absl::Status IbverbsEndpoint::PostFlush(Completion done) {
 
 absl::Status IbverbsEndpoint::Close() {
   absl::Status first_error;
+  // Every queue pair stops first, so that they drain together: Close()
+  // blocks for one close_timeout, not one per queue pair.
+  for (const auto& lane : lanes_->states) {
+    if (lane->closed || lane->stopped) continue;
+    absl::Status stopped = transport_->Stop(
+        *lane, absl::CancelledError(absl::StrCat(
+                   "the endpoint to rank ", lane->peer_rank, " was closed")));
+    if (first_error.ok()) first_error = stopped;
+  }
   for (const auto& lane : lanes_->states) {
     EndpointState& s = *lane;
     if (s.closed) continue;

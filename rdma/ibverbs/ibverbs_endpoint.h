@@ -62,7 +62,8 @@ class IbverbsEndpoint final : public Endpoint {
   // rest are cancelled (logged). Should even that fail, the callbacks of
   // what is left never run and their buffers must be leaked: kInternal
   // says so. Otherwise OK (or the error moving the queue pair to the error
-  // state). Blocks for at most close_timeout; idempotent; the destructor
+  // state). Every queue pair is stopped first, then drained: blocks for
+  // about close_timeout in all; idempotent; the destructor
   // calls it.
   absl::Status Close() override;
 

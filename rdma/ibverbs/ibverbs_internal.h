@@ -70,6 +70,9 @@ struct WorkRequest {
   Completion done;
   bool has_callback = false;
   const char* op = "";
+  // Set when the rest of the operation was never posted: its callback gets
+  // this whatever the adapter says of this request.
+  absl::Status forced;
 };
 
 // An endpoint's queue pair and what is in flight on it. Owned jointly by the

@@ -203,7 +203,8 @@ absl::Status IbverbsTransport::Init() {
   if (srq_ == nullptr) {
     return VerbsError(errno, absl::StrCat("ibv_create_srq on ", d.name));
   }
-  RETURN_IF_ERROR(PostReceives(srq_attr.attr.max_wr));
+  int receives = srq_attr.attr.max_wr;
+  RETURN_IF_ERROR(PostReceives(receives));
   // Consumed receives go back in batches, a few doorbells per queue.
   repost_batch_ = std::max<int>(1, std::min<int>(32, srq_attr.attr.max_wr / 8));
   ASSIGN_OR_RETURN(marker_, Allocate(kPage));
@@ -345,8 +346,9 @@ absl::StatusOr<MemoryRegion> IbverbsTransport::Register(
   return RegisterMemory(memory.data(), memory.size(), nullptr);
 }
 
-absl::Status IbverbsTransport::PostReceives(int count) {
-  // Linked in batches: one call (and one doorbell) per batch.
+absl::Status IbverbsTransport::PostReceives(int& count) {
+  // Linked in batches: one call (and one doorbell) per batch; `count` drops
+  // by each batch taken, so a failure leaves only the rest to post.
   constexpr int kBatch = 32;
   ibv_recv_wr wrs[kBatch];
   while (count > 0) {
@@ -440,6 +442,7 @@ absl::StatusOr<Accepted> IbverbsTransport::AcceptQueuePair(
     ring->qpn = qpn;
     ring->rank = rank;
     ring->qp = qp.get();
+    ring->max_inline = inline_bytes;
     ring->reader.emplace(reinterpret_cast<const uint64_t*>(ring->memory.data()),
                          options_.notify_slots);
     ring->credit_address = credit_address;
@@ -711,13 +714,33 @@ void IbverbsTransport::PostReservedNotification(
                   std::move (*holder)(std::move(status));
                 },
                 true, "write with notification", false);
-  if (!posted.ok()) completions_.Push(std::move(*holder), posted);
+  if (!posted.ok()) {
+    if (record.has_value()) FailRing(state, posted);
+    completions_.Push(std::move(*holder), posted);
+  }
+}
+
+void IbverbsTransport::FailRing(EndpointState& state,
+                                const absl::Status& why) {
+  if (!state.failure.ok()) return;
+  // The target delivers records in sequence: one never written would hold
+  // back every later one, so nothing more may be notified on this endpoint.
+  state.failure = absl::Status(
+      why.code(), absl::StrCat("a notification towards rank ",
+                               state.peer_rank, " could not be written (",
+                               why.message(),
+                               "); the endpoint cannot notify any more"));
+  Stop(state, state.failure).IgnoreError();
 }
 
 absl::Status IbverbsTransport::PostChain(EndpointState& state,
                                          ibv_send_wr* wrs, int count,
                                          Completion done, bool has_callback,
                                          const char* op, bool force_signal) {
+  if (state.qp == nullptr) {  // Fenced: the queue pair is destroyed.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the queue pair towards rank ", state.peer_rank, " was destroyed"));
+  }
   const bool was_idle = state.in_flight.empty();
   int run = state.unsignaled_run;
   for (int i = 0; i < count; ++i) {
@@ -765,11 +788,13 @@ absl::Status IbverbsTransport::PostChain(EndpointState& state,
   state.posted_since_progress = true;
   if (posted < count) {
     // The adapter may be reading the source already, so the operation
-    // cannot be refused: it is accepted and fails as the queue pair flushes.
+    // cannot be refused: it is accepted and fails (whatever the adapter says
+    // of the requests it took) once they complete or flush.
     absl::Status error = VerbsError(
         rc, absl::StrCat("ibv_post_send (", op, ") to rank ", state.peer_rank,
                          " took ", posted, " of its ", count,
                          " work requests"));
+    state.in_flight.back().forced = error;
     if (state.failure.ok()) state.failure = error;
     Stop(state, error).IgnoreError();
   }
@@ -878,6 +903,7 @@ void IbverbsTransport::Complete(EndpointState& state, WorkRequest& request,
                                 absl::Status status) {
   if (!request.has_callback) return;
   --state.operations;
+  if (!request.forced.ok()) status = request.forced;
   completions_.Push(std::move(request.done), std::move(status));
 }
 
@@ -957,17 +983,18 @@ int IbverbsTransport::PollRings() {
     delivered += ring->reader->Poll([&](uint32_t value) {
       notifications_.push_back({ring->rank, value});
     });
-    if (std::optional<uint64_t> due = ring->reader->TakeCreditDue()) {
-      SendCredit(*ring, *due);
+    if (std::optional<uint64_t> due = ring->reader->CreditDue()) {
+      // Not marked sent when the post fails: the next poll tries again.
+      if (SendCredit(*ring, *due)) ring->reader->CreditSent(*due);
     }
   }
   return delivered;
 }
 
-void IbverbsTransport::SendCredit(AcceptedRing& ring, uint64_t consumed) {
-  // The source word behind the records, for devices without inline data;
-  // a later credit may overwrite it before the adapter reads it, which only
-  // sends a newer count.
+bool IbverbsTransport::SendCredit(AcceptedRing& ring, uint64_t consumed) {
+  // The source word behind the records, for queue pairs without inline
+  // data; a later credit may overwrite it before the adapter reads it,
+  // which only sends a newer count.
   uint64_t* source = reinterpret_cast<uint64_t*>(
       ring.memory.data() + size_t{options_.notify_slots} * kNotifyRecordBytes);
   *source = consumed;
@@ -982,7 +1009,7 @@ void IbverbsTransport::SendCredit(AcceptedRing& ring, uint64_t consumed) {
   wr.num_sge = 1;
   wr.opcode = IBV_WR_RDMA_WRITE;
   wr.send_flags = IBV_SEND_SIGNALED;
-  if (options_.max_inline >= kNotifyRecordBytes) {
+  if (ring.max_inline >= kNotifyRecordBytes) {
     wr.send_flags |= IBV_SEND_INLINE;
   }
   wr.wr.rdma.remote_addr = ring.credit_address;
@@ -994,7 +1021,9 @@ void IbverbsTransport::SendCredit(AcceptedRing& ring, uint64_t consumed) {
                  "rdmaflow ibverbs: rank %d cannot return notification "
                  "credits to rank %d: %s\n",
                  options_.rank, ring.rank, std::strerror(rc));
+    return false;
   }
+  return true;
 }
 
 absl::StatusOr<int> IbverbsTransport::PollReceiveQueue() {
@@ -1044,7 +1073,6 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
   unposted_receives_ += received;
   if (unposted_receives_ >= repost_batch_) {
     RETURN_IF_ERROR(PostReceives(unposted_receives_));
-    unposted_receives_ = 0;
   }
   const int flagged = rings_.empty() ? 0 : PollRings();
   if (!retiring.empty()) {

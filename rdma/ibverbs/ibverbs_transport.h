@@ -1,14 +1,16 @@
 // File: ibverbs_transport.h
 // -----------------------------------------------------------------------------
 // IbverbsTransport: the native verbs backend over libibverbs (rdma-core), for
-// InfiniBand and RoCE NICs (and Soft-RoCE). One reliable-connected queue pair
-// per connected peer; RDMA WRITE, RDMA READ; notifications as a flag record
+// InfiniBand and RoCE NICs (and Soft-RoCE). Reliable-connected queue pairs
+// (qps_per_peer per connected peer, large operations striped across them);
+// RDMA WRITE, RDMA READ; notifications as a flag record
 // written behind the data into the peer's ring (notify_ring.h), or as WRITE
 // WITH IMMEDIATE on a shared receive queue; a chain of work requests per
 // operation behind one doorbell; inline sends for small writes; selective
 // signaling. Regions are page-aligned memory registered with
 // ibv_reg_mr. Peers exchange queue-pair details through a TCP handshake whose
-// address is the transport's address() (bootstrap.h). See docs/ibverbs.md.
+// address is the transport's address() (bootstrap.h), or through the RDMA
+// connection manager (connect=rdmacm, rdmacm.h). See docs/ibverbs.md.
 #ifndef RDMAFLOW_RDMA_IBVERBS_IBVERBS_TRANSPORT_H_
 #define RDMAFLOW_RDMA_IBVERBS_IBVERBS_TRANSPORT_H_
 
@@ -139,8 +141,9 @@ struct IbverbsTransportStats {
   BootstrapListenerStats listener;
 };
 
-// Thread-compatible (see Transport); its handshake listener runs on a thread
-// of its own and shares only the accepted queue pairs, under a mutex.
+// Thread-compatible (see Transport); its handshake listener (TCP or rdmacm)
+// runs on a thread of its own and shares the accepted queue pairs, their
+// ranks, their rings and the retired ones, under a mutex.
 class IbverbsTransport final : public Transport {
  public:
   // kUnavailable when there is no usable RDMA device (with what to check).
@@ -177,7 +180,7 @@ class IbverbsTransport final : public Transport {
   absl::Status Init();
   absl::StatusOr<MemoryRegion> RegisterMemory(void* data, size_t bytes,
                                               void* owned);
-  absl::Status PostReceives(int count);
+  absl::Status PostReceives(int& count);
   // Answers a peer's handshake (on the listener thread): creates and
   // connects its queue pair, owned by the returned AcceptedPeer.
   absl::StatusOr<Accepted> Accept(const QueuePairInfo& request);
@@ -231,7 +234,9 @@ class IbverbsTransport final : public Transport {
   // on the last. Signals the last when the queue was idle (so a lone
   // operation needs no marker) or `force_signal`, and any whose unsignaled
   // run reaches signal_every. A chain the adapter took only in part is
-  // accepted, fails the endpoint, and completes `done` with the error.
+  // accepted, fails the endpoint, and completes `done` with that error
+  // (WorkRequest::forced) once the requests taken are done.
+  // kFailedPrecondition once the queue pair was destroyed (Fence()).
   absl::Status PostChain(EndpointState& state, ibv_send_wr* wrs, int count,
                          Completion done, bool has_callback, const char* op,
                          bool force_signal);
@@ -251,6 +256,7 @@ class IbverbsTransport final : public Transport {
     uint32_t qpn = 0;
     int rank = -1;
     ibv_qp* qp = nullptr;  // Owned by accepted_, then retired_.
+    uint32_t max_inline = 0;  // What its queue pair writes inline.
     MemoryRegion memory;   // The records, then the credit's source word.
     std::optional<NotifyRingReader> reader;
     uint64_t credit_address = 0;
@@ -258,7 +264,11 @@ class IbverbsTransport final : public Transport {
   };
   // Delivers what arrived in the rings; sends the credits due.
   int PollRings();
-  void SendCredit(AcceptedRing& ring, uint64_t consumed);
+  // False when the post failed (logged).
+  bool SendCredit(AcceptedRing& ring, uint64_t consumed);
+  // A reserved ring record of `state` will never be written: fails the
+  // endpoint (the target would wait for it before any later one).
+  void FailRing(EndpointState& state, const absl::Status& why);
   // Takes the rings and retirements the listener queued (under mutex_).
   void TakeListenerChanges(
       std::vector<std::pair<uint32_t, QpPtr>>& retiring);

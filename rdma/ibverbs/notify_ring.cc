@@ -61,9 +61,8 @@ int NotifyRingReader::Poll(absl::FunctionRef<void(uint32_t value)> deliver) {
   }
 }
 
-std::optional<uint64_t> NotifyRingReader::TakeCreditDue() {
+std::optional<uint64_t> NotifyRingReader::CreditDue() const {
   if (consumed_ - credited_ < credit_every_) return std::nullopt;
-  credited_ = consumed_;
   return consumed_;
 }
 

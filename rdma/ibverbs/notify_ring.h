@@ -16,8 +16,8 @@
 // Flow control: the writer may have at most `slots` records the reader has
 // not consumed. The reader writes its consumed count back into a word the
 // writer names in its handshake, every slots/4 records; the writer reads it
-// before each record. That count is written by the peer: a count above what
-// was posted, or one that goes back, is refused (kDataLoss).
+// when the ring looks full. That count is written by the peer: a count above
+// what was posted, or one that goes back, is refused (kDataLoss).
 //
 // Pure logic over memory, no verbs: the transport posts the writes.
 #ifndef RDMAFLOW_RDMA_IBVERBS_NOTIFY_RING_H_
@@ -56,8 +56,10 @@ class NotifyRingReader {
   int Poll(absl::FunctionRef<void(uint32_t value)> deliver);
 
   // The consumed count to write back to the writer when one is due (a
-  // quarter of the ring consumed since the last), and marks it sent.
-  std::optional<uint64_t> TakeCreditDue();
+  // quarter of the ring consumed since the last one sent).
+  std::optional<uint64_t> CreditDue() const;
+  // That count went out.
+  void CreditSent(uint64_t consumed) { credited_ = consumed; }
 
   uint64_t consumed() const { return consumed_; }
 

@@ -28,7 +28,10 @@ struct Pair {
   std::vector<uint32_t> Receive() {
     std::vector<uint32_t> got;
     reader.Poll([&](uint32_t v) { got.push_back(v); });
-    if (auto due = reader.TakeCreditDue()) credit = *due;
+    if (auto due = reader.CreditDue()) {
+      credit = *due;
+      reader.CreditSent(*due);
+    }
     return got;
   }
 
