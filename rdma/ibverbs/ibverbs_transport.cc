@@ -637,6 +637,24 @@ uint64_t IbverbsTransport::RequestsFor(uint64_t length) const {
   return std::max<uint64_t>(1, (length + max_message - 1) / max_message);
 }
 
+absl::Status IbverbsTransport::CheckRingRoom(EndpointState& state) {
+  absl::StatusOr<bool> room = state.ring->HasRoom();
+  if (!room.ok()) {
+    // The peer forged its credit: nothing more goes to it.
+    state.failure = room.status();
+    Stop(state, room.status()).IgnoreError();
+    return room.status();
+  }
+  if (!*room) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rank ", state.peer_rank, " has not consumed ",
+        state.remote.notify_slots,
+        " of our notifications yet (its ring is full); progress the "
+        "transport and retry"));
+  }
+  return absl::OkStatus();
+}
+
 bool IbverbsTransport::HasRoom(const EndpointState& state,
                                uint64_t requests) const {
   return state.in_flight.size() + state.reserved + requests + 1 <=
@@ -652,19 +670,7 @@ IbverbsTransport::ReserveNotification(EndpointState& state, uint32_t value) {
   }
   std::optional<NotifyRingWriter::Next> record;
   if (state.ring.has_value()) {
-    absl::StatusOr<bool> room = state.ring->HasRoom();
-    if (!room.ok()) {
-      state.failure = room.status();
-      Stop(state, room.status()).IgnoreError();
-      return room.status();
-    }
-    if (!*room) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "rank ", state.peer_rank, " has not consumed ",
-          state.remote.notify_slots,
-          " of our notifications yet (its ring is full); progress the "
-          "transport and retry"));
-    }
+    RETURN_IF_ERROR(CheckRingRoom(state));
     record = state.ring->Take(value);
   }
   ++state.reserved;
@@ -816,22 +822,7 @@ absl::Status IbverbsTransport::PostOperation(
         "the send queue towards rank ", state.peer_rank, " has no room for ",
         requests, " work requests; progress the transport and retry"));
   }
-  if (flag) {
-    absl::StatusOr<bool> room = state.ring->HasRoom();
-    if (!room.ok()) {
-      // The peer forged its credit: nothing more goes to it.
-      state.failure = room.status();
-      Stop(state, room.status()).IgnoreError();
-      return room.status();
-    }
-    if (!*room) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "rank ", state.peer_rank, " has not consumed ",
-          state.remote.notify_slots,
-          " of our notifications yet (its ring is full); progress the "
-          "transport and retry"));
-    }
-  }
+  if (flag) RETURN_IF_ERROR(CheckRingRoom(state));
   absl::InlinedVector<ibv_sge, 2> sges(chunks);
   absl::InlinedVector<ibv_send_wr, 3> wrs(requests);
   for (uint64_t i = 0; i < chunks; ++i) {

@@ -214,6 +214,9 @@ class IbverbsTransport final : public Transport {
   // Whether `state` can take `requests` more work requests (and a marker),
   // beside the notifications reserved on it.
   bool HasRoom(const EndpointState& state, uint64_t requests) const;
+  // Room in `state`'s flag ring for one more record: kResourceExhausted
+  // when full; kDataLoss (and the endpoint fails) for a forged credit.
+  absl::Status CheckRingRoom(EndpointState& state);
   // A notification to post later on `state` (behind stripes still in
   // flight): takes its place in the send queue, and its ring record in flag
   // mode. kResourceExhausted when there is no room; kDataLoss for a forged

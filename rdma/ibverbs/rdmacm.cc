@@ -65,6 +65,21 @@ absl::Status NonBlocking(int fd) {
   return absl::OkStatus();
 }
 
+// A new event channel whose fd never blocks (events are read after poll()).
+absl::StatusOr<rdma_event_channel*> NewEventChannel() {
+  rdma_event_channel* channel = rdma_create_event_channel();
+  if (channel == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "rdma_create_event_channel failed: ", std::strerror(errno),
+        "; is the rdma_ucm module loaded (/dev/infiniband/rdma_cm)?"));
+  }
+  if (absl::Status s = NonBlocking(channel->fd); !s.ok()) {
+    rdma_destroy_event_channel(channel);
+    return s;
+  }
+  return channel;
+}
+
 absl::StatusOr<sockaddr_in> Ipv4(const std::string& host, int port) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -152,19 +167,13 @@ absl::Status ConnectQueuePairWithCm(rdma_cm_id* id, ibv_qp* qp,
 absl::StatusOr<std::unique_ptr<CmListener>> CmListener::Start(
     const CmListenerOptions& options, Handler handler) {
   ASSIGN_OR_RETURN(sockaddr_in address, Ipv4(options.bind_address, 0));
-  rdma_event_channel* channel = rdma_create_event_channel();
-  if (channel == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "rdma_create_event_channel failed: ", std::strerror(errno),
-        "; is the rdma_ucm module loaded (/dev/infiniband/rdma_cm)?"));
-  }
+  ASSIGN_OR_RETURN(rdma_event_channel * channel, NewEventChannel());
   rdma_cm_id* id = nullptr;
   auto fail = [&](absl::Status status) {
     if (id != nullptr) rdma_destroy_id(id);
     rdma_destroy_event_channel(channel);
     return status;
   };
-  if (absl::Status s = NonBlocking(channel->fd); !s.ok()) return fail(s);
   if (rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) != 0) {
     return fail(CmError(errno, "rdma_create_id"));
   }
@@ -325,12 +334,7 @@ absl::StatusOr<std::unique_ptr<CmConnection>> CmConnection::Connect(
     CmPeerInfo* answer) {
   ASSIGN_OR_RETURN(sockaddr_in address, Ipv4(host, port));
   const absl::Time deadline = absl::Now() + timeout;
-  rdma_event_channel* channel = rdma_create_event_channel();
-  if (channel == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "rdma_create_event_channel failed: ", std::strerror(errno),
-        "; is the rdma_ucm module loaded (/dev/infiniband/rdma_cm)?"));
-  }
+  ASSIGN_OR_RETURN(rdma_event_channel * channel, NewEventChannel());
   rdma_cm_id* id = nullptr;
   if (rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) != 0) {
     absl::Status status = CmError(errno, "rdma_create_id");
@@ -339,7 +343,6 @@ absl::StatusOr<std::unique_ptr<CmConnection>> CmConnection::Connect(
   }
   // From here the connection owns both, whatever happens.
   std::unique_ptr<CmConnection> connection(new CmConnection(channel, id));
-  RETURN_IF_ERROR(NonBlocking(channel->fd));
   const std::string where = absl::StrCat(host, ":", port);
   const int resolve_ms = static_cast<int>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout)));
