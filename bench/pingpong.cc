@@ -121,10 +121,11 @@ struct Link {
 
   // The target of one-sided reads waits like perftest's server, which
   // sleeps in a socket read while the reads run: where they need no CPU
-  // here (Capabilities::one_sided_allocate), it looks every 100 us and
-  // leaves the cores to the reader and the adapter (on Soft-RoCE, the
-  // kernel doing the adapter's work). Elsewhere (UCX over TCP emulates
-  // reads with the target's progress) it spins.
+  // here (Capabilities::one_sided_allocate), it looks every millisecond
+  // (waking early where the transport has events) and leaves the cores to
+  // the reader and the adapter (on Soft-RoCE, the kernel doing the
+  // adapter's work). Elsewhere (UCX over TCP emulates reads with the
+  // target's progress) it spins.
   absl::Status WaitNotificationIdle() {
     if (!transport.capabilities().one_sided_allocate) {
       return WaitNotification();
@@ -132,7 +133,7 @@ struct Link {
     while (true) {
       RETURN_IF_ERROR(Progress());
       if (transport.PollNotification().has_value()) return absl::OkStatus();
-      absl::SleepFor(absl::Microseconds(100));
+      transport.WaitForActivity(absl::Milliseconds(1));
     }
   }
 };

@@ -4,8 +4,9 @@
 # device in the same Soft-RoCE VM run (tools/rxe_vm/run.sh), then the
 # ablation's zero-copy vs rdma_copy replay over the same verbs. The ping-pong
 # runs once per notification path (notify=imm, the default, and notify=flag).
-# tools/ibverbs_report.py then prints one table with the ratios and the
-# targets of docs/ibverbs.md, and plots them.
+# Everything runs REPEAT times (3), interleaved, and tools/ibverbs_report.py
+# takes the median of each figure over the repeats: one table with the
+# ratios and the targets of docs/ibverbs.md, and a plot.
 #
 # On rxe under emulation these figures are functional, not a hardware claim:
 # see docs/ibverbs.md, "Running it on real hardware", for the same
@@ -19,32 +20,36 @@ out=${OUT_DIR:-bench-results/ibverbs_vm}
 png=${PNG:-$out/ibverbs_vs_perftest.png}
 ablation=${ABLATION:-1}
 iters=${ITERS:-300}
+repeat=${REPEAT:-3}
 mkdir -p "$out"
-rm -f "$out"/perftest_*.txt "$out"/pingpong_ibverbs_*.json
+rm -f "$out"/perftest_*.txt "$out"/pingpong_ibverbs_*.json "$out"/pingpong_ibverbs_*.tsv
 echo "[1/3] building"
 bazel build -c opt //bench:transport_pingpong //bench:ablation
 cat >"$out/vm_run.sh" <<SCRIPT
 set -u
 gid=\$RDMAFLOW_RXE_GID_INDEX
-for notify in imm flag; do
-  echo "=== rdmaflow transport_pingpong --transport=ibverbs --params=notify=\$notify"
-  bazel-bin/bench/transport_pingpong --transport=ibverbs \
-    --params=device=rxe0,notify=\$notify --mode=process \
-    --max_bytes=1048576 --max_iters=$iters --byte_budget=64000000 \
-    --json=$out/pingpong_ibverbs_\$notify.json \
-    --tsv=$out/pingpong_ibverbs_\$notify.tsv
-done
-for test in "ib_write_lat 8" "ib_write_lat 4096" "ib_write_lat 65536" \
-            "ib_read_lat 8" "ib_read_lat 4096" "ib_write_bw 65536" \
-            "ib_write_bw 1048576" "ib_read_bw 65536" "ib_read_bw 1048576"; do
-  set -- \$test
-  echo "=== perftest \$1 -s \$2"
-  \$1 -d rxe0 -x \$gid -s \$2 -n $iters >/tmp/server.log 2>&1 &
-  sleep 1
-  \$1 -d rxe0 -x \$gid -s \$2 -n $iters 10.11.12.1 >$out/perftest_\$1_\$2.txt 2>&1 ||
-    echo "perftest \$1 failed: \$(tail -3 $out/perftest_\$1_\$2.txt)"
-  grep -E '^ *[0-9]+ +[0-9]+ ' $out/perftest_\$1_\$2.txt
-  wait
+for r in \$(seq $repeat); do
+  for notify in imm flag; do
+    echo "=== [\$r/$repeat] rdmaflow transport_pingpong --transport=ibverbs --params=notify=\$notify"
+    bazel-bin/bench/transport_pingpong --transport=ibverbs \
+      --params=device=rxe0,notify=\$notify --mode=process \
+      --max_bytes=1048576 --max_iters=$iters --byte_budget=64000000 \
+      --json=$out/pingpong_ibverbs_\${notify}_r\$r.json \
+      --tsv=$out/pingpong_ibverbs_\${notify}_r\$r.tsv | grep -A3 '^# as ib_write_lat'
+  done
+  for test in "ib_write_lat 8" "ib_write_lat 4096" "ib_write_lat 65536" \
+              "ib_read_lat 8" "ib_read_lat 4096" "ib_write_bw 65536" \
+              "ib_write_bw 1048576" "ib_read_bw 65536" "ib_read_bw 1048576"; do
+    set -- \$test
+    echo "=== [\$r/$repeat] perftest \$1 -s \$2"
+    f=$out/perftest_\$1_\$2_r\$r.txt
+    \$1 -d rxe0 -x \$gid -s \$2 -n $iters >/tmp/server.log 2>&1 &
+    sleep 1
+    \$1 -d rxe0 -x \$gid -s \$2 -n $iters 10.11.12.1 >\$f 2>&1 ||
+      echo "perftest \$1 failed: \$(tail -3 \$f)"
+    grep -E '^ *[0-9]+ +[0-9]+ ' \$f
+    wait
+  done
 done
 if [ "$ablation" = 1 ]; then
   echo "=== rdmaflow ablation --transport=ibverbs"

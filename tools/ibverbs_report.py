@@ -2,7 +2,9 @@
 """Puts rdmaflow's ping-pong over ibverbs next to perftest's tools from the
 same VM run of tools/bench_ibverbs_vm.sh: one row per perftest test, the
 perftest figure, rdmaflow's figure for each notification path (write with
-immediate, flag records), their ratio, and the issue's target for it.
+immediate, flag records), their ratio, and the issue's target for it. Where
+the run repeated everything, each figure is the median over the repeats
+(and the ratio is of medians).
 Latency is perftest's t_typical (the median; one-way for writes) against
 rdmaflow's lat_p50_us measured the same way; bandwidth is perftest's BW
 average in its MB/sec (2^20 bytes/s) against rdmaflow's bw_avg in the same
@@ -11,15 +13,17 @@ the PNG named by --png.
 
   tools/ibverbs_report.py DIR [--png docs/img/ibverbs_vs_perftest.png]
 
-DIR holds pingpong_ibverbs_<notify>.json (transport_pingpong --json) and
-perftest_<tool>_<bytes>.txt (the tool's client output).
+DIR holds pingpong_ibverbs_<notify>[_r<N>].json (transport_pingpong
+--json) and perftest_<tool>_<bytes>[_r<N>].txt (the tool's client output).
 """
 
 import argparse
+import glob
 import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -69,11 +73,20 @@ def rdmaflow_figure(rows, op, size, kind):
 
 
 def load_rows(path):
-    if not os.path.exists(path):
-        return []
     with open(path) as f:
         report = json.load(f)
     return report.get("pingpong", {}).get("rows", [])
+
+
+def repeats(directory, stem, ext):
+    """The files of `stem` (one run, or _r1, _r2, ... for repeats)."""
+    return sorted(glob.glob(os.path.join(directory, f"{stem}.{ext}")) +
+                  glob.glob(os.path.join(directory, f"{stem}_r*.{ext}")))
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 def meets(ratio, target):
@@ -93,20 +106,25 @@ def main():
     parser.add_argument("dir")
     parser.add_argument("--png", default="")
     args = parser.parse_args()
-    rows = {n: load_rows(os.path.join(args.dir, f"pingpong_ibverbs_{n}.json"))
+    runs = {n: [load_rows(p) for p in
+                repeats(args.dir, f"pingpong_ibverbs_{n}", "json")]
             for n in NOTIFY}
-    if not any(rows.values()):
+    if not any(runs.values()):
         sys.exit(f"no pingpong_ibverbs_*.json in {args.dir}")
     results = []
     for tool, size, op, kind, target in TESTS:
-        theirs = perftest_figure(
-            os.path.join(args.dir, f"perftest_{tool}_{size}.txt"), kind)
+        theirs_all = [perftest_figure(p, kind) for p in
+                      repeats(args.dir, f"perftest_{tool}_{size}", "txt")]
+        theirs = median(theirs_all)
         entry = {"perftest": tool, "bytes": size, "kind": kind,
                  "unit": "us" if kind == "lat" else "MB/s (2^20)",
-                 "perftest_value": theirs,
+                 "perftest_value": theirs, "perftest_runs": theirs_all,
                  "target": None if target is None else f"{target[0]} {target[1]}"}
         for n in NOTIFY:
-            ours = rdmaflow_figure(rows[n], op, size, kind)
+            ours_all = [rdmaflow_figure(rows, op, size, kind)
+                        for rows in runs[n]]
+            ours = median(ours_all)
+            entry[f"rdmaflow_{n}_runs"] = ours_all
             ratio = ours / theirs if ours and theirs else None
             entry[f"rdmaflow_{n}"] = ours
             entry[f"ratio_{n}"] = ratio
@@ -126,6 +144,8 @@ def main():
             f"{fmt(e['rdmaflow_flag']):>14} {fmt(e['ratio_flag']):>6} "
             f"{e['meets_flag']:>3}  {e['target'] or ''}")
     lines.append("")
+    lines.append(f"{max(len(r) for r in runs.values())} run(s) of each; "
+                 "figures are medians over the runs.")
     lines.append("ratio: rdmaflow / perftest (latency: lower is better; "
                  "bandwidth: higher is better). Latency is the median, "
                  "one-way for writes (rdmaflow: a write with notification, "
