@@ -395,8 +395,22 @@ absl::StatusOr<Accepted> IbverbsTransport::Accept(
       });
 }
 
+absl::Status IbverbsTransport::CheckCmDevice(rdma_cm_id* id,
+                                             int peer_rank) const {
+  const std::string& ours = context_->device.name;
+  const char* routed =
+      id->verbs != nullptr ? ibv_get_device_name(id->verbs->device) : nullptr;
+  if (routed != nullptr && ours == routed) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "rdmacm reaches rank ", peer_rank, " through ",
+      routed == nullptr ? "no device" : routed, ", not this transport's ",
+      ours, "; set device= (or bind_address=) so that they agree"));
+}
+
 absl::StatusOr<CmAccepted> IbverbsTransport::AcceptCm(
     const CmPeerInfo& request, rdma_cm_id* id) {
+  // The queue pair lives on our device: the connection must come in there.
+  RETURN_IF_ERROR(CheckCmDevice(id, request.rank));
   ASSIGN_OR_RETURN(
       Accepted accepted,
       AcceptQueuePair(request.rank, request.notify_address,
@@ -561,16 +575,7 @@ absl::StatusOr<std::shared_ptr<EndpointState>> IbverbsTransport::ConnectLane(
             host, port, request, job_token_.value, options_.connect_timeout,
             [&](rdma_cm_id* id) -> absl::StatusOr<ibv_qp*> {
               // The route must lead out of our own device.
-              const char* routed =
-                  id->verbs != nullptr ? ibv_get_device_name(id->verbs->device)
-                                       : nullptr;
-              if (routed == nullptr || d.name != routed) {
-                return absl::UnavailableError(absl::StrCat(
-                    "rdmacm routes rank ", peer.rank, " at ", host,
-                    " through ", routed == nullptr ? "no device" : routed,
-                    ", not ", d.name, "; set device= to the device that "
-                    "reaches it"));
-              }
+              RETURN_IF_ERROR(CheckCmDevice(id, peer.rank));
               return state->qp.get();
             },
             static_cast<uint8_t>(options_.ack_timeout),

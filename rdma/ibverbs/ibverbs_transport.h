@@ -187,6 +187,9 @@ class IbverbsTransport final : public Transport {
   // The same for an rdmacm connect request (on the rdmacm listener's thread).
   absl::StatusOr<CmAccepted> AcceptCm(const CmPeerInfo& request,
                                       rdma_cm_id* id);
+  // kUnavailable, naming both, unless the connection manager routes `id`
+  // through this transport's device.
+  absl::Status CheckCmDevice(rdma_cm_id* id, int peer_rank) const;
   // What both answer with: creates the queue pair, lets `connect` move it to
   // RTS, offers a ring where the peer named a credit word.
   absl::StatusOr<Accepted> AcceptQueuePair(
