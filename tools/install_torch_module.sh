@@ -3,28 +3,40 @@
 # built with -c opt) into Debian's Python, so that any script run by
 # /usr/bin/python3 or plain torchrun can `import rdmaflow_torch` and then
 # init_process_group("rdmaflow"), with no wrapper and no PYTHONPATH.
-#   tools/install_torch_module.sh [--prefix DIR] [--uninstall]
-#     --prefix DIR   install into DIR instead of /usr/bin/python3's first
-#                    site-packages folder (/usr/local/lib/python3.11/dist-packages)
-#     --uninstall    remove it again
+#   tools/install_torch_module.sh [--python PYTHON] [--prefix DIR] [--uninstall]
+#     --python PYTHON  install for this interpreter (default /usr/bin/python3;
+#                      a virtual environment's bin/python made with
+#                      --system-site-packages, so that it sees python3-torch)
+#     --prefix DIR     install into DIR instead of PYTHON's first
+#                      site-packages folder (/usr/local/lib/python3.11/dist-packages)
+#     --uninstall      remove it again
 # The module is one self-contained file: it links rdmaflow statically and
 # needs only Debian's libraries (python3-torch, UCX, ...). Re-run after a
 # rebuild; a module older than the sources is not detected.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 prefix=""
+python=/usr/bin/python3
 uninstall=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) prefix=${2:?--prefix needs a folder}; shift 2 ;;
     --prefix=*) prefix=${1#--prefix=}; shift ;;
+    --python) python=${2:?--python needs an interpreter}; shift 2 ;;
+    --python=*) python=${1#--python=}; shift ;;
     --uninstall) uninstall=1; shift ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install_torch_module: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+if ! "$python" -c 'import torch' 2>/dev/null; then
+  echo "install_torch_module: $python cannot import torch; use Debian's" \
+       "/usr/bin/python3 (python3-torch) or a virtual environment made with" \
+       "'/usr/bin/python3 -m venv --system-site-packages'" >&2
+  exit 1
+fi
 if [ -z "$prefix" ]; then
-  prefix=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+  prefix=$("$python" -c 'import site; print(site.getsitepackages()[0])')
 fi
 mkdir -p "$prefix"
 prefix="$(cd "$prefix" && pwd)"  # Python's path entries are absolute
@@ -47,7 +59,7 @@ mkdir -p "$prefix"
 install -m 0644 "$module" "$target.tmp"
 mv -f "$target.tmp" "$target"
 # Prove it: the module imports from there and registers the backend.
-PYTHONPATH="$prefix" /usr/bin/python3 -c '
+PYTHONPATH="$prefix" "$python" -c '
 import sys, torch.distributed as dist, rdmaflow_torch
 assert rdmaflow_torch.__file__.startswith(sys.argv[1]), rdmaflow_torch.__file__
 dist.Backend("rdmaflow")  # ValueError unless registered

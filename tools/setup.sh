@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  bazel-bootstrap g++ pkg-config python3
+  bazel-bootstrap g++ pkg-config python3 cmake
   libabsl-dev libprotobuf-dev protobuf-compiler
   libgrpc++-dev protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -9,7 +9,10 @@
 #   4. the requires-rdma tests inside a Soft-RoCE VM (tools/rdma_tests.sh;
 #      RDMA_TESTS=0 skips; they count as skipped where no VM can run);
 #   5. the layering rules (tools/layering_check.sh: each rule's breaking
-#      probe must fail to build).
+#      probe must fail to build);
+#   6. rdmaflow as a dependency of another Bazel workspace
+#      (tools/consumer_check.sh: examples/bazel_consumer from a clean output
+#      base; CONSUMER_CHECK=0 skips).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -23,6 +26,15 @@ tools/layering_check.sh | tee "$log.layering"
 layering_status=${PIPESTATUS[0]}
 layering_summary=$(grep '^layering: ' "$log.layering" | tail -1)
 rm -f "$log.layering"
+
+consumer_status=0
+consumer_summary="bazel consumer: skipped (CONSUMER_CHECK=0)"
+if [ "${CONSUMER_CHECK:-1}" != 0 ]; then
+  tools/consumer_check.sh | tee "$log.consumer"
+  consumer_status=${PIPESTATUS[0]}
+  consumer_summary=$(grep '^bazel consumer: ' "$log.consumer" | tail -1)
+  rm -f "$log.consumer"
+fi
 
 fuzz_status=0
 fuzz_summary="skipped (FUZZ_SECONDS=0)"
@@ -99,11 +111,13 @@ if [ "$status" -ne 0 ]; then
   echo "bazel test exited with status $status"
 fi
 echo "${layering_summary:-layering: did not run}"
+echo "${consumer_summary:-bazel consumer: did not run}"
 echo "fuzz: ${fuzz_summary}"
 echo "${sanitize_summary}"
 echo "${rdma_summary:-rdma tests: skipped (RDMA_TESTS=0)}"
 echo "tests: ${summary}"
 [ "$status" -ne 0 ] || status=$layering_status
+[ "$status" -ne 0 ] || status=$consumer_status
 [ "$status" -ne 0 ] || status=$fuzz_status
 [ "$status" -ne 0 ] || status=$sanitize_status
 [ "$status" -ne 0 ] || status=$rdma_status

@@ -2,6 +2,8 @@
 the system protoc + grpc_cpp_plugin (Debian: protobuf-compiler,
 protobuf-compiler-grpc). No @com_github_grpc_grpc download needed."""
 
+load("//bazel:cc.bzl", "RDMAFLOW_COPTS")
+
 def _cc_grpc_codegen_impl(ctx):
     info = ctx.attr.proto[ProtoInfo]
     out_root = ctx.bin_dir.path
@@ -72,5 +74,6 @@ def cc_grpc_library(name, srcs, deps, **kwargs):
         srcs = [":" + codegen],
         hdrs = [":" + codegen],
         deps = deps + ["//third_party/system:grpc++"],
+        copts = RDMAFLOW_COPTS,
         **kwargs
     )

@@ -1,0 +1,25 @@
+"""The C++ rules every rdmaflow package uses: native cc_library, cc_binary
+and cc_test with the compiler options rdmaflow cannot build without.
+
+The options travel with each target, not with rdmaflow's .bazelrc, so a
+workspace that depends on rdmaflow (docs/using_rdmaflow.md) builds it with
+its own flags and Bazel's auto-configured toolchain (whose -std=c++0x would
+otherwise apply: Abseil, LibTorch and rdmaflow need C++17). Code of the
+consumer's own that includes rdmaflow's headers needs C++17 too:
+RDMAFLOW_COPTS is public for that.
+"""
+
+RDMAFLOW_COPTS = ["-std=c++17"]
+
+def _with_copts(kwargs):
+    kwargs["copts"] = RDMAFLOW_COPTS + kwargs.pop("copts", [])
+    return kwargs
+
+def rdmaflow_cc_library(**kwargs):
+    native.cc_library(**_with_copts(kwargs))
+
+def rdmaflow_cc_binary(**kwargs):
+    native.cc_binary(**_with_copts(kwargs))
+
+def rdmaflow_cc_test(**kwargs):
+    native.cc_test(**_with_copts(kwargs))

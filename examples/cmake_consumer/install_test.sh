@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# rdmaflow from outside Bazel (docs/using_rdmaflow.md):
+#   1. //:install puts the library, headers, rdmaflow.pc and the CMake
+#      package under a scratch prefix;
+#   2. pkg-config: g++ builds the README's example (examples/write_notify.cc)
+#      with `pkg-config --cflags --libs rdmaflow`, and two ranks run it;
+#   3. CMake: find_package(Torch) + find_package(rdmaflow) build
+#      c10d_train_loop, and two ranks train with the c10d backend;
+#   4. --uninstall removes every installed file.
+# Ranks run under plain torchrun (Debian's /usr/bin/torchrun) over UCX shared
+# memory.
+set -euo pipefail
+tmp="${TEST_TMPDIR:?}"
+prefix="$tmp/prefix"
+install_script="$PWD/install"
+
+"$install_script" --help | grep -q -- "--prefix DIR"
+if "$install_script" --bogus 2>/dev/null; then
+  echo "install_test: an unknown argument was accepted" >&2
+  exit 1
+fi
+"$install_script" --prefix "$prefix"
+for f in lib/librdmaflow.so include/rdmaflow/rdma/transport.h \
+         include/rdmaflow/torch_backend/process_group_rdmaflow.h \
+         include/rdmaflow/graph_analyzer/plan.pb.h lib/pkgconfig/rdmaflow.pc \
+         lib/cmake/rdmaflow/rdmaflowConfig.cmake lib/cmake/rdmaflow/rdmaflowConfigVersion.cmake; do
+  test -f "$prefix/$f" || { echo "install_test: $f was not installed" >&2; exit 1; }
+done
+# No test-only code and nothing private to the build in the library.
+if nm -D --defined-only "$prefix/lib/librdmaflow.so" | grep -q 'testing::Test'; then
+  echo "install_test: librdmaflow.so holds gtest code" >&2
+  exit 1
+fi
+
+run_two_ranks() {  # <out file> <program> [args]: two ranks under torchrun
+  local out=$1; shift
+  RDMAFLOW_TRANSPORT_PARAMS=tls=shm UCX_TLS=shm,self \
+    /usr/bin/torchrun --rdzv_backend=c10d --rdzv_endpoint=localhost:0 \
+    --rdzv_id="install-test-$$-$RANDOM" --nnodes=1 --nproc_per_node=2 \
+    --redirects 1 --tee 1 --no_python "$@" 2>&1 | tee "$out"
+}
+
+# pkg-config.
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+pkg-config --exists --print-errors rdmaflow
+g++ -O1 -o "$tmp/write_notify" examples/write_notify.cc $(pkg-config --cflags --libs rdmaflow)
+run_two_ranks "$tmp/write_notify.out" "$tmp/write_notify"
+grep -q 'notification 7 from rank 0, first byte 42' "$tmp/write_notify.out" || {
+  echo "install_test: write_notify built with pkg-config did not deliver the write" >&2
+  exit 1
+}
+
+# CMake, with LibTorch's package found beside ours.
+cmake -S examples/cmake_consumer -B "$tmp/build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release > "$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; exit 1; }
+cmake --build "$tmp/build" > "$tmp/cmake_build.log" 2>&1 || { cat "$tmp/cmake_build.log"; exit 1; }
+run_two_ranks "$tmp/train.out" "$tmp/build/c10d_train_loop" 100
+test "$(grep -c 'parameters identical on every rank' "$tmp/train.out")" = 2 || {
+  echo "install_test: c10d_train_loop did not pass on both ranks" >&2
+  exit 1
+}
+# A version rdmaflow does not provide is refused.
+mkdir -p "$tmp/version_probe"
+cat > "$tmp/version_probe/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.18)
+project(version_probe LANGUAGES CXX)
+find_package(rdmaflow 2.0 CONFIG REQUIRED)
+CMAKE
+if cmake -S "$tmp/version_probe" -B "$tmp/version_probe/build" \
+    -DCMAKE_PREFIX_PATH="$prefix" > "$tmp/version_probe.log" 2>&1; then
+  echo "install_test: find_package(rdmaflow 2.0) was accepted" >&2
+  exit 1
+fi
+
+"$install_script" --prefix "$prefix" --uninstall
+left=$(find "$prefix" -type f | wc -l)
+test "$left" = 0 || { echo "install_test: $left files left after --uninstall" >&2; find "$prefix" -type f >&2; exit 1; }
+echo "install_test: passed"
