@@ -22,19 +22,26 @@ bazel test //... "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 build_failed=$(grep -c 'FAILED TO BUILD' "$log")
 
-tools/layering_check.sh | tee "$log.layering"
-layering_status=${PIPESTATUS[0]}
-layering_summary=$(grep '^layering: ' "$log.layering" | tail -1)
-rm -f "$log.layering"
+# run_check <name> <enabled> <summary prefix> <script>: runs a check script
+# that ends with a "<prefix>: ..." line, unless <enabled> is 0; sets
+# <name>_status and <name>_summary.
+run_check() {
+  local name=$1 enabled=$2 prefix=$3 script=$4 out check_status=0
+  local check_summary="$prefix: skipped"
+  if [ "$enabled" != 0 ]; then
+    out=$(mktemp)
+    "$script" | tee "$out"
+    check_status=${PIPESTATUS[0]}
+    check_summary=$(grep "^$prefix: " "$out" | tail -1)
+    check_summary=${check_summary:-"$prefix: did not run"}
+    rm -f "$out"
+  fi
+  printf -v "${name}_status" '%s' "$check_status"
+  printf -v "${name}_summary" '%s' "$check_summary"
+}
 
-consumer_status=0
-consumer_summary="bazel consumer: skipped (CONSUMER_CHECK=0)"
-if [ "${CONSUMER_CHECK:-1}" != 0 ]; then
-  tools/consumer_check.sh | tee "$log.consumer"
-  consumer_status=${PIPESTATUS[0]}
-  consumer_summary=$(grep '^bazel consumer: ' "$log.consumer" | tail -1)
-  rm -f "$log.consumer"
-fi
+run_check layering 1 layering tools/layering_check.sh
+run_check consumer "${CONSUMER_CHECK:-1}" "bazel consumer" tools/consumer_check.sh
 
 fuzz_status=0
 fuzz_summary="skipped (FUZZ_SECONDS=0)"
@@ -47,14 +54,7 @@ if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
   fi
 fi
 
-sanitize_status=0
-sanitize_summary="sanitizers: skipped (SANITIZE=0)"
-if [ "${SANITIZE:-1}" != 0 ]; then
-  tools/sanitize.sh | tee "$log.sanitize"
-  sanitize_status=${PIPESTATUS[0]}
-  sanitize_summary=$(grep '^sanitizers: ' "$log.sanitize" | tail -1)
-  rm -f "$log.sanitize"
-fi
+run_check sanitize "${SANITIZE:-1}" sanitizers tools/sanitize.sh
 
 rdma_status=0
 rm -rf bazel-rdma-testlogs
@@ -110,8 +110,8 @@ fi
 if [ "$status" -ne 0 ]; then
   echo "bazel test exited with status $status"
 fi
-echo "${layering_summary:-layering: did not run}"
-echo "${consumer_summary:-bazel consumer: did not run}"
+echo "${layering_summary}"
+echo "${consumer_summary}"
 echo "fuzz: ${fuzz_summary}"
 echo "${sanitize_summary}"
 echo "${rdma_summary:-rdma tests: skipped (RDMA_TESTS=0)}"

@@ -59,6 +59,12 @@ if [ "$uninstall" = 1 ]; then
       -empty -delete 2>/dev/null || true
   echo "install: removed $count files of rdmaflow from $prefix"
 else
+  # A prefix in the loader's default path (/usr/local, /usr) needs its
+  # cache refreshed before programs find a new library there.
+  if [ "$(id -u)" = 0 ] && command -v ldconfig >/dev/null &&
+     { [ "$prefix" = /usr/local ] || [ "$prefix" = /usr ]; }; then
+    ldconfig
+  fi
   echo "install: $count files of rdmaflow under $prefix" \
        "(lib/librdmaflow.so, include/rdmaflow, lib/pkgconfig/rdmaflow.pc," \
        "lib/cmake/rdmaflow)"

@@ -27,7 +27,7 @@ for f in lib/librdmaflow.so include/rdmaflow/rdma/transport.h \
   test -f "$prefix/$f" || { echo "install_test: $f was not installed" >&2; exit 1; }
 done
 # No test-only code and nothing private to the build in the library.
-if nm -D --defined-only "$prefix/lib/librdmaflow.so" | grep -q 'testing::Test'; then
+if nm -DC --defined-only "$prefix/lib/librdmaflow.so" | grep -q "testing::Test"; then
   echo "install_test: librdmaflow.so holds gtest code" >&2
   exit 1
 fi
