@@ -17,6 +17,10 @@ alone. See docs/using_rdmaflow.md.
     them (or, offline, fail with "download is disabled").
   - @com_google_protobuf: the system protobuf (protoc, libprotobuf, the
     well-known types) under /usr, as the native proto rules expect it.
+    A workspace that declares its own @com_google_protobuf must make it
+    Debian's protobuf 3.21 too: rdmaflow also links the system gRPC, which
+    links the system libprotobuf, and two protobuf runtimes in one process
+    do not mix.
 
 The C/C++ libraries themselves (Abseil, UCX, libibverbs, LibTorch, ...)
 are Debian packages that rdmaflow's own third_party/system wraps;

@@ -32,36 +32,37 @@ def _rdmaflow_install_impl(ctx):
     # rdmaflow's own archives, linked whole (nothing in the library calls
     # most of their symbols: its users do); the system libraries' link flags
     # as they come.
-    libraries = []
-    link_flags = []
-    others = []
+    # Each of rdmaflow's linker inputs keeps its own flags, in order.
+    inputs = []
     for linker_input in merged.linking_context.linker_inputs.to_list():
         if linker_input.owner.workspace_name != ours:
-            others.append(linker_input)
+            inputs.append(linker_input)
             continue
-        link_flags.extend(linker_input.user_link_flags)
+        libraries = []
         for library in linker_input.libraries:
-            archive = library.pic_static_library or library.static_library
-            if archive == None:
+            if library.pic_static_library == None:
+                if library.static_library != None or library.dynamic_library != None:
+                    fail("%s has no position-independent archive to link into lib%s.so" %
+                         (linker_input.owner, ctx.attr.library))
                 continue
             libraries.append(cc_common.create_library_to_link(
                 actions = ctx.actions,
                 feature_configuration = features,
                 cc_toolchain = cc_toolchain,
-                pic_static_library = archive,
+                pic_static_library = library.pic_static_library,
                 alwayslink = True,
             ))
-    own = cc_common.create_linker_input(
-        owner = ctx.label,
-        libraries = depset(libraries),
-        user_link_flags = depset(link_flags),
-    )
+        inputs.append(cc_common.create_linker_input(
+            owner = linker_input.owner,
+            libraries = depset(libraries),
+            user_link_flags = depset(linker_input.user_link_flags),
+        ))
     linked = cc_common.link(
         actions = ctx.actions,
         feature_configuration = features,
         cc_toolchain = cc_toolchain,
         linking_contexts = [cc_common.create_linking_context(
-            linker_inputs = depset([own] + others),
+            linker_inputs = depset(inputs),
         )],
         name = ctx.attr.library,
         output_type = "dynamic_library",
@@ -79,7 +80,17 @@ def _rdmaflow_install_impl(ctx):
     manifest = ["%s lib/lib%s.so" % (shared.short_path, ctx.attr.library)]
     for h in headers:
         manifest.append("%s include/rdmaflow/%s" % (h.short_path, _strip_repository(h.short_path)))
+    configs = []
     for f in ctx.files.config_files:
+        if f.basename.endswith(".in"):
+            filled = ctx.actions.declare_file(f.basename[:-len(".in")])
+            ctx.actions.expand_template(
+                template = f,
+                output = filled,
+                substitutions = {"@VERSION@": ctx.attr.version},
+            )
+            f = filled
+        configs.append(f)
         manifest.append("%s %s/%s" % (
             f.short_path,
             "lib/pkgconfig" if f.basename.endswith(".pc") else "lib/cmake/rdmaflow",
@@ -98,7 +109,7 @@ def _rdmaflow_install_impl(ctx):
         },
         is_executable = True,
     )
-    runfiles = ctx.runfiles(files = [shared, manifest_file] + headers + ctx.files.config_files)
+    runfiles = ctx.runfiles(files = [shared, manifest_file] + headers + configs)
     return [DefaultInfo(
         executable = script,
         files = depset([script, shared]),
@@ -110,7 +121,11 @@ rdmaflow_install = rule(
     attrs = {
         "deps": attr.label_list(providers = [CcInfo], doc = "The public targets to install."),
         "library": attr.string(default = "rdmaflow", doc = "lib<library>.so"),
-        "config_files": attr.label_list(allow_files = True, doc = "*.pc and CMake files."),
+        "config_files": attr.label_list(
+            allow_files = True,
+            doc = "*.pc and CMake files; @VERSION@ is filled in those named *.in.",
+        ),
+        "version": attr.string(mandatory = True, doc = "major.minor.patch"),
         "_script": attr.label(allow_single_file = True, default = "//bazel/install:install.sh.tpl"),
         "_cc_toolchain": attr.label(default = "@bazel_tools//tools/cpp:current_cc_toolchain"),
     },

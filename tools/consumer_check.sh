@@ -2,11 +2,13 @@
 # Proves that another Bazel workspace can depend on rdmaflow in one step
 # (docs/using_rdmaflow.md): builds examples/bazel_consumer (its own
 # WORKSPACE: local_repository + rdmaflow_deps(), and its own .bazelrc
-# without rdmaflow's flags) from a clean output base, offline, then runs its
-# two_rank_write with two ranks under plain torchrun; then checks that a
-# target of rdmaflow's that is not public is refused (visibility). Prints
+# without rdmaflow's flags) from a clean output base, offline, together with
+# every public target of rdmaflow (@rdmaflow//:all: the c10d backend, the
+# runtime, the Python module, the installed library, ...); runs its
+# two_rank_write with two ranks under plain torchrun; then checks that
+# targets of rdmaflow's that are not public are refused (visibility). Prints
 # "bazel consumer: passed (...)" or what failed, and exits non-zero on
-# failure. Takes minutes: it compiles what the example needs from scratch.
+# failure. Takes minutes: it compiles most of rdmaflow from scratch.
 #   tools/consumer_check.sh [--keep]   (--keep: leave the output base)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -18,13 +20,17 @@ case "${1:-}" in
   *) echo "consumer_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 esac
 work=$(mktemp -d /tmp/rdmaflow-consumer.XXXXXX)
+# consumer_bazel <seconds> <bazel arguments>: Bazel in the example's folder
+# with its own output base, killed after <seconds>.
 consumer_bazel() {
-  (cd "$root/examples/bazel_consumer" && bazel --output_base="$work/output_base" "$@")
+  local limit=$1; shift
+  (cd "$root/examples/bazel_consumer" &&
+   timeout -k 30 "$limit" bazel --output_base="$work/output_base" "$@")
 }
 probe="$root/examples/bazel_consumer/visibility_probe"
 finish() {
   rm -rf "$probe"
-  consumer_bazel shutdown >/dev/null 2>&1
+  consumer_bazel 120 shutdown >/dev/null 2>&1
   if [ "$keep" = 0 ]; then
     chmod -R u+w "$work" 2>/dev/null
     rm -rf "$work"
@@ -36,15 +42,16 @@ fail() { echo "bazel consumer: FAILED ($1)"; exit 1; }
 start=$(date +%s)
 echo "consumer_check: building examples/bazel_consumer in a clean output base ($work)"
 # --symlink_prefix=/: no bazel-* links in the example's folder.
-if ! consumer_bazel build --symlink_prefix=/ //:two_rank_write > "$work/build.log" 2>&1; then
+if ! consumer_bazel 2400 build --symlink_prefix=/ //:two_rank_write @rdmaflow//:all \
+    > "$work/build.log" 2>&1; then
   tail -40 "$work/build.log"
   fail "the build failed; log above"
 fi
-binary="$(consumer_bazel info --symlink_prefix=/ bazel-bin 2>/dev/null)/two_rank_write"
+binary="$(consumer_bazel 120 info --symlink_prefix=/ bazel-bin 2>/dev/null)/two_rank_write"
 [ -x "$binary" ] || fail "no binary at $binary"
 built=$(( $(date +%s) - start ))
 
-RDMAFLOW_TRANSPORT_PARAMS=tls=shm timeout 300 /usr/bin/torchrun --rdzv_backend=c10d \
+RDMAFLOW_TRANSPORT_PARAMS=tls=shm timeout -k 20 300 /usr/bin/torchrun --rdzv_backend=c10d \
   --rdzv_endpoint=localhost:0 --rdzv_id="consumer-check-$$" --nnodes=1 \
   --nproc_per_node=2 --redirects 1 --tee 1 --no_python "$binary" ucx tls=shm \
   > "$work/run.log" 2>&1
@@ -53,21 +60,24 @@ cat "$work/run.log"
 [ "$status" = 0 ] || fail "two_rank_write exited with status $status"
 grep -q 'every byte checked' "$work/run.log" || fail "two_rank_write did not check the data"
 
-# Only the root package's targets are public: an internal one is refused.
-mkdir -p "$probe"
-cat > "$probe/BUILD.bazel" <<'BUILD'
+# Only the root package's targets are public: internal ones are refused,
+# whether their package's default is //layers:internal or a layer's group.
+for internal in @rdmaflow//rdma:blocking @rdmaflow//rdma/ucx:ucx_transport; do
+  mkdir -p "$probe"
+  cat > "$probe/BUILD.bazel" <<BUILD
 # Written by tools/consumer_check.sh; removed when it ends.
 cc_library(
     name = "probe",
-    deps = ["@rdmaflow//rdma/ucx:ucx_transport"],
+    deps = ["$internal"],
 )
 BUILD
-if consumer_bazel build --symlink_prefix=/ --nobuild //visibility_probe:probe \
-    > "$work/probe.log" 2>&1; then
-  fail "a workspace could depend on @rdmaflow//rdma/ucx:ucx_transport, which is internal"
-fi
-grep -q "is not visible" "$work/probe.log" || {
-  tail -20 "$work/probe.log"
-  fail "the probe of an internal target failed for another reason than visibility"
-}
-echo "bazel consumer: passed (examples/bazel_consumer built offline from a clean output base in ${built} s; two_rank_write over UCX shared memory; internal targets refused)"
+  if consumer_bazel 300 build --symlink_prefix=/ --nobuild //visibility_probe:probe \
+      > "$work/probe.log" 2>&1; then
+    fail "a workspace could depend on $internal, which is internal"
+  fi
+  grep -q "is not visible" "$work/probe.log" || {
+    tail -20 "$work/probe.log"
+    fail "the probe of $internal failed for another reason than visibility"
+  }
+done
+echo "bazel consumer: passed (examples/bazel_consumer and @rdmaflow//:all built offline from a clean output base in ${built} s; two_rank_write over UCX shared memory; internal targets refused)"

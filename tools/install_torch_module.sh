@@ -29,23 +29,26 @@ while [ $# -gt 0 ]; do
     *) echo "install_torch_module: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+if [ -z "$prefix" ]; then
+  prefix=$("$python" -c 'import site; print(site.getsitepackages()[0])') || {
+    echo "install_torch_module: cannot ask $python for its site-packages folder" >&2
+    exit 1
+  }
+fi
+if [ "$uninstall" = 1 ]; then
+  rm -f "$prefix/rdmaflow_torch.so"
+  echo "install_torch_module: removed $prefix/rdmaflow_torch.so"
+  exit 0
+fi
 if ! "$python" -c 'import torch' 2>/dev/null; then
   echo "install_torch_module: $python cannot import torch; use Debian's" \
        "/usr/bin/python3 (python3-torch) or a virtual environment made with" \
        "'/usr/bin/python3 -m venv --system-site-packages'" >&2
   exit 1
 fi
-if [ -z "$prefix" ]; then
-  prefix=$("$python" -c 'import site; print(site.getsitepackages()[0])')
-fi
 mkdir -p "$prefix"
 prefix="$(cd "$prefix" && pwd)"  # Python's path entries are absolute
 target="$prefix/rdmaflow_torch.so"
-if [ "$uninstall" = 1 ]; then
-  rm -f "$target"
-  echo "install_torch_module: removed $target"
-  exit 0
-fi
 module="${RDMAFLOW_TORCH_MODULE:-}"
 if [ -z "$module" ]; then
   (cd "$root" && bazel build -c opt //torch_backend/python:rdmaflow_torch.so >/dev/null 2>&1) || {
@@ -55,7 +58,6 @@ if [ -z "$module" ]; then
   }
   module="$root/bazel-bin/torch_backend/python/rdmaflow_torch.so"
 fi
-mkdir -p "$prefix"
 install -m 0644 "$module" "$target.tmp"
 mv -f "$target.tmp" "$target"
 # Prove it: the module imports from there and registers the backend.

@@ -25,19 +25,20 @@ build_failed=$(grep -c 'FAILED TO BUILD' "$log")
 # run_check <name> <enabled> <summary prefix> <script>: runs a check script
 # that ends with a "<prefix>: ..." line, unless <enabled> is 0; sets
 # <name>_status and <name>_summary.
+# (Its locals start with an underscore, so no <name> can collide with them.)
 run_check() {
-  local name=$1 enabled=$2 prefix=$3 script=$4 out check_status=0
-  local check_summary="$prefix: skipped"
-  if [ "$enabled" != 0 ]; then
-    out=$(mktemp)
-    "$script" | tee "$out"
-    check_status=${PIPESTATUS[0]}
-    check_summary=$(grep "^$prefix: " "$out" | tail -1)
-    check_summary=${check_summary:-"$prefix: did not run"}
-    rm -f "$out"
+  local _name=$1 _enabled=$2 _prefix=$3 _script=$4 _out _status=0
+  local _summary="$_prefix: skipped"
+  if [ "$_enabled" != 0 ]; then
+    _out=$(mktemp)
+    "$_script" | tee "$_out"
+    _status=${PIPESTATUS[0]}
+    _summary=$(grep "^$_prefix: " "$_out" | tail -1)
+    _summary=${_summary:-"$_prefix: did not run"}
+    rm -f "$_out"
   fi
-  printf -v "${name}_status" '%s' "$check_status"
-  printf -v "${name}_summary" '%s' "$check_summary"
+  printf -v "${_name}_status" '%s' "$_status"
+  printf -v "${_name}_summary" '%s' "$_summary"
 }
 
 run_check layering 1 layering tools/layering_check.sh

@@ -20,6 +20,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$prefix" in
+  "") echo "install: --prefix needs a folder" >&2; exit 2 ;;
+  "~"|"~/"*) prefix="$HOME${prefix#\~}" ;;
+esac
+case "$prefix" in
   /*) ;;
   *) prefix="${BUILD_WORKING_DIRECTORY:-$PWD}/$prefix" ;;
 esac
@@ -37,6 +41,9 @@ if [ -z "$workspace" ]; then
   exit 1
 fi
 
+# The headers are rdmaflow's folder alone: replaced whole, so that none of
+# an older install's stays behind.
+rm -rf "$prefix/include/rdmaflow"
 count=0
 while read -r source target; do
   [ -n "$source" ] || continue
@@ -54,17 +61,16 @@ while read -r source target; do
   fi
   count=$((count + 1))
 done < "$workspace/%MANIFEST%"
+# A prefix in the loader's default path (/usr/local, /usr) needs its cache
+# refreshed when a library comes or goes there.
+if [ "$(id -u)" = 0 ] && command -v ldconfig >/dev/null &&
+   { [ "$prefix" = /usr/local ] || [ "$prefix" = /usr ]; }; then
+  ldconfig
+fi
 if [ "$uninstall" = 1 ]; then
-  find "$prefix/include/rdmaflow" "$prefix/lib/cmake/rdmaflow" -depth -type d \
-      -empty -delete 2>/dev/null || true
+  rmdir "$prefix/lib/cmake/rdmaflow" 2>/dev/null || true
   echo "install: removed $count files of rdmaflow from $prefix"
 else
-  # A prefix in the loader's default path (/usr/local, /usr) needs its
-  # cache refreshed before programs find a new library there.
-  if [ "$(id -u)" = 0 ] && command -v ldconfig >/dev/null &&
-     { [ "$prefix" = /usr/local ] || [ "$prefix" = /usr ]; }; then
-    ldconfig
-  fi
   echo "install: $count files of rdmaflow under $prefix" \
        "(lib/librdmaflow.so, include/rdmaflow, lib/pkgconfig/rdmaflow.pc," \
        "lib/cmake/rdmaflow)"

@@ -3,7 +3,9 @@
 // rank 0's buffer back with one one-sided read and checks it again. Run two
 // ranks under torchrun (it sets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE):
 //
-//   torchrun --nproc-per-node=2 --no-python bazel-bin/two_rank_write [TRANSPORT [PARAMS]]
+//   torchrun --standalone --redirects 1 --tee 1 --nproc-per-node=2 --no-python \
+//       bazel-bin/two_rank_write [TRANSPORT [PARAMS]]
+// (--redirects 1 --tee 1: Debian's torch 1.13 needs them; docs/torch.md.)
 //
 // TRANSPORT is a backend name ("ucx", default, or "ibverbs"); PARAMS its
 // "key=value,..." parameters ("tls=shm" by default: UCX shared memory).
@@ -85,8 +87,11 @@ absl::Status Run(const std::string& transport_name, const std::string& params) {
                 "every byte checked\n",
                 kBytes, kBytes, transport_name.c_str());
   }
-  // Rank 0 keeps its region registered until rank 1 has read it.
-  return rdma::Barrier(*store, "consumer", "done", 2, timeout);
+  // Rank 0 keeps its region registered until rank 1 has read it, and
+  // progresses its transport meanwhile: where a backend emulates reads in
+  // software (UCX over TCP), rank 1's read needs rank 0's progress.
+  rdma::SpinningDriver driver(*transport);
+  return rdma::Barrier(*store, "consumer", "done", 2, timeout, &driver);
 }
 
 }  // namespace

@@ -27,14 +27,18 @@ for f in lib/librdmaflow.so include/rdmaflow/rdma/transport.h \
   test -f "$prefix/$f" || { echo "install_test: $f was not installed" >&2; exit 1; }
 done
 # No test-only code and nothing private to the build in the library.
-if nm -DC --defined-only "$prefix/lib/librdmaflow.so" | grep -q "testing::Test"; then
+# (grep reads a variable, not a pipe: with pipefail, nm's SIGPIPE after an
+# early match would hide it.)
+symbols=$(nm -DC --defined-only "$prefix/lib/librdmaflow.so")
+test -n "$symbols"
+if grep -q "testing::Test" <<<"$symbols"; then
   echo "install_test: librdmaflow.so holds gtest code" >&2
   exit 1
 fi
 
 run_two_ranks() {  # <out file> <program> [args]: two ranks under torchrun
   local out=$1; shift
-  RDMAFLOW_TRANSPORT_PARAMS=tls=shm UCX_TLS=shm,self \
+  RDMAFLOW_TRANSPORT_PARAMS=tls=shm UCX_TLS=shm,self timeout -k 20 240 \
     /usr/bin/torchrun --rdzv_backend=c10d --rdzv_endpoint=localhost:0 \
     --rdzv_id="install-test-$$-$RANDOM" --nnodes=1 --nproc_per_node=2 \
     --redirects 1 --tee 1 --no_python "$@" 2>&1 | tee "$out"
@@ -43,7 +47,7 @@ run_two_ranks() {  # <out file> <program> [args]: two ranks under torchrun
 # pkg-config.
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 pkg-config --exists --print-errors rdmaflow
-g++ -O1 -o "$tmp/write_notify" examples/write_notify.cc $(pkg-config --cflags --libs rdmaflow)
+timeout -k 20 300 g++ -O1 -o "$tmp/write_notify" examples/write_notify.cc $(pkg-config --cflags --libs rdmaflow)
 run_two_ranks "$tmp/write_notify.out" "$tmp/write_notify"
 grep -q 'notification 7 from rank 0, first byte 42' "$tmp/write_notify.out" || {
   echo "install_test: write_notify built with pkg-config did not deliver the write" >&2
@@ -51,9 +55,10 @@ grep -q 'notification 7 from rank 0, first byte 42' "$tmp/write_notify.out" || {
 }
 
 # CMake, with LibTorch's package found beside ours.
-cmake -S examples/cmake_consumer -B "$tmp/build" -DCMAKE_PREFIX_PATH="$prefix" \
+timeout -k 20 300 cmake -S examples/cmake_consumer -B "$tmp/build" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release > "$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; exit 1; }
-cmake --build "$tmp/build" > "$tmp/cmake_build.log" 2>&1 || { cat "$tmp/cmake_build.log"; exit 1; }
+timeout -k 20 600 cmake --build "$tmp/build" > "$tmp/cmake_build.log" 2>&1 ||
+  { cat "$tmp/cmake_build.log"; exit 1; }
 run_two_ranks "$tmp/train.out" "$tmp/build/c10d_train_loop" 100
 test "$(grep -c 'parameters identical on every rank' "$tmp/train.out")" = 2 || {
   echo "install_test: c10d_train_loop did not pass on both ranks" >&2
@@ -71,6 +76,11 @@ if cmake -S "$tmp/version_probe" -B "$tmp/version_probe/build" \
   echo "install_test: find_package(rdmaflow 2.0) was accepted" >&2
   exit 1
 fi
+grep -q 'compatible with requested version' "$tmp/version_probe.log" || {
+  cat "$tmp/version_probe.log"
+  echo "install_test: find_package(rdmaflow 2.0) failed for another reason than the version" >&2
+  exit 1
+}
 
 "$install_script" --prefix "$prefix" --uninstall
 left=$(find "$prefix" -type f | wc -l)

@@ -30,7 +30,8 @@ RDMAFLOW_TORCH_MODULE="$module" tools/install_torch_module.sh --python "$venv/bi
 venv_site=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')
 test -f "$venv_site/rdmaflow_torch.so"
 # torchrun of Debian's torch 1.13: the flags docs/torch.md gives.
-env -i PATH="$venv/bin:/usr/bin:/bin" HOME="$tmp" RDMAFLOW_TRANSPORT_PARAMS=tls=shm \
+env -i PATH="$venv/bin:/usr/bin:/bin" HOME="$tmp" TMPDIR="$tmp" \
+  RDMAFLOW_TRANSPORT_PARAMS=tls=shm timeout -k 20 200 \
   "$venv/bin/python" -m torch.distributed.run --rdzv_backend=c10d \
   --rdzv_endpoint=localhost:0 --rdzv_id="install-test-$$" --nnodes=1 \
   --nproc_per_node=2 --redirects 1 --tee 1 \
