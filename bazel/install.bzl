@@ -56,6 +56,7 @@ def _rdmaflow_install_impl(ctx):
             owner = linker_input.owner,
             libraries = depset(libraries),
             user_link_flags = depset(linker_input.user_link_flags),
+            additional_inputs = depset(linker_input.additional_inputs),
         ))
     linked = cc_common.link(
         actions = ctx.actions,
@@ -83,7 +84,9 @@ def _rdmaflow_install_impl(ctx):
     configs = []
     for f in ctx.files.config_files:
         if f.basename.endswith(".in"):
-            filled = ctx.actions.declare_file(f.basename[:-len(".in")])
+            filled = ctx.actions.declare_file(
+                "%s_config/%s" % (ctx.label.name, f.basename[:-len(".in")]),
+            )
             ctx.actions.expand_template(
                 template = f,
                 output = filled,

@@ -25,7 +25,7 @@ work=$(mktemp -d /tmp/rdmaflow-consumer.XXXXXX)
 consumer_bazel() {
   local limit=$1; shift
   (cd "$root/examples/bazel_consumer" &&
-   timeout -k 30 "$limit" bazel --output_base="$work/output_base" "$@")
+   timeout --foreground -k 30 "$limit" bazel --output_base="$work/output_base" "$@")
 }
 probe="$root/examples/bazel_consumer/visibility_probe"
 finish() {
@@ -75,7 +75,7 @@ BUILD
       > "$work/probe.log" 2>&1; then
     fail "a workspace could depend on $internal, which is internal"
   fi
-  grep -q "is not visible" "$work/probe.log" || {
+  grep -qF "'$internal' is not visible" "$work/probe.log" || {
     tail -20 "$work/probe.log"
     fail "the probe of $internal failed for another reason than visibility"
   }

@@ -22,6 +22,7 @@ done
 case "$prefix" in
   "") echo "install: --prefix needs a folder" >&2; exit 2 ;;
   "~"|"~/"*) prefix="$HOME${prefix#\~}" ;;
+  "~"*) echo "install: write --prefix=$prefix as a full path" >&2; exit 2 ;;
 esac
 case "$prefix" in
   /*) ;;
@@ -41,7 +42,7 @@ if [ -z "$workspace" ]; then
   exit 1
 fi
 
-# The headers are rdmaflow's folder alone: replaced whole, so that none of
+# The headers are rdmaflow's folder alone (include/rdmaflow): replaced whole, so that none of
 # an older install's stays behind.
 rm -rf "$prefix/include/rdmaflow"
 count=0

@@ -30,7 +30,7 @@ done
 # (grep reads a variable, not a pipe: with pipefail, nm's SIGPIPE after an
 # early match would hide it.)
 symbols=$(nm -DC --defined-only "$prefix/lib/librdmaflow.so")
-test -n "$symbols"
+test -n "$symbols" || { echo "install_test: librdmaflow.so exports no symbols" >&2; exit 1; }
 if grep -q "testing::Test" <<<"$symbols"; then
   echo "install_test: librdmaflow.so holds gtest code" >&2
   exit 1
@@ -71,7 +71,7 @@ cmake_minimum_required(VERSION 3.18)
 project(version_probe LANGUAGES CXX)
 find_package(rdmaflow 2.0 CONFIG REQUIRED)
 CMAKE
-if cmake -S "$tmp/version_probe" -B "$tmp/version_probe/build" \
+if timeout -k 20 300 cmake -S "$tmp/version_probe" -B "$tmp/version_probe/build" \
     -DCMAKE_PREFIX_PATH="$prefix" > "$tmp/version_probe.log" 2>&1; then
   echo "install_test: find_package(rdmaflow 2.0) was accepted" >&2
   exit 1
