@@ -300,6 +300,10 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
     return absl::InvalidArgumentError(
         absl::StrCat("the ping-pong runs on ranks 0 and 1, not ", rank));
   }
+  if (!options.writes && !options.reads) {
+    return absl::InvalidArgumentError(
+        "nothing to measure: writes and reads are both off");
+  }
   if (options.min_bytes == 0 || options.min_bytes > options.max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "invalid size range [", options.min_bytes, ", ", options.max_bytes,
@@ -337,10 +341,14 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
     const int lat_iters = Iterations(options, bytes, 8);
     const int bw_iters = Iterations(options, bytes, 1);
     const int warmup = std::max(1, lat_iters / 10);
-    ASSIGN_OR_RETURN(std::vector<double> write_lat,
-                     WritePingPong(link, bytes, warmup, lat_iters));
-    ASSIGN_OR_RETURN(auto write_bw, WriteBandwidth(link, bytes, bw_iters,
-                                                   kRounds, options.window));
+    std::vector<double> write_lat;
+    std::pair<double, double> write_bw{0, 0};
+    if (options.writes) {
+      ASSIGN_OR_RETURN(write_lat,
+                       WritePingPong(link, bytes, warmup, lat_iters));
+      ASSIGN_OR_RETURN(write_bw, WriteBandwidth(link, bytes, bw_iters,
+                                                kRounds, options.window));
+    }
     std::optional<ReadResult> reads;
     if (options.reads) {
       ASSIGN_OR_RETURN(reads, Reads(link, bytes, warmup, lat_iters, bw_iters,
@@ -359,7 +367,7 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
     FillLatency(write_lat, write_row);
     write_row.set_memcpy_mbps(memcpy_mbps);
     write_row.set_ratio_to_memcpy(write_row.bw_avg_mbps() / memcpy_mbps);
-    rows.push_back(write_row);
+    if (options.writes) rows.push_back(write_row);
     if (reads.has_value()) {
       PingPongRow read_row = write_row;
       read_row.set_op("read");

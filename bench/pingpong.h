@@ -28,7 +28,8 @@ struct PingPongOptions {
   int min_iters = 16;
   int max_iters = 2000;
   int window = 32;  // Writes/reads in flight in the bandwidth runs.
-  bool reads = true;
+  bool writes = true;  // The write ping-pong and write bandwidth.
+  bool reads = true;   // One-sided reads (latency and bandwidth).
   std::string ns = "pingpong";
   absl::Duration timeout = absl::Seconds(120);
   // Called by rank 0 after each size ("progress"), may be empty.

@@ -40,6 +40,44 @@ TEST(PingPongTest, ProducesOneRowPerOpAndSizeOnRankZero) {
   }
 }
 
+TEST(PingPongTest, MeasuresReadsAloneWithoutWrites) {
+  rdma::testing::InMemoryStore store;
+  auto fabric = rdma::loopback::LoopbackFabric::Create();
+  ASSERT_OK_AND_ASSIGN(auto a,
+                       rdma::loopback::LoopbackTransport::Create({0, fabric}));
+  ASSERT_OK_AND_ASSIGN(auto b,
+                       rdma::loopback::LoopbackTransport::Create({1, fabric}));
+  PingPongOptions options;
+  options.min_bytes = 8;
+  options.max_bytes = 64;
+  options.byte_budget = 1 << 12;
+  options.max_iters = 20;
+  options.writes = false;
+  absl::StatusOr<std::vector<PingPongRow>> peer_rows;
+  std::thread peer([&] { peer_rows = RunPingPong(*b, store, options); });
+  ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows,
+                       RunPingPong(*a, store, options));
+  peer.join();
+  ASSERT_OK(peer_rows.status());
+  ASSERT_EQ(rows.size(), 4u);  // 8..64: 4 sizes, reads only.
+  for (const PingPongRow& row : rows) {
+    EXPECT_EQ(row.op(), "read");
+    EXPECT_GT(row.bw_avg_mbps(), 0) << row.bytes();
+    EXPECT_GT(row.lat_p50_us(), 0) << row.bytes();
+  }
+}
+
+TEST(PingPongTest, RejectsNothingToMeasure) {
+  rdma::testing::InMemoryStore store;
+  ASSERT_OK_AND_ASSIGN(auto a, rdma::loopback::LoopbackTransport::Create(
+                                   {0, rdma::loopback::LoopbackFabric::Create()}));
+  PingPongOptions options;
+  options.writes = false;
+  options.reads = false;
+  EXPECT_THAT(RunPingPong(*a, store, options),
+              rdmaflow::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(PingPongTest, RejectsAnEmptySizeRange) {
   rdma::testing::InMemoryStore store;
   ASSERT_OK_AND_ASSIGN(auto a, rdma::loopback::LoopbackTransport::Create(

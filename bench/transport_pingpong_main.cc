@@ -48,6 +48,10 @@ ABSL_FLAG(int64_t, max_bytes, int64_t{64} << 20, "Largest message size.");
 ABSL_FLAG(int64_t, byte_budget, int64_t{1} << 30,
           "Bytes per size and measurement (iterations = budget / size).");
 ABSL_FLAG(int32_t, max_iters, 2000, "Upper bound on iterations per size.");
+ABSL_FLAG(bool, writes, true,
+          "Measure one-sided writes (the ping-pong with notifications and "
+          "the bandwidth); --nowrites with --reads measures reads alone, as "
+          "ib_read_lat and ib_read_bw do.");
 ABSL_FLAG(bool, reads, true, "Also measure one-sided reads.");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file.");
 ABSL_FLAG(std::string, tsv, "", "Write the results as TSV (for plotting).");
@@ -61,6 +65,7 @@ PingPongOptions OptionsFromFlags() {
   options.max_bytes = absl::GetFlag(FLAGS_max_bytes);
   options.byte_budget = absl::GetFlag(FLAGS_byte_budget);
   options.max_iters = absl::GetFlag(FLAGS_max_iters);
+  options.writes = absl::GetFlag(FLAGS_writes);
   options.reads = absl::GetFlag(FLAGS_reads);
   return options;
 }

@@ -1,11 +1,11 @@
-// End to end: rdmaflow_train runs the all-reduce, gossip, Moshpit and
-// layer-separated strategies as OS processes over UCX shared memory on
-// Fashion-MNIST: LeNet-5 with 3 replicas (all-reduce, gossip) and 4
-// (Moshpit, a 2x2 grid; gossip and Moshpit also with a rank killed half-way,
-// Moshpit with that rank restarted),
-// and the VGG-like net with 2 conv ranks and 1 FC
-// rank, all learn far above chance (10 %); a straggler holds the
-// layer-separated job back. Skips without the dataset.
+// End to end: rdmaflow_train runs the all-reduce, gossip and Moshpit
+// strategies as OS processes over UCX shared memory on Fashion-MNIST:
+// LeNet-5 with 3 replicas (all-reduce, gossip) and 4 (Moshpit, a 2x2 grid;
+// gossip and Moshpit also with a rank killed half-way, Moshpit with that
+// rank restarted) all learn far above chance (10 %). The layer-separated
+// strategy has its own target (layer_separated_train_e2e_test.cc), so that
+// each stays well inside its timeout on two loaded cores. Skips without the
+// dataset.
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/train_runner.h"
@@ -67,31 +67,6 @@ TEST_F(StrategiesTrainE2eTest, MoshpitTakesBackARestartedRank) {
                          "--kill_rank 3 --kill_step 75 --restart_killed");
   RecordProperty("test_accuracy", absl::StrCat(accuracy));
   EXPECT_GT(accuracy, 0.60);
-}
-
-TEST_F(StrategiesTrainE2eTest, LayerSeparatedTrainsTheVggLikeNet) {
-  const double accuracy = testing::TrainAndGetAccuracy(
-      "layer_separated",
-      "--local 3 --model vgg --strategy layer_separated --strategy_params fc_ranks=1 "
-      "--steps 40 --batch_size 32");
-  RecordProperty("test_accuracy", absl::StrCat(accuracy));
-  EXPECT_GT(accuracy, 0.40);
-}
-
-TEST_F(StrategiesTrainE2eTest, AStragglerSlowsLayerSeparatedToo) {
-  // layer_separated runs the model itself (no compute callback): the
-  // straggler sleeps after its step instead. Conv rank 1 at 50x its compute
-  // holds conv rank 0 (the reporter) at the FC rank and in the conv ranks'
-  // all-reduce: nearly all of rank 0's step is then communication (which
-  // counts the waits).
-  testing::TrainRun run = testing::Train(
-      "layer_separated_slow",
-      "--local 3 --model lenet5 --strategy layer_separated --strategy_params fc_ranks=1 "
-      "--steps 20 --slow_rank 1 --slow_factor 50");
-  ASSERT_GT(run.summary.mean_step_ms(), 0) << run.output;
-  const double held = run.summary.mean_comm_ms() / run.summary.mean_step_ms();
-  RecordProperty("comm_fraction", absl::StrCat(held));
-  EXPECT_GT(held, 0.9) << run.output;
 }
 
 }  // namespace

@@ -3,8 +3,7 @@
 // rank 0's buffer back with one one-sided read and checks it again. Run two
 // ranks under torchrun (it sets MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE):
 //
-//   torchrun --standalone --redirects 1 --tee 1 --nproc_per_node=2 --no_python \
-//       bazel-bin/two_rank_write [TRANSPORT [PARAMS]]
+//   torchrun --standalone --redirects 1 --tee 1 --nproc_per_node=2 --no_python bazel-bin/two_rank_write [TRANSPORT [PARAMS]]
 // (--redirects 1 --tee 1: Debian's torch 1.13 needs them; docs/torch.md.)
 //
 // TRANSPORT is a backend name ("ucx", default, or "ibverbs"); PARAMS its

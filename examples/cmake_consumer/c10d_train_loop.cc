@@ -5,8 +5,7 @@
 // average their gradients with ProcessGroup::allreduce. At the end it
 // checks that the loss fell and that every rank holds the same parameters.
 // Run two or more ranks under torchrun:
-//   torchrun --standalone --redirects 1 --tee 1 --nproc_per_node=2 --no_python \
-//       build/c10d_train_loop [STEPS]
+//   torchrun --standalone --redirects 1 --tee 1 --nproc_per_node=2 --no_python build/c10d_train_loop [STEPS]
 // (--redirects 1 --tee 1: Debian's torch 1.13 needs them; docs/torch.md.)
 #include <torch/torch.h>
 

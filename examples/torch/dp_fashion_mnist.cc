@@ -5,8 +5,7 @@
 // view of it), so backward writes them where the all-reduce reads them and
 // nothing is copied. Launch with torchrun (docs/torch.md):
 //
-//   tools/torchrun.sh --nproc_per_node=2 --no_python \
-//       bazel-bin/examples/torch/dp_fashion_mnist --backend=rdmaflow
+//   tools/torchrun.sh --nproc_per_node=2 --no_python bazel-bin/examples/torch/dp_fashion_mnist --backend=rdmaflow
 //
 // Rank r takes samples r, r + world, ... of each global batch, drawn from a
 // permutation of the training set seeded like the Python example's.
