@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -11,25 +12,36 @@
 namespace rdmaflow::bench {
 namespace {
 
-TEST(PingPongTest, ProducesOneRowPerOpAndSizeOnRankZero) {
+// Runs the ping-pong with `options` on two loopback ranks (rank 1 on a
+// thread) and returns rank 0's rows, after checking that rank 1 succeeded
+// with none.
+absl::StatusOr<std::vector<PingPongRow>> RunTwoRanks(
+    const PingPongOptions& options) {
   rdma::testing::InMemoryStore store;
   auto fabric = rdma::loopback::LoopbackFabric::Create();
-  ASSERT_OK_AND_ASSIGN(auto a,
-                       rdma::loopback::LoopbackTransport::Create({0, fabric}));
-  ASSERT_OK_AND_ASSIGN(auto b,
-                       rdma::loopback::LoopbackTransport::Create({1, fabric}));
+  ASSIGN_OR_RETURN(auto a,
+                   rdma::loopback::LoopbackTransport::Create({0, fabric}));
+  ASSIGN_OR_RETURN(auto b,
+                   rdma::loopback::LoopbackTransport::Create({1, fabric}));
+  absl::StatusOr<std::vector<PingPongRow>> peer_rows;
+  std::thread peer([&] { peer_rows = RunPingPong(*b, store, options); });
+  absl::StatusOr<std::vector<PingPongRow>> rows =
+      RunPingPong(*a, store, options);
+  peer.join();
+  RETURN_IF_ERROR(peer_rows.status());
+  if (!peer_rows->empty()) {
+    return absl::InternalError("rank 1 returned rows; only rank 0 reports");
+  }
+  return rows;
+}
+
+TEST(PingPongTest, ProducesOneRowPerOpAndSizeOnRankZero) {
   PingPongOptions options;
   options.min_bytes = 8;
   options.max_bytes = 4096;
   options.byte_budget = 1 << 16;
   options.max_iters = 50;
-  absl::StatusOr<std::vector<PingPongRow>> peer_rows;
-  std::thread peer([&] { peer_rows = RunPingPong(*b, store, options); });
-  ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows,
-                       RunPingPong(*a, store, options));
-  peer.join();
-  ASSERT_OK(peer_rows.status());
-  EXPECT_TRUE(peer_rows->empty());
+  ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows, RunTwoRanks(options));
   ASSERT_EQ(rows.size(), 2u * 10);  // 8..4096: 10 sizes, write and read.
   for (const PingPongRow& row : rows) {
     EXPECT_GT(row.bw_avg_mbps(), 0) << row.op() << " " << row.bytes();
@@ -41,24 +53,13 @@ TEST(PingPongTest, ProducesOneRowPerOpAndSizeOnRankZero) {
 }
 
 TEST(PingPongTest, MeasuresReadsAloneWithoutWrites) {
-  rdma::testing::InMemoryStore store;
-  auto fabric = rdma::loopback::LoopbackFabric::Create();
-  ASSERT_OK_AND_ASSIGN(auto a,
-                       rdma::loopback::LoopbackTransport::Create({0, fabric}));
-  ASSERT_OK_AND_ASSIGN(auto b,
-                       rdma::loopback::LoopbackTransport::Create({1, fabric}));
   PingPongOptions options;
   options.min_bytes = 8;
   options.max_bytes = 64;
   options.byte_budget = 1 << 12;
   options.max_iters = 20;
   options.writes = false;
-  absl::StatusOr<std::vector<PingPongRow>> peer_rows;
-  std::thread peer([&] { peer_rows = RunPingPong(*b, store, options); });
-  ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows,
-                       RunPingPong(*a, store, options));
-  peer.join();
-  ASSERT_OK(peer_rows.status());
+  ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows, RunTwoRanks(options));
   ASSERT_EQ(rows.size(), 4u);  // 8..64: 4 sizes, reads only.
   for (const PingPongRow& row : rows) {
     EXPECT_EQ(row.op(), "read");
@@ -69,8 +70,9 @@ TEST(PingPongTest, MeasuresReadsAloneWithoutWrites) {
 
 TEST(PingPongTest, RejectsNothingToMeasure) {
   rdma::testing::InMemoryStore store;
-  ASSERT_OK_AND_ASSIGN(auto a, rdma::loopback::LoopbackTransport::Create(
-                                   {0, rdma::loopback::LoopbackFabric::Create()}));
+  ASSERT_OK_AND_ASSIGN(auto a,
+                       rdma::loopback::LoopbackTransport::Create(
+                           {0, rdma::loopback::LoopbackFabric::Create()}));
   PingPongOptions options;
   options.writes = false;
   options.reads = false;
@@ -80,8 +82,9 @@ TEST(PingPongTest, RejectsNothingToMeasure) {
 
 TEST(PingPongTest, RejectsAnEmptySizeRange) {
   rdma::testing::InMemoryStore store;
-  ASSERT_OK_AND_ASSIGN(auto a, rdma::loopback::LoopbackTransport::Create(
-                                   {0, rdma::loopback::LoopbackFabric::Create()}));
+  ASSERT_OK_AND_ASSIGN(auto a,
+                       rdma::loopback::LoopbackTransport::Create(
+                           {0, rdma::loopback::LoopbackFabric::Create()}));
   PingPongOptions options;
   options.min_bytes = 64;
   options.max_bytes = 8;
