@@ -10,7 +10,7 @@ namespace {
 // The remote half of a post or a mapping: the region's descriptor names
 // this backend and the endpoint's peer.
 absl::Status CheckRemoteRegion(const RemoteSlice& remote, int peer_rank,
-                               const char* backend) {
+                               absl::string_view backend) {
   if (remote.region == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "operation with peer rank ", peer_rank, " has no remote region"));
@@ -18,7 +18,7 @@ absl::Status CheckRemoteRegion(const RemoteSlice& remote, int peer_rank,
   if (absl::Status status = remote.region->Validate(); !status.ok()) {
     return status;
   }
-  if (remote.region->backend != backend) {
+  if (absl::string_view(remote.region->backend) != backend) {
     return absl::InvalidArgumentError(absl::StrCat(
         "remote region was registered by the '", remote.region->backend,
         "' backend but this endpoint is '", backend,
@@ -46,7 +46,7 @@ absl::Status CheckRemoteRange(const RemoteSlice& remote) {
 }  // namespace
 
 absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
-                           int peer_rank, const char* backend) {
+                           int peer_rank, absl::string_view backend) {
   if (local.region == nullptr || local.region->data() == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "operation with peer rank ", peer_rank,
@@ -74,7 +74,7 @@ absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
 }
 
 absl::Status CheckRemoteSlice(const RemoteSlice& remote, int peer_rank,
-                              const char* backend) {
+                              absl::string_view backend) {
   if (absl::Status status = CheckRemoteRegion(remote, peer_rank, backend);
       !status.ok()) {
     return status;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
 
@@ -49,12 +50,12 @@ inline RemoteSlice WholeRegion(const RemoteRegion& region) {
 // kOutOfRange (a slice past the end of its region), each message naming the
 // peer and the offending offsets.
 absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
-                           int peer_rank, const char* backend);
+                           int peer_rank, absl::string_view backend);
 
 // The same checks of `remote` alone (non-zero length), for a mapping
 // (Endpoint::MapRemote).
 absl::Status CheckRemoteSlice(const RemoteSlice& remote, int peer_rank,
-                              const char* backend);
+                              absl::string_view backend);
 
 }  // namespace rdmaflow::rdma
 

@@ -3,6 +3,8 @@
 
 #include <arpa/inet.h>
 
+#include <typeinfo>
+
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -146,8 +148,13 @@ absl::Status IbverbsEndpoint::Prepare(const LocalSlice& local,
   const EndpointState& s = *state_;
   RETURN_IF_ERROR(CheckUsable());
   RETURN_IF_ERROR(CheckTransfer(local, remote, s.peer_rank, kBackend));
+  // VerbsRegistration is final: an exact type match is the cast's check,
+  // without a dynamic_cast's walk of the class hierarchy on every post.
+  const MemoryRegion::Registration* base = local.region->registration();
   const auto* registration =
-      dynamic_cast<const VerbsRegistration*>(local.region->registration());
+      base != nullptr && typeid(*base) == typeid(VerbsRegistration)
+          ? static_cast<const VerbsRegistration*>(base)
+          : nullptr;
   if (registration == nullptr ||
       registration->context() != transport_->context_.get()) {
     return absl::InvalidArgumentError(absl::StrCat(

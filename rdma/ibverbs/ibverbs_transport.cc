@@ -639,7 +639,8 @@ absl::StatusOr<std::shared_ptr<EndpointState>> IbverbsTransport::ConnectLane(
 uint64_t IbverbsTransport::RequestsFor(uint64_t length) const {
   const uint64_t max_message =
       std::max<uint64_t>(context_->device.port_attr.max_msg_sz, kPage);
-  return std::max<uint64_t>(1, (length + max_message - 1) / max_message);
+  if (length <= max_message) return 1;  // Nearly always: no division.
+  return (length + max_message - 1) / max_message;
 }
 
 absl::Status IbverbsTransport::CheckRingRoom(EndpointState& state) {
@@ -746,7 +747,7 @@ void IbverbsTransport::FailRing(EndpointState& state,
 
 absl::Status IbverbsTransport::PostChain(EndpointState& state,
                                          ibv_send_wr* wrs, int count,
-                                         Completion done, bool has_callback,
+                                         Completion&& done, bool has_callback,
                                          const char* op, bool force_signal) {
   if (state.qp == nullptr) {  // Fenced: the queue pair is destroyed.
     return absl::FailedPreconditionError(absl::StrCat(
@@ -784,7 +785,8 @@ absl::Status IbverbsTransport::PostChain(EndpointState& state,
     const bool signaled = (wrs[i].send_flags & IBV_SEND_SIGNALED) != 0;
     state.unsignaled_run = signaled ? 0 : state.unsignaled_run + 1;
     state.tail_unsignaled = !signaled;
-    WorkRequest request;
+    // Built in place: nothing of it moves on the way in.
+    WorkRequest& request = state.in_flight.emplace_back();
     request.seq = state.next_seq++;
     request.op = op;
     // The operation's callback rides on the last request taken: on a
@@ -794,7 +796,6 @@ absl::Status IbverbsTransport::PostChain(EndpointState& state,
       request.has_callback = has_callback;
       if (has_callback) ++state.operations;
     }
-    state.in_flight.push_back(std::move(request));
   }
   state.posted_since_progress = true;
   if (posted < count) {
@@ -815,7 +816,7 @@ absl::Status IbverbsTransport::PostChain(EndpointState& state,
 absl::Status IbverbsTransport::PostOperation(
     EndpointState& state, ibv_wr_opcode opcode,
     std::optional<uint32_t> notification, const ibv_sge& sge, uint64_t length,
-    uint64_t remote_address, uint32_t rkey, Completion done, const char* op) {
+    uint64_t remote_address, uint32_t rkey, Completion&& done, const char* op) {
   const uint64_t max_message =
       std::max<uint64_t>(context_->device.port_attr.max_msg_sz, kPage);
   const uint64_t chunks = RequestsFor(length);
@@ -879,7 +880,8 @@ absl::Status IbverbsTransport::PostOperation(
 }
 
 absl::Status IbverbsTransport::PostMarker(EndpointState& state,
-                                          Completion done, bool has_callback) {
+                                          Completion&& done,
+                                          bool has_callback) {
   ibv_sge sge{};
   // The scratch half of our marker region receives the bytes.
   sge.addr = reinterpret_cast<uintptr_t>(marker_.data()) + 64;
@@ -925,10 +927,12 @@ void IbverbsTransport::HandleSendCompletion(const ibv_wc& wc) {
     state.in_flight.pop_front();
   }
   if (state.in_flight.empty() || state.in_flight.front().seq != seq) return;
-  WorkRequest request = std::move(state.in_flight.front());
-  state.in_flight.pop_front();
+  // Completed where it lies (Complete() only queues the callback), then
+  // dropped.
+  WorkRequest& request = state.in_flight.front();
   if (wc.status == IBV_WC_SUCCESS) {
     Complete(state, request, absl::OkStatus());
+    state.in_flight.pop_front();
     if (state.in_flight.empty()) state.tail_unsignaled = false;
     return;
   }
@@ -937,12 +941,14 @@ void IbverbsTransport::HandleSendCompletion(const ibv_wc& wc) {
   if (state.stopped &&
       (wc.status == IBV_WC_WR_FLUSH_ERR || state.closed)) {
     Complete(state, request, state.stop_reason);
+    state.in_flight.pop_front();
     return;
   }
   absl::Status error = WorkCompletionError(wc.status, state.peer_rank,
                                            request.op);
   if (state.failure.ok()) state.failure = error;
   Complete(state, request, error);
+  state.in_flight.pop_front();
   if (!state.stopped) {
     // The adapter moved the queue pair to the error state: every request
     // still queued ends with a flush completion, which completes it with

@@ -210,7 +210,7 @@ class IbverbsTransport final : public Transport {
                              std::optional<uint32_t> notification,
                              const ibv_sge& sge, uint64_t length,
                              uint64_t remote_address, uint32_t rkey,
-                             Completion done, const char* op);
+                             Completion&& done, const char* op);
   // Work requests an operation of `length` bytes takes (one per largest
   // message of the port).
   uint64_t RequestsFor(uint64_t length) const;
@@ -243,10 +243,12 @@ class IbverbsTransport final : public Transport {
   // accepted, fails the endpoint, and completes `done` with that error
   // (WorkRequest::forced) once the requests taken are done.
   // kFailedPrecondition once the queue pair was destroyed (Fence()).
+  // `done` is taken only when the chain is accepted (OK returned): a caller
+  // whose post is refused still holds it.
   absl::Status PostChain(EndpointState& state, ibv_send_wr* wrs, int count,
-                         Completion done, bool has_callback, const char* op,
+                         Completion&& done, bool has_callback, const char* op,
                          bool force_signal);
-  absl::Status PostMarker(EndpointState& state, Completion done,
+  absl::Status PostMarker(EndpointState& state, Completion&& done,
                           bool has_callback);
   void Complete(EndpointState& state, WorkRequest& request,
                 absl::Status status);

@@ -19,7 +19,7 @@ namespace rdmaflow::rdma::internal {
 // Single-thread: used by the thread that drives its transport.
 class CompletionQueue {
  public:
-  void Push(Completion done, absl::Status status) {
+  void Push(Completion&& done, absl::Status status) {
     ready_.emplace_back(std::move(done), std::move(status));
   }
 
