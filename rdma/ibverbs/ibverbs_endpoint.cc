@@ -87,12 +87,12 @@ struct IbverbsEndpoint::Lanes {
         transport->completions_.Push(std::move(entry->done), refused);
         continue;
       }
-      auto holder = std::make_shared<Completion>(std::move(entry->done));
-      absl::Status posted = transport->PostMarker(
-          first,
-          [holder](absl::Status status) { std::move(*holder)(std::move(status)); },
-          true);
-      if (!posted.ok()) transport->completions_.Push(std::move(*holder), posted);
+      // A refused post leaves `done` here (PostChain()).
+      absl::Status posted =
+          transport->PostMarker(first, std::move(entry->done), true);
+      if (!posted.ok()) {
+        transport->completions_.Push(std::move(entry->done), posted);
+      }
     }
   }
 

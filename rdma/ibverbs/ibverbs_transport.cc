@@ -718,17 +718,12 @@ void IbverbsTransport::PostReservedNotification(
     wr.wr.rdma.remote_addr = state.remote.marker_address;
     wr.wr.rdma.rkey = state.remote.marker_rkey;
   }
-  // Completion is a move-only callable: keep it if the post is refused.
-  auto holder = std::make_shared<Completion>(std::move(done));
-  absl::Status posted =
-      PostChain(state, &wr, 1,
-                [holder](absl::Status status) {
-                  std::move (*holder)(std::move(status));
-                },
-                true, "write with notification", false);
+  // A refused post leaves `done` here (PostChain()).
+  absl::Status posted = PostChain(state, &wr, 1, std::move(done), true,
+                                  "write with notification", false);
   if (!posted.ok()) {
     if (record.has_value()) FailRing(state, posted);
-    completions_.Push(std::move(*holder), posted);
+    completions_.Push(std::move(done), posted);
   }
 }
 

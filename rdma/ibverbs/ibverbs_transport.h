@@ -206,6 +206,7 @@ class IbverbsTransport final : public Transport {
   // One operation of `length` bytes from `sge.addr`, split into work
   // requests of at most the device's largest message, followed by the
   // notification's flag record where the peer takes them; one doorbell.
+  // As PostChain(), `done` is taken only when the operation is accepted.
   absl::Status PostOperation(EndpointState& state, ibv_wr_opcode opcode,
                              std::optional<uint32_t> notification,
                              const ibv_sge& sge, uint64_t length,
