@@ -640,7 +640,8 @@ uint64_t IbverbsTransport::RequestsFor(uint64_t length) const {
   const uint64_t max_message =
       std::max<uint64_t>(context_->device.port_attr.max_msg_sz, kPage);
   if (length <= max_message) return 1;  // Nearly always: no division.
-  return (length + max_message - 1) / max_message;
+  // Without the rounding addition, which could wrap for a huge length.
+  return length / max_message + (length % max_message != 0 ? 1 : 0);
 }
 
 absl::Status IbverbsTransport::CheckRingRoom(EndpointState& state) {
