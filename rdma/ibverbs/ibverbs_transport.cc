@@ -35,6 +35,8 @@ constexpr int kAccess =
 constexpr size_t kPage = 4096;
 constexpr size_t kMarkerBytes = 8;
 constexpr uint64_t kSeqMask = (uint64_t{1} << kSeqBits) - 1;
+// Progress() calls per look at the clock for WatchPeers().
+constexpr int kWatchEvery = 16;
 // Completions taken per ibv_poll_cq.
 constexpr int kPollBatch = 32;
 constexpr int kMaxQueuePairsPerPeer = 16;
@@ -781,6 +783,7 @@ absl::Status IbverbsTransport::PostChain(EndpointState& state,
     const bool signaled = (wrs[i].send_flags & IBV_SEND_SIGNALED) != 0;
     state.unsignaled_run = signaled ? 0 : state.unsignaled_run + 1;
     state.tail_unsignaled = !signaled;
+    sweep_due_ |= !signaled;
     // Built in place: nothing of it moves on the way in.
     WorkRequest& request = state.in_flight.emplace_back();
     request.seq = state.next_seq++;
@@ -1073,40 +1076,16 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
     RETURN_IF_ERROR(PostReceives(unposted_receives_));
   }
   const int flagged = rings_.empty() ? 0 : PollRings();
-  if (!retiring.empty()) {
-    // Their rings were polled a last time above (the queue pairs are in the
-    // error state: nothing more lands); then the rings and queue pairs go.
-    {
-      absl::MutexLock lock(&mutex_);
-      for (const auto& [qpn, qp] : retiring) {
-        rank_of_qp_.erase(qpn);
-        ranks_.erase(qpn);
-      }
-      retired_count_ += retiring.size();
-    }
-    for (const auto& [qpn, qp] : retiring) {
-      rings_.erase(std::remove_if(rings_.begin(), rings_.end(),
-                                  [qpn = qpn](const auto& ring) {
-                                    return ring->qpn == qpn;
-                                  }),
-                   rings_.end());
-    }
-    retiring.clear();  // Destroys them.
-  }
+  // Their rings were polled a last time above (the queue pairs are in the
+  // error state: nothing more lands); then the rings and queue pairs go.
+  if (!retiring.empty()) DropRetired(retiring);
   WatchPeers();
-  // Endpoints left idle (nothing posted since the last Progress()) with an
-  // unsignaled tail get a signaled marker behind it.
-  for (auto& [id, state] : endpoints_) {
-    if (state->tail_unsignaled && !state->posted_since_progress &&
-        !state->stopped) {
-      PostMarker(*state, nullptr, false).IgnoreError();
-    }
-    state->posted_since_progress = false;
-  }
+  if (sweep_due_) SweepIdleTails();
   return completions_.FireAll() + received + flagged;
 }
 
 bool IbverbsTransport::WaitForActivity(absl::Duration timeout) {
+  watch_countdown_ = 1;  // The next Progress() looks at the clock.
   if (channel_ == nullptr) return Transport::WaitForActivity(timeout);
   if (!armed_) {
     if (ibv_req_notify_cq(send_cq_.get(), 0) != 0 ||
@@ -1147,9 +1126,50 @@ std::optional<Notification> IbverbsTransport::PollNotification() {
   return note;
 }
 
+void IbverbsTransport::DropRetired(
+    std::vector<std::pair<uint32_t, QpPtr>>& retiring) {
+  {
+    absl::MutexLock lock(&mutex_);
+    for (const auto& [qpn, qp] : retiring) {
+      rank_of_qp_.erase(qpn);
+      ranks_.erase(qpn);
+    }
+    retired_count_ += retiring.size();
+  }
+  for (const auto& [qpn, qp] : retiring) {
+    rings_.erase(std::remove_if(rings_.begin(), rings_.end(),
+                                [qpn = qpn](const auto& ring) {
+                                  return ring->qpn == qpn;
+                                }),
+                 rings_.end());
+  }
+  retiring.clear();  // Destroys them.
+}
+
+void IbverbsTransport::SweepIdleTails() {
+  // Endpoints left idle (nothing posted since the last Progress()) with an
+  // unsignaled tail get a signaled marker behind it; those still posting
+  // are looked at again next time. An endpoint whose flag is stale here
+  // (posted since, but with a signaled tail) only needs it cleared.
+  sweep_due_ = false;
+  for (auto& [id, state] : endpoints_) {
+    if (state->tail_unsignaled && !state->posted_since_progress &&
+        !state->stopped) {
+      PostMarker(*state, nullptr, false).IgnoreError();
+    }
+    state->posted_since_progress = false;
+    // A marker refused (a full queue) leaves the tail unsignaled: retried.
+    if (state->tail_unsignaled && !state->stopped) sweep_due_ = true;
+  }
+}
+
 void IbverbsTransport::WatchPeers() {
   // A poll() per endpoint is cheap, but not on every Progress() call; nor
-  // is a precise clock read everywhere (CoarseNow()).
+  // is a clock read, even a coarse one: the clock is looked at on every
+  // kWatchEvery-th call, and on the first after a wait for activity (a
+  // caller that sleeps between calls is not kept waiting for a dead peer).
+  if (--watch_countdown_ > 0) return;
+  watch_countdown_ = kWatchEvery;
   const absl::Time now = CoarseNow();
   if (now < next_watch_) return;
   next_watch_ = now + absl::Milliseconds(50);

@@ -281,11 +281,18 @@ class IbverbsTransport final : public Transport {
   // Takes the rings and retirements the listener queued (under mutex_).
   void TakeListenerChanges(
       std::vector<std::pair<uint32_t, QpPtr>>& retiring);
+  // Forgets the retired queue pairs TakeListenerChanges() took, drops their
+  // rings, and destroys them.
+  void DropRetired(std::vector<std::pair<uint32_t, QpPtr>>& retiring);
   void FailAll(EndpointState& state, const absl::Status& status);
   void Forget(uint64_t endpoint_id);
   // Fails the endpoints whose peer closed its handshake connection, and
   // fences stopped endpoints whose flush is overdue.
   void WatchPeers();
+  // Puts a signaled marker behind the unsignaled tail of each endpoint that
+  // posted nothing since the last Progress() (Progress() calls it only
+  // while sweep_due_).
+  void SweepIdleTails();
   // Stops `state`'s queue pair: a signaled marker behind an unsignaled tail,
   // then the error state, so that every request still queued ends with a
   // completion (a flush error, or success for the marker), and `reason` for
@@ -336,6 +343,11 @@ class IbverbsTransport final : public Transport {
   absl::flat_hash_map<uint64_t, std::shared_ptr<EndpointState>> endpoints_;
   uint64_t next_endpoint_id_ = 1;
   absl::Time next_watch_ = absl::InfinitePast();
+  // Set when a post left an endpoint's tail unsignaled: only then does
+  // Progress() sweep the endpoints for idle ones that need a marker.
+  bool sweep_due_ = false;
+  // Progress() calls left before WatchPeers() reads the clock again.
+  int watch_countdown_ = 1;
   ::rdmaflow::rdma::internal::CompletionQueue completions_;
   std::deque<Notification> notifications_;
   std::unique_ptr<BootstrapListener> listener_;  // Stopped first.
