@@ -4,9 +4,10 @@
 # device in the same Soft-RoCE VM run (tools/rxe_vm/run.sh), then the
 # ablation's zero-copy vs rdma_copy replay over the same verbs. The ping-pong
 # runs once per notification path (notify=imm, the default, and notify=flag).
-# Everything runs REPEAT times (3), interleaved, and tools/ibverbs_report.py
-# takes the median of each figure over the repeats: one table with the
-# ratios and the targets of docs/ibverbs.md, and a plot.
+# Everything runs REPEAT times (5), interleaved (the order turning round
+# each repeat), and tools/ibverbs_report.py takes the median of each figure
+# over the repeats: one table with the ratios and the targets of
+# docs/ibverbs.md, and a plot.
 #
 # On rxe under emulation these figures are functional, not a hardware claim:
 # see docs/ibverbs.md, "Running it on real hardware", for the same
@@ -20,7 +21,7 @@ out=${OUT_DIR:-bench-results/ibverbs_vm}
 png=${PNG:-$out/ibverbs_vs_perftest.png}
 ablation=${ABLATION:-1}
 iters=${ITERS:-300}
-repeat=${REPEAT:-3}
+repeat=${REPEAT:-5}
 mkdir -p "$out"
 rm -f "$out"/perftest_*.txt "$out"/pingpong_ibverbs_*.json "$out"/pingpong_ibverbs_*.tsv
 echo "[1/3] building"
@@ -28,8 +29,8 @@ bazel build -c opt //bench:transport_pingpong //bench:ablation
 cat >"$out/vm_run.sh" <<SCRIPT
 set -u
 gid=\$RDMAFLOW_RXE_GID_INDEX
-for r in \$(seq $repeat); do
-  for notify in imm flag; do
+ours() {
+  for notify in "\$@"; do
     echo "=== [\$r/$repeat] rdmaflow transport_pingpong --transport=ibverbs --params=notify=\$notify"
     bazel-bin/bench/transport_pingpong --transport=ibverbs \
       --params=device=rxe0,notify=\$notify --mode=process \
@@ -37,6 +38,8 @@ for r in \$(seq $repeat); do
       --json=$out/pingpong_ibverbs_\${notify}_r\$r.json \
       --tsv=$out/pingpong_ibverbs_\${notify}_r\$r.tsv | grep -A3 '^# as ib_write_lat'
   done
+}
+theirs() {
   for test in "ib_write_lat 8" "ib_write_lat 4096" "ib_write_lat 65536" \
               "ib_read_lat 8" "ib_read_lat 4096" "ib_write_bw 65536" \
               "ib_write_bw 1048576" "ib_read_bw 65536" "ib_read_bw 1048576"; do
@@ -50,6 +53,12 @@ for r in \$(seq $repeat); do
     grep -E '^ *[0-9]+ +[0-9]+ ' \$f
     wait
   done
+}
+# The order turns round every repeat, so that neither side always runs
+# first (the machine's speed drifts within a run).
+for r in \$(seq $repeat); do
+  if [ \$((r % 2)) = 1 ]; then ours imm flag; theirs
+  else theirs; ours flag imm; fi
 done
 if [ "$ablation" = 1 ]; then
   echo "=== rdmaflow ablation --transport=ibverbs"
