@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/numeric/bits.h"
 #include "absl/strings/numbers.h"
@@ -35,8 +36,6 @@ constexpr int kAccess =
 constexpr size_t kPage = 4096;
 constexpr size_t kMarkerBytes = 8;
 constexpr uint64_t kSeqMask = (uint64_t{1} << kSeqBits) - 1;
-// Progress() calls per look at the clock for WatchPeers().
-constexpr int kWatchEvery = 16;
 // Completions taken per ibv_poll_cq.
 constexpr int kPollBatch = 32;
 constexpr int kMaxQueuePairsPerPeer = 16;
@@ -1065,6 +1064,11 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
   // retiring queue pairs delivered is there already (see RetireAccepted).
   std::vector<std::pair<uint32_t, QpPtr>> retiring;
   TakeListenerChanges(retiring);
+  // Should a poll fail below, the retired queue pairs still go with their
+  // rings: a ring left behind would return credits on a destroyed one.
+  absl::Cleanup drop_retired = [&] {
+    if (!retiring.empty()) DropRetired(retiring);
+  };
   // Again only while a poll came back full.
   while (true) {
     ASSIGN_OR_RETURN(int n, PollSendQueue());
@@ -1085,7 +1089,6 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
 }
 
 bool IbverbsTransport::WaitForActivity(absl::Duration timeout) {
-  watch_countdown_ = 1;  // The next Progress() looks at the clock.
   if (channel_ == nullptr) return Transport::WaitForActivity(timeout);
   if (!armed_) {
     if (ibv_req_notify_cq(send_cq_.get(), 0) != 0 ||
@@ -1165,11 +1168,7 @@ void IbverbsTransport::SweepIdleTails() {
 
 void IbverbsTransport::WatchPeers() {
   // A poll() per endpoint is cheap, but not on every Progress() call; nor
-  // is a clock read, even a coarse one: the clock is looked at on every
-  // kWatchEvery-th call, and on the first after a wait for activity (a
-  // caller that sleeps between calls is not kept waiting for a dead peer).
-  if (--watch_countdown_ > 0) return;
-  watch_countdown_ = kWatchEvery;
+  // is a precise clock read everywhere (CoarseNow()).
   const absl::Time now = CoarseNow();
   if (now < next_watch_) return;
   next_watch_ = now + absl::Milliseconds(50);

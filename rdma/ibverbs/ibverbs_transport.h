@@ -346,8 +346,6 @@ class IbverbsTransport final : public Transport {
   // Set when a post left an endpoint's tail unsignaled: only then does
   // Progress() sweep the endpoints for idle ones that need a marker.
   bool sweep_due_ = false;
-  // Progress() calls left before WatchPeers() reads the clock again.
-  int watch_countdown_ = 1;
   ::rdmaflow::rdma::internal::CompletionQueue completions_;
   std::deque<Notification> notifications_;
   std::unique_ptr<BootstrapListener> listener_;  // Stopped first.
