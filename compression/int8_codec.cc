@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -56,7 +57,8 @@ class Int8Codec final : public Codec {
         bucket_(bucket),
         buckets_((count + bucket - 1) / bucket),
         levels_(std::min(127, kHalfExactIntegers / context.world)),
-        levels_offset_(RoundUp64(buckets_ * sizeof(float))) {}
+        levels_offset_(RoundUp64(buckets_ * sizeof(float))),
+        scales_(buckets_) {}
 
   std::string spec() const override {
     return absl::StrCat("int8:bucket=", bucket_, ",feedback=", feedback_ ? 1 : 0);
@@ -88,17 +90,19 @@ class Int8Codec final : public Codec {
       int round, absl::Span<std::byte> scratch,
       absl::Span<const absl::Span<const std::byte>> /*gathered*/, absl::Span<float> out,
       float scale) override {
-    const float* scales = reinterpret_cast<const float*>(scratch.data());
     uint16_t* levels = reinterpret_cast<uint16_t*>(scratch.data() + levels_offset_);
     if (round == 0) {
+      // The agreed scales landed in memory the members write: copied once,
+      // checked and used (here and in round 1) only as the copy.
+      std::memcpy(scales_.data(), scratch.data(), buckets_ * sizeof(float));
       for (size_t b = 0; b < buckets_; ++b) {
-        if (!std::isfinite(scales[b]) || scales[b] < 0) {
+        if (!std::isfinite(scales_[b]) || scales_[b] < 0) {
           return absl::DataLossError(absl::StrCat(
-              spec(), ": bucket ", b, "'s scale agreed by the members is ", scales[b],
+              spec(), ": bucket ", b, "'s scale agreed by the members is ", scales_[b],
               " (a member's gradient holds inf or NaN, or a member sent a forged scale)"));
         }
       }
-      Quantize(scales, levels);
+      Quantize(scales_.data(), levels);
       Round next;
       next.exchange = Exchange::kAllReduceSum;
       next.type = collectives::DataType::kFloat16;
@@ -109,14 +113,14 @@ class Int8Codec final : public Codec {
     const float bound = static_cast<float>(levels_) * static_cast<float>(context().world);
     const float* half_to_float = HalfToFloatTable();
     for (size_t i = 0; i < count(); ++i) {
-      const float sum = half_to_float[levels[i]];
+      const float sum = half_to_float[levels[i]];  // read once: any level indexes the table
       if (!(std::fabs(sum) <= bound)) {
         return absl::DataLossError(absl::StrCat(
             spec(), ": element ", i, "'s level sum is ", sum, ", beyond the ", bound,
             " that ", context().world, " members of levels in [-", levels_, ", ", levels_,
             "] can reach (a member sent forged levels)"));
       }
-      out[i] = sum * (scales[i / bucket_] / static_cast<float>(levels_)) * scale;
+      out[i] = sum * (scales_[i / bucket_] / static_cast<float>(levels_)) * scale;
     }
     return std::optional<Round>();
   }
@@ -164,6 +168,7 @@ class Int8Codec final : public Codec {
   const size_t buckets_;
   const int levels_;  // L
   const size_t levels_offset_;
+  std::vector<float> scales_;  // this step's agreed scales, checked
 };
 
 }  // namespace

@@ -2,6 +2,8 @@
 #include "compression/sparse_message.h"
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -42,7 +44,10 @@ size_t WriteSparseMessage(uint64_t step, absl::Span<const uint32_t> indices,
 
 absl::Status AddSparseMessage(absl::Span<const std::byte> message, uint64_t step,
                               size_t max_pairs, int member, absl::Span<float> out,
-                              float scale) {
+                              float scale, SparseFit fit) {
+  // The message may be peer-writable memory that changes under us: every
+  // field is read once into private memory, checked there, and only the
+  // copy is used (docs/security.md, "read once").
   if (message.size() < kSparseHeaderBytes) {
     return Refuse(member, absl::StrCat(message.size(), " bytes, shorter than its header"));
   }
@@ -61,16 +66,19 @@ absl::Status AddSparseMessage(absl::Span<const std::byte> message, uint64_t step
                                        " the codec allows"));
   }
   // pairs <= max_pairs, which the codec sized to fit memory: no overflow.
-  if (message.size() != SparseMessageBytes(pairs)) {
+  const size_t bytes = SparseMessageBytes(pairs);
+  if (fit == SparseFit::kExact ? message.size() != bytes : message.size() < bytes) {
     return Refuse(member, absl::StrCat(message.size(), " bytes for ", pairs, " pairs (",
-                                       SparseMessageBytes(pairs), " expected)"));
+                                       bytes, fit == SparseFit::kExact ? "" : " at least",
+                                       " expected)"));
   }
+  // The indices, copied once: the checks and the additions both use the copy.
+  std::vector<uint32_t> indices(pairs);
   const std::byte* index_at = message.data() + kSparseHeaderBytes;
-  const std::byte* value_at = index_at + size_t{pairs} * sizeof(uint32_t);
+  if (pairs > 0) std::memcpy(indices.data(), index_at, size_t{pairs} * sizeof(uint32_t));
   int64_t previous = -1;
   for (uint32_t j = 0; j < pairs; ++j) {
-    uint32_t i = 0;
-    std::memcpy(&i, index_at + size_t{j} * sizeof(uint32_t), sizeof(i));
+    const uint32_t i = indices[j];
     if (i >= out.size() || static_cast<int64_t>(i) <= previous) {
       return Refuse(member, absl::StrCat("pair ", j, " has index ", i,
                                          i >= out.size()
@@ -79,12 +87,13 @@ absl::Status AddSparseMessage(absl::Span<const std::byte> message, uint64_t step
     }
     previous = i;
   }
+  // Each value is read once (any bit pattern is a float; a value the peer
+  // changes meanwhile is its own gradient's business).
+  const std::byte* value_at = index_at + size_t{pairs} * sizeof(uint32_t);
   for (uint32_t j = 0; j < pairs; ++j) {
-    uint32_t i = 0;
     float v = 0;
-    std::memcpy(&i, index_at + size_t{j} * sizeof(uint32_t), sizeof(i));
     std::memcpy(&v, value_at + size_t{j} * sizeof(float), sizeof(v));
-    out[i] += scale * v;
+    out[indices[j]] += scale * v;
   }
   return absl::OkStatus();
 }

@@ -9,7 +9,6 @@
 // nothing before the all-gather.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -48,16 +47,9 @@ class TopKCodec final : public Codec {
       return absl::InvalidArgumentError(absl::StrCat(spec(), ": AddMessage() into ", out.size(),
                                                      " elements; the codec has ", count()));
     }
-    // A message padded to the slot it travelled in: only as long as its
-    // header says, when that fits (else the check below names the fault).
-    if (message.size() >= kSparseHeaderBytes) {
-      uint32_t pairs = 0;
-      std::memcpy(&pairs, message.data() + 4, sizeof(pairs));
-      if (pairs <= cap_ && SparseMessageBytes(pairs) <= message.size()) {
-        message = message.first(SparseMessageBytes(pairs));
-      }
-    }
-    return AddSparseMessage(message, step, cap_, member, out, scale);
+    // A message padded to the slot it travelled in, which its sender may
+    // still be writing: its header is read once, by AddSparseMessage.
+    return AddSparseMessage(message, step, cap_, member, out, scale, SparseFit::kPadded);
   }
 
  private:

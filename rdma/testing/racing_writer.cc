@@ -1,0 +1,92 @@
+// File: testing/racing_writer.cc
+#include "rdma/testing/racing_writer.h"
+
+#include <random>
+#include <utility>
+
+#include "absl/base/internal/raw_logging.h"
+
+namespace rdmaflow::rdma::testing {
+namespace {
+
+// One byte as a DMA write lands it: no tearing within the byte, no order
+// with the reader's loads.
+void StoreByte(std::byte* at, std::byte value) {
+  __atomic_store_n(reinterpret_cast<unsigned char*>(at), static_cast<unsigned char>(value),
+                   __ATOMIC_RELAXED);
+}
+
+}  // namespace
+
+std::unique_ptr<RacingWriter> RacingWriter::Flipping(absl::Span<std::byte> region,
+                                                     size_t offset,
+                                                     std::vector<std::vector<std::byte>> images) {
+  ABSL_RAW_CHECK(!images.empty(), "a flipping writer needs at least one image");
+  for (const auto& image : images) {
+    ABSL_RAW_CHECK(offset <= region.size() && image.size() <= region.size() - offset,
+                   "an image does not fit the region from its offset");
+  }
+  std::unique_ptr<RacingWriter> writer(new RacingWriter());
+  writer->Start([region, offset, images = std::move(images)](uint64_t round) {
+    const std::vector<std::byte>& image = images[round % images.size()];
+    for (size_t i = 0; i < image.size(); ++i) StoreByte(&region[offset + i], image[i]);
+  });
+  return writer;
+}
+
+std::unique_ptr<RacingWriter> RacingWriter::Scribbling(absl::Span<std::byte> region,
+                                                       size_t offset, size_t length,
+                                                       uint64_t seed) {
+  ABSL_RAW_CHECK(length > 0 && offset <= region.size() && length <= region.size() - offset,
+                 "the scribbled window does not fit the region");
+  std::unique_ptr<RacingWriter> writer(new RacingWriter());
+  writer->Start([region, offset, length, rng = std::mt19937_64(seed)](uint64_t) mutable {
+    // A burst of a few bytes: enough to change a field whole, short enough
+    // that the reader sees many different states.
+    for (int i = 0; i < 8; ++i) {
+      const uint64_t draw = rng();
+      StoreByte(&region[offset + (draw >> 8) % length], static_cast<std::byte>(draw & 0xff));
+    }
+  });
+  return writer;
+}
+
+void RacingWriter::Start(std::function<void(uint64_t round)> write) {
+  thread_ = std::thread([this, write = std::move(write)] {
+    for (uint64_t round = 0; !stop_.load(std::memory_order_relaxed); ++round) {
+      write(round);
+      rounds_.store(round + 1, std::memory_order_relaxed);
+    }
+  });
+}
+
+RacingWriter::~RacingWriter() { Stop(); }
+
+void RacingWriter::Stop() {
+  stop_.store(true, std::memory_order_relaxed);
+  if (thread_.joinable()) thread_.join();
+}
+
+RaceTally RaceParse(RacingWriter& writer, const std::function<absl::Status()>& parse,
+                    const RaceOptions& options) {
+  RaceTally tally;
+  const absl::Time give_up = absl::Now() + options.budget;
+  while (tally.calls < options.min_calls || writer.rounds() < options.min_writer_rounds) {
+    // The clock only every 64 calls: the parse is the point of the loop.
+    if ((tally.calls & 63) == 0 && tally.calls > 0 && absl::Now() > give_up) break;
+    const absl::Status status = parse();
+    ++tally.calls;
+    if (status.ok()) {
+      ++tally.ok;
+    } else if (status.code() == absl::StatusCode::kDataLoss) {
+      ++tally.data_loss;
+    } else {
+      if (tally.other++ == 0) tally.first_other = status;
+    }
+  }
+  writer.Stop();
+  tally.writer_rounds = writer.rounds();
+  return tally;
+}
+
+}  // namespace rdmaflow::rdma::testing
