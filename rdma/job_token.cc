@@ -84,7 +84,8 @@ bool JobTokenMatches(absl::string_view expected, absl::string_view presented) {
   // the differences are OR-ed together: no early exit. `volatile` keeps the
   // compiler from turning the loop into one that stops at the first
   // difference.
-  volatile unsigned char diff = expected.size() != presented.size() ? 1 : 0;
+  volatile unsigned char diff =
+      expected.empty() || expected.size() != presented.size() ? 1 : 0;
   const size_t n = expected.size();
   for (size_t i = 0; i < presented.size(); ++i) {
     const unsigned char want =
@@ -94,12 +95,24 @@ bool JobTokenMatches(absl::string_view expected, absl::string_view presented) {
   return diff == 0;
 }
 
-std::string JobTokenProof(absl::string_view token, absl::string_view message) {
+absl::StatusOr<std::string> JobTokenProof(absl::string_view token, absl::string_view message) {
+  if (token.size() > kMaxJobTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a job token of ", token.size(), " bytes, more than ", kMaxJobTokenBytes));
+  }
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest,
-       &length);
+  // An empty key is passed as a valid pointer: OpenSSL treats a null key as
+  // "reuse the previous one".
+  static const char kNoKey = 0;
+  if (HMAC(EVP_sha256(), token.empty() ? &kNoKey : token.data(),
+           static_cast<int>(token.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest,
+           &length) == nullptr ||
+      length != 32) {
+    return absl::InternalError(
+        "HMAC-SHA256 of the job token failed in OpenSSL (is libcrypto usable here?)");
+  }
   return absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(digest), length));
 }

@@ -54,16 +54,18 @@ absl::StatusOr<JobToken> JobTokenFromEnvironment();
 absl::StatusOr<JobToken> JobTokenFrom(
     absl::FunctionRef<std::optional<std::string>(absl::string_view name)> get);
 
-// True when `presented` equals `expected`. The time taken depends only on
-// the length of `presented` (which its sender knows), not on where the two
+// True when `presented` equals `expected` and `expected` is not empty (an
+// empty expected token or proof is a failure upstream, and matches
+// nothing: the check fails closed). The time taken depends only on the
+// length of `presented` (which its sender knows), not on where the two
 // differ, so a remote peer cannot find the token byte by byte.
 bool JobTokenMatches(absl::string_view expected, absl::string_view presented);
 
 // HMAC-SHA256 of `message` keyed with `token`, as 64 lowercase hex digits:
 // proves that whoever wrote `message` (e.g. an address published in the
 // store) holds the job's token, without revealing it to readers of the
-// store.
-std::string JobTokenProof(absl::string_view token, absl::string_view message);
+// store. kInternal when OpenSSL cannot compute it (never an empty proof).
+absl::StatusOr<std::string> JobTokenProof(absl::string_view token, absl::string_view message);
 
 }  // namespace rdmaflow::rdma
 

@@ -118,16 +118,24 @@ TEST(JobTokenTest, MatchesComparesWholeTokens) {
   // A repetition of the expected token is still a different length.
   EXPECT_FALSE(JobTokenMatches("ab", "abab"));
   EXPECT_FALSE(JobTokenMatches("", "x"));
-  EXPECT_TRUE(JobTokenMatches("", ""));
+  // An empty expected value (a proof that could not be computed) matches
+  // nothing, not even an empty one: the check fails closed.
+  EXPECT_FALSE(JobTokenMatches("", ""));
   EXPECT_FALSE(JobTokenMatches(std::string("a\0b", 3), "a"));
 }
 
 // RFC 4231, test case 2: HMAC-SHA256 with key "Jefe".
 TEST(JobTokenTest, ProofIsHmacSha256) {
-  EXPECT_EQ(JobTokenProof("Jefe", "what do ya want for nothing?"),
+  EXPECT_EQ(JobTokenProof("Jefe", "what do ya want for nothing?").value(),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-  EXPECT_NE(JobTokenProof("a", "m"), JobTokenProof("b", "m"));
-  EXPECT_NE(JobTokenProof("a", "m"), JobTokenProof("a", "n"));
+  EXPECT_NE(JobTokenProof("a", "m").value(), JobTokenProof("b", "m").value());
+  EXPECT_NE(JobTokenProof("a", "m").value(), JobTokenProof("a", "n").value());
+  // An empty key is a key, not OpenSSL's "the previous key".
+  const std::string empty_key = JobTokenProof("", "m").value();
+  EXPECT_EQ(empty_key.size(), 64u);
+  EXPECT_NE(empty_key, JobTokenProof("a", "m").value());
+  EXPECT_EQ(JobTokenProof("", "m").value(), empty_key);
+  EXPECT_FALSE(JobTokenProof(std::string(kMaxJobTokenBytes + 1, 'k'), "m").ok());
 }
 
 }  // namespace

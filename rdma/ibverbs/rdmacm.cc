@@ -32,8 +32,9 @@ constexpr size_t kAnswerFields = kRequestFields + 4;
 static_assert(kRequestFields + kMacBytes <= 56);
 constexpr int kBacklog = 64;
 
-std::string Mac(absl::string_view token, absl::string_view fields) {
-  return absl::HexStringToBytes(JobTokenProof(token, fields)).substr(0, kMacBytes);
+absl::StatusOr<std::string> Mac(absl::string_view token, absl::string_view fields) {
+  ASSIGN_OR_RETURN(std::string proof, JobTokenProof(token, fields));
+  return absl::HexStringToBytes(proof).substr(0, kMacBytes);
 }
 
 absl::Status CmError(int err, absl::string_view what) {
@@ -93,8 +94,8 @@ absl::StatusOr<sockaddr_in> Ipv4(const std::string& host, int port) {
 
 }  // namespace
 
-std::string EncodeCmPeerInfo(const CmPeerInfo& info, bool request,
-                             absl::string_view job_token) {
+absl::StatusOr<std::string> EncodeCmPeerInfo(const CmPeerInfo& info, bool request,
+                                             absl::string_view job_token) {
   std::string out;
   Put<uint32_t>(out, request ? kRequestMagic : kAnswerMagic);
   Put<int32_t>(out, info.rank);
@@ -103,7 +104,8 @@ std::string EncodeCmPeerInfo(const CmPeerInfo& info, bool request,
   Put<uint64_t>(out, info.notify_address);
   Put<uint32_t>(out, info.notify_rkey);
   if (!request) Put<uint32_t>(out, info.notify_slots);
-  out += Mac(job_token, out);
+  ASSIGN_OR_RETURN(std::string mac, Mac(job_token, out));
+  out += mac;
   return out;
 }
 
@@ -122,7 +124,7 @@ absl::StatusOr<CmPeerInfo> DecodeCmPeerInfo(absl::string_view bytes,
     return absl::InvalidArgumentError(
         "rdmacm private data of another protocol or version");
   }
-  const std::string expected = Mac(job_token, bytes.substr(0, fields));
+  ASSIGN_OR_RETURN(const std::string expected, Mac(job_token, bytes.substr(0, fields)));
   if (!JobTokenMatches(expected, bytes.substr(fields, kMacBytes))) {
     return absl::PermissionDeniedError(
         "its proof of the job token does not verify (another job, or a "
@@ -304,11 +306,15 @@ void CmListener::OnEvent(rdma_cm_event* event) {
     refuse(std::string(accepted.status().message()));
     return;
   }
-  const std::string answer =
+  const absl::StatusOr<std::string> answer =
       EncodeCmPeerInfo(accepted->answer, false, options_.job_token);
+  if (!answer.ok()) {
+    refuse(std::string(answer.status().message()));
+    return;
+  }
   rdma_conn_param param{};
-  param.private_data = answer.data();
-  param.private_data_len = static_cast<uint8_t>(answer.size());
+  param.private_data = answer->data();
+  param.private_data_len = static_cast<uint8_t>(answer->size());
   param.responder_resources = options_.rd_atomic;
   param.initiator_depth = options_.rd_atomic;
   param.retry_count = options_.retry_count;
@@ -396,7 +402,7 @@ absl::StatusOr<std::unique_ptr<CmConnection>> CmConnection::Connect(
   RETURN_IF_ERROR(await(RDMA_CM_EVENT_ROUTE_RESOLVED, "route resolution",
                         nullptr));
   ASSIGN_OR_RETURN(ibv_qp * qp, make_qp(id));
-  const std::string data = EncodeCmPeerInfo(request, true, job_token);
+  ASSIGN_OR_RETURN(const std::string data, EncodeCmPeerInfo(request, true, job_token));
   rdma_conn_param param{};
   param.private_data = data.data();
   param.private_data_len = static_cast<uint8_t>(data.size());

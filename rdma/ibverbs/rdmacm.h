@@ -52,9 +52,9 @@ struct CmPeerInfo {
 
 // The private data of a request (56 bytes) or an answer (60 bytes): the
 // fields, then 24 bytes of HMAC-SHA256(job token, "request"|"answer" +
-// fields).
-std::string EncodeCmPeerInfo(const CmPeerInfo& info, bool request,
-                             absl::string_view job_token);
+// fields). kInternal when the MAC cannot be computed.
+absl::StatusOr<std::string> EncodeCmPeerInfo(const CmPeerInfo& info, bool request,
+                                             absl::string_view job_token);
 // kInvalidArgument for a malformed message; kPermissionDenied when the MAC
 // does not verify (another job, or no token).
 absl::StatusOr<CmPeerInfo> DecodeCmPeerInfo(absl::string_view bytes,
