@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -12,6 +13,7 @@ namespace rdmaflow::rdma {
 namespace {
 
 constexpr uint32_t kAddressVersion = 1;
+constexpr uint32_t kRegionVersion = 1;
 
 std::string AddressKey(absl::string_view ns, int rank) {
   return absl::StrCat(ns, "/address/", rank);
@@ -23,6 +25,14 @@ std::string ProvenMessage(absl::string_view ns, int rank, absl::string_view addr
   return absl::StrCat("rdmaflow-address-v1/", ns, "/", rank, "/", address);
 }
 
+// What a region record's proof covers: the namespace and key it is
+// published under (length-prefixed, as both may hold '/'), and the region.
+std::string ProvenRegion(absl::string_view ns, absl::string_view key,
+                         absl::string_view region) {
+  return absl::StrCat("rdmaflow-region-v1/", ns.size(), ":", ns, "/", key.size(), ":", key,
+                      "/", region);
+}
+
 }  // namespace
 
 absl::Status PublishAddress(Store& store, absl::string_view ns,
@@ -32,8 +42,10 @@ absl::Status PublishAddress(Store& store, absl::string_view ns,
   record.set_version(kAddressVersion);
   record.set_rank(transport.rank());
   record.set_address(transport.address());
-  record.set_proof(
-      JobTokenProof(token.value, ProvenMessage(ns, transport.rank(), record.address())));
+  ASSIGN_OR_RETURN(std::string proof,
+                   JobTokenProof(token.value,
+                                 ProvenMessage(ns, transport.rank(), record.address())));
+  record.set_proof(std::move(proof));
   return store.Set(AddressKey(ns, transport.rank()), record.SerializeAsString());
 }
 
@@ -61,8 +73,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> ConnectToPeer(
         " bytes) is not one this rdmaflow version publishes"));
   }
   ASSIGN_OR_RETURN(JobToken token, JobTokenFromEnvironment());
-  const std::string expected =
-      JobTokenProof(token.value, ProvenMessage(ns, peer_rank, record.address()));
+  ASSIGN_OR_RETURN(const std::string expected,
+                   JobTokenProof(token.value, ProvenMessage(ns, peer_rank, record.address())));
   if (!JobTokenMatches(expected, record.proof())) {
     absl::Status refused = absl::PermissionDeniedError(absl::StrCat(
         "rank ", transport.rank(), ": the address of rank ", peer_rank, " in the store (",
@@ -77,15 +89,40 @@ absl::StatusOr<std::unique_ptr<Endpoint>> ConnectToPeer(
 
 absl::Status PublishRegion(Store& store, absl::string_view ns,
                            absl::string_view key, const RemoteRegion& region) {
-  return store.Set(absl::StrCat(ns, "/", key), region.Serialize());
+  ASSIGN_OR_RETURN(JobToken token, JobTokenFromEnvironment());
+  PublishedRegionProto record;
+  record.set_version(kRegionVersion);
+  record.set_region(region.Serialize());
+  ASSIGN_OR_RETURN(std::string proof,
+                   JobTokenProof(token.value, ProvenRegion(ns, key, record.region())));
+  record.set_proof(std::move(proof));
+  return store.Set(absl::StrCat(ns, "/", key), record.SerializeAsString());
 }
 
 absl::StatusOr<RemoteRegion> FetchRegion(Store& store, absl::string_view ns,
                                          absl::string_view key,
                                          absl::Duration timeout) {
-  ASSIGN_OR_RETURN(std::string bytes,
-                   store.Get(absl::StrCat(ns, "/", key), timeout));
-  return RemoteRegion::Parse(bytes);
+  const std::string full_key = absl::StrCat(ns, "/", key);
+  ASSIGN_OR_RETURN(std::string bytes, store.Get(full_key, timeout));
+  // Written by whoever can reach the store: proven and parsed before use.
+  PublishedRegionProto record;
+  if (!record.ParseFromString(bytes) || record.version() != kRegionVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the region descriptor in the store under ", full_key, " (", bytes.size(),
+        " bytes) is not one this rdmaflow version publishes (a peer of another version?)"));
+  }
+  ASSIGN_OR_RETURN(JobToken token, JobTokenFromEnvironment());
+  ASSIGN_OR_RETURN(const std::string expected,
+                   JobTokenProof(token.value, ProvenRegion(ns, key, record.region())));
+  if (!JobTokenMatches(expected, record.proof())) {
+    absl::Status refused = absl::PermissionDeniedError(absl::StrCat(
+        "the region descriptor under ", full_key, " was not published with this job's token (",
+        token.source, "): another job shares the store, or the record was forged or copied "
+        "from another key; give every rank of a job the same RDMAFLOW_JOB_TOKEN"));
+    std::fprintf(stderr, "rdmaflow: %s\n", std::string(refused.message()).c_str());
+    return refused;
+  }
+  return RemoteRegion::Parse(record.region());
 }
 
 absl::Status CheckPeerLayout(Store& store, absl::string_view ns,

@@ -5,7 +5,8 @@
 // Key layout (all under a caller-chosen namespace `ns`, so several jobs or
 // phases can share one store):
 //   <ns>/address/<rank>      Transport::address() of each rank
-//   <ns>/<key>               RemoteRegion::Serialize() of published regions
+//   <ns>/<key>               published regions: RemoteRegion::Serialize() with
+//                            a proof of the job token (PublishedRegionProto)
 //   <ns>/barrier/<name>/...  barrier counters
 #ifndef RDMAFLOW_RDMA_RENDEZVOUS_H_
 #define RDMAFLOW_RDMA_RENDEZVOUS_H_
@@ -39,12 +40,16 @@ absl::StatusOr<std::unique_ptr<Endpoint>> ConnectToPeer(
     Transport& transport, Store& store, absl::string_view ns, int peer_rank,
     absl::Duration timeout);
 
-// Publishes a region descriptor under <ns>/<key>.
+// Publishes a region descriptor under <ns>/<key>, with a proof that a
+// holder of the job's token published it there. kInvalidArgument for a
+// malformed RDMAFLOW_JOB_TOKEN.
 absl::Status PublishRegion(Store& store, absl::string_view ns,
                            absl::string_view key, const RemoteRegion& region);
 
-// Waits for and parses the descriptor under <ns>/<key>.
-// kDeadlineExceeded, or kInvalidArgument for a malformed descriptor.
+// Waits for the descriptor under <ns>/<key>, checks its proof and parses it.
+// kDeadlineExceeded; kInvalidArgument for a malformed record or descriptor;
+// kPermissionDenied (also logged) for one not published with this job's
+// token under this key.
 absl::StatusOr<RemoteRegion> FetchRegion(Store& store, absl::string_view ns,
                                          absl::string_view key,
                                          absl::Duration timeout);

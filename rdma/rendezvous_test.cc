@@ -95,6 +95,48 @@ TEST(RendezvousTest, MalformedPublishedDescriptorIsInvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// A region descriptor in the store is used only when it was published with
+// this job's token under the key it is found at: a store writer cannot
+// point a rank at memory of its choosing (ucp_ep_rkey_unpack, ucp_rkey_ptr
+// and plain loads for same-host peers all trust the descriptor).
+TEST(RendezvousTest, RegionsOfAnotherJobOrForgedOnesAreRefused) {
+  testing::InMemoryStore store;
+  auto fabric = loopback::LoopbackFabric::Create();
+  ASSERT_OK_AND_ASSIGN(auto b, loopback::LoopbackTransport::Create({1, fabric}));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(64));
+  setenv("RDMAFLOW_JOB_TOKEN", "other-job", 1);
+  ASSERT_OK(PublishRegion(store, "job", "grad/1", target.descriptor()));
+  setenv("RDMAFLOW_JOB_TOKEN", "our-job", 1);
+  EXPECT_THAT(FetchRegion(store, "job", "grad/1", absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("not published with this job's token")));
+  ASSERT_OK(PublishRegion(store, "job", "grad/1", target.descriptor()));
+  ASSERT_OK_AND_ASSIGN(RemoteRegion fetched,
+                       FetchRegion(store, "job", "grad/1", absl::Seconds(1)));
+  EXPECT_EQ(fetched.Serialize(), target.descriptor().Serialize());
+
+  // A valid record copied under another key, or another namespace.
+  ASSERT_OK_AND_ASSIGN(std::string record, store.Get("job/grad/1", absl::Seconds(1)));
+  ASSERT_OK(store.Set("job/grad/2", record));
+  EXPECT_THAT(FetchRegion(store, "job", "grad/2", absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  ASSERT_OK(store.Set("job/grad/1/x", record));
+  EXPECT_THAT(FetchRegion(store, "job/grad", "1/x", absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  // The descriptor as earlier versions published it (no proof), and one
+  // whose region was changed after it was proven (the address moved).
+  ASSERT_OK(store.Set("job/grad/3", target.descriptor().Serialize()));
+  EXPECT_FALSE(FetchRegion(store, "job", "grad/3", absl::Seconds(1)).ok());
+  std::string moved = record;
+  const std::string serialized = target.descriptor().Serialize();
+  const size_t at = moved.find(serialized);
+  ASSERT_NE(at, std::string::npos);
+  moved[at + serialized.size() - 1] ^= 1;
+  ASSERT_OK(store.Set("job/grad/1", moved));
+  EXPECT_FALSE(FetchRegion(store, "job", "grad/1", absl::Seconds(1)).ok());
+  unsetenv("RDMAFLOW_JOB_TOKEN");
+}
+
 TEST(RendezvousTest, BarrierReleasesAllRanksAndReportsStragglers) {
   testing::InMemoryStore store;
   std::thread other([&] {
