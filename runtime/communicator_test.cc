@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "runtime/rank_plan.h"
 #include "runtime/replay.h"
+#include "rdma/testing/faulty_transport.h"
 #include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::runtime {
@@ -70,6 +71,37 @@ TEST_P(CommunicatorTest, DeliversEveryExampleByteExact) {
     if (GetParam() != "rdma") {
       EXPECT_GE(copies, 2 * sent);
     }
+  }
+}
+
+// Every region a communicator fetches from the store is prepared on its
+// endpoint before the first post to it, while the peer is known to hold it
+// (with UCX, a first post after the peer let the region go unpacks a dead
+// key). The FaultyTransport refuses posts to unprepared regions.
+TEST_P(CommunicatorTest, PreparesEveryPeerRegionBeforeItsFirstPost) {
+  for (const graph::examples::NamedGraph& example : graph::examples::AllExamples()) {
+    SCOPED_TRACE(example.file);
+    ASSERT_OK_AND_ASSIGN(plan::TransferPlan plan, graph::PlanGraph(example.graph, {}));
+    ReplayOptions replay;
+    replay.dynamic_dim = [](const TransferInfo& info, int64_t step, int d) {
+      return 1 + (step + info.id + d) % 5;
+    };
+    std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+        plan.world_size(),
+        [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+          rdma::testing::FaultyTransport strict(transport);
+          strict.require_prepare();
+          CommunicatorOptions options;
+          options.trace_steps = 0;
+          ASSIGN_OR_RETURN(auto communicator,
+                           CreateCommunicator(GetParam(), plan, strict, store, options));
+          ASSIGN_OR_RETURN(auto replayer, Replayer::Create(plan, rank, replay));
+          for (int step = 0; step < 2; ++step) {
+            RETURN_IF_ERROR(replayer->RunStep(*communicator, step).status());
+          }
+          return communicator->Shutdown();
+        });
+    for (const absl::Status& status : results) EXPECT_OK(status);
   }
 }
 

@@ -68,6 +68,8 @@ absl::Status Executor::SetUpPools() {
                      rdma::FetchRegion(engine_.store(), options_.ns,
                                        absl::StrCat("pool/", peer),
                                        options_.timeout));
+    // Prepared now, while the peer is known to hold it (Endpoint::Prepare).
+    RETURN_IF_ERROR(engine_.endpoint(peer)->Prepare(pool));
     peer_source_pools_[peer] =
         std::make_unique<rdma::RemoteRegion>(std::move(pool));
   }
@@ -132,6 +134,7 @@ absl::Status Executor::SetUpGeneration() {
             engine_.store(), options_.ns,
             LinkKey("recv", generation_, link.src_rank(), link.dst_rank()),
             options_.timeout));
+    RETURN_IF_ERROR(engine_.endpoint(link.dst_rank())->Prepare(region));
     remote_regions_.push_back(
         std::make_unique<rdma::RemoteRegion>(std::move(region)));
     remote[l] = remote_regions_.back().get();
@@ -144,6 +147,7 @@ absl::Status Executor::SetUpGeneration() {
             engine_.store(), options_.ns,
             LinkKey("credit", generation_, link.src_rank(), link.dst_rank()),
             options_.timeout));
+    RETURN_IF_ERROR(engine_.endpoint(link.src_rank())->Prepare(region));
     remote_regions_.push_back(
         std::make_unique<rdma::RemoteRegion>(std::move(region)));
     remote[l] = remote_regions_.back().get();

@@ -116,15 +116,19 @@ absl::Status RdmaCopyCommunicator::SetUp() {
                                         RingKey("credit", rank, dst),
                                         out.credit->descriptor()));
   }
+  // Each fetched region is prepared at once, while its peer is known to
+  // hold it, not at the first post (Endpoint::Prepare).
   for (auto& [dst, out] : outgoing_) {
     ASSIGN_OR_RETURN(out.ring, rdma::FetchRegion(engine_.store(), options_.ns,
                                                  RingKey("ring", rank, dst),
                                                  options_.timeout));
+    RETURN_IF_ERROR(out.endpoint->Prepare(out.ring));
   }
   for (auto& [src, in] : incoming_) {
     ASSIGN_OR_RETURN(in.credit, rdma::FetchRegion(engine_.store(), options_.ns,
                                                   RingKey("credit", src, rank),
                                                   options_.timeout));
+    RETURN_IF_ERROR(in.endpoint->Prepare(in.credit));
     onesided::CreditWriter::Options credits;
     credits.peer = absl::StrCat("rank ", src);
     credits.endpoint = in.endpoint;

@@ -1,9 +1,12 @@
 #include "rdma/testing/faulty_transport.h"
 
 #include <cstring>
+#include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace rdmaflow::rdma::testing {
 
@@ -17,9 +20,21 @@ class FaultyEndpoint final : public Endpoint {
   int peer_rank() const override { return inner_->peer_rank(); }
   std::string Describe() const override { return inner_->Describe(); }
 
+  absl::Status Prepare(const RemoteRegion& region) override {
+    RETURN_IF_ERROR(inner_->Prepare(region));
+    prepared_.insert(Identity(region));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::byte*> MapRemote(const RemoteSlice& remote) override {
+    RETURN_IF_ERROR(CheckPrepared(remote));
+    return inner_->MapRemote(remote);
+  }
+
   absl::Status PostWrite(const LocalSlice& src, const RemoteSlice& dst,
                          std::optional<uint32_t> notification,
                          Completion done) override {
+    RETURN_IF_ERROR(CheckPrepared(dst));
     const FaultyTransport::Fault* fault =
         transport_.Decide(FaultyTransport::Op::kWrite, peer_rank());
     if (fault != nullptr && fault->action == FaultyTransport::Action::kCorrupt &&
@@ -46,6 +61,7 @@ class FaultyEndpoint final : public Endpoint {
 
   absl::Status PostRead(const LocalSlice& dst, const RemoteSlice& src,
                         Completion done) override {
+    RETURN_IF_ERROR(CheckPrepared(src));
     return Post(transport_.Decide(FaultyTransport::Op::kRead, peer_rank()),
                 std::move(done), [&](Completion wrapped) {
                   return inner_->PostRead(dst, src, std::move(wrapped));
@@ -74,6 +90,23 @@ class FaultyEndpoint final : public Endpoint {
   }
 
  private:
+  // A region as a backend would cache its key: by owner, address and key.
+  static std::string Identity(const RemoteRegion& region) {
+    return absl::StrCat(region.owner_rank, "/", region.address, "/", region.length, "/",
+                        region.packed_key);
+  }
+
+  absl::Status CheckPrepared(const RemoteSlice& remote) const {
+    if (!transport_.require_prepare_ || remote.region == nullptr ||
+        prepared_.contains(Identity(*remote.region))) {
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a post to rank ", peer_rank(), "'s region at 0x", absl::Hex(remote.region->address),
+        " that was never passed to Prepare() (UCX would unpack its key only now, after "
+        "the peer may have let it go)"));
+  }
+
   template <typename PostFn>
   absl::Status Post(const FaultyTransport::Fault* fault, Completion done, PostFn post) {
     using Action = FaultyTransport::Action;
@@ -99,6 +132,7 @@ class FaultyEndpoint final : public Endpoint {
   }
 
   FaultyTransport& transport_;
+  absl::flat_hash_set<std::string> prepared_;
   std::unique_ptr<Endpoint> inner_;
   std::unique_ptr<std::vector<Completion>> dropped_ =
       std::make_unique<std::vector<Completion>>();

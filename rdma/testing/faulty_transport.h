@@ -67,6 +67,12 @@ class FaultyTransport final : public TransportWrapper {
   explicit FaultyTransport(Transport& inner) : TransportWrapper(inner) {}
 
   void AddFault(Fault fault);
+  // From now on, a write or read to a remote region that was not first
+  // passed to the endpoint's Prepare() fails to post (kFailedPrecondition):
+  // the fault UCX 1.13 turns into a crash when the peer has let the region
+  // go before the first post (Endpoint::Prepare). Prepare() and MapRemote()
+  // are forwarded to the backend either way.
+  void require_prepare() { require_prepare_ = true; }
   // Operations a fault has affected so far.
   int64_t injected() const { return injected_; }
 
@@ -94,6 +100,7 @@ class FaultyTransport final : public TransportWrapper {
   std::vector<Rule> rules_;
   std::deque<Held> held_;
   int64_t injected_ = 0;
+  bool require_prepare_ = false;
 };
 
 }  // namespace rdmaflow::rdma::testing
