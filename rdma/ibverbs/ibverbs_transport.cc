@@ -981,7 +981,7 @@ int IbverbsTransport::PollRings() {
   int delivered = 0;
   for (auto& ring : rings_) {
     delivered += ring->reader->Poll([&](uint32_t value) {
-      notifications_.push_back({ring->rank, value});
+      notifications_.Push({ring->rank, value});
     });
     if (std::optional<uint64_t> due = ring->reader->CreditDue()) {
       // Not marked sent when the post fails: the next poll tries again.
@@ -1043,13 +1043,11 @@ absl::StatusOr<int> IbverbsTransport::PollReceiveQueue() {
         }
         const int rank = found == ranks_.end() ? -1 : found->second;
         if (rank < 0) {
-          std::fprintf(stderr,
-                       "rdmaflow ibverbs: rank %d dropped a notification on "
-                       "queue pair %u, which belongs to no connected peer\n",
-                       options_.rank, wc[i].qp_num);
+          notifications_.CountMalformed(absl::StrCat(
+              "on queue pair ", wc[i].qp_num, ", which belongs to no connected peer"));
           continue;
         }
-        notifications_.push_back({rank, ntohl(wc[i].imm_data)});
+        notifications_.Push({rank, ntohl(wc[i].imm_data)});
       }
     }
     received += n;
@@ -1123,10 +1121,7 @@ bool IbverbsTransport::WaitForActivity(absl::Duration timeout) {
 }
 
 std::optional<Notification> IbverbsTransport::PollNotification() {
-  if (notifications_.empty()) return std::nullopt;
-  Notification note = notifications_.front();
-  notifications_.pop_front();
-  return note;
+  return notifications_.Pop();
 }
 
 void IbverbsTransport::DropRetired(

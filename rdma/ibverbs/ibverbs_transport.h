@@ -36,6 +36,7 @@
 #include "rdma/ibverbs/queue_pair.h"
 #include "rdma/ibverbs/rdmacm.h"
 #include "rdma/internal/completion_queue.h"
+#include "rdma/internal/notification_queue.h"
 #include "rdma/job_token.h"
 #include "rdma/transport.h"
 #include "rdma/transport_registry.h"
@@ -347,7 +348,8 @@ class IbverbsTransport final : public Transport {
   // Progress() sweep the endpoints for idle ones that need a marker.
   bool sweep_due_ = false;
   ::rdmaflow::rdma::internal::CompletionQueue completions_;
-  std::deque<Notification> notifications_;
+  rdma::internal::NotificationQueue notifications_{
+      "rdmaflow ibverbs", rdma::internal::NotificationQueue::kDefaultCapacity};
   std::unique_ptr<BootstrapListener> listener_;  // Stopped first.
   std::unique_ptr<CmListener> cm_listener_;     // With use_rdmacm, instead.
 };

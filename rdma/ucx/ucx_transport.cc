@@ -70,25 +70,21 @@ absl::StatusOr<std::string> Unwrap(const char (&magic)[8],
 ucs_status_t OnNotification(void* arg, const void* /*header*/,
                             size_t /*header_length*/, void* data,
                             size_t length, const ucp_am_recv_param_t* param) {
-  auto* queue = static_cast<std::deque<Notification>*>(arg);
+  auto* queue = static_cast<internal::NotificationQueue*>(arg);
   uint32_t payload[2];
   if (length != sizeof(payload) ||
       (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    std::fprintf(stderr,
-                 "rdmaflow: dropped a malformed UCX notification (%zu bytes)\n",
-                 length);
+    queue->CountMalformed(absl::StrCat(length, " bytes"));
     return UCS_OK;
   }
   std::memcpy(payload, data, sizeof(payload));
   // UCX active messages do not say who sent them: the sender's rank is the
   // one it claims (docs/security.md). At least it must be a rank.
   if (payload[0] > static_cast<uint32_t>(std::numeric_limits<int>::max())) {
-    std::fprintf(stderr,
-                 "rdmaflow: dropped a UCX notification claiming rank %u\n", payload[0]);
+    queue->CountMalformed(absl::StrCat("claiming rank ", payload[0]));
     return UCS_OK;
   }
-  queue->push_back(
-      Notification{static_cast<int>(payload[0]), payload[1]});
+  queue->Push(Notification{static_cast<int>(payload[0]), payload[1]});
   return UCS_OK;
 }
 
@@ -121,7 +117,10 @@ UcxRegistration::~UcxRegistration() {
 
 UcxTransport::UcxTransport(const UcxTransportOptions& options,
                            std::shared_ptr<UcxContext> context)
-    : options_(options), context_(std::move(context)) {}
+    : options_(options),
+      context_(std::move(context)),
+      notifications_(absl::StrCat("rdmaflow ucx rank ", options.rank),
+                     options.max_queued_notifications) {}
 
 absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
     const UcxTransportOptions& options) {
@@ -540,10 +539,7 @@ absl::StatusOr<int> UcxTransport::Progress() {
 }
 
 std::optional<Notification> UcxTransport::PollNotification() {
-  if (notifications_.empty()) return std::nullopt;
-  Notification notification = notifications_.front();
-  notifications_.pop_front();
-  return notification;
+  return notifications_.Pop();
 }
 
 ucp_context_h UcxTransport::context() const { return context_->context; }

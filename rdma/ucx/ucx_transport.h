@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rdma/internal/completion_queue.h"
+#include "rdma/internal/notification_queue.h"
 #include "rdma/transport.h"
 #include "rdma/transport_registry.h"
 
@@ -45,6 +46,9 @@ struct UcxTransportOptions {
   absl::Duration keepalive_interval = absl::Milliseconds(500);
   // Operations one endpoint accepts in flight before kResourceExhausted.
   size_t max_outstanding_per_endpoint = 1024;
+  // Notifications received and not yet polled that are kept; more are
+  // dropped, counted and logged (internal/notification_queue.h).
+  size_t max_queued_notifications = internal::NotificationQueue::kDefaultCapacity;
 };
 
 class UcxEndpoint;
@@ -73,6 +77,10 @@ class UcxTransport final : public Transport {
       const PeerInfo& peer) override;
   absl::StatusOr<int> Progress() override;
   std::optional<Notification> PollNotification() override;
+  // Notifications dropped because max_queued_notifications were waiting,
+  // and ones refused as malformed, so far.
+  uint64_t dropped_notifications() const { return notifications_.dropped(); }
+  uint64_t malformed_notifications() const { return notifications_.malformed(); }
 
   // The UCP context (for the backend's own bookkeeping).
   ucp_context_h context() const;
@@ -99,7 +107,7 @@ class UcxTransport final : public Transport {
   std::shared_ptr<UcxContext> context_;  // Shared with memory regions.
   ucp_worker_h worker_ = nullptr;
   std::string address_;
-  std::deque<Notification> notifications_;
+  internal::NotificationQueue notifications_;
   internal::CompletionQueue completions_;
   // Endpoints whose notification sequence may advance (see UcxEndpointState).
   std::vector<std::shared_ptr<UcxEndpointState>> to_pump_;
