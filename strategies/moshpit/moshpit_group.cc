@@ -2,9 +2,15 @@
 #include "strategies/moshpit/moshpit_group.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 
@@ -14,90 +20,187 @@ namespace {
 // More tickets than any group can take (a group is one grid line).
 constexpr int64_t kMaxGroupTickets = 1 << 20;
 
+// How long past the group's deadline a ticket's record, and then the seal,
+// are still waited for: a live peer writes its record one store round trip
+// after taking its ticket, and the sealer writes the seal right after
+// reading the records.
+constexpr absl::Duration kGrace = absl::Seconds(2);
+
+// What is left until `until`, at least a millisecond: a store wait of 0
+// may mean "forever" to a store.
+absl::Duration Left(absl::Time until) {
+  return std::max(until - absl::Now(), absl::Milliseconds(1));
+}
+
+absl::Status BadSeal(const std::string& prefix, const std::string& what) {
+  return absl::DataLossError(absl::StrCat("moshpit group ", prefix, ": ", what,
+                                          "; a peer wrote a bad seal into the store"));
+}
+
+// "<id> <note>" (a member record), with the id in 0..world-1.
+absl::StatusOr<GroupMember> ParseMember(absl::string_view text, int world) {
+  const size_t space = text.find(' ');
+  GroupMember member;
+  if (space == absl::string_view::npos ||
+      !absl::SimpleAtoi(text.substr(0, space), &member.id) || member.id < 0 ||
+      member.id >= world) {
+    return absl::DataLossError(absl::StrCat("member record '", text.substr(0, 64),
+                                            "' is not '<id below ", world, "> <note>'"));
+  }
+  member.note = std::string(text.substr(space + 1));
+  if (member.note.find_first_of(" \n") != std::string::npos) {
+    return absl::DataLossError("a member's note holds a space or a line break");
+  }
+  return member;
+}
+
+struct Sealed {
+  bool listed = false;  // this peer's ticket is in the seal
+  std::vector<GroupMember> members;
+};
+
+// Checks the seal `text` (written by a peer) against what this peer knows:
+// `taken` tickets had been taken when it looked, after the seal was written.
+absl::StatusOr<Sealed> ParseSeal(const std::string& prefix, const std::string& text,
+                                 int64_t taken, int world, int64_t ticket, int id,
+                                 const std::string& note) {
+  Sealed sealed;
+  std::set<int> ids;
+  int64_t previous = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const size_t space = line.find(' ');
+    int64_t t = 0;
+    if (space == absl::string_view::npos || !absl::SimpleAtoi(line.substr(0, space), &t)) {
+      return BadSeal(prefix, absl::StrCat("the line '", line.substr(0, 64),
+                                          "' does not start with a ticket"));
+    }
+    if (t <= previous || t > taken) {
+      return BadSeal(prefix, absl::StrCat("ticket ", t, t <= previous ? " is not above " : "",
+                                          t <= previous ? absl::StrCat(previous) : "",
+                                          t > taken ? absl::StrCat(" is beyond the ", taken,
+                                                                   " tickets taken")
+                                                    : ""));
+    }
+    previous = t;
+    absl::StatusOr<GroupMember> member = ParseMember(line.substr(space + 1), world);
+    if (!member.ok()) return BadSeal(prefix, std::string(member.status().message()));
+    if (!ids.insert(member->id).second) {
+      return BadSeal(prefix, absl::StrCat("id ", member->id, " is listed twice"));
+    }
+    if (t == ticket) {
+      if (member->id != id || member->note != note) {
+        return BadSeal(prefix, absl::StrCat("this peer's ticket ", ticket, " is listed as '",
+                                            line.substr(0, 64), "'"));
+      }
+      sealed.listed = true;
+    }
+    sealed.members.push_back(*std::move(member));
+  }
+  std::sort(sealed.members.begin(), sealed.members.end(),
+            [](const GroupMember& a, const GroupMember& b) { return a.id < b.id; });
+  return sealed;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<GroupMember>> FormGroup(rdma::Store& store,
                                                    const std::string& prefix, int id,
                                                    const std::string& note, int expected,
-                                                   absl::Duration timeout) {
-  if (note.find(' ') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("moshpit group ", prefix, ": a note may not hold spaces: '", note, "'"));
+                                                   int world, absl::Duration timeout) {
+  if (note.find_first_of(" \n") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moshpit group ", prefix, ": a note may not hold spaces or line breaks: '", note, "'"));
   }
+  if (id < 0 || id >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("moshpit group ", prefix, ": id ", id, " is outside 0..", world - 1));
+  }
+  const std::vector<GroupMember> alone = {{id, note}};
   ASSIGN_OR_RETURN(int64_t ticket, store.Add(prefix + "/count", 1));
+  if (ticket < 1 || ticket > kMaxGroupTickets) {
+    return BadSeal(prefix, absl::StrCat("ticket ", ticket, " is outside 1..", kMaxGroupTickets));
+  }
   RETURN_IF_ERROR(
       store.Set(absl::StrCat(prefix, "/member/", ticket), absl::StrCat(id, " ", note)));
   const absl::Time deadline = absl::Now() + timeout;
+
+  // The sealer: the records of the tickets taken now, each waited for until
+  // the deadline's grace (a holder that died before writing its record is
+  // left out, not waited for again), into the seal.
+  int64_t taken = 0;  // tickets taken when this peer last looked
+  auto seal = [&]() -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(taken, store.Add(prefix + "/count", 0));
+    if (taken < ticket || taken > kMaxGroupTickets) {
+      return BadSeal(prefix, absl::StrCat(taken, " tickets taken, outside ", ticket, "..",
+                                          kMaxGroupTickets));
+    }
+    std::string text;
+    for (int64_t i = 1; i <= taken; ++i) {
+      if (i == ticket) {
+        absl::StrAppend(&text, i, " ", id, " ", note, "\n");
+        continue;
+      }
+      absl::StatusOr<std::string> record =
+          store.Get(absl::StrCat(prefix, "/member/", i), Left(deadline + kGrace));
+      if (absl::IsDeadlineExceeded(record.status())) {
+        std::fprintf(stderr,
+                     "moshpit group %s: ticket %lld was taken but its holder wrote no record "
+                     "in time (it died?); the group goes on without it\n",
+                     prefix.c_str(), static_cast<long long>(i));
+        continue;
+      }
+      if (!record.ok()) return record.status();
+      ASSIGN_OR_RETURN(GroupMember member, ParseMember(*record, world));
+      absl::StrAppend(&text, i, " ", member.id, " ", member.note, "\n");
+    }
+    RETURN_IF_ERROR(store.Set(prefix + "/final", text));
+    return text;
+  };
+
   // The holder of the last expected ticket seals at once; the others poll
   // with Adds of 0 (they answer at once) until the group is sealed, backing
   // off to a poll per millisecond: the store's server shares the cores with
   // the training ranks. Every store call is a round trip on each round's
-  // critical path: the sealer does not read back the count it wrote, and
-  // nobody reads back its own record.
-  int64_t final_count = -1;  // known here only to the sealer
-  bool sealed = false;
+  // critical path: nobody reads back what it wrote.
+  std::optional<std::string> text;  // the seal, known here only to the sealer
+  bool sealing = ticket >= expected;
   absl::Duration backoff = absl::Microseconds(20);
-  if (ticket >= expected) {
-    ASSIGN_OR_RETURN(int64_t first, store.Add(prefix + "/seal", 1));
-    if (first == 1) {
-      ASSIGN_OR_RETURN(final_count, store.Add(prefix + "/count", 0));
-      RETURN_IF_ERROR(store.Set(prefix + "/final", absl::StrCat(final_count)));
-    }
-    sealed = true;
-  }
-  while (!sealed) {
-    ASSIGN_OR_RETURN(int64_t sealing, store.Add(prefix + "/seal", 0));
-    if (sealing > 0) break;
+  while (!sealing) {
+    ASSIGN_OR_RETURN(int64_t sealed, store.Add(prefix + "/seal", 0));
+    if (sealed > 0) break;
     ASSIGN_OR_RETURN(int64_t taken, store.Add(prefix + "/count", 0));
     if (taken >= expected || absl::Now() >= deadline) {
-      ASSIGN_OR_RETURN(int64_t first, store.Add(prefix + "/seal", 1));
-      if (first == 1) {
-        ASSIGN_OR_RETURN(final_count, store.Add(prefix + "/count", 0));
-        RETURN_IF_ERROR(store.Set(prefix + "/final", absl::StrCat(final_count)));
-      }
+      sealing = true;
       break;
     }
     absl::SleepFor(backoff);
     backoff = std::min(2 * backoff, absl::Milliseconds(1));
   }
-  if (final_count < 0) {
-    // The sealer writes /final right after winning the seal.
-    ASSIGN_OR_RETURN(std::string text, store.Get(prefix + "/final", absl::Seconds(60)));
-    if (!absl::SimpleAtoi(text, &final_count)) {
-      return absl::DataLossError(absl::StrCat("moshpit group ", prefix, ": the sealed count '",
-                                              text, "' is not a number; a peer wrote a bad seal "
-                                              "into the store"));
+  if (sealing) {
+    ASSIGN_OR_RETURN(int64_t first, store.Add(prefix + "/seal", 1));
+    if (first == 1) {
+      ASSIGN_OR_RETURN(text, seal());
     }
   }
-  // Written by a peer through the store: at least the sealer's own ticket,
-  // and no more tickets than were taken (bounded before it sizes a loop of
-  // reads).
-  if (final_count < 1 || final_count > kMaxGroupTickets) {
-    return absl::DataLossError(absl::StrCat(
-        "moshpit group ", prefix, ": the sealed member count is ", final_count,
-        ", outside 1..", kMaxGroupTickets, "; a peer wrote a bad seal into the store"));
-  }
-  if (ticket > final_count) {
-    return std::vector<GroupMember>{{id, note}};  // too late: alone
-  }
-  std::vector<GroupMember> members;
-  members.push_back({id, note});
-  for (int64_t i = 1; i <= final_count; ++i) {
-    if (i == ticket) continue;
-    ASSIGN_OR_RETURN(std::string member,
-                     store.Get(absl::StrCat(prefix, "/member/", i), absl::Seconds(60)));
-    const size_t space = member.find(' ');
-    GroupMember parsed;
-    if (space == std::string::npos ||
-        !absl::SimpleAtoi(absl::string_view(member).substr(0, space), &parsed.id)) {
-      return absl::InternalError(absl::StrCat("moshpit group ", prefix, ": member '", member, "'"));
+  if (!text.has_value()) {
+    // The sealer writes the seal once it has read the records.
+    absl::StatusOr<std::string> read =
+        store.Get(prefix + "/final", Left(deadline + 2 * kGrace));
+    if (absl::IsDeadlineExceeded(read.status())) {
+      std::fprintf(stderr,
+                   "moshpit group %s: no seal was written in time (the sealer died?); "
+                   "alone this round\n",
+                   prefix.c_str());
+      return alone;
     }
-    parsed.note = member.substr(space + 1);
-    members.push_back(parsed);
+    if (!read.ok()) return read.status();
+    text = *std::move(read);
+    // Looked at after the seal was written: no seal lists more.
+    ASSIGN_OR_RETURN(taken, store.Add(prefix + "/count", 0));
   }
-  std::sort(members.begin(), members.end(),
-            [](const GroupMember& a, const GroupMember& b) { return a.id < b.id; });
-  return members;
+  ASSIGN_OR_RETURN(Sealed sealed, ParseSeal(prefix, *text, taken, world, ticket, id, note));
+  if (!sealed.listed) return alone;  // too late: alone
+  return sealed.members;
 }
 
 }  // namespace rdmaflow::strategies::moshpit

@@ -7,13 +7,20 @@
 //      kept) under <prefix>/member/<ticket>;
 //   2. the peer that takes the last expected ticket, or the first to reach
 //      its deadline while polling, seals the group (the first Add on
-//      <prefix>/seal) by writing the number of tickets taken then into
-//      <prefix>/final (a count outside 1..2^20 read back is kDataLoss);
-//   3. the group is the holders of tickets 1..final, ascending by id; a
-//      peer whose ticket came later is alone this round (it rejoins the
-//      next one).
+//      <prefix>/seal): it reads the records of the tickets taken then,
+//      leaving out a ticket whose holder died before writing its record
+//      (none came within the group's deadline, or a short grace past it),
+//      and writes the members it found into <prefix>/final, one line
+//      "<ticket> <id> <note>" each;
+//   3. the group is the members listed in the seal, ascending by id; a
+//      peer not listed (its ticket came later, or its record too late) is
+//      alone this round (it rejoins the next one), as is every peer when
+//      no seal appears by the deadline (the sealer died).
 // Every peer of a group gets the same list: the store's operations are
-// atomic, and the seal is written once.
+// atomic, and the seal is written once. What the store holds is written by
+// peers: the seal is checked before it is used (tickets increasing and no
+// more than were taken, ids in 0..world-1 and distinct, this peer's own
+// line its own), and a seal that fails a check is kDataLoss.
 #ifndef RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_GROUP_H_
 #define RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_GROUP_H_
 
@@ -34,14 +41,17 @@ struct GroupMember {
   }
 };
 
-// Joins the group under `prefix` (unique per round and group) as `id` with
-// `note`, waiting up to `timeout` for the `expected` members. Returns the
-// members, ascending by id (this one included). kInvalidArgument for a note
-// with a space; store errors are returned.
+// Joins the group under `prefix` (unique per round and group) as `id` (in
+// 0..world-1) with `note`, waiting up to `timeout` for the `expected`
+// members; every store wait ends by then (plus a short grace for records
+// and the seal). Returns the members, ascending by id (this one included).
+// kInvalidArgument for a note with a space or an id outside the world;
+// kDataLoss for a seal or record that fails its checks; store errors are
+// returned.
 absl::StatusOr<std::vector<GroupMember>> FormGroup(rdma::Store& store,
                                                    const std::string& prefix, int id,
                                                    const std::string& note, int expected,
-                                                   absl::Duration timeout);
+                                                   int world, absl::Duration timeout);
 
 }  // namespace rdmaflow::strategies::moshpit
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -94,6 +95,12 @@ absl::Status MoshpitStrategy::CatchUp() {
   for (int peer = 0; peer < context().world_size; ++peer) {
     if (peer == context().rank) continue;
     ASSIGN_OR_RETURN(int64_t beat, store.Add(absl::StrCat(beats, peer), 0));
+    // Written by a peer through the store: a round must fit ours (an int).
+    if (beat < 0 || beat > std::numeric_limits<int>::max()) {
+      return absl::DataLossError(absl::StrCat(
+          "moshpit rank ", context().rank, ": the heartbeat of rank ", peer, " in the store is ",
+          beat, ", not a round count; a peer wrote a bad heartbeat into the store"));
+    }
     leader = std::max(leader, beat - 1);
   }
   if (leader <= round_) return absl::OkStatus();
@@ -130,7 +137,7 @@ absl::Status MoshpitStrategy::Exchange() {
   // reused only where every member still keeps it.
   ASSIGN_OR_RETURN(std::vector<GroupMember> group,
                    FormGroup(store, ns, rank, KeptRingsNote(), expected,
-                             moshpit_.group_timeout));
+                             context().world_size, moshpit_.group_timeout));
   std::vector<int> members;
   for (const GroupMember& member : group) members.push_back(member.id);
   group_sizes_.push_back(static_cast<int>(members.size()));

@@ -76,7 +76,7 @@ TEST(FormGroupTest, FullShrunkAndLate) {
   for (int r = 0; r < 4; ++r) {
     threads.emplace_back([&, r] {
       ASSERT_OK_AND_ASSIGN(got[r], FormGroup(store, "full", r * 10, absl::StrCat("n", r), 4,
-                                             absl::Seconds(30)));
+                                             /*world=*/40, absl::Seconds(30)));
     });
   }
   for (auto& t : threads) t.join();
@@ -87,15 +87,17 @@ TEST(FormGroupTest, FullShrunkAndLate) {
   threads.clear();
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      ASSERT_OK_AND_ASSIGN(got[r], FormGroup(store, "shrunk", r, "", 4, absl::Milliseconds(100)));
+      ASSERT_OK_AND_ASSIGN(got[r], FormGroup(store, "shrunk", r, "", 4, 4, absl::Milliseconds(100)));
     });
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < 3; ++r) EXPECT_EQ(Ids(got[r]), (std::vector<int>{0, 1, 2}));
-  ASSERT_OK_AND_ASSIGN(got[3], FormGroup(store, "shrunk", 3, "", 4, absl::Seconds(30)));
+  ASSERT_OK_AND_ASSIGN(got[3], FormGroup(store, "shrunk", 3, "", 4, 4, absl::Seconds(30)));
   EXPECT_EQ(Ids(got[3]), (std::vector<int>{3}));
-  EXPECT_THAT(FormGroup(store, "bad", 0, "a b", 1, absl::Seconds(1)).status(),
+  EXPECT_THAT(FormGroup(store, "bad", 0, "a b", 1, 1, absl::Seconds(1)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("spaces")));
+  EXPECT_THAT(FormGroup(store, "bad", 4, "", 1, 4, absl::Seconds(1)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("outside")));
 }
 
 // Counts one peer's calls into a store shared with others.
@@ -132,7 +134,7 @@ TEST(FormGroupTest, TheLastToArriveSealsAtOnce) {
   std::vector<GroupMember> first_got;
   std::thread first([&] {
     // It expects a third member, so only the second can seal by count.
-    ASSERT_OK_AND_ASSIGN(first_got, FormGroup(shared, "g", 7, "a", 3, absl::Seconds(30)));
+    ASSERT_OK_AND_ASSIGN(first_got, FormGroup(shared, "g", 7, "a", 3, 8, absl::Seconds(30)));
   });
   // Join once the first has its ticket (bounded: its Add is its first call).
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -144,7 +146,7 @@ TEST(FormGroupTest, TheLastToArriveSealsAtOnce) {
   }
   CountingStore mine(shared);
   ASSERT_OK_AND_ASSIGN(std::vector<GroupMember> got,
-                       FormGroup(mine, "g", 3, "b", 2, absl::Seconds(30)));
+                       FormGroup(mine, "g", 3, "b", 2, 8, absl::Seconds(30)));
   first.join();
   const std::vector<GroupMember> both = {{3, "b"}, {7, "a"}};
   EXPECT_EQ(got, both);
@@ -154,18 +156,55 @@ TEST(FormGroupTest, TheLastToArriveSealsAtOnce) {
   EXPECT_EQ(mine.calls, 6);
 }
 
-// The sealed count is written by a peer: one outside 1..2^20 is refused
-// before it sizes the reads of the records.
+// The seal is written by a peer: one that does not parse, lists a ticket
+// twice or beyond those taken, an id outside the world or twice, or this
+// peer's own ticket as someone else's, is refused.
 TEST(FormGroupTest, AForgedSealIsRefused) {
-  for (const char* forged : {"0", "-3", "4000000000", "many"}) {
+  for (const char* forged : {"0", "-3", "4000000000", "many", "1 0 \n1 0 ", "2 5 x",
+                             "1 0 \n2 9 ", "1 0 \n2 -1 ", "2 1 x", "1 1 \n3 2 ", "1 0 a b",
+                             "1 0 \n2 0 "}) {
     rdma::testing::InMemoryStore store;
     const std::string prefix = absl::StrCat("forged", forged);
+    ASSERT_OK(store.Add(prefix + "/count", 1).status());  // someone else's ticket 1
     ASSERT_OK(store.Add(prefix + "/seal", 1).status());
     ASSERT_OK(store.Set(prefix + "/final", forged));
-    EXPECT_THAT(FormGroup(store, prefix, 0, "", 2, absl::Seconds(30)).status(),
+    // This peer takes ticket 2; ids below 4.
+    EXPECT_THAT(FormGroup(store, prefix, 0, "", 3, 4, absl::Seconds(30)).status(),
                 StatusIs(absl::StatusCode::kDataLoss, ::testing::HasSubstr("bad seal")))
         << forged;
   }
+}
+
+// A peer that took its ticket and died before writing its record leaves
+// the group, instead of ending the round for everyone in it.
+TEST(FormGroupTest, AMemberDeadBetweenItsTicketAndItsRecordIsLeftOut) {
+  rdma::testing::InMemoryStore store;
+  ASSERT_OK(store.Add("g/count", 1).status());  // ticket 1, and no record ever
+  std::vector<std::vector<GroupMember>> got(2);
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ASSERT_OK_AND_ASSIGN(got[r], FormGroup(store, "g", r + 1, "", 3, 4,
+                                             absl::Milliseconds(200)));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(Ids(got[r]), (std::vector<int>{1, 2})) << r;
+  // Bounded by the group's timeout and its grace, not by a fixed minute.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+// A sealer that died after winning the seal: everyone else is alone this
+// round, after the group's timeout and its grace.
+TEST(FormGroupTest, NoSealMeansAloneNotAnError) {
+  rdma::testing::InMemoryStore store;
+  ASSERT_OK(store.Add("g/count", 1).status());
+  ASSERT_OK(store.Set("g/member/1", "3 "));
+  ASSERT_OK(store.Add("g/seal", 1).status());  // won, then died
+  ASSERT_OK_AND_ASSIGN(std::vector<GroupMember> got,
+                       FormGroup(store, "g", 0, "n", 2, 4, absl::Milliseconds(10)));
+  EXPECT_EQ(got, (std::vector<GroupMember>{{0, "n"}}));
 }
 
 // Runs `world` ranks of moshpit with no gradients (pure averaging); rank
