@@ -161,5 +161,20 @@ TEST_F(FaultyTransportTest, KilledPeerFailsEveryLaterOperation) {
   EXPECT_THAT(*flushed, StatusIs(absl::StatusCode::kUnavailable));
 }
 
+TEST_F(FaultyTransportTest, RequiredPrepareRefusesPostsToUnpreparedRegions) {
+  faulty_->require_prepare();
+  std::optional<absl::Status> out;
+  EXPECT_THAT(Write(&out), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_FALSE(out.has_value()) << "a refused post keeps its callback";
+  // Another region's preparation does not count for this one.
+  ASSERT_OK_AND_ASSIGN(MemoryRegion other, transports_[1]->Allocate(64));
+  ASSERT_OK(endpoint_->Prepare(other.descriptor()));
+  EXPECT_THAT(Write(&out), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK(endpoint_->Prepare(target_));
+  ASSERT_THAT(Write(&out), IsOk());
+  DriveUntil(out);
+  EXPECT_THAT(*out, IsOk());
+}
+
 }  // namespace
 }  // namespace rdmaflow::rdma::testing
