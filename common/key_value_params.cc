@@ -118,7 +118,11 @@ absl::StatusOr<std::map<std::string, std::string>> ParseKeyValues(absl::string_v
       return absl::InvalidArgumentError(
           absl::StrCat(what, " '", item, "' is not of the form key=value"));
     }
-    params[std::string(kv.first)] = std::string(kv.second);
+    if (!params.emplace(std::string(kv.first), std::string(kv.second)).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " '", kv.first, "' is given twice ('", params[std::string(kv.first)], "' and '",
+          kv.second, "'); give it once"));
+    }
   }
   return params;
 }

@@ -49,9 +49,10 @@ class KeyValueParams {
   std::vector<std::string> known_;
 };
 
-// Parses "key=value,key=value" (empty items skipped; a later key wins).
-// kInvalidArgument for an item without '=' or with an empty key, naming
-// `what` ("transport parameter", "topk setting").
+// Parses "key=value,key=value" (empty items skipped). kInvalidArgument for
+// an item without '=', with an empty key, or with a key given twice (which
+// of the two was meant is not ours to guess), naming `what` ("transport
+// parameter", "topk setting").
 absl::StatusOr<std::map<std::string, std::string>> ParseKeyValues(absl::string_view text,
                                                                   absl::string_view what);
 

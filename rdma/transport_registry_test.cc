@@ -63,6 +63,10 @@ TEST(ParseTransportParamsTest, ParsesAndRejects) {
   EXPECT_THAT(ParseTransportParams("tls"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("key=value")));
+  // A repeated key is refused, not silently overridden by the later one.
+  EXPECT_THAT(ParseTransportParams("tls=shm,max_outstanding=8,tls=tcp"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'tls' is given twice ('shm' and 'tcp')")));
 }
 
 }  // namespace

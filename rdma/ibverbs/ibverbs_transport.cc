@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <thread>
+#include <type_traits>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/inlined_vector.h"
@@ -1316,13 +1318,19 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
                                              : NotifyMode::kImmediate;
           } else {
             ok = absl::SimpleAtoi(value, &number) && number >= 0;
-            if (key == "port") options.device.port = number;
-            if (key == "world_size") options.world_size = number;
-            if (key == "gid_index") options.device.gid_index = number;
-            if (key == "max_outstanding") {
-              options.max_outstanding_per_endpoint = number;
-            }
-            if (key == "signal_every") options.signal_every = number;
+            // Into its option's type only when it fits there: never
+            // narrowed silently (a port of 2^32 + 1 is not port 1).
+            auto set = [&](auto& field) {
+              using Field = std::remove_reference_t<decltype(field)>;
+              ok = ok && static_cast<uint64_t>(number) <=
+                             static_cast<uint64_t>(std::numeric_limits<Field>::max());
+              if (ok) field = static_cast<Field>(number);
+            };
+            if (key == "port") set(options.device.port);
+            if (key == "world_size") set(options.world_size);
+            if (key == "gid_index") set(options.device.gid_index);
+            if (key == "max_outstanding") set(options.max_outstanding_per_endpoint);
+            if (key == "signal_every") set(options.signal_every);
             if (key == "max_inline") {
               ok = ok && number <= 4096;
               options.max_inline = static_cast<uint32_t>(number);
@@ -1343,13 +1351,14 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
               ok = ok && number <= kMaxNotifySlots;
               options.notify_slots = static_cast<uint32_t>(number);
             }
-            if (key == "ack_timeout") options.ack_timeout = number;
-            if (key == "retry_count") options.retry_count = number;
+            if (key == "ack_timeout") set(options.ack_timeout);
+            if (key == "retry_count") set(options.retry_count);
           }
           if (!ok) {
             return absl::InvalidArgumentError(absl::StrCat(
                 "ibverbs parameter ", key, "='", value,
-                "' must be a non-negative integer (max_inline at most 4096, "
+                "' must be a non-negative integer that fits its option (an int "
+                "for most; max_inline at most 4096, "
                 "notify_slots at most ", kMaxNotifySlots, ", qps_per_peer 1..",
                 kMaxQueuePairsPerPeer, ", stripe_min at least 4096, events 0 "
                 "or 1)"));

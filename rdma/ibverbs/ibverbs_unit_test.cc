@@ -25,6 +25,7 @@
 #include "rdma/ibverbs/ibverbs_status.h"
 #include "rdma/ibverbs/ibverbs_transport.h"
 #include "rdma/ibverbs/rdmacm.h"
+#include "rdma/transport_registry.h"
 
 namespace rdmaflow::rdma::ibverbs {
 namespace {
@@ -599,6 +600,21 @@ TEST(TransportTest, BadOptionsAreInvalidArguments) {
   EXPECT_THAT(IbverbsTransport::Create(options),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("world_size")));
+}
+
+// A registry parameter that does not fit its option's type is refused, not
+// narrowed (port=4294967297 is not port 1), before any device is opened.
+TEST(TransportTest, RegistryParametersThatDoNotFitAreRefused) {
+  TransportRegistry registry;
+  ASSERT_OK(RegisterIbverbsTransport(registry));
+  for (const char* key : {"port", "world_size", "gid_index", "signal_every", "ack_timeout",
+                          "retry_count"}) {
+    TransportConfig config;
+    config.params[key] = "4294967297";
+    EXPECT_THAT(registry.Create("ibverbs", config).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("fits its option")))
+        << key;
+  }
 }
 
 }  // namespace
