@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/members.h"
 #include "common/status_macros.h"
+#include "rdma/rendezvous.h"
 
 namespace rdmaflow::collectives {
 namespace {
@@ -64,8 +65,11 @@ absl::StatusOr<HostGroups> GroupByHost(rdma::Store& store, absl::string_view ns,
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": rank ", rank, "'s host identity must be 1-", kMaxHostIdentity, " bytes"));
   }
-  auto key = [&](int member) { return absl::StrCat(ns, "/group/", name, "/", member, "/host"); };
-  RETURN_IF_ERROR(store.Set(key(rank), identity));
+  // Proven like every address in the store (rdma/rendezvous.h): a store
+  // writer cannot make a rank of another host look local (which would send
+  // it to map that rank's memory as shared).
+  auto key = [&](int member) { return absl::StrCat("group/", name, "/", member, "/host"); };
+  RETURN_IF_ERROR(rdma::PublishProven(store, ns, key(rank), identity));
   HostGroups groups;
   std::vector<std::string> identities;  // of groups.hosts, by index
   for (size_t p = 0; p < members.size(); ++p) {
@@ -73,7 +77,7 @@ absl::StatusOr<HostGroups> GroupByHost(rdma::Store& store, absl::string_view ns,
     if (static_cast<int>(p) == position) {
       theirs = std::string(identity);
     } else {
-      absl::StatusOr<std::string> got = store.Get(key(members[p]), timeout);
+      absl::StatusOr<std::string> got = rdma::FetchProven(store, ns, key(members[p]), timeout);
       if (!got.ok()) {
         return absl::Status(got.status().code(),
                             absl::StrCat(what, " on rank ", rank, ": rank ", members[p],

@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rdma/rendezvous.h"
 #include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::collectives {
@@ -48,12 +50,35 @@ TEST(HostGroupsTest, AForgedIdentityIsRefusedNamingItsRank) {
   std::vector<absl::Status> statuses = RunRankThreads(
       2, [&](int rank, rdma::Transport&, rdma::Store& store) -> absl::Status {
         if (rank == 1) {
-          return store.Set("t/group/g/1/host", std::string(kMaxHostIdentity + 1, 'x'));
+          return rdma::PublishProven(store, "t", "group/g/1/host",
+                                     std::string(kMaxHostIdentity + 1, 'x'));
         }
         return GroupByHost(store, "t", "g", {0, 1}, 0, "h", absl::Seconds(30)).status();
       });
   EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kDataLoss,
                                     HasSubstr("rank 1 published a host identity of 257 bytes")));
+  EXPECT_OK(statuses[1]);
+}
+
+// An identity written into the store without the job token's proof (a
+// store writer making a rank of another host look local) is refused.
+TEST(HostGroupsTest, AnIdentityWithoutTheJobsProofIsRefused) {
+  std::vector<absl::Status> statuses = RunRankThreads(
+      2, [&](int rank, rdma::Transport&, rdma::Store& store) -> absl::Status {
+        if (rank == 1) {
+          // A record proven for another key, copied here; then, for a
+          // second grouping, bytes that are no record at all.
+          RETURN_IF_ERROR(rdma::PublishProven(store, "t", "group/g/9/host", "h"));
+          ASSIGN_OR_RETURN(std::string copied, store.Get("t/group/g/9/host", absl::Seconds(1)));
+          RETURN_IF_ERROR(store.Set("t/group/g/1/host", copied));
+          return store.Set("t/group/raw/1/host", "h");
+        }
+        EXPECT_THAT(GroupByHost(store, "t", "raw", {0, 1}, 0, "h", absl::Seconds(30)).status(),
+                    StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 1's host")));
+        return GroupByHost(store, "t", "g", {0, 1}, 0, "h", absl::Seconds(30)).status();
+      });
+  EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kPermissionDenied,
+                                    HasSubstr("rank 1's host")));
   EXPECT_OK(statuses[1]);
 }
 

@@ -13,7 +13,7 @@ namespace rdmaflow::rdma {
 namespace {
 
 constexpr uint32_t kAddressVersion = 1;
-constexpr uint32_t kRegionVersion = 1;
+constexpr uint32_t kRecordVersion = 1;
 
 std::string AddressKey(absl::string_view ns, int rank) {
   return absl::StrCat(ns, "/address/", rank);
@@ -25,12 +25,12 @@ std::string ProvenMessage(absl::string_view ns, int rank, absl::string_view addr
   return absl::StrCat("rdmaflow-address-v1/", ns, "/", rank, "/", address);
 }
 
-// What a region record's proof covers: the namespace and key it is
-// published under (length-prefixed, as both may hold '/'), and the region.
-std::string ProvenRegion(absl::string_view ns, absl::string_view key,
-                         absl::string_view region) {
-  return absl::StrCat("rdmaflow-region-v1/", ns.size(), ":", ns, "/", key.size(), ":", key,
-                      "/", region);
+// What a proven record's proof covers: the namespace and key it is
+// published under (length-prefixed, as both may hold '/'), and its value.
+std::string ProvenRecord(absl::string_view ns, absl::string_view key,
+                         absl::string_view value) {
+  return absl::StrCat("rdmaflow-record-v1/", ns.size(), ":", ns, "/", key.size(), ":", key,
+                      "/", value);
 }
 
 }  // namespace
@@ -87,42 +87,52 @@ absl::StatusOr<std::unique_ptr<Endpoint>> ConnectToPeer(
   return transport.Connect(PeerInfo{peer_rank, record.address()});
 }
 
-absl::Status PublishRegion(Store& store, absl::string_view ns,
-                           absl::string_view key, const RemoteRegion& region) {
+absl::Status PublishProven(Store& store, absl::string_view ns, absl::string_view key,
+                           absl::string_view value) {
   ASSIGN_OR_RETURN(JobToken token, JobTokenFromEnvironment());
-  PublishedRegionProto record;
-  record.set_version(kRegionVersion);
-  record.set_region(region.Serialize());
-  ASSIGN_OR_RETURN(std::string proof,
-                   JobTokenProof(token.value, ProvenRegion(ns, key, record.region())));
+  ProvenRecordProto record;
+  record.set_version(kRecordVersion);
+  record.set_value(std::string(value));
+  ASSIGN_OR_RETURN(std::string proof, JobTokenProof(token.value, ProvenRecord(ns, key, value)));
   record.set_proof(std::move(proof));
   return store.Set(absl::StrCat(ns, "/", key), record.SerializeAsString());
 }
 
-absl::StatusOr<RemoteRegion> FetchRegion(Store& store, absl::string_view ns,
-                                         absl::string_view key,
-                                         absl::Duration timeout) {
+absl::StatusOr<std::string> FetchProven(Store& store, absl::string_view ns,
+                                        absl::string_view key, absl::Duration timeout) {
   const std::string full_key = absl::StrCat(ns, "/", key);
   ASSIGN_OR_RETURN(std::string bytes, store.Get(full_key, timeout));
-  // Written by whoever can reach the store: proven and parsed before use.
-  PublishedRegionProto record;
-  if (!record.ParseFromString(bytes) || record.version() != kRegionVersion) {
+  // Written by whoever can reach the store: proven before it is used.
+  ProvenRecordProto record;
+  if (!record.ParseFromString(bytes) || record.version() != kRecordVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the region descriptor in the store under ", full_key, " (", bytes.size(),
+        "the record in the store under ", full_key, " (", bytes.size(),
         " bytes) is not one this rdmaflow version publishes (a peer of another version?)"));
   }
   ASSIGN_OR_RETURN(JobToken token, JobTokenFromEnvironment());
   ASSIGN_OR_RETURN(const std::string expected,
-                   JobTokenProof(token.value, ProvenRegion(ns, key, record.region())));
+                   JobTokenProof(token.value, ProvenRecord(ns, key, record.value())));
   if (!JobTokenMatches(expected, record.proof())) {
     absl::Status refused = absl::PermissionDeniedError(absl::StrCat(
-        "the region descriptor under ", full_key, " was not published with this job's token (",
+        "the record under ", full_key, " was not published with this job's token (",
         token.source, "): another job shares the store, or the record was forged or copied "
         "from another key; give every rank of a job the same RDMAFLOW_JOB_TOKEN"));
     std::fprintf(stderr, "rdmaflow: %s\n", std::string(refused.message()).c_str());
     return refused;
   }
-  return RemoteRegion::Parse(record.region());
+  return std::move(*record.mutable_value());
+}
+
+absl::Status PublishRegion(Store& store, absl::string_view ns,
+                           absl::string_view key, const RemoteRegion& region) {
+  return PublishProven(store, ns, key, region.Serialize());
+}
+
+absl::StatusOr<RemoteRegion> FetchRegion(Store& store, absl::string_view ns,
+                                         absl::string_view key,
+                                         absl::Duration timeout) {
+  ASSIGN_OR_RETURN(std::string bytes, FetchProven(store, ns, key, timeout));
+  return RemoteRegion::Parse(bytes);
 }
 
 absl::Status CheckPeerLayout(Store& store, absl::string_view ns,

@@ -5,8 +5,9 @@
 // Key layout (all under a caller-chosen namespace `ns`, so several jobs or
 // phases can share one store):
 //   <ns>/address/<rank>      Transport::address() of each rank
-//   <ns>/<key>               published regions: RemoteRegion::Serialize() with
-//                            a proof of the job token (PublishedRegionProto)
+//   <ns>/<key>               published regions and other proven values:
+//                            the value with a proof of the job token
+//                            (ProvenRecordProto; PublishProven/FetchProven)
 //   <ns>/barrier/<name>/...  barrier counters
 #ifndef RDMAFLOW_RDMA_RENDEZVOUS_H_
 #define RDMAFLOW_RDMA_RENDEZVOUS_H_
@@ -40,13 +41,25 @@ absl::StatusOr<std::unique_ptr<Endpoint>> ConnectToPeer(
     Transport& transport, Store& store, absl::string_view ns, int peer_rank,
     absl::Duration timeout);
 
-// Publishes a region descriptor under <ns>/<key>, with a proof that a
-// holder of the job's token published it there. kInvalidArgument for a
-// malformed RDMAFLOW_JOB_TOKEN.
+// Publishes `value` under <ns>/<key> with a proof that a holder of the
+// job's token (rdma/job_token.h, from the environment) published it there.
+// kInvalidArgument for a malformed RDMAFLOW_JOB_TOKEN.
+absl::Status PublishProven(Store& store, absl::string_view ns, absl::string_view key,
+                           absl::string_view value);
+
+// Waits for the value under <ns>/<key> and checks its proof.
+// kDeadlineExceeded; kInvalidArgument for a record that does not parse;
+// kPermissionDenied (also logged) for one not published with this job's
+// token under this key.
+absl::StatusOr<std::string> FetchProven(Store& store, absl::string_view ns,
+                                        absl::string_view key, absl::Duration timeout);
+
+// Publishes a region descriptor under <ns>/<key> (PublishProven).
 absl::Status PublishRegion(Store& store, absl::string_view ns,
                            absl::string_view key, const RemoteRegion& region);
 
-// Waits for the descriptor under <ns>/<key>, checks its proof and parses it.
+// Waits for the descriptor under <ns>/<key>, checks its proof
+// (FetchProven) and parses it.
 // kDeadlineExceeded; kInvalidArgument for a malformed record or descriptor;
 // kPermissionDenied (also logged) for one not published with this job's
 // token under this key.
