@@ -1,14 +1,19 @@
 // File: grpc_communicator.cc
 #include "runtime/grpc/grpc_communicator.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "rdma/job_token.h"
 #include "rdma/rendezvous.h"
 #include "grpcpp/grpcpp.h"
 #include "runtime/communicator_checks.h"
@@ -20,9 +25,24 @@
 namespace rdmaflow::runtime {
 namespace {
 
-std::string AddressKey(const std::string& ns, int rank) {
-  return absl::StrCat(ns, "/grpc/address/", rank);
+std::string AddressKey(int rank) { return absl::StrCat("grpc/address/", rank); }
+
+// The metadata a stream into a rank's server carries: a proof of the job
+// token for that rank (rdma/job_token.h). It travels in the clear, as the
+// ibverbs handshake's token does: it keeps other jobs and scanners out, not
+// someone who can read the network (docs/security.md).
+constexpr char kProofMetadata[] = "x-rdmaflow-proof";
+
+absl::StatusOr<std::string> StreamProof(const std::string& ns, int server_rank) {
+  ASSIGN_OR_RETURN(rdma::JobToken token, rdma::JobTokenFromEnvironment());
+  return rdma::JobTokenProof(token.value,
+                             absl::StrCat("rdmaflow-grpc-stream-v1/", ns.size(), ":", ns, "/",
+                                          server_rank));
 }
+
+// Room in a gRPC message beside the tensor's bytes (id, step, shape,
+// sizes): far more than the fields take.
+constexpr uint64_t kMessageOverhead = 64 << 10;
 
 // The parsed message owns the bytes the caller sees.
 class MessageLease final : public ReceivedTensor::Lease {
@@ -41,9 +61,25 @@ class Inbox final : public TensorService::Service {
   Inbox(const RankPlan* plan, int queue_depth)
       : plan_(plan), queue_depth_(queue_depth) {}
 
-  grpc::Status Push(grpc::ServerContext* /*context*/,
+  // Before the server starts: what a stream must present.
+  void set_expected_proof(std::string proof) { expected_proof_ = std::move(proof); }
+
+  grpc::Status Push(grpc::ServerContext* context,
                     grpc::ServerReader<TensorChunk>* reader,
                     StreamAck* /*ack*/) override {
+    // A client that is not of this job: refused before it is read.
+    const auto& metadata = context->client_metadata();
+    const auto proof = metadata.find(kProofMetadata);
+    if (proof == metadata.end() ||
+        !rdma::JobTokenMatches(expected_proof_,
+                               absl::string_view(proof->second.data(), proof->second.size()))) {
+      std::fprintf(stderr,
+                   "rdmaflow: rank %d refused a gRPC stream from %s without this job's "
+                   "token (another job, or a different RDMAFLOW_JOB_TOKEN)\n",
+                   plan_->rank(), context->peer().c_str());
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "no proof of this job's token (RDMAFLOW_JOB_TOKEN)");
+    }
     while (true) {
       auto message = std::make_unique<TensorChunk>();
       if (!reader->Read(message.get())) return grpc::Status::OK;
@@ -88,6 +124,7 @@ class Inbox final : public TensorService::Service {
  private:
   const RankPlan* plan_;
   const int queue_depth_;
+  std::string expected_proof_;  // set before the server starts, then read-only
   absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::map<int, std::deque<std::unique_ptr<TensorChunk>>> queues_
@@ -129,11 +166,23 @@ class GrpcCommunicator final : public Communicator {
     std::set<int> senders, receivers;
     for (const TransferInfo& info : plan_.recvs()) senders.insert(info.src_rank);
     for (const TransferInfo& info : plan_.sends()) receivers.insert(info.dst_rank);
+    // No message larger than the largest tensor this rank receives (a
+    // dynamic one fits dynamic_pool_bytes): a peer cannot make gRPC
+    // buffer more.
+    uint64_t largest = 0;
+    for (const TransferInfo& info : plan_.recvs()) {
+      largest = std::max<uint64_t>(
+          largest, info.dynamic ? options_.dynamic_pool_bytes : info.data_bytes);
+    }
+    const int max_message = static_cast<int>(std::min<uint64_t>(
+        largest + kMessageOverhead, std::numeric_limits<int>::max()));
+    ASSIGN_OR_RETURN(std::string expected, StreamProof(options_.ns, plan_.rank()));
+    inbox_.set_expected_proof(std::move(expected));
     int port = 0;
     grpc::ServerBuilder builder;
     builder.AddListeningPort(absl::StrCat(grpc_options_.host, ":0"),
                              grpc::InsecureServerCredentials(), &port);
-    builder.SetMaxReceiveMessageSize(-1);
+    builder.SetMaxReceiveMessageSize(max_message);
     builder.RegisterService(&inbox_);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port == 0) {
@@ -141,19 +190,24 @@ class GrpcCommunicator final : public Communicator {
           "rank ", plan_.rank(), " cannot start its gRPC server on ",
           grpc_options_.host, ": is the address local to this host?"));
     }
-    RETURN_IF_ERROR(store_.Set(AddressKey(options_.ns, plan_.rank()),
-                               absl::StrCat(grpc_options_.host, ":", port)));
+    // Proven like every address in the store: a store writer cannot
+    // redirect our tensors to a server of its choosing.
+    RETURN_IF_ERROR(rdma::PublishProven(store_, options_.ns, AddressKey(plan_.rank()),
+                                        absl::StrCat(grpc_options_.host, ":", port)));
     grpc::ChannelArguments args;
     args.SetMaxSendMessageSize(-1);
-    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxReceiveMessageSize(kMessageOverhead);  // acks only
     for (int dst : receivers) {
-      ASSIGN_OR_RETURN(std::string address,
-                       store_.Get(AddressKey(options_.ns, dst), options_.timeout));
+      ASSIGN_OR_RETURN(std::string address, rdma::FetchProven(store_, options_.ns,
+                                                              AddressKey(dst),
+                                                              options_.timeout));
+      ASSIGN_OR_RETURN(std::string proof, StreamProof(options_.ns, dst));
       Stream& stream = streams_[dst];
       stream.channel = grpc::CreateCustomChannel(
           address, grpc::InsecureChannelCredentials(), args);
       stream.stub = TensorService::NewStub(stream.channel);
       stream.context = std::make_unique<grpc::ClientContext>();
+      stream.context->AddMetadata(kProofMetadata, proof);
       stream.writer = stream.stub->Push(stream.context.get(), &stream.ack);
     }
     return absl::OkStatus();
