@@ -154,6 +154,8 @@ class Job {
   void NoteFailure(int rank);
   // SIGTERM to every running child, SIGKILL after the grace. mu_ held.
   void StopAll();
+  // Ends this process (rank 0 with it) with the job's status. mu_ held.
+  [[noreturn]] void StopRank0();
   // The job's status, from what was recorded.
   absl::Status Summarize() const;
 
@@ -178,6 +180,7 @@ class Job {
   std::vector<int> at_deadline_;   // children running at the deadline
   bool stopping_ = false;
   absl::Time kill_at_ = absl::InfiniteFuture();
+  absl::Time stop_rank0_at_ = absl::InfiniteFuture();
 };
 
 absl::Status Job::Prepare() {
@@ -314,6 +317,25 @@ void Job::StopAll() {
   kill_at_ = absl::Now() + options_.grace;
 }
 
+void Job::StopRank0() {
+  ranks_[0].pid = getpid();
+  ranks_[0].in_launcher = true;
+  ranks_[0].started = true;
+  ranks_[0].stopped = true;
+  ranks_[0].signal = SIGKILL;
+  JobResult result;
+  result.status = Summarize();
+  result.ranks = ranks_;
+  std::fprintf(stderr,
+               "local job: rank 0 (run by the launcher) was still running %s after the "
+               "other ranks ended; stopping it with the launcher\n"
+               "local job: %s\n",
+               absl::FormatDuration(options_.stop_rank0_after).c_str(),
+               result.status.ToString().c_str());
+  std::fflush(nullptr);
+  _exit(result.exit_code());
+}
+
 void Job::OnExit(int rank, int status) {
   RankExit& exit = ranks_[rank];
   running_[rank] = false;
@@ -361,7 +383,18 @@ void Job::Watch() {
       OnExit(static_cast<int>(rank), status);  // may start it again
       any = any || running_[rank];
     }
-    if (!any) return;
+    if (!any) {
+      if (!rank0_here_ || first_problem_ != Problem::kFailure || ranks_[0].exited ||
+          options_.stop_rank0_after == absl::InfiniteDuration()) {
+        return;
+      }
+      // Every child is gone after a failure, and rank 0 still runs here:
+      // it gets stop_rank0_after to notice, then goes with the process.
+      if (stop_rank0_at_ == absl::InfiniteFuture()) {
+        stop_rank0_at_ = absl::Now() + options_.stop_rank0_after;
+      }
+      if (absl::Now() >= stop_rank0_at_) StopRank0();  // does not return
+    }
     const absl::Time now = absl::Now();
     if (now >= deadline_ && at_deadline_.empty()) {
       for (size_t rank = 0; rank < ranks_.size(); ++rank) {
@@ -378,8 +411,9 @@ void Job::Watch() {
     }
     // Sleep until a child ends, rank 0 returns, or the next deadline.
     std::vector<pollfd> fds;
-    absl::Time wake_at = std::min(at_deadline_.empty() ? deadline_ : absl::InfiniteFuture(),
-                                  kill_at_);
+    absl::Time wake_at =
+        std::min({any && at_deadline_.empty() ? deadline_ : absl::InfiniteFuture(), kill_at_,
+                  stop_rank0_at_});
     for (size_t rank = 0; rank < ranks_.size(); ++rank) {
       if (!running_[rank]) continue;
       if (pidfds_[rank] >= 0) {
@@ -584,6 +618,7 @@ int RunLocalJob(int world_size, char** argv, const std::vector<std::string>& ext
   for (const std::string& flag : extra_flags) options.argv.push_back(flag);
   options.rank0 = rank0;
   options.churn = churn;
+  options.stop_rank0_after = options.grace;
   const JobResult result = RunJob(options);
   if (!result.status.ok()) {
     std::fprintf(stderr, "local job: %s\n", result.status.ToString().c_str());

@@ -32,8 +32,9 @@
 // it did not expect) makes the launcher stop the others (SIGTERM, then
 // SIGKILL after JobOptions::grace), so nobody waits out its timeouts for a
 // dead peer; past JobOptions::timeout every child still running is stopped
-// the same way. The result names the rank that failed first and how, with
-// what to look at next. Under torchrun, mpirun or Slurm a tool skips all of
+// the same way; rank 0 run here is stopped with the launcher's process when
+// JobOptions::stop_rank0_after says so. The result names the rank that
+// failed first and how, with what to look at next. Under torchrun, mpirun or Slurm a tool skips all of
 // this and joins the job from the environment (launch/rank.h).
 //
 // The launcher sleeps while its ranks run (a pidfd per child, no polling
@@ -89,6 +90,13 @@ struct JobOptions {
   absl::Duration timeout = absl::InfiniteDuration();
   // Between SIGTERM and SIGKILL when the launcher stops a rank.
   absl::Duration grace = absl::Seconds(5);
+  // With rank0: once a child failed and every child has ended, how long
+  // rank 0 may still run (its own liveness checks end its waits on dead
+  // peers well within this; a store wait may not) before the launcher
+  // ends this whole process with the job's status and exit code, as it
+  // would stop a child. Infinite: rank 0 always returns on its own (the
+  // multi-process tests, whose process must survive the job).
+  absl::Duration stop_rank0_after = absl::InfiniteDuration();
   Churn churn;
 };
 
@@ -149,8 +157,10 @@ JobResult LaunchRanks(int world_size, const std::map<std::string, std::string>& 
 
 // The tools' launch (benchmarks, rdmaflow_train --local): this process is
 // rank 0 and runs rank0(store); ranks 1..world_size-1 run this binary with
-// `argv` plus `extra_flags`. No deadline. Prints the job's status to stderr
-// when it failed and returns JobResult::exit_code().
+// `argv` plus `extra_flags`. No deadline. When a child fails, the job stops
+// at once: the other children as above, and rank 0, if it is still running
+// `grace` after they ended, with the process (stop_rank0_after). Prints the
+// job's status to stderr when it failed and returns JobResult::exit_code().
 int RunLocalJob(int world_size, char** argv,
                 const std::vector<std::string>& extra_flags,
                 const std::function<int(rdma::Store&)>& rank0,

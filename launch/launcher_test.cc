@@ -348,6 +348,30 @@ TEST(LauncherTest, RankZeroFailingInTheLauncherStopsTheChildren) {
   EXPECT_EQ(result.exit_code(), 5);
 }
 
+// Rank 0 in the launcher that does not notice its peers are gone (a wait
+// with no liveness check): once the child that failed is gone, the
+// launcher gives it stop_rank0_after, then ends the process with the job's
+// status and the failing rank's exit code, as RunLocalJob (rdmaflow_train
+// --local) does with its grace.
+TEST(LauncherTest, RankZeroStillWaitingAfterAFailureGoesWithTheLauncher) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_EXIT(
+      {
+        JobOptions options = Options(2, "exit");
+        options.env[kFailRankEnv] = "1";
+        options.stop_rank0_after = absl::Seconds(1);
+        options.rank0 = [](rdma::Store&) {
+          absl::SleepFor(absl::Seconds(120));  // a wait that never notices
+          return 0;
+        };
+        RunJob(options);
+        std::exit(99);  // not reached: the launcher ended the process
+      },
+      ::testing::ExitedWithCode(3),
+      "rank 0 \\(run by the launcher\\) was still running 1s after the other ranks "
+      "ended.*rank 1 exited with code 3");
+}
+
 absl::Duration CpuTime() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);

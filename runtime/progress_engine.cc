@@ -78,6 +78,14 @@ absl::Status ProgressEngine::Connect(const std::vector<int>& peers) {
 }
 
 absl::Status ProgressEngine::Poll() {
+  // A caller that polls without waiting (a server taking whichever peer's
+  // tensor comes first) learns of a dead peer within the liveness interval
+  // too: the peers are probed when due, as a wait probes them.
+  const absl::Time now = absl::Now();
+  if (now >= next_probe_ && !peers_.empty()) {
+    next_probe_ = now + loop_->options().liveness_interval;
+    loop_->ProbeIfDue(peers_);
+  }
   RETURN_IF_ERROR(loop_->Poll().status());
   return failure_;
 }

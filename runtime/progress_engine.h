@@ -57,7 +57,9 @@ class ProgressEngine {
   absl::Status Connect(const std::vector<int>& peers);
   rdma::Endpoint* endpoint(int peer) { return endpoints_[peer].get(); }
 
-  // One round: transport progress, notifications, the owner's round. Returns
+  // One round: transport progress, notifications, the owner's round, and
+  // the peers' liveness probes when due (a dead peer fails the engine
+  // within the liveness bound, also for a caller that never waits). Returns
   // the first failure recorded so far.
   absl::Status Poll();
 
@@ -105,6 +107,7 @@ class ProgressEngine {
   std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;
   int64_t outstanding_ = 0;
   absl::Status failure_;
+  absl::Time next_probe_ = absl::InfinitePast();  // Poll()'s liveness probes
   // After the endpoints: it stops watching them before they close.
   std::unique_ptr<onesided::ProgressLoop> own_loop_;  // null: options_.loop
   onesided::ProgressLoop* loop_;
