@@ -21,22 +21,34 @@ void TrainE2eTest::SetUp() {
   }
 }
 
-TrainRun Train(const std::string& name, const std::string& flags) {
-  TrainRun run;
+namespace {
+
+// Runs rdmaflow_train with `flags`, its summary going to <TEST_TMPDIR>/<name>.json;
+// returns its wait status (-1 when it could not start) and fills `output`.
+int RunTrain(const std::string& name, const std::string& flags, std::string* json,
+             std::string* output) {
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string json = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, ".json");
+  *json = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", name, ".json");
   const std::string command =
       absl::StrCat("train/rdmaflow_train --progress=false --timeout_s 120 --json ",
-                   json, " ", flags, " 2>&1");
+                   *json, " ", flags, " 2>&1");
   std::FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
     ADD_FAILURE() << "cannot run " << command;
-    return run;
+    return -1;
   }
   char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) run.output += buffer;
-  const int status = pclose(pipe);
-  EXPECT_EQ(status, 0) << command << "\n" << run.output;
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) *output += buffer;
+  return pclose(pipe);
+}
+
+}  // namespace
+
+TrainRun Train(const std::string& name, const std::string& flags) {
+  TrainRun run;
+  std::string json;
+  const int status = RunTrain(name, flags, &json, &run.output);
+  EXPECT_EQ(status, 0) << flags << "\n" << run.output;
   std::ifstream in(json);
   std::stringstream text;
   text << in.rdbuf();
@@ -48,6 +60,14 @@ TrainRun Train(const std::string& name, const std::string& flags) {
   }
   std::printf("%s: %s", name.c_str(), summary.c_str());
   return run;
+}
+
+std::string TrainExpectingFailure(const std::string& name, const std::string& flags) {
+  std::string json, output;
+  const int status = RunTrain(name, flags, &json, &output);
+  EXPECT_NE(status, 0) << "the job succeeded: " << flags << "\n" << output;
+  std::printf("%s:\n%s", name.c_str(), output.c_str());
+  return output;
 }
 
 double TrainAndGetAccuracy(const std::string& name, const std::string& flags) {

@@ -32,6 +32,8 @@ struct TrainRun {
 // `name` names the run's JSON file in TEST_TMPDIR; `flags` are passed as
 // they are (--local, --model, --strategy, ...).
 TrainRun Train(const std::string& name, const std::string& flags);
+// A run that must fail (a gtest failure if it succeeds): what it printed.
+std::string TrainExpectingFailure(const std::string& name, const std::string& flags);
 // Train()'s test accuracy; -1 on failure.
 double TrainAndGetAccuracy(const std::string& name, const std::string& flags);
 
