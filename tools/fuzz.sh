@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang + AddressSanitizer +
 # UndefinedBehaviorSanitizer (bazel --config=fuzz) and runs each for a bounded
-# time: the graph text loader (seeded with the example graphs) and the
-# peer-written piece headers of the Messenger and rdma_copy. Exits non-zero
+# time: the graph text loader (seeded with the example graphs), the
+# peer-written piece headers of the Messenger and rdma_copy, the sparse
+# codecs' messages, region descriptors and proven records read back from the
+# store, and the ibverbs handshake and rdmacm private data. Exits non-zero
 # if a fuzzer finds a crash; the reproducer is left in $FUZZ_ARTIFACTS
 # (default bazel-fuzz-artifacts/).
 #
@@ -19,7 +21,9 @@ output_base=${FUZZ_OUTPUT_BASE:-$HOME/.cache/rdmaflow-fuzz/$(pwd -P | md5sum | c
 
 log=$(mktemp)
 if ! bazel --output_base="$output_base" build --config=fuzz --symlink_prefix=/ \
-  //graph_analyzer:graph_text_fuzzer //onesided:piece_stream_fuzzer >"$log" 2>&1; then
+  //graph_analyzer:graph_text_fuzzer //onesided:piece_stream_fuzzer \
+  //compression:sparse_message_fuzzer //rdma:descriptor_fuzzer \
+  //rdma/ibverbs:handshake_fuzzer >"$log" 2>&1; then
   grep -v "Cannot export local symbol" "$log" | tail -40
   echo "fuzz: building the fuzz targets FAILED"
   exit 1
@@ -48,9 +52,15 @@ run_fuzzer() {
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir "$work/graphs" "$work/pieces"
+mkdir "$work/graphs" "$work/pieces" "$work/sparse" "$work/descriptors" "$work/handshakes"
 cp graph_analyzer/testdata/*.pbtxt "$work/graphs/"
 run_fuzzer graph_text_fuzzer "$bin/graph_analyzer/graph_text_fuzzer" "$work/graphs" \
   -dict=graph_analyzer/fuzz/graph_text.dict -max_len=65536 || exit $?
 run_fuzzer piece_stream_fuzzer "$bin/onesided/piece_stream_fuzzer" "$work/pieces" \
   -max_len=4096 || exit $?
+run_fuzzer sparse_message_fuzzer "$bin/compression/sparse_message_fuzzer" "$work/sparse" \
+  -max_len=4096 || exit $?
+run_fuzzer descriptor_fuzzer "$bin/rdma/descriptor_fuzzer" "$work/descriptors" \
+  -max_len=4096 || exit $?
+run_fuzzer handshake_fuzzer "$bin/rdma/ibverbs/handshake_fuzzer" "$work/handshakes" \
+  -max_len=2048 || exit $?
