@@ -566,6 +566,40 @@ absl::Status PointToPointDeadline(Joined& joined) {
                absl::StrCat("a recv pending at destruction: ", status.ToString()));
 }
 
+// A message that arrives while its receiver tears the group down: rank 0
+// destroys its group with a receive pending, and rank 1 sends the matching
+// message only once rank 0 has started destroying (so it lands, most
+// times, during rank 0's shutdown barrier, which keeps the messenger
+// progressing). Either the receive completed before the tear-down (its
+// Work ok, the tensor filled) or it was cancelled, and then nothing may
+// land in its tensor.
+absl::Status MessageDuringTearDown(Joined& joined) {
+  c10d::Store& store = *joined.store->store();
+  if (joined.rank == 1) {
+    store.wait({"destroying"}, std::chrono::seconds(120));
+    std::vector<at::Tensor> late = {at::full({10}, 7.0f)};
+    absl::Status sent = Wait(joined.pg->send(late, 0, 4));
+    std::fprintf(stderr, "rank 1: late send: %s\n", sent.ToString().c_str());
+    joined.pg.reset();  // the tear-down is collective
+    return absl::OkStatus();
+  }
+  std::vector<at::Tensor> pending = {at::zeros({10})};
+  c10::intrusive_ptr<c10d::Work> work = joined.pg->recv(pending, 1, 4);
+  store.set("destroying", {'1'});
+  joined.pg.reset();
+  const absl::Status status = Wait(work);
+  const float first = pending[0][0].item<float>();
+  const float sum = pending[0].sum().item<float>();
+  std::fprintf(stderr, "rank 0: recv pending at destruction: %s, tensor sum %g\n",
+               status.ToString().c_str(), sum);
+  if (status.ok()) {
+    return Check(first == 7.0f && sum == 70.0f, "a completed receive holds the message");
+  }
+  return Check(absl::StrContains(status.message(), "destroyed") && sum == 0.0f,
+               absl::StrCat("a cancelled receive's tensor was written after its Work said ",
+                            status.ToString(), " (sum ", sum, ")"));
+}
+
 // LibTorch throws on the engine thread: a contiguous copy of a 64 TiB
 // broadcast view cannot be allocated.
 absl::Status EngineException(Joined& joined) {
@@ -669,6 +703,7 @@ absl::Status RunRank(const std::string& which) {
   if (which == "inline_threads") return InlineBesidePointToPoint(joined);
   if (which == "slow_collective") return SlowCollective(joined);
   if (which == "p2p_deadline") return PointToPointDeadline(joined);
+  if (which == "p2p_teardown") return MessageDuringTearDown(joined);
   if (which == "engine_exception") return EngineException(joined);
   return absl::InvalidArgumentError(absl::StrCat("unknown case ", which));
 }
@@ -720,6 +755,10 @@ TEST(TorchBackendSlowPeerTest, EveryCollectiveLetsGoOfItsBuffersWhenItGivesUpOnA
 
 TEST(TorchBackendSlowPeerTest, AnUnmatchedReceiveTimesOutAndDestructionReturns) {
   EXPECT_OK(launch::LaunchRanks(2, ShortTimeout("p2p_deadline")).status);
+}
+
+TEST(TorchBackendSlowPeerTest, AMessageArrivingDuringTearDownNeverLandsInACancelledReceive) {
+  EXPECT_OK(launch::LaunchRanks(2, Env("p2p_teardown")).status);
 }
 
 TEST(TorchBackendSlowPeerTest, AnExceptionOnTheEngineThreadFailsTheWork) {

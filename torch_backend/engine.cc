@@ -307,10 +307,16 @@ void Engine::Settle() {
 
 void Engine::TearDown() {
   // Point-to-point operations that never completed (a peer that never
-  // posted the other side) are cancelled, so no wait() hangs.
+  // posted the other side) are cancelled, so no wait() hangs. The messenger
+  // lets go of their tensors first: the shutdown below keeps progressing
+  // it, and a message arriving meanwhile must be discarded, not written
+  // into a tensor whose Work already said cancelled.
+  const absl::Status cancelled = absl::CancelledError(
+      "the rdmaflow process group was destroyed before this operation completed");
   for (Posted& posted : posted_) {
-    posted.work->Complete(absl::CancelledError(
-        "the rdmaflow process group was destroyed before this operation completed"));
+    if (posted.work->isCompleted()) continue;
+    if (messenger_ != nullptr) messenger_->Abandon(posted.id, cancelled);
+    posted.work->Complete(cancelled);
   }
   posted_.clear();
   if (ring_ != nullptr && broken_.ok()) {
