@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/rendezvous.h"
+#include "rdma/testing/racing_writer.h"
 #include "rdma/testing/raw_peer.h"
 #include "onesided/internal/piece_header.h"
 #include "onesided/messenger.h"
@@ -78,6 +79,14 @@ class Attacker {
 
   // Writes `value` as the credit word rank 1 owns in rank 0's control region.
   absl::Status Credit(uint64_t value) { return peer_.WriteWord(control_, 64 * 1, value); }
+
+  // The header of piece `seq`'s slot in rank 0's memory, for a racing
+  // writer: on the loopback fabric a region's address is its memory.
+  absl::Span<std::byte> HeaderInPlace(uint64_t seq) const {
+    return absl::MakeSpan(reinterpret_cast<std::byte*>(inbox_.address) + kBlock * 1 +
+                              kFlagsBytes + (seq % kSlots) * kStride,
+                          sizeof(PieceHeader));
+  }
 
  private:
   explicit Attacker(rdma::testing::RawPeer peer) : peer_(std::move(peer)) {}
@@ -161,6 +170,61 @@ TEST(MessengerHostileTest, ContinuationThatRewindsIsRefused) {
                             "new message began");
   ExpectForgedPiecesRefused({{8, 3000, 0, 1024}, {8, 3000, kMax - 512, 1024}},
                             "under way");
+}
+
+// A peer rewriting its piece's header while the victim reads it, between
+// an honest piece (100 bytes of a 100-byte message), one larger than its
+// message and one that continues no message (at offset 60), torn mixes of
+// them included: the header is copied once and the copy checked, so each
+// round ends at once with the message received whole or kDataLoss, and
+// nothing is written outside the receive. (A header claiming a huge
+// message would be a slow peer, not a forgery: the receive waits for the
+// rest until its timeout.)
+TEST(MessengerHostileTest, AHeaderRewrittenWhileItIsReadIsReadOnce) {
+  int received = 0, refused = 0;
+  for (int round = 0; round < 20; ++round) {
+    std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+        2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+          ASSIGN_OR_RETURN(auto messenger,
+                           Messenger::Create(transport, store, kNs, rank, 2, Options()));
+          if (rank == 1) {
+            ASSIGN_OR_RETURN(Attacker attacker, Attacker::Connect(transport, store));
+            RETURN_IF_ERROR(store.Get("posted", absl::Seconds(60)).status());
+            const PieceHeader honest{7, 100, 0, 100};
+            // Flipping before the piece's flag is up, and after.
+            auto writer = rdma::testing::RacingWriter::Flipping(
+                attacker.HeaderInPlace(0), 0,
+                {rdma::testing::BytesOf(honest),
+                 rdma::testing::BytesOf(PieceHeader{7, 100, 0, 1000}),
+                 rdma::testing::BytesOf(PieceHeader{7, 100, 60, 100})});
+            RETURN_IF_ERROR(attacker.Piece(0, honest));
+            RETURN_IF_ERROR(store.Get("judged", absl::Seconds(60)).status());
+            writer->Stop();
+            return absl::OkStatus();
+          }
+          GuardedBuffer buffer;
+          std::optional<absl::StatusOr<size_t>> outcome;
+          RETURN_IF_ERROR(messenger->Recv(1, 7, buffer.data(), 100,
+                                          [&](absl::StatusOr<size_t> got) { outcome = got; }));
+          RETURN_IF_ERROR(store.Set("posted", "1"));
+          RETURN_IF_ERROR(Drive(*messenger, [&] { return outcome.has_value(); }));
+          RETURN_IF_ERROR(store.Set("judged", "1"));
+          EXPECT_TRUE(buffer.GuardsIntact());
+          if (outcome->ok()) {
+            ++received;
+            EXPECT_EQ(**outcome, 100u);
+            for (int i = 0; i < 100; ++i) EXPECT_EQ(buffer.data()[i], 0xAB) << i;
+          } else {
+            ++refused;
+            EXPECT_THAT(outcome->status(), StatusIs(absl::StatusCode::kDataLoss));
+          }
+          return absl::OkStatus();
+        });
+    for (const absl::Status& status : results) EXPECT_OK(status);
+  }
+  RecordProperty("received", received);
+  RecordProperty("refused", refused);
+  EXPECT_EQ(received + refused, 20);
 }
 
 TEST(MessengerHostileTest, HugeUnexpectedMessageWaitsInsteadOfBeingAllocated) {
