@@ -1,6 +1,7 @@
 // File: runtime_e2e_rank.cc
 #include "tests/runtime_e2e_rank.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "graph_analyzer/examples/example_graphs.h"
@@ -104,6 +107,42 @@ absl::Status RunRuntimeRank(const std::string& mode) {
       }
     }
     return absl::InternalError("rank 0 kept sending to a dead rank");
+  }
+  if (parts[0] == "exit_before_post" && parts.size() == 2) {
+    // Rank 1 (the receiver) exits right after set-up, before rank 0 posts
+    // anything to it. Rank 0's regions of rank 1 were prepared at set-up
+    // (Endpoint::Prepare), so its first posts find a gone peer and fail
+    // with kUnavailable, never a fault in UCX unpacking a removed
+    // segment's key.
+    const plan::TransferPlan plan = OneTensorPlan();
+    ASSIGN_OR_RETURN(auto communicator,
+                     runtime::CreateCommunicator(parts[1], plan, *transport, *store, options));
+    if (rank == 1) {
+      RETURN_IF_ERROR(store->Set("receiver_pid", absl::StrCat(getpid())));
+      _exit(0);  // no shutdown, nothing posted to it yet
+    }
+    ASSIGN_OR_RETURN(std::string pid_text, store->Get("receiver_pid", absl::Seconds(60)));
+    int pid = 0;
+    if (!absl::SimpleAtoi(pid_text, &pid) || pid <= 0) {
+      return absl::InternalError(absl::StrCat("receiver_pid ", pid_text));
+    }
+    // Until the launcher has reaped it (bounded).
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (kill(pid, 0) == 0) {
+      if (absl::Now() > give_up) return absl::InternalError("rank 1 did not exit");
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSIGN_OR_RETURN(auto replayer, runtime::Replayer::Create(plan, rank, {}));
+    for (int step = 0; step < 1000; ++step) {
+      absl::StatusOr<absl::Duration> ran = replayer->RunStep(*communicator, step);
+      if (!ran.ok()) {
+        std::fprintf(stderr, "rank 0 got, as expected: %s\n", ran.status().ToString().c_str());
+        return absl::IsUnavailable(ran.status())
+                   ? absl::OkStatus()
+                   : absl::InternalError("expected kUnavailable");
+      }
+    }
+    return absl::InternalError("rank 0 kept sending to a rank that exited");
   }
   return absl::InvalidArgumentError(absl::StrCat("bad mode ", mode));
 }

@@ -57,6 +57,16 @@ TEST(RuntimeMultiProcessKillTest, KilledReceiverGivesTheSenderAnError) {
   EXPECT_OK(launch::LaunchRanks(2, Env("kill")).status);
 }
 
+// The executor and rdma_copy against a receiver that exits before the
+// first post: the sender's error is kUnavailable, not a fault.
+TEST(RuntimeMultiProcessKillTest, AReceiverGoneBeforeTheFirstPostIsAnError) {
+  for (const char* communicator : {"rdma", "rdma_copy"}) {
+    SCOPED_TRACE(communicator);
+    EXPECT_OK(launch::LaunchRanks(2, Env(absl::StrCat("exit_before_post:", communicator)))
+                  .status);
+  }
+}
+
 }  // namespace
 }  // namespace rdmaflow
 
