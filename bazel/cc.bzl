@@ -21,5 +21,16 @@ def rdmaflow_cc_library(**kwargs):
 def rdmaflow_cc_binary(**kwargs):
     native.cc_binary(**_with_copts(kwargs))
 
+def rdmaflow_cc_fuzzer(**kwargs):
+    """A libFuzzer binary: tools/fuzz.sh builds it with --config=fuzz, which
+    supplies clang, the sanitizers and (through //bazel:fuzzing) the fuzzer
+    runtime's main. Tagged manual, so `bazel build //...` leaves it out."""
+    kwargs["linkopts"] = kwargs.pop("linkopts", []) + select({
+        str(Label("//bazel:fuzzing")): ["-fsanitize=fuzzer"],
+        "//conditions:default": [],
+    })
+    kwargs["tags"] = kwargs.pop("tags", []) + ["manual"]
+    rdmaflow_cc_binary(**kwargs)
+
 def rdmaflow_cc_test(**kwargs):
     native.cc_test(**_with_copts(kwargs))
