@@ -79,11 +79,13 @@ absl::Status ProgressEngine::Connect(const std::vector<int>& peers) {
 
 absl::Status ProgressEngine::Poll() {
   // A caller that polls without waiting (a server taking whichever peer's
-  // tensor comes first) learns of a dead peer within the liveness interval
-  // too: the peers are probed when due, as a wait probes them.
+  // tensor comes first) learns of a dead peer within the liveness bound
+  // too: the peers are probed when due, as a wait probes them. Looking
+  // every half interval (each watch keeps its own schedule) bounds the
+  // delay at one and a half intervals without a scan on every poll.
   const absl::Time now = absl::Now();
   if (now >= next_probe_ && !peers_.empty()) {
-    next_probe_ = now + loop_->options().liveness_interval;
+    next_probe_ = now + loop_->options().liveness_interval / 2;
     loop_->ProbeIfDue(peers_);
   }
   RETURN_IF_ERROR(loop_->Poll().status());

@@ -1,6 +1,8 @@
 // File: testing/racing_writer.cc
 #include "rdma/testing/racing_writer.h"
 
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <utility>
 
@@ -20,15 +22,29 @@ void StoreByte(std::byte* at, std::byte value) {
 
 std::unique_ptr<RacingWriter> RacingWriter::Flipping(absl::Span<std::byte> region,
                                                      size_t offset,
-                                                     std::vector<std::vector<std::byte>> images) {
+                                                     std::vector<std::vector<std::byte>> images,
+                                                     Tearing tearing) {
   ABSL_RAW_CHECK(!images.empty(), "a flipping writer needs at least one image");
   for (const auto& image : images) {
     ABSL_RAW_CHECK(offset <= region.size() && image.size() <= region.size() - offset,
                    "an image does not fit the region from its offset");
+    ABSL_RAW_CHECK(tearing == Tearing::kBytes ||
+                       (image.size() % 8 == 0 &&
+                        reinterpret_cast<uintptr_t>(region.data() + offset) % 8 == 0),
+                   "whole words need 8-byte images at an 8-byte aligned offset");
   }
   std::unique_ptr<RacingWriter> writer(new RacingWriter());
-  writer->Start([region, offset, images = std::move(images)](uint64_t round) {
+  writer->Start([region, offset, tearing, images = std::move(images)](uint64_t round) {
     const std::vector<std::byte>& image = images[round % images.size()];
+    if (tearing == Tearing::kWords) {
+      for (size_t i = 0; i < image.size(); i += 8) {
+        uint64_t word = 0;
+        std::memcpy(&word, image.data() + i, 8);
+        __atomic_store_n(reinterpret_cast<uint64_t*>(region.data() + offset + i), word,
+                         __ATOMIC_RELAXED);
+      }
+      return;
+    }
     for (size_t i = 0; i < image.size(); ++i) StoreByte(&region[offset + i], image[i]);
   });
   return writer;

@@ -24,8 +24,9 @@
 //   RaceTally tally = RaceParse(*writer, [&] { return Parse(message); });
 //   EXPECT_EQ(tally.other, 0) << tally.first_other;
 //
-// The writer stores bytes with relaxed atomic stores, as a NIC's DMA would
-// land them; the reader under test uses its ordinary loads. Thread-safe.
+// The writer stores bytes (or aligned words) with relaxed atomic stores, as
+// a NIC's DMA would land them; the reader under test uses its ordinary
+// loads. Thread-safe.
 #ifndef RDMAFLOW_RDMA_TESTING_RACING_WRITER_H_
 #define RDMAFLOW_RDMA_TESTING_RACING_WRITER_H_
 
@@ -45,10 +46,18 @@ namespace rdmaflow::rdma::testing {
 
 class RacingWriter {
  public:
+  // How a rewrite lands: byte by byte (any word may be torn between two
+  // images, as a DMA of unaligned or long data may be), or in aligned
+  // 8-byte words, each whole (as a NIC's aligned 8-byte write lands).
+  enum class Tearing { kBytes, kWords };
+
   // Copies images[0], images[1], ... in turn to `region` from `offset` on,
-  // forever (until Stop()). Every image must fit the region from `offset`.
+  // forever (until Stop()). Every image must fit the region from `offset`;
+  // with kWords, the destination must be 8-byte aligned and every image a
+  // multiple of 8 bytes.
   static std::unique_ptr<RacingWriter> Flipping(absl::Span<std::byte> region, size_t offset,
-                                                std::vector<std::vector<std::byte>> images);
+                                                std::vector<std::vector<std::byte>> images,
+                                                Tearing tearing = Tearing::kBytes);
   // Writes random bytes (from `seed`) at random offsets of
   // region[offset, offset + length).
   static std::unique_ptr<RacingWriter> Scribbling(absl::Span<std::byte> region, size_t offset,

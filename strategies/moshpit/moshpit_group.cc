@@ -124,24 +124,33 @@ absl::StatusOr<std::vector<GroupMember>> FormGroup(rdma::Store& store,
       store.Set(absl::StrCat(prefix, "/member/", ticket), absl::StrCat(id, " ", note)));
   const absl::Time deadline = absl::Now() + timeout;
 
-  // The sealer: the records of the tickets taken now, each waited for until
-  // the deadline's grace (a holder that died before writing its record is
-  // left out, not waited for again), into the seal.
+  // The sealer: the records of the tickets taken now, each waited for at
+  // most kGrace from the start of sealing (a holder that died before
+  // writing its record is left out, as is a record that does not parse or
+  // repeats an id), into the seal. The seal counts only if it closes the
+  // group before a waiter gave up on it (the first Add on <prefix>/closed);
+  // else it is empty and everyone is alone this round, so no two members
+  // ever hold different lists.
   int64_t taken = 0;  // tickets taken when this peer last looked
   auto seal = [&]() -> absl::StatusOr<std::string> {
+    const absl::Time records_until = absl::Now() + kGrace;
     ASSIGN_OR_RETURN(taken, store.Add(prefix + "/count", 0));
-    if (taken < ticket || taken > kMaxGroupTickets) {
+    // A peer takes one ticket a round (a restarted one may take a second):
+    // more than twice the world is a forged count, refused before it sizes
+    // the reads below.
+    if (taken < ticket || taken > std::min<int64_t>(kMaxGroupTickets, 2 * int64_t{world})) {
       return BadSeal(prefix, absl::StrCat(taken, " tickets taken, outside ", ticket, "..",
-                                          kMaxGroupTickets));
+                                          2 * int64_t{world}));
     }
     std::string text;
+    std::set<int> ids = {id};
     for (int64_t i = 1; i <= taken; ++i) {
       if (i == ticket) {
         absl::StrAppend(&text, i, " ", id, " ", note, "\n");
         continue;
       }
       absl::StatusOr<std::string> record =
-          store.Get(absl::StrCat(prefix, "/member/", i), Left(deadline + kGrace));
+          store.Get(absl::StrCat(prefix, "/member/", i), Left(records_until));
       if (absl::IsDeadlineExceeded(record.status())) {
         std::fprintf(stderr,
                      "moshpit group %s: ticket %lld was taken but its holder wrote no record "
@@ -150,8 +159,23 @@ absl::StatusOr<std::vector<GroupMember>> FormGroup(rdma::Store& store,
         continue;
       }
       if (!record.ok()) return record.status();
-      ASSIGN_OR_RETURN(GroupMember member, ParseMember(*record, world));
-      absl::StrAppend(&text, i, " ", member.id, " ", member.note, "\n");
+      absl::StatusOr<GroupMember> member = ParseMember(*record, world);
+      if (!member.ok() || !ids.insert(member->id).second) {
+        std::fprintf(stderr, "moshpit group %s: ticket %lld's record is left out: %s\n",
+                     prefix.c_str(), static_cast<long long>(i),
+                     member.ok() ? absl::StrCat("id ", member->id, " is listed already").c_str()
+                                 : std::string(member.status().message()).c_str());
+        continue;
+      }
+      absl::StrAppend(&text, i, " ", member->id, " ", member->note, "\n");
+    }
+    ASSIGN_OR_RETURN(int64_t closed, store.Add(prefix + "/closed", 1));
+    if (closed != 1) {
+      std::fprintf(stderr,
+                   "moshpit group %s: a member gave up waiting for the seal; everyone is "
+                   "alone this round\n",
+                   prefix.c_str());
+      text.clear();
     }
     RETURN_IF_ERROR(store.Set(prefix + "/final", text));
     return text;
@@ -183,15 +207,23 @@ absl::StatusOr<std::vector<GroupMember>> FormGroup(rdma::Store& store,
     }
   }
   if (!text.has_value()) {
-    // The sealer writes the seal once it has read the records.
+    // Sealing began before now: the sealer writes the seal within kGrace
+    // (its record reads) and a few store calls. Twice that, then give up
+    // by closing the group, unless the sealer closed it first.
+    const absl::Time seal_seen = absl::Now();
     absl::StatusOr<std::string> read =
-        store.Get(prefix + "/final", Left(deadline + 2 * kGrace));
+        store.Get(prefix + "/final", Left(seal_seen + 2 * kGrace));
     if (absl::IsDeadlineExceeded(read.status())) {
-      std::fprintf(stderr,
-                   "moshpit group %s: no seal was written in time (the sealer died?); "
-                   "alone this round\n",
-                   prefix.c_str());
-      return alone;
+      ASSIGN_OR_RETURN(int64_t closed, store.Add(prefix + "/closed", 1));
+      if (closed == 1) {
+        std::fprintf(stderr,
+                     "moshpit group %s: no seal was written in time (the sealer died?); "
+                     "alone this round\n",
+                     prefix.c_str());
+        return alone;  // the sealer, if alive, will seal everyone alone
+      }
+      read = store.Get(prefix + "/final", kGrace);  // the sealer closed it first
+      if (absl::IsDeadlineExceeded(read.status())) return alone;  // and then died
     }
     if (!read.ok()) return read.status();
     text = *std::move(read);

@@ -9,15 +9,18 @@
 //      its deadline while polling, seals the group (the first Add on
 //      <prefix>/seal): it reads the records of the tickets taken then,
 //      leaving out a ticket whose holder died before writing its record
-//      (none came within the group's deadline, or a short grace past it),
-//      and writes the members it found into <prefix>/final, one line
-//      "<ticket> <id> <note>" each;
+//      (none came within a short grace), a record that does not parse and
+//      an id listed already, and writes the members it found into
+//      <prefix>/final, one line "<ticket> <id> <note>" each;
 //   3. the group is the members listed in the seal, ascending by id; a
 //      peer not listed (its ticket came later, or its record too late) is
-//      alone this round (it rejoins the next one), as is every peer when
-//      no seal appears by the deadline (the sealer died).
-// Every peer of a group gets the same list: the store's operations are
-// atomic, and the seal is written once. What the store holds is written by
+//      alone this round (it rejoins the next one).
+// A peer that waits for the seal longer than twice the grace gives up by
+// closing the group (the first Add on <prefix>/closed); the sealer closes
+// it too before writing the seal, and a sealer that finds it closed writes
+// an empty seal: everyone is alone this round. So every peer of a group
+// gets the same list (the store's operations are atomic, and the seal is
+// written once), even when the sealer is slow or dies. What the store holds is written by
 // peers: the seal is checked before it is used (tickets increasing and no
 // more than were taken, ids in 0..world-1 and distinct, this peer's own
 // line its own), and a seal that fails a check is kDataLoss.
@@ -43,8 +46,7 @@ struct GroupMember {
 
 // Joins the group under `prefix` (unique per round and group) as `id` (in
 // 0..world-1) with `note`, waiting up to `timeout` for the `expected`
-// members; every store wait ends by then (plus a short grace for records
-// and the seal). Returns the members, ascending by id (this one included).
+// members; every store wait after that ends within a few seconds' grace. Returns the members, ascending by id (this one included).
 // kInvalidArgument for a note with a space or an id outside the world;
 // kDataLoss for a seal or record that fails its checks; store errors are
 // returned.
