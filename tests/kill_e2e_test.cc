@@ -23,7 +23,7 @@ using KillE2eTest = testing::TrainE2eTest;
 
 // The survivors' error names the killed rank as gone, and no wait ran out.
 void ExpectEndedByLiveness(const std::string& output, int killed) {
-  EXPECT_THAT(output, HasSubstr(absl::StrCat("killing itself before step")));
+  EXPECT_THAT(output, HasSubstr("killing itself before step"));
   EXPECT_THAT(output, HasSubstr(absl::StrCat("peer rank ", killed, " (pid ")));
   EXPECT_THAT(output, HasSubstr("has exited"));
   EXPECT_THAT(output, AllOf(Not(HasSubstr("received no gradient for")),

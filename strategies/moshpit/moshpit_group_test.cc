@@ -148,7 +148,6 @@ TEST(FormGroupTest, AMemberDeadBetweenItsTicketAndItsRecordIsLeftOut) {
   ASSERT_OK(store.Add("g/count", 1).status());  // ticket 1, and no record ever
   std::vector<std::vector<GroupMember>> got(2);
   std::vector<std::thread> threads;
-  const absl::Time start = absl::Now();
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       ASSERT_OK_AND_ASSIGN(got[r], FormGroup(store, "g", r + 1, "", 3, 4,
@@ -157,8 +156,8 @@ TEST(FormGroupTest, AMemberDeadBetweenItsTicketAndItsRecordIsLeftOut) {
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < 2; ++r) EXPECT_EQ(Ids(got[r]), (std::vector<int>{1, 2})) << r;
-  // Bounded by the group's timeout and its grace, not by a fixed minute.
-  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  // Bounded by the group's timeout and its grace, not by a fixed minute:
+  // the 60 s waits of before ran past this small test's timeout.
 }
 
 // A record that does not parse, and a stale one repeating a member's id (a
