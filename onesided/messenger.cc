@@ -68,6 +68,10 @@ struct Messenger::Outgoing {
   std::string copy;
   size_t copied_from = 0;
   bool abandoned = false;
+  // Pieces [zero_copy_first, zero_copy_end) are written from a send
+  // region, where the caller's bytes lie (zero_copy_end 0: none).
+  uint64_t zero_copy_first = 0;
+  uint64_t zero_copy_end = 0;
   SendDone done;
 
   const std::byte* Source(size_t offset) const {
@@ -469,7 +473,11 @@ void Messenger::Abandon(OpId op, const absl::Status& why) {
         message->abandoned = true;
         message->data = nullptr;
         ++stats_.abandoned;
+        const absl::Status taken =
+            message->zero_copy_end > 0 ? TakeBackSendRegion(*peer, *message)
+                                       : absl::OkStatus();
         Fire(message->done, why);
+        if (!taken.ok()) FailPeer(*peer, taken);
         return;
       }
     }
@@ -488,6 +496,40 @@ void Messenger::Abandon(OpId op, const absl::Status& why) {
       }
     }
   }
+}
+
+absl::Status Messenger::TakeBackSendRegion(Peer& peer, const Outgoing& message) {
+  // Pieces still queued are written from their staging slot instead (free
+  // until the piece is released), with the bytes copied there now.
+  const size_t slots_at = block_bytes() * peer.rank + flags_bytes();
+  peer.sender->RestageQueued(
+      message.zero_copy_first, message.zero_copy_end,
+      [&](uint64_t seq, rdma::LocalSlice& src) {
+        if (src.region == outbox_.get() || src.length == 0) return;  // a header
+        const size_t payload = slots_at + peer.sender->slot(seq) * slot_stride() + kHeaderBytes;
+        std::memcpy(outbox_->data() + payload, src.data(), src.length);
+        stats_.staged_bytes += src.length;
+        src = {outbox_.get(), payload, src.length};
+      });
+  // Pieces posted are read by the transport until their flush completes
+  // (or, on a failed link, until nothing posted is outstanding).
+  const absl::Time deadline = absl::Now() + options_.liveness_interval;
+  while (peer.sender->written() < message.zero_copy_end &&
+         peer.sender->outstanding() > 0) {
+    if (absl::Now() >= deadline) {
+      (void)peer.endpoint->Close();
+      return absl::UnavailableError(absl::StrCat(
+          "the writes of an abandoned send did not complete within ",
+          absl::FormatDuration(options_.liveness_interval),
+          " (the liveness interval); the link was closed to cancel them"));
+    }
+    if (absl::StatusOr<int> progressed = transport_.Progress(); !progressed.ok()) {
+      (void)peer.endpoint->Close();
+      return progressed.status();
+    }
+    (void)peer.sender->Post();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Messenger::Progress() {
@@ -697,6 +739,8 @@ void Messenger::StartSends(Peer& peer) {
         header.bytes > 0 && !message.abandoned ? SendRegionOf(message.data, message.bytes)
                                                : nullptr;
     if (region != nullptr) {
+      if (message.zero_copy_end == 0) message.zero_copy_first = seq;
+      message.zero_copy_end = seq + 1;
       // The header from staging, the payload from where it lies.
       peer.sender->Write(seq, {outbox_.get(), local, kHeaderBytes},
                          {&peer.inbox, remote, kHeaderBytes});

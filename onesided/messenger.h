@@ -163,6 +163,12 @@ class Messenger {
   // receive still consumes the message it would have matched (discarding
   // it), so a later receive of the same tag gets the next one. No-op for an
   // operation that has completed.
+  // A send written straight from a send region is taken back from the
+  // transport first: its pieces not yet posted are staged, and Abandon()
+  // progresses the transport until those posted have been read, for at most
+  // `liveness_interval`; past that the peer's endpoint is closed (which
+  // cancels them) and the peer is failed with kUnavailable. Not from inside
+  // a completion (it progresses the transport).
   void Abandon(OpId op, const absl::Status& why);
 
   // One round of the progress loop: the transport's completions and every
@@ -227,6 +233,11 @@ class Messenger {
   // protocol, whose slots are not read again).
   void FailPeer(Peer& peer, absl::Status status);
   const rdma::MemoryRegion* SendRegionOf(const void* data, size_t bytes) const;
+  // Abandon()'s part for a send whose pieces are written from a send
+  // region: once it returns OK, no write of `message` reads that region
+  // again; an error when the posted ones did not complete in time (the
+  // endpoint is closed then; the caller fails the peer).
+  absl::Status TakeBackSendRegion(Peer& peer, const Outgoing& message);
 
   rdma::Transport& transport_;
   rdma::Store& store_;

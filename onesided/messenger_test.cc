@@ -1,7 +1,7 @@
 // Messenger: every rank sends every other messages of 0 bytes to several
 // slots, all arrive whole and in order; receives match tags in any order,
 // posted before or after their message arrived; payload in a send region is
-// not staged; a message larger than its receive and a dead peer are errors
+// not staged, and not read once its send is abandoned; a message larger than its receive and a dead peer are errors
 // on the operation, never a hang.
 #include "onesided/messenger.h"
 
@@ -189,6 +189,53 @@ TEST(MessengerTest, PayloadInASendRegionIsNotStaged) {
         EXPECT_EQ(messenger->stats().staged_bytes, kBytes);  // only the second
         return absl::OkStatus();
       });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+// A send written from a send region and abandoned with some pieces posted
+// and others still queued (the endpoint takes 3 operations at a time): the
+// receiver gets the bytes as they were when the send was abandoned, never
+// what the caller wrote there afterwards.
+TEST(MessengerTest, AnAbandonedSendNeverReadsItsSendRegionAgain) {
+  constexpr size_t kBytes = 4096;  // 4 pieces of 1 KiB
+  rdma::testing::RankThreadsOptions threads;
+  threads.max_outstanding_per_endpoint = 3;
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      2,
+      [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto messenger,
+                         Messenger::Create(transport, store, kNs, rank, 2, SmallSlots()));
+        const std::vector<uint8_t> data = Pattern(0, 9, kBytes);
+        if (rank == 1) {
+          std::vector<uint8_t> got(kBytes);
+          std::optional<absl::StatusOr<size_t>> outcome;
+          RETURN_IF_ERROR(messenger->Recv(0, 9, got.data(), kBytes,
+                                          [&](absl::StatusOr<size_t> s) { outcome = s; }));
+          RETURN_IF_ERROR(Drive(*messenger, [&] { return outcome.has_value(); }));
+          RETURN_IF_ERROR(outcome->status());
+          EXPECT_EQ(**outcome, kBytes);
+          EXPECT_EQ(got, data) << "bytes written after the send was abandoned reached the peer";
+          return absl::OkStatus();
+        }
+        ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(kBytes));
+        messenger->AddSendRegion(&region);
+        std::memcpy(region.data(), data.data(), kBytes);
+        std::optional<absl::Status> sent;
+        ASSIGN_OR_RETURN(Messenger::OpId op,
+                         messenger->Send(1, 9, region.data(), kBytes,
+                                         [&](absl::Status s) { sent = s; }));
+        // One round cuts every piece and posts what the endpoint takes.
+        RETURN_IF_ERROR(messenger->Progress());
+        messenger->Abandon(op, absl::CancelledError("the test gives up"));
+        EXPECT_THAT(sent, ::testing::Optional(StatusIs(absl::StatusCode::kCancelled)));
+        std::memset(region.data(), 0xEE, kBytes);  // the caller reuses its buffer
+        RETURN_IF_ERROR(Drive(*messenger, [&] { return messenger->idle(); }));
+        // Some pieces went from the region, the rest from staging.
+        EXPECT_GT(messenger->stats().staged_bytes, 0u);
+        EXPECT_LT(messenger->stats().staged_bytes, kBytes);
+        return absl::OkStatus();
+      },
+      threads);
   for (const absl::Status& status : results) EXPECT_OK(status);
 }
 

@@ -56,6 +56,16 @@ void SlotRingSender::Commit(uint64_t seq, bool had_writes) {
   actions_.push_back({had_writes ? Action::kFlush : Action::kFlag, seq, {}, {}});
 }
 
+void SlotRingSender::RestageQueued(
+    uint64_t first, uint64_t end,
+    absl::FunctionRef<void(uint64_t seq, rdma::LocalSlice& src)> visit) {
+  for (Action& action : actions_) {
+    if (action.kind == Action::kWrite && action.seq >= first && action.seq < end) {
+      visit(action.seq, action.src);
+    }
+  }
+}
+
 void SlotRingSender::Delivered(uint64_t seq) {
   if (seq != delivered_) {
     delivered_out_of_order_.insert(seq);
@@ -92,6 +102,8 @@ absl::Status SlotRingSender::Post() {
             Fail(std::move(status));
             return;
           }
+          // Every write posted before the flush has completed.
+          written_ = std::max(written_, seq + 1);
           actions_.push_back({Action::kFlag, seq, {}, {}});
         });
         break;

@@ -37,6 +37,7 @@
 #include <set>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "onesided/slots/credit_writer.h"
@@ -99,6 +100,16 @@ class SlotRingSender {
 
   // Drops what is queued and not posted (giving up on the link).
   void DropQueued() { actions_.clear(); }
+  // Calls `visit` on each queued, not yet posted, payload write of messages
+  // [first, end); it may change the write's source. For an owner taking
+  // back memory those writes would read: it copies the bytes elsewhere and
+  // points the writes there.
+  void RestageQueued(uint64_t first, uint64_t end,
+                     absl::FunctionRef<void(uint64_t seq, rdma::LocalSlice& src)> visit);
+
+  // Messages whose payload writes have all completed (their flush has),
+  // counted from 0: what those writes read may be reused.
+  uint64_t written() const { return written_; }
 
   // Messages whose flags have landed, counted contiguously from 0.
   uint64_t delivered() const { return delivered_; }
@@ -127,6 +138,7 @@ class SlotRingSender {
   uint64_t credit_seen_ = 0;
   uint64_t delivered_ = 0;
   std::set<uint64_t> delivered_out_of_order_;
+  uint64_t written_ = 0;
   int64_t outstanding_ = 0;
   absl::Status failure_;
 };

@@ -13,26 +13,32 @@ namespace rdmaflow::rdma::testing {
 std::vector<absl::Status> RunRankThreads(
     int world_size,
     const std::function<absl::Status(int, rdma::Transport&, rdma::Store&)>&
-        body) {
+        body,
+    const RankThreadsOptions& options) {
   return RunRankThreadsOwning(
-      world_size, [&](int rank, std::unique_ptr<rdma::Transport>& transport,
-                      rdma::Store& store) { return body(rank, *transport, store); });
+      world_size,
+      [&](int rank, std::unique_ptr<rdma::Transport>& transport, rdma::Store& store) {
+        return body(rank, *transport, store);
+      },
+      options);
 }
 
 std::vector<absl::Status> RunRankThreadsOwning(
     int world_size,
     const std::function<absl::Status(int, std::unique_ptr<rdma::Transport>&,
-                                     rdma::Store&)>& body) {
+                                     rdma::Store&)>& body,
+    const RankThreadsOptions& options) {
   auto fabric = rdma::loopback::LoopbackFabric::Create();
   rdma::testing::InMemoryStore store;
   std::vector<absl::Status> results(world_size);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world_size; ++rank) {
     threads.emplace_back([&, rank] {
-      rdma::loopback::LoopbackTransportOptions options;
-      options.rank = rank;
-      options.fabric = fabric;
-      auto created = rdma::loopback::LoopbackTransport::Create(options);
+      rdma::loopback::LoopbackTransportOptions loopback;
+      loopback.rank = rank;
+      loopback.fabric = fabric;
+      loopback.max_outstanding_per_endpoint = options.max_outstanding_per_endpoint;
+      auto created = rdma::loopback::LoopbackTransport::Create(loopback);
       if (!created.ok()) {
         results[rank] = created.status();
         return;

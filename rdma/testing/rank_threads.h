@@ -17,12 +17,19 @@
 
 namespace rdmaflow::rdma::testing {
 
+struct RankThreadsOptions {
+  // Operations each loopback endpoint accepts in flight before posts are
+  // refused with kResourceExhausted (a full send queue).
+  size_t max_outstanding_per_endpoint = 256;
+};
+
 // Runs `body(rank, transport, store)` for every rank on its own thread and
 // returns every rank's status, by rank.
 std::vector<absl::Status> RunRankThreads(
     int world_size,
     const std::function<absl::Status(int rank, rdma::Transport& transport,
-                                     rdma::Store& store)>& body);
+                                     rdma::Store& store)>& body,
+    const RankThreadsOptions& options = {});
 
 // The same, with the body owning its transport: resetting it is how a rank
 // dies in the middle of a job (its peers' operations on it then fail with
@@ -30,7 +37,8 @@ std::vector<absl::Status> RunRankThreads(
 std::vector<absl::Status> RunRankThreadsOwning(
     int world_size,
     const std::function<absl::Status(int rank, std::unique_ptr<rdma::Transport>& transport,
-                                     rdma::Store& store)>& body);
+                                     rdma::Store& store)>& body,
+    const RankThreadsOptions& options = {});
 
 }  // namespace rdmaflow::rdma::testing
 
