@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -48,7 +49,10 @@ std::string Key(const std::string& name, int rank, const char* what) {
 
 std::string Layout(const RingAllReduceOptions& o, const std::vector<int>& members) {
   return absl::StrCat("slots=", o.slots, " chunk=", o.chunk_bytes,
-                      " capacity=", o.capacity_bytes,
+                      " capacity=", o.capacity_bytes, " gather_in_slots_from=",
+                      o.gather_in_slots_from < o.capacity_bytes
+                          ? absl::StrCat(o.gather_in_slots_from)
+                          : std::string("none"),
                       " members=", absl::StrJoin(members, ","));
 }
 
@@ -385,15 +389,16 @@ absl::Status RingAllReduce::Receive(Call& call, bool& progressed) {
     if (!arrived) return absl::OkStatus();
     const uint64_t seq = receiver_->received();
     const size_t message = seq - call.first;
-    if (call.schedule.is_reduce(message)) {
-      const ElementRange range = call.schedule.Received(message);
-      if (range.count > 0) {
-        Reduce(call.type, call.op,
-               data_->data() + call.offset + range.begin * call.element_size,
-               control_->data() + StagingOffset(options_.slots) +
-                   receiver_->slot() * options_.chunk_bytes,
-               range.count);
-      }
+    const ElementRange range = call.schedule.Received(message);
+    const std::byte* staged =
+        control_->data() + StagingOffset(options_.slots) + receiver_->slot() * options_.chunk_bytes;
+    std::byte* at = data_->data() + call.offset + range.begin * call.element_size;
+    if (range.count == 0) {
+      // Nothing to take.
+    } else if (call.schedule.is_reduce(message)) {
+      Reduce(call.type, call.op, at, staged, range.count);
+    } else if (GatherInSlots(call, range)) {
+      std::memcpy(at, staged, range.count * call.element_size);
     }
     receiver_->Consume();
     progressed = true;
@@ -420,7 +425,7 @@ absl::Status RingAllReduce::StartSends(Call& call, bool& progressed) {
     if (bytes > 0) {
       const size_t at = call.offset + range.begin * call.element_size;
       const rdma::RemoteSlice dst =
-          call.schedule.is_reduce(message)
+          call.schedule.is_reduce(message) || GatherInSlots(call, range)
               ? rdma::RemoteSlice{&right_control_,
                                   StagingOffset(options_.slots) +
                                       sender_->slot(seq) * options_.chunk_bytes,
@@ -433,6 +438,13 @@ absl::Status RingAllReduce::StartSends(Call& call, bool& progressed) {
     progressed = true;
   }
   return absl::OkStatus();
+}
+
+bool RingAllReduce::GatherInSlots(const Call& call, const ElementRange& range) const {
+  // The same range on both ends of a link (the sender's Sent(), the
+  // receiver's Received()), so both take the same way.
+  return call.offset + (range.begin + range.count) * call.element_size >
+         options_.gather_in_slots_from;
 }
 
 absl::Status RingAllReduce::PostCredit() {

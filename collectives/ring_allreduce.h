@@ -13,7 +13,8 @@
 // receiver polls its flags in local memory, reduces a staged piece into its
 // buffer and passes it on, so reduction overlaps the transfer of the next
 // pieces. All-gather pieces are written straight into the receiver's data
-// region. Back-pressure: the receiver writes a credit word (messages it has
+// region (or, where options say so, staged like the reduce-scatter's).
+// Back-pressure: the receiver writes a credit word (messages it has
 // released) into the sender's memory; a sender keeps at most
 // min(slots, reduce-scatter messages) messages ahead of it. Notifications
 // are not used, so a collective shares its transport with a communicator.
@@ -36,6 +37,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -95,6 +97,15 @@ struct RingAllReduceOptions {
   // holds a reference, and keeps it past its destruction when a neighbour
   // might still write into the region.
   std::shared_ptr<rdma::MemoryRegion> data;
+  // All-gather pieces bound for bytes at or past this offset of the data
+  // region are written into the receiver's staging slots and copied into
+  // the region once their flag has been checked, instead of straight into
+  // it: then a neighbour that stalls, and writes after a call gave up,
+  // writes into staging, never into that part of the region. For memory
+  // handed to callers (the c10d backend's registered tensors); it costs a
+  // copy of those pieces. Every member must pass the same (Create() checks
+  // its neighbours'). The default: none.
+  size_t gather_in_slots_from = std::numeric_limits<size_t>::max();
 };
 
 struct RingAllReduceStats {
@@ -179,6 +190,9 @@ class RingAllReduce {
   template <typename F>
   rdma::Completion Guarded(F f);
   absl::Status PostCredit();
+  // Whether the all-gather piece of `range` goes through the staging slots
+  // (options' gather_in_slots_from).
+  bool GatherInSlots(const Call& call, const ElementRange& range) const;
   // Joins the progress loop (options' or our own) and watches the
   // neighbours.
   void JoinLoop();

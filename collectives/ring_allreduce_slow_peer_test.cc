@@ -8,6 +8,10 @@
 // freed while in flight; and the slow rank's late writes into rank 0's
 // regions still find them registered (on loopback a write into a freed
 // region is kPermissionDenied; on a NIC it would land in reused memory).
+// And a neighbour that stalls with an all-gather piece posted writes it,
+// after the give-up, into staging rather than into a protected region.
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -22,6 +26,7 @@
 #include "rdma/testing/faulty_transport.h"
 #include "rdma/testing/rank_threads.h"
 #include "rdma/testing/tracking_transport.h"
+#include "rdma/testing/transport_wrapper.h"
 
 namespace rdmaflow::collectives {
 namespace {
@@ -117,6 +122,84 @@ TEST(RingAllReduceSlowPeerTest, TheWaitingRanksGiveUpAndTheLateRankWritesIntoLiv
   // timed out waiting for rank 1, which had stopped.
   EXPECT_THAT(slow_call, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("from rank 1")));
   EXPECT_FALSE(slow_shutdown.ok());
+}
+
+// Runs a hook before every Progress(): a rank that stalls there stops
+// before the operations it has posted are carried out (loopback executes
+// them in the poster's Progress()).
+class StallingTransport final : public rdma::testing::TransportWrapper {
+ public:
+  StallingTransport(rdma::Transport& inner, std::function<void()> before)
+      : TransportWrapper(inner), before_(std::move(before)) {}
+  absl::StatusOr<int> Progress() override {
+    before_();
+    return TransportWrapper::Progress();
+  }
+
+ private:
+  std::function<void()> before_;
+};
+
+// Rank 2 stalls with its first all-gather piece to rank 0 posted (credited,
+// not yet written) until rank 0 has given up; then the write goes out. With
+// gather_in_slots_from covering the region, it lands in rank 0's staging
+// slots: rank 0's data region holds after the stall what it held when the
+// call failed. (Without it, the piece lands in the data region: the
+// c10d backend's registered tensors.)
+TEST(RingAllReduceSlowPeerTest, AStalledNeighbourNeverWritesIntoAProtectedRegionAfterTheGiveUp) {
+  RingAllReduceOptions options = Options();
+  options.gather_in_slots_from = 0;
+  const std::string gave_up = absl::StrCat(kNs, "/protected/gave_up");
+  const std::string slow_done = absl::StrCat(kNs, "/protected/slow_done");
+  absl::Status calls[3];
+  std::vector<float> at_give_up, after_stall;
+  std::vector<absl::Status> results = RunRankThreads(
+      3, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        // Rank 2 counts its payload writes to rank 0 (flags are 8 bytes;
+        // no piece here is): 1000 floats are segments of 334, 333 and 333
+        // in 6 pieces of at most 64, so the reduce-scatter sends 12 and
+        // the 13th is the all-gather's first.
+        FaultyTransport faulty(transport);
+        int payloads = 0;
+        bool stall = false, stalled = false;
+        FaultyTransport::Fault watch;
+        watch.op = FaultyTransport::Op::kWrite;
+        watch.peer = 0;
+        watch.count = -1;
+        watch.action = FaultyTransport::Action::kCorrupt;
+        watch.corrupt = [&](uint64_t, absl::Span<std::byte> bytes) {
+          if (bytes.size() != 8 && ++payloads == 13) stall = true;
+        };
+        if (rank == 2) faulty.AddFault(watch);
+        StallingTransport stalling(faulty, [&] {
+          if (!stall || stalled) return;
+          stalled = true;
+          store.Wait({gave_up}, absl::Seconds(30)).IgnoreError();
+        });
+        const std::string ns = absl::StrCat(kNs, "/protected");
+        ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(stalling, store, ns, {0, 1, 2}, options));
+        auto* data = reinterpret_cast<float*>(ring->data());
+        std::fill(data, data + kCount, static_cast<float>(rank + 1));
+        calls[rank] = ring->AllReduce(0, kCount, DataType::kFloat32);
+        if (rank == 0) {
+          at_give_up.assign(data, data + kCount);
+          RETURN_IF_ERROR(store.Set(gave_up, "1"));
+          // The ring stays (its regions registered) while rank 2 writes.
+          RETURN_IF_ERROR(store.Wait({slow_done}, absl::Seconds(30)));
+          after_stall.assign(data, data + kCount);
+          return absl::OkStatus();
+        }
+        if (rank == 2) {
+          EXPECT_TRUE(stalled) << "rank 2 never posted its 13th piece to rank 0";
+          RETURN_IF_ERROR(store.Set(slow_done, "1"));
+        }
+        return store.Wait({slow_done}, absl::Seconds(30));
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+  EXPECT_THAT(calls[0], StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("from rank 2")));
+  EXPECT_FALSE(calls[2].ok());
+  ASSERT_EQ(after_stall.size(), kCount);
+  EXPECT_EQ(after_stall, at_give_up) << "rank 2's late all-gather piece landed in rank 0's data";
 }
 
 }  // namespace

@@ -145,6 +145,33 @@ TEST(RingAllReduceTest, TinySlotsExerciseFlowControl) {
   }
 }
 
+// All-gather pieces bound past gather_in_slots_from go through the staging
+// slots: calls below, across and past the boundary still sum exactly; a
+// member created with another boundary is refused by name.
+TEST(RingAllReduceTest, AllGatherThroughSlotsPastTheBoundarySumsTheSame) {
+  ExpectAllOk(RunRankThreads(3, [&](int rank, rdma::Transport& transport,
+                                    rdma::Store& store) -> absl::Status {
+    RingAllReduceOptions options;
+    options.capacity_bytes = 64 << 10;
+    options.chunk_bytes = 256;
+    options.slots = 4;
+    options.gather_in_slots_from = 32 << 10;
+    ASSIGN_OR_RETURN(auto ring,
+                     RingAllReduce::Create(transport, store, "t", AllRanks(3), options));
+    RETURN_IF_ERROR(ReduceAndCheck(*ring, 3, 0, 1000));              // below
+    RETURN_IF_ERROR(ReduceAndCheck(*ring, 3, 7000, 3000));           // across
+    RETURN_IF_ERROR(ReduceAndCheck(*ring, 3, (32 << 10) / 4, 4001));  // past
+    RETURN_IF_ERROR(ring->Shutdown());
+    options.name = "other";
+    if (rank == 1) options.gather_in_slots_from = 16 << 10;
+    absl::StatusOr<std::unique_ptr<RingAllReduce>> other =
+        RingAllReduce::Create(transport, store, "t", AllRanks(3), options);
+    EXPECT_THAT(other, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                HasSubstr("gather_in_slots_from")));
+    return absl::OkStatus();
+  }));
+}
+
 TEST(RingAllReduceTest, SubgroupInAnyOrder) {
   // Ranks 3, 0, 2 form a ring; rank 1 is not in it.
   ExpectAllOk(RunRankThreads(4, [&](int rank, rdma::Transport& transport,

@@ -124,6 +124,9 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     ring.ring.timeout = options_.timeout;
     ring.ring.wait = options_.wait;
     ring.ring.loop = loop_.get();
+    // Registered tensors are the caller's: a neighbour that writes after a
+    // call gave up must not reach them.
+    ring.ring.gather_in_slots_from = options_.staging_bytes;
     ring.direct = options_.direct;
     std::vector<int> members(size_);
     std::iota(members.begin(), members.end(), 0);
