@@ -414,7 +414,9 @@ absl::StatusOr<Joined> Join() {
 }
 
 // Every collective with rank 1 as a straggler: it joins only after rank 0
-// has given up on it (rank 0's timeout is 5 s). Each collective gets a
+// has given up on it (rank 0's timeout is 5 s); the all-reduce also with
+// registered tensors (same-host and ring algorithms) and coalesced, the
+// all-to-all also as alltoall_base, from staged and registered tensors. Each collective gets a
 // fresh group (a failed collective leaves a group unusable). Rank 0 must
 // name rank 1 and the operation, and its buffers are its own again: the
 // straggler's late messages (consumed before the receive of tag 9 that
@@ -432,6 +434,11 @@ absl::Status SlowCollective(Joined& joined) {
     std::function<c10::intrusive_ptr<c10d::Work>(ProcessGroupRdmaflow&,
                                                  std::vector<at::Tensor>&)>
         run;
+    // The tensors lie in the registered pool (reduced in place, sent from
+    // where they lie).
+    bool registered = false;
+    // No direct access: the ring, not the same-host algorithms.
+    bool ring = false;
   };
   const int64_t n = 1000;
   auto pair = [&](std::vector<at::Tensor>& t) {
@@ -449,6 +456,18 @@ absl::Status SlowCollective(Joined& joined) {
       {"all-reduce", [](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>& t) {
          std::vector<at::Tensor> one = {t[0]};
          return pg.allreduce(one);
+       }},
+      {"all-reduce", [](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>& t) {
+         std::vector<at::Tensor> one = {t[0]};
+         return pg.allreduce(one);
+       }, /*registered=*/true},
+      {"all-reduce", [](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>& t) {
+         std::vector<at::Tensor> one = {t[0]};
+         return pg.allreduce(one);
+       }, /*registered=*/true, /*ring=*/true},
+      {"all-reduce", [](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>& t) {
+         std::vector<at::Tensor> two = {t[0], t[1]};
+         return pg.allreduce_coalesced(two);
        }},
       {"reduce", [](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>& t) {
          std::vector<at::Tensor> one = {t[0]};
@@ -487,6 +506,15 @@ absl::Status SlowCollective(Joined& joined) {
          std::vector<at::Tensor> out = {rank == 0 ? t[0] : t[2], rank == 0 ? t[2] : t[1]};
          return pg.alltoall(out, in);
        }},
+      {"all-to-all", [&](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>& t) {
+         std::vector<int64_t> even;  // n / 2 elements for each rank
+         return pg.alltoall_base(t[2], t[0], even, even);
+       }},
+      {"all-to-all", [&](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>& t) {
+         // Sent from the registered pool, received into it.
+         std::vector<int64_t> even;
+         return pg.alltoall_base(t[2], t[0], even, even);
+       }, /*registered=*/true},
       {"barrier", [](ProcessGroupRdmaflow& pg, std::vector<at::Tensor>&) {
          return pg.barrier();
        }},
@@ -495,10 +523,21 @@ absl::Status SlowCollective(Joined& joined) {
     const Case& c = cases[i];
     auto store = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("case", i),
                                                         joined.store->store());
+    torch_backend::BackendOptions for_case = options;
+    if (c.ring) for_case.direct = collectives::DirectAccess::kOff;
     ASSIGN_OR_RETURN(c10::intrusive_ptr<ProcessGroupRdmaflow> pg,
-                     ProcessGroupRdmaflow::Create(store, rank, 2, options));
-    std::vector<at::Tensor> t = {at::full({n}, rank + 1.0f), at::full({n}, rank + 1.0f),
-                                 at::full({n}, rank + 1.0f)};
+                     ProcessGroupRdmaflow::Create(store, rank, 2, for_case));
+    std::vector<at::Tensor> t;
+    for (int k = 0; k < 3; ++k) {
+      if (c.registered) {
+        ASSIGN_OR_RETURN(at::Tensor registered, pg->AllocateRegistered({n}, at::kFloat));
+        t.push_back(registered.fill_(rank + 1.0f));
+      } else {
+        t.push_back(at::full({n}, rank + 1.0f));
+      }
+    }
+    std::fprintf(stderr, "rank %d: case %zu: %s%s%s\n", rank, i, c.name,
+                 c.registered ? ", registered tensors" : "", c.ring ? ", the ring" : "");
     if (rank == 1) {
       store->wait({"gave_up"}, std::chrono::seconds(60));
       // Its own outcome does not matter (rank 0 is gone from the
