@@ -1,9 +1,13 @@
 // File: bootstrap.cc
 // Wire format: every message is a 4-byte little-endian length and a body.
-//   request (client):      an encoded QueuePairInfo, a 2-byte token length,
-//                          the job token
-//   answer (listener):     'K' + an encoded QueuePairInfo, 'E' + why it was
-//                          refused, or 'B' + why it is busy (retry)
+//   request (client):      an encoded QueuePairInfo, an 8-byte nonce, and
+//                          16 bytes of RequestMac(token, over the info, the
+//                          nonce and the target listener's rank and
+//                          instance); the token itself never travels
+//   answer (listener):     'K' + an encoded QueuePairInfo + 16 bytes of
+//                          AnswerMac(token, over the info and the request's
+//                          nonce), 'E' + why it was refused, or 'B' + why it
+//                          is busy (retry with a new nonce)
 //   confirmation (client): "C", once its queue pair is connected
 // After the confirmation the connection stays open and silent until one side
 // goes away.
@@ -35,11 +39,14 @@
 namespace rdmaflow::rdma::ibverbs {
 namespace {
 
-// "RFI3": with the job token and the notification ring.
-constexpr uint32_t kMagic = 0x52464933;
+// "RFI4": MAC'd with a nonce, bound to the target listener.
+constexpr uint32_t kMagic = 0x52464934;
 constexpr size_t kInfoBytes = 4 + 4 + 4 + 4 + 2 + 16 + 1 + 8 + 4 + 8 + 4 + 4;
+constexpr size_t kRequestBytes = kInfoBytes + 8 + kHandshakeMacBytes;
+constexpr size_t kAnswerBytes = kInfoBytes + kHandshakeMacBytes;
 constexpr uint32_t kMaxMessage = 4096;
-static_assert(kInfoBytes + 2 + kMaxJobTokenBytes <= kMaxMessage);
+constexpr char kRequestLabel[] = "rdmaflow-tcp-request";
+constexpr char kAnswerLabel[] = "rdmaflow-tcp-answer";
 // How long a refused connection may take to read its answer and close.
 constexpr absl::Duration kClosingGrace = absl::Seconds(2);
 // Back-off between attempts while the listener answers "busy".
@@ -196,35 +203,62 @@ absl::StatusOr<QueuePairInfo> DecodeQueuePairInfo(absl::string_view bytes) {
   return info;
 }
 
-std::string EncodeHandshakeRequest(const HandshakeRequest& request) {
-  std::string out = EncodeQueuePairInfo(request.info);
-  // Longer tokens are refused by JobTokenFrom(); truncating here would only
-  // make the listener refuse it.
-  const size_t size = std::min(request.job_token.size(), kMaxJobTokenBytes);
-  Put<uint16_t>(out, static_cast<uint16_t>(size));
-  out.append(request.job_token.data(), size);
+absl::StatusOr<std::string> EncodeHandshakeRequest(
+    const QueuePairInfo& info, uint64_t nonce, const HandshakeTarget& target,
+    absl::string_view job_token) {
+  std::string out = EncodeQueuePairInfo(info);
+  ASSIGN_OR_RETURN(const std::string mac,
+                   RequestMac(job_token, kRequestLabel, out, nonce, target));
+  Put<uint64_t>(out, nonce);
+  out += mac;
   return out;
 }
 
 absl::StatusOr<HandshakeRequest> DecodeHandshakeRequest(
-    absl::string_view bytes) {
-  if (bytes.size() < kInfoBytes + 2) {
+    absl::string_view bytes, absl::string_view job_token,
+    const HandshakeTarget& target) {
+  if (bytes.size() != kRequestBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "a handshake request of ", bytes.size(), " bytes, expected at least ",
-        kInfoBytes + 2));
+        "a handshake request of ", bytes.size(), " bytes, expected ",
+        kRequestBytes));
   }
   HandshakeRequest request;
-  ASSIGN_OR_RETURN(request.info,
-                   DecodeQueuePairInfo(bytes.substr(0, kInfoBytes)));
+  const absl::string_view fields = bytes.substr(0, kInfoBytes);
+  ASSIGN_OR_RETURN(request.info, DecodeQueuePairInfo(fields));
   const char* in = bytes.data() + kInfoBytes;
-  const uint16_t size = Get<uint16_t>(in);
-  if (size > kMaxJobTokenBytes || bytes.size() != kInfoBytes + 2 + size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a handshake request of ", bytes.size(), " bytes with a job token of ",
-        size, " bytes"));
-  }
-  request.job_token.assign(in, size);
+  request.nonce = Get<uint64_t>(in);
+  ASSIGN_OR_RETURN(const std::string expected,
+                   RequestMac(job_token, kRequestLabel, fields, request.nonce,
+                              target));
+  RETURN_IF_ERROR(
+      CheckMac(expected, bytes.substr(kInfoBytes + 8, kHandshakeMacBytes)));
   return request;
+}
+
+absl::StatusOr<std::string> EncodeHandshakeAnswer(const QueuePairInfo& info,
+                                                  uint64_t request_nonce,
+                                                  absl::string_view job_token) {
+  std::string out = EncodeQueuePairInfo(info);
+  ASSIGN_OR_RETURN(const std::string mac,
+                   AnswerMac(job_token, kAnswerLabel, out, request_nonce));
+  out += mac;
+  return out;
+}
+
+absl::StatusOr<QueuePairInfo> DecodeHandshakeAnswer(
+    absl::string_view bytes, uint64_t request_nonce,
+    absl::string_view job_token) {
+  if (bytes.size() != kAnswerBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a handshake answer of ", bytes.size(), " bytes, expected ",
+        kAnswerBytes));
+  }
+  const absl::string_view fields = bytes.substr(0, kInfoBytes);
+  ASSIGN_OR_RETURN(QueuePairInfo info, DecodeQueuePairInfo(fields));
+  ASSIGN_OR_RETURN(const std::string expected,
+                   AnswerMac(job_token, kAnswerLabel, fields, request_nonce));
+  RETURN_IF_ERROR(CheckMac(expected, bytes.substr(kInfoBytes)));
+  return info;
 }
 
 // ---------------------------------------------------------------------------
@@ -238,7 +272,8 @@ struct BootstrapListener::Connection {
     kClosing,      // Refused: sending the answer, then closing.
   };
   UniqueFd fd;
-  std::string peer;  // The remote address, "ip:port".
+  std::string peer;     // The remote address, "ip:port".
+  std::string peer_ip;  // Its IP alone.
   Phase phase = Phase::kRequest;
   absl::Time deadline;
   std::string in;   // Received, not yet a whole message.
@@ -247,6 +282,7 @@ struct BootstrapListener::Connection {
   bool done = false;  // To be closed and removed.
   bool claimed = false;  // A request was decoded: claimed_rank is set.
   int32_t claimed_rank = -1;
+  bool admitted = false;  // Counted by the listener's PeerAdmission.
   std::unique_ptr<AcceptedPeer> accepted;
 
   std::string Who() const {
@@ -257,14 +293,20 @@ struct BootstrapListener::Connection {
 
 absl::StatusOr<std::unique_ptr<BootstrapListener>> BootstrapListener::Start(
     const BootstrapListenerOptions& options, Handler handler) {
-  if (options.max_handshakes < 1 || options.max_pending_queue_pairs < 1 ||
-      options.max_connections < 1 ||
+  if (options.max_handshakes < 1 ||
       options.handshake_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        "handshake listener options out of range: max_handshakes, "
-        "max_pending_queue_pairs and max_connections >= 1, "
+        "handshake listener options out of range: max_handshakes >= 1, "
         "handshake_timeout > 0");
   }
+  AdmissionOptions caps;
+  caps.local_rank = options.local_rank;
+  caps.world_size = options.world_size;
+  caps.max_pending = options.max_pending_queue_pairs;
+  caps.max_connections = options.max_connections;
+  caps.max_connections_per_rank = options.max_connections_per_rank;
+  caps.max_remembered_nonces = options.max_remembered_nonces;
+  ASSIGN_OR_RETURN(PeerAdmission admission, PeerAdmission::Create(caps));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = 0;  // Ephemeral.
@@ -297,13 +339,14 @@ absl::StatusOr<std::unique_ptr<BootstrapListener>> BootstrapListener::Start(
     return absl::InternalError("pipe() for the ibverbs handshake listener");
   }
   SetNonBlocking(fd);
-  return std::unique_ptr<BootstrapListener>(
-      new BootstrapListener(options, fd, wake[0], wake[1], AddressText(addr),
-                            ntohs(addr.sin_port), std::move(handler)));
+  return std::unique_ptr<BootstrapListener>(new BootstrapListener(
+      options, std::move(admission), fd, wake[0], wake[1], AddressText(addr),
+      ntohs(addr.sin_port), std::move(handler)));
 }
 
 BootstrapListener::BootstrapListener(const BootstrapListenerOptions& options,
-                                     int fd, int wake_read, int wake_write,
+                                     PeerAdmission admission, int fd,
+                                     int wake_read, int wake_write,
                                      std::string bound_address, int port,
                                      Handler handler)
     : options_(options),
@@ -312,7 +355,8 @@ BootstrapListener::BootstrapListener(const BootstrapListenerOptions& options,
       wake_write_(wake_write),
       bound_address_(std::move(bound_address)),
       port_(port),
-      handler_(std::move(handler)) {
+      handler_(std::move(handler)),
+      admission_(std::move(admission)) {
   thread_ = std::thread([this] { Serve(); });
 }
 
@@ -363,6 +407,12 @@ void BootstrapListener::PublishStats() {
 }
 
 void BootstrapListener::Release(Connection& c) {
+  if (c.admitted) {
+    // Frees the claimed rank's slot: a restarted peer may connect again.
+    admission_.Release(c.claimed_rank,
+                       c.phase == Connection::Phase::kEstablished);
+    c.admitted = false;
+  }
   if (c.accepted == nullptr) return;
   c.accepted.reset();
   ++counters_.peers_released;
@@ -410,7 +460,26 @@ void BootstrapListener::Refuse(Connection& c, char code,
 }
 
 void BootstrapListener::OnRequest(Connection& c, const std::string& body) {
-  absl::StatusOr<HandshakeRequest> request = DecodeHandshakeRequest(body);
+  const HandshakeTarget self{options_.local_rank, options_.instance};
+  absl::StatusOr<HandshakeRequest> request =
+      DecodeHandshakeRequest(body, options_.job_token, self);
+  if (request.status().code() == absl::StatusCode::kPermissionDenied) {
+    // Nothing else is answered to a stranger, nor logged of what it claims.
+    std::fprintf(stderr,
+                 "rdmaflow ibverbs: rank %d refused a handshake from %s: %s "
+                 "(this rank's token: %s)\n",
+                 options_.local_rank, c.Who().c_str(),
+                 std::string(request.status().message()).c_str(),
+                 options_.job_token_source.c_str());
+    Refuse(c, 'E',
+           absl::StrCat(request.status().message(),
+                        ": every rank of a job must have the same "
+                        "RDMAFLOW_JOB_TOKEN (or the same TORCHELASTIC_RUN_ID, "
+                        "MASTER_ADDR and MASTER_PORT), and the address must "
+                        "be the target rank's current one"),
+           /*log=*/false);
+    return;
+  }
   if (!request.ok()) {
     Refuse(c, 'E',
            absl::StrCat("malformed handshake request (",
@@ -421,67 +490,32 @@ void BootstrapListener::OnRequest(Connection& c, const std::string& body) {
   const int32_t rank = request->info.rank;
   c.claimed = true;
   c.claimed_rank = rank;
-  // The token first: nothing else is answered to a stranger.
-  if (!JobTokenMatches(options_.job_token, request->job_token)) {
-    const std::string why =
-        request->job_token.empty() ? "no job token" : "wrong job token";
-    std::fprintf(stderr,
-                 "rdmaflow ibverbs: rank %d refused a handshake from %s: %s "
-                 "(this rank's token: %s)\n",
-                 options_.local_rank, c.Who().c_str(), why.c_str(),
-                 options_.job_token_source.c_str());
-    Refuse(c, 'E',
-           absl::StrCat(why,
-                        ": every rank of a job must have the same "
-                        "RDMAFLOW_JOB_TOKEN (or the same TORCHELASTIC_RUN_ID, "
-                        "MASTER_ADDR and MASTER_PORT)"),
-           /*log=*/false);
+  const absl::Status admitted = admission_.Admit(
+      Claim{rank, request->nonce, ClaimerOf(c.peer_ip, request->info.marker_address,
+                                  request->info.marker_rkey)});
+  if (admitted.code() == absl::StatusCode::kUnavailable) {
+    Refuse(c, 'B', std::string(admitted.message()), /*log=*/false);
     return;
   }
-  if (rank < 0 || (options_.world_size > 0 && rank >= options_.world_size)) {
-    Refuse(c, 'E',
-           options_.world_size > 0
-               ? absl::StrCat("rank ", rank, " is outside the job's ranks 0..",
-                              options_.world_size - 1)
-               : absl::StrCat("rank ", rank, " is negative"));
+  if (!admitted.ok()) {
+    Refuse(c, 'E', std::string(admitted.message()));
     return;
   }
-  if (rank == options_.local_rank) {
-    Refuse(c, 'E',
-           absl::StrCat("rank ", rank,
-                        " is this listener's own rank; is RANK set the same "
-                        "on two processes?"));
-    return;
-  }
-  int pending = 0;
-  int established = 0;
-  for (const auto& other : connections_) {
-    if (other->done) continue;
-    if (other->phase == Connection::Phase::kConfirm) ++pending;
-    if (other->phase == Connection::Phase::kEstablished) ++established;
-  }
-  if (pending >= options_.max_pending_queue_pairs) {
-    Refuse(c, 'B',
-           absl::StrCat(pending,
-                        " queue pairs await their peers' confirmation "
-                        "(max_pending_queue_pairs); retry"),
-           /*log=*/false);
-    return;
-  }
-  if (pending + established >= options_.max_connections) {
-    Refuse(c, 'E',
-           absl::StrCat(established, " peers are connected already (at most ",
-                        options_.max_connections, ")"));
-    return;
-  }
+  c.admitted = true;
   absl::StatusOr<Accepted> accepted = handler_(request->info);
   if (!accepted.ok()) {
     Refuse(c, 'E', std::string(accepted.status().message()));
     return;
   }
+  absl::StatusOr<std::string> answer =
+      EncodeHandshakeAnswer(accepted->info, request->nonce, options_.job_token);
+  if (!answer.ok()) {
+    Refuse(c, 'E', std::string(answer.status().message()));
+    return;
+  }
   c.accepted = std::move(accepted->peer);
   c.phase = Connection::Phase::kConfirm;
-  c.out = Frame("K" + EncodeQueuePairInfo(accepted->info));
+  c.out = Frame("K" + *answer);
   Flush(c);
 }
 
@@ -492,6 +526,7 @@ void BootstrapListener::OnMessage(Connection& c, const std::string& body) {
       return;
     case Connection::Phase::kConfirm:
       if (body == "C") {
+        admission_.Established(c.claimed_rank);
         c.phase = Connection::Phase::kEstablished;
         c.deadline = absl::InfiniteFuture();
         return;
@@ -635,7 +670,8 @@ void BootstrapListener::Serve() {
         }
         auto c = std::make_unique<Connection>();
         c->fd = UniqueFd(fd);
-        c->peer = absl::StrCat(AddressText(from), ":", ntohs(from.sin_port));
+        c->peer_ip = AddressText(from);
+        c->peer = absl::StrCat(c->peer_ip, ":", ntohs(from.sin_port));
         c->deadline = absl::Now() + options_.handshake_timeout;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -700,7 +736,8 @@ absl::StatusOr<Attempt> TryHandshake(const sockaddr_in& to,
 }  // namespace
 
 absl::StatusOr<Handshake> ExchangeQueuePairInfo(
-    const std::string& host, int port, const HandshakeRequest& request,
+    const std::string& host, int port, const QueuePairInfo& info,
+    const HandshakeTarget& target, absl::string_view job_token,
     absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string where = absl::StrCat(host, ":", port);
@@ -712,21 +749,31 @@ absl::StatusOr<Handshake> ExchangeQueuePairInfo(
                            &found);
       rc != 0) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot resolve rank ", request.info.rank, "'s peer at ", where, ": ",
+        "cannot resolve rank ", target.rank, "'s handshake at ", where, ": ",
         gai_strerror(rc)));
   }
   sockaddr_in to{};
   std::memcpy(&to, found->ai_addr, sizeof(to));
   freeaddrinfo(found);
-  const std::string message = EncodeHandshakeRequest(request);
   const absl::Time start = absl::Now();
   absl::Duration backoff = kFirstBackoff;
   for (int attempts = 1;; ++attempts) {
+    // A fresh nonce per attempt: the listener refuses one it has seen.
+    ASSIGN_OR_RETURN(const uint64_t nonce, RandomNonce());
+    ASSIGN_OR_RETURN(const std::string message,
+                     EncodeHandshakeRequest(info, nonce, target, job_token));
     ASSIGN_OR_RETURN(Attempt attempt,
                      TryHandshake(to, where, message, deadline));
     if (attempt.code == 'K') {
       Handshake handshake;
-      ASSIGN_OR_RETURN(handshake.remote, DecodeQueuePairInfo(attempt.body));
+      absl::StatusOr<QueuePairInfo> remote =
+          DecodeHandshakeAnswer(attempt.body, nonce, job_token);
+      if (!remote.ok()) {
+        return absl::Status(remote.status().code(),
+                            absl::StrCat("the handshake answer from ", where,
+                                         ": ", remote.status().message()));
+      }
+      handshake.remote = *remote;
       handshake.connection = std::move(attempt.connection);
       return handshake;
     }

@@ -5,10 +5,13 @@
 // anything, and Transport::Connect() is one-sided (the peer may be doing
 // nothing but Progress()). So each transport runs a small TCP listener
 // (its address is part of Transport::address(), published through the
-// Store). Connect() sends its QueuePairInfo and the job token there; the
-// listener checks the token and the claimed rank, creates and connects the
-// peer's side and answers with its own; the caller connects its queue pair
-// and confirms. See docs/ibverbs.md, "Handshake".
+// Store). Connect() sends its QueuePairInfo there with a fresh nonce and a
+// MAC keyed with the job token over both, the listener's rank and instance
+// (admission.h); the listener verifies it, refuses a nonce it has seen, a
+// claimed rank that is not a peer or that another process holds, creates
+// and connects the peer's side and answers with its own, MAC'd over the
+// request's nonce; the caller connects its queue pair and confirms. The
+// token itself never travels. See docs/ibverbs.md, "Handshake".
 //
 // The listener serves every connection at once from one poll() loop, each
 // with its own deadline, so an idle or slow client delays nobody else. It
@@ -33,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rdma/ibverbs/admission.h"
 
 namespace rdmaflow::rdma::ibverbs {
 
@@ -84,29 +88,52 @@ std::string EncodeQueuePairInfo(const QueuePairInfo& info);
 // kInvalidArgument for a message of another size or version.
 absl::StatusOr<QueuePairInfo> DecodeQueuePairInfo(absl::string_view bytes);
 
-// What Connect() sends: its queue pair and the job token (rdma/job_token.h).
+// A request as it arrives: the queue pair, the nonce and the MAC
+// (RequestMac over the encoded info, nonce and target).
 struct HandshakeRequest {
   QueuePairInfo info;
-  std::string job_token;
+  uint64_t nonce = 0;
 };
 
-std::string EncodeHandshakeRequest(const HandshakeRequest& request);
-// kInvalidArgument for a malformed request (wrong size, version, or a token
-// longer than kMaxJobTokenBytes).
+// The request of a client with `info` and `nonce` to the listener `target`.
+// kInternal when the MAC cannot be computed.
+absl::StatusOr<std::string> EncodeHandshakeRequest(
+    const QueuePairInfo& info, uint64_t nonce, const HandshakeTarget& target,
+    absl::string_view job_token);
+// kInvalidArgument for a malformed request (wrong size or version);
+// kPermissionDenied when its MAC does not verify for `target` and the token
+// (another job, or a request meant for another listener).
 absl::StatusOr<HandshakeRequest> DecodeHandshakeRequest(
-    absl::string_view bytes);
+    absl::string_view bytes, absl::string_view job_token,
+    const HandshakeTarget& target);
+
+// The listener's answer (after its 'K'): its info and a MAC over it and the
+// request's nonce. kInternal when the MAC cannot be computed.
+absl::StatusOr<std::string> EncodeHandshakeAnswer(const QueuePairInfo& info,
+                                                  uint64_t request_nonce,
+                                                  absl::string_view job_token);
+// kInvalidArgument for a malformed answer; kPermissionDenied when its MAC
+// does not verify (another job, or an answer to another request).
+absl::StatusOr<QueuePairInfo> DecodeHandshakeAnswer(
+    absl::string_view bytes, uint64_t request_nonce,
+    absl::string_view job_token);
 
 struct BootstrapListenerOptions {
   // The IPv4 address to listen on: an address of this host (see
   // ChooseBindAddress), "127.0.0.1" in tests. "0.0.0.0" listens on every
   // interface; only do that on purpose.
   std::string bind_address = "127.0.0.1";
-  // Every request must carry it (compared in constant time).
+  // Every request must carry a MAC keyed with it (compared in constant
+  // time).
   std::string job_token;
   // Named in the log line of a refused token (never the token itself).
   std::string job_token_source;
-  // This transport's rank: a request claiming it is refused.
+  // This transport's rank: a request claiming it, or whose MAC names
+  // another target rank, is refused.
   int local_rank = 0;
+  // This listener's random id (published in the transport's address): a
+  // request whose MAC names another is refused.
+  uint64_t instance = 0;
   // Ranks are 0..world_size-1 and a request claiming another is refused.
   // 0: unknown, any non-negative rank but ours is accepted.
   int world_size = 0;
@@ -121,9 +148,15 @@ struct BootstrapListenerOptions {
   // Queue pairs created for peers that have not confirmed yet. A valid
   // request beyond it is answered "busy" and its client retries.
   int max_pending_queue_pairs = 32;
-  // Established connections (each keeps one accepted queue pair). A valid
-  // request beyond it is refused.
+  // Connections pending and established (each keeps one accepted queue
+  // pair). A valid request beyond it is refused.
   int max_connections = 4096;
+  // Connections one claimed rank may hold, pending and established (the
+  // endpoints a peer opens to us times qps_per_peer). Beyond it refused.
+  int max_connections_per_rank = 32;
+  // Nonces of verified requests remembered to refuse their replay (see
+  // AdmissionOptions).
+  size_t max_remembered_nonces = size_t{1} << 20;
 };
 
 // What a handler keeps for one accepted peer (for the transport: the peer's
@@ -146,14 +179,15 @@ struct BootstrapListenerStats {
   int handshakes = 0;           // Accepted, not yet established.
   int pending_queue_pairs = 0;  // Created, awaiting the confirmation.
   int established = 0;          // Confirmed and open.
-  int64_t refused = 0;          // Bad token, rank or message; over a cap.
+  int64_t refused = 0;          // Bad MAC, rank, nonce or message; caps.
   int64_t busy = 0;             // Answered "busy" (queue-pair cap).
   int64_t abandoned = 0;        // Deadline passed, or closed unconfirmed.
   int64_t peers_released = 0;   // AcceptedPeer objects destroyed.
 };
 
 // A TCP listener with one thread that answers handshakes with `handler`,
-// called only for requests whose token and claimed rank are valid.
+// called only for requests that PeerAdmission admitted (MAC, nonce, claimed
+// rank, claimer and caps).
 // Thread-safe; the destructor stops the thread and releases every accepted
 // peer. Refusals are logged to stderr naming the remote address and the
 // claimed rank.
@@ -183,9 +217,10 @@ class BootstrapListener {
  private:
   struct Connection;
 
-  BootstrapListener(const BootstrapListenerOptions& options, int fd,
-                    int wake_read, int wake_write, std::string bound_address,
-                    int port, Handler handler);
+  BootstrapListener(const BootstrapListenerOptions& options,
+                    PeerAdmission admission, int fd, int wake_read,
+                    int wake_write, std::string bound_address, int port,
+                    Handler handler);
   void Serve();
   // Reads what `c` sent and acts on every complete message.
   void OnReadable(Connection& c);
@@ -207,6 +242,7 @@ class BootstrapListener {
   Handler handler_;
   // Touched only by the listener thread.
   std::vector<std::unique_ptr<Connection>> connections_;
+  PeerAdmission admission_;
   BootstrapListenerStats counters_;
 
   mutable absl::Mutex mutex_;
@@ -224,15 +260,19 @@ struct Handshake {
   UniqueFd connection;
 };
 
-// Connects to `host:port`, sends `request`, returns the peer's answer and the
-// open connection. A "busy" answer is retried with a short back-off until
-// `timeout`. kUnavailable when the peer cannot be reached or does not answer
-// within `timeout`; when it refuses (wrong job token, rank out of range, no
-// queue pair), kUnavailable with its reason. Then connect the queue pair and
+// Connects to `host:port` (the listener `target`), sends `info` with a fresh
+// nonce and its MAC, returns the peer's verified answer and the open
+// connection. A "busy" answer is retried (with a new nonce) with a short
+// back-off until `timeout`. kUnavailable when the peer cannot be reached or
+// does not answer within `timeout`; when it refuses (MAC, rank, replay,
+// caps, no queue pair), kUnavailable with its reason; kPermissionDenied
+// when its answer's MAC does not verify. Then connect the queue pair and
 // call ConfirmHandshake().
 absl::StatusOr<Handshake> ExchangeQueuePairInfo(const std::string& host,
                                                 int port,
-                                                const HandshakeRequest& request,
+                                                const QueuePairInfo& info,
+                                                const HandshakeTarget& target,
+                                                absl::string_view job_token,
                                                 absl::Duration timeout);
 
 // Tells the listener that our queue pair is connected, so it keeps its side;

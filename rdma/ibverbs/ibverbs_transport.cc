@@ -30,8 +30,9 @@
 namespace rdmaflow::rdma::ibverbs {
 namespace {
 
-constexpr char kAddressMagic[] = "ibverbs1";
-constexpr char kAddressMagicCm[] = "ibverbs1cm";
+// Version 2: the listener's instance id as a sixth field.
+constexpr char kAddressMagic[] = "ibverbs2";
+constexpr char kAddressMagicCm[] = "ibverbs2cm";
 constexpr char kKeyMagic[] = "IBV1";
 constexpr int kAccess =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -139,14 +140,15 @@ absl::StatusOr<std::unique_ptr<IbverbsTransport>> IbverbsTransport::Create(
       !absl::has_single_bit(options.notify_slots) ||
       options.qps_per_peer < 1 ||
       options.qps_per_peer > kMaxQueuePairsPerPeer ||
-      options.stripe_min < kPage) {
+      options.stripe_min < kPage || options.max_endpoints_per_peer < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ibverbs options out of range: max_outstanding >= 1, signal_every >= "
         "1, ack_timeout 1..31, retry_count 0..7, receive_depth >= 1, "
         "max_pending_queue_pairs >= 1, handshake_timeout and close_timeout "
         "> 0, notify_slots a power of two in [",
         kMinNotifySlots, ", ", kMaxNotifySlots, "], qps_per_peer 1..",
-        kMaxQueuePairsPerPeer, ", stripe_min >= 4096"));
+        kMaxQueuePairsPerPeer, ", stripe_min >= 4096, max_endpoints_per_peer "
+        ">= 1"));
   }
   // The token before the device: a misconfigured job is told so even on a
   // host without RDMA.
@@ -225,6 +227,10 @@ absl::Status IbverbsTransport::Init() {
   listen.world_size = options_.world_size;
   listen.handshake_timeout = options_.handshake_timeout;
   listen.max_pending_queue_pairs = options_.max_pending_queue_pairs;
+  ASSIGN_OR_RETURN(instance_, RandomNonce());
+  listen.instance = instance_;
+  listen.max_connections_per_rank =
+      options_.max_endpoints_per_peer * options_.qps_per_peer;
   std::string host = options_.bootstrap_host;
   if (host.empty()) {
     host = bind.address == "0.0.0.0" ? default_host : bind.address;
@@ -237,6 +243,11 @@ absl::Status IbverbsTransport::Init() {
     cm.job_token = job_token_.value;
     cm.local_rank = options_.rank;
     cm.world_size = options_.world_size;
+    cm.instance = instance_;
+    cm.max_pending_queue_pairs = listen.max_pending_queue_pairs;
+    cm.max_connections = listen.max_connections;
+    cm.max_connections_per_rank = listen.max_connections_per_rank;
+    cm.max_remembered_nonces = listen.max_remembered_nonces;
     cm.rd_atomic = static_cast<uint8_t>(
         std::max(1, std::min(16, d.device_attr.max_qp_rd_atom)));
     cm.retry_count = static_cast<uint8_t>(options_.retry_count);
@@ -260,7 +271,8 @@ absl::Status IbverbsTransport::Init() {
   }
   address_ = absl::StrCat(
       options_.use_rdmacm ? kAddressMagicCm : kAddressMagic, "|",
-      options_.rank, "|", host, "|", port, "|", d.name);
+      options_.rank, "|", host, "|", port, "|", d.name, "|",
+      absl::Hex(instance_, absl::kZeroPad16));
   description_ = absl::StrCat(
       d.description, "; ", options_.use_rdmacm ? "rdmacm" : "handshake",
       " at ", host, ":", port, " (bound to ", handshake_address_,
@@ -505,7 +517,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
   int port = 0;
   const absl::string_view magic =
       options_.use_rdmacm ? kAddressMagicCm : kAddressMagic;
-  if (parts.size() == 5 &&
+  uint64_t instance = 0;
+  if (parts.size() == 6 &&
       (parts[0] == kAddressMagic || parts[0] == kAddressMagicCm) &&
       parts[0] != magic) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -515,12 +528,14 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
         options_.use_rdmacm ? "connect=rdmacm" : "connect=tcp",
         "; every rank must use the same connect= parameter"));
   }
-  if (parts.size() != 5 || parts[0] != magic ||
+  if (parts.size() != 6 || parts[0] != magic ||
       !absl::SimpleAtoi(parts[1], &rank) ||
-      !absl::SimpleAtoi(parts[3], &port) || port <= 0 || port > 65535) {
+      !absl::SimpleAtoi(parts[3], &port) || port <= 0 || port > 65535 ||
+      !absl::SimpleHexAtoi(parts[5], &instance)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the address of rank ", peer.rank,
-        " is not an ibverbs address; do all ranks use the ibverbs transport?"));
+        " is not an ibverbs address of this version; do all ranks use the "
+        "ibverbs transport of the same rdmaflow?"));
   }
   if (rank != peer.rank) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -529,7 +544,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
   std::vector<std::shared_ptr<EndpointState>> lanes;
   for (int i = 0; i < options_.qps_per_peer; ++i) {
     ASSIGN_OR_RETURN(std::shared_ptr<EndpointState> lane,
-                     ConnectLane(peer, parts[2], port, i == 0));
+                     ConnectLane(peer, parts[2], port,
+                                 HandshakeTarget{peer.rank, instance}, i == 0));
     lanes.push_back(std::move(lane));
   }
   // Nothing arrives on these queue pairs (the peer's side of them only
@@ -540,7 +556,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> IbverbsTransport::Connect(
 }
 
 absl::StatusOr<std::shared_ptr<EndpointState>> IbverbsTransport::ConnectLane(
-    const PeerInfo& peer, const std::string& host, int port, bool notifies) {
+    const PeerInfo& peer, const std::string& host, int port,
+    const HandshakeTarget& target, bool notifies) {
   const Device& d = context_->device;
   auto state = std::make_shared<EndpointState>();
   state->id = next_endpoint_id_++;
@@ -575,7 +592,8 @@ absl::StatusOr<std::shared_ptr<EndpointState>> IbverbsTransport::ConnectLane(
     ASSIGN_OR_RETURN(
         state->cm,
         CmConnection::Connect(
-            host, port, request, job_token_.value, options_.connect_timeout,
+            host, port, target, request, job_token_.value,
+            options_.connect_timeout,
             [&](rdma_cm_id* id) -> absl::StatusOr<ibv_qp*> {
               // The route must lead out of our own device.
               RETURN_IF_ERROR(CheckCmDevice(id, peer.rank));
@@ -602,8 +620,7 @@ absl::StatusOr<std::shared_ptr<EndpointState>> IbverbsTransport::ConnectLane(
     const absl::Time deadline = absl::Now() + options_.connect_timeout;
     ASSIGN_OR_RETURN(
         Handshake handshake,
-        ExchangeQueuePairInfo(host, port,
-                              HandshakeRequest{local, job_token_.value},
+        ExchangeQueuePairInfo(host, port, local, target, job_token_.value,
                               options_.connect_timeout));
     if (handshake.remote.rank != peer.rank) {
       return absl::UnavailableError(absl::StrCat(
@@ -1287,7 +1304,8 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
             {"device", "port", "gid_index", "bootstrap_host", "bind_address",
              "world_size", "max_outstanding", "signal_every", "max_inline",
              "ack_timeout", "retry_count", "notify", "notify_slots",
-             "events", "qps_per_peer", "stripe_min", "connect"}));
+             "events", "qps_per_peer", "stripe_min", "connect",
+             "max_endpoints_per_peer"}));
         IbverbsTransportOptions options;
         options.rank = config.rank;
         for (const auto& [key, value] : config.params) {
@@ -1353,6 +1371,10 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
             }
             if (key == "ack_timeout") set(options.ack_timeout);
             if (key == "retry_count") set(options.retry_count);
+            if (key == "max_endpoints_per_peer") {
+              set(options.max_endpoints_per_peer);
+              ok = ok && number >= 1;
+            }
           }
           if (!ok) {
             return absl::InvalidArgumentError(absl::StrCat(

@@ -123,6 +123,11 @@ struct IbverbsTransportOptions {
   // notifications of the endpoint wait behind it, so they keep their order.
   int qps_per_peer = 1;
   uint64_t stripe_min = uint64_t{256} << 10;
+  // Endpoints one peer may hold to this transport at once (several
+  // components each open their own; a 2-member ring opens two). The
+  // listener refuses a claimed rank's connection beyond
+  // max_endpoints_per_peer * qps_per_peer (docs/security.md).
+  int max_endpoints_per_peer = 32;
   // Connect queue pairs through the RDMA connection manager (rdmacm.h)
   // instead of the TCP handshake: the listener is an rdmacm listener on the
   // bind address (which must be the device interface's), peers' deaths are
@@ -234,10 +239,12 @@ class IbverbsTransport final : public Transport {
   void PostReservedNotification(EndpointState& state, uint32_t value,
                                 std::optional<NotifyRingWriter::Next> record,
                                 Completion done);
-  // One queue pair and its handshake towards `peer` at host:port; `notifies`:
-  // it carries the endpoint's notifications (may take flags).
+  // One queue pair and its handshake towards `peer` at host:port (the
+  // listener `target`); `notifies`: it carries the endpoint's notifications
+  // (may take flags).
   absl::StatusOr<std::shared_ptr<EndpointState>> ConnectLane(
-      const PeerInfo& peer, const std::string& host, int port, bool notifies);
+      const PeerInfo& peer, const std::string& host, int port,
+      const HandshakeTarget& target, bool notifies);
   // Posts `count` linked work requests with one ibv_post_send; `done` rides
   // on the last. Signals the last when the queue was idle (so a lone
   // operation needs no marker) or `force_signal`, and any whose unsignaled
@@ -318,6 +325,9 @@ class IbverbsTransport final : public Transport {
   // 64 readable bytes (the peers' marker target) and 64 scratch bytes.
   MemoryRegion marker_;
   const JobToken job_token_;
+  // The listener's random id, published in address(): a handshake MAC'd
+  // for an earlier process at the same address does not verify here.
+  uint64_t instance_ = 0;
   std::string address_;
   std::string handshake_address_;
   std::string description_;
@@ -358,7 +368,7 @@ class IbverbsTransport final : public Transport {
 // bootstrap_host, bind_address, world_size, max_outstanding, signal_every,
 // max_inline, ack_timeout, retry_count, notify (flag|imm), notify_slots,
 // events (0|1: completion_events), qps_per_peer, stripe_min, connect
-// (tcp|rdmacm).
+// (tcp|rdmacm), max_endpoints_per_peer.
 // The job token comes from the environment.
 absl::Status RegisterIbverbsTransport(TransportRegistry& registry);
 

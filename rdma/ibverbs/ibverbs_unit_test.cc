@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -79,6 +80,7 @@ TEST(BootstrapTest, QueuePairInfoRoundTrips) {
 }
 
 constexpr char kToken[] = "job-secret";
+constexpr uint64_t kInstance = 0x1157ab1e;
 
 // A listener for rank 1 of 4 on loopback, token kToken.
 BootstrapListenerOptions TestOptions() {
@@ -87,12 +89,20 @@ BootstrapListenerOptions TestOptions() {
   options.job_token = kToken;
   options.job_token_source = "the test";
   options.local_rank = 1;
+  options.instance = kInstance;
   options.world_size = 4;
   return options;
 }
 
-HandshakeRequest Request(int rank, std::string token = kToken) {
-  return HandshakeRequest{SampleInfo(rank), std::move(token)};
+// The listener of TestOptions().
+HandshakeTarget Target() { return HandshakeTarget{1, kInstance}; }
+
+// A handshake claiming `rank` with the listener on 127.0.0.1:`port`.
+absl::StatusOr<Handshake> Exchange(int port, int rank, absl::Duration timeout,
+                                   const std::string& token = kToken,
+                                   const HandshakeTarget& target = Target()) {
+  return ExchangeQueuePairInfo("127.0.0.1", port, SampleInfo(rank), target,
+                               token, timeout);
 }
 
 // Counts events and lets a test wait for them, with a deadline.
@@ -190,22 +200,50 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-TEST(BootstrapTest, HandshakeRequestsRoundTripWithTheirToken) {
+// Finding 9 of issue 41: the request's MAC covers a fresh nonce and the
+// target listener (rank and instance), and the token itself never travels;
+// the answer's MAC covers the request's nonce.
+TEST(BootstrapTest, HandshakeRequestsAreMacdOverTheirNonceAndTarget) {
+  ASSERT_OK_AND_ASSIGN(const std::string bytes,
+                       EncodeHandshakeRequest(SampleInfo(2), 0x5eed, Target(),
+                                              kToken));
+  EXPECT_EQ(bytes.find(kToken), std::string::npos) << "the token travels";
   ASSERT_OK_AND_ASSIGN(HandshakeRequest decoded,
-                       DecodeHandshakeRequest(EncodeHandshakeRequest(
-                           Request(2, "tok\0en"))));
+                       DecodeHandshakeRequest(bytes, kToken, Target()));
   ExpectSame(decoded.info, SampleInfo(2));
-  EXPECT_EQ(decoded.job_token, "tok");  // A C string: up to the NUL.
-  const std::string bytes = EncodeHandshakeRequest(Request(2));
-  ASSERT_OK_AND_ASSIGN(decoded, DecodeHandshakeRequest(bytes));
-  EXPECT_EQ(decoded.job_token, kToken);
-  // Truncated, extended, or a token length that does not match.
-  EXPECT_THAT(DecodeHandshakeRequest(bytes.substr(0, bytes.size() - 1)),
+  EXPECT_EQ(decoded.nonce, 0x5eedu);
+  // Another job, another target rank, another process at the address.
+  EXPECT_THAT(DecodeHandshakeRequest(bytes, "job-other", Target()),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("job token does not verify")));
+  EXPECT_THAT(DecodeHandshakeRequest(bytes, kToken, HandshakeTarget{3, kInstance}),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(DecodeHandshakeRequest(bytes, kToken, HandshakeTarget{1, kInstance + 1}),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  // The nonce is covered: a replayer cannot make a captured request new.
+  std::string renonced = bytes;
+  renonced[renonced.size() - kHandshakeMacBytes - 1] ^= 1;
+  EXPECT_THAT(DecodeHandshakeRequest(renonced, kToken, Target()),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  // Truncated, extended, or the previous version (info and a clear token).
+  EXPECT_THAT(DecodeHandshakeRequest(bytes.substr(0, bytes.size() - 1), kToken,
+                                     Target()),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(DecodeHandshakeRequest(bytes + "x"),
+  EXPECT_THAT(DecodeHandshakeRequest(bytes + "x", kToken, Target()),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(DecodeHandshakeRequest(EncodeQueuePairInfo(SampleInfo(2))),
+  EXPECT_THAT(DecodeHandshakeRequest(EncodeQueuePairInfo(SampleInfo(2)),
+                                     kToken, Target()),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  // An answer verifies only for the request it answers.
+  ASSERT_OK_AND_ASSIGN(const std::string answer,
+                       EncodeHandshakeAnswer(SampleInfo(1), 0x5eed, kToken));
+  ASSERT_OK_AND_ASSIGN(QueuePairInfo remote,
+                       DecodeHandshakeAnswer(answer, 0x5eed, kToken));
+  ExpectSame(remote, SampleInfo(1));
+  EXPECT_THAT(DecodeHandshakeAnswer(answer, 0x5eee, kToken),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(DecodeHandshakeAnswer(answer, 0x5eed, "job-other"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
 }
 
 TEST(BootstrapTest, HandshakeExchangesInfoAndKeepsTheConnection) {
@@ -219,8 +257,7 @@ TEST(BootstrapTest, HandshakeExchangesInfoAndKeepsTheConnection) {
             return Accepted{SampleInfo(1), nullptr};
           }));
   ASSERT_OK_AND_ASSIGN(Handshake handshake,
-                       ExchangeQueuePairInfo("127.0.0.1", listener->port(),
-                                             Request(0), absl::Seconds(5)));
+                       Exchange(listener->port(), 0, absl::Seconds(5)));
   ExpectSame(handshake.remote, SampleInfo(1));
   EXPECT_EQ(calls.load(), 1);
   ASSERT_OK(ConfirmHandshake(handshake, absl::Seconds(5)));
@@ -241,8 +278,7 @@ TEST(BootstrapTest, RefusedHandshakeCarriesThePeersReason) {
         return absl::StatusOr<Accepted>(
             absl::ResourceExhaustedError("no more QPs"));
       }));
-  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(0),
-                                    absl::Seconds(5)),
+  EXPECT_THAT(Exchange(listener->port(), 0, absl::Seconds(5)),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("refused the connection: no more QPs")));
 }
@@ -257,8 +293,7 @@ TEST(BootstrapTest, UnreachablePeerIsUnavailable) {
   ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   close(fd);
-  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", ntohs(addr.sin_port),
-                                    Request(0), absl::Seconds(2)),
+  EXPECT_THAT(Exchange(ntohs(addr.sin_port), 0, absl::Seconds(2)),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("handshake with 127.0.0.1")));
 }
@@ -268,14 +303,12 @@ TEST(BootstrapTest, WrongOrMissingTokenIsRefusedAndTheListenerKeepsServing) {
   ASSERT_OK_AND_ASSIGN(
       auto listener, BootstrapListener::Start(
                          TestOptions(), CountingHandler(&calls, &released)));
-  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(),
-                                    Request(0, "job-secreT"), absl::Seconds(5)),
+  EXPECT_THAT(Exchange(listener->port(), 0, absl::Seconds(5), "job-secreT"),
               StatusIs(absl::StatusCode::kUnavailable,
-                       HasSubstr("wrong job token")));
-  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(),
-                                    Request(0, ""), absl::Seconds(5)),
+                       HasSubstr("job token does not verify")));
+  EXPECT_THAT(Exchange(listener->port(), 0, absl::Seconds(5), ""),
               StatusIs(absl::StatusCode::kUnavailable,
-                       HasSubstr("no job token")));
+                       HasSubstr("job token does not verify")));
   // A client of another protocol (here: the previous version's request,
   // without a token).
   {
@@ -295,8 +328,7 @@ TEST(BootstrapTest, WrongOrMissingTokenIsRefusedAndTheListenerKeepsServing) {
       absl::Seconds(10)));
   // The right token still gets through.
   ASSERT_OK_AND_ASSIGN(Handshake handshake,
-                       ExchangeQueuePairInfo("127.0.0.1", listener->port(),
-                                             Request(0), absl::Seconds(5)));
+                       Exchange(listener->port(), 0, absl::Seconds(5)));
   ExpectSame(handshake.remote, SampleInfo(1));
   EXPECT_EQ(calls.count(), 1);
 }
@@ -307,21 +339,17 @@ TEST(BootstrapTest, ClaimedRanksOutsideTheJobOrOursAreRefused) {
       auto listener, BootstrapListener::Start(
                          TestOptions(), CountingHandler(&calls, &released)));
   const int port = listener->port();
-  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", port, Request(4),
-                                    absl::Seconds(5)),
+  EXPECT_THAT(Exchange(port, 4, absl::Seconds(5)),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("rank 4 is outside the job's ranks 0..3")));
-  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", port, Request(-1),
-                                    absl::Seconds(5)),
+  EXPECT_THAT(Exchange(port, -1, absl::Seconds(5)),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("outside the job's ranks")));
-  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", port, Request(1),
-                                    absl::Seconds(5)),
+  EXPECT_THAT(Exchange(port, 1, absl::Seconds(5)),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("this listener's own rank")));
   EXPECT_EQ(calls.count(), 0);
-  EXPECT_OK(ExchangeQueuePairInfo("127.0.0.1", port, Request(3),
-                                  absl::Seconds(5)));
+  EXPECT_OK(Exchange(port, 3, absl::Seconds(5)));
   EXPECT_EQ(calls.count(), 1);
 
   // World size unknown: any rank but ours, not negative.
@@ -329,14 +357,115 @@ TEST(BootstrapTest, ClaimedRanksOutsideTheJobOrOursAreRefused) {
   options.world_size = 0;
   ASSERT_OK_AND_ASSIGN(listener, BootstrapListener::Start(
                                      options, CountingHandler(&calls, &released)));
-  EXPECT_OK(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(100),
-                                  absl::Seconds(5)));
-  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(-5),
-                                    absl::Seconds(5)),
+  EXPECT_OK(Exchange(listener->port(), 100, absl::Seconds(5)));
+  EXPECT_THAT(Exchange(listener->port(), -5, absl::Seconds(5)),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("negative")));
-  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(1),
-                                    absl::Seconds(5)),
+  EXPECT_THAT(Exchange(listener->port(), 1, absl::Seconds(5)),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("own rank")));
+}
+
+// Sends one framed `body` on `fd` and returns the framed answer's body
+// (empty if none came within 10 s).
+std::string SendFramed(int fd, const std::string& body) {
+  const uint32_t size = body.size();
+  std::string frame(reinterpret_cast<const char*>(&size), 4);
+  frame += body;
+  EXPECT_EQ(send(fd, frame.data(), frame.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(frame.size()));
+  std::string in;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    if (in.size() >= 4) {
+      uint32_t want = 0;
+      std::memcpy(&want, in.data(), 4);
+      if (in.size() >= 4 + want) return in.substr(4, want);
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buffer[512];
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n <= 0) break;
+    in.append(buffer, n);
+  }
+  return "";
+}
+
+// Finding 9 of issue 41: a captured request, sent again, is refused, even
+// after the connection it made is gone; so is one aimed at another rank.
+TEST(BootstrapTest, AReplayedRequestIsRefused) {
+  Counter calls, released;
+  ASSERT_OK_AND_ASSIGN(
+      auto listener, BootstrapListener::Start(
+                         TestOptions(), CountingHandler(&calls, &released)));
+  ASSERT_OK_AND_ASSIGN(const std::string captured,
+                       EncodeHandshakeRequest(SampleInfo(0), 0xc0ffee,
+                                              Target(), kToken));
+  {
+    UniqueFd first = ConnectRaw(listener->port());
+    const std::string reply = SendFramed(first.get(), captured);
+    ASSERT_FALSE(reply.empty());
+    EXPECT_EQ(reply[0], 'K');
+    ASSERT_OK(DecodeHandshakeAnswer(reply.substr(1), 0xc0ffee, kToken));
+  }  // Closed unconfirmed: the listener frees its queue pair.
+  ASSERT_TRUE(released.WaitFor(1, absl::Seconds(30)));
+  UniqueFd replay = ConnectRaw(listener->port());
+  const std::string reply = SendFramed(replay.get(), captured);
+  ASSERT_FALSE(reply.empty());
+  EXPECT_EQ(reply[0], 'E');
+  EXPECT_THAT(reply, HasSubstr("replayed"));
+  // A request MAC'd for rank 2's listener (same token) does not verify here.
+  ASSERT_OK_AND_ASSIGN(const std::string elsewhere,
+                       EncodeHandshakeRequest(SampleInfo(0), 0xbeef,
+                                              HandshakeTarget{2, kInstance},
+                                              kToken));
+  UniqueFd misdirected = ConnectRaw(listener->port());
+  EXPECT_THAT(SendFramed(misdirected.get(), elsewhere),
+              HasSubstr("job token does not verify"));
+  EXPECT_EQ(calls.count(), 1);
+}
+
+// Finding 9 of issue 41: while rank 0 holds connections from one process,
+// another process claiming rank 0 is refused naming the rank; the holder
+// may open up to max_connections_per_rank; once its connections close, a
+// restarted process connects.
+TEST(BootstrapTest, TwoProcessesCannotHoldOneRank) {
+  Counter calls, released;
+  BootstrapListenerOptions options = TestOptions();
+  options.max_connections_per_rank = 2;
+  ASSERT_OK_AND_ASSIGN(auto listener,
+                       BootstrapListener::Start(
+                           options, CountingHandler(&calls, &released)));
+  const int port = listener->port();
+  QueuePairInfo first_process = SampleInfo(0);
+  QueuePairInfo second_process = SampleInfo(0);
+  second_process.marker_address += 0x10000;  // Its own marker region.
+  auto exchange = [&](const QueuePairInfo& info) {
+    return ExchangeQueuePairInfo("127.0.0.1", port, info, Target(), kToken,
+                                 absl::Seconds(5));
+  };
+  ASSERT_OK_AND_ASSIGN(Handshake a, exchange(first_process));
+  ASSERT_OK(ConfirmHandshake(a, absl::Seconds(5)));
+  EXPECT_THAT(exchange(second_process),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("two processes claim rank 0")));
+  ASSERT_OK_AND_ASSIGN(Handshake b, exchange(first_process));
+  ASSERT_OK(ConfirmHandshake(b, absl::Seconds(5)));
+  EXPECT_THAT(exchange(first_process),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("rank 0 already holds its 2 connections")));
+  EXPECT_EQ(calls.count(), 2);
+  // The first process dies: its connections close, and the restarted one
+  // takes rank 0 (retrying while the listener notices the closes).
+  a.connection = UniqueFd();
+  b.connection = UniqueFd();
+  ASSERT_TRUE(released.WaitFor(2, absl::Seconds(30)));
+  absl::StatusOr<Handshake> restarted = exchange(second_process);
+  for (int i = 0; i < 100 && !restarted.ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    restarted = exchange(second_process);
+  }
+  ASSERT_OK(restarted.status());
+  EXPECT_EQ(calls.count(), 3);
 }
 
 TEST(BootstrapTest, AnIdleClientDoesNotStallOthers) {
@@ -354,8 +483,7 @@ TEST(BootstrapTest, AnIdleClientDoesNotStallOthers) {
   // Both are accepted and waiting; a third completes the whole handshake
   // meanwhile (the listener's deadline for them is 10 s, this client's 5 s).
   ASSERT_OK_AND_ASSIGN(Handshake handshake,
-                       ExchangeQueuePairInfo("127.0.0.1", listener->port(),
-                                             Request(0), absl::Seconds(5)));
+                       Exchange(listener->port(), 0, absl::Seconds(5)));
   ASSERT_OK(ConfirmHandshake(handshake, absl::Seconds(5)));
   EXPECT_TRUE(listener->WaitForStats(
       [](const BootstrapListenerStats& s) { return s.established == 1; },
@@ -377,8 +505,7 @@ TEST(BootstrapTest, AbandonedHandshakesFreeTheirQueuePair) {
                            options, CountingHandler(&calls, &released)));
   // Gets its answer (a queue pair is created for it), never confirms.
   ASSERT_OK_AND_ASSIGN(Handshake abandoned,
-                       ExchangeQueuePairInfo("127.0.0.1", listener->port(),
-                                             Request(0), absl::Seconds(5)));
+                       Exchange(listener->port(), 0, absl::Seconds(5)));
   EXPECT_EQ(calls.count(), 1);
   // At its deadline the listener frees the queue pair and closes.
   ASSERT_TRUE(released.WaitFor(1, absl::Seconds(30)));
@@ -392,14 +519,12 @@ TEST(BootstrapTest, AbandonedHandshakesFreeTheirQueuePair) {
   // A peer that closes before confirming frees its queue pair too.
   {
     ASSERT_OK_AND_ASSIGN(Handshake gone,
-                         ExchangeQueuePairInfo("127.0.0.1", listener->port(),
-                                               Request(2), absl::Seconds(5)));
+                         Exchange(listener->port(), 2, absl::Seconds(5)));
   }
   ASSERT_TRUE(released.WaitFor(2, absl::Seconds(30)));
   // The cap (1) is free again: the next peer connects and stays.
   ASSERT_OK_AND_ASSIGN(Handshake kept,
-                       ExchangeQueuePairInfo("127.0.0.1", listener->port(),
-                                             Request(3), absl::Seconds(5)));
+                       Exchange(listener->port(), 3, absl::Seconds(5)));
   ASSERT_OK(ConfirmHandshake(kept, absl::Seconds(5)));
   EXPECT_TRUE(listener->WaitForStats(
       [](const BootstrapListenerStats& s) { return s.established == 1; },
@@ -422,20 +547,17 @@ TEST(BootstrapTest, PendingQueuePairsAreCappedAndBusyClientsRetry) {
                        BootstrapListener::Start(
                            options, CountingHandler(&calls, &released)));
   ASSERT_OK_AND_ASSIGN(Handshake first,
-                       ExchangeQueuePairInfo("127.0.0.1", listener->port(),
-                                             Request(0), absl::Seconds(5)));
+                       Exchange(listener->port(), 0, absl::Seconds(5)));
   // The only slot is taken until `first` confirms (its deadline is 10 s):
   // this client retries, then gives up saying why.
-  EXPECT_THAT(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(2),
-                                    absl::Milliseconds(300)),
+  EXPECT_THAT(Exchange(listener->port(), 2, absl::Milliseconds(300)),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("stayed busy")));
   EXPECT_EQ(calls.count(), 1);
   EXPECT_GE(listener->stats().busy, 1);
   ASSERT_OK(ConfirmHandshake(first, absl::Seconds(5)));
   // Now it gets through (retrying while the confirmation is processed).
-  ASSERT_OK(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(2),
-                                  absl::Seconds(10)));
+  ASSERT_OK(Exchange(listener->port(), 2, absl::Seconds(10)));
   EXPECT_EQ(calls.count(), 2);
 }
 
@@ -454,8 +576,7 @@ TEST(BootstrapTest, ListenerBindsTheInterfaceThatReachesMasterAddr) {
         return absl::StatusOr<Accepted>(Accepted{SampleInfo(1), nullptr});
       }));
   EXPECT_EQ(listener->bound_address(), "127.0.0.1");
-  EXPECT_OK(ExchangeQueuePairInfo("127.0.0.1", listener->port(), Request(0),
-                                  absl::Seconds(5)));
+  EXPECT_OK(Exchange(listener->port(), 0, absl::Seconds(5)));
 }
 
 TEST(BootstrapTest, BindAddressPrecedence) {
@@ -491,40 +612,143 @@ TEST(BootstrapTest, BindAddressPrecedence) {
                        HasSubstr("RDMAFLOW_BIND_ADDR")));
 }
 
-TEST(RdmaCmTest, PrivateDataRoundTripsAndAForeignOrForgedOneIsRefused) {
+// Finding 9 of issue 41: the request (56 bytes, all an RC connect request
+// carries) has a nonce, and its MAC covers it and the target listener; the
+// answer's MAC covers the request's nonce.
+TEST(RdmaCmTest, PrivateDataIsMacdOverItsNonceAndTargetAndForgeriesAreRefused) {
   CmPeerInfo info;
   info.rank = 5;
   info.marker_address = 0x7f0000001000;
   info.marker_rkey = 0x1234;
   info.notify_address = 0x7f0000002000;
   info.notify_rkey = 0x5678;
-  ASSERT_OK_AND_ASSIGN(const std::string request, EncodeCmPeerInfo(info, true, "job-a"));
-  EXPECT_LE(request.size(), 56u) << "an RC connect request carries 56 bytes";
-  ASSERT_OK_AND_ASSIGN(CmPeerInfo decoded,
-                       DecodeCmPeerInfo(request, true, "job-a"));
-  EXPECT_EQ(decoded.rank, 5);
-  EXPECT_EQ(decoded.marker_address, info.marker_address);
-  EXPECT_EQ(decoded.marker_rkey, info.marker_rkey);
-  EXPECT_EQ(decoded.notify_address, info.notify_address);
-  EXPECT_EQ(decoded.notify_rkey, info.notify_rkey);
+  const HandshakeTarget target{2, kInstance};
+  ASSERT_OK_AND_ASSIGN(const std::string request,
+                       EncodeCmRequest(info, 0xfeed, target, "job-a"));
+  EXPECT_EQ(request.size(), 56u) << "an RC connect request carries 56 bytes";
+  ASSERT_OK_AND_ASSIGN(CmRequest decoded,
+                       DecodeCmRequest(request, "job-a", target));
+  EXPECT_EQ(decoded.info.rank, 5);
+  EXPECT_EQ(decoded.nonce, 0xfeedu);
+  EXPECT_EQ(decoded.info.marker_address, info.marker_address);
+  EXPECT_EQ(decoded.info.marker_rkey, info.marker_rkey);
+  EXPECT_EQ(decoded.info.notify_address, info.notify_address);
+  EXPECT_EQ(decoded.info.notify_rkey, info.notify_rkey);
   // The connection manager pads private data with zeros.
-  EXPECT_OK(DecodeCmPeerInfo(request + std::string(8, '\0'), true, "job-a"));
-  EXPECT_THAT(DecodeCmPeerInfo(request, true, "job-b"),
+  EXPECT_OK(DecodeCmRequest(request + std::string(8, '\0'), "job-a", target));
+  EXPECT_THAT(DecodeCmRequest(request, "job-b", target),
               StatusIs(absl::StatusCode::kPermissionDenied,
                        HasSubstr("job token does not verify")));
+  // Aimed at another rank, or at an earlier process at the same address.
+  EXPECT_THAT(DecodeCmRequest(request, "job-a", HandshakeTarget{3, kInstance}),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(DecodeCmRequest(request, "job-a", HandshakeTarget{2, 7}),
+              StatusIs(absl::StatusCode::kPermissionDenied));
   std::string forged = request;
   forged[4] ^= 1;  // Another claimed rank, the MAC left as it was.
-  EXPECT_THAT(DecodeCmPeerInfo(forged, true, "job-a"),
+  EXPECT_THAT(DecodeCmRequest(forged, "job-a", target),
               StatusIs(absl::StatusCode::kPermissionDenied));
-  EXPECT_THAT(DecodeCmPeerInfo(request.substr(0, 20), true, "job-a"),
+  forged = request;
+  forged[32] ^= 1;  // Another nonce (bytes 32..39), the MAC left as it was.
+  EXPECT_THAT(DecodeCmRequest(forged, "job-a", target),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(DecodeCmRequest(request.substr(0, 20), "job-a", target),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(DecodeCmPeerInfo(request, false, "job-a"),
+  EXPECT_THAT(DecodeCmAnswer(request, 0xfeed, "job-a"),
               StatusIs(absl::StatusCode::kInvalidArgument))
       << "a request is not an answer";
   info.notify_slots = 256;
-  ASSERT_OK_AND_ASSIGN(const std::string answer_bytes, EncodeCmPeerInfo(info, false, "job-a"));
-  ASSERT_OK_AND_ASSIGN(CmPeerInfo answer, DecodeCmPeerInfo(answer_bytes, false, "job-a"));
+  ASSERT_OK_AND_ASSIGN(const std::string answer_bytes,
+                       EncodeCmAnswer(info, 0xfeed, "job-a"));
+  ASSERT_OK_AND_ASSIGN(CmPeerInfo answer,
+                       DecodeCmAnswer(answer_bytes, 0xfeed, "job-a"));
   EXPECT_EQ(answer.notify_slots, 256u);
+  // An answer captured for one request does not verify for another.
+  EXPECT_THAT(DecodeCmAnswer(answer_bytes, 0xfeee, "job-a"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+}
+
+// The rules both listeners apply (the rdmacm listener needs a device, so
+// this is where its admission is proven): replayed nonces, a rank claimed
+// by two processes, the caps, and slots freed on teardown.
+TEST(AdmissionTest, ReplaysAreRefusedWithinABoundedMemory) {
+  AdmissionOptions options;
+  options.local_rank = 1;
+  options.world_size = 4;
+  options.max_remembered_nonces = 3;
+  ASSERT_OK_AND_ASSIGN(PeerAdmission admission, PeerAdmission::Create(options));
+  ASSERT_OK(admission.Admit(Claim{0, 10, "a"}));
+  admission.Release(0, false);
+  // Refused even after its connection is gone, and whatever it claims.
+  EXPECT_THAT(admission.Admit(Claim{0, 10, "a"}),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("replayed")));
+  EXPECT_THAT(admission.Admit(Claim{2, 10, "b"}),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  // A refused request's nonce is remembered too (else replayable later).
+  EXPECT_THAT(admission.Admit(Claim{1, 11, "a"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("own rank")));
+  EXPECT_THAT(admission.Admit(Claim{0, 11, "a"}),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  // The memory is bounded: the oldest nonce is forgotten first.
+  ASSERT_OK(admission.Admit(Claim{0, 12, "a"}));
+  ASSERT_OK(admission.Admit(Claim{0, 13, "a"}));
+  EXPECT_EQ(admission.remembered_nonces(), 3u);
+  EXPECT_THAT(admission.Admit(Claim{0, 13, "a"}),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_OK(admission.Admit(Claim{0, 10, "a"})) << "forgotten: the bound";
+}
+
+TEST(AdmissionTest, ARankIsBoundToOneClaimerWhileItHoldsConnections) {
+  AdmissionOptions options;
+  options.local_rank = 1;
+  options.world_size = 4;
+  options.max_connections_per_rank = 2;  // E.g. 1 endpoint x 2 queue pairs.
+  ASSERT_OK_AND_ASSIGN(PeerAdmission admission, PeerAdmission::Create(options));
+  uint64_t nonce = 0;
+  ASSERT_OK(admission.Admit(Claim{0, ++nonce, "10.0.0.1 (marker A)"}));
+  admission.Established(0);
+  // Another process claiming rank 0 meanwhile is refused, naming the rank.
+  EXPECT_THAT(admission.Admit(Claim{0, ++nonce, "10.0.0.9 (marker B)"}),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("two processes claim rank 0")));
+  // The holder's own second queue pair is fine; a third is over the cap.
+  ASSERT_OK(admission.Admit(Claim{0, ++nonce, "10.0.0.1 (marker A)"}));
+  EXPECT_THAT(admission.Admit(Claim{0, ++nonce, "10.0.0.1 (marker A)"}),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("rank 0 already holds its 2 connections")));
+  EXPECT_EQ(admission.connections_of(0), 2);
+  // Other ranks are independent.
+  ASSERT_OK(admission.Admit(Claim{2, ++nonce, "10.0.0.2 (marker C)"}));
+  // Once rank 0's connections are torn down, a restarted process claims it.
+  admission.Release(0, true);
+  admission.Release(0, false);
+  EXPECT_EQ(admission.connections_of(0), 0);
+  ASSERT_OK(admission.Admit(Claim{0, ++nonce, "10.0.0.9 (marker B)"}));
+  EXPECT_EQ(admission.connections(), 2);
+}
+
+TEST(AdmissionTest, PendingAndTotalConnectionsAreCapped) {
+  AdmissionOptions options;
+  options.local_rank = 0;
+  options.world_size = 0;
+  options.max_pending = 1;
+  options.max_connections = 2;
+  ASSERT_OK_AND_ASSIGN(PeerAdmission admission, PeerAdmission::Create(options));
+  ASSERT_OK(admission.Admit(Claim{1, 1, "a"}));
+  EXPECT_THAT(admission.Admit(Claim{2, 2, "b"}),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("retry")));
+  admission.Established(1);
+  ASSERT_OK(admission.Admit(Claim{2, 3, "b"}));
+  admission.Established(2);
+  EXPECT_THAT(admission.Admit(Claim{3, 4, "c"}),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("at most 2")));
+  admission.Release(1, true);
+  EXPECT_OK(admission.Admit(Claim{3, 5, "c"}));
+  options.max_pending = 0;
+  EXPECT_THAT(PeerAdmission::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(KeyTest, PackedKeysRoundTripAndForeignOnesAreRejected) {

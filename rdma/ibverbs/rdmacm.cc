@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rdma/ibverbs/ibverbs_status.h"
@@ -23,19 +23,24 @@ namespace {
 using wire::Get;
 using wire::Put;
 
-constexpr uint32_t kRequestMagic = 0x31434652;  // "RFC1"
-constexpr uint32_t kAnswerMagic = 0x31414652;   // "RFA1"
-constexpr size_t kMacBytes = 24;
-constexpr size_t kRequestFields = 4 + 4 + 8 + 4 + 8 + 4;
-constexpr size_t kAnswerFields = kRequestFields + 4;
-// What a connect request's private data can carry on RC (IB CM REQ).
-static_assert(kRequestFields + kMacBytes <= 56);
+// Version 2: a nonce, the target in the request's MAC, the request's nonce
+// in the answer's.
+constexpr uint32_t kRequestMagic = 0x32434652;  // "RFC2"
+constexpr uint32_t kAnswerMagic = 0x32414652;   // "RFA2"
+constexpr char kRequestLabel[] = "rdmaflow-cm-request";
+constexpr char kAnswerLabel[] = "rdmaflow-cm-answer";
+// Magic, rank, marker region, credit word, nonce.
+constexpr size_t kRequestFields = 4 + 4 + 8 + 4 + 8 + 4 + 8;
+// Magic, rank, marker region, ring.
+constexpr size_t kAnswerFields = 4 + 4 + 8 + 4 + 8 + 4 + 4;
+// What a connect request's private data can carry on RC (IB CM REQ: 92
+// bytes less the connection manager's 36-byte header).
+static_assert(kRequestFields + kHandshakeMacBytes == 56);
 constexpr int kBacklog = 64;
-
-absl::StatusOr<std::string> Mac(absl::string_view token, absl::string_view fields) {
-  ASSIGN_OR_RETURN(std::string proof, JobTokenProof(token, fields));
-  return absl::HexStringToBytes(proof).substr(0, kMacBytes);
-}
+// A refusal the client retries (the pending cap), as the TCP 'B' answer.
+constexpr char kBusyPrefix[] = "busy: ";
+constexpr absl::Duration kFirstBackoff = absl::Milliseconds(5);
+constexpr absl::Duration kMaxBackoff = absl::Milliseconds(200);
 
 absl::Status CmError(int err, absl::string_view what) {
   return VerbsError(err, what);
@@ -94,49 +99,96 @@ absl::StatusOr<sockaddr_in> Ipv4(const std::string& host, int port) {
 
 }  // namespace
 
-absl::StatusOr<std::string> EncodeCmPeerInfo(const CmPeerInfo& info, bool request,
-                                             absl::string_view job_token) {
+absl::StatusOr<std::string> EncodeCmRequest(const CmPeerInfo& info,
+                                            uint64_t nonce,
+                                            const HandshakeTarget& target,
+                                            absl::string_view job_token) {
   std::string out;
-  Put<uint32_t>(out, request ? kRequestMagic : kAnswerMagic);
+  Put<uint32_t>(out, kRequestMagic);
   Put<int32_t>(out, info.rank);
   Put<uint64_t>(out, info.marker_address);
   Put<uint32_t>(out, info.marker_rkey);
   Put<uint64_t>(out, info.notify_address);
   Put<uint32_t>(out, info.notify_rkey);
-  if (!request) Put<uint32_t>(out, info.notify_slots);
-  ASSIGN_OR_RETURN(std::string mac, Mac(job_token, out));
+  Put<uint64_t>(out, nonce);
+  ASSIGN_OR_RETURN(const std::string mac,
+                   RequestMac(job_token, kRequestLabel, out, nonce, target));
   out += mac;
   return out;
 }
 
-absl::StatusOr<CmPeerInfo> DecodeCmPeerInfo(absl::string_view bytes,
-                                            bool request,
-                                            absl::string_view job_token) {
-  const size_t fields = request ? kRequestFields : kAnswerFields;
+absl::StatusOr<CmRequest> DecodeCmRequest(absl::string_view bytes,
+                                          absl::string_view job_token,
+                                          const HandshakeTarget& target) {
   // The connection manager pads private data with zeros: longer is fine.
-  if (bytes.size() < fields + kMacBytes) {
+  if (bytes.size() < kRequestFields + kHandshakeMacBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "rdmacm private data of ", bytes.size(), " bytes, expected ",
-        fields + kMacBytes));
+        "rdmacm request of ", bytes.size(), " bytes, expected ",
+        kRequestFields + kHandshakeMacBytes));
   }
   const char* in = bytes.data();
-  if (Get<uint32_t>(in) != (request ? kRequestMagic : kAnswerMagic)) {
+  if (Get<uint32_t>(in) != kRequestMagic) {
     return absl::InvalidArgumentError(
-        "rdmacm private data of another protocol or version");
+        "rdmacm request of another protocol or version");
   }
-  ASSIGN_OR_RETURN(const std::string expected, Mac(job_token, bytes.substr(0, fields)));
-  if (!JobTokenMatches(expected, bytes.substr(fields, kMacBytes))) {
-    return absl::PermissionDeniedError(
-        "its proof of the job token does not verify (another job, or a "
-        "different RDMAFLOW_JOB_TOKEN)");
+  CmRequest request;
+  request.info.rank = Get<int32_t>(in);
+  request.info.marker_address = Get<uint64_t>(in);
+  request.info.marker_rkey = Get<uint32_t>(in);
+  request.info.notify_address = Get<uint64_t>(in);
+  request.info.notify_rkey = Get<uint32_t>(in);
+  request.nonce = Get<uint64_t>(in);
+  ASSIGN_OR_RETURN(const std::string expected,
+                   RequestMac(job_token, kRequestLabel,
+                              bytes.substr(0, kRequestFields), request.nonce,
+                              target));
+  RETURN_IF_ERROR(CheckMac(
+      expected, bytes.substr(kRequestFields, kHandshakeMacBytes)));
+  return request;
+}
+
+absl::StatusOr<std::string> EncodeCmAnswer(const CmPeerInfo& info,
+                                           uint64_t request_nonce,
+                                           absl::string_view job_token) {
+  std::string out;
+  Put<uint32_t>(out, kAnswerMagic);
+  Put<int32_t>(out, info.rank);
+  Put<uint64_t>(out, info.marker_address);
+  Put<uint32_t>(out, info.marker_rkey);
+  Put<uint64_t>(out, info.notify_address);
+  Put<uint32_t>(out, info.notify_rkey);
+  Put<uint32_t>(out, info.notify_slots);
+  ASSIGN_OR_RETURN(const std::string mac,
+                   AnswerMac(job_token, kAnswerLabel, out, request_nonce));
+  out += mac;
+  return out;
+}
+
+absl::StatusOr<CmPeerInfo> DecodeCmAnswer(absl::string_view bytes,
+                                          uint64_t request_nonce,
+                                          absl::string_view job_token) {
+  if (bytes.size() < kAnswerFields + kHandshakeMacBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rdmacm answer of ", bytes.size(), " bytes, expected ",
+        kAnswerFields + kHandshakeMacBytes));
   }
+  const char* in = bytes.data();
+  if (Get<uint32_t>(in) != kAnswerMagic) {
+    return absl::InvalidArgumentError(
+        "rdmacm answer of another protocol or version");
+  }
+  ASSIGN_OR_RETURN(const std::string expected,
+                   AnswerMac(job_token, kAnswerLabel,
+                             bytes.substr(0, kAnswerFields), request_nonce));
+  RETURN_IF_ERROR(
+      CheckMac(expected, bytes.substr(kAnswerFields, kHandshakeMacBytes)));
   CmPeerInfo info;
   info.rank = Get<int32_t>(in);
   info.marker_address = Get<uint64_t>(in);
   info.marker_rkey = Get<uint32_t>(in);
   info.notify_address = Get<uint64_t>(in);
   info.notify_rkey = Get<uint32_t>(in);
-  if (!request) info.notify_slots = Get<uint32_t>(in);
+  info.notify_slots = Get<uint32_t>(in);
   return info;
 }
 
@@ -168,6 +220,14 @@ absl::Status ConnectQueuePairWithCm(rdma_cm_id* id, ibv_qp* qp,
 
 absl::StatusOr<std::unique_ptr<CmListener>> CmListener::Start(
     const CmListenerOptions& options, Handler handler) {
+  AdmissionOptions caps;
+  caps.local_rank = options.local_rank;
+  caps.world_size = options.world_size;
+  caps.max_pending = options.max_pending_queue_pairs;
+  caps.max_connections = options.max_connections;
+  caps.max_connections_per_rank = options.max_connections_per_rank;
+  caps.max_remembered_nonces = options.max_remembered_nonces;
+  ASSIGN_OR_RETURN(PeerAdmission admission, PeerAdmission::Create(caps));
   ASSIGN_OR_RETURN(sockaddr_in address, Ipv4(options.bind_address, 0));
   ASSIGN_OR_RETURN(rdma_event_channel * channel, NewEventChannel());
   rdma_cm_id* id = nullptr;
@@ -194,21 +254,23 @@ absl::StatusOr<std::unique_ptr<CmListener>> CmListener::Start(
     return fail(CmError(errno, "pipe2"));
   }
   const int port = ntohs(rdma_get_src_port(id));
-  return std::unique_ptr<CmListener>(new CmListener(
-      options, channel, id, wake[0], wake[1], port, std::move(handler)));
+  return std::unique_ptr<CmListener>(
+      new CmListener(options, std::move(admission), channel, id, wake[0],
+                     wake[1], port, std::move(handler)));
 }
 
 CmListener::CmListener(const CmListenerOptions& options,
-                       rdma_event_channel* channel, rdma_cm_id* listen_id,
-                       int wake_read, int wake_write, int port,
-                       Handler handler)
+                       PeerAdmission admission, rdma_event_channel* channel,
+                       rdma_cm_id* listen_id, int wake_read, int wake_write,
+                       int port, Handler handler)
     : options_(options),
       channel_(channel),
       listen_id_(listen_id),
       wake_read_(wake_read),
       wake_write_(wake_write),
       port_(port),
-      handler_(std::move(handler)) {
+      handler_(std::move(handler)),
+      admission_(std::move(admission)) {
   thread_ = std::thread([this] { Serve(); });
 }
 
@@ -243,7 +305,9 @@ void CmListener::Release(rdma_cm_id* id) {
   auto it = peers_.find(id);
   if (it == peers_.end()) return;
   rdma_disconnect(id);
-  it->second.reset();  // Retires the queue pair.
+  it->second.accepted.reset();  // Retires the queue pair.
+  // Frees the claimed rank's slot: a restarted peer may connect again.
+  admission_.Release(it->second.rank, it->second.established);
   peers_.erase(it);
   rdma_destroy_id(id);
 }
@@ -253,6 +317,14 @@ void CmListener::OnEvent(rdma_cm_event* event) {
   const rdma_cm_event_type type = event->event;
   if (type != RDMA_CM_EVENT_CONNECT_REQUEST) {
     rdma_ack_cm_event(event);
+    if (type == RDMA_CM_EVENT_ESTABLISHED) {
+      auto it = peers_.find(id);
+      if (it != peers_.end() && !it->second.established) {
+        it->second.established = true;
+        admission_.Established(it->second.rank);
+      }
+      return;
+    }
     // The peer went away (disconnected, died, or its connection never
     // completed): free its queue pair and identifier.
     if (type == RDMA_CM_EVENT_DISCONNECTED ||
@@ -286,30 +358,37 @@ void CmListener::OnEvent(rdma_cm_event* event) {
     rdma_reject(id, reason.data(), static_cast<uint8_t>(reason.size()));
     rdma_destroy_id(id);
   };
-  absl::StatusOr<CmPeerInfo> request =
-      DecodeCmPeerInfo(data, true, options_.job_token);
-  if (!request.ok()) {
-    refuse(std::string(request.status().message()));
+  absl::StatusOr<CmRequest> cm_request = DecodeCmRequest(
+      data, options_.job_token,
+      HandshakeTarget{options_.local_rank, options_.instance});
+  if (!cm_request.ok()) {
+    refuse(std::string(cm_request.status().message()));
     return;
   }
-  if (request->rank < 0 || request->rank == options_.local_rank ||
-      (options_.world_size > 0 && request->rank >= options_.world_size)) {
-    refuse(absl::StrCat("claimed rank ", request->rank,
-                        " is not a peer of rank ", options_.local_rank,
-                        options_.world_size > 0
-                            ? absl::StrCat(" in a job of ", options_.world_size)
-                            : ""));
+  const CmPeerInfo* request = &cm_request->info;
+  const absl::Status admitted = admission_.Admit(
+      Claim{request->rank, cm_request->nonce,
+            ClaimerOf(peer, request->marker_address, request->marker_rkey)});
+  if (!admitted.ok()) {
+    refuse(absl::StrCat(
+        admitted.code() == absl::StatusCode::kUnavailable ? kBusyPrefix : "",
+        admitted.message()));
     return;
   }
+  // From here every refusal frees the slot it took.
+  auto refuse_admitted = [&](absl::string_view why) {
+    admission_.Release(request->rank, /*established=*/false);
+    refuse(std::string(why));
+  };
   absl::StatusOr<CmAccepted> accepted = handler_(*request, id);
   if (!accepted.ok()) {
-    refuse(std::string(accepted.status().message()));
+    refuse_admitted(accepted.status().message());
     return;
   }
   const absl::StatusOr<std::string> answer =
-      EncodeCmPeerInfo(accepted->answer, false, options_.job_token);
+      EncodeCmAnswer(accepted->answer, cm_request->nonce, options_.job_token);
   if (!answer.ok()) {
-    refuse(std::string(answer.status().message()));
+    refuse_admitted(answer.status().message());
     return;
   }
   rdma_conn_param param{};
@@ -321,7 +400,7 @@ void CmListener::OnEvent(rdma_cm_event* event) {
   param.rnr_retry_count = 7;
   param.srq = 1;
   param.qp_num = accepted->qp_num;
-  peers_[id] = std::move(accepted->peer);
+  peers_[id] = Peer{std::move(accepted->peer), request->rank, false};
   if (rdma_accept(id, &param) != 0) {
     std::fprintf(stderr, "rdmaflow ibverbs: rdma_accept for rank %d: %s\n",
                  request->rank, std::strerror(errno));
@@ -333,13 +412,39 @@ void CmListener::OnEvent(rdma_cm_event* event) {
 // Active side
 
 absl::StatusOr<std::unique_ptr<CmConnection>> CmConnection::Connect(
-    const std::string& host, int port, const CmPeerInfo& request,
-    absl::string_view job_token, absl::Duration timeout,
+    const std::string& host, int port, const HandshakeTarget& target,
+    const CmPeerInfo& request, absl::string_view job_token,
+    absl::Duration timeout,
+    const std::function<absl::StatusOr<ibv_qp*>(rdma_cm_id*)>& make_qp,
+    uint8_t ack_timeout, uint8_t retry_count, uint8_t rd_atomic,
+    CmPeerInfo* answer) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration backoff = kFirstBackoff;
+  while (true) {
+    absl::StatusOr<std::unique_ptr<CmConnection>> connection =
+        Attempt(host, port, target, request, job_token, deadline, make_qp,
+                ack_timeout, retry_count, rd_atomic, answer);
+    const bool busy =
+        !connection.ok() &&
+        absl::StrContains(connection.status().message(),
+                          absl::StrCat("refused the connection: ",
+                                       kBusyPrefix));
+    if (!busy || absl::Now() + backoff >= deadline) return connection;
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<CmConnection>> CmConnection::Attempt(
+    const std::string& host, int port, const HandshakeTarget& target,
+    const CmPeerInfo& request, absl::string_view job_token,
+    absl::Time deadline,
     const std::function<absl::StatusOr<ibv_qp*>(rdma_cm_id*)>& make_qp,
     uint8_t ack_timeout, uint8_t retry_count, uint8_t rd_atomic,
     CmPeerInfo* answer) {
   ASSIGN_OR_RETURN(sockaddr_in address, Ipv4(host, port));
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Duration timeout =
+      std::max(deadline - absl::Now(), absl::Milliseconds(1));
   ASSIGN_OR_RETURN(rdma_event_channel * channel, NewEventChannel());
   rdma_cm_id* id = nullptr;
   if (rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) != 0) {
@@ -402,7 +507,10 @@ absl::StatusOr<std::unique_ptr<CmConnection>> CmConnection::Connect(
   RETURN_IF_ERROR(await(RDMA_CM_EVENT_ROUTE_RESOLVED, "route resolution",
                         nullptr));
   ASSIGN_OR_RETURN(ibv_qp * qp, make_qp(id));
-  ASSIGN_OR_RETURN(const std::string data, EncodeCmPeerInfo(request, true, job_token));
+  // A fresh nonce per attempt: the listener refuses one it has seen.
+  ASSIGN_OR_RETURN(const uint64_t nonce, RandomNonce());
+  ASSIGN_OR_RETURN(const std::string data,
+                   EncodeCmRequest(request, nonce, target, job_token));
   rdma_conn_param param{};
   param.private_data = data.data();
   param.private_data_len = static_cast<uint8_t>(data.size());
@@ -417,7 +525,7 @@ absl::StatusOr<std::unique_ptr<CmConnection>> CmConnection::Connect(
   }
   std::string reply;
   RETURN_IF_ERROR(await(RDMA_CM_EVENT_CONNECT_RESPONSE, "connection", &reply));
-  absl::StatusOr<CmPeerInfo> decoded = DecodeCmPeerInfo(reply, false, job_token);
+  absl::StatusOr<CmPeerInfo> decoded = DecodeCmAnswer(reply, nonce, job_token);
   if (!decoded.ok()) {
     rdma_reject(id, nullptr, 0);
     return absl::Status(decoded.status().code(),

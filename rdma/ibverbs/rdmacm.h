@@ -12,12 +12,16 @@
 // queues and shared receive queue, as with the TCP handshake); librdmacm only
 // supplies their RTR/RTS attributes (rdma_init_qp_attr). What the TCP
 // handshake sends beside them travels as the connection's private data:
-// the request (at most 56 bytes) carries the sender's rank, marker region and
-// notification credit word, and 24 bytes of an HMAC-SHA256 keyed with the job
-// token over them; the answer the listener's rank, marker region and ring,
-// with its own MAC. A request whose MAC does not verify (another job, no
-// token), that claims a rank outside the job or ours, or that is malformed
-// is rejected with the reason, logged, and no queue pair is created.
+// the request (exactly the 56 bytes a connect request carries) has the
+// sender's rank, marker region and notification credit word, a fresh 8-byte
+// nonce, and 16 bytes of HMAC-SHA256 keyed with the job token over them and
+// the target listener's rank and instance (admission.h); the answer has the
+// listener's rank, marker region and ring, and a MAC over them and the
+// request's nonce. A request whose MAC does not verify (another job, no
+// token, meant for another rank or an earlier process), whose nonce was
+// seen, that claims a rank outside the job, ours, or one another process
+// holds, that is over a cap, or that is malformed is rejected with the
+// reason, logged, and no queue pair is created.
 #ifndef RDMAFLOW_RDMA_IBVERBS_RDMACM_H_
 #define RDMAFLOW_RDMA_IBVERBS_RDMACM_H_
 
@@ -36,6 +40,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rdma/ibverbs/admission.h"
 #include "rdma/ibverbs/bootstrap.h"
 
 namespace rdmaflow::rdma::ibverbs {
@@ -50,16 +55,36 @@ struct CmPeerInfo {
   uint32_t notify_slots = 0;  // The answer's ring; 0 in requests.
 };
 
-// The private data of a request (56 bytes) or an answer (60 bytes): the
-// fields, then 24 bytes of HMAC-SHA256(job token, "request"|"answer" +
-// fields). kInternal when the MAC cannot be computed.
-absl::StatusOr<std::string> EncodeCmPeerInfo(const CmPeerInfo& info, bool request,
-                                             absl::string_view job_token);
-// kInvalidArgument for a malformed message; kPermissionDenied when the MAC
-// does not verify (another job, or no token).
-absl::StatusOr<CmPeerInfo> DecodeCmPeerInfo(absl::string_view bytes,
-                                            bool request,
+// A request as it arrives: its fields and its nonce.
+struct CmRequest {
+  CmPeerInfo info;
+  uint64_t nonce = 0;
+};
+
+// The private data of a request (56 bytes): "RFC2", rank, marker region,
+// credit word, nonce, then 16 bytes of RequestMac(job token, over the fields,
+// the nonce and `target`). kInternal when the MAC cannot be computed.
+absl::StatusOr<std::string> EncodeCmRequest(const CmPeerInfo& info,
+                                            uint64_t nonce,
+                                            const HandshakeTarget& target,
                                             absl::string_view job_token);
+// kInvalidArgument for a malformed request; kPermissionDenied when the MAC
+// does not verify for `target` (another job, no token, another target).
+absl::StatusOr<CmRequest> DecodeCmRequest(absl::string_view bytes,
+                                          absl::string_view job_token,
+                                          const HandshakeTarget& target);
+
+// The private data of an answer (52 bytes): "RFA2", rank, marker region,
+// ring, then 16 bytes of AnswerMac(job token, over the fields and the
+// request's nonce).
+absl::StatusOr<std::string> EncodeCmAnswer(const CmPeerInfo& info,
+                                           uint64_t request_nonce,
+                                           absl::string_view job_token);
+// kInvalidArgument for a malformed answer; kPermissionDenied when the MAC
+// does not verify (another job, or the answer to another request).
+absl::StatusOr<CmPeerInfo> DecodeCmAnswer(absl::string_view bytes,
+                                          uint64_t request_nonce,
+                                          absl::string_view job_token);
 
 // Moves `qp` (in INIT) to RTR and then RTS with the attributes the
 // connection manager has for `id`.
@@ -71,6 +96,15 @@ struct CmListenerOptions {
   std::string job_token;
   int local_rank = 0;
   int world_size = 0;  // 0: unknown.
+  // This listener's random id (published in the transport's address).
+  uint64_t instance = 0;
+  // Caps, as the TCP listener's (BootstrapListenerOptions): connections
+  // accepted and not yet established (beyond it the client is told "busy"
+  // and retries), in all, and per claimed rank; nonces remembered.
+  int max_pending_queue_pairs = 32;
+  int max_connections = 4096;
+  int max_connections_per_rank = 32;
+  size_t max_remembered_nonces = size_t{1} << 20;
   // responder_resources / initiator_depth of the accepted connections.
   uint8_t rd_atomic = 1;
   uint8_t retry_count = 7;
@@ -93,7 +127,8 @@ class CmListener {
       const CmPeerInfo& request, rdma_cm_id* id)>;
 
   // kUnavailable when the address cannot be bound (not an RDMA-capable
-  // interface's address, with what to check).
+  // interface's address, with what to check); kInvalidArgument for caps
+  // below 1.
   static absl::StatusOr<std::unique_ptr<CmListener>> Start(
       const CmListenerOptions& options, Handler handler);
   ~CmListener();
@@ -102,9 +137,9 @@ class CmListener {
   int64_t refused() const;
 
  private:
-  CmListener(const CmListenerOptions& options, rdma_event_channel* channel,
-             rdma_cm_id* listen_id, int wake_read, int wake_write, int port,
-             Handler handler);
+  CmListener(const CmListenerOptions& options, PeerAdmission admission,
+             rdma_event_channel* channel, rdma_cm_id* listen_id, int wake_read,
+             int wake_write, int port, Handler handler);
   void Serve();
   void OnEvent(rdma_cm_event* event);
   void Release(rdma_cm_id* id);
@@ -116,8 +151,15 @@ class CmListener {
   const int wake_write_;
   const int port_;
   Handler handler_;
-  // The listener thread's: accepted connections and what they hold.
-  std::map<rdma_cm_id*, std::unique_ptr<AcceptedPeer>> peers_;
+  // The listener thread's: accepted connections, what they hold, and the
+  // admission accounting (slots are freed in Release()).
+  struct Peer {
+    std::unique_ptr<AcceptedPeer> accepted;
+    int32_t rank = -1;
+    bool established = false;
+  };
+  std::map<rdma_cm_id*, Peer> peers_;
+  PeerAdmission admission_;
   mutable absl::Mutex mutex_;
   int64_t refused_ ABSL_GUARDED_BY(mutex_) = 0;
   std::thread thread_;
@@ -127,15 +169,17 @@ class CmListener {
 // owner can ask, without blocking, whether the peer has disconnected.
 class CmConnection {
  public:
-  // Resolves `host:port`, lets `make_qp` create the queue pair (in INIT) on
-  // the resolved device, sends `request`, and once answered moves the queue
-  // pair to RTS and returns, with the answer in `answer`. kUnavailable when
-  // the peer cannot be reached, refuses (with its reason) or does not
-  // answer within `timeout`; kPermissionDenied when its answer's MAC does
-  // not verify.
+  // Resolves `host:port` (the listener `target`), lets `make_qp` create the
+  // queue pair (in INIT) on the resolved device, sends `request` with a
+  // fresh nonce, and once answered moves the queue pair to RTS and returns,
+  // with the answer in `answer`. A "busy" refusal is retried (new nonce)
+  // with a short back-off until `timeout`. kUnavailable when the peer cannot
+  // be reached, refuses (with its reason) or does not answer within
+  // `timeout`; kPermissionDenied when its answer's MAC does not verify.
   static absl::StatusOr<std::unique_ptr<CmConnection>> Connect(
-      const std::string& host, int port, const CmPeerInfo& request,
-      absl::string_view job_token, absl::Duration timeout,
+      const std::string& host, int port, const HandshakeTarget& target,
+      const CmPeerInfo& request, absl::string_view job_token,
+      absl::Duration timeout,
       const std::function<absl::StatusOr<ibv_qp*>(rdma_cm_id*)>& make_qp,
       uint8_t ack_timeout, uint8_t retry_count, uint8_t rd_atomic,
       CmPeerInfo* answer);
@@ -150,6 +194,14 @@ class CmConnection {
  private:
   CmConnection(rdma_event_channel* channel, rdma_cm_id* id)
       : channel_(channel), id_(id) {}
+  // One attempt of Connect() until `deadline`.
+  static absl::StatusOr<std::unique_ptr<CmConnection>> Attempt(
+      const std::string& host, int port, const HandshakeTarget& target,
+      const CmPeerInfo& request, absl::string_view job_token,
+      absl::Time deadline,
+      const std::function<absl::StatusOr<ibv_qp*>(rdma_cm_id*)>& make_qp,
+      uint8_t ack_timeout, uint8_t retry_count, uint8_t rd_atomic,
+      CmPeerInfo* answer);
   rdma_event_channel* channel_;
   rdma_cm_id* id_;
   bool disconnected_ = false;
