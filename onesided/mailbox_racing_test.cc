@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -39,6 +41,7 @@ using ::rdmaflow::rdma::testing::RacingWriter;
 constexpr size_t kBytes = 64;
 constexpr size_t kSlot = 64 + kBytes;
 constexpr int kEpisodes = 60;
+constexpr int kMaxEpisodes = 1000;
 
 // A whole slot: `stamp`, padding, then a message whose every word is `fill`.
 std::vector<std::byte> SlotImage(uint64_t stamp, uint64_t fill) {
@@ -74,7 +77,15 @@ void RunEpisodes(const std::string& name, int64_t max_deliveries,
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ProgressLoop loop(transport, ProgressLoopOptions{});
-        for (int episode = 0; episode < kEpisodes; ++episode) {
+        // kEpisodes, and more (up to kMaxEpisodes, a millisecond apart)
+        // until both a delivery and a failed sender were seen: on a loaded
+        // machine the writer may get the core only between the reader's
+        // calls.
+        for (int episode = 0;
+             episode < kEpisodes ||
+             (episode < kMaxEpisodes && (totals.delivered == 0 || totals.failed_episodes == 0));
+             ++episode) {
+          if (episode >= kEpisodes) absl::SleepFor(absl::Milliseconds(1));
           const std::string ns = absl::StrCat("mailbox_racing_", name, "_", episode);
           ASSIGN_OR_RETURN(auto box,
                            Mailbox::Create(loop, store, ns, 0, 2, kBytes, absl::Seconds(60)));

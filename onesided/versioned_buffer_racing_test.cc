@@ -19,6 +19,8 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -39,6 +41,7 @@ constexpr int kCopies = 3;
 constexpr size_t kHeader = 64;
 constexpr uint64_t kHalf = uint64_t{1} << 63;
 constexpr int kEpisodes = 30;
+constexpr int kMaxEpisodes = 1000;
 constexpr int kReadsPerEpisode = 40;
 
 // A header image: the latest version, then the stamps of copies 0..2.
@@ -91,7 +94,14 @@ Outcome RunRace(const std::string& name,
         absl::Cleanup done = [&] { store.Set(absl::StrCat(ns, "/done"), "1").IgnoreError(); };
         RETURN_IF_ERROR(store.Get(absl::StrCat(ns, "/racing"), absl::Seconds(60)).status());
         ASSIGN_OR_RETURN(rdma::MemoryRegion dst, transport.Allocate(kBytes));
-        for (int episode = 0; episode < kEpisodes; ++episode) {
+        // kEpisodes, and more (up to kMaxEpisodes, a millisecond apart)
+        // until both a read and a refusal were seen: on a loaded machine the
+        // writer may sit on one image while many episodes pass.
+        for (int episode = 0;
+             episode < kEpisodes ||
+             (episode < kMaxEpisodes && (outcome.returned == 0 || outcome.refused == 0));
+             ++episode) {
+          if (episode >= kEpisodes) absl::SleepFor(absl::Milliseconds(1));
           ASSIGN_OR_RETURN(auto reader,
                            VersionedReader::Create(loop, store, ns, name, 0, absl::Seconds(60)));
           uint64_t last = 0;
