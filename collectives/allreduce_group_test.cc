@@ -8,11 +8,14 @@
 // differ between members, a member that never calls.
 #include "collectives/allreduce_group.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -555,6 +558,56 @@ TEST(AllReduceGroupTest, ALeaderWhoseRingFailsReleasesItsHostAtOnce) {
   EXPECT_THAT(calls[0], StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 2")));
   EXPECT_THAT(calls[1], StatusIs(absl::StatusCode::kAborted,
                                  HasSubstr("rank 0 gave up during its call 2")));
+}
+
+TEST(AllReduceGroupTest, AStalledLeaderWritesNothingIntoTheMembersThatGaveUp) {
+  // Hosts {0, 1} and {2, 3}; rank 2, host b's leader, stalls: it calls
+  // only once the other three have given up. Its late call (its host's
+  // reduce, the leaders' ring, the broadcast) must leave their data as it
+  // was when their calls failed.
+  constexpr size_t kCount = 1000;
+  std::vector<absl::Status> calls(4);
+  std::vector<std::vector<float>> at_give_up(4), after_straggler(4);
+  std::atomic<bool> straggler_done{false};
+  std::vector<absl::Status> statuses = RunRankThreads(
+      4, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        AllReduceGroupOptions options = OnHost(1 << 20, rank < 2 ? "a" : "b");
+        options.ring.timeout = absl::Seconds(1);
+        options.ring.liveness_interval = absl::Milliseconds(50);
+        ASSIGN_OR_RETURN(auto group,
+                         AllReduceGroup::Create(transport, store, "t", AllRanks(4), options));
+        auto* data = reinterpret_cast<float*>(group->data());
+        std::fill(data, data + kCount, static_cast<float>(rank + 1));
+        if (rank == 2) {
+          RETURN_IF_ERROR(store.Wait({"t/gave_up"}, absl::Seconds(30)));
+          calls[2] = group->AllReduce(0, kCount, DataType::kFloat32);
+          straggler_done = true;
+          return absl::OkStatus();
+        }
+        calls[rank] = group->AllReduce(0, kCount, DataType::kFloat32);
+        at_give_up[rank].assign(data, data + kCount);
+        ASSIGN_OR_RETURN(int64_t gone, store.Add("t/gone", 1));
+        if (gone == 3) RETURN_IF_ERROR(store.Set("t/gave_up", "1"));
+        // The group (and its regions) stays while the straggler runs.
+        const absl::Time deadline = absl::Now() + absl::Seconds(30);
+        while (!straggler_done && absl::Now() < deadline) {
+          RETURN_IF_ERROR(transport.Progress().status());
+          std::this_thread::yield();
+        }
+        after_straggler[rank].assign(data, data + kCount);
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : statuses) EXPECT_OK(status);
+  EXPECT_TRUE(straggler_done);
+  EXPECT_THAT(calls[0], StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 2")));
+  EXPECT_THAT(calls[3], StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 2")));
+  EXPECT_FALSE(calls[1].ok());
+  // The straggler learns at once that its host's member gave up.
+  EXPECT_THAT(calls[2], StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 3 gave up")));
+  for (int rank : {0, 1, 3}) {
+    EXPECT_EQ(after_straggler[rank], at_give_up[rank])
+        << "the stalled leader's late call changed rank " << rank << "'s data";
+  }
 }
 
 }  // namespace
