@@ -83,10 +83,28 @@ absl::StatusOr<DynamicMetadata> CheckDynamicMetadata(
   return metadata;
 }
 
+absl::StatusOr<DynamicMetadata> ReadDynamicMetadata(const TransferInfo& info,
+                                                    const std::byte* slot, uint64_t seq,
+                                                    uint64_t source_pool_bytes) {
+  // The sender may rewrite these words at any moment: nothing in them is
+  // used but the copy CheckDynamicMetadata accepted.
+  std::vector<uint64_t> words(kMetadataHeaderWords + info.spec.shape_size());
+  std::memcpy(words.data(), slot, words.size() * sizeof(uint64_t));
+  return CheckDynamicMetadata(info, words, seq, source_pool_bytes);
+}
+
 absl::Status CheckCredit(const TransferInfo& info, uint64_t credit,
                          uint64_t previous, uint64_t sent) {
   return onesided::CheckCredit(absl::StrCat(info.Describe(), ": rank ", info.dst_rank),
                                "tensors", credit, previous, sent);
+}
+
+absl::Status RefreshCredit(SendSlot& slot) {
+  const uint64_t credit = slot.LoadCredit();  // once: the receiver may rewrite it
+  if (credit == slot.credit_seen) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckCredit(slot.info, credit, slot.credit_seen, slot.next_seq));
+  slot.credit_seen = credit;
+  return absl::OkStatus();
 }
 
 absl::Status CheckArrival(const TransferInfo& info, int stage,
@@ -285,16 +303,9 @@ void Executor::PostDeferred() {
 }
 
 absl::Status Executor::RefreshCredit(internal::SendSlot& slot) {
-  const uint64_t credit = slot.LoadCredit();
-  if (credit == slot.credit_seen) return absl::OkStatus();
-  absl::Status valid =
-      internal::CheckCredit(slot.info, credit, slot.credit_seen, slot.next_seq);
-  if (!valid.ok()) {
-    engine_.Fail(valid);
-    return valid;
-  }
-  slot.credit_seen = credit;
-  return absl::OkStatus();
+  absl::Status valid = internal::RefreshCredit(slot);
+  if (!valid.ok()) engine_.Fail(valid);
+  return valid;
 }
 
 absl::Status Executor::WaitForSlot(internal::SendSlot& slot, uint64_t seq) {
@@ -530,12 +541,8 @@ absl::StatusOr<ReceivedTensor> Executor::RecvDynamic(
   const uint64_t seq = slot->next_seq;
   const std::byte* meta =
       slot->region->data() + stage * info.stage_bytes + info.offset;
-  // The sender wrote these words into our memory: nothing in them is used
-  // before CheckDynamicMetadata accepted all of them.
-  std::vector<uint64_t> words(kMetadataHeaderWords + info.spec.shape_size());
-  std::memcpy(words.data(), meta, words.size() * sizeof(uint64_t));
   absl::StatusOr<internal::DynamicMetadata> metadata =
-      internal::CheckDynamicMetadata(info, words, seq, slot->source_pool->length);
+      internal::ReadDynamicMetadata(info, meta, seq, slot->source_pool->length);
   if (!metadata.ok()) {
     // The link can no longer be trusted: the executor stops here.
     absl::Status error = Annotate(

@@ -59,6 +59,15 @@ absl::StatusOr<DynamicMetadata> CheckDynamicMetadata(
     const TransferInfo& info, absl::Span<const uint64_t> words, uint64_t seq,
     uint64_t source_pool_bytes);
 
+// Reads a dynamic tensor's metadata slot where the sender wrote it (`slot`,
+// in our receive region, which the sender may rewrite at any moment): the
+// words are copied once into private memory, checked there with
+// CheckDynamicMetadata, and only the copy is used. CheckDynamicMetadata's
+// errors.
+absl::StatusOr<DynamicMetadata> ReadDynamicMetadata(const TransferInfo& info,
+                                                    const std::byte* slot, uint64_t seq,
+                                                    uint64_t source_pool_bytes);
+
 // Checks a credit word (the receiver's count of released tensors): it never
 // goes back (`previous` is the last value accepted) and never counts more
 // tensors than were `sent`. kDataLoss naming the receiver otherwise.
@@ -114,6 +123,12 @@ struct SendSlot {
     return __atomic_load_n(credit, __ATOMIC_ACQUIRE);
   }
 };
+
+// Loads `slot`'s credit word once, checks that value (CheckCredit against
+// `credit_seen` and `next_seq`) and, if valid, makes it `credit_seen`, the
+// count flow control uses. CheckCredit's kDataLoss otherwise (`slot` is
+// left as it was).
+absl::Status RefreshCredit(SendSlot& slot);
 
 // Receiver side of one transfer. Shared with the leases of tensors received
 // from it; apart from `dropped`, progress-thread only.
