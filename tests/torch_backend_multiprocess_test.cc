@@ -734,6 +734,15 @@ absl::Status RunRank(const std::string& which) {
                  collective.ToString().c_str(), joined.rank, p2p.ToString().c_str());
     RETURN_IF_ERROR(Check(!collective.ok(), "an allreduce with a dead rank succeeded"));
     RETURN_IF_ERROR(Check(!p2p.ok(), "a recv from a dead rank succeeded"));
+    // Ended by liveness (the group's timeout is 60 s), naming the dead rank.
+    const std::string dead = absl::StrCat("peer rank ", joined.world - 1, " (pid ");
+    for (const absl::Status* status : {&collective, &p2p}) {
+      RETURN_IF_ERROR(Check(absl::StrContains(status->message(), dead) &&
+                                absl::StrContains(status->message(), "has exited") &&
+                                !absl::StrContains(status->message(), "timed out"),
+                            absl::StrCat("not ended by the dead rank's exit: ",
+                                         status->ToString())));
+    }
     // Later collectives fail at once, naming the first failure.
     absl::Status later = Wait(pg.barrier());
     return Check(absl::StrContains(later.message(), "unusable"),

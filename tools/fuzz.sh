@@ -4,7 +4,8 @@
 # time: the graph text loader (seeded with the example graphs), the
 # peer-written piece headers of the Messenger and rdma_copy, the sparse
 # codecs' messages, region descriptors and proven records read back from the
-# store, and the ibverbs handshake and rdmacm private data. Exits non-zero
+# store, the ibverbs handshake and rdmacm private data, and the UCX worker
+# address and remote key envelopes. Exits non-zero
 # if a fuzzer finds a crash; the reproducer is left in $FUZZ_ARTIFACTS
 # (default bazel-fuzz-artifacts/).
 #
@@ -23,7 +24,7 @@ log=$(mktemp)
 if ! bazel --output_base="$output_base" build --config=fuzz --symlink_prefix=/ \
   //graph_analyzer:graph_text_fuzzer //onesided:piece_stream_fuzzer \
   //compression:sparse_message_fuzzer //rdma:descriptor_fuzzer \
-  //rdma/ibverbs:handshake_fuzzer >"$log" 2>&1; then
+  //rdma/ibverbs:handshake_fuzzer //rdma/ucx:envelope_fuzzer >"$log" 2>&1; then
   grep -v "Cannot export local symbol" "$log" | tail -40
   echo "fuzz: building the fuzz targets FAILED"
   exit 1
@@ -52,7 +53,8 @@ run_fuzzer() {
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir "$work/graphs" "$work/pieces" "$work/sparse" "$work/descriptors" "$work/handshakes"
+mkdir "$work/graphs" "$work/pieces" "$work/sparse" "$work/descriptors" "$work/handshakes" \
+  "$work/envelopes"
 cp graph_analyzer/testdata/*.pbtxt "$work/graphs/"
 run_fuzzer graph_text_fuzzer "$bin/graph_analyzer/graph_text_fuzzer" "$work/graphs" \
   -dict=graph_analyzer/fuzz/graph_text.dict -max_len=65536 || exit $?
@@ -63,4 +65,6 @@ run_fuzzer sparse_message_fuzzer "$bin/compression/sparse_message_fuzzer" "$work
 run_fuzzer descriptor_fuzzer "$bin/rdma/descriptor_fuzzer" "$work/descriptors" \
   -max_len=4096 || exit $?
 run_fuzzer handshake_fuzzer "$bin/rdma/ibverbs/handshake_fuzzer" "$work/handshakes" \
+  -max_len=2048 || exit $?
+run_fuzzer envelope_fuzzer "$bin/rdma/ucx/envelope_fuzzer" "$work/envelopes" \
   -max_len=2048 || exit $?

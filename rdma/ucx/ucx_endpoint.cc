@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "rdma/slice.h"
+#include "rdma/ucx/envelope.h"
 #include "rdma/ucx/ucx_status.h"
 #include "rdma/ucx/ucx_transport.h"
 

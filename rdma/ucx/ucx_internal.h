@@ -96,11 +96,6 @@ struct UcxEndpointState {
 // Id of the active message that carries notifications.
 constexpr unsigned kNotificationAmId = 0x52;  // 'R'
 
-// Packs and checks the remote key envelope: a magic, a checksum and UCX's
-// rkey buffer, so a corrupted descriptor is rejected before UCX parses it.
-std::string WrapRkey(const void* rkey_buffer, size_t size);
-absl::StatusOr<std::string> UnwrapRkey(const std::string& packed);
-
 }  // namespace rdmaflow::rdma::ucx
 
 #endif  // RDMAFLOW_RDMA_UCX_UCX_INTERNAL_H_

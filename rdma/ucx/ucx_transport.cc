@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "rdma/ucx/envelope.h"
 #include "rdma/ucx/net_devices.h"
 #include "rdma/ucx/peer_liveness.h"
 #include "rdma/ucx/ucx_endpoint.h"
@@ -27,46 +28,6 @@ constexpr char kBackend[] = "ucx";
 // set-up messages, which may need the peers' progress.
 constexpr absl::Duration kTeardownTimeout = absl::Seconds(2);
 constexpr absl::Duration kTeardownCheckInterval = absl::Milliseconds(50);
-constexpr char kRkeyMagic[8] = {'R', 'F', 'U', 'C', 'X', 'K', '0', '1'};
-// 02: the process identity names its PID namespace.
-constexpr char kAddressMagic[8] = {'R', 'F', 'U', 'C', 'X', 'A', '0', '2'};
-
-// FNV-1a: a stable checksum (the same in every process) for key envelopes.
-uint64_t Fnv1a(const void* data, size_t size) {
-  uint64_t hash = 1469598103934665603ull;
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) {
-    hash ^= bytes[i];
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
-
-// Envelope: magic, checksum of the payload, payload.
-std::string Wrap(const char (&magic)[8], const void* payload, size_t size) {
-  std::string out(magic, 8);
-  const uint64_t sum = Fnv1a(payload, size);
-  out.append(reinterpret_cast<const char*>(&sum), 8);
-  out.append(static_cast<const char*>(payload), size);
-  return out;
-}
-
-absl::StatusOr<std::string> Unwrap(const char (&magic)[8],
-                                   const std::string& wrapped,
-                                   const char* what) {
-  if (wrapped.size() <= 16 || std::memcmp(wrapped.data(), magic, 8) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed UCX ", what, " (bad header)"));
-  }
-  uint64_t sum = 0;
-  std::memcpy(&sum, wrapped.data() + 8, 8);
-  if (Fnv1a(wrapped.data() + 16, wrapped.size() - 16) != sum) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("corrupted UCX ", what, " (checksum mismatch)"));
-  }
-  return wrapped.substr(16);
-}
-
 ucs_status_t OnNotification(void* arg, const void* /*header*/,
                             size_t /*header_length*/, void* data,
                             size_t length, const ucp_am_recv_param_t* param) {
@@ -98,14 +59,6 @@ void OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
 }
 
 }  // namespace
-
-std::string WrapRkey(const void* rkey_buffer, size_t size) {
-  return Wrap(kRkeyMagic, rkey_buffer, size);
-}
-
-absl::StatusOr<std::string> UnwrapRkey(const std::string& packed) {
-  return Unwrap(kRkeyMagic, packed, "remote key");
-}
 
 UcxRegistration::~UcxRegistration() {
   ucs_status_t status = ucp_mem_unmap(context->context, memh);
@@ -223,9 +176,7 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
       "getting the UCX worker address"));
   // The address carries our process identity, for same-host liveness checks.
   transport->self_ = std::make_unique<ProcessIdentity>(SelfIdentity());
-  std::string payload = transport->self_->Encode();
-  payload.append(reinterpret_cast<const char*>(address), address_length);
-  transport->address_ = Wrap(kAddressMagic, payload.data(), payload.size());
+  transport->address_ = WrapWorkerAddress(*transport->self_, address, address_length);
   ucp_worker_release_address(transport->worker_, address);
   return transport;
 }
@@ -409,29 +360,17 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
     return absl::InvalidArgumentError(
         absl::StrCat("cannot connect to negative rank ", peer.rank));
   }
-  absl::StatusOr<std::string> worker_address =
-      Unwrap(kAddressMagic, peer.address, "worker address");
+  absl::StatusOr<WorkerAddress> worker_address = UnwrapWorkerAddress(peer.address);
   if (!worker_address.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "address of rank ", peer.rank, " is not a UCX worker address: ",
-        worker_address.status().message(),
-        "; do all ranks use the ucx transport?"));
+        worker_address.status().message(), "; do all ranks use the ucx transport?"));
   }
-  if (worker_address->size() <= ProcessIdentity::kEncodedSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("address of rank ", peer.rank, " is truncated (",
-                     worker_address->size(), " bytes)"));
-  }
-  absl::StatusOr<ProcessIdentity> identity = ProcessIdentity::Decode(
-      absl::string_view(*worker_address).substr(0, ProcessIdentity::kEncodedSize));
-  if (!identity.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "address of rank ", peer.rank, ": ", identity.status().message()));
-  }
+  const ProcessIdentity& identity = worker_address->identity;
   auto state = std::make_shared<UcxEndpointState>();
   state->transport = this;
   state->peer_rank = peer.rank;
-  state->peer_identity = *identity;
+  state->peer_identity = identity;
   // UCX 1.13's shared-memory transports cannot detect a dead peer, and
   // asking for peer error handling would exclude them; so a peer whose
   // process we can check (same host and PID namespace) is watched by pid
@@ -440,14 +379,13 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
   // handling. That excludes shared memory, which UCX 1.13 cannot use across
   // PID namespaces anyway: posix and cma are unreachable there, and an mm
   // endpoint reads /proc/<peer pid> when it connects.
-  const bool watched = CanWatchProcess(*self_, *identity);
+  const bool watched = CanWatchProcess(*self_, identity);
   state->watched = watched;
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.address = reinterpret_cast<const ucp_address_t*>(
-      worker_address->data() + ProcessIdentity::kEncodedSize);
+  params.address = reinterpret_cast<const ucp_address_t*>(worker_address->ucx.data());
   params.err_mode =
       watched ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = &OnEndpointError;
@@ -456,7 +394,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
   if (created != UCS_OK) {
     std::string hint;
     if (created == UCS_ERR_UNREACHABLE && tcp_on_loopback_by_default_ &&
-        self_->boot_id != identity->boot_id) {
+        self_->boot_id != identity.boot_id) {
       hint =
           absl::StrCat(" (rank ", peer.rank,
                        " runs on another host, and TCP uses only "
@@ -464,7 +402,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
                        "net_devices=<interface>, e.g. net_devices=eth0, or set "
                        "UCX_NET_DEVICES)");
     } else if (created == UCS_ERR_UNREACHABLE && !watched &&
-               self_->boot_id == identity->boot_id) {
+               self_->boot_id == identity.boot_id) {
       hint = absl::StrCat(
           " (rank ", peer.rank,
           " runs on this host but its process cannot be "
