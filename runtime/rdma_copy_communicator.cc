@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "onesided/slots/credit_check.h"
 #include "runtime/communicator_checks.h"
+#include "runtime/internal/chunk_reader.h"
 #include "onesided/internal/piece_header.h"
 #include "rdma/rendezvous.h"
 #include "runtime/tensor_message.pb.h"
@@ -17,8 +18,7 @@
 namespace rdmaflow::runtime {
 namespace {
 
-// Room for the length word and the serialized header of a chunk.
-constexpr size_t kHeaderRoom = 512;
+constexpr size_t kHeaderRoom = internal::kChunkHeaderRoom;
 
 std::string RingKey(const char* what, int src, int dst) {
   return absl::StrCat("copy/", what, "/", src, "-", dst);
@@ -247,15 +247,33 @@ void RdmaCopyCommunicator::OnNotification(const rdma::Notification& n) {
   ++in.consumed;
 }
 
-absl::Status RdmaCopyCommunicator::Deliver(int peer, const std::byte* message) {
+namespace internal {
+
+absl::StatusOr<ChunkInSlot> ReadChunk(int peer, const std::byte* slot) {
+  // Copied once, then parsed: a protobuf parser reading the ring in place
+  // would meet bytes the sender changes under it (a length prefix, a varint).
   uint32_t header_bytes = 0;
-  std::memcpy(&header_bytes, message, 4);
-  TensorChunk header;
-  if (header_bytes > kHeaderRoom - 4 ||
-      !header.ParseFromArray(message + 4, static_cast<int>(header_bytes))) {
-    return absl::DataLossError(
-        absl::StrCat("undecodable message header from rank ", peer));
+  std::memcpy(&header_bytes, slot, 4);
+  if (header_bytes > kChunkHeaderRoom - 4) {
+    return absl::DataLossError(absl::StrCat("undecodable message header from rank ", peer,
+                                            " (length ", header_bytes, ", room for ",
+                                            kChunkHeaderRoom - 4, ")"));
   }
+  std::byte copy[kChunkHeaderRoom - 4];
+  std::memcpy(copy, slot + 4, header_bytes);
+  ChunkInSlot chunk;
+  if (!chunk.header.ParseFromArray(copy, static_cast<int>(header_bytes))) {
+    return absl::DataLossError(absl::StrCat("undecodable message header from rank ", peer));
+  }
+  chunk.payload_offset = 4 + header_bytes;
+  return chunk;
+}
+
+}  // namespace internal
+
+absl::Status RdmaCopyCommunicator::Deliver(int peer, const std::byte* message) {
+  ASSIGN_OR_RETURN(internal::ChunkInSlot chunk, internal::ReadChunk(peer, message));
+  const TensorChunk& header = chunk.header;
   ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindRecv(header.id()));
   if (info->src_rank != peer) {
     return absl::DataLossError(absl::StrCat(
@@ -296,7 +314,7 @@ absl::Status RdmaCopyCommunicator::Deliver(int peer, const std::byte* message) {
   // Deserialize: copy the payload out of the ring into the tensor.
   if (header.chunk_bytes() > 0) {
     std::memcpy(partial.bytes->data() + header.offset(),
-                message + 4 + header_bytes, header.chunk_bytes());
+                message + chunk.payload_offset, header.chunk_bytes());
   }
   partial.arrived += header.chunk_bytes();
   if (partial.arrived == partial.bytes->size()) {
