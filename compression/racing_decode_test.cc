@@ -5,6 +5,7 @@
 // slot) and int8's agreed scales. Every call must end in a valid result or
 // kDataLoss; an index or scale re-read after its check would write outside
 // the tensor (AddressSanitizer, or a fault) or decode inf.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -96,6 +97,54 @@ TEST(RacingDecodeTest, PaddedPushPairCountFlipped) {
     });
   });
   ExpectOnlyValidEndings(tally);
+}
+
+// A parameter server's codec push in its receive slot (what PsStrategy's
+// TakeGradient hands the codec's AddMessage) while its step flips between
+// the one the server expects and the next (one byte apart: every state of
+// the word is one of the two). A push taken adds exactly what the honest
+// push adds; one refused is kDataLoss and leaves `out` untouched. Raced
+// again until both were seen (a writer may start late on a loaded machine).
+TEST(RacingDecodeTest, PsPushStepFlippedInItsSlot) {
+  auto codec = CreateCodec("topk:ratio=0.25", CodecContext{0, 1, 7}, kElements);
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  std::vector<std::byte> slot((*codec)->scratch_bytes() + 64);
+  std::vector<float> gradient(kElements);
+  for (size_t i = 0; i < kElements; ++i) gradient[i] = static_cast<float>(i % 7) - 3.0f;
+  ASSERT_TRUE((*codec)->EncodeMessage(gradient, 5, absl::MakeSpan(slot)).ok());
+  std::vector<float> honest(kElements, 0.0f);
+  ASSERT_TRUE((*codec)->AddMessage(slot, 5, 1, absl::MakeSpan(honest), 1.0f).ok());
+  RaceTally total;
+  for (int race = 0; race < 20 && (total.ok == 0 || total.data_loss == 0); ++race) {
+    auto writer = RacingWriter::Flipping(absl::MakeSpan(slot), 8,
+                                         {BytesOf(uint64_t{5}), BytesOf(uint64_t{6})});
+    const RaceTally tally = RaceParse(*writer, [&]() -> absl::Status {
+      auto out = std::make_unique<float[]>(kElements);
+      std::fill(out.get(), out.get() + kElements, 0.0f);
+      absl::Status status =
+          (*codec)->AddMessage(slot, 5, 1, absl::MakeSpan(out.get(), kElements), 1.0f);
+      if (status.ok()) {
+        if (!std::equal(honest.begin(), honest.end(), out.get())) {
+          return absl::InternalError("a push taken adds what the honest push does not");
+        }
+        return status;
+      }
+      for (size_t i = 0; i < kElements; ++i) {
+        if (out[i] != 0.0f) {
+          return absl::InternalError(absl::StrCat("a refused push changed element ", i));
+        }
+      }
+      return status;
+    });
+    total.calls += tally.calls;
+    total.ok += tally.ok;
+    total.data_loss += tally.data_loss;
+    if (total.other == 0) total.first_other = tally.first_other;
+    total.other += tally.other;
+  }
+  ExpectOnlyValidEndings(total);
+  EXPECT_GT(total.ok, 0);
+  EXPECT_GT(total.data_loss, 0);
 }
 
 // Random bytes anywhere in the message, header included.
