@@ -34,6 +34,7 @@ namespace {
 
 namespace layout = host_allreduce_layout;
 using ::rdmaflow::rdma::testing::BytesOf;
+using ::rdmaflow::rdma::testing::QuotedAfter;
 using ::rdmaflow::rdma::testing::RaceOptions;
 using ::rdmaflow::rdma::testing::RaceParse;
 using ::rdmaflow::rdma::testing::RaceTally;
@@ -56,17 +57,6 @@ HostAllReduceOptions Options(const std::string& name, onesided::ProgressLoop* lo
 
 void SetWord(std::byte* block, size_t offset, uint64_t value) {
   __atomic_store_n(reinterpret_cast<uint64_t*>(block + offset), value, __ATOMIC_RELEASE);
-}
-
-// The number quoted after `marker` in `message`, or nullopt.
-std::optional<uint64_t> QuotedAfter(absl::string_view message, absl::string_view marker) {
-  const size_t at = message.find(marker);
-  if (at == absl::string_view::npos) return std::nullopt;
-  absl::string_view rest = message.substr(at + marker.size());
-  rest = rest.substr(0, rest.find(' '));
-  uint64_t value = 0;
-  if (!absl::SimpleAtoi(rest, &value)) return std::nullopt;
-  return value;
 }
 
 // Rank 1's regions, which rank 0's thread publishes under each name (a

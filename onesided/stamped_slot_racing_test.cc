@@ -27,6 +27,7 @@ namespace {
 using ::rdmaflow::rdma::testing::BytesOf;
 using ::rdmaflow::rdma::testing::RaceParse;
 using ::rdmaflow::rdma::testing::RaceTally;
+using ::rdmaflow::rdma::testing::RaceUntilBothEndings;
 using ::rdmaflow::rdma::testing::RacingWriter;
 
 constexpr size_t kBytes = 256;
@@ -117,29 +118,6 @@ absl::Status ReadChecked(Slot& slot, const std::set<uint64_t>& written,
     return failure;
   }
   return absl::OkStatus();
-}
-
-void Add(RaceTally& total, const RaceTally& race) {
-  total.calls += race.calls;
-  total.ok += race.ok;
-  total.data_loss += race.data_loss;
-  total.writer_rounds += race.writer_rounds;
-  if (total.other == 0) total.first_other = race.first_other;
-  total.other += race.other;
-}
-
-// Races (a fresh writer from `start` each time) until both endings were
-// seen, at most `tries` times: on a loaded machine the writer and the
-// reader may take turns on one core, and a race in which the reader only
-// ever met one value proves nothing either way.
-RaceTally RaceUntilBothEndings(const std::function<std::unique_ptr<RacingWriter>()>& start,
-                               const std::function<absl::Status()>& parse, int tries = 20) {
-  RaceTally total;
-  for (int i = 0; i < tries && (total.ok == 0 || total.data_loss == 0); ++i) {
-    std::unique_ptr<RacingWriter> writer = start();
-    Add(total, RaceParse(*writer, parse));
-  }
-  return total;
 }
 
 void ExpectValidOrDataLoss(const RaceTally& tally) {

@@ -32,9 +32,12 @@
 namespace rdmaflow::runtime {
 namespace {
 
+using ::rdmaflow::rdma::testing::Add;
 using ::rdmaflow::rdma::testing::BytesOf;
+using ::rdmaflow::rdma::testing::QuotedAfter;
 using ::rdmaflow::rdma::testing::RaceParse;
 using ::rdmaflow::rdma::testing::RaceTally;
+using ::rdmaflow::rdma::testing::RaceUntilBothEndings;
 using ::rdmaflow::rdma::testing::RacingWriter;
 
 constexpr uint64_t kPoolBytes = 64 << 10;  // the sender's source pool
@@ -57,40 +60,6 @@ TransferInfo InfoOf(const plan::TransferPlan& plan, int rank) {
   absl::StatusOr<RankPlan> rank_plan = RankPlan::Create(plan, rank);
   EXPECT_OK(rank_plan.status());
   return rank == 0 ? rank_plan->sends().at(0) : rank_plan->recvs().at(0);
-}
-
-// The number quoted after `marker` in `message`, or nullopt.
-std::optional<uint64_t> QuotedAfter(absl::string_view message, absl::string_view marker) {
-  const size_t at = message.find(marker);
-  if (at == absl::string_view::npos) return std::nullopt;
-  absl::string_view rest = message.substr(at + marker.size());
-  rest = rest.substr(0, rest.find_first_of(" ,;)"));
-  uint64_t value = 0;
-  if (!absl::SimpleAtoi(rest, &value)) return std::nullopt;
-  return value;
-}
-
-void Add(RaceTally& total, const RaceTally& race) {
-  total.calls += race.calls;
-  total.ok += race.ok;
-  total.data_loss += race.data_loss;
-  total.writer_rounds += race.writer_rounds;
-  if (total.other == 0) total.first_other = race.first_other;
-  total.other += race.other;
-}
-
-// Races (a fresh writer from `start` each time) until both endings were
-// seen, at most `tries` times: on a loaded machine the writer and the
-// reader may take turns on one core, and a race in which the reader met
-// only one value proves nothing either way.
-RaceTally RaceUntilBothEndings(const std::function<std::unique_ptr<RacingWriter>()>& start,
-                               const std::function<absl::Status()>& parse, int tries = 20) {
-  RaceTally total;
-  for (int i = 0; i < tries && (total.ok == 0 || total.data_loss == 0); ++i) {
-    std::unique_ptr<RacingWriter> writer = start();
-    Add(total, RaceParse(*writer, parse));
-  }
-  return total;
 }
 
 void ExpectValidOrDataLoss(const RaceTally& tally) {

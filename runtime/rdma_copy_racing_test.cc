@@ -24,8 +24,10 @@
 namespace rdmaflow::runtime {
 namespace {
 
+using ::rdmaflow::rdma::testing::Add;
 using ::rdmaflow::rdma::testing::RaceParse;
 using ::rdmaflow::rdma::testing::RaceTally;
+using ::rdmaflow::rdma::testing::RaceUntilBothEndings;
 using ::rdmaflow::rdma::testing::RacingWriter;
 
 constexpr size_t kChunkBytes = 64;
@@ -53,31 +55,14 @@ std::vector<std::byte> Image(uint32_t length, const std::string& header) {
   return image;
 }
 
-void Add(RaceTally& total, const RaceTally& race) {
-  total.calls += race.calls;
-  total.ok += race.ok;
-  total.data_loss += race.data_loss;
-  total.writer_rounds += race.writer_rounds;
-  if (total.other == 0) total.first_other = race.first_other;
-  total.other += race.other;
-}
-
-// Races (a fresh writer from `start` each time) until both endings were
-// seen, at most 20 times: on a loaded machine the writer and the reader may
-// take turns on one core. A read is short (a header of 20 bytes), so each
-// race runs 20,000 of them: a reload a few hundred nanoseconds after the
-// first load then meets a changed word many times.
-RaceTally RaceUntilBothEndings(const std::function<std::unique_ptr<RacingWriter>()>& start,
-                               const std::function<absl::Status()>& parse) {
+// A read is short (a header of 20 bytes), so each race runs 20,000 of
+// them: a reload a few hundred nanoseconds after the first load then meets
+// a changed word many times.
+rdma::testing::RaceOptions LongRaces() {
   rdma::testing::RaceOptions options;
   options.min_calls = 20000;
   options.min_writer_rounds = 20000;
-  RaceTally total;
-  for (int i = 0; i < 20 && (total.ok == 0 || total.data_loss == 0); ++i) {
-    std::unique_ptr<RacingWriter> writer = start();
-    Add(total, RaceParse(*writer, parse, options));
-  }
-  return total;
+  return options;
 }
 
 class RdmaCopyRacingTest : public ::testing::Test {
@@ -141,7 +126,7 @@ TEST_F(RdmaCopyRacingTest, ALengthWordFlippingWithForgedOnesIsReadOnce) {
              Image(length + 40, header)},
             RacingWriter::Tearing::kWords);
       },
-      [&] { return ReadOnce({header}); });
+      [&] { return ReadOnce({header}); }, 20, LongRaces());
   EXPECT_EQ(tally.other, 0) << tally.first_other;
   EXPECT_EQ(tally.ok + tally.data_loss, tally.calls);
   EXPECT_GT(tally.ok, 0);
@@ -163,7 +148,7 @@ TEST_F(RdmaCopyRacingTest, AHeaderFlippingBetweenHonestOnesIsTakenWhole) {
             Slot(), 0, {Image(length, one), Image(length, two), Image(600, one)},
             RacingWriter::Tearing::kWords);
       },
-      [&] { return ReadOnce({one, two}); });
+      [&] { return ReadOnce({one, two}); }, 20, LongRaces());
   EXPECT_EQ(tally.other, 0) << tally.first_other;
   EXPECT_EQ(tally.ok + tally.data_loss, tally.calls);
   EXPECT_GT(tally.ok, 0);

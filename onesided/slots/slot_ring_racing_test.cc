@@ -30,50 +30,18 @@
 namespace rdmaflow::onesided {
 namespace {
 
+using ::rdmaflow::rdma::testing::Add;
 using ::rdmaflow::rdma::testing::BytesOf;
+using ::rdmaflow::rdma::testing::QuotedAfter;
 using ::rdmaflow::rdma::testing::RaceOptions;
 using ::rdmaflow::rdma::testing::RaceParse;
 using ::rdmaflow::rdma::testing::RaceTally;
+using ::rdmaflow::rdma::testing::RaceUntilBothEndings;
 using ::rdmaflow::rdma::testing::RacingWriter;
 using ::rdmaflow::testing::IsOk;
 
 constexpr int kSlots = 4;
 constexpr uint64_t kHalf = uint64_t{1} << 63;
-
-// The number quoted after `marker` in `message` ("wrote 5 into", "credit
-// of 1 after", "releasing 7 messages"), or nullopt.
-std::optional<uint64_t> QuotedAfter(absl::string_view message, absl::string_view marker) {
-  const size_t at = message.find(marker);
-  if (at == absl::string_view::npos) return std::nullopt;
-  absl::string_view rest = message.substr(at + marker.size());
-  rest = rest.substr(0, rest.find(' '));
-  uint64_t value = 0;
-  if (!absl::SimpleAtoi(rest, &value)) return std::nullopt;
-  return value;
-}
-
-void Add(RaceTally& total, const RaceTally& race) {
-  total.calls += race.calls;
-  total.ok += race.ok;
-  total.data_loss += race.data_loss;
-  total.writer_rounds += race.writer_rounds;
-  if (total.other == 0) total.first_other = race.first_other;
-  total.other += race.other;
-}
-
-// Races (a fresh writer from `start` each time) until both endings were
-// seen, at most `tries` times: on a loaded machine the writer and the
-// reader may take turns on one core, and a race in which the reader only
-// ever met one value proves nothing either way.
-RaceTally RaceUntilBothEndings(const std::function<std::unique_ptr<RacingWriter>()>& start,
-                               const std::function<absl::Status()>& parse, int tries = 20) {
-  RaceTally total;
-  for (int i = 0; i < tries && (total.ok == 0 || total.data_loss == 0); ++i) {
-    std::unique_ptr<RacingWriter> writer = start();
-    Add(total, RaceParse(*writer, parse));
-  }
-  return total;
-}
 
 // Every ending valid or kDataLoss, and both seen (the race was a race).
 void ExpectValidOrDataLoss(const RaceTally& tally, bool expect_both = true) {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/base/internal/raw_logging.h"
+#include "absl/strings/numbers.h"
 
 namespace rdmaflow::rdma::testing {
 namespace {
@@ -103,6 +104,36 @@ RaceTally RaceParse(RacingWriter& writer, const std::function<absl::Status()>& p
   writer.Stop();
   tally.writer_rounds = writer.rounds();
   return tally;
+}
+
+void Add(RaceTally& total, const RaceTally& race) {
+  total.calls += race.calls;
+  total.ok += race.ok;
+  total.data_loss += race.data_loss;
+  total.writer_rounds += race.writer_rounds;
+  if (total.other == 0) total.first_other = race.first_other;
+  total.other += race.other;
+}
+
+RaceTally RaceUntilBothEndings(const std::function<std::unique_ptr<RacingWriter>()>& start,
+                               const std::function<absl::Status()>& parse, int tries,
+                               const RaceOptions& options) {
+  RaceTally total;
+  for (int i = 0; i < tries && (total.ok == 0 || total.data_loss == 0); ++i) {
+    std::unique_ptr<RacingWriter> writer = start();
+    Add(total, RaceParse(*writer, parse, options));
+  }
+  return total;
+}
+
+std::optional<uint64_t> QuotedAfter(absl::string_view message, absl::string_view marker) {
+  const size_t at = message.find(marker);
+  if (at == absl::string_view::npos) return std::nullopt;
+  absl::string_view rest = message.substr(at + marker.size());
+  rest = rest.substr(0, rest.find_first_of(" ,;)"));
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(rest, &value)) return std::nullopt;
+  return value;
 }
 
 }  // namespace rdmaflow::rdma::testing

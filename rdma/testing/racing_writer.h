@@ -35,10 +35,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
@@ -104,6 +106,21 @@ struct RaceOptions {
 // spent), then stops the writer.
 RaceTally RaceParse(RacingWriter& writer, const std::function<absl::Status()>& parse,
                     const RaceOptions& options = {});
+
+// Adds `race`'s counts to `total` (the first other error is kept).
+void Add(RaceTally& total, const RaceTally& race);
+
+// Races (a fresh writer from `start` each time) until both endings, a valid
+// result and kDataLoss, were seen, at most `tries` times: on a loaded
+// machine the writer and the reader may take turns on one core, and a race
+// in which the reader met only one value proves nothing either way.
+RaceTally RaceUntilBothEndings(const std::function<std::unique_ptr<RacingWriter>()>& start,
+                               const std::function<absl::Status()>& parse, int tries = 20,
+                               const RaceOptions& options = {});
+
+// The number quoted right after `marker` in an error message ("wrote 5
+// into", "credit of 1 after"), up to a space or ,;) ; nullopt if absent.
+std::optional<uint64_t> QuotedAfter(absl::string_view message, absl::string_view marker);
 
 // The bytes of a trivially copyable value, for Flipping() images.
 template <typename T>
