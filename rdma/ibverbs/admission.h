@@ -75,6 +75,20 @@ struct AdmissionOptions {
   size_t max_remembered_nonces = size_t{1} << 20;
 };
 
+// The caps a listener's options give (the TCP handshake's and rdmacm's
+// options name them alike).
+template <typename ListenerOptions>
+AdmissionOptions AdmissionOptionsOf(const ListenerOptions& options) {
+  AdmissionOptions caps;
+  caps.local_rank = options.local_rank;
+  caps.world_size = options.world_size;
+  caps.max_pending = options.max_pending_queue_pairs;
+  caps.max_connections = options.max_connections;
+  caps.max_connections_per_rank = options.max_connections_per_rank;
+  caps.max_remembered_nonces = options.max_remembered_nonces;
+  return caps;
+}
+
 // What a request claims, once its MAC verified. `claimer` identifies the
 // requesting process: its address and the marker region it named (one per
 // transport, the same on every one of its queue pairs).

@@ -299,14 +299,7 @@ absl::StatusOr<std::unique_ptr<BootstrapListener>> BootstrapListener::Start(
         "handshake listener options out of range: max_handshakes >= 1, "
         "handshake_timeout > 0");
   }
-  AdmissionOptions caps;
-  caps.local_rank = options.local_rank;
-  caps.world_size = options.world_size;
-  caps.max_pending = options.max_pending_queue_pairs;
-  caps.max_connections = options.max_connections;
-  caps.max_connections_per_rank = options.max_connections_per_rank;
-  caps.max_remembered_nonces = options.max_remembered_nonces;
-  ASSIGN_OR_RETURN(PeerAdmission admission, PeerAdmission::Create(caps));
+  ASSIGN_OR_RETURN(PeerAdmission admission, PeerAdmission::Create(AdmissionOptionsOf(options)));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = 0;  // Ephemeral.

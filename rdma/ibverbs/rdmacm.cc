@@ -220,14 +220,7 @@ absl::Status ConnectQueuePairWithCm(rdma_cm_id* id, ibv_qp* qp,
 
 absl::StatusOr<std::unique_ptr<CmListener>> CmListener::Start(
     const CmListenerOptions& options, Handler handler) {
-  AdmissionOptions caps;
-  caps.local_rank = options.local_rank;
-  caps.world_size = options.world_size;
-  caps.max_pending = options.max_pending_queue_pairs;
-  caps.max_connections = options.max_connections;
-  caps.max_connections_per_rank = options.max_connections_per_rank;
-  caps.max_remembered_nonces = options.max_remembered_nonces;
-  ASSIGN_OR_RETURN(PeerAdmission admission, PeerAdmission::Create(caps));
+  ASSIGN_OR_RETURN(PeerAdmission admission, PeerAdmission::Create(AdmissionOptionsOf(options)));
   ASSIGN_OR_RETURN(sockaddr_in address, Ipv4(options.bind_address, 0));
   ASSIGN_OR_RETURN(rdma_event_channel * channel, NewEventChannel());
   rdma_cm_id* id = nullptr;
