@@ -48,7 +48,7 @@ fuzz_status=0
 fuzz_summary="skipped (FUZZ_SECONDS=0)"
 if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
   if tools/fuzz.sh; then
-    fuzz_summary="graph_text_fuzzer, piece_stream_fuzzer, sparse_message_fuzzer, descriptor_fuzzer, handshake_fuzzer passed (${FUZZ_SECONDS:-30}s each)"
+    fuzz_summary="graph_text_fuzzer, piece_stream_fuzzer, sparse_message_fuzzer, descriptor_fuzzer, handshake_fuzzer, envelope_fuzzer passed (${FUZZ_SECONDS:-30}s each)"
   else
     fuzz_summary="FAILED (see above)"
     fuzz_status=1
