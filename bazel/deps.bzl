@@ -22,10 +22,16 @@ alone. See docs/using_rdmaflow.md.
     links the system libprotobuf, and two protobuf runtimes in one process
     do not mix.
 
+  - @rdmaflow_torch: the LibTorch to build against (bazel/torch.bzl):
+    Debian's 1.13, or with RDMAFLOW_PYTHON=/path/to/python the torch 2.x
+    that interpreter imports.
+
 The C/C++ libraries themselves (Abseil, UCX, libibverbs, LibTorch, ...)
 are Debian packages that rdmaflow's own third_party/system wraps;
 tools/setup.sh installs them.
 """
+
+load("//bazel:torch.bzl", "rdmaflow_torch_repository")
 
 def _rdmaflow_dir_impl(rctx):
     # The folder of rdmaflow's source tree named by `subdir`, wherever the
@@ -56,6 +62,8 @@ def rdmaflow_deps():
     for name, subdir in stand_ins.items():
         if not native.existing_rule(name):
             _rdmaflow_dir(name = name, subdir = subdir)
+    if not native.existing_rule("rdmaflow_torch"):
+        rdmaflow_torch_repository(name = "rdmaflow_torch")
     if not native.existing_rule("com_google_protobuf"):
         native.new_local_repository(
             name = "com_google_protobuf",

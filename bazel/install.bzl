@@ -11,6 +11,7 @@ libibverbs, LibTorch, ...) dynamically, as their Debian packages ship them.
 """
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
+load("@rdmaflow_torch//:torch_info.bzl", "TORCH_DIR")
 
 def _strip_repository(path):
     # A file of another repository has a short path "../<repo>/<path>".
@@ -90,7 +91,7 @@ def _rdmaflow_install_impl(ctx):
             ctx.actions.expand_template(
                 template = f,
                 output = filled,
-                substitutions = {"@VERSION@": ctx.attr.version},
+                substitutions = {"@VERSION@": ctx.attr.version, "@TORCH_DIR@": TORCH_DIR},
             )
             f = filled
         configs.append(f)
@@ -126,7 +127,8 @@ rdmaflow_install = rule(
         "library": attr.string(default = "rdmaflow", doc = "lib<library>.so"),
         "config_files": attr.label_list(
             allow_files = True,
-            doc = "*.pc and CMake files; @VERSION@ is filled in those named *.in.",
+            doc = ("*.pc and CMake files; @VERSION@ and @TORCH_DIR@ (the torch " +
+                   "package the build used) are filled in those named *.in."),
         ),
         "version": attr.string(mandatory = True, doc = "major.minor.patch"),
         "_script": attr.label(allow_single_file = True, default = "//bazel/install:install.sh.tpl"),

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """All-reduce bus bandwidth and DDP step time of one torch.distributed backend.
 
 The same script for every backend (tools/bench_torch.sh runs it under

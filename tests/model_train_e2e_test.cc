@@ -1,6 +1,6 @@
 // End to end: a user's model, saved as TorchScript, trained by rdmaflow_train
 // --model PATH.pt as OS processes over UCX shared memory. The models are
-// built at test time by Debian's /usr/bin/python3 (graph_analyzer/torch/
+// built at test time by the build's torch (graph_analyzer/torch/
 // test_models.py): the MLP with every strategy (ps, allreduce, gossip,
 // moshpit, and layer_separated cut before its first linear layer), the
 // ResNet-18-like CNN
@@ -18,17 +18,24 @@
 namespace rdmaflow {
 namespace {
 
+// The Python whose torch the build uses (RDMAFLOW_PYTHON, which the BUILD
+// rule sets to @rdmaflow_torch//:python).
+std::string TorchPython() {
+  const char* python = std::getenv("RDMAFLOW_PYTHON");
+  return python != nullptr ? python : "RDMAFLOW_PYTHON-is-unset";
+}
+
 class ModelTrainE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/models"));
-    made_ = std::system(absl::StrCat("/usr/bin/python3 graph_analyzer/torch/test_models.py ",
+    made_ = std::system(absl::StrCat(TorchPython(), " graph_analyzer/torch/test_models.py ",
                                      *dir_, " mlp resnet18 transformer")
                             .c_str()) == 0;
   }
   static void TearDownTestSuite() { delete dir_; }
   void SetUp() override {
-    if (!made_) GTEST_SKIP() << "/usr/bin/python3 with python3-torch could not build the models";
+    ASSERT_TRUE(made_) << TorchPython() << " graph_analyzer/torch/test_models.py failed (output above)";
   }
   static std::string Model(const std::string& name) {
     return absl::StrCat(*dir_, "/", name, ".pt");

@@ -68,7 +68,7 @@ fi
 echo "== [3/5] host: memcpy and reduce bandwidth, a group's set-up (allreduce_bench), the store"
 "$bin/bench/allreduce_bench" --ranks=2 --impls=rdmaflow --min_bytes=16777216 \
   --max_bytes=16777216 --json="$raw/allreduce.json" >"$raw/allreduce.log" 2>&1
-store_rtt=$(/usr/bin/python3 tools/store_rtt.py)
+store_rtt=$("$(tools/torch_python.sh)" tools/store_rtt.py)
 store_rtt=${store_rtt%.*}
 
 profiles=""

@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Installs the rdmaflow c10d backend's Python module (rdmaflow_torch.so,
-# built with -c opt) into Debian's Python, so that any script run by
-# /usr/bin/python3 or plain torchrun can `import rdmaflow_torch` and then
+# built with -c opt) into a Python with torch, so that any script it runs,
+# or plain torchrun, can `import rdmaflow_torch` and then
 # init_process_group("rdmaflow"), with no wrapper and no PYTHONPATH.
 #   tools/install_torch_module.sh [--python PYTHON] [--prefix DIR] [--uninstall]
-#     --python PYTHON  install for this interpreter (default /usr/bin/python3;
-#                      a virtual environment's bin/python made with
-#                      --system-site-packages, so that it sees python3-torch)
+#     --python PYTHON  install for this interpreter (default: the one the
+#                      module is built for, tools/torch_python.sh: .venv or
+#                      $RDMAFLOW_PYTHON); its torch must be the build's
 #     --prefix DIR     install into DIR instead of PYTHON's first
-#                      site-packages folder (/usr/local/lib/python3.11/dist-packages)
+#                      site-packages folder
 #     --uninstall      remove it again
 # The module is one self-contained file: it links rdmaflow statically and
-# needs only Debian's libraries (python3-torch, UCX, ...). Re-run after a
+# needs only torch's and Debian's libraries (UCX, ...). Re-run after a
 # rebuild; a module older than the sources is not detected.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 prefix=""
-python=/usr/bin/python3
+python=""
 uninstall=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,6 +29,9 @@ while [ $# -gt 0 ]; do
     *) echo "install_torch_module: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+if [ -z "$python" ]; then
+  python=$("$root/tools/torch_python.sh") || exit 1
+fi
 if [ -z "$prefix" ]; then
   prefix=$("$python" -c 'import site; print(site.getsitepackages()[0])') || {
     echo "install_torch_module: cannot ask $python for its site-packages folder" >&2
@@ -41,9 +44,8 @@ if [ "$uninstall" = 1 ]; then
   exit 0
 fi
 if ! "$python" -c 'import torch' 2>/dev/null; then
-  echo "install_torch_module: $python cannot import torch; use Debian's" \
-       "/usr/bin/python3 (python3-torch) or a virtual environment made with" \
-       "'/usr/bin/python3 -m venv --system-site-packages'" >&2
+  echo "install_torch_module: $python cannot import torch; give the Python" \
+       "whose torch rdmaflow was built against (tools/torch_python.sh prints it)" >&2
   exit 1
 fi
 mkdir -p "$prefix"

@@ -67,7 +67,7 @@ done
 # A PyTorch model brought in (docs/bring_your_model.md): the ResNet-18-like
 # test model, saved as TorchScript, planned for each strategy.
 echo
-/usr/bin/python3 graph_analyzer/torch/test_models.py "$OUT_DIR/models" resnet18
+"$(tools/torch_python.sh)" graph_analyzer/torch/test_models.py "$OUT_DIR/models" resnet18
 for strategy in ps:servers=2,workers=4 allreduce:workers=4 layer_separated:conv=3,fc=1; do
   bazel-bin/cli/rdmaflow plan "$OUT_DIR/models/resnet18.pt" --input 64x1x28x28 \
     --strategy "$strategy" --quiet --out "$OUT_DIR/resnet18_${strategy%%:*}.plan.pbtxt"

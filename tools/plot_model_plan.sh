@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The picture in docs/bring_your_model.md: the test MLP (graph_analyzer/torch/
-# test_models.py, built by /usr/bin/python3), saved as TorchScript, planned
+# test_models.py, built by the torch of tools/torch_python.sh), saved as TorchScript, planned
 # for layer_separated with 2 conv ranks and 1 FC rank, drawn by Graphviz.
 #   tools/plot_model_plan.sh [OUT.png]   (default docs/img/model_plan_mlp.png)
 set -euo pipefail
@@ -11,7 +11,7 @@ command -v dot >/dev/null || { echo "plot_model_plan: needs Graphviz's dot (tool
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bazel build -c opt //cli:rdmaflow >/dev/null
-/usr/bin/python3 graph_analyzer/torch/test_models.py "$work" mlp
+"$(tools/torch_python.sh)" graph_analyzer/torch/test_models.py "$work" mlp
 bazel-bin/cli/rdmaflow plan "$work/mlp.pt" --input 64x1x28x28 \
   --strategy layer_separated:conv=2,fc=1 --dot "$work/mlp.dot" --quiet
 dot -Tpng -Gdpi=60 "$work/mlp.dot" -o "$out"

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages rdmaflow needs, only those missing (no
-# network use when everything is present). Idempotent; needs root to install.
+# network use when everything is present), then the project's Python
+# environment with the pinned torch from PyPI (.venv, tools/torch_venv.sh;
+# the LibTorch rdmaflow builds against). Idempotent; needs root to install
+# packages.
 set -euo pipefail
 
 PACKAGES=(
@@ -9,8 +12,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
   libibverbs-dev librdmacm-dev libucx-dev
-  libtorch-dev zlib1g-dev dataset-fashion-mnist libssl-dev
-  python3-torch python3-dev pybind11-dev
+  zlib1g-dev dataset-fashion-mnist libssl-dev
+  python3-dev python3-venv
   libgloo-dev libopenmpi-dev openmpi-bin
   gnuplot-nox graphviz
   clang libclang-rt-14-dev
@@ -27,11 +30,12 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
 fi
 
-echo "setup: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+"$(dirname "$0")/torch_venv.sh"

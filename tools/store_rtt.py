@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints the median round trip of a c10d TCPStore `add` on this host, in
 microseconds (the store torchrun and rdmaflow rendezvous through), for
-tools/calibrate_sim.sh. Needs Debian's python3-torch (/usr/bin/python3).
+tools/calibrate_sim.sh. Needs torch (tools/torch_python.sh).
   store_rtt.py [PORT]"""
 import datetime
 import statistics

@@ -42,7 +42,7 @@ absl::Status CheckPeer(int peer, int rank, int size, int tag, const char* what) 
 
 ProcessGroupRdmaflow::ProcessGroupRdmaflow(int rank, int size,
                                            std::unique_ptr<Engine> engine)
-    : c10d::ProcessGroup(rank, size),
+    : c10d::Backend(rank, size),
       engine_(std::move(engine)),
       repeated_(/*sightings=*/2, /*capacity=*/4096) {
   init();

@@ -1,6 +1,8 @@
 // File: process_group_rdmaflow.h
 // -----------------------------------------------------------------------------
-// ProcessGroupRdmaflow: the "rdmaflow" c10d backend of LibTorch 1.13, so
+// ProcessGroupRdmaflow: the "rdmaflow" c10d backend (LibTorch 1.13's
+// ProcessGroup, LibTorch 2.x's c10d::Backend, which torch's ProcessGroup
+// dispatches CPU tensors to), so
 // DistributedDataParallel, torch.distributed's collectives and
 // point-to-point calls run over rdmaflow unchanged.
 //   - allreduce: the ring all-reduce (collectives/ring_allreduce.h) over
@@ -29,6 +31,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -48,7 +51,7 @@ namespace rdmaflow::torch_backend {
 
 class Engine;
 
-class ProcessGroupRdmaflow final : public c10d::ProcessGroup {
+class ProcessGroupRdmaflow final : public c10d::Backend {
  public:
   // Creates the transport, the Messenger and the ring all-reduce, meeting
   // the other ranks through `store`. Errors name what failed (transport,

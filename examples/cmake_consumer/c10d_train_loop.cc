@@ -31,7 +31,7 @@ constexpr int kFeatures = 16;
 constexpr int kBatch = 32;
 
 // Sums `tensor` over the ranks in place (one c10d all-reduce).
-void AllReduce(c10d::ProcessGroup& group, at::Tensor& tensor) {
+void AllReduce(c10d::Backend& group, at::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
   group.allreduce(tensors)->wait();
 }

@@ -7,8 +7,9 @@
 #   3. CMake: find_package(Torch) + find_package(rdmaflow) build
 #      c10d_train_loop, and two ranks train with the c10d backend;
 #   4. --uninstall removes every installed file.
-# Ranks run under plain torchrun (Debian's /usr/bin/torchrun) over UCX shared
-# memory.
+# Ranks run under plain torchrun (of the build's torch, $RDMAFLOW_PYTHON)
+# over UCX shared memory; CMake finds that torch's package
+# (torch.utils.cmake_prefix_path).
 set -euo pipefail
 tmp="${TEST_TMPDIR:?}"
 prefix="$tmp/prefix"
@@ -39,7 +40,7 @@ fi
 run_two_ranks() {  # <out file> <program> [args]: two ranks under torchrun
   local out=$1; shift
   RDMAFLOW_TRANSPORT_PARAMS=tls=shm UCX_TLS=shm,self timeout -k 20 240 \
-    /usr/bin/torchrun --rdzv_backend=c10d --rdzv_endpoint=localhost:0 \
+    "$RDMAFLOW_PYTHON" -m torch.distributed.run --rdzv_backend=c10d --rdzv_endpoint=localhost:0 \
     --rdzv_id="install-test-$$-$RANDOM" --nnodes=1 --nproc_per_node=2 \
     --redirects 1 --tee 1 --no_python "$@" 2>&1 | tee "$out"
 }
@@ -55,7 +56,9 @@ grep -q 'notification 7 from rank 0, first byte 42' "$tmp/write_notify.out" || {
 }
 
 # CMake, with LibTorch's package found beside ours.
-timeout -k 20 300 cmake -S examples/cmake_consumer -B "$tmp/build" -DCMAKE_PREFIX_PATH="$prefix" \
+torch_cmake=$("$RDMAFLOW_PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+timeout -k 20 300 cmake -S examples/cmake_consumer -B "$tmp/build" \
+  -DCMAKE_PREFIX_PATH="$prefix;$torch_cmake" \
   -DCMAKE_BUILD_TYPE=Release > "$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; exit 1; }
 timeout -k 20 600 cmake --build "$tmp/build" > "$tmp/cmake_build.log" 2>&1 ||
   { cat "$tmp/cmake_build.log"; exit 1; }

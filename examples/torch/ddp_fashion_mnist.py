@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Data-parallel training of Fashion-MNIST with torch's DistributedDataParallel.
 
 The backend is a flag: "rdmaflow" (import rdmaflow_torch registers it) or

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The PyTorch models rdmaflow's importers are tested on, built at test time.
 
   test_models.py OUT_DIR [NAME ...]

@@ -1,5 +1,5 @@
 // File: torchscript_import_test.cc
-// The test models are built at test time by Debian's /usr/bin/python3
+// The test models are built at test time by the build's torch
 // (test_models.py): an MLP, a ResNet-18-like CNN and a small transformer.
 #include "graph_analyzer/torch/torchscript_import.h"
 
@@ -22,6 +22,13 @@
 namespace rdmaflow::graph {
 namespace {
 
+// The Python whose torch the build uses (RDMAFLOW_PYTHON, which the BUILD
+// rule sets to @rdmaflow_torch//:python).
+std::string TorchPython() {
+  const char* python = std::getenv("RDMAFLOW_PYTHON");
+  return python != nullptr ? python : "RDMAFLOW_PYTHON-is-unset";
+}
+
 using ::rdmaflow::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -32,14 +39,14 @@ class TorchScriptImportTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/models"));
     const std::string command =
-        absl::StrCat("/usr/bin/python3 graph_analyzer/torch/test_models.py ", *dir_,
+        absl::StrCat(TorchPython(), " graph_analyzer/torch/test_models.py ", *dir_,
                      " mlp resnet18 transformer control_flow tied_tuple");
     made_ = std::system(command.c_str()) == 0;
   }
   static void TearDownTestSuite() { delete dir_; }
 
   void SetUp() override {
-    if (!made_) GTEST_SKIP() << "/usr/bin/python3 with python3-torch could not build the models";
+    ASSERT_TRUE(made_) << TorchPython() << " graph_analyzer/torch/test_models.py failed (output above)";
   }
 
   static std::string Path(const std::string& model) {

@@ -69,7 +69,7 @@ absl::StatusOr<c10::DataPtr> RegisteredAllocator::Allocate(size_t bytes) const {
                       c10::Device(c10::DeviceType::CPU));
 }
 
-c10::DataPtr RegisteredAllocator::allocate(size_t bytes) const {
+c10::DataPtr RegisteredAllocator::AllocateOrFallBack(size_t bytes) const {
   if (bytes > 0) {
     absl::StatusOr<c10::DataPtr> block = Allocate(bytes);
     if (block.ok()) return *std::move(block);

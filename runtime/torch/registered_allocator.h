@@ -15,6 +15,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
+#include <torch/version.h>
 
 #include <atomic>
 #include <memory>
@@ -47,7 +48,10 @@ class RegisteredAllocator final : public c10::Allocator {
 
   // c10::Allocator. When the region is full, falls back to ordinary memory
   // (counted in fallbacks(); such tensors are staged by the executor).
-  c10::DataPtr allocate(size_t bytes) const override;
+  c10::DataPtr allocate(size_t bytes) override { return AllocateOrFallBack(bytes); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
   // A block of `bytes` of the region (never ordinary memory), freed back
@@ -82,6 +86,8 @@ class RegisteredAllocator final : public c10::Allocator {
   int64_t fallbacks() const { return fallbacks_.load(); }
 
  private:
+  // A block of the region, else ordinary memory (counted).
+  c10::DataPtr AllocateOrFallBack(size_t bytes) const;
   explicit RegisteredAllocator(rdma::MemoryRegion region);
   static void Free(void* context);
 

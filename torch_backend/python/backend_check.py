@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checks the rdmaflow backend from Python, under torchrun: every collective
 (reduce, gather and scatter from every root too) against a reference computed
 locally (several dtypes and sizes), send/recv with tags received out of

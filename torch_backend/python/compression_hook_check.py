@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checks rdmaflow_torch.Codec and rdmaflow_torch.hooks under torchrun, over
 the rdmaflow backend: a bad spec or tensor is a ValueError naming it; with
 every element sent (topk:ratio=1) the hook gives plain DDP's parameters;

@@ -20,19 +20,40 @@ ProcessGroupRdmaflow); this file is not imported on its own.
 """
 
 
+def _rdmaflow_backend(group):
+    """The ProcessGroupRdmaflow behind `group` (a torch ProcessGroup whose
+    CPU backend is rdmaflow, or the backend itself), or None."""
+    import torch
+
+    if isinstance(group, ProcessGroupRdmaflow):  # noqa: F821  (module scope)
+        return group
+    get_backend = getattr(group, "_get_backend", None)
+    if get_backend is None:
+        return None
+    try:
+        backend = get_backend(torch.device("cpu"))
+    except RuntimeError:  # no backend for CPU tensors in this group
+        return None
+    return backend if isinstance(backend, ProcessGroupRdmaflow) else None  # noqa: F821
+
+
 def allreduce_hook(state, bucket):
     """DDP comm hook. `state`: an rdmaflow process group, or None for the
     default group. Returns the future of the bucket's average."""
     import torch.distributed as dist
 
     group = state if state is not None else dist.group.WORLD
-    if not isinstance(group, ProcessGroupRdmaflow):  # noqa: F821  (module scope)
+    backend = _rdmaflow_backend(group)
+    if backend is None:
         raise TypeError(
             "rdmaflow_torch.allreduce_hook: the hook's state must be an rdmaflow "
-            "process group or None (the default group, which must then be rdmaflow); "
-            f"got {type(group).__name__}")
+            "process group or None (the default group, which must then be rdmaflow "
+            f"for CPU tensors); got {type(group).__name__}")
     buffer = bucket.buffer()
-    register_repeated(group, buffer)  # noqa: F821  (module scope)
-    buffer.div_(group.size())
-    future = dist.all_reduce(buffer, group=group, async_op=True).get_future()
-    return future.then(lambda done: done.value()[0])
+    register_repeated(backend, buffer)  # noqa: F821  (module scope)
+    buffer.div_(backend.size())
+    if group is backend:
+        work = backend.allreduce([buffer])
+    else:
+        work = dist.all_reduce(buffer, group=group, async_op=True)
+    return work.get_future().then(lambda done: done.value()[0])

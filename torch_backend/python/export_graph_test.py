@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """rdmaflow_torch.export_graph (torch.fx) against the TorchScript importer
 (rdmaflow plan MODEL.pt --graph): the same graph for the same model, for an
 MLP, a ResNet-18-like CNN and a transformer encoder (test_models.py); each
@@ -42,7 +42,7 @@ class ExportGraphTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         os.makedirs(WORK, exist_ok=True)
-        subprocess.run(["/usr/bin/python3", os.path.join(MODELS_DIR, "test_models.py"), WORK,
+        subprocess.run([sys.executable, os.path.join(MODELS_DIR, "test_models.py"), WORK,
                         *sorted(test_models.MODELS)], check=True)
 
     def test_both_importers_give_the_same_graph(self):
@@ -75,7 +75,7 @@ class ExportGraphTest(unittest.TestCase):
     def test_tuples_tied_weights_and_multi_input_modules(self):
         # The TorchScript importer and torch.fx agree on a submodule that
         # returns a tuple and a weight two layers share.
-        subprocess.run(["/usr/bin/python3", os.path.join(MODELS_DIR, "test_models.py"), WORK,
+        subprocess.run([sys.executable, os.path.join(MODELS_DIR, "test_models.py"), WORK,
                         "tied_tuple"], check=True)
         ts_graph = os.path.join(WORK, "tied_tuple_ts.pbtxt")
         result = plan(os.path.join(WORK, "tied_tuple.pt"), "--input", "4x8", "--graph", ts_graph,

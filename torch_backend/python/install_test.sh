@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tools/install_torch_module.sh, as a user would run it:
 #   1. --prefix into a scratch folder, --help, an unknown argument refused;
-#   2. into a fresh virtual environment (Debian's /usr/bin/python3 -m venv
-#      --system-site-packages, so python3-torch is there): its Python, run
+#   2. into a fresh virtual environment that sees the build's torch (a .pth
+#      file names the torch environment's site-packages): its Python, run
 #      with an empty environment (no PYTHONPATH, no wrapper), starts a
 #      2-rank torchrun job that imports the installed module and
 #      all-reduces over backend "rdmaflow";
@@ -25,11 +25,13 @@ if RDMAFLOW_TORCH_MODULE="$module" tools/install_torch_module.sh \
 fi
 
 venv="$tmp/venv"
-/usr/bin/python3 -m venv --system-site-packages --without-pip "$venv"
-RDMAFLOW_TORCH_MODULE="$module" tools/install_torch_module.sh --python "$venv/bin/python"
+base=$("$RDMAFLOW_PYTHON" -c 'import sys; print(sys._base_executable)')
+torch_site=$("$RDMAFLOW_PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+"$base" -m venv --without-pip "$venv"
 venv_site=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+echo "$torch_site" > "$venv_site/torch_environment.pth"
+RDMAFLOW_TORCH_MODULE="$module" tools/install_torch_module.sh --python "$venv/bin/python"
 test -f "$venv_site/rdmaflow_torch.so"
-# torchrun of Debian's torch 1.13: the flags docs/torch.md gives.
 env -i PATH="$venv/bin:/usr/bin:/bin" HOME="$tmp" TMPDIR="$tmp" \
   RDMAFLOW_TRANSPORT_PARAMS=tls=shm timeout -k 20 200 \
   "$venv/bin/python" -m torch.distributed.run --rdzv_backend=c10d \

@@ -28,9 +28,11 @@
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "graph_analyzer/text_io.h"
 #include "graph_analyzer/training_graph.h"
@@ -95,8 +97,33 @@ Holder CreateGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int s
   return Holder(*std::move(group));
 }
 
-at::Tensor Empty(ProcessGroupRdmaflow& group, const std::vector<int64_t>& shape,
+// The rdmaflow backend behind `group`: our object itself (LibTorch 1.13,
+// or what the creator returned), or the CPU backend of torch 2.x's
+// ProcessGroup (dist.group.WORLD, new_group()'s result). TypeError for any
+// other group.
+ProcessGroupRdmaflow& Ours(const py::object& group, const char* function) {
+  if (py::isinstance<ProcessGroupRdmaflow>(group)) return group.cast<ProcessGroupRdmaflow&>();
+  if (py::hasattr(group, "_get_backend")) {
+    py::object cpu = py::module_::import("torch").attr("device")("cpu");
+    py::object backend;
+    try {
+      backend = group.attr("_get_backend")(cpu);
+    } catch (const py::error_already_set&) {
+      backend = py::none();
+    }
+    if (py::isinstance<ProcessGroupRdmaflow>(backend)) {
+      return backend.cast<ProcessGroupRdmaflow&>();
+    }
+  }
+  throw py::type_error(std::string("rdmaflow_torch.") + function +
+                       ": the group is not an rdmaflow process group (pass the group of "
+                       "init_process_group('rdmaflow') or new_group(); got " +
+                       std::string(py::str(py::repr(group))) + ")");
+}
+
+at::Tensor Empty(const py::object& handle, const std::vector<int64_t>& shape,
                  const py::object& dtype) {
+  ProcessGroupRdmaflow& group = Ours(handle, "empty");
   if (!THPDtype_Check(dtype.ptr())) {
     throw py::type_error("rdmaflow_torch.empty: dtype must be a torch.dtype");
   }
@@ -108,7 +135,8 @@ at::Tensor Empty(ProcessGroupRdmaflow& group, const std::vector<int64_t>& shape,
   return *tensor;
 }
 
-void MoveToRegistered(ProcessGroupRdmaflow& group, const at::Tensor& tensor) {
+void MoveToRegistered(const py::object& handle, const at::Tensor& tensor) {
+  ProcessGroupRdmaflow& group = Ours(handle, "move_to_registered");
   absl::Status moved;
   {
     py::gil_scoped_release release;  // waits for the operations queued before it
@@ -117,7 +145,8 @@ void MoveToRegistered(ProcessGroupRdmaflow& group, const at::Tensor& tensor) {
   if (!moved.ok()) throw std::runtime_error("rdmaflow: " + moved.ToString());
 }
 
-bool RegisterRepeated(ProcessGroupRdmaflow& group, const at::Tensor& tensor) {
+bool RegisterRepeated(const py::object& handle, const at::Tensor& tensor) {
+  ProcessGroupRdmaflow& group = Ours(handle, "register_repeated");
   absl::StatusOr<bool> registered;
   {
     py::gil_scoped_release release;
@@ -129,8 +158,8 @@ bool RegisterRepeated(ProcessGroupRdmaflow& group, const at::Tensor& tensor) {
   return *registered;
 }
 
-py::dict Stats(const ProcessGroupRdmaflow& group) {
-  const BackendStats stats = group.stats();
+py::dict Stats(const py::object& handle) {
+  const BackendStats stats = Ours(handle, "stats").stats();
   py::dict out;
   out["allreduces"] = stats.allreduces;
   out["zero_copy_allreduces"] = stats.zero_copy_allreduces;
@@ -168,15 +197,34 @@ constexpr char kHooks[] =
 #include "torch_backend/python/hooks.inc"
     ;
 
+// The same torch release: "2.11.0+cu130" and "2.11.0+cpu" match (the
+// local part names the CUDA build, not the C++ API), "2.11.1" does not.
+bool SameRelease(std::string_view a, std::string_view b) {
+  return a.substr(0, a.find('+')) == b.substr(0, b.find('+'));
+}
+
 }  // namespace
 }  // namespace rdmaflow::torch_backend
 
 PYBIND11_MODULE(rdmaflow_torch, m) {
   using namespace rdmaflow::torch_backend;
   m.doc() = "rdmaflow: a torch.distributed backend over one-sided RDMA writes";
+  // Built against one torch (RDMAFLOW_TORCH_VERSION, from bazel/torch.bzl):
+  // under another, LibTorch's C++ types need not match ours.
+  const std::string torch_version =
+      py::str(py::module_::import("torch").attr("__version__")).cast<std::string>();
+  if (!SameRelease(torch_version, RDMAFLOW_TORCH_VERSION)) {
+    throw py::import_error(absl::StrCat(
+        "rdmaflow_torch ", RDMAFLOW_VERSION, " was built for torch ", RDMAFLOW_TORCH_VERSION,
+        " but this Python imports torch ", torch_version,
+        "; install the rdmaflow_torch built for torch ", torch_version,
+        " or rebuild it against this torch (docs/torch.md, RDMAFLOW_PYTHON)"));
+  }
+  m.attr("__version__") = RDMAFLOW_VERSION;
+  m.attr("__torch_version__") = RDMAFLOW_TORCH_VERSION;
   // c10d's Python types (ProcessGroup, Store) must exist first.
   py::module_ dist = py::module_::import("torch.distributed");
-  py::class_<ProcessGroupRdmaflow, c10d::ProcessGroup, Holder>(m, "ProcessGroupRdmaflow")
+  py::class_<ProcessGroupRdmaflow, c10d::Backend, Holder>(m, "ProcessGroupRdmaflow")
       .def("stats", &Stats, "The backend's counters.");
   m.def("create_process_group", &CreateGroup, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout"),
@@ -210,6 +258,11 @@ PYBIND11_MODULE(rdmaflow_torch, m) {
   py::module_::import("sys").attr("modules")["rdmaflow_torch.hooks"] = hooks;
   py::object backend = dist.attr("Backend");
   if (!py::hasattr(backend, "RDMAFLOW")) {
-    backend.attr("register_backend")("rdmaflow", m.attr("create_process_group"));
+    // For CPU tensors only: a job's CUDA tensors go to another backend
+    // ("cpu:rdmaflow,cuda:nccl").
+    py::list devices;
+    devices.append("cpu");
+    backend.attr("register_backend")("rdmaflow", m.attr("create_process_group"),
+                                     py::arg("devices") = devices);
   }
 }
