@@ -2,7 +2,7 @@
 // (collectives/allreduce_group.h: the same-host algorithms where the
 // transport maps peers' memory, hierarchical across hosts, else the ring;
 // "rdmaflow-ring" forces the ring, "rdmaflow-flat" one flat ring across
-// hosts) next to LibTorch's Gloo backend, in the same processes and the same
+// hosts) next to Gloo's ring all-reduce (bench/gloo_group.h), in the same processes and the same
 // run, for each rank count and size. Each row names the algorithm that ran
 // and one thread's `dst += src` bandwidth at that size (the reduction's
 // bound); memcpy and a float32 sum at 16 MiB head the table. MPI is
@@ -247,7 +247,7 @@ int Report(absl::Status status, int rank) {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "All-reduce latency and bus bandwidth: rdmaflow's ring next to LibTorch's "
+      "All-reduce latency and bus bandwidth: rdmaflow's ring next to "
       "Gloo, same processes, same run.\n  allreduce_bench [--ranks=2,4] "
       "[--impls=rdmaflow,gloo] [--transport=ucx --params=tls=shm] [--json=out.json]");
   absl::ParseCommandLine(argc, argv);

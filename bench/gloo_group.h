@@ -1,10 +1,12 @@
 // File: gloo_group.h
 // -----------------------------------------------------------------------------
-// GlooGroup: LibTorch's own c10d::ProcessGroupGloo (TCP on 127.0.0.1), the
-// baseline the all-reduce benchmark measures next to rdmaflow's ring in the
-// same processes. Its c10d::TCPStore is started by rank 0 on a free port
-// that the job's rdma::Store carries to the others. LibTorch exceptions are
-// turned into absl::Status here.
+// GlooGroup: Gloo's ring all-reduce (the algorithm torch's ProcessGroupGloo
+// runs for CPU tensors; TCP on 127.0.0.1), the baseline the all-reduce
+// benchmark measures next to rdmaflow's ring in the same processes. It uses
+// Debian's libgloo directly: a torch wheel ships no gloo headers, and
+// LibTorch's C++ ProcessGroupGloo built against Debian's corrupts the heap
+// (their gloo versions differ). Gloo meets the other ranks through the
+// job's rdma::Store; its exceptions become absl::Status here.
 #ifndef RDMAFLOW_BENCH_GLOO_GROUP_H_
 #define RDMAFLOW_BENCH_GLOO_GROUP_H_
 

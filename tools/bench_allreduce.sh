@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # All-reduce benchmark (docs/collectives.md): rdmaflow over UCX shared memory
-# (the algorithm it picks per size, and its ring alone) and LibTorch's Gloo in
+# (the algorithm it picks per size, and its ring alone) and Gloo in
 # the same processes (allreduce_bench), then
 # Open MPI's MPI_Allreduce with the same sizes (mpi_allreduce under mpirun,
 # its default on-node transport), for 2 and 4 ranks, 4 KiB to 64 MiB. Writes

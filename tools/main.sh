@@ -8,7 +8,7 @@
 #     processes, LeNet-5 on Fashion-MNIST (BSP, zero copy, one-sided pulls);
 #  4. the parameter server's RPC-vs-RDMA comparison: the VGG-like net's step
 #     time over rdma, rdma_copy and grpc (tools/bench_ps.sh, comm part);
-#  5. the ring all-reduce next to LibTorch's Gloo and Open MPI, 2 and 4
+#  5. the ring all-reduce next to Gloo and Open MPI, 2 and 4
 #     ranks, 4 KiB to 16 MiB (tools/bench_allreduce.sh), and a short
 #     data-parallel training run on it (3 replicas of LeNet-5);
 # then plan the example training graphs with `rdmaflow plan`, and a PyTorch
