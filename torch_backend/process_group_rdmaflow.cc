@@ -61,6 +61,7 @@ absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::C
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Enqueue(
     c10d::OpType type, std::vector<at::Tensor> outputs,
     std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run) {
+  if (engine_ == nullptr) return Failed(type, ShutDownError());
   auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs));
   Engine::Op op{work, std::move(run), nullptr, ""};
   // Only all-reduces and broadcasts run inline: their outputs are all they
@@ -82,6 +83,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::EnqueuePost(
     std::function<absl::StatusOr<uint64_t>(Engine&,
                                             const c10::intrusive_ptr<RdmaflowWork>&)>
         post) {
+  if (engine_ == nullptr) return Failed(type, ShutDownError());
   auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs));
   engine_->Submit({work, nullptr, std::move(post), std::move(what)});
   return work;
@@ -303,6 +305,41 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_reduce_scatter_base(
   std::vector<at::Tensor> outputs = {output};
   std::vector<std::vector<at::Tensor>> inputs = {at::flatten(input).chunk(size_)};
   return reduce_scatter(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  return EachPair(c10d::OpType::COALESCED, "allgather_into_tensor_coalesced", outputs, inputs,
+                  [&](at::Tensor& output, at::Tensor& input) {
+                    return _allgather_base(output, input, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  return EachPair(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, inputs,
+                  [&](at::Tensor& output, at::Tensor& input) {
+                    return _reduce_scatter_base(output, input, opts);
+                  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::EachPair(
+    c10d::OpType type, const char* name, std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const std::function<c10::intrusive_ptr<c10d::Work>(at::Tensor&, at::Tensor&)>& one) {
+  if (outputs.empty() || outputs.size() != inputs.size()) {
+    return Failed(type, absl::InvalidArgumentError(absl::StrCat(
+                            name, ": needs as many outputs as inputs, at least one (got ",
+                            outputs.size(), " and ", inputs.size(), ")")));
+  }
+  c10::intrusive_ptr<c10d::Work> last;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    last = one(outputs[i], inputs[i]);
+    if (last->isCompleted() && last->exception()) return last;
+  }
+  return last;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce_coalesced(
@@ -562,10 +599,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor
 
 absl::StatusOr<at::Tensor> ProcessGroupRdmaflow::AllocateRegistered(
     const std::vector<int64_t>& shape, at::ScalarType dtype) {
+  if (engine_ == nullptr) return ShutDownError();
   return engine_->AllocateRegistered(shape, dtype);
 }
 
 absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
+  if (engine_ == nullptr) return ShutDownError();
   if (engine_->IsRegistered(tensor)) return absl::OkStatus();
   if (Engine::OnEngineThread()) {
     // It would wait for the thread it runs on.
@@ -615,6 +654,7 @@ absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
 }
 
 absl::StatusOr<bool> ProcessGroupRdmaflow::RegisterRepeated(const at::Tensor& tensor) {
+  if (engine_ == nullptr) return ShutDownError();
   if (engine_->IsRegistered(tensor)) return true;
   if (!repeated_.Sighted(tensor)) return false;
   absl::Status moved = MoveToRegistered(tensor);
@@ -642,6 +682,23 @@ absl::StatusOr<bool> ProcessGroupRdmaflow::RegisterRepeated(const at::Tensor& te
   return false;
 }
 
-BackendStats ProcessGroupRdmaflow::stats() const { return engine_->stats(); }
+BackendStats ProcessGroupRdmaflow::stats() const {
+  return engine_ != nullptr ? engine_->stats() : final_stats_;
+}
+
+void ProcessGroupRdmaflow::shutdown() {
+  if (engine_ == nullptr) return;
+  std::unique_ptr<Engine> engine = std::move(engine_);
+  final_stats_ = engine->stats();
+  engine.reset();  // bounded (Engine::~Engine)
+}
+
+void ProcessGroupRdmaflow::abort() { shutdown(); }
+
+absl::Status ProcessGroupRdmaflow::ShutDownError() const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rank ", rank_, ": this rdmaflow process group was shut down (destroy_process_group, "
+      "shutdown or abort); create a new one"));
+}
 
 }  // namespace rdmaflow::torch_backend

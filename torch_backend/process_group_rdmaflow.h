@@ -94,6 +94,14 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input,
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  // The coalesced flat forms (torch's _coalescing_manager with a backend
+  // that does not coalesce itself, FSDP): each pair as its own call.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
@@ -145,10 +153,24 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
   // operations in flight is tried again at the next sighting. Thread-safe.
   absl::StatusOr<bool> RegisterRepeated(const at::Tensor& tensor);
 
-  // Counters since creation. Thread-safe.
+  // Counters since creation (after shutdown: as they were when it was
+  // called). Thread-safe.
   BackendStats stats() const;
 
+  // c10d::Backend; destroy_process_group() calls shutdown(). Both stop the
+  // engine (Engine::~Engine: what was submitted runs to completion or its
+  // timeout, pending point-to-point operations are cancelled, then
+  // everything is torn down, within the group's timeout plus the ring's
+  // shutdown bound) and keep the counters; afterwards every operation
+  // fails with kFailedPrecondition naming the shut-down group. abort()
+  // does the same: the engine has no faster way to drop what is in flight.
+  // Not concurrent with other calls on this group. Idempotent.
+  void shutdown() override;
+  void abort() override;
+
  private:
+  // kFailedPrecondition: the group was shut down.
+  absl::Status ShutDownError() const;
 
   // Queues a collective on the engine (see Engine::Op).
   c10::intrusive_ptr<c10d::Work> Enqueue(
@@ -160,6 +182,15 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
       std::function<absl::StatusOr<uint64_t>(Engine&,
                                               const c10::intrusive_ptr<RdmaflowWork>&)>
           post);
+  // Runs `one` on each (output, input) pair in order and returns the Work
+  // of the last: the engine runs calls in order, and a call that fails
+  // breaks the group, failing those queued after it. A pair refused at
+  // once (bad arguments) returns its failed Work, and the pairs after it
+  // are not queued.
+  c10::intrusive_ptr<c10d::Work> EachPair(
+      c10d::OpType type, const char* name, std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const std::function<c10::intrusive_ptr<c10d::Work>(at::Tensor&, at::Tensor&)>& one);
   // A Work already failed with `status` (bad arguments).
   c10::intrusive_ptr<c10d::Work> Failed(c10d::OpType type, const absl::Status& status);
   // alltoall and alltoall_base (as `op_type`): one part per rank each way.
@@ -167,7 +198,8 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
                                           std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs);
 
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Engine> engine_;  // null once shut down
+  BackendStats final_stats_;        // the engine's last counters, then
   RepeatedStorages repeated_;
   std::atomic<bool> warned_refusal_{false};
 };
