@@ -134,3 +134,13 @@ rdmaflow_torch_repository = repository_rule(
 TORCH_PYTHON_DATA = ["@rdmaflow_torch//:python"]
 
 TORCH_PYTHON_ENV = {"RDMAFLOW_PYTHON": "$(rootpath @rdmaflow_torch//:python)"}
+
+def torch_python_test(name, data = [], **kwargs):
+    """An sh_test whose script runs Python with the build's torch (through
+    "$RDMAFLOW_PYTHON", tools/torchrun.sh or tools/torch_python.sh)."""
+    native.sh_test(
+        name = name,
+        env = TORCH_PYTHON_ENV,
+        data = TORCH_PYTHON_DATA + data,
+        **kwargs
+    )
