@@ -97,8 +97,8 @@ Holder CreateGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int s
   return Holder(*std::move(group));
 }
 
-// The rdmaflow backend behind `group`: our object itself (LibTorch 1.13,
-// or what the creator returned), or the CPU backend of torch 2.x's
+// The rdmaflow backend behind `group`: our object itself (what the
+// creator returned, or _get_backend()), or the CPU backend of torch's
 // ProcessGroup (dist.group.WORLD, new_group()'s result). TypeError for any
 // other group.
 ProcessGroupRdmaflow& Ours(const py::object& group, const char* function) {
