@@ -15,7 +15,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
-#include <torch/version.h>
 
 #include <atomic>
 #include <memory>

@@ -16,25 +16,8 @@ staging area. The parameters' gradients (views of the bucket with
 gradient_as_bucket_view=True) move along with it.
 
 Run by the module when it is imported (it sees register_repeated and
-ProcessGroupRdmaflow); this file is not imported on its own.
+_backend_of); this file is not imported on its own.
 """
-
-
-def _rdmaflow_backend(group):
-    """The ProcessGroupRdmaflow behind `group` (a torch ProcessGroup whose
-    CPU backend is rdmaflow, or the backend itself), or None."""
-    import torch
-
-    if isinstance(group, ProcessGroupRdmaflow):  # noqa: F821  (module scope)
-        return group
-    get_backend = getattr(group, "_get_backend", None)
-    if get_backend is None:
-        return None
-    try:
-        backend = get_backend(torch.device("cpu"))
-    except RuntimeError:  # no backend for CPU tensors in this group
-        return None
-    return backend if isinstance(backend, ProcessGroupRdmaflow) else None  # noqa: F821
 
 
 def allreduce_hook(state, bucket):
@@ -43,7 +26,7 @@ def allreduce_hook(state, bucket):
     import torch.distributed as dist
 
     group = state if state is not None else dist.group.WORLD
-    backend = _rdmaflow_backend(group)
+    backend = _backend_of(group)  # noqa: F821  (module scope)
     if backend is None:
         raise TypeError(
             "rdmaflow_torch.allreduce_hook: the hook's state must be an rdmaflow "

@@ -99,22 +99,26 @@ Holder CreateGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int s
 
 // The rdmaflow backend behind `group`: our object itself (what the
 // creator returned, or _get_backend()), or the CPU backend of torch's
-// ProcessGroup (dist.group.WORLD, new_group()'s result). TypeError for any
-// other group.
-ProcessGroupRdmaflow& Ours(const py::object& group, const char* function) {
-  if (py::isinstance<ProcessGroupRdmaflow>(group)) return group.cast<ProcessGroupRdmaflow&>();
+// ProcessGroup (dist.group.WORLD, new_group()'s result); None for any other
+// group. rdmaflow_torch._backend_of in Python (the DDP hook's check).
+py::object BackendOf(const py::object& group) {
+  if (py::isinstance<ProcessGroupRdmaflow>(group)) return group;
   if (py::hasattr(group, "_get_backend")) {
     py::object cpu = py::module_::import("torch").attr("device")("cpu");
-    py::object backend;
     try {
-      backend = group.attr("_get_backend")(cpu);
+      py::object backend = group.attr("_get_backend")(cpu);
+      if (py::isinstance<ProcessGroupRdmaflow>(backend)) return backend;
     } catch (const py::error_already_set&) {
-      backend = py::none();
-    }
-    if (py::isinstance<ProcessGroupRdmaflow>(backend)) {
-      return backend.cast<ProcessGroupRdmaflow&>();
+      // No backend for CPU tensors in this group.
     }
   }
+  return py::none();
+}
+
+// BackendOf(group), or a TypeError naming `function`.
+ProcessGroupRdmaflow& Ours(const py::object& group, const char* function) {
+  py::object backend = BackendOf(group);
+  if (!backend.is_none()) return backend.cast<ProcessGroupRdmaflow&>();
   throw py::type_error(std::string("rdmaflow_torch.") + function +
                        ": the group is not an rdmaflow process group (pass the group of "
                        "init_process_group('rdmaflow') or new_group(); got " +
@@ -234,6 +238,8 @@ PYBIND11_MODULE(rdmaflow_torch, m) {
         "place and sent without staging. Allocate them in the same order on every "
         "rank.");
   m.def("stats", &Stats, py::arg("group"), "The backend's counters, as a dict.");
+  m.def("_backend_of", &BackendOf, py::arg("group"),
+        "The rdmaflow backend behind a process group, or None.");
   m.def("move_to_registered", &MoveToRegistered, py::arg("group"), py::arg("tensor"),
         "Moves a tensor's memory (the whole of its storage, with its views) into the "
         "group's registered pool, after the operations already queued; the old memory "
