@@ -17,8 +17,14 @@ shapes), for Debian's /usr/bin/python3 with python3-torch. Models:
                mean over positions, a 10-way classifier
 
 and, when named, control_flow.pt: a scripted module that branches on its
-input (which a graph of one step cannot hold), and tied_tuple.pt: a
-submodule that returns a tuple, and a weight two layers share.
+input's values (which a graph of one step cannot hold), loop.pt: a scripted
+module with a loop over its input's first size, data_loop.pt: one with a loop
+on its input's values, tied_tuple.pt: a submodule that returns a tuple, and a
+weight two layers share, scripted_resnet18.pt: resnet18 scripted rather than
+traced (its batch norms branch on `training`), and scripted_encoder.pt: a
+scripted nn.TransformerEncoderLayer classifier on [N, 16] token ids (its
+fast-path checks branch on flags and shapes) whose head branches on the
+activation's rank.
 """
 import json
 import math
@@ -143,6 +149,48 @@ class ControlFlow(nn.Module):
         return self.fc(x)
 
 
+class Loop(nn.Module):
+    """Scripted with a loop over a size: the importer unrolls it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        for _ in range(x.size(0)):
+            x = self.fc(x)
+        return x
+
+
+class DataLoop(nn.Module):
+    """Scripted with a loop on its input's values: the importer refuses it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        while bool(x.sum() < 10.0):
+            x = x + 1.0
+        return self.fc(x)
+
+
+class ScriptedEncoder(nn.Module):
+    """nn.TransformerEncoderLayer, scripted: branches on flags and shapes."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(100, 32)
+        self.layer = nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, tokens):
+        x = self.layer(self.embedding(tokens))
+        if x.dim() == 3:
+            x = x.mean(dim=1)
+        return self.head(x)
+
+
 class Features(nn.Module):
     def __init__(self):
         super().__init__()
@@ -189,6 +237,17 @@ def main(argv):
     for name in argv[2:] or sorted(MODELS):
         if name == "control_flow":
             torch.jit.script(ControlFlow()).save(os.path.join(out, name + ".pt"))
+            continue
+        if name in ("loop", "data_loop"):
+            module = Loop() if name == "loop" else DataLoop()
+            torch.jit.script(module).save(os.path.join(out, name + ".pt"))
+            continue
+        if name == "scripted_resnet18":
+            torch.jit.script(build("resnet18")).save(os.path.join(out, name + ".pt"))
+            continue
+        if name == "scripted_encoder":
+            torch.manual_seed(0)
+            torch.jit.script(ScriptedEncoder()).save(os.path.join(out, name + ".pt"))
             continue
         if name == "tied_tuple":
             torch.manual_seed(0)

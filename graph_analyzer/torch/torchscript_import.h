@@ -12,7 +12,14 @@
 // the analyzer knows of it. Calls (submodules) are inlined first; the
 // parameters and buffers keep their qualified names. Ops that only update
 // state (a batch norm's counter) are left out, as are ops on constants.
-// Control flow (prim::If, prim::Loop) is refused: trace the module.
+// A scripted module's if is decided for the given inputs when its condition
+// depends only on attributes, shapes and types (BatchNorm's `training`,
+// nn.TransformerEncoderLayer's fast-path checks), as torch.export
+// specializes: the branch taken is traced; a loop whose trip count and
+// condition are of that kind is unrolled (the k-th pass's tensors named
+// "%x@k"). torch.is_grad_enabled() is true there (the graph is of a
+// training step). A branch or loop on a tensor's values is refused: trace
+// the module.
 //
 //   ASSIGN_OR_RETURN(GraphDef graph, ImportTorchScript(
 //       "model.pt", {MakeSpec(DT_FLOAT32, {64, 1, 28, 28})}));
@@ -37,7 +44,8 @@ absl::StatusOr<torch::jit::Module> LoadTorchScript(const std::string& path);
 
 // kNotFound for a missing file; kInvalidArgument when it is not TorchScript,
 // has no forward(), takes another number of inputs, fails to run on inputs
-// of these sizes (LibTorch's message, with the op), holds control flow, or
+// of these sizes (LibTorch's message, with the op), branches or loops on a
+// tensor's values, or
 // returns anything but one tensor.
 absl::StatusOr<ModelTrace> TraceTorchScript(const std::string& path,
                                             const std::vector<TensorSpec>& inputs);

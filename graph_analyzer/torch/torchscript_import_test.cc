@@ -40,7 +40,8 @@ class TorchScriptImportTest : public ::testing::Test {
     dir_ = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/models"));
     const std::string command =
         absl::StrCat(TorchPython(), " graph_analyzer/torch/test_models.py ", *dir_,
-                     " mlp resnet18 transformer control_flow tied_tuple");
+                     " mlp resnet18 transformer control_flow tied_tuple loop data_loop"
+                     " scripted_resnet18 scripted_encoder");
     made_ = std::system(command.c_str()) == 0;
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -189,7 +190,62 @@ TEST_F(TorchScriptImportTest, BadFilesInputsAndModelsAreRefusedWithTheReason) {
                        HasSubstr("every dimension must be positive")));
   EXPECT_THAT(ImportTorchScript(Path("control_flow"), {MakeSpec(DT_FLOAT32, {2, 4})}),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("control flow")));
+                       HasSubstr("branches on the values of a tensor")));
+  EXPECT_THAT(ImportTorchScript(Path("data_loop"), {MakeSpec(DT_FLOAT32, {2, 4})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("loops while a condition on the values of a tensor")));
+}
+
+// A loop over a size is unrolled: one pass per row of the input, each its
+// own activations, one parameter whose gradient sums every pass.
+TEST_F(TorchScriptImportTest, ScriptedLoopsOverSizesAreUnrolled) {
+  for (const int64_t rows : {1, 3}) {
+    SCOPED_TRACE(rows);
+    ASSERT_OK_AND_ASSIGN(GraphDef g,
+                         ImportTorchScript(Path("loop"), {MakeSpec(DT_FLOAT32, {rows, 4})}));
+    ASSERT_OK_AND_ASSIGN(AnalyzedGraph a, AnalyzeGraph(g));
+    EXPECT_EQ(Count(g, "MatMul"), rows);
+    EXPECT_EQ(Count(g, "Variable"), 2);  // fc.weight, fc.bias
+    EXPECT_GE(a.Find("fc.weight/apply"), 0);
+  }
+}
+
+// A scripted module whose ifs depend only on attributes and shapes is
+// planned for the given input: the branch taken, as the traced module.
+TEST_F(TorchScriptImportTest, ScriptedBranchesOnAttributesAndShapesAreDecided) {
+  ASSERT_OK_AND_ASSIGN(GraphDef traced,
+                       ImportTorchScript(Path("resnet18"), {Input("resnet18")}));
+  ASSERT_OK_AND_ASSIGN(GraphDef scripted,
+                       ImportTorchScript(Path("scripted_resnet18"), {Input("resnet18")}));
+  for (const char* op : {"Variable", "ApplyGradient", "Conv2D", "Add", "Relu", "Const"}) {
+    SCOPED_TRACE(op);
+    EXPECT_EQ(Count(scripted, op), Count(traced, op));
+  }
+  // Training mode: every batch norm normalizes with batch statistics, as
+  // one aten::batch_norm each (the eval branch is not taken); the
+  // counters' in-place adds are left out.
+  EXPECT_EQ(Count(scripted, "Opaque", "aten::batch_norm"), 20);
+  EXPECT_EQ(Count(scripted, "Opaque", "aten::add_"), 0);
+
+  const TensorSpec tokens = MakeSpec(DT_INT64, {kBatch, 16});
+  ASSERT_OK_AND_ASSIGN(GraphDef encoder,
+                       ImportTorchScript(Path("scripted_encoder"), {tokens}));
+  ASSERT_OK_AND_ASSIGN(AnalyzedGraph a, AnalyzeGraph(encoder));
+  // Not the inference fast path (a training step has gradients on): the
+  // layer's attention, feed-forward and norms, each parameter trained.
+  EXPECT_EQ(Count(encoder, "Opaque", "aten::_transformer_encoder_layer_fwd"), 0);
+  EXPECT_EQ(Count(encoder, "Opaque", "aten::layer_norm"), 2);
+  for (const char* name : {"embedding.weight", "layer.self_attn.in_proj_weight",
+                           "layer.self_attn.out_proj.weight", "layer.linear1.weight",
+                           "layer.linear2.weight", "layer.norm1.weight", "head.weight"}) {
+    SCOPED_TRACE(name);
+    EXPECT_GE(a.Find(absl::StrCat(name, "/apply")), 0);
+  }
+  // The head's branch on the rank took the mean over positions.
+  EXPECT_EQ(Count(encoder, "ReduceMean"), 1);
+  const int labels = a.Find("labels");
+  ASSERT_GE(labels, 0);
+  EXPECT_EQ(SpecString(a.spec(OutputId{labels, 0})), "int64[8]");
 }
 
 }  // namespace
