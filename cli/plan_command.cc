@@ -21,6 +21,7 @@
 #include "graph_analyzer/placement.h"
 #include "graph_analyzer/planner.h"
 #include "graph_analyzer/text_io.h"
+#include "graph_analyzer/torch/export_import.h"
 #include "graph_analyzer/torch/torchscript_import.h"
 #include "graph_analyzer/tracing.h"
 
@@ -110,7 +111,15 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
                   kMaxInputBytesLimit));
   const std::string& path = args.positional[0];
   graph::GraphDef def;
-  if (IsTorchScriptFile(path)) {
+  if (graph::IsExportedProgramFile(path)) {
+    // The program carries its example's sizes; --input changes a dynamic
+    // dimension (a static one must match).
+    std::vector<graph::TensorSpec> inputs;
+    if (args.Has("input")) {
+      ASSIGN_OR_RETURN(inputs, ParseInputSpecs(args.Get("input")));
+    }
+    ASSIGN_OR_RETURN(def, graph::ImportExportedProgram(path, inputs));
+  } else if (IsTorchScriptFile(path)) {
     if (!args.Has("input")) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, " is a TorchScript model: give the sizes of its inputs with --input "
@@ -122,7 +131,7 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
   } else {
     if (args.Has("input")) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--input gives a TorchScript model's input sizes; ", path,
+          "--input gives a model's input sizes (a .pt or .pt2 file); ", path,
           " is not one (a graph file carries its own shapes)"));
     }
     RETURN_IF_ERROR(ReadInput(path, &def, max_input));
@@ -193,11 +202,13 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
 std::string PlanUsage() {
   return R"(usage: rdmaflow plan GRAPH [options]
        rdmaflow plan MODEL.pt --input SIZES [--strategy STRATEGY[:key=value,...]] [options]
+       rdmaflow plan MODEL.pt2 [--input SIZES] [--strategy ...] [options]
 
 Reads a training dataflow graph (protobuf text format, rdmaflow.graph.GraphDef;
 see graph_analyzer/graph.proto and docs/graph_analyzer.md), or a PyTorch
 model saved as TorchScript (torch.jit.save of a traced or scripted module)
-and imports its training step: every parameter, activation and gradient
+or by torch.export (torch.export.save: a .pt2 file), and imports its
+training step: every parameter, activation and gradient
 with its dtype and shape (docs/bring_your_model.md). It validates it,
 infers every tensor's shape, partitions it by rank, and prints the transfer
 plan: for each directed link (src -> dst rank) the tensors that cross it with
@@ -211,9 +222,11 @@ memory than this machine has gets a warning on stderr (registration pins
 memory; the plan is still printed and the exit status is unchanged).
 
 options:
-  --input SIZES          a TorchScript model's input sizes: 64x1x28x28 (float32)
-                         or 64x16:int64; several separated by ','
-  --strategy SPEC        place the model's step (a TorchScript model's, or a
+  --input SIZES          a model's input sizes: 64x1x28x28 (float32) or
+                         64x16:int64; several separated by ','. Needed for
+                         TorchScript; a .pt2 defaults to its export example's
+                         (a dynamic dimension takes the size given here)
+  --strategy SPEC        place the model's step (a model file's, or a
                          single-rank graph as rdmaflow_torch.export_graph
                          writes it) on a strategy's ranks, then plan:
                            ps[:servers=S,workers=W]           (default 1, 2)
@@ -254,6 +267,7 @@ examples:
       --out plan.pbtxt --dot mlp.dot
   rdmaflow plan resnet.pt --input 64x3x32x32 --strategy ps:servers=2,workers=4 \
       --dot resnet_ps.dot
+  rdmaflow plan resnet.pt2 --input 256x3x32x32 --strategy allreduce:workers=4
 )";
 }
 

@@ -259,7 +259,7 @@ TEST(PlanCommandTest, WarnsWhenARankRegistersMoreThanPhysicalMemory) {
 }
 
 TEST(PlanCommandTest, ModelsAndStrategiesAreCheckedBeforeAnythingIsPlanned) {
-  // --input is for TorchScript models only.
+  // --input is for model files only.
   Result r = RunPlan({kMlp, "--input", "8x784"});
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("is not one (a graph file carries its own shapes)"));
@@ -278,6 +278,16 @@ TEST(PlanCommandTest, ModelsAndStrategiesAreCheckedBeforeAnythingIsPlanned) {
     EXPECT_EQ(r.status, 1);
     EXPECT_THAT(r.err, HasSubstr("--input"));
   }
+  // A .pt2 that is no torch.export program; its --input is checked first.
+  const std::string fake_export = TempPath("fake.pt2");
+  ASSERT_OK(graph::WriteStringToFile(fake_export, std::string("PK\x03\x04 not a model", 20)));
+  r = RunPlan({fake_export});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("torch.export program"));
+  EXPECT_THAT(r.err, HasSubstr("cannot be read"));
+  r = RunPlan({fake_export, "--input", "8x0"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("--input"));
   // A FIFO is refused, not opened (which would block).
   const std::string fifo = TempPath("plan.fifo");
   unlink(fifo.c_str());

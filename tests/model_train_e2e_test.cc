@@ -30,7 +30,8 @@ class ModelTrainE2eTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/models"));
     made_ = std::system(absl::StrCat(TorchPython(), " graph_analyzer/torch/test_models.py ",
-                                     *dir_, " mlp resnet18 transformer")
+                                     *dir_, " mlp resnet18 transformer export_dynamic:mlp"
+                                     " export_dynamic:resnet18")
                             .c_str()) == 0;
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -94,6 +95,26 @@ TEST_F(ModelTrainE2eTest, AResNetAndATransformerOnTokenIdsTrain) {
                                   " --input 16:int64 --steps 40 --batch_size 32"));
   RecordProperty("test_accuracy_transformer", absl::StrCat(accuracy));
   EXPECT_GT(accuracy, 0.5);
+}
+
+// torch.export programs (.pt2, dynamic batch) train as their modules do:
+// the program run by LibTorch's dispatcher with the file's weights, the
+// analyzer's import of it placing ps.
+TEST_F(ModelTrainE2eTest, TorchExportProgramsTrain) {
+  const testing::TrainRun mlp = testing::Train(
+      "mlp_export", absl::StrCat("--local 3 --strategy ps --model ", *dir_,
+                                 "/mlp_dynamic.pt2 --synthetic --steps 40"));
+  RecordProperty("test_accuracy_mlp_export", absl::StrCat(mlp.summary.test_accuracy()));
+  EXPECT_GT(mlp.summary.test_accuracy(), 0.5);
+  EXPECT_THAT(mlp.output, ::testing::Not(::testing::HasSubstr("could not import")));
+  EXPECT_GT(mlp.summary.plan_transfers(), 0);
+  // Batch norm in training mode, its statistics updated by the program.
+  const double accuracy = testing::TrainAndGetAccuracy(
+      "resnet18_export", absl::StrCat("--local 2 --strategy allreduce --model ", *dir_,
+                                      "/resnet18_dynamic.pt2 --synthetic --steps 15"
+                                      " --batch_size 16"));
+  RecordProperty("test_accuracy_resnet18_export", absl::StrCat(accuracy));
+  EXPECT_GT(accuracy, 0.3);
 }
 
 }  // namespace

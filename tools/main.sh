@@ -67,11 +67,15 @@ done
 # A PyTorch model brought in (docs/bring_your_model.md): the ResNet-18-like
 # test model, saved as TorchScript, planned for each strategy.
 echo
-"$(tools/torch_python.sh)" graph_analyzer/torch/test_models.py "$OUT_DIR/models" resnet18
+"$(tools/torch_python.sh)" graph_analyzer/torch/test_models.py "$OUT_DIR/models" resnet18 \
+  export_dynamic:resnet18
 for strategy in ps:servers=2,workers=4 allreduce:workers=4 layer_separated:conv=3,fc=1; do
   bazel-bin/cli/rdmaflow plan "$OUT_DIR/models/resnet18.pt" --input 64x1x28x28 \
     --strategy "$strategy" --quiet --out "$OUT_DIR/resnet18_${strategy%%:*}.plan.pbtxt"
 done
+# The same model through torch.export (a .pt2 with a dynamic batch).
+bazel-bin/cli/rdmaflow plan "$OUT_DIR/models/resnet18_dynamic.pt2" --input 64x1x28x28 \
+  --strategy ps:servers=2,workers=4 --quiet --out "$OUT_DIR/resnet18_export_ps.plan.pbtxt"
 echo "results: $OUT_DIR/pingpong_ucx_shm.{json,tsv,png}, $OUT_DIR/ablation.{json,png}," \
   "$OUT_DIR/*.rdma.rank*.json (Chrome traces), $OUT_DIR/train_lenet5.*," \
   "$OUT_DIR/ps/report.{txt,json}, $OUT_DIR/allreduce/allreduce.{txt,json,png}," \

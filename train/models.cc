@@ -2,11 +2,17 @@
 #include "train/models.h"
 
 #include <filesystem>
+#include <map>
+#include <stdexcept>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "graph_analyzer/torch/export_import.h"
+#include "graph_analyzer/torch/exported_program.h"
 #include "graph_analyzer/torch/torchscript_import.h"
 #include "strategies/exception_text.h"
 #include "train/script_split.h"
@@ -125,7 +131,36 @@ absl::StatusOr<Model> Build(const std::string& name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown model '", name, "'; models: ", absl::StrJoin(ModelNames(), ", "),
-      ", or a TorchScript file (PATH.pt)"));
+      ", or a model file (PATH.pt: TorchScript; PATH.pt2: torch.export)"));
+}
+
+// Checks that a batch of two samples gives [2, classes] logits.
+absl::Status ProbeLogits(const Model& model, const std::string& path,
+                         const SampleSpec& sample) {
+  std::vector<int64_t> probe_shape = {2};
+  probe_shape.insert(probe_shape.end(), sample.shape.begin(), sample.shape.end());
+  std::string got;
+  try {
+    torch::NoGradGuard no_grad;
+    // Token ids at both ends of [0, vocab): an embedding too small for
+    // --vocab fails here, not in the middle of the job.
+    torch::Tensor probe = sample.int64 ? torch::zeros(probe_shape, torch::kInt64)
+                                       : torch::zeros(probe_shape);
+    if (sample.int64) model.forward(torch::full(probe_shape, sample.vocab - 1, torch::kInt64));
+    const auto sizes = model.forward(probe).sizes();
+    if (sizes.size() == 2 && sizes[0] == 2 && sizes[1] == sample.classes) {
+      return absl::OkStatus();
+    }
+    got = absl::StrCat("[", absl::StrJoin(sizes, ", "), "]");
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model ", path, " does not run on samples of --input ", sample.ToString(), ": ",
+        strategies::ExceptionText(e)));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--model ", path, ": a batch of 2 samples of --input ", sample.ToString(),
+      " gives ", got, "; the harness needs logits [2, ", sample.classes,
+      "] (--classes) for its cross-entropy"));
 }
 
 // A TorchScript file, in training mode, checked on a batch of two samples.
@@ -161,40 +196,97 @@ absl::StatusOr<Model> LoadScript(const std::string& path, const SampleSpec& samp
   model.forward = [script](const torch::Tensor& x) {
     return script->forward({x}).toTensor();
   };
-  std::vector<int64_t> probe_shape = {2};
-  probe_shape.insert(probe_shape.end(), sample.shape.begin(), sample.shape.end());
-  std::string got;
-  try {
-    torch::NoGradGuard no_grad;
-    // Token ids at both ends of [0, vocab): an embedding too small for
-    // --vocab fails here, not in the middle of the job.
-    torch::Tensor probe = sample.int64 ? torch::zeros(probe_shape, torch::kInt64)
-                                       : torch::zeros(probe_shape);
-    if (sample.int64) script->forward({torch::full(probe_shape, sample.vocab - 1, torch::kInt64)});
-    c10::IValue out = script->forward({probe});
-    if (out.isTensor()) {
-      const auto sizes = out.toTensor().sizes();
-      if (sizes.size() == 2 && sizes[0] == 2 && sizes[1] == sample.classes) return model;
-      got = absl::StrCat("[", absl::StrJoin(sizes, ", "), "]");
-    } else {
-      got = out.tagKind();
-    }
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--model ", path, " does not run on samples of --input ", sample.ToString(), ": ",
-        strategies::ExceptionText(e)));
+  RETURN_IF_ERROR(ProbeLogits(model, path, sample));
+  return model;
+}
+
+// A torch.export program, run by LibTorch's dispatcher with the file's
+// weights (graph_analyzer/torch/exported_program.h): its parameters train,
+// its buffers (batch norm statistics) update as the program says.
+absl::StatusOr<Model> LoadExported(const std::string& path, const SampleSpec& sample) {
+  absl::StatusOr<graph::ExportedProgram> loaded = graph::ExportedProgram::Load(path);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat("--model: ", loaded.status().message()));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--model ", path, ": a batch of 2 samples of --input ", sample.ToString(),
-      " gives ", got, "; the harness needs logits [2, ", sample.classes,
-      "] (--classes) for its cross-entropy"));
+  auto program = std::make_shared<const graph::ExportedProgram>(*std::move(loaded));
+  absl::StatusOr<std::map<std::string, at::Tensor>> weights = program->Weights();
+  if (!weights.ok()) {
+    return absl::Status(weights.status().code(),
+                        absl::StrCat("--model: ", weights.status().message()));
+  }
+  Model model;
+  model.name = std::filesystem::path(path).stem().string();
+  model.program = program;
+  // One value per placeholder; the input's slot is filled per call.
+  auto values = std::make_shared<std::vector<at::Tensor>>();
+  size_t input = program->placeholders().size();
+  absl::flat_hash_map<std::string, at::Tensor> buffers;
+  for (size_t i = 0; i < program->placeholders().size(); ++i) {
+    const graph::ExportedPlaceholder& ph = program->placeholders()[i];
+    if (ph.kind == graph::ExportedPlaceholder::Kind::kUserInput) {
+      if (input != program->placeholders().size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--model ", path, " takes several inputs; the harness feeds one"));
+      }
+      input = i;
+      values->emplace_back();
+      continue;
+    }
+    at::Tensor t = weights->at(ph.fqn);
+    if (ph.kind == graph::ExportedPlaceholder::Kind::kParameter) {
+      if (t.scalar_type() != at::kFloat) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--model ", path, ": parameter ", ph.fqn, " is ", c10::toString(t.scalar_type()),
+            "; the harness trains float32 parameters"));
+      }
+      t.set_requires_grad(true);
+      model.program_parameters.push_back({ph.fqn, t});
+    } else {
+      buffers[ph.fqn] = t;
+    }
+    values->push_back(t);
+  }
+  if (input == program->placeholders().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--model ", path, " takes no input"));
+  }
+  model.split_status = absl::UnimplementedError(
+      "layer_separated cuts presets and TorchScript models; a torch.export program "
+      "(.pt2) is not cut: save the model with torch.jit.trace for layer_separated");
+  graph::TensorSpec spec;
+  spec.set_dtype(sample.int64 ? graph::DT_INT64 : graph::DT_FLOAT32);
+  spec.add_shape(2);
+  for (int64_t d : sample.shape) spec.add_shape(d);
+  absl::StatusOr<graph::GraphDef> imported = graph::ImportExportedProgram(path, {spec});
+  if (imported.ok()) {
+    model.graph = std::make_shared<const graph::GraphDef>(*std::move(imported));
+  } else {
+    model.graph_status = imported.status();
+  }
+  model.forward = [program, values, input, buffers](const torch::Tensor& x) {
+    std::vector<at::Tensor> run = *values;
+    run[input] = x;
+    absl::StatusOr<std::vector<c10::IValue>> outputs = program->Run(run);
+    if (!outputs.ok()) throw std::runtime_error(std::string(outputs.status().message()));
+    // Core ATen programs return new batch norm statistics: keep them.
+    torch::NoGradGuard no_grad;
+    for (const auto& [index, buffer] : program->buffer_updates()) {
+      auto it = buffers.find(buffer);
+      if (it != buffers.end()) it->second.copy_((*outputs)[index].toTensor());
+    }
+    return (*outputs)[program->user_output()].toTensor();
+  };
+  RETURN_IF_ERROR(ProbeLogits(model, path, sample));
+  return model;
 }
 
 }  // namespace
 
 std::vector<strategies::Parameter> Model::Parameters() const {
   std::vector<strategies::Parameter> out;
-  if (script != nullptr) {
+  if (program != nullptr) {
+    out = program_parameters;
+  } else if (script != nullptr) {
     absl::flat_hash_set<const c10::TensorImpl*> seen;  // tied weights once
     for (const auto& p : script->named_parameters(/*recurse=*/true)) {
       if (seen.insert(p.value.unsafeGetTensorImpl()).second) out.push_back({p.name, p.value});
@@ -218,11 +310,13 @@ std::vector<std::string> ModelNames() { return {"mlp", "lenet5", "vgg", "resnet"
 
 bool IsModelFile(const std::string& name) {
   return absl::EndsWith(name, ".pt") || absl::EndsWith(name, ".pth") ||
+         graph::IsExportedProgramFile(name) ||
          name.find('/') != std::string::npos;
 }
 
 absl::StatusOr<Model> MakeModel(const std::string& name, uint64_t seed,
                                 const SampleSpec& sample) {
+  if (graph::IsExportedProgramFile(name)) return LoadExported(name, sample);
   if (IsModelFile(name)) return LoadScript(name, sample);
   if (!sample.IsFashionMnist()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -9,7 +9,8 @@
 //           32, a residual block, global average pooling, FC 10 (no batch
 //           norm: all its state is parameters)                  (33 K)
 // or a user's model: a TorchScript file (torch.jit.save of a traced or
-// scripted module), any input shape and class count (sample_spec.h).
+// scripted module) or a torch.export program (torch.export.save: .pt2), any
+// input shape and class count (sample_spec.h).
 #ifndef RDMAFLOW_TRAIN_MODELS_H_
 #define RDMAFLOW_TRAIN_MODELS_H_
 
@@ -21,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "graph_analyzer/graph.pb.h"
+#include "graph_analyzer/torch/exported_program.h"
 #include "strategies/strategy.h"
 #include "torch/script.h"
 #include "torch/torch.h"
@@ -41,8 +43,12 @@ struct Model {
   strategies::ModelSplit split;
   absl::Status split_status;
   std::shared_ptr<torch::jit::Module> script;  // a TorchScript file
-  // A TorchScript model's single-rank training graph, as the analyzer
-  // imports it (graph_analyzer/torch/torchscript_import.h), for strategies
+  // A torch.export file: the program forward runs, and its parameters
+  // (the file's weights, trained in place).
+  std::shared_ptr<const graph::ExportedProgram> program;
+  std::vector<strategies::Parameter> program_parameters;
+  // A model file's single-rank training graph, as the analyzer imports it
+  // (graph_analyzer/torch/torchscript_import.h, export_import.h), for strategies
   // that place the model as planned; null for presets, and when the
   // import failed (`graph_status` says why: the model still trains).
   std::shared_ptr<const graph::GraphDef> graph;
@@ -60,8 +66,8 @@ struct Model {
 // The names above.
 std::vector<std::string> ModelNames();
 
-// True when --model names a file (a path ending in .pt or .pth, or holding
-// a '/') rather than a preset.
+// True when --model names a file (a path ending in .pt, .pth or .pt2, or
+// holding a '/') rather than a preset.
 bool IsModelFile(const std::string& name);
 
 // Builds preset `name` with parameters drawn from a generator seeded with

@@ -152,7 +152,8 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
   context.rejoining = config.rejoining;
   context.split = &state->model.split;
   context.model = state->model.graph.get();
-  if (rank == 0 && state->model.script != nullptr && !state->model.graph_status.ok()) {
+  const bool model_file = state->model.script != nullptr || state->model.program != nullptr;
+  if (rank == 0 && model_file && !state->model.graph_status.ok()) {
     std::fprintf(stderr,
                  "rdmaflow_train: the analyzer could not import --model, so strategies "
                  "place it without a plan (ps shards by size): %s\n",

@@ -20,7 +20,11 @@ and, when named, control_flow.pt: a scripted module that branches on its
 input's values (which a graph of one step cannot hold), loop.pt: a scripted
 module with a loop over its input's first size, data_loop.pt: one with a loop
 on its input's values, tied_tuple.pt: a submodule that returns a tuple, and a
-weight two layers share, scripted_resnet18.pt: resnet18 scripted rather than
+weight two layers share; export:NAME, export_dynamic:NAME and export_core:NAME
+write NAME.pt2, NAME_dynamic.pt2 and NAME_core.pt2 (torch.export.save of the
+model exported on a batch of 4: as exported, with a dynamic batch, and
+decomposed to core ATen), forged:WHAT writes forged_WHAT.pt2 (a broken
+mlp.pt2, see save_forged), scripted_resnet18.pt: resnet18 scripted rather than
 traced (its batch norms branch on `training`), and scripted_encoder.pt: a
 scripted nn.TransformerEncoderLayer classifier on [N, 16] token ids (its
 fast-path checks branch on flags and shapes) whose head branches on the
@@ -228,6 +232,52 @@ def build(name):
     return MODELS[name][0]()
 
 
+def save_exported(out, how, name):
+    """torch.export of model `name` (batch 4) as NAME.pt2 (export:),
+    NAME_dynamic.pt2 with a dynamic batch (export_dynamic:), or NAME_core.pt2
+    after run_decompositions, the core ATen op set (export_core:)."""
+    module = build(name)
+    dynamic = None
+    if how == "export_dynamic":
+        dynamic = ({0: torch.export.Dim("batch", min=1, max=1024)},)
+    program = torch.export.export(module, (example_input(name, 4),), dynamic_shapes=dynamic)
+    suffix = {"export": "", "export_dynamic": "_dynamic", "export_core": "_core"}[how]
+    if how == "export_core":
+        program = program.run_decompositions()
+    torch.export.save(program, os.path.join(out, name + suffix + ".pt2"))
+
+
+def save_forged(out, what):
+    """mlp.pt2 (exported as export:mlp) rewritten into forged_WHAT.pt2: schema
+    (export schema 99.0), op (a node calling an op LibTorch lacks), weights
+    (a weight whose sizes need more bytes than its payload holds), json
+    (models/model.json that is no JSON)."""
+    import zipfile
+    source = os.path.join(out, "mlp.pt2")
+    if not os.path.exists(source):
+        save_exported(out, "export", "mlp")
+    target = os.path.join(out, f"forged_{what}.pt2")
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            root, _, rest = item.filename.partition("/")
+            if rest == "models/model.json":
+                program = json.loads(data)
+                if what == "schema":
+                    program["schema_version"] = {"major": 99, "minor": 0}
+                elif what == "op":
+                    program["graph_module"]["graph"]["nodes"][1]["target"] = \
+                        "torch.ops.aten.no_such_op.default"
+                data = b"not json" if what == "json" else json.dumps(program).encode()
+            elif rest == "data/weights/model_weights_config.json" and what == "weights":
+                config = json.loads(data)
+                meta = config["config"]["fc1.weight"]["tensor_meta"]
+                meta["sizes"][0]["as_int"] *= 1000
+                data = json.dumps(config).encode()
+            zout.writestr(item.filename.replace(root, f"forged_{what}", 1)
+                          if root == "mlp" else item.filename, data)
+
+
 def main(argv):
     if len(argv) < 2 or argv[1] in ("-h", "--help"):
         print(__doc__)
@@ -252,6 +302,14 @@ def main(argv):
         if name == "tied_tuple":
             torch.manual_seed(0)
             torch.jit.trace(TiedTuple(), torch.randn(4, 8)).save(os.path.join(out, name + ".pt"))
+            continue
+        if name.startswith("forged:"):
+            save_forged(out, name.split(":", 1)[1])
+            continue
+        if name.startswith("export:") or name.startswith("export_dynamic:") or \
+                name.startswith("export_core:"):
+            how, model = name.split(":", 1)
+            save_exported(out, how, model)
             continue
         if name not in MODELS:
             print(f"unknown model '{name}'; known: {', '.join(sorted(MODELS))}",
