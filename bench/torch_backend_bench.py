@@ -16,7 +16,7 @@ memory from the third step).
 
 Rank r is pinned to core r mod cores, whatever the backend (--no_pin).
 
-DDP: the VGG-like network of the examples on random Fashion-MNIST-shaped
+DDP: LeNet-5 and the VGG-like network of the examples (--models) on random Fashion-MNIST-shaped
 batches (the data does not matter to the timing), median step time
 (forward, backward with DDP's bucketed all-reduces, SGD step). Then the
 same steps again on a second DDP model whose comm hook times every
@@ -52,6 +52,8 @@ def parse_args(argv):
                         help="all-reduce sizes in bytes, comma-separated")
     parser.add_argument("--ddp_steps", type=int, default=30, help="0 skips DDP")
     parser.add_argument("--batch", type=int, default=64, help="global batch of the DDP steps")
+    parser.add_argument("--models", default="lenet5,vgg",
+                        help="the DDP models, comma-separated: lenet5, vgg")
     parser.add_argument("--json", default="", help="rank 0 appends one JSON line per result")
     parser.add_argument("--label", default="",
                         help="the series' name in the output (default: the backend, with "
@@ -61,6 +63,13 @@ def parse_args(argv):
                              "scheduler from stacking two ranks on one core, which made "
                              "timings bimodal on a 2-core machine)")
     return parser.parse_args(argv)
+
+
+def lenet5():
+    return nn.Sequential(
+        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5),
+        nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 120), nn.ReLU(),
+        nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
 
 
 def vgg():
@@ -145,13 +154,17 @@ def default_allreduce(_, bucket):
     return dist.all_reduce(tensor, async_op=True).get_future().then(lambda f: f.value()[0])
 
 
-def bench_ddp(args, world, label, emit):
+MODELS = {"lenet5": lenet5, "vgg": vgg}
+
+
+def bench_ddp(args, world, label, emit, name):
+    build = MODELS[name]
     hook = None
     if args.registered:
         import rdmaflow_torch
         hook = rdmaflow_torch.allreduce_hook
     torch.manual_seed(0)
-    plain = nn.parallel.DistributedDataParallel(vgg())
+    plain = nn.parallel.DistributedDataParallel(build())
     if hook is not None:
         plain.register_comm_hook(None, hook)
     plain = ddp_steps(args, world, plain)
@@ -175,10 +188,10 @@ def bench_ddp(args, world, label, emit):
         intervals.clear()
 
     torch.manual_seed(0)
-    hooked = nn.parallel.DistributedDataParallel(vgg())
+    hooked = nn.parallel.DistributedDataParallel(build())
     hooked.register_comm_hook(None, timed_allreduce)
     hooked_times = ddp_steps(args, world, hooked, after_step)
-    emit({"kind": "ddp", "backend": label, "world": world, "model": "vgg",
+    emit({"kind": "ddp", "backend": label, "world": world, "model": name,
           "batch": args.batch, "steps": args.ddp_steps,
           "ms_per_step": slowest(statistics.median(plain)) * 1e3,
           "hooked_ms_per_step": slowest(statistics.median(hooked_times)) * 1e3,
@@ -203,7 +216,7 @@ def main(argv):
             print(f"{label:22s} {world} ranks  allreduce {row['bytes']:>9d} B  "
                   f"{row['us']:10.1f} us  busbw {row['busbw_gbs']:7.3f} GB/s", flush=True)
         else:
-            print(f"{label:22s} {world} ranks  DDP vgg step {row['ms_per_step']:8.2f} ms, "
+            print(f"{label:22s} {world} ranks  DDP {row['model']} step {row['ms_per_step']:8.2f} ms, "
                   f"with the timing hook {row['hooked_ms_per_step']:8.2f} ms of which "
                   f"all-reduces in flight {row['comm_ms_per_step']:8.2f} ms", flush=True)
         if args.json:
@@ -212,7 +225,10 @@ def main(argv):
 
     bench_allreduce(args, world, label, emit)
     if args.ddp_steps > 0:
-        bench_ddp(args, world, label, emit)
+        for name in args.models.split(","):
+            if name not in MODELS:
+                sys.exit(f"torch_backend_bench: unknown model '{name}' (known: lenet5, vgg)")
+            bench_ddp(args, world, label, emit, name)
     dist.barrier()
     dist.destroy_process_group()
 

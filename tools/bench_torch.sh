@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The rdmaflow c10d backend next to Gloo, through the same Python script
 # (bench/torch_backend_bench.py) under torchrun: all-reduce bus bandwidth
-# from 4 KiB to 64 MiB and DDP step time of the VGG-like net, with 2 and 4
+# from 4 KiB to 64 MiB and DDP step time of LeNet-5 and the VGG-like net, with 2 and 4
 # ranks, for gloo, rdmaflow, and rdmaflow with registered tensors (DDP
 # with rdmaflow_torch.allreduce_hook, its buckets registered); small calls
-# also with RDMAFLOW_INLINE_KB=64, and one rank alone. Prints
-# the comparison (tools/torch_report.py) and plots it.
+# also with RDMAFLOW_INLINE_KB=64, and one rank alone; and the bare
+# collective (bench/allreduce_bench, rdmaflow's all-reduce called from C++
+# with no torch between) at the same sizes, in every repeat, so that
+# torch.distributed's cost is a ratio of one run. Prints the comparison
+# (tools/torch_report.py) and plots it.
 #   tools/bench_torch.sh [OUT]        (default bench-results/torch)
 # RANKS (default "2 4"), DDP_STEPS (default 30), REPEATS (default 3: every
 # configuration runs that many times; the report shows medians, the JSON
@@ -14,7 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/torch}
 mkdir -p "$out"
-rm -f "$out"/*.jsonl
+rm -f "$out"/*.jsonl "$out"/bare.*.json
+bazel build -c opt //bench:allreduce_bench >/dev/null
 export RDMAFLOW_TRANSPORT_PARAMS=${RDMAFLOW_TRANSPORT_PARAMS:-tls=shm}
 export RDMAFLOW_REGISTERED_MB=${RDMAFLOW_REGISTERED_MB:-80}  # a 64 MiB tensor fits
 for repeat in $(seq "${REPEATS:-3}"); do
@@ -38,6 +42,9 @@ for n in ${RANKS:-2 4}; do
     sed -e '/^\*\*\*/d' -e '/OMP_NUM_THREADS/d' -e '/^WARNING:__main__/d'
 done
 for n in ${RANKS:-2 4}; do
+  echo "== bare collective (allreduce_bench), $n ranks (run $repeat of ${REPEATS:-3})"
+  bazel-bin/bench/allreduce_bench --ranks="$n" --impls=rdmaflow \
+      --params="$RDMAFLOW_TRANSPORT_PARAMS" --json="$out/bare.$n.$repeat.json" >/dev/null
   for variant in gloo rdmaflow registered; do
     case $variant in
       registered) flags=(--backend rdmaflow --registered) ;;

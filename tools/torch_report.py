@@ -16,6 +16,20 @@ import statistics
 import sys
 
 SERIES = ["rdmaflow", "rdmaflow (registered)", "gloo"]
+BARE = "bare collective"
+
+
+def bare_rows(out):
+    """bench/allreduce_bench's rows (DIR/bare.<ranks>.<repeat>.json) in the
+    torch bench's form, as backend "bare collective"."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(out, "bare.*.json"))):
+        with open(path) as f:
+            for r in json.load(f)["allreduce"]["rows"]:
+                rows.append({"kind": "allreduce", "world": r["ranks"], "bytes": r["bytes"],
+                             "backend": BARE, "busbw_gbs": r["busbw_gbps"],
+                             "us": r["time_us"]})
+    return rows
 
 
 def median_by(rows, kind, key, values):
@@ -40,12 +54,15 @@ def main(out):
             rows += [json.loads(line) for line in f if line.strip()]
     if not rows:
         sys.exit(f"torch_report: no *.jsonl results in {out}")
+    rows += bare_rows(out)
     allreduce = median_by(rows, "allreduce", ("world", "bytes", "backend"), ("busbw_gbs", "us"))
     # One rank: no peer, so the time is what a call through torch.distributed
     # costs by itself (bus bandwidth is zero there).
     floor = {k: v for k, v in allreduce.items() if k[0] == 1}
     allreduce = {k: v for k, v in allreduce.items() if k[0] != 1}
-    ddp = median_by(rows, "ddp", ("world", "backend"),
+    for row in rows:
+        row.setdefault("model", "vgg")
+    ddp = median_by(rows, "ddp", ("world", "backend", "model"),
                     ("ms_per_step", "comm_ms_per_step", "hooked_ms_per_step"))
     worlds = sorted({k[0] for k in allreduce})
     sizes = sorted({k[1] for k in allreduce})
@@ -74,24 +91,40 @@ def main(out):
     for (world, size, backend), cell in sorted(floor.items()):
         print(f"one rank, {size} bytes, {backend}: {cell['us']:.1f} us per call (no peer: "
               "the call's own cost through torch.distributed)")
+    if any(k[2] == BARE for k in allreduce):
+        print()
+        print("Through torch.distributed against the bare collective (bench/allreduce_bench,"
+              " same run): bus bandwidth ratio")
+        print(f"{'ranks':>5} {'bytes':>10} {BARE + ' GB/s':>22} {'rdmaflow/bare':>14}"
+              f" {'registered/bare':>16}")
+        for world in worlds:
+            for size in sizes:
+                bare = allreduce.get((world, size, BARE), {}).get("busbw_gbs", float("nan"))
+                bw = [allreduce.get((world, size, s), {}).get("busbw_gbs", float("nan"))
+                      for s in SERIES[:2]]
+                print(f"{world:>5} {size:>10} {bare:>22.3f} {bw[0] / bare:>13.2f}x"
+                      f" {bw[1] / bare:>15.2f}x")
     print()
-    print("DDP, VGG-like (4.3 M parameters), ms per step (median, slowest rank): step time,"
-          " and the time an all-reduce was in flight (timed by a comm hook, in a second run"
-          " whose step time is shown beside it); \"registered\": rdmaflow_torch.allreduce_hook,"
-          " the buckets in registered memory")
     ddp_series = [s for s in SERIES if any(k[1] == s for k in ddp)]
     nan = float("nan")
-    for field, title in (("ms_per_step", "step"), ("comm_ms_per_step", "all-reduce in flight"),
-                         ("hooked_ms_per_step", "step with the timing hook")):
-        print(f"  {title}")
-        print(f"{'ranks':>5} " + " ".join(f"{s:>22}" for s in ddp_series) +
-              "".join(f" {'gloo/' + s.replace(' (registered)', ' reg.'):>20}"
-                      for s in ddp_series if s != "gloo"))
-        for world in worlds:
-            v = {s: ddp.get((world, s), {}).get(field, nan) for s in ddp_series}
-            gloo = v.get("gloo", nan)
-            print(f"{world:>5} " + " ".join(f"{v[s]:>22.1f}" for s in ddp_series) +
-                  "".join(f" {gloo / v[s]:>19.2f}x" for s in ddp_series if s != "gloo"))
+    for model in sorted({k[2] for k in ddp}):
+        print()
+        print(f"DDP, {model}, ms per step (median, slowest rank): step time, and the time an"
+              " all-reduce was in flight (timed by a comm hook, in a second run whose step"
+              " time is shown beside it); \"registered\": rdmaflow_torch.allreduce_hook,"
+              " the buckets in registered memory")
+        for field, title in (("ms_per_step", "step"),
+                             ("comm_ms_per_step", "all-reduce in flight"),
+                             ("hooked_ms_per_step", "step with the timing hook")):
+            print(f"  {title}")
+            print(f"{'ranks':>5} " + " ".join(f"{s:>22}" for s in ddp_series) +
+                  "".join(f" {'gloo/' + s.replace(' (registered)', ' reg.'):>20}"
+                          for s in ddp_series if s != "gloo"))
+            for world in worlds:
+                v = {s: ddp.get((world, s, model), {}).get(field, nan) for s in ddp_series}
+                gloo = v.get("gloo", nan)
+                print(f"{world:>5} " + " ".join(f"{v[s]:>22.1f}" for s in ddp_series) +
+                      "".join(f" {gloo / v[s]:>19.2f}x" for s in ddp_series if s != "gloo"))
     with open(os.path.join(out, "torch_report.json"), "w") as f:
         json.dump({"allreduce": [r for r in rows if r["kind"] == "allreduce"],
                    "ddp": [r for r in rows if r["kind"] == "ddp"]}, f, indent=1)

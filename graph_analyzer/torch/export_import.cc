@@ -1,7 +1,9 @@
 // File: export_import.cc
 #include "graph_analyzer/torch/export_import.h"
 
+#include <exception>
 #include <filesystem>
+#include <string>
 #include <utility>
 
 #include "ATen/ATen.h"
@@ -124,6 +126,10 @@ class Tracer {
     for (size_t k = 0; k < results.size() && k < node.outputs.size(); ++k) {
       const ExportedArgument& out = node.outputs[k];
       if (out.kind == Kind::kTensor) {
+        if (!results[k].isTensor()) {
+          return Invalid(absl::StrCat("node '", node.name, "' (", node.target, ") returned ",
+                                      results[k].tagKind(), " where the file lists a tensor"));
+        }
         RETURN_IF_ERROR(AddOutput(out.names[0], results[k].toTensor(), live, op));
       } else if (out.kind == Kind::kTensors && results[k].isTensorList()) {
         const c10::List<at::Tensor> list = results[k].toTensorList();
@@ -192,7 +198,16 @@ bool IsExportedProgramFile(const std::string& path) { return absl::EndsWith(path
 absl::StatusOr<ModelTrace> TraceExportedProgram(const std::string& path,
                                                 const std::vector<TensorSpec>& inputs) {
   ASSIGN_OR_RETURN(ExportedProgram program, ExportedProgram::Load(path));
-  return Tracer(program).Run(inputs);
+  std::string message;
+  try {
+    return Tracer(program).Run(inputs);
+  } catch (const c10::Error& e) {  // at::zeros of sizes LibTorch cannot allocate
+    message = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("torch.export program '", path, "' could not be traced: ", message));
 }
 
 absl::StatusOr<GraphDef> ImportExportedProgram(const std::string& path,
