@@ -1,6 +1,7 @@
 // File: exported_program.cc
 #include "graph_analyzer/torch/exported_program.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -440,6 +441,9 @@ absl::StatusOr<int64_t> SizeArithmetic(const std::string& kind, const std::vecto
     overflow = __builtin_mul_overflow(x[0], x[1], &out);
   } else if (kind == "_operator.floordiv" || kind == "_operator.mod") {
     if (x[1] == 0) return absl::InvalidArgumentError(absl::StrCat(kind, " by zero"));
+    if (x[1] == -1 && x[0] == std::numeric_limits<int64_t>::min()) {
+      return absl::InvalidArgumentError(absl::StrCat(kind, " overflows"));
+    }
     int64_t q = x[0] / x[1];
     if ((x[0] % x[1] != 0) && ((x[0] < 0) != (x[1] < 0))) --q;
     out = kind == "_operator.mod" ? x[0] - q * x[1] : q;
