@@ -166,6 +166,33 @@ TEST_F(ExportImportTest, TheProgramRunsWithItsWeightsAsTheModelDoes) {
   }
 }
 
+// A core ATen program returns its new batch norm statistics as outputs
+// (buffer mutations): each names its buffer, and one step moves them.
+TEST_F(ExportImportTest, ACoreAtenProgramReturnsItsBufferUpdates) {
+  ASSERT_OK_AND_ASSIGN(ExportedProgram program, ExportedProgram::Load(Path("resnet18_core.pt2")));
+  ASSERT_OK_AND_ASSIGN(auto weights, program.Weights());
+  // 20 batch norms: running mean, running variance, batch counter each.
+  ASSERT_EQ(program.buffer_updates().size(), 60u);
+  std::vector<at::Tensor> values;
+  torch::manual_seed(2);
+  for (const ExportedPlaceholder& ph : program.placeholders()) {
+    values.push_back(ph.kind == ExportedPlaceholder::Kind::kUserInput
+                         ? torch::randn({4, 1, 28, 28}) + 3.0
+                         : weights.at(ph.fqn).clone());
+  }
+  torch::NoGradGuard no_grad;
+  ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> outputs, program.Run(values));
+  int moved = 0;
+  for (const auto& [index, buffer] : program.buffer_updates()) {
+    SCOPED_TRACE(buffer);
+    ASSERT_EQ(weights.count(buffer), 1u);
+    const at::Tensor updated = outputs.at(index).toTensor();
+    ASSERT_EQ(updated.sizes(), weights.at(buffer).sizes());
+    moved += !updated.equal(weights.at(buffer));
+  }
+  EXPECT_EQ(moved, 60);  // every statistic and counter changed
+}
+
 TEST_F(ExportImportTest, BrokenFilesAndInputsAreRefusedWithTheReason) {
   EXPECT_THAT(ImportExportedProgram(Path("none.pt2"), {}),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no such file")));
