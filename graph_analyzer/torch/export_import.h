@@ -8,7 +8,9 @@
 //
 // Shapes come from running the program once, op by op, on zero tensors: of
 // the sizes given, or of the example the program was exported with (a
-// dynamic dimension takes the given size; a static one must match). The
+// dynamic dimension takes the given size; the program's guards are not
+// checked, so a static one that differs fails only at an op that minds,
+// named in the error). The
 // parameters and buffers keep their module names ("fc.weight"). Ops that
 // only update state (a batch norm's counter) are left out; aten::convolution
 // (core ATen) becomes aten::conv<N>d.
