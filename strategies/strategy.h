@@ -43,7 +43,7 @@
 #include "rdma/transport.h"
 #include "runtime/communicator_options.h"
 #include "runtime/counters.h"
-#include "torch/torch.h"
+#include "torch/types.h"
 
 namespace rdmaflow::strategies {
 

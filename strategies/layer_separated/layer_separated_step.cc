@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "strategies/layer_separated/layer_separated_strategy.h"
+#include "torch/torch.h"
 
 namespace rdmaflow::strategies::layer_separated {
 

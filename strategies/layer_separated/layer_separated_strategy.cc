@@ -16,6 +16,7 @@
 #include "runtime/communicator_factory.h"
 #include "runtime/rank_plan.h"
 #include "strategies/strategy_params.h"
+#include "torch/torch.h"
 
 namespace rdmaflow::strategies::layer_separated {
 namespace {
