@@ -5,7 +5,7 @@
 
 writes, per model, NAME.pt (the module traced with torch.jit.trace and
 saved) and NAME.json (its input shape and dtype, class count and parameter
-shapes), for Debian's /usr/bin/python3 with python3-torch. Models:
+shapes), run by the build's torch (tools/torch_python.sh). Models:
 
   mlp          784-128-64-10 on 1x28x28 images
   resnet18     a ResNet-18-like CNN: a 3x3 stem, four stages of two basic
