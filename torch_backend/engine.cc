@@ -41,8 +41,8 @@ auto Guarded(absl::string_view what, F&& run) -> decltype(run()) {
 }
 
 // Engines alive in the process: a caller blocked in one group's inline
-// collective could hold up another group's peers, so with several groups
-// every call goes through the engine threads.
+// asynchronous collective could hold up another group's peers, so with
+// several groups every asynchronous call goes through the engine threads.
 std::atomic<int> live_engines{0};
 // True on engine threads: a Future callback they run must not take a
 // group's transport (the thread already holds its own).
@@ -157,9 +157,10 @@ void Engine::Submit(Op op) {
 
 bool Engine::OnEngineThread() { return on_engine_thread; }
 
-bool Engine::TryRunInline(Op& op, size_t bytes) {
-  if (options_.inline_bytes == 0 || bytes > options_.inline_bytes || !op.run || op.post ||
-      on_engine_thread || live_engines.load() > 1) {
+bool Engine::TryRunInline(Op& op, Inline when, size_t bytes) {
+  if (!op.run || op.post || on_engine_thread) return false;
+  if (when == Inline::kIfSmall && (options_.inline_bytes == 0 ||
+                                   bytes > options_.inline_bytes || live_engines.load() > 1)) {
     return false;
   }
   std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);

@@ -11,9 +11,10 @@
 // a point-to-point post returns at once and completes from the Messenger's
 // callbacks while the thread keeps progressing.
 //
-// A small collective may instead run on its caller's thread
-// (TryRunInline): when nothing is queued or running, no point-to-point
-// operation is in flight, and the engine thread is asleep. Whichever
+// A collective may instead run on its caller's thread (TryRunInline): one
+// whose caller waits for it at once (torch's async_op=False), or a small
+// one with inline calls on, when nothing is queued or running, no
+// point-to-point operation is in flight, and the engine thread is asleep. Whichever
 // thread drives the transport holds `drive_mu_` and owns the progress loop
 // (ProgressLoop::AdoptOnCurrentThread) meanwhile, so the transport and
 // everything built on it still see one thread at a time.
@@ -79,15 +80,24 @@ class Engine {
 
   // Thread-safe.
   void Submit(Op op);
-  // Runs collective `op` (not a post) moving `bytes` on the calling thread
-  // and completes its Work, when inline calls are on
-  // (BackendOptions::inline_bytes >= bytes), this is the process's only
-  // engine, and the engine is idle: nothing submitted is unfinished, no
-  // point-to-point operation is in flight, no other thread drives the
-  // transport, and the engine is not stopping. Otherwise returns false with
-  // `op` untouched (Submit it). The Work is completed after the transport
-  // is let go. Thread-safe.
-  bool TryRunInline(Op& op, size_t bytes);
+  // Which collectives may run on their caller's thread.
+  enum class Inline {
+    // The caller waits on the Work at once (torch's async_op=False): it
+    // would block until the collective ends anyway, so any collective of
+    // any size, whatever other groups the process has.
+    kCallerWaits,
+    // An asynchronous call: only when inline calls are on
+    // (BackendOptions::inline_bytes >= `bytes`) and this is the process's
+    // only engine, since the caller returns only once its peers have joined.
+    kIfSmall,
+  };
+  // Runs collective `op` (not a post) on the calling thread, as `when` and
+  // `bytes` (what it moves) allow, and completes its Work, when the engine
+  // is idle: nothing submitted is unfinished, no point-to-point operation is
+  // in flight, no other thread drives the transport, and the engine is not
+  // stopping. Otherwise returns false with `op` untouched (Submit it). The
+  // Work is completed after the transport is let go. Thread-safe.
+  bool TryRunInline(Op& op, Inline when, size_t bytes = 0);
   // Whether the calling thread is an engine's (a Future callback runs
   // there): it must not wait for its own engine's operations.
   static bool OnEngineThread();

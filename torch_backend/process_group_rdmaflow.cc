@@ -6,6 +6,7 @@
 #include <exception>
 #include <memory>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +39,23 @@ absl::Status CheckPeer(int peer, int rank, int size, int tag, const char* what) 
   return absl::OkStatus();
 }
 
+// Whether the caller waits on the Work at once: torch.distributed's
+// async_op=False, which torch 2.11 passes down as Options::asyncOp. A torch
+// whose options lack the field makes every call asynchronous.
+template <typename Options, typename = void>
+struct HasAsyncOp : std::false_type {};
+template <typename Options>
+struct HasAsyncOp<Options, std::void_t<decltype(std::declval<const Options&>().asyncOp)>>
+    : std::true_type {};
+template <typename Options>
+bool CallerWaits(const Options& opts) {
+  if constexpr (HasAsyncOp<Options>::value) {
+    return !opts.asyncOp;
+  } else {
+    return false;
+  }
+}
+
 }  // namespace
 
 ProcessGroupRdmaflow::ProcessGroupRdmaflow(int rank, int size,
@@ -59,20 +77,22 @@ absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::C
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Enqueue(
-    c10d::OpType type, std::vector<at::Tensor> outputs,
+    c10d::OpType type, std::vector<at::Tensor> outputs, bool caller_waits,
     std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run) {
   if (engine_ == nullptr) return Failed(type, ShutDownError());
   auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs));
   Engine::Op op{work, std::move(run), nullptr, ""};
-  // Only all-reduces and broadcasts run inline: their outputs are all they
-  // move, so the size limit means what it says.
   bool ran = false;
-  if (type == c10d::OpType::ALLREDUCE || type == c10d::OpType::BROADCAST) {
+  if (caller_waits) {
+    ran = engine_->TryRunInline(op, Engine::Inline::kCallerWaits);
+  } else if (type == c10d::OpType::ALLREDUCE || type == c10d::OpType::BROADCAST) {
+    // Of the asynchronous calls only all-reduces and broadcasts run inline:
+    // their outputs are all they move, so the size limit means what it says.
     size_t bytes = 0;
     for (const at::Tensor& tensor : work->result()) {
       bytes += static_cast<size_t>(tensor.numel()) * tensor.element_size();
     }
-    ran = engine_->TryRunInline(op, bytes);
+    ran = engine_->TryRunInline(op, Engine::Inline::kIfSmall, bytes);
   }
   if (!ran) engine_->Submit(std::move(op));
   return work;
@@ -105,7 +125,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce(
   if (!type.ok()) return Failed(op_type, type.status());
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensor.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
-  return Enqueue(op_type, tensors,
+  return Enqueue(op_type, tensors, CallerWaits(opts),
                  [tensor, type = *type, reduction = *reduction](
                      Engine& engine, const auto&) mutable {
                    return AllReduceTensor(engine, tensor, type, reduction);
@@ -121,7 +141,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(
   }
   at::Tensor tensor = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  return Enqueue(op_type, tensors,
+  return Enqueue(op_type, tensors, CallerWaits(opts),
                  [tensor, root](Engine& engine, const auto&) mutable {
                    return BroadcastTensor(engine, tensor, root);
                  });
@@ -140,7 +160,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensor.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   const int root = static_cast<int>(opts.rootRank);
-  return Enqueue(op_type, tensors,
+  return Enqueue(op_type, tensors, CallerWaits(opts),
                  [tensor, root, type = *type, reduction = *reduction](
                      Engine& engine, const auto&) mutable {
                    return ReduceTensor(engine, tensor, root, type, reduction);
@@ -174,7 +194,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::gather(
                                "gather: only the root passes output tensors"));
   }
   at::Tensor input = inputs[0];
-  return Enqueue(op_type, targets,
+  return Enqueue(op_type, targets, CallerWaits(opts),
                  [input, targets, root](Engine& engine, const auto&) mutable {
                    return GatherTensors(engine, input, targets, root);
                  });
@@ -207,7 +227,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
                                "scatter: only the root passes input tensors"));
   }
   at::Tensor output = outputs[0];
-  return Enqueue(op_type, outputs,
+  return Enqueue(op_type, outputs, CallerWaits(opts),
                  [sources, output, root](Engine& engine, const auto&) mutable {
                    return ScatterTensors(engine, sources, output, root);
                  });
@@ -215,7 +235,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+    const c10d::AllgatherOptions& opts) {
   const c10d::OpType op_type = c10d::OpType::ALLGATHER;
   if (absl::Status s = CheckSingle(inputs, "allgather"); !s.ok()) return Failed(op_type, s);
   if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
@@ -230,7 +250,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather(
   }
   at::Tensor input = inputs[0];
   std::vector<at::Tensor> targets = outputs[0];
-  return Enqueue(op_type, targets,
+  return Enqueue(op_type, targets, CallerWaits(opts),
                  [input, targets](Engine& engine, const auto&) mutable {
                    return AllGatherTensors(engine, input, targets);
                  });
@@ -281,7 +301,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce_scatter(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, output.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   std::vector<at::Tensor> sources = inputs[0];
-  return Enqueue(op_type, outputs,
+  return Enqueue(op_type, outputs, CallerWaits(opts),
                  [sources, output, type = *type, reduction = *reduction](
                      Engine& engine, const auto&) mutable {
                    return ReduceScatterTensors(engine, sources, output, type, reduction);
@@ -365,7 +385,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce_coalesced(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensors[0].scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   std::vector<at::Tensor> targets = tensors;
-  return Enqueue(op_type, targets,
+  return Enqueue(op_type, targets, CallerWaits(opts),
                  [targets, type = *type, reduction = *reduction](
                      Engine& engine, const auto&) mutable {
                    return AllReduceCoalescedTensors(engine, targets, type, reduction);
@@ -374,7 +394,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+    const c10d::AllgatherOptions& opts) {
   const c10d::OpType op_type = c10d::OpType::ALLGATHER_COALESCED;
   if (inputs.empty() || static_cast<int>(output_lists.size()) != size_) {
     return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
@@ -412,7 +432,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
   }
   std::vector<at::Tensor> sources = inputs;
   std::vector<std::vector<at::Tensor>> targets = output_lists;
-  return Enqueue(op_type, flat_outputs,
+  return Enqueue(op_type, flat_outputs, CallerWaits(opts),
                  [sources, targets](Engine& engine, const auto&) mutable {
                    return AllGatherCoalescedTensors(engine, sources, targets);
                  });
@@ -420,8 +440,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllToAllOptions&) {
-  return AllToAll(c10d::OpType::ALLTOALL, outputs, inputs);
+    const c10d::AllToAllOptions& opts) {
+  return AllToAll(c10d::OpType::ALLTOALL, outputs, inputs, CallerWaits(opts));
 }
 
 namespace {
@@ -449,7 +469,8 @@ bool Overlap(const at::Tensor& a, const at::Tensor& b) {
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::AllToAll(
-    c10d::OpType op_type, std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs) {
+    c10d::OpType op_type, std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    bool caller_waits) {
   const char* what = op_type == c10d::OpType::ALLTOALL ? "alltoall" : "alltoall_base";
   if (static_cast<int>(inputs.size()) != size_ || static_cast<int>(outputs.size()) != size_) {
     return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
@@ -492,7 +513,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::AllToAll(
   }
   std::vector<at::Tensor> sources = inputs;
   std::vector<at::Tensor> targets = outputs;
-  return Enqueue(op_type, targets,
+  return Enqueue(op_type, targets, caller_waits,
                  [sources, targets](Engine& engine, const auto&) mutable {
                    return AllToAllTensors(engine, sources, targets);
                  });
@@ -534,7 +555,7 @@ absl::StatusOr<std::vector<int64_t>> SplitSizes(const at::Tensor& tensor,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
-    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   const c10d::OpType op_type = c10d::OpType::ALLTOALL_BASE;
   for (const at::Tensor* t : {&output, &input}) {
     if (absl::Status s = CheckCpuTensor(*t, "alltoall_base"); !s.ok()) {
@@ -559,11 +580,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall_base(
   // Views of both, part by part: contiguous parts go straight over.
   std::vector<at::Tensor> inputs = input.split_with_sizes(*in, 0);
   std::vector<at::Tensor> outputs = output.split_with_sizes(*out, 0);
-  return AllToAll(op_type, outputs, inputs);
+  return AllToAll(op_type, outputs, inputs, CallerWaits(opts));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::barrier(const c10d::BarrierOptions&) {
-  return Enqueue(c10d::OpType::BARRIER, {},
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::barrier(const c10d::BarrierOptions& opts) {
+  return Enqueue(c10d::OpType::BARRIER, {}, CallerWaits(opts),
                  [](Engine& engine, const auto&) { return engine.direct().Barrier(); });
 }
 
@@ -621,7 +642,8 @@ absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
   };
   auto move = std::make_shared<Move>();
   c10::intrusive_ptr<c10d::Work> work =
-      Enqueue(c10d::OpType::UNKNOWN, {}, [tensor, move](Engine& engine, const auto&) {
+      Enqueue(c10d::OpType::UNKNOWN, {}, /*caller_waits=*/false,
+              [tensor, move](Engine& engine, const auto&) {
         int pending = 0;
         if (move->claim.compare_exchange_strong(pending, 1)) {
           move->status = engine.MoveToRegistered(tensor);

@@ -172,9 +172,13 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
   // kFailedPrecondition: the group was shut down.
   absl::Status ShutDownError() const;
 
-  // Queues a collective on the engine (see Engine::Op).
+  // Queues a collective on the engine (see Engine::Op), or runs it on the
+  // calling thread (Engine::TryRunInline): when `caller_waits` (torch's
+  // async_op=False: the caller waits on the Work at once, so running it
+  // here changes nothing it can see), or for a small asynchronous
+  // all-reduce or broadcast with RDMAFLOW_INLINE_KB on.
   c10::intrusive_ptr<c10d::Work> Enqueue(
-      c10d::OpType type, std::vector<at::Tensor> outputs,
+      c10d::OpType type, std::vector<at::Tensor> outputs, bool caller_waits,
       std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run);
   // Queues a point-to-point post on the engine (see Engine::Op).
   c10::intrusive_ptr<c10d::Work> EnqueuePost(
@@ -196,7 +200,7 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
   // alltoall and alltoall_base (as `op_type`): one part per rank each way.
   c10::intrusive_ptr<c10d::Work> AllToAll(c10d::OpType op_type,
                                           std::vector<at::Tensor>& outputs,
-                                          std::vector<at::Tensor>& inputs);
+                                          std::vector<at::Tensor>& inputs, bool caller_waits);
 
   std::unique_ptr<Engine> engine_;  // null once shut down
   BackendStats final_stats_;        // the engine's last counters, then

@@ -28,28 +28,46 @@ def expect(ok, what):
 
 
 def check_inline(group, rank, world):
-    """With RDMAFLOW_INLINE_KB set, small all-reduces run on the calling
-    thread while the engine sleeps; large ones, and any while a receive is
-    pending, go through the engine thread, in order. Unset, none runs
-    inline."""
+    """Synchronous calls (async_op=False) run on the calling thread while
+    the engine sleeps, whatever their size. Asynchronous ones do only with
+    RDMAFLOW_INLINE_KB set and within it; no call does while a receive is
+    pending. Every result is right either way."""
     inline_on = int(os.environ.get("RDMAFLOW_INLINE_KB", "0")) >= 4
-    before = rdmaflow_torch.stats(group)
+
+    def inline_calls():
+        return rdmaflow_torch.stats(group)["inline_calls"]
+
+    def expected(n, salt=0):
+        return sum(values(r, n, torch.float32, salt) for r in range(world))
+
+    before = inline_calls()
     for salt in range(5):
         t = values(rank, 1000, torch.float32, salt)
         dist.all_reduce(t)
-        expect(torch.equal(t, sum(values(r, 1000, torch.float32, salt) for r in range(world))),
-               "small all_reduce")
-    small = rdmaflow_torch.stats(group)["inline_calls"] - before["inline_calls"]
-    expect(small >= 1 if inline_on else small == 0,
-           f"{small} of 5 small all_reduces ran inline (RDMAFLOW_INLINE_KB "
-           f"{os.environ.get('RDMAFLOW_INLINE_KB', 'unset')})")
-    before = rdmaflow_torch.stats(group)
-    big = values(rank, 1 << 16, torch.float32)  # 256 KiB: past RDMAFLOW_INLINE_KB
+        expect(torch.equal(t, expected(1000, salt)), "small all_reduce")
+    big = values(rank, 1 << 18, torch.float32)  # 1 MiB, past RDMAFLOW_INLINE_KB
     dist.all_reduce(big)
-    expect(torch.equal(big, sum(values(r, 1 << 16, torch.float32) for r in range(world))),
-           "large all_reduce")
-    after = rdmaflow_torch.stats(group)
-    expect(after["inline_calls"] == before["inline_calls"], "a 256 KiB all_reduce ran inline")
+    expect(torch.equal(big, expected(1 << 18)), "synchronous 1 MiB all_reduce")
+    # The engine thread sleeps between synchronous calls: at most the first
+    # may find it still awake.
+    sync = inline_calls() - before
+    expect(sync >= 5, f"{sync} of 6 synchronous all_reduces ran inline")
+    before = inline_calls()
+    small = [values(rank, 1000, torch.float32, salt) for salt in range(5)]
+    works = [dist.all_reduce(t, async_op=True) for t in small]
+    for work in works:
+        work.wait()
+    expect(all(torch.equal(t, expected(1000, salt)) for salt, t in enumerate(small)),
+           "asynchronous small all_reduce")
+    asynchronous = inline_calls() - before
+    expect(asynchronous >= 1 if inline_on else asynchronous == 0,
+           f"{asynchronous} of 5 asynchronous small all_reduces ran inline "
+           f"(RDMAFLOW_INLINE_KB {os.environ.get('RDMAFLOW_INLINE_KB', 'unset')})")
+    before = inline_calls()
+    big = values(rank, 1 << 16, torch.float32)  # 256 KiB: past RDMAFLOW_INLINE_KB
+    dist.all_reduce(big, async_op=True).wait()
+    expect(torch.equal(big, expected(1 << 16)), "asynchronous 256 KiB all_reduce")
+    expect(inline_calls() == before, "an asynchronous 256 KiB all_reduce ran inline")
     # Rank 0 waits for a message rank 1 sends only after the all-reduce:
     # rank 0's all-reduce must not run inline ahead of its pending receive's
     # progress, and both complete.
