@@ -4,7 +4,8 @@
 # from 4 KiB to 64 MiB and DDP step time of LeNet-5 and the VGG-like net, with 2 and 4
 # ranks, for gloo, rdmaflow, and rdmaflow with registered tensors (DDP
 # with rdmaflow_torch.allreduce_hook, its buckets registered); small calls
-# also with RDMAFLOW_INLINE_KB=64, and one rank alone; and the bare
+# also asynchronous (async_op=True, then wait: the engine thread's
+# hand-off), with and without RDMAFLOW_INLINE_KB=64, and one rank alone; and the bare
 # collective (bench/allreduce_bench, rdmaflow's all-reduce called from C++
 # with no torch between) at the same sizes, in every repeat, so that
 # torch.distributed's cost is a ratio of one run. Prints the comparison
@@ -23,10 +24,12 @@ export RDMAFLOW_TRANSPORT_PARAMS=${RDMAFLOW_TRANSPORT_PARAMS:-tls=shm}
 export RDMAFLOW_REGISTERED_MB=${RDMAFLOW_REGISTERED_MB:-80}  # a 64 MiB tensor fits
 for repeat in $(seq "${REPEATS:-3}"); do
 # One rank, no peer: what a 4 KiB call costs through torch.distributed.
-for variant in rdmaflow inline gloo; do
+for variant in rdmaflow async async_inline gloo; do
   echo "== $variant, 1 rank, 4 KiB (run $repeat of ${REPEATS:-3})"
   case $variant in
-    inline) flags=(--backend rdmaflow --label "rdmaflow (inline)"); kb=64 ;;
+    async) flags=(--backend rdmaflow --async_op --label "rdmaflow (async)"); kb=0 ;;
+    async_inline)
+      flags=(--backend rdmaflow --async_op --label "rdmaflow (async, inline)"); kb=64 ;;
     *) flags=(--backend "$variant"); kb=0 ;;
   esac
   RDMAFLOW_INLINE_KB=$kb tools/torchrun.sh --nproc_per_node=1 bench/torch_backend_bench.py \
@@ -34,12 +37,17 @@ for variant in rdmaflow inline gloo; do
     sed -e '/^\*\*\*/d' -e '/OMP_NUM_THREADS/d' -e '/^WARNING:__main__/d'
 done
 for n in ${RANKS:-2 4}; do
-  # Small calls on the caller's thread (off by default: docs/torch.md).
-  echo "== rdmaflow, inline calls, $n ranks (run $repeat of ${REPEATS:-3})"
-  RDMAFLOW_INLINE_KB=64 tools/torchrun.sh --nproc_per_node="$n" bench/torch_backend_bench.py \
-      --backend rdmaflow --label "rdmaflow (inline)" --sizes 4096,16384,65536 --ddp_steps 0 \
-      --json "$out/inline.$n.$repeat.jsonl" 2>&1 |
-    sed -e '/^\*\*\*/d' -e '/OMP_NUM_THREADS/d' -e '/^WARNING:__main__/d'
+  # Asynchronous small calls: through the engine thread, and on the
+  # caller's with RDMAFLOW_INLINE_KB (off by default: docs/torch.md).
+  for kb in 0 64; do
+    label="rdmaflow (async)"
+    [ "$kb" = 0 ] || label="rdmaflow (async, inline)"
+    echo "== $label, $n ranks (run $repeat of ${REPEATS:-3})"
+    RDMAFLOW_INLINE_KB=$kb tools/torchrun.sh --nproc_per_node="$n" bench/torch_backend_bench.py \
+        --backend rdmaflow --async_op --label "$label" --sizes 4096,16384,65536 --ddp_steps 0 \
+        --json "$out/async.$kb.$n.$repeat.jsonl" 2>&1 |
+      sed -e '/^\*\*\*/d' -e '/OMP_NUM_THREADS/d' -e '/^WARNING:__main__/d'
+  done
 done
 for n in ${RANKS:-2 4}; do
   echo "== bare collective (allreduce_bench), $n ranks (run $repeat of ${REPEATS:-3})"

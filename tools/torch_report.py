@@ -17,6 +17,8 @@ import sys
 
 SERIES = ["rdmaflow", "rdmaflow (registered)", "gloo"]
 BARE = "bare collective"
+ASYNC = "rdmaflow (async)"
+ASYNC_INLINE = "rdmaflow (async, inline)"
 
 
 def bare_rows(out):
@@ -66,7 +68,8 @@ def main(out):
                     ("ms_per_step", "comm_ms_per_step", "hooked_ms_per_step"))
     worlds = sorted({k[0] for k in allreduce})
     sizes = sorted({k[1] for k in allreduce})
-    print("All-reduce bus bandwidth, GB/s (float32 sum; median per rank, slowest rank)")
+    print("All-reduce bus bandwidth, GB/s (float32 sum, synchronous calls back to back;"
+          " slowest rank)")
     print(f"{'ranks':>5} {'bytes':>10} " + " ".join(f"{s:>22}" for s in SERIES) +
           f" {'rdmaflow/gloo':>14} {'registered/gloo':>16}")
     with open(os.path.join(out, "torch_allreduce.tsv"), "w") as tsv:
@@ -78,16 +81,18 @@ def main(out):
                 print(f"{world:>5} {size:>10} " + " ".join(f"{b:>22.3f}" for b in bw) +
                       f" {bw[0] / bw[2]:>13.2f}x {bw[1] / bw[2]:>15.2f}x")
                 tsv.write(f"{world}\t{size}\t" + "\t".join(f"{b:.4f}" for b in bw) + "\n")
-    inline = "rdmaflow (inline)"
-    small = sorted({(k[0], k[1]) for k in allreduce if k[2] == inline})
+    small_series = ["rdmaflow", ASYNC, ASYNC_INLINE, "gloo"]
+    small = sorted({(k[0], k[1]) for k in allreduce if k[2] == ASYNC})
     if small:
         print()
-        print("Small calls, us per call (RDMAFLOW_INLINE_KB=64: on the caller's thread)")
-        print(f"{'ranks':>5} {'bytes':>10} {'rdmaflow':>10} {inline:>18} {'gloo':>10}")
+        print("Small calls, us per call: synchronous ones run on the caller's thread,"
+              " asynchronous ones (async_op=True, then wait) on the engine thread, or with"
+              " RDMAFLOW_INLINE_KB=64 on the caller's")
+        print(f"{'ranks':>5} {'bytes':>10} " + " ".join(f"{s:>25}" for s in small_series))
         for world, size in small:
             us = [allreduce.get((world, size, s), {}).get("us", float("nan"))
-                  for s in ("rdmaflow", inline, "gloo")]
-            print(f"{world:>5} {size:>10} {us[0]:>10.1f} {us[1]:>18.1f} {us[2]:>10.1f}")
+                  for s in small_series]
+            print(f"{world:>5} {size:>10} " + " ".join(f"{u:>25.1f}" for u in us))
     for (world, size, backend), cell in sorted(floor.items()):
         print(f"one rank, {size} bytes, {backend}: {cell['us']:.1f} us per call (no peer: "
               "the call's own cost through torch.distributed)")

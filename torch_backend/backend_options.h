@@ -7,10 +7,11 @@
 //   RDMAFLOW_STAGING_MB        staging for all-reduces of unregistered
 //                              tensors (default 32; larger ones go in pieces)
 //   RDMAFLOW_REGISTERED_MB     pool for registered tensors (default 64)
-//   RDMAFLOW_INLINE_KB         all-reduces and broadcasts of up to this
-//                              many KiB run on the calling thread when the
-//                              engine is idle (default 0: off; see
-//                              docs/torch.md before turning it on)
+//   RDMAFLOW_INLINE_KB         asynchronous all-reduces and broadcasts
+//                              of up to this many KiB run on the calling
+//                              thread when the engine is idle, as
+//                              synchronous calls always do (default 0:
+//                              off; see docs/torch.md before turning it on)
 //   RDMAFLOW_WAIT              how waits idle: adaptive (default), spin,
 //                              yield, or adaptive:spin=N,yield_us=N,sleep_us=N
 //                              (onesided/progress/wait_policy.h)
@@ -48,10 +49,11 @@ struct BackendOptions {
   // slots per ordered pair.
   size_t message_slot_bytes = size_t{256} << 10;
   int message_slots = 8;
-  // An all-reduce or broadcast whose tensors total at most this many bytes
-  // runs on the calling thread, with no hand-off to the engine thread and
-  // back, when the engine is idle and this is the process's only rdmaflow
-  // group (Engine::TryRunInline). Off (0) by default: such a call returns
+  // An asynchronous all-reduce or broadcast whose tensors total at most
+  // this many bytes runs on the calling thread, with no hand-off to the
+  // engine thread and back, when the engine is idle and this is the
+  // process's only rdmaflow group (Engine::TryRunInline; a synchronous call
+  // does so whatever this says). Off (0) by default: such a call returns
   // only once its peers have joined it, async_op=True included.
   size_t inline_bytes = 0;
   // Set-up and every operation: an error after this long without progress.
