@@ -25,12 +25,15 @@ alone. See docs/using_rdmaflow.md.
   - @rdmaflow_torch: the LibTorch to build against (bazel/torch.bzl):
     Debian's 1.13, or with RDMAFLOW_PYTHON=/path/to/python the torch 2.x
     that interpreter imports.
+  - @rdmaflow_cuda: the CUDA toolkit, if any (bazel/cuda_repository.bzl);
+    without one the GPU targets are skipped.
 
 The C/C++ libraries themselves (Abseil, UCX, libibverbs, LibTorch, ...)
 are Debian packages that rdmaflow's own third_party/system wraps;
 tools/setup.sh installs them.
 """
 
+load("//bazel:cuda_repository.bzl", "rdmaflow_cuda_repository")
 load("//bazel:torch.bzl", "rdmaflow_torch_repository")
 
 def _rdmaflow_dir_impl(rctx):
@@ -62,6 +65,8 @@ def rdmaflow_deps():
     for name, subdir in stand_ins.items():
         if not native.existing_rule(name):
             _rdmaflow_dir(name = name, subdir = subdir)
+    if not native.existing_rule("rdmaflow_cuda"):
+        rdmaflow_cuda_repository(name = "rdmaflow_cuda")
     if not native.existing_rule("rdmaflow_torch"):
         rdmaflow_torch_repository(name = "rdmaflow_torch")
     if not native.existing_rule("com_google_protobuf"):

@@ -42,6 +42,8 @@ probe strategies "//rdma/ibverbs:ibverbs_transport" "strategies/ reach verbs onl
 probe strategies "//rdma/loopback:loopback_transport" "strategies/ reach loopback only through the registry"
 probe train "//bench:pingpong" "train/ does not use bench/"
 probe onesided "//runtime:communicator" "onesided/ does not use runtime/"
+probe rdma "//third_party/system:cudart" "only device/cuda uses the CUDA runtime"
+probe device "//third_party/system:torch" "device/ does not use LibTorch"
 # Keeps to the rules: must analyse, or the probes prove nothing.
 mkdir -p strategies/layering_control
 probes+=(strategies/layering_control)

@@ -1,0 +1,290 @@
+#include "device/fake/fake_device.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "absl/base/internal/raw_logging.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "device/fake/fake_stream.h"
+
+namespace rdmaflow::device {
+namespace {
+
+// The layout of a fake IPC handle (64 bytes, like cudaIpcMemHandle_t).
+constexpr char kMagic[8] = {'R', 'F', 'F', 'A', 'K', 'E', 'I', 'P'};
+constexpr size_t kNameOffset = 24;
+constexpr size_t kNameBytes = IpcHandle::kBytes - kNameOffset;  // NUL included
+constexpr char kNamePrefix[] = "/rdmaflow-fake-";
+struct HandleHeader {
+  char magic[8];
+  int32_t pid;
+  int32_t device;
+  uint64_t size;
+};
+static_assert(sizeof(HandleHeader) == kNameOffset);
+
+// Maps the shared-memory object `fd` of `size` bytes.
+absl::StatusOr<void*> Map(int fd, size_t size, const std::string& name) {
+  void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("fake device: mapping ", size, " bytes of ",
+                                                   name));
+  }
+  return data;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FakeDevice>> FakeDevice::Create(const FakeDeviceOptions& options) {
+  if (options.device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fake device: ordinal ", options.device, " is negative"));
+  }
+  if (options.fail_operation < 0) {
+    return absl::InvalidArgumentError("fake device: fail_operation is negative");
+  }
+  return std::unique_ptr<FakeDevice>(new FakeDevice(options));
+}
+
+FakeDevice::~FakeDevice() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [data, block] : blocks_) {
+    std::fprintf(stderr, "fake device: %zu bytes at %p outlived the runtime; released now\n",
+                 block.size, static_cast<const void*>(data));
+    munmap(const_cast<std::byte*>(data), block.size);
+    if (!block.shm_name.empty()) shm_unlink(block.shm_name.c_str());
+  }
+}
+
+std::string FakeDevice::name() const { return absl::StrCat("fake:", options_.device); }
+
+absl::StatusOr<DeviceMemory> FakeDevice::Allocate(size_t bytes) {
+  if (bytes == 0) return absl::InvalidArgumentError("fake device: allocating 0 bytes");
+  std::string name;
+  {
+    absl::MutexLock lock(&mu_);
+    if (bytes > options_.capacity_bytes - allocated_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "fake device: allocating ", bytes, " bytes: ", allocated_bytes_, " of ",
+          options_.capacity_bytes, " are in use"));
+    }
+    allocated_bytes_ += bytes;
+    // Unique on the host: the process, a random salt (PIDs are reused),
+    // and a counter.
+    static const uint32_t salt = std::random_device()();
+    name = absl::StrCat(kNamePrefix, getpid(), "-", salt, "-", next_name_++);
+  }
+  auto undo = [&] {
+    absl::MutexLock lock(&mu_);
+    allocated_bytes_ -= bytes;
+  };
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    undo();
+    return absl::ErrnoToStatus(errno, absl::StrCat("fake device: shm_open(", name,
+                                                   ") (is /dev/shm mounted and writable?)"));
+  }
+  absl::StatusOr<void*> data =
+      ftruncate(fd, static_cast<off_t>(bytes)) == 0
+          ? Map(fd, bytes, name)
+          : absl::ErrnoToStatus(errno, absl::StrCat("fake device: sizing ", name, " to ",
+                                                    bytes, " bytes"));
+  close(fd);
+  if (!data.ok()) {
+    shm_unlink(name.c_str());
+    undo();
+    return data.status();
+  }
+  absl::MutexLock lock(&mu_);
+  blocks_[static_cast<const std::byte*>(*data)] = Block{bytes, name, /*mapped=*/false};
+  return DeviceMemory(this, *data, bytes);
+}
+
+void FakeDevice::AddStream(FakeStream* stream) {
+  absl::MutexLock lock(&mu_);
+  streams_.insert(stream);
+}
+
+void FakeDevice::RemoveStream(FakeStream* stream) {
+  absl::MutexLock lock(&mu_);
+  streams_.erase(stream);
+}
+
+void FakeDevice::Release(void* data, size_t size) {
+  Block block;
+  {
+    absl::MutexLock lock(&mu_);
+    for (FakeStream* stream : streams_) stream->Drain();
+    auto it = blocks_.find(static_cast<const std::byte*>(data));
+    if (it == blocks_.end()) {
+      std::fprintf(stderr, "fake device: releasing %p, which it does not hold\n", data);
+      return;
+    }
+    block = std::move(it->second);
+    blocks_.erase(it);
+    if (!block.mapped) allocated_bytes_ -= block.size;
+  }
+  if (munmap(data, size) != 0) {
+    std::fprintf(stderr, "fake device: munmap(%p, %zu): %s\n", data, size, std::strerror(errno));
+  }
+  if (!block.shm_name.empty()) shm_unlink(block.shm_name.c_str());
+}
+
+std::map<const std::byte*, FakeDevice::Block>::const_iterator FakeDevice::Find(
+    const void* ptr) const {
+  const auto* at = static_cast<const std::byte*>(ptr);
+  auto it = blocks_.upper_bound(at);
+  if (it == blocks_.begin()) return blocks_.end();
+  --it;
+  if (static_cast<size_t>(at - it->first) >= it->second.size) return blocks_.end();
+  return it;
+}
+
+absl::StatusOr<PointerInfo> FakeDevice::Query(const void* ptr) {
+  if (ptr == nullptr) return absl::InvalidArgumentError("fake device: querying a null pointer");
+  absl::MutexLock lock(&mu_);
+  PointerInfo info;
+  auto it = Find(ptr);
+  if (it == blocks_.end()) return info;  // host memory
+  info.kind = MemoryKind::kDevice;
+  info.device = options_.device;
+  info.base = it->first;
+  info.size = it->second.size;
+  return info;
+}
+
+absl::Status FakeDevice::CheckRange(const void* ptr, size_t bytes, const char* what) {
+  absl::MutexLock lock(&mu_);
+  auto it = Find(ptr);
+  if (it == blocks_.end()) return absl::OkStatus();
+  const size_t offset = static_cast<const std::byte*>(ptr) - it->first;
+  if (bytes > it->second.size - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fake device: the ", what, " (", bytes, " bytes at offset ", offset,
+        ") runs past the end of its ", it->second.size, "-byte allocation"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FakeDevice::NextOperationFault() {
+  const int n = ++operations_;
+  if (options_.fail_operation != 0 && n == options_.fail_operation) return options_.fault;
+  return absl::OkStatus();
+}
+
+absl::Status FakeDevice::PinHost(void* ptr, size_t bytes) {
+  if (ptr == nullptr || bytes == 0) {
+    return absl::InvalidArgumentError("fake device: pinning a null or empty range");
+  }
+  absl::MutexLock lock(&mu_);
+  if (Find(ptr) != blocks_.end()) {
+    return absl::InvalidArgumentError("fake device: pinning device memory");
+  }
+  const auto* at = static_cast<const std::byte*>(ptr);
+  auto next = pinned_.lower_bound(at);
+  const bool overlaps_next = next != pinned_.end() && next->first < at + bytes;
+  const bool overlaps_previous = next != pinned_.begin() &&
+                                 std::prev(next)->first + std::prev(next)->second > at;
+  if (overlaps_next || overlaps_previous) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("fake device: host range %p + %zu is already pinned", ptr, bytes));
+  }
+  pinned_[at] = bytes;
+  return absl::OkStatus();
+}
+
+absl::Status FakeDevice::UnpinHost(void* ptr) {
+  absl::MutexLock lock(&mu_);
+  if (pinned_.erase(static_cast<const std::byte*>(ptr)) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("fake device: host memory at %p was not pinned", ptr));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Stream>> FakeDevice::CreateStream() {
+  return std::unique_ptr<Stream>(new FakeStream(this));
+}
+
+absl::StatusOr<std::unique_ptr<Event>> FakeDevice::CreateEvent() {
+  return std::unique_ptr<Event>(new FakeEvent(this));
+}
+
+absl::StatusOr<IpcHandle> FakeDevice::ExportIpc(const void* base) {
+  absl::MutexLock lock(&mu_);
+  auto it = blocks_.find(static_cast<const std::byte*>(base));
+  if (it == blocks_.end() || it->second.mapped) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fake device: exporting ", absl::StrFormat("%p", base),
+        ", which is not the base of an allocation of this process (Query gives the base)"));
+  }
+  IpcHandle handle;
+  HandleHeader header;
+  std::memcpy(header.magic, kMagic, sizeof(kMagic));
+  header.pid = static_cast<int32_t>(getpid());
+  header.device = options_.device;
+  header.size = it->second.size;
+  std::memcpy(handle.bytes.data(), &header, sizeof(header));
+  const std::string& name = it->second.shm_name;
+  ABSL_RAW_CHECK(name.size() < kNameBytes, "fake device: shm name too long");
+  std::memcpy(handle.bytes.data() + kNameOffset, name.data(), name.size());
+  return handle;
+}
+
+absl::StatusOr<DeviceMemory> FakeDevice::OpenIpc(const IpcHandle& handle) {
+  // The handle came from a peer: copied once, checked, then used.
+  const IpcHandle copy = handle;
+  HandleHeader header;
+  std::memcpy(&header, copy.bytes.data(), sizeof(header));
+  if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0) {
+    return absl::InvalidArgumentError(
+        "fake device: the IPC handle is not one of the fake device's (wrong magic)");
+  }
+  const char* name_bytes = reinterpret_cast<const char*>(copy.bytes.data() + kNameOffset);
+  const size_t name_length = strnlen(name_bytes, kNameBytes);
+  const std::string name(name_bytes, name_length);
+  if (name_length == kNameBytes || !absl::StartsWith(name, kNamePrefix) ||
+      name.find('/', 1) != std::string::npos) {
+    return absl::InvalidArgumentError("fake device: the IPC handle's name is malformed");
+  }
+  if (header.pid == static_cast<int32_t>(getpid())) {
+    return absl::InvalidArgumentError(
+        "fake device: an IPC handle does not open in the process that exported it (as with "
+        "CUDA); use the allocation itself");
+  }
+  if (header.size == 0) return absl::InvalidArgumentError("fake device: an IPC handle of 0 bytes");
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    const int error = errno;
+    if (error == ENOENT) {
+      return absl::UnavailableError(absl::StrCat(
+          "fake device: the allocation behind IPC handle ", name,
+          " is gone (freed by process ", header.pid, ", or that process ended)"));
+    }
+    return absl::ErrnoToStatus(error, absl::StrCat("fake device: opening IPC handle ", name));
+  }
+  struct stat st;
+  const bool sized = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == header.size;
+  absl::StatusOr<void*> data =
+      sized ? Map(fd, header.size, name)
+            : absl::InvalidArgumentError(absl::StrCat(
+                  "fake device: IPC handle ", name, " says ", header.size,
+                  " bytes, which is not the size of the allocation it names"));
+  close(fd);
+  RETURN_IF_ERROR(data.status());
+  absl::MutexLock lock(&mu_);
+  blocks_[static_cast<const std::byte*>(*data)] = Block{header.size, "", /*mapped=*/true};
+  return DeviceMemory(this, *data, header.size);
+}
+
+}  // namespace rdmaflow::device

@@ -1,0 +1,103 @@
+// File: fake_device.h
+// -----------------------------------------------------------------------------
+// FakeDevice: a DeviceRuntime with no accelerator, so that everything built
+// on device memory is tested in CI (docs/device.md). "Device" memory is
+// host shared memory (POSIX shm), so a handle exported by one process maps
+// in another, as CUDA IPC does; each stream is a thread that runs its
+// copies and reductions in order; an event is a stream's sequence number.
+// It keeps CUDA's rules where a protocol could lean on them by mistake:
+//   - a handle does not open in the process that exported it;
+//   - an event reports a failure of its stream, and a failed stream stays
+//     broken;
+//   - work runs later than it is enqueued (operation_delay makes it much
+//     later), so only events order it.
+// Faults are injected by options: the Nth copy or reduction fails.
+//
+// Thread-safe, like every DeviceRuntime.
+#ifndef RDMAFLOW_DEVICE_FAKE_FAKE_DEVICE_H_
+#define RDMAFLOW_DEVICE_FAKE_FAKE_DEVICE_H_
+
+#include <atomic>
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "device/device_runtime.h"
+
+namespace rdmaflow::device {
+
+class FakeStream;
+
+struct FakeDeviceOptions {
+  // The ordinal the device answers to.
+  int device = 0;
+  // Allocations beyond this many bytes in all fail with kResourceExhausted.
+  size_t capacity_bytes = size_t{1} << 30;
+  // The Nth copy or reduction enqueued on this runtime (counting from 1,
+  // over all its streams) fails with `fault` when it runs, breaking its
+  // stream. 0: none fails.
+  int fail_operation = 0;
+  absl::Status fault = absl::InternalError("an injected fault of the fake device");
+  // Every copy and reduction takes at least this long to run.
+  absl::Duration operation_delay = absl::ZeroDuration();
+};
+
+class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
+ public:
+  static absl::StatusOr<std::unique_ptr<FakeDevice>> Create(const FakeDeviceOptions& options);
+  ~FakeDevice() override;
+
+  std::string name() const override;
+  int device() const override { return options_.device; }
+  absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override;
+  absl::StatusOr<PointerInfo> Query(const void* ptr) override;
+  absl::Status PinHost(void* ptr, size_t bytes) override;
+  absl::Status UnpinHost(void* ptr) override;
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override;
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
+  absl::StatusOr<IpcHandle> ExportIpc(const void* base) override;
+  absl::StatusOr<DeviceMemory> OpenIpc(const IpcHandle& handle) override;
+
+  // For the streams: whether an operation of `bytes` at `ptr` stays within
+  // device memory it starts in (host memory is not checked). Counts the
+  // operation for fault injection: its fault, or OK.
+  absl::Status CheckRange(const void* ptr, size_t bytes, const char* what);
+  absl::Status NextOperationFault();
+  absl::Duration operation_delay() const { return options_.operation_delay; }
+  // Streams say when they start and end: freeing memory first finishes
+  // their work, as cudaFree synchronizes the device.
+  void AddStream(FakeStream* stream);
+  void RemoveStream(FakeStream* stream);
+
+ private:
+  struct Block {
+    size_t size = 0;
+    std::string shm_name;  // allocated here: the name to export and unlink
+    bool mapped = false;   // a peer's allocation, opened here
+  };
+
+  explicit FakeDevice(const FakeDeviceOptions& options) : options_(options) {}
+  void Release(void* data, size_t size) override;
+  // The block holding `ptr`, or blocks_.end().
+  std::map<const std::byte*, Block>::const_iterator Find(const void* ptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const FakeDeviceOptions options_;
+  std::atomic<int> operations_{0};
+  mutable absl::Mutex mu_;
+  std::map<const std::byte*, Block> blocks_ ABSL_GUARDED_BY(mu_);
+  std::map<const std::byte*, size_t> pinned_ ABSL_GUARDED_BY(mu_);
+  std::set<FakeStream*> streams_ ABSL_GUARDED_BY(mu_);
+  size_t allocated_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_name_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace rdmaflow::device
+
+#endif  // RDMAFLOW_DEVICE_FAKE_FAKE_DEVICE_H_

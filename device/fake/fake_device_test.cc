@@ -1,0 +1,177 @@
+// What only the fake device does: injected faults, a slow device against
+// deadlines, its capacity, and forged or racing IPC handles.
+#include "device/fake/fake_device.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rdmaflow::device {
+namespace {
+
+using ::rdmaflow::testing::IsOk;
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::unique_ptr<FakeDevice> MakeDevice(const FakeDeviceOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<FakeDevice>> device = FakeDevice::Create(options);
+  EXPECT_THAT(device, IsOk());
+  return device.ok() ? *std::move(device) : nullptr;
+}
+
+TEST(FakeDeviceTest, AnInjectedFaultBreaksItsStreamForGood) {
+  FakeDeviceOptions options;
+  options.fail_operation = 2;
+  options.fault = absl::DataLossError("ECC error (injected)");
+  std::unique_ptr<FakeDevice> device = MakeDevice(options);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, device->CreateStream());
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> before, device->CreateEvent());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> after, device->CreateEvent());
+  std::vector<char> host(4096, 'x');
+  ASSERT_OK(stream->Copy(memory.data(), host.data(), 4096));  // operation 1: fine
+  ASSERT_OK(stream->Record(*before));
+  ASSERT_OK(stream->Copy(host.data(), memory.data(), 4096));  // operation 2: fails
+  ASSERT_OK(stream->Copy(memory.data(), host.data(), 4096));  // after the failure
+  ASSERT_OK(stream->Record(*after));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  EXPECT_THAT(before->WaitUntil(deadline, "the first copy"), IsOk());
+  EXPECT_THAT(after->WaitUntil(deadline, "the later copies"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("ECC")));
+  // Sticky: a stream that waits on the broken one breaks too, and an event
+  // recorded later still reports it.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> other, device->CreateStream());
+  ASSERT_OK(other->WaitFor(*after));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> downstream, device->CreateEvent());
+  ASSERT_OK(other->Record(*downstream));
+  EXPECT_THAT(downstream->WaitUntil(deadline, "the waiting stream"),
+              StatusIs(absl::StatusCode::kDataLoss));
+  ASSERT_OK(stream->Record(*after));
+  EXPECT_THAT(after->Done(), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST(FakeDeviceTest, AWaitOnASlowDeviceEndsAtItsDeadline) {
+  FakeDeviceOptions options;
+  options.operation_delay = absl::Milliseconds(500);
+  std::unique_ptr<FakeDevice> device = MakeDevice(options);
+  std::vector<char> host(64);  // outlives the stream's pending copy
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, device->CreateStream());
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> done, device->CreateEvent());
+  ASSERT_OK(stream->Copy(memory.data(), host.data(), 64));
+  ASSERT_OK(stream->Record(*done));
+  ASSERT_OK_AND_ASSIGN(bool finished, done->Done());
+  EXPECT_FALSE(finished);
+  EXPECT_THAT(done->WaitUntil(absl::Now() + absl::Milliseconds(20), "the slow copy"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("the slow copy")));
+  // Freeing the memory, then destroying the stream, finish the copy first,
+  // as cudaFree and cudaStreamDestroy do.
+}
+
+TEST(FakeDeviceTest, CapacityAndBounds) {
+  FakeDeviceOptions options;
+  options.capacity_bytes = 1 << 20;
+  std::unique_ptr<FakeDevice> device = MakeDevice(options);
+  ASSERT_OK_AND_ASSIGN(DeviceMemory a, device->Allocate(768 << 10));
+  EXPECT_THAT(device->Allocate(512 << 10),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("in use")));
+  {
+    ASSERT_OK_AND_ASSIGN(DeviceMemory b, device->Allocate(256 << 10));
+  }
+  ASSERT_OK_AND_ASSIGN(DeviceMemory c, device->Allocate(256 << 10));  // b's bytes came back
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, device->CreateStream());
+  std::vector<char> host(4096);
+  EXPECT_THAT(stream->Copy(static_cast<char*>(c.data()) + (256 << 10) - 100, host.data(), 101),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("past the end")));
+  // Pinning: overlaps refused, device memory refused.
+  ASSERT_OK(device->PinHost(host.data() + 100, 1000));
+  EXPECT_THAT(device->PinHost(host.data(), 101), Not(IsOk()));
+  EXPECT_THAT(device->PinHost(host.data() + 1099, 10), Not(IsOk()));
+  ASSERT_OK(device->PinHost(host.data() + 1100, 10));
+  EXPECT_THAT(device->PinHost(a.data(), 10), Not(IsOk()));
+  EXPECT_THAT(FakeDevice::Create(FakeDeviceOptions{-1}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// A handle as another process would export it, forged field by field.
+TEST(FakeDeviceTest, ForgedHandlesAreRefusedByName) {
+  std::unique_ptr<FakeDevice> device = MakeDevice();
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(IpcHandle real, device->ExportIpc(memory.data()));
+  auto with_pid = [](IpcHandle handle, int32_t pid) {
+    std::memcpy(handle.bytes.data() + 8, &pid, sizeof(pid));
+    return handle;
+  };
+  const int32_t other_pid = getpid() + 1;
+  // Our own allocation through a handle claiming another process: the name
+  // exists, so only the size check stands between it and a mapping.
+  IpcHandle wrong_size = with_pid(real, other_pid);
+  const uint64_t size = 1 << 30;
+  std::memcpy(wrong_size.bytes.data() + 16, &size, sizeof(size));
+  EXPECT_THAT(device->OpenIpc(wrong_size),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not the size")));
+  IpcHandle bad_magic = with_pid(real, other_pid);
+  bad_magic.bytes[0] ^= 1;
+  EXPECT_THAT(device->OpenIpc(bad_magic),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("magic")));
+  IpcHandle unterminated = with_pid(real, other_pid);
+  std::memset(unterminated.bytes.data() + 24, 'a', IpcHandle::kBytes - 24);
+  EXPECT_THAT(device->OpenIpc(unterminated),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("malformed")));
+  IpcHandle escaping = with_pid(real, other_pid);
+  std::memset(escaping.bytes.data() + 24, 0, IpcHandle::kBytes - 24);
+  std::memcpy(escaping.bytes.data() + 24, "/rdmaflow-fake-/../x", 20);
+  EXPECT_THAT(device->OpenIpc(escaping),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("malformed")));
+  IpcHandle gone = with_pid(real, other_pid);
+  std::memset(gone.bytes.data() + 24, 0, IpcHandle::kBytes - 24);
+  std::memcpy(gone.bytes.data() + 24, "/rdmaflow-fake-0-0-0", 20);
+  EXPECT_THAT(device->OpenIpc(gone), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("gone")));
+  EXPECT_THAT(device->OpenIpc(real),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("exported it")));
+}
+
+// A peer rewrites the handle's bytes while it is being opened: whatever
+// the bytes were, the call ends with a mapping of the right size or an
+// error, never a crash or a mapping of another size.
+TEST(FakeDeviceTest, AHandleRewrittenWhileOpening) {
+  std::unique_ptr<FakeDevice> device = MakeDevice();
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(IpcHandle real, device->ExportIpc(memory.data()));
+  const int32_t other_pid = getpid() + 1;
+  std::memcpy(real.bytes.data() + 8, &other_pid, sizeof(other_pid));
+  IpcHandle shared = real;
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    uint8_t salt = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      volatile uint8_t* bytes = shared.bytes.data();
+      for (size_t i = 8; i < IpcHandle::kBytes; ++i) bytes[i] = static_cast<uint8_t>(salt + i);
+      for (size_t i = 8; i < IpcHandle::kBytes; ++i) bytes[i] = real.bytes[i];
+      ++salt;
+    }
+  });
+  int opened = 0;
+  for (int i = 0; i < 2000; ++i) {
+    absl::StatusOr<DeviceMemory> mapped = device->OpenIpc(shared);
+    if (mapped.ok()) {
+      EXPECT_EQ(mapped->size(), 4096u);
+      ++opened;
+    }
+  }
+  stop = true;
+  writer.join();
+  std::printf("%d of 2000 opens saw a whole handle\n", opened);
+}
+
+}  // namespace
+}  // namespace rdmaflow::device

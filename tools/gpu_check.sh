@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The device check: rdmaflow's GPU tests (and, as they land, its GPU
+# benchmarks) on a machine with a GPU but none of rdmaflow's build
+# dependencies, such as the H200 the project borrows (docs/device.md).
+#
+#   tools/gpu_check.sh pack        here: builds the binaries (-c opt, cudart
+#                                  static) and packs them with the shared
+#                                  libraries they need into .gpu/ (ignored
+#                                  by git, a few tens of MiB)
+#   tools/gpu_check.sh run [OUT]   there, from the repository root with
+#                                  .gpu/ carried along: runs every packed
+#                                  test, its log under OUT (default
+#                                  .gpu/out), and prints a table last
+#
+# Run `pack`, then carry .gpu to the GPU machine and run `run` there in one
+# command. Every binary also runs here: without a driver CUDA says
+# cudaErrorInsufficientDriver and the GPU tests skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The test binaries, by Bazel label.
+TESTS=(
+  //device/cuda:cuda_device_test
+  //device/cuda:cuda_device_conformance_test
+)
+
+pack() {
+  # Our own libraries linked in: only system ones are packed beside.
+  bazel build -c opt --dynamic_mode=off "${TESTS[@]}"
+  rm -rf .gpu
+  mkdir -p .gpu/bin .gpu/lib
+  local label path
+  for label in "${TESTS[@]}"; do
+    path="bazel-bin/${label#//}"
+    path="${path/://}"
+    cp "$path" .gpu/bin/
+  done
+  # Every shared library the binaries load, but the C runtime's own (the
+  # GPU machine's glibc is newer and must be the one used).
+  ldd .gpu/bin/* | awk '/=> \// { print $3 }' | sort -u |
+    grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" .gpu/lib/; done
+  du -sh .gpu | awk '{ print "packed .gpu: " $1 }'
+  ls .gpu/bin
+}
+
+run() {
+  local out=${1:-.gpu/out}
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  command -v nvidia-smi >/dev/null &&
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  local rows=() test status start seconds summary
+  for test in .gpu/bin/*_test; do
+    local name
+    name=$(basename "$test")
+    echo "== $name"
+    start=$(date +%s%N)
+    if "$test" >"$out/$name.log" 2>&1; then status=passed; else status="FAILED"; fi
+    seconds=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { print (b - a) / 1e9 }')
+    summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/$name.log" |
+      sed -e 's/\[ *//' -e 's/ *\]//' -e 's/, listed below://' | tr '\n' ' ' || true)
+    tail -5 "$out/$name.log"
+    rows+=("$(printf '%-36s %-7s %7.1f s  %s' "$name" "$status" "$seconds" "$summary")")
+  done
+  echo
+  printf '%-36s %-7s %9s  %s\n' test result time gtest
+  printf '%s\n' "${rows[@]}"
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  run) shift; run "$@" ;;
+  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
+esac
