@@ -58,6 +58,11 @@ def parse_args(argv):
                              "hooks do; rdmaflow runs a synchronous call on the caller's "
                              "thread, an asynchronous one on its engine thread unless "
                              "RDMAFLOW_INLINE_KB allows it)")
+    parser.add_argument("--bare", action="store_true",
+                        help="with --registered: also time rdmaflow's own all-reduce of the "
+                             "same tensor in the same processes, without torch.distributed "
+                             "(series \"bare (same processes)\"), alternating with the torch "
+                             "calls three times, medians of each")
     parser.add_argument("--ddp_steps", type=int, default=30, help="0 skips DDP")
     parser.add_argument("--batch", type=int, default=64, help="global batch of the DDP steps")
     parser.add_argument("--models", default="lenet5,vgg",
@@ -115,14 +120,25 @@ def bench_allreduce(args, world, label, emit):
                 dist.all_reduce(tensor)
         for _ in range(3):
             call()
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(iterations):
-            call()
-        seconds = slowest((time.perf_counter() - start) / iterations)
-        busbw = 2 * (world - 1) / world * size / seconds / 1e9
-        emit({"kind": "allreduce", "backend": label, "world": world, "bytes": size,
-              "iterations": iterations, "us": seconds * 1e6, "busbw_gbs": busbw})
+        bare = args.bare and import_registered and world > 1
+        times, bare_times = [], []
+        for _ in range(3 if bare else 1):
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(iterations):
+                call()
+            times.append((time.perf_counter() - start) / iterations)
+            if bare:
+                dist.barrier()
+                bare_times.append(rdmaflow_torch._time_bare_allreduce(
+                    dist.group.WORLD, tensor, iterations))
+        for series, measured in ((label, times), ("bare (same processes)", bare_times)):
+            if not measured:
+                continue
+            seconds = slowest(statistics.median(measured))
+            busbw = 2 * (world - 1) / world * size / seconds / 1e9
+            emit({"kind": "allreduce", "backend": series, "world": world, "bytes": size,
+                  "iterations": iterations, "us": seconds * 1e6, "busbw_gbs": busbw})
         del tensor
 
 
@@ -225,7 +241,7 @@ def main(argv):
         if rank != 0:
             return
         if row["kind"] == "allreduce":
-            print(f"{label:22s} {world} ranks  allreduce {row['bytes']:>9d} B  "
+            print(f"{row['backend']:22s} {world} ranks  allreduce {row['bytes']:>9d} B  "
                   f"{row['us']:10.1f} us  busbw {row['busbw_gbs']:7.3f} GB/s", flush=True)
         else:
             print(f"{label:22s} {world} ranks  DDP {row['model']} step {row['ms_per_step']:8.2f} ms, "

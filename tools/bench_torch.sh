@@ -7,8 +7,10 @@
 # also asynchronous (async_op=True, then wait: the engine thread's
 # hand-off), with and without RDMAFLOW_INLINE_KB=64, and one rank alone; and the bare
 # collective (bench/allreduce_bench, rdmaflow's all-reduce called from C++
-# with no torch between) at the same sizes, in every repeat, so that
-# torch.distributed's cost is a ratio of one run. Prints the comparison
+# with no torch between) at the same sizes, in every repeat, and again
+# inside the registered run's own processes (--bare: the ring's all-reduce
+# of the same tensor, alternating with the torch calls), so that
+# torch.distributed's cost is a ratio of one run, and of one launch. Prints the comparison
 # (tools/torch_report.py) and plots it.
 #   tools/bench_torch.sh [OUT]        (default bench-results/torch)
 # RANKS (default "2 4"), DDP_STEPS (default 30), REPEATS (default 3: every
@@ -55,7 +57,7 @@ for n in ${RANKS:-2 4}; do
       --params="$RDMAFLOW_TRANSPORT_PARAMS" --json="$out/bare.$n.$repeat.json" >/dev/null
   for variant in gloo rdmaflow registered; do
     case $variant in
-      registered) flags=(--backend rdmaflow --registered) ;;
+      registered) flags=(--backend rdmaflow --registered --bare) ;;
       *) flags=(--backend "$variant") ;;
     esac
     echo "== $variant, $n ranks (run $repeat of ${REPEATS:-3})"

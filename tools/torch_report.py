@@ -17,6 +17,7 @@ import sys
 
 SERIES = ["rdmaflow", "rdmaflow (registered)", "gloo"]
 BARE = "bare collective"
+SAME = "bare (same processes)"
 ASYNC = "rdmaflow (async)"
 ASYNC_INLINE = "rdmaflow (async, inline)"
 
@@ -109,6 +110,17 @@ def main(out):
                       for s in SERIES[:2]]
                 print(f"{world:>5} {size:>10} {bare:>22.3f} {bw[0] / bare:>13.2f}x"
                       f" {bw[1] / bare:>15.2f}x")
+    if any(k[2] == SAME for k in allreduce):
+        print()
+        print("Registered tensors through torch.distributed against the ring's own all-reduce"
+              " of the same tensor in the same processes (--bare, alternating): time ratio")
+        print(f"{'ranks':>5} {'bytes':>10} {'registered us':>14} {'bare us':>10}"
+              f" {'registered/bare':>16}")
+        for world in worlds:
+            for size in sizes:
+                reg = allreduce.get((world, size, SERIES[1]), {}).get("us", float("nan"))
+                same = allreduce.get((world, size, SAME), {}).get("us", float("nan"))
+                print(f"{world:>5} {size:>10} {reg:>14.1f} {same:>10.1f} {same / reg:>15.2f}x")
     print()
     ddp_series = [s for s in SERIES if any(k[1] == s for k in ddp)]
     nan = float("nan")

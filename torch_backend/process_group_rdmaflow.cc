@@ -618,6 +618,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor
                      });
 }
 
+absl::StatusOr<absl::Duration> ProcessGroupRdmaflow::TimeBareAllReduce(const at::Tensor& tensor,
+                                                                       int iterations) {
+  if (engine_ == nullptr) return ShutDownError();
+  auto result = std::make_shared<absl::StatusOr<absl::Duration>>(
+      absl::InternalError("the bare all-reduce did not run"));
+  c10::intrusive_ptr<c10d::Work> work =
+      Enqueue(c10d::OpType::ALLREDUCE, {tensor}, /*caller_waits=*/true,
+              [tensor, iterations, result](Engine& engine, const auto&) {
+                *result = rdmaflow::torch_backend::TimeBareAllReduce(engine, tensor, iterations);
+                return result->status();
+              });
+  try {
+    work->wait();
+  } catch (const std::exception&) {
+    // The Work's error is the run's: in `result`.
+  }
+  return *result;
+}
+
 absl::StatusOr<at::Tensor> ProcessGroupRdmaflow::AllocateRegistered(
     const std::vector<int64_t>& shape, at::ScalarType dtype) {
   if (engine_ == nullptr) return ShutDownError();

@@ -153,6 +153,12 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
   // operations in flight is tried again at the next sighting. Thread-safe.
   absl::StatusOr<bool> RegisterRepeated(const at::Tensor& tensor);
 
+  // For benchmarks (bench/torch_backend_bench.py --bare): the time per
+  // call of `iterations` all-reduces of registered `tensor` by the ring
+  // itself (TimeBareAllReduce), run like a synchronous call. Every rank
+  // must call it alike.
+  absl::StatusOr<absl::Duration> TimeBareAllReduce(const at::Tensor& tensor, int iterations);
+
   // Counters since creation (after shutdown: as they were when it was
   // called). Thread-safe.
   BackendStats stats() const;

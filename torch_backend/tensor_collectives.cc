@@ -82,6 +82,29 @@ absl::StatusOr<bool> AgreeInPlace(Engine& engine, const Plan& plan) {
 
 }  // namespace
 
+absl::StatusOr<absl::Duration> TimeBareAllReduce(Engine& engine, const at::Tensor& tensor,
+                                                 int iterations) {
+  collectives::AllReduceGroup* ring = engine.ring();
+  if (ring == nullptr) {
+    return absl::InvalidArgumentError("timing the bare all-reduce needs a group of 2 or more");
+  }
+  const std::byte* data = ring->data();
+  const auto* at = static_cast<const std::byte*>(tensor.data_ptr());
+  const size_t bytes = Bytes(tensor);
+  if (tensor.scalar_type() != at::kFloat || !tensor.is_contiguous() ||
+      at < data + engine.options().staging_bytes || at + bytes > data + ring->capacity()) {
+    return absl::InvalidArgumentError(
+        "timing the bare all-reduce needs a contiguous float32 tensor of the registered pool "
+        "(rdmaflow_torch.empty)");
+  }
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < iterations; ++i) {
+    RETURN_IF_ERROR(ring->AllReduce(at - data, static_cast<size_t>(tensor.numel()),
+                                    collectives::DataType::kFloat32));
+  }
+  return (absl::Now() - start) / std::max(iterations, 1);
+}
+
 absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::DataType type,
                              Reduction reduction) {
   engine.Count([](BackendStats& stats) { ++stats.allreduces; });

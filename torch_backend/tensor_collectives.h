@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "collectives/reduce.h"
 #include "torch_backend/engine.h"
 #include "torch_backend/tensor_types.h"
@@ -28,6 +30,14 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
                              Reduction reduction);
 
 absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root);
+
+// For benchmarks: `iterations` float32 sums of `tensor` (in the registered
+// pool) by the ring's all-reduce itself, back to back, with none of the
+// backend's work around each call; the time per call. Every rank must
+// call it with the same count. kInvalidArgument for a tensor that is not
+// a contiguous float32 tensor of the registered pool, or a group of one.
+absl::StatusOr<absl::Duration> TimeBareAllReduce(Engine& engine, const at::Tensor& tensor,
+                                                 int iterations);
 
 // The root's tensor = reduction over the ranks' tensors (rank order);
 // other ranks' tensors are left as they were.

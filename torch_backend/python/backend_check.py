@@ -118,6 +118,22 @@ def check_moves(group, rank, world):
     del t, view
 
 
+def check_bare(group, rank, world):
+    """The benchmarks' bare all-reduce: the ring's own sum of a registered
+    tensor, in place, `iterations` times; anything else refused."""
+    t = rdmaflow_torch.empty(group, [3000], torch.float32)
+    t.fill_(1.0)
+    seconds = rdmaflow_torch._time_bare_allreduce(group, t, 3)
+    expect(seconds > 0, f"bare all-reduce took {seconds} s a call")
+    expect(torch.equal(t, torch.full([3000], float(world ** 3))),
+           "three bare all-reduces did not sum in place")
+    try:
+        rdmaflow_torch._time_bare_allreduce(group, torch.ones(10), 1)
+        expect(False, "a bare all-reduce of an unregistered tensor was not refused")
+    except RuntimeError as e:
+        expect("registered pool" in str(e), f"unexpected refusal: {e}")
+
+
 def check_ddp_hook(group, rank, world, as_view):
     """A few DDP steps with rdmaflow_torch.allreduce_hook against the same
     steps on plain DDP: the same parameters, and the buckets all-reduced in
@@ -247,6 +263,7 @@ def main():
     del t
     check_inline(group, rank, world)
     check_moves(group, rank, world)
+    check_bare(group, rank, world)
     for as_view in (False, True):
         check_ddp_hook(group, rank, world, as_view)
     # Errors surface as exceptions.

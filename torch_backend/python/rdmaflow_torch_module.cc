@@ -162,6 +162,19 @@ bool RegisterRepeated(const py::object& handle, const at::Tensor& tensor) {
   return *registered;
 }
 
+// Seconds per call of the ring's own all-reduce (bench/torch_backend_bench.py
+// --bare: the bare collective in the same processes as the torch calls).
+double TimeBareAllReduce(const py::object& handle, const at::Tensor& tensor, int iterations) {
+  ProcessGroupRdmaflow& group = Ours(handle, "_time_bare_allreduce");
+  absl::StatusOr<absl::Duration> time;
+  {
+    py::gil_scoped_release release;
+    time = group.TimeBareAllReduce(tensor, iterations);
+  }
+  if (!time.ok()) throw std::runtime_error("rdmaflow: " + time.status().ToString());
+  return absl::ToDoubleSeconds(*time);
+}
+
 py::dict Stats(const py::object& handle) {
   const BackendStats stats = Ours(handle, "stats").stats();
   py::dict out;
@@ -238,6 +251,10 @@ PYBIND11_MODULE(rdmaflow_torch, m) {
         "place and sent without staging. Allocate them in the same order on every "
         "rank.");
   m.def("stats", &Stats, py::arg("group"), "The backend's counters, as a dict.");
+  m.def("_time_bare_allreduce", &TimeBareAllReduce, py::arg("group"), py::arg("tensor"),
+        py::arg("iterations"),
+        "For benchmarks: seconds per call of the ring's own all-reduce of a registered "
+        "float32 tensor, with torch.distributed and the backend's Work left out.");
   m.def("_backend_of", &BackendOf, py::arg("group"),
         "The rdmaflow backend behind a process group, or None.");
   m.def("move_to_registered", &MoveToRegistered, py::arg("group"), py::arg("tensor"),
