@@ -44,6 +44,7 @@
 #include "rdma/builtin_transports.h"
 #include "rdma/rendezvous.h"
 #include "results/run_info.h"
+#include "torch/utils.h"  // torch::set_num_threads
 
 ABSL_FLAG(std::string, ranks, "2,4", "Rank counts to measure, comma-separated.");
 ABSL_FLAG(std::string, impls, "rdmaflow,gloo",

@@ -1,6 +1,8 @@
 // File: gloo_group.cc
 #include "bench/gloo_group.h"
 
+#include "torch/torch.h"
+
 #include <chrono>
 #include <exception>
 #include <stdexcept>

@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rdma/store.h"
-#include "torch/torch.h"
+#include "torch/types.h"  // torch::Tensor (torch/torch.h costs twice the compile time)
 
 namespace rdmaflow::bench {
 

@@ -1,6 +1,8 @@
 // File: fashion_mnist.cc
 #include "train/fashion_mnist.h"
 
+#include "torch/torch.h"
+
 #include <zlib.h>
 
 #include <algorithm>

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "torch/torch.h"
+#include "torch/types.h"  // torch::Tensor (torch/torch.h costs twice the compile time)
 #include "train/sample_spec.h"
 
 namespace rdmaflow::train {

@@ -18,6 +18,7 @@
 #include "strategies/allreduce/allreduce_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
+#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies {
 namespace {

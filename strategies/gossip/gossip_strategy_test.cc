@@ -16,6 +16,7 @@
 #include "rdma/rendezvous.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
+#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::gossip {
 namespace {

@@ -21,6 +21,7 @@
 #include "strategies/layer_separated/layer_separated_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
+#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::layer_separated {
 namespace {

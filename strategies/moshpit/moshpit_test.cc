@@ -23,6 +23,7 @@
 #include "rdma/testing/rank_threads.h"
 #include "strategies/moshpit/moshpit_group.h"
 #include "strategies/testing/toy_problem.h"
+#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::moshpit {
 namespace {

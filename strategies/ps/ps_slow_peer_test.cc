@@ -23,6 +23,7 @@
 #include "strategies/ps/ps_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
+#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::ps {
 namespace {

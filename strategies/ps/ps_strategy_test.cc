@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
+#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::ps {
 namespace {

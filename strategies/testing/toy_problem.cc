@@ -1,6 +1,8 @@
 // File: testing/toy_problem.cc
 #include "strategies/testing/toy_problem.h"
 
+#include "torch/torch.h"
+
 #include <algorithm>
 #include <memory>
 

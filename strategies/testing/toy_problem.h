@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "strategies/strategy.h"
-#include "torch/torch.h"
+#include "torch/types.h"  // torch::Tensor (torch/torch.h costs twice the compile time)
 
 namespace rdmaflow::strategies::testing {
 
