@@ -19,19 +19,22 @@ The rule runs again when CUDA_PATH or RDMAFLOW_CUDA changes.
 bazel/cuda.bzl's rdmaflow_cuda_library compiles .cu files with it.
 """
 
-_FOUND_BUILD = """
-# The CUDA toolkit at {path} (CUDA {version}).
+# Both BUILD files start with this: a constraint no platform has, which a
+# target that needs the toolkit lists where there is none (and is skipped).
+_PREAMBLE = """
 package(default_visibility = ["//visibility:public"])
-
-exports_files(["nvcc"])
 
 constraint_setting(name = "toolkit")
 
-# No platform has it: a target that needs it is skipped.
 constraint_value(
     name = "missing",
     constraint_setting = ":toolkit",
 )
+"""
+
+_FOUND_BUILD = """
+# The CUDA toolkit at {path} (CUDA {version}).
+exports_files(["nvcc"])
 
 cc_library(
     name = "cudart",
@@ -48,15 +51,6 @@ cc_library(
 
 _MISSING_BUILD = """
 # No CUDA toolkit was found ({why}): every CUDA target is incompatible.
-package(default_visibility = ["//visibility:public"])
-
-constraint_setting(name = "toolkit")
-
-constraint_value(
-    name = "missing",
-    constraint_setting = ":toolkit",
-)
-
 cc_library(
     name = "cudart",
     target_compatible_with = [":missing"],
@@ -96,7 +90,7 @@ def _find(rctx):
 def _rdmaflow_cuda_repository_impl(rctx):
     path, include, lib = _find(rctx)
     if path == None:
-        rctx.file("BUILD.bazel", _MISSING_BUILD.format(why = include))
+        rctx.file("BUILD.bazel", _PREAMBLE + _MISSING_BUILD.format(why = include))
         rctx.file("cuda_info.bzl", 'CUDA_FOUND = False\nCUDA_VERSION = ""\nCUDA_PATH = ""\n' +
                                    'CUDA_COMPATIBLE = ["@rdmaflow_cuda//:missing"]\n')
         return
@@ -110,7 +104,7 @@ def _rdmaflow_cuda_repository_impl(rctx):
         rctx.symlink(entry, "include/" + entry.basename)
     rctx.symlink(lib.get_child("libcudart_static.a"), "lib/libcudart_static.a")
     rctx.file("nvcc", "#!/bin/sh\n# CUDA %s\nexec '%s' \"$@\"\n" % (version, nvcc), executable = True)
-    rctx.file("BUILD.bazel", _FOUND_BUILD.format(path = path, version = version))
+    rctx.file("BUILD.bazel", _PREAMBLE + _FOUND_BUILD.format(path = path, version = version))
     rctx.file("cuda_info.bzl", 'CUDA_FOUND = True\nCUDA_VERSION = "%s"\nCUDA_PATH = "%s"\n' %
                                (version, path) + "CUDA_COMPATIBLE = []\n")
 

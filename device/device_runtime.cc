@@ -1,20 +1,12 @@
 #include "device/device_runtime.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace rdmaflow::device {
-
-const char* MemoryKindName(MemoryKind kind) {
-  switch (kind) {
-    case MemoryKind::kHost:
-      return "host";
-    case MemoryKind::kDevice:
-      return "device";
-  }
-  return "unknown";
-}
 
 absl::Status CheckReduceArgs(const ReduceArgs& args) {
   using collectives::DataType;
@@ -43,6 +35,21 @@ absl::Status CheckReduceArgs(const ReduceArgs& args) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Event::WaitUntil(absl::Time deadline, const std::string& what) {
+  absl::Duration pause = absl::Microseconds(2);
+  while (true) {
+    absl::StatusOr<bool> done = Done();
+    if (!done.ok() || *done) return done.status();
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("device: ", what, " did not complete by its deadline"));
+    }
+    absl::SleepFor(std::min(pause, deadline - now));
+    pause = std::min(pause * 2, absl::Microseconds(200));
+  }
 }
 
 DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {

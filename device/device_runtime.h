@@ -34,16 +34,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collectives/reduce.h"
+#include "device/memory_kind.h"
 
 namespace rdmaflow::device {
-
-// Where a pointer's memory lives.
-enum class MemoryKind : uint8_t {
-  kHost = 0,    // pageable or pinned host memory
-  kDevice = 1,  // memory of an accelerator (CUDA or the fake device)
-};
-// "host", "device".
-const char* MemoryKindName(MemoryKind kind);
 
 // What Query says of a pointer.
 struct PointerInfo {
@@ -92,9 +85,10 @@ class Event {
   // stream's error if an operation there failed.
   virtual absl::StatusOr<bool> Done() = 0;
   // Waits until Done() or `deadline`: kDeadlineExceeded naming `what` (the
-  // operation waited for) when it passes. Polls with a backoff: the host
-  // thread stays free for other work between polls.
-  virtual absl::Status WaitUntil(absl::Time deadline, const std::string& what) = 0;
+  // operation waited for) when it passes; the stream's error if it failed.
+  // Polls Done() with a backoff (2 us doubling to 200 us): the host thread
+  // stays free for other work between polls.
+  absl::Status WaitUntil(absl::Time deadline, const std::string& what);
 };
 
 // An ordered queue of device work. Enqueueing returns at once; the work

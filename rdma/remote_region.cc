@@ -40,6 +40,12 @@ absl::Status RemoteRegion::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "remote region descriptor of rank ", owner_rank, " has no remote key"));
   }
+  if (memory_kind != device::MemoryKind::kHost && memory_kind != device::MemoryKind::kDevice) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "remote region descriptor of rank ", owner_rank, " names memory kind ",
+        static_cast<int>(memory_kind),
+        ", which this build does not know; are all ranks running the same rdmaflow build?"));
+  }
   return absl::OkStatus();
 }
 
@@ -51,6 +57,7 @@ std::string RemoteRegion::Serialize() const {
   proto.set_address(address);
   proto.set_length(length);
   proto.set_packed_key(packed_key);
+  proto.set_memory_kind(static_cast<uint32_t>(memory_kind));
   return proto.SerializeAsString();
 }
 
@@ -74,12 +81,21 @@ absl::StatusOr<RemoteRegion> RemoteRegion::Parse(absl::string_view bytes) {
   region.address = proto.address();
   region.length = proto.length();
   region.packed_key = proto.packed_key();
+  // Checked before the narrowing: 257 must not pass as 1.
+  if (proto.memory_kind() > static_cast<uint32_t>(device::MemoryKind::kDevice)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "remote region descriptor of rank ", proto.owner_rank(), " names memory kind ",
+        proto.memory_kind(),
+        ", which this build does not know; are all ranks running the same rdmaflow build?"));
+  }
+  region.memory_kind = static_cast<device::MemoryKind>(proto.memory_kind());
   if (absl::Status status = region.Validate(); !status.ok()) return status;
   return region;
 }
 
 std::string RemoteRegion::DebugString() const {
-  return absl::StrFormat("%s region of rank %d [0x%x+%u)", backend, owner_rank,
+  return absl::StrFormat("%s %sregion of rank %d [0x%x+%u)", backend,
+                         memory_kind == device::MemoryKind::kHost ? "" : "device ", owner_rank,
                          address, length);
 }
 

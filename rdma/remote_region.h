@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "device/memory_kind.h"
 
 namespace rdmaflow::rdma {
 
@@ -24,9 +25,12 @@ struct RemoteRegion {
   uint64_t address = 0;     // Start address in the owner's address space.
   uint64_t length = 0;      // Bytes.
   std::string packed_key;   // Backend-specific remote key, opaque here.
+  // Host or device memory. A backend that moves host memory only refuses
+  // a device region (CheckTransfer), naming it.
+  device::MemoryKind memory_kind = device::MemoryKind::kHost;
 
   // Checks the fields are self-consistent: a backend name, a rank >= 0, a
-  // non-zero length, no address overflow, a non-empty key.
+  // non-zero length, no address overflow, a non-empty key, a known kind.
   // Returns kInvalidArgument naming the bad field.
   absl::Status Validate() const;
 
@@ -38,7 +42,8 @@ struct RemoteRegion {
   // version, or a descriptor that fails Validate().
   static absl::StatusOr<RemoteRegion> Parse(absl::string_view bytes);
 
-  // "ucx region of rank 1 [0x7f..+4096)", for error messages.
+  // "ucx region of rank 1 [0x7f..+4096)" ("ucx device region ..." for
+  // device memory), for error messages.
   std::string DebugString() const;
 };
 

@@ -5,6 +5,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rdma/remote_region.pb.h"
 #include "rdma/slice.h"
 
 namespace rdmaflow::rdma {
@@ -12,6 +13,7 @@ namespace {
 
 using ::rdmaflow::testing::IsOk;
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 RemoteRegion Valid() { return {"ucx", 2, 0x1000, 4096, "key"}; }
@@ -66,6 +68,36 @@ TEST(CheckTransferTest, AcceptsExactFitAndRejectsOneByteMore) {
   EXPECT_THAT(CheckTransfer({&local, 0, 16}, {&remote, 0, 16}, 2, "loopback"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("same transport")));
+  // A device region is never taken for host memory by a host backend.
+  remote.memory_kind = device::MemoryKind::kDevice;
+  EXPECT_THAT(CheckTransfer({&local, 0, 16}, {&remote, 0, 16}, 2, "ucx"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("ucx device region of rank 2"),
+                             HasSubstr("moves host memory only"))));
+}
+
+TEST(RemoteRegionTest, MemoryKindTravelsAndUnknownKindsAreRefused) {
+  RemoteRegion host = Valid();
+  ASSERT_OK_AND_ASSIGN(RemoteRegion parsed, RemoteRegion::Parse(host.Serialize()));
+  EXPECT_EQ(parsed.memory_kind, device::MemoryKind::kHost);
+  RemoteRegion on_device = Valid();
+  on_device.memory_kind = device::MemoryKind::kDevice;
+  ASSERT_OK_AND_ASSIGN(parsed, RemoteRegion::Parse(on_device.Serialize()));
+  EXPECT_EQ(parsed.memory_kind, device::MemoryKind::kDevice);
+  EXPECT_THAT(parsed.DebugString(), HasSubstr("device region"));
+  // Forged kinds, including one that would narrow to a known value.
+  for (uint32_t kind : {2u, 257u, 0xffffffffu}) {
+    RemoteRegionProto proto;
+    ASSERT_TRUE(proto.ParseFromString(host.Serialize()));
+    proto.set_memory_kind(kind);
+    EXPECT_THAT(RemoteRegion::Parse(proto.SerializeAsString()),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("memory kind")))
+        << kind;
+  }
+  RemoteRegion forged = Valid();
+  forged.memory_kind = static_cast<device::MemoryKind>(9);
+  EXPECT_THAT(forged.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("memory kind 9")));
 }
 
 }  // namespace

@@ -30,6 +30,14 @@ absl::Status CheckRemoteRegion(const RemoteSlice& remote, int peer_rank,
         " but this endpoint is connected to rank ", peer_rank,
         "; use the endpoint of the region's owner"));
   }
+  // Every backend here moves host memory: a device region's address means
+  // nothing to it (docs/device.md).
+  if (remote.region->memory_kind != device::MemoryKind::kHost) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        remote.region->DebugString(), " is ",
+        device::MemoryKindName(remote.region->memory_kind), " memory, and the '", backend,
+        "' backend moves host memory only"));
+  }
   return absl::OkStatus();
 }
 

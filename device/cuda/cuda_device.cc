@@ -73,21 +73,6 @@ class CudaEvent final : public Event {
     return true;
   }
 
-  absl::Status WaitUntil(absl::Time deadline, const std::string& what) override {
-    absl::Duration pause = absl::Microseconds(2);
-    while (true) {
-      ASSIGN_OR_RETURN(const bool done, Done());
-      if (done) return absl::OkStatus();
-      const absl::Time now = absl::Now();
-      if (now >= deadline) {
-        return absl::DeadlineExceededError(
-            absl::StrCat(runtime_->name(), ": ", what, " did not complete in time"));
-      }
-      absl::SleepFor(std::min(pause, deadline - now));
-      pause = std::min(pause * 2, absl::Microseconds(200));
-    }
-  }
-
   const CudaDevice* runtime() const { return runtime_; }
   cudaEvent_t event() const { return event_; }
 

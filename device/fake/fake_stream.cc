@@ -90,21 +90,6 @@ absl::StatusOr<bool> FakeEvent::Done() {
   return state_->Reached(sequence_);
 }
 
-absl::Status FakeEvent::WaitUntil(absl::Time deadline, const std::string& what) {
-  absl::Duration pause = absl::Microseconds(20);
-  while (true) {
-    ASSIGN_OR_RETURN(const bool done, Done());
-    if (done) return absl::OkStatus();
-    const absl::Time now = absl::Now();
-    if (now >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("fake device: ", what, " did not complete in time"));
-    }
-    absl::SleepFor(std::min(pause, deadline - now));
-    pause = std::min(pause * 2, absl::Milliseconds(1));
-  }
-}
-
 FakeStream::FakeStream(FakeDevice* runtime) : runtime_(runtime) {
   thread_ = std::thread([this] { Loop(); });
   runtime_->AddStream(this);

@@ -49,7 +49,6 @@ class FakeEvent final : public Event {
  public:
   explicit FakeEvent(const FakeDevice* runtime) : runtime_(runtime) {}
   absl::StatusOr<bool> Done() override;
-  absl::Status WaitUntil(absl::Time deadline, const std::string& what) override;
 
   const FakeDevice* runtime() const { return runtime_; }
   void Set(std::shared_ptr<const FakeStreamState> state, uint64_t sequence) {
