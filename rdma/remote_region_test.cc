@@ -74,6 +74,28 @@ TEST(CheckTransferTest, AcceptsExactFitAndRejectsOneByteMore) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("ucx device region of rank 2"),
                              HasSubstr("moves host memory only"))));
+  // The device path takes it, from host memory here too...
+  EXPECT_THAT(CheckTransfer({&local, 0, 16}, {&remote, 0, 16}, 2, "ucx",
+                            Moves::kPeerDeviceMemory),
+              IsOk());
+  EXPECT_THAT(CheckRemoteSlice({&remote, 0, 16}, 2, "ucx", Moves::kPeerDeviceMemory), IsOk());
+  // ...and refuses a host region at the peer.
+  remote.memory_kind = device::MemoryKind::kHost;
+  EXPECT_THAT(CheckTransfer({&local, 0, 16}, {&remote, 0, 16}, 2, "ucx",
+                            Moves::kPeerDeviceMemory),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("reaches a peer's device memory only")));
+  // A host backend never takes a local device region either.
+  RemoteRegion device_descriptor = Valid();
+  device_descriptor.memory_kind = device::MemoryKind::kDevice;
+  MemoryRegion on_device(local.data(), local.size(), device_descriptor, nullptr);
+  EXPECT_THAT(CheckTransfer({&on_device, 0, 16}, {&remote, 0, 16}, 2, "ucx"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("local region of an operation with peer rank 2 is device")));
+  EXPECT_THAT(CheckTransfer({&on_device, 0, 16}, {&remote, 0, 16}, 2, "ucx",
+                            Moves::kPeerDeviceMemory),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("reaches a peer's device memory only")));
 }
 
 TEST(RemoteRegionTest, MemoryKindTravelsAndUnknownKindsAreRefused) {

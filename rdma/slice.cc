@@ -10,7 +10,7 @@ namespace {
 // The remote half of a post or a mapping: the region's descriptor names
 // this backend and the endpoint's peer.
 absl::Status CheckRemoteRegion(const RemoteSlice& remote, int peer_rank,
-                               absl::string_view backend) {
+                               absl::string_view backend, Moves moves) {
   if (remote.region == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "operation with peer rank ", peer_rank, " has no remote region"));
@@ -30,13 +30,16 @@ absl::Status CheckRemoteRegion(const RemoteSlice& remote, int peer_rank,
         " but this endpoint is connected to rank ", peer_rank,
         "; use the endpoint of the region's owner"));
   }
-  // Every backend here moves host memory: a device region's address means
-  // nothing to it (docs/device.md).
-  if (remote.region->memory_kind != device::MemoryKind::kHost) {
+  // A host backend moves host memory: a device region's address means
+  // nothing to it (docs/device.md); the device path moves device regions.
+  const device::MemoryKind wanted =
+      moves == Moves::kHostMemory ? device::MemoryKind::kHost : device::MemoryKind::kDevice;
+  if (remote.region->memory_kind != wanted) {
     return absl::InvalidArgumentError(absl::StrCat(
         remote.region->DebugString(), " is ",
         device::MemoryKindName(remote.region->memory_kind), " memory, and the '", backend,
-        "' backend moves host memory only"));
+        moves == Moves::kHostMemory ? "' backend moves host memory only"
+                                    : "' backend reaches a peer's device memory only"));
   }
   return absl::OkStatus();
 }
@@ -54,13 +57,20 @@ absl::Status CheckRemoteRange(const RemoteSlice& remote) {
 }  // namespace
 
 absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
-                           int peer_rank, absl::string_view backend) {
+                           int peer_rank, absl::string_view backend, Moves moves) {
   if (local.region == nullptr || local.region->data() == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "operation with peer rank ", peer_rank,
         " has no local memory region (null or moved-from MemoryRegion)"));
   }
-  if (absl::Status status = CheckRemoteRegion(remote, peer_rank, backend);
+  if (moves == Moves::kHostMemory &&
+      local.region->descriptor().memory_kind != device::MemoryKind::kHost) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the local region of an operation with peer rank ", peer_rank, " is ",
+        device::MemoryKindName(local.region->descriptor().memory_kind),
+        " memory, and the '", backend, "' backend moves host memory only"));
+  }
+  if (absl::Status status = CheckRemoteRegion(remote, peer_rank, backend, moves);
       !status.ok()) {
     return status;
   }
@@ -82,8 +92,8 @@ absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
 }
 
 absl::Status CheckRemoteSlice(const RemoteSlice& remote, int peer_rank,
-                              absl::string_view backend) {
-  if (absl::Status status = CheckRemoteRegion(remote, peer_rank, backend);
+                              absl::string_view backend, Moves moves) {
+  if (absl::Status status = CheckRemoteRegion(remote, peer_rank, backend, moves);
       !status.ok()) {
     return status;
   }

@@ -43,19 +43,26 @@ inline RemoteSlice WholeRegion(const RemoteRegion& region) {
   return {&region, 0, region.length};
 }
 
+// Which memory a backend moves: host memory on both sides (every host
+// backend), or a peer's device memory from host or device memory here (the
+// device path, rdma/device).
+enum class Moves { kHostMemory, kPeerDeviceMemory };
+
 // Checks that `local` and `remote` are valid, in bounds, of equal non-zero
-// length, that `remote` belongs to `peer_rank` and to `backend`.
+// length, that `remote` belongs to `peer_rank` and to `backend`, and that
+// both are memory the backend moves (`moves`).
 // Returns kInvalidArgument (null region, zero or unequal lengths, another
-// backend's or another rank's descriptor, malformed descriptor) or
-// kOutOfRange (a slice past the end of its region), each message naming the
-// peer and the offending offsets.
+// backend's or another rank's descriptor, malformed descriptor, memory of
+// another kind) or kOutOfRange (a slice past the end of its region), each
+// message naming the peer and the offending offsets.
 absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
-                           int peer_rank, absl::string_view backend);
+                           int peer_rank, absl::string_view backend,
+                           Moves moves = Moves::kHostMemory);
 
 // The same checks of `remote` alone (non-zero length), for a mapping
 // (Endpoint::MapRemote).
 absl::Status CheckRemoteSlice(const RemoteSlice& remote, int peer_rank,
-                              absl::string_view backend);
+                              absl::string_view backend, Moves moves = Moves::kHostMemory);
 
 }  // namespace rdmaflow::rdma
 

@@ -12,6 +12,9 @@
 #                                  test, its log under OUT (default
 #                                  .gpu/out), and prints a table last
 #
+# `run` then runs the benchmarks (bench/device_ipc_bench, and its peers
+# through PyTorch: tools/gpu_peers.py), their JSON under OUT.
+#
 # Run `pack`, then carry .gpu to the GPU machine and run `run` there in one
 # command. Every binary also runs here: without a driver CUDA says
 # cudaErrorInsufficientDriver and the GPU tests skip.
@@ -24,13 +27,18 @@ TESTS=(
   //device/cuda:cuda_device_conformance_test
 )
 
+# The benchmarks, by Bazel label: run after the tests.
+BENCHES=(
+  //bench:device_ipc_bench
+)
+
 pack() {
   # Our own libraries linked in: only system ones are packed beside.
-  bazel build -c opt --dynamic_mode=off "${TESTS[@]}"
+  bazel build -c opt --dynamic_mode=off "${TESTS[@]}" "${BENCHES[@]}"
   rm -rf .gpu
   mkdir -p .gpu/bin .gpu/lib
   local label path
-  for label in "${TESTS[@]}"; do
+  for label in "${TESTS[@]}" "${BENCHES[@]}"; do
     path="bazel-bin/${label#//}"
     path="${path/://}"
     cp "$path" .gpu/bin/
@@ -40,6 +48,15 @@ pack() {
   ldd .gpu/bin/* | awk '/=> \// { print $3 }' | sort -u |
     grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" .gpu/lib/; done
+  # UCX loads its transports as modules at run time (UCX_MODULE_DIR).
+  local ucx_modules=/usr/lib/x86_64-linux-gnu/ucx
+  if [ -d "$ucx_modules" ]; then
+    mkdir -p .gpu/lib/ucx
+    cp -L "$ucx_modules"/*.so* .gpu/lib/ucx/
+    ldd .gpu/lib/ucx/*.so* | awk '/=> \// { print $3 }' | sort -u |
+      grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' |
+      while read -r lib; do [ -e ".gpu/lib/$(basename "$lib")" ] || cp -L "$lib" .gpu/lib/; done
+  fi
   du -sh .gpu | awk '{ print "packed .gpu: " $1 }'
   ls .gpu/bin
 }
@@ -48,6 +65,7 @@ run() {
   local out=${1:-.gpu/out}
   mkdir -p "$out"
   export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export UCX_MODULE_DIR="$PWD/.gpu/lib/ucx"
   command -v nvidia-smi >/dev/null &&
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   local rows=() test status start seconds summary
@@ -63,6 +81,29 @@ run() {
     tail -5 "$out/$name.log"
     rows+=("$(printf '%-36s %-7s %7.1f s  %s' "$name" "$status" "$seconds" "$summary")")
   done
+  local algorithm
+  for algorithm in split leader; do
+    echo "== device_ipc_bench --algorithm=$algorithm"
+    .gpu/bin/device_ipc_bench --algorithm=$algorithm --json "$out/device_ipc_$algorithm.json" 2>&1 |
+      tee "$out/device_ipc_$algorithm.log" || rows+=("device_ipc_bench $algorithm FAILED")
+  done
+  # Under MPS the two processes' kernels run side by side rather than in turns.
+  if command -v nvidia-cuda-mps-control >/dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d; then
+      echo "== device_ipc_bench --algorithm=split under MPS"
+      .gpu/bin/device_ipc_bench --algorithm=split --json "$out/device_ipc_mps.json" 2>&1 |
+        tee "$out/device_ipc_mps.log" || rows+=("device_ipc_bench under MPS FAILED")
+      echo quit | nvidia-cuda-mps-control
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+  if command -v python3 >/dev/null && python3 -c 'import torch' 2>/dev/null; then
+    echo "== gpu_peers.py"
+    PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu_peers.py --json "$out/gpu_peers.json" 2>&1 |
+      tee "$out/gpu_peers.log" || rows+=("gpu_peers.py FAILED")
+  fi
   echo
   printf '%-36s %-7s %9s  %s\n' test result time gtest
   printf '%s\n' "${rows[@]}"

@@ -72,6 +72,11 @@ int LaunchReduce(KernelType type, KernelOp op, void* dst, const void* const* src
   Sources packed{};
   for (int s = 0; s < sources; ++s) packed.at[s] = srcs[s];
   auto* on = static_cast<cudaStream_t>(stream);
+  // A launch reports through cudaGetLastError, which also holds any earlier
+  // runtime call's failure on this thread (an expected one, such as
+  // cudaHostUnregister of memory never pinned): drop that first, or it
+  // would be taken for this launch's.
+  (void)cudaGetLastError();
   switch (type) {
     case KernelType::kFloat32:
       return Launch<float>(op, dst, packed, sources, count, on);

@@ -1,0 +1,493 @@
+#include "rdma/device/device_transport.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "rdma/device/device_key.pb.h"
+#include "rdma/slice.h"
+
+namespace rdmaflow::rdma::device_path {
+
+namespace {
+
+constexpr uint32_t kAddressVersion = 1;
+// Bytes of the doorbell a notification is written into.
+constexpr size_t kDoorbellBytes = 8;
+// Operations one endpoint holds in flight before kResourceExhausted.
+constexpr size_t kMaxPending = 1024;
+// How long the destructor waits for copies still running.
+constexpr absl::Duration kDrainTimeout = absl::Seconds(10);
+
+// What a device region's registration owns: the allocation, for
+// AllocateDevice; nothing for a caller's memory.
+class DeviceRegistration final : public MemoryRegion::Registration {
+ public:
+  explicit DeviceRegistration(device::DeviceMemory owned) : owned_(std::move(owned)) {}
+
+ private:
+  device::DeviceMemory owned_;
+};
+
+}  // namespace
+
+// One operation of an endpoint, in post order.
+struct PendingOp {
+  enum class Kind {
+    kDeviceCopy,  // a copy on the device stream, then maybe a notification
+    kHostWrite,   // a host write with a notification, held behind copies
+    kFlush,       // a flush, held behind copies
+  };
+  Kind kind = Kind::kDeviceCopy;
+  std::unique_ptr<device::Event> event;  // kDeviceCopy: after the copy
+  std::optional<uint32_t> notification;
+  Completion done;
+  // kHostWrite: what to post, the descriptor copied (a post reads it then).
+  LocalSlice src;
+  RemoteRegion dst_region;
+  uint64_t dst_offset = 0;
+  uint64_t dst_length = 0;
+};
+
+// An endpoint's operations. Owned by the transport: the endpoint may go
+// first, and what it left in flight still completes.
+struct PendingQueue {
+  int peer_rank = -1;
+  // The host endpoint, while the device endpoint lives.
+  Endpoint* host = nullptr;
+  RemoteRegion peer_doorbell;
+  bool closed = false;
+  std::deque<PendingOp> ops;
+};
+
+namespace {
+
+// Fires `op`'s completion with `status` after taking it off `queue`.
+void Finish(DeviceTransport& transport, PendingQueue& queue, absl::Status status) {
+  PendingOp op = std::move(queue.ops.front());
+  queue.ops.pop_front();
+  if (op.event != nullptr) transport.ReturnEvent(std::move(op.event));
+  std::move(op.done)(std::move(status));
+}
+
+// Posts `op`'s host part through `post`, which receives a completion that
+// forwards to op.done; op.done is kept where the post fails (the host
+// endpoint never runs a refused post's callback).
+template <typename Post>
+absl::Status PostKeeping(PendingOp& op, Post post) {
+  auto held = std::make_shared<Completion>(std::move(op.done));
+  absl::Status posted = post([held](absl::Status status) mutable {
+    std::move (*held)(std::move(status));
+  });
+  if (!posted.ok()) op.done = std::move(*held);
+  return posted;
+}
+
+// Moves `queue` on as far as it can: copies whose events completed are
+// finished or their notifications posted, held host operations posted.
+// Returns how many completions fired here.
+int Advance(DeviceTransport& transport, PendingQueue& queue) {
+  int fired = 0;
+  while (!queue.ops.empty()) {
+    PendingOp& op = queue.ops.front();
+    if (op.event != nullptr) {
+      absl::StatusOr<bool> copied = op.event->Done();
+      if (copied.ok() && !*copied) break;  // still running, and the rest behind it
+      transport.ReturnEvent(std::move(op.event));
+      if (!copied.ok()) {
+        Finish(transport, queue,
+               absl::Status(copied.status().code(),
+                            absl::StrCat("a device copy with rank ", queue.peer_rank,
+                                         " failed: ", copied.status().message())));
+        ++fired;
+        continue;
+      }
+    }
+    if (queue.closed || queue.host == nullptr) {
+      Finish(transport, queue,
+             absl::CancelledError(absl::StrCat("the endpoint to rank ", queue.peer_rank,
+                                               " was closed")));
+      ++fired;
+      continue;
+    }
+    absl::Status posted;
+    switch (op.kind) {
+      case PendingOp::Kind::kDeviceCopy:
+        if (!op.notification.has_value()) {
+          Finish(transport, queue, absl::OkStatus());
+          ++fired;
+          continue;
+        }
+        posted = PostKeeping(op, [&](Completion done) {
+          return queue.host->PostWrite({&transport.doorbell_source(), 0, kDoorbellBytes},
+                                       {&queue.peer_doorbell, 0, kDoorbellBytes},
+                                       op.notification, std::move(done));
+        });
+        break;
+      case PendingOp::Kind::kHostWrite:
+        posted = PostKeeping(op, [&](Completion done) {
+          return queue.host->PostWrite(op.src, {&op.dst_region, op.dst_offset, op.dst_length},
+                                       op.notification, std::move(done));
+        });
+        break;
+      case PendingOp::Kind::kFlush:
+        posted = PostKeeping(op, [&](Completion done) {
+          return queue.host->PostFlush(std::move(done));
+        });
+        break;
+    }
+    if (absl::IsResourceExhausted(posted)) break;  // the host endpoint is full: later
+    if (!posted.ok()) {
+      Finish(transport, queue, std::move(posted));
+      ++fired;
+      continue;
+    }
+    queue.ops.pop_front();  // its completion now fires from the host transport
+  }
+  return fired;
+}
+
+class DeviceEndpoint final : public Endpoint {
+ public:
+  DeviceEndpoint(DeviceTransport* transport, std::unique_ptr<Endpoint> host,
+                 PendingQueue* queue)
+      : transport_(transport), host_(std::move(host)), queue_(queue) {
+    queue_->host = host_.get();
+  }
+  ~DeviceEndpoint() override {
+    Close().IgnoreError();
+    queue_->host = nullptr;
+  }
+
+  int peer_rank() const override { return queue_->peer_rank; }
+  std::string Describe() const override {
+    return absl::StrCat(host_->Describe(), "; device regions by IPC on this host (",
+                        transport_->runtime().name(), ")");
+  }
+
+  absl::Status PostWrite(const LocalSlice& src, const RemoteSlice& dst,
+                         std::optional<uint32_t> notification, Completion done) override {
+    RETURN_IF_ERROR(CheckOpen());
+    if (dst.region != nullptr && dst.region->memory_kind == device::MemoryKind::kDevice) {
+      RETURN_IF_ERROR(CheckTransfer(src, dst, peer_rank(), DeviceTransport::kBackend,
+                                    Moves::kPeerDeviceMemory));
+      ASSIGN_OR_RETURN(std::byte * at, Resolve(dst));
+      return Enqueue(at, src.data(), src.length, notification, std::move(done));
+    }
+    if (queue_->ops.empty() || !notification.has_value()) {
+      return host_->PostWrite(src, dst, notification, std::move(done));
+    }
+    // A notification must not overtake those of copies still running.
+    RETURN_IF_ERROR(CheckTransfer(src, dst, peer_rank(), host_backend()));
+    RETURN_IF_ERROR(CheckRoom());
+    PendingOp op;
+    op.kind = PendingOp::Kind::kHostWrite;
+    op.notification = notification;
+    op.done = std::move(done);
+    op.src = src;
+    op.dst_region = *dst.region;
+    op.dst_offset = dst.offset;
+    op.dst_length = dst.length;
+    queue_->ops.push_back(std::move(op));
+    return absl::OkStatus();
+  }
+
+  absl::Status PostRead(const LocalSlice& dst, const RemoteSlice& src,
+                        Completion done) override {
+    RETURN_IF_ERROR(CheckOpen());
+    if (src.region != nullptr && src.region->memory_kind == device::MemoryKind::kDevice) {
+      RETURN_IF_ERROR(CheckTransfer(dst, src, peer_rank(), DeviceTransport::kBackend,
+                                    Moves::kPeerDeviceMemory));
+      ASSIGN_OR_RETURN(std::byte * at, Resolve(src));
+      return Enqueue(dst.data(), at, dst.length, std::nullopt, std::move(done));
+    }
+    return host_->PostRead(dst, src, std::move(done));
+  }
+
+  absl::Status PostFlush(Completion done) override {
+    RETURN_IF_ERROR(CheckOpen());
+    if (queue_->ops.empty()) return host_->PostFlush(std::move(done));
+    RETURN_IF_ERROR(CheckRoom());
+    PendingOp op;
+    op.kind = PendingOp::Kind::kFlush;
+    op.done = std::move(done);
+    queue_->ops.push_back(std::move(op));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::byte*> MapRemote(const RemoteSlice& remote) override {
+    if (remote.region != nullptr && remote.region->memory_kind == device::MemoryKind::kDevice) {
+      return absl::UnimplementedError(absl::StrCat(
+          remote.region->DebugString(),
+          " is device memory, which loads and stores of the host cannot reach: use the posts"));
+    }
+    return host_->MapRemote(remote);
+  }
+
+  absl::Status Prepare(const RemoteRegion& region) override {
+    if (region.memory_kind != device::MemoryKind::kDevice) return host_->Prepare(region);
+    RETURN_IF_ERROR(CheckRemoteSlice(WholeRegion(region), peer_rank(),
+                                     DeviceTransport::kBackend, Moves::kPeerDeviceMemory));
+    return Resolve(WholeRegion(region)).status();
+  }
+
+  absl::Status Close() override {
+    queue_->closed = true;
+    return host_->Close();
+  }
+
+ private:
+  std::string host_backend() const { return transport_->host().capabilities().backend; }
+
+  absl::Status CheckOpen() const {
+    if (queue_->closed) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the endpoint to rank ", peer_rank(), " is closed"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckRoom() const {
+    if (queue_->ops.size() >= kMaxPending) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          kMaxPending, " operations with rank ", peer_rank(),
+          " are in flight: progress the transport and post again"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Where `remote` (checked) starts in this process: the peer's allocation
+  // mapped, and the region's place in it, checked against the mapping's own
+  // size (the key's sizes are the peer's word).
+  absl::StatusOr<std::byte*> Resolve(const RemoteSlice& remote) {
+    ASSIGN_OR_RETURN(DeviceKey key,
+                     DeviceKey::Parse(remote.region->packed_key, remote.region->length));
+    if (key.host != transport_->host_identity()) {
+      return absl::UnimplementedError(absl::StrCat(
+          remote.region->DebugString(),
+          " is on another host: device regions reach peers on this host only"));
+    }
+    ASSIGN_OR_RETURN(const device::DeviceMemory* mapped, Map(key));
+    if (key.offset > mapped->size() || remote.region->length > mapped->size() - key.offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          remote.region->DebugString(), " claims ", remote.region->length,
+          " bytes at offset ", key.offset, " of an allocation that has ", mapped->size()));
+    }
+    return static_cast<std::byte*>(mapped->data()) + key.offset + remote.offset;
+  }
+
+  absl::StatusOr<const device::DeviceMemory*> Map(const DeviceKey& key) {
+    absl::StatusOr<const device::DeviceMemory*> mapped = transport_->Map(key);
+    if (!mapped.ok()) {
+      return absl::Status(mapped.status().code(),
+                          absl::StrCat("mapping a device region of rank ", peer_rank(), ": ",
+                                       mapped.status().message()));
+    }
+    return mapped;
+  }
+
+  // Queues a copy of `bytes` from `from` to `to` on the device stream.
+  absl::Status Enqueue(void* to, const void* from, size_t bytes,
+                       std::optional<uint32_t> notification, Completion done) {
+    RETURN_IF_ERROR(CheckRoom());
+    ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, transport_->TakeEvent());
+    absl::Status queued = transport_->stream().Copy(to, from, bytes);
+    if (queued.ok()) queued = transport_->stream().Record(*event);
+    if (!queued.ok()) {
+      transport_->ReturnEvent(std::move(event));
+      return absl::Status(queued.code(), absl::StrCat("a device copy with rank ", peer_rank(),
+                                                      ": ", queued.message()));
+    }
+    PendingOp op;
+    op.kind = PendingOp::Kind::kDeviceCopy;
+    op.event = std::move(event);
+    op.notification = notification;
+    op.done = std::move(done);
+    queue_->ops.push_back(std::move(op));
+    return absl::OkStatus();
+  }
+
+  DeviceTransport* const transport_;
+  std::unique_ptr<Endpoint> host_;
+  PendingQueue* const queue_;
+};
+
+}  // namespace
+
+DeviceTransport::DeviceTransport(std::unique_ptr<Transport> host,
+                                 device::DeviceRuntime* runtime, std::string host_id)
+    : host_(std::move(host)), runtime_(runtime), host_id_(std::move(host_id)) {}
+
+absl::StatusOr<std::unique_ptr<DeviceTransport>> DeviceTransport::Create(
+    std::unique_ptr<Transport> host, device::DeviceRuntime* runtime) {
+  if (host == nullptr || runtime == nullptr) {
+    return absl::InvalidArgumentError("a device transport needs a host transport and a device");
+  }
+  ASSIGN_OR_RETURN(std::string host_id, ThisHost());
+  std::unique_ptr<DeviceTransport> transport(
+      new DeviceTransport(std::move(host), runtime, std::move(host_id)));
+  ASSIGN_OR_RETURN(transport->stream_, runtime->CreateStream());
+  ASSIGN_OR_RETURN(transport->doorbell_, transport->host_->Allocate(kDoorbellBytes));
+  ASSIGN_OR_RETURN(transport->doorbell_source_, transport->host_->Allocate(kDoorbellBytes));
+  return transport;
+}
+
+DeviceTransport::~DeviceTransport() {
+  // Copies still running may touch peers' mappings and our regions: let
+  // them end before either goes.
+  absl::StatusOr<std::unique_ptr<device::Event>> idle = TakeEvent();
+  if (idle.ok() && stream_->Record(**idle).ok()) {
+    (*idle)->WaitUntil(absl::Now() + kDrainTimeout, "device copies at shutdown").IgnoreError();
+  }
+}
+
+Capabilities DeviceTransport::capabilities() const {
+  Capabilities capabilities = host_->capabilities();
+  absl::StrAppend(&capabilities.description, "; device regions: ", runtime_->name(),
+                  ", by IPC with peers on this host");
+  capabilities.max_outstanding_per_endpoint =
+      std::min(capabilities.max_outstanding_per_endpoint, kMaxPending);
+  return capabilities;
+}
+
+std::string DeviceTransport::address() const {
+  DeviceAddressProto proto;
+  proto.set_version(kAddressVersion);
+  proto.set_host_address(host_->address());
+  proto.set_host(host_id_);
+  proto.set_doorbell(doorbell_.descriptor().Serialize());
+  return proto.SerializeAsString();
+}
+
+absl::StatusOr<std::unique_ptr<Endpoint>> DeviceTransport::Connect(const PeerInfo& peer) {
+  DeviceAddressProto proto;
+  if (!proto.ParseFromArray(peer.address.data(), static_cast<int>(peer.address.size())) ||
+      proto.version() != kAddressVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", peer.rank, "'s address is not a device transport's (version ",
+        kAddressVersion, "): do all ranks use the device path?"));
+  }
+  absl::StatusOr<RemoteRegion> doorbell = RemoteRegion::Parse(proto.doorbell());
+  if (!doorbell.ok() || doorbell->owner_rank != peer.rank ||
+      doorbell->memory_kind != device::MemoryKind::kHost ||
+      doorbell->length < kDoorbellBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", peer.rank, "'s address carries no usable doorbell region",
+        doorbell.ok() ? "" : absl::StrCat(": ", doorbell.status().message())));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> host,
+                   host_->Connect({peer.rank, proto.host_address()}));
+  PendingQueue* queue = NewQueue(peer.rank);
+  queue->peer_doorbell = *std::move(doorbell);
+  return std::make_unique<DeviceEndpoint>(this, std::move(host), queue);
+}
+
+PendingQueue* DeviceTransport::NewQueue(int peer_rank) {
+  auto queue = std::make_unique<PendingQueue>();
+  queue->peer_rank = peer_rank;
+  queues_.push_back(std::move(queue));
+  return queues_.back().get();
+}
+
+absl::StatusOr<int> DeviceTransport::Progress() {
+  ASSIGN_OR_RETURN(int fired, host_->Progress());
+  for (auto it = queues_.begin(); it != queues_.end();) {
+    fired += Advance(*this, **it);
+    // A queue whose endpoint is gone goes once it is empty.
+    if ((*it)->host == nullptr && (*it)->ops.empty()) {
+      it = queues_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return fired;
+}
+
+bool DeviceTransport::WaitForActivity(absl::Duration timeout) {
+  // No event announces a finished copy: look again soon while one runs.
+  const bool copying = std::any_of(queues_.begin(), queues_.end(),
+                                   [](const auto& queue) { return !queue->ops.empty(); });
+  return host_->WaitForActivity(copying ? std::min(timeout, absl::Microseconds(50)) : timeout);
+}
+
+absl::StatusOr<MemoryRegion> DeviceTransport::AllocateDevice(size_t bytes) {
+  if (bytes == 0) return absl::InvalidArgumentError("a device region of 0 bytes");
+  ASSIGN_OR_RETURN(device::DeviceMemory memory, runtime_->Allocate(bytes));
+  ASSIGN_OR_RETURN(device::PointerInfo info, runtime_->Query(memory.data()));
+  auto* data = static_cast<std::byte*>(memory.data());
+  return DeviceRegion(data, bytes, info, std::move(memory));
+}
+
+absl::StatusOr<MemoryRegion> DeviceTransport::RegisterDevice(void* data, size_t bytes) {
+  if (data == nullptr || bytes == 0) {
+    return absl::InvalidArgumentError("registering an empty or null device range");
+  }
+  ASSIGN_OR_RETURN(device::PointerInfo info, runtime_->Query(data));
+  if (info.kind != device::MemoryKind::kDevice) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "registering ", bytes, " bytes at ", absl::StrFormat("%p", data),
+        " as device memory of ", runtime_->name(),
+        ": it is host memory (register it with Register)"));
+  }
+  const auto* base = static_cast<const std::byte*>(info.base);
+  const auto* at = static_cast<const std::byte*>(data);
+  const size_t offset = static_cast<size_t>(at - base);
+  if (offset > info.size || bytes > info.size - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "registering ", bytes, " bytes at offset ", offset, " of a ", info.size,
+        "-byte device allocation: the range runs past its end"));
+  }
+  return DeviceRegion(static_cast<std::byte*>(data), bytes, info, device::DeviceMemory());
+}
+
+absl::StatusOr<MemoryRegion> DeviceTransport::DeviceRegion(std::byte* data, size_t bytes,
+                                                           const device::PointerInfo& info,
+                                                           device::DeviceMemory owned) {
+  // Exported anew for every region: a cached handle would outlive a freed
+  // allocation whose base is then reused.
+  ASSIGN_OR_RETURN(device::IpcHandle handle, runtime_->ExportIpc(info.base));
+  DeviceKey key;
+  key.host = host_id_;
+  key.device = info.device;
+  key.handle = handle;
+  key.offset = static_cast<uint64_t>(data - static_cast<const std::byte*>(info.base));
+  key.allocation_size = info.size;
+  RemoteRegion descriptor;
+  descriptor.backend = kBackend;
+  descriptor.owner_rank = rank();
+  descriptor.address = reinterpret_cast<uint64_t>(data);
+  descriptor.length = bytes;
+  descriptor.packed_key = key.Serialize();
+  descriptor.memory_kind = device::MemoryKind::kDevice;
+  RETURN_IF_ERROR(descriptor.Validate());
+  return MemoryRegion(data, bytes, std::move(descriptor),
+                      std::make_unique<DeviceRegistration>(std::move(owned)));
+}
+
+absl::StatusOr<const device::DeviceMemory*> DeviceTransport::Map(const DeviceKey& key) {
+  const std::string id(reinterpret_cast<const char*>(key.handle.bytes.data()),
+                       key.handle.bytes.size());
+  auto it = mappings_.find(id);
+  if (it == mappings_.end()) {
+    ASSIGN_OR_RETURN(device::DeviceMemory mapped, runtime_->OpenIpc(key.handle));
+    it = mappings_.emplace(id, std::move(mapped)).first;
+  }
+  return &it->second;
+}
+
+absl::StatusOr<std::unique_ptr<device::Event>> DeviceTransport::TakeEvent() {
+  if (free_events_.empty()) return runtime_->CreateEvent();
+  std::unique_ptr<device::Event> event = std::move(free_events_.back());
+  free_events_.pop_back();
+  return event;
+}
+
+void DeviceTransport::ReturnEvent(std::unique_ptr<device::Event> event) {
+  free_events_.push_back(std::move(event));
+}
+
+}  // namespace rdmaflow::rdma::device_path

@@ -1,0 +1,124 @@
+// File: device_transport.h
+// -----------------------------------------------------------------------------
+// DeviceTransport: device memory as regions of a transport (docs/device.md).
+// It wraps a host transport (UCX, verbs, loopback), which still moves every
+// host region and carries every notification, and adds device regions:
+//
+//   AllocateDevice / RegisterDevice   a region of device memory (this
+//                                     runtime's, or a caller's such as a
+//                                     tensor's); its descriptor has
+//                                     memory_kind = device, backend "device",
+//                                     and a key naming this host and the
+//                                     allocation's IPC handle
+//
+// A write into a peer's device region, or a read from one, runs as a copy on
+// this process's device stream through an IPC mapping of the peer's
+// allocation (opened once, kept while the transport lives); the local side
+// may be host or device memory. A write's notification goes out through the
+// host transport (a write into a small host region of the peer's, the
+// doorbell) only once the copy's event has completed, so the peer sees the
+// bytes before the notification, and notifications of one endpoint keep
+// the order of their posts across both paths. Every completion fires from
+// Progress().
+//
+// Device regions reach peers on this host only (the key's host must be
+// ours): a device region of another host gets kUnimplemented, as does a
+// device copy into a peer's host region. Device memory is never handed to
+// the host transport (Debian's UCX is built without CUDA).
+//
+// Thread-compatible, as every Transport.
+#ifndef RDMAFLOW_RDMA_DEVICE_DEVICE_TRANSPORT_H_
+#define RDMAFLOW_RDMA_DEVICE_DEVICE_TRANSPORT_H_
+
+#include <deque>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "device/device_runtime.h"
+#include "rdma/device/device_key.h"
+#include "rdma/endpoint.h"
+#include "rdma/memory_region.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::rdma::device_path {
+
+struct PendingQueue;
+
+class DeviceTransport final : public Transport {
+ public:
+  // The backend name device regions carry.
+  static constexpr char kBackend[] = "device";
+
+  // `runtime` must outlive the transport. kUnavailable where this host's
+  // identity cannot be read; the host transport's or runtime's error.
+  static absl::StatusOr<std::unique_ptr<DeviceTransport>> Create(
+      std::unique_ptr<Transport> host, device::DeviceRuntime* runtime);
+  ~DeviceTransport() override;
+
+  // `bytes` of device memory, owned by the region (freed with it).
+  absl::StatusOr<MemoryRegion> AllocateDevice(size_t bytes);
+  // The caller's device memory [data, data + bytes), which must lie in one
+  // allocation of this transport's runtime and outlive the region.
+  // kInvalidArgument for host memory, another device's, or a range past
+  // the end of its allocation.
+  absl::StatusOr<MemoryRegion> RegisterDevice(void* data, size_t bytes);
+
+  device::DeviceRuntime& runtime() { return *runtime_; }
+  Transport& host() { return *host_; }
+
+  // Transport. Allocate and Register give host regions of the host
+  // transport; Connect an endpoint that moves both kinds.
+  int rank() const override { return host_->rank(); }
+  Capabilities capabilities() const override;
+  std::string address() const override;
+  absl::StatusOr<MemoryRegion> Allocate(size_t bytes) override { return host_->Allocate(bytes); }
+  absl::StatusOr<MemoryRegion> Register(absl::Span<std::byte> memory) override {
+    return host_->Register(memory);
+  }
+  absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const PeerInfo& peer) override;
+  absl::StatusOr<int> Progress() override;
+  std::optional<Notification> PollNotification() override { return host_->PollNotification(); }
+  bool WaitForActivity(absl::Duration timeout) override;
+
+  // For DeviceEndpoint: the peer's allocation named by `key`, mapped here
+  // (opened at the first use), and this transport's stream and events.
+  absl::StatusOr<const device::DeviceMemory*> Map(const DeviceKey& key);
+  device::Stream& stream() { return *stream_; }
+  absl::StatusOr<std::unique_ptr<device::Event>> TakeEvent();
+  void ReturnEvent(std::unique_ptr<device::Event> event);
+  const std::string& host_identity() const { return host_id_; }
+  const MemoryRegion& doorbell_source() const { return doorbell_source_; }
+  // A queue of an endpoint's operations, owned here so that what an endpoint
+  // left in flight when it was destroyed still completes (kCancelled).
+  PendingQueue* NewQueue(int peer_rank);
+
+ private:
+  DeviceTransport(std::unique_ptr<Transport> host, device::DeviceRuntime* runtime,
+                  std::string host_id);
+  absl::StatusOr<MemoryRegion> DeviceRegion(std::byte* data, size_t bytes,
+                                            const device::PointerInfo& info,
+                                            device::DeviceMemory owned);
+
+  std::unique_ptr<Transport> host_;
+  device::DeviceRuntime* const runtime_;
+  const std::string host_id_;
+  std::unique_ptr<device::Stream> stream_;
+  std::vector<std::unique_ptr<device::Event>> free_events_;
+  // Host memory the peers' notifications are written into (its bytes mean
+  // nothing), and the 8 bytes ours are written from.
+  MemoryRegion doorbell_;
+  MemoryRegion doorbell_source_;
+  // Peers' allocations mapped here, by IPC handle.
+  absl::flat_hash_map<std::string, device::DeviceMemory> mappings_;
+  std::list<std::unique_ptr<PendingQueue>> queues_;
+};
+
+}  // namespace rdmaflow::rdma::device_path
+
+#endif  // RDMAFLOW_RDMA_DEVICE_DEVICE_TRANSPORT_H_

@@ -1,0 +1,494 @@
+// The device path between two processes: each a DeviceTransport over the
+// fake device (device/fake, whose IPC crosses processes as CUDA's does and
+// refuses to open a handle in its own process, as CUDA does) and UCX over
+// shared memory. The test process is rank 0 and posts; it starts rank 1 as
+// this same binary (RDMAFLOW_DEVICE_PEER_FD set), which holds a device
+// region and a host region, answers commands over a socket pair and keeps
+// its transport progressing in between.
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "device/fake/fake_device.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/blocking.h"
+#include "rdma/device/device_key.pb.h"
+#include "rdma/device/device_transport.h"
+#include "rdma/builtin_transports.h"
+
+namespace rdmaflow::rdma::device_path {
+namespace {
+
+using ::rdmaflow::testing::IsOk;
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr char kPeerEnv[] = "RDMAFLOW_DEVICE_PEER_FD";
+constexpr absl::Duration kTimeout = absl::Seconds(30);
+constexpr size_t kDeviceBytes = 4 << 20;  // rank 1's device region
+constexpr size_t kHostBytes = 1 << 20;    // rank 1's host region
+
+uint8_t Pattern(size_t i, uint8_t salt) { return static_cast<uint8_t>(i * 131 + salt * 17 + 1); }
+
+// Length-prefixed messages over a socket, each wait bounded.
+class Link {
+ public:
+  explicit Link(int fd) : fd_(fd) {}
+  ~Link() { close(fd_); }
+
+  absl::Status Send(const std::string& message) {
+    const uint32_t size = message.size();
+    std::string frame(reinterpret_cast<const char*>(&size), sizeof(size));
+    frame += message;
+    const char* at = frame.data();
+    size_t left = frame.size();
+    while (left > 0) {
+      const ssize_t n = send(fd_, at, left, MSG_NOSIGNAL);
+      if (n <= 0) return absl::UnavailableError("the other rank hung up");
+      at += n;
+      left -= static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
+  // True when a message is waiting (after at most `wait`).
+  bool Ready(absl::Duration wait) {
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(wait))) > 0;
+  }
+
+  absl::StatusOr<std::string> Receive() {
+    uint32_t size = 0;
+    RETURN_IF_ERROR(ReadAll(&size, sizeof(size)));
+    if (size > (64u << 20)) return absl::InvalidArgumentError("an oversized message");
+    std::string message(size, '\0');
+    RETURN_IF_ERROR(ReadAll(message.data(), size));
+    return message;
+  }
+
+ private:
+  absl::Status ReadAll(void* data, size_t bytes) {
+    auto* at = static_cast<char*>(data);
+    const absl::Time deadline = absl::Now() + kTimeout;
+    while (bytes > 0) {
+      if (absl::Now() > deadline) return absl::DeadlineExceededError("the other rank is silent");
+      if (!Ready(absl::Milliseconds(100))) continue;
+      const ssize_t n = recv(fd_, at, bytes, 0);
+      if (n <= 0) return absl::UnavailableError("the other rank hung up");
+      at += n;
+      bytes -= static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
+  const int fd_;
+};
+
+// A DeviceTransport over `device` and UCX on shared memory.
+absl::StatusOr<std::unique_ptr<DeviceTransport>> MakeTransport(device::DeviceRuntime* device,
+                                                               int rank) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Transport> host, CreateBuiltinTransport("ucx", "tls=shm", rank));
+  return DeviceTransport::Create(std::move(host), device);
+}
+
+absl::Status Finish(device::DeviceRuntime& device, device::Stream& stream) {
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> done, device.CreateEvent());
+  RETURN_IF_ERROR(stream.Record(*done));
+  return done->WaitUntil(absl::Now() + kTimeout, "a test copy");
+}
+
+absl::Status Fill(device::DeviceRuntime& device, void* at, size_t bytes, uint8_t salt) {
+  std::vector<uint8_t> host(bytes);
+  for (size_t i = 0; i < bytes; ++i) host[i] = Pattern(i, salt);
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Stream> stream, device.CreateStream());
+  RETURN_IF_ERROR(stream->Copy(at, host.data(), bytes));
+  return Finish(device, *stream);
+}
+
+absl::StatusOr<std::string> Download(device::DeviceRuntime& device, const void* at,
+                                     size_t bytes) {
+  std::string out(bytes, '\0');
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Stream> stream, device.CreateStream());
+  RETURN_IF_ERROR(stream->Copy(out.data(), at, bytes));
+  RETURN_IF_ERROR(Finish(device, *stream));
+  return out;
+}
+
+// Rank 1: publish, then answer commands until "quit":
+//   "notes N"           the values of the next N notifications, in order
+//   "device OFF LEN"    bytes [OFF, OFF + LEN) of its device region
+//   "host OFF LEN"      the same of its host region
+//   "fill SALT"         its device region filled with pattern SALT
+absl::Status RunPeer(int fd) {
+  Link link(fd);
+  ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake,
+                   device::FakeDevice::Create(device::FakeDeviceOptions{}));
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceTransport> transport, MakeTransport(fake.get(), 1));
+  ASSIGN_OR_RETURN(MemoryRegion on_device, transport->AllocateDevice(kDeviceBytes));
+  ASSIGN_OR_RETURN(MemoryRegion on_host, transport->Allocate(kHostBytes));
+  RETURN_IF_ERROR(link.Send(transport->address()));
+  RETURN_IF_ERROR(link.Send(on_device.descriptor().Serialize()));
+  RETURN_IF_ERROR(link.Send(on_host.descriptor().Serialize()));
+  ASSIGN_OR_RETURN(std::string address, link.Receive());
+  ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> endpoint, transport->Connect({0, address}));
+  while (true) {
+    RETURN_IF_ERROR(transport->Progress().status());
+    if (!link.Ready(absl::ZeroDuration())) continue;
+    ASSIGN_OR_RETURN(std::string command, link.Receive());
+    std::vector<std::string> words = absl::StrSplit(command, ' ');
+    if (words[0] == "quit") return absl::OkStatus();
+    if (words[0] == "notes" && words.size() == 2) {
+      int count = 0;
+      if (!absl::SimpleAtoi(words[1], &count)) return absl::InvalidArgumentError(command);
+      std::vector<uint32_t> values;
+      for (int i = 0; i < count; ++i) {
+        ASSIGN_OR_RETURN(Notification note,
+                         WaitNotification(*transport, absl::Now() + kTimeout));
+        values.push_back(note.value);
+      }
+      RETURN_IF_ERROR(link.Send(absl::StrJoin(values, ",")));
+    } else if ((words[0] == "device" || words[0] == "host") && words.size() == 3) {
+      size_t offset = 0, length = 0;
+      if (!absl::SimpleAtoi(words[1], &offset) || !absl::SimpleAtoi(words[2], &length)) {
+        return absl::InvalidArgumentError(command);
+      }
+      if (words[0] == "device") {
+        ASSIGN_OR_RETURN(std::string bytes, Download(*fake, on_device.data() + offset, length));
+        RETURN_IF_ERROR(link.Send(bytes));
+      } else {
+        RETURN_IF_ERROR(link.Send(
+            std::string(reinterpret_cast<const char*>(on_host.data()) + offset, length)));
+      }
+    } else if (words[0] == "fill" && words.size() == 2) {
+      int salt = 0;
+      if (!absl::SimpleAtoi(words[1], &salt)) return absl::InvalidArgumentError(command);
+      RETURN_IF_ERROR(Fill(*fake, on_device.data(), kDeviceBytes, static_cast<uint8_t>(salt)));
+      RETURN_IF_ERROR(link.Send("ok"));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'"));
+    }
+  }
+}
+
+// Rank 0's side of a test: rank 1 started and connected.
+class DeviceTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(device::FakeDeviceOptions{}); }
+
+  void Start(const device::FakeDeviceOptions& options) {
+    int pair[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+    peer_ = fork();
+    ASSERT_GE(peer_, 0);
+    if (peer_ == 0) {
+      close(pair[0]);
+      setenv(kPeerEnv, std::to_string(pair[1]).c_str(), 1);
+      execl("/proc/self/exe", "device_transport_peer", nullptr);
+      _exit(127);
+    }
+    close(pair[1]);
+    link_ = std::make_unique<Link>(pair[0]);
+    ASSERT_OK_AND_ASSIGN(device_, device::FakeDevice::Create(options));
+    ASSERT_OK_AND_ASSIGN(transport_, MakeTransport(device_.get(), 0));
+    ASSERT_OK_AND_ASSIGN(peer_address_, link_->Receive());
+    ASSERT_OK_AND_ASSIGN(std::string on_device, link_->Receive());
+    ASSERT_OK_AND_ASSIGN(std::string on_host, link_->Receive());
+    ASSERT_OK_AND_ASSIGN(peer_device_, RemoteRegion::Parse(on_device));
+    ASSERT_OK_AND_ASSIGN(peer_host_, RemoteRegion::Parse(on_host));
+    ASSERT_OK(link_->Send(transport_->address()));
+    ASSERT_OK_AND_ASSIGN(endpoint_, transport_->Connect({1, peer_address_}));
+  }
+
+  // Ends rank 1 and this rank's transport, then starts both again on a
+  // device with `options`.
+  void Restart(const device::FakeDeviceOptions& options) {
+    TearDown();
+    endpoint_.reset();
+    transport_.reset();
+    device_.reset();
+    Start(options);
+  }
+
+  void TearDown() override {
+    if (link_ != nullptr) link_->Send("quit").IgnoreError();
+    if (peer_ > 0) {
+      const absl::Time deadline = absl::Now() + kTimeout;
+      int status = 0;
+      while (waitpid(peer_, &status, WNOHANG) == 0) {
+        if (absl::Now() > deadline) {
+          kill(peer_, SIGKILL);
+          waitpid(peer_, &status, 0);
+          ADD_FAILURE() << "rank 1 did not end";
+          break;
+        }
+        // Rank 1 may still need our progress to finish what it does.
+        transport_->Progress().IgnoreError();
+      }
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank 1 failed";
+      peer_ = -1;
+    }
+    link_.reset();
+  }
+
+  absl::StatusOr<std::string> Ask(const std::string& command) {
+    RETURN_IF_ERROR(link_->Send(command));
+    // Keep progressing while rank 1 works: it may wait on our notifications.
+    while (!link_->Ready(absl::ZeroDuration())) RETURN_IF_ERROR(transport_->Progress().status());
+    return link_->Receive();
+  }
+
+  std::string Expected(size_t bytes, uint8_t salt, size_t from = 0) {
+    std::string out(bytes, '\0');
+    for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<char>(Pattern(from + i, salt));
+    return out;
+  }
+
+  // Progress until `fired` is true.
+  absl::Status ProgressUntil(const bool& fired) {
+    return rdma::ProgressUntil(
+        *transport_, [&] { return fired; }, absl::Now() + kTimeout, "a completion");
+  }
+
+  pid_t peer_ = -1;
+  std::string peer_address_;
+  std::unique_ptr<Link> link_;
+  std::unique_ptr<device::FakeDevice> device_;
+  std::unique_ptr<DeviceTransport> transport_;
+  std::unique_ptr<Endpoint> endpoint_;
+  RemoteRegion peer_device_;
+  RemoteRegion peer_host_;
+};
+
+TEST_F(DeviceTransportTest, WritesAndReadsAPeersDeviceMemoryFromDeviceAndHostMemory) {
+  constexpr size_t kHalf = kDeviceBytes / 2;
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(kDeviceBytes));
+  ASSERT_OK(Fill(*device_, on_device.data(), kDeviceBytes, 3));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_host, transport_->Allocate(kDeviceBytes));
+  for (size_t i = 0; i < kDeviceBytes; ++i) on_host.data()[i] = std::byte{Pattern(i, 5)};
+  EXPECT_EQ(on_device.descriptor().memory_kind, device::MemoryKind::kDevice);
+  EXPECT_EQ(on_device.descriptor().backend, "device");
+
+  // Device to device (first half), host to device (second half), notified.
+  const absl::Time deadline = absl::Now() + kTimeout;
+  ASSERT_OK(Write(*transport_, *endpoint_, {&on_device, 0, kHalf}, {&peer_device_, 0, kHalf},
+                  7, deadline));
+  ASSERT_OK(Write(*transport_, *endpoint_, {&on_host, kHalf, kHalf},
+                  {&peer_device_, kHalf, kHalf}, 8, deadline));
+  EXPECT_THAT(Ask("notes 2"), ::rdmaflow::testing::IsOkAndHolds(std::string("7,8")));
+  ASSERT_OK_AND_ASSIGN(std::string seen, Ask(absl::StrCat("device 0 ", kDeviceBytes)));
+  EXPECT_TRUE(seen.substr(0, kHalf) == Expected(kHalf, 3)) << "device to device";
+  EXPECT_TRUE(seen.substr(kHalf) == Expected(kHalf, 5, kHalf)) << "host to device";
+
+  // Reads back, into host memory and into device memory, at an offset.
+  ASSERT_OK(Ask("fill 9").status());
+  ASSERT_OK_AND_ASSIGN(MemoryRegion back, transport_->Allocate(kHalf));
+  ASSERT_OK(Read(*transport_, *endpoint_, {&back, 0, kHalf}, {&peer_device_, 1000, kHalf},
+                 deadline));
+  EXPECT_TRUE(std::string(reinterpret_cast<const char*>(back.data()), kHalf) ==
+              Expected(kHalf, 9, 1000));
+  ASSERT_OK(Read(*transport_, *endpoint_, {&on_device, 0, kHalf}, {&peer_device_, 0, kHalf},
+                 deadline));
+  ASSERT_OK_AND_ASSIGN(std::string read_back, Download(*device_, on_device.data(), kHalf));
+  EXPECT_TRUE(read_back == Expected(kHalf, 9));
+
+  // Host regions still go through the host transport.
+  ASSERT_OK(Write(*transport_, *endpoint_, {&on_host, 0, 4096}, {&peer_host_, 0, 4096}, 11,
+                  deadline));
+  EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("11")));
+  EXPECT_THAT(Ask("host 0 4096"), ::rdmaflow::testing::IsOkAndHolds(Expected(4096, 5)));
+}
+
+TEST_F(DeviceTransportTest, RegistersACallersDeviceMemoryInsideItsAllocation) {
+  ASSERT_OK_AND_ASSIGN(device::DeviceMemory memory, device_->Allocate(1 << 20));
+  auto* inside = static_cast<std::byte*>(memory.data()) + 4096;
+  ASSERT_OK_AND_ASSIGN(MemoryRegion region, transport_->RegisterDevice(inside, 8192));
+  ASSERT_OK(Fill(*device_, inside, 8192, 21));
+  ASSERT_OK(Write(*transport_, *endpoint_, {&region, 0, 8192}, {&peer_device_, 64, 8192}, 1,
+                  absl::Now() + kTimeout));
+  EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("1")));
+  EXPECT_THAT(Ask("device 64 8192"), ::rdmaflow::testing::IsOkAndHolds(Expected(8192, 21)));
+
+  EXPECT_THAT(transport_->RegisterDevice(inside, (1 << 20) - 4095),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("past its end")));
+  std::vector<std::byte> host(4096);
+  EXPECT_THAT(transport_->RegisterDevice(host.data(), host.size()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host memory")));
+  EXPECT_THAT(transport_->RegisterDevice(inside, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// A slow device: the host write posted after a device write must not have
+// its notification seen first; a flush behind both ends after both.
+TEST_F(DeviceTransportTest, NotificationsKeepPostOrderAcrossDeviceAndHostWrites) {
+  device::FakeDeviceOptions slow;
+  slow.operation_delay = absl::Milliseconds(100);
+  Restart(slow);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(1 << 20));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_host, transport_->Allocate(4096));
+  std::vector<std::string> order;
+  bool flushed = false;
+  auto note = [&order](std::string what) {
+    return [&order, what](absl::Status status) {
+      order.push_back(status.ok() ? what : status.ToString());
+    };
+  };
+  ASSERT_OK(endpoint_->PostWrite({&on_device, 0, 1 << 20}, {&peer_device_, 0, 1 << 20}, 1,
+                                 note("device")));
+  ASSERT_OK(endpoint_->PostWrite({&on_host, 0, 4096}, {&peer_host_, 0, 4096}, 2,
+                                 note("host")));
+  ASSERT_OK(endpoint_->PostFlush([&](absl::Status status) {
+    order.push_back(status.ok() ? "flush" : status.ToString());
+    flushed = true;
+  }));
+  ASSERT_OK(ProgressUntil(flushed));
+  EXPECT_THAT(order, ::testing::ElementsAre("device", "host", "flush"));
+  EXPECT_THAT(Ask("notes 2"), ::rdmaflow::testing::IsOkAndHolds(std::string("1,2")));
+}
+
+TEST_F(DeviceTransportTest, AFailedCopyFailsItsWriteAndNotifiesNobody) {
+  device::FakeDeviceOptions faulty;
+  faulty.fail_operation = 2;  // the fill below is the first
+  Restart(faulty);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
+  ASSERT_OK(Fill(*device_, on_device.data(), 4096, 1));
+  EXPECT_THAT(Write(*transport_, *endpoint_, {&on_device, 0, 4096}, {&peer_device_, 0, 4096},
+                    5, absl::Now() + kTimeout),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("injected fault")));
+  // The next notification rank 1 sees is this host write's, not the
+  // failed copy's.
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_host, transport_->Allocate(4096));
+  ASSERT_OK(Write(*transport_, *endpoint_, {&on_host, 0, 4096}, {&peer_host_, 0, 4096}, 6,
+                  absl::Now() + kTimeout));
+  EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("6")));
+}
+
+// A peer's descriptor rewritten: each lie is caught before any copy.
+TEST_F(DeviceTransportTest, ForgedDeviceRegionsAreRefused) {
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
+  auto forge = [&](auto change) {
+    RemoteRegion forged = peer_device_;
+    DeviceKeyProto key;
+    EXPECT_TRUE(key.ParseFromString(forged.packed_key));
+    change(forged, key);
+    forged.packed_key = key.SerializeAsString();
+    return forged;
+  };
+  auto write = [&](const RemoteRegion& region, uint64_t offset, uint64_t length) {
+    return endpoint_->PostWrite({&on_device, 0, length}, {&region, offset, length}, 1,
+                                [](absl::Status) { ADD_FAILURE() << "a refused post ran"; });
+  };
+  // Another host.
+  RemoteRegion elsewhere = forge([](RemoteRegion&, DeviceKeyProto& key) { key.set_host("x"); });
+  EXPECT_THAT(write(elsewhere, 0, 4096),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("another host")));
+  // A larger region claimed in a larger allocation than the one mapped.
+  RemoteRegion larger = forge([](RemoteRegion& region, DeviceKeyProto& key) {
+    region.length = 64 << 20;
+    key.set_allocation_size(128 << 20);
+    key.set_offset(0);
+  });
+  EXPECT_THAT(write(larger, (64 << 20) - 4096, 4096),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("allocation that has")));
+  // The region moved past the end of its allocation.
+  RemoteRegion shifted = forge([](RemoteRegion&, DeviceKeyProto& key) {
+    key.set_allocation_size(key.allocation_size() * 2);
+    key.set_offset(kDeviceBytes);
+  });
+  EXPECT_THAT(write(shifted, 0, 4096), StatusIs(absl::StatusCode::kInvalidArgument));
+  // A handle of garbage.
+  RemoteRegion garbage = forge([](RemoteRegion&, DeviceKeyProto& key) {
+    key.set_ipc_handle(std::string(device::IpcHandle::kBytes, '\x5a'));
+  });
+  EXPECT_THAT(write(garbage, 0, 4096), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(endpoint_->Prepare(garbage), StatusIs(absl::StatusCode::kInvalidArgument));
+  // A slice past the region's end, a key that does not parse.
+  EXPECT_THAT(write(peer_device_, kDeviceBytes - 100, 4096),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  RemoteRegion unparsable = peer_device_;
+  unparsable.packed_key = "\xff\xff";
+  EXPECT_THAT(write(unparsable, 0, 4096), StatusIs(absl::StatusCode::kInvalidArgument));
+  // A host region posing as device memory, and the reverse.
+  RemoteRegion posing = peer_host_;
+  posing.memory_kind = device::MemoryKind::kDevice;
+  EXPECT_THAT(write(posing, 0, 4096), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(endpoint_->PostWrite({&on_device, 0, 4096}, {&peer_host_, 0, 4096}, 1,
+                                   [](absl::Status) { ADD_FAILURE() << "a refused post ran"; }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host memory only")));
+  // Device memory is not for loads and stores.
+  EXPECT_THAT(endpoint_->MapRemote(WholeRegion(peer_device_)),
+              StatusIs(absl::StatusCode::kUnimplemented));
+  // After all that, the real region still works.
+  EXPECT_THAT(endpoint_->Prepare(peer_device_), IsOk());
+  ASSERT_OK(Write(*transport_, *endpoint_, {&on_device, 0, 4096}, {&peer_device_, 0, 4096}, 3,
+                  absl::Now() + kTimeout));
+  EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("3")));
+}
+
+// Closing, or destroying, an endpoint with a copy in flight: the copy's
+// completion fires from Progress once the copy has ended, as kCancelled,
+// and later posts are refused.
+TEST_F(DeviceTransportTest, ClosingWithACopyInFlightCancelsItAfterItEnds) {
+  device::FakeDeviceOptions slow;
+  slow.operation_delay = absl::Milliseconds(50);
+  Restart(slow);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
+  std::optional<absl::Status> first, second;
+  ASSERT_OK(endpoint_->PostWrite({&on_device, 0, 4096}, {&peer_device_, 0, 4096}, 1,
+                                 [&](absl::Status status) { first = status; }));
+  ASSERT_OK(endpoint_->Close());
+  EXPECT_THAT(endpoint_->PostWrite({&on_device, 0, 4096}, {&peer_device_, 0, 4096}, 1,
+                                   [](absl::Status) {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_FALSE(first.has_value()) << "fired inline";
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return first.has_value(); }, absl::Now() + kTimeout,
+      "the cancelled write"));
+  EXPECT_THAT(*first, StatusIs(absl::StatusCode::kCancelled));
+
+  // Destroyed rather than closed: the same, from the transport's Progress.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> again, transport_->Connect({1, peer_address_}));
+  std::optional<absl::Status> third;
+  ASSERT_OK(again->PostWrite({&on_device, 0, 4096}, {&peer_device_, 0, 4096}, 1,
+                             [&](absl::Status status) { third = status; }));
+  again.reset();
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return third.has_value(); }, absl::Now() + kTimeout,
+      "the write of a destroyed endpoint"));
+  EXPECT_THAT(*third, StatusIs(absl::StatusCode::kCancelled));
+}
+
+}  // namespace
+}  // namespace rdmaflow::rdma::device_path
+
+int main(int argc, char** argv) {
+  if (const char* fd = std::getenv(rdmaflow::rdma::device_path::kPeerEnv)) {
+    absl::Status status = rdmaflow::rdma::device_path::RunPeer(std::atoi(fd));
+    if (!status.ok()) {
+      std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
