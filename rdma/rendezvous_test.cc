@@ -198,7 +198,11 @@ TEST(RendezvousTest, ABarrierWithATransportKeepsItProgressing) {
                                   EXPECT_OK(s);
                                   done = true;
                                 }));
+  // The other rank arrives second, once this one is in: the last to arrive
+  // returns at once without progressing (it has nothing to wait for), so
+  // only the first one's wait proves anything.
   std::thread other([&] {
+    EXPECT_OK(store.Wait({"job/barrier/end/count"}, absl::Seconds(30)));
     EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30)));
   });
   SpinningDriver progress(*a);
