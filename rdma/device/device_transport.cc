@@ -61,6 +61,10 @@ struct PendingQueue {
   Endpoint* host = nullptr;
   RemoteRegion peer_doorbell;
   bool closed = false;
+  // kUnavailable once the host transport has said the peer is gone: no copy
+  // goes into its memory after that (docs/device.md). Shared with the
+  // completions that may tell it.
+  std::shared_ptr<absl::Status> gone = std::make_shared<absl::Status>();
   std::deque<PendingOp> ops;
 };
 
@@ -74,15 +78,29 @@ void Finish(DeviceTransport& transport, PendingQueue& queue, absl::Status status
   std::move(op.done)(std::move(status));
 }
 
+// `done`, noting in `gone` a completion that says the peer is gone.
+Completion Watched(const std::shared_ptr<absl::Status>& gone, Completion done) {
+  return [gone, done = std::move(done)](absl::Status status) mutable {
+    if (absl::IsUnavailable(status) && gone->ok()) *gone = status;
+    std::move(done)(std::move(status));
+  };
+}
+
+// A host post's own answer: kUnavailable also marks the peer gone.
+absl::Status Noted(PendingQueue& queue, absl::Status posted) {
+  if (absl::IsUnavailable(posted) && queue.gone->ok()) *queue.gone = posted;
+  return posted;
+}
+
 // Posts `op`'s host part through `post`, which receives a completion that
 // forwards to op.done; op.done is kept where the post fails (the host
 // endpoint never runs a refused post's callback).
 template <typename Post>
-absl::Status PostKeeping(PendingOp& op, Post post) {
+absl::Status PostKeeping(PendingQueue& queue, PendingOp& op, Post post) {
   auto held = std::make_shared<Completion>(std::move(op.done));
-  absl::Status posted = post([held](absl::Status status) mutable {
+  absl::Status posted = Noted(queue, post(Watched(queue.gone, [held](absl::Status status) {
     std::move (*held)(std::move(status));
-  });
+  })));
   if (!posted.ok()) op.done = std::move(*held);
   return posted;
 }
@@ -122,20 +140,20 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
           ++fired;
           continue;
         }
-        posted = PostKeeping(op, [&](Completion done) {
+        posted = PostKeeping(queue, op, [&](Completion done) {
           return queue.host->PostWrite({&transport.doorbell_source(), 0, kDoorbellBytes},
                                        {&queue.peer_doorbell, 0, kDoorbellBytes},
                                        op.notification, std::move(done));
         });
         break;
       case PendingOp::Kind::kHostWrite:
-        posted = PostKeeping(op, [&](Completion done) {
+        posted = PostKeeping(queue, op, [&](Completion done) {
           return queue.host->PostWrite(op.src, {&op.dst_region, op.dst_offset, op.dst_length},
                                        op.notification, std::move(done));
         });
         break;
       case PendingOp::Kind::kFlush:
-        posted = PostKeeping(op, [&](Completion done) {
+        posted = PostKeeping(queue, op, [&](Completion done) {
           return queue.host->PostFlush(std::move(done));
         });
         break;
@@ -179,7 +197,8 @@ class DeviceEndpoint final : public Endpoint {
       return Enqueue(at, src.data(), src.length, notification, std::move(done));
     }
     if (queue_->ops.empty() || !notification.has_value()) {
-      return host_->PostWrite(src, dst, notification, std::move(done));
+      return Noted(*queue_, host_->PostWrite(src, dst, notification,
+                                             Watched(queue_->gone, std::move(done))));
     }
     // A notification must not overtake those of copies still running.
     RETURN_IF_ERROR(CheckTransfer(src, dst, peer_rank(), host_backend()));
@@ -205,12 +224,14 @@ class DeviceEndpoint final : public Endpoint {
       ASSIGN_OR_RETURN(std::byte * at, Resolve(src));
       return Enqueue(dst.data(), at, dst.length, std::nullopt, std::move(done));
     }
-    return host_->PostRead(dst, src, std::move(done));
+    return Noted(*queue_, host_->PostRead(dst, src, Watched(queue_->gone, std::move(done))));
   }
 
   absl::Status PostFlush(Completion done) override {
     RETURN_IF_ERROR(CheckOpen());
-    if (queue_->ops.empty()) return host_->PostFlush(std::move(done));
+    if (queue_->ops.empty()) {
+      return Noted(*queue_, host_->PostFlush(Watched(queue_->gone, std::move(done))));
+    }
     RETURN_IF_ERROR(CheckRoom());
     PendingOp op;
     op.kind = PendingOp::Kind::kFlush;
@@ -293,6 +314,13 @@ class DeviceEndpoint final : public Endpoint {
   // Queues a copy of `bytes` from `from` to `to` on the device stream.
   absl::Status Enqueue(void* to, const void* from, size_t bytes,
                        std::optional<uint32_t> notification, Completion done) {
+    if (!queue_->gone->ok()) {
+      // Its allocations may be freed: a copy there could end this process's
+      // device context.
+      return absl::UnavailableError(absl::StrCat(
+          "rank ", peer_rank(), " is gone (", queue_->gone->message(),
+          "): no more device copies into or out of its memory"));
+    }
     RETURN_IF_ERROR(CheckRoom());
     ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, transport_->TakeEvent());
     absl::Status queued = transport_->stream().Copy(to, from, bytes);
@@ -381,6 +409,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> DeviceTransport::Connect(const PeerInf
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> host,
                    host_->Connect({peer.rank, proto.host_address()}));
+  // Resolved now, while the peer surely holds it (Endpoint::Prepare).
+  RETURN_IF_ERROR(host->Prepare(*doorbell));
   PendingQueue* queue = NewQueue(peer.rank);
   queue->peer_doorbell = *std::move(doorbell);
   return std::make_unique<DeviceEndpoint>(this, std::move(host), queue);

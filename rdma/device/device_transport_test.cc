@@ -477,6 +477,36 @@ TEST_F(DeviceTransportTest, ClosingWithACopyInFlightCancelsItAfterItEnds) {
   EXPECT_THAT(*third, StatusIs(absl::StatusCode::kCancelled));
 }
 
+// Once the host transport says rank 1 is gone, no device copy goes into or
+// out of its memory: its allocations may be freed, and a copy there could
+// end this process's device context.
+TEST_F(DeviceTransportTest, ADeadPeerGetsNoMoreDeviceCopies) {
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_host, transport_->Allocate(4096));
+  ASSERT_OK(endpoint_->Prepare(peer_device_));
+  ASSERT_OK(endpoint_->Prepare(peer_host_));  // as every region is before its owner can go
+  kill(peer_, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(peer_, &status, 0), peer_);
+  peer_ = -1;
+  link_.reset();
+  // The host transport finds out within its liveness bound (UCX: two
+  // keepalive intervals); until then host writes may still succeed.
+  const absl::Time deadline = absl::Now() + kTimeout;
+  absl::Status host_write;
+  do {
+    host_write = Write(*transport_, *endpoint_, {&on_host, 0, 4096}, {&peer_host_, 0, 4096}, 1,
+                       deadline);
+  } while (host_write.ok() && absl::Now() < deadline);
+  ASSERT_THAT(host_write, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(endpoint_->PostWrite({&on_device, 0, 4096}, {&peer_device_, 0, 4096}, 2,
+                                   [](absl::Status) { ADD_FAILURE() << "a refused post ran"; }),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1 is gone")));
+  EXPECT_THAT(endpoint_->PostRead({&on_device, 0, 4096}, {&peer_device_, 0, 4096},
+                                  [](absl::Status) { ADD_FAILURE() << "a refused post ran"; }),
+              StatusIs(absl::StatusCode::kUnavailable));
+}
+
 }  // namespace
 }  // namespace rdmaflow::rdma::device_path
 
