@@ -13,7 +13,8 @@
 #                                  .gpu/out), and prints a table last
 #
 # `run` then runs the benchmarks (bench/device_ipc_bench, and its peers
-# through PyTorch: tools/gpu_peers.py), their JSON under OUT.
+# through PyTorch: tools/gpu_peers.py) and issue 44's baselines
+# (tools/gpu_train_baselines.py), their JSON under OUT.
 #
 # Run `pack`, then carry .gpu to the GPU machine and run `run` there in one
 # command. Every binary also runs here: without a driver CUDA says
@@ -103,6 +104,10 @@ run() {
     echo "== gpu_peers.py"
     PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu_peers.py --json "$out/gpu_peers.json" 2>&1 |
       tee "$out/gpu_peers.log" || rows+=("gpu_peers.py FAILED")
+    echo "== gpu_train_baselines.py"
+    PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu_train_baselines.py \
+      --json "$out/train_baselines.json" 2>&1 | tee "$out/train_baselines.log" ||
+      rows+=("gpu_train_baselines.py FAILED")
   fi
   echo
   printf '%-36s %-7s %9s  %s\n' test result time gtest
