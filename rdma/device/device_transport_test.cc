@@ -253,7 +253,13 @@ class DeviceTransportTest : public ::testing::Test {
   absl::StatusOr<std::string> Ask(const std::string& command) {
     RETURN_IF_ERROR(link_->Send(command));
     // Keep progressing while rank 1 works: it may wait on our notifications.
-    while (!link_->Ready(absl::ZeroDuration())) RETURN_IF_ERROR(transport_->Progress().status());
+    const absl::Time deadline = absl::Now() + kTimeout;
+    while (!link_->Ready(absl::ZeroDuration())) {
+      RETURN_IF_ERROR(transport_->Progress().status());
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("rank 1 did not answer '", command, "'"));
+      }
+    }
     return link_->Receive();
   }
 
