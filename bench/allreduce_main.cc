@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "ATen/Parallel.h"
+#include "ATen/ops/zeros.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -44,7 +46,6 @@
 #include "rdma/builtin_transports.h"
 #include "rdma/rendezvous.h"
 #include "results/run_info.h"
-#include "torch/utils.h"  // torch::set_num_threads
 
 ABSL_FLAG(std::string, ranks, "2,4", "Rank counts to measure, comma-separated.");
 ABSL_FLAG(std::string, impls, "rdmaflow,gloo",
@@ -157,7 +158,7 @@ absl::StatusOr<AllReduceRow> MeasureGroup(const std::string& impl,
 
 absl::StatusOr<AllReduceRow> MeasureGloo(GlooGroup& gloo, rdma::Store& store,
                                          int world, int64_t bytes, int iterations) {
-  torch::Tensor tensor = torch::zeros({bytes / 4}, torch::kFloat32);
+  at::Tensor tensor = at::zeros({bytes / 4}, at::kFloat);
   RETURN_IF_ERROR(rdma::Barrier(store, "bench", absl::StrCat("gloo/", bytes), world,
                                 absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
   absl::Status status;
@@ -211,7 +212,7 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
   }
   std::unique_ptr<GlooGroup> gloo;
   if (Wants("gloo")) {
-    torch::set_num_threads(1);
+    at::set_num_threads(1);
     ASSIGN_OR_RETURN(gloo, GlooGroup::Create(rank, world, store, timeout));
   }
   for (int64_t bytes : SweepSizes(sweep)) {

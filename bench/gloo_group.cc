@@ -1,7 +1,6 @@
 // File: gloo_group.cc
 #include "bench/gloo_group.h"
 
-#include "torch/torch.h"
 
 #include <chrono>
 #include <exception>
@@ -83,8 +82,8 @@ absl::StatusOr<std::unique_ptr<GlooGroup>> GlooGroup::Create(
   return std::unique_ptr<GlooGroup>(new GlooGroup(std::move(state)));
 }
 
-absl::Status GlooGroup::AllReduce(torch::Tensor& tensor) {
-  if (tensor.scalar_type() != torch::kFloat || !tensor.is_contiguous() || !tensor.is_cpu()) {
+absl::Status GlooGroup::AllReduce(at::Tensor& tensor) {
+  if (tensor.scalar_type() != at::kFloat || !tensor.is_contiguous() || !tensor.is_cpu()) {
     return absl::InvalidArgumentError("Gloo all-reduce: takes a contiguous float32 CPU tensor");
   }
   try {

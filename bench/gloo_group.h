@@ -12,11 +12,11 @@
 
 #include <memory>
 
+#include "ATen/core/Tensor.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rdma/store.h"
-#include "torch/types.h"  // torch::Tensor (torch/torch.h costs twice the compile time)
 
 namespace rdmaflow::bench {
 
@@ -30,7 +30,7 @@ class GlooGroup {
   ~GlooGroup();
 
   // In-place sum of a float32 CPU tensor across the group.
-  absl::Status AllReduce(torch::Tensor& tensor);
+  absl::Status AllReduce(at::Tensor& tensor);
 
  private:
   struct State;

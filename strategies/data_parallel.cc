@@ -4,6 +4,9 @@
 #include <cstring>
 #include <utility>
 
+#include "ATen/core/grad_mode.h"
+#include "ATen/ops/from_blob.h"
+#include "ATen/ops/zeros.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -21,7 +24,7 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
   std::unique_ptr<DataParallelGroup> group(new DataParallelGroup());
   std::vector<size_t> bytes;
   for (const Parameter& p : parameters) {
-    if (p.tensor.scalar_type() != torch::kFloat32 || !p.tensor.is_cpu()) {
+    if (p.tensor.scalar_type() != at::kFloat || !p.tensor.is_cpu()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "data-parallel group '", options.name, "': parameter '", p.name,
           "' must be a float32 CPU tensor"));
@@ -47,7 +50,7 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
   if (options.codec.empty()) {
     ASSIGN_OR_RETURN(group->ring_, collectives::AllReduceGroup::Create(
                                        loop.transport(), store, ns, members, all_reduce));
-    group->flat_grads_ = torch::from_blob(group->ring_->data(), {elements}, torch::kFloat32);
+    group->flat_grads_ = at::from_blob(group->ring_->data(), {elements}, at::kFloat);
   } else {
     compression::CompressedAllReduceOptions compressed;
     compressed.name = options.name;
@@ -63,16 +66,16 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
                                        "': ", made.status().message()));
     }
     group->compressed_ = std::move(made).value();
-    group->flat_grads_ = torch::zeros({elements}, torch::kFloat32);
+    group->flat_grads_ = at::zeros({elements}, at::kFloat);
   }
-  group->flat_params_ = torch::zeros({elements}, torch::kFloat32);
+  group->flat_params_ = at::zeros({elements}, at::kFloat);
   group->flat_grads_.zero_();
-  group->momentum_ = torch::zeros({elements}, torch::kFloat32);
-  torch::NoGradGuard no_grad;
+  group->momentum_ = at::zeros({elements}, at::kFloat);
+  at::NoGradGuard no_grad;
   for (size_t i = 0; i < group->parameters_.size(); ++i) {
-    torch::Tensor& p = group->parameters_[i].tensor;
+    at::Tensor& p = group->parameters_[i].tensor;
     const int64_t at = group->layout_.offsets[i] / sizeof(float);
-    torch::Tensor values = group->flat_params_.narrow(0, at, p.numel()).view(p.sizes());
+    at::Tensor values = group->flat_params_.narrow(0, at, p.numel()).view(p.sizes());
     values.copy_(p.detach());
     p.set_data(values);
     p.mutable_grad() = group->flat_grads_.narrow(0, at, p.numel()).view(p.sizes());
@@ -81,7 +84,7 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
 }
 
 DataParallelGroup::~DataParallelGroup() {
-  for (Parameter& p : parameters_) p.tensor.mutable_grad() = torch::Tensor();
+  for (Parameter& p : parameters_) p.tensor.mutable_grad() = at::Tensor();
 }
 
 void DataParallelGroup::ZeroGradients() {
@@ -90,7 +93,7 @@ void DataParallelGroup::ZeroGradients() {
 
 absl::Status DataParallelGroup::AllReduceGradients(double scale, double momentum) {
   if (compressed_ != nullptr) {
-    torch::NoGradGuard no_grad;
+    at::NoGradGuard no_grad;
     if (momentum != 0) {
       momentum_.mul_(momentum).add_(flat_grads_);
       flat_grads_.copy_(momentum_);
@@ -113,7 +116,7 @@ absl::Status DataParallelGroup::AllReduceGradients(double scale, double momentum
 
 void DataParallelGroup::ApplySgd(double learning_rate, double momentum) {
   if (!flat_grads_.defined()) return;
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   if (compressed_ != nullptr) {
     flat_params_.add_(flat_grads_, -learning_rate);
     return;

@@ -99,9 +99,9 @@ class DataParallelGroup {
   std::vector<Parameter> parameters_;
   collectives::FusedLayout layout_;
   std::vector<collectives::Bucket> buckets_;
-  torch::Tensor flat_params_;
-  torch::Tensor flat_grads_;
-  torch::Tensor momentum_;
+  at::Tensor flat_params_;
+  at::Tensor flat_grads_;
+  at::Tensor momentum_;
 };
 
 }  // namespace rdmaflow::strategies

@@ -1,6 +1,8 @@
 // File: local_sgd.cc
 #include "strategies/local_sgd.h"
 
+#include "ATen/core/grad_mode.h"
+#include "ATen/ops/zeros.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/buckets.h"
 #include "common/status_macros.h"
@@ -11,7 +13,7 @@ absl::StatusOr<std::unique_ptr<LocalSgd>> LocalSgd::Create(
     const std::string& strategy, std::vector<Parameter> parameters) {
   std::vector<size_t> bytes;
   for (const Parameter& p : parameters) {
-    if (p.tensor.scalar_type() != torch::kFloat32 || !p.tensor.is_cpu()) {
+    if (p.tensor.scalar_type() != at::kFloat || !p.tensor.is_cpu()) {
       return absl::InvalidArgumentError(absl::StrCat(
           strategy, " parameter '", p.name, "' must be a float32 CPU tensor"));
     }
@@ -24,13 +26,13 @@ absl::StatusOr<std::unique_ptr<LocalSgd>> LocalSgd::Create(
   std::unique_ptr<LocalSgd> sgd(new LocalSgd());
   sgd->bytes_ = layout.total_bytes;
   const int64_t elements = layout.total_bytes / sizeof(float);
-  sgd->flat_ = torch::zeros({elements}, torch::kFloat32);
-  sgd->momentum_ = torch::zeros({elements}, torch::kFloat32);
-  torch::NoGradGuard no_grad;
+  sgd->flat_ = at::zeros({elements}, at::kFloat);
+  sgd->momentum_ = at::zeros({elements}, at::kFloat);
+  at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters.size(); ++i) {
-    torch::Tensor& p = parameters[i].tensor;
+    at::Tensor& p = parameters[i].tensor;
     sgd->offsets_.push_back(layout.offsets[i] / sizeof(float));
-    torch::Tensor view = sgd->flat_.narrow(0, sgd->offsets_.back(), p.numel()).view(p.sizes());
+    at::Tensor view = sgd->flat_.narrow(0, sgd->offsets_.back(), p.numel()).view(p.sizes());
     view.copy_(p.detach());
     p.set_data(view);
   }
@@ -45,11 +47,11 @@ void LocalSgd::ZeroGradients() {
 }
 
 void LocalSgd::Step(double learning_rate, double momentum) {
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    const torch::Tensor& grad = parameters_[i].tensor.grad();
+    const at::Tensor& grad = parameters_[i].tensor.grad();
     if (!grad.defined()) continue;
-    torch::Tensor v = momentum_.narrow(0, offsets_[i], grad.numel()).view(grad.sizes());
+    at::Tensor v = momentum_.narrow(0, offsets_[i], grad.numel()).view(grad.sizes());
     v.mul_(momentum).add_(grad);
     parameters_[i].tensor.add_(v, -learning_rate);
   }

@@ -27,7 +27,7 @@ class LocalSgd {
       const std::string& strategy, std::vector<Parameter> parameters);
 
   // The parameters, flat (padding between them is zero).
-  torch::Tensor& flat() { return flat_; }
+  at::Tensor& flat() { return flat_; }
   size_t bytes() const { return bytes_; }
 
   void ZeroGradients();
@@ -39,8 +39,8 @@ class LocalSgd {
   std::vector<Parameter> parameters_;
   std::vector<size_t> offsets_;  // elements
   size_t bytes_ = 0;
-  torch::Tensor flat_;
-  torch::Tensor momentum_;
+  at::Tensor flat_;
+  at::Tensor momentum_;
 };
 
 }  // namespace rdmaflow::strategies

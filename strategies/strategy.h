@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "ATen/core/Tensor.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -43,7 +44,6 @@
 #include "rdma/transport.h"
 #include "runtime/communicator_options.h"
 #include "runtime/counters.h"
-#include "torch/types.h"
 
 namespace rdmaflow::strategies {
 
@@ -66,8 +66,8 @@ struct StrategyOptions {
 
 // One batch of a worker's data: inputs and int64 class labels.
 struct Batch {
-  torch::Tensor x;
-  torch::Tensor y;
+  at::Tensor x;
+  at::Tensor y;
 };
 
 // The model cut at a split point (by default before its first fully
@@ -76,8 +76,8 @@ struct Batch {
 // logits. Parameters whose names are in `head_parameters` belong to the
 // head, the others to the features.
 struct ModelSplit {
-  std::function<torch::Tensor(const torch::Tensor&)> features;
-  std::function<torch::Tensor(const torch::Tensor&)> head;
+  std::function<at::Tensor(const at::Tensor&)> features;
+  std::function<at::Tensor(const at::Tensor&)> head;
   std::vector<std::string> head_parameters;
   std::vector<int64_t> sample_shape;      // one input, e.g. {1, 28, 28}
   std::vector<int64_t> activation_shape;  // one sample's activations
@@ -111,7 +111,7 @@ struct StrategyContext {
 // A model parameter (float32, CPU, contiguous); its name is unique.
 struct Parameter {
   std::string name;
-  torch::Tensor tensor;
+  at::Tensor tensor;
 };
 
 // What the harness's compute function reports for one batch.

@@ -2,6 +2,7 @@
 // the base let through: calls out of order are refused with the same
 // messages for every strategy, a failed step leaves the rank unusable and
 // Finish() returns its failure, a failed Prepare() may be retried.
+#include "ATen/ops/ones.h"
 #include "strategies/strategy.h"
 
 #include <string>
@@ -183,7 +184,7 @@ TEST(StrategyTest, AnExceptionFromTheModelsCodeIsAFailedStepNamingTheRank) {
     ASSERT_OK(s.Start());
     // What a user's TorchScript model does with a shape it does not take.
     const ComputeFn throwing = []() -> absl::StatusOr<ComputeResult> {
-      return ComputeResult{torch::ones({2, 3}).matmul(torch::ones({2, 3})).sum().item<double>()};
+      return ComputeResult{at::ones({2, 3}).matmul(at::ones({2, 3})).sum().item<double>()};
     };
     EXPECT_THAT(s.Step(throwing).status(),
                 StatusIs(absl::StatusCode::kInternal,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite, then prints a one-line summary
-# ("tests: N passed, N failed, N skipped (M test targets)"):
+# ("tests: N passed, N failed, N skipped (M test targets)") and the time each
+# phase took ("times: setup N s, bazel test N s, ...; total N s"):
 #   1. bazel test //... (tests tagged requires-rdma / requires-gpu are
 #      filtered out by .bazelrc);
 #   2. the libFuzzer targets for FUZZ_SECONDS (default 30 each; 0 skips);
@@ -15,12 +16,24 @@
 #      base; CONSUMER_CHECK=0 skips).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+# How long each phase took, printed last ("times: ..."), so that the 45-minute
+# budget of a fresh clone can be watched phase by phase.
+times=()
+phase_start=$SECONDS
+end_phase() {
+  times+=("$1 $((SECONDS - phase_start)) s")
+  phase_start=$SECONDS
+}
+
 tools/setup.sh || exit 1
+end_phase setup
 
 log=$(mktemp)
 bazel test //... "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 build_failed=$(grep -c 'FAILED TO BUILD' "$log")
+end_phase "bazel test"
 
 # run_check <name> <enabled> <summary prefix> <script>: runs a check script
 # that ends with a "<prefix>: ..." line, unless <enabled> is 0; sets
@@ -42,7 +55,9 @@ run_check() {
 }
 
 run_check layering 1 layering tools/layering_check.sh
+end_phase layering
 run_check consumer "${CONSUMER_CHECK:-1}" "bazel consumer" tools/consumer_check.sh
+end_phase consumer
 
 fuzz_status=0
 fuzz_summary="skipped (FUZZ_SECONDS=0)"
@@ -54,8 +69,10 @@ if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
     fuzz_status=1
   fi
 fi
+end_phase fuzz
 
 run_check sanitize "${SANITIZE:-1}" sanitizers tools/sanitize.sh
+end_phase sanitizers
 
 rdma_status=0
 rm -rf bazel-rdma-testlogs
@@ -64,6 +81,7 @@ if [ "${RDMA_TESTS:-1}" != 0 ]; then
   rdma_status=${PIPESTATUS[0]}
 fi
 rdma_summary=$(grep '^rdma tests: ' "$log" | tail -1)
+end_phase "rdma VM"
 
 # Count gtest cases from the XML reports of the targets this run reported
 # (cached ones included) and of the VM's tests; a target that failed without
@@ -117,6 +135,8 @@ echo "fuzz: ${fuzz_summary}"
 echo "${sanitize_summary}"
 echo "${rdma_summary:-rdma tests: skipped (RDMA_TESTS=0)}"
 echo "tests: ${summary}"
+times_line=$(printf '%s, ' "${times[@]}")
+echo "times: ${times_line%, }; total $SECONDS s"
 [ "$status" -ne 0 ] || status=$layering_status
 [ "$status" -ne 0 ] || status=$consumer_status
 [ "$status" -ne 0 ] || status=$fuzz_status

@@ -21,7 +21,7 @@
 #ifndef RDMAFLOW_TORCH_BACKEND_ENGINE_H_
 #define RDMAFLOW_TORCH_BACKEND_ENGINE_H_
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>

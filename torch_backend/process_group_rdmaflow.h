@@ -28,7 +28,7 @@
 #ifndef RDMAFLOW_TORCH_BACKEND_PROCESS_GROUP_RDMAFLOW_H_
 #define RDMAFLOW_TORCH_BACKEND_PROCESS_GROUP_RDMAFLOW_H_
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Backend.hpp>

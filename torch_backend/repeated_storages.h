@@ -15,7 +15,7 @@
 #ifndef RDMAFLOW_TORCH_BACKEND_REPEATED_STORAGES_H_
 #define RDMAFLOW_TORCH_BACKEND_REPEATED_STORAGES_H_
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include <cstddef>

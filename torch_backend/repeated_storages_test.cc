@@ -1,5 +1,6 @@
 // RepeatedStorages: the n-th sighting of a storage, through any of its
 // views; dead storages forgotten; the bound on what is remembered.
+#include "ATen/ops/zeros.h"
 #include "torch_backend/repeated_storages.h"
 
 #include <vector>

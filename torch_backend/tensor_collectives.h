@@ -10,7 +10,7 @@
 #ifndef RDMAFLOW_TORCH_BACKEND_TENSOR_COLLECTIVES_H_
 #define RDMAFLOW_TORCH_BACKEND_TENSOR_COLLECTIVES_H_
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <vector>
 

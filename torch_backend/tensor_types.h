@@ -6,7 +6,7 @@
 #ifndef RDMAFLOW_TORCH_BACKEND_TENSOR_TYPES_H_
 #define RDMAFLOW_TORCH_BACKEND_TENSOR_TYPES_H_
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <vector>

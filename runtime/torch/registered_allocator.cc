@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 
+#include "ATen/ops/empty.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"

@@ -13,7 +13,7 @@
 #ifndef RDMAFLOW_RUNTIME_TORCH_REGISTERED_ALLOCATOR_H_
 #define RDMAFLOW_RUNTIME_TORCH_REGISTERED_ALLOCATOR_H_
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
 
 #include <atomic>

@@ -1,6 +1,10 @@
 // RegisteredAllocator: tensors from the region, the fallback to ordinary
 // memory, and MoveIn, which points an existing tensor's storage (and so its
 // views) at a block of the region.
+#include "ATen/ops/arange.h"
+#include "ATen/ops/equal.h"
+#include "ATen/ops/from_blob.h"
+#include "ATen/ops/ones.h"
 #include "runtime/torch/registered_allocator.h"
 
 #include <cstddef>

@@ -4,6 +4,7 @@
 #include <exception>
 #include <memory>
 
+#include "ATen/ops/from_blob.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/shape_util.h"

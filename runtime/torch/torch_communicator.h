@@ -10,7 +10,7 @@
 #ifndef RDMAFLOW_RUNTIME_TORCH_TORCH_COMMUNICATOR_H_
 #define RDMAFLOW_RUNTIME_TORCH_TORCH_COMMUNICATOR_H_
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
 #include "graph_analyzer/graph.pb.h"

@@ -1,6 +1,11 @@
 // LibTorch tensors through the zero-copy executor: computed straight into
 // registered memory on the sender (no copy), received as views of the slot
 // that return it to the sender when dropped.
+#include "ATen/ops/equal.h"
+#include "ATen/ops/full.h"
+#include "ATen/ops/matmul.h"
+#include "ATen/ops/ones.h"
+#include "ATen/ops/zeros.h"
 #include "runtime/torch/torch_communicator.h"
 
 #include <vector>

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ATen/Parallel.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -18,7 +19,6 @@
 #include "strategies/allreduce/allreduce_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
-#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies {
 namespace {
@@ -34,7 +34,7 @@ constexpr int kRanks = 3, kSteps = 3, kBatch = 4, kSlow = 2, kStallStep = 1;
 constexpr absl::Duration kTimeout = absl::Seconds(1);
 
 TEST(AllReduceSlowPeerTest, WaitingReplicasTimeOutNamingTheSlowOneAndFinishAtOnce) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   const ToyProblem problem(kRanks, kSteps, kBatch);
   std::vector<absl::Status> step_error(kRanks), retry(kRanks), finished(kRanks);
   std::vector<absl::Duration> finish_time(kRanks);

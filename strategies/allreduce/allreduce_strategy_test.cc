@@ -2,6 +2,9 @@
 // replicas end with exactly the parameters of one process training on their
 // batches concatenated (SGD with momentum), whatever the bucket size; bad
 // parameters are refused by name.
+#include "ATen/Parallel.h"
+#include "ATen/core/grad_mode.h"
+#include "ATen/ops/zeros.h"
 #include "strategies/allreduce/allreduce_strategy.h"
 
 #include <string>
@@ -13,7 +16,6 @@
 #include "gtest/gtest.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
-#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies {
 namespace {
@@ -26,8 +28,8 @@ StrategyOptions Options(int steps, std::map<std::string, std::string> params) {
 }
 
 // Mean loss of `params` over every worker's batches of every step.
-double LossOverAllData(const ToyProblem& problem, const std::vector<torch::Tensor>& params) {
-  torch::NoGradGuard no_grad;
+double LossOverAllData(const ToyProblem& problem, const std::vector<at::Tensor>& params) {
+  at::NoGradGuard no_grad;
   double total = 0;
   int batches = 0;
   for (size_t w = 0; w < problem.x.size(); ++w) {
@@ -41,7 +43,7 @@ double LossOverAllData(const ToyProblem& problem, const std::vector<torch::Tenso
 
 // A job's outcome on each rank.
 struct JobRun {
-  std::vector<std::vector<torch::Tensor>> finals;
+  std::vector<std::vector<at::Tensor>> finals;
   std::vector<runtime::TransferCounters> counters;
   std::vector<compression::CompressionStats> compression;
 };
@@ -80,7 +82,7 @@ class AllReduceEquivalenceTest
     : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(AllReduceEquivalenceTest, MatchesOneProcessOnTheConcatenatedBatches) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   const auto& [world, bucket] = GetParam();
   constexpr int kSteps = 6, kBatch = 8;
   const ToyProblem problem(world, kSteps, kBatch);
@@ -91,7 +93,7 @@ TEST_P(AllReduceEquivalenceTest, MatchesOneProcessOnTheConcatenatedBatches) {
   const auto& counters = run.counters;
   std::vector<int> everyone;
   for (int w = 0; w < world; ++w) everyone.push_back(w);
-  const std::vector<torch::Tensor> reference = problem.Reference(everyone, kSteps, 0.1, 0.9);
+  const std::vector<at::Tensor> reference = problem.Reference(everyone, kSteps, 0.1, 0.9);
   EXPECT_GT(ToyProblem::MaxDiff(reference, problem.init), 1e-3);  // it trained
   for (int r = 0; r < world; ++r) {
     EXPECT_LT(ToyProblem::MaxDiff(finals[r], reference), 1e-5) << "rank " << r;
@@ -115,7 +117,7 @@ INSTANTIATE_TEST_SUITE_P(
 // all-reduce reaches in the same steps (and well below where it started),
 // replicas stay identical, and fewer bytes cross.
 TEST(AllReduceStrategyTest, EveryCodecTrainsTheToyProblemWithFewerBytes) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   constexpr int kWorld = 3, kSteps = 40, kBatch = 8;
   const ToyProblem problem(kWorld, kSteps, kBatch);
   const double initial = LossOverAllData(problem, problem.init);
@@ -142,7 +144,7 @@ TEST(AllReduceStrategyTest, AFloat64ParameterIsRefusedByName) {
   std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(Options(1, {})));
-        std::vector<Parameter> params = {{"w", torch::zeros({3}, torch::kFloat64)}};
+        std::vector<Parameter> params = {{"w", at::zeros({3}, at::kDouble)}};
         RETURN_IF_ERROR(strategy->Prepare({rank, 2, &transport, &store}, params).status());
         return strategy->Start();
       });
@@ -154,10 +156,10 @@ TEST(AllReduceStrategyTest, AFloat64ParameterIsRefusedByName) {
 TEST(AllReduceStrategyTest, GradientsAreBucketedInTheOrderThePlanCompletesThem) {
   // fc1 -> relu -> fc2 as an importer traces it: backward completes fc2 first.
   const graph::GraphDef model = graph::testing::TrainingGraphOf(graph::testing::SmallMlpTrace());
-  std::vector<Parameter> params = {{"fc1.weight", torch::zeros({16, 20})},
-                                   {"fc1.bias", torch::zeros({16})},
-                                   {"fc2.weight", torch::zeros({4, 16})},
-                                   {"fc2.bias", torch::zeros({4})}};
+  std::vector<Parameter> params = {{"fc1.weight", at::zeros({16, 20})},
+                                   {"fc1.bias", at::zeros({16})},
+                                   {"fc2.weight", at::zeros({4, 16})},
+                                   {"fc2.bias", at::zeros({4})}};
   std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         StrategyContext context{rank, 1, &transport, &store};
@@ -170,14 +172,14 @@ TEST(AllReduceStrategyTest, GradientsAreBucketedInTheOrderThePlanCompletesThem) 
         // A parameter backward never reaches (not in the plan's gradients)
         // comes last.
         std::vector<Parameter> with_unused = params;
-        with_unused.insert(with_unused.begin(), {"unused", torch::zeros({7})});
+        with_unused.insert(with_unused.begin(), {"unused", at::zeros({7})});
         RETURN_IF_ERROR(planned->Prepare(context, with_unused).status());
         EXPECT_EQ(planned->gradient_order(),
                   (std::vector<std::string>{"fc2.weight", "fc2.bias", "fc1.weight", "fc1.bias",
                                             "unused"}));
         // A parameter whose size differs from its gradient's in the plan.
         std::vector<Parameter> resized = params;
-        resized[3].tensor = torch::zeros({5});
+        resized[3].tensor = at::zeros({5});
         ASSIGN_OR_RETURN(auto mismatched, AllReduceStrategy::Create(Options(1, {})));
         EXPECT_THAT(mismatched->Prepare(context, resized).status(),
                     StatusIs(absl::StatusCode::kFailedPrecondition,

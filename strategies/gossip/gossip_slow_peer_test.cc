@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "ATen/Parallel.h"
+#include "ATen/ops/full.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -18,7 +20,6 @@
 #include "strategies/gossip/gossip_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
-#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::gossip {
 namespace {
@@ -33,7 +34,7 @@ constexpr absl::Duration kTimeout = absl::Seconds(1);
 
 struct SlowRun {
   std::vector<absl::Status> status;
-  std::vector<torch::Tensor> final;
+  std::vector<at::Tensor> final;
   std::vector<int> mixed0, lost0;        // rank 0's
   std::vector<absl::Status> errors0;     // why rank 0 lost its peers
   int64_t outstanding_to_1 = -1;         // rank 0's, after its first step
@@ -44,7 +45,7 @@ struct SlowRun {
 // Rank 0 holds `hold` (towards rank 1); everyone runs kSteps exchanges of
 // pure mixing, kept within a step of each other by a store barrier.
 SlowRun RunWithHold(const std::string& mode, SlowPeerTransport::Hold hold) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   SlowRun run;
   run.final.resize(kRanks);
   run.status = rdma::testing::RunRankThreads(
@@ -56,7 +57,7 @@ SlowRun RunWithHold(const std::string& mode, SlowPeerTransport::Hold hold) {
         options.communicator_options.timeout = kTimeout;
         ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(options));
         const float value = rank == 0 ? 0.0f : rank == 1 ? 1e6f : 10.0f;
-        std::vector<Parameter> params = {{"a", torch::full({kElements}, value)}};
+        std::vector<Parameter> params = {{"a", at::full({kElements}, value)}};
         RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &slow, &store}, params).status());
         RETURN_IF_ERROR(strategy->Start());
         int step = 0;
@@ -165,7 +166,7 @@ TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
             testing::ToyOptions(kSteps, {{"topology", "ring"}, {"mode", "push"}});
         options.communicator_options.timeout = kTimeout;
         ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(options));
-        std::vector<Parameter> params = {{"a", torch::full({kElements}, 1.0f * rank)}};
+        std::vector<Parameter> params = {{"a", at::full({kElements}, 1.0f * rank)}};
         RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &slow, &store}, params).status());
         RETURN_IF_ERROR(strategy->Start());
         ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> { return ComputeResult{}; };

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "ATen/core/grad_mode.h"
+#include "ATen/ops/from_blob.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/graph_builder.h"
@@ -95,10 +97,10 @@ void GossipStrategy::Publish() {
 }
 
 void GossipStrategy::Mix(int peer, const float* theta) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor other = torch::from_blob(const_cast<float*>(theta),
+  at::NoGradGuard no_grad;
+  at::Tensor other = at::from_blob(const_cast<float*>(theta),
                                          {static_cast<int64_t>(bytes_ / sizeof(float))},
-                                         torch::kFloat32);
+                                         at::kFloat);
   replica_->flat().mul_(1.0 - gossip_.beta).add_(other, gossip_.beta);
   peers_mixed_.push_back(peer);
 }

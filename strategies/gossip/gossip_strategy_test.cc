@@ -2,6 +2,15 @@
 // shrinking geometrically under repeated mixing (a simulation of the
 // schedule, then the strategy itself with ranks as threads reading each
 // other's versioned buffers); training the toy problem; bad parameters.
+#include "ATen/Context.h"
+#include "ATen/Parallel.h"
+#include "ATen/TensorOperators.h"
+#include "ATen/core/grad_mode.h"
+#include "ATen/ops/arange.h"
+#include "ATen/ops/cat.h"
+#include "ATen/ops/full.h"
+#include "ATen/ops/randn.h"
+#include "ATen/ops/stack.h"
 #include "strategies/gossip/gossip_strategy.h"
 
 #include <algorithm>
@@ -16,7 +25,6 @@
 #include "rdma/rendezvous.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
-#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::gossip {
 namespace {
@@ -26,10 +34,10 @@ using ::rdmaflow::strategies::testing::ToyProblem;
 using ::rdmaflow::testing::StatusIs;
 
 // max_i |x_i - mean| (Euclidean).
-double ConsensusDistance(const std::vector<torch::Tensor>& x) {
-  torch::Tensor mean = torch::stack(x).mean(0);
+double ConsensusDistance(const std::vector<at::Tensor>& x) {
+  at::Tensor mean = at::stack(x).mean(0);
   double worst = 0;
-  for (const torch::Tensor& v : x) worst = std::max(worst, (v - mean).norm().item<double>());
+  for (const at::Tensor& v : x) worst = std::max(worst, (v - mean).norm().item<double>());
   return worst;
 }
 
@@ -52,17 +60,17 @@ TEST(PeerSelectorTest, RandomIsUniformOverTheOthersAndSeededRingIsTheNext) {
 TEST(GossipMixingTest, ConsensusDistanceShrinksGeometrically) {
   // 8 vectors, every round each mixes with a random peer's previous value.
   constexpr int kRanks = 8;
-  torch::manual_seed(3);
-  std::vector<torch::Tensor> x;
+  at::manual_seed(3);
+  std::vector<at::Tensor> x;
   std::vector<PeerSelector> peers;
   for (int r = 0; r < kRanks; ++r) {
-    x.push_back(torch::randn({16}));
+    x.push_back(at::randn({16}));
     peers.emplace_back(Topology::kRandom, r, kRanks, 11);
   }
   double last = ConsensusDistance(x);
   for (int block = 0; block < 5; ++block) {
     for (int round = 0; round < 10; ++round) {
-      std::vector<torch::Tensor> next;
+      std::vector<at::Tensor> next;
       for (int r = 0; r < kRanks; ++r) next.push_back(0.5 * x[r] + 0.5 * x[peers[r].Next()]);
       x = next;
     }
@@ -78,12 +86,12 @@ TEST(GossipMixingTest, ConsensusDistanceShrinksGeometrically) {
 // transport, so its peers' operations on it fail.
 struct MixRun {
   std::vector<absl::Status> status;
-  std::vector<torch::Tensor> start, final;
+  std::vector<at::Tensor> start, final;
   std::vector<std::vector<int>> mixed, lost;
 };
 
 MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after = 0) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   constexpr int kRanks = 4;
   MixRun run;
   run.start.resize(kRanks);
@@ -97,10 +105,10 @@ MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after 
                          GossipStrategy::Create(ToyOptions(
                              steps, {{"topology", "ring"}, {"mode", mode}})));
         // Each rank starts elsewhere.
-        torch::Tensor a = torch::full({100}, static_cast<float>(rank * 10));
-        torch::Tensor b = torch::arange(7, torch::kFloat32) * (rank - 1.5f);
+        at::Tensor a = at::full({100}, static_cast<float>(rank * 10));
+        at::Tensor b = at::arange(7, at::kFloat) * (rank - 1.5f);
         std::vector<Parameter> params = {{"a", a.clone()}, {"b", b.clone()}};
-        run.start[rank] = torch::cat({a, b});
+        run.start[rank] = at::cat({a, b});
         RETURN_IF_ERROR(
             strategy->Prepare({rank, kRanks, transport.get(), &store}, params).status());
         RETURN_IF_ERROR(strategy->Start());
@@ -126,7 +134,7 @@ MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after 
           RETURN_IF_ERROR(strategy->Step(nothing).status());
         }
         RETURN_IF_ERROR(strategy->Finish());
-        run.final[rank] = torch::cat({params[0].tensor, params[1].tensor}).detach().clone();
+        run.final[rank] = at::cat({params[0].tensor, params[1].tensor}).detach().clone();
         run.mixed[rank] = strategy->peers_mixed();
         run.lost[rank] = strategy->peers_lost();
         return absl::OkStatus();
@@ -136,10 +144,10 @@ MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after 
 
 // Mixing only averages: every value stays within the initial range.
 void ExpectWithinStartRange(const MixRun& run, const std::vector<int>& ranks) {
-  std::vector<torch::Tensor> before;
-  for (const torch::Tensor& t : run.start) before.push_back(t);
-  const torch::Tensor lo = std::get<0>(torch::stack(before).min(0)) - 1e-5;
-  const torch::Tensor hi = std::get<0>(torch::stack(before).max(0)) + 1e-5;
+  std::vector<at::Tensor> before;
+  for (const at::Tensor& t : run.start) before.push_back(t);
+  const at::Tensor lo = std::get<0>(at::stack(before).min(0)) - 1e-5;
+  const at::Tensor hi = std::get<0>(at::stack(before).max(0)) + 1e-5;
   for (int r : ranks) {
     EXPECT_TRUE((run.final[r] >= lo).all().item<bool>()) << "rank " << r;
     EXPECT_TRUE((run.final[r] <= hi).all().item<bool>()) << "rank " << r;
@@ -190,7 +198,7 @@ TEST(GossipStrategyTest, SurvivorsOfADeadRankSkipItAndStillReachConsensus) {
     SCOPED_TRACE(mode);
     MixRun run = Mix(mode, kMixSteps, /*leaver=*/3, /*leave_after=*/3);
     for (const absl::Status& s : run.status) ASSERT_OK(s);
-    std::vector<torch::Tensor> start, after;
+    std::vector<at::Tensor> start, after;
     for (int r = 0; r < 3; ++r) {
       start.push_back(run.start[r]);
       after.push_back(run.final[r]);
@@ -203,7 +211,7 @@ TEST(GossipStrategyTest, SurvivorsOfADeadRankSkipItAndStillReachConsensus) {
 }
 
 TEST(GossipStrategyTest, TrainsTheToyProblem) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   constexpr int kRanks = 3, kSteps = 40;
   const ToyProblem problem(kRanks, kSteps, 16);
   std::vector<double> first(kRanks), last(kRanks);
@@ -219,9 +227,9 @@ TEST(GossipStrategyTest, TrainsTheToyProblem) {
         RETURN_IF_ERROR(strategy->Finish());
         EXPECT_EQ(strategy->peers_mixed().size(), static_cast<size_t>(kSteps / 2));
         // The loss on all of the data, before and after.
-        torch::NoGradGuard no_grad;
-        torch::Tensor x = torch::cat(problem.x[0]), y = torch::cat(problem.y[0]);
-        std::vector<torch::Tensor> p;
+        at::NoGradGuard no_grad;
+        at::Tensor x = at::cat(problem.x[0]), y = at::cat(problem.y[0]);
+        std::vector<at::Tensor> p;
         for (const Parameter& param : params) p.push_back(param.tensor);
         first[rank] = ToyProblem::Loss(problem.init, x, y).item<double>();
         last[rank] = ToyProblem::Loss(p, x, y).item<double>();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ATen/Parallel.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -21,7 +22,6 @@
 #include "strategies/layer_separated/layer_separated_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
-#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::layer_separated {
 namespace {
@@ -43,7 +43,7 @@ struct Outcome {
 
 // Rank `slow` stalls at step kStallStep until the other rank gave up.
 std::vector<Outcome> RunWithSlowRank(int slow) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   const ToyProblem problem(kRanks, kSteps, kBatch);
   std::vector<Outcome> outcome(kRanks);
   std::vector<absl::Status> status = rdma::testing::RunRankThreads(
@@ -54,7 +54,7 @@ std::vector<Outcome> RunWithSlowRank(int slow) {
         options.communicator_options.timeout = kTimeout;
         ASSIGN_OR_RETURN(auto strategy, LayerSeparatedStrategy::Create(options));
         std::vector<Parameter> params = problem.MakeParameters();
-        std::vector<torch::Tensor> p;
+        std::vector<at::Tensor> p;
         for (const Parameter& param : params) p.push_back(param.tensor);
         int t = 0, heads = 0;
         const std::string other_gave_up = absl::StrCat("test/gave_up/", 1 - rank);
@@ -64,8 +64,8 @@ std::vector<Outcome> RunWithSlowRank(int slow) {
         };
         absl::Status stalled;  // a failed stall inside the head
         ModelSplit split;
-        split.features = [&p](const torch::Tensor& x) { return ToyProblem::Features(p, x); };
-        split.head = [&](const torch::Tensor& h) {
+        split.features = [&p](const at::Tensor& x) { return ToyProblem::Features(p, x); };
+        split.head = [&](const at::Tensor& h) {
           if (absl::Status s = stall(heads++); !s.ok()) stalled = s;
           return ToyProblem::Head(p, h);
         };

@@ -1,9 +1,11 @@
 // File: layer_separated_step.cc
 // One step of each role of layer-separated training (see the header).
+#include "ATen/ops/cat.h"
+#include "ATen/ops/cross_entropy_loss.h"
+#include "ATen/ops/stack.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "strategies/layer_separated/layer_separated_strategy.h"
-#include "torch/torch.h"
 
 namespace rdmaflow::strategies::layer_separated {
 
@@ -23,20 +25,20 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   const Link& link = links_.front();
   group_->ZeroGradients();
   const absl::Time begin = absl::Now();
-  torch::Tensor act = context().split->features(batch.x);
+  at::Tensor act = context().split->features(batch.x);
   const absl::Time computed = absl::Now();
   RETURN_IF_ERROR(tensors_->Send(link.act, act.detach().contiguous()));
-  RETURN_IF_ERROR(tensors_->Send(link.labels, batch.y.to(torch::kInt64).contiguous()));
+  RETURN_IF_ERROR(tensors_->Send(link.labels, batch.y.to(at::kLong).contiguous()));
   const absl::Time sent = absl::Now();
-  ASSIGN_OR_RETURN(torch::Tensor grad, tensors_->Recv(link.grad));
-  ASSIGN_OR_RETURN(torch::Tensor stats, tensors_->Recv(link.stats));
+  ASSIGN_OR_RETURN(at::Tensor grad, tensors_->Recv(link.grad));
+  ASSIGN_OR_RETURN(at::Tensor stats, tensors_->Recv(link.stats));
   const absl::Time received = absl::Now();
   report.compute.loss = stats[0].item<double>();
   report.compute.accuracy = stats[1].item<double>();
   report.compute.samples = layout_.batch;
   if (act.requires_grad()) act.backward(grad);
-  grad = torch::Tensor();  // gives the slots back
-  stats = torch::Tensor();
+  grad = at::Tensor();  // gives the slots back
+  stats = at::Tensor();
   const absl::Time backward = absl::Now();
   RETURN_IF_ERROR(group_->AllReduceGradients(1.0, options().momentum));
   group_->ApplySgd(options().learning_rate, options().momentum);
@@ -52,30 +54,29 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
   report.clock = report.min_clock = clock();
   group_->ZeroGradients();
   const absl::Time begin = absl::Now();
-  std::vector<torch::Tensor> acts, labels;
+  std::vector<at::Tensor> acts, labels;
   for (const Link& link : links_) {
-    ASSIGN_OR_RETURN(torch::Tensor a, tensors_->Recv(link.act));
-    ASSIGN_OR_RETURN(torch::Tensor y, tensors_->Recv(link.labels));
+    ASSIGN_OR_RETURN(at::Tensor a, tensors_->Recv(link.act));
+    ASSIGN_OR_RETURN(at::Tensor y, tensors_->Recv(link.labels));
     acts.push_back(std::move(a));
     labels.push_back(std::move(y));
   }
   const absl::Time received = absl::Now();
-  torch::Tensor a = torch::cat(acts).requires_grad_(true);
-  torch::Tensor y = torch::cat(labels);
+  at::Tensor a = at::cat(acts).requires_grad_(true);
+  at::Tensor y = at::cat(labels);
   acts.clear();  // gives the slots back
   labels.clear();
-  torch::Tensor logits = context().split->head(a);
-  torch::Tensor losses = torch::nn::functional::cross_entropy(
-      logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  at::Tensor logits = context().split->head(a);
+  at::Tensor losses = at::cross_entropy_loss(logits, y, /*weight=*/{}, at::Reduction::None);
   // The gradient of the global batch's mean loss.
-  (losses.sum() / static_cast<double>(layout_.batch * layout_.conv_ranks)).backward();
-  torch::Tensor correct = logits.argmax(1).eq(y).to(torch::kFloat32);
-  const torch::Tensor grad = a.grad();
+  losses.sum().div(static_cast<double>(layout_.batch * layout_.conv_ranks)).backward();
+  at::Tensor correct = logits.argmax(1).eq(y).to(at::kFloat);
+  const at::Tensor grad = a.grad();
   const absl::Time computed = absl::Now();
   const int64_t b = layout_.batch;
   for (size_t j = 0; j < links_.size(); ++j) {
     RETURN_IF_ERROR(tensors_->Send(links_[j].grad, grad.narrow(0, j * b, b).contiguous()));
-    torch::Tensor stats = torch::stack({losses.narrow(0, j * b, b).mean().detach(),
+    at::Tensor stats = at::stack({losses.narrow(0, j * b, b).mean().detach(),
                                         correct.narrow(0, j * b, b).mean()});
     RETURN_IF_ERROR(tensors_->Send(links_[j].stats, stats));
   }

@@ -8,6 +8,12 @@
 #include <set>
 #include <utility>
 
+#include "ATen/core/grad_mode.h"
+#include "ATen/ops/cross_entropy_loss.h"
+#include "ATen/ops/empty.h"
+#include "ATen/ops/ones_like.h"
+#include "ATen/ops/randn.h"
+#include "ATen/ops/zeros.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/buckets.h"
@@ -16,7 +22,6 @@
 #include "runtime/communicator_factory.h"
 #include "runtime/rank_plan.h"
 #include "strategies/strategy_params.h"
-#include "torch/torch.h"
 
 namespace rdmaflow::strategies::layer_separated {
 namespace {
@@ -160,18 +165,18 @@ absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
   std::vector<int64_t> x_shape = {b}, a_shape = {b};
   x_shape.insert(x_shape.end(), split.sample_shape.begin(), split.sample_shape.end());
   a_shape.insert(a_shape.end(), split.activation_shape.begin(), split.activation_shape.end());
-  torch::Tensor x = torch::randn(x_shape);
-  torch::Tensor labels = torch::zeros({b}, torch::kInt64);
+  at::Tensor x = at::randn(x_shape);
+  at::Tensor labels = at::zeros({b}, at::kLong);
   costs_.conv_s = Fastest([&] {
-    torch::Tensor h = split.features(x);
-    if (h.requires_grad()) h.backward(torch::ones_like(h));
+    at::Tensor h = split.features(x);
+    if (h.requires_grad()) h.backward(at::ones_like(h));
   });
   costs_.fc_s = Fastest([&] {
-    torch::Tensor a = torch::randn(a_shape).requires_grad_(true);
-    torch::nn::functional::cross_entropy(split.head(a), labels).backward();
+    at::Tensor a = at::randn(a_shape).requires_grad_(true);
+    at::cross_entropy_loss(split.head(a), labels).backward();
   });
-  for (Parameter& p : parameters_) p.tensor.mutable_grad() = torch::Tensor();
-  costs_.activation_bytes = static_cast<int64_t>(torch::empty(a_shape).numel()) * 4 + b * 8;
+  for (Parameter& p : parameters_) p.tensor.mutable_grad() = at::Tensor();
+  costs_.activation_bytes = static_cast<int64_t>(at::empty(a_shape).numel()) * 4 + b * 8;
   costs_.conv_param_bytes = Bytes(features_);
   costs_.fc_param_bytes = Bytes(head_);
   costs_.latency_s = small_s / (2.0 * (n - 1));
@@ -274,9 +279,9 @@ absl::Status LayerSeparatedStrategy::ShareFinalModel() {
                                         parameters_[i].tensor.numel() * sizeof(float));
   }
   RETURN_IF_ERROR(everyone_->AllReduce(0, (total + 3) / 4, collectives::DataType::kFloat32));
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    torch::Tensor& p = parameters_[i].tensor;
+    at::Tensor& p = parameters_[i].tensor;
     std::memcpy(p.data_ptr<float>(), data + everyone_offsets_[i], p.numel() * sizeof(float));
   }
   return absl::OkStatus();

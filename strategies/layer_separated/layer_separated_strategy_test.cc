@@ -3,6 +3,7 @@
 // end (every rank, after Finish) with the parameters of one process
 // training on the C conv ranks' batches concatenated (1e-5), for 1+1, 3+1
 // and 2+2 ranks and with K chosen by the cost model; bad set-ups are named.
+#include "ATen/Parallel.h"
 #include "strategies/layer_separated/layer_separated_strategy.h"
 
 #include <string>
@@ -13,7 +14,6 @@
 #include "gtest/gtest.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
-#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::layer_separated {
 namespace {
@@ -29,7 +29,7 @@ StrategyOptions Options(std::map<std::string, std::string> params) {
 
 struct Job {
   std::vector<absl::Status> status;
-  std::vector<std::vector<torch::Tensor>> finals;  // by rank
+  std::vector<std::vector<at::Tensor>> finals;  // by rank
   std::vector<int> conv_ranks;                     // as each rank saw it
   std::vector<double> first_loss;
   std::vector<int64_t> codec_calls;  // by rank
@@ -48,11 +48,11 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
         options.codec = codec;
         ASSIGN_OR_RETURN(auto strategy, LayerSeparatedStrategy::Create(options));
         std::vector<Parameter> params = problem.MakeParameters();
-        std::vector<torch::Tensor> p;
+        std::vector<at::Tensor> p;
         for (const Parameter& param : params) p.push_back(param.tensor);
         ModelSplit split;
-        split.features = [&p](const torch::Tensor& x) { return ToyProblem::Features(p, x); };
-        split.head = [&p](const torch::Tensor& h) { return ToyProblem::Head(p, h); };
+        split.features = [&p](const at::Tensor& x) { return ToyProblem::Features(p, x); };
+        split.head = [&p](const at::Tensor& h) { return ToyProblem::Head(p, h); };
         split.head_parameters = {"w2", "b2"};
         split.sample_shape = {4};
         split.activation_shape = {8};
@@ -85,26 +85,26 @@ void ExpectMatchesReference(const ToyProblem& problem, const Job& job, int world
   const int conv = job.conv_ranks[0];
   std::vector<int> convs;
   for (int i = 0; i < conv; ++i) convs.push_back(i);
-  const std::vector<torch::Tensor> reference = problem.Reference(convs, kSteps, 0.1, 0.9);
+  const std::vector<at::Tensor> reference = problem.Reference(convs, kSteps, 0.1, 0.9);
   EXPECT_GT(ToyProblem::MaxDiff(reference, problem.init), 1e-3);  // it trained
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(job.conv_ranks[r], conv);
     EXPECT_LT(ToyProblem::MaxDiff(job.finals[r], reference), 1e-5) << "rank " << r;
   }
   // The loss the conv ranks report is their batch's, computed on the FC rank.
-  std::vector<torch::Tensor> p0(problem.init.begin(), problem.init.end());
+  std::vector<at::Tensor> p0(problem.init.begin(), problem.init.end());
   EXPECT_NEAR(job.first_loss[0],
               ToyProblem::Loss(p0, problem.x[0][0], problem.y[0][0]).item<double>(), 1e-5);
 }
 
 TEST(LayerSeparatedTest, OneConvOneFcEqualsOneProcess) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   const ToyProblem problem(2, kSteps, kBatch);
   ExpectMatchesReference(problem, RunJob(problem, 2, {{"fc_ranks", "1"}}), 2);
 }
 
 TEST(LayerSeparatedTest, ThreeConvOneFcEqualsTheConcatenatedBatch) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   const ToyProblem problem(4, kSteps, kBatch);
   ExpectMatchesReference(problem, RunJob(problem, 4, {{"fc_ranks", "1"}, {"chunk_bytes", "64"}}), 4);
 }
@@ -112,7 +112,7 @@ TEST(LayerSeparatedTest, ThreeConvOneFcEqualsTheConcatenatedBatch) {
 // The convolutional ranks' gradients go through the codec; the FC rank's
 // head never leaves it. The conv replicas stay identical and train.
 TEST(LayerSeparatedTest, TheConvGroupSendsItsGradientsThroughACodec) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   const ToyProblem problem(3, kSteps, kBatch);
   const Job job = RunJob(problem, 4, {{"fc_ranks", "1"}}, "topk:ratio=0.5");
   for (const absl::Status& s : job.status) ASSERT_OK(s);
@@ -125,7 +125,7 @@ TEST(LayerSeparatedTest, TheConvGroupSendsItsGradientsThroughACodec) {
 }
 
 TEST(LayerSeparatedTest, TwoFcRanksAllReduceTheHead) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   const ToyProblem problem(4, kSteps, kBatch);
   Job job = RunJob(problem, 4, {{"fc_ranks", "2"}});
   EXPECT_EQ(job.conv_ranks[0], 2);
@@ -133,7 +133,7 @@ TEST(LayerSeparatedTest, TwoFcRanksAllReduceTheHead) {
 }
 
 TEST(LayerSeparatedTest, TheCostModelPicksKAndAllRanksAgree) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   const ToyProblem problem(3, kSteps, kBatch);
   Job job = RunJob(problem, 3, {});
   ExpectMatchesReference(problem, job, 3);

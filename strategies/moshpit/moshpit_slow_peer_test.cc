@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "ATen/Parallel.h"
+#include "ATen/ops/full.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -20,7 +22,6 @@
 #include "strategies/moshpit/moshpit_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
-#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::moshpit {
 namespace {
@@ -37,13 +38,13 @@ constexpr int kRanks = 4, kSteps = 4, kSlow = 3, kFreezeRound = 2;
 constexpr int kRoundTimeoutMs = 1000, kGroupTimeoutMs = 3000;
 
 TEST(MoshpitSlowPeerTest, APeerFrozenInItsAverageIsNamedAndSkipped) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   std::vector<std::vector<int>> sizes(kRanks);
   std::vector<int> failed(kRanks, -1);
   std::vector<std::vector<absl::Status>> errors(kRanks);
   std::vector<int64_t> steps(kRanks, 0), in_flight(kRanks, -1);
   std::vector<absl::Duration> finish_time(kRanks);
-  std::vector<torch::Tensor> final(kRanks);
+  std::vector<at::Tensor> final(kRanks);
   std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         SlowPeerTransport slow(transport);
@@ -62,7 +63,7 @@ TEST(MoshpitSlowPeerTest, APeerFrozenInItsAverageIsNamedAndSkipped) {
                              kSteps, {{"side", "2"},
                                       {"round_timeout_ms", absl::StrCat(kRoundTimeoutMs)},
                                       {"group_timeout_ms", absl::StrCat(kGroupTimeoutMs)}})));
-        std::vector<Parameter> p = {{"w", torch::full({64}, 10.0f * rank)}};
+        std::vector<Parameter> p = {{"w", at::full({64}, 10.0f * rank)}};
         RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &slow, &store}, p).status());
         RETURN_IF_ERROR(strategy->Start());
         ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> {

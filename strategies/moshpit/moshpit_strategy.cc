@@ -7,6 +7,8 @@
 #include <limits>
 #include <utility>
 
+#include "ATen/core/grad_mode.h"
+#include "ATen/ops/from_blob.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -229,8 +231,8 @@ absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round
   RETURN_IF_ERROR(ring->AllReduce(0, elements + 1, collectives::DataType::kFloat32));
   const float total = data[elements];
   if (total > 0) {
-    torch::NoGradGuard no_grad;
-    torch::Tensor sum = torch::from_blob(data, {elements}, torch::kFloat32);
+    at::NoGradGuard no_grad;
+    at::Tensor sum = at::from_blob(data, {elements}, at::kFloat);
     replica_->flat().copy_(sum).div_(static_cast<double>(total));
     adopt_next_average_ = false;
   }

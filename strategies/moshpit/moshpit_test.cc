@@ -3,6 +3,13 @@
 // after d rounds on full grids (4 ranks 2x2, 8 ranks 2x2x2); with one rank
 // gone mid-run the others keep averaging, their spread shrinks, and nobody
 // hangs.
+#include "ATen/Context.h"
+#include "ATen/Parallel.h"
+#include "ATen/TensorOperators.h"
+#include "ATen/ops/cat.h"
+#include "ATen/ops/full.h"
+#include "ATen/ops/randn.h"
+#include "ATen/ops/stack.h"
 #include "strategies/moshpit/moshpit_strategy.h"
 
 #include <algorithm>
@@ -23,7 +30,6 @@
 #include "rdma/testing/rank_threads.h"
 #include "strategies/moshpit/moshpit_group.h"
 #include "strategies/testing/toy_problem.h"
-#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::moshpit {
 namespace {
@@ -69,7 +75,7 @@ TEST(MoshpitGridTest, GroupOfIsExactlyThePeersSharingTheGroupKey) {
 // final flat parameters and group sizes.
 struct AverageRun {
   std::vector<absl::Status> status;
-  std::vector<torch::Tensor> start, final;
+  std::vector<at::Tensor> start, final;
   std::vector<std::vector<int>> sizes;
   std::vector<int> rings;  // created, by rank
 };
@@ -84,10 +90,10 @@ AverageRun Average(int world, int steps, std::map<std::string, std::string> para
   run.status = rdma::testing::RunRankThreads(
       world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy, MoshpitStrategy::Create(ToyOptions(steps, params)));
-        torch::manual_seed(100 + rank);
-        torch::Tensor w = torch::randn({37});
-        torch::Tensor b = torch::randn({5});
-        run.start[rank] = torch::cat({w, b});
+        at::manual_seed(100 + rank);
+        at::Tensor w = at::randn({37});
+        at::Tensor b = at::randn({5});
+        run.start[rank] = at::cat({w, b});
         std::vector<Parameter> p = {{"w", w.clone()}, {"b", b.clone()}};
         RETURN_IF_ERROR(strategy->Prepare({rank, world, &transport, &store}, p).status());
         RETURN_IF_ERROR(strategy->Start());
@@ -99,7 +105,7 @@ AverageRun Average(int world, int steps, std::map<std::string, std::string> para
           ++taken;
         }
         RETURN_IF_ERROR(strategy->Finish());
-        run.final[rank] = torch::cat({p[0].tensor.detach().flatten(), p[1].tensor.detach()});
+        run.final[rank] = at::cat({p[0].tensor.detach().flatten(), p[1].tensor.detach()});
         run.sizes[rank] = strategy->group_sizes();
         run.rings[rank] = strategy->rings_created();
         return absl::OkStatus();
@@ -108,7 +114,7 @@ AverageRun Average(int world, int steps, std::map<std::string, std::string> para
 }
 
 TEST(MoshpitStrategyTest, FullGridsGiveTheExactGlobalAverageAfterDRounds) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   for (const auto& [world, dims] : std::vector<std::pair<int, int>>{{4, 2}, {8, 3}}) {
     SCOPED_TRACE(absl::StrCat(world, " ranks"));
     // 2d rounds: the second d reuse the rings of the first (and averaging
@@ -116,7 +122,7 @@ TEST(MoshpitStrategyTest, FullGridsGiveTheExactGlobalAverageAfterDRounds) {
     AverageRun run =
         Average(world, 2 * dims, {{"side", "2"}, {"group_timeout_ms", "20000"}});
     for (const absl::Status& s : run.status) ASSERT_OK(s);
-    const torch::Tensor mean = torch::stack(run.start).mean(0);
+    const at::Tensor mean = at::stack(run.start).mean(0);
     for (int r = 0; r < world; ++r) {
       EXPECT_LT((run.final[r] - mean).abs().max().item<double>(), 1e-6) << "rank " << r;
       EXPECT_EQ(run.sizes[r], std::vector<int>(2 * dims, 2)) << "rank " << r;
@@ -128,7 +134,7 @@ TEST(MoshpitStrategyTest, FullGridsGiveTheExactGlobalAverageAfterDRounds) {
 // A fresh start builds every grid group's ring before the first step; the
 // rounds then reuse them and build none.
 TEST(MoshpitStrategyTest, GridRingsAreBuiltBeforeTheFirstStep) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   constexpr int kWorld = 8, kDims = 3;
   std::vector<int> before(kWorld, -1), after(kWorld, -1);
   std::vector<absl::Status> status = rdma::testing::RunRankThreads(
@@ -136,7 +142,7 @@ TEST(MoshpitStrategyTest, GridRingsAreBuiltBeforeTheFirstStep) {
         ASSIGN_OR_RETURN(auto strategy, MoshpitStrategy::Create(ToyOptions(
                                             2 * kDims, {{"side", "2"},
                                                         {"group_timeout_ms", "20000"}})));
-        std::vector<Parameter> p = {{"w", torch::randn({16})}};
+        std::vector<Parameter> p = {{"w", at::randn({16})}};
         RETURN_IF_ERROR(strategy->Prepare({rank, kWorld, &transport, &store}, p).status());
         RETURN_IF_ERROR(strategy->Start());
         before[rank] = strategy->rings_created();
@@ -153,14 +159,14 @@ TEST(MoshpitStrategyTest, GridRingsAreBuiltBeforeTheFirstStep) {
 }
 
 TEST(MoshpitStrategyTest, ARankThatLeavesShrinksItsGroupsAndTheOthersGoOn) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   constexpr int kWorld = 4, kSteps = 8;
   AverageRun run = Average(kWorld, kSteps, {{"side", "2"}, {"group_timeout_ms", "300"}},
                     /*leaver=*/3, /*leave_after=*/2);
   for (const absl::Status& s : run.status) ASSERT_OK(s);
   // Survivors: every round ran; the rounds after rank 3 left that would have
   // included it have a group of 1.
-  std::vector<torch::Tensor> start, final;
+  std::vector<at::Tensor> start, final;
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(run.sizes[r].size(), static_cast<size_t>(kSteps)) << "rank " << r;
     start.push_back(run.start[r]);
@@ -168,28 +174,28 @@ TEST(MoshpitStrategyTest, ARankThatLeavesShrinksItsGroupsAndTheOthersGoOn) {
   }
   EXPECT_EQ(run.sizes[1][3], 1);  // round 3 (dim 1): {1, 3} without 3
   EXPECT_EQ(run.sizes[2][2], 1);  // round 2 (dim 0): {2, 3} without 3
-  auto spread = [](const std::vector<torch::Tensor>& x) {
-    torch::Tensor m = torch::stack(x).mean(0);
+  auto spread = [](const std::vector<at::Tensor>& x) {
+    at::Tensor m = at::stack(x).mean(0);
     double worst = 0;
-    for (const torch::Tensor& v : x) worst = std::max(worst, (v - m).norm().item<double>());
+    for (const at::Tensor& v : x) worst = std::max(worst, (v - m).norm().item<double>());
     return worst;
   };
   EXPECT_LT(spread(final), 0.05 * spread(start));
 }
 
 TEST(MoshpitStrategyTest, ARestartedRankRejoinsAndAdoptsItsGroupsParameters) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   constexpr int kWorld = 4, kSteps = 12;
   const std::map<std::string, std::string> params = {{"side", "2"},
                                                      {"group_timeout_ms", "300"}};
-  std::vector<torch::Tensor> start(kWorld), final(kWorld);
+  std::vector<at::Tensor> start(kWorld), final(kWorld);
   std::vector<int64_t> steps_taken(kWorld, 0);
   std::vector<std::vector<int>> sizes(kWorld);
   std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       kWorld, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy, MoshpitStrategy::Create(ToyOptions(kSteps, params)));
-        torch::manual_seed(100 + rank);
-        start[rank] = torch::randn({41});
+        at::manual_seed(100 + rank);
+        start[rank] = at::randn({41});
         std::vector<Parameter> p = {{"w", start[rank].clone()}};
         RETURN_IF_ERROR(strategy->Prepare({rank, kWorld, &transport, &store}, p).status());
         RETURN_IF_ERROR(strategy->Start());
@@ -210,7 +216,7 @@ TEST(MoshpitStrategyTest, ARestartedRankRejoinsAndAdoptsItsGroupsParameters) {
           strategy.reset();
           RETURN_IF_ERROR(store.Wait({"all_at5"}, absl::Seconds(60)));
           ASSIGN_OR_RETURN(strategy, MoshpitStrategy::Create(ToyOptions(kSteps, params)));
-          p = {{"w", torch::full({41}, 1000.0f)}};
+          p = {{"w", at::full({41}, 1000.0f)}};
           strategies::StrategyContext context{rank, kWorld, &transport, &store};
           context.rejoining = true;
           RETURN_IF_ERROR(strategy->Prepare(context, p).status());
@@ -235,8 +241,8 @@ TEST(MoshpitStrategyTest, ARestartedRankRejoinsAndAdoptsItsGroupsParameters) {
   EXPECT_NE(std::find(sizes[3].begin(), sizes[3].end(), 2), sizes[3].end());
   // Everyone, the rejoined rank included, holds values from the original
   // starts' range: its 1000s counted with weight 0.
-  const torch::Tensor lo = std::get<0>(torch::stack(start).min(0)) - 1e-4;
-  const torch::Tensor hi = std::get<0>(torch::stack(start).max(0)) + 1e-4;
+  const at::Tensor lo = std::get<0>(at::stack(start).min(0)) - 1e-4;
+  const at::Tensor hi = std::get<0>(at::stack(start).max(0)) + 1e-4;
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_TRUE((final[r] >= lo).all().item<bool>() && (final[r] <= hi).all().item<bool>())
         << "rank " << r << ": " << final[r].max().item<float>();

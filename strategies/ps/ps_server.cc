@@ -6,6 +6,9 @@
 #include <thread>
 #include <utility>
 
+#include "ATen/ops/add.h"
+#include "ATen/ops/from_blob.h"
+#include "ATen/ops/zeros.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -14,9 +17,9 @@
 namespace rdmaflow::strategies::ps {
 namespace {
 
-torch::Tensor FloatView(const std::byte* data, int64_t elements) {
-  return torch::from_blob(const_cast<std::byte*>(data), {elements},
-                          torch::kFloat32);
+at::Tensor FloatView(const std::byte* data, int64_t elements) {
+  return at::from_blob(const_cast<std::byte*>(data), {elements},
+                          at::kFloat);
 }
 
 }  // namespace
@@ -33,7 +36,7 @@ absl::Status PsStrategy::StartServer() {
   // from the same seed; the servers' copy is the one that counts).
   params_->Update([&](std::byte* next, const std::byte*) {
     for (const ShardEntry& entry : shard.entries) {
-      const torch::Tensor& p = parameters_[entry.parameter].tensor;
+      const at::Tensor& p = parameters_[entry.parameter].tensor;
       std::memcpy(next + entry.offset * sizeof(float), p.data_ptr<float>(),
                   entry.elements * sizeof(float));
     }
@@ -43,11 +46,11 @@ absl::Status PsStrategy::StartServer() {
                                 absl::StrCat("ps", index_, "/clocks"),
                                 2 * workers_ * sizeof(int64_t), ps_.copies));
   table_ = std::make_unique<ClockTable>(ps_.sync, workers_);
-  momentum_ = torch::zeros({shard.elements}, torch::kFloat32);
-  sum_ = torch::zeros({shard.elements}, torch::kFloat32);
+  momentum_ = at::zeros({shard.elements}, at::kFloat);
+  sum_ = at::zeros({shard.elements}, at::kFloat);
   contributed_.assign(workers_, false);
   pushes_taken_.assign(workers_, 0);
-  if (!codecs_.empty()) decoded_ = torch::zeros({shard.elements}, torch::kFloat32);
+  if (!codecs_.empty()) decoded_ = at::zeros({shard.elements}, at::kFloat);
   reply_due_.assign(workers_, !ps_.pull_by_read);
   PublishClocks();
   return SendReplies();
@@ -63,14 +66,14 @@ void PsStrategy::PublishClocks() {
   });
 }
 
-void PsStrategy::ApplyUpdate(const torch::Tensor& gradient) {
+void PsStrategy::ApplyUpdate(const at::Tensor& gradient) {
   // SGD with momentum, as torch.optim.SGD: v = mu * v + g; p -= lr * v,
   // written straight into the next version.
   momentum_.mul_(options().momentum).add_(gradient);
   const int64_t elements = shards_[index_].elements;
   params_->Update([&](std::byte* next, const std::byte* latest) {
-    torch::Tensor out = FloatView(next, elements);
-    torch::add_out(out, FloatView(latest, elements), momentum_,
+    at::Tensor out = FloatView(next, elements);
+    at::add_out(out, FloatView(latest, elements), momentum_,
                    -options().learning_rate);
   });
   ++updates_;
@@ -115,7 +118,7 @@ absl::Status PsStrategy::TakeGradient(int worker) {
   }
   // The gradient is read where it landed (decoded from there, with a
   // codec), then the slot goes back.
-  torch::Tensor gradient;
+  at::Tensor gradient;
   if (codecs_.empty()) {
     gradient = FloatView(tensor.data(), elements);
   } else {
@@ -147,7 +150,7 @@ absl::Status PsStrategy::TakeGradient(int worker) {
       contributions_ = 0;
     }
   } else {
-    ApplyUpdate(gradient / workers_);
+    ApplyUpdate(gradient.div(workers_));
     table_->OnPush(worker, now);
   }
   history_.push_back(table_->clocks());

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "ATen/Parallel.h"
+#include "ATen/ops/equal.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -23,7 +25,6 @@
 #include "strategies/ps/ps_strategy.h"
 #include "strategies/testing/slow_peer_transport.h"
 #include "strategies/testing/toy_problem.h"
-#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::ps {
 namespace {
@@ -48,7 +49,7 @@ struct Outcome {
   absl::Duration finish_time;
   int64_t in_flight = -1;   // operations posted, completion not fired, after Finish()
   int64_t held = 0, landed_after_close = 0;
-  std::vector<torch::Tensor> params_after_error, params_later;
+  std::vector<at::Tensor> params_after_error, params_later;
 };
 
 // 1 server + `workers` workers; `setup(rank, slow)` may add holds;
@@ -56,7 +57,7 @@ struct Outcome {
 std::vector<Outcome> RunJob(
     int workers, const std::function<void(int, SlowPeerTransport&)>& setup,
     const std::function<absl::Status(int, int64_t, rdma::Store&)>& stall) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   const int world = 1 + workers;
   const ToyProblem problem(workers, kSteps, kBatch);
   std::vector<Outcome> outcome(world);
@@ -80,7 +81,7 @@ std::vector<Outcome> RunJob(
           return train();
         };
         auto snapshot = [&] {
-          std::vector<torch::Tensor> copy;
+          std::vector<at::Tensor> copy;
           for (const Parameter& p : params) copy.push_back(p.tensor.detach().clone());
           return copy;
         };
@@ -180,7 +181,7 @@ TEST(PsSlowPeerTest, APullThatTimesOutIsCancelledAndNamesTheServer) {
   // The parameters the worker was left with were not written afterwards.
   ASSERT_EQ(out[1].params_after_error.size(), out[1].params_later.size());
   for (size_t i = 0; i < out[1].params_later.size(); ++i) {
-    EXPECT_TRUE(torch::equal(out[1].params_after_error[i], out[1].params_later[i])) << i;
+    EXPECT_TRUE(at::equal(out[1].params_after_error[i], out[1].params_later[i])) << i;
   }
 }
 

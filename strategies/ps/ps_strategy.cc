@@ -119,7 +119,7 @@ absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> par
   }
   std::vector<int64_t> elements;
   for (const Parameter& p : parameters) {
-    if (p.tensor.scalar_type() != torch::kFloat32 || !p.tensor.is_cpu() ||
+    if (p.tensor.scalar_type() != at::kFloat || !p.tensor.is_cpu() ||
         !p.tensor.is_contiguous()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ps parameter '", p.name, "' must be a contiguous float32 CPU tensor"));

@@ -103,7 +103,7 @@ class PsStrategy final : public Strategy {
   absl::Status StartServer();
   absl::StatusOr<StepReport> ServerStep();
   absl::Status TakeGradient(int worker);
-  void ApplyUpdate(const torch::Tensor& gradient);
+  void ApplyUpdate(const at::Tensor& gradient);
   void PublishClocks();
   absl::Status SendReplies();
   absl::Status SendParameters(int worker);
@@ -148,8 +148,8 @@ class PsStrategy final : public Strategy {
   std::unique_ptr<onesided::VersionedBuffer> params_;
   std::unique_ptr<onesided::VersionedBuffer> clocks_;
   std::unique_ptr<ClockTable> table_;
-  torch::Tensor momentum_;
-  torch::Tensor sum_;  // bsp: this step's gradients so far
+  at::Tensor momentum_;
+  at::Tensor sum_;  // bsp: this step's gradients so far
   std::vector<bool> contributed_;
   int contributions_ = 0;
   int next_worker_ = 0;
@@ -159,7 +159,7 @@ class PsStrategy final : public Strategy {
   std::vector<int> params_ids_;  // pull=send, likewise
   std::vector<std::vector<int64_t>> history_;
   std::vector<int64_t> pushes_taken_;  // by worker: the next push's step
-  torch::Tensor decoded_;              // with a codec: a push, decoded
+  at::Tensor decoded_;              // with a codec: a push, decoded
 
   // Worker.
   std::vector<int64_t> shard_offset_;  // bytes, in the two regions below

@@ -6,6 +6,9 @@
 //     clocks the server recorded, and the ones each worker saw), with one
 //     worker slowed down and random compute times;
 //   - asp lets a worker finish while another is stalled.
+#include "ATen/Parallel.h"
+#include "ATen/TensorOperators.h"
+#include "ATen/ops/zeros.h"
 #include "strategies/ps/ps_strategy.h"
 
 #include <algorithm>
@@ -25,7 +28,6 @@
 #include "gtest/gtest.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
-#include "torch/utils.h"  // torch::set_num_threads
 
 namespace rdmaflow::strategies::ps {
 namespace {
@@ -51,7 +53,7 @@ StrategyOptions Options(int steps, const std::string& communicator,
 // parameters, every worker's step reports and the servers' clock histories.
 struct JobResult {
   std::vector<absl::Status> status;
-  std::vector<std::vector<torch::Tensor>> final_params;  // by worker
+  std::vector<std::vector<at::Tensor>> final_params;  // by worker
   std::vector<std::vector<StepReport>> reports;          // by worker
   std::vector<std::vector<std::vector<int64_t>>> history;  // by server
 };
@@ -78,9 +80,9 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
         int64_t t = 0;
         ComputeFn compute = [&]() -> absl::StatusOr<ComputeResult> {
           if (before_compute) before_compute(w, t);
-          std::vector<torch::Tensor> p;
+          std::vector<at::Tensor> p;
           for (const Parameter& param : params) p.push_back(param.tensor);
-          torch::Tensor loss = Problem::Loss(p, problem.x[w][t], problem.y[w][t]);
+          at::Tensor loss = Problem::Loss(p, problem.x[w][t], problem.y[w][t]);
           loss.backward();
           ++t;
           return ComputeResult{loss.item<double>(), 0, problem.x[w][t].size(0)};
@@ -107,7 +109,7 @@ class BspTest
     : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(BspTest, MatchesOneProcessTrainingOnTheConcatenatedBatches) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   const auto& [communicator, pull] = GetParam();
   constexpr int kWorkers = 2, kSteps = 6, kBatch = 16;
   const Problem problem(kWorkers, kSteps, kBatch);
@@ -118,7 +120,7 @@ TEST_P(BspTest, MatchesOneProcessTrainingOnTheConcatenatedBatches) {
   for (const absl::Status& status : job.status) ASSERT_OK(status);
 
   // The reference: one process, the batches of a step concatenated.
-  const std::vector<torch::Tensor> reference = problem.Reference({0, 1}, kSteps, 0.1, 0.9);
+  const std::vector<at::Tensor> reference = problem.Reference({0, 1}, kSteps, 0.1, 0.9);
   for (int w = 0; w < kWorkers; ++w) {
     ASSERT_EQ(job.final_params[w].size(), reference.size());
     for (size_t i = 0; i < reference.size(); ++i) {
@@ -146,7 +148,7 @@ INSTANTIATE_TEST_SUITE_P(
 // gives the uncompressed result; with one that sends a quarter, the
 // workers still train and push fewer bytes than their gradients hold.
 TEST(PsStrategyTest, WorkersPushThroughATopKCodec) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   constexpr int kWorkers = 2, kSteps = 6, kBatch = 16;
   const Problem problem(kWorkers, kSteps, kBatch);
   StrategyOptions everything = Options(kSteps, "rdma", {{"servers", "2"}, {"sync", "bsp"}});
@@ -154,7 +156,7 @@ TEST(PsStrategyTest, WorkersPushThroughATopKCodec) {
   JobResult job = RunJob(problem, 2, kWorkers, everything, nullptr);
   for (const absl::Status& status : job.status) EXPECT_OK(status);
   if (HasFailure()) return;
-  const std::vector<torch::Tensor> reference = problem.Reference({0, 1}, kSteps, 0.1, 0.9);
+  const std::vector<at::Tensor> reference = problem.Reference({0, 1}, kSteps, 0.1, 0.9);
   for (int w = 0; w < kWorkers; ++w) {
     EXPECT_LT(Problem::MaxDiff(job.final_params[w], reference), 1e-5) << "worker " << w;
   }
@@ -184,7 +186,7 @@ TEST(PsStrategyTest, ACodecThatNeedsTheWholeGroupIsRefused) {
 class StalenessTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StalenessTest, NoWorkerEverExceedsTheStalenessBound) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   ASSERT_OK_AND_ASSIGN(SyncPolicy policy, SyncPolicy::Parse(GetParam()));
   const int bound = policy.mode == SyncMode::kDssp ? policy.staleness_high
                                                    : policy.staleness;
@@ -230,7 +232,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, StalenessTest,
                          });
 
 TEST(AspTest, AWorkerFinishesWhileAnotherIsStalled) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   constexpr int kSteps = 20;
   const Problem problem(2, kSteps, 4);
   absl::Notification worker0_done;
@@ -255,7 +257,7 @@ TEST(AspTest, AWorkerFinishesWhileAnotherIsStalled) {
 TEST(PsStrategyTest, RejectsJobsWithoutWorkers) {
   ASSERT_OK_AND_ASSIGN(auto strategy,
                        PsStrategy::Create(Options(5, "rdma", {{"servers", "2"}})));
-  torch::Tensor p = torch::zeros({4});
+  at::Tensor p = at::zeros({4});
   rdma::Transport* transport = nullptr;
   EXPECT_THAT(strategy->Prepare({0, 2, transport, nullptr}, {{"p", p}}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
@@ -272,10 +274,10 @@ TEST(PsStrategyTest, RejectsJobsWithoutWorkers) {
 TEST(PsStrategyTest, ShardsAsTheAnalyzerPlacesTheModelGivenItsGraph) {
   // A conv layer and a linear one, as the importers trace them.
   const graph::GraphDef model = graph::testing::TrainingGraphOf(graph::testing::SmallCnnTrace());
-  std::vector<Parameter> parameters = {{"conv.weight", torch::zeros({2, 1, 3, 3})},
-                                       {"conv.bias", torch::zeros({2})},
-                                       {"fc.weight", torch::zeros({3, 32})},
-                                       {"fc.bias", torch::zeros({3})}};
+  std::vector<Parameter> parameters = {{"conv.weight", at::zeros({2, 1, 3, 3})},
+                                       {"conv.bias", at::zeros({2})},
+                                       {"fc.weight", at::zeros({3, 32})},
+                                       {"fc.bias", at::zeros({3})}};
   graph::PlacementSpec spec;
   spec.strategy = "ps";
   spec.servers = 2;

@@ -5,6 +5,8 @@
 #include <thread>
 #include <utility>
 
+#include "ATen/core/grad_mode.h"
+#include "ATen/ops/from_blob.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -35,17 +37,17 @@ absl::Status PsStrategy::StartWorker() {
   // The model's parameters and gradients live in registered memory from
   // now on: pulls land in them, pushes leave from them, without copies.
   {
-    torch::NoGradGuard no_grad;
+    at::NoGradGuard no_grad;
     for (int s = 0; s < servers; ++s) {
       for (const ShardEntry& entry : shards_[s].entries) {
-        torch::Tensor& p = parameters_[entry.parameter].tensor;
+        at::Tensor& p = parameters_[entry.parameter].tensor;
         const size_t offset = shard_offset_[s] + entry.offset * sizeof(float);
-        torch::Tensor values = torch::from_blob(
-            param_region_->data() + offset, p.sizes(), torch::kFloat32);
+        at::Tensor values = at::from_blob(
+            param_region_->data() + offset, p.sizes(), at::kFloat);
         values.copy_(p.detach());
         p.set_data(values);
-        p.mutable_grad() = torch::from_blob(grad_region_->data() + offset,
-                                            p.sizes(), torch::kFloat32);
+        p.mutable_grad() = at::from_blob(grad_region_->data() + offset,
+                                            p.sizes(), at::kFloat);
       }
     }
   }
@@ -263,10 +265,10 @@ absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
 
 void PsStrategy::DetachParameters() {
   if (param_region_ == nullptr) return;
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   for (Parameter& p : parameters_) {
     p.tensor.set_data(p.tensor.detach().clone());
-    p.tensor.mutable_grad() = torch::Tensor();
+    p.tensor.mutable_grad() = at::Tensor();
   }
   param_region_.reset();
   grad_region_.reset();

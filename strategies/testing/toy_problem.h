@@ -11,26 +11,26 @@
 #include <string>
 #include <vector>
 
+#include "ATen/core/Tensor.h"
 #include "strategies/strategy.h"
-#include "torch/types.h"  // torch::Tensor (torch/torch.h costs twice the compile time)
 
 namespace rdmaflow::strategies::testing {
 
 struct ToyProblem {
-  std::vector<torch::Tensor> init;            // w1 [8,4], b1, w2 [3,8], b2
-  std::vector<std::vector<torch::Tensor>> x;  // [worker][step], [batch, 4]
-  std::vector<std::vector<torch::Tensor>> y;
+  std::vector<at::Tensor> init;            // w1 [8,4], b1, w2 [3,8], b2
+  std::vector<std::vector<at::Tensor>> x;  // [worker][step], [batch, 4]
+  std::vector<std::vector<at::Tensor>> y;
 
   ToyProblem(int workers, int steps, int batch);
 
   // The hidden layer (w1, b1) and the output layer (w2, b2) on their own:
   // Features(p, x) feeds Head(p, h).
-  static torch::Tensor Features(const std::vector<torch::Tensor>& p,
-                                const torch::Tensor& x);
-  static torch::Tensor Head(const std::vector<torch::Tensor>& p,
-                            const torch::Tensor& h);
-  static torch::Tensor Loss(const std::vector<torch::Tensor>& p,
-                            const torch::Tensor& x, const torch::Tensor& y);
+  static at::Tensor Features(const std::vector<at::Tensor>& p,
+                                const at::Tensor& x);
+  static at::Tensor Head(const std::vector<at::Tensor>& p,
+                            const at::Tensor& h);
+  static at::Tensor Loss(const std::vector<at::Tensor>& p,
+                            const at::Tensor& x, const at::Tensor& y);
 
   // Fresh parameters named w1, b1, w2, b2, requiring grad.
   std::vector<Parameter> MakeParameters() const;
@@ -41,12 +41,12 @@ struct ToyProblem {
 
   // `steps` of SGD (lr, momentum) from `init`, each on the batches of
   // `workers` concatenated; the final parameters.
-  std::vector<torch::Tensor> Reference(const std::vector<int>& workers, int steps,
+  std::vector<at::Tensor> Reference(const std::vector<int>& workers, int steps,
                                        double lr, double momentum) const;
 
   // max |a - b| over the parameters.
-  static double MaxDiff(const std::vector<torch::Tensor>& a,
-                        const std::vector<torch::Tensor>& b);
+  static double MaxDiff(const std::vector<at::Tensor>& a,
+                        const std::vector<at::Tensor>& b);
 };
 
 // What the strategy tests train with: `steps`, lr 0.1 (the Reference()
