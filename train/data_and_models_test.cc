@@ -27,6 +27,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "torch/torch.h"
 #include "train/fashion_mnist.h"
 #include "train/models.h"
 #include "train/trainer.h"

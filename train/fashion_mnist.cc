@@ -1,14 +1,18 @@
 // File: fashion_mnist.cc
 #include "train/fashion_mnist.h"
 
-#include "torch/torch.h"
-
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "ATen/CPUGeneratorImpl.h"
+#include "ATen/ops/empty.h"
+#include "ATen/ops/rand.h"
+#include "ATen/ops/randint.h"
+#include "ATen/ops/randn.h"
+#include "ATen/ops/where.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -30,7 +34,7 @@ uint32_t BigEndian(const unsigned char* p) {
 
 }  // namespace
 
-absl::StatusOr<torch::Tensor> ReadIdxFile(const std::string& path) {
+absl::StatusOr<at::Tensor> ReadIdxFile(const std::string& path) {
   gzFile file = gzopen(path.c_str(), "rb");  // reads plain files too
   if (file == nullptr) {
     return absl::NotFoundError(absl::StrCat(
@@ -51,7 +55,7 @@ absl::StatusOr<torch::Tensor> ReadIdxFile(const std::string& path) {
     }
     return static_cast<int64_t>(got);
   };
-  auto result = [&]() -> absl::StatusOr<torch::Tensor> {
+  auto result = [&]() -> absl::StatusOr<at::Tensor> {
     // The header: 0, 0, 0x08 (unsigned bytes), the number of dims, then
     // each dim as a 32-bit big-endian count.
     unsigned char header[4 + 4 * kMaxIdxDims];
@@ -109,7 +113,7 @@ absl::StatusOr<torch::Tensor> ReadIdxFile(const std::string& path) {
           have > elements ? "more" : absl::StrCat(have), " after its ", header_bytes,
           "-byte header (truncated or corrupt?)"));
     }
-    torch::Tensor out = torch::empty(shape, torch::kUInt8);
+    at::Tensor out = at::empty(shape, at::kByte);
     if (elements > 0) std::memcpy(out.data_ptr<uint8_t>(), data.data(), elements);
     return out;
   }();
@@ -124,10 +128,10 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir,
         absl::StrCat("unknown split '", split, "' (train or test)"));
   }
   const std::string prefix = split == "train" ? "train" : "t10k";
-  absl::StatusOr<torch::Tensor> images =
+  absl::StatusOr<at::Tensor> images =
       ReadIdxFile(absl::StrCat(dir, "/", prefix, "-images-idx3-ubyte.gz"));
   if (!images.ok()) return images.status();
-  absl::StatusOr<torch::Tensor> labels =
+  absl::StatusOr<at::Tensor> labels =
       ReadIdxFile(absl::StrCat(dir, "/", prefix, "-labels-idx1-ubyte.gz"));
   if (!labels.ok()) return labels.status();
   if (images->dim() != 3 || images->size(1) != 28 || images->size(2) != 28 ||
@@ -141,10 +145,10 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir,
     return absl::DataLossError(absl::StrCat(dir, ": the ", split, " split has no samples"));
   }
   Dataset out;
-  out.images = ((images->to(torch::kFloat32) / 255.0 - kMean) / kStd)
-                   .unsqueeze(1)
-                   .contiguous();
-  out.labels = labels->to(torch::kInt64);
+  // Tensor methods, not operators: ATen/TensorOperators.h costs every
+  // operator's header (docs/build.md).
+  out.images = images->to(at::kFloat).div(255.0).sub(kMean).div(kStd).unsqueeze(1).contiguous();
+  out.labels = labels->to(at::kLong);
   if (out.labels.max().item<int64_t>() > 9) {
     return absl::DataLossError(absl::StrCat(dir, ": labels beyond 9"));
   }
@@ -155,29 +159,30 @@ Dataset SyntheticDataset(int64_t n, uint64_t seed, const std::string& split,
                          const SampleSpec& sample) {
   std::vector<int64_t> batch = {n};
   batch.insert(batch.end(), sample.shape.begin(), sample.shape.end());
-  torch::Generator gen =
+  at::Generator gen =
       at::detail::createCPUGenerator(seed * 2 + (split == "train" ? 1 : 2));
   Dataset out;
-  out.labels = torch::randint(0, sample.classes, {n}, gen, torch::kInt64);
+  out.labels = at::randint(0, sample.classes, {n}, gen, at::kLong);
   if (sample.int64) {
     // Half the tokens from the class's band of the vocabulary.
     const int64_t band = std::max<int64_t>(sample.vocab / sample.classes, 1);
     std::vector<int64_t> ones(sample.shape.size(), 1);
     std::vector<int64_t> label_shape = {n};
     label_shape.insert(label_shape.end(), ones.begin(), ones.end());
-    torch::Tensor own = (out.labels.view(label_shape) * band +
-                         torch::randint(0, band, batch, gen, torch::kInt64))
-                            .remainder(sample.vocab);
-    torch::Tensor any = torch::randint(0, sample.vocab, batch, gen, torch::kInt64);
-    out.images = torch::where(torch::rand(batch, gen) < 0.5, own, any).contiguous();
+    at::Tensor own = out.labels.view(label_shape)
+                         .mul(band)
+                         .add(at::randint(0, band, batch, gen, at::kLong))
+                         .remainder(sample.vocab);
+    at::Tensor any = at::randint(0, sample.vocab, batch, gen, at::kLong);
+    out.images = at::where(at::rand(batch, gen).lt(0.5), own, any).contiguous();
     return out;
   }
-  torch::Generator templates_gen = at::detail::createCPUGenerator(seed);
+  at::Generator templates_gen = at::detail::createCPUGenerator(seed);
   std::vector<int64_t> template_shape = {sample.classes};
   template_shape.insert(template_shape.end(), sample.shape.begin(), sample.shape.end());
-  torch::Tensor templates = torch::randn(template_shape, templates_gen, torch::kFloat32);
-  out.images = (templates.index_select(0, out.labels) +
-                1.5 * torch::randn(batch, gen, torch::kFloat32))
+  at::Tensor templates = at::randn(template_shape, templates_gen, at::kFloat);
+  out.images = templates.index_select(0, out.labels)
+                   .add(at::randn(batch, gen, at::kFloat).mul(1.5))
                    .contiguous();
   return out;
 }

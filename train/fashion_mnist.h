@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ATen/core/Tensor.h"
 #include "absl/status/statusor.h"
-#include "torch/types.h"  // torch::Tensor (torch/torch.h costs twice the compile time)
 #include "train/sample_spec.h"
 
 namespace rdmaflow::train {
@@ -22,8 +22,8 @@ inline constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-m
 // Images [N, 1, 28, 28] float32, normalized (mean 0, std 1 over the
 // training set's statistics); labels [N] int64 in 0..9. Value type.
 struct Dataset {
-  torch::Tensor images;
-  torch::Tensor labels;
+  at::Tensor images;
+  at::Tensor labels;
   int64_t size() const { return labels.size(0); }
 };
 
@@ -33,7 +33,7 @@ struct Dataset {
 // a bad or truncated header, dimensions whose product overflows or exceeds
 // 1 GiB, data shorter or longer than the header promises, corrupt gzip data.
 // Memory grows with the bytes the file holds, never with the header's claim.
-absl::StatusOr<torch::Tensor> ReadIdxFile(const std::string& path);
+absl::StatusOr<at::Tensor> ReadIdxFile(const std::string& path);
 
 // "train" (60000 images) or "test" (10000) from `dir`. kDataLoss when the
 // images are not N x 28 x 28, the labels not N of 0..9, or N is 0.

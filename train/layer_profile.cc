@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "strategies/exception_text.h"
+#include "torch/torch.h"
 
 namespace rdmaflow::train {
 namespace {

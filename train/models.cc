@@ -15,6 +15,8 @@
 #include "graph_analyzer/torch/exported_program.h"
 #include "graph_analyzer/torch/torchscript_import.h"
 #include "strategies/exception_text.h"
+#include "torch/script.h"
+#include "torch/torch.h"
 #include "train/script_split.h"
 
 namespace rdmaflow::train {

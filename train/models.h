@@ -19,14 +19,25 @@
 #include <string>
 #include <vector>
 
+#include "ATen/core/Tensor.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "graph_analyzer/graph.pb.h"
-#include "graph_analyzer/torch/exported_program.h"
 #include "strategies/strategy.h"
-#include "torch/script.h"
-#include "torch/torch.h"
 #include "train/sample_spec.h"
+
+// Declared, not included: their headers (torch/torch.h, torch/script.h)
+// cost every file that includes this one half a minute of compile time.
+// models.cc, and the files that use the modules, include them.
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+namespace torch::jit {
+struct Module;
+}  // namespace torch::jit
+namespace rdmaflow::graph {
+class ExportedProgram;
+}  // namespace rdmaflow::graph
 
 namespace rdmaflow::train {
 
@@ -36,7 +47,7 @@ namespace rdmaflow::train {
 struct Model {
   std::string name;
   std::shared_ptr<torch::nn::Module> module;  // a preset
-  std::function<torch::Tensor(const torch::Tensor&)> forward;
+  std::function<at::Tensor(const at::Tensor&)> forward;
   // Features and head (layer_separated): the presets as written, a
   // TorchScript model before its first fully connected layer
   // (script_split.h; `split_status` says why when it cannot be cut).
@@ -60,7 +71,7 @@ struct Model {
   // forward(x), with whatever LibTorch throws (a token id out of an
   // embedding's range, a shape the model does not take) as
   // kInvalidArgument naming the model.
-  absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& x) const;
+  absl::StatusOr<at::Tensor> Forward(const at::Tensor& x) const;
 };
 
 // The names above.

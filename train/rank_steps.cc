@@ -9,12 +9,18 @@
 #include <utility>
 #include <vector>
 
+#include "ATen/CPUGeneratorImpl.h"
+#include "ATen/Parallel.h"
+#include "ATen/core/grad_mode.h"
+#include "ATen/ops/cross_entropy_loss.h"
+#include "ATen/ops/from_blob.h"
+#include "ATen/ops/randperm.h"
 #include "absl/strings/numbers.h"
-#include "graph_analyzer/planner.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "graph_analyzer/planner.h"
 #include "rdma/builtin_transports.h"
 #include "rdma/rendezvous.h"
 #include "strategies/builtin_strategies.h"
@@ -38,34 +44,34 @@ class Worker {
     if (cursor_ + config_.batch_size > static_cast<int64_t>(order_.size())) {
       Shuffle();
     }
-    torch::Tensor index = torch::from_blob(order_.data() + cursor_,
-                                           {config_.batch_size}, torch::kInt64);
+    at::Tensor index = at::from_blob(order_.data() + cursor_,
+                                           {config_.batch_size}, at::kLong);
     cursor_ += config_.batch_size;
     return {train_.images.index_select(0, index), train_.labels.index_select(0, index)};
   }
 
   absl::StatusOr<strategies::ComputeResult> Compute() {
     const strategies::Batch batch = NextBatch();
-    const torch::Tensor& x = batch.x;
-    const torch::Tensor& y = batch.y;
-    ASSIGN_OR_RETURN(torch::Tensor logits, model_.Forward(x));
-    torch::Tensor loss;
+    const at::Tensor& x = batch.x;
+    const at::Tensor& y = batch.y;
+    ASSIGN_OR_RETURN(at::Tensor logits, model_.Forward(x));
+    at::Tensor loss;
     try {
-      loss = torch::nn::functional::cross_entropy(logits, y);
+      loss = at::cross_entropy_loss(logits, y);
       loss.backward();
     } catch (const std::exception& e) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model ", model_.name, ": the loss or its backward pass failed: ", e.what()));
     }
-    const double accuracy = logits.argmax(1).eq(y).to(torch::kFloat32).mean().item<double>();
+    const double accuracy = logits.argmax(1).eq(y).to(at::kFloat).mean().item<double>();
     return strategies::ComputeResult{loss.item<double>(), accuracy,
                                      config_.batch_size};
   }
 
  private:
   void Shuffle() {
-    torch::Tensor perm = torch::randperm(static_cast<int64_t>(mine_.size()),
-                                         generator_, torch::kInt64);
+    at::Tensor perm = at::randperm(static_cast<int64_t>(mine_.size()),
+                                         generator_, at::kLong);
     auto at = perm.accessor<int64_t, 1>();
     order_.resize(mine_.size());
     for (size_t i = 0; i < mine_.size(); ++i) order_[i] = mine_[at[i]];
@@ -78,7 +84,7 @@ class Worker {
   std::vector<int64_t> mine_;
   std::vector<int64_t> order_;
   int64_t cursor_ = 0;
-  torch::Generator generator_;
+  at::Generator generator_;
 };
 
 namespace {
@@ -96,12 +102,12 @@ absl::StatusOr<Dataset> LoadSplit(const TrainConfig& config,
 
 // Accuracy of `model` on the first `limit` samples of `data` (all if <= 0).
 absl::StatusOr<double> Evaluate(Model& model, const Dataset& data, int64_t limit) {
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   const int64_t n = limit > 0 ? std::min(limit, data.size()) : data.size();
   int64_t correct = 0;
   for (int64_t begin = 0; begin < n; begin += 1000) {
     const int64_t end = std::min(begin + 1000, n);
-    ASSIGN_OR_RETURN(torch::Tensor logits, model.Forward(data.images.slice(0, begin, end)));
+    ASSIGN_OR_RETURN(at::Tensor logits, model.Forward(data.images.slice(0, begin, end)));
     correct += logits.argmax(1).eq(data.labels.slice(0, begin, end)).sum().item<int64_t>();
   }
   return static_cast<double>(correct) / n;
@@ -130,7 +136,7 @@ strategies::StrategyOptions StrategyOptionsOf(const TrainConfig& config) {
 absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, int rank,
                                                      int world_size, rdma::Store& store) {
   RETURN_IF_ERROR(ValidateTrainConfig(config, world_size));
-  torch::set_num_threads(1);  // ranks share the machine's cores
+  at::set_num_threads(1);  // ranks share the machine's cores
   auto state = std::make_unique<RankState>();
   state->rank = rank;
   state->world_size = world_size;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 
+#include "ATen/Parallel.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -51,7 +52,7 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(sample.shape, ParseSampleShape(absl::GetFlag(FLAGS_input), &sample.int64));
   sample.classes = absl::GetFlag(FLAGS_classes);
   sample.vocab = absl::GetFlag(FLAGS_vocab);
-  torch::set_num_threads(threads);
+  at::set_num_threads(threads);
   ASSIGN_OR_RETURN(Model model, MakeModel(absl::GetFlag(FLAGS_model), 1, sample));
   ASSIGN_OR_RETURN(sim::ModelProfile profile,
                    ProfileLayers(model, sample, {batch, iterations}));
