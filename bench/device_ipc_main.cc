@@ -40,9 +40,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
-#include "device/cuda/cuda_device.h"
 #include "device/device_runtime.h"
-#include "device/fake/fake_device.h"
+#include "device/runtime_factory.h"
 #include "results/json.h"
 #include "results/results.pb.h"
 #include "rdma/device/device_transport.h"
@@ -71,19 +70,6 @@ using device::Stream;
 
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 constexpr int kWarmup = 3;
-
-absl::StatusOr<std::unique_ptr<DeviceRuntime>> CreateRuntime(const std::string& kind) {
-  if (kind == "cuda") {
-    ASSIGN_OR_RETURN(std::unique_ptr<device::CudaDevice> cuda, device::CudaDevice::Create(0));
-    return std::unique_ptr<DeviceRuntime>(std::move(cuda));
-  }
-  if (kind == "fake") {
-    ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake,
-                     device::FakeDevice::Create(device::FakeDeviceOptions{}));
-    return std::unique_ptr<DeviceRuntime>(std::move(fake));
-  }
-  return absl::InvalidArgumentError(absl::StrCat("no device runtime '", kind, "'"));
-}
 
 // The socket to the other rank: whole messages, each wait bounded.
 class PeerLink {
@@ -187,7 +173,7 @@ absl::StatusOr<Rank> SetUp(int rank, const std::string& kind, size_t max_bytes, 
   Rank r;
   r.rank = rank;
   r.link = std::make_unique<PeerLink>(fd);
-  ASSIGN_OR_RETURN(r.runtime, CreateRuntime(kind));
+  ASSIGN_OR_RETURN(r.runtime, device::CreateDeviceRuntime(kind));
   ASSIGN_OR_RETURN(r.mine, r.runtime->Allocate(max_bytes));
   ASSIGN_OR_RETURN(r.scratch, r.runtime->Allocate(max_bytes));
   ASSIGN_OR_RETURN(r.stream, r.runtime->CreateStream());

@@ -313,11 +313,18 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
         "]"));
   }
   const int peer = 1 - rank;
-  ASSIGN_OR_RETURN(rdma::MemoryRegion source,
-                   transport.Allocate(options.max_bytes));
-  ASSIGN_OR_RETURN(rdma::MemoryRegion target,
-                   transport.Allocate(options.max_bytes));
-  std::memset(source.data(), rank + 1, options.max_bytes);
+  auto allocate = [&]() -> absl::StatusOr<rdma::MemoryRegion> {
+    if (options.allocate) return options.allocate(options.max_bytes);
+    return transport.Allocate(options.max_bytes);
+  };
+  ASSIGN_OR_RETURN(rdma::MemoryRegion source, allocate());
+  ASSIGN_OR_RETURN(rdma::MemoryRegion target, allocate());
+  const auto value = static_cast<unsigned char>(rank + 1);
+  if (options.fill) {
+    RETURN_IF_ERROR(options.fill(source, value));
+  } else {
+    std::memset(source.data(), value, options.max_bytes);
+  }
   RETURN_IF_ERROR(rdma::PublishAddress(store, options.ns, transport));
   RETURN_IF_ERROR(rdma::PublishRegion(store, options.ns,
                                       absl::StrCat("target/", rank),
@@ -359,7 +366,12 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
     }
     if (rank != 0) continue;
 
-    const double memcpy_mbps = MeasureMemcpy(bytes, bw_iters);
+    double memcpy_mbps = 0;
+    if (options.reference) {
+      ASSIGN_OR_RETURN(memcpy_mbps, options.reference(bytes, bw_iters));
+    } else {
+      memcpy_mbps = MeasureMemcpy(bytes, bw_iters);
+    }
     PingPongRow write_row;
     write_row.set_op("write");
     write_row.set_bytes(static_cast<double>(bytes));

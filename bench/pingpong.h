@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "rdma/memory_region.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
 #include "results/results.pb.h"
@@ -36,6 +38,14 @@ struct PingPongOptions {
   std::function<void(size_t bytes)> on_size_done;
   // Called by rank 0 once connected, with Endpoint::Describe(); may be empty.
   std::function<void(const std::string&)> on_connected;
+  // The memory both ranks write from and into (e.g. device memory through
+  // rdma/device), and how to fill a region with one byte value; empty: the
+  // transport's host memory, filled with memset.
+  std::function<absl::StatusOr<rdma::MemoryRegion>(size_t bytes)> allocate;
+  std::function<absl::Status(rdma::MemoryRegion& region, unsigned char value)> fill;
+  // The copy each size is compared with (MB/s, the `memcpy` column), for
+  // `bytes` and `iterations`; empty: MeasureMemcpy.
+  std::function<absl::StatusOr<double>(size_t bytes, int iterations)> reference;
 };
 
 // One row of results (rank 0 only): one size and operation; the fields are

@@ -2,6 +2,7 @@
 // over any rdmaflow transport, compared with memcpy in the same run.
 //
 //   transport_pingpong --transport=ucx --params=tls=shm
+//   transport_pingpong --params=tls=shm --memory=device --device=cuda
 //
 // Without RANK/WORLD_SIZE in the environment it starts rank 1 itself (a
 // second process, or a thread with --mode=thread) and rendezvouses through
@@ -25,6 +26,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/pingpong.h"
+#include "bench/pingpong_device.h"
+#include "device/runtime_factory.h"
 #include "launch/launcher.h"
 #include "launch/rank.h"
 #include "rdma/builtin_transports.h"
@@ -41,6 +44,14 @@ ABSL_FLAG(std::string, params, "",
           "bootstrap_host, max_outstanding, signal_every, max_inline, "
           "ack_timeout, retry_count, notify=imm|flag, notify_slots, events), "
           "e.g. tls=shm. Empty: the backend's defaults.");
+ABSL_FLAG(std::string, memory, "host",
+          "Memory the ping-pong moves: host, or device (GPU memory through "
+          "rdma/device: CUDA IPC copies between the two ranks of one host, "
+          "notifications through --transport; needs --mode=process or a launcher).");
+ABSL_FLAG(std::string, device, "cuda",
+          "With --memory=device, the device runtime: cuda (device 0), or fake "
+          "(host shared memory standing in for a GPU, for machines without one). "
+          "The memcpy column is then a copy between two buffers of that device.");
 ABSL_FLAG(std::string, mode, "process",
           "How rank 1 runs when not launched by torchrun: process or thread.");
 ABSL_FLAG(int64_t, min_bytes, 8, "Smallest message size.");
@@ -164,9 +175,30 @@ int RunRank(int rank, rdma::Store& store) {
     return 1;
   }
   PingPongOptions options = OptionsFromFlags();
+  rdma::Transport* moving = transport->get();
+  std::unique_ptr<DevicePingPong> device_memory;
+  if (absl::GetFlag(FLAGS_memory) == "device") {
+    absl::StatusOr<std::unique_ptr<device::DeviceRuntime>> runtime =
+        device::CreateDeviceRuntime(absl::GetFlag(FLAGS_device));
+    absl::StatusOr<std::unique_ptr<DevicePingPong>> made =
+        runtime.ok() ? DevicePingPong::Create(std::move(*transport), std::move(*runtime),
+                                              options.max_bytes)
+                     : runtime.status();
+    if (!made.ok()) {
+      std::fprintf(stderr, "rank %d: device memory: %s\n", rank,
+                   made.status().ToString().c_str());
+      return 1;
+    }
+    device_memory = std::move(*made);
+    device_memory->Apply(options);
+    moving = &device_memory->transport();
+  }
   if (rank == 0) {
-    std::printf("# transport_pingpong: %s\n",
-                (*transport)->capabilities().description.c_str());
+    std::printf("# transport_pingpong: %s\n", moving->capabilities().description.c_str());
+    if (device_memory != nullptr) {
+      std::printf("# memory: device (%s); memcpy: a copy within that device\n",
+                  device_memory->runtime().name().c_str());
+    }
     std::fflush(stdout);
     options.on_connected = [](const std::string& lanes) {
       // Device information, as comment lines above the table.
@@ -181,7 +213,7 @@ int RunRank(int rank, rdma::Store& store) {
     };
   }
   absl::StatusOr<std::vector<PingPongRow>> rows =
-      RunPingPong(**transport, store, options);
+      RunPingPong(*moving, store, options);
   if (!rows.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank,
                  rows.status().ToString().c_str());
@@ -190,7 +222,10 @@ int RunRank(int rank, rdma::Store& store) {
   if (rank != 0) return 0;
   PrintTable(*rows);
   PrintPerftestTables(*rows);
-  const std::string description = (*transport)->capabilities().description;
+  std::string description = moving->capabilities().description;
+  if (device_memory != nullptr) {
+    description += absl::StrCat("; device memory (", device_memory->runtime().name(), ")");
+  }
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     const absl::Status written = WriteJson(path, start, description, *rows);
     if (!written.ok()) {
@@ -213,7 +248,7 @@ int Main(int argc, char** argv) {
       "perftest's columns (ib_write_lat, ib_write_bw, ib_read_lat, "
       "ib_read_bw).\n  transport_pingpong "
       "[--transport=ucx --params=tls=shm] [--mode=process|thread] "
-      "[--json=out.json]");
+      "[--memory=host|device --device=cuda|fake] [--json=out.json]");
   absl::ParseCommandLine(argc, argv);
 
   if (std::getenv("RANK") != nullptr) {  // Launched by torchrun/mpirun.
@@ -228,6 +263,18 @@ int Main(int argc, char** argv) {
   }
 
   const std::string mode = absl::GetFlag(FLAGS_mode);
+  const std::string memory = absl::GetFlag(FLAGS_memory);
+  if (memory != "host" && memory != "device") {
+    std::fprintf(stderr, "--memory must be host or device, got '%s'\n", memory.c_str());
+    return 2;
+  }
+  if (memory == "device" && (mode == "thread" || absl::GetFlag(FLAGS_transport) == "loopback")) {
+    std::fprintf(stderr,
+                 "--memory=device needs the ranks in two processes (CUDA opens no IPC "
+                 "handle in the process that exported it): --mode=process over ucx or "
+                 "ibverbs, or a launcher\n");
+    return 2;
+  }
   if (mode == "thread" || absl::GetFlag(FLAGS_transport) == "loopback") {
     rdma::testing::InMemoryStore store;
     int peer_status = 0;

@@ -12,8 +12,9 @@
 #                                  test, its log under OUT (default
 #                                  .gpu/out), and prints a table last
 #
-# `run` then runs the benchmarks (bench/device_ipc_bench, and its peers
-# through PyTorch: tools/gpu_peers.py) and issue 44's baselines
+# `run` then runs the benchmarks (bench/device_ipc_bench,
+# bench/transport_pingpong --memory=device, and their peers through
+# PyTorch: tools/gpu_peers.py) and issue 44's baselines
 # (tools/gpu_train_baselines.py), their JSON under OUT.
 #
 # Run `pack`, then carry .gpu to the GPU machine and run `run` there in one
@@ -28,10 +29,16 @@ TESTS=(
   //device/cuda:cuda_device_conformance_test
 )
 
-# The benchmarks, by Bazel label: run after the tests.
+# The benchmarks, by Bazel label: run after the tests. transport_pingpong
+# links LibTorch (its TCPStore): LibTorch's libraries are not packed, and
+# `run` takes them from the GPU machine's torch (the same 2.11).
 BENCHES=(
   //bench:device_ipc_bench
+  //bench:transport_pingpong
 )
+# Shared libraries left out of .gpu (the C runtime's own, whose newer
+# version there must be the one used, and LibTorch's).
+NOT_PACKED='/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so|/torch/lib/'
 
 pack() {
   # Our own libraries linked in: only system ones are packed beside.
@@ -46,16 +53,14 @@ pack() {
   done
   # Every shared library the binaries load, but the C runtime's own (the
   # GPU machine's glibc is newer and must be the one used).
-  ldd .gpu/bin/* | awk '/=> \// { print $3 }' | sort -u |
-    grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' |
+  ldd .gpu/bin/* | awk '/=> \// { print $3 }' | sort -u | grep -v -E "$NOT_PACKED" |
     while read -r lib; do cp -L "$lib" .gpu/lib/; done
   # UCX loads its transports as modules at run time (UCX_MODULE_DIR).
   local ucx_modules=/usr/lib/x86_64-linux-gnu/ucx
   if [ -d "$ucx_modules" ]; then
     mkdir -p .gpu/lib/ucx
     cp -L "$ucx_modules"/*.so* .gpu/lib/ucx/
-    ldd .gpu/lib/ucx/*.so* | awk '/=> \// { print $3 }' | sort -u |
-      grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so' |
+    ldd .gpu/lib/ucx/*.so* | awk '/=> \// { print $3 }' | sort -u | grep -v -E "$NOT_PACKED" |
       while read -r lib; do [ -e ".gpu/lib/$(basename "$lib")" ] || cp -L "$lib" .gpu/lib/; done
   fi
   du -sh .gpu | awk '{ print "packed .gpu: " $1 }'
@@ -101,6 +106,13 @@ run() {
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   fi
   if command -v python3 >/dev/null && python3 -c 'import torch' 2>/dev/null; then
+    local torch_lib
+    torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+    echo "== transport_pingpong --memory=device (torch's libraries from $torch_lib)"
+    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib" timeout 300 .gpu/bin/transport_pingpong \
+      --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
+      --json "$out/pingpong_device.json" 2>&1 | tee "$out/pingpong_device.log" ||
+      rows+=("transport_pingpong --memory=device FAILED")
     echo "== gpu_peers.py"
     PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu_peers.py --json "$out/gpu_peers.json" 2>&1 |
       tee "$out/gpu_peers.log" || rows+=("gpu_peers.py FAILED")

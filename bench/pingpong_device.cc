@@ -1,0 +1,70 @@
+// File: pingpong_device.cc
+#include "bench/pingpong_device.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/status_macros.h"
+
+namespace rdmaflow::bench {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DevicePingPong>> DevicePingPong::Create(
+    std::unique_ptr<rdma::Transport> host, std::unique_ptr<device::DeviceRuntime> runtime,
+    size_t max_bytes) {
+  std::unique_ptr<DevicePingPong> out(new DevicePingPong());
+  out->runtime_ = std::move(runtime);
+  ASSIGN_OR_RETURN(out->transport_, rdma::device_path::DeviceTransport::Create(
+                                        std::move(host), out->runtime_.get()));
+  ASSIGN_OR_RETURN(out->stream_, out->runtime_->CreateStream());
+  ASSIGN_OR_RETURN(out->done_, out->runtime_->CreateEvent());
+  ASSIGN_OR_RETURN(out->from_, out->runtime_->Allocate(max_bytes));
+  ASSIGN_OR_RETURN(out->to_, out->runtime_->Allocate(max_bytes));
+  return out;
+}
+
+void DevicePingPong::Apply(PingPongOptions& options) {
+  options.allocate = [this](size_t bytes) { return transport_->AllocateDevice(bytes); };
+  options.fill = [this](rdma::MemoryRegion& region, unsigned char value) {
+    return Fill(region, value);
+  };
+  options.reference = [this](size_t bytes, int iterations) {
+    return CopyMbps(bytes, iterations);
+  };
+}
+
+absl::Status DevicePingPong::Fill(rdma::MemoryRegion& region, unsigned char value) {
+  const std::vector<unsigned char> host(region.size(), value);
+  RETURN_IF_ERROR(stream_->Copy(region.data(), host.data(), host.size()));
+  RETURN_IF_ERROR(stream_->Record(*done_));
+  return done_->WaitUntil(absl::Now() + kTimeout, "filling a device region");
+}
+
+absl::StatusOr<double> DevicePingPong::CopyMbps(size_t bytes, int iterations) {
+  if (bytes > from_.size() || iterations <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a reference copy of ", bytes, " bytes x ", iterations, " (buffers of ", from_.size(),
+        " bytes)"));
+  }
+  // One copy first: the measured ones find the memory mapped and warm.
+  RETURN_IF_ERROR(stream_->Copy(to_.data(), from_.data(), bytes));
+  RETURN_IF_ERROR(stream_->Record(*done_));
+  RETURN_IF_ERROR(done_->WaitUntil(absl::Now() + kTimeout, "a warm-up device copy"));
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < iterations; ++i) {
+    RETURN_IF_ERROR(stream_->Copy(to_.data(), from_.data(), bytes));
+  }
+  RETURN_IF_ERROR(stream_->Record(*done_));
+  RETURN_IF_ERROR(done_->WaitUntil(absl::Now() + kTimeout, "the reference device copies"));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return static_cast<double>(bytes) * iterations / seconds / 1e6;
+}
+
+}  // namespace rdmaflow::bench

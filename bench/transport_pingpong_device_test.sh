@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# transport_pingpong --memory=device on the fake device: two processes over
+# UCX shared memory write into and read from each other's device regions
+# (rdma/device's IPC path, notifications through UCX); the table and the
+# JSON report have a write and a read row per size, with the device copy as
+# the memcpy column. Its figures are the fake's, and nothing is asserted of
+# them. Then the flags that cannot work are refused with a reason.
+set -euo pipefail
+bench=bench/transport_pingpong
+tmp="${TEST_TMPDIR:?}"
+timeout -k 10 120 "$bench" --transport=ucx --params=tls=shm --memory=device --device=fake \
+  --min_bytes=8 --max_bytes=65536 --byte_budget=262144 --max_iters=64 \
+  --json="$tmp/out.json" | tee "$tmp/out"
+grep -q '^# memory: device (fake' "$tmp/out"
+# 8 B to 64 KiB in powers of 4 or 2: at least 5 sizes, a write and a read row each.
+writes=$(grep -o '"op": "write"' "$tmp/out.json" | wc -l)
+reads=$(grep -o '"op": "read"' "$tmp/out.json" | wc -l)
+test "$writes" -ge 5
+test "$writes" = "$reads"
+grep -q 'device memory (fake' "$tmp/out.json"
+test "$(grep -c '"memcpy_mbps"' "$tmp/out.json")" = "$((writes + reads))"
+# Two ranks in one process cannot open each other's handles: refused.
+if "$bench" --memory=device --device=fake --mode=thread 2>"$tmp/err"; then exit 1; fi
+grep -q "needs the ranks in two processes" "$tmp/err"
+if "$bench" --memory=gpu 2>"$tmp/err"; then exit 1; fi
+grep -q "must be host or device" "$tmp/err"
+if timeout -k 10 60 "$bench" --params=tls=shm --memory=device --device=tpu 2>"$tmp/err"; then
+  exit 1
+fi
+grep -q "the kinds are cuda and fake" "$tmp/err"
+echo "transport_pingpong_device_test: passed"
