@@ -820,17 +820,17 @@ std::map<std::string, std::string> ShortTimeout(const char* which) {
   return env;
 }
 
-TEST(TorchBackendSlowPeerTest, EveryCollectiveLetsGoOfItsBuffersWhenItGivesUpOnAStragglerPart0) {
-  EXPECT_OK(launch::LaunchRanks(2, ShortTimeout("slow_collective:0")).status);
+// One test a part of the straggler cases (SlowCollective).
+class TorchBackendSlowPeerStragglerTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(TorchBackendSlowPeerStragglerTest,
+       EveryCollectiveLetsGoOfItsBuffersWhenItGivesUpOnAStraggler) {
+  const std::string which = absl::StrCat("slow_collective:", GetParam());
+  EXPECT_OK(launch::LaunchRanks(2, ShortTimeout(which.c_str())).status);
 }
 
-TEST(TorchBackendSlowPeerTest, EveryCollectiveLetsGoOfItsBuffersWhenItGivesUpOnAStragglerPart1) {
-  EXPECT_OK(launch::LaunchRanks(2, ShortTimeout("slow_collective:1")).status);
-}
-
-TEST(TorchBackendSlowPeerTest, EveryCollectiveLetsGoOfItsBuffersWhenItGivesUpOnAStragglerPart2) {
-  EXPECT_OK(launch::LaunchRanks(2, ShortTimeout("slow_collective:2")).status);
-}
+INSTANTIATE_TEST_SUITE_P(Parts, TorchBackendSlowPeerStragglerTest,
+                         ::testing::Range(0, kStragglerParts));
 
 TEST(TorchBackendSlowPeerTest, AnUnmatchedReceiveTimesOutAndDestructionReturns) {
   EXPECT_OK(launch::LaunchRanks(2, ShortTimeout("p2p_deadline")).status);

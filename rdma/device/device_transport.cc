@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -66,6 +69,9 @@ struct PendingQueue {
   // completions that may tell it.
   std::shared_ptr<absl::Status> gone = std::make_shared<absl::Status>();
   std::deque<PendingOp> ops;
+  // The peer's allocations this endpoint mapped (their IPC handles'
+  // bytes): closed once no endpoint uses them (DeviceTransport::Progress).
+  std::vector<std::string> mapped;
 };
 
 namespace {
@@ -285,6 +291,7 @@ class DeviceEndpoint final : public Endpoint {
   // mapped, and the region's place in it, checked against the mapping's own
   // size (the key's sizes are the peer's word).
   absl::StatusOr<std::byte*> Resolve(const RemoteSlice& remote) {
+    RETURN_IF_ERROR(CheckAlive());
     ASSIGN_OR_RETURN(DeviceKey key,
                      DeviceKey::Parse(remote.region->packed_key, remote.region->length));
     if (key.host != transport_->host_identity()) {
@@ -302,7 +309,7 @@ class DeviceEndpoint final : public Endpoint {
   }
 
   absl::StatusOr<const device::DeviceMemory*> Map(const DeviceKey& key) {
-    absl::StatusOr<const device::DeviceMemory*> mapped = transport_->Map(key);
+    absl::StatusOr<const device::DeviceMemory*> mapped = transport_->Map(key, *queue_);
     if (!mapped.ok()) {
       return absl::Status(mapped.status().code(),
                           absl::StrCat("mapping a device region of rank ", peer_rank(), ": ",
@@ -312,15 +319,20 @@ class DeviceEndpoint final : public Endpoint {
   }
 
   // Queues a copy of `bytes` from `from` to `to` on the device stream.
-  absl::Status Enqueue(void* to, const void* from, size_t bytes,
-                       std::optional<uint32_t> notification, Completion done) {
+  // Once the peer is gone its allocations may be freed: a copy there, or a
+  // mapping opened anew, could end this process's device context.
+  absl::Status CheckAlive() const {
     if (!queue_->gone->ok()) {
-      // Its allocations may be freed: a copy there could end this process's
-      // device context.
       return absl::UnavailableError(absl::StrCat(
           "rank ", peer_rank(), " is gone (", queue_->gone->message(),
           "): no more device copies into or out of its memory"));
     }
+    return absl::OkStatus();
+  }
+
+  absl::Status Enqueue(void* to, const void* from, size_t bytes,
+                       std::optional<uint32_t> notification, Completion done) {
+    RETURN_IF_ERROR(CheckAlive());
     RETURN_IF_ERROR(CheckRoom());
     ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, transport_->TakeEvent());
     absl::Status queued = transport_->stream().Copy(to, from, bytes);
@@ -426,15 +438,31 @@ PendingQueue* DeviceTransport::NewQueue(int peer_rank) {
 absl::StatusOr<int> DeviceTransport::Progress() {
   ASSIGN_OR_RETURN(int fired, host_->Progress());
   for (auto it = queues_.begin(); it != queues_.end();) {
-    fired += Advance(*this, **it);
-    // A queue whose endpoint is gone goes once it is empty.
-    if ((*it)->host == nullptr && (*it)->ops.empty()) {
-      it = queues_.erase(it);
-    } else {
+    PendingQueue& queue = **it;
+    fired += Advance(*this, queue);
+    if (!queue.ops.empty()) {
       ++it;
+      continue;
     }
+    // No copy of this endpoint runs: the mappings of a gone peer are closed
+    // (holding them may hold its freed allocations' resources), and a queue
+    // whose endpoint was destroyed goes with its own.
+    const bool destroyed = queue.host == nullptr;
+    if (destroyed || !queue.gone->ok()) Unmap(queue);
+    it = destroyed ? queues_.erase(it) : std::next(it);
   }
   return fired;
+}
+
+void DeviceTransport::Unmap(PendingQueue& queue) {
+  for (const std::string& id : queue.mapped) {
+    const bool shared = std::any_of(queues_.begin(), queues_.end(), [&](const auto& other) {
+      return other.get() != &queue &&
+             std::find(other->mapped.begin(), other->mapped.end(), id) != other->mapped.end();
+    });
+    if (!shared) mappings_.erase(id);
+  }
+  queue.mapped.clear();
 }
 
 bool DeviceTransport::WaitForActivity(absl::Duration timeout) {
@@ -498,13 +526,17 @@ absl::StatusOr<MemoryRegion> DeviceTransport::DeviceRegion(std::byte* data, size
                       std::make_unique<DeviceRegistration>(std::move(owned)));
 }
 
-absl::StatusOr<const device::DeviceMemory*> DeviceTransport::Map(const DeviceKey& key) {
-  const std::string id(reinterpret_cast<const char*>(key.handle.bytes.data()),
-                       key.handle.bytes.size());
+absl::StatusOr<const device::DeviceMemory*> DeviceTransport::Map(const DeviceKey& key,
+                                                                  PendingQueue& user) {
+  std::string id(reinterpret_cast<const char*>(key.handle.bytes.data()),
+                 key.handle.bytes.size());
   auto it = mappings_.find(id);
   if (it == mappings_.end()) {
     ASSIGN_OR_RETURN(device::DeviceMemory mapped, runtime_->OpenIpc(key.handle));
     it = mappings_.emplace(id, std::move(mapped)).first;
+  }
+  if (std::find(user.mapped.begin(), user.mapped.end(), id) == user.mapped.end()) {
+    user.mapped.push_back(std::move(id));
   }
   return &it->second;
 }

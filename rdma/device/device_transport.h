@@ -13,7 +13,8 @@
 //
 // A write into a peer's device region, or a read from one, runs as a copy on
 // this process's device stream through an IPC mapping of the peer's
-// allocation (opened once, kept while the transport lives); the local side
+// allocation (opened once, kept while an endpoint that used it lives and its
+// peer is not gone); the local side
 // may be host or device memory. A write's notification goes out through the
 // host transport (a write into a small host region of the peer's, the
 // doorbell) only once the copy's event has completed, so the peer sees the
@@ -87,8 +88,9 @@ class DeviceTransport final : public Transport {
   bool WaitForActivity(absl::Duration timeout) override;
 
   // For DeviceEndpoint: the peer's allocation named by `key`, mapped here
-  // (opened at the first use), and this transport's stream and events.
-  absl::StatusOr<const device::DeviceMemory*> Map(const DeviceKey& key);
+  // (opened at the first use; closed once no endpoint that used it is left,
+  // or the peer is gone), and this transport's stream and events.
+  absl::StatusOr<const device::DeviceMemory*> Map(const DeviceKey& key, PendingQueue& user);
   device::Stream& stream() { return *stream_; }
   absl::StatusOr<std::unique_ptr<device::Event>> TakeEvent();
   void ReturnEvent(std::unique_ptr<device::Event> event);
@@ -98,9 +100,14 @@ class DeviceTransport final : public Transport {
   // left in flight when it was destroyed still completes (kCancelled).
   PendingQueue* NewQueue(int peer_rank);
 
+  // How many peers' allocations are mapped here (diagnostics, tests).
+  size_t mapped_allocations() const { return mappings_.size(); }
+
  private:
   DeviceTransport(std::unique_ptr<Transport> host, device::DeviceRuntime* runtime,
                   std::string host_id);
+  // Closes the mappings `queue` opened that no other endpoint uses.
+  void Unmap(PendingQueue& queue);
   absl::StatusOr<MemoryRegion> DeviceRegion(std::byte* data, size_t bytes,
                                             const device::PointerInfo& info,
                                             device::DeviceMemory owned);

@@ -481,6 +481,14 @@ TEST_F(DeviceTransportTest, ClosingWithACopyInFlightCancelsItAfterItEnds) {
       *transport_, [&] { return third.has_value(); }, absl::Now() + kTimeout,
       "the write of a destroyed endpoint"));
   EXPECT_THAT(*third, StatusIs(absl::StatusCode::kCancelled));
+
+  // The peer's allocation stays mapped while an endpoint that used it is
+  // left (the closed one), and is closed with the last.
+  ASSERT_OK(transport_->Progress().status());
+  EXPECT_EQ(transport_->mapped_allocations(), 1);
+  endpoint_.reset();
+  ASSERT_OK(transport_->Progress().status());
+  EXPECT_EQ(transport_->mapped_allocations(), 0);
 }
 
 // Once the host transport says rank 1 is gone, no device copy goes into or
@@ -491,6 +499,7 @@ TEST_F(DeviceTransportTest, ADeadPeerGetsNoMoreDeviceCopies) {
   ASSERT_OK_AND_ASSIGN(MemoryRegion on_host, transport_->Allocate(4096));
   ASSERT_OK(endpoint_->Prepare(peer_device_));
   ASSERT_OK(endpoint_->Prepare(peer_host_));  // as every region is before its owner can go
+  ASSERT_EQ(transport_->mapped_allocations(), 1);
   kill(peer_, SIGKILL);
   int status = 0;
   ASSERT_EQ(waitpid(peer_, &status, 0), peer_);
@@ -511,6 +520,13 @@ TEST_F(DeviceTransportTest, ADeadPeerGetsNoMoreDeviceCopies) {
   EXPECT_THAT(endpoint_->PostRead({&on_device, 0, 4096}, {&peer_device_, 0, 4096},
                                   [](absl::Status) { ADD_FAILURE() << "a refused post ran"; }),
               StatusIs(absl::StatusCode::kUnavailable));
+  // Its allocation is unmapped once no copy runs, and never mapped again.
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return transport_->mapped_allocations() == 0; },
+      absl::Now() + kTimeout, "the dead peer's mapping closed"));
+  EXPECT_THAT(endpoint_->Prepare(peer_device_),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1 is gone")));
+  EXPECT_EQ(transport_->mapped_allocations(), 0);
 }
 
 }  // namespace
