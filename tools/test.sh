@@ -113,8 +113,13 @@ for line in open(sys.argv[1], errors="replace"):
     if not m:
         continue
     targets += 1
-    count(os.path.join("bazel-testlogs", m.group(1), m.group(2), "test.xml"),
-          m.group(4) == "PASSED")
+    logs = os.path.join("bazel-testlogs", m.group(1), m.group(2))
+    # A sharded target has a report per shard.
+    xmls = sorted(glob.glob(os.path.join(logs, "shard_*_of_*", "test.xml")))
+    if not xmls:
+        count(os.path.join(logs, "test.xml"), m.group(4) == "PASSED")
+    for xml in xmls:
+        count(xml, m.group(4) == "PASSED")
 for xml in sorted(glob.glob("bazel-rdma-testlogs/*.xml")):
     targets += 1
     count(xml, False)
