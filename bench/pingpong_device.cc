@@ -25,8 +25,7 @@ absl::StatusOr<std::unique_ptr<DevicePingPong>> DevicePingPong::Create(
                                         std::move(host), out->runtime_.get()));
   ASSIGN_OR_RETURN(out->stream_, out->runtime_->CreateStream());
   ASSIGN_OR_RETURN(out->done_, out->runtime_->CreateEvent());
-  ASSIGN_OR_RETURN(out->from_, out->runtime_->Allocate(max_bytes));
-  ASSIGN_OR_RETURN(out->to_, out->runtime_->Allocate(max_bytes));
+  out->max_bytes_ = max_bytes;
   return out;
 }
 
@@ -48,10 +47,15 @@ absl::Status DevicePingPong::Fill(rdma::MemoryRegion& region, unsigned char valu
 }
 
 absl::StatusOr<double> DevicePingPong::CopyMbps(size_t bytes, int iterations) {
-  if (bytes > from_.size() || iterations <= 0) {
+  if (bytes > max_bytes_ || iterations <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "a reference copy of ", bytes, " bytes x ", iterations, " (buffers of ", from_.size(),
+        "a reference copy of ", bytes, " bytes x ", iterations, " (buffers of ", max_bytes_,
         " bytes)"));
+  }
+  // Allocated at the first call: only rank 0 measures the reference.
+  if (to_.data() == nullptr) {
+    ASSIGN_OR_RETURN(from_, runtime_->Allocate(max_bytes_));
+    ASSIGN_OR_RETURN(to_, runtime_->Allocate(max_bytes_));
   }
   // One copy first: the measured ones find the memory mapped and warm.
   RETURN_IF_ERROR(stream_->Copy(to_.data(), from_.data(), bytes));

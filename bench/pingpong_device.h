@@ -46,6 +46,8 @@ class DevicePingPong {
   std::unique_ptr<rdma::device_path::DeviceTransport> transport_;
   std::unique_ptr<device::Stream> stream_;
   std::unique_ptr<device::Event> done_;
+  size_t max_bytes_ = 0;
+  // The reference copy's buffers (rank 0 only), allocated at its first call.
   device::DeviceMemory from_;
   device::DeviceMemory to_;
 };
