@@ -32,16 +32,24 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Runs `fn` kWarmup + iterations times; the timed runs, ms.
-template <typename Fn>
-std::vector<double> TimedRunsMs(int iterations, Fn&& fn) {
+// Runs `setup` then `fn` kWarmup + iterations times; the timed runs of `fn`
+// alone, ms.
+template <typename Setup, typename Fn>
+std::vector<double> TimedRunsAfterMs(int iterations, Setup&& setup, Fn&& fn) {
   std::vector<double> ms;
   for (int i = 0; i < kWarmup + iterations; ++i) {
+    setup();
     const absl::Time begin = absl::Now();
     fn();
     if (i >= kWarmup) ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - begin));
   }
   return ms;
+}
+
+// Runs `fn` kWarmup + iterations times; the timed runs, ms.
+template <typename Fn>
+std::vector<double> TimedRunsMs(int iterations, Fn&& fn) {
+  return TimedRunsAfterMs(iterations, [] {}, std::forward<Fn>(fn));
 }
 
 // The median of the timed runs, ms.
@@ -155,10 +163,12 @@ absl::StatusOr<sim::ModelProfile> ProfileLayers(const Model& model,
       layer->set_output_bytes(static_cast<double>(y.numel()) * y.element_size());
       const torch::Tensor grad = torch::ones_like(y);
       if (y.requires_grad()) {
-        // Timed with its forward (autograd needs the graph), which is then
-        // taken off.
-        const double both = TimeMs(n, [&] { part.forward(in).backward(grad); });
-        layer->set_backward_ms(std::max(0.0, both - layer->forward_ms()));
+        // Each run builds the graph untimed, then times the backward alone.
+        // (Taking the forward's median off a timed forward+backward gave 0
+        // whenever a noisy machine slowed the forward runs.)
+        torch::Tensor out;
+        layer->set_backward_ms(Median(TimedRunsAfterMs(
+            n, [&] { out = part.forward(in); }, [&] { out.backward(grad); })));
       }
       for (torch::Tensor& p : part.parameters) p.mutable_grad() = torch::Tensor();
       x = y.detach();

@@ -22,6 +22,8 @@ TEST(LayerProfileTest, LeNetPerModuleWithItsHeadAndBytes) {
   double last_features_output = 0;
   for (const sim::LayerProfile& layer : profile.layers()) {
     EXPECT_GE(layer.forward_ms(), 0) << layer.name();
+    // Every part has parameters or follows one that has: it has a backward.
+    EXPECT_GT(layer.backward_ms(), 0) << layer.name();
     params += layer.param_bytes();
     if (layer.head()) {
       seen_head = true;
