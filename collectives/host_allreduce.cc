@@ -115,7 +115,8 @@ struct HostAllReduce::Peer {
 std::string HostAllReduce::LayoutText(const HostAllReduceOptions& o, size_t capacity,
                                       const std::vector<int>& members) {
   return absl::StrCat("one_shot_max=", o.one_shot_max_bytes, " chunk=", o.chunk_bytes,
-                      " capacity=", capacity, " members=", absl::StrJoin(members, ","));
+                      " capacity=", capacity, " members=", absl::StrJoin(members, ","),
+                      " memory=", o.mover != nullptr ? o.mover->kind() : "host");
 }
 
 absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
@@ -150,7 +151,8 @@ absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
   ASSIGN_OR_RETURN(rdma::MemoryRegion control, transport.Allocate(layout::kBytes));
   std::memset(control.data(), 0, control.size());
   host->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
-  host->scratch_.resize(options.one_shot_max_bytes);
+  host->mover_ = options.mover != nullptr ? options.mover : &host->host_mover_;
+  ASSIGN_OR_RETURN(host->scratch_, host->mover_->Scratch(options.one_shot_max_bytes));
   RETURN_IF_ERROR(host->Connect());
   return host;
 }
@@ -189,6 +191,8 @@ std::string HostAllReduce::Where() const {
   return absl::StrCat("host all-reduce '", options_.name, "' on rank ", transport_.rank(),
                       " (position ", position_, " of ", size(), ")");
 }
+
+absl::Time HostAllReduce::Deadline() const { return absl::Now() + options_.timeout; }
 
 bool HostAllReduce::OneShot(size_t bytes) const {
   return bytes <= options_.one_shot_max_bytes;
@@ -237,7 +241,7 @@ absl::Status HostAllReduce::Connect() {
     ASSIGN_OR_RETURN(peer.endpoint, rdma::ConnectToPeer(transport_, store_, ns_, peer.rank,
                                                         options_.timeout));
     absl::StatusOr<std::byte*> data =
-        peer.endpoint->MapRemote({&peer.data_descriptor, 0, peer.data_descriptor.length});
+        mover_->MapPeer(*peer.endpoint, {&peer.data_descriptor, 0, peer.data_descriptor.length});
     absl::StatusOr<std::byte*> control =
         data.ok() ? peer.endpoint->MapRemote({&peer.control_descriptor, 0, layout::kBytes})
                   : data;
@@ -394,7 +398,10 @@ absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type
       },
       bad_result);
   if (status.ok() && size() == 1 && result != nullptr && count > 0) {
-    std::memcpy(result, data_.data() + offset, count * element);  // alone: no body ran
+    // Alone: no body ran.
+    status = mover_->Copy(result, data_.data() + offset, count * element);
+    if (status.ok()) status = mover_->Fence(Deadline(), "the copy into the result buffer");
+    if (!status.ok()) status = Annotate(status, Where());
   }
   return status;
 }
@@ -416,7 +423,9 @@ absl::Status HostAllReduce::Broadcast(size_t offset, size_t bytes, int root) {
              [&](uint64_t call, size_t) {
                if (position_ != root) {
                  const Peer& from = peers_[root];
-                 std::memcpy(data_.data() + offset, from.data + from.offset, bytes);
+                 RETURN_IF_ERROR(
+                     mover_->Copy(data_.data() + offset, from.data + from.offset, bytes));
+                 RETURN_IF_ERROR(mover_->Fence(Deadline(), "the broadcast's copy"));
                  ++stats_.reads;
                  stats_.bytes_read += static_cast<int64_t>(bytes);
                }
@@ -556,19 +565,20 @@ absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t byt
   // A reduce to a root: only the root reads; the others wait for it to be
   // done with their buffers.
   if (root >= 0 && root != position_) return Leave(call);
-  auto source = [&](int p) -> const std::byte* {
-    return p == position_ ? data_.data() + offset : peers_[p].data + peers_[p].offset;
-  };
-  std::memcpy(scratch_.data(), source(0), bytes);
-  for (int p = 1; p < size(); ++p) {
-    collectives::Reduce(type, op, scratch_.data(), source(p), count);
+  std::vector<const std::byte*> sources;
+  for (int p = 0; p < size(); ++p) {
+    sources.push_back(p == position_ ? data_.data() + offset : peers_[p].data + peers_[p].offset);
   }
+  RETURN_IF_ERROR(mover_->Reduce(type, op, scratch_, sources, count));
+  // Our reads of the peers' buffers have landed before we say done.
+  RETURN_IF_ERROR(mover_->Fence(Deadline(), "the one-shot reduction"));
   stats_.reads += size() - 1;
   stats_.bytes_read += static_cast<int64_t>(bytes) * (size() - 1);
   ++stats_.one_shot_calls;
   RETURN_IF_ERROR(Leave(call));
-  std::memcpy(result != nullptr ? result : data_.data() + offset, scratch_.data(), bytes);
-  return absl::OkStatus();
+  RETURN_IF_ERROR(mover_->Copy(result != nullptr ? result : data_.data() + offset, scratch_,
+                               bytes));
+  return mover_->Fence(Deadline(), "the copy of the one-shot result");
 }
 
 absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size_t count,
@@ -590,18 +600,21 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
   for (size_t c = 0; c < chunks_of(mine.length); ++c) {
     const size_t first = mine.begin + c * chunk;
     const size_t length = std::min(chunk, mine.begin + mine.length - first);
+    std::vector<const std::byte*> sources = {ours + first * element};
     for (int p = 0; p < size(); ++p) {
       if (p == position_) continue;
-      collectives::Reduce(type, op, ours + first * element,
-             peers_[p].data + peers_[p].offset + first * element,
-             length);
+      sources.push_back(peers_[p].data + peers_[p].offset + first * element);
       ++stats_.reads;
       stats_.bytes_read += static_cast<int64_t>(length * element);
     }
+    RETURN_IF_ERROR(mover_->Reduce(type, op, ours + first * element, sources, length));
+    // The chunk is final in our buffer before a peer is told to copy it.
+    RETURN_IF_ERROR(mover_->Fence(Deadline(), "a reduce-scatter chunk"));
     Store(block_ + layout::kReduced, reduced_ + c + 1);
     RingPeers();
     if (result != nullptr) {
-      std::memcpy(result + first * element, ours + first * element, length * element);
+      RETURN_IF_ERROR(
+          mover_->Copy(result + first * element, ours + first * element, length * element));
     }
   }
   reduced_ += chunks_of(mine.length);
@@ -643,8 +656,9 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
       for (; copied[p] < ready; ++copied[p], --left) {
         const size_t first = theirs.begin + copied[p] * chunk;
         const size_t length = std::min(chunk, theirs.begin + theirs.length - first);
-        std::memcpy(out + first * element, peer.data + peer.offset + first * element,
-                    length * element);
+        RETURN_IF_ERROR(mover_->Copy(out + first * element,
+                                     peer.data + peer.offset + first * element,
+                                     length * element));
         ++stats_.reads;
         stats_.bytes_read += static_cast<int64_t>(length * element);
         moved = true;
@@ -661,6 +675,9 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
       }));
     }
   }
+  // Every copy out of the peers' buffers (and into the result) has landed
+  // before we say done.
+  RETURN_IF_ERROR(mover_->Fence(Deadline(), "the all-gather's copies"));
   // Their counters move on by what this call made final.
   for (size_t p = 0; p < n; ++p) {
     if (static_cast<int>(p) != position_) {

@@ -49,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "collectives/data_mover.h"
 #include "collectives/reduce.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/endpoint.h"
@@ -105,6 +106,10 @@ struct HostAllReduceOptions {
   // must outlive this object, which is created, called and destroyed on
   // the loop's thread. Required.
   onesided::ProgressLoop* loop = nullptr;
+  // How the bytes move (collectives/data_mover.h): nullptr for host memory;
+  // a DeviceDataMover when the data region is device memory. Must outlive
+  // this object; every member uses the same kind (the layout says which).
+  DataMover* mover = nullptr;
 };
 
 struct HostAllReduceStats {
@@ -228,6 +233,8 @@ class HostAllReduce {
                            std::byte* result);
   absl::Status ScatterGatherCall(uint64_t call, size_t offset, size_t count,
                                  DataType type, ReduceOp op, int root, std::byte* result);
+  // When a wait for our own data mover's work gives up.
+  absl::Time Deadline() const;
   // Publishes `done` and waits for every peer's.
   absl::Status Leave(uint64_t call);
   // Waits until `ready(peer)` holds for every peer (`any`: for one of
@@ -255,7 +262,9 @@ class HostAllReduce {
   std::unique_ptr<rdma::MemoryRegion> control_;
   std::byte* block_ = nullptr;  // our control block (control_)
   std::vector<Peer> peers_;  // by position; ours is empty
-  std::vector<std::byte> scratch_;  // the one-shot result
+  HostDataMover host_mover_;
+  DataMover* mover_ = nullptr;  // options_.mover, else host_mover_
+  std::byte* scratch_ = nullptr;  // the one-shot result (mover_'s)
   std::vector<int64_t> watches_;
   std::vector<int> peer_ranks_;  // probed while a call waits
   uint64_t calls_ = 0;

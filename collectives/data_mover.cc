@@ -1,0 +1,33 @@
+// File: data_mover.cc
+#include "collectives/data_mover.h"
+
+#include <cstring>
+
+#include "common/status_macros.h"
+
+namespace rdmaflow::collectives {
+
+absl::StatusOr<std::byte*> HostDataMover::MapPeer(rdma::Endpoint& endpoint,
+                                                  const rdma::RemoteSlice& remote) {
+  return endpoint.MapRemote(remote);
+}
+
+absl::StatusOr<std::byte*> HostDataMover::Scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
+}
+
+absl::Status HostDataMover::Copy(std::byte* dst, const std::byte* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status HostDataMover::Reduce(DataType type, ReduceOp op, std::byte* dst,
+                                   const std::vector<const std::byte*>& srcs, size_t count) {
+  if (srcs.empty()) return absl::InvalidArgumentError("a reduction of no sources");
+  if (dst != srcs[0]) RETURN_IF_ERROR(Copy(dst, srcs[0], count * ElementSize(type)));
+  for (size_t i = 1; i < srcs.size(); ++i) collectives::Reduce(type, op, dst, srcs[i], count);
+  return absl::OkStatus();
+}
+
+}  // namespace rdmaflow::collectives
