@@ -45,6 +45,10 @@ class DataMover {
   // "host memory", "device memory of cuda:0 (...)": for errors.
   virtual std::string Describe() const = 0;
 
+  // OK when Reduce takes `type` and `op`; else kInvalidArgument saying
+  // what it takes (every member then refuses the call alike).
+  virtual absl::Status Supports(DataType type, ReduceOp op) const = 0;
+
   // Where `remote` (the whole of a peer's data region) lies for this
   // mover's operations. The endpoint's errors (kUnimplemented: it cannot
   // map that peer's memory).
@@ -75,6 +79,7 @@ class HostDataMover final : public DataMover {
  public:
   const char* kind() const override { return "host"; }
   std::string Describe() const override { return "host memory"; }
+  absl::Status Supports(DataType, ReduceOp) const override { return absl::OkStatus(); }
   absl::StatusOr<std::byte*> MapPeer(rdma::Endpoint& endpoint,
                                      const rdma::RemoteSlice& remote) override;
   absl::StatusOr<std::byte*> Scratch(size_t bytes) override;

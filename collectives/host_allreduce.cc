@@ -389,6 +389,7 @@ absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type
           absl::StrCat(Where(), ": the result buffer overlaps the data region"));
     }
   }
+  if (bad_result.ok()) bad_result = mover_->Supports(type, op);
   absl::Status status = Run(
       offset, count, element, DataTypeName(type),
       PackCall(layout::kAllReduceCall, -1, type, op, variant), /*root=*/-1,
@@ -414,7 +415,8 @@ absl::Status HostAllReduce::Reduce(size_t offset, size_t count, DataType type, R
                return OneShot(bytes)
                           ? OneShotCall(call, offset, bytes, count, type, op, root, nullptr)
                           : ScatterGatherCall(call, offset, count, type, op, root, nullptr);
-             });
+             },
+             mover_->Supports(type, op));
 }
 
 absl::Status HostAllReduce::Broadcast(size_t offset, size_t bytes, int root) {

@@ -255,6 +255,18 @@ class DeviceEndpoint final : public Endpoint {
     return host_->MapRemote(remote);
   }
 
+  // DeviceTransport::MapDevice.
+  absl::StatusOr<std::byte*> MapDevice(const RemoteSlice& remote) {
+    if (remote.region == nullptr || remote.region->memory_kind != device::MemoryKind::kDevice) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mapping ", remote.region == nullptr ? "no region" : remote.region->DebugString(),
+          " of rank ", peer_rank(), " for device work: not a device region"));
+    }
+    RETURN_IF_ERROR(CheckRemoteSlice(remote, peer_rank(), DeviceTransport::kBackend,
+                                     Moves::kPeerDeviceMemory));
+    return Resolve(remote);
+  }
+
   absl::Status Prepare(const RemoteRegion& region) override {
     if (region.memory_kind != device::MemoryKind::kDevice) return host_->Prepare(region);
     RETURN_IF_ERROR(CheckRemoteSlice(WholeRegion(region), peer_rank(),
@@ -426,6 +438,17 @@ absl::StatusOr<std::unique_ptr<Endpoint>> DeviceTransport::Connect(const PeerInf
   PendingQueue* queue = NewQueue(peer.rank);
   queue->peer_doorbell = *std::move(doorbell);
   return std::make_unique<DeviceEndpoint>(this, std::move(host), queue);
+}
+
+absl::StatusOr<std::byte*> DeviceTransport::MapDevice(Endpoint& endpoint,
+                                                      const RemoteSlice& remote) {
+  auto* ours = dynamic_cast<DeviceEndpoint*>(&endpoint);
+  if (ours == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mapping a device region through ", endpoint.Describe(),
+        ": not an endpoint of this device transport"));
+  }
+  return ours->MapDevice(remote);
 }
 
 PendingQueue* DeviceTransport::NewQueue(int peer_rank) {

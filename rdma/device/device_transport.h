@@ -70,6 +70,15 @@ class DeviceTransport final : public Transport {
   // the end of its allocation.
   absl::StatusOr<MemoryRegion> RegisterDevice(void* data, size_t bytes);
 
+  // Where `remote` (a slice of a peer's device region) starts in this
+  // process, for device work of this runtime (a stream's copies and
+  // reductions; never host loads and stores): the peer's allocation mapped
+  // by IPC, as the posts map it, kept while `endpoint` lives. `endpoint`
+  // must be one of this transport's. kInvalidArgument for a host region or
+  // a bad slice; kUnimplemented for a region of another host; kUnavailable
+  // once the peer is gone; OpenIpc's errors.
+  absl::StatusOr<std::byte*> MapDevice(Endpoint& endpoint, const RemoteSlice& remote);
+
   device::DeviceRuntime& runtime() { return *runtime_; }
   Transport& host() { return *host_; }
 

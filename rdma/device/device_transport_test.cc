@@ -450,6 +450,44 @@ TEST_F(DeviceTransportTest, ForgedDeviceRegionsAreRefused) {
   EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("3")));
 }
 
+// MapDevice gives a peer's device region to this process's own device work
+// (a collective's reduce launches), through the mapping the posts use, and
+// refuses what is not a device region of a peer on this host.
+TEST_F(DeviceTransportTest, MapsAPeersDeviceRegionForDeviceWork) {
+  ASSERT_OK(Ask("fill 21").status());
+  ASSERT_OK_AND_ASSIGN(std::byte * at,
+                       transport_->MapDevice(*endpoint_, {&peer_device_, 512, 4096}));
+  EXPECT_EQ(transport_->mapped_allocations(), 1u);
+  ASSERT_OK_AND_ASSIGN(std::string seen, Download(*device_, at, 4096));
+  EXPECT_TRUE(seen == Expected(4096, 21, 512));
+  // The posts use the same mapping.
+  ASSERT_OK_AND_ASSIGN(MemoryRegion back, transport_->Allocate(4096));
+  ASSERT_OK(Read(*transport_, *endpoint_, {&back, 0, 4096}, {&peer_device_, 512, 4096},
+                 absl::Now() + kTimeout));
+  EXPECT_EQ(transport_->mapped_allocations(), 1u);
+
+  EXPECT_THAT(transport_->MapDevice(*endpoint_, {&peer_host_, 0, 4096}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a device region")));
+  EXPECT_THAT(transport_->MapDevice(*endpoint_, {&peer_device_, kDeviceBytes - 8, 4096}),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  RemoteRegion elsewhere = peer_device_;
+  DeviceKeyProto key;
+  ASSERT_TRUE(key.ParseFromString(elsewhere.packed_key));
+  key.set_host("another");
+  elsewhere.packed_key = key.SerializeAsString();
+  EXPECT_THAT(transport_->MapDevice(*endpoint_, WholeRegion(elsewhere)),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("another host")));
+  // An endpoint of another transport.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> plain,
+                       CreateBuiltinTransport("ucx", "tls=shm", 0));
+  DeviceAddressProto address;
+  ASSERT_TRUE(address.ParseFromString(peer_address_));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> foreign,
+                       plain->Connect({1, address.host_address()}));
+  EXPECT_THAT(transport_->MapDevice(*foreign, WholeRegion(peer_device_)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an endpoint")));
+}
+
 // Closing, or destroying, an endpoint with a copy in flight: the copy's
 // completion fires from Progress once the copy has ended, as kCancelled,
 // and later posts are refused.

@@ -1,0 +1,102 @@
+// File: device_data_mover.cc
+#include "collectives/device_data_mover.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace rdmaflow::collectives {
+namespace {
+
+// How long the destructor waits for work still on the stream.
+constexpr absl::Duration kDrainTimeout = absl::Seconds(10);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceDataMover>> DeviceDataMover::Create(
+    rdma::device_path::DeviceTransport& transport) {
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Stream> stream, transport.runtime().CreateStream());
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, transport.runtime().CreateEvent());
+  return std::unique_ptr<DeviceDataMover>(
+      new DeviceDataMover(transport, std::move(stream), std::move(event)));
+}
+
+DeviceDataMover::~DeviceDataMover() {
+  Fence(absl::Now() + kDrainTimeout, "device work at the mover's end").IgnoreError();
+}
+
+std::string DeviceDataMover::Describe() const {
+  return absl::StrCat("device memory of ", transport_.runtime().name());
+}
+
+absl::Status DeviceDataMover::Supports(DataType type, ReduceOp op) const {
+  // Any non-null pointers: only the type and the operator are asked about.
+  static std::byte placeholder;
+  device::ReduceArgs probe;
+  probe.type = type;
+  probe.op = op;
+  probe.dst = &placeholder;
+  probe.srcs = {&placeholder};
+  probe.count = 1;
+  absl::Status status = device::CheckReduceArgs(probe);
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "a reduction of ", DataTypeName(type), " by ", ReduceOpName(op), " on ", Describe(),
+      ": the device reduces float32, float16 and bfloat16 by sum or max"));
+}
+
+absl::StatusOr<std::byte*> DeviceDataMover::MapPeer(rdma::Endpoint& endpoint,
+                                                    const rdma::RemoteSlice& remote) {
+  return transport_.MapDevice(endpoint, remote);
+}
+
+absl::StatusOr<std::byte*> DeviceDataMover::Scratch(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (scratch_.size() < bytes) {
+    // The old scratch may still be in use on the stream.
+    RETURN_IF_ERROR(Fence(absl::Now() + kDrainTimeout, "device work before a new scratch"));
+    scratch_ = device::DeviceMemory();
+    ASSIGN_OR_RETURN(scratch_, transport_.runtime().Allocate(bytes));
+  }
+  return static_cast<std::byte*>(scratch_.data());
+}
+
+absl::Status DeviceDataMover::Copy(std::byte* dst, const std::byte* src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  return stream_->Copy(dst, src, bytes);
+}
+
+absl::Status DeviceDataMover::Reduce(DataType type, ReduceOp op, std::byte* dst,
+                                     const std::vector<const std::byte*>& srcs, size_t count) {
+  if (srcs.empty()) return absl::InvalidArgumentError("a reduction of no sources");
+  if (count == 0) return absl::OkStatus();
+  if (srcs.size() == 1) return Copy(dst, srcs[0], count * ElementSize(type));
+  // One launch reads up to kMaxSources; more fold into dst, in order.
+  device::ReduceArgs args;
+  args.type = type;
+  args.op = op;
+  args.dst = dst;
+  args.count = count;
+  size_t next = 0;
+  while (next < srcs.size()) {
+    args.srcs.clear();
+    if (next > 0) args.srcs.push_back(dst);
+    const size_t take = std::min(srcs.size() - next,
+                                 static_cast<size_t>(device::ReduceArgs::kMaxSources) -
+                                     args.srcs.size());
+    args.srcs.insert(args.srcs.end(), srcs.begin() + next, srcs.begin() + next + take);
+    next += take;
+    RETURN_IF_ERROR(stream_->Reduce(args));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceDataMover::Fence(absl::Time deadline, const std::string& what) {
+  RETURN_IF_ERROR(stream_->Record(*event_));
+  return event_->WaitUntil(deadline, what);
+}
+
+}  // namespace rdmaflow::collectives

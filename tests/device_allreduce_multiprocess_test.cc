@@ -1,0 +1,279 @@
+// File: device_allreduce_multiprocess_test.cc
+// HostAllReduce on device memory (collectives/device_data_mover.h): OS
+// processes, each with a fake device (device/fake: its IPC handles open only
+// in another process, as CUDA's) and a DeviceTransport over UCX shared
+// memory; every data region is device memory, read by the peers through
+// IPC mappings and reduced by the device's reduce launches. Exact results
+// (integers) on the one-shot and reduce-scatter/all-gather paths, at an
+// offset per member, into a result buffer, in float16 and bfloat16 and by
+// max; a reduce to a root and a broadcast; a type the device cannot reduce
+// refused on every member alike; a device fault on one member failing
+// every member's call by name; a member on host memory refused by the
+// others' layout check. The test binary re-executes itself per rank
+// (launch/ranks_or_tests_main.h).
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "collectives/device_data_mover.h"
+#include "collectives/host_allreduce.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "device/fake/fake_device.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launch/launcher.h"
+#include "launch/rank.h"
+#include "launch/ranks_or_tests_main.h"
+#include "onesided/progress/progress_loop.h"
+#include "rdma/builtin_transports.h"
+#include "rdma/device/device_transport.h"
+
+namespace rdmaflow::collectives {
+namespace {
+
+constexpr char kCaseEnv[] = "RDMAFLOW_DEVICE_ALLREDUCE_CASE";
+constexpr size_t kCapacity = 2 << 20;
+constexpr absl::Duration kTimeout = absl::Seconds(30);
+
+HostAllReduceOptions Options(onesided::ProgressLoop* loop, DataMover* mover) {
+  HostAllReduceOptions options;
+  options.one_shot_max_bytes = 16 << 10;
+  options.chunk_bytes = 64 << 10;
+  options.timeout = kTimeout;
+  options.loop = loop;
+  options.mover = mover;
+  return options;
+}
+
+// One rank's device, transport and collective, in their order of teardown.
+struct DeviceRank {
+  int rank = 0;
+  int world = 0;
+  std::unique_ptr<rdma::Store> store;
+  std::unique_ptr<device::FakeDevice> device;
+  std::unique_ptr<rdma::device_path::DeviceTransport> transport;
+  std::unique_ptr<onesided::ProgressLoop> loop;
+  rdma::MemoryRegion data;
+  std::unique_ptr<device::Stream> stream;  // the test's uploads and downloads
+  std::unique_ptr<DeviceDataMover> mover;
+  std::unique_ptr<HostAllReduce> allreduce;
+
+  absl::Status Finish() {
+    ASSIGN_OR_RETURN(std::unique_ptr<device::Event> done, device->CreateEvent());
+    RETURN_IF_ERROR(stream->Record(*done));
+    return done->WaitUntil(absl::Now() + kTimeout, "a test copy");
+  }
+  absl::Status Upload(std::byte* at, const void* from, size_t bytes) {
+    RETURN_IF_ERROR(stream->Copy(at, from, bytes));
+    return Finish();
+  }
+  template <typename T>
+  absl::StatusOr<std::vector<T>> Download(const std::byte* at, size_t count) {
+    std::vector<T> out(count);
+    RETURN_IF_ERROR(stream->Copy(out.data(), at, count * sizeof(T)));
+    RETURN_IF_ERROR(Finish());
+    return out;
+  }
+};
+
+// Joins the job; `fail_operation` for rank 1's fake device; rank 0 on host
+// memory when `host_rank0`.
+absl::StatusOr<std::unique_ptr<DeviceRank>> Join(int fail_operation = 0,
+                                                 bool host_rank0 = false) {
+  auto r = std::make_unique<DeviceRank>();
+  ASSIGN_OR_RETURN(launch::JoinedRank joined, launch::JoinJob());
+  r->rank = joined.rank;
+  r->world = joined.world_size;
+  r->store = std::move(joined.store);
+  device::FakeDeviceOptions device_options;
+  if (r->rank == 1) device_options.fail_operation = fail_operation;
+  // Device work lands well after it is enqueued: a word published before
+  // its fence would let a peer read stale bytes, and the sums show it.
+  device_options.operation_delay = absl::Microseconds(300);
+  const bool host_memory = host_rank0 && r->rank == 0;
+  ASSIGN_OR_RETURN(r->device, device::FakeDevice::Create(device_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<rdma::Transport> host,
+                   rdma::CreateBuiltinTransport("ucx", "tls=shm", r->rank));
+  ASSIGN_OR_RETURN(r->transport,
+                   rdma::device_path::DeviceTransport::Create(std::move(host), r->device.get()));
+  r->loop = std::make_unique<onesided::ProgressLoop>(*r->transport, onesided::ProgressLoopOptions{});
+  if (host_memory) {
+    ASSIGN_OR_RETURN(r->data, r->transport->Allocate(kCapacity));
+  } else {
+    ASSIGN_OR_RETURN(r->data, r->transport->AllocateDevice(kCapacity));
+  }
+  ASSIGN_OR_RETURN(r->stream, r->device->CreateStream());
+  ASSIGN_OR_RETURN(r->mover, DeviceDataMover::Create(*r->transport));
+  std::vector<int> members(r->world);
+  std::iota(members.begin(), members.end(), 0);
+  ASSIGN_OR_RETURN(r->allreduce,
+                   HostAllReduce::Create(*r->transport, *r->store, "dev", members, r->data,
+                                         Options(r->loop.get(),
+                                                 host_memory ? nullptr : r->mover.get())));
+  return r;
+}
+
+float Value(int rank, size_t i) { return static_cast<float>((i * 7 + rank * 13) % 97); }
+
+absl::Status Mismatch(const std::string& what, size_t i, double got, double expected) {
+  return absl::DataLossError(
+      absl::StrCat(what, ": element ", i, " is ", got, ", expected ", expected));
+}
+
+// float32 sums at every size, each member at an offset of its own.
+absl::Status CheckSums(DeviceRank& r) {
+  const size_t offset = static_cast<size_t>(r.rank) * 256;
+  for (size_t count : {size_t{1}, size_t{1000}, size_t{4096}, size_t{100003}}) {
+    std::vector<float> in(count);
+    for (size_t i = 0; i < count; ++i) in[i] = Value(r.rank, i);
+    std::byte* at = r.data.data() + offset;
+    RETURN_IF_ERROR(r.Upload(at, in.data(), count * 4));
+    RETURN_IF_ERROR(r.allreduce->AllReduce(offset, count, DataType::kFloat32));
+    ASSIGN_OR_RETURN(std::vector<float> out, r.Download<float>(at, count));
+    for (size_t i = 0; i < count; ++i) {
+      float expected = 0;
+      for (int p = 0; p < r.world; ++p) expected += Value(p, i);
+      if (out[i] != expected) {
+        return Mismatch(absl::StrCat("rank ", r.rank, ", sum of ", count), i, out[i], expected);
+      }
+    }
+  }
+  if (r.allreduce->stats().bytes_read == 0 || r.allreduce->stats().one_shot_calls != 3) {
+    return absl::InternalError(absl::StrCat(
+        "rank ", r.rank, ": read ", r.allreduce->stats().bytes_read, " bytes of peers in ",
+        r.allreduce->stats().one_shot_calls, " one-shot calls (expected 3)"));
+  }
+  return absl::OkStatus();
+}
+
+// Half-precision types, max, and the result in a buffer of its own.
+absl::Status CheckHalvesAndResult(DeviceRank& r) {
+  constexpr size_t kCount = 50001;  // the reduce-scatter path
+  std::vector<uint16_t> in(kCount);
+  for (size_t i = 0; i < kCount; ++i) in[i] = FloatToBFloat16(Value(r.rank, i));
+  RETURN_IF_ERROR(r.Upload(r.data.data(), in.data(), kCount * 2));
+  RETURN_IF_ERROR(r.allreduce->AllReduce(0, kCount, DataType::kBFloat16, ReduceOp::kMax));
+  ASSIGN_OR_RETURN(std::vector<uint16_t> out, r.Download<uint16_t>(r.data.data(), kCount));
+  for (size_t i = 0; i < kCount; ++i) {
+    float expected = 0;
+    for (int p = 0; p < r.world; ++p) expected = std::max(expected, Value(p, i));
+    if (BFloat16ToFloat(out[i]) != expected) {
+      return Mismatch("bfloat16 max", i, BFloat16ToFloat(out[i]), expected);
+    }
+  }
+  ASSIGN_OR_RETURN(device::DeviceMemory result, r.device->Allocate(kCount * 2));
+  for (size_t count : {size_t{2000}, kCount}) {
+    for (size_t i = 0; i < count; ++i) in[i] = FloatToHalf(Value(r.rank, i));
+    RETURN_IF_ERROR(r.Upload(r.data.data(), in.data(), count * 2));
+    RETURN_IF_ERROR(r.allreduce->AllReduce(0, count, DataType::kFloat16, ReduceOp::kSum, 0,
+                                           static_cast<std::byte*>(result.data())));
+    ASSIGN_OR_RETURN(out, r.Download<uint16_t>(static_cast<std::byte*>(result.data()), count));
+    for (size_t i = 0; i < count; ++i) {
+      float expected = 0;
+      for (int p = 0; p < r.world; ++p) expected += Value(p, i);
+      if (HalfToFloat(out[i]) != expected) {
+        return Mismatch(absl::StrCat("float16 sum of ", count, " into a result buffer"), i,
+                        HalfToFloat(out[i]), expected);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A reduce to the last member, then a broadcast from it.
+absl::Status CheckReduceAndBroadcast(DeviceRank& r) {
+  constexpr size_t kCount = 70000;
+  const int root = r.world - 1;
+  std::vector<float> in(kCount);
+  for (size_t i = 0; i < kCount; ++i) in[i] = Value(r.rank, i);
+  RETURN_IF_ERROR(r.Upload(r.data.data(), in.data(), kCount * 4));
+  RETURN_IF_ERROR(r.allreduce->Reduce(0, kCount, DataType::kFloat32, ReduceOp::kSum, root));
+  RETURN_IF_ERROR(r.allreduce->Broadcast(0, kCount * 4, root));
+  ASSIGN_OR_RETURN(std::vector<float> out, r.Download<float>(r.data.data(), kCount));
+  for (size_t i = 0; i < kCount; ++i) {
+    float expected = 0;
+    for (int p = 0; p < r.world; ++p) expected += Value(p, i);
+    if (out[i] != expected) return Mismatch("reduce then broadcast", i, out[i], expected);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Exact() {
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r, Join());
+  RETURN_IF_ERROR(CheckSums(*r));
+  RETURN_IF_ERROR(CheckHalvesAndResult(*r));
+  RETURN_IF_ERROR(CheckReduceAndBroadcast(*r));
+  // A type the device does not reduce: refused on every member, and the
+  // collective still works after it.
+  absl::Status refused = r->allreduce->AllReduce(0, 16, DataType::kInt32);
+  if (!absl::IsInvalidArgument(refused) ||
+      !absl::StrContains(refused.message(), "float32, float16 and bfloat16")) {
+    return absl::InternalError(
+        absl::StrCat("rank ", r->rank, ": an int32 call gave ", refused.ToString()));
+  }
+  RETURN_IF_ERROR(CheckReduceAndBroadcast(*r));
+  return r->allreduce->Shutdown();
+}
+
+// Rank 1's device fails its second operation (the first call's reduction):
+// its call fails with the fault, the others' with kAborted naming it.
+absl::Status Fault() {
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r, Join(/*fail_operation=*/2));
+  std::vector<float> in(100003, 1.0f);
+  RETURN_IF_ERROR(r->Upload(r->data.data(), in.data(), in.size() * 4));
+  absl::Status status = r->allreduce->AllReduce(0, in.size(), DataType::kFloat32);
+  const bool named = r->rank == 1 ? absl::StrContains(status.message(), "injected fault")
+                                  : absl::IsAborted(status) &&
+                                        absl::StrContains(status.message(), "rank 1 gave up");
+  if (status.ok() || !named) {
+    return absl::InternalError(absl::StrCat("rank ", r->rank, ": with rank 1's device failing, "
+                                            "the call gave ", status.ToString()));
+  }
+  return r->allreduce->Shutdown();
+}
+
+// Rank 0 holds host memory, rank 1 device memory: neither takes the other's
+// layout.
+absl::Status Mixed() {
+  absl::StatusOr<std::unique_ptr<DeviceRank>> r = Join(0, /*host_rank0=*/true);
+  if (r.ok() || !absl::IsFailedPrecondition(r.status()) ||
+      !absl::StrContains(r.status().message(), "memory=")) {
+    return absl::InternalError(
+        absl::StrCat("a member among host and device ones got ", r.status().ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunRank(const char* which) {
+  const std::string name = which;
+  if (name == "exact") return Exact();
+  if (name == "fault") return Fault();
+  if (name == "mixed") return Mixed();
+  return absl::InvalidArgumentError(absl::StrCat("unknown case ", name));
+}
+
+TEST(DeviceAllReduceTest, ThreeProcessesReduceEachOthersDeviceMemoryExactly) {
+  EXPECT_OK(launch::LaunchRanks(3, {{kCaseEnv, "exact"}}).status);
+}
+
+TEST(DeviceAllReduceTest, AFailingDeviceFailsEveryMembersCallByName) {
+  EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "fault"}}).status);
+}
+
+TEST(DeviceAllReduceTest, HostAndDeviceMembersRefuseEachOther) {
+  EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "mixed"}}).status);
+}
+
+}  // namespace
+}  // namespace rdmaflow::collectives
+
+int main(int argc, char** argv) {
+  return rdmaflow::launch::RanksOrTestsMain(argc, argv, rdmaflow::collectives::kCaseEnv,
+                                            rdmaflow::collectives::RunRank);
+}
