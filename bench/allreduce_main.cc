@@ -11,6 +11,10 @@
 //
 //   allreduce_bench --ranks=2,4 --json=allreduce.json
 //
+// --device=cuda (or fake) adds "rdmaflow-device": the same-host all-reduce
+// on device memory (bench/device_allreduce.h), every rank on one device,
+// with the device's copy bandwidth in the header and each row's bound.
+//
 // Without RANK in the environment it starts each job's ranks as processes
 // itself (rank 0 is this process); under torchrun (or one process per rank
 // started on each host, as tools/bench_hierarchical.sh does) each process
@@ -33,13 +37,16 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/allreduce_sweep.h"
+#include "bench/device_allreduce.h"
 #include "bench/gloo_group.h"
 #include "collectives/allreduce_group.h"
 #include "common/status_macros.h"
+#include "device/runtime_factory.h"
 #include "launch/launcher.h"
 #include "launch/rank.h"
 #include "onesided/progress/wait_policy.h"
@@ -71,6 +78,13 @@ ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file.");
 ABSL_FLAG(int32_t, load, 0,
           "Threads of busy compute running beside the ranks for the whole run (0..64): "
           "how the collectives hold up when ranks share their cores with work.");
+ABSL_FLAG(std::string, device, "",
+          "Also measure the all-reduce on device memory (impl rdmaflow-device): cuda, or "
+          "fake (host shared memory standing in for a device). Empty: host memory only.");
+ABSL_FLAG(int64_t, device_chunk_bytes, 16 << 20,
+          "rdmaflow-device: bytes a rank reduces between two published words.");
+ABSL_FLAG(int64_t, device_one_shot_max_bytes, 256 << 10,
+          "rdmaflow-device: largest call taking the one-shot path.");
 ABSL_FLAG(std::string, wait, "adaptive",
           "rdmaflow: how a waiting rank idles: adaptive, spin, yield, or "
           "adaptive:spin=N,yield_us=N,sleep_us=N (onesided/progress/wait_policy.h).");
@@ -210,6 +224,39 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
     setup_ms[impl] = absl::ToDoubleMilliseconds(absl::Now() - begin);
     groups.emplace_back(impl, std::move(group));
   }
+  std::unique_ptr<DeviceAllReduceBench> device_bench;
+  double copy_gbps = 0;
+  if (const std::string kind = absl::GetFlag(FLAGS_device); !kind.empty()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<device::DeviceRuntime> runtime,
+                     device::CreateDeviceRuntime(kind));
+    // A host transport of its own, which the device transport wraps.
+    ASSIGN_OR_RETURN(std::unique_ptr<rdma::Transport> host,
+                     rdma::CreateBuiltinTransport(absl::GetFlag(FLAGS_transport),
+                                                  absl::GetFlag(FLAGS_params), rank));
+    DeviceAllReduceBenchOptions device_options;
+    device_options.rank = rank;
+    device_options.world = world;
+    // Twice the largest call: the reference copy runs between the halves.
+    device_options.capacity_bytes = 2 * sweep.max_bytes;
+    device_options.one_shot_max_bytes = absl::GetFlag(FLAGS_device_one_shot_max_bytes);
+    device_options.chunk_bytes = absl::GetFlag(FLAGS_device_chunk_bytes);
+    device_options.timeout = timeout;
+    const absl::Time begin = absl::Now();
+    ASSIGN_OR_RETURN(device_bench, DeviceAllReduceBench::Create(std::move(host),
+                                                                std::move(runtime), store,
+                                                                device_options));
+    setup_ms["rdmaflow-device"] = absl::ToDoubleMilliseconds(absl::Now() - begin);
+    // Rank 0 alone, the others waiting at the barrier.
+    if (rank == 0) {
+      ASSIGN_OR_RETURN(copy_gbps, device_bench->CopyGbps(sweep.max_bytes, 20));
+      if (description != nullptr) {
+        absl::StrAppend(description, "; device ", device_bench->device_name(), ", copy ",
+                        absl::StrFormat("%.1f", copy_gbps), " GB/s (read+write, ",
+                        sweep.max_bytes, " bytes)");
+      }
+    }
+    RETURN_IF_ERROR(rdma::Barrier(store, "bench", "device/copy", world, timeout));
+  }
   std::unique_ptr<GlooGroup> gloo;
   if (Wants("gloo")) {
     at::set_num_threads(1);
@@ -222,6 +269,11 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
       ASSIGN_OR_RETURN(AllReduceRow row,
                        MeasureGroup(impl, *group, store, world, bytes, iterations));
       row.set_setup_ms(setup_ms[impl]);
+      measured.push_back(row);
+    }
+    if (device_bench != nullptr) {
+      ASSIGN_OR_RETURN(AllReduceRow row, device_bench->Measure(bytes, iterations, copy_gbps));
+      row.set_setup_ms(setup_ms["rdmaflow-device"]);
       measured.push_back(row);
     }
     if (gloo != nullptr) {
@@ -238,6 +290,7 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
   }
   absl::Status status;
   for (auto& [impl, group] : groups) status.Update(group->Shutdown());
+  if (device_bench != nullptr) status.Update(device_bench->Shutdown());
   return status;
 }
 
@@ -251,13 +304,19 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "All-reduce latency and bus bandwidth: rdmaflow's ring next to "
       "Gloo, same processes, same run.\n  allreduce_bench [--ranks=2,4] "
-      "[--impls=rdmaflow,gloo] [--transport=ucx --params=tls=shm] [--json=out.json]");
+      "[--impls=rdmaflow,gloo] [--transport=ucx --params=tls=shm] [--device=cuda|fake] "
+      "[--json=out.json]");
   absl::ParseCommandLine(argc, argv);
   const absl::Time start = absl::Now();
   if (absl::StatusOr<onesided::WaitPolicy> wait =
           onesided::WaitPolicy::Parse(absl::GetFlag(FLAGS_wait));
       !wait.ok()) {
     std::fprintf(stderr, "--wait: %s\n", wait.status().ToString().c_str());
+    return 2;
+  }
+  if (const std::string kind = absl::GetFlag(FLAGS_device);
+      !kind.empty() && kind != "cuda" && kind != "fake") {
+    std::fprintf(stderr, "--device: '%s' is not cuda or fake\n", kind.c_str());
     return 2;
   }
   const int load = absl::GetFlag(FLAGS_load);
@@ -301,6 +360,7 @@ int Main(int argc, char** argv) {
   const double reduce_gbps = ReduceGbps(reference);
   std::map<double, double> reduce_bound;  // by size
   for (AllReduceRow& row : rows) {
+    if (row.impl() == "rdmaflow-device") continue;  // its bound is the device's
     auto [it, fresh] = reduce_bound.try_emplace(row.bytes(), 0.0);
     if (fresh) it->second = ReduceGbps(static_cast<int64_t>(row.bytes()));
     row.set_reduce_bound_gbps(it->second);

@@ -5,16 +5,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
+#include "bench/device_copy.h"
 #include "common/status_macros.h"
 
 namespace rdmaflow::bench {
-namespace {
-
-constexpr absl::Duration kTimeout = absl::Seconds(60);
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<DevicePingPong>> DevicePingPong::Create(
     std::unique_ptr<rdma::Transport> host, std::unique_ptr<device::DeviceRuntime> runtime,
@@ -41,9 +35,8 @@ void DevicePingPong::Apply(PingPongOptions& options) {
 
 absl::Status DevicePingPong::Fill(rdma::MemoryRegion& region, unsigned char value) {
   const std::vector<unsigned char> host(region.size(), value);
-  RETURN_IF_ERROR(stream_->Copy(region.data(), host.data(), host.size()));
-  RETURN_IF_ERROR(stream_->Record(*done_));
-  return done_->WaitUntil(absl::Now() + kTimeout, "filling a device region");
+  return CopyAndDrain(*stream_, *done_, region.data(), host.data(), host.size(),
+                      "filling a device region");
 }
 
 absl::StatusOr<double> DevicePingPong::CopyMbps(size_t bytes, int iterations) {
@@ -57,18 +50,9 @@ absl::StatusOr<double> DevicePingPong::CopyMbps(size_t bytes, int iterations) {
     ASSIGN_OR_RETURN(from_, runtime_->Allocate(max_bytes_));
     ASSIGN_OR_RETURN(to_, runtime_->Allocate(max_bytes_));
   }
-  // One copy first: the measured ones find the memory mapped and warm.
-  RETURN_IF_ERROR(stream_->Copy(to_.data(), from_.data(), bytes));
-  RETURN_IF_ERROR(stream_->Record(*done_));
-  RETURN_IF_ERROR(done_->WaitUntil(absl::Now() + kTimeout, "a warm-up device copy"));
-  const absl::Time start = absl::Now();
-  for (int i = 0; i < iterations; ++i) {
-    RETURN_IF_ERROR(stream_->Copy(to_.data(), from_.data(), bytes));
-  }
-  RETURN_IF_ERROR(stream_->Record(*done_));
-  RETURN_IF_ERROR(done_->WaitUntil(absl::Now() + kTimeout, "the reference device copies"));
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  return static_cast<double>(bytes) * iterations / seconds / 1e6;
+  ASSIGN_OR_RETURN(const double seconds, DeviceCopySeconds(*stream_, *done_, to_.data(),
+                                                           from_.data(), bytes, iterations));
+  return static_cast<double>(bytes) / seconds / 1e6;
 }
 
 }  // namespace rdmaflow::bench

@@ -1,0 +1,106 @@
+// File: device_allreduce.cc
+#include "bench/device_allreduce.h"
+
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/device_copy.h"
+#include "common/status_macros.h"
+#include "rdma/rendezvous.h"
+
+namespace rdmaflow::bench {
+
+absl::StatusOr<std::unique_ptr<DeviceAllReduceBench>> DeviceAllReduceBench::Create(
+    std::unique_ptr<rdma::Transport> host, std::unique_ptr<device::DeviceRuntime> runtime,
+    rdma::Store& store, const DeviceAllReduceBenchOptions& options) {
+  if (options.capacity_bytes <= 0 || options.world < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a device all-reduce bench of ", options.capacity_bytes, " bytes on ", options.world,
+        " ranks"));
+  }
+  std::unique_ptr<DeviceAllReduceBench> out(new DeviceAllReduceBench());
+  out->options_ = options;
+  out->store_ = &store;
+  out->runtime_ = std::move(runtime);
+  ASSIGN_OR_RETURN(out->transport_, rdma::device_path::DeviceTransport::Create(
+                                        std::move(host), out->runtime_.get()));
+  onesided::ProgressLoopOptions loop_options;
+  loop_options.name = absl::StrCat("allreduce_bench device rank ", options.rank);
+  out->loop_ = std::make_unique<onesided::ProgressLoop>(*out->transport_, loop_options);
+  ASSIGN_OR_RETURN(out->data_, out->transport_->AllocateDevice(options.capacity_bytes));
+  ASSIGN_OR_RETURN(out->stream_, out->runtime_->CreateStream());
+  ASSIGN_OR_RETURN(out->done_, out->runtime_->CreateEvent());
+  ASSIGN_OR_RETURN(out->mover_, collectives::DeviceDataMover::Create(*out->transport_));
+  collectives::HostAllReduceOptions allreduce;
+  allreduce.name = "bench-device";
+  allreduce.one_shot_max_bytes = options.one_shot_max_bytes;
+  allreduce.chunk_bytes = options.chunk_bytes;
+  allreduce.timeout = options.timeout;
+  allreduce.loop = out->loop_.get();
+  allreduce.mover = out->mover_.get();
+  std::vector<int> members(options.world);
+  std::iota(members.begin(), members.end(), 0);
+  ASSIGN_OR_RETURN(out->allreduce_,
+                   collectives::HostAllReduce::Create(*out->transport_, store, "bench-device",
+                                                      members, out->data_, allreduce));
+  return out;
+}
+
+DeviceAllReduceBench::~DeviceAllReduceBench() = default;
+
+absl::StatusOr<double> DeviceAllReduceBench::CopyGbps(int64_t bytes, int iterations) {
+  const int64_t half = options_.capacity_bytes / 2;
+  if (bytes <= 0 || bytes > half) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a reference device copy of ", bytes, " bytes in a region of ",
+        options_.capacity_bytes));
+  }
+  ASSIGN_OR_RETURN(const double seconds,
+                   DeviceCopySeconds(*stream_, *done_, data_.data() + half, data_.data(),
+                                     static_cast<size_t>(bytes), iterations));
+  return 2.0 * static_cast<double>(bytes) / seconds / 1e9;
+}
+
+absl::StatusOr<AllReduceRow> DeviceAllReduceBench::Measure(int64_t bytes, int iterations,
+                                                          double copy_gbps) {
+  const size_t count = static_cast<size_t>(bytes) / sizeof(float);
+  std::vector<float> host(count, static_cast<float>(options_.rank + 1));
+  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, data_.data(), host.data(), count * 4,
+                               "uploading the all-reduce's input"));
+  RETURN_IF_ERROR(allreduce_->AllReduce(0, count, collectives::DataType::kFloat32));
+  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, host.data(), data_.data(), count * 4,
+                               "downloading the all-reduce's result"));
+  const int n = options_.world;
+  const float expected = n * (n + 1) / 2.0f;
+  for (size_t i = 0; i < count; ++i) {
+    if (host[i] != expected) {
+      return absl::InternalError(absl::StrCat("device all-reduce of ", bytes, " bytes: element ",
+                                              i, " is ", host[i], ", expected ", expected));
+    }
+  }
+  std::fill(host.begin(), host.end(), 0.0f);
+  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, data_.data(), host.data(), count * 4,
+                               "zeroing the all-reduce's input"));
+  RETURN_IF_ERROR(rdma::Barrier(*store_, "bench", absl::StrCat("device/", bytes), n,
+                                options_.timeout));
+  absl::Status status;
+  const double us = TimeCalls(2, iterations, [&] {
+    if (status.ok()) status = allreduce_->AllReduce(0, count, collectives::DataType::kFloat32);
+  });
+  RETURN_IF_ERROR(status);
+  AllReduceRow row = MakeRow("rdmaflow-device", n, bytes, iterations, us);
+  const bool one_shot = allreduce_->OneShot(static_cast<size_t>(bytes));
+  row.set_algorithm(one_shot ? "device-one-shot" : "device-scatter-gather");
+  if (copy_gbps > 0) {
+    const double s = static_cast<double>(bytes);
+    const double moved = one_shot ? (n + 1) * s + 2 * s : ((n + 1) * s + 2.0 * (n - 1) * s) / n;
+    row.set_reduce_bound_gbps(copy_gbps * s / (n * moved));
+  }
+  return row;
+}
+
+absl::Status DeviceAllReduceBench::Shutdown() { return allreduce_->Shutdown(); }
+
+}  // namespace rdmaflow::bench
