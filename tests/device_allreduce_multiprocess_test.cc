@@ -11,7 +11,12 @@
 // every member's call by name; a member on host memory refused by the
 // others' layout check. The test binary re-executes itself per rank
 // (launch/ranks_or_tests_main.h).
+//
+// RDMAFLOW_TEST_DEVICE=cuda runs the same cases on the GPU (tools/gpu_check.sh;
+// two processes share it), but for the injected fault, which only the fake
+// device has.
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -25,6 +30,7 @@
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "device/fake/fake_device.h"
+#include "device/runtime_factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launch/launcher.h"
@@ -38,8 +44,26 @@ namespace rdmaflow::collectives {
 namespace {
 
 constexpr char kCaseEnv[] = "RDMAFLOW_DEVICE_ALLREDUCE_CASE";
+constexpr char kDeviceEnv[] = "RDMAFLOW_TEST_DEVICE";
 constexpr size_t kCapacity = 2 << 20;
 constexpr absl::Duration kTimeout = absl::Seconds(30);
+
+bool OnCuda() {
+  const char* device = std::getenv(kDeviceEnv);
+  return device != nullptr && std::string(device) == "cuda";
+}
+
+// On cuda where no GPU answers: why (the tests then skip); else empty.
+std::string NoGpu() {
+  if (!OnCuda()) return "";
+  absl::StatusOr<std::unique_ptr<device::DeviceRuntime>> gpu = device::CreateDeviceRuntime("cuda");
+  return gpu.ok() ? "" : std::string(gpu.status().message());
+}
+
+#define SKIP_WITHOUT_GPU()                                                    \
+  if (const std::string why = NoGpu(); !why.empty()) {                        \
+    GTEST_SKIP() << kDeviceEnv << "=cuda, but no GPU answers: " << why;       \
+  }
 
 HostAllReduceOptions Options(onesided::ProgressLoop* loop, DataMover* mover) {
   HostAllReduceOptions options;
@@ -56,7 +80,7 @@ struct DeviceRank {
   int rank = 0;
   int world = 0;
   std::unique_ptr<rdma::Store> store;
-  std::unique_ptr<device::FakeDevice> device;
+  std::unique_ptr<device::DeviceRuntime> device;
   std::unique_ptr<rdma::device_path::DeviceTransport> transport;
   std::unique_ptr<onesided::ProgressLoop> loop;
   rdma::MemoryRegion data;
@@ -97,7 +121,11 @@ absl::StatusOr<std::unique_ptr<DeviceRank>> Join(int fail_operation = 0,
   // its fence would let a peer read stale bytes, and the sums show it.
   device_options.operation_delay = absl::Microseconds(300);
   const bool host_memory = host_rank0 && r->rank == 0;
-  ASSIGN_OR_RETURN(r->device, device::FakeDevice::Create(device_options));
+  if (OnCuda()) {
+    ASSIGN_OR_RETURN(r->device, device::CreateDeviceRuntime("cuda"));
+  } else {
+    ASSIGN_OR_RETURN(r->device, device::FakeDevice::Create(device_options));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<rdma::Transport> host,
                    rdma::CreateBuiltinTransport("ucx", "tls=shm", r->rank));
   ASSIGN_OR_RETURN(r->transport,
@@ -259,14 +287,17 @@ absl::Status RunRank(const char* which) {
 }
 
 TEST(DeviceAllReduceTest, ThreeProcessesReduceEachOthersDeviceMemoryExactly) {
+  SKIP_WITHOUT_GPU();
   EXPECT_OK(launch::LaunchRanks(3, {{kCaseEnv, "exact"}}).status);
 }
 
 TEST(DeviceAllReduceTest, AFailingDeviceFailsEveryMembersCallByName) {
+  if (OnCuda()) GTEST_SKIP() << "faults are injected on the fake device only";
   EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "fault"}}).status);
 }
 
 TEST(DeviceAllReduceTest, HostAndDeviceMembersRefuseEachOther) {
+  SKIP_WITHOUT_GPU();
   EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "mixed"}}).status);
 }
 

@@ -12,8 +12,10 @@
 #                                  test, its log under OUT (default
 #                                  .gpu/out), and prints a table last
 #
-# `run` then runs the benchmarks (bench/device_ipc_bench,
-# bench/transport_pingpong --memory=device, and their peers through
+# The tests run on the GPU (RDMAFLOW_TEST_DEVICE=cuda where a test has a
+# fake-device default). `run` then runs the benchmarks (bench/device_ipc_bench,
+# bench/transport_pingpong --memory=device, bench/allreduce_bench
+# --device=cuda, and their peers through
 # PyTorch: tools/gpu_peers.py) and issue 44's baselines
 # (tools/gpu_train_baselines.py), their JSON under OUT.
 #
@@ -27,14 +29,16 @@ cd "$(dirname "$0")/.."
 TESTS=(
   //device/cuda:cuda_device_test
   //device/cuda:cuda_device_conformance_test
+  //tests:device_allreduce_multiprocess_test
 )
 
-# The benchmarks, by Bazel label: run after the tests. transport_pingpong
-# links LibTorch (its TCPStore): LibTorch's libraries are not packed, and
-# `run` takes them from the GPU machine's torch (the same 2.11).
+# The benchmarks, by Bazel label: run after the tests. Those that launch
+# ranks link LibTorch (its TCPStore): LibTorch's libraries are not packed,
+# and `run` takes them from the GPU machine's torch (the same 2.11).
 BENCHES=(
   //bench:device_ipc_bench
   //bench:transport_pingpong
+  //bench:allreduce_bench
 )
 # Shared libraries left out of .gpu (the C runtime's own, whose newer
 # version there must be the one used, and LibTorch's).
@@ -74,13 +78,21 @@ run() {
   export UCX_MODULE_DIR="$PWD/.gpu/lib/ucx"
   command -v nvidia-smi >/dev/null &&
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  # LibTorch from the GPU machine's torch, after ours.
+  local torch_lib=""
+  if command -v python3 >/dev/null && python3 -c 'import torch' 2>/dev/null; then
+    torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib"
+    echo "LibTorch from $torch_lib"
+  fi
+  export RDMAFLOW_TEST_DEVICE=cuda
   local rows=() test status start seconds summary
   for test in .gpu/bin/*_test; do
     local name
     name=$(basename "$test")
     echo "== $name"
     start=$(date +%s%N)
-    if "$test" >"$out/$name.log" 2>&1; then status=passed; else status="FAILED"; fi
+    if timeout 240 "$test" >"$out/$name.log" 2>&1; then status=passed; else status="FAILED"; fi
     seconds=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { print (b - a) / 1e9 }')
     summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/$name.log" |
       sed -e 's/\[ *//' -e 's/ *\]//' -e 's/, listed below://' | tr '\n' ' ' || true)
@@ -105,14 +117,17 @@ run() {
     fi
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   fi
-  if command -v python3 >/dev/null && python3 -c 'import torch' 2>/dev/null; then
-    local torch_lib
-    torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-    echo "== transport_pingpong --memory=device (torch's libraries from $torch_lib)"
-    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib" timeout 300 .gpu/bin/transport_pingpong \
+  if [ -n "$torch_lib" ]; then
+    echo "== transport_pingpong --memory=device"
+    timeout 300 .gpu/bin/transport_pingpong \
       --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
       --json "$out/pingpong_device.json" 2>&1 | tee "$out/pingpong_device.log" ||
       rows+=("transport_pingpong --memory=device FAILED")
+    echo "== allreduce_bench --device=cuda"
+    timeout 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
+      --impls=rdmaflow,gloo --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) \
+      --json "$out/allreduce_device.json" 2>&1 | tee "$out/allreduce_device.log" ||
+      rows+=("allreduce_bench --device=cuda FAILED")
     echo "== gpu_peers.py"
     PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu_peers.py --json "$out/gpu_peers.json" 2>&1 |
       tee "$out/gpu_peers.log" || rows+=("gpu_peers.py FAILED")
