@@ -23,12 +23,15 @@
 #define RDMAFLOW_COLLECTIVES_DATA_MOVER_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "collectives/reduce.h"
 #include "rdma/endpoint.h"
@@ -68,11 +71,26 @@ class DataMover {
   virtual absl::Status Reduce(DataType type, ReduceOp op, std::byte* dst,
                               const std::vector<const std::byte*>& srcs, size_t count) = 0;
 
+  // A point after every Copy and Reduce so far; Reached(mark) says, without
+  // waiting, whether everything before it has landed (marks are reached in
+  // order), or gives the error of an operation that failed. A protocol
+  // enqueues several pieces, each with its mark, and publishes each piece
+  // as its mark is reached.
+  virtual absl::StatusOr<uint64_t> Mark() = 0;
+  virtual absl::StatusOr<bool> Reached(uint64_t mark) = 0;
+
   // Returns once every Copy and Reduce before it has landed, or fails with
   // kDeadlineExceeded at `deadline` (naming `what`), or with the error of
   // an operation that failed.
   virtual absl::Status Fence(absl::Time deadline, const std::string& what) = 0;
 };
+
+// Polls `reached` until it holds: at once a few times (a device's short
+// kernels end within microseconds), then with naps of 2 us doubling to
+// 50 us. kDeadlineExceeded saying `what` did not finish once `deadline`
+// passes; `reached`'s own error.
+absl::Status PollUntil(absl::FunctionRef<absl::StatusOr<bool>()> reached, absl::Time deadline,
+                       absl::string_view what);
 
 // Host memory: every operation is done when it returns; Fence is free.
 class HostDataMover final : public DataMover {
@@ -86,10 +104,13 @@ class HostDataMover final : public DataMover {
   absl::Status Copy(std::byte* dst, const std::byte* src, size_t bytes) override;
   absl::Status Reduce(DataType type, ReduceOp op, std::byte* dst,
                       const std::vector<const std::byte*>& srcs, size_t count) override;
+  absl::StatusOr<uint64_t> Mark() override { return ++marks_; }
+  absl::StatusOr<bool> Reached(uint64_t) override { return true; }
   absl::Status Fence(absl::Time, const std::string&) override { return absl::OkStatus(); }
 
  private:
   std::vector<std::byte> scratch_;
+  uint64_t marks_ = 0;
 };
 
 }  // namespace rdmaflow::collectives

@@ -19,9 +19,7 @@ constexpr absl::Duration kDrainTimeout = absl::Seconds(10);
 absl::StatusOr<std::unique_ptr<DeviceDataMover>> DeviceDataMover::Create(
     rdma::device_path::DeviceTransport& transport) {
   ASSIGN_OR_RETURN(std::unique_ptr<device::Stream> stream, transport.runtime().CreateStream());
-  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, transport.runtime().CreateEvent());
-  return std::unique_ptr<DeviceDataMover>(
-      new DeviceDataMover(transport, std::move(stream), std::move(event)));
+  return std::unique_ptr<DeviceDataMover>(new DeviceDataMover(transport, std::move(stream)));
 }
 
 DeviceDataMover::~DeviceDataMover() {
@@ -94,9 +92,42 @@ absl::Status DeviceDataMover::Reduce(DataType type, ReduceOp op, std::byte* dst,
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> DeviceDataMover::Mark() {
+  std::unique_ptr<device::Event> event;
+  if (free_.empty()) {
+    ASSIGN_OR_RETURN(event, transport_.runtime().CreateEvent());
+  } else {
+    event = std::move(free_.back());
+    free_.pop_back();
+  }
+  absl::Status recorded = stream_->Record(*event);
+  if (!recorded.ok()) {
+    free_.push_back(std::move(event));
+    return recorded;
+  }
+  pending_.push_back({++marks_, std::move(event)});
+  return marks_;
+}
+
+absl::StatusOr<bool> DeviceDataMover::Reached(uint64_t mark) {
+  if (mark > marks_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mark ", mark, " of a device data mover that made ", marks_));
+  }
+  while (mark > reached_ && !pending_.empty()) {
+    ASSIGN_OR_RETURN(const bool done, pending_.front().event->Done());
+    if (!done) break;
+    reached_ = pending_.front().mark;
+    free_.push_back(std::move(pending_.front().event));
+    pending_.pop_front();
+  }
+  return mark <= reached_;
+}
+
 absl::Status DeviceDataMover::Fence(absl::Time deadline, const std::string& what) {
-  RETURN_IF_ERROR(stream_->Record(*event_));
-  return event_->WaitUntil(deadline, what);
+  ASSIGN_OR_RETURN(const uint64_t mark, Mark());
+  return PollUntil([&] { return Reached(mark); }, deadline,
+                   absl::StrCat(what, " on ", Describe()));
 }
 
 }  // namespace rdmaflow::collectives

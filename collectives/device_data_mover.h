@@ -25,6 +25,8 @@
 #ifndef RDMAFLOW_COLLECTIVES_DEVICE_DATA_MOVER_H_
 #define RDMAFLOW_COLLECTIVES_DEVICE_DATA_MOVER_H_
 
+#include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,16 +57,30 @@ class DeviceDataMover final : public DataMover {
   absl::Status Copy(std::byte* dst, const std::byte* src, size_t bytes) override;
   absl::Status Reduce(DataType type, ReduceOp op, std::byte* dst,
                       const std::vector<const std::byte*>& srcs, size_t count) override;
+  absl::StatusOr<uint64_t> Mark() override;
+  absl::StatusOr<bool> Reached(uint64_t mark) override;
+  // Polls the mark's event: at once a few times (a device's short kernels
+  // end within microseconds), then with sleeps of 2 us doubling to 50 us.
   absl::Status Fence(absl::Time deadline, const std::string& what) override;
 
  private:
+  struct Pending {
+    uint64_t mark = 0;
+    std::unique_ptr<device::Event> event;
+  };
+
   DeviceDataMover(rdma::device_path::DeviceTransport& transport,
-                  std::unique_ptr<device::Stream> stream, std::unique_ptr<device::Event> event)
-      : transport_(transport), stream_(std::move(stream)), event_(std::move(event)) {}
+                  std::unique_ptr<device::Stream> stream)
+      : transport_(transport), stream_(std::move(stream)) {}
 
   rdma::device_path::DeviceTransport& transport_;
   std::unique_ptr<device::Stream> stream_;
-  std::unique_ptr<device::Event> event_;
+  // Marks recorded and not yet seen reached, oldest first; their events
+  // return to `free_` once reached.
+  std::deque<Pending> pending_;
+  std::vector<std::unique_ptr<device::Event>> free_;
+  uint64_t marks_ = 0;
+  uint64_t reached_ = 0;
   device::DeviceMemory scratch_;
 };
 

@@ -597,9 +597,28 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
   std::byte* out = result != nullptr ? result : ours;
 
   // Reduce-scatter: our segment of every peer, chunk by chunk, into ours;
-  // each final chunk is published at once for the peers to copy.
+  // each chunk is published for the peers to copy as soon as it is final
+  // (its mark reached: at once on the host; on a device, all chunks are
+  // enqueued first and published as the device gets through them).
   const Range mine = SegmentOf(count, n, static_cast<size_t>(position_));
-  for (size_t c = 0; c < chunks_of(mine.length); ++c) {
+  const size_t my_chunks = chunks_of(mine.length);
+  std::vector<uint64_t> marks;
+  size_t published = 0;
+  auto publish = [&]() -> absl::Status {
+    size_t final_chunks = published;
+    while (final_chunks < marks.size()) {
+      ASSIGN_OR_RETURN(const bool reached, mover_->Reached(marks[final_chunks]));
+      if (!reached) break;
+      ++final_chunks;
+    }
+    if (final_chunks > published) {
+      published = final_chunks;
+      Store(block_ + layout::kReduced, reduced_ + published);
+      RingPeers();
+    }
+    return absl::OkStatus();
+  };
+  for (size_t c = 0; c < my_chunks; ++c) {
     const size_t first = mine.begin + c * chunk;
     const size_t length = std::min(chunk, mine.begin + mine.length - first);
     std::vector<const std::byte*> sources = {ours + first * element};
@@ -611,15 +630,22 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
     }
     RETURN_IF_ERROR(mover_->Reduce(type, op, ours + first * element, sources, length));
     // The chunk is final in our buffer before a peer is told to copy it.
-    RETURN_IF_ERROR(mover_->Fence(Deadline(), "a reduce-scatter chunk"));
-    Store(block_ + layout::kReduced, reduced_ + c + 1);
-    RingPeers();
+    ASSIGN_OR_RETURN(const uint64_t mark, mover_->Mark());
+    marks.push_back(mark);
+    RETURN_IF_ERROR(publish());
     if (result != nullptr) {
       RETURN_IF_ERROR(
           mover_->Copy(result + first * element, ours + first * element, length * element));
     }
   }
-  reduced_ += chunks_of(mine.length);
+  // Our last chunks may still be on the device: the peers wait for them.
+  RETURN_IF_ERROR(PollUntil(
+      [&]() -> absl::StatusOr<bool> {
+        RETURN_IF_ERROR(publish());
+        return published == my_chunks;
+      },
+      Deadline(), absl::StrCat("the reduce-scatter of call ", call, " on ", mover_->Describe())));
+  reduced_ += my_chunks;
 
   // How many chunks of its segment peer `p` has made final in this call;
   // its counter is untrusted.
