@@ -27,12 +27,21 @@ constexpr size_t kMaxPending = 1024;
 constexpr absl::Duration kDrainTimeout = absl::Seconds(10);
 
 // What a device region's registration owns: the allocation, for
-// AllocateDevice; nothing for a caller's memory.
+// AllocateDevice; nothing for a caller's memory. Its range is one staged
+// chunks may land in while it lives.
 class DeviceRegistration final : public MemoryRegion::Registration {
  public:
-  explicit DeviceRegistration(device::DeviceMemory owned) : owned_(std::move(owned)) {}
+  DeviceRegistration(device::DeviceMemory owned, std::shared_ptr<DeviceRanges> ranges,
+                     uintptr_t base, size_t size)
+      : ranges_(std::move(ranges)), base_(base), size_(size), owned_(std::move(owned)) {
+    ranges_->Add(base_, size_);
+  }
+  ~DeviceRegistration() override { ranges_->Remove(base_, size_); }
 
  private:
+  std::shared_ptr<DeviceRanges> ranges_;
+  uintptr_t base_;
+  size_t size_;
   device::DeviceMemory owned_;
 };
 
@@ -44,11 +53,14 @@ struct PendingOp {
     kDeviceCopy,  // a copy on the device stream, then maybe a notification
     kHostWrite,   // a host write with a notification, held behind copies
     kFlush,       // a flush, held behind copies
+    kStaged,      // chunks through the staging link, then maybe a notification
   };
   Kind kind = Kind::kDeviceCopy;
   std::unique_ptr<device::Event> event;  // kDeviceCopy: after the copy
   std::optional<uint32_t> notification;
   Completion done;
+  // kStaged: the sequence of its last chunk (landed: the write is done).
+  uint64_t staged_last = 0;
   // kHostWrite: what to post, the descriptor copied (a post reads it then).
   LocalSlice src;
   RemoteRegion dst_region;
@@ -72,6 +84,8 @@ struct PendingQueue {
   // The peer's allocations this endpoint mapped (their IPC handles'
   // bytes): closed once no endpoint uses them (DeviceTransport::Progress).
   std::vector<std::string> mapped;
+  // A peer on another host: the staged path's link.
+  std::unique_ptr<StagingLink> link;
 };
 
 namespace {
@@ -118,6 +132,18 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
   int fired = 0;
   while (!queue.ops.empty()) {
     PendingOp& op = queue.ops.front();
+    if (op.kind == PendingOp::Kind::kStaged && !queue.closed && queue.host != nullptr) {
+      absl::Status failed = !queue.gone->ok() ? *queue.gone : queue.link->error();
+      if (!failed.ok()) {
+        Finish(transport, queue,
+               absl::Status(failed.code(), absl::StrCat("a staged write to rank ",
+                                                        queue.peer_rank, " failed: ",
+                                                        failed.message())));
+        ++fired;
+        continue;
+      }
+      if (!queue.link->Landed(op.staged_last)) break;  // and the rest behind it
+    }
     if (op.event != nullptr) {
       absl::StatusOr<bool> copied = op.event->Done();
       if (copied.ok() && !*copied) break;  // still running, and the rest behind it
@@ -141,6 +167,7 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
     absl::Status posted;
     switch (op.kind) {
       case PendingOp::Kind::kDeviceCopy:
+      case PendingOp::Kind::kStaged:
         if (!op.notification.has_value()) {
           Finish(transport, queue, absl::OkStatus());
           ++fired;
@@ -199,6 +226,7 @@ class DeviceEndpoint final : public Endpoint {
     if (dst.region != nullptr && dst.region->memory_kind == device::MemoryKind::kDevice) {
       RETURN_IF_ERROR(CheckTransfer(src, dst, peer_rank(), DeviceTransport::kBackend,
                                     Moves::kPeerDeviceMemory));
+      if (queue_->link != nullptr) return Stage(src, dst, notification, std::move(done));
       ASSIGN_OR_RETURN(std::byte * at, Resolve(dst));
       return Enqueue(at, src.data(), src.length, notification, std::move(done));
     }
@@ -271,6 +299,7 @@ class DeviceEndpoint final : public Endpoint {
     if (region.memory_kind != device::MemoryKind::kDevice) return host_->Prepare(region);
     RETURN_IF_ERROR(CheckRemoteSlice(WholeRegion(region), peer_rank(),
                                      DeviceTransport::kBackend, Moves::kPeerDeviceMemory));
+    if (queue_->link != nullptr) return StagedKey(region).status();  // nothing to map
     return Resolve(WholeRegion(region)).status();
   }
 
@@ -299,6 +328,43 @@ class DeviceEndpoint final : public Endpoint {
     return absl::OkStatus();
   }
 
+  // The key of a device region of this staged peer: another host's.
+  absl::StatusOr<DeviceKey> StagedKey(const RemoteRegion& region) const {
+    ASSIGN_OR_RETURN(DeviceKey key, DeviceKey::Parse(region.packed_key, region.length));
+    if (key.host == transport_->host_identity()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          region.DebugString(), " of rank ", peer_rank(),
+          " claims this host, but its transport's address named another"));
+    }
+    return key;
+  }
+
+  // A write into a staged peer's device region: its chunks go through the
+  // link (rdma/device/staging.h) as Progress runs.
+  absl::Status Stage(const LocalSlice& src, const RemoteSlice& dst,
+                     std::optional<uint32_t> notification, Completion done) {
+    RETURN_IF_ERROR(CheckAlive());
+    RETURN_IF_ERROR(CheckRoom());
+    RETURN_IF_ERROR(StagedKey(*dst.region).status());
+    const RemoteRegion& source = src.region->descriptor();
+    const bool ours = source.memory_kind == device::MemoryKind::kDevice
+                          ? source.backend == DeviceTransport::kBackend
+                          : source.backend == host_backend();
+    if (!ours) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a staged write to rank ", peer_rank(), " from ", source.DebugString(),
+          ": the source must be a device region of this transport or a host region of its "
+          "host transport (", host_backend(), ")"));
+    }
+    PendingOp op;
+    op.kind = PendingOp::Kind::kStaged;
+    op.staged_last = queue_->link->Stage(src, dst.address(), dst.length);
+    op.notification = notification;
+    op.done = std::move(done);
+    queue_->ops.push_back(std::move(op));
+    return absl::OkStatus();
+  }
+
   // Where `remote` (checked) starts in this process: the peer's allocation
   // mapped, and the region's place in it, checked against the mapping's own
   // size (the key's sizes are the peer's word).
@@ -308,8 +374,11 @@ class DeviceEndpoint final : public Endpoint {
                      DeviceKey::Parse(remote.region->packed_key, remote.region->length));
     if (key.host != transport_->host_identity()) {
       return absl::UnimplementedError(absl::StrCat(
-          remote.region->DebugString(),
-          " is on another host: device regions reach peers on this host only"));
+          remote.region->DebugString(), " is on another host",
+          queue_->link != nullptr
+              ? ": only writes into it are staged; reads of another host's device memory "
+                "are not built yet"
+              : ", but rank's address named this one: a forged or mixed-up descriptor"));
     }
     ASSIGN_OR_RETURN(const device::DeviceMemory* mapped, Map(key));
     if (key.offset > mapped->size() || remote.region->length > mapped->size() - key.offset) {
@@ -371,17 +440,30 @@ class DeviceEndpoint final : public Endpoint {
 }  // namespace
 
 DeviceTransport::DeviceTransport(std::unique_ptr<Transport> host,
-                                 device::DeviceRuntime* runtime, std::string host_id)
-    : host_(std::move(host)), runtime_(runtime), host_id_(std::move(host_id)) {}
+                                 device::DeviceRuntime* runtime, std::string host_id,
+                                 const StagingOptions& staging)
+    : host_(std::move(host)), runtime_(runtime), host_id_(std::move(host_id)), staging_(staging) {}
 
 absl::StatusOr<std::unique_ptr<DeviceTransport>> DeviceTransport::Create(
-    std::unique_ptr<Transport> host, device::DeviceRuntime* runtime) {
+    std::unique_ptr<Transport> host, device::DeviceRuntime* runtime,
+    const DeviceTransportOptions& options) {
   if (host == nullptr || runtime == nullptr) {
     return absl::InvalidArgumentError("a device transport needs a host transport and a device");
   }
-  ASSIGN_OR_RETURN(std::string host_id, ThisHost());
+  RETURN_IF_ERROR(CheckStagingOptions(options.staging));
+  std::string host_id = options.host_identity;
+  if (host_id.empty()) {
+    ASSIGN_OR_RETURN(host_id, ThisHost());
+  } else if (host_id.size() > DeviceKey::kMaxHostBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a host identity of ", host_id.size(),
+                                                   " bytes (at most ", DeviceKey::kMaxHostBytes,
+                                                   ")"));
+  }
   std::unique_ptr<DeviceTransport> transport(
-      new DeviceTransport(std::move(host), runtime, std::move(host_id)));
+      new DeviceTransport(std::move(host), runtime, std::move(host_id), options.staging));
+  ASSIGN_OR_RETURN(transport->directory_,
+                   transport->host_->Allocate(static_cast<size_t>(options.staging.directory_ranks) *
+                                              staging_layout::kEntryBytes));
   ASSIGN_OR_RETURN(transport->stream_, runtime->CreateStream());
   ASSIGN_OR_RETURN(transport->doorbell_, transport->host_->Allocate(kDoorbellBytes));
   ASSIGN_OR_RETURN(transport->doorbell_source_, transport->host_->Allocate(kDoorbellBytes));
@@ -400,7 +482,8 @@ DeviceTransport::~DeviceTransport() {
 Capabilities DeviceTransport::capabilities() const {
   Capabilities capabilities = host_->capabilities();
   absl::StrAppend(&capabilities.description, "; device regions: ", runtime_->name(),
-                  ", by IPC with peers on this host");
+                  ", by IPC with peers on this host, staged through pinned host memory (",
+                  staging_.slots, " slots of ", staging_.slot_bytes, " bytes a peer) with others");
   capabilities.max_outstanding_per_endpoint =
       std::min(capabilities.max_outstanding_per_endpoint, kMaxPending);
   return capabilities;
@@ -412,6 +495,9 @@ std::string DeviceTransport::address() const {
   proto.set_host_address(host_->address());
   proto.set_host(host_id_);
   proto.set_doorbell(doorbell_.descriptor().Serialize());
+  proto.set_directory(directory_.descriptor().Serialize());
+  proto.set_staging_slots(static_cast<uint32_t>(staging_.slots));
+  proto.set_staging_slot_bytes(staging_.slot_bytes);
   return proto.SerializeAsString();
 }
 
@@ -431,12 +517,49 @@ absl::StatusOr<std::unique_ptr<Endpoint>> DeviceTransport::Connect(const PeerInf
         "rank ", peer.rank, "'s address carries no usable doorbell region",
         doorbell.ok() ? "" : absl::StrCat(": ", doorbell.status().message())));
   }
+  // A peer on another host gets the staged path: its directory, and links
+  // of the same sizes as ours.
+  const bool staged = proto.host() != host_id_;
+  std::optional<RemoteRegion> directory;
+  if (staged) {
+    absl::StatusOr<RemoteRegion> parsed = RemoteRegion::Parse(proto.directory());
+    if (!parsed.ok() || parsed->owner_rank != peer.rank ||
+        parsed->memory_kind != device::MemoryKind::kHost) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", peer.rank, "'s address carries no usable staging directory",
+          parsed.ok() ? "" : absl::StrCat(": ", parsed.status().message())));
+    }
+    if (proto.staging_slots() != staging_.slots ||
+        proto.staging_slot_bytes() != staging_.slot_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", peer.rank, " stages in ", proto.staging_slots(), " slots of ",
+          proto.staging_slot_bytes(), " bytes, rank ", rank(), " in ", staging_.slots,
+          " of ", staging_.slot_bytes, ": give every rank the same staging options"));
+    }
+    if (peer.rank < 0 || peer.rank >= staging_.directory_ranks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", peer.rank, " is on another host, and rank ", rank(),
+          "'s staging directory has room for ranks 0 to ", staging_.directory_ranks - 1,
+          ": raise DeviceTransportOptions::staging.directory_ranks"));
+    }
+    directory = *std::move(parsed);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> host,
                    host_->Connect({peer.rank, proto.host_address()}));
   // Resolved now, while the peer surely holds it (Endpoint::Prepare).
   RETURN_IF_ERROR(host->Prepare(*doorbell));
+  std::unique_ptr<StagingLink> link;
+  if (staged) {
+    RETURN_IF_ERROR(host->Prepare(*directory));
+    ASSIGN_OR_RETURN(link, StagingLink::Create(
+                               *host_, *runtime_, staging_, peer.rank, *directory, rank(),
+                               directory_.data() +
+                                   static_cast<size_t>(peer.rank) * staging_layout::kEntryBytes,
+                               ranges_));
+  }
   PendingQueue* queue = NewQueue(peer.rank);
   queue->peer_doorbell = *std::move(doorbell);
+  queue->link = std::move(link);
   return std::make_unique<DeviceEndpoint>(this, std::move(host), queue);
 }
 
@@ -462,8 +585,12 @@ absl::StatusOr<int> DeviceTransport::Progress() {
   ASSIGN_OR_RETURN(int fired, host_->Progress());
   for (auto it = queues_.begin(); it != queues_.end();) {
     PendingQueue& queue = **it;
+    if (queue.link != nullptr && queue.host != nullptr && !queue.closed && queue.gone->ok()) {
+      // Its error stays in the link; the staged writes fail with it.
+      queue.link->Advance(*queue.host, *stream_).IgnoreError();
+    }
     fired += Advance(*this, queue);
-    if (!queue.ops.empty()) {
+    if (!queue.ops.empty() || (queue.link != nullptr && queue.link->copying())) {
       ++it;
       continue;
     }
@@ -490,8 +617,9 @@ void DeviceTransport::Unmap(PendingQueue& queue) {
 
 bool DeviceTransport::WaitForActivity(absl::Duration timeout) {
   // No event announces a finished copy: look again soon while one runs.
-  const bool copying = std::any_of(queues_.begin(), queues_.end(),
-                                   [](const auto& queue) { return !queue->ops.empty(); });
+  const bool copying = std::any_of(queues_.begin(), queues_.end(), [](const auto& queue) {
+    return !queue->ops.empty() || (queue->link != nullptr && queue->link->busy());
+  });
   return host_->WaitForActivity(copying ? std::min(timeout, absl::Microseconds(50)) : timeout);
 }
 
@@ -546,7 +674,8 @@ absl::StatusOr<MemoryRegion> DeviceTransport::DeviceRegion(std::byte* data, size
   descriptor.memory_kind = device::MemoryKind::kDevice;
   RETURN_IF_ERROR(descriptor.Validate());
   return MemoryRegion(data, bytes, std::move(descriptor),
-                      std::make_unique<DeviceRegistration>(std::move(owned)));
+                      std::make_unique<DeviceRegistration>(
+                          std::move(owned), ranges_, reinterpret_cast<uintptr_t>(data), bytes));
 }
 
 absl::StatusOr<const device::DeviceMemory*> DeviceTransport::Map(const DeviceKey& key,

@@ -22,10 +22,16 @@
 // the order of their posts across both paths. Every completion fires from
 // Progress().
 //
-// Device regions reach peers on this host only (the key's host must be
-// ours): a device region of another host gets kUnimplemented, as does a
-// device copy into a peer's host region. Device memory is never handed to
-// the host transport (Debian's UCX is built without CUDA).
+// A write into a device region of a peer on another host (the key's host
+// is not ours, so no IPC handle opens) is staged through pinned host memory
+// in chunks (rdma/device/staging.h): a device copy into an outbound slot (a
+// host source is written from where it lies), a host write into the peer's
+// inbound slot, and a copy into its device memory that the peer's Progress
+// makes; the write completes, and its notification goes, once the peer has
+// said every chunk landed. Both ranks must connect to each other, and the
+// target must progress. Reads of another host's device memory, and device
+// copies into a peer's host region, are kUnimplemented. Device memory is
+// never handed to the host transport (Debian's UCX is built without CUDA).
 //
 // Thread-compatible, as every Transport.
 #ifndef RDMAFLOW_RDMA_DEVICE_DEVICE_TRANSPORT_H_
@@ -43,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "device/device_runtime.h"
 #include "rdma/device/device_key.h"
+#include "rdma/device/staging.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/transport.h"
@@ -50,6 +57,15 @@
 namespace rdmaflow::rdma::device_path {
 
 struct PendingQueue;
+
+struct DeviceTransportOptions {
+  // This host's identity, which tells same-host peers (IPC) from others
+  // (staged). Empty: the kernel's boot id. Set it to stage between
+  // processes of one host, e.g. containers that cannot share IPC handles,
+  // or tests.
+  std::string host_identity;
+  StagingOptions staging;
+};
 
 class DeviceTransport final : public Transport {
  public:
@@ -59,7 +75,8 @@ class DeviceTransport final : public Transport {
   // `runtime` must outlive the transport. kUnavailable where this host's
   // identity cannot be read; the host transport's or runtime's error.
   static absl::StatusOr<std::unique_ptr<DeviceTransport>> Create(
-      std::unique_ptr<Transport> host, device::DeviceRuntime* runtime);
+      std::unique_ptr<Transport> host, device::DeviceRuntime* runtime,
+      const DeviceTransportOptions& options = {});
   ~DeviceTransport() override;
 
   // `bytes` of device memory, owned by the region (freed with it).
@@ -114,7 +131,7 @@ class DeviceTransport final : public Transport {
 
  private:
   DeviceTransport(std::unique_ptr<Transport> host, device::DeviceRuntime* runtime,
-                  std::string host_id);
+                  std::string host_id, const StagingOptions& staging);
   // Closes the mappings `queue` opened that no other endpoint uses.
   void Unmap(PendingQueue& queue);
   absl::StatusOr<MemoryRegion> DeviceRegion(std::byte* data, size_t bytes,
@@ -124,6 +141,11 @@ class DeviceTransport final : public Transport {
   std::unique_ptr<Transport> host_;
   device::DeviceRuntime* const runtime_;
   const std::string host_id_;
+  const StagingOptions staging_;
+  // Where peers on other hosts publish their links, and the device ranges
+  // their chunks may land in.
+  MemoryRegion directory_;
+  std::shared_ptr<DeviceRanges> ranges_ = std::make_shared<DeviceRanges>();
   std::unique_ptr<device::Stream> stream_;
   std::vector<std::unique_ptr<device::Event>> free_events_;
   // Host memory the peers' notifications are written into (its bytes mean

@@ -44,6 +44,10 @@ using ::rdmaflow::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr char kPeerEnv[] = "RDMAFLOW_DEVICE_PEER_FD";
+// Set: rank 1 claims another host, so rank 0's writes into its device
+// memory are staged (small slots, so that they are reused many times), and
+// its fake device is slow.
+constexpr char kStagedEnv[] = "RDMAFLOW_DEVICE_PEER_STAGED";
 constexpr absl::Duration kTimeout = absl::Seconds(30);
 constexpr size_t kDeviceBytes = 4 << 20;  // rank 1's device region
 constexpr size_t kHostBytes = 1 << 20;    // rank 1's host region
@@ -104,11 +108,26 @@ class Link {
   const int fd_;
 };
 
+// The staged tests' options: rank 1 on "another-host".
+DeviceTransportOptions StagedOptions(bool other_host) {
+  DeviceTransportOptions options;
+  if (other_host) options.host_identity = "another-host";
+  options.staging.slots = 2;
+  options.staging.slot_bytes = 64 << 10;
+  return options;
+}
+
+device::FakeDeviceOptions SlowDevice() {
+  device::FakeDeviceOptions options;
+  options.operation_delay = absl::Microseconds(500);
+  return options;
+}
+
 // A DeviceTransport over `device` and UCX on shared memory.
-absl::StatusOr<std::unique_ptr<DeviceTransport>> MakeTransport(device::DeviceRuntime* device,
-                                                               int rank) {
+absl::StatusOr<std::unique_ptr<DeviceTransport>> MakeTransport(
+    device::DeviceRuntime* device, int rank, const DeviceTransportOptions& options = {}) {
   ASSIGN_OR_RETURN(std::unique_ptr<Transport> host, CreateBuiltinTransport("ucx", "tls=shm", rank));
-  return DeviceTransport::Create(std::move(host), device);
+  return DeviceTransport::Create(std::move(host), device, options);
 }
 
 absl::Status Finish(device::DeviceRuntime& device, device::Stream& stream) {
@@ -141,9 +160,11 @@ absl::StatusOr<std::string> Download(device::DeviceRuntime& device, const void* 
 //   "fill SALT"         its device region filled with pattern SALT
 absl::Status RunPeer(int fd) {
   Link link(fd);
+  const bool staged = std::getenv(kStagedEnv) != nullptr;
   ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake,
-                   device::FakeDevice::Create(device::FakeDeviceOptions{}));
-  ASSIGN_OR_RETURN(std::unique_ptr<DeviceTransport> transport, MakeTransport(fake.get(), 1));
+                   device::FakeDevice::Create(staged ? SlowDevice() : device::FakeDeviceOptions{}));
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceTransport> transport,
+                   MakeTransport(fake.get(), 1, staged ? StagedOptions(true) : DeviceTransportOptions{}));
   ASSIGN_OR_RETURN(MemoryRegion on_device, transport->AllocateDevice(kDeviceBytes));
   ASSIGN_OR_RETURN(MemoryRegion on_host, transport->Allocate(kHostBytes));
   RETURN_IF_ERROR(link.Send(transport->address()));
@@ -193,7 +214,9 @@ absl::Status RunPeer(int fd) {
 // Rank 0's side of a test: rank 1 started and connected.
 class DeviceTransportTest : public ::testing::Test {
  protected:
-  void SetUp() override { Start(device::FakeDeviceOptions{}); }
+  void SetUp() override { Start(staged() ? SlowDevice() : device::FakeDeviceOptions{}); }
+  // Whether rank 1 is on "another host".
+  virtual bool staged() const { return false; }
 
   void Start(const device::FakeDeviceOptions& options) {
     int pair[2];
@@ -203,13 +226,16 @@ class DeviceTransportTest : public ::testing::Test {
     if (peer_ == 0) {
       close(pair[0]);
       setenv(kPeerEnv, std::to_string(pair[1]).c_str(), 1);
+      if (staged()) setenv(kStagedEnv, "1", 1);
       execl("/proc/self/exe", "device_transport_peer", nullptr);
       _exit(127);
     }
     close(pair[1]);
     link_ = std::make_unique<Link>(pair[0]);
     ASSERT_OK_AND_ASSIGN(device_, device::FakeDevice::Create(options));
-    ASSERT_OK_AND_ASSIGN(transport_, MakeTransport(device_.get(), 0));
+    ASSERT_OK_AND_ASSIGN(transport_, MakeTransport(device_.get(), 0,
+                                                   staged() ? StagedOptions(false)
+                                                            : DeviceTransportOptions{}));
     ASSERT_OK_AND_ASSIGN(peer_address_, link_->Receive());
     ASSERT_OK_AND_ASSIGN(std::string on_device, link_->Receive());
     ASSERT_OK_AND_ASSIGN(std::string on_host, link_->Receive());
@@ -565,6 +591,71 @@ TEST_F(DeviceTransportTest, ADeadPeerGetsNoMoreDeviceCopies) {
   EXPECT_THAT(endpoint_->Prepare(peer_device_),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1 is gone")));
   EXPECT_EQ(transport_->mapped_allocations(), 0);
+}
+
+// Rank 1 claims another host: rank 0's writes into its device memory go
+// through the staging links, chunk by chunk (2 slots of 64 KiB, each reused
+// dozens of times), both fake devices slowed to 500 us per copy, so that a
+// notification sent before the last chunk's copy landed would show as
+// stale bytes.
+class StagedDeviceTransportTest : public DeviceTransportTest {
+ protected:
+  bool staged() const override { return true; }
+};
+
+TEST_F(StagedDeviceTransportTest, WritesIntoAnotherHostsDeviceMemoryInChunks) {
+  EXPECT_THAT(transport_->capabilities().description, HasSubstr("staged"));
+  constexpr size_t kFromDevice = (1 << 20) + 77, kFromHost = 300000, kToHost = 4096;
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(kFromDevice));
+  ASSERT_OK(Fill(*device_, on_device.data(), kFromDevice, 3));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_host, transport_->Allocate(kFromHost));
+  for (size_t i = 0; i < kFromHost; ++i) on_host.data()[i] = std::byte{Pattern(i, 5)};
+  ASSERT_OK(endpoint_->Prepare(peer_device_));
+  // Back to back: a staged write from device memory, one from host memory,
+  // and a host write; their notifications arrive in that order.
+  int completed = 0;
+  auto count = [&](absl::Status status) {
+    EXPECT_OK(status);
+    ++completed;
+  };
+  ASSERT_OK(endpoint_->PostWrite({&on_device, 0, kFromDevice}, {&peer_device_, 1000, kFromDevice},
+                                 7, count));
+  ASSERT_OK(endpoint_->PostWrite({&on_host, 0, kFromHost}, {&peer_device_, 2 << 20, kFromHost},
+                                 8, count));
+  ASSERT_OK(endpoint_->PostWrite({&on_host, 0, kToHost}, {&peer_host_, 0, kToHost}, 9, count));
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return completed == 3; }, absl::Now() + kTimeout, "three writes"));
+  EXPECT_THAT(Ask("notes 3"), ::rdmaflow::testing::IsOkAndHolds(std::string("7,8,9")));
+  ASSERT_OK_AND_ASSIGN(std::string seen, Ask(absl::StrCat("device 1000 ", kFromDevice)));
+  EXPECT_TRUE(seen == Expected(kFromDevice, 3)) << "device to another host's device";
+  ASSERT_OK_AND_ASSIGN(seen, Ask(absl::StrCat("device ", 2 << 20, " ", kFromHost)));
+  EXPECT_TRUE(seen == Expected(kFromHost, 5)) << "host to another host's device";
+  // Again, with the slots well used: the same link, fresh bytes.
+  ASSERT_OK(Fill(*device_, on_device.data(), kFromDevice, 11));
+  ASSERT_OK(Write(*transport_, *endpoint_, {&on_device, 0, kFromDevice},
+                  {&peer_device_, 0, kFromDevice}, 12, absl::Now() + kTimeout));
+  EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("12")));
+  ASSERT_OK_AND_ASSIGN(seen, Ask(absl::StrCat("device 0 ", kFromDevice)));
+  EXPECT_TRUE(seen == Expected(kFromDevice, 11));
+}
+
+TEST_F(StagedDeviceTransportTest, WhatIsNotStagedIsRefusedByName) {
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
+  EXPECT_THAT(endpoint_->PostRead({&on_device, 0, 4096}, {&peer_device_, 0, 4096},
+                                  [](absl::Status) { ADD_FAILURE() << "a refused post ran"; }),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("reads of another host")));
+  EXPECT_THAT(transport_->MapDevice(*endpoint_, {&peer_device_, 0, 4096}),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("another host")));
+  // A region that claims this host behind an address that named another.
+  RemoteRegion here = peer_device_;
+  DeviceKeyProto key;
+  ASSERT_TRUE(key.ParseFromString(here.packed_key));
+  ASSERT_OK_AND_ASSIGN(std::string this_host, ThisHost());
+  key.set_host(this_host);
+  here.packed_key = key.SerializeAsString();
+  EXPECT_THAT(endpoint_->PostWrite({&on_device, 0, 4096}, {&here, 0, 4096}, 1,
+                                   [](absl::Status) { ADD_FAILURE() << "a refused post ran"; }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("claims this host")));
 }
 
 }  // namespace

@@ -1,0 +1,466 @@
+// File: staging.cc
+#include "rdma/device/staging.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace rdmaflow::rdma::device_path {
+
+namespace layout = staging_layout;
+
+namespace {
+
+// words_: the credit word we write from, our directory entry, then one
+// header per slot.
+constexpr size_t kCreditSource = 0;
+constexpr size_t kEntrySource = 64;
+constexpr size_t kHeaderSources = kEntrySource + layout::kEntryBytes;
+
+uint64_t Load(const std::byte* word) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
+}
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+absl::Status CheckStagingOptions(const StagingOptions& o) {
+  if (o.slots < 2 || o.slots > 1024 || o.slot_bytes < 4096 || o.slot_bytes > (64u << 20) ||
+      o.slot_bytes % 64 != 0 || o.directory_ranks < 1 || o.directory_ranks > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "staging options: ", o.slots, " slots of ", o.slot_bytes, " bytes, a directory of ",
+        o.directory_ranks, " ranks (needs 2..1024 slots of 4 KiB..64 MiB, a multiple of 64, "
+        "and 1..65536 ranks)"));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t HeaderCheck(uint64_t sequence, uint64_t address, uint64_t length) {
+  return Mix(Mix(Mix(sequence ^ 0x7264666c6f770a01ULL) ^ address) ^ length);
+}
+
+void EncodeHeader(const ChunkHeader& header, std::byte* out) {
+  const uint64_t words[4] = {header.sequence, header.address, header.length, header.check};
+  std::memcpy(out, words, sizeof(words));
+}
+
+absl::StatusOr<std::optional<ChunkHeader>> ReadHeader(const std::byte* slot_header,
+                                                      uint64_t expected, size_t slots,
+                                                      size_t slot_bytes, int peer) {
+  // One copy; only the copy is looked at.
+  uint64_t words[4];
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  std::memcpy(words, slot_header, sizeof(words));
+  ChunkHeader header{words[0], words[1], words[2], words[3]};
+  const uint64_t older = expected > slots ? expected - slots : 0;
+  if (header.sequence == older) return std::nullopt;  // the slot's last chunk
+  if (header.check != HeaderCheck(header.sequence, header.address, header.length)) {
+    // Half written (the sender writes it at once, behind the data), or
+    // forged: either way not a chunk yet. A forger only stalls its own link.
+    return std::nullopt;
+  }
+  if (header.sequence != expected) {
+    return absl::DataLossError(absl::StrCat(
+        "rank ", peer, " wrote chunk ", header.sequence, " into the staging slot of chunk ",
+        expected, ": a forged or corrupted header"));
+  }
+  if (header.length == 0 || header.length > slot_bytes) {
+    return absl::DataLossError(absl::StrCat("rank ", peer, "'s staged chunk ", expected,
+                                            " claims ", header.length,
+                                            " bytes in a slot of ", slot_bytes));
+  }
+  return header;
+}
+
+std::string EncodeEntry(const RemoteRegion& link) {
+  const std::string body = link.Serialize();
+  const uint64_t length = body.size();
+  std::string entry(reinterpret_cast<const char*>(&length), sizeof(length));
+  return entry + body;
+}
+
+absl::StatusOr<std::optional<RemoteRegion>> ReadEntry(const std::byte* entry, int peer,
+                                                      const std::string& backend,
+                                                      size_t link_bytes) {
+  const uint64_t length = Load(entry);
+  if (length == 0) return std::nullopt;
+  if (length > layout::kEntryBytes - sizeof(uint64_t)) {
+    return absl::DataLossError(absl::StrCat("rank ", peer, "'s staging entry claims ", length,
+                                            " bytes (at most ",
+                                            layout::kEntryBytes - sizeof(uint64_t), ")"));
+  }
+  const std::string body(reinterpret_cast<const char*>(entry + sizeof(uint64_t)), length);
+  absl::StatusOr<RemoteRegion> link = RemoteRegion::Parse(body);
+  if (!link.ok()) {
+    return absl::DataLossError(absl::StrCat("rank ", peer, "'s staging entry does not parse: ",
+                                            link.status().message()));
+  }
+  if (link->owner_rank != peer || link->backend != backend ||
+      link->memory_kind != device::MemoryKind::kHost || link->length < link_bytes) {
+    return absl::DataLossError(absl::StrCat(
+        "rank ", peer, "'s staging entry names ", link->DebugString(), ", not a ", backend,
+        " host region of rank ", peer, " of at least ", link_bytes, " bytes"));
+  }
+  return *std::move(link);
+}
+
+void DeviceRanges::Add(uintptr_t base, size_t size) {
+  absl::MutexLock lock(&mu_);
+  ranges_.emplace_back(base, size);
+}
+
+void DeviceRanges::Remove(uintptr_t base, size_t size) {
+  absl::MutexLock lock(&mu_);
+  auto it = std::find(ranges_.begin(), ranges_.end(), std::make_pair(base, size));
+  if (it != ranges_.end()) ranges_.erase(it);
+}
+
+bool DeviceRanges::Contains(uint64_t address, uint64_t length) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [base, size] : ranges_) {
+    if (address >= base && address - base <= size && length <= size - (address - base)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A host post under way: its completion sets these.
+struct StagingLink::Step {
+  bool done = false;
+  absl::Status status;
+};
+
+struct StagingLink::Chunk {
+  enum class Phase { kQueued, kCopying, kCopied, kWriting, kFlushing, kHeader, kSent };
+  Phase phase = Phase::kQueued;
+  uint64_t sequence = 0;
+  // The source: a host region of the host transport, or device memory.
+  const MemoryRegion* region = nullptr;
+  size_t offset = 0;
+  const std::byte* device_source = nullptr;
+  uint64_t address = 0;
+  uint64_t length = 0;
+  std::unique_ptr<device::Event> event;
+  std::shared_ptr<Step> step;
+};
+
+struct StagingLink::Incoming {
+  uint64_t sequence = 0;
+  std::unique_ptr<device::Event> event;
+};
+
+namespace {
+
+Completion Into(const std::shared_ptr<void>& keep, bool* done, absl::Status* status) {
+  return [keep, done, status](absl::Status s) {
+    *status = std::move(s);
+    *done = true;
+  };
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StagingLink>> StagingLink::Create(
+    Transport& host, device::DeviceRuntime& runtime, const StagingOptions& options,
+    int peer_rank, const RemoteRegion& peer_directory, int our_rank,
+    const std::byte* our_entry, std::shared_ptr<DeviceRanges> ranges) {
+  RETURN_IF_ERROR(CheckStagingOptions(options));
+  if (our_rank < 0 || peer_directory.length / layout::kEntryBytes <= static_cast<uint64_t>(our_rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", peer_rank, "'s staging directory has ",
+        peer_directory.length / layout::kEntryBytes, " entries, none for rank ", our_rank,
+        ": give every rank's device transport a directory of at least the job's size "
+        "(DeviceTransportOptions::staging.directory_ranks)"));
+  }
+  std::unique_ptr<StagingLink> link(new StagingLink());
+  link->options_ = options;
+  link->peer_ = peer_rank;
+  link->backend_ = host.capabilities().backend;
+  link->runtime_ = &runtime;
+  link->ranges_ = std::move(ranges);
+  link->our_entry_ = our_entry;
+  link->peer_directory_ = peer_directory;
+  ASSIGN_OR_RETURN(link->link_, host.Allocate(layout::LinkBytes(options)));
+  ASSIGN_OR_RETURN(link->outbound_, host.Allocate(options.slots * options.slot_bytes));
+  ASSIGN_OR_RETURN(link->words_,
+                   host.Allocate(kHeaderSources + options.slots * layout::kHeaderBytes));
+  // Pinned: the device copies out of and into them run at the bus's speed.
+  RETURN_IF_ERROR(runtime.PinHost(link->link_.data(), link->link_.size()));
+  absl::Status pinned = runtime.PinHost(link->outbound_.data(), link->outbound_.size());
+  if (!pinned.ok()) {
+    runtime.UnpinHost(link->link_.data()).IgnoreError();
+    return pinned;
+  }
+  const std::string entry = EncodeEntry(link->link_.descriptor());
+  if (entry.size() > layout::kEntryBytes) {
+    return absl::InternalError(absl::StrCat("a staging entry of ", entry.size(), " bytes"));
+  }
+  std::memcpy(link->words_.data() + kEntrySource, entry.data(), entry.size());
+  link->our_rank_ = our_rank;
+  return link;
+}
+
+StagingLink::~StagingLink() {
+  // The transport drained the device's copies first (copying()).
+  if (link_.data() != nullptr) runtime_->UnpinHost(link_.data()).IgnoreError();
+  if (outbound_.data() != nullptr) runtime_->UnpinHost(outbound_.data()).IgnoreError();
+}
+
+absl::StatusOr<std::unique_ptr<device::Event>> StagingLink::TakeEvent() {
+  if (free_events_.empty()) return runtime_->CreateEvent();
+  std::unique_ptr<device::Event> event = std::move(free_events_.back());
+  free_events_.pop_back();
+  return event;
+}
+
+uint64_t StagingLink::Stage(const LocalSlice& src, uint64_t address, uint64_t length) {
+  const bool on_device = src.region->descriptor().memory_kind == device::MemoryKind::kDevice;
+  for (uint64_t done = 0; done < length;) {
+    const uint64_t n = std::min<uint64_t>(options_.slot_bytes, length - done);
+    Chunk chunk;
+    chunk.sequence = ++staged_;
+    if (on_device) {
+      chunk.device_source = src.data() + done;
+    } else {
+      chunk.region = src.region;
+      chunk.offset = src.offset + done;
+    }
+    chunk.address = address + done;
+    chunk.length = n;
+    chunks_.push_back(std::move(chunk));
+    done += n;
+  }
+  return staged_;
+}
+
+bool StagingLink::busy() const {
+  return !chunks_.empty() || !incoming_.empty() || landed_ > credit_sent_ ||
+         publish_step_ < 3 || crediting_ != nullptr;
+}
+
+bool StagingLink::copying() const {
+  if (!incoming_.empty()) return true;
+  return std::any_of(chunks_.begin(), chunks_.end(), [](const Chunk& c) {
+    return c.phase == Chunk::Phase::kCopying;
+  });
+}
+
+absl::Status StagingLink::Advance(Endpoint& endpoint, device::Stream& stream) {
+  if (!error_.ok()) return error_;
+  absl::Status status = Publish(endpoint);
+  if (status.ok() && !peer_link_.has_value()) {
+    absl::StatusOr<std::optional<RemoteRegion>> entry =
+        ReadEntry(our_entry_, peer_, backend_, layout::LinkBytes(options_));
+    if (!entry.ok()) {
+      status = entry.status();
+    } else if (entry->has_value()) {
+      status = endpoint.Prepare(**entry);
+      if (status.ok()) peer_link_ = **entry;
+    }
+  }
+  if (status.ok()) status = Send(endpoint, stream);
+  if (status.ok()) status = Receive(endpoint, stream);
+  if (!status.ok() && !absl::IsResourceExhausted(status)) error_ = status;
+  return error_;
+}
+
+absl::Status StagingLink::Publish(Endpoint& endpoint) {
+  // Our entry at the peer: its body, a flush, then its length word, so the
+  // peer never reads a length before the body is there.
+  if (publish_step_ >= 3) return absl::OkStatus();
+  if (publishing_ != nullptr) {
+    if (!publishing_->done) return absl::OkStatus();
+    RETURN_IF_ERROR(publishing_->status);
+    publishing_.reset();
+    ++publish_step_;
+    if (publish_step_ >= 3) return absl::OkStatus();
+  }
+  auto step = std::make_shared<Step>();
+  const uint64_t body = Load(words_.data() + kEntrySource);
+  const uint64_t base = static_cast<uint64_t>(our_rank_) * layout::kEntryBytes;
+  absl::Status posted;
+  switch (publish_step_) {
+    case 0:
+      posted = endpoint.PostWrite(
+          {&words_, kEntrySource + sizeof(uint64_t), body},
+          {&peer_directory_, base + sizeof(uint64_t), body},
+          std::nullopt, Into(step, &step->done, &step->status));
+      break;
+    case 1:
+      posted = endpoint.PostFlush(Into(step, &step->done, &step->status));
+      break;
+    default:
+      posted = endpoint.PostWrite({&words_, kEntrySource, sizeof(uint64_t)},
+                                  {&peer_directory_, base, sizeof(uint64_t)}, std::nullopt,
+                                  Into(step, &step->done, &step->status));
+  }
+  if (absl::IsResourceExhausted(posted)) return absl::OkStatus();  // again later
+  RETURN_IF_ERROR(posted);
+  publishing_ = std::move(step);
+  return absl::OkStatus();
+}
+
+absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
+  // The peer's count of our chunks landed: copied once, checked, used.
+  const uint64_t credit = Load(link_.data() + layout::kCredit);
+  if (credit < credited_ || credit > sent_) {
+    return absl::DataLossError(absl::StrCat(
+        "rank ", peer_, " wrote ", credit, " into its staging credit word, outside [",
+        credited_, ", ", sent_, "] (landed before, and sent): a forged or corrupted word"));
+  }
+  credited_ = credit;
+  while (!chunks_.empty() && chunks_.front().phase == Chunk::Phase::kSent &&
+         chunks_.front().sequence <= credited_) {
+    chunks_.pop_front();
+  }
+  if (!peer_link_.has_value()) return absl::OkStatus();  // the peer has not connected back
+  const size_t slots = options_.slots;
+  for (Chunk& c : chunks_) {
+    const size_t slot = static_cast<size_t>((c.sequence - 1) % slots);
+    const uint64_t in_slot = static_cast<uint64_t>(slot) * options_.slot_bytes;
+    // Each chunk as far as it goes now; the next one may still start.
+    for (bool moved = true; moved;) {
+      moved = false;
+      const Chunk::Phase was = c.phase;
+      if (c.step != nullptr && !c.step->done) break;  // its post is under way
+      if (c.step != nullptr) {
+        RETURN_IF_ERROR(c.step->status);
+        c.step.reset();
+      }
+      switch (c.phase) {
+        case Chunk::Phase::kQueued: {
+          if (c.sequence > credited_ + slots) return absl::OkStatus();  // its slot is busy
+          if (c.device_source == nullptr) {
+            c.phase = Chunk::Phase::kCopied;
+            break;
+          }
+          ASSIGN_OR_RETURN(c.event, TakeEvent());
+          RETURN_IF_ERROR(stream.Copy(outbound_.data() + in_slot, c.device_source, c.length));
+          RETURN_IF_ERROR(stream.Record(*c.event));
+          c.phase = Chunk::Phase::kCopying;
+          break;
+        }
+        case Chunk::Phase::kCopying: {
+          ASSIGN_OR_RETURN(const bool copied, c.event->Done());
+          if (!copied) break;
+          free_events_.push_back(std::move(c.event));
+          c.phase = Chunk::Phase::kCopied;
+          break;
+        }
+        case Chunk::Phase::kCopied: {
+          auto step = std::make_shared<Step>();
+          const LocalSlice from = c.device_source != nullptr
+                                      ? LocalSlice{&outbound_, in_slot, c.length}
+                                      : LocalSlice{c.region, c.offset, c.length};
+          RETURN_IF_ERROR(endpoint.PostWrite(
+              from, {&*peer_link_, layout::DataOffset(slots) + in_slot, c.length}, std::nullopt,
+              Into(step, &step->done, &step->status)));
+          c.step = std::move(step);
+          c.phase = Chunk::Phase::kWriting;
+          break;
+        }
+        case Chunk::Phase::kWriting: {
+          // The data is there before the header says so.
+          auto step = std::make_shared<Step>();
+          RETURN_IF_ERROR(endpoint.PostFlush(Into(step, &step->done, &step->status)));
+          c.step = std::move(step);
+          c.phase = Chunk::Phase::kFlushing;
+          break;
+        }
+        case Chunk::Phase::kFlushing: {
+          ChunkHeader header{c.sequence, c.address, c.length, 0};
+          header.check = HeaderCheck(header.sequence, header.address, header.length);
+          const size_t source = kHeaderSources + slot * layout::kHeaderBytes;
+          EncodeHeader(header, words_.data() + source);
+          auto step = std::make_shared<Step>();
+          RETURN_IF_ERROR(endpoint.PostWrite(
+              {&words_, source, kEncodedHeaderBytes},
+              {&*peer_link_, layout::kHeaders + slot * layout::kHeaderBytes, kEncodedHeaderBytes},
+              std::nullopt, Into(step, &step->done, &step->status)));
+          c.step = std::move(step);
+          c.phase = Chunk::Phase::kHeader;
+          break;
+        }
+        case Chunk::Phase::kHeader:
+          sent_ = std::max(sent_, c.sequence);
+          c.phase = Chunk::Phase::kSent;
+          break;
+        case Chunk::Phase::kSent:
+          break;
+      }
+      moved = c.phase != was;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
+  // Copies that completed: their chunks landed, in order.
+  while (!incoming_.empty()) {
+    absl::StatusOr<bool> copied = incoming_.front().event->Done();
+    if (!copied.ok()) {
+      return absl::Status(copied.status().code(),
+                          absl::StrCat("copying rank ", peer_, "'s staged chunk ",
+                                       incoming_.front().sequence, " into device memory: ",
+                                       copied.status().message()));
+    }
+    if (!*copied) break;
+    landed_ = incoming_.front().sequence;
+    free_events_.push_back(std::move(incoming_.front().event));
+    incoming_.pop_front();
+  }
+  // New chunks, in sequence order.
+  const size_t slots = options_.slots;
+  while (incoming_.size() < slots) {
+    const uint64_t next = accepted_ + 1;
+    const size_t slot = static_cast<size_t>((next - 1) % slots);
+    ASSIGN_OR_RETURN(std::optional<ChunkHeader> header,
+                     ReadHeader(link_.data() + layout::kHeaders + slot * layout::kHeaderBytes,
+                                next, slots, options_.slot_bytes, peer_));
+    if (!header.has_value()) break;
+    if (!ranges_->Contains(header->address, header->length)) {
+      return absl::DataLossError(absl::StrCat(
+          "rank ", peer_, "'s staged chunk ", next, " goes to ", header->length,
+          " bytes at device address ", header->address,
+          ", which lie in no device region of this transport"));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
+    RETURN_IF_ERROR(stream.Copy(reinterpret_cast<void*>(header->address),
+                                link_.data() + layout::DataOffset(slots) +
+                                    static_cast<size_t>(slot) * options_.slot_bytes,
+                                header->length));
+    RETURN_IF_ERROR(stream.Record(*event));
+    incoming_.push_back({next, std::move(event)});
+    accepted_ = next;
+  }
+  // The count of landed chunks back to the peer, one write at a time.
+  if (crediting_ != nullptr) {
+    if (!crediting_->done) return absl::OkStatus();
+    RETURN_IF_ERROR(crediting_->status);
+    crediting_.reset();
+  }
+  if (landed_ > credit_sent_ && peer_link_.has_value()) {
+    __atomic_store_n(reinterpret_cast<uint64_t*>(words_.data() + kCreditSource), landed_,
+                     __ATOMIC_RELEASE);
+    auto step = std::make_shared<Step>();
+    RETURN_IF_ERROR(endpoint.PostWrite({&words_, kCreditSource, sizeof(uint64_t)},
+                                       {&*peer_link_, layout::kCredit, sizeof(uint64_t)},
+                                       std::nullopt, Into(step, &step->done, &step->status)));
+    crediting_ = std::move(step);
+    credit_sent_ = landed_;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rdmaflow::rdma::device_path

@@ -1,0 +1,207 @@
+// File: staging.h
+// -----------------------------------------------------------------------------
+// The staged path of rdma/device (docs/device.md): a write into a device
+// region of a peer on another host, where no IPC handle opens, goes through
+// pinned host memory in chunks:
+//
+//   sender                                   target
+//   device -> its outbound slot (a copy on
+//   the device stream; host memory is
+//   written from where it lies)
+//   host write -> the target's inbound slot
+//   flush, then the slot's header  ------->  header copied once, checked
+//                                            host -> device copy (its stream)
+//   credit read: the chunk landed  <-------  once the copy's event completed,
+//                                            the count of landed chunks is
+//                                            written into the sender's credit
+//                                            word
+//
+// Each pair of staged peers has a link on each side: a host region of the
+// host transport, [credit word | slot headers | slot data], in which the
+// peer writes chunks (and we write credits into the peer's). A link's
+// descriptor travels through the peer's directory: a host region named in
+// every device transport's address, one entry per rank, which a peer writes
+// at Connect (body, flush, then its length word). So both ranks must connect
+// to each other before a staged write can go; the target must progress, as
+// with UCX over TCP.
+//
+// Everything the peer writes (headers, credits, its directory entry) is
+// copied once into private memory, checked with overflow-safe arithmetic,
+// and only the copy is used (docs/security.md): a chunk lands only inside a
+// device region this transport registered.
+#ifndef RDMAFLOW_RDMA_DEVICE_STAGING_H_
+#define RDMAFLOW_RDMA_DEVICE_STAGING_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "device/device_runtime.h"
+#include "rdma/endpoint.h"
+#include "rdma/memory_region.h"
+#include "rdma/remote_region.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::rdma::device_path {
+
+// The staged path's sizes (DeviceTransportOptions); both ends of a link
+// must agree (the address carries them).
+struct StagingOptions {
+  // Chunks one sender has in flight to one target, and the bytes of each.
+  size_t slots = 8;
+  size_t slot_bytes = size_t{1} << 20;
+  // Ranks 0 .. directory_ranks - 1 can stage with this transport.
+  int directory_ranks = 1024;
+};
+
+// kInvalidArgument unless 2 <= slots <= 1024, 4 KiB <= slot_bytes <= 64 MiB
+// (a multiple of 64) and 1 <= directory_ranks <= 65536.
+absl::Status CheckStagingOptions(const StagingOptions& options);
+
+namespace staging_layout {
+// A link region: the credit word (chunks of ours the peer has landed,
+// written by the peer), then one header per slot, then the slots' data.
+constexpr size_t kCredit = 0;
+constexpr size_t kHeaders = 64;
+constexpr size_t kHeaderBytes = 64;
+inline size_t DataOffset(size_t slots) { return kHeaders + slots * kHeaderBytes; }
+inline size_t LinkBytes(const StagingOptions& o) {
+  return DataOffset(o.slots) + o.slots * o.slot_bytes;
+}
+// A directory entry: the body's length (0 while absent), then the body (a
+// RemoteRegion of the link), in kEntryBytes per rank.
+constexpr size_t kEntryBytes = 1024;
+}  // namespace staging_layout
+
+// What a sender writes into a slot's header, after the slot's data (and a
+// flush between them, so the data is there before the header).
+struct ChunkHeader {
+  uint64_t sequence = 0;  // 1, 2, ...: in slot (sequence - 1) % slots
+  uint64_t address = 0;   // where the bytes go: a device address of the target
+  uint64_t length = 0;
+  uint64_t check = 0;     // HeaderCheck of the three: a torn header fails it
+};
+constexpr size_t kEncodedHeaderBytes = 32;
+uint64_t HeaderCheck(uint64_t sequence, uint64_t address, uint64_t length);
+void EncodeHeader(const ChunkHeader& header, std::byte* out);
+
+// The header of chunk `expected` in `slot_header` (copied once here):
+// nullopt while it is not there (the slot's older sequence, or a header
+// caught half written); kDataLoss naming `peer` for a forged one (another
+// sequence, or a length of 0 or past a slot).
+absl::StatusOr<std::optional<ChunkHeader>> ReadHeader(const std::byte* slot_header,
+                                                      uint64_t expected, size_t slots,
+                                                      size_t slot_bytes, int peer);
+
+// The directory entry that publishes `link`.
+std::string EncodeEntry(const RemoteRegion& link);
+// The link `peer` published at `entry` (copied once here): nullopt while
+// absent; kDataLoss naming the peer for a malformed one, or one that is not
+// a host region of `peer` on `backend` of at least `link_bytes`.
+absl::StatusOr<std::optional<RemoteRegion>> ReadEntry(const std::byte* entry, int peer,
+                                                      const std::string& backend,
+                                                      size_t link_bytes);
+
+// The device ranges this transport registered: a chunk lands only inside
+// one. Shared with the regions, which remove their range when destroyed.
+// Thread-safe.
+class DeviceRanges {
+ public:
+  void Add(uintptr_t base, size_t size);
+  void Remove(uintptr_t base, size_t size);
+  // Whether [address, address + length) lies in one range (overflow-safe).
+  bool Contains(uint64_t address, uint64_t length) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::pair<uintptr_t, size_t>> ranges_ ABSL_GUARDED_BY(mu_);
+};
+
+// One staged peer's link, both roles: chunks we send it, chunks it sends us.
+// Driven by the device transport's Progress (Advance). Thread-compatible.
+class StagingLink {
+ public:
+  // Allocates this side's link region (pinned for the device's copies) and
+  // the outbound slots, and publishes the link into the peer's directory
+  // through `endpoint` (the host endpoint to the peer) as Advance runs.
+  // `our_entry` is where the peer publishes its link in our directory.
+  static absl::StatusOr<std::unique_ptr<StagingLink>> Create(
+      Transport& host, device::DeviceRuntime& runtime, const StagingOptions& options,
+      int peer_rank, const RemoteRegion& peer_directory, int our_rank,
+      const std::byte* our_entry, std::shared_ptr<DeviceRanges> ranges);
+  ~StagingLink();
+
+  // Queues [src, src + length) for the peer's device address `address`:
+  // chunks of at most slot_bytes. `src` is device memory of this runtime
+  // (copied to the outbound slot first) or a host region of the host
+  // transport (written from where it lies). Returns the last chunk's
+  // sequence: the write has landed once Landed() says so.
+  uint64_t Stage(const LocalSlice& src, uint64_t address, uint64_t length);
+  bool Landed(uint64_t sequence) const { return credited_ >= sequence; }
+
+  // Moves everything on as far as it can without waiting. The link's
+  // error (sticky) once the peer forged a word or a step failed.
+  absl::Status Advance(Endpoint& endpoint, device::Stream& stream);
+  // Whether anything is under way either way (the transport then polls
+  // instead of sleeping).
+  bool busy() const;
+  // The sticky error of Advance (OK while the link works).
+  const absl::Status& error() const { return error_; }
+  // Device copies still running (the transport drains them before the
+  // link's memory goes).
+  bool copying() const;
+
+ private:
+  struct Step;
+  struct Chunk;
+  struct Incoming;
+
+  StagingLink() = default;
+  absl::Status Send(Endpoint& endpoint, device::Stream& stream);
+  absl::Status Receive(Endpoint& endpoint, device::Stream& stream);
+  absl::Status Publish(Endpoint& endpoint);
+  absl::StatusOr<std::unique_ptr<device::Event>> TakeEvent();
+
+  StagingOptions options_;
+  int peer_ = -1;
+  int our_rank_ = -1;
+  std::string backend_;
+  device::DeviceRuntime* runtime_ = nullptr;
+  std::shared_ptr<DeviceRanges> ranges_;
+  const std::byte* our_entry_ = nullptr;
+  // Ours: the peer writes chunks and credits here. Outbound: the slots our
+  // device copies fill, and the headers and credit word we write from.
+  MemoryRegion link_;
+  MemoryRegion outbound_;
+  MemoryRegion words_;  // [credit source][entry][headers]
+  RemoteRegion peer_directory_;
+  std::optional<RemoteRegion> peer_link_;
+  std::vector<std::unique_ptr<device::Event>> free_events_;
+  // Publishing our entry: body, flush, length word.
+  int publish_step_ = 0;
+  std::shared_ptr<Step> publishing_;
+  // Sender.
+  std::deque<Chunk> chunks_;
+  uint64_t staged_ = 0;    // sequences given out
+  uint64_t sent_ = 0;      // the highest whose header was written
+  uint64_t credited_ = 0;  // landed at the peer (its credit word)
+  // Target.
+  std::deque<Incoming> incoming_;
+  uint64_t accepted_ = 0;  // chunks whose copy is queued
+  uint64_t landed_ = 0;    // chunks whose copy completed
+  uint64_t credit_sent_ = 0;
+  std::shared_ptr<Step> crediting_;
+  absl::Status error_;
+};
+
+}  // namespace rdmaflow::rdma::device_path
+
+#endif  // RDMAFLOW_RDMA_DEVICE_STAGING_H_
