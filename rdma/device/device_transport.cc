@@ -216,6 +216,11 @@ class DeviceEndpoint final : public Endpoint {
 
   int peer_rank() const override { return queue_->peer_rank; }
   std::string Describe() const override {
+    if (queue_->link != nullptr) {
+      return absl::StrCat(host_->Describe(), "; device regions of rank ", peer_rank(),
+                          " (another host) written through pinned host memory (",
+                          transport_->runtime().name(), ")");
+    }
     return absl::StrCat(host_->Describe(), "; device regions by IPC on this host (",
                         transport_->runtime().name(), ")");
   }

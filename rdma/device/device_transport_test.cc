@@ -605,6 +605,7 @@ class StagedDeviceTransportTest : public DeviceTransportTest {
 
 TEST_F(StagedDeviceTransportTest, WritesIntoAnotherHostsDeviceMemoryInChunks) {
   EXPECT_THAT(transport_->capabilities().description, HasSubstr("staged"));
+  EXPECT_THAT(endpoint_->Describe(), HasSubstr("(another host) written through pinned host"));
   constexpr size_t kFromDevice = (1 << 20) + 77, kFromHost = 300000, kToHost = 4096;
   ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(kFromDevice));
   ASSERT_OK(Fill(*device_, on_device.data(), kFromDevice, 3));

@@ -1,0 +1,184 @@
+// File: staging_test.cc
+// The staged path's peer-written words (rdma/device/staging.h), forged and
+// racing: chunk headers (another sequence, lengths of 0 or past a slot, a
+// header caught half written, one rewritten while it is read), directory
+// entries (absent, oversized, garbage, another rank's or kind's region),
+// and the device ranges a chunk may land in (edges, sums that would wrap).
+#include "rdma/device/staging.h"
+
+#include <cstring>
+#include <limits>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/testing/racing_writer.h"
+
+namespace rdmaflow::rdma::device_path {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr size_t kSlots = 4;
+
+// OK, and nothing there yet.
+template <typename T>
+bool Absent(const absl::StatusOr<std::optional<T>>& read) {
+  return read.ok() && !read->has_value();
+}
+constexpr size_t kSlotBytes = 64 << 10;
+
+std::vector<std::byte> Header(uint64_t sequence, uint64_t address, uint64_t length,
+                              bool checked = true) {
+  ChunkHeader header{sequence, address, length,
+                     checked ? HeaderCheck(sequence, address, length) : 12345};
+  std::vector<std::byte> bytes(staging_layout::kHeaderBytes);
+  EncodeHeader(header, bytes.data());
+  return bytes;
+}
+
+absl::StatusOr<std::optional<ChunkHeader>> Read(const std::vector<std::byte>& bytes,
+                                                uint64_t expected) {
+  return ReadHeader(bytes.data(), expected, kSlots, kSlotBytes, 3);
+}
+
+TEST(StagingHeaderTest, TheExpectedChunkIsRead) {
+  ASSERT_OK_AND_ASSIGN(std::optional<ChunkHeader> header, Read(Header(6, 0x1000, 77), 6));
+  ASSERT_TRUE(header.has_value());
+  EXPECT_EQ(header->address, 0x1000u);
+  EXPECT_EQ(header->length, 77u);
+}
+
+TEST(StagingHeaderTest, AnOlderOrHalfWrittenHeaderIsNotThereYet) {
+  // The slot's previous chunk (6 - 4), an empty slot, a header whose check
+  // does not match (caught half written).
+  EXPECT_TRUE(Absent(Read(Header(2, 0x1000, 77), 6)));
+  EXPECT_TRUE(Absent(Read(Header(0, 0, 0, false), 1)));
+  EXPECT_TRUE(Absent(Read(Header(6, 0x1000, 77, false), 6)));
+}
+
+TEST(StagingHeaderTest, ForgedHeadersAreDataLossNamingThePeer) {
+  EXPECT_THAT(Read(Header(10, 0x1000, 77), 6),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("rank 3 wrote chunk 10")));
+  EXPECT_THAT(Read(Header(1, 0x1000, 77), 6), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(Read(Header(6, 0x1000, 0), 6),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("claims 0 bytes")));
+  EXPECT_THAT(Read(Header(6, 0x1000, kSlotBytes + 1), 6),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("in a slot of")));
+  EXPECT_THAT(Read(Header(6, 0x1000, std::numeric_limits<uint64_t>::max()), 6),
+              StatusIs(absl::StatusCode::kDataLoss));
+}
+
+// A peer rewrites the header between two valid images and garbage while it
+// is read: every header read is one of the images, whole, never a mix.
+TEST(StagingHeaderTest, AHeaderRewrittenWhileItIsReadIsReadWholeOrNotAtAll) {
+  std::vector<std::byte> slot(staging_layout::kHeaderBytes);
+  std::vector<std::byte> garbage(kEncodedHeaderBytes, std::byte{0xa5});
+  auto first = Header(5, 0x1000, 100), second = Header(5, 0x900000, 4096);
+  first.resize(kEncodedHeaderBytes);
+  second.resize(kEncodedHeaderBytes);
+  const std::set<std::tuple<uint64_t, uint64_t>> images = {{0x1000, 100}, {0x900000, 4096}};
+  for (auto tearing : {testing::RacingWriter::Tearing::kBytes,
+                       testing::RacingWriter::Tearing::kWords}) {
+    auto writer = testing::RacingWriter::Flipping(absl::MakeSpan(slot), 0,
+                                                  {first, garbage, second}, tearing);
+    int read = 0;
+    for (int i = 0; i < 20000 || (read == 0 && i < 2000000); ++i) {
+      absl::StatusOr<std::optional<ChunkHeader>> header =
+          ReadHeader(slot.data(), 5, kSlots, kSlotBytes, 3);
+      // Garbage either fails its check (not there yet) or, torn with an
+      // image, is a forged sequence: never a header with mixed fields.
+      if (!header.ok()) {
+        EXPECT_TRUE(absl::IsDataLoss(header.status())) << header.status();
+        continue;
+      }
+      if (!header->has_value()) continue;
+      ++read;
+      EXPECT_EQ(images.count({(*header)->address, (*header)->length}), 1u)
+          << "a header mixing two writes: address " << (*header)->address << ", length "
+          << (*header)->length;
+    }
+    writer->Stop();
+    EXPECT_GT(read, 0);
+  }
+}
+
+RemoteRegion Link(int owner, const std::string& backend, uint64_t length) {
+  RemoteRegion region;
+  region.backend = backend;
+  region.owner_rank = owner;
+  region.address = 0x10000;
+  region.length = length;
+  region.packed_key = "key";
+  return region;
+}
+
+std::vector<std::byte> Entry(const std::string& bytes) {
+  std::vector<std::byte> entry(staging_layout::kEntryBytes);
+  std::memcpy(entry.data(), bytes.data(), std::min(bytes.size(), entry.size()));
+  return entry;
+}
+
+TEST(StagingEntryTest, APublishedLinkIsReadAndAnAbsentOneIsNotThereYet) {
+  ASSERT_OK_AND_ASSIGN(std::optional<RemoteRegion> link,
+                       ReadEntry(Entry(EncodeEntry(Link(3, "ucx", 1 << 20))).data(), 3, "ucx",
+                                 1 << 20));
+  ASSERT_TRUE(link.has_value());
+  EXPECT_EQ(link->length, 1u << 20);
+  EXPECT_TRUE(Absent(ReadEntry(Entry("").data(), 3, "ucx", 1 << 20)));
+}
+
+TEST(StagingEntryTest, ForgedEntriesAreDataLossNamingThePeer) {
+  auto read = [](const std::string& bytes) {
+    return ReadEntry(Entry(bytes).data(), 3, "ucx", 1 << 20);
+  };
+  // A length past the entry, garbage, another rank's, another backend's, a
+  // device region, too small a region.
+  uint64_t huge = staging_layout::kEntryBytes;
+  EXPECT_THAT(read(std::string(reinterpret_cast<const char*>(&huge), 8)),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("claims")));
+  uint64_t ten = 10;
+  EXPECT_THAT(read(std::string(reinterpret_cast<const char*>(&ten), 8) + "0123456789"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("does not parse")));
+  EXPECT_THAT(read(EncodeEntry(Link(4, "ucx", 1 << 20))),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("rank 3")));
+  EXPECT_THAT(read(EncodeEntry(Link(3, "ibverbs", 1 << 20))), StatusIs(absl::StatusCode::kDataLoss));
+  RemoteRegion device = Link(3, "ucx", 1 << 20);
+  device.memory_kind = device::MemoryKind::kDevice;
+  EXPECT_THAT(read(EncodeEntry(device)), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(read(EncodeEntry(Link(3, "ucx", 4096))), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST(DeviceRangesTest, AChunkLandsOnlyInsideOneRegisteredRange) {
+  DeviceRanges ranges;
+  ranges.Add(0x10000, 0x1000);
+  ranges.Add(0x20000, 0x100);
+  EXPECT_TRUE(ranges.Contains(0x10000, 0x1000));
+  EXPECT_TRUE(ranges.Contains(0x10fff, 1));
+  EXPECT_TRUE(ranges.Contains(0x20080, 0x80));
+  EXPECT_FALSE(ranges.Contains(0x10fff, 2));
+  EXPECT_FALSE(ranges.Contains(0xffff, 2));
+  EXPECT_FALSE(ranges.Contains(0x11000, 1));
+  // Across two ranges, and sums that would wrap.
+  EXPECT_FALSE(ranges.Contains(0x10000, 0x10100));
+  EXPECT_FALSE(ranges.Contains(0x10800, std::numeric_limits<uint64_t>::max()));
+  EXPECT_FALSE(ranges.Contains(std::numeric_limits<uint64_t>::max(), 2));
+  ranges.Remove(0x10000, 0x1000);
+  EXPECT_FALSE(ranges.Contains(0x10000, 1));
+  EXPECT_TRUE(ranges.Contains(0x20000, 1));
+}
+
+TEST(StagingOptionsTest, BadSizesAreRefused) {
+  EXPECT_OK(CheckStagingOptions(StagingOptions{}));
+  EXPECT_THAT(CheckStagingOptions({1, 1 << 20, 8}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CheckStagingOptions({4, 1000, 8}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CheckStagingOptions({4, 1 << 20, 0}), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace rdmaflow::rdma::device_path
