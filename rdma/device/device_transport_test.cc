@@ -640,6 +640,30 @@ TEST_F(StagedDeviceTransportTest, WritesIntoAnotherHostsDeviceMemoryInChunks) {
   EXPECT_TRUE(seen == Expected(kFromDevice, 11));
 }
 
+// A target that dies: the sender's wait for its credits ends within the
+// host transport's liveness bound, with an error naming it.
+TEST_F(StagedDeviceTransportTest, ADeadTargetFailsAStagedWriteWithinTheLivenessBound) {
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(3 << 16));
+  // The link works first (both sides published), then rank 1 dies.
+  ASSERT_OK(Write(*transport_, *endpoint_, {&on_device, 0, 4096}, {&peer_device_, 0, 4096}, 1,
+                  absl::Now() + kTimeout));
+  kill(peer_, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(peer_, &status, 0), peer_);
+  peer_ = -1;
+  link_.reset();
+  bool fired = false;
+  absl::Status result;
+  ASSERT_OK(endpoint_->PostWrite({&on_device, 0, 3 << 16}, {&peer_device_, 0, 3 << 16}, 2,
+                                 [&](absl::Status s) {
+                                   result = std::move(s);
+                                   fired = true;
+                                 }));
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return fired; }, absl::Now() + kTimeout, "the staged write's end"));
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1"))) << result;
+}
+
 TEST_F(StagedDeviceTransportTest, WhatIsNotStagedIsRefusedByName) {
   ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
   EXPECT_THAT(endpoint_->PostRead({&on_device, 0, 4096}, {&peer_device_, 0, 4096},

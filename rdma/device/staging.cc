@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 
 namespace rdmaflow::rdma::device_path {
@@ -19,6 +20,11 @@ namespace {
 constexpr size_t kCreditSource = 0;
 constexpr size_t kEntrySource = 64;
 constexpr size_t kHeaderSources = kEntrySource + layout::kEntryBytes;
+// How long a staged write waits for the peer to connect back (its link),
+// and how often a sender waiting for credits checks that the peer lives
+// (a flush, which fails once the host transport declares it gone).
+constexpr absl::Duration kConnectBackTimeout = absl::Seconds(60);
+constexpr absl::Duration kProbeInterval = absl::Milliseconds(100);
 
 uint64_t Load(const std::byte* word) {
   return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
@@ -324,7 +330,34 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
          chunks_.front().sequence <= credited_) {
     chunks_.pop_front();
   }
-  if (!peer_link_.has_value()) return absl::OkStatus();  // the peer has not connected back
+  if (!peer_link_.has_value()) {
+    // The peer has not connected back yet.
+    if (chunks_.empty()) return absl::OkStatus();
+    const absl::Time now = absl::Now();
+    if (waiting_since_ == absl::InfinitePast()) waiting_since_ = now;
+    if (now - waiting_since_ > kConnectBackTimeout) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", peer_, " has not connected back in ", absl::FormatDuration(now - waiting_since_),
+          ": a staged write into another host's device memory needs both ranks connected to "
+          "each other, and the target progressing"));
+    }
+    return absl::OkStatus();
+  }
+  // Waiting for credits only: make sure the peer still lives.
+  if (probing_ != nullptr && probing_->done) {
+    RETURN_IF_ERROR(probing_->status);
+    probing_.reset();
+  }
+  if (probing_ == nullptr && !chunks_.empty() && chunks_.front().phase == Chunk::Phase::kSent &&
+      absl::Now() - last_probe_ > kProbeInterval) {
+    auto step = std::make_shared<Step>();
+    absl::Status posted = endpoint.PostFlush(Into(step, &step->done, &step->status));
+    if (!absl::IsResourceExhausted(posted)) {
+      RETURN_IF_ERROR(posted);
+      probing_ = std::move(step);
+      last_probe_ = absl::Now();
+    }
+  }
   const size_t slots = options_.slots;
   for (Chunk& c : chunks_) {
     const size_t slot = static_cast<size_t>((c.sequence - 1) % slots);

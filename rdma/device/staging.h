@@ -44,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "device/device_runtime.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -193,6 +194,9 @@ class StagingLink {
   uint64_t staged_ = 0;    // sequences given out
   uint64_t sent_ = 0;      // the highest whose header was written
   uint64_t credited_ = 0;  // landed at the peer (its credit word)
+  absl::Time waiting_since_ = absl::InfinitePast();  // for the peer's link
+  absl::Time last_probe_ = absl::InfinitePast();
+  std::shared_ptr<Step> probing_;
   // Target.
   std::deque<Incoming> incoming_;
   uint64_t accepted_ = 0;  // chunks whose copy is queued
