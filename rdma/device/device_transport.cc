@@ -54,12 +54,14 @@ struct PendingOp {
     kHostWrite,   // a host write with a notification, held behind copies
     kFlush,       // a flush, held behind copies
     kStaged,      // chunks through the staging link, then maybe a notification
+    kStagedRead,  // a read request through the staging link, done when answered
   };
   Kind kind = Kind::kDeviceCopy;
   std::unique_ptr<device::Event> event;  // kDeviceCopy: after the copy
   std::optional<uint32_t> notification;
   Completion done;
-  // kStaged: the sequence of its last chunk (landed: the write is done).
+  // kStaged: the sequence of its last chunk (landed: the write is done);
+  // kStagedRead: the read's number.
   uint64_t staged_last = 0;
   // kHostWrite: what to post, the descriptor copied (a post reads it then).
   LocalSlice src;
@@ -132,17 +134,30 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
   int fired = 0;
   while (!queue.ops.empty()) {
     PendingOp& op = queue.ops.front();
-    if (op.kind == PendingOp::Kind::kStaged && !queue.closed && queue.host != nullptr) {
+    const bool staged =
+        op.kind == PendingOp::Kind::kStaged || op.kind == PendingOp::Kind::kStagedRead;
+    const bool read = op.kind == PendingOp::Kind::kStagedRead;
+    if (staged && (queue.closed || queue.host == nullptr) && queue.link->copying()) {
+      break;  // cancelled once no device copy of the link touches its memory
+    }
+    if (staged && !queue.closed && queue.host != nullptr) {
       absl::Status failed = !queue.gone->ok() ? *queue.gone : queue.link->error();
       if (!failed.ok()) {
         Finish(transport, queue,
-               absl::Status(failed.code(), absl::StrCat("a staged write to rank ",
-                                                        queue.peer_rank, " failed: ",
-                                                        failed.message())));
+               absl::Status(failed.code(),
+                            absl::StrCat(read ? "a staged read from rank " : "a staged write to rank ",
+                                         queue.peer_rank, " failed: ", failed.message())));
         ++fired;
         continue;
       }
-      if (!queue.link->Landed(op.staged_last)) break;  // and the rest behind it
+      if (!(read ? queue.link->ReadDone(op.staged_last) : queue.link->Landed(op.staged_last))) {
+        break;  // and the rest behind it
+      }
+      if (read) {
+        Finish(transport, queue, absl::OkStatus());
+        ++fired;
+        continue;
+      }
     }
     if (op.event != nullptr) {
       absl::StatusOr<bool> copied = op.event->Done();
@@ -168,6 +183,7 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
     switch (op.kind) {
       case PendingOp::Kind::kDeviceCopy:
       case PendingOp::Kind::kStaged:
+      case PendingOp::Kind::kStagedRead:
         if (!op.notification.has_value()) {
           Finish(transport, queue, absl::OkStatus());
           ++fired;
@@ -260,6 +276,7 @@ class DeviceEndpoint final : public Endpoint {
     if (src.region != nullptr && src.region->memory_kind == device::MemoryKind::kDevice) {
       RETURN_IF_ERROR(CheckTransfer(dst, src, peer_rank(), DeviceTransport::kBackend,
                                     Moves::kPeerDeviceMemory));
+      if (queue_->link != nullptr) return StageRead(dst, src, std::move(done));
       ASSIGN_OR_RETURN(std::byte * at, Resolve(src));
       return Enqueue(dst.data(), at, dst.length, std::nullopt, std::move(done));
     }
@@ -344,6 +361,20 @@ class DeviceEndpoint final : public Endpoint {
     return key;
   }
 
+  // The local side of a staged transfer: a device region of this transport
+  // or a host region of its host transport.
+  absl::Status CheckStagedLocal(const LocalSlice& local, const char* what) const {
+    const RemoteRegion& region = local.region->descriptor();
+    const bool ours = region.memory_kind == device::MemoryKind::kDevice
+                          ? region.backend == DeviceTransport::kBackend
+                          : region.backend == host_backend();
+    if (ours) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a staged ", what, " rank ", peer_rank(), " with ", region.DebugString(),
+        ": the local side must be a device region of this transport or a host region of its "
+        "host transport (", host_backend(), ")"));
+  }
+
   // A write into a staged peer's device region: its chunks go through the
   // link (rdma/device/staging.h) as Progress runs.
   absl::Status Stage(const LocalSlice& src, const RemoteSlice& dst,
@@ -351,20 +382,26 @@ class DeviceEndpoint final : public Endpoint {
     RETURN_IF_ERROR(CheckAlive());
     RETURN_IF_ERROR(CheckRoom());
     RETURN_IF_ERROR(StagedKey(*dst.region).status());
-    const RemoteRegion& source = src.region->descriptor();
-    const bool ours = source.memory_kind == device::MemoryKind::kDevice
-                          ? source.backend == DeviceTransport::kBackend
-                          : source.backend == host_backend();
-    if (!ours) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a staged write to rank ", peer_rank(), " from ", source.DebugString(),
-          ": the source must be a device region of this transport or a host region of its "
-          "host transport (", host_backend(), ")"));
-    }
+    RETURN_IF_ERROR(CheckStagedLocal(src, "write to"));
     PendingOp op;
     op.kind = PendingOp::Kind::kStaged;
     op.staged_last = queue_->link->Stage(src, dst.address(), dst.length);
     op.notification = notification;
+    op.done = std::move(done);
+    queue_->ops.push_back(std::move(op));
+    return absl::OkStatus();
+  }
+
+  // A read of a staged peer's device region: a request through the link,
+  // answered by the peer's chunks into `dst`.
+  absl::Status StageRead(const LocalSlice& dst, const RemoteSlice& src, Completion done) {
+    RETURN_IF_ERROR(CheckAlive());
+    RETURN_IF_ERROR(CheckRoom());
+    RETURN_IF_ERROR(StagedKey(*src.region).status());
+    RETURN_IF_ERROR(CheckStagedLocal(dst, "read from"));
+    PendingOp op;
+    op.kind = PendingOp::Kind::kStagedRead;
+    op.staged_last = queue_->link->RequestRead(src.address(), src.length, dst.data());
     op.done = std::move(done);
     queue_->ops.push_back(std::move(op));
     return absl::OkStatus();
@@ -381,9 +418,8 @@ class DeviceEndpoint final : public Endpoint {
       return absl::UnimplementedError(absl::StrCat(
           remote.region->DebugString(), " is on another host",
           queue_->link != nullptr
-              ? ": only writes into it are staged; reads of another host's device memory "
-                "are not built yet"
-              : ", but rank's address named this one: a forged or mixed-up descriptor"));
+              ? ": its device memory is reached through the posts (staged), never mapped"
+              : ", but its rank's address named this one: a forged or mixed-up descriptor"));
     }
     ASSIGN_OR_RETURN(const device::DeviceMemory* mapped, Map(key));
     if (key.offset > mapped->size() || remote.region->length > mapped->size() - key.offset) {
@@ -590,9 +626,13 @@ absl::StatusOr<int> DeviceTransport::Progress() {
   ASSIGN_OR_RETURN(int fired, host_->Progress());
   for (auto it = queues_.begin(); it != queues_.end();) {
     PendingQueue& queue = **it;
-    if (queue.link != nullptr && queue.host != nullptr && !queue.closed && queue.gone->ok()) {
-      // Its error stays in the link; the staged writes fail with it.
-      queue.link->Advance(*queue.host, *stream_).IgnoreError();
+    if (queue.link != nullptr) {
+      if (queue.host != nullptr && !queue.closed && queue.gone->ok()) {
+        // Its error stays in the link; the staged operations fail with it.
+        queue.link->Advance(*queue.host, *stream_).IgnoreError();
+      } else {
+        queue.link->Quiesce();  // only its device copies end
+      }
     }
     fired += Advance(*this, queue);
     if (!queue.ops.empty() || (queue.link != nullptr && queue.link->copying())) {

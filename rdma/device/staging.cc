@@ -51,26 +51,67 @@ absl::Status CheckStagingOptions(const StagingOptions& o) {
   return absl::OkStatus();
 }
 
-uint64_t HeaderCheck(uint64_t sequence, uint64_t address, uint64_t length) {
-  return Mix(Mix(Mix(sequence ^ 0x7264666c6f770a01ULL) ^ address) ^ length);
+uint64_t HeaderCheck(uint64_t sequence, uint64_t address, uint64_t length, uint64_t request) {
+  return Mix(Mix(Mix(Mix(sequence ^ 0x7264666c6f770a01ULL) ^ address) ^ length) ^ request);
 }
 
 void EncodeHeader(const ChunkHeader& header, std::byte* out) {
-  const uint64_t words[4] = {header.sequence, header.address, header.length, header.check};
+  const uint64_t words[5] = {header.sequence, header.address, header.length, header.request,
+                             header.check};
   std::memcpy(out, words, sizeof(words));
+}
+
+namespace {
+
+uint64_t RequestCheck(const ReadRequest& r) {
+  return Mix(Mix(Mix(Mix(r.sequence ^ 0x7264666c6f770a02ULL) ^ r.source) ^ r.length) ^
+             r.destination);
+}
+
+// The largest read one request may ask for.
+constexpr uint64_t kMaxReadBytes = uint64_t{1} << 40;
+
+}  // namespace
+
+void EncodeRequest(const ReadRequest& request, std::byte* out) {
+  const uint64_t words[5] = {request.sequence, request.source, request.length,
+                             request.destination, RequestCheck(request)};
+  std::memcpy(out, words, sizeof(words));
+}
+
+absl::StatusOr<std::optional<ReadRequest>> ReadRequestAt(const std::byte* slot, uint64_t expected,
+                                                         size_t slots, int peer) {
+  uint64_t words[5];
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  std::memcpy(words, slot, sizeof(words));
+  ReadRequest request{words[0], words[1], words[2], words[3], words[4]};
+  const uint64_t older = expected > slots ? expected - slots : 0;
+  if (request.sequence == older || request.check != RequestCheck(request)) return std::nullopt;
+  if (request.sequence != expected) {
+    return absl::DataLossError(absl::StrCat("rank ", peer, " wrote read request ",
+                                            request.sequence, " into the slot of request ",
+                                            expected, ": a forged or corrupted request"));
+  }
+  if (request.length == 0 || request.length > kMaxReadBytes) {
+    return absl::DataLossError(absl::StrCat("rank ", peer, "'s read request ", expected,
+                                            " asks for ", request.length,
+                                            " bytes (1 to 2^40)"));
+  }
+  return request;
 }
 
 absl::StatusOr<std::optional<ChunkHeader>> ReadHeader(const std::byte* slot_header,
                                                       uint64_t expected, size_t slots,
                                                       size_t slot_bytes, int peer) {
   // One copy; only the copy is looked at.
-  uint64_t words[4];
+  uint64_t words[5];
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
   std::memcpy(words, slot_header, sizeof(words));
-  ChunkHeader header{words[0], words[1], words[2], words[3]};
+  ChunkHeader header{words[0], words[1], words[2], words[3], words[4]};
   const uint64_t older = expected > slots ? expected - slots : 0;
   if (header.sequence == older) return std::nullopt;  // the slot's last chunk
-  if (header.check != HeaderCheck(header.sequence, header.address, header.length)) {
+  if (header.check !=
+      HeaderCheck(header.sequence, header.address, header.length, header.request)) {
     // Half written (the sender writes it at once, behind the data), or
     // forged: either way not a chunk yet. A forger only stalls its own link.
     return std::nullopt;
@@ -157,13 +198,27 @@ struct StagingLink::Chunk {
   const std::byte* device_source = nullptr;
   uint64_t address = 0;
   uint64_t length = 0;
+  uint64_t request = 0;  // the read it answers; 0: a write
   std::unique_ptr<device::Event> event;
   std::shared_ptr<Step> step;
 };
 
 struct StagingLink::Incoming {
   uint64_t sequence = 0;
+  uint64_t request = 0;
+  uint64_t length = 0;
   std::unique_ptr<device::Event> event;
+};
+
+struct StagingLink::Read {
+  uint64_t sequence = 0;
+  uint64_t source = 0;
+  uint64_t length = 0;
+  std::byte* destination = nullptr;
+  bool sent = false;
+  std::shared_ptr<Step> step;
+  uint64_t accepted = 0;  // bytes of its answer whose copies are queued
+  uint64_t landed = 0;    // ... and done
 };
 
 namespace {
@@ -200,7 +255,7 @@ absl::StatusOr<std::unique_ptr<StagingLink>> StagingLink::Create(
   ASSIGN_OR_RETURN(link->link_, host.Allocate(layout::LinkBytes(options)));
   ASSIGN_OR_RETURN(link->outbound_, host.Allocate(options.slots * options.slot_bytes));
   ASSIGN_OR_RETURN(link->words_,
-                   host.Allocate(kHeaderSources + options.slots * layout::kHeaderBytes));
+                   host.Allocate(kHeaderSources + 2 * options.slots * layout::kHeaderBytes));
   // Pinned: the device copies out of and into them run at the bus's speed.
   RETURN_IF_ERROR(runtime.PinHost(link->link_.data(), link->link_.size()));
   absl::Status pinned = runtime.PinHost(link->outbound_.data(), link->outbound_.size());
@@ -232,26 +287,45 @@ absl::StatusOr<std::unique_ptr<device::Event>> StagingLink::TakeEvent() {
 
 uint64_t StagingLink::Stage(const LocalSlice& src, uint64_t address, uint64_t length) {
   const bool on_device = src.region->descriptor().memory_kind == device::MemoryKind::kDevice;
+  return on_device ? StageChunks(nullptr, 0, src.data(), address, length, 0)
+                   : StageChunks(src.region, src.offset, nullptr, address, length, 0);
+}
+
+uint64_t StagingLink::StageChunks(const MemoryRegion* region, size_t offset,
+                                  const std::byte* device_source, uint64_t address,
+                                  uint64_t length, uint64_t request) {
   for (uint64_t done = 0; done < length;) {
     const uint64_t n = std::min<uint64_t>(options_.slot_bytes, length - done);
     Chunk chunk;
     chunk.sequence = ++staged_;
-    if (on_device) {
-      chunk.device_source = src.data() + done;
+    if (device_source != nullptr) {
+      chunk.device_source = device_source + done;
     } else {
-      chunk.region = src.region;
-      chunk.offset = src.offset + done;
+      chunk.region = region;
+      chunk.offset = offset + done;
     }
     chunk.address = address + done;
     chunk.length = n;
+    chunk.request = request;
     chunks_.push_back(std::move(chunk));
     done += n;
   }
   return staged_;
 }
 
+uint64_t StagingLink::RequestRead(uint64_t source, uint64_t length, std::byte* destination) {
+  Read read;
+  read.sequence = ++requested_;
+  read.source = source;
+  read.length = length;
+  read.destination = destination;
+  reads_.push_back(std::move(read));
+  return requested_;
+}
+
 bool StagingLink::busy() const {
-  return !chunks_.empty() || !incoming_.empty() || landed_ > credit_sent_ ||
+  return !chunks_.empty() || !incoming_.empty() || !reads_.empty() || !answers_.empty() ||
+         landed_ > credit_sent_ ||
          publish_step_ < 3 || crediting_ != nullptr;
 }
 
@@ -260,6 +334,22 @@ bool StagingLink::copying() const {
   return std::any_of(chunks_.begin(), chunks_.end(), [](const Chunk& c) {
     return c.phase == Chunk::Phase::kCopying;
   });
+}
+
+void StagingLink::Quiesce() {
+  while (!incoming_.empty()) {
+    absl::StatusOr<bool> done = incoming_.front().event->Done();
+    if (done.ok() && !*done) break;
+    free_events_.push_back(std::move(incoming_.front().event));
+    incoming_.pop_front();
+  }
+  for (Chunk& c : chunks_) {
+    if (c.phase != Chunk::Phase::kCopying) continue;
+    absl::StatusOr<bool> done = c.event->Done();
+    if (done.ok() && !*done) continue;
+    free_events_.push_back(std::move(c.event));
+    c.phase = Chunk::Phase::kCopied;
+  }
 }
 
 absl::Status StagingLink::Advance(Endpoint& endpoint, device::Stream& stream) {
@@ -332,7 +422,7 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
   }
   if (!peer_link_.has_value()) {
     // The peer has not connected back yet.
-    if (chunks_.empty()) return absl::OkStatus();
+    if (chunks_.empty() && reads_.empty()) return absl::OkStatus();
     const absl::Time now = absl::Now();
     if (waiting_since_ == absl::InfinitePast()) waiting_since_ = now;
     if (now - waiting_since_ > kConnectBackTimeout) {
@@ -348,8 +438,9 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
     RETURN_IF_ERROR(probing_->status);
     probing_.reset();
   }
-  if (probing_ == nullptr && !chunks_.empty() && chunks_.front().phase == Chunk::Phase::kSent &&
-      absl::Now() - last_probe_ > kProbeInterval) {
+  const bool waiting = (!chunks_.empty() && chunks_.front().phase == Chunk::Phase::kSent) ||
+                       (!reads_.empty() && reads_.front().sent);
+  if (probing_ == nullptr && waiting && absl::Now() - last_probe_ > kProbeInterval) {
     auto step = std::make_shared<Step>();
     absl::Status posted = endpoint.PostFlush(Into(step, &step->done, &step->status));
     if (!absl::IsResourceExhausted(posted)) {
@@ -358,7 +449,17 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
       last_probe_ = absl::Now();
     }
   }
+  RETURN_IF_ERROR(SendRequests(endpoint));
   const size_t slots = options_.slots;
+  // Answers to the peer's reads, a chunk at a time, as slots come free.
+  while (!answers_.empty() && chunks_.size() < 2 * slots) {
+    Answer& answer = answers_.front();
+    const uint64_t n = std::min<uint64_t>(options_.slot_bytes, answer.length - answer.staged);
+    StageChunks(nullptr, 0, reinterpret_cast<const std::byte*>(answer.source + answer.staged),
+                answer.destination + answer.staged, n, answer.request);
+    answer.staged += n;
+    if (answer.staged == answer.length) answers_.pop_front();
+  }
   for (Chunk& c : chunks_) {
     const size_t slot = static_cast<size_t>((c.sequence - 1) % slots);
     const uint64_t in_slot = static_cast<uint64_t>(slot) * options_.slot_bytes;
@@ -412,8 +513,9 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
           break;
         }
         case Chunk::Phase::kFlushing: {
-          ChunkHeader header{c.sequence, c.address, c.length, 0};
-          header.check = HeaderCheck(header.sequence, header.address, header.length);
+          ChunkHeader header{c.sequence, c.address, c.length, c.request, 0};
+          header.check =
+              HeaderCheck(header.sequence, header.address, header.length, header.request);
           const size_t source = kHeaderSources + slot * layout::kHeaderBytes;
           EncodeHeader(header, words_.data() + source);
           auto step = std::make_shared<Step>();
@@ -449,10 +551,22 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
                                        copied.status().message()));
     }
     if (!*copied) break;
-    landed_ = incoming_.front().sequence;
+    const Incoming& in = incoming_.front();
+    landed_ = in.sequence;
+    if (in.request != 0) {
+      for (Read& read : reads_) {
+        if (read.sequence == in.request) read.landed += in.length;
+      }
+    }
     free_events_.push_back(std::move(incoming_.front().event));
     incoming_.pop_front();
   }
+  // Reads whose whole answer landed, in order.
+  while (!reads_.empty() && reads_.front().sent && reads_.front().landed == reads_.front().length) {
+    reads_done_ = reads_.front().sequence;
+    reads_.pop_front();
+  }
+  RETURN_IF_ERROR(TakeRequests());
   // New chunks, in sequence order.
   const size_t slots = options_.slots;
   while (incoming_.size() < slots) {
@@ -462,19 +576,14 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
                      ReadHeader(link_.data() + layout::kHeaders + slot * layout::kHeaderBytes,
                                 next, slots, options_.slot_bytes, peer_));
     if (!header.has_value()) break;
-    if (!ranges_->Contains(header->address, header->length)) {
-      return absl::DataLossError(absl::StrCat(
-          "rank ", peer_, "'s staged chunk ", next, " goes to ", header->length,
-          " bytes at device address ", header->address,
-          ", which lie in no device region of this transport"));
-    }
+    RETURN_IF_ERROR(CheckLanding(*header));
     ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
     RETURN_IF_ERROR(stream.Copy(reinterpret_cast<void*>(header->address),
                                 link_.data() + layout::DataOffset(slots) +
                                     static_cast<size_t>(slot) * options_.slot_bytes,
                                 header->length));
     RETURN_IF_ERROR(stream.Record(*event));
-    incoming_.push_back({next, std::move(event)});
+    incoming_.push_back({next, header->request, header->length, std::move(event)});
     accepted_ = next;
   }
   // The count of landed chunks back to the peer, one write at a time.
@@ -492,6 +601,88 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
                                        std::nullopt, Into(step, &step->done, &step->status)));
     crediting_ = std::move(step);
     credit_sent_ = landed_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StagingLink::CheckLanding(const ChunkHeader& header) {
+  if (header.request == 0) {
+    if (ranges_->Contains(header.address, header.length)) return absl::OkStatus();
+    return absl::DataLossError(absl::StrCat(
+        "rank ", peer_, "'s staged chunk ", header.sequence, " goes to ", header.length,
+        " bytes at device address ", header.address,
+        ", which lie in no device region of this transport"));
+  }
+  // An answer: inside the destination of the read it names, and no more
+  // than the read asked for.
+  for (Read& read : reads_) {
+    if (read.sequence != header.request || !read.sent) continue;
+    const uint64_t base = reinterpret_cast<uintptr_t>(read.destination);
+    if (header.address < base || header.address - base > read.length ||
+        header.length > read.length - (header.address - base) ||
+        header.length > read.length - read.accepted) {
+      break;
+    }
+    read.accepted += header.length;
+    return absl::OkStatus();
+  }
+  return absl::DataLossError(absl::StrCat(
+      "rank ", peer_, "'s staged chunk ", header.sequence, " answers read ", header.request,
+      " with ", header.length, " bytes at ", header.address,
+      ", outside what that read asked for (or no such read is under way)"));
+}
+
+absl::Status StagingLink::SendRequests(Endpoint& endpoint) {
+  const size_t slots = options_.slots;
+  for (Read& read : reads_) {
+    if (read.step != nullptr) {
+      if (!read.step->done) continue;
+      RETURN_IF_ERROR(read.step->status);
+      read.step.reset();
+      read.sent = true;
+    }
+    if (read.sent) continue;
+    // Its request slot is free once the read `slots` before it is done.
+    if (read.sequence > reads_done_ + slots) break;
+    const size_t slot = static_cast<size_t>((read.sequence - 1) % slots);
+    const size_t source = kHeaderSources + (slots + slot) * layout::kHeaderBytes;
+    EncodeRequest({read.sequence, read.source, read.length,
+                   reinterpret_cast<uintptr_t>(read.destination), 0},
+                  words_.data() + source);
+    auto step = std::make_shared<Step>();
+    absl::Status posted = endpoint.PostWrite(
+        {&words_, source, kEncodedHeaderBytes},
+        {&*peer_link_, layout::RequestOffset(slots) + slot * layout::kHeaderBytes,
+         kEncodedHeaderBytes},
+        std::nullopt, Into(step, &step->done, &step->status));
+    if (absl::IsResourceExhausted(posted)) break;
+    RETURN_IF_ERROR(posted);
+    read.step = std::move(step);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StagingLink::TakeRequests() {
+  // The peer's reads of our device memory: each answered by chunks, as a
+  // write of ours into its destination.
+  const size_t slots = options_.slots;
+  // At most `slots` answers under way: a peer cannot make us hold more.
+  while (answers_.size() < slots) {
+    const uint64_t next = requests_taken_ + 1;
+    const size_t slot = static_cast<size_t>((next - 1) % slots);
+    ASSIGN_OR_RETURN(std::optional<ReadRequest> request,
+                     ReadRequestAt(link_.data() + layout::RequestOffset(slots) +
+                                       slot * layout::kHeaderBytes,
+                                   next, slots, peer_));
+    if (!request.has_value()) break;
+    if (!ranges_->Contains(request->source, request->length)) {
+      return absl::DataLossError(absl::StrCat(
+          "rank ", peer_, "'s read request ", next, " asks for ", request->length,
+          " bytes at device address ", request->source,
+          ", which lie in no device region of this transport"));
+    }
+    answers_.push_back({next, request->source, request->destination, request->length, 0});
+    requests_taken_ = next;
   }
   return absl::OkStatus();
 }

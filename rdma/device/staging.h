@@ -16,6 +16,11 @@
 //                                            written into the sender's credit
 //                                            word
 //
+// A read of the peer's device memory is a request record written into the
+// peer's link; the peer answers with chunks as above, each naming the
+// request, into the reader's destination (device or host memory); the read
+// is done once every chunk of its answer landed.
+//
 // Each pair of staged peers has a link on each side: a host region of the
 // host transport, [credit word | slot headers | slot data], in which the
 // peer writes chunks (and we write credits into the peer's). A link's
@@ -69,11 +74,13 @@ absl::Status CheckStagingOptions(const StagingOptions& options);
 
 namespace staging_layout {
 // A link region: the credit word (chunks of ours the peer has landed,
-// written by the peer), then one header per slot, then the slots' data.
+// written by the peer), one chunk header per slot, one read request per
+// slot, then the slots' data.
 constexpr size_t kCredit = 0;
 constexpr size_t kHeaders = 64;
 constexpr size_t kHeaderBytes = 64;
-inline size_t DataOffset(size_t slots) { return kHeaders + slots * kHeaderBytes; }
+inline size_t RequestOffset(size_t slots) { return kHeaders + slots * kHeaderBytes; }
+inline size_t DataOffset(size_t slots) { return RequestOffset(slots) + slots * kHeaderBytes; }
 inline size_t LinkBytes(const StagingOptions& o) {
   return DataOffset(o.slots) + o.slots * o.slot_bytes;
 }
@@ -88,11 +95,28 @@ struct ChunkHeader {
   uint64_t sequence = 0;  // 1, 2, ...: in slot (sequence - 1) % slots
   uint64_t address = 0;   // where the bytes go: a device address of the target
   uint64_t length = 0;
-  uint64_t check = 0;     // HeaderCheck of the three: a torn header fails it
+  uint64_t request = 0;   // 0: a write; else the read request it answers
+  uint64_t check = 0;     // HeaderCheck of the four: a torn header fails it
 };
-constexpr size_t kEncodedHeaderBytes = 32;
-uint64_t HeaderCheck(uint64_t sequence, uint64_t address, uint64_t length);
+constexpr size_t kEncodedHeaderBytes = 40;
+uint64_t HeaderCheck(uint64_t sequence, uint64_t address, uint64_t length, uint64_t request);
 void EncodeHeader(const ChunkHeader& header, std::byte* out);
+
+// A read request: the reader wants `length` bytes at the peer's device
+// address `source` written to its own `destination`.
+struct ReadRequest {
+  uint64_t sequence = 0;  // 1, 2, ...: in request slot (sequence - 1) % slots
+  uint64_t source = 0;
+  uint64_t length = 0;
+  uint64_t destination = 0;
+  uint64_t check = 0;
+};
+void EncodeRequest(const ReadRequest& request, std::byte* out);
+// Request `expected` in `slot` (copied once here): nullopt while it is not
+// there (older, or caught half written); kDataLoss naming `peer` for
+// another sequence or a length of 0 or above 2^40.
+absl::StatusOr<std::optional<ReadRequest>> ReadRequestAt(const std::byte* slot, uint64_t expected,
+                                                         size_t slots, int peer);
 
 // The header of chunk `expected` in `slot_header` (copied once here):
 // nullopt while it is not there (the slot's older sequence, or a header
@@ -148,6 +172,13 @@ class StagingLink {
   uint64_t Stage(const LocalSlice& src, uint64_t address, uint64_t length);
   bool Landed(uint64_t sequence) const { return credited_ >= sequence; }
 
+  // Queues a read of `length` bytes at the peer's device address `source`
+  // into `destination` (device memory of this runtime, or host memory),
+  // which must stay valid until the read is done. Returns its number.
+  uint64_t RequestRead(uint64_t source, uint64_t length, std::byte* destination);
+  // Whether read `request` (and every earlier one) is done.
+  bool ReadDone(uint64_t request) const { return reads_done_ >= request; }
+
   // Moves everything on as far as it can without waiting. The link's
   // error (sticky) once the peer forged a word or a step failed.
   absl::Status Advance(Endpoint& endpoint, device::Stream& stream);
@@ -157,20 +188,32 @@ class StagingLink {
   // The sticky error of Advance (OK while the link works).
   const absl::Status& error() const { return error_; }
   // Device copies still running (the transport drains them before the
-  // link's memory goes).
+  // link's memory goes, and before it cancels a staged operation).
   bool copying() const;
+  // For a link that stops (its endpoint closed, its peer gone): notes the
+  // device copies that ended, starts nothing.
+  void Quiesce();
 
  private:
   struct Step;
   struct Chunk;
   struct Incoming;
+  struct Read;
 
   StagingLink() = default;
   absl::Status Send(Endpoint& endpoint, device::Stream& stream);
   absl::Status Receive(Endpoint& endpoint, device::Stream& stream);
   absl::Status Publish(Endpoint& endpoint);
   absl::StatusOr<std::unique_ptr<device::Event>> TakeEvent();
-
+  // Queues chunks of [source, source + length) (a device address of ours)
+  // for `address` at the peer, answering `request` (0: a write).
+  uint64_t StageChunks(const MemoryRegion* region, size_t offset, const std::byte* device_source,
+                       uint64_t address, uint64_t length, uint64_t request);
+  absl::Status SendRequests(Endpoint& endpoint);
+  absl::Status TakeRequests();
+  // Where an incoming chunk may land: a registered device range for a
+  // write, the destination of the read it answers for an answer.
+  absl::Status CheckLanding(const ChunkHeader& header);
   StagingOptions options_;
   int peer_ = -1;
   int our_rank_ = -1;
@@ -197,6 +240,21 @@ class StagingLink {
   absl::Time waiting_since_ = absl::InfinitePast();  // for the peer's link
   absl::Time last_probe_ = absl::InfinitePast();
   std::shared_ptr<Step> probing_;
+  // Reader: our requests, oldest first (sent or not), and how many are done.
+  std::deque<Read> reads_;
+  uint64_t requested_ = 0;
+  uint64_t reads_done_ = 0;
+  // Answering: requests of the peer's taken, and their answers not yet
+  // all staged.
+  struct Answer {
+    uint64_t request = 0;
+    uint64_t source = 0;
+    uint64_t destination = 0;
+    uint64_t length = 0;
+    uint64_t staged = 0;
+  };
+  std::deque<Answer> answers_;
+  uint64_t requests_taken_ = 0;
   // Target.
   std::deque<Incoming> incoming_;
   uint64_t accepted_ = 0;  // chunks whose copy is queued

@@ -1,7 +1,8 @@
 // File: staging_test.cc
 // The staged path's peer-written words (rdma/device/staging.h), forged and
 // racing: chunk headers (another sequence, lengths of 0 or past a slot, a
-// header caught half written, one rewritten while it is read), directory
+// header caught half written, one rewritten while it is read), read
+// requests (another sequence, nothing or too much asked, torn), directory
 // entries (absent, oversized, garbage, another rank's or kind's region),
 // and the device ranges a chunk may land in (edges, sums that would wrap).
 #include "rdma/device/staging.h"
@@ -35,8 +36,8 @@ constexpr size_t kSlotBytes = 64 << 10;
 
 std::vector<std::byte> Header(uint64_t sequence, uint64_t address, uint64_t length,
                               bool checked = true) {
-  ChunkHeader header{sequence, address, length,
-                     checked ? HeaderCheck(sequence, address, length) : 12345};
+  ChunkHeader header{sequence, address, length, 0,
+                     checked ? HeaderCheck(sequence, address, length, 0) : 12345};
   std::vector<std::byte> bytes(staging_layout::kHeaderBytes);
   EncodeHeader(header, bytes.data());
   return bytes;
@@ -106,6 +107,33 @@ TEST(StagingHeaderTest, AHeaderRewrittenWhileItIsReadIsReadWholeOrNotAtAll) {
     writer->Stop();
     EXPECT_GT(read, 0);
   }
+}
+
+std::vector<std::byte> Request(uint64_t sequence, uint64_t length) {
+  std::vector<std::byte> bytes(staging_layout::kHeaderBytes);
+  EncodeRequest({sequence, 0x5000, length, 0x9000, 0}, bytes.data());
+  return bytes;
+}
+
+TEST(StagingRequestTest, ReadRequestsAreReadOnceCheckedAndForgedOnesRefused) {
+  ASSERT_OK_AND_ASSIGN(std::optional<ReadRequest> request,
+                       ReadRequestAt(Request(3, 4096).data(), 3, kSlots, 2));
+  ASSERT_TRUE(request.has_value());
+  EXPECT_EQ(request->source, 0x5000u);
+  EXPECT_EQ(request->destination, 0x9000u);
+  EXPECT_EQ(request->length, 4096u);
+  // The slot's older request; a request caught half written.
+  EXPECT_TRUE(Absent(ReadRequestAt(Request(3, 4096).data(), 7, kSlots, 2)));
+  auto torn = Request(7, 4096);
+  torn[16] = std::byte{0x01};
+  EXPECT_TRUE(Absent(ReadRequestAt(torn.data(), 7, kSlots, 2)));
+  // Another sequence, nothing asked, too much asked.
+  EXPECT_THAT(ReadRequestAt(Request(9, 4096).data(), 7, kSlots, 2),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("rank 2 wrote read request 9")));
+  EXPECT_THAT(ReadRequestAt(Request(7, 0).data(), 7, kSlots, 2),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("asks for 0 bytes")));
+  EXPECT_THAT(ReadRequestAt(Request(7, (uint64_t{1} << 40) + 1).data(), 7, kSlots, 2),
+              StatusIs(absl::StatusCode::kDataLoss));
 }
 
 RemoteRegion Link(int owner, const std::string& backend, uint64_t length) {
