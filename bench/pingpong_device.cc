@@ -12,11 +12,11 @@ namespace rdmaflow::bench {
 
 absl::StatusOr<std::unique_ptr<DevicePingPong>> DevicePingPong::Create(
     std::unique_ptr<rdma::Transport> host, std::unique_ptr<device::DeviceRuntime> runtime,
-    size_t max_bytes) {
+    size_t max_bytes, const rdma::device_path::DeviceTransportOptions& options) {
   std::unique_ptr<DevicePingPong> out(new DevicePingPong());
   out->runtime_ = std::move(runtime);
   ASSIGN_OR_RETURN(out->transport_, rdma::device_path::DeviceTransport::Create(
-                                        std::move(host), out->runtime_.get()));
+                                        std::move(host), out->runtime_.get(), options));
   ASSIGN_OR_RETURN(out->stream_, out->runtime_->CreateStream());
   ASSIGN_OR_RETURN(out->done_, out->runtime_->CreateEvent());
   out->max_bytes_ = max_bytes;

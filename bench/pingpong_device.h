@@ -25,9 +25,11 @@ namespace rdmaflow::bench {
 class DevicePingPong {
  public:
   // `max_bytes`: the largest size measured (the reference's buffers).
+  // `options`: the device transport's (e.g. a host identity of its own, so
+  // that every transfer is staged).
   static absl::StatusOr<std::unique_ptr<DevicePingPong>> Create(
       std::unique_ptr<rdma::Transport> host, std::unique_ptr<device::DeviceRuntime> runtime,
-      size_t max_bytes);
+      size_t max_bytes, const rdma::device_path::DeviceTransportOptions& options = {});
 
   rdma::Transport& transport() { return *transport_; }
   device::DeviceRuntime& runtime() { return *runtime_; }

@@ -3,8 +3,9 @@
 # UCX shared memory write into and read from each other's device regions
 # (rdma/device's IPC path, notifications through UCX); the table and the
 # JSON report have a write and a read row per size, with the device copy as
-# the memcpy column. Its figures are the fake's, and nothing is asserted of
-# them. Then the flags that cannot work are refused with a reason.
+# the memcpy column. The same through the staged path. Its figures are the
+# fake's, and nothing is asserted of them. Then the flags that cannot work
+# are refused with a reason.
 set -euo pipefail
 bench=bench/transport_pingpong
 tmp="${TEST_TMPDIR:?}"
@@ -19,6 +20,19 @@ test "$writes" -ge 5
 test "$writes" = "$reads"
 grep -q 'device memory (fake' "$tmp/out.json"
 test "$(grep -c '"memcpy_mbps"' "$tmp/out.json")" = "$((writes + reads))"
+# The staged path (each rank claims a host of its own): writes and reads
+# through pinned host memory in chunks of 64 KiB, reused many times.
+timeout -k 10 120 "$bench" --transport=ucx --params=tls=shm --memory=device --device=fake \
+  --device_path=staged --staging_slot_bytes=65536 \
+  --min_bytes=8 --max_bytes=1048576 --byte_budget=4194304 --max_iters=64 \
+  --json="$tmp/staged.json" | tee "$tmp/staged"
+grep -q '^# memory: device (fake:0), staged path' "$tmp/staged"
+grep -q '(another host) written through pinned host memory' "$tmp/staged"
+staged_writes=$(grep -o '"op": "write"' "$tmp/staged.json" | wc -l)
+test "$staged_writes" -ge 5
+test "$staged_writes" = "$(grep -o '"op": "read"' "$tmp/staged.json" | wc -l)"
+if "$bench" --memory=device --device=fake --device_path=nvlink 2>"$tmp/err"; then exit 1; fi
+grep -q "must be ipc or staged" "$tmp/err"
 # Two ranks in one process cannot open each other's handles: refused.
 if "$bench" --memory=device --device=fake --mode=thread 2>"$tmp/err"; then exit 1; fi
 grep -q "needs the ranks in two processes" "$tmp/err"

@@ -52,6 +52,12 @@ ABSL_FLAG(std::string, device, "cuda",
           "With --memory=device, the device runtime: cuda (device 0), or fake "
           "(host shared memory standing in for a GPU, for machines without one). "
           "The memcpy column is then a copy between two buffers of that device.");
+ABSL_FLAG(std::string, device_path, "ipc",
+          "With --memory=device: ipc (the ranks map each other's device memory, as on one "
+          "host), or staged (each rank claims a host of its own, so every transfer goes "
+          "through pinned host memory in chunks: the path to another host's GPU).");
+ABSL_FLAG(int64_t, staging_slot_bytes, 1 << 20,
+          "--device_path=staged: bytes of each staging slot (8 slots a peer).");
 ABSL_FLAG(std::string, mode, "process",
           "How rank 1 runs when not launched by torchrun: process or thread.");
 ABSL_FLAG(int64_t, min_bytes, 8, "Smallest message size.");
@@ -69,6 +75,16 @@ ABSL_FLAG(std::string, tsv, "", "Write the results as TSV (for plotting).");
 
 namespace rdmaflow::bench {
 namespace {
+
+// --device_path=staged: each rank claims a host of its own.
+rdma::device_path::DeviceTransportOptions DeviceOptionsFromFlags(int rank) {
+  rdma::device_path::DeviceTransportOptions options;
+  if (absl::GetFlag(FLAGS_device_path) == "staged") {
+    options.host_identity = absl::StrCat("transport_pingpong-staged-rank-", rank);
+  }
+  options.staging.slot_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_staging_slot_bytes));
+  return options;
+}
 
 PingPongOptions OptionsFromFlags() {
   PingPongOptions options;
@@ -182,7 +198,7 @@ int RunRank(int rank, rdma::Store& store) {
         device::CreateDeviceRuntime(absl::GetFlag(FLAGS_device));
     absl::StatusOr<std::unique_ptr<DevicePingPong>> made =
         runtime.ok() ? DevicePingPong::Create(std::move(*transport), std::move(*runtime),
-                                              options.max_bytes)
+                                              options.max_bytes, DeviceOptionsFromFlags(rank))
                      : runtime.status();
     if (!made.ok()) {
       std::fprintf(stderr, "rank %d: device memory: %s\n", rank,
@@ -196,8 +212,9 @@ int RunRank(int rank, rdma::Store& store) {
   if (rank == 0) {
     std::printf("# transport_pingpong: %s\n", moving->capabilities().description.c_str());
     if (device_memory != nullptr) {
-      std::printf("# memory: device (%s); memcpy: a copy within that device\n",
-                  device_memory->runtime().name().c_str());
+      std::printf("# memory: device (%s), %s path; memcpy: a copy within that device\n",
+                  device_memory->runtime().name().c_str(),
+                  absl::GetFlag(FLAGS_device_path).c_str());
     }
     std::fflush(stdout);
     options.on_connected = [](const std::string& lanes) {
@@ -264,6 +281,11 @@ int Main(int argc, char** argv) {
 
   const std::string mode = absl::GetFlag(FLAGS_mode);
   const std::string memory = absl::GetFlag(FLAGS_memory);
+  const std::string device_path = absl::GetFlag(FLAGS_device_path);
+  if (device_path != "ipc" && device_path != "staged") {
+    std::fprintf(stderr, "--device_path must be ipc or staged, got '%s'\n", device_path.c_str());
+    return 2;
+  }
   if (memory != "host" && memory != "device") {
     std::fprintf(stderr, "--memory must be host or device, got '%s'\n", memory.c_str());
     return 2;

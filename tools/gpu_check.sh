@@ -123,6 +123,12 @@ run() {
       --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
       --json "$out/pingpong_device.json" 2>&1 | tee "$out/pingpong_device.log" ||
       rows+=("transport_pingpong --memory=device FAILED")
+    echo "== transport_pingpong --memory=device --device_path=staged"
+    timeout 300 .gpu/bin/transport_pingpong \
+      --params=tls=shm --memory=device --device=cuda --device_path=staged \
+      --max_bytes=$((256 << 20)) --byte_budget=$((1 << 30)) \
+      --json "$out/pingpong_staged.json" 2>&1 | tee "$out/pingpong_staged.log" ||
+      rows+=("transport_pingpong --device_path=staged FAILED")
     echo "== allreduce_bench --device=cuda"
     timeout 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
       --impls=rdmaflow,gloo --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) \

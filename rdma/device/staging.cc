@@ -474,7 +474,12 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
       }
       switch (c.phase) {
         case Chunk::Phase::kQueued: {
-          if (c.sequence > credited_ + slots) return absl::OkStatus();  // its slot is busy
+          // Its slot is free once the chunk `slots` before it landed at the
+          // peer and its own posts completed here (it left chunks_).
+          if (c.sequence > credited_ + slots ||
+              (c.sequence > slots && chunks_.front().sequence <= c.sequence - slots)) {
+            return absl::OkStatus();
+          }
           if (c.device_source == nullptr) {
             c.phase = Chunk::Phase::kCopied;
             break;
@@ -525,10 +530,12 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
               std::nullopt, Into(step, &step->done, &step->status)));
           c.step = std::move(step);
           c.phase = Chunk::Phase::kHeader;
+          // The peer may see the header, and credit it, before the post's
+          // completion fires here.
+          sent_ = std::max(sent_, c.sequence);
           break;
         }
         case Chunk::Phase::kHeader:
-          sent_ = std::max(sent_, c.sequence);
           c.phase = Chunk::Phase::kSent;
           break;
         case Chunk::Phase::kSent:

@@ -235,7 +235,7 @@ class StagingLink {
   // Sender.
   std::deque<Chunk> chunks_;
   uint64_t staged_ = 0;    // sequences given out
-  uint64_t sent_ = 0;      // the highest whose header was written
+  uint64_t sent_ = 0;      // the highest whose header write was posted
   uint64_t credited_ = 0;  // landed at the peer (its credit word)
   absl::Time waiting_since_ = absl::InfinitePast();  // for the peer's link
   absl::Time last_probe_ = absl::InfinitePast();
