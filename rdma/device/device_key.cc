@@ -11,6 +11,24 @@
 
 namespace rdmaflow::rdma::device_path {
 
+// FNV-1a, 64 bits, over the key's fields in a fixed layout.
+uint64_t KeyCheck(absl::string_view host, int32_t device, absl::string_view handle,
+                  uint64_t offset, uint64_t allocation_size) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  auto mix = [&hash](const void* data, size_t bytes) {
+    const auto* at = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < bytes; ++i) hash = (hash ^ at[i]) * 0x100000001b3ULL;
+  };
+  const uint64_t host_bytes = host.size();
+  mix(&host_bytes, sizeof(host_bytes));
+  mix(host.data(), host.size());
+  mix(&device, sizeof(device));
+  mix(handle.data(), handle.size());
+  mix(&offset, sizeof(offset));
+  mix(&allocation_size, sizeof(allocation_size));
+  return hash;
+}
+
 std::string DeviceKey::Serialize() const {
   DeviceKeyProto proto;
   proto.set_version(kVersion);
@@ -20,6 +38,8 @@ std::string DeviceKey::Serialize() const {
                                    handle.bytes.size()));
   proto.set_offset(offset);
   proto.set_allocation_size(allocation_size);
+  proto.set_check(KeyCheck(proto.host(), proto.device(), proto.ipc_handle(), offset,
+                        allocation_size));
   return proto.SerializeAsString();
 }
 
@@ -52,6 +72,11 @@ absl::StatusOr<DeviceKey> DeviceKey::Parse(absl::string_view bytes, uint64_t len
     return absl::InvalidArgumentError(absl::StrCat(
         "a device region's key puts its ", length, " bytes at offset ", proto.offset(),
         " of a ", proto.allocation_size(), "-byte allocation"));
+  }
+  if (proto.check() != KeyCheck(proto.host(), proto.device(), proto.ipc_handle(), proto.offset(),
+                             proto.allocation_size())) {
+    return absl::InvalidArgumentError(
+        "a device region's key does not match its check word: corrupted on its way?");
   }
   DeviceKey key;
   key.host = proto.host();

@@ -17,7 +17,7 @@
 namespace rdmaflow::rdma::device_path {
 
 struct DeviceKey {
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;
   // Longest host identity accepted from a peer.
   static constexpr size_t kMaxHostBytes = 64;
 
@@ -32,10 +32,16 @@ struct DeviceKey {
   // Decodes a peer's key of a region of `length` bytes: kInvalidArgument
   // naming the field for bytes that do not parse, another version, a host
   // identity that is empty or too long, a negative device, a handle that is
-  // not 64 bytes, or a region that does not lie inside the allocation
-  // (offset + length > allocation_size, overflow-safe).
+  // not 64 bytes, a region that does not lie inside the allocation
+  // (offset + length > allocation_size, overflow-safe), or a check word that
+  // does not match the fields (a corrupted key).
   static absl::StatusOr<DeviceKey> Parse(absl::string_view bytes, uint64_t length);
 };
+
+// The check word of a key's fields (DeviceKeyProto.check). Catches a key
+// corrupted on its way; a forger computes it as well.
+uint64_t KeyCheck(absl::string_view host, int32_t device, absl::string_view handle,
+                  uint64_t offset, uint64_t allocation_size);
 
 // This host's identity: the kernel's boot id, which every process of the
 // host shares (network namespaces too) and no other host has.

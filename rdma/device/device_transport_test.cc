@@ -52,6 +52,12 @@ constexpr absl::Duration kTimeout = absl::Seconds(30);
 constexpr size_t kDeviceBytes = 4 << 20;  // rank 1's device region
 constexpr size_t kHostBytes = 1 << 20;    // rank 1's host region
 
+// The check word of a key changed by hand, as a forger would compute it.
+uint64_t Reseal(const DeviceKeyProto& key) {
+  return KeyCheck(key.host(), key.device(), key.ipc_handle(), key.offset(),
+                  key.allocation_size());
+}
+
 uint8_t Pattern(size_t i, uint8_t salt) { return static_cast<uint8_t>(i * 131 + salt * 17 + 1); }
 
 // Length-prefixed messages over a socket, each wait bounded.
@@ -422,6 +428,7 @@ TEST_F(DeviceTransportTest, ForgedDeviceRegionsAreRefused) {
     DeviceKeyProto key;
     EXPECT_TRUE(key.ParseFromString(forged.packed_key));
     change(forged, key);
+    key.set_check(Reseal(key));
     forged.packed_key = key.SerializeAsString();
     return forged;
   };
@@ -500,6 +507,7 @@ TEST_F(DeviceTransportTest, MapsAPeersDeviceRegionForDeviceWork) {
   DeviceKeyProto key;
   ASSERT_TRUE(key.ParseFromString(elsewhere.packed_key));
   key.set_host("another");
+  key.set_check(Reseal(key));
   elsewhere.packed_key = key.SerializeAsString();
   EXPECT_THAT(transport_->MapDevice(*endpoint_, WholeRegion(elsewhere)),
               StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("another host")));
@@ -704,6 +712,7 @@ TEST_F(StagedDeviceTransportTest, WhatIsNotStagedIsRefusedByName) {
   ASSERT_TRUE(key.ParseFromString(here.packed_key));
   ASSERT_OK_AND_ASSIGN(std::string this_host, ThisHost());
   key.set_host(this_host);
+  key.set_check(Reseal(key));
   here.packed_key = key.SerializeAsString();
   EXPECT_THAT(endpoint_->PostWrite({&on_device, 0, 4096}, {&here, 0, 4096}, 1,
                                    [](absl::Status) { ADD_FAILURE() << "a refused post ran"; }),
