@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -80,9 +81,11 @@ absl::StatusOr<DeviceMemory> FakeDevice::Allocate(size_t bytes) {
     }
     allocated_bytes_ += bytes;
     // Unique on the host: the process, a random salt (PIDs are reused),
-    // and a counter.
+    // and a counter shared by every fake device of the process (a process
+    // may hold several, e.g. one per in-process rank).
     static const uint32_t salt = std::random_device()();
-    name = absl::StrCat(kNamePrefix, getpid(), "-", salt, "-", next_name_++);
+    static std::atomic<uint64_t> next_name{0};
+    name = absl::StrCat(kNamePrefix, getpid(), "-", salt, "-", next_name++);
   }
   auto undo = [&] {
     absl::MutexLock lock(&mu_);

@@ -95,7 +95,6 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   std::map<const std::byte*, size_t> pinned_ ABSL_GUARDED_BY(mu_);
   std::set<FakeStream*> streams_ ABSL_GUARDED_BY(mu_);
   size_t allocated_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t next_name_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace rdmaflow::device

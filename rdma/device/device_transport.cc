@@ -342,9 +342,12 @@ class DeviceEndpoint final : public Endpoint {
   }
 
   absl::Status CheckRoom() const {
-    if (queue_->ops.size() >= kMaxPending) {
+    // What the transport advertises: the host endpoint's limit, at most
+    // kMaxPending.
+    const size_t limit = transport_->max_pending();
+    if (queue_->ops.size() >= limit) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          kMaxPending, " operations with rank ", peer_rank(),
+          limit, " operations with rank ", peer_rank(),
           " are in flight: progress the transport and post again"));
     }
     return absl::OkStatus();
@@ -505,6 +508,8 @@ absl::StatusOr<std::unique_ptr<DeviceTransport>> DeviceTransport::Create(
   ASSIGN_OR_RETURN(transport->directory_,
                    transport->host_->Allocate(static_cast<size_t>(options.staging.directory_ranks) *
                                               staging_layout::kEntryBytes));
+  transport->max_pending_ =
+      std::min(kMaxPending, transport->host_->capabilities().max_outstanding_per_endpoint);
   ASSIGN_OR_RETURN(transport->stream_, runtime->CreateStream());
   ASSIGN_OR_RETURN(transport->doorbell_, transport->host_->Allocate(kDoorbellBytes));
   ASSIGN_OR_RETURN(transport->doorbell_source_, transport->host_->Allocate(kDoorbellBytes));
@@ -525,8 +530,7 @@ Capabilities DeviceTransport::capabilities() const {
   absl::StrAppend(&capabilities.description, "; device regions: ", runtime_->name(),
                   ", by IPC with peers on this host, staged through pinned host memory (",
                   staging_.slots, " slots of ", staging_.slot_bytes, " bytes a peer) with others");
-  capabilities.max_outstanding_per_endpoint =
-      std::min(capabilities.max_outstanding_per_endpoint, kMaxPending);
+  capabilities.max_outstanding_per_endpoint = max_pending_;
   return capabilities;
 }
 

@@ -126,6 +126,10 @@ class DeviceTransport final : public Transport {
   // left in flight when it was destroyed still completes (kCancelled).
   PendingQueue* NewQueue(int peer_rank);
 
+  // Operations one endpoint holds in flight before kResourceExhausted: the
+  // host transport's limit, at most 1024.
+  size_t max_pending() const { return max_pending_; }
+
   // How many peers' allocations are mapped here (diagnostics, tests).
   size_t mapped_allocations() const { return mappings_.size(); }
 
@@ -142,6 +146,7 @@ class DeviceTransport final : public Transport {
   device::DeviceRuntime* const runtime_;
   const std::string host_id_;
   const StagingOptions staging_;
+  size_t max_pending_ = 0;
   // Where peers on other hosts publish their links, and the device ranges
   // their chunks may land in.
   MemoryRegion directory_;

@@ -85,6 +85,12 @@ absl::StatusOr<std::unique_ptr<Endpoint>> ConnectTo(Transport& from,
   return from.Connect(PeerInfo{to.rank(), to.address()});
 }
 
+// The backend's memory for the data tests.
+absl::StatusOr<MemoryRegion> AllocateFor(const ConformanceBackend& backend, Transport& transport,
+                                         size_t bytes) {
+  return backend.allocate ? backend.allocate(transport, bytes) : transport.Allocate(bytes);
+}
+
 class Fixture {
  public:
   // Creates ranks 0 and 1 and an endpoint 0 -> 1. Returns kUnavailable if
@@ -100,7 +106,17 @@ class Fixture {
     absl::StatusOr<std::unique_ptr<Endpoint>> ab = ConnectTo(*a_, *b_);
     if (!ab.ok()) return ab.status();
     ab_ = *std::move(ab);
+    if (backend.connect_both_ways) {
+      absl::StatusOr<std::unique_ptr<Endpoint>> ba = ConnectTo(*b_, *a_);
+      if (!ba.ok()) return ba.status();
+      ba_ = *std::move(ba);
+    }
+    backend_ = &backend;
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<MemoryRegion> Allocate(Transport& transport, size_t bytes) {
+    return AllocateFor(*backend_, transport, bytes);
   }
 
   // Posts with `post` (retrying on back-pressure) and drives both ranks
@@ -138,10 +154,12 @@ class Fixture {
         [&](Completion done) { return ab_->PostFlush(std::move(done)); });
   }
 
+  const ConformanceBackend* backend_ = nullptr;
   RankFactory factory_;
   std::unique_ptr<Transport> a_;
   std::unique_ptr<Transport> b_;
   std::unique_ptr<Endpoint> ab_;
+  std::unique_ptr<Endpoint> ba_;  // connect_both_ways
 };
 
 #define RDMAFLOW_CONFORMANCE_SETUP(fixture)                          \
@@ -155,8 +173,8 @@ TEST_P(TransportConformanceTest, WritesAndReadsAreByteExact) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
   constexpr size_t kMax = size_t{64} << 20;
   constexpr size_t kSlack = 64;
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(kMax + kSlack));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(kMax + kSlack));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, kMax + kSlack));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, kMax + kSlack));
   const RemoteRegion& descriptor = remote.descriptor();
 
   for (size_t size : {size_t{1}, size_t{3}, size_t{64}, size_t{4097},
@@ -196,7 +214,7 @@ TEST_P(TransportConformanceTest, RegisteredCallerMemoryWorks) {
   FillPattern(source.data(), source.size(), 42);
   ASSERT_OK_AND_ASSIGN(MemoryRegion local,
                        f.a_->Register(absl::MakeSpan(source)));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(source.size()));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, source.size()));
   ASSERT_OK(f.Write(WholeRegion(local), WholeRegion(remote.descriptor())));
   ASSERT_OK(f.Flush());
   EXPECT_EQ(std::memcmp(remote.data(), source.data(), source.size()), 0);
@@ -205,8 +223,8 @@ TEST_P(TransportConformanceTest, RegisteredCallerMemoryWorks) {
 TEST_P(TransportConformanceTest, NotificationsArriveOnceInPostOrderAfterData) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
   constexpr uint32_t kCount = 300;
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(8 * kCount));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(8 * kCount));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 8 * kCount));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 8 * kCount));
   for (uint32_t i = 0; i < kCount; ++i) {
     const uint64_t value = 1000 + i;
     std::memcpy(local.data() + 8 * i, &value, 8);
@@ -259,8 +277,8 @@ TEST_P(TransportConformanceTest, NotificationsArriveOnceInPostOrderAfterData) {
 
 TEST_P(TransportConformanceTest, CallbacksFireExactlyOnceAndNeverInline) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(4096));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 4096));
   CallbackProbe write, notified, read, flush;
   auto post = [](CallbackProbe& probe, auto&& fn) {
     probe.posting = true;
@@ -301,8 +319,8 @@ TEST_P(TransportConformanceTest, CallbacksFireExactlyOnceAndNeverInline) {
 
 TEST_P(TransportConformanceTest, OutOfBoundsIsRejectedBeforePosting) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(8192));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 8192));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 4096));
   const RemoteRegion& d = remote.descriptor();
   auto must_not_run = [](absl::Status s) {
     ADD_FAILURE() << "callback of a rejected operation ran: " << s;
@@ -346,8 +364,8 @@ TEST_P(TransportConformanceTest, OutOfBoundsIsRejectedBeforePosting) {
 
 TEST_P(TransportConformanceTest, MalformedDescriptorsAreRejected) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(4096));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 4096));
   auto must_not_run = [](absl::Status s) {
     ADD_FAILURE() << "callback of a rejected operation ran: " << s;
   };
@@ -390,8 +408,8 @@ TEST_P(TransportConformanceTest, FullQueueIsResourceExhaustedNotBlocking) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
   const size_t limit = f.a_->capabilities().max_outstanding_per_endpoint;
   ASSERT_GT(limit, 0u);
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(64));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 64));
   int completions = 0;
   size_t accepted = 0;
   absl::Status status;
@@ -417,8 +435,8 @@ TEST_P(TransportConformanceTest, CloseCancelsPendingAndRefusesNewOperations) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
   constexpr int kOps = 16;
   constexpr size_t kBytes = 256 << 10;
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.a_->Allocate(kBytes));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.b_->Allocate(kBytes));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, kBytes));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, kBytes));
   std::vector<int> calls(kOps, 0);
   std::vector<absl::Status> statuses(kOps);
   for (int i = 0; i < kOps; ++i) {
@@ -502,9 +520,10 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
   }
   ASSERT_OK(created.status());
   std::unique_ptr<Transport> a = *std::move(created);
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, AllocateFor(backend, *a, 4096));
 
   std::unique_ptr<Transport> b;  // In-process peer.
+  std::unique_ptr<Endpoint> ba;  // connect_both_ways
   pid_t child = -1;
   PeerInfo peer;
   RemoteRegion target;
@@ -535,8 +554,11 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab, a->Connect(peer));
   std::optional<MemoryRegion> in_process_region;
   if (b != nullptr) {
-    ASSERT_OK_AND_ASSIGN(in_process_region, b->Allocate(1 << 20));
+    ASSERT_OK_AND_ASSIGN(in_process_region, AllocateFor(backend, *b, 1 << 20));
     target = in_process_region->descriptor();
+    if (backend.connect_both_ways) {
+      ASSERT_OK_AND_ASSIGN(ba, b->Connect(PeerInfo{0, a->address()}));
+    }
   }
 
   // Alive: a write and a flush succeed.
@@ -575,6 +597,7 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
     ASSERT_EQ(waitpid(child, &wstatus, 0), child);
   } else {
     in_process_region.reset();
+    ba.reset();
     b.reset();
   }
 

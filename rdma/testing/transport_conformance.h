@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
+#include "rdma/memory_region.h"
 #include "rdma/transport.h"
 
 namespace rdmaflow::rdma::testing {
@@ -39,6 +40,12 @@ struct ConformanceBackend {
   // a child process. False (in-process backends): a peer dies when its
   // transport is destroyed.
   bool multi_process = false;
+  // The memory the data tests move: a transport's Allocate() unless set
+  // (e.g. device regions of a device transport).
+  std::function<absl::StatusOr<MemoryRegion>(Transport&, size_t)> allocate;
+  // True: rank 1 connects back to rank 0 as well (a backend whose
+  // transfers need both directions, as the device transport's staged path).
+  bool connect_both_ways = false;
 };
 
 class TransportConformanceTest
