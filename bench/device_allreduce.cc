@@ -29,22 +29,20 @@ absl::StatusOr<std::unique_ptr<DeviceAllReduceBench>> DeviceAllReduceBench::Crea
   onesided::ProgressLoopOptions loop_options;
   loop_options.name = absl::StrCat("allreduce_bench device rank ", options.rank);
   out->loop_ = std::make_unique<onesided::ProgressLoop>(*out->transport_, loop_options);
-  ASSIGN_OR_RETURN(out->data_, out->transport_->AllocateDevice(options.capacity_bytes));
   ASSIGN_OR_RETURN(out->stream_, out->runtime_->CreateStream());
   ASSIGN_OR_RETURN(out->done_, out->runtime_->CreateEvent());
-  ASSIGN_OR_RETURN(out->mover_, collectives::DeviceDataMover::Create(*out->transport_));
-  collectives::HostAllReduceOptions allreduce;
+  collectives::DeviceAllReduceOptions allreduce;
   allreduce.name = "bench-device";
-  allreduce.one_shot_max_bytes = options.one_shot_max_bytes;
-  allreduce.chunk_bytes = options.chunk_bytes;
+  allreduce.capacity_bytes = static_cast<size_t>(options.capacity_bytes);
+  allreduce.one_shot_max_bytes = static_cast<size_t>(options.one_shot_max_bytes);
+  allreduce.chunk_bytes = static_cast<size_t>(options.chunk_bytes);
   allreduce.timeout = options.timeout;
   allreduce.loop = out->loop_.get();
-  allreduce.mover = out->mover_.get();
   std::vector<int> members(options.world);
   std::iota(members.begin(), members.end(), 0);
-  ASSIGN_OR_RETURN(out->allreduce_,
-                   collectives::HostAllReduce::Create(*out->transport_, store, "bench-device",
-                                                      members, out->data_, allreduce));
+  ASSIGN_OR_RETURN(out->allreduce_, collectives::DeviceAllReduce::Create(
+                                        *out->transport_, store, "bench-device", members,
+                                        allreduce));
   return out;
 }
 
@@ -58,8 +56,8 @@ absl::StatusOr<double> DeviceAllReduceBench::CopyGbps(int64_t bytes, int iterati
         options_.capacity_bytes));
   }
   ASSIGN_OR_RETURN(const double seconds,
-                   DeviceCopySeconds(*stream_, *done_, data_.data() + half, data_.data(),
-                                     static_cast<size_t>(bytes), iterations));
+                   DeviceCopySeconds(*stream_, *done_, allreduce_->data() + half,
+                                     allreduce_->data(), static_cast<size_t>(bytes), iterations));
   return 2.0 * static_cast<double>(bytes) / seconds / 1e9;
 }
 
@@ -67,10 +65,10 @@ absl::StatusOr<AllReduceRow> DeviceAllReduceBench::Measure(int64_t bytes, int it
                                                           double copy_gbps) {
   const size_t count = static_cast<size_t>(bytes) / sizeof(float);
   std::vector<float> host(count, static_cast<float>(options_.rank + 1));
-  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, data_.data(), host.data(), count * 4,
+  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, allreduce_->data(), host.data(), count * 4,
                                "uploading the all-reduce's input"));
   RETURN_IF_ERROR(allreduce_->AllReduce(0, count, collectives::DataType::kFloat32));
-  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, host.data(), data_.data(), count * 4,
+  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, host.data(), allreduce_->data(), count * 4,
                                "downloading the all-reduce's result"));
   const int n = options_.world;
   const float expected = n * (n + 1) / 2.0f;
@@ -81,7 +79,7 @@ absl::StatusOr<AllReduceRow> DeviceAllReduceBench::Measure(int64_t bytes, int it
     }
   }
   std::fill(host.begin(), host.end(), 0.0f);
-  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, data_.data(), host.data(), count * 4,
+  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, allreduce_->data(), host.data(), count * 4,
                                "zeroing the all-reduce's input"));
   RETURN_IF_ERROR(rdma::Barrier(*store_, "bench", absl::StrCat("device/", bytes), n,
                                 options_.timeout));

@@ -26,12 +26,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "bench/allreduce_sweep.h"
-#include "collectives/device_data_mover.h"
-#include "collectives/host_allreduce.h"
+#include "collectives/device_allreduce.h"
 #include "device/device_runtime.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/device/device_transport.h"
-#include "rdma/memory_region.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
 
@@ -81,11 +79,9 @@ class DeviceAllReduceBench {
   std::unique_ptr<device::DeviceRuntime> runtime_;
   std::unique_ptr<rdma::device_path::DeviceTransport> transport_;
   std::unique_ptr<onesided::ProgressLoop> loop_;
-  rdma::MemoryRegion data_;
   std::unique_ptr<device::Stream> stream_;
   std::unique_ptr<device::Event> done_;
-  std::unique_ptr<collectives::DeviceDataMover> mover_;
-  std::unique_ptr<collectives::HostAllReduce> allreduce_;
+  std::unique_ptr<collectives::DeviceAllReduce> allreduce_;
 };
 
 }  // namespace rdmaflow::bench
