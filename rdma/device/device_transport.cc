@@ -86,8 +86,9 @@ struct PendingQueue {
   // The peer's allocations this endpoint mapped (their IPC handles'
   // bytes): closed once no endpoint uses them (DeviceTransport::Progress).
   std::vector<std::string> mapped;
-  // A peer on another host: the staged path's link.
-  std::unique_ptr<StagingLink> link;
+  // A peer on another host: the staged path's link, one per peer, shared
+  // by every endpoint to it (owned by the transport).
+  StagingLink* link = nullptr;
 };
 
 namespace {
@@ -593,18 +594,34 @@ absl::StatusOr<std::unique_ptr<Endpoint>> DeviceTransport::Connect(const PeerInf
                    host_->Connect({peer.rank, proto.host_address()}));
   // Resolved now, while the peer surely holds it (Endpoint::Prepare).
   RETURN_IF_ERROR(host->Prepare(*doorbell));
-  std::unique_ptr<StagingLink> link;
+  StagingLink* link = nullptr;
   if (staged) {
-    RETURN_IF_ERROR(host->Prepare(*directory));
-    ASSIGN_OR_RETURN(link, StagingLink::Create(
-                               *host_, *runtime_, staging_, peer.rank, *directory, rank(),
-                               directory_.data() +
-                                   static_cast<size_t>(peer.rank) * staging_layout::kEntryBytes,
-                               ranges_));
+    // One link per peer: every endpoint to it shares it (the peer's
+    // directory has one entry for us). A link that failed (its peer died)
+    // is replaced, for a peer that came back.
+    auto it = links_.find(peer.rank);
+    if (it == links_.end() || !it->second->error().ok()) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> own,
+                       host_->Connect({peer.rank, proto.host_address()}));
+      RETURN_IF_ERROR(own->Prepare(*directory));
+      ASSIGN_OR_RETURN(
+          std::unique_ptr<StagingLink> made,
+          StagingLink::Create(*host_, *runtime_, staging_, std::move(own), *directory, rank(),
+                              directory_.data() +
+                                  static_cast<size_t>(peer.rank) * staging_layout::kEntryBytes,
+                              ranges_));
+      if (it != links_.end()) {
+        retired_links_.push_back(std::move(it->second));
+        it->second = std::move(made);
+      } else {
+        it = links_.emplace(peer.rank, std::move(made)).first;
+      }
+    }
+    link = it->second.get();
   }
   PendingQueue* queue = NewQueue(peer.rank);
   queue->peer_doorbell = *std::move(doorbell);
-  queue->link = std::move(link);
+  queue->link = link;
   return std::make_unique<DeviceEndpoint>(this, std::move(host), queue);
 }
 
@@ -628,16 +645,18 @@ PendingQueue* DeviceTransport::NewQueue(int peer_rank) {
 
 absl::StatusOr<int> DeviceTransport::Progress() {
   ASSIGN_OR_RETURN(int fired, host_->Progress());
+  // Each link once: its error stays in it, and the staged operations of
+  // every endpoint to that peer fail with it.
+  for (auto& [peer, link] : links_) {
+    if (link->error().ok()) {
+      link->Advance(*stream_).IgnoreError();
+    } else {
+      link->Quiesce();  // only its device copies end
+    }
+  }
+  for (auto& link : retired_links_) link->Quiesce();
   for (auto it = queues_.begin(); it != queues_.end();) {
     PendingQueue& queue = **it;
-    if (queue.link != nullptr) {
-      if (queue.host != nullptr && !queue.closed && queue.gone->ok()) {
-        // Its error stays in the link; the staged operations fail with it.
-        queue.link->Advance(*queue.host, *stream_).IgnoreError();
-      } else {
-        queue.link->Quiesce();  // only its device copies end
-      }
-    }
     fired += Advance(*this, queue);
     if (!queue.ops.empty() || (queue.link != nullptr && queue.link->copying())) {
       ++it;
@@ -666,9 +685,11 @@ void DeviceTransport::Unmap(PendingQueue& queue) {
 
 bool DeviceTransport::WaitForActivity(absl::Duration timeout) {
   // No event announces a finished copy: look again soon while one runs.
-  const bool copying = std::any_of(queues_.begin(), queues_.end(), [](const auto& queue) {
-    return !queue->ops.empty() || (queue->link != nullptr && queue->link->busy());
-  });
+  const bool copying =
+      std::any_of(queues_.begin(), queues_.end(),
+                  [](const auto& queue) { return !queue->ops.empty(); }) ||
+      std::any_of(links_.begin(), links_.end(),
+                  [](const auto& entry) { return entry.second->busy(); });
   return host_->WaitForActivity(copying ? std::min(timeout, absl::Microseconds(50)) : timeout);
 }
 

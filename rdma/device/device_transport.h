@@ -159,6 +159,11 @@ class DeviceTransport final : public Transport {
   MemoryRegion doorbell_source_;
   // Peers' allocations mapped here, by IPC handle.
   absl::flat_hash_map<std::string, device::DeviceMemory> mappings_;
+  // The staged path: one link per peer on another host, and links that
+  // failed and were replaced (kept until the transport goes, as their
+  // device copies may still run). Before queues_: the queues go first.
+  absl::flat_hash_map<int, std::unique_ptr<StagingLink>> links_;
+  std::vector<std::unique_ptr<StagingLink>> retired_links_;
   std::list<std::unique_ptr<PendingQueue>> queues_;
 };
 

@@ -678,6 +678,38 @@ TEST_F(StagedDeviceTransportTest, ReadsAnotherHostsDeviceMemoryInChunks) {
   EXPECT_TRUE(seen == Expected(4096, 17));
 }
 
+// Several endpoints to one staged peer (as several protocols open): they
+// share one link, so the peer's one directory entry for us serves them all.
+TEST_F(StagedDeviceTransportTest, EndpointsToOnePeerShareItsLink) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> second,
+                       transport_->Connect({1, peer_address_}));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(200000));
+  ASSERT_OK(Fill(*device_, on_device.data(), 200000, 19));
+  int completed = 0;
+  auto count = [&](absl::Status status) {
+    EXPECT_OK(status);
+    ++completed;
+  };
+  ASSERT_OK(endpoint_->PostWrite({&on_device, 0, 100000}, {&peer_device_, 0, 100000}, 21,
+                                 count));
+  ASSERT_OK(second->PostWrite({&on_device, 100000, 100000}, {&peer_device_, 100000, 100000},
+                              22, count));
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return completed == 2; }, absl::Now() + kTimeout, "two writes"));
+  ASSERT_OK_AND_ASSIGN(std::string notes, Ask("notes 2"));
+  EXPECT_THAT(notes, ::testing::AnyOf("21,22", "22,21"));
+  ASSERT_OK_AND_ASSIGN(std::string seen, Ask("device 0 200000"));
+  EXPECT_TRUE(seen == Expected(200000, 19));
+  // Destroying one endpoint leaves the link to the others.
+  second.reset();
+  ASSERT_OK(Fill(*device_, on_device.data(), 4096, 23));
+  ASSERT_OK(Write(*transport_, *endpoint_, {&on_device, 0, 4096}, {&peer_device_, 0, 4096}, 24,
+                  absl::Now() + kTimeout));
+  EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("24")));
+  ASSERT_OK_AND_ASSIGN(seen, Ask("device 0 4096"));
+  EXPECT_TRUE(seen == Expected(4096, 23));
+}
+
 // A target that dies: the sender's wait for its credits ends within the
 // host transport's liveness bound, with an error naming it.
 TEST_F(StagedDeviceTransportTest, ADeadTargetFailsAStagedWriteWithinTheLivenessBound) {

@@ -234,9 +234,11 @@ Completion Into(const std::shared_ptr<void>& keep, bool* done, absl::Status* sta
 
 absl::StatusOr<std::unique_ptr<StagingLink>> StagingLink::Create(
     Transport& host, device::DeviceRuntime& runtime, const StagingOptions& options,
-    int peer_rank, const RemoteRegion& peer_directory, int our_rank,
+    std::unique_ptr<Endpoint> endpoint, const RemoteRegion& peer_directory, int our_rank,
     const std::byte* our_entry, std::shared_ptr<DeviceRanges> ranges) {
   RETURN_IF_ERROR(CheckStagingOptions(options));
+  if (endpoint == nullptr) return absl::InvalidArgumentError("a staging link needs an endpoint");
+  const int peer_rank = endpoint->peer_rank();
   if (our_rank < 0 || peer_directory.length / layout::kEntryBytes <= static_cast<uint64_t>(our_rank)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", peer_rank, "'s staging directory has ",
@@ -246,6 +248,7 @@ absl::StatusOr<std::unique_ptr<StagingLink>> StagingLink::Create(
   }
   std::unique_ptr<StagingLink> link(new StagingLink());
   link->options_ = options;
+  link->endpoint_ = std::move(endpoint);
   link->peer_ = peer_rank;
   link->backend_ = host.capabilities().backend;
   link->runtime_ = &runtime;
@@ -273,7 +276,10 @@ absl::StatusOr<std::unique_ptr<StagingLink>> StagingLink::Create(
 }
 
 StagingLink::~StagingLink() {
-  // The transport drained the device's copies first (copying()).
+  // Its posts end before the memory they name goes. The transport drained
+  // the device's copies first.
+  if (endpoint_ != nullptr) endpoint_->Close().IgnoreError();
+  endpoint_.reset();
   if (link_.data() != nullptr) runtime_->UnpinHost(link_.data()).IgnoreError();
   if (outbound_.data() != nullptr) runtime_->UnpinHost(outbound_.data()).IgnoreError();
 }
@@ -352,8 +358,9 @@ void StagingLink::Quiesce() {
   }
 }
 
-absl::Status StagingLink::Advance(Endpoint& endpoint, device::Stream& stream) {
+absl::Status StagingLink::Advance(device::Stream& stream) {
   if (!error_.ok()) return error_;
+  Endpoint& endpoint = *endpoint_;
   absl::Status status = Publish(endpoint);
   if (status.ok() && !peer_link_.has_value()) {
     absl::StatusOr<std::optional<RemoteRegion>> entry =

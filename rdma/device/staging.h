@@ -156,11 +156,12 @@ class StagingLink {
  public:
   // Allocates this side's link region (pinned for the device's copies) and
   // the outbound slots, and publishes the link into the peer's directory
-  // through `endpoint` (the host endpoint to the peer) as Advance runs.
-  // `our_entry` is where the peer publishes its link in our directory.
+  // through `endpoint` (a host endpoint to the peer of the link's own) as
+  // Advance runs. `our_entry` is where the peer publishes its link in our
+  // directory.
   static absl::StatusOr<std::unique_ptr<StagingLink>> Create(
       Transport& host, device::DeviceRuntime& runtime, const StagingOptions& options,
-      int peer_rank, const RemoteRegion& peer_directory, int our_rank,
+      std::unique_ptr<Endpoint> endpoint, const RemoteRegion& peer_directory, int our_rank,
       const std::byte* our_entry, std::shared_ptr<DeviceRanges> ranges);
   ~StagingLink();
 
@@ -181,7 +182,7 @@ class StagingLink {
 
   // Moves everything on as far as it can without waiting. The link's
   // error (sticky) once the peer forged a word or a step failed.
-  absl::Status Advance(Endpoint& endpoint, device::Stream& stream);
+  absl::Status Advance(device::Stream& stream);
   // Whether anything is under way either way (the transport then polls
   // instead of sleeping).
   bool busy() const;
@@ -215,6 +216,7 @@ class StagingLink {
   // write, the destination of the read it answers for an answer.
   absl::Status CheckLanding(const ChunkHeader& header);
   StagingOptions options_;
+  std::unique_ptr<Endpoint> endpoint_;
   int peer_ = -1;
   int our_rank_ = -1;
   std::string backend_;
