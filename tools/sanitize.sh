@@ -23,7 +23,8 @@ else
     echo "sanitizers: FAILED (no hostile or slow_peer tests found)"
     exit 1
   fi
-  targets+=(//rdma/loopback:loopback_conformance_test //rdma/ucx:ucx_conformance_test)
+  targets+=(//rdma/loopback:loopback_conformance_test //rdma/ucx:ucx_conformance_test
+            //rdma/device:staged_conformance_test)
 fi
 echo "sanitizers: ${#targets[@]} test targets under ASan+UBSan"
 log=$(mktemp)
