@@ -215,6 +215,9 @@ struct StagingLink::Read {
   uint64_t source = 0;
   uint64_t length = 0;
   std::byte* destination = nullptr;
+  // Its request posted: the peer may answer from then on, even before the
+  // post's completion fires here (sent).
+  bool posted = false;
   bool sent = false;
   std::shared_ptr<Step> step;
   uint64_t accepted = 0;  // bytes of its answer whose copies are queued
@@ -630,7 +633,7 @@ absl::Status StagingLink::CheckLanding(const ChunkHeader& header) {
   // An answer: inside the destination of the read it names, and no more
   // than the read asked for.
   for (Read& read : reads_) {
-    if (read.sequence != header.request || !read.sent) continue;
+    if (read.sequence != header.request || !read.posted) continue;
     const uint64_t base = reinterpret_cast<uintptr_t>(read.destination);
     if (header.address < base || header.address - base > read.length ||
         header.length > read.length - (header.address - base) ||
@@ -672,6 +675,7 @@ absl::Status StagingLink::SendRequests(Endpoint& endpoint) {
     if (absl::IsResourceExhausted(posted)) break;
     RETURN_IF_ERROR(posted);
     read.step = std::move(step);
+    read.posted = true;
   }
   return absl::OkStatus();
 }
