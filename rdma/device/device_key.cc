@@ -12,13 +12,16 @@
 namespace rdmaflow::rdma::device_path {
 
 // FNV-1a, 64 bits, over the key's fields in a fixed layout.
+uint64_t Fnv1a(const void* bytes, size_t size, uint64_t hash) {
+  const auto* at = static_cast<const unsigned char*>(bytes);
+  for (size_t i = 0; i < size; ++i) hash = (hash ^ at[i]) * 0x100000001b3ULL;
+  return hash;
+}
+
 uint64_t KeyCheck(absl::string_view host, int32_t device, absl::string_view handle,
                   uint64_t offset, uint64_t allocation_size) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  auto mix = [&hash](const void* data, size_t bytes) {
-    const auto* at = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < bytes; ++i) hash = (hash ^ at[i]) * 0x100000001b3ULL;
-  };
+  uint64_t hash = kFnvBasis;
+  auto mix = [&hash](const void* data, size_t bytes) { hash = Fnv1a(data, bytes, hash); };
   const uint64_t host_bytes = host.size();
   mix(&host_bytes, sizeof(host_bytes));
   mix(host.data(), host.size());

@@ -38,6 +38,11 @@ struct DeviceKey {
   static absl::StatusOr<DeviceKey> Parse(absl::string_view bytes, uint64_t length);
 };
 
+// FNV-1a, 64 bits, of `bytes`, continuing from `hash`: the check words of
+// the device path's records (keys, staging directory entries).
+constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ULL;
+uint64_t Fnv1a(const void* bytes, size_t size, uint64_t hash = kFnvBasis);
+
 // The check word of a key's fields (DeviceKeyProto.check). Catches a key
 // corrupted on its way; a forger computes it as well.
 uint64_t KeyCheck(absl::string_view host, int32_t device, absl::string_view handle,

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "rdma/device/device_key.h"
 
 namespace rdmaflow::rdma::device_path {
 
@@ -129,24 +130,30 @@ absl::StatusOr<std::optional<ChunkHeader>> ReadHeader(const std::byte* slot_head
   return header;
 }
 
-std::string EncodeEntry(const RemoteRegion& link) {
-  const std::string body = link.Serialize();
-  const uint64_t length = body.size();
-  std::string entry(reinterpret_cast<const char*>(&length), sizeof(length));
-  return entry + body;
+std::string SealEntry(const std::string& body) {
+  const uint64_t words[2] = {body.size(), Fnv1a(body.data(), body.size())};
+  return std::string(reinterpret_cast<const char*>(words), sizeof(words)) + body;
 }
+
+std::string EncodeEntry(const RemoteRegion& link) { return SealEntry(link.Serialize()); }
 
 absl::StatusOr<std::optional<RemoteRegion>> ReadEntry(const std::byte* entry, int peer,
                                                       const std::string& backend,
                                                       size_t link_bytes) {
   const uint64_t length = Load(entry);
   if (length == 0) return std::nullopt;
-  if (length > layout::kEntryBytes - sizeof(uint64_t)) {
+  constexpr size_t kMaxBody = layout::kEntryBytes - layout::kEntryHeaderBytes;
+  if (length > kMaxBody) {
     return absl::DataLossError(absl::StrCat("rank ", peer, "'s staging entry claims ", length,
-                                            " bytes (at most ",
-                                            layout::kEntryBytes - sizeof(uint64_t), ")"));
+                                            " bytes (at most ", kMaxBody, ")"));
   }
-  const std::string body(reinterpret_cast<const char*>(entry + sizeof(uint64_t)), length);
+  // One copy of the check word and the body; only the copy is used. A body
+  // that fails its check is being rewritten (or forged): not there yet.
+  uint64_t check = 0;
+  std::memcpy(&check, entry + sizeof(uint64_t), sizeof(check));
+  const std::string body(reinterpret_cast<const char*>(entry + layout::kEntryHeaderBytes),
+                         length);
+  if (check != Fnv1a(body.data(), body.size())) return std::nullopt;
   absl::StatusOr<RemoteRegion> link = RemoteRegion::Parse(body);
   if (!link.ok()) {
     return absl::DataLossError(absl::StrCat("rank ", peer, "'s staging entry does not parse: ",
@@ -382,8 +389,8 @@ absl::Status StagingLink::Advance(device::Stream& stream) {
 }
 
 absl::Status StagingLink::Publish(Endpoint& endpoint) {
-  // Our entry at the peer: its body, a flush, then its length word, so the
-  // peer never reads a length before the body is there.
+  // Our entry at the peer: its check word and body, a flush, then its
+  // length word, so the peer never reads a length before the body is there.
   if (publish_step_ >= 3) return absl::OkStatus();
   if (publishing_ != nullptr) {
     if (!publishing_->done) return absl::OkStatus();
@@ -399,8 +406,8 @@ absl::Status StagingLink::Publish(Endpoint& endpoint) {
   switch (publish_step_) {
     case 0:
       posted = endpoint.PostWrite(
-          {&words_, kEntrySource + sizeof(uint64_t), body},
-          {&peer_directory_, base + sizeof(uint64_t), body},
+          {&words_, kEntrySource + sizeof(uint64_t), sizeof(uint64_t) + body},
+          {&peer_directory_, base + sizeof(uint64_t), sizeof(uint64_t) + body},
           std::nullopt, Into(step, &step->done, &step->status));
       break;
     case 1:

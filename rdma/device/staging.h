@@ -84,9 +84,11 @@ inline size_t DataOffset(size_t slots) { return RequestOffset(slots) + slots * k
 inline size_t LinkBytes(const StagingOptions& o) {
   return DataOffset(o.slots) + o.slots * o.slot_bytes;
 }
-// A directory entry: the body's length (0 while absent), then the body (a
-// RemoteRegion of the link), in kEntryBytes per rank.
+// A directory entry: the body's length (0 while absent), a check word over
+// the body, then the body (a RemoteRegion of the link), in kEntryBytes per
+// rank.
 constexpr size_t kEntryBytes = 1024;
+constexpr size_t kEntryHeaderBytes = 16;
 }  // namespace staging_layout
 
 // What a sender writes into a slot's header, after the slot's data (and a
@@ -126,11 +128,14 @@ absl::StatusOr<std::optional<ChunkHeader>> ReadHeader(const std::byte* slot_head
                                                       uint64_t expected, size_t slots,
                                                       size_t slot_bytes, int peer);
 
-// The directory entry that publishes `link`.
+// The directory entry that publishes `link`, and one of any body (a forger
+// can seal what it likes: the check catches tearing, not forgery).
 std::string EncodeEntry(const RemoteRegion& link);
+std::string SealEntry(const std::string& body);
 // The link `peer` published at `entry` (copied once here): nullopt while
-// absent; kDataLoss naming the peer for a malformed one, or one that is not
-// a host region of `peer` on `backend` of at least `link_bytes`.
+// absent or caught half rewritten (its check fails); kDataLoss naming the
+// peer for a malformed one, or one that is not a host region of `peer` on
+// `backend` of at least `link_bytes`.
 absl::StatusOr<std::optional<RemoteRegion>> ReadEntry(const std::byte* entry, int peer,
                                                       const std::string& backend,
                                                       size_t link_bytes);

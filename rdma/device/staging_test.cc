@@ -3,7 +3,8 @@
 // racing: chunk headers (another sequence, lengths of 0 or past a slot, a
 // header caught half written, one rewritten while it is read), read
 // requests (another sequence, nothing or too much asked, torn), directory
-// entries (absent, oversized, garbage, another rank's or kind's region),
+// entries (absent, oversized, garbage, torn, rewritten while read, another
+// rank's or kind's region),
 // and the device ranges a chunk may land in (edges, sums that would wrap).
 #include "rdma/device/staging.h"
 
@@ -170,9 +171,13 @@ TEST(StagingEntryTest, ForgedEntriesAreDataLossNamingThePeer) {
   uint64_t huge = staging_layout::kEntryBytes;
   EXPECT_THAT(read(std::string(reinterpret_cast<const char*>(&huge), 8)),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("claims")));
-  uint64_t ten = 10;
-  EXPECT_THAT(read(std::string(reinterpret_cast<const char*>(&ten), 8) + "0123456789"),
+  // Garbage sealed as a forger would: it checks, and does not parse.
+  EXPECT_THAT(read(SealEntry("0123456789")),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("does not parse")));
+  // A body whose check word does not match: half rewritten, not there yet.
+  std::string torn = EncodeEntry(Link(3, "ucx", 1 << 20));
+  torn[staging_layout::kEntryHeaderBytes + 3] ^= 0x20;
+  EXPECT_TRUE(Absent(read(torn)));
   EXPECT_THAT(read(EncodeEntry(Link(4, "ucx", 1 << 20))),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("rank 3")));
   EXPECT_THAT(read(EncodeEntry(Link(3, "ibverbs", 1 << 20))), StatusIs(absl::StatusCode::kDataLoss));
@@ -180,6 +185,45 @@ TEST(StagingEntryTest, ForgedEntriesAreDataLossNamingThePeer) {
   device.memory_kind = device::MemoryKind::kDevice;
   EXPECT_THAT(read(EncodeEntry(device)), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(read(EncodeEntry(Link(3, "ucx", 4096))), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+// A peer rewrites its entry between two links and garbage while it is read:
+// every entry read is one of the two, whole, or not there yet (or, for the
+// garbage's length, refused), never a mix of both.
+TEST(StagingEntryTest, AnEntryRewrittenWhileItIsReadIsReadWholeOrNotAtAll) {
+  RemoteRegion one = Link(3, "ucx", 1 << 20), two = Link(3, "ucx", 1 << 21);
+  two.address = 0x7f0000123000;
+  two.packed_key = "another key of other length";
+  auto image = [](const std::string& bytes) {
+    std::vector<std::byte> out(staging_layout::kEntryBytes);
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+    return out;
+  };
+  std::vector<std::byte> entry(staging_layout::kEntryBytes);
+  auto writer = testing::RacingWriter::Flipping(
+      absl::MakeSpan(entry), 0,
+      {image(EncodeEntry(one)), std::vector<std::byte>(staging_layout::kEntryBytes,
+                                                       std::byte{0xa5}),
+       image(EncodeEntry(two))});
+  int read = 0;
+  for (int i = 0; i < 20000 || (read == 0 && i < 2000000); ++i) {
+    absl::StatusOr<std::optional<RemoteRegion>> link =
+        ReadEntry(entry.data(), 3, "ucx", 1 << 20);
+    if (!link.ok()) {
+      EXPECT_THAT(link.status(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("claims")));
+      continue;
+    }
+    if (!link->has_value()) continue;
+    ++read;
+    const RemoteRegion& got = **link;
+    const bool whole = (got.address == one.address && got.length == one.length &&
+                        got.packed_key == one.packed_key) ||
+                       (got.address == two.address && got.length == two.length &&
+                        got.packed_key == two.packed_key);
+    EXPECT_TRUE(whole) << "an entry mixing two writes: " << got.DebugString();
+  }
+  writer->Stop();
+  EXPECT_GT(read, 0);
 }
 
 TEST(DeviceRangesTest, AChunkLandsOnlyInsideOneRegisteredRange) {
