@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collectives/reduce.h"
+#include "common/unique_fd.h"
 #include "device/memory_kind.h"
 
 namespace rdmaflow::device {
@@ -55,6 +56,17 @@ struct PointerInfo {
 struct IpcHandle {
   static constexpr size_t kBytes = 64;
   std::array<uint8_t, kBytes> bytes{};
+};
+
+// A range of device memory exported as a Linux dma-buf: the file
+// descriptor an RDMA NIC's driver registers (ibv_reg_dmabuf_mr, for
+// GPUDirect RDMA), and where the range starts in it. Owns the descriptor.
+struct DmaBuf {
+  UniqueFd fd;
+  // The range's first byte, as an offset into the dma-buf (the exported
+  // span may start before it: drivers export whole pages).
+  uint64_t offset = 0;
+  size_t size = 0;
 };
 
 // dst[i] = op(srcs[0][i], ..., srcs[n-1][i]) for i < count. Any of the
@@ -177,6 +189,14 @@ class DeviceRuntime {
   // (forged, garbage, or of another runtime); kUnavailable when the
   // exporting process has freed it or gone.
   virtual absl::StatusOr<DeviceMemory> OpenIpc(const IpcHandle& handle) = 0;
+
+  // [ptr, ptr + bytes) of an allocation of this runtime as a dma-buf, for
+  // an RDMA NIC to register (docs/device.md, "GPUDirect RDMA").
+  // kInvalidArgument for an empty range or one not inside one allocation
+  // of this runtime (host memory, a peer's mapping, past the end);
+  // kUnimplemented where the driver or device cannot export dma-bufs (the
+  // message says what is missing).
+  virtual absl::StatusOr<DmaBuf> ExportDmaBuf(const void* ptr, size_t bytes) = 0;
 };
 
 }  // namespace rdmaflow::device

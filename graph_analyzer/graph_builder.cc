@@ -80,6 +80,7 @@ NodeBuilder GraphBuilder::Op(absl::string_view name, absl::string_view op,
   node->set_name(std::string(name));
   node->set_op(std::string(op));
   node->set_rank(rank_);
+  node->set_memory(memory_);
   for (std::string& input : inputs) node->add_input(std::move(input));
   return NodeBuilder(node);
 }

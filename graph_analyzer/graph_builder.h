@@ -62,6 +62,8 @@ class GraphBuilder {
 
   // Rank given to nodes added from now on (default 0).
   void SetRank(int rank) { rank_ = rank; }
+  // Where the nodes added from now on keep their outputs (host by default).
+  void SetMemory(Memory memory) { memory_ = memory; }
   void SetWorldSize(int world_size) { graph_.set_world_size(world_size); }
 
   // A node running `op` on the current rank with `inputs`.
@@ -79,6 +81,7 @@ class GraphBuilder {
  private:
   GraphDef graph_;
   int rank_ = 0;
+  Memory memory_ = MEMORY_HOST;
 };
 
 }  // namespace rdmaflow::graph

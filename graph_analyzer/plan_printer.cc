@@ -1,6 +1,8 @@
 // File: plan_printer.cc
 #include "graph_analyzer/plan_printer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/text_table.h"
 #include "graph_analyzer/display_text.h"
@@ -9,8 +11,11 @@
 namespace rdmaflow::graph {
 namespace {
 
-const char* KindName(const plan::TensorSlot& slot) {
-  if (slot.kind() == plan::STATIC) return slot.promoted() ? "promoted" : "static";
+std::string KindName(const plan::TensorSlot& slot) {
+  if (slot.kind() == plan::STATIC) {
+    return absl::StrCat(slot.promoted() ? "promoted" : "static",
+                        slot.memory() == MEMORY_DEVICE ? " (device)" : "");
+  }
   return slot.kind() == plan::DYNAMIC ? "dynamic" : "unspecified";
 }
 
@@ -43,7 +48,12 @@ std::string FormatLink(const plan::LinkRegion& link) {
       link.slot_size(), " tensors (", num_static, " static, ", num_dynamic,
       " dynamic), ", FormatBytes(static_bytes), " static per step; region ",
       FormatBytes(link.region_bytes()), " = ", link.depth(), " x ",
-      FormatBytes(link.stage_bytes()), "\n", table.Render("  "), "\n");
+      FormatBytes(link.stage_bytes()),
+      link.device_region_bytes() > 0
+          ? absl::StrCat("; device region ", FormatBytes(link.device_region_bytes()), " = ",
+                         link.depth(), " x ", FormatBytes(link.device_stage_bytes()))
+          : std::string(),
+      "\n", table.Render("  "), "\n");
 }
 
 }  // namespace
@@ -89,6 +99,18 @@ std::string FormatPlan(const plan::TransferPlan& plan) {
   ranks.AddRow({"all", FormatBytes(receive), FormatBytes(send),
                 FormatBytes(receive + send), absl::StrCat(regions)});
   absl::StrAppend(&out, "registered memory per rank\n", ranks.Render("  "));
+  uint64_t device = 0;
+  for (const plan::RankSummary& r : plan.rank()) device += r.device_bytes();
+  if (device > 0) {
+    absl::StrAppend(&out, "of which in device memory: ", FormatBytes(device), " (");
+    const char* separator = "";
+    for (const plan::RankSummary& r : plan.rank()) {
+      if (r.device_bytes() == 0) continue;
+      absl::StrAppend(&out, separator, "rank ", r.rank(), " ", FormatBytes(r.device_bytes()));
+      separator = ", ";
+    }
+    absl::StrAppend(&out, ")\n");
+  }
   if (plan.promoted_tensor_size() > 0) {
     absl::StrAppend(&out, "\npromoted by tracing: ",
                     plan.promoted_tensor_size(), " tensor(s)\n");
@@ -100,9 +122,12 @@ std::vector<std::string> RegisteredMemoryWarnings(
     const plan::TransferPlan& plan, uint64_t physical_bytes) {
   std::vector<std::string> warnings;
   for (const plan::RankSummary& r : plan.rank()) {
-    if (r.registered_bytes() <= physical_bytes) continue;
+    // Device memory is not the host's to pin.
+    const uint64_t host = r.registered_bytes() - std::min(r.device_bytes(), r.registered_bytes());
+    if (host <= physical_bytes) continue;
     warnings.push_back(absl::StrCat(
-        "rank ", r.rank(), " registers ", FormatBytes(r.registered_bytes()),
+        "rank ", r.rank(), " registers ", FormatBytes(host),
+        r.device_bytes() > 0 ? " of host memory" : "",
         " (receive ", FormatBytes(r.receive_bytes()), ", send ",
         FormatBytes(r.send_bytes()), "), more than the ",
         FormatBytes(physical_bytes),

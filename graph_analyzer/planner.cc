@@ -33,9 +33,13 @@ absl::StatusOr<plan::TensorSlot> MakeSlot(const AnalyzedGraph& graph,
   *slot.mutable_spec() = graph.spec(t.tensor);
   slot.set_live_begin(t.live_begin);
   slot.set_live_end(t.live_end);
+  bool on_device = !t.consumers.empty();
   for (int consumer : t.consumers) {
     slot.add_consumers(graph.def(consumer).name());
+    on_device &= graph.def(consumer).memory() == MEMORY_DEVICE;
   }
+  slot.set_memory(on_device ? MEMORY_DEVICE : MEMORY_HOST);
+  slot.set_source_memory(graph.def(t.tensor.node).memory());
   if (std::optional<int64_t> bytes = NumBytes(slot.spec())) {
     slot.set_kind(plan::STATIC);
     slot.set_bytes(*bytes);
@@ -53,20 +57,18 @@ absl::StatusOr<plan::TensorSlot> MakeSlot(const AnalyzedGraph& graph,
   return slot;
 }
 
-absl::Status LayoutRegion(const plan::PlannerConfig& config,
-                          plan::LinkRegion& link) {
-  std::vector<SlotRequest> requests;
-  for (const plan::TensorSlot& slot : link.slot()) {
-    if (slot.bytes() == 0 || slot.bytes() > kMaxSlotBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", slot.tensor(), " on link ", link.src_rank(), "->",
-          link.dst_rank(), ": slot of ", slot.bytes(),
-          " bytes is not in 1 .. 2^44"));
-    }
-    requests.push_back({slot.bytes(), slot.live_begin(), slot.live_end()});
-  }
-  // Slots that may share memory are laid out first; the rest follow, each
-  // in memory of its own.
+// Where a slot lives: the device region for a static device slot, the
+// host region otherwise.
+bool InDeviceRegion(const plan::TensorSlot& slot) {
+  return slot.kind() == plan::STATIC && slot.memory() == MEMORY_DEVICE;
+}
+
+// Lays out `requests` in one stage: offsets (in order) and the stage's
+// bytes. Slots that may share memory come first; the rest follow, each in
+// memory of its own.
+absl::StatusOr<SlotLayout> LayoutStage(const plan::PlannerConfig& config,
+                                       const std::vector<SlotRequest>& requests,
+                                       const std::string& where) {
   std::vector<SlotRequest> shared, own;
   std::vector<int> shared_index, own_index;
   for (int i = 0; i < static_cast<int>(requests.size()); ++i) {
@@ -82,26 +84,51 @@ absl::Status LayoutRegion(const plan::PlannerConfig& config,
   for (size_t k = 0; k < shared_index.size(); ++k) {
     layout.offsets[shared_index[k]] = shared_layout.offsets[k];
   }
-  const std::string where = absl::StrCat("region of link ", link.src_rank(), "->",
-                                         link.dst_rank());
   RETURN_IF_ERROR(CheckOverflow(
       __builtin_add_overflow(shared_layout.peak, own_layout.peak, &layout.peak), where));
   // Every own offset is below own_layout.peak: no wrap past the sum.
   for (size_t k = 0; k < own_index.size(); ++k) {
     layout.offsets[own_index[k]] = shared_layout.peak + own_layout.offsets[k];
   }
+  return layout;
+}
+
+absl::Status LayoutRegion(const plan::PlannerConfig& config,
+                          plan::LinkRegion& link) {
+  // Host and device slots are laid out apart, each in a region of its own.
+  std::vector<SlotRequest> requests[2];
+  std::vector<int> index[2];
   for (int i = 0; i < link.slot_size(); ++i) {
-    link.mutable_slot(i)->set_offset(layout.offsets[i]);
+    const plan::TensorSlot& slot = link.slot(i);
+    if (slot.bytes() == 0 || slot.bytes() > kMaxSlotBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", slot.tensor(), " on link ", link.src_rank(), "->",
+          link.dst_rank(), ": slot of ", slot.bytes(),
+          " bytes is not in 1 .. 2^44"));
+    }
+    const int where = InDeviceRegion(slot) ? 1 : 0;
+    requests[where].push_back({slot.bytes(), slot.live_begin(), slot.live_end()});
+    index[where].push_back(i);
+  }
+  uint64_t stage[2] = {0, 0};
+  uint64_t region[2] = {0, 0};
+  for (int where = 0; where < 2; ++where) {
+    const std::string name = absl::StrCat(where == 1 ? "device " : "", "region of link ",
+                                          link.src_rank(), "->", link.dst_rank());
+    ASSIGN_OR_RETURN(SlotLayout layout, LayoutStage(config, requests[where], name));
+    for (size_t k = 0; k < index[where].size(); ++k) {
+      link.mutable_slot(index[where][k])->set_offset(layout.offsets[k]);
+    }
+    stage[where] = layout.peak;
+    RETURN_IF_ERROR(CheckOverflow(
+        __builtin_mul_overflow(layout.peak, config.pipeline_depth(), &region[where]), name));
   }
   link.set_alignment(config.alignment());
   link.set_depth(config.pipeline_depth());
-  link.set_stage_bytes(layout.peak);
-  uint64_t region = 0;
-  RETURN_IF_ERROR(CheckOverflow(
-      __builtin_mul_overflow(layout.peak, config.pipeline_depth(), &region),
-      absl::StrCat("region of link ", link.src_rank(), "->",
-                   link.dst_rank())));
-  link.set_region_bytes(region);
+  link.set_stage_bytes(stage[0]);
+  link.set_region_bytes(region[0]);
+  link.set_device_stage_bytes(stage[1]);
+  link.set_device_region_bytes(region[1]);
   return absl::OkStatus();
 }
 
@@ -114,11 +141,16 @@ absl::Status Summarize(plan::TransferPlan& plan) {
   for (const plan::LinkRegion& link : plan.link()) {
     plan::RankSummary& dst = *plan.mutable_rank(link.dst_rank());
     uint64_t receive = 0;
+    uint64_t device = 0;
+    const std::string receiving = absl::StrCat("receive bytes of rank ", dst.rank());
     RETURN_IF_ERROR(CheckOverflow(
         __builtin_add_overflow(dst.receive_bytes(), link.region_bytes(),
-                               &receive),
-        absl::StrCat("receive bytes of rank ", dst.rank())));
+                               &receive) ||
+            __builtin_add_overflow(receive, link.device_region_bytes(), &receive) ||
+            __builtin_add_overflow(dst.device_bytes(), link.device_region_bytes(), &device),
+        receiving));
     dst.set_receive_bytes(receive);
+    dst.set_device_bytes(device);
     dst.set_num_regions(dst.num_regions() + 1);
     plan::RankSummary& src = *plan.mutable_rank(link.src_rank());
     for (const plan::TensorSlot& slot : link.slot()) {
@@ -136,6 +168,12 @@ absl::Status Summarize(plan::TransferPlan& plan) {
       RETURN_IF_ERROR(CheckOverflow(
           __builtin_add_overflow(src.send_bytes(), buffer, &send), what));
       src.set_send_bytes(send);
+      if (slot.source_memory() == MEMORY_DEVICE) {
+        uint64_t device = 0;
+        RETURN_IF_ERROR(CheckOverflow(
+            __builtin_add_overflow(src.device_bytes(), buffer, &device), what));
+        src.set_device_bytes(device);
+      }
     }
   }
   for (plan::RankSummary& rank : *plan.mutable_rank()) {

@@ -32,6 +32,69 @@ GraphDef TwoLinks() {
   return std::move(b).Build();
 }
 
+// Device slots: a static tensor every consumer reads on the device lives
+// in the link's device region; the rest, dynamic ones included, in the host
+// region; the summary counts the device bytes apart.
+TEST(PlannerTest, DeviceSlotsGetADeviceRegionOfTheirOwn) {
+  GraphBuilder b("device_slots");
+  b.SetMemory(MEMORY_DEVICE);
+  std::string a = b.Placeholder("a", DT_FLOAT32, {8, 8});   // device -> device
+  b.SetMemory(MEMORY_HOST);
+  std::string h = b.Placeholder("h", DT_FLOAT32, {4, 4});   // host -> host
+  std::string w = b.Placeholder("w", DT_FLOAT32, {2, 8});   // host -> device
+  std::string d = b.Placeholder("d", DT_FLOAT32, {-1, 4});  // dynamic, device reader
+  std::string m = b.Placeholder("m", DT_FLOAT32, {2, 2});   // read on both
+  b.SetRank(1);
+  b.SetMemory(MEMORY_DEVICE);
+  b.Op("ya", "Relu", {a});
+  b.Op("yw", "Relu", {w});
+  b.Op("yd", "Relu", {d});
+  b.Op("ym", "Relu", {m});
+  b.SetMemory(MEMORY_HOST);
+  b.Op("yh", "Relu", {h});
+  b.Op("ym2", "Relu", {m});
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan p, PlanGraph(std::move(b).Build(), {}));
+  ASSERT_EQ(p.link_size(), 1);
+  const plan::LinkRegion& link = p.link(0);
+  std::map<std::string, const plan::TensorSlot*> slots;
+  for (const plan::TensorSlot& slot : link.slot()) slots[slot.tensor()] = &slot;
+  ASSERT_EQ(slots.size(), 5u);
+  EXPECT_EQ(slots["a:0"]->memory(), MEMORY_DEVICE);
+  EXPECT_EQ(slots["a:0"]->source_memory(), MEMORY_DEVICE);
+  EXPECT_EQ(slots["w:0"]->memory(), MEMORY_DEVICE);
+  EXPECT_EQ(slots["w:0"]->source_memory(), MEMORY_HOST);
+  EXPECT_EQ(slots["h:0"]->memory(), MEMORY_HOST);
+  EXPECT_EQ(slots["m:0"]->memory(), MEMORY_HOST);  // a host reader too
+  EXPECT_EQ(slots["d:0"]->memory(), MEMORY_DEVICE);
+  EXPECT_EQ(slots["d:0"]->kind(), plan::DYNAMIC);
+  // Device region: a (256 B) and w (64 B), one each; host: h (64), m (64),
+  // d's metadata (128).
+  EXPECT_EQ(link.device_stage_bytes(), 320u);
+  EXPECT_EQ(link.device_region_bytes(), 640u);
+  EXPECT_EQ(link.stage_bytes(), 256u);
+  EXPECT_EQ(link.region_bytes(), 512u);
+  for (const plan::TensorSlot* slot : {slots["a:0"], slots["w:0"]}) {
+    EXPECT_LE(slot->offset() + slot->bytes(), link.device_stage_bytes()) << slot->tensor();
+  }
+  EXPECT_NE(slots["a:0"]->offset(), slots["w:0"]->offset());
+  // Rank 1 receives both regions (device 640 B); rank 0 holds a's send
+  // buffers on the device (2 x 256 B).
+  EXPECT_EQ(p.rank(1).receive_bytes(), 1152u);
+  EXPECT_EQ(p.rank(1).device_bytes(), 640u);
+  EXPECT_EQ(p.rank(0).device_bytes(), 512u);
+}
+
+TEST(PlannerTest, AnUnknownMemoryIsRefusedByNode) {
+  GraphBuilder b("bad_memory");
+  std::string x = b.Placeholder("x", DT_FLOAT32, {2});
+  b.SetRank(1);
+  b.Op("y", "Relu", {x});
+  GraphDef graph = std::move(b).Build();
+  graph.mutable_node(1)->set_memory(static_cast<Memory>(7));
+  EXPECT_THAT(PlanGraph(graph, {}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("memory 7")));
+}
+
 TEST(PlannerTest, StaticAndDynamicSlots) {
   ASSERT_OK_AND_ASSIGN(plan::TransferPlan p, PlanGraph(TwoLinks(), {}));
   EXPECT_EQ(p.world_size(), 3);

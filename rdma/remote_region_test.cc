@@ -96,6 +96,22 @@ TEST(CheckTransferTest, AcceptsExactFitAndRejectsOneByteMore) {
                             Moves::kPeerDeviceMemory),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("reaches a peer's device memory only")));
+  // GPUDirect RDMA (ibverbs): either kind on either side, and still only
+  // the backend's own, in bounds.
+  for (device::MemoryKind kind : {device::MemoryKind::kHost, device::MemoryKind::kDevice}) {
+    remote.memory_kind = kind;
+    EXPECT_THAT(CheckTransfer({&on_device, 0, 16}, {&remote, 0, 16}, 2, "ucx",
+                              Moves::kAnyMemory),
+                IsOk());
+    EXPECT_THAT(CheckTransfer({&local, 0, 16}, {&remote, 0, 16}, 2, "ucx", Moves::kAnyMemory),
+                IsOk());
+    EXPECT_THAT(CheckTransfer({&on_device, 0, 16}, {&remote, 0, 16}, 2, "loopback",
+                              Moves::kAnyMemory),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("same transport")));
+    EXPECT_THAT(CheckTransfer({&on_device, 0, 16}, {&remote, 4090, 16}, 2, "ucx",
+                              Moves::kAnyMemory),
+                StatusIs(absl::StatusCode::kOutOfRange));
+  }
 }
 
 TEST(RemoteRegionTest, MemoryKindTravelsAndUnknownKindsAreRefused) {

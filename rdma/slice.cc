@@ -34,7 +34,7 @@ absl::Status CheckRemoteRegion(const RemoteSlice& remote, int peer_rank,
   // nothing to it (docs/device.md); the device path moves device regions.
   const device::MemoryKind wanted =
       moves == Moves::kHostMemory ? device::MemoryKind::kHost : device::MemoryKind::kDevice;
-  if (remote.region->memory_kind != wanted) {
+  if (moves != Moves::kAnyMemory && remote.region->memory_kind != wanted) {
     return absl::InvalidArgumentError(absl::StrCat(
         remote.region->DebugString(), " is ",
         device::MemoryKindName(remote.region->memory_kind), " memory, and the '", backend,

@@ -44,9 +44,11 @@ inline RemoteSlice WholeRegion(const RemoteRegion& region) {
 }
 
 // Which memory a backend moves: host memory on both sides (every host
-// backend), or a peer's device memory from host or device memory here (the
-// device path, rdma/device).
-enum class Moves { kHostMemory, kPeerDeviceMemory };
+// backend), a peer's device memory from host or device memory here (the
+// device path, rdma/device), or either kind on both sides (ibverbs, whose
+// device regions are registered through a dma-buf: GPUDirect RDMA; its
+// registration checks keep other backends' device regions out).
+enum class Moves { kHostMemory, kPeerDeviceMemory, kAnyMemory };
 
 // Checks that `local` and `remote` are valid, in bounds, of equal non-zero
 // length, that `remote` belongs to `peer_rank` and to `backend`, and that

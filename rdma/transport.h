@@ -35,6 +35,16 @@ struct Notification {
   uint32_t value = 0;
 };
 
+// Device memory a NIC may reach directly (GPUDirect RDMA): a range of an
+// accelerator's allocation exported as a Linux dma-buf
+// (device::DeviceRuntime::ExportDmaBuf gives the descriptor and offset).
+struct DmaBufSpan {
+  int fd = -1;           // the dma-buf; the caller keeps it, and may close it after
+  uint64_t offset = 0;   // the range's first byte in the dma-buf
+  size_t bytes = 0;
+  uintptr_t address = 0;  // the range in this process's device address space
+};
+
 // What the backend offers, for logs and benchmark reports.
 struct Capabilities {
   std::string backend;      // "ucx", "loopback", ...
@@ -76,6 +86,20 @@ class Transport {
   // returned region. Same errors as Allocate().
   virtual absl::StatusOr<MemoryRegion> Register(
       absl::Span<std::byte> memory) = 0;
+
+  // `bytes` of device memory as a region peers write and read one-sidedly
+  // (docs/device.md), owned by the region. The default: kUnimplemented,
+  // naming the backend (a host transport has no device; the device
+  // transport of rdma/device, over any host transport, has).
+  virtual absl::StatusOr<MemoryRegion> AllocateDevice(size_t bytes);
+
+  // Registers device memory through its dma-buf, so that peers write and
+  // read it with no staging (GPUDirect RDMA). The region's data() is the
+  // device address (the CPU must not touch it) and its descriptor's memory
+  // kind is device. kInvalidArgument for an empty span or no descriptor;
+  // kUnimplemented where this backend, or its NIC and driver, cannot (the
+  // message names which). The default: kUnimplemented, naming the backend.
+  virtual absl::StatusOr<MemoryRegion> RegisterDmaBuf(const DmaBufSpan& span);
 
   // Connects to a peer. kInvalidArgument for a malformed address or a peer
   // of another backend; kUnavailable when it cannot be reached.

@@ -53,9 +53,10 @@ class ReceivedTensor {
 
   ReceivedTensor() = default;
   ReceivedTensor(std::byte* data, size_t bytes, std::vector<int64_t> shape,
-                 std::unique_ptr<Lease> lease)
+                 std::unique_ptr<Lease> lease, bool on_device = false)
       : data_(data),
         bytes_(bytes),
+        on_device_(on_device),
         shape_(std::move(shape)),
         lease_(std::move(lease)) {}
   ReceivedTensor(ReceivedTensor&&) = default;
@@ -65,6 +66,9 @@ class ReceivedTensor {
 
   std::byte* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  // data() is device memory (a device slot: docs/device.md), for device
+  // work only, never host loads and stores.
+  bool on_device() const { return on_device_; }
   const std::vector<int64_t>& shape() const { return shape_; }
 
   // Hands the lease to a new owner (e.g. a LibTorch deleter); the tensor is
@@ -78,6 +82,7 @@ class ReceivedTensor {
  private:
   std::byte* data_ = nullptr;
   size_t bytes_ = 0;
+  bool on_device_ = false;
   std::vector<int64_t> shape_;
   std::unique_ptr<Lease> lease_;
 };

@@ -153,6 +153,18 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
         "trace_steps must be 0 (off) or positive, not ", options.trace_steps));
   }
   ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, transport.rank()));
+  // The executor never reads device memory with the CPU: a tensor held
+  // there goes only into a peer's device slot, from a send arena.
+  for (const TransferInfo& info : rank_plan.sends()) {
+    if (info.device_source && !info.device) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          info.Describe(), " is held in device memory on rank ", info.src_rank,
+          " but read from host memory on rank ", info.dst_rank,
+          " (or its size is dynamic): the executor writes device memory into device slots "
+          "only; place its consumers on the device, or copy it to host memory before the "
+          "send"));
+    }
+  }
   CommunicatorOptions effective = options;
   if (!options.lockstep) effective.trace_steps = 0;  // tracing needs steps
   std::unique_ptr<Executor> executor(
@@ -337,6 +349,12 @@ absl::StatusOr<rdma::LocalSlice> Executor::SourceOf(
       return rdma::LocalSlice{
           arena, static_cast<size_t>(tensor.data - arena->data()), bytes};
     }
+  }
+  if (slot.info.device_source) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        slot.info.Describe(), " is device memory outside every send arena: the executor "
+        "does not copy device memory; produce the tensor in a region from "
+        "Transport::AllocateDevice given to AddSendArena"));
   }
   // Not registered: one copy into this slot's staging buffer.
   if (slot.staging == nullptr) {
@@ -525,7 +543,7 @@ absl::StatusOr<ReceivedTensor> Executor::Recv(int id) {
     out = ReceivedTensor(
         slot->region->data() + stage * slot->info.stage_bytes + slot->info.offset,
         slot->info.data_bytes, std::move(shape),
-        std::make_unique<internal::SlotLease>(slot, stage));
+        std::make_unique<internal::SlotLease>(slot, stage), slot->info.device);
   }
   ++slot->next_seq;
   ++counters_.tensors_received;

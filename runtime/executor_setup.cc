@@ -80,17 +80,38 @@ absl::Status Executor::SetUpGeneration() {
   const plan::TransferPlan& p = plan();
   // Publish everything first, then fetch: no rank waits on one that waits
   // on it.
+  // Each receive link has a host region, a device region (its device
+  // slots), or both.
   std::vector<std::shared_ptr<rdma::MemoryRegion>> recv_region(p.link_size());
+  std::vector<std::shared_ptr<rdma::MemoryRegion>> recv_device_region(p.link_size());
   std::vector<const rdma::MemoryRegion*> credit_region(p.link_size());
   for (int l : rank_plan_.recv_links()) {
     const plan::LinkRegion& link = p.link(l);
-    ASSIGN_OR_RETURN(rdma::MemoryRegion region,
-                     transport_.Allocate(link.region_bytes()));
-    recv_region[l] = std::make_shared<rdma::MemoryRegion>(std::move(region));
-    RETURN_IF_ERROR(rdma::PublishRegion(
-        engine_.store(), options_.ns,
-        LinkKey("recv", generation_, link.src_rank(), link.dst_rank()),
-        recv_region[l]->descriptor()));
+    if (link.region_bytes() > 0) {
+      ASSIGN_OR_RETURN(rdma::MemoryRegion region,
+                       transport_.Allocate(link.region_bytes()));
+      recv_region[l] = std::make_shared<rdma::MemoryRegion>(std::move(region));
+      RETURN_IF_ERROR(rdma::PublishRegion(
+          engine_.store(), options_.ns,
+          LinkKey("recv", generation_, link.src_rank(), link.dst_rank()),
+          recv_region[l]->descriptor()));
+    }
+    if (link.device_region_bytes() > 0) {
+      absl::StatusOr<rdma::MemoryRegion> region =
+          transport_.AllocateDevice(link.device_region_bytes());
+      if (!region.ok()) {
+        return absl::Status(
+            region.status().code(),
+            absl::StrCat("rank ", rank_plan_.rank(), " receives device slots from rank ",
+                         link.src_rank(), " (", link.device_region_bytes(),
+                         " bytes of device memory): ", region.status().message()));
+      }
+      recv_device_region[l] = std::make_shared<rdma::MemoryRegion>(*std::move(region));
+      RETURN_IF_ERROR(rdma::PublishRegion(
+          engine_.store(), options_.ns,
+          LinkKey("recvdev", generation_, link.src_rank(), link.dst_rank()),
+          recv_device_region[l]->descriptor()));
+    }
   }
   for (int l : rank_plan_.send_links()) {
     const plan::LinkRegion& link = p.link(l);
@@ -126,18 +147,21 @@ absl::Status Executor::SetUpGeneration() {
   }
 
   std::vector<const rdma::RemoteRegion*> remote(p.link_size(), nullptr);
+  std::vector<const rdma::RemoteRegion*> remote_device(p.link_size(), nullptr);
   for (int l : rank_plan_.send_links()) {
     const plan::LinkRegion& link = p.link(l);
-    ASSIGN_OR_RETURN(
-        rdma::RemoteRegion region,
-        rdma::FetchRegion(
-            engine_.store(), options_.ns,
-            LinkKey("recv", generation_, link.src_rank(), link.dst_rank()),
-            options_.timeout));
-    RETURN_IF_ERROR(engine_.endpoint(link.dst_rank())->Prepare(region));
-    remote_regions_.push_back(
-        std::make_unique<rdma::RemoteRegion>(std::move(region)));
-    remote[l] = remote_regions_.back().get();
+    for (const bool device : {false, true}) {
+      if ((device ? link.device_region_bytes() : link.region_bytes()) == 0) continue;
+      ASSIGN_OR_RETURN(
+          rdma::RemoteRegion region,
+          rdma::FetchRegion(engine_.store(), options_.ns,
+                            LinkKey(device ? "recvdev" : "recv", generation_, link.src_rank(),
+                                    link.dst_rank()),
+                            options_.timeout));
+      RETURN_IF_ERROR(engine_.endpoint(link.dst_rank())->Prepare(region));
+      remote_regions_.push_back(std::make_unique<rdma::RemoteRegion>(std::move(region)));
+      (device ? remote_device : remote)[l] = remote_regions_.back().get();
+    }
   }
   for (int l : rank_plan_.recv_links()) {
     const plan::LinkRegion& link = p.link(l);
@@ -176,7 +200,7 @@ absl::Status Executor::SetUpGeneration() {
     auto slot = std::make_unique<internal::SendSlot>();
     slot->info = info;
     slot->endpoint = engine_.endpoint(info.dst_rank);
-    slot->remote = remote[info.link];
+    slot->remote = info.device ? remote_device[info.link] : remote[info.link];
     slot->credit = reinterpret_cast<const uint64_t*>(
         credit_region[info.link]->data() + 8 * info.slot_index);
     if (info.dynamic) {
@@ -207,7 +231,7 @@ absl::Status Executor::SetUpGeneration() {
   for (const TransferInfo& info : rank_plan_.recvs()) {
     auto slot = std::make_shared<internal::RecvSlot>();
     slot->info = info;
-    slot->region = recv_region[info.link];
+    slot->region = info.device ? recv_device_region[info.link] : recv_region[info.link];
     slot->endpoint = engine_.endpoint(info.src_rank);
     slot->credits = credit_writers_[info.link].get();
     slot->dirty = dirty_;

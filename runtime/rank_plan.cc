@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -53,11 +54,19 @@ absl::StatusOr<RankPlan> RankPlan::Create(const plan::TransferPlan& plan,
       return Malformed(absl::StrCat(where, " has depth ", link.depth(),
                                     " (1..", kMaxDepth, ")"));
     }
-    if (link.region_bytes() != link.stage_bytes() * link.depth() ||
-        link.region_bytes() == 0) {
-      return Malformed(absl::StrCat(where, " region of ", link.region_bytes(),
-                                    " bytes is not ", link.depth(),
-                                    " stages of ", link.stage_bytes()));
+    // Stages are below 2^44 * slots (the planner's bound): compared by
+    // division, so a forged size cannot wrap the product.
+    for (const auto& [what, region, stage] :
+         {std::tuple<const char*, uint64_t, uint64_t>{"region", link.region_bytes(),
+                                                     link.stage_bytes()},
+          {"device region", link.device_region_bytes(), link.device_stage_bytes()}}) {
+      if (region / link.depth() != stage || region % link.depth() != 0) {
+        return Malformed(absl::StrCat(where, " ", what, " of ", region, " bytes is not ",
+                                      link.depth(), " stages of ", stage));
+      }
+    }
+    if (link.region_bytes() == 0 && link.device_region_bytes() == 0) {
+      return Malformed(absl::StrCat(where, " has no region"));
     }
     if (link.slot_size() >= kMaxSlotsPerLink) {
       return Malformed(absl::StrCat(where, " has too many slots"));
@@ -82,9 +91,11 @@ absl::StatusOr<RankPlan> RankPlan::Create(const plan::TransferPlan& plan,
       info.dst_rank = link.dst_rank();
       info.link = l;
       info.slot_index = s;
+      info.device = slot.kind() == plan::STATIC && slot.memory() == graph::MEMORY_DEVICE;
+      info.device_source = slot.source_memory() == graph::MEMORY_DEVICE;
       info.offset = slot.offset();
       info.slot_bytes = slot.bytes();
-      info.stage_bytes = link.stage_bytes();
+      info.stage_bytes = info.device ? link.device_stage_bytes() : link.stage_bytes();
       info.depth = link.depth();
       info.live_begin = slot.live_begin();
       info.live_end = slot.live_end();
@@ -98,11 +109,17 @@ absl::StatusOr<RankPlan> RankPlan::Create(const plan::TransferPlan& plan,
       if (slot.kind() != plan::STATIC && slot.kind() != plan::DYNAMIC) {
         return Malformed(absl::StrCat(info.Describe(), " has no slot kind"));
       }
-      if (slot.bytes() == 0 || slot.offset() + slot.bytes() > link.stage_bytes()) {
+      if (!graph::Memory_IsValid(slot.memory()) ||
+          !graph::Memory_IsValid(slot.source_memory())) {
+        return Malformed(absl::StrCat(info.Describe(), " names an unknown memory"));
+      }
+      if (slot.bytes() == 0 || slot.offset() > info.stage_bytes ||
+          slot.bytes() > info.stage_bytes - slot.offset()) {
         return Malformed(absl::StrCat(info.Describe(), " slot [", slot.offset(),
                                       ", +", slot.bytes(),
                                       ") is outside its stage of ",
-                                      link.stage_bytes(), " bytes"));
+                                      info.stage_bytes, " bytes",
+                                      info.device ? " (device region)" : ""));
       }
       if (info.dynamic) {
         const uint64_t need =

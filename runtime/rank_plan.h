@@ -27,7 +27,13 @@ struct TransferInfo {
   int dst_rank = -1;
   int link = -1;        // index into TransferPlan.link
   int slot_index = -1;  // index into LinkRegion.slot
-  uint64_t offset = 0;  // within a stage
+  // A device slot: static, in the link's device region (offset and
+  // stage_bytes are of that region), written from device memory or host
+  // memory into the receiver's device memory.
+  bool device = false;
+  // The sender holds the tensor in device memory (plan's source_memory).
+  bool device_source = false;
+  uint64_t offset = 0;  // within a stage of the slot's region
   uint64_t slot_bytes = 0;
   uint64_t stage_bytes = 0;
   int depth = 1;
@@ -48,7 +54,7 @@ class RankPlan {
   // plan: ...") for a rank outside the world, duplicate or negative ids, a
   // slot outside its stage, a region size that is not stage * depth, a depth
   // outside 1..16, a static slot smaller than its tensor, a dynamic slot too
-  // small for its metadata.
+  // small for its metadata, a memory that is neither host nor device.
   static absl::StatusOr<RankPlan> Create(const plan::TransferPlan& plan,
                                          int rank);
 

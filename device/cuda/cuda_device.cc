@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -56,6 +58,26 @@ absl::StatusOr<GetAddressRange> AddressRangeFunction(int device) {
   }();
   RETURN_IF_ERROR(CudaStatus(error, "finding cuMemGetAddressRange in the driver", device));
   return reinterpret_cast<GetAddressRange>(function);
+}
+
+// cuMemGetHandleForAddressRange (CUDA 11.7), found the same way.
+using GetHandleForAddressRange = PFN_cuMemGetHandleForAddressRange_v11070;
+absl::StatusOr<GetHandleForAddressRange> HandleForAddressRangeFunction(int device) {
+  static void* function = nullptr;
+  static cudaError_t error = [] {
+    cudaDriverEntryPointQueryResult found;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &function,
+                                                     11070, cudaEnableDefault, &found);
+    if (e == cudaSuccess && found != cudaDriverEntryPointSuccess) e = cudaErrorSymbolNotFound;
+    return e;
+  }();
+  if (error != cudaSuccess) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cuda:", device, ": the CUDA driver has no cuMemGetHandleForAddressRange (",
+        cudaGetErrorName(error), "): exporting device memory as a dma-buf needs driver 515 or "
+        "newer"));
+  }
+  return reinterpret_cast<GetHandleForAddressRange>(function);
 }
 
 class CudaEvent final : public Event {
@@ -293,6 +315,59 @@ absl::StatusOr<DeviceMemory> CudaDevice::OpenIpc(const IpcHandle& handle) {
   absl::MutexLock lock(&mu_);
   held_[data] = true;
   return DeviceMemory(this, data, size);
+}
+
+absl::StatusOr<DmaBuf> CudaDevice::ExportDmaBuf(const void* ptr, size_t bytes) {
+  if (ptr == nullptr || bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": exporting a null or empty range as a dma-buf"));
+  }
+  ASSIGN_OR_RETURN(PointerInfo info, Query(ptr));
+  const auto at = reinterpret_cast<uintptr_t>(ptr);
+  const auto base = reinterpret_cast<uintptr_t>(info.base);
+  bool mapped = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = held_.find(const_cast<void*>(info.base));
+    mapped = it != held_.end() && it->second;
+  }
+  if (info.kind != MemoryKind::kDevice || info.device != device_ || mapped ||
+      bytes > info.size - (at - base)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": exporting ", bytes, " bytes at ", absl::StrFormat("%p", ptr),
+        " as a dma-buf: the range is not inside one allocation of this process on this device"));
+  }
+  int supported = 0;
+  RETURN_IF_ERROR(CudaStatus(
+      cudaDeviceGetAttribute(&supported, static_cast<cudaDeviceAttr>(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED),
+                             device_),
+      "cudaDeviceGetAttribute(DMA_BUF_SUPPORTED)", device_));
+  if (supported == 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        name_, " cannot export memory as a dma-buf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0: "
+        "it needs Linux 5.12 or newer and the open GPU kernel modules)"));
+  }
+  ASSIGN_OR_RETURN(GetHandleForAddressRange get_handle, HandleForAddressRangeFunction(device_));
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = at / page * page;
+  const uintptr_t end = (at + bytes + page - 1) / page * page;
+  if (start < base || end > base + info.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": exporting ", bytes, " bytes at ", absl::StrFormat("%p", ptr),
+        " as a dma-buf: the host pages that hold them reach outside their ", info.size,
+        "-byte allocation; allocate memory for GPUDirect RDMA in whole pages"));
+  }
+  int fd = -1;
+  const CUresult result = get_handle(&fd, static_cast<CUdeviceptr>(start), end - start,
+                                     CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (result != CUDA_SUCCESS) {
+    const std::string message =
+        absl::StrCat(name_, ": cuMemGetHandleForAddressRange(DMA_BUF_FD) of ", end - start,
+                     " bytes failed with CUresult ", static_cast<int>(result));
+    return result == CUDA_ERROR_NOT_SUPPORTED ? absl::UnimplementedError(message)
+                                              : absl::InternalError(message);
+  }
+  return DmaBuf{UniqueFd(fd), at - start, bytes};
 }
 
 }  // namespace rdmaflow::device

@@ -41,6 +41,9 @@ class CudaDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
   absl::StatusOr<IpcHandle> ExportIpc(const void* base) override;
   absl::StatusOr<DeviceMemory> OpenIpc(const IpcHandle& handle) override;
+  // cuMemGetHandleForAddressRange over the whole host pages that hold the
+  // range (the driver exports pages), which must lie in one allocation.
+  absl::StatusOr<DmaBuf> ExportDmaBuf(const void* ptr, size_t bytes) override;
 
   // Makes this device current on the calling thread.
   absl::Status MakeCurrent() const;

@@ -290,4 +290,38 @@ absl::StatusOr<DeviceMemory> FakeDevice::OpenIpc(const IpcHandle& handle) {
   return DeviceMemory(this, *data, header.size);
 }
 
+absl::StatusOr<DmaBuf> FakeDevice::ExportDmaBuf(const void* ptr, size_t bytes) {
+  if (ptr == nullptr || bytes == 0) {
+    return absl::InvalidArgumentError("fake device: exporting a null or empty range as a dma-buf");
+  }
+  std::string name;
+  size_t offset = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = Find(ptr);
+    if (it == blocks_.end() || it->second.mapped) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fake device: exporting ", absl::StrFormat("%p", ptr),
+          " as a dma-buf: it is not in an allocation of this process"));
+    }
+    offset = static_cast<const std::byte*>(ptr) - it->first;
+    if (bytes > it->second.size - offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fake device: exporting ", bytes, " bytes at offset ", offset,
+          " as a dma-buf: that runs past the end of the ", it->second.size,
+          "-byte allocation"));
+    }
+    name = it->second.shm_name;
+  }
+  // The fake's "dma-buf" is its shared-memory object: mapping the
+  // descriptor shows the allocation from its first byte, as a real
+  // dma-buf's would. No NIC registers it (it is no dma-buf to the kernel).
+  UniqueFd fd(shm_open(name.c_str(), O_RDWR, 0));
+  if (fd.get() < 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("fake device: opening ", name,
+                                                   " to export it as a dma-buf"));
+  }
+  return DmaBuf{std::move(fd), offset, bytes};
+}
+
 }  // namespace rdmaflow::device

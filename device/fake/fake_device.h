@@ -11,6 +11,8 @@
 //     broken;
 //   - work runs later than it is enqueued (operation_delay makes it much
 //     later), so only events order it.
+// A dma-buf export is the allocation's shared-memory object (mapping it
+// shows the memory, but no NIC driver takes it as a dma-buf).
 // Faults are injected by options: the Nth copy or reduction fails.
 //
 // Thread-safe, like every DeviceRuntime.
@@ -63,6 +65,8 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
   absl::StatusOr<IpcHandle> ExportIpc(const void* base) override;
   absl::StatusOr<DeviceMemory> OpenIpc(const IpcHandle& handle) override;
+  // The allocation's shared-memory object, and the range's offset in it.
+  absl::StatusOr<DmaBuf> ExportDmaBuf(const void* ptr, size_t bytes) override;
 
   // For the streams: whether an operation of `bytes` at `ptr` stays within
   // device memory it starts in (host memory is not checked). Counts the

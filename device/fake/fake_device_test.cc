@@ -2,9 +2,11 @@
 // deadlines, its capacity, and forged or racing IPC handles.
 #include "device/fake/fake_device.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -26,6 +28,27 @@ std::unique_ptr<FakeDevice> MakeDevice(const FakeDeviceOptions& options = {}) {
   absl::StatusOr<std::unique_ptr<FakeDevice>> device = FakeDevice::Create(options);
   EXPECT_THAT(device, IsOk());
   return device.ok() ? *std::move(device) : nullptr;
+}
+
+// A fake dma-buf maps to the allocation itself: what a NIC registering it
+// would reach is the range's bytes.
+TEST(FakeDeviceTest, ADmaBufMapsTheExportedRange) {
+  std::unique_ptr<FakeDevice> device = MakeDevice();
+  constexpr size_t kBytes = 3 << 20;
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(kBytes));
+  auto* bytes = static_cast<uint8_t*>(memory.data());
+  for (size_t i = 0; i < kBytes; ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 3);
+  constexpr size_t kAt = (1 << 20) + 12345;
+  ASSERT_OK_AND_ASSIGN(DmaBuf exported, device->ExportDmaBuf(bytes + kAt, 5000));
+  EXPECT_EQ(exported.offset, kAt);
+  EXPECT_EQ(exported.size, 5000u);
+  void* view = mmap(nullptr, kBytes, PROT_READ, MAP_SHARED, exported.fd.get(), 0);
+  ASSERT_NE(view, MAP_FAILED) << std::strerror(errno);
+  const auto* seen = static_cast<const uint8_t*>(view) + exported.offset;
+  size_t wrong = 0;
+  for (size_t i = 0; i < exported.size; ++i) wrong += seen[i] != bytes[kAt + i];
+  EXPECT_EQ(wrong, 0u);
+  munmap(view, kBytes);
 }
 
 TEST(FakeDeviceTest, AnInjectedFaultBreaksItsStreamForGood) {

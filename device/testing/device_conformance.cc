@@ -323,6 +323,35 @@ TEST_P(DeviceConformanceTest, RefusesBadArguments) {
   EXPECT_THAT(runtime.OpenIpc(own), Not(IsOk()));
 }
 
+// The dma-buf export GPUDirect RDMA registers (rdma/ibverbs): refusals
+// everywhere; the export itself where the driver and device offer one.
+TEST_P(DeviceConformanceTest, ExportsRangesAsDmaBufs) {
+  RDMAFLOW_CREATE_OR_SKIP(runtime);
+  constexpr size_t kBytes = 4 << 20;
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, runtime.Allocate(kBytes));
+  auto* start = static_cast<std::byte*>(memory.data());
+  std::vector<uint8_t> host(8192);
+  EXPECT_THAT(runtime.ExportDmaBuf(host.data(), host.size()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(runtime.ExportDmaBuf(start + kBytes - 100, 101),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dma-buf")));
+  EXPECT_THAT(runtime.ExportDmaBuf(start, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(runtime.ExportDmaBuf(nullptr, 64), StatusIs(absl::StatusCode::kInvalidArgument));
+
+  std::byte* inside = start + (1 << 20) + 100;
+  absl::StatusOr<DmaBuf> exported = runtime.ExportDmaBuf(inside, 8192);
+  if (absl::IsUnimplemented(exported.status())) {
+    GTEST_SKIP() << "no dma-buf export here: " << exported.status().message();
+  }
+  ASSERT_OK(exported.status());
+  EXPECT_GE(exported->fd.get(), 0);
+  EXPECT_EQ(exported->size, 8192u);
+  // The dma-buf starts on a page boundary, at or before the range.
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  EXPECT_EQ((reinterpret_cast<uintptr_t>(inside) - exported->offset) % page, 0u);
+  EXPECT_LE(exported->offset, static_cast<uint64_t>(inside - start));
+}
+
 TEST_P(DeviceConformanceTest, IpcBetweenTwoProcesses) {
   RDMAFLOW_CREATE_OR_SKIP(runtime);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, runtime.CreateStream());

@@ -74,6 +74,10 @@ absl::Status CheckPlacement(const GraphDef& graph, Structure& s) {
                                     " is outside the world of ",
                                     graph.world_size(), " ranks"));
     }
+    if (!Memory_IsValid(node.memory())) {
+      return NodeError(node, absl::StrCat("memory ", static_cast<int>(node.memory()),
+                                          " is neither MEMORY_HOST nor MEMORY_DEVICE"));
+    }
     s.nodes[i].rank = node.rank();
     max_rank = std::max(max_rank, node.rank());
   }

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "rdma/device/device_key.pb.h"
+#include "rdma/device/gpudirect_probe.h"
 #include "rdma/slice.h"
 
 namespace rdmaflow::rdma::device_path {
@@ -512,6 +513,7 @@ absl::StatusOr<std::unique_ptr<DeviceTransport>> DeviceTransport::Create(
   transport->max_pending_ =
       std::min(kMaxPending, transport->host_->capabilities().max_outstanding_per_endpoint);
   ASSIGN_OR_RETURN(transport->stream_, runtime->CreateStream());
+  transport->gpudirect_ = ProbeGpuDirect(*transport->host_, *runtime);
   ASSIGN_OR_RETURN(transport->doorbell_, transport->host_->Allocate(kDoorbellBytes));
   ASSIGN_OR_RETURN(transport->doorbell_source_, transport->host_->Allocate(kDoorbellBytes));
   return transport;
@@ -530,7 +532,10 @@ Capabilities DeviceTransport::capabilities() const {
   Capabilities capabilities = host_->capabilities();
   absl::StrAppend(&capabilities.description, "; device regions: ", runtime_->name(),
                   ", by IPC with peers on this host, staged through pinned host memory (",
-                  staging_.slots, " slots of ", staging_.slot_bytes, " bytes a peer) with others");
+                  staging_.slots, " slots of ", staging_.slot_bytes, " bytes a peer) with others",
+                  "; GPUDirect RDMA: ",
+                  gpudirect_.ok() ? std::string("available (unused)")
+                                  : absl::StrCat("no (", gpudirect_.message(), ")"));
   capabilities.max_outstanding_per_endpoint = max_pending_;
   return capabilities;
 }

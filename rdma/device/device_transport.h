@@ -80,7 +80,7 @@ class DeviceTransport final : public Transport {
   ~DeviceTransport() override;
 
   // `bytes` of device memory, owned by the region (freed with it).
-  absl::StatusOr<MemoryRegion> AllocateDevice(size_t bytes);
+  absl::StatusOr<MemoryRegion> AllocateDevice(size_t bytes) override;
   // The caller's device memory [data, data + bytes), which must lie in one
   // allocation of this transport's runtime and outlive the region.
   // kInvalidArgument for host memory, another device's, or a range past
@@ -98,6 +98,10 @@ class DeviceTransport final : public Transport {
 
   device::DeviceRuntime& runtime() { return *runtime_; }
   Transport& host() { return *host_; }
+  // Whether the host transport's NIC reaches this device's memory directly
+  // (GPUDirect RDMA; ProbeGpuDirect, run once at Create): OK, or why not.
+  // Reported in capabilities(); no path uses it yet (docs/device.md).
+  const absl::Status& gpudirect() const { return gpudirect_; }
 
   // Transport. Allocate and Register give host regions of the host
   // transport; Connect an endpoint that moves both kinds.
@@ -107,6 +111,9 @@ class DeviceTransport final : public Transport {
   absl::StatusOr<MemoryRegion> Allocate(size_t bytes) override { return host_->Allocate(bytes); }
   absl::StatusOr<MemoryRegion> Register(absl::Span<std::byte> memory) override {
     return host_->Register(memory);
+  }
+  absl::StatusOr<MemoryRegion> RegisterDmaBuf(const DmaBufSpan& span) override {
+    return host_->RegisterDmaBuf(span);
   }
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const PeerInfo& peer) override;
   absl::StatusOr<int> Progress() override;
@@ -147,6 +154,7 @@ class DeviceTransport final : public Transport {
   const std::string host_id_;
   const StagingOptions staging_;
   size_t max_pending_ = 0;
+  absl::Status gpudirect_;
   // Where peers on other hosts publish their links, and the device ranges
   // their chunks may land in.
   MemoryRegion directory_;

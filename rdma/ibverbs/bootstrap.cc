@@ -139,18 +139,6 @@ std::string Env(const char* name) {
 
 }  // namespace
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = other.release();
-  }
-  return *this;
-}
-
-UniqueFd::~UniqueFd() {
-  if (fd_ >= 0) close(fd_);
-}
-
 bool PeerClosed(int connection) {
   pollfd p{connection, POLLIN, 0};
   if (poll(&p, 1, 0) <= 0) return false;

@@ -36,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/unique_fd.h"
 #include "rdma/ibverbs/admission.h"
 
 namespace rdmaflow::rdma::ibverbs {
@@ -62,27 +63,8 @@ struct QueuePairInfo {
   uint32_t notify_slots = 0;
 };
 
-// An open file descriptor, closed on destruction. Move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd();
-
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_ = -1;
-};
+// Sockets are held in a UniqueFd (common/unique_fd.h).
+using ::rdmaflow::UniqueFd;
 
 std::string EncodeQueuePairInfo(const QueuePairInfo& info);
 // kInvalidArgument for a message of another size or version.

@@ -4,6 +4,9 @@
 // transports. Without an RDMA device every case skips with the reason;
 // tools/rdma_tests.sh runs it inside a Soft-RoCE VM, where it must pass
 // whole.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -102,6 +105,42 @@ bool DriveUntil(IbverbsTransport& a, IbverbsTransport& b, Done done) {
     EXPECT_OK(b.Progress());
   }
   return true;
+}
+
+// GPUDirect RDMA: Soft-RoCE registers no dma-buf, and says so by name;
+// an empty span is refused before the device is asked.
+TEST(IbverbsGpuDirectTest, ADeviceWithoutDmaBufSupportRefusesItByName) {
+  auto transport_or = IbverbsTransport::Create(DeviceOptions(0));
+  if (absl::IsUnavailable(transport_or.status())) {
+    GTEST_SKIP() << transport_or.status();
+  }
+  ASSERT_OK(transport_or);
+  IbverbsTransport& transport = **transport_or;
+  EXPECT_THAT(transport.RegisterDmaBuf(rdmaflow::rdma::DmaBufSpan{}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
+  // Any descriptor will do: the driver's support is asked first.
+  const int fd = memfd_create("not-a-dma-buf", 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1 << 16), 0);
+  rdmaflow::rdma::DmaBufSpan span;
+  span.fd = fd;
+  span.bytes = 1 << 16;
+  span.address = 0x7f0000000000;
+  absl::StatusOr<MemoryRegion> region = transport.RegisterDmaBuf(span);
+  close(fd);
+  std::printf("the dma-buf registration: %s\n", region.status().ToString().c_str());
+  // rxe has no dma-buf registration; a NIC with one refuses a memfd.
+  EXPECT_THAT(region.status(),
+              ::testing::AnyOf(
+                  StatusIs(absl::StatusCode::kUnimplemented,
+                           ::testing::AllOf(HasSubstr("ibv_reg_dmabuf_mr"),
+                                            HasSubstr("GPUDirect RDMA"))),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr("not a dma-buf"))));
+  if (transport.capabilities().description.find("rxe") != std::string::npos) {
+    EXPECT_THAT(region.status(), StatusIs(absl::StatusCode::kUnimplemented,
+                                          HasSubstr("rxe")));
+  }
 }
 
 TEST(IbverbsCloseTest, CloseWaitsForTheFlushBeforeCancelling) {

@@ -147,7 +147,11 @@ absl::Status IbverbsEndpoint::Prepare(const LocalSlice& local,
                                       uint32_t& rkey) const {
   const EndpointState& s = *state_;
   RETURN_IF_ERROR(CheckUsable());
-  RETURN_IF_ERROR(CheckTransfer(local, remote, s.peer_rank, kBackend));
+  // Host memory, or device memory registered here through a dma-buf
+  // (GPUDirect RDMA; the registration check below makes it this
+  // transport's).
+  RETURN_IF_ERROR(
+      CheckTransfer(local, remote, s.peer_rank, kBackend, Moves::kAnyMemory));
   // VerbsRegistration is final: an exact type match is the cast's check,
   // without a dynamic_cast's walk of the class hierarchy on every post.
   const MemoryRegion::Registration* base = local.region->registration();
@@ -171,7 +175,8 @@ absl::Status IbverbsEndpoint::PostParts(ibv_wr_opcode opcode,
                                         const ibv_sge& sge, uint64_t length,
                                         uint64_t remote_address, uint32_t rkey,
                                         std::optional<uint32_t> notification,
-                                        Completion done, const char* op) {
+                                        Completion done, const char* op,
+                                        bool host_source) {
   const auto& states = lanes_->states;
   struct Part {
     EndpointState* lane;
@@ -222,7 +227,8 @@ absl::Status IbverbsEndpoint::PostParts(ibv_wr_opcode opcode,
     part_sge.addr += parts[i].offset;
     absl::Status posted = transport_->PostOperation(
         *parts[i].lane, opcode, std::nullopt, part_sge, parts[i].length,
-        remote_address + parts[i].offset, rkey, Lanes::Part(join), op);
+        remote_address + parts[i].offset, rkey, Lanes::Part(join), op,
+        host_source);
     if (posted.ok()) continue;
     if (i == 0) {
       // Nothing in flight: refused as a whole, `done` never runs.
@@ -248,18 +254,22 @@ absl::Status IbverbsEndpoint::PostWrite(const LocalSlice& src,
   ibv_sge sge{};
   uint32_t rkey = 0;
   RETURN_IF_ERROR(Prepare(src, dst, sge, rkey));
+  // Device memory (registered through a dma-buf) is never read by the CPU.
+  const bool host_source =
+      src.region->descriptor().memory_kind == device::MemoryKind::kHost;
   // Striped, or a notification that must wait behind a pending one.
   if (lanes_->states.size() > 1 &&
       (src.length >= lanes_->stripe_min ||
        (notification.has_value() && !lanes_->pending.empty()))) {
     return PostParts(IBV_WR_RDMA_WRITE, sge, src.length, dst.address(), rkey,
                      notification, std::move(done),
-                     notification ? "write with notification" : "write");
+                     notification ? "write with notification" : "write",
+                     host_source);
   }
   return transport_->PostOperation(
       *state_, IBV_WR_RDMA_WRITE, notification, sge, src.length,
       dst.address(), rkey, std::move(done),
-      notification ? "write with notification" : "write");
+      notification ? "write with notification" : "write", host_source);
 }
 
 absl::Status IbverbsEndpoint::PostRead(const LocalSlice& dst,
@@ -270,11 +280,13 @@ absl::Status IbverbsEndpoint::PostRead(const LocalSlice& dst,
   RETURN_IF_ERROR(Prepare(dst, src, sge, rkey));
   if (lanes_->states.size() > 1 && dst.length >= lanes_->stripe_min) {
     return PostParts(IBV_WR_RDMA_READ, sge, dst.length, src.address(), rkey,
-                     std::nullopt, std::move(done), "read");
+                     std::nullopt, std::move(done), "read",
+                     /*host_source=*/false);
   }
   return transport_->PostOperation(*state_, IBV_WR_RDMA_READ, std::nullopt,
                                    sge, dst.length, src.address(), rkey,
-                                   std::move(done), "read");
+                                   std::move(done), "read",
+                                   /*host_source=*/false);
 }
 
 absl::Status IbverbsEndpoint::PostFlush(Completion done) {

@@ -80,7 +80,7 @@ class IbverbsEndpoint final : public Endpoint {
   absl::Status PostParts(ibv_wr_opcode opcode, const ibv_sge& sge,
                          uint64_t length, uint64_t remote_address,
                          uint32_t rkey, std::optional<uint32_t> notification,
-                         Completion done, const char* op);
+                         Completion done, const char* op, bool host_source);
 
   // What the parts' callbacks need, which may outlive the endpoint.
   struct Lanes;

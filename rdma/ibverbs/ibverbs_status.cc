@@ -27,6 +27,31 @@ absl::Status VerbsError(int err, absl::string_view what) {
   }
 }
 
+absl::Status DmaBufRegistrationError(int err, absl::string_view device, size_t bytes) {
+  const std::string call =
+      absl::StrCat("ibv_reg_dmabuf_mr of ", bytes, " bytes of device memory on ", device);
+  const std::string what = absl::StrCat(call, " failed: ", std::strerror(err));
+  switch (err) {
+    case EOPNOTSUPP:
+#if ENOTSUP != EOPNOTSUPP
+    case ENOTSUP:
+#endif
+    case ENOSYS:
+    case EPROTONOSUPPORT:
+      return absl::UnimplementedError(absl::StrCat(
+          what, ". The device or its driver does not register dma-buf memory, so there is no "
+          "GPUDirect RDMA here (it needs a NIC such as mlx5 on Linux 5.12 or newer, and "
+          "rdma-core 34 or newer; Soft-RoCE and siw have none): device memory goes staged "
+          "through host memory"));
+    case EBADF:
+    case EINVAL:
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": the descriptor is not a dma-buf, or the range lies outside it"));
+    default:
+      return VerbsError(err, call);
+  }
+}
+
 absl::Status WorkCompletionError(ibv_wc_status status, int peer_rank,
                                  absl::string_view op) {
   std::string what = absl::StrCat(op, " to rank ", peer_rank, " failed (",

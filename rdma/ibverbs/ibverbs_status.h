@@ -18,6 +18,13 @@ namespace rdmaflow::rdma::ibverbs {
 // kInvalidArgument, EPERM/EACCES kPermissionDenied, the rest kInternal.
 absl::Status VerbsError(int err, absl::string_view what);
 
+// ibv_reg_dmabuf_mr of `bytes` on RDMA device `device` failed with `err`:
+// EOPNOTSUPP/ENOTSUP/ENOSYS/EPROTONOSUPPORT (the device or its driver takes
+// no dma-buf: Soft-RoCE, siw, old kernels) kUnimplemented, saying that
+// device memory goes staged instead; EBADF/EINVAL kInvalidArgument (not a
+// dma-buf, or a range outside it); the rest as VerbsError.
+absl::Status DmaBufRegistrationError(int err, absl::string_view device, size_t bytes);
+
 // The status of a failed work completion of `op` ("write", "read", ...)
 // towards `peer_rank`:
 //   IBV_WC_REM_ACCESS_ERR            kPermissionDenied (stale or foreign key)

@@ -339,6 +339,32 @@ absl::StatusOr<MemoryRegion> IbverbsTransport::RegisterMemory(void* data,
                       std::move(descriptor), std::move(registration));
 }
 
+absl::StatusOr<MemoryRegion> IbverbsTransport::RegisterDmaBuf(
+    const DmaBufSpan& span) {
+  if (span.fd < 0 || span.bytes == 0 || span.address == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "registering device memory: the dma-buf span (descriptor ", span.fd,
+        ", ", span.bytes, " bytes at device address ", span.address,
+        ") is empty or has no descriptor"));
+  }
+  MrPtr mr(ibv_reg_dmabuf_mr(context_->pd.get(), span.offset, span.bytes,
+                             span.address, span.fd, kAccess));
+  if (mr == nullptr) {
+    return DmaBufRegistrationError(errno, context_->device.name, span.bytes);
+  }
+  RemoteRegion descriptor;
+  descriptor.backend = kBackend;
+  descriptor.owner_rank = options_.rank;
+  descriptor.address = span.address;
+  descriptor.length = span.bytes;
+  descriptor.packed_key = PackKey(mr->rkey);
+  descriptor.memory_kind = device::MemoryKind::kDevice;
+  auto registration =
+      std::make_unique<VerbsRegistration>(context_, std::move(mr), nullptr);
+  return MemoryRegion(reinterpret_cast<std::byte*>(span.address), span.bytes,
+                      std::move(descriptor), std::move(registration));
+}
+
 absl::StatusOr<MemoryRegion> IbverbsTransport::Allocate(size_t bytes) {
   if (bytes == 0) {
     return absl::InvalidArgumentError("cannot allocate a 0-byte region");
@@ -833,7 +859,8 @@ absl::Status IbverbsTransport::PostChain(EndpointState& state,
 absl::Status IbverbsTransport::PostOperation(
     EndpointState& state, ibv_wr_opcode opcode,
     std::optional<uint32_t> notification, const ibv_sge& sge, uint64_t length,
-    uint64_t remote_address, uint32_t rkey, Completion&& done, const char* op) {
+    uint64_t remote_address, uint32_t rkey, Completion&& done, const char* op,
+    bool host_source) {
   const uint64_t max_message =
       std::max<uint64_t>(context_->device.port_attr.max_msg_sz, kPage);
   const uint64_t chunks = RequestsFor(length);
@@ -866,7 +893,8 @@ absl::Status IbverbsTransport::PostOperation(
     wr.wr.rdma.remote_addr = remote_address + offset;
     wr.wr.rdma.rkey = rkey;
     // Inline data is copied at post time: the source is free at once.
-    if (opcode == IBV_WR_RDMA_WRITE && chunk.length <= state.max_inline) {
+    if (opcode == IBV_WR_RDMA_WRITE && host_source &&
+        chunk.length <= state.max_inline) {
       wr.send_flags |= IBV_SEND_INLINE;
     }
   }

@@ -162,6 +162,10 @@ class IbverbsTransport final : public Transport {
   std::string address() const override { return address_; }
   absl::StatusOr<MemoryRegion> Allocate(size_t bytes) override;
   absl::StatusOr<MemoryRegion> Register(absl::Span<std::byte> memory) override;
+  // ibv_reg_dmabuf_mr: GPUDirect RDMA, where the NIC's driver takes
+  // dma-bufs (DmaBufRegistrationError says why not). Unverified here: no
+  // NIC of this project's machines reaches a GPU (docs/device.md).
+  absl::StatusOr<MemoryRegion> RegisterDmaBuf(const DmaBufSpan& span) override;
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(
       const PeerInfo& peer) override;
   absl::StatusOr<int> Progress() override;
@@ -213,11 +217,14 @@ class IbverbsTransport final : public Transport {
   // requests of at most the device's largest message, followed by the
   // notification's flag record where the peer takes them; one doorbell.
   // As PostChain(), `done` is taken only when the operation is accepted.
+  // Small writes go inline (the CPU copies them at post time) unless the
+  // source is device memory (`host_source` false: GPUDirect RDMA).
   absl::Status PostOperation(EndpointState& state, ibv_wr_opcode opcode,
                              std::optional<uint32_t> notification,
                              const ibv_sge& sge, uint64_t length,
                              uint64_t remote_address, uint32_t rkey,
-                             Completion&& done, const char* op);
+                             Completion&& done, const char* op,
+                             bool host_source);
   // Work requests an operation of `length` bytes takes (one per largest
   // message of the port).
   uint64_t RequestsFor(uint64_t length) const;

@@ -32,6 +32,7 @@ namespace rdmaflow::rdma::ibverbs {
 namespace {
 
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
@@ -775,6 +776,22 @@ TEST(StatusTest, WorkCompletionErrorsMapToActionableCodes) {
   EXPECT_THAT(VerbsError(ENOMEM, "ibv_create_qp"),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("ibv_create_qp")));
+}
+
+TEST(StatusTest, DmaBufRefusalsSayWhatIsMissing) {
+  EXPECT_THAT(DmaBufRegistrationError(EOPNOTSUPP, "rxe0", 4096),
+              StatusIs(absl::StatusCode::kUnimplemented,
+                       AllOf(HasSubstr("ibv_reg_dmabuf_mr of 4096 bytes"),
+                             HasSubstr("rxe0"), HasSubstr("GPUDirect RDMA"),
+                             HasSubstr("staged"))));
+  EXPECT_THAT(DmaBufRegistrationError(ENOSYS, "mlx5_0", 1),
+              StatusIs(absl::StatusCode::kUnimplemented));
+  EXPECT_THAT(DmaBufRegistrationError(EBADF, "mlx5_0", 1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not a dma-buf")));
+  EXPECT_THAT(DmaBufRegistrationError(ENOMEM, "mlx5_0", 1),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("mlx5_0")));
 }
 
 TEST(TransportTest, CreateWorksOrSaysWhyNot) {

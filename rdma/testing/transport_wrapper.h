@@ -35,6 +35,12 @@ class TransportWrapper : public Transport {
   absl::StatusOr<MemoryRegion> Register(absl::Span<std::byte> memory) override {
     return inner_.Register(memory);
   }
+  absl::StatusOr<MemoryRegion> AllocateDevice(size_t bytes) override {
+    return inner_.AllocateDevice(bytes);
+  }
+  absl::StatusOr<MemoryRegion> RegisterDmaBuf(const DmaBufSpan& span) override {
+    return inner_.RegisterDmaBuf(span);
+  }
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const PeerInfo& peer) override {
     return inner_.Connect(peer);
   }

@@ -37,6 +37,17 @@ absl::StatusOr<at::ScalarType> ToScalarType(graph::DataType dtype) {
   }
 }
 
+namespace {
+
+// A plan's device tensor, which this CPU adapter does not take.
+absl::Status DeviceTensorError(const TransferInfo& info) {
+  return absl::UnimplementedError(absl::StrCat(
+      info.Describe(), " lives in device memory in the plan, and the LibTorch adapter "
+      "moves CPU tensors only (CUDA tensors: docs/device.md)"));
+}
+
+}  // namespace
+
 absl::StatusOr<TorchCommunicator> TorchCommunicator::Create(
     Communicator& communicator, const plan::TransferPlan& plan, int rank) {
   ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, rank));
@@ -45,6 +56,7 @@ absl::StatusOr<TorchCommunicator> TorchCommunicator::Create(
 
 absl::Status TorchCommunicator::Send(int id, const at::Tensor& tensor) {
   ASSIGN_OR_RETURN(const TransferInfo* info, plan_.FindSend(id));
+  if (info->device_source) return DeviceTensorError(*info);
   ASSIGN_OR_RETURN(at::ScalarType dtype, ToScalarType(info->spec.dtype()));
   try {
     if (!tensor.device().is_cpu() || tensor.scalar_type() != dtype) {
@@ -67,6 +79,7 @@ absl::Status TorchCommunicator::Send(int id, const at::Tensor& tensor) {
 
 absl::StatusOr<at::Tensor> TorchCommunicator::Recv(int id) {
   ASSIGN_OR_RETURN(const TransferInfo* info, plan_.FindRecv(id));
+  if (info->device) return DeviceTensorError(*info);
   ASSIGN_OR_RETURN(at::ScalarType dtype, ToScalarType(info->spec.dtype()));
   ASSIGN_OR_RETURN(ReceivedTensor received, communicator_->Recv(id));
   const std::vector<int64_t> shape = received.shape();
