@@ -48,7 +48,7 @@ void ReportPlan(benchmark::State& state, const plan::TransferPlan& p) {
   // costs (slot_allocator.h).
   uint64_t live_pairs = 0;
   for (const auto& link : p.link()) {
-    receive += link.region_bytes();
+    receive += link.region_bytes() + link.device_region_bytes();
     std::vector<std::pair<int, int>> live;  // (begin, end), by begin.
     for (const auto& slot : link.slot()) {
       live.emplace_back(slot.live_begin(), slot.live_end());

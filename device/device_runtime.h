@@ -190,10 +190,11 @@ class DeviceRuntime {
   // exporting process has freed it or gone.
   virtual absl::StatusOr<DeviceMemory> OpenIpc(const IpcHandle& handle) = 0;
 
-  // [ptr, ptr + bytes) of an allocation of this runtime as a dma-buf, for
-  // an RDMA NIC to register (docs/device.md, "GPUDirect RDMA").
-  // kInvalidArgument for an empty range or one not inside one allocation
-  // of this runtime (host memory, a peer's mapping, past the end);
+  // [ptr, ptr + bytes) of device memory as a dma-buf, for an RDMA NIC to
+  // register (docs/device.md, "GPUDirect RDMA"). The range must lie in one
+  // allocation this process made on this runtime's device (here, or by
+  // another allocator such as PyTorch's on CUDA). kInvalidArgument for an
+  // empty range, host memory, a peer's mapping, or a range past the end;
   // kUnimplemented where the driver or device cannot export dma-bufs (the
   // message says what is missing).
   virtual absl::StatusOr<DmaBuf> ExportDmaBuf(const void* ptr, size_t bytes) = 0;

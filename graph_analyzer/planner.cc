@@ -38,9 +38,11 @@ absl::StatusOr<plan::TensorSlot> MakeSlot(const AnalyzedGraph& graph,
     slot.add_consumers(graph.def(consumer).name());
     on_device &= graph.def(consumer).memory() == MEMORY_DEVICE;
   }
-  slot.set_memory(on_device ? MEMORY_DEVICE : MEMORY_HOST);
   slot.set_source_memory(graph.def(t.tensor.node).memory());
   if (std::optional<int64_t> bytes = NumBytes(slot.spec())) {
+    // A dynamic tensor goes through host memory, also once tracing
+    // promotes it: only a static one gets a device slot.
+    slot.set_memory(on_device ? MEMORY_DEVICE : MEMORY_HOST);
     slot.set_kind(plan::STATIC);
     slot.set_bytes(*bytes);
     return slot;

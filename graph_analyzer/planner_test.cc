@@ -65,7 +65,8 @@ TEST(PlannerTest, DeviceSlotsGetADeviceRegionOfTheirOwn) {
   EXPECT_EQ(slots["w:0"]->source_memory(), MEMORY_HOST);
   EXPECT_EQ(slots["h:0"]->memory(), MEMORY_HOST);
   EXPECT_EQ(slots["m:0"]->memory(), MEMORY_HOST);  // a host reader too
-  EXPECT_EQ(slots["d:0"]->memory(), MEMORY_DEVICE);
+  // Dynamic: through host memory, whoever reads it.
+  EXPECT_EQ(slots["d:0"]->memory(), MEMORY_HOST);
   EXPECT_EQ(slots["d:0"]->kind(), plan::DYNAMIC);
   // Device region: a (256 B) and w (64 B), one each; host: h (64), m (64),
   // d's metadata (128).

@@ -153,18 +153,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
         "trace_steps must be 0 (off) or positive, not ", options.trace_steps));
   }
   ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, transport.rank()));
-  // The executor never reads device memory with the CPU: a tensor held
-  // there goes only into a peer's device slot, from a send arena.
-  for (const TransferInfo& info : rank_plan.sends()) {
-    if (info.device_source && !info.device) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          info.Describe(), " is held in device memory on rank ", info.src_rank,
-          " but read from host memory on rank ", info.dst_rank,
-          " (or its size is dynamic): the executor writes device memory into device slots "
-          "only; place its consumers on the device, or copy it to host memory before the "
-          "send"));
-    }
-  }
+  RETURN_IF_ERROR(CheckDeviceSources(rank_plan));
   CommunicatorOptions effective = options;
   if (!options.lockstep) effective.trace_steps = 0;  // tracing needs steps
   std::unique_ptr<Executor> executor(

@@ -22,6 +22,7 @@
 #include "rdma/device/device_transport.h"
 #include "rdma/testing/rank_threads.h"
 #include "runtime/executor.h"
+#include "runtime/replay.h"
 
 namespace rdmaflow::runtime {
 namespace {
@@ -146,6 +147,10 @@ absl::Status RunReceiver(const plan::TransferPlan& plan, rdma::Transport& transp
   ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, 1));
   ASSIGN_OR_RETURN(auto executor, Executor::Create(plan, transport, store, Options()));
   for (int step = 0; step < kSteps; ++step) {
+    // All three are held until the last arrives, as an op reading them
+    // together would: a slot of one region must not wait for the release
+    // of a slot of the other (they share no memory).
+    std::vector<ReceivedTensor> held;
     for (const auto& [tensor, salt, on_device] :
          {std::tuple<const char*, int, bool>{"a:0", 1, true}, {"w:0", 2, true},
           {"h:0", 3, false}}) {
@@ -160,7 +165,9 @@ absl::Status RunReceiver(const plan::TransferPlan& plan, rdma::Transport& transp
         return absl::DataLossError(
             absl::StrCat(tensor, " at step ", step, ": ", wrong, " wrong elements"));
       }
+      held.push_back(std::move(received));
     }
+    held.clear();
     RETURN_IF_ERROR(executor->FinishStep());
   }
   return executor->Shutdown();
@@ -220,6 +227,28 @@ TEST(ExecutorDeviceTest, DeviceMemoryOutsideAnArenaIsRefused) {
   EXPECT_OK(results[1]);
 }
 
+TEST(ExecutorDeviceTest, CommunicatorsThatUseTheCpuRefuseDevicePlans) {
+  const plan::TransferPlan plan = MixedPlan();
+  for (int rank : {0, 1}) {
+    EXPECT_THAT(Replayer::Create(plan, rank, {}),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr("'a:0'"), HasSubstr("the replayer"))))
+        << "rank " << rank;
+    ASSERT_OK_AND_ASSIGN(RankPlan rank_plan, RankPlan::Create(plan, rank));
+    EXPECT_THAT(CheckHostMemoryOnly(rank_plan, "the gRPC communicator"),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("the gRPC communicator moves host memory only")));
+  }
+  // A plan of host tensors only passes.
+  graph::GraphBuilder b("host_only");
+  std::string x = b.Placeholder("x", graph::DT_FLOAT32, {4});
+  b.SetRank(1);
+  b.Op("y", "Relu", {x});
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan host, graph::PlanGraph(std::move(b).Build(), {}));
+  ASSERT_OK_AND_ASSIGN(RankPlan host_rank_plan, RankPlan::Create(host, 1));
+  EXPECT_OK(CheckHostMemoryOnly(host_rank_plan, "the gRPC communicator"));
+}
+
 TEST(ExecutorDeviceTest, ADeviceTensorReadOnTheHostIsRefusedAtCreate) {
   graph::GraphBuilder b("device_to_host");
   b.SetWorldSize(2);
@@ -233,7 +262,9 @@ TEST(ExecutorDeviceTest, ADeviceTensorReadOnTheHostIsRefusedAtCreate) {
   EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kFailedPrecondition,
                                    AllOf(HasSubstr("held in device memory on rank 0"),
                                          HasSubstr("read from host memory on rank 1"))));
-  EXPECT_FALSE(results[1].ok());
+  // The receiver says so too, before it waits for anything.
+  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                   HasSubstr("held in device memory on rank 0")));
 }
 
 }  // namespace

@@ -216,7 +216,9 @@ absl::Status Executor::SetUpGeneration() {
   // Shared slots: a write must wait for the earlier occupant's release.
   for (auto& a : sends_) {
     for (const auto& b : sends_) {
-      if (a == b || a->info.link != b->info.link || !Overlap(a->info, b->info)) {
+      // Host and device slots lie in regions of their own: never shared.
+      if (a == b || a->info.link != b->info.link || a->info.device != b->info.device ||
+          !Overlap(a->info, b->info)) {
         continue;
       }
       a->overlaps.emplace_back(b.get(),

@@ -229,6 +229,34 @@ absl::StatusOr<uint64_t> CheckShape(const TransferInfo& info,
   return elements * static_cast<uint64_t>(info.element_bytes);
 }
 
+absl::Status CheckDeviceSources(const RankPlan& plan) {
+  for (const auto* transfers : {&plan.sends(), &plan.recvs()}) {
+    for (const TransferInfo& info : *transfers) {
+      if (!info.device_source || info.device) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          info.Describe(), " is held in device memory on rank ", info.src_rank,
+          " but read from host memory on rank ", info.dst_rank,
+          " (or its size is dynamic): the executor writes device memory into device slots "
+          "only; place its consumers on the device, or copy it to host memory before the "
+          "send"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckHostMemoryOnly(const RankPlan& plan, absl::string_view who) {
+  for (const auto* transfers : {&plan.sends(), &plan.recvs()}) {
+    for (const TransferInfo& info : *transfers) {
+      if (!info.device && !info.device_source) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          info.Describe(), " lives in device memory in the plan, and ", who,
+          " moves host memory only (device slots: the zero-copy executor over a device "
+          "transport, docs/device.md)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> RankPlan::IdOf(bool send, const std::string& tensor,
                                    int peer) const {
   for (const TransferInfo& info : send ? sends_ : recvs_) {

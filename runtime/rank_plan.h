@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "graph_analyzer/plan.pb.h"
 
@@ -96,6 +97,16 @@ class RankPlan {
   std::vector<int> send_links_;
   std::vector<int> peers_;
 };
+
+// For a communicator that never reads device memory with the CPU (the
+// executor): kFailedPrecondition naming the first transfer this rank sends
+// or receives that is held in device memory but lands in host memory.
+absl::Status CheckDeviceSources(const RankPlan& plan);
+
+// For a communicator that moves or checks every tensor with the CPU (gRPC,
+// rdma_copy, the replayer, named by `who`): kFailedPrecondition naming the
+// first transfer of this rank that lives in device memory at either end.
+absl::Status CheckHostMemoryOnly(const RankPlan& plan, absl::string_view who);
 
 // Metadata slot layout of a dynamic tensor (words of 8 bytes): sequence + 1,
 // byte count, source offset in the sender's pool, sender rank, then one word

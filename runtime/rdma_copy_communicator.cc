@@ -47,6 +47,7 @@ RdmaCopyCommunicator::Create(const plan::TransferPlan& plan,
         "rdma_copy needs ring_slots in 1..2^20 and chunk_bytes >= 64");
   }
   ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, transport.rank()));
+  RETURN_IF_ERROR(CheckHostMemoryOnly(rank_plan, "the rdma_copy communicator"));
   std::unique_ptr<RdmaCopyCommunicator> communicator(new RdmaCopyCommunicator(
       std::move(rank_plan), transport, store, options, copy_options));
   if (absl::Status status = communicator->SetUp(); !status.ok()) {

@@ -69,6 +69,7 @@ int64_t FindMismatch(uint64_t seed, int id, int64_t step, const std::byte* data,
 absl::StatusOr<std::unique_ptr<Replayer>> Replayer::Create(
     const plan::TransferPlan& plan, int rank, ReplayOptions options) {
   ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, rank));
+  RETURN_IF_ERROR(CheckHostMemoryOnly(rank_plan, "the replayer (it fills and checks tensors)"));
   if (!options.dynamic_dim) {
     options.dynamic_dim = [](const TransferInfo&, int64_t, int) -> int64_t {
       return 8;

@@ -2,7 +2,7 @@
 # Proves that another Bazel workspace can depend on rdmaflow in one step
 # (docs/using_rdmaflow.md): builds examples/bazel_consumer (its own
 # WORKSPACE: local_repository + rdmaflow_deps(), and its own .bazelrc
-# without rdmaflow's flags) from a clean output base, offline, together with
+# without rdmaflow's flags) offline, together with
 # every public target of rdmaflow (@rdmaflow//:all: the c10d backend, the
 # runtime, the Python module, the installed library, ...); runs its
 # two_rank_write with two ranks under plain torchrun; then checks that
@@ -20,7 +20,7 @@ for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
     --clean) clean=1 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "consumer_check: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done

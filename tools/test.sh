@@ -12,8 +12,8 @@
 #   5. the layering rules (tools/layering_check.sh: each rule's breaking
 #      probe must fail to build);
 #   6. rdmaflow as a dependency of another Bazel workspace
-#      (tools/consumer_check.sh: examples/bazel_consumer from a clean output
-#      base; CONSUMER_CHECK=0 skips).
+#      (tools/consumer_check.sh: examples/bazel_consumer in an output base
+#      of its own, kept between runs; CONSUMER_CHECK=0 skips).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -337,16 +337,6 @@ absl::StatusOr<DmaBuf> CudaDevice::ExportDmaBuf(const void* ptr, size_t bytes) {
         name_, ": exporting ", bytes, " bytes at ", absl::StrFormat("%p", ptr),
         " as a dma-buf: the range is not inside one allocation of this process on this device"));
   }
-  int supported = 0;
-  RETURN_IF_ERROR(CudaStatus(
-      cudaDeviceGetAttribute(&supported, static_cast<cudaDeviceAttr>(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED),
-                             device_),
-      "cudaDeviceGetAttribute(DMA_BUF_SUPPORTED)", device_));
-  if (supported == 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        name_, " cannot export memory as a dma-buf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0: "
-        "it needs Linux 5.12 or newer and the open GPU kernel modules)"));
-  }
   ASSIGN_OR_RETURN(GetHandleForAddressRange get_handle, HandleForAddressRangeFunction(device_));
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t start = at / page * page;
@@ -364,8 +354,14 @@ absl::StatusOr<DmaBuf> CudaDevice::ExportDmaBuf(const void* ptr, size_t bytes) {
     const std::string message =
         absl::StrCat(name_, ": cuMemGetHandleForAddressRange(DMA_BUF_FD) of ", end - start,
                      " bytes failed with CUresult ", static_cast<int>(result));
-    return result == CUDA_ERROR_NOT_SUPPORTED ? absl::UnimplementedError(message)
-                                              : absl::InternalError(message);
+    // The driver says NOT_SUPPORTED where the device or kernel cannot
+    // (dma-buf export needs Linux 5.12 or newer and the open GPU kernel
+    // modules); the device attribute that said so is deprecated.
+    return result == CUDA_ERROR_NOT_SUPPORTED
+               ? absl::UnimplementedError(absl::StrCat(
+                     message, " (not supported: dma-buf export needs Linux 5.12 or newer and "
+                              "NVIDIA's open GPU kernel modules)"))
+               : absl::InternalError(message);
   }
   return DmaBuf{UniqueFd(fd), at - start, bytes};
 }

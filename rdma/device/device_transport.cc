@@ -614,7 +614,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> DeviceTransport::Connect(const PeerInf
           StagingLink::Create(*host_, *runtime_, staging_, std::move(own), *directory, rank(),
                               directory_.data() +
                                   static_cast<size_t>(peer.rank) * staging_layout::kEntryBytes,
-                              ranges_));
+                              Incarnation(proto.host_address()), ranges_));
       if (it != links_.end()) {
         retired_links_.push_back(std::move(it->second));
         it->second = std::move(made);

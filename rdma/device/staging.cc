@@ -130,14 +130,21 @@ absl::StatusOr<std::optional<ChunkHeader>> ReadHeader(const std::byte* slot_head
   return header;
 }
 
-std::string SealEntry(const std::string& body) {
-  const uint64_t words[2] = {body.size(), Fnv1a(body.data(), body.size())};
+uint64_t Incarnation(const std::string& host_address) {
+  return Fnv1a(host_address.data(), host_address.size());
+}
+
+std::string SealEntry(const std::string& body, uint64_t incarnation) {
+  const uint64_t words[2] = {body.size(), Fnv1a(body.data(), body.size()) ^ incarnation};
   return std::string(reinterpret_cast<const char*>(words), sizeof(words)) + body;
 }
 
-std::string EncodeEntry(const RemoteRegion& link) { return SealEntry(link.Serialize()); }
+std::string EncodeEntry(const RemoteRegion& link, uint64_t incarnation) {
+  return SealEntry(link.Serialize(), incarnation);
+}
 
 absl::StatusOr<std::optional<RemoteRegion>> ReadEntry(const std::byte* entry, int peer,
+                                                      uint64_t incarnation,
                                                       const std::string& backend,
                                                       size_t link_bytes) {
   const uint64_t length = Load(entry);
@@ -148,12 +155,13 @@ absl::StatusOr<std::optional<RemoteRegion>> ReadEntry(const std::byte* entry, in
                                             " bytes (at most ", kMaxBody, ")"));
   }
   // One copy of the check word and the body; only the copy is used. A body
-  // that fails its check is being rewritten (or forged): not there yet.
+  // that fails its check is being rewritten (or forged), or an earlier
+  // incarnation of the peer left it: not there yet.
   uint64_t check = 0;
   std::memcpy(&check, entry + sizeof(uint64_t), sizeof(check));
   const std::string body(reinterpret_cast<const char*>(entry + layout::kEntryHeaderBytes),
                          length);
-  if (check != Fnv1a(body.data(), body.size())) return std::nullopt;
+  if (check != (Fnv1a(body.data(), body.size()) ^ incarnation)) return std::nullopt;
   absl::StatusOr<RemoteRegion> link = RemoteRegion::Parse(body);
   if (!link.ok()) {
     return absl::DataLossError(absl::StrCat("rank ", peer, "'s staging entry does not parse: ",
@@ -245,7 +253,7 @@ Completion Into(const std::shared_ptr<void>& keep, bool* done, absl::Status* sta
 absl::StatusOr<std::unique_ptr<StagingLink>> StagingLink::Create(
     Transport& host, device::DeviceRuntime& runtime, const StagingOptions& options,
     std::unique_ptr<Endpoint> endpoint, const RemoteRegion& peer_directory, int our_rank,
-    const std::byte* our_entry, std::shared_ptr<DeviceRanges> ranges) {
+    const std::byte* our_entry, uint64_t peer_incarnation, std::shared_ptr<DeviceRanges> ranges) {
   RETURN_IF_ERROR(CheckStagingOptions(options));
   if (endpoint == nullptr) return absl::InvalidArgumentError("a staging link needs an endpoint");
   const int peer_rank = endpoint->peer_rank();
@@ -264,6 +272,7 @@ absl::StatusOr<std::unique_ptr<StagingLink>> StagingLink::Create(
   link->runtime_ = &runtime;
   link->ranges_ = std::move(ranges);
   link->our_entry_ = our_entry;
+  link->peer_incarnation_ = peer_incarnation;
   link->peer_directory_ = peer_directory;
   ASSIGN_OR_RETURN(link->link_, host.Allocate(layout::LinkBytes(options)));
   ASSIGN_OR_RETURN(link->outbound_, host.Allocate(options.slots * options.slot_bytes));
@@ -276,7 +285,8 @@ absl::StatusOr<std::unique_ptr<StagingLink>> StagingLink::Create(
     runtime.UnpinHost(link->link_.data()).IgnoreError();
     return pinned;
   }
-  const std::string entry = EncodeEntry(link->link_.descriptor());
+  const std::string entry =
+      EncodeEntry(link->link_.descriptor(), Incarnation(host.address()));
   if (entry.size() > layout::kEntryBytes) {
     return absl::InternalError(absl::StrCat("a staging entry of ", entry.size(), " bytes"));
   }
@@ -374,7 +384,7 @@ absl::Status StagingLink::Advance(device::Stream& stream) {
   absl::Status status = Publish(endpoint);
   if (status.ok() && !peer_link_.has_value()) {
     absl::StatusOr<std::optional<RemoteRegion>> entry =
-        ReadEntry(our_entry_, peer_, backend_, layout::LinkBytes(options_));
+        ReadEntry(our_entry_, peer_, peer_incarnation_, backend_, layout::LinkBytes(options_));
     if (!entry.ok()) {
       status = entry.status();
     } else if (entry->has_value()) {

@@ -84,9 +84,9 @@ inline size_t DataOffset(size_t slots) { return RequestOffset(slots) + slots * k
 inline size_t LinkBytes(const StagingOptions& o) {
   return DataOffset(o.slots) + o.slots * o.slot_bytes;
 }
-// A directory entry: the body's length (0 while absent), a check word over
-// the body, then the body (a RemoteRegion of the link), in kEntryBytes per
-// rank.
+// A directory entry: the body's length (0 while absent), a check word (the
+// body's Fnv1a XOR the writer's incarnation), then the body (a RemoteRegion
+// of the link), in kEntryBytes per rank.
 constexpr size_t kEntryBytes = 1024;
 constexpr size_t kEntryHeaderBytes = 16;
 }  // namespace staging_layout
@@ -128,15 +128,22 @@ absl::StatusOr<std::optional<ChunkHeader>> ReadHeader(const std::byte* slot_head
                                                       uint64_t expected, size_t slots,
                                                       size_t slot_bytes, int peer);
 
-// The directory entry that publishes `link`, and one of any body (a forger
-// can seal what it likes: the check catches tearing, not forgery).
-std::string EncodeEntry(const RemoteRegion& link);
-std::string SealEntry(const std::string& body);
+// A process's incarnation: a digest of its host transport's address, which
+// a restarted process does not share with its earlier self.
+uint64_t Incarnation(const std::string& host_address);
+// The directory entry that publishes `link` for the writer's `incarnation`,
+// and one of any body (a forger can seal what it likes: the check catches
+// tearing and stale entries, not forgery).
+std::string EncodeEntry(const RemoteRegion& link, uint64_t incarnation);
+std::string SealEntry(const std::string& body, uint64_t incarnation);
 // The link `peer` published at `entry` (copied once here): nullopt while
-// absent or caught half rewritten (its check fails); kDataLoss naming the
-// peer for a malformed one, or one that is not a host region of `peer` on
-// `backend` of at least `link_bytes`.
+// absent, caught half rewritten, or left by another incarnation of the peer
+// than `incarnation` (a peer that restarted: its new entry is yet to come)
+// -- the check word tells all three; kDataLoss naming the peer for a
+// malformed one, or one that is not a host region of `peer` on `backend`
+// of at least `link_bytes`.
 absl::StatusOr<std::optional<RemoteRegion>> ReadEntry(const std::byte* entry, int peer,
+                                                      uint64_t incarnation,
                                                       const std::string& backend,
                                                       size_t link_bytes);
 
@@ -163,11 +170,13 @@ class StagingLink {
   // the outbound slots, and publishes the link into the peer's directory
   // through `endpoint` (a host endpoint to the peer of the link's own) as
   // Advance runs. `our_entry` is where the peer publishes its link in our
-  // directory.
+  // directory; only an entry of `peer_incarnation` is taken (Incarnation()
+  // of the peer's host address, as Connect was given it).
   static absl::StatusOr<std::unique_ptr<StagingLink>> Create(
       Transport& host, device::DeviceRuntime& runtime, const StagingOptions& options,
       std::unique_ptr<Endpoint> endpoint, const RemoteRegion& peer_directory, int our_rank,
-      const std::byte* our_entry, std::shared_ptr<DeviceRanges> ranges);
+      const std::byte* our_entry, uint64_t peer_incarnation,
+      std::shared_ptr<DeviceRanges> ranges);
   ~StagingLink();
 
   // Queues [src, src + length) for the peer's device address `address`:
@@ -228,6 +237,7 @@ class StagingLink {
   device::DeviceRuntime* runtime_ = nullptr;
   std::shared_ptr<DeviceRanges> ranges_;
   const std::byte* our_entry_ = nullptr;
+  uint64_t peer_incarnation_ = 0;  // of the entry our_entry_ must hold
   // Ours: the peer writes chunks and credits here. Outbound: the slots our
   // device copies fill, and the headers and credit word we write from.
   MemoryRegion link_;

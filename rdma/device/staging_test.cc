@@ -153,18 +153,38 @@ std::vector<std::byte> Entry(const std::string& bytes) {
   return entry;
 }
 
+// The incarnation of rank 3 the reader expects (Incarnation of its host
+// address).
+const uint64_t kPeer = Incarnation("rank 3's host address");
+
 TEST(StagingEntryTest, APublishedLinkIsReadAndAnAbsentOneIsNotThereYet) {
   ASSERT_OK_AND_ASSIGN(std::optional<RemoteRegion> link,
-                       ReadEntry(Entry(EncodeEntry(Link(3, "ucx", 1 << 20))).data(), 3, "ucx",
-                                 1 << 20));
+                       ReadEntry(Entry(EncodeEntry(Link(3, "ucx", 1 << 20), kPeer)).data(), 3,
+                                 kPeer, "ucx", 1 << 20));
   ASSERT_TRUE(link.has_value());
   EXPECT_EQ(link->length, 1u << 20);
-  EXPECT_TRUE(Absent(ReadEntry(Entry("").data(), 3, "ucx", 1 << 20)));
+  EXPECT_TRUE(Absent(ReadEntry(Entry("").data(), 3, kPeer, "ucx", 1 << 20)));
+}
+
+// A peer that restarted: what its earlier self wrote into our directory
+// stays there until the new one writes over it, and must not be taken for
+// the new link (its region is gone).
+TEST(StagingEntryTest, AnEntryOfAnEarlierIncarnationIsNotThereYet) {
+  const uint64_t earlier = Incarnation("rank 3's host address before it restarted");
+  ASSERT_NE(earlier, kPeer);
+  EXPECT_TRUE(Absent(
+      ReadEntry(Entry(EncodeEntry(Link(3, "ucx", 1 << 20), earlier)).data(), 3, kPeer, "ucx",
+                1 << 20)));
+  ASSERT_OK_AND_ASSIGN(
+      std::optional<RemoteRegion> link,
+      ReadEntry(Entry(EncodeEntry(Link(3, "ucx", 1 << 20), kPeer)).data(), 3, kPeer, "ucx",
+                1 << 20));
+  EXPECT_TRUE(link.has_value());
 }
 
 TEST(StagingEntryTest, ForgedEntriesAreDataLossNamingThePeer) {
   auto read = [](const std::string& bytes) {
-    return ReadEntry(Entry(bytes).data(), 3, "ucx", 1 << 20);
+    return ReadEntry(Entry(bytes).data(), 3, kPeer, "ucx", 1 << 20);
   };
   // A length past the entry, garbage, another rank's, another backend's, a
   // device region, too small a region.
@@ -172,19 +192,21 @@ TEST(StagingEntryTest, ForgedEntriesAreDataLossNamingThePeer) {
   EXPECT_THAT(read(std::string(reinterpret_cast<const char*>(&huge), 8)),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("claims")));
   // Garbage sealed as a forger would: it checks, and does not parse.
-  EXPECT_THAT(read(SealEntry("0123456789")),
+  EXPECT_THAT(read(SealEntry("0123456789", kPeer)),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("does not parse")));
   // A body whose check word does not match: half rewritten, not there yet.
-  std::string torn = EncodeEntry(Link(3, "ucx", 1 << 20));
+  std::string torn = EncodeEntry(Link(3, "ucx", 1 << 20), kPeer);
   torn[staging_layout::kEntryHeaderBytes + 3] ^= 0x20;
   EXPECT_TRUE(Absent(read(torn)));
-  EXPECT_THAT(read(EncodeEntry(Link(4, "ucx", 1 << 20))),
+  EXPECT_THAT(read(EncodeEntry(Link(4, "ucx", 1 << 20), kPeer)),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("rank 3")));
-  EXPECT_THAT(read(EncodeEntry(Link(3, "ibverbs", 1 << 20))), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(read(EncodeEntry(Link(3, "ibverbs", 1 << 20), kPeer)),
+              StatusIs(absl::StatusCode::kDataLoss));
   RemoteRegion device = Link(3, "ucx", 1 << 20);
   device.memory_kind = device::MemoryKind::kDevice;
-  EXPECT_THAT(read(EncodeEntry(device)), StatusIs(absl::StatusCode::kDataLoss));
-  EXPECT_THAT(read(EncodeEntry(Link(3, "ucx", 4096))), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(read(EncodeEntry(device, kPeer)), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(read(EncodeEntry(Link(3, "ucx", 4096), kPeer)),
+              StatusIs(absl::StatusCode::kDataLoss));
 }
 
 // A peer rewrites its entry between two links and garbage while it is read:
@@ -202,13 +224,13 @@ TEST(StagingEntryTest, AnEntryRewrittenWhileItIsReadIsReadWholeOrNotAtAll) {
   std::vector<std::byte> entry(staging_layout::kEntryBytes);
   auto writer = testing::RacingWriter::Flipping(
       absl::MakeSpan(entry), 0,
-      {image(EncodeEntry(one)), std::vector<std::byte>(staging_layout::kEntryBytes,
+      {image(EncodeEntry(one, kPeer)), std::vector<std::byte>(staging_layout::kEntryBytes,
                                                        std::byte{0xa5}),
-       image(EncodeEntry(two))});
+       image(EncodeEntry(two, kPeer))});
   int read = 0;
   for (int i = 0; i < 20000 || (read == 0 && i < 2000000); ++i) {
     absl::StatusOr<std::optional<RemoteRegion>> link =
-        ReadEntry(entry.data(), 3, "ucx", 1 << 20);
+        ReadEntry(entry.data(), 3, kPeer, "ucx", 1 << 20);
     if (!link.ok()) {
       EXPECT_THAT(link.status(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("claims")));
       continue;

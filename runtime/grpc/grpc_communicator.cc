@@ -348,6 +348,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGrpcCommunicator(
     return absl::InvalidArgumentError("grpc queue_depth must be at least 1");
   }
   ASSIGN_OR_RETURN(RankPlan rank_plan, RankPlan::Create(plan, rank));
+  RETURN_IF_ERROR(CheckHostMemoryOnly(rank_plan, "the gRPC communicator"));
   auto communicator = std::make_unique<GrpcCommunicator>(
       std::move(rank_plan), store, options, grpc_options);
   RETURN_IF_ERROR(communicator->SetUp());

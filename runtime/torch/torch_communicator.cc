@@ -82,6 +82,8 @@ absl::StatusOr<at::Tensor> TorchCommunicator::Recv(int id) {
   if (info->device) return DeviceTensorError(*info);
   ASSIGN_OR_RETURN(at::ScalarType dtype, ToScalarType(info->spec.dtype()));
   ASSIGN_OR_RETURN(ReceivedTensor received, communicator_->Recv(id));
+  // Never device memory wrapped as a CPU tensor, whatever the plan says.
+  if (received.on_device()) return DeviceTensorError(*info);
   const std::vector<int64_t> shape = received.shape();
   std::byte* data = received.data();
   // from_blob's deleter must be copyable: hold the lease through a pointer.
