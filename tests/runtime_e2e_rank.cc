@@ -109,18 +109,23 @@ absl::Status RunRuntimeRank(const std::string& mode) {
     return absl::InternalError("rank 0 kept sending to a dead rank");
   }
   if (parts[0] == "exit_before_post" && parts.size() == 2) {
-    // Rank 1 (the receiver) exits right after set-up, before rank 0 posts
-    // anything to it. Rank 0's regions of rank 1 were prepared at set-up
-    // (Endpoint::Prepare), so its first posts find a gone peer and fail
-    // with kUnavailable, never a fault in UCX unpacking a removed
-    // segment's key.
+    // Rank 1 (the receiver) exits right after both ranks' set-up, before
+    // rank 0 posts anything to it. Rank 0's regions of rank 1 were prepared
+    // at set-up (Endpoint::Prepare), so its first posts find a gone peer and
+    // fail with kUnavailable, never a fault in UCX unpacking a removed
+    // segment's key. (A peer gone before rank 0's set-up has prepared its
+    // regions is the conformance suite's
+    // RegionOfAPeerDeadBeforeItsFirstUseIsAnError.)
     const plan::TransferPlan plan = OneTensorPlan();
     ASSIGN_OR_RETURN(auto communicator,
                      runtime::CreateCommunicator(parts[1], plan, *transport, *store, options));
     if (rank == 1) {
+      // A rank's set-up may end before its peer's has prepared: wait.
+      RETURN_IF_ERROR(store->Get("sender_set_up", absl::Seconds(60)).status());
       RETURN_IF_ERROR(store->Set("receiver_pid", absl::StrCat(getpid())));
       _exit(0);  // no shutdown, nothing posted to it yet
     }
+    RETURN_IF_ERROR(store->Set("sender_set_up", "1"));
     ASSIGN_OR_RETURN(std::string pid_text, store->Get("receiver_pid", absl::Seconds(60)));
     int pid = 0;
     if (!absl::SimpleAtoi(pid_text, &pid) || pid <= 0) {

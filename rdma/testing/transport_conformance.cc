@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "rdma/slice.h"
@@ -511,6 +512,81 @@ bool ReceiveBytes(int fd, std::string* out) {
   return true;
 }
 
+// Rank 1 of the dying-peer tests: a child process where the backend is
+// multi-process, else a transport of this process. Holds a 1 MiB region
+// (`target`) that rank 0 may write.
+struct MortalPeer {
+  pid_t child = -1;
+  std::unique_ptr<Transport> transport;  // in-process only
+  std::unique_ptr<Endpoint> back;        // connect_both_ways
+  std::optional<MemoryRegion> region;    // in-process only
+  PeerInfo info;
+  RemoteRegion target;
+
+  MortalPeer() = default;
+  MortalPeer(const MortalPeer&) = delete;
+  MortalPeer& operator=(const MortalPeer&) = delete;
+  ~MortalPeer() {
+    if (child > 0) {
+      kill(child, SIGKILL);
+      waitpid(child, nullptr, 0);
+    }
+  }
+
+  absl::Status Start(const ConformanceBackend& backend, RankFactory& factory,
+                     const Transport& rank0) {
+    if (!backend.multi_process) {
+      ASSIGN_OR_RETURN(transport, factory(1));
+      ASSIGN_OR_RETURN(region, AllocateFor(backend, *transport, 1 << 20));
+      info = PeerInfo{1, transport->address()};
+      target = region->descriptor();
+      if (backend.connect_both_ways) {
+        ASSIGN_OR_RETURN(back, transport->Connect(PeerInfo{0, rank0.address()}));
+      }
+      return absl::OkStatus();
+    }
+    int fds[2];
+    if (pipe(fds) != 0) return absl::InternalError("pipe failed");
+    child = fork();
+    if (child < 0) return absl::InternalError("fork failed");
+    if (child == 0) {
+      close(fds[0]);
+      setenv(kChildEnv, backend.name.c_str(), 1);
+      setenv(kChildFdEnv, absl::StrCat(fds[1]).c_str(), 1);
+      execl("/proc/self/exe", "conformance_child", nullptr);
+      _exit(127);
+    }
+    close(fds[1]);
+    std::string address, descriptor;
+    const bool received =
+        ReceiveBytes(fds[0], &address) && ReceiveBytes(fds[0], &descriptor);
+    close(fds[0]);
+    if (!received) {
+      return absl::InternalError(
+          "the child process did not publish its address and region");
+    }
+    info = PeerInfo{1, address};
+    ASSIGN_OR_RETURN(target, RemoteRegion::Parse(descriptor));
+    return absl::OkStatus();
+  }
+
+  // SIGKILL and reap the process; destroy an in-process peer.
+  absl::Status Kill() {
+    if (child > 0) {
+      const pid_t pid = std::exchange(child, -1);
+      if (kill(pid, SIGKILL) != 0) return absl::InternalError("kill failed");
+      if (waitpid(pid, nullptr, 0) != pid) {
+        return absl::InternalError("waitpid failed");
+      }
+      return absl::OkStatus();
+    }
+    region.reset();
+    back.reset();
+    transport.reset();
+    return absl::OkStatus();
+  }
+};
+
 TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
   const ConformanceBackend& backend = GetParam();
   RankFactory factory = backend.new_group();
@@ -522,44 +598,10 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
   std::unique_ptr<Transport> a = *std::move(created);
   ASSERT_OK_AND_ASSIGN(MemoryRegion local, AllocateFor(backend, *a, 4096));
 
-  std::unique_ptr<Transport> b;  // In-process peer.
-  std::unique_ptr<Endpoint> ba;  // connect_both_ways
-  pid_t child = -1;
-  PeerInfo peer;
-  RemoteRegion target;
-  if (backend.multi_process) {
-    int fds[2];
-    ASSERT_EQ(pipe(fds), 0);
-    child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      close(fds[0]);
-      setenv(kChildEnv, backend.name.c_str(), 1);
-      setenv(kChildFdEnv, absl::StrCat(fds[1]).c_str(), 1);
-      execl("/proc/self/exe", "conformance_child", nullptr);
-      _exit(127);
-    }
-    close(fds[1]);
-    std::string address, descriptor;
-    ASSERT_TRUE(ReceiveBytes(fds[0], &address))
-        << "child process did not publish its address";
-    ASSERT_TRUE(ReceiveBytes(fds[0], &descriptor));
-    close(fds[0]);
-    peer = PeerInfo{1, address};
-    ASSERT_OK_AND_ASSIGN(target, RemoteRegion::Parse(descriptor));
-  } else {
-    ASSERT_OK_AND_ASSIGN(b, factory(1));
-    peer = PeerInfo{1, b->address()};
-  }
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab, a->Connect(peer));
-  std::optional<MemoryRegion> in_process_region;
-  if (b != nullptr) {
-    ASSERT_OK_AND_ASSIGN(in_process_region, AllocateFor(backend, *b, 1 << 20));
-    target = in_process_region->descriptor();
-    if (backend.connect_both_ways) {
-      ASSERT_OK_AND_ASSIGN(ba, b->Connect(PeerInfo{0, a->address()}));
-    }
-  }
+  MortalPeer b;
+  ASSERT_OK(b.Start(backend, factory, *a));
+  const RemoteRegion& target = b.target;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab, a->Connect(b.info));
 
   // Alive: a write and a flush succeed.
   auto run = [&](bool with_flush) -> absl::Status {
@@ -572,7 +614,7 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
       if (!posted.ok()) flush.calls = 1;
     }
     absl::Status driven = Drive({a.get()}, [&] {
-      if (b) b->Progress().IgnoreError();
+      if (b.transport) b.transport->Progress().IgnoreError();
       return write.calls > 0 && (!with_flush || flush.calls > 0);
     });
     if (!driven.ok()) return driven;
@@ -591,15 +633,7 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
   }
 
   // Kill the peer: SIGKILL for a process, destruction for an in-process one.
-  if (child > 0) {
-    ASSERT_EQ(kill(child, SIGKILL), 0);
-    int wstatus = 0;
-    ASSERT_EQ(waitpid(child, &wstatus, 0), child);
-  } else {
-    in_process_region.reset();
-    ba.reset();
-    b.reset();
-  }
+  ASSERT_OK(b.Kill());
 
   // Each pending operation ends exactly once: done before the death, or
   // failed naming the peer; never left hanging.
@@ -625,6 +659,44 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
   // And new operations keep failing, without hanging.
   EXPECT_THAT(run(false), StatusIs(absl::StatusCode::kUnavailable,
                                    HasSubstr("rank 1")));
+}
+
+// A peer that dies before rank 0 first touches its region: the first use
+// (Prepare, then a post) is an error naming the peer, never a crash. UCX
+// 1.13 unpacking the key of a dead same-host peer's shared memory faults
+// inside UCX (docs/rdma.md), so the UCX backend must not get that far.
+TEST_P(TransportConformanceTest, RegionOfAPeerDeadBeforeItsFirstUseIsAnError) {
+  const ConformanceBackend& backend = GetParam();
+  RankFactory factory = backend.new_group();
+  absl::StatusOr<std::unique_ptr<Transport>> created = factory(0);
+  if (absl::IsUnavailable(created.status())) {
+    GTEST_SKIP() << created.status().message();
+  }
+  ASSERT_OK(created.status());
+  std::unique_ptr<Transport> a = *std::move(created);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, AllocateFor(backend, *a, 4096));
+  MortalPeer b;
+  ASSERT_OK(b.Start(backend, factory, *a));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab, a->Connect(b.info));
+  ASSERT_OK(b.Kill());
+
+  // Prepare may not know yet (a backend that needs nothing says OK).
+  EXPECT_THAT(ab->Prepare(b.target),
+              AnyOf(IsOk(), StatusIs(absl::StatusCode::kUnavailable,
+                                     HasSubstr("rank 1"))));
+  // A write is refused, or fails, naming the peer, within the bound.
+  const absl::Time deadline = absl::Now() + kTimeout;
+  absl::Status failure;
+  while (failure.ok() && absl::Now() < deadline) {
+    CallbackProbe write;
+    failure = ab->PostWrite({&local, 0, 4096}, {&b.target, 0, 4096},
+                            std::nullopt, write.Callback());
+    if (!failure.ok()) break;
+    failure = Drive({a.get()}, [&] { return write.calls > 0; });
+    if (failure.ok()) failure = write.status;
+  }
+  EXPECT_THAT(failure, StatusIs(absl::StatusCode::kUnavailable,
+                                HasSubstr("rank 1")));
 }
 
 }  // namespace

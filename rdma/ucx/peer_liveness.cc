@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,21 +55,50 @@ std::string ReadBootId() {
   return id;
 }
 
-// State letter and start time from a /proc/<pid>/stat file; false if it
-// cannot be read (no such process).
-bool ReadStat(const std::string& path, char* state, uint64_t* start_time) {
-  std::ifstream file(path);
-  std::string line;
-  if (!std::getline(file, line)) return false;
+// PF_EXITING in a task's flags (include/linux/sched.h): set as the task
+// starts to exit, before it closes its files or unmaps its memory.
+constexpr uint64_t kExitingFlag = 0x4;
+
+struct StatFields {
+  char state = '?';
+  uint64_t flags = 0;
+  uint64_t start_time = 0;
+};
+
+// The fields of a /proc/<pid>/stat line we use; nullopt when malformed.
+std::optional<StatFields> ParseStat(absl::string_view line) {
   // The command name (field 2) is in parentheses and may hold spaces.
   const size_t close = line.rfind(')');
-  if (close == std::string::npos || close + 2 > line.size()) return false;
-  std::vector<std::string> fields =
+  if (close == absl::string_view::npos || close + 2 > line.size()) {
+    return std::nullopt;
+  }
+  std::vector<absl::string_view> fields =
       absl::StrSplit(line.substr(close + 2), ' ', absl::SkipEmpty());
-  // After the name: field 3 is the state, field 22 the start time.
-  if (fields.size() < 20) return false;
-  *state = fields[0].empty() ? '?' : fields[0][0];
-  return absl::SimpleAtoi(fields[19], start_time);
+  // After the name: field 3 is the state, 9 the flags, 22 the start time.
+  if (fields.size() < 20 || fields[0].empty()) return std::nullopt;
+  StatFields parsed;
+  parsed.state = fields[0][0];
+  if (!absl::SimpleAtoi(fields[6], &parsed.flags) ||
+      !absl::SimpleAtoi(fields[19], &parsed.start_time)) {
+    return std::nullopt;
+  }
+  return parsed;
+}
+
+// The fields of a /proc/<pid>/stat file; nullopt if it cannot be read (no
+// such process) or is malformed.
+std::optional<StatFields> ReadStat(const std::string& path) {
+  std::ifstream file(path);
+  std::string line;
+  if (!std::getline(file, line)) return std::nullopt;
+  return ParseStat(line);
+}
+
+// Whether a process whose stat reads `stat` is not (or no longer) the one
+// started at `start_time`: unreadable, a zombie, exiting, or another one.
+bool IsGone(const std::optional<StatFields>& stat, uint64_t start_time) {
+  return !stat.has_value() || stat->state == 'Z' || stat->state == 'X' ||
+         (stat->flags & kExitingFlag) != 0 || stat->start_time != start_time;
 }
 
 NamespaceId ReadPidNamespace() {
@@ -145,10 +175,8 @@ absl::StatusOr<ProcessIdentity> ProcessIdentity::Decode(
 ProcessIdentity SelfIdentity() {
   ProcessIdentity self;
   self.pid = static_cast<uint32_t>(getpid());
-  char state = '?';
-  if (!ProcIsOurs() || !ReadStat("/proc/self/stat", &state, &self.start_time)) {
-    self.start_time = 0;
-  }
+  const std::optional<StatFields> stat = ReadStat("/proc/self/stat");
+  self.start_time = ProcIsOurs() && stat.has_value() ? stat->start_time : 0;
   self.boot_id = ReadBootId();
   self.pid_namespace = ReadPidNamespace();
   return self;
@@ -161,14 +189,13 @@ bool CanWatchProcess(const ProcessIdentity& self, const ProcessIdentity& peer) {
          peer.start_time != 0;
 }
 
+bool StatSaysGone(absl::string_view stat_line, uint64_t start_time) {
+  return IsGone(ParseStat(stat_line), start_time);
+}
+
 bool IsProcessGone(const ProcessIdentity& peer) {
-  char state = '?';
-  uint64_t start_time = 0;
-  if (!ReadStat(absl::StrCat("/proc/", peer.pid, "/stat"), &state,
-                &start_time)) {
-    return true;
-  }
-  return state == 'Z' || state == 'X' || start_time != peer.start_time;
+  return IsGone(ReadStat(absl::StrCat("/proc/", peer.pid, "/stat")),
+                peer.start_time);
 }
 
 }  // namespace rdmaflow::rdma::ucx

@@ -67,9 +67,16 @@ ProcessIdentity SelfIdentity();
 // /proc cannot be trusted; such a peer's death is unknowable here.
 bool CanWatchProcess(const ProcessIdentity& self, const ProcessIdentity& peer);
 
-// For a peer that CanWatchProcess(): true once it has exited (no such pid, a
-// zombie, or the pid now names a newer process).
+// For a peer that CanWatchProcess(): true once it has exited or begun to
+// (no such pid, a zombie, exiting (PF_EXITING: it may have closed its files
+// already, so its shared memory no longer attaches), or the pid now names a
+// newer process).
 bool IsProcessGone(const ProcessIdentity& peer);
+
+// IsProcessGone's reading of a /proc/<pid>/stat line, for tests: true when
+// malformed, a zombie, exiting, or started at another time than
+// `start_time`.
+bool StatSaysGone(absl::string_view stat_line, uint64_t start_time);
 
 }  // namespace rdmaflow::rdma::ucx
 

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -128,6 +129,26 @@ TEST(IsProcessGoneTest, SeesLiveAndReapedProcesses) {
   dead.pid = static_cast<uint32_t>(child);
   ASSERT_EQ(waitpid(child, nullptr, 0), child);
   EXPECT_TRUE(IsProcessGone(dead));
+}
+
+TEST(StatSaysGoneTest, ReadsStateFlagsAndStartTime) {
+  // A /proc/<pid>/stat line: the name may hold spaces and parentheses.
+  auto line = [](char state, uint64_t flags, uint64_t start) {
+    return absl::StrCat("4242 (a (b) c) ", std::string(1, state),
+                        " 1 4242 4242 0 -1 ", flags,
+                        " 0 0 0 0 0 0 0 0 20 0 1 0 ", start,
+                        " 1000 100 18446744073709551615");
+  };
+  EXPECT_FALSE(StatSaysGone(line('S', 0x400000, 777), 777));
+  EXPECT_FALSE(StatSaysGone(line('R', 0x400040, 777), 777));
+  EXPECT_TRUE(StatSaysGone(line('Z', 0x400000, 777), 777));
+  EXPECT_TRUE(StatSaysGone(line('X', 0x400000, 777), 777));
+  // Exiting (PF_EXITING) while still running: its files may be closed.
+  EXPECT_TRUE(StatSaysGone(line('R', 0x400004, 777), 777));
+  EXPECT_TRUE(StatSaysGone(line('S', 0x400000, 778), 777));  // a newer process
+  EXPECT_TRUE(StatSaysGone("", 777));
+  EXPECT_TRUE(StatSaysGone("4242 (truncated) S 1 2", 777));
+  EXPECT_TRUE(StatSaysGone(line('S', 0, 777).substr(0, 40), 777));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "rdma/slice.h"
 #include "rdma/ucx/envelope.h"
+#include "rdma/ucx/peer_liveness.h"
 #include "rdma/ucx/ucx_status.h"
 #include "rdma/ucx/ucx_transport.h"
 
@@ -188,6 +189,12 @@ absl::StatusOr<ucp_rkey_h> UcxEndpoint::UnpackKey(const RemoteRegion& region) {
     return absl::InvalidArgumentError(
         absl::StrCat(buffer.status().message(), " in ", region.DebugString()));
   }
+  // UCX 1.13 faults, rather than failing, when it cannot attach a key's
+  // shared-memory segment (its error path releases keys it never unpacked;
+  // fixed in UCX 1.19), and a dead peer's segment cannot be attached. So a
+  // watched peer is checked first. What remains is a peer that dies within
+  // the microseconds between this check and UCX's attach (docs/rdma.md).
+  if (UcxOps::NoticeExitedPeer(*state_)) return state_->failure;
   ucp_rkey_h rkey = nullptr;
   ucs_status_t status = ucp_ep_rkey_unpack(state_->ep, buffer->data(), &rkey);
   if (status != UCS_OK) {
@@ -315,6 +322,17 @@ absl::Status UcxEndpoint::Close() {
 void UcxOps::DestroyRemoteKeys(UcxEndpointState& state) {
   for (auto& [key, rkey] : state.rkeys) ucp_rkey_destroy(rkey);
   state.rkeys.clear();
+}
+
+bool UcxOps::NoticeExitedPeer(UcxEndpointState& state) {
+  if (!state.watched || !IsProcessGone(state.peer_identity)) return false;
+  if (state.failure.ok()) {
+    state.failure = absl::UnavailableError(
+        absl::StrCat("peer rank ", state.peer_rank, " (pid ",
+                     state.peer_identity.pid,
+                     ") has exited; its operations cannot complete"));
+  }
+  return true;
 }
 
 void UcxOps::AbandonInFlight(UcxEndpointState& state) {

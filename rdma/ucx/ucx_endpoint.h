@@ -82,6 +82,11 @@ struct UcxOps {
 
   static void DestroyRemoteKeys(UcxEndpointState& state);
 
+  // For a watched peer (same host and PID namespace) whose process has
+  // exited or begun to: records the endpoint's failure, naming the peer,
+  // unless it has one. Returns whether the peer is gone.
+  static bool NoticeExitedPeer(UcxEndpointState& state);
+
   // The status an operation reports for UCX's `status`: the endpoint's
   // failure (naming the peer) once it failed, kCancelled once closed.
   static absl::Status Translate(const UcxOp& op, ucs_status_t status);

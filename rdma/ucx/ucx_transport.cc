@@ -432,13 +432,7 @@ void UcxTransport::WatchPeers() {
       watched_.pop_back();
       continue;
     }
-    if (IsProcessGone(state->peer_identity)) {
-      if (state->failure.ok()) {
-        state->failure = absl::UnavailableError(absl::StrCat(
-            "peer rank ", state->peer_rank, " (pid ",
-            state->peer_identity.pid,
-            ") has exited; its operations cannot complete"));
-      }
+    if (UcxOps::NoticeExitedPeer(*state)) {
       absl::Status released = UcxOps::ReleaseEndpoint(state);
       if (!released.ok()) {
         std::fprintf(stderr, "rdmaflow: %s\n", released.ToString().c_str());
