@@ -2,6 +2,7 @@
 #include "collectives/allreduce_group.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -41,13 +42,17 @@ absl::StatusOr<Hierarchy> ParseHierarchy(absl::string_view text) {
 namespace {
 
 HostAllReduceOptions HostOptions(const std::string& name, const RingAllReduceOptions& ring,
-                                 const AllReduceGroupOptions& options) {
+                                 const AllReduceGroupOptions& options, DataMover* mover) {
+  const bool device = mover != nullptr;
   HostAllReduceOptions host;
   host.name = name;
-  host.one_shot_max_bytes = std::min(options.one_shot_max_bytes, ring.capacity_bytes);
-  host.chunk_bytes = options.host_chunk_bytes;
+  host.one_shot_max_bytes =
+      std::min(device ? options.device_one_shot_max_bytes : options.one_shot_max_bytes,
+               ring.capacity_bytes);
+  host.chunk_bytes = device ? options.device_chunk_bytes : options.host_chunk_bytes;
   host.timeout = ring.timeout;
   host.loop = ring.loop;
+  host.mover = mover;
   return host;
 }
 
@@ -77,9 +82,14 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
     ring.loop = group->own_loop_.get();
   }
   group->ring_options_timeout_ = ring.timeout;
-  ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(ring.capacity_bytes));
-  group->data_ = std::make_shared<rdma::MemoryRegion>(std::move(data));
-  ring.data = group->data_;
+  if (options.device == nullptr) {
+    ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(ring.capacity_bytes));
+    group->data_ = std::make_shared<rdma::MemoryRegion>(std::move(data));
+    ring.data = group->data_;
+  } else {
+    RETURN_IF_ERROR(group->SetUpDevice(transport, options, what));
+    ring.data = group->stage_;
+  }
 
   if (members.size() > 1) {
     RETURN_IF_ERROR(group->AgreeOnSettings(store, ns, ring.name, transport.rank(), options,
@@ -111,7 +121,7 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
     // ring, and both algorithms reduce it in place.
     absl::StatusOr<std::unique_ptr<HostAllReduce>> made = HostAllReduce::Create(
         transport, store, ns, std::move(members), *group->data_,
-        HostOptions(ring.name, ring, options));
+        HostOptions(ring.name, ring, options, group->mover_.get()));
     if (made.ok()) {
       group->host_ = *std::move(made);
     } else if (!absl::IsUnimplemented(made.status())) {
@@ -119,6 +129,25 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
     }
   }
   return group;
+}
+
+absl::Status AllReduceGroup::SetUpDevice(rdma::Transport& transport,
+                                         const AllReduceGroupOptions& options,
+                                         const std::string& what) {
+  rdma::device_path::DeviceTransport& device = *options.device;
+  if (static_cast<rdma::Transport*>(&device) != &transport) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": options.device must be the transport the group is created on"));
+  }
+  const size_t capacity = options.ring.capacity_bytes;
+  ASSIGN_OR_RETURN(rdma::MemoryRegion data, device.AllocateDevice(capacity));
+  data_ = std::make_shared<rdma::MemoryRegion>(std::move(data));
+  ASSIGN_OR_RETURN(mover_, DeviceDataMover::Create(device));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion stage, transport.Allocate(capacity));
+  RETURN_IF_ERROR(device.runtime().PinHost(stage.data(), stage.size()));
+  stage_ = std::make_shared<rdma::MemoryRegion>(std::move(stage));
+  runtime_ = &device.runtime();
+  return absl::OkStatus();
 }
 
 namespace {
@@ -136,7 +165,8 @@ absl::Status AllReduceGroup::AgreeOnSettings(rdma::Store& store, const std::stri
                                              absl::Duration timeout) {
   const std::string ours = absl::StrCat(
       "direct=", options.direct == DirectAccess::kAuto ? "auto" : "off",
-      " hierarchy=", options.hierarchy == Hierarchy::kAuto ? "auto" : "off");
+      " hierarchy=", options.hierarchy == Hierarchy::kAuto ? "auto" : "off",
+      " memory=", options.device == nullptr ? "host" : "device");
   auto key = [&](int member) { return absl::StrCat(ns, "/group/", name, "/", member, "/settings"); };
   RETURN_IF_ERROR(store.Set(key(rank), ours));
   for (int member : members_) {
@@ -171,7 +201,8 @@ absl::StatusOr<bool> AllReduceGroup::TryHierarchy(rdma::Transport& transport,
   if (local.size() > 1) {
     absl::StatusOr<std::unique_ptr<HostAllReduce>> made = HostAllReduce::Create(
         transport, store, ns, local, *data_,
-        HostOptions(absl::StrCat(ring.name, "-host", local.front()), ring, options));
+        HostOptions(absl::StrCat(ring.name, "-host", local.front()), ring, options,
+                    mover_.get()));
     if (made.ok()) {
       local_ = *std::move(made);
     } else if (absl::IsUnimplemented(made.status())) {
@@ -246,6 +277,16 @@ AllReduceGroup::~AllReduceGroup() {
   local_.reset();
   ring_.reset();
   leaders_.reset();
+  mover_.reset();
+  if (runtime_ != nullptr && stage_ != nullptr) {
+    // The stage stays mapped while a ring's neighbour may write into it;
+    // only the pinning ends.
+    absl::Status unpinned = runtime_->UnpinHost(stage_->data());
+    if (!unpinned.ok()) {
+      std::fprintf(stderr, "rdmaflow: all-reduce on rank %d: %s\n", rank(),
+                   unpinned.ToString().c_str());
+    }
+  }
   if (peers_may_read && data_ != nullptr) {
     std::fprintf(stderr,
                  "rdmaflow: all-reduce on rank %d: leaving its %zu-byte data region "
@@ -276,14 +317,70 @@ absl::Status AllReduceGroup::AllReduce(size_t offset, size_t count, DataType typ
       status = HierarchicalAllReduce(offset, count, type, op, variant);
       break;
     case AllReduceAlgorithm::kRing:
-      status = ring_->AllReduce(offset, count, type, op);
+      status = RingAllReduceOf(*ring_, offset, count, type, op);
       break;
     default:
       return host_->AllReduce(offset, count, type, op, variant, result);
   }
-  // Out of the range (which a result in the region may overlap).
-  if (status.ok() && result != nullptr && bytes > 0) std::memmove(result, data() + offset, bytes);
+  if (status.ok() && result != nullptr && bytes > 0) {
+    status = CopyResult(result, offset, bytes);
+  }
   return status;
+}
+
+absl::Status AllReduceGroup::CheckRange(size_t offset, size_t count, DataType type,
+                                        const char* what) const {
+  const size_t element = ElementSize(type);
+  if (offset % element != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " on rank ", rank(), ": offset ", offset, " is not aligned to ",
+        DataTypeName(type), " elements"));
+  }
+  if (offset > capacity() || count > (capacity() - offset) / element) {
+    return absl::OutOfRangeError(absl::StrCat(
+        what, " on rank ", rank(), ": ", count, " ", DataTypeName(type),
+        " elements at offset ", offset, " exceed its data region of ", capacity(), " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceGroup::RingAllReduceOf(RingAllReduce& ring, size_t offset,
+                                             size_t count, DataType type, ReduceOp op) {
+  if (mover_ == nullptr) return ring.AllReduce(offset, count, type, op);
+  // Every member checks the same arguments: refused on all alike, before
+  // a copy could leave the region.
+  RETURN_IF_ERROR(CheckRange(offset, count, type, "ring all-reduce of device memory"));
+  const size_t bytes = count * ElementSize(type);
+  std::byte* host = stage_->data() + offset;
+  const absl::Time deadline = absl::Now() + ring_options_timeout_;
+  RETURN_IF_ERROR(mover_->Copy(host, data() + offset, bytes));
+  RETURN_IF_ERROR(mover_->Fence(
+      deadline, absl::StrCat("copying ", bytes, " bytes of rank ", rank(),
+                             "'s device memory to host memory for the ring")));
+  RETURN_IF_ERROR(ring.AllReduce(offset, count, type, op));
+  RETURN_IF_ERROR(mover_->Copy(data() + offset, host, bytes));
+  return mover_->Fence(absl::Now() + ring_options_timeout_,
+                       absl::StrCat("copying the ring's result of ", bytes,
+                                    " bytes back to rank ", rank(), "'s device memory"));
+}
+
+absl::Status AllReduceGroup::CopyResult(std::byte* result, size_t offset, size_t bytes) {
+  const std::byte* range = data() + offset;
+  if (mover_ == nullptr) {
+    std::memmove(result, range, bytes);  // a result in the region may overlap
+    return absl::OkStatus();
+  }
+  const auto at = reinterpret_cast<uintptr_t>(result);
+  const auto from = reinterpret_cast<uintptr_t>(range);
+  if (at < from + bytes && from < at + bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all-reduce on rank ", rank(), ": a device result must not overlap the range it "
+        "comes from (its ", bytes, " bytes at offset ", offset, " of the data region)"));
+  }
+  RETURN_IF_ERROR(mover_->Copy(result, range, bytes));
+  return mover_->Fence(absl::Now() + ring_options_timeout_,
+                       absl::StrCat("copying rank ", rank(), "'s result of ", bytes,
+                                    " bytes out of the data region"));
 }
 
 absl::Status AllReduceGroup::HierarchicalAllReduce(size_t offset, size_t count,
@@ -291,22 +388,13 @@ absl::Status AllReduceGroup::HierarchicalAllReduce(size_t offset, size_t count,
                                                    uint8_t variant) {
   // Every member passes the same arguments, so a bad range is bad on all of
   // them: refused here, before any member waits for another.
+  RETURN_IF_ERROR(CheckRange(offset, count, type, "hierarchical all-reduce"));
   const size_t element = ElementSize(type);
-  if (offset % element != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hierarchical all-reduce on rank ", rank(), ": offset ", offset,
-        " is not aligned to ", DataTypeName(type), " elements"));
-  }
-  if (offset > capacity() || count > (capacity() - offset) / element) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "hierarchical all-reduce on rank ", rank(), ": ", count, " ", DataTypeName(type),
-        " elements at offset ", offset, " exceed its data region of ", capacity(), " bytes"));
-  }
   // 1. Our host's sum, at its leader (position 0 of the host).
   if (local_ != nullptr) RETURN_IF_ERROR(local_->Reduce(offset, count, type, op, 0, variant));
   // 2. The leaders' all-reduce across hosts.
   if (leaders_ != nullptr) {
-    absl::Status across = leaders_->AllReduce(offset, count, type, op);
+    absl::Status across = RingAllReduceOf(*leaders_, offset, count, type, op);
     if (!across.ok()) {
       // Our host's members wait for the broadcast: fail it at once.
       if (local_ != nullptr) local_->Abandon(across);

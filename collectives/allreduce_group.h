@@ -17,6 +17,13 @@
 //   ring                  anything else (verbs, TCP, one rank per host):
 //                         RingAllReduce's one-sided writes.
 //
+// On device memory (options.device, a DeviceTransport: docs/device.md) the
+// data region is device memory; the same-host paths reduce it in place on
+// the device (HostAllReduce with a DeviceDataMover: peers' regions mapped
+// by IPC), and the rings, flat or among the hosts' leaders, run on a pinned
+// host copy of the called range (a device-to-host copy before, host-to-
+// device after; the ring's reduction runs on the host).
+//
 // Hosts come from the members' host identities (collectives/host_groups.h)
 // and direct access is a capability of the transport (Endpoint::MapRemote);
 // both are found at Create() and agreed by all members through the store,
@@ -44,11 +51,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "collectives/device_data_mover.h"
 #include "collectives/host_allreduce.h"
 #include "collectives/host_groups.h"
 #include "collectives/reduce.h"
 #include "collectives/ring_allreduce.h"
+#include "device/device_runtime.h"
 #include "onesided/progress/progress_loop.h"
+#include "rdma/device/device_transport.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
 
@@ -99,6 +109,15 @@ struct AllReduceGroupOptions {
   // This rank's host identity; empty: LocalHostIdentity() (RDMAFLOW_HOST,
   // or host name, boot id and PID namespace).
   std::string host;
+  // Device memory: the DeviceTransport passed to Create() (the same
+  // object: kInvalidArgument otherwise), whose runtime holds the data
+  // region. Null: host memory. Every member must agree.
+  rdma::device_path::DeviceTransport* device = nullptr;
+  // Device memory, same-host paths: the one-shot limit and the
+  // scatter-gather's unit (one device event per chunk: keep it large), in
+  // place of one_shot_max_bytes and host_chunk_bytes.
+  size_t device_one_shot_max_bytes = size_t{256} << 10;
+  size_t device_chunk_bytes = size_t{16} << 20;
 };
 
 // Thread-compatible: one thread, the progress loop's.
@@ -112,7 +131,10 @@ class AllReduceGroup {
       std::vector<int> members, const AllReduceGroupOptions& options);
   ~AllReduceGroup();
 
+  // Host memory, or device memory with on_device() (then only device work
+  // of its runtime touches it: copies and kernels, never loads and stores).
   std::byte* data() const { return data_->data(); }
+  bool on_device() const { return mover_ != nullptr; }
   const rdma::MemoryRegion& data_region() const { return *data_; }
   size_t capacity() const { return data_->size(); }
   int size() const { return static_cast<int>(members_.size()); }
@@ -144,7 +166,11 @@ class AllReduceGroup {
   // buffer of count elements; nullptr: in place): the host paths write it
   // there directly (HostAllReduce::AllReduce: outside the data region, else
   // kInvalidArgument on every member), the ring and the hierarchy copy it
-  // out of the range. After an error it holds unspecified bytes.
+  // out of the range (on_device(): device memory outside the range, else
+  // kInvalidArgument after the call). After an error it holds unspecified
+  // bytes.
+  // On device memory a member whose copy to or from the host fails leaves
+  // the ring (its peers then wait out the timeout, naming it).
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0,
                          std::byte* result = nullptr);
@@ -163,6 +189,19 @@ class AllReduceGroup {
                                     const AllReduceGroupOptions& options);
   absl::Status HierarchicalAllReduce(size_t offset, size_t count, DataType type,
                                      ReduceOp op, uint8_t variant);
+  // kInvalidArgument / kOutOfRange for a range that is not the data
+  // region's (`what` names the algorithm).
+  absl::Status CheckRange(size_t offset, size_t count, DataType type,
+                          const char* what) const;
+  // `ring`'s all-reduce of the range: in place on host memory; on device
+  // memory, on stage_ between a copy there and one back.
+  absl::Status RingAllReduceOf(RingAllReduce& ring, size_t offset, size_t count,
+                               DataType type, ReduceOp op);
+  // The range's result into `result` (device memory: outside the range).
+  absl::Status CopyResult(std::byte* result, size_t offset, size_t bytes);
+  // Sets up device memory: the mover and the rings' pinned host stage.
+  absl::Status SetUpDevice(rdma::Transport& transport, const AllReduceGroupOptions& options,
+                           const std::string& what);
   // Every member publishes its direct and hierarchy options and checks the
   // others': kFailedPrecondition naming a member whose differ (they would
   // take another path and leave the others waiting).
@@ -174,6 +213,11 @@ class AllReduceGroup {
   int position_ = 0;
   std::unique_ptr<onesided::ProgressLoop> own_loop_;  // when options' is null
   std::shared_ptr<rdma::MemoryRegion> data_;  // every algorithm's region
+  // Device memory: the same-host paths' mover (outlives them), and the
+  // rings' region: host memory pinned by `runtime_`.
+  std::unique_ptr<DeviceDataMover> mover_;
+  std::shared_ptr<rdma::MemoryRegion> stage_;
+  device::DeviceRuntime* runtime_ = nullptr;
   std::unique_ptr<RingAllReduce> ring_;  // over every member; null if hierarchical
   std::unique_ptr<HostAllReduce> host_;  // every member, one host; else null
   // Hierarchical: our host's members (null when we are alone on it), and

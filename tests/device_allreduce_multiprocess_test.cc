@@ -9,7 +9,14 @@
 // max; a reduce to a root and a broadcast; a type the device cannot reduce
 // refused on every member alike; a device fault on one member failing
 // every member's call by name; a member on host memory refused by the
-// others' layout check. The test binary re-executes itself per rank
+// others' layout check.
+// AllReduceGroup on device memory (options.device) takes each of its paths:
+// two members of one host (the same-host paths in place), three hosts of
+// one member (the flat ring on pinned host copies) and two hosts of two
+// (hierarchical: the device reduce to each host's leader, the leaders' ring
+// on host copies, the device broadcast); hosts are claimed per rank
+// (AllReduceGroupOptions::host, DeviceTransportOptions::host_identity).
+// The test binary re-executes itself per rank
 // (launch/ranks_or_tests_main.h).
 //
 // RDMAFLOW_TEST_DEVICE=cuda runs the same cases on the GPU (tools/gpu_check.sh;
@@ -25,6 +32,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "collectives/allreduce_group.h"
 #include "collectives/device_data_mover.h"
 #include "collectives/host_allreduce.h"
 #include "common/status_macros.h"
@@ -87,6 +95,7 @@ struct DeviceRank {
   std::unique_ptr<device::Stream> stream;  // the test's uploads and downloads
   std::unique_ptr<DeviceDataMover> mover;
   std::unique_ptr<HostAllReduce> allreduce;
+  std::unique_ptr<AllReduceGroup> group;  // the group cases, in place of the above
 
   absl::Status Finish() {
     ASSIGN_OR_RETURN(std::unique_ptr<device::Event> done, device->CreateEvent());
@@ -106,10 +115,13 @@ struct DeviceRank {
   }
 };
 
-// Joins the job; `fail_operation` for rank 1's fake device; rank 0 on host
-// memory when `host_rank0`.
-absl::StatusOr<std::unique_ptr<DeviceRank>> Join(int fail_operation = 0,
-                                                 bool host_rank0 = false) {
+// The host a rank claims when `per_host` ranks share one: "host-<n>".
+std::string HostOf(int rank, int per_host) { return absl::StrCat("host-", rank / per_host); }
+
+// Joins the job: store, device, transport, loop and test stream.
+// `fail_operation` for rank 1's fake device; with `per_host` > 0 the device
+// transport claims HostOf(rank, per_host).
+absl::StatusOr<std::unique_ptr<DeviceRank>> JoinDevice(int fail_operation, int per_host = 0) {
   auto r = std::make_unique<DeviceRank>();
   ASSIGN_OR_RETURN(launch::JoinedRank joined, launch::JoinJob());
   r->rank = joined.rank;
@@ -120,7 +132,6 @@ absl::StatusOr<std::unique_ptr<DeviceRank>> Join(int fail_operation = 0,
   // Device work lands well after it is enqueued: a word published before
   // its fence would let a peer read stale bytes, and the sums show it.
   device_options.operation_delay = absl::Microseconds(300);
-  const bool host_memory = host_rank0 && r->rank == 0;
   if (OnCuda()) {
     ASSIGN_OR_RETURN(r->device, device::CreateDeviceRuntime("cuda"));
   } else {
@@ -128,15 +139,26 @@ absl::StatusOr<std::unique_ptr<DeviceRank>> Join(int fail_operation = 0,
   }
   ASSIGN_OR_RETURN(std::unique_ptr<rdma::Transport> host,
                    rdma::CreateBuiltinTransport("ucx", "tls=shm", r->rank));
-  ASSIGN_OR_RETURN(r->transport,
-                   rdma::device_path::DeviceTransport::Create(std::move(host), r->device.get()));
+  rdma::device_path::DeviceTransportOptions transport_options;
+  if (per_host > 0) transport_options.host_identity = HostOf(r->rank, per_host);
+  ASSIGN_OR_RETURN(r->transport, rdma::device_path::DeviceTransport::Create(
+                                     std::move(host), r->device.get(), transport_options));
   r->loop = std::make_unique<onesided::ProgressLoop>(*r->transport, onesided::ProgressLoopOptions{});
+  ASSIGN_OR_RETURN(r->stream, r->device->CreateStream());
+  return r;
+}
+
+// Joins the job with a HostAllReduce; `fail_operation` for rank 1's fake
+// device; rank 0 on host memory when `host_rank0`.
+absl::StatusOr<std::unique_ptr<DeviceRank>> Join(int fail_operation = 0,
+                                                 bool host_rank0 = false) {
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r, JoinDevice(fail_operation));
+  const bool host_memory = host_rank0 && r->rank == 0;
   if (host_memory) {
     ASSIGN_OR_RETURN(r->data, r->transport->Allocate(kCapacity));
   } else {
     ASSIGN_OR_RETURN(r->data, r->transport->AllocateDevice(kCapacity));
   }
-  ASSIGN_OR_RETURN(r->stream, r->device->CreateStream());
   ASSIGN_OR_RETURN(r->mover, DeviceDataMover::Create(*r->transport));
   std::vector<int> members(r->world);
   std::iota(members.begin(), members.end(), 0);
@@ -278,11 +300,108 @@ absl::Status Mixed() {
   return absl::OkStatus();
 }
 
+// An AllReduceGroup on device memory, `per_host` members per host; checks
+// that large calls took `expected_large`, and float32 sums and a bfloat16
+// max into a result buffer exactly.
+absl::Status Group(int per_host, AllReduceAlgorithm expected_large) {
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r, JoinDevice(0, per_host));
+  AllReduceGroupOptions options;
+  options.ring.name = "devgroup";
+  options.ring.capacity_bytes = kCapacity;
+  options.ring.chunk_bytes = 64 << 10;
+  options.ring.timeout = kTimeout;
+  options.ring.loop = r->loop.get();
+  options.host = HostOf(r->rank, per_host);
+  options.device = r->transport.get();
+  options.device_one_shot_max_bytes = 16 << 10;
+  options.device_chunk_bytes = 64 << 10;
+  std::vector<int> members(r->world);
+  std::iota(members.begin(), members.end(), 0);
+  ASSIGN_OR_RETURN(r->group, AllReduceGroup::Create(*r->transport, *r->store, "devg",
+                                                    members, options));
+  if (!r->group->on_device()) return absl::InternalError("the group is not on the device");
+  std::byte* data = r->group->data();
+  const size_t offset = 512;  // the same on every member: the rings need it
+  for (size_t count : {size_t{3}, size_t{100003}}) {
+    std::vector<float> in(count);
+    for (size_t i = 0; i < count; ++i) in[i] = Value(r->rank, i);
+    RETURN_IF_ERROR(r->Upload(data + offset, in.data(), count * 4));
+    RETURN_IF_ERROR(r->group->AllReduce(offset, count, DataType::kFloat32));
+    const AllReduceAlgorithm took = r->group->last_algorithm();
+    if (count > 4096 && took != expected_large) {
+      return absl::InternalError(absl::StrCat("rank ", r->rank, ": ", count, " floats took ",
+                                              AlgorithmName(took), ", expected ",
+                                              AlgorithmName(expected_large)));
+    }
+    ASSIGN_OR_RETURN(std::vector<float> out, r->Download<float>(data + offset, count));
+    for (size_t i = 0; i < count; ++i) {
+      float expected = 0;
+      for (int p = 0; p < r->world; ++p) expected += Value(p, i);
+      if (out[i] != expected) {
+        return Mismatch(
+            absl::StrCat("rank ", r->rank, ", ", AlgorithmName(took), " sum of ", count), i,
+            out[i], expected);
+      }
+    }
+  }
+  // bfloat16 max into a result buffer of device memory.
+  constexpr size_t kCount = 50001;
+  std::vector<uint16_t> halves(kCount);
+  for (size_t i = 0; i < kCount; ++i) halves[i] = FloatToBFloat16(Value(r->rank, i));
+  RETURN_IF_ERROR(r->Upload(data, halves.data(), kCount * 2));
+  ASSIGN_OR_RETURN(device::DeviceMemory result, r->device->Allocate(kCount * 2));
+  auto* result_at = static_cast<std::byte*>(result.data());
+  RETURN_IF_ERROR(
+      r->group->AllReduce(0, kCount, DataType::kBFloat16, ReduceOp::kMax, 0, result_at));
+  ASSIGN_OR_RETURN(std::vector<uint16_t> out, r->Download<uint16_t>(result_at, kCount));
+  for (size_t i = 0; i < kCount; ++i) {
+    float expected = 0;
+    for (int p = 0; p < r->world; ++p) expected = std::max(expected, Value(p, i));
+    if (BFloat16ToFloat(out[i]) != expected) {
+      return Mismatch("bfloat16 max into a result buffer", i, BFloat16ToFloat(out[i]),
+                      expected);
+    }
+  }
+  // A device result overlapping its range: refused on every member alike,
+  // and the group goes on.
+  absl::Status overlapping =
+      r->group->AllReduce(offset, 16, DataType::kFloat32, ReduceOp::kSum, 0, data + offset + 8);
+  if (!absl::IsInvalidArgument(overlapping)) {
+    return absl::InternalError(absl::StrCat("rank ", r->rank, ": a result overlapping its range gave ",
+                                            overlapping.ToString()));
+  }
+  RETURN_IF_ERROR(r->group->AllReduce(offset, 16, DataType::kFloat32));
+  return r->group->Shutdown();
+}
+
+// Rank 0 creates the group on host memory, rank 1 on device memory: both
+// refuse, naming the other's setting.
+absl::Status GroupMixed() {
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r, JoinDevice(0, 2));
+  AllReduceGroupOptions options;
+  options.ring.capacity_bytes = kCapacity;
+  options.ring.timeout = kTimeout;
+  options.ring.loop = r->loop.get();
+  options.device = r->rank == 0 ? nullptr : r->transport.get();
+  absl::StatusOr<std::unique_ptr<AllReduceGroup>> group =
+      AllReduceGroup::Create(*r->transport, *r->store, "devg", {0, 1}, options);
+  if (group.ok() || !absl::IsFailedPrecondition(group.status()) ||
+      !absl::StrContains(group.status().message(), "memory=")) {
+    return absl::InternalError(absl::StrCat("rank ", r->rank, ": a group of host and device ",
+                                            "members gave ", group.status().ToString()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunRank(const char* which) {
   const std::string name = which;
   if (name == "exact") return Exact();
   if (name == "fault") return Fault();
   if (name == "mixed") return Mixed();
+  if (name == "group-host") return Group(2, AllReduceAlgorithm::kHostScatterGather);
+  if (name == "group-ring") return Group(1, AllReduceAlgorithm::kRing);
+  if (name == "group-hierarchical") return Group(2, AllReduceAlgorithm::kHierarchical);
+  if (name == "group-mixed") return GroupMixed();
   return absl::InvalidArgumentError(absl::StrCat("unknown case ", name));
 }
 
@@ -299,6 +418,26 @@ TEST(DeviceAllReduceTest, AFailingDeviceFailsEveryMembersCallByName) {
 TEST(DeviceAllReduceTest, HostAndDeviceMembersRefuseEachOther) {
   SKIP_WITHOUT_GPU();
   EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "mixed"}}).status);
+}
+
+TEST(DeviceAllReduceGroupTest, TwoMembersOfOneHostReduceInPlaceOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "group-host"}}).status);
+}
+
+TEST(DeviceAllReduceGroupTest, OneMemberPerHostRingsOnHostCopies) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_OK(launch::LaunchRanks(3, {{kCaseEnv, "group-ring"}}).status);
+}
+
+TEST(DeviceAllReduceGroupTest, TwoHostsOfTwoReduceHierarchically) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_OK(launch::LaunchRanks(4, {{kCaseEnv, "group-hierarchical"}}).status);
+}
+
+TEST(DeviceAllReduceGroupTest, HostAndDeviceMembersRefuseEachOther) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "group-mixed"}}).status);
 }
 
 }  // namespace
