@@ -11,9 +11,11 @@
 //
 //   allreduce_bench --ranks=2,4 --json=allreduce.json
 //
-// --device=cuda (or fake) adds "rdmaflow-device": the same-host all-reduce
-// on device memory (bench/device_allreduce.h), every rank on one device,
-// with the device's copy bandwidth in the header and each row's bound.
+// --device=cuda (or fake) adds "rdmaflow-device": AllReduceGroup on device
+// memory (bench/device_allreduce.h), every rank on one device, with the
+// device's copy bandwidth in the header and each row's bound; with
+// "rdmaflow-device-ring" in --impls, also the group's ring on pinned host
+// copies of device memory (what a device group runs across hosts).
 //
 // Without RANK in the environment it starts each job's ranks as processes
 // itself (rank 0 is this process); under torchrun (or one process per rank
@@ -35,6 +37,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -58,7 +61,8 @@ ABSL_FLAG(std::string, ranks, "2,4", "Rank counts to measure, comma-separated.")
 ABSL_FLAG(std::string, impls, "rdmaflow,gloo",
           "Implementations: rdmaflow (the group's pick per size), rdmaflow-ring (the ring "
           "only, for the ablation), rdmaflow-flat (no hierarchy across hosts: one ring), "
-          "gloo (on one host only: it runs over 127.0.0.1).");
+          "gloo (on one host only: it runs over 127.0.0.1); with --device, "
+          "rdmaflow-device-ring (the device group's ring on host copies).");
 ABSL_FLAG(std::string, transport, "ucx", "rdmaflow transport: ucx or ibverbs.");
 ABSL_FLAG(std::string, params, "", "Transport parameters key=value,...");
 ABSL_FLAG(int64_t, chunk_bytes, 256 << 10, "rdmaflow ring: bytes per pipelined piece.");
@@ -224,33 +228,40 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
     setup_ms[impl] = absl::ToDoubleMilliseconds(absl::Now() - begin);
     groups.emplace_back(impl, std::move(group));
   }
-  std::unique_ptr<DeviceAllReduceBench> device_bench;
+  std::vector<std::unique_ptr<DeviceAllReduceBench>> device_benches;
   double copy_gbps = 0;
   if (const std::string kind = absl::GetFlag(FLAGS_device); !kind.empty()) {
-    ASSIGN_OR_RETURN(std::unique_ptr<device::DeviceRuntime> runtime,
-                     device::CreateDeviceRuntime(kind));
-    // A host transport of its own, which the device transport wraps.
-    ASSIGN_OR_RETURN(std::unique_ptr<rdma::Transport> host,
-                     rdma::CreateBuiltinTransport(absl::GetFlag(FLAGS_transport),
-                                                  absl::GetFlag(FLAGS_params), rank));
-    DeviceAllReduceBenchOptions device_options;
-    device_options.rank = rank;
-    device_options.world = world;
-    // Twice the largest call: the reference copy runs between the halves.
-    device_options.capacity_bytes = 2 * sweep.max_bytes;
-    device_options.one_shot_max_bytes = absl::GetFlag(FLAGS_device_one_shot_max_bytes);
-    device_options.chunk_bytes = absl::GetFlag(FLAGS_device_chunk_bytes);
-    device_options.timeout = timeout;
-    const absl::Time begin = absl::Now();
-    ASSIGN_OR_RETURN(device_bench, DeviceAllReduceBench::Create(std::move(host),
-                                                                std::move(runtime), store,
-                                                                device_options));
-    setup_ms["rdmaflow-device"] = absl::ToDoubleMilliseconds(absl::Now() - begin);
+    for (bool ring : {false, true}) {
+      if (ring && !Wants("rdmaflow-device-ring")) continue;
+      ASSIGN_OR_RETURN(std::unique_ptr<device::DeviceRuntime> runtime,
+                       device::CreateDeviceRuntime(kind));
+      // A host transport of its own, which the device transport wraps.
+      ASSIGN_OR_RETURN(std::unique_ptr<rdma::Transport> host,
+                       rdma::CreateBuiltinTransport(absl::GetFlag(FLAGS_transport),
+                                                    absl::GetFlag(FLAGS_params), rank));
+      DeviceAllReduceBenchOptions device_options;
+      device_options.rank = rank;
+      device_options.world = world;
+      // Twice the largest call: the reference copy runs between the halves.
+      device_options.capacity_bytes = 2 * sweep.max_bytes;
+      device_options.one_shot_max_bytes = absl::GetFlag(FLAGS_device_one_shot_max_bytes);
+      device_options.chunk_bytes = absl::GetFlag(FLAGS_device_chunk_bytes);
+      device_options.timeout = timeout;
+      device_options.ring = ring;
+      device_options.ring_chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+      const absl::Time begin = absl::Now();
+      ASSIGN_OR_RETURN(std::unique_ptr<DeviceAllReduceBench> bench,
+                       DeviceAllReduceBench::Create(std::move(host), std::move(runtime), store,
+                                                    device_options));
+      setup_ms[bench->impl()] = absl::ToDoubleMilliseconds(absl::Now() - begin);
+      device_benches.push_back(std::move(bench));
+    }
     // Rank 0 alone, the others waiting at the barrier.
     if (rank == 0) {
-      ASSIGN_OR_RETURN(copy_gbps, device_bench->CopyGbps(sweep.max_bytes, 20));
+      DeviceAllReduceBench& first = *device_benches.front();
+      ASSIGN_OR_RETURN(copy_gbps, first.CopyGbps(sweep.max_bytes, 20));
       if (description != nullptr) {
-        absl::StrAppend(description, "; device ", device_bench->device_name(), ", copy ",
+        absl::StrAppend(description, "; device ", first.device_name(), ", copy ",
                         absl::StrFormat("%.1f", copy_gbps), " GB/s (read+write, ",
                         sweep.max_bytes, " bytes)");
       }
@@ -271,9 +282,9 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
       row.set_setup_ms(setup_ms[impl]);
       measured.push_back(row);
     }
-    if (device_bench != nullptr) {
-      ASSIGN_OR_RETURN(AllReduceRow row, device_bench->Measure(bytes, iterations, copy_gbps));
-      row.set_setup_ms(setup_ms["rdmaflow-device"]);
+    for (const auto& bench : device_benches) {
+      ASSIGN_OR_RETURN(AllReduceRow row, bench->Measure(bytes, iterations, copy_gbps));
+      row.set_setup_ms(setup_ms[bench->impl()]);
       measured.push_back(row);
     }
     if (gloo != nullptr) {
@@ -290,7 +301,7 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
   }
   absl::Status status;
   for (auto& [impl, group] : groups) status.Update(group->Shutdown());
-  if (device_bench != nullptr) status.Update(device_bench->Shutdown());
+  for (const auto& bench : device_benches) status.Update(bench->Shutdown());
   return status;
 }
 
@@ -360,7 +371,8 @@ int Main(int argc, char** argv) {
   const double reduce_gbps = ReduceGbps(reference);
   std::map<double, double> reduce_bound;  // by size
   for (AllReduceRow& row : rows) {
-    if (row.impl() == "rdmaflow-device") continue;  // its bound is the device's
+    // A device row's bound is the device's (or, for the ring, the bus's).
+    if (absl::StartsWith(row.impl(), "rdmaflow-device")) continue;
     auto [it, fresh] = reduce_bound.try_emplace(row.bytes(), 0.0);
     if (fresh) it->second = ReduceGbps(static_cast<int64_t>(row.bytes()));
     row.set_reduce_bound_gbps(it->second);

@@ -72,10 +72,10 @@ double ReduceGbps(int64_t bytes) {
 }
 
 void PrintRows(const std::vector<AllReduceRow>& rows) {
-  std::printf("%-14s %5s %11s %6s %11s %10s %10s %-19s %9s\n", "impl", "ranks", "bytes",
+  std::printf("%-20s %5s %11s %6s %11s %10s %10s %-21s %9s\n", "impl", "ranks", "bytes",
               "iters", "time_us", "algbw_GB/s", "busbw_GB/s", "algorithm", "reduce_GB/s");
   for (const AllReduceRow& r : rows) {
-    std::printf("%-14s %5d %11.0f %6d %11.1f %10.3f %10.3f %-19s %9.2f\n", r.impl().c_str(),
+    std::printf("%-20s %5d %11.0f %6d %11.1f %10.3f %10.3f %-21s %9.2f\n", r.impl().c_str(),
                 r.ranks(), r.bytes(), r.iterations(), r.time_us(), r.algbw_gbps(),
                 r.busbw_gbps(), r.algorithm().empty() ? "-" : r.algorithm().c_str(),
                 r.reduce_bound_gbps());

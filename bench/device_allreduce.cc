@@ -31,19 +31,25 @@ absl::StatusOr<std::unique_ptr<DeviceAllReduceBench>> DeviceAllReduceBench::Crea
   out->loop_ = std::make_unique<onesided::ProgressLoop>(*out->transport_, loop_options);
   ASSIGN_OR_RETURN(out->stream_, out->runtime_->CreateStream());
   ASSIGN_OR_RETURN(out->done_, out->runtime_->CreateEvent());
-  collectives::DeviceAllReduceOptions allreduce;
-  allreduce.name = "bench-device";
-  allreduce.capacity_bytes = static_cast<size_t>(options.capacity_bytes);
-  allreduce.one_shot_max_bytes = static_cast<size_t>(options.one_shot_max_bytes);
-  allreduce.chunk_bytes = static_cast<size_t>(options.chunk_bytes);
-  allreduce.timeout = options.timeout;
-  allreduce.loop = out->loop_.get();
+  collectives::AllReduceGroupOptions group;
+  group.ring.name = out->impl();
+  group.ring.capacity_bytes = static_cast<size_t>(options.capacity_bytes);
+  group.ring.chunk_bytes = static_cast<size_t>(options.ring_chunk_bytes);
+  group.ring.timeout = options.timeout;
+  group.ring.loop = out->loop_.get();
+  group.direct = options.ring ? collectives::DirectAccess::kOff : collectives::DirectAccess::kAuto;
+  group.device = out->transport_.get();
+  group.device_one_shot_max_bytes = static_cast<size_t>(options.one_shot_max_bytes);
+  group.device_chunk_bytes = static_cast<size_t>(options.chunk_bytes);
   std::vector<int> members(options.world);
   std::iota(members.begin(), members.end(), 0);
-  ASSIGN_OR_RETURN(out->allreduce_, collectives::DeviceAllReduce::Create(
-                                        *out->transport_, store, "bench-device", members,
-                                        allreduce));
+  ASSIGN_OR_RETURN(out->group_, collectives::AllReduceGroup::Create(
+                                    *out->transport_, store, "bench-device", members, group));
   return out;
+}
+
+std::string DeviceAllReduceBench::impl() const {
+  return options_.ring ? "rdmaflow-device-ring" : "rdmaflow-device";
 }
 
 DeviceAllReduceBench::~DeviceAllReduceBench() = default;
@@ -56,8 +62,8 @@ absl::StatusOr<double> DeviceAllReduceBench::CopyGbps(int64_t bytes, int iterati
         options_.capacity_bytes));
   }
   ASSIGN_OR_RETURN(const double seconds,
-                   DeviceCopySeconds(*stream_, *done_, allreduce_->data() + half,
-                                     allreduce_->data(), static_cast<size_t>(bytes), iterations));
+                   DeviceCopySeconds(*stream_, *done_, group_->data() + half,
+                                     group_->data(), static_cast<size_t>(bytes), iterations));
   return 2.0 * static_cast<double>(bytes) / seconds / 1e9;
 }
 
@@ -65,10 +71,10 @@ absl::StatusOr<AllReduceRow> DeviceAllReduceBench::Measure(int64_t bytes, int it
                                                           double copy_gbps) {
   const size_t count = static_cast<size_t>(bytes) / sizeof(float);
   std::vector<float> host(count, static_cast<float>(options_.rank + 1));
-  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, allreduce_->data(), host.data(), count * 4,
+  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, group_->data(), host.data(), count * 4,
                                "uploading the all-reduce's input"));
-  RETURN_IF_ERROR(allreduce_->AllReduce(0, count, collectives::DataType::kFloat32));
-  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, host.data(), allreduce_->data(), count * 4,
+  RETURN_IF_ERROR(group_->AllReduce(0, count, collectives::DataType::kFloat32));
+  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, host.data(), group_->data(), count * 4,
                                "downloading the all-reduce's result"));
   const int n = options_.world;
   const float expected = n * (n + 1) / 2.0f;
@@ -79,19 +85,23 @@ absl::StatusOr<AllReduceRow> DeviceAllReduceBench::Measure(int64_t bytes, int it
     }
   }
   std::fill(host.begin(), host.end(), 0.0f);
-  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, allreduce_->data(), host.data(), count * 4,
+  RETURN_IF_ERROR(CopyAndDrain(*stream_, *done_, group_->data(), host.data(), count * 4,
                                "zeroing the all-reduce's input"));
-  RETURN_IF_ERROR(rdma::Barrier(*store_, "bench", absl::StrCat("device/", bytes), n,
+  RETURN_IF_ERROR(rdma::Barrier(*store_, "bench", absl::StrCat(impl(), "/", bytes), n,
                                 options_.timeout));
   absl::Status status;
   const double us = TimeCalls(2, iterations, [&] {
-    if (status.ok()) status = allreduce_->AllReduce(0, count, collectives::DataType::kFloat32);
+    if (status.ok()) status = group_->AllReduce(0, count, collectives::DataType::kFloat32);
   });
   RETURN_IF_ERROR(status);
-  AllReduceRow row = MakeRow("rdmaflow-device", n, bytes, iterations, us);
-  const bool one_shot = allreduce_->OneShot(static_cast<size_t>(bytes));
-  row.set_algorithm(one_shot ? "device-one-shot" : "device-scatter-gather");
-  if (copy_gbps > 0) {
+  AllReduceRow row = MakeRow(impl(), n, bytes, iterations, us);
+  const collectives::AllReduceAlgorithm took = group_->last_algorithm();
+  const bool one_shot = took == collectives::AllReduceAlgorithm::kHostOneShot;
+  const bool on_device = one_shot || took == collectives::AllReduceAlgorithm::kHostScatterGather;
+  row.set_algorithm(one_shot    ? "device-one-shot"
+                    : on_device ? "device-scatter-gather"
+                                : "device-" + collectives::AlgorithmName(took));
+  if (copy_gbps > 0 && on_device) {
     const double s = static_cast<double>(bytes);
     const double moved = one_shot ? (n + 1) * s + 2 * s : ((n + 1) * s + 2.0 * (n - 1) * s) / n;
     row.set_reduce_bound_gbps(copy_gbps * s / (n * moved));
@@ -99,6 +109,6 @@ absl::StatusOr<AllReduceRow> DeviceAllReduceBench::Measure(int64_t bytes, int it
   return row;
 }
 
-absl::Status DeviceAllReduceBench::Shutdown() { return allreduce_->Shutdown(); }
+absl::Status DeviceAllReduceBench::Shutdown() { return group_->Shutdown(); }
 
 }  // namespace rdmaflow::bench

@@ -1,10 +1,12 @@
 // File: device_allreduce.h
 // -----------------------------------------------------------------------------
-// allreduce_bench --device=cuda|fake: the same-host device all-reduce
-// (HostAllReduce over device memory, collectives/device_data_mover.h) on one
+// allreduce_bench --device=cuda|fake: AllReduceGroup on device memory
+// (AllReduceGroupOptions::device, collectives/allreduce_group.h) on one
 // rank, measured as the host implementations are (a checked call, then timed
-// calls) and reported in the same rows, impl "rdmaflow-device", algorithm
-// "device-one-shot" or "device-scatter-gather".
+// calls) and reported in the same rows: impl "rdmaflow-device" (every rank on
+// one host: the same-host paths on the device, algorithm "device-one-shot"
+// or "device-scatter-gather"), or "rdmaflow-device-ring" (direct access off:
+// the ring on pinned host copies of the range, algorithm "device-ring").
 //
 // Its bound: every rank shares one device's memory here (the H200 machine
 // has one GPU), so a call cannot beat the device's copy bandwidth spread
@@ -14,7 +16,8 @@
 //   scatter-gather:  (n + 1) S / n to reduce its segment, 2 (n - 1) S / n
 //                    to copy the others' segments;
 // so the row's reduce_bound_gbps is copy_gbps * S / (n * moved), where
-// copy_gbps counts a copy's read and write (2 bytes per byte copied).
+// copy_gbps counts a copy's read and write (2 bytes per byte copied). The
+// ring's bound is the host's and the bus's, not the device's: none given.
 #ifndef RDMAFLOW_BENCH_DEVICE_ALLREDUCE_H_
 #define RDMAFLOW_BENCH_DEVICE_ALLREDUCE_H_
 
@@ -26,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "bench/allreduce_sweep.h"
-#include "collectives/device_allreduce.h"
+#include "collectives/allreduce_group.h"
 #include "device/device_runtime.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/device/device_transport.h"
@@ -44,6 +47,11 @@ struct DeviceAllReduceBenchOptions {
   // A fence per chunk (collectives/host_allreduce.h): large on a device.
   int64_t chunk_bytes = 16 << 20;
   absl::Duration timeout = absl::Seconds(120);
+  // The ring on host copies (impl rdmaflow-device-ring) instead of the
+  // same-host paths.
+  bool ring = false;
+  // The ring's bytes per pipelined piece.
+  int64_t ring_chunk_bytes = 256 << 10;
 };
 
 class DeviceAllReduceBench {
@@ -57,6 +65,8 @@ class DeviceAllReduceBench {
 
   // "cuda:0 (NVIDIA H200, sm_90)".
   std::string device_name() const { return runtime_->name(); }
+  // "rdmaflow-device" or "rdmaflow-device-ring".
+  std::string impl() const;
   // A copy between two device buffers of `bytes` (at most half the
   // capacity), GB/s counting its read and its write. Collective-free: call
   // it on one rank while the others wait.
@@ -81,7 +91,7 @@ class DeviceAllReduceBench {
   std::unique_ptr<onesided::ProgressLoop> loop_;
   std::unique_ptr<device::Stream> stream_;
   std::unique_ptr<device::Event> done_;
-  std::unique_ptr<collectives::DeviceAllReduce> allreduce_;
+  std::unique_ptr<collectives::AllReduceGroup> group_;
 };
 
 }  // namespace rdmaflow::bench

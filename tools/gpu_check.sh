@@ -131,7 +131,7 @@ run() {
       rows+=("transport_pingpong --device_path=staged FAILED")
     echo "== allreduce_bench --device=cuda"
     timeout 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
-      --impls=rdmaflow,gloo --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) \
+      --impls=rdmaflow,rdmaflow-device-ring,gloo --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) \
       --json "$out/allreduce_device.json" 2>&1 | tee "$out/allreduce_device.log" ||
       rows+=("allreduce_bench --device=cuda FAILED")
     echo "== gpu_peers.py"
