@@ -41,6 +41,13 @@ absl::StatusOr<Hierarchy> ParseHierarchy(absl::string_view text) {
 
 namespace {
 
+// What a member that could not set up publishes in place of its settings.
+constexpr char kFailedPrefix[] = "failed: ";
+
+std::string SettingsKey(const std::string& ns, const std::string& name, int member) {
+  return absl::StrCat(ns, "/group/", name, "/", member, "/settings");
+}
+
 HostAllReduceOptions HostOptions(const std::string& name, const RingAllReduceOptions& ring,
                                  const AllReduceGroupOptions& options, DataMover* mover) {
   const bool device = mover != nullptr;
@@ -87,7 +94,16 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
     group->data_ = std::make_shared<rdma::MemoryRegion>(std::move(data));
     ring.data = group->data_;
   } else {
-    RETURN_IF_ERROR(group->SetUpDevice(transport, options, what));
+    absl::Status set_up = group->SetUpDevice(transport, options, what);
+    if (!set_up.ok()) {
+      // The others fail at once, quoting why, rather than wait for us.
+      if (members.size() > 1) {
+        store.Set(SettingsKey(ns, ring.name, transport.rank()),
+                  absl::StrCat(kFailedPrefix, set_up.message()))
+            .IgnoreError();
+      }
+      return set_up;
+    }
     ring.data = group->stage_;
   }
 
@@ -112,7 +128,10 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
   if (direct && group->hosts_ > 1 && shared_host && options.hierarchy == Hierarchy::kAuto) {
     ASSIGN_OR_RETURN(group->hierarchical_,
                      group->TryHierarchy(transport, store, ns, hosts, ring, options));
-    if (group->hierarchical_) return group;
+    if (group->hierarchical_) {
+      if (group->leaders_ != nullptr) RETURN_IF_ERROR(group->PinStage());
+      return group;
+    }
   }
   ASSIGN_OR_RETURN(group->ring_,
                    RingAllReduce::Create(transport, store, ns, members, ring));
@@ -128,6 +147,7 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
       return made.status();
     }
   }
+  if (group->host_ == nullptr) RETURN_IF_ERROR(group->PinStage());
   return group;
 }
 
@@ -143,10 +163,18 @@ absl::Status AllReduceGroup::SetUpDevice(rdma::Transport& transport,
   ASSIGN_OR_RETURN(rdma::MemoryRegion data, device.AllocateDevice(capacity));
   data_ = std::make_shared<rdma::MemoryRegion>(std::move(data));
   ASSIGN_OR_RETURN(mover_, DeviceDataMover::Create(device));
+  // Every ring member publishes the stage; PinStage pins it where a ring
+  // will run.
   ASSIGN_OR_RETURN(rdma::MemoryRegion stage, transport.Allocate(capacity));
-  RETURN_IF_ERROR(device.runtime().PinHost(stage.data(), stage.size()));
   stage_ = std::make_shared<rdma::MemoryRegion>(std::move(stage));
   runtime_ = &device.runtime();
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceGroup::PinStage() {
+  if (stage_ == nullptr) return absl::OkStatus();  // host memory
+  RETURN_IF_ERROR(runtime_->PinHost(stage_->data(), stage_->size()));
+  stage_pinned_ = true;
   return absl::OkStatus();
 }
 
@@ -167,11 +195,15 @@ absl::Status AllReduceGroup::AgreeOnSettings(rdma::Store& store, const std::stri
       "direct=", options.direct == DirectAccess::kAuto ? "auto" : "off",
       " hierarchy=", options.hierarchy == Hierarchy::kAuto ? "auto" : "off",
       " memory=", options.device == nullptr ? "host" : "device");
-  auto key = [&](int member) { return absl::StrCat(ns, "/group/", name, "/", member, "/settings"); };
-  RETURN_IF_ERROR(store.Set(key(rank), ours));
+  RETURN_IF_ERROR(store.Set(SettingsKey(ns, name, rank), ours));
   for (int member : members_) {
     if (member == rank) continue;
-    ASSIGN_OR_RETURN(std::string theirs, store.Get(key(member), timeout));
+    ASSIGN_OR_RETURN(std::string theirs, store.Get(SettingsKey(ns, name, member), timeout));
+    if (absl::StartsWith(theirs, kFailedPrefix)) {
+      return absl::AbortedError(absl::StrCat("all-reduce '", name, "' on rank ", rank,
+                                             ": rank ", member, " could not set it up: ",
+                                             Quoted(theirs.substr(strlen(kFailedPrefix)))));
+    }
     if (theirs != ours) {
       return absl::FailedPreconditionError(absl::StrCat(
           "all-reduce '", name, "': rank ", member, " created it with ", Quoted(theirs),
@@ -277,10 +309,18 @@ AllReduceGroup::~AllReduceGroup() {
   local_.reset();
   ring_.reset();
   leaders_.reset();
-  mover_.reset();
-  if (runtime_ != nullptr && stage_ != nullptr) {
-    // The stage stays mapped while a ring's neighbour may write into it;
-    // only the pinning ends.
+  mover_.reset();  // waits, bounded, for its stream
+  if (stage_copy_unfenced_) {
+    // A copy between the device and the stage was never seen to finish:
+    // the device may still write there, so it stays pinned and mapped.
+    std::fprintf(stderr,
+                 "rdmaflow: all-reduce on rank %d: leaving its %zu-byte host stage "
+                 "pinned and mapped: a device copy into it was never seen to finish\n",
+                 rank(), stage_->size());
+    new std::shared_ptr<rdma::MemoryRegion>(std::move(stage_));  // deliberately leaked
+  } else if (stage_pinned_) {
+    // The stage stays mapped while a ring's neighbour may write into it
+    // (the ring holds it); only the pinning ends.
     absl::Status unpinned = runtime_->UnpinHost(stage_->data());
     if (!unpinned.ok()) {
       std::fprintf(stderr, "rdmaflow: all-reduce on rank %d: %s\n", rank(),
@@ -310,6 +350,10 @@ absl::Status AllReduceGroup::AllReduce(size_t offset, size_t count, DataType typ
   // A count too large to multiply is refused by the algorithm itself.
   const size_t element = ElementSize(type);
   const size_t bytes = count <= capacity() / element ? count * element : capacity() + 1;
+  // What the device cannot reduce is refused on every member alike, before
+  // any waits for another (the rings would reduce it on the host, the
+  // device paths not).
+  if (mover_ != nullptr) RETURN_IF_ERROR(mover_->Supports(type, op));
   last_ = Choose(bytes);
   absl::Status status;
   switch (last_) {
@@ -352,16 +396,23 @@ absl::Status AllReduceGroup::RingAllReduceOf(RingAllReduce& ring, size_t offset,
   RETURN_IF_ERROR(CheckRange(offset, count, type, "ring all-reduce of device memory"));
   const size_t bytes = count * ElementSize(type);
   std::byte* host = stage_->data() + offset;
-  const absl::Time deadline = absl::Now() + ring_options_timeout_;
+  // Until a fence passes, the device may still read or write the stage.
+  stage_copy_unfenced_ = true;
   RETURN_IF_ERROR(mover_->Copy(host, data() + offset, bytes));
   RETURN_IF_ERROR(mover_->Fence(
-      deadline, absl::StrCat("copying ", bytes, " bytes of rank ", rank(),
-                             "'s device memory to host memory for the ring")));
+      absl::Now() + ring_options_timeout_,
+      absl::StrCat("copying ", bytes, " bytes of rank ", rank(),
+                   "'s device memory to host memory for the ring")));
+  stage_copy_unfenced_ = false;
   RETURN_IF_ERROR(ring.AllReduce(offset, count, type, op));
+  stage_copy_unfenced_ = true;
   RETURN_IF_ERROR(mover_->Copy(data() + offset, host, bytes));
-  return mover_->Fence(absl::Now() + ring_options_timeout_,
-                       absl::StrCat("copying the ring's result of ", bytes,
-                                    " bytes back to rank ", rank(), "'s device memory"));
+  RETURN_IF_ERROR(mover_->Fence(absl::Now() + ring_options_timeout_,
+                                absl::StrCat("copying the ring's result of ", bytes,
+                                             " bytes back to rank ", rank(),
+                                             "'s device memory")));
+  stage_copy_unfenced_ = false;
+  return absl::OkStatus();
 }
 
 absl::Status AllReduceGroup::CopyResult(std::byte* result, size_t offset, size_t bytes) {
@@ -372,6 +423,7 @@ absl::Status AllReduceGroup::CopyResult(std::byte* result, size_t offset, size_t
   }
   const auto at = reinterpret_cast<uintptr_t>(result);
   const auto from = reinterpret_cast<uintptr_t>(range);
+  if (at == from) return absl::OkStatus();  // the range itself: in place
   if (at < from + bytes && from < at + bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "all-reduce on rank ", rank(), ": a device result must not overlap the range it "

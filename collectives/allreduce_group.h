@@ -169,8 +169,10 @@ class AllReduceGroup {
   // out of the range (on_device(): device memory outside the range, else
   // kInvalidArgument after the call). After an error it holds unspecified
   // bytes.
-  // On device memory a member whose copy to or from the host fails leaves
-  // the ring (its peers then wait out the timeout, naming it).
+  // On device memory, float32, float16 and bfloat16 by sum or max
+  // (kInvalidArgument on every member otherwise). A member whose copy to
+  // or from the host fails leaves the ring: its peers then wait out the
+  // timeout.
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0,
                          std::byte* result = nullptr);
@@ -199,9 +201,11 @@ class AllReduceGroup {
                                DataType type, ReduceOp op);
   // The range's result into `result` (device memory: outside the range).
   absl::Status CopyResult(std::byte* result, size_t offset, size_t bytes);
-  // Sets up device memory: the mover and the rings' pinned host stage.
+  // Sets up device memory: the mover and the rings' host stage.
   absl::Status SetUpDevice(rdma::Transport& transport, const AllReduceGroupOptions& options,
                            const std::string& what);
+  // Pins the stage, on device memory, on a member that runs a ring.
+  absl::Status PinStage();
   // Every member publishes its direct and hierarchy options and checks the
   // others': kFailedPrecondition naming a member whose differ (they would
   // take another path and leave the others waiting).
@@ -218,6 +222,9 @@ class AllReduceGroup {
   std::unique_ptr<DeviceDataMover> mover_;
   std::shared_ptr<rdma::MemoryRegion> stage_;
   device::DeviceRuntime* runtime_ = nullptr;
+  bool stage_pinned_ = false;
+  // A copy between the device and the stage that no fence saw finish.
+  bool stage_copy_unfenced_ = false;
   std::unique_ptr<RingAllReduce> ring_;  // over every member; null if hierarchical
   std::unique_ptr<HostAllReduce> host_;  // every member, one host; else null
   // Hierarchical: our host's members (null when we are alone on it), and

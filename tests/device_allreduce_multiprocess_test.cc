@@ -371,7 +371,38 @@ absl::Status Group(int per_host, AllReduceAlgorithm expected_large) {
                                             overlapping.ToString()));
   }
   RETURN_IF_ERROR(r->group->AllReduce(offset, 16, DataType::kFloat32));
+  // A type the device does not reduce: refused on every member before any
+  // waits (the ring could reduce it on the host; the device paths not).
+  absl::Status int32 = r->group->AllReduce(offset, 16, DataType::kInt32);
+  if (!absl::IsInvalidArgument(int32)) {
+    return absl::InternalError(
+        absl::StrCat("rank ", r->rank, ": an int32 call gave ", int32.ToString()));
+  }
+  RETURN_IF_ERROR(r->group->AllReduce(offset, 16, DataType::kFloat32));
   return r->group->Shutdown();
+}
+
+// Rank 1 cannot allocate its device region: it fails, and rank 0 fails at
+// once quoting why, rather than waiting for it.
+absl::Status GroupBadSetUp() {
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r, JoinDevice(0, 2));
+  AllReduceGroupOptions options;
+  options.ring.capacity_bytes = r->rank == 1 ? size_t{1} << 40 : kCapacity;
+  options.ring.timeout = kTimeout;
+  options.ring.loop = r->loop.get();
+  options.device = r->transport.get();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<AllReduceGroup>> group =
+      AllReduceGroup::Create(*r->transport, *r->store, "devg", {0, 1}, options);
+  const bool named = r->rank == 1 ? !group.ok()
+                                  : absl::IsAborted(group.status()) &&
+                                        absl::StrContains(group.status().message(),
+                                                          "rank 1 could not set it up");
+  if (!named || absl::Now() - start > kTimeout / 2) {
+    return absl::InternalError(absl::StrCat("rank ", r->rank, ": with rank 1 unable to "
+                                            "allocate, Create gave ", group.status().ToString()));
+  }
+  return absl::OkStatus();
 }
 
 // Rank 0 creates the group on host memory, rank 1 on device memory: both
@@ -402,6 +433,7 @@ absl::Status RunRank(const char* which) {
   if (name == "group-ring") return Group(1, AllReduceAlgorithm::kRing);
   if (name == "group-hierarchical") return Group(2, AllReduceAlgorithm::kHierarchical);
   if (name == "group-mixed") return GroupMixed();
+  if (name == "group-bad-set-up") return GroupBadSetUp();
   return absl::InvalidArgumentError(absl::StrCat("unknown case ", name));
 }
 
@@ -438,6 +470,11 @@ TEST(DeviceAllReduceGroupTest, TwoHostsOfTwoReduceHierarchically) {
 TEST(DeviceAllReduceGroupTest, HostAndDeviceMembersRefuseEachOther) {
   SKIP_WITHOUT_GPU();
   EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "group-mixed"}}).status);
+}
+
+TEST(DeviceAllReduceGroupTest, AMemberThatCannotSetUpFailsTheOthersAtOnce) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "group-bad-set-up"}}).status);
 }
 
 }  // namespace

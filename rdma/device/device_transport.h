@@ -28,10 +28,13 @@
 // host source is written from where it lies), a host write into the peer's
 // inbound slot, and a copy into its device memory that the peer's Progress
 // makes; the write completes, and its notification goes, once the peer has
-// said every chunk landed. Both ranks must connect to each other, and the
-// target must progress. Reads of another host's device memory, and device
-// copies into a peer's host region, are kUnimplemented. Device memory is
-// never handed to the host transport (Debian's UCX is built without CUDA).
+// said every chunk landed. A read of another host's device memory is
+// staged the other way: a request record, which the peer's Progress answers
+// by copying into its outbound slots and writing them into ours. Both ranks
+// must connect to each other, and the peer must progress. A device region
+// as the source of a write into a peer's host region is refused by name:
+// device memory is never handed to the host transport (Debian's UCX is
+// built without CUDA).
 //
 // Thread-compatible, as every Transport.
 #ifndef RDMAFLOW_RDMA_DEVICE_DEVICE_TRANSPORT_H_

@@ -738,6 +738,11 @@ TEST_F(StagedDeviceTransportTest, WhatIsNotStagedIsRefusedByName) {
   ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
   EXPECT_THAT(transport_->MapDevice(*endpoint_, {&peer_device_, 0, 4096}),
               StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("another host")));
+  // Device memory into a peer's host region: never handed to the host
+  // transport.
+  EXPECT_THAT(endpoint_->PostWrite({&on_device, 0, 4096}, {&peer_host_, 0, 4096}, std::nullopt,
+                                   [](absl::Status) { ADD_FAILURE() << "a refused post ran"; }),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   // A region that claims this host behind an address that named another.
   RemoteRegion here = peer_device_;
   DeviceKeyProto key;

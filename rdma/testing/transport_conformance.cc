@@ -548,7 +548,11 @@ struct MortalPeer {
     int fds[2];
     if (pipe(fds) != 0) return absl::InternalError("pipe failed");
     child = fork();
-    if (child < 0) return absl::InternalError("fork failed");
+    if (child < 0) {
+      close(fds[0]);
+      close(fds[1]);
+      return absl::InternalError("fork failed");
+    }
     if (child == 0) {
       close(fds[0]);
       setenv(kChildEnv, backend.name.c_str(), 1);
@@ -573,11 +577,11 @@ struct MortalPeer {
   // SIGKILL and reap the process; destroy an in-process peer.
   absl::Status Kill() {
     if (child > 0) {
-      const pid_t pid = std::exchange(child, -1);
-      if (kill(pid, SIGKILL) != 0) return absl::InternalError("kill failed");
-      if (waitpid(pid, nullptr, 0) != pid) {
+      if (kill(child, SIGKILL) != 0) return absl::InternalError("kill failed");
+      if (waitpid(child, nullptr, 0) != child) {
         return absl::InternalError("waitpid failed");
       }
+      child = -1;  // reaped
       return absl::OkStatus();
     }
     region.reset();
