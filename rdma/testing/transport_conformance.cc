@@ -591,21 +591,37 @@ struct MortalPeer {
   }
 };
 
-TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
-  const ConformanceBackend& backend = GetParam();
-  RankFactory factory = backend.new_group();
-  absl::StatusOr<std::unique_ptr<Transport>> created = factory(0);
-  if (absl::IsUnavailable(created.status())) {
-    GTEST_SKIP() << created.status().message();
-  }
-  ASSERT_OK(created.status());
-  std::unique_ptr<Transport> a = *std::move(created);
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, AllocateFor(backend, *a, 4096));
-
+// Rank 0 (a transport, a 4 KiB region, an endpoint to rank 1) and rank 1,
+// torn down in that order, last member first.
+struct DyingPair {
+  RankFactory factory;
+  std::unique_ptr<Transport> a;
+  std::optional<MemoryRegion> local;
   MortalPeer b;
-  ASSERT_OK(b.Start(backend, factory, *a));
+  std::unique_ptr<Endpoint> ab;
+
+  // kUnavailable (the test skips) where the backend cannot start here.
+  static absl::StatusOr<std::unique_ptr<DyingPair>> Start(const ConformanceBackend& backend) {
+    auto pair = std::make_unique<DyingPair>();
+    pair->factory = backend.new_group();
+    ASSIGN_OR_RETURN(pair->a, pair->factory(0));
+    ASSIGN_OR_RETURN(pair->local, AllocateFor(backend, *pair->a, 4096));
+    RETURN_IF_ERROR(pair->b.Start(backend, pair->factory, *pair->a));
+    ASSIGN_OR_RETURN(pair->ab, pair->a->Connect(pair->b.info));
+    return pair;
+  }
+};
+
+TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
+  absl::StatusOr<std::unique_ptr<DyingPair>> started = DyingPair::Start(GetParam());
+  if (absl::IsUnavailable(started.status())) GTEST_SKIP() << started.status().message();
+  ASSERT_OK(started.status());
+  DyingPair& pair = **started;
+  Transport* a = pair.a.get();
+  MemoryRegion& local = *pair.local;
+  MortalPeer& b = pair.b;
+  Endpoint* ab = pair.ab.get();
   const RemoteRegion& target = b.target;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab, a->Connect(b.info));
 
   // Alive: a write and a flush succeed.
   auto run = [&](bool with_flush) -> absl::Status {
@@ -617,7 +633,7 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
       posted = ab->PostFlush(flush.Callback());
       if (!posted.ok()) flush.calls = 1;
     }
-    absl::Status driven = Drive({a.get()}, [&] {
+    absl::Status driven = Drive({a}, [&] {
       if (b.transport) b.transport->Progress().IgnoreError();
       return write.calls > 0 && (!with_flush || flush.calls > 0);
     });
@@ -641,7 +657,7 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
 
   // Each pending operation ends exactly once: done before the death, or
   // failed naming the peer; never left hanging.
-  ASSERT_OK(Drive({a.get()}, [&] {
+  ASSERT_OK(Drive({a}, [&] {
     for (const CallbackProbe& probe : pending) {
       if (probe.calls == 0) return false;
     }
@@ -670,22 +686,14 @@ TEST_P(TransportConformanceTest, DeadPeerTurnsOperationsIntoErrors) {
 // 1.13 unpacking the key of a dead same-host peer's shared memory faults
 // inside UCX (docs/rdma.md), so the UCX backend must not get that far.
 TEST_P(TransportConformanceTest, RegionOfAPeerDeadBeforeItsFirstUseIsAnError) {
-  const ConformanceBackend& backend = GetParam();
-  RankFactory factory = backend.new_group();
-  absl::StatusOr<std::unique_ptr<Transport>> created = factory(0);
-  if (absl::IsUnavailable(created.status())) {
-    GTEST_SKIP() << created.status().message();
-  }
-  ASSERT_OK(created.status());
-  std::unique_ptr<Transport> a = *std::move(created);
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, AllocateFor(backend, *a, 4096));
-  MortalPeer b;
-  ASSERT_OK(b.Start(backend, factory, *a));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab, a->Connect(b.info));
-  ASSERT_OK(b.Kill());
+  absl::StatusOr<std::unique_ptr<DyingPair>> started = DyingPair::Start(GetParam());
+  if (absl::IsUnavailable(started.status())) GTEST_SKIP() << started.status().message();
+  ASSERT_OK(started.status());
+  DyingPair& pair = **started;
+  ASSERT_OK(pair.b.Kill());
 
   // Prepare may not know yet (a backend that needs nothing says OK).
-  EXPECT_THAT(ab->Prepare(b.target),
+  EXPECT_THAT(pair.ab->Prepare(pair.b.target),
               AnyOf(IsOk(), StatusIs(absl::StatusCode::kUnavailable,
                                      HasSubstr("rank 1"))));
   // A write is refused, or fails, naming the peer, within the bound.
@@ -693,10 +701,10 @@ TEST_P(TransportConformanceTest, RegionOfAPeerDeadBeforeItsFirstUseIsAnError) {
   absl::Status failure;
   while (failure.ok() && absl::Now() < deadline) {
     CallbackProbe write;
-    failure = ab->PostWrite({&local, 0, 4096}, {&b.target, 0, 4096},
-                            std::nullopt, write.Callback());
+    failure = pair.ab->PostWrite({&*pair.local, 0, 4096}, {&pair.b.target, 0, 4096},
+                                 std::nullopt, write.Callback());
     if (!failure.ok()) break;
-    failure = Drive({a.get()}, [&] { return write.calls > 0; });
+    failure = Drive({pair.a.get()}, [&] { return write.calls > 0; });
     if (failure.ok()) failure = write.status;
   }
   EXPECT_THAT(failure, StatusIs(absl::StatusCode::kUnavailable,
