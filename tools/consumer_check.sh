@@ -59,7 +59,8 @@ binary="$(consumer_bazel 120 info --symlink_prefix=/ bazel-bin 2>/dev/null)/two_
 built=$(( $(date +%s) - start ))
 
 python=$("$root/tools/torch_python.sh") || fail "no Python with torch"
-RDMAFLOW_TRANSPORT_PARAMS=tls=shm timeout -k 20 300 "$python" -m torch.distributed.run \
+# TMPDIR: torchrun leaves its log folder (torchelastic_*) there.
+TMPDIR="$work" RDMAFLOW_TRANSPORT_PARAMS=tls=shm timeout -k 20 300 "$python" -m torch.distributed.run \
   --rdzv_backend=c10d \
   --rdzv_endpoint=localhost:0 --rdzv_id="consumer-check-$$" --nnodes=1 \
   --nproc_per_node=2 --redirects 1 --tee 1 --no_python "$binary" ucx tls=shm \

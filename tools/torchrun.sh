@@ -22,6 +22,9 @@ if [ -z "${RDMAFLOW_TORCH_MODULE_DIR:-}" ]; then
   RDMAFLOW_TORCH_MODULE_DIR="$root/bazel-bin/torch_backend/python"
 fi
 export PYTHONPATH="$RDMAFLOW_TORCH_MODULE_DIR${PYTHONPATH:+:$PYTHONPATH}"
+# torchrun leaves its log folder (torchelastic_*) in the temporary
+# directory: under a test, the test's own, which Bazel cleans.
+if [ -n "${TEST_TMPDIR:-}" ]; then export TMPDIR="$TEST_TMPDIR"; fi
 exec "$python" -m torch.distributed.run --rdzv_backend=c10d \
   --rdzv_endpoint=localhost:0 --rdzv_id="rdmaflow-$$-$RANDOM" --nnodes=1 \
   --redirects 1 --tee 1 "$@"

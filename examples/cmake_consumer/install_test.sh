@@ -39,7 +39,8 @@ fi
 
 run_two_ranks() {  # <out file> <program> [args]: two ranks under torchrun
   local out=$1; shift
-  RDMAFLOW_TRANSPORT_PARAMS=tls=shm UCX_TLS=shm,self timeout -k 20 240 \
+  # TMPDIR: torchrun leaves its log folder (torchelastic_*) there.
+  TMPDIR="$tmp" RDMAFLOW_TRANSPORT_PARAMS=tls=shm UCX_TLS=shm,self timeout -k 20 240 \
     "$RDMAFLOW_PYTHON" -m torch.distributed.run --rdzv_backend=c10d --rdzv_endpoint=localhost:0 \
     --rdzv_id="install-test-$$-$RANDOM" --nnodes=1 --nproc_per_node=2 \
     --redirects 1 --tee 1 --no_python "$@" 2>&1 | tee "$out"
