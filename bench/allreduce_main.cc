@@ -330,6 +330,10 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "--device: '%s' is not cuda or fake\n", kind.c_str());
     return 2;
   }
+  if (Wants("rdmaflow-device-ring") && absl::GetFlag(FLAGS_device).empty()) {
+    std::fprintf(stderr, "--impls: rdmaflow-device-ring needs --device=cuda or fake\n");
+    return 2;
+  }
   const int load = absl::GetFlag(FLAGS_load);
   if (load < 0 || load > 64) {
     std::fprintf(stderr, "--load: %d is not a thread count in 0..64\n", load);

@@ -129,7 +129,7 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
     ASSIGN_OR_RETURN(group->hierarchical_,
                      group->TryHierarchy(transport, store, ns, hosts, ring, options));
     if (group->hierarchical_) {
-      if (group->leaders_ != nullptr) RETURN_IF_ERROR(group->PinStage());
+      if (group->leaders_ != nullptr) group->PinStage();
       return group;
     }
   }
@@ -147,7 +147,7 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
       return made.status();
     }
   }
-  if (group->host_ == nullptr) RETURN_IF_ERROR(group->PinStage());
+  if (group->host_ == nullptr) group->PinStage();
   return group;
 }
 
@@ -171,11 +171,19 @@ absl::Status AllReduceGroup::SetUpDevice(rdma::Transport& transport,
   return absl::OkStatus();
 }
 
-absl::Status AllReduceGroup::PinStage() {
-  if (stage_ == nullptr) return absl::OkStatus();  // host memory
-  RETURN_IF_ERROR(runtime_->PinHost(stage_->data(), stage_->size()));
+void AllReduceGroup::PinStage() {
+  if (stage_ == nullptr) return;  // host memory
+  // Only faster copies ride on it, and the other members have set up by
+  // now: a refusal is said, not fatal.
+  absl::Status pinned = runtime_->PinHost(stage_->data(), stage_->size());
+  if (!pinned.ok()) {
+    std::fprintf(stderr,
+                 "rdmaflow: all-reduce on rank %d: its %zu-byte host stage stays unpinned "
+                 "(%s): its copies to and from the device run slower\n",
+                 rank(), stage_->size(), pinned.ToString().c_str());
+    return;
+  }
   stage_pinned_ = true;
-  return absl::OkStatus();
 }
 
 namespace {
@@ -350,6 +358,7 @@ absl::Status AllReduceGroup::AllReduce(size_t offset, size_t count, DataType typ
   // A count too large to multiply is refused by the algorithm itself.
   const size_t element = ElementSize(type);
   const size_t bytes = count <= capacity() / element ? count * element : capacity() + 1;
+  if (result == data() + offset) result = nullptr;  // the range itself: in place
   // What the device cannot reduce is refused on every member alike, before
   // any waits for another (the rings would reduce it on the host, the
   // device paths not).
@@ -423,7 +432,6 @@ absl::Status AllReduceGroup::CopyResult(std::byte* result, size_t offset, size_t
   }
   const auto at = reinterpret_cast<uintptr_t>(result);
   const auto from = reinterpret_cast<uintptr_t>(range);
-  if (at == from) return absl::OkStatus();  // the range itself: in place
   if (at < from + bytes && from < at + bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "all-reduce on rank ", rank(), ": a device result must not overlap the range it "

@@ -163,7 +163,8 @@ class AllReduceGroup {
   // agreement first.
   // `variant`: HostAllReduce::AllReduce's (checked on the host paths only).
   // `result`: where this member wants the result instead of its range (a
-  // buffer of count elements; nullptr: in place): the host paths write it
+  // buffer of count elements; nullptr, or the range itself: in place): the
+  // host paths write it
   // there directly (HostAllReduce::AllReduce: outside the data region, else
   // kInvalidArgument on every member), the ring and the hierarchy copy it
   // out of the range (on_device(): device memory outside the range, else
@@ -204,8 +205,9 @@ class AllReduceGroup {
   // Sets up device memory: the mover and the rings' host stage.
   absl::Status SetUpDevice(rdma::Transport& transport, const AllReduceGroupOptions& options,
                            const std::string& what);
-  // Pins the stage, on device memory, on a member that runs a ring.
-  absl::Status PinStage();
+  // Pins the stage, on device memory, on a member that runs a ring; a
+  // refusal leaves it unpinned, with a message.
+  void PinStage();
   // Every member publishes its direct and hierarchy options and checks the
   // others': kFailedPrecondition naming a member whose differ (they would
   // take another path and leave the others waiting).

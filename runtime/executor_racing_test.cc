@@ -93,8 +93,8 @@ class ExecutorMetadataRacingTest : public ::testing::Test {
       : info_(InfoOf(OneTensorPlan({-1, -1}), 1)), slot_(sizeof(Metadata)) {}
 
   // One read of the slot as Recv reads it: an accepted one must be inside
-  // the pool, its bytes, source offset and shape each one of `written`'s;
-  // a refused one kDataLoss naming rank 0.
+  // the pool, its bytes its shape's, and its bytes, source offset and shape
+  // each one of `written`'s; a refused one kDataLoss naming rank 0.
   absl::Status ReadOnce(const std::vector<Metadata>& written) {
     absl::StatusOr<internal::DynamicMetadata> m =
         internal::ReadDynamicMetadata(info_, slot_.data(), 0, kPoolBytes);
@@ -109,6 +109,11 @@ class ExecutorMetadataRacingTest : public ::testing::Test {
     if (m->bytes > kPoolBytes || m->source_offset > kPoolBytes - m->bytes) {
       return absl::InternalError(absl::StrCat("accepted ", m->bytes, " bytes at ",
                                               m->source_offset, ", outside the pool"));
+    }
+    if (m->shape.size() != 2 ||
+        m->bytes != static_cast<uint64_t>(m->shape[0] * m->shape[1]) * sizeof(float)) {
+      return absl::InternalError(absl::StrCat("accepted ", m->bytes, " bytes for a shape of ",
+                                              m->shape.size(), " dimensions that holds others"));
     }
     bool bytes = false, offset = false, shape = false;
     for (const Metadata& w : written) {
