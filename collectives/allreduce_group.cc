@@ -320,12 +320,15 @@ AllReduceGroup::~AllReduceGroup() {
   mover_.reset();  // waits, bounded, for its stream
   if (stage_copy_unfenced_) {
     // A copy between the device and the stage was never seen to finish:
-    // the device may still write there, so it stays pinned and mapped.
+    // the device may still write either end, so both stay allocated (the
+    // stage pinned and mapped).
     std::fprintf(stderr,
                  "rdmaflow: all-reduce on rank %d: leaving its %zu-byte host stage "
-                 "pinned and mapped: a device copy into it was never seen to finish\n",
+                 "and its data region allocated: a copy between them was never seen "
+                 "to finish\n",
                  rank(), stage_->size());
     new std::shared_ptr<rdma::MemoryRegion>(std::move(stage_));  // deliberately leaked
+    new std::shared_ptr<rdma::MemoryRegion>(std::move(data_));   // deliberately leaked
   } else if (stage_pinned_) {
     // The stage stays mapped while a ring's neighbour may write into it
     // (the ring holds it); only the pinning ends.
