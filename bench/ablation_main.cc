@@ -20,8 +20,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,6 +29,7 @@
 #include "absl/time/time.h"
 #include "bench/ablation_graphs.h"
 #include "bench/pingpong.h"
+#include "common/program_flags.h"
 #include "common/status_macros.h"
 #include "common/text_table.h"
 #include "graph_analyzer/planner.h"
@@ -69,7 +68,7 @@ ABSL_FLAG(std::string, trace_dir, "",
           "Write a Chrome trace (chrome://tracing, Perfetto) of every transfer "
           "of each rank of the zero-copy runs here: "
           "<graph>.rdma.rank<r>.json.");
-ABSL_FLAG(std::string, job, "", "Internal: the job a launched rank runs.");
+ABSL_FLAG(std::string, job, "", "(internal) the job a launched rank runs.");
 
 namespace rdmaflow::bench {
 namespace {
@@ -314,12 +313,11 @@ absl::Status WriteOutputs(const results::BenchmarkReport& report) {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  rdmaflow::ParseProgramFlags(argc, argv,
       "RPC-vs-RDMA ablation: replays training graphs' communication between "
       "processes through the rdma (zero copy), rdma_copy and grpc "
       "communicators.\n  ablation [--graphs=all] [--communicators=rdma,"
       "rdma_copy,grpc] [--steps=20] [--sweep] [--json=out.json]");
-  absl::ParseCommandLine(argc, argv);
   const absl::Time start = absl::Now();
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_sweep_steps) < 1 ||
       absl::GetFlag(FLAGS_warmup) < 0 || absl::GetFlag(FLAGS_sweep_min) < 4 ||
@@ -345,6 +343,13 @@ int Main(int argc, char** argv) {
     for (const AblationGraph& g : AblationGraphs()) names.push_back(g.name);
   } else if (graphs_flag != "none") {
     names = absl::StrSplit(graphs_flag, ',');
+  }
+  for (const std::string& name : names) {
+    if (absl::Status known = FindGraph(name).status(); !known.ok()) {
+      std::fprintf(stderr, "ablation: --graphs: %s (see ablation --help)\n",
+                   std::string(known.message()).c_str());
+      return kExitUsage;
+    }
   }
   const std::string description = absl::StrCat(
       absl::GetFlag(FLAGS_transport), " ", absl::GetFlag(FLAGS_params));

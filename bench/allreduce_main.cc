@@ -35,12 +35,11 @@
 #include "ATen/Parallel.h"
 #include "ATen/ops/zeros.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -48,6 +47,7 @@
 #include "bench/device_allreduce.h"
 #include "bench/gloo_group.h"
 #include "collectives/allreduce_group.h"
+#include "common/program_flags.h"
 #include "common/status_macros.h"
 #include "device/runtime_factory.h"
 #include "launch/launcher.h"
@@ -135,6 +135,22 @@ SweepOptions SweepFromFlags() {
   s.byte_budget = absl::GetFlag(FLAGS_byte_budget);
   s.max_iters = absl::GetFlag(FLAGS_max_iters);
   return s;
+}
+
+constexpr absl::string_view kImpls[] = {"rdmaflow", "rdmaflow-ring",
+                                        "rdmaflow-flat", "gloo",
+                                        "rdmaflow-device-ring"};
+
+// kInvalidArgument naming an --impls entry that is none of kImpls.
+absl::Status CheckImpls() {
+  for (absl::string_view i : absl::StrSplit(absl::GetFlag(FLAGS_impls), ',')) {
+    if (std::find(std::begin(kImpls), std::end(kImpls), i) == std::end(kImpls)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--impls: unknown implementation '", i, "' (known: ",
+          absl::StrJoin(kImpls, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 bool Wants(const std::string& impl) {
@@ -312,12 +328,11 @@ int Report(absl::Status status, int rank) {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  rdmaflow::ParseProgramFlags(argc, argv,
       "All-reduce latency and bus bandwidth: rdmaflow's ring next to "
       "Gloo, same processes, same run.\n  allreduce_bench [--ranks=2,4] "
       "[--impls=rdmaflow,gloo] [--transport=ucx --params=tls=shm] [--device=cuda|fake] "
       "[--json=out.json]");
-  absl::ParseCommandLine(argc, argv);
   const absl::Time start = absl::Now();
   if (absl::StatusOr<onesided::WaitPolicy> wait =
           onesided::WaitPolicy::Parse(absl::GetFlag(FLAGS_wait));
@@ -338,6 +353,13 @@ int Main(int argc, char** argv) {
   if (load < 0 || load > 64) {
     std::fprintf(stderr, "--load: %d is not a thread count in 0..64\n", load);
     return 2;
+  }
+  for (absl::Status status : {CheckImpls(), CheckSweepOptions(SweepFromFlags())}) {
+    if (!status.ok()) {
+      std::fprintf(stderr, "allreduce_bench: %s (see allreduce_bench --help)\n",
+                   std::string(status.message()).c_str());
+      return kExitUsage;
+    }
   }
   std::vector<AllReduceRow> rows;
   std::string description;

@@ -1,18 +1,45 @@
 // File: allreduce_sweep.cc
 #include "bench/allreduce_sweep.h"
 
-#include "collectives/reduce.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/reduce.h"
 #include "results/json.h"
 
 namespace rdmaflow::bench {
+
+absl::Status CheckSweepOptions(const SweepOptions& options) {
+  constexpr int64_t kMaxBytes = int64_t{1} << 40;
+  if (options.min_bytes < 4 || options.min_bytes % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--min_bytes=", options.min_bytes,
+        ": expected a positive multiple of 4 (float32 elements)"));
+  }
+  if (options.max_bytes < options.min_bytes || options.max_bytes > kMaxBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_bytes=", options.max_bytes, ": expected ",
+                     options.min_bytes, " (--min_bytes) .. ", kMaxBytes));
+  }
+  if (options.factor < 2 || options.factor > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--factor=", options.factor, ": expected an integer in 2 .. 1024"));
+  }
+  if (options.byte_budget < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--byte_budget=", options.byte_budget, ": expected at least 1"));
+  }
+  if (options.max_iters < options.min_iters) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_iters=", options.max_iters, ": expected at least ",
+                     options.min_iters));
+  }
+  return absl::OkStatus();
+}
 
 std::vector<int64_t> SweepSizes(const SweepOptions& options) {
   std::vector<int64_t> sizes;

@@ -34,6 +34,12 @@ struct SweepOptions {
 
 using results::AllReduceRow;
 
+// kInvalidArgument naming the flag (--min_bytes, --max_bytes, --factor,
+// --byte_budget, --max_iters) when `options` cannot be swept: sizes are
+// whole float32 counts from 4 bytes up, min <= max <= 1 TiB, a factor of
+// at least 2, a positive budget, and max_iters >= min_iters.
+absl::Status CheckSweepOptions(const SweepOptions& options);
+
 std::vector<int64_t> SweepSizes(const SweepOptions& options);
 int Iterations(const SweepOptions& options, int64_t bytes);
 

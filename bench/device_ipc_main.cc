@@ -29,8 +29,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
@@ -39,6 +37,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/program_flags.h"
 #include "common/status_macros.h"
 #include "device/device_runtime.h"
 #include "device/runtime_factory.h"
@@ -57,7 +56,7 @@ ABSL_FLAG(std::string, algorithm, "split",
           "The all-reduce: split (each rank sums its half of both buffers, as on two "
           "GPUs) or leader (rank 0 sums all of it: on one GPU shared by two processes "
           "their kernels take turns, and one rank's kernels never wait for the other's).");
-ABSL_FLAG(int, peer_fd, -1, "Internal: set on rank 1, the socket to rank 0.");
+ABSL_FLAG(int, peer_fd, -1, "(internal) set on rank 1, the socket to rank 0.");
 
 namespace rdmaflow::bench {
 namespace {
@@ -386,35 +385,38 @@ absl::StatusOr<pid_t> StartPeer(int argc, char** argv, int* fd) {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  rdmaflow::ParseProgramFlags(argc, argv,
       "Device memory between two processes on one GPU through IPC: local copy,\n"
       "IPC write and read, and a two-rank in-place all-reduce (docs/device.md).\n"
       "  device_ipc_bench [--device=cuda|fake] [--mib=1,4,16,64,256,1024]\n"
       "                   [--iterations=20] [--algorithm=split|leader] [--json=PATH]");
-  std::vector<char*> unparsed = absl::ParseCommandLine(argc, argv);
-  (void)unparsed;
   const int peer_fd = absl::GetFlag(FLAGS_peer_fd);
   const int rank = peer_fd >= 0 ? 1 : 0;
   auto fail = [rank](const absl::Status& status) {
     std::fprintf(stderr, "device_ipc_bench (rank %d): %s\n", rank, status.ToString().c_str());
-    return 1;
+    return kExitFailure;
+  };
+  auto usage_error = [](const absl::Status& status) {
+    std::fprintf(stderr, "device_ipc_bench: %s (see device_ipc_bench --help)\n",
+                 std::string(status.message()).c_str());
+    return kExitUsage;
   };
   absl::StatusOr<std::vector<size_t>> sizes = ParseSizes(absl::GetFlag(FLAGS_mib));
-  if (!sizes.ok()) return fail(sizes.status());
+  if (!sizes.ok()) return usage_error(sizes.status());
   const std::string kind = absl::GetFlag(FLAGS_device);
   if (kind != "cuda" && kind != "fake") {
-    return fail(absl::InvalidArgumentError(
+    return usage_error(absl::InvalidArgumentError(
         absl::StrCat("--device=", kind, " is not a device runtime: use cuda or fake")));
   }
   const std::string algorithm = absl::GetFlag(FLAGS_algorithm);
   if (algorithm != "split" && algorithm != "leader") {
-    return fail(absl::InvalidArgumentError(
+    return usage_error(absl::InvalidArgumentError(
         absl::StrCat("--algorithm=", algorithm, ": use split or leader")));
   }
   const int iterations = absl::GetFlag(FLAGS_iterations);
   if (iterations < 1 || iterations > 100) {
     // More would overflow float32: every call doubles the buffers' values.
-    return fail(absl::InvalidArgumentError("--iterations: from 1 to 100"));
+    return usage_error(absl::InvalidArgumentError("--iterations: from 1 to 100"));
   }
   const size_t max_bytes = *std::max_element(sizes->begin(), sizes->end());
   const absl::Time start = absl::Now();

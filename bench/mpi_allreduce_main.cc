@@ -9,11 +9,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/allreduce_sweep.h"
+#include "common/program_flags.h"
 #include "results/run_info.h"
 
 ABSL_FLAG(int64_t, min_bytes, 4 << 10, "Smallest all-reduce (bytes of float32).");
@@ -25,21 +24,26 @@ ABSL_FLAG(int32_t, max_iters, 500, "Upper bound on iterations per size.");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file (rank 0).");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  rdmaflow::ParseProgramFlags(argc, argv,
       "MPI_Allreduce latency and bus bandwidth (float32 sum, in place).\n"
       "  mpirun -np N mpi_allreduce [--json=out.json]");
-  MPI_Init(&argc, &argv);
-  absl::ParseCommandLine(argc, argv);
-  const absl::Time start = absl::Now();
-  int rank = 0, world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
   rdmaflow::bench::SweepOptions sweep;
   sweep.min_bytes = absl::GetFlag(FLAGS_min_bytes);
   sweep.max_bytes = absl::GetFlag(FLAGS_max_bytes);
   sweep.factor = absl::GetFlag(FLAGS_factor);
   sweep.byte_budget = absl::GetFlag(FLAGS_byte_budget);
   sweep.max_iters = absl::GetFlag(FLAGS_max_iters);
+  if (absl::Status status = rdmaflow::bench::CheckSweepOptions(sweep);
+      !status.ok()) {
+    std::fprintf(stderr, "mpi_allreduce: %s (see mpi_allreduce --help)\n",
+                 std::string(status.message()).c_str());
+    return rdmaflow::kExitUsage;
+  }
+  MPI_Init(&argc, &argv);
+  const absl::Time start = absl::Now();
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
   std::vector<rdmaflow::bench::AllReduceRow> rows;
   std::vector<float> data(sweep.max_bytes / sizeof(float));
   int failed = 0;

@@ -17,8 +17,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -27,6 +25,7 @@
 #include "absl/time/time.h"
 #include "bench/pingpong.h"
 #include "bench/pingpong_device.h"
+#include "common/program_flags.h"
 #include "device/runtime_factory.h"
 #include "launch/launcher.h"
 #include "launch/rank.h"
@@ -84,6 +83,39 @@ rdma::device_path::DeviceTransportOptions DeviceOptionsFromFlags(int rank) {
   }
   options.staging.slot_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_staging_slot_bytes));
   return options;
+}
+
+// kInvalidArgument naming the flag whose value cannot be measured; checked
+// before rank 1 is started.
+absl::Status CheckSizeFlags() {
+  constexpr int64_t kLargest = int64_t{1} << 40;
+  const int64_t min_bytes = absl::GetFlag(FLAGS_min_bytes);
+  const int64_t max_bytes = absl::GetFlag(FLAGS_max_bytes);
+  if (min_bytes < 1 || min_bytes > kLargest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--min_bytes=", min_bytes, ": expected 1 .. ", kLargest));
+  }
+  if (max_bytes < min_bytes || max_bytes > kLargest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_bytes=", max_bytes, ": expected ", min_bytes,
+        " (--min_bytes) .. ", kLargest));
+  }
+  if (absl::GetFlag(FLAGS_byte_budget) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--byte_budget=", absl::GetFlag(FLAGS_byte_budget),
+        ": expected at least 1"));
+  }
+  if (const int min_iters = PingPongOptions().min_iters;
+      absl::GetFlag(FLAGS_max_iters) < min_iters) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_iters=", absl::GetFlag(FLAGS_max_iters),
+                     ": expected at least ", min_iters));
+  }
+  if (!absl::GetFlag(FLAGS_writes) && !absl::GetFlag(FLAGS_reads)) {
+    return absl::InvalidArgumentError(
+        "--nowrites and --noreads: nothing to measure");
+  }
+  return absl::OkStatus();
 }
 
 PingPongOptions OptionsFromFlags() {
@@ -259,14 +291,13 @@ int RunRank(int rank, rdma::Store& store) {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  rdmaflow::ParseProgramFlags(argc, argv,
       "Write/read ping-pong between two ranks over an rdmaflow transport, "
       "with memcpy as the physical limit; the results are also printed in "
       "perftest's columns (ib_write_lat, ib_write_bw, ib_read_lat, "
       "ib_read_bw).\n  transport_pingpong "
       "[--transport=ucx --params=tls=shm] [--mode=process|thread] "
       "[--memory=host|device --device=cuda|fake] [--json=out.json]");
-  absl::ParseCommandLine(argc, argv);
 
   if (std::getenv("RANK") != nullptr) {  // Launched by torchrun/mpirun.
     return launch::RunLaunchedRank([](int rank, int world_size, rdma::Store& store) {
@@ -285,6 +316,11 @@ int Main(int argc, char** argv) {
   if (device_path != "ipc" && device_path != "staged") {
     std::fprintf(stderr, "--device_path must be ipc or staged, got '%s'\n", device_path.c_str());
     return 2;
+  }
+  if (absl::Status status = CheckSizeFlags(); !status.ok()) {
+    std::fprintf(stderr, "transport_pingpong: %s (see transport_pingpong --help)\n",
+                 std::string(status.message()).c_str());
+    return kExitUsage;
   }
   if (memory != "host" && memory != "device") {
     std::fprintf(stderr, "--memory must be host or device, got '%s'\n", memory.c_str());

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/program_flags.h"
 
 namespace rdmaflow::cli {
 
@@ -46,6 +47,10 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args,
       parsed.help = true;
       continue;
     }
+    if (arg == "--version") {
+      parsed.version = true;
+      continue;
+    }
     if (!absl::StartsWith(arg, "--")) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown option '", arg, "' (see --help)"));
@@ -58,6 +63,7 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args,
       name = name.substr(0, eq);
       has_value = true;
     }
+    name = CanonicalFlagName(name);
     const FlagSpec* spec = nullptr;
     for (const FlagSpec& s : specs) {
       if (s.name == name) spec = &s;
@@ -67,7 +73,7 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& args,
       for (const FlagSpec& s : specs) known.push_back("--" + s.name);
       return absl::InvalidArgumentError(
           absl::StrCat("unknown option '--", name, "'; known: ",
-                       absl::StrJoin(known, ", "), ", --help"));
+                       absl::StrJoin(known, ", "), ", --help, --version"));
     }
     if (!spec->takes_value) {
       if (has_value) {

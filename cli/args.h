@@ -1,8 +1,10 @@
 // File: args.h
 // -----------------------------------------------------------------------------
 // ParseArgs: the command-line parsing shared by `rdmaflow` subcommands.
-// Accepts "--name=value", "--name value", boolean "--name", "-h"/"--help"
-// and positional arguments ("--" ends the options).
+// Accepts "--name=value", "--name value", boolean "--name", "-h"/"--help",
+// "--version" and positional arguments ("--" ends the options). A flag's
+// name is spelled with underscores; the dash spelling is the same flag
+// (common/program_flags.h has the whole convention).
 #ifndef RDMAFLOW_CLI_ARGS_H_
 #define RDMAFLOW_CLI_ARGS_H_
 
@@ -17,7 +19,7 @@
 namespace rdmaflow::cli {
 
 struct FlagSpec {
-  std::string name;  // Without the leading "--".
+  std::string name;  // Without the leading "--"; underscores, not dashes.
   bool takes_value = true;
 };
 
@@ -26,6 +28,7 @@ struct ParsedArgs {
   std::map<std::string, std::string> flags;  // Boolean flags map to "true".
   std::vector<std::string> positional;
   bool help = false;
+  bool version = false;
 
   bool Has(const std::string& name) const { return flags.count(name) > 0; }
   std::string Get(const std::string& name, std::string fallback = "") const;

@@ -59,6 +59,7 @@ TEST(PlanCommandTest, WritesPlanDotAndPartitions) {
   std::string plan_path = TempPath("plan.pbtxt");
   std::string dot_path = TempPath("graph.dot");
   std::string parts = TempPath("parts");
+  // A dash spelling names the same flag as the underscore one.
   Result r = RunPlan({kSeq, "--pipeline-depth", "3", "--alignment=4096",
                   "--out", plan_path, "--dot", dot_path, "--partitions",
                   parts});
@@ -98,9 +99,9 @@ TEST(PlanCommandTest, HelpDocumentsEveryOption) {
   Result r = RunPlan({"--help"});
   EXPECT_EQ(r.status, 0);
   for (const char* flag :
-       {"--pipeline-depth", "--alignment", "--metadata-bytes", "--no-share", "--min-shared-bytes",
-        "--trace", "--min-trace-steps", "--out", "--dot", "--partitions",
-        "--quiet", "--max-input-bytes"}) {
+       {"--pipeline_depth", "--alignment", "--metadata_bytes", "--no_share", "--min_shared_bytes",
+        "--trace", "--min_trace_steps", "--out", "--dot", "--partitions",
+        "--quiet", "--max_input_bytes"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }
 }
@@ -117,16 +118,17 @@ TEST(PlanCommandTest, UsageErrorsExitWithTwo) {
   EXPECT_EQ(r.status, 2);
 }
 
-TEST(PlanCommandTest, BadInputExitsWithOneAndSaysWhy) {
+// Bad input exits 1, a bad option value 2 (a usage error), each saying why.
+TEST(PlanCommandTest, BadInputExitsWithOneAndBadOptionsWithTwo) {
   Result r = RunPlan({"/nonexistent.pbtxt"});
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("cannot open '/nonexistent.pbtxt'"));
-  r = RunPlan({kMlp, "--pipeline-depth", "0"});
-  EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.err, HasSubstr("--pipeline-depth=0: expected an integer in "
+  r = RunPlan({kMlp, "--pipeline_depth", "0"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("--pipeline_depth=0: expected an integer in "
                                "1 .. 16"));
   r = RunPlan({kMlp, "--alignment", "100"});
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.err, HasSubstr("power of two"));
   std::string bad = TempPath("bad.pbtxt");
   ASSERT_OK(graph::WriteStringToFile(
@@ -171,20 +173,20 @@ TEST(PlanCommandTest, DeviceIsRefusedWithoutReadingIt) {
 
 TEST(PlanCommandTest, InputsAboveTheSizeLimitAreRefused) {
   // mlp_2ranks.pbtxt is 2.8 KiB; the trace, 5,000 bytes of comments.
-  Result r = RunPlan({kMlp, "--max-input-bytes", "1000"});
+  Result r = RunPlan({kMlp, "--max_input_bytes", "1000"});
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("'" + std::string(kMlp) +
                                "' is larger than the limit of 1000 bytes for "
-                               "an input file; --max-input-bytes raises it"));
+                               "an input file; --max_input_bytes raises it"));
   std::string trace = TempPath("padded_trace.pbtxt");
   ASSERT_OK(graph::WriteStringToFile(trace, std::string(5000, '#') + "\n"));
-  r = RunPlan({kMlp, "--trace", trace, "--max-input-bytes", "4096"});
+  r = RunPlan({kMlp, "--trace", trace, "--max_input_bytes", "4096"});
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("padded_trace.pbtxt' is larger than the limit"));
-  EXPECT_EQ(RunPlan({kMlp, "--max-input-bytes", "1000000"}).status, 0);
-  r = RunPlan({kMlp, "--max-input-bytes", "0"});
-  EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.err, HasSubstr("--max-input-bytes=0: expected an integer in "
+  EXPECT_EQ(RunPlan({kMlp, "--max_input_bytes", "1000000"}).status, 0);
+  r = RunPlan({kMlp, "--max_input_bytes", "0"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("--max_input_bytes=0: expected an integer in "
                                "1 .. 1073741824"));
 }
 
@@ -275,7 +277,7 @@ TEST(PlanCommandTest, ModelsAndStrategiesAreCheckedBeforeAnythingIsPlanned) {
   for (const char* bad : {"8xx28", "8x0", "8x4:complex", "-1"}) {
     SCOPED_TRACE(bad);
     r = RunPlan({fake, "--input", bad});
-    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(r.status, 2);  // A usage error.
     EXPECT_THAT(r.err, HasSubstr("--input"));
   }
   // A .pt2 that is no torch.export program; its --input is checked first.
@@ -286,7 +288,7 @@ TEST(PlanCommandTest, ModelsAndStrategiesAreCheckedBeforeAnythingIsPlanned) {
   EXPECT_THAT(r.err, HasSubstr("torch.export program"));
   EXPECT_THAT(r.err, HasSubstr("cannot be read"));
   r = RunPlan({fake_export, "--input", "8x0"});
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.err, HasSubstr("--input"));
   // A FIFO is refused, not opened (which would block).
   const std::string fifo = TempPath("plan.fifo");
@@ -300,7 +302,7 @@ TEST(PlanCommandTest, ModelsAndStrategiesAreCheckedBeforeAnythingIsPlanned) {
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("must be on rank 0 only"));
   r = RunPlan({kMlp, "--strategy", "gossip"});
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown strategy 'gossip'"));
 }
 

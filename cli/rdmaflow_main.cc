@@ -5,7 +5,7 @@
 //   rdmaflow plan GRAPH [options]   plan a dataflow graph's transfers
 //   rdmaflow simulate [options]     predict step times (docs/scale.md)
 //   rdmaflow calibrate [options]    the simulator's calibration
-//   rdmaflow --help
+//   rdmaflow --help | --version
 #include <iostream>
 #include <string>
 #include <vector>
@@ -13,6 +13,8 @@
 #include "cli/calibrate_command.h"
 #include "cli/plan_command.h"
 #include "cli/simulate_command.h"
+#include "common/program_flags.h"
+#include "common/version.h"
 
 namespace {
 
@@ -28,17 +30,31 @@ commands:
   calibrate     build that calibration from measurements
                 (tools/calibrate_sim.sh runs them)
 
-run 'rdmaflow COMMAND --help' for a command's options.
+run 'rdmaflow COMMAND --help' for a command's options; 'rdmaflow --version'
+prints the version. Flags are spelled with underscores (--max_input_bytes);
+the dash spelling (--max-input-bytes) is the same flag.
+
+exit status: 0 success, 1 failure at run time, 2 usage error
 )";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "-h" || args[0] == "--help" ||
-      args[0] == "help") {
+  if (args.empty()) {
+    std::cerr << kUsage;
+    return rdmaflow::kExitUsage;
+  }
+  if (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
     std::cout << kUsage;
-    return args.empty() ? 2 : 0;
+    return rdmaflow::kExitOk;
+  }
+  for (const std::string& arg : args) {
+    if (arg == "--") break;
+    if (arg == "--version") {
+      std::cout << "rdmaflow " << rdmaflow::Version() << "\n";
+      return rdmaflow::kExitOk;
+    }
   }
   std::string command = args[0];
   args.erase(args.begin());
@@ -53,5 +69,5 @@ int main(int argc, char** argv) {
   }
   std::cerr << "rdmaflow: unknown command '" << command
             << "' (known: plan, simulate, calibrate; see rdmaflow --help)\n";
-  return 2;
+  return rdmaflow::kExitUsage;
 }

@@ -1,7 +1,7 @@
 // File: simulate_command.cc
 #include "cli/simulate_command.h"
 
-#include <filesystem>
+#include <optional>
 #include <map>
 #include <utility>
 
@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "cli/args.h"
+#include "cli/data_file.h"
 #include "cli/json_file.h"
 #include "common/key_value_params.h"
 #include "common/status_macros.h"
@@ -135,12 +136,14 @@ absl::StatusOr<SimulateOptions> ParseOptions(const ParsedArgs& args) {
 absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err) {
   std::string path = f.calibration;
   if (path.empty()) {
-    if (!std::filesystem::exists(kDefaultCalibration)) {
-      return absl::InvalidArgumentError(absl::StrCat(
+    std::optional<std::string> found = FindDataFile(kDefaultCalibration);
+    if (!found.has_value()) {
+      return absl::NotFoundError(absl::StrCat(
           "no --calibration FILE, and no ", kDefaultCalibration,
-          " here: run tools/calibrate_sim.sh (or pass the file)"));
+          " in this folder, the bazel workspace or above the rdmaflow binary: "
+          "pass the file, or run tools/calibrate_sim.sh"));
     }
-    path = kDefaultCalibration;
+    path = *found;
   }
   sim::Calibration calibration;
   RETURN_IF_ERROR(ReadJsonFile(path, &calibration));
@@ -154,8 +157,8 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
 
   sim::Convergence convergence;
   std::string convergence_path = f.convergence;
-  if (convergence_path.empty() && std::filesystem::exists(kDefaultConvergence)) {
-    convergence_path = kDefaultConvergence;
+  if (convergence_path.empty()) {
+    convergence_path = FindDataFile(kDefaultConvergence).value_or("");
   }
   if (convergence_path == "none") convergence_path.clear();
   if (!convergence_path.empty()) {
@@ -199,6 +202,10 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
           s.network = link;
           s.ranks_per_host = f.ranks_per_host;
         }
+        if (!f.quiet && ranks >= 256) {
+          err << "simulating " << strategy << " on " << ranks << " ranks over " << link_name
+              << " ...\n";
+        }
         absl::StatusOr<sim::SimulatedRun> run = sim::Simulate(s);
         if (!run.ok()) {
           return absl::Status(run.status().code(),
@@ -207,10 +214,6 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
         }
         sim::AddTimeToAccuracy(convergence, &*run);
         any_time_to_accuracy |= run->time_to_accuracy_s() > 0;
-        if (!f.quiet && ranks >= 256) {
-          err << "simulated " << strategy << " on " << ranks << " ranks over " << link_name
-              << "\n";
-        }
         table.AddRow({link_name, strategy, run->params().empty() ? "-" : run->params(),
                       absl::StrCat(ranks), absl::StrFormat("%.2f", run->step_ms()),
                       absl::StrFormat("%.2f", run->comm_ms()),
@@ -255,7 +258,9 @@ on each host's cores, messages on each rank's ports, waits and collectives
 (docs/scale.md says what is modelled and how well it matches runs).
 
 options:
-  --calibration FILE   default docs/scale/calibration.json
+  --calibration FILE   default docs/scale/calibration.json, looked for in
+                       this folder, the workspace of `bazel run`, then the
+                       folders above the rdmaflow binary
   --convergence FILE   measured steps to a target accuracy per update rule
                        (tools/measure_convergence.sh); adds the time to
                        accuracy (to_acc_s) where the model and rule were

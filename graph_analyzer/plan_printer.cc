@@ -133,7 +133,7 @@ std::vector<std::string> RegisteredMemoryWarnings(
         FormatBytes(physical_bytes),
         " of physical memory here: registration pins every page, so it "
         "fails on a machine like this one; shrink the tensors, lower "
-        "--pipeline-depth or spread the work over more ranks"));
+        "--pipeline_depth or spread the work over more ranks"));
   }
   return warnings;
 }

@@ -9,9 +9,8 @@
 
 #include "ATen/Parallel.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/program_flags.h"
 #include "common/status_macros.h"
 #include "results/json.h"
 #include "train/layer_profile.h"
@@ -81,11 +80,10 @@ absl::Status Run() {
 }  // namespace rdmaflow::train
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  rdmaflow::ParseProgramFlags(argc, argv,
       "times a model's layers on one rank alone, for the step-time simulator.\n"
       "  rdmaflow_profile --model vgg --batch_size 64 --json vgg.profile.json\n"
       "See docs/scale.md.");
-  absl::ParseCommandLine(argc, argv);
   const absl::Status status = rdmaflow::train::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "rdmaflow_profile: %s\n", status.ToString().c_str());

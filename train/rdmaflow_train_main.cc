@@ -10,10 +10,9 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/program_flags.h"
 #include "common/status_macros.h"
 #include "launch/launcher.h"
 #include "launch/rank.h"
@@ -213,14 +212,13 @@ int RunRank(const TrainConfig& config, int rank, int world_size,
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  rdmaflow::ParseProgramFlags(argc, argv,
       "trains a model with a distributed strategy over rdmaflow.\n"
       "  rdmaflow_train --local 3 --model lenet5 --sync ssp:3 --steps 300\n"
       "  torchrun --nproc_per_node 3 --no_python rdmaflow_train --model vgg\n"
       "  rdmaflow_train --local 4 --model vgg --strategy layer_separated\n"
       "Under ps, ranks 0..servers-1 serve parameters and the others train; "
       "see docs/strategies.md.");
-  absl::ParseCommandLine(argc, argv);
   absl::StatusOr<TrainConfig> config = ConfigFromFlags();
   if (!config.ok()) {
     std::fprintf(stderr, "rdmaflow_train: invalid flags: %s\n",

@@ -20,10 +20,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/program_flags.h"
 #include "common/status_macros.h"
 #include "rdma/torch/tcp_store.h"
 #include "torch_backend/process_group_rdmaflow.h"
@@ -176,11 +175,21 @@ absl::Status Train() {
 }  // namespace rdmaflow
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  rdmaflow::ParseProgramFlags(argc, argv,
       "Data-parallel Fashion-MNIST over the rdmaflow c10d backend.\n"
       "Launch with torchrun: tools/torchrun.sh --nproc_per_node=2 --no_python "
       "bazel-bin/examples/torch/dp_fashion_mnist --backend=rdmaflow");
-  absl::ParseCommandLine(argc, argv);
+  // Checked before the process group forms, so a typo is a usage error.
+  const char* bad_flag = nullptr;
+  if (absl::GetFlag(FLAGS_steps) < 1) bad_flag = "--steps must be at least 1";
+  if (absl::GetFlag(FLAGS_batch) < 1) bad_flag = "--batch must be at least 1";
+  if (absl::GetFlag(FLAGS_log_every) < 1) bad_flag = "--log_every must be at least 1";
+  if (absl::GetFlag(FLAGS_eval_samples) < 0) bad_flag = "--eval_samples must be at least 0";
+  if (!(absl::GetFlag(FLAGS_lr) > 0)) bad_flag = "--lr must be positive";
+  if (bad_flag != nullptr) {
+    std::fprintf(stderr, "dp_fashion_mnist: %s (see dp_fashion_mnist --help)\n", bad_flag);
+    return rdmaflow::kExitUsage;
+  }
   absl::Status status;
   try {
     status = rdmaflow::Train();
@@ -189,7 +198,7 @@ int main(int argc, char** argv) {
   }
   if (!status.ok()) {
     std::fprintf(stderr, "dp_fashion_mnist: %s\n", status.ToString().c_str());
-    return 1;
+    return rdmaflow::kExitFailure;
   }
-  return 0;
+  return rdmaflow::kExitOk;
 }
