@@ -38,11 +38,14 @@
 ABSL_FLAG(std::string, transport, "ucx",
           "Transport backend: ucx, ibverbs or loopback (loopback needs --mode=thread).");
 ABSL_FLAG(std::string, params, "",
-          "Backend parameters key=value,... (ucx: tls, keepalive_ms, "
-          "max_outstanding; ibverbs: device, port, gid_index, "
-          "bootstrap_host, max_outstanding, signal_every, max_inline, "
-          "ack_timeout, retry_count, notify=imm|flag, notify_slots, events), "
-          "e.g. tls=shm. Empty: the backend's defaults.");
+          "Backend parameters key=value,... (docs/configuration.md says what "
+          "each does). ucx: tls, net_devices, keepalive_ms, max_outstanding. "
+          "ibverbs: device, port, gid_index, bootstrap_host, bind_address, "
+          "world_size, max_outstanding, signal_every, max_inline, "
+          "ack_timeout, retry_count, notify=imm|flag, notify_slots, events, "
+          "qps_per_peer, stripe_min, connect, max_endpoints_per_peer. "
+          "loopback: max_outstanding. E.g. tls=shm. Empty: the backend's "
+          "defaults.");
 ABSL_FLAG(std::string, memory, "host",
           "Memory the ping-pong moves: host, or device (GPU memory through "
           "rdma/device: CUDA IPC copies between the two ranks of one host, "

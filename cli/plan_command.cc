@@ -194,6 +194,13 @@ absl::Status Run(const ParsedArgs& args, const PlanSettings& settings,
   }
   out << (args.Has("quiet") ? graph::PlanSummaryLine(plan) + "\n"
                             : graph::FormatPlan(plan));
+  if (plan.link_size() == 0 && settings.placement.has_value() &&
+      settings.placement->strategy == "allreduce") {
+    out << "note: under allreduce no tensor crosses between ranks in the plan: "
+           "each replica keeps its own parameters and the gradients are "
+           "all-reduced by the collective (docs/collectives.md), not written "
+           "into slots\n";
+  }
   if (std::optional<uint64_t> physical = PhysicalMemoryBytes()) {
     for (const std::string& warning :
          graph::RegisteredMemoryWarnings(plan, *physical)) {

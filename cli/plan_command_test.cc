@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "graph_analyzer/graph.pb.h"
 #include "graph_analyzer/plan.pb.h"
+#include "graph_analyzer/testing/small_traces.h"
 #include "graph_analyzer/text_io.h"
 #include "gtest/gtest.h"
 
@@ -301,9 +302,24 @@ TEST(PlanCommandTest, ModelsAndStrategiesAreCheckedBeforeAnythingIsPlanned) {
   r = RunPlan({kMlp, "--strategy", "ps:servers=1,workers=2"});
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("must be on rank 0 only"));
+  r = RunPlan({kMlp, "--strategy", "allreduce"});
+  EXPECT_EQ(r.status, 1);  // Already spread over ranks, as for ps.
   r = RunPlan({kMlp, "--strategy", "gossip"});
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown strategy 'gossip'"));
+}
+
+TEST(PlanCommandTest, AnAllReducePlacementSaysWhyNothingCrosses) {
+  const std::string model = TempPath("small_cnn.pbtxt");
+  ASSERT_OK(graph::WriteTextProto(
+      model, graph::testing::TrainingGraphOf(graph::testing::SmallCnnTrace()),
+      "a single-rank training step"));
+  Result r = RunPlan({model, "--strategy", "allreduce:workers=2"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("note: under allreduce no tensor crosses"));
+  r = RunPlan({model, "--strategy", "ps:servers=1,workers=2"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("note: under allreduce")));
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ TEST(ConvergenceTest, RejectsPointsItCannotUse) {
            [](ConvergencePoint* p) { p->set_workers(0); },
            [](ConvergencePoint* p) { p->set_steps_to_target(-1); },
            [](ConvergencePoint* p) { p->set_steps_to_target(501); },
-           [](ConvergencePoint* p) { p->set_steps_run(int64_t{1} << 40); },
+           [](ConvergencePoint* p) { p->set_steps_run(2000000000); },
        }) {
     Convergence c = Measured();
     spoil(c.mutable_points(1));

@@ -7,6 +7,7 @@
 # OUT/allreduce.{json,txt,tsv} and OUT/allreduce_busbw.png.
 #   tools/bench_allreduce.sh [OUT_DIR]   (default bench-results/allreduce; ~2 min)
 # Environment: RANKS ("2 4"), MAX_BYTES (67108864), PARAMS (UCX parameters).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/allreduce}

@@ -13,6 +13,7 @@
 # STEPS_lenet5 (300) / STEPS_vgg (70): the uncompressed run's steps, codecs
 # run CODEC_STEPS_FACTOR (2) times as many; EVAL_EVERY_lenet5 (25) /
 # EVAL_EVERY_vgg (10); EVAL_SAMPLES (1000); TARGET_SLACK (0.02).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/compression}

@@ -16,6 +16,7 @@
 # Environment: SCENARIOS ("homogeneous slow kill"), STRATEGIES ("allreduce
 # gossip gossip_push moshpit"), STEPS (400), TARGET (0.80), EVAL_SAMPLES
 # (1000), REPEATS (1).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/decentralized}

@@ -12,6 +12,7 @@
 # Environment: RATES ("1gbit 10gbit"), HOSTS (2), PER_HOST (2), MIN_BYTES
 # (4096), MAX_BYTES (67108864), BUDGET (bytes per size, 268435456),
 # BENCH_FLAGS (more allreduce_bench flags, e.g. --chunk_bytes=1048576).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/hierarchical}

@@ -15,6 +15,7 @@
 #
 #   tools/bench_ibverbs_vm.sh            # results in bench-results/ibverbs_vm/
 #   OUT_DIR=... PNG=docs/img/ibverbs_vs_perftest.png ABLATION=0 tools/bench_ibverbs_vm.sh
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT_DIR:-bench-results/ibverbs_vm}

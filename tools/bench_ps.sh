@@ -11,6 +11,7 @@
 #   tools/bench_ps.sh [OUT_DIR]   (default bench-results/ps; ~4 min)
 # Environment: PARTS ("sync comm"), SYNC_STEPS (600), COMM_STEPS (30),
 # TARGET (0.80).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/ps}

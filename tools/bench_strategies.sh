@@ -13,6 +13,7 @@
 #   tools/bench_strategies.sh [OUT_DIR]   (default bench-results/strategies; ~8 min)
 # Environment: LINKS ("shm 1gbit 100mbit"), STEPS (8), MODEL (vgg),
 # STRATEGIES ("allreduce ps layer_separated").
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/strategies}

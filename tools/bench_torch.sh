@@ -16,6 +16,7 @@
 # RANKS (default "2 4"), DDP_STEPS (default 30), REPEATS (default 3: every
 # configuration runs that many times; the report shows medians, the JSON
 # every run).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/torch}

@@ -6,6 +6,7 @@
 # into any environment with that Python and torch release gives
 # `import rdmaflow_torch` (docs/torch.md).
 #   tools/build_wheel.sh [OUT]
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in

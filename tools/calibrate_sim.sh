@@ -14,6 +14,7 @@
 # Environment: MODELS ("mlp lenet5 vgg"), BATCH (64), LINKS ("1gbit 100mbit";
 # "" for shared memory only), SHARING_MODEL (lenet5; "" skips), SHARING
 # (ranks a core: "2 4").
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then

@@ -12,6 +12,7 @@
 # checkout, as Bazel keeps its own), so a run builds what changed; --clean
 # builds in an empty one instead (minutes: most of rdmaflow from scratch).
 #   tools/consumer_check.sh [--clean] [--keep]   (--keep: leave the logs and a clean output base)
+source "$(dirname "$0")/script_help.sh" "$@"
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 keep=0

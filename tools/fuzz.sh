@@ -11,6 +11,7 @@
 #
 #   tools/fuzz.sh              # 30 s per target
 #   FUZZ_SECONDS=600 tools/fuzz.sh
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-30}

@@ -150,5 +150,6 @@ run() {
 case "${1:-}" in
   pack) pack ;;
   run) shift; run "$@" ;;
+  -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
   *) sed -n '2,18p' "$0" >&2; exit 2 ;;
 esac

@@ -13,6 +13,7 @@
 # The module is one self-contained file: it links rdmaflow statically and
 # needs only torch's and Debian's libraries (UCX, ...). Re-run after a
 # rebuild; a module older than the sources is not detected.
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 prefix=""

@@ -4,6 +4,7 @@
 # analyse it (a visibility error), plus one probe that keeps to the rules
 # and must analyse. Prints "layering: N rules enforced" or what slipped
 # through, and exits non-zero if any did. Analysis only (--nobuild): seconds.
+source "$(dirname "$0")/script_help.sh" "$@"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

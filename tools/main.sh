@@ -14,6 +14,11 @@
 # then plan the example training graphs with `rdmaflow plan`, and a PyTorch
 # model (a ResNet-18-like CNN saved as TorchScript) for each strategy.
 # Prints the tables; JSON, TSV, plots, the plans and DOT go to $OUT_DIR.
+# Arguments are passed on to transport_pingpong (e.g. --max_bytes=1048576).
+# Environment: OUT_DIR (default bench-results); COMM_STEPS, the parameter
+# server comparison's steps (default 10); ALLREDUCE_MAX_BYTES, the
+# all-reduce sweep's largest size (default 16777216).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh

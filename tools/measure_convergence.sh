@@ -13,6 +13,7 @@
 # RANKS ("2 4 8"), SEEDS ("1 2 3"), STEPS (500), TARGET (0.80), EVAL_EVERY
 # (10), EVAL_SAMPLES (2000), EXTRA (more rdmaflow_train flags, such as
 # "--slow_rank 2 --slow_factor 2"), CONVERGENCE (docs/scale/convergence.json).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then

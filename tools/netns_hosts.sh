@@ -17,6 +17,10 @@
 # NETNS_PREFIX <P> (default rf) and NETNS_SUBNET <S> (default 10.88.0):
 # separate sets of hosts side by side (tests use their own).
 set -euo pipefail
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -n '2,/^[^#]/ { /^#/ s/^# \{0,1\}//p }' "$0"
+  exit 0
+fi
 action=${1:?up|exec|down}
 p=${NETNS_PREFIX:-rf}
 subnet=${NETNS_SUBNET:-10.88.0}

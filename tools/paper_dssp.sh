@@ -11,6 +11,7 @@
 #      straggler, over 10 Gbit/s, with those steps: time to TARGET.
 #   tools/paper_dssp.sh [OUT_DIR]   (default bench-results/paper_dssp; ~8 min)
 # Environment: SEEDS ("1 2 3"), TARGET (0.80), STEPS (600).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then

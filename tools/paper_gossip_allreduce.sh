@@ -14,6 +14,7 @@
 # Environment: SEEDS ("1 2 3"), TARGET (0.80), STEPS (500), CONVERGENCE (a
 # file tools/measure_convergence.sh wrote with allreduce and gossip at 2-8
 # ranks, such as docs/scale/convergence.json: used instead of measuring).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then

@@ -12,6 +12,7 @@
 #   tools/paper_moshpit.sh [OUT_DIR]   (default bench-results/paper_moshpit; ~4 min)
 # Environment: TARGET (0.80; the simulated part takes the convergence
 # file's), STEPS (400), CONVERGENCE (docs/scale/convergence.json).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then

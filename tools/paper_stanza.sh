@@ -12,6 +12,7 @@
 #   tools/paper_stanza.sh [OUT_DIR]   (default bench-results/paper_stanza;
 #                                     ~6 min; needs root for the namespaces)
 # Environment: LINKS ("shm 1gbit"), STEPS (8).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then

@@ -3,6 +3,7 @@
 # communicator per graph (PREFIX.graphs) and single-tensor bandwidth per
 # communicator next to memcpy (PREFIX.sweep).
 #   tools/plot_ablation.sh PREFIX out.png
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 prefix=$1
 png=$2

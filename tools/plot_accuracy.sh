@@ -4,6 +4,7 @@
 # test_accuracy), one line per log.
 #   tools/plot_accuracy.sh out.png "title" LABEL=path/to/log.rank0.csv ...
 # Logs that do not exist are left out; without gnuplot it says so and exits 0.
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 png=$1
 title=$2

@@ -6,6 +6,7 @@
 #   tools/plot_allreduce.sh allreduce.tsv out.png [TITLE ...]
 # The titles name the series in order (default: rdmaflow, its ring alone,
 # Gloo, Open MPI).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 tsv=$1
 png=$2

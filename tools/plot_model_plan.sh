@@ -3,6 +3,7 @@
 # test_models.py, built by the torch of tools/torch_python.sh), saved as TorchScript, planned
 # for layer_separated with 2 conv ranks and 1 FC rank, drawn by Graphviz.
 #   tools/plot_model_plan.sh [OUT.png]   (default docs/img/model_plan_mlp.png)
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-docs/img/model_plan_mlp.png}

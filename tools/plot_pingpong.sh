@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Plots a transport_pingpong TSV (bandwidth of writes and reads vs memcpy).
 #   tools/plot_pingpong.sh results.tsv out.png
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 tsv=$1
 png=$2

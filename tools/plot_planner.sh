@@ -4,6 +4,7 @@
 #   bazel run -c opt //bench:graph_planner_benchmark -- \
 #       --benchmark_out=planner.json --benchmark_out_format=json
 #   tools/plot_planner.sh planner.json out.png
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 json=$1
 png=$2

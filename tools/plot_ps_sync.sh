@@ -2,6 +2,7 @@
 # Plots test accuracy against training time per sync mode from
 # tools/bench_ps.sh's per-step logs (OUT/sync_<mode>.rank1.csv).
 #   tools/plot_ps_sync.sh OUT_DIR out.png
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 out=$1
 png=$2

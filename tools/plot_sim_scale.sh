@@ -3,6 +3,7 @@
 # per strategy, from sim_extrapolation.py's TSV (first column ranks, then
 # one per strategy).
 #   tools/plot_sim_scale.sh in.tsv out.png "TITLE" ["Y LABEL" "lower|higher"]
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 tsv=$1
 png=$2

@@ -3,6 +3,7 @@
 # tools/validate_sim.sh, by link, with the 15 % band (sim_validation.py's
 # TSV).
 #   tools/plot_sim_validation.sh validation.tsv out.png
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 tsv=$1
 png=$2

@@ -2,6 +2,7 @@
 # Bar chart of step time per strategy and link, from strategies_report.py's
 # TSV (columns a run left out, all nan, are left out of the chart).
 #   tools/plot_strategies.sh strategies.tsv out.png
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 tsv=$1
 png=$2

@@ -52,21 +52,24 @@ def main():
     out, target = sys.argv[1], float(sys.argv[2])
     sync = sync_rows(out, target)
     comm = comm_rows(out)
-    print(f"sync modes, LeNet-5, one worker 2x slower; target accuracy {target}")
-    print(f"{'sync':<10}{'to target (s)':>15}{'best eval':>11}{'final test':>12}"
-          f"{'wall (s)':>10}{'wait/step (ms)':>16}")
-    for r in sync:
-        t = "never" if r["time_to_target_s"] is None else f"{r['time_to_target_s']:.2f}"
-        print(f"{r['sync']:<10}{t:>15}{r['best_eval_accuracy']:>11.4f}"
-              f"{r['final_test_accuracy']:>12.4f}{r['wall_s']:>10.2f}"
-              f"{r['mean_wait_ms']:>16.2f}")
-    print()
-    print("VGG-like net, bsp, step time with compute (worker 0's mean)")
-    print(f"{'communicator':<14}{'pull':<6}{'step (ms)':>11}{'comm (ms)':>11}"
-          f"{'step/rdma':>11}{'comm/rdma':>11}")
-    for r in comm:
-        print(f"{r['communicator']:<14}{r['pull']:<6}{r['step_ms']:>11.1f}"
-              f"{r['comm_ms']:>11.1f}{r['step_ratio']:>11.2f}{r['comm_ratio']:>11.2f}")
+    # A table only for the parts that ran (PARTS=comm skips the sync runs).
+    if sync:
+        print(f"sync modes, LeNet-5, one worker 2x slower; target accuracy {target}")
+        print(f"{'sync':<10}{'to target (s)':>15}{'best eval':>11}{'final test':>12}"
+              f"{'wall (s)':>10}{'wait/step (ms)':>16}")
+        for r in sync:
+            t = "never" if r["time_to_target_s"] is None else f"{r['time_to_target_s']:.2f}"
+            print(f"{r['sync']:<10}{t:>15}{r['best_eval_accuracy']:>11.4f}"
+                  f"{r['final_test_accuracy']:>12.4f}{r['wall_s']:>10.2f}"
+                  f"{r['mean_wait_ms']:>16.2f}")
+        print()
+    if comm:
+        print("VGG-like net, bsp, step time with compute (worker 0's mean)")
+        print(f"{'communicator':<14}{'pull':<6}{'step (ms)':>11}{'comm (ms)':>11}"
+              f"{'step/rdma':>11}{'comm/rdma':>11}")
+        for r in comm:
+            print(f"{r['communicator']:<14}{r['pull']:<6}{r['step_ms']:>11.1f}"
+                  f"{r['comm_ms']:>11.1f}{r['step_ratio']:>11.2f}{r['comm_ratio']:>11.2f}")
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump({"target_accuracy": target, "sync": sync, "comm": comm}, f,
                   indent=1)

@@ -7,6 +7,7 @@
 # Exit status: 0 when every test passed, or when the VM cannot run here (the
 # reason is printed, the tests count as skipped; RDMAFLOW_REQUIRE_RDMA=1
 # makes that a failure); 1 when a test failed.
+source "$(dirname "$0")/script_help.sh" "$@"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=bazel-rdma-testlogs

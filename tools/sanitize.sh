@@ -7,6 +7,7 @@
 #
 #   tools/sanitize.sh                 # every such test
 #   tools/sanitize.sh //onesided:messenger_hostile_test   # just these
+source "$(dirname "$0")/script_help.sh" "$@"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 output_base=${SANITIZE_OUTPUT_BASE:-$HOME/.cache/rdmaflow-asan/$(pwd -P | md5sum | cut -c1-16)}

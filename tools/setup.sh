@@ -4,6 +4,7 @@
 # environment with the pinned torch from PyPI (.venv, tools/torch_venv.sh;
 # the LibTorch rdmaflow builds against). Idempotent; needs root to install
 # packages.
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 
 PACKAGES=(

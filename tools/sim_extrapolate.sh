@@ -10,6 +10,7 @@
 # Environment: MODELS ("lenet5 vgg"), LINKS ("1gbit 10gbit roce100 ib_hdr200"),
 # RANKS ("8,16,32,64,128,256,512,1024"), STEPS (100),
 # CALIBRATION (docs/scale/calibration.json).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then

@@ -14,6 +14,7 @@
 #   6. rdmaflow as a dependency of another Bazel workspace
 #      (tools/consumer_check.sh: examples/bazel_consumer in an output base
 #      of its own, kept between runs; CONSUMER_CHECK=0 skips).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -16,6 +16,7 @@
 #
 # Environment (optional): VENV (default .venv), PYTHON (default
 # /usr/bin/python3, Debian's 3.11), TORCH_VERSION (default 2.11.0).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

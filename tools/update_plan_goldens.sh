@@ -4,6 +4,7 @@
 # (graph_analyzer/testdata/golden/*.plan.pbtxt) with `rdmaflow plan` at its
 # default options. Run after an intended change to the examples or the
 # planner, then review the diff: golden_test compares against these files.
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bazel build //cli:rdmaflow //graph_analyzer:write_example_graphs

@@ -10,6 +10,7 @@
 #   tools/validate_sim.sh [OUT_DIR]   (default bench-results/validation; ~15 min)
 # Environment: LINKS ("shm 1gbit 100mbit"), RANKS ("2 4 8"), MODEL (lenet5),
 # STEPS (40), CALIBRATION (docs/scale/calibration.json: tools/calibrate_sim.sh).
+source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then

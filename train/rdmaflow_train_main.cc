@@ -177,8 +177,8 @@ void WriteSummary(const TrainConfig& config, int world_size,
   summary.set_mean_comm_ms(s.mean_comm_ms);
   summary.set_mean_wait_ms(s.mean_wait_ms);
   summary.set_wire_bytes_per_step(s.wire_bytes_per_step);
-  summary.set_plan_registered_bytes(s.plan_registered_bytes);
-  summary.set_plan_transfers(s.plan_transfers);
+  summary.set_plan_registered_bytes(static_cast<double>(s.plan_registered_bytes));
+  summary.set_plan_transfers(static_cast<int32_t>(s.plan_transfers));
   summary.set_codec(config.codec);
   summary.set_encode_ms_per_step(s.encode_ms_per_step);
   summary.set_decode_ms_per_step(s.decode_ms_per_step);

@@ -26,6 +26,7 @@
 # busybox-static, cpio, xz-utils, zstd, iproute2, rdma-core,
 # ibverbs-providers. Inside the guest the command sees RDMAFLOW_RXE_VM=1,
 # RDMAFLOW_RXE_DEV=rxe0, RDMAFLOW_RXE_IP and RDMAFLOW_RXE_GID_INDEX.
+source "$(dirname "$0")/../script_help.sh" "$@"
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -225,7 +225,14 @@ bool SameRelease(std::string_view a, std::string_view b) {
 
 PYBIND11_MODULE(rdmaflow_torch, m) {
   using namespace rdmaflow::torch_backend;
-  m.doc() = "rdmaflow: a torch.distributed backend over one-sided RDMA writes";
+  constexpr char kModuleDoc[] =
+      "rdmaflow: a torch.distributed backend over one-sided RDMA writes.\n\n"
+      "import rdmaflow_torch registers the 'rdmaflow' backend:\n"
+      "torch.distributed.init_process_group('rdmaflow') (docs/torch.md).\n"
+      "Also: allreduce_hook (a DDP communication hook), hooks (gradient\n"
+      "codecs), export_graph / trace_model (a model's training step for\n"
+      "rdmaflow plan), __version__ and __torch_version__.";
+  m.doc() = kModuleDoc;
   // Built against one torch (RDMAFLOW_TORCH_VERSION, from bazel/torch.bzl):
   // under another, LibTorch's C++ types need not match ours.
   const std::string torch_version =
@@ -272,6 +279,7 @@ PYBIND11_MODULE(rdmaflow_torch, m) {
   // (ddp_hook.py).
   py::exec(kFxExport, m.attr("__dict__"));
   py::exec(kDdpHook, m.attr("__dict__"));
+  m.doc() = kModuleDoc;  // The executed files' docstrings replaced it.
   BindCodec(m);
   py::module_ hooks = m.def_submodule(
       "hooks", "DDP communication hooks through rdmaflow's gradient codecs");

@@ -38,6 +38,10 @@ versions=$(in_venv "$venv/bin/python" -c \
   'import rdmaflow_torch as r; print(r.__version__, r.__torch_version__)')
 echo "versions: $versions"
 [ "$versions" = "$(basename "$wheel" | cut -d- -f2) $torch_version" ]
+# The module's own docstring, not one of the Python files it executes.
+doc=$(in_venv "$venv/bin/python" -c 'import rdmaflow_torch as r; print(r.__doc__.splitlines()[0])')
+echo "doc: $doc"
+[ "$doc" = "rdmaflow: a torch.distributed backend over one-sided RDMA writes." ]
 
 mkdir -p "$tmp/other/torch"
 echo '__version__ = "1.99.0"' > "$tmp/other/torch/__init__.py"
