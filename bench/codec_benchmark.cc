@@ -116,4 +116,4 @@ BENCHMARK(BM_Memcpy)->RangeMultiplier(8)->Range(kMin, kMax);
 }  // namespace
 }  // namespace rdmaflow::compression
 
-BENCHMARK_MAIN();
+// main(): bench/benchmark_main.cc.

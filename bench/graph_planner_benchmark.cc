@@ -223,4 +223,4 @@ BENCHMARK(BM_StageRandom10k)
 }  // namespace
 }  // namespace rdmaflow::graph
 
-BENCHMARK_MAIN();
+// main(): bench/benchmark_main.cc.

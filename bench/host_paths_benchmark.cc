@@ -268,4 +268,4 @@ BENCHMARK(BM_TwoCoresScatterGatherSharedMemory)
 }  // namespace
 }  // namespace rdmaflow::collectives
 
-BENCHMARK_MAIN();
+// main(): bench/benchmark_main.cc.

@@ -162,7 +162,8 @@ std::string ProgramFlagsHelp(absl::string_view usage) {
   return out;
 }
 
-void ParseProgramFlags(int argc, char** argv, absl::string_view usage) {
+std::vector<std::string> ParseProgramArgs(int argc, char** argv,
+                                          absl::string_view usage) {
   std::string program = argc > 0 ? argv[0] : "rdmaflow";
   if (size_t slash = program.rfind('/'); slash != std::string::npos) {
     program = program.substr(slash + 1);
@@ -181,18 +182,24 @@ void ParseProgramFlags(int argc, char** argv, absl::string_view usage) {
       std::exit(kExitOk);
     }
   }
-  absl::StatusOr<std::vector<size_t>> positions = SetFlags(args);
-  absl::Status status = positions.status();
-  if (status.ok() && !positions->empty()) {
-    status = absl::InvalidArgumentError(absl::StrCat(
-        "unexpected argument '", args[positions->front()],
-        "' (this program takes flags only)"));
+  absl::StatusOr<std::vector<std::string>> positional = SetProgramFlags(args);
+  if (!positional.ok()) ExitWithUsageError(positional.status().message());
+  return *std::move(positional);
+}
+
+void ParseProgramFlags(int argc, char** argv, absl::string_view usage) {
+  std::vector<std::string> positional = ParseProgramArgs(argc, argv, usage);
+  if (!positional.empty()) {
+    ExitWithUsageError(absl::StrCat("unexpected argument '", positional.front(),
+                                    "' (this program takes flags only)"));
   }
-  if (!status.ok()) {
-    std::cerr << program << ": " << status.message() << " (see " << program
-              << " --help)\n";
-    std::exit(kExitUsage);
-  }
+}
+
+void ExitWithUsageError(absl::string_view message) {
+  const std::string& program = ProgramName();
+  std::cerr << program << ": " << message << " (see " << program
+            << " --help)\n";
+  std::exit(kExitUsage);
 }
 
 const std::string& ProgramName() { return MutableProgramName(); }

@@ -56,6 +56,14 @@ std::string ProgramFlagsHelp(absl::string_view usage);
 // stderr and exits 2.
 void ParseProgramFlags(int argc, char** argv, absl::string_view usage);
 
+// The same for a program that takes positional arguments: returns them
+// (without argv[0]) for the program to check.
+std::vector<std::string> ParseProgramArgs(int argc, char** argv,
+                                          absl::string_view usage);
+
+// Prints "PROGRAM: <message> (see PROGRAM --help)" to stderr and exits 2.
+[[noreturn]] void ExitWithUsageError(absl::string_view message);
+
 // The program's name as users typed it, for messages: argv[0]'s basename.
 // Empty before ParseProgramFlags ran.
 const std::string& ProgramName();

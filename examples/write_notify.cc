@@ -1,7 +1,8 @@
 // The README's example: rank 1 exposes a region, rank 0 writes into it with
 // one one-sided write and notifies. Launch two ranks, e.g.
-//   torchrun --nproc-per-node=2 --no-python bazel-bin/examples/write_notify
-// or set MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE=2 by hand.
+//   tools/torchrun.sh --nproc_per_node=2 --no_python bazel-bin/examples/write_notify
+// (or any torchrun), or set MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE=2
+// by hand.
 #include <cstdio>
 #include <cstring>
 
@@ -52,7 +53,18 @@ absl::Status Run() {
                        absl::Seconds(30));
 }
 
-int main() {
+constexpr char kUsage[] =
+    "usage: write_notify (two ranks, e.g. tools/torchrun.sh --nproc_per_node=2\n"
+    "       --no_python bazel-bin/examples/write_notify)\n"
+    "Rank 1 exposes a 1 MiB region; rank 0 writes into it with one one-sided\n"
+    "write and notifies. Reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE.\n";
+
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    const bool help = std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0;
+    std::fputs(kUsage, help ? stdout : stderr);
+    return help ? 0 : 2;  // Takes no arguments: a usage error.
+  }
   absl::Status status = Run();
   if (!status.ok()) {
     std::fprintf(stderr, "%s\n", status.ToString().c_str());

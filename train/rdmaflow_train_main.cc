@@ -3,7 +3,7 @@
 // data) with a distributed strategy over rdmaflow. See docs/strategies.md.
 //
 //   rdmaflow_train --local 3 --model lenet5 --sync ssp:3 --steps 300
-//   torchrun --nproc_per_node 3 --no_python rdmaflow_train --model vgg ...
+//   tools/torchrun.sh --nproc_per_node=3 --no_python bazel-bin/train/rdmaflow_train --model vgg ...
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -215,7 +215,7 @@ int Main(int argc, char** argv) {
   rdmaflow::ParseProgramFlags(argc, argv,
       "trains a model with a distributed strategy over rdmaflow.\n"
       "  rdmaflow_train --local 3 --model lenet5 --sync ssp:3 --steps 300\n"
-      "  torchrun --nproc_per_node 3 --no_python rdmaflow_train --model vgg\n"
+      "  tools/torchrun.sh --nproc_per_node=3 --no_python bazel-bin/train/rdmaflow_train --model vgg\n"
       "  rdmaflow_train --local 4 --model vgg --strategy layer_separated\n"
       "Under ps, ranks 0..servers-1 serve parameters and the others train; "
       "see docs/strategies.md.");
