@@ -5,12 +5,14 @@
 //   rdmaflow plan GRAPH [options]   plan a dataflow graph's transfers
 //   rdmaflow simulate [options]     predict step times (docs/scale.md)
 //   rdmaflow calibrate [options]    the simulator's calibration
+//   rdmaflow info                   what this machine offers rdmaflow
 //   rdmaflow --help | --version
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "cli/calibrate_command.h"
+#include "cli/info_command.h"
 #include "cli/plan_command.h"
 #include "cli/simulate_command.h"
 #include "common/program_flags.h"
@@ -29,6 +31,8 @@ commands:
                 and link, from this machine's calibration (docs/scale.md)
   calibrate     build that calibration from measurements
                 (tools/calibrate_sim.sh runs them)
+  info          what this machine offers rdmaflow: transports and their
+                devices, memlock limit, GPUs, with advice for what is missing
 
 run 'rdmaflow COMMAND --help' for a command's options; 'rdmaflow --version'
 prints the version. Flags are spelled with underscores (--max_input_bytes);
@@ -67,7 +71,10 @@ int main(int argc, char** argv) {
   if (command == "calibrate") {
     return rdmaflow::cli::RunCalibrateCommand(args, std::cout, std::cerr);
   }
+  if (command == "info") {
+    return rdmaflow::cli::RunInfoCommand(args, std::cout, std::cerr);
+  }
   std::cerr << "rdmaflow: unknown command '" << command
-            << "' (known: plan, simulate, calibrate; see rdmaflow --help)\n";
+            << "' (known: plan, simulate, calibrate, info; see rdmaflow --help)\n";
   return rdmaflow::kExitUsage;
 }

@@ -11,13 +11,15 @@
 namespace rdmaflow::rdma {
 
 absl::Status TransportRegistry::Register(absl::string_view name, int priority,
-                                         TransportFactory factory) {
+                                         TransportFactory factory,
+                                         TransportProbe probe) {
   if (name.empty() || !factory) {
     return absl::InvalidArgumentError(
         "a transport needs a non-empty name and a factory");
   }
   auto [it, inserted] =
-      entries_.emplace(std::string(name), Entry{priority, std::move(factory)});
+      entries_.emplace(std::string(name),
+                       Entry{priority, std::move(factory), std::move(probe)});
   if (!inserted) {
     return absl::AlreadyExistsError(
         absl::StrCat("transport '", name, "' is already registered"));
@@ -34,6 +36,22 @@ absl::StatusOr<std::unique_ptr<Transport>> TransportRegistry::Create(
                      absl::StrJoin(Names(), ", ")));
   }
   return it->second.factory(config);
+}
+
+absl::StatusOr<TransportProbeReport> TransportRegistry::Probe(
+    absl::string_view name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown transport '", name, "'; registered: ",
+                     absl::StrJoin(Names(), ", ")));
+  }
+  if (!it->second.probe) {
+    TransportProbeReport report;
+    report.found.push_back("(this backend has no probe)");
+    return report;
+  }
+  return it->second.probe();
 }
 
 std::vector<std::string> TransportRegistry::Names() const {

@@ -33,13 +33,26 @@ using TransportFactory =
     std::function<absl::StatusOr<std::unique_ptr<Transport>>(
         const TransportConfig&)>;
 
+// What a backend finds on this machine, for `rdmaflow info`: whether it can
+// make a transport here, what it found (versions, devices, ports), and one
+// line of advice per missing piece.
+struct TransportProbeReport {
+  bool usable = false;
+  std::vector<std::string> found;
+  std::vector<std::string> advice;
+};
+
+// Looks at the machine without creating a transport or touching a peer.
+using TransportProbe = std::function<TransportProbeReport()>;
+
 // Thread-compatible: register at start-up, then create from any one thread.
 class TransportRegistry {
  public:
   // kAlreadyExists if `name` is taken. Higher `priority` is preferred by
   // CreateDefault().
   absl::Status Register(absl::string_view name, int priority,
-                        TransportFactory factory);
+                        TransportFactory factory,
+                        TransportProbe probe = nullptr);
 
   // kNotFound listing the registered names; otherwise the factory's result.
   absl::StatusOr<std::unique_ptr<Transport>> Create(
@@ -48,10 +61,15 @@ class TransportRegistry {
   // Registered names, highest priority first.
   std::vector<std::string> Names() const;
 
+  // The backend's probe; kNotFound for an unknown name, and a report with
+  // one line saying so for a backend registered without a probe.
+  absl::StatusOr<TransportProbeReport> Probe(absl::string_view name) const;
+
  private:
   struct Entry {
     int priority;
     TransportFactory factory;
+    TransportProbe probe;
   };
   std::map<std::string, Entry, std::less<>> entries_;
 };

@@ -56,6 +56,29 @@ TEST(TransportRegistryTest, CreatesAWorkingTransport) {
   EXPECT_EQ(region.data()[99], std::byte{0});
 }
 
+TEST(TransportRegistryTest, ProbesSayWhatEachBackendFinds) {
+  TransportRegistry registry;
+  ASSERT_OK(RegisterBuiltinTransports(registry));
+  // UCX always has its self and shared-memory transports on Linux.
+  ASSERT_OK_AND_ASSIGN(TransportProbeReport ucx, registry.Probe("ucx"));
+  EXPECT_TRUE(ucx.usable);
+  EXPECT_THAT(ucx.found, ::testing::Contains(HasSubstr("UCX 1.")));
+  EXPECT_THAT(ucx.found, ::testing::Contains(HasSubstr("transport self: ")));
+  // Without an RDMA device, ibverbs is not usable and says what to do.
+  ASSERT_OK_AND_ASSIGN(TransportProbeReport ibverbs, registry.Probe("ibverbs"));
+  EXPECT_TRUE(ibverbs.usable || !ibverbs.advice.empty());
+  EXPECT_THAT(registry.Probe("verbs"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("registered: ucx")));
+  // A backend registered without a probe.
+  ASSERT_OK(registry.Register("plain", 1, [](const TransportConfig&) {
+    return absl::StatusOr<std::unique_ptr<Transport>>(
+        absl::UnimplementedError("no transport"));
+  }));
+  ASSERT_OK_AND_ASSIGN(TransportProbeReport plain, registry.Probe("plain"));
+  EXPECT_FALSE(plain.usable);
+  EXPECT_THAT(plain.found, ElementsAre("(this backend has no probe)"));
+}
+
 TEST(ParseTransportParamsTest, ParsesAndRejects) {
   ASSERT_OK_AND_ASSIGN(auto params, ParseTransportParams("tls=shm,a=b=c"));
   EXPECT_EQ(params["tls"], "shm");

@@ -10,7 +10,9 @@
 #   4. the requires-rdma tests inside a Soft-RoCE VM (tools/rdma_tests.sh;
 #      RDMA_TESTS=0 skips; they count as skipped where no VM can run);
 #   5. the layering rules (tools/layering_check.sh: each rule's breaking
-#      probe must fail to build);
+#      probe must fail to build), and the docs against the code
+#      (tools/docs_check.py: docs/configuration.md's variables and transport
+#      parameters, every file the README and docs/ link or name);
 #   6. rdmaflow as a dependency of another Bazel workspace
 #      (tools/consumer_check.sh: examples/bazel_consumer in an output base
 #      of its own, kept between runs; CONSUMER_CHECK=0 skips).
@@ -57,6 +59,8 @@ run_check() {
 
 run_check layering 1 layering tools/layering_check.sh
 end_phase layering
+run_check docs 1 docs tools/docs_check.py
+end_phase docs
 run_check consumer "${CONSUMER_CHECK:-1}" "bazel consumer" tools/consumer_check.sh
 end_phase consumer
 
@@ -136,6 +140,7 @@ if [ "$status" -ne 0 ]; then
   echo "bazel test exited with status $status"
 fi
 echo "${layering_summary}"
+echo "${docs_summary}"
 echo "${consumer_summary}"
 echo "fuzz: ${fuzz_summary}"
 echo "${sanitize_summary}"
@@ -144,6 +149,7 @@ echo "tests: ${summary}"
 times_line=$(printf '%s, ' "${times[@]}")
 echo "times: ${times_line%, }; total $SECONDS s"
 [ "$status" -ne 0 ] || status=$layering_status
+[ "$status" -ne 0 ] || status=$docs_status
 [ "$status" -ne 0 ] || status=$consumer_status
 [ "$status" -ne 0 ] || status=$fuzz_status
 [ "$status" -ne 0 ] || status=$sanitize_status

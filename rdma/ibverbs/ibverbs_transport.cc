@@ -25,6 +25,7 @@
 #include "common/coarse_clock.h"
 #include "common/status_macros.h"
 #include "rdma/ibverbs/ibverbs_endpoint.h"
+#include "rdma/ibverbs/ibverbs_probe.h"
 #include "rdma/ibverbs/ibverbs_status.h"
 
 namespace rdmaflow::rdma::ibverbs {
@@ -1415,7 +1416,8 @@ absl::Status RegisterIbverbsTransport(TransportRegistry& registry) {
           }
         }
         return IbverbsTransport::Create(options);
-      });
+      },
+      ProbeIbverbs);
 }
 
 }  // namespace rdmaflow::rdma::ibverbs

@@ -304,6 +304,13 @@ absl::Status RegisterLoopbackTransport(TransportRegistry& registry) {
               it->second, "'"));
         }
         return LoopbackTransport::Create(std::move(options));
+      },
+      [] {
+        TransportProbeReport report;
+        report.usable = true;
+        report.found.push_back(
+            "in-process: reaches only ranks of this process (tests, --mode=thread)");
+        return report;
       });
 }
 

@@ -18,6 +18,7 @@
 #include "rdma/ucx/peer_liveness.h"
 #include "rdma/ucx/ucx_endpoint.h"
 #include "rdma/ucx/ucx_internal.h"
+#include "rdma/ucx/ucx_probe.h"
 #include "rdma/ucx/ucx_status.h"
 
 namespace rdmaflow::rdma::ucx {
@@ -506,7 +507,8 @@ absl::Status RegisterUcxTransport(TransportRegistry& registry) {
           }
         }
         return UcxTransport::Create(options);
-      });
+      },
+      ProbeUcx);
 }
 
 }  // namespace rdmaflow::rdma::ucx

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""Checks the docs against the code; prints "docs: N checks passed" or what
+failed, and exits 1 on a failure. tools/test.sh runs it.
+
+  - docs/configuration.md: its first table of variables is exactly the
+    RDMAFLOW_* variables that rdmaflow's code (not its tests) reads at run
+    time; every RDMAFLOW_* variable of the build (.bzl) and of tools/ is on
+    the page; each transport's table holds exactly the keys it accepts
+    (CheckKnownParams in rdma/<backend>/<backend>_transport.cc).
+  - README.md and docs/*.md: every relative link names a file that exists,
+    and every repository path they quote in backticks (tools/x.sh,
+    docs/x.md, bench/x.cc, ...) exists.
+"""
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SKIP_DIRS = {".git", ".venv", "third_party", "bench-results", "node_modules"}
+failures = []
+checks = 0
+
+
+def check(ok, message):
+    global checks
+    checks += 1
+    if not ok:
+        failures.append(message)
+
+
+def read(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def source_files(suffixes):
+    for top, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("bazel-")]
+        for name in files:
+            if name.endswith(suffixes):
+                yield os.path.relpath(os.path.join(top, name), ROOT)
+
+
+def is_test_file(path):
+    name = os.path.basename(path)
+    return (path.startswith("tests/") or "/testing/" in path or
+            re.search(r"_(test|check)\.(cc|h|py|sh)$", name) is not None or
+            path.startswith("examples/bazel_consumer/"))
+
+
+def section(text, heading):
+    """The lines of `text` under `heading` up to the next heading of its level."""
+    level = heading.split(" ")[0]
+    lines = text.splitlines()
+    start = lines.index(heading) + 1
+    end = next((i for i in range(start, len(lines))
+                if re.match(r"#{1,%d} " % len(level), lines[i])), len(lines))
+    return lines[start:end]
+
+
+def first_table_names(lines):
+    """Backticked names in the first column of the first table of `lines`."""
+    names, in_table = set(), False
+    for line in lines:
+        if line.startswith("|"):
+            in_table = True
+            cell = line.split("|")[1]
+            names.update(re.findall(r"`([A-Za-z0-9_]+)`", cell))
+        elif in_table:
+            break
+    return names
+
+
+def check_configuration():
+    page = read("docs/configuration.md")
+    runtime = set()
+    for path in source_files((".cc", ".h", ".py")):
+        if is_test_file(path):
+            continue
+        runtime.update(re.findall(r'"(RDMAFLOW_[A-Z0-9_]+)"', read(path)))
+    documented = first_table_names(
+        section(page, "## Environment variables read at run time"))
+    for name in sorted(runtime - documented):
+        check(False, f"docs/configuration.md: {name} is read at run time but "
+                     "not in the table of run-time variables")
+    for name in sorted(documented - runtime):
+        check(False, f"docs/configuration.md: {name} is in the table of run-time "
+                     "variables but no code reads it")
+    check(runtime, "docs_check: found no RDMAFLOW_* variable in the code")
+    tooling = set()
+    for path in source_files((".bzl", ".sh")):
+        if path.endswith(".bzl") or path.startswith("tools/"):
+            tooling.update(re.findall(r"\b(RDMAFLOW_[A-Z0-9_]+)\b", read(path)))
+    tooling -= {"RDMAFLOW_VERSION", "RDMAFLOW_COPTS", "RDMAFLOW_TORCH_VERSION"}
+    for name in sorted(tooling):
+        check(name in page, f"docs/configuration.md: {name} (build or tools/) is not on the page")
+    for backend in ("ucx", "ibverbs", "loopback"):
+        code = read(f"rdma/{backend}/{backend}_transport.cc")
+        m = re.search(r"CheckKnownParams\(\s*config,\s*kBackend,\s*\{([^}]*)\}", code)
+        check(m is not None, f"rdma/{backend}/{backend}_transport.cc: no CheckKnownParams list")
+        if m is None:
+            continue
+        keys = set(re.findall(r'"([a-z_]+)"', m.group(1)))
+        table = first_table_names(section(page, f"### {backend}"))
+        check(keys == table,
+              f"docs/configuration.md, ### {backend}: keys {sorted(table)} but the "
+              f"transport accepts {sorted(keys)}")
+
+
+def check_references():
+    pages = ["README.md"] + sorted("docs/" + n for n in os.listdir(os.path.join(ROOT, "docs"))
+                                   if n.endswith(".md"))
+    path_pattern = re.compile(
+        r"`((?:bench|cli|collectives|common|compression|device|docs|examples|"
+        r"graph_analyzer|launch|layers|onesided|rdma|results|runtime|sim|"
+        r"strategies|tests|tools|torch_backend|train|bazel)/[A-Za-z0-9_./-]*"
+        r"\.(?:sh|py|cc|h|md|bzl|proto|json|pbtxt))`")
+    for page in pages:
+        text = read(page)
+        base = os.path.dirname(page)
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http:, https:, mailto:
+            path = os.path.normpath(os.path.join(base, target))
+            check(os.path.exists(os.path.join(ROOT, path)),
+                  f"{page}: link to {target}, which does not exist")
+        for path in sorted(set(path_pattern.findall(text))):
+            if "*" in path or "<" in path:
+                continue
+            check(os.path.exists(os.path.join(ROOT, path)),
+                  f"{page}: names {path}, which does not exist")
+
+
+def main():
+    check_configuration()
+    check_references()
+    for message in failures:
+        print("FAIL:", message)
+    if failures:
+        print(f"docs: {len(failures)} of {checks} checks failed")
+        return 1
+    print(f"docs: {checks} checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
