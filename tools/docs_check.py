@@ -7,6 +7,7 @@ failed, and exits 1 on a failure. tools/test.sh runs it.
     time; every RDMAFLOW_* variable of the build (.bzl) and of tools/ is on
     the page; each transport's table holds exactly the keys it accepts
     (CheckKnownParams in rdma/<backend>/<backend>_transport.cc).
+  - docs/build.md names every package tools/setup.sh installs.
   - README.md and docs/*.md: every relative link names a file that exists,
     and every repository path they quote in backticks (tools/x.sh,
     docs/x.md, bench/x.cc, ...) exists.
@@ -107,6 +108,18 @@ def check_configuration():
               f"transport accepts {sorted(keys)}")
 
 
+def check_packages():
+    script = read("tools/setup.sh")
+    m = re.search(r"PACKAGES=\(([^)]*)\)", script)
+    check(m is not None, "tools/setup.sh: no PACKAGES=( ... ) list")
+    if m is None:
+        return
+    page = read("docs/build.md")
+    for package in m.group(1).split():
+        check(f"`{package}`" in page,
+              f"docs/build.md: the package list lacks `{package}` (tools/setup.sh installs it)")
+
+
 def check_references():
     pages = ["README.md"] + sorted("docs/" + n for n in os.listdir(os.path.join(ROOT, "docs"))
                                    if n.endswith(".md"))
@@ -133,6 +146,7 @@ def check_references():
 
 def main():
     check_configuration()
+    check_packages()
     check_references()
     for message in failures:
         print("FAIL:", message)
