@@ -8,12 +8,17 @@ failed, and exits 1 on a failure. tools/test.sh runs it.
     the page; each transport's table holds exactly the keys it accepts
     (CheckKnownParams in rdma/<backend>/<backend>_transport.cc).
   - docs/build.md names every package tools/setup.sh installs.
+  - README.md and docs/quickstart.md: every ```sh block runs (exit 0) from
+    the repository root, unless its first line is "# not run by the docs
+    check: <why>"; where a ```text block follows, the output holds each of
+    its lines that has no digit (figures differ between runs).
   - README.md and docs/*.md: every relative link names a file that exists,
     and every repository path they quote in backticks (tools/x.sh,
     docs/x.md, bench/x.cc, ...) exists.
 """
 import os
 import re
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -120,6 +125,36 @@ def check_packages():
               f"docs/build.md: the package list lacks `{package}` (tools/setup.sh installs it)")
 
 
+def fenced_blocks(text):
+    """(info string, body) of each fenced block, in order."""
+    return re.findall(r"^```([a-z]*)\n(.*?)^```$", text, flags=re.M | re.S)
+
+
+def check_commands(page, skipped):
+    blocks = fenced_blocks(read(page))
+    for i, (kind, body) in enumerate(blocks):
+        if kind != "sh":
+            continue
+        first = body.splitlines()[0] if body.strip() else ""
+        if first.startswith("# not run by the docs check"):
+            skipped.append(f"{page}: {first[2:]}")
+            continue
+        try:
+            run = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=600)
+            output, status = run.stdout + run.stderr, run.returncode
+        except subprocess.TimeoutExpired:
+            output, status = "(timed out after 600 s)", 124
+        shown = body.strip().splitlines()[0]
+        check(status == 0, f"{page}: `{shown}` ... exited {status}:\n{output[-2000:]}")
+        if status != 0 or i + 1 >= len(blocks) or blocks[i + 1][0] != "text":
+            continue
+        for line in blocks[i + 1][1].splitlines():
+            if line.strip() and not re.search(r"\d", line):
+                check(line.rstrip() in output,
+                      f"{page}: `{shown}` ... printed no line '{line.rstrip()}'")
+
+
 def check_references():
     pages = ["README.md"] + sorted("docs/" + n for n in os.listdir(os.path.join(ROOT, "docs"))
                                    if n.endswith(".md"))
@@ -148,6 +183,11 @@ def main():
     check_configuration()
     check_packages()
     check_references()
+    skipped = []
+    for page in ("README.md", "docs/quickstart.md"):
+        check_commands(page, skipped)
+    for line in skipped:
+        print("not run:", line)
     for message in failures:
         print("FAIL:", message)
     if failures:
