@@ -1,23 +1,27 @@
 // File: process_group_rdmaflow.h
 // -----------------------------------------------------------------------------
-// ProcessGroupRdmaflow: the "rdmaflow" c10d backend (LibTorch 1.13's
-// ProcessGroup, LibTorch 2.x's c10d::Backend, which torch's ProcessGroup
-// dispatches CPU tensors to), so
+// ProcessGroupRdmaflow: the "rdmaflow" c10d backend (a c10d::Backend of
+// PyTorch 2.x, which torch's ProcessGroup dispatches CPU tensors to), so
 // DistributedDataParallel, torch.distributed's collectives and
 // point-to-point calls run over rdmaflow unchanged.
-//   - allreduce: the ring all-reduce (collectives/ring_allreduce.h) over
-//     one-sided writes. A tensor from AllocateRegistered() lies in the
-//     ring's data region and is reduced where it is (no copy); others are
-//     copied through a staging area (in pieces when larger).
+//   - allreduce: an AllReduceGroup (collectives/allreduce_group.h), which
+//     picks per call: ranks on one host reduce through each other's memory
+//     (one-shot or scatter-gather), hosts run the hierarchical algorithm,
+//     else the ring over one-sided writes (RDMAFLOW_DIRECT=off: the ring
+//     only). A tensor from AllocateRegistered() lies in the group's data
+//     region and is reduced where it is (no copy); others are copied
+//     through a staging area (in pieces when larger).
 //   - broadcast, reduce, gather, scatter, allgather, reduce_scatter,
 //     barrier: DirectCollectives over
 //     a Messenger; send/recv (with tags): the Messenger. Payload in
 //     registered memory is written from where it lies.
 //   - Non-contiguous tensors are copied once into (and out of) a
 //     contiguous buffer, and counted in stats().
-// Every call returns at once with a Work; one engine thread per group owns
-// the transport and runs the operations in call order (point-to-point ones
-// progress alongside). Errors, a dead rank's included, complete the Work
+// Every call returns a Work; one engine thread per group owns the
+// transport and runs the operations in call order (point-to-point ones
+// progress alongside). A synchronous collective, and with
+// RDMAFLOW_INLINE_KB a small asynchronous one, runs on the calling thread
+// when the engine is idle (docs/torch.md, "How a call runs"). Errors, a dead rank's included, complete the Work
 // with an error (wait() raises it); after a failed collective the group
 // refuses further collectives with that error. Set-up rendezvous goes
 // through the c10d store the group is given.
@@ -53,7 +57,7 @@ class Engine;
 
 class ProcessGroupRdmaflow final : public c10d::Backend {
  public:
-  // Creates the transport, the Messenger and the ring all-reduce, meeting
+  // Creates the transport, the Messenger and the all-reduce group, meeting
   // the other ranks through `store`. Errors name what failed (transport,
   // peer, store) and what to check.
   static absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> Create(

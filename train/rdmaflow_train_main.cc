@@ -12,14 +12,15 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/key_value_params.h"
 #include "common/program_flags.h"
 #include "common/status_macros.h"
 #include "launch/launcher.h"
 #include "launch/rank.h"
+#include "rdma/store.h"
 #include "results/json.h"
 #include "results/results.pb.h"
 #include "results/run_info.h"
-#include "rdma/transport_registry.h"
 #include "train/launch_env.h"
 #include "train/trainer.h"
 
@@ -32,8 +33,10 @@ ABSL_FLAG(int, local, 0,
           "job's world size); without it, the rank comes from torchrun, mpirun "
           "or Slurm variables. Every flag is checked before any process starts");
 ABSL_FLAG(std::string, model, "lenet5",
-          "mlp | lenet5 | vgg | resnet, or PATH.pt: a TorchScript module (torch.jit.save "
-          "of a traced or scripted model) giving [batch, --classes] logits");
+          "mlp | lenet5 | vgg | resnet, or PATH.pt / PATH.pth: a TorchScript module "
+          "(torch.jit.save of a traced or scripted model), or PATH.pt2: a torch.export "
+          "program (torch.export.save), giving [batch, --classes] logits "
+          "(docs/bring_your_model.md)");
 ABSL_FLAG(std::string, input, "1x28x28",
           "--model PATH.pt: one sample's shape, without the batch (1x28x28, 3x32x32, or "
           "16:int64 for token ids); anything but Fashion-MNIST's 1x28x28 trains on "
@@ -45,10 +48,13 @@ ABSL_FLAG(std::string, strategy, "ps",
 ABSL_FLAG(int, servers, 1, "ps: ranks 0..servers-1 are parameter servers");
 ABSL_FLAG(std::string, sync, "bsp", "ps: bsp | asp | ssp:S | dssp:LOW:HIGH");
 ABSL_FLAG(std::string, strategy_params, "",
-          "more strategy settings, key=value,... (ps: pull=read|send, copies=K; "
-          "allreduce: bucket_bytes=4M; layer_separated: fc_ranks=K; gossip: "
-          "beta=0.5,period=1,topology=random|ring,mode=pull|push; moshpit: side=2,dims=D,"
-          "period=1,group_timeout_ms=2000); an unknown key lists the known ones");
+          "more strategy settings, key=value,... (ps: servers=S, sync=MODE, pull=read|send, "
+          "copies=K, where servers and sync here win over --servers and --sync; "
+          "allreduce: bucket_bytes=4M, chunk_bytes=256K, slots=32; layer_separated: "
+          "fc_ranks=K and allreduce's; gossip: beta=0.5, period=1, topology=random|ring, "
+          "mode=pull|push, copies=3, seed=1; moshpit: side=2, dims=D, period=1, "
+          "group_timeout_ms=2000, round_timeout_ms=10000); an unknown key lists the "
+          "known ones (docs/strategies.md)");
 ABSL_FLAG(std::string, codec, "none",
           "gradient codec for allreduce, layer_separated (its conv ranks) and ps (topk): none | "
           "topk:ratio=R[,sampled=1] | randomk:ratio=R | int8[:bucket=N] | "
@@ -101,7 +107,7 @@ absl::StatusOr<TrainConfig> ConfigFromFlags() {
   config.sample.classes = absl::GetFlag(FLAGS_classes);
   config.sample.vocab = absl::GetFlag(FLAGS_vocab);
   config.strategy = absl::GetFlag(FLAGS_strategy);
-  auto params = rdma::ParseTransportParams(absl::GetFlag(FLAGS_strategy_params));
+  auto params = ParseKeyValues(absl::GetFlag(FLAGS_strategy_params), "strategy setting");
   if (!params.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--strategy_params: ", params.status().message()));
@@ -221,7 +227,7 @@ int Main(int argc, char** argv) {
       "see docs/strategies.md.");
   absl::StatusOr<TrainConfig> config = ConfigFromFlags();
   if (!config.ok()) {
-    std::fprintf(stderr, "rdmaflow_train: invalid flags: %s\n",
+    std::fprintf(stderr, "rdmaflow_train: invalid flags: %s (see rdmaflow_train --help)\n",
                  std::string(config.status().message()).c_str());
     return 2;
   }
@@ -254,7 +260,7 @@ int Main(int argc, char** argv) {
   absl::Status valid = ValidateTrainConfig(*config, world_size);
   if (valid.ok()) valid = CheckOutputPath("--json", absl::GetFlag(FLAGS_json));
   if (!valid.ok()) {
-    std::fprintf(stderr, "rdmaflow_train: invalid flags: %s\n",
+    std::fprintf(stderr, "rdmaflow_train: invalid flags: %s (see rdmaflow_train --help)\n",
                  std::string(valid.message()).c_str());
     return 2;
   }
