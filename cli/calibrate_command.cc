@@ -17,6 +17,7 @@
 #include "cli/args.h"
 #include "cli/json_file.h"
 #include "common/key_value_params.h"
+#include "common/program_flags.h"
 #include "common/status_macros.h"
 #include "results/json.h"
 #include "results/results.pb.h"
@@ -36,10 +37,38 @@ std::vector<std::string> List(const std::string& text) {
   return absl::StrSplit(text, ',', absl::SkipEmpty());
 }
 
-absl::Status Run(const ParsedArgs& args, std::ostream& out) {
-  if (!args.Has("out")) {
+// The command line's own mistakes, found before any file is read: a usage
+// error (exit 2). What the files hold is checked by Run (exit 1).
+absl::Status CheckArgs(const ParsedArgs& args) {
+  if (!args.Has("out") || args.Get("out").empty()) {
     return absl::InvalidArgumentError("--out FILE is required");
   }
+  RETURN_IF_ERROR(args.GetInt("cores", 1, 1, 1 << 16).status());
+  RETURN_IF_ERROR(args.GetInt("store_rtt_us", 50, 0, 10000000).status());
+  RETURN_IF_ERROR(args.GetInt("burst_bytes", 0, 0, int64_t{1} << 40).status());
+  RETURN_IF_ERROR(ParseKeyValues(args.Get("links"), "--links item").status());
+  ASSIGN_OR_RETURN(auto wait_cpu, ParseKeyValues(args.Get("wait_cpu"), "--wait_cpu item"));
+  for (const auto& [name, text] : wait_cpu) {
+    double share = -1;
+    if (!absl::SimpleAtod(text, &share) || !(share >= 0 && share <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--wait_cpu ", name, "=", text, ": a fraction of a core in [0, 1] "
+          "(tools/wait_cpu.py measures it)"));
+    }
+  }
+  ASSIGN_OR_RETURN(auto sharing,
+                   ParseKeyValues(args.Get("time_sharing"), "--time_sharing item"));
+  for (const auto& [ratio_text, files] : sharing) {
+    double ratio = 0;
+    if (!absl::SimpleAtod(ratio_text, &ratio)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--time_sharing: '", ratio_text, "' is not a number of ranks a core"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run(const ParsedArgs& args, std::ostream& out) {
   sim::Calibration calibration;
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -226,12 +255,17 @@ int RunCalibrateCommand(const std::vector<std::string>& args, std::ostream& out,
     err << "rdmaflow calibrate: takes no positional arguments (see --help)\n";
     return 2;
   }
+  if (const absl::Status usage = CheckArgs(*parsed); !usage.ok()) {
+    err << "rdmaflow calibrate: " << usage.message()
+        << " (see rdmaflow calibrate --help)\n";
+    return kExitUsage;
+  }
   const absl::Status status = Run(*parsed, out);
   if (!status.ok()) {
     err << "rdmaflow calibrate: " << status.message() << "\n";
-    return status.code() == absl::StatusCode::kInvalidArgument && !parsed->Has("out") ? 2 : 1;
+    return kExitFailure;
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace rdmaflow::cli

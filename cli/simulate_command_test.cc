@@ -200,6 +200,20 @@ TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {
   r = Call(RunCalibrateCommand, {"--links", "shm=" + Tmp("tiny.json"), "--out", Tmp("x.json")});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("tiny.json"));
+  // The command line's own mistakes are usage errors, found before any file
+  // is read (the links named here do not exist).
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"--links", "shm=" + Tmp("absent.json")},
+           {"--links", "shm=" + Tmp("absent.json"), "--out", Tmp("x.json"), "--cores", "0"},
+           {"--links", "shm", "--out", Tmp("x.json")},
+           {"--wait_cpu", "shm=2", "--out", Tmp("x.json")},
+           {"--time_sharing", "two=" + Tmp("absent.json"), "--out", Tmp("x.json")}}) {
+    r = Call(RunCalibrateCommand, args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("(see rdmaflow calibrate --help)"));
+    EXPECT_THAT(r.err, Not(HasSubstr("absent.json")));
+  }
 }
 
 TEST_F(SimulateCommandTest, HelpDocumentsEveryOption) {
