@@ -344,6 +344,17 @@ int Main(int argc, char** argv) {
   } else if (graphs_flag != "none") {
     names = absl::StrSplit(graphs_flag, ',');
   }
+  const std::vector<std::string> known_communicators = runtime::CommunicatorNames();
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_communicators), ',')) {
+    if (std::find(known_communicators.begin(), known_communicators.end(), name) ==
+        known_communicators.end()) {
+      std::fprintf(stderr,
+                   "ablation: --communicators: unknown communicator '%s' (known: %s) "
+                   "(see ablation --help)\n",
+                   std::string(name).c_str(), absl::StrJoin(known_communicators, ", ").c_str());
+      return kExitUsage;
+    }
+  }
   for (const std::string& name : names) {
     if (absl::Status known = FindGraph(name).status(); !known.ok()) {
       std::fprintf(stderr, "ablation: --graphs: %s (see ablation --help)\n",

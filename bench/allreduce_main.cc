@@ -354,7 +354,19 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "--load: %d is not a thread count in 0..64\n", load);
     return 2;
   }
-  for (absl::Status status : {CheckImpls(), CheckSweepOptions(SweepFromFlags())}) {
+  std::vector<int> counts;
+  absl::StatusOr<std::vector<int>> rank_counts = counts;
+  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_ranks), ',')) {
+    int world = 0;
+    if (!absl::SimpleAtoi(text, &world) || world < 2 || world > 256) {
+      rank_counts = absl::InvalidArgumentError(
+          absl::StrCat("--ranks: '", text, "' is not a rank count in 2..256"));
+      break;
+    }
+    rank_counts->push_back(world);
+  }
+  for (absl::Status status :
+       {CheckImpls(), CheckSweepOptions(SweepFromFlags()), rank_counts.status()}) {
     if (!status.ok()) {
       std::fprintf(stderr, "allreduce_bench: %s (see allreduce_bench --help)\n",
                    std::string(status.message()).c_str());
@@ -377,13 +389,7 @@ int Main(int argc, char** argv) {
     });
     if (code != 0 || !reports) return code;
   } else {
-    for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_ranks), ',')) {
-      int world = 0;
-      if (!absl::SimpleAtoi(text, &world) || world < 2) {
-        std::fprintf(stderr, "--ranks: '%s' is not a rank count >= 2\n",
-                     std::string(text).c_str());
-        return 2;
-      }
+    for (const int world : *rank_counts) {
       std::fprintf(stderr, "allreduce_bench: %d ranks\n", world);
       const int code = launch::RunLocalJob(world, argv, {}, [&](rdma::Store& store) {
         return Report(RunRank(0, world, store, &rows, &description), 0);

@@ -302,17 +302,7 @@ int Main(int argc, char** argv) {
       "[--transport=ucx --params=tls=shm] [--mode=process|thread] "
       "[--memory=host|device --device=cuda|fake] [--json=out.json]");
 
-  if (std::getenv("RANK") != nullptr) {  // Launched by torchrun/mpirun.
-    return launch::RunLaunchedRank([](int rank, int world_size, rdma::Store& store) {
-      if (world_size != 2) {
-        std::fprintf(stderr, "the ping-pong needs WORLD_SIZE=2, got %d\n",
-                     world_size);
-        return 2;
-      }
-      return RunRank(rank, store);
-    });
-  }
-
+  // Checked before any rank starts, launched or local.
   const std::string mode = absl::GetFlag(FLAGS_mode);
   const std::string memory = absl::GetFlag(FLAGS_memory);
   const std::string device_path = absl::GetFlag(FLAGS_device_path);
@@ -329,6 +319,17 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "--memory must be host or device, got '%s'\n", memory.c_str());
     return 2;
   }
+  if (std::getenv("RANK") != nullptr) {  // Launched by torchrun/mpirun.
+    return launch::RunLaunchedRank([](int rank, int world_size, rdma::Store& store) {
+      if (world_size != 2) {
+        std::fprintf(stderr, "the ping-pong needs WORLD_SIZE=2, got %d\n",
+                     world_size);
+        return 2;
+      }
+      return RunRank(rank, store);
+    });
+  }
+
   if (memory == "device" && (mode == "thread" || absl::GetFlag(FLAGS_transport) == "loopback")) {
     std::fprintf(stderr,
                  "--memory=device needs the ranks in two processes (CUDA opens no IPC "

@@ -5,14 +5,13 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
 #include "common/program_flags.h"
 #include "common/version.h"
-#include "device/runtime_factory.h"
+#include "device/gpu_probe.h"
 #include "rdma/builtin_transports.h"
 #include "rdma/transport_registry.h"
 
@@ -93,8 +92,14 @@ int RunInfoCommand(const std::vector<std::string>& args, std::ostream& out,
     return kExitUsage;
   }
   std::vector<std::string> advice;
+#ifdef __clang__
+  constexpr char kCompiler[] = "clang ";
+#else
+  constexpr char kCompiler[] = "g++ ";
+#endif
   out << "rdmaflow " << Version() << " (rdmaflow_torch for PyTorch "
-      << RDMAFLOW_TORCH_VERSION << ", built with g++ " << __VERSION__ << ")\n";
+      << RDMAFLOW_TORCH_VERSION << ", built with " << kCompiler << __VERSION__
+      << ")\n";
   utsname system{};
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -128,20 +133,22 @@ int RunInfoCommand(const std::vector<std::string>& args, std::ostream& out,
   }
 
   out << "\nGPUs (device memory, rdma/device):\n";
-  for (int index = 0;; ++index) {
-    absl::StatusOr<std::unique_ptr<device::DeviceRuntime>> runtime =
-        device::CreateDeviceRuntime("cuda", index);
-    if (!runtime.ok()) {
-      if (index == 0) {
-        out << "  none: " << runtime.status().message() << "\n";
-        advice.push_back(
-            "GPU: none answers, so device regions use the fake device only "
-            "(tests); with a GPU, install the NVIDIA driver (nvidia-smi "
-            "should list it)");
-      }
-      break;
+  absl::StatusOr<device::GpuReport> gpus = device::ProbeGpus();
+  if (!gpus.ok() || gpus->gpus.empty()) {
+    out << "  none: "
+        << (gpus.ok() ? "the CUDA driver shows no device" : gpus.status().message())
+        << "\n";
+    advice.push_back(
+        "GPU: none answers, so device regions use the fake device only "
+        "(tests); with a GPU, install the NVIDIA driver (nvidia-smi should "
+        "list it)");
+  } else {
+    out << "  CUDA driver " << gpus->driver_version / 1000 << "."
+        << gpus->driver_version % 1000 / 10 << "\n";
+    for (const device::GpuInfo& gpu : gpus->gpus) {
+      out << "  cuda:" << gpu.index << " " << gpu.name << ", sm_" << gpu.major
+          << gpu.minor << ", " << Bytes(gpu.memory_bytes) << "\n";
     }
-    out << "  " << (*runtime)->name() << "\n";
   }
 
   out << "\nadvice:\n";

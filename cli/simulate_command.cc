@@ -1,8 +1,10 @@
 // File: simulate_command.cc
 #include "cli/simulate_command.h"
 
-#include <optional>
+#include <filesystem>
 #include <map>
+#include <optional>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -27,8 +29,9 @@ namespace {
 // Where tools/calibrate_sim.sh writes this machine's calibration (and where
 // the repository keeps the one docs/scale.md was made with).
 constexpr char kDefaultCalibration[] = "docs/scale/calibration.json";
-// Where tools/measure_convergence.sh writes the measured steps to accuracy.
-constexpr char kDefaultConvergence[] = "docs/scale/convergence.json";
+// Where tools/measure_convergence.sh writes the measured steps to accuracy,
+// beside the default calibration (and used only with it).
+constexpr char kDefaultConvergenceName[] = "convergence.json";
 
 std::vector<FlagSpec> SimulateFlags() {
   return {{"calibration"}, {"convergence"}, {"model"},  {"strategy"},
@@ -157,8 +160,12 @@ absl::Status Run(const SimulateOptions& f, std::ostream& out, std::ostream& err)
 
   sim::Convergence convergence;
   std::string convergence_path = f.convergence;
-  if (convergence_path.empty()) {
-    convergence_path = FindDataFile(kDefaultConvergence).value_or("");
+  if (convergence_path.empty() && f.calibration.empty()) {
+    // The default calibration's: measured on the machine it describes.
+    const std::filesystem::path beside =
+        std::filesystem::path(path).parent_path() / kDefaultConvergenceName;
+    std::error_code error;
+    if (std::filesystem::is_regular_file(beside, error)) convergence_path = beside.string();
   }
   if (convergence_path == "none") convergence_path.clear();
   if (!convergence_path.empty()) {
@@ -264,8 +271,8 @@ options:
   --convergence FILE   measured steps to a target accuracy per update rule
                        (tools/measure_convergence.sh); adds the time to
                        accuracy (to_acc_s) where the model and rule were
-                       measured. Default docs/scale/convergence.json where
-                       present; none: leave it out
+                       measured. Default: with the default calibration,
+                       the convergence.json beside it; none: leave it out
   --model NAME         a model the calibration profiled (default lenet5)
   --strategy S;...     strategies, each NAME[:K=V,...], ';' between: ps,
                        allreduce, layer_separated, gossip, moshpit (default

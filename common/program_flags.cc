@@ -7,7 +7,6 @@
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -169,7 +168,6 @@ std::vector<std::string> ParseProgramArgs(int argc, char** argv,
     program = program.substr(slash + 1);
   }
   MutableProgramName() = program;
-  absl::SetProgramUsageMessage(usage);
   std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
   for (const std::string& arg : args) {
     if (arg == "--") break;

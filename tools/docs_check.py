@@ -11,13 +11,15 @@ failed, and exits 1 on a failure. tools/test.sh runs it.
   - README.md and docs/quickstart.md: every ```sh block runs (exit 0) from
     the repository root, unless its first line is "# not run by the docs
     check: <why>"; where a ```text block follows, the output holds each of
-    its lines that has no digit (figures differ between runs).
+    its lines, with any number standing for the figures (they differ
+    between runs) and any run of spaces for the column padding.
   - README.md and docs/*.md: every relative link names a file that exists,
     and every repository path they quote in backticks (tools/x.sh,
     docs/x.md, bench/x.cc, ...) exists.
 """
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -139,20 +141,29 @@ def check_commands(page, skipped):
         if first.startswith("# not run by the docs check"):
             skipped.append(f"{page}: {first[2:]}")
             continue
+        # A session of its own, so that a timeout ends what the block
+        # started in the background too.
+        process = subprocess.Popen(["bash", "-euo", "pipefail", "-c", body], cwd=ROOT,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, start_new_session=True)
         try:
-            run = subprocess.run(["bash", "-euo", "pipefail", "-c", body], cwd=ROOT,
-                                 capture_output=True, text=True, timeout=600)
-            output, status = run.stdout + run.stderr, run.returncode
+            output, _ = process.communicate(timeout=600)
+            status = process.returncode
         except subprocess.TimeoutExpired:
-            output, status = "(timed out after 600 s)", 124
+            os.killpg(process.pid, signal.SIGKILL)
+            output = process.communicate()[0] + "\n(timed out after 600 s)"
+            status = 124
         shown = body.strip().splitlines()[0]
         check(status == 0, f"{page}: `{shown}` ... exited {status}:\n{output[-2000:]}")
         if status != 0 or i + 1 >= len(blocks) or blocks[i + 1][0] != "text":
             continue
         for line in blocks[i + 1][1].splitlines():
-            if line.strip() and not re.search(r"\d", line):
-                check(line.rstrip() in output,
-                      f"{page}: `{shown}` ... printed no line '{line.rstrip()}'")
+            if not line.strip():
+                continue
+            pattern = re.sub(r"\\ +", r"\\s+",
+                             re.sub(r"\d+(?:\\\.\d+)?", r"[0-9.]+", re.escape(line.strip())))
+            check(re.search(pattern, output) is not None,
+                  f"{page}: `{shown}` ... printed no line like '{line.strip()}'")
 
 
 def check_references():
@@ -180,6 +191,9 @@ def check_references():
 
 
 def main():
+    if len(sys.argv) > 1:
+        print(__doc__)
+        return 0 if sys.argv[1] in ("-h", "--help") else 2
     check_configuration()
     check_packages()
     check_references()
