@@ -57,7 +57,7 @@
 #include "rdma/rendezvous.h"
 #include "results/run_info.h"
 
-ABSL_FLAG(std::string, ranks, "2,4", "Rank counts to measure, comma-separated.");
+ABSL_FLAG(std::string, ranks, "2,4", "Rank counts to measure (each 2..256), comma-separated.");
 ABSL_FLAG(std::string, impls, "rdmaflow,gloo",
           "Implementations: rdmaflow (the group's pick per size), rdmaflow-ring (the ring "
           "only, for the ablation), rdmaflow-flat (no hierarchy across hosts: one ring), "

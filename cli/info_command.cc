@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
 #include "common/program_flags.h"
@@ -138,10 +139,12 @@ int RunInfoCommand(const std::vector<std::string>& args, std::ostream& out,
     out << "  none: "
         << (gpus.ok() ? "the CUDA driver shows no device" : gpus.status().message())
         << "\n";
-    advice.push_back(
-        "GPU: none answers, so device regions use the fake device only "
-        "(tests); with a GPU, install the NVIDIA driver (nvidia-smi should "
-        "list it)");
+    const bool no_driver =
+        !gpus.ok() && absl::StartsWith(gpus.status().message(), "no CUDA driver");
+    advice.push_back(absl::StrCat(
+        "GPU: none answers, so device regions use the fake device only (tests); ",
+        no_driver ? "with a GPU, install the NVIDIA driver (nvidia-smi should list it)"
+                  : "the driver is there: check nvidia-smi and CUDA_VISIBLE_DEVICES"));
   } else {
     out << "  CUDA driver " << gpus->driver_version / 1000 << "."
         << gpus->driver_version % 1000 / 10 << "\n";

@@ -171,6 +171,13 @@ TEST_F(SimulateCommandTest, ConvergenceGivesTimeToAccuracy) {
                                            "--convergence", "none", "--model", "tiny"});
   EXPECT_EQ(none.code, 0) << none.err;
   EXPECT_THAT(none.out, ::testing::Not(HasSubstr("test accuracy")));
+  // A convergence file beside a calibration given on the command line is
+  // not read unless named: only the default calibration brings its own.
+  Outcome explicit_calibration =
+      Call(RunSimulateCommand, {"--calibration", Tmp("calibration.json"), "--model", "tiny",
+                                "--strategy", "allreduce", "--ranks", "2", "--steps", "5"});
+  EXPECT_EQ(explicit_calibration.code, 0) << explicit_calibration.err;
+  EXPECT_THAT(explicit_calibration.out, ::testing::Not(HasSubstr("test accuracy")));
 }
 
 TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {

@@ -27,6 +27,7 @@ cd "$(dirname "$0")/.."
 
 # The test binaries, by Bazel label.
 TESTS=(
+  //device:gpu_probe_test
   //device/cuda:cuda_device_test
   //device/cuda:cuda_device_conformance_test
   //tests:device_allreduce_multiprocess_test

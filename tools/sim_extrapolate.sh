@@ -9,7 +9,8 @@
 #   tools/sim_extrapolate.sh [OUT_DIR]   (default bench-results/scale; ~1 min)
 # Environment: MODELS ("lenet5 vgg"), LINKS ("1gbit 10gbit roce100 ib_hdr200"),
 # RANKS ("8,16,32,64,128,256,512,1024"), STEPS (100),
-# CALIBRATION (docs/scale/calibration.json).
+# CALIBRATION (docs/scale/calibration.json), CONVERGENCE
+# (docs/scale/convergence.json; none leaves the time to accuracy out).
 source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,13 +25,16 @@ links=${LINKS:-1gbit 10gbit roce100 ib_hdr200}
 ranks=${RANKS:-8,16,32,64,128,256,512,1024}
 steps=${STEPS:-100}
 calibration=${CALIBRATION:-docs/scale/calibration.json}
+# The measured steps to accuracy, for the time to accuracy (_tta.tsv).
+convergence=${CONVERGENCE:-docs/scale/convergence.json}
 bazel build -c opt //cli:rdmaflow >/dev/null
 rm -f "$out"/*_tta.tsv
 strategies='ps:servers=1,sync=bsp;ps:servers=4,sync=bsp;ps:servers=4,sync=ssp:3;allreduce;layer_separated;gossip;moshpit'
 for model in $models; do
   for link in $links; do
     echo "== $model over $link: ranks $ranks $(date +%H:%M:%S)"
-    bazel-bin/cli/rdmaflow simulate --calibration "$calibration" --model "$model" \
+    bazel-bin/cli/rdmaflow simulate --calibration "$calibration" \
+      --convergence "$convergence" --model "$model" \
       --strategy "$strategies" --ranks "$ranks" --link "$link" --cores 1 \
       --steps "$steps" --quiet --json "$out/${model}_$link.json" >"$out/${model}_$link.txt"
   done
