@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +38,32 @@ std::vector<std::string> List(const std::string& text) {
   return absl::StrSplit(text, ',', absl::SkipEmpty());
 }
 
+// --wait_cpu LINK=SHARE,...: each share a fraction of a core.
+absl::StatusOr<std::map<std::string, double>> WaitCpuShares(const ParsedArgs& args) {
+  ASSIGN_OR_RETURN(auto items, ParseKeyValues(args.Get("wait_cpu"), "--wait_cpu item"));
+  std::map<std::string, double> shares;
+  for (const auto& [name, text] : items) {
+    double share = -1;
+    if (!absl::SimpleAtod(text, &share) || !(share >= 0 && share <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--wait_cpu ", name, "=", text, ": a fraction of a core in [0, 1] "
+          "(tools/wait_cpu.py measures it)"));
+    }
+    shares[name] = share;
+  }
+  return shares;
+}
+
+// A --time_sharing key: ranks a core.
+absl::StatusOr<double> SharingRatio(const std::string& text) {
+  double ratio = 0;
+  if (!absl::SimpleAtod(text, &ratio)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--time_sharing: '", text, "' is not a number of ranks a core"));
+  }
+  return ratio;
+}
+
 // The command line's own mistakes, found before any file is read: a usage
 // error (exit 2). What the files hold is checked by Run (exit 1).
 absl::Status CheckArgs(const ParsedArgs& args) {
@@ -47,23 +74,11 @@ absl::Status CheckArgs(const ParsedArgs& args) {
   RETURN_IF_ERROR(args.GetInt("store_rtt_us", 50, 0, 10000000).status());
   RETURN_IF_ERROR(args.GetInt("burst_bytes", 0, 0, int64_t{1} << 40).status());
   RETURN_IF_ERROR(ParseKeyValues(args.Get("links"), "--links item").status());
-  ASSIGN_OR_RETURN(auto wait_cpu, ParseKeyValues(args.Get("wait_cpu"), "--wait_cpu item"));
-  for (const auto& [name, text] : wait_cpu) {
-    double share = -1;
-    if (!absl::SimpleAtod(text, &share) || !(share >= 0 && share <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--wait_cpu ", name, "=", text, ": a fraction of a core in [0, 1] "
-          "(tools/wait_cpu.py measures it)"));
-    }
-  }
+  RETURN_IF_ERROR(WaitCpuShares(args).status());
   ASSIGN_OR_RETURN(auto sharing,
                    ParseKeyValues(args.Get("time_sharing"), "--time_sharing item"));
   for (const auto& [ratio_text, files] : sharing) {
-    double ratio = 0;
-    if (!absl::SimpleAtod(ratio_text, &ratio)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--time_sharing: '", ratio_text, "' is not a number of ranks a core"));
-    }
+    RETURN_IF_ERROR(SharingRatio(ratio_text).status());
   }
   return absl::OkStatus();
 }
@@ -96,14 +111,8 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
         << link.bandwidth_gbps() << " GB/s, " << link.per_message_us()
         << " us a message\n";
   }
-  ASSIGN_OR_RETURN(auto wait_cpu, ParseKeyValues(args.Get("wait_cpu"), "--wait_cpu item"));
-  for (const auto& [name, text] : wait_cpu) {
-    double share = -1;
-    if (!absl::SimpleAtod(text, &share) || !(share >= 0 && share <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--wait_cpu ", name, "=", text, ": a fraction of a core in [0, 1] "
-          "(tools/wait_cpu.py measures it)"));
-    }
+  ASSIGN_OR_RETURN(auto wait_cpu, WaitCpuShares(args));
+  for (const auto& [name, share] : wait_cpu) {
     sim::LinkProfile* link = nullptr;
     for (sim::LinkProfile& l : *calibration.mutable_links()) {
       if (l.name() == name) link = &l;
@@ -158,11 +167,7 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
                    ParseKeyValues(args.Get("time_sharing"), "--time_sharing item"));
   std::vector<sim::TimeSharing> points;
   for (const auto& [ratio_text, files] : sharing) {
-    double ratio = 0;
-    if (!absl::SimpleAtod(ratio_text, &ratio)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--time_sharing: '", ratio_text, "' is not a number of ranks a core"));
-    }
+    ASSIGN_OR_RETURN(const double ratio, SharingRatio(ratio_text));
     std::vector<sim::ModelProfile> copies;
     for (absl::string_view path : absl::StrSplit(files, ':', absl::SkipEmpty())) {
       RETURN_IF_ERROR(ReadJsonFile(std::string(path), &copies.emplace_back()));
