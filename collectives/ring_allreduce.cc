@@ -43,10 +43,6 @@ int StagingSlots(const RingAllReduceOptions& o, size_t world) {
   return static_cast<int>(std::min<uint64_t>(o.slots, messages));
 }
 
-std::string Key(const std::string& name, int rank, const char* what) {
-  return absl::StrCat("ring/", name, "/", rank, "/", what);
-}
-
 std::string Layout(const RingAllReduceOptions& o, const std::vector<int>& members) {
   return absl::StrCat("slots=", o.slots, " chunk=", o.chunk_bytes,
                       " capacity=", o.capacity_bytes, " gather_in_slots_from=",
@@ -60,23 +56,9 @@ absl::Status Annotate(const absl::Status& status, const std::string& where) {
   return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
 }
 
-}  // namespace
-
-// The state of one AllReduce() call.
-struct RingAllReduce::Call {
-  RingSchedule schedule;
-  size_t offset;        // bytes into the data region
-  size_t element_size;
-  DataType type;
-  ReduceOp op;
-  uint64_t first;       // sequence number of message 0
-  uint64_t end;         // one past the last
-  uint64_t window;      // messages a sender may run ahead of the credit
-};
-
-absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
-    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
-    std::vector<int> members, const RingAllReduceOptions& options) {
+// kInvalidArgument for options no ring can run with; kFailedPrecondition
+// for a loop of another thread.
+absl::Status CheckOptions(const RingAllReduceOptions& options) {
   const std::string what = absl::StrCat("all-reduce '", options.name, "'");
   if (options.capacity_bytes == 0 || options.chunk_bytes < 64 ||
       options.chunk_bytes % kWord != 0 || options.slots < 1 ||
@@ -98,6 +80,64 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
     return absl::FailedPreconditionError(absl::StrCat(
         what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// The state of one AllReduce() call.
+struct RingAllReduce::Call {
+  RingSchedule schedule;
+  size_t offset;        // bytes into the data region
+  size_t element_size;
+  DataType type;
+  ReduceOp op;
+  uint64_t first;       // sequence number of message 0
+  uint64_t end;         // one past the last
+  uint64_t window;      // messages a sender may run ahead of the credit
+};
+
+absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
+    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+    std::vector<int> members, const RingAllReduceOptions& options) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  std::unique_ptr<onesided::ProgressLoop> own_loop;
+  onesided::ProgressLoop* loop = options.loop;
+  if (loop == nullptr) {
+    onesided::ProgressLoopOptions loop_options;
+    loop_options.name = absl::StrCat("all-reduce '", options.name, "' on rank ",
+                                     transport.rank());
+    loop_options.wait = options.wait;
+    loop_options.liveness_interval = options.liveness_interval;
+    own_loop = std::make_unique<onesided::ProgressLoop>(transport, loop_options);
+    loop = own_loop.get();
+  }
+  onesided::PeerLinksOptions links_options;
+  links_options.timeout = options.timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<onesided::PeerLinks> links,
+                   onesided::PeerLinks::Create(transport, store, ns, *loop, links_options));
+  RingAllReduceOptions on_links = options;
+  on_links.loop = loop;
+  ASSIGN_OR_RETURN(std::unique_ptr<RingAllReduce> ring,
+                   Create(*links, std::move(members), on_links));
+  ring->own_links_ = std::move(links);
+  ring->own_loop_ = std::move(own_loop);
+  return ring;
+}
+
+absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
+    onesided::PeerLinks& links, std::vector<int> members, const RingAllReduceOptions& options) {
+  const std::string what = absl::StrCat("all-reduce '", options.name, "'");
+  RETURN_IF_ERROR(CheckOptions(options));
+  if (options.loop != nullptr && options.loop != &links.loop()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": options.loop is not the loop of its links"));
+  }
+  if (!links.loop().OnLoopThread()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
+  }
+  rdma::Transport& transport = links.transport();
   if (options.data != nullptr && options.data->size() != options.capacity_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": the caller's data region has ", options.data->size(),
@@ -107,8 +147,8 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
   RingAllReduceOptions planned = options;
   planned.data = nullptr;  // held as data_
   planned.slots = StagingSlots(options, members.size());
-  std::unique_ptr<RingAllReduce> ring(new RingAllReduce(
-      transport, store, ns, std::move(members), position, planned));
+  std::unique_ptr<RingAllReduce> ring(
+      new RingAllReduce(links, std::move(members), position, planned));
   if (options.data != nullptr) {
     ring->data_ = options.data;
   } else {
@@ -120,17 +160,15 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
   ring->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
   if (ring->size() > 1) {
     RETURN_IF_ERROR(ring->Connect());
-    ring->JoinLoop();
+    RETURN_IF_ERROR(ring->JoinLoop());
   }
   return ring;
 }
 
-RingAllReduce::RingAllReduce(rdma::Transport& transport, rdma::Store& store,
-                             std::string ns, std::vector<int> members,
+RingAllReduce::RingAllReduce(onesided::PeerLinks& links, std::vector<int> members,
                              int position, const RingAllReduceOptions& options)
-    : transport_(transport),
-      store_(store),
-      ns_(std::move(ns)),
+    : links_(links),
+      transport_(links.transport()),
       members_(std::move(members)),
       position_(position),
       options_(options),
@@ -141,14 +179,12 @@ RingAllReduce::~RingAllReduce() {
   if (loop_ != nullptr) {
     if (own_loop_ == nullptr) loop_->CheckOnLoopThread(Where() + "'s destructor");
     if (loop_->OnLoopThread()) {
-      for (int64_t watch : watches_) loop_->Unwatch(watch);
+      for (int64_t watch : watches_) links_.Unsubscribe(watch);
     }
-  }
-  if (right_endpoint_ != nullptr) right_endpoint_->Close().IgnoreError();
-  if (left_endpoint_ != nullptr) left_endpoint_->Close().IgnoreError();
-  if (!fenced_ && loop_ != nullptr) {  // GiveUp() waited already
-    loop_->Drain([&] { return in_flight() == 0; }, absl::Now() + absl::Seconds(5))
-        .IgnoreError();
+    if (!fenced_) {  // GiveUp() fenced already
+      links_.Fence({right_rank_, left_rank_}, [&] { return in_flight() == 0; },
+                   absl::Now() + absl::Seconds(5), Where() + " is closing");
+    }
   }
   // Freeing memory that a neighbour may still write into (it has not passed
   // the shutdown barrier), or that one of our operations still reads or
@@ -178,6 +214,10 @@ RingAllReduce::~RingAllReduce() {
     }
   }
   alive_.reset();  // completions still held by the transport do nothing
+  sender_.reset();
+  receiver_.reset();
+  own_links_.reset();
+  own_loop_.reset();
 }
 
 template <typename F>
@@ -196,40 +236,27 @@ std::string RingAllReduce::Where() const {
 }
 
 absl::Status RingAllReduce::Connect() {
-  const int rank = transport_.rank();
-  const std::string layout = Layout(options_, members_);
-  RETURN_IF_ERROR(store_.Set(absl::StrCat(ns_, "/", Key(options_.name, rank, "layout")),
-                             layout));
   published_ = true;  // from here on, a neighbour may write into our regions
-  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank, "data"),
-                                      data_->descriptor()));
-  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank, "control"),
-                                      control_->descriptor()));
-  RETURN_IF_ERROR(rdma::PublishAddress(store_, ns_, transport_));
-  for (int peer : {right_rank_, left_rank_}) {
-    RETURN_IF_ERROR(rdma::CheckPeerLayout(store_, ns_, Key(options_.name, peer, "layout"),
-                                          layout, peer, options_.timeout, Where()));
+  ASSIGN_OR_RETURN(std::vector<onesided::PeerRegions> theirs,
+                   links_.Exchange({absl::StrCat("ring/", options_.name),
+                                    Layout(options_, members_),
+                                    {{"data", data_.get()}, {"control", control_.get()}}},
+                                   {right_rank_, left_rank_}, Where()));
+  for (const onesided::PeerRegions& peer : theirs) {
+    if (peer.rank == right_rank_) {
+      right_data_ = peer.regions[0];
+      right_control_ = peer.regions[1];
+    }
+    if (peer.rank == left_rank_) left_control_ = peer.regions[1];
   }
-  ASSIGN_OR_RETURN(right_data_, rdma::FetchRegion(store_, ns_,
-                                                  Key(options_.name, right_rank_, "data"),
-                                                  options_.timeout));
-  ASSIGN_OR_RETURN(right_control_,
-                   rdma::FetchRegion(store_, ns_, Key(options_.name, right_rank_, "control"),
-                                     options_.timeout));
-  ASSIGN_OR_RETURN(left_control_,
-                   rdma::FetchRegion(store_, ns_, Key(options_.name, left_rank_, "control"),
-                                     options_.timeout));
-  ASSIGN_OR_RETURN(right_endpoint_, rdma::ConnectToPeer(transport_, store_, ns_,
-                                                        right_rank_, options_.timeout));
-  // Credits go to the left neighbour on an endpoint of their own, even when
-  // it is also the right one (2 members): on a transport that queues in
-  // order (UCX over TCP), a credit sharing the data's endpoint waits behind
-  // up to a window of our own data, and the neighbour's sender idles. Over
-  // a 1 Gbit/s link a 2-member ring ran at 60-75 % of the link that way,
+  ASSIGN_OR_RETURN(right_endpoint_, links_.Lane(right_rank_));
+  // Credits go to the left neighbour on the control lane, even when it is
+  // also the right one (2 members): on a transport that queues in order
+  // (UCX over TCP), a credit sharing the data's endpoint waits behind up to
+  // a window of our own data, and the neighbour's sender idles. Over a
+  // 1 Gbit/s link a 2-member ring ran at 60-75 % of the link that way,
   // 92-94 % with credits apart (docs/collectives.md).
-  ASSIGN_OR_RETURN(left_endpoint_, rdma::ConnectToPeer(transport_, store_, ns_,
-                                                       left_rank_, options_.timeout));
-  left_link_ = left_endpoint_.get();
+  ASSIGN_OR_RETURN(left_endpoint_, links_.Lane(left_rank_, onesided::LaneKind::kControl));
   // The neighbours' keys now, while they hold their regions (Prepare()).
   RETURN_IF_ERROR(right_endpoint_->Prepare(right_data_));
   RETURN_IF_ERROR(right_endpoint_->Prepare(right_control_));
@@ -238,7 +265,7 @@ absl::Status RingAllReduce::Connect() {
   onesided::SlotRingSender::Options send;
   send.slots = slots;
   send.peer = absl::StrCat("rank ", right_rank_, " (the right neighbour)");
-  send.endpoint = right_endpoint_.get();
+  send.endpoint = right_endpoint_;
   send.flag_source = control_.get();
   send.flag_source_offset = FlagSourcesOffset(slots);
   send.remote_flags = &right_control_;
@@ -248,7 +275,7 @@ absl::Status RingAllReduce::Connect() {
   onesided::SlotRingReceiver::Options receive;
   receive.slots = slots;
   receive.peer = absl::StrCat("rank ", left_rank_, " (the left neighbour)");
-  receive.endpoint = left_link_;
+  receive.endpoint = left_endpoint_;
   receive.flags = control_->data() + FlagsOffset();
   receive.credit_source = control_.get();
   receive.credit_source_offset = CreditSourceOffset(slots);
@@ -320,7 +347,8 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
     const absl::Time now = absl::Now();
     if (progressed) {
       last_progress = now;
-      for (int64_t watch : watches_) loop_->Rearm(watch);
+      links_.Rearm(left_rank_);
+      links_.Rearm(right_rank_);
       backoff.Reset();
       continue;
     }
@@ -360,12 +388,10 @@ void RingAllReduce::GiveUp() {
   if (fenced_) return;
   fenced_ = true;
   if (sender_ != nullptr) sender_->DropQueued();  // never posted
-  if (right_endpoint_ != nullptr) right_endpoint_->Close().IgnoreError();
-  if (left_endpoint_ != nullptr) left_endpoint_->Close().IgnoreError();
   if (loop_ == nullptr) return;  // never connected: nothing posted
-  loop_->Drain([&] { return in_flight() == 0; },
-               absl::Now() + std::min(options_.timeout, absl::Seconds(5)))
-      .IgnoreError();
+  links_.Fence({right_rank_, left_rank_}, [&] { return in_flight() == 0; },
+               absl::Now() + std::min(options_.timeout, absl::Seconds(5)),
+               Where() + " gave up");
 }
 
 absl::Status RingAllReduce::Turn(Call& call, bool& progressed) {
@@ -454,21 +480,16 @@ absl::Status RingAllReduce::PostCredit() {
   return receiver_->PostCredit(std::min(receiver_->received(), sender_->delivered()));
 }
 
-void RingAllReduce::JoinLoop() {
-  loop_ = options_.loop;
-  if (loop_ == nullptr) {
-    onesided::ProgressLoopOptions loop;
-    loop.name = Where();
-    loop.wait = options_.wait;
-    loop.liveness_interval = options_.liveness_interval;
-    own_loop_ = std::make_unique<onesided::ProgressLoop>(transport_, loop);
-    loop_ = own_loop_.get();
-  }
+absl::Status RingAllReduce::JoinLoop() {
+  loop_ = &links_.loop();
   // A neighbour whose probe fails fails the ring (kUnavailable).
   auto fail = [this](int, const absl::Status& status) { Fail(status); };
-  // Both endpoints, also when both lead to one rank (2 members).
-  watches_.push_back(loop_->WatchPeer(right_rank_, right_endpoint_.get(), fail));
-  watches_.push_back(loop_->WatchPeer(left_rank_, left_endpoint_.get(), fail));
+  for (int neighbour : {right_rank_, left_rank_}) {
+    if (!watches_.empty() && neighbour == right_rank_) continue;  // 2 members
+    ASSIGN_OR_RETURN(const int64_t watch, links_.Subscribe(neighbour, fail));
+    watches_.push_back(watch);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
@@ -479,8 +500,8 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
     // here, before we tell them at the barrier that we are done.
     std::vector<rdma::Endpoint*> to_flush;
     if (failure().ok()) {
-      to_flush.push_back(right_endpoint_.get());
-      if (left_endpoint_ != nullptr) to_flush.push_back(left_endpoint_.get());
+      to_flush.push_back(right_endpoint_);
+      if (left_endpoint_ != nullptr) to_flush.push_back(left_endpoint_);
     }
     // Posting happens between the loop's rounds; a failure ends the wait.
     absl::Status trouble;
@@ -511,7 +532,7 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
     if (!drained.ok()) return Annotate(drained, Where());
   }
   absl::Status barrier =
-      rdma::Barrier(store_, ns_, absl::StrCat("ring/", options_.name, "/shutdown"),
+      rdma::Barrier(links_.store(), links_.ns(), absl::StrCat("ring/", options_.name, "/shutdown"),
                     size(), limit, loop_);
   if (!barrier.ok()) return Annotate(barrier, Where());
   // Every member has stopped writing into our memory: it may be freed.

@@ -48,6 +48,7 @@
 #include "absl/time/time.h"
 #include "collectives/reduce.h"
 #include "collectives/ring_schedule.h"
+#include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
 #include "onesided/progress/wait_policy.h"
 #include "onesided/slots/slot_ring.h"
@@ -89,7 +90,8 @@ struct RingAllReduceOptions {
   // The ring's calls then idle by `wait`, but its neighbours are probed at
   // the loop's liveness interval, and a probe of a neighbour flushes every
   // watch of it on the loop. Null: the ring makes a loop of its own (with
-  // `wait` and `liveness_interval`).
+  // `wait` and `liveness_interval`). Created on links, the ring runs on
+  // the links' loop (this must be null or it).
   onesided::ProgressLoop* loop = nullptr;
   // The data region, when the caller owns it (AllReduceGroup: the same
   // region under every algorithm); registered with this transport, of
@@ -118,15 +120,23 @@ struct RingAllReduceStats {
 class RingAllReduce {
  public:
   // Collective over `members` (global ranks in ring order, the same list on
-  // every member, including transport.rank()): allocates and publishes this
+  // every member, including the links' rank): allocates and publishes this
   // rank's regions under <ns>/ring/<name>/<rank>/..., fetches its
-  // neighbours', and connects to them. kInvalidArgument for bad options or
-  // members; kFailedPrecondition when a neighbour was created with other
-  // options or members; kDeadlineExceeded naming a member that never came.
+  // neighbours', and takes the links' data lane to the right neighbour and
+  // control lane to the left one (credits: see Connect()).
+  // kInvalidArgument for bad options or members; kFailedPrecondition when a
+  // neighbour was created with other options or members; kDeadlineExceeded
+  // naming a member that never came.
+  static absl::StatusOr<std::unique_ptr<RingAllReduce>> Create(
+      onesided::PeerLinks& links, std::vector<int> members,
+      const RingAllReduceOptions& options);
+  // The same on links of its own (on options' loop, or a loop of its own),
+  // for a ring alone on its transport.
   static absl::StatusOr<std::unique_ptr<RingAllReduce>> Create(
       rdma::Transport& transport, rdma::Store& store, const std::string& ns,
       std::vector<int> members, const RingAllReduceOptions& options);
-  // Closes the endpoints and waits (briefly) for operations in flight.
+  // Waits (briefly) for operations in flight; a neighbour whose operations
+  // hang is severed from the links, which cancels them.
   // Call Shutdown() first so no neighbour still writes into our memory:
   // unless its barrier passed, the data and control regions are left
   // registered (leaked, with a message on stderr), as they are when one of
@@ -170,8 +180,7 @@ class RingAllReduce {
  private:
   struct Call;
 
-  RingAllReduce(rdma::Transport& transport, rdma::Store& store, std::string ns,
-                std::vector<int> members, int position,
+  RingAllReduce(onesided::PeerLinks& links, std::vector<int> members, int position,
                 const RingAllReduceOptions& options);
   absl::Status Connect();
   std::string Where() const;
@@ -193,18 +202,16 @@ class RingAllReduce {
   // Whether the all-gather piece of `range` goes through the staging slots
   // (options' gather_in_slots_from).
   bool GatherInSlots(const Call& call, const ElementRange& range) const;
-  // Joins the progress loop (options' or our own) and watches the
-  // neighbours.
-  void JoinLoop();
+  // Joins the links' progress loop and subscribes to the neighbours.
+  absl::Status JoinLoop();
   void Fail(absl::Status status);
   // The first failure: ours (probes, shutdown) or either link's.
   absl::Status failure() const;
   // Our operations in flight: the links' and the probes'.
   int64_t in_flight() const;
 
+  onesided::PeerLinks& links_;
   rdma::Transport& transport_;
-  rdma::Store& store_;
-  const std::string ns_;
   const std::vector<int> members_;
   const int position_;
   const RingAllReduceOptions options_;
@@ -214,20 +221,22 @@ class RingAllReduce {
   std::shared_ptr<rdma::MemoryRegion> data_;
   std::unique_ptr<rdma::MemoryRegion> control_;
   rdma::RemoteRegion right_data_, right_control_, left_control_;
-  std::unique_ptr<rdma::Endpoint> right_endpoint_;
-  // Credits to the left neighbour: an endpoint of their own, also when the
-  // left neighbour is the right one (2 members). Null with 1 member.
-  std::unique_ptr<rdma::Endpoint> left_endpoint_;
-  rdma::Endpoint* left_link_ = nullptr;  // left_endpoint_
+  // The links': the data lane to the right neighbour, and for credits to
+  // the left one its control lane, also when the left neighbour is the
+  // right one (2 members). Null with 1 member.
+  rdma::Endpoint* right_endpoint_ = nullptr;
+  rdma::Endpoint* left_endpoint_ = nullptr;
 
   // The two links' slot rings (onesided/slots/slot_ring.h): to the right
   // neighbour, from the left one. Sequence numbers count messages on each
   // link since Create().
   std::unique_ptr<onesided::SlotRingSender> sender_;
   std::unique_ptr<onesided::SlotRingReceiver> receiver_;
-  std::unique_ptr<onesided::ProgressLoop> own_loop_;  // when options.loop is null
   onesided::ProgressLoop* loop_ = nullptr;
-  std::vector<int64_t> watches_;  // the neighbours' liveness watches
+  std::vector<int64_t> watches_;  // subscriptions to the neighbours' watches
+  // Made by the Create() without links (destroyed last, links first).
+  std::unique_ptr<onesided::ProgressLoop> own_loop_;
+  std::unique_ptr<onesided::PeerLinks> own_links_;
   uint64_t next_seq_ = 0;        // first message of the next call
   uint64_t call_first_ = 0;      // the call under way, for error messages
   uint64_t call_end_ = 0;

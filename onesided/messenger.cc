@@ -19,10 +19,6 @@ using internal::PieceHeader;
 
 constexpr size_t kHeaderBytes = internal::kPieceHeaderBytes;
 
-std::string Key(const std::string& name, int rank, const char* what) {
-  return absl::StrCat("messenger/", name, "/", rank, "/", what);
-}
-
 std::string Layout(const MessengerOptions& o, int world) {
   return absl::StrCat("slots=", o.slots, " slot_bytes=", o.slot_bytes,
                       " world=", world, " members=",
@@ -51,6 +47,40 @@ void Fire(Done& done, Value&& value) {
   Done run = std::move(done);
   done = nullptr;
   std::move(run)(std::forward<Value>(value));
+}
+
+// kInvalidArgument for options or ranks no messenger can run with.
+absl::Status CheckOptions(const MessengerOptions& options, int rank, int world) {
+  if (world < 1 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "messenger: rank ", rank, " is outside a world of ", world));
+  }
+  std::vector<int> sorted = options.members;
+  std::sort(sorted.begin(), sorted.end());
+  if (!options.members.empty() &&
+      (sorted.front() < 0 || sorted.back() >= world ||
+       std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
+       !IsMember(options, rank))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "messenger '", options.name, "': members (", absl::StrJoin(options.members, ","),
+        ") must be distinct ranks of a world of ", world, " and include rank ", rank));
+  }
+  if (options.slots < 1 || options.slot_bytes == 0 || options.slot_bytes % 64 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "messenger '", options.name, "': slots (", options.slots,
+        ") must be >= 1 and slot_bytes (", options.slot_bytes,
+        ") a positive multiple of 64"));
+  }
+  if (absl::Status valid = options.wait.Validate(); !valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("messenger '", options.name, "': ", valid.message()));
+  }
+  if (options.liveness_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "messenger '", options.name, "': liveness_interval must be positive, not ",
+        absl::FormatDuration(options.liveness_interval)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -113,7 +143,7 @@ struct Messenger::Incoming {
 
 struct Messenger::Peer {
   int rank;
-  std::unique_ptr<rdma::Endpoint> endpoint;
+  rdma::Endpoint* endpoint = nullptr;  // the links' data lane to it
   rdma::RemoteRegion inbox;    // the peer's inbox
   rdma::RemoteRegion control;  // the peer's credit words
   absl::Status status;         // not OK once declared dead
@@ -134,7 +164,7 @@ struct Messenger::Peer {
   std::list<std::unique_ptr<Incoming>> arrived;
   Incoming* current = nullptr;  // the message the next piece continues
 
-  int64_t watch = 0;  // its liveness watch in the progress loop
+  int64_t watch = 0;  // its subscription to the links' watch of the peer
 
   int64_t in_flight() const {
     return (sender != nullptr ? sender->outstanding() : 0) +
@@ -155,12 +185,10 @@ struct Messenger::Peer {
   }
 };
 
-Messenger::Messenger(rdma::Transport& transport, rdma::Store& store, std::string ns,
-                     int rank, int world, const MessengerOptions& options)
-    : transport_(transport),
-      store_(store),
-      ns_(std::move(ns)),
-      rank_(rank),
+Messenger::Messenger(PeerLinks& links, int world, const MessengerOptions& options)
+    : links_(&links),
+      transport_(links.transport()),
+      rank_(links.rank()),
       world_(world),
       options_(options) {}
 
@@ -171,26 +199,24 @@ Messenger::~Messenger() {
     if (loop_->OnLoopThread()) {
       loop_->RemoveHandler(handler_);
       for (auto& peer : peers_) {
-        if (peer != nullptr) loop_->Unwatch(peer->watch);
+        if (peer != nullptr && peer->watch != 0) links_->Unsubscribe(peer->watch);
       }
     }
-  }
-  for (auto& peer : peers_) {
-    if (peer != nullptr && peer->endpoint != nullptr) {
-      peer->endpoint->Close().IgnoreError();
+    // Completions capture `this`: let those in flight fire before it goes;
+    // the peers whose operations hang are severed, which cancels them.
+    std::vector<int> busy;
+    for (auto& peer : peers_) {
+      if (peer != nullptr && peer->in_flight() > 0) busy.push_back(peer->rank);
     }
-  }
-  // Completions capture `this`: let those in flight fire before it goes.
-  if (loop_ != nullptr) {
-    loop_->Drain(
+    links_->Fence(
+        busy,
         [&] {
           for (auto& peer : peers_) {
             if (peer != nullptr && peer->in_flight() > 0) return false;
           }
           return true;
         },
-        absl::Now() + absl::Seconds(2))
-        .IgnoreError();
+        absl::Now() + absl::Seconds(2), absl::StrCat(Where(), " is closing"));
   }
   bool leak = false;
   for (auto& peer : peers_) {
@@ -204,11 +230,15 @@ Messenger::~Messenger() {
     leak = true;
   }
   if (leak) {
-    // ... and the regions those operations read and write.
+    // ... and the regions those operations read and write, and the
+    // endpoints they were posted on.
     inbox_.release();
     outbox_.release();
     control_.release();
+    own_links_.release();
   }
+  own_links_.reset();
+  own_loop_.reset();
 }
 
 std::string Messenger::Where() const {
@@ -218,42 +248,54 @@ std::string Messenger::Where() const {
 absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(
     rdma::Transport& transport, rdma::Store& store, const std::string& ns,
     int rank, int world, const MessengerOptions& options) {
-  if (world < 1 || rank < 0 || rank >= world) {
+  RETURN_IF_ERROR(CheckOptions(options, rank, world));
+  if (rank != transport.rank()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "messenger: rank ", rank, " is outside a world of ", world));
-  }
-  std::vector<int> sorted = options.members;
-  std::sort(sorted.begin(), sorted.end());
-  if (!options.members.empty() &&
-      (sorted.front() < 0 || sorted.back() >= world ||
-       std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
-       !IsMember(options, rank))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "messenger '", options.name, "': members (", absl::StrJoin(options.members, ","),
-        ") must be distinct ranks of a world of ", world, " and include rank ", rank));
-  }
-  if (options.slots < 1 || options.slot_bytes == 0 || options.slot_bytes % 64 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "messenger '", options.name, "': slots (", options.slots,
-        ") must be >= 1 and slot_bytes (", options.slot_bytes,
-        ") a positive multiple of 64"));
+        "messenger '", options.name, "': rank ", rank, " is not its transport's (",
+        transport.rank(), ")"));
   }
   if (options.loop != nullptr && !options.loop->OnLoopThread()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "messenger '", options.name, "': its progress loop belongs to another thread "
         "(docs/thread_model.md)"));
   }
-  if (absl::Status valid = options.wait.Validate(); !valid.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("messenger '", options.name, "': ", valid.message()));
+  std::unique_ptr<ProgressLoop> own_loop;
+  ProgressLoop* loop = options.loop;
+  if (loop == nullptr) {
+    ProgressLoopOptions loop_options;
+    loop_options.name = absl::StrCat("rank ", rank);
+    loop_options.wait = options.wait;
+    loop_options.liveness_interval = options.liveness_interval;
+    own_loop = std::make_unique<ProgressLoop>(transport, loop_options);
+    loop = own_loop.get();
   }
-  if (options.liveness_interval <= absl::ZeroDuration()) {
+  PeerLinksOptions links_options;
+  links_options.timeout = options.timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<PeerLinks> links,
+                   PeerLinks::Create(transport, store, ns, *loop, links_options));
+  MessengerOptions on_links = options;
+  on_links.loop = loop;
+  ASSIGN_OR_RETURN(std::unique_ptr<Messenger> messenger, Create(*links, world, on_links));
+  messenger->own_links_ = std::move(links);
+  messenger->own_loop_ = std::move(own_loop);
+  return messenger;
+}
+
+absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(
+    PeerLinks& links, int world, const MessengerOptions& options) {
+  const int rank = links.rank();
+  RETURN_IF_ERROR(CheckOptions(options, rank, world));
+  if (options.loop != nullptr && options.loop != &links.loop()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "messenger '", options.name, "': liveness_interval must be positive, not ",
-        absl::FormatDuration(options.liveness_interval)));
+        "messenger '", options.name, "': options.loop is not the loop of its links"));
   }
-  std::unique_ptr<Messenger> messenger(
-      new Messenger(transport, store, ns, rank, world, options));
+  if (!links.loop().OnLoopThread()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "messenger '", options.name, "': its progress loop belongs to another thread "
+        "(docs/thread_model.md)"));
+  }
+  rdma::Transport& transport = links.transport();
+  std::unique_ptr<Messenger> messenger(new Messenger(links, world, options));
   const size_t block = messenger->block_bytes();
   ASSIGN_OR_RETURN(rdma::MemoryRegion inbox, transport.Allocate(block * world));
   ASSIGN_OR_RETURN(rdma::MemoryRegion control, transport.Allocate(64 * 2 * world));
@@ -265,53 +307,41 @@ absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(
   messenger->outbox_ = std::make_unique<rdma::MemoryRegion>(std::move(outbox));
   messenger->peers_.resize(world);
   RETURN_IF_ERROR(messenger->Connect());
-  messenger->JoinLoop();
+  RETURN_IF_ERROR(messenger->JoinLoop());
   return messenger;
 }
 
-void Messenger::JoinLoop() {
-  loop_ = options_.loop;
-  if (loop_ == nullptr) {
-    ProgressLoopOptions loop;
-    loop.name = absl::StrCat("rank ", rank_);
-    loop.wait = options_.wait;
-    loop.liveness_interval = options_.liveness_interval;
-    own_loop_ = std::make_unique<ProgressLoop>(transport_, loop);
-    loop_ = own_loop_.get();
-  }
+absl::Status Messenger::JoinLoop() {
+  loop_ = &links_->loop();
   handler_ = loop_->AddRoundHandler([this] { return Pass(); });
   for (auto& peer : peers_) {
     if (peer == nullptr) continue;
     // A probe that fails: what it wrote before it went is still delivered.
-    peer->watch = loop_->WatchPeer(
-        peer->rank, peer->endpoint.get(),
-        [this](int rank, const absl::Status& status) { PeerDied(*peers_[rank], status); });
+    ASSIGN_OR_RETURN(peer->watch,
+                     links_->Subscribe(peer->rank, [this](int rank, const absl::Status& status) {
+                       PeerDied(*peers_[rank], status);
+                     }));
   }
+  return absl::OkStatus();
 }
 
 absl::Status Messenger::Connect() {
-  const std::string layout = Layout(options_, world_);
-  RETURN_IF_ERROR(store_.Set(absl::StrCat(ns_, "/", Key(options_.name, rank_, "layout")),
-                             layout));
-  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank_, "inbox"),
-                                      inbox_->descriptor()));
-  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank_, "control"),
-                                      control_->descriptor()));
-  RETURN_IF_ERROR(rdma::PublishAddress(store_, ns_, transport_));
+  std::vector<int> ranks;
   for (int rank = 0; rank < world_; ++rank) {
-    if (rank == rank_ || !IsMember(options_, rank)) continue;
-    RETURN_IF_ERROR(rdma::CheckPeerLayout(store_, ns_, Key(options_.name, rank, "layout"),
-                                          layout, rank, options_.timeout, Where()));
+    if (rank != rank_ && IsMember(options_, rank)) ranks.push_back(rank);
+  }
+  ASSIGN_OR_RETURN(std::vector<PeerRegions> theirs,
+                   links_->Exchange({absl::StrCat("messenger/", options_.name),
+                                     Layout(options_, world_),
+                                     {{"inbox", inbox_.get()}, {"control", control_.get()}}},
+                                    ranks, Where()));
+  for (PeerRegions& regions : theirs) {
+    const int rank = regions.rank;
     auto peer = std::make_unique<Peer>();
     peer->rank = rank;
-    ASSIGN_OR_RETURN(peer->inbox, rdma::FetchRegion(store_, ns_,
-                                                    Key(options_.name, rank, "inbox"),
-                                                    options_.timeout));
-    ASSIGN_OR_RETURN(peer->control, rdma::FetchRegion(store_, ns_,
-                                                      Key(options_.name, rank, "control"),
-                                                      options_.timeout));
-    ASSIGN_OR_RETURN(peer->endpoint, rdma::ConnectToPeer(transport_, store_, ns_, rank,
-                                                         options_.timeout));
+    peer->inbox = std::move(regions.regions[0]);
+    peer->control = std::move(regions.regions[1]);
+    ASSIGN_OR_RETURN(peer->endpoint, links_->Lane(rank));
     // Its keys now, while it holds the regions: a credit or message posted
     // first after it tore down must not be what resolves them.
     RETURN_IF_ERROR(peer->endpoint->Prepare(peer->inbox));
@@ -320,7 +350,7 @@ absl::Status Messenger::Connect() {
     onesided::SlotRingSender::Options send;
     send.slots = options_.slots;
     send.peer = "it";  // FailPeer() names the rank
-    send.endpoint = peer->endpoint.get();
+    send.endpoint = peer->endpoint;
     send.flag_source = outbox_.get();
     send.flag_source_offset = block * rank;
     send.remote_flags = &peer->inbox;
@@ -330,7 +360,7 @@ absl::Status Messenger::Connect() {
     onesided::SlotRingReceiver::Options receive;
     receive.slots = options_.slots;
     receive.peer = "it";
-    receive.endpoint = peer->endpoint.get();
+    receive.endpoint = peer->endpoint;
     receive.flags = inbox_->data() + block * rank;
     receive.credit_source = control_.get();
     receive.credit_source_offset = 64 * (world_ + rank);
@@ -477,7 +507,11 @@ void Messenger::Abandon(OpId op, const absl::Status& why) {
             message->zero_copy_end > 0 ? TakeBackSendRegion(*peer, *message)
                                        : absl::OkStatus();
         Fire(message->done, why);
-        if (!taken.ok()) FailPeer(*peer, taken);
+        if (!taken.ok()) {
+          // Failed first, so the sever's news finds it failed already.
+          FailPeer(*peer, taken);
+          links_->Sever(peer->rank, peer->status);
+        }
         return;
       }
     }
@@ -517,14 +551,12 @@ absl::Status Messenger::TakeBackSendRegion(Peer& peer, const Outgoing& message) 
   while (peer.sender->written() < message.zero_copy_end &&
          peer.sender->outstanding() > 0) {
     if (absl::Now() >= deadline) {
-      (void)peer.endpoint->Close();
       return absl::UnavailableError(absl::StrCat(
           "the writes of an abandoned send did not complete within ",
           absl::FormatDuration(options_.liveness_interval),
           " (the liveness interval); the link was closed to cancel them"));
     }
     if (absl::StatusOr<int> progressed = transport_.Progress(); !progressed.ok()) {
-      (void)peer.endpoint->Close();
       return progressed.status();
     }
     (void)peer.sender->Post();
@@ -552,7 +584,7 @@ bool Messenger::Pass() {
     PostCredit(*peer);
     if (!peer->status.ok()) continue;
     if (peer->receiver->received() != received || peer->sender->delivered() != delivered) {
-      loop_->Rearm(peer->watch);
+      links_->Rearm(peer->rank);
       moved = true;
     }
     moved |= peer->sender->claimed() != cut;
@@ -561,7 +593,7 @@ bool Messenger::Pass() {
       const int rank[] = {peer->rank};
       loop_->ProbeIfDue(rank);
     } else {
-      loop_->Rearm(peer->watch);
+      links_->Rearm(peer->rank);
     }
   }
   return moved;

@@ -60,6 +60,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "onesided/internal/piece_header.h"
+#include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
 #include "onesided/progress/wait_policy.h"
 #include "onesided/slots/slot_ring.h"
@@ -94,7 +95,8 @@ struct MessengerOptions {
   // The transport's progress loop, shared with its other protocols (the
   // c10d engine's ring): it must outlive the messenger, which is created,
   // called and destroyed on the loop's thread. Null: the messenger makes a
-  // loop of its own (with `wait` and `liveness_interval`).
+  // loop of its own (with `wait` and `liveness_interval`). Created on
+  // links, the messenger runs on the links' loop (this must be null or it).
   ProgressLoop* loop = nullptr;
 };
 
@@ -123,15 +125,20 @@ class Messenger {
   using OpId = uint64_t;
 
   // Allocates and publishes this rank's inbox and credit words under
-  // <ns>/messenger/<name>/<rank>/..., publishes the transport's address, then
-  // fetches every peer's regions and connects to it (the peers must call
-  // Create() too). kInvalidArgument for bad options or ranks;
-  // kFailedPrecondition when a peer used other options; kDeadlineExceeded
-  // naming a peer that never came.
+  // <ns>/messenger/<name>/<rank>/..., then fetches every peer's regions and
+  // uses the links' endpoint to it and its watch (onesided/links): the
+  // peers must call Create() too. The rank is the links' transport's.
+  // kInvalidArgument for bad options or ranks; kFailedPrecondition when a
+  // peer used other options; kDeadlineExceeded naming a peer that never came.
+  static absl::StatusOr<std::unique_ptr<Messenger>> Create(
+      PeerLinks& links, int world, const MessengerOptions& options);
+  // The same on links of its own (on options' loop, or a loop of its own),
+  // for a messenger alone on its transport. `rank` must be the transport's.
   static absl::StatusOr<std::unique_ptr<Messenger>> Create(
       rdma::Transport& transport, rdma::Store& store, const std::string& ns,
       int rank, int world, const MessengerOptions& options);
-  // Closes the endpoints. Messages still in flight are dropped.
+  // Stops listening to the peers; messages still in flight are dropped
+  // (their peers are severed from the links when they do not complete).
   ~Messenger();
 
   int rank() const { return rank_; }
@@ -199,8 +206,7 @@ class Messenger {
   struct Incoming;
   struct Peer;
 
-  Messenger(rdma::Transport& transport, rdma::Store& store, std::string ns,
-            int rank, int world, const MessengerOptions& options);
+  Messenger(PeerLinks& links, int world, const MessengerOptions& options);
   absl::Status Connect();
   std::string Where() const;
   // Layout of one peer's block of the inbox (or outbox): flag words, then
@@ -222,9 +228,8 @@ class Messenger {
   // flag has landed.
   void PostActions(Peer& peer);
   void PostCredit(Peer& peer);
-  // Registers with the progress loop (options' or our own) and watches the
-  // peers.
-  void JoinLoop();
+  // Registers with the links' progress loop and subscribes to the peers.
+  absl::Status JoinLoop();
   // The messenger's share of a loop round; true if it moved anything.
   bool Pass();
   // Takes what the peer wrote before it went, then fails it.
@@ -236,12 +241,11 @@ class Messenger {
   // Abandon()'s part for a send whose pieces are written from a send
   // region: once it returns OK, no write of `message` reads that region
   // again; an error when the posted ones did not complete in time (the
-  // endpoint is closed then; the caller fails the peer).
+  // caller fails the peer and severs it, which cancels them).
   absl::Status TakeBackSendRegion(Peer& peer, const Outgoing& message);
 
+  PeerLinks* links_;
   rdma::Transport& transport_;
-  rdma::Store& store_;
-  const std::string ns_;
   const int rank_;
   const int world_;
   const MessengerOptions options_;
@@ -256,7 +260,9 @@ class Messenger {
   std::vector<const rdma::MemoryRegion*> send_regions_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null for this rank
   bool closing_ = false;  // in the destructor: completions only count down
-  std::unique_ptr<ProgressLoop> own_loop_;  // when options.loop is null
+  // Made by the Create() without links (destroyed last, links first).
+  std::unique_ptr<ProgressLoop> own_loop_;
+  std::unique_ptr<PeerLinks> own_links_;
   ProgressLoop* loop_ = nullptr;
   int64_t handler_ = 0;
   OpId next_op_ = 1;
