@@ -68,6 +68,41 @@ HostAllReduceOptions HostOptions(const std::string& name, const RingAllReduceOpt
 absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
     rdma::Transport& transport, rdma::Store& store, const std::string& ns,
     std::vector<int> members, const AllReduceGroupOptions& options) {
+  const std::string what = absl::StrCat("all-reduce '", options.ring.name, "'");
+  std::unique_ptr<onesided::ProgressLoop> own_loop;
+  AllReduceGroupOptions on_links = options;
+  if (options.ring.loop == nullptr) {
+    // One loop for every algorithm, on this thread, as the ring would make.
+    onesided::ProgressLoopOptions loop;
+    loop.name = absl::StrCat(what, " on rank ", transport.rank());
+    loop.wait = options.ring.wait;
+    loop.liveness_interval = options.ring.liveness_interval;
+    if (absl::Status valid = loop.Validate(); !valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", valid.message()));
+    }
+    own_loop = std::make_unique<onesided::ProgressLoop>(transport, loop);
+    on_links.ring.loop = own_loop.get();
+  } else if (!options.ring.loop->OnLoopThread()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
+  }
+  onesided::PeerLinksOptions links_options;
+  if (options.ring.timeout > absl::ZeroDuration()) links_options.timeout = options.ring.timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<onesided::PeerLinks> links,
+                   onesided::PeerLinks::Create(transport, store, ns, *on_links.ring.loop,
+                                               links_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<AllReduceGroup> group,
+                   Create(*links, std::move(members), on_links));
+  group->own_links_ = std::move(links);
+  group->own_loop_ = std::move(own_loop);
+  return group;
+}
+
+absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
+    onesided::PeerLinks& links, std::vector<int> members, const AllReduceGroupOptions& options) {
+  rdma::Transport& transport = links.transport();
+  rdma::Store& store = links.store();
+  const std::string& ns = links.ns();
   std::unique_ptr<AllReduceGroup> group(new AllReduceGroup());
   RingAllReduceOptions ring = options.ring;
   const std::string what = absl::StrCat("all-reduce '", ring.name, "'");
@@ -76,18 +111,11 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
   if (ring.capacity_bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": needs capacity_bytes > 0"));
   }
-  if (ring.loop == nullptr) {
-    // One loop for every algorithm, on this thread, as the ring would make.
-    onesided::ProgressLoopOptions loop;
-    loop.name = absl::StrCat(what, " on rank ", transport.rank());
-    loop.wait = ring.wait;
-    loop.liveness_interval = ring.liveness_interval;
-    if (absl::Status valid = loop.Validate(); !valid.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", valid.message()));
-    }
-    group->own_loop_ = std::make_unique<onesided::ProgressLoop>(transport, loop);
-    ring.loop = group->own_loop_.get();
+  if (ring.loop != nullptr && ring.loop != &links.loop()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": options.ring.loop is not the loop of its links"));
   }
+  ring.loop = &links.loop();
   group->ring_options_timeout_ = ring.timeout;
   if (options.device == nullptr) {
     ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(ring.capacity_bytes));
@@ -127,19 +155,19 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
                                        [](const auto& host) { return host.size() > 1; });
   if (direct && group->hosts_ > 1 && shared_host && options.hierarchy == Hierarchy::kAuto) {
     ASSIGN_OR_RETURN(group->hierarchical_,
-                     group->TryHierarchy(transport, store, ns, hosts, ring, options));
+                     group->TryHierarchy(links, hosts, ring, options));
     if (group->hierarchical_) {
       if (group->leaders_ != nullptr) group->PinStage();
       return group;
     }
   }
   ASSIGN_OR_RETURN(group->ring_,
-                   RingAllReduce::Create(transport, store, ns, members, ring));
+                   RingAllReduce::Create(links, members, ring));
   if (direct && group->hosts_ == 1) {
     // The group's region: its descriptor is already published for the
     // ring, and both algorithms reduce it in place.
     absl::StatusOr<std::unique_ptr<HostAllReduce>> made = HostAllReduce::Create(
-        transport, store, ns, std::move(members), *group->data_,
+        links, std::move(members), *group->data_,
         HostOptions(ring.name, ring, options, group->mover_.get()));
     if (made.ok()) {
       group->host_ = *std::move(made);
@@ -221,13 +249,14 @@ absl::Status AllReduceGroup::AgreeOnSettings(rdma::Store& store, const std::stri
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> AllReduceGroup::TryHierarchy(rdma::Transport& transport,
-                                                  rdma::Store& store, const std::string& ns,
+absl::StatusOr<bool> AllReduceGroup::TryHierarchy(onesided::PeerLinks& links,
                                                   const HostGroups& hosts,
                                                   const RingAllReduceOptions& ring,
                                                   const AllReduceGroupOptions& options) {
+  rdma::Store& store = links.store();
+  const std::string& ns = links.ns();
   const std::vector<int>& local = hosts.hosts[hosts.mine];
-  const int rank = transport.rank();
+  const int rank = links.rank();
   local_leader_ = local.front();
   auto key = [&](int member, const char* what) {
     return absl::StrCat(ns, "/group/", ring.name, "/", member, "/", what);
@@ -240,7 +269,7 @@ absl::StatusOr<bool> AllReduceGroup::TryHierarchy(rdma::Transport& transport,
   std::string answer = "ok";
   if (local.size() > 1) {
     absl::StatusOr<std::unique_ptr<HostAllReduce>> made = HostAllReduce::Create(
-        transport, store, ns, local, *data_,
+        links, local, *data_,
         HostOptions(absl::StrCat(ring.name, "-host", local.front()), ring, options,
                     mover_.get()));
     if (made.ok()) {
@@ -287,7 +316,7 @@ absl::StatusOr<bool> AllReduceGroup::TryHierarchy(rdma::Transport& transport,
     RingAllReduceOptions across = ring;
     across.name = absl::StrCat(ring.name, "-leaders");
     absl::StatusOr<std::unique_ptr<RingAllReduce>> made =
-        RingAllReduce::Create(transport, store, ns, leaders, across);
+        RingAllReduce::Create(links, leaders, across);
     RETURN_IF_ERROR(store.Set(key(rank, "leader"),
                               made.ok() ? std::string("ok")
                                         : absl::StrCat("failed: ", made.status().message())));

@@ -126,6 +126,13 @@ class AllReduceGroup {
   // Errors: RingAllReduce::Create's and HostAllReduce::Create's (other than
   // kUnimplemented, which means: no direct access, the ring it is), and
   // GroupByHost's.
+  // Every algorithm runs on `links` (its endpoints, watches and store), on
+  // their loop (options.ring.loop: null or theirs).
+  static absl::StatusOr<std::unique_ptr<AllReduceGroup>> Create(
+      onesided::PeerLinks& links, std::vector<int> members,
+      const AllReduceGroupOptions& options);
+  // The same on links of its own (on options.ring.loop, or a loop of its
+  // own), for a group alone on its transport.
   static absl::StatusOr<std::unique_ptr<AllReduceGroup>> Create(
       rdma::Transport& transport, rdma::Store& store, const std::string& ns,
       std::vector<int> members, const AllReduceGroupOptions& options);
@@ -186,8 +193,7 @@ class AllReduceGroup {
   AllReduceGroup() = default;
   // Sets up the hierarchy when every member can; false (on every member
   // alike) when some host's members have no direct access.
-  absl::StatusOr<bool> TryHierarchy(rdma::Transport& transport, rdma::Store& store,
-                                    const std::string& ns, const HostGroups& hosts,
+  absl::StatusOr<bool> TryHierarchy(onesided::PeerLinks& links, const HostGroups& hosts,
                                     const RingAllReduceOptions& ring,
                                     const AllReduceGroupOptions& options);
   absl::Status HierarchicalAllReduce(size_t offset, size_t count, DataType type,
@@ -217,7 +223,10 @@ class AllReduceGroup {
 
   std::vector<int> members_;
   int position_ = 0;
-  std::unique_ptr<onesided::ProgressLoop> own_loop_;  // when options' is null
+  // Made by the Create() without links (the loop when options' is null):
+  // destroyed after every algorithm, the links before the loop.
+  std::unique_ptr<onesided::ProgressLoop> own_loop_;
+  std::unique_ptr<onesided::PeerLinks> own_links_;
   std::shared_ptr<rdma::MemoryRegion> data_;  // every algorithm's region
   // Device memory: the same-host paths' mover (outlives them), and the
   // rings' region: host memory pinned by `runtime_`.

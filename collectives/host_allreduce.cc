@@ -102,7 +102,7 @@ int HostCpus() {
 
 struct HostAllReduce::Peer {
   int rank = -1;
-  std::unique_ptr<rdma::Endpoint> endpoint;
+  rdma::Endpoint* endpoint = nullptr;  // the links' data lane
   rdma::RemoteRegion data_descriptor, control_descriptor;
   std::byte* data = nullptr;     // mapped: the peer's data region
   std::byte* control = nullptr;  // mapped: the peer's control block
@@ -124,6 +124,29 @@ absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
     std::vector<int> members, const rdma::MemoryRegion& data,
     const HostAllReduceOptions& options) {
   const std::string what = absl::StrCat("host all-reduce '", options.name, "'");
+  if (options.loop == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": needs the transport's progress loop"));
+  }
+  if (!options.loop->OnLoopThread()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
+  }
+  onesided::PeerLinksOptions links_options;
+  if (options.timeout > absl::ZeroDuration()) links_options.timeout = options.timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<onesided::PeerLinks> links,
+                   onesided::PeerLinks::Create(transport, store, ns, *options.loop,
+                                               links_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<HostAllReduce> host,
+                   Create(*links, std::move(members), data, options));
+  host->own_links_ = std::move(links);
+  return host;
+}
+
+absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
+    onesided::PeerLinks& links, std::vector<int> members, const rdma::MemoryRegion& data,
+    const HostAllReduceOptions& options) {
+  rdma::Transport& transport = links.transport();
+  const std::string what = absl::StrCat("host all-reduce '", options.name, "'");
   if (options.chunk_bytes < 64 || options.chunk_bytes % 64 != 0 ||
       options.one_shot_max_bytes > data.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -134,16 +157,19 @@ absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": timeout must be positive"));
   }
-  if (options.loop == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": needs the transport's progress loop"));
+  if (options.loop != nullptr && options.loop != &links.loop()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": options.loop is not the loop of its links"));
   }
-  if (!options.loop->OnLoopThread()) {
+  if (!links.loop().OnLoopThread()) {
     return absl::FailedPreconditionError(absl::StrCat(
         what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
   }
   ASSIGN_OR_RETURN(const int position, PositionOf(members, transport.rank(), what));
-  std::unique_ptr<HostAllReduce> host(new HostAllReduce(
-      transport, store, ns, std::move(members), position, data, options));
+  HostAllReduceOptions on_links = options;
+  on_links.loop = &links.loop();
+  std::unique_ptr<HostAllReduce> host(
+      new HostAllReduce(links, std::move(members), position, data, on_links));
   host->spin_for_ = options.spin_for >= absl::ZeroDuration()
                         ? options.spin_for
                         : (host->size() <= HostCpus() ? absl::Microseconds(50)
@@ -157,13 +183,11 @@ absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
   return host;
 }
 
-HostAllReduce::HostAllReduce(rdma::Transport& transport, rdma::Store& store, std::string ns,
-                             std::vector<int> members, int position,
-                             const rdma::MemoryRegion& data,
+HostAllReduce::HostAllReduce(onesided::PeerLinks& links, std::vector<int> members,
+                             int position, const rdma::MemoryRegion& data,
                              const HostAllReduceOptions& options)
-    : transport_(transport),
-      store_(store),
-      ns_(std::move(ns)),
+    : links_(links),
+      transport_(links.transport()),
       members_(std::move(members)),
       position_(position),
       data_(data),
@@ -172,12 +196,9 @@ HostAllReduce::HostAllReduce(rdma::Transport& transport, rdma::Store& store, std
 HostAllReduce::~HostAllReduce() {
   onesided::ProgressLoop* loop = options_.loop;
   loop->CheckOnLoopThread(Where() + "'s destructor");
-  for (int64_t watch : watches_) loop->Unwatch(watch);
-  // No operation of ours is ever posted (loads and stores only): closing
-  // the endpoints unmaps the peers' memory and cancels nothing.
-  for (Peer& peer : peers_) {
-    if (peer.endpoint != nullptr) peer.endpoint->Close().IgnoreError();
-  }
+  for (int64_t watch : watches_) links_.Unsubscribe(watch);
+  // No operation of ours is ever posted (loads and stores only): nothing to
+  // fence. The peers' memory stays mapped by the links' endpoints.
   if (published_ && !quiesced_ && control_ != nullptr) {
     std::fprintf(stderr,
                  "rdmaflow: %s: leaving its %zu-byte control block allocated: no "
@@ -200,15 +221,12 @@ bool HostAllReduce::OneShot(size_t bytes) const {
 
 absl::Status HostAllReduce::Connect() {
   const int rank = transport_.rank();
-  const std::string layout_text = LayoutText(options_, data_.size(), members_);
-  RETURN_IF_ERROR(
-      store_.Set(absl::StrCat(ns_, "/", Key(options_.name, rank, "layout")), layout_text));
   published_ = true;  // from here on, a peer may map our regions
-  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank, "data"),
-                                      data_.descriptor()));
-  RETURN_IF_ERROR(rdma::PublishRegion(store_, ns_, Key(options_.name, rank, "control"),
-                                      control_->descriptor()));
-  RETURN_IF_ERROR(rdma::PublishAddress(store_, ns_, transport_));
+  ASSIGN_OR_RETURN(std::vector<onesided::PeerRegions> theirs,
+                   links_.Exchange({absl::StrCat("host/", options_.name),
+                                    LayoutText(options_, data_.size(), members_),
+                                    {{"data", &data_}, {"control", control_.get()}}},
+                                   members_, Where()));
   peers_.resize(members_.size());
   // Map every peer's regions; the first that does not map is our answer.
   // A transport that never maps answers at once, without connecting.
@@ -217,18 +235,13 @@ absl::Status HostAllReduce::Connect() {
     refusal = absl::StrCat("rank ", rank, "'s transport (", transport_.capabilities().backend,
                            ") cannot map a peer's memory");
   }
-  for (int p = 0; p < size(); ++p) {
-    if (p == position_) continue;
+  for (const onesided::PeerRegions& regions : theirs) {
+    const int p = static_cast<int>(
+        std::find(members_.begin(), members_.end(), regions.rank) - members_.begin());
     Peer& peer = peers_[p];
-    peer.rank = members_[p];
-    RETURN_IF_ERROR(rdma::CheckPeerLayout(store_, ns_, Key(options_.name, peer.rank, "layout"),
-                                          layout_text, peer.rank, options_.timeout, Where()));
-    ASSIGN_OR_RETURN(peer.data_descriptor,
-                     rdma::FetchRegion(store_, ns_, Key(options_.name, peer.rank, "data"),
-                                       options_.timeout));
-    ASSIGN_OR_RETURN(peer.control_descriptor,
-                     rdma::FetchRegion(store_, ns_, Key(options_.name, peer.rank, "control"),
-                                       options_.timeout));
+    peer.rank = regions.rank;
+    peer.data_descriptor = regions.regions[0];
+    peer.control_descriptor = regions.regions[1];
     if (peer.data_descriptor.length != data_.size() ||
         peer.control_descriptor.length < layout::kBytes) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -238,8 +251,7 @@ absl::Status HostAllReduce::Connect() {
           layout::kBytes, ")"));
     }
     if (!refusal.empty()) continue;
-    ASSIGN_OR_RETURN(peer.endpoint, rdma::ConnectToPeer(transport_, store_, ns_, peer.rank,
-                                                        options_.timeout));
+    ASSIGN_OR_RETURN(peer.endpoint, links_.Lane(peer.rank));
     absl::StatusOr<std::byte*> data =
         mover_->MapPeer(*peer.endpoint, {&peer.data_descriptor, 0, peer.data_descriptor.length});
     absl::StatusOr<std::byte*> control =
@@ -255,12 +267,14 @@ absl::Status HostAllReduce::Connect() {
   }
   // Every member says whether it mapped all its peers, and each reads every
   // answer, so they all reach the same verdict.
-  RETURN_IF_ERROR(store_.Set(absl::StrCat(ns_, "/", Key(options_.name, rank, "mapped")),
+  rdma::Store& store = links_.store();
+  RETURN_IF_ERROR(store.Set(absl::StrCat(links_.ns(), "/", Key(options_.name, rank, "mapped")),
                              refusal.empty() ? std::string("ok") : refusal));
   for (int p = 0; p < size(); ++p) {
     if (p == position_) continue;
-    const std::string key = absl::StrCat(ns_, "/", Key(options_.name, members_[p], "mapped"));
-    ASSIGN_OR_RETURN(std::string answer, store_.Get(key, options_.timeout));
+    const std::string key =
+        absl::StrCat(links_.ns(), "/", Key(options_.name, members_[p], "mapped"));
+    ASSIGN_OR_RETURN(std::string answer, store.Get(key, options_.timeout));
     if (answer != "ok" && refusal.empty()) refusal = std::move(answer);
   }
   if (!refusal.empty()) {
@@ -277,7 +291,8 @@ absl::Status HostAllReduce::Connect() {
   };
   for (Peer& peer : peers_) {
     if (peer.endpoint == nullptr) continue;
-    watches_.push_back(options_.loop->WatchPeer(peer.rank, peer.endpoint.get(), fail));
+    ASSIGN_OR_RETURN(const int64_t watch, links_.Subscribe(peer.rank, fail));
+    watches_.push_back(watch);
     peer_ranks_.push_back(peer.rank);
   }
   return absl::OkStatus();
@@ -741,7 +756,7 @@ absl::Status HostAllReduce::Leave(uint64_t call) {
 absl::Status HostAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
   const absl::Duration limit = timeout.value_or(options_.timeout);
   absl::Status barrier =
-      rdma::Barrier(store_, ns_, absl::StrCat("host/", options_.name, "/shutdown"), size(),
+      rdma::Barrier(links_.store(), links_.ns(), absl::StrCat("host/", options_.name, "/shutdown"), size(),
                     limit, options_.loop);
   if (!barrier.ok()) return Annotate(barrier, Where());
   quiesced_ = true;  // no peer reads our memory any more

@@ -51,6 +51,7 @@
 #include "absl/time/time.h"
 #include "collectives/data_mover.h"
 #include "collectives/reduce.h"
+#include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -104,7 +105,7 @@ struct HostAllReduceOptions {
   absl::Duration spin_for = absl::Microseconds(-1);
   // The transport's progress loop (probes the peers while a call waits);
   // must outlive this object, which is created, called and destroyed on
-  // the loop's thread. Required.
+  // the loop's thread. Required without links; on links, null or theirs.
   onesided::ProgressLoop* loop = nullptr;
   // How the bytes move (collectives/data_mover.h): nullptr for host memory;
   // a DeviceDataMover when the data region is device memory. Must outlive
@@ -123,17 +124,23 @@ struct HostAllReduceStats {
 class HostAllReduce {
  public:
   // Over `members` (global ranks, the same list on every member, including
-  // transport.rank()), on `data` (this rank's region; every member's has the
-  // same size). kInvalidArgument for bad options or members;
+  // the links' rank), on `data` (this rank's region; every member's has the
+  // same size), mapping the peers' memory through the links' data lanes.
+  // kInvalidArgument for bad options or members;
   // kFailedPrecondition when a member was created with other options;
   // kUnimplemented (on every member) when some member cannot map a peer's
   // memory; kDeadlineExceeded naming a member that never came.
+  static absl::StatusOr<std::unique_ptr<HostAllReduce>> Create(
+      onesided::PeerLinks& links, std::vector<int> members, const rdma::MemoryRegion& data,
+      const HostAllReduceOptions& options);
+  // The same on links of its own, on options' loop (required).
   static absl::StatusOr<std::unique_ptr<HostAllReduce>> Create(
       rdma::Transport& transport, rdma::Store& store, const std::string& ns,
       std::vector<int> members, const rdma::MemoryRegion& data,
       const HostAllReduceOptions& options);
   // Unless Shutdown()'s barrier passed, a peer may still read our control
-  // block: it is then left allocated (with a message on stderr).
+  // block: it is then left allocated (with a message on stderr). The
+  // mappings of the peers' memory stay the links' (until they go).
   ~HostAllReduce();
 
   // What every member publishes as "host/<name>/<rank>/layout" and checks
@@ -202,9 +209,8 @@ class HostAllReduce {
  private:
   struct Peer;
 
-  HostAllReduce(rdma::Transport& transport, rdma::Store& store, std::string ns,
-                std::vector<int> members, int position, const rdma::MemoryRegion& data,
-                const HostAllReduceOptions& options);
+  HostAllReduce(onesided::PeerLinks& links, std::vector<int> members, int position,
+                const rdma::MemoryRegion& data, const HostAllReduceOptions& options);
   // Publishes, maps every peer's regions, and agrees with the members
   // through the store on whether every mapping worked.
   absl::Status Connect();
@@ -251,9 +257,8 @@ class HostAllReduce {
   // kAborted naming `peer` when its done word says it gave up.
   absl::Status CheckNotAborted(const Peer& peer, uint64_t done) const;
 
+  onesided::PeerLinks& links_;
   rdma::Transport& transport_;
-  rdma::Store& store_;
-  const std::string ns_;
   const std::vector<int> members_;
   const int position_;
   const rdma::MemoryRegion& data_;
@@ -265,7 +270,7 @@ class HostAllReduce {
   HostDataMover host_mover_;
   DataMover* mover_ = nullptr;  // options_.mover, else host_mover_
   std::byte* scratch_ = nullptr;  // the one-shot result (mover_'s)
-  std::vector<int64_t> watches_;
+  std::vector<int64_t> watches_;  // subscriptions to the peers' watches
   std::vector<int> peer_ranks_;  // probed while a call waits
   uint64_t calls_ = 0;
   uint64_t reduced_ = 0;  // our `reduced` counter
@@ -273,6 +278,8 @@ class HostAllReduce {
   bool published_ = false;
   bool quiesced_ = false;
   absl::Status failure_;
+  // Made by the Create() without links (destroyed last).
+  std::unique_ptr<onesided::PeerLinks> own_links_;
   HostAllReduceStats stats_;
 };
 

@@ -22,6 +22,10 @@ struct BackendStats {
   int64_t inline_calls = 0;          // collectives run on the caller's thread
   int64_t messages_sent = 0;         // by the Messenger
   int64_t message_bytes_staged = 0;  // payload the Messenger copied
+  // What the group's links cost (onesided/links): endpoints connected to
+  // the peers (both lanes), and liveness watches of them, in all.
+  int64_t peer_endpoints = 0;
+  int64_t peer_watches = 0;
 };
 
 }  // namespace rdmaflow::torch_backend

@@ -103,6 +103,10 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
   // A waited-on peer is probed each second, as the Messenger's own default.
   loop.liveness_interval = absl::Seconds(1);
   loop_ = std::make_unique<onesided::ProgressLoop>(*transport_, loop);
+  onesided::PeerLinksOptions links;
+  links.timeout = options_.timeout;
+  ASSIGN_OR_RETURN(links_, onesided::PeerLinks::Create(*transport_, *store_, Namespace(options_),
+                                                       *loop_, links));
   onesided::MessengerOptions messenger;
   messenger.loop = loop_.get();
   messenger.name = "c10d";
@@ -110,9 +114,7 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
   messenger.slots = options_.message_slots;
   messenger.timeout = options_.timeout;
   messenger.wait = options_.wait;
-  ASSIGN_OR_RETURN(messenger_, onesided::Messenger::Create(*transport_, *store_,
-                                                          Namespace(options_), rank_,
-                                                          size_, messenger));
+  ASSIGN_OR_RETURN(messenger_, onesided::Messenger::Create(*links_, size_, messenger));
   direct_ = std::make_unique<DirectCollectives>(*messenger_, options_.timeout);
   const size_t capacity = options_.staging_bytes + options_.registered_bytes;
   if (size_ > 1) {
@@ -130,8 +132,7 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     ring.direct = options_.direct;
     std::vector<int> members(size_);
     std::iota(members.begin(), members.end(), 0);
-    ASSIGN_OR_RETURN(ring_, collectives::AllReduceGroup::Create(
-                                *transport_, *store_, Namespace(options_), members, ring));
+    ASSIGN_OR_RETURN(ring_, collectives::AllReduceGroup::Create(*links_, members, ring));
     data_region_ = &ring_->data_region();
   } else {
     ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport_->Allocate(capacity));
@@ -303,9 +304,12 @@ void Engine::Settle() {
                                [](const Posted& p) { return p.work->isCompleted(); }),
                 posted_.end());
   const onesided::MessengerStats& messenger = messenger_->stats();
+  const onesided::PeerLinksStats& links = links_->stats();
   Count([&](BackendStats& stats) {
     stats.messages_sent = messenger.messages_sent;
     stats.message_bytes_staged = messenger.staged_bytes;
+    stats.peer_endpoints = links.endpoints;
+    stats.peer_watches = links.watches;
   });
 }
 
@@ -342,6 +346,7 @@ void Engine::TearDown() {
     ring_.release();
     own_region_.release();
     messenger_.release();
+    links_.release();
     loop_.release();
     transport_.release();
     return;
@@ -351,6 +356,7 @@ void Engine::TearDown() {
   messenger_.reset();
   ring_.reset();
   own_region_.reset();
+  links_.reset();
   loop_.reset();
   transport_.reset();
 }

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collectives/allreduce_group.h"
+#include "onesided/links/peer_links.h"
 #include "onesided/messenger.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/memory_region.h"
@@ -149,6 +150,9 @@ class Engine {
   // The transport's one progress loop (this thread's): the Messenger is a
   // round handler of it.
   std::unique_ptr<onesided::ProgressLoop> loop_;
+  // Its links (one endpoint and watch per peer), shared by the Messenger
+  // and every all-reduce algorithm; they go after those, before the loop.
+  std::unique_ptr<onesided::PeerLinks> links_;
   std::unique_ptr<onesided::Messenger> messenger_;
   std::unique_ptr<DirectCollectives> direct_;
   std::unique_ptr<collectives::AllReduceGroup> ring_;

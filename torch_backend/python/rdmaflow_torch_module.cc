@@ -188,6 +188,8 @@ py::dict Stats(const py::object& handle) {
   out["moves_refused"] = stats.moves_refused;
   out["inline_calls"] = stats.inline_calls;
   out["messages_sent"] = stats.messages_sent;
+  out["peer_endpoints"] = stats.peer_endpoints;
+  out["peer_watches"] = stats.peer_watches;
   out["message_bytes_staged"] = stats.message_bytes_staged;
   return out;
 }
