@@ -722,6 +722,17 @@ absl::Status InlineBesidePointToPoint(Joined& joined) {
   return Wait(pg.barrier());
 }
 
+// The Messenger, the ring and the same-host all-reduce share the group's
+// links: one endpoint and one liveness watch per peer, and a control lane
+// to the ring's left neighbour for its credits.
+absl::Status SharedLinks(ProcessGroupRdmaflow& pg, int world) {
+  const torch_backend::BackendStats stats = pg.stats();
+  return Check(stats.peer_watches == world - 1 && stats.peer_endpoints == world,
+               absl::StrCat("the group's links: ", stats.peer_endpoints, " endpoints and ",
+                            stats.peer_watches, " watches for ", world - 1,
+                            " peers (expected ", world, " and ", world - 1, ")"));
+}
+
 absl::Status RunRank(const std::string& which) {
   ASSIGN_OR_RETURN(Joined joined, Join());
   ProcessGroupRdmaflow& pg = *joined.pg;
@@ -730,6 +741,7 @@ absl::Status RunRank(const std::string& which) {
     RETURN_IF_ERROR(OtherCollectives(pg, joined.rank, joined.world));
     RETURN_IF_ERROR(Layouts(pg, joined.rank, joined.world));
     RETURN_IF_ERROR(PointToPoint(pg, joined.rank, joined.world));
+    RETURN_IF_ERROR(SharedLinks(pg, joined.world));
     return Errors(pg, joined.rank, joined.world);
   }
   if (which == "dead_rank") {
