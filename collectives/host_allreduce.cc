@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/members.h"
+#include "common/annotate.h"
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
 #include "rdma/slice.h"
@@ -68,10 +69,6 @@ std::string DescribeCall(uint64_t offset, uint64_t count, uint64_t type_op) {
       ReduceOpName(static_cast<ReduceOp>(op)),
       variant != 0 ? absl::StrCat(", variant ", variant) : "",
       kind == layout::kReduceCall ? absl::StrCat(", root position ", root) : "", ")");
-}
-
-absl::Status Annotate(const absl::Status& status, const std::string& where) {
-  return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
 }
 
 // Elements [begin, begin + length) of segment `k` of `count` among `n`

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/members.h"
+#include "common/annotate.h"
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
 
@@ -50,10 +51,6 @@ std::string Layout(const RingAllReduceOptions& o, const std::vector<int>& member
                           ? absl::StrCat(o.gather_in_slots_from)
                           : std::string("none"),
                       " members=", absl::StrJoin(members, ","));
-}
-
-absl::Status Annotate(const absl::Status& status, const std::string& where) {
-  return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
 }
 
 // kInvalidArgument for options no ring can run with; kFailedPrecondition

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/annotate.h"
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
 #include "onesided/internal/piece_header.h"
@@ -28,10 +29,6 @@ std::string Layout(const MessengerOptions& o, int world) {
 bool IsMember(const MessengerOptions& o, int rank) {
   return o.members.empty() || std::find(o.members.begin(), o.members.end(), rank) !=
                                   o.members.end();
-}
-
-absl::Status Annotate(const absl::Status& status, const std::string& where) {
-  return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
 }
 
 PieceHeader ReadHeader(const std::byte* slot) {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/annotate.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/shape_util.h"
 #include "onesided/slots/credit_check.h"
@@ -20,10 +21,6 @@
 
 namespace rdmaflow::runtime {
 namespace {
-
-absl::Status Annotate(const absl::Status& status, const std::string& what) {
-  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
-}
 
 // How long a receive that gave up on a read waits for the read's
 // cancellation (the link is closed) before it leaves the destination to the

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/annotate.h"
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
 
@@ -18,10 +19,6 @@ constexpr absl::Duration kFenceGrace = absl::Milliseconds(250);
 
 std::string Key(absl::string_view scope, int rank, absl::string_view what) {
   return absl::StrCat(scope, "/", rank, "/", what);
-}
-
-absl::Status Annotate(const absl::Status& status, absl::string_view prefix) {
-  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
 }
 
 }  // namespace
