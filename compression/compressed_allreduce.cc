@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/annotate.h"
 #include "common/status_macros.h"
 
 namespace rdmaflow::compression {
@@ -39,12 +40,18 @@ absl::StatusOr<std::unique_ptr<CompressedAllReduce>> CompressedAllReduce::Create
   CodecContext context{exchange->position_, static_cast<int>(members.size()), options.seed};
   ASSIGN_OR_RETURN(exchange->codec_, CreateCodec(options.codec, context, count));
 
+  onesided::PeerLinksOptions links;
+  if (options.group.ring.timeout > absl::ZeroDuration()) {
+    links.timeout = options.group.ring.timeout;
+  }
+  ASSIGN_OR_RETURN(exchange->links_,
+                   onesided::PeerLinks::Create(loop.transport(), store, ns, loop, links));
   collectives::AllReduceGroupOptions group = options.group;
   group.ring.name = absl::StrCat(options.name, "/rounds");
   group.ring.capacity_bytes = std::max<size_t>(exchange->codec_->scratch_bytes(), 64);
   group.ring.loop = &loop;
-  ASSIGN_OR_RETURN(exchange->group_, collectives::AllReduceGroup::Create(
-                                         loop.transport(), store, ns, members, group));
+  ASSIGN_OR_RETURN(exchange->group_,
+                   collectives::AllReduceGroup::Create(*exchange->links_, members, group));
   const size_t message = exchange->codec_->max_message_bytes();
   if (message > 0 && members.size() > 1) {
     onesided::MessengerOptions gather;
@@ -57,9 +64,10 @@ absl::StatusOr<std::unique_ptr<CompressedAllReduce>> CompressedAllReduce::Create
     int world = 0;
     for (int m : members) world = std::max(world, m + 1);
     ASSIGN_OR_RETURN(exchange->messenger_,
-                     onesided::Messenger::Create(loop.transport(), store, ns, rank, world,
-                                                 gather));
+                     onesided::Messenger::Create(*exchange->links_, world, gather));
     exchange->messenger_->AddSendRegion(&exchange->group_->data_region());
+    exchange->direct_ = std::make_unique<collectives::DirectCollectives>(
+        *exchange->messenger_, exchange->timeout_);
     exchange->inbox_.resize(members.size());
     for (size_t m = 0; m < members.size(); ++m) {
       if (static_cast<int>(m) != exchange->position_) exchange->inbox_[m].resize(message);
@@ -88,8 +96,10 @@ CompressedAllReduce::~CompressedAllReduce() {
                "since a message may still be read from them\n",
                codec_->spec().c_str(),
                std::string(!drained.ok() ? drained.message() : failure_.message()).c_str());
+  static_cast<void>(direct_.release());
   static_cast<void>(messenger_.release());
   static_cast<void>(group_.release());
+  static_cast<void>(links_.release());
 }
 
 int64_t CompressedAllReduce::WireBytesSoFar() const {
@@ -149,50 +159,27 @@ absl::Status CompressedAllReduce::Run(absl::Span<float> data, float scale) {
 absl::Status CompressedAllReduce::AllGather(const Round& round,
                                             std::vector<absl::Span<const std::byte>>& gathered) {
   gathered.assign(members_.size(), {});
-  gathered[position_] = absl::Span<const std::byte>(group_->data() + round.offset, round.bytes);
-  if (messenger_ == nullptr) return absl::OkStatus();
-  const uint64_t tag = calls_;
-  int pending = 0;
-  absl::Status failure;
-  std::vector<onesided::Messenger::OpId> ops;
-  auto post = [&]() -> absl::Status {
-    for (size_t m = 0; m < members_.size(); ++m) {
-      if (static_cast<int>(m) == position_) continue;
-      const int peer = members_[m];
-      ASSIGN_OR_RETURN(onesided::Messenger::OpId sent,
-                       messenger_->Send(peer, tag, group_->data() + round.offset, round.bytes,
-                                        [&](absl::Status s) {
-                                          --pending;
-                                          failure.Update(s);
-                                        }));
-      ++pending;
-      ops.push_back(sent);
-      ASSIGN_OR_RETURN(onesided::Messenger::OpId received,
-                       messenger_->Recv(peer, tag, inbox_[m].data(), inbox_[m].size(),
-                                        [&, m](absl::StatusOr<size_t> got) {
-                                          --pending;
-                                          if (!got.ok()) return failure.Update(got.status());
-                                          gathered[m] = absl::Span<const std::byte>(
-                                              inbox_[m].data(), *got);
-                                        }));
-      ++pending;
-      ops.push_back(received);
-    }
-    return absl::OkStatus();
-  };
-  absl::Status posted = post();
-  absl::Status waited =
-      posted.ok() ? messenger_->ProgressUntil(
-                        [&] { return pending == 0; }, absl::Now() + timeout_,
-                        absl::StrCat("the members' messages of compressed all-reduce call ",
-                                     calls_))
-                  : posted;
-  if (!waited.ok()) {
-    // The callbacks point at this frame: none may fire after it is gone.
-    for (onesided::Messenger::OpId op : ops) messenger_->Abandon(op, waited);
-    return waited;
+  std::byte* mine = group_->data() + round.offset;
+  gathered[position_] = absl::Span<const std::byte>(mine, round.bytes);
+  if (direct_ == nullptr) return absl::OkStatus();
+  std::vector<void*> outputs(members_.size());
+  std::vector<size_t> capacities(members_.size());
+  for (size_t m = 0; m < members_.size(); ++m) {
+    const bool own = static_cast<int>(m) == position_;
+    outputs[m] = own ? static_cast<void*>(mine) : inbox_[m].data();
+    capacities[m] = own ? round.bytes : inbox_[m].size();
   }
-  return failure;
+  absl::StatusOr<std::vector<size_t>> sizes =
+      direct_->AllGatherV(mine, round.bytes, outputs, capacities);
+  if (!sizes.ok()) {
+    return Annotate(sizes.status(),
+                    absl::StrCat("the members' messages of compressed all-reduce call ", calls_));
+  }
+  for (size_t m = 0; m < members_.size(); ++m) {
+    gathered[m] = absl::Span<const std::byte>(static_cast<const std::byte*>(outputs[m]),
+                                              (*sizes)[m]);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CompressedAllReduce::Shutdown() { return group_->Shutdown(); }

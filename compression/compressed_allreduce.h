@@ -32,7 +32,9 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "collectives/allreduce_group.h"
+#include "collectives/direct_collectives.h"
 #include "compression/codec.h"
+#include "onesided/links/peer_links.h"
 #include "onesided/messenger.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/store.h"
@@ -99,7 +101,8 @@ class CompressedAllReduce {
  private:
   CompressedAllReduce() = default;
   absl::Status Run(absl::Span<float> data, float scale);
-  // Sends this member's message to every other member and receives theirs.
+  // Sends this member's message to every other member and receives theirs
+  // (DirectCollectives::AllGatherV).
   absl::Status AllGather(const Round& round, std::vector<absl::Span<const std::byte>>& gathered);
   int64_t WireBytesSoFar() const;
 
@@ -108,8 +111,12 @@ class CompressedAllReduce {
   onesided::ProgressLoop* loop_ = nullptr;
   absl::Duration timeout_;
   std::unique_ptr<Codec> codec_;
+  // One endpoint and watch per peer for the rounds' group and the gathers'
+  // messenger (declared first: it goes last).
+  std::unique_ptr<onesided::PeerLinks> links_;
   std::unique_ptr<collectives::AllReduceGroup> group_;  // its region: the scratch
   std::unique_ptr<onesided::Messenger> messenger_;      // codecs that gather
+  std::unique_ptr<collectives::DirectCollectives> direct_;  // over messenger_
   std::vector<std::vector<std::byte>> inbox_;           // per member
   uint64_t calls_ = 0;
   absl::Status failure_;

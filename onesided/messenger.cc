@@ -370,6 +370,13 @@ absl::Status Messenger::Connect() {
   return absl::OkStatus();
 }
 
+std::vector<int> Messenger::members() const {
+  if (!options_.members.empty()) return options_.members;
+  std::vector<int> all(world_);
+  for (int rank = 0; rank < world_; ++rank) all[rank] = rank;
+  return all;
+}
+
 void Messenger::AddSendRegion(const rdma::MemoryRegion* region) {
   send_regions_.push_back(region);
 }

@@ -143,6 +143,9 @@ class Messenger {
 
   int rank() const { return rank_; }
   int world() const { return world_; }
+  // The ranks that take part, in the options' order (every rank of the
+  // world, in order, when the options name none).
+  std::vector<int> members() const;
   const MessengerStats& stats() const { return stats_; }
 
   // Payload inside `region` (which must outlive the messenger) is written

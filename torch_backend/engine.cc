@@ -115,7 +115,7 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
   messenger.timeout = options_.timeout;
   messenger.wait = options_.wait;
   ASSIGN_OR_RETURN(messenger_, onesided::Messenger::Create(*links_, size_, messenger));
-  direct_ = std::make_unique<DirectCollectives>(*messenger_, options_.timeout);
+  direct_ = std::make_unique<collectives::DirectCollectives>(*messenger_, options_.timeout);
   const size_t capacity = options_.staging_bytes + options_.registered_bytes;
   if (size_ > 1) {
     collectives::AllReduceGroupOptions ring;

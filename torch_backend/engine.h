@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collectives/allreduce_group.h"
+#include "collectives/direct_collectives.h"
 #include "onesided/links/peer_links.h"
 #include "onesided/messenger.h"
 #include "onesided/progress/progress_loop.h"
@@ -47,7 +48,6 @@
 #include "runtime/torch/registered_allocator.h"
 #include "torch_backend/backend_options.h"
 #include "torch_backend/backend_stats.h"
-#include "torch_backend/direct_collectives.h"
 #include "torch_backend/work.h"
 
 namespace rdmaflow::torch_backend {
@@ -113,7 +113,7 @@ class Engine {
   int size() const { return size_; }
   const BackendOptions& options() const { return options_; }
   onesided::Messenger& messenger() { return *messenger_; }
-  DirectCollectives& direct() { return *direct_; }
+  collectives::DirectCollectives& direct() { return *direct_; }
   // Null for a group of one.
   collectives::AllReduceGroup* ring() { return ring_.get(); }
   const rdma::MemoryRegion& data_region() const { return *data_region_; }
@@ -154,7 +154,7 @@ class Engine {
   // and every all-reduce algorithm; they go after those, before the loop.
   std::unique_ptr<onesided::PeerLinks> links_;
   std::unique_ptr<onesided::Messenger> messenger_;
-  std::unique_ptr<DirectCollectives> direct_;
+  std::unique_ptr<collectives::DirectCollectives> direct_;
   std::unique_ptr<collectives::AllReduceGroup> ring_;
   std::unique_ptr<rdma::MemoryRegion> own_region_;  // a group of one's
   const rdma::MemoryRegion* data_region_ = nullptr;

@@ -3,7 +3,7 @@
 // reduce-scatter against a local loop (bitwise), all-to-all with uneven
 // and empty parts, barrier, exchange; mismatched sizes are errors naming the
 // sender.
-#include "torch_backend/direct_collectives.h"
+#include "collectives/direct_collectives.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -17,7 +17,7 @@
 #include "rdma/rendezvous.h"
 #include "rdma/testing/rank_threads.h"
 
-namespace rdmaflow::torch_backend {
+namespace rdmaflow::collectives {
 namespace {
 
 using ::rdmaflow::testing::StatusIs;
@@ -86,28 +86,28 @@ TEST(DirectCollectivesTest, EveryCollectiveMatchesALocalReference) {
           for (size_t i = 0; i < kCount; ++i) blocks[b][i] = Value(rank, b, i);
           inputs.push_back(blocks[b].data());
         }
-        for (collectives::ReduceOp op :
-             {collectives::ReduceOp::kSum, collectives::ReduceOp::kMax}) {
+        for (ReduceOp op :
+             {ReduceOp::kSum, ReduceOp::kMax}) {
           std::vector<float> out(kCount);
           RETURN_IF_ERROR(direct.ReduceScatter(inputs, out.data(), kCount,
-                                               collectives::DataType::kFloat32, op));
+                                               DataType::kFloat32, op));
           std::vector<float> expected(kCount);
           for (size_t i = 0; i < kCount; ++i) {
             expected[i] = Value(0, rank, i);
             for (int r = 1; r < kRanks; ++r) {
               const float v = Value(r, rank, i);
-              expected[i] = op == collectives::ReduceOp::kSum ? expected[i] + v
+              expected[i] = op == ReduceOp::kSum ? expected[i] + v
                                                               : std::max(expected[i], v);
             }
           }
-          EXPECT_EQ(out, expected) << collectives::ReduceOpName(op);
+          EXPECT_EQ(out, expected) << ReduceOpName(op);
         }
         // Reduce, gather and scatter to and from every root.
         for (int root = 0; root < kRanks; ++root) {
           std::vector<float> data = mine;
           RETURN_IF_ERROR(direct.Reduce(root, data.data(), kCount,
-                                        collectives::DataType::kFloat32,
-                                        collectives::ReduceOp::kSum));
+                                        DataType::kFloat32,
+                                        ReduceOp::kSum));
           std::vector<float> expected = mine;  // untouched off the root
           if (rank == root) {
             for (size_t i = 0; i < kCount; ++i) {
@@ -215,5 +215,48 @@ TEST(DirectCollectivesTest, MismatchedSizesAreAnError) {
   for (const absl::Status& status : results) EXPECT_OK(status);
 }
 
+// Members 2 and 0 of a world of 4 (in that order; ranks 1 and 3 stay out):
+// buffers are per member, in the members' order, and messages of each
+// member's own size arrive whole; a root outside them is refused.
+TEST(DirectCollectivesTest, ASubsetOfMembersGathersMessagesOfTheirOwnSizes) {
+  constexpr int kWorld = 4;
+  const std::vector<int> members = {2, 0};
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      kWorld, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        if (rank == 1 || rank == 3) return absl::OkStatus();
+        onesided::MessengerOptions options = Options();
+        options.members = members;
+        ASSIGN_OR_RETURN(auto messenger, onesided::Messenger::Create(
+                                             transport, store, "subset", rank, kWorld, options));
+        DirectCollectives direct(*messenger, absl::Seconds(60));
+        // Rank r sends 100 * (r + 1) bytes of value r + 1.
+        std::vector<std::byte> mine(100 * (rank + 1), std::byte(rank + 1));
+        std::vector<std::vector<std::byte>> outputs(members.size(),
+                                                    std::vector<std::byte>(1000));
+        std::vector<void*> pointers;
+        for (auto& o : outputs) pointers.push_back(o.data());
+        ASSIGN_OR_RETURN(std::vector<size_t> sizes,
+                         direct.AllGatherV(mine.data(), mine.size(), pointers,
+                                           std::vector<size_t>(members.size(), 1000)));
+        for (size_t m = 0; m < members.size(); ++m) {
+          const int from = members[m];
+          EXPECT_EQ(sizes[m], size_t{100} * (from + 1)) << "from rank " << from;
+          EXPECT_EQ(outputs[m][0], std::byte(from + 1)) << "from rank " << from;
+          EXPECT_EQ(outputs[m][sizes[m] - 1], std::byte(from + 1)) << "from rank " << from;
+        }
+        // Too small an output for a peer's message: named.
+        std::vector<size_t> small(members.size(), 1000);
+        small[rank == 2 ? 1 : 0] = 10;
+        absl::Status refused = direct.AllGatherV(mine.data(), mine.size(), pointers, small)
+                                   .status();
+        EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument));
+        char byte = 0;
+        EXPECT_THAT(direct.Broadcast(1, &byte, 1),
+                    StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a member")));
+        return rdma::Barrier(store, "subset", "end", 2, absl::Seconds(60));
+      });
+  for (int rank = 0; rank < kWorld; ++rank) EXPECT_OK(results[rank]) << "rank " << rank;
+}
+
 }  // namespace
-}  // namespace rdmaflow::torch_backend
+}  // namespace rdmaflow::collectives

@@ -1,5 +1,6 @@
-#include "torch_backend/direct_collectives.h"
+#include "collectives/direct_collectives.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -8,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
-namespace rdmaflow::torch_backend {
+namespace rdmaflow::collectives {
 namespace {
 
 constexpr size_t kMaxRecord = 4096;
@@ -97,7 +98,11 @@ struct DirectCollectives::Batch {
 
 DirectCollectives::DirectCollectives(onesided::Messenger& messenger,
                                      absl::Duration timeout)
-    : messenger_(messenger), timeout_(timeout) {}
+    : messenger_(messenger),
+      timeout_(timeout),
+      members_(messenger.members()),
+      position_(static_cast<int>(
+          std::find(members_.begin(), members_.end(), messenger.rank()) - members_.begin())) {}
 
 absl::Status DirectCollectives::Finish(Batch& batch, absl::string_view what) {
   // Posting errors (a dead peer) leave earlier posts pending: wait for them
@@ -122,30 +127,34 @@ absl::Status DirectCollectives::Finish(Batch& batch, absl::string_view what) {
 }
 
 absl::Status DirectCollectives::CheckRoot(int root, absl::string_view what) const {
-  if (root < 0 || root >= messenger_.world()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " root ", root,
-                                                   " is outside a world of ",
-                                                   messenger_.world()));
+  if (std::find(members_.begin(), members_.end(), root) == members_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " root ", root,
+        members_.size() == static_cast<size_t>(messenger_.world())
+            ? absl::StrCat(" is outside a world of ", messenger_.world())
+            : absl::StrCat(" is not a member (", absl::StrJoin(members_, ","), ")")));
   }
   return absl::OkStatus();
 }
 
 absl::Status DirectCollectives::CheckPerRank(size_t buffers, absl::string_view what) const {
-  if (static_cast<int>(buffers) != messenger_.world()) {
+  if (static_cast<int>(buffers) != size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " needs one buffer per rank (", messenger_.world(), "), got ", buffers));
+        what, " needs one buffer per rank (", size(), "), got ", buffers));
   }
   return absl::OkStatus();
 }
 
 absl::Status DirectCollectives::Broadcast(int root, void* data, size_t bytes) {
   const int rank = messenger_.rank();
-  const int world = messenger_.world();
+  const int me = position_;
+  const int world = size();
   RETURN_IF_ERROR(CheckRoot(root, "broadcast"));
   Batch batch{NextTag()};
   if (rank == root) {
-    for (int peer = 0; peer < world; ++peer) {
-      if (peer == rank) continue;
+    for (int i = 0; i < world; ++i) {
+      if (i == me) continue;
+      const int peer = members_[i];
       batch.Posted(messenger_.Send(peer, batch.tag, data, bytes, batch.Sent(peer)));
     }
   } else {
@@ -156,22 +165,24 @@ absl::Status DirectCollectives::Broadcast(int root, void* data, size_t bytes) {
 }
 
 absl::Status DirectCollectives::Reduce(int root, void* data, size_t count,
-                                       collectives::DataType type,
-                                       collectives::ReduceOp op) {
+                                       DataType type,
+                                       ReduceOp op) {
   const int rank = messenger_.rank();
-  const int world = messenger_.world();
+  const int me = position_;
+  const int world = size();
   RETURN_IF_ERROR(CheckRoot(root, "reduce"));
-  const size_t bytes = count * collectives::ElementSize(type);
+  const size_t bytes = count * ElementSize(type);
   std::vector<std::unique_ptr<std::byte[]>> parts(world);
   Batch batch{NextTag()};
   if (rank != root) {
     batch.Posted(messenger_.Send(root, batch.tag, data, bytes, batch.Sent(root)));
     return Finish(batch, absl::StrCat("reduce to rank ", root));
   }
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == rank) continue;
-    parts[peer] = std::make_unique<std::byte[]>(bytes);
-    batch.Posted(messenger_.Recv(peer, batch.tag, parts[peer].get(), bytes,
+  for (int i = 0; i < world; ++i) {
+    if (i == me) continue;
+    const int peer = members_[i];
+    parts[i] = std::make_unique<std::byte[]>(bytes);
+    batch.Posted(messenger_.Recv(peer, batch.tag, parts[i].get(), bytes,
                                  batch.Received(peer, bytes)));
   }
   RETURN_IF_ERROR(Finish(batch, "reduce"));
@@ -180,7 +191,7 @@ absl::Status DirectCollectives::Reduce(int root, void* data, size_t count,
   std::vector<std::byte> mine(static_cast<std::byte*>(data),
                               static_cast<std::byte*>(data) + bytes);
   auto part = [&](int r) -> const void* {
-    return r == rank ? mine.data() : parts[r].get();
+    return r == me ? mine.data() : parts[r].get();
   };
   std::memcpy(data, part(0), bytes);
   for (int r = 1; r < world; ++r) collectives::Reduce(type, op, data, part(r), count);
@@ -190,6 +201,7 @@ absl::Status DirectCollectives::Reduce(int root, void* data, size_t count,
 absl::Status DirectCollectives::Gather(int root, const void* input, size_t bytes,
                                        const std::vector<void*>& outputs) {
   const int rank = messenger_.rank();
+  const int me = position_;
   RETURN_IF_ERROR(CheckRoot(root, "gather"));
   Batch batch{NextTag()};
   if (rank != root) {
@@ -197,18 +209,20 @@ absl::Status DirectCollectives::Gather(int root, const void* input, size_t bytes
     return Finish(batch, absl::StrCat("gather to rank ", root));
   }
   RETURN_IF_ERROR(CheckPerRank(outputs.size(), "gather"));
-  for (int peer = 0; peer < messenger_.world(); ++peer) {
-    if (peer == rank) continue;
-    batch.Posted(messenger_.Recv(peer, batch.tag, outputs[peer], bytes,
+  for (int i = 0; i < size(); ++i) {
+    if (i == me) continue;
+    const int peer = members_[i];
+    batch.Posted(messenger_.Recv(peer, batch.tag, outputs[i], bytes,
                                  batch.Received(peer, bytes)));
   }
-  if (outputs[rank] != input && bytes > 0) std::memcpy(outputs[rank], input, bytes);
+  if (outputs[me] != input && bytes > 0) std::memcpy(outputs[me], input, bytes);
   return Finish(batch, "gather");
 }
 
 absl::Status DirectCollectives::Scatter(int root, const std::vector<const void*>& inputs,
                                         void* output, size_t bytes) {
   const int rank = messenger_.rank();
+  const int me = position_;
   RETURN_IF_ERROR(CheckRoot(root, "scatter"));
   Batch batch{NextTag()};
   if (rank != root) {
@@ -216,52 +230,55 @@ absl::Status DirectCollectives::Scatter(int root, const std::vector<const void*>
     return Finish(batch, absl::StrCat("scatter from rank ", root));
   }
   RETURN_IF_ERROR(CheckPerRank(inputs.size(), "scatter"));
-  for (int peer = 0; peer < messenger_.world(); ++peer) {
-    if (peer == rank) continue;
-    batch.Posted(messenger_.Send(peer, batch.tag, inputs[peer], bytes, batch.Sent(peer)));
+  for (int i = 0; i < size(); ++i) {
+    if (i == me) continue;
+    const int peer = members_[i];
+    batch.Posted(messenger_.Send(peer, batch.tag, inputs[i], bytes, batch.Sent(peer)));
   }
-  if (inputs[rank] != output && bytes > 0) std::memcpy(output, inputs[rank], bytes);
+  if (inputs[me] != output && bytes > 0) std::memcpy(output, inputs[me], bytes);
   return Finish(batch, "scatter");
 }
 
 absl::Status DirectCollectives::AllGather(const void* input, size_t bytes,
                                           const std::vector<void*>& outputs) {
-  const int rank = messenger_.rank();
-  const int world = messenger_.world();
+  const int me = position_;
+  const int world = size();
   RETURN_IF_ERROR(CheckPerRank(outputs.size(), "all-gather"));
   Batch batch{NextTag()};
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == rank) continue;
+  for (int i = 0; i < world; ++i) {
+    if (i == me) continue;
+    const int peer = members_[i];
     batch.Posted(messenger_.Send(peer, batch.tag, input, bytes, batch.Sent(peer)));
-    batch.Posted(messenger_.Recv(peer, batch.tag, outputs[peer], bytes,
+    batch.Posted(messenger_.Recv(peer, batch.tag, outputs[i], bytes,
                                          batch.Received(peer, bytes)));
   }
-  if (outputs[rank] != input && bytes > 0) std::memcpy(outputs[rank], input, bytes);
+  if (outputs[me] != input && bytes > 0) std::memcpy(outputs[me], input, bytes);
   return Finish(batch, "all-gather");
 }
 
 absl::Status DirectCollectives::ReduceScatter(const std::vector<const void*>& inputs,
                                               void* output, size_t count,
-                                              collectives::DataType type,
-                                              collectives::ReduceOp op) {
-  const int rank = messenger_.rank();
-  const int world = messenger_.world();
+                                              DataType type,
+                                              ReduceOp op) {
+  const int me = position_;
+  const int world = size();
   RETURN_IF_ERROR(CheckPerRank(inputs.size(), "reduce-scatter"));
-  const size_t bytes = count * collectives::ElementSize(type);
+  const size_t bytes = count * ElementSize(type);
   std::vector<std::unique_ptr<std::byte[]>> parts(world);
   Batch batch{NextTag()};
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == rank) continue;
-    parts[peer] = std::make_unique<std::byte[]>(bytes);
+  for (int i = 0; i < world; ++i) {
+    if (i == me) continue;
+    const int peer = members_[i];
+    parts[i] = std::make_unique<std::byte[]>(bytes);
     batch.Posted(
-        messenger_.Send(peer, batch.tag, inputs[peer], bytes, batch.Sent(peer)));
-    batch.Posted(messenger_.Recv(peer, batch.tag, parts[peer].get(), bytes,
+        messenger_.Send(peer, batch.tag, inputs[i], bytes, batch.Sent(peer)));
+    batch.Posted(messenger_.Recv(peer, batch.tag, parts[i].get(), bytes,
                                          batch.Received(peer, bytes)));
   }
   RETURN_IF_ERROR(Finish(batch, "reduce-scatter"));
   // In rank order, as a local loop over the ranks' inputs would.
   auto part = [&](int r) -> const void* {
-    return r == rank ? inputs[rank] : parts[r].get();
+    return r == me ? inputs[me] : parts[r].get();
   };
   if (bytes == 0) return absl::OkStatus();
   std::memmove(output, part(0), bytes);
@@ -274,39 +291,76 @@ absl::Status DirectCollectives::AllToAll(const std::vector<const void*>& inputs,
                                          const std::vector<void*>& outputs,
                                          const std::vector<size_t>& output_bytes) {
   const int rank = messenger_.rank();
-  const int world = messenger_.world();
+  const int me = position_;
+  const int world = size();
   for (size_t n : {inputs.size(), input_bytes.size(), outputs.size(), output_bytes.size()}) {
     RETURN_IF_ERROR(CheckPerRank(n, "all-to-all"));
   }
-  if (input_bytes[rank] != output_bytes[rank]) {
+  if (input_bytes[me] != output_bytes[me]) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "all-to-all on rank ", rank, ": its part for itself is ", input_bytes[rank],
-        " bytes, but it expects ", output_bytes[rank], " from itself"));
+        "all-to-all on rank ", rank, ": its part for itself is ", input_bytes[me],
+        " bytes, but it expects ", output_bytes[me], " from itself"));
   }
   Batch batch{NextTag()};
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == rank) continue;
+  for (int i = 0; i < world; ++i) {
+    if (i == me) continue;
+    const int peer = members_[i];
     batch.Posted(
-        messenger_.Send(peer, batch.tag, inputs[peer], input_bytes[peer], batch.Sent(peer)));
-    batch.Posted(messenger_.Recv(peer, batch.tag, outputs[peer], output_bytes[peer],
-                                 batch.Received(peer, output_bytes[peer])));
+        messenger_.Send(peer, batch.tag, inputs[i], input_bytes[i], batch.Sent(peer)));
+    batch.Posted(messenger_.Recv(peer, batch.tag, outputs[i], output_bytes[i],
+                                 batch.Received(peer, output_bytes[i])));
   }
-  if (output_bytes[rank] > 0 && outputs[rank] != inputs[rank]) {
-    std::memmove(outputs[rank], inputs[rank], output_bytes[rank]);
+  if (output_bytes[me] > 0 && outputs[me] != inputs[me]) {
+    std::memmove(outputs[me], inputs[me], output_bytes[me]);
   }
   return Finish(batch, "all-to-all");
 }
 
 absl::Status DirectCollectives::Barrier() {
-  const int rank = messenger_.rank();
+  const int me = position_;
   Batch batch{NextTag()};
-  for (int peer = 0; peer < messenger_.world(); ++peer) {
-    if (peer == rank) continue;
+  for (int i = 0; i < size(); ++i) {
+    if (i == me) continue;
+    const int peer = members_[i];
     batch.Posted(messenger_.Send(peer, batch.tag, nullptr, 0, batch.Sent(peer)));
     batch.Posted(
         messenger_.Recv(peer, batch.tag, nullptr, 0, batch.Received(peer, 0)));
   }
   return Finish(batch, "barrier");
+}
+
+absl::StatusOr<std::vector<size_t>> DirectCollectives::AllGatherV(
+    const void* input, size_t bytes, const std::vector<void*>& outputs,
+    const std::vector<size_t>& capacities) {
+  const int me = position_;
+  const int world = size();
+  RETURN_IF_ERROR(CheckPerRank(outputs.size(), "all-gather"));
+  RETURN_IF_ERROR(CheckPerRank(capacities.size(), "all-gather"));
+  if (capacities[me] < bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all-gather on rank ", messenger_.rank(), ": its own ", bytes,
+        " bytes do not fit its output of ", capacities[me]));
+  }
+  std::vector<size_t> sizes(world, 0);
+  sizes[me] = bytes;
+  Batch batch{NextTag()};
+  for (int i = 0; i < world; ++i) {
+    if (i == me) continue;
+    const int peer = members_[i];
+    batch.Posted(messenger_.Send(peer, batch.tag, input, bytes, batch.Sent(peer)));
+    batch.Posted(messenger_.Recv(
+        peer, batch.tag, outputs[i], capacities[i],
+        batch.Received(peer, [&batch, &sizes, i](absl::StatusOr<size_t> got) {
+          if (got.ok()) {
+            sizes[i] = *got;
+          } else {
+            batch.failure.Update(got.status());
+          }
+        })));
+  }
+  if (outputs[me] != input && bytes > 0) std::memcpy(outputs[me], input, bytes);
+  RETURN_IF_ERROR(Finish(batch, "all-gather"));
+  return sizes;
 }
 
 absl::StatusOr<std::vector<std::string>> DirectCollectives::Exchange(
@@ -315,31 +369,14 @@ absl::StatusOr<std::vector<std::string>> DirectCollectives::Exchange(
     return absl::InvalidArgumentError(absl::StrCat(
         "exchange record of ", record.size(), " bytes exceeds ", kMaxRecord));
   }
-  const int rank = messenger_.rank();
-  const int world = messenger_.world();
-  std::vector<std::string> records(world, std::string(kMaxRecord, '\0'));
-  std::vector<size_t> sizes(world, 0);
-  records[rank] = record;
-  Batch batch{NextTag()};
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == rank) continue;
-    batch.Posted(
-        messenger_.Send(peer, batch.tag, record.data(), record.size(), batch.Sent(peer)));
-    batch.Posted(messenger_.Recv(peer, batch.tag, records[peer].data(), kMaxRecord,
-                                 batch.Received(peer, [&batch, &sizes, peer](
-                                                          absl::StatusOr<size_t> got) {
-                                   if (got.ok()) {
-                                     sizes[peer] = *got;
-                                   } else {
-                                     batch.failure.Update(got.status());
-                                   }
-                                 })));
-  }
-  RETURN_IF_ERROR(Finish(batch, "exchange"));
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer != rank) records[peer].resize(sizes[peer]);
-  }
+  std::vector<std::string> records(size(), std::string(kMaxRecord, '\0'));
+  std::vector<void*> outputs;
+  for (std::string& r : records) outputs.push_back(r.data());
+  ASSIGN_OR_RETURN(std::vector<size_t> sizes,
+                   AllGatherV(record.data(), record.size(), outputs,
+                              std::vector<size_t>(size(), kMaxRecord)));
+  for (int i = 0; i < size(); ++i) records[i].resize(sizes[i]);
   return records;
 }
 
-}  // namespace rdmaflow::torch_backend
+}  // namespace rdmaflow::collectives

@@ -1,17 +1,20 @@
 // File: direct_collectives.h
 // -----------------------------------------------------------------------------
-// DirectCollectives: the collectives of the c10d backend that do not reduce
-// in a ring, over a Messenger: every rank sends its part straight to the
-// ranks that need it (broadcast from the root, all-gather, reduce-scatter
-// and all-to-all straight to every peer, barrier as empty messages). Each call is one
-// collective with its own tag, so ranks that disagree on the order of calls
-// get an error, not each other's data. Torch-free; the process group
-// (process_group_rdmaflow.h) maps tensors onto it.
+// DirectCollectives: the collectives that do not reduce in a ring, over a
+// Messenger: every member sends its part straight to the members that need
+// it (broadcast from the root, all-gather, reduce-scatter and all-to-all
+// straight to every peer, barrier as empty messages). The members are the
+// messenger's (every rank of its world unless its options name some), and
+// "per rank" buffers are one per member, in the members' order. Each call
+// is one collective with its own tag, so ranks that disagree on the order
+// of calls get an error, not each other's data. Users: the c10d backend's
+// process group (which maps tensors onto it), the compressed all-reduce
+// (its gathers of encoded messages).
 //
 //   DirectCollectives direct(messenger, absl::Minutes(30));
 //   RETURN_IF_ERROR(direct.Broadcast(/*root=*/0, data, bytes));
-#ifndef RDMAFLOW_TORCH_BACKEND_DIRECT_COLLECTIVES_H_
-#define RDMAFLOW_TORCH_BACKEND_DIRECT_COLLECTIVES_H_
+#ifndef RDMAFLOW_COLLECTIVES_DIRECT_COLLECTIVES_H_
+#define RDMAFLOW_COLLECTIVES_DIRECT_COLLECTIVES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +28,7 @@
 #include "collectives/reduce.h"
 #include "onesided/messenger.h"
 
-namespace rdmaflow::torch_backend {
+namespace rdmaflow::collectives {
 
 // Tags at and above this are the collectives'; user point-to-point tags
 // are below it.
@@ -42,8 +45,8 @@ class DirectCollectives {
 
   // op over every rank's `count` elements at `data`, in rank order, into
   // the root's `data` (other ranks' data is left as it was).
-  absl::Status Reduce(int root, void* data, size_t count, collectives::DataType type,
-                      collectives::ReduceOp op);
+  absl::Status Reduce(int root, void* data, size_t count, DataType type,
+                      ReduceOp op);
 
   // Every rank's `bytes` from `input` into outputs[rank] at the root
   // (`outputs` has one buffer per rank there, and is ignored elsewhere).
@@ -64,8 +67,8 @@ class DirectCollectives {
   // rank order so every rank's result is bitwise that of a local loop.
   // inputs has one buffer of `count` elements per rank.
   absl::Status ReduceScatter(const std::vector<const void*>& inputs, void* output,
-                             size_t count, collectives::DataType type,
-                             collectives::ReduceOp op);
+                             size_t count, DataType type,
+                             ReduceOp op);
 
   // inputs[r] (input_bytes[r] bytes) to rank r, and rank r's part for us
   // into outputs[r] (output_bytes[r] bytes), this rank's own part copied
@@ -80,6 +83,13 @@ class DirectCollectives {
   // Returns once every rank has entered it.
   absl::Status Barrier();
 
+  // Every member's bytes (up to capacities[m], its `bytes` here) into
+  // outputs[m] on every member; the sizes received, by member. A message
+  // larger than its output is kInvalidArgument naming its sender.
+  absl::StatusOr<std::vector<size_t>> AllGatherV(const void* input, size_t bytes,
+                                                 const std::vector<void*>& outputs,
+                                                 const std::vector<size_t>& capacities);
+
   // Every rank's `record`, by rank (an all-gather of small strings). Ranks
   // compare what they are about to do with it.
   absl::StatusOr<std::vector<std::string>> Exchange(const std::string& record);
@@ -92,11 +102,15 @@ class DirectCollectives {
   absl::Status CheckRoot(int root, absl::string_view what) const;
   absl::Status CheckPerRank(size_t buffers, absl::string_view what) const;
 
+  int size() const { return static_cast<int>(members_.size()); }
+
   onesided::Messenger& messenger_;
   const absl::Duration timeout_;
+  const std::vector<int> members_;  // the messenger's
+  const int position_;              // this rank's among them
   uint64_t next_call_ = 0;
 };
 
-}  // namespace rdmaflow::torch_backend
+}  // namespace rdmaflow::collectives
 
-#endif  // RDMAFLOW_TORCH_BACKEND_DIRECT_COLLECTIVES_H_
+#endif  // RDMAFLOW_COLLECTIVES_DIRECT_COLLECTIVES_H_
