@@ -4,9 +4,14 @@
 # analyse it (a visibility error), plus one probe that keeps to the rules
 # and must analyse. Prints "layering: N rules enforced" or what slipped
 # through, and exits non-zero if any did. Analysis only (--nobuild): seconds.
+# First, before any probe exists, it checks that docs/architecture.md's
+# package table is what the build graph says (tools/architecture_doc.py).
 source "$(dirname "$0")/script_help.sh" "$@"
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+architecture_status=0
+/usr/bin/python3 tools/architecture_doc.py --check || architecture_status=1
 
 probes=()
 cleanup() { for dir in "${probes[@]}"; do rm -rf "$dir"; done; }
@@ -73,5 +78,7 @@ for rule in "${rules[@]}"; do
     status=1
   fi
 done
-echo "layering: ${enforced} of ${#rules[@]} rules enforced by visibility"
+[ "$architecture_status" -eq 0 ] || status=1
+echo "layering: ${enforced} of ${#rules[@]} rules enforced by visibility$(
+  [ "$architecture_status" -eq 0 ] || echo "; docs/architecture.md's package table is stale")"
 exit "$status"

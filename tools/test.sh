@@ -10,7 +10,8 @@
 #   4. the requires-rdma tests inside a Soft-RoCE VM (tools/rdma_tests.sh;
 #      RDMA_TESTS=0 skips; they count as skipped where no VM can run);
 #   5. the layering rules (tools/layering_check.sh: each rule's breaking
-#      probe must fail to build), and the docs against the code
+#      probe must fail to build; docs/architecture.md's package table must
+#      be what `bazel query` says), and the docs against the code
 #      (tools/docs_check.py: docs/configuration.md's variables and transport
 #      parameters, every file the README and docs/ link or name, the
 #      commands of README.md and docs/quickstart.md; DOCS_CHECK=0 skips it);
