@@ -16,15 +16,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "rdma/job_token.h"
 #include "rdma/torch/run_scope.h"
 #include "rdma/torch/tcp_store.h"
@@ -143,21 +144,21 @@ class Job {
   absl::Status Prepare();
   // The environment of child `rank`.
   std::vector<std::string> ChildEnv(int rank, bool rejoining) const;
-  // Starts child `rank`; on failure stops the job. mu_ held.
-  bool StartChild(int rank, bool rejoining);
+  // Starts child `rank`; on failure stops the job.
+  bool StartChild(int rank, bool rejoining) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reaps children until none runs, restarting and stopping as the
   // options say.
-  void Watch();
-  // Child `rank` ended with wait status `status`. mu_ held.
-  void OnExit(int rank, int status);
-  // Rank `rank` failed. mu_ held.
-  void NoteFailure(int rank);
-  // SIGTERM to every running child, SIGKILL after the grace. mu_ held.
-  void StopAll();
-  // Ends this process (rank 0 with it) with the job's status. mu_ held.
-  [[noreturn]] void StopRank0();
+  void Watch() ABSL_LOCKS_EXCLUDED(mu_);
+  // Child `rank` ended with wait status `status`.
+  void OnExit(int rank, int status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rank `rank` failed.
+  void NoteFailure(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SIGTERM to every running child, SIGKILL after the grace.
+  void StopAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends this process (rank 0 with it) with the job's status.
+  [[noreturn]] void StopRank0() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's status, from what was recorded.
-  absl::Status Summarize() const;
+  absl::Status Summarize() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const JobOptions& options_;
   const bool rank0_here_ = static_cast<bool>(options_.rank0);
@@ -170,17 +171,18 @@ class Job {
   // Written when rank 0, run here, returns: wakes Watch().
   int wake_fd_ = -1;
 
-  std::mutex mu_;
-  std::vector<RankExit> ranks_;
-  std::vector<bool> running_;      // a child to reap
-  std::vector<int> pidfds_;        // of running children; -1: none
-  std::vector<int> failures_;      // in the order they were seen
-  Problem first_problem_ = Problem::kNone;
-  absl::Status start_error_;
-  std::vector<int> at_deadline_;   // children running at the deadline
-  bool stopping_ = false;
-  absl::Time kill_at_ = absl::InfiniteFuture();
-  absl::Time stop_rank0_at_ = absl::InfiniteFuture();
+  // The watcher thread's and rank 0's (run here) shared record of the job.
+  mutable absl::Mutex mu_;
+  std::vector<RankExit> ranks_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> running_ ABSL_GUARDED_BY(mu_);    // a child to reap
+  std::vector<int> pidfds_ ABSL_GUARDED_BY(mu_);      // of running children; -1: none
+  std::vector<int> failures_ ABSL_GUARDED_BY(mu_);    // in the order they were seen
+  Problem first_problem_ ABSL_GUARDED_BY(mu_) = Problem::kNone;
+  absl::Status start_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> at_deadline_ ABSL_GUARDED_BY(mu_);  // children running at the deadline
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time kill_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Time stop_rank0_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 
 absl::Status Job::Prepare() {
@@ -359,7 +361,7 @@ void Job::OnExit(int rank, int status) {
 }
 
 void Job::Watch() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   while (true) {
     bool any = false;
     for (size_t rank = 0; rank < ranks_.size(); ++rank) {
@@ -386,6 +388,7 @@ void Job::Watch() {
     if (!any) {
       if (!rank0_here_ || first_problem_ != Problem::kFailure || ranks_[0].exited ||
           options_.stop_rank0_after == absl::InfiniteDuration()) {
+        mu_.Unlock();
         return;
       }
       // Every child is gone after a failure, and rank 0 still runs here:
@@ -433,13 +436,13 @@ void Job::Watch() {
           absl::ToInt64Milliseconds(absl::Ceil(wake_at - now, absl::Milliseconds(1))), 0,
           1 << 30));
     }
-    lock.unlock();
+    mu_.Unlock();
     poll(fds.data(), fds.size(), timeout_ms);
     if (wake_fd_ >= 0) {  // rank 0 returned: seen now, not to wake us again
       uint64_t count = 0;
       (void)!read(wake_fd_, &count, sizeof(count));
     }
-    lock.lock();
+    mu_.Lock();
   }
 }
 
@@ -515,14 +518,14 @@ JobResult Job::Run() {
   result.status = Prepare();
   if (!result.status.ok()) return result;
   const int world = options_.world_size;
-  ranks_.resize(world);
-  running_.assign(world, false);
-  pidfds_.assign(world, -1);
-  for (int rank = 0; rank < world; ++rank) ranks_[rank].rank = rank;
   deadline_ = absl::Now() + options_.timeout;
   bool started = true;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
+    ranks_.resize(world);
+    running_.assign(world, false);
+    pidfds_.assign(world, -1);
+    for (int rank = 0; rank < world; ++rank) ranks_[rank].rank = rank;
     for (int rank = rank0_here_ ? 1 : 0; rank < world && started; ++rank) {
       started = StartChild(rank, /*rejoining=*/false);
     }
@@ -532,10 +535,10 @@ JobResult Job::Run() {
     // that stops the others, does not wait for rank 0.
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     std::thread watcher([this] { Watch(); });
-    RankExit& zero = ranks_[0];
     if (started) {
       const int code = options_.rank0(*store_);
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
+      RankExit& zero = ranks_[0];
       zero.pid = getpid();
       zero.in_launcher = true;
       zero.started = true;
@@ -552,6 +555,7 @@ JobResult Job::Run() {
   } else {
     Watch();
   }
+  absl::MutexLock lock(&mu_);
   result.status = Summarize();
   result.ranks = ranks_;
   return result;

@@ -4,7 +4,9 @@
 # phase took ("times: setup N s, bazel test N s, ...; total N s"):
 #   1. bazel test //... (tests tagged requires-rdma / requires-gpu are
 #      filtered out by .bazelrc);
-#   2. the libFuzzer targets for FUZZ_SECONDS (default 30 each; 0 skips);
+#   2. the libFuzzer targets for FUZZ_SECONDS (default 30 each; 0 skips),
+#      then clang's thread-safety analysis of every file that holds an
+#      absl::Mutex (tools/thread_safety_check.sh; THREAD_SAFETY=0 skips);
 #   3. the `hostile` and `slow_peer` suites and the conformance tests under
 #      AddressSanitizer + UBSan (tools/sanitize.sh; SANITIZE=0 skips);
 #   4. the requires-rdma tests inside a Soft-RoCE VM (tools/rdma_tests.sh;
@@ -78,6 +80,9 @@ if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
 fi
 end_phase fuzz
 
+run_check thread_safety "${THREAD_SAFETY:-1}" "thread safety" tools/thread_safety_check.sh
+end_phase "thread safety"
+
 run_check sanitize "${SANITIZE:-1}" sanitizers tools/sanitize.sh
 end_phase sanitizers
 
@@ -145,6 +150,7 @@ echo "${layering_summary}"
 echo "${docs_summary}"
 echo "${consumer_summary}"
 echo "fuzz: ${fuzz_summary}"
+echo "${thread_safety_summary}"
 echo "${sanitize_summary}"
 echo "${rdma_summary:-rdma tests: skipped (RDMA_TESTS=0)}"
 echo "tests: ${summary}"
@@ -154,6 +160,7 @@ echo "times: ${times_line%, }; total $SECONDS s"
 [ "$status" -ne 0 ] || status=$docs_status
 [ "$status" -ne 0 ] || status=$consumer_status
 [ "$status" -ne 0 ] || status=$fuzz_status
+[ "$status" -ne 0 ] || status=$thread_safety_status
 [ "$status" -ne 0 ] || status=$sanitize_status
 [ "$status" -ne 0 ] || status=$rdma_status
 exit "$status"

@@ -73,7 +73,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
   engine->thread_ = std::thread([self, store, ready] {
     absl::Status status = self->SetUp(store);
     const bool ok = status.ok();
-    if (!ok) self->TearDown();
+    if (!ok) {
+      absl::MutexLock drive(&self->drive_mu_);
+      self->TearDown();
+    }
     ready->set_value(std::move(status));
     if (ok) self->Loop();
   });
@@ -147,13 +150,11 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
 }
 
 void Engine::Submit(Op op) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(op));
-    ++queued_;
-    ++unfinished_;
-  }
-  wake_.notify_one();
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(op));
+  ++queued_;
+  ++unfinished_;
+  wake_.Signal();
 }
 
 bool Engine::OnEngineThread() { return on_engine_thread; }
@@ -164,24 +165,27 @@ bool Engine::TryRunInline(Op& op, Inline when, size_t bytes) {
                                    bytes > options_.inline_bytes || live_engines.load() > 1)) {
     return false;
   }
-  std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
-  if (!drive.owns_lock()) return false;
+  if (!drive_mu_.TryLock()) return false;
+  bool busy;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_ || unfinished_ > 0) return false;
+    absl::MutexLock lock(&mu_);
+    busy = stop_ || unfinished_ > 0;
   }
-  if (!messenger_->idle()) return false;
+  if (busy || !messenger_->idle()) {
+    drive_mu_.Unlock();
+    return false;
+  }
   loop_->AdoptOnCurrentThread();
   const absl::Status status = Execute(op);
   Settle();
   const bool progress = !messenger_->idle();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++stats_.inline_calls;
     nudged_ = nudged_ || progress;
+    if (progress) wake_.Signal();
   }
-  drive.unlock();
-  if (progress) wake_.notify_one();
+  drive_mu_.Unlock();
   op.work->Complete(status);
   return true;
 }
@@ -192,7 +196,7 @@ void Engine::Loop() {
   // sender must not starve the ranks beside it).
   onesided::IdleBackoff backoff(options_.wait);
   on_engine_thread = true;
-  std::unique_lock<std::mutex> drive(drive_mu_);
+  drive_mu_.Lock();
   loop_->AdoptOnCurrentThread();
   // The last operation before the thread sleeps, completed once it has let
   // go of the transport: the caller it wakes can then run its next small
@@ -205,32 +209,23 @@ void Engine::Loop() {
       // Asleep, the thread lets go of the transport: a caller may run a
       // small collective on its own thread meanwhile (TryRunInline).
       const bool idle = messenger_->idle();
-      if (idle) drive.unlock();
-      if (last) {
-        last->Complete(last_status);
-        last.reset();
-      }
       bool stop = false;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        if (idle) wake_.wait(lock, [&] { return stop_ || nudged_ || !queue_.empty(); });
-        nudged_ = false;
-        batch.swap(queue_);
-        queued_ = 0;
-        // Pending point-to-point operations do not hold the group up: the
-        // tear-down cancels them.
-        stop = stop_ && batch.empty();
-      }
       if (idle) {
-        drive.lock();
+        drive_mu_.Unlock();
+        CompleteLast(last, last_status);
+        stop = TakeBatch(/*sleep=*/true, batch);
+        drive_mu_.Lock();
         loop_->AdoptOnCurrentThread();
+      } else {
+        CompleteLast(last, last_status);
+        stop = TakeBatch(/*sleep=*/false, batch);
       }
       if (stop) break;
     }
     for (Op& op : batch) {
       const absl::Status status = Execute(op);
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         --unfinished_;
       }
       // A post completes from the Messenger, unless it failed to go out.
@@ -256,6 +251,24 @@ void Engine::Loop() {
     }
   }
   TearDown();
+  drive_mu_.Unlock();
+}
+
+void Engine::CompleteLast(WorkPtr& last, const absl::Status& status) {
+  if (!last) return;
+  last->Complete(status);
+  last.reset();
+}
+
+bool Engine::TakeBatch(bool sleep, std::deque<Op>& batch) {
+  absl::MutexLock lock(&mu_);
+  while (sleep && !(stop_ || nudged_ || !queue_.empty())) wake_.Wait(&mu_);
+  nudged_ = false;
+  batch.swap(queue_);
+  queued_ = 0;
+  // Pending point-to-point operations do not hold the group up: the
+  // tear-down cancels them.
+  return stop_ && batch.empty();
 }
 
 absl::Status Engine::Execute(Op& op) {
@@ -363,11 +376,11 @@ void Engine::TearDown() {
 
 Engine::~Engine() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
     stopping_ = true;
+    wake_.Signal();
   }
-  wake_.notify_one();
   if (thread_.joinable()) thread_.join();
   --live_engines;
 }
@@ -402,12 +415,12 @@ absl::Status Engine::MoveToRegistered(const at::Tensor& tensor) {
 }
 
 BackendStats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return stats_;
 }
 
 void Engine::Count(const std::function<void(BackendStats&)>& update) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   update(stats_);
 }
 

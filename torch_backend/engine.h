@@ -25,17 +25,17 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collectives/allreduce_group.h"
 #include "collectives/direct_collectives.h"
@@ -80,7 +80,7 @@ class Engine {
   ~Engine();
 
   // Thread-safe.
-  void Submit(Op op);
+  void Submit(Op op) ABSL_LOCKS_EXCLUDED(mu_);
   // Which collectives may run on their caller's thread.
   enum class Inline {
     // The caller waits on the Work at once (torch's async_op=False): it
@@ -98,7 +98,8 @@ class Engine {
   // in flight, no other thread drives the transport, and the engine is not
   // stopping. Otherwise returns false with `op` untouched (Submit it). The
   // Work is completed after the transport is let go. Thread-safe.
-  bool TryRunInline(Op& op, Inline when, size_t bytes = 0);
+  bool TryRunInline(Op& op, Inline when, size_t bytes = 0)
+      ABSL_LOCKS_EXCLUDED(drive_mu_, mu_);
   // Whether the calling thread is an engine's (a Future callback runs
   // there): it must not wait for its own engine's operations.
   static bool OnEngineThread();
@@ -106,7 +107,7 @@ class Engine {
                                                 at::ScalarType dtype);
   // Whether `tensor`'s memory is a block of the registered pool. Thread-safe.
   bool IsRegistered(const at::Tensor& tensor) const;
-  BackendStats stats() const;
+  BackendStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // For operations, on the engine thread.
   int rank() const { return rank_; }
@@ -123,12 +124,18 @@ class Engine {
   // are in flight (one may hold the old address): try again later.
   absl::Status MoveToRegistered(const at::Tensor& tensor);
   // Adds to the counters (any thread).
-  void Count(const std::function<void(BackendStats&)>& update);
+  void Count(const std::function<void(BackendStats&)>& update) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   Engine(int rank, int size, const BackendOptions& options);
   absl::Status SetUp(const c10::intrusive_ptr<c10d::Store>& store);
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(drive_mu_, mu_);
+  // The last operation of a batch, completed once the transport is let go.
+  static void CompleteLast(WorkPtr& last, const absl::Status& status);
+  // Takes what was submitted into `batch`, first sleeping until something
+  // was (or an inline call left progress to do, or the engine stops) when
+  // `sleep`; whether the engine stops now.
+  bool TakeBatch(bool sleep, std::deque<Op>& batch) ABSL_LOCKS_EXCLUDED(mu_);
   // A collective's status (and the group broken by its failure), or a
   // post handed to the Messenger. The caller completes the Work (a post's
   // only when it failed to go out: the Messenger completes the others).
@@ -138,7 +145,7 @@ class Engine {
   // After a batch: forgets completed point-to-point work, copies the
   // Messenger's counters.
   void Settle();
-  void TearDown();
+  void TearDown() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_);
 
   const int rank_;
   const int size_;
@@ -172,17 +179,18 @@ class Engine {
   std::thread thread_;
   // Held by the thread that drives the transport: the engine thread while
   // it runs operations and progresses, or a caller in TryRunInline. Taken
-  // before mu_, never while holding it.
-  std::mutex drive_mu_;
-  mutable std::mutex mu_;
-  int unfinished_ = 0;             // submitted, not yet run; guarded by mu_
-  bool nudged_ = false;            // an inline call left progress to do; guarded by mu_
-  std::condition_variable wake_;
-  std::deque<Op> queue_;           // guarded by mu_
-  bool stop_ = false;              // guarded by mu_
+  // before mu_, never while holding it (clang's -Wthread-safety checks it:
+  // tools/thread_safety_check.sh).
+  absl::Mutex drive_mu_;
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(drive_mu_);
+  int unfinished_ ABSL_GUARDED_BY(mu_) = 0;   // submitted, not yet run
+  bool nudged_ ABSL_GUARDED_BY(mu_) = false;  // an inline call left progress to do
+  absl::CondVar wake_;                        // with mu_
+  std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int> queued_{0};
   std::atomic<bool> stopping_{false};  // stop_, readable without mu_
-  BackendStats stats_;             // guarded by mu_
+  BackendStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rdmaflow::torch_backend

@@ -91,6 +91,7 @@ class Inbox final : public TensorService::Service {
       absl::MutexLock lock(&mu_);
       std::deque<std::unique_ptr<TensorChunk>>& queue = queues_[message->id()];
       auto has_room = [&] {
+        mu_.AssertHeld();  // Await() calls it under mu_
         return static_cast<int>(queue.size()) < queue_depth_ || closed_;
       };
       mu_.Await(absl::Condition(&has_room));
