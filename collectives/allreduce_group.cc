@@ -69,32 +69,19 @@ absl::StatusOr<std::unique_ptr<AllReduceGroup>> AllReduceGroup::Create(
     rdma::Transport& transport, rdma::Store& store, const std::string& ns,
     std::vector<int> members, const AllReduceGroupOptions& options) {
   const std::string what = absl::StrCat("all-reduce '", options.ring.name, "'");
-  std::unique_ptr<onesided::ProgressLoop> own_loop;
+  // One loop for every algorithm, on this thread, as the ring would make.
+  onesided::ProgressLoopOptions loop;
+  loop.name = absl::StrCat(what, " on rank ", transport.rank());
+  loop.wait = options.ring.wait;
+  loop.liveness_interval = options.ring.liveness_interval;
+  ASSIGN_OR_RETURN(onesided::OwnLinks own,
+                   onesided::MakeOwnLinks(transport, store, ns, options.ring.loop, loop,
+                                          options.ring.timeout, what));
   AllReduceGroupOptions on_links = options;
-  if (options.ring.loop == nullptr) {
-    // One loop for every algorithm, on this thread, as the ring would make.
-    onesided::ProgressLoopOptions loop;
-    loop.name = absl::StrCat(what, " on rank ", transport.rank());
-    loop.wait = options.ring.wait;
-    loop.liveness_interval = options.ring.liveness_interval;
-    if (absl::Status valid = loop.Validate(); !valid.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", valid.message()));
-    }
-    own_loop = std::make_unique<onesided::ProgressLoop>(transport, loop);
-    on_links.ring.loop = own_loop.get();
-  } else if (!options.ring.loop->OnLoopThread()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
-  }
-  onesided::PeerLinksOptions links_options;
-  if (options.ring.timeout > absl::ZeroDuration()) links_options.timeout = options.ring.timeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<onesided::PeerLinks> links,
-                   onesided::PeerLinks::Create(transport, store, ns, *on_links.ring.loop,
-                                               links_options));
+  on_links.ring.loop = &own.links->loop();
   ASSIGN_OR_RETURN(std::unique_ptr<AllReduceGroup> group,
-                   Create(*links, std::move(members), on_links));
-  group->own_links_ = std::move(links);
-  group->own_loop_ = std::move(own_loop);
+                   Create(*own.links, std::move(members), on_links));
+  group->own_ = std::move(own);
   return group;
 }
 

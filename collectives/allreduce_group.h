@@ -225,8 +225,7 @@ class AllReduceGroup {
   int position_ = 0;
   // Made by the Create() without links (the loop when options' is null):
   // destroyed after every algorithm, the links before the loop.
-  std::unique_ptr<onesided::ProgressLoop> own_loop_;
-  std::unique_ptr<onesided::PeerLinks> own_links_;
+  onesided::OwnLinks own_;
   std::shared_ptr<rdma::MemoryRegion> data_;  // every algorithm's region
   // Device memory: the same-host paths' mover (outlives them), and the
   // rings' region: host memory pinned by `runtime_`.

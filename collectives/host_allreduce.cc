@@ -124,18 +124,12 @@ absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
   if (options.loop == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": needs the transport's progress loop"));
   }
-  if (!options.loop->OnLoopThread()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
-  }
-  onesided::PeerLinksOptions links_options;
-  if (options.timeout > absl::ZeroDuration()) links_options.timeout = options.timeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<onesided::PeerLinks> links,
-                   onesided::PeerLinks::Create(transport, store, ns, *options.loop,
-                                               links_options));
+  ASSIGN_OR_RETURN(onesided::OwnLinks own,
+                   onesided::MakeOwnLinks(transport, store, ns, options.loop, {}, options.timeout,
+                                          what));
   ASSIGN_OR_RETURN(std::unique_ptr<HostAllReduce> host,
-                   Create(*links, std::move(members), data, options));
-  host->own_links_ = std::move(links);
+                   Create(*own.links, std::move(members), data, options));
+  host->own_ = std::move(own);
   return host;
 }
 

@@ -279,7 +279,7 @@ class HostAllReduce {
   bool quiesced_ = false;
   absl::Status failure_;
   // Made by the Create() without links (destroyed last).
-  std::unique_ptr<onesided::PeerLinks> own_links_;
+  onesided::OwnLinks own_;
   HostAllReduceStats stats_;
 };
 

@@ -98,27 +98,19 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
     rdma::Transport& transport, rdma::Store& store, const std::string& ns,
     std::vector<int> members, const RingAllReduceOptions& options) {
   RETURN_IF_ERROR(CheckOptions(options));
-  std::unique_ptr<onesided::ProgressLoop> own_loop;
-  onesided::ProgressLoop* loop = options.loop;
-  if (loop == nullptr) {
-    onesided::ProgressLoopOptions loop_options;
-    loop_options.name = absl::StrCat("all-reduce '", options.name, "' on rank ",
-                                     transport.rank());
-    loop_options.wait = options.wait;
-    loop_options.liveness_interval = options.liveness_interval;
-    own_loop = std::make_unique<onesided::ProgressLoop>(transport, loop_options);
-    loop = own_loop.get();
-  }
-  onesided::PeerLinksOptions links_options;
-  links_options.timeout = options.timeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<onesided::PeerLinks> links,
-                   onesided::PeerLinks::Create(transport, store, ns, *loop, links_options));
+  onesided::ProgressLoopOptions loop_options;
+  loop_options.name = absl::StrCat("all-reduce '", options.name, "' on rank ", transport.rank());
+  loop_options.wait = options.wait;
+  loop_options.liveness_interval = options.liveness_interval;
+  ASSIGN_OR_RETURN(onesided::OwnLinks own,
+                   onesided::MakeOwnLinks(transport, store, ns, options.loop, loop_options,
+                                          options.timeout,
+                                          absl::StrCat("all-reduce '", options.name, "'")));
   RingAllReduceOptions on_links = options;
-  on_links.loop = loop;
+  on_links.loop = &own.links->loop();
   ASSIGN_OR_RETURN(std::unique_ptr<RingAllReduce> ring,
-                   Create(*links, std::move(members), on_links));
-  ring->own_links_ = std::move(links);
-  ring->own_loop_ = std::move(own_loop);
+                   Create(*own.links, std::move(members), on_links));
+  ring->own_ = std::move(own);
   return ring;
 }
 
@@ -174,7 +166,7 @@ RingAllReduce::RingAllReduce(onesided::PeerLinks& links, std::vector<int> member
 
 RingAllReduce::~RingAllReduce() {
   if (loop_ != nullptr) {
-    if (own_loop_ == nullptr) loop_->CheckOnLoopThread(Where() + "'s destructor");
+    if (own_.loop == nullptr) loop_->CheckOnLoopThread(Where() + "'s destructor");
     if (loop_->OnLoopThread()) {
       for (int64_t watch : watches_) links_.Unsubscribe(watch);
     }
@@ -213,8 +205,8 @@ RingAllReduce::~RingAllReduce() {
   alive_.reset();  // completions still held by the transport do nothing
   sender_.reset();
   receiver_.reset();
-  own_links_.reset();
-  own_loop_.reset();
+  own_.links.reset();
+  own_.loop.reset();
 }
 
 template <typename F>

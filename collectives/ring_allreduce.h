@@ -235,8 +235,7 @@ class RingAllReduce {
   onesided::ProgressLoop* loop_ = nullptr;
   std::vector<int64_t> watches_;  // subscriptions to the neighbours' watches
   // Made by the Create() without links (destroyed last, links first).
-  std::unique_ptr<onesided::ProgressLoop> own_loop_;
-  std::unique_ptr<onesided::PeerLinks> own_links_;
+  onesided::OwnLinks own_;
   uint64_t next_seq_ = 0;        // first message of the next call
   uint64_t call_first_ = 0;      // the call under way, for error messages
   uint64_t call_end_ = 0;

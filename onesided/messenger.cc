@@ -192,7 +192,7 @@ Messenger::Messenger(PeerLinks& links, int world, const MessengerOptions& option
 Messenger::~Messenger() {
   closing_ = true;
   if (loop_ != nullptr) {
-    if (own_loop_ == nullptr) loop_->CheckOnLoopThread(Where() + "'s destructor");
+    if (own_.loop == nullptr) loop_->CheckOnLoopThread(Where() + "'s destructor");
     if (loop_->OnLoopThread()) {
       loop_->RemoveHandler(handler_);
       for (auto& peer : peers_) {
@@ -232,10 +232,10 @@ Messenger::~Messenger() {
     inbox_.release();
     outbox_.release();
     control_.release();
-    own_links_.release();
+    own_.links.release();
   }
-  own_links_.reset();
-  own_loop_.reset();
+  own_.links.reset();
+  own_.loop.reset();
 }
 
 std::string Messenger::Where() const {
@@ -251,30 +251,17 @@ absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(
         "messenger '", options.name, "': rank ", rank, " is not its transport's (",
         transport.rank(), ")"));
   }
-  if (options.loop != nullptr && !options.loop->OnLoopThread()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "messenger '", options.name, "': its progress loop belongs to another thread "
-        "(docs/thread_model.md)"));
-  }
-  std::unique_ptr<ProgressLoop> own_loop;
-  ProgressLoop* loop = options.loop;
-  if (loop == nullptr) {
-    ProgressLoopOptions loop_options;
-    loop_options.name = absl::StrCat("rank ", rank);
-    loop_options.wait = options.wait;
-    loop_options.liveness_interval = options.liveness_interval;
-    own_loop = std::make_unique<ProgressLoop>(transport, loop_options);
-    loop = own_loop.get();
-  }
-  PeerLinksOptions links_options;
-  links_options.timeout = options.timeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<PeerLinks> links,
-                   PeerLinks::Create(transport, store, ns, *loop, links_options));
+  ProgressLoopOptions loop_options;
+  loop_options.name = absl::StrCat("rank ", rank);
+  loop_options.wait = options.wait;
+  loop_options.liveness_interval = options.liveness_interval;
+  ASSIGN_OR_RETURN(OwnLinks own,
+                   MakeOwnLinks(transport, store, ns, options.loop, loop_options, options.timeout,
+                                absl::StrCat("messenger '", options.name, "'")));
   MessengerOptions on_links = options;
-  on_links.loop = loop;
-  ASSIGN_OR_RETURN(std::unique_ptr<Messenger> messenger, Create(*links, world, on_links));
-  messenger->own_links_ = std::move(links);
-  messenger->own_loop_ = std::move(own_loop);
+  on_links.loop = &own.links->loop();
+  ASSIGN_OR_RETURN(std::unique_ptr<Messenger> messenger, Create(*own.links, world, on_links));
+  messenger->own_ = std::move(own);
   return messenger;
 }
 

@@ -264,8 +264,7 @@ class Messenger {
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null for this rank
   bool closing_ = false;  // in the destructor: completions only count down
   // Made by the Create() without links (destroyed last, links first).
-  std::unique_ptr<ProgressLoop> own_loop_;
-  std::unique_ptr<PeerLinks> own_links_;
+  OwnLinks own_;
   ProgressLoop* loop_ = nullptr;
   int64_t handler_ = 0;
   OpId next_op_ = 1;

@@ -23,6 +23,27 @@ std::string Key(absl::string_view scope, int rank, absl::string_view what) {
 
 }  // namespace
 
+absl::StatusOr<OwnLinks> MakeOwnLinks(rdma::Transport& transport, rdma::Store& store,
+                                      const std::string& ns, ProgressLoop* loop,
+                                      const ProgressLoopOptions& loop_options,
+                                      absl::Duration timeout, absl::string_view what) {
+  OwnLinks own;
+  if (loop == nullptr) {
+    if (absl::Status valid = loop_options.Validate(); !valid.ok()) {
+      return Annotate(valid, what);
+    }
+    own.loop = std::make_unique<ProgressLoop>(transport, loop_options);
+    loop = own.loop.get();
+  } else if (!loop->OnLoopThread()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": its progress loop belongs to another thread (docs/thread_model.md)"));
+  }
+  PeerLinksOptions options;
+  if (timeout > absl::ZeroDuration()) options.timeout = timeout;
+  ASSIGN_OR_RETURN(own.links, PeerLinks::Create(transport, store, ns, *loop, options));
+  return own;
+}
+
 absl::StatusOr<std::unique_ptr<PeerLinks>> PeerLinks::Create(
     rdma::Transport& transport, rdma::Store& store, std::string ns, ProgressLoop& loop,
     const PeerLinksOptions& options) {

@@ -99,6 +99,27 @@ struct PeerLinksStats {
   int64_t severed = 0;         // peers severed (Sever(), Fence())
 };
 
+class PeerLinks;
+
+// Links (and, when the caller has none, a progress loop) that one protocol
+// owns: what the Create() without links of the Messenger, the ring, the
+// host all-reduce and AllReduceGroup make for a protocol alone on its
+// transport. Destroyed links first, then the loop.
+struct OwnLinks {
+  std::unique_ptr<ProgressLoop> loop;  // null when the caller's is used
+  std::unique_ptr<PeerLinks> links;
+};
+
+// Makes OwnLinks on `loop`, or on a loop of its own with `loop_options`
+// when `loop` is null (then the calling thread owns it). `what` names the
+// protocol in messages. kInvalidArgument for invalid loop options or
+// timeout; kFailedPrecondition for a loop of another thread; the store's
+// error.
+absl::StatusOr<OwnLinks> MakeOwnLinks(rdma::Transport& transport, rdma::Store& store,
+                                      const std::string& ns, ProgressLoop* loop,
+                                      const ProgressLoopOptions& loop_options,
+                                      absl::Duration timeout, absl::string_view what);
+
 // Single-thread (the loop's); not copyable.
 class PeerLinks {
  public:
