@@ -187,7 +187,7 @@ absl::Status DirectCollectives::Reduce(int root, void* data, size_t count,
   }
   RETURN_IF_ERROR(Finish(batch, "reduce"));
   if (bytes == 0) return absl::OkStatus();
-  // In rank order, as a local loop over the ranks' data would.
+  // In member order, as a local loop over the members' data would.
   std::vector<std::byte> mine(static_cast<std::byte*>(data),
                               static_cast<std::byte*>(data) + bytes);
   auto part = [&](int r) -> const void* {
@@ -276,11 +276,19 @@ absl::Status DirectCollectives::ReduceScatter(const std::vector<const void*>& in
                                          batch.Received(peer, bytes)));
   }
   RETURN_IF_ERROR(Finish(batch, "reduce-scatter"));
-  // In rank order, as a local loop over the ranks' inputs would.
-  auto part = [&](int r) -> const void* {
-    return r == me ? inputs[me] : parts[r].get();
-  };
   if (bytes == 0) return absl::OkStatus();
+  // The output may be this member's own input (in place): the first part
+  // written into it would overwrite it before its turn, so it is copied.
+  const auto* own = static_cast<const std::byte*>(inputs[me]);
+  const auto* out = static_cast<const std::byte*>(output);
+  if (me != 0 && own < out + bytes && out < own + bytes) {
+    parts[me] = std::make_unique<std::byte[]>(bytes);
+    std::memcpy(parts[me].get(), own, bytes);
+  }
+  // In member order, as a local loop over the members' inputs would.
+  auto part = [&](int r) -> const void* {
+    return r == me && parts[me] == nullptr ? inputs[me] : parts[r].get();
+  };
   std::memmove(output, part(0), bytes);
   for (int r = 1; r < world; ++r) collectives::Reduce(type, op, output, part(r), count);
   return absl::OkStatus();

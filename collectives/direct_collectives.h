@@ -40,47 +40,52 @@ class DirectCollectives {
  public:
   DirectCollectives(onesided::Messenger& messenger, absl::Duration timeout);
 
+  // Below, "rank" is a member's rank, "per member" and outputs[m] are in
+  // the members' order (by rank, 0..world-1, when the messenger has every
+  // rank), and "in member order" is that order. A root must be a member.
+
   // The root's `bytes` at `data` into every other rank's `data`.
   absl::Status Broadcast(int root, void* data, size_t bytes);
 
-  // op over every rank's `count` elements at `data`, in rank order, into
+  // op over every member's `count` elements at `data`, in member order, into
   // the root's `data` (other ranks' data is left as it was).
   absl::Status Reduce(int root, void* data, size_t count, DataType type,
                       ReduceOp op);
 
-  // Every rank's `bytes` from `input` into outputs[rank] at the root
-  // (`outputs` has one buffer per rank there, and is ignored elsewhere).
+  // Every member's `bytes` from `input` into outputs[m] at the root
+  // (`outputs` has one buffer per member there, and is ignored elsewhere).
   absl::Status Gather(int root, const void* input, size_t bytes,
                       const std::vector<void*>& outputs);
 
-  // The root's inputs[r] into rank r's `output` (`inputs` has one buffer per
-  // rank at the root, and is ignored elsewhere).
+  // The root's inputs[m] into member m's `output` (`inputs` has one buffer
+  // per member at the root, and is ignored elsewhere).
   absl::Status Scatter(int root, const std::vector<const void*>& inputs, void* output,
                        size_t bytes);
 
-  // Every rank's `bytes` from `input` into outputs[rank] on every rank
-  // (outputs has one buffer per rank, this rank's included).
+  // Every member's `bytes` from `input` into outputs[m] on every member
+  // (outputs has one buffer per member, this one's included).
   absl::Status AllGather(const void* input, size_t bytes,
                          const std::vector<void*>& outputs);
 
-  // output = op over ranks r of (rank r's inputs[this rank]), reduced in
-  // rank order so every rank's result is bitwise that of a local loop.
-  // inputs has one buffer of `count` elements per rank.
+  // output = op over members m of (member m's inputs[this member]), reduced
+  // in member order so every member's result is bitwise that of a local
+  // loop. inputs has one buffer of `count` elements per member; `output`
+  // may be this member's own input.
   absl::Status ReduceScatter(const std::vector<const void*>& inputs, void* output,
                              size_t count, DataType type,
                              ReduceOp op);
 
-  // inputs[r] (input_bytes[r] bytes) to rank r, and rank r's part for us
-  // into outputs[r] (output_bytes[r] bytes), this rank's own part copied
-  // (its two sizes must be equal). A part whose size differs from what its
-  // sender sends is kInvalidArgument naming the sender. Every vector has one
-  // entry per rank.
+  // inputs[m] (input_bytes[m] bytes) to member m, and member m's part for
+  // us into outputs[m] (output_bytes[m] bytes), this member's own part
+  // copied (its two sizes must be equal). A part whose size differs from
+  // what its sender sends is kInvalidArgument naming the sender. Every
+  // vector has one entry per member.
   absl::Status AllToAll(const std::vector<const void*>& inputs,
                         const std::vector<size_t>& input_bytes,
                         const std::vector<void*>& outputs,
                         const std::vector<size_t>& output_bytes);
 
-  // Returns once every rank has entered it.
+  // Returns once every member has entered it.
   absl::Status Barrier();
 
   // Every member's bytes (up to capacities[m], its `bytes` here) into
@@ -90,8 +95,8 @@ class DirectCollectives {
                                                  const std::vector<void*>& outputs,
                                                  const std::vector<size_t>& capacities);
 
-  // Every rank's `record`, by rank (an all-gather of small strings). Ranks
-  // compare what they are about to do with it.
+  // Every member's `record`, per member (an all-gather of small strings).
+  // Members compare what they are about to do with it.
   absl::StatusOr<std::vector<std::string>> Exchange(const std::string& record);
 
  private:

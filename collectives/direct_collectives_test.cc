@@ -101,6 +101,13 @@ TEST(DirectCollectivesTest, EveryCollectiveMatchesALocalReference) {
             }
           }
           EXPECT_EQ(out, expected) << ReduceOpName(op);
+          // In place: the output is this rank's own input block.
+          std::vector<std::vector<float>> again = blocks;
+          std::vector<const void*> in_place;
+          for (auto& block : again) in_place.push_back(block.data());
+          RETURN_IF_ERROR(direct.ReduceScatter(in_place, again[rank].data(), kCount,
+                                               DataType::kFloat32, op));
+          EXPECT_EQ(again[rank], expected) << ReduceOpName(op) << " in place";
         }
         // Reduce, gather and scatter to and from every root.
         for (int root = 0; root < kRanks; ++root) {

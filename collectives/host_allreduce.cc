@@ -277,8 +277,18 @@ absl::Status HostAllReduce::Connect() {
         "); use the ring (RingAllReduce)"));
   }
   block_ = control_->data();
-  auto fail = [this](int, const absl::Status& status) {
+  // A failed probe, or a sever by any protocol on the links (which unmaps
+  // the peer's memory): the collective fails, and the peer's mappings are
+  // never touched again (every wait checks failure_ before it reads them;
+  // RingPeers() skips a null control block).
+  auto fail = [this](int rank, const absl::Status& status) {
     if (failure_.ok()) failure_ = status;
+    for (Peer& peer : peers_) {
+      // Severed (not only a failed probe): its mappings are gone.
+      if (peer.rank != rank || links_.PeerStatus(rank).ok()) continue;
+      peer.data = nullptr;
+      peer.control = nullptr;
+    }
   };
   for (Peer& peer : peers_) {
     if (peer.endpoint == nullptr) continue;

@@ -227,8 +227,9 @@ Messenger::~Messenger() {
     leak = true;
   }
   if (leak) {
-    // ... and the regions those operations read and write, and the
-    // endpoints they were posted on.
+    // ... and the regions those operations read and write, and, when the
+    // links are its own, the endpoints they were posted on (shared links
+    // severed those peers in the fence above).
     inbox_.release();
     outbox_.release();
     control_.release();
@@ -497,12 +498,17 @@ void Messenger::Abandon(OpId op, const absl::Status& why) {
         const absl::Status taken =
             message->zero_copy_end > 0 ? TakeBackSendRegion(*peer, *message)
                                        : absl::OkStatus();
-        Fire(message->done, why);
+        SendDone done = std::move(message->done);
+        message->done = nullptr;
         if (!taken.ok()) {
-          // Failed first, so the sever's news finds it failed already.
+          // Its writes (and other messages' zero-copy ones) may still read
+          // the callers' buffers: the link is closed, which cancels them,
+          // before any caller hears that its buffer is free. The sever's
+          // news fails the peer (PeerDied); `message` may be gone then.
+          links_->Sever(peer->rank, taken);
           FailPeer(*peer, taken);
-          links_->Sever(peer->rank, peer->status);
         }
+        Fire(done, why);
         return;
       }
     }
@@ -579,12 +585,12 @@ bool Messenger::Pass() {
       moved = true;
     }
     moved |= peer->sender->claimed() != cut;
-    // An idle link needs no probe: start its interval afresh.
+    // The watch is the links', shared with the other protocols on them: an
+    // idle link here leaves its schedule alone (a ring waiting on the peer
+    // still needs its probes), and only what we heard rearms it (above).
     if (peer->waited_on()) {
       const int rank[] = {peer->rank};
       loop_->ProbeIfDue(rank);
-    } else {
-      links_->Rearm(peer->rank);
     }
   }
   return moved;

@@ -32,9 +32,9 @@ HIDDEN_KINDS = {"proto_library", "config_setting", "_cc_grpc_codegen"}
 MAX_NAMED = 3
 
 
-def query(expression, output):
+def query(expression, output, *flags):
     result = subprocess.run(
-        ["bazel", "query", expression, "--output=" + output],
+        ["bazel", "query", expression, "--output=" + output, *flags],
         cwd=ROOT, check=True, capture_output=True, text=True)
     return result.stdout.splitlines()
 
@@ -57,7 +57,9 @@ def build_table():
         kinds[label] = kind
     testonly = set(query("attr(testonly, 1, kind(rule, //...))", "label"))
     edges = collections.defaultdict(set)
-    for line in query("kind(rule, //...)", "graph"):
+    # Unfactored: one node per label (factoring joins labels with equal
+    # edges into one node, whose name the pattern below would not match).
+    for line in query("kind(rule, //...)", "graph", "--nograph:factored"):
         match = re.match(r'\s*"(//[^"]+)" -> "(//[^"]+)"', line)
         if match:
             edges[match.group(1)].add(match.group(2))

@@ -12,11 +12,6 @@
 namespace rdmaflow::onesided {
 namespace {
 
-// How long Fence() lets operations complete on their own before it severs
-// their peers: they take microseconds on a working link, so a link that has
-// not delivered them by then is hung or gone.
-constexpr absl::Duration kFenceGrace = absl::Milliseconds(250);
-
 std::string Key(absl::string_view scope, int rank, absl::string_view what) {
   return absl::StrCat(scope, "/", rank, "/", what);
 }
@@ -208,7 +203,13 @@ void PeerLinks::Sever(int peer, const absl::Status& why) {
 bool PeerLinks::Fence(absl::Span<const int> peers, absl::FunctionRef<bool()> done,
                       absl::Time deadline, absl::string_view why) {
   if (done()) return true;
-  loop_.Drain(done, std::min(deadline, absl::Now() + kFenceGrace)).IgnoreError();
+  // Half the time for the operations to complete on their own: they take
+  // microseconds on a working link, and the peer's side need not progress
+  // on RDMA or shared memory (over TCP it must, and a peer busy elsewhere
+  // may take a while). A link that has not delivered them by then is hung
+  // or gone, and severing it hurts every protocol on it: so not sooner.
+  const absl::Time now = absl::Now();
+  loop_.Drain(done, deadline > now ? now + (deadline - now) / 2 : now).IgnoreError();
   if (done()) return true;
   for (int peer : peers) {
     Sever(peer, absl::UnavailableError(absl::StrCat(

@@ -24,16 +24,21 @@
 //   <ns>/<scope>/<rank>/<region name>    its region descriptors (proven)
 //
 // Endpoints stay the links'. A protocol that gives up on operations it
-// posted fences them with Fence(): it waits for them a short while, then
-// severs the peers they went to (their endpoints close, which cancels what
-// is still posted, and every protocol subscribed to them hears of it) and
-// waits again. So a protocol never closes an endpoint another one uses while
-// that endpoint works.
+// posted fences them with Fence(): it waits for them half the time it has,
+// then severs the peers they went to (their endpoints close, which cancels
+// what is still posted, and every protocol subscribed to them hears of it)
+// and waits again. So a protocol never closes an endpoint another one uses
+// while that endpoint works. The watch is shared too: Rearm() says "heard
+// from the peer" for every protocol on the links.
 //
-// Thread model: the links belong to their progress loop's thread; every
-// method but the destructor checks it (ProgressLoop::CheckOnLoopThread).
-// The loop, transport and store must outlive the links, and the links every
-// protocol created on them.
+// Thread model: the links belong to their progress loop's thread. Create,
+// Exchange, Lane, Subscribe and Rearm check it (ProgressLoop::
+// CheckOnLoopThread); Sever, Fence, Unsubscribe, PeerStatus and the
+// destructor do not, since protocols call them from their destructors
+// while the loop's owner tears down (like ProgressLoop::Drain). The loop,
+// transport and store must outlive the links, and the links every protocol
+// created on them. Exchange() and a first Lane() wait up to the links'
+// timeout, not a protocol's.
 //
 //   ASSIGN_OR_RETURN(auto links, PeerLinks::Create(transport, store, "job", loop, {}));
 //   ASSIGN_OR_RETURN(auto peers, links->Exchange(
@@ -177,14 +182,15 @@ class PeerLinks {
   // OK, or why `peer` was severed.
   absl::Status PeerStatus(int peer) const;
 
-  // Closes `peer`'s endpoints (what is posted on them is cancelled) and
-  // tells its subscribers `why`. Lane() answers `why` from then on.
+  // Closes `peer`'s endpoints (what is posted on them is cancelled, and
+  // memory mapped through them is unmapped) and tells its subscribers
+  // `why`. Lane() answers `why` from then on.
   void Sever(int peer, const absl::Status& why);
 
   // A protocol's teardown or give-up: drives the loop's completions (Drain)
-  // until `done()` (its operations have completed), for a short grace;
-  // then severs every peer of `peers` and drains again until `deadline`.
-  // Returns true once `done()`.
+  // until `done()` (its operations have completed), for half the time to
+  // `deadline`; then severs every peer of `peers` (kUnavailable naming
+  // `why`) and drains again until `deadline`. Returns true once `done()`.
   bool Fence(absl::Span<const int> peers, absl::FunctionRef<bool()> done,
              absl::Time deadline, absl::string_view why);
 

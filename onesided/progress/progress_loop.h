@@ -106,8 +106,9 @@ class ProgressLoop final : public rdma::ProgressDriver {
   int64_t AddRoundHandler(RoundHandler handler);
   void RemoveHandler(int64_t id);
 
-  // Liveness. Several protocols may watch one peer (each through its own
-  // endpoint); the id returned ends the watch. `endpoint` stays the
+  // Liveness. Several watchers may watch one peer (the protocols on
+  // PeerLinks share one watch per peer: onesided/links); the id returned
+  // ends the watch. `endpoint` stays the
   // watcher's and must stay open until Unwatch(); `on_failure` (null: the
   // loop's Fail()) runs on the loop thread, at most once per probe.
   int64_t WatchPeer(int peer, rdma::Endpoint* endpoint, PeerFailed on_failure);
