@@ -1,6 +1,7 @@
 #include "collectives/direct_collectives.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -279,11 +280,11 @@ absl::Status DirectCollectives::ReduceScatter(const std::vector<const void*>& in
   if (bytes == 0) return absl::OkStatus();
   // The output may be this member's own input (in place): the first part
   // written into it would overwrite it before its turn, so it is copied.
-  const auto* own = static_cast<const std::byte*>(inputs[me]);
-  const auto* out = static_cast<const std::byte*>(output);
+  const auto own = reinterpret_cast<uintptr_t>(inputs[me]);
+  const auto out = reinterpret_cast<uintptr_t>(output);
   if (me != 0 && own < out + bytes && out < own + bytes) {
     parts[me] = std::make_unique<std::byte[]>(bytes);
-    std::memcpy(parts[me].get(), own, bytes);
+    std::memcpy(parts[me].get(), inputs[me], bytes);
   }
   // In member order, as a local loop over the members' inputs would.
   auto part = [&](int r) -> const void* {

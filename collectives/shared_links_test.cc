@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "collectives/ring_allreduce.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"

@@ -495,16 +495,20 @@ void Messenger::Abandon(OpId op, const absl::Status& why) {
         message->abandoned = true;
         message->data = nullptr;
         ++stats_.abandoned;
-        const absl::Status taken =
-            message->zero_copy_end > 0 ? TakeBackSendRegion(*peer, *message)
-                                       : absl::OkStatus();
+        // Taken out first: taking the send region back progresses the
+        // transport, whose completions may fail the peer (a probe), and
+        // FailPeer() then destroys `message`. It is not touched after.
         SendDone done = std::move(message->done);
         message->done = nullptr;
+        const uint64_t first = message->zero_copy_first;
+        const uint64_t end = message->zero_copy_end;
+        const absl::Status taken =
+            end > 0 ? TakeBackSendRegion(*peer, first, end) : absl::OkStatus();
         if (!taken.ok()) {
           // Its writes (and other messages' zero-copy ones) may still read
           // the callers' buffers: the link is closed, which cancels them,
           // before any caller hears that its buffer is free. The sever's
-          // news fails the peer (PeerDied); `message` may be gone then.
+          // news fails the peer (PeerDied) if nothing had.
           links_->Sever(peer->rank, taken);
           FailPeer(*peer, taken);
         }
@@ -529,12 +533,12 @@ void Messenger::Abandon(OpId op, const absl::Status& why) {
   }
 }
 
-absl::Status Messenger::TakeBackSendRegion(Peer& peer, const Outgoing& message) {
+absl::Status Messenger::TakeBackSendRegion(Peer& peer, uint64_t first, uint64_t end) {
   // Pieces still queued are written from their staging slot instead (free
   // until the piece is released), with the bytes copied there now.
   const size_t slots_at = block_bytes() * peer.rank + flags_bytes();
   peer.sender->RestageQueued(
-      message.zero_copy_first, message.zero_copy_end,
+      first, end,
       [&](uint64_t seq, rdma::LocalSlice& src) {
         if (src.region == outbox_.get() || src.length == 0) return;  // a header
         const size_t payload = slots_at + peer.sender->slot(seq) * slot_stride() + kHeaderBytes;
@@ -545,8 +549,10 @@ absl::Status Messenger::TakeBackSendRegion(Peer& peer, const Outgoing& message) 
   // Pieces posted are read by the transport until their flush completes
   // (or, on a failed link, until nothing posted is outstanding).
   const absl::Time deadline = absl::Now() + options_.liveness_interval;
-  while (peer.sender->written() < message.zero_copy_end &&
-         peer.sender->outstanding() > 0) {
+  while (peer.sender->written() < end && peer.sender->outstanding() > 0) {
+    // A completion may have failed the peer meanwhile (a probe): its
+    // writes are then cancelled by the caller's sever.
+    if (!peer.status.ok()) return peer.status;
     if (absl::Now() >= deadline) {
       return absl::UnavailableError(absl::StrCat(
           "the writes of an abandoned send did not complete within ",

@@ -245,7 +245,8 @@ class Messenger {
   // region: once it returns OK, no write of `message` reads that region
   // again; an error when the posted ones did not complete in time (the
   // caller fails the peer and severs it, which cancels them).
-  absl::Status TakeBackSendRegion(Peer& peer, const Outgoing& message);
+  // [first, end): the message's pieces written from a send region.
+  absl::Status TakeBackSendRegion(Peer& peer, uint64_t first, uint64_t end);
 
   PeerLinks* links_;
   rdma::Transport& transport_;

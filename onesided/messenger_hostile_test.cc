@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/rendezvous.h"
+#include "rdma/testing/faulty_transport.h"
 #include "rdma/testing/racing_writer.h"
 #include "rdma/testing/raw_peer.h"
 #include "onesided/internal/piece_header.h"
@@ -387,6 +388,87 @@ TEST(MessengerAbandonTest, AbandonedOperationsNeverTouchTheCallersBuffers) {
         RETURN_IF_ERROR(messenger->Send(0, 5, next.data(), kBytes,
                                         [&](absl::Status s) { done += s.ok(); }));
         return Drive(*messenger, [&] { return done == 1 && messenger->idle(); });
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+// A zero-copy send abandoned while its writes hang, and a liveness probe of
+// its peer fails while Abandon() waits for them: the probe's news fails the
+// peer (which drops every message to it, the abandoned one included) in the
+// middle of Abandon(). Abandon() must not touch the message after that, must
+// sever the peer (cancelling the hung writes) before the caller hears, and
+// the caller hears once, with its own reason. (ASan runs this suite.)
+TEST(MessengerAbandonTest, APeerThatFailsWhileAnAbandonWaitsIsSeveredFirst) {
+  constexpr size_t kBytes = 4096;
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        const std::string ns = absl::StrCat(kNs, "/abandon_probe");
+        MessengerOptions options;
+        options.slot_bytes = 1024;
+        options.slots = 4;
+        if (rank == 1) {
+          ASSIGN_OR_RETURN(auto messenger,
+                           Messenger::Create(transport, store, ns, 1, 2, options));
+          RETURN_IF_ERROR(rdma::Barrier(store, ns, "ready", 2, absl::Seconds(60)));
+          return rdma::Barrier(store, ns, "checked", 2, absl::Seconds(60));
+        }
+        rdma::testing::FaultyTransport faulty(transport);
+        // Writes to rank 1, and the first 4 flushes (the 4 pieces' own),
+        // complete only after a million progress calls; every later flush
+        // to it (the probes) fails.
+        rdma::testing::FaultyTransport::Fault hang;
+        hang.op = rdma::testing::FaultyTransport::Op::kWrite;
+        hang.peer = 1;
+        hang.count = -1;
+        hang.action = rdma::testing::FaultyTransport::Action::kDelay;
+        hang.delay_progress = 1000000;
+        faulty.AddFault(hang);
+        hang.op = rdma::testing::FaultyTransport::Op::kFlush;
+        hang.count = 4;
+        faulty.AddFault(hang);
+        rdma::testing::FaultyTransport::Fault dead;
+        dead.op = rdma::testing::FaultyTransport::Op::kFlush;
+        dead.peer = 1;
+        dead.count = -1;
+        dead.status = absl::UnavailableError("rank 1 is gone (injected)");
+        faulty.AddFault(dead);
+        ProgressLoopOptions loop_options;
+        loop_options.liveness_interval = absl::Milliseconds(1);
+        ProgressLoop loop(faulty, loop_options);
+        ASSIGN_OR_RETURN(auto links, PeerLinks::Create(faulty, store, ns, loop, {}));
+        options.loop = &loop;
+        options.liveness_interval = absl::Seconds(5);  // Abandon()'s wait for the writes
+        ASSIGN_OR_RETURN(auto messenger, Messenger::Create(*links, 2, options));
+        RETURN_IF_ERROR(rdma::Barrier(store, ns, "ready", 2, absl::Seconds(60)));
+        ASSIGN_OR_RETURN(rdma::MemoryRegion region, faulty.Allocate(kBytes));
+        messenger->AddSendRegion(&region);
+        std::memset(region.data(), 7, kBytes);
+        int fired = 0;
+        absl::Status heard;
+        ASSIGN_OR_RETURN(Messenger::OpId op,
+                         messenger->Send(1, 3, region.data(), kBytes, [&](absl::Status s) {
+                           ++fired;
+                           heard = s;
+                         }));
+        // Rounds until a probe of rank 1 is posted: its failure comes with
+        // the next progress call, which Abandon() makes.
+        const absl::Time deadline = absl::Now() + absl::Seconds(30);
+        while (loop.probes_posted() == 0 && absl::Now() < deadline) {
+          RETURN_IF_ERROR(messenger->Progress());
+        }
+        EXPECT_GT(loop.probes_posted(), 0) << "no probe was posted";
+        EXPECT_OK(messenger->PeerStatus(1));
+        messenger->Abandon(op, absl::CancelledError("the test gives up"));
+        EXPECT_EQ(fired, 1);
+        EXPECT_THAT(heard, StatusIs(absl::StatusCode::kCancelled));
+        // The probe's failure, heard during Abandon(), not its own timeout.
+        EXPECT_THAT(links->PeerStatus(1),
+                    StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected")));
+        EXPECT_THAT(messenger->PeerStatus(1),
+                    StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected")));
+        messenger.reset();
+        links.reset();
+        return rdma::Barrier(store, ns, "checked", 2, absl::Seconds(60));
       });
   for (const absl::Status& status : results) EXPECT_OK(status);
 }
