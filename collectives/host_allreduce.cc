@@ -25,10 +25,6 @@ namespace {
 
 namespace layout = host_allreduce_layout;
 
-std::string Key(const std::string& name, int rank, const char* what) {
-  return absl::StrCat("host/", name, "/", rank, "/", what);
-}
-
 uint64_t Load(const std::byte* word) {
   return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
 }
@@ -259,12 +255,12 @@ absl::Status HostAllReduce::Connect() {
   // Every member says whether it mapped all its peers, and each reads every
   // answer, so they all reach the same verdict.
   rdma::Store& store = links_.store();
-  RETURN_IF_ERROR(store.Set(absl::StrCat(links_.ns(), "/", Key(options_.name, rank, "mapped")),
+  const std::string scope = absl::StrCat("host/", options_.name);
+  RETURN_IF_ERROR(store.Set(links_.StoreKey(scope, rank, "mapped"),
                              refusal.empty() ? std::string("ok") : refusal));
   for (int p = 0; p < size(); ++p) {
     if (p == position_) continue;
-    const std::string key =
-        absl::StrCat(links_.ns(), "/", Key(options_.name, members_[p], "mapped"));
+    const std::string key = links_.StoreKey(scope, members_[p], "mapped");
     ASSIGN_OR_RETURN(std::string answer, store.Get(key, options_.timeout));
     if (answer != "ok" && refusal.empty()) refusal = std::move(answer);
   }

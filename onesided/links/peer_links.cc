@@ -82,6 +82,11 @@ PeerLinks::~PeerLinks() {
   }
 }
 
+std::string PeerLinks::StoreKey(absl::string_view scope, int rank,
+                                absl::string_view what) const {
+  return absl::StrCat(ns_, "/", Key(scope, rank, what));
+}
+
 void PeerLinks::CheckThread(const char* method) const {
   loop_.CheckOnLoopThread(absl::StrCat("PeerLinks::", method));
 }
@@ -92,7 +97,7 @@ absl::StatusOr<std::vector<PeerRegions>> PeerLinks::Exchange(const RegionSet& ou
   CheckThread("Exchange");
   const int rank = transport_.rank();
   RETURN_IF_ERROR(
-      store_.Set(absl::StrCat(ns_, "/", Key(ours.scope, rank, "layout")), ours.layout));
+      store_.Set(StoreKey(ours.scope, rank, "layout"), ours.layout));
   for (const auto& [name, region] : ours.regions) {
     RETURN_IF_ERROR(
         rdma::PublishRegion(store_, ns_, Key(ours.scope, rank, name), region->descriptor()));

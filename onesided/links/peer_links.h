@@ -152,6 +152,10 @@ class PeerLinks {
   int rank() const { return transport_.rank(); }
   const PeerLinksOptions& options() const { return options_; }
   const PeerLinksStats& stats() const { return stats_; }
+  // The store key of a protocol's record: <ns>/<scope>/<rank>/<what>, as
+  // Exchange() writes its layout and regions (for a protocol's own further
+  // records, e.g. the host all-reduce's verdict).
+  std::string StoreKey(absl::string_view scope, int rank, absl::string_view what) const;
 
   // Publishes `ours` (layout first, then each region), then, for each of
   // `peers` (this rank and repeats skipped), waits for its layout of the
