@@ -85,7 +85,7 @@ ABSL_FLAG(int32_t, load, 0,
 ABSL_FLAG(std::string, device, "",
           "Also measure the all-reduce on device memory (impl rdmaflow-device): cuda, or "
           "fake (host shared memory standing in for a device). Empty: host memory only.");
-ABSL_FLAG(int64_t, device_chunk_bytes, 16 << 20,
+ABSL_FLAG(int64_t, device_chunk_bytes, int64_t{64} << 20,
           "rdmaflow-device: bytes a rank reduces between two published words.");
 ABSL_FLAG(int64_t, device_one_shot_max_bytes, 256 << 10,
           "rdmaflow-device: largest call taking the one-shot path.");

@@ -45,7 +45,7 @@ struct DeviceAllReduceBenchOptions {
   int64_t capacity_bytes = 0;
   int64_t one_shot_max_bytes = 256 << 10;
   // A fence per chunk (collectives/host_allreduce.h): large on a device.
-  int64_t chunk_bytes = 16 << 20;
+  int64_t chunk_bytes = int64_t{64} << 20;
   absl::Duration timeout = absl::Seconds(120);
   // The ring on host copies (impl rdmaflow-device-ring) instead of the
   // same-host paths.

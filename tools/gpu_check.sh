@@ -106,7 +106,17 @@ run() {
     .gpu/bin/device_ipc_bench --algorithm=$algorithm --json "$out/device_ipc_$algorithm.json" 2>&1 |
       tee "$out/device_ipc_$algorithm.log" || rows+=("device_ipc_bench $algorithm FAILED")
   done
-  # Under MPS the two processes' kernels run side by side rather than in turns.
+  if [ -n "$torch_lib" ]; then
+    echo "== transport_pingpong --memory=device"
+    timeout 300 .gpu/bin/transport_pingpong \
+      --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
+      --json "$out/pingpong_device.json" 2>&1 | tee "$out/pingpong_device.log" ||
+      rows+=("transport_pingpong --memory=device FAILED")
+  fi
+  # Under MPS the two processes' kernels and copies run side by side rather
+  # than in turns (a switch between them costs about 150 us): what two
+  # processes on two GPUs see. The split all-reduce, the write ping-pong
+  # and the device all-reduce again.
   if command -v nvidia-cuda-mps-control >/dev/null; then
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
@@ -114,16 +124,23 @@ run() {
       echo "== device_ipc_bench --algorithm=split under MPS"
       .gpu/bin/device_ipc_bench --algorithm=split --json "$out/device_ipc_mps.json" 2>&1 |
         tee "$out/device_ipc_mps.log" || rows+=("device_ipc_bench under MPS FAILED")
+      if [ -n "$torch_lib" ]; then
+        echo "== transport_pingpong --memory=device under MPS"
+        timeout 300 .gpu/bin/transport_pingpong \
+          --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
+          --json "$out/pingpong_device_mps.json" 2>&1 | tee "$out/pingpong_device_mps.log" ||
+          rows+=("transport_pingpong --memory=device under MPS FAILED")
+        echo "== allreduce_bench --device=cuda under MPS"
+        timeout 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
+          --impls=rdmaflow --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) --max_iters=100 \
+          --byte_budget=$((8 << 30)) --json "$out/allreduce_device_mps.json" 2>&1 |
+          tee "$out/allreduce_device_mps.log" || rows+=("allreduce_bench under MPS FAILED")
+      fi
       echo quit | nvidia-cuda-mps-control
     fi
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   fi
   if [ -n "$torch_lib" ]; then
-    echo "== transport_pingpong --memory=device"
-    timeout 300 .gpu/bin/transport_pingpong \
-      --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
-      --json "$out/pingpong_device.json" 2>&1 | tee "$out/pingpong_device.log" ||
-      rows+=("transport_pingpong --memory=device FAILED")
     echo "== transport_pingpong --memory=device --device_path=staged"
     timeout 300 .gpu/bin/transport_pingpong \
       --params=tls=shm --memory=device --device=cuda --device_path=staged \
