@@ -689,13 +689,17 @@ void DeviceTransport::Unmap(PendingQueue& queue) {
 }
 
 bool DeviceTransport::WaitForActivity(absl::Duration timeout) {
-  // No event announces a finished copy: look again soon while one runs.
   const bool copying =
       std::any_of(queues_.begin(), queues_.end(),
                   [](const auto& queue) { return !queue->ops.empty(); }) ||
       std::any_of(links_.begin(), links_.end(),
                   [](const auto& entry) { return entry.second->busy(); });
-  return host_->WaitForActivity(copying ? std::min(timeout, absl::Microseconds(50)) : timeout);
+  const bool staged_peer = std::any_of(links_.begin(), links_.end(),
+                                       [](const auto& entry) { return entry.second->error().ok(); });
+  const absl::Duration look = copying       ? kCopyLook
+                              : staged_peer ? kStagedPeerLook
+                                            : absl::InfiniteDuration();
+  return host_->WaitForActivity(std::min(timeout, look));
 }
 
 absl::StatusOr<MemoryRegion> DeviceTransport::AllocateDevice(size_t bytes) {

@@ -50,6 +50,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "device/device_runtime.h"
 #include "rdma/device/device_key.h"
 #include "rdma/device/staging.h"
@@ -121,7 +122,14 @@ class DeviceTransport final : public Transport {
   absl::StatusOr<std::unique_ptr<Endpoint>> Connect(const PeerInfo& peer) override;
   absl::StatusOr<int> Progress() override;
   std::optional<Notification> PollNotification() override { return host_->PollNotification(); }
+  // No event announces a finished device copy, nor a staged peer's chunk
+  // or read request (a silent write into our link): while a copy runs, or
+  // a staged peer is linked, the host transport is asked to wait at most
+  // kCopyLook or kStagedPeerLook, so a target serving staged reads answers
+  // within about that much even when it sleeps here.
   bool WaitForActivity(absl::Duration timeout) override;
+  static constexpr absl::Duration kCopyLook = absl::Microseconds(50);
+  static constexpr absl::Duration kStagedPeerLook = absl::Microseconds(100);
 
   // For DeviceEndpoint: the peer's allocation named by `key`, mapped here
   // (opened at the first use; closed once no endpoint that used it is left,

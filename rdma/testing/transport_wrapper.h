@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "rdma/endpoint.h"
 #include "rdma/transport.h"
@@ -47,6 +48,9 @@ class TransportWrapper : public Transport {
   absl::StatusOr<int> Progress() override { return inner_.Progress(); }
   std::optional<Notification> PollNotification() override {
     return inner_.PollNotification();
+  }
+  bool WaitForActivity(absl::Duration timeout) override {
+    return inner_.WaitForActivity(timeout);
   }
 
  protected:
