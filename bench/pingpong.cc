@@ -71,6 +71,7 @@ struct Link {
   const rdma::MemoryRegion& source;  // What this rank sends/reads into.
   rdma::RemoteRegion remote;         // The peer's buffer.
   absl::Time deadline;
+  bool reads_need_target = false;  // PingPongOptions::reads_need_target
   int in_flight = 0;
   uint32_t progress_calls = 0;
   absl::Status first_error;
@@ -128,9 +129,10 @@ struct Link {
   // (waking early where the transport has events) and leaves the cores to
   // the reader and the adapter (on Soft-RoCE, the kernel doing the
   // adapter's work). Elsewhere (UCX over TCP emulates reads with the
-  // target's progress) it spins.
+  // target's progress; the staged path of device memory answers them) it
+  // spins.
   absl::Status WaitNotificationIdle() {
-    if (!transport.capabilities().one_sided_allocate) {
+    if (reads_need_target || !transport.capabilities().one_sided_allocate) {
       return WaitNotification();
     }
     while (true) {
@@ -343,7 +345,7 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
   }
 
   Link link{transport, *endpoint, source, remote,
-            absl::Now() + options.timeout};
+            absl::Now() + options.timeout, options.reads_need_target};
   std::vector<PingPongRow> rows;
   constexpr int kRounds = 4;
   for (size_t bytes : Sizes(options)) {

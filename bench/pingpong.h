@@ -46,6 +46,10 @@ struct PingPongOptions {
   // The copy each size is compared with (MB/s, the `memcpy` column), for
   // `bytes` and `iterations`; empty: MeasureMemcpy.
   std::function<absl::StatusOr<double>(size_t bytes, int iterations)> reference;
+  // Reads of that memory need the target's CPU (the device transport's
+  // staged path: the target answers each read): the target spins rather
+  // than sleeping between looks, as with UCX over TCP.
+  bool reads_need_target = false;
 };
 
 // One row of results (rank 0 only): one size and operation; the fields are

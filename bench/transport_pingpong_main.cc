@@ -242,6 +242,7 @@ int RunRank(int rank, rdma::Store& store) {
     }
     device_memory = std::move(*made);
     device_memory->Apply(options);
+    options.reads_need_target = absl::GetFlag(FLAGS_device_path) == "staged";
     moving = &device_memory->transport();
   }
   if (rank == 0) {

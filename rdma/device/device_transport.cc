@@ -26,6 +26,12 @@ constexpr size_t kDoorbellBytes = 8;
 constexpr size_t kMaxPending = 1024;
 // How long the destructor waits for copies still running.
 constexpr absl::Duration kDrainTimeout = absl::Seconds(10);
+// A staged chunk moves one phase a completion (its data written, flushed,
+// its header written), and on shared memory each completes at the next
+// host progress: one Progress() goes round this many times at most while
+// completions fire, rather than leaving each phase to a later call (a
+// sleep apart, where the caller waits in WaitForActivity).
+constexpr int kStagedRounds = 4;
 
 // What a device region's registration owns: the allocation, for
 // AllocateDevice; nothing for a caller's memory. Its range is one staged
@@ -650,14 +656,22 @@ PendingQueue* DeviceTransport::NewQueue(int peer_rank) {
 
 absl::StatusOr<int> DeviceTransport::Progress() {
   ASSIGN_OR_RETURN(int fired, host_->Progress());
-  // Each link once: its error stays in it, and the staged operations of
-  // every endpoint to that peer fail with it.
-  for (auto& [peer, link] : links_) {
-    if (link->error().ok()) {
-      link->Advance(*stream_).IgnoreError();
-    } else {
-      link->Quiesce();  // only its device copies end
+  for (int round = 0; round < kStagedRounds; ++round) {
+    // Each link: its error stays in it, and the staged operations of every
+    // endpoint to that peer fail with it.
+    bool busy = false;
+    for (auto& [peer, link] : links_) {
+      if (link->error().ok()) {
+        link->Advance(*stream_).IgnoreError();
+        busy = busy || link->busy();
+      } else {
+        link->Quiesce();  // only its device copies end
+      }
     }
+    if (!busy || round + 1 == kStagedRounds) break;
+    ASSIGN_OR_RETURN(const int more, host_->Progress());
+    if (more == 0) break;
+    fired += more;
   }
   for (auto& link : retired_links_) link->Quiesce();
   for (auto it = queues_.begin(); it != queues_.end();) {
