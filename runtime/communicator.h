@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "rdma/memory_region.h"
 #include "runtime/counters.h"
 
 namespace rdmaflow::runtime {
@@ -115,6 +116,18 @@ class Communicator {
 
   // Waits for this step's tensor of transfer `id`.
   virtual absl::StatusOr<ReceivedTensor> Recv(int id) = 0;
+
+  // Memory, registered with the communicator's transport, that tensors
+  // handed to Send() may lie in: the zero-copy communicator ("rdma")
+  // writes a tensor lying wholly inside it in place, without staging; the
+  // others copy every tensor and ignore it. Must outlive the communicator.
+  virtual void AddSendArena(const rdma::MemoryRegion* region) {}
+
+  // Waits (progressing) until no transfer reads the bytes of a tensor
+  // handed to Send() so far: every keepalive was dropped, and the caller
+  // may write the memory again. Errors: kDeadlineExceeded after the
+  // communicator's timeout, naming what still sends; a failed transfer's.
+  virtual absl::Status WaitSendsDone() = 0;
 
   // Makes progress without waiting, then says whether Recv(id) would return
   // at once (the next tensor of `id` has arrived). For servers that take

@@ -191,6 +191,19 @@ void Executor::AddSendArena(const rdma::MemoryRegion* region) {
   send_arenas_.push_back(region);
 }
 
+absl::Status Executor::WaitSendsDone() {
+  RETURN_IF_ERROR(CheckUsable());
+  return engine_.WaitUntil([&] { return in_place_sends_ == 0; }, -1, [&] {
+    std::string blocker;
+    if (!deferred_.empty()) {
+      blocker = absl::StrCat(" (", BlockerOf(*deferred_.front(), deferred_.front()->pending->seq),
+                             ")");
+    }
+    return absl::StrCat(in_place_sends_, " writes from the caller's memory still running",
+                        blocker);
+  });
+}
+
 std::vector<std::string> Executor::promoted() const { return promoted_; }
 
 absl::Status Executor::CheckUsable() const {
@@ -392,6 +405,7 @@ absl::Status Executor::SendStatic(internal::SendSlot& slot,
                keep](absl::Status status) {
     engine_.Completed();
     if (staged) s->staging_busy[stage] = false;
+    if (!staged) --in_place_sends_;
     if (!status.ok()) {
       engine_.Fail(Annotate(status, absl::StrCat("writing step ", step, " of ",
                                          s->info.Describe())));
@@ -403,9 +417,11 @@ absl::Status Executor::SendStatic(internal::SendSlot& slot,
       seq, src, dst,
       internal::EncodeNotification(slot.info.slot_index, stage),
       std::move(done)};
+  if (!staged) ++in_place_sends_;
   absl::Status posted = PostOrDefer(slot, std::move(write));
   if (!posted.ok()) {
     if (staged) slot.staging_busy[stage] = false;
+    if (!staged) --in_place_sends_;  // not accepted: `done` will not run
     return Annotate(posted, absl::StrCat("sending ", slot.info.Describe()));
   }
   ++slot.next_seq;

@@ -84,7 +84,10 @@ class Executor final : public Communicator {
   // Registered memory (from `transport`) that Send may transfer from in
   // place: a tensor lying wholly inside it is written without staging. Must
   // outlive the executor. Used by runtime/torch's registered allocator.
-  void AddSendArena(const rdma::MemoryRegion* region);
+  void AddSendArena(const rdma::MemoryRegion* region) override;
+  // Waits for the writes that read a caller's memory in place (and the
+  // writes deferred behind held memory).
+  absl::Status WaitSendsDone() override;
 
   // The plan being executed: the one given, or its re-planned successor.
   const plan::TransferPlan& plan() const { return rank_plan_.plan(); }
@@ -184,6 +187,9 @@ class Executor final : public Communicator {
   std::vector<const rdma::MemoryRegion*> send_arenas_;
   std::shared_ptr<std::atomic<int>> dirty_;
   std::vector<internal::SendSlot*> deferred_;
+  // Static writes from a caller's memory, posted or deferred, not yet
+  // complete (WaitSendsDone).
+  int64_t in_place_sends_ = 0;
   int64_t step_ = 0;
   bool shut_down_ = false;
   absl::Status shutdown_status_;

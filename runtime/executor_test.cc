@@ -166,6 +166,49 @@ TEST(ExecutorTest, StaticTensorsAreViewsOfTheSlotAndArenaSendsAreNotCopied) {
   EXPECT_EQ(counters[0].bytes_sent, 4 * static_cast<int64_t>(bytes));
 }
 
+// A tensor of a send arena is read in place until its write completes: its
+// keepalive lives until then, and WaitSendsDone returns only once it went,
+// so the caller may write the arena again (the next step's bytes over it).
+TEST(ExecutorTest, WaitSendsDoneReturnsOnceNoWriteReadsTheCallersMemory) {
+  const plan::TransferPlan plan = OneTensorPlan({64, 256});
+  const int id = plan.link(0).slot(0).id();
+  const uint64_t bytes = 64 * 256 * 4;
+  ExpectAllOk(rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport,
+             rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto executor,
+                         Executor::Create(plan, transport, store, NoTracing()));
+        ASSIGN_OR_RETURN(rdma::MemoryRegion arena, transport.Allocate(bytes));
+        executor->AddSendArena(&arena);
+        for (int step = 0; step < 3; ++step) {
+          if (rank == 0) {
+            FillPattern(9, id, step, arena.data(), bytes);
+            auto held = std::make_shared<int>(step);
+            std::weak_ptr<int> watched = held;
+            RETURN_IF_ERROR(
+                executor->Send(id, {arena.data(), bytes, {64, 256}, std::move(held)}));
+            RETURN_IF_ERROR(executor->WaitSendsDone());
+            if (!watched.expired()) {
+              return absl::InternalError(absl::StrCat(
+                  "WaitSendsDone returned at step ", step,
+                  " while the write still held its tensor"));
+            }
+          } else {
+            ASSIGN_OR_RETURN(ReceivedTensor t, executor->Recv(id));
+            if (FindMismatch(9, id, step, t.data(), t.bytes()) >= 0) {
+              return absl::DataLossError(absl::StrCat(
+                  "step ", step, " arrived corrupt: the arena rewritten under its write?"));
+            }
+          }
+          RETURN_IF_ERROR(executor->FinishStep());
+        }
+        if (rank == 0 && executor->counters().copies != 0) {
+          return absl::InternalError("the arena's tensors were staged, not written in place");
+        }
+        return executor->Shutdown();
+      }));
+}
+
 TEST(ExecutorTest, WritesAChromeTraceOfEveryTransfer) {
   const plan::TransferPlan plan = OneTensorPlan({256});
   std::vector<size_t> events(2);

@@ -11,7 +11,6 @@
 #include "graph_analyzer/placement.h"
 #include "graph_analyzer/planner.h"
 #include "runtime/communicator_factory.h"
-#include "runtime/executor.h"
 #include "compression/codec.h"
 #include "runtime/rank_plan.h"
 #include "strategies/ps/ps_graph.h"

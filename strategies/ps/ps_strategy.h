@@ -171,7 +171,6 @@ class PsStrategy final : public Strategy {
   std::unique_ptr<rdma::MemoryRegion> clock_scratch_;
   std::vector<std::unique_ptr<onesided::VersionedReader>> param_readers_;
   std::vector<std::unique_ptr<onesided::VersionedReader>> clock_readers_;
-  std::weak_ptr<const void> pushes_in_flight_;
   int64_t pulled_bytes_ = 0;  // parameters read from the servers
 };
 

@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "runtime/executor.h"
 #include "strategies/ps/ps_strategy.h"
 
 namespace rdmaflow::strategies::ps {
@@ -62,10 +61,9 @@ absl::Status PsStrategy::StartWorker() {
     std::memset(encoded.data(), 0, encoded.size());
     message_region_ = std::make_unique<rdma::MemoryRegion>(std::move(encoded));
   }
-  if (auto* executor = dynamic_cast<runtime::Executor*>(communicator_.get())) {
-    executor->AddSendArena(grad_region_.get());
-    if (message_region_ != nullptr) executor->AddSendArena(message_region_.get());
-  }
+  // Pushes leave from these regions in place where the communicator can.
+  communicator_->AddSendArena(grad_region_.get());
+  if (message_region_ != nullptr) communicator_->AddSendArena(message_region_.get());
   if (!ps_.pull_by_read) return absl::OkStatus();
   const absl::Duration timeout = options().communicator_options.timeout;
   for (int s = 0; s < servers; ++s) {
@@ -187,32 +185,19 @@ absl::Status PsStrategy::ReceiveParameters() {
 }
 
 absl::Status PsStrategy::WaitForPushes() {
-  const absl::Time deadline = absl::Now() + options().communicator_options.timeout;
-  while (!pushes_in_flight_.expired()) {
-    // Either call drives the transport, which completes the writes.
-    if (ps_.pull_by_read) {
-      RETURN_IF_ERROR(clock_readers_[0]->LatestVersion().status());
-    } else {
-      RETURN_IF_ERROR(communicator_->Ready(params_ids_[0]).status());
-    }
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          Where(), ": the gradients of clock ", clock() - 1,
-          " are still being written after ",
-          absl::FormatDuration(options().communicator_options.timeout)));
-    }
-  }
-  return absl::OkStatus();
+  absl::Status done = communicator_->WaitSendsDone();
+  if (done.ok()) return done;
+  return absl::Status(done.code(), absl::StrCat(Where(), ": the gradients of clock ", clock() - 1,
+                                                " are still being written: ", done.message()));
 }
 
 absl::Status PsStrategy::PushGradients() {
-  auto token = std::make_shared<int>(0);
   const std::vector<int64_t> push = PushElements();
   for (int s = 0; s < ps_.servers; ++s) {
     const size_t bytes = push[s] * sizeof(float);
     if (codecs_.empty()) {
       RETURN_IF_ERROR(communicator_->Send(
-          grad_ids_[s], {grad_region_->data() + shard_offset_[s], bytes, {push[s]}, token}));
+          grad_ids_[s], {grad_region_->data() + shard_offset_[s], bytes, {push[s]}, nullptr}));
       continue;
     }
     // The shard's gradient through its codec, into the push's slot-sized
@@ -231,10 +216,9 @@ absl::Status PsStrategy::PushGradients() {
     // The whole slot crosses (a shorter message leaves padding).
     codec_stats_.wire_bytes += static_cast<int64_t>(bytes);
     codec_stats_.dense_bytes += shards_[s].elements * static_cast<int64_t>(sizeof(float));
-    RETURN_IF_ERROR(communicator_->Send(grad_ids_[s], {message, bytes, {push[s]}, token}));
+    RETURN_IF_ERROR(communicator_->Send(grad_ids_[s], {message, bytes, {push[s]}, nullptr}));
   }
   if (!codecs_.empty()) ++codec_stats_.calls;
-  pushes_in_flight_ = token;
   return absl::OkStatus();
 }
 
