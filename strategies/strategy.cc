@@ -54,7 +54,15 @@ absl::StatusOr<graph::GraphDef> Strategy::Prepare(const StrategyContext& context
   loop_ = std::make_unique<onesided::ProgressLoop>(*context.transport, loop);
   context_ = context;
   absl::StatusOr<graph::GraphDef> graph = DoPrepare(std::move(parameters));
-  if (graph.ok()) phase_ = Phase::kPrepared;
+  if (!graph.ok()) return graph;
+  absl::StatusOr<plan::TransferPlan> planned = graph::PlanGraph(*graph, planner_options());
+  if (!planned.ok()) {
+    return absl::Status(planned.status().code(),
+                        absl::StrCat(Who(), ": planning the exchange it declared: ",
+                                     planned.status().message()));
+  }
+  plan_ = *std::move(planned);
+  phase_ = Phase::kPrepared;
   return graph;
 }
 

@@ -39,6 +39,8 @@
 #include "absl/time/time.h"
 #include "compression/compressed_allreduce.h"
 #include "graph_analyzer/graph.pb.h"
+#include "graph_analyzer/plan.pb.h"
+#include "graph_analyzer/planner.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
@@ -187,7 +189,12 @@ class Strategy {
   // requirement.
   absl::StatusOr<graph::GraphDef> Prepare(const StrategyContext& context,
                                           std::vector<Parameter> parameters);
-  // Plans the prepared graph and connects. Collective.
+  // After a successful Prepare(): the analyzer's plan of the graph it
+  // declared, made with the strategy's own planner options. The one plan
+  // the strategy's communicator runs (ps, layer_separated) and what a
+  // trainer reports (registered bytes, transfers).
+  const plan::TransferPlan& plan() const { return plan_; }
+  // Connects. Collective.
   absl::Status Start();
   // One iteration of this rank's role. kInvalidArgument without a
   // ComputeFn on a rank that needs one; kFailedPrecondition out of order
@@ -214,6 +221,8 @@ class Strategy {
   // after it failed) and only in order; the contracts are the public
   // calls'. The context is set (and checked) before DoPrepare runs.
   virtual absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) = 0;
+  // How Prepare() plans the declared graph (plan()).
+  virtual graph::PlannerOptions planner_options() const { return {}; }
   virtual absl::Status DoStart() = 0;
   virtual absl::StatusOr<StepReport> DoStep(const ComputeFn& compute) = 0;
   // Only after a successful DoStart. `after_failure`: a step failed, so the
@@ -265,6 +274,7 @@ class Strategy {
   std::unique_ptr<onesided::ProgressLoop> loop_;  // from Prepare()
   std::vector<std::unique_ptr<onesided::ProgressLoop>> retired_loops_;
   Phase phase_ = Phase::kNew;
+  plan::TransferPlan plan_;  // from Prepare()
   int64_t clock_ = 0;
   // Of the Start() or Step() that failed: the rank is unusable.
   absl::Status failure_;

@@ -20,7 +20,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "graph_analyzer/planner.h"
 #include "rdma/builtin_transports.h"
 #include "rdma/rendezvous.h"
 #include "strategies/builtin_strategies.h"
@@ -172,16 +171,10 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
     }
     return held->worker->NextBatch();
   };
-  ASSIGN_OR_RETURN(graph::GraphDef declared, state->strategy->Prepare(context, parameters));
-  // The analyzer's plan of the exchange the strategy declared: what the
-  // summary reports as its registered memory and transfers.
-  absl::StatusOr<plan::TransferPlan> planned = graph::PlanGraph(std::move(declared), {});
-  if (!planned.ok()) {
-    return absl::Status(planned.status().code(),
-                        absl::StrCat("planning the exchange strategy '", config.strategy,
-                                     "' declared: ", planned.status().message()));
-  }
-  state->plan = *std::move(planned);
+  RETURN_IF_ERROR(state->strategy->Prepare(context, parameters).status());
+  // The plan the strategy runs: what the summary reports as its registered
+  // memory and transfers.
+  state->plan = state->strategy->plan();
   state->reporter = state->strategy->worker_index() == 0;
   return state;
 }

@@ -194,16 +194,15 @@ absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
 }
 
 absl::Status LayerSeparatedStrategy::DoStart() {
-  ASSIGN_OR_RETURN(plan_, graph::PlanGraph(BuildStanzaGraph(layout_), {}));
   ASSIGN_OR_RETURN(communicator_,
-                   runtime::CreateCommunicator(options().communicator, plan_,
+                   runtime::CreateCommunicator(options().communicator, plan(),
                                                *context().transport, *context().store,
                                                communicator_options()));
   ASSIGN_OR_RETURN(runtime::torch::TorchCommunicator tensors,
-                   runtime::torch::TorchCommunicator::Create(*communicator_, plan_,
+                   runtime::torch::TorchCommunicator::Create(*communicator_, plan(),
                                                              context().rank));
   tensors_ = std::make_unique<runtime::torch::TorchCommunicator>(std::move(tensors));
-  ASSIGN_OR_RETURN(runtime::RankPlan mine, runtime::RankPlan::Create(plan_, context().rank));
+  ASSIGN_OR_RETURN(runtime::RankPlan mine, runtime::RankPlan::Create(plan(), context().rank));
   const std::vector<int> convs =
       conv_ ? std::vector<int>{context().rank} : layout_.Served(fc_index_);
   for (int i : convs) {

@@ -106,7 +106,6 @@ class LayerSeparatedStrategy final : public Strategy {
   int fc_index_ = -1;
   std::unique_ptr<collectives::AllReduceGroup> everyone_;  // final model, probes
   std::vector<size_t> everyone_offsets_;
-  plan::TransferPlan plan_;
   std::unique_ptr<runtime::Communicator> communicator_;
   std::unique_ptr<runtime::torch::TorchCommunicator> tensors_;
   std::unique_ptr<DataParallelGroup> group_;  // conv or FC replicas

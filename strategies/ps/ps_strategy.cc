@@ -161,23 +161,21 @@ absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> par
                       ps_.pull_by_read);
 }
 
-absl::Status PsStrategy::CreateCommunicator() {
-  std::vector<int64_t> shard_elements;
-  for (const Shard& shard : shards_) shard_elements.push_back(shard.elements);
+graph::PlannerOptions PsStrategy::planner_options() const {
   graph::PlannerOptions planner;
   planner.share_slots = false;  // free-running transfers are never ordered
-  ASSIGN_OR_RETURN(plan_, graph::PlanGraph(
-                              BuildPsGraph(ps_.servers, workers_, shard_elements,
-                                           PushElements(), !codecs_.empty(), ps_.pull_by_read),
-                              planner));
+  return planner;
+}
+
+absl::Status PsStrategy::CreateCommunicator() {
   runtime::CommunicatorOptions free_running = communicator_options();
   free_running.lockstep = false;  // workers run at their own pace
   ASSIGN_OR_RETURN(communicator_,
-                   runtime::CreateCommunicator(options().communicator, plan_,
+                   runtime::CreateCommunicator(options().communicator, plan(),
                                                *context().transport,
                                                *context().store, free_running));
   ASSIGN_OR_RETURN(runtime::RankPlan mine,
-                   runtime::RankPlan::Create(plan_, context().rank));
+                   runtime::RankPlan::Create(plan(), context().rank));
   const int peers = server_ ? workers_ : ps_.servers;
   grad_ids_.assign(peers, -1);
   params_ids_.assign(peers, -1);

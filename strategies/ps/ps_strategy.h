@@ -87,6 +87,7 @@ class PsStrategy final : public Strategy {
   PsStrategy(StrategyOptions options, PsOptions ps);
 
   absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
+  graph::PlannerOptions planner_options() const override;
   absl::Status DoStart() override;
   absl::StatusOr<StepReport> DoStep(const ComputeFn& compute) override;
   // After a failure nobody is waited for: the parameters stay as they are.
@@ -135,7 +136,6 @@ class PsStrategy final : public Strategy {
   int workers_ = 0;
   bool server_ = false;
   int index_ = 0;  // server index, or worker index (rank - servers)
-  plan::TransferPlan plan_;
   std::unique_ptr<runtime::Communicator> communicator_;
   absl::Time start_time_;
   // With a codec: one per shard (workers encode, servers decode), and its

@@ -271,6 +271,30 @@ TEST(PsStrategyTest, RejectsJobsWithoutWorkers) {
   EXPECT_OK(results[0]);
 }
 
+// The plan a trainer reports is the one the communicator runs: planned
+// once, with the strategy's options (free-running transfers never share
+// slot memory), where the trainer used to plan the declared graph again
+// with the default options (slots may share).
+TEST(PsStrategyTest, ReportsThePlanItRuns) {
+  at::Tensor p = at::zeros({1000});
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      1, [&](int, rdma::Transport& t, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto strategy,
+                         PsStrategy::Create(Options(5, "rdma", {{"servers", "1"}})));
+        RETURN_IF_ERROR(strategy->Prepare({0, 3, &t, &store}, {{"p", p}}).status());
+        const plan::TransferPlan& plan = strategy->plan();
+        EXPECT_FALSE(plan.config().share_slots());
+        EXPECT_EQ(plan.link_size(), 2);  // a push link per worker (pulls are reads)
+        for (const plan::LinkRegion& link : plan.link()) {
+          EXPECT_EQ(link.slot_size(), 1);
+          EXPECT_GE(link.slot(0).bytes(), 1000 * sizeof(float));
+        }
+        EXPECT_GT(plan.rank(0).registered_bytes(), 0u);
+        return absl::OkStatus();
+      });
+  EXPECT_OK(results[0]);
+}
+
 TEST(PsStrategyTest, ShardsAsTheAnalyzerPlacesTheModelGivenItsGraph) {
   // A conv layer and a linear one, as the importers trace them.
   const graph::GraphDef model = graph::testing::TrainingGraphOf(graph::testing::SmallCnnTrace());
