@@ -106,13 +106,14 @@ run() {
     .gpu/bin/device_ipc_bench --algorithm=$algorithm --json "$out/device_ipc_$algorithm.json" 2>&1 |
       tee "$out/device_ipc_$algorithm.log" || rows+=("device_ipc_bench $algorithm FAILED")
   done
-  if [ -n "$torch_lib" ]; then
-    echo "== transport_pingpong --memory=device"
+  # The device write/read ping-pong to 1 GiB, as `$1` (its JSON and log).
+  pingpong_device() {
+    echo "== transport_pingpong --memory=device ($1)"
     timeout 300 .gpu/bin/transport_pingpong \
       --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
-      --json "$out/pingpong_device.json" 2>&1 | tee "$out/pingpong_device.log" ||
-      rows+=("transport_pingpong --memory=device FAILED")
-  fi
+      --json "$out/$1.json" 2>&1 | tee "$out/$1.log" || rows+=("transport_pingpong $1 FAILED")
+  }
+  if [ -n "$torch_lib" ]; then pingpong_device pingpong_device; fi
   # Under MPS the two processes' kernels and copies run side by side rather
   # than in turns (a switch between them costs about 150 us): what two
   # processes on two GPUs see. The split all-reduce, the write ping-pong
@@ -125,11 +126,7 @@ run() {
       .gpu/bin/device_ipc_bench --algorithm=split --json "$out/device_ipc_mps.json" 2>&1 |
         tee "$out/device_ipc_mps.log" || rows+=("device_ipc_bench under MPS FAILED")
       if [ -n "$torch_lib" ]; then
-        echo "== transport_pingpong --memory=device under MPS"
-        timeout 300 .gpu/bin/transport_pingpong \
-          --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
-          --json "$out/pingpong_device_mps.json" 2>&1 | tee "$out/pingpong_device_mps.log" ||
-          rows+=("transport_pingpong --memory=device under MPS FAILED")
+        pingpong_device pingpong_device_mps
         echo "== allreduce_bench --device=cuda under MPS"
         timeout 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
           --impls=rdmaflow --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) --max_iters=100 \
