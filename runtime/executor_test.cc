@@ -176,9 +176,10 @@ TEST(ExecutorTest, WaitSendsDoneReturnsOnceNoWriteReadsTheCallersMemory) {
   ExpectAllOk(rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
+        // The arena first: it must outlive the executor.
+        ASSIGN_OR_RETURN(rdma::MemoryRegion arena, transport.Allocate(bytes));
         ASSIGN_OR_RETURN(auto executor,
                          Executor::Create(plan, transport, store, NoTracing()));
-        ASSIGN_OR_RETURN(rdma::MemoryRegion arena, transport.Allocate(bytes));
         executor->AddSendArena(&arena);
         for (int step = 0; step < 3; ++step) {
           if (rank == 0) {

@@ -130,7 +130,7 @@ device::FakeDeviceOptions SlowDevice() {
   return options;
 }
 
-// A host transport that notes the longest wait it was last asked for.
+// A host transport that notes the last wait it was asked for.
 class WaitRecorder : public rdma::testing::TransportWrapper {
  public:
   explicit WaitRecorder(std::unique_ptr<Transport> inner)
@@ -276,14 +276,14 @@ class DeviceTransportTest : public ::testing::Test {
       // notification): a link first progressed while rank 1 ends would read
       // rank 1's entry as rank 1 frees it, which UCX 1.13 cannot survive
       // (docs/rdma.md).
-      ASSERT_OK_AND_ASSIGN(MemoryRegion first, transport_->Allocate(64));
-      bool landed = false;
-      ASSERT_OK(endpoint_->PostWrite({&first, 0, 64}, {&peer_device_, kDeviceBytes - 64, 64},
-                                     std::nullopt, [&](absl::Status status) {
+      // Members: a write still in flight after a failed wait reads them.
+      ASSERT_OK_AND_ASSIGN(warmup_, transport_->Allocate(64));
+      ASSERT_OK(endpoint_->PostWrite({&warmup_, 0, 64}, {&peer_device_, kDeviceBytes - 64, 64},
+                                     std::nullopt, [this](absl::Status status) {
                                        EXPECT_OK(status);
-                                       landed = true;
+                                       warmup_landed_ = true;
                                      }));
-      ASSERT_OK(ProgressUntil(landed));
+      ASSERT_OK(ProgressUntil(warmup_landed_));
     }
   }
 
@@ -349,6 +349,8 @@ class DeviceTransportTest : public ::testing::Test {
   std::unique_ptr<device::FakeDevice> device_;
   std::unique_ptr<DeviceTransport> transport_;
   WaitRecorder* waits_ = nullptr;  // transport_'s host transport
+  MemoryRegion warmup_;  // the staged fixture's first write, from here
+  bool warmup_landed_ = false;
   std::unique_ptr<Endpoint> endpoint_;
   RemoteRegion peer_device_;
   RemoteRegion peer_host_;
@@ -600,15 +602,15 @@ TEST_F(DeviceTransportTest, ClosingWithACopyInFlightCancelsItAfterItEnds) {
   EXPECT_EQ(transport_->mapped_allocations(), 0);
 }
 
-// Once the host transport says rank 1 is gone, no device copy goes into or
-// out of its memory: its allocations may be freed, and a copy there could
-// end this process's device context.
 // Idle, with no copy running and no staged peer, a wait is the caller's.
 TEST_F(DeviceTransportTest, AnIdleTransportWaitsAsLongAsAsked) {
   transport_->WaitForActivity(absl::Milliseconds(20));
   EXPECT_EQ(waits_->last_wait(), absl::Milliseconds(20));
 }
 
+// Once the host transport says rank 1 is gone, no device copy goes into or
+// out of its memory: its allocations may be freed, and a copy there could
+// end this process's device context.
 TEST_F(DeviceTransportTest, ADeadPeerGetsNoMoreDeviceCopies) {
   ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
   ASSERT_OK_AND_ASSIGN(MemoryRegion on_host, transport_->Allocate(4096));
@@ -721,8 +723,6 @@ TEST_F(StagedDeviceTransportTest, ReadsAnotherHostsDeviceMemoryInChunks) {
   EXPECT_TRUE(seen == Expected(4096, 17));
 }
 
-// Several endpoints to one staged peer (as several protocols open): they
-// share one link, so the peer's one directory entry for us serves them all.
 // A staged peer's chunks and read requests are silent writes into our
 // link: a transport linked to one never sleeps past kStagedPeerLook, or a
 // read of its device memory would wait for its next look (the device
@@ -733,6 +733,8 @@ TEST_F(StagedDeviceTransportTest, AnIdleTransportLooksForItsStagedPeersSoon) {
   EXPECT_GT(waits_->last_wait(), absl::ZeroDuration());
 }
 
+// Several endpoints to one staged peer (as several protocols open): they
+// share one link, so the peer's one directory entry for us serves them all.
 TEST_F(StagedDeviceTransportTest, EndpointsToOnePeerShareItsLink) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> second,
                        transport_->Connect({1, peer_address_}));

@@ -187,8 +187,8 @@ absl::Status PsStrategy::ReceiveParameters() {
 absl::Status PsStrategy::WaitForPushes() {
   absl::Status done = communicator_->WaitSendsDone();
   if (done.ok()) return done;
-  return absl::Status(done.code(), absl::StrCat(Where(), ": the gradients of clock ", clock() - 1,
-                                                " are still being written: ", done.message()));
+  return absl::Status(done.code(), absl::StrCat(Where(), ": waiting for its last pushes before "
+                                                "reusing their memory: ", done.message()));
 }
 
 absl::Status PsStrategy::PushGradients() {
