@@ -7,17 +7,24 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "rdma/rendezvous.h"
 
 namespace rdmaflow::onesided {
 namespace {
 
-std::string InboxKey(int rank) { return absl::StrCat("mailbox/", rank); }
-std::string LayoutKey(int rank) {
-  return absl::StrCat("mailbox/", rank, "/layout");
-}
+// The store scope: <ns>/mailbox/<rank> is the inbox, <ns>/mailbox/<rank>/layout
+// its layout (the keys the hostile tests forge).
+constexpr char kScope[] = "mailbox";
 std::string Layout(int world, size_t bytes) {
   return absl::StrCat(world, " slots of ", bytes, " bytes");
+}
+
+absl::Status CheckArguments(int rank, int world, size_t bytes) {
+  if (bytes == 0) return absl::InvalidArgumentError("mailbox of 0-byte messages");
+  if (rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mailbox: rank ", rank, " is outside a world of ", world));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -25,13 +32,23 @@ std::string Layout(int world, size_t bytes) {
 absl::StatusOr<std::unique_ptr<Mailbox>> Mailbox::Create(
     ProgressLoop& loop, rdma::Store& store, const std::string& ns, int rank,
     int world, size_t bytes, absl::Duration timeout) {
+  RETURN_IF_ERROR(CheckArguments(rank, world, bytes));
   rdma::Transport& transport = loop.transport();
-  if (bytes == 0)
-    return absl::InvalidArgumentError("mailbox of 0-byte messages");
-  if (rank < 0 || rank >= world) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mailbox: rank ", rank, " is outside a world of ", world));
+  if (rank != transport.rank()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mailbox: rank ", rank, " is not the rank of its transport (", transport.rank(), ")"));
   }
+  ASSIGN_OR_RETURN(OwnLinks own, MakeOwnLinks(transport, store, ns, &loop, {}, timeout,
+                                              absl::StrCat("mailbox '", ns, "'")));
+  ASSIGN_OR_RETURN(std::unique_ptr<Mailbox> box, Create(*own.links, world, bytes, timeout));
+  box->own_ = std::move(own);
+  return box;
+}
+
+absl::StatusOr<std::unique_ptr<Mailbox>> Mailbox::Create(PeerLinks& links, int world,
+                                                         size_t bytes, absl::Duration timeout) {
+  const int rank = links.rank();
+  RETURN_IF_ERROR(CheckArguments(rank, world, bytes));
   const std::optional<size_t> slot_bytes = StampedSlot::PackedBytes(bytes);
   size_t inbox_bytes = 0;
   if (!slot_bytes.has_value() ||
@@ -43,44 +60,41 @@ absl::StatusOr<std::unique_ptr<Mailbox>> Mailbox::Create(
   }
   // The memory first: the copy buffer of `bytes` is only made once the
   // transport has agreed to twice as much.
+  rdma::Transport& transport = links.transport();
   ASSIGN_OR_RETURN(rdma::MemoryRegion inbox, transport.Allocate(inbox_bytes));
   ASSIGN_OR_RETURN(rdma::MemoryRegion outbox, transport.Allocate(*slot_bytes));
-  std::unique_ptr<Mailbox> box(new Mailbox(loop, store, ns, rank, world, bytes,
-                                           *slot_bytes, timeout));
+  std::unique_ptr<Mailbox> box(new Mailbox(links, world, bytes, *slot_bytes, timeout));
   std::memset(inbox.data(), 0, inbox.size());  // every stamp 0: nothing sent
   box->inbox_ = std::make_unique<rdma::MemoryRegion>(std::move(inbox));
   box->outbox_ = std::make_unique<rdma::MemoryRegion>(std::move(outbox));
-  RETURN_IF_ERROR(rdma::PublishAddress(store, ns, transport));
   // The layout before the region: a peer that found the region finds it.
-  RETURN_IF_ERROR(
-      store.Set(absl::StrCat(ns, "/", LayoutKey(rank)), Layout(world, bytes)));
-  RETURN_IF_ERROR(rdma::PublishRegion(store, ns, InboxKey(rank),
-                                      box->inbox_->descriptor()));
+  RETURN_IF_ERROR(links.Publish(box->Published()));
   return box;
 }
 
-Mailbox::Mailbox(ProgressLoop& loop, rdma::Store& store, std::string ns,
-                 int rank, int world, size_t bytes, size_t slot_bytes,
+Mailbox::Mailbox(PeerLinks& links, int world, size_t bytes, size_t slot_bytes,
                  absl::Duration timeout)
-    : loop_(loop),
-      transport_(loop.transport()),
-      store_(store),
-      ns_(std::move(ns)),
-      rank_(rank),
+    : links_(links),
+      loop_(links.loop()),
+      rank_(links.rank()),
       world_(world),
       bytes_(bytes),
       slot_bytes_(slot_bytes),
       timeout_(timeout),
-      endpoints_(world),
+      endpoints_(world, nullptr),
       remote_(world),
       sent_(world, 0),
       copy_(bytes) {
   senders_.reserve(world);
   for (int sender = 0; sender < world; ++sender) {
     senders_.emplace_back(
-        absl::StrCat("mailbox '", ns_, "' of rank ", rank_, ": rank ", sender),
+        absl::StrCat("mailbox '", links.ns(), "' of rank ", rank_, ": rank ", sender),
         "the stamp of its slot");
   }
+}
+
+RegionSet Mailbox::Published() const {
+  return RegionSet{kScope, Layout(world_, bytes_), {{"", inbox_.get()}}};
 }
 
 absl::Status Mailbox::Connect(int peer) {
@@ -90,31 +104,35 @@ absl::Status Mailbox::Connect(int peer) {
                                                    " in a world of ", world_));
   }
   if (endpoints_[peer] != nullptr) return absl::OkStatus();
-  ASSIGN_OR_RETURN(rdma::RemoteRegion remote,
-                   rdma::FetchRegion(store_, ns_, InboxKey(peer), timeout_));
-  RETURN_IF_ERROR(rdma::CheckPeerLayout(
-      store_, ns_, LayoutKey(peer), Layout(world_, bytes_), peer, timeout_,
-      absl::StrCat("mailbox '", ns_, "' of rank ", rank_)));
+  ASSIGN_OR_RETURN(PeerRegions theirs,
+                   links_.Fetch(Published(), peer,
+                                absl::StrCat("mailbox '", links_.ns(), "' of rank ", rank_)));
+  rdma::RemoteRegion& remote = theirs.regions[0];
   // world_ * slot_bytes_ did not wrap (Create()).
   if (remote.owner_rank != peer || remote.length < world_ * slot_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mailbox of rank ", peer, ": the descriptor (", remote.DebugString(),
         ") does not hold ", world_, " slots of ", bytes_, " bytes"));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<rdma::Endpoint> endpoint,
-                   rdma::ConnectToPeer(transport_, store_, ns_, peer, timeout_));
+  ASSIGN_OR_RETURN(rdma::Endpoint * endpoint, links_.Lane(peer));
   // Its key now, while the peer holds the inbox (Endpoint::Prepare).
   RETURN_IF_ERROR(endpoint->Prepare(remote));
-  endpoints_[peer] = std::move(endpoint);
+  endpoints_[peer] = endpoint;
   remote_[peer] = std::make_unique<rdma::RemoteRegion>(std::move(remote));
   return absl::OkStatus();
 }
 
-absl::Status Mailbox::Checked(int peer, absl::Status status) const {
+absl::Status Mailbox::Checked(int peer, absl::Status status) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat("mailbox of rank ", rank_,
-                                                  ": sending to rank ", peer,
-                                                  ": ", status.message()));
+  status = absl::Status(status.code(), absl::StrCat("mailbox of rank ", rank_,
+                                                    ": sending to rank ", peer, ": ",
+                                                    status.message()));
+  // The lane failed (the peer gone, or silent past the timeout: the write
+  // gave up and closed it): every protocol on the links hears of it.
+  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+    links_.Sever(peer, status);
+  }
+  return status;
 }
 
 absl::Status Mailbox::Send(int peer, const std::byte* data) {
@@ -124,6 +142,9 @@ absl::Status Mailbox::Send(int peer, const std::byte* data) {
                                                       " before Connect()"));
   }
   RETURN_IF_ERROR(senders_[peer].status());
+  if (absl::Status severed = links_.PeerStatus(peer); !severed.ok()) {
+    return Checked(peer, severed);
+  }
   std::memcpy(outbox_->data() + kSlotAlign, data, bytes_);
   return Checked(
       peer, WriteRemote(loop_, *endpoints_[peer], *outbox_, *remote_[peer],
@@ -138,6 +159,9 @@ absl::Status Mailbox::Probe(int peer) {
                      " before Connect()"));
   }
   RETURN_IF_ERROR(senders_[peer].status());
+  if (absl::Status severed = links_.PeerStatus(peer); !severed.ok()) {
+    return Checked(peer, severed);
+  }
   return Checked(
       peer, rdma::Flush(loop_, *endpoints_[peer], absl::Now() + timeout_));
 }

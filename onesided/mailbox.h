@@ -26,8 +26,12 @@
 // sender of rank r writing the r-th; the outbox is one packed slot, the
 // staging copy of what this rank sends.
 //
-//   ASSIGN_OR_RETURN(auto box, Mailbox::Create(loop, store, "job/gossip",
-//                                              rank, world, bytes, timeout));
+// Its connections are a PeerLinks' (onesided/links): the data lane to each
+// peer, shared with the other protocols on the links. A Send() or Probe()
+// that fails on the lane (the peer gone, or silent past the timeout) severs
+// the peer on the links, so every protocol there hears of it.
+//
+//   ASSIGN_OR_RETURN(auto box, Mailbox::Create(links, world, bytes, timeout));
 //   RETURN_IF_ERROR(box->Connect(peer));      // after the peer's Create()
 //   RETURN_IF_ERROR(box->Send(peer, data));  // bytes() bytes
 //   box->Collect([&](int sender, const std::byte* message) { ... });
@@ -44,6 +48,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
 #include "onesided/stamped_slot.h"
 #include "rdma/endpoint.h"
@@ -58,12 +63,18 @@ namespace rdmaflow::onesided {
 // registered with it while they wait.
 class Mailbox {
  public:
-  // Allocates the inbox (`world` slots of `bytes`) and an outbox from
-  // `loop`'s transport (`loop` must outlive the mailbox), and
-  // publishes the inbox as <ns>/mailbox/<rank> (and its layout, world and
-  // bytes, as <ns>/mailbox/<rank>/layout). kInvalidArgument for 0 bytes, a
-  // rank outside [0, world), or an inbox whose size overflows size_t;
-  // Allocate's errors.
+  // Allocates the inbox (`world` slots of `bytes`) and an outbox from the
+  // links' transport, and publishes the inbox as <ns>/mailbox/<rank> (and
+  // its layout, world and bytes, as <ns>/mailbox/<rank>/layout), <ns> the
+  // links' and <rank> theirs: one mailbox per links. The links must outlive
+  // the mailbox.
+  // kInvalidArgument for 0 bytes, a rank outside [0, world), or an inbox
+  // whose size overflows size_t; Allocate's errors.
+  static absl::StatusOr<std::unique_ptr<Mailbox>> Create(PeerLinks& links, int world,
+                                                         size_t bytes, absl::Duration timeout);
+  // The same on links of its own over `loop`'s transport (`loop` must
+  // outlive the mailbox), under `ns`; `rank` must be the transport's
+  // (kInvalidArgument otherwise).
   static absl::StatusOr<std::unique_ptr<Mailbox>> Create(
       ProgressLoop& loop, rdma::Store& store, const std::string& ns, int rank,
       int world, size_t bytes, absl::Duration timeout);
@@ -104,15 +115,16 @@ class Mailbox {
   int64_t busy_slots() const { return busy_slots_; }
 
  private:
-  Mailbox(ProgressLoop& loop, rdma::Store& store, std::string ns,
-          int rank, int world, size_t bytes, size_t slot_bytes,
-          absl::Duration timeout);
-  absl::Status Checked(int peer, absl::Status status) const;
+  Mailbox(PeerLinks& links, int world, size_t bytes, size_t slot_bytes, absl::Duration timeout);
+  // What the mailbox publishes, and checks a peer's against.
+  RegionSet Published() const;
+  // `status` of a Send() or Probe() to `peer`, with the mailbox named; a
+  // failure on the lane severs the peer on the links.
+  absl::Status Checked(int peer, absl::Status status);
 
-  ProgressLoop& loop_;
-  rdma::Transport& transport_;  // loop_'s
-  rdma::Store& store_;
-  const std::string ns_;
+  OwnLinks own_;  // links of its own (the Create() without links), or empty
+  PeerLinks& links_;
+  ProgressLoop& loop_;  // links_'
   const int rank_;
   const int world_;
   const size_t bytes_;
@@ -120,7 +132,7 @@ class Mailbox {
   const absl::Duration timeout_;
   std::unique_ptr<rdma::MemoryRegion> inbox_;
   std::unique_ptr<rdma::MemoryRegion> outbox_;               // one packed slot
-  std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;   // by peer
+  std::vector<rdma::Endpoint*> endpoints_;                   // by peer: the links' data lanes
   std::vector<std::unique_ptr<rdma::RemoteRegion>> remote_;  // by peer
   std::vector<uint64_t> sent_;  // messages sent, by peer
   std::vector<StampedSlotReader>

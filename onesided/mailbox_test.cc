@@ -11,7 +11,9 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "onesided/links/peer_links.h"
 #include "rdma/rendezvous.h"
+#include "rdma/testing/faulty_transport.h"
 #include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::onesided {
@@ -72,6 +74,61 @@ TEST(MailboxTest, CollectNeverDeliversATornMessageWhileTheSenderOverwrites) {
         EXPECT_GE(deliveries, 1);
         ::testing::Test::RecordProperty("deliveries", deliveries);
         ::testing::Test::RecordProperty("busy_slots", static_cast<int>(box->busy_slots()));
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+// On links, the mailbox sends on the peer's data lane (no endpoint of its
+// own), and a send that fails on the lane severs the peer on the links:
+// another protocol subscribed to it hears, and later sends say why.
+TEST(MailboxTest, OnLinksItSharesTheDataLaneAndSeversAPeerItFailsOn) {
+  constexpr size_t kBytes = 64;
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        rdma::testing::FaultyTransport faulty(transport);
+        ProgressLoop loop(faulty, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(auto links, PeerLinks::Create(faulty, store, "mailbox_links", loop, {}));
+        const int peer = 1 - rank;
+        absl::Status heard;
+        ASSIGN_OR_RETURN(const int64_t watch,
+                         links->Subscribe(peer, [&](int, const absl::Status& status) {
+                           heard = status;
+                         }));
+        ASSIGN_OR_RETURN(auto box, Mailbox::Create(*links, 2, kBytes, absl::Seconds(60)));
+        RETURN_IF_ERROR(box->Connect(peer));
+        EXPECT_EQ(links->stats().endpoints, 1) << "the mailbox opened an endpoint of its own";
+        if (rank == 1) {
+          RETURN_IF_ERROR(box->Send(0, Bytes(Filled(kBytes, 7))));
+          RETURN_IF_ERROR(store.Wait({"mailbox_links/test/delivered"}, absl::Seconds(60)));
+          // The next write towards rank 0 fails as if rank 0 had died.
+          rdma::testing::FaultyTransport::Fault kill;
+          kill.peer = 0;
+          kill.action = rdma::testing::FaultyTransport::Action::kKillPeer;
+          faulty.AddFault(kill);
+          EXPECT_THAT(box->Send(0, Bytes(Filled(kBytes, 8))),
+                      StatusIs(absl::StatusCode::kUnavailable, HasSubstr("mailbox of rank 1")));
+          EXPECT_THAT(heard, StatusIs(absl::StatusCode::kUnavailable));
+          EXPECT_THAT(links->PeerStatus(0), StatusIs(absl::StatusCode::kUnavailable));
+          EXPECT_THAT(box->Send(0, Bytes(Filled(kBytes, 9))),
+                      StatusIs(absl::StatusCode::kUnavailable, HasSubstr("mailbox of rank 1")));
+        } else {
+          int delivered = 0;
+          const absl::Time deadline = absl::Now() + absl::Seconds(60);
+          while (delivered == 0) {
+            if (absl::Now() > deadline) return absl::DeadlineExceededError("no message");
+            delivered += box->Collect([&](int sender, const std::byte* message) {
+              EXPECT_EQ(sender, 1);
+              EXPECT_EQ(reinterpret_cast<const uint64_t*>(message)[0], 7u);
+            });
+          }
+          RETURN_IF_ERROR(store.Set("mailbox_links/test/delivered", "1"));
+          // Stays until rank 1 is done with its links.
+          RETURN_IF_ERROR(store.Wait({"mailbox_links/test/done"}, absl::Seconds(60)));
+        }
+        links->Unsubscribe(watch);
+        box.reset();
+        if (rank == 1) RETURN_IF_ERROR(store.Set("mailbox_links/test/done", "1"));
         return absl::OkStatus();
       });
   for (const absl::Status& status : results) EXPECT_OK(status);

@@ -12,7 +12,9 @@
 namespace rdmaflow::onesided {
 namespace {
 
+// <scope>/<rank>/<what>, or <scope>/<rank> for a scope's unnamed region.
 std::string Key(absl::string_view scope, int rank, absl::string_view what) {
+  if (what.empty()) return absl::StrCat(scope, "/", rank);
   return absl::StrCat(scope, "/", rank, "/", what);
 }
 
@@ -91,36 +93,49 @@ void PeerLinks::CheckThread(const char* method) const {
   loop_.CheckOnLoopThread(absl::StrCat("PeerLinks::", method));
 }
 
-absl::StatusOr<std::vector<PeerRegions>> PeerLinks::Exchange(const RegionSet& ours,
-                                                             absl::Span<const int> peers,
-                                                             absl::string_view what) {
-  CheckThread("Exchange");
+absl::Status PeerLinks::Publish(const RegionSet& ours) {
+  CheckThread("Publish");
   const int rank = transport_.rank();
-  RETURN_IF_ERROR(
-      store_.Set(StoreKey(ours.scope, rank, "layout"), ours.layout));
+  RETURN_IF_ERROR(store_.Set(StoreKey(ours.scope, rank, "layout"), ours.layout));
   for (const auto& [name, region] : ours.regions) {
     RETURN_IF_ERROR(
         rdma::PublishRegion(store_, ns_, Key(ours.scope, rank, name), region->descriptor()));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PeerRegions> PeerLinks::Fetch(const RegionSet& ours, int peer,
+                                             absl::string_view what) {
+  CheckThread("Fetch");
+  RETURN_IF_ERROR(rdma::CheckPeerLayout(store_, ns_, Key(ours.scope, peer, "layout"),
+                                        ours.layout, peer, options_.timeout, what));
+  PeerRegions fetched;
+  fetched.rank = peer;
+  for (const auto& [name, region] : ours.regions) {
+    absl::StatusOr<rdma::RemoteRegion> remote =
+        rdma::FetchRegion(store_, ns_, Key(ours.scope, peer, name), options_.timeout);
+    if (!remote.ok()) {
+      return Annotate(remote.status(),
+                      absl::StrCat(what, ": rank ", peer, "'s region '", name, "'"));
+    }
+    fetched.regions.push_back(*std::move(remote));
+  }
+  return fetched;
+}
+
+absl::StatusOr<std::vector<PeerRegions>> PeerLinks::Exchange(const RegionSet& ours,
+                                                             absl::Span<const int> peers,
+                                                             absl::string_view what) {
+  CheckThread("Exchange");
+  RETURN_IF_ERROR(Publish(ours));
+  const int rank = transport_.rank();
   std::vector<PeerRegions> theirs;
   for (int peer : peers) {
     if (peer == rank || std::any_of(theirs.begin(), theirs.end(),
                                     [&](const PeerRegions& p) { return p.rank == peer; })) {
       continue;
     }
-    RETURN_IF_ERROR(rdma::CheckPeerLayout(store_, ns_, Key(ours.scope, peer, "layout"),
-                                          ours.layout, peer, options_.timeout, what));
-    PeerRegions fetched;
-    fetched.rank = peer;
-    for (const auto& [name, region] : ours.regions) {
-      absl::StatusOr<rdma::RemoteRegion> remote =
-          rdma::FetchRegion(store_, ns_, Key(ours.scope, peer, name), options_.timeout);
-      if (!remote.ok()) {
-        return Annotate(remote.status(),
-                        absl::StrCat(what, ": rank ", peer, "'s region '", name, "'"));
-      }
-      fetched.regions.push_back(*std::move(remote));
-    }
+    ASSIGN_OR_RETURN(PeerRegions fetched, Fetch(ours, peer, what));
     theirs.push_back(std::move(fetched));
   }
   return theirs;

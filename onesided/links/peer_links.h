@@ -22,6 +22,7 @@
 //   <ns>/address/<rank>                  rdma/rendezvous.h's address record
 //   <ns>/<scope>/<rank>/layout           a protocol's layout (plain text)
 //   <ns>/<scope>/<rank>/<region name>    its region descriptors (proven)
+//   <ns>/<scope>/<rank>                  a region without a name
 //
 // Endpoints stay the links'. A protocol that gives up on operations it
 // posted fences them with Fence(): it waits for them half the time it has,
@@ -78,7 +79,8 @@ enum class LaneKind { kData, kControl };
 
 // What one protocol instance publishes: its store scope ("ring/c10d"), the
 // description of the options every rank must create it with, and its
-// regions by name.
+// regions by name (an empty name: the scope's one region, keyed
+// <ns>/<scope>/<rank>, as the Mailbox's inbox).
 struct RegionSet {
   std::string scope;
   std::string layout;
@@ -168,6 +170,12 @@ class PeerLinks {
   absl::StatusOr<std::vector<PeerRegions>> Exchange(const RegionSet& ours,
                                                     absl::Span<const int> peers,
                                                     absl::string_view what);
+  // Exchange() in two halves, for a protocol that publishes once and meets
+  // its peers one at a time (the Mailbox): Publish() writes `ours`;
+  // Fetch() checks `peer`'s layout against ours.layout and fetches its
+  // regions of ours' names. Exchange()'s errors.
+  absl::Status Publish(const RegionSet& ours);
+  absl::StatusOr<PeerRegions> Fetch(const RegionSet& ours, int peer, absl::string_view what);
 
   // The endpoint to `peer` on `lane`, connected on first use (it waits up
   // to the timeout for the peer's address). The links keep it; it stays
