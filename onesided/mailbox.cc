@@ -127,11 +127,10 @@ absl::Status Mailbox::Checked(int peer, absl::Status status) {
   status = absl::Status(status.code(), absl::StrCat("mailbox of rank ", rank_,
                                                     ": sending to rank ", peer, ": ",
                                                     status.message()));
-  // The lane failed (the peer gone, or silent past the timeout: the write
-  // gave up and closed it): every protocol on the links hears of it.
-  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
-    links_.Sever(peer, status);
-  }
+  // The peer is gone: every protocol on the links hears of it. (A write
+  // that timed out closed the lane itself, rdma/blocking.h: on links of its
+  // own, as before; see docs/onesided.md for shared ones.)
+  if (absl::IsUnavailable(status)) links_.Sever(peer, status);
   return status;
 }
 
@@ -142,9 +141,8 @@ absl::Status Mailbox::Send(int peer, const std::byte* data) {
                                                       " before Connect()"));
   }
   RETURN_IF_ERROR(senders_[peer].status());
-  if (absl::Status severed = links_.PeerStatus(peer); !severed.ok()) {
-    return Checked(peer, severed);
-  }
+  // Severed (by this mailbox or another protocol on the links): why.
+  RETURN_IF_ERROR(links_.PeerStatus(peer));
   std::memcpy(outbox_->data() + kSlotAlign, data, bytes_);
   return Checked(
       peer, WriteRemote(loop_, *endpoints_[peer], *outbox_, *remote_[peer],
@@ -159,9 +157,8 @@ absl::Status Mailbox::Probe(int peer) {
                      " before Connect()"));
   }
   RETURN_IF_ERROR(senders_[peer].status());
-  if (absl::Status severed = links_.PeerStatus(peer); !severed.ok()) {
-    return Checked(peer, severed);
-  }
+  // Severed (by this mailbox or another protocol on the links): why.
+  RETURN_IF_ERROR(links_.PeerStatus(peer));
   return Checked(
       peer, rdma::Flush(loop_, *endpoints_[peer], absl::Now() + timeout_));
 }

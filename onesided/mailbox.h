@@ -28,8 +28,11 @@
 //
 // Its connections are a PeerLinks' (onesided/links): the data lane to each
 // peer, shared with the other protocols on the links. A Send() or Probe()
-// that fails on the lane (the peer gone, or silent past the timeout) severs
-// the peer on the links, so every protocol there hears of it.
+// that finds the peer gone (kUnavailable) severs it on the links, so every
+// protocol there hears of it. Not yet fenced through the links: a Send()
+// or Probe() that times out after posting closes the lane itself
+// (rdma/blocking.h), which on links shared with another protocol cuts that
+// one off too; gossip runs its mailbox on links of its own.
 //
 //   ASSIGN_OR_RETURN(auto box, Mailbox::Create(links, world, bytes, timeout));
 //   RETURN_IF_ERROR(box->Connect(peer));      // after the peer's Create()
@@ -58,9 +61,11 @@
 
 namespace rdmaflow::onesided {
 
-// Single-thread: Send() and Probe() wait through the transport's
-// ProgressLoop (so on its thread), which keeps running the other protocols
-// registered with it while they wait.
+// Single-thread: every call but Collect() and PeerStatus() runs on the
+// links' ProgressLoop thread; Send() and Probe() wait through the loop,
+// which keeps running the other protocols registered with it while they
+// wait. Connect() waits up to the links' timeout, Send() and Probe() up to
+// the mailbox's.
 class Mailbox {
  public:
   // Allocates the inbox (`world` slots of `bytes`) and an outbox from the
@@ -119,7 +124,7 @@ class Mailbox {
   // What the mailbox publishes, and checks a peer's against.
   RegionSet Published() const;
   // `status` of a Send() or Probe() to `peer`, with the mailbox named; a
-  // failure on the lane severs the peer on the links.
+  // peer found gone is severed on the links.
   absl::Status Checked(int peer, absl::Status status);
 
   OwnLinks own_;  // links of its own (the Create() without links), or empty

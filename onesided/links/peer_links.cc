@@ -95,6 +95,10 @@ void PeerLinks::CheckThread(const char* method) const {
 
 absl::Status PeerLinks::Publish(const RegionSet& ours) {
   CheckThread("Publish");
+  if (ours.scope == "address") {
+    return absl::InvalidArgumentError(
+        "the links' scope \"address\" holds the transports' addresses: pick another");
+  }
   const int rank = transport_.rank();
   RETURN_IF_ERROR(store_.Set(StoreKey(ours.scope, rank, "layout"), ours.layout));
   for (const auto& [name, region] : ours.regions) {
@@ -116,7 +120,9 @@ absl::StatusOr<PeerRegions> PeerLinks::Fetch(const RegionSet& ours, int peer,
         rdma::FetchRegion(store_, ns_, Key(ours.scope, peer, name), options_.timeout);
     if (!remote.ok()) {
       return Annotate(remote.status(),
-                      absl::StrCat(what, ": rank ", peer, "'s region '", name, "'"));
+                      name.empty() ? absl::StrCat(what, ": rank ", peer, "'s region")
+                                   : absl::StrCat(what, ": rank ", peer, "'s region '", name,
+                                                  "'"));
     }
     fetched.regions.push_back(*std::move(remote));
   }

@@ -33,7 +33,7 @@
 // from the peer" for every protocol on the links.
 //
 // Thread model: the links belong to their progress loop's thread. Create,
-// Exchange, Lane, Subscribe and Rearm check it (ProgressLoop::
+// Exchange, Publish, Fetch, Lane, Subscribe and Rearm check it (ProgressLoop::
 // CheckOnLoopThread); Sever, Fence, Unsubscribe, PeerStatus and the
 // destructor do not, since protocols call them from their destructors
 // while the loop's owner tears down (like ProgressLoop::Drain). The loop,
@@ -173,7 +173,8 @@ class PeerLinks {
   // Exchange() in two halves, for a protocol that publishes once and meets
   // its peers one at a time (the Mailbox): Publish() writes `ours`;
   // Fetch() checks `peer`'s layout against ours.layout and fetches its
-  // regions of ours' names. Exchange()'s errors.
+  // regions of ours' names. Exchange()'s errors; kInvalidArgument for the
+  // scope "address" (the transport's address records).
   absl::Status Publish(const RegionSet& ours);
   absl::StatusOr<PeerRegions> Fetch(const RegionSet& ours, int peer, absl::string_view what);
 
