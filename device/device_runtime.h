@@ -119,6 +119,9 @@ class Stream {
   // Later operations of this stream wait until `event` (as recorded now,
   // on any stream of the same runtime) completes.
   virtual absl::Status WaitFor(Event& event) = 0;
+  // The stream as its runtime's own API knows it (CUDA: the cudaStream_t;
+  // the fake device: its FakeStream), for DeviceRuntime::WrapStream.
+  virtual void* native_handle() const = 0;
 };
 
 // Device memory held by this process: an allocation (Allocate), freed
@@ -178,6 +181,14 @@ class DeviceRuntime {
 
   virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
   virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
+  // A stream someone else made, as a Stream of this runtime that does not
+  // own it (destroying it leaves the stream alone): CUDA, any cudaStream_t
+  // of this device's context, PyTorch's current stream among them (0, the
+  // legacy default stream, too); the fake device, the native_handle() of
+  // one of its live streams (kInvalidArgument otherwise: a fake stream
+  // cannot be forged). Work enqueued through it runs in the one queue of
+  // the stream it wraps.
+  virtual absl::StatusOr<std::unique_ptr<Stream>> WrapStream(void* native) = 0;
 
   // A handle to the allocation whose base is `base` (Query gives the base
   // of any device pointer), for another process on the same host.

@@ -105,10 +105,15 @@ class CudaEvent final : public Event {
 
 class CudaStream final : public Stream {
  public:
-  CudaStream(const CudaDevice* runtime, cudaStream_t stream) : runtime_(runtime), stream_(stream) {}
+  // `owned`: destroyed with this object (CreateStream), or someone else's
+  // (WrapStream).
+  CudaStream(const CudaDevice* runtime, cudaStream_t stream, bool owned = true)
+      : runtime_(runtime), stream_(stream), owned_(owned) {}
   ~CudaStream() override {
-    if (runtime_->MakeCurrent().ok()) cudaStreamDestroy(stream_);
+    if (owned_ && runtime_->MakeCurrent().ok()) cudaStreamDestroy(stream_);
   }
+
+  void* native_handle() const override { return stream_; }
 
   absl::Status Copy(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return absl::OkStatus();
@@ -164,6 +169,7 @@ class CudaStream final : public Stream {
 
   const CudaDevice* const runtime_;
   const cudaStream_t stream_;
+  const bool owned_;
 };
 
 }  // namespace
@@ -270,6 +276,14 @@ absl::StatusOr<std::unique_ptr<Stream>> CudaDevice::CreateStream() {
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                              "cudaStreamCreateWithFlags", device_));
   return std::unique_ptr<Stream>(new CudaStream(this, stream));
+}
+
+absl::StatusOr<std::unique_ptr<Stream>> CudaDevice::WrapStream(void* native) {
+  // The handle names a stream of the context, or 0 (the legacy default
+  // stream): nothing to check without using it; a stream of another device
+  // fails its first operation with CUDA's error.
+  return std::unique_ptr<Stream>(
+      new CudaStream(this, static_cast<cudaStream_t>(native), /*owned=*/false));
 }
 
 absl::StatusOr<std::unique_ptr<Event>> CudaDevice::CreateEvent() {

@@ -39,6 +39,7 @@ class CudaDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   absl::Status UnpinHost(void* ptr) override;
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override;
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
+  absl::StatusOr<std::unique_ptr<Stream>> WrapStream(void* native) override;
   absl::StatusOr<IpcHandle> ExportIpc(const void* base) override;
   absl::StatusOr<DeviceMemory> OpenIpc(const IpcHandle& handle) override;
   // cuMemGetHandleForAddressRange over the whole host pages that hold the

@@ -219,6 +219,17 @@ absl::StatusOr<std::unique_ptr<Stream>> FakeDevice::CreateStream() {
   return std::unique_ptr<Stream>(new FakeStream(this));
 }
 
+absl::StatusOr<std::unique_ptr<Stream>> FakeDevice::WrapStream(void* native) {
+  auto* stream = static_cast<FakeStream*>(native);
+  absl::MutexLock lock(&mu_);
+  if (streams_.count(stream) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name(), ": ", absl::Hex(reinterpret_cast<uintptr_t>(native)), " is not a live stream of this device (wrap the "
+        "native_handle() of one of its streams)"));
+  }
+  return std::unique_ptr<Stream>(new FakeStreamView(stream));
+}
+
 absl::StatusOr<std::unique_ptr<Event>> FakeDevice::CreateEvent() {
   return std::unique_ptr<Event>(new FakeEvent(this));
 }

@@ -63,6 +63,8 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   absl::Status UnpinHost(void* ptr) override;
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override;
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
+  // A FakeStream of this runtime, still alive.
+  absl::StatusOr<std::unique_ptr<Stream>> WrapStream(void* native) override;
   absl::StatusOr<IpcHandle> ExportIpc(const void* base) override;
   absl::StatusOr<DeviceMemory> OpenIpc(const IpcHandle& handle) override;
   // The allocation's shared-memory object, and the range's offset in it.

@@ -100,6 +100,22 @@ TEST(FakeDeviceTest, AWaitOnASlowDeviceEndsAtItsDeadline) {
   // as cudaFree and cudaStreamDestroy do.
 }
 
+TEST(FakeDeviceTest, OnlyALiveStreamOfThisDeviceWraps) {
+  std::unique_ptr<FakeDevice> device = MakeDevice();
+  std::unique_ptr<FakeDevice> other = MakeDevice();
+  ASSERT_NE(device, nullptr);
+  ASSERT_NE(other, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, other->CreateStream());
+  EXPECT_THAT(device->WrapStream(stream->native_handle()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a live stream")));
+  int not_a_stream = 0;
+  EXPECT_THAT(device->WrapStream(&not_a_stream),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  void* gone = stream->native_handle();
+  stream.reset();
+  EXPECT_THAT(other->WrapStream(gone), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(FakeDeviceTest, CapacityAndBounds) {
   FakeDeviceOptions options;
   options.capacity_bytes = 1 << 20;

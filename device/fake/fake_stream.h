@@ -76,6 +76,7 @@ class FakeStream final : public Stream {
   absl::Status Reduce(const ReduceArgs& args) override;
   absl::Status Record(Event& event) override;
   absl::Status WaitFor(Event& event) override;
+  void* native_handle() const override { return const_cast<FakeStream*>(this); }
   // Returns once everything enqueued so far has run (or the stream stops).
   void Drain();
 
@@ -92,6 +93,23 @@ class FakeStream final : public Stream {
   uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
+};
+
+// Another's FakeStream (FakeDevice::WrapStream): forwards to it, owns
+// nothing. The stream must outlive the view, as with a wrapped CUDA stream.
+class FakeStreamView final : public Stream {
+ public:
+  explicit FakeStreamView(FakeStream* stream) : stream_(stream) {}
+  absl::Status Copy(void* dst, const void* src, size_t bytes) override {
+    return stream_->Copy(dst, src, bytes);
+  }
+  absl::Status Reduce(const ReduceArgs& args) override { return stream_->Reduce(args); }
+  absl::Status Record(Event& event) override { return stream_->Record(event); }
+  absl::Status WaitFor(Event& event) override { return stream_->WaitFor(event); }
+  void* native_handle() const override { return stream_; }
+
+ private:
+  FakeStream* const stream_;
 };
 
 }  // namespace rdmaflow::device

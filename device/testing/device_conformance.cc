@@ -216,6 +216,31 @@ TEST_P(DeviceConformanceTest, EventsOrderStreams) {
   }
 }
 
+TEST_P(DeviceConformanceTest, AWrappedStreamIsTheSameQueue) {
+  RDMAFLOW_CREATE_OR_SKIP(runtime);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> owner, runtime.CreateStream());
+  constexpr size_t kBytes = 1 << 20;
+  ASSERT_OK_AND_ASSIGN(DeviceMemory chain, runtime.Allocate(kBytes * 4));
+  auto* base = static_cast<std::byte*>(chain.data());
+  const std::vector<uint8_t> data = Pattern(kBytes, 9);
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> view,
+                         runtime.WrapStream(owner->native_handle()));
+    EXPECT_EQ(view->native_handle(), owner->native_handle());
+    // Alternating between the two: right only if they are one queue.
+    ASSERT_OK(owner->Copy(base, data.data(), kBytes));
+    ASSERT_OK(view->Copy(base + kBytes, base, kBytes));
+    ASSERT_OK(owner->Copy(base + 2 * kBytes, base + kBytes, kBytes));
+    ASSERT_OK(view->Copy(base + 3 * kBytes, base + 2 * kBytes, kBytes));
+    ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> last,
+                         Download(runtime, *view, base + 3 * kBytes, kBytes));
+    EXPECT_EQ(last, data);
+  }
+  // The view is gone, the stream it wrapped still works.
+  ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> again, Download(runtime, *owner, base, kBytes));
+  EXPECT_EQ(again, data);
+}
+
 TEST_P(DeviceConformanceTest, ReducesAgainstAFloat64Reference) {
   RDMAFLOW_CREATE_OR_SKIP(runtime);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, runtime.CreateStream());
