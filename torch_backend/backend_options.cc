@@ -1,5 +1,6 @@
 #include "torch_backend/backend_options.h"
 
+#include <string>
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
@@ -65,6 +66,15 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
           absl::StrCat("RDMAFLOW_DIRECT: ", parsed.status().message()));
     }
     options.direct = *parsed;
+  }
+  if (const char* device = Variable("RDMAFLOW_DEVICE")) {
+    const std::string kind = device;
+    if (kind != "cuda" && kind != "fake") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RDMAFLOW_DEVICE: '", kind, "' is not a device the backend knows: cuda (the "
+          "default: the CUDA tensors' device) or fake (tests without a GPU)"));
+    }
+    options.device = kind;
   }
   absl::StatusOr<rdma::torch::RunScope> scope = rdma::torch::RunScope::FromEnvironment();
   if (!scope.ok()) return scope.status();

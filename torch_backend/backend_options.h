@@ -19,6 +19,10 @@
 //                              reading each other's memory where the
 //                              transport maps it; off: the ring only
 //                              (collectives/allreduce_group.h)
+//   RDMAFLOW_DEVICE            cuda (default): CUDA tensors go through the
+//                              device of the first one; fake: the fake
+//                              device's tensors do (tests without a GPU:
+//                              torch_backend/tensor_device.h)
 //   TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT (set by torchrun), or
 //   RDMAFLOW_RUN_ID: scope the group's store keys (rdma/torch/run_scope.h)
 #ifndef RDMAFLOW_TORCH_BACKEND_BACKEND_OPTIONS_H_
@@ -61,6 +65,9 @@ struct BackendOptions {
   // How the ring, the messenger and the engine thread idle between rounds
   // that move nothing.
   onesided::WaitPolicy wait = onesided::WaitPolicy::Adaptive();
+  // Which device tensors the group moves: "cuda" or "fake"
+  // (TensorDevice).
+  std::string device = "cuda";
   // Prefix of the group's keys in its store: keeps the keys of an earlier
   // run, or of an attempt before an elastic restart, out of sight.
   std::string store_scope = "run/none/attempt/0";

@@ -20,7 +20,8 @@ class BackendOptionsTest : public ::testing::Test {
  protected:
   void TearDown() override {
     for (const char* name :
-         {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB", "RDMAFLOW_DIRECT", "RDMAFLOW_INLINE_KB"}) {
+         {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB", "RDMAFLOW_DIRECT", "RDMAFLOW_INLINE_KB",
+          "RDMAFLOW_DEVICE"}) {
       unsetenv(name);
     }
   }
@@ -56,6 +57,20 @@ TEST_F(BackendOptionsTest, DirectAccessIsAutomaticUnlessTurnedOff) {
   EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("RDMAFLOW_DIRECT"), HasSubstr("'auto' or 'off'"))));
+}
+
+TEST_F(BackendOptionsTest, DeviceTensorsAreCudaUnlessTheFakeDeviceIsAsked) {
+  absl::StatusOr<BackendOptions> options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->device, "cuda");
+  setenv("RDMAFLOW_DEVICE", "fake", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->device, "fake");
+  setenv("RDMAFLOW_DEVICE", "rocm", 1);
+  EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("RDMAFLOW_DEVICE"), HasSubstr("'rocm'"))));
 }
 
 TEST_F(BackendOptionsTest, MalformedVariablesAreNamed) {

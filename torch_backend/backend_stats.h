@@ -26,6 +26,10 @@ struct BackendStats {
   // the peers (both lanes), and liveness watches of them, in all.
   int64_t peer_endpoints = 0;
   int64_t peer_watches = 0;
+  // Device tensors (CUDA, or the fake device's): calls that moved some,
+  // and the bytes staged through host memory for them, both ways.
+  int64_t device_calls = 0;
+  int64_t device_staged_bytes = 0;
 };
 
 }  // namespace rdmaflow::torch_backend

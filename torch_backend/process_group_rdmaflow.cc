@@ -59,28 +59,105 @@ bool CallerWaits(const Options& opts) {
 }  // namespace
 
 ProcessGroupRdmaflow::ProcessGroupRdmaflow(int rank, int size,
-                                           std::unique_ptr<Engine> engine)
+                                           std::unique_ptr<Engine> engine,
+                                           std::unique_ptr<TensorDevice> device)
     : c10d::Backend(rank, size),
+      device_(std::move(device)),
       engine_(std::move(engine)),
       repeated_(/*sightings=*/2, /*capacity=*/4096) {
   init();
 }
 
-ProcessGroupRdmaflow::~ProcessGroupRdmaflow() = default;
+ProcessGroupRdmaflow::~ProcessGroupRdmaflow() {
+  engine_.reset();  // before the device it may copy through
+}
 
 absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::Create(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     const BackendOptions& options) {
+  std::unique_ptr<TensorDevice> device;
+  if (options.device == "fake") {
+    ASSIGN_OR_RETURN(device, TensorDevice::Fake());
+  }
+  return Create(store, rank, size, options, std::move(device));
+}
+
+absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::Create(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    const BackendOptions& options, std::unique_ptr<TensorDevice> device) {
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                    Engine::Start(store, rank, size, options));
-  return c10::make_intrusive<ProcessGroupRdmaflow>(rank, size, std::move(engine));
+  return c10::make_intrusive<ProcessGroupRdmaflow>(rank, size, std::move(engine),
+                                                   std::move(device));
+}
+
+TensorDevice* ProcessGroupRdmaflow::device() {
+  absl::MutexLock lock(&device_mu_);
+  return device_.get();
+}
+
+absl::Status ProcessGroupRdmaflow::StageCall(
+    std::shared_ptr<DeviceStage>& stage,
+    std::initializer_list<const std::vector<at::Tensor>*> tensors,
+    const std::function<absl::Status(DeviceStage&)>& swap) {
+  ASSIGN_OR_RETURN(stage, NewStage(tensors));
+  return swap(*stage);
+}
+
+absl::StatusOr<std::shared_ptr<DeviceStage>> ProcessGroupRdmaflow::NewStage(
+    std::initializer_list<const std::vector<at::Tensor>*> tensors) {
+  absl::MutexLock lock(&device_mu_);
+  if (device_ == nullptr) {
+    for (const std::vector<at::Tensor>* list : tensors) {
+      for (const at::Tensor& tensor : *list) {
+        if (!tensor.defined() || !tensor.is_cuda()) continue;
+        ASSIGN_OR_RETURN(device_, TensorDevice::Cuda(tensor.device().index()));
+        break;
+      }
+      if (device_ != nullptr) break;
+    }
+  }
+  return std::make_shared<DeviceStage>(device_.get());
+}
+
+c10::intrusive_ptr<RdmaflowWork> ProcessGroupRdmaflow::NewWork(
+    c10d::OpType type, std::vector<at::Tensor> outputs,
+    const std::shared_ptr<DeviceStage>& stage) {
+  std::vector<c10::Device> devices;
+  for (const at::Tensor& tensor : outputs) {
+    if (tensor.defined() && tensor.is_cuda()) {
+      devices = {tensor.device()};
+      break;
+    }
+  }
+  auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs),
+                                                std::move(devices));
+  if (stage != nullptr && !stage->empty()) {
+    const absl::Duration timeout = engine_->options().timeout;
+    work->SetFinish([stage, timeout] { return stage->CopyOut(absl::Now() + timeout); });
+    const int64_t bytes = static_cast<int64_t>(stage->bytes());
+    engine_->Count([bytes](BackendStats& stats) {
+      ++stats.device_calls;
+      stats.device_staged_bytes += bytes;
+    });
+  }
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Enqueue(
     c10d::OpType type, std::vector<at::Tensor> outputs, bool caller_waits,
-    std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run) {
+    std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run,
+    std::shared_ptr<DeviceStage> stage) {
   if (engine_ == nullptr) return Failed(type, ShutDownError());
-  auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs));
+  if (stage != nullptr && !stage->empty()) {
+    if (absl::Status s = stage->MarkCaller(); !s.ok()) return Failed(type, s);
+    run = [stage, run = std::move(run)](Engine& engine,
+                                        const c10::intrusive_ptr<RdmaflowWork>& work) {
+      RETURN_IF_ERROR(stage->CopyIn(absl::Now() + engine.options().timeout));
+      return run(engine, work);
+    };
+  }
+  c10::intrusive_ptr<RdmaflowWork> work = NewWork(type, std::move(outputs), stage);
   Engine::Op op{work, std::move(run), nullptr, ""};
   bool ran = false;
   if (caller_waits) {
@@ -102,9 +179,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::EnqueuePost(
     c10d::OpType type, std::vector<at::Tensor> outputs, std::string what,
     std::function<absl::StatusOr<uint64_t>(Engine&,
                                             const c10::intrusive_ptr<RdmaflowWork>&)>
-        post) {
+        post,
+    std::shared_ptr<DeviceStage> stage) {
   if (engine_ == nullptr) return Failed(type, ShutDownError());
-  auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs));
+  if (stage != nullptr && !stage->empty()) {
+    if (absl::Status s = stage->MarkCaller(); !s.ok()) return Failed(type, s);
+    post = [stage, post = std::move(post)](
+               Engine& engine,
+               const c10::intrusive_ptr<RdmaflowWork>& work) -> absl::StatusOr<uint64_t> {
+      RETURN_IF_ERROR(stage->CopyIn(absl::Now() + engine.options().timeout));
+      return post(engine, work);
+    };
+  }
+  c10::intrusive_ptr<RdmaflowWork> work = NewWork(type, std::move(outputs), stage);
   engine_->Submit({work, nullptr, std::move(post), std::move(what)});
   return work;
 }
@@ -125,11 +212,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce(
   if (!type.ok()) return Failed(op_type, type.status());
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensor.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
+        return st.Stage(tensor, DeviceStage::Direction::kInOut);
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
   return Enqueue(op_type, tensors, CallerWaits(opts),
                  [tensor, type = *type, reduction = *reduction](
                      Engine& engine, const auto&) mutable {
                    return AllReduceTensor(engine, tensor, type, reduction);
-                 });
+                 },
+                 stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(
@@ -141,10 +236,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(
   }
   at::Tensor tensor = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
+        return st.Stage(tensor, rank_ == root ? DeviceStage::Direction::kIn
+                                              : DeviceStage::Direction::kOut);
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
   return Enqueue(op_type, tensors, CallerWaits(opts),
                  [tensor, root](Engine& engine, const auto&) mutable {
                    return BroadcastTensor(engine, tensor, root);
-                 });
+                 },
+                 stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce(
@@ -160,11 +264,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensor.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   const int root = static_cast<int>(opts.rootRank);
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
+        return st.Stage(tensor, rank_ == root ? DeviceStage::Direction::kInOut
+                                              : DeviceStage::Direction::kIn);
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
   return Enqueue(op_type, tensors, CallerWaits(opts),
                  [tensor, root, type = *type, reduction = *reduction](
                      Engine& engine, const auto&) mutable {
                    return ReduceTensor(engine, tensor, root, type, reduction);
-                 });
+                 },
+                 stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::gather(
@@ -194,10 +307,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::gather(
                                "gather: only the root passes output tensors"));
   }
   at::Tensor input = inputs[0];
-  return Enqueue(op_type, targets, CallerWaits(opts),
+  std::vector<at::Tensor> results = targets;
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&inputs, &targets}, [&](DeviceStage& st) {
+        RETURN_IF_ERROR(st.Stage(input, DeviceStage::Direction::kIn));
+        return st.Stage(targets, DeviceStage::Direction::kOut);
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
+  return Enqueue(op_type, results, CallerWaits(opts),
                  [input, targets, root](Engine& engine, const auto&) mutable {
                    return GatherTensors(engine, input, targets, root);
-                 });
+                 },
+                 stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
@@ -227,10 +350,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
                                "scatter: only the root passes input tensors"));
   }
   at::Tensor output = outputs[0];
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&outputs, &sources}, [&](DeviceStage& st) {
+        RETURN_IF_ERROR(st.Stage(sources, DeviceStage::Direction::kIn));
+        return st.Stage(output, DeviceStage::Direction::kOut);
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
   return Enqueue(op_type, outputs, CallerWaits(opts),
                  [sources, output, root](Engine& engine, const auto&) mutable {
                    return ScatterTensors(engine, sources, output, root);
-                 });
+                 },
+                 stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather(
@@ -250,17 +382,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather(
   }
   at::Tensor input = inputs[0];
   std::vector<at::Tensor> targets = outputs[0];
-  return Enqueue(op_type, targets, CallerWaits(opts),
+  std::vector<at::Tensor> results = targets;
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&inputs, &targets}, [&](DeviceStage& st) {
+        RETURN_IF_ERROR(st.Stage(input, DeviceStage::Direction::kIn));
+        return st.Stage(targets, DeviceStage::Direction::kOut);
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
+  return Enqueue(op_type, results, CallerWaits(opts),
                  [input, targets](Engine& engine, const auto&) mutable {
                    return AllGatherTensors(engine, input, targets);
-                 });
+                 },
+                 stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   const c10d::OpType op_type = c10d::OpType::_ALLGATHER_BASE;
   for (const at::Tensor* t : {&output, &input}) {
-    if (absl::Status s = CheckCpuTensor(*t, "_allgather_base"); !s.ok()) {
+    if (absl::Status s = CheckDenseTensor(*t, "_allgather_base"); !s.ok()) {
       return Failed(op_type, s);
     }
   }
@@ -301,18 +443,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce_scatter(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, output.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   std::vector<at::Tensor> sources = inputs[0];
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&outputs, &sources}, [&](DeviceStage& st) {
+        RETURN_IF_ERROR(st.Stage(sources, DeviceStage::Direction::kIn));
+        return st.Stage(output, DeviceStage::Direction::kOut);
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
   return Enqueue(op_type, outputs, CallerWaits(opts),
                  [sources, output, type = *type, reduction = *reduction](
                      Engine& engine, const auto&) mutable {
                    return ReduceScatterTensors(engine, sources, output, type, reduction);
-                 });
+                 },
+                 stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   const c10d::OpType op_type = c10d::OpType::_REDUCE_SCATTER_BASE;
   for (const at::Tensor* t : {&output, &input}) {
-    if (absl::Status s = CheckCpuTensor(*t, "_reduce_scatter_base"); !s.ok()) {
+    if (absl::Status s = CheckDenseTensor(*t, "_reduce_scatter_base"); !s.ok()) {
       return Failed(op_type, s);
     }
   }
@@ -370,7 +521,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce_coalesced(
                                "allreduce_coalesced: needs at least one tensor"));
   }
   for (const at::Tensor& tensor : tensors) {
-    if (absl::Status s = CheckCpuTensor(tensor, "allreduce_coalesced"); !s.ok()) {
+    if (absl::Status s = CheckDenseTensor(tensor, "allreduce_coalesced"); !s.ok()) {
       return Failed(op_type, s);
     }
     if (tensor.scalar_type() != tensors[0].scalar_type()) {
@@ -385,11 +536,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce_coalesced(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensors[0].scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   std::vector<at::Tensor> targets = tensors;
-  return Enqueue(op_type, targets, CallerWaits(opts),
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
+        return st.Stage(targets, DeviceStage::Direction::kInOut);
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
+  return Enqueue(op_type, tensors, CallerWaits(opts),
                  [targets, type = *type, reduction = *reduction](
                      Engine& engine, const auto&) mutable {
                    return AllReduceCoalescedTensors(engine, targets, type, reduction);
-                 });
+                 },
+                 stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
@@ -403,7 +562,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
                                output_lists.size())));
   }
   for (const at::Tensor& input : inputs) {
-    if (absl::Status s = CheckCpuTensor(input, "allgather_coalesced input"); !s.ok()) {
+    if (absl::Status s = CheckDenseTensor(input, "allgather_coalesced input"); !s.ok()) {
       return Failed(op_type, s);
     }
     if (input.scalar_type() != inputs[0].scalar_type()) {
@@ -432,10 +591,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
   }
   std::vector<at::Tensor> sources = inputs;
   std::vector<std::vector<at::Tensor>> targets = output_lists;
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&inputs, &flat_outputs}, [&](DeviceStage& st) {
+        RETURN_IF_ERROR(st.Stage(sources, DeviceStage::Direction::kIn));
+        for (std::vector<at::Tensor>& list : targets) {
+          RETURN_IF_ERROR(st.Stage(list, DeviceStage::Direction::kOut));
+        }
+        return absl::OkStatus();
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
   return Enqueue(op_type, flat_outputs, CallerWaits(opts),
                  [sources, targets](Engine& engine, const auto&) mutable {
                    return AllGatherCoalescedTensors(engine, sources, targets);
-                 });
+                 },
+                 stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall(
@@ -479,7 +650,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::AllToAll(
   }
   for (int r = 0; r < size_; ++r) {
     for (const at::Tensor* t : {&inputs[r], &outputs[r]}) {
-      if (absl::Status s = CheckCpuTensor(*t, what); !s.ok()) return Failed(op_type, s);
+      if (absl::Status s = CheckDenseTensor(*t, what); !s.ok()) return Failed(op_type, s);
       if (t->scalar_type() != inputs[0].scalar_type()) {
         return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
                                    what, ": every tensor must be ",
@@ -513,10 +684,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::AllToAll(
   }
   std::vector<at::Tensor> sources = inputs;
   std::vector<at::Tensor> targets = outputs;
-  return Enqueue(op_type, targets, caller_waits,
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&inputs, &outputs}, [&](DeviceStage& st) {
+        RETURN_IF_ERROR(st.Stage(sources, DeviceStage::Direction::kIn));
+        return st.Stage(targets, DeviceStage::Direction::kOut);
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
+  return Enqueue(op_type, outputs, caller_waits,
                  [sources, targets](Engine& engine, const auto&) mutable {
                    return AllToAllTensors(engine, sources, targets);
-                 });
+                 },
+                 stage);
 }
 
 namespace {
@@ -558,7 +738,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall_base(
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   const c10d::OpType op_type = c10d::OpType::ALLTOALL_BASE;
   for (const at::Tensor* t : {&output, &input}) {
-    if (absl::Status s = CheckCpuTensor(*t, "alltoall_base"); !s.ok()) {
+    if (absl::Status s = CheckDenseTensor(*t, "alltoall_base"); !s.ok()) {
       return Failed(op_type, s);
     }
     if (t->dim() == 0) {
@@ -596,11 +776,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::send(std::vector<at::Tensor
     return Failed(op_type, s);
   }
   at::Tensor tensor = tensors[0];
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
+        return st.Stage(tensor, DeviceStage::Direction::kIn);
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
   return EnqueuePost(op_type, tensors,
                      absl::StrCat("send to rank ", dst_rank, " (tag ", tag, ")"),
                      [tensor, dst_rank, tag](Engine& engine, const auto& work) {
                        return PostSend(engine, tensor, dst_rank, tag, work);
-                     });
+                     },
+                     stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor>& tensors,
@@ -611,11 +799,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor
     return Failed(op_type, s);
   }
   at::Tensor tensor = tensors[0];
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
+        return st.Stage(tensor, DeviceStage::Direction::kOut);
+      });
+      !s.ok()) {
+    return Failed(op_type, s);
+  }
   return EnqueuePost(op_type, tensors,
                      absl::StrCat("receive from rank ", src_rank, " (tag ", tag, ")"),
                      [tensor, src_rank, tag](Engine& engine, const auto& work) {
                        return PostRecv(engine, tensor, src_rank, tag, work);
-                     });
+                     },
+                     stage);
 }
 
 absl::StatusOr<absl::Duration> ProcessGroupRdmaflow::TimeBareAllReduce(const at::Tensor& tensor,

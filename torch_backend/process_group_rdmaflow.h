@@ -17,6 +17,11 @@
 //     registered memory is written from where it lies.
 //   - Non-contiguous tensors are copied once into (and out of) a
 //     contiguous buffer, and counted in stats().
+//   - CUDA tensors (of one device per group), and with RDMAFLOW_DEVICE=fake
+//     the fake device's, go through host twins with torch's stream
+//     semantics (DeviceStage: the call waits for the caller's current
+//     stream without blocking it; a completed Work's outputs are on the
+//     device), counted in stats().
 // Every call returns a Work; one engine thread per group owns the
 // transport and runs the operations in call order (point-to-point ones
 // progress alongside). A synchronous collective, and with
@@ -40,15 +45,20 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "torch_backend/backend_options.h"
 #include "torch_backend/backend_stats.h"
+#include "torch_backend/device_stage.h"
 #include "torch_backend/repeated_storages.h"
+#include "torch_backend/tensor_device.h"
 #include "torch_backend/work.h"
 
 namespace rdmaflow::torch_backend {
@@ -60,14 +70,21 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
   // Creates the transport, the Messenger and the all-reduce group, meeting
   // the other ranks through `store`. Errors name what failed (transport,
   // peer, store) and what to check.
+  // options.device "fake" gives the group the fake device at once; else it
+  // takes the CUDA device of the first CUDA tensor it is given.
   static absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> Create(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
       const BackendOptions& options);
+  // With `device` as the group's device (tests: a fake device with faults).
+  static absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> Create(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+      const BackendOptions& options, std::unique_ptr<TensorDevice> device);
   // Runs what was queued, then stops the engine. Registered tensors still
   // alive keep the transport's memory mapped (it is then not freed).
   ~ProcessGroupRdmaflow() override;
   // Use Create(); public for c10::make_intrusive.
-  ProcessGroupRdmaflow(int rank, int size, std::unique_ptr<Engine> engine);
+  ProcessGroupRdmaflow(int rank, int size, std::unique_ptr<Engine> engine,
+                      std::unique_ptr<TensorDevice> device);
 
   const std::string getBackendName() const override { return "rdmaflow"; }
 
@@ -167,6 +184,10 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
   // called). Thread-safe.
   BackendStats stats() const;
 
+  // The group's device: null until a CUDA tensor came (or with the fake
+  // device from the start). Thread-safe.
+  TensorDevice* device() ABSL_LOCKS_EXCLUDED(device_mu_);
+
   // c10d::Backend; destroy_process_group() calls shutdown(). Both stop the
   // engine (Engine::~Engine: what was submitted runs to completion or its
   // timeout, pending point-to-point operations are cancelled, then
@@ -187,15 +208,34 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
   // async_op=False: the caller waits on the Work at once, so running it
   // here changes nothing it can see), or for a small asynchronous
   // all-reduce or broadcast with RDMAFLOW_INLINE_KB on.
+  // `stage` (null: no device tensors): its inputs are copied to the host
+  // before `run`, its outputs back before the Work completes; `outputs` are
+  // the caller's tensors (the Work's result), `run` works on the twins.
   c10::intrusive_ptr<c10d::Work> Enqueue(
       c10d::OpType type, std::vector<at::Tensor> outputs, bool caller_waits,
-      std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run);
+      std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run,
+      std::shared_ptr<DeviceStage> stage = nullptr);
   // Queues a point-to-point post on the engine (see Engine::Op).
   c10::intrusive_ptr<c10d::Work> EnqueuePost(
       c10d::OpType type, std::vector<at::Tensor> outputs, std::string what,
       std::function<absl::StatusOr<uint64_t>(Engine&,
                                               const c10::intrusive_ptr<RdmaflowWork>&)>
-          post);
+          post,
+      std::shared_ptr<DeviceStage> stage = nullptr);
+  // A stage for a call with `tensors` (every tensor it moves): on the
+  // group's device, made at the first CUDA tensor. Its errors: a CUDA
+  // tensor where CUDA does not start, or of another device.
+  absl::StatusOr<std::shared_ptr<DeviceStage>> NewStage(
+      std::initializer_list<const std::vector<at::Tensor>*> tensors)
+      ABSL_LOCKS_EXCLUDED(device_mu_);
+  // NewStage, then `swap` (the call's DeviceStage::Stage calls) on it.
+  absl::Status StageCall(std::shared_ptr<DeviceStage>& stage,
+                         std::initializer_list<const std::vector<at::Tensor>*> tensors,
+                         const std::function<absl::Status(DeviceStage&)>& swap);
+  // The Work for `outputs` (its Future on their CUDA device, if any), with
+  // `stage`'s copy back run before it completes.
+  c10::intrusive_ptr<RdmaflowWork> NewWork(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                           const std::shared_ptr<DeviceStage>& stage);
   // Runs `one` on each (output, input) pair in order and returns the Work
   // of the last: the engine runs calls in order, and a call that fails
   // breaks the group, failing those queued after it. A pair refused at
@@ -212,6 +252,9 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
                                           std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs, bool caller_waits);
 
+  // Before the engine: destroyed after it, which may still copy through it.
+  absl::Mutex device_mu_;
+  std::unique_ptr<TensorDevice> device_ ABSL_GUARDED_BY(device_mu_);
   std::unique_ptr<Engine> engine_;  // null once shut down
   BackendStats final_stats_;        // the engine's last counters, then
   RepeatedStorages repeated_;

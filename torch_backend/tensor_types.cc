@@ -50,13 +50,13 @@ absl::StatusOr<Reduction> ToReduction(const c10d::ReduceOp& op, at::ScalarType t
   }
 }
 
-absl::Status CheckCpuTensor(const at::Tensor& tensor, absl::string_view what) {
+absl::Status CheckDenseTensor(const at::Tensor& tensor, absl::string_view what) {
   if (!tensor.defined()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": the tensor is undefined"));
   }
-  if (!tensor.device().is_cpu() || tensor.layout() != at::kStrided) {
+  if (!(tensor.device().is_cpu() || tensor.is_cuda()) || tensor.layout() != at::kStrided) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, ": rdmaflow moves dense CPU tensors; got one on ",
+        what, ": rdmaflow moves dense CPU and CUDA tensors; got one on ",
         tensor.device().str(), " with layout ", c10::toString(tensor.layout())));
   }
   return absl::OkStatus();
@@ -65,10 +65,10 @@ absl::Status CheckCpuTensor(const at::Tensor& tensor, absl::string_view what) {
 absl::Status CheckSingle(const std::vector<at::Tensor>& tensors, absl::string_view what) {
   if (tensors.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, ": rdmaflow takes exactly one tensor per call (one CPU device), got ",
+        what, ": rdmaflow takes exactly one tensor per call (one device per group), got ",
         tensors.size()));
   }
-  return CheckCpuTensor(tensors[0], what);
+  return CheckDenseTensor(tensors[0], what);
 }
 
 absl::Status CheckSameShape(const at::Tensor& tensor, const at::Tensor& like,
@@ -79,7 +79,7 @@ absl::Status CheckSameShape(const at::Tensor& tensor, const at::Tensor& like,
         tensor.numel(), " elements where the input is ",
         c10::toString(like.scalar_type()), " of ", like.numel()));
   }
-  return CheckCpuTensor(tensor, what);
+  return CheckDenseTensor(tensor, what);
 }
 
 }  // namespace rdmaflow::torch_backend

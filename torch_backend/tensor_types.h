@@ -31,10 +31,12 @@ struct Reduction {
 };
 absl::StatusOr<Reduction> ToReduction(const c10d::ReduceOp& op, at::ScalarType type);
 
-// A defined, dense CPU tensor. kInvalidArgument naming `what` otherwise.
-absl::Status CheckCpuTensor(const at::Tensor& tensor, absl::string_view what);
+// A defined, dense (strided) CPU or CUDA tensor. kInvalidArgument naming
+// `what` otherwise.
+absl::Status CheckDenseTensor(const at::Tensor& tensor, absl::string_view what);
 
-// Exactly one tensor in a c10d tensor list (one per device; CPU has one).
+// Exactly one tensor in a c10d tensor list (one per device; a group has
+// one).
 absl::Status CheckSingle(const std::vector<at::Tensor>& tensors, absl::string_view what);
 
 // The same dtype and number of elements as `like`.

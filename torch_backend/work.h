@@ -11,6 +11,8 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -20,7 +22,16 @@ namespace rdmaflow::torch_backend {
 // Thread-safe.
 class RdmaflowWork final : public c10d::Work {
  public:
-  RdmaflowWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  // `devices`: the devices of the outputs' tensors other than the CPU (the
+  // Future records its events there, as torch asks of a Future that holds
+  // CUDA tensors).
+  RdmaflowWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+               std::vector<c10::Device> devices = {});
+
+  // Runs before a successful Complete() marks the Work done (the device
+  // stage's copy back); its error completes the Work instead. Set before
+  // the Work is handed to the engine; dropped once the Work completes.
+  void SetFinish(std::function<absl::Status()> finish) { finish_ = std::move(finish); }
 
   // Completes the operation: OK, or an error that wait() rethrows as a
   // RuntimeError carrying the status message. Only the first call counts.
@@ -33,6 +44,7 @@ class RdmaflowWork final : public c10d::Work {
   const std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> completing_{false};
+  std::function<absl::Status()> finish_;
 };
 
 }  // namespace rdmaflow::torch_backend

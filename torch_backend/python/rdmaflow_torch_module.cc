@@ -181,6 +181,8 @@ py::dict Stats(const py::object& handle) {
   out["allreduces"] = stats.allreduces;
   out["zero_copy_allreduces"] = stats.zero_copy_allreduces;
   out["staged_bytes"] = stats.staged_bytes;
+  out["device_calls"] = stats.device_calls;
+  out["device_staged_bytes"] = stats.device_staged_bytes;
   out["noncontiguous_copies"] = stats.noncontiguous_copies;
   out["coalesced_bytes"] = stats.coalesced_bytes;
   out["moved_to_registered"] = stats.moved_to_registered;
@@ -291,10 +293,12 @@ PYBIND11_MODULE(rdmaflow_torch, m) {
   py::module_::import("sys").attr("modules")["rdmaflow_torch.hooks"] = hooks;
   py::object backend = dist.attr("Backend");
   if (!py::hasattr(backend, "RDMAFLOW")) {
-    // For CPU tensors only: a job's CUDA tensors go to another backend
-    // ("cpu:rdmaflow,cuda:nccl").
+    // CPU and CUDA tensors (torch makes one group per device type, each
+    // with its own engine); "cpu:rdmaflow,cuda:nccl" sends CUDA tensors
+    // elsewhere.
     py::list devices;
     devices.append("cpu");
+    devices.append("cuda");
     backend.attr("register_backend")("rdmaflow", m.attr("create_process_group"),
                                      py::arg("devices") = devices);
   }

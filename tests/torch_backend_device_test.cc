@@ -1,0 +1,408 @@
+// End to end: device tensors through the rdmaflow c10d process group
+// between OS processes, on the fake device (RDMAFLOW_DEVICE=fake), which
+// stands in for CUDA here: a "device tensor" is a CPU tensor over the fake
+// device's memory, and each rank names a stream of it as its current one
+// (SetFakeCurrentStream), as torch.cuda.set_stream would. Every device
+// operation runs 20 ms late (FakeDeviceOptions::operation_delay), so a
+// call that read its tensor before the caller's stream got there, or a
+// Work that completed before its outputs were back on the device, shows.
+//   - Every collective and send/recv with device tensors whose values the
+//     caller's stream writes just before the call (the call must wait for
+//     it), against a local reference; mixed device inputs and host outputs;
+//     the Future's value is the caller's own device tensors; the copies are
+//     counted.
+//   - Refusals, at once and on every rank: a non-contiguous device tensor;
+//     a thread with no current stream.
+//   - A device fault in one rank's copy back fails that rank's Work with
+//     the device's error while its peer completes; the next call on a new
+//     staging stream works.
+// The test binary re-executes itself per rank (launch/ranks_or_tests_main.h).
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "device/device_runtime.h"
+#include "device/fake/fake_device.h"
+#include "gtest/gtest.h"
+#include "launch/launcher.h"
+#include "launch/ranks_or_tests_main.h"
+#include "rdma/torch/tcp_store.h"
+#include "torch_backend/process_group_rdmaflow.h"
+#include "torch_backend/tensor_device.h"
+
+namespace rdmaflow {
+namespace {
+
+using torch_backend::ProcessGroupRdmaflow;
+using torch_backend::TensorDevice;
+
+constexpr char kCaseEnv[] = "RDMAFLOW_DEVICE_PG_TEST_CASE";
+constexpr absl::Duration kOperationDelay = absl::Milliseconds(20);
+
+absl::Status Wait(const c10::intrusive_ptr<c10d::Work>& work) {
+  try {
+    work->wait();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::AbortedError(e.what());
+  }
+}
+
+absl::Status Check(bool ok, const std::string& what) {
+  return ok ? absl::OkStatus() : absl::DataLossError(what);
+}
+
+// Small integers: exact in every dtype, in any order.
+at::Tensor Values(int rank, int64_t n, at::ScalarType dtype, int salt = 0) {
+  at::Tensor i = at::arange(n, at::kLong);
+  return ((i * 7 + rank * 13 + salt * 5) % 31 - 15).to(dtype);
+}
+
+// One rank: its group, the group's fake device, and the stream it calls
+// from (its "current stream").
+struct Rank {
+  std::unique_ptr<rdma::torch::TcpStore> store;
+  c10::intrusive_ptr<ProcessGroupRdmaflow> pg;
+  int rank = 0;
+  int world = 0;
+  TensorDevice* device = nullptr;
+  std::unique_ptr<device::Stream> stream;
+  // Host tensors the stream still reads from: kept until the rank ends.
+  std::vector<at::Tensor> sources;
+
+  ~Rank() {
+    torch_backend::SetFakeCurrentStream(nullptr);
+    stream.reset();  // before the group's device
+    pg.reset();
+  }
+
+  // A device tensor of `shape`, uninitialized.
+  absl::StatusOr<at::Tensor> Empty(std::vector<int64_t> shape, at::ScalarType dtype) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    const size_t bytes = std::max<size_t>(1, n * c10::elementSize(dtype));
+    ASSIGN_OR_RETURN(device::DeviceMemory memory, device->runtime().Allocate(bytes));
+    auto held = std::make_shared<device::DeviceMemory>(std::move(memory));
+    return at::from_blob(
+        held->data(), shape, [held](void*) mutable { held.reset(); },
+        at::TensorOptions().dtype(dtype));
+  }
+
+  // A device tensor that the caller's stream fills with `values` (later:
+  // the device runs 20 ms late).
+  absl::StatusOr<at::Tensor> Upload(const at::Tensor& values) {
+    ASSIGN_OR_RETURN(at::Tensor tensor,
+                     Empty(values.sizes().vec(), values.scalar_type()));
+    at::Tensor source = values.contiguous();
+    sources.push_back(source);
+    RETURN_IF_ERROR(stream->Copy(tensor.data_ptr(), source.data_ptr(),
+                                 source.numel() * source.element_size()));
+    return tensor;
+  }
+
+  // What a device tensor holds once the caller's stream got there.
+  absl::StatusOr<at::Tensor> Download(const at::Tensor& tensor) {
+    at::Tensor host = at::empty(tensor.sizes(), tensor.options());
+    RETURN_IF_ERROR(stream->Copy(host.data_ptr(), tensor.data_ptr(),
+                                 tensor.numel() * tensor.element_size()));
+    ASSIGN_OR_RETURN(std::unique_ptr<device::Event> done, device->runtime().CreateEvent());
+    RETURN_IF_ERROR(stream->Record(*done));
+    RETURN_IF_ERROR(done->WaitUntil(absl::Now() + absl::Seconds(30), "the download"));
+    return host;
+  }
+
+  absl::Status Expect(const at::Tensor& tensor, const at::Tensor& expected,
+                      const std::string& what) {
+    ASSIGN_OR_RETURN(at::Tensor got, Download(tensor));
+    return Check(at::equal(got, expected),
+                 absl::StrCat(what, ": the device tensor differs from the local reference"));
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Rank>> Join(
+    std::unique_ptr<TensorDevice> device = nullptr) {
+  ASSIGN_OR_RETURN(rdma::torch::TcpStoreOptions options,
+                   rdma::torch::TcpStoreOptions::FromEnvironment());
+  auto rank = std::make_unique<Rank>();
+  rank->rank = options.rank;
+  rank->world = options.world_size;
+  ASSIGN_OR_RETURN(rank->store, rdma::torch::TcpStore::Create(options));
+  ASSIGN_OR_RETURN(torch_backend::BackendOptions backend,
+                   torch_backend::BackendOptions::FromEnvironment(absl::Seconds(60)));
+  if (device == nullptr) {
+    device::FakeDeviceOptions fake;
+    fake.operation_delay = kOperationDelay;
+    ASSIGN_OR_RETURN(device, TensorDevice::Fake(fake));
+  }
+  ASSIGN_OR_RETURN(rank->pg, ProcessGroupRdmaflow::Create(rank->store->store(), rank->rank,
+                                                          rank->world, backend,
+                                                          std::move(device)));
+  rank->device = rank->pg->device();
+  if (rank->device == nullptr) return absl::InternalError("the group has no device");
+  ASSIGN_OR_RETURN(rank->stream, rank->device->runtime().CreateStream());
+  torch_backend::SetFakeCurrentStream(rank->stream.get());
+  return rank;
+}
+
+absl::Status AllReduces(Rank& r) {
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kLong}) {
+    for (int64_t n : {int64_t{1}, int64_t{65537}, int64_t{1} << 18}) {
+      at::Tensor reference = Values(0, n, dtype);
+      for (int q = 1; q < r.world; ++q) reference += Values(q, n, dtype);
+      ASSIGN_OR_RETURN(at::Tensor tensor, r.Upload(Values(r.rank, n, dtype)));
+      std::vector<at::Tensor> tensors = {tensor};
+      c10::intrusive_ptr<c10d::Work> work = r.pg->allreduce(tensors);
+      RETURN_IF_ERROR(Wait(work));
+      const std::string what = absl::StrCat("allreduce ", c10::toString(dtype), " x", n);
+      RETURN_IF_ERROR(r.Expect(tensor, reference, what));
+      // The Future holds the caller's tensor, not the host twin.
+      const std::vector<at::Tensor> value = work->getFuture()->value().toTensorVector();
+      RETURN_IF_ERROR(Check(value.size() == 1 && value[0].data_ptr() == tensor.data_ptr(),
+                            absl::StrCat(what, ": the Future's tensor is not the caller's")));
+    }
+  }
+  // Two device tensors coalesced, and an asynchronous call waited for later.
+  ASSIGN_OR_RETURN(at::Tensor a, r.Upload(Values(r.rank, 1000, at::kFloat, 1)));
+  ASSIGN_OR_RETURN(at::Tensor b, r.Upload(Values(r.rank, 3000, at::kFloat, 2)));
+  std::vector<at::Tensor> both = {a, b};
+  RETURN_IF_ERROR(Wait(r.pg->allreduce_coalesced(both)));
+  at::Tensor ra = Values(0, 1000, at::kFloat, 1);
+  at::Tensor rb = Values(0, 3000, at::kFloat, 2);
+  for (int q = 1; q < r.world; ++q) {
+    ra += Values(q, 1000, at::kFloat, 1);
+    rb += Values(q, 3000, at::kFloat, 2);
+  }
+  RETURN_IF_ERROR(r.Expect(a, ra, "allreduce_coalesced (first)"));
+  return r.Expect(b, rb, "allreduce_coalesced (second)");
+}
+
+absl::Status OtherCollectives(Rank& r) {
+  const int64_t n = 4099;
+  for (int root = 0; root < r.world; ++root) {
+    ASSIGN_OR_RETURN(at::Tensor tensor, r.Upload(Values(r.rank, n, at::kFloat, root)));
+    std::vector<at::Tensor> tensors = {tensor};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    RETURN_IF_ERROR(Wait(r.pg->broadcast(tensors, opts)));
+    RETURN_IF_ERROR(
+        r.Expect(tensor, Values(root, n, at::kFloat, root), absl::StrCat("broadcast from ", root)));
+  }
+  // all-gather into device outputs, and into host outputs.
+  for (bool device_outputs : {true, false}) {
+    ASSIGN_OR_RETURN(at::Tensor input, r.Upload(Values(r.rank, n, at::kDouble)));
+    std::vector<at::Tensor> inputs = {input};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int q = 0; q < r.world; ++q) {
+      if (device_outputs) {
+        ASSIGN_OR_RETURN(at::Tensor out, r.Empty({n}, at::kDouble));
+        outputs[0].push_back(out);
+      } else {
+        outputs[0].push_back(at::zeros({n}, at::kDouble));
+      }
+    }
+    RETURN_IF_ERROR(Wait(r.pg->allgather(outputs, inputs)));
+    for (int q = 0; q < r.world; ++q) {
+      const std::string what = absl::StrCat("allgather part ", q,
+                                            device_outputs ? " (device)" : " (host)");
+      if (device_outputs) {
+        RETURN_IF_ERROR(r.Expect(outputs[0][q], Values(q, n, at::kDouble), what));
+      } else {
+        RETURN_IF_ERROR(Check(at::equal(outputs[0][q], Values(q, n, at::kDouble)), what));
+      }
+    }
+  }
+  // The flat forms FSDP uses.
+  {
+    ASSIGN_OR_RETURN(at::Tensor input, r.Upload(Values(r.rank, n, at::kFloat, 3)));
+    ASSIGN_OR_RETURN(at::Tensor output, r.Empty({n * r.world}, at::kFloat));
+    RETURN_IF_ERROR(Wait(r.pg->_allgather_base(output, input)));
+    std::vector<at::Tensor> parts;
+    for (int q = 0; q < r.world; ++q) parts.push_back(Values(q, n, at::kFloat, 3));
+    RETURN_IF_ERROR(r.Expect(output, at::cat(parts), "_allgather_base"));
+  }
+  {
+    ASSIGN_OR_RETURN(at::Tensor input, r.Upload(Values(r.rank, n * r.world, at::kFloat, 4)));
+    ASSIGN_OR_RETURN(at::Tensor output, r.Empty({n}, at::kFloat));
+    RETURN_IF_ERROR(Wait(r.pg->_reduce_scatter_base(output, input)));
+    at::Tensor sum = Values(0, n * r.world, at::kFloat, 4);
+    for (int q = 1; q < r.world; ++q) sum += Values(q, n * r.world, at::kFloat, 4);
+    RETURN_IF_ERROR(r.Expect(output, sum.slice(0, r.rank * n, (r.rank + 1) * n),
+                             "_reduce_scatter_base"));
+  }
+  {
+    // Rank q sends rows [q * 3, q * 3 + 3) of its input to each rank.
+    ASSIGN_OR_RETURN(at::Tensor input, r.Upload(Values(r.rank, 3 * r.world * 5, at::kLong)
+                                                    .reshape({3 * r.world, 5})));
+    ASSIGN_OR_RETURN(at::Tensor output, r.Empty({3 * r.world, 5}, at::kLong));
+    std::vector<int64_t> splits;
+    RETURN_IF_ERROR(Wait(r.pg->alltoall_base(output, input, splits, splits)));
+    std::vector<at::Tensor> parts;
+    for (int q = 0; q < r.world; ++q) {
+      parts.push_back(Values(q, 3 * r.world * 5, at::kLong)
+                          .reshape({3 * r.world, 5})
+                          .slice(0, r.rank * 3, r.rank * 3 + 3));
+    }
+    RETURN_IF_ERROR(r.Expect(output, at::cat(parts), "alltoall_base"));
+  }
+  {
+    // gather and scatter at root 0.
+    ASSIGN_OR_RETURN(at::Tensor input, r.Upload(Values(r.rank, n, at::kFloat, 5)));
+    std::vector<at::Tensor> inputs = {input};
+    std::vector<std::vector<at::Tensor>> outputs;
+    if (r.rank == 0) {
+      outputs.emplace_back();
+      for (int q = 0; q < r.world; ++q) {
+        ASSIGN_OR_RETURN(at::Tensor out, r.Empty({n}, at::kFloat));
+        outputs[0].push_back(out);
+      }
+    }
+    RETURN_IF_ERROR(Wait(r.pg->gather(outputs, inputs)));
+    for (int q = 0; r.rank == 0 && q < r.world; ++q) {
+      RETURN_IF_ERROR(r.Expect(outputs[0][q], Values(q, n, at::kFloat, 5),
+                               absl::StrCat("gather part ", q)));
+    }
+    ASSIGN_OR_RETURN(at::Tensor received, r.Empty({n}, at::kFloat));
+    std::vector<at::Tensor> scattered = {received};
+    std::vector<std::vector<at::Tensor>> sources;
+    if (r.rank == 0) {
+      sources.emplace_back();
+      for (int q = 0; q < r.world; ++q) {
+        ASSIGN_OR_RETURN(at::Tensor part, r.Upload(Values(q, n, at::kFloat, 6)));
+        sources[0].push_back(part);
+      }
+    }
+    RETURN_IF_ERROR(Wait(r.pg->scatter(scattered, sources)));
+    RETURN_IF_ERROR(r.Expect(received, Values(r.rank, n, at::kFloat, 6), "scatter"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PointToPoint(Rank& r) {
+  const int peer = r.rank ^ 1;
+  if (peer >= r.world) return absl::OkStatus();
+  for (int round = 0; round < 3; ++round) {
+    const int64_t n = 1000 + 70000 * round;  // past one message slot too
+    ASSIGN_OR_RETURN(at::Tensor in, r.Empty({n}, at::kFloat));
+    std::vector<at::Tensor> ins = {in};
+    c10::intrusive_ptr<c10d::Work> received = r.pg->recv(ins, peer, round);
+    ASSIGN_OR_RETURN(at::Tensor out, r.Upload(Values(r.rank, n, at::kFloat, round)));
+    std::vector<at::Tensor> outs = {out};
+    RETURN_IF_ERROR(Wait(r.pg->send(outs, peer, round)));
+    RETURN_IF_ERROR(Wait(received));
+    RETURN_IF_ERROR(r.Expect(in, Values(peer, n, at::kFloat, round),
+                             absl::StrCat("recv round ", round)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Refusals(Rank& r) {
+  ASSIGN_OR_RETURN(at::Tensor square, r.Upload(Values(r.rank, 64, at::kFloat).reshape({8, 8})));
+  std::vector<at::Tensor> transposed = {square.t()};
+  absl::Status status = Wait(r.pg->allreduce(transposed));
+  RETURN_IF_ERROR(Check(absl::IsAborted(status) && absl::StrContains(status.message(), "contiguous"),
+                        absl::StrCat("a non-contiguous device tensor: ", status.ToString())));
+  torch_backend::SetFakeCurrentStream(nullptr);
+  std::vector<at::Tensor> tensors = {square};
+  status = Wait(r.pg->allreduce(tensors));
+  torch_backend::SetFakeCurrentStream(r.stream.get());
+  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "no current stream"),
+                        absl::StrCat("a call with no current stream: ", status.ToString())));
+  // Neither reached the peers: the group still works.
+  RETURN_IF_ERROR(Wait(r.pg->allreduce(tensors)));
+  at::Tensor sum = Values(0, 64, at::kFloat).reshape({8, 8});
+  for (int q = 1; q < r.world; ++q) sum += Values(q, 64, at::kFloat).reshape({8, 8});
+  return r.Expect(square, sum, "the all-reduce after the refusals");
+}
+
+absl::Status Counted(Rank& r) {
+  const torch_backend::BackendStats stats = r.pg->stats();
+  std::fprintf(stderr, "rank %d: %lld device calls, %lld bytes staged\n", r.rank,
+               static_cast<long long>(stats.device_calls),
+               static_cast<long long>(stats.device_staged_bytes));
+  return Check(stats.device_calls > 10 && stats.device_staged_bytes > (int64_t{1} << 20),
+               "the device calls were not counted");
+}
+
+// Rank 0's device fails its third operation: its upload is the first, the
+// staging copy in the second, the copy back the third.
+absl::Status DeviceFault() {
+  ASSIGN_OR_RETURN(rdma::torch::TcpStoreOptions options,
+                   rdma::torch::TcpStoreOptions::FromEnvironment());
+  device::FakeDeviceOptions fake;
+  fake.operation_delay = kOperationDelay;
+  if (options.rank == 0) {
+    fake.fail_operation = 3;
+    fake.fault = absl::DataLossError("an injected ECC error");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<TensorDevice> device, TensorDevice::Fake(fake));
+  ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, Join(std::move(device)));
+  const int64_t n = 5000;
+  at::Tensor sum = Values(0, n, at::kFloat);
+  for (int q = 1; q < r->world; ++q) sum += Values(q, n, at::kFloat);
+  ASSIGN_OR_RETURN(at::Tensor tensor, r->Upload(Values(r->rank, n, at::kFloat)));
+  std::vector<at::Tensor> tensors = {tensor};
+  absl::Status status = Wait(r->pg->allreduce(tensors));
+  std::fprintf(stderr, "rank %d: allreduce with a device fault: %s\n", r->rank,
+               status.ToString().c_str());
+  if (r->rank == 0) {
+    RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "injected ECC error"),
+                          absl::StrCat("the faulty copy back: ", status.ToString())));
+  } else {
+    RETURN_IF_ERROR(status);
+    RETURN_IF_ERROR(r->Expect(tensor, sum, "the peer of the faulty rank"));
+  }
+  // The next call copies on a new staging stream.
+  ASSIGN_OR_RETURN(at::Tensor again, r->Upload(Values(r->rank, n, at::kFloat)));
+  std::vector<at::Tensor> again_list = {again};
+  RETURN_IF_ERROR(Wait(r->pg->allreduce(again_list)));
+  return r->Expect(again, sum, "the all-reduce after the fault");
+}
+
+absl::Status RunRank(const std::string& which) {
+  if (which == "device_fault") return DeviceFault();
+  ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, Join());
+  if (which == "collectives") {
+    RETURN_IF_ERROR(AllReduces(*r));
+    RETURN_IF_ERROR(OtherCollectives(*r));
+    RETURN_IF_ERROR(PointToPoint(*r));
+    RETURN_IF_ERROR(Refusals(*r));
+    RETURN_IF_ERROR(Counted(*r));
+    return Wait(r->pg->barrier());
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown case ", which));
+}
+
+std::map<std::string, std::string> Env(const char* which) {
+  return {{kCaseEnv, which},
+          {"RDMAFLOW_TRANSPORT_PARAMS", "tls=shm"},
+          {"RDMAFLOW_STAGING_MB", "4"},
+          {"RDMAFLOW_REGISTERED_MB", "8"}};
+}
+
+TEST(TorchBackendDeviceTest, EveryCallWithDeviceTensorsOnTwoAndThreeRanks) {
+  for (int world : {2, 3}) {
+    EXPECT_OK(launch::LaunchRanks(world, Env("collectives")).status) << world << " ranks";
+  }
+}
+
+TEST(TorchBackendDeviceTest, ADeviceFaultFailsItsRanksWorkAndTheNextCallWorks) {
+  EXPECT_OK(launch::LaunchRanks(2, Env("device_fault")).status);
+}
+
+}  // namespace
+}  // namespace rdmaflow
+
+int main(int argc, char** argv) {
+  return rdmaflow::launch::RanksOrTestsMain(
+      argc, argv, rdmaflow::kCaseEnv,
+      [](const char* which) { return rdmaflow::RunRank(which); });
+}

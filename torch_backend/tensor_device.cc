@@ -1,0 +1,137 @@
+#include "torch_backend/tensor_device.h"
+
+#include <c10/core/Device.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "device/cuda/cuda_device.h"
+
+namespace rdmaflow::torch_backend {
+namespace {
+
+thread_local device::Stream* fake_current_stream = nullptr;
+
+}  // namespace
+
+void SetFakeCurrentStream(device::Stream* stream) { fake_current_stream = stream; }
+
+TensorDevice::TensorDevice(std::unique_ptr<device::DeviceRuntime> runtime, bool fake, int index)
+    : runtime_(std::move(runtime)), fake_(fake), index_(index) {}
+
+TensorDevice::~TensorDevice() {
+  {
+    absl::MutexLock lock(&parked_mu_);
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    for (Parked& parked : parked_) {
+      if (!parked.done->WaitUntil(deadline, "a copy given up on").ok()) {
+        // Still running (or its stream broke): its memory is never freed.
+        new std::vector<at::Tensor>(std::move(parked.tensors));
+      }
+    }
+    parked_.clear();
+  }
+  absl::MutexLock lock(&staging_mu_);
+  staging_.reset();  // before the runtime
+}
+
+absl::Status TensorDevice::CreateStaging() {
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Stream> stream, runtime_->CreateStream());
+  absl::MutexLock lock(&staging_mu_);
+  staging_ = std::move(stream);
+  return absl::OkStatus();
+}
+
+absl::Status TensorDevice::RenewStaging() {
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Stream> stream, runtime_->CreateStream());
+  staging_ = std::move(stream);
+  return absl::OkStatus();
+}
+
+void TensorDevice::Park(std::unique_ptr<device::Event> done, std::vector<at::Tensor> tensors) {
+  absl::MutexLock lock(&parked_mu_);
+  // Reap what finished. What failed stays: whether a broken stream still
+  // runs the copies queued after the failure is the device's business.
+  std::vector<Parked> kept;
+  for (Parked& parked : parked_) {
+    absl::StatusOr<bool> finished = parked.done->Done();
+    if (!finished.ok() || !*finished) kept.push_back(std::move(parked));
+  }
+  kept.push_back({std::move(done), std::move(tensors)});
+  parked_ = std::move(kept);
+}
+
+absl::StatusOr<std::unique_ptr<TensorDevice>> TensorDevice::Cuda(int index) {
+  absl::StatusOr<std::unique_ptr<device::CudaDevice>> cuda = device::CudaDevice::Create(index);
+  if (!cuda.ok()) {
+    return absl::Status(cuda.status().code(),
+                        absl::StrCat("rdmaflow cannot use CUDA tensors of cuda:", index, ": ",
+                                     cuda.status().message()));
+  }
+  std::unique_ptr<TensorDevice> device(
+      new TensorDevice(*std::move(cuda), /*fake=*/false, index));
+  RETURN_IF_ERROR(device->CreateStaging());
+  return device;
+}
+
+absl::StatusOr<std::unique_ptr<TensorDevice>> TensorDevice::Fake(
+    const device::FakeDeviceOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake, device::FakeDevice::Create(options));
+  std::unique_ptr<TensorDevice> device(
+      new TensorDevice(std::move(fake), /*fake=*/true, options.device));
+  RETURN_IF_ERROR(device->CreateStaging());
+  return device;
+}
+
+absl::StatusOr<bool> TensorDevice::Holds(const at::Tensor& tensor) {
+  if (tensor.is_cuda()) {
+    if (fake_ || tensor.device().index() != index_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a tensor on ", tensor.device().str(), " where this process group moves ",
+          fake_ ? std::string("the fake device's") : absl::StrCat("cuda:", index_, "'s"),
+          " tensors: one process group serves one device (torch.cuda.set_device before "
+          "init_process_group)"));
+    }
+    return true;
+  }
+  if (!fake_ || !tensor.device().is_cpu() || !tensor.has_storage() ||
+      tensor.storage().data() == nullptr) {
+    return false;
+  }
+  ASSIGN_OR_RETURN(device::PointerInfo info, runtime_->Query(tensor.storage().data()));
+  return info.kind == device::MemoryKind::kDevice;
+}
+
+absl::StatusOr<std::unique_ptr<device::Stream>> TensorDevice::CallerStream() {
+  if (fake_) {
+    if (fake_current_stream == nullptr) {
+      return absl::FailedPreconditionError(
+          "a fake-device tensor, but this thread named no current stream "
+          "(SetFakeCurrentStream)");
+    }
+    return runtime_->WrapStream(fake_current_stream->native_handle());
+  }
+  void* native = nullptr;
+  try {
+    const c10::DeviceType cuda = c10::DeviceType::CUDA;
+    if (!c10::impl::hasDeviceGuardImpl(cuda)) {
+      return absl::FailedPreconditionError(
+          "torch has no CUDA support loaded in this process (a CPU-only torch, or "
+          "libtorch_cuda not loaded), so there is no current CUDA stream");
+    }
+    const c10::Stream stream = c10::impl::getDeviceGuardImpl(cuda)->getStream(
+        c10::Device(cuda, static_cast<c10::DeviceIndex>(index_)));
+    native = stream.native_handle();
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("asking torch for the current stream of cuda:", index_, ": ", e.what()));
+  }
+  return runtime_->WrapStream(native);
+}
+
+}  // namespace rdmaflow::torch_backend

@@ -1,0 +1,96 @@
+// File: tensor_device.h
+// -----------------------------------------------------------------------------
+// TensorDevice: the device a process group's device tensors live on, as the
+// backend sees it (docs/torch.md, "CUDA tensors"): which tensors are device
+// tensors, the caller's current stream, and the stream the backend's own
+// copies run on.
+//
+//   CUDA   tensors with is_cuda() on the group's one device (the first CUDA
+//          tensor's, as NCCL takes one GPU per rank); the caller's stream is
+//          torch's current stream of that device (found through c10's
+//          device-generic interface, so no CUDA header is needed here).
+//   fake   (tests on machines without a GPU: RDMAFLOW_DEVICE=fake) CPU
+//          tensors whose memory the fake device holds (at::from_blob over
+//          its allocations); the caller's stream is the one the calling
+//          thread named with SetFakeCurrentStream, since torch knows no
+//          stream of a CPU tensor.
+//
+// Thread-safe.
+#ifndef RDMAFLOW_TORCH_BACKEND_TENSOR_DEVICE_H_
+#define RDMAFLOW_TORCH_BACKEND_TENSOR_DEVICE_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "device/device_runtime.h"
+#include "device/fake/fake_device.h"
+
+namespace rdmaflow::torch_backend {
+
+class TensorDevice {
+ public:
+  // CUDA device `index`: kUnavailable where CUDA does not start (no driver),
+  // with CUDA's reason.
+  static absl::StatusOr<std::unique_ptr<TensorDevice>> Cuda(int index);
+  static absl::StatusOr<std::unique_ptr<TensorDevice>> Fake(
+      const device::FakeDeviceOptions& options = {});
+  ~TensorDevice();
+
+  bool fake() const { return fake_; }
+  device::DeviceRuntime& runtime() { return *runtime_; }
+
+  // Whether `tensor` (defined, strided) is a tensor of this device. A CUDA
+  // tensor of another device, or any CUDA tensor beside the fake device,
+  // is kInvalidArgument: a group moves one device's tensors.
+  absl::StatusOr<bool> Holds(const at::Tensor& tensor);
+
+  // The calling thread's current stream on this device, not owned. The
+  // fake device: kFailedPrecondition when the thread named none.
+  absl::StatusOr<std::unique_ptr<device::Stream>> CallerStream();
+
+  // The stream the backend's copies run on, and the lock its users hold
+  // while they enqueue (a stream takes one enqueuer at a time).
+  absl::Mutex& staging_mu() ABSL_LOCK_RETURNED(staging_mu_) { return staging_mu_; }
+  device::Stream& staging() ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_) { return *staging_; }
+  // After a copy failed on the staging stream (which stays broken, as
+  // CUDA's sticky errors do): a new stream for the calls after it. The old
+  // one finishes what it holds before it goes.
+  absl::Status RenewStaging() ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+  // Keeps `tensors` until `done` completes: copies given up on at their
+  // deadline still run, and must not land in memory handed to another
+  // tensor. Reaped by later calls; at destruction, waited for a little,
+  // then leaked rather than freed under a running copy.
+  void Park(std::unique_ptr<device::Event> done, std::vector<at::Tensor> tensors)
+      ABSL_LOCKS_EXCLUDED(parked_mu_);
+
+ private:
+  TensorDevice(std::unique_ptr<device::DeviceRuntime> runtime, bool fake, int index);
+  absl::Status CreateStaging();
+
+  std::unique_ptr<device::DeviceRuntime> runtime_;
+  const bool fake_;
+  const int index_;
+  absl::Mutex staging_mu_;
+  std::unique_ptr<device::Stream> staging_ ABSL_GUARDED_BY(staging_mu_);
+  struct Parked {
+    std::unique_ptr<device::Event> done;
+    std::vector<at::Tensor> tensors;
+  };
+  absl::Mutex parked_mu_;
+  std::vector<Parked> parked_ ABSL_GUARDED_BY(parked_mu_);
+};
+
+// The fake device's "current stream" of the calling thread (null: none),
+// as torch.cuda.set_stream sets a CUDA one: what CallerStream() wraps. The
+// stream must outlive its use.
+void SetFakeCurrentStream(device::Stream* stream);
+
+}  // namespace rdmaflow::torch_backend
+
+#endif  // RDMAFLOW_TORCH_BACKEND_TENSOR_DEVICE_H_
