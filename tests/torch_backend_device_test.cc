@@ -6,6 +6,8 @@
 // operation runs 20 ms late (FakeDeviceOptions::operation_delay), so a
 // call that read its tensor before the caller's stream got there, or a
 // Work that completed before its outputs were back on the device, shows.
+//   - float32 all-reduces on the device (DeviceAllReduce: a 1 MiB device
+//     region, so larger tensors go in pieces), the rest through host twins.
 //   - Every collective and send/recv with device tensors whose values the
 //     caller's stream writes just before the call (the call must wait for
 //     it), against a local reference; mixed device inputs and host outputs;
@@ -155,7 +157,9 @@ absl::StatusOr<std::unique_ptr<Rank>> Join(
 
 absl::Status AllReduces(Rank& r) {
   for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kLong}) {
-    for (int64_t n : {int64_t{1}, int64_t{65537}, int64_t{1} << 18}) {
+    // Past the device all-reduce's 1 MiB region too (in pieces).
+    for (int64_t n : {int64_t{1}, int64_t{65537}, int64_t{1} << 19}) {
+      if (n > 65537 && dtype != at::kFloat) continue;
       at::Tensor reference = Values(0, n, dtype);
       for (int q = 1; q < r.world; ++q) reference += Values(q, n, dtype);
       ASSIGN_OR_RETURN(at::Tensor tensor, r.Upload(Values(r.rank, n, dtype)));
@@ -182,7 +186,25 @@ absl::Status AllReduces(Rank& r) {
     rb += Values(q, 3000, at::kFloat, 2);
   }
   RETURN_IF_ERROR(r.Expect(a, ra, "allreduce_coalesced (first)"));
-  return r.Expect(b, rb, "allreduce_coalesced (second)");
+  RETURN_IF_ERROR(r.Expect(b, rb, "allreduce_coalesced (second)"));
+  // An asynchronous all-reduce, then at once a synchronous broadcast of the
+  // same tensor (which may run on this thread): the broadcast must see the
+  // all-reduce's result, copied back before it reads.
+  for (at::ScalarType dtype : {at::kDouble, at::kFloat}) {
+    ASSIGN_OR_RETURN(at::Tensor x, r.Upload(Values(r.rank, 5000, dtype, 7)));
+    std::vector<at::Tensor> xs = {x};
+    c10::intrusive_ptr<c10d::Work> first = r.pg->allreduce(xs);
+    c10d::BroadcastOptions sync;
+    sync.rootRank = 0;
+    sync.asyncOp = false;
+    RETURN_IF_ERROR(Wait(r.pg->broadcast(xs, sync)));
+    RETURN_IF_ERROR(Wait(first));
+    at::Tensor sum = Values(0, 5000, dtype, 7);
+    for (int q = 1; q < r.world; ++q) sum += Values(q, 5000, dtype, 7);
+    RETURN_IF_ERROR(r.Expect(x, sum, absl::StrCat("a broadcast right after an all-reduce (",
+                                                  c10::toString(dtype), ")")));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status OtherCollectives(Rank& r) {
@@ -328,12 +350,16 @@ absl::Status Counted(Rank& r) {
   std::fprintf(stderr, "rank %d: %lld device calls, %lld bytes staged\n", r.rank,
                static_cast<long long>(stats.device_calls),
                static_cast<long long>(stats.device_staged_bytes));
-  return Check(stats.device_calls > 10 && stats.device_staged_bytes > (int64_t{1} << 20),
+  std::fprintf(stderr, "rank %d: %lld all-reduces on the device\n", r.rank,
+               static_cast<long long>(stats.device_allreduces));
+  return Check(stats.device_calls > 10 && stats.device_staged_bytes > (int64_t{1} << 20) &&
+                   stats.device_allreduces >= 4,
                "the device calls were not counted");
 }
 
 // Rank 0's device fails its third operation: its upload is the first, the
-// staging copy in the second, the copy back the third.
+// staging copy in the second, the copy back the third (float64: through
+// host twins).
 absl::Status DeviceFault() {
   ASSIGN_OR_RETURN(rdma::torch::TcpStoreOptions options,
                    rdma::torch::TcpStoreOptions::FromEnvironment());
@@ -346,9 +372,9 @@ absl::Status DeviceFault() {
   ASSIGN_OR_RETURN(std::unique_ptr<TensorDevice> device, TensorDevice::Fake(fake));
   ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, Join(std::move(device)));
   const int64_t n = 5000;
-  at::Tensor sum = Values(0, n, at::kFloat);
-  for (int q = 1; q < r->world; ++q) sum += Values(q, n, at::kFloat);
-  ASSIGN_OR_RETURN(at::Tensor tensor, r->Upload(Values(r->rank, n, at::kFloat)));
+  at::Tensor sum = Values(0, n, at::kDouble);
+  for (int q = 1; q < r->world; ++q) sum += Values(q, n, at::kDouble);
+  ASSIGN_OR_RETURN(at::Tensor tensor, r->Upload(Values(r->rank, n, at::kDouble)));
   std::vector<at::Tensor> tensors = {tensor};
   absl::Status status = Wait(r->pg->allreduce(tensors));
   std::fprintf(stderr, "rank %d: allreduce with a device fault: %s\n", r->rank,
@@ -361,7 +387,7 @@ absl::Status DeviceFault() {
     RETURN_IF_ERROR(r->Expect(tensor, sum, "the peer of the faulty rank"));
   }
   // The next call copies on a new staging stream.
-  ASSIGN_OR_RETURN(at::Tensor again, r->Upload(Values(r->rank, n, at::kFloat)));
+  ASSIGN_OR_RETURN(at::Tensor again, r->Upload(Values(r->rank, n, at::kDouble)));
   std::vector<at::Tensor> again_list = {again};
   RETURN_IF_ERROR(Wait(r->pg->allreduce(again_list)));
   return r->Expect(again, sum, "the all-reduce after the fault");
@@ -385,7 +411,8 @@ std::map<std::string, std::string> Env(const char* which) {
   return {{kCaseEnv, which},
           {"RDMAFLOW_TRANSPORT_PARAMS", "tls=shm"},
           {"RDMAFLOW_STAGING_MB", "4"},
-          {"RDMAFLOW_REGISTERED_MB", "8"}};
+          {"RDMAFLOW_REGISTERED_MB", "8"},
+          {"RDMAFLOW_DEVICE_MB", "1"}};
 }
 
 TEST(TorchBackendDeviceTest, EveryCallWithDeviceTensorsOnTwoAndThreeRanks) {

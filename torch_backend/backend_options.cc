@@ -51,6 +51,9 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
   if (absl::Status s = Size("RDMAFLOW_INLINE_KB", 10, 0, options.inline_bytes); !s.ok()) {
     return s;
   }
+  if (absl::Status s = Size("RDMAFLOW_DEVICE_MB", 20, 0, options.device_bytes); !s.ok()) {
+    return s;
+  }
   if (const char* wait = Variable("RDMAFLOW_WAIT")) {
     absl::StatusOr<onesided::WaitPolicy> policy = onesided::WaitPolicy::Parse(wait);
     if (!policy.ok()) {

@@ -19,6 +19,9 @@
 //                              reading each other's memory where the
 //                              transport maps it; off: the ring only
 //                              (collectives/allreduce_group.h)
+//   RDMAFLOW_DEVICE_MB         the device all-reduce's region in device
+//                              memory (default 64; 0: device tensors are
+//                              all-reduced through host memory too)
 //   RDMAFLOW_DEVICE            cuda (default): CUDA tensors go through the
 //                              device of the first one; fake: the fake
 //                              device's tensors do (tests without a GPU:
@@ -68,6 +71,8 @@ struct BackendOptions {
   // Which device tensors the group moves: "cuda" or "fake"
   // (TensorDevice).
   std::string device = "cuda";
+  // The device all-reduce's region (DeviceAllReduce); 0: none.
+  size_t device_bytes = size_t{64} << 20;
   // Prefix of the group's keys in its store: keeps the keys of an earlier
   // run, or of an attempt before an elastic restart, out of sight.
   std::string store_scope = "run/none/attempt/0";

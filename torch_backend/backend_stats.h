@@ -30,6 +30,8 @@ struct BackendStats {
   // and the bytes staged through host memory for them, both ways.
   int64_t device_calls = 0;
   int64_t device_staged_bytes = 0;
+  // All-reduces of device tensors on the device (DeviceAllReduce).
+  int64_t device_allreduces = 0;
 };
 
 }  // namespace rdmaflow::torch_backend

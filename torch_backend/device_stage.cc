@@ -27,6 +27,10 @@ absl::Status DeviceStage::Stage(at::Tensor& tensor, Direction direction) {
         "rdmaflow moves contiguous device tensors; this ", tensor.device().str(),
         " tensor of shape ", c10::str(tensor.sizes()), " is not (call .contiguous() first)"));
   }
+  if (direction == Direction::kOnDevice) {
+    pairs_.push_back({tensor, at::Tensor(), direction});
+    return absl::OkStatus();
+  }
   at::Tensor host;
   try {
     at::TensorOptions options = tensor.options().device(at::kCPU);
@@ -45,6 +49,13 @@ absl::Status DeviceStage::Stage(at::Tensor& tensor, Direction direction) {
   return absl::OkStatus();
 }
 
+bool DeviceStage::on_device() const {
+  for (const Pair& pair : pairs_) {
+    if (pair.direction == Direction::kOnDevice) return true;
+  }
+  return false;
+}
+
 absl::Status DeviceStage::Stage(std::vector<at::Tensor>& tensors, Direction direction) {
   for (at::Tensor& tensor : tensors) RETURN_IF_ERROR(Stage(tensor, direction));
   return absl::OkStatus();
@@ -53,6 +64,7 @@ absl::Status DeviceStage::Stage(std::vector<at::Tensor>& tensors, Direction dire
 size_t DeviceStage::bytes() const {
   size_t total = 0;
   for (const Pair& pair : pairs_) {
+    if (pair.direction == Direction::kOnDevice) continue;
     total += Bytes(pair.device) * (pair.direction == Direction::kInOut ? 2 : 1);
   }
   return total;
@@ -89,7 +101,10 @@ absl::Status DeviceStage::Copy(bool in, absl::Time deadline) {
     }
     for (const Pair& pair : pairs_) {
       if (!enqueued.ok()) break;
-      if (pair.direction == (in ? Direction::kOut : Direction::kIn)) continue;
+      if (pair.direction == Direction::kOnDevice ||
+          pair.direction == (in ? Direction::kOut : Direction::kIn)) {
+        continue;
+      }
       const size_t n = Bytes(pair.device);
       if (n == 0) continue;
       enqueued = in ? stream.Copy(pair.host.data_ptr(), pair.device.data_ptr(), n)
@@ -97,7 +112,9 @@ absl::Status DeviceStage::Copy(bool in, absl::Time deadline) {
       bytes += n;
       ++tensors;
     }
-    if (enqueued.ok() && tensors == 0) return absl::OkStatus();
+    // With tensors on the device, their users (other streams) start once
+    // the host knows the caller's stream got there.
+    if (enqueued.ok() && tensors == 0 && !(in && on_device())) return absl::OkStatus();
     if (enqueued.ok()) enqueued = stream.Record(*done_);
     if (!enqueued.ok()) {
       // Some copies may be queued: the tensors stay until the stream passes
@@ -136,7 +153,7 @@ void DeviceStage::Keep() {
   std::vector<at::Tensor> tensors;
   for (const Pair& pair : pairs_) {
     tensors.push_back(pair.device);
-    tensors.push_back(pair.host);
+    if (pair.host.defined()) tensors.push_back(pair.host);
   }
   device_->Park(std::move(done_), std::move(tensors));
 }

@@ -46,6 +46,9 @@ class DeviceStage {
     kIn,     // read by the operation: copied to the host before it
     kOut,    // written by it: copied back after it
     kInOut,  // both (in-place collectives)
+    // Stays on the device, where the operation uses it (DeviceAllReduce):
+    // no twin; CopyIn waits until the caller's stream reached the call.
+    kOnDevice,
   };
 
   // `device`: the group's, or null when it has none yet (then every tensor
@@ -59,6 +62,9 @@ class DeviceStage {
   absl::Status Stage(at::Tensor& tensor, Direction direction);
   absl::Status Stage(std::vector<at::Tensor>& tensors, Direction direction);
   bool empty() const { return pairs_.empty(); }
+  TensorDevice* device() const { return device_; }
+  // Whether some tensor was staged kOnDevice.
+  bool on_device() const;
   // The bytes the stage moves, both ways together.
   size_t bytes() const;
 

@@ -50,14 +50,14 @@ thread_local bool on_engine_thread = false;
 
 }  // namespace
 
-Engine::Engine(int rank, int size, const BackendOptions& options)
-    : rank_(rank), size_(size), options_(options) {
+Engine::Engine(int rank, int size, const BackendOptions& options, TensorDevice* device)
+    : rank_(rank), size_(size), options_(options), device_(device) {
   ++live_engines;
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-    const BackendOptions& options) {
+    const BackendOptions& options, TensorDevice* device) {
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rdmaflow process group: rank ", rank, " is outside a group of ", size));
@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
   if (store.get() == nullptr) {
     return absl::InvalidArgumentError("rdmaflow process group: no store given");
   }
-  std::unique_ptr<Engine> engine(new Engine(rank, size, options));
+  std::unique_ptr<Engine> engine(new Engine(rank, size, options, device));
   // Shared: the thread may still be inside set_value() when Start() returns.
   auto ready = std::make_shared<std::promise<absl::Status>>();
   std::future<absl::Status> set_up = ready->get_future();
@@ -143,6 +143,11 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     data_region_ = own_region_.get();
   }
   messenger_->AddSendRegion(data_region_);
+  if (device_ != nullptr && size_ > 1 && options_.device_bytes > 0) {
+    ASSIGN_OR_RETURN(device_allreduce_,
+                     DeviceAllReduce::Create(*store_, absl::StrCat(Namespace(options_), "/device"),
+                                             rank_, size_, *device_, options_));
+  }
   ASSIGN_OR_RETURN(registered_,
                    runtime::torch::RegisteredAllocator::Over(
                        *data_region_, options_.staging_bytes, options_.registered_bytes));
@@ -340,6 +345,15 @@ void Engine::TearDown() {
     posted.work->Complete(cancelled);
   }
   posted_.clear();
+  if (device_allreduce_ != nullptr && broken_.ok()) {
+    if (absl::Status s =
+            device_allreduce_->Shutdown(std::min(absl::Seconds(10), options_.timeout));
+        !s.ok()) {
+      std::fprintf(stderr, "rdmaflow rank %d: shutdown of the device all-reduce: %s\n", rank_,
+                   std::string(s.message()).c_str());
+    }
+  }
+  device_allreduce_.reset();
   if (ring_ != nullptr && broken_.ok()) {
     // Collective: every rank tears down; a peer's writes into our memory
     // must be over before it is freed.

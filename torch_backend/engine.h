@@ -48,6 +48,8 @@
 #include "runtime/torch/registered_allocator.h"
 #include "torch_backend/backend_options.h"
 #include "torch_backend/backend_stats.h"
+#include "torch_backend/device_allreduce.h"
+#include "torch_backend/tensor_device.h"
 #include "torch_backend/work.h"
 
 namespace rdmaflow::torch_backend {
@@ -69,9 +71,12 @@ class Engine {
 
   // Starts the thread and sets everything up on it (rendezvous through
   // `store`). The set-up's error, if any.
+  // `device`: the group's device, or null; with one (and more than one
+  // rank, and options.device_bytes) the engine all-reduces its tensors on
+  // the device too (DeviceAllReduce). It must outlive the engine.
   static absl::StatusOr<std::unique_ptr<Engine>> Start(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-      const BackendOptions& options);
+      const BackendOptions& options, TensorDevice* device = nullptr);
   // Stops the thread: what was submitted runs (collectives to completion
   // or their timeout), point-to-point operations still pending are
   // cancelled, then everything is torn down. Returns within the group's
@@ -117,6 +122,10 @@ class Engine {
   collectives::DirectCollectives& direct() { return *direct_; }
   // Null for a group of one.
   collectives::AllReduceGroup* ring() { return ring_.get(); }
+  // The all-reduce of device tensors on the device: null without a device,
+  // for a group of one, or with RDMAFLOW_DEVICE_MB=0. Set before Start()
+  // returns; readable from any thread.
+  DeviceAllReduce* device_allreduce() const { return device_allreduce_.get(); }
   const rdma::MemoryRegion& data_region() const { return *data_region_; }
   // Moves `tensor`'s storage into the registered pool
   // (RegisteredAllocator::MoveIn), counted: between operations, so no
@@ -127,7 +136,7 @@ class Engine {
   void Count(const std::function<void(BackendStats&)>& update) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  Engine(int rank, int size, const BackendOptions& options);
+  Engine(int rank, int size, const BackendOptions& options, TensorDevice* device);
   absl::Status SetUp(const c10::intrusive_ptr<c10d::Store>& store);
   void Loop() ABSL_LOCKS_EXCLUDED(drive_mu_, mu_);
   // The last operation of a batch, completed once the transport is let go.
@@ -150,6 +159,7 @@ class Engine {
   const int rank_;
   const int size_;
   const BackendOptions options_;
+  TensorDevice* const device_;
 
   // Owned by the thread.
   std::unique_ptr<rdma::torch::C10dStore> store_;
@@ -163,6 +173,7 @@ class Engine {
   std::unique_ptr<onesided::Messenger> messenger_;
   std::unique_ptr<collectives::DirectCollectives> direct_;
   std::unique_ptr<collectives::AllReduceGroup> ring_;
+  std::unique_ptr<DeviceAllReduce> device_allreduce_;
   std::unique_ptr<rdma::MemoryRegion> own_region_;  // a group of one's
   const rdma::MemoryRegion* data_region_ = nullptr;
   std::unique_ptr<runtime::torch::RegisteredAllocator> registered_;

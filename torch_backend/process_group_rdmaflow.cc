@@ -78,6 +78,16 @@ absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::C
   std::unique_ptr<TensorDevice> device;
   if (options.device == "fake") {
     ASSIGN_OR_RETURN(device, TensorDevice::Fake());
+  } else if (const int index = TensorDevice::CurrentCudaDevice(); index >= 0) {
+    // Torch has CUDA and a device: the group takes the current one now, so
+    // that every rank sets up the device all-reduce at creation.
+    absl::StatusOr<std::unique_ptr<TensorDevice>> cuda = TensorDevice::Cuda(index);
+    if (cuda.ok()) {
+      device = *std::move(cuda);
+    } else {
+      std::fprintf(stderr, "rdmaflow rank %d: CUDA tensors will be refused: %s\n", rank,
+                   std::string(cuda.status().message()).c_str());
+    }
   }
   return Create(store, rank, size, options, std::move(device));
 }
@@ -86,7 +96,7 @@ absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::C
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     const BackendOptions& options, std::unique_ptr<TensorDevice> device) {
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   Engine::Start(store, rank, size, options));
+                   Engine::Start(store, rank, size, options, device.get()));
   return c10::make_intrusive<ProcessGroupRdmaflow>(rank, size, std::move(engine),
                                                    std::move(device));
 }
@@ -117,6 +127,7 @@ absl::StatusOr<std::shared_ptr<DeviceStage>> ProcessGroupRdmaflow::NewStage(
       if (device_ != nullptr) break;
     }
   }
+  if (device_ != nullptr) device_->Reap();
   return std::make_shared<DeviceStage>(device_.get());
 }
 
@@ -133,8 +144,6 @@ c10::intrusive_ptr<RdmaflowWork> ProcessGroupRdmaflow::NewWork(
   auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::move(outputs),
                                                 std::move(devices));
   if (stage != nullptr && !stage->empty()) {
-    const absl::Duration timeout = engine_->options().timeout;
-    work->SetFinish([stage, timeout] { return stage->CopyOut(absl::Now() + timeout); });
     const int64_t bytes = static_cast<int64_t>(stage->bytes());
     engine_->Count([bytes](BackendStats& stats) {
       ++stats.device_calls;
@@ -149,19 +158,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Enqueue(
     std::function<absl::Status(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)> run,
     std::shared_ptr<DeviceStage> stage) {
   if (engine_ == nullptr) return Failed(type, ShutDownError());
-  if (stage != nullptr && !stage->empty()) {
+  const bool staged = stage != nullptr && !stage->empty();
+  if (staged) {
+    DeviceScope scope(stage->device());
     if (absl::Status s = stage->MarkCaller(); !s.ok()) return Failed(type, s);
+    // The copy back runs while the transport is held, so that a call run
+    // inline next cannot copy the same tensor in before it. Its failure
+    // fails this call's Work, not the group: the collective itself went
+    // through on every rank.
     run = [stage, run = std::move(run)](Engine& engine,
                                         const c10::intrusive_ptr<RdmaflowWork>& work) {
-      RETURN_IF_ERROR(stage->CopyIn(absl::Now() + engine.options().timeout));
-      return run(engine, work);
+      const absl::Duration timeout = engine.options().timeout;
+      RETURN_IF_ERROR(stage->CopyIn(absl::Now() + timeout));
+      RETURN_IF_ERROR(run(engine, work));
+      absl::Status back = stage->CopyOut(absl::Now() + timeout);
+      if (!back.ok()) work->SetFinish([back] { return back; });
+      return absl::OkStatus();
     };
   }
   c10::intrusive_ptr<RdmaflowWork> work = NewWork(type, std::move(outputs), stage);
   Engine::Op op{work, std::move(run), nullptr, ""};
   bool ran = false;
   if (caller_waits) {
+    DeviceScope scope(staged ? stage->device() : nullptr);
     ran = engine_->TryRunInline(op, Engine::Inline::kCallerWaits);
+  } else if (staged) {
+    // An asynchronous call with device tensors waits for the caller's
+    // stream: never on the caller's thread.
   } else if (type == c10d::OpType::ALLREDUCE || type == c10d::OpType::BROADCAST) {
     // Of the asynchronous calls only all-reduces and broadcasts run inline:
     // their outputs are all they move, so the size limit means what it says.
@@ -183,6 +206,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::EnqueuePost(
     std::shared_ptr<DeviceStage> stage) {
   if (engine_ == nullptr) return Failed(type, ShutDownError());
   if (stage != nullptr && !stage->empty()) {
+    DeviceScope scope(stage->device());
     if (absl::Status s = stage->MarkCaller(); !s.ok()) return Failed(type, s);
     post = [stage, post = std::move(post)](
                Engine& engine,
@@ -192,6 +216,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::EnqueuePost(
     };
   }
   c10::intrusive_ptr<RdmaflowWork> work = NewWork(type, std::move(outputs), stage);
+  if (stage != nullptr && !stage->empty()) {
+    // A post's outputs come back when its Messenger completion fires (while
+    // the transport is held).
+    const absl::Duration timeout = engine_->options().timeout;
+    work->SetFinish([stage, timeout] { return stage->CopyOut(absl::Now() + timeout); });
+  }
   engine_->Submit({work, nullptr, std::move(post), std::move(what)});
   return work;
 }
@@ -212,12 +242,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce(
   if (!type.ok()) return Failed(op_type, type.status());
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensor.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
+  // On the device where it reduces this type and op, else through a twin.
+  const bool device_path = engine_ != nullptr && engine_->device_allreduce() != nullptr &&
+                           !reduction->average &&
+                           DeviceAllReduce::Takes(*type, reduction->op);
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
-        return st.Stage(tensor, DeviceStage::Direction::kInOut);
+        return st.Stage(tensor, device_path ? DeviceStage::Direction::kOnDevice
+                                            : DeviceStage::Direction::kInOut);
       });
       !s.ok()) {
     return Failed(op_type, s);
+  }
+  if (stage->on_device()) {
+    return Enqueue(op_type, tensors, CallerWaits(opts),
+                   [tensor, type = *type, op = reduction->op](Engine& engine,
+                                                              const auto&) mutable {
+                     return DeviceAllReduceTensor(engine, tensor, type, op);
+                   },
+                   stage);
   }
   return Enqueue(op_type, tensors, CallerWaits(opts),
                  [tensor, type = *type, reduction = *reduction](

@@ -184,6 +184,17 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
   return absl::OkStatus();
 }
 
+absl::Status DeviceAllReduceTensor(Engine& engine, at::Tensor& tensor,
+                                   collectives::DataType type, collectives::ReduceOp op) {
+  engine.Count([](BackendStats& stats) {
+    ++stats.allreduces;
+    ++stats.device_allreduces;
+  });
+  return engine.device_allreduce()->AllReduce(tensor.data_ptr(),
+                                              static_cast<size_t>(tensor.numel()), type, op,
+                                              absl::Now() + engine.options().timeout);
+}
+
 absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root) {
   at::Tensor buffer = Contiguous(engine, tensor, /*fill=*/engine.rank() == root);
   RETURN_IF_ERROR(engine.direct().Broadcast(root, buffer.data_ptr(), Bytes(buffer)));

@@ -29,6 +29,11 @@ namespace rdmaflow::torch_backend {
 absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::DataType type,
                              Reduction reduction);
 
+// A contiguous device tensor of the group's device, on the device
+// (DeviceAllReduce), once the caller's stream has reached the call.
+absl::Status DeviceAllReduceTensor(Engine& engine, at::Tensor& tensor,
+                                   collectives::DataType type, collectives::ReduceOp op);
+
 absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root);
 
 // For benchmarks: `iterations` float32 sums of `tensor` (in the registered

@@ -53,16 +53,42 @@ absl::Status TensorDevice::RenewStaging() {
   return absl::OkStatus();
 }
 
+absl::Status TensorDevice::Copy(void* dst, const void* src, size_t bytes, absl::Time deadline,
+                                const std::string& what) {
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> done, runtime_->CreateEvent());
+  {
+    absl::MutexLock lock(&staging_mu_);
+    absl::Status enqueued = staging_->Copy(dst, src, bytes);
+    if (enqueued.ok()) enqueued = staging_->Record(*done);
+    if (!enqueued.ok()) {
+      RenewStaging().IgnoreError();
+      return enqueued;
+    }
+  }
+  absl::Status status = done->WaitUntil(deadline, what);
+  if (!status.ok() && !absl::IsDeadlineExceeded(status)) {
+    absl::MutexLock lock(&staging_mu_);
+    RenewStaging().IgnoreError();
+  }
+  return status;
+}
+
 void TensorDevice::Park(std::unique_ptr<device::Event> done, std::vector<at::Tensor> tensors) {
+  Reap();
   absl::MutexLock lock(&parked_mu_);
-  // Reap what finished. What failed stays: whether a broken stream still
-  // runs the copies queued after the failure is the device's business.
+  parked_.push_back({std::move(done), std::move(tensors)});
+}
+
+void TensorDevice::Reap() {
+  absl::MutexLock lock(&parked_mu_);
+  if (parked_.empty()) return;
+  // What failed stays: whether a broken stream still runs the copies
+  // queued after the failure is the device's business.
   std::vector<Parked> kept;
   for (Parked& parked : parked_) {
     absl::StatusOr<bool> finished = parked.done->Done();
     if (!finished.ok() || !*finished) kept.push_back(std::move(parked));
   }
-  kept.push_back({std::move(done), std::move(tensors)});
   parked_ = std::move(kept);
 }
 
@@ -86,6 +112,42 @@ absl::StatusOr<std::unique_ptr<TensorDevice>> TensorDevice::Fake(
       new TensorDevice(std::move(fake), /*fake=*/true, options.device));
   RETURN_IF_ERROR(device->CreateStaging());
   return device;
+}
+
+DeviceScope::DeviceScope(TensorDevice* device) {
+  if (device == nullptr || device->fake()) return;
+  const int current = TensorDevice::CurrentCudaDevice();
+  if (current < 0 || current == device->index()) return;
+  try {
+    const c10::DeviceType cuda = c10::DeviceType::CUDA;
+    c10::impl::getDeviceGuardImpl(cuda)->setDevice(
+        c10::Device(cuda, static_cast<c10::DeviceIndex>(device->index())));
+    restore_ = current;
+  } catch (const std::exception&) {
+    // Our own calls select the device anyway; nothing to restore.
+  }
+}
+
+DeviceScope::~DeviceScope() {
+  if (restore_ < 0) return;
+  try {
+    const c10::DeviceType cuda = c10::DeviceType::CUDA;
+    c10::impl::getDeviceGuardImpl(cuda)->setDevice(
+        c10::Device(cuda, static_cast<c10::DeviceIndex>(restore_)));
+  } catch (const std::exception&) {
+  }
+}
+
+int TensorDevice::CurrentCudaDevice() {
+  try {
+    const c10::DeviceType cuda = c10::DeviceType::CUDA;
+    if (!c10::impl::hasDeviceGuardImpl(cuda)) return -1;
+    const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(cuda);
+    if (impl->deviceCount() <= 0) return -1;
+    return impl->getDevice().index();
+  } catch (const std::exception&) {
+    return -1;
+  }
 }
 
 absl::StatusOr<bool> TensorDevice::Holds(const at::Tensor& tensor) {

@@ -22,6 +22,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -40,9 +41,14 @@ class TensorDevice {
   static absl::StatusOr<std::unique_ptr<TensorDevice>> Cuda(int index);
   static absl::StatusOr<std::unique_ptr<TensorDevice>> Fake(
       const device::FakeDeviceOptions& options = {});
+  // Torch's current CUDA device in this process, or -1 when torch has no
+  // CUDA loaded (libtorch_cpu alone) or sees no device.
+  static int CurrentCudaDevice();
   ~TensorDevice();
 
   bool fake() const { return fake_; }
+  // The CUDA device's ordinal (the fake device's too).
+  int index() const { return index_; }
   device::DeviceRuntime& runtime() { return *runtime_; }
 
   // Whether `tensor` (defined, strided) is a tensor of this device. A CUDA
@@ -62,12 +68,19 @@ class TensorDevice {
   // CUDA's sticky errors do): a new stream for the calls after it. The old
   // one finishes what it holds before it goes.
   absl::Status RenewStaging() ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+  // Copies `bytes` from `src` to `dst` on the staging stream and waits
+  // until done: kDeadlineExceeded naming `what` at `deadline`.
+  absl::Status Copy(void* dst, const void* src, size_t bytes, absl::Time deadline,
+                    const std::string& what) ABSL_LOCKS_EXCLUDED(staging_mu_);
   // Keeps `tensors` until `done` completes: copies given up on at their
   // deadline still run, and must not land in memory handed to another
   // tensor. Reaped by later calls; at destruction, waited for a little,
   // then leaked rather than freed under a running copy.
   void Park(std::unique_ptr<device::Event> done, std::vector<at::Tensor> tensors)
       ABSL_LOCKS_EXCLUDED(parked_mu_);
+  // Lets go of parked tensors whose copies finished (each call's stage
+  // does, and Park).
+  void Reap() ABSL_LOCKS_EXCLUDED(parked_mu_);
 
  private:
   TensorDevice(std::unique_ptr<device::DeviceRuntime> runtime, bool fake, int index);
@@ -84,6 +97,21 @@ class TensorDevice {
   };
   absl::Mutex parked_mu_;
   std::vector<Parked> parked_ ABSL_GUARDED_BY(parked_mu_);
+};
+
+// While it lives, torch's current CUDA device on this thread is `device`'s
+// (null, or the fake device: nothing changes), and then what it was: the
+// CUDA runtime calls on the caller's thread select the group's device, and
+// the caller's own current device must come back.
+class DeviceScope {
+ public:
+  explicit DeviceScope(TensorDevice* device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int restore_ = -1;
 };
 
 // The fake device's "current stream" of the calling thread (null: none),

@@ -183,6 +183,7 @@ py::dict Stats(const py::object& handle) {
   out["staged_bytes"] = stats.staged_bytes;
   out["device_calls"] = stats.device_calls;
   out["device_staged_bytes"] = stats.device_staged_bytes;
+  out["device_allreduces"] = stats.device_allreduces;
   out["noncontiguous_copies"] = stats.noncontiguous_copies;
   out["coalesced_bytes"] = stats.coalesced_bytes;
   out["moved_to_registered"] = stats.moved_to_registered;
@@ -293,9 +294,9 @@ PYBIND11_MODULE(rdmaflow_torch, m) {
   py::module_::import("sys").attr("modules")["rdmaflow_torch.hooks"] = hooks;
   py::object backend = dist.attr("Backend");
   if (!py::hasattr(backend, "RDMAFLOW")) {
-    // CPU and CUDA tensors (torch makes one group per device type, each
-    // with its own engine); "cpu:rdmaflow,cuda:nccl" sends CUDA tensors
-    // elsewhere.
+    // CPU and CUDA tensors (one backend object serves both: torch registers
+    // a single one when every device maps to the same backend);
+    // "cpu:rdmaflow,cuda:nccl" sends CUDA tensors elsewhere.
     py::list devices;
     devices.append("cpu");
     devices.append("cuda");

@@ -1,0 +1,86 @@
+#include "torch_backend/device_allreduce.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "rdma/builtin_transports.h"
+
+namespace rdmaflow::torch_backend {
+
+absl::StatusOr<std::unique_ptr<DeviceAllReduce>> DeviceAllReduce::Create(
+    rdma::Store& store, const std::string& ns, int rank, int size, TensorDevice& device,
+    const BackendOptions& options) {
+  std::unique_ptr<DeviceAllReduce> self(new DeviceAllReduce(device));
+  absl::StatusOr<std::unique_ptr<rdma::Transport>> host =
+      rdma::CreateBuiltinTransport(options.transport, options.transport_params, rank);
+  if (!host.ok()) {
+    return absl::Status(host.status().code(),
+                        absl::StrCat("rdmaflow rank ", rank, ": the device all-reduce's '",
+                                     options.transport, "' transport: ",
+                                     host.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<rdma::device_path::DeviceTransport>> transport =
+      rdma::device_path::DeviceTransport::Create(*std::move(host), &device.runtime());
+  if (!transport.ok()) {
+    return absl::Status(transport.status().code(),
+                        absl::StrCat("rdmaflow rank ", rank, ": device transport on ",
+                                     device.runtime().name(), ": ",
+                                     transport.status().message()));
+  }
+  self->transport_ = *std::move(transport);
+  collectives::AllReduceGroupOptions group;
+  group.ring.name = "c10d-device";
+  group.ring.capacity_bytes = options.device_bytes;
+  group.ring.chunk_bytes = options.chunk_bytes;
+  group.ring.slots = options.ring_slots;
+  group.ring.timeout = options.timeout;
+  group.ring.wait = options.wait;
+  group.direct = options.direct;
+  group.device = self->transport_.get();
+  std::vector<int> members(size);
+  std::iota(members.begin(), members.end(), 0);
+  ASSIGN_OR_RETURN(self->group_, collectives::AllReduceGroup::Create(
+                                     *self->transport_, store, ns, members, group));
+  return self;
+}
+
+DeviceAllReduce::~DeviceAllReduce() {
+  group_.reset();
+  transport_.reset();
+}
+
+bool DeviceAllReduce::Takes(collectives::DataType type, collectives::ReduceOp op) {
+  device::ReduceArgs args;
+  args.type = type;
+  args.op = op;
+  args.srcs = {&args};  // any non-null source: only the type and op are asked
+  args.dst = &args;
+  return device::CheckReduceArgs(args).ok();
+}
+
+absl::Status DeviceAllReduce::AllReduce(void* data, size_t count, collectives::DataType type,
+                                        collectives::ReduceOp op, absl::Time deadline) {
+  const size_t element = collectives::ElementSize(type);
+  auto* base = static_cast<std::byte*>(data);
+  if (count == 0) return group_->AllReduce(0, 0, type, op);
+  const size_t per_piece = group_->capacity() / element;
+  for (size_t first = 0; first < count; first += per_piece) {
+    const size_t n = std::min(per_piece, count - first);
+    std::byte* piece = base + first * element;
+    RETURN_IF_ERROR(device_.Copy(group_->data(), piece, n * element, deadline,
+                                 "copying a device tensor into the device all-reduce's region"));
+    // The group writes the sum straight into the tensor.
+    RETURN_IF_ERROR(group_->AllReduce(0, n, type, op, /*variant=*/0, piece));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceAllReduce::Shutdown(absl::Duration timeout) {
+  return group_->Shutdown(timeout);
+}
+
+}  // namespace rdmaflow::torch_backend

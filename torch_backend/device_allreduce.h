@@ -1,0 +1,75 @@
+// File: device_allreduce.h
+// -----------------------------------------------------------------------------
+// DeviceAllReduce: the backend's all-reduce of device tensors on the device
+// (docs/torch.md, "CUDA tensors"), for float32, float16 and bfloat16 sums
+// and maxima: an AllReduceGroup on device memory (collectives/
+// allreduce_group.h) over a DeviceTransport of its own, so that ranks on one
+// host reduce through each other's device memory (CUDA IPC) and ranks on
+// other hosts through pinned host memory, with no host twin of the tensor.
+// A tensor is copied device to device into the group's region in pieces of
+// the region's size, and each piece's result is written straight back into
+// the tensor by the group.
+//
+// It has a transport of its own (a second endpoint per peer) beside the
+// engine's: the group's device copies and IPC mappings stay off the host
+// collectives' transport. Created and used on the engine thread only; its
+// progress loop runs while a call runs.
+//
+// Thread-compatible: the engine thread (or an inline caller holding the
+// engine's transport).
+#ifndef RDMAFLOW_TORCH_BACKEND_DEVICE_ALLREDUCE_H_
+#define RDMAFLOW_TORCH_BACKEND_DEVICE_ALLREDUCE_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collectives/allreduce_group.h"
+#include "collectives/reduce.h"
+#include "rdma/device/device_transport.h"
+#include "rdma/store.h"
+#include "torch_backend/backend_options.h"
+#include "torch_backend/tensor_device.h"
+
+namespace rdmaflow::torch_backend {
+
+class DeviceAllReduce {
+ public:
+  // Collective: every rank of the group, each with its device. `ns` scopes
+  // the store keys. The transport's, the runtime's and the group's errors,
+  // naming what failed.
+  static absl::StatusOr<std::unique_ptr<DeviceAllReduce>> Create(
+      rdma::Store& store, const std::string& ns, int rank, int size, TensorDevice& device,
+      const BackendOptions& options);
+  ~DeviceAllReduce();
+
+  // Whether the device reduces `type` by `op` (the others go through host
+  // twins).
+  static bool Takes(collectives::DataType type, collectives::ReduceOp op);
+
+  // `data`: `count` elements of a device tensor of the group's device that
+  // the caller's stream has finished with. Reduced in place, across the
+  // ranks, which pass the same count, type and op. kDeadlineExceeded naming
+  // the copy when a copy into the region does not finish by `deadline`.
+  absl::Status AllReduce(void* data, size_t count, collectives::DataType type,
+                         collectives::ReduceOp op, absl::Time deadline);
+
+  // Collective teardown (AllReduceGroup::Shutdown), within `timeout`.
+  absl::Status Shutdown(absl::Duration timeout);
+
+  const collectives::AllReduceGroup& group() const { return *group_; }
+
+ private:
+  explicit DeviceAllReduce(TensorDevice& device) : device_(device) {}
+
+  TensorDevice& device_;
+  std::unique_ptr<rdma::device_path::DeviceTransport> transport_;
+  std::unique_ptr<collectives::AllReduceGroup> group_;
+};
+
+}  // namespace rdmaflow::torch_backend
+
+#endif  // RDMAFLOW_TORCH_BACKEND_DEVICE_ALLREDUCE_H_
