@@ -18,7 +18,15 @@
 //   - A device fault in one rank's copy back fails that rank's Work with
 //     the device's error while its peer completes; the next call on a new
 //     staging stream works.
+// RDMAFLOW_TEST_DEVICE=cuda runs the same cases with CUDA tensors on GPU 0
+// (tools/gpu_check.sh): the test loads torch's CUDA library, the caller's
+// stream is torch's current one, and a chain of matrix products queued
+// before each upload keeps that stream busy; the fault and the
+// no-current-stream cases are the fake device's only. Without a GPU those
+// runs skip, naming why.
 // The test binary re-executes itself per rank (launch/ranks_or_tests_main.h).
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
@@ -48,7 +56,36 @@ using torch_backend::ProcessGroupRdmaflow;
 using torch_backend::TensorDevice;
 
 constexpr char kCaseEnv[] = "RDMAFLOW_DEVICE_PG_TEST_CASE";
+constexpr char kDeviceEnv[] = "RDMAFLOW_TEST_DEVICE";
 constexpr absl::Duration kOperationDelay = absl::Milliseconds(20);
+
+bool OnCuda() {
+  const char* device = std::getenv(kDeviceEnv);
+  return device != nullptr && std::string(device) == "cuda";
+}
+
+// On cuda: loads torch's CUDA library (this binary links only the CPU
+// one), which registers CUDA with torch; OK once a device answers, else
+// why not.
+absl::Status LoadTorchCuda() {
+  static const absl::Status loaded = []() -> absl::Status {
+    if (dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      return absl::UnavailableError(absl::StrCat("dlopen libtorch_cuda.so: ", dlerror()));
+    }
+    if (TensorDevice::CurrentCudaDevice() < 0) {
+      return absl::UnavailableError("torch's CUDA library loaded, but it sees no GPU");
+    }
+    return absl::OkStatus();
+  }();
+  return loaded;
+}
+
+#define SKIP_WITHOUT_GPU()                                                          \
+  if (OnCuda()) {                                                                   \
+    if (absl::Status gpu = LoadTorchCuda(); !gpu.ok()) {                            \
+      GTEST_SKIP() << kDeviceEnv << "=cuda, but no GPU answers: " << gpu.message(); \
+    }                                                                               \
+  }
 
 absl::Status Wait(const c10::intrusive_ptr<c10d::Work>& work) {
   try {
@@ -89,6 +126,7 @@ struct Rank {
 
   // A device tensor of `shape`, uninitialized.
   absl::StatusOr<at::Tensor> Empty(std::vector<int64_t> shape, at::ScalarType dtype) {
+    if (OnCuda()) return at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kCUDA));
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     const size_t bytes = std::max<size_t>(1, n * c10::elementSize(dtype));
@@ -104,6 +142,17 @@ struct Rank {
   absl::StatusOr<at::Tensor> Upload(const at::Tensor& values) {
     ASSIGN_OR_RETURN(at::Tensor tensor,
                      Empty(values.sizes().vec(), values.scalar_type()));
+    if (OnCuda()) {
+      // Keeps torch's current stream busy for a while, then writes: a call
+      // that did not wait for the stream reads what was there before.
+      at::Tensor m = at::ones({2048, 2048}, at::TensorOptions().device(at::kCUDA)) / 2048;
+      for (int i = 0; i < 8; ++i) m = at::mm(m, m);
+      sources.push_back(m);
+      at::Tensor pinned = values.contiguous().pin_memory();
+      sources.push_back(pinned);
+      tensor.copy_(pinned, /*non_blocking=*/true);
+      return tensor;
+    }
     at::Tensor source = values.contiguous();
     sources.push_back(source);
     RETURN_IF_ERROR(stream->Copy(tensor.data_ptr(), source.data_ptr(),
@@ -113,6 +162,7 @@ struct Rank {
 
   // What a device tensor holds once the caller's stream got there.
   absl::StatusOr<at::Tensor> Download(const at::Tensor& tensor) {
+    if (OnCuda()) return tensor.to(at::kCPU);  // after the current stream's work
     at::Tensor host = at::empty(tensor.sizes(), tensor.options());
     RETURN_IF_ERROR(stream->Copy(host.data_ptr(), tensor.data_ptr(),
                                  tensor.numel() * tensor.element_size()));
@@ -140,6 +190,16 @@ absl::StatusOr<std::unique_ptr<Rank>> Join(
   ASSIGN_OR_RETURN(rank->store, rdma::torch::TcpStore::Create(options));
   ASSIGN_OR_RETURN(torch_backend::BackendOptions backend,
                    torch_backend::BackendOptions::FromEnvironment(absl::Seconds(60)));
+  if (OnCuda()) {
+    // The group takes torch's current CUDA device itself.
+    RETURN_IF_ERROR(LoadTorchCuda());
+    backend.device = "cuda";
+    ASSIGN_OR_RETURN(rank->pg, ProcessGroupRdmaflow::Create(rank->store->store(), rank->rank,
+                                                            rank->world, backend));
+    rank->device = rank->pg->device();
+    if (rank->device == nullptr) return absl::InternalError("the group took no CUDA device");
+    return rank;
+  }
   if (device == nullptr) {
     device::FakeDeviceOptions fake;
     fake.operation_delay = kOperationDelay;
@@ -332,12 +392,14 @@ absl::Status Refusals(Rank& r) {
   absl::Status status = Wait(r.pg->allreduce(transposed));
   RETURN_IF_ERROR(Check(absl::IsAborted(status) && absl::StrContains(status.message(), "contiguous"),
                         absl::StrCat("a non-contiguous device tensor: ", status.ToString())));
-  torch_backend::SetFakeCurrentStream(nullptr);
   std::vector<at::Tensor> tensors = {square};
-  status = Wait(r.pg->allreduce(tensors));
-  torch_backend::SetFakeCurrentStream(r.stream.get());
-  RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "no current stream"),
-                        absl::StrCat("a call with no current stream: ", status.ToString())));
+  if (!OnCuda()) {
+    torch_backend::SetFakeCurrentStream(nullptr);
+    status = Wait(r.pg->allreduce(tensors));
+    torch_backend::SetFakeCurrentStream(r.stream.get());
+    RETURN_IF_ERROR(Check(absl::StrContains(status.message(), "no current stream"),
+                          absl::StrCat("a call with no current stream: ", status.ToString())));
+  }
   // Neither reached the peers: the group still works.
   RETURN_IF_ERROR(Wait(r.pg->allreduce(tensors)));
   at::Tensor sum = Values(0, 64, at::kFloat).reshape({8, 8});
@@ -416,12 +478,14 @@ std::map<std::string, std::string> Env(const char* which) {
 }
 
 TEST(TorchBackendDeviceTest, EveryCallWithDeviceTensorsOnTwoAndThreeRanks) {
+  SKIP_WITHOUT_GPU();
   for (int world : {2, 3}) {
     EXPECT_OK(launch::LaunchRanks(world, Env("collectives")).status) << world << " ranks";
   }
 }
 
 TEST(TorchBackendDeviceTest, ADeviceFaultFailsItsRanksWorkAndTheNextCallWorks) {
+  if (OnCuda()) GTEST_SKIP() << "faults are injected on the fake device only";
   EXPECT_OK(launch::LaunchRanks(2, Env("device_fault")).status);
 }
 

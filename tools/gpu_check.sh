@@ -31,6 +31,7 @@ TESTS=(
   //device/cuda:cuda_device_test
   //device/cuda:cuda_device_conformance_test
   //tests:device_allreduce_multiprocess_test
+  //tests:torch_backend_device_test
 )
 
 # The benchmarks, by Bazel label: run after the tests. Those that launch
