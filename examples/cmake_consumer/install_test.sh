@@ -6,7 +6,10 @@
 #      with `pkg-config --cflags --libs rdmaflow`, and two ranks run it;
 #   3. CMake: find_package(Torch) + find_package(rdmaflow) build
 #      c10d_train_loop, and two ranks train with the c10d backend;
-#   4. --uninstall removes every installed file.
+#   4. tools/torch_module_for.sh builds the Python module against the
+#      installed library (as on the GPU machine, for its Python), and two
+#      ranks all-reduce through it under torchrun;
+#   5. --uninstall removes every installed file.
 # Ranks run under plain torchrun (of the build's torch, $RDMAFLOW_PYTHON)
 # over UCX shared memory; CMake finds that torch's package
 # (torch.utils.cmake_prefix_path).
@@ -84,6 +87,25 @@ fi
 grep -q 'compatible with requested version' "$tmp/version_probe.log" || {
   cat "$tmp/version_probe.log"
   echo "install_test: find_package(rdmaflow 2.0) failed for another reason than the version" >&2
+  exit 1
+}
+
+# The Python module against the installed library.
+tools/torch_module_for.sh --python "$RDMAFLOW_PYTHON" --prefix "$prefix" --out "$tmp/module" \
+  > "$tmp/module.log" 2>&1 || { cat "$tmp/module.log"; exit 1; }
+cat > "$tmp/module_check.py" <<'PY'
+import torch, torch.distributed as dist, rdmaflow_torch
+dist.init_process_group("rdmaflow")
+t = torch.ones(1000) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+assert t.eq(3).all(), t[:4]
+assert rdmaflow_torch.stats(dist.group.WORLD)["allreduces"] == 1
+print("module all-reduce ok")
+dist.destroy_process_group()
+PY
+PYTHONPATH="$tmp/module" run_two_ranks "$tmp/module.out" "$RDMAFLOW_PYTHON" "$tmp/module_check.py"
+test "$(grep -o 'module all-reduce ok' "$tmp/module.out" | wc -l)" = 2 || {
+  echo "install_test: the module built against the installed library did not all-reduce" >&2
   exit 1
 }
 
