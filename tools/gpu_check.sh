@@ -17,7 +17,10 @@
 # bench/transport_pingpong --memory=device, bench/allreduce_bench
 # --device=cuda, and their peers through
 # PyTorch: tools/gpu_peers.py) and issue 44's baselines
-# (tools/gpu_train_baselines.py), their JSON under OUT.
+# (tools/gpu_train_baselines.py), their JSON under OUT; then builds the
+# Python module for that machine's Python (tools/torch_module_for.sh, from
+# the library and headers `pack` put in .gpu) and runs DDP over rdmaflow
+# and Gloo with CUDA tensors (tools/gpu_ddp_bench.py).
 #
 # Run `pack`, then carry .gpu to the GPU machine and run `run` there in one
 # command. Every binary also runs here: without a driver CUDA says
@@ -43,8 +46,9 @@ BENCHES=(
   //bench:allreduce_bench
 )
 # Shared libraries left out of .gpu (the C runtime's own, whose newer
-# version there must be the one used, and LibTorch's).
-NOT_PACKED='/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so|/torch/lib/'
+# version there must be the one used, LibTorch's, and the CUDA libraries
+# LibTorch loads, which its wheel brings there).
+NOT_PACKED='/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so|/torch/lib/|/(libcupti|libcudart|libnvrtc|libnccl)\.so'
 
 pack() {
   # Our own libraries linked in: only system ones are packed beside.
@@ -69,8 +73,27 @@ pack() {
     ldd .gpu/lib/ucx/*.so* | awk '/=> \// { print $3 }' | sort -u | grep -v -E "$NOT_PACKED" |
       while read -r lib; do [ -e ".gpu/lib/$(basename "$lib")" ] || cp -L "$lib" .gpu/lib/; done
   fi
+  # The library and the headers the Python module is built from there, for
+  # that machine's Python (tools/torch_module_for.sh): the GPU machine's
+  # torch is the same release under Python 3.12.
+  bazel run -c opt //:install -- --prefix="$PWD/.gpu/rdmaflow" >/dev/null
+  ldd .gpu/rdmaflow/lib/librdmaflow.so | awk '/=> \// { print $3 }' | sort -u |
+    grep -v -E "$NOT_PACKED" |
+    while read -r lib; do [ -e ".gpu/lib/$(basename "$lib")" ] || cp -L "$lib" .gpu/lib/; done
+  tar czf .gpu/include.tgz -C /usr/include absl google/protobuf
   du -sh .gpu | awk '{ print "packed .gpu: " $1 }'
   ls .gpu/bin
+}
+
+# The Python module for the GPU machine's Python, under OUT/module; its
+# log under OUT. Returns non-zero (and says why) where it cannot be built.
+build_module() {
+  local out=$1
+  rm -rf "$out/include" && mkdir -p "$out/include"
+  tar xzf .gpu/include.tgz -C "$out/include"
+  tools/torch_module_for.sh --python python3 --prefix .gpu/rdmaflow --include "$out/include" \
+    --out "$out/module" >"$out/module.log" 2>&1 || { cat "$out/module.log"; return 1; }
+  PYTHONPATH="$out/module" python3 -c 'import torch, rdmaflow_torch; print("rdmaflow_torch", rdmaflow_torch.__version__, "for torch", torch.__version__)'
 }
 
 run() {
@@ -157,6 +180,16 @@ run() {
     PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu_train_baselines.py \
       --json "$out/train_baselines.json" 2>&1 | tee "$out/train_baselines.log" ||
       rows+=("gpu_train_baselines.py FAILED")
+    echo "== the Python module for this machine's Python"
+    if build_module "$out"; then
+      rows+=("rdmaflow_torch module built")
+      echo "== gpu_ddp_bench.py (DDP over rdmaflow and Gloo, CUDA tensors)"
+      PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 timeout 420 python3 tools/gpu_ddp_bench.py \
+        --device cuda --json "$out/ddp.json" 2>&1 | tee "$out/ddp.log" ||
+        rows+=("gpu_ddp_bench.py FAILED")
+    else
+      rows+=("rdmaflow_torch module FAILED to build")
+    fi
   fi
   echo
   printf '%-36s %-7s %9s  %s\n' test result time gtest
