@@ -25,8 +25,6 @@
 // no-current-stream cases are the fake device's only. Without a GPU those
 // runs skip, naming why.
 // The test binary re-executes itself per rank (launch/ranks_or_tests_main.h).
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
@@ -46,6 +44,7 @@
 #include "launch/launcher.h"
 #include "launch/ranks_or_tests_main.h"
 #include "rdma/torch/tcp_store.h"
+#include "runtime/torch/torch_cuda.h"
 #include "torch_backend/process_group_rdmaflow.h"
 #include "torch_backend/tensor_device.h"
 
@@ -64,21 +63,7 @@ bool OnCuda() {
   return device != nullptr && std::string(device) == "cuda";
 }
 
-// On cuda: loads torch's CUDA library (this binary links only the CPU
-// one), which registers CUDA with torch; OK once a device answers, else
-// why not.
-absl::Status LoadTorchCuda() {
-  static const absl::Status loaded = []() -> absl::Status {
-    if (dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
-      return absl::UnavailableError(absl::StrCat("dlopen libtorch_cuda.so: ", dlerror()));
-    }
-    if (TensorDevice::CurrentCudaDevice() < 0) {
-      return absl::UnavailableError("torch's CUDA library loaded, but it sees no GPU");
-    }
-    return absl::OkStatus();
-  }();
-  return loaded;
-}
+using runtime::torch::LoadTorchCuda;
 
 #define SKIP_WITHOUT_GPU()                                                          \
   if (OnCuda()) {                                                                   \
