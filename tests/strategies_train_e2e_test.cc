@@ -7,6 +7,7 @@
 // each stays well inside its timeout on two loaded cores. Skips without the
 // dataset.
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/train_runner.h"
 
@@ -20,6 +21,34 @@ TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
       "allreduce", "--local 3 --model lenet5 --strategy allreduce --steps 150");
   RecordProperty("test_accuracy", absl::StrCat(accuracy));
   EXPECT_GT(accuracy, 0.60);
+}
+
+// --device mirror runs each worker's forward and backward on a copy of the
+// model (the --device cuda path, on the CPU): the same steps as on the
+// model itself, so the same loss and accuracy, for a collective strategy
+// and the parameter server.
+TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
+  for (const char* strategy : {"allreduce", "ps"}) {
+    const std::string flags =
+        absl::StrCat("--local 3 --model lenet5 --strategy ", strategy, " --steps 20 --seed 3");
+    const testing::TrainRun host = testing::Train(absl::StrCat(strategy, "_cpu"), flags);
+    const testing::TrainRun mirror = testing::Train(absl::StrCat(strategy, "_mirror"),
+                                                    absl::StrCat(flags, " --device mirror"));
+    EXPECT_GT(host.summary.final_loss(), 0) << strategy;
+    EXPECT_NEAR(mirror.summary.final_loss(), host.summary.final_loss(), 1e-5) << strategy;
+    EXPECT_NEAR(mirror.summary.test_accuracy(), host.summary.test_accuracy(), 1e-9) << strategy;
+  }
+  // Refusals: a strategy that runs its model itself, and a GPU that is
+  // not there (here), each named.
+  EXPECT_THAT(testing::TrainExpectingFailure(
+                  "layer_separated_mirror",
+                  "--local 3 --model lenet5 --strategy layer_separated --steps 2 --device mirror"),
+              ::testing::HasSubstr("layer_separated runs its model halves on the CPU only"));
+  EXPECT_THAT(testing::TrainExpectingFailure(
+                  "cuda_without_gpu",
+                  "--local 2 --model lenet5 --strategy allreduce --steps 2 --device cuda"),
+              ::testing::AnyOf(::testing::HasSubstr("sees no GPU"),
+                               ::testing::HasSubstr("libtorch_cuda.so")));
 }
 
 TEST_F(StrategiesTrainE2eTest, GossipTrainsLeNet) {

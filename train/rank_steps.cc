@@ -24,6 +24,7 @@
 #include "rdma/rendezvous.h"
 #include "strategies/builtin_strategies.h"
 #include "strategies/strategy_registry.h"
+#include "train/device_model.h"
 
 namespace rdmaflow::train {
 
@@ -31,9 +32,11 @@ namespace rdmaflow::train {
 // the data (every workers-th sample, reshuffled each epoch).
 class Worker {
  public:
+  // `on_device`: forward and backward there (--device), else on `model`.
   Worker(const TrainConfig& config, Model& model, Dataset train, int index,
-         int workers)
-      : config_(config), model_(model), train_(std::move(train)) {
+         int workers, std::unique_ptr<DeviceModel> on_device)
+      : config_(config), model_(model), train_(std::move(train)),
+        on_device_(std::move(on_device)) {
     for (int64_t i = index; i < train_.size(); i += workers) mine_.push_back(i);
     generator_ = at::detail::createCPUGenerator(config.seed * 1000 + index);
   }
@@ -53,6 +56,7 @@ class Worker {
     const strategies::Batch batch = NextBatch();
     const at::Tensor& x = batch.x;
     const at::Tensor& y = batch.y;
+    if (on_device_ != nullptr) return on_device_->Compute(x, y);
     ASSIGN_OR_RETURN(at::Tensor logits, model_.Forward(x));
     at::Tensor loss;
     try {
@@ -80,6 +84,7 @@ class Worker {
   const TrainConfig& config_;
   Model& model_;
   Dataset train_;
+  std::unique_ptr<DeviceModel> on_device_;
   std::vector<int64_t> mine_;
   std::vector<int64_t> order_;
   int64_t cursor_ = 0;
@@ -193,8 +198,14 @@ absl::Status LoadRankData(const TrainConfig& config, RankState& state) {
   if (state.reporter) {
     ASSIGN_OR_RETURN(state.test, LoadSplit(config, "test"));
   }
+  std::unique_ptr<DeviceModel> on_device;
+  if (config.device != "cpu") {
+    ASSIGN_OR_RETURN(on_device, DeviceModel::Create(config.device, config.model, config.seed,
+                                                    config.sample, state.model));
+  }
   state.worker = std::make_unique<Worker>(config, state.model, std::move(train),
-                                          strategy.worker_index(), strategy.workers());
+                                          strategy.worker_index(), strategy.workers(),
+                                          std::move(on_device));
   return absl::OkStatus();
 }
 

@@ -61,6 +61,9 @@ ABSL_FLAG(std::string, codec, "none",
           "sketch[:rows=R,cols=C,k=K], each with feedback=0|1 (error feedback, on); "
           "see docs/compression.md");
 ABSL_FLAG(std::string, communicator, "rdma", "rdma | rdma_copy | grpc");
+ABSL_FLAG(std::string, device, "cpu",
+          "where workers compute: cpu | cuda (GPU 0; the strategy exchanges host memory) | "
+          "mirror (the cuda path on a CPU copy, for tests)");
 ABSL_FLAG(std::string, transport, "ucx", "ucx | ibverbs | loopback");
 ABSL_FLAG(std::string, transport_params, "", "backend settings, key=value,...");
 ABSL_FLAG(int64_t, steps, 300, "iterations per worker");
@@ -122,6 +125,7 @@ absl::StatusOr<TrainConfig> ConfigFromFlags() {
   }
   config.codec = absl::GetFlag(FLAGS_codec) == "none" ? "" : absl::GetFlag(FLAGS_codec);
   config.communicator = absl::GetFlag(FLAGS_communicator);
+  config.device = absl::GetFlag(FLAGS_device);
   config.transport = absl::GetFlag(FLAGS_transport);
   config.transport_params = absl::GetFlag(FLAGS_transport_params);
   config.steps = absl::GetFlag(FLAGS_steps);

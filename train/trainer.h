@@ -29,6 +29,10 @@ struct TrainConfig {
   // The gradient codec (--codec, compression/codec.h); empty: none.
   std::string codec;
   std::string communicator = "rdma";
+  // Where workers run forward and backward: cpu, cuda (GPU 0; the strategy
+  // still exchanges host memory: train/device_model.h), or mirror (the
+  // cuda path on a CPU copy, for tests).
+  std::string device = "cpu";
   std::string transport = "ucx";
   std::string transport_params;
   int64_t steps = 300;

@@ -1,0 +1,97 @@
+#include "train/device_model.h"
+
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "runtime/torch/torch_cuda.h"
+#include "strategies/exception_text.h"
+#include "torch/script.h"
+#include "torch/torch.h"
+
+namespace rdmaflow::train {
+
+absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const std::string& kind,
+                                                                 const std::string& name,
+                                                                 uint64_t seed,
+                                                                 const SampleSpec& sample,
+                                                                 const Model& host) {
+  std::unique_ptr<DeviceModel> self(new DeviceModel());
+  if (kind == "cuda") {
+    RETURN_IF_ERROR(runtime::torch::LoadTorchCuda());
+    self->device_ = at::Device(at::kCUDA, 0);
+  } else if (kind != "mirror") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device=", kind, ": the devices are cpu, cuda and mirror (a CPU copy, for tests)"));
+  }
+  if (host.program != nullptr) {
+    return absl::UnimplementedError(
+        "--device: a torch.export model (.pt2) trains on the CPU only; export it with "
+        "torch.jit.script (.pt) to train it on a GPU");
+  }
+  ASSIGN_OR_RETURN(self->model_, MakeModel(name, seed, sample));
+  try {
+    if (self->model_.module != nullptr) self->model_.module->to(self->device_);
+    if (self->model_.script != nullptr) self->model_.script->to(self->device_);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("moving model ", name, " to ",
+                                            self->device_.str(), ": ",
+                                            strategies::ExceptionText(e)));
+  }
+  for (const strategies::Parameter& p : host.Parameters()) self->host_.push_back(p.tensor);
+  for (const strategies::Parameter& p : self->model_.Parameters()) {
+    self->copies_.push_back(p.tensor);
+  }
+  if (self->host_.size() != self->copies_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", name, ": ", self->host_.size(), " parameters on the host, ",
+        self->copies_.size(), " in its copy on ", self->device_.str()));
+  }
+  for (size_t i = 0; i < self->host_.size(); ++i) {
+    if (!self->host_[i].sizes().equals(self->copies_[i].sizes())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model ", name, ": parameter ", i, " differs in shape on the host and ",
+                       self->device_.str()));
+    }
+  }
+  return self;
+}
+
+absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor& x,
+                                                               const at::Tensor& y) {
+  try {
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < host_.size(); ++i) {
+        copies_[i].copy_(host_[i]);
+        if (copies_[i].grad().defined()) copies_[i].mutable_grad().zero_();
+      }
+    }
+    const at::Tensor dx = x.to(device_);
+    const at::Tensor dy = y.to(device_);
+    ASSIGN_OR_RETURN(at::Tensor logits, model_.Forward(dx));
+    at::Tensor loss = at::cross_entropy_loss(logits, dy);
+    loss.backward();
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < host_.size(); ++i) {
+        const at::Tensor& grad = copies_[i].grad();
+        if (!grad.defined()) continue;  // unused by this batch
+        at::Tensor host_grad = host_[i].grad();
+        if (host_grad.defined()) {
+          host_grad.add_(grad.to(at::kCPU));
+        } else {
+          host_[i].mutable_grad() = grad.to(at::kCPU);
+        }
+      }
+    }
+    const double accuracy = logits.argmax(1).eq(dy).to(at::kFloat).mean().item<double>();
+    return strategies::ComputeResult{loss.item<double>(), accuracy, x.size(0)};
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("model ", model_.name, " on ", device_.str(), ": ",
+                                            strategies::ExceptionText(e)));
+  }
+}
+
+}  // namespace rdmaflow::train
