@@ -44,6 +44,7 @@ BENCHES=(
   //bench:device_ipc_bench
   //bench:transport_pingpong
   //bench:allreduce_bench
+  //train:rdmaflow_train
 )
 # Shared libraries left out of .gpu (the C runtime's own, whose newer
 # version there must be the one used, LibTorch's, and the CUDA libraries
@@ -180,6 +181,19 @@ run() {
     PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu_train_baselines.py \
       --json "$out/train_baselines.json" 2>&1 | tee "$out/train_baselines.log" ||
       rows+=("gpu_train_baselines.py FAILED")
+    # The EuroSys seed on the GPU: the parameter server's VGG step over zero
+    # copy, rdma_copy and gRPC, workers computing on the GPU (synthetic
+    # data: the dataset is not there).
+    local comm
+    for comm in rdma rdma_copy grpc; do
+      echo "== rdmaflow_train ps vgg --device cuda --communicator $comm"
+      timeout 240 .gpu/bin/rdmaflow_train --local 3 --model vgg --strategy ps --synthetic \
+        --device cuda --communicator "$comm" --steps 60 --progress=false \
+        --transport_params tls=shm --json "$out/ps_vgg_$comm.json" >"$out/ps_vgg_$comm.log" 2>&1 &&
+        rows+=("$(printf 'ps vgg cuda %-10s %s' "$comm" \
+          "$(grep -o '"mean_step_ms": [0-9.]*' "$out/ps_vgg_$comm.json")")") ||
+        { tail -5 "$out/ps_vgg_$comm.log"; rows+=("rdmaflow_train ps $comm FAILED"); }
+    done
     echo "== the Python module for this machine's Python"
     if build_module "$out"; then
       rows+=("rdmaflow_torch module built")
