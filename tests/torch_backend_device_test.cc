@@ -46,6 +46,7 @@
 #include "rdma/torch/tcp_store.h"
 #include "runtime/torch/torch_cuda.h"
 #include "torch_backend/process_group_rdmaflow.h"
+#include "tests/torch_backend_test_util.h"
 #include "torch_backend/tensor_device.h"
 
 namespace rdmaflow {
@@ -72,24 +73,9 @@ using runtime::torch::LoadTorchCuda;
     }                                                                               \
   }
 
-absl::Status Wait(const c10::intrusive_ptr<c10d::Work>& work) {
-  try {
-    work->wait();
-    return absl::OkStatus();
-  } catch (const std::exception& e) {
-    return absl::AbortedError(e.what());
-  }
-}
-
-absl::Status Check(bool ok, const std::string& what) {
-  return ok ? absl::OkStatus() : absl::DataLossError(what);
-}
-
-// Small integers: exact in every dtype, in any order.
-at::Tensor Values(int rank, int64_t n, at::ScalarType dtype, int salt = 0) {
-  at::Tensor i = at::arange(n, at::kLong);
-  return ((i * 7 + rank * 13 + salt * 5) % 31 - 15).to(dtype);
-}
+using testing::Check;
+using testing::Values;
+using testing::Wait;
 
 // One rank: its group, the group's fake device, and the stream it calls
 // from (its "current stream").

@@ -40,6 +40,7 @@
 #include "launch/launcher.h"
 #include "launch/ranks_or_tests_main.h"
 #include "rdma/torch/tcp_store.h"
+#include "tests/torch_backend_test_util.h"
 #include "torch_backend/process_group_rdmaflow.h"
 
 namespace rdmaflow {
@@ -49,26 +50,9 @@ using torch_backend::ProcessGroupRdmaflow;
 
 constexpr char kCaseEnv[] = "RDMAFLOW_PG_TEST_CASE";
 
-// wait() as a Status: c10d raises an operation's error.
-absl::Status Wait(const c10::intrusive_ptr<c10d::Work>& work) {
-  try {
-    work->wait();
-    return absl::OkStatus();
-  } catch (const std::exception& e) {
-    return absl::AbortedError(e.what());
-  }
-}
-
-absl::Status Check(bool ok, const std::string& what) {
-  return ok ? absl::OkStatus() : absl::DataLossError(what);
-}
-
-// Small integers: sums, products and extremes are exact in every dtype, in
-// any order.
-at::Tensor Values(int rank, int64_t n, at::ScalarType dtype, int salt = 0) {
-  at::Tensor i = at::arange(n, at::kLong);
-  return ((i * 7 + rank * 13 + salt * 5) % 31 - 15).to(dtype);
-}
+using testing::Check;
+using testing::Values;
+using testing::Wait;
 
 absl::Status CheckEqual(const at::Tensor& got, const at::Tensor& expected,
                         const std::string& what) {

@@ -18,6 +18,8 @@
 namespace rdmaflow::torch_backend {
 namespace {
 
+using Direction = DeviceStage::Direction;
+
 absl::Status CheckRank(int rank, int size, const char* what) {
   if (rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(
@@ -106,25 +108,27 @@ TensorDevice* ProcessGroupRdmaflow::device() {
   return device_.get();
 }
 
-absl::Status ProcessGroupRdmaflow::StageCall(
-    std::shared_ptr<DeviceStage>& stage,
-    std::initializer_list<const std::vector<at::Tensor>*> tensors,
-    const std::function<absl::Status(DeviceStage&)>& swap) {
-  ASSIGN_OR_RETURN(stage, NewStage(tensors));
-  return swap(*stage);
+absl::Status ProcessGroupRdmaflow::StageCall(std::shared_ptr<DeviceStage>& stage,
+                                             const std::vector<StageItem>& items) {
+  ASSIGN_OR_RETURN(stage, NewStage(items));
+  for (const StageItem& item : items) {
+    if (item.one != nullptr) RETURN_IF_ERROR(stage->Stage(*item.one, item.direction));
+    if (item.many != nullptr) RETURN_IF_ERROR(stage->Stage(*item.many, item.direction));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<DeviceStage>> ProcessGroupRdmaflow::NewStage(
-    std::initializer_list<const std::vector<at::Tensor>*> tensors) {
+    const std::vector<StageItem>& items) {
   absl::MutexLock lock(&device_mu_);
-  if (device_ == nullptr) {
-    for (const std::vector<at::Tensor>* list : tensors) {
-      for (const at::Tensor& tensor : *list) {
-        if (!tensor.defined() || !tensor.is_cuda()) continue;
-        ASSIGN_OR_RETURN(device_, TensorDevice::Cuda(tensor.device().index()));
-        break;
-      }
-      if (device_ != nullptr) break;
+  for (const StageItem& item : items) {
+    if (device_ != nullptr) break;
+    std::vector<at::Tensor> one;
+    if (item.one != nullptr) one.push_back(*item.one);
+    for (const at::Tensor& tensor : item.many != nullptr ? *item.many : one) {
+      if (!tensor.defined() || !tensor.is_cuda()) continue;
+      ASSIGN_OR_RETURN(device_, TensorDevice::Cuda(tensor.device().index()));
+      break;
     }
   }
   if (device_ != nullptr) device_->Reap();
@@ -247,10 +251,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce(
                            !reduction->average &&
                            DeviceAllReduce::Takes(*type, reduction->op);
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
-        return st.Stage(tensor, device_path ? DeviceStage::Direction::kOnDevice
-                                            : DeviceStage::Direction::kInOut);
-      });
+  if (absl::Status s = StageCall(
+          stage, {{&tensor, device_path ? Direction::kOnDevice : Direction::kInOut}});
       !s.ok()) {
     return Failed(op_type, s);
   }
@@ -280,10 +282,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(
   at::Tensor tensor = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
-        return st.Stage(tensor, rank_ == root ? DeviceStage::Direction::kIn
-                                              : DeviceStage::Direction::kOut);
-      });
+  if (absl::Status s =
+          StageCall(stage, {{&tensor, rank_ == root ? Direction::kIn : Direction::kOut}});
       !s.ok()) {
     return Failed(op_type, s);
   }
@@ -308,10 +308,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce(
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   const int root = static_cast<int>(opts.rootRank);
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
-        return st.Stage(tensor, rank_ == root ? DeviceStage::Direction::kInOut
-                                              : DeviceStage::Direction::kIn);
-      });
+  if (absl::Status s =
+          StageCall(stage, {{&tensor, rank_ == root ? Direction::kInOut : Direction::kIn}});
       !s.ok()) {
     return Failed(op_type, s);
   }
@@ -352,10 +350,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::gather(
   at::Tensor input = inputs[0];
   std::vector<at::Tensor> results = targets;
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&inputs, &targets}, [&](DeviceStage& st) {
-        RETURN_IF_ERROR(st.Stage(input, DeviceStage::Direction::kIn));
-        return st.Stage(targets, DeviceStage::Direction::kOut);
-      });
+  if (absl::Status s = StageCall(stage, {{&input, Direction::kIn}, {&targets, Direction::kOut}});
       !s.ok()) {
     return Failed(op_type, s);
   }
@@ -394,10 +389,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
   }
   at::Tensor output = outputs[0];
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&outputs, &sources}, [&](DeviceStage& st) {
-        RETURN_IF_ERROR(st.Stage(sources, DeviceStage::Direction::kIn));
-        return st.Stage(output, DeviceStage::Direction::kOut);
-      });
+  if (absl::Status s = StageCall(stage, {{&sources, Direction::kIn}, {&output, Direction::kOut}});
       !s.ok()) {
     return Failed(op_type, s);
   }
@@ -427,10 +419,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather(
   std::vector<at::Tensor> targets = outputs[0];
   std::vector<at::Tensor> results = targets;
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&inputs, &targets}, [&](DeviceStage& st) {
-        RETURN_IF_ERROR(st.Stage(input, DeviceStage::Direction::kIn));
-        return st.Stage(targets, DeviceStage::Direction::kOut);
-      });
+  if (absl::Status s = StageCall(stage, {{&input, Direction::kIn}, {&targets, Direction::kOut}});
       !s.ok()) {
     return Failed(op_type, s);
   }
@@ -487,10 +476,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce_scatter(
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   std::vector<at::Tensor> sources = inputs[0];
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&outputs, &sources}, [&](DeviceStage& st) {
-        RETURN_IF_ERROR(st.Stage(sources, DeviceStage::Direction::kIn));
-        return st.Stage(output, DeviceStage::Direction::kOut);
-      });
+  if (absl::Status s = StageCall(stage, {{&sources, Direction::kIn}, {&output, Direction::kOut}});
       !s.ok()) {
     return Failed(op_type, s);
   }
@@ -580,10 +566,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce_coalesced(
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   std::vector<at::Tensor> targets = tensors;
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
-        return st.Stage(targets, DeviceStage::Direction::kInOut);
-      });
-      !s.ok()) {
+  if (absl::Status s = StageCall(stage, {{&targets, Direction::kInOut}}); !s.ok()) {
     return Failed(op_type, s);
   }
   return Enqueue(op_type, tensors, CallerWaits(opts),
@@ -635,13 +618,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
   std::vector<at::Tensor> sources = inputs;
   std::vector<std::vector<at::Tensor>> targets = output_lists;
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&inputs, &flat_outputs}, [&](DeviceStage& st) {
-        RETURN_IF_ERROR(st.Stage(sources, DeviceStage::Direction::kIn));
-        for (std::vector<at::Tensor>& list : targets) {
-          RETURN_IF_ERROR(st.Stage(list, DeviceStage::Direction::kOut));
-        }
-        return absl::OkStatus();
-      });
+  std::vector<StageItem> items = {{&sources, Direction::kIn}};
+  for (std::vector<at::Tensor>& list : targets) items.push_back({&list, Direction::kOut});
+  if (absl::Status s = StageCall(stage, items);
       !s.ok()) {
     return Failed(op_type, s);
   }
@@ -728,10 +707,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::AllToAll(
   std::vector<at::Tensor> sources = inputs;
   std::vector<at::Tensor> targets = outputs;
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&inputs, &outputs}, [&](DeviceStage& st) {
-        RETURN_IF_ERROR(st.Stage(sources, DeviceStage::Direction::kIn));
-        return st.Stage(targets, DeviceStage::Direction::kOut);
-      });
+  if (absl::Status s = StageCall(stage, {{&sources, Direction::kIn}, {&targets, Direction::kOut}});
       !s.ok()) {
     return Failed(op_type, s);
   }
@@ -820,10 +796,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::send(std::vector<at::Tensor
   }
   at::Tensor tensor = tensors[0];
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
-        return st.Stage(tensor, DeviceStage::Direction::kIn);
-      });
-      !s.ok()) {
+  if (absl::Status s = StageCall(stage, {{&tensor, Direction::kIn}}); !s.ok()) {
     return Failed(op_type, s);
   }
   return EnqueuePost(op_type, tensors,
@@ -843,10 +816,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor
   }
   at::Tensor tensor = tensors[0];
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {&tensors}, [&](DeviceStage& st) {
-        return st.Stage(tensor, DeviceStage::Direction::kOut);
-      });
-      !s.ok()) {
+  if (absl::Status s = StageCall(stage, {{&tensor, Direction::kOut}}); !s.ok()) {
     return Failed(op_type, s);
   }
   return EnqueuePost(op_type, tensors,

@@ -45,7 +45,6 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -222,16 +221,24 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
                                               const c10::intrusive_ptr<RdmaflowWork>&)>
           post,
       std::shared_ptr<DeviceStage> stage = nullptr);
-  // A stage for a call with `tensors` (every tensor it moves): on the
-  // group's device, made at the first CUDA tensor. Its errors: a CUDA
-  // tensor where CUDA does not start, or of another device.
-  absl::StatusOr<std::shared_ptr<DeviceStage>> NewStage(
-      std::initializer_list<const std::vector<at::Tensor>*> tensors)
-      ABSL_LOCKS_EXCLUDED(device_mu_);
-  // NewStage, then `swap` (the call's DeviceStage::Stage calls) on it.
+  // One argument of a call for StageCall: a tensor or a list of them, and
+  // which way its bytes go.
+  struct StageItem {
+    StageItem(at::Tensor* tensor, DeviceStage::Direction way) : one(tensor), direction(way) {}
+    StageItem(std::vector<at::Tensor>* tensors, DeviceStage::Direction way)
+        : many(tensors), direction(way) {}
+    at::Tensor* one = nullptr;
+    std::vector<at::Tensor>* many = nullptr;
+    DeviceStage::Direction direction;
+  };
+  // The call's stage (NewStage), with each device tensor of `items`
+  // swapped for its host twin (DeviceStage::Stage). Its errors: a CUDA
+  // tensor where CUDA does not start, or of another device; Stage's.
   absl::Status StageCall(std::shared_ptr<DeviceStage>& stage,
-                         std::initializer_list<const std::vector<at::Tensor>*> tensors,
-                         const std::function<absl::Status(DeviceStage&)>& swap);
+                         const std::vector<StageItem>& items) ABSL_LOCKS_EXCLUDED(device_mu_);
+  // A stage on the group's device, made at the first CUDA tensor of `items`.
+  absl::StatusOr<std::shared_ptr<DeviceStage>> NewStage(const std::vector<StageItem>& items)
+      ABSL_LOCKS_EXCLUDED(device_mu_);
   // The Work for `outputs` (its Future on their CUDA device, if any), with
   // `stage`'s copy back run before it completes.
   c10::intrusive_ptr<RdmaflowWork> NewWork(c10d::OpType type, std::vector<at::Tensor> outputs,
