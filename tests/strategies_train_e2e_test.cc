@@ -26,7 +26,8 @@ TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
 // --device mirror runs each worker's forward and backward on a copy of the
 // model (the --device cuda path, on the CPU): the same steps as on the
 // model itself, so the same loss and accuracy, for a collective strategy
-// and the parameter server.
+// and the parameter server (train:device_model_test checks the gradients
+// of a strategy that leaves them undefined, as gossip does).
 TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
   for (const char* strategy : {"allreduce", "ps"}) {
     const std::string flags =

@@ -218,6 +218,18 @@ absl::Status AllReduces(Rank& r) {
   }
   RETURN_IF_ERROR(r.Expect(a, ra, "allreduce_coalesced (first)"));
   RETURN_IF_ERROR(r.Expect(b, rb, "allreduce_coalesced (second)"));
+  // A synchronous all-reduce (torch's async_op=False, which may run on the
+  // caller's thread) of a float tensor, which the device reduces.
+  {
+    ASSIGN_OR_RETURN(at::Tensor x, r.Upload(Values(r.rank, 3000, at::kFloat, 8)));
+    std::vector<at::Tensor> xs = {x};
+    c10d::AllreduceOptions sync;
+    sync.asyncOp = false;
+    RETURN_IF_ERROR(Wait(r.pg->allreduce(xs, sync)));
+    at::Tensor sum = Values(0, 3000, at::kFloat, 8);
+    for (int q = 1; q < r.world; ++q) sum += Values(q, 3000, at::kFloat, 8);
+    RETURN_IF_ERROR(r.Expect(x, sum, "a synchronous all-reduce on the device"));
+  }
   // An asynchronous all-reduce, then at once a synchronous broadcast of the
   // same tensor (which may run on this thread): the broadcast must see the
   // all-reduce's result, copied back before it reads.

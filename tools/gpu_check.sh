@@ -49,7 +49,7 @@ BENCHES=(
 # Shared libraries left out of .gpu (the C runtime's own, whose newer
 # version there must be the one used, LibTorch's, and the CUDA libraries
 # LibTorch loads, which its wheel brings there).
-NOT_PACKED='/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so|/torch/lib/|/(libcupti|libcudart|libnvrtc|libnccl)\.so'
+NOT_PACKED='/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so|/torch/lib/|/(libcupti|libcudart|libnvrtc|libnccl|libstdc\+\+|libgcc_s)\.so'
 
 pack() {
   # Our own libraries linked in: only system ones are packed beside.
@@ -82,6 +82,11 @@ pack() {
     grep -v -E "$NOT_PACKED" |
     while read -r lib; do [ -e ".gpu/lib/$(basename "$lib")" ] || cp -L "$lib" .gpu/lib/; done
   tar czf .gpu/include.tgz -C /usr/include absl google/protobuf
+  # The C++ runtime the binaries were built with, for a machine whose own is
+  # older (run() uses it only then: a newer one serves them, and a module
+  # compiled there may need it).
+  mkdir -p .gpu/lib-cxx
+  cp -L "$(g++ -print-file-name=libstdc++.so.6)" "$(g++ -print-file-name=libgcc_s.so.1)" .gpu/lib-cxx/
   du -sh .gpu | awk '{ print "packed .gpu: " $1 }'
   ls .gpu/bin
 }
@@ -100,7 +105,20 @@ build_module() {
 run() {
   local out=${1:-.gpu/out}
   mkdir -p "$out"
+  # Each row of the table also goes to OUT/table.txt as it comes: a run
+  # stopped at the device's time limit keeps what it got.
+  : >"$out/table.txt"
+  add_row() {
+    rows+=("$1")
+    printf '%s\n' "$1" >>"$out/table.txt"
+  }
   export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local system_cxx
+  system_cxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ { print $NF; exit }')
+  if [ -z "$system_cxx" ] || ! grep -q GLIBCXX_3.4.30 "$system_cxx"; then
+    echo "the system's libstdc++ (${system_cxx:-none}) is older than the build's: using .gpu/lib-cxx"
+    export LD_LIBRARY_PATH="$PWD/.gpu/lib-cxx:$LD_LIBRARY_PATH"
+  fi
   export UCX_MODULE_DIR="$PWD/.gpu/lib/ucx"
   command -v nvidia-smi >/dev/null &&
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
@@ -118,25 +136,25 @@ run() {
     name=$(basename "$test")
     echo "== $name"
     start=$(date +%s%N)
-    if timeout 240 "$test" >"$out/$name.log" 2>&1; then status=passed; else status="FAILED"; fi
+    if timeout -k 10 240 "$test" >"$out/$name.log" 2>&1; then status=passed; else status="FAILED"; fi
     seconds=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { print (b - a) / 1e9 }')
     summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/$name.log" |
       sed -e 's/\[ *//' -e 's/ *\]//' -e 's/, listed below://' | tr '\n' ' ' || true)
     tail -5 "$out/$name.log"
-    rows+=("$(printf '%-36s %-7s %7.1f s  %s' "$name" "$status" "$seconds" "$summary")")
+    add_row "$(printf '%-36s %-7s %7.1f s  %s' "$name" "$status" "$seconds" "$summary")"
   done
   local algorithm
   for algorithm in split leader; do
     echo "== device_ipc_bench --algorithm=$algorithm"
     .gpu/bin/device_ipc_bench --algorithm=$algorithm --json "$out/device_ipc_$algorithm.json" 2>&1 |
-      tee "$out/device_ipc_$algorithm.log" || rows+=("device_ipc_bench $algorithm FAILED")
+      tee "$out/device_ipc_$algorithm.log" || add_row "device_ipc_bench $algorithm FAILED"
   done
   # The device write/read ping-pong to 1 GiB, as `$1` (its JSON and log).
   pingpong_device() {
     echo "== transport_pingpong --memory=device ($1)"
-    timeout 300 .gpu/bin/transport_pingpong \
+    timeout -k 10 300 .gpu/bin/transport_pingpong \
       --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
-      --json "$out/$1.json" 2>&1 | tee "$out/$1.log" || rows+=("transport_pingpong $1 FAILED")
+      --json "$out/$1.json" 2>&1 | tee "$out/$1.log" || add_row "transport_pingpong $1 FAILED"
   }
   if [ -n "$torch_lib" ]; then pingpong_device pingpong_device; fi
   # Under MPS the two processes' kernels and copies run side by side rather
@@ -149,14 +167,14 @@ run() {
     if nvidia-cuda-mps-control -d; then
       echo "== device_ipc_bench --algorithm=split under MPS"
       .gpu/bin/device_ipc_bench --algorithm=split --json "$out/device_ipc_mps.json" 2>&1 |
-        tee "$out/device_ipc_mps.log" || rows+=("device_ipc_bench under MPS FAILED")
+        tee "$out/device_ipc_mps.log" || add_row "device_ipc_bench under MPS FAILED"
       if [ -n "$torch_lib" ]; then
         pingpong_device pingpong_device_mps
         echo "== allreduce_bench --device=cuda under MPS"
-        timeout 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
+        timeout -k 10 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
           --impls=rdmaflow --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) --max_iters=100 \
           --byte_budget=$((8 << 30)) --json "$out/allreduce_device_mps.json" 2>&1 |
-          tee "$out/allreduce_device_mps.log" || rows+=("allreduce_bench under MPS FAILED")
+          tee "$out/allreduce_device_mps.log" || add_row "allreduce_bench under MPS FAILED"
       fi
       echo quit | nvidia-cuda-mps-control
     fi
@@ -164,45 +182,45 @@ run() {
   fi
   if [ -n "$torch_lib" ]; then
     echo "== transport_pingpong --memory=device --device_path=staged"
-    timeout 300 .gpu/bin/transport_pingpong \
+    timeout -k 10 300 .gpu/bin/transport_pingpong \
       --params=tls=shm --memory=device --device=cuda --device_path=staged \
       --max_bytes=$((256 << 20)) --byte_budget=$((1 << 30)) \
       --json "$out/pingpong_staged.json" 2>&1 | tee "$out/pingpong_staged.log" ||
-      rows+=("transport_pingpong --device_path=staged FAILED")
+      add_row "transport_pingpong --device_path=staged FAILED"
     echo "== allreduce_bench --device=cuda"
-    timeout 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
+    timeout -k 10 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
       --impls=rdmaflow,rdmaflow-device-ring,gloo --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) \
       --json "$out/allreduce_device.json" 2>&1 | tee "$out/allreduce_device.log" ||
-      rows+=("allreduce_bench --device=cuda FAILED")
+      add_row "allreduce_bench --device=cuda FAILED"
     echo "== gpu_peers.py"
-    PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu_peers.py --json "$out/gpu_peers.json" 2>&1 |
-      tee "$out/gpu_peers.log" || rows+=("gpu_peers.py FAILED")
+    PYTHONUNBUFFERED=1 timeout -k 10 300 python3 tools/gpu_peers.py --json "$out/gpu_peers.json" 2>&1 |
+      tee "$out/gpu_peers.log" || add_row "gpu_peers.py FAILED"
     echo "== gpu_train_baselines.py"
-    PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu_train_baselines.py \
+    PYTHONUNBUFFERED=1 timeout -k 10 300 python3 tools/gpu_train_baselines.py \
       --json "$out/train_baselines.json" 2>&1 | tee "$out/train_baselines.log" ||
-      rows+=("gpu_train_baselines.py FAILED")
+      add_row "gpu_train_baselines.py FAILED"
     # The EuroSys seed on the GPU: the parameter server's VGG step over zero
     # copy, rdma_copy and gRPC, workers computing on the GPU (synthetic
     # data: the dataset is not there).
     local comm
     for comm in rdma rdma_copy grpc; do
       echo "== rdmaflow_train ps vgg --device cuda --communicator $comm"
-      timeout 240 .gpu/bin/rdmaflow_train --local 3 --model vgg --strategy ps --synthetic \
+      timeout -k 10 240 .gpu/bin/rdmaflow_train --local 3 --model vgg --strategy ps --synthetic \
         --device cuda --communicator "$comm" --steps 60 --progress=false \
         --transport_params tls=shm --json "$out/ps_vgg_$comm.json" >"$out/ps_vgg_$comm.log" 2>&1 &&
-        rows+=("$(printf 'ps vgg cuda %-10s %s' "$comm" \
-          "$(grep -o '"mean_step_ms": [0-9.]*' "$out/ps_vgg_$comm.json")")") ||
-        { tail -5 "$out/ps_vgg_$comm.log"; rows+=("rdmaflow_train ps $comm FAILED"); }
+        add_row "$(printf 'ps vgg cuda %-10s %s' "$comm" \
+          "$(grep -o '"mean_step_ms": [0-9.]*' "$out/ps_vgg_$comm.json")")" ||
+        { tail -5 "$out/ps_vgg_$comm.log"; add_row "rdmaflow_train ps $comm FAILED"; }
     done
     echo "== the Python module for this machine's Python"
     if build_module "$out"; then
-      rows+=("rdmaflow_torch module built")
+      add_row "rdmaflow_torch module built"
       echo "== gpu_ddp_bench.py (DDP over rdmaflow and Gloo, CUDA tensors)"
-      PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 timeout 420 python3 tools/gpu_ddp_bench.py \
+      PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 timeout -k 10 420 python3 tools/gpu_ddp_bench.py \
         --device cuda --json "$out/ddp.json" 2>&1 | tee "$out/ddp.log" ||
-        rows+=("gpu_ddp_bench.py FAILED")
+        add_row "gpu_ddp_bench.py FAILED"
     else
-      rows+=("rdmaflow_torch module FAILED to build")
+      add_row "rdmaflow_torch module FAILED to build"
     fi
   fi
   echo

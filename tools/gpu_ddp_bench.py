@@ -21,6 +21,7 @@ transformer: 4 encoder layers, d_model 256, sequence 128, batch 32.
 rdmaflow_torch on PYTHONPATH for the rdmaflow backend.
 """
 import argparse
+import datetime
 import json
 import os
 import socket
@@ -118,7 +119,7 @@ def worker(rank, args, backend, name, port, out_dir):
     if args.device == "cuda":
         torch.cuda.set_device(0)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=args.world)
+                            world_size=args.world, timeout=datetime.timedelta(seconds=120))
     from torch.nn.parallel import DistributedDataParallel as DDP
     result = {}
     if name == "fsdp2":

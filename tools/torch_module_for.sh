@@ -40,15 +40,19 @@ if [ ! -f "$prefix/lib/librdmaflow.so" ]; then
   echo "torch_module_for: no $prefix/lib/librdmaflow.so (bazel run -c opt //:install -- --prefix=DIR)" >&2
   exit 2
 fi
-# One line: torch's folder and release, the C++ ABI, the C headers.
+# One line (the last: importing torch may print warnings): torch's folder
+# and release, the C++ ABI, the C headers.
+errors=$(mktemp)
 if ! info=$("$python" -c '
 import os, sysconfig, torch
 print(os.path.dirname(torch.__file__), torch.__version__,
-      int(torch.compiled_with_cxx11_abi()), sysconfig.get_paths()["include"])' 2>&1); then
-  echo "torch_module_for: $python has no torch: $info" >&2
+      int(torch.compiled_with_cxx11_abi()), sysconfig.get_paths()["include"])' 2>"$errors"); then
+  echo "torch_module_for: $python has no torch: $(tail -3 "$errors")" >&2
+  rm -f "$errors"
   exit 2
 fi
-read -r torch_dir torch_version abi python_include <<<"$info"
+rm -f "$errors"
+read -r torch_dir torch_version abi python_include <<<"$(tail -1 <<<"$info")"
 if [ ! -f "$python_include/Python.h" ]; then
   echo "torch_module_for: $python has no C headers ($python_include/Python.h is missing)" >&2
   exit 2

@@ -72,10 +72,11 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
   }
   if (const char* device = Variable("RDMAFLOW_DEVICE")) {
     const std::string kind = device;
-    if (kind != "cuda" && kind != "fake") {
+    if (kind != "cuda" && kind != "fake" && kind != "none") {
       return absl::InvalidArgumentError(absl::StrCat(
           "RDMAFLOW_DEVICE: '", kind, "' is not a device the backend knows: cuda (the "
-          "default: the CUDA tensors' device) or fake (tests without a GPU)"));
+          "default: the CUDA tensors' device), none (CPU tensors only, no CUDA context) "
+          "or fake (tests without a GPU)"));
     }
     options.device = kind;
   }

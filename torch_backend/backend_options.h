@@ -22,10 +22,11 @@
 //   RDMAFLOW_DEVICE_MB         the device all-reduce's region in device
 //                              memory (default 64; 0: device tensors are
 //                              all-reduced through host memory too)
-//   RDMAFLOW_DEVICE            cuda (default): CUDA tensors go through the
-//                              device of the first one; fake: the fake
-//                              device's tensors do (tests without a GPU:
-//                              torch_backend/tensor_device.h)
+//   RDMAFLOW_DEVICE            cuda (default): CUDA tensors go through
+//                              torch's current device at creation; none:
+//                              CPU tensors only (no CUDA context); fake:
+//                              the fake device's tensors (tests without a
+//                              GPU: torch_backend/tensor_device.h)
 //   TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT (set by torchrun), or
 //   RDMAFLOW_RUN_ID: scope the group's store keys (rdma/torch/run_scope.h)
 #ifndef RDMAFLOW_TORCH_BACKEND_BACKEND_OPTIONS_H_
@@ -68,7 +69,7 @@ struct BackendOptions {
   // How the ring, the messenger and the engine thread idle between rounds
   // that move nothing.
   onesided::WaitPolicy wait = onesided::WaitPolicy::Adaptive();
-  // Which device tensors the group moves: "cuda" or "fake"
+  // Which device tensors the group moves: "cuda", "none" or "fake"
   // (TensorDevice).
   std::string device = "cuda";
   // The device all-reduce's region (DeviceAllReduce); 0: none.

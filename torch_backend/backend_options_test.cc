@@ -67,6 +67,10 @@ TEST_F(BackendOptionsTest, DeviceTensorsAreCudaUnlessTheFakeDeviceIsAsked) {
   options = BackendOptions::FromEnvironment(absl::Seconds(5));
   ASSERT_THAT(options, IsOk());
   EXPECT_EQ(options->device, "fake");
+  setenv("RDMAFLOW_DEVICE", "none", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->device, "none");
   setenv("RDMAFLOW_DEVICE", "rocm", 1);
   EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
               StatusIs(absl::StatusCode::kInvalidArgument,

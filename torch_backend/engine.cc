@@ -143,10 +143,29 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     data_region_ = own_region_.get();
   }
   messenger_->AddSendRegion(data_region_);
-  if (device_ != nullptr && size_ > 1 && options_.device_bytes > 0) {
-    ASSIGN_OR_RETURN(device_allreduce_,
-                     DeviceAllReduce::Create(*store_, absl::StrCat(Namespace(options_), "/device"),
-                                             rank_, size_, *device_, options_));
+  if (size_ > 1) {
+    // Collective, so every rank must agree first: a rank without a device
+    // (no GPU, CUDA failed to start, RDMAFLOW_DEVICE_MB=0) keeps every rank
+    // on host twins, said once.
+    const std::string ns = absl::StrCat(Namespace(options_), "/device");
+    std::string mine = "yes";
+    if (device_ == nullptr) mine = "no device";
+    if (options_.device_bytes == 0) mine = "RDMAFLOW_DEVICE_MB=0";
+    RETURN_IF_ERROR(store_->Set(absl::StrCat(ns, "/want/", rank_), mine));
+    std::string refusal;
+    for (int r = 0; r < size_ && refusal.empty(); ++r) {
+      ASSIGN_OR_RETURN(std::string theirs,
+                       store_->Get(absl::StrCat(ns, "/want/", r), options_.timeout));
+      if (theirs != "yes") refusal = absl::StrCat("rank ", r, ": ", theirs);
+    }
+    if (refusal.empty()) {
+      ASSIGN_OR_RETURN(device_allreduce_, DeviceAllReduce::Create(*store_, ns, rank_, size_,
+                                                                  *device_, options_));
+    } else if (device_ != nullptr && rank_ == 0) {
+      std::fprintf(stderr,
+                   "rdmaflow: CUDA tensors are all-reduced through host memory (%s)\n",
+                   refusal.c_str());
+    }
   }
   ASSIGN_OR_RETURN(registered_,
                    runtime::torch::RegisteredAllocator::Over(

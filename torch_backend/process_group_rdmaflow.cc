@@ -80,6 +80,8 @@ absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::C
   std::unique_ptr<TensorDevice> device;
   if (options.device == "fake") {
     ASSIGN_OR_RETURN(device, TensorDevice::Fake());
+  } else if (options.device == "none") {
+    // No device, no CUDA context: CUDA tensors are refused.
   } else if (const int index = TensorDevice::CurrentCudaDevice(); index >= 0) {
     // Torch has CUDA and a device: the group takes the current one now, so
     // that every rank sets up the device all-reduce at creation.
@@ -91,7 +93,10 @@ absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::C
                    std::string(cuda.status().message()).c_str());
     }
   }
-  return Create(store, rank, size, options, std::move(device));
+  ASSIGN_OR_RETURN(c10::intrusive_ptr<ProcessGroupRdmaflow> group,
+                   Create(store, rank, size, options, std::move(device)));
+  group->no_device_ = options.device == "none";
+  return group;
 }
 
 absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::Create(
@@ -127,6 +132,10 @@ absl::StatusOr<std::shared_ptr<DeviceStage>> ProcessGroupRdmaflow::NewStage(
     if (item.one != nullptr) one.push_back(*item.one);
     for (const at::Tensor& tensor : item.many != nullptr ? *item.many : one) {
       if (!tensor.defined() || !tensor.is_cuda()) continue;
+      if (no_device_) {
+        return absl::InvalidArgumentError(
+            "a CUDA tensor, but RDMAFLOW_DEVICE=none: this group moves CPU tensors only");
+      }
       ASSIGN_OR_RETURN(device_, TensorDevice::Cuda(tensor.device().index()));
       break;
     }
@@ -183,7 +192,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Enqueue(
   c10::intrusive_ptr<RdmaflowWork> work = NewWork(type, std::move(outputs), stage);
   Engine::Op op{work, std::move(run), nullptr, ""};
   bool ran = false;
-  if (caller_waits) {
+  if (caller_waits && !(staged && stage->on_device())) {
+    // (The device all-reduce's progress loop is the engine thread's.)
     DeviceScope scope(staged ? stage->device() : nullptr);
     ran = engine_->TryRunInline(op, Engine::Inline::kCallerWaits);
   } else if (staged) {

@@ -262,6 +262,7 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
   // Before the engine: destroyed after it, which may still copy through it.
   absl::Mutex device_mu_;
   std::unique_ptr<TensorDevice> device_ ABSL_GUARDED_BY(device_mu_);
+  bool no_device_ = false;  // RDMAFLOW_DEVICE=none: CUDA tensors refused
   std::unique_ptr<Engine> engine_;  // null once shut down
   BackendStats final_stats_;        // the engine's last counters, then
   RepeatedStorages repeated_;

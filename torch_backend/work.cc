@@ -46,13 +46,15 @@ void RdmaflowWork::Complete(const absl::Status& completed) {
       finish(error);
       return;
     }
-    finish();
+    // markCompleted sets some errors on the Future itself (its tensors'
+    // storages): the Work then fails with the same error.
+    finish(future_->hasError() ? future_->exception_ptr() : nullptr);
     return;
   }
   std::exception_ptr error = std::make_exception_ptr(std::runtime_error(
       "rdmaflow: " + std::string(status.ToString())));
-  finish(error);
   future_->setError(error);
+  finish(error);
 }
 
 }  // namespace rdmaflow::torch_backend

@@ -11,6 +11,20 @@
 #include "torch/torch.h"
 
 namespace rdmaflow::train {
+namespace {
+
+// A model's buffers (not parameters), in the module's order.
+std::vector<at::Tensor> Buffers(const Model& model) {
+  std::vector<at::Tensor> buffers;
+  if (model.module != nullptr) {
+    for (const at::Tensor& b : model.module->buffers()) buffers.push_back(b);
+  } else if (model.script != nullptr) {
+    for (const at::Tensor& b : model.script->buffers()) buffers.push_back(b);
+  }
+  return buffers;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const std::string& kind,
                                                                  const std::string& name,
@@ -40,6 +54,12 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const std::stri
                                             strategies::ExceptionText(e)));
   }
   for (const strategies::Parameter& p : host.Parameters()) self->host_.push_back(p.tensor);
+  self->host_buffers_ = Buffers(host);
+  self->copy_buffers_ = Buffers(self->model_);
+  if (self->host_buffers_.size() != self->copy_buffers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", name, ": its buffers differ on ",
+                                                   self->device_.str()));
+  }
   for (const strategies::Parameter& p : self->model_.Parameters()) {
     self->copies_.push_back(p.tensor);
   }
@@ -79,11 +99,17 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
         const at::Tensor& grad = copies_[i].grad();
         if (!grad.defined()) continue;  // unused by this batch
         at::Tensor host_grad = host_[i].grad();
+        // A copy even on the CPU (mirror): the host's gradient must not
+        // alias the copy's, which the next batch zeroes and refills.
+        at::Tensor host_side = grad.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
         if (host_grad.defined()) {
-          host_grad.add_(grad.to(at::kCPU));
+          host_grad.add_(host_side);
         } else {
-          host_[i].mutable_grad() = grad.to(at::kCPU);
+          host_[i].mutable_grad() = host_side;
         }
+      }
+      for (size_t i = 0; i < host_buffers_.size(); ++i) {
+        host_buffers_[i].copy_(copy_buffers_[i]);
       }
     }
     const double accuracy = logits.argmax(1).eq(dy).to(at::kFloat).mean().item<double>();

@@ -57,6 +57,10 @@ class DeviceModel {
   at::Device device_{at::kCPU};
   std::vector<at::Tensor> host_;    // the strategy's parameters
   std::vector<at::Tensor> copies_;  // the device copy's, in the same order
+  // Buffers (BatchNorm's running statistics), copied back after each batch
+  // so that the host model evaluates as trained.
+  std::vector<at::Tensor> host_buffers_;
+  std::vector<at::Tensor> copy_buffers_;
 };
 
 }  // namespace rdmaflow::train

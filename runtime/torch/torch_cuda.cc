@@ -1,6 +1,7 @@
 #include "runtime/torch/torch_cuda.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stdlib.h>
 
 #include <c10/core/DeviceType.h>
@@ -14,17 +15,27 @@
 namespace rdmaflow::runtime::torch {
 namespace {
 
-// libtorch_cuda.so from the folder of the libc10.so this process uses (the
-// torch it was built against), else wherever the loader finds one.
+// The folder of the libc10.so this process loaded (the torch it was built
+// against), found among the loaded objects: a symbol's address would not
+// do, as a statically linked executable may hold a copy of the data.
+int FindTorchFolder(struct dl_phdr_info* info, size_t, void* data) {
+  const std::string name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+  const size_t slash = name.rfind('/');
+  if (slash == std::string::npos || name.compare(slash + 1, 9, "libc10.so") != 0) return 0;
+  // Through links (Bazel's _solib folders link torch's libraries).
+  char* real = realpath(name.c_str(), nullptr);
+  const std::string path = real != nullptr ? real : name;
+  free(real);
+  *static_cast<std::string*>(data) = path.substr(0, path.rfind('/') + 1);
+  return 1;
+}
+
+// libtorch_cuda.so from that folder, else wherever the loader finds one.
 void* OpenTorchCuda(std::string& error) {
-  Dl_info info;
-  if (dladdr(static_cast<const void*>(&c10::impl::device_guard_impl_registry[0]), &info) != 0 &&
-      info.dli_fname != nullptr) {
-    // Through links (Bazel's _solib folders link torch's libraries).
-    char* real = realpath(info.dli_fname, nullptr);
-    std::string path = real != nullptr ? real : info.dli_fname;
-    free(real);
-    path = path.substr(0, path.rfind('/') + 1) + "libtorch_cuda.so";
+  std::string folder;
+  dl_iterate_phdr(FindTorchFolder, &folder);
+  if (!folder.empty()) {
+    const std::string path = folder + "libtorch_cuda.so";
     if (void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) return handle;
     error = dlerror();
   }
