@@ -8,6 +8,7 @@
 #include <numeric>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rdma/builtin_transports.h"
@@ -156,7 +157,10 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     for (int r = 0; r < size_ && refusal.empty(); ++r) {
       ASSIGN_OR_RETURN(std::string theirs,
                        store_->Get(absl::StrCat(ns, "/want/", r), options_.timeout));
-      if (theirs != "yes") refusal = absl::StrCat("rank ", r, ": ", theirs);
+      // The store's bytes are any peer's: shown escaped and cut short.
+      if (theirs != "yes") {
+        refusal = absl::StrCat("rank ", r, ": ", absl::CEscape(theirs.substr(0, 120)));
+      }
     }
     if (refusal.empty()) {
       ASSIGN_OR_RETURN(device_allreduce_, DeviceAllReduce::Create(*store_, ns, rank_, size_,
