@@ -37,7 +37,6 @@
 #include "launch/rank.h"
 #include "rdma/builtin_transports.h"
 #include "runtime/communicator_factory.h"
-#include "runtime/executor.h"
 #include "runtime/replay.h"
 #include "results/json.h"
 #include "results/results.pb.h"
@@ -133,7 +132,7 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
   // The zero-copy sender builds its tensors in registered memory, as
   // runtime/torch's allocator makes LibTorch do.
   std::unique_ptr<rdma::MemoryRegion> arena;
-  if (auto* executor = dynamic_cast<runtime::Executor*>(communicator.get())) {
+  if (communicator->SendsInPlace()) {
     ASSIGN_OR_RETURN(auto probe, runtime::Replayer::Create(plan, rank, {}));
     uint64_t send_bytes = 0;
     for (const runtime::TransferInfo& info : probe->rank_plan().sends()) {
@@ -142,7 +141,7 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
     ASSIGN_OR_RETURN(rdma::MemoryRegion region,
                      transport->Allocate(2 * send_bytes + (size_t{4} << 20)));
     arena = std::make_unique<rdma::MemoryRegion>(std::move(region));
-    executor->AddSendArena(arena.get());
+    communicator->AddSendArena(arena.get());
     replay.arena = arena.get();
   }
   ASSIGN_OR_RETURN(auto replayer, runtime::Replayer::Create(plan, rank, replay));

@@ -389,7 +389,7 @@ absl::Status AllReduceGroup::AllReduce(size_t offset, size_t count, DataType typ
       status = HierarchicalAllReduce(offset, count, type, op, variant);
       break;
     case AllReduceAlgorithm::kRing:
-      status = RingAllReduceOf(*ring_, offset, count, type, op);
+      status = RingAllReduceOf(*ring_, offset, count, type, op, variant);
       break;
     default:
       return host_->AllReduce(offset, count, type, op, variant, result);
@@ -417,8 +417,9 @@ absl::Status AllReduceGroup::CheckRange(size_t offset, size_t count, DataType ty
 }
 
 absl::Status AllReduceGroup::RingAllReduceOf(RingAllReduce& ring, size_t offset,
-                                             size_t count, DataType type, ReduceOp op) {
-  if (mover_ == nullptr) return ring.AllReduce(offset, count, type, op);
+                                             size_t count, DataType type, ReduceOp op,
+                                             uint8_t variant) {
+  if (mover_ == nullptr) return ring.AllReduce(offset, count, type, op, variant);
   // Every member checks the same arguments: refused on all alike, before
   // a copy could leave the region.
   RETURN_IF_ERROR(CheckRange(offset, count, type, "ring all-reduce of device memory"));
@@ -432,7 +433,7 @@ absl::Status AllReduceGroup::RingAllReduceOf(RingAllReduce& ring, size_t offset,
       absl::StrCat("copying ", bytes, " bytes of rank ", rank(),
                    "'s device memory to host memory for the ring")));
   stage_copy_unfenced_ = false;
-  RETURN_IF_ERROR(ring.AllReduce(offset, count, type, op));
+  RETURN_IF_ERROR(ring.AllReduce(offset, count, type, op, variant));
   stage_copy_unfenced_ = true;
   RETURN_IF_ERROR(mover_->Copy(data() + offset, host, bytes));
   RETURN_IF_ERROR(mover_->Fence(absl::Now() + ring_options_timeout_,
@@ -473,7 +474,7 @@ absl::Status AllReduceGroup::HierarchicalAllReduce(size_t offset, size_t count,
   if (local_ != nullptr) RETURN_IF_ERROR(local_->Reduce(offset, count, type, op, 0, variant));
   // 2. The leaders' all-reduce across hosts.
   if (leaders_ != nullptr) {
-    absl::Status across = RingAllReduceOf(*leaders_, offset, count, type, op);
+    absl::Status across = RingAllReduceOf(*leaders_, offset, count, type, op, variant);
     if (!across.ok()) {
       // Our host's members wait for the broadcast: fail it at once.
       if (local_ != nullptr) local_->Abandon(across);

@@ -149,8 +149,8 @@ class AllReduceGroup {
   int size() const { return static_cast<int>(members_.size()); }
   int rank() const { return members_[position_]; }
   int position() const { return position_; }
-  // Whether every member is on one host and they agreed on direct access:
-  // then each member may pass an offset of its own (see AllReduce()).
+  // Whether every member is on one host and they agreed on direct access
+  // (the same-host algorithms run the calls).
   bool direct() const { return host_ != nullptr; }
   // Whether calls run hierarchically; how many hosts the members are on.
   bool hierarchical() const { return hierarchical_; }
@@ -164,13 +164,16 @@ class AllReduceGroup {
   RingAllReduceStats stats() const;
   const HostAllReduce* host() const { return host_.get(); }
 
-  // RingAllReduce::AllReduce's contract (the same arguments on every
-  // member, in the same order), whichever algorithm runs it; except that
-  // with direct() each member may pass an offset of its own (the host
-  // algorithms read each member's range where it lies), so a caller that
+  // RingAllReduce::AllReduce's contract (the same count, type, operator
+  // and variant on every member, in the same order), whichever algorithm
+  // runs it. Each member may pass an offset of its own on every path (the
+  // host algorithms read each member's range where it lies, the rings
+  // learn their neighbours' from the call descriptors), so a caller that
   // stages on one member and reduces in place on another needs no
-  // agreement first.
-  // `variant`: HostAllReduce::AllReduce's (checked on the host paths only).
+  // agreement first. Calls that differ between members are an error on
+  // every member: on the host paths kInvalidArgument, after which the
+  // group goes on; on a ring kAborted, after which it is unusable.
+  // `variant`: HostAllReduce::AllReduce's.
   // `result`: where this member wants the result instead of its range (a
   // buffer of count elements; nullptr, or the range itself: in place): the
   // host paths write it
@@ -207,7 +210,7 @@ class AllReduceGroup {
   // `ring`'s all-reduce of the range: in place on host memory; on device
   // memory, on stage_ between a copy there and one back.
   absl::Status RingAllReduceOf(RingAllReduce& ring, size_t offset, size_t count,
-                               DataType type, ReduceOp op);
+                               DataType type, ReduceOp op, uint8_t variant);
   // The range's result into `result` (device memory: outside the range).
   absl::Status CopyResult(std::byte* result, size_t offset, size_t bytes);
   // Sets up device memory: the mover and the rings' host stage.

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/call_word.h"
 #include "collectives/members.h"
 #include "common/annotate.h"
 #include "common/status_macros.h"
@@ -31,40 +32,6 @@ uint64_t Load(const std::byte* word) {
 
 void Store(std::byte* word, uint64_t value) {
   __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_RELEASE);
-}
-
-uint64_t PackCall(uint64_t kind, int root, DataType type, ReduceOp op, uint8_t variant) {
-  return (static_cast<uint64_t>(root < 0 ? 0 : root) << 32) | (kind << 24) |
-         (static_cast<uint64_t>(variant) << 16) | (static_cast<uint64_t>(type) << 8) |
-         static_cast<uint64_t>(op);
-}
-
-std::string DescribeCall(uint64_t offset, uint64_t count, uint64_t type_op) {
-  // A forged word is printed as a number, never cast to an enum.
-  if (type_op == host_allreduce_layout::kPoisonedCall) {
-    return absl::StrCat("something with a bad range or root (offset ", offset, ", count ",
-                        count, "; its own error says which)");
-  }
-  const uint64_t root = type_op >> 32, kind = (type_op >> 24) & 0xff;
-  const uint64_t variant = (type_op >> 16) & 0xff, type = (type_op >> 8) & 0xff,
-                 op = type_op & 0xff;
-  if (kind == layout::kBroadcastCall && (type_op & 0xffffff) == 0) {
-    return absl::StrCat("Broadcast(offset ", offset, ", ", count, " bytes, root position ",
-                        root, ")");
-  }
-  const bool known = (kind == layout::kAllReduceCall ? root == 0 : kind == layout::kReduceCall) &&
-                     type <= static_cast<uint64_t>(DataType::kInt64) &&
-                     op <= static_cast<uint64_t>(ReduceOp::kMax);
-  if (!known) {
-    return absl::StrCat("an unknown call (offset ", offset, ", count ", count,
-                        ", type/op word ", type_op, ")");
-  }
-  return absl::StrCat(
-      kind == layout::kReduceCall ? "Reduce" : "AllReduce", "(offset ", offset, ", count ",
-      count, ", ", DataTypeName(static_cast<DataType>(type)), " ",
-      ReduceOpName(static_cast<ReduceOp>(op)),
-      variant != 0 ? absl::StrCat(", variant ", variant) : "",
-      kind == layout::kReduceCall ? absl::StrCat(", root position ", root) : "", ")");
 }
 
 // Elements [begin, begin + length) of segment `k` of `count` among `n`
@@ -404,7 +371,7 @@ absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type
   if (bad_result.ok()) bad_result = mover_->Supports(type, op);
   absl::Status status = Run(
       offset, count, element, DataTypeName(type),
-      PackCall(layout::kAllReduceCall, -1, type, op, variant), /*root=*/-1,
+      call_word::Pack(layout::kAllReduceCall, -1, type, op, variant), /*root=*/-1,
       [&](uint64_t call, size_t bytes) {
         return OneShot(bytes) ? OneShotCall(call, offset, bytes, count, type, op, -1, result)
                               : ScatterGatherCall(call, offset, count, type, op, -1, result);
@@ -422,7 +389,7 @@ absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type
 absl::Status HostAllReduce::Reduce(size_t offset, size_t count, DataType type, ReduceOp op,
                                    int root, uint8_t variant) {
   return Run(offset, count, ElementSize(type), DataTypeName(type),
-             PackCall(layout::kReduceCall, root, type, op, variant), root,
+             call_word::Pack(layout::kReduceCall, root, type, op, variant), root,
              [&](uint64_t call, size_t bytes) {
                return OneShot(bytes)
                           ? OneShotCall(call, offset, bytes, count, type, op, root, nullptr)
@@ -433,7 +400,7 @@ absl::Status HostAllReduce::Reduce(size_t offset, size_t count, DataType type, R
 
 absl::Status HostAllReduce::Broadcast(size_t offset, size_t bytes, int root) {
   return Run(offset, bytes, 1, "byte",
-             PackCall(layout::kBroadcastCall, root, DataType{}, ReduceOp{}, 0), root,
+             call_word::Pack(layout::kBroadcastCall, root, DataType{}, ReduceOp{}, 0), root,
              [&](uint64_t call, size_t) {
                if (position_ != root) {
                  const Peer& from = peers_[root];
@@ -555,8 +522,8 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, si
       differs = true;
       return absl::InvalidArgumentError(absl::StrCat(
           "call ", call, " differs between members: rank ", peer.rank, " called ",
-          DescribeCall(theirs[0], theirs[1], theirs[2]), ", rank ", transport_.rank(),
-          " called ", DescribeCall(offset, count, type_op),
+          call_word::Describe(theirs[0], theirs[1], theirs[2]), ", rank ", transport_.rank(),
+          " called ", call_word::Describe(offset, count, type_op),
           "; every member must make the same all-reduces (and reduces and broadcasts: "
           "count, type, operator, root) in the same order"));
     }

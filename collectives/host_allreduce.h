@@ -49,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "collectives/call_word.h"
 #include "collectives/data_mover.h"
 #include "collectives/reduce.h"
 #include "onesided/links/peer_links.h"
@@ -69,15 +70,12 @@ constexpr size_t kEntered = 0;  // the call under way, after its arguments:
 constexpr size_t kOffset = 8;
 constexpr size_t kCount = 16;
 constexpr size_t kTypeOp = 24;  // the call's kind and arguments, packed:
-// root << 32 | kind << 24 | variant << 16 | DataType << 8 | ReduceOp, where
-// kind is one of these (a broadcast's type, operator and variant are 0,
-// and its count is in bytes):
-constexpr uint64_t kAllReduceCall = 0;
-constexpr uint64_t kReduceCall = 1;
-constexpr uint64_t kBroadcastCall = 2;
-// The type/op word of a call whose range was bad on its member: it differs
-// from every real call, so all members end it with an error.
-constexpr uint64_t kPoisonedCall = ~uint64_t{0};
+// collectives/call_word.h, of one of these kinds:
+constexpr uint64_t kAllReduceCall = call_word::kAllReduce;
+constexpr uint64_t kReduceCall = call_word::kReduce;
+constexpr uint64_t kBroadcastCall = call_word::kBroadcast;
+// The word of a call whose range was bad on its member.
+constexpr uint64_t kPoisonedCall = call_word::kPoisoned;
 constexpr size_t kReduced = 64;
 constexpr size_t kDone = 128;   // the call number; with kAborted: gave up in it
 constexpr uint64_t kAborted = uint64_t{1} << 63;

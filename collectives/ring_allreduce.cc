@@ -9,7 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/call_word.h"
 #include "collectives/members.h"
+#include "collectives/ring_layout.h"
 #include "common/annotate.h"
 #include "common/status_macros.h"
 #include "rdma/rendezvous.h"
@@ -17,21 +19,15 @@
 namespace rdmaflow::collectives {
 namespace {
 
-constexpr size_t kWord = sizeof(uint64_t);
+namespace layout = ring_layout;
 constexpr int kMaxSlots = 1024;
 
-// Control region words: [0, S) flags (written by the left neighbour),
-// S credit (written by the right neighbour), [S+1, 2S+1) sources of our flag
-// writes, 2S+1 source of our credit write; then S staging slots.
-size_t FlagsOffset() { return 0; }
-size_t CreditOffset(int slots) { return slots * kWord; }
-size_t FlagSourcesOffset(int slots) { return (slots + 1) * kWord; }
-size_t CreditSourceOffset(int slots) { return (2 * slots + 1) * kWord; }
-size_t StagingOffset(int slots) {
-  return ((2 * slots + 2) * kWord + 63) / 64 * 64;
-}
 size_t ControlBytes(const RingAllReduceOptions& o) {
-  return StagingOffset(o.slots) + o.slots * o.chunk_bytes;
+  return layout::ControlBytes(o.slots, o.chunk_bytes);
+}
+
+uint64_t Load(const std::byte* word) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
 }
 
 // Staging slots beyond the reduce-scatter messages of a call over the whole
@@ -58,7 +54,7 @@ std::string Layout(const RingAllReduceOptions& o, const std::vector<int>& member
 absl::Status CheckOptions(const RingAllReduceOptions& options) {
   const std::string what = absl::StrCat("all-reduce '", options.name, "'");
   if (options.capacity_bytes == 0 || options.chunk_bytes < 64 ||
-      options.chunk_bytes % kWord != 0 || options.slots < 1 ||
+      options.chunk_bytes % layout::kWord != 0 || options.slots < 1 ||
       options.slots > kMaxSlots) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": needs capacity_bytes > 0, chunk_bytes >= 64 and a multiple of 8, "
@@ -85,13 +81,19 @@ absl::Status CheckOptions(const RingAllReduceOptions& options) {
 // The state of one AllReduce() call.
 struct RingAllReduce::Call {
   RingSchedule schedule;
-  size_t offset;        // bytes into the data region
+  size_t offset;        // bytes into our data region
+  size_t count;
   size_t element_size;
   DataType type;
   ReduceOp op;
+  uint64_t word;        // call_word.h: what the neighbours' must equal
+  uint64_t number;      // calls since Create(), counted from 0
   uint64_t first;       // sequence number of message 0
   uint64_t end;         // one past the last
   uint64_t window;      // messages a sender may run ahead of the credit
+  bool described = false;   // our descriptor is queued to the left neighbour
+  bool right_known = false;  // the right neighbour's descriptor was checked
+  size_t right_offset = 0;   // ... and its range lies there
 };
 
 absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
@@ -200,11 +202,15 @@ RingAllReduce::~RingAllReduce() {
       // Their completions point at them.
       sender_.release();
       receiver_.release();
+      descriptor_sender_.release();
+      descriptor_receiver_.release();
     }
   }
   alive_.reset();  // completions still held by the transport do nothing
   sender_.reset();
   receiver_.reset();
+  descriptor_sender_.reset();
+  descriptor_receiver_.reset();
   own_.links.reset();
   own_.loop.reset();
 }
@@ -256,25 +262,50 @@ absl::Status RingAllReduce::Connect() {
   send.peer = absl::StrCat("rank ", right_rank_, " (the right neighbour)");
   send.endpoint = right_endpoint_;
   send.flag_source = control_.get();
-  send.flag_source_offset = FlagSourcesOffset(slots);
+  send.flag_source_offset = layout::FlagSources(slots);
   send.remote_flags = &right_control_;
-  send.remote_flags_offset = FlagsOffset();
-  send.credit_word = control_->data() + CreditOffset(slots);
+  send.remote_flags_offset = layout::Flags();
+  send.credit_word = control_->data() + layout::Credit(slots);
   sender_ = std::make_unique<onesided::SlotRingSender>(std::move(send));
   onesided::SlotRingReceiver::Options receive;
   receive.slots = slots;
   receive.peer = absl::StrCat("rank ", left_rank_, " (the left neighbour)");
   receive.endpoint = left_endpoint_;
-  receive.flags = control_->data() + FlagsOffset();
+  receive.flags = control_->data() + layout::Flags();
   receive.credit_source = control_.get();
-  receive.credit_source_offset = CreditSourceOffset(slots);
+  receive.credit_source_offset = layout::CreditSource(slots);
   receive.remote_credit = &left_control_;
-  receive.remote_credit_offset = CreditOffset(slots);
+  receive.remote_credit_offset = layout::Credit(slots);
   receive.describe = [this](uint64_t seq) {
     return absl::StrCat("message ", seq - call_first_ + 1, " of ", call_end_ - call_first_,
                         " of this call");
   };
   receiver_ = std::make_unique<onesided::SlotRingReceiver>(std::move(receive));
+  // The call descriptors go the other way round: ours to the left
+  // neighbour (on its control lane), the right one's to us, credited back
+  // on its data lane.
+  const size_t chunk = options_.chunk_bytes;
+  onesided::SlotRingSender::Options describe;
+  describe.slots = layout::kCallSlots;
+  describe.peer = absl::StrCat("rank ", left_rank_, " (the left neighbour, call descriptors)");
+  describe.endpoint = left_endpoint_;
+  describe.flag_source = control_.get();
+  describe.flag_source_offset = layout::CallFlagSources(slots, chunk);
+  describe.remote_flags = &left_control_;
+  describe.remote_flags_offset = layout::CallFlags(slots, chunk);
+  describe.credit_word = control_->data() + layout::CallCredit(slots, chunk);
+  descriptor_sender_ = std::make_unique<onesided::SlotRingSender>(std::move(describe));
+  onesided::SlotRingReceiver::Options learn;
+  learn.slots = layout::kCallSlots;
+  learn.peer = absl::StrCat("rank ", right_rank_, " (the right neighbour)");
+  learn.endpoint = right_endpoint_;
+  learn.flags = control_->data() + layout::CallFlags(slots, chunk);
+  learn.credit_source = control_.get();
+  learn.credit_source_offset = layout::CallCreditSource(slots, chunk);
+  learn.remote_credit = &right_control_;
+  learn.remote_credit_offset = layout::CallCredit(slots, chunk);
+  learn.describe = [](uint64_t seq) { return absl::StrCat("the descriptor of call ", seq); };
+  descriptor_receiver_ = std::make_unique<onesided::SlotRingReceiver>(std::move(learn));
   return absl::OkStatus();
 }
 
@@ -284,18 +315,30 @@ void RingAllReduce::Fail(absl::Status status) {
 
 absl::Status RingAllReduce::failure() const {
   if (!failure_.ok()) return failure_;
-  if (sender_ != nullptr && !sender_->failure().ok()) return sender_->failure();
-  if (receiver_ != nullptr && !receiver_->failure().ok()) return receiver_->failure();
+  for (const onesided::SlotRingSender* sender : {sender_.get(), descriptor_sender_.get()}) {
+    if (sender != nullptr && !sender->failure().ok()) return sender->failure();
+  }
+  for (const onesided::SlotRingReceiver* receiver :
+       {receiver_.get(), descriptor_receiver_.get()}) {
+    if (receiver != nullptr && !receiver->failure().ok()) return receiver->failure();
+  }
   return absl::OkStatus();
 }
 
 int64_t RingAllReduce::in_flight() const {
-  return outstanding_ + (sender_ != nullptr ? sender_->outstanding() : 0) +
-         (receiver_ != nullptr ? receiver_->outstanding() : 0);
+  int64_t total = outstanding_;
+  for (const onesided::SlotRingSender* sender : {sender_.get(), descriptor_sender_.get()}) {
+    if (sender != nullptr) total += sender->outstanding();
+  }
+  for (const onesided::SlotRingReceiver* receiver :
+       {receiver_.get(), descriptor_receiver_.get()}) {
+    if (receiver != nullptr) total += receiver->outstanding();
+  }
+  return total;
 }
 
-absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
-                                      DataType type, ReduceOp op) {
+absl::Status RingAllReduce::AllReduce(size_t offset, size_t count, DataType type,
+                                      ReduceOp op, uint8_t variant) {
   const size_t element = ElementSize(type);
   if (offset % element != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -312,11 +355,15 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
         Where(), " is unusable after an earlier error: ", failure_.message()));
   }
   ++stats_.calls;
-  if (size() == 1 || count == 0) return absl::OkStatus();
+  if (size() == 1) return absl::OkStatus();
 
+  // An empty call too: its messages are empty, but its descriptor is
+  // checked like any other, so a member whose count is not 0 gets an error
+  // instead of pairing with the member's next call.
   RingSchedule schedule(size(), position_, count, options_.chunk_bytes / element);
-  Call call{schedule, offset, element, type, op, next_seq_,
-            next_seq_ + schedule.messages(),
+  Call call{schedule, offset, count, element, type, op,
+            call_word::Pack(call_word::kAllReduce, -1, type, op, variant), next_call_++,
+            next_seq_, next_seq_ + schedule.messages(),
             std::min<uint64_t>(options_.slots,
                                static_cast<uint64_t>(size() - 1) * schedule.pieces())};
   next_seq_ = call.end;
@@ -326,7 +373,8 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
   absl::Time last_progress = absl::Now();
   const int neighbours[] = {left_rank_, right_rank_};
   onesided::IdleBackoff backoff(options_.wait);
-  while (receiver_->received() < call.end || sender_->delivered() < call.end) {
+  while (receiver_->received() < call.end || sender_->delivered() < call.end ||
+         !call.described || !call.right_known) {
     bool progressed = false;
     if (absl::Status turn = Turn(call, progressed); !turn.ok()) {
       Fail(turn);
@@ -343,7 +391,10 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
     }
     if (now - last_progress > options_.timeout) {
       std::string waiting;
-      if (receiver_->received() < call.end) {
+      if (!call.right_known && receiver_->received() - call.first >= call.schedule.pieces()) {
+        waiting = absl::StrCat("the descriptor of call ", call.number, " from rank ",
+                               right_rank_);
+      } else if (receiver_->received() < call.end) {
         waiting = absl::StrCat("message ", receiver_->received() - call.first + 1, " of ",
                                call.end - call.first, " from rank ", left_rank_);
       } else {
@@ -352,7 +403,7 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
                                " of ", call.end - call.first, " done)");
       }
       absl::Status error = absl::DeadlineExceededError(absl::StrCat(
-          Where(), ": no progress for ", absl::FormatDuration(options_.timeout),
+          Where(), ": timed out: no progress for ", absl::FormatDuration(options_.timeout),
           " waiting for ", waiting, "; rank ", right_rank_, " released ",
           sender_->credit_seen(), " messages. Do all members run the same all-reduce calls?"));
       Fail(error);
@@ -376,7 +427,9 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count,
 void RingAllReduce::GiveUp() {
   if (fenced_) return;
   fenced_ = true;
-  if (sender_ != nullptr) sender_->DropQueued();  // never posted
+  // Never posted.
+  if (sender_ != nullptr) sender_->DropQueued();
+  if (descriptor_sender_ != nullptr) descriptor_sender_->DropQueued();
   if (loop_ == nullptr) return;  // never connected: nothing posted
   links_.Fence({right_rank_, left_rank_}, [&] { return in_flight() == 0; },
                absl::Now() + std::min(options_.timeout, absl::Seconds(5)),
@@ -392,10 +445,130 @@ absl::Status RingAllReduce::Turn(Call& call, bool& progressed) {
   if (!fired.ok()) return fired.status();
   if (sender_->delivered() != delivered_before) progressed = true;
   RETURN_IF_ERROR(failure());
+  RETURN_IF_ERROR(CheckAborts(call));
+  RETURN_IF_ERROR(Describe(call, progressed));
+  RETURN_IF_ERROR(LearnRight(call, progressed));
   RETURN_IF_ERROR(Receive(call, progressed));
   RETURN_IF_ERROR(StartSends(call, progressed));
   RETURN_IF_ERROR(sender_->Post());
+  RETURN_IF_ERROR(descriptor_sender_->Post());
   return PostCredit();
+}
+
+absl::Status RingAllReduce::Describe(Call& call, bool& progressed) {
+  if (call.described) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const bool room, descriptor_sender_->HasRoom());
+  if (!room) return absl::OkStatus();
+  const uint64_t number = call.number;
+  if (descriptor_sender_->claimed() != number) {
+    return absl::InternalError(absl::StrCat("call ", number, " would send descriptor ",
+                                            descriptor_sender_->claimed()));
+  }
+  // Its source slot is free once the write of two calls ago has completed.
+  if (number >= layout::kCallSlots &&
+      descriptor_sender_->written() < number - layout::kCallSlots + 1) {
+    return absl::OkStatus();
+  }
+  const int slots = options_.slots;
+  const size_t chunk = options_.chunk_bytes;
+  const size_t slot = number % layout::kCallSlots;
+  const size_t source = layout::DescriptorSources(slots, chunk) + slot * layout::kDescriptorBytes;
+  const uint64_t words[4] = {call.offset, call.count, call.word, number};
+  std::memcpy(control_->data() + source, words, sizeof(words));
+  descriptor_sender_->Claim();
+  descriptor_sender_->Write(
+      number, {control_.get(), source, layout::kDescriptorBytes},
+      {&left_control_, layout::Descriptors(slots, chunk) + slot * layout::kDescriptorBytes,
+       layout::kDescriptorBytes});
+  descriptor_sender_->Commit(number);
+  call.described = true;
+  progressed = true;
+  return absl::OkStatus();
+}
+
+absl::Status RingAllReduce::LearnRight(Call& call, bool& progressed) {
+  if (call.right_known) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const bool arrived, descriptor_receiver_->Arrived());
+  if (!arrived) return absl::OkStatus();
+  // The neighbour may rewrite its descriptor: one copy, checked and used.
+  uint64_t theirs[4];
+  std::memcpy(theirs,
+              control_->data() + layout::Descriptors(options_.slots, options_.chunk_bytes) +
+                  descriptor_receiver_->slot() * layout::kDescriptorBytes,
+              sizeof(theirs));
+  descriptor_receiver_->Consume();
+  progressed = true;
+  const std::string right = absl::StrCat("rank ", right_rank_, " (the right neighbour)");
+  if (theirs[3] != call.number) {
+    PostAbort(call);
+    return absl::DataLossError(absl::StrCat(right, " wrote a call descriptor numbered ",
+                                            theirs[3], " where call ", call.number,
+                                            "'s was due"));
+  }
+  if (theirs[1] != call.count || theirs[2] != call.word) {
+    PostAbort(call);
+    return absl::AbortedError(absl::StrCat(
+        "call ", call.number, " differs between neighbours: ", right, " called ",
+        call_word::Describe(theirs[0], theirs[1], theirs[2]), ", rank ", rank(), " called ",
+        call_word::Describe(call.offset, call.count, call.word),
+        "; every member must make the same all-reduces (count, type, operator), in the "
+        "same order. The call fails on every member, and the ring is unusable"));
+  }
+  // Where the neighbour's range lies: its count is ours, so only the
+  // offset is new.
+  const uint64_t offset = theirs[0];
+  if (offset % call.element_size != 0 || offset > options_.capacity_bytes ||
+      call.count > (options_.capacity_bytes - offset) / call.element_size) {
+    PostAbort(call);
+    return absl::DataLossError(absl::StrCat(
+        right, " described call ", call.number, " with ", call.count, " elements at offset ",
+        offset, ", which is not an aligned range of its ", options_.capacity_bytes,
+        "-byte data region"));
+  }
+  call.right_offset = offset;
+  call.right_known = true;
+  return absl::OkStatus();
+}
+
+absl::Status RingAllReduce::CheckAborts(Call& call) {
+  for (const bool from_left : {true, false}) {
+    const uint64_t word = Load(control_->data() +
+                               layout::Abort(options_.slots, options_.chunk_bytes, from_left));
+    // A neighbour may give up a call we are still finishing the one
+    // before of (our last writes in flight): it counts from that call on.
+    if (word == 0 || word - 1 > call.number) continue;
+    PostAbort(call);  // on round the ring
+    return absl::AbortedError(absl::StrCat(
+        "rank ", from_left ? left_rank_ : right_rank_, " (the ",
+        from_left ? "left" : "right", " neighbour) gave up call ", word - 1,
+        ": two members' calls differ, or a descriptor was forged (the error of the member "
+        "that saw it says which). The call fails on every member, and the ring is "
+        "unusable"));
+  }
+  return absl::OkStatus();
+}
+
+void RingAllReduce::PostAbort(const Call& call) {
+  if (abort_posted_) return;
+  abort_posted_ = true;
+  const int slots = options_.slots;
+  const size_t chunk = options_.chunk_bytes;
+  const uint64_t value = call.number + 1;
+  std::memcpy(control_->data() + layout::AbortSource(slots, chunk), &value, sizeof(value));
+  struct Target {
+    rdma::Endpoint* endpoint;
+    const rdma::RemoteRegion* control;
+    bool we_are_its_left;
+  };
+  for (const Target& target : {Target{right_endpoint_, &right_control_, true},
+                               Target{left_endpoint_, &left_control_, false}}) {
+    // Best effort: a neighbour we cannot tell fails by its own timeout.
+    absl::Status posted = target.endpoint->PostWrite(
+        {control_.get(), layout::AbortSource(slots, chunk), sizeof(value)},
+        {target.control, layout::Abort(slots, chunk, target.we_are_its_left), sizeof(value)},
+        std::nullopt, Guarded([this](absl::Status) { --outstanding_; }));
+    if (posted.ok()) ++outstanding_;
+  }
 }
 
 absl::Status RingAllReduce::Receive(Call& call, bool& progressed) {
@@ -406,13 +579,13 @@ absl::Status RingAllReduce::Receive(Call& call, bool& progressed) {
     const size_t message = seq - call.first;
     const ElementRange range = call.schedule.Received(message);
     const std::byte* staged =
-        control_->data() + StagingOffset(options_.slots) + receiver_->slot() * options_.chunk_bytes;
+        control_->data() + layout::Staging(options_.slots) + receiver_->slot() * options_.chunk_bytes;
     std::byte* at = data_->data() + call.offset + range.begin * call.element_size;
     if (range.count == 0) {
       // Nothing to take.
     } else if (call.schedule.is_reduce(message)) {
       Reduce(call.type, call.op, at, staged, range.count);
-    } else if (GatherInSlots(call, range)) {
+    } else if (GatherInSlots(call.offset, call, range)) {
       std::memcpy(at, staged, range.count * call.element_size);
     }
     receiver_->Consume();
@@ -429,23 +602,27 @@ absl::Status RingAllReduce::StartSends(Call& call, bool& progressed) {
     if (seq - call.first >= pieces && receiver_->received() < seq - pieces + 1) {
       return absl::OkStatus();
     }
+    const size_t message = seq - call.first;
+    // The all-gather needs to know where the neighbour's range lies.
+    const bool reduce = call.schedule.is_reduce(message);
+    if (!reduce && !call.right_known) return absl::OkStatus();
     // The receiver's slot (and, for the all-gather, its buffer) is free:
     // the right neighbour's credit, checked by the slot ring.
     ASSIGN_OR_RETURN(const bool room, sender_->HasRoom(call.window));
     if (!room) return absl::OkStatus();
     sender_->Claim();
-    const size_t message = seq - call.first;
     const ElementRange range = call.schedule.Sent(message);
     const size_t bytes = range.count * call.element_size;
     if (bytes > 0) {
       const size_t at = call.offset + range.begin * call.element_size;
       const rdma::RemoteSlice dst =
-          call.schedule.is_reduce(message) || GatherInSlots(call, range)
+          reduce || GatherInSlots(call.right_offset, call, range)
               ? rdma::RemoteSlice{&right_control_,
-                                  StagingOffset(options_.slots) +
+                                  layout::Staging(options_.slots) +
                                       sender_->slot(seq) * options_.chunk_bytes,
                                   bytes}
-              : rdma::RemoteSlice{&right_data_, at, bytes};
+              : rdma::RemoteSlice{&right_data_,
+                                  call.right_offset + range.begin * call.element_size, bytes};
       sender_->Write(seq, {data_.get(), at, bytes}, dst);
       stats_.bytes_sent += bytes;
     }
@@ -455,10 +632,11 @@ absl::Status RingAllReduce::StartSends(Call& call, bool& progressed) {
   return absl::OkStatus();
 }
 
-bool RingAllReduce::GatherInSlots(const Call& call, const ElementRange& range) const {
-  // The same range on both ends of a link (the sender's Sent(), the
-  // receiver's Received()), so both take the same way.
-  return call.offset + (range.begin + range.count) * call.element_size >
+bool RingAllReduce::GatherInSlots(size_t offset, const Call& call,
+                                  const ElementRange& range) const {
+  // The same range and the receiver's offset on both ends of a link (the
+  // sender's Sent(), the receiver's Received()), so both take the same way.
+  return offset + (range.begin + range.count) * call.element_size >
          options_.gather_in_slots_from;
 }
 
@@ -466,7 +644,9 @@ absl::Status RingAllReduce::PostCredit() {
   // A slot is free once its message was consumed, and, as the all-gather
   // writes straight into our data region, once what we forward from it has
   // landed at the right neighbour.
-  return receiver_->PostCredit(std::min(receiver_->received(), sender_->delivered()));
+  RETURN_IF_ERROR(
+      receiver_->PostCredit(std::min(receiver_->received(), sender_->delivered())));
+  return descriptor_receiver_->PostCredit();
 }
 
 absl::Status RingAllReduce::JoinLoop() {
@@ -498,6 +678,7 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
         [&] {
           if (trouble = failure(); !trouble.ok()) return true;
           if (trouble = sender_->Post(); !trouble.ok()) return true;
+          if (trouble = descriptor_sender_->Post(); !trouble.ok()) return true;
           while (!to_flush.empty()) {
             absl::Status posted = to_flush.back()->PostFlush(Guarded([this](absl::Status s) {
               --outstanding_;
@@ -512,7 +693,8 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
             ++outstanding_;
             to_flush.pop_back();
           }
-          return in_flight() == 0 && sender_->idle() && to_flush.empty();
+          return in_flight() == 0 && sender_->idle() && descriptor_sender_->idle() &&
+                 to_flush.empty();
         },
         deadline,
         [&] { return absl::StrCat(in_flight(), " writes still in flight at shutdown"); }, {},

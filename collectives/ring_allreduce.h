@@ -18,6 +18,13 @@
 // released) into the sender's memory; a sender keeps at most
 // min(slots, reduce-scatter messages) messages ahead of it. Notifications
 // are not used, so a collective shares its transport with a communicator.
+// Each call also sends its left neighbour a call descriptor (where its
+// range lies, count, type, operator: ring_layout.h) the same way, so that
+// each member may reduce at an offset of its own (a staged tensor on one
+// member, a registered one on another) and different calls are an error on
+// every member instead of wrong sums. A sender's all-gather waits for the
+// receiver's descriptor; the reduce-scatter does not, so the check costs no
+// round trip.
 // Flags and credits are written by the neighbours, so both are checked
 // before they count: a flag holds the value of its slot's previous message
 // or of the one due, a credit never goes back nor releases a message not
@@ -146,6 +153,9 @@ class RingAllReduce {
   // The data region: what AllReduce() reduces, in place.
   std::byte* data() const { return data_->data(); }
   const rdma::MemoryRegion& data_region() const { return *data_; }
+  // Flags, credits, staging and call descriptors (ring_layout.h): what the
+  // neighbours write into; for the hostile tests.
+  const rdma::MemoryRegion& control_region() const { return *control_; }
   size_t capacity() const { return options_.capacity_bytes; }
   int size() const { return static_cast<int>(members_.size()); }
   int rank() const { return members_[position_]; }
@@ -157,16 +167,24 @@ class RingAllReduce {
 
   // Reduces elements [offset, offset + count * ElementSize(type)) of the
   // data region across the members, in place: afterwards every member holds
-  // the same result. Every member must call it with the same arguments, in
-  // the same order as its other calls. kInvalidArgument / kOutOfRange for a
-  // misaligned or oversized range; kDeadlineExceeded (naming the neighbour
-  // and message) when the ring stalls for `timeout`; kUnavailable for a
-  // dead neighbour; kDataLoss when a neighbour wrote a flag or credit
-  // outside the protocol. After an error the collective is unusable: both
-  // links are closed (cancelling our operations in flight) before it
-  // returns, and later calls get kFailedPrecondition.
+  // the same result. Every member must call it with the same count, type,
+  // operator and `variant` (the caller's own distinction between calls that
+  // reduce alike, as HostAllReduce's), in the same order as its other
+  // calls; each at an offset of its own. Each member tells its left
+  // neighbour its call (a call descriptor: offset, count, type, operator,
+  // variant), which checks it before the first all-gather message it sends
+  // there, so no member finishes a call that another made differently: a
+  // member that sees its neighbour's call differ fails with kAborted naming
+  // both calls, and tells its neighbours, which fail with kAborted and pass
+  // it on round the ring. kInvalidArgument / kOutOfRange for a misaligned
+  // or oversized range (this member only; the others wait out the
+  // timeout); kDeadlineExceeded (naming the neighbour and message) when the
+  // ring stalls for `timeout`; kUnavailable for a dead neighbour; kDataLoss
+  // when a neighbour wrote a flag, credit or descriptor outside the
+  // protocol. After an error the collective is unusable: what we posted is
+  // fenced before it returns, and later calls get kFailedPrecondition.
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
-                         ReduceOp op = ReduceOp::kSum);
+                         ReduceOp op = ReduceOp::kSum, uint8_t variant = 0);
 
   // Waits for our last writes, then for every member at a store barrier,
   // each for up to `timeout` (the options' timeout by default). After an
@@ -188,6 +206,15 @@ class RingAllReduce {
   // One pass of the call's state machine; sets `progressed` when anything
   // moved.
   absl::Status Turn(Call& call, bool& progressed);
+  // Queues our call's descriptor to the left neighbour, once it has room.
+  absl::Status Describe(Call& call, bool& progressed);
+  // Checks the right neighbour's descriptor once it came: kAborted when its
+  // call differs, kDataLoss for a forgery; the neighbours are told both.
+  absl::Status LearnRight(Call& call, bool& progressed);
+  // kAborted once a neighbour wrote that it gave up (and we pass it on).
+  absl::Status CheckAborts(Call& call);
+  // Writes that we give up `call` into both neighbours' abort words (once).
+  void PostAbort(const Call& call);
   absl::Status Receive(Call& call, bool& progressed);
   absl::Status StartSends(Call& call, bool& progressed);
   // After an error: closes both links (our operations in flight complete
@@ -200,8 +227,9 @@ class RingAllReduce {
   rdma::Completion Guarded(F f);
   absl::Status PostCredit();
   // Whether the all-gather piece of `range` goes through the staging slots
-  // (options' gather_in_slots_from).
-  bool GatherInSlots(const Call& call, const ElementRange& range) const;
+  // (options' gather_in_slots_from), at a receiver whose range lies at
+  // `offset`.
+  bool GatherInSlots(size_t offset, const Call& call, const ElementRange& range) const;
   // Joins the links' progress loop and subscribes to the neighbours.
   absl::Status JoinLoop();
   void Fail(absl::Status status);
@@ -232,11 +260,17 @@ class RingAllReduce {
   // link since Create().
   std::unique_ptr<onesided::SlotRingSender> sender_;
   std::unique_ptr<onesided::SlotRingReceiver> receiver_;
+  // The call descriptors' slot rings (ring_layout.h): ours to the left
+  // neighbour, the right one's to us. Sequence numbers are call numbers.
+  std::unique_ptr<onesided::SlotRingSender> descriptor_sender_;
+  std::unique_ptr<onesided::SlotRingReceiver> descriptor_receiver_;
   onesided::ProgressLoop* loop_ = nullptr;
   std::vector<int64_t> watches_;  // subscriptions to the neighbours' watches
   // Made by the Create() without links (destroyed last, links first).
   onesided::OwnLinks own_;
   uint64_t next_seq_ = 0;        // first message of the next call
+  uint64_t next_call_ = 0;       // the next call's number
+  bool abort_posted_ = false;    // PostAbort() ran
   uint64_t call_first_ = 0;      // the call under way, for error messages
   uint64_t call_end_ = 0;
   bool fenced_ = false;       // GiveUp() ran

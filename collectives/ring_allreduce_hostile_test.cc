@@ -5,7 +5,11 @@
 // back, random ones; a credit releasing messages never sent, one going
 // back) fails rank 0's call with kDataLoss naming rank 1, before the value
 // moves anything; the ring is then unusable and its Shutdown returns within
-// its bound.
+// its bound. So does a forged call descriptor (a flag outside the window, a
+// wrong number, a range outside the region), while a descriptor of another
+// call, or a forged abort word, ends the call with kAborted. And an outsider
+// rewriting a descriptor while the ring runs is seen or not, never half
+// seen: rank 0 uses its one checked copy.
 #include <cstring>
 #include <memory>
 #include <random>
@@ -13,12 +17,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/call_word.h"
 #include "collectives/ring_allreduce.h"
+#include "collectives/ring_layout.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/rendezvous.h"
+#include "rdma/testing/racing_writer.h"
 #include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::collectives {
@@ -32,13 +39,14 @@ using ::testing::HasSubstr;
 constexpr char kNs[] = "ring_hostile_test";
 constexpr int kSlots = 2;
 constexpr size_t kCount = 1024;  // floats: 64 messages per call and link
+constexpr size_t kChunk = 64;
 constexpr uint64_t kMax = ~uint64_t{0};
 
 RingAllReduceOptions Options(const std::string& name) {
   RingAllReduceOptions options;
   options.name = name;
   options.capacity_bytes = kCount * 4;
-  options.chunk_bytes = 64;
+  options.chunk_bytes = kChunk;
   options.slots = kSlots;
   // Where a forged value went unnoticed, the call stalls: fail fast.
   options.timeout = absl::Seconds(2);
@@ -64,11 +72,24 @@ class Attacker {
   }
 
   // The flag word of the slot of message `seq`.
-  absl::Status Flag(uint64_t seq, uint64_t value) { return Word((seq % kSlots) * 8, value); }
-  absl::Status Credit(uint64_t value) { return Word(kSlots * 8, value); }
-
- private:
-  explicit Attacker(rdma::Transport& transport) : transport_(transport) {}
+  absl::Status Flag(uint64_t seq, uint64_t value) {
+    return Word(ring_layout::Flags() + (seq % kSlots) * 8, value);
+  }
+  absl::Status Credit(uint64_t value) { return Word(ring_layout::Credit(kSlots), value); }
+  // Call `call`'s descriptor (offset, count, call word, number) and flag.
+  absl::Status Descriptor(uint64_t call, const std::vector<uint64_t>& words) {
+    const size_t at = ring_layout::Descriptors(kSlots, kChunk) +
+                      (call % ring_layout::kCallSlots) * ring_layout::kDescriptorBytes;
+    for (size_t i = 0; i < words.size(); ++i) RETURN_IF_ERROR(Word(at + 8 * i, words[i]));
+    return absl::OkStatus();
+  }
+  absl::Status DescriptorFlag(uint64_t call, uint64_t value) {
+    return Word(ring_layout::CallFlags(kSlots, kChunk) + (call % ring_layout::kCallSlots) * 8,
+                value);
+  }
+  absl::Status Abort(bool from_left, uint64_t value) {
+    return Word(ring_layout::Abort(kSlots, kChunk, from_left), value);
+  }
 
   absl::Status Word(uint64_t offset, uint64_t value) {
     std::memcpy(scratch_->data(), &value, 8);
@@ -82,6 +103,9 @@ class Attacker {
     }
     return *done;
   }
+
+ private:
+  explicit Attacker(rdma::Transport& transport) : transport_(transport) {}
 
   rdma::Transport& transport_;
   std::unique_ptr<rdma::Endpoint> endpoint_;
@@ -130,10 +154,9 @@ Outcome ForgeThenCall(const std::string& name, int honest_calls,
   return outcome;
 }
 
-void ExpectRefused(const Outcome& outcome, const std::string& expected) {
-  EXPECT_THAT(outcome.call,
-              StatusIs(absl::StatusCode::kDataLoss,
-                       AllOf(HasSubstr(expected), HasSubstr("on rank 0"))));
+void ExpectRefused(const Outcome& outcome, const std::string& expected,
+                   absl::StatusCode code = absl::StatusCode::kDataLoss) {
+  EXPECT_THAT(outcome.call, StatusIs(code, AllOf(HasSubstr(expected), HasSubstr("on rank 0"))));
   EXPECT_THAT(outcome.again,
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("unusable")));
   EXPECT_FALSE(outcome.shutdown.ok());
@@ -175,6 +198,129 @@ TEST(RingAllReduceHostileTest, ACreditReleasingUnsentMessagesIsRefused) {
 TEST(RingAllReduceHostileTest, ACreditGoingBackIsRefused) {
   Outcome outcome = ForgeThenCall("credit_back", 1, [](Attacker& a) { return a.Credit(0); });
   ExpectRefused(outcome, "wrote a credit of 0 after");
+}
+
+// The call word of rank 0's calls in these tests.
+uint64_t SumOfFloats() {
+  return call_word::Pack(call_word::kAllReduce, -1, DataType::kFloat32, ReduceOp::kSum, 0);
+}
+
+TEST(RingAllReduceHostileTest, ADescriptorFlagOutsideTheWindowIsRefused) {
+  Outcome outcome = ForgeThenCall("call_flag", 0, [](Attacker& a) {
+    return a.DescriptorFlag(0, 5);
+  });
+  ExpectRefused(outcome, "rank 1 (the right neighbour) wrote 5 into the flag of slot 0 where "
+                         "1 (the descriptor of call 0)");
+}
+
+TEST(RingAllReduceHostileTest, AForgedDescriptorIsRefused) {
+  struct Case {
+    const char* name;
+    std::vector<uint64_t> words;
+    const char* expected;
+  };
+  const uint64_t capacity = kCount * 4;
+  const Case cases[] = {
+      {"number", {0, kCount, SumOfFloats(), 7}, "numbered 7 where call 0's was due"},
+      {"outside", {capacity, kCount, SumOfFloats(), 0}, "at offset 4096, which is not"},
+      {"overflow", {kMax - 3, kCount, SumOfFloats(), 0}, "which is not an aligned range"},
+      {"misaligned", {2, kCount, SumOfFloats(), 0}, "at offset 2, which is not"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Outcome outcome = ForgeThenCall(absl::StrCat("descriptor_", c.name), 0, [&](Attacker& a) {
+      RETURN_IF_ERROR(a.Descriptor(0, c.words));
+      return a.DescriptorFlag(0, 1);
+    });
+    ExpectRefused(outcome, c.expected);
+  }
+}
+
+TEST(RingAllReduceHostileTest, ADescriptorOfAnotherCallOrAnAbortEndsTheCall) {
+  Outcome other = ForgeThenCall("other_call", 0, [](Attacker& a) {
+    RETURN_IF_ERROR(a.Descriptor(0, {0, 5, SumOfFloats(), 0}));
+    return a.DescriptorFlag(0, 1);
+  });
+  ExpectRefused(other, "rank 1 (the right neighbour) called AllReduce(offset 0, count 5, "
+                       "float32 sum)", absl::StatusCode::kAborted);
+  Outcome unknown = ForgeThenCall("unknown_call", 0, [](Attacker& a) {
+    RETURN_IF_ERROR(a.Descriptor(0, {0, kCount, uint64_t{77} << 24, 0}));
+    return a.DescriptorFlag(0, 1);
+  });
+  ExpectRefused(unknown, "called an unknown call", absl::StatusCode::kAborted);
+  Outcome aborted = ForgeThenCall("abort", 0, [](Attacker& a) { return a.Abort(true, 1); });
+  ExpectRefused(aborted, "rank 1 (the left neighbour) gave up call 0",
+                absl::StatusCode::kAborted);
+}
+
+TEST(RingAllReduceHostileTest, ADescriptorRewrittenWhileTheRingRunsIsReadOnce) {
+  // A racing writer (rdma/testing/racing_writer.h) keeps flipping the offset
+  // word of both of rank 0's descriptor slots between rank 1's honest value
+  // (0) and one whose range passes the region's end, while ranks 0 and 1
+  // all-reduce. Each of rank 0's calls either uses a checked copy holding 0
+  // and sums exactly, or one holding the forgery and fails with kDataLoss
+  // (rank 1 then hears of it: kAborted); never anything else (a re-read
+  // after the check would post a write outside rank 1's region: another
+  // error). A refused ring is replaced by a fresh one, until enough calls
+  // and both endings were seen.
+  constexpr int kTrials = 20;
+  constexpr int kCallsPerTrial = 50;
+  std::vector<absl::Status> outcomes;  // rank 0's calls
+  std::vector<absl::Status> results = RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        for (int trial = 0; trial < kTrials; ++trial) {
+          ASSIGN_OR_RETURN(auto ring,
+                           RingAllReduce::Create(transport, store, kNs, {0, 1},
+                                                 Options(absl::StrCat("race", trial))));
+          std::vector<std::unique_ptr<rdma::testing::RacingWriter>> writers;
+          if (rank == 0) {
+            const rdma::MemoryRegion& control = ring->control_region();
+            const uint64_t honest = 0, forged = kCount * 4 - 4;
+            for (int slot = 0; slot < ring_layout::kCallSlots; ++slot) {
+              writers.push_back(rdma::testing::RacingWriter::Flipping(
+                  absl::MakeSpan(control.data(), control.size()),
+                  ring_layout::Descriptors(kSlots, kChunk) + slot * ring_layout::kDescriptorBytes,
+                  {rdma::testing::BytesOf(honest), rdma::testing::BytesOf(forged)},
+                  rdma::testing::RacingWriter::Tearing::kWords));
+            }
+          }
+          auto* data = reinterpret_cast<float*>(ring->data());
+          for (int call = 0; call < kCallsPerTrial; ++call) {
+            for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<float>(i + rank);
+            absl::Status status = ring->AllReduce(0, kCount, DataType::kFloat32);
+            if (rank == 0) outcomes.push_back(status);
+            if (!status.ok()) {
+              if (rank == 1 && !absl::IsAborted(status)) return status;
+              break;
+            }
+            for (size_t i = 0; i < kCount; ++i) {
+              if (data[i] != static_cast<float>(2 * i + 1)) {
+                return absl::InternalError(absl::StrCat("trial ", trial, ", call ", call,
+                                                        ": element ", i, " is ", data[i]));
+              }
+            }
+          }
+          for (auto& writer : writers) writer->Stop();
+          RETURN_IF_ERROR(rdma::Barrier(store, kNs, absl::StrCat("race", trial, "/end"), 2,
+                                        absl::Seconds(30)));
+        }
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+  int ok = 0, refused = 0;
+  for (const absl::Status& status : outcomes) {
+    if (status.ok()) {
+      ++ok;
+      continue;
+    }
+    ++refused;
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss,
+                                 HasSubstr("rank 1 (the right neighbour) described call")));
+  }
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(refused, 0);
+  RecordProperty("ok", ok);
+  RecordProperty("refused", refused);
 }
 
 }  // namespace

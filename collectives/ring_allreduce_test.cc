@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
+#include "rdma/rendezvous.h"
 #include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::collectives {
@@ -285,6 +286,98 @@ TEST(RingAllReduceTest, AMemberThatNeverCallsIsATimeoutNotAHang) {
                                       HasSubstr("from rank 2")));
     EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kDeadlineExceeded));
     EXPECT_OK(statuses[2]);
+  }
+}
+
+TEST(RingAllReduceTest, EachMemberReducesAtAnOffsetOfItsOwn) {
+  // A staged tensor on one member meets a registered one elsewhere on
+  // another: each member's range lies where it says (its call descriptor),
+  // some members' past gather_in_slots_from (their all-gather pieces come
+  // through the slots), the others' not (written straight into them).
+  // Empty calls in between take part like any other.
+  for (int world : {2, 3, 5}) {
+    SCOPED_TRACE(absl::StrCat(world, " ranks"));
+    ExpectAllOk(RunRankThreads(world, [&](int rank, rdma::Transport& transport,
+                                          rdma::Store& store) -> absl::Status {
+      RingAllReduceOptions options;
+      options.capacity_bytes = 1 << 20;
+      options.chunk_bytes = 4 << 10;
+      options.slots = 4;
+      options.gather_in_slots_from = 256 << 10;
+      ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, "own",
+                                                        AllRanks(world), options));
+      const size_t count = 20001;
+      for (int round = 0; round < 3; ++round) {
+        const size_t offset = (rank + round) % 2 == 0 ? 7 * rank : (80 << 10) + 3 * rank;
+        RETURN_IF_ERROR(ReduceAndCheck(*ring, world, offset, count));
+        RETURN_IF_ERROR(ring->AllReduce(4 * rank, 0, DataType::kFloat32));
+      }
+      return ring->Shutdown();
+    }));
+  }
+}
+
+TEST(RingAllReduceTest, CallsThatDifferFailEveryMemberAndNameBoth) {
+  // The last member's call differs from the others' in one way; every
+  // member fails the call with kAborted at once (a timeout would be
+  // kDeadlineExceeded), the two that compared the calls name both, and the
+  // ring is unusable afterwards.
+  struct Case {
+    const char* what;
+    size_t count;
+    DataType type;
+    ReduceOp op;
+    uint8_t variant;
+    const char* theirs;
+  };
+  const Case cases[] = {
+      {"count", 999, DataType::kFloat32, ReduceOp::kSum, 0, "count 999, float32 sum"},
+      {"empty", 0, DataType::kFloat32, ReduceOp::kSum, 0, "count 0, float32 sum"},
+      {"type", 1000, DataType::kInt32, ReduceOp::kSum, 0, "count 1000, int32 sum"},
+      {"op", 1000, DataType::kFloat32, ReduceOp::kMax, 0, "count 1000, float32 max"},
+      {"variant", 1000, DataType::kFloat32, ReduceOp::kSum, 1, "float32 sum, variant 1"},
+  };
+  for (int world : {2, 4}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(absl::StrCat(world, " ranks, another ", c.what));
+      const std::string ns = absl::StrCat("differ", world, c.what);
+      std::vector<absl::Status> calls(world), again(world);
+      ExpectAllOk(RunRankThreads(world, [&](int rank, rdma::Transport& transport,
+                                            rdma::Store& store) -> absl::Status {
+        RingAllReduceOptions options;
+        options.capacity_bytes = 64 << 10;
+        options.chunk_bytes = 1024;
+        options.timeout = absl::Seconds(60);
+        ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, ns,
+                                                          AllRanks(world), options));
+        RETURN_IF_ERROR(ReduceAndCheck(*ring, world, 0, 1000));  // a good call first
+        const bool odd = rank == world - 1;
+        calls[rank] = odd ? ring->AllReduce(0, c.count, c.type, c.op, c.variant)
+                          : ring->AllReduce(0, 1000, DataType::kFloat32);
+        again[rank] = ring->AllReduce(0, 1000, DataType::kFloat32);
+        // No Shutdown (its barrier is for healthy rings); the transports
+        // stay until every member has its errors.
+        return rdma::Barrier(store, ns, "judged", world, absl::Seconds(60));
+      }));
+      int named = 0;
+      for (int rank = 0; rank < world; ++rank) {
+        EXPECT_THAT(calls[rank], StatusIs(absl::StatusCode::kAborted)) << "rank " << rank;
+        const std::string message(calls[rank].message());
+        if (message.find("differs between neighbours") != std::string::npos) {
+          ++named;
+          EXPECT_THAT(message, HasSubstr("call 1 differs"));
+          EXPECT_THAT(message, HasSubstr(c.theirs));
+          EXPECT_THAT(message, HasSubstr("count 1000, float32 sum)"));
+        } else {
+          EXPECT_THAT(message, HasSubstr("gave up call 1"));
+        }
+        EXPECT_THAT(again[rank], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                          HasSubstr("unusable")));
+      }
+      // The odd member or its left neighbour compared the calls (the other
+      // may hear of it first: then it gave up on the abort).
+      EXPECT_GE(named, 1);
+    }
   }
 }
 

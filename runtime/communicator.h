@@ -122,6 +122,9 @@ class Communicator {
   // writes a tensor lying wholly inside it in place, without staging; the
   // others copy every tensor and ignore it. Must outlive the communicator.
   virtual void AddSendArena(const rdma::MemoryRegion* region) {}
+  // Whether AddSendArena() changes anything: true where tensors lying in an
+  // arena are sent in place (so a caller may build them there).
+  virtual bool SendsInPlace() const { return false; }
 
   // Waits (progressing) until no transfer reads the bytes of a tensor
   // handed to Send() so far: every keepalive was dropped, and the caller

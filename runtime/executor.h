@@ -85,6 +85,7 @@ class Executor final : public Communicator {
   // place: a tensor lying wholly inside it is written without staging. Must
   // outlive the executor. Used by runtime/torch's registered allocator.
   void AddSendArena(const rdma::MemoryRegion* region) override;
+  bool SendsInPlace() const override { return true; }
   // Waits for the writes that read a caller's memory in place (and the
   // writes deferred behind held memory).
   absl::Status WaitSendsDone() override;

@@ -376,6 +376,51 @@ absl::Status Errors(ProcessGroupRdmaflow& pg, int rank, int world) {
                "allreduce after the errors");
 }
 
+// Over the ring (no direct access): each rank's tensor is reduced where it
+// lies, with no agreement first: registered on some ranks (at offsets of
+// their own), staged on others, larger than the staging area on all; then
+// an AVG on one rank where the others SUM is an error on every rank, after
+// which the group is unusable (a ring's call that failed midway).
+absl::Status RingPlaces(ProcessGroupRdmaflow& pg, int rank, int world) {
+  const torch_backend::BackendStats before = pg.stats();
+  for (int64_t n : {int64_t{1000}, int64_t{3} << 19}) {  // 6 MiB: 2 pieces of 4 MiB
+    at::Tensor reference = Values(0, n, at::kFloat);
+    for (int r = 1; r < world; ++r) reference += Values(r, n, at::kFloat);
+    std::vector<at::Tensor> tensors;
+    std::vector<at::Tensor> padding;  // moves rank 2's tensor along the pool
+    if (rank == 2) {
+      ASSIGN_OR_RETURN(at::Tensor pad, pg.AllocateRegistered({4096}, at::kFloat));
+      padding.push_back(pad);
+    }
+    if (rank % 2 == 0) {
+      ASSIGN_OR_RETURN(at::Tensor registered, pg.AllocateRegistered({n}, at::kFloat));
+      tensors.push_back(registered.copy_(Values(rank, n, at::kFloat)));
+    } else {
+      tensors.push_back(Values(rank, n, at::kFloat));
+    }
+    RETURN_IF_ERROR(Wait(pg.allreduce(tensors)));
+    RETURN_IF_ERROR(CheckEqual(tensors[0], reference,
+                               absl::StrCat("ring all-reduce of ", n, " floats, ",
+                                            rank % 2 == 0 ? "registered" : "staged")));
+  }
+  const torch_backend::BackendStats after = pg.stats();
+  RETURN_IF_ERROR(Check(
+      (after.zero_copy_allreduces - before.zero_copy_allreduces == 2) == (rank % 2 == 0),
+      absl::StrCat("rank ", rank, ": ", after.zero_copy_allreduces - before.zero_copy_allreduces,
+                   " zero-copy all-reduces")));
+  std::vector<at::Tensor> tensors = {at::ones({100})};
+  c10d::AllreduceOptions options;
+  options.reduceOp = rank == 0 ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
+  absl::Status mismatched = Wait(pg.allreduce(tensors, options));
+  RETURN_IF_ERROR(Check(absl::StrContains(mismatched.message(), "differs between neighbours") ||
+                            absl::StrContains(mismatched.message(), "gave up call"),
+                        absl::StrCat("an AVG against a SUM: ", mismatched.ToString())));
+  std::vector<at::Tensor> later = {at::ones({100})};
+  absl::Status unusable = Wait(pg.allreduce(later));
+  return Check(absl::StrContains(unusable.message(), "unusable"),
+               absl::StrCat("an all-reduce after the mismatch: ", unusable.ToString()));
+}
+
 struct Joined {
   std::unique_ptr<rdma::torch::TcpStore> store;
   c10::intrusive_ptr<ProcessGroupRdmaflow> pg;
@@ -728,6 +773,10 @@ absl::Status RunRank(const std::string& which) {
     RETURN_IF_ERROR(SharedLinks(pg, joined.world));
     return Errors(pg, joined.rank, joined.world);
   }
+  if (which == "ring") {
+    RETURN_IF_ERROR(AllReduces(pg, joined.rank, joined.world));
+    return RingPlaces(pg, joined.rank, joined.world);
+  }
   if (which == "dead_rank") {
     std::vector<at::Tensor> tensors = {at::ones({1000})};
     RETURN_IF_ERROR(Wait(pg.allreduce(tensors)));
@@ -788,6 +837,12 @@ TEST(TorchBackendMultiProcessTest, EveryCollectiveWithTwoRanks) {
 
 TEST(TorchBackendMultiProcessTest, EveryCollectiveWithFourRanks) {
   EXPECT_OK(launch::LaunchRanks(4, Env("collectives")).status);
+}
+
+TEST(TorchBackendMultiProcessTest, AllReducesOverTheRing) {
+  std::map<std::string, std::string> env = Env("ring");
+  env["RDMAFLOW_DIRECT"] = "off";
+  EXPECT_OK(launch::LaunchRanks(3, env).status);
 }
 
 TEST(TorchBackendMultiProcessTest, InlineAllReducesBesideAnotherThreadsMessages) {

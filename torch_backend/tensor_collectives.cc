@@ -50,36 +50,6 @@ std::vector<Pointer> DataPointers(const std::vector<at::Tensor>& buffers) {
   return pointers;
 }
 
-// What every rank must agree on before an all-reduce, and where its tensor
-// lies ("@<offset>" in the registered pool, or "staged").
-struct Plan {
-  std::string what;
-  std::string where;
-};
-
-absl::StatusOr<bool> AgreeInPlace(Engine& engine, const Plan& plan) {
-  absl::StatusOr<std::vector<std::string>> exchanged =
-      engine.direct().Exchange(plan.what + "|" + plan.where);
-  if (!exchanged.ok()) {
-    return absl::Status(exchanged.status().code(),
-                        absl::StrCat("the all-reduce's agreement: ", exchanged.status().message()));
-  }
-  const std::vector<std::string>& records = *exchanged;
-  bool in_place = plan.where != "staged";
-  for (int r = 0; r < static_cast<int>(records.size()); ++r) {
-    const size_t bar = records[r].find('|');
-    const std::string what = records[r].substr(0, bar);
-    if (what != plan.what) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", r, " all-reduces ", what, " where rank ", engine.rank(),
-          " all-reduces ", plan.what, "; every rank must pass the same dtype, "
-          "number of elements and op, in the same order"));
-    }
-    in_place = in_place && records[r].substr(bar + 1) == plan.where;
-  }
-  return in_place;
-}
-
 }  // namespace
 
 absl::StatusOr<absl::Duration> TimeBareAllReduce(Engine& engine, const at::Tensor& tensor,
@@ -117,25 +87,17 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
     const auto* at = static_cast<const std::byte*>(tensor.data_ptr());
     const bool registered = tensor.is_contiguous() && at >= data + staging &&
                             at + bytes <= data + ring->capacity();
-    Plan plan{absl::StrCat(count, " ", collectives::DataTypeName(type), " elements with ",
-                           reduction.average ? "avg" : collectives::ReduceOpName(reduction.op)),
-              registered ? absl::StrCat("@", at - data) : "staged"};
-    // Empty tensors agree too, so a rank whose tensor is not empty gets an
-    // error instead of waiting for it. With direct access there is no round
-    // trip: the host algorithms check count, type and operator at every call
-    // and read each rank's range where it lies, staged or registered.
-    // On the host paths an AVG and a SUM must not pair up: both reduce as a
-    // sum, so the call says which it is.
+    // No agreement first, on any path: each rank's tensor is reduced where
+    // it lies, staged or registered, and the algorithms check count, type,
+    // operator and variant at every call (the host paths in their control
+    // blocks, the rings in their call descriptors). An AVG and a SUM must
+    // not pair up: both reduce as a sum, so the call says which it is.
+    // Empty tensors take part too, so a rank whose tensor is not empty gets
+    // an error instead of waiting for it.
     const uint8_t variant = reduction.average ? 1 : 0;
-    bool in_place = registered;
-    if (!ring->direct()) {
-      ASSIGN_OR_RETURN(in_place, AgreeInPlace(engine, plan));
-    } else if (count == 0) {
-      RETURN_IF_ERROR(ring->AllReduce(0, 0, type, reduction.op, variant));
-    }
     if (count == 0) {
-      // Nothing to reduce.
-    } else if (in_place && ring->direct()) {
+      RETURN_IF_ERROR(ring->AllReduce(0, 0, type, reduction.op, variant));
+    } else if (registered) {
       // In pieces of the staging area's size, as a staged tensor on another
       // rank goes: the calls then depend on the count alone.
       engine.Count([](BackendStats& stats) { ++stats.zero_copy_allreduces; });
@@ -146,9 +108,6 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
                                         std::min(per_piece, count - first), type,
                                         reduction.op, variant));
       }
-    } else if (in_place) {
-      engine.Count([](BackendStats& stats) { ++stats.zero_copy_allreduces; });
-      RETURN_IF_ERROR(ring->AllReduce(at - data, count, type, reduction.op));
     } else if (!tensor.is_contiguous() && bytes <= staging) {
       // Straight from the strided tensor into staging, and back: one copy.
       engine.Count([](BackendStats& stats) { ++stats.noncontiguous_copies; });
@@ -168,8 +127,8 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
         std::memcpy(ring->data(), piece, n * element);
         // The result straight into the tensor: on the host paths only our
         // own segment is written twice (the group copies it out elsewhere).
-        // A registered tensor staged because another rank staged (no
-        // direct access) lies in the region: copied back as before.
+        // A tensor that lies in the region (a registered one, not
+        // contiguous) is copied back.
         const bool outside = piece + n * element <= ring->data() ||
                              piece >= ring->data() + ring->capacity();
         RETURN_IF_ERROR(ring->AllReduce(0, n, type, reduction.op, variant,
