@@ -420,9 +420,12 @@ absl::Status AllReduceGroup::RingAllReduceOf(RingAllReduce& ring, size_t offset,
                                              size_t count, DataType type, ReduceOp op,
                                              uint8_t variant) {
   if (mover_ == nullptr) return ring.AllReduce(offset, count, type, op, variant);
-  // Every member checks the same arguments: refused on all alike, before
-  // a copy could leave the region.
-  RETURN_IF_ERROR(CheckRange(offset, count, type, "ring all-reduce of device memory"));
+  // Refused before a copy could leave the region; on this member only
+  // (each has an offset of its own), so the ring gives the call up.
+  if (absl::Status range = CheckRange(offset, count, type, "ring all-reduce of device memory");
+      !range.ok()) {
+    return ring.Abandon(range);
+  }
   const size_t bytes = count * ElementSize(type);
   std::byte* host = stage_->data() + offset;
   // Until a fence passes, the device may still read or write the stage.
@@ -466,12 +469,23 @@ absl::Status AllReduceGroup::CopyResult(std::byte* result, size_t offset, size_t
 absl::Status AllReduceGroup::HierarchicalAllReduce(size_t offset, size_t count,
                                                    DataType type, ReduceOp op,
                                                    uint8_t variant) {
-  // Every member passes the same arguments, so a bad range is bad on all of
-  // them: refused here, before any member waits for another.
-  RETURN_IF_ERROR(CheckRange(offset, count, type, "hierarchical all-reduce"));
+  // A bad range is bad on this member only (each has an offset of its
+  // own): the host's reduce tells its members, and a leader gives the
+  // leaders' call up, so no member waits for us.
+  if (absl::Status range = CheckRange(offset, count, type, "hierarchical all-reduce");
+      !range.ok() && local_ == nullptr) {
+    return leaders_ != nullptr ? leaders_->Abandon(range) : range;
+  }
   const size_t element = ElementSize(type);
   // 1. Our host's sum, at its leader (position 0 of the host).
-  if (local_ != nullptr) RETURN_IF_ERROR(local_->Reduce(offset, count, type, op, 0, variant));
+  if (local_ != nullptr) {
+    absl::Status reduced = local_->Reduce(offset, count, type, op, 0, variant);
+    if (!reduced.ok()) {
+      // The leader's host has no sum for the leaders' call: give it up.
+      if (leaders_ != nullptr) leaders_->Abandon(reduced).IgnoreError();
+      return reduced;
+    }
+  }
   // 2. The leaders' all-reduce across hosts.
   if (leaders_ != nullptr) {
     absl::Status across = RingAllReduceOf(*leaders_, offset, count, type, op, variant);

@@ -18,6 +18,7 @@
 #include "collectives/members.h"
 #include "common/annotate.h"
 #include "common/status_macros.h"
+#include "onesided/progress/waits.h"
 #include "rdma/rendezvous.h"
 #include "rdma/slice.h"
 
@@ -719,9 +720,11 @@ absl::Status HostAllReduce::Leave(uint64_t call) {
 
 absl::Status HostAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
   const absl::Duration limit = timeout.value_or(options_.timeout);
+  const std::string name = absl::StrCat("host/", options_.name, "/shutdown");
   absl::Status barrier =
-      rdma::Barrier(links_.store(), links_.ns(), absl::StrCat("host/", options_.name, "/shutdown"), size(),
-                    limit, options_.loop);
+      options_.loop != nullptr
+          ? onesided::Barrier(*options_.loop, links_.store(), links_.ns(), name, size(), limit)
+          : rdma::Barrier(links_.store(), links_.ns(), name, size(), limit);
   if (!barrier.ok()) return Annotate(barrier, Where());
   quiesced_ = true;  // no peer reads our memory any more
   return absl::OkStatus();

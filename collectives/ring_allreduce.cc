@@ -14,6 +14,7 @@
 #include "collectives/ring_layout.h"
 #include "common/annotate.h"
 #include "common/status_macros.h"
+#include "onesided/progress/waits.h"
 #include "rdma/rendezvous.h"
 
 namespace rdmaflow::collectives {
@@ -340,15 +341,19 @@ int64_t RingAllReduce::in_flight() const {
 absl::Status RingAllReduce::AllReduce(size_t offset, size_t count, DataType type,
                                       ReduceOp op, uint8_t variant) {
   const size_t element = ElementSize(type);
+  // A range refused here is refused on this member only (each has an
+  // offset of its own): the ring gives the call up, so the others fail it
+  // too instead of pairing it with our next call.
   if (offset % element != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return Abandon(absl::InvalidArgumentError(absl::StrCat(
         Where(), ": offset ", offset, " is not a multiple of the ",
-        DataTypeName(type), " element size ", element));
+        DataTypeName(type), " element size ", element)));
   }
-  if (count > (options_.capacity_bytes - std::min(offset, options_.capacity_bytes)) / element) {
-    return absl::OutOfRangeError(absl::StrCat(
+  if (offset > options_.capacity_bytes ||
+      count > (options_.capacity_bytes - offset) / element) {
+    return Abandon(absl::OutOfRangeError(absl::StrCat(
         Where(), ": ", count, " ", DataTypeName(type), " elements at offset ",
-        offset, " do not fit its ", options_.capacity_bytes, "-byte data region"));
+        offset, " do not fit its ", options_.capacity_bytes, "-byte data region")));
   }
   if (!failure_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -391,7 +396,10 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count, DataType type
     }
     if (now - last_progress > options_.timeout) {
       std::string waiting;
-      if (!call.right_known && receiver_->received() - call.first >= call.schedule.pieces()) {
+      if (!call.described) {
+        waiting = absl::StrCat("room to send rank ", left_rank_, " the descriptor of call ",
+                               call.number);
+      } else if (!call.right_known && sender_->claimed() - call.first >= Unchecked(call)) {
         waiting = absl::StrCat("the descriptor of call ", call.number, " from rank ",
                                right_rank_);
       } else if (receiver_->received() < call.end) {
@@ -424,6 +432,24 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count, DataType type
   return absl::OkStatus();
 }
 
+absl::Status RingAllReduce::Abandon(absl::Status why) {
+  if (size() > 1 && failure_.ok()) {
+    Fail(why);
+    PostAbort(next_call_);
+    GiveUp();
+  }
+  return why;
+}
+
+uint64_t RingAllReduce::Unchecked(const Call& call) const {
+  // A message numbered at least n - 1 waits for the right neighbour's
+  // descriptor. Every receiver's all-gather starts at (n - 1) x its pieces,
+  // so none takes a message its sender did not check as all-gather, and a
+  // member finishes a call only once every neighbouring pair matched
+  // (docs/collectives.md, "Call descriptors").
+  return std::min<uint64_t>(call.end - call.first, static_cast<uint64_t>(size() - 1));
+}
+
 void RingAllReduce::GiveUp() {
   if (fenced_) return;
   fenced_ = true;
@@ -431,9 +457,13 @@ void RingAllReduce::GiveUp() {
   if (sender_ != nullptr) sender_->DropQueued();
   if (descriptor_sender_ != nullptr) descriptor_sender_->DropQueued();
   if (loop_ == nullptr) return;  // never connected: nothing posted
-  links_.Fence({right_rank_, left_rank_}, [&] { return in_flight() == 0; },
-               absl::Now() + std::min(options_.timeout, absl::Seconds(5)),
-               Where() + " gave up");
+  // Abort words that found a full queue are posted while we wait.
+  links_.Fence({right_rank_, left_rank_},
+               [&] {
+                 RetryAborts();
+                 return in_flight() == 0 && aborts_due_.empty();
+               },
+               absl::Now() + std::min(options_.timeout, absl::Seconds(5)), Where() + " gave up");
 }
 
 absl::Status RingAllReduce::Turn(Call& call, bool& progressed) {
@@ -500,26 +530,28 @@ absl::Status RingAllReduce::LearnRight(Call& call, bool& progressed) {
   progressed = true;
   const std::string right = absl::StrCat("rank ", right_rank_, " (the right neighbour)");
   if (theirs[3] != call.number) {
-    PostAbort(call);
-    return absl::DataLossError(absl::StrCat(right, " wrote a call descriptor numbered ",
-                                            theirs[3], " where call ", call.number,
-                                            "'s was due"));
+    PostAbort(call.number);
+    return absl::DataLossError(absl::StrCat(
+        right, " wrote a call descriptor numbered ", theirs[3], " where call ", call.number,
+        "'s was due (does every member run the same rdmaflow version? does anything else "
+        "write into this rank's memory?)"));
   }
   if (theirs[1] != call.count || theirs[2] != call.word) {
-    PostAbort(call);
+    PostAbort(call.number);
     return absl::AbortedError(absl::StrCat(
         "call ", call.number, " differs between neighbours: ", right, " called ",
         call_word::Describe(theirs[0], theirs[1], theirs[2]), ", rank ", rank(), " called ",
         call_word::Describe(call.offset, call.count, call.word),
-        "; every member must make the same all-reduces (count, type, operator), in the "
-        "same order. The call fails on every member, and the ring is unusable"));
+        "; every member must make the same all-reduces (count, type, operator and the "
+        "caller's variant), in the same order. The call fails on every member, and the ring "
+        "is unusable"));
   }
   // Where the neighbour's range lies: its count is ours, so only the
   // offset is new.
   const uint64_t offset = theirs[0];
   if (offset % call.element_size != 0 || offset > options_.capacity_bytes ||
       call.count > (options_.capacity_bytes - offset) / call.element_size) {
-    PostAbort(call);
+    PostAbort(call.number);
     return absl::DataLossError(absl::StrCat(
         right, " described call ", call.number, " with ", call.count, " elements at offset ",
         offset, ", which is not an aligned range of its ", options_.capacity_bytes,
@@ -537,7 +569,7 @@ absl::Status RingAllReduce::CheckAborts(Call& call) {
     // A neighbour may give up a call we are still finishing the one
     // before of (our last writes in flight): it counts from that call on.
     if (word == 0 || word - 1 > call.number) continue;
-    PostAbort(call);  // on round the ring
+    PostAbort(call.number);  // on round the ring
     return absl::AbortedError(absl::StrCat(
         "rank ", from_left ? left_rank_ : right_rank_, " (the ",
         from_left ? "left" : "right", " neighbour) gave up call ", word - 1,
@@ -548,26 +580,36 @@ absl::Status RingAllReduce::CheckAborts(Call& call) {
   return absl::OkStatus();
 }
 
-void RingAllReduce::PostAbort(const Call& call) {
-  if (abort_posted_) return;
+void RingAllReduce::PostAbort(uint64_t number) {
+  if (abort_posted_ || right_endpoint_ == nullptr) return;
   abort_posted_ = true;
+  const uint64_t value = number + 1;
+  std::memcpy(control_->data() + layout::AbortSource(options_.slots, options_.chunk_bytes),
+              &value, sizeof(value));
+  aborts_due_ = {true, false};  // to the right neighbour, to the left one
+  RetryAborts();
+}
+
+void RingAllReduce::RetryAborts() {
   const int slots = options_.slots;
   const size_t chunk = options_.chunk_bytes;
-  const uint64_t value = call.number + 1;
-  std::memcpy(control_->data() + layout::AbortSource(slots, chunk), &value, sizeof(value));
-  struct Target {
-    rdma::Endpoint* endpoint;
-    const rdma::RemoteRegion* control;
-    bool we_are_its_left;
-  };
-  for (const Target& target : {Target{right_endpoint_, &right_control_, true},
-                               Target{left_endpoint_, &left_control_, false}}) {
-    // Best effort: a neighbour we cannot tell fails by its own timeout.
-    absl::Status posted = target.endpoint->PostWrite(
-        {control_.get(), layout::AbortSource(slots, chunk), sizeof(value)},
-        {target.control, layout::Abort(slots, chunk, target.we_are_its_left), sizeof(value)},
+  for (size_t i = 0; i < aborts_due_.size();) {
+    // We are the right neighbour's left one, and the left one's right one.
+    const bool to_right = aborts_due_[i];
+    rdma::Endpoint* endpoint = to_right ? right_endpoint_ : left_endpoint_;
+    const rdma::RemoteRegion* control = to_right ? &right_control_ : &left_control_;
+    absl::Status posted = endpoint->PostWrite(
+        {control_.get(), layout::AbortSource(slots, chunk), sizeof(uint64_t)},
+        {control, layout::Abort(slots, chunk, /*from_left=*/to_right), sizeof(uint64_t)},
         std::nullopt, Guarded([this](absl::Status) { --outstanding_; }));
+    if (absl::IsResourceExhausted(posted)) {
+      ++i;  // the queue is full: again after progress
+      continue;
+    }
+    // Posted, or refused for good (a neighbour we cannot tell fails by its
+    // own timeout).
     if (posted.ok()) ++outstanding_;
+    aborts_due_.erase(aborts_due_.begin() + i);
   }
 }
 
@@ -603,9 +645,10 @@ absl::Status RingAllReduce::StartSends(Call& call, bool& progressed) {
       return absl::OkStatus();
     }
     const size_t message = seq - call.first;
-    // The all-gather needs to know where the neighbour's range lies.
+    // The neighbour's call is checked before we send it what it could take
+    // as all-gather; the all-gather also needs to know where its range lies.
     const bool reduce = call.schedule.is_reduce(message);
-    if (!reduce && !call.right_known) return absl::OkStatus();
+    if (message >= Unchecked(call) && !call.right_known) return absl::OkStatus();
     // The receiver's slot (and, for the all-gather, its buffer) is free:
     // the right neighbour's credit, checked by the slot ring.
     ASSIGN_OR_RETURN(const bool room, sender_->HasRoom(call.window));
@@ -702,9 +745,11 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
     if (!trouble.ok()) return Annotate(trouble, Where());
     if (!drained.ok()) return Annotate(drained, Where());
   }
+  const std::string name = absl::StrCat("ring/", options_.name, "/shutdown");
   absl::Status barrier =
-      rdma::Barrier(links_.store(), links_.ns(), absl::StrCat("ring/", options_.name, "/shutdown"),
-                    size(), limit, loop_);
+      loop_ != nullptr
+          ? onesided::Barrier(*loop_, links_.store(), links_.ns(), name, size(), limit)
+          : rdma::Barrier(links_.store(), links_.ns(), name, size(), limit);
   if (!barrier.ok()) return Annotate(barrier, Where());
   // Every member has stopped writing into our memory: it may be freed.
   quiesced_ = true;

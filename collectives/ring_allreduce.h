@@ -177,8 +177,8 @@ class RingAllReduce {
   // member that sees its neighbour's call differ fails with kAborted naming
   // both calls, and tells its neighbours, which fail with kAborted and pass
   // it on round the ring. kInvalidArgument / kOutOfRange for a misaligned
-  // or oversized range (this member only; the others wait out the
-  // timeout); kDeadlineExceeded (naming the neighbour and message) when the
+  // or oversized range (this member gives the call up, as Abandon() says:
+  // the others get kAborted); kDeadlineExceeded (naming the neighbour and message) when the
   // ring stalls for `timeout`; kUnavailable for a dead neighbour; kDataLoss
   // when a neighbour wrote a flag, credit or descriptor outside the
   // protocol. After an error the collective is unusable: what we posted is
@@ -194,6 +194,13 @@ class RingAllReduce {
   // as a neighbour may still write into them. Collective; call once, after
   // the last AllReduce().
   absl::Status Shutdown(std::optional<absl::Duration> timeout = std::nullopt);
+
+  // Gives up our next call for `why` (returned), an error outside the ring
+  // (a hierarchical leader whose host's reduce failed) or a range refused
+  // on this member only: fails the ring and writes the neighbours that we
+  // gave it up, so they fail that call with kAborted at once instead of
+  // waiting for us (or pairing it with a later call of ours).
+  absl::Status Abandon(absl::Status why);
 
  private:
   struct Call;
@@ -213,8 +220,13 @@ class RingAllReduce {
   absl::Status LearnRight(Call& call, bool& progressed);
   // kAborted once a neighbour wrote that it gave up (and we pass it on).
   absl::Status CheckAborts(Call& call);
-  // Writes that we give up `call` into both neighbours' abort words (once).
-  void PostAbort(const Call& call);
+  // Writes that we give up call `number` into both neighbours' abort words
+  // (once; what finds a full queue is posted by RetryAborts()).
+  void PostAbort(uint64_t number);
+  void RetryAborts();
+  // Messages of `call` sent before the right neighbour's descriptor is
+  // checked.
+  uint64_t Unchecked(const Call& call) const;
   absl::Status Receive(Call& call, bool& progressed);
   absl::Status StartSends(Call& call, bool& progressed);
   // After an error: closes both links (our operations in flight complete
@@ -271,6 +283,7 @@ class RingAllReduce {
   uint64_t next_seq_ = 0;        // first message of the next call
   uint64_t next_call_ = 0;       // the next call's number
   bool abort_posted_ = false;    // PostAbort() ran
+  std::vector<bool> aborts_due_;  // abort writes not yet posted: to the right?
   uint64_t call_first_ = 0;      // the call under way, for error messages
   uint64_t call_end_ = 0;
   bool fenced_ = false;       // GiveUp() ran

@@ -236,12 +236,20 @@ TEST(RingAllReduceTest, BadArgumentsAreRefusedByName) {
     no_room.capacity_bytes = 0;
     EXPECT_THAT(RingAllReduce::Create(transport, store, "bad", {0, 1}, no_room).status(),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("capacity")));
+    // A refused range gives the call up (each member has an offset of its
+    // own, so it may be refused on one only): the ring is unusable after.
     ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, "t", {0, 1}, options));
     EXPECT_THAT(ring->AllReduce(2, 4, DataType::kFloat32),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("multiple")));
-    EXPECT_THAT(ring->AllReduce(0, 257, DataType::kFloat32),
+    EXPECT_THAT(ring->AllReduce(0, 4, DataType::kFloat32),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("unusable")));
+    ASSIGN_OR_RETURN(auto other, RingAllReduce::Create(transport, store, "t2", {0, 1}, options));
+    EXPECT_THAT(other->AllReduce(0, 257, DataType::kFloat32),
                 StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("1024-byte")));
-    return ring->Shutdown();
+    ASSIGN_OR_RETURN(auto empty, RingAllReduce::Create(transport, store, "t3", {0, 1}, options));
+    EXPECT_THAT(empty->AllReduce(1028, 0, DataType::kFloat32),
+                StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("1024-byte")));
+    return rdma::Barrier(store, "bad", "judged", 2, absl::Seconds(60));
   }));
 }
 
@@ -317,6 +325,45 @@ TEST(RingAllReduceTest, EachMemberReducesAtAnOffsetOfItsOwn) {
   }
 }
 
+// A ring of `world` members (64 KiB, 1 KiB chunks, a 60 s timeout, so that
+// a failure by timeout shows as kDeadlineExceeded) after one good call.
+absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAfterAGoodCall(rdma::Transport& transport,
+                                                                 rdma::Store& store,
+                                                                 const std::string& ns,
+                                                                 int world) {
+  RingAllReduceOptions options;
+  options.capacity_bytes = 64 << 10;
+  options.chunk_bytes = 1024;
+  options.timeout = absl::Seconds(60);
+  ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, ns, AllRanks(world),
+                                                    options));
+  RETURN_IF_ERROR(ReduceAndCheck(*ring, world, 0, 1000));
+  return ring;
+}
+
+TEST(RingAllReduceTest, ARangeRefusedOnOneMemberFailsTheOthersAtOnce) {
+  // The last member's offset passes its region's end: it refuses the call,
+  // and the others, already in it, fail it with kAborted well before their
+  // 60 s timeout instead of waiting (or pairing it with its next call).
+  for (int world : {2, 4}) {
+    SCOPED_TRACE(absl::StrCat(world, " ranks"));
+    const std::string ns = absl::StrCat("refused", world);
+    std::vector<absl::Status> calls(world);
+    ExpectAllOk(RunRankThreads(world, [&](int rank, rdma::Transport& transport,
+                                          rdma::Store& store) -> absl::Status {
+      ASSIGN_OR_RETURN(auto ring, RingAfterAGoodCall(transport, store, ns, world));
+      const size_t offset = rank == world - 1 ? (64 << 10) - 8 : 0;
+      calls[rank] = ring->AllReduce(offset, 1000, DataType::kFloat32);
+      return rdma::Barrier(store, ns, "judged", world, absl::Seconds(60));
+    }));
+    EXPECT_THAT(calls[world - 1], StatusIs(absl::StatusCode::kOutOfRange));
+    for (int rank = 0; rank + 1 < world; ++rank) {
+      EXPECT_THAT(calls[rank], StatusIs(absl::StatusCode::kAborted, HasSubstr("gave up call 1")))
+          << "rank " << rank;
+    }
+  }
+}
+
 TEST(RingAllReduceTest, CallsThatDifferFailEveryMemberAndNameBoth) {
   // The last member's call differs from the others' in one way; every
   // member fails the call with kAborted at once (a timeout would be
@@ -344,13 +391,7 @@ TEST(RingAllReduceTest, CallsThatDifferFailEveryMemberAndNameBoth) {
       std::vector<absl::Status> calls(world), again(world);
       ExpectAllOk(RunRankThreads(world, [&](int rank, rdma::Transport& transport,
                                             rdma::Store& store) -> absl::Status {
-        RingAllReduceOptions options;
-        options.capacity_bytes = 64 << 10;
-        options.chunk_bytes = 1024;
-        options.timeout = absl::Seconds(60);
-        ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, ns,
-                                                          AllRanks(world), options));
-        RETURN_IF_ERROR(ReduceAndCheck(*ring, world, 0, 1000));  // a good call first
+        ASSIGN_OR_RETURN(auto ring, RingAfterAGoodCall(transport, store, ns, world));
         const bool odd = rank == world - 1;
         calls[rank] = odd ? ring->AllReduce(0, c.count, c.type, c.op, c.variant)
                           : ring->AllReduce(0, 1000, DataType::kFloat32);

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "onesided/links/peer_links.h"
 #include "onesided/messenger.h"
+#include "onesided/progress/waits.h"
 #include "rdma/rendezvous.h"
 #include "rdma/testing/rank_threads.h"
 
@@ -51,7 +52,7 @@ TEST(SharedLinksTest, ADeadPeerEndsTheRingsWaitThroughTheSharedWatch) {
           ring_options.timeout = absl::Seconds(30);
           ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(*links, {0, 1}, ring_options));
           stats[rank] = links->stats();
-          RETURN_IF_ERROR(rdma::Barrier(store, kNs, "ready", 2, absl::Seconds(60), &loop));
+          RETURN_IF_ERROR(onesided::Barrier(loop, store, kNs, "ready", 2, absl::Seconds(60)));
           if (rank == 0) ended = ring->AllReduce(0, 16, DataType::kFloat32);
         }
         if (rank == 1) transport.reset();  // dies, having never called
@@ -89,7 +90,7 @@ TEST(SharedLinksTest, AnIdleMessengerDoesNotHoldBackAnotherProtocolsProbes) {
                            links->Subscribe(1 - rank, [&](int, const absl::Status& status) {
                              if (heard.ok()) heard = status;
                            }));
-          RETURN_IF_ERROR(rdma::Barrier(store, "idle", "ready", 2, absl::Seconds(60), &loop));
+          RETURN_IF_ERROR(onesided::Barrier(loop, store, "idle", "ready", 2, absl::Seconds(60)));
           if (rank == 1) {
             links->Unsubscribe(watch);
           } else {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "rdma/blocking.h"
 
 namespace rdmaflow::onesided {
 namespace {
@@ -128,8 +129,7 @@ absl::Status Mailbox::Checked(int peer, absl::Status status) {
                                                     ": sending to rank ", peer, ": ",
                                                     status.message()));
   // The peer is gone: every protocol on the links hears of it. (A write
-  // that timed out closed the lane itself, rdma/blocking.h: on links of its
-  // own, as before; see docs/onesided.md for shared ones.)
+  // that timed out was fenced on the links: FenceOn().)
   if (absl::IsUnavailable(status)) links_.Sever(peer, status);
   return status;
 }
@@ -147,7 +147,20 @@ absl::Status Mailbox::Send(int peer, const std::byte* data) {
   return Checked(
       peer, WriteRemote(loop_, *endpoints_[peer], *outbox_, *remote_[peer],
                         StampedSlot::Packed(rank_ * slot_bytes_, bytes_),
-                        ++sent_[peer], absl::Now() + timeout_));
+                        ++sent_[peer], absl::Now() + timeout_, FenceOn(peer)));
+}
+
+Fence Mailbox::FenceOn(int peer) {
+  // The lane is the links' (other protocols may use it): a write that timed
+  // out is waited for, and only a peer whose operations hang is severed,
+  // never the lane closed under the others.
+  return [this, peer](absl::FunctionRef<bool()> finished) {
+    const bool ended =
+        links_.Fence({peer}, finished, absl::Now() + rdma::kCancelGrace,
+                     absl::StrCat("mailbox of rank ", rank_, " gave up a send to rank ", peer));
+    return absl::StrCat("fenced rank ", peer, " on the links",
+                        ended ? "" : " (severed: its operations hang)");
+  };
 }
 
 absl::Status Mailbox::Probe(int peer) {
@@ -159,8 +172,7 @@ absl::Status Mailbox::Probe(int peer) {
   RETURN_IF_ERROR(senders_[peer].status());
   // Severed (by this mailbox or another protocol on the links): why.
   RETURN_IF_ERROR(links_.PeerStatus(peer));
-  return Checked(
-      peer, rdma::Flush(loop_, *endpoints_[peer], absl::Now() + timeout_));
+  return Checked(peer, Flush(loop_, *endpoints_[peer], absl::Now() + timeout_, FenceOn(peer)));
 }
 
 absl::Status Mailbox::PeerStatus(int peer) const {

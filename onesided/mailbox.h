@@ -53,6 +53,7 @@
 #include "absl/time/time.h"
 #include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
+#include "onesided/progress/waits.h"
 #include "onesided/stamped_slot.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -121,6 +122,9 @@ class Mailbox {
 
  private:
   Mailbox(PeerLinks& links, int world, size_t bytes, size_t slot_bytes, absl::Duration timeout);
+  // How a send to `peer` that timed out after posting is ended: fenced on
+  // the links (progress/waits.h), which severs the peer only if it hangs.
+  Fence FenceOn(int peer);
   // What the mailbox publishes, and checks a peer's against.
   RegionSet Published() const;
   // `status` of a Send() or Probe() to `peer`, with the mailbox named; a

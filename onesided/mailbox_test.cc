@@ -21,6 +21,7 @@ namespace rdmaflow::onesided {
 namespace {
 
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr char kNs[] = "mailbox_test";
@@ -143,6 +144,53 @@ TEST(MailboxTest, OnLinksItSharesTheDataLaneAndSeversAPeerItFindsGone) {
         links->Unsubscribe(watch);
         box.reset();
         if (rank == 1) RETURN_IF_ERROR(store.Set("mailbox_links/test/done", "1"));
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+TEST(MailboxTest, ASendThatTimesOutIsFencedOnTheLinks) {
+  // Rank 1's write towards rank 0 never completes (a peer that stopped
+  // answering). The send times out after posting and ends the write
+  // through the links' fence: the peer is severed there, so every protocol
+  // on the links hears of it, instead of the lane being closed behind the
+  // links' back (where a protocol sharing it would only find it closed).
+  constexpr size_t kBytes = 64;
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        rdma::testing::FaultyTransport faulty(transport);
+        ProgressLoop loop(faulty, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(auto links, PeerLinks::Create(faulty, store, "mailbox_fence", loop, {}));
+        const int peer = 1 - rank;
+        absl::Status heard;
+        ASSIGN_OR_RETURN(const int64_t watch,
+                         links->Subscribe(peer, [&](int, const absl::Status& status) {
+                           heard = status;
+                         }));
+        ASSIGN_OR_RETURN(auto box, Mailbox::Create(*links, 2, kBytes, absl::Milliseconds(300)));
+        RETURN_IF_ERROR(box->Connect(peer));
+        if (rank == 1) {
+          rdma::testing::FaultyTransport::Fault drop;
+          drop.peer = 0;
+          drop.op = rdma::testing::FaultyTransport::Op::kWrite;
+          drop.action = rdma::testing::FaultyTransport::Action::kDrop;
+          faulty.AddFault(drop);
+          EXPECT_THAT(box->Send(0, Bytes(Filled(kBytes, 7))),
+                      StatusIs(absl::StatusCode::kDeadlineExceeded,
+                               AllOf(HasSubstr("mailbox of rank 1"),
+                                     HasSubstr("fenced rank 0 on the links"),
+                                     HasSubstr("nothing of it lands later"))));
+          EXPECT_THAT(links->PeerStatus(0),
+                      StatusIs(absl::StatusCode::kUnavailable,
+                               HasSubstr("mailbox of rank 1 gave up a send to rank 0")));
+          EXPECT_THAT(heard, StatusIs(absl::StatusCode::kUnavailable));
+          RETURN_IF_ERROR(store.Set("mailbox_fence/test/done", "1"));
+        } else {
+          // Stays until rank 1 is done with its links.
+          RETURN_IF_ERROR(store.Wait({"mailbox_fence/test/done"}, absl::Seconds(60)));
+        }
+        links->Unsubscribe(watch);
+        box.reset();
         return absl::OkStatus();
       });
   for (const absl::Status& status : results) EXPECT_OK(status);

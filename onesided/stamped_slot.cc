@@ -159,28 +159,26 @@ void WriteLocal(std::byte* base, const StampedSlot& slot, uint64_t sequence,
   ABSL_RAW_CHECK(written.ok(), "local stores cannot fail");
 }
 
-absl::Status WriteRemote(rdma::ProgressDriver& driver, rdma::Endpoint& endpoint,
+absl::Status WriteRemote(ProgressLoop& loop, rdma::Endpoint& endpoint,
                          rdma::MemoryRegion& staging,
                          const rdma::RemoteRegion& remote,
                          const StampedSlot& at, uint64_t sequence,
-                         absl::Time deadline) {
+                         absl::Time deadline, const Fence& fence) {
   return WriteBracket(
       sequence,
       [&](uint64_t stamp) {
         // Our staging word is only read by the write we post next.
         StoreStamp(staging.data(), 0, stamp);
         RETURN_IF_ERROR(
-            rdma::Write(driver, endpoint, {&staging, 0, sizeof(uint64_t)},
-                        {&remote, at.stamp_offset, sizeof(uint64_t)},
-                        std::nullopt, deadline));
-        return rdma::Flush(driver, endpoint, deadline);
+            Write(loop, endpoint, {&staging, 0, sizeof(uint64_t)},
+                  {&remote, at.stamp_offset, sizeof(uint64_t)}, std::nullopt, deadline, fence));
+        return Flush(loop, endpoint, deadline, fence);
       },
       [&] {
-        RETURN_IF_ERROR(rdma::Write(
-            driver, endpoint, {&staging, kSlotAlign, at.payload_bytes},
-            {&remote, at.payload_offset, at.payload_bytes}, std::nullopt,
-            deadline));
-        return rdma::Flush(driver, endpoint, deadline);
+        RETURN_IF_ERROR(Write(loop, endpoint, {&staging, kSlotAlign, at.payload_bytes},
+                              {&remote, at.payload_offset, at.payload_bytes}, std::nullopt,
+                              deadline, fence));
+        return Flush(loop, endpoint, deadline, fence);
       });
 }
 

@@ -53,6 +53,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "onesided/progress/waits.h"
 #include "rdma/blocking.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -209,15 +210,15 @@ void WriteLocal(std::byte* base, const StampedSlot& slot, uint64_t sequence,
 // flushed before the next (so the peer sees them in order whatever the
 // transport reorders). `staging` is a registered packed slot at offset 0
 // whose payload (at kSlotAlign, at.payload_bytes long) the caller has
-// filled; its stamp word is ours to write. Waits through `driver` (the
-// transport's ProgressLoop) until `deadline`; errors are the transport's
-// (kUnavailable, kDeadlineExceeded: the endpoint is then closed, and the
-// writes fenced, as rdma/blocking.h says).
-absl::Status WriteRemote(rdma::ProgressDriver& driver, rdma::Endpoint& endpoint,
+// filled; its stamp word is ours to write. Waits through `loop` (the
+// transport's) until `deadline`; errors are the transport's (kUnavailable,
+// kDeadlineExceeded: a write in flight is then ended by `fence`, by default
+// by closing the endpoint: progress/waits.h).
+absl::Status WriteRemote(ProgressLoop& loop, rdma::Endpoint& endpoint,
                          rdma::MemoryRegion& staging,
                          const rdma::RemoteRegion& remote,
                          const StampedSlot& at, uint64_t sequence,
-                         absl::Time deadline);
+                         absl::Time deadline, const Fence& fence = nullptr);
 
 }  // namespace rdmaflow::onesided
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "onesided/progress/waits.h"
 #include "rdma/rendezvous.h"
 
 namespace rdmaflow::onesided {
@@ -191,7 +192,7 @@ absl::Status VersionedReader::Named(absl::Status status) const {
 absl::Status VersionedReader::ReadWords(size_t offset, size_t count) {
   const size_t length = count * sizeof(uint64_t);
   return Named(
-      rdma::Read(loop_, *endpoint_, {scratch_.get(), offset, length},
+      onesided::Read(loop_, *endpoint_, {scratch_.get(), offset, length},
                  {remote_.get(), offset, length}, absl::Now() + timeout_));
 }
 
@@ -234,7 +235,7 @@ absl::StatusOr<uint64_t> VersionedReader::Read(const rdma::LocalSlice& dst) {
     absl::StatusOr<SlotRead> got = stamp.TryRead(
         LoadStamp(scratch_->data(), slot.stamp_offset),
         [&] {
-          return Named(rdma::Read(loop_, *endpoint_, dst,
+          return Named(onesided::Read(loop_, *endpoint_, dst,
                                   {remote_.get(), slot.payload_offset, bytes_},
                                   absl::Now() + timeout_));
         },

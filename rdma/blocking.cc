@@ -12,13 +12,6 @@
 namespace rdmaflow::rdma {
 namespace {
 
-// How long a helper that gave up keeps progressing after Close() for the
-// operation's completion. Close() fails pending operations from the next
-// Progress() calls (loopback: the next one; UCX: once the forced close has
-// run), so this only runs out on a backend that broke that contract or a
-// transport whose Progress() fails.
-constexpr absl::Duration kCancelGrace = absl::Seconds(1);
-
 // Shared by a helper and its operation's callback: if the helper returns
 // first (it could not see the cancellation through), the callback still
 // fires later, exactly once, and touches only this heap object, never the
@@ -29,55 +22,71 @@ struct OperationState {
 };
 
 // The helper waited for `what` on `endpoint` and `why` (its deadline, or a
-// Progress() error) ended the wait with the operation still in flight.
-// Fences it before anyone may reuse its memory: closes the endpoint, then
-// progresses until the operation's completion has fired (bounded by
-// kCancelGrace). Returns `why`'s code with what was done.
-absl::Status GiveUp(ProgressDriver& driver, Endpoint& endpoint,
-                    const OperationState& state, const absl::Status& why,
-                    absl::string_view what) {
-  const int peer = endpoint.peer_rank();
-  absl::Status closed = endpoint.Close();
-  absl::Status progress = driver.Drain([&] { return state.finished; },
-                                       absl::Now() + kCancelGrace);
+// progress error) ended the wait with the operation still in flight: `fence`
+// ends it before anyone may reuse its memory. Returns `why`'s code with what
+// was done.
+absl::Status GiveUp(Endpoint& endpoint, int rank, const OperationState& state,
+                    const absl::Status& why, absl::string_view what, FenceFn fence) {
+  const std::string done = fence([&] { return state.finished; });
   if (state.finished) {
     return absl::Status(
         why.code(),
-        absl::StrCat(why.message(), "; closed the endpoint to rank ", peer,
-                     " and ", what, " ended (", state.result.ToString(),
-                     "): nothing of it lands later, and the endpoint is "
-                     "unusable from now on (connect again)"));
+        absl::StrCat(why.message(), "; ", done, ", and ", what, " ended (",
+                     state.result.ToString(), "): nothing of it lands later"));
   }
-  std::string trouble;
-  if (!closed.ok()) absl::StrAppend(&trouble, "; Close() failed: ", closed.ToString());
-  if (!progress.ok()) absl::StrAppend(&trouble, "; Progress() failed: ", progress.ToString());
   std::string message = absl::StrCat(
-      why.message(), "; closed the endpoint to rank ", peer, " but ", what,
-      " did not end within ", absl::FormatDuration(kCancelGrace), " of the close",
-      trouble,
+      why.message(), "; ", done, " but ", what, " did not end within ",
+      absl::FormatDuration(kCancelGrace),
       ": it may still write its local memory (a read) or read it (a write); "
       "do not free or reuse that memory while the transport lives");
-  std::fprintf(stderr, "rdma/blocking: rank %d: %s\n", driver.transport().rank(),
-               message.c_str());
+  std::fprintf(stderr, "rdma/blocking: rank %d: %s\n", rank, message.c_str());
   return absl::Status(why.code(), message);
 }
 
-// Retries `post` while it reports back-pressure, then waits for `done`. On
-// a timeout after posting, fences the operation (GiveUp) before returning.
-template <typename PostFn>
-absl::Status PostAndWait(ProgressDriver& driver, Endpoint& endpoint, PostFn post,
-                         absl::Time deadline, absl::string_view what) {
+// Spins `transport`'s Progress(), yielding between empty rounds, until
+// `done()` or `deadline`.
+absl::Status DrainSpinning(Transport& transport, absl::FunctionRef<bool()> done,
+                           absl::Time deadline) {
+  while (!done() && absl::Now() < deadline) {
+    absl::StatusOr<int> fired = transport.Progress();
+    if (!fired.ok()) return fired.status();
+    if (*fired == 0) std::this_thread::yield();
+  }
+  return absl::OkStatus();
+}
+
+// PostAndWait() spinning `transport`, fenced by CloseAndDrain().
+absl::Status Spinning(Transport& transport, Endpoint& endpoint,
+                      absl::FunctionRef<absl::Status(Completion)> post, absl::Time deadline,
+                      absl::string_view what) {
+  return PostAndWait(
+      endpoint, transport.rank(), post, deadline, what,
+      [&](absl::FunctionRef<bool()> done, absl::Time until, absl::string_view waiting) {
+        return ProgressUntil(transport, done, until, waiting);
+      },
+      [&](absl::FunctionRef<bool()> finished) {
+        return CloseAndDrain(endpoint, finished,
+                             [&](absl::FunctionRef<bool()> done, absl::Time until) {
+                               return DrainSpinning(transport, done, until);
+                             });
+      });
+}
+
+}  // namespace
+
+absl::Status PostAndWait(Endpoint& endpoint, int rank,
+                         absl::FunctionRef<absl::Status(Completion)> post,
+                         absl::Time deadline, absl::string_view what, ProgressFn progress,
+                         FenceFn fence) {
   if (absl::Now() >= deadline) {
     // Posting now could only time out with the operation in flight.
-    return absl::DeadlineExceededError(
-        absl::StrCat("rank ", driver.transport().rank(),
-                     ": the deadline passed before posting ", what,
-                     "; nothing was posted"));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", rank, ": the deadline passed before posting ", what, "; nothing was posted"));
   }
   auto state = std::make_shared<OperationState>();
   absl::Status posted;
   // A timeout here posted nothing: nothing to fence.
-  RETURN_IF_ERROR(driver.WaitFor(
+  RETURN_IF_ERROR(progress(
       [&] {
         posted = post(Completion([state](absl::Status status) {
           state->result = std::move(status);
@@ -87,26 +96,21 @@ absl::Status PostAndWait(ProgressDriver& driver, Endpoint& endpoint, PostFn post
       },
       deadline, what));
   RETURN_IF_ERROR(posted);
-  absl::Status waited =
-      driver.WaitFor([&] { return state->finished; }, deadline, what);
-  if (!waited.ok()) return GiveUp(driver, endpoint, *state, waited, what);
+  absl::Status waited = progress([&] { return state->finished; }, deadline, what);
+  if (!waited.ok()) return GiveUp(endpoint, rank, *state, waited, what, fence);
   return state->result;
 }
 
-}  // namespace
-
-absl::Status SpinningDriver::WaitFor(absl::FunctionRef<bool()> done, absl::Time deadline,
-                                     absl::string_view what) {
-  return ProgressUntil(transport_, done, deadline, what);
-}
-
-absl::Status SpinningDriver::Drain(absl::FunctionRef<bool()> done, absl::Time deadline) {
-  while (!done() && absl::Now() < deadline) {
-    absl::StatusOr<int> fired = transport_.Progress();
-    if (!fired.ok()) return fired.status();
-    if (*fired == 0) std::this_thread::yield();
-  }
-  return absl::OkStatus();
+std::string CloseAndDrain(
+    Endpoint& endpoint, absl::FunctionRef<bool()> finished,
+    absl::FunctionRef<absl::Status(absl::FunctionRef<bool()>, absl::Time)> drain) {
+  absl::Status closed = endpoint.Close();
+  absl::Status drained = drain(finished, absl::Now() + kCancelGrace);
+  std::string done = absl::StrCat("closed the endpoint to rank ", endpoint.peer_rank(),
+                                  " (unusable from now on: connect again)");
+  if (!closed.ok()) absl::StrAppend(&done, " (Close() failed: ", closed.ToString(), ")");
+  if (!drained.ok()) absl::StrAppend(&done, " (progress failed: ", drained.ToString(), ")");
+  return done;
 }
 
 absl::Status ProgressUntil(Transport& transport, absl::FunctionRef<bool()> done,
@@ -137,54 +141,32 @@ absl::StatusOr<Notification> WaitNotification(Transport& transport,
   return *notification;
 }
 
-absl::Status Write(ProgressDriver& driver, Endpoint& endpoint,
+absl::Status Write(Transport& transport, Endpoint& endpoint,
                    const LocalSlice& src, const RemoteSlice& dst,
                    std::optional<uint32_t> notification, absl::Time deadline) {
-  return PostAndWait(
-      driver, endpoint,
+  return Spinning(
+      transport, endpoint,
       [&](Completion done) {
         return endpoint.PostWrite(src, dst, notification, std::move(done));
       },
       deadline, absl::StrCat("a write to rank ", endpoint.peer_rank()));
 }
 
-absl::Status Read(ProgressDriver& driver, Endpoint& endpoint,
-                  const LocalSlice& dst, const RemoteSlice& src,
-                  absl::Time deadline) {
-  return PostAndWait(
-      driver, endpoint,
-      [&](Completion done) {
-        return endpoint.PostRead(dst, src, std::move(done));
-      },
-      deadline, absl::StrCat("a read from rank ", endpoint.peer_rank()));
-}
-
-absl::Status Flush(ProgressDriver& driver, Endpoint& endpoint,
-                   absl::Time deadline) {
-  return PostAndWait(
-      driver, endpoint,
-      [&](Completion done) { return endpoint.PostFlush(std::move(done)); },
-      deadline, absl::StrCat("a flush to rank ", endpoint.peer_rank()));
-}
-
-absl::Status Write(Transport& transport, Endpoint& endpoint,
-                   const LocalSlice& src, const RemoteSlice& dst,
-                   std::optional<uint32_t> notification, absl::Time deadline) {
-  SpinningDriver driver(transport);
-  return Write(driver, endpoint, src, dst, notification, deadline);
-}
-
 absl::Status Read(Transport& transport, Endpoint& endpoint,
                   const LocalSlice& dst, const RemoteSlice& src,
                   absl::Time deadline) {
-  SpinningDriver driver(transport);
-  return Read(driver, endpoint, dst, src, deadline);
+  return Spinning(
+      transport, endpoint,
+      [&](Completion done) { return endpoint.PostRead(dst, src, std::move(done)); },
+      deadline, absl::StrCat("a read from rank ", endpoint.peer_rank()));
 }
 
 absl::Status Flush(Transport& transport, Endpoint& endpoint,
                    absl::Time deadline) {
-  SpinningDriver driver(transport);
-  return Flush(driver, endpoint, deadline);
+  return Spinning(
+      transport, endpoint,
+      [&](Completion done) { return endpoint.PostFlush(std::move(done)); },
+      deadline, absl::StrCat("a flush to rank ", endpoint.peer_rank()));
 }
 
 }  // namespace rdmaflow::rdma

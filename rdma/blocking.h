@@ -2,11 +2,10 @@
 // -----------------------------------------------------------------------------
 // Blocking conveniences over the non-blocking Endpoint/Transport interface:
 // each drives Transport::Progress() on the calling thread until an operation
-// finishes or a deadline passes. The Transport& overloads spin Progress()
-// on the calling thread: for set-up code, tools and tests. A layer that owns
-// a transport's progress (onesided::ProgressLoop) is a ProgressDriver and
-// passes itself to the ProgressDriver& overloads, so that its handlers keep
-// running and its wait policy applies while a helper waits.
+// finishes or a deadline passes; for set-up code, tools and tests. A layer
+// that owns a transport's progress (onesided::ProgressLoop) waits its own
+// way (onesided/progress/waits.h) on the same core, PostAndWait(): it hands
+// in how it progresses and how it fences, so this layer never calls up.
 //
 // Giving up is a protocol step: Write(), Read() and Flush() never return
 // while their operation may still move bytes, unless they say so. When the
@@ -26,6 +25,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -33,26 +33,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rdma/endpoint.h"
-#include "rdma/progress_driver.h"
 #include "rdma/transport.h"
 
 namespace rdmaflow::rdma {
-
-// The driver of the Transport& overloads, for set-up code, tools and tests:
-// spins `transport`'s Progress() on the calling thread (its Drain() yields
-// between empty rounds).
-class SpinningDriver final : public ProgressDriver {
- public:
-  explicit SpinningDriver(Transport& transport) : transport_(transport) {}
-  Transport& transport() override { return transport_; }
-  absl::Status WaitFor(absl::FunctionRef<bool()> done, absl::Time deadline,
-                       absl::string_view what) override;
-  absl::Status Drain(absl::FunctionRef<bool()> done,
-                     absl::Time deadline) override;
-
- private:
-  Transport& transport_;
-};
 
 // Calls transport.Progress() until `done()` returns true.
 // kDeadlineExceeded ("timed out after ... waiting for <what>") at `deadline`;
@@ -85,15 +68,41 @@ absl::Status Read(Transport& transport, Endpoint& endpoint,
 absl::Status Flush(Transport& transport, Endpoint& endpoint,
                    absl::Time deadline);
 
-// The same three, progressed by `driver` (whose transport owns `endpoint`).
-absl::Status Write(ProgressDriver& driver, Endpoint& endpoint,
-                   const LocalSlice& src, const RemoteSlice& dst,
-                   std::optional<uint32_t> notification, absl::Time deadline);
-absl::Status Read(ProgressDriver& driver, Endpoint& endpoint,
-                  const LocalSlice& dst, const RemoteSlice& src,
-                  absl::Time deadline);
-absl::Status Flush(ProgressDriver& driver, Endpoint& endpoint,
-                   absl::Time deadline);
+// How long a helper that gave up keeps progressing after Close() for the
+// operation's completion. Close() fails pending operations from the next
+// Progress() calls (loopback: the next one; UCX: once the forced close has
+// run), so this only runs out on a backend that broke that contract or a
+// transport whose Progress() fails.
+inline constexpr absl::Duration kCancelGrace = absl::Seconds(1);
+
+// Drives progress until `done()` (kDeadlineExceeded naming `what` at
+// `deadline`; a progress failure with its own code).
+using ProgressFn = absl::FunctionRef<absl::Status(
+    absl::FunctionRef<bool()> done, absl::Time deadline, absl::string_view what)>;
+// After a failed wait with the operation posted: ends the operation
+// (closes its endpoint, or has whoever shares it fence it) and drives
+// completions until `finished()` or for kCancelGrace at most. Returns what
+// it did, for the error ("closed the endpoint to rank 3", with what failed
+// on the way); the caller checks finished().
+using FenceFn = absl::FunctionRef<std::string(absl::FunctionRef<bool()> finished)>;
+
+// The core of every blocking helper: posts with `post` (retrying while it
+// reports kResourceExhausted), waits by `progress` until its completion
+// fired, and returns the completion's status. kDeadlineExceeded at
+// `deadline`: before posting nothing was posted; after posting (or on a
+// progress failure) `fence` ended the operation first, and the message says
+// whether it ended (see the file comment). `rank` names this rank.
+absl::Status PostAndWait(Endpoint& endpoint, int rank,
+                         absl::FunctionRef<absl::Status(Completion)> post,
+                         absl::Time deadline, absl::string_view what, ProgressFn progress,
+                         FenceFn fence);
+
+// The default fence: closes `endpoint` (cancelling what is posted on it),
+// then drains completions with `drain(finished, deadline)` for up to
+// kCancelGrace. Returns what it did, as a FenceFn does.
+std::string CloseAndDrain(
+    Endpoint& endpoint, absl::FunctionRef<bool()> finished,
+    absl::FunctionRef<absl::Status(absl::FunctionRef<bool()>, absl::Time)> drain);
 
 }  // namespace rdmaflow::rdma
 

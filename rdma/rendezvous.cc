@@ -153,9 +153,11 @@ absl::Status CheckPeerLayout(Store& store, absl::string_view ns,
   return absl::OkStatus();
 }
 
-absl::Status Barrier(Store& store, absl::string_view ns,
-                     absl::string_view name, int world_size,
-                     absl::Duration timeout, ProgressDriver* progress) {
+namespace {
+
+absl::Status BarrierOf(Store& store, absl::string_view ns, absl::string_view name,
+                       int world_size, absl::Duration timeout,
+                       const absl::FunctionRef<absl::Status(absl::Time)>* pass_time) {
   const std::string prefix = absl::StrCat(ns, "/barrier/", name);
   ASSIGN_OR_RETURN(int64_t arrived, store.Add(prefix + "/count", 1));
   if (arrived == world_size) {
@@ -166,7 +168,7 @@ absl::Status Barrier(Store& store, absl::string_view ns,
     return store.Add(prefix + "/count", 0).status();
   }
   absl::Status status;
-  if (progress == nullptr) {
+  if (pass_time == nullptr) {
     status = store.Wait({prefix + "/done"}, timeout);
   } else {
     // Progress for a millisecond at a time, then read the count (an Add of
@@ -175,10 +177,7 @@ absl::Status Barrier(Store& store, absl::string_view ns,
     const absl::Time deadline = absl::Now() + timeout;
     status = absl::DeadlineExceededError("");
     while (arrived < world_size && absl::Now() < deadline) {
-      const absl::Time slice = absl::Now() + absl::Milliseconds(1);
-      RETURN_IF_ERROR(progress->WaitFor([&] { return absl::Now() >= slice; },
-                                        slice + timeout,
-                                        absl::StrCat("barrier '", name, "'")));
+      RETURN_IF_ERROR((*pass_time)(absl::Now() + absl::Milliseconds(1)));
       ASSIGN_OR_RETURN(arrived, store.Add(prefix + "/count", 0));
     }
     if (arrived >= world_size) status = absl::OkStatus();
@@ -191,6 +190,19 @@ absl::Status Barrier(Store& store, absl::string_view ns,
         world_size, " ranks arrived"));
   }
   return status;
+}
+
+}  // namespace
+
+absl::Status Barrier(Store& store, absl::string_view ns, absl::string_view name,
+                     int world_size, absl::Duration timeout) {
+  return BarrierOf(store, ns, name, world_size, timeout, nullptr);
+}
+
+absl::Status Barrier(Store& store, absl::string_view ns, absl::string_view name,
+                     int world_size, absl::Duration timeout,
+                     absl::FunctionRef<absl::Status(absl::Time until)> pass_time) {
+  return BarrierOf(store, ns, name, world_size, timeout, &pass_time);
 }
 
 }  // namespace rdmaflow::rdma

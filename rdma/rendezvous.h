@@ -14,13 +14,13 @@
 
 #include <memory>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rdma/endpoint.h"
 #include "rdma/remote_region.h"
-#include "rdma/progress_driver.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
 
@@ -79,14 +79,19 @@ absl::Status CheckPeerLayout(Store& store, absl::string_view ns,
 
 // Blocks until `world_size` ranks have entered barrier `name`. Each name may
 // be used once per job. kDeadlineExceeded says how many ranks arrived.
-// With a `progress` driver (the transport's ProgressLoop) it keeps the
-// transport progressing while it waits: where a backend emulates one-sided
-// operations in software (UCX over TCP), peers still finishing their writes
-// into, or reads from, this rank need it. The driver's failure is returned.
+absl::Status Barrier(Store& store, absl::string_view ns,
+                     absl::string_view name, int world_size,
+                     absl::Duration timeout);
+// The same, keeping a transport progressing while it waits: between reads
+// of the count it calls `pass_time(until)`, which progresses until `until`
+// (a millisecond ahead) and returns its failure, which ends the barrier
+// (onesided::Barrier passes its ProgressLoop's). Where a backend emulates
+// one-sided operations in software (UCX over TCP), peers still finishing
+// their writes into, or reads from, this rank need it.
 absl::Status Barrier(Store& store, absl::string_view ns,
                      absl::string_view name, int world_size,
                      absl::Duration timeout,
-                     ProgressDriver* progress = nullptr);
+                     absl::FunctionRef<absl::Status(absl::Time until)> pass_time);
 
 }  // namespace rdmaflow::rdma
 

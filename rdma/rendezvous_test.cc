@@ -205,11 +205,14 @@ TEST(RendezvousTest, ABarrierWithATransportKeepsItProgressing) {
     EXPECT_OK(store.Wait({"job/barrier/end/count"}, absl::Seconds(30)));
     EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30)));
   });
-  SpinningDriver progress(*a);
-  EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30), &progress));
+  auto progress = [&](absl::Time until) {
+    return ProgressUntil(*a, [&] { return absl::Now() >= until; }, until + absl::Seconds(30),
+                         "the barrier");
+  };
+  EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30), progress));
   other.join();
   EXPECT_TRUE(done);
-  EXPECT_THAT(Barrier(store, "job", "alone", 2, absl::Milliseconds(20), &progress),
+  EXPECT_THAT(Barrier(store, "job", "alone", 2, absl::Milliseconds(20), progress),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr("1 of 2 ranks arrived")));
 }

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "onesided/progress/waits.h"
 #include "rdma/rendezvous.h"
 
 namespace rdmaflow::runtime {
@@ -144,8 +145,7 @@ absl::Status ProgressEngine::Drain(const std::function<bool()>& idle,
 }
 
 absl::Status ProgressEngine::Barrier(const std::string& name) {
-  return rdma::Barrier(store_, options_.ns, name, world_size_,
-                       options_.timeout, loop_);
+  return onesided::Barrier(*loop_, store_, options_.ns, name, world_size_, options_.timeout);
 }
 
 }  // namespace rdmaflow::runtime

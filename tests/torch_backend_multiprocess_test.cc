@@ -379,8 +379,9 @@ absl::Status Errors(ProcessGroupRdmaflow& pg, int rank, int world) {
 // Over the ring (no direct access): each rank's tensor is reduced where it
 // lies, with no agreement first: registered on some ranks (at offsets of
 // their own), staged on others, larger than the staging area on all; then
-// an AVG on one rank where the others SUM is an error on every rank, after
-// which the group is unusable (a ring's call that failed midway).
+// tensors whose sizes differ past the first piece are an error on every
+// rank, after which the group is unusable (a ring's call that failed
+// midway).
 absl::Status RingPlaces(ProcessGroupRdmaflow& pg, int rank, int world) {
   const torch_backend::BackendStats before = pg.stats();
   for (int64_t n : {int64_t{1000}, int64_t{3} << 19}) {  // 6 MiB: 2 pieces of 4 MiB
@@ -408,13 +409,16 @@ absl::Status RingPlaces(ProcessGroupRdmaflow& pg, int rank, int world) {
       (after.zero_copy_allreduces - before.zero_copy_allreduces == 2) == (rank % 2 == 0),
       absl::StrCat("rank ", rank, ": ", after.zero_copy_allreduces - before.zero_copy_allreduces,
                    " zero-copy all-reduces")));
-  std::vector<at::Tensor> tensors = {at::ones({100})};
-  c10d::AllreduceOptions options;
-  options.reduceOp = rank == 0 ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
-  absl::Status mismatched = Wait(pg.allreduce(tensors, options));
+  // Sizes that differ only past the first piece (RDMAFLOW_STAGING_MB=4: 1 Mi
+  // floats a piece): the last rank's tensor is one piece, the others' two,
+  // so their first pieces match in count but not in being the last.
+  const int64_t piece = int64_t{1} << 20;
+  std::vector<at::Tensor> tensors = {at::ones({rank == world - 1 ? piece : piece + 500})};
+  absl::Status mismatched = Wait(pg.allreduce(tensors));
   RETURN_IF_ERROR(Check(absl::StrContains(mismatched.message(), "differs between neighbours") ||
                             absl::StrContains(mismatched.message(), "gave up call"),
-                        absl::StrCat("an AVG against a SUM: ", mismatched.ToString())));
+                        absl::StrCat("tensors that differ past the first piece: ",
+                                     mismatched.ToString())));
   std::vector<at::Tensor> later = {at::ones({100})};
   absl::Status unusable = Wait(pg.allreduce(later));
   return Check(absl::StrContains(unusable.message(), "unusable"),

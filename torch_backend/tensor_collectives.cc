@@ -50,6 +50,12 @@ std::vector<Pointer> DataPointers(const std::vector<at::Tensor>& buffers) {
   return pointers;
 }
 
+// The c10d backend's variants of an all-reduce call (AllReduceGroup's
+// `variant`, compared between ranks): an AVG (reduced as a sum, divided
+// afterwards), and the last piece of a tensor.
+constexpr uint8_t kAverageVariant = 1;
+constexpr uint8_t kLastPieceVariant = 2;
+
 }  // namespace
 
 absl::StatusOr<absl::Duration> TimeBareAllReduce(Engine& engine, const at::Tensor& tensor,
@@ -93,10 +99,17 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
     // blocks, the rings in their call descriptors). An AVG and a SUM must
     // not pair up: both reduce as a sum, so the call says which it is.
     // Empty tensors take part too, so a rank whose tensor is not empty gets
-    // an error instead of waiting for it.
-    const uint8_t variant = reduction.average ? 1 : 0;
+    // an error instead of waiting for it. A tensor goes in pieces of the
+    // staging area's size whatever its place, and the last piece says so:
+    // ranks whose tensors differ in size then differ in their first piece
+    // that differs (in count, or in being the last), instead of pairing one
+    // rank's next piece with another's next all-reduce.
+    const uint8_t avg = reduction.average ? kAverageVariant : 0;
+    auto variant = [&](size_t first, size_t n) {
+      return static_cast<uint8_t>(avg | (first + n >= count ? kLastPieceVariant : 0));
+    };
     if (count == 0) {
-      RETURN_IF_ERROR(ring->AllReduce(0, 0, type, reduction.op, variant));
+      RETURN_IF_ERROR(ring->AllReduce(0, 0, type, reduction.op, variant(0, 0)));
     } else if (registered) {
       // In pieces of the staging area's size, as a staged tensor on another
       // rank goes: the calls then depend on the count alone.
@@ -104,16 +117,16 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
       const size_t element = tensor.element_size();
       const size_t per_piece = staging / element;
       for (size_t first = 0; first < count; first += per_piece) {
-        RETURN_IF_ERROR(ring->AllReduce(at - data + first * element,
-                                        std::min(per_piece, count - first), type,
-                                        reduction.op, variant));
+        const size_t n = std::min(per_piece, count - first);
+        RETURN_IF_ERROR(ring->AllReduce(at - data + first * element, n, type, reduction.op,
+                                        variant(first, n)));
       }
     } else if (!tensor.is_contiguous() && bytes <= staging) {
       // Straight from the strided tensor into staging, and back: one copy.
       engine.Count([](BackendStats& stats) { ++stats.noncontiguous_copies; });
       at::Tensor staged = at::from_blob(ring->data(), tensor.sizes(), tensor.options());
       staged.copy_(tensor);
-      RETURN_IF_ERROR(ring->AllReduce(0, count, type, reduction.op, variant));
+      RETURN_IF_ERROR(ring->AllReduce(0, count, type, reduction.op, variant(0, count)));
       tensor.copy_(staged);
       engine.Count([&](BackendStats& stats) { stats.staged_bytes += bytes; });
     } else {
@@ -131,7 +144,7 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
         // contiguous) is copied back.
         const bool outside = piece + n * element <= ring->data() ||
                              piece >= ring->data() + ring->capacity();
-        RETURN_IF_ERROR(ring->AllReduce(0, n, type, reduction.op, variant,
+        RETURN_IF_ERROR(ring->AllReduce(0, n, type, reduction.op, variant(first, n),
                                         outside ? piece : nullptr));
         if (!outside) std::memcpy(piece, ring->data(), n * element);
       }

@@ -89,8 +89,10 @@ absl::Status Run(const std::string& transport_name, const std::string& params) {
   // Rank 0 keeps its region registered until rank 1 has read it, and
   // progresses its transport meanwhile: where a backend emulates reads in
   // software (UCX over TCP), rank 1's read needs rank 0's progress.
-  rdma::SpinningDriver driver(*transport);
-  return rdma::Barrier(*store, "consumer", "done", 2, timeout, &driver);
+  return rdma::Barrier(*store, "consumer", "done", 2, timeout, [&](absl::Time until) {
+    return rdma::ProgressUntil(*transport, [&] { return absl::Now() >= until; }, until + timeout,
+                               "the barrier");
+  });
 }
 
 }  // namespace

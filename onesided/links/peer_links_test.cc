@@ -14,6 +14,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "onesided/progress/waits.h"
 #include "rdma/blocking.h"
 #include "rdma/rendezvous.h"
 #include "rdma/testing/rank_threads.h"
@@ -66,14 +67,14 @@ TEST(PeerLinksTest, ProtocolsShareOneEndpointAndOneWatchPerPeer) {
           const absl::Time deadline = absl::Now() + absl::Seconds(30);
           std::memset(a.data() + 64 * rank, rank + 1, 64);
           std::memset(b.data() + 64 * rank, rank + 11, 64);
-          RETURN_IF_ERROR(rdma::Write(loop, *one, {&a, size_t(64) * rank, 64},
+          RETURN_IF_ERROR(Write(loop, *one, {&a, size_t(64) * rank, 64},
                                       {&first[p].regions[0], uint64_t(64) * rank, 64},
                                       std::nullopt, deadline));
-          RETURN_IF_ERROR(rdma::Write(loop, *one, {&b, size_t(64) * rank, 64},
+          RETURN_IF_ERROR(Write(loop, *one, {&b, size_t(64) * rank, 64},
                                       {&second[p].regions[0], uint64_t(64) * rank, 64},
                                       std::nullopt, deadline));
         }
-        RETURN_IF_ERROR(rdma::Barrier(store, kNs, "written", kRanks, absl::Seconds(60), &loop));
+        RETURN_IF_ERROR(Barrier(loop, store, kNs, "written", kRanks, absl::Seconds(60)));
         for (int peer = 0; peer < kRanks; ++peer) {
           RETURN_IF_ERROR(Expect(a.data()[64 * peer] == std::byte(peer + 1) &&
                                      b.data()[64 * peer + 63] == std::byte(peer + 11),
@@ -81,7 +82,7 @@ TEST(PeerLinksTest, ProtocolsShareOneEndpointAndOneWatchPerPeer) {
         }
         RETURN_IF_ERROR(Expect(heard == 0, "no failure heard from live peers"));
         stats[rank] = links->stats();
-        return rdma::Barrier(store, kNs, "done", kRanks, absl::Seconds(60), &loop);
+        return Barrier(loop, store, kNs, "done", kRanks, absl::Seconds(60));
       });
   for (int rank = 0; rank < kRanks; ++rank) {
     ASSERT_THAT(results[rank], IsOk()) << "rank " << rank;

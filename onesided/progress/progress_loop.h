@@ -64,10 +64,10 @@ struct ProgressLoopOptions {
   absl::Status Validate() const;
 };
 
-// Single-thread (see the file comment). Not copyable. A ProgressDriver, so
-// rdma/blocking's helpers wait through it (WaitFor) and fence through it
-// (Drain) instead of spinning the transport themselves.
-class ProgressLoop final : public rdma::ProgressDriver {
+// Single-thread (see the file comment). Not copyable. The blocking helpers
+// of waits.h (Write, Read, Flush, Barrier) wait through it (WaitFor) and
+// fence through it (Drain) instead of spinning the transport themselves.
+class ProgressLoop final {
  public:
   // Returns true when it took the notification (others do not see it).
   using NotificationHandler = std::function<bool(const rdma::Notification&)>;
@@ -83,7 +83,7 @@ class ProgressLoop final : public rdma::ProgressDriver {
   // Stops watching every peer and progresses (at most one second) until
   // the probes in flight have completed; a probe's completion touches only
   // state it shares, so one that fires later is harmless.
-  ~ProgressLoop() override;
+  ~ProgressLoop();
 
   ProgressLoop(const ProgressLoop&) = delete;
   ProgressLoop& operator=(const ProgressLoop&) = delete;
@@ -97,7 +97,7 @@ class ProgressLoop final : public rdma::ProgressDriver {
   // on calling after it is gone.
   void CheckOnLoopThread(const std::string& caller) const;
 
-  rdma::Transport& transport() override { return transport_; }
+  rdma::Transport& transport() { return transport_; }
   const ProgressLoopOptions& options() const { return options_; }
 
   // Handlers, by the id these return. Adding or removing inside a handler
@@ -148,7 +148,7 @@ class ProgressLoop final : public rdma::ProgressDriver {
 
   // WaitUntil() with no probes, for rdma/blocking's helpers.
   absl::Status WaitFor(absl::FunctionRef<bool()> done, absl::Time deadline,
-                       absl::string_view what) override;
+                       absl::string_view what);
 
   // Teardown: calls Transport::Progress() (completions only: no
   // notifications, no round handlers, no probes) until `done()` or
@@ -158,7 +158,7 @@ class ProgressLoop final : public rdma::ProgressDriver {
   // destructor, callable from the thread tearing down while no other uses
   // the loop: a protocol's destructor fences its operations with it.
   absl::Status Drain(absl::FunctionRef<bool()> done,
-                     absl::Time deadline) override;
+                     absl::Time deadline);
 
   // Counters since construction.
   int64_t rounds() const { return rounds_; }

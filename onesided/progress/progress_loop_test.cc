@@ -15,6 +15,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "onesided/progress/waits.h"
 #include "rdma/blocking.h"
 #include "rdma/loopback/loopback_transport.h"
 #include "rdma/testing/loopback_pair.h"
@@ -222,10 +223,10 @@ TEST_F(ProgressLoopTest, BlockingHelpersWaitThroughTheLoopSoItsHandlersKeepRunni
   ASSERT_THAT(WriteFrom1(std::byte{1}, 3), IsOk());  // waiting at rank 0
   // Rank 0 writes to rank 1 with a blocking helper driven by its loop.
   const rdma::RemoteRegion target = source_->descriptor();
-  ASSERT_THAT(rdma::Write(*loop_, *to_1_, {region_.get(), 0, 64}, {&target, 0, 64},
+  ASSERT_THAT(Write(*loop_, *to_1_, {region_.get(), 0, 64}, {&target, 0, 64},
                           std::nullopt, absl::Now() + kTimeout),
               IsOk());
-  ASSERT_THAT(rdma::Flush(*loop_, *to_1_, absl::Now() + kTimeout), IsOk());
+  ASSERT_THAT(Flush(*loop_, *to_1_, absl::Now() + kTimeout), IsOk());
   EXPECT_THAT(seen, ElementsAre(3));  // dispatched while the helper waited
   EXPECT_GT(rounds, 0);
   EXPECT_EQ(loop_->rounds(), rounds);

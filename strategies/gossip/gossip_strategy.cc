@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/graph_builder.h"
+#include "onesided/progress/waits.h"
 #include "rdma/rendezvous.h"
 #include "strategies/strategy_params.h"
 
@@ -87,7 +88,7 @@ absl::Status GossipStrategy::DoStart() {
   selector_ = std::make_unique<PeerSelector>(gossip_.topology, context().rank, world,
                                              gossip_.seed);
   // Nobody reads (or writes) a peer before every peer is set up.
-  return rdma::Barrier(store, Ns(), "published", world, timeout, &loop());
+  return onesided::Barrier(loop(), store, Ns(), "published", world, timeout);
 }
 
 void GossipStrategy::Publish() {
