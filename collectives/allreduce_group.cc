@@ -430,11 +430,15 @@ absl::Status AllReduceGroup::RingAllReduceOf(RingAllReduce& ring, size_t offset,
   std::byte* host = stage_->data() + offset;
   // Until a fence passes, the device may still read or write the stage.
   stage_copy_unfenced_ = true;
-  RETURN_IF_ERROR(mover_->Copy(host, data() + offset, bytes));
-  RETURN_IF_ERROR(mover_->Fence(
-      absl::Now() + ring_options_timeout_,
-      absl::StrCat("copying ", bytes, " bytes of rank ", rank(),
-                   "'s device memory to host memory for the ring")));
+  // A copy that fails keeps us out of the ring's call the others are in:
+  // give it up, so they do not wait for us nor pair it with our next.
+  absl::Status staged = mover_->Copy(host, data() + offset, bytes);
+  if (staged.ok()) {
+    staged = mover_->Fence(absl::Now() + ring_options_timeout_,
+                           absl::StrCat("copying ", bytes, " bytes of rank ", rank(),
+                                        "'s device memory to host memory for the ring"));
+  }
+  if (!staged.ok()) return ring.Abandon(staged);
   stage_copy_unfenced_ = false;
   RETURN_IF_ERROR(ring.AllReduce(offset, count, type, op, variant));
   stage_copy_unfenced_ = true;
@@ -506,6 +510,16 @@ absl::Status AllReduceGroup::HierarchicalAllReduce(size_t offset, size_t count,
         ", was in the all-reduce across hosts since: a slow or stalled host holds it there"));
   }
   return broadcast;
+}
+
+absl::Status AllReduceGroup::Abandon(absl::Status why) {
+  for (RingAllReduce* ring : {ring_.get(), leaders_.get()}) {
+    if (ring != nullptr) ring->Abandon(why).IgnoreError();
+  }
+  for (HostAllReduce* host : {host_.get(), local_.get()}) {
+    if (host != nullptr) host->Abandon(why);
+  }
+  return why;
 }
 
 RingAllReduceStats AllReduceGroup::stats() const {

@@ -190,6 +190,12 @@ class AllReduceGroup {
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0,
                          std::byte* result = nullptr);
 
+  // Gives up our next call for `why` (returned), an error of ours before
+  // it (a device copy that failed): every algorithm tells the members
+  // waiting in it (RingAllReduce::Abandon, HostAllReduce::Abandon), which
+  // fail it at once; the group is unusable after.
+  absl::Status Abandon(absl::Status why);
+
   // Shuts down every algorithm (collective; once, after the last call),
   // all within `timeout` (the options' by default); the first error.
   absl::Status Shutdown(std::optional<absl::Duration> timeout = std::nullopt);

@@ -433,7 +433,9 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count, DataType type
 }
 
 absl::Status RingAllReduce::Abandon(absl::Status why) {
-  if (size() > 1 && failure_.ok()) {
+  // After the Shutdown() barrier the neighbours may have let their control
+  // regions go: nothing more is written there.
+  if (size() > 1 && failure_.ok() && !quiesced_) {
     Fail(why);
     PostAbort(next_call_);
     GiveUp();
@@ -573,9 +575,9 @@ absl::Status RingAllReduce::CheckAborts(Call& call) {
     return absl::AbortedError(absl::StrCat(
         "rank ", from_left ? left_rank_ : right_rank_, " (the ",
         from_left ? "left" : "right", " neighbour) gave up call ", word - 1,
-        ": two members' calls differ, or a descriptor was forged (the error of the member "
-        "that saw it says which). The call fails on every member, and the ring is "
-        "unusable"));
+        ": two members' calls differ, a descriptor was forged, or a member refused or "
+        "could not make its call (the error of the member that saw it says which). The "
+        "call fails on every member, and the ring is unusable"));
   }
   return absl::OkStatus();
 }

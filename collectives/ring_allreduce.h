@@ -22,9 +22,9 @@
 // range lies, count, type, operator: ring_layout.h) the same way, so that
 // each member may reduce at an offset of its own (a staged tensor on one
 // member, a registered one on another) and different calls are an error on
-// every member instead of wrong sums. A sender's all-gather waits for the
-// receiver's descriptor; the reduce-scatter does not, so the check costs no
-// round trip.
+// every member instead of wrong sums. A sender's messages from n - 1 on
+// (the all-gather among them) wait for the receiver's descriptor; its first
+// n - 1 do not, so the check costs no round trip.
 // Flags and credits are written by the neighbours, so both are checked
 // before they count: a flag holds the value of its slot's previous message
 // or of the one due, a credit never goes back nor releases a message not
@@ -172,8 +172,8 @@ class RingAllReduce {
   // reduce alike, as HostAllReduce's), in the same order as its other
   // calls; each at an offset of its own. Each member tells its left
   // neighbour its call (a call descriptor: offset, count, type, operator,
-  // variant), which checks it before the first all-gather message it sends
-  // there, so no member finishes a call that another made differently: a
+  // variant), which checks it before it sends there its message n - 1 (the
+  // first that could be taken as all-gather), so no member finishes a call that another made differently: a
   // member that sees its neighbour's call differ fails with kAborted naming
   // both calls, and tells its neighbours, which fail with kAborted and pass
   // it on round the ring. kInvalidArgument / kOutOfRange for a misaligned

@@ -155,11 +155,14 @@ Fence Mailbox::FenceOn(int peer) {
   // out is waited for, and only a peer whose operations hang is severed,
   // never the lane closed under the others.
   return [this, peer](absl::FunctionRef<bool()> finished) {
-    const bool ended =
-        links_.Fence({peer}, finished, absl::Now() + rdma::kCancelGrace,
-                     absl::StrCat("mailbox of rank ", rank_, " gave up a send to rank ", peer));
+    const bool was_severed = !links_.PeerStatus(peer).ok();
+    links_.Fence({peer}, finished, absl::Now() + rdma::kCancelGrace,
+                 absl::StrCat("mailbox of rank ", rank_, " gave up a send to rank ", peer));
+    const bool severed = !was_severed && !links_.PeerStatus(peer).ok();
     return absl::StrCat("fenced rank ", peer, " on the links",
-                        ended ? "" : " (severed: its operations hang)");
+                        severed ? " (its operations hung: severed there, for every protocol "
+                                  "on the links)"
+                                : "");
   };
 }
 

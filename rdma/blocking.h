@@ -76,7 +76,8 @@ absl::Status Flush(Transport& transport, Endpoint& endpoint,
 inline constexpr absl::Duration kCancelGrace = absl::Seconds(1);
 
 // Drives progress until `done()` (kDeadlineExceeded naming `what` at
-// `deadline`; a progress failure with its own code).
+// `deadline`; a progress failure with its own code). It must not call
+// `done()` again once it returned true: PostAndWait's first `done()` posts.
 using ProgressFn = absl::FunctionRef<absl::Status(
     absl::FunctionRef<bool()> done, absl::Time deadline, absl::string_view what)>;
 // After a failed wait with the operation posted: ends the operation

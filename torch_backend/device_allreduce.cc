@@ -66,15 +66,23 @@ absl::Status DeviceAllReduce::AllReduce(void* data, size_t count, collectives::D
                                         collectives::ReduceOp op, absl::Time deadline) {
   const size_t element = collectives::ElementSize(type);
   auto* base = static_cast<std::byte*>(data);
-  if (count == 0) return group_->AllReduce(0, 0, type, op);
+  // The last piece of a tensor says so (as the host path's): ranks whose
+  // tensors differ in size differ at their first piece that differs.
+  constexpr uint8_t kLastPiece = 2;
+  if (count == 0) return group_->AllReduce(0, 0, type, op, kLastPiece);
   const size_t per_piece = group_->capacity() / element;
   for (size_t first = 0; first < count; first += per_piece) {
     const size_t n = std::min(per_piece, count - first);
     std::byte* piece = base + first * element;
-    RETURN_IF_ERROR(device_.Copy(group_->data(), piece, n * element, deadline,
-                                 "copying a device tensor into the device all-reduce's region"));
+    absl::Status copied = device_.Copy(group_->data(), piece, n * element, deadline,
+                                       "copying a device tensor into the device all-reduce's "
+                                       "region");
+    // The peers are in this call already: they must not wait for us, nor
+    // pair it with our next one.
+    if (!copied.ok()) return group_->Abandon(copied);
     // The group writes the sum straight into the tensor.
-    RETURN_IF_ERROR(group_->AllReduce(0, n, type, op, /*variant=*/0, piece));
+    RETURN_IF_ERROR(group_->AllReduce(0, n, type, op,
+                                      first + n >= count ? kLastPiece : uint8_t{0}, piece));
   }
   return absl::OkStatus();
 }
