@@ -27,6 +27,22 @@ collectives::ReduceOp OpOf(Exchange exchange) {
 absl::StatusOr<std::unique_ptr<CompressedAllReduce>> CompressedAllReduce::Create(
     onesided::ProgressLoop& loop, rdma::Store& store, const std::string& ns,
     std::vector<int> members, size_t count, const CompressedAllReduceOptions& options) {
+  onesided::PeerLinksOptions links;
+  if (options.group.ring.timeout > absl::ZeroDuration()) {
+    links.timeout = options.group.ring.timeout;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<onesided::PeerLinks> own,
+                   onesided::PeerLinks::Create(loop.transport(), store, ns, loop, links));
+  ASSIGN_OR_RETURN(std::unique_ptr<CompressedAllReduce> exchange,
+                   Create(*own, std::move(members), count, options));
+  exchange->own_links_ = std::move(own);
+  return exchange;
+}
+
+absl::StatusOr<std::unique_ptr<CompressedAllReduce>> CompressedAllReduce::Create(
+    onesided::PeerLinks& links, std::vector<int> members, size_t count,
+    const CompressedAllReduceOptions& options) {
+  onesided::ProgressLoop& loop = links.loop();
   const int rank = loop.transport().rank();
   const auto self = std::find(members.begin(), members.end(), rank);
   if (self == members.end()) {
@@ -40,18 +56,12 @@ absl::StatusOr<std::unique_ptr<CompressedAllReduce>> CompressedAllReduce::Create
   CodecContext context{exchange->position_, static_cast<int>(members.size()), options.seed};
   ASSIGN_OR_RETURN(exchange->codec_, CreateCodec(options.codec, context, count));
 
-  onesided::PeerLinksOptions links;
-  if (options.group.ring.timeout > absl::ZeroDuration()) {
-    links.timeout = options.group.ring.timeout;
-  }
-  ASSIGN_OR_RETURN(exchange->links_,
-                   onesided::PeerLinks::Create(loop.transport(), store, ns, loop, links));
   collectives::AllReduceGroupOptions group = options.group;
   group.ring.name = absl::StrCat(options.name, "/rounds");
   group.ring.capacity_bytes = std::max<size_t>(exchange->codec_->scratch_bytes(), 64);
   group.ring.loop = &loop;
   ASSIGN_OR_RETURN(exchange->group_,
-                   collectives::AllReduceGroup::Create(*exchange->links_, members, group));
+                   collectives::AllReduceGroup::Create(links, members, group));
   const size_t message = exchange->codec_->max_message_bytes();
   if (message > 0 && members.size() > 1) {
     onesided::MessengerOptions gather;
@@ -64,7 +74,7 @@ absl::StatusOr<std::unique_ptr<CompressedAllReduce>> CompressedAllReduce::Create
     int world = 0;
     for (int m : members) world = std::max(world, m + 1);
     ASSIGN_OR_RETURN(exchange->messenger_,
-                     onesided::Messenger::Create(*exchange->links_, world, gather));
+                     onesided::Messenger::Create(links, world, gather));
     exchange->messenger_->AddSendRegion(&exchange->group_->data_region());
     exchange->direct_ = std::make_unique<collectives::DirectCollectives>(
         *exchange->messenger_, exchange->timeout_);
@@ -99,7 +109,7 @@ CompressedAllReduce::~CompressedAllReduce() {
   static_cast<void>(direct_.release());
   static_cast<void>(messenger_.release());
   static_cast<void>(group_.release());
-  static_cast<void>(links_.release());
+  static_cast<void>(own_links_.release());
 }
 
 int64_t CompressedAllReduce::WireBytesSoFar() const {

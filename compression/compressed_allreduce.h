@@ -73,6 +73,13 @@ class CompressedAllReduce {
   // this one among them), for tensors of `count` float32 elements. Errors:
   // CreateCodec()'s (kInvalidArgument naming the codec), AllReduceGroup's
   // and Messenger::Create()'s.
+  // Its rounds' group and its gathers' messenger run on `links` (their
+  // endpoints and watches, shared with the caller's other protocols; the
+  // links must outlive the exchange).
+  static absl::StatusOr<std::unique_ptr<CompressedAllReduce>> Create(
+      onesided::PeerLinks& links, std::vector<int> members, size_t count,
+      const CompressedAllReduceOptions& options);
+  // The same on links of its own over `loop`'s transport, under `ns`.
   static absl::StatusOr<std::unique_ptr<CompressedAllReduce>> Create(
       onesided::ProgressLoop& loop, rdma::Store& store, const std::string& ns,
       std::vector<int> members, size_t count, const CompressedAllReduceOptions& options);
@@ -111,9 +118,10 @@ class CompressedAllReduce {
   onesided::ProgressLoop* loop_ = nullptr;
   absl::Duration timeout_;
   std::unique_ptr<Codec> codec_;
-  // One endpoint and watch per peer for the rounds' group and the gathers'
-  // messenger (declared first: it goes last).
-  std::unique_ptr<onesided::PeerLinks> links_;
+  // Links of its own (the Create() without links), or null: one endpoint
+  // and watch per peer for the rounds' group and the gathers' messenger
+  // (declared first: it goes last).
+  std::unique_ptr<onesided::PeerLinks> own_links_;
   std::unique_ptr<collectives::AllReduceGroup> group_;  // its region: the scratch
   std::unique_ptr<onesided::Messenger> messenger_;      // codecs that gather
   std::unique_ptr<collectives::DirectCollectives> direct_;  // over messenger_

@@ -83,6 +83,7 @@ Mailbox::Mailbox(PeerLinks& links, int world, size_t bytes, size_t slot_bytes,
       slot_bytes_(slot_bytes),
       timeout_(timeout),
       endpoints_(world, nullptr),
+      fences_(world),
       remote_(world),
       sent_(world, 0),
       copy_(bytes) {
@@ -119,6 +120,8 @@ absl::Status Mailbox::Connect(int peer) {
   // Its key now, while the peer holds the inbox (Endpoint::Prepare).
   RETURN_IF_ERROR(endpoint->Prepare(remote));
   endpoints_[peer] = endpoint;
+  fences_[peer] = links_.FenceOn(
+      peer, absl::StrCat("mailbox of rank ", rank_, " gave up a send to rank ", peer));
   remote_[peer] = std::make_unique<rdma::RemoteRegion>(std::move(remote));
   return absl::OkStatus();
 }
@@ -129,7 +132,7 @@ absl::Status Mailbox::Checked(int peer, absl::Status status) {
                                                     ": sending to rank ", peer, ": ",
                                                     status.message()));
   // The peer is gone: every protocol on the links hears of it. (A write
-  // that timed out was fenced on the links: FenceOn().)
+  // that timed out was fenced on the links: fences_.)
   if (absl::IsUnavailable(status)) links_.Sever(peer, status);
   return status;
 }
@@ -147,23 +150,7 @@ absl::Status Mailbox::Send(int peer, const std::byte* data) {
   return Checked(
       peer, WriteRemote(loop_, *endpoints_[peer], *outbox_, *remote_[peer],
                         StampedSlot::Packed(rank_ * slot_bytes_, bytes_),
-                        ++sent_[peer], absl::Now() + timeout_, FenceOn(peer)));
-}
-
-Fence Mailbox::FenceOn(int peer) {
-  // The lane is the links' (other protocols may use it): a write that timed
-  // out is waited for, and only a peer whose operations hang is severed,
-  // never the lane closed under the others.
-  return [this, peer](absl::FunctionRef<bool()> finished) {
-    const bool was_severed = !links_.PeerStatus(peer).ok();
-    links_.Fence({peer}, finished, absl::Now() + rdma::kCancelGrace,
-                 absl::StrCat("mailbox of rank ", rank_, " gave up a send to rank ", peer));
-    const bool severed = !was_severed && !links_.PeerStatus(peer).ok();
-    return absl::StrCat("fenced rank ", peer, " on the links",
-                        severed ? " (its operations hung: severed there, for every protocol "
-                                  "on the links)"
-                                : "");
-  };
+                        ++sent_[peer], absl::Now() + timeout_, fences_[peer]));
 }
 
 absl::Status Mailbox::Probe(int peer) {
@@ -175,7 +162,7 @@ absl::Status Mailbox::Probe(int peer) {
   RETURN_IF_ERROR(senders_[peer].status());
   // Severed (by this mailbox or another protocol on the links): why.
   RETURN_IF_ERROR(links_.PeerStatus(peer));
-  return Checked(peer, Flush(loop_, *endpoints_[peer], absl::Now() + timeout_, FenceOn(peer)));
+  return Checked(peer, Flush(loop_, *endpoints_[peer], absl::Now() + timeout_, fences_[peer]));
 }
 
 absl::Status Mailbox::PeerStatus(int peer) const {

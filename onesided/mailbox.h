@@ -29,10 +29,10 @@
 // Its connections are a PeerLinks' (onesided/links): the data lane to each
 // peer, shared with the other protocols on the links. A Send() or Probe()
 // that finds the peer gone (kUnavailable) severs it on the links, so every
-// protocol there hears of it. Not yet fenced through the links: a Send()
-// or Probe() that times out after posting closes the lane itself
-// (rdma/blocking.h), which on links shared with another protocol cuts that
-// one off too; gossip runs its mailbox on links of its own.
+// protocol there hears of it. A Send() or Probe() that times out after
+// posting is fenced on the links (PeerLinks::FenceOn): its write is waited
+// for, and the peer severed only if it hangs, so the mailbox shares its
+// links with the other protocols of a strategy (gossip's readers).
 //
 //   ASSIGN_OR_RETURN(auto box, Mailbox::Create(links, world, bytes, timeout));
 //   RETURN_IF_ERROR(box->Connect(peer));      // after the peer's Create()
@@ -122,9 +122,6 @@ class Mailbox {
 
  private:
   Mailbox(PeerLinks& links, int world, size_t bytes, size_t slot_bytes, absl::Duration timeout);
-  // How a send to `peer` that timed out after posting is ended: fenced on
-  // the links (progress/waits.h), which severs the peer only if it hangs.
-  Fence FenceOn(int peer);
   // What the mailbox publishes, and checks a peer's against.
   RegionSet Published() const;
   // `status` of a Send() or Probe() to `peer`, with the mailbox named; a
@@ -142,6 +139,9 @@ class Mailbox {
   std::unique_ptr<rdma::MemoryRegion> inbox_;
   std::unique_ptr<rdma::MemoryRegion> outbox_;               // one packed slot
   std::vector<rdma::Endpoint*> endpoints_;                   // by peer: the links' data lanes
+  // By peer, made by Connect(): how a send or probe that timed out after
+  // posting is ended (PeerLinks::FenceOn: the peer severed only if it hangs).
+  std::vector<Fence> fences_;
   std::vector<std::unique_ptr<rdma::RemoteRegion>> remote_;  // by peer
   std::vector<uint64_t> sent_;  // messages sent, by peer
   std::vector<StampedSlotReader>

@@ -71,6 +71,20 @@ absl::StatusOr<size_t> CheckLayout(size_t bytes, int copies) {
 absl::StatusOr<std::unique_ptr<VersionedBuffer>> VersionedBuffer::Create(
     rdma::Transport& transport, rdma::Store& store, const std::string& ns,
     const std::string& name, size_t bytes, int copies) {
+  ASSIGN_OR_RETURN(std::unique_ptr<VersionedBuffer> buffer,
+                   Make(transport, store, ns, name, bytes, copies));
+  RETURN_IF_ERROR(rdma::PublishAddress(store, ns, transport));
+  return buffer;
+}
+
+absl::StatusOr<std::unique_ptr<VersionedBuffer>> VersionedBuffer::Create(
+    PeerLinks& links, const std::string& name, size_t bytes, int copies) {
+  return Make(links.transport(), links.store(), links.ns(), name, bytes, copies);
+}
+
+absl::StatusOr<std::unique_ptr<VersionedBuffer>> VersionedBuffer::Make(
+    rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+    const std::string& name, size_t bytes, int copies) {
   if (bytes == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("versioned buffer '", name, "' of 0 bytes"));
@@ -90,7 +104,6 @@ absl::StatusOr<std::unique_ptr<VersionedBuffer>> VersionedBuffer::Create(
   // Version 0 (zeros) in copy 0, whose stamp 0 is WholeStamp(0); every other
   // stamp 0 too, which no version but 0 is read with.
   std::memset(owned->data(), 0, owned->size());
-  RETURN_IF_ERROR(rdma::PublishAddress(store, ns, transport));
   RETURN_IF_ERROR(
       store.Set(LayoutKey(ns, name), absl::StrCat(bytes, " ", copies)));
   RETURN_IF_ERROR(
@@ -120,11 +133,12 @@ void VersionedBuffer::Update(
 // --- VersionedReader ---------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
-    ProgressLoop& loop, rdma::Store& store, const std::string& ns,
-    const std::string& name, int owner_rank, absl::Duration timeout) {
-  rdma::Transport& transport = loop.transport();
+    PeerLinks& links, const std::string& name, int owner_rank, absl::Duration timeout) {
+  rdma::Transport& transport = links.transport();
+  rdma::Store& store = links.store();
+  const std::string& ns = links.ns();
   std::unique_ptr<VersionedReader> reader(
-      new VersionedReader(loop, name, owner_rank, timeout));
+      new VersionedReader(links, name, owner_rank, timeout));
   absl::StatusOr<std::string> layout = store.Get(LayoutKey(ns, name), timeout);
   if (!layout.ok()) {
     return absl::Status(
@@ -157,8 +171,10 @@ absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
         " (layout '", *layout, "')"));
   }
   reader->remote_ = std::make_unique<rdma::RemoteRegion>(std::move(remote));
-  ASSIGN_OR_RETURN(reader->endpoint_, rdma::ConnectToPeer(transport, store, ns,
-                                                          owner_rank, timeout));
+  ASSIGN_OR_RETURN(reader->endpoint_, links.Lane(owner_rank));
+  reader->fence_ = links.FenceOn(owner_rank, absl::StrCat("the reader of versioned buffer '",
+                                                         name, "' on rank ", links.rank(),
+                                                         " gave up a read"));
   // Its key now, while the owner holds the buffer (Endpoint::Prepare).
   RETURN_IF_ERROR(reader->endpoint_->Prepare(*reader->remote_));
   ASSIGN_OR_RETURN(rdma::MemoryRegion scratch,
@@ -173,9 +189,9 @@ absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
   return reader;
 }
 
-VersionedReader::VersionedReader(ProgressLoop& loop, std::string name,
-                                 int owner, absl::Duration timeout)
-    : loop_(loop),
+VersionedReader::VersionedReader(PeerLinks& links, std::string name, int owner,
+                                 absl::Duration timeout)
+    : links_(links),
       name_(std::move(name)),
       owner_(owner),
       timeout_(timeout),
@@ -192,8 +208,8 @@ absl::Status VersionedReader::Named(absl::Status status) const {
 absl::Status VersionedReader::ReadWords(size_t offset, size_t count) {
   const size_t length = count * sizeof(uint64_t);
   return Named(
-      onesided::Read(loop_, *endpoint_, {scratch_.get(), offset, length},
-                 {remote_.get(), offset, length}, absl::Now() + timeout_));
+      onesided::Read(links_.loop(), *endpoint_, {scratch_.get(), offset, length},
+                     {remote_.get(), offset, length}, absl::Now() + timeout_, fence_));
 }
 
 absl::Status VersionedReader::CheckVersion(uint64_t version) {
@@ -235,9 +251,9 @@ absl::StatusOr<uint64_t> VersionedReader::Read(const rdma::LocalSlice& dst) {
     absl::StatusOr<SlotRead> got = stamp.TryRead(
         LoadStamp(scratch_->data(), slot.stamp_offset),
         [&] {
-          return Named(onesided::Read(loop_, *endpoint_, dst,
-                                  {remote_.get(), slot.payload_offset, bytes_},
-                                  absl::Now() + timeout_));
+          return Named(onesided::Read(links_.loop(), *endpoint_, dst,
+                                      {remote_.get(), slot.payload_offset, bytes_},
+                                      absl::Now() + timeout_, fence_));
         },
         [&]() -> absl::StatusOr<uint64_t> {
           RETURN_IF_ERROR(ReadWords(slot.stamp_offset, 1));

@@ -29,13 +29,18 @@
 // or a copy's stamp that goes back, fails the reader with kDataLoss for
 // good.
 //
+// A reader reads over a PeerLinks' (onesided/links) data lane to the owner,
+// shared with the other protocols on the links (a strategy's communicator,
+// its mailbox); a read that times out is fenced on the links
+// (PeerLinks::FenceOn), never the lane closed under the others.
+//
 //   // owner (rank 0)
 //   ASSIGN_OR_RETURN(auto shard, VersionedBuffer::Create(
-//       transport, store, "job/ps", "shard0", bytes, /*copies=*/3));
+//       links, "shard0", bytes, /*copies=*/3));
 //   shard->Update([&](std::byte* next, const std::byte* latest) { ... });
 //   // reader (rank 1)
 //   ASSIGN_OR_RETURN(auto pull, VersionedReader::Create(
-//       loop, store, "job/ps", "shard0", /*owner=*/0, absl::Seconds(60)));
+//       links, "shard0", /*owner=*/0, absl::Seconds(60)));
 //   ASSIGN_OR_RETURN(uint64_t version, pull->Read({&region, 0,
 //   pull->bytes()}));
 #ifndef RDMAFLOW_ONESIDED_VERSIONED_BUFFER_H_
@@ -51,7 +56,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
+#include "onesided/progress/waits.h"
 #include "onesided/stamped_slot.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -73,9 +80,15 @@ class VersionedBuffer {
   // version 0 (zeros) and publishes the descriptor as <ns>/versioned/<name>.
   // kInvalidArgument for 0 bytes, fewer than 2 or more than kMaxCopies
   // copies, or a size that does not fit in size_t; Allocate's errors.
+  // The transport's address is published there too (readers connect by it).
   static absl::StatusOr<std::unique_ptr<VersionedBuffer>> Create(
       rdma::Transport& transport, rdma::Store& store, const std::string& ns,
       const std::string& name, size_t bytes, int copies);
+  // The same on `links` (their transport, store and namespace; the links
+  // published the address).
+  static absl::StatusOr<std::unique_ptr<VersionedBuffer>> Create(PeerLinks& links,
+                                                                 const std::string& name,
+                                                                 size_t bytes, int copies);
 
   size_t bytes() const { return bytes_; }
   // Versions written so far (0 before the first Update()).
@@ -94,6 +107,12 @@ class VersionedBuffer {
  private:
   VersionedBuffer(std::unique_ptr<rdma::MemoryRegion> region, size_t bytes,
                   int copies);
+  // Both Create()s but the address.
+  static absl::StatusOr<std::unique_ptr<VersionedBuffer>> Make(rdma::Transport& transport,
+                                                               rdma::Store& store,
+                                                               const std::string& ns,
+                                                               const std::string& name,
+                                                               size_t bytes, int copies);
   std::byte* CopyData(uint64_t version) const;
 
   std::unique_ptr<rdma::MemoryRegion> region_;
@@ -107,15 +126,17 @@ class VersionedBuffer {
 // other protocols registered with it (a communicator's) while they wait.
 class VersionedReader {
  public:
-  // Fetches <ns>/versioned/<name> (waiting up to `timeout` for the owner to
-  // publish it) and connects to `owner_rank` over `loop`'s transport
-  // (`loop` must outlive the reader). kDeadlineExceeded names both;
-  // kInvalidArgument naming the field for a layout that is malformed, out of
-  // range (bytes 0, copies outside 2..kMaxCopies), overflows size_t, or does
-  // not fit in the published descriptor.
-  static absl::StatusOr<std::unique_ptr<VersionedReader>> Create(
-      ProgressLoop& loop, rdma::Store& store, const std::string& ns,
-      const std::string& name, int owner_rank, absl::Duration timeout);
+  // Fetches <ns>/versioned/<name> from the links' store and namespace
+  // (waiting up to `timeout` for the owner to publish it) and takes the
+  // links' data lane to `owner_rank` (the links must outlive the reader).
+  // kDeadlineExceeded names both; kInvalidArgument naming the field for a
+  // layout that is malformed, out of range (bytes 0, copies outside
+  // 2..kMaxCopies), overflows size_t, or does not fit in the published
+  // descriptor; the links' error for a peer severed or never joined.
+  static absl::StatusOr<std::unique_ptr<VersionedReader>> Create(PeerLinks& links,
+                                                                 const std::string& name,
+                                                                 int owner_rank,
+                                                                 absl::Duration timeout);
 
   size_t bytes() const { return bytes_; }
   const std::string& name() const { return name_; }
@@ -137,8 +158,7 @@ class VersionedReader {
   int64_t retries() const { return retries_; }
 
  private:
-  VersionedReader(ProgressLoop& loop, std::string name, int owner,
-                  absl::Duration timeout);
+  VersionedReader(PeerLinks& links, std::string name, int owner, absl::Duration timeout);
   // Reads `count` header words at byte `offset` into scratch_ (same offset).
   absl::Status ReadWords(size_t offset, size_t count);
   // Error context for a failed read of the owner's memory.
@@ -146,11 +166,12 @@ class VersionedReader {
   // version_.Advance(version); kDataLoss is kept in failed_.
   absl::Status CheckVersion(uint64_t version);
 
-  ProgressLoop& loop_;
+  PeerLinks& links_;
   const std::string name_;
   const int owner_;
   const absl::Duration timeout_;
-  std::unique_ptr<rdma::Endpoint> endpoint_;
+  rdma::Endpoint* endpoint_ = nullptr;  // the links' data lane to the owner
+  Fence fence_;                         // PeerLinks::FenceOn(owner_)
   std::unique_ptr<rdma::RemoteRegion> remote_;
   std::unique_ptr<rdma::MemoryRegion> scratch_;  // header words read back
   size_t bytes_ = 0;

@@ -62,9 +62,10 @@ void RunForgery(const std::string& name, size_t count,
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ProgressLoop loop(transport, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(std::unique_ptr<PeerLinks> links,
+                         PeerLinks::Create(transport, store, ns, loop, {}));
         if (rank == 0) {
-          ASSIGN_OR_RETURN(auto buffer, VersionedBuffer::Create(transport, store, ns, name,
-                                                                kBytes, kCopies));
+          ASSIGN_OR_RETURN(auto buffer, VersionedBuffer::Create(*links, name, kBytes, kCopies));
           for (size_t i = 0; i < count; ++i) {
             forge(i, *buffer);
             RETURN_IF_ERROR(store.Set(absl::StrCat(ns, "/forged/", i), "1"));
@@ -73,7 +74,7 @@ void RunForgery(const std::string& name, size_t count,
           }
           return absl::OkStatus();
         }
-        ASSIGN_OR_RETURN(auto reader, VersionedReader::Create(loop, store, ns, name, 0,
+        ASSIGN_OR_RETURN(auto reader, VersionedReader::Create(*links, name, 0,
                                                               absl::Seconds(60)));
         ASSIGN_OR_RETURN(rdma::MemoryRegion dst, transport.Allocate(kBytes));
         for (size_t i = 0; i < count; ++i) {
@@ -281,9 +282,10 @@ TEST(VersionedBufferHostileTest, ForgedLayoutsInTheStoreAreRefused) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ProgressLoop loop(transport, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(std::unique_ptr<PeerLinks> links,
+                         PeerLinks::Create(transport, store, ns, loop, {}));
         if (rank == 0) {
           ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(kLargest));
-          RETURN_IF_ERROR(rdma::PublishAddress(store, ns, transport));
           for (size_t i = 0; i < cases.size(); ++i) {
             rdma::RemoteRegion descriptor = region.descriptor();
             if (cases[i].length != 0) descriptor.length = cases[i].length;
@@ -296,8 +298,7 @@ TEST(VersionedBufferHostileTest, ForgedLayoutsInTheStoreAreRefused) {
         }
         for (size_t i = 0; i < cases.size(); ++i) {
           SCOPED_TRACE(absl::StrCat("layout '", cases[i].layout, "'"));
-          absl::StatusOr<std::unique_ptr<VersionedReader>> reader = VersionedReader::Create(
-              loop, store, ns, absl::StrCat("b", i), 0, absl::Seconds(60));
+          absl::StatusOr<std::unique_ptr<VersionedReader>> reader = VersionedReader::Create(*links, absl::StrCat("b", i), 0, absl::Seconds(60));
           if (cases[i].error.empty()) {
             EXPECT_OK(reader.status());
             if (reader.ok()) {

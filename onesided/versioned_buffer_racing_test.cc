@@ -73,9 +73,11 @@ Outcome RunRace(const std::string& name,
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ProgressLoop loop(transport, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(std::unique_ptr<PeerLinks> links,
+                         PeerLinks::Create(transport, store, ns, loop, {}));
         if (rank == 0) {
           ASSIGN_OR_RETURN(auto buffer,
-                           VersionedBuffer::Create(transport, store, ns, name, kBytes, kCopies));
+                           VersionedBuffer::Create(*links, name, kBytes, kCopies));
           std::byte* base = buffer->region().data();
           for (uint64_t v = 3; v <= 5; ++v) {
             uint64_t* copy = reinterpret_cast<uint64_t*>(base + kHeader + (v % kCopies) * kBytes);
@@ -103,7 +105,7 @@ Outcome RunRace(const std::string& name,
              ++episode) {
           if (episode >= kEpisodes) absl::SleepFor(absl::Milliseconds(1));
           ASSIGN_OR_RETURN(auto reader,
-                           VersionedReader::Create(loop, store, ns, name, 0, absl::Seconds(60)));
+                           VersionedReader::Create(*links, name, 0, absl::Seconds(60)));
           uint64_t last = 0;
           std::optional<absl::Status> failure;
           for (int read = 0; read < kReadsPerEpisode; ++read) {

@@ -38,6 +38,8 @@ TEST(VersionedBufferTest, PullsNeverObserveTornTensorsUnderConcurrentUpdates) {
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         ProgressLoop loop(transport, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(std::unique_ptr<PeerLinks> links,
+                         PeerLinks::Create(transport, store, kNs, loop, {}));
         if (rank == 0) {
           ASSIGN_OR_RETURN(auto buffer,
                            VersionedBuffer::Create(transport, store, kNs,
@@ -54,7 +56,7 @@ TEST(VersionedBufferTest, PullsNeverObserveTornTensorsUnderConcurrentUpdates) {
           return absl::OkStatus();
         }
         ASSIGN_OR_RETURN(auto reader,
-                         VersionedReader::Create(loop, store, kNs, "params",
+                         VersionedReader::Create(*links, "params",
                                                  0, absl::Seconds(60)));
         EXPECT_EQ(reader->bytes(), kBytes);
         ASSIGN_OR_RETURN(rdma::MemoryRegion dst, transport.Allocate(kBytes));
@@ -86,9 +88,10 @@ TEST(VersionedBufferTest, ReaderSeesEachUpdateAndTheLatestVersion) {
       2, [&](int rank, rdma::Transport& transport,
              rdma::Store& store) -> absl::Status {
         ProgressLoop loop(transport, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(std::unique_ptr<PeerLinks> links,
+                         PeerLinks::Create(transport, store, kNs, loop, {}));
         if (rank == 0) {
-          ASSIGN_OR_RETURN(auto buffer, VersionedBuffer::Create(
-                                            transport, store, kNs, "p", 24, 3));
+          ASSIGN_OR_RETURN(auto buffer, VersionedBuffer::Create(*links, "p", 24, 3));
           for (uint64_t v = 1; v <= 5; ++v) {
             buffer->Update([&](std::byte* out, const std::byte*) {
               FillWith(out, 24, v * 10);
@@ -99,8 +102,7 @@ TEST(VersionedBufferTest, ReaderSeesEachUpdateAndTheLatestVersion) {
           }
           return absl::OkStatus();
         }
-        ASSIGN_OR_RETURN(auto reader, VersionedReader::Create(
-                                          loop, store, kNs, "p", 0,
+        ASSIGN_OR_RETURN(auto reader, VersionedReader::Create(*links, "p", 0,
                                           absl::Seconds(60)));
         ASSIGN_OR_RETURN(rdma::MemoryRegion dst, transport.Allocate(24));
         for (uint64_t v = 1; v <= 5; ++v) {
@@ -133,12 +135,14 @@ TEST(VersionedBufferTest, RejectsBadLayoutsAndMissingOwners) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       1, [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ProgressLoop loop(transport, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(std::unique_ptr<PeerLinks> links,
+                         PeerLinks::Create(transport, store, kNs, loop, {}));
         EXPECT_THAT(VersionedBuffer::Create(transport, store, kNs, "a", 0, 3),
                     StatusIs(absl::StatusCode::kInvalidArgument));
         EXPECT_THAT(VersionedBuffer::Create(transport, store, kNs, "a", 8, 1),
                     StatusIs(absl::StatusCode::kInvalidArgument,
                              HasSubstr("at least 2 copies")));
-        EXPECT_THAT(VersionedReader::Create(loop, store, kNs, "nobody", 3,
+        EXPECT_THAT(VersionedReader::Create(*links, "nobody", 3,
                                             absl::Milliseconds(50)),
                     StatusIs(absl::StatusCode::kDeadlineExceeded,
                              HasSubstr("'nobody' of rank 3")));

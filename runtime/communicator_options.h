@@ -12,6 +12,7 @@
 #include "onesided/progress/wait_policy.h"
 
 namespace rdmaflow::onesided {
+class PeerLinks;     // onesided/links/peer_links.h
 class ProgressLoop;  // onesided/progress/progress_loop.h
 }  // namespace rdmaflow::onesided
 
@@ -38,6 +39,13 @@ struct CommunicatorOptions {
   // outlive the communicator, whose thread must be the loop's. Null: the
   // communicator runs a loop of its own.
   onesided::ProgressLoop* loop = nullptr;
+  // The transport's links, when other protocols on the same transport run
+  // over them (a strategy's rings and versioned readers): the communicator
+  // takes its endpoint to each peer and its liveness watch from them
+  // instead of connecting its own, and runs on their loop (`loop` must then
+  // be null or theirs). They must outlive the communicator. Null: links of
+  // its own, with its address published under `ns`.
+  onesided::PeerLinks* links = nullptr;
   // Registered pools for dynamic-size tensors, per rank that sends (sources
   // the receiver reads from) and per rank that receives them (destinations).
   // Allocated only when the plan has dynamic tensors for the rank.

@@ -23,8 +23,8 @@ namespace rdmaflow::runtime {
 namespace {
 
 // How long a receive that gave up on a read waits for the read's
-// cancellation (the link is closed) before it leaves the destination to the
-// completion.
+// completion or cancellation (the peer is severed on the links half-way,
+// PeerLinks::Fence) before it leaves the destination to the completion.
 constexpr absl::Duration kFenceWait = absl::Seconds(5);
 
 }  // namespace
@@ -654,13 +654,11 @@ void Executor::AbandonRead(const std::shared_ptr<PendingRead>& read, int peer,
   // so the executor stops, and the read is cancelled before its destination
   // can go to another tensor.
   engine_.Fail(why);
-  if (rdma::Endpoint* endpoint = engine_.endpoint(peer); endpoint != nullptr) {
-    endpoint->Close().IgnoreError();
-  }
-  engine_.loop()
-      .Drain([&] { return read->done; },
-             absl::Now() + std::min(kFenceWait, options_.timeout))
-      .IgnoreError();
+  const int peers[] = {peer};
+  engine_.Fence(peers, [&] { return read->done; },
+                absl::Now() + std::min(kFenceWait, options_.timeout),
+                absl::StrCat("rank ", rank_plan_.rank(), " gave up a read from it (",
+                             why.message(), ")"));
   if (read->done) {
     dest_pool_->Free(read->dest);
     return;

@@ -4,7 +4,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "onesided/progress/waits.h"
-#include "rdma/rendezvous.h"
 
 namespace rdmaflow::runtime {
 namespace {
@@ -27,25 +26,34 @@ ProgressEngine::ProgressEngine(rdma::Transport& transport, rdma::Store& store,
       store_(store),
       options_(options),
       world_size_(world_size),
-      endpoints_(world_size),
-      own_loop_(options.loop == nullptr ? std::make_unique<onesided::ProgressLoop>(
-                                              transport, LoopOptions(transport, options))
-                                        : nullptr),
-      loop_(options.loop != nullptr ? options.loop : own_loop_.get()) {}
+      endpoints_(world_size, nullptr),
+      own_loop_(options.links == nullptr && options.loop == nullptr
+                    ? std::make_unique<onesided::ProgressLoop>(transport,
+                                                               LoopOptions(transport, options))
+                    : nullptr),
+      loop_(options.links != nullptr  ? &options.links->loop()
+            : options.loop != nullptr ? options.loop
+                                      : own_loop_.get()) {}
 
 ProgressEngine::~ProgressEngine() {
   if (own_loop_ == nullptr) {
     // A shared loop goes on: leave it (an own loop goes with us).
     loop_->CheckOnLoopThread("a communicator's progress engine's destructor");
     for (int64_t handler : handlers_) loop_->RemoveHandler(handler);
-    for (int64_t watch : watches_) loop_->Unwatch(watch);
   }
-  for (auto& endpoint : endpoints_) {
-    if (endpoint != nullptr) endpoint->Close().IgnoreError();
+  if (links_ == nullptr) return;  // never connected: nothing posted
+  for (int64_t subscription : subscriptions_) links_->Unsubscribe(subscription);
+  if (own_links_ != nullptr) {
+    // Nobody else uses links of our own: closing them cancels what is
+    // still posted at once.
+    for (int peer : peers_) {
+      own_links_->Sever(peer, absl::CancelledError(absl::StrCat(
+                                  "the communicator of rank ", rank(), " is closing")));
+    }
   }
-  loop_->Drain([&] { return outstanding_ == 0; }, absl::Now() + absl::Seconds(5))
-      .IgnoreError();
-  endpoints_.clear();
+  Fence(peers_, [&] { return outstanding_ == 0; }, absl::Now() + absl::Seconds(5),
+        absl::StrCat("the communicator of rank ", rank(), " is closing"));
+  own_links_.reset();
 }
 
 void ProgressEngine::set_handlers(Handlers handlers) {
@@ -65,15 +73,33 @@ void ProgressEngine::set_handlers(Handlers handlers) {
 }
 
 absl::Status ProgressEngine::Connect(const std::vector<int>& peers) {
+  const std::string what = absl::StrCat("the communicator of rank ", rank());
+  if (options_.links != nullptr) {
+    if (&options_.links->transport() != &transport_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": CommunicatorOptions::links run over another transport"));
+    }
+    if (options_.loop != nullptr && options_.loop != &options_.links->loop()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": CommunicatorOptions::loop is not the loop of CommunicatorOptions::links"));
+    }
+    links_ = options_.links;
+  } else {
+    ASSIGN_OR_RETURN(onesided::OwnLinks own,
+                     onesided::MakeOwnLinks(transport_, store_, options_.ns, loop_, {},
+                                            options_.timeout, what));
+    own_links_ = std::move(own.links);
+    links_ = own_links_.get();
+  }
   peers_ = peers;
-  RETURN_IF_ERROR(rdma::PublishAddress(store_, options_.ns, transport_));
   for (int peer : peers) {
-    ASSIGN_OR_RETURN(endpoints_[peer],
-                     rdma::ConnectToPeer(transport_, store_, options_.ns, peer,
-                                         options_.timeout));
+    ASSIGN_OR_RETURN(endpoints_[peer], links_->Lane(peer));
     // A dead peer fails the engine.
-    watches_.push_back(loop_->WatchPeer(peer, endpoints_[peer].get(),
-                                        [this](int, const absl::Status& status) { Fail(status); }));
+    ASSIGN_OR_RETURN(int64_t subscription,
+                     links_->Subscribe(peer, [this](int, const absl::Status& status) {
+                       Fail(status);
+                     }));
+    subscriptions_.push_back(subscription);
   }
   return absl::OkStatus();
 }
@@ -142,6 +168,12 @@ absl::Status ProgressEngine::Drain(const std::function<bool()>& idle,
                               " operations still in flight while draining")
                : what();
   });
+}
+
+bool ProgressEngine::Fence(absl::Span<const int> peers, absl::FunctionRef<bool()> done,
+                           absl::Time deadline, absl::string_view why) {
+  if (links_ == nullptr) return done();
+  return links_->Fence(peers, done, deadline, why);
 }
 
 absl::Status ProgressEngine::Barrier(const std::string& name) {

@@ -2,11 +2,14 @@
 // -----------------------------------------------------------------------------
 // ProgressEngine: the per-rank machinery every Communicator over an
 // rdma::Transport shares (the zero-copy executor and the rdma_copy
-// baseline): connecting to peers through the Store, counting operations in
-// flight, draining, and the communicator's deadline. Progress itself (the
+// baseline): its peers' links, counting operations in flight, draining,
+// giving up, and the communicator's deadline. Progress itself (the
 // Transport::Progress() calls, notifications to the owner, liveness probes,
 // the adaptive wait) is the transport's onesided::ProgressLoop: the engine
-// registers the owner's handlers and its peers with it.
+// registers the owner's handlers with it. Connections are a PeerLinks'
+// (onesided/links): the data lane to each peer and its one liveness watch,
+// shared with the other protocols on the links (a strategy's rings, its
+// versioned readers), or links of the engine's own when it has none.
 #ifndef RDMAFLOW_RUNTIME_PROGRESS_ENGINE_H_
 #define RDMAFLOW_RUNTIME_PROGRESS_ENGINE_H_
 
@@ -15,8 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/endpoint.h"
 #include "rdma/store.h"
@@ -37,11 +44,12 @@ class ProgressEngine {
 
   ProgressEngine(rdma::Transport& transport, rdma::Store& store,
                  const CommunicatorOptions& options, int world_size);
-  // Runs on `options.loop` when set (see CommunicatorOptions), else on a
-  // loop of its own.
-  // Leaves the loop (its handlers and watches), then collects the
-  // completions of operations still in flight (after Close cancelled them),
-  // so no callback outlives its owner. On the loop's thread.
+  // Runs on the loop of `options.links` when set, else on `options.loop`
+  // when set (see CommunicatorOptions), else on a loop of its own.
+  // Leaves the loop (its handlers) and the links (its subscriptions), then
+  // collects the completions of operations still in flight (links of its
+  // own are closed first, which cancels them; shared ones are fenced), so
+  // no callback outlives its owner. On the loop's thread.
   ~ProgressEngine();
 
   // Once, before Connect().
@@ -53,9 +61,17 @@ class ProgressEngine {
   rdma::Store& store() { return store_; }
   const CommunicatorOptions& options() const { return options_; }
 
-  // Publishes our address and connects to every rank in `peers`.
+  // Takes `options.links`, or makes links of its own (publishing our
+  // address under options.ns), then the data lane to every rank in `peers`
+  // and a subscription to its liveness (a dead peer fails the engine).
+  // kInvalidArgument when options.links run another transport or another
+  // loop than options.loop; the links' errors.
   absl::Status Connect(const std::vector<int>& peers);
-  rdma::Endpoint* endpoint(int peer) { return endpoints_[peer].get(); }
+  // The data lane to `peer` (the links'), after Connect(); null for a rank
+  // that is not a peer.
+  rdma::Endpoint* endpoint(int peer) { return endpoints_[peer]; }
+  // After Connect().
+  const onesided::PeerLinks& links() const { return *links_; }
 
   // One round: transport progress, notifications, the owner's round, and
   // the peers' liveness probes when due (a dead peer fails the engine
@@ -98,21 +114,30 @@ class ProgressEngine {
   // Blocks until every rank entered barrier `name` (once per name and job).
   absl::Status Barrier(const std::string& name);
 
+  // Giving up on operations posted to `peers` (PeerLinks::Fence): waits
+  // for `done()` half the time to `deadline`, then severs those peers on
+  // the links (which cancels what is posted, and tells every protocol on
+  // them) and waits again. True once `done()`.
+  bool Fence(absl::Span<const int> peers, absl::FunctionRef<bool()> done, absl::Time deadline,
+             absl::string_view why);
+
  private:
   rdma::Transport& transport_;
   rdma::Store& store_;
   const CommunicatorOptions options_;
   const int world_size_;
   std::vector<int> peers_;
-  std::vector<std::unique_ptr<rdma::Endpoint>> endpoints_;
+  std::vector<rdma::Endpoint*> endpoints_;  // the links', by rank
   int64_t outstanding_ = 0;
   absl::Status failure_;
   absl::Time next_probe_ = absl::InfinitePast();  // Poll()'s liveness probes
-  // After the endpoints: it stops watching them before they close.
-  std::unique_ptr<onesided::ProgressLoop> own_loop_;  // null: options_.loop
+  // The loop outlives the links made on it (declared first, goes last).
+  std::unique_ptr<onesided::ProgressLoop> own_loop_;  // null: the links' or options_'
   onesided::ProgressLoop* loop_;
-  std::vector<int64_t> handlers_;  // ours, on loop_
-  std::vector<int64_t> watches_;
+  std::unique_ptr<onesided::PeerLinks> own_links_;  // null: options_.links
+  onesided::PeerLinks* links_ = nullptr;            // set by Connect()
+  std::vector<int64_t> handlers_;       // ours, on loop_
+  std::vector<int64_t> subscriptions_;  // ours, on links_
 };
 
 }  // namespace rdmaflow::runtime

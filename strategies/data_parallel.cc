@@ -18,9 +18,8 @@ constexpr size_t kAlignment = 64;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
-    onesided::ProgressLoop& loop, rdma::Store& store, const std::string& ns,
-    const std::vector<int>& members, std::vector<Parameter> parameters,
-    const DataParallelOptions& options) {
+    onesided::PeerLinks& links, const std::vector<int>& members,
+    std::vector<Parameter> parameters, const DataParallelOptions& options) {
   std::unique_ptr<DataParallelGroup> group(new DataParallelGroup());
   std::vector<size_t> bytes;
   for (const Parameter& p : parameters) {
@@ -44,12 +43,11 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
   all_reduce.ring.chunk_bytes = static_cast<size_t>(options.chunk_bytes);
   all_reduce.ring.slots = options.slots;
   all_reduce.ring.timeout = options.timeout;
-  all_reduce.ring.loop = &loop;
+  all_reduce.ring.loop = &links.loop();
   all_reduce.direct = options.direct;
   const int64_t elements = group->layout_.total_bytes / sizeof(float);
   if (options.codec.empty()) {
-    ASSIGN_OR_RETURN(group->ring_, collectives::AllReduceGroup::Create(
-                                       loop.transport(), store, ns, members, all_reduce));
+    ASSIGN_OR_RETURN(group->ring_, collectives::AllReduceGroup::Create(links, members, all_reduce));
     group->flat_grads_ = at::from_blob(group->ring_->data(), {elements}, at::kFloat);
   } else {
     compression::CompressedAllReduceOptions compressed;
@@ -58,7 +56,7 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
     compressed.seed = options.seed;
     compressed.group = all_reduce;
     absl::StatusOr<std::unique_ptr<compression::CompressedAllReduce>> made =
-        compression::CompressedAllReduce::Create(loop, store, ns, members,
+        compression::CompressedAllReduce::Create(links, members,
                                                  static_cast<size_t>(elements), compressed);
     if (!made.ok()) {
       return absl::Status(made.status().code(),

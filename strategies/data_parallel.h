@@ -60,12 +60,12 @@ class DataParallelGroup {
  public:
   // Collective over `members` (global ranks, the same list everywhere),
   // all holding the same `parameters` (float32, CPU). With no parameters
-  // the group does nothing. Its ring runs on `loop` (the transport's, which
-  // must outlive the group). Errors: AllReduceGroup::Create's.
+  // the group does nothing. Its all-reduce runs on `links` (the
+  // transport's, shared with the strategy's other protocols; they must
+  // outlive the group). Errors: AllReduceGroup::Create's.
   static absl::StatusOr<std::unique_ptr<DataParallelGroup>> Create(
-      onesided::ProgressLoop& loop, rdma::Store& store, const std::string& ns,
-      const std::vector<int>& members, std::vector<Parameter> parameters,
-      const DataParallelOptions& options);
+      onesided::PeerLinks& links, const std::vector<int>& members,
+      std::vector<Parameter> parameters, const DataParallelOptions& options);
   // Points the gradients back at their own memory (the region goes away).
   ~DataParallelGroup();
 

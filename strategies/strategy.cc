@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "strategies/exception_text.h"
 
 namespace rdmaflow::strategies {
@@ -48,10 +49,15 @@ absl::StatusOr<graph::GraphDef> Strategy::Prepare(const StrategyContext& context
   if (absl::Status valid = loop.Validate(); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": ", valid.message()));
   }
-  // A fresh loop on this thread each time: a failed DoPrepare() may have
-  // left protocols registered with the last one, which must outlive them.
-  if (loop_ != nullptr) retired_loops_.push_back(std::move(loop_));
-  loop_ = std::make_unique<onesided::ProgressLoop>(*context.transport, loop);
+  // A fresh loop and links on this thread each time: a failed DoPrepare()
+  // may have left protocols registered with the last ones, which must
+  // outlive them.
+  if (own_.loop != nullptr) retired_.push_back(std::move(own_));
+  ASSIGN_OR_RETURN(own_, onesided::MakeOwnLinks(
+                             *context.transport, *context.store,
+                             options_.communicator_options.ns, nullptr, loop,
+                             options_.communicator_options.timeout,
+                             absl::StrCat(name(), " rank ", context.rank)));
   context_ = context;
   absl::StatusOr<graph::GraphDef> graph = DoPrepare(std::move(parameters));
   if (!graph.ok()) return graph;
@@ -68,7 +74,8 @@ absl::StatusOr<graph::GraphDef> Strategy::Prepare(const StrategyContext& context
 
 runtime::CommunicatorOptions Strategy::communicator_options() const {
   runtime::CommunicatorOptions options = options_.communicator_options;
-  options.loop = loop_.get();
+  options.loop = own_.loop.get();
+  options.links = own_.links.get();
   return options;
 }
 

@@ -41,6 +41,7 @@
 #include "graph_analyzer/graph.pb.h"
 #include "graph_analyzer/plan.pb.h"
 #include "graph_analyzer/planner.h"
+#include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
@@ -194,6 +195,14 @@ class Strategy {
   // the strategy's communicator runs (ps, layer_separated) and what a
   // trainer reports (registered bytes, transfers).
   const plan::TransferPlan& plan() const { return plan_; }
+  // What the transport's links cost this rank so far (zeros before
+  // Prepare()): one endpoint and one liveness watch per peer any of its
+  // protocols reached (a second, control, endpoint only where a ring asked
+  // for one), whatever the number of protocols. Moshpit's per-group links
+  // are not counted here.
+  onesided::PeerLinksStats link_stats() const {
+    return own_.links != nullptr ? own_.links->stats() : onesided::PeerLinksStats{};
+  }
   // Connects. Collective.
   absl::Status Start();
   // One iteration of this rank's role. kInvalidArgument without a
@@ -241,9 +250,18 @@ class Strategy {
   // strategy runs over the transport (its communicator, rings, mailboxes,
   // versioned readers) registers with it, so one wait progresses them all.
   // It outlives them (a member of the base).
-  onesided::ProgressLoop& loop() { return *loop_; }
-  // options().communicator_options with loop() set: what a strategy
-  // creates its communicators with.
+  onesided::ProgressLoop& loop() { return *own_.loop; }
+  // The transport's links on loop() (onesided/links), made with it under
+  // options().communicator_options.ns: every protocol the strategy runs
+  // takes its endpoint to a peer and its liveness watch from them, so a
+  // peer costs one endpoint and one watch whatever the protocols. They
+  // outlive the protocols (a member of the base). Moshpit's rings are the
+  // exception: their members come and go (a rank that rejoins is a new
+  // process), so each group connects links of its own.
+  onesided::PeerLinks& links() { return *own_.links; }
+  const onesided::PeerLinks& links() const { return *own_.links; }
+  // options().communicator_options with loop() and links() set: what a
+  // strategy creates its communicators with.
   runtime::CommunicatorOptions communicator_options() const;
   // The steps that succeeded so far (the iteration the next Step() runs).
   int64_t clock() const { return clock_; }
@@ -270,9 +288,10 @@ class Strategy {
   const StrategyOptions options_;
   StrategyContext context_;
   // A base member: it outlives the derived class's, whose protocols leave
-  // it first.
-  std::unique_ptr<onesided::ProgressLoop> loop_;  // from Prepare()
-  std::vector<std::unique_ptr<onesided::ProgressLoop>> retired_loops_;
+  // it first. From Prepare(): the loop and the links on it (links first
+  // to go).
+  onesided::OwnLinks own_;
+  std::vector<onesided::OwnLinks> retired_;
   Phase phase_ = Phase::kNew;
   plan::TransferPlan plan_;  // from Prepare()
   int64_t clock_ = 0;

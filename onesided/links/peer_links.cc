@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/annotate.h"
 #include "common/status_macros.h"
+#include "rdma/blocking.h"
 #include "rdma/rendezvous.h"
 
 namespace rdmaflow::onesided {
@@ -244,6 +245,19 @@ bool PeerLinks::Fence(absl::Span<const int> peers, absl::FunctionRef<bool()> don
   }
   loop_.Drain(done, deadline).IgnoreError();
   return done();
+}
+
+onesided::Fence PeerLinks::FenceOn(int peer, std::string why) {
+  return [this, peer, why = std::move(why)](absl::FunctionRef<bool()> finished) {
+    const bool was_severed = !PeerStatus(peer).ok();
+    const int peers[] = {peer};
+    Fence(peers, finished, absl::Now() + rdma::kCancelGrace, why);
+    const bool severed = !was_severed && !PeerStatus(peer).ok();
+    return absl::StrCat("fenced rank ", peer, " on the links",
+                        severed ? " (its operations hung: severed there, for every protocol "
+                                  "on the links)"
+                                : "");
+  };
 }
 
 }  // namespace rdmaflow::onesided

@@ -65,6 +65,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "onesided/progress/progress_loop.h"
+#include "onesided/progress/waits.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
@@ -206,6 +207,13 @@ class PeerLinks {
   // `why`) and drains again until `deadline`. Returns true once `done()`.
   bool Fence(absl::Span<const int> peers, absl::FunctionRef<bool()> done,
              absl::Time deadline, absl::string_view why);
+  // How a protocol's blocking write, read or flush on the lane to `peer`
+  // (progress/waits.h) is ended when its wait gives up: Fence() on that peer
+  // within rdma::kCancelGrace, so the operation is waited for and the peer
+  // severed only if it hangs, never the lane closed under the others. `why`
+  // says who gave up ("mailbox of rank 0 gave up a send to rank 1"). The
+  // links must outlive the fence.
+  onesided::Fence FenceOn(int peer, std::string why);
 
  private:
   struct Peer {

@@ -103,10 +103,8 @@ absl::StatusOr<graph::GraphDef> AllReduceStrategy::DoPrepare(std::vector<Paramet
 absl::Status AllReduceStrategy::DoStart() {
   std::vector<int> members;
   for (int r = 0; r < context().world_size; ++r) members.push_back(r);
-  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(
-                               loop(), *context().store,
-                               options().communicator_options.ns, members,
-                               parameters_, group_options_));
+  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(links(), members, parameters_,
+                                                     group_options_));
   return absl::OkStatus();
 }
 

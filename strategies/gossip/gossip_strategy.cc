@@ -63,23 +63,20 @@ absl::Status GossipStrategy::DoStart() {
   const int world = context().world_size;
   if (gossip_.mode == GossipMode::kPull) {
     ASSIGN_OR_RETURN(published_,
-                     onesided::VersionedBuffer::Create(transport, store, Ns(),
-                                                       absl::StrCat("r", context().rank),
+                     onesided::VersionedBuffer::Create(links(), absl::StrCat("r", context().rank),
                                                        bytes_, gossip_.copies));
     Publish();
     readers_.resize(world);
     for (int r = 0; r < world; ++r) {
       if (r == context().rank) continue;
       ASSIGN_OR_RETURN(readers_[r],
-                       onesided::VersionedReader::Create(loop(), store, Ns(),
-                                                         absl::StrCat("r", r), r, timeout));
+                       onesided::VersionedReader::Create(links(), absl::StrCat("r", r), r,
+                                                         timeout));
     }
     ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(bytes_));
     scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
   } else {
-    ASSIGN_OR_RETURN(mailbox_, onesided::Mailbox::Create(loop(), store, Ns(),
-                                                         context().rank, world, bytes_,
-                                                         timeout));
+    ASSIGN_OR_RETURN(mailbox_, onesided::Mailbox::Create(links(), world, bytes_, timeout));
     for (int r = 0; r < world; ++r) {
       if (r != context().rank) RETURN_IF_ERROR(mailbox_->Connect(r));
     }

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
 #include "rdma/rendezvous.h"
+#include "rdma/testing/connect_counter.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
 
@@ -88,6 +89,8 @@ struct MixRun {
   std::vector<absl::Status> status;
   std::vector<at::Tensor> start, final;
   std::vector<std::vector<int>> mixed, lost;
+  // Endpoints each rank's transport connected, and its links' count.
+  std::vector<int64_t> connected, link_endpoints;
 };
 
 MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after = 0) {
@@ -98,9 +101,13 @@ MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after 
   run.final.resize(kRanks);
   run.mixed.resize(kRanks);
   run.lost.resize(kRanks);
+  run.connected.resize(kRanks);
+  run.link_endpoints.resize(kRanks);
   run.status = rdma::testing::RunRankThreadsOwning(
       kRanks, [&](int rank, std::unique_ptr<rdma::Transport>& transport,
                   rdma::Store& store) -> absl::Status {
+        // Declared before the strategy: it goes after it.
+        rdma::testing::ConnectCounter counting(*transport);
         ASSIGN_OR_RETURN(auto strategy,
                          GossipStrategy::Create(ToyOptions(
                              steps, {{"topology", "ring"}, {"mode", mode}})));
@@ -110,7 +117,7 @@ MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after 
         std::vector<Parameter> params = {{"a", a.clone()}, {"b", b.clone()}};
         run.start[rank] = at::cat({a, b});
         RETURN_IF_ERROR(
-            strategy->Prepare({rank, kRanks, transport.get(), &store}, params).status());
+            strategy->Prepare({rank, kRanks, &counting, &store}, params).status());
         RETURN_IF_ERROR(strategy->Start());
         int step = 0;
         ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> {
@@ -137,6 +144,8 @@ MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after 
         run.final[rank] = at::cat({params[0].tensor, params[1].tensor}).detach().clone();
         run.mixed[rank] = strategy->peers_mixed();
         run.lost[rank] = strategy->peers_lost();
+        run.connected[rank] = counting.connected();
+        run.link_endpoints[rank] = strategy->link_stats().endpoints;
         return absl::OkStatus();
       });
   return run;
@@ -177,6 +186,9 @@ TEST(GossipStrategyTest, ReplicasReachConsensusThroughOneSidedReads) {
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(run.mixed[r], std::vector<int>(kSteps, (r + 1) % 4));
     EXPECT_TRUE(run.lost[r].empty());
+    // A reader of every peer, each on the links' one endpoint to it.
+    EXPECT_EQ(run.connected[r], 3) << "rank " << r;
+    EXPECT_EQ(run.link_endpoints[r], 3) << "rank " << r;
   }
 }
 
@@ -189,6 +201,9 @@ TEST(GossipStrategyTest, ReplicasReachConsensusThroughOneSidedWritesInPushMode) 
     // latest message, and one being overwritten is left for the next step,
     // so some of the steps' messages are never mixed (about 1 in 4 here).
     EXPECT_GE(run.mixed[r].size(), static_cast<size_t>(kSteps / 4)) << "rank " << r;
+    // The mailbox reaches every peer over the links' one endpoint to it.
+    EXPECT_EQ(run.connected[r], 3) << "rank " << r;
+    EXPECT_EQ(run.link_endpoints[r], 3) << "rank " << r;
     for (int sender : run.mixed[r]) EXPECT_EQ(sender, (r + 3) % 4) << "rank " << r;
   }
 }

@@ -122,8 +122,7 @@ absl::StatusOr<graph::GraphDef> LayerSeparatedStrategy::DoPrepare(
   ring.direct = group_options_.direct;
   std::vector<int> members;
   for (int r = 0; r < job.world_size; ++r) members.push_back(r);
-  ASSIGN_OR_RETURN(everyone_, collectives::AllReduceGroup::Create(
-                                  *job.transport, *job.store, Ns(), members, ring));
+  ASSIGN_OR_RETURN(everyone_, collectives::AllReduceGroup::Create(links(), members, ring));
   int k = requested_fc_ranks_;
   if (k == 0) {
     ASSIGN_OR_RETURN(k, ChooseK());
@@ -226,7 +225,7 @@ absl::Status LayerSeparatedStrategy::DoStart() {
   // The codec is the convolutional ranks': their gradients are what the
   // many replicas exchange; the few FC ranks' stay dense.
   group.codec = conv_ ? options().codec : std::string();
-  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(loop(), *context().store, Ns(), members,
+  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(links(), members,
                                                      conv_ ? features_ : head_, group));
   return absl::OkStatus();
 }

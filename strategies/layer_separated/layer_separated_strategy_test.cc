@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
+#include "rdma/testing/connect_counter.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
 
@@ -33,6 +34,9 @@ struct Job {
   std::vector<int> conv_ranks;                     // as each rank saw it
   std::vector<double> first_loss;
   std::vector<int64_t> codec_calls;  // by rank
+  // By rank: endpoints its transport connected; its links' counts.
+  std::vector<int64_t> connected;
+  std::vector<onesided::PeerLinksStats> links;
 };
 
 Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::string> params,
@@ -42,8 +46,11 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
   job.codec_calls.resize(world, -1);
   job.conv_ranks.resize(world);
   job.first_loss.resize(world, -1);
+  job.connected.resize(world);
+  job.links.resize(world);
   job.status = rdma::testing::RunRankThreads(
-      world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+      world, [&](int rank, rdma::Transport& fabric, rdma::Store& store) -> absl::Status {
+        rdma::testing::ConnectCounter transport(fabric);
         StrategyOptions options = Options(params);
         options.codec = codec;
         ASSIGN_OR_RETURN(auto strategy, LayerSeparatedStrategy::Create(options));
@@ -75,6 +82,8 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
         RETURN_IF_ERROR(strategy->Finish());
         for (const Parameter& param : params) job.finals[rank].push_back(param.tensor.detach().clone());
         job.codec_calls[rank] = strategy->compression().calls;
+        job.connected[rank] = transport.connected();
+        job.links[rank] = strategy->link_stats();
         return absl::OkStatus();
       });
   return job;
@@ -90,6 +99,14 @@ void ExpectMatchesReference(const ToyProblem& problem, const Job& job, int world
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(job.conv_ranks[r], conv);
     EXPECT_LT(ToyProblem::MaxDiff(job.finals[r], reference), 1e-5) << "rank " << r;
+    // The communicator, the ring over everyone and the group's all-reduce
+    // share the links: every endpoint is theirs, at most a data lane per
+    // peer and a control lane to a ring's left neighbour, and one watch
+    // per peer.
+    EXPECT_EQ(job.connected[r], job.links[r].endpoints) << "rank " << r;
+    EXPECT_LE(job.links[r].endpoints, 2 * (world - 1)) << "rank " << r;
+    EXPECT_LE(job.links[r].watches, world - 1) << "rank " << r;
+    EXPECT_GT(job.links[r].watches, 0) << "rank " << r;
   }
   // The loss the conv ranks report is their batch's, computed on the FC rank.
   std::vector<at::Tensor> p0(problem.init.begin(), problem.init.end());

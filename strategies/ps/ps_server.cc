@@ -27,10 +27,8 @@ at::Tensor FloatView(const std::byte* data, int64_t elements) {
 absl::Status PsStrategy::StartServer() {
   const Shard& shard = shards_[index_];
   const size_t bytes = shard.elements * sizeof(float);
-  rdma::Transport& transport = *context().transport;
   ASSIGN_OR_RETURN(params_, onesided::VersionedBuffer::Create(
-                                transport, *context().store, Ns(),
-                                absl::StrCat("ps", index_, "/params"), bytes,
+                                links(), absl::StrCat("ps", index_, "/params"), bytes,
                                 ps_.copies));
   // Version 1: the model's initial values (every rank builds the same model
   // from the same seed; the servers' copy is the one that counts).
@@ -42,8 +40,7 @@ absl::Status PsStrategy::StartServer() {
     }
   });
   ASSIGN_OR_RETURN(clocks_, onesided::VersionedBuffer::Create(
-                                transport, *context().store, Ns(),
-                                absl::StrCat("ps", index_, "/clocks"),
+                                links(), absl::StrCat("ps", index_, "/clocks"),
                                 2 * workers_ * sizeof(int64_t), ps_.copies));
   table_ = std::make_unique<ClockTable>(ps_.sync, workers_);
   momentum_ = at::zeros({shard.elements}, at::kFloat);

@@ -27,6 +27,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rdma/testing/connect_counter.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
 
@@ -57,6 +58,8 @@ struct JobResult {
   std::vector<std::vector<at::Tensor>> final_params;  // by worker
   std::vector<std::vector<StepReport>> reports;          // by worker
   std::vector<std::vector<std::vector<int64_t>>> history;  // by server
+  std::vector<onesided::PeerLinksStats> links;             // by rank
+  std::vector<int64_t> connected;  // endpoints the rank's transport connected
 };
 
 JobResult RunJob(const Problem& problem, int servers, int workers,
@@ -66,10 +69,13 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
   result.final_params.resize(workers);
   result.reports.resize(workers);
   result.history.resize(servers);
+  result.links.resize(servers + workers);
+  result.connected.resize(servers + workers);
   result.status = rdma::testing::RunRankThreads(
       servers + workers,
-      [&](int rank, rdma::Transport& transport,
+      [&](int rank, rdma::Transport& fabric,
           rdma::Store& store) -> absl::Status {
+        rdma::testing::ConnectCounter transport(fabric);
         ASSIGN_OR_RETURN(auto strategy, PsStrategy::Create(options));
         std::vector<Parameter> params = problem.MakeParameters();
         RETURN_IF_ERROR(strategy
@@ -94,6 +100,8 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
           if (strategy->computes()) result.reports[w].push_back(report);
         }
         RETURN_IF_ERROR(strategy->Finish());
+        result.links[rank] = strategy->link_stats();
+        result.connected[rank] = transport.connected();
         if (strategy->computes()) {
           for (const Parameter& param : params) {
             result.final_params[w].push_back(param.tensor.detach().clone());
@@ -119,6 +127,18 @@ TEST_P(BspTest, MatchesOneProcessTrainingOnTheConcatenatedBatches) {
                                  {{"servers", "2"}, {"sync", "bsp"}, {"pull", pull}}),
                          nullptr);
   for (const absl::Status& status : job.status) ASSERT_OK(status);
+
+  // One endpoint and one watch per peer, shared by the communicator and
+  // the versioned readers (pull=read reads params and clocks from each
+  // server): a worker's peers are the servers, a server's the workers. No
+  // protocol connects beside the links. The gRPC communicator connects
+  // nothing over the transport.
+  for (int rank = 0; rank < 2 + kWorkers; ++rank) {
+    const int64_t peers = communicator == "grpc" ? 0 : 2;
+    EXPECT_EQ(job.connected[rank], peers) << "rank " << rank;
+    EXPECT_EQ(job.links[rank].endpoints, peers) << "rank " << rank;
+    EXPECT_EQ(job.links[rank].watches, peers) << "rank " << rank;
+  }
 
   // The reference: one process, the batches of a step concatenated.
   const std::vector<at::Tensor> reference = problem.Reference({0, 1}, kSteps, 0.1, 0.9);

@@ -69,8 +69,7 @@ absl::Status PsStrategy::StartWorker() {
   for (int s = 0; s < servers; ++s) {
     ASSIGN_OR_RETURN(auto reader,
                      onesided::VersionedReader::Create(
-                         loop(), *context().store, Ns(),
-                         absl::StrCat("ps", s, "/params"), s, timeout));
+                         links(), absl::StrCat("ps", s, "/params"), s, timeout));
     if (reader->bytes() != shards_[s].elements * sizeof(float)) {
       return absl::FailedPreconditionError(absl::StrCat(
           Where(), ": server ", s, " publishes ", reader->bytes(),
@@ -80,8 +79,7 @@ absl::Status PsStrategy::StartWorker() {
     }
     param_readers_.push_back(std::move(reader));
     ASSIGN_OR_RETURN(reader, onesided::VersionedReader::Create(
-                                 loop(), *context().store, Ns(),
-                                 absl::StrCat("ps", s, "/clocks"), s, timeout));
+                                 links(), absl::StrCat("ps", s, "/clocks"), s, timeout));
     clock_readers_.push_back(std::move(reader));
   }
   ASSIGN_OR_RETURN(rdma::MemoryRegion scratch,
