@@ -8,7 +8,6 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "rdma/ibverbs/ibverbs_transport.h"
 #include "rdma/ibverbs/queue_pair.h"
 #include "rdma/slice.h"
 
@@ -64,13 +63,13 @@ struct IbverbsEndpoint::Lanes {
           // Its ring record will never be written: the target would hold
           // back every later one, so the endpoint notifies no more.
           if (entry->record.has_value()) {
-            transport->FailRing(first, entry->status);
+            queues->FailRing(first, entry->status);
           }
-          transport->completions_.Push(std::move(entry->done), entry->status);
+          queues->Defer(std::move(entry->done), entry->status);
           continue;
         }
         ++first.reserved;  // PostReservedNotification releases it.
-        transport->PostReservedNotification(first, entry->value, entry->record,
+        queues->PostReservedNotification(first, entry->value, entry->record,
                                             std::move(entry->done));
         continue;
       }
@@ -84,38 +83,41 @@ struct IbverbsEndpoint::Lanes {
       }
       if (refused.ok()) refused = first.failure;
       if (!refused.ok()) {
-        transport->completions_.Push(std::move(entry->done), refused);
+        queues->Defer(std::move(entry->done), refused);
         continue;
       }
       // A refused post leaves `done` here (PostChain()).
       absl::Status posted =
-          transport->PostMarker(first, std::move(entry->done), true);
+          queues->PostMarker(first, std::move(entry->done), true);
       if (!posted.ok()) {
-        transport->completions_.Push(std::move(entry->done), posted);
+        queues->Defer(std::move(entry->done), posted);
       }
     }
   }
 
-  IbverbsTransport* transport;
+  SendQueues* queues;
   std::vector<std::shared_ptr<EndpointState>> states;
   uint64_t stripe_min = 0;
   std::deque<std::shared_ptr<Pending>> pending;
 };
 
-IbverbsEndpoint::IbverbsEndpoint(
-    IbverbsTransport* transport,
-    std::vector<std::shared_ptr<EndpointState>> lanes, uint64_t stripe_min)
-    : transport_(transport),
+IbverbsEndpoint::IbverbsEndpoint(SendQueues* queues, const VerbsContext* context,
+                                 size_t max_outstanding,
+                                 std::vector<std::shared_ptr<EndpointState>> lanes,
+                                 uint64_t stripe_min)
+    : queues_(queues),
+      context_(context),
+      max_outstanding_(max_outstanding),
       state_(lanes.front()),
       lanes_(std::make_shared<Lanes>()) {
-  lanes_->transport = transport;
+  lanes_->queues = queues;
   lanes_->states = std::move(lanes);
   lanes_->stripe_min = stripe_min;
 }
 
 IbverbsEndpoint::~IbverbsEndpoint() {
   Close().IgnoreError();
-  for (const auto& lane : lanes_->states) transport_->Forget(lane->id);
+  for (const auto& lane : lanes_->states) queues_->Forget(lane->id);
 }
 
 std::string IbverbsEndpoint::Describe() const {
@@ -134,7 +136,7 @@ absl::Status IbverbsEndpoint::CheckUsable() const {
   for (const auto& lane : lanes_->states) {
     if (!lane->failure.ok()) return lane->failure;
   }
-  if (s.operations >= transport_->options_.max_outstanding_per_endpoint) {
+  if (s.operations >= max_outstanding_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         s.operations, " operations in flight towards rank ", s.peer_rank,
         "; progress the transport and retry"));
@@ -160,7 +162,7 @@ absl::Status IbverbsEndpoint::Prepare(const LocalSlice& local,
           ? static_cast<const VerbsRegistration*>(base)
           : nullptr;
   if (registration == nullptr ||
-      registration->context() != transport_->context_.get()) {
+      registration->context() != context_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the local region of an operation towards rank ", s.peer_rank,
         " was not registered with this ibverbs transport"));
@@ -199,9 +201,9 @@ absl::Status IbverbsEndpoint::PostParts(ibv_wr_opcode opcode,
   // Nothing is posted unless every part can be.
   for (const Part& part : parts) {
     if (part.lane->operations >=
-            transport_->options_.max_outstanding_per_endpoint ||
-        !transport_->HasRoom(*part.lane,
-                             transport_->RequestsFor(part.length))) {
+            max_outstanding_ ||
+        !queues_->HasRoom(*part.lane,
+                             queues_->RequestsFor(part.length))) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the queue pairs towards rank ", state_->peer_rank,
           " are full; progress the transport and retry"));
@@ -212,7 +214,7 @@ absl::Status IbverbsEndpoint::PostParts(ibv_wr_opcode opcode,
   std::shared_ptr<Lanes::Pending> entry;
   if (notification.has_value()) {
     ASSIGN_OR_RETURN(std::optional<NotifyRingWriter::Next> record,
-                     transport_->ReserveNotification(*state_, *notification));
+                     queues_->ReserveNotification(*state_, *notification));
     entry = std::make_shared<Lanes::Pending>();
     entry->value = *notification;
     entry->record = record;
@@ -225,7 +227,7 @@ absl::Status IbverbsEndpoint::PostParts(ibv_wr_opcode opcode,
   for (size_t i = 0; i < parts.size(); ++i) {
     ibv_sge part_sge = sge;
     part_sge.addr += parts[i].offset;
-    absl::Status posted = transport_->PostOperation(
+    absl::Status posted = queues_->PostOperation(
         *parts[i].lane, opcode, std::nullopt, part_sge, parts[i].length,
         remote_address + parts[i].offset, rkey, Lanes::Part(join), op,
         host_source);
@@ -266,7 +268,7 @@ absl::Status IbverbsEndpoint::PostWrite(const LocalSlice& src,
                      notification ? "write with notification" : "write",
                      host_source);
   }
-  return transport_->PostOperation(
+  return queues_->PostOperation(
       *state_, IBV_WR_RDMA_WRITE, notification, sge, src.length,
       dst.address(), rkey, std::move(done),
       notification ? "write with notification" : "write", host_source);
@@ -283,7 +285,7 @@ absl::Status IbverbsEndpoint::PostRead(const LocalSlice& dst,
                      std::nullopt, std::move(done), "read",
                      /*host_source=*/false);
   }
-  return transport_->PostOperation(*state_, IBV_WR_RDMA_READ, std::nullopt,
+  return queues_->PostOperation(*state_, IBV_WR_RDMA_READ, std::nullopt,
                                    sge, dst.length, src.address(), rkey,
                                    std::move(done), "read",
                                    /*host_source=*/false);
@@ -293,13 +295,13 @@ absl::Status IbverbsEndpoint::PostFlush(Completion done) {
   RETURN_IF_ERROR(CheckUsable());
   const auto& states = lanes_->states;
   if (states.size() == 1) {
-    return transport_->PostMarker(*state_, std::move(done), true);
+    return queues_->PostMarker(*state_, std::move(done), true);
   }
   // The other queue pairs' markers now; the first's once they completed
   // and the notifications pending before this flush are posted (its place
   // reserved now, so it never fails for room later).
   for (const auto& lane : states) {
-    if (!transport_->HasRoom(*lane, 1)) {
+    if (!queues_->HasRoom(*lane, 1)) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the queue pairs towards rank ", state_->peer_rank,
           " are full; progress the transport and retry"));
@@ -315,7 +317,7 @@ absl::Status IbverbsEndpoint::PostFlush(Completion done) {
   ++state_->reserved;
   for (size_t i = 1; i < states.size(); ++i) {
     absl::Status posted =
-        transport_->PostMarker(*states[i], Lanes::Part(join), true);
+        queues_->PostMarker(*states[i], Lanes::Part(join), true);
     if (posted.ok()) continue;
     if (i == 1) {
       lanes_->pending.pop_back();
@@ -335,7 +337,7 @@ absl::Status IbverbsEndpoint::Close() {
   // blocks for one close_timeout, not one per queue pair.
   for (const auto& lane : lanes_->states) {
     if (lane->closed || lane->stopped) continue;
-    absl::Status stopped = transport_->Stop(
+    absl::Status stopped = queues_->Stop(
         *lane, absl::CancelledError(absl::StrCat(
                    "the endpoint to rank ", lane->peer_rank, " was closed")));
     if (first_error.ok()) first_error = stopped;
@@ -346,7 +348,7 @@ absl::Status IbverbsEndpoint::Close() {
     s.closed = true;
     // Not FailAll() at once: the adapter may touch a request's buffers until
     // its flush completion arrives, and a callback hands the buffer back.
-    absl::Status closed = transport_->CloseEndpoint(s);
+    absl::Status closed = queues_->CloseEndpoint(s);
     if (first_error.ok()) first_error = closed;
   }
   return first_error;

@@ -27,18 +27,20 @@
 
 #include "rdma/endpoint.h"
 #include "rdma/ibverbs/ibverbs_internal.h"
+#include "rdma/ibverbs/send_queues.h"
 
 namespace rdmaflow::rdma::ibverbs {
 
-class IbverbsTransport;
-
-// Thread-compatible, like its transport, which must outlive it.
+// Thread-compatible, like its transport, which must outlive it. It posts
+// through the transport's SendQueues (send_queues.h), where its lanes'
+// completions are dispatched.
 class IbverbsEndpoint final : public Endpoint {
  public:
-  // `lanes`: the queue pairs, the first carrying notifications.
-  IbverbsEndpoint(IbverbsTransport* transport,
-                  std::vector<std::shared_ptr<EndpointState>> lanes,
-                  uint64_t stripe_min);
+  // `lanes`: the queue pairs, the first carrying notifications, already
+  // added to `queues`; `context`: the device whose registrations its local
+  // regions must be; at most `max_outstanding` operations in flight.
+  IbverbsEndpoint(SendQueues* queues, const VerbsContext* context, size_t max_outstanding,
+                  std::vector<std::shared_ptr<EndpointState>> lanes, uint64_t stripe_min);
   ~IbverbsEndpoint() override;
 
   int peer_rank() const override { return state_->peer_rank; }
@@ -84,7 +86,9 @@ class IbverbsEndpoint final : public Endpoint {
 
   // What the parts' callbacks need, which may outlive the endpoint.
   struct Lanes;
-  IbverbsTransport* transport_;
+  SendQueues* queues_;
+  const VerbsContext* context_;
+  const size_t max_outstanding_;
   std::shared_ptr<EndpointState> state_;  // The first queue pair.
   std::shared_ptr<Lanes> lanes_;
 };

@@ -58,7 +58,8 @@ class VerbsRegistration final : public MemoryRegion::Registration {
   void* owned_;
 };
 
-// The packed key of a descriptor: "IBV1" and the 32-bit rkey.
+// The packed key of a descriptor: "IBV1" and the 32-bit rkey
+// (registration.cc).
 std::string PackKey(uint32_t rkey);
 // kInvalidArgument, naming the peer, for anything else.
 absl::StatusOr<uint32_t> UnpackKey(absl::string_view packed, int peer_rank);
@@ -76,7 +77,7 @@ struct WorkRequest {
 };
 
 // An endpoint's queue pair and what is in flight on it. Owned jointly by the
-// endpoint and the transport (which looks it up by id from completions).
+// endpoint and SendQueues (which looks it up by id from completions).
 struct EndpointState {
   uint64_t id = 0;
   int peer_rank = -1;

@@ -14,29 +14,27 @@
 #ifndef RDMAFLOW_RDMA_IBVERBS_IBVERBS_TRANSPORT_H_
 #define RDMAFLOW_RDMA_IBVERBS_IBVERBS_TRANSPORT_H_
 
-#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rdma/ibverbs/acceptor.h"
+#include "rdma/ibverbs/accepted_peers.h"
 #include "rdma/ibverbs/bootstrap.h"
+#include "rdma/ibverbs/connector.h"
 #include "rdma/ibverbs/device.h"
 #include "rdma/ibverbs/ibverbs_internal.h"
+#include "rdma/ibverbs/notify_inbox.h"
 #include "rdma/ibverbs/notify_ring.h"
-#include "rdma/ibverbs/queue_pair.h"
+#include "rdma/ibverbs/queue_pair_factory.h"
 #include "rdma/ibverbs/rdmacm.h"
-#include "rdma/internal/completion_queue.h"
-#include "rdma/internal/notification_queue.h"
+#include "rdma/ibverbs/registration.h"
+#include "rdma/ibverbs/send_queues.h"
 #include "rdma/job_token.h"
 #include "rdma/transport.h"
 #include "rdma/transport_registry.h"
@@ -55,6 +53,9 @@ enum class NotifyMode {
   // message, and the only kind a completion channel can wake a waiter for.
   kImmediate,
 };
+
+// The most queue pairs per connected peer (IbverbsTransportOptions::qps_per_peer).
+inline constexpr int kMaxQueuePairsPerPeer = 16;
 
 struct IbverbsTransportOptions {
   int rank = 0;
@@ -149,7 +150,12 @@ struct IbverbsTransportStats {
 
 // Thread-compatible (see Transport); its handshake listener (TCP or rdmacm)
 // runs on a thread of its own and shares the accepted queue pairs, their
-// ranks, their rings and the retired ones, under a mutex.
+// ranks, their rings and the retired ones through AcceptedPeers. The
+// transport wires its parts, each in a file of its own: registration
+// (registration.h), the connecting and accepting sides (connector.h,
+// acceptor.h), the connected queue pairs' posting and completion dispatch
+// (send_queues.h, used by IbverbsEndpoint), and the notifications' arrival
+// (notify_inbox.h).
 class IbverbsTransport final : public Transport {
  public:
   // kUnavailable when there is no usable RDMA device (with what to check).
@@ -182,191 +188,42 @@ class IbverbsTransport final : public Transport {
   IbverbsTransportStats stats() const;
 
  private:
-  friend class IbverbsEndpoint;
-  friend class AcceptedQueuePair;
-
   IbverbsTransport(const IbverbsTransportOptions& options, JobToken token)
       : options_(options), job_token_(std::move(token)) {}
+  // Opens the device, makes the queues and the parts below, starts the
+  // listener.
   absl::Status Init();
-  absl::StatusOr<MemoryRegion> RegisterMemory(void* data, size_t bytes,
-                                              void* owned);
-  absl::Status PostReceives(int& count);
-  // Answers a peer's handshake (on the listener thread): creates and
-  // connects its queue pair, owned by the returned AcceptedPeer.
-  absl::StatusOr<Accepted> Accept(const QueuePairInfo& request);
-  // The same for an rdmacm connect request (on the rdmacm listener's thread).
-  absl::StatusOr<CmAccepted> AcceptCm(const CmPeerInfo& request,
-                                      rdma_cm_id* id);
-  // kUnavailable, naming both, unless the connection manager routes `id`
-  // through this transport's device.
-  absl::Status CheckCmDevice(rdma_cm_id* id, int peer_rank) const;
-  // What both answer with: creates the queue pair, lets `connect` move it to
-  // RTS, offers a ring where the peer named a credit word.
-  absl::StatusOr<Accepted> AcceptQueuePair(
-      int rank, uint64_t credit_address, uint32_t credit_rkey,
-      absl::FunctionRef<absl::Status(ibv_qp*, uint32_t psn)> connect);
-  // The listener released a peer (on the listener thread): the queue pair
-  // moves to the error state and waits in retired_ for Progress() to drain
-  // the receive queue of its completions and destroy it.
-  void RetireAccepted(uint32_t qpn);
-  QueuePairOptions QpOptions() const;
-  QueuePairInfo WithMarker(QueuePairInfo info) const;
-
-  // The data path, called by IbverbsEndpoint and Progress().
-  // One operation of `length` bytes from `sge.addr`, split into work
-  // requests of at most the device's largest message, followed by the
-  // notification's flag record where the peer takes them; one doorbell.
-  // As PostChain(), `done` is taken only when the operation is accepted.
-  // Small writes go inline (the CPU copies them at post time) unless the
-  // source is device memory (`host_source` false: GPUDirect RDMA).
-  absl::Status PostOperation(EndpointState& state, ibv_wr_opcode opcode,
-                             std::optional<uint32_t> notification,
-                             const ibv_sge& sge, uint64_t length,
-                             uint64_t remote_address, uint32_t rkey,
-                             Completion&& done, const char* op,
-                             bool host_source);
-  // Work requests an operation of `length` bytes takes (one per largest
-  // message of the port).
-  uint64_t RequestsFor(uint64_t length) const;
-  // Whether `state` can take `requests` more work requests (and a marker),
-  // beside the notifications reserved on it.
-  bool HasRoom(const EndpointState& state, uint64_t requests) const;
-  // Room in `state`'s flag ring for one more record: kResourceExhausted
-  // when full; kDataLoss (and the endpoint fails) for a forged credit.
-  absl::Status CheckRingRoom(EndpointState& state);
-  // A notification to post later on `state` (behind stripes still in
-  // flight): takes its place in the send queue, and its ring record in flag
-  // mode. kResourceExhausted when there is no room; kDataLoss for a forged
-  // credit (the endpoint fails).
-  absl::StatusOr<std::optional<NotifyRingWriter::Next>> ReserveNotification(
-      EndpointState& state, uint32_t value);
-  // Posts a reserved notification (a zero-byte WRITE WITH IMMEDIATE, or the
-  // reserved record); `done` rides on it. If it cannot be posted, `done`
-  // fires from the next Progress() with the error.
-  void PostReservedNotification(EndpointState& state, uint32_t value,
-                                std::optional<NotifyRingWriter::Next> record,
-                                Completion done);
-  // One queue pair and its handshake towards `peer` at host:port (the
-  // listener `target`); `notifies`: it carries the endpoint's notifications
-  // (may take flags).
-  absl::StatusOr<std::shared_ptr<EndpointState>> ConnectLane(
-      const PeerInfo& peer, const std::string& host, int port,
-      const HandshakeTarget& target, bool notifies);
-  // Posts `count` linked work requests with one ibv_post_send; `done` rides
-  // on the last. Signals the last when the queue was idle (so a lone
-  // operation needs no marker) or `force_signal`, and any whose unsignaled
-  // run reaches signal_every. A chain the adapter took only in part is
-  // accepted, fails the endpoint, and completes `done` with that error
-  // (WorkRequest::forced) once the requests taken are done.
-  // kFailedPrecondition once the queue pair was destroyed (Fence()).
-  // `done` is taken only when the chain is accepted (OK returned): a caller
-  // whose post is refused still holds it.
-  absl::Status PostChain(EndpointState& state, ibv_send_wr* wrs, int count,
-                         Completion&& done, bool has_callback, const char* op,
-                         bool force_signal);
-  absl::Status PostMarker(EndpointState& state, Completion&& done,
-                          bool has_callback);
-  void Complete(EndpointState& state, WorkRequest& request,
-                absl::Status status);
-  void HandleSendCompletion(const ibv_wc& wc);
-  // Polls the send completion queue once; how many completions it handled.
-  absl::StatusOr<int> PollSendQueue();
-  // Takes the receive completion queue's notifications; how many receives
-  // were consumed.
-  absl::StatusOr<int> PollReceiveQueue();
-  // A ring the listener offered an accepted peer (notify_ring.h); the queue
-  // pair is the accepted one, which also carries the credits back.
-  struct AcceptedRing {
-    uint32_t qpn = 0;
-    int rank = -1;
-    ibv_qp* qp = nullptr;  // Owned by accepted_, then retired_.
-    uint32_t max_inline = 0;  // What its queue pair writes inline.
-    MemoryRegion memory;   // The records, then the credit's source word.
-    std::optional<NotifyRingReader> reader;
-    uint64_t credit_address = 0;
-    uint32_t credit_rkey = 0;
-  };
-  // Delivers what arrived in the rings; sends the credits due.
-  int PollRings();
-  // False when the post failed (logged).
-  bool SendCredit(AcceptedRing& ring, uint64_t consumed);
-  // A reserved ring record of `state` will never be written: fails the
-  // endpoint (the target would wait for it before any later one).
-  void FailRing(EndpointState& state, const absl::Status& why);
-  // Takes the rings and retirements the listener queued (under mutex_).
-  void TakeListenerChanges(
-      std::vector<std::pair<uint32_t, QpPtr>>& retiring);
-  // Forgets the retired queue pairs TakeListenerChanges() took, drops their
-  // rings, and destroys them.
+  // Destroys the queue pairs the listener retired (after their rings and
+  // the receive queue were polled a last time) and forgets them.
   void DropRetired(std::vector<std::pair<uint32_t, QpPtr>>& retiring);
-  void FailAll(EndpointState& state, const absl::Status& status);
-  void Forget(uint64_t endpoint_id);
-  // Fails the endpoints whose peer closed its handshake connection, and
-  // fences stopped endpoints whose flush is overdue.
-  void WatchPeers();
-  // Puts a signaled marker behind the unsignaled tail of each endpoint that
-  // posted nothing since the last Progress() (Progress() calls it only
-  // while sweep_due_).
-  void SweepIdleTails();
-  // Stops `state`'s queue pair: a signaled marker behind an unsignaled tail,
-  // then the error state, so that every request still queued ends with a
-  // completion (a flush error, or success for the marker), and `reason` for
-  // the flushed ones. Only after that completion may the callbacks fire.
-  absl::Status Stop(EndpointState& state, absl::Status reason);
-  // Close(): Stop(), then polls until every request of `state` completed,
-  // or close_timeout passes (then Fence()).
-  absl::Status CloseEndpoint(EndpointState& state);
-  // The flush did not come: destroys the queue pair, after which the
-  // adapter no longer touches the buffers, then fails what is left. If even
-  // that fails, the callbacks are leaked (never run) so that nobody frees a
-  // buffer the adapter may still write; kInternal says so.
-  absl::Status Fence(EndpointState& state);
 
   const IbverbsTransportOptions options_;
+  const JobToken job_token_;
+  // Declared in the order they are made; each goes before what it uses.
   std::shared_ptr<VerbsContext> context_;
   ChannelPtr channel_;  // Before the CQs: it outlives them.
   bool armed_ = false;  // Both CQs asked for an event since the last one.
   CqPtr send_cq_;
   CqPtr recv_cq_;
   SrqPtr srq_;
+  std::unique_ptr<Registrar> registrar_;
   // 64 readable bytes (the peers' marker target) and 64 scratch bytes.
   MemoryRegion marker_;
-  const JobToken job_token_;
   // The listener's random id, published in address(): a handshake MAC'd
   // for an earlier process at the same address does not verify here.
   uint64_t instance_ = 0;
   std::string address_;
   std::string handshake_address_;
   std::string description_;
-
-  mutable absl::Mutex mutex_;
-  // The sender's rank of each accepted queue pair, for notifications.
-  absl::flat_hash_map<uint32_t, int> rank_of_qp_ ABSL_GUARDED_BY(mutex_);
-  absl::flat_hash_map<uint32_t, QpPtr> accepted_ ABSL_GUARDED_BY(mutex_);
-  std::vector<std::pair<uint32_t, QpPtr>> retired_ ABSL_GUARDED_BY(mutex_);
-  std::vector<std::unique_ptr<AcceptedRing>> new_rings_ ABSL_GUARDED_BY(mutex_);
-  // Set by the listener when retired_ or new_rings_ grew: Progress() takes
-  // the lock only then.
-  std::atomic<bool> listener_changed_{false};
-  // The rings of accepted peers, polled by Progress() (its thread only).
-  std::vector<std::unique_ptr<AcceptedRing>> rings_;
-  // Progress()'s copy of rank_of_qp_, refreshed with the listener's changes.
-  absl::flat_hash_map<uint32_t, int> ranks_;
-  // Receives consumed and not yet reposted, and the batch that reposts them.
-  int unposted_receives_ = 0;
-  int repost_batch_ = 1;
-  int64_t retired_count_ ABSL_GUARDED_BY(mutex_) = 0;
-  int64_t fenced_count_ = 0;
-
-  absl::flat_hash_map<uint64_t, std::shared_ptr<EndpointState>> endpoints_;
-  uint64_t next_endpoint_id_ = 1;
-  absl::Time next_watch_ = absl::InfinitePast();
-  // Set when a post left an endpoint's tail unsignaled: only then does
-  // Progress() sweep the endpoints for idle ones that need a marker.
-  bool sweep_due_ = false;
-  ::rdmaflow::rdma::internal::CompletionQueue completions_;
-  rdma::internal::NotificationQueue notifications_{
-      "rdmaflow ibverbs", rdma::internal::NotificationQueue::kDefaultCapacity};
+  // Connected queue pairs: posting, completions, stop and fence.
+  std::unique_ptr<SendQueues> queues_;
+  // Accepted queue pairs, shared with the listener's thread.
+  AcceptedPeers peers_;
+  // Notifications: receives and the accepted peers' rings.
+  std::unique_ptr<NotifyInbox> inbox_;
+  QueuePairFactory factory_;
+  std::unique_ptr<Acceptor> acceptor_;
+  std::unique_ptr<Connector> connector_;
   std::unique_ptr<BootstrapListener> listener_;  // Stopped first.
   std::unique_ptr<CmListener> cm_listener_;     // With use_rdmacm, instead.
 };
