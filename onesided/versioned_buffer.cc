@@ -206,6 +206,8 @@ absl::Status VersionedReader::Named(absl::Status status) const {
 }
 
 absl::Status VersionedReader::ReadWords(size_t offset, size_t count) {
+  // Severed by any protocol on the links: why, not a closed endpoint.
+  RETURN_IF_ERROR(Named(links_.PeerStatus(owner_)));
   const size_t length = count * sizeof(uint64_t);
   return Named(
       onesided::Read(links_.loop(), *endpoint_, {scratch_.get(), offset, length},
@@ -251,6 +253,7 @@ absl::StatusOr<uint64_t> VersionedReader::Read(const rdma::LocalSlice& dst) {
     absl::StatusOr<SlotRead> got = stamp.TryRead(
         LoadStamp(scratch_->data(), slot.stamp_offset),
         [&] {
+          RETURN_IF_ERROR(Named(links_.PeerStatus(owner_)));
           return Named(onesided::Read(links_.loop(), *endpoint_, dst,
                                       {remote_.get(), slot.payload_offset, bytes_},
                                       absl::Now() + timeout_, fence_));

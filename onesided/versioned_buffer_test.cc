@@ -19,6 +19,7 @@ namespace {
 
 using ::rdmaflow::testing::IsOkAndHolds;
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr char kNs[] = "versioned_test";
@@ -149,6 +150,35 @@ TEST(VersionedBufferTest, RejectsBadLayoutsAndMissingOwners) {
         return absl::OkStatus();
       });
   EXPECT_OK(results[0]);
+}
+
+TEST(VersionedBufferTest, AReaderOfAnOwnerSeveredOnItsLinksSaysWhy) {
+  // Another protocol on the links severed the owner (its operations hung):
+  // the reader's next read fails with the links' reason, not with a closed
+  // endpoint's.
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ProgressLoop loop(transport, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(std::unique_ptr<PeerLinks> links,
+                         PeerLinks::Create(transport, store, "versioned_severed", loop, {}));
+        if (rank == 0) {
+          ASSIGN_OR_RETURN(auto buffer, VersionedBuffer::Create(*links, "p", 24, 2));
+          return store.Wait({"versioned_severed/done"}, absl::Seconds(60));
+        }
+        ASSIGN_OR_RETURN(auto reader, VersionedReader::Create(*links, "p", 0, absl::Seconds(60)));
+        ASSIGN_OR_RETURN(rdma::MemoryRegion dst, transport.Allocate(24));
+        EXPECT_OK(reader->Read({&dst, 0, 24}).status());
+        links->Sever(0, absl::UnavailableError("a ring gave up on rank 0"));
+        EXPECT_THAT(reader->Read({&dst, 0, 24}),
+                    StatusIs(absl::StatusCode::kUnavailable,
+                             AllOf(HasSubstr("reading versioned buffer 'p' of rank 0"),
+                                   HasSubstr("a ring gave up on rank 0"))));
+        EXPECT_THAT(reader->LatestVersion(),
+                    StatusIs(absl::StatusCode::kUnavailable, HasSubstr("a ring gave up")));
+        reader.reset();
+        return store.Set("versioned_severed/done", "1");
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
 }
 
 }  // namespace

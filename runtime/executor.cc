@@ -306,7 +306,7 @@ void Executor::PostDeferred() {
     }
     // A write that will never run still releases what it held and reports
     // its error through its callback.
-    engine_.Started();
+    engine_.Started(slot->info.dst_rank);
     if (!posted.ok()) write.done(posted);
     slot->pending.reset();
   }
@@ -403,7 +403,7 @@ absl::Status Executor::SendStatic(internal::SendSlot& slot,
   std::shared_ptr<const void> keep = std::move(tensor.keepalive);
   auto done = [this, s = &slot, stage, staged, begin, step,
                keep](absl::Status status) {
-    engine_.Completed();
+    engine_.Completed(s->info.dst_rank);
     if (staged) s->staging_busy[stage] = false;
     if (!staged) --in_place_sends_;
     if (!status.ok()) {
@@ -493,7 +493,7 @@ absl::Status Executor::SendDynamic(internal::SendSlot& slot,
   const int64_t step = step_;
   const uint64_t bytes = tensor.bytes;
   auto done = [this, s = &slot, stage, begin, step, bytes](absl::Status status) {
-    engine_.Completed();
+    engine_.Completed(s->info.dst_rank);
     s->meta_busy[stage] = false;
     if (!status.ok()) {
       engine_.Fail(Annotate(status, absl::StrCat("publishing step ", step, " of ",
@@ -604,11 +604,12 @@ absl::StatusOr<ReceivedTensor> Executor::RecvDynamic(
         return slot->endpoint->PostRead(
             {dest_pool_region_.get(), *dest, bytes},
             {slot->source_pool, metadata->source_offset, bytes},
-            [this, alive = std::weak_ptr<int>(alive_), read](absl::Status status) {
+            [this, alive = std::weak_ptr<int>(alive_), read,
+             peer = slot->info.src_rank](absl::Status status) {
               read->done = true;
               read->status = std::move(status);
               if (alive.expired()) return;  // `keep` stays: see PendingRead
-              engine_.Completed();
+              engine_.Completed(peer);
               if (read->abandoned) {
                 dest_pool_->Free(read->dest);
                 delete read->keep;
@@ -666,9 +667,9 @@ void Executor::AbandonRead(const std::shared_ptr<PendingRead>& read, int peer,
   read->abandoned = true;
   read->keep = new std::shared_ptr<rdma::MemoryRegion>(dest_pool_region_);
   std::fprintf(stderr,
-               "rdmaflow: rank %d: a read from rank %d was not cancelled within %s "
-               "of closing the link; its destination (offset %zu of the dynamic "
-               "pool) stays allocated until its completion fires\n",
+               "rdmaflow: rank %d: a read from rank %d did not end within %s "
+               "(fenced: the peer severed on the links); its destination (offset %zu "
+               "of the dynamic pool) stays allocated until its completion fires\n",
                rank_plan_.rank(), peer,
                absl::FormatDuration(std::min(kFenceWait, options_.timeout)).c_str(),
                read->dest);

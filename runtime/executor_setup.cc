@@ -187,8 +187,8 @@ absl::Status Executor::SetUpGeneration() {
     credits.source = credit_out_.get();
     credits.source_offset = credit_base[l];
     credits.remote = remote[l];
-    credits.started = [this] { engine_.Started(); };
-    credits.completed = [this] { engine_.Completed(); };
+    credits.started = [this, peer = link.src_rank()] { engine_.Started(peer); };
+    credits.completed = [this, peer = link.src_rank()] { engine_.Completed(peer); };
     credit_writers_[l] = std::make_unique<onesided::CreditWriter>(std::move(credits));
   }
 

@@ -27,6 +27,7 @@ ProgressEngine::ProgressEngine(rdma::Transport& transport, rdma::Store& store,
       options_(options),
       world_size_(world_size),
       endpoints_(world_size, nullptr),
+      in_flight_(world_size, 0),
       own_loop_(options.links == nullptr && options.loop == nullptr
                     ? std::make_unique<onesided::ProgressLoop>(transport,
                                                                LoopOptions(transport, options))
@@ -43,15 +44,13 @@ ProgressEngine::~ProgressEngine() {
   }
   if (links_ == nullptr) return;  // never connected: nothing posted
   for (int64_t subscription : subscriptions_) links_->Unsubscribe(subscription);
-  if (own_links_ != nullptr) {
-    // Nobody else uses links of our own: closing them cancels what is
-    // still posted at once.
-    for (int peer : peers_) {
-      own_links_->Sever(peer, absl::CancelledError(absl::StrCat(
-                                  "the communicator of rank ", rank(), " is closing")));
-    }
+  // Only the peers with operations in flight: the others go on serving
+  // the protocols that share the links.
+  std::vector<int> busy;
+  for (int peer : peers_) {
+    if (in_flight_[peer] > 0) busy.push_back(peer);
   }
-  Fence(peers_, [&] { return outstanding_ == 0; }, absl::Now() + absl::Seconds(5),
+  Fence(busy, [&] { return outstanding_ == 0; }, absl::Now() + absl::Seconds(5),
         absl::StrCat("the communicator of rank ", rank(), " is closing"));
   own_links_.reset();
 }
@@ -144,7 +143,7 @@ absl::Status ProgressEngine::Post(const std::function<absl::Status()>& post,
         },
         peer, what));
   }
-  if (posted.ok()) Started();
+  if (posted.ok()) Started(peer);
   return posted;
 }
 
@@ -155,8 +154,8 @@ absl::Status ProgressEngine::Drain(const std::function<bool()>& idle,
     if (endpoints_[peer] == nullptr) continue;  // never connected
     RETURN_IF_ERROR(Post(
         [&] {
-          return endpoints_[peer]->PostFlush([this](absl::Status status) {
-            Completed();
+          return endpoints_[peer]->PostFlush([this, peer](absl::Status status) {
+            Completed(peer);
             if (!status.ok()) Fail(status);
           });
         },
@@ -173,6 +172,11 @@ absl::Status ProgressEngine::Drain(const std::function<bool()>& idle,
 bool ProgressEngine::Fence(absl::Span<const int> peers, absl::FunctionRef<bool()> done,
                            absl::Time deadline, absl::string_view why) {
   if (links_ == nullptr) return done();
+  if (own_links_ != nullptr && !done()) {
+    // Nobody else uses links of our own: closing them cancels what is
+    // still posted at once.
+    for (int peer : peers) own_links_->Sever(peer, absl::CancelledError(why));
+  }
   return links_->Fence(peers, done, deadline, why);
 }
 

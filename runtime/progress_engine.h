@@ -87,13 +87,20 @@ class ProgressEngine {
                          const std::function<std::string()>& what);
 
   // Runs `post` until it is not refused for a full queue; counts the
-  // operation in flight when it is accepted.
+  // operation to `peer` in flight when it is accepted.
   absl::Status Post(const std::function<absl::Status()>& post, int peer,
                     const std::function<std::string()>& what);
 
-  // Operations in flight: a completion callback calls Completed().
-  void Started() { ++outstanding_; }
-  void Completed() { --outstanding_; }
+  // Operations in flight, by peer: a completion callback calls
+  // Completed(peer). Giving up fences only the peers with some.
+  void Started(int peer) {
+    ++outstanding_;
+    ++in_flight_[peer];
+  }
+  void Completed(int peer) {
+    --outstanding_;
+    --in_flight_[peer];
+  }
   int64_t outstanding() const { return outstanding_; }
 
   // Records the first failure of an asynchronous operation, or of a peer
@@ -114,10 +121,11 @@ class ProgressEngine {
   // Blocks until every rank entered barrier `name` (once per name and job).
   absl::Status Barrier(const std::string& name);
 
-  // Giving up on operations posted to `peers` (PeerLinks::Fence): waits
-  // for `done()` half the time to `deadline`, then severs those peers on
-  // the links (which cancels what is posted, and tells every protocol on
-  // them) and waits again. True once `done()`.
+  // Giving up on operations posted to `peers`: on shared links
+  // (PeerLinks::Fence) waits for `done()` half the time to `deadline`, then
+  // severs those peers (which cancels what is posted, and tells every
+  // protocol on them) and waits again; on links of its own severs them at
+  // once (nobody else uses them) and waits. True once `done()`.
   bool Fence(absl::Span<const int> peers, absl::FunctionRef<bool()> done, absl::Time deadline,
              absl::string_view why);
 
@@ -129,6 +137,7 @@ class ProgressEngine {
   std::vector<int> peers_;
   std::vector<rdma::Endpoint*> endpoints_;  // the links', by rank
   int64_t outstanding_ = 0;
+  std::vector<int64_t> in_flight_;  // by rank
   absl::Status failure_;
   absl::Time next_probe_ = absl::InfinitePast();  // Poll()'s liveness probes
   // The loop outlives the links made on it (declared first, goes last).

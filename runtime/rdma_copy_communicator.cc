@@ -136,8 +136,8 @@ absl::Status RdmaCopyCommunicator::SetUp() {
     credits.source = credit_out_.get();
     credits.source_offset = in.credit_word;
     credits.remote = &in.credit;
-    credits.started = [this] { engine_.Started(); };
-    credits.completed = [this] { engine_.Completed(); };
+    credits.started = [this, src] { engine_.Started(src); };
+    credits.completed = [this, src] { engine_.Completed(src); };
     in.credits = std::make_unique<onesided::CreditWriter>(std::move(credits));
   }
   return absl::OkStatus();
@@ -204,7 +204,7 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
               {&out.ring, slot * slot_bytes_, length},
               static_cast<uint32_t>(slot),
               [this, busy = &out.bounce_busy, slot, info](absl::Status status) {
-                engine_.Completed();
+                engine_.Completed(info->dst_rank);
                 (*busy)[slot] = false;
                 if (!status.ok()) {
                   engine_.Fail(absl::Status(

@@ -196,10 +196,11 @@ class Strategy {
   // trainer reports (registered bytes, transfers).
   const plan::TransferPlan& plan() const { return plan_; }
   // What the transport's links cost this rank so far (zeros before
-  // Prepare()): one endpoint and one liveness watch per peer any of its
-  // protocols reached (a second, control, endpoint only where a ring asked
-  // for one), whatever the number of protocols. Moshpit's per-group links
-  // are not counted here.
+  // Prepare()): one endpoint per peer any of its protocols reached (a
+  // second, control, endpoint only where a ring asked for one) and at most
+  // one liveness watch (where a protocol subscribed: the communicator, a
+  // ring), whatever the number of protocols. Moshpit's per-group links are
+  // not counted here.
   onesided::PeerLinksStats link_stats() const {
     return own_.links != nullptr ? own_.links->stats() : onesided::PeerLinksStats{};
   }
@@ -254,7 +255,8 @@ class Strategy {
   // The transport's links on loop() (onesided/links), made with it under
   // options().communicator_options.ns: every protocol the strategy runs
   // takes its endpoint to a peer and its liveness watch from them, so a
-  // peer costs one endpoint and one watch whatever the protocols. They
+  // peer costs one endpoint and at most one watch whatever the protocols.
+  // They
   // outlive the protocols (a member of the base). Moshpit's rings are the
   // exception: their members come and go (a rank that rejoins is a new
   // process), so each group connects links of its own.

@@ -243,7 +243,9 @@ bool PeerLinks::Fence(absl::Span<const int> peers, absl::FunctionRef<bool()> don
                     "the links of rank ", transport_.rank(), " to rank ", peer,
                     " were closed: ", why, " and operations to it had not completed")));
   }
-  loop_.Drain(done, deadline).IgnoreError();
+  // A closed endpoint's cancellations get their grace (rdma/blocking.h)
+  // whatever was left of the deadline.
+  loop_.Drain(done, std::max(deadline, absl::Now() + rdma::kCancelGrace)).IgnoreError();
   return done();
 }
 
@@ -254,8 +256,8 @@ onesided::Fence PeerLinks::FenceOn(int peer, std::string why) {
     Fence(peers, finished, absl::Now() + rdma::kCancelGrace, why);
     const bool severed = !was_severed && !PeerStatus(peer).ok();
     return absl::StrCat("fenced rank ", peer, " on the links",
-                        severed ? " (its operations hung: severed there, for every protocol "
-                                  "on the links)"
+                        severed ? " (severed there while it waited, for every protocol on "
+                                  "the links)"
                                 : "");
   };
 }

@@ -204,7 +204,9 @@ class PeerLinks {
   // A protocol's teardown or give-up: drives the loop's completions (Drain)
   // until `done()` (its operations have completed), for half the time to
   // `deadline`; then severs every peer of `peers` (kUnavailable naming
-  // `why`) and drains again until `deadline`. Returns true once `done()`.
+  // `why`) and drains again until `deadline`, or for rdma::kCancelGrace
+  // after the sever if that is later (the closed endpoints' cancellations).
+  // Returns true once `done()`.
   bool Fence(absl::Span<const int> peers, absl::FunctionRef<bool()> done,
              absl::Time deadline, absl::string_view why);
   // How a protocol's blocking write, read or flush on the lane to `peer`

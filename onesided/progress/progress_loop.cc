@@ -259,11 +259,7 @@ absl::Status ProgressLoop::WaitUntil(absl::FunctionRef<bool()> ready, absl::Time
                                      absl::Span<const int> probe, const WaitPolicy& policy) {
   CheckThread("WaitUntil");
   const absl::Time start = absl::Now();
-  IdleBackoff::Clock clock = IdleBackoff::RealClock();
-  if (policy.sleep_on_events) {
-    clock.sleep = [this](absl::Duration d) { transport_.WaitForActivity(d); };
-  }
-  IdleBackoff backoff(policy, std::move(clock));
+  IdleBackoff backoff = Backoff(policy);
   while (true) {
     absl::StatusOr<int> moved = Poll();
     if (!moved.ok()) {
@@ -283,6 +279,62 @@ absl::Status ProgressLoop::WaitUntil(absl::FunctionRef<bool()> ready, absl::Time
       backoff.Reset();
     } else {
       backoff.Idle(deadline - now);  // never sleeps past the deadline
+    }
+  }
+}
+
+IdleBackoff ProgressLoop::Backoff(const WaitPolicy& policy) {
+  IdleBackoff::Clock clock = IdleBackoff::RealClock();
+  if (policy.sleep_on_events) {
+    clock.sleep = [this](absl::Duration d) { transport_.WaitForActivity(d); };
+  }
+  return IdleBackoff(policy, std::move(clock));
+}
+
+absl::Status ProgressLoop::WaitForProgress(absl::FunctionRef<absl::Status(bool& moved)> turn,
+                                           absl::FunctionRef<bool()> done, absl::Duration stall,
+                                           absl::FunctionRef<std::string()> what,
+                                           absl::Span<const int> probe) {
+  return WaitForProgressWith(turn, done, stall, what, probe, nullptr);
+}
+
+absl::Status ProgressLoop::WaitForProgress(absl::FunctionRef<absl::Status(bool& moved)> turn,
+                                           absl::FunctionRef<bool()> done, absl::Duration stall,
+                                           absl::FunctionRef<std::string()> what,
+                                           absl::Span<const int> probe,
+                                           absl::FunctionRef<void(absl::Duration limit)> idle) {
+  return WaitForProgressWith(turn, done, stall, what, probe, &idle);
+}
+
+absl::Status ProgressLoop::WaitForProgressWith(
+    absl::FunctionRef<absl::Status(bool& moved)> turn, absl::FunctionRef<bool()> done,
+    absl::Duration stall, absl::FunctionRef<std::string()> what, absl::Span<const int> probe,
+    const absl::FunctionRef<void(absl::Duration)>* idle) {
+  CheckThread("WaitForProgress");
+  IdleBackoff backoff = Backoff(options_.wait);
+  absl::Time last_move = absl::Now();
+  while (true) {
+    bool moved = false;
+    if (absl::Status turned = turn(moved); !turned.ok()) return turned;
+    if (done()) return absl::OkStatus();
+    const absl::Time now = absl::Now();
+    if (moved) {
+      last_move = now;
+      backoff.Reset();
+      continue;
+    }
+    const absl::Duration quiet = now - last_move;
+    if (quiet > stall) {
+      return absl::DeadlineExceededError(absl::StrCat(options_.name,
+                                                      " timed out: no progress for ",
+                                                      absl::FormatDuration(stall),
+                                                      " waiting for ", what()));
+    }
+    if (!probe.empty()) ProbeIfDue(probe);  // a silent peer, each liveness interval
+    if (idle != nullptr) {
+      (*idle)(stall - quiet);
+    } else {
+      backoff.Idle(stall - quiet);  // peers may share cores with us
     }
   }
 }

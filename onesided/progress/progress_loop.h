@@ -146,6 +146,27 @@ class ProgressLoop final {
                          absl::FunctionRef<std::string()> what,
                          absl::Span<const int> probe, const WaitPolicy& policy);
 
+  // A protocol's wait with a "no progress for T" policy, for protocols that
+  // drive their own step (a ring's turn posts and polls): calls
+  // `turn(moved)` until `done()`. `turn` progresses the loop itself
+  // (Poll()) and sets `moved` when its own work advanced (a message
+  // arrived or left; not merely a completion of another protocol). A round
+  // that moved spins again; after `stall` without a move,
+  // kDeadlineExceeded "<name> timed out: no progress for <stall> waiting
+  // for <what()>". Between idle rounds the peers in `probe` are probed when
+  // due and the thread idles by the loop's wait policy, or, with `idle`, by
+  // `idle(limit)` (a doorbell the peers ring, never past the stall). An
+  // error from `turn` returns as is.
+  absl::Status WaitForProgress(absl::FunctionRef<absl::Status(bool& moved)> turn,
+                               absl::FunctionRef<bool()> done, absl::Duration stall,
+                               absl::FunctionRef<std::string()> what,
+                               absl::Span<const int> probe);
+  absl::Status WaitForProgress(absl::FunctionRef<absl::Status(bool& moved)> turn,
+                               absl::FunctionRef<bool()> done, absl::Duration stall,
+                               absl::FunctionRef<std::string()> what,
+                               absl::Span<const int> probe,
+                               absl::FunctionRef<void(absl::Duration limit)> idle);
+
   // WaitUntil() with no probes, for rdma/blocking's helpers.
   absl::Status WaitFor(absl::FunctionRef<bool()> done, absl::Time deadline,
                        absl::string_view what);
@@ -176,6 +197,15 @@ class ProgressLoop final {
   // Aborts, naming the loop and `method`, off the loop's thread.
   void CheckThread(const char* method) const;
   void Probe(const std::shared_ptr<Watch>& watch, absl::Time now);
+  // The backoff of a wait by `policy` (sleeping on the transport's
+  // completion events where it says so).
+  IdleBackoff Backoff(const WaitPolicy& policy);
+  // Both WaitForProgress(); `idle` null: the backoff.
+  absl::Status WaitForProgressWith(absl::FunctionRef<absl::Status(bool& moved)> turn,
+                                   absl::FunctionRef<bool()> done, absl::Duration stall,
+                                   absl::FunctionRef<std::string()> what,
+                                   absl::Span<const int> probe,
+                                   const absl::FunctionRef<void(absl::Duration)>* idle);
   void Sweep();
 
   rdma::Transport& transport_;
