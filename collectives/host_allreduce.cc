@@ -298,28 +298,37 @@ absl::Status HostAllReduce::WaitFor(uint64_t call, const char* what, bool any,
     }
   }
   if (!all_ready()) {
-    // Then sleep on our doorbell, which a peer rings when it publishes a
-    // word while we wait: the wake-up comes with the word, not a timer
-    // later. Between sleeps (at most 1 ms each) the loop polls the
-    // transport and probes the peers.
-    const absl::Time start = absl::Now();
-    const absl::Time deadline = start + options_.timeout;
+    // Then wait through the loop, with its "no progress for T" policy: the
+    // timeout runs from the last peer word that arrived. Between rounds
+    // the thread sleeps on our doorbell, which a peer rings when it
+    // publishes a word while we wait: the wake-up comes with the word, not
+    // a timer later (at most 1 ms per sleep, then the loop polls the
+    // transport and probes the peers).
     onesided::ProgressLoop& loop = *options_.loop;
-    while (true) {
-      absl::StatusOr<int> polled = loop.Poll();
-      if (!polled.ok()) return polled.status();
-      if (all_ready()) break;
-      loop.ProbeIfDue(peer_ranks_);
-      const absl::Time now = absl::Now();
-      if (now >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "timed out after ", absl::FormatDuration(now - start), " waiting for ",
-            any ? "any peer's " : "", what, " (", any ? "e.g. " : "", "rank ",
-            missing != nullptr ? missing->rank : -1, ") in call ", call,
-            " (do all members run the same all-reduce calls?)"));
-      }
-      SleepUntilRung(all_ready, std::min(deadline - now, absl::Milliseconds(1)));
-    }
+    bool ready_now = false;
+    Peer* last_missing = missing;
+    absl::Status waited = loop.WaitForProgress(
+        [&](bool& moved) -> absl::Status {
+          absl::StatusOr<int> polled = loop.Poll();
+          if (!polled.ok()) return polled.status();
+          missing = nullptr;
+          ready_now = all_ready();
+          // Peers become ready one way only: the first one missing moved.
+          moved = missing != last_missing;
+          last_missing = missing;
+          return absl::OkStatus();
+        },
+        [&] { return ready_now; }, options_.timeout,
+        [&] {
+          return absl::StrCat(any ? "any peer's " : "", what, " (", any ? "e.g. " : "",
+                              "rank ", missing != nullptr ? missing->rank : -1, ") in call ",
+                              call, " (do all members run the same all-reduce calls?)");
+        },
+        peer_ranks_,
+        [&](absl::Duration limit) {
+          SleepUntilRung(all_ready, std::min(limit, absl::Milliseconds(1)));
+        });
+    if (!waited.ok()) return waited;
   }
   if (!forged.ok()) return forged;
   return failure_;

@@ -375,51 +375,48 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count, DataType type
   call_first_ = call.first;
   call_end_ = call.end;
 
-  absl::Time last_progress = absl::Now();
   const int neighbours[] = {left_rank_, right_rank_};
-  onesided::IdleBackoff backoff(options_.wait);
-  while (receiver_->received() < call.end || sender_->delivered() < call.end ||
-         !call.described || !call.right_known) {
-    bool progressed = false;
-    if (absl::Status turn = Turn(call, progressed); !turn.ok()) {
-      Fail(turn);
-      GiveUp();
-      return Annotate(turn, Where());
-    }
-    const absl::Time now = absl::Now();
-    if (progressed) {
-      last_progress = now;
-      links_.Rearm(left_rank_);
-      links_.Rearm(right_rank_);
-      backoff.Reset();
-      continue;
-    }
-    if (now - last_progress > options_.timeout) {
-      std::string waiting;
-      if (!call.described) {
-        waiting = absl::StrCat("room to send rank ", left_rank_, " the descriptor of call ",
-                               call.number);
-      } else if (!call.right_known && sender_->claimed() - call.first >= Unchecked(call)) {
-        waiting = absl::StrCat("the descriptor of call ", call.number, " from rank ",
-                               right_rank_);
-      } else if (receiver_->received() < call.end) {
-        waiting = absl::StrCat("message ", receiver_->received() - call.first + 1, " of ",
-                               call.end - call.first, " from rank ", left_rank_);
-      } else {
-        waiting = absl::StrCat("its writes to rank ", right_rank_,
-                               " to complete (", sender_->delivered() - call.first,
-                               " of ", call.end - call.first, " done)");
-      }
-      absl::Status error = absl::DeadlineExceededError(absl::StrCat(
-          Where(), ": timed out: no progress for ", absl::FormatDuration(options_.timeout),
-          " waiting for ", waiting, "; rank ", right_rank_, " released ",
-          sender_->credit_seen(), " messages. Do all members run the same all-reduce calls?"));
-      Fail(error);
-      GiveUp();
-      return error;
-    }
-    loop_->ProbeIfDue(neighbours);  // a silent neighbour, each liveness interval
-    backoff.Idle();  // ranks may share cores with their peers
+  absl::Status waited = loop_->WaitForProgress(
+      [&](bool& moved) -> absl::Status {
+        RETURN_IF_ERROR(Turn(call, moved));
+        if (moved) {
+          // Heard from both: their watches wait a full interval again.
+          links_.Rearm(left_rank_);
+          links_.Rearm(right_rank_);
+        }
+        return absl::OkStatus();
+      },
+      [&] {
+        return receiver_->received() >= call.end && sender_->delivered() >= call.end &&
+               call.described && call.right_known;
+      },
+      options_.timeout,
+      [&] {
+        std::string waiting;
+        if (!call.described) {
+          waiting = absl::StrCat("room to send rank ", left_rank_, " the descriptor of call ",
+                                 call.number);
+        } else if (!call.right_known && sender_->claimed() - call.first >= Unchecked(call)) {
+          waiting = absl::StrCat("the descriptor of call ", call.number, " from rank ",
+                                 right_rank_);
+        } else if (receiver_->received() < call.end) {
+          waiting = absl::StrCat("message ", receiver_->received() - call.first + 1, " of ",
+                                 call.end - call.first, " from rank ", left_rank_);
+        } else {
+          waiting = absl::StrCat("its writes to rank ", right_rank_, " to complete (",
+                                 sender_->delivered() - call.first, " of ",
+                                 call.end - call.first, " done)");
+        }
+        return absl::StrCat(waiting, "; rank ", right_rank_, " released ",
+                            sender_->credit_seen(),
+                            " messages. Do all members run the same all-reduce calls?");
+      },
+      neighbours, options_.wait);
+  if (!waited.ok()) {
+    waited = Annotate(waited, Where());
+    Fail(waited);
+    GiveUp();
+    return waited;
   }
   stats_.messages += call.end - call.first;
   // Release the last messages now, so the left neighbour's next call

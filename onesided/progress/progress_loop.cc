@@ -295,7 +295,15 @@ absl::Status ProgressLoop::WaitForProgress(absl::FunctionRef<absl::Status(bool& 
                                            absl::FunctionRef<bool()> done, absl::Duration stall,
                                            absl::FunctionRef<std::string()> what,
                                            absl::Span<const int> probe) {
-  return WaitForProgressWith(turn, done, stall, what, probe, nullptr);
+  return WaitForProgressWith(turn, done, stall, what, probe, options_.wait, nullptr);
+}
+
+absl::Status ProgressLoop::WaitForProgress(absl::FunctionRef<absl::Status(bool& moved)> turn,
+                                           absl::FunctionRef<bool()> done, absl::Duration stall,
+                                           absl::FunctionRef<std::string()> what,
+                                           absl::Span<const int> probe,
+                                           const WaitPolicy& policy) {
+  return WaitForProgressWith(turn, done, stall, what, probe, policy, nullptr);
 }
 
 absl::Status ProgressLoop::WaitForProgress(absl::FunctionRef<absl::Status(bool& moved)> turn,
@@ -303,15 +311,15 @@ absl::Status ProgressLoop::WaitForProgress(absl::FunctionRef<absl::Status(bool& 
                                            absl::FunctionRef<std::string()> what,
                                            absl::Span<const int> probe,
                                            absl::FunctionRef<void(absl::Duration limit)> idle) {
-  return WaitForProgressWith(turn, done, stall, what, probe, &idle);
+  return WaitForProgressWith(turn, done, stall, what, probe, options_.wait, &idle);
 }
 
 absl::Status ProgressLoop::WaitForProgressWith(
     absl::FunctionRef<absl::Status(bool& moved)> turn, absl::FunctionRef<bool()> done,
     absl::Duration stall, absl::FunctionRef<std::string()> what, absl::Span<const int> probe,
-    const absl::FunctionRef<void(absl::Duration)>* idle) {
+    const WaitPolicy& policy, const absl::FunctionRef<void(absl::Duration)>* idle) {
   CheckThread("WaitForProgress");
-  IdleBackoff backoff = Backoff(options_.wait);
+  IdleBackoff backoff = Backoff(policy);
   absl::Time last_move = absl::Now();
   while (true) {
     bool moved = false;

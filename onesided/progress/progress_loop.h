@@ -154,13 +154,17 @@ class ProgressLoop final {
   // that moved spins again; after `stall` without a move,
   // kDeadlineExceeded "<name> timed out: no progress for <stall> waiting
   // for <what()>". Between idle rounds the peers in `probe` are probed when
-  // due and the thread idles by the loop's wait policy, or, with `idle`, by
-  // `idle(limit)` (a doorbell the peers ring, never past the stall). An
-  // error from `turn` returns as is.
+  // due and the thread idles by the loop's wait policy (or `policy`, a
+  // protocol's own), or, with `idle`, by `idle(limit)` (a doorbell the
+  // peers ring, never past the stall). An error from `turn` returns as is.
   absl::Status WaitForProgress(absl::FunctionRef<absl::Status(bool& moved)> turn,
                                absl::FunctionRef<bool()> done, absl::Duration stall,
                                absl::FunctionRef<std::string()> what,
                                absl::Span<const int> probe);
+  absl::Status WaitForProgress(absl::FunctionRef<absl::Status(bool& moved)> turn,
+                               absl::FunctionRef<bool()> done, absl::Duration stall,
+                               absl::FunctionRef<std::string()> what,
+                               absl::Span<const int> probe, const WaitPolicy& policy);
   absl::Status WaitForProgress(absl::FunctionRef<absl::Status(bool& moved)> turn,
                                absl::FunctionRef<bool()> done, absl::Duration stall,
                                absl::FunctionRef<std::string()> what,
@@ -200,11 +204,11 @@ class ProgressLoop final {
   // The backoff of a wait by `policy` (sleeping on the transport's
   // completion events where it says so).
   IdleBackoff Backoff(const WaitPolicy& policy);
-  // Both WaitForProgress(); `idle` null: the backoff.
+  // The WaitForProgress()s; `idle` null: the backoff of `policy`.
   absl::Status WaitForProgressWith(absl::FunctionRef<absl::Status(bool& moved)> turn,
                                    absl::FunctionRef<bool()> done, absl::Duration stall,
                                    absl::FunctionRef<std::string()> what,
-                                   absl::Span<const int> probe,
+                                   absl::Span<const int> probe, const WaitPolicy& policy,
                                    const absl::FunctionRef<void(absl::Duration)>* idle);
   void Sweep();
 

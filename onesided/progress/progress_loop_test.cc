@@ -198,6 +198,59 @@ TEST_F(ProgressLoopTest, WaitSeesWhatAPeerWroteAndEndsAtItsDeadline) {
   EXPECT_GE(absl::Now(), start + absl::Milliseconds(30));
 }
 
+TEST_F(ProgressLoopTest, WaitForProgressTimesOutOnlyAfterNoProgressForTheStall) {
+  // The protocol's turn moves for well over the stall in all, then stops:
+  // the wait goes on while it moves (the stall runs from the last move, not
+  // from the start) and fails once nothing moved for the stall.
+  constexpr absl::Duration kStall = absl::Milliseconds(500);
+  const absl::Time start = absl::Now();
+  const absl::Time moving_until = start + 3 * kStall;
+  int turns = 0;
+  absl::Time last_move = start;
+  EXPECT_THAT(loop_->WaitForProgress(
+                  [&](bool& moved) -> absl::Status {
+                    ++turns;
+                    RETURN_IF_ERROR(loop_->Poll().status());
+                    const absl::Time now = absl::Now();
+                    moved = now < moving_until;
+                    if (moved) last_move = now;
+                    return absl::OkStatus();
+                  },
+                  [] { return false; }, kStall, [] { return "message 3 of 8 from rank 1"; },
+                  {1}),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("rank 0 timed out: no progress for 500ms"),
+                             HasSubstr("waiting for message 3 of 8 from rank 1"))));
+  EXPECT_GE(last_move, start + 2 * kStall);  // it moved past a whole stall
+  EXPECT_GE(absl::Now(), last_move + kStall);
+  EXPECT_GT(turns, 1);
+}
+
+TEST_F(ProgressLoopTest, WaitForProgressEndsWhenDoneReturnsATurnsErrorAndIdlesByItsHook) {
+  // Done after a few idle rounds, each idled by the hook with what is left
+  // of the stall.
+  int turns = 0;
+  std::vector<absl::Duration> limits;
+  EXPECT_THAT(loop_->WaitForProgress(
+                  [&](bool&) -> absl::Status {
+                    ++turns;
+                    return absl::OkStatus();
+                  },
+                  [&] { return turns == 3; }, kTimeout, [] { return "nothing"; }, {},
+                  [&](absl::Duration limit) { limits.push_back(limit); }),
+              IsOk());
+  ASSERT_EQ(limits.size(), 2u);
+  for (absl::Duration limit : limits) {
+    EXPECT_GT(limit, absl::ZeroDuration());
+    EXPECT_LE(limit, kTimeout);
+  }
+  // A turn's error ends the wait as it is.
+  EXPECT_THAT(loop_->WaitForProgress(
+                  [](bool&) { return absl::DataLossError("a forged descriptor"); },
+                  [] { return false; }, kTimeout, [] { return "nothing"; }, {}),
+              StatusIs(absl::StatusCode::kDataLoss, "a forged descriptor"));
+}
+
 TEST_F(ProgressLoopTest, AFailureEndsEveryWaitAndSaysWhatItWaitedFor) {
   loop_->Fail(absl::DataLossError("rank 1 forged a header"));
   loop_->Fail(absl::InternalError("a later failure is not the first"));
