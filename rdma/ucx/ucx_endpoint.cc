@@ -50,7 +50,7 @@ void AddLocalMemh(const LocalSlice& local, const UcxEndpointState& state,
   auto* registration =
       static_cast<UcxRegistration*>(local.region->registration());
   if (registration == nullptr ||
-      registration->context->context != state.transport->context()) {
+      registration->context->context != state.worker->context) {
     return;
   }
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
@@ -103,8 +103,8 @@ void UcxOps::Complete(UcxOp* op, absl::Status status, bool abandon) {
   } else {
     delete op;
   }
-  UcxTransport* transport = state->transport;
-  transport->completions_.Push(
+  UcxWorkerState* worker = state->worker;
+  worker->completions.Push(
       [state = std::move(state), done = std::move(done)](
           absl::Status status) mutable {
         --state->outstanding;
@@ -117,7 +117,7 @@ void UcxOps::OnRequestStatus(UcxOp* op, ucs_status_t status) {
   if (op->kind == UcxOp::Kind::kNotify && op->stage == UcxOp::Stage::kFlushing) {
     op->stage = UcxOp::Stage::kReady;
     op->flush_status = Translate(*op, status);
-    op->endpoint->transport->to_pump_.push_back(op->endpoint);
+    op->endpoint->worker->to_pump.push_back(op->endpoint);
     return;
   }
   Complete(op, Translate(*op, status));
@@ -162,7 +162,7 @@ absl::Status UcxEndpoint::CheckPostable() const {
   }
   if (!state_->failure.ok()) return state_->failure;
   if (state_->outstanding >=
-      state_->transport->options_.max_outstanding_per_endpoint) {
+      state_->worker->max_outstanding_per_endpoint) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "endpoint to rank ", state_->peer_rank, " has ", state_->outstanding,
         " operations in flight (the limit); call Progress() and retry"));
@@ -254,7 +254,7 @@ absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
 
   auto* op = new UcxOp{UcxOp::Kind::kNotify, "notified write", state_,
                        std::move(done)};
-  op->payload[0] = static_cast<uint32_t>(state_->transport->rank());
+  op->payload[0] = static_cast<uint32_t>(state_->worker->rank);
   op->payload[1] = *notification;
   ++state_->outstanding;
   state_->sequence.push_back(op);
@@ -349,7 +349,7 @@ void UcxOps::AbandonInFlight(UcxEndpointState& state) {
 absl::Status UcxOps::ReleaseEndpoint(
     const std::shared_ptr<UcxEndpointState>& shared) {
   UcxEndpointState& state = *shared;
-  UcxTransport& transport = *state.transport;
+  UcxWorkerState& worker = *state.worker;
   absl::Status result;
   if (state.ep != nullptr) {
     ucp_ep_h ep = state.ep;
@@ -361,7 +361,7 @@ absl::Status UcxOps::ReleaseEndpoint(
       // leaves it open, wire-up and all, until the worker is destroyed.
       ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
       if (UCS_PTR_IS_PTR(request)) {
-        transport.closing_.push_back({request, shared});
+        worker.closing.push_back({request, shared});
       } else {
         // An endpoint UCX already failed (its peer died) may refuse; only
         // an unexpected refusal is worth a line.
@@ -381,7 +381,7 @@ absl::Status UcxOps::ReleaseEndpoint(
         const absl::Time deadline = absl::Now() + kCloseTimeout;
         while (ucp_request_check_status(request) == UCS_INPROGRESS &&
                absl::Now() < deadline) {
-          ucp_worker_progress(transport.worker_);
+          ucp_worker_progress(worker.worker);
         }
         if (ucp_request_check_status(request) == UCS_INPROGRESS) {
           result = absl::DeadlineExceededError(absl::StrCat(

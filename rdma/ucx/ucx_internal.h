@@ -12,18 +12,20 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "rdma/endpoint.h"
+#include "rdma/internal/completion_queue.h"
 #include "rdma/memory_region.h"
 #include "rdma/ucx/peer_liveness.h"
 
 namespace rdmaflow::rdma::ucx {
 
-class UcxTransport;
+struct UcxEndpointState;
 
 // Owns the ucp_context; shared by the transport and its memory regions so
 // that a region may outlive the transport's worker.
@@ -65,9 +67,35 @@ struct UcxOp {
   bool abandoned = false;
 };
 
+// The worker's side of the transport, shared with its endpoints and their
+// operations (UcxOps, ucx_endpoint.h): the UCX worker, the completions
+// Progress() fires, and the endpoints whose notifications may advance,
+// whose same-host peer the watchdog checks, or whose graceful close is in
+// flight. Owned by the transport, which must outlive its endpoints; the
+// endpoints reach only this, never the transport's private state.
+struct UcxWorkerState {
+  ucp_worker_h worker = nullptr;
+  ucp_context_h context = nullptr;  // regions of another context are refused
+  int rank = 0;
+  size_t max_outstanding_per_endpoint = 0;
+  internal::CompletionQueue completions;
+  // Endpoints whose notification sequence may advance.
+  std::vector<std::shared_ptr<UcxEndpointState>> to_pump;
+  // Same-host endpoints whose peer process the watchdog checks (also while
+  // they close, until UCX has given back their operations).
+  std::vector<std::weak_ptr<UcxEndpointState>> watched;
+  // Graceful endpoint closes in flight (UcxOps::ReleaseEndpoint); each keeps
+  // its endpoint's remote keys alive until UCX is done with them.
+  struct Closing {
+    ucs_status_ptr_t request;
+    std::shared_ptr<UcxEndpointState> state;
+  };
+  std::vector<Closing> closing;
+};
+
 // Shared by a UcxEndpoint and its in-flight operations, which may outlive it.
 struct UcxEndpointState {
-  UcxTransport* transport = nullptr;
+  UcxWorkerState* worker = nullptr;
   int peer_rank = -1;
   ucp_ep_h ep = nullptr;
   bool closed = false;

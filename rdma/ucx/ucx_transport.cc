@@ -74,7 +74,8 @@ UcxTransport::UcxTransport(const UcxTransportOptions& options,
     : options_(options),
       context_(std::move(context)),
       notifications_(absl::StrCat("rdmaflow ucx rank ", options.rank),
-                     options.max_queued_notifications) {}
+                     options.max_queued_notifications),
+      shared_(std::make_unique<UcxWorkerState>()) {}
 
 absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
     const UcxTransportOptions& options) {
@@ -151,12 +152,15 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
       new UcxTransport(options, std::move(context)));
   transport->net_devices_ = net_devices_in_effect;
   transport->tcp_on_loopback_by_default_ = tcp_on_loopback_by_default;
+  transport->shared_->context = transport->context_->context;
+  transport->shared_->rank = options.rank;
+  transport->shared_->max_outstanding_per_endpoint = options.max_outstanding_per_endpoint;
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   RETURN_IF_ERROR(UcsToStatus(
       ucp_worker_create(transport->context_->context, &worker_params,
-                        &transport->worker_),
+                        &transport->shared_->worker),
       "creating the UCX worker"));
 
   ucp_am_handler_param_t handler{};
@@ -167,24 +171,24 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
   handler.cb = &OnNotification;
   handler.arg = &transport->notifications_;
   RETURN_IF_ERROR(UcsToStatus(
-      ucp_worker_set_am_recv_handler(transport->worker_, &handler),
+      ucp_worker_set_am_recv_handler(transport->shared_->worker, &handler),
       "registering the UCX notification handler"));
 
   ucp_address_t* address = nullptr;
   size_t address_length = 0;
   RETURN_IF_ERROR(UcsToStatus(
-      ucp_worker_get_address(transport->worker_, &address, &address_length),
+      ucp_worker_get_address(transport->shared_->worker, &address, &address_length),
       "getting the UCX worker address"));
   // The address carries our process identity, for same-host liveness checks.
   transport->self_ = std::make_unique<ProcessIdentity>(SelfIdentity());
   transport->address_ = WrapWorkerAddress(*transport->self_, address, address_length);
-  ucp_worker_release_address(transport->worker_, address);
+  ucp_worker_release_address(transport->shared_->worker, address);
   return transport;
 }
 
 UcxTransport::~UcxTransport() {
-  if (worker_ == nullptr) {
-    completions_.FireAll();
+  if (shared_->worker == nullptr) {
+    shared_->completions.FireAll();
     return;
   }
   // Never tear down an endpoint whose set-up is in flight: UCX 1.13 (built
@@ -197,19 +201,19 @@ UcxTransport::~UcxTransport() {
   // finish (a shared-memory FIFO nobody drains) and are not waited for;
   // UCX discards what they hold (data, flushes) when the worker goes.
   auto waiting = [this] {
-    return std::any_of(closing_.begin(), closing_.end(),
-                       [](const Closing& c) { return c.state->failure.ok(); });
+    return std::any_of(shared_->closing.begin(), shared_->closing.end(),
+                       [](const UcxWorkerState::Closing& c) { return c.state->failure.ok(); });
   };
   const absl::Time deadline = absl::Now() + kTeardownTimeout;
   absl::Time next_check = absl::InfinitePast();
   while (waiting() && absl::Now() < deadline) {
-    ucp_worker_progress(worker_);
+    ucp_worker_progress(shared_->worker);
     PollClosing();
     if (absl::Now() >= next_check) {
       // A watched peer that exits meanwhile (e.g. at the end of a job) will
       // never drain its shared-memory FIFO: stop waiting for it.
       next_check = absl::Now() + kTeardownCheckInterval;
-      for (Closing& closing : closing_) {
+      for (UcxWorkerState::Closing& closing : shared_->closing) {
         UcxEndpointState& state = *closing.state;
         if (state.watched && state.failure.ok() &&
             IsProcessGone(state.peer_identity)) {
@@ -220,13 +224,13 @@ UcxTransport::~UcxTransport() {
     }
   }
   bool settled = !waiting();
-  if (settled && closing_.empty()) {
+  if (settled && shared_->closing.empty()) {
     ucp_request_param_t param{};
-    ucs_status_ptr_t request = ucp_worker_flush_nbx(worker_, &param);
+    ucs_status_ptr_t request = ucp_worker_flush_nbx(shared_->worker, &param);
     if (UCS_PTR_IS_PTR(request)) {
       while (ucp_request_check_status(request) == UCS_INPROGRESS &&
              absl::Now() < deadline) {
-        ucp_worker_progress(worker_);
+        ucp_worker_progress(shared_->worker);
       }
       settled = ucp_request_check_status(request) != UCS_INPROGRESS;
       ucp_request_free(request);
@@ -243,21 +247,21 @@ UcxTransport::~UcxTransport() {
                  "transport's UCX worker undestroyed, since UCX 1.13 aborts "
                  "when it discards an endpoint set-up in flight\n",
                  options_.rank, absl::FormatDuration(kTeardownTimeout).c_str());
-    for (Closing& closing : closing_) UcxOps::AbandonInFlight(*closing.state);
-    completions_.FireAll();
+    for (UcxWorkerState::Closing& closing : shared_->closing) UcxOps::AbandonInFlight(*closing.state);
+    shared_->completions.FireAll();
     // Deliberately leaked: ucp_cleanup must not run while the worker exists.
     new std::shared_ptr<UcxContext>(context_);
     return;
   }
   // Closes towards dead peers: released, so that the worker's destruction,
   // which purges what UCX still holds, frees them.
-  for (Closing& closing : closing_) {
+  for (UcxWorkerState::Closing& closing : shared_->closing) {
     UcxOps::AbandonInFlight(*closing.state);
     ucp_request_free(closing.request);
     UcxOps::DestroyRemoteKeys(*closing.state);
   }
-  completions_.FireAll();
-  ucp_worker_destroy(worker_);
+  shared_->completions.FireAll();
+  ucp_worker_destroy(shared_->worker);
 }
 
 namespace {
@@ -369,7 +373,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
   }
   const ProcessIdentity& identity = worker_address->identity;
   auto state = std::make_shared<UcxEndpointState>();
-  state->transport = this;
+  state->worker = shared_.get();
   state->peer_rank = peer.rank;
   state->peer_identity = identity;
   // UCX 1.13's shared-memory transports cannot detect a dead peer, and
@@ -391,7 +395,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
       watched ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = &OnEndpointError;
   params.err_handler.arg = state.get();
-  const ucs_status_t created = ucp_ep_create(worker_, &params, &state->ep);
+  const ucs_status_t created = ucp_ep_create(shared_->worker, &params, &state->ep);
   if (created != UCS_OK) {
     std::string hint;
     if (created == UCS_ERR_UNREACHABLE && tcp_on_loopback_by_default_ &&
@@ -415,7 +419,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
         created, absl::StrCat("rank ", options_.rank, " connecting to rank ",
                               peer.rank, hint));
   }
-  if (watched) watched_.push_back(state);
+  if (watched) shared_->watched.push_back(state);
   return std::unique_ptr<Endpoint>(new UcxEndpoint(std::move(state)));
 }
 
@@ -423,14 +427,14 @@ void UcxTransport::WatchPeers() {
   const absl::Time now = absl::Now();
   if (now < next_watch_) return;
   next_watch_ = now + options_.keepalive_interval;
-  for (size_t i = 0; i < watched_.size();) {
-    std::shared_ptr<UcxEndpointState> state = watched_[i].lock();
+  for (size_t i = 0; i < shared_->watched.size();) {
+    std::shared_ptr<UcxEndpointState> state = shared_->watched[i].lock();
     // Closed endpoints stay watched until UCX has given back their
     // operations: a peer that dies meanwhile must not leave them hanging.
     if (state == nullptr ||
         (state->ep == nullptr && state->in_flight.empty())) {
-      watched_[i] = std::move(watched_.back());
-      watched_.pop_back();
+      shared_->watched[i] = std::move(shared_->watched.back());
+      shared_->watched.pop_back();
       continue;
     }
     if (UcxOps::NoticeExitedPeer(*state)) {
@@ -444,8 +448,8 @@ void UcxTransport::WatchPeers() {
 }
 
 void UcxTransport::PollClosing() {
-  for (size_t i = 0; i < closing_.size();) {
-    Closing& closing = closing_[i];
+  for (size_t i = 0; i < shared_->closing.size();) {
+    UcxWorkerState::Closing& closing = shared_->closing[i];
     if (ucp_request_check_status(closing.request) == UCS_INPROGRESS) {
       ++i;
       continue;
@@ -453,22 +457,22 @@ void UcxTransport::PollClosing() {
     // Done, or failed with the peer: either way UCX is done with the keys.
     ucp_request_free(closing.request);
     UcxOps::DestroyRemoteKeys(*closing.state);
-    closing_[i] = std::move(closing_.back());
-    closing_.pop_back();
+    shared_->closing[i] = std::move(shared_->closing.back());
+    shared_->closing.pop_back();
   }
 }
 
 absl::StatusOr<int> UcxTransport::Progress() {
-  while (ucp_worker_progress(worker_) != 0) {
+  while (ucp_worker_progress(shared_->worker) != 0) {
   }
-  if (!closing_.empty()) PollClosing();
-  if (!watched_.empty()) WatchPeers();
-  if (!to_pump_.empty()) {
+  if (!shared_->closing.empty()) PollClosing();
+  if (!shared_->watched.empty()) WatchPeers();
+  if (!shared_->to_pump.empty()) {
     std::vector<std::shared_ptr<UcxEndpointState>> batch;
-    batch.swap(to_pump_);
+    batch.swap(shared_->to_pump);
     for (const auto& state : batch) UcxOps::PumpSequence(*state);
   }
-  return completions_.FireAll();
+  return shared_->completions.FireAll();
 }
 
 std::optional<Notification> UcxTransport::PollNotification() {

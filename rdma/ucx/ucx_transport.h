@@ -21,7 +21,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "rdma/internal/completion_queue.h"
 #include "rdma/internal/notification_queue.h"
 #include "rdma/transport.h"
 #include "rdma/transport_registry.h"
@@ -55,6 +54,7 @@ class UcxEndpoint;
 struct ProcessIdentity;
 struct UcxContext;
 struct UcxEndpointState;
+struct UcxWorkerState;
 struct UcxOp;
 
 // Thread-compatible (UCS_THREAD_MODE_SERIALIZED worker: any thread, one at a
@@ -86,9 +86,6 @@ class UcxTransport final : public Transport {
   ucp_context_h context() const;
 
  private:
-  friend class UcxEndpoint;
-  friend struct UcxOps;
-
   UcxTransport(const UcxTransportOptions& options,
                std::shared_ptr<UcxContext> context);
   absl::StatusOr<MemoryRegion> Map(void* address, size_t bytes, bool allocate);
@@ -105,22 +102,10 @@ class UcxTransport final : public Transport {
   bool tcp_on_loopback_by_default_ = false;
   std::unique_ptr<ProcessIdentity> self_;  // Published in address_.
   std::shared_ptr<UcxContext> context_;  // Shared with memory regions.
-  ucp_worker_h worker_ = nullptr;
   std::string address_;
   internal::NotificationQueue notifications_;
-  internal::CompletionQueue completions_;
-  // Endpoints whose notification sequence may advance (see UcxEndpointState).
-  std::vector<std::shared_ptr<UcxEndpointState>> to_pump_;
-  // Same-host endpoints whose peer process the watchdog checks (also while
-  // they close, until UCX has given back their operations).
-  std::vector<std::weak_ptr<UcxEndpointState>> watched_;
-  // Graceful endpoint closes in flight (UcxOps::ReleaseEndpoint); each keeps
-  // its endpoint's remote keys alive until UCX is done with them.
-  struct Closing {
-    ucs_status_ptr_t request;
-    std::shared_ptr<UcxEndpointState> state;
-  };
-  std::vector<Closing> closing_;
+  // The worker and what its endpoints share with it (ucx_internal.h).
+  std::unique_ptr<UcxWorkerState> shared_;
   absl::Time next_watch_ = absl::InfinitePast();
 };
 
