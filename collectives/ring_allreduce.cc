@@ -413,10 +413,9 @@ absl::Status RingAllReduce::AllReduce(size_t offset, size_t count, DataType type
       },
       neighbours, options_.wait);
   if (!waited.ok()) {
-    waited = Annotate(waited, Where());
-    Fail(waited);
+    Fail(waited);  // later calls quote it after Where()
     GiveUp();
-    return waited;
+    return Annotate(waited, Where());
   }
   stats_.messages += call.end - call.first;
   // Release the last messages now, so the left neighbour's next call

@@ -19,10 +19,6 @@
 namespace rdmaflow::rdma::ibverbs {
 namespace {
 
-// Completions taken per ibv_poll_cq (SendQueues::Poll()): a full batch
-// means more may wait.
-constexpr int kPollBatch = 32;
-
 // The address peers use for the handshake when none is configured.
 std::string DefaultBootstrapHost(const Device& device) {
   if (!device.gid_ipv4.empty()) return device.gid_ipv4;
@@ -56,7 +52,10 @@ absl::StatusOr<std::unique_ptr<IbverbsTransport>> IbverbsTransport::Create(
         absl::StrCat("rank ", options.rank, " is outside world_size ",
                      options.world_size));
   }
-  if (options.max_outstanding_per_endpoint == 0 || options.signal_every < 1 ||
+  // The queue pair's depth (2 per operation and a few, uint32_t) must hold it.
+  if (options.max_outstanding_per_endpoint == 0 ||
+      options.max_outstanding_per_endpoint > (uint64_t{UINT32_MAX} - 4) / 2 ||
+      options.signal_every < 1 ||
       options.ack_timeout < 1 || options.ack_timeout > 31 ||
       options.retry_count < 0 || options.retry_count > 7 ||
       options.receive_depth < 1 || options.max_pending_queue_pairs < 1 ||
@@ -69,7 +68,7 @@ absl::StatusOr<std::unique_ptr<IbverbsTransport>> IbverbsTransport::Create(
       options.qps_per_peer > kMaxQueuePairsPerPeer ||
       options.stripe_min < kPage || options.max_endpoints_per_peer < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ibverbs options out of range: max_outstanding >= 1, signal_every >= "
+        "ibverbs options out of range: max_outstanding 1..2^31-3, signal_every >= "
         "1, ack_timeout 1..31, retry_count 0..7, receive_depth >= 1, "
         "max_pending_queue_pairs >= 1, handshake_timeout and close_timeout "
         "> 0, notify_slots a power of two in [",
@@ -309,7 +308,7 @@ absl::StatusOr<int> IbverbsTransport::Progress() {
   // Again only while a poll came back full.
   while (true) {
     ASSIGN_OR_RETURN(int n, queues_->Poll());
-    if (n < kPollBatch) break;
+    if (n < SendQueues::kPollBatch) break;
   }
   ASSIGN_OR_RETURN(const int received, inbox_->PollReceives());
   const int flagged = inbox_->HasRings() ? inbox_->PollRings() : 0;

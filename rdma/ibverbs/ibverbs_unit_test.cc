@@ -841,6 +841,12 @@ TEST(TransportTest, BadOptionsAreInvalidArguments) {
   EXPECT_THAT(IbverbsTransport::Create(options),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("world_size")));
+  // More than a queue pair's depth (2 work requests per operation) holds.
+  options = {};
+  options.max_outstanding_per_endpoint = size_t{1} << 31;
+  EXPECT_THAT(IbverbsTransport::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("max_outstanding 1..2^31-3")));
 }
 
 // A registry parameter that does not fit its option's type is refused, not

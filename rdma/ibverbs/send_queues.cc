@@ -23,8 +23,6 @@ namespace {
 
 constexpr size_t kMarkerBytes = 8;
 constexpr uint64_t kSeqMask = (uint64_t{1} << kSeqBits) - 1;
-// Completions taken per ibv_poll_cq.
-constexpr int kPollBatch = 32;
 
 }  // namespace
 
@@ -376,6 +374,7 @@ void SendQueues::SweepIdleTails() {
   // unsignaled tail get a signaled marker behind it; those still posting
   // are looked at again next time. An endpoint whose flag is stale here
   // (posted since, but with a signaled tail) only needs it cleared.
+  if (!sweep_due_) return;  // no post left a tail unsignaled
   sweep_due_ = false;
   for (auto& [id, state] : endpoints_) {
     if (state->tail_unsignaled && !state->posted_since_progress &&

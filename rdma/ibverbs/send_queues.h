@@ -112,13 +112,16 @@ class SendQueues {
   absl::Status CloseEndpoint(EndpointState& state);
 
   // --- Progress (the transport) ---
+  // Completions taken per poll: a poll that took as many may have left more.
+  static constexpr int kPollBatch = 32;
   // Polls the send completion queue once; how many completions it handled.
   absl::StatusOr<int> Poll();
   // Fails the endpoints whose peer closed its handshake connection, and
   // fences stopped endpoints whose flush is overdue (every 50 ms).
   void WatchPeers();
   // Puts a signaled marker behind the unsignaled tail of each endpoint that
-  // posted nothing since the last call (only while a post left one).
+  // posted nothing since the last call; a no-op unless a post left one (the
+  // walk over the endpoints is not on every Progress()).
   void SweepIdleTails();
   // Fires the queued callbacks; how many.
   int FireCompletions() { return completions_.FireAll(); }
