@@ -6,7 +6,7 @@ failed, and exits 1 on a failure. tools/test.sh runs it.
     RDMAFLOW_* variables that rdmaflow's code (not its tests) reads at run
     time; every RDMAFLOW_* variable of the build (.bzl) and of tools/ is on
     the page; each transport's table holds exactly the keys it accepts
-    (CheckKnownParams in rdma/<backend>/<backend>_transport.cc).
+    (CheckKnownParams in rdma/<backend>/<backend>_registry.cc or _transport.cc).
   - docs/build.md names every package tools/setup.sh installs.
   - README.md and docs/quickstart.md: every ```sh block runs (exit 0) from
     the repository root, unless its first line is "# not run by the docs
@@ -103,9 +103,12 @@ def check_configuration():
     for name in sorted(tooling):
         check(name in page, f"docs/configuration.md: {name} (build or tools/) is not on the page")
     for backend in ("ucx", "ibverbs", "loopback"):
-        code = read(f"rdma/{backend}/{backend}_transport.cc")
+        # The registry entry: its own file where the backend has one.
+        registry = f"rdma/{backend}/{backend}_registry.cc"
+        source = registry if os.path.exists(registry) else f"rdma/{backend}/{backend}_transport.cc"
+        code = read(source)
         m = re.search(r"CheckKnownParams\(\s*config,\s*kBackend,\s*\{([^}]*)\}", code)
-        check(m is not None, f"rdma/{backend}/{backend}_transport.cc: no CheckKnownParams list")
+        check(m is not None, f"{source}: no CheckKnownParams list")
         if m is None:
             continue
         keys = set(re.findall(r'"([a-z_]+)"', m.group(1)))
