@@ -299,8 +299,8 @@ absl::Status HostAllReduce::WaitFor(uint64_t call, const char* what, bool any,
   }
   if (!all_ready()) {
     // Then wait through the loop, with its "no progress for T" policy: the
-    // timeout runs from the last peer word that arrived. Between rounds
-    // the thread sleeps on our doorbell, which a peer rings when it
+    // timeout runs from the last time an awaited peer became ready. Between
+    // rounds the thread sleeps on our doorbell, which a peer rings when it
     // publishes a word while we wait: the wake-up comes with the word, not
     // a timer later (at most 1 ms per sleep, then the loop polls the
     // transport and probes the peers).

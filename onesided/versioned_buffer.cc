@@ -71,10 +71,9 @@ absl::StatusOr<size_t> CheckLayout(size_t bytes, int copies) {
 absl::StatusOr<std::unique_ptr<VersionedBuffer>> VersionedBuffer::Create(
     rdma::Transport& transport, rdma::Store& store, const std::string& ns,
     const std::string& name, size_t bytes, int copies) {
-  ASSIGN_OR_RETURN(std::unique_ptr<VersionedBuffer> buffer,
-                   Make(transport, store, ns, name, bytes, copies));
+  // The address first: a reader that finds the buffer finds how to reach it.
   RETURN_IF_ERROR(rdma::PublishAddress(store, ns, transport));
-  return buffer;
+  return Make(transport, store, ns, name, bytes, copies);
 }
 
 absl::StatusOr<std::unique_ptr<VersionedBuffer>> VersionedBuffer::Create(

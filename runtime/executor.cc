@@ -23,8 +23,9 @@ namespace rdmaflow::runtime {
 namespace {
 
 // How long a receive that gave up on a read waits for the read's
-// completion or cancellation (the peer is severed on the links half-way,
-// PeerLinks::Fence) before it leaves the destination to the completion.
+// completion or cancellation (ProgressEngine::Fence: the peer severed at
+// once on links of the engine's own, half-way on shared ones) before it
+// leaves the destination to the completion.
 constexpr absl::Duration kFenceWait = absl::Seconds(5);
 
 }  // namespace
