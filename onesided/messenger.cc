@@ -141,14 +141,15 @@ struct Messenger::Incoming {
 struct Messenger::Peer {
   int rank;
   rdma::Endpoint* endpoint = nullptr;  // the links' data lane to it
-  rdma::RemoteRegion inbox;    // the peer's inbox
-  rdma::RemoteRegion control;  // the peer's credit words
+  // The slot link to it (onesided/slots/slot_link.h): one ring of pieces
+  // each way, laid out by the link.
+  std::unique_ptr<SlotLink> link;
   absl::Status status;         // not OK once declared dead
 
   // The link's slot rings (onesided/slots/slot_ring.h): pieces to the
   // peer, pieces from it. Sequence numbers count pieces.
-  std::unique_ptr<onesided::SlotRingSender> sender;
-  std::unique_ptr<onesided::SlotRingReceiver> receiver;
+  SlotRingSender* sender = nullptr;
+  SlotRingReceiver* receiver = nullptr;
 
   // Sending to the peer.
   std::deque<std::unique_ptr<Outgoing>> outgoing;  // front: being cut
@@ -163,10 +164,7 @@ struct Messenger::Peer {
 
   int64_t watch = 0;  // its subscription to the links' watch of the peer
 
-  int64_t in_flight() const {
-    return (sender != nullptr ? sender->outstanding() : 0) +
-           (receiver != nullptr ? receiver->outstanding() : 0);
-  }
+  int64_t in_flight() const { return link != nullptr ? link->in_flight() : 0; }
 
   // Something waits on the peer: a send not yet landed, a message arriving,
   // a posted receive. Only then is it probed for liveness.
@@ -221,18 +219,14 @@ Messenger::~Messenger() {
     // A completion that never came may still fire: leave what it points at.
     std::fprintf(stderr, "%s: %lld operations to rank %d never completed\n", Where().c_str(),
                  static_cast<long long>(peer->in_flight()), peer->rank);
-    peer->sender.release();
-    peer->receiver.release();
+    // (The link leaves its memory and halves in place: slot_link.h.)
+    peer->link.reset();
     peer.release();
     leak = true;
   }
   if (leak) {
-    // ... and the regions those operations read and write, and, when the
-    // links are its own, the endpoints they were posted on (shared links
-    // severed those peers in the fence above).
-    inbox_.release();
-    outbox_.release();
-    control_.release();
+    // ... and, when the links are its own, the endpoints those operations
+    // were posted on (shared links severed those peers in the fence above).
     own_.links.release();
   }
   own_.links.reset();
@@ -279,17 +273,7 @@ absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(
         "messenger '", options.name, "': its progress loop belongs to another thread "
         "(docs/thread_model.md)"));
   }
-  rdma::Transport& transport = links.transport();
   std::unique_ptr<Messenger> messenger(new Messenger(links, world, options));
-  const size_t block = messenger->block_bytes();
-  ASSIGN_OR_RETURN(rdma::MemoryRegion inbox, transport.Allocate(block * world));
-  ASSIGN_OR_RETURN(rdma::MemoryRegion control, transport.Allocate(64 * 2 * world));
-  ASSIGN_OR_RETURN(rdma::MemoryRegion outbox, transport.Allocate(block * world));
-  std::memset(inbox.data(), 0, inbox.size());
-  std::memset(control.data(), 0, control.size());
-  messenger->inbox_ = std::make_unique<rdma::MemoryRegion>(std::move(inbox));
-  messenger->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
-  messenger->outbox_ = std::make_unique<rdma::MemoryRegion>(std::move(outbox));
   messenger->peers_.resize(world);
   RETURN_IF_ERROR(messenger->Connect());
   RETURN_IF_ERROR(messenger->JoinLoop());
@@ -311,49 +295,30 @@ absl::Status Messenger::JoinLoop() {
 }
 
 absl::Status Messenger::Connect() {
-  std::vector<int> ranks;
+  // Every link published before any waits on its peer (slot_link.h).
   for (int rank = 0; rank < world_; ++rank) {
-    if (rank != rank_ && IsMember(options_, rank)) ranks.push_back(rank);
-  }
-  ASSIGN_OR_RETURN(std::vector<PeerRegions> theirs,
-                   links_->Exchange({absl::StrCat("messenger/", options_.name),
-                                     Layout(options_, world_),
-                                     {{"inbox", inbox_.get()}, {"control", control_.get()}}},
-                                    ranks, Where()));
-  for (PeerRegions& regions : theirs) {
-    const int rank = regions.rank;
+    if (rank == rank_ || !IsMember(options_, rank)) continue;
     auto peer = std::make_unique<Peer>();
     peer->rank = rank;
-    peer->inbox = std::move(regions.regions[0]);
-    peer->control = std::move(regions.regions[1]);
-    ASSIGN_OR_RETURN(peer->endpoint, links_->Lane(rank));
-    // Its keys now, while it holds the regions: a credit or message posted
-    // first after it tore down must not be what resolves them.
-    RETURN_IF_ERROR(peer->endpoint->Prepare(peer->inbox));
-    RETURN_IF_ERROR(peer->endpoint->Prepare(peer->control));
-    const size_t block = block_bytes();
-    onesided::SlotRingSender::Options send;
-    send.slots = options_.slots;
-    send.peer = "it";  // FailPeer() names the rank
-    send.endpoint = peer->endpoint;
-    send.flag_source = outbox_.get();
-    send.flag_source_offset = block * rank;
-    send.remote_flags = &peer->inbox;
-    send.remote_flags_offset = block * rank_;
-    send.credit_word = control_->data() + 64 * rank;
-    peer->sender = std::make_unique<onesided::SlotRingSender>(std::move(send));
-    onesided::SlotRingReceiver::Options receive;
-    receive.slots = options_.slots;
-    receive.peer = "it";
-    receive.endpoint = peer->endpoint;
-    receive.flags = inbox_->data() + block * rank;
-    receive.credit_source = control_.get();
-    receive.credit_source_offset = 64 * (world_ + rank);
-    receive.remote_credit = &peer->control;
-    receive.remote_credit_offset = 64 * rank_;
-    receive.describe = [](uint64_t seq) { return absl::StrCat("piece ", seq); };
-    peer->receiver = std::make_unique<onesided::SlotRingReceiver>(std::move(receive));
+    SlotLinkOptions link;
+    link.scope = absl::StrCat("messenger/", options_.name);
+    link.layout = Layout(options_, world_);
+    link.peer = rank;
+    // One ring of pieces each way; "it" in the rings' messages: FailPeer()
+    // names the rank.
+    link.out.push_back({"pieces", options_.slots, slot_stride(), /*stage_sends=*/true,
+                        LaneKind::kData, "it"});
+    link.in.push_back({"pieces", options_.slots, slot_stride(), false, LaneKind::kData, "it",
+                       [](uint64_t seq) { return absl::StrCat("piece ", seq); }});
+    ASSIGN_OR_RETURN(peer->link, SlotLink::Create(*links_, std::move(link)));
     peers_[rank] = std::move(peer);
+  }
+  for (auto& peer : peers_) {
+    if (peer == nullptr) continue;
+    RETURN_IF_ERROR(peer->link->Connect(Where()));
+    peer->endpoint = peer->link->out_endpoint(0);
+    peer->sender = &peer->link->sender(0);
+    peer->receiver = &peer->link->receiver(0);
   }
   return absl::OkStatus();
 }
@@ -536,15 +501,16 @@ void Messenger::Abandon(OpId op, const absl::Status& why) {
 absl::Status Messenger::TakeBackSendRegion(Peer& peer, uint64_t first, uint64_t end) {
   // Pieces still queued are written from their staging slot instead (free
   // until the piece is released), with the bytes copied there now.
-  const size_t slots_at = block_bytes() * peer.rank + flags_bytes();
+  SlotLink& link = *peer.link;
   peer.sender->RestageQueued(
       first, end,
       [&](uint64_t seq, rdma::LocalSlice& src) {
-        if (src.region == outbox_.get() || src.length == 0) return;  // a header
-        const size_t payload = slots_at + peer.sender->slot(seq) * slot_stride() + kHeaderBytes;
-        std::memcpy(outbox_->data() + payload, src.data(), src.length);
+        // A header (from staging already), or an empty piece.
+        if (src.region == &link.private_region() || src.length == 0) return;
+        const size_t slot = peer.sender->slot(seq);
+        std::memcpy(link.staging(0, slot) + kHeaderBytes, src.data(), src.length);
         stats_.staged_bytes += src.length;
-        src = {outbox_.get(), payload, src.length};
+        src = link.staged(0, slot, kHeaderBytes, src.length);
       });
   // Pieces posted are read by the transport until their flush completes
   // (or, on a failed link, until nothing posted is outstanding).
@@ -639,9 +605,6 @@ void Messenger::FailPeer(Peer& peer, absl::Status status) {
 }
 
 void Messenger::Receive(Peer& peer) {
-  const size_t flags_bytes = this->flags_bytes();
-  const size_t block = block_bytes();
-  std::byte* base = inbox_->data() + block * peer.rank;
   while (peer.status.ok()) {
     absl::StatusOr<bool> arrived = peer.receiver->Arrived();
     if (!arrived.ok()) {
@@ -649,7 +612,7 @@ void Messenger::Receive(Peer& peer) {
       return;
     }
     if (!*arrived) break;
-    const std::byte* piece = base + flags_bytes + peer.receiver->slot() * slot_stride();
+    const std::byte* piece = peer.link->received(0, peer.receiver->slot());
     // The header is read out of the peer's reach once: the checked copy is
     // the one every later step uses (the peer may still rewrite the slot).
     const PieceHeader header = ReadHeader(piece);
@@ -751,8 +714,7 @@ void Messenger::Deliver(Peer& peer, const PieceHeader& header, const std::byte* 
 }
 
 void Messenger::StartSends(Peer& peer) {
-  const size_t flags_bytes = this->flags_bytes();
-  const size_t block = block_bytes();
+  SlotLink& link = *peer.link;
   while (!peer.outgoing.empty()) {
     // The credit is the peer's: the slot ring checks it.
     absl::StatusOr<bool> room = peer.sender->HasRoom();
@@ -763,10 +725,8 @@ void Messenger::StartSends(Peer& peer) {
     if (!*room) break;
     Outgoing& message = *peer.outgoing.front();
     const uint64_t seq = peer.sender->Claim();
-    const size_t slot_offset = flags_bytes + peer.sender->slot(seq) * slot_stride();
-    const size_t local = block * peer.rank + slot_offset;
-    const size_t remote = block * rank_ + slot_offset;
-    std::byte* staging = outbox_->data() + local;
+    const size_t slot = peer.sender->slot(seq);
+    std::byte* staging = link.staging(0, slot);
     PieceHeader header{message.tag, message.bytes, message.next_offset,
                        std::min(options_.slot_bytes, message.bytes - message.next_offset)};
     std::memcpy(staging, &header, sizeof(header));
@@ -777,20 +737,20 @@ void Messenger::StartSends(Peer& peer) {
       if (message.zero_copy_end == 0) message.zero_copy_first = seq;
       message.zero_copy_end = seq + 1;
       // The header from staging, the payload from where it lies.
-      peer.sender->Write(seq, {outbox_.get(), local, kHeaderBytes},
-                         {&peer.inbox, remote, kHeaderBytes});
+      peer.sender->Write(seq, link.staged(0, slot, 0, kHeaderBytes),
+                         link.destination(0, slot, 0, kHeaderBytes));
       peer.sender->Write(
           seq,
           {region, static_cast<size_t>(message.data + header.offset - region->data()),
            header.bytes},
-          {&peer.inbox, remote + kHeaderBytes, header.bytes});
+          link.destination(0, slot, kHeaderBytes, header.bytes));
     } else {
       if (header.bytes > 0) {
         std::memcpy(staging + kHeaderBytes, message.Source(header.offset), header.bytes);
         stats_.staged_bytes += header.bytes;
       }
-      peer.sender->Write(seq, {outbox_.get(), local, kHeaderBytes + header.bytes},
-                         {&peer.inbox, remote, kHeaderBytes + header.bytes});
+      peer.sender->Write(seq, link.staged(0, slot, 0, kHeaderBytes + header.bytes),
+                         link.destination(0, slot, 0, kHeaderBytes + header.bytes));
     }
     peer.sender->Commit(seq);
     ++stats_.pieces_sent;

@@ -63,6 +63,7 @@
 #include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
 #include "onesided/progress/wait_policy.h"
+#include "onesided/slots/slot_link.h"
 #include "onesided/slots/slot_ring.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -124,9 +125,10 @@ class Messenger {
   // Names an accepted Send() or Recv() (never 0).
   using OpId = uint64_t;
 
-  // Allocates and publishes this rank's inbox and credit words under
-  // <ns>/messenger/<name>/<rank>/..., then fetches every peer's regions and
-  // uses the links' endpoint to it and its watch (onesided/links): the
+  // Makes a slot link to every peer (onesided/slots/slot_link.h: its
+  // flags, credits and slots, published under
+  // <ns>/messenger/<name>/link/<a>-<b>/<rank>/...), then connects them and
+  // uses the links' endpoint to each peer and its watch (onesided/links): the
   // peers must call Create() too. The rank is the links' transport's.
   // kInvalidArgument for bad options or ranks; kFailedPrecondition when a
   // peer used other options; kDeadlineExceeded naming a peer that never came.
@@ -212,11 +214,8 @@ class Messenger {
   Messenger(PeerLinks& links, int world, const MessengerOptions& options);
   absl::Status Connect();
   std::string Where() const;
-  // Layout of one peer's block of the inbox (or outbox): flag words, then
-  // slots of a 64-byte header and the payload.
+  // A slot of a peer's ring: a 64-byte header, then the payload.
   size_t slot_stride() const { return 64 + options_.slot_bytes; }
-  size_t flags_bytes() const { return (options_.slots * 8 + 63) / 64 * 64; }
-  size_t block_bytes() const { return flags_bytes() + options_.slots * slot_stride(); }
 
   void Receive(Peer& peer);
   // Whether `header` (our copy of a slot's) continues the peer's stream
@@ -254,13 +253,6 @@ class Messenger {
   const int world_;
   const MessengerOptions options_;
 
-  // inbox_: per sender, `slots` flag words then `slots` slots.
-  // control_: per peer, the credit word it writes (at 64 * peer), then the
-  // credit value we write to it (at 64 * (world + peer)).
-  // outbox_: per receiver, `slots` flag values then `slots` staging slots.
-  std::unique_ptr<rdma::MemoryRegion> inbox_;
-  std::unique_ptr<rdma::MemoryRegion> control_;
-  std::unique_ptr<rdma::MemoryRegion> outbox_;
   std::vector<const rdma::MemoryRegion*> send_regions_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null for this rank
   bool closing_ = false;  // in the destructor: completions only count down

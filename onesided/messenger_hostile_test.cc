@@ -21,6 +21,7 @@
 #include "rdma/testing/raw_peer.h"
 #include "onesided/internal/piece_header.h"
 #include "onesided/messenger.h"
+#include "onesided/slots/slot_link.h"
 #include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::onesided {
@@ -33,11 +34,7 @@ using ::testing::HasSubstr;
 constexpr char kNs[] = "messenger_hostile_test";
 constexpr size_t kSlotBytes = 1024;
 constexpr int kSlots = 4;
-// The inbox layout of the wire protocol (messenger.h): per sender, the flag
-// words (rounded up to 64 bytes), then slots of a 64-byte header + payload.
-constexpr size_t kFlagsBytes = 64;
-constexpr size_t kStride = 64 + kSlotBytes;
-constexpr size_t kBlock = kFlagsBytes + kSlots * kStride;
+constexpr size_t kStride = 64 + kSlotBytes;  // a slot: the piece header, then payload
 constexpr uint64_t kMax = ~uint64_t{0};
 
 MessengerOptions Options() {
@@ -54,17 +51,19 @@ absl::Status Drive(Messenger& messenger, absl::FunctionRef<bool()> done) {
   return messenger.ProgressUntil(done, absl::Now() + absl::Seconds(60), "the test");
 }
 
-// Rank 1's raw access to rank 0's inbox and credit words.
+// Rank 1's raw access to rank 0's side of their slot link
+// (onesided/slots/slot_link.h): its ring of pieces from rank 1 and the
+// credit word of its ring to rank 1.
 class Attacker {
  public:
   static absl::StatusOr<Attacker> Connect(rdma::Transport& transport, rdma::Store& store) {
     ASSIGN_OR_RETURN(rdma::testing::RawPeer peer,
                      rdma::testing::RawPeer::Connect(transport, store, kNs, 0, kStride));
-    Attacker a(std::move(peer));
-    ASSIGN_OR_RETURN(a.inbox_, rdma::FetchRegion(store, kNs, "messenger/m/0/inbox",
-                                                 absl::Seconds(60)));
-    ASSIGN_OR_RETURN(a.control_, rdma::FetchRegion(store, kNs, "messenger/m/0/control",
-                                                   absl::Seconds(60)));
+    const SlotRingShape pieces{"pieces", kSlots, kStride};
+    ASSIGN_OR_RETURN(SlotLinkLayout layout, SlotLinkLayout::Create({pieces}, {pieces}));
+    Attacker a(std::move(peer), layout);
+    ASSIGN_OR_RETURN(a.link_, rdma::FetchRegion(store, kNs, "messenger/m/link/0-1/0/link",
+                                                absl::Seconds(60)));
     return a;
   }
 
@@ -75,27 +74,28 @@ class Attacker {
     std::vector<std::byte> bytes(64 + std::min<uint64_t>(header.bytes, kSlotBytes),
                                  std::byte{0xAB});
     std::memcpy(bytes.data(), &header, sizeof(header));
-    RETURN_IF_ERROR(peer_.Write(inbox_, kBlock * 1 + kFlagsBytes + slot * kStride, bytes));
-    return peer_.WriteWord(inbox_, kBlock * 1 + slot * 8, seq + 1);
+    RETURN_IF_ERROR(peer_.Write(link_, layout_.staging(0) + slot * kStride, bytes));
+    return peer_.WriteWord(link_, layout_.flags(0) + slot * 8, seq + 1);
   }
 
-  // Writes `value` as the credit word rank 1 owns in rank 0's control region.
-  absl::Status Credit(uint64_t value) { return peer_.WriteWord(control_, 64 * 1, value); }
+  // Writes `value` as the credit word of rank 0's ring to rank 1.
+  absl::Status Credit(uint64_t value) { return peer_.WriteWord(link_, layout_.credit(0), value); }
 
   // The header of piece `seq`'s slot in rank 0's memory, for a racing
   // writer: on the loopback fabric a region's address is its memory.
   absl::Span<std::byte> HeaderInPlace(uint64_t seq) const {
-    return absl::MakeSpan(reinterpret_cast<std::byte*>(inbox_.address) + kBlock * 1 +
-                              kFlagsBytes + (seq % kSlots) * kStride,
+    return absl::MakeSpan(reinterpret_cast<std::byte*>(link_.address) + layout_.staging(0) +
+                              (seq % kSlots) * kStride,
                           sizeof(PieceHeader));
   }
 
  private:
-  explicit Attacker(rdma::testing::RawPeer peer) : peer_(std::move(peer)) {}
+  Attacker(rdma::testing::RawPeer peer, SlotLinkLayout layout)
+      : peer_(std::move(peer)), layout_(std::move(layout)) {}
 
   rdma::testing::RawPeer peer_;
-  rdma::RemoteRegion inbox_;
-  rdma::RemoteRegion control_;
+  SlotLinkLayout layout_;
+  rdma::RemoteRegion link_;
 };
 
 // A receive of up to 100 bytes with 64 guard bytes on each side.
