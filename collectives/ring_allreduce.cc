@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <thread>
 #include <utility>
 
@@ -22,10 +23,6 @@ namespace {
 
 namespace layout = ring_layout;
 constexpr int kMaxSlots = 1024;
-
-size_t ControlBytes(const RingAllReduceOptions& o) {
-  return layout::ControlBytes(o.slots, o.chunk_bytes);
-}
 
 uint64_t Load(const std::byte* word) {
   return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
@@ -147,8 +144,8 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Create(
     ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(options.capacity_bytes));
     ring->data_ = std::make_shared<rdma::MemoryRegion>(std::move(data));
   }
-  ASSIGN_OR_RETURN(rdma::MemoryRegion control,
-                   transport.Allocate(ControlBytes(planned)));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion control, transport.Allocate(layout::ControlBytes()));
+  std::memset(control.data(), 0, control.size());
   ring->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
   if (ring->size() > 1) {
     RETURN_IF_ERROR(ring->Connect());
@@ -187,6 +184,11 @@ RingAllReduce::~RingAllReduce() {
   if (never_completed > 0 || !neighbours_done) {
     const size_t bytes = (data_ != nullptr ? data_->size() : 0) +
                          (control_ != nullptr ? control_->size() : 0);
+    // The slot links leave theirs, and their halves, in place too (they
+    // say so: slot_link.h).
+    if (!neighbours_done) {
+      for (auto& link : slot_links_) link->KeepMemory();
+    }
     const std::string why =
         never_completed > 0
             ? absl::StrCat(never_completed, " of its operations never completed")
@@ -199,19 +201,9 @@ RingAllReduce::~RingAllReduce() {
     // Deliberately leaked references: the region outlives its other owners.
     new std::shared_ptr<rdma::MemoryRegion>(std::move(data_));
     control_.release();
-    if (never_completed > 0) {
-      // Their completions point at them.
-      sender_.release();
-      receiver_.release();
-      descriptor_sender_.release();
-      descriptor_receiver_.release();
-    }
   }
   alive_.reset();  // completions still held by the transport do nothing
-  sender_.reset();
-  receiver_.reset();
-  descriptor_sender_.reset();
-  descriptor_receiver_.reset();
+  slot_links_.clear();
   own_.links.reset();
   own_.loop.reset();
 }
@@ -233,6 +225,49 @@ std::string RingAllReduce::Where() const {
 
 absl::Status RingAllReduce::Connect() {
   published_ = true;  // from here on, a neighbour may write into our regions
+  // The slot rings, on a slot link per neighbour (one when it is both):
+  // data to the right on its data lane, credited back on the left's
+  // control lane; call descriptors to the left on its control lane,
+  // credited back on the right's data lane. Credits go to the left
+  // neighbour on the control lane, even when it is also the right one (2
+  // members): on a transport that queues in order (UCX over TCP), a credit
+  // sharing the data's endpoint waits behind up to a window of our own
+  // data, and the neighbour's sender idles. Over a 1 Gbit/s link a
+  // 2-member ring ran at 60-75 % of the link that way, 92-94 % with credits
+  // apart (docs/collectives.md).
+  const std::string right = absl::StrCat("rank ", right_rank_, " (the right neighbour)");
+  const std::string left = absl::StrCat("rank ", left_rank_, " (the left neighbour)");
+  std::map<int, onesided::SlotLinkOptions> links;
+  for (const int neighbour : {right_rank_, left_rank_}) {
+    onesided::SlotLinkOptions& link = links[neighbour];
+    link.scope = absl::StrCat("ring/", options_.name);
+    link.layout = Layout(options_, members_);
+    link.peer = neighbour;
+  }
+  // Each direction's rings in one order on both ends: data, then calls.
+  links[right_rank_].out.push_back({layout::kDataRing, options_.slots, options_.chunk_bytes,
+                                    /*stage_sends=*/false, onesided::LaneKind::kData, right});
+  links[left_rank_].out.push_back(
+      {layout::kCallsRing, layout::kCallSlots, layout::kDescriptorBytes, /*stage_sends=*/true,
+       onesided::LaneKind::kControl, absl::StrCat(left, ", call descriptors")});
+  links[left_rank_].in.push_back(
+      {layout::kDataRing, options_.slots, options_.chunk_bytes, false,
+       onesided::LaneKind::kControl, left, [this](uint64_t seq) {
+         return absl::StrCat("message ", seq - call_first_ + 1, " of ",
+                             call_end_ - call_first_, " of this call");
+       }});
+  links[right_rank_].in.push_back(
+      {layout::kCallsRing, layout::kCallSlots, layout::kDescriptorBytes, false,
+       onesided::LaneKind::kData, right,
+       [](uint64_t seq) { return absl::StrCat("the descriptor of call ", seq); }});
+  // Every record published before any wait on a neighbour.
+  for (auto& [neighbour, options] : links) {
+    ASSIGN_OR_RETURN(std::unique_ptr<onesided::SlotLink> link,
+                     onesided::SlotLink::Create(links_, std::move(options)));
+    if (neighbour == right_rank_) right_link_ = link.get();
+    if (neighbour == left_rank_) left_link_ = link.get();
+    slot_links_.push_back(std::move(link));
+  }
   ASSIGN_OR_RETURN(std::vector<onesided::PeerRegions> theirs,
                    links_.Exchange({absl::StrCat("ring/", options_.name),
                                     Layout(options_, members_),
@@ -245,68 +280,17 @@ absl::Status RingAllReduce::Connect() {
     }
     if (peer.rank == left_rank_) left_control_ = peer.regions[1];
   }
+  for (auto& link : slot_links_) RETURN_IF_ERROR(link->Connect(Where()));
   ASSIGN_OR_RETURN(right_endpoint_, links_.Lane(right_rank_));
-  // Credits go to the left neighbour on the control lane, even when it is
-  // also the right one (2 members): on a transport that queues in order
-  // (UCX over TCP), a credit sharing the data's endpoint waits behind up to
-  // a window of our own data, and the neighbour's sender idles. Over a
-  // 1 Gbit/s link a 2-member ring ran at 60-75 % of the link that way,
-  // 92-94 % with credits apart (docs/collectives.md).
   ASSIGN_OR_RETURN(left_endpoint_, links_.Lane(left_rank_, onesided::LaneKind::kControl));
   // The neighbours' keys now, while they hold their regions (Prepare()).
   RETURN_IF_ERROR(right_endpoint_->Prepare(right_data_));
   RETURN_IF_ERROR(right_endpoint_->Prepare(right_control_));
   RETURN_IF_ERROR(left_endpoint_->Prepare(left_control_));
-  const int slots = options_.slots;
-  onesided::SlotRingSender::Options send;
-  send.slots = slots;
-  send.peer = absl::StrCat("rank ", right_rank_, " (the right neighbour)");
-  send.endpoint = right_endpoint_;
-  send.flag_source = control_.get();
-  send.flag_source_offset = layout::FlagSources(slots);
-  send.remote_flags = &right_control_;
-  send.remote_flags_offset = layout::Flags();
-  send.credit_word = control_->data() + layout::Credit(slots);
-  sender_ = std::make_unique<onesided::SlotRingSender>(std::move(send));
-  onesided::SlotRingReceiver::Options receive;
-  receive.slots = slots;
-  receive.peer = absl::StrCat("rank ", left_rank_, " (the left neighbour)");
-  receive.endpoint = left_endpoint_;
-  receive.flags = control_->data() + layout::Flags();
-  receive.credit_source = control_.get();
-  receive.credit_source_offset = layout::CreditSource(slots);
-  receive.remote_credit = &left_control_;
-  receive.remote_credit_offset = layout::Credit(slots);
-  receive.describe = [this](uint64_t seq) {
-    return absl::StrCat("message ", seq - call_first_ + 1, " of ", call_end_ - call_first_,
-                        " of this call");
-  };
-  receiver_ = std::make_unique<onesided::SlotRingReceiver>(std::move(receive));
-  // The call descriptors go the other way round: ours to the left
-  // neighbour (on its control lane), the right one's to us, credited back
-  // on its data lane.
-  const size_t chunk = options_.chunk_bytes;
-  onesided::SlotRingSender::Options describe;
-  describe.slots = layout::kCallSlots;
-  describe.peer = absl::StrCat("rank ", left_rank_, " (the left neighbour, call descriptors)");
-  describe.endpoint = left_endpoint_;
-  describe.flag_source = control_.get();
-  describe.flag_source_offset = layout::CallFlagSources(slots, chunk);
-  describe.remote_flags = &left_control_;
-  describe.remote_flags_offset = layout::CallFlags(slots, chunk);
-  describe.credit_word = control_->data() + layout::CallCredit(slots, chunk);
-  descriptor_sender_ = std::make_unique<onesided::SlotRingSender>(std::move(describe));
-  onesided::SlotRingReceiver::Options learn;
-  learn.slots = layout::kCallSlots;
-  learn.peer = absl::StrCat("rank ", right_rank_, " (the right neighbour)");
-  learn.endpoint = right_endpoint_;
-  learn.flags = control_->data() + layout::CallFlags(slots, chunk);
-  learn.credit_source = control_.get();
-  learn.credit_source_offset = layout::CallCreditSource(slots, chunk);
-  learn.remote_credit = &right_control_;
-  learn.remote_credit_offset = layout::CallCredit(slots, chunk);
-  learn.describe = [](uint64_t seq) { return absl::StrCat("the descriptor of call ", seq); };
-  descriptor_receiver_ = std::make_unique<onesided::SlotRingReceiver>(std::move(learn));
+  sender_ = &right_link_->sender(right_link_->out_index(layout::kDataRing));
+  receiver_ = &left_link_->receiver(left_link_->in_index(layout::kDataRing));
+  descriptor_sender_ = &left_link_->sender(left_link_->out_index(layout::kCallsRing));
+  descriptor_receiver_ = &right_link_->receiver(right_link_->in_index(layout::kCallsRing));
   return absl::OkStatus();
 }
 
@@ -316,25 +300,15 @@ void RingAllReduce::Fail(absl::Status status) {
 
 absl::Status RingAllReduce::failure() const {
   if (!failure_.ok()) return failure_;
-  for (const onesided::SlotRingSender* sender : {sender_.get(), descriptor_sender_.get()}) {
-    if (sender != nullptr && !sender->failure().ok()) return sender->failure();
-  }
-  for (const onesided::SlotRingReceiver* receiver :
-       {receiver_.get(), descriptor_receiver_.get()}) {
-    if (receiver != nullptr && !receiver->failure().ok()) return receiver->failure();
+  for (const auto& link : slot_links_) {
+    if (absl::Status failed = link->failure(); !failed.ok()) return failed;
   }
   return absl::OkStatus();
 }
 
 int64_t RingAllReduce::in_flight() const {
   int64_t total = outstanding_;
-  for (const onesided::SlotRingSender* sender : {sender_.get(), descriptor_sender_.get()}) {
-    if (sender != nullptr) total += sender->outstanding();
-  }
-  for (const onesided::SlotRingReceiver* receiver :
-       {receiver_.get(), descriptor_receiver_.get()}) {
-    if (receiver != nullptr) total += receiver->outstanding();
-  }
+  for (const auto& link : slot_links_) total += link->in_flight();
   return total;
 }
 
@@ -497,17 +471,14 @@ absl::Status RingAllReduce::Describe(Call& call, bool& progressed) {
       descriptor_sender_->written() < number - layout::kCallSlots + 1) {
     return absl::OkStatus();
   }
-  const int slots = options_.slots;
-  const size_t chunk = options_.chunk_bytes;
-  const size_t slot = number % layout::kCallSlots;
-  const size_t source = layout::DescriptorSources(slots, chunk) + slot * layout::kDescriptorBytes;
+  const int calls = left_link_->out_index(layout::kCallsRing);
+  const size_t slot = descriptor_sender_->slot(number);
   const uint64_t words[4] = {call.offset, call.count, call.word, number};
-  std::memcpy(control_->data() + source, words, sizeof(words));
+  std::memcpy(left_link_->staging(calls, slot), words, sizeof(words));
   descriptor_sender_->Claim();
-  descriptor_sender_->Write(
-      number, {control_.get(), source, layout::kDescriptorBytes},
-      {&left_control_, layout::Descriptors(slots, chunk) + slot * layout::kDescriptorBytes,
-       layout::kDescriptorBytes});
+  descriptor_sender_->Write(number,
+                            left_link_->staged(calls, slot, 0, layout::kDescriptorBytes),
+                            left_link_->destination(calls, slot, 0, layout::kDescriptorBytes));
   descriptor_sender_->Commit(number);
   call.described = true;
   progressed = true;
@@ -521,8 +492,8 @@ absl::Status RingAllReduce::LearnRight(Call& call, bool& progressed) {
   // The neighbour may rewrite its descriptor: one copy, checked and used.
   uint64_t theirs[4];
   std::memcpy(theirs,
-              control_->data() + layout::Descriptors(options_.slots, options_.chunk_bytes) +
-                  descriptor_receiver_->slot() * layout::kDescriptorBytes,
+              right_link_->received(right_link_->in_index(layout::kCallsRing),
+                                    descriptor_receiver_->slot()),
               sizeof(theirs));
   descriptor_receiver_->Consume();
   progressed = true;
@@ -562,8 +533,7 @@ absl::Status RingAllReduce::LearnRight(Call& call, bool& progressed) {
 
 absl::Status RingAllReduce::CheckAborts(Call& call) {
   for (const bool from_left : {true, false}) {
-    const uint64_t word = Load(control_->data() +
-                               layout::Abort(options_.slots, options_.chunk_bytes, from_left));
+    const uint64_t word = Load(control_->data() + layout::Abort(from_left));
     // A neighbour may give up a call we are still finishing the one
     // before of (our last writes in flight): it counts from that call on.
     if (word == 0 || word - 1 > call.number) continue;
@@ -582,23 +552,20 @@ void RingAllReduce::PostAbort(uint64_t number) {
   if (abort_posted_ || right_endpoint_ == nullptr) return;
   abort_posted_ = true;
   const uint64_t value = number + 1;
-  std::memcpy(control_->data() + layout::AbortSource(options_.slots, options_.chunk_bytes),
-              &value, sizeof(value));
+  std::memcpy(control_->data() + layout::AbortSource(), &value, sizeof(value));
   aborts_due_ = {true, false};  // to the right neighbour, to the left one
   RetryAborts();
 }
 
 void RingAllReduce::RetryAborts() {
-  const int slots = options_.slots;
-  const size_t chunk = options_.chunk_bytes;
   for (size_t i = 0; i < aborts_due_.size();) {
     // We are the right neighbour's left one, and the left one's right one.
     const bool to_right = aborts_due_[i];
     rdma::Endpoint* endpoint = to_right ? right_endpoint_ : left_endpoint_;
     const rdma::RemoteRegion* control = to_right ? &right_control_ : &left_control_;
     absl::Status posted = endpoint->PostWrite(
-        {control_.get(), layout::AbortSource(slots, chunk), sizeof(uint64_t)},
-        {control, layout::Abort(slots, chunk, /*from_left=*/to_right), sizeof(uint64_t)},
+        {control_.get(), layout::AbortSource(), sizeof(uint64_t)},
+        {control, layout::Abort(/*from_left=*/to_right), sizeof(uint64_t)},
         std::nullopt, Guarded([this](absl::Status) { --outstanding_; }));
     if (absl::IsResourceExhausted(posted)) {
       ++i;  // the queue is full: again after progress
@@ -619,7 +586,7 @@ absl::Status RingAllReduce::Receive(Call& call, bool& progressed) {
     const size_t message = seq - call.first;
     const ElementRange range = call.schedule.Received(message);
     const std::byte* staged =
-        control_->data() + layout::Staging(options_.slots) + receiver_->slot() * options_.chunk_bytes;
+        left_link_->received(left_link_->in_index(layout::kDataRing), receiver_->slot());
     std::byte* at = data_->data() + call.offset + range.begin * call.element_size;
     if (range.count == 0) {
       // Nothing to take.
@@ -658,10 +625,8 @@ absl::Status RingAllReduce::StartSends(Call& call, bool& progressed) {
       const size_t at = call.offset + range.begin * call.element_size;
       const rdma::RemoteSlice dst =
           reduce || GatherInSlots(call.right_offset, call, range)
-              ? rdma::RemoteSlice{&right_control_,
-                                  layout::Staging(options_.slots) +
-                                      sender_->slot(seq) * options_.chunk_bytes,
-                                  bytes}
+              ? right_link_->destination(right_link_->out_index(layout::kDataRing),
+                                         sender_->slot(seq), 0, bytes)
               : rdma::RemoteSlice{&right_data_,
                                   call.right_offset + range.begin * call.element_size, bytes};
       sender_->Write(seq, {data_.get(), at, bytes}, dst);

@@ -58,6 +58,7 @@
 #include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
 #include "onesided/progress/wait_policy.h"
+#include "onesided/slots/slot_link.h"
 #include "onesided/slots/slot_ring.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -153,8 +154,8 @@ class RingAllReduce {
   // The data region: what AllReduce() reduces, in place.
   std::byte* data() const { return data_->data(); }
   const rdma::MemoryRegion& data_region() const { return *data_; }
-  // Flags, credits, staging and call descriptors (ring_layout.h): what the
-  // neighbours write into; for the hostile tests.
+  // The abort words (ring_layout.h): what the neighbours write into besides
+  // the data region and the slot links; for the hostile tests.
   const rdma::MemoryRegion& control_region() const { return *control_; }
   size_t capacity() const { return options_.capacity_bytes; }
   int size() const { return static_cast<int>(members_.size()); }
@@ -267,15 +268,18 @@ class RingAllReduce {
   rdma::Endpoint* right_endpoint_ = nullptr;
   rdma::Endpoint* left_endpoint_ = nullptr;
 
-  // The two links' slot rings (onesided/slots/slot_ring.h): to the right
-  // neighbour, from the left one. Sequence numbers count messages on each
-  // link since Create().
-  std::unique_ptr<onesided::SlotRingSender> sender_;
-  std::unique_ptr<onesided::SlotRingReceiver> receiver_;
-  // The call descriptors' slot rings (ring_layout.h): ours to the left
-  // neighbour, the right one's to us. Sequence numbers are call numbers.
-  std::unique_ptr<onesided::SlotRingSender> descriptor_sender_;
-  std::unique_ptr<onesided::SlotRingReceiver> descriptor_receiver_;
+  // The slot links to the neighbours (onesided/slots/slot_link.h; one
+  // when the left neighbour is the right one) and their rings
+  // (ring_layout.h): messages to the right neighbour and from the left one,
+  // whose sequence numbers count messages since Create(); call descriptors
+  // to the left neighbour and from the right one, numbered by call.
+  std::vector<std::unique_ptr<onesided::SlotLink>> slot_links_;
+  onesided::SlotLink* right_link_ = nullptr;
+  onesided::SlotLink* left_link_ = nullptr;
+  onesided::SlotRingSender* sender_ = nullptr;
+  onesided::SlotRingReceiver* receiver_ = nullptr;
+  onesided::SlotRingSender* descriptor_sender_ = nullptr;
+  onesided::SlotRingReceiver* descriptor_receiver_ = nullptr;
   onesided::ProgressLoop* loop_ = nullptr;
   std::vector<int64_t> watches_;  // subscriptions to the neighbours' watches
   // Made by the Create() without links (destroyed last, links first).

@@ -20,6 +20,7 @@
 #include "collectives/call_word.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/ring_layout.h"
+#include "onesided/slots/slot_link.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -53,48 +54,61 @@ RingAllReduceOptions Options(const std::string& name) {
   return options;
 }
 
-// Rank 1's raw access to rank 0's control region (layout: ring_allreduce.cc:
-// flag words [0, slots), then the credit word).
+// Either side of the slot link of a 2-member ring (ring_layout.h).
+absl::StatusOr<onesided::SlotLinkLayout> TwoMemberLinkLayout() {
+  const std::vector<onesided::SlotRingShape> rings = {
+      {ring_layout::kDataRing, kSlots, kChunk},
+      {ring_layout::kCallsRing, ring_layout::kCallSlots, ring_layout::kDescriptorBytes}};
+  return onesided::SlotLinkLayout::Create(rings, rings);
+}
+
+// Rank 1's raw access to rank 0's memory: its side of their slot link
+// (onesided/slots/slot_link.h; with 2 members both rings each way, data
+// first) and its control region (ring_layout.h: the abort words).
 class Attacker {
  public:
   static absl::StatusOr<std::unique_ptr<Attacker>> Connect(rdma::Transport& transport,
                                                            rdma::Store& store,
                                                            const std::string& name) {
-    auto a = std::unique_ptr<Attacker>(new Attacker(transport));
+    ASSIGN_OR_RETURN(onesided::SlotLinkLayout layout, TwoMemberLinkLayout());
+    auto a = std::unique_ptr<Attacker>(new Attacker(transport, layout));
     ASSIGN_OR_RETURN(a->endpoint_,
                      rdma::ConnectToPeer(transport, store, kNs, 0, absl::Seconds(20)));
     ASSIGN_OR_RETURN(a->control_, rdma::FetchRegion(store, kNs,
                                                     absl::StrCat("ring/", name, "/0/control"),
                                                     absl::Seconds(20)));
+    ASSIGN_OR_RETURN(a->link_, rdma::FetchRegion(store, kNs,
+                                                 absl::StrCat("ring/", name, "/link/0-1/0/link"),
+                                                 absl::Seconds(20)));
     ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(64));
     a->scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
     return a;
   }
 
-  // The flag word of the slot of message `seq`.
+  // The flag word of the slot of message `seq` (data ring: index 0).
   absl::Status Flag(uint64_t seq, uint64_t value) {
-    return Word(ring_layout::Flags() + (seq % kSlots) * 8, value);
+    return Word(link_, layout_.flags(0) + (seq % kSlots) * 8, value);
   }
-  absl::Status Credit(uint64_t value) { return Word(ring_layout::Credit(kSlots), value); }
-  // Call `call`'s descriptor (offset, count, call word, number) and flag.
+  // The credit word of rank 0's data ring to rank 1.
+  absl::Status Credit(uint64_t value) { return Word(link_, layout_.credit(0), value); }
+  // Call `call`'s descriptor (offset, count, call word, number) and flag
+  // (calls ring: index 1).
   absl::Status Descriptor(uint64_t call, const std::vector<uint64_t>& words) {
-    const size_t at = ring_layout::Descriptors(kSlots, kChunk) +
+    const size_t at = layout_.staging(1) +
                       (call % ring_layout::kCallSlots) * ring_layout::kDescriptorBytes;
-    for (size_t i = 0; i < words.size(); ++i) RETURN_IF_ERROR(Word(at + 8 * i, words[i]));
+    for (size_t i = 0; i < words.size(); ++i) RETURN_IF_ERROR(Word(link_, at + 8 * i, words[i]));
     return absl::OkStatus();
   }
   absl::Status DescriptorFlag(uint64_t call, uint64_t value) {
-    return Word(ring_layout::CallFlags(kSlots, kChunk) + (call % ring_layout::kCallSlots) * 8,
-                value);
+    return Word(link_, layout_.flags(1) + (call % ring_layout::kCallSlots) * 8, value);
   }
   absl::Status Abort(bool from_left, uint64_t value) {
-    return Word(ring_layout::Abort(kSlots, kChunk, from_left), value);
+    return Word(control_, ring_layout::Abort(from_left), value);
   }
-
-  absl::Status Word(uint64_t offset, uint64_t value) {
+  absl::Status Word(const rdma::RemoteRegion& region, uint64_t offset, uint64_t value) {
     std::memcpy(scratch_->data(), &value, 8);
     std::optional<absl::Status> done;
-    RETURN_IF_ERROR(endpoint_->PostWrite({scratch_.get(), 0, 8}, {&control_, offset, 8},
+    RETURN_IF_ERROR(endpoint_->PostWrite({scratch_.get(), 0, 8}, {&region, offset, 8},
                                          std::nullopt, [&](absl::Status s) { done = s; }));
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     while (!done.has_value()) {
@@ -105,11 +119,14 @@ class Attacker {
   }
 
  private:
-  explicit Attacker(rdma::Transport& transport) : transport_(transport) {}
+  Attacker(rdma::Transport& transport, onesided::SlotLinkLayout layout)
+      : transport_(transport), layout_(std::move(layout)) {}
 
   rdma::Transport& transport_;
+  const onesided::SlotLinkLayout layout_;
   std::unique_ptr<rdma::Endpoint> endpoint_;
   rdma::RemoteRegion control_;
+  rdma::RemoteRegion link_;
   std::unique_ptr<rdma::MemoryRegion> scratch_;
 };
 
@@ -274,12 +291,18 @@ TEST(RingAllReduceHostileTest, ADescriptorRewrittenWhileTheRingRunsIsReadOnce) {
                                                  Options(absl::StrCat("race", trial))));
           std::vector<std::unique_ptr<rdma::testing::RacingWriter>> writers;
           if (rank == 0) {
-            const rdma::MemoryRegion& control = ring->control_region();
+            // Rank 0's side of the link, where rank 1 writes descriptors: on
+            // the loopback fabric its published address is its memory.
+            ASSIGN_OR_RETURN(const rdma::RemoteRegion link,
+                             rdma::FetchRegion(store, kNs,
+                                               absl::StrCat("ring/race", trial, "/link/0-1/0/link"),
+                                               absl::Seconds(20)));
+            ASSIGN_OR_RETURN(const onesided::SlotLinkLayout layout, TwoMemberLinkLayout());
             const uint64_t honest = 0, forged = kCount * 4 - 4;
             for (int slot = 0; slot < ring_layout::kCallSlots; ++slot) {
               writers.push_back(rdma::testing::RacingWriter::Flipping(
-                  absl::MakeSpan(control.data(), control.size()),
-                  ring_layout::Descriptors(kSlots, kChunk) + slot * ring_layout::kDescriptorBytes,
+                  absl::MakeSpan(reinterpret_cast<std::byte*>(link.address), link.length),
+                  layout.staging(1) + slot * ring_layout::kDescriptorBytes,
                   {rdma::testing::BytesOf(honest), rdma::testing::BytesOf(forged)},
                   rdma::testing::RacingWriter::Tearing::kWords));
             }
