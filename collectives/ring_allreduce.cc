@@ -287,10 +287,14 @@ absl::Status RingAllReduce::Connect() {
   RETURN_IF_ERROR(right_endpoint_->Prepare(right_data_));
   RETURN_IF_ERROR(right_endpoint_->Prepare(right_control_));
   RETURN_IF_ERROR(left_endpoint_->Prepare(left_control_));
-  sender_ = &right_link_->sender(right_link_->out_index(layout::kDataRing));
-  receiver_ = &left_link_->receiver(left_link_->in_index(layout::kDataRing));
-  descriptor_sender_ = &left_link_->sender(left_link_->out_index(layout::kCallsRing));
-  descriptor_receiver_ = &right_link_->receiver(right_link_->in_index(layout::kCallsRing));
+  data_out_ = right_link_->out_index(layout::kDataRing);
+  data_in_ = left_link_->in_index(layout::kDataRing);
+  calls_out_ = left_link_->out_index(layout::kCallsRing);
+  calls_in_ = right_link_->in_index(layout::kCallsRing);
+  sender_ = &right_link_->sender(data_out_);
+  receiver_ = &left_link_->receiver(data_in_);
+  descriptor_sender_ = &left_link_->sender(calls_out_);
+  descriptor_receiver_ = &right_link_->receiver(calls_in_);
   return absl::OkStatus();
 }
 
@@ -471,7 +475,7 @@ absl::Status RingAllReduce::Describe(Call& call, bool& progressed) {
       descriptor_sender_->written() < number - layout::kCallSlots + 1) {
     return absl::OkStatus();
   }
-  const int calls = left_link_->out_index(layout::kCallsRing);
+  const int calls = calls_out_;
   const size_t slot = descriptor_sender_->slot(number);
   const uint64_t words[4] = {call.offset, call.count, call.word, number};
   std::memcpy(left_link_->staging(calls, slot), words, sizeof(words));
@@ -492,8 +496,7 @@ absl::Status RingAllReduce::LearnRight(Call& call, bool& progressed) {
   // The neighbour may rewrite its descriptor: one copy, checked and used.
   uint64_t theirs[4];
   std::memcpy(theirs,
-              right_link_->received(right_link_->in_index(layout::kCallsRing),
-                                    descriptor_receiver_->slot()),
+              right_link_->received(calls_in_, descriptor_receiver_->slot()),
               sizeof(theirs));
   descriptor_receiver_->Consume();
   progressed = true;
@@ -586,7 +589,7 @@ absl::Status RingAllReduce::Receive(Call& call, bool& progressed) {
     const size_t message = seq - call.first;
     const ElementRange range = call.schedule.Received(message);
     const std::byte* staged =
-        left_link_->received(left_link_->in_index(layout::kDataRing), receiver_->slot());
+        left_link_->received(data_in_, receiver_->slot());
     std::byte* at = data_->data() + call.offset + range.begin * call.element_size;
     if (range.count == 0) {
       // Nothing to take.
@@ -625,8 +628,7 @@ absl::Status RingAllReduce::StartSends(Call& call, bool& progressed) {
       const size_t at = call.offset + range.begin * call.element_size;
       const rdma::RemoteSlice dst =
           reduce || GatherInSlots(call.right_offset, call, range)
-              ? right_link_->destination(right_link_->out_index(layout::kDataRing),
-                                         sender_->slot(seq), 0, bytes)
+              ? right_link_->destination(data_out_, sender_->slot(seq), 0, bytes)
               : rdma::RemoteSlice{&right_data_,
                                   call.right_offset + range.begin * call.element_size, bytes};
       sender_->Write(seq, {data_.get(), at, bytes}, dst);

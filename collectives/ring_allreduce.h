@@ -276,6 +276,8 @@ class RingAllReduce {
   std::vector<std::unique_ptr<onesided::SlotLink>> slot_links_;
   onesided::SlotLink* right_link_ = nullptr;
   onesided::SlotLink* left_link_ = nullptr;
+  // The rings' indices on their links (SlotLink::out_index/in_index).
+  int data_out_ = -1, data_in_ = -1, calls_out_ = -1, calls_in_ = -1;
   onesided::SlotRingSender* sender_ = nullptr;
   onesided::SlotRingReceiver* receiver_ = nullptr;
   onesided::SlotRingSender* descriptor_sender_ = nullptr;
