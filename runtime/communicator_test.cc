@@ -25,6 +25,7 @@ namespace {
 
 using ::rdmaflow::testing::IsOkAndHolds;
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 class CommunicatorTest : public ::testing::TestWithParam<std::string> {};
@@ -209,6 +210,31 @@ TEST_P(CommunicatorTest, ReadyIsFalseUntilTheSenderSends) {
         return communicator->Shutdown();
       });
   for (const absl::Status& status : results) EXPECT_OK(status);
+}
+
+// Ranks that run different plans (here another pipeline depth) lay out a
+// link's slots otherwise: the executor stops at set-up, each rank quoting
+// both layouts (runtime/link_records.h), instead of writing into memory laid
+// out for another plan.
+TEST(ExecutorSetUpTest, RanksRunningDifferentPlansAreRefused) {
+  graph::PlannerOptions deeper;
+  deeper.pipeline_depth = 3;
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan two,
+                       graph::PlanGraph(graph::examples::MlpTwoRanks(), {}));
+  ASSERT_OK_AND_ASSIGN(plan::TransferPlan three,
+                       graph::PlanGraph(graph::examples::MlpTwoRanks(), deeper));
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        CommunicatorOptions options;
+        options.timeout = absl::Seconds(20);
+        return CreateCommunicator("rdma", rank == 0 ? two : three, transport, store, options)
+            .status();
+      });
+  for (const absl::Status& status : results) {
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                 AllOf(HasSubstr("the executor of rank"), HasSubstr("depth=2"),
+                                       HasSubstr("depth=3"))));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCommunicators, CommunicatorTest,

@@ -3,8 +3,9 @@
 // Executor: the zero-copy Communicator ("rdma"). It executes a TransferPlan
 // over an rdma::Transport:
 //   - set-up: allocates every receive region of the rank through
-//     Transport::Allocate, publishes the descriptors in the Store and fetches
-//     the peers' (rendezvous.h);
+//     Transport::Allocate, publishes the descriptors on its links, one
+//     scope per transfer link with the plan's layout of it, and fetches the
+//     peers' (link_records.h);
 //   - static tensors: Send writes the tensor straight into its slot on the
 //     receiver with a notification; Recv returns a view of the slot (no
 //     copy), released to the sender when dropped;

@@ -24,7 +24,10 @@
 #include "graph_analyzer/graph_builder.h"
 #include "graph_analyzer/planner.h"
 #include "gtest/gtest.h"
+#include "onesided/links/peer_links.h"
+#include "onesided/progress/progress_loop.h"
 #include "rdma/rendezvous.h"
+#include "runtime/link_records.h"
 #include "rdma/testing/raw_peer.h"
 #include "runtime/executor.h"
 #include "runtime/internal/slot_state.h"
@@ -301,28 +304,33 @@ TEST(CheckShapeTest, RefusesShapesThatWrap) {
 
 // --- The attacker -------------------------------------------------------------
 
-// A rank that joins like an executor of the one-link plan (it publishes its
-// address and its part of link 0 -> 1 of generation 0), then writes raw
+// A rank that joins like an executor of the one-link plan (on links of its
+// own it publishes its address and its part of link 0 -> 1 of generation 0,
+// with the plan's layout of it: runtime/link_records.h), then writes raw
 // words into the victim's memory.
 class Attacker {
  public:
   // As the sender (rank 0): publishes a credit region and a source pool
   // filled with bytes 0, 1, 2, ...; fetches the victim's receive region.
   static absl::StatusOr<std::unique_ptr<Attacker>> JoinAsSender(
-      rdma::Transport& transport, rdma::Store& store) {
-    ASSIGN_OR_RETURN(auto a, Create(transport));
-    RETURN_IF_ERROR(rdma::PublishAddress(store, kNs, transport));
+      rdma::Transport& transport, rdma::Store& store, const plan::TransferPlan& plan) {
+    ASSIGN_OR_RETURN(auto a, Create(transport, store));
+    const plan::LinkRegion& link = plan.link(0);
     ASSIGN_OR_RETURN(rdma::MemoryRegion credit, transport.Allocate(64));
     a->own_.push_back(std::make_unique<rdma::MemoryRegion>(std::move(credit)));
-    RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, "g0/credit/0-1",
-                                        a->own_.back()->descriptor()));
+    RETURN_IF_ERROR(a->links_->Publish({ExecutorLinkScope(0, link), ExecutorLinkLayout(link),
+                                        {{"credit", a->own_.back().get()}}}));
     ASSIGN_OR_RETURN(rdma::MemoryRegion pool, transport.Allocate(kPoolBytes));
     for (size_t i = 0; i < kPoolBytes; ++i) pool.data()[i] = std::byte(i & 0xff);
     a->own_.push_back(std::make_unique<rdma::MemoryRegion>(std::move(pool)));
-    RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, "pool/0", a->own_.back()->descriptor()));
+    RETURN_IF_ERROR(a->links_->Publish(
+        {kExecutorPoolScope, kExecutorPoolLayout, {{"pool", a->own_.back().get()}}}));
     RETURN_IF_ERROR(a->Connect(transport, store, 1));
-    ASSIGN_OR_RETURN(a->target_, rdma::FetchRegion(store, kNs, "g0/recv/0-1",
-                                                   absl::Seconds(20)));
+    ASSIGN_OR_RETURN(onesided::PeerRegions target,
+                     a->links_->Fetch({ExecutorLinkScope(0, link), ExecutorLinkLayout(link),
+                                       {{"recv", nullptr}}},
+                                      1, "the attacker"));
+    a->target_ = std::move(target.regions[0]);
     return a;
   }
 
@@ -330,16 +338,18 @@ class Attacker {
   // link; fetches the victim's credit region.
   static absl::StatusOr<std::unique_ptr<Attacker>> JoinAsReceiver(
       rdma::Transport& transport, rdma::Store& store, const plan::TransferPlan& plan) {
-    ASSIGN_OR_RETURN(auto a, Create(transport));
-    RETURN_IF_ERROR(rdma::PublishAddress(store, kNs, transport));
-    ASSIGN_OR_RETURN(rdma::MemoryRegion region,
-                     transport.Allocate(plan.link(0).region_bytes()));
+    ASSIGN_OR_RETURN(auto a, Create(transport, store));
+    const plan::LinkRegion& link = plan.link(0);
+    ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(link.region_bytes()));
     a->own_.push_back(std::make_unique<rdma::MemoryRegion>(std::move(region)));
-    RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, "g0/recv/0-1",
-                                        a->own_.back()->descriptor()));
+    RETURN_IF_ERROR(a->links_->Publish({ExecutorLinkScope(0, link), ExecutorLinkLayout(link),
+                                        {{"recv", a->own_.back().get()}}}));
     RETURN_IF_ERROR(a->Connect(transport, store, 0));
-    ASSIGN_OR_RETURN(a->target_, rdma::FetchRegion(store, kNs, "g0/credit/0-1",
-                                                   absl::Seconds(20)));
+    ASSIGN_OR_RETURN(onesided::PeerRegions target,
+                     a->links_->Fetch({ExecutorLinkScope(0, link), ExecutorLinkLayout(link),
+                                       {{"credit", nullptr}}},
+                                      0, "the attacker"));
+    a->target_ = std::move(target.regions[0]);
     return a;
   }
 
@@ -370,10 +380,15 @@ class Attacker {
   }
 
  private:
-  explicit Attacker(rdma::Transport&) {}
+  explicit Attacker(rdma::Transport& transport)
+      : loop_(std::make_unique<onesided::ProgressLoop>(transport,
+                                                        onesided::ProgressLoopOptions{})) {}
 
-  static absl::StatusOr<std::unique_ptr<Attacker>> Create(rdma::Transport& transport) {
-    return std::unique_ptr<Attacker>(new Attacker(transport));
+  static absl::StatusOr<std::unique_ptr<Attacker>> Create(rdma::Transport& transport,
+                                                          rdma::Store& store) {
+    auto a = std::unique_ptr<Attacker>(new Attacker(transport));
+    ASSIGN_OR_RETURN(a->links_, onesided::PeerLinks::Create(transport, store, kNs, *a->loop_, {}));
+    return a;
   }
   absl::Status Connect(rdma::Transport& transport, rdma::Store& store, int victim) {
     ASSIGN_OR_RETURN(rdma::testing::RawPeer peer,
@@ -383,6 +398,8 @@ class Attacker {
     return absl::OkStatus();
   }
 
+  std::unique_ptr<onesided::ProgressLoop> loop_;
+  std::unique_ptr<onesided::PeerLinks> links_;  // publishes the address
   std::vector<std::unique_ptr<rdma::MemoryRegion>> own_;
   std::unique_ptr<rdma::testing::RawPeer> peer_;
   rdma::RemoteRegion target_;
@@ -405,7 +422,7 @@ Outcome RecvForged(const std::function<absl::Status(Attacker&)>& forge) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         if (rank == 0) {
-          ASSIGN_OR_RETURN(auto attacker, Attacker::JoinAsSender(transport, store));
+          ASSIGN_OR_RETURN(auto attacker, Attacker::JoinAsSender(transport, store, plan));
           RETURN_IF_ERROR(forge(*attacker));
           // Keep the pool (and the transport) alive until the victim is gone.
           RETURN_IF_ERROR(store.Wait({judged}, absl::Seconds(20)));
@@ -529,7 +546,7 @@ TEST(ExecutorHostileTest, ForgedNotificationsFailTheReceiver) {
     std::vector<absl::Status> results = rdma::testing::RunRankThreads(
         2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
           if (rank == 0) {
-            ASSIGN_OR_RETURN(auto attacker, Attacker::JoinAsSender(transport, store));
+            ASSIGN_OR_RETURN(auto attacker, Attacker::JoinAsSender(transport, store, plan));
             for (uint32_t n : c.notifications) {
               RETURN_IF_ERROR(attacker->Write(0, std::vector<uint64_t>(8, 7), n));
             }

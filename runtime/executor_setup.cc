@@ -8,15 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/tracing.h"
-#include "rdma/rendezvous.h"
+#include "onesided/links/peer_links.h"
 #include "runtime/executor.h"
+#include "runtime/link_records.h"
 
 namespace rdmaflow::runtime {
 namespace {
-
-std::string LinkKey(const char* what, int generation, int src, int dst) {
-  return absl::StrCat("g", generation, "/", what, "/", src, "-", dst);
-}
 
 bool Overlap(const TransferInfo& a, const TransferInfo& b) {
   return a.offset < b.offset + b.slot_bytes && b.offset < a.offset + a.slot_bytes;
@@ -50,9 +47,8 @@ absl::Status Executor::SetUpPools() {
     source_pool_region_ = std::make_unique<rdma::MemoryRegion>(std::move(pool));
     source_pool_ = std::make_unique<PoolAllocator>(
         source_pool_region_->size(), plan().config().alignment());
-    RETURN_IF_ERROR(rdma::PublishRegion(
-        engine_.store(), options_.ns, absl::StrCat("pool/", rank_plan_.rank()),
-        source_pool_region_->descriptor()));
+    RETURN_IF_ERROR(engine_.links().Publish(
+        {kExecutorPoolScope, kExecutorPoolLayout, {{"pool", source_pool_region_.get()}}}));
   }
   if (dynamic_recv) {
     ASSIGN_OR_RETURN(rdma::MemoryRegion pool,
@@ -64,14 +60,13 @@ absl::Status Executor::SetUpPools() {
   peer_source_pools_.resize(rank_plan_.world_size());
   for (int peer = 0; peer < rank_plan_.world_size(); ++peer) {
     if (!dynamic_from[peer]) continue;
-    ASSIGN_OR_RETURN(rdma::RemoteRegion pool,
-                     rdma::FetchRegion(engine_.store(), options_.ns,
-                                       absl::StrCat("pool/", peer),
-                                       options_.timeout));
+    ASSIGN_OR_RETURN(onesided::PeerRegions pool,
+                     engine_.links().Fetch({kExecutorPoolScope, kExecutorPoolLayout, {{"pool", nullptr}}},
+                                           peer, absl::StrCat("the executor of rank ",
+                                                              rank_plan_.rank())));
     // Prepared now, while the peer is known to hold it (Endpoint::Prepare).
-    RETURN_IF_ERROR(engine_.endpoint(peer)->Prepare(pool));
-    peer_source_pools_[peer] =
-        std::make_unique<rdma::RemoteRegion>(std::move(pool));
+    RETURN_IF_ERROR(engine_.endpoint(peer)->Prepare(pool.regions[0]));
+    peer_source_pools_[peer] = std::make_unique<rdma::RemoteRegion>(std::move(pool.regions[0]));
   }
   return absl::OkStatus();
 }
@@ -85,16 +80,15 @@ absl::Status Executor::SetUpGeneration() {
   std::vector<std::shared_ptr<rdma::MemoryRegion>> recv_region(p.link_size());
   std::vector<std::shared_ptr<rdma::MemoryRegion>> recv_device_region(p.link_size());
   std::vector<const rdma::MemoryRegion*> credit_region(p.link_size());
+  onesided::PeerLinks& links = engine_.links();
   for (int l : rank_plan_.recv_links()) {
     const plan::LinkRegion& link = p.link(l);
+    onesided::RegionSet ours{ExecutorLinkScope(generation_, link), ExecutorLinkLayout(link), {}};
     if (link.region_bytes() > 0) {
       ASSIGN_OR_RETURN(rdma::MemoryRegion region,
                        transport_.Allocate(link.region_bytes()));
       recv_region[l] = std::make_shared<rdma::MemoryRegion>(std::move(region));
-      RETURN_IF_ERROR(rdma::PublishRegion(
-          engine_.store(), options_.ns,
-          LinkKey("recv", generation_, link.src_rank(), link.dst_rank()),
-          recv_region[l]->descriptor()));
+      ours.regions.push_back({"recv", recv_region[l].get()});
     }
     if (link.device_region_bytes() > 0) {
       absl::StatusOr<rdma::MemoryRegion> region =
@@ -107,11 +101,9 @@ absl::Status Executor::SetUpGeneration() {
                          " bytes of device memory): ", region.status().message()));
       }
       recv_device_region[l] = std::make_shared<rdma::MemoryRegion>(*std::move(region));
-      RETURN_IF_ERROR(rdma::PublishRegion(
-          engine_.store(), options_.ns,
-          LinkKey("recvdev", generation_, link.src_rank(), link.dst_rank()),
-          recv_device_region[l]->descriptor()));
+      ours.regions.push_back({"recvdev", recv_device_region[l].get()});
     }
+    RETURN_IF_ERROR(links.Publish(ours));
   }
   for (int l : rank_plan_.send_links()) {
     const plan::LinkRegion& link = p.link(l);
@@ -120,10 +112,8 @@ absl::Status Executor::SetUpGeneration() {
     credit_regions_.push_back(
         std::make_unique<rdma::MemoryRegion>(std::move(region)));
     credit_region[l] = credit_regions_.back().get();
-    RETURN_IF_ERROR(rdma::PublishRegion(
-        engine_.store(), options_.ns,
-        LinkKey("credit", generation_, link.src_rank(), link.dst_rank()),
-        credit_region[l]->descriptor()));
+    RETURN_IF_ERROR(links.Publish({ExecutorLinkScope(generation_, link),
+                                   ExecutorLinkLayout(link), {{"credit", credit_region[l]}}}));
   }
   if (generation_ == 0) RETURN_IF_ERROR(SetUpPools());
   // The previous generation's writers are idle: Replan() drained them.
@@ -148,32 +138,31 @@ absl::Status Executor::SetUpGeneration() {
 
   std::vector<const rdma::RemoteRegion*> remote(p.link_size(), nullptr);
   std::vector<const rdma::RemoteRegion*> remote_device(p.link_size(), nullptr);
+  const std::string what = absl::StrCat("the executor of rank ", rank_plan_.rank(),
+                                        " (plan generation ", generation_, ")");
   for (int l : rank_plan_.send_links()) {
     const plan::LinkRegion& link = p.link(l);
-    for (const bool device : {false, true}) {
-      if ((device ? link.device_region_bytes() : link.region_bytes()) == 0) continue;
-      ASSIGN_OR_RETURN(
-          rdma::RemoteRegion region,
-          rdma::FetchRegion(engine_.store(), options_.ns,
-                            LinkKey(device ? "recvdev" : "recv", generation_, link.src_rank(),
-                                    link.dst_rank()),
-                            options_.timeout));
+    onesided::RegionSet theirs{ExecutorLinkScope(generation_, link), ExecutorLinkLayout(link),
+                               {}};
+    if (link.region_bytes() > 0) theirs.regions.push_back({"recv", nullptr});
+    if (link.device_region_bytes() > 0) theirs.regions.push_back({"recvdev", nullptr});
+    ASSIGN_OR_RETURN(onesided::PeerRegions fetched, links.Fetch(theirs, link.dst_rank(), what));
+    for (size_t i = 0; i < fetched.regions.size(); ++i) {
+      rdma::RemoteRegion& region = fetched.regions[i];
       RETURN_IF_ERROR(engine_.endpoint(link.dst_rank())->Prepare(region));
       remote_regions_.push_back(std::make_unique<rdma::RemoteRegion>(std::move(region)));
-      (device ? remote_device : remote)[l] = remote_regions_.back().get();
+      (theirs.regions[i].first == "recvdev" ? remote_device : remote)[l] =
+          remote_regions_.back().get();
     }
   }
   for (int l : rank_plan_.recv_links()) {
     const plan::LinkRegion& link = p.link(l);
-    ASSIGN_OR_RETURN(
-        rdma::RemoteRegion region,
-        rdma::FetchRegion(
-            engine_.store(), options_.ns,
-            LinkKey("credit", generation_, link.src_rank(), link.dst_rank()),
-            options_.timeout));
-    RETURN_IF_ERROR(engine_.endpoint(link.src_rank())->Prepare(region));
-    remote_regions_.push_back(
-        std::make_unique<rdma::RemoteRegion>(std::move(region)));
+    ASSIGN_OR_RETURN(onesided::PeerRegions fetched,
+                     links.Fetch({ExecutorLinkScope(generation_, link), ExecutorLinkLayout(link),
+                                  {{"credit", nullptr}}},
+                                 link.src_rank(), what));
+    RETURN_IF_ERROR(engine_.endpoint(link.src_rank())->Prepare(fetched.regions[0]));
+    remote_regions_.push_back(std::make_unique<rdma::RemoteRegion>(std::move(fetched.regions[0])));
     remote[l] = remote_regions_.back().get();
   }
   credit_writers_.clear();

@@ -72,6 +72,8 @@ class ProgressEngine {
   rdma::Endpoint* endpoint(int peer) { return endpoints_[peer]; }
   // After Connect().
   const onesided::PeerLinks& links() const { return *links_; }
+  // For the owner's records (runtime/link_records.h), on the loop's thread.
+  onesided::PeerLinks& links() { return *links_; }
 
   // One round: transport progress, notifications, the owner's round, and
   // the peers' liveness probes when due (a dead peer fails the engine

@@ -12,17 +12,14 @@
 #include "runtime/communicator_checks.h"
 #include "runtime/internal/chunk_reader.h"
 #include "onesided/internal/piece_header.h"
-#include "rdma/rendezvous.h"
+#include "onesided/links/peer_links.h"
+#include "runtime/link_records.h"
 #include "runtime/tensor_message.pb.h"
 
 namespace rdmaflow::runtime {
 namespace {
 
 constexpr size_t kHeaderRoom = internal::kChunkHeaderRoom;
-
-std::string RingKey(const char* what, int src, int dst) {
-  return absl::StrCat("copy/", what, "/", src, "-", dst);
-}
 
 // A vector-backed tensor (the receiver's copy).
 class VectorLease final : public ReceivedTensor::Lease {
@@ -88,6 +85,9 @@ absl::Status RdmaCopyCommunicator::SetUp() {
   RETURN_IF_ERROR(engine_.Connect(rank_plan_.peers()));
   const int rank = rank_plan_.rank();
   const size_t ring_bytes = slot_bytes_ * copy_options_.ring_slots;
+  // Both ends of a link lay out its ring alike, or stop here quoting both.
+  const std::string layout = RdmaCopyLayout(copy_options_.ring_slots, slot_bytes_);
+  const std::string what = absl::StrCat("rdma_copy of rank ", rank);
   std::set<int> senders, receivers;
   for (const TransferInfo& info : rank_plan_.recvs()) senders.insert(info.src_rank);
   for (const TransferInfo& info : rank_plan_.sends()) receivers.insert(info.dst_rank);
@@ -101,9 +101,8 @@ absl::Status RdmaCopyCommunicator::SetUp() {
     in.credit_word = 8 * word++;
     ASSIGN_OR_RETURN(rdma::MemoryRegion ring, transport_.Allocate(ring_bytes));
     in.ring = std::make_unique<rdma::MemoryRegion>(std::move(ring));
-    RETURN_IF_ERROR(rdma::PublishRegion(engine_.store(), options_.ns,
-                                        RingKey("ring", src, rank),
-                                        in.ring->descriptor()));
+    RETURN_IF_ERROR(engine_.links().Publish(
+        {RdmaCopyScope(src, rank), layout, {{"ring", in.ring.get()}}}));
   }
   for (int dst : receivers) {
     Outgoing& out = outgoing_[dst];
@@ -113,22 +112,24 @@ absl::Status RdmaCopyCommunicator::SetUp() {
     out.bounce_busy.assign(copy_options_.ring_slots, false);
     ASSIGN_OR_RETURN(rdma::MemoryRegion credit, transport_.Allocate(8));
     out.credit = std::make_unique<rdma::MemoryRegion>(std::move(credit));
-    RETURN_IF_ERROR(rdma::PublishRegion(engine_.store(), options_.ns,
-                                        RingKey("credit", rank, dst),
-                                        out.credit->descriptor()));
+    RETURN_IF_ERROR(engine_.links().Publish(
+        {RdmaCopyScope(rank, dst), layout, {{"credit", out.credit.get()}}}));
   }
   // Each fetched region is prepared at once, while its peer is known to
   // hold it, not at the first post (Endpoint::Prepare).
   for (auto& [dst, out] : outgoing_) {
-    ASSIGN_OR_RETURN(out.ring, rdma::FetchRegion(engine_.store(), options_.ns,
-                                                 RingKey("ring", rank, dst),
-                                                 options_.timeout));
+    ASSIGN_OR_RETURN(onesided::PeerRegions ring,
+                     engine_.links().Fetch({RdmaCopyScope(rank, dst), layout, {{"ring", nullptr}}},
+                                           dst, what));
+    out.ring = std::move(ring.regions[0]);
     RETURN_IF_ERROR(out.endpoint->Prepare(out.ring));
   }
   for (auto& [src, in] : incoming_) {
-    ASSIGN_OR_RETURN(in.credit, rdma::FetchRegion(engine_.store(), options_.ns,
-                                                  RingKey("credit", src, rank),
-                                                  options_.timeout));
+    ASSIGN_OR_RETURN(onesided::PeerRegions credit,
+                     engine_.links().Fetch({RdmaCopyScope(src, rank), layout,
+                                            {{"credit", nullptr}}},
+                                           src, what));
+    in.credit = std::move(credit.regions[0]);
     RETURN_IF_ERROR(in.endpoint->Prepare(in.credit));
     onesided::CreditWriter::Options credits;
     credits.peer = absl::StrCat("rank ", src);

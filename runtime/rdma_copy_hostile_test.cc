@@ -22,7 +22,10 @@
 #include "graph_analyzer/graph_builder.h"
 #include "graph_analyzer/planner.h"
 #include "gtest/gtest.h"
+#include "onesided/links/peer_links.h"
+#include "onesided/progress/progress_loop.h"
 #include "rdma/rendezvous.h"
+#include "runtime/link_records.h"
 #include "rdma/testing/raw_peer.h"
 #include "runtime/rdma_copy_communicator.h"
 #include "runtime/tensor_message.pb.h"
@@ -42,6 +45,9 @@ constexpr size_t kChunkBytes = 64;
 // bytes of room for the 4-byte length word and the serialized header.
 constexpr size_t kSlotBytes = kChunkBytes + 512;
 constexpr uint64_t kMax = ~uint64_t{0};
+
+// The layout an rdma_copy of CopyOptions() publishes (link_records.h).
+std::string Layout() { return RdmaCopyLayout(kRingSlots, kSlotBytes); }
 
 // Rank 0 produces `x` of `shape` (float32); rank 1 consumes it.
 plan::TransferPlan OneTensorPlan(std::vector<int64_t> shape) {
@@ -103,17 +109,21 @@ class Attacker {
   static absl::StatusOr<std::unique_ptr<Attacker>> Join(rdma::Transport& transport,
                                                         rdma::Store& store) {
     auto a = std::unique_ptr<Attacker>(new Attacker(transport));
-    RETURN_IF_ERROR(rdma::PublishAddress(store, kNs, transport));
+    // Links of its own publish the address and the records, with the
+    // layout an honest sender of these options has (link_records.h).
+    ASSIGN_OR_RETURN(a->links_, onesided::PeerLinks::Create(transport, store, kNs, *a->loop_, {}));
     ASSIGN_OR_RETURN(rdma::MemoryRegion credit, transport.Allocate(8));
     a->credit_ = std::make_unique<rdma::MemoryRegion>(std::move(credit));
-    RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, "copy/credit/0-1",
-                                        a->credit_->descriptor()));
+    RETURN_IF_ERROR(a->links_->Publish(
+        {RdmaCopyScope(0, 1), Layout(), {{"credit", a->credit_.get()}}}));
     ASSIGN_OR_RETURN(rdma::testing::RawPeer peer,
                      rdma::testing::RawPeer::Connect(transport, store, kNs, 1, kSlotBytes,
                                                      absl::Seconds(20)));
     a->peer_ = std::make_unique<rdma::testing::RawPeer>(std::move(peer));
-    ASSIGN_OR_RETURN(a->ring_, rdma::FetchRegion(store, kNs, "copy/ring/0-1",
-                                                 absl::Seconds(20)));
+    ASSIGN_OR_RETURN(onesided::PeerRegions ring,
+                     a->links_->Fetch({RdmaCopyScope(0, 1), Layout(), {{"ring", nullptr}}}, 1,
+                                      "the attacker"));
+    a->ring_ = std::move(ring.regions[0]);
     return a;
   }
 
@@ -140,8 +150,12 @@ class Attacker {
   }
 
  private:
-  explicit Attacker(rdma::Transport&) {}
+  explicit Attacker(rdma::Transport& transport)
+      : loop_(std::make_unique<onesided::ProgressLoop>(transport,
+                                                        onesided::ProgressLoopOptions{})) {}
 
+  std::unique_ptr<onesided::ProgressLoop> loop_;
+  std::unique_ptr<onesided::PeerLinks> links_;
   std::unique_ptr<rdma::MemoryRegion> credit_;
   std::unique_ptr<rdma::testing::RawPeer> peer_;
   rdma::RemoteRegion ring_;
@@ -313,6 +327,26 @@ TEST(RdmaCopyHostileTest, AShapeWhoseProductWrapsIsRefused) {
 // Rank 1 joins as rdma_copy's receiver would (its address, its ring), then
 // writes a credit into rank 0's credit word releasing 1000 messages before
 // any was sent; rank 0, an honest sender, must refuse it.
+// Two ends of a link with rings of other sizes would write past each other's
+// slots: both stop at set-up, quoting both layouts.
+TEST(RdmaCopyHostileTest, RingsLaidOutOtherwiseAreRefusedAtSetUp) {
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        RdmaCopyOptions copy = CopyOptions();
+        copy.ring_slots = rank == 0 ? kRingSlots : 2 * kRingSlots;
+        CommunicatorOptions options = Options();
+        options.ns = "rings_laid_out_otherwise";
+        return RdmaCopyCommunicator::Create(StaticPlan(), transport, store, options, copy)
+            .status();
+      });
+  for (const absl::Status& status : results) {
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                 AllOf(HasSubstr("rdma_copy of rank"),
+                                       HasSubstr(absl::StrCat("ring_slots=", kRingSlots)),
+                                       HasSubstr(absl::StrCat("ring_slots=", 2 * kRingSlots)))));
+  }
+}
+
 TEST(RdmaCopyHostileTest, ACreditReleasingUnsentMessagesFailsTheSender) {
   const plan::TransferPlan& plan = StaticPlan();
   const std::string forged = absl::StrCat(kNs, "/credit_forged");
@@ -321,16 +355,18 @@ TEST(RdmaCopyHostileTest, ACreditReleasingUnsentMessagesFailsTheSender) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         if (rank == 1) {
-          RETURN_IF_ERROR(rdma::PublishAddress(store, kNs, transport));
+          onesided::ProgressLoop loop(transport, {});
+          ASSIGN_OR_RETURN(auto links, onesided::PeerLinks::Create(transport, store, kNs, loop, {}));
           ASSIGN_OR_RETURN(rdma::MemoryRegion ring,
                            transport.Allocate(kSlotBytes * kRingSlots));
-          RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, "copy/ring/0-1", ring.descriptor()));
+          RETURN_IF_ERROR(links->Publish({RdmaCopyScope(0, 1), Layout(), {{"ring", &ring}}}));
           ASSIGN_OR_RETURN(rdma::testing::RawPeer peer,
                            rdma::testing::RawPeer::Connect(transport, store, kNs, 0, 64,
                                                            absl::Seconds(20)));
-          ASSIGN_OR_RETURN(rdma::RemoteRegion credit,
-                           rdma::FetchRegion(store, kNs, "copy/credit/0-1", absl::Seconds(20)));
-          RETURN_IF_ERROR(peer.WriteWord(credit, 0, 1000));
+          ASSIGN_OR_RETURN(onesided::PeerRegions credit,
+                           links->Fetch({RdmaCopyScope(0, 1), Layout(), {{"credit", nullptr}}},
+                                        0, "the attacker"));
+          RETURN_IF_ERROR(peer.WriteWord(credit.regions[0], 0, 1000));
           RETURN_IF_ERROR(store.Set(forged, "1"));
           return store.Wait({judged}, absl::Seconds(20));
         }

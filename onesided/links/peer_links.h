@@ -174,8 +174,11 @@ class PeerLinks {
   // Exchange() in two halves, for a protocol that publishes once and meets
   // its peers one at a time (the Mailbox): Publish() writes `ours`;
   // Fetch() checks `peer`'s layout against ours.layout and fetches its
-  // regions of ours' names. Exchange()'s errors; kInvalidArgument for the
-  // scope "address" (the transport's address records).
+  // regions of ours' names (only the names are read: a protocol whose two
+  // ends publish different regions under one scope, as the executor's
+  // receiver and sender, names the peer's with null regions).
+  // Exchange()'s errors; kInvalidArgument for the scope "address" (the
+  // transport's address records).
   absl::Status Publish(const RegionSet& ours);
   absl::StatusOr<PeerRegions> Fetch(const RegionSet& ours, int peer, absl::string_view what);
 
