@@ -17,6 +17,7 @@
 #include "collectives/call_word.h"
 #include "collectives/members.h"
 #include "common/annotate.h"
+#include "common/shared_word.h"
 #include "common/status_macros.h"
 #include "onesided/progress/waits.h"
 #include "rdma/rendezvous.h"
@@ -27,13 +28,8 @@ namespace {
 
 namespace layout = host_allreduce_layout;
 
-uint64_t Load(const std::byte* word) {
-  return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
-}
-
-void Store(std::byte* word, uint64_t value) {
-  __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_RELEASE);
-}
+uint64_t Load(const std::byte* word) { return LoadSharedWord(word); }
+void Store(std::byte* word, uint64_t value) { StoreSharedWord(word, value); }
 
 // Elements [begin, begin + length) of segment `k` of `count` among `n`
 // (the first count % n one element longer).

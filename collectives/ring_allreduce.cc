@@ -14,6 +14,7 @@
 #include "collectives/members.h"
 #include "collectives/ring_layout.h"
 #include "common/annotate.h"
+#include "common/shared_word.h"
 #include "common/status_macros.h"
 #include "onesided/progress/waits.h"
 #include "rdma/rendezvous.h"
@@ -23,10 +24,6 @@ namespace {
 
 namespace layout = ring_layout;
 constexpr int kMaxSlots = 1024;
-
-uint64_t Load(const std::byte* word) {
-  return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
-}
 
 // Staging slots beyond the reduce-scatter messages of a call over the whole
 // data region would never fill: `slots` is a bound, this is what is
@@ -39,7 +36,9 @@ int StagingSlots(const RingAllReduceOptions& o, size_t world) {
 }
 
 std::string Layout(const RingAllReduceOptions& o, const std::vector<int>& members) {
-  return absl::StrCat("slots=", o.slots, " chunk=", o.chunk_bytes,
+  // The version names the wire layout (ring_layout.h): a member of another
+  // build stops at set-up instead of writing words where we keep others.
+  return absl::StrCat("ring v2: slots=", o.slots, " chunk=", o.chunk_bytes,
                       " capacity=", o.capacity_bytes, " gather_in_slots_from=",
                       o.gather_in_slots_from < o.capacity_bytes
                           ? absl::StrCat(o.gather_in_slots_from)
@@ -536,7 +535,7 @@ absl::Status RingAllReduce::LearnRight(Call& call, bool& progressed) {
 
 absl::Status RingAllReduce::CheckAborts(Call& call) {
   for (const bool from_left : {true, false}) {
-    const uint64_t word = Load(control_->data() + layout::Abort(from_left));
+    const uint64_t word = LoadSharedWord(control_->data() + layout::Abort(from_left));
     // A neighbour may give up a call we are still finishing the one
     // before of (our last writes in flight): it counts from that call on.
     if (word == 0 || word - 1 > call.number) continue;

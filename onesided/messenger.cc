@@ -21,7 +21,8 @@ using internal::PieceHeader;
 constexpr size_t kHeaderBytes = internal::kPieceHeaderBytes;
 
 std::string Layout(const MessengerOptions& o, int world) {
-  return absl::StrCat("slots=", o.slots, " slot_bytes=", o.slot_bytes,
+  // The version names the wire protocol (piece header, slot link).
+  return absl::StrCat("messenger v2: slots=", o.slots, " slot_bytes=", o.slot_bytes,
                       " world=", world, " members=",
                       o.members.empty() ? std::string("all") : absl::StrJoin(o.members, ","));
 }

@@ -8,19 +8,18 @@
 
 #include "absl/base/internal/raw_logging.h"
 #include "absl/strings/str_cat.h"
+#include "common/shared_word.h"
 #include "common/status_macros.h"
 #include "rdma/blocking.h"
 
 namespace rdmaflow::onesided {
 
 uint64_t LoadStamp(const std::byte* base, size_t offset) {
-  return __atomic_load_n(reinterpret_cast<const uint64_t*>(base + offset),
-                         __ATOMIC_ACQUIRE);
+  return LoadSharedWord(base + offset);
 }
 
 void StoreStamp(std::byte* base, size_t offset, uint64_t stamp) {
-  __atomic_store_n(reinterpret_cast<uint64_t*>(base + offset), stamp,
-                   __ATOMIC_RELEASE);
+  StoreSharedWord(base + offset, stamp);
 }
 
 std::optional<size_t> AlignUp(size_t bytes) {

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/shared_word.h"
 
 namespace rdmaflow::onesided {
 
@@ -23,9 +24,7 @@ absl::Status CheckCredit(absl::string_view peer, absl::string_view unit, uint64_
 
 // Loads a credit word the peer writes (acquire: what it released is ours
 // to reuse once we see it).
-inline uint64_t LoadCredit(const void* word) {
-  return __atomic_load_n(static_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
-}
+inline uint64_t LoadCredit(const void* word) { return LoadSharedWord(word); }
 
 }  // namespace rdmaflow::onesided
 

@@ -1,6 +1,8 @@
 // File: credit_writer.cc
 #include "onesided/slots/credit_writer.h"
 
+#include "common/shared_word.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -35,7 +37,7 @@ absl::Status CreditWriter::Post() {
   uint64_t* words =
       reinterpret_cast<uint64_t*>(options_.source->data() + options_.source_offset);
   for (int i = lo_; i <= hi_; ++i) {
-    __atomic_store_n(&words[i], wanted_[i], __ATOMIC_RELEASE);
+    StoreSharedWord(&words[i], wanted_[i]);
   }
   const size_t bytes = static_cast<size_t>(hi_ - lo_ + 1) * kWord;
   absl::Status posted = options_.endpoint->PostWrite(

@@ -5,18 +5,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/shared_word.h"
 #include "onesided/slots/credit_check.h"
 
 namespace rdmaflow::onesided {
 namespace {
 
-uint64_t LoadWord(const std::byte* word) {
-  return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
-}
-
-void StoreWord(std::byte* word, uint64_t value) {
-  __atomic_store_n(reinterpret_cast<uint64_t*>(word), value, __ATOMIC_RELEASE);
-}
+uint64_t LoadWord(const std::byte* word) { return LoadSharedWord(word); }
+void StoreWord(std::byte* word, uint64_t value) { StoreSharedWord(word, value); }
 
 }  // namespace
 

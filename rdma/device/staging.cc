@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/shared_word.h"
 #include "common/status_macros.h"
 #include "rdma/device/device_key.h"
 
@@ -27,9 +28,7 @@ constexpr size_t kHeaderSources = kEntrySource + layout::kEntryBytes;
 constexpr absl::Duration kConnectBackTimeout = absl::Seconds(60);
 constexpr absl::Duration kProbeInterval = absl::Milliseconds(100);
 
-uint64_t Load(const std::byte* word) {
-  return __atomic_load_n(reinterpret_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE);
-}
+uint64_t Load(const std::byte* word) { return LoadSharedWord(word); }
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
   x ^= x >> 30;
@@ -627,8 +626,7 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
     crediting_.reset();
   }
   if (landed_ > credit_sent_ && peer_link_.has_value()) {
-    __atomic_store_n(reinterpret_cast<uint64_t*>(words_.data() + kCreditSource), landed_,
-                     __ATOMIC_RELEASE);
+    StoreSharedWord(words_.data() + kCreditSource, landed_);
     auto step = std::make_shared<Step>();
     RETURN_IF_ERROR(endpoint.PostWrite({&words_, kCreditSource, sizeof(uint64_t)},
                                        {&*peer_link_, layout::kCredit, sizeof(uint64_t)},

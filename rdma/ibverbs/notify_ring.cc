@@ -6,15 +6,14 @@
 
 #include "absl/numeric/bits.h"
 #include "absl/strings/str_cat.h"
+#include "common/shared_word.h"
 
 namespace rdmaflow::rdma::ibverbs {
 namespace {
 
 // Peer-written memory: one 8-byte load, after which the data it guards
 // (placed before it by the same queue pair) is read.
-uint64_t LoadPeerWord(const uint64_t* word) {
-  return __atomic_load_n(word, __ATOMIC_ACQUIRE);
-}
+uint64_t LoadPeerWord(const uint64_t* word) { return LoadSharedWord(word); }
 
 }  // namespace
 
