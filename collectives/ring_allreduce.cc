@@ -248,7 +248,8 @@ absl::Status RingAllReduce::Connect() {
                                     /*stage_sends=*/false, onesided::LaneKind::kData, right});
   links[left_rank_].out.push_back(
       {layout::kCallsRing, layout::kCallSlots, layout::kDescriptorBytes, /*stage_sends=*/true,
-       onesided::LaneKind::kControl, absl::StrCat(left, ", call descriptors")});
+       onesided::LaneKind::kControl,
+       absl::StrCat("rank ", left_rank_, " (the left neighbour, call descriptors)")});
   links[left_rank_].in.push_back(
       {layout::kDataRing, options_.slots, options_.chunk_bytes, false,
        onesided::LaneKind::kControl, left, [this](uint64_t seq) {
@@ -273,6 +274,10 @@ absl::Status RingAllReduce::Connect() {
                                     {{"data", data_.get()}, {"control", control_.get()}}},
                                    {right_rank_, left_rank_}, Where()));
   for (const onesided::PeerRegions& peer : theirs) {
+    RETURN_IF_ERROR(onesided::CheckRegionBytes(peer.regions[0], options_.capacity_bytes,
+                                               "its data region", Where()));
+    RETURN_IF_ERROR(onesided::CheckRegionBytes(peer.regions[1], layout::ControlBytes(),
+                                               "its control region", Where()));
     if (peer.rank == right_rank_) {
       right_data_ = peer.regions[0];
       right_control_ = peer.regions[1];

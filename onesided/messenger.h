@@ -5,8 +5,9 @@
 // send/recv and the non-reducing collectives of the c10d backend
 // (torch_backend/) are built on.
 //
-// Per ordered pair (sender s, receiver r), r's inbox holds `slots` slots of
-// a 64-byte header and `slot_bytes` of payload, and one flag word per slot.
+// Per ordered pair (sender s, receiver r), r's side of their slot link
+// (onesided/slots/slot_link.h) holds `slots` slots of a 64-byte header and
+// `slot_bytes` of payload, and one flag word per slot.
 // A message is cut into pieces of up to `slot_bytes`; piece k of the link is
 // a write of header + payload into slot k % slots, a flush, and a write of
 // k + 1 into the slot's flag. The receiver polls its flags in local memory,
@@ -25,7 +26,7 @@
 // `liveness_interval` while something waits on the peer) fails; every send
 // to and receive from it then completes with that error.
 //
-// Everything a peer writes into our inbox and credit words is untrusted:
+// Everything a peer writes into our slots, flags and credit words is untrusted:
 // each piece header is checked against the slot size and the message it
 // continues (tag, size, offset, piece size) before a byte is copied, and a
 // credit may not release more pieces than were sent. A peer that breaks the
@@ -79,7 +80,7 @@ struct MessengerOptions {
   // Payload bytes per piece (a multiple of 64), and slots per ordered pair.
   size_t slot_bytes = size_t{256} << 10;
   int slots = 8;
-  // How long Create() waits for the peers to publish their inboxes.
+  // How long Create() waits for the peers to publish their slot links.
   absl::Duration timeout = absl::Seconds(120);
   // While a send or receive waits on a peer, the peer is probed this often.
   absl::Duration liveness_interval = absl::Seconds(1);

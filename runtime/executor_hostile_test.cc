@@ -335,12 +335,15 @@ class Attacker {
   }
 
   // As the receiver (rank 1): publishes a receive region for the plan's
-  // link; fetches the victim's credit region.
+  // link (of `region_bytes`, the plan's when 0); fetches the victim's credit
+  // region.
   static absl::StatusOr<std::unique_ptr<Attacker>> JoinAsReceiver(
-      rdma::Transport& transport, rdma::Store& store, const plan::TransferPlan& plan) {
+      rdma::Transport& transport, rdma::Store& store, const plan::TransferPlan& plan,
+      uint64_t region_bytes = 0) {
     ASSIGN_OR_RETURN(auto a, Create(transport, store));
     const plan::LinkRegion& link = plan.link(0);
-    ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(link.region_bytes()));
+    ASSIGN_OR_RETURN(rdma::MemoryRegion region,
+                     transport.Allocate(region_bytes > 0 ? region_bytes : link.region_bytes()));
     a->own_.push_back(std::make_unique<rdma::MemoryRegion>(std::move(region)));
     RETURN_IF_ERROR(a->links_->Publish({ExecutorLinkScope(0, link), ExecutorLinkLayout(link),
                                         {{"recv", a->own_.back().get()}}}));
@@ -562,6 +565,30 @@ TEST(ExecutorHostileTest, ForgedNotificationsFailTheReceiver) {
     for (const absl::Status& status : results) EXPECT_OK(status);
     EXPECT_THAT(recv, StatusIs(absl::StatusCode::kDataLoss, HasSubstr(c.expected)));
   }
+}
+
+// Rank 1 publishes the honest layout of the link with a receive region of
+// one line: the victim's set-up refuses it, naming rank 1 and the sizes,
+// before anything is written (not at the first post).
+TEST(ExecutorHostileTest, AReceiveRegionShorterThanThePlanIsRefusedAtSetUp) {
+  const plan::TransferPlan& plan = StaticPlan();
+  ASSERT_GT(plan.link(0).region_bytes(), 64u);
+  absl::Status created;
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        if (rank == 1) {
+          ASSIGN_OR_RETURN(auto attacker,
+                           Attacker::JoinAsReceiver(transport, store, plan, /*region_bytes=*/64));
+          return store.Wait({absl::StrCat(kNs, "/judged")}, absl::Seconds(20));
+        }
+        created = Executor::Create(plan, transport, store, Options()).status();
+        return store.Set(absl::StrCat(kNs, "/judged"), "1");
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+  EXPECT_THAT(created, StatusIs(absl::StatusCode::kDataLoss,
+                                ::testing::AllOf(HasSubstr("rank 1 published its receive region "
+                                                           "of 64 bytes"),
+                                                 HasSubstr("the executor of rank 0"))));
 }
 
 // The victim sends; rank 1 writes its credit word.

@@ -149,9 +149,13 @@ absl::Status Executor::SetUpGeneration() {
     ASSIGN_OR_RETURN(onesided::PeerRegions fetched, links.Fetch(theirs, link.dst_rank(), what));
     for (size_t i = 0; i < fetched.regions.size(); ++i) {
       rdma::RemoteRegion& region = fetched.regions[i];
+      const bool device = theirs.regions[i].first == "recvdev";
+      RETURN_IF_ERROR(onesided::CheckRegionBytes(
+          region, device ? link.device_region_bytes() : link.region_bytes(),
+          device ? "its device receive region" : "its receive region", what));
       RETURN_IF_ERROR(engine_.endpoint(link.dst_rank())->Prepare(region));
       remote_regions_.push_back(std::make_unique<rdma::RemoteRegion>(std::move(region)));
-      (theirs.regions[i].first == "recvdev" ? remote_device : remote)[l] =
+      (device ? remote_device : remote)[l] =
           remote_regions_.back().get();
     }
   }
@@ -161,6 +165,8 @@ absl::Status Executor::SetUpGeneration() {
                      links.Fetch({ExecutorLinkScope(generation_, link), ExecutorLinkLayout(link),
                                   {{"credit", nullptr}}},
                                  link.src_rank(), what));
+    RETURN_IF_ERROR(onesided::CheckRegionBytes(fetched.regions[0], 8 * link.slot_size(),
+                                               "its credit words", what));
     RETURN_IF_ERROR(engine_.endpoint(link.src_rank())->Prepare(fetched.regions[0]));
     remote_regions_.push_back(std::make_unique<rdma::RemoteRegion>(std::move(fetched.regions[0])));
     remote[l] = remote_regions_.back().get();

@@ -121,6 +121,7 @@ absl::Status RdmaCopyCommunicator::SetUp() {
     ASSIGN_OR_RETURN(onesided::PeerRegions ring,
                      engine_.links().Fetch({RdmaCopyScope(rank, dst), layout, {{"ring", nullptr}}},
                                            dst, what));
+    RETURN_IF_ERROR(onesided::CheckRegionBytes(ring.regions[0], ring_bytes, "its message ring", what));
     out.ring = std::move(ring.regions[0]);
     RETURN_IF_ERROR(out.endpoint->Prepare(out.ring));
   }
@@ -129,6 +130,7 @@ absl::Status RdmaCopyCommunicator::SetUp() {
                      engine_.links().Fetch({RdmaCopyScope(src, rank), layout,
                                             {{"credit", nullptr}}},
                                            src, what));
+    RETURN_IF_ERROR(onesided::CheckRegionBytes(credit.regions[0], 8, "its credit word", what));
     in.credit = std::move(credit.regions[0]);
     RETURN_IF_ERROR(in.endpoint->Prepare(in.credit));
     onesided::CreditWriter::Options credits;

@@ -324,10 +324,7 @@ TEST(RdmaCopyHostileTest, AShapeWhoseProductWrapsIsRefused) {
   EXPECT_THAT(outcome.recv, StatusIs(absl::StatusCode::kDataLoss));
 }
 
-// Rank 1 joins as rdma_copy's receiver would (its address, its ring), then
-// writes a credit into rank 0's credit word releasing 1000 messages before
-// any was sent; rank 0, an honest sender, must refuse it.
-// Two ends of a link with rings of other sizes would write past each other's
+// Two ends of a link with rings of other sizes would misread each other's
 // slots: both stop at set-up, quoting both layouts.
 TEST(RdmaCopyHostileTest, RingsLaidOutOtherwiseAreRefusedAtSetUp) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
@@ -347,6 +344,9 @@ TEST(RdmaCopyHostileTest, RingsLaidOutOtherwiseAreRefusedAtSetUp) {
   }
 }
 
+// Rank 1 joins as rdma_copy's receiver would (its address, its ring), then
+// writes a credit into rank 0's credit word releasing 1000 messages before
+// any was sent; rank 0, an honest sender, must refuse it.
 TEST(RdmaCopyHostileTest, ACreditReleasingUnsentMessagesFailsTheSender) {
   const plan::TransferPlan& plan = StaticPlan();
   const std::string forged = absl::StrCat(kNs, "/credit_forged");

@@ -15,16 +15,8 @@ gnuplot <<GP
 set terminal pngcairo size 1200,500 noenhanced
 set output "$png"
 set multiplot layout 1,2
-set datafile separator "\t"
-set grid ytics
+load "$(dirname "$0")/step_time_bars.gp"
 set title "step time per graph (p50, slowest rank; lower is better)"
-set style data histograms
-set style histogram clustered gap 1
-set style fill solid 0.8 border -1
-set logscale y 10
-set ylabel "ms"
-set xtics rotate by -30
-set key top left
 plot "$prefix.graphs" using 2:xtic(1) title columnheader(2), \
      "" using 3 title columnheader(3), "" using 4 title columnheader(4)
 unset style

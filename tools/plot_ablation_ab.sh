@@ -44,16 +44,8 @@ columns=$(head -1 "$tsv" | awk -F'\t' '{print NF}')
 gnuplot <<GP
 set terminal pngcairo size 1000,500 noenhanced
 set output "$png"
-set datafile separator "\t"
-set grid ytics
+load "$(dirname "$0")/step_time_bars.gp"
 set title "ablation step time per graph, before and after (p50, slowest rank; lower is better)"
-set style data histograms
-set style histogram clustered gap 1
-set style fill solid 0.8 border -1
-set logscale y 10
-set ylabel "ms"
-set xtics rotate by -30
-set key top left
 plot for [i=2:$columns] "$tsv" using i:xtic(1) title columnheader(i)
 GP
 echo "plot: $png"

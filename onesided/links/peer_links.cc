@@ -21,6 +21,14 @@ std::string Key(absl::string_view scope, int rank, absl::string_view what) {
 
 }  // namespace
 
+absl::Status CheckRegionBytes(const rdma::RemoteRegion& region, uint64_t bytes,
+                              absl::string_view name, absl::string_view what) {
+  if (region.length >= bytes) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      what, ": rank ", region.owner_rank, " published ", name, " of ", region.length,
+      " bytes where ", bytes, " are needed (a forged record, or another build)"));
+}
+
 absl::StatusOr<OwnLinks> MakeOwnLinks(rdma::Transport& transport, rdma::Store& store,
                                       const std::string& ns, ProgressLoop* loop,
                                       const ProgressLoopOptions& loop_options,

@@ -118,6 +118,14 @@ struct OwnLinks {
   std::unique_ptr<PeerLinks> links;
 };
 
+// A fetched region must hold what the protocol will write or read there:
+// kDataLoss "<what>: rank <owner> published <name> of <length> bytes where
+// <bytes> are needed (...)" otherwise. Checked at set-up, so that a short
+// region (a forged record, another build) is refused naming its owner, not
+// at the first post.
+absl::Status CheckRegionBytes(const rdma::RemoteRegion& region, uint64_t bytes,
+                              absl::string_view name, absl::string_view what);
+
 // Makes OwnLinks on `loop`, or on a loop of its own with `loop_options`
 // when `loop` is null (then the calling thread owns it). `what` names the
 // protocol in messages. kInvalidArgument for invalid loop options or

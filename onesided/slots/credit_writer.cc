@@ -1,12 +1,11 @@
 // File: credit_writer.cc
 #include "onesided/slots/credit_writer.h"
 
-#include "common/shared_word.h"
-
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/shared_word.h"
 
 namespace rdmaflow::onesided {
 namespace {

@@ -142,6 +142,11 @@ absl::StatusOr<std::unique_ptr<SlotLink>> SlotLink::Create(PeerLinks& links,
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
   }
   absl::StatusOr<SlotLinkLayout> layout = SlotLinkLayout::Create(options.in, options.out);
+  // The peer's side too (our outgoing rings are its incoming ones, staged
+  // there whatever we stage): a shape it cannot lay out is refused here,
+  // not by a peer that then never publishes.
+  absl::StatusOr<SlotLinkLayout> mirrored = SlotLinkLayout::Create(options.out, options.in);
+  if (layout.ok() && !mirrored.ok()) layout = mirrored.status();
   if (!layout.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", layout.status().message()));
   }
@@ -191,12 +196,8 @@ absl::Status SlotLink::Connect(absl::string_view what) {
   remote_ = std::move(theirs.regions[0]);
   // The peer's side: our outgoing rings are its incoming ones.
   ASSIGN_OR_RETURN(SlotLinkLayout peer_layout, SlotLinkLayout::Create(options_.out, options_.in));
-  if (remote_.length < peer_layout.published_bytes()) {
-    return absl::DataLossError(absl::StrCat(
-        what, ": rank ", options_.peer, " published a slot link region of ", remote_.length,
-        " bytes for rings that need ", peer_layout.published_bytes(),
-        " (a forged record, or another build)"));
-  }
+  RETURN_IF_ERROR(CheckRegionBytes(remote_, peer_layout.published_bytes(),
+                                   "its slot link region", what));
   for (size_t j = 0; j < options_.out.size(); ++j) {
     peer_layout_staging_.push_back(peer_layout.staging(static_cast<int>(j)));
   }

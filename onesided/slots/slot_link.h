@@ -18,9 +18,9 @@
 //                        `slot_bytes` (none when 0)
 //     per outgoing ring: its credit word
 //   private, the sources of our writes:
+//     per incoming ring: its credit source
 //     per outgoing ring: `slots` flag sources, then, with `stage_sends`,
 //                        `slots` staging slots the sender copies into
-//     per incoming ring: its credit source
 // The peer computes our offsets from the same shapes mirrored: the layout
 // both sides publish names each direction's shapes from the lower rank's
 // side, so two ranks with different shapes fail to connect (kFailedPrecondition

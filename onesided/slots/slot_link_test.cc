@@ -193,9 +193,13 @@ TEST(SlotLinkTest, BadShapesAreRefusedBeforeAnythingIsPublished) {
         twice.out.push_back(twice.out[0]);
         SlotLinkOptions huge = Shapes(rank, 2);
         huge.in[0].slot_bytes = ~size_t{0} / 2;
+        // Staged only at the peer: it is the peer's layout that overflows.
+        SlotLinkOptions huge_out = Shapes(rank, 2);
+        huge_out.out[0].slot_bytes = ~size_t{0} / 2;
+        huge_out.out[0].stage_sends = false;
         const std::vector<std::pair<SlotLinkOptions, std::string>> cases = {
             {self, "another rank"}, {none, "no rings"}, {no_slots, "slots must be >= 1"},
-            {twice, "a name of its own"}, {huge, "do not fit"}};
+            {twice, "a name of its own"}, {huge, "do not fit"}, {huge_out, "do not fit"}};
         for (const auto& [options, says] : cases) {
           absl::StatusOr<std::unique_ptr<SlotLink>> link = SlotLink::Create(*links, options);
           RETURN_IF_ERROR(Expect(link.status().code() == absl::StatusCode::kInvalidArgument &&
