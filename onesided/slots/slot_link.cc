@@ -102,8 +102,12 @@ absl::StatusOr<SlotLinkLayout> SlotLinkLayout::Create(absl::Span<const SlotRingS
   return layout;
 }
 
-SlotLink::SlotLink(PeerLinks& links, SlotLinkOptions options, SlotLinkLayout layout)
-    : links_(links), options_(std::move(options)), layout_(std::move(layout)) {}
+SlotLink::SlotLink(PeerLinks& links, SlotLinkOptions options, SlotLinkLayout layout,
+                   SlotLinkLayout peer_layout)
+    : links_(links),
+      options_(std::move(options)),
+      layout_(std::move(layout)),
+      peer_layout_(std::move(peer_layout)) {}
 
 SlotLink::~SlotLink() {
   const int64_t never_completed = in_flight();
@@ -151,7 +155,8 @@ absl::StatusOr<std::unique_ptr<SlotLink>> SlotLink::Create(PeerLinks& links,
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", layout.status().message()));
   }
   rdma::Transport& transport = links.transport();
-  std::unique_ptr<SlotLink> link(new SlotLink(links, std::move(options), *std::move(layout)));
+  std::unique_ptr<SlotLink> link(
+      new SlotLink(links, std::move(options), *std::move(layout), *std::move(mirrored)));
   ASSIGN_OR_RETURN(rdma::MemoryRegion published,
                    transport.Allocate(link->layout_.published_bytes()));
   ASSIGN_OR_RETURN(rdma::MemoryRegion own, transport.Allocate(link->layout_.private_bytes()));
@@ -159,7 +164,8 @@ absl::StatusOr<std::unique_ptr<SlotLink>> SlotLink::Create(PeerLinks& links,
   std::memset(own.data(), 0, own.size());
   link->published_ = std::make_unique<rdma::MemoryRegion>(std::move(published));
   link->private_ = std::make_unique<rdma::MemoryRegion>(std::move(own));
-  RETURN_IF_ERROR(links.Publish({link->scope(), link->Layout(), {{"link", link->published_.get()}}}));
+  RETURN_IF_ERROR(
+      links.Publish({link->scope(), link->Layout(), {{"link", link->published_.get()}}}));
   return link;
 }
 
@@ -194,13 +200,8 @@ absl::Status SlotLink::Connect(absl::string_view what) {
   const RegionSet ours{scope(), Layout(), {{"link", published_.get()}}};
   ASSIGN_OR_RETURN(PeerRegions theirs, links_.Fetch(ours, options_.peer, what));
   remote_ = std::move(theirs.regions[0]);
-  // The peer's side: our outgoing rings are its incoming ones.
-  ASSIGN_OR_RETURN(SlotLinkLayout peer_layout, SlotLinkLayout::Create(options_.out, options_.in));
-  RETURN_IF_ERROR(CheckRegionBytes(remote_, peer_layout.published_bytes(),
+  RETURN_IF_ERROR(CheckRegionBytes(remote_, peer_layout_.published_bytes(),
                                    "its slot link region", what));
-  for (size_t j = 0; j < options_.out.size(); ++j) {
-    peer_layout_staging_.push_back(peer_layout.staging(static_cast<int>(j)));
-  }
   std::vector<rdma::Endpoint*> prepared;
   const auto lane = [&](LaneKind kind) -> absl::StatusOr<rdma::Endpoint*> {
     ASSIGN_OR_RETURN(rdma::Endpoint * endpoint, links_.Lane(options_.peer, kind));
@@ -224,7 +225,7 @@ absl::Status SlotLink::Connect(absl::string_view what) {
     send.flag_source = private_.get();
     send.flag_source_offset = layout_.flag_sources(static_cast<int>(j));
     send.remote_flags = &remote_;
-    send.remote_flags_offset = peer_layout.flags(static_cast<int>(j));
+    send.remote_flags_offset = peer_layout_.flags(static_cast<int>(j));
     send.credit_word = published_->data() + layout_.credit(static_cast<int>(j));
     out_endpoints_.push_back(endpoint);
     senders_.push_back(std::make_unique<SlotRingSender>(std::move(send)));
@@ -240,7 +241,7 @@ absl::Status SlotLink::Connect(absl::string_view what) {
     receive.credit_source = private_.get();
     receive.credit_source_offset = layout_.credit_source(static_cast<int>(i));
     receive.remote_credit = &remote_;
-    receive.remote_credit_offset = peer_layout.credit(static_cast<int>(i));
+    receive.remote_credit_offset = peer_layout_.credit(static_cast<int>(i));
     receive.describe = ring.describe;
     in_endpoints_.push_back(endpoint);
     receivers_.push_back(std::make_unique<SlotRingReceiver>(std::move(receive)));

@@ -180,7 +180,7 @@ class SlotLink {
   // [offset, offset + bytes) of the peer's staging slot `slot` of outgoing
   // ring `j`: where a payload write goes. The caller keeps within the slot.
   rdma::RemoteSlice destination(int j, size_t slot, size_t offset, size_t bytes) const {
-    return {&remote_, peer_layout_staging_[j] + slot * options_.out[j].slot_bytes + offset,
+    return {&remote_, peer_layout_.staging(j) + slot * options_.out[j].slot_bytes + offset,
             bytes};
   }
   // Outgoing ring `j`'s own staging slot `slot` (stage_sends): where the
@@ -203,17 +203,20 @@ class SlotLink {
   void KeepMemory() { keep_memory_ = true; }
 
  private:
-  SlotLink(PeerLinks& links, SlotLinkOptions options, SlotLinkLayout layout);
+  SlotLink(PeerLinks& links, SlotLinkOptions options, SlotLinkLayout layout,
+           SlotLinkLayout peer_layout);
   std::string scope() const;
   std::string Layout() const;
 
   PeerLinks& links_;
   const SlotLinkOptions options_;
   const SlotLinkLayout layout_;
+  // The peer's side (our outgoing rings are its incoming ones): where our
+  // writes go in its region.
+  const SlotLinkLayout peer_layout_;
   std::unique_ptr<rdma::MemoryRegion> published_;
   std::unique_ptr<rdma::MemoryRegion> private_;
   rdma::RemoteRegion remote_;
-  std::vector<size_t> peer_layout_staging_;  // per outgoing ring
   std::vector<rdma::Endpoint*> out_endpoints_;
   std::vector<rdma::Endpoint*> in_endpoints_;
   std::vector<std::unique_ptr<SlotRingSender>> senders_;
