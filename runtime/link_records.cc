@@ -55,10 +55,8 @@ std::string ExecutorLinkLayout(const plan::LinkRegion& link) {
                       absl::StrFormat(" slot map %016x", slots.value()));
 }
 
-std::string RdmaCopyScope(int src, int dst) { return absl::StrCat("copy/", src, "-", dst); }
-
 std::string RdmaCopyLayout(size_t ring_slots, size_t slot_bytes) {
-  return absl::StrCat("rdma_copy v1: ring_slots=", ring_slots, " slot_bytes=", slot_bytes);
+  return absl::StrCat("rdma_copy v2: ring_slots=", ring_slots, " slot_bytes=", slot_bytes);
 }
 
 }  // namespace rdmaflow::runtime

@@ -1,15 +1,16 @@
 // File: link_records.h
 // -----------------------------------------------------------------------------
-// Where the executor and rdma_copy publish their regions on the links
+// Where the executor publishes its regions on the links
 // (onesided/links/peer_links.h: <links' ns>/<scope>/<rank>/<name>, with the
-// layout every side of a scope must share). Each transfer link src -> dst of
-// the plan is one scope; its receiver publishes the regions the sender
-// writes into, its sender the credit words the receiver writes, and each
-// fetches the other's after comparing layouts, so two ranks running
-// different plans (another graph, other tensor sizes, another depth) or
-// other rdma_copy options stop at set-up with both layouts quoted instead of
-// writing into memory laid out otherwise. For the runtime and the hostile
-// tests that impersonate a peer.
+// layout every side of a scope must share), and what rdma_copy names its
+// slot links. Each transfer link src -> dst of the plan is one executor
+// scope; its receiver publishes the regions the sender writes into, its
+// sender the credit words the receiver writes, and each fetches the other's
+// after comparing layouts, so two ranks running different plans (another
+// graph, other tensor sizes, another depth) or other rdma_copy options stop
+// at set-up with both layouts quoted instead of writing into memory laid
+// out otherwise. For the runtime and the hostile tests that impersonate a
+// peer.
 #ifndef RDMAFLOW_RUNTIME_LINK_RECORDS_H_
 #define RDMAFLOW_RUNTIME_LINK_RECORDS_H_
 
@@ -31,9 +32,10 @@ std::string ExecutorLinkLayout(const plan::LinkRegion& link);
 inline constexpr char kExecutorPoolScope[] = "executor/pool";
 inline constexpr char kExecutorPoolLayout[] = "executor pool v1";
 
-// rdma_copy's link src -> dst: the receiver's ring (region "ring") of
-// `ring_slots` slots of `slot_bytes`, the sender's credit word ("credit").
-std::string RdmaCopyScope(int src, int dst);
+// rdma_copy's slot links (onesided/slots/slot_link.h): one per peer, a ring
+// of messages, `ring_slots` slots of `slot_bytes`, each way the plan
+// sends; the layout is rdma_copy's options the two ends must share.
+inline constexpr char kRdmaCopyScope[] = "copy";
 std::string RdmaCopyLayout(size_t ring_slots, size_t slot_bytes);
 
 }  // namespace rdmaflow::runtime

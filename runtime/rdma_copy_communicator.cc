@@ -5,14 +5,13 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "onesided/slots/credit_check.h"
 #include "runtime/communicator_checks.h"
 #include "runtime/internal/chunk_reader.h"
 #include "onesided/internal/piece_header.h"
-#include "onesided/links/peer_links.h"
 #include "runtime/link_records.h"
 #include "runtime/tensor_message.pb.h"
 
@@ -68,9 +67,7 @@ RdmaCopyCommunicator::RdmaCopyCommunicator(RankPlan rank_plan,
       slot_bytes_(copy_options.chunk_bytes + kHeaderRoom),
       steps_(&rank_plan_, options.lockstep),
       engine_(transport, store, options, rank_plan_.world_size()) {
-  engine_.set_handlers(
-      {[this](const rdma::Notification& n) { OnNotification(n); },
-       [this] { PostCredits(); }});
+  engine_.set_handlers({nullptr, [this] { OnRound(); }});
 }
 
 RdmaCopyCommunicator::~RdmaCopyCommunicator() {
@@ -79,69 +76,57 @@ RdmaCopyCommunicator::~RdmaCopyCommunicator() {
     std::fprintf(stderr, "rdmaflow: rank %d: rdma_copy shutdown: %s\n",
                  rank_plan_.rank(), status.ToString().c_str());
   }
+  // The rings' completions touch their links: let those in flight fire
+  // (the peers whose operations hang are severed, which cancels them)
+  // before the links go, and the links before the engine's own links.
+  std::vector<int> busy;
+  for (const auto& [peer, link] : peers_) {
+    if (link.in_flight() > 0) busy.push_back(peer);
+  }
+  engine_.Fence(
+      busy,
+      [&] {
+        for (const auto& [peer, link] : peers_) {
+          if (link.in_flight() > 0) return false;
+        }
+        return true;
+      },
+      absl::Now() + absl::Seconds(2),
+      absl::StrCat("the rdma_copy of rank ", rank_plan_.rank(), " is closing"));
+  peers_.clear();  // a link with operations still in flight keeps its memory
 }
 
 absl::Status RdmaCopyCommunicator::SetUp() {
   RETURN_IF_ERROR(engine_.Connect(rank_plan_.peers()));
   const int rank = rank_plan_.rank();
-  const size_t ring_bytes = slot_bytes_ * copy_options_.ring_slots;
-  // Both ends of a link lay out its ring alike, or stop here quoting both.
-  const std::string layout = RdmaCopyLayout(copy_options_.ring_slots, slot_bytes_);
-  const std::string what = absl::StrCat("rdma_copy of rank ", rank);
   std::set<int> senders, receivers;
   for (const TransferInfo& info : rank_plan_.recvs()) senders.insert(info.src_rank);
   for (const TransferInfo& info : rank_plan_.sends()) receivers.insert(info.dst_rank);
-  ASSIGN_OR_RETURN(rdma::MemoryRegion credit_out,
-                   transport_.Allocate(8 * std::max<size_t>(1, senders.size())));
-  credit_out_ = std::make_unique<rdma::MemoryRegion>(std::move(credit_out));
-  size_t word = 0;
-  for (int src : senders) {
-    Incoming& in = incoming_[src];
-    in.endpoint = engine_.endpoint(src);
-    in.credit_word = 8 * word++;
-    ASSIGN_OR_RETURN(rdma::MemoryRegion ring, transport_.Allocate(ring_bytes));
-    in.ring = std::make_unique<rdma::MemoryRegion>(std::move(ring));
-    RETURN_IF_ERROR(engine_.links().Publish(
-        {RdmaCopyScope(src, rank), layout, {{"ring", in.ring.get()}}}));
+  // One link per peer, a ring of messages each way the plan sends: every
+  // link is published before any is waited on. Both ends of a link lay out
+  // its rings alike (the shapes and these options), or stop at Connect()
+  // quoting both.
+  for (int peer : rank_plan_.peers()) {
+    onesided::SlotLinkOptions options;
+    options.scope = kRdmaCopyScope;
+    options.layout = RdmaCopyLayout(copy_options_.ring_slots, slot_bytes_);
+    options.peer = peer;
+    if (receivers.count(peer) > 0) {
+      options.out.push_back({"messages", copy_options_.ring_slots, slot_bytes_,
+                             /*stage_sends=*/true});
+    }
+    if (senders.count(peer) > 0) {
+      options.in.push_back({"messages", copy_options_.ring_slots, slot_bytes_});
+    }
+    if (options.out.empty() && options.in.empty()) continue;
+    ASSIGN_OR_RETURN(peers_[peer].link,
+                     onesided::SlotLink::Create(engine_.links(), std::move(options)));
   }
-  for (int dst : receivers) {
-    Outgoing& out = outgoing_[dst];
-    out.endpoint = engine_.endpoint(dst);
-    ASSIGN_OR_RETURN(rdma::MemoryRegion bounce, transport_.Allocate(ring_bytes));
-    out.bounce = std::make_unique<rdma::MemoryRegion>(std::move(bounce));
-    out.bounce_busy.assign(copy_options_.ring_slots, false);
-    ASSIGN_OR_RETURN(rdma::MemoryRegion credit, transport_.Allocate(8));
-    out.credit = std::make_unique<rdma::MemoryRegion>(std::move(credit));
-    RETURN_IF_ERROR(engine_.links().Publish(
-        {RdmaCopyScope(rank, dst), layout, {{"credit", out.credit.get()}}}));
-  }
-  // Each fetched region is prepared at once, while its peer is known to
-  // hold it, not at the first post (Endpoint::Prepare).
-  for (auto& [dst, out] : outgoing_) {
-    ASSIGN_OR_RETURN(onesided::PeerRegions ring,
-                     engine_.links().Fetch({RdmaCopyScope(rank, dst), layout, {{"ring", nullptr}}},
-                                           dst, what));
-    RETURN_IF_ERROR(onesided::CheckRegionBytes(ring.regions[0], ring_bytes, "its message ring", what));
-    out.ring = std::move(ring.regions[0]);
-    RETURN_IF_ERROR(out.endpoint->Prepare(out.ring));
-  }
-  for (auto& [src, in] : incoming_) {
-    ASSIGN_OR_RETURN(onesided::PeerRegions credit,
-                     engine_.links().Fetch({RdmaCopyScope(src, rank), layout,
-                                            {{"credit", nullptr}}},
-                                           src, what));
-    RETURN_IF_ERROR(onesided::CheckRegionBytes(credit.regions[0], 8, "its credit word", what));
-    in.credit = std::move(credit.regions[0]);
-    RETURN_IF_ERROR(in.endpoint->Prepare(in.credit));
-    onesided::CreditWriter::Options credits;
-    credits.peer = absl::StrCat("rank ", src);
-    credits.endpoint = in.endpoint;
-    credits.source = credit_out_.get();
-    credits.source_offset = in.credit_word;
-    credits.remote = &in.credit;
-    credits.started = [this, src] { engine_.Started(src); };
-    credits.completed = [this, src] { engine_.Completed(src); };
-    in.credits = std::make_unique<onesided::CreditWriter>(std::move(credits));
+  const std::string what = absl::StrCat("rdma_copy of rank ", rank);
+  for (auto& [peer, link] : peers_) {
+    RETURN_IF_ERROR(link.link->Connect(what));
+    if (link.link->out_index("messages") == 0) link.sender = &link.link->sender(0);
+    if (link.link->in_index("messages") == 0) link.receiver = &link.link->receiver(0);
   }
   return absl::OkStatus();
 }
@@ -158,8 +143,8 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
   const TransferInfo* info = args.info;
   const uint64_t bytes = args.bytes;
   RETURN_IF_ERROR(steps_.CheckSend(*info));
-  Outgoing& out = outgoing_.at(info->dst_rank);
-  const int slots = copy_options_.ring_slots;
+  onesided::SlotLink& link = *peers_.at(info->dst_rank).link;
+  onesided::SlotRingSender& sender = *peers_.at(info->dst_rank).sender;
   TensorChunk header;
   header.set_id(id);
   header.set_step(steps_.SendSequence(*info));
@@ -168,56 +153,42 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
   uint64_t offset = 0;
   do {
     const uint64_t chunk = std::min<uint64_t>(bytes - offset, copy_options_.chunk_bytes);
-    const uint64_t message = out.next_message;
-    const int slot = static_cast<int>(message % slots);
     RETURN_IF_ERROR(engine_.WaitUntil(
         [&] {
-          // The consumed count is the receiver's: checked before it frees a slot.
-          const uint64_t consumed = onesided::LoadCredit(out.credit->data());
-          if (absl::Status valid =
-                  onesided::CheckCredit(absl::StrCat("rank ", info->dst_rank), "messages",
-                                        consumed, out.credit_seen, out.next_message);
-              !valid.ok()) {
-            engine_.Fail(std::move(valid));
+          // The credit is the receiver's: the ring checks it before it
+          // frees a slot (and a slot with its credit back has its flag
+          // read, so the write from its staging has completed).
+          absl::StatusOr<bool> room = sender.HasRoom();
+          if (!room.ok()) {
+            engine_.Fail(room.status());
             return false;  // the next poll returns the failure
           }
-          out.credit_seen = consumed;
-          return consumed + slots > message && !out.bounce_busy[slot];
+          return *room;
         },
         info->dst_rank, [&] {
           return absl::StrCat("rank ", info->dst_rank,
                               " does not drain its message ring (sending ",
                               info->Describe(), ")");
         }));
+    const uint64_t seq = sender.Claim();
+    const size_t slot = sender.slot(seq);
     // Serialize: header, then the payload copied in behind it.
     header.set_offset(offset);
     header.set_chunk_bytes(chunk);
-    std::byte* base = out.bounce->data() + slot * slot_bytes_;
+    std::byte* base = link.staging(0, slot);
     const uint32_t header_bytes = static_cast<uint32_t>(header.ByteSizeLong());
     std::memcpy(base, &header_bytes, 4);
     header.SerializeToArray(base + 4, static_cast<int>(header_bytes));
     const size_t payload = 4 + header_bytes;
     if (chunk > 0) std::memcpy(base + payload, tensor.data + offset, chunk);
-    out.bounce_busy[slot] = true;
     const size_t length = payload + chunk;
-    RETURN_IF_ERROR(engine_.Post(
-        [&] {
-          return out.endpoint->PostWrite(
-              {out.bounce.get(), slot * slot_bytes_, length},
-              {&out.ring, slot * slot_bytes_, length},
-              static_cast<uint32_t>(slot),
-              [this, busy = &out.bounce_busy, slot, info](absl::Status status) {
-                engine_.Completed(info->dst_rank);
-                (*busy)[slot] = false;
-                if (!status.ok()) {
-                  engine_.Fail(absl::Status(
-                      status.code(), absl::StrCat("sending ", info->Describe(),
-                                                  ": ", status.message())));
-                }
-              });
-        },
-        info->dst_rank, [&] { return absl::StrCat("posting ", info->Describe()); }));
-    ++out.next_message;
+    sender.Write(seq, link.staged(0, slot, 0, length), link.destination(0, slot, 0, length));
+    sender.Commit(seq);
+    if (absl::Status posted = sender.Post(); !posted.ok()) {
+      engine_.Fail(posted);
+      return absl::Status(posted.code(), absl::StrCat("sending ", info->Describe(), ": ",
+                                                      posted.message()));
+    }
     offset += chunk;
   } while (offset < bytes);
   steps_.Sent(*info);
@@ -228,27 +199,51 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
   return absl::OkStatus();
 }
 
-void RdmaCopyCommunicator::OnNotification(const rdma::Notification& n) {
-  auto it = incoming_.find(n.peer_rank);
-  if (it == incoming_.end() ||
-      n.value >= static_cast<uint32_t>(copy_options_.ring_slots)) {
-    engine_.Fail(absl::InternalError(absl::StrCat(
-        "rank ", rank_plan_.rank(), " got a message notification from rank ",
-        n.peer_rank, " it expects nothing from")));
-    return;
+void RdmaCopyCommunicator::OnRound() {
+  if (!engine_.failure().ok()) return;  // nothing more is read or written
+  for (auto& [peer, link] : peers_) {
+    if (link.sender != nullptr) {
+      // Completed flushes queued their flags; a full queue left writes.
+      if (absl::Status posted = link.sender->Post(); !posted.ok()) {
+        engine_.Fail(posted);
+        return;
+      }
+    }
+    if (link.receiver != nullptr) {
+      Receive(peer, link);
+      if (closing_ || !engine_.failure().ok()) continue;
+      if (absl::Status posted = link.receiver->PostCredit(); !posted.ok()) {
+        engine_.Fail(posted);
+        return;
+      }
+    }
   }
-  Incoming& in = it->second;
-  const int slot = static_cast<int>(in.consumed % copy_options_.ring_slots);
-  if (n.value != static_cast<uint32_t>(slot)) {
-    engine_.Fail(absl::InternalError(absl::StrCat(
-        "message ring from rank ", n.peer_rank, " out of order: slot ",
-        n.value, " where ", slot, " was due")));
-    return;
+}
+
+void RdmaCopyCommunicator::Receive(int peer, Peer& link) {
+  while (engine_.failure().ok()) {
+    // The flag is the sender's: the ring checks it (kDataLoss, for good).
+    absl::StatusOr<bool> arrived = link.receiver->Arrived();
+    if (!arrived.ok()) {
+      engine_.Fail(arrived.status());
+      return;
+    }
+    if (!*arrived) return;
+    absl::Status delivered = Deliver(peer, link.link->received(0, link.receiver->slot()));
+    if (!delivered.ok()) {
+      engine_.Fail(std::move(delivered));
+      return;
+    }
+    link.receiver->Consume();
   }
-  absl::Status delivered =
-      Deliver(n.peer_rank, in.ring->data() + slot * slot_bytes_);
-  if (!delivered.ok()) engine_.Fail(delivered);
-  ++in.consumed;
+}
+
+bool RdmaCopyCommunicator::Idle() const {
+  for (const auto& [peer, link] : peers_) {
+    if (link.sender != nullptr && !link.sender->idle()) return false;
+    if (link.receiver != nullptr && link.receiver->credit_pending()) return false;
+  }
+  return true;
 }
 
 namespace internal {
@@ -330,13 +325,6 @@ absl::Status RdmaCopyCommunicator::Deliver(int peer, const std::byte* message) {
   return absl::OkStatus();
 }
 
-void RdmaCopyCommunicator::PostCredits() {
-  for (auto& [src, in] : incoming_) {
-    in.credits->Set(0, in.consumed);
-    if (absl::Status posted = in.credits->Post(); !posted.ok()) engine_.Fail(posted);
-  }
-}
-
 absl::StatusOr<ReceivedTensor> RdmaCopyCommunicator::Recv(int id) {
   RETURN_IF_ERROR(CheckUsable());
   ASSIGN_OR_RETURN(const TransferInfo* info, rank_plan_.FindRecv(id));
@@ -387,15 +375,11 @@ absl::Status RdmaCopyCommunicator::Shutdown() {
   if (shut_down_) return shutdown_status_;
   absl::Status status = engine_.failure();
   if (status.ok()) {
-    status = engine_.Drain(
-        [&] {
-          for (const auto& [src, in] : incoming_) {
-            if (in.credits->pending()) return false;
-          }
-          return true;
-        },
-        [] { return std::string("message credits still to return"); });
+    status = engine_.Drain([&] { return Idle(); },
+                           [] { return std::string("messages or credits still in flight"); });
   }
+  // Drained: our messages have landed and our credits with them.
+  closing_ = true;
   if (status.ok()) status = engine_.Barrier("shutdown");
   shut_down_ = true;
   shutdown_status_ = status;

@@ -2,14 +2,16 @@
 // -----------------------------------------------------------------------------
 // RdmaCopyCommunicator ("rdma_copy"): the "RPC optimized for RDMA" baseline.
 // Two-sided messages over the same fabric and Transport as the zero-copy
-// executor, as RDMA RPC systems build them: each directed link has a ring of
-// fixed-size message buffers on the receiver; the sender serializes a
-// header (tensor_message.proto) and copies the tensor, chunk by chunk, into a
-// registered bounce buffer and writes it into the next ring slot with a
-// notification; the receiver parses it, copies the bytes out into a fresh
-// tensor and returns the ring slot with a one-sided credit write. One copy
-// on each side, a header to encode and decode, and no knowledge of the plan
-// beyond who talks to whom.
+// executor, as RDMA RPC systems build them: each peer pair has a slot link
+// (onesided/slots/slot_link.h), with a ring of fixed-size message slots on
+// the receiver for each direction the plan sends. The sender serializes a
+// header (tensor_message.proto) and copies the tensor, chunk by chunk, into
+// the link's registered staging slot and writes it into the receiver's
+// slot, then the slot's flag; the receiver, polling the flag, parses the
+// header, copies the bytes out into a fresh tensor and returns the slot with
+// a one-sided credit write. One copy on each side, a header to encode and
+// decode, and no knowledge of the plan beyond who talks to whom: the same
+// messaging the Messenger does.
 #ifndef RDMAFLOW_RUNTIME_RDMA_COPY_COMMUNICATOR_H_
 #define RDMAFLOW_RUNTIME_RDMA_COPY_COMMUNICATOR_H_
 
@@ -22,9 +24,8 @@
 
 #include "absl/status/statusor.h"
 #include "graph_analyzer/plan.pb.h"
-#include "onesided/slots/credit_writer.h"
-#include "rdma/memory_region.h"
-#include "rdma/remote_region.h"
+#include "onesided/slots/slot_link.h"
+#include "onesided/slots/slot_ring.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
 #include "runtime/communicator.h"
@@ -63,38 +64,30 @@ class RdmaCopyCommunicator final : public Communicator {
   TransferCounters counters() const override { return counters_; }
 
  private:
-  struct Outgoing {  // towards one peer
-    rdma::Endpoint* endpoint = nullptr;
-    rdma::RemoteRegion ring;
-    std::unique_ptr<rdma::MemoryRegion> bounce;
-    std::vector<bool> bounce_busy;
-    std::unique_ptr<rdma::MemoryRegion> credit;  // consumed count, theirs
-    uint64_t credit_seen = 0;  // its last value that passed CheckCredit
-    uint64_t next_message = 0;
-  };
   struct Assembled {
     int64_t step;
     std::vector<int64_t> shape;
     std::shared_ptr<std::vector<std::byte>> bytes;
     uint64_t arrived = 0;  // bytes delivered so far, in order
   };
-  struct Incoming {  // from one peer
-    rdma::Endpoint* endpoint = nullptr;
-    std::unique_ptr<rdma::MemoryRegion> ring;
-    rdma::RemoteRegion credit;  // the sender's consumed count
-    uint64_t consumed = 0;
-    // Returns `consumed` to the sender (a word of credit_out_).
-    std::unique_ptr<onesided::CreditWriter> credits;
-    size_t credit_word = 0;  // in credit_out_
+  // The slot link to one peer: a ring of messages each way the plan sends.
+  struct Peer {
+    std::unique_ptr<onesided::SlotLink> link;
+    onesided::SlotRingSender* sender = nullptr;      // null: we send it nothing
+    onesided::SlotRingReceiver* receiver = nullptr;  // null: it sends us nothing
+    int64_t in_flight() const { return link != nullptr ? link->in_flight() : 0; }
   };
 
   RdmaCopyCommunicator(RankPlan rank_plan, rdma::Transport& transport,
                        rdma::Store& store, const CommunicatorOptions& options,
                        const RdmaCopyOptions& copy_options);
   absl::Status SetUp();
-  void OnNotification(const rdma::Notification& notification);
+  // Each progress round: posts what the senders queued, takes the messages
+  // whose flags are up, returns their slots.
+  void OnRound();
+  void Receive(int peer, Peer& link);
   absl::Status Deliver(int peer, const std::byte* message);
-  void PostCredits();
+  bool Idle() const;
   absl::Status CheckUsable() const;
 
   RankPlan rank_plan_;
@@ -102,14 +95,17 @@ class RdmaCopyCommunicator final : public Communicator {
   const CommunicatorOptions options_;
   const RdmaCopyOptions copy_options_;
   const size_t slot_bytes_;
-  std::map<int, Outgoing> outgoing_;
-  std::map<int, Incoming> incoming_;
-  std::unique_ptr<rdma::MemoryRegion> credit_out_;
+  // By peer rank; cleared by the destructor before the engine (whose links
+  // they are on) goes.
+  std::map<int, Peer> peers_;
   // Per receive id: the tensor being assembled and those complete.
   std::map<int, Assembled> partial_;
   std::map<int, std::deque<Assembled>> ready_;
   StepTracker steps_;
   bool shut_down_ = false;
+  // Set once drained for shutdown: no more credits (a peer past the
+  // barrier may have freed its credit word).
+  bool closing_ = false;
   absl::Status shutdown_status_;
   TransferCounters counters_;
   ProgressEngine engine_;  // last: destroyed first

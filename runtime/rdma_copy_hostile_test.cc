@@ -1,14 +1,15 @@
 // The rdma_copy baseline against a hostile sender: rank 0 joins like an
-// rdma_copy rank (it publishes its address and credit word through the
-// store), then writes forged messages (length word, TensorChunk header,
-// payload) into rank 1's message ring with notified writes, as a buggy or
-// malicious peer could. Each forged chunk (offset + size wrapping, larger
-// than the tensor or a slot, a continuation of nothing, a total that is not
-// the shape's, an undecodable header, a notification outside the ring or out
-// of order, a dynamic tensor beyond the pool) fails rank 1's Recv with a
-// named error before a byte is copied or allocated, and rank 1 never
-// crashes or hangs. In the other direction, a receiver that writes a forged
-// credit (releasing messages never sent) fails the honest sender's Send.
+// rdma_copy rank (its address and its side of the slot link, published
+// through its own links), then writes forged messages (length word,
+// TensorChunk header, payload) into rank 1's message ring and raises their
+// flags, as a buggy or malicious peer could. Each forged chunk (offset +
+// size wrapping, larger than the tensor or a slot, a continuation of
+// nothing, a total that is not the shape's, an undecodable header, a flag
+// that is not the message's, a dynamic tensor beyond the pool) fails rank
+// 1's Recv with a named error before a byte is copied or allocated, and
+// rank 1 never crashes or hangs. In the other direction, a receiver that
+// writes a forged credit (releasing messages never sent) fails the honest
+// sender's Send.
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
+#include "onesided/slots/slot_link.h"
 #include "rdma/rendezvous.h"
 #include "runtime/link_records.h"
 #include "rdma/testing/raw_peer.h"
@@ -48,6 +50,39 @@ constexpr uint64_t kMax = ~uint64_t{0};
 
 // The layout an rdma_copy of CopyOptions() publishes (link_records.h).
 std::string Layout() { return RdmaCopyLayout(kRingSlots, kSlotBytes); }
+
+// The ring of messages one way of a link (rdma_copy_communicator.cc).
+onesided::SlotRingShape Messages() { return {"messages", kRingSlots, kSlotBytes, true}; }
+
+// Joins rank `rank` to its slot link with the other rank through links of
+// its own, as an honest rdma_copy would: a ring of messages from rank 0 to
+// rank 1. The links (and their loop) must outlive the link.
+struct HonestLink {
+  std::unique_ptr<onesided::ProgressLoop> loop;
+  std::unique_ptr<onesided::PeerLinks> links;
+  std::unique_ptr<onesided::SlotLink> link;
+};
+absl::StatusOr<HonestLink> JoinLink(int rank, rdma::Transport& transport, rdma::Store& store) {
+  HonestLink joined;
+  joined.loop =
+      std::make_unique<onesided::ProgressLoop>(transport, onesided::ProgressLoopOptions{});
+  ASSIGN_OR_RETURN(joined.links,
+                   onesided::PeerLinks::Create(transport, store, kNs, *joined.loop, {}));
+  onesided::SlotLinkOptions options;
+  options.scope = kRdmaCopyScope;
+  options.layout = Layout();
+  options.peer = 1 - rank;
+  (rank == 0 ? options.out : options.in).push_back(Messages());
+  ASSIGN_OR_RETURN(joined.link, onesided::SlotLink::Create(*joined.links, std::move(options)));
+  RETURN_IF_ERROR(joined.link->Connect("the attacker"));
+  return joined;
+}
+
+// The published region of rank `rank`'s side of the link, and its layout.
+absl::StatusOr<rdma::RemoteRegion> LinkRegionOf(rdma::Store& store, int rank) {
+  return rdma::FetchRegion(store, kNs, absl::StrCat(kRdmaCopyScope, "/link/0-1/", rank, "/link"),
+                           absl::Seconds(20));
+}
 
 // Rank 0 produces `x` of `shape` (float32); rank 1 consumes it.
 plan::TransferPlan OneTensorPlan(std::vector<int64_t> shape) {
@@ -79,12 +114,13 @@ CommunicatorOptions Options() {
 }
 
 // One forged message: the length word (normally the header's size), the
-// header bytes, the payload, and the notification (normally the slot).
+// header bytes, the payload, and the slot's flag (normally the message's
+// number + 1).
 struct Message {
   std::optional<uint32_t> length;  // default: header.size()
   std::string header;
   size_t payload = 0;
-  std::optional<uint32_t> notification;  // default: the slot
+  std::optional<uint64_t> flag;  // default: the message's number + 1
 };
 
 Message Chunk(int id, int64_t step, std::vector<int64_t> shape, uint64_t total,
@@ -102,34 +138,28 @@ Message Chunk(int id, int64_t step, std::vector<int64_t> shape, uint64_t total,
   return m;
 }
 
-// Rank 0 as the victim sees it: publishes what an rdma_copy sender would
-// (its address, its credit word) and writes raw messages into the ring.
+// Rank 0 as the victim sees it: joins the link as an rdma_copy sender
+// would, then writes raw messages into the victim's ring.
 class Attacker {
  public:
   static absl::StatusOr<std::unique_ptr<Attacker>> Join(rdma::Transport& transport,
                                                         rdma::Store& store) {
-    auto a = std::unique_ptr<Attacker>(new Attacker(transport));
-    // Links of its own publish the address and the records, with the
-    // layout an honest sender of these options has (link_records.h).
-    ASSIGN_OR_RETURN(a->links_, onesided::PeerLinks::Create(transport, store, kNs, *a->loop_, {}));
-    ASSIGN_OR_RETURN(rdma::MemoryRegion credit, transport.Allocate(8));
-    a->credit_ = std::make_unique<rdma::MemoryRegion>(std::move(credit));
-    RETURN_IF_ERROR(a->links_->Publish(
-        {RdmaCopyScope(0, 1), Layout(), {{"credit", a->credit_.get()}}}));
+    auto a = std::make_unique<Attacker>();
+    ASSIGN_OR_RETURN(a->link_, JoinLink(0, transport, store));
     ASSIGN_OR_RETURN(rdma::testing::RawPeer peer,
                      rdma::testing::RawPeer::Connect(transport, store, kNs, 1, kSlotBytes,
                                                      absl::Seconds(20)));
     a->peer_ = std::make_unique<rdma::testing::RawPeer>(std::move(peer));
-    ASSIGN_OR_RETURN(onesided::PeerRegions ring,
-                     a->links_->Fetch({RdmaCopyScope(0, 1), Layout(), {{"ring", nullptr}}}, 1,
-                                      "the attacker"));
-    a->ring_ = std::move(ring.regions[0]);
+    ASSIGN_OR_RETURN(a->ring_, LinkRegionOf(store, 1));
+    // The victim's side: the ring of messages comes in.
+    ASSIGN_OR_RETURN(a->layout_, onesided::SlotLinkLayout::Create({Messages()}, {}));
     return a;
   }
 
-  // Writes `m` into the next slot of the ring with its notification.
+  // Writes `m` into the next slot of the ring, then raises its flag.
   absl::Status Send(const Message& m) {
-    const uint64_t slot = next_++ % kRingSlots;
+    const uint64_t seq = next_++;
+    const uint64_t slot = seq % kRingSlots;
     const uint32_t length = m.length.value_or(static_cast<uint32_t>(m.header.size()));
     const size_t bytes = std::min(kSlotBytes, 4 + m.header.size() + m.payload);
     std::vector<std::byte> message(bytes);
@@ -139,8 +169,9 @@ class Attacker {
     for (size_t i = 4 + m.header.size(); i < bytes; ++i) {
       message[i] = std::byte((i - 4 - m.header.size()) & 0xff);
     }
-    return peer_->Write(ring_, slot * kSlotBytes, message,
-                        m.notification.value_or(static_cast<uint32_t>(slot)));
+    RETURN_IF_ERROR(peer_->Write(ring_, layout_->staging(0) + slot * kSlotBytes, message));
+    return peer_->WriteWord(ring_, layout_->flags(0) + slot * onesided::kSlotWordBytes,
+                            m.flag.value_or(seq + 1));
   }
 
   // Enters the victim's shutdown barrier without waiting in it (an honest
@@ -150,15 +181,10 @@ class Attacker {
   }
 
  private:
-  explicit Attacker(rdma::Transport& transport)
-      : loop_(std::make_unique<onesided::ProgressLoop>(transport,
-                                                        onesided::ProgressLoopOptions{})) {}
-
-  std::unique_ptr<onesided::ProgressLoop> loop_;
-  std::unique_ptr<onesided::PeerLinks> links_;
-  std::unique_ptr<rdma::MemoryRegion> credit_;
+  HonestLink link_;
   std::unique_ptr<rdma::testing::RawPeer> peer_;
   rdma::RemoteRegion ring_;
+  std::optional<onesided::SlotLinkLayout> layout_;
   uint64_t next_ = 0;
 };
 
@@ -234,7 +260,7 @@ struct ForgedCase {
   const plan::TransferPlan* plan;
   std::vector<Message> messages;
   absl::StatusCode code;
-  const char* expected;
+  std::string expected;
 };
 
 TEST(RdmaCopyHostileTest, ForgedChunksFailTheReceiver) {
@@ -244,12 +270,10 @@ TEST(RdmaCopyHostileTest, ForgedChunksFailTheReceiver) {
   too_long.length = 100000;
   Message garbage;  // field 1 with wire type 7: no such wire type
   garbage.header = std::string("\x0f\x01\x02\x03", 4);
-  Message out_of_ring = Chunk(s, 0, {40}, 160, 0, 64);
-  out_of_ring.notification = kRingSlots;
-  Message huge_notification = Chunk(s, 0, {40}, 160, 0, 64);
-  huge_notification.notification = ~uint32_t{0};
-  Message out_of_order = Chunk(s, 0, {40}, 160, 0, 64);
-  out_of_order.notification = 2;
+  Message a_lap_ahead = Chunk(s, 0, {40}, 160, 0, 64);
+  a_lap_ahead.flag = 1 + kRingSlots;
+  Message huge_flag = Chunk(s, 0, {40}, 160, 0, 64);
+  huge_flag.flag = kMax;
   const std::vector<ForgedCase> cases = {
       {"offset + size wraps", &StaticPlan(),
        {Chunk(s, 0, {40}, 160, 0, 64), Chunk(s, 0, {40}, 160, kMax - 10, 64)},
@@ -284,12 +308,10 @@ TEST(RdmaCopyHostileTest, ForgedChunksFailTheReceiver) {
        absl::StatusCode::kDataLoss, "undecodable message header from rank 0"},
       {"an undecodable header (garbage)", &StaticPlan(), {garbage},
        absl::StatusCode::kDataLoss, "undecodable message header from rank 0"},
-      {"a notification outside the ring", &StaticPlan(), {out_of_ring},
-       absl::StatusCode::kInternal, "from rank 0"},
-      {"a notification of 2^32 - 1", &StaticPlan(), {huge_notification},
-       absl::StatusCode::kInternal, "from rank 0"},
-      {"a notification out of order", &StaticPlan(), {out_of_order},
-       absl::StatusCode::kInternal, "slot 2 where 0 was due"},
+      {"a flag a lap ahead", &StaticPlan(), {a_lap_ahead}, absl::StatusCode::kDataLoss,
+       absl::StrCat("rank 0 wrote ", 1 + kRingSlots, " into the flag of slot 0 where 1")},
+      {"a flag of 2^64 - 1", &StaticPlan(), {huge_flag}, absl::StatusCode::kDataLoss,
+       absl::StrCat("rank 0 wrote ", kMax, " into the flag of slot 0")},
       {"a step from the future", &StaticPlan(), {Chunk(s, 5, {40}, 160, 0, 64),
                                                  Chunk(s, 5, {40}, 160, 64, 64),
                                                  Chunk(s, 5, {40}, 160, 128, 32)},
@@ -302,7 +324,7 @@ TEST(RdmaCopyHostileTest, ForgedChunksFailTheReceiver) {
     // The communicator stays failed, except after a step mismatch (found
     // by Recv, not by the engine).
     if (c.code != absl::StatusCode::kDataLoss ||
-        std::string(c.expected).find("arrived as") == std::string::npos) {
+        c.expected.find("arrived as") == std::string::npos) {
       EXPECT_THAT(outcome.again, StatusIs(c.code));
     }
   }
@@ -344,9 +366,9 @@ TEST(RdmaCopyHostileTest, RingsLaidOutOtherwiseAreRefusedAtSetUp) {
   }
 }
 
-// Rank 1 joins as rdma_copy's receiver would (its address, its ring), then
-// writes a credit into rank 0's credit word releasing 1000 messages before
-// any was sent; rank 0, an honest sender, must refuse it.
+// Rank 1 joins as rdma_copy's receiver would (its address, its side of the
+// link), then writes a credit into rank 0's credit word releasing 1000
+// messages before any was sent; rank 0, an honest sender, must refuse it.
 TEST(RdmaCopyHostileTest, ACreditReleasingUnsentMessagesFailsTheSender) {
   const plan::TransferPlan& plan = StaticPlan();
   const std::string forged = absl::StrCat(kNs, "/credit_forged");
@@ -355,18 +377,15 @@ TEST(RdmaCopyHostileTest, ACreditReleasingUnsentMessagesFailsTheSender) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         if (rank == 1) {
-          onesided::ProgressLoop loop(transport, {});
-          ASSIGN_OR_RETURN(auto links, onesided::PeerLinks::Create(transport, store, kNs, loop, {}));
-          ASSIGN_OR_RETURN(rdma::MemoryRegion ring,
-                           transport.Allocate(kSlotBytes * kRingSlots));
-          RETURN_IF_ERROR(links->Publish({RdmaCopyScope(0, 1), Layout(), {{"ring", &ring}}}));
+          ASSIGN_OR_RETURN(HonestLink link, JoinLink(1, transport, store));
           ASSIGN_OR_RETURN(rdma::testing::RawPeer peer,
                            rdma::testing::RawPeer::Connect(transport, store, kNs, 0, 64,
                                                            absl::Seconds(20)));
-          ASSIGN_OR_RETURN(onesided::PeerRegions credit,
-                           links->Fetch({RdmaCopyScope(0, 1), Layout(), {{"credit", nullptr}}},
-                                        0, "the attacker"));
-          RETURN_IF_ERROR(peer.WriteWord(credit.regions[0], 0, 1000));
+          // The sender's side: the ring of messages goes out.
+          ASSIGN_OR_RETURN(rdma::RemoteRegion sender, LinkRegionOf(store, 0));
+          ASSIGN_OR_RETURN(onesided::SlotLinkLayout layout,
+                           onesided::SlotLinkLayout::Create({}, {Messages()}));
+          RETURN_IF_ERROR(peer.WriteWord(sender, layout.credit(0), 1000));
           RETURN_IF_ERROR(store.Set(forged, "1"));
           return store.Wait({judged}, absl::Seconds(20));
         }

@@ -1,8 +1,7 @@
 // File: slot_ring.h
 // -----------------------------------------------------------------------------
 // The credited slot ring: one direction of a link over one-sided writes,
-// the protocol under the Messenger and the ring all-reduce (and, next, the
-// executor and rdma_copy). Written once, with its peer-value checks.
+// the protocol under the Messenger, the ring all-reduce and rdma_copy. Written once, with its peer-value checks.
 //
 // The receiver owns `slots` flag words, one per slot, in registered memory
 // the sender writes into; the sender owns one credit word the receiver
@@ -182,6 +181,8 @@ class SlotRingReceiver {
   absl::Status PostCredit() { return PostCredit(received_); }
 
   int64_t outstanding() const { return credits_.outstanding(); }
+  // A credit set by PostCredit() and not yet written, or one in flight.
+  bool credit_pending() const { return credits_.pending(); }
   const absl::Status& failure() const {
     return failure_.ok() ? credits_.failure() : failure_;
   }
