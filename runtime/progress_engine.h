@@ -2,8 +2,10 @@
 // -----------------------------------------------------------------------------
 // ProgressEngine: the per-rank machinery every Communicator over an
 // rdma::Transport shares (the zero-copy executor and the rdma_copy
-// baseline): its peers' links, counting operations in flight, draining,
-// giving up, and the communicator's deadline. Progress itself (the
+// baseline): its peers' links, counting the operations in flight it is
+// told of (Post(), Started()/Completed(): the executor's; rdma_copy's slot
+// links count and fence their own), draining, giving up, and the
+// communicator's deadline. Progress itself (the
 // Transport::Progress() calls, notifications to the owner, liveness probes,
 // the adaptive wait) is the transport's onesided::ProgressLoop: the engine
 // registers the owner's handlers with it. Connections are a PeerLinks'

@@ -79,6 +79,7 @@ RdmaCopyCommunicator::~RdmaCopyCommunicator() {
   // The rings' completions touch their links: let those in flight fire
   // (the peers whose operations hang are severed, which cancels them)
   // before the links go, and the links before the engine's own links.
+  // Shut down: OnRound() posts and reads nothing more.
   std::vector<int> busy;
   for (const auto& [peer, link] : peers_) {
     if (link.in_flight() > 0) busy.push_back(peer);
@@ -93,6 +94,11 @@ RdmaCopyCommunicator::~RdmaCopyCommunicator() {
       },
       absl::Now() + absl::Seconds(2),
       absl::StrCat("the rdma_copy of rank ", rank_plan_.rank(), " is closing"));
+  for (auto& [peer, link] : peers_) {
+    // A peer that passed no shutdown barrier with us may still write into
+    // the link: its memory stays registered (the link says so).
+    if (!barrier_passed_) link.link->KeepMemory();
+  }
   peers_.clear();  // a link with operations still in flight keeps its memory
 }
 
@@ -145,6 +151,7 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
   RETURN_IF_ERROR(steps_.CheckSend(*info));
   onesided::SlotLink& link = *peers_.at(info->dst_rank).link;
   onesided::SlotRingSender& sender = *peers_.at(info->dst_rank).sender;
+  const uint64_t slots = static_cast<uint64_t>(copy_options_.ring_slots);
   TensorChunk header;
   header.set_id(id);
   header.set_step(steps_.SendSequence(*info));
@@ -156,14 +163,16 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
     RETURN_IF_ERROR(engine_.WaitUntil(
         [&] {
           // The credit is the receiver's: the ring checks it before it
-          // frees a slot (and a slot with its credit back has its flag
-          // read, so the write from its staging has completed).
+          // frees a slot. The slot's staging is ours again once the write
+          // of its last message has completed (an honest receiver credits
+          // only what it read, which was flushed first; a lying one does
+          // not get us to overwrite a write in flight).
           absl::StatusOr<bool> room = sender.HasRoom();
           if (!room.ok()) {
             engine_.Fail(room.status());
             return false;  // the next poll returns the failure
           }
-          return *room;
+          return *room && sender.written() + slots > sender.claimed();
         },
         info->dst_rank, [&] {
           return absl::StrCat("rank ", info->dst_rank,
@@ -191,6 +200,17 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
     }
     offset += chunk;
   } while (offset < bytes);
+  // A flag goes out once its flush has completed, from a progress round:
+  // wait for that here, so the message is on its way when Send() returns
+  // and the receiver never waits on a sender busy elsewhere.
+  RETURN_IF_ERROR(engine_.WaitUntil(
+      [&] { return sender.written() == sender.claimed(); }, info->dst_rank,
+      [&] { return absl::StrCat("the writes of ", info->Describe(), " to complete"); }));
+  if (absl::Status posted = sender.Post(); !posted.ok()) {
+    engine_.Fail(posted);
+    return absl::Status(posted.code(),
+                        absl::StrCat("sending ", info->Describe(), ": ", posted.message()));
+  }
   steps_.Sent(*info);
   ++counters_.tensors_sent;
   counters_.bytes_sent += bytes;
@@ -200,7 +220,8 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
 }
 
 void RdmaCopyCommunicator::OnRound() {
-  if (!engine_.failure().ok()) return;  // nothing more is read or written
+  // Failed or shut down: nothing more is read or written.
+  if (!engine_.failure().ok() || shut_down_) return;
   for (auto& [peer, link] : peers_) {
     if (link.sender != nullptr) {
       // Completed flushes queued their flags; a full queue left writes.
@@ -381,6 +402,7 @@ absl::Status RdmaCopyCommunicator::Shutdown() {
   // Drained: our messages have landed and our credits with them.
   closing_ = true;
   if (status.ok()) status = engine_.Barrier("shutdown");
+  barrier_passed_ = status.ok();
   shut_down_ = true;
   shutdown_status_ = status;
   return status;

@@ -106,6 +106,7 @@ class RdmaCopyCommunicator final : public Communicator {
   // Set once drained for shutdown: no more credits (a peer past the
   // barrier may have freed its credit word).
   bool closing_ = false;
+  bool barrier_passed_ = false;  // every peer is done with our memory
   absl::Status shutdown_status_;
   TransferCounters counters_;
   ProgressEngine engine_;  // last: destroyed first

@@ -3,8 +3,9 @@
 // The sender's half of credit flow control: the one check every credit a
 // receiver writes into our memory passes before it releases anything. A
 // credit counts what the receiver has released; it never goes back and
-// never releases more than was sent. Used by the slot ring, the executor's
-// per-slot credits and rdma_copy's message ring.
+// never releases more than was sent. Used by the slot ring (and so the
+// Messenger, the ring all-reduce and rdma_copy) and the executor's per-slot
+// credits.
 #ifndef RDMAFLOW_ONESIDED_SLOTS_CREDIT_CHECK_H_
 #define RDMAFLOW_ONESIDED_SLOTS_CREDIT_CHECK_H_
 

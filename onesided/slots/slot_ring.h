@@ -1,7 +1,8 @@
 // File: slot_ring.h
 // -----------------------------------------------------------------------------
 // The credited slot ring: one direction of a link over one-sided writes,
-// the protocol under the Messenger, the ring all-reduce and rdma_copy. Written once, with its peer-value checks.
+// the protocol under the Messenger, the ring all-reduce and rdma_copy.
+// Written once, with its peer-value checks.
 //
 // The receiver owns `slots` flag words, one per slot, in registered memory
 // the sender writes into; the sender owns one credit word the receiver
