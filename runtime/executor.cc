@@ -402,8 +402,11 @@ absl::Status Executor::SendStatic(internal::SendSlot& slot,
   const absl::Time begin = absl::Now();
   const int64_t step = step_;
   std::shared_ptr<const void> keep = std::move(tensor.keepalive);
-  auto done = [this, s = &slot, stage, staged, begin, step,
-               keep](absl::Status status) {
+  auto done = [this, alive = std::weak_ptr<int>(alive_), s = &slot, stage, staged, begin,
+               step, keep](absl::Status status) {
+    // A completion that comes back after the executor went (the engine's
+    // fence gave up on it) touches nothing; `keep` goes with the callback.
+    if (alive.expired()) return;
     engine_.Completed(s->info.dst_rank);
     if (staged) s->staging_busy[stage] = false;
     if (!staged) --in_place_sends_;
@@ -493,7 +496,9 @@ absl::Status Executor::SendDynamic(internal::SendSlot& slot,
   const absl::Time begin = absl::Now();
   const int64_t step = step_;
   const uint64_t bytes = tensor.bytes;
-  auto done = [this, s = &slot, stage, begin, step, bytes](absl::Status status) {
+  auto done = [this, alive = std::weak_ptr<int>(alive_), s = &slot, stage, begin, step,
+               bytes](absl::Status status) {
+    if (alive.expired()) return;  // the executor went first (see SendStatic)
     engine_.Completed(s->info.dst_rank);
     s->meta_busy[stage] = false;
     if (!status.ok()) {

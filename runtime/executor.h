@@ -201,8 +201,9 @@ class Executor final : public Communicator {
   std::vector<std::string> promoted_;
   TransferCounters counters_;
   TraceRecorder trace_;
-  // Completion callbacks that may outlive the executor (abandoned reads)
-  // hold a weak_ptr to this and touch the executor only while it lives.
+  // Completion callbacks that may outlive the executor (abandoned reads,
+  // writes and credit writes the engine's fence gave up on) hold a
+  // weak_ptr to this and touch the executor only while it lives.
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   // Last: destroyed first, collecting completions while the state their
   // callbacks touch still exists.

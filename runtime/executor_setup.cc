@@ -183,7 +183,10 @@ absl::Status Executor::SetUpGeneration() {
     credits.source_offset = credit_base[l];
     credits.remote = remote[l];
     credits.started = [this, peer = link.src_rank()] { engine_.Started(peer); };
-    credits.completed = [this, peer = link.src_rank()] { engine_.Completed(peer); };
+    // The write's completion may come after the executor went.
+    credits.completed = [this, alive = std::weak_ptr<int>(alive_), peer = link.src_rank()] {
+      if (!alive.expired()) engine_.Completed(peer);
+    };
     credit_writers_[l] = std::make_unique<onesided::CreditWriter>(std::move(credits));
   }
 
