@@ -4,6 +4,7 @@
 #include <string>
 
 #include "results/chrome_trace.pb.h"
+#include "results/chrome_trace_rows.h"
 #include "results/json.h"
 
 namespace rdmaflow::runtime {
@@ -25,17 +26,6 @@ const char* LaneName(TraceRecorder::Lane lane) {
   return "?";
 }
 
-// A metadata event naming a process (tid < 0) or thread row.
-results::TraceEvent RowName(int pid, int tid, const std::string& name) {
-  results::TraceEvent event;
-  event.set_ph("M");
-  event.set_name(tid < 0 ? "process_name" : "thread_name");
-  event.set_pid(pid);
-  if (tid >= 0) event.set_tid(tid);
-  event.mutable_args()->set_name(name);
-  return event;
-}
-
 }  // namespace
 
 void TraceRecorder::Add(Lane lane, const std::string& tensor, absl::Time begin,
@@ -51,10 +41,10 @@ results::ChromeTrace TraceRecorder::Trace() const {
   results::ChromeTrace trace;
   // Name the rows: process = rank, threads = lanes.
   *trace.add_traceevents() =
-      RowName(rank_, -1, "rank " + std::to_string(rank_));
+      results::RowName(rank_, -1, "rank " + std::to_string(rank_));
   for (int lane = 0; lane < kLanes; ++lane) {
     *trace.add_traceevents() =
-        RowName(rank_, lane, LaneName(static_cast<Lane>(lane)));
+        results::RowName(rank_, lane, LaneName(static_cast<Lane>(lane)));
   }
   for (const Event& e : events_) {
     results::TraceEvent& event = *trace.add_traceevents();

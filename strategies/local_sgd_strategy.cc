@@ -24,8 +24,8 @@ absl::StatusOr<StepReport> LocalSgdStrategy::DoStep(const ComputeFn& compute) {
   replica_->Step(options().learning_rate, options().momentum);
   const absl::Time computed = absl::Now();
   if ((clock() + 1) % period_ == 0) RETURN_IF_ERROR(Exchange());
-  report.compute_time = computed - begin;
-  report.comm_time = absl::Now() - computed;
+  report.Add(StepSpan::Kind::kCompute, begin, computed);
+  report.Add(StepSpan::Kind::kCommunication, computed, absl::Now());
   return report;
 }
 

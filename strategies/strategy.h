@@ -47,6 +47,7 @@
 #include "rdma/transport.h"
 #include "runtime/communicator_options.h"
 #include "runtime/counters.h"
+#include "strategies/step_timeline.h"
 
 namespace rdmaflow::strategies {
 
@@ -136,6 +137,27 @@ struct StepReport {
   absl::Duration compute_time;
   absl::Duration comm_time;  // pulls, pushes, and waits for permission
   absl::Duration wait_time;  // of which: waiting for slower workers
+  // When each happened (step_timeline.h): the trainer's timeline.
+  StepTimeline timeline;
+
+  // Records a span of the step: into the timeline, and its length into
+  // compute_time, comm_time or wait_time (a wait lies inside a
+  // communication span the strategy records too).
+  void Add(StepSpan::Kind kind, absl::Time begin, absl::Time end) {
+    timeline.Add(kind, begin, end);
+    const absl::Duration length = timeline.spans().back().end - begin;
+    switch (kind) {
+      case StepSpan::Kind::kCompute:
+        compute_time += length;
+        break;
+      case StepSpan::Kind::kCommunication:
+        comm_time += length;
+        break;
+      case StepSpan::Kind::kWait:
+        wait_time += length;
+        break;
+    }
+  }
 };
 
 // The base of every strategy: it owns the Prepare/Start/Step/Finish state

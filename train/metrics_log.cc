@@ -20,7 +20,7 @@ absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(
   }
   std::fprintf(file,
                "step,elapsed_s,loss,batch_accuracy,samples_per_s,compute_ms,"
-               "comm_ms,wait_ms,staleness,test_accuracy\n");
+               "comm_ms,wait_ms,staleness,test_accuracy,overlap_ms\n");
   return std::unique_ptr<MetricsLog>(new MetricsLog(file));
 }
 
@@ -32,7 +32,7 @@ void MetricsLog::Add(const StepRecord& r) {
                r.batch_accuracy, r.samples_per_s, r.compute_ms, r.comm_ms,
                r.wait_ms, static_cast<long long>(r.staleness));
   if (r.test_accuracy >= 0) std::fprintf(file_, "%.4f", r.test_accuracy);
-  std::fprintf(file_, "\n");
+  std::fprintf(file_, ",%.3f\n", r.overlap_ms);
 }
 
 Progress::Progress(std::string label, int64_t total)

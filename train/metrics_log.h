@@ -27,6 +27,9 @@ struct StepRecord {
   double wait_ms = 0;   // of comm_ms: waiting for slower workers
   int64_t staleness = 0;  // clock - slowest clock seen (-1 unknown)
   double test_accuracy = -1;  // when evaluated at this step
+  // Of compute_ms, the time communication ran beside it (the strategy's
+  // step timeline, strategies/step_timeline.h).
+  double overlap_ms = 0;
 };
 
 // CSV writer. Thread-compatible.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -25,6 +26,7 @@
 #include "strategies/builtin_strategies.h"
 #include "strategies/strategy_registry.h"
 #include "train/device_model.h"
+#include "train/timeline_trace.h"
 
 namespace rdmaflow::train {
 
@@ -219,6 +221,9 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     ASSIGN_OR_RETURN(log, MetricsLog::Open(absl::StrCat(
                               config.log_prefix, ".rank", rank, ".csv")));
   }
+  // Every rank's step timeline, written after the loop.
+  std::optional<TimelineTrace> timeline;
+  if (!config.log_prefix.empty()) timeline.emplace(rank, strategy.role());
   state.progress = std::make_unique<Progress>(
       absl::StrCat("rank ", rank, " (", strategy.role(), ")"), config.steps);
   const bool slow = rank == config.slow_rank && config.slow_factor > 1;
@@ -257,10 +262,13 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
                                             config.timeout);
       std::this_thread::sleep_for(absl::ToChronoNanoseconds(lag));
     }
+    if (timeline.has_value()) timeline->Add(report.clock, report.timeline);
     if (!strategy.computes()) continue;
     ++totals.steps;
     totals.comm_time += report.comm_time;
     totals.wait_time += report.wait_time;
+    const absl::Duration overlap = report.timeline.Overlap();
+    totals.overlap_time += overlap;
     totals.last_loss = report.compute.loss;
     StepRecord record;
     record.step = report.clock;
@@ -271,6 +279,7 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     record.compute_ms = Ms(report.compute_time);
     record.comm_ms = Ms(report.comm_time);
     record.wait_ms = Ms(report.wait_time);
+    record.overlap_ms = Ms(overlap);
     record.staleness = report.min_clock < 0 ? -1 : report.clock - report.min_clock;
     if (state.reporter && config.eval_every > 0 && strategy.holds_full_model() &&
         (report.clock + 1) % config.eval_every == 0) {
@@ -289,6 +298,10 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     }
   }
   totals.wall_s = absl::ToDoubleSeconds(absl::Now() - start - eval_time);
+  if (timeline.has_value()) {
+    RETURN_IF_ERROR(
+        timeline->WriteFile(absl::StrCat(config.log_prefix, ".rank", rank, ".timeline.json")));
+  }
   RETURN_IF_ERROR(strategy.Finish());
   return totals;
 }
@@ -363,6 +376,7 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   summary.mean_step_ms = 1000 * totals.wall_s / steps;
   summary.mean_comm_ms = Ms(totals.comm_time) / steps;
   summary.mean_wait_ms = Ms(totals.wait_time) / steps;
+  summary.mean_overlap_ms = Ms(totals.overlap_time) / steps;
   const compression::CompressionStats codec = state.strategy->compression();
   summary.encode_ms_per_step = Ms(codec.encode_time) / steps;
   summary.decode_ms_per_step = Ms(codec.decode_time) / steps;

@@ -72,6 +72,7 @@ struct LoopTotals {
   double last_loss = 0;
   absl::Duration comm_time;
   absl::Duration wait_time;
+  absl::Duration overlap_time;  // communication beside compute
   double wall_s = 0;  // the loop's time, evaluations excluded
 };
 

@@ -94,7 +94,8 @@ ABSL_FLAG(int64_t, eval_every, 0,
 ABSL_FLAG(int64_t, eval_samples, 2000,
           "test images of the periodic evaluations (0: all)");
 ABSL_FLAG(std::string, log_prefix, "",
-          "write <prefix>.rank<R>.csv (per-step metrics) for each worker");
+          "write <prefix>.rank<R>.csv (per-step metrics) for each worker and "
+          "<prefix>.rank<R>.timeline.json (each rank's step timeline, a Chrome trace)");
 ABSL_FLAG(std::string, json, "", "write the run's summary as JSON here");
 ABSL_FLAG(double, timeout_s, 120, "how long any wait for a peer may last (> 0)");
 ABSL_FLAG(bool, progress, true, "show a progress bar (or lines)");
@@ -186,6 +187,7 @@ void WriteSummary(const TrainConfig& config, int world_size,
   summary.set_mean_step_ms(s.mean_step_ms);
   summary.set_mean_comm_ms(s.mean_comm_ms);
   summary.set_mean_wait_ms(s.mean_wait_ms);
+  summary.set_mean_overlap_ms(s.mean_overlap_ms);
   summary.set_wire_bytes_per_step(s.wire_bytes_per_step);
   summary.set_plan_registered_bytes(static_cast<double>(s.plan_registered_bytes));
   summary.set_plan_transfers(static_cast<int32_t>(s.plan_transfers));

@@ -62,7 +62,9 @@ struct TrainConfig {
   bool rejoining = false;
   int64_t eval_every = 0;       // 0: only at the end
   int64_t eval_samples = 2000;  // of the test set, for the periodic points
-  std::string log_prefix;       // <prefix>.rank<R>.csv and <prefix>.json
+  // <prefix>.rank<R>.csv (computing ranks), <prefix>.rank<R>.timeline.json
+  // (every rank: its step timeline as a Chrome trace) and <prefix>.json.
+  std::string log_prefix;
   absl::Duration timeout = absl::Seconds(120);
   bool progress = true;
 };
@@ -76,6 +78,8 @@ struct TrainSummary {
   double mean_step_ms = 0;
   double mean_comm_ms = 0;
   double mean_wait_ms = 0;
+  // Communication that ran beside compute (the step timeline's overlap).
+  double mean_overlap_ms = 0;
   // Bytes every rank put on the wire (written or read), per step.
   double wire_bytes_per_step = 0;
   // The analyzer's plan of the exchange the strategy declared: registered

@@ -117,8 +117,8 @@ absl::StatusOr<StepReport> AllReduceStrategy::DoStep(const ComputeFn& compute) {
   ASSIGN_OR_RETURN(report.compute, compute());
   const absl::Time computed = absl::Now();
   RETURN_IF_ERROR(group_->AllReduceGradients(1.0 / context().world_size, options().momentum));
-  report.compute_time = computed - begin;
-  report.comm_time = absl::Now() - computed;
+  report.Add(StepSpan::Kind::kCompute, begin, computed);
+  report.Add(StepSpan::Kind::kCommunication, computed, absl::Now());
   group_->ApplySgd(options().learning_rate, options().momentum);
   return report;
 }

@@ -43,9 +43,11 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   RETURN_IF_ERROR(group_->AllReduceGradients(1.0, options().momentum));
   group_->ApplySgd(options().learning_rate, options().momentum);
   RETURN_IF_ERROR(tensors_->FinishStep());
-  report.compute_time = (computed - begin) + (backward - received);
-  report.wait_time = received - sent;  // the FC rank's work included
-  report.comm_time = (received - computed) + (absl::Now() - backward);
+  report.Add(StepSpan::Kind::kCompute, begin, computed);
+  report.Add(StepSpan::Kind::kCommunication, computed, received);
+  report.Add(StepSpan::Kind::kWait, sent, received);  // the FC rank's work included
+  report.Add(StepSpan::Kind::kCompute, received, backward);
+  report.Add(StepSpan::Kind::kCommunication, backward, absl::Now());
   return report;
 }
 
@@ -86,9 +88,10 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
   report.compute.loss = losses.mean().item<double>();
   report.compute.accuracy = correct.mean().item<double>();
   report.compute.samples = b * static_cast<int64_t>(links_.size());
-  report.compute_time = computed - received;
-  report.wait_time = received - begin;
-  report.comm_time = (received - begin) + (absl::Now() - computed);
+  report.Add(StepSpan::Kind::kCommunication, begin, received);
+  report.Add(StepSpan::Kind::kWait, begin, received);
+  report.Add(StepSpan::Kind::kCompute, received, computed);
+  report.Add(StepSpan::Kind::kCommunication, computed, absl::Now());
   return report;
 }
 

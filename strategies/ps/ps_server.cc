@@ -171,9 +171,9 @@ absl::StatusOr<StepReport> PsStrategy::ServerStep() {
       StepReport report;
       report.clock = updates_;
       report.min_clock = table_->min_clock();
-      report.wait_time = arrived - begin;
-      report.compute_time = absl::Now() - arrived;  // the optimizer
-      report.comm_time = report.wait_time;
+      report.Add(StepSpan::Kind::kCommunication, begin, arrived);
+      report.Add(StepSpan::Kind::kWait, begin, arrived);
+      report.Add(StepSpan::Kind::kCompute, arrived, absl::Now());  // the optimizer
       return report;
     }
     if (absl::Now() > deadline) {

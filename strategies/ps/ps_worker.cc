@@ -226,22 +226,22 @@ absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
   const absl::Time begin = absl::Now();
   if (ps_.pull_by_read) {
     ASSIGN_OR_RETURN(report.min_clock, WaitForPermission(clock()));
-    report.wait_time = absl::Now() - begin;
+    report.Add(StepSpan::Kind::kWait, begin, absl::Now());
     RETURN_IF_ERROR(PullParameters());
   } else {
     report.min_clock = -1;  // a reply says nothing of the other workers
     RETURN_IF_ERROR(ReceiveParameters());
-    report.wait_time = absl::Now() - begin;
+    report.Add(StepSpan::Kind::kWait, begin, absl::Now());
   }
   RETURN_IF_ERROR(WaitForPushes());
   const absl::Time pulled = absl::Now();
+  report.Add(StepSpan::Kind::kCommunication, begin, pulled);
   std::memset(grad_region_->data(), 0, grad_region_->size());
   ASSIGN_OR_RETURN(report.compute, compute());
   const absl::Time computed = absl::Now();
+  report.Add(StepSpan::Kind::kCompute, pulled, computed);
   RETURN_IF_ERROR(PushGradients());
-  const absl::Time pushed = absl::Now();
-  report.compute_time = computed - pulled;
-  report.comm_time = (pulled - begin) + (pushed - computed);
+  report.Add(StepSpan::Kind::kCommunication, computed, absl::Now());
   return report;
 }
 
