@@ -186,6 +186,32 @@ Executor::~Executor() {
     std::fprintf(stderr, "rdmaflow: rank %d: executor shutdown: %s\n",
                  rank_plan_.rank(), status.ToString().c_str());
   }
+  // Collect what is in flight (or give up on it) before any memory goes.
+  engine_.Close();
+  // A write whose completion never came may still read its source: the
+  // staging it reads stays allocated (leaked, said here), never reused.
+  bool meta_busy = false;
+  for (auto& slot : sends_) {
+    bool staged_busy = false;
+    for (int stage = 0; stage < slot->info.depth; ++stage) {
+      staged_busy |= slot->staging_busy[stage];
+      meta_busy |= slot->meta_busy[stage];
+    }
+    if (staged_busy && slot->staging != nullptr) {
+      std::fprintf(stderr,
+                   "rdmaflow: rank %d: a write of %s never completed; its staging stays "
+                   "allocated\n",
+                   rank_plan_.rank(), slot->info.Describe().c_str());
+      slot->staging.release();
+    }
+  }
+  if (meta_busy && meta_out_ != nullptr) {
+    std::fprintf(stderr,
+                 "rdmaflow: rank %d: a dynamic tensor's metadata write never completed; its "
+                 "staging stays allocated\n",
+                 rank_plan_.rank());
+    meta_out_.release();
+  }
 }
 
 void Executor::AddSendArena(const rdma::MemoryRegion* region) {

@@ -161,10 +161,12 @@ TEST(ExecutorSlowPeerTest, AReadThatCannotBeCancelledKeepsItsMemoryUntilItComple
 
 // A static tensor's write whose completion comes back only after the
 // sender's executor is gone (a NIC that flushes nothing on Close; the test
-// holds it): the executor's drain and its engine's fence give up on it, and
-// the late completion must touch nothing of the executor's. It ran against
-// the freed executor before (this suite runs under AddressSanitizer in the
-// test command).
+// holds it, and the flushes of the executor's drain): the drain and the
+// engine's fence give up on them, the staging the write reads stays
+// allocated, and the late completions touch nothing of the executor's or
+// its engine's. They ran against the freed executor before (this suite runs
+// under AddressSanitizer in the test command), and the staging was freed
+// under the write.
 TEST(ExecutorSlowPeerTest, AWriteCompletingAfterTheExecutorIsGoneTouchesNothing) {
   graph::GraphBuilder b("one_tensor");
   b.SetWorldSize(2);
@@ -178,6 +180,7 @@ TEST(ExecutorSlowPeerTest, AWriteCompletingAfterTheExecutorIsGoneTouchesNothing)
   const std::string released = absl::StrCat(kNs, "/late_write_released");
   int64_t held_after_destruction = 0;
   bool arrived_whole = false;
+  std::vector<std::string> violations;
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         CommunicatorOptions options = Options(absl::Seconds(1));
@@ -185,6 +188,7 @@ TEST(ExecutorSlowPeerTest, AWriteCompletingAfterTheExecutorIsGoneTouchesNothing)
         if (rank == 0) {
           TrackingTransport tracking(transport);
           tracking.hold_writes();
+          tracking.hold_flushes();
           std::vector<std::byte> data(kBytes);
           FillPattern(3, id, 0, data.data(), data.size());
           {
@@ -198,6 +202,7 @@ TEST(ExecutorSlowPeerTest, AWriteCompletingAfterTheExecutorIsGoneTouchesNothing)
           // The completion fires at last (what a late NIC completion does).
           tracking.Release();
           for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(tracking.Progress().status());
+          violations = tracking.violations();
           return store.Set(released, "1");
         }
         ASSIGN_OR_RETURN(auto executor, Executor::Create(plan, transport, store, options));
@@ -211,7 +216,8 @@ TEST(ExecutorSlowPeerTest, AWriteCompletingAfterTheExecutorIsGoneTouchesNothing)
       });
   for (const absl::Status& status : results) EXPECT_OK(status);
   EXPECT_TRUE(arrived_whole);
-  EXPECT_GE(held_after_destruction, 1);
+  EXPECT_GE(held_after_destruction, 2);  // the write and the drain's flush
+  EXPECT_THAT(violations, ::testing::IsEmpty());
 }
 
 }  // namespace

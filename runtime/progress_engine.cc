@@ -1,6 +1,8 @@
 // File: progress_engine.cc
 #include "runtime/progress_engine.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "onesided/progress/waits.h"
@@ -36,7 +38,11 @@ ProgressEngine::ProgressEngine(rdma::Transport& transport, rdma::Store& store,
             : options.loop != nullptr ? options.loop
                                       : own_loop_.get()) {}
 
-ProgressEngine::~ProgressEngine() {
+ProgressEngine::~ProgressEngine() { Close(); }
+
+void ProgressEngine::Close() {
+  if (closed_) return;
+  closed_ = true;
   if (own_loop_ == nullptr) {
     // A shared loop goes on: leave it (an own loop goes with us).
     loop_->CheckOnLoopThread("a communicator's progress engine's destructor");
@@ -52,6 +58,15 @@ ProgressEngine::~ProgressEngine() {
   }
   Fence(busy, [&] { return outstanding_ == 0; }, absl::Now() + absl::Seconds(5),
         absl::StrCat("the communicator of rank ", rank(), " is closing"));
+  if (outstanding_ > 0 && own_links_ != nullptr) {
+    // A completion that never came may still fire, from the endpoints it
+    // was posted on: they stay (and so do the links that own them).
+    std::fprintf(stderr,
+                 "rdmaflow: the communicator of rank %d leaves its links open: %lld of its "
+                 "operations never completed\n",
+                 rank(), static_cast<long long>(outstanding_));
+    own_links_.release();
+  }
   own_links_.reset();
 }
 
@@ -154,10 +169,12 @@ absl::Status ProgressEngine::Drain(const std::function<bool()>& idle,
     if (endpoints_[peer] == nullptr) continue;  // never connected
     RETURN_IF_ERROR(Post(
         [&] {
-          return endpoints_[peer]->PostFlush([this, peer](absl::Status status) {
-            Completed(peer);
-            if (!status.ok()) Fail(status);
-          });
+          return endpoints_[peer]->PostFlush(
+              [this, alive = std::weak_ptr<int>(alive_), peer](absl::Status status) {
+                if (alive.expired()) return;  // the engine went first (Close())
+                Completed(peer);
+                if (!status.ok()) Fail(status);
+              });
         },
         peer, [&] { return absl::StrCat("flushing the link to rank ", peer); }));
   }

@@ -48,11 +48,16 @@ class ProgressEngine {
                  const CommunicatorOptions& options, int world_size);
   // Runs on the loop of `options.links` when set, else on `options.loop`
   // when set (see CommunicatorOptions), else on a loop of its own.
+  // Close(). On the loop's thread.
+  ~ProgressEngine();
+
   // Leaves the loop (its handlers) and the links (its subscriptions), then
   // collects the completions of operations still in flight (links of its
   // own are closed first, which cancels them; shared ones are fenced), so
-  // no callback outlives its owner. On the loop's thread.
-  ~ProgressEngine();
+  // that an owner can tell what never completed before it frees memory
+  // (outstanding() > 0 after it). Completions that come later touch
+  // nothing of the engine's. Idempotent; the engine polls no more.
+  void Close();
 
   // Once, before Connect().
   void set_handlers(Handlers handlers);
@@ -151,6 +156,10 @@ class ProgressEngine {
   onesided::PeerLinks* links_ = nullptr;            // set by Connect()
   std::vector<int64_t> handlers_;       // ours, on loop_
   std::vector<int64_t> subscriptions_;  // ours, on links_
+  bool closed_ = false;
+  // Completions of the engine's own operations (Drain()'s flushes) that
+  // come after it went touch nothing.
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
 };
 
 }  // namespace rdmaflow::runtime

@@ -50,6 +50,19 @@ TEST(StepTimelineTest, ASpanEndingBeforeItBeginsIsEmpty) {
   EXPECT_EQ(t.spans()[0].end, At(10));
 }
 
+TEST(StepTimelineTest, AnEmptyTimelineAndSpansEndingTogether) {
+  StepTimeline empty;
+  EXPECT_EQ(empty.Covered(Kind::kCompute), absl::ZeroDuration());
+  EXPECT_EQ(empty.Overlap(), absl::ZeroDuration());
+  StepTimeline t;
+  t.Add(Kind::kCompute, At(0), At(10));
+  t.Add(Kind::kCompute, At(10), At(20));  // touching: 0..20
+  t.Add(Kind::kCommunication, At(5), At(20));
+  t.Add(Kind::kWait, At(15), At(20));  // inside the communication
+  EXPECT_EQ(t.Covered(Kind::kCompute), absl::Milliseconds(20));
+  EXPECT_EQ(t.Overlap(), absl::Milliseconds(15));
+}
+
 TEST(StepTimelineTest, KindsHaveNames) {
   EXPECT_STREQ(KindName(Kind::kCompute), "compute");
   EXPECT_STREQ(KindName(Kind::kCommunication), "communication");

@@ -62,7 +62,8 @@ TEST_F(PsTrainE2eTest, EveryRankWritesItsStepTimeline) {
       EXPECT_GE(event.dur(), 0);
       ++spans[event.cat()];
     }
-    // Rank 0 is the server: an update (compute) per gradient it took.
+    // Rank 0 is the server: a step (a wait, then the optimizer) per
+    // gradient it took, 2 workers x 6 (6 updates under bsp).
     const int steps = rank == 0 ? 2 * 6 : 6;
     EXPECT_EQ(spans["compute"], steps);
     EXPECT_EQ(spans["wait"], steps);

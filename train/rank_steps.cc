@@ -16,6 +16,7 @@
 #include "ATen/ops/cross_entropy_loss.h"
 #include "ATen/ops/from_blob.h"
 #include "ATen/ops/randperm.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -221,9 +222,19 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     ASSIGN_OR_RETURN(log, MetricsLog::Open(absl::StrCat(
                               config.log_prefix, ".rank", rank, ".csv")));
   }
-  // Every rank's step timeline, written after the loop.
+  // Every rank's step timeline, written when the loop ends, also when it
+  // fails (where it helps most), labelled by the rank's step count.
   std::optional<TimelineTrace> timeline;
+  int64_t steps_taken = 0;
   if (!config.log_prefix.empty()) timeline.emplace(rank, strategy.role());
+  absl::Cleanup write_timeline = [&] {
+    if (!timeline.has_value()) return;
+    const std::string path = absl::StrCat(config.log_prefix, ".rank", rank, ".timeline.json");
+    if (absl::Status written = timeline->WriteFile(path); !written.ok()) {
+      std::fprintf(stderr, "rank %d: the step timeline: %s\n", rank,
+                   written.ToString().c_str());
+    }
+  };
   state.progress = std::make_unique<Progress>(
       absl::StrCat("rank ", rank, " (", strategy.role(), ")"), config.steps);
   const bool slow = rank == config.slow_rank && config.slow_factor > 1;
@@ -262,7 +273,8 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
                                             config.timeout);
       std::this_thread::sleep_for(absl::ToChronoNanoseconds(lag));
     }
-    if (timeline.has_value()) timeline->Add(report.clock, report.timeline);
+    if (timeline.has_value()) timeline->Add(steps_taken, report.timeline);
+    ++steps_taken;
     if (!strategy.computes()) continue;
     ++totals.steps;
     totals.comm_time += report.comm_time;
@@ -298,10 +310,6 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     }
   }
   totals.wall_s = absl::ToDoubleSeconds(absl::Now() - start - eval_time);
-  if (timeline.has_value()) {
-    RETURN_IF_ERROR(
-        timeline->WriteFile(absl::StrCat(config.log_prefix, ".rank", rank, ".timeline.json")));
-  }
   RETURN_IF_ERROR(strategy.Finish());
   return totals;
 }

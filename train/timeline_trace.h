@@ -24,7 +24,7 @@ class TimelineTrace {
   // `rank` names the process row; `role` ("worker", "server") goes with it.
   TimelineTrace(int rank, const std::string& role);
 
-  // The spans of the step whose clock is `step`.
+  // The spans of the rank's step number `step` (its Step() calls, from 0).
   void Add(int64_t step, const strategies::StepTimeline& timeline);
   const results::ChromeTrace& trace() const { return trace_; }
   // kUnavailable naming `path` when it cannot be written.

@@ -33,7 +33,7 @@ namespace rdmaflow::rdma::testing {
 // writes it is a violation (the use-after-free a late completion would
 // cause on a NIC). With `hold_reads`, the completions of reads are kept
 // even past Close() (a NIC that never flushes them) until Release(); with
-// `hold_writes`, those of writes.
+// `hold_writes`, those of writes; with `hold_flushes`, those of flushes.
 //
 //   FaultyTransport faulty(transport);   // e.g. kDrop on reads
 //   TrackingTransport tracking(faulty);
@@ -52,10 +52,12 @@ class TrackingTransport final : public rdma::testing::TransportWrapper {
 
   void hold_reads() { state_->hold_reads = true; }
   void hold_writes() { state_->hold_writes = true; }
+  void hold_flushes() { state_->hold_flushes = true; }
   // Fires the held completions from the next Progress(), and stops holding.
   void Release() {
     state_->hold_reads = false;
     state_->hold_writes = false;
+    state_->hold_flushes = false;
     state_->release = true;
   }
   int64_t held() const { return static_cast<int64_t>(state_->held.size()); }
@@ -110,6 +112,7 @@ class TrackingTransport final : public rdma::testing::TransportWrapper {
   struct State {
     bool hold_reads = false;
     bool hold_writes = false;
+    bool hold_flushes = false;
     bool release = false;
     int64_t next_id = 0;
     std::map<int64_t, Op> in_flight;
@@ -159,7 +162,14 @@ class TrackingTransport final : public rdma::testing::TransportWrapper {
       });
     }
     absl::Status PostFlush(rdma::Completion done) override {
-      return inner_->PostFlush(std::move(done));
+      // Not in flight over any memory: a held one has no id to erase.
+      return inner_->PostFlush([state = state_, done = std::move(done)](absl::Status s) mutable {
+        if (state->hold_flushes) {
+          state->held.push_back({-1, std::move(done), std::move(s)});
+          return;
+        }
+        std::move(done)(std::move(s));
+      });
     }
     absl::Status Close() override { return inner_->Close(); }
 
