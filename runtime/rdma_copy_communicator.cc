@@ -160,6 +160,16 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
   uint64_t offset = 0;
   do {
     const uint64_t chunk = std::min<uint64_t>(bytes - offset, copy_options_.chunk_bytes);
+    header.set_offset(offset);
+    header.set_chunk_bytes(chunk);
+    const size_t header_bytes = header.ByteSizeLong();
+    if (4 + header_bytes > kHeaderRoom) {
+      // Nothing claimed yet: the slot would overflow into its neighbour.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rdma_copy of rank ", rank_plan_.rank(), ": the header of ", info->Describe(),
+          " takes ", header_bytes, " bytes, more than the ", kHeaderRoom - 4,
+          " a message slot has room for (a shape of ", tensor.shape.size(), " dimensions)"));
+    }
     RETURN_IF_ERROR(engine_.WaitUntil(
         [&] {
           // The credit is the receiver's: the ring checks it before it
@@ -181,12 +191,11 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
         }));
     const uint64_t seq = sender.Claim();
     const size_t slot = sender.slot(seq);
-    // Serialize: header, then the payload copied in behind it.
-    header.set_offset(offset);
-    header.set_chunk_bytes(chunk);
+    // Serialize: the header's length and the header, then the payload
+    // copied in behind it.
     std::byte* base = link.staging(0, slot);
-    const uint32_t header_bytes = static_cast<uint32_t>(header.ByteSizeLong());
-    std::memcpy(base, &header_bytes, 4);
+    const uint32_t length_word = static_cast<uint32_t>(header_bytes);
+    std::memcpy(base, &length_word, 4);
     header.SerializeToArray(base + 4, static_cast<int>(header_bytes));
     const size_t payload = 4 + header_bytes;
     if (chunk > 0) std::memcpy(base + payload, tensor.data + offset, chunk);

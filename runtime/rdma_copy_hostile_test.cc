@@ -366,6 +366,36 @@ TEST(RdmaCopyHostileTest, RingsLaidOutOtherwiseAreRefusedAtSetUp) {
   }
 }
 
+// A tensor whose header does not fit a slot's room (600 dimensions of 1:
+// the shape alone is 600 bytes of header) is refused by the sender with a
+// clear error before anything is claimed or written, instead of
+// overflowing into the next slot.
+TEST(RdmaCopyHostileTest, AHeaderLargerThanItsRoomIsRefusedBySend) {
+  const plan::TransferPlan plan = OneTensorPlan(std::vector<int64_t>(600, 1));
+  const int id = plan.link(0).slot(0).id();
+  absl::Status sent;
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        CommunicatorOptions options = Options();
+        options.ns = "header_too_large";
+        ASSIGN_OR_RETURN(auto copy, RdmaCopyCommunicator::Create(plan, transport, store,
+                                                                 options, CopyOptions()));
+        if (rank == 0) {
+          float x = 1.0f;
+          OutgoingTensor tensor;
+          tensor.data = reinterpret_cast<const std::byte*>(&x);
+          tensor.bytes = sizeof(x);
+          tensor.shape = std::vector<int64_t>(600, 1);
+          sent = copy->Send(id, tensor);
+        }
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : results) EXPECT_OK(status);
+  EXPECT_THAT(sent, StatusIs(absl::StatusCode::kInvalidArgument,
+                             AllOf(HasSubstr("a message slot has room for"),
+                                   HasSubstr("600 dimensions"))));
+}
+
 // Rank 1 joins as rdma_copy's receiver would (its address, its side of the
 // link), then writes a credit into rank 0's credit word releasing 1000
 // messages before any was sent; rank 0, an honest sender, must refuse it.
