@@ -12,6 +12,8 @@
 
 #include <time.h>
 
+#include <cstdint>
+
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -21,6 +23,15 @@ inline absl::Time CoarseNow() {
   timespec now;
   if (clock_gettime(CLOCK_REALTIME_COARSE, &now) != 0) return absl::Now();
   return absl::TimeFromTimespec(now);
+}
+
+// CLOCK_MONOTONIC_COARSE in nanoseconds, for intervals checked in hot
+// polling loops: a read of the vDSO's page, with none of absl::Time's
+// conversions.
+inline int64_t CoarseMonotonicNanos() {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
 }
 
 }  // namespace rdmaflow

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "common/status_macros.h"
-#include "rdma/ibverbs/notify_ring.h"
+#include "rdma/internal/notify_ring.h"
 
 namespace rdmaflow::rdma::ibverbs {
 

@@ -21,7 +21,7 @@
 #include "rdma/endpoint.h"
 #include "rdma/ibverbs/bootstrap.h"
 #include "rdma/ibverbs/device.h"
-#include "rdma/ibverbs/notify_ring.h"
+#include "rdma/internal/notify_ring.h"
 #include "rdma/ibverbs/rdmacm.h"
 #include "rdma/ibverbs/verbs_raii.h"
 #include "rdma/memory_region.h"

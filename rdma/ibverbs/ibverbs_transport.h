@@ -30,7 +30,7 @@
 #include "rdma/ibverbs/device.h"
 #include "rdma/ibverbs/ibverbs_internal.h"
 #include "rdma/ibverbs/notify_inbox.h"
-#include "rdma/ibverbs/notify_ring.h"
+#include "rdma/internal/notify_ring.h"
 #include "rdma/ibverbs/queue_pair_factory.h"
 #include "rdma/ibverbs/rdmacm.h"
 #include "rdma/ibverbs/registration.h"

@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "rdma/endpoint.h"
-#include "rdma/ibverbs/notify_ring.h"
+#include "rdma/internal/notify_ring.h"
 #include "rdma/internal/notification_queue.h"
 #include "rdma/memory_region.h"
 

@@ -25,7 +25,7 @@
 #include "absl/time/time.h"
 #include "rdma/endpoint.h"
 #include "rdma/ibverbs/ibverbs_internal.h"
-#include "rdma/ibverbs/notify_ring.h"
+#include "rdma/internal/notify_ring.h"
 #include "rdma/internal/completion_queue.h"
 #include "rdma/memory_region.h"
 

@@ -63,6 +63,35 @@ TEST(UcxEnvelopeTest, ForgedAndCorruptedEnvelopesAreRefusedByName) {
   }
 }
 
+TEST(UcxEnvelopeTest, AnAddressCarriesItsFlagInbox) {
+  const std::string ucx = "ucp address bytes";
+  const FlagInboxAddress inbox{0x7f0000001000, 272448, 64, 512, "inbox key"};
+  ASSERT_OK_AND_ASSIGN(WorkerAddress address,
+                       UnwrapWorkerAddress(WrapWorkerAddress(Sample(), ucx.data(), ucx.size(), inbox)));
+  ASSERT_TRUE(address.inbox.has_value());
+  EXPECT_EQ(address.inbox->address, inbox.address);
+  EXPECT_EQ(address.inbox->bytes, inbox.bytes);
+  EXPECT_EQ(address.inbox->lanes, 64u);
+  EXPECT_EQ(address.inbox->slots, 512u);
+  EXPECT_EQ(address.inbox->rkey, "inbox key");
+  EXPECT_EQ(address.ucx, ucx);
+  ASSERT_OK_AND_ASSIGN(WorkerAddress without,
+                       UnwrapWorkerAddress(WrapWorkerAddress(Sample(), ucx.data(), ucx.size())));
+  EXPECT_FALSE(without.inbox.has_value());
+}
+
+TEST(UcxEnvelopeTest, AnInboxSectionWithoutAKeyOrPastTheEndIsRefused) {
+  const std::string ucx = "u";
+  // No key: the section is only its fixed part.
+  const FlagInboxAddress keyless{4096, 1 << 20, 4, 8, ""};
+  EXPECT_THAT(UnwrapWorkerAddress(WrapWorkerAddress(Sample(), ucx.data(), ucx.size(), keyless)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inbox section")));
+  // A section that takes the UCX address's bytes: none are left.
+  const FlagInboxAddress inbox{4096, 1 << 20, 4, 8, "k"};
+  EXPECT_THAT(UnwrapWorkerAddress(WrapWorkerAddress(Sample(), "", 0, inbox)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no UCX address")));
+}
+
 TEST(UcxEnvelopeTest, AnAddressWithoutUcxBytesOrWithABadIdentityIsRefused) {
   EXPECT_THAT(UnwrapWorkerAddress(WrapWorkerAddress(Sample(), "", 0)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("truncated")));

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -171,10 +173,19 @@ absl::Status UcxEndpoint::CheckPostable() const {
 }
 
 absl::StatusOr<ucp_rkey_h> UcxEndpoint::RemoteKey(const RemoteRegion& region) {
+  if (state_->last_rkey != nullptr && state_->last_key == region.packed_key) {
+    return state_->last_rkey;
+  }
   auto it = state_->rkeys.find(region.packed_key);
-  if (it != state_->rkeys.end()) return it->second;
-  ASSIGN_OR_RETURN(ucp_rkey_h rkey, UnpackKey(region));
-  state_->rkeys.emplace(region.packed_key, rkey);
+  ucp_rkey_h rkey = nullptr;
+  if (it != state_->rkeys.end()) {
+    rkey = it->second;
+  } else {
+    ASSIGN_OR_RETURN(rkey, UnpackKey(region));
+    state_->rkeys.emplace(region.packed_key, rkey);
+  }
+  state_->last_key = region.packed_key;
+  state_->last_rkey = rkey;
   return rkey;
 }
 
@@ -241,6 +252,9 @@ absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
   RETURN_IF_ERROR(CheckTransfer(src, dst, state_->peer_rank, kBackend));
   RETURN_IF_ERROR(CheckPostable());
   ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKey(*dst.region));
+  if (state_->lane.has_value()) {
+    return PostFlagged(src, dst, rkey, *notification, std::move(done));
+  }
   // The put itself needs no callback: the flush that follows reports both.
   ucp_request_param_t put_param{};
   AddLocalMemh(src, *state_, put_param);
@@ -263,6 +277,102 @@ absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
   // A flush that finished at once lets the notification go out now.
   UcxOps::PumpSequence(*state_);
   return absl::OkStatus();
+}
+
+absl::Status UcxEndpoint::PostFlagged(const LocalSlice& src,
+                                      const RemoteSlice& dst, ucp_rkey_h rkey,
+                                      uint32_t notification, Completion done) {
+  FlagLane& lane = *state_->lane;
+  absl::StatusOr<bool> room = lane.writer().HasRoom();
+  if (!room.ok()) {
+    // The peer's consumed count is forged or corrupt: nothing more to it.
+    state_->failure = room.status();
+    return room.status();
+  }
+  if (!*room) {
+    // A full lane is what a dead peer looks like too.
+    if (UcxOps::NoticeExitedPeer(*state_)) return state_->failure;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rank ", state_->peer_rank, " has not taken the last ", lane.slots(),
+        " notifications of ours (its flag lane is full); call Progress() and "
+        "retry"));
+  }
+  // The data needs no callback: the record's put reports both.
+  ucp_request_param_t put_param{};
+  AddLocalMemh(src, *state_, put_param);
+  ucs_status_ptr_t put = ucp_put_nbx(state_->ep, src.data(), src.length,
+                                     dst.address(), rkey, &put_param);
+  if (UCS_PTR_IS_ERR(put)) {
+    return UcsToStatus(UCS_PTR_STATUS(put),
+                       absl::StrCat("write to rank ", state_->peer_rank));
+  }
+  if (put != nullptr) ucp_request_free(put);
+  // The record is placed only after the data.
+  RETURN_IF_ERROR(UcsToStatus(
+      ucp_worker_fence(state_->worker->worker),
+      absl::StrCat("fencing a notified write to rank ", state_->peer_rank)));
+  const NotifyRingWriter::Next next = lane.writer().Take(notification);
+  auto* op = new UcxOp{UcxOp::Kind::kData, "notified write", state_,
+                       std::move(done)};
+  static_assert(sizeof(op->payload) == sizeof(next.record));
+  std::memcpy(op->payload, &next.record, sizeof(next.record));
+  ucp_request_param_t param = CallbackParam(op);
+  ucs_status_ptr_t request = ucp_put_nbx(
+      state_->ep, op->payload, sizeof(op->payload),
+      state_->inbox_address + lane.RecordOffset(next.slot),
+      state_->inbox_rkey, &param);
+  if (UCS_PTR_IS_ERR(request)) {
+    lane.writer().Untake();
+    absl::Status status = UcxOps::Translate(*op, UCS_PTR_STATUS(request));
+    delete op;
+    return status;
+  }
+  ++state_->outstanding;
+  HandleRequest(op, request);
+  return absl::OkStatus();
+}
+
+void UcxEndpoint::UseFlagInbox(const FlagInboxAddress& inbox) {
+  const int peer = state_->peer_rank;
+  auto am = [&](absl::string_view why) {
+    state_->notify = absl::StrCat("notify am (", why, ")");
+  };
+  absl::StatusOr<FlagInboxLayout> layout =
+      FlagInboxLayout::Validate(inbox.lanes, inbox.slots, inbox.bytes, peer);
+  if (!layout.ok()) return am(layout.status().message());
+  if (inbox.address % 64 != 0) {
+    return am(absl::StrCat("rank ", peer, " announced its inbox at 0x",
+                           absl::Hex(inbox.address), ", not 64-byte aligned"));
+  }
+  // As UnpackKey: UCX 1.13 faults on a dead peer's segment.
+  if (UcxOps::NoticeExitedPeer(*state_)) return am("the peer has exited");
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t status = ucp_ep_rkey_unpack(state_->ep, inbox.rkey.data(), &rkey);
+  if (status != UCS_OK) {
+    return am(absl::StrCat("its inbox key does not unpack: ",
+                           ucs_status_string(status)));
+  }
+  void* mapped = nullptr;
+  status = ucp_rkey_ptr(rkey, inbox.address, &mapped);
+  if (status != UCS_OK || reinterpret_cast<uintptr_t>(mapped) % 64 != 0) {
+    ucp_rkey_destroy(rkey);
+    return am(absl::StrCat("its inbox does not map here: ",
+                           status == UCS_OK ? "misaligned" : ucs_status_string(status)));
+  }
+  std::optional<FlagLane> lane =
+      FlagLane::Claim(static_cast<std::byte*>(mapped), *layout,
+                      state_->worker->rank, peer);
+  if (!lane.has_value()) {
+    ucp_rkey_destroy(rkey);
+    return am(absl::StrCat("all ", layout->lanes, " lanes of its inbox are taken"));
+  }
+  // Destroyed with the endpoint's other keys, once UCX is done with them.
+  state_->rkeys.emplace(absl::StrCat("flag inbox ", inbox.rkey), rkey);
+  state_->inbox_rkey = rkey;
+  state_->inbox_address = inbox.address;
+  state_->notify = absl::StrCat("notify flag (lane ", lane->index(), " of ",
+                                layout->lanes, ", ", lane->slots(), " slots)");
+  state_->lane = std::move(lane);
 }
 
 absl::Status UcxEndpoint::PostRead(const LocalSlice& dst,
@@ -322,6 +432,8 @@ absl::Status UcxEndpoint::Close() {
 void UcxOps::DestroyRemoteKeys(UcxEndpointState& state) {
   for (auto& [key, rkey] : state.rkeys) ucp_rkey_destroy(rkey);
   state.rkeys.clear();
+  state.last_rkey = nullptr;
+  state.last_key.clear();
 }
 
 bool UcxOps::NoticeExitedPeer(UcxEndpointState& state) {
@@ -407,14 +519,15 @@ absl::Status UcxOps::ReleaseEndpoint(
 }
 
 std::string UcxEndpoint::Describe() const {
-  if (state_->ep == nullptr) return "";
+  if (state_->ep == nullptr) return state_->notify;
   char* text = nullptr;
   size_t size = 0;
   FILE* stream = open_memstream(&text, &size);
   if (stream == nullptr) return "";
   ucp_ep_print_info(state_->ep, stream);
   std::fclose(stream);
-  std::string result(text, size);
+  std::string result = absl::StrCat(state_->notify, "\n",
+                                    absl::string_view(text, size));
   std::free(text);
   return result;
 }

@@ -8,7 +8,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "rdma/endpoint.h"
+#include "rdma/ucx/envelope.h"
 #include "rdma/ucx/ucx_internal.h"
 
 namespace rdmaflow::rdma::ucx {
@@ -34,8 +37,18 @@ class UcxEndpoint final : public Endpoint {
   absl::StatusOr<std::byte*> MapRemote(const RemoteSlice& remote) override;
   absl::Status Prepare(const RemoteRegion& region) override;
 
-  // ucp_ep_print_info() output.
+  // How notifications go ("notify flag (lane 3 of 64, 512 slots)", or
+  // "notify am" and why), then ucp_ep_print_info() output.
   std::string Describe() const override;
+
+  // The peer offered its flag inbox (its worker address): map it and claim
+  // a lane, so that notified writes go as flags. Where that cannot be done,
+  // they keep going by active message, and Describe() says why.
+  void UseFlagInbox(const FlagInboxAddress& inbox);
+  // Notifications go by active message, for `why`.
+  void NoFlags(absl::string_view why) {
+    state_->notify = absl::StrCat("notify am (", why, ")");
+  }
 
  private:
   absl::Status CheckPostable() const;
@@ -44,6 +57,10 @@ class UcxEndpoint final : public Endpoint {
   absl::StatusOr<ucp_rkey_h> UnpackKey(const RemoteRegion& region);
   absl::Status PostData(bool is_write, const LocalSlice& local,
                         const RemoteSlice& remote, Completion done);
+  // A notified write through our lane: the data's put, a fence, the record.
+  absl::Status PostFlagged(const LocalSlice& src, const RemoteSlice& dst,
+                           ucp_rkey_h rkey, uint32_t notification,
+                           Completion done);
 
   std::shared_ptr<UcxEndpointState> state_;
 };

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "rdma/endpoint.h"
 #include "rdma/internal/completion_queue.h"
 #include "rdma/memory_region.h"
+#include "rdma/ucx/flag_inbox.h"
 #include "rdma/ucx/peer_liveness.h"
 
 namespace rdmaflow::rdma::ucx {
@@ -106,8 +108,20 @@ struct UcxEndpointState {
   bool watched = false;
   ProcessIdentity peer_identity;
   size_t outstanding = 0;
-  // Unpacked remote keys by packed key.
+  // Unpacked remote keys by packed key (the peer's flag inbox's too).
   absl::flat_hash_map<std::string, ucp_rkey_h> rkeys;
+  // The key used last, which most posts use again (an equality test costs
+  // less than the map's hash of the packed key).
+  std::string last_key;
+  ucp_rkey_h last_rkey = nullptr;
+  // Flag notifications (flag_inbox.h): our lane in the peer's inbox, when
+  // it offered one that this process could map and a lane was free;
+  // otherwise notifications go by active message. `notify` says which, and
+  // why (Endpoint::Describe()).
+  std::optional<FlagLane> lane;
+  ucp_rkey_h inbox_rkey = nullptr;  // In `rkeys`.
+  uint64_t inbox_address = 0;       // In the peer's process.
+  std::string notify = "notify am";
   // Keys unpacked for MapRemote: their mappings are in the caller's hands,
   // so a close the transport starts (a dead peer) leaves them, and only the
   // endpoint's own Close() releases them. A dead peer's pages stay mapped

@@ -12,8 +12,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/coarse_clock.h"
 #include "common/status_macros.h"
 #include "rdma/ucx/envelope.h"
+#include "rdma/ucx/flag_inbox.h"
 #include "rdma/ucx/net_devices.h"
 #include "rdma/ucx/peer_liveness.h"
 #include "rdma/ucx/ucx_endpoint.h"
@@ -48,6 +50,29 @@ ucs_status_t OnNotification(void* arg, const void* /*header*/,
   }
   queue->Push(Notification{static_cast<int>(payload[0]), payload[1]});
   return UCS_OK;
+}
+
+// Whether UCX's transports `tls` (its TLS setting; empty: its default,
+// which has them) include shared memory, the only memory ucp_rkey_ptr maps.
+bool MapsPeerMemory(const std::string& tls) {
+  if (tls.empty()) return true;
+  if (tls[0] == '^') {
+    // "^a,b": every transport but a and b. Shared memory is gone only when
+    // the list takes all of it, not one kind (say "^xpmem").
+    int kinds = 0;
+    for (absl::string_view name : absl::StrSplit(absl::string_view(tls).substr(1), ',')) {
+      if (name == "shm" || name == "sm" || name == "mm" || name == "all") return false;
+      if (name == "posix" || name == "sysv" || name == "xpmem") ++kinds;
+    }
+    return kinds < 3;
+  }
+  for (absl::string_view name : absl::StrSplit(tls, ',')) {
+    if (name == "all" || name == "shm" || name == "sm" || name == "mm" || name == "posix" ||
+        name == "sysv" || name == "xpmem") {
+      return true;
+    }
+  }
+  return false;
 }
 
 void OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
@@ -174,6 +199,20 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
       ucp_worker_set_am_recv_handler(transport->shared_->worker, &handler),
       "registering the UCX notification handler"));
 
+  // The flag inbox, where peers could map it.
+  std::optional<FlagInboxAddress> inbox;
+  if (options.flag_notifications && MapsPeerMemory(options.tls)) {
+    const FlagInboxLayout layout;
+    ASSIGN_OR_RETURN(MemoryRegion region,
+                     transport->Allocate(layout.TotalBytes()));
+    ASSIGN_OR_RETURN(std::string key, UnwrapRkey(region.descriptor().packed_key));
+    inbox = FlagInboxAddress{region.descriptor().address, region.size(),
+                             layout.lanes, layout.slots, std::move(key)};
+    transport->inbox_reader_ =
+        std::make_unique<FlagInboxReader>(region.data(), layout);
+    transport->inbox_.emplace(std::move(region));
+  }
+
   ucp_address_t* address = nullptr;
   size_t address_length = 0;
   RETURN_IF_ERROR(UcsToStatus(
@@ -181,7 +220,8 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
       "getting the UCX worker address"));
   // The address carries our process identity, for same-host liveness checks.
   transport->self_ = std::make_unique<ProcessIdentity>(SelfIdentity());
-  transport->address_ = WrapWorkerAddress(*transport->self_, address, address_length);
+  transport->address_ =
+      WrapWorkerAddress(*transport->self_, address, address_length, inbox);
   ucp_worker_release_address(transport->shared_->worker, address);
   return transport;
 }
@@ -264,32 +304,6 @@ UcxTransport::~UcxTransport() {
   ucp_worker_destroy(shared_->worker);
 }
 
-namespace {
-
-// Whether UCX's transports `tls` (its TLS setting; empty: its default,
-// which has them) include shared memory, the only memory ucp_rkey_ptr maps.
-bool MapsPeerMemory(const std::string& tls) {
-  if (tls.empty()) return true;
-  if (tls[0] == '^') {
-    // "^a,b": every transport but a and b. Shared memory is gone only when
-    // the list takes all of it, not one kind (say "^xpmem").
-    int kinds = 0;
-    for (absl::string_view name : absl::StrSplit(absl::string_view(tls).substr(1), ',')) {
-      if (name == "shm" || name == "sm" || name == "mm" || name == "all") return false;
-      if (name == "posix" || name == "sysv" || name == "xpmem") ++kinds;
-    }
-    return kinds < 3;
-  }
-  for (absl::string_view name : absl::StrSplit(tls, ',')) {
-    if (name == "all" || name == "shm" || name == "sm" || name == "mm" || name == "posix" ||
-        name == "sysv" || name == "xpmem") {
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
 
 Capabilities UcxTransport::capabilities() const {
   return Capabilities{
@@ -420,13 +434,26 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
                               peer.rank, hint));
   }
   if (watched) shared_->watched.push_back(state);
-  return std::unique_ptr<Endpoint>(new UcxEndpoint(std::move(state)));
+  auto endpoint = std::make_unique<UcxEndpoint>(std::move(state));
+  if (!options_.flag_notifications) {
+    endpoint->NoFlags("notify=am");
+  } else if (!watched) {
+    endpoint->NoFlags("the peer is on another host or in another PID namespace");
+  } else if (!MapsPeerMemory(options_.tls)) {
+    endpoint->NoFlags("no shared memory in tls");
+  } else if (!worker_address->inbox.has_value()) {
+    endpoint->NoFlags("the peer offers no flag inbox");
+  } else {
+    endpoint->UseFlagInbox(*worker_address->inbox);
+  }
+  return std::unique_ptr<Endpoint>(std::move(endpoint));
 }
 
 void UcxTransport::WatchPeers() {
-  const absl::Time now = absl::Now();
-  if (now < next_watch_) return;
-  next_watch_ = now + options_.keepalive_interval;
+  // Called on every Progress(): the coarse clock costs a memory read.
+  const int64_t now = CoarseMonotonicNanos();
+  if (now < next_watch_ns_) return;
+  next_watch_ns_ = now + absl::ToInt64Nanoseconds(options_.keepalive_interval);
   for (size_t i = 0; i < shared_->watched.size();) {
     std::shared_ptr<UcxEndpointState> state = shared_->watched[i].lock();
     // Closed endpoints stay watched until UCX has given back their
@@ -465,6 +492,16 @@ void UcxTransport::PollClosing() {
 absl::StatusOr<int> UcxTransport::Progress() {
   while (ucp_worker_progress(shared_->worker) != 0) {
   }
+  if (inbox_reader_ != nullptr) {
+    inbox_reader_->Poll(
+        [this](int rank, uint32_t value) {
+          notifications_.Push(Notification{rank, value});
+        },
+        [this](uint32_t lane) {
+          notifications_.CountMalformed(absl::StrCat(
+              "flag lane ", lane, " of our inbox, whose owner names no rank"));
+        });
+  }
   if (!shared_->closing.empty()) PollClosing();
   if (!shared_->watched.empty()) WatchPeers();
   if (!shared_->to_pump.empty()) {
@@ -488,7 +525,8 @@ absl::Status RegisterUcxTransport(TransportRegistry& registry) {
           -> absl::StatusOr<std::unique_ptr<Transport>> {
         RETURN_IF_ERROR(CheckKnownParams(
             config, kBackend,
-            {"tls", "net_devices", "keepalive_ms", "max_outstanding"}));
+            {"tls", "net_devices", "keepalive_ms", "max_outstanding",
+             "notify"}));
         UcxTransportOptions options;
         options.rank = config.rank;
         for (const auto& [key, value] : config.params) {
@@ -497,6 +535,14 @@ absl::Status RegisterUcxTransport(TransportRegistry& registry) {
             options.tls = value;
           } else if (key == "net_devices") {
             options.net_devices = value;
+          } else if (key == "notify") {
+            if (value != "flag" && value != "am") {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "ucx parameter notify='", value,
+                  "' must be flag (a same-host peer's shared-memory inbox, "
+                  "the default) or am (active messages)"));
+            }
+            options.flag_notifications = value == "flag";
           } else if (key == "keepalive_ms") {
             int64_t ms = 0;
             ok = absl::SimpleAtoi(value, &ms) && ms > 0;

@@ -3,7 +3,8 @@
 // UcxTransport: the default backend, over UCX's UCP layer: ucp_mem_map for
 // regions (ALLOCATE for Transport::Allocate, so that shared-memory put/get
 // are truly one-sided), packed rkeys in descriptors, ucp_put_nbx/ucp_get_nbx,
-// flush, and an active message (sent after a flush) for notifications. UCX
+// flush, and for notifications a flag in a same-host peer's shared-memory
+// inbox (flag_inbox.h) or else an active message sent after a flush. UCX
 // picks shared memory (posix, cma), TCP or verbs (rc/dc) by itself, or as the
 // `tls` option says. Dead peers are found by a process watchdog (same host
 // and PID namespace) or by UCX keepalive and endpoint error handling (other
@@ -16,6 +17,7 @@
 #include <cstddef>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,11 +47,18 @@ struct UcxTransportOptions {
   absl::Duration keepalive_interval = absl::Milliseconds(500);
   // Operations one endpoint accepts in flight before kResourceExhausted.
   size_t max_outstanding_per_endpoint = 1024;
+  // Notified writes to a same-host peer as flags in its shared-memory inbox
+  // (flag_inbox.h): the data's put, a fence and an 8-byte record, which the
+  // peer's Progress() polls. False: by active message after a flush, as to
+  // every other peer; the transport then offers no inbox either. Flags are
+  // used only where both sides take them (docs/rdma.md).
+  bool flag_notifications = true;
   // Notifications received and not yet polled that are kept; more are
   // dropped, counted and logged (internal/notification_queue.h).
   size_t max_queued_notifications = internal::NotificationQueue::kDefaultCapacity;
 };
 
+class FlagInboxReader;
 class UcxEndpoint;
 struct ProcessIdentity;
 struct UcxContext;
@@ -104,13 +113,16 @@ class UcxTransport final : public Transport {
   std::shared_ptr<UcxContext> context_;  // Shared with memory regions.
   std::string address_;
   internal::NotificationQueue notifications_;
+  // Our flag inbox and its reader, when we offer one.
+  std::optional<MemoryRegion> inbox_;
+  std::unique_ptr<FlagInboxReader> inbox_reader_;
   // The worker and what its endpoints share with it (ucx_internal.h).
   std::unique_ptr<UcxWorkerState> shared_;
-  absl::Time next_watch_ = absl::InfinitePast();
+  int64_t next_watch_ns_ = 0;  // CoarseMonotonicNanos()
 };
 
 // Registers "ucx" (parameters: tls, net_devices, keepalive_ms,
-// max_outstanding).
+// max_outstanding, notify=flag|am).
 absl::Status RegisterUcxTransport(TransportRegistry& registry);
 
 }  // namespace rdmaflow::rdma::ucx

@@ -4,7 +4,8 @@
 // input is a value as a store writer would have left it, unwrapped as a
 // remote key and as a worker address, and decoded as the process identity
 // an address carries (a checksum the fuzzer rarely matches guards that one
-// inside the envelope). Whatever unwraps must wrap back to the same bytes. Built by tools/fuzz.sh with
+// inside the envelope). Whatever unwraps must wrap back to the same bytes,
+// its flag inbox section included. Built by tools/fuzz.sh with
 // --config=fuzz; without it, a no-op binary.
 #include <cstddef>
 #include <cstdint>
@@ -27,9 +28,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto address = UnwrapWorkerAddress(bytes); address.ok()) {
     if (address->ucx.empty()) std::abort();
     // The identity decoded strictly: it encodes back to what was read.
-    const std::string again =
-        WrapWorkerAddress(address->identity, address->ucx.data(), address->ucx.size());
-    if (UnwrapWorkerAddress(again).value().ucx != address->ucx) std::abort();
+    const std::string again = WrapWorkerAddress(
+        address->identity, address->ucx.data(), address->ucx.size(), address->inbox);
+    const WorkerAddress reread = UnwrapWorkerAddress(again).value();
+    if (reread.ucx != address->ucx) std::abort();
+    if (reread.inbox.has_value() != address->inbox.has_value()) std::abort();
+    if (reread.inbox.has_value() && (reread.inbox->rkey != address->inbox->rkey ||
+                                     reread.inbox->address != address->inbox->address ||
+                                     reread.inbox->bytes != address->inbox->bytes ||
+                                     reread.inbox->lanes != address->inbox->lanes ||
+                                     reread.inbox->slots != address->inbox->slots)) {
+      std::abort();
+    }
   }
   return 0;
 }

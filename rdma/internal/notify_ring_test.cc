@@ -1,7 +1,7 @@
 // File: notify_ring_test.cc
 // The flag-notification ring's logic over plain memory: the transport's
 // writes are stood in for by stores of the records and credits.
-#include "rdma/ibverbs/notify_ring.h"
+#include "rdma/internal/notify_ring.h"
 
 #include <cstdint>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "rdma/testing/racing_writer.h"
 
-namespace rdmaflow::rdma::ibverbs {
+namespace rdmaflow::rdma {
 namespace {
 
 using ::rdmaflow::rdma::testing::BytesOf;
@@ -201,4 +201,4 @@ TEST(NotifyRingTest, RecordsAndCreditsRewrittenWhileTheyAreRead) {
 }
 
 }  // namespace
-}  // namespace rdmaflow::rdma::ibverbs
+}  // namespace rdmaflow::rdma

@@ -20,8 +20,8 @@
 // what was posted, or one that goes back, is refused (kDataLoss).
 //
 // Pure logic over memory, no verbs: the transport posts the writes.
-#ifndef RDMAFLOW_RDMA_IBVERBS_NOTIFY_RING_H_
-#define RDMAFLOW_RDMA_IBVERBS_NOTIFY_RING_H_
+#ifndef RDMAFLOW_RDMA_INTERNAL_NOTIFY_RING_H_
+#define RDMAFLOW_RDMA_INTERNAL_NOTIFY_RING_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -31,7 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace rdmaflow::rdma::ibverbs {
+namespace rdmaflow::rdma {
 
 inline constexpr uint32_t kMinNotifySlots = 4;
 inline constexpr uint32_t kMaxNotifySlots = uint32_t{1} << 16;
@@ -100,6 +100,6 @@ class NotifyRingWriter {
   uint64_t consumed_ = 0;
 };
 
-}  // namespace rdmaflow::rdma::ibverbs
+}  // namespace rdmaflow::rdma
 
-#endif  // RDMAFLOW_RDMA_IBVERBS_NOTIFY_RING_H_
+#endif  // RDMAFLOW_RDMA_INTERNAL_NOTIFY_RING_H_

@@ -1,5 +1,5 @@
 // File: notify_ring.cc
-#include "rdma/ibverbs/notify_ring.h"
+#include "rdma/internal/notify_ring.h"
 
 #include <algorithm>
 #include <limits>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/shared_word.h"
 
-namespace rdmaflow::rdma::ibverbs {
+namespace rdmaflow::rdma {
 namespace {
 
 // Peer-written memory: one 8-byte load, after which the data it guards
@@ -88,4 +88,4 @@ NotifyRingWriter::Next NotifyRingWriter::Take(uint32_t value) {
               NotifyRecord(posted_, value)};
 }
 
-}  // namespace rdmaflow::rdma::ibverbs
+}  // namespace rdmaflow::rdma

@@ -1,0 +1,175 @@
+// File: ucx_flag_notify_test.cc
+// Notified writes to a same-host peer as flags in its inbox (flag_inbox.h),
+// end to end over UCX shared memory: used where both sides take them,
+// active messages elsewhere; every notification arrives once, in order and
+// after its data, either way. The hostile cases write into the target's
+// inbox as a same-host peer could: a forged consumed count fails the
+// writer's endpoint (kDataLoss), a lane naming no rank is refused and
+// counted, and a writer that finds every lane taken falls back to active
+// messages. Two transports of one process: the inbox a worker address
+// names is this process's memory.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/shared_word.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rdma/ucx/envelope.h"
+#include "rdma/ucx/flag_inbox.h"
+#include "rdma/ucx/ucx_transport.h"
+
+namespace rdmaflow::rdma::ucx {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr int kWrites = 1500;  // Almost three laps of a 512-slot lane.
+
+absl::StatusOr<std::unique_ptr<UcxTransport>> Make(int rank, const std::string& tls,
+                                                   bool flags = true) {
+  UcxTransportOptions options;
+  options.rank = rank;
+  options.tls = tls;
+  options.net_devices = "lo";
+  options.flag_notifications = flags;
+  return UcxTransport::Create(options);
+}
+
+// `b`'s inbox, in this process.
+std::byte* InboxOf(const UcxTransport& b) {
+  absl::StatusOr<WorkerAddress> address = UnwrapWorkerAddress(b.address());
+  if (!address.ok() || !address->inbox.has_value()) return nullptr;
+  return reinterpret_cast<std::byte*>(address->inbox->address);
+}
+
+// a writes kWrites notified writes, value i carrying i at offset 8i; b
+// checks each notification's data when it polls it, and their order.
+void ExpectNotificationsInOrderAfterTheirData(UcxTransport& a, UcxTransport& b,
+                                              Endpoint& ab) {
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a.Allocate(8 * kWrites));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b.Allocate(8 * kWrites));
+  const RemoteRegion remote = target.descriptor();
+  for (uint64_t i = 0; i < kWrites; ++i) std::memcpy(local.data() + 8 * i, &i, 8);
+  int posted = 0, completed = 0, noticed = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (noticed < kWrites || completed < kWrites) {
+    ASSERT_LT(absl::Now(), deadline) << posted << " posted, " << noticed << " noticed";
+    while (posted < kWrites) {
+      const size_t at = 8 * static_cast<size_t>(posted);
+      absl::Status status = ab.PostWrite({&local, at, 8}, {&remote, at, 8},
+                                         static_cast<uint32_t>(posted),
+                                         [&](absl::Status s) {
+                                           EXPECT_OK(s);
+                                           ++completed;
+                                         });
+      if (absl::IsResourceExhausted(status)) break;  // b has not caught up
+      ASSERT_OK(status);
+      ++posted;
+    }
+    ASSERT_OK(a.Progress().status());
+    ASSERT_OK(b.Progress().status());
+    while (std::optional<Notification> n = b.PollNotification()) {
+      ASSERT_EQ(n->peer_rank, 0);
+      ASSERT_EQ(n->value, static_cast<uint32_t>(noticed));
+      uint64_t seen = 0;
+      std::memcpy(&seen, target.data() + 8 * n->value, 8);
+      ASSERT_EQ(seen, n->value) << "the notification came before its data";
+      ++noticed;
+    }
+  }
+  EXPECT_EQ(b.malformed_notifications(), 0u);
+  EXPECT_EQ(b.dropped_notifications(), 0u);
+}
+
+TEST(UcxFlagNotifyTest, ASameHostPeerOverSharedMemoryGetsFlags) {
+  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
+  EXPECT_THAT(ab->Describe(), StartsWith("notify flag (lane 0 of 64, 512 slots)"));
+  ExpectNotificationsInOrderAfterTheirData(*a, *b, *ab);
+}
+
+TEST(UcxFlagNotifyTest, ActiveMessagesWhereFlagsAreOffOrCannotBeMapped) {
+  struct Case {
+    const char* tls;
+    bool a_flags, b_flags;
+    const char* why;
+  };
+  for (const Case& c : {Case{"shm", false, true, "notify=am"},
+                        Case{"shm", true, false, "the peer offers no flag inbox"},
+                        Case{"tcp", true, true, "no shared memory in tls"}}) {
+    SCOPED_TRACE(absl::StrCat(c.tls, " ", c.a_flags, " ", c.b_flags));
+    ASSERT_OK_AND_ASSIGN(auto a, Make(0, c.tls, c.a_flags));
+    ASSERT_OK_AND_ASSIGN(auto b, Make(1, c.tls, c.b_flags));
+    ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
+    EXPECT_THAT(ab->Describe(), StartsWith(absl::StrCat("notify am (", c.why, ")")));
+    ExpectNotificationsInOrderAfterTheirData(*a, *b, *ab);
+  }
+}
+
+TEST(UcxFlagNotifyTest, AWriterFindingEveryLaneTakenFallsBackToActiveMessages) {
+  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+  std::byte* inbox = InboxOf(*b);
+  ASSERT_NE(inbox, nullptr);
+  StoreSharedWord(inbox, FlagInboxLayout::kDefaultLanes);  // as 64 peers would
+  ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
+  EXPECT_THAT(ab->Describe(), StartsWith("notify am (all 64 lanes of its inbox are taken)"));
+  ExpectNotificationsInOrderAfterTheirData(*a, *b, *ab);
+}
+
+TEST(UcxFlagNotifyTest, AForgedConsumedCountFailsTheWritersEndpoint) {
+  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(64));
+  const RemoteRegion remote = target.descriptor();
+  int completed = 0;
+  auto post = [&] {
+    return ab->PostWrite({&local, 0, 8}, {&remote, 0, 8}, 1u, [&](absl::Status s) {
+      EXPECT_OK(s);
+      ++completed;
+    });
+  };
+  // b never progresses: the lane fills.
+  for (uint32_t i = 0; i < FlagInboxLayout::kDefaultSlots; ++i) ASSERT_OK(post());
+  EXPECT_THAT(post(), StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("rank 1")));
+  // b "says" it consumed more than a ever posted.
+  const FlagInboxLayout layout;
+  StoreSharedWord(InboxOf(*b) + layout.ConsumedOffset(0), 100000);
+  EXPECT_THAT(post(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("rank 1")));
+  // Nothing more goes to that peer.
+  EXPECT_THAT(post(), StatusIs(absl::StatusCode::kDataLoss));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (completed < static_cast<int>(FlagInboxLayout::kDefaultSlots)) {
+    ASSERT_LT(absl::Now(), deadline);
+    ASSERT_OK(a->Progress().status());
+  }
+}
+
+TEST(UcxFlagNotifyTest, ALaneWhoseOwnerNamesNoRankIsRefusedAndCounted) {
+  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+  std::byte* inbox = InboxOf(*b);
+  ASSERT_NE(inbox, nullptr);
+  const FlagInboxLayout layout;
+  StoreSharedWord(inbox, 1);
+  StoreSharedWord(inbox + layout.RingOffset(0), NotifyRecord(1, 5));
+  StoreSharedWord(inbox + layout.OwnerOffset(0),
+                  (FlagInboxLayout::kOwnerMagic << 32) | 0xfffffff0u);
+  ASSERT_OK(b->Progress().status());
+  ASSERT_OK(b->Progress().status());
+  EXPECT_FALSE(b->PollNotification().has_value());
+  EXPECT_EQ(b->malformed_notifications(), 1u);
+}
+
+}  // namespace
+}  // namespace rdmaflow::rdma::ucx

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# rdmaflow beside its peers in one run, as ratios (docs/benchmarks.md,
+# "Peers in one run"): each repetition runs, one after the other on UCX
+# shared memory,
+#  - transport_pingpong (8 B to 4 KiB): rdmaflow's notified write (flags,
+#    then notify=am) and read, and single-thread memcpy;
+#  - ucx_perftest: ucp_put_lat and ucp_get at 8 B and 4 KiB;
+#  - allreduce_bench (rdmaflow and Gloo) and Open MPI's MPI_Allreduce with
+#    RANKS ranks, 4 KiB to MAX_BYTES (x16 steps);
+# then tools/peers_report.py prints each repetition's ratios and their
+# range over the repetitions (latency: rdmaflow / peer, lower is better;
+# all-reduce: peer time / rdmaflow time, higher is better), and writes
+# OUT_DIR/peers.json. Never compare figures of different runs: this
+# machine's latencies swing several fold an hour apart.
+# Usage: tools/peers.sh [OUT_DIR]   (default bench-results/peers)
+# Environment: REPS (default 3), RANKS (default 4), MAX_BYTES (default
+# 16777216).
+source "$(dirname "$0")/script_help.sh" "$@"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bench-results/peers}
+reps=${REPS:-3}
+ranks=${RANKS:-4}
+max_bytes=${MAX_BYTES:-16777216}
+mkdir -p "$out"
+command -v ucx_perftest >/dev/null || { echo "peers.sh: ucx_perftest missing (apt-get install ucx-utils, or tools/setup.sh)" >&2; exit 1; }
+command -v mpirun >/dev/null || { echo "peers.sh: mpirun missing (apt-get install openmpi-bin, or tools/setup.sh)" >&2; exit 1; }
+bazel build -c opt //bench:transport_pingpong //bench:allreduce_bench //bench:mpi_allreduce >/dev/null
+
+# ucx_perftest TEST BYTES FILE: a server and a client on a free port over
+# shared memory; the client's output goes to FILE.
+perftest() {
+  local port
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  UCX_TLS=shm ucx_perftest -t "$1" -s "$2" -n 200000 -p "$port" >/dev/null 2>&1 &
+  local server=$!
+  local tries=0
+  until UCX_TLS=shm ucx_perftest 127.0.0.1 -t "$1" -s "$2" -n 200000 -p "$port" >"$3" 2>&1; do
+    tries=$((tries + 1))
+    if [ "$tries" -ge 50 ]; then
+      kill "$server" 2>/dev/null || true
+      echo "peers.sh: ucx_perftest $1 $2 did not connect" >&2
+      return 1
+    fi
+    sleep 0.1  # the server is not listening yet: retry the connection
+  done
+  wait "$server"
+}
+
+for rep in $(seq 1 "$reps"); do
+  dir="$out/rep$rep"
+  mkdir -p "$dir"
+  echo "== repetition $rep of $reps" >&2
+  for notify in flag am; do
+    bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm,notify=$notify" \
+      --max_bytes=4096 --json="$dir/pingpong_$notify.json" >/dev/null
+  done
+  for bytes in 8 4096; do
+    perftest ucp_put_lat "$bytes" "$dir/perftest_put_lat_$bytes.txt"
+    perftest ucp_get "$bytes" "$dir/perftest_get_$bytes.txt"
+  done
+  bazel-bin/bench/allreduce_bench --ranks="$ranks" --impls=rdmaflow,gloo \
+    --max_bytes="$max_bytes" --factor=16 \
+    --json="$dir/allreduce.json" >/dev/null
+  mpirun --allow-run-as-root --oversubscribe -np "$ranks" \
+    bazel-bin/bench/mpi_allreduce --max_bytes="$max_bytes" --factor=16 \
+    --json="$dir/mpi.json" >/dev/null
+done
+/usr/bin/python3 tools/peers_report.py "$out" "$reps"

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Ratios of rdmaflow to its peers from tools/peers.sh's run directory.
+
+Usage: peers_report.py OUT_DIR REPS
+
+Reads OUT_DIR/rep<N>/ (pingpong_{flag,am}.json, perftest_*.txt,
+allreduce.json, mpi.json), prints each repetition's ratios and the range
+over the repetitions, and writes OUT_DIR/peers.json.
+"""
+import json
+import os
+import sys
+
+
+def perftest_p50(path):
+    """The 50th percentile latency (us) of ucx_perftest's Final: line."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith("Final:"):
+                return float(line.split()[2])
+    raise SystemExit(f"peers_report: no Final: line in {path}")
+
+
+def pingpong(path):
+    with open(path) as f:
+        rows = json.load(f)["rows"]
+    return {(r["op"], r["bytes"]): r for r in rows}
+
+
+def allreduce_times(path):
+    with open(path) as f:
+        rows = json.load(f)["allreduce"]["rows"]
+    return {(r["impl"], r["bytes"]): r["time_us"] for r in rows}
+
+
+def one_rep(d):
+    flag = pingpong(os.path.join(d, "pingpong_flag.json"))
+    am = pingpong(os.path.join(d, "pingpong_am.json"))
+    times = allreduce_times(os.path.join(d, "allreduce.json"))
+    times.update(allreduce_times(os.path.join(d, "mpi.json")))
+    rows = []
+    for b in (8, 4096):
+        put = perftest_p50(os.path.join(d, f"perftest_put_lat_{b}.txt"))
+        get = perftest_p50(os.path.join(d, f"perftest_get_{b}.txt"))
+        w = flag[("write", b)]["lat_p50_us"]
+        rows.append((f"notified write {b} B / ucp_put_lat", w, put, w / put, "<= 1.3"))
+        wa = am[("write", b)]["lat_p50_us"]
+        rows.append((f"  (notify=am) {b} B / ucp_put_lat", wa, put, wa / put, ""))
+        r = flag[("read", b)]["lat_p50_us"]
+        rows.append((f"read {b} B / ucp_get", r, get, r / get, ""))
+    w4 = flag[("write", 4096)]
+    rows.append(("write 4 KiB bandwidth / memcpy (MB/s)", w4["bw_avg_mbps"],
+                 w4["memcpy_mbps"], w4["ratio_to_memcpy"], ""))
+    sizes = sorted({b for (impl, b) in times if impl == "rdmaflow"})
+    for b in sizes:
+        ours = times[("rdmaflow", b)]
+        for peer, label in (("mpi", "Open MPI"), ("gloo", "Gloo")):
+            if (peer, b) in times:
+                target = ""
+                if peer == "mpi":
+                    target = ">= 2" if b >= 1 << 20 else ">= 1"
+                rows.append((f"all-reduce {b} B: {label} time / ours", times[(peer, b)],
+                             ours, times[(peer, b)] / ours, target))
+    return rows
+
+
+def main():
+    if len(sys.argv) != 3:
+        raise SystemExit(__doc__)
+    out, reps = sys.argv[1], int(sys.argv[2])
+    runs = [one_rep(os.path.join(out, f"rep{n}")) for n in range(1, reps + 1)]
+    for n, rows in enumerate(runs, 1):
+        print(f"repetition {n}")
+        print(f"  {'measure':<44} {'a':>10} {'b':>10} {'a/b':>7}  target")
+        for name, a, b, ratio, target in rows:
+            print(f"  {name:<44} {a:>10.3f} {b:>10.3f} {ratio:>7.2f}  {target}")
+    print()
+    print(f"range over {reps} repetitions (latency in us; all-reduce a = peer, b = rdmaflow)")
+    print(f"  {'measure':<44} {'a/b min':>8} {'a/b max':>8}  target")
+    summary = []
+    for i, (name, _, _, _, target) in enumerate(runs[0]):
+        ratios = [rows[i][3] for rows in runs]
+        print(f"  {name:<44} {min(ratios):>8.2f} {max(ratios):>8.2f}  {target}")
+        summary.append({"measure": name.strip(), "target": target,
+                        "ratios": ratios,
+                        "a": [rows[i][1] for rows in runs],
+                        "b": [rows[i][2] for rows in runs]})
+    with open(os.path.join(out, "peers.json"), "w") as f:
+        json.dump({"repetitions": reps, "rows": summary}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
