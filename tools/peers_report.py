@@ -23,7 +23,7 @@ def perftest_p50(path):
 
 def pingpong(path):
     with open(path) as f:
-        rows = json.load(f)["rows"]
+        rows = json.load(f)["pingpong"]["rows"]
     return {(r["op"], r["bytes"]): r for r in rows}
 
 

@@ -8,6 +8,8 @@
 #ifndef RDMAFLOW_RDMA_INTERNAL_COMPLETION_QUEUE_H_
 #define RDMAFLOW_RDMA_INTERNAL_COMPLETION_QUEUE_H_
 
+#include <cstddef>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -20,7 +22,16 @@ namespace rdmaflow::rdma::internal {
 class CompletionQueue {
  public:
   void Push(Completion&& done, absl::Status status) {
-    ready_.emplace_back(std::move(done), std::move(status));
+    ready_.push_back(Entry{std::move(done), std::move(status), nullptr, nullptr});
+  }
+  // The same, for an operation counted in `*outstanding` (dropped by one as
+  // it fires, before `done` runs) of an owner `keep` holds alive until then:
+  // no callback of the backend's own wrapped around `done`, so no
+  // allocation per operation.
+  void Push(Completion&& done, absl::Status status, std::shared_ptr<void> keep,
+            size_t* outstanding) {
+    ready_.push_back(
+        Entry{std::move(done), std::move(status), std::move(keep), outstanding});
   }
 
   // Fires every callback queued before the call; callbacks may post (and so
@@ -29,10 +40,13 @@ class CompletionQueue {
     if (ready_.empty()) return 0;
     // The two vectors trade places and keep their capacity: no allocation
     // per operation. A callback that fires the queue again gets a fresh one.
-    std::vector<std::pair<Completion, absl::Status>> batch = std::move(spare_);
+    std::vector<Entry> batch = std::move(spare_);
     spare_.clear();
     batch.swap(ready_);
-    for (auto& [done, status] : batch) std::move(done)(std::move(status));
+    for (Entry& entry : batch) {
+      if (entry.outstanding != nullptr) --*entry.outstanding;
+      std::move(entry.done)(std::move(entry.status));
+    }
     const int fired = static_cast<int>(batch.size());
     batch.clear();
     if (batch.capacity() > spare_.capacity()) spare_ = std::move(batch);
@@ -42,8 +56,14 @@ class CompletionQueue {
   bool empty() const { return ready_.empty(); }
 
  private:
-  std::vector<std::pair<Completion, absl::Status>> ready_;
-  std::vector<std::pair<Completion, absl::Status>> spare_;
+  struct Entry {
+    Completion done;
+    absl::Status status;
+    std::shared_ptr<void> keep;
+    size_t* outstanding;
+  };
+  std::vector<Entry> ready_;
+  std::vector<Entry> spare_;
 };
 
 }  // namespace rdmaflow::rdma::internal

@@ -52,7 +52,7 @@ std::optional<FlagLane> FlagLane::Claim(std::byte* inbox,
   StoreSharedWord(WordAt(inbox, layout.OwnerOffset(lane)),
                   (FlagInboxLayout::kOwnerMagic << 32) |
                       static_cast<uint32_t>(rank));
-  return FlagLane(lane, layout, WordAt(inbox, layout.ConsumedOffset(lane)),
+  return FlagLane(inbox, lane, layout, WordAt(inbox, layout.ConsumedOffset(lane)),
                   peer_rank);
 }
 

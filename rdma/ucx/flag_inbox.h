@@ -77,6 +77,8 @@ class FlagLane {
                                        int peer_rank);
 
   uint32_t index() const { return index_; }
+  // The inbox, as this process maps it.
+  std::byte* inbox() const { return inbox_; }
   uint32_t slots() const { return slots_; }
   // Offset of the ring's slot `slot` from the inbox's start.
   uint64_t RecordOffset(uint32_t slot) const {
@@ -85,13 +87,15 @@ class FlagLane {
   NotifyRingWriter& writer() { return writer_; }
 
  private:
-  FlagLane(uint32_t index, const FlagInboxLayout& layout,
+  FlagLane(std::byte* inbox, uint32_t index, const FlagInboxLayout& layout,
            const uint64_t* consumed, int peer_rank)
-      : index_(index),
+      : inbox_(inbox),
+        index_(index),
         slots_(layout.slots),
         ring_offset_(layout.RingOffset(index)),
         writer_(consumed, layout.slots, peer_rank) {}
 
+  std::byte* inbox_;
   uint32_t index_;
   uint32_t slots_;
   uint64_t ring_offset_;

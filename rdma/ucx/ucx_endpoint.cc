@@ -1,6 +1,7 @@
 #include "rdma/ucx/ucx_endpoint.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/shared_word.h"
 #include "common/status_macros.h"
 #include "rdma/slice.h"
 #include "rdma/ucx/envelope.h"
@@ -105,14 +107,15 @@ void UcxOps::Complete(UcxOp* op, absl::Status status, bool abandon) {
   } else {
     delete op;
   }
+  Queue(std::move(state), std::move(done), std::move(status));
+}
+
+void UcxOps::Queue(std::shared_ptr<UcxEndpointState> state, Completion done,
+                   absl::Status status) {
   UcxWorkerState* worker = state->worker;
-  worker->completions.Push(
-      [state = std::move(state), done = std::move(done)](
-          absl::Status status) mutable {
-        --state->outstanding;
-        std::move(done)(std::move(status));
-      },
-      std::move(status));
+  size_t* outstanding = &state->outstanding;
+  worker->completions.Push(std::move(done), std::move(status), std::move(state),
+                           outstanding);
 }
 
 void UcxOps::OnRequestStatus(UcxOp* op, ucs_status_t status) {
@@ -184,9 +187,49 @@ absl::StatusOr<ucp_rkey_h> UcxEndpoint::RemoteKey(const RemoteRegion& region) {
     ASSIGN_OR_RETURN(rkey, UnpackKey(region));
     state_->rkeys.emplace(region.packed_key, rkey);
   }
+  UcxEndpointState::Mapping mapping;
+  if (state_->lane.has_value()) {
+    auto [found, inserted] = state_->mappings.try_emplace(region.packed_key);
+    void* mapped = nullptr;
+    if (inserted && ucp_rkey_ptr(rkey, region.address, &mapped) == UCS_OK) {
+      found->second.mapped = true;
+      found->second.delta = reinterpret_cast<intptr_t>(mapped) -
+                            static_cast<intptr_t>(region.address);
+    }
+    mapping = found->second;
+  }
   state_->last_key = region.packed_key;
   state_->last_rkey = rkey;
+  state_->last_mapping = mapping;
   return rkey;
+}
+
+std::byte* UcxEndpoint::MappedAt(const RemoteSlice& remote) const {
+  if (!state_->last_mapping.mapped) return nullptr;
+  return reinterpret_cast<std::byte*>(static_cast<intptr_t>(remote.address()) +
+                                      state_->last_mapping.delta);
+}
+
+void UcxEndpoint::CompleteNow(Completion done) {
+  ++state_->outstanding;
+  UcxOps::Queue(state_, std::move(done), absl::OkStatus());
+}
+
+absl::Status UcxEndpoint::LaneRoom() {
+  absl::StatusOr<bool> room = state_->lane->writer().HasRoom();
+  if (!room.ok()) {
+    // The peer's consumed count is forged or corrupt: nothing more to it.
+    state_->failure = room.status();
+    return room.status();
+  }
+  if (*room) return absl::OkStatus();
+  // A full lane is what a dead peer looks like too.
+  if (UcxOps::NoticeExitedPeer(*state_)) return state_->failure;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "rank ", state_->peer_rank, " has not taken the last ",
+      state_->lane->slots(),
+      " notifications of ours (its flag lane is full); call Progress() and "
+      "retry"));
 }
 
 absl::Status UcxEndpoint::Prepare(const RemoteRegion& region) {
@@ -217,11 +260,24 @@ absl::StatusOr<ucp_rkey_h> UcxEndpoint::UnpackKey(const RemoteRegion& region) {
 }
 
 absl::Status UcxEndpoint::PostData(bool is_write, const LocalSlice& local,
-                                   const RemoteSlice& remote,
+                                   const RemoteSlice& remote, ucp_rkey_h rkey,
                                    Completion done) {
-  RETURN_IF_ERROR(CheckTransfer(local, remote, state_->peer_rank, kBackend));
-  RETURN_IF_ERROR(CheckPostable());
-  ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKey(*remote.region));
+  if (std::byte* mapped = MappedAt(remote)) {
+    // A same-host peer's shared memory, mapped here: the copy is the
+    // transfer (what UCX's shared-memory put and get do, without their
+    // requests). The fence keeps later stores, ours or UCX's, behind it.
+    // The completion is queued first: a locked instruction after stores to
+    // the peer's cache lines would wait for them to land.
+    CompleteNow(std::move(done));
+    if (is_write) {
+      std::memcpy(mapped, local.data(), local.length);
+    } else {
+      std::memcpy(local.data(), mapped, local.length);
+    }
+    std::atomic_thread_fence(std::memory_order_release);
+    return absl::OkStatus();
+  }
+  if (is_write) state_->wrote_through_ucx = true;
   auto* op = new UcxOp{UcxOp::Kind::kData, is_write ? "write" : "read",
                        state_, std::move(done)};
   ucp_request_param_t param = CallbackParam(op);
@@ -246,14 +302,28 @@ absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
                                     const RemoteSlice& dst,
                                     std::optional<uint32_t> notification,
                                     Completion done) {
-  if (!notification.has_value()) {
-    return PostData(/*is_write=*/true, src, dst, std::move(done));
-  }
   RETURN_IF_ERROR(CheckTransfer(src, dst, state_->peer_rank, kBackend));
   RETURN_IF_ERROR(CheckPostable());
   ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKey(*dst.region));
+  if (!notification.has_value()) {
+    return PostData(/*is_write=*/true, src, dst, rkey, std::move(done));
+  }
   if (state_->lane.has_value()) {
-    return PostFlagged(src, dst, rkey, *notification, std::move(done));
+    std::byte* mapped = MappedAt(dst);
+    if (mapped == nullptr || state_->wrote_through_ucx) {
+      return PostFlagged(src, dst, rkey, *notification, std::move(done));
+    }
+    // The copy, then the record: a release store, so the peer that sees
+    // the record sees the bytes of this write and of every earlier one.
+    // Nothing fails after the room check, so the completion is queued
+    // first (see PostData).
+    RETURN_IF_ERROR(LaneRoom());
+    CompleteNow(std::move(done));
+    std::memcpy(mapped, src.data(), src.length);
+    FlagLane& lane = *state_->lane;
+    const NotifyRingWriter::Next next = lane.writer().Take(*notification);
+    StoreSharedWord(lane.inbox() + lane.RecordOffset(next.slot), next.record);
+    return absl::OkStatus();
   }
   // The put itself needs no callback: the flush that follows reports both.
   ucp_request_param_t put_param{};
@@ -282,21 +352,8 @@ absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
 absl::Status UcxEndpoint::PostFlagged(const LocalSlice& src,
                                       const RemoteSlice& dst, ucp_rkey_h rkey,
                                       uint32_t notification, Completion done) {
+  RETURN_IF_ERROR(LaneRoom());
   FlagLane& lane = *state_->lane;
-  absl::StatusOr<bool> room = lane.writer().HasRoom();
-  if (!room.ok()) {
-    // The peer's consumed count is forged or corrupt: nothing more to it.
-    state_->failure = room.status();
-    return room.status();
-  }
-  if (!*room) {
-    // A full lane is what a dead peer looks like too.
-    if (UcxOps::NoticeExitedPeer(*state_)) return state_->failure;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "rank ", state_->peer_rank, " has not taken the last ", lane.slots(),
-        " notifications of ours (its flag lane is full); call Progress() and "
-        "retry"));
-  }
   // The data needs no callback: the record's put reports both.
   ucp_request_param_t put_param{};
   AddLocalMemh(src, *state_, put_param);
@@ -377,7 +434,10 @@ void UcxEndpoint::UseFlagInbox(const FlagInboxAddress& inbox) {
 
 absl::Status UcxEndpoint::PostRead(const LocalSlice& dst,
                                    const RemoteSlice& src, Completion done) {
-  return PostData(/*is_write=*/false, dst, src, std::move(done));
+  RETURN_IF_ERROR(CheckTransfer(dst, src, state_->peer_rank, kBackend));
+  RETURN_IF_ERROR(CheckPostable());
+  ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKey(*src.region));
+  return PostData(/*is_write=*/false, dst, src, rkey, std::move(done));
 }
 
 absl::Status UcxEndpoint::PostFlush(Completion done) {
@@ -432,8 +492,10 @@ absl::Status UcxEndpoint::Close() {
 void UcxOps::DestroyRemoteKeys(UcxEndpointState& state) {
   for (auto& [key, rkey] : state.rkeys) ucp_rkey_destroy(rkey);
   state.rkeys.clear();
+  state.mappings.clear();
   state.last_rkey = nullptr;
   state.last_key.clear();
+  state.last_mapping = {};
 }
 
 bool UcxOps::NoticeExitedPeer(UcxEndpointState& state) {

@@ -55,8 +55,17 @@ class UcxEndpoint final : public Endpoint {
   absl::StatusOr<ucp_rkey_h> RemoteKey(const RemoteRegion& region);
   // A freshly unpacked key of `region` (the caller owns it).
   absl::StatusOr<ucp_rkey_h> UnpackKey(const RemoteRegion& region);
+  // `remote`, where RemoteKey() just found it mapped here, else nullptr.
+  std::byte* MappedAt(const RemoteSlice& remote) const;
+  // An operation done by the time it was posted: its completion is queued.
+  void CompleteNow(Completion done);
+  // Room for a record in our lane, or why not.
+  absl::Status LaneRoom();
+  // A write without notification or a read (checked; `rkey` is the
+  // region's): a copy where the region maps here, else a UCX put or get.
   absl::Status PostData(bool is_write, const LocalSlice& local,
-                        const RemoteSlice& remote, Completion done);
+                        const RemoteSlice& remote, ucp_rkey_h rkey,
+                        Completion done);
   // A notified write through our lane: the data's put, a fence, the record.
   absl::Status PostFlagged(const LocalSlice& src, const RemoteSlice& dst,
                            ucp_rkey_h rkey, uint32_t notification,
@@ -77,6 +86,10 @@ struct UcxOps {
   // Queues `op`'s completion with `status` and frees `op`, unless UCX still
   // holds its request (`abandon`), in which case the UCX callback frees it.
   static void Complete(UcxOp* op, absl::Status status, bool abandon = false);
+  // Queues a completion of `state`'s: `done` fires with `status` in the
+  // next Progress(), and the endpoint's outstanding count drops then.
+  static void Queue(std::shared_ptr<UcxEndpointState> state, Completion done,
+                    absl::Status status);
 
   // Ends our use of the UCX endpoint and completes what had not gone out
   // yet (kCancelled, or the endpoint's failure).

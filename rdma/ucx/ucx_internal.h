@@ -110,10 +110,23 @@ struct UcxEndpointState {
   size_t outstanding = 0;
   // Unpacked remote keys by packed key (the peer's flag inbox's too).
   absl::flat_hash_map<std::string, ucp_rkey_h> rkeys;
+  // Where each region of the peer that this process can map lies here
+  // (ucp_rkey_ptr, by packed key): its address plus `delta`. Only looked up
+  // for endpoints with a flag lane (a same-host peer over shared memory).
+  struct Mapping {
+    bool mapped = false;
+    intptr_t delta = 0;
+  };
+  absl::flat_hash_map<std::string, Mapping> mappings;
   // The key used last, which most posts use again (an equality test costs
   // less than the map's hash of the packed key).
   std::string last_key;
   ucp_rkey_h last_rkey = nullptr;
+  Mapping last_mapping;
+  // A write to this peer went through UCX (a region that does not map):
+  // from then on notified writes go through UCX as well, so that their
+  // records stay behind that data (see UcxEndpoint::PostWrite).
+  bool wrote_through_ucx = false;
   // Flag notifications (flag_inbox.h): our lane in the peer's inbox, when
   // it offered one that this process could map and a lane was free;
   // otherwise notifications go by active message. `notify` says which, and
