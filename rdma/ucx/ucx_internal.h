@@ -125,7 +125,9 @@ struct UcxEndpointState {
   Mapping last_mapping;
   // A write to this peer went through UCX (a region that does not map):
   // from then on notified writes go through UCX as well, so that their
-  // records stay behind that data (see UcxEndpoint::PostWrite).
+  // records stay behind that data (see UcxEndpoint::PostWrite), and
+  // flushes are UCX's. Until then a flush with no UCX request in flight
+  // has nothing to wait for.
   bool wrote_through_ucx = false;
   // Flag notifications (flag_inbox.h): our lane in the peer's inbox, when
   // it offered one that this process could map and a lane was free;
