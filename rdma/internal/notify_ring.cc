@@ -46,9 +46,10 @@ NotifyRingReader::NotifyRingReader(const uint64_t* ring, uint32_t slots)
       mask_(slots - 1),
       credit_every_(std::max<uint64_t>(1, slots / 4)) {}
 
-int NotifyRingReader::Poll(absl::FunctionRef<void(uint32_t value)> deliver) {
+int NotifyRingReader::Poll(absl::FunctionRef<void(uint32_t value)> deliver,
+                           uint64_t max) {
   int delivered = 0;
-  while (true) {
+  for (uint64_t n = 0; n < max; ++n) {
     const uint64_t record = LoadPeerWord(&ring_[consumed_ & mask_]);
     if (static_cast<uint32_t>(record >> 32) !=
         static_cast<uint32_t>(consumed_ + 1)) {
@@ -58,6 +59,7 @@ int NotifyRingReader::Poll(absl::FunctionRef<void(uint32_t value)> deliver) {
     ++delivered;
     deliver(static_cast<uint32_t>(record));
   }
+  return delivered;
 }
 
 std::optional<uint64_t> NotifyRingReader::CreditDue() const {

@@ -1,12 +1,15 @@
 // File: notify_ring.h
 // -----------------------------------------------------------------------------
 // Flag notifications: how a notified write tells its target "your bytes are
-// there" without a receive completion. Each queue pair the listener accepts
-// has a ring of 8-byte records in the target's memory; a notified write is
-// posted as two work requests in one doorbell, the data and then an inline
-// 8-byte RDMA WRITE of the record into the next slot. A queue pair places
-// its writes in order, so the record is visible only after the data; the
-// target's Progress() polls its rings and delivers records in sequence.
+// there" without a receive completion or a message: a ring of 8-byte
+// records in the target's memory, written behind the data, which the
+// target's Progress() polls and delivers in sequence. Two backends use it:
+//   - ibverbs (notify=flag): a ring per accepted queue pair; the data and an
+//     inline 8-byte RDMA WRITE of the record go in one doorbell, and the
+//     queue pair places its writes in order;
+//   - UCX over shared memory: a lane of a transport's flag inbox per
+//     writer (rdma/ucx/flag_inbox.h); the record is stored after the data's
+//     copy, or after the flush of its put.
 //
 // A record is the 32-bit notification in its low half and a 32-bit tag in
 // its high half: the notification's sequence number (from 1, modulo 2^32).
@@ -19,12 +22,13 @@
 // when the ring looks full. That count is written by the peer: a count above
 // what was posted, or one that goes back, is refused (kDataLoss).
 //
-// Pure logic over memory, no verbs: the transport posts the writes.
+// Pure logic over memory: the transport writes the records and credits.
 #ifndef RDMAFLOW_RDMA_INTERNAL_NOTIFY_RING_H_
 #define RDMAFLOW_RDMA_INTERNAL_NOTIFY_RING_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 
 #include "absl/functional/function_ref.h"
@@ -52,8 +56,11 @@ class NotifyRingReader {
   // `ring`: `slots` records, zeroed, written by the peer.
   NotifyRingReader(const uint64_t* ring, uint32_t slots);
 
-  // Delivers, in order, every record that has arrived; returns how many.
-  int Poll(absl::FunctionRef<void(uint32_t value)> deliver);
+  // Delivers, in order, every record that has arrived, at most `max`;
+  // returns how many. A bound keeps a writer that forges records as fast
+  // as they are read from holding the reader's loop.
+  int Poll(absl::FunctionRef<void(uint32_t value)> deliver,
+           uint64_t max = std::numeric_limits<uint64_t>::max());
 
   // The consumed count to write back to the writer when one is due (a
   // quarter of the ring consumed since the last one sent).

@@ -92,7 +92,10 @@ int FlagInboxReader::Poll(
       lane.rank = static_cast<int>(rank);
     }
     const int rank = lane.rank;
-    delivered += lane.reader.Poll([&](uint32_t value) { deliver(rank, value); });
+    // At most a ring's worth per poll: an honest writer cannot have more
+    // outstanding, a forging one must not hold the loop.
+    delivered += lane.reader.Poll([&](uint32_t value) { deliver(rank, value); },
+                                  layout_.slots);
     if (lane.reader.consumed() != lane.published) {
       lane.published = lane.reader.consumed();
       StoreSharedWord(lane.consumed_word, lane.published);

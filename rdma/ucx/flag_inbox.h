@@ -4,11 +4,13 @@
 // peer tells it "your bytes are there" without an active message. Each UCX
 // transport allocates one inbox (shared memory it maps with ucp_mem_map) and
 // names it in its worker address. A peer that can map it (same host, shared
-// memory in both `tls`) claims a lane of its own, with one atomic add on the
-// inbox's lane counter, and writes its rank into the lane's owner word. A
-// notified write is then the data's put, a fence, and an 8-byte put of a
-// record into the lane's ring (rdma/internal/notify_ring.h: the value and
-// the notification's sequence number as its tag). The target's Progress()
+// memory in both `tls`) claims a lane of its own at its first notified
+// write, with one atomic add on the inbox's lane counter, and writes its
+// rank into the lane's owner word. A notified write is then the data (a
+// copy through the peer's mapped region, or a UCX put and its flush) and a
+// release store of an 8-byte record into the lane's ring
+// (rdma/internal/notify_ring.h: the value and the notification's sequence
+// number as its tag). The target's Progress()
 // polls the lanes and publishes each lane's consumed count in the lane,
 // where the writer reads it through its mapping when the ring looks full.
 //
@@ -41,7 +43,7 @@
 namespace rdmaflow::rdma::ucx {
 
 struct FlagInboxLayout {
-  // 64 same-host writers with 512 records each: 266 KiB per transport.
+  // 64 same-host writers with 512 records each: 260 KiB per transport.
   static constexpr uint32_t kDefaultLanes = 64;
   static constexpr uint32_t kDefaultSlots = 512;
   static constexpr uint32_t kMaxLanes = 1024;

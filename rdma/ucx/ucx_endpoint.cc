@@ -15,6 +15,7 @@
 #include "rdma/slice.h"
 #include "rdma/ucx/envelope.h"
 #include "rdma/ucx/peer_liveness.h"
+#include "rdma/ucx/process_maps.h"
 #include "rdma/ucx/ucx_status.h"
 #include "rdma/ucx/ucx_transport.h"
 
@@ -144,6 +145,18 @@ void UcxOps::PumpSequence(UcxEndpointState& state) {
       Complete(op, std::move(status));
       continue;
     }
+    if (op->flag) {
+      if (!state.lane.has_value()) {
+        Complete(op, Translate(*op, UCS_ERR_CANCELED));
+        continue;
+      }
+      // The data is placed (the flush said so): now its record.
+      uint64_t record = 0;
+      std::memcpy(&record, op->payload, sizeof(record));
+      StoreSharedWord(state.lane->inbox() + state.lane->RecordOffset(op->slot), record);
+      Complete(op, absl::OkStatus());
+      continue;
+    }
     op->stage = UcxOp::Stage::kSending;
     ucp_request_param_t param = CallbackParam(op);
     HandleRequest(op, ucp_am_send_nbx(state.ep, kNotificationAmId, nullptr, 0,
@@ -188,15 +201,14 @@ absl::StatusOr<ucp_rkey_h> UcxEndpoint::RemoteKey(const RemoteRegion& region) {
     state_->rkeys.emplace(region.packed_key, rkey);
   }
   UcxEndpointState::Mapping mapping;
-  if (state_->lane.has_value()) {
+  if (state_->copies) {
     auto [found, inserted] = state_->mappings.try_emplace(region.packed_key);
-    void* mapped = nullptr;
-    if (inserted && ucp_rkey_ptr(rkey, region.address, &mapped) == UCS_OK) {
-      found->second.mapped = true;
-      found->second.delta = reinterpret_cast<intptr_t>(mapped) -
-                            static_cast<intptr_t>(region.address);
-    }
+    if (inserted) found->second = MapRegion(rkey, region);
     mapping = found->second;
+    // Another extent under the same key: not what was checked.
+    if (mapping.address != region.address || mapping.length != region.length) {
+      mapping.mapped = false;
+    }
   }
   state_->last_key = region.packed_key;
   state_->last_rkey = rkey;
@@ -204,10 +216,46 @@ absl::StatusOr<ucp_rkey_h> UcxEndpoint::RemoteKey(const RemoteRegion& region) {
   return rkey;
 }
 
+UcxEndpointState::Mapping UcxEndpoint::MapRegion(ucp_rkey_h rkey,
+                                                 const RemoteRegion& region) {
+  UcxEndpointState::Mapping mapping;
+  mapping.address = region.address;
+  mapping.length = region.length;
+  void* mapped = nullptr;
+  if (ucp_rkey_ptr(rkey, region.address, &mapped) != UCS_OK) return mapping;
+  // ucp_rkey_ptr adds an offset to the address the peer announced: the
+  // whole extent it announced must lie in what UCX attached.
+  if (!InsideOwnMapping(mapped, region.length)) {
+    std::fprintf(stderr,
+                 "rdmaflow: %s of rank %d does not lie inside the shared memory "
+                 "UCX mapped for it; it goes through UCX\n",
+                 region.DebugString().c_str(), state_->peer_rank);
+    return mapping;
+  }
+  mapping.mapped = true;
+  mapping.delta = reinterpret_cast<uintptr_t>(mapped) - region.address;
+  return mapping;
+}
+
 std::byte* UcxEndpoint::MappedAt(const RemoteSlice& remote) const {
   if (!state_->last_mapping.mapped) return nullptr;
-  return reinterpret_cast<std::byte*>(static_cast<intptr_t>(remote.address()) +
-                                      state_->last_mapping.delta);
+  return reinterpret_cast<std::byte*>(remote.address() + state_->last_mapping.delta);
+}
+
+void UcxEndpoint::ClaimLane() {
+  std::optional<FlagLane> lane = FlagLane::Claim(
+      state_->inbox, state_->inbox_layout, state_->worker->rank, state_->peer_rank);
+  if (!lane.has_value()) {
+    state_->notify = absl::StrCat("notify am (all ", state_->inbox_layout.lanes,
+                                  " lanes of its inbox are taken)");
+    // No lane will come free: active messages from now on.
+    state_->inbox = nullptr;
+    return;
+  }
+  state_->notify = absl::StrCat("notify flag (lane ", lane->index(), " of ",
+                                state_->inbox_layout.lanes, ", ", lane->slots(),
+                                " slots)");
+  state_->lane = std::move(lane);
 }
 
 void UcxEndpoint::CompleteNow(Completion done) {
@@ -308,6 +356,7 @@ absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
   if (!notification.has_value()) {
     return PostData(/*is_write=*/true, src, dst, rkey, std::move(done));
   }
+  if (state_->inbox != nullptr && !state_->lane.has_value()) ClaimLane();
   if (state_->lane.has_value()) {
     std::byte* mapped = MappedAt(dst);
     if (mapped == nullptr || state_->wrote_through_ucx) {
@@ -353,9 +402,10 @@ absl::Status UcxEndpoint::PostFlagged(const LocalSlice& src,
                                       const RemoteSlice& dst, ucp_rkey_h rkey,
                                       uint32_t notification, Completion done) {
   RETURN_IF_ERROR(LaneRoom());
-  FlagLane& lane = *state_->lane;
   state_->wrote_through_ucx = true;
-  // The data needs no callback: the record's put reports both.
+  // The data needs no callback: the flush that follows reports both. A
+  // fence would not do: UCX 1.13 orders only operations of one transport
+  // with it, and the data may go by CMA or by active messages.
   ucp_request_param_t put_param{};
   AddLocalMemh(src, *state_, put_param);
   ucs_status_ptr_t put = ucp_put_nbx(state_->ep, src.data(), src.length,
@@ -365,28 +415,21 @@ absl::Status UcxEndpoint::PostFlagged(const LocalSlice& src,
                        absl::StrCat("write to rank ", state_->peer_rank));
   }
   if (put != nullptr) ucp_request_free(put);
-  // The record is placed only after the data.
-  RETURN_IF_ERROR(UcsToStatus(
-      ucp_worker_fence(state_->worker->worker),
-      absl::StrCat("fencing a notified write to rank ", state_->peer_rank)));
-  const NotifyRingWriter::Next next = lane.writer().Take(notification);
-  auto* op = new UcxOp{UcxOp::Kind::kData, "notified write", state_,
+  // The record's slot is taken now, so the notifications keep their post
+  // order whichever way each one goes; the record is stored once the
+  // flush is done (UcxOps::PumpSequence).
+  const NotifyRingWriter::Next next = state_->lane->writer().Take(notification);
+  auto* op = new UcxOp{UcxOp::Kind::kNotify, "notified write", state_,
                        std::move(done)};
+  op->flag = true;
+  op->slot = next.slot;
   static_assert(sizeof(op->payload) == sizeof(next.record));
   std::memcpy(op->payload, &next.record, sizeof(next.record));
-  ucp_request_param_t param = CallbackParam(op);
-  ucs_status_ptr_t request = ucp_put_nbx(
-      state_->ep, op->payload, sizeof(op->payload),
-      state_->inbox_address + lane.RecordOffset(next.slot),
-      state_->inbox_rkey, &param);
-  if (UCS_PTR_IS_ERR(request)) {
-    lane.writer().Untake();
-    absl::Status status = UcxOps::Translate(*op, UCS_PTR_STATUS(request));
-    delete op;
-    return status;
-  }
   ++state_->outstanding;
-  HandleRequest(op, request);
+  state_->sequence.push_back(op);
+  ucp_request_param_t param = CallbackParam(op);
+  HandleRequest(op, ucp_ep_flush_nbx(state_->ep, &param));
+  UcxOps::PumpSequence(*state_);
   return absl::OkStatus();
 }
 
@@ -412,25 +455,19 @@ void UcxEndpoint::UseFlagInbox(const FlagInboxAddress& inbox) {
   }
   void* mapped = nullptr;
   status = ucp_rkey_ptr(rkey, inbox.address, &mapped);
-  if (status != UCS_OK || reinterpret_cast<uintptr_t>(mapped) % 64 != 0) {
+  if (status != UCS_OK || reinterpret_cast<uintptr_t>(mapped) % 64 != 0 ||
+      !InsideOwnMapping(mapped, layout->TotalBytes())) {
     ucp_rkey_destroy(rkey);
     return am(absl::StrCat("its inbox does not map here: ",
-                           status == UCS_OK ? "misaligned" : ucs_status_string(status)));
+                           status == UCS_OK ? "misaligned or past the segment"
+                                            : ucs_status_string(status)));
   }
-  std::optional<FlagLane> lane =
-      FlagLane::Claim(static_cast<std::byte*>(mapped), *layout,
-                      state_->worker->rank, peer);
-  if (!lane.has_value()) {
-    ucp_rkey_destroy(rkey);
-    return am(absl::StrCat("all ", layout->lanes, " lanes of its inbox are taken"));
-  }
-  // Destroyed with the endpoint's other keys, once UCX is done with them.
-  state_->rkeys.emplace(absl::StrCat("flag inbox ", inbox.rkey), rkey);
+  state_->inbox = static_cast<std::byte*>(mapped);
   state_->inbox_rkey = rkey;
-  state_->inbox_address = inbox.address;
-  state_->notify = absl::StrCat("notify flag (lane ", lane->index(), " of ",
-                                layout->lanes, ", ", lane->slots(), " slots)");
-  state_->lane = std::move(lane);
+  state_->inbox_layout = *layout;
+  state_->notify = absl::StrCat("notify flag (an inbox of ", layout->lanes,
+                                " lanes; a lane is claimed at the first "
+                                "notified write)");
 }
 
 absl::Status UcxEndpoint::PostRead(const LocalSlice& dst,
@@ -500,6 +537,10 @@ absl::Status UcxEndpoint::Close() {
 void UcxOps::DestroyRemoteKeys(UcxEndpointState& state) {
   for (auto& [key, rkey] : state.rkeys) ucp_rkey_destroy(rkey);
   state.rkeys.clear();
+  if (state.inbox_rkey != nullptr) ucp_rkey_destroy(state.inbox_rkey);
+  state.inbox_rkey = nullptr;
+  state.inbox = nullptr;
+  state.lane.reset();
   state.mappings.clear();
   state.last_rkey = nullptr;
   state.last_key.clear();

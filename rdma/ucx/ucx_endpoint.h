@@ -55,6 +55,12 @@ class UcxEndpoint final : public Endpoint {
   absl::StatusOr<ucp_rkey_h> RemoteKey(const RemoteRegion& region);
   // A freshly unpacked key of `region` (the caller owns it).
   absl::StatusOr<ucp_rkey_h> UnpackKey(const RemoteRegion& region);
+  // Where `region` (under `rkey`) lies here, when it maps and its extent
+  // lies inside what UCX attached.
+  UcxEndpointState::Mapping MapRegion(ucp_rkey_h rkey, const RemoteRegion& region);
+  // Claims our lane in the peer's inbox; with none free, notifications go
+  // by active message from now on.
+  void ClaimLane();
   // `remote`, where RemoteKey() just found it mapped here, else nullptr.
   std::byte* MappedAt(const RemoteSlice& remote) const;
   // An operation done by the time it was posted: its completion is queued.
@@ -66,7 +72,8 @@ class UcxEndpoint final : public Endpoint {
   absl::Status PostData(bool is_write, const LocalSlice& local,
                         const RemoteSlice& remote, ucp_rkey_h rkey,
                         Completion done);
-  // A notified write through our lane: the data's put, a fence, the record.
+  // A notified write through our lane whose data goes through UCX: the
+  // data's put, a flush, then the record.
   absl::Status PostFlagged(const LocalSlice& src, const RemoteSlice& dst,
                            ucp_rkey_h rkey, uint32_t notification,
                            Completion done);

@@ -6,16 +6,20 @@
 // inbox as a same-host peer could: a forged consumed count fails the
 // writer's endpoint (kDataLoss), a lane naming no rank is refused and
 // counted, and a writer that finds every lane taken falls back to active
-// messages. Two transports of one process: the inbox a worker address
-// names is this process's memory.
+// messages. Data that goes through UCX (a region the peer registered, and
+// every notified write after such a write) is flushed before its record.
+// Two transports of one process: the inbox a worker address names is this
+// process's memory.
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "common/shared_word.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -50,26 +54,33 @@ std::byte* InboxOf(const UcxTransport& b) {
   return reinterpret_cast<std::byte*>(address->inbox->address);
 }
 
-// a writes kWrites notified writes, value i carrying i at offset 8i; b
-// checks each notification's data when it polls it, and their order.
-void ExpectNotificationsInOrderAfterTheirData(UcxTransport& a, UcxTransport& b,
-                                              Endpoint& ab) {
+// a writes kWrites notified writes, value i carrying i + 1 at offset 8i
+// of `target` (b's region, whose bytes lie at `bytes` here); b checks each
+// notification's data when it polls it, and their order. Every write
+// completes once, never inside its post.
+void ExpectNotificationsInOrderAfterTheirData(UcxTransport& a, UcxTransport& b, Endpoint& ab,
+                                              const MemoryRegion& target,
+                                              const std::byte* bytes) {
   ASSERT_OK_AND_ASSIGN(MemoryRegion local, a.Allocate(8 * kWrites));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b.Allocate(8 * kWrites));
   const RemoteRegion remote = target.descriptor();
-  for (uint64_t i = 0; i < kWrites; ++i) std::memcpy(local.data() + 8 * i, &i, 8);
+  for (uint64_t i = 0; i < kWrites; ++i) {
+    const uint64_t value = i + 1;
+    std::memcpy(local.data() + 8 * i, &value, 8);
+  }
   int posted = 0, completed = 0, noticed = 0;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (noticed < kWrites || completed < kWrites) {
     ASSERT_LT(absl::Now(), deadline) << posted << " posted, " << noticed << " noticed";
     while (posted < kWrites) {
       const size_t at = 8 * static_cast<size_t>(posted);
+      const int before = completed;
       absl::Status status = ab.PostWrite({&local, at, 8}, {&remote, at, 8},
                                          static_cast<uint32_t>(posted),
                                          [&](absl::Status s) {
                                            EXPECT_OK(s);
                                            ++completed;
                                          });
+      ASSERT_EQ(completed, before) << "a completion fired inside its post";
       if (absl::IsResourceExhausted(status)) break;  // b has not caught up
       ASSERT_OK(status);
       ++posted;
@@ -80,21 +91,65 @@ void ExpectNotificationsInOrderAfterTheirData(UcxTransport& a, UcxTransport& b,
       ASSERT_EQ(n->peer_rank, 0);
       ASSERT_EQ(n->value, static_cast<uint32_t>(noticed));
       uint64_t seen = 0;
-      std::memcpy(&seen, target.data() + 8 * n->value, 8);
-      ASSERT_EQ(seen, n->value) << "the notification came before its data";
+      std::memcpy(&seen, bytes + 8 * n->value, 8);
+      ASSERT_EQ(seen, n->value + 1) << "the notification came before its data";
       ++noticed;
     }
   }
+  EXPECT_EQ(completed, kWrites);
+  EXPECT_EQ(noticed, kWrites);
   EXPECT_EQ(b.malformed_notifications(), 0u);
   EXPECT_EQ(b.dropped_notifications(), 0u);
+}
+
+// The same into a region b allocated (shared memory: copies where it maps).
+void ExpectNotificationsInOrderAfterTheirData(UcxTransport& a, UcxTransport& b, Endpoint& ab) {
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b.Allocate(8 * kWrites));
+  ExpectNotificationsInOrderAfterTheirData(a, b, ab, target, target.data());
 }
 
 TEST(UcxFlagNotifyTest, ASameHostPeerOverSharedMemoryGetsFlags) {
   ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
   ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
   ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
-  EXPECT_THAT(ab->Describe(), StartsWith("notify flag (lane 0 of 64, 512 slots)"));
+  EXPECT_THAT(ab->Describe(), StartsWith("notify flag (an inbox of 64 lanes;"));
   ExpectNotificationsInOrderAfterTheirData(*a, *b, *ab);
+  // The lane was claimed at the first notified write.
+  EXPECT_THAT(ab->Describe(), StartsWith("notify flag (lane 0 of 64, 512 slots)"));
+}
+
+// A region b registered (its own heap memory) does not map: the data goes
+// by UCX put, and the record follows the put's flush.
+TEST(UcxFlagNotifyTest, DataThroughUcxIsFlushedBeforeItsRecord) {
+  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
+  std::vector<std::byte> heap(8 * kWrites);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Register(absl::MakeSpan(heap)));
+  ExpectNotificationsInOrderAfterTheirData(*a, *b, *ab, target, heap.data());
+  EXPECT_THAT(ab->Describe(), StartsWith("notify flag (lane 0"));
+}
+
+// Once a plain write went through UCX, later notified writes into mapped
+// memory take the flushed path too: each still arrives after its data.
+TEST(UcxFlagNotifyTest, AfterAWriteThroughUcxNotifiedCopiesWaitForTheFlush) {
+  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
+  std::vector<std::byte> heap(4096, std::byte{0});
+  ASSERT_OK_AND_ASSIGN(MemoryRegion registered, b->Register(absl::MakeSpan(heap)));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(4096));
+  std::memset(local.data(), 0x5a, 4096);
+  const RemoteRegion remote = registered.descriptor();
+  bool written = false;
+  ASSERT_OK(ab->PostWrite({&local, 0, 4096}, {&remote, 0, 4096}, std::nullopt,
+                          [&](absl::Status s) {
+                            EXPECT_OK(s);
+                            written = true;
+                          }));
+  ExpectNotificationsInOrderAfterTheirData(*a, *b, *ab);
+  EXPECT_TRUE(written);
+  EXPECT_EQ(heap[4095], std::byte{0x5a});
 }
 
 TEST(UcxFlagNotifyTest, ActiveMessagesWhereFlagsAreOffOrCannotBeMapped) {
@@ -122,8 +177,8 @@ TEST(UcxFlagNotifyTest, AWriterFindingEveryLaneTakenFallsBackToActiveMessages) {
   ASSERT_NE(inbox, nullptr);
   StoreSharedWord(inbox, FlagInboxLayout::kDefaultLanes);  // as 64 peers would
   ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
-  EXPECT_THAT(ab->Describe(), StartsWith("notify am (all 64 lanes of its inbox are taken)"));
   ExpectNotificationsInOrderAfterTheirData(*a, *b, *ab);
+  EXPECT_THAT(ab->Describe(), StartsWith("notify am (all 64 lanes of its inbox are taken)"));
 }
 
 TEST(UcxFlagNotifyTest, AForgedConsumedCountFailsTheWritersEndpoint) {

@@ -54,7 +54,7 @@ struct UcxEndpointState;
 struct UcxOp {
   enum class Kind { kData, kNotify, kFlush };
   // kNotify: its flush is in flight, then it waits its turn, then its
-  // active message is in flight.
+  // active message is in flight (or its flag record is stored).
   enum class Stage { kFlushing, kReady, kSending };
 
   Kind kind;
@@ -64,6 +64,10 @@ struct UcxOp {
   Stage stage = Stage::kFlushing;
   absl::Status flush_status;
   uint32_t payload[2] = {0, 0};  // Notification: sender rank, value.
+  // A flag notification (flag_inbox.h): once its flush is done, its record
+  // (in `payload`) is stored into slot `slot` of the endpoint's lane.
+  bool flag = false;
+  uint32_t slot = 0;
   // Completed (UcxOps::AbandonInFlight) while UCX still held its request;
   // freed when (if ever) UCX calls back.
   bool abandoned = false;
@@ -108,34 +112,42 @@ struct UcxEndpointState {
   bool watched = false;
   ProcessIdentity peer_identity;
   size_t outstanding = 0;
-  // Unpacked remote keys by packed key (the peer's flag inbox's too).
+  // Unpacked remote keys by packed key.
   absl::flat_hash_map<std::string, ucp_rkey_h> rkeys;
-  // Where each region of the peer that this process can map lies here
-  // (ucp_rkey_ptr, by packed key): its address plus `delta`. Only looked up
-  // for endpoints with a flag lane (a same-host peer over shared memory).
+  // A same-host peer over shared memory (watched, shared memory in `tls`):
+  // its regions that map here are copied to and from instead of posted.
+  bool copies = false;
+  // Where each region of the peer lies here (ucp_rkey_ptr, by packed key):
+  // its address plus `delta`, checked once against our mappings for the
+  // extent first seen under that key (process_maps.h); another extent
+  // under the same key goes through UCX.
   struct Mapping {
     bool mapped = false;
-    intptr_t delta = 0;
+    uintptr_t delta = 0;
+    uint64_t address = 0;
+    uint64_t length = 0;
   };
   absl::flat_hash_map<std::string, Mapping> mappings;
   // The key used last, which most posts use again (an equality test costs
-  // less than the map's hash of the packed key).
+  // less than the map's hash of the packed key), and its mapping.
   std::string last_key;
   ucp_rkey_h last_rkey = nullptr;
   Mapping last_mapping;
   // A write to this peer went through UCX (a region that does not map):
-  // from then on notified writes go through UCX as well, so that their
-  // records stay behind that data (see UcxEndpoint::PostWrite), and
-  // flushes are UCX's. Until then a flush with no UCX request in flight
-  // has nothing to wait for.
+  // from then on notified writes go through UCX as well, their records
+  // stored after a flush, so that they stay behind that data (see
+  // UcxEndpoint::PostWrite), and flushes are UCX's. Until then a flush
+  // with no UCX request in flight has nothing to wait for.
   bool wrote_through_ucx = false;
-  // Flag notifications (flag_inbox.h): our lane in the peer's inbox, when
-  // it offered one that this process could map and a lane was free;
-  // otherwise notifications go by active message. `notify` says which, and
-  // why (Endpoint::Describe()).
+  // Flag notifications (flag_inbox.h): the peer's inbox, mapped at
+  // Connect() when it offered one that this process could map, and our
+  // lane in it, claimed at the first notified write; otherwise (or when
+  // every lane is taken) notifications go by active message. `notify` says
+  // which, and why (Endpoint::Describe()). Released with the keys.
+  std::byte* inbox = nullptr;
+  ucp_rkey_h inbox_rkey = nullptr;
+  FlagInboxLayout inbox_layout;
   std::optional<FlagLane> lane;
-  ucp_rkey_h inbox_rkey = nullptr;  // In `rkeys`.
-  uint64_t inbox_address = 0;       // In the peer's process.
   std::string notify = "notify am";
   // Keys unpacked for MapRemote: their mappings are in the caller's hands,
   // so a close the transport starts (a dead peer) leaves them, and only the

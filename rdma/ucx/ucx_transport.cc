@@ -434,6 +434,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
                               peer.rank, hint));
   }
   if (watched) shared_->watched.push_back(state);
+  state->copies = watched && MapsPeerMemory(options_.tls);
   auto endpoint = std::make_unique<UcxEndpoint>(std::move(state));
   if (!options_.flag_notifications) {
     endpoint->NoFlags("notify=am");
@@ -453,7 +454,10 @@ void UcxTransport::WatchPeers() {
   // Called on every Progress(): the coarse clock costs a memory read.
   const int64_t now = CoarseMonotonicNanos();
   if (now < next_watch_ns_) return;
-  next_watch_ns_ = now + absl::ToInt64Nanoseconds(options_.keepalive_interval);
+  const int64_t interval = absl::ToInt64Nanoseconds(options_.keepalive_interval);
+  next_watch_ns_ = now > std::numeric_limits<int64_t>::max() - interval
+                       ? std::numeric_limits<int64_t>::max()
+                       : now + interval;
   for (size_t i = 0; i < shared_->watched.size();) {
     std::shared_ptr<UcxEndpointState> state = shared_->watched[i].lock();
     // Closed endpoints stay watched until UCX has given back their
