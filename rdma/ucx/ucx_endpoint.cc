@@ -281,7 +281,15 @@ absl::Status UcxEndpoint::LaneRoom() {
 }
 
 absl::Status UcxEndpoint::Prepare(const RemoteRegion& region) {
+  if (state_->closed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("endpoint to rank ", state_->peer_rank, " is closed"));
+  }
   if (!state_->failure.ok()) return state_->failure;
+  if (state_->ep == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "endpoint to rank ", state_->peer_rank, " was given up"));
+  }
   return RemoteKey(region).status();
 }
 

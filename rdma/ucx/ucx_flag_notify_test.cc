@@ -211,6 +211,25 @@ TEST(UcxFlagNotifyTest, AForgedConsumedCountFailsTheWritersEndpoint) {
   }
 }
 
+// After Close(), the keys (the inbox's among them) are gone: preparing a
+// region or posting is an error, never a use of what was released.
+TEST(UcxFlagNotifyTest, AClosedEndpointPreparesAndPostsNothing) {
+  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(64));
+  const RemoteRegion remote = target.descriptor();
+  ASSERT_OK(ab->Prepare(remote));
+  ASSERT_OK(ab->Close());
+  EXPECT_THAT(ab->Prepare(remote), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(ab->PostWrite({&local, 0, 8}, {&remote, 0, 8}, 1u, [](absl::Status) {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(ab->PostRead({&local, 0, 8}, {&remote, 0, 8}, [](absl::Status) {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK(a->Progress().status());
+}
+
 TEST(UcxFlagNotifyTest, ALaneWhoseOwnerNamesNoRankIsRefusedAndCounted) {
   ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
   std::byte* inbox = InboxOf(*b);
