@@ -35,7 +35,10 @@ TEST(TransportRegistryTest, UnknownParameterListsTheAcceptedOnes) {
   config.params["tsl"] = "shm";
   EXPECT_THAT(registry.Create("ucx", config),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("tls, net_devices, keepalive_ms, max_outstanding")));
+                       HasSubstr("tls, net_devices, keepalive_ms, max_outstanding, notify")));
+  config.params = {{"notify", "imm"}};
+  EXPECT_THAT(registry.Create("ucx", config),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("flag")));
   config.params = {{"max_outstanding", "many"}};
   EXPECT_THAT(registry.Create("loopback", config),
               StatusIs(absl::StatusCode::kInvalidArgument,
