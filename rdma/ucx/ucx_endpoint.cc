@@ -382,6 +382,18 @@ absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
     StoreSharedWord(lane.inbox() + lane.RecordOffset(next.slot), next.record);
     return absl::OkStatus();
   }
+  RETURN_IF_ERROR(PutBehindNotification(src, dst, rkey));
+  auto* op = new UcxOp{UcxOp::Kind::kNotify, "notified write", state_,
+                       std::move(done)};
+  op->payload[0] = static_cast<uint32_t>(state_->worker->rank);
+  op->payload[1] = *notification;
+  NotifyAfterFlush(op);
+  return absl::OkStatus();
+}
+
+absl::Status UcxEndpoint::PutBehindNotification(const LocalSlice& src,
+                                                const RemoteSlice& dst,
+                                                ucp_rkey_h rkey) {
   // The put itself needs no callback: the flush that follows reports both.
   ucp_request_param_t put_param{};
   AddLocalMemh(src, *state_, put_param);
@@ -392,18 +404,16 @@ absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
                        absl::StrCat("write to rank ", state_->peer_rank));
   }
   if (put != nullptr) ucp_request_free(put);
+  return absl::OkStatus();
+}
 
-  auto* op = new UcxOp{UcxOp::Kind::kNotify, "notified write", state_,
-                       std::move(done)};
-  op->payload[0] = static_cast<uint32_t>(state_->worker->rank);
-  op->payload[1] = *notification;
+void UcxEndpoint::NotifyAfterFlush(UcxOp* op) {
   ++state_->outstanding;
   state_->sequence.push_back(op);
   ucp_request_param_t param = CallbackParam(op);
   HandleRequest(op, ucp_ep_flush_nbx(state_->ep, &param));
   // A flush that finished at once lets the notification go out now.
   UcxOps::PumpSequence(*state_);
-  return absl::OkStatus();
 }
 
 absl::Status UcxEndpoint::PostFlagged(const LocalSlice& src,
@@ -411,18 +421,10 @@ absl::Status UcxEndpoint::PostFlagged(const LocalSlice& src,
                                       uint32_t notification, Completion done) {
   RETURN_IF_ERROR(LaneRoom());
   state_->wrote_through_ucx = true;
-  // The data needs no callback: the flush that follows reports both. A
-  // fence would not do: UCX 1.13 orders only operations of one transport
-  // with it, and the data may go by CMA or by active messages.
-  ucp_request_param_t put_param{};
-  AddLocalMemh(src, *state_, put_param);
-  ucs_status_ptr_t put = ucp_put_nbx(state_->ep, src.data(), src.length,
-                                     dst.address(), rkey, &put_param);
-  if (UCS_PTR_IS_ERR(put)) {
-    return UcsToStatus(UCS_PTR_STATUS(put),
-                       absl::StrCat("write to rank ", state_->peer_rank));
-  }
-  if (put != nullptr) ucp_request_free(put);
+  // Behind a flush: a UCX fence would not do, as UCX 1.13 orders only
+  // operations of one transport with it, and the data may go by CMA or by
+  // active messages.
+  RETURN_IF_ERROR(PutBehindNotification(src, dst, rkey));
   // The record's slot is taken now, so the notifications keep their post
   // order whichever way each one goes; the record is stored once the
   // flush is done (UcxOps::PumpSequence).
@@ -433,11 +435,7 @@ absl::Status UcxEndpoint::PostFlagged(const LocalSlice& src,
   op->slot = next.slot;
   static_assert(sizeof(op->payload) == sizeof(next.record));
   std::memcpy(op->payload, &next.record, sizeof(next.record));
-  ++state_->outstanding;
-  state_->sequence.push_back(op);
-  ucp_request_param_t param = CallbackParam(op);
-  HandleRequest(op, ucp_ep_flush_nbx(state_->ep, &param));
-  UcxOps::PumpSequence(*state_);
+  NotifyAfterFlush(op);
   return absl::OkStatus();
 }
 

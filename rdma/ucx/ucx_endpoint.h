@@ -72,6 +72,14 @@ class UcxEndpoint final : public Endpoint {
   absl::Status PostData(bool is_write, const LocalSlice& local,
                         const RemoteSlice& remote, ucp_rkey_h rkey,
                         Completion done);
+  // The data of a notified write going through UCX: a put whose flush
+  // (NotifyAfterFlush) reports it.
+  absl::Status PutBehindNotification(const LocalSlice& src, const RemoteSlice& dst,
+                                     ucp_rkey_h rkey);
+  // Queues `op`, a notification, in the endpoint's sequence behind a flush:
+  // its active message or flag record goes out once the flush is done and
+  // every entry before it has (UcxOps::PumpSequence).
+  void NotifyAfterFlush(UcxOp* op);
   // A notified write through our lane whose data goes through UCX: the
   // data's put, a flush, then the record.
   absl::Status PostFlagged(const LocalSlice& src, const RemoteSlice& dst,
