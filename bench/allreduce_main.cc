@@ -44,6 +44,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/allreduce_sweep.h"
+#include "bench/compute_load.h"
 #include "bench/device_allreduce.h"
 #include "bench/gloo_group.h"
 #include "collectives/allreduce_group.h"
@@ -95,37 +96,6 @@ ABSL_FLAG(std::string, wait, "adaptive",
 
 namespace rdmaflow::bench {
 namespace {
-
-// `threads` threads of busy floating-point work until Stop(): the training
-// step's compute, standing beside the communication.
-class ComputeLoad {
- public:
-  explicit ComputeLoad(int threads) {
-    for (int t = 0; t < threads; ++t) {
-      threads_.emplace_back([this, t] {
-        double x = 1.0 + t;
-        uint64_t n = 0;
-        while (!stop_.load(std::memory_order_relaxed)) {
-          for (int i = 0; i < 4096; ++i) x = x * 1.0000001 + 1e-9;
-          n += 4096;
-        }
-        iterations_.fetch_add(n + (x > 0 ? 0 : 1));
-      });
-    }
-  }
-  ~ComputeLoad() { Stop(); }
-  void Stop() {
-    stop_ = true;
-    for (std::thread& t : threads_) t.join();
-    threads_.clear();
-  }
-  uint64_t iterations() const { return iterations_.load(); }
-
- private:
-  std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> iterations_{0};
-  std::vector<std::thread> threads_;
-};
 
 SweepOptions SweepFromFlags() {
   SweepOptions s;

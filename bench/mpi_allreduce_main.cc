@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/allreduce_sweep.h"
+#include "bench/compute_load.h"
 #include "common/program_flags.h"
 #include "results/run_info.h"
 
@@ -22,6 +24,10 @@ ABSL_FLAG(int64_t, byte_budget, int64_t{256} << 20,
           "Bytes per size (iterations = budget / size).");
 ABSL_FLAG(int32_t, max_iters, 500, "Upper bound on iterations per size.");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file (rank 0).");
+ABSL_FLAG(int32_t, load, 0,
+          "Threads of busy compute running in rank 0's process for the whole run "
+          "(0..64), as allreduce_bench --load: how MPI holds up when ranks share "
+          "their cores with work.");
 
 int main(int argc, char** argv) {
   rdmaflow::ParseProgramFlags(argc, argv,
@@ -39,11 +45,17 @@ int main(int argc, char** argv) {
                  std::string(status.message()).c_str());
     return rdmaflow::kExitUsage;
   }
+  const int load = absl::GetFlag(FLAGS_load);
+  if (load < 0 || load > 64) {
+    std::fprintf(stderr, "mpi_allreduce: --load: %d is not a thread count in 0..64\n", load);
+    return rdmaflow::kExitUsage;
+  }
   MPI_Init(&argc, &argv);
   const absl::Time start = absl::Now();
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
+  rdmaflow::bench::ComputeLoad compute(rank == 0 ? load : 0);
   std::vector<rdmaflow::bench::AllReduceRow> rows;
   std::vector<float> data(sweep.max_bytes / sizeof(float));
   int failed = 0;
@@ -72,7 +84,8 @@ int main(int argc, char** argv) {
     if (!path.empty()) {
       rdmaflow::results::RunInfo run =
           rdmaflow::results::NewRunInfo("mpi_allreduce", start);
-      run.set_description("Open MPI MPI_Allreduce");
+      run.set_description(absl::StrCat("Open MPI MPI_Allreduce; compute load ", load,
+                                       " threads"));
       run.set_world_size(world);
       const absl::Status written =
           rdmaflow::bench::WriteRowsJson(path, run, 0, 0, rows);
@@ -82,6 +95,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  compute.Stop();
   MPI_Finalize();
   return failed;
 }

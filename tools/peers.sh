@@ -6,7 +6,9 @@
 #    then notify=am) and read, and single-thread memcpy;
 #  - ucx_perftest: ucp_put_lat and ucp_get at 8 B and 4 KiB;
 #  - allreduce_bench (rdmaflow and Gloo) and Open MPI's MPI_Allreduce with
-#    RANKS ranks, 4 KiB to MAX_BYTES (x16 steps);
+#    RANKS ranks, 4 KiB to MAX_BYTES (x16 steps); then rdmaflow and Open MPI
+#    again beside LOAD threads of busy compute in rank 0's process (both
+#    benches' --load), as when ranks share their cores with a training step;
 # then tools/peers_report.py prints each repetition's ratios and their
 # range over the repetitions (latency: rdmaflow / peer, lower is better;
 # all-reduce: peer time / rdmaflow time, higher is better), and writes
@@ -14,7 +16,7 @@
 # machine's latencies swing several fold an hour apart.
 # Usage: tools/peers.sh [OUT_DIR]   (default bench-results/peers)
 # Environment: REPS (default 3), RANKS (default 4), MAX_BYTES (default
-# 16777216).
+# 16777216), LOAD (default 2; 0 skips the loaded runs).
 source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,7 @@ out=${1:-bench-results/peers}
 reps=${REPS:-3}
 ranks=${RANKS:-4}
 max_bytes=${MAX_BYTES:-16777216}
+load=${LOAD:-2}
 mkdir -p "$out"
 command -v ucx_perftest >/dev/null || { echo "peers.sh: ucx_perftest missing (apt-get install ucx-utils, or tools/setup.sh)" >&2; exit 1; }
 command -v mpirun >/dev/null || { echo "peers.sh: mpirun missing (apt-get install openmpi-bin, or tools/setup.sh)" >&2; exit 1; }
@@ -65,5 +68,13 @@ for rep in $(seq 1 "$reps"); do
   mpirun --allow-run-as-root --oversubscribe -np "$ranks" \
     bazel-bin/bench/mpi_allreduce --max_bytes="$max_bytes" --factor=16 \
     --json="$dir/mpi.json" >/dev/null
+  if [ "$load" -gt 0 ]; then
+    bazel-bin/bench/allreduce_bench --ranks="$ranks" --impls=rdmaflow \
+      --max_bytes="$max_bytes" --factor=16 --load="$load" \
+      --json="$dir/allreduce_loaded.json" >/dev/null
+    mpirun --allow-run-as-root --oversubscribe -np "$ranks" \
+      bazel-bin/bench/mpi_allreduce --max_bytes="$max_bytes" --factor=16 \
+      --load="$load" --json="$dir/mpi_loaded.json" >/dev/null
+  fi
 done
 /usr/bin/python3 tools/peers_report.py "$out" "$reps"

@@ -4,7 +4,8 @@
 Usage: peers_report.py OUT_DIR REPS
 
 Reads OUT_DIR/rep<N>/ (pingpong_{flag,am}.json, perftest_*.txt,
-allreduce.json, mpi.json), prints each repetition's ratios and the range
+allreduce.json, mpi.json, and allreduce_loaded.json, mpi_loaded.json where
+the run had a compute load), prints each repetition's ratios and the range
 over the repetitions, and writes OUT_DIR/peers.json.
 """
 import json
@@ -53,6 +54,10 @@ def one_rep(d):
     w4 = flag[("write", 4096)]
     rows.append(("write 4 KiB bandwidth / memcpy (MB/s)", w4["bw_avg_mbps"],
                  w4["memcpy_mbps"], w4["ratio_to_memcpy"], ""))
+    loaded = {}
+    if os.path.exists(os.path.join(d, "allreduce_loaded.json")):
+        loaded = allreduce_times(os.path.join(d, "allreduce_loaded.json"))
+        loaded.update(allreduce_times(os.path.join(d, "mpi_loaded.json")))
     sizes = sorted({b for (impl, b) in times if impl == "rdmaflow"})
     for b in sizes:
         ours = times[("rdmaflow", b)]
@@ -63,6 +68,11 @@ def one_rep(d):
                     target = ">= 2" if b >= 1 << 20 else ">= 1"
                 rows.append((f"all-reduce {b} B: {label} time / ours", times[(peer, b)],
                              ours, times[(peer, b)] / ours, target))
+    for b in sizes:
+        if ("rdmaflow", b) in loaded and ("mpi", b) in loaded:
+            ours = loaded[("rdmaflow", b)]
+            rows.append((f"  loaded {b} B: Open MPI time / ours", loaded[("mpi", b)], ours,
+                         loaded[("mpi", b)] / ours, ">= 1"))
     return rows
 
 
