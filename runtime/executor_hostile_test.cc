@@ -577,11 +577,17 @@ TEST(ExecutorHostileTest, AReceiveRegionShorterThanThePlanIsRefusedAtSetUp) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         if (rank == 1) {
-          ASSIGN_OR_RETURN(auto attacker,
-                           Attacker::JoinAsReceiver(transport, store, plan, /*region_bytes=*/64));
+          auto attacker =
+              Attacker::JoinAsReceiver(transport, store, plan, /*region_bytes=*/64);
+          RETURN_IF_ERROR(store.Set(absl::StrCat(kNs, "/joined"), "1"));
+          RETURN_IF_ERROR(attacker.status());
           return store.Wait({absl::StrCat(kNs, "/judged")}, absl::Seconds(20));
         }
         created = Executor::Create(plan, transport, store, Options()).status();
+        // The attacker connects to this rank and fetches its records while
+        // it joins, which may end after the refusal: keep this rank's
+        // transport up until it has.
+        RETURN_IF_ERROR(store.Wait({absl::StrCat(kNs, "/joined")}, absl::Seconds(20)));
         return store.Set(absl::StrCat(kNs, "/judged"), "1");
       });
   for (const absl::Status& status : results) EXPECT_OK(status);

@@ -30,19 +30,24 @@ command -v ucx_perftest >/dev/null || { echo "peers.sh: ucx_perftest missing (ap
 command -v mpirun >/dev/null || { echo "peers.sh: mpirun missing (apt-get install openmpi-bin, or tools/setup.sh)" >&2; exit 1; }
 bazel build -c opt //bench:transport_pingpong //bench:allreduce_bench //bench:mpi_allreduce >/dev/null
 
+case "$load" in
+  ''|*[!0-9]*) echo "peers.sh: LOAD=$load is not a thread count" >&2; exit 2 ;;
+esac
+
 # ucx_perftest TEST BYTES FILE: a server and a client on a free port over
-# shared memory; the client's output goes to FILE.
+# shared memory, each bounded in time; the client's output goes to FILE.
 perftest() {
-  local port
+  local port server tries=0
   port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  UCX_TLS=shm ucx_perftest -t "$1" -s "$2" -n 200000 -p "$port" >/dev/null 2>&1 &
-  local server=$!
-  local tries=0
-  until UCX_TLS=shm ucx_perftest 127.0.0.1 -t "$1" -s "$2" -n 200000 -p "$port" >"$3" 2>&1; do
+  UCX_TLS=shm timeout 120 ucx_perftest -t "$1" -s "$2" -n 200000 -p "$port" >/dev/null 2>&1 &
+  server=$!
+  # Whatever way this returns, no server is left behind.
+  trap 'kill "$server" 2>/dev/null || true; trap - RETURN' RETURN
+  until UCX_TLS=shm timeout 120 ucx_perftest 127.0.0.1 -t "$1" -s "$2" -n 200000 -p "$port" \
+      >"$3" 2>&1; do
     tries=$((tries + 1))
-    if [ "$tries" -ge 50 ]; then
-      kill "$server" 2>/dev/null || true
-      echo "peers.sh: ucx_perftest $1 $2 did not connect" >&2
+    if ! kill -0 "$server" 2>/dev/null || [ "$tries" -ge 50 ]; then
+      echo "peers.sh: ucx_perftest $1 $2: no server answered on port $port" >&2
       return 1
     fi
     sleep 0.1  # the server is not listening yet: retry the connection
@@ -53,6 +58,7 @@ perftest() {
 for rep in $(seq 1 "$reps"); do
   dir="$out/rep$rep"
   mkdir -p "$dir"
+  rm -f "$dir"/*.json "$dir"/*.txt  # never a file of an earlier run
   echo "== repetition $rep of $reps" >&2
   for notify in flag am; do
     bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm,notify=$notify" \
@@ -65,14 +71,14 @@ for rep in $(seq 1 "$reps"); do
   bazel-bin/bench/allreduce_bench --ranks="$ranks" --impls=rdmaflow,gloo \
     --max_bytes="$max_bytes" --factor=16 \
     --json="$dir/allreduce.json" >/dev/null
-  mpirun --allow-run-as-root --oversubscribe -np "$ranks" \
+  mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" \
     bazel-bin/bench/mpi_allreduce --max_bytes="$max_bytes" --factor=16 \
     --json="$dir/mpi.json" >/dev/null
   if [ "$load" -gt 0 ]; then
     bazel-bin/bench/allreduce_bench --ranks="$ranks" --impls=rdmaflow \
       --max_bytes="$max_bytes" --factor=16 --load="$load" \
       --json="$dir/allreduce_loaded.json" >/dev/null
-    mpirun --allow-run-as-root --oversubscribe -np "$ranks" \
+    mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" \
       bazel-bin/bench/mpi_allreduce --max_bytes="$max_bytes" --factor=16 \
       --load="$load" --json="$dir/mpi_loaded.json" >/dev/null
   fi

@@ -89,14 +89,24 @@ def main():
     print()
     print(f"range over {reps} repetitions (latency in us; all-reduce a = peer, b = rdmaflow)")
     print(f"  {'measure':<44} {'a/b min':>8} {'a/b max':>8}  target")
+    # By name: a repetition without a measure (no loaded runs, a size
+    # missing) leaves a gap instead of shifting the others.
+    names, targets = [], {}
+    for rows in runs:
+        for name, _, _, _, target in rows:
+            if name not in targets:
+                names.append(name)
+                targets[name] = target
     summary = []
-    for i, (name, _, _, _, target) in enumerate(runs[0]):
-        ratios = [rows[i][3] for rows in runs]
-        print(f"  {name:<44} {min(ratios):>8.2f} {max(ratios):>8.2f}  {target}")
-        summary.append({"measure": name.strip(), "target": target,
-                        "ratios": ratios,
-                        "a": [rows[i][1] for rows in runs],
-                        "b": [rows[i][2] for rows in runs]})
+    for name in names:
+        found = [next((r for r in rows if r[0] == name), None) for rows in runs]
+        ratios = [r[3] for r in found if r is not None]
+        print(f"  {name:<44} {min(ratios):>8.2f} {max(ratios):>8.2f}  {targets[name]}"
+              + ("" if len(ratios) == reps else f"  ({len(ratios)} of {reps})"))
+        summary.append({"measure": name.strip(), "target": targets[name],
+                        "ratios": [r[3] if r else None for r in found],
+                        "a": [r[1] if r else None for r in found],
+                        "b": [r[2] if r else None for r in found]})
     with open(os.path.join(out, "peers.json"), "w") as f:
         json.dump({"repetitions": reps, "rows": summary}, f, indent=1)
 

@@ -1,13 +1,15 @@
 // File: process_maps_test.cc
-// Ranges checked against a process's mappings: inside one line, across two
-// adjacent ones (refused: two mappings are not one segment), past the end,
-// wrapping, empty; and against this process's own maps.
+// Ranges checked against a process's shared mappings: inside one line,
+// across two adjacent ones (refused: two mappings are not one segment),
+// past the end, wrapping, empty, private (code, heap, stack: refused); and
+// against this process's own maps.
 #include "rdma/ucx/process_maps.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -21,14 +23,17 @@ constexpr char kMaps[] =
     "garbage line\n";
 
 TEST(ProcessMapsTest, ARangeMustLieInsideOneLine) {
-  EXPECT_TRUE(InsideOneMapping(kMaps, 0x7f1c2a000000, 0x41000));
-  EXPECT_TRUE(InsideOneMapping(kMaps, 0x7f1c2a040ff8, 8));
-  EXPECT_FALSE(InsideOneMapping(kMaps, 0x7f1c2a040ff8, 9));  // into the next line
-  EXPECT_FALSE(InsideOneMapping(kMaps, 0x7f1c29fffff8, 16));  // starts before
-  EXPECT_FALSE(InsideOneMapping(kMaps, 0x10, 8));  // nothing there
-  EXPECT_FALSE(InsideOneMapping(kMaps, 0x7f1c2a000000, 0));
-  EXPECT_FALSE(InsideOneMapping(kMaps, UINTPTR_MAX - 3, 8));  // wraps
-  EXPECT_FALSE(InsideOneMapping("", 0x400000, 8));
+  EXPECT_TRUE(InsideOneSharedMapping(kMaps, 0x7f1c2a000000, 0x41000));
+  EXPECT_TRUE(InsideOneSharedMapping(kMaps, 0x7f1c2a040ff8, 8));
+  EXPECT_FALSE(InsideOneSharedMapping(kMaps, 0x7f1c2a040ff8, 9));  // into the next line
+  EXPECT_FALSE(InsideOneSharedMapping(kMaps, 0x7f1c29fffff8, 16));  // starts before
+  EXPECT_FALSE(InsideOneSharedMapping(kMaps, 0x10, 8));  // nothing there
+  EXPECT_FALSE(InsideOneSharedMapping(kMaps, 0x7f1c2a000000, 0));
+  EXPECT_FALSE(InsideOneSharedMapping(kMaps, UINTPTR_MAX - 3, 8));  // wraps
+  EXPECT_FALSE(InsideOneSharedMapping("", 0x400000, 8));
+  // Private mappings (code, heap, stack) never count.
+  EXPECT_FALSE(InsideOneSharedMapping(kMaps, 0x00400000, 8));
+  EXPECT_FALSE(InsideOneSharedMapping(kMaps, 0x7f1c2a041000, 8));
 }
 
 TEST(ProcessMapsTest, OwnMappingsAreRead) {
@@ -38,10 +43,13 @@ TEST(ProcessMapsTest, OwnMappingsAreRead) {
   auto* base = static_cast<std::byte*>(mapped);
   // Unmapping the last page leaves a hole right after the rest.
   ASSERT_EQ(munmap(base + 3 * page, page), 0);
-  EXPECT_TRUE(InsideOwnMapping(base, 3 * page));
-  EXPECT_TRUE(InsideOwnMapping(base + page, page));
-  EXPECT_FALSE(InsideOwnMapping(base, 3 * page + 1));
+  EXPECT_TRUE(InsideOwnSharedMapping(base, 3 * page));
+  EXPECT_TRUE(InsideOwnSharedMapping(base + page, page));
+  EXPECT_FALSE(InsideOwnSharedMapping(base, 3 * page + 1));
   munmap(base, 3 * page);
+  // Our heap is private.
+  std::vector<char> heap(64);
+  EXPECT_FALSE(InsideOwnSharedMapping(heap.data(), heap.size()));
 }
 
 }  // namespace

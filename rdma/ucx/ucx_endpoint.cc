@@ -142,6 +142,13 @@ void UcxOps::PumpSequence(UcxEndpointState& state) {
     if (!op->flush_status.ok() || state.ep == nullptr) {
       absl::Status status = op->flush_status;
       if (status.ok()) status = Translate(*op, UCS_ERR_CANCELED);
+      if (op->flag && !state.closed && state.failure.ok()) {
+        // Its slot was taken and will never be filled: the peer reads its
+        // lane in order, so no later notification could reach it.
+        state.failure = absl::DataLossError(absl::StrCat(
+            "a notification to rank ", state.peer_rank, " was lost (",
+            status.message(), "); its flag lane cannot go on"));
+      }
       Complete(op, std::move(status));
       continue;
     }
@@ -189,7 +196,8 @@ absl::Status UcxEndpoint::CheckPostable() const {
 }
 
 absl::StatusOr<ucp_rkey_h> UcxEndpoint::RemoteKey(const RemoteRegion& region) {
-  if (state_->last_rkey != nullptr && state_->last_key == region.packed_key) {
+  if (state_->last_rkey != nullptr && state_->last_address == region.address &&
+      state_->last_length == region.length && state_->last_key == region.packed_key) {
     return state_->last_rkey;
   }
   auto it = state_->rkeys.find(region.packed_key);
@@ -202,35 +210,38 @@ absl::StatusOr<ucp_rkey_h> UcxEndpoint::RemoteKey(const RemoteRegion& region) {
   }
   UcxEndpointState::Mapping mapping;
   if (state_->copies) {
-    auto [found, inserted] = state_->mappings.try_emplace(region.packed_key);
-    if (inserted) found->second = MapRegion(rkey, region);
-    mapping = found->second;
-    // Another extent under the same key: not what was checked.
-    if (mapping.address != region.address || mapping.length != region.length) {
-      mapping.mapped = false;
+    UcxEndpointState::Extent extent{region.packed_key, region.address, region.length};
+    auto found = state_->mappings.find(extent);
+    if (found == state_->mappings.end()) {
+      ASSIGN_OR_RETURN(mapping, MapRegion(rkey, region));
+      state_->mappings.emplace(std::move(extent), mapping);
+    } else {
+      mapping = found->second;
     }
   }
   state_->last_key = region.packed_key;
+  state_->last_address = region.address;
+  state_->last_length = region.length;
   state_->last_rkey = rkey;
   state_->last_mapping = mapping;
   return rkey;
 }
 
-UcxEndpointState::Mapping UcxEndpoint::MapRegion(ucp_rkey_h rkey,
-                                                 const RemoteRegion& region) {
+absl::StatusOr<UcxEndpointState::Mapping> UcxEndpoint::MapRegion(
+    ucp_rkey_h rkey, const RemoteRegion& region) {
   UcxEndpointState::Mapping mapping;
-  mapping.address = region.address;
-  mapping.length = region.length;
   void* mapped = nullptr;
+  // A key UCX does not map (not shared memory) goes through UCX's posts.
   if (ucp_rkey_ptr(rkey, region.address, &mapped) != UCS_OK) return mapping;
   // ucp_rkey_ptr adds an offset to the address the peer announced: the
-  // whole extent it announced must lie in what UCX attached.
-  if (!InsideOwnMapping(mapped, region.length)) {
-    std::fprintf(stderr,
-                 "rdmaflow: %s of rank %d does not lie inside the shared memory "
-                 "UCX mapped for it; it goes through UCX\n",
-                 region.DebugString().c_str(), state_->peer_rank);
-    return mapping;
+  // whole extent it announced must lie inside one shared mapping of ours.
+  // Where it does not, UCX's own shared-memory put would copy to the same
+  // place unchecked: the region is refused rather than posted.
+  if (!InsideOwnSharedMapping(mapped, region.length)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        region.DebugString(), " of rank ", state_->peer_rank,
+        " does not lie inside the shared memory this process mapped for it: a "
+        "forged or corrupted descriptor (or a region of another run)"));
   }
   mapping.mapped = true;
   mapping.delta = reinterpret_cast<uintptr_t>(mapped) - region.address;
@@ -462,7 +473,7 @@ void UcxEndpoint::UseFlagInbox(const FlagInboxAddress& inbox) {
   void* mapped = nullptr;
   status = ucp_rkey_ptr(rkey, inbox.address, &mapped);
   if (status != UCS_OK || reinterpret_cast<uintptr_t>(mapped) % 64 != 0 ||
-      !InsideOwnMapping(mapped, layout->TotalBytes())) {
+      !InsideOwnSharedMapping(mapped, layout->TotalBytes())) {
     ucp_rkey_destroy(rkey);
     return am(absl::StrCat("its inbox does not map here: ",
                            status == UCS_OK ? "misaligned or past the segment"
@@ -486,8 +497,8 @@ absl::Status UcxEndpoint::PostRead(const LocalSlice& dst,
 
 absl::Status UcxEndpoint::PostFlush(Completion done) {
   RETURN_IF_ERROR(CheckPostable());
-  if (state_->lane.has_value() && !state_->wrote_through_ucx &&
-      state_->in_flight.empty() && state_->sequence.empty()) {
+  if (state_->copies && !state_->wrote_through_ucx && state_->in_flight.empty() &&
+      state_->sequence.empty()) {
     // Every write to this peer was a copy, done when it was posted, and
     // every read UCX took has finished: there is nothing to flush.
     CompleteNow(std::move(done));
@@ -550,6 +561,8 @@ void UcxOps::DestroyRemoteKeys(UcxEndpointState& state) {
   state.mappings.clear();
   state.last_rkey = nullptr;
   state.last_key.clear();
+  state.last_address = 0;
+  state.last_length = 0;
   state.last_mapping = {};
 }
 

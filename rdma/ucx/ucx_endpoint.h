@@ -55,9 +55,11 @@ class UcxEndpoint final : public Endpoint {
   absl::StatusOr<ucp_rkey_h> RemoteKey(const RemoteRegion& region);
   // A freshly unpacked key of `region` (the caller owns it).
   absl::StatusOr<ucp_rkey_h> UnpackKey(const RemoteRegion& region);
-  // Where `region` (under `rkey`) lies here, when it maps and its extent
-  // lies inside what UCX attached.
-  UcxEndpointState::Mapping MapRegion(ucp_rkey_h rkey, const RemoteRegion& region);
+  // Where `region` (under `rkey`) lies here: mapped when UCX maps its key;
+  // kInvalidArgument when it maps but its extent does not lie inside one
+  // shared mapping of ours.
+  absl::StatusOr<UcxEndpointState::Mapping> MapRegion(ucp_rkey_h rkey,
+                                                      const RemoteRegion& region);
   // Claims our lane in the peer's inbox; with none free, notifications go
   // by active message from now on.
   void ClaimLane();

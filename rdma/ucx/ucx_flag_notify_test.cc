@@ -211,6 +211,41 @@ TEST(UcxFlagNotifyTest, AForgedConsumedCountFailsTheWritersEndpoint) {
   }
 }
 
+// A descriptor that keeps a genuine key but announces another extent (a
+// length past the segment, an address far from it) is refused by name, on
+// its first use and after the genuine one was used (the cached region must
+// not stand for it), and nothing is copied or posted.
+TEST(UcxFlagNotifyTest, AForgedExtentUnderAGenuineKeyIsRefused) {
+  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+  ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(64));
+  const RemoteRegion genuine = target.descriptor();
+  RemoteRegion longer = genuine;
+  longer.length = uint64_t{1} << 40;
+  RemoteRegion elsewhere = genuine;
+  elsewhere.address += uint64_t{1} << 40;
+  int completed = 0;
+  auto write = [&](const RemoteRegion& region) {
+    return ab->PostWrite({&local, 0, 8}, {&region, 0, 8}, std::nullopt,
+                         [&](absl::Status s) {
+                           EXPECT_OK(s);
+                           ++completed;
+                         });
+  };
+  for (const RemoteRegion* forged : {&longer, &elsewhere}) {
+    ASSERT_OK(write(genuine));
+    EXPECT_THAT(write(*forged), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("rank 1")));
+    EXPECT_THAT(ab->PostRead({&local, 0, 8}, {forged, 0, 8}, [](absl::Status) {}),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(ab->Prepare(*forged), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+  ASSERT_OK(a->Progress().status());
+  EXPECT_EQ(completed, 2);  // the two genuine writes, nothing else
+}
+
 // After Close(), the keys (the inbox's among them) are gone: preparing a
 // region or posting is an error, never a use of what was released.
 TEST(UcxFlagNotifyTest, AClosedEndpointPreparesAndPostsNothing) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -117,20 +118,20 @@ struct UcxEndpointState {
   // A same-host peer over shared memory (watched, shared memory in `tls`):
   // its regions that map here are copied to and from instead of posted.
   bool copies = false;
-  // Where each region of the peer lies here (ucp_rkey_ptr, by packed key):
-  // its address plus `delta`, checked once against our mappings for the
-  // extent first seen under that key (process_maps.h); another extent
-  // under the same key goes through UCX.
+  // Where each region of the peer lies here (ucp_rkey_ptr): its address
+  // plus `delta`, by packed key and extent, each extent checked once
+  // against our shared mappings (process_maps.h).
   struct Mapping {
     bool mapped = false;
     uintptr_t delta = 0;
-    uint64_t address = 0;
-    uint64_t length = 0;
   };
-  absl::flat_hash_map<std::string, Mapping> mappings;
-  // The key used last, which most posts use again (an equality test costs
-  // less than the map's hash of the packed key), and its mapping.
+  using Extent = std::tuple<std::string, uint64_t, uint64_t>;  // key, address, length
+  absl::flat_hash_map<Extent, Mapping> mappings;
+  // The region used last, which most posts use again (an equality test
+  // costs less than the maps' hashes of the packed key), and its mapping.
   std::string last_key;
+  uint64_t last_address = 0;
+  uint64_t last_length = 0;
   ucp_rkey_h last_rkey = nullptr;
   Mapping last_mapping;
   // A write to this peer went through UCX (a region that does not map):

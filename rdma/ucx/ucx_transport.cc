@@ -287,7 +287,12 @@ UcxTransport::~UcxTransport() {
                  "transport's UCX worker undestroyed, since UCX 1.13 aborts "
                  "when it discards an endpoint set-up in flight\n",
                  options_.rank, absl::FormatDuration(kTeardownTimeout).c_str());
-    for (UcxWorkerState::Closing& closing : shared_->closing) UcxOps::AbandonInFlight(*closing.state);
+    for (UcxWorkerState::Closing& closing : shared_->closing) {
+      UcxOps::AbandonInFlight(*closing.state);
+      // What waited behind those (queued notifications and flushes) ends
+      // too: each completion fires exactly once.
+      UcxOps::PumpSequence(*closing.state);
+    }
     shared_->completions.FireAll();
     // Deliberately leaked: ucp_cleanup must not run while the worker exists.
     new std::shared_ptr<UcxContext>(context_);
@@ -297,6 +302,7 @@ UcxTransport::~UcxTransport() {
   // which purges what UCX still holds, frees them.
   for (UcxWorkerState::Closing& closing : shared_->closing) {
     UcxOps::AbandonInFlight(*closing.state);
+    UcxOps::PumpSequence(*closing.state);
     ucp_request_free(closing.request);
     UcxOps::DestroyRemoteKeys(*closing.state);
   }
