@@ -108,9 +108,18 @@ void ExpectNotificationsInOrderAfterTheirData(UcxTransport& a, UcxTransport& b, 
   ExpectNotificationsInOrderAfterTheirData(a, b, ab, target, target.data());
 }
 
-TEST(UcxFlagNotifyTest, ASameHostPeerOverSharedMemoryGetsFlags) {
-  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
-  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+// Two transports over shared memory, rank 0 (the writer) and rank 1.
+class UcxFlagNotifyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(a, Make(0, "shm"));
+    ASSERT_OK_AND_ASSIGN(b, Make(1, "shm"));
+  }
+  std::unique_ptr<UcxTransport> a;
+  std::unique_ptr<UcxTransport> b;
+};
+
+TEST_F(UcxFlagNotifyTest, ASameHostPeerOverSharedMemoryGetsFlags) {
   ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
   EXPECT_THAT(ab->Describe(), StartsWith("notify flag (an inbox of 64 lanes;"));
   ExpectNotificationsInOrderAfterTheirData(*a, *b, *ab);
@@ -120,9 +129,7 @@ TEST(UcxFlagNotifyTest, ASameHostPeerOverSharedMemoryGetsFlags) {
 
 // A region b registered (its own heap memory) does not map: the data goes
 // by UCX put, and the record follows the put's flush.
-TEST(UcxFlagNotifyTest, DataThroughUcxIsFlushedBeforeItsRecord) {
-  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
-  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+TEST_F(UcxFlagNotifyTest, DataThroughUcxIsFlushedBeforeItsRecord) {
   ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
   std::vector<std::byte> heap(8 * kWrites);
   ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Register(absl::MakeSpan(heap)));
@@ -132,9 +139,7 @@ TEST(UcxFlagNotifyTest, DataThroughUcxIsFlushedBeforeItsRecord) {
 
 // Once a plain write went through UCX, later notified writes into mapped
 // memory take the flushed path too: each still arrives after its data.
-TEST(UcxFlagNotifyTest, AfterAWriteThroughUcxNotifiedCopiesWaitForTheFlush) {
-  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
-  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+TEST_F(UcxFlagNotifyTest, AfterAWriteThroughUcxNotifiedCopiesWaitForTheFlush) {
   ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
   std::vector<std::byte> heap(4096, std::byte{0});
   ASSERT_OK_AND_ASSIGN(MemoryRegion registered, b->Register(absl::MakeSpan(heap)));
@@ -152,7 +157,7 @@ TEST(UcxFlagNotifyTest, AfterAWriteThroughUcxNotifiedCopiesWaitForTheFlush) {
   EXPECT_EQ(heap[4095], std::byte{0x5a});
 }
 
-TEST(UcxFlagNotifyTest, ActiveMessagesWhereFlagsAreOffOrCannotBeMapped) {
+TEST(UcxNotifyPathTest, ActiveMessagesWhereFlagsAreOffOrCannotBeMapped) {
   struct Case {
     const char* tls;
     bool a_flags, b_flags;
@@ -170,9 +175,7 @@ TEST(UcxFlagNotifyTest, ActiveMessagesWhereFlagsAreOffOrCannotBeMapped) {
   }
 }
 
-TEST(UcxFlagNotifyTest, AWriterFindingEveryLaneTakenFallsBackToActiveMessages) {
-  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
-  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+TEST_F(UcxFlagNotifyTest, AWriterFindingEveryLaneTakenFallsBackToActiveMessages) {
   std::byte* inbox = InboxOf(*b);
   ASSERT_NE(inbox, nullptr);
   StoreSharedWord(inbox, FlagInboxLayout::kDefaultLanes);  // as 64 peers would
@@ -181,9 +184,7 @@ TEST(UcxFlagNotifyTest, AWriterFindingEveryLaneTakenFallsBackToActiveMessages) {
   EXPECT_THAT(ab->Describe(), StartsWith("notify am (all 64 lanes of its inbox are taken)"));
 }
 
-TEST(UcxFlagNotifyTest, AForgedConsumedCountFailsTheWritersEndpoint) {
-  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
-  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+TEST_F(UcxFlagNotifyTest, AForgedConsumedCountFailsTheWritersEndpoint) {
   ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
   ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(64));
   ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(64));
@@ -215,9 +216,7 @@ TEST(UcxFlagNotifyTest, AForgedConsumedCountFailsTheWritersEndpoint) {
 // length past the segment, an address far from it) is refused by name, on
 // its first use and after the genuine one was used (the cached region must
 // not stand for it), and nothing is copied or posted.
-TEST(UcxFlagNotifyTest, AForgedExtentUnderAGenuineKeyIsRefused) {
-  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
-  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+TEST_F(UcxFlagNotifyTest, AForgedExtentUnderAGenuineKeyIsRefused) {
   ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
   ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(64));
   ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(64));
@@ -248,9 +247,7 @@ TEST(UcxFlagNotifyTest, AForgedExtentUnderAGenuineKeyIsRefused) {
 
 // After Close(), the keys (the inbox's among them) are gone: preparing a
 // region or posting is an error, never a use of what was released.
-TEST(UcxFlagNotifyTest, AClosedEndpointPreparesAndPostsNothing) {
-  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm"));
-  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+TEST_F(UcxFlagNotifyTest, AClosedEndpointPreparesAndPostsNothing) {
   ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
   ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(64));
   ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(64));
@@ -265,8 +262,7 @@ TEST(UcxFlagNotifyTest, AClosedEndpointPreparesAndPostsNothing) {
   ASSERT_OK(a->Progress().status());
 }
 
-TEST(UcxFlagNotifyTest, ALaneWhoseOwnerNamesNoRankIsRefusedAndCounted) {
-  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+TEST_F(UcxFlagNotifyTest, ALaneWhoseOwnerNamesNoRankIsRefusedAndCounted) {
   std::byte* inbox = InboxOf(*b);
   ASSERT_NE(inbox, nullptr);
   const FlagInboxLayout layout;
