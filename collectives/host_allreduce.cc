@@ -12,10 +12,12 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/call_word.h"
 #include "collectives/members.h"
+#include "collectives/peer_process.h"
 #include "common/annotate.h"
 #include "common/shared_word.h"
 #include "common/status_macros.h"
@@ -67,13 +69,19 @@ struct HostAllReduce::Peer {
   // segments in all earlier calls, which every member knows.
   uint64_t reduced_base = 0;
   size_t offset = 0;  // where its range of the call under way starts (checked)
+  // Its process, when the members agreed on reads of each other's
+  // (external()), and its range's address there in the call under way
+  // (0: in its region, at `offset`).
+  std::optional<PeerProcess> process;
+  uint64_t external = 0;
 };
 
 std::string HostAllReduce::LayoutText(const HostAllReduceOptions& o, size_t capacity,
                                       const std::vector<int>& members) {
   return absl::StrCat("one_shot_max=", o.one_shot_max_bytes, " chunk=", o.chunk_bytes,
                       " capacity=", capacity, " members=", absl::StrJoin(members, ","),
-                      " memory=", o.mover != nullptr ? o.mover->kind() : "host");
+                      " memory=", o.mover != nullptr ? o.mover->kind() : "host",
+                      " external=", o.external_reads ? "on" : "off");
 }
 
 absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
@@ -237,6 +245,7 @@ absl::Status HostAllReduce::Connect() {
         "); use the ring (RingAllReduce)"));
   }
   block_ = control_->data();
+  RETURN_IF_ERROR(AgreeOnExternal(scope));
   // A failed probe, or a sever by any protocol on the links (which unmaps
   // the peer's memory): the collective fails, and the peer's mappings are
   // never touched again (every wait checks failure_ before it reads them;
@@ -257,6 +266,75 @@ absl::Status HostAllReduce::Connect() {
     peer_ranks_.push_back(peer.rank);
   }
   return absl::OkStatus();
+}
+
+absl::Status HostAllReduce::AgreeOnExternal(const std::string& scope) {
+  // Only on host memory (a device mover's ranges are device pointers), and
+  // the same on every member (the layouts say), so the rounds below match.
+  if (!options_.external_reads || mover_ != &host_mover_) {
+    external_refusal_ = options_.external_reads ? "the data region is device memory"
+                                                : "off in the options";
+    return absl::OkStatus();
+  }
+  const int rank = transport_.rank();
+  rdma::Store& store = links_.store();
+  RETURN_IF_ERROR(store.Set(links_.StoreKey(scope, rank, "process"),
+                             FormatProcessToken(OwnProcessToken())));
+  std::string refusal;
+  for (int p = 0; p < size(); ++p) {
+    if (p == position_) continue;
+    Peer& peer = peers_[p];
+    ASSIGN_OR_RETURN(const std::string text,
+                     store.Get(links_.StoreKey(scope, peer.rank, "process"), options_.timeout));
+    absl::StatusOr<ProcessToken> token = ParseProcessToken(text);
+    absl::StatusOr<PeerProcess> process =
+        token.ok() ? PeerProcess::Open(*token, absl::StrCat("rank ", peer.rank))
+                   : absl::StatusOr<PeerProcess>(token.status());
+    if (!process.ok()) {
+      if (refusal.empty()) {
+        refusal = absl::StrCat("rank ", rank, ": ", process.status().message());
+      }
+      continue;
+    }
+    peer.process = *std::move(process);
+  }
+  RETURN_IF_ERROR(store.Set(links_.StoreKey(scope, rank, "external"),
+                             refusal.empty() ? std::string("ok") : refusal));
+  for (int p = 0; p < size(); ++p) {
+    if (p == position_) continue;
+    ASSIGN_OR_RETURN(std::string answer,
+                     store.Get(links_.StoreKey(scope, members_[p], "external"),
+                               options_.timeout));
+    if (answer != "ok" && refusal.empty()) refusal = std::move(answer);
+  }
+  external_ok_ = refusal.empty();
+  external_refusal_ = std::move(refusal);
+  if (!external_ok_) {
+    for (Peer& peer : peers_) peer.process.reset();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const std::byte*> HostAllReduce::PeerBytes(const Peer& peer, size_t at,
+                                                          size_t bytes, size_t slot) {
+  if (peer.external == 0) return peer.data + peer.offset + at;
+  if (slot_bytes_ < bytes) {
+    slot_bytes_ = std::max({bytes, options_.chunk_bytes, options_.one_shot_max_bytes});
+    process_scratch_.assign(slot_bytes_ * static_cast<size_t>(size() - 1), std::byte{0});
+  }
+  std::byte* into = process_scratch_.data() + slot * slot_bytes_;
+  RETURN_IF_ERROR(CopyFromPeer(peer, at, bytes, into));
+  return into;
+}
+
+absl::Status HostAllReduce::CopyFromPeer(const Peer& peer, size_t at, size_t bytes,
+                                         std::byte* dst) {
+  if (peer.external == 0) return mover_->Copy(dst, peer.data + peer.offset + at, bytes);
+  // Enter() accepted the address only with a process to read it from, and
+  // checked that the call's range does not wrap.
+  ++stats_.process_reads;
+  stats_.process_bytes_read += static_cast<int64_t>(bytes);
+  return peer.process->Read(peer.external + at, bytes, dst);
 }
 
 template <typename Ready>
@@ -392,6 +470,32 @@ absl::Status HostAllReduce::AllReduce(size_t offset, size_t count, DataType type
   return status;
 }
 
+absl::Status HostAllReduce::AllReduceExternal(std::byte* buffer, size_t count,
+                                              DataType type, ReduceOp op, uint8_t variant) {
+  absl::Status bad = mover_->Supports(type, op);
+  if (!external_ok_) {
+    bad = absl::FailedPreconditionError(absl::StrCat(
+        Where(), ": a range outside the data region needs reads of the peers' process "
+        "memory, which the members did not agree on (", external_refusal_, ")"));
+  } else if (buffer == nullptr && count > 0) {
+    bad = absl::InvalidArgumentError(absl::StrCat(Where(), ": a null buffer of ", count,
+                                                  " elements"));
+  }
+  ++stats_.external_calls;
+  // Run() checks the count against the address space instead of the region.
+  static std::byte empty;
+  external_ = buffer != nullptr ? buffer : &empty;
+  const absl::Cleanup done = [this] { external_ = nullptr; };
+  const uint64_t type_op = call_word::Pack(layout::kAllReduceCall, -1, type, op, variant);
+  return Run(
+      0, count, ElementSize(type), DataTypeName(type), type_op, /*root=*/-1,
+      [&](uint64_t call, size_t bytes) {
+        return OneShot(bytes) ? OneShotCall(call, 0, bytes, count, type, op, -1, nullptr)
+                              : ScatterGatherCall(call, 0, count, type, op, -1, nullptr);
+      },
+      bad);
+}
+
 absl::Status HostAllReduce::Reduce(size_t offset, size_t count, DataType type, ReduceOp op,
                                    int root, uint8_t variant) {
   return Run(offset, count, ElementSize(type), DataTypeName(type),
@@ -410,8 +514,7 @@ absl::Status HostAllReduce::Broadcast(size_t offset, size_t bytes, int root) {
              [&](uint64_t call, size_t) {
                if (position_ != root) {
                  const Peer& from = peers_[root];
-                 RETURN_IF_ERROR(
-                     mover_->Copy(data_.data() + offset, from.data + from.offset, bytes));
+                 RETURN_IF_ERROR(CopyFromPeer(from, 0, bytes, data_.data() + offset));
                  RETURN_IF_ERROR(mover_->Fence(Deadline(), "the broadcast's copy"));
                  ++stats_.reads;
                  stats_.bytes_read += static_cast<int64_t>(bytes);
@@ -437,8 +540,12 @@ absl::Status HostAllReduce::Run(size_t offset, size_t count, size_t element,
   if (element == 0 || offset % element != 0) {
     bad_range = absl::InvalidArgumentError(absl::StrCat(
         Where(), ": offset ", offset, " is not aligned to ", unit, " elements"));
-  } else if (offset > data_.size() || count > (data_.size() - offset) / element) {
-    bad_range = absl::OutOfRangeError(absl::StrCat(
+  } else if (external_ != nullptr ? count > SIZE_MAX / element
+                                   : offset > data_.size() ||
+                                         count > (data_.size() - offset) / element) {
+    bad_range = external_ != nullptr ? absl::OutOfRangeError(absl::StrCat(
+        Where(), ": ", count, " ", unit, " elements do not fit in an address space")) :
+        absl::OutOfRangeError(absl::StrCat(
         Where(), ": ", count, " ", unit, " elements at offset ", offset,
         " exceed its data region of ", data_.size(), " bytes"));
   } else if ((((type_op >> 24) & 0xff) == layout::kAllReduceCall ? root != -1 : root < 0) ||
@@ -495,6 +602,8 @@ absl::Status HostAllReduce::CheckNotAborted(const Peer& peer, uint64_t done) con
 absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, size_t element,
                                   uint64_t type_op, bool poisoned, bool& differs) {
   if (poisoned) type_op = layout::kPoisonedCall;
+  Store(block_ + layout::kExternal,
+        external_ != nullptr && !poisoned ? reinterpret_cast<uintptr_t>(external_) : 0);
   Store(block_ + layout::kOffset, offset);
   Store(block_ + layout::kCount, count);
   Store(block_ + layout::kTypeOp, type_op);
@@ -521,9 +630,10 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, si
   for (int p = 0; p < size(); ++p) {
     if (p == position_) continue;
     Peer& peer = peers_[p];
-    const uint64_t theirs[3] = {Load(peer.control + layout::kOffset),
+    const uint64_t theirs[4] = {Load(peer.control + layout::kOffset),
                                 Load(peer.control + layout::kCount),
-                                Load(peer.control + layout::kTypeOp)};
+                                Load(peer.control + layout::kTypeOp),
+                                Load(peer.control + layout::kExternal)};
     if (theirs[1] != count || theirs[2] != type_op) {
       differs = true;
       return absl::InvalidArgumentError(absl::StrCat(
@@ -532,6 +642,21 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, si
           " called ", call_word::Describe(offset, count, type_op),
           "; every member must make the same all-reduces (and reduces and broadcasts: "
           "count, type, operator, root) in the same order"));
+    }
+    peer.external = theirs[3];
+    if (peer.external != 0) {
+      // Its range lies in its process: readable only where the members
+      // agreed on it, and never wrapping the address space.
+      if (!peer.process.has_value() || peer.external > UINT64_MAX - bytes) {
+        return absl::DataLossError(absl::StrCat(
+            "rank ", peer.rank, " published address 0x", absl::Hex(peer.external), " for ",
+            bytes, " bytes of its process memory in call ", call, ", ",
+            peer.process.has_value() ? "which wraps the address space"
+                                     : "but the members did not agree on such reads",
+            ": a forged or corrupted word"));
+      }
+      peer.offset = 0;
+      continue;
     }
     if (theirs[0] % element != 0 || theirs[0] > data_.size() ||
         bytes > data_.size() - theirs[0]) {
@@ -554,7 +679,13 @@ absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t byt
   if (root >= 0 && root != position_) return Leave(call);
   std::vector<const std::byte*> sources;
   for (int p = 0; p < size(); ++p) {
-    sources.push_back(p == position_ ? data_.data() + offset : peers_[p].data + peers_[p].offset);
+    if (p == position_) {
+      sources.push_back(Own(offset));
+      continue;
+    }
+    const size_t slot = static_cast<size_t>(p < position_ ? p : p - 1);
+    ASSIGN_OR_RETURN(const std::byte* theirs, PeerBytes(peers_[p], 0, bytes, slot));
+    sources.push_back(theirs);
   }
   RETURN_IF_ERROR(mover_->Reduce(type, op, scratch_, sources, count));
   // Our reads of the peers' buffers have landed before we say done.
@@ -563,8 +694,7 @@ absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t byt
   stats_.bytes_read += static_cast<int64_t>(bytes) * (size() - 1);
   ++stats_.one_shot_calls;
   RETURN_IF_ERROR(Leave(call));
-  RETURN_IF_ERROR(mover_->Copy(result != nullptr ? result : data_.data() + offset, scratch_,
-                               bytes));
+  RETURN_IF_ERROR(mover_->Copy(result != nullptr ? result : Own(offset), scratch_, bytes));
   return mover_->Fence(Deadline(), "the copy of the one-shot result");
 }
 
@@ -575,7 +705,7 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
   const size_t n = static_cast<size_t>(size());
   const size_t chunk = options_.chunk_bytes / element;  // elements, >= 8
   auto chunks_of = [&](size_t length) { return (length + chunk - 1) / chunk; };
-  std::byte* ours = data_.data() + offset;
+  std::byte* ours = Own(offset);
   // Where the result goes: our range, or the caller's buffer (then only
   // our own segment, which the peers copy from our range, is written in
   // both).
@@ -609,7 +739,10 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
     std::vector<const std::byte*> sources = {ours + first * element};
     for (int p = 0; p < size(); ++p) {
       if (p == position_) continue;
-      sources.push_back(peers_[p].data + peers_[p].offset + first * element);
+      const size_t slot = static_cast<size_t>(p < position_ ? p : p - 1);
+      ASSIGN_OR_RETURN(const std::byte* theirs,
+                       PeerBytes(peers_[p], first * element, length * element, slot));
+      sources.push_back(theirs);
       ++stats_.reads;
       stats_.bytes_read += static_cast<int64_t>(length * element);
     }
@@ -673,9 +806,8 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
       for (; copied[p] < ready; ++copied[p], --left) {
         const size_t first = theirs.begin + copied[p] * chunk;
         const size_t length = std::min(chunk, theirs.begin + theirs.length - first);
-        RETURN_IF_ERROR(mover_->Copy(out + first * element,
-                                     peer.data + peer.offset + first * element,
-                                     length * element));
+        RETURN_IF_ERROR(
+            CopyFromPeer(peer, first * element, length * element, out + first * element));
         ++stats_.reads;
         stats_.bytes_read += static_cast<int64_t>(length * element);
         moved = true;

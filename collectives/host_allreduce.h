@@ -15,6 +15,14 @@
 //     straight out of its buffer as they become final. Every byte is read
 //     once from each peer and written once: no staging copy.
 //
+// A member's range may also lie outside the data region, in its own
+// ordinary memory (AllReduceExternal: a tensor the caller allocated
+// itself): the peers then read it with process_vm_readv (Linux cross-
+// memory attach, collectives/peer_process.h), one copy straight out of
+// the owner's pages, where staging it would cost a copy into the region
+// first. Create() probes every peer's process and the members agree
+// through the store, as on mapping; external() says whether they did.
+//
 // Each member's control block (one cache line per word, written only by
 // its owner, read by the peers through the mapping): `entered` (the call
 // number, after the call's arguments), `reduced` (chunks of its segments
@@ -70,6 +78,9 @@ constexpr size_t kEntered = 0;  // the call under way, after its arguments:
 constexpr size_t kOffset = 8;
 constexpr size_t kCount = 16;
 constexpr size_t kTypeOp = 24;  // the call's kind and arguments, packed:
+// Its range's address in its owner's process (AllReduceExternal), read
+// with process_vm_readv; 0: in the data region, at kOffset.
+constexpr size_t kExternal = 32;
 // collectives/call_word.h, of one of these kinds:
 constexpr uint64_t kAllReduceCall = call_word::kAllReduce;
 constexpr uint64_t kReduceCall = call_word::kReduce;
@@ -109,6 +120,10 @@ struct HostAllReduceOptions {
   // a DeviceDataMover when the data region is device memory. Must outlive
   // this object; every member uses the same kind (the layout says which).
   DataMover* mover = nullptr;
+  // Whether members may call AllReduceExternal: probed at Create() (host
+  // memory only) and agreed by every member; every member must set the
+  // same (the layout says).
+  bool external_reads = true;
 };
 
 struct HostAllReduceStats {
@@ -116,6 +131,10 @@ struct HostAllReduceStats {
   int64_t one_shot_calls = 0;
   int64_t reads = 0;       // ranges read from a peer's buffer
   int64_t bytes_read = 0;  // from the peers' buffers
+  // Of those, read out of a peer's process (its range outside its region).
+  int64_t process_reads = 0;
+  int64_t process_bytes_read = 0;
+  int64_t external_calls = 0;  // our AllReduceExternal calls
 };
 
 // Thread-compatible: one thread, the loop's.
@@ -154,6 +173,11 @@ class HostAllReduce {
   bool quiesced() const { return quiesced_ || !published_; }
   // Whether a call of `bytes` takes the one-shot path.
   bool OneShot(size_t bytes) const;
+  // Whether every member can read every other's process memory, so
+  // AllReduceExternal runs; else why not ("off in the options", the
+  // kernel's refusal for one peer, ...).
+  bool external() const { return external_ok_; }
+  const std::string& external_refusal() const { return external_refusal_; }
 
   // Reduces [offset, offset + count * ElementSize(type)) of the data region
   // across the members, in place; every member calls it with the same
@@ -179,6 +203,17 @@ class HostAllReduce {
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0,
                          std::byte* result = nullptr);
+
+  // AllReduce()'s contract, in place on `buffer` (count elements in this
+  // process's ordinary memory, outside any region: e.g. a tensor the caller
+  // allocated itself) instead of a range of the data region. The peers read
+  // it with process_vm_readv; it pairs with a peer's AllReduce() of a range
+  // of its region as with its AllReduceExternal(). Needs external(): else
+  // kFailedPrecondition, and the other members get kInvalidArgument for the
+  // call, as for a bad range. A peer's address that is not mapped in its
+  // process is kDataLoss; a peer whose process is gone, kUnavailable.
+  absl::Status AllReduceExternal(std::byte* buffer, size_t count, DataType type,
+                                 ReduceOp op = ReduceOp::kSum, uint8_t variant = 0);
 
   // AllReduce()'s contract, but only the member at position `root` gets the
   // result (in place); the others' ranges are left as they were (one-shot)
@@ -237,6 +272,21 @@ class HostAllReduce {
                            std::byte* result);
   absl::Status ScatterGatherCall(uint64_t call, size_t offset, size_t count,
                                  DataType type, ReduceOp op, int root, std::byte* result);
+  // Probes every peer's process and agrees with the members on
+  // external() (after the mapping's agreement).
+  absl::Status AgreeOnExternal(const std::string& scope);
+  // This member's range of the call under way: the external buffer, or
+  // the region's range at `offset`.
+  std::byte* Own(size_t offset) const {
+    return external_ != nullptr ? external_ : data_.data() + offset;
+  }
+  // Bytes [at, at + bytes) of `peer`'s range in the call under way, for a
+  // reduction: where they lie in its mapped region, or read out of its
+  // process into `slot` (of the peers' read buffers, one per peer).
+  absl::StatusOr<const std::byte*> PeerBytes(const Peer& peer, size_t at, size_t bytes,
+                                             size_t slot);
+  // Copies them into `dst` (ours), straight out of the mapping or process.
+  absl::Status CopyFromPeer(const Peer& peer, size_t at, size_t bytes, std::byte* dst);
   // When a wait for our own data mover's work gives up.
   absl::Time Deadline() const;
   // Publishes `done` and waits for every peer's.
@@ -270,6 +320,13 @@ class HostAllReduce {
   std::byte* scratch_ = nullptr;  // the one-shot result (mover_'s)
   std::vector<int64_t> watches_;  // subscriptions to the peers' watches
   std::vector<int> peer_ranks_;  // probed while a call waits
+  // AllReduceExternal: its buffer while the call is under way, else null.
+  std::byte* external_ = nullptr;
+  bool external_ok_ = false;
+  std::string external_refusal_ = "not probed";
+  // The peers' bytes read out of their processes: one slot per peer.
+  std::vector<std::byte> process_scratch_;
+  size_t slot_bytes_ = 0;
   uint64_t calls_ = 0;
   uint64_t reduced_ = 0;  // our `reduced` counter
   absl::Duration spin_for_;

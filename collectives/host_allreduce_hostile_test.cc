@@ -6,7 +6,9 @@
 // the future, other call arguments (also an out-of-range type/op word and
 // a broadcast root no member holds), an offset outside its region, a
 // reduced-chunks counter beyond its segment, a done flag ahead of the call,
-// the mark of a member that gave up in the call.
+// the mark of a member that gave up in the call; an address of its process
+// memory that is not mapped there, wraps the address space, or comes
+// though it refused such reads at set-up.
 // Each fails rank 0's call with an error naming rank 1 before the value
 // moves anything; the collective is then unusable.
 #include <cstring>
@@ -17,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/host_allreduce.h"
+#include "collectives/peer_process.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -61,7 +64,8 @@ struct Outcome {
 // block.
 Outcome ForgeThenCall(const std::string& name, size_t count,
                       const std::function<void(std::byte* block)>& forge,
-                      std::function<absl::Status(HostAllReduce&)> call = nullptr) {
+                      std::function<absl::Status(HostAllReduce&)> call = nullptr,
+                      const std::string& external_answer = "ok") {
   if (call == nullptr) {
     call = [count](HostAllReduce& host) { return host.AllReduce(0, count, DataType::kFloat32); };
   }
@@ -91,6 +95,10 @@ Outcome ForgeThenCall(const std::string& name, size_t count,
         RETURN_IF_ERROR(rdma::PublishRegion(store, kNs, key + "control", control.descriptor()));
         RETURN_IF_ERROR(rdma::PublishAddress(store, kNs, transport));
         RETURN_IF_ERROR(store.Set(absl::StrCat(kNs, "/", key, "mapped"), "ok"));
+        // Rank 0 reads "our" process (its own: threads of one process).
+        RETURN_IF_ERROR(store.Set(absl::StrCat(kNs, "/", key, "process"),
+                                  FormatProcessToken(OwnProcessToken())));
+        RETURN_IF_ERROR(store.Set(absl::StrCat(kNs, "/", key, "external"), external_answer));
         forge(control.data());
         RETURN_IF_ERROR(store.Set(forged, "1"));
         return store.Wait({judged}, absl::Seconds(30));
@@ -211,6 +219,41 @@ TEST(HostAllReduceHostileTest, APeerThatGaveUpIsNotTrusted) {
     SetWord(block, layout::kDone, 1 | layout::kAborted);
   });
   ExpectRefused(outcome, absl::StatusCode::kAborted, "rank 1 gave up during its call 1");
+}
+
+// Rank 1 says its range lies in its process memory, at an address that is
+// not mapped there (page zero) or whose range wraps the address space.
+TEST(HostAllReduceHostileTest, AForgedAddressOfProcessMemoryIsDataLoss) {
+  Outcome unmapped = ForgeThenCall("unmapped", 100, [](std::byte* block) {
+    SetWord(block, layout::kExternal, 64);
+    Entered(block, 100);
+  });
+  ExpectRefused(unmapped, absl::StatusCode::kDataLoss, "of rank 1's memory");
+  Outcome wraps = ForgeThenCall("wraps", 100, [](std::byte* block) {
+    SetWord(block, layout::kExternal, ~uint64_t{0} - 100);
+    Entered(block, 100);
+  });
+  ExpectRefused(wraps, absl::StatusCode::kDataLoss, "which wraps the address space");
+  // The same on the scatter-gather path (1 KiB chunks).
+  Outcome chunked = ForgeThenCall("unmapped_sg", 4096, [](std::byte* block) {
+    SetWord(block, layout::kExternal, 64);
+    Entered(block, 4096);
+  });
+  ExpectRefused(chunked, absl::StatusCode::kDataLoss, "of rank 1's memory");
+}
+
+// Rank 1 refused reads of its process memory at set-up, then publishes an
+// address there anyway.
+TEST(HostAllReduceHostileTest, AnAddressOfProcessMemoryWithoutTheAgreementIsDataLoss) {
+  std::vector<float> honest(100, 1.0f);  // mapped and readable: still refused
+  Outcome outcome = ForgeThenCall(
+      "unagreed", 100,
+      [&](std::byte* block) {
+        SetWord(block, layout::kExternal, reinterpret_cast<uintptr_t>(honest.data()));
+        Entered(block, 100);
+      },
+      nullptr, "rank 1 refuses: a test");
+  ExpectRefused(outcome, absl::StatusCode::kDataLoss, "did not agree on such reads");
 }
 
 }  // namespace

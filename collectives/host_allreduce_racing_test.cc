@@ -10,17 +10,22 @@
 // checked, and only the copy locates rank 1's range: every call ends with
 // the sum of rank 1's range at one honest offset, every element alike, or
 // kDataLoss quoting a forged offset and naming rank 1; never a read past
-// the region (AddressSanitizer) or a sum mixed from two places.
+// the region (AddressSanitizer) or a sum mixed from two places. The same
+// for the address of its range in its process memory (kExternal), read
+// with process_vm_readv.
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/host_allreduce.h"
+#include "collectives/peer_process.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
@@ -66,9 +71,14 @@ struct HandPlayedMember {
   std::optional<rdma::MemoryRegion> data, control;
 };
 
-TEST(HostAllReduceRacingTest, AnOffsetFlippingWithForgedOnesLocatesOneHonestRange) {
-  const uint64_t kForged[] = {2, kCapacity - 396, ~uint64_t{0} - 3};
-  const std::set<uint64_t> forged(std::begin(kForged), std::end(kForged));
+// Races rank 0's calls against a writer that flips rank 1's control word
+// at `word` between `honest(data)` (two values that locate its range of
+// 1.0s and of 2.0s in its data region `data`) and `forged`; `refused(status)`
+// says whether a kDataLoss names a forged value. The tally of the calls.
+RaceTally RaceOn(const std::string& prefix, size_t word,
+                 const std::function<std::vector<uint64_t>(const std::byte* data)>& honest,
+                 const std::vector<uint64_t>& forged,
+                 const std::function<bool(const absl::Status&)>& refused) {
   HandPlayedMember member;
   const std::string ready = absl::StrCat(kNs, "/ready");
   const std::string judged = absl::StrCat(kNs, "/judged");
@@ -100,7 +110,7 @@ TEST(HostAllReduceRacingTest, AnOffsetFlippingWithForgedOnesLocatesOneHonestRang
         absl::Status setup;
         auto fresh = [&]() -> absl::Status {
           host.reset();
-          const std::string name = absl::StrCat("race", creates++);
+          const std::string name = absl::StrCat(prefix, creates++);
           const HostAllReduceOptions options = Options(name, &loop);
           const std::string key = absl::StrCat("host/", name, "/1/");
           RETURN_IF_ERROR(store.Set(absl::StrCat(kNs, "/", key, "layout"),
@@ -110,6 +120,9 @@ TEST(HostAllReduceRacingTest, AnOffsetFlippingWithForgedOnesLocatesOneHonestRang
           RETURN_IF_ERROR(
               rdma::PublishRegion(store, kNs, key + "control", member.control->descriptor()));
           RETURN_IF_ERROR(store.Set(absl::StrCat(kNs, "/", key, "mapped"), "ok"));
+          RETURN_IF_ERROR(store.Set(absl::StrCat(kNs, "/", key, "process"),
+                                    FormatProcessToken(OwnProcessToken())));
+          RETURN_IF_ERROR(store.Set(absl::StrCat(kNs, "/", key, "external"), "ok"));
           for (size_t word : {layout::kEntered, layout::kDone, layout::kReduced}) {
             SetWord(block, word, 0);
           }
@@ -136,9 +149,7 @@ TEST(HostAllReduceRacingTest, AnOffsetFlippingWithForgedOnesLocatesOneHonestRang
           if (!status.ok()) {
             host.reset();  // unusable now
             if (status.code() != absl::StatusCode::kDataLoss) return status;
-            const std::optional<uint64_t> quoted =
-                QuotedAfter(status.message(), "rank 1 published offset ");
-            if (!quoted.has_value() || forged.count(*quoted) == 0) {
+            if (!refused(status)) {
               return absl::InternalError(
                   absl::StrCat("refused quoting a value never forged: ", status.message()));
             }
@@ -160,13 +171,14 @@ TEST(HostAllReduceRacingTest, AnOffsetFlippingWithForgedOnesLocatesOneHonestRang
         RaceOptions options;
         options.min_calls = 200;
         options.min_writer_rounds = 200;
+        const std::vector<uint64_t> honest_values = honest(member.data->data());
+        std::vector<std::vector<std::byte>> values;
+        for (uint64_t value : honest_values) values.push_back(BytesOf(value));
+        for (uint64_t value : forged) values.push_back(BytesOf(value));
         for (int race = 0; race < 50 && (tally.ok < 50 || tally.data_loss < 50); ++race) {
-          SetWord(block, layout::kOffset, 0);
-          auto writer = RacingWriter::Flipping(
-              absl::MakeSpan(block + layout::kOffset, 8), 0,
-              {BytesOf(uint64_t{0}), BytesOf(uint64_t{512}), BytesOf(kForged[0]),
-               BytesOf(kForged[1]), BytesOf(kForged[2])},
-              RacingWriter::Tearing::kWords);
+          SetWord(block, word, honest_values[0]);
+          auto writer = RacingWriter::Flipping(absl::MakeSpan(block + word, 8), 0, values,
+                                               RacingWriter::Tearing::kWords);
           const RaceTally race_tally = RaceParse(*writer, one_call, options);
           tally.calls += race_tally.calls;
           tally.ok += race_tally.ok;
@@ -179,13 +191,46 @@ TEST(HostAllReduceRacingTest, AnOffsetFlippingWithForgedOnesLocatesOneHonestRang
         return store.Set(judged, "1");
       });
   for (const absl::Status& status : results) EXPECT_OK(status);
+  return tally;
+}
+
+void ExpectOneHonestRangeOrRefused(const RaceTally& tally) {
   EXPECT_EQ(tally.other, 0) << tally.first_other;
   EXPECT_EQ(tally.ok + tally.data_loss, tally.calls);
   EXPECT_GT(tally.ok, 0);
   EXPECT_GT(tally.data_loss, 0);
-  RecordProperty("calls", static_cast<int>(tally.calls));
-  RecordProperty("refused", static_cast<int>(tally.data_loss));
-  RecordProperty("collectives", static_cast<int>(creates));
+  ::testing::Test::RecordProperty("calls", static_cast<int>(tally.calls));
+  ::testing::Test::RecordProperty("refused", static_cast<int>(tally.data_loss));
+}
+
+TEST(HostAllReduceRacingTest, AnOffsetFlippingWithForgedOnesLocatesOneHonestRange) {
+  const std::vector<uint64_t> forged = {2, kCapacity - 396, ~uint64_t{0} - 3};
+  ExpectOneHonestRangeOrRefused(RaceOn(
+      "race", layout::kOffset,
+      [](const std::byte*) { return std::vector<uint64_t>{0, 512}; }, forged,
+      [&](const absl::Status& status) {
+        const std::optional<uint64_t> quoted =
+            QuotedAfter(status.message(), "rank 1 published offset ");
+        return quoted.has_value() &&
+               std::find(forged.begin(), forged.end(), *quoted) != forged.end();
+      }));
+}
+
+// The same for the address of a range in rank 1's process memory (read
+// with process_vm_readv): flipping between its two honest ranges, page
+// zero and a range that wraps the address space.
+TEST(HostAllReduceRacingTest, AProcessAddressFlippingWithForgedOnesLocatesOneHonestRange) {
+  ExpectOneHonestRangeOrRefused(RaceOn(
+      "race_external", layout::kExternal,
+      [](const std::byte* data) {
+        const auto at = reinterpret_cast<uintptr_t>(data);
+        return std::vector<uint64_t>{at, at + 512};
+      },
+      {64, ~uint64_t{0} - 3},
+      [](const absl::Status& status) {
+        return absl::StrContains(status.message(), "bytes at 0x40 of rank 1's memory") ||
+               absl::StrContains(status.message(), "which wraps the address space");
+      }));
 }
 
 }  // namespace

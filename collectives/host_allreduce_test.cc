@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -43,15 +44,18 @@ HostAllReduceOptions Options(onesided::ProgressLoop* loop) {
 // every rank's status.
 std::vector<absl::Status> WithHosts(
     int world,
-    const std::function<absl::Status(int rank, HostAllReduce& host, std::byte* data)>& body) {
+    const std::function<absl::Status(int rank, HostAllReduce& host, std::byte* data)>& body,
+    bool external_reads = true) {
   std::vector<int> members;
   for (int r = 0; r < world; ++r) members.push_back(r);
   return RunRankThreads(
       world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         onesided::ProgressLoop loop(transport, {});
         ASSIGN_OR_RETURN(rdma::MemoryRegion data, transport.Allocate(kCapacity));
-        ASSIGN_OR_RETURN(auto host, HostAllReduce::Create(transport, store, "t", members, data,
-                                                          Options(&loop)));
+        HostAllReduceOptions options = Options(&loop);
+        options.external_reads = external_reads;
+        ASSIGN_OR_RETURN(auto host,
+                         HostAllReduce::Create(transport, store, "t", members, data, options));
         absl::Status status = body(rank, *host, data.data());
         absl::Status shutdown = host->Shutdown();
         return status.ok() ? shutdown : status;
@@ -179,6 +183,92 @@ TEST(HostAllReduceTest, ABadRootIsRefusedOnItsMemberAndAnErrorOnEveryOther) {
                                  HasSubstr("root position 2 is not a member's (0..1)")));
   EXPECT_THAT(calls[0], StatusIs(absl::StatusCode::kInvalidArgument,
                                  HasSubstr("rank 1 called something with a bad range or root")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::collectives
+
+namespace rdmaflow::collectives {
+namespace {
+
+// Ranges outside the data region (the caller's own memory) meet ranges in
+// it: even ranks pass a buffer of their own, odd ones their region; every
+// member gets the sum, on both paths, and the peers' buffers were read out
+// of their "process" (threads of one here: the same system calls).
+TEST(HostAllReduceTest, BuffersOutsideTheRegionAreReducedInPlace) {
+  for (int world : {2, 3, 4}) {
+    for (size_t count : {size_t{100}, size_t{40001}}) {  // one-shot, scatter-gather
+      SCOPED_TRACE(absl::StrCat(world, " members, ", count, " floats"));
+      std::vector<absl::Status> statuses =
+          WithHosts(world, [&](int rank, HostAllReduce& host, std::byte* data) -> absl::Status {
+            if (!host.external()) {
+              return absl::InternalError(absl::StrCat("no external reads: ",
+                                                      host.external_refusal()));
+            }
+            std::vector<float> own(count);
+            const bool outside = rank % 2 == 0;
+            float* values = outside ? own.data() : reinterpret_cast<float*>(data);
+            for (int round = 0; round < 2; ++round) {
+              for (size_t i = 0; i < count; ++i) values[i] = Value(rank, i) + round;
+              RETURN_IF_ERROR(
+                  outside ? host.AllReduceExternal(reinterpret_cast<std::byte*>(own.data()),
+                                                   count, DataType::kFloat32)
+                          : host.AllReduce(0, count, DataType::kFloat32));
+              for (size_t i = 0; i < count; ++i) {
+                float sum = 0;
+                for (int r = 0; r < world; ++r) sum += Value(r, i) + round;
+                if (values[i] != sum) {
+                  return absl::InternalError(absl::StrCat("round ", round, ", element ", i,
+                                                          ": ", values[i], ", expected ", sum));
+                }
+              }
+            }
+            // Every peer of ours that passed a buffer was read with the
+            // system call; the others through the mapping.
+            int outside_peers = 0;
+            for (int r = 0; r < world; ++r) outside_peers += r != rank && r % 2 == 0;
+            if ((host.stats().process_reads > 0) != (outside_peers > 0)) {
+              return absl::InternalError(absl::StrCat(host.stats().process_reads,
+                                                      " process reads with ", outside_peers,
+                                                      " peers outside their regions"));
+            }
+            if (host.stats().external_calls != (outside ? 2 : 0)) {
+              return absl::InternalError("external calls miscounted");
+            }
+            return absl::OkStatus();
+          });
+      for (int r = 0; r < world; ++r) EXPECT_OK(statuses[r]) << "rank " << r;
+    }
+  }
+}
+
+// Off in the options: the call is refused on its member, and an error,
+// not a wait, on the others; the collective goes on.
+TEST(HostAllReduceTest, ABufferOutsideTheRegionNeedsTheMembersAgreement) {
+  std::vector<absl::Status> statuses = WithHosts(
+      2,
+      [&](int rank, HostAllReduce& host, std::byte* data) -> absl::Status {
+        if (host.external() || host.external_refusal() != "off in the options") {
+          return absl::InternalError(absl::StrCat("refusal: ", host.external_refusal()));
+        }
+        std::vector<float> own(10, 1.0f);
+        absl::Status status =
+            rank == 0 ? host.AllReduceExternal(reinterpret_cast<std::byte*>(own.data()), 10,
+                                               DataType::kFloat32)
+                      : host.AllReduce(0, 10, DataType::kFloat32);
+        const absl::StatusCode expected = rank == 0 ? absl::StatusCode::kFailedPrecondition
+                                                    : absl::StatusCode::kInvalidArgument;
+        if (status.code() != expected ||
+            (rank == 0 && !absl::StrContains(status.message(), "did not agree"))) {
+          return absl::InternalError(absl::StrCat("got ", status.ToString()));
+        }
+        reinterpret_cast<float*>(data)[0] = 1.0f;
+        RETURN_IF_ERROR(host.AllReduce(0, 1, DataType::kFloat32));
+        if (reinterpret_cast<float*>(data)[0] != 2.0f) return absl::InternalError("no sum");
+        return absl::OkStatus();
+      },
+      /*external_reads=*/false);
+  for (int r = 0; r < 2; ++r) EXPECT_OK(statuses[r]) << "rank " << r;
 }
 
 }  // namespace
