@@ -60,6 +60,7 @@ HostAllReduceOptions HostOptions(const std::string& name, const RingAllReduceOpt
   host.timeout = ring.timeout;
   host.loop = ring.loop;
   host.mover = mover;
+  host.external_reads = options.external_reads && !device;
   return host;
 }
 
@@ -255,10 +256,11 @@ absl::StatusOr<bool> AllReduceGroup::TryHierarchy(onesided::PeerLinks& links,
   // barriers must not meet): its leader's rank.
   std::string answer = "ok";
   if (local.size() > 1) {
-    absl::StatusOr<std::unique_ptr<HostAllReduce>> made = HostAllReduce::Create(
-        links, local, *data_,
-        HostOptions(absl::StrCat(ring.name, "-host", local.front()), ring, options,
-                    mover_.get()));
+    HostAllReduceOptions host = HostOptions(absl::StrCat(ring.name, "-host", local.front()),
+                                            ring, options, mover_.get());
+    host.external_reads = false;  // the hierarchy's calls stay in the region
+    absl::StatusOr<std::unique_ptr<HostAllReduce>> made =
+        HostAllReduce::Create(links, local, *data_, host);
     if (made.ok()) {
       local_ = *std::move(made);
     } else if (absl::IsUnimplemented(made.status())) {
@@ -398,6 +400,24 @@ absl::Status AllReduceGroup::AllReduce(size_t offset, size_t count, DataType typ
     status = CopyResult(result, offset, bytes);
   }
   return status;
+}
+
+std::string AllReduceGroup::external_refusal() const {
+  if (host_ != nullptr) return host_->external_refusal();
+  return hosts_ > 1 ? "the members are on several hosts"
+                    : "the members have no direct access to each other's memory";
+}
+
+absl::Status AllReduceGroup::AllReduceExternal(std::byte* buffer, size_t count, DataType type,
+                                               ReduceOp op, uint8_t variant) {
+  if (host_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "all-reduce on rank ", rank(), ": a buffer outside the data region needs every member "
+        "on one host with direct access (", external_refusal(), ")"));
+  }
+  const size_t element = ElementSize(type);
+  last_ = Choose(count <= SIZE_MAX / element ? count * element : SIZE_MAX);
+  return host_->AllReduceExternal(buffer, count, type, op, variant);
 }
 
 absl::Status AllReduceGroup::CheckRange(size_t offset, size_t count, DataType type,

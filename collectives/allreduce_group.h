@@ -118,6 +118,10 @@ struct AllReduceGroupOptions {
   // chunk: keep it large; on an H200, 2 ranks of 256 MiB, 16 MiB chunks
   // kept 0.60 of the copy bound, 64 MiB 0.73, docs/device.md), in place
   // of one_shot_max_bytes and host_chunk_bytes.
+  // Host memory, every member on one host: whether a member may pass a
+  // buffer of its own ordinary memory (AllReduceExternal), read by the
+  // peers with process_vm_readv; probed and agreed at Create().
+  bool external_reads = true;
   size_t device_one_shot_max_bytes = size_t{256} << 10;
   size_t device_chunk_bytes = size_t{64} << 20;
 };
@@ -163,6 +167,10 @@ class AllReduceGroup {
   // members: written by the rings, read by the host paths).
   RingAllReduceStats stats() const;
   const HostAllReduce* host() const { return host_.get(); }
+  // Whether AllReduceExternal runs (HostAllReduce::external() on the
+  // same-host members), else why not.
+  bool external() const { return host_ != nullptr && host_->external(); }
+  std::string external_refusal() const;
 
   // RingAllReduce::AllReduce's contract (the same count, type, operator
   // and variant on every member, in the same order), whichever algorithm
@@ -189,6 +197,14 @@ class AllReduceGroup {
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0,
                          std::byte* result = nullptr);
+
+  // AllReduce()'s contract in place on `buffer` (count elements of this
+  // process's ordinary memory, not in the region): HostAllReduce::
+  // AllReduceExternal, pairing with the other members' AllReduce() or
+  // AllReduceExternal(). Needs external(): else kFailedPrecondition (and
+  // on the host paths the other members' call fails too).
+  absl::Status AllReduceExternal(std::byte* buffer, size_t count, DataType type,
+                                 ReduceOp op = ReduceOp::kSum, uint8_t variant = 0);
 
   // Gives up our next call for `why` (returned), an error of ours before
   // it (a device copy that failed): every algorithm tells the members

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -618,6 +619,61 @@ TEST(AllReduceGroupTest, AStalledLeaderWritesNothingIntoTheMembersThatGaveUp) {
     EXPECT_EQ(after_straggler[rank], at_give_up[rank])
         << "the stalled leader's late call changed rank " << rank << "'s data";
   }
+}
+
+}  // namespace
+}  // namespace rdmaflow::collectives
+
+namespace rdmaflow::collectives {
+namespace {
+
+// A buffer of the caller's own memory meets ranges in the region on the
+// host paths; on several hosts it is refused at once, naming why.
+TEST(AllReduceGroupTest, BuffersOutsideTheRegionOnTheHostPathsOnly) {
+  ExpectAllOk(RunRankThreads(3, [&](int rank, rdma::Transport& transport,
+                                    rdma::Store& store) -> absl::Status {
+    ASSIGN_OR_RETURN(auto group,
+                     AllReduceGroup::Create(transport, store, "t", AllRanks(3), Options(1 << 20)));
+    if (!group->external()) {
+      return absl::InternalError(absl::StrCat("no external reads: ", group->external_refusal()));
+    }
+    for (size_t count : {size_t{1000}, size_t{20000}}) {  // one-shot, scatter-gather
+      std::vector<float> own(count);
+      float* values = rank == 1 ? reinterpret_cast<float*>(group->data()) : own.data();
+      for (size_t i = 0; i < count; ++i) values[i] = Value(rank, i);
+      RETURN_IF_ERROR(rank == 1 ? group->AllReduce(0, count, DataType::kFloat32)
+                                : group->AllReduceExternal(
+                                      reinterpret_cast<std::byte*>(own.data()), count,
+                                      DataType::kFloat32));
+      const AllReduceAlgorithm expected = count * 4 <= (16 << 10)
+                                              ? AllReduceAlgorithm::kHostOneShot
+                                              : AllReduceAlgorithm::kHostScatterGather;
+      if (group->last_algorithm() != expected) {
+        return absl::InternalError(AlgorithmName(group->last_algorithm()));
+      }
+      for (size_t i = 0; i < count; ++i) {
+        const float sum = Value(0, i) + Value(1, i) + Value(2, i);
+        if (values[i] != sum) {
+          return absl::InternalError(absl::StrCat(count, " elements: element ", i, " is ",
+                                                  values[i], ", expected ", sum));
+        }
+      }
+    }
+    return group->Shutdown();
+  }));
+  ExpectAllOk(RunRankThreads(2, [&](int rank, rdma::Transport& transport,
+                                    rdma::Store& store) -> absl::Status {
+    ASSIGN_OR_RETURN(auto group, AllReduceGroup::Create(transport, store, "t", AllRanks(2),
+                                                        OnHost(1 << 20, absl::StrCat("h", rank))));
+    std::vector<float> own(10, 1.0f);
+    absl::Status status = group->AllReduceExternal(reinterpret_cast<std::byte*>(own.data()),
+                                                   own.size(), DataType::kFloat32);
+    if (group->external() || !absl::IsFailedPrecondition(status) ||
+        !absl::StrContains(status.message(), "several hosts")) {
+      return absl::InternalError(absl::StrCat("got ", status.ToString()));
+    }
+    return group->Shutdown();
+  }));
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // locally (reduce, gather and scatter from every root too), from 0 elements
 // to 16 MiB (pieces through a 4 MiB staging area),
 // float32/float64/int32/int64; every reduce op; non-contiguous and
-// registered tensors (counted); send/recv with tags received out of order;
+// registered tensors and ordinary ones read by the peers with
+// process_vm_readv (counted); send/recv with tags received out of order;
 // mismatched sizes and bad arguments as errors on the Work. A rank killed
 // mid-job: its peers' next collective fails on the Work instead of hanging.
 // Slow peers (the `slow_peer` suite, target torch_backend_slow_peer_test):
@@ -19,6 +20,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <functional>
@@ -53,6 +55,17 @@ constexpr char kCaseEnv[] = "RDMAFLOW_PG_TEST_CASE";
 using testing::Check;
 using testing::Values;
 using testing::Wait;
+
+// Whether the kernel lets the ranks (siblings, one user) read each other's
+// memory with process_vm_readv: not under Yama's ptrace_scope >= 1.
+bool CrossMemoryAttachAllowed() {
+  std::FILE* file = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (file == nullptr) return true;
+  int scope = 0;
+  const bool read = std::fscanf(file, "%d", &scope) == 1;
+  std::fclose(file);
+  return !read || scope == 0;
+}
 
 absl::Status CheckEqual(const at::Tensor& got, const at::Tensor& expected,
                         const std::string& what) {
@@ -297,6 +310,44 @@ absl::Status Layouts(ProcessGroupRdmaflow& pg, int rank, int world) {
   RETURN_IF_ERROR(Check(stats_after.zero_copy_allreduces == stats_before.zero_copy_allreduces + 1 &&
                             stats_after.staged_bytes == stats_before.staged_bytes,
                         "a registered tensor was staged"));
+  // Ordinary contiguous tensors from RDMAFLOW_CMA_MIN_KB on are reduced in
+  // place, the peers reading them out of this process: nothing staged,
+  // also where another rank passes a registered one (odd ranks do).
+  // Smaller ones are staged.
+  const bool cma = CrossMemoryAttachAllowed();
+  for (const bool mixed : {false, true}) {
+    const bool ours_registered = mixed && rank % 2 == 1;
+    at::Tensor ordinary = Values(rank, 1 << 18, at::kFloat);  // 1 MiB
+    if (ours_registered) {
+      ASSIGN_OR_RETURN(ordinary, pg.AllocateRegistered({1 << 18}, at::kFloat));
+      ordinary.copy_(Values(rank, 1 << 18, at::kFloat));
+    }
+    at::Tensor ordinary_reference = Values(0, 1 << 18, at::kFloat);
+    for (int r = 1; r < world; ++r) ordinary_reference += Values(r, 1 << 18, at::kFloat);
+    const torch_backend::BackendStats before_ordinary = pg.stats();
+    std::vector<at::Tensor> ordinary_list = {ordinary};
+    RETURN_IF_ERROR(Wait(pg.allreduce(ordinary_list)));
+    RETURN_IF_ERROR(CheckEqual(ordinary, ordinary_reference,
+                               absl::StrCat("ordinary allreduce", mixed ? " (mixed)" : "")));
+    const torch_backend::BackendStats after_ordinary = pg.stats();
+    if (!ours_registered && cma) {
+      RETURN_IF_ERROR(Check(
+          after_ordinary.single_copy_allreduces == before_ordinary.single_copy_allreduces + 1 &&
+              after_ordinary.single_copy_bytes == before_ordinary.single_copy_bytes + (4 << 18) &&
+              after_ordinary.staged_bytes == before_ordinary.staged_bytes,
+          absl::StrCat("rank ", rank, ": an ordinary 1 MiB tensor was staged")));
+    } else if (!ours_registered) {
+      std::fprintf(stderr, "rank %d: ordinary tensors staged: this kernel's ptrace policy "
+                           "forbids process_vm_readv between the ranks\n", rank);
+    }
+  }
+  const torch_backend::BackendStats before_small = pg.stats();
+  std::vector<at::Tensor> small = {Values(rank, 1000, at::kFloat)};
+  RETURN_IF_ERROR(Wait(pg.allreduce(small)));
+  RETURN_IF_ERROR(Check(pg.stats().staged_bytes == before_small.staged_bytes + 4000 &&
+                            pg.stats().single_copy_allreduces ==
+                                before_small.single_copy_allreduces,
+                        "a small ordinary tensor was not staged"));
   return absl::OkStatus();
 }
 

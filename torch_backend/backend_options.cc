@@ -70,6 +70,19 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
     }
     options.direct = *parsed;
   }
+  if (const char* cma = Variable("RDMAFLOW_CMA")) {
+    const std::string value = cma;
+    if (value != "auto" && value != "off") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RDMAFLOW_CMA: '", value, "' is neither auto (the default: same-host ranks read "
+          "each other's ordinary tensors with process_vm_readv where every rank can) nor off "
+          "(ordinary tensors are staged)"));
+    }
+    options.cma = value == "auto";
+  }
+  if (absl::Status s = Size("RDMAFLOW_CMA_MIN_KB", 10, 0, options.cma_min_bytes); !s.ok()) {
+    return s;
+  }
   if (const char* device = Variable("RDMAFLOW_DEVICE")) {
     const std::string kind = device;
     if (kind != "cuda" && kind != "fake" && kind != "none") {

@@ -19,6 +19,13 @@
 //                              reading each other's memory where the
 //                              transport maps it; off: the ring only
 //                              (collectives/allreduce_group.h)
+//   RDMAFLOW_CMA               auto (default): same-host ranks read each
+//                              other's ordinary tensors with process_vm_readv
+//                              (one copy, no staging) where every rank can;
+//                              off: ordinary tensors are staged
+//   RDMAFLOW_CMA_MIN_KB        ordinary tensors from this size on take
+//                              those reads (default 256); smaller ones are
+//                              staged, which costs less than a system call
 //   RDMAFLOW_DEVICE_MB         the device all-reduce's region in device
 //                              memory (default 64; 0: device tensors are
 //                              all-reduced through host memory too)
@@ -53,6 +60,11 @@ struct BackendOptions {
   int ring_slots = 32;  // at most (collectives/ring_allreduce.h)
   // Direct access among same-host ranks (collectives/allreduce_group.h).
   collectives::DirectAccess direct = collectives::DirectAccess::kAuto;
+  // Same-host ranks read each other's ordinary tensors of at least
+  // cma_min_bytes with process_vm_readv instead of staging them
+  // (collectives/peer_process.h), where every rank can.
+  bool cma = true;
+  size_t cma_min_bytes = size_t{256} << 10;
   // Messenger (broadcast, all-gather, reduce-scatter, send/recv) pieces and
   // slots per ordered pair.
   size_t message_slot_bytes = size_t{256} << 10;

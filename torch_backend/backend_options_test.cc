@@ -21,7 +21,7 @@ class BackendOptionsTest : public ::testing::Test {
   void TearDown() override {
     for (const char* name :
          {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB", "RDMAFLOW_DIRECT", "RDMAFLOW_INLINE_KB",
-          "RDMAFLOW_DEVICE"}) {
+          "RDMAFLOW_DEVICE", "RDMAFLOW_CMA", "RDMAFLOW_CMA_MIN_KB"}) {
       unsetenv(name);
     }
   }
@@ -57,6 +57,27 @@ TEST_F(BackendOptionsTest, DirectAccessIsAutomaticUnlessTurnedOff) {
   EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("RDMAFLOW_DIRECT"), HasSubstr("'auto' or 'off'"))));
+}
+
+TEST_F(BackendOptionsTest, SingleCopyReadsAreAutomaticFrom256KiBUnlessTurnedOff) {
+  absl::StatusOr<BackendOptions> options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_TRUE(options->cma);
+  EXPECT_EQ(options->cma_min_bytes, size_t{256} << 10);
+  setenv("RDMAFLOW_CMA", "off", 1);
+  setenv("RDMAFLOW_CMA_MIN_KB", "0", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_FALSE(options->cma);
+  EXPECT_EQ(options->cma_min_bytes, 0u);
+  setenv("RDMAFLOW_CMA", "on", 1);
+  EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("RDMAFLOW_CMA"), HasSubstr("neither auto"))));
+  setenv("RDMAFLOW_CMA", "auto", 1);
+  setenv("RDMAFLOW_CMA_MIN_KB", "-1", 1);
+  EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("RDMAFLOW_CMA_MIN_KB")));
 }
 
 TEST_F(BackendOptionsTest, DeviceTensorsAreCudaUnlessTheFakeDeviceIsAsked) {

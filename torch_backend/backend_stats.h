@@ -13,6 +13,11 @@ struct BackendStats {
   int64_t allreduces = 0;
   int64_t zero_copy_allreduces = 0;  // registered tensors, reduced in place
   int64_t staged_bytes = 0;          // copied into the all-reduce staging area
+  // Ordinary contiguous tensors all-reduced in place, the peers reading
+  // them out of this process with process_vm_readv (no staging), and their
+  // bytes.
+  int64_t single_copy_allreduces = 0;
+  int64_t single_copy_bytes = 0;
   int64_t noncontiguous_copies = 0;  // tensors copied to be contiguous
   int64_t coalesced_bytes = 0;       // copied to lay a coalesced call's tensors end to
                                      // end, and back

@@ -134,10 +134,22 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     // call gave up must not reach them.
     ring.ring.gather_in_slots_from = options_.staging_bytes;
     ring.direct = options_.direct;
+    ring.external_reads = options_.cma;
     std::vector<int> members(size_);
     std::iota(members.begin(), members.end(), 0);
     ASSIGN_OR_RETURN(ring_, collectives::AllReduceGroup::Create(*links_, members, ring));
     data_region_ = &ring_->data_region();
+    if (options_.cma && ring_->direct() && !ring_->external()) {
+      // Said once per process: every group would say the same.
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true)) {
+        std::fprintf(stderr,
+                     "rdmaflow: rank %d: ordinary tensors are staged for all-reduces (no "
+                     "single-copy reads of the peers' memory: %s); RDMAFLOW_CMA=off "
+                     "silences this\n",
+                     rank_, ring_->external_refusal().c_str());
+      }
+    }
   } else {
     ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport_->Allocate(capacity));
     own_region_ = std::make_unique<rdma::MemoryRegion>(std::move(region));

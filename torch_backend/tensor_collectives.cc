@@ -56,6 +56,11 @@ std::vector<Pointer> DataPointers(const std::vector<at::Tensor>& buffers) {
 constexpr uint8_t kAverageVariant = 1;
 constexpr uint8_t kLastPieceVariant = 2;
 
+// Whether [at, at + bytes) lies wholly outside the group's data region.
+bool Outside(const collectives::AllReduceGroup& ring, const std::byte* at, size_t bytes) {
+  return at + bytes <= ring.data() || at >= ring.data() + ring.capacity();
+}
+
 }  // namespace
 
 absl::StatusOr<absl::Duration> TimeBareAllReduce(Engine& engine, const at::Tensor& tensor,
@@ -121,6 +126,23 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
         RETURN_IF_ERROR(ring->AllReduce(at - data + first * element, n, type, reduction.op,
                                         variant(first, n)));
       }
+    } else if (tensor.is_contiguous() && bytes >= engine.options().cma_min_bytes &&
+               ring->external() && Outside(*ring, at, bytes)) {
+      // An ordinary tensor, reduced where it lies: the peers read it out of
+      // this process (process_vm_readv), one copy, nothing staged. In the
+      // staging area's pieces, as a staged tensor on another rank goes.
+      engine.Count([&](BackendStats& stats) {
+        ++stats.single_copy_allreduces;
+        stats.single_copy_bytes += static_cast<int64_t>(bytes);
+      });
+      auto* base = static_cast<std::byte*>(tensor.data_ptr());
+      const size_t element = tensor.element_size();
+      const size_t per_piece = staging / element;
+      for (size_t first = 0; first < count; first += per_piece) {
+        const size_t n = std::min(per_piece, count - first);
+        RETURN_IF_ERROR(ring->AllReduceExternal(base + first * element, n, type,
+                                                reduction.op, variant(first, n)));
+      }
     } else if (!tensor.is_contiguous() && bytes <= staging) {
       // Straight from the strided tensor into staging, and back: one copy.
       engine.Count([](BackendStats& stats) { ++stats.noncontiguous_copies; });
@@ -142,8 +164,7 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
         // own segment is written twice (the group copies it out elsewhere).
         // A tensor that lies in the region (a registered one, not
         // contiguous) is copied back.
-        const bool outside = piece + n * element <= ring->data() ||
-                             piece >= ring->data() + ring->capacity();
+        const bool outside = Outside(*ring, piece, n * element);
         RETURN_IF_ERROR(ring->AllReduce(0, n, type, reduction.op, variant(first, n),
                                         outside ? piece : nullptr));
         if (!outside) std::memcpy(piece, ring->data(), n * element);
