@@ -316,15 +316,28 @@ absl::Status HostAllReduce::AgreeOnExternal(const std::string& scope) {
 }
 
 absl::StatusOr<const std::byte*> HostAllReduce::PeerBytes(const Peer& peer, size_t at,
-                                                          size_t bytes, size_t slot) {
+                                                          size_t bytes, size_t slot,
+                                                          size_t until) {
   if (peer.external == 0) return peer.data + peer.offset + at;
+  // A system call costs about what copying 16 KiB does, and the kernel's
+  // copy runs about 25% faster in reads of 256 KiB than of 64 KiB (this
+  // project's 2-core VM): read ahead that much, still within L2.
+  constexpr size_t kReadAhead = size_t{256} << 10;
   if (slot_bytes_ < bytes) {
-    slot_bytes_ = std::max({bytes, options_.chunk_bytes, options_.one_shot_max_bytes});
+    slot_bytes_ = std::max({bytes, kReadAhead, options_.chunk_bytes,
+                            options_.one_shot_max_bytes});
     process_scratch_.assign(slot_bytes_ * static_cast<size_t>(size() - 1), std::byte{0});
+    slot_holds_.assign(static_cast<size_t>(size() - 1), SlotHolds{});
   }
-  std::byte* into = process_scratch_.data() + slot * slot_bytes_;
-  RETURN_IF_ERROR(CopyFromPeer(peer, at, bytes, into));
-  return into;
+  std::byte* base = process_scratch_.data() + slot * slot_bytes_;
+  SlotHolds& holds = slot_holds_[slot];
+  if (holds.call != calls_ || at < holds.begin || at + bytes > holds.end) {
+    const size_t read = std::max(bytes, std::min(slot_bytes_, until > at ? until - at : 0));
+    holds = {};
+    RETURN_IF_ERROR(CopyFromPeer(peer, at, read, base));
+    holds = {calls_, at, at + read};
+  }
+  return base + (at - holds.begin);
 }
 
 absl::Status HostAllReduce::CopyFromPeer(const Peer& peer, size_t at, size_t bytes,
@@ -684,7 +697,7 @@ absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t byt
       continue;
     }
     const size_t slot = static_cast<size_t>(p < position_ ? p : p - 1);
-    ASSIGN_OR_RETURN(const std::byte* theirs, PeerBytes(peers_[p], 0, bytes, slot));
+    ASSIGN_OR_RETURN(const std::byte* theirs, PeerBytes(peers_[p], 0, bytes, slot, bytes));
     sources.push_back(theirs);
   }
   RETURN_IF_ERROR(mover_->Reduce(type, op, scratch_, sources, count));
@@ -741,7 +754,8 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
       if (p == position_) continue;
       const size_t slot = static_cast<size_t>(p < position_ ? p : p - 1);
       ASSIGN_OR_RETURN(const std::byte* theirs,
-                       PeerBytes(peers_[p], first * element, length * element, slot));
+                       PeerBytes(peers_[p], first * element, length * element, slot,
+                                 (mine.begin + mine.length) * element));
       sources.push_back(theirs);
       ++stats_.reads;
       stats_.bytes_read += static_cast<int64_t>(length * element);
@@ -803,13 +817,17 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
       const size_t total = chunks_of(theirs.length);
       if (copied[p] == total) continue;
       ASSIGN_OR_RETURN(const size_t ready, final_chunks(p));
-      for (; copied[p] < ready; ++copied[p], --left) {
+      if (copied[p] < ready) {
+        // Every chunk final so far in one copy (one system call when it
+        // lies in the peer's process).
         const size_t first = theirs.begin + copied[p] * chunk;
-        const size_t length = std::min(chunk, theirs.begin + theirs.length - first);
+        const size_t length = std::min(ready * chunk, theirs.length) - copied[p] * chunk;
         RETURN_IF_ERROR(
             CopyFromPeer(peer, first * element, length * element, out + first * element));
         ++stats_.reads;
         stats_.bytes_read += static_cast<int64_t>(length * element);
+        left -= ready - copied[p];
+        copied[p] = ready;
         moved = true;
       }
     }

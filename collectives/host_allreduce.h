@@ -282,9 +282,11 @@ class HostAllReduce {
   }
   // Bytes [at, at + bytes) of `peer`'s range in the call under way, for a
   // reduction: where they lie in its mapped region, or read out of its
-  // process into `slot` (of the peers' read buffers, one per peer).
+  // process into `slot` (of the peers' read buffers, one per peer), with
+  // what follows up to `until` (bytes into its range, at most the slot's
+  // size in all): a system call reads more than one chunk at a time.
   absl::StatusOr<const std::byte*> PeerBytes(const Peer& peer, size_t at, size_t bytes,
-                                             size_t slot);
+                                             size_t slot, size_t until);
   // Copies them into `dst` (ours), straight out of the mapping or process.
   absl::Status CopyFromPeer(const Peer& peer, size_t at, size_t bytes, std::byte* dst);
   // When a wait for our own data mover's work gives up.
@@ -327,6 +329,13 @@ class HostAllReduce {
   // The peers' bytes read out of their processes: one slot per peer.
   std::vector<std::byte> process_scratch_;
   size_t slot_bytes_ = 0;
+  // Per slot, the bytes of its peer's range it holds: [begin, end) in the
+  // call `call` (a slot read in an earlier call holds nothing).
+  struct SlotHolds {
+    uint64_t call = 0;
+    size_t begin = 0, end = 0;
+  };
+  std::vector<SlotHolds> slot_holds_;
   uint64_t calls_ = 0;
   uint64_t reduced_ = 0;  // our `reduced` counter
   absl::Duration spin_for_;

@@ -883,6 +883,9 @@ std::map<std::string, std::string> Env(const char* which) {
   return {{kCaseEnv, which},
           {"RDMAFLOW_TRANSPORT_PARAMS", "tls=shm"},
           {"RDMAFLOW_STAGING_MB", "4"},
+          // Ordinary tensors from 256 KiB on are read by the peers out of
+          // their processes (65537 elements and up; the default is 4 MiB).
+          {"RDMAFLOW_CMA_MIN_KB", "256"},
           {"RDMAFLOW_REGISTERED_MB", "8"}};
 }
 

@@ -24,8 +24,10 @@
 //                              (one copy, no staging) where every rank can;
 //                              off: ordinary tensors are staged
 //   RDMAFLOW_CMA_MIN_KB        ordinary tensors from this size on take
-//                              those reads (default 256); smaller ones are
-//                              staged, which costs less than a system call
+//                              those reads (default 4096); smaller ones are
+//                              staged: the kernel's copy runs at about 0.75x
+//                              memcpy, which pays off only where staging
+//                              (a copy more) costs more (docs/torch.md)
 //   RDMAFLOW_DEVICE_MB         the device all-reduce's region in device
 //                              memory (default 64; 0: device tensors are
 //                              all-reduced through host memory too)
@@ -64,7 +66,7 @@ struct BackendOptions {
   // cma_min_bytes with process_vm_readv instead of staging them
   // (collectives/peer_process.h), where every rank can.
   bool cma = true;
-  size_t cma_min_bytes = size_t{256} << 10;
+  size_t cma_min_bytes = size_t{4} << 20;
   // Messenger (broadcast, all-gather, reduce-scatter, send/recv) pieces and
   // slots per ordered pair.
   size_t message_slot_bytes = size_t{256} << 10;

@@ -59,11 +59,11 @@ TEST_F(BackendOptionsTest, DirectAccessIsAutomaticUnlessTurnedOff) {
                        AllOf(HasSubstr("RDMAFLOW_DIRECT"), HasSubstr("'auto' or 'off'"))));
 }
 
-TEST_F(BackendOptionsTest, SingleCopyReadsAreAutomaticFrom256KiBUnlessTurnedOff) {
+TEST_F(BackendOptionsTest, SingleCopyReadsAreAutomaticFrom4MiBUnlessTurnedOff) {
   absl::StatusOr<BackendOptions> options = BackendOptions::FromEnvironment(absl::Seconds(5));
   ASSERT_THAT(options, IsOk());
   EXPECT_TRUE(options->cma);
-  EXPECT_EQ(options->cma_min_bytes, size_t{256} << 10);
+  EXPECT_EQ(options->cma_min_bytes, size_t{4} << 20);
   setenv("RDMAFLOW_CMA", "off", 1);
   setenv("RDMAFLOW_CMA_MIN_KB", "0", 1);
   options = BackendOptions::FromEnvironment(absl::Seconds(5));
