@@ -9,6 +9,10 @@
 #    RANKS ranks, 4 KiB to MAX_BYTES (x16 steps); then rdmaflow and Open MPI
 #    again beside LOAD threads of busy compute in rank 0's process (both
 #    benches' --load), as when ranks share their cores with a training step;
+#  - torch.distributed all-reduces (bench/torch_backend_bench.py under
+#    torchrun, TORCH_RANKS ranks, 1, 4 and 16 MiB) of ordinary tensors
+#    (single-copy reads, RDMAFLOW_CMA_MIN_KB=1024, and staged, RDMAFLOW_CMA=off)
+#    and of registered ones beside the bare collective in the same processes;
 # then tools/peers_report.py prints each repetition's ratios and their
 # range over the repetitions (latency: rdmaflow / peer, lower is better;
 # all-reduce: peer time / rdmaflow time, higher is better), and writes
@@ -16,7 +20,8 @@
 # machine's latencies swing several fold an hour apart.
 # Usage: tools/peers.sh [OUT_DIR]   (default bench-results/peers)
 # Environment: REPS (default 3), RANKS (default 4), MAX_BYTES (default
-# 16777216), LOAD (default 2; 0 skips the loaded runs).
+# 16777216), LOAD (default 2; 0 skips the loaded runs), TORCH_RANKS
+# (default "2 4"; empty skips the torch runs).
 source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +34,24 @@ mkdir -p "$out"
 command -v ucx_perftest >/dev/null || { echo "peers.sh: ucx_perftest missing (apt-get install ucx-utils, or tools/setup.sh)" >&2; exit 1; }
 command -v mpirun >/dev/null || { echo "peers.sh: mpirun missing (apt-get install openmpi-bin, or tools/setup.sh)" >&2; exit 1; }
 bazel build -c opt //bench:transport_pingpong //bench:allreduce_bench //bench:mpi_allreduce >/dev/null
+torch_ranks=${TORCH_RANKS-2 4}
+if [ -n "$torch_ranks" ]; then
+  bazel build -c opt //torch_backend/python:rdmaflow_torch.so >/dev/null
+  export RDMAFLOW_TORCH_MODULE_DIR="$PWD/bazel-bin/torch_backend/python"
+fi
+
+# torch_allreduce RANKS FILE [ARGS...]: the torch bench's all-reduces of 1,
+# 4 and 16 MiB, rank 0's JSON lines into FILE.
+torch_allreduce() {
+  local n=$1 file=$2
+  shift 2
+  RDMAFLOW_TRANSPORT_PARAMS=tls=shm RDMAFLOW_REGISTERED_MB=80 timeout 600 \
+    tools/torchrun.sh --nproc_per_node="$n" bench/torch_backend_bench.py --backend rdmaflow \
+      --sizes 1048576,4194304,16777216 --ddp_steps 0 --json "$file" "$@" >/dev/null 2>&1 || {
+    echo "peers.sh: the torch bench failed ($n ranks, $file)" >&2
+    return 1
+  }
+}
 
 case "$load" in
   ''|*[!0-9]*) echo "peers.sh: LOAD=$load is not a thread count" >&2; exit 2 ;;
@@ -82,5 +105,11 @@ for rep in $(seq 1 "$reps"); do
       bazel-bin/bench/mpi_allreduce --max_bytes="$max_bytes" --factor=16 \
       --load="$load" --json="$dir/mpi_loaded.json" >/dev/null
   fi
+  rm -f "$dir"/torch_*.jsonl
+  for n in $torch_ranks; do
+    RDMAFLOW_CMA=auto RDMAFLOW_CMA_MIN_KB=1024 torch_allreduce "$n" "$dir/torch_cma_$n.jsonl"
+    RDMAFLOW_CMA=off torch_allreduce "$n" "$dir/torch_staged_$n.jsonl"
+    torch_allreduce "$n" "$dir/torch_registered_$n.jsonl" --registered --bare
+  done
 done
 /usr/bin/python3 tools/peers_report.py "$out" "$reps"

@@ -5,7 +5,8 @@ Usage: peers_report.py OUT_DIR REPS
 
 Reads OUT_DIR/rep<N>/ (pingpong_{flag,am}.json, perftest_*.txt,
 allreduce.json, mpi.json, and allreduce_loaded.json, mpi_loaded.json where
-the run had a compute load), prints each repetition's ratios and the range
+the run had a compute load, torch_{cma,staged,registered}_<ranks>.jsonl
+where it ran the torch bench), prints each repetition's ratios and the range
 over the repetitions, and writes OUT_DIR/peers.json.
 """
 import json
@@ -32,6 +33,47 @@ def allreduce_times(path):
     with open(path) as f:
         rows = json.load(f)["allreduce"]["rows"]
     return {(r["impl"], r["bytes"]): r["time_us"] for r in rows}
+
+
+def torch_times(path):
+    """{(series, bytes): us} of one torch bench run's JSON lines."""
+    times = {}
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("kind") == "allreduce":
+                times[(row["backend"], row["bytes"])] = row["us"]
+    return times
+
+
+def torch_rows(d):
+    """Ordinary tensors through torch.distributed against the bare
+    collective in the registered run's processes, per rank count."""
+    rows = []
+    ranks = sorted(int(name[len("torch_registered_"):-len(".jsonl")])
+                   for name in os.listdir(d)
+                   if name.startswith("torch_registered_") and name.endswith(".jsonl"))
+    for n in ranks:
+        registered = torch_times(os.path.join(d, f"torch_registered_{n}.jsonl"))
+        series = {}
+        for kind in ("cma", "staged"):
+            path = os.path.join(d, f"torch_{kind}_{n}.jsonl")
+            if os.path.exists(path):
+                series[kind] = torch_times(path)
+        for (backend, b), bare in sorted(registered.items()):
+            if not backend.startswith("bare"):
+                continue
+            for kind, label, target in (("cma", "single-copy", ">= 0.8"),
+                                        ("staged", "staged", "")):
+                ours = series.get(kind, {}).get(("rdmaflow", b))
+                if ours:
+                    rows.append((f"torch {n} ranks {b >> 20} MiB {label}: bare / ours", bare,
+                                 ours, bare / ours, target))
+            reg = registered.get(("rdmaflow (registered)", b))
+            if reg:
+                rows.append((f"torch {n} ranks {b >> 20} MiB registered: bare / ours", bare,
+                             reg, bare / reg, ""))
+    return rows
 
 
 def one_rep(d):
@@ -73,7 +115,7 @@ def one_rep(d):
             ours = loaded[("rdmaflow", b)]
             rows.append((f"  loaded {b} B: Open MPI time / ours", loaded[("mpi", b)], ours,
                          loaded[("mpi", b)] / ours, ">= 1"))
-    return rows
+    return rows + torch_rows(d)
 
 
 def main():
