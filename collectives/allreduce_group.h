@@ -104,6 +104,11 @@ struct AllReduceGroupOptions {
   size_t one_shot_max_bytes = size_t{64} << 10;
   // Direct access: the reduce-scatter's unit of progress.
   size_t host_chunk_bytes = size_t{64} << 10;
+  // Host memory, every member on one host: whether a member may pass a
+  // buffer of its own ordinary memory (AllReduceExternal), read by the
+  // peers with process_vm_readv; probed and agreed at Create() (one member
+  // with it off keeps them all off).
+  bool external_reads = true;
   // Members on several hosts (needs direct access: off with `direct` off).
   Hierarchy hierarchy = Hierarchy::kAuto;
   // This rank's host identity; empty: LocalHostIdentity() (RDMAFLOW_HOST,
@@ -118,10 +123,6 @@ struct AllReduceGroupOptions {
   // chunk: keep it large; on an H200, 2 ranks of 256 MiB, 16 MiB chunks
   // kept 0.60 of the copy bound, 64 MiB 0.73, docs/device.md), in place
   // of one_shot_max_bytes and host_chunk_bytes.
-  // Host memory, every member on one host: whether a member may pass a
-  // buffer of its own ordinary memory (AllReduceExternal), read by the
-  // peers with process_vm_readv; probed and agreed at Create().
-  bool external_reads = true;
   size_t device_one_shot_max_bytes = size_t{256} << 10;
   size_t device_chunk_bytes = size_t{64} << 20;
 };

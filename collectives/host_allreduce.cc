@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/call_word.h"
@@ -80,8 +82,7 @@ std::string HostAllReduce::LayoutText(const HostAllReduceOptions& o, size_t capa
                                       const std::vector<int>& members) {
   return absl::StrCat("one_shot_max=", o.one_shot_max_bytes, " chunk=", o.chunk_bytes,
                       " capacity=", capacity, " members=", absl::StrJoin(members, ","),
-                      " memory=", o.mover != nullptr ? o.mover->kind() : "host",
-                      " external=", o.external_reads ? "on" : "off");
+                      " memory=", o.mover != nullptr ? o.mover->kind() : "host");
 }
 
 absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
@@ -133,6 +134,7 @@ absl::StatusOr<std::unique_ptr<HostAllReduce>> HostAllReduce::Create(
                         ? options.spin_for
                         : (host->size() <= HostCpus() ? absl::Microseconds(50)
                                                            : absl::ZeroDuration());
+  host->yield_ = options.yield_while_cheap && host->spin_for_ == absl::ZeroDuration();
   ASSIGN_OR_RETURN(rdma::MemoryRegion control, transport.Allocate(layout::kBytes));
   std::memset(control.data(), 0, control.size());
   host->control_ = std::make_unique<rdma::MemoryRegion>(std::move(control));
@@ -271,9 +273,11 @@ absl::Status HostAllReduce::Connect() {
 absl::Status HostAllReduce::AgreeOnExternal(const std::string& scope) {
   // Only on host memory (a device mover's ranges are device pointers), and
   // the same on every member (the layouts say), so the rounds below match.
-  if (!options_.external_reads || mover_ != &host_mover_) {
-    external_refusal_ = options_.external_reads ? "the data region is device memory"
-                                                : "off in the options";
+  // A member with the reads off in its options answers so in the same
+  // rounds, and every member stages: options that differ between members
+  // are no error.
+  if (mover_ != &host_mover_) {
+    external_refusal_ = "the data region is device memory";
     return absl::OkStatus();
   }
   const int rank = transport_.rank();
@@ -281,7 +285,10 @@ absl::Status HostAllReduce::AgreeOnExternal(const std::string& scope) {
   RETURN_IF_ERROR(store.Set(links_.StoreKey(scope, rank, "process"),
                              FormatProcessToken(OwnProcessToken())));
   std::string refusal;
-  for (int p = 0; p < size(); ++p) {
+  if (!options_.external_reads) {
+    refusal = absl::StrCat("rank ", rank, ": off in its options");
+  }
+  for (int p = 0; p < size() && options_.external_reads; ++p) {
     if (p == position_) continue;
     Peer& peer = peers_[p];
     ASSIGN_OR_RETURN(const std::string text,
@@ -305,7 +312,11 @@ absl::Status HostAllReduce::AgreeOnExternal(const std::string& scope) {
     ASSIGN_OR_RETURN(std::string answer,
                      store.Get(links_.StoreKey(scope, members_[p], "external"),
                                options_.timeout));
-    if (answer != "ok" && refusal.empty()) refusal = std::move(answer);
+    if (answer != "ok" && refusal.empty()) {
+      // A peer's words: quoted, and bounded.
+      refusal = absl::StrCat("rank ", members_[p], " says '",
+                             absl::CHexEscape(answer.substr(0, 300)), "'");
+    }
   }
   external_ok_ = refusal.empty();
   external_refusal_ = std::move(refusal);
@@ -319,6 +330,10 @@ absl::StatusOr<const std::byte*> HostAllReduce::PeerBytes(const Peer& peer, size
                                                           size_t bytes, size_t slot,
                                                           size_t until) {
   if (peer.external == 0) return peer.data + peer.offset + at;
+  if (bytes == 0) {  // nothing to read (an empty call): any valid pointer
+    static const std::byte kNothing{};
+    return &kNothing;
+  }
   // A system call costs about what copying 16 KiB does, and the kernel's
   // copy runs about 25% faster in reads of 256 KiB than of 64 KiB (this
   // project's 2-core VM): read ahead that much, still within L2.
@@ -326,6 +341,7 @@ absl::StatusOr<const std::byte*> HostAllReduce::PeerBytes(const Peer& peer, size
   if (slot_bytes_ < bytes) {
     slot_bytes_ = std::max({bytes, kReadAhead, options_.chunk_bytes,
                             options_.one_shot_max_bytes});
+    slot_bytes_ = (slot_bytes_ + 63) / 64 * 64;  // every slot 64-byte aligned
     process_scratch_.assign(slot_bytes_ * static_cast<size_t>(size() - 1), std::byte{0});
     slot_holds_.assign(static_cast<size_t>(size() - 1), SlotHolds{});
   }
@@ -347,7 +363,12 @@ absl::Status HostAllReduce::CopyFromPeer(const Peer& peer, size_t at, size_t byt
   // checked that the call's range does not wrap.
   ++stats_.process_reads;
   stats_.process_bytes_read += static_cast<int64_t>(bytes);
-  return peer.process->Read(peer.external + at, bytes, dst);
+  absl::Status read = peer.process->Read(peer.external + at, bytes, dst);
+  if (!read.ok() && peer.control != nullptr) {
+    // The owner may have given up and freed its buffer: say so first.
+    RETURN_IF_ERROR(CheckNotAborted(peer, Load(peer.control + layout::kDone)));
+  }
+  return read;
 }
 
 template <typename Ready>
@@ -392,6 +413,7 @@ absl::Status HostAllReduce::WaitFor(uint64_t call, const char* what, bool any,
     // a timer later (at most 1 ms per sleep, then the loop polls the
     // transport and probes the peers).
     onesided::ProgressLoop& loop = *options_.loop;
+    const uint64_t wait = ++waits_;
     bool ready_now = false;
     Peer* last_missing = missing;
     absl::Status waited = loop.WaitForProgress(
@@ -413,6 +435,16 @@ absl::Status HostAllReduce::WaitFor(uint64_t call, const char* what, bool any,
         },
         peer_ranks_,
         [&](absl::Duration limit) {
+          if (yield_ && yield_gate_.Open(wait)) {
+            // Hand the core to a peer that shares it, unless the last
+            // yields showed other work takes it for a time slice.
+            const auto start = std::chrono::steady_clock::now();
+            sched_yield();
+            yield_gate_.Yielded(wait, absl::FromChrono(std::chrono::steady_clock::now() - start));
+            stats_.yields = yield_gate_.yields();
+            stats_.slow_yields = yield_gate_.slow_yields();
+            return;
+          }
           SleepUntilRung(all_ready, std::min(limit, absl::Milliseconds(1)));
         });
     if (!waited.ok()) return waited;
@@ -493,6 +525,12 @@ absl::Status HostAllReduce::AllReduceExternal(std::byte* buffer, size_t count,
   } else if (buffer == nullptr && count > 0) {
     bad = absl::InvalidArgumentError(absl::StrCat(Where(), ": a null buffer of ", count,
                                                   " elements"));
+  } else if (ElementSize(type) > 0 &&
+             reinterpret_cast<uintptr_t>(buffer) % ElementSize(type) != 0) {
+    bad = absl::InvalidArgumentError(absl::StrCat(
+        Where(), ": the buffer at 0x", absl::Hex(reinterpret_cast<uintptr_t>(buffer)),
+        " is not aligned to ",
+        DataTypeName(type), " elements"));
   }
   ++stats_.external_calls;
   // Run() checks the count against the address space instead of the region.

@@ -62,6 +62,7 @@
 #include "collectives/reduce.h"
 #include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
+#include "onesided/progress/yield_gate.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
@@ -112,6 +113,10 @@ struct HostAllReduceOptions {
   // host's online CPUs when it is pinned to one), else 0: with more ranks
   // than cores, a spinning rank holds the core its peer needs.
   absl::Duration spin_for = absl::Microseconds(-1);
+  // Where a wait does not spin (spin_for 0), whether its idle rounds yield
+  // the core while yields come back quickly, sleeping on the bell after a
+  // slow one (onesided/progress/yield_gate.h); false: they always sleep.
+  bool yield_while_cheap = true;
   // The transport's progress loop (probes the peers while a call waits);
   // must outlive this object, which is created, called and destroyed on
   // the loop's thread. Required without links; on links, null or theirs.
@@ -121,8 +126,8 @@ struct HostAllReduceOptions {
   // this object; every member uses the same kind (the layout says which).
   DataMover* mover = nullptr;
   // Whether members may call AllReduceExternal: probed at Create() (host
-  // memory only) and agreed by every member; every member must set the
-  // same (the layout says).
+  // memory only) and agreed by every member; one member with it off keeps
+  // every member off (no error).
   bool external_reads = true;
 };
 
@@ -135,6 +140,10 @@ struct HostAllReduceStats {
   int64_t process_reads = 0;
   int64_t process_bytes_read = 0;
   int64_t external_calls = 0;  // our AllReduceExternal calls
+  // Idle rounds of waits that yielded the core, and those that took long
+  // enough to close the gate (YieldGate).
+  int64_t yields = 0;
+  int64_t slow_yields = 0;
 };
 
 // Thread-compatible: one thread, the loop's.
@@ -339,6 +348,10 @@ class HostAllReduce {
   uint64_t calls_ = 0;
   uint64_t reduced_ = 0;  // our `reduced` counter
   absl::Duration spin_for_;
+  // Whether idle rounds yield (options, spin_for_ 0), and what they learnt.
+  bool yield_ = false;
+  onesided::YieldGate yield_gate_;
+  uint64_t waits_ = 0;  // waits through the loop, numbered for the gate
   bool published_ = false;
   bool quiesced_ = false;
   absl::Status failure_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/call_word.h"
 #include "collectives/host_allreduce.h"
 #include "collectives/peer_process.h"
 #include "common/status_macros.h"
@@ -240,6 +241,30 @@ TEST(HostAllReduceHostileTest, AForgedAddressOfProcessMemoryIsDataLoss) {
     Entered(block, 4096);
   });
   ExpectRefused(chunked, absl::StatusCode::kDataLoss, "of rank 1's memory");
+}
+
+// The same address on a broadcast from rank 1 (rank 0 copies its range),
+// and on an empty call, which reads nothing and ends normally (no read of
+// an empty range, however forged its address).
+TEST(HostAllReduceHostileTest, AForgedAddressOnABroadcastOrAnEmptyCall) {
+  Outcome broadcast = ForgeThenCall(
+      "external_root", 400,
+      [](std::byte* block) {
+        SetWord(block, layout::kExternal, 64);
+        Entered(block, 400);
+        SetWord(block, layout::kTypeOp, call_word::Pack(layout::kBroadcastCall, 1, DataType{},
+                                                        ReduceOp{}, 0));
+      },
+      [](HostAllReduce& host) { return host.Broadcast(0, 400, 1); });
+  ExpectRefused(broadcast, absl::StatusCode::kDataLoss, "of rank 1's memory");
+  Outcome empty = ForgeThenCall("external_empty", 0, [](std::byte* block) {
+    SetWord(block, layout::kExternal, 64);
+    Entered(block, 0);
+    SetWord(block, layout::kDone, 1);
+  });
+  EXPECT_OK(empty.call);
+  EXPECT_THAT(empty.again, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                    HasSubstr("entry (rank 1) in call 2")));
 }
 
 // Rank 1 refused reads of its process memory at set-up, then publishes an

@@ -1,6 +1,7 @@
 // File: peer_process.cc
 #include "collectives/peer_process.h"
 
+#include <pthread.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -10,12 +11,11 @@
 #include <cstring>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/random/random.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 
 namespace rdmaflow::collectives {
 namespace {
@@ -24,15 +24,23 @@ namespace {
 // rest as a partial transfer: a read goes in pieces of at most this.
 constexpr size_t kMaxPiece = size_t{1} << 30;
 
+// A pthread mutex, held across fork() by the forking thread (pthread_atfork),
+// so a child never inherits it locked by a thread it does not have.
 struct OwnToken {
-  absl::Mutex mutex;
-  ProcessToken token ABSL_GUARDED_BY(mutex);
+  pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  ProcessToken token;
   // What the token's address points at: lives as long as the process.
-  uint64_t bytes[2] ABSL_GUARDED_BY(mutex) = {0, 0};
+  uint64_t bytes[2] = {0, 0};
 };
 
 OwnToken& Own() {
-  static OwnToken* own = new OwnToken;
+  static OwnToken* own = [] {
+    auto* made = new OwnToken;
+    pthread_atfork([] { pthread_mutex_lock(&Own().mutex); },
+                   [] { pthread_mutex_unlock(&Own().mutex); },
+                   [] { pthread_mutex_unlock(&Own().mutex); });
+    return made;
+  }();
   return *own;
 }
 
@@ -44,7 +52,7 @@ std::string ErrnoText(int error) {
 
 ProcessToken OwnProcessToken() {
   OwnToken& own = Own();
-  absl::MutexLock lock(&own.mutex);
+  pthread_mutex_lock(&own.mutex);
   const int64_t pid = getpid();
   if (own.token.pid != pid) {  // the first call, or a child after fork()
     absl::BitGen random;
@@ -55,7 +63,9 @@ ProcessToken OwnProcessToken() {
     own.token.token[0] = own.bytes[0];
     own.token.token[1] = own.bytes[1];
   }
-  return own.token;
+  const ProcessToken token = own.token;
+  pthread_mutex_unlock(&own.mutex);
+  return token;
 }
 
 std::string FormatProcessToken(const ProcessToken& token) {
@@ -66,7 +76,8 @@ std::string FormatProcessToken(const ProcessToken& token) {
 absl::StatusOr<ProcessToken> ParseProcessToken(absl::string_view text) {
   auto bad = [&] {
     return absl::InvalidArgumentError(absl::StrCat(
-        "not a process token (pid=<n> at=<hex> token=<hex>.<hex>): '", text, "'"));
+        "not a process token (pid=<n> at=<hex> token=<hex>.<hex>): '",
+        absl::CHexEscape(text.substr(0, 200)), "'"));
   };
   std::vector<absl::string_view> fields = absl::StrSplit(text, ' ');
   if (fields.size() != 3 || !absl::ConsumePrefix(&fields[0], "pid=") ||
@@ -76,6 +87,7 @@ absl::StatusOr<ProcessToken> ParseProcessToken(absl::string_view text) {
   std::vector<absl::string_view> halves = absl::StrSplit(fields[2], '.');
   ProcessToken token;
   if (halves.size() != 2 || !absl::SimpleAtoi(fields[0], &token.pid) || token.pid <= 0 ||
+      token.pid > INT32_MAX ||
       !absl::SimpleHexAtoi(fields[1], &token.address) || token.address == 0 ||
       !absl::SimpleHexAtoi(halves[0], &token.token[0]) ||
       !absl::SimpleHexAtoi(halves[1], &token.token[1])) {
@@ -104,7 +116,8 @@ absl::StatusOr<PeerProcess> PeerProcess::Open(const ProcessToken& peer, std::str
     } else if (error == ENOSYS) {
       absl::StrAppend(&why, "; this kernel or its seccomp filter has no cross-memory attach");
     } else if (error == EFAULT) {
-      absl::StrAppend(&why, "; its pid names another process (another PID namespace?)");
+      absl::StrAppend(&why, "; its token's address is not mapped in that process (another "
+                            "process holds its pid, or another PID namespace?)");
     }
   } else if (n != static_cast<ssize_t>(sizeof(seen)) || seen[0] != peer.token[0] ||
              seen[1] != peer.token[1]) {

@@ -18,8 +18,10 @@
 //   RETURN_IF_ERROR(peer.Read(address, bytes, local));
 //
 // Every field of a peer's token and every address it publishes is
-// untrusted: the worst a forged one does is fail a Read() (kDataLoss) or
-// read the peer's own memory, which it could have written anyway.
+// untrusted: a forged one fails a Read() (kDataLoss), or reads memory of a
+// process that published its token: the forger's own, or (a copied token)
+// another member's, which its peers may read anyway once they all agreed.
+// Never a process that published none.
 #ifndef RDMAFLOW_COLLECTIVES_PEER_PROCESS_H_
 #define RDMAFLOW_COLLECTIVES_PEER_PROCESS_H_
 

@@ -18,6 +18,9 @@ struct BackendStats {
   // bytes.
   int64_t single_copy_allreduces = 0;
   int64_t single_copy_bytes = 0;
+  // 1 where every rank can read every other's memory that way (set up,
+  // agreed by all), else 0.
+  int64_t single_copy_reads = 0;
   int64_t noncontiguous_copies = 0;  // tensors copied to be contiguous
   int64_t coalesced_bytes = 0;       // copied to lay a coalesced call's tensors end to
                                      // end, and back

@@ -139,6 +139,7 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     std::iota(members.begin(), members.end(), 0);
     ASSIGN_OR_RETURN(ring_, collectives::AllReduceGroup::Create(*links_, members, ring));
     data_region_ = &ring_->data_region();
+    if (ring_->external()) Count([](BackendStats& stats) { stats.single_copy_reads = 1; });
     if (options_.cma && ring_->direct() && !ring_->external()) {
       // Said once per process: every group would say the same.
       static std::atomic<bool> said{false};

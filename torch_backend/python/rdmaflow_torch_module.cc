@@ -183,6 +183,7 @@ py::dict Stats(const py::object& handle) {
   out["staged_bytes"] = stats.staged_bytes;
   out["single_copy_allreduces"] = stats.single_copy_allreduces;
   out["single_copy_bytes"] = stats.single_copy_bytes;
+  out["single_copy_reads"] = stats.single_copy_reads;
   out["device_calls"] = stats.device_calls;
   out["device_staged_bytes"] = stats.device_staged_bytes;
   out["device_allreduces"] = stats.device_allreduces;
