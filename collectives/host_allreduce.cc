@@ -271,9 +271,9 @@ absl::Status HostAllReduce::Connect() {
 }
 
 absl::Status HostAllReduce::AgreeOnExternal(const std::string& scope) {
-  // Only on host memory (a device mover's ranges are device pointers), and
-  // the same on every member (the layouts say), so the rounds below match.
-  // A member with the reads off in its options answers so in the same
+  // Only on host memory (a device mover's ranges are device pointers; the
+  // layouts agree on the memory's kind, so every member skips alike). A
+  // member with the reads off in its options answers so in the same
   // rounds, and every member stages: options that differ between members
   // are no error.
   if (mover_ != &host_mover_) {
@@ -440,7 +440,8 @@ absl::Status HostAllReduce::WaitFor(uint64_t call, const char* what, bool any,
             // yields showed other work takes it for a time slice.
             const auto start = std::chrono::steady_clock::now();
             sched_yield();
-            yield_gate_.Yielded(wait, absl::FromChrono(std::chrono::steady_clock::now() - start));
+            const auto took = std::chrono::steady_clock::now() - start;
+            yield_gate_.Yielded(wait, absl::FromChrono(took));
             stats_.yields = yield_gate_.yields();
             stats_.slow_yields = yield_gate_.slow_yields();
             return;
@@ -529,8 +530,7 @@ absl::Status HostAllReduce::AllReduceExternal(std::byte* buffer, size_t count,
              reinterpret_cast<uintptr_t>(buffer) % ElementSize(type) != 0) {
     bad = absl::InvalidArgumentError(absl::StrCat(
         Where(), ": the buffer at 0x", absl::Hex(reinterpret_cast<uintptr_t>(buffer)),
-        " is not aligned to ",
-        DataTypeName(type), " elements"));
+        " is not aligned to ", DataTypeName(type), " elements"));
   }
   ++stats_.external_calls;
   // Run() checks the count against the address space instead of the region.
