@@ -734,8 +734,8 @@ absl::Status HostAllReduce::OneShotCall(uint64_t call, size_t offset, size_t byt
       sources.push_back(Own(offset));
       continue;
     }
-    const size_t slot = static_cast<size_t>(p < position_ ? p : p - 1);
-    ASSIGN_OR_RETURN(const std::byte* theirs, PeerBytes(peers_[p], 0, bytes, slot, bytes));
+    ASSIGN_OR_RETURN(const std::byte* theirs,
+                     PeerBytes(peers_[p], 0, bytes, SlotOf(p), bytes));
     sources.push_back(theirs);
   }
   RETURN_IF_ERROR(mover_->Reduce(type, op, scratch_, sources, count));
@@ -790,9 +790,8 @@ absl::Status HostAllReduce::ScatterGatherCall(uint64_t call, size_t offset, size
     std::vector<const std::byte*> sources = {ours + first * element};
     for (int p = 0; p < size(); ++p) {
       if (p == position_) continue;
-      const size_t slot = static_cast<size_t>(p < position_ ? p : p - 1);
       ASSIGN_OR_RETURN(const std::byte* theirs,
-                       PeerBytes(peers_[p], first * element, length * element, slot,
+                       PeerBytes(peers_[p], first * element, length * element, SlotOf(p),
                                  (mine.begin + mine.length) * element));
       sources.push_back(theirs);
       ++stats_.reads;

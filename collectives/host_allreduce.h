@@ -296,7 +296,10 @@ class HostAllReduce {
   // size in all): a system call reads more than one chunk at a time.
   absl::StatusOr<const std::byte*> PeerBytes(const Peer& peer, size_t at, size_t bytes,
                                              size_t slot, size_t until);
-  // Copies them into `dst` (ours), straight out of the mapping or process.
+  // The read buffer slot of the peer at position `p` (ours has none).
+  size_t SlotOf(int p) const { return static_cast<size_t>(p < position_ ? p : p - 1); }
+  // Copies bytes [at, at + bytes) of `peer`'s range into `dst` (ours),
+  // straight out of the mapping or process.
   absl::Status CopyFromPeer(const Peer& peer, size_t at, size_t bytes, std::byte* dst);
   // When a wait for our own data mover's work gives up.
   absl::Time Deadline() const;
