@@ -20,6 +20,7 @@
 #include "collectives/call_word.h"
 #include "collectives/members.h"
 #include "collectives/peer_process.h"
+#include "collectives/shared_segments.h"
 #include "common/annotate.h"
 #include "common/shared_word.h"
 #include "common/status_macros.h"
@@ -76,6 +77,9 @@ struct HostAllReduce::Peer {
   // (0: in its region, at `offset`).
   std::optional<PeerProcess> process;
   uint64_t external = 0;
+  // That range in our mapping of the shared segment it published, when it
+  // did and the mapping worked (else null: read out of its process).
+  const std::byte* mapped = nullptr;
 };
 
 std::string HostAllReduce::LayoutText(const HostAllReduceOptions& o, size_t capacity,
@@ -152,7 +156,10 @@ HostAllReduce::HostAllReduce(onesided::PeerLinks& links, std::vector<int> member
       members_(std::move(members)),
       position_(position),
       data_(data),
-      options_(options) {}
+      options_(options),
+      // Room for every peer's segment of a call, and as many again for the
+      // buffers that come back call after call.
+      segment_maps_(std::max<size_t>(16, 2 * this->members_.size())) {}
 
 HostAllReduce::~HostAllReduce() {
   onesided::ProgressLoop* loop = options_.loop;
@@ -330,6 +337,11 @@ absl::StatusOr<const std::byte*> HostAllReduce::PeerBytes(const Peer& peer, size
                                                           size_t bytes, size_t slot,
                                                           size_t until) {
   if (peer.external == 0) return peer.data + peer.offset + at;
+  if (peer.mapped != nullptr) {
+    ++stats_.segment_reads;
+    stats_.segment_bytes_read += static_cast<int64_t>(bytes);
+    return peer.mapped + at;
+  }
   if (bytes == 0) {  // nothing to read (an empty call): any valid pointer
     static const std::byte kNothing{};
     return &kNothing;
@@ -356,9 +368,34 @@ absl::StatusOr<const std::byte*> HostAllReduce::PeerBytes(const Peer& peer, size
   return base + (at - holds.begin);
 }
 
+const std::byte* HostAllReduce::MapSegment(const Peer& peer, uint64_t fd, uint64_t token,
+                                          uint64_t offset, size_t bytes) {
+  const int64_t mapped_before = segment_maps_.stats().mapped;
+  // A word beyond int64 reads as negative: refused as forged.
+  absl::StatusOr<absl::Span<const std::byte>> segment = segment_maps_.Map(
+      peer.process->pid(), static_cast<int64_t>(fd), token, absl::StrCat("rank ", peer.rank));
+  stats_.segments_mapped += segment_maps_.stats().mapped - mapped_before;
+  if (segment.ok() && offset <= segment->size() && bytes <= segment->size() - offset) {
+    return segment->data() + offset;
+  }
+  ++stats_.segment_fallbacks;
+  if (segment_refusal_.empty()) {
+    segment_refusal_ =
+        segment.ok() ? absl::StrCat("rank ", peer.rank, " published ", bytes, " bytes at offset ",
+                                    offset, " of its ", segment->size(), "-byte segment")
+                     : std::string(segment.status().message());
+  }
+  return nullptr;
+}
+
 absl::Status HostAllReduce::CopyFromPeer(const Peer& peer, size_t at, size_t bytes,
                                          std::byte* dst) {
   if (peer.external == 0) return mover_->Copy(dst, peer.data + peer.offset + at, bytes);
+  if (peer.mapped != nullptr) {
+    ++stats_.segment_reads;
+    stats_.segment_bytes_read += static_cast<int64_t>(bytes);
+    return mover_->Copy(dst, peer.mapped + at, bytes);
+  }
   // Enter() accepted the address only with a process to read it from, and
   // checked that the call's range does not wrap.
   ++stats_.process_reads;
@@ -655,6 +692,14 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, si
   if (poisoned) type_op = layout::kPoisonedCall;
   Store(block_ + layout::kExternal,
         external_ != nullptr && !poisoned ? reinterpret_cast<uintptr_t>(external_) : 0);
+  // Run() checked that count * element fits.
+  const std::optional<SegmentRef> segment =
+      external_ != nullptr && !poisoned && count > 0
+          ? SharedSegments::Process().Find(external_, count * element)
+          : std::nullopt;
+  Store(block_ + layout::kSegmentFd, segment.has_value() ? uint64_t(segment->fd) + 1 : 0);
+  Store(block_ + layout::kSegmentToken, segment.has_value() ? segment->token : 0);
+  Store(block_ + layout::kSegmentOffset, segment.has_value() ? segment->offset : 0);
   Store(block_ + layout::kOffset, offset);
   Store(block_ + layout::kCount, count);
   Store(block_ + layout::kTypeOp, type_op);
@@ -681,10 +726,14 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, si
   for (int p = 0; p < size(); ++p) {
     if (p == position_) continue;
     Peer& peer = peers_[p];
-    const uint64_t theirs[4] = {Load(peer.control + layout::kOffset),
+    // Each word loaded once: the peer may rewrite them while we check.
+    const uint64_t theirs[7] = {Load(peer.control + layout::kOffset),
                                 Load(peer.control + layout::kCount),
                                 Load(peer.control + layout::kTypeOp),
-                                Load(peer.control + layout::kExternal)};
+                                Load(peer.control + layout::kExternal),
+                                Load(peer.control + layout::kSegmentFd),
+                                Load(peer.control + layout::kSegmentToken),
+                                Load(peer.control + layout::kSegmentOffset)};
     if (theirs[1] != count || theirs[2] != type_op) {
       differs = true;
       return absl::InvalidArgumentError(absl::StrCat(
@@ -695,6 +744,7 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, si
           "count, type, operator, root) in the same order"));
     }
     peer.external = theirs[3];
+    peer.mapped = nullptr;
     if (peer.external != 0) {
       // Its range lies in its process: readable only where the members
       // agreed on it, and never wrapping the address space.
@@ -707,6 +757,9 @@ absl::Status HostAllReduce::Enter(uint64_t call, size_t offset, size_t count, si
             ": a forged or corrupted word"));
       }
       peer.offset = 0;
+      if (theirs[4] != 0) {
+        peer.mapped = MapSegment(peer, theirs[4] - 1, theirs[5], theirs[6], bytes);
+      }
       continue;
     }
     if (theirs[0] % element != 0 || theirs[0] > data_.size() ||

@@ -60,6 +60,7 @@
 #include "collectives/call_word.h"
 #include "collectives/data_mover.h"
 #include "collectives/reduce.h"
+#include "collectives/segment_maps.h"
 #include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
 #include "onesided/progress/yield_gate.h"
@@ -82,6 +83,14 @@ constexpr size_t kTypeOp = 24;  // the call's kind and arguments, packed:
 // Its range's address in its owner's process (AllReduceExternal), read
 // with process_vm_readv; 0: in the data region, at kOffset.
 constexpr size_t kExternal = 32;
+// Where that range lies in a shared segment of its owner's
+// (collectives/shared_segments.h), so peers map it instead: the segment's
+// descriptor in its owner's process plus 1 (0: none), its token, and the
+// range's offset in it. Only a hint: a peer that cannot map the segment
+// reads the address instead.
+constexpr size_t kSegmentFd = 40;
+constexpr size_t kSegmentToken = 48;
+constexpr size_t kSegmentOffset = 56;
 // collectives/call_word.h, of one of these kinds:
 constexpr uint64_t kAllReduceCall = call_word::kAllReduce;
 constexpr uint64_t kReduceCall = call_word::kReduce;
@@ -140,6 +149,15 @@ struct HostAllReduceStats {
   int64_t process_reads = 0;
   int64_t process_bytes_read = 0;
   int64_t external_calls = 0;  // our AllReduceExternal calls
+  // Of the process reads' kind, those read from a peer's shared segment
+  // through a mapping of it instead (no system call, no copy in between),
+  // segments mapped at first sight, and published segments that could not
+  // be mapped (read out of the process instead; segment_refusal() says
+  // why the first time).
+  int64_t segment_reads = 0;
+  int64_t segment_bytes_read = 0;
+  int64_t segments_mapped = 0;
+  int64_t segment_fallbacks = 0;
   // Idle rounds of waits that yielded the core, and those that took long
   // enough to close the gate (YieldGate).
   int64_t yields = 0;
@@ -187,6 +205,9 @@ class HostAllReduce {
   // kernel's refusal for one peer, ...).
   bool external() const { return external_ok_; }
   const std::string& external_refusal() const { return external_refusal_; }
+  // Why a peer's shared segment was first read out of its process instead
+  // of mapped ("" while none was).
+  const std::string& segment_refusal() const { return segment_refusal_; }
 
   // Reduces [offset, offset + count * ElementSize(type)) of the data region
   // across the members, in place; every member calls it with the same
@@ -301,6 +322,11 @@ class HostAllReduce {
   // Copies bytes [at, at + bytes) of `peer`'s range into `dst` (ours),
   // straight out of the mapping or process.
   absl::Status CopyFromPeer(const Peer& peer, size_t at, size_t bytes, std::byte* dst);
+  // `peer`'s range of the call under way (`bytes` from `offset` in the
+  // segment it published), mapped; nullptr when it cannot be (then it is
+  // read out of the peer's process).
+  const std::byte* MapSegment(const Peer& peer, uint64_t fd, uint64_t token, uint64_t offset,
+                              size_t bytes);
   // When a wait for our own data mover's work gives up.
   absl::Time Deadline() const;
   // Publishes `done` and waits for every peer's.
@@ -338,6 +364,9 @@ class HostAllReduce {
   std::byte* external_ = nullptr;
   bool external_ok_ = false;
   std::string external_refusal_ = "not probed";
+  // The peers' shared segments, mapped at first sight.
+  SegmentMaps segment_maps_;
+  std::string segment_refusal_;
   // The peers' bytes read out of their processes: one slot per peer.
   std::vector<std::byte> process_scratch_;
   size_t slot_bytes_ = 0;

@@ -11,16 +11,23 @@
 // though it refused such reads at set-up.
 // Each fails rank 0's call with an error naming rank 1 before the value
 // moves anything; the collective is then unusable.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/call_word.h"
 #include "collectives/host_allreduce.h"
 #include "collectives/peer_process.h"
+#include "collectives/shared_segments.h"
+#include "common/unique_fd.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -279,6 +286,79 @@ TEST(HostAllReduceHostileTest, AnAddressOfProcessMemoryWithoutTheAgreementIsData
       },
       nullptr, "rank 1 refuses: a test");
   ExpectRefused(outcome, absl::StatusCode::kDataLoss, "did not agree on such reads");
+}
+
+// Rank 1 publishes a buffer of its process memory (1.0s) and a shared
+// segment for it, which holds 2.0s where the words point: rank 0 (3.0s)
+// sums 5.0s where it mapped the segment, 4.0s where it read the address
+// instead. Segment words are a hint: forged ones (another token, an
+// unsealed memfd, an offset past the segment's end, descriptors that are
+// none) end in a read of the address, counted, the first refusal kept.
+TEST(HostAllReduceHostileTest, AForgedSegmentIsReadOutOfTheProcessInstead) {
+  constexpr size_t kCount = 100;
+  std::vector<float> honest(kCount, 1.0f);
+  ASSERT_OK_AND_ASSIGN(std::byte* segment, SharedSegments::Process().Allocate(4096));
+  const absl::Cleanup release = [&] { SharedSegments::Process().Release(segment); };
+  std::fill_n(reinterpret_cast<float*>(segment), 4096 / 4, 2.0f);
+  const SegmentRef real = *SharedSegments::Process().Find(segment, 4096);
+  const uint64_t unsealed_token = 0xfeed;
+  UniqueFd unsealed(memfd_create(SegmentName(unsealed_token).c_str(), MFD_CLOEXEC));
+  ASSERT_GE(unsealed.get(), 0);
+  ASSERT_EQ(ftruncate(unsealed.get(), 4096), 0);
+  struct Case {
+    std::string name;
+    uint64_t fd_word, token, offset;
+    float sum;
+    std::string refusal;
+    int64_t mapped = 0;  // the real segment mapped (its offset refused, or used)
+  };
+  const uint64_t fd_word = static_cast<uint64_t>(real.fd) + 1;
+  const std::vector<Case> cases = {
+      {"segment_honest", fd_word, real.token, 0, 5.0f, "", 1},
+      {"segment_token", fd_word, real.token + 1, 0, 4.0f, "not its published segment"},
+      {"segment_unsealed", static_cast<uint64_t>(unsealed.get()) + 1, unsealed_token, 0, 4.0f,
+       "not sealed"},
+      {"segment_offset", fd_word, real.token, 4096 - 396, 4.0f, "bytes at offset 3700", 1},
+      {"segment_offset_wraps", fd_word, real.token, ~uint64_t{0} - 3, 4.0f, "bytes at offset",
+       1},
+      {"segment_fd_huge", uint64_t{1} << 40, real.token, 0, 4.0f, "forged"},
+      {"segment_fd_negative", ~uint64_t{0}, real.token, 0, 4.0f, "forged"},
+      {"segment_fd_closed", uint64_t{1} << 30, real.token, 0, 4.0f, "cannot open"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<float> own;
+    HostAllReduceStats stats;
+    std::string refusal;
+    int calls = 0;
+    Outcome outcome = ForgeThenCall(
+        c.name, kCount,
+        [&](std::byte* block) {
+          SetWord(block, layout::kExternal, reinterpret_cast<uintptr_t>(honest.data()));
+          SetWord(block, layout::kSegmentFd, c.fd_word);
+          SetWord(block, layout::kSegmentToken, c.token);
+          SetWord(block, layout::kSegmentOffset, c.offset);
+          Entered(block, kCount);
+          SetWord(block, layout::kDone, 1);
+        },
+        [&](HostAllReduce& host) -> absl::Status {
+          if (calls++ > 0) return absl::OkStatus();  // the one call rank 1 made
+          own.assign(kCount, 3.0f);
+          absl::Status status = host.AllReduceExternal(reinterpret_cast<std::byte*>(own.data()),
+                                                       kCount, DataType::kFloat32);
+          stats = host.stats();
+          refusal = host.segment_refusal();
+          return status;
+        });
+    ASSERT_OK(outcome.call);
+    EXPECT_THAT(own, ::testing::Each(c.sum));
+    EXPECT_EQ(stats.segment_fallbacks, c.refusal.empty() ? 0 : 1);
+    EXPECT_EQ(stats.segments_mapped, c.mapped);
+    EXPECT_EQ(stats.process_reads, c.refusal.empty() ? 0 : 1);
+    if (!c.refusal.empty()) {
+      EXPECT_THAT(refusal, AllOf(HasSubstr("rank 1"), HasSubstr(c.refusal)));
+    }
+  }
 }
 
 }  // namespace

@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/shared_segments.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -270,6 +272,56 @@ TEST(HostAllReduceTest, EmptyAndLargeBuffersOutsideTheRegion) {
         return absl::OkStatus();
       });
   for (int r = 0; r < kWorld; ++r) EXPECT_OK(statuses[r]) << "rank " << r;
+}
+
+// Buffers in shared segments (the c10d backend's allocator) are mapped by
+// the peers at first sight and read where they lie; an ordinary buffer
+// beside them is still read out of its process. Ranks 0 and 2 pass
+// segments, rank 1 a buffer of its own, for two calls on the same buffers
+// (the mappings are kept), on both paths.
+TEST(HostAllReduceTest, BuffersInSharedSegmentsAreMappedOnceAndReadWhereTheyLie) {
+  constexpr int kWorld = 3;
+  for (size_t count : {size_t{100}, size_t{300001}}) {  // one-shot, scatter-gather
+    SCOPED_TRACE(absl::StrCat(count, " floats"));
+    std::vector<absl::Status> statuses =
+        WithHosts(kWorld, [&](int rank, HostAllReduce& host, std::byte*) -> absl::Status {
+          const bool shared = rank != 1;
+          std::vector<float> own(shared ? 0 : count);
+          float* values = own.data();
+          if (shared) {
+            ASSIGN_OR_RETURN(std::byte * segment,
+                             SharedSegments::Process().Allocate(count * sizeof(float)));
+            values = reinterpret_cast<float*>(segment);
+          }
+          const absl::Cleanup release = [&] {
+            if (shared) SharedSegments::Process().Release(reinterpret_cast<std::byte*>(values));
+          };
+          for (int round = 0; round < 2; ++round) {
+            for (size_t i = 0; i < count; ++i) values[i] = Value(rank, i) + round;
+            RETURN_IF_ERROR(host.AllReduceExternal(reinterpret_cast<std::byte*>(values), count,
+                                                   DataType::kFloat32));
+            for (size_t i = 0; i < count; ++i) {
+              float sum = 0;
+              for (int r = 0; r < kWorld; ++r) sum += Value(r, i) + round;
+              if (values[i] != sum) {
+                return absl::InternalError(absl::StrCat("round ", round, ", element ", i,
+                                                        ": ", values[i], ", expected ", sum));
+              }
+            }
+          }
+          const HostAllReduceStats& stats = host.stats();
+          const int64_t segment_peers = rank == 1 ? 2 : 1;
+          if (stats.segments_mapped != segment_peers || stats.segment_reads == 0 ||
+              stats.segment_fallbacks != 0 || (stats.process_reads > 0) != (rank != 1)) {
+            return absl::InternalError(absl::StrCat(
+                stats.segments_mapped, " segments mapped, ", stats.segment_reads,
+                " segment reads, ", stats.segment_fallbacks, " fallbacks (",
+                host.segment_refusal(), "), ", stats.process_reads, " process reads"));
+          }
+          return absl::OkStatus();
+        });
+    for (int r = 0; r < kWorld; ++r) EXPECT_OK(statuses[r]) << "rank " << r;
+  }
 }
 
 // One member with the reads off keeps every member off, without an error;

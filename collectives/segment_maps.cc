@@ -1,0 +1,98 @@
+// File: segment_maps.cc
+#include "collectives/segment_maps.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "collectives/shared_segments.h"
+#include "common/unique_fd.h"
+
+namespace rdmaflow::collectives {
+
+SegmentMaps::SegmentMaps(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+
+SegmentMaps::~SegmentMaps() {
+  for (const Mapping& mapping : mappings_) {
+    munmap(const_cast<std::byte*>(mapping.data), mapping.size);
+  }
+}
+
+absl::StatusOr<absl::Span<const std::byte>> SegmentMaps::Map(int64_t pid, int64_t fd,
+                                                              uint64_t token,
+                                                              absl::string_view who) {
+  for (Mapping& mapping : mappings_) {
+    if (mapping.pid == pid && mapping.token == token) {
+      mapping.used = ++use_;
+      ++stats_.hits;
+      return absl::Span<const std::byte>(mapping.data, mapping.size);
+    }
+  }
+  ++stats_.refused;  // undone on success
+  const std::string segment = SegmentName(token);
+  if (pid <= 0 || pid > INT_MAX || fd < 0 || fd > INT_MAX) {
+    return absl::DataLossError(absl::StrCat(who, " published descriptor ", fd, " of process ",
+                                            pid, " for its segment ", segment,
+                                            ": a forged or corrupted word"));
+  }
+  const std::string path = absl::StrCat("/proc/", pid, "/fd/", fd);
+  UniqueFd opened(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (opened.get() < 0) {
+    const int error = errno;
+    return absl::UnavailableError(absl::StrCat(
+        who, ": cannot open its segment ", segment, " as ", path, ": ", std::strerror(error),
+        " (errno ", error, "; EACCES/EPERM: the ptrace policy, ENOENT: gone)"));
+  }
+  // What we opened, by our own descriptor: the peer may have replaced its
+  // descriptor since it published the number.
+  char link[256];
+  const std::string self = absl::StrCat("/proc/self/fd/", opened.get());
+  const ssize_t length = readlink(self.c_str(), link, sizeof(link));
+  const std::string expected = absl::StrCat("/memfd:", segment, " (deleted)");
+  if (length < 0 || std::string(link, static_cast<size_t>(length)) != expected) {
+    return absl::DataLossError(absl::StrCat(
+        who, ": descriptor ", fd, " of process ", pid, " is '",
+        absl::CHexEscape(length < 0 ? std::string() : std::string(link, length)),
+        "', not its published segment ", segment, ": a forged or stale word"));
+  }
+  const int seals = fcntl(opened.get(), F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return absl::DataLossError(absl::StrCat(
+        who, ": its segment ", segment, " is not sealed against shrinking, so reading it could "
+        "fault when it shrinks: refused"));
+  }
+  struct stat status;
+  if (fstat(opened.get(), &status) != 0 || status.st_size <= 0) {
+    return absl::DataLossError(absl::StrCat(who, ": its segment ", segment, " is empty"));
+  }
+  const auto size = static_cast<size_t>(status.st_size);
+  void* data = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, opened.get(), 0);
+  if (data == MAP_FAILED) {
+    const int error = errno;
+    return absl::UnavailableError(absl::StrCat(who, ": cannot map its segment ", segment, " (",
+                                               size, " bytes): ", std::strerror(error)));
+  }
+  --stats_.refused;
+  ++stats_.mapped;
+  if (mappings_.size() >= capacity_) {
+    auto oldest = std::min_element(
+        mappings_.begin(), mappings_.end(),
+        [](const Mapping& a, const Mapping& b) { return a.used < b.used; });
+    munmap(const_cast<std::byte*>(oldest->data), oldest->size);
+    mappings_.erase(oldest);
+    ++stats_.evicted;
+  }
+  mappings_.push_back(Mapping{pid, token, static_cast<const std::byte*>(data), size, ++use_});
+  return absl::Span<const std::byte>(static_cast<const std::byte*>(data), size);
+}
+
+}  // namespace rdmaflow::collectives

@@ -1,0 +1,79 @@
+// File: segment_maps.h
+// -----------------------------------------------------------------------------
+// SegmentMaps: a bounded cache of same-host peers' shared segments
+// (collectives/shared_segments.h), mapped read-only into this process so
+// their buffers are read where they lie.
+//
+// A peer publishes (fd, token) for a buffer; Map() opens /proc/<pid>/fd/<fd>
+// (the same ptrace permission as process_vm_readv) and checks what it
+// opened, never what the peer says: the memfd's name must carry the token,
+// and its seals must forbid shrinking (else the peer could truncate it and
+// turn our reads into SIGBUS). The size comes from fstat() of our own
+// descriptor. A mapping is kept under (pid, token) for later calls, up to
+// `capacity` of them: past that the least recently used one is unmapped.
+//
+// The bytes stay the peer's to change while we read them, as in any shared
+// mapping: callers use them as they would a peer's data region.
+//
+//   SegmentMaps maps(16);
+//   ASSIGN_OR_RETURN(absl::Span<const std::byte> segment,
+//                    maps.Map(pid, fd, token, "rank 2"));
+#ifndef RDMAFLOW_COLLECTIVES_SEGMENT_MAPS_H_
+#define RDMAFLOW_COLLECTIVES_SEGMENT_MAPS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace rdmaflow::collectives {
+
+struct SegmentMapsStats {
+  int64_t mapped = 0;   // segments mapped (first sightings)
+  int64_t hits = 0;     // Map() calls served by a kept mapping
+  int64_t evicted = 0;  // mappings unmapped to make room
+  int64_t refused = 0;  // Map() calls that failed
+};
+
+// Thread-compatible.
+class SegmentMaps {
+ public:
+  // Keeps at most `capacity` (>= 1) mappings.
+  explicit SegmentMaps(size_t capacity);
+  SegmentMaps(const SegmentMaps&) = delete;
+  SegmentMaps& operator=(const SegmentMaps&) = delete;
+  ~SegmentMaps();
+
+  // The whole segment `token` that process `pid` holds open as `fd`,
+  // mapped read-only; valid until `capacity` other segments have been
+  // mapped since its last Map(), or this object goes. `who` names the peer
+  // in errors ("rank 2"). kUnavailable when the descriptor cannot be opened
+  // (no such process or descriptor, or the kernel refuses);
+  // kDataLoss when what it opens is not that segment, is not sealed
+  // against shrinking, or is empty.
+  absl::StatusOr<absl::Span<const std::byte>> Map(int64_t pid, int64_t fd, uint64_t token,
+                                                  absl::string_view who);
+
+  const SegmentMapsStats& stats() const { return stats_; }
+
+ private:
+  struct Mapping {
+    int64_t pid = 0;
+    uint64_t token = 0;
+    const std::byte* data = nullptr;
+    size_t size = 0;
+    uint64_t used = 0;  // when last returned (use_)
+  };
+
+  const size_t capacity_;
+  std::vector<Mapping> mappings_;
+  uint64_t use_ = 0;
+  SegmentMapsStats stats_;
+};
+
+}  // namespace rdmaflow::collectives
+
+#endif  // RDMAFLOW_COLLECTIVES_SEGMENT_MAPS_H_

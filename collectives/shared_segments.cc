@@ -1,0 +1,173 @@
+// File: shared_segments.cc
+#include "collectives/shared_segments.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iterator>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace rdmaflow::collectives {
+namespace {
+
+class Locked {
+ public:
+  explicit Locked(pthread_mutex_t& mutex) : mutex_(mutex) { pthread_mutex_lock(&mutex_); }
+  ~Locked() { pthread_mutex_unlock(&mutex_); }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
+
+ private:
+  pthread_mutex_t& mutex_;
+};
+
+size_t PageRounded(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return bytes > SIZE_MAX - page ? 0 : (bytes + page - 1) / page * page;
+}
+
+}  // namespace
+
+std::string SegmentName(uint64_t token) {
+  return absl::StrFormat("rdmaflow-segment-%016x", token);
+}
+
+SharedSegments& SharedSegments::Process() {
+  static SharedSegments* process = [] {
+    auto* made = new SharedSegments(kPoolBytes);
+    pthread_atfork([] { pthread_mutex_lock(&Process().mutex_); },
+                   [] { pthread_mutex_unlock(&Process().mutex_); },
+                   [] { pthread_mutex_unlock(&Process().mutex_); });
+    return made;
+  }();
+  return *process;
+}
+
+SharedSegments::SharedSegments(size_t pool_bytes)
+    : pool_bytes_(pool_bytes), owner_pid_(getpid()) {}
+
+SharedSegments::~SharedSegments() {
+  Locked locked(mutex_);
+  while (!segments_.empty()) Destroy(segments_.begin());
+}
+
+void SharedSegments::AdoptAfterFork() {
+  if (owner_pid_ == getpid()) return;
+  owner_pid_ = getpid();
+  // The pool is shared with the parent, which may hand it out again:
+  // never ours to reuse. What the child still holds it frees unpooled.
+  while (!pool_.empty()) {
+    const auto it = segments_.find(pool_.begin()->second);
+    pool_.erase(pool_.begin());
+    if (it != segments_.end()) Destroy(it);
+  }
+  for (auto& [base, segment] : segments_) segment.inherited = true;
+  stats_ = {};
+}
+
+void SharedSegments::Destroy(std::map<uintptr_t, Segment>::iterator it) {
+  munmap(reinterpret_cast<void*>(it->first), it->second.size);
+  close(it->second.fd);
+  segments_.erase(it);
+}
+
+absl::StatusOr<std::byte*> SharedSegments::Allocate(size_t bytes) {
+  const size_t size = PageRounded(bytes);
+  if (bytes == 0 || size == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared segments: cannot allocate ", bytes, " bytes"));
+  }
+  Locked locked(mutex_);
+  AdoptAfterFork();
+  // A pooled segment of at least the size, and at most a quarter more.
+  const auto fit = pool_.lower_bound(size);
+  if (fit != pool_.end() && fit->first - size <= size / 4) {
+    const uintptr_t base = fit->second;
+    pool_.erase(fit);
+    Segment& segment = segments_.at(base);
+    segment.in_use = true;
+    stats_.pooled_bytes -= static_cast<int64_t>(segment.size);
+    stats_.live_bytes += static_cast<int64_t>(segment.size);
+    ++stats_.reused;
+    return reinterpret_cast<std::byte*>(base);
+  }
+  uint64_t token = 0;
+  while (token == 0) {
+    absl::BitGen random;
+    token = absl::Uniform<uint64_t>(random);
+  }
+  auto failed = [&](const char* what) {
+    const int error = errno;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "shared segments: ", what, " for ", size, " bytes failed: ", std::strerror(error),
+        " (errno ", error, "); check the memory limits (ulimit -v, the cgroup's)"));
+  };
+  const int fd = memfd_create(SegmentName(token).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return failed("memfd_create");
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    absl::Status status = failed("sizing and sealing a memfd");
+    close(fd);
+    return status;
+  }
+  void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) {
+    absl::Status status = failed("mmap of a memfd");
+    close(fd);
+    return status;
+  }
+  segments_[reinterpret_cast<uintptr_t>(data)] = Segment{size, fd, token, true, false};
+  ++stats_.segments;
+  stats_.live_bytes += static_cast<int64_t>(size);
+  return static_cast<std::byte*>(data);
+}
+
+void SharedSegments::Release(std::byte* data) {
+  Locked locked(mutex_);
+  AdoptAfterFork();
+  const auto it = segments_.find(reinterpret_cast<uintptr_t>(data));
+  if (it == segments_.end() || !it->second.in_use) return;
+  Segment& segment = it->second;
+  segment.in_use = false;
+  if (segment.inherited) {
+    Destroy(it);
+    return;
+  }
+  stats_.live_bytes -= static_cast<int64_t>(segment.size);
+  if (static_cast<size_t>(stats_.pooled_bytes) + segment.size > pool_bytes_) {
+    Destroy(it);
+    return;
+  }
+  pool_.emplace(segment.size, it->first);
+  stats_.pooled_bytes += static_cast<int64_t>(segment.size);
+}
+
+std::optional<SegmentRef> SharedSegments::Find(const std::byte* data, size_t bytes) {
+  const auto at = reinterpret_cast<uintptr_t>(data);
+  Locked locked(mutex_);
+  AdoptAfterFork();
+  auto it = segments_.upper_bound(at);
+  if (it == segments_.begin()) return std::nullopt;
+  --it;
+  const Segment& segment = it->second;
+  const size_t offset = at - it->first;
+  if (!segment.in_use || segment.inherited || offset >= segment.size ||
+      bytes > segment.size - offset) {
+    return std::nullopt;
+  }
+  return SegmentRef{segment.fd, segment.token, offset};
+}
+
+SharedSegmentsStats SharedSegments::stats() {
+  Locked locked(mutex_);
+  AdoptAfterFork();
+  return stats_;
+}
+
+}  // namespace rdmaflow::collectives
