@@ -59,10 +59,11 @@ def parse_args(argv):
                              "thread, an asynchronous one on its engine thread unless "
                              "RDMAFLOW_INLINE_KB allows it)")
     parser.add_argument("--bare", action="store_true",
-                        help="with --registered: also time rdmaflow's own all-reduce of the "
-                             "same tensor in the same processes, without torch.distributed "
-                             "(series \"bare (same processes)\"), alternating with the torch "
-                             "calls three times, medians of each")
+                        help="also time rdmaflow's own all-reduce, without "
+                             "torch.distributed, of a registered tensor of the same size (the "
+                             "tensor itself with --registered) in the same processes (series "
+                             "\"bare (same processes)\"), alternating with the torch calls "
+                             "three times, medians of each")
     parser.add_argument("--ddp_steps", type=int, default=30, help="0 skips DDP")
     parser.add_argument("--batch", type=int, default=64, help="global batch of the DDP steps")
     parser.add_argument("--models", default="lenet5,vgg",
@@ -102,7 +103,8 @@ def slowest(seconds):
 
 def bench_allreduce(args, world, label, emit):
     import_registered = args.backend == "rdmaflow" and args.registered
-    if import_registered:
+    bare = args.bare and args.backend == "rdmaflow" and world > 1
+    if import_registered or bare:
         import rdmaflow_torch
     for size in [int(s) for s in args.sizes.split(",")]:
         n = size // 4
@@ -120,7 +122,12 @@ def bench_allreduce(args, world, label, emit):
                 dist.all_reduce(tensor)
         for _ in range(3):
             call()
-        bare = args.bare and import_registered and world > 1
+        # The bare collective on a registered tensor of the same size: the
+        # tensor itself where it is one.
+        bare_tensor = tensor
+        if bare and not import_registered:
+            bare_tensor = rdmaflow_torch.empty(dist.group.WORLD, [n], torch.float32)
+            bare_tensor.fill_(1.0)
         times, bare_times = [], []
         for _ in range(3 if bare else 1):
             dist.barrier()
@@ -131,7 +138,7 @@ def bench_allreduce(args, world, label, emit):
             if bare:
                 dist.barrier()
                 bare_times.append(rdmaflow_torch._time_bare_allreduce(
-                    dist.group.WORLD, tensor, iterations))
+                    dist.group.WORLD, bare_tensor, iterations))
         for series, measured in ((label, times), ("bare (same processes)", bare_times)):
             if not measured:
                 continue
@@ -139,7 +146,7 @@ def bench_allreduce(args, world, label, emit):
             busbw = 2 * (world - 1) / world * size / seconds / 1e9
             emit({"kind": "allreduce", "backend": series, "world": world, "bytes": size,
                   "iterations": iterations, "us": seconds * 1e6, "busbw_gbs": busbw})
-        del tensor
+        del tensor, bare_tensor
 
 
 def union_seconds(intervals):

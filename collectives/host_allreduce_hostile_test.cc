@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "gtest/gtest.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/rendezvous.h"
+#include "rdma/testing/racing_writer.h"
 #include "rdma/testing/rank_threads.h"
 
 namespace rdmaflow::collectives {
@@ -359,6 +361,70 @@ TEST(HostAllReduceHostileTest, AForgedSegmentIsReadOutOfTheProcessInstead) {
       EXPECT_THAT(refusal, AllOf(HasSubstr("rank 1"), HasSubstr(c.refusal)));
     }
   }
+}
+
+// The racing case: rank 1 flips its segment offset between two honest
+// ranges (2.0s at 0, 5.0s at 512) and two forged ones while rank 0 calls
+// again and again. The words are loaded once per call: every call sums
+// one whole range (5.0s, 8.0s), or falls back to the address (4.0s);
+// never a mix, never a read past the segment.
+TEST(HostAllReduceHostileTest, ASegmentOffsetFlippingWithForgedOnesReadsOneRange) {
+  constexpr size_t kCount = 100;
+  std::vector<float> honest(kCount, 1.0f);
+  ASSERT_OK_AND_ASSIGN(std::byte* segment, SharedSegments::Process().Allocate(4096));
+  const absl::Cleanup release = [&] { SharedSegments::Process().Release(segment); };
+  auto* floats = reinterpret_cast<float*>(segment);
+  std::fill_n(floats, 4096 / 4, -1000.0f);
+  std::fill_n(floats, kCount, 2.0f);
+  std::fill_n(floats + 128, kCount, 5.0f);
+  const SegmentRef real = *SharedSegments::Process().Find(segment, 4096);
+  std::byte* block = nullptr;
+  std::map<float, int64_t> sums;
+  absl::Status failed;
+  int calls = 0;
+  Outcome outcome = ForgeThenCall(
+      "segment_race", kCount,
+      [&](std::byte* control) {
+        block = control;
+        SetWord(block, layout::kExternal, reinterpret_cast<uintptr_t>(honest.data()));
+        SetWord(block, layout::kSegmentFd, static_cast<uint64_t>(real.fd) + 1);
+        SetWord(block, layout::kSegmentToken, real.token);
+        Entered(block, kCount);
+        SetWord(block, layout::kEntered, 0);
+      },
+      [&](HostAllReduce& host) -> absl::Status {
+        if (calls++ > 0) return absl::OkStatus();
+        std::vector<std::vector<std::byte>> images;
+        for (uint64_t offset : {uint64_t{0}, uint64_t{512}, uint64_t{4096 - 396},
+                                ~uint64_t{0} - 3}) {
+          images.push_back(rdma::testing::BytesOf(offset));
+        }
+        auto writer = rdma::testing::RacingWriter::Flipping(
+            absl::MakeSpan(block + layout::kSegmentOffset, 8), 0, images,
+            rdma::testing::RacingWriter::Tearing::kWords);
+        std::vector<float> own(kCount);
+        const absl::Time end = absl::Now() + absl::Seconds(20);
+        for (uint64_t call = 1;
+             call <= 200 || (absl::Now() < end && (sums[4.0f] < 20 || sums[5.0f] + sums[8.0f] < 20));
+             ++call) {
+          SetWord(block, layout::kEntered, call);
+          SetWord(block, layout::kDone, call);
+          std::fill(own.begin(), own.end(), 3.0f);
+          RETURN_IF_ERROR(host.AllReduceExternal(reinterpret_cast<std::byte*>(own.data()),
+                                                 kCount, DataType::kFloat32));
+          if (std::count(own.begin(), own.end(), own[0]) != static_cast<ptrdiff_t>(kCount) ||
+              (own[0] != 4.0f && own[0] != 5.0f && own[0] != 8.0f)) {
+            return absl::InternalError(absl::StrCat("call ", call, " summed ", own[0],
+                                                    " and others"));
+          }
+          ++sums[own[0]];
+        }
+        return absl::OkStatus();
+      });
+  ASSERT_OK(outcome.call);
+  EXPECT_GT(sums[4.0f], 0);
+  EXPECT_GT(sums[5.0f] + sums[8.0f], 0);
+  ::testing::Test::RecordProperty("fallbacks", static_cast<int>(sums[4.0f]));
 }
 
 }  // namespace

@@ -128,24 +128,25 @@ absl::StatusOr<std::byte*> SharedSegments::Allocate(size_t bytes) {
   return static_cast<std::byte*>(data);
 }
 
-void SharedSegments::Release(std::byte* data) {
+bool SharedSegments::Release(std::byte* data) {
   Locked locked(mutex_);
   AdoptAfterFork();
   const auto it = segments_.find(reinterpret_cast<uintptr_t>(data));
-  if (it == segments_.end() || !it->second.in_use) return;
+  if (it == segments_.end() || !it->second.in_use) return false;
   Segment& segment = it->second;
   segment.in_use = false;
   if (segment.inherited) {
     Destroy(it);
-    return;
+    return true;
   }
   stats_.live_bytes -= static_cast<int64_t>(segment.size);
   if (static_cast<size_t>(stats_.pooled_bytes) + segment.size > pool_bytes_) {
     Destroy(it);
-    return;
+    return true;
   }
   pool_.emplace(segment.size, it->first);
   stats_.pooled_bytes += static_cast<int64_t>(segment.size);
+  return true;
 }
 
 std::optional<SegmentRef> SharedSegments::Find(const std::byte* data, size_t bytes) {

@@ -74,8 +74,9 @@ class SharedSegments {
   // be made or mapped.
   absl::StatusOr<std::byte*> Allocate(size_t bytes);
   // Gives back a buffer Allocate() returned (into the pool, or unmapped
-  // when the pool is full). A pointer it never returned is ignored.
-  void Release(std::byte* data);
+  // when the pool is full); true. A pointer it did not return, or one
+  // given back already, is left alone: false.
+  bool Release(std::byte* data);
   // The segment that holds all of [data, data + bytes), while its buffer
   // is allocated in this process; nullopt for any other range.
   std::optional<SegmentRef> Find(const std::byte* data, size_t bytes);

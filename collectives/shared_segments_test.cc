@@ -67,10 +67,12 @@ TEST(SharedSegmentsTest, ReleasedSegmentsComeBackForAboutTheirSize) {
   EXPECT_EQ(segments.stats().reused, 1);
   EXPECT_EQ(segments.stats().segments, 2);
   EXPECT_EQ(segments.stats().pooled_bytes, 0);
-  segments.Release(small);
-  segments.Release(again);
-  segments.Release(again);  // twice: ignored
-  segments.Release(nullptr);
+  EXPECT_TRUE(segments.Release(small));
+  EXPECT_TRUE(segments.Release(again));
+  EXPECT_FALSE(segments.Release(again));  // twice: left alone
+  EXPECT_FALSE(segments.Release(nullptr));
+  std::byte ours[16];
+  EXPECT_FALSE(segments.Release(ours));
   EXPECT_EQ(segments.stats().live_bytes, 0);
 }
 

@@ -342,6 +342,62 @@ absl::Status Layouts(ProcessGroupRdmaflow& pg, int rank, int world) {
   return absl::OkStatus();
 }
 
+// RDMAFLOW_SHARED_TENSORS=on, from 64 KiB: ordinary tensors of that size
+// on lie in shared segments. Each is reduced in place, nothing staged and
+// nothing read out of a process: the peers map its segment once and read
+// it where it lies, also in pieces (20 MiB through 4 MiB of staging) and
+// again on the pool's reused segments. Then rank 1 passes private memory
+// (read out of its process) beside the others' segments.
+absl::Status SharedTensors(ProcessGroupRdmaflow& pg, int rank, int world) {
+  if (pg.stats().single_copy_reads != 1) {
+    std::fprintf(stderr, "rank %d: shared tensors not checked: the ranks cannot read each "
+                         "other's memory here (the backend said why)\n", rank);
+    return Check(pg.stats().shared_tensors == 0, "shared tensors on without the reads");
+  }
+  RETURN_IF_ERROR(Check(pg.stats().shared_tensors == 1, "the allocator is not installed"));
+  for (int64_t n : {int64_t{1} << 14, int64_t{1} << 16, int64_t{1} << 20, int64_t{5} << 20}) {
+    for (int round = 0; round < 2; ++round) {
+      at::Tensor tensor = Values(rank, n, at::kFloat) + round;
+      at::Tensor reference = Values(0, n, at::kFloat) + round;
+      for (int r = 1; r < world; ++r) reference += Values(r, n, at::kFloat) + round;
+      const torch_backend::BackendStats before = pg.stats();
+      std::vector<at::Tensor> tensors = {tensor};
+      RETURN_IF_ERROR(Wait(pg.allreduce(tensors)));
+      const std::string what = absl::StrCat("shared allreduce x", n, " round ", round);
+      RETURN_IF_ERROR(CheckEqual(tensor, reference, what));
+      const torch_backend::BackendStats after = pg.stats();
+      const bool shared = n >= (int64_t{1} << 14);  // 64 KiB of float32
+      RETURN_IF_ERROR(Check(
+          after.shared_tensor_allreduces == before.shared_tensor_allreduces + (shared ? 1 : 0) &&
+              after.single_copy_allreduces == before.single_copy_allreduces &&
+              after.staged_bytes == before.staged_bytes,
+          absl::StrCat(what, ": not reduced in its segment")));
+    }
+  }
+  torch_backend::BackendStats stats = pg.stats();
+  RETURN_IF_ERROR(Check(stats.peer_segments_mapped >= world - 1 && stats.peer_segment_reads > 0 &&
+                            stats.peer_segment_fallbacks == 0,
+                        absl::StrCat("rank ", rank, ": ", stats.peer_segments_mapped,
+                                     " segments mapped, ", stats.peer_segment_reads, " reads, ",
+                                     stats.peer_segment_fallbacks, " fallbacks")));
+  const int64_t n = int64_t{1} << 20;
+  std::vector<float> own(rank == 1 ? n : 0);
+  at::Tensor tensor = rank == 1 ? at::from_blob(own.data(), {n}, at::kFloat)
+                                : at::empty({n}, at::kFloat);
+  tensor.copy_(Values(rank, n, at::kFloat));
+  at::Tensor reference = Values(0, n, at::kFloat);
+  for (int r = 1; r < world; ++r) reference += Values(r, n, at::kFloat);
+  const torch_backend::BackendStats before = pg.stats();
+  std::vector<at::Tensor> tensors = {tensor};
+  RETURN_IF_ERROR(Wait(pg.allreduce(tensors)));
+  RETURN_IF_ERROR(CheckEqual(tensor, reference, "shared allreduce beside private memory"));
+  stats = pg.stats();
+  return Check(rank == 1 ? stats.single_copy_allreduces == before.single_copy_allreduces + 1 &&
+                               stats.peer_segment_reads > before.peer_segment_reads
+                         : stats.shared_tensor_allreduces == before.shared_tensor_allreduces + 1,
+               absl::StrCat("rank ", rank, ": private memory beside segments miscounted"));
+}
+
 absl::Status PointToPoint(ProcessGroupRdmaflow& pg, int rank, int world) {
   // Pairs (0,1), (2,3): the even rank sends tags 1, 2, 3; the odd one
   // receives them 3, 2, 1, and each message differs in size.
@@ -819,6 +875,7 @@ absl::Status RunRank(const std::string& which) {
     RETURN_IF_ERROR(SharedLinks(pg, joined.world));
     return Errors(pg, joined.rank, joined.world);
   }
+  if (which == "shared_tensors") return SharedTensors(pg, joined.rank, joined.world);
   if (which == "ring") {
     RETURN_IF_ERROR(AllReduces(pg, joined.rank, joined.world));
     return RingPlaces(pg, joined.rank, joined.world);
@@ -886,6 +943,13 @@ TEST(TorchBackendMultiProcessTest, EveryCollectiveWithTwoRanks) {
 
 TEST(TorchBackendMultiProcessTest, EveryCollectiveWithFourRanks) {
   EXPECT_OK(launch::LaunchRanks(4, Env("collectives")).status);
+}
+
+TEST(TorchBackendMultiProcessTest, SharedTensorsAreReadWhereTheyLie) {
+  std::map<std::string, std::string> env = Env("shared_tensors");
+  env["RDMAFLOW_SHARED_TENSORS"] = "on";
+  env["RDMAFLOW_SHARED_TENSORS_MIN_KB"] = "64";
+  EXPECT_OK(launch::LaunchRanks(3, env).status);
 }
 
 TEST(TorchBackendMultiProcessTest, AllReducesOverTheRing) {

@@ -83,6 +83,21 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
   if (absl::Status s = Size("RDMAFLOW_CMA_MIN_KB", 10, 0, options.cma_min_bytes); !s.ok()) {
     return s;
   }
+  if (const char* shared = Variable("RDMAFLOW_SHARED_TENSORS")) {
+    const std::string value = shared;
+    if (value != "on" && value != "off") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RDMAFLOW_SHARED_TENSORS: '", value, "' is neither off (the default: CPU tensors "
+          "stay where torch puts them) nor on (large CPU tensors are allocated in shared "
+          "memory that same-host ranks read in place; docs/torch.md)"));
+    }
+    options.shared_tensors = value == "on";
+  }
+  if (absl::Status s = Size("RDMAFLOW_SHARED_TENSORS_MIN_KB", 10, 1,
+                            options.shared_tensors_min_bytes);
+      !s.ok()) {
+    return s;
+  }
   if (const char* device = Variable("RDMAFLOW_DEVICE")) {
     const std::string kind = device;
     if (kind != "cuda" && kind != "fake" && kind != "none") {

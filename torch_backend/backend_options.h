@@ -28,6 +28,14 @@
 //                              staged: the kernel's copy runs at about 0.75x
 //                              memcpy, which pays off only where staging
 //                              (a copy more) costs more (docs/torch.md)
+//   RDMAFLOW_SHARED_TENSORS    off (default) | on: CPU tensors allocated
+//                              afterwards of at least
+//                              RDMAFLOW_SHARED_TENSORS_MIN_KB (default
+//                              1024) lie in shared memory, which same-host
+//                              peers map and read in place: no staging, no
+//                              system call per read (torch_backend/
+//                              shared_tensor_allocator.h; they are shared
+//                              with children forked later)
 //   RDMAFLOW_DEVICE_MB         the device all-reduce's region in device
 //                              memory (default 64; 0: device tensors are
 //                              all-reduced through host memory too)
@@ -67,6 +75,11 @@ struct BackendOptions {
   // (collectives/peer_process.h), where every rank can.
   bool cma = true;
   size_t cma_min_bytes = size_t{4} << 20;
+  // Torch allocates CPU tensors of at least shared_tensors_min_bytes in
+  // shared segments (torch_backend/shared_tensor_allocator.h), installed
+  // when the group is created.
+  bool shared_tensors = false;
+  size_t shared_tensors_min_bytes = size_t{1} << 20;
   // Messenger (broadcast, all-gather, reduce-scatter, send/recv) pieces and
   // slots per ordered pair.
   size_t message_slot_bytes = size_t{256} << 10;

@@ -21,7 +21,8 @@ class BackendOptionsTest : public ::testing::Test {
   void TearDown() override {
     for (const char* name :
          {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB", "RDMAFLOW_DIRECT", "RDMAFLOW_INLINE_KB",
-          "RDMAFLOW_DEVICE", "RDMAFLOW_CMA", "RDMAFLOW_CMA_MIN_KB"}) {
+          "RDMAFLOW_DEVICE", "RDMAFLOW_CMA", "RDMAFLOW_CMA_MIN_KB", "RDMAFLOW_SHARED_TENSORS",
+          "RDMAFLOW_SHARED_TENSORS_MIN_KB"}) {
       unsetenv(name);
     }
   }
@@ -78,6 +79,28 @@ TEST_F(BackendOptionsTest, SingleCopyReadsAreAutomaticFrom4MiBUnlessTurnedOff) {
   setenv("RDMAFLOW_CMA_MIN_KB", "-1", 1);
   EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("RDMAFLOW_CMA_MIN_KB")));
+}
+
+TEST_F(BackendOptionsTest, SharedTensorsAreOffUnlessTurnedOnFrom1MiB) {
+  absl::StatusOr<BackendOptions> options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_FALSE(options->shared_tensors);
+  EXPECT_EQ(options->shared_tensors_min_bytes, size_t{1} << 20);
+  setenv("RDMAFLOW_SHARED_TENSORS", "on", 1);
+  setenv("RDMAFLOW_SHARED_TENSORS_MIN_KB", "64", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_TRUE(options->shared_tensors);
+  EXPECT_EQ(options->shared_tensors_min_bytes, size_t{64} << 10);
+  setenv("RDMAFLOW_SHARED_TENSORS", "yes", 1);
+  EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("RDMAFLOW_SHARED_TENSORS"), HasSubstr("neither off"))));
+  setenv("RDMAFLOW_SHARED_TENSORS", "off", 1);
+  setenv("RDMAFLOW_SHARED_TENSORS_MIN_KB", "0", 1);
+  EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("RDMAFLOW_SHARED_TENSORS_MIN_KB")));
 }
 
 TEST_F(BackendOptionsTest, DeviceTensorsAreCudaUnlessTheFakeDeviceIsAsked) {

@@ -21,6 +21,17 @@ struct BackendStats {
   // 1 where every rank can read every other's memory that way (set up,
   // agreed by all), else 0.
   int64_t single_copy_reads = 0;
+  // 1 where torch allocates large CPU tensors in shared segments
+  // (RDMAFLOW_SHARED_TENSORS=on); our tensors that lay in one and were
+  // reduced in place, and their bytes; the peers' segments this rank
+  // mapped, its reads of them, and the published segments it could not map
+  // (read with process_vm_readv instead).
+  int64_t shared_tensors = 0;
+  int64_t shared_tensor_allreduces = 0;
+  int64_t shared_tensor_bytes = 0;
+  int64_t peer_segments_mapped = 0;
+  int64_t peer_segment_reads = 0;
+  int64_t peer_segment_fallbacks = 0;
   int64_t noncontiguous_copies = 0;  // tensors copied to be contiguous
   int64_t coalesced_bytes = 0;       // copied to lay a coalesced call's tensors end to
                                      // end, and back

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rdma/builtin_transports.h"
+#include "torch_backend/shared_tensor_allocator.h"
 
 namespace rdmaflow::torch_backend {
 namespace {
@@ -89,6 +90,27 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
   return engine;
 }
 
+void Engine::UseSharedTensors() {
+  // Only where the peers read our memory at all: elsewhere a segment
+  // would be read as ordinary memory is (staged).
+  absl::Status installed =
+      ring_->external()
+          ? InstallSharedTensorAllocator(options_.shared_tensors_min_bytes)
+          : absl::FailedPreconditionError(absl::StrCat(
+                "the ranks cannot read each other's memory: ", ring_->external_refusal()));
+  if (installed.ok()) {
+    Count([](BackendStats& stats) { stats.shared_tensors = 1; });
+    return;
+  }
+  static std::atomic<bool> said{false};  // every group would say the same
+  if (!said.exchange(true)) {
+    std::fprintf(stderr,
+                 "rdmaflow: rank %d: RDMAFLOW_SHARED_TENSORS=on, but CPU tensors stay in "
+                 "private memory: %s\n",
+                 rank_, std::string(installed.message()).c_str());
+  }
+}
+
 absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
   store_ = std::make_unique<rdma::torch::C10dStore>(store, "the process group's store");
   absl::StatusOr<std::unique_ptr<rdma::Transport>> transport =
@@ -140,6 +162,7 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     ASSIGN_OR_RETURN(ring_, collectives::AllReduceGroup::Create(*links_, members, ring));
     data_region_ = &ring_->data_region();
     if (ring_->external()) Count([](BackendStats& stats) { stats.single_copy_reads = 1; });
+    if (options_.shared_tensors) UseSharedTensors();
     if (options_.cma && ring_->direct() && !ring_->external()) {
       // Said once per process: every group would say the same.
       static std::atomic<bool> said{false};

@@ -138,6 +138,9 @@ class Engine {
  private:
   Engine(int rank, int size, const BackendOptions& options, TensorDevice* device);
   absl::Status SetUp(const c10::intrusive_ptr<c10d::Store>& store);
+  // Installs the shared tensor allocator (options' shared_tensors) where
+  // the ranks read each other's memory; else says once why not.
+  void UseSharedTensors();
   void Loop() ABSL_LOCKS_EXCLUDED(drive_mu_, mu_);
   // The last operation of a batch, completed once the transport is let go.
   static void CompleteLast(WorkPtr& last, const absl::Status& status);

@@ -5,7 +5,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/host_allreduce.h"
+#include "collectives/shared_segments.h"
 #include "common/status_macros.h"
 
 namespace rdmaflow::torch_backend {
@@ -61,6 +64,26 @@ bool Outside(const collectives::AllReduceGroup& ring, const std::byte* at, size_
   return at + bytes <= ring.data() || at >= ring.data() + ring.capacity();
 }
 
+// Whether the tensor lies in one of our shared segments (the shared tensor
+// allocator's), where the peers map it. Asked only where it was installed.
+bool InSharedSegment(Engine& engine, const at::Tensor& tensor, size_t bytes) {
+  return engine.options().shared_tensors && bytes > 0 &&
+         collectives::SharedSegments::Process()
+             .Find(static_cast<const std::byte*>(tensor.data_ptr()), bytes)
+             .has_value();
+}
+
+// The host path's counts of the peers' segments, into the stats.
+void CountSegmentReads(Engine& engine, const collectives::AllReduceGroup& ring) {
+  if (ring.host() == nullptr) return;
+  const collectives::HostAllReduceStats host = ring.host()->stats();
+  engine.Count([&](BackendStats& stats) {
+    stats.peer_segments_mapped = host.segments_mapped;
+    stats.peer_segment_reads = host.segment_reads;
+    stats.peer_segment_fallbacks = host.segment_fallbacks;
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<absl::Duration> TimeBareAllReduce(Engine& engine, const at::Tensor& tensor,
@@ -93,6 +116,8 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
   const size_t count = static_cast<size_t>(tensor.numel());
   const size_t bytes = Bytes(tensor);
   if (ring != nullptr) {
+    // Whatever path our tensor takes, a peer's may lie in its segment.
+    const absl::Cleanup count_reads = [&] { CountSegmentReads(engine, *ring); };
     const std::byte* data = ring->data();
     const size_t staging = engine.options().staging_bytes;
     const auto* at = static_cast<const std::byte*>(tensor.data_ptr());
@@ -126,14 +151,18 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
         RETURN_IF_ERROR(ring->AllReduce(at - data + first * element, n, type, reduction.op,
                                         variant(first, n)));
       }
-    } else if (tensor.is_contiguous() && bytes >= engine.options().cma_min_bytes &&
+    } else if (const bool shared = InSharedSegment(engine, tensor, bytes);
+               tensor.is_contiguous() && (shared || bytes >= engine.options().cma_min_bytes) &&
                ring->external() && Outside(*ring, at, bytes)) {
-      // An ordinary tensor, reduced where it lies: the peers read it out of
-      // this process (process_vm_readv), one copy, nothing staged. In the
-      // staging area's pieces, as a staged tensor on another rank goes.
+      // An ordinary tensor, reduced where it lies: the peers map its shared
+      // segment (RDMAFLOW_SHARED_TENSORS) and read it in place, or read it
+      // out of this process (process_vm_readv), one copy; nothing staged.
+      // In the staging area's pieces, as a staged tensor on another rank
+      // goes.
       engine.Count([&](BackendStats& stats) {
-        ++stats.single_copy_allreduces;
-        stats.single_copy_bytes += static_cast<int64_t>(bytes);
+        ++(shared ? stats.shared_tensor_allreduces : stats.single_copy_allreduces);
+        (shared ? stats.shared_tensor_bytes : stats.single_copy_bytes) +=
+            static_cast<int64_t>(bytes);
       });
       auto* base = static_cast<std::byte*>(tensor.data_ptr());
       const size_t element = tensor.element_size();

@@ -184,6 +184,12 @@ py::dict Stats(const py::object& handle) {
   out["single_copy_allreduces"] = stats.single_copy_allreduces;
   out["single_copy_bytes"] = stats.single_copy_bytes;
   out["single_copy_reads"] = stats.single_copy_reads;
+  out["shared_tensors"] = stats.shared_tensors;
+  out["shared_tensor_allreduces"] = stats.shared_tensor_allreduces;
+  out["shared_tensor_bytes"] = stats.shared_tensor_bytes;
+  out["peer_segments_mapped"] = stats.peer_segments_mapped;
+  out["peer_segment_reads"] = stats.peer_segment_reads;
+  out["peer_segment_fallbacks"] = stats.peer_segment_fallbacks;
   out["device_calls"] = stats.device_calls;
   out["device_staged_bytes"] = stats.device_staged_bytes;
   out["device_allreduces"] = stats.device_allreduces;
