@@ -10,9 +10,10 @@
 #    again beside LOAD threads of busy compute in rank 0's process (both
 #    benches' --load), as when ranks share their cores with a training step;
 #  - torch.distributed all-reduces (bench/torch_backend_bench.py under
-#    torchrun, TORCH_RANKS ranks, 1, 4 and 16 MiB) of ordinary tensors
-#    (single-copy reads, RDMAFLOW_CMA_MIN_KB=1024, and staged, RDMAFLOW_CMA=off)
-#    and of registered ones beside the bare collective in the same processes;
+#    torchrun, TORCH_RANKS ranks, 1, 4 and 16 MiB) of ordinary tensors (in
+#    shared segments, RDMAFLOW_SHARED_TENSORS=on; read out of the process,
+#    RDMAFLOW_CMA_MIN_KB=1024; staged, RDMAFLOW_CMA=off) and of registered
+#    ones, each run beside the bare collective in the same processes;
 # then tools/peers_report.py prints each repetition's ratios and their
 # range over the repetitions (latency: rdmaflow / peer, lower is better;
 # all-reduce: peer time / rdmaflow time, higher is better), and writes
@@ -107,9 +108,12 @@ for rep in $(seq 1 "$reps"); do
   fi
   rm -f "$dir"/torch_*.jsonl
   for n in $torch_ranks; do
-    RDMAFLOW_CMA=auto RDMAFLOW_CMA_MIN_KB=1024 torch_allreduce "$n" "$dir/torch_cma_$n.jsonl"
-    RDMAFLOW_CMA=off torch_allreduce "$n" "$dir/torch_staged_$n.jsonl"
-    torch_allreduce "$n" "$dir/torch_registered_$n.jsonl" --registered --bare
+    RDMAFLOW_SHARED_TENSORS=on torch_allreduce "$n" "$dir/torch_shared_$n.jsonl" \
+      --bare --label shared
+    RDMAFLOW_CMA=auto RDMAFLOW_CMA_MIN_KB=1024 torch_allreduce "$n" "$dir/torch_cma_$n.jsonl" \
+      --bare --label cma
+    RDMAFLOW_CMA=off torch_allreduce "$n" "$dir/torch_staged_$n.jsonl" --bare --label staged
+    torch_allreduce "$n" "$dir/torch_registered_$n.jsonl" --registered --bare --label registered
   done
 done
 /usr/bin/python3 tools/peers_report.py "$out" "$reps"

@@ -5,7 +5,7 @@ Usage: peers_report.py OUT_DIR REPS
 
 Reads OUT_DIR/rep<N>/ (pingpong_{flag,am}.json, perftest_*.txt,
 allreduce.json, mpi.json, and allreduce_loaded.json, mpi_loaded.json where
-the run had a compute load, torch_{cma,staged,registered}_<ranks>.jsonl
+the run had a compute load, torch_{shared,cma,staged,registered}_<ranks>.jsonl
 where it ran the torch bench), prints each repetition's ratios and the range
 over the repetitions, and writes OUT_DIR/peers.json.
 """
@@ -47,32 +47,27 @@ def torch_times(path):
 
 
 def torch_rows(d):
-    """Ordinary tensors through torch.distributed against the bare
-    collective in the registered run's processes, per rank count."""
+    """Tensors through torch.distributed against the bare collective timed
+    in the same processes (each mode's run alternates them), per rank
+    count: ordinary tensors in shared segments, read out of the process,
+    staged, and registered ones."""
     rows = []
-    ranks = sorted(int(name[len("torch_registered_"):-len(".jsonl")])
-                   for name in os.listdir(d)
-                   if name.startswith("torch_registered_") and name.endswith(".jsonl"))
+    kinds = (("shared", "shared segments", ">= 0.8"), ("cma", "single-copy", ""),
+             ("staged", "staged", ""), ("registered", "registered", ""))
+    ranks = sorted({int(name.rsplit("_", 1)[1][:-len(".jsonl")])
+                    for name in os.listdir(d)
+                    if name.startswith("torch_") and name.endswith(".jsonl")})
     for n in ranks:
-        registered = torch_times(os.path.join(d, f"torch_registered_{n}.jsonl"))
-        series = {}
-        for kind in ("cma", "staged"):
+        for kind, label, target in kinds:
             path = os.path.join(d, f"torch_{kind}_{n}.jsonl")
-            if os.path.exists(path):
-                series[kind] = torch_times(path)
-        for (backend, b), bare in sorted(registered.items()):
-            if not backend.startswith("bare"):
+            if not os.path.exists(path):
                 continue
-            for kind, label, target in (("cma", "single-copy", ">= 0.8"),
-                                        ("staged", "staged", "")):
-                ours = series.get(kind, {}).get(("rdmaflow", b))
-                if ours:
+            times = torch_times(path)
+            for (series, b), ours in sorted(times.items()):
+                bare = times.get(("bare (same processes)", b))
+                if series == kind and bare:
                     rows.append((f"torch {n} ranks {b >> 20} MiB {label}: bare / ours", bare,
                                  ours, bare / ours, target))
-            reg = registered.get(("rdmaflow (registered)", b))
-            if reg:
-                rows.append((f"torch {n} ranks {b >> 20} MiB registered: bare / ours", bare,
-                             reg, bare / reg, ""))
     return rows
 
 
