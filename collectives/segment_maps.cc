@@ -2,8 +2,10 @@
 #include "collectives/segment_maps.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,7 +47,9 @@ absl::StatusOr<absl::Span<const std::byte>> SegmentMaps::Map(int64_t pid, int64_
                                             ": a forged or corrupted word"));
   }
   const std::string path = absl::StrCat("/proc/", pid, "/fd/", fd);
-  UniqueFd opened(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // Never blocks (a FIFO no one writes) nor takes a terminal; anything but
+  // a plain shared-memory file is refused below.
+  UniqueFd opened(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (opened.get() < 0) {
     const int error = errno;
     return absl::UnavailableError(absl::StrCat(
@@ -70,12 +74,24 @@ absl::StatusOr<absl::Span<const std::byte>> SegmentMaps::Map(int64_t pid, int64_
         who, ": its segment ", segment, " is not sealed against shrinking, so reading it could "
         "fault when it shrinks: refused"));
   }
+  // tmpfs, not hugetlbfs: a hugetlb file's holes fault with SIGBUS when no
+  // huge page is left.
+  struct statfs filesystem;
   struct stat status;
-  if (fstat(opened.get(), &status) != 0 || status.st_size <= 0) {
-    return absl::DataLossError(absl::StrCat(who, ": its segment ", segment, " is empty"));
+  if (fstatfs(opened.get(), &filesystem) != 0 || filesystem.f_type != TMPFS_MAGIC ||
+      fstat(opened.get(), &status) != 0 || !S_ISREG(status.st_mode)) {
+    return absl::DataLossError(absl::StrCat(who, ": its segment ", segment,
+                                            " is not a shared-memory file: refused"));
+  }
+  if (status.st_size <= 0 || static_cast<uint64_t>(status.st_size) > kMaxSegmentBytes) {
+    return absl::DataLossError(absl::StrCat(who, ": its segment ", segment, " holds ",
+                                            status.st_size, " bytes, outside 1..",
+                                            kMaxSegmentBytes, ": refused"));
   }
   const auto size = static_cast<size_t>(status.st_size);
-  void* data = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, opened.get(), 0);
+  // Not populated: only the pages a call reads are faulted in (a peer's
+  // segment may be large and mostly holes).
+  void* data = mmap(nullptr, size, PROT_READ, MAP_SHARED, opened.get(), 0);
   if (data == MAP_FAILED) {
     const int error = errno;
     return absl::UnavailableError(absl::StrCat(who, ": cannot map its segment ", segment, " (",

@@ -5,11 +5,13 @@
 // their buffers are read where they lie.
 //
 // A peer publishes (fd, token) for a buffer; Map() opens /proc/<pid>/fd/<fd>
-// (the same ptrace permission as process_vm_readv) and checks what it
-// opened, never what the peer says: the memfd's name must carry the token,
-// and its seals must forbid shrinking (else the peer could truncate it and
-// turn our reads into SIGBUS). The size comes from fstat() of our own
-// descriptor. A mapping is kept under (pid, token) for later calls, up to
+// (the same ptrace permission as process_vm_readv; never blocking) and
+// checks what it opened, never what the peer says: a regular file on
+// tmpfs (not hugetlbfs, whose holes can fault), whose memfd name carries
+// the token, whose seals forbid shrinking (else the peer could truncate it
+// and turn our reads into SIGBUS), of at most kMaxSegmentBytes. The size
+// comes from fstat() of our own descriptor. Pages are faulted in as they
+// are read, never all at once. A mapping is kept under (pid, token) for later calls, up to
 // `capacity` of them: past that the least recently used one is unmapped.
 //
 // The bytes stay the peer's to change while we read them, as in any shared
@@ -30,6 +32,10 @@
 #include "absl/types/span.h"
 
 namespace rdmaflow::collectives {
+
+// The largest segment mapped (address space, not memory: pages are
+// faulted in only as read).
+constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 40;
 
 struct SegmentMapsStats {
   int64_t mapped = 0;   // segments mapped (first sightings)
@@ -52,8 +58,8 @@ class SegmentMaps {
   // mapped since its last Map(), or this object goes. `who` names the peer
   // in errors ("rank 2"). kUnavailable when the descriptor cannot be opened
   // (no such process or descriptor, or the kernel refuses);
-  // kDataLoss when what it opens is not that segment, is not sealed
-  // against shrinking, or is empty.
+  // kDataLoss when what it opens is not that segment, is no shared-memory
+  // file, is not sealed against shrinking, or is empty or too large.
   absl::StatusOr<absl::Span<const std::byte>> Map(int64_t pid, int64_t fd, uint64_t token,
                                                   absl::string_view who);
 

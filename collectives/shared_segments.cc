@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <set>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,23 @@ size_t PageRounded(size_t bytes) {
   return bytes > SIZE_MAX - page ? 0 : (bytes + page - 1) / page * page;
 }
 
+// Every live instance, for the fork handlers (registered once). Lock
+// order: this mutex, then an instance's.
+struct Instances {
+  pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  std::set<SharedSegments*> live;
+};
+
+// The handlers are SharedSegments' own (private), hence passed in.
+Instances& Live(void (*prepare)(), void (*parent)(), void (*child)()) {
+  static Instances* instances = [&] {
+    auto* made = new Instances;
+    pthread_atfork(prepare, parent, child);
+    return made;
+  }();
+  return *instances;
+}
+
 }  // namespace
 
 std::string SegmentName(uint64_t token) {
@@ -39,27 +57,55 @@ std::string SegmentName(uint64_t token) {
 }
 
 SharedSegments& SharedSegments::Process() {
-  static SharedSegments* process = [] {
-    auto* made = new SharedSegments(kPoolBytes);
-    pthread_atfork([] { pthread_mutex_lock(&Process().mutex_); },
-                   [] { pthread_mutex_unlock(&Process().mutex_); },
-                   [] { pthread_mutex_unlock(&Process().mutex_); });
-    return made;
-  }();
+  static auto* process = new SharedSegments(kPoolBytes);
   return *process;
 }
 
-SharedSegments::SharedSegments(size_t pool_bytes)
-    : pool_bytes_(pool_bytes), owner_pid_(getpid()) {}
+SharedSegments::SharedSegments(size_t pool_bytes) : pool_bytes_(pool_bytes) {
+  Instances& instances = Live(&PrepareFork, &ParentAfterFork, &ChildAfterFork);
+  Locked locked(instances.mutex);
+  instances.live.insert(this);
+}
 
 SharedSegments::~SharedSegments() {
+  {
+    Instances& instances = Live(&PrepareFork, &ParentAfterFork, &ChildAfterFork);
+    Locked locked(instances.mutex);
+    instances.live.erase(this);
+  }
   Locked locked(mutex_);
   while (!segments_.empty()) Destroy(segments_.begin());
 }
 
+void SharedSegments::PrepareFork() {
+  Instances& instances = Live(&PrepareFork, &ParentAfterFork, &ChildAfterFork);
+  pthread_mutex_lock(&instances.mutex);
+  for (SharedSegments* segments : instances.live) {
+    pthread_mutex_lock(&segments->mutex_);
+    for (auto& [base, segment] : segments->segments_) {
+      if (segment.in_use) segment.shared_with_child = true;
+    }
+  }
+}
+
+void SharedSegments::ParentAfterFork() {
+  Instances& instances = Live(&PrepareFork, &ParentAfterFork, &ChildAfterFork);
+  for (SharedSegments* segments : instances.live) pthread_mutex_unlock(&segments->mutex_);
+  pthread_mutex_unlock(&instances.mutex);
+}
+
+void SharedSegments::ChildAfterFork() {
+  Instances& instances = Live(&PrepareFork, &ParentAfterFork, &ChildAfterFork);
+  for (SharedSegments* segments : instances.live) {
+    segments->forked_ = true;
+    pthread_mutex_unlock(&segments->mutex_);
+  }
+  pthread_mutex_unlock(&instances.mutex);
+}
+
 void SharedSegments::AdoptAfterFork() {
-  if (owner_pid_ == getpid()) return;
-  owner_pid_ = getpid();
+  if (!forked_) return;
+  forked_ = false;
   // The pool is shared with the parent, which may hand it out again:
   // never ours to reuse. What the child still holds it frees unpooled.
   while (!pool_.empty()) {
@@ -67,7 +113,10 @@ void SharedSegments::AdoptAfterFork() {
     pool_.erase(pool_.begin());
     if (it != segments_.end()) Destroy(it);
   }
-  for (auto& [base, segment] : segments_) segment.inherited = true;
+  for (auto& [base, segment] : segments_) {
+    segment.inherited = true;
+    segment.shared_with_child = false;
+  }
   stats_ = {};
 }
 
@@ -104,9 +153,12 @@ absl::StatusOr<std::byte*> SharedSegments::Allocate(size_t bytes) {
   }
   auto failed = [&](const char* what) {
     const int error = errno;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "shared segments: ", what, " for ", size, " bytes failed: ", std::strerror(error),
-        " (errno ", error, "); check the memory limits (ulimit -v, the cgroup's)"));
+    const char* check = error == EMFILE || error == ENFILE
+                            ? "the limit on open files (ulimit -n): each segment holds one"
+                            : "the memory limits (ulimit -v, the cgroup's)";
+    return absl::ResourceExhaustedError(absl::StrCat("shared segments: ", what, " for ", size,
+                                                     " bytes failed: ", std::strerror(error),
+                                                     " (errno ", error, "); check ", check));
   };
   const int fd = memfd_create(SegmentName(token).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return failed("memfd_create");
@@ -140,7 +192,8 @@ bool SharedSegments::Release(std::byte* data) {
     return true;
   }
   stats_.live_bytes -= static_cast<int64_t>(segment.size);
-  if (static_cast<size_t>(stats_.pooled_bytes) + segment.size > pool_bytes_) {
+  if (segment.shared_with_child ||
+      static_cast<size_t>(stats_.pooled_bytes) + segment.size > pool_bytes_) {
     Destroy(it);
     return true;
   }

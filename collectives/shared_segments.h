@@ -15,10 +15,12 @@
 // step, and the peers' mappings of them stay valid (a segment keeps its
 // token for life).
 //
-// After fork() the child shares its parent's segments (MAP_SHARED): it
-// keeps the buffers it inherited, frees them without pooling, and never
-// publishes them (Find() does not know them); its own allocations are
-// segments of its own.
+// After fork() parent and child share the segments in use at the fork
+// (MAP_SHARED): neither ever hands such a segment out again. The child
+// frees what it inherited without pooling and never publishes it (Find()
+// does not know it); the parent unmaps it when freed instead of pooling
+// it; the pool's segments stay the parent's. Each side's later
+// allocations are segments of its own.
 //
 //   ASSIGN_OR_RETURN(std::byte* data, SharedSegments::Process().Allocate(n));
 //   std::optional<SegmentRef> ref = SharedSegments::Process().Find(data, n);
@@ -89,16 +91,24 @@ class SharedSegments {
     int fd = -1;
     uint64_t token = 0;
     bool in_use = false;
-    bool inherited = false;  // made by the parent before fork()
+    bool inherited = false;          // in the child: in use at the fork
+    bool shared_with_child = false;  // in the parent: in use at a fork
   };
-  // Marks every segment inherited after a fork() (mutex_ held).
+  // pthread_atfork's handlers, for every live instance: the parent marks
+  // what is in use and holds every mutex across the fork; the child marks
+  // the instances for AdoptAfterFork().
+  static void PrepareFork();
+  static void ParentAfterFork();
+  static void ChildAfterFork();
+  // In a child, on the first call after the fork: drops the pool and marks
+  // every segment inherited (mutex_ held).
   void AdoptAfterFork();
   // Unmaps and closes (mutex_ held).
   void Destroy(std::map<uintptr_t, Segment>::iterator it);
 
   pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
   const size_t pool_bytes_;
-  int64_t owner_pid_ = 0;
+  bool forked_ = false;  // set in a child by ChildAfterFork()
   std::map<uintptr_t, Segment> segments_;   // by base address
   std::multimap<size_t, uintptr_t> pool_;  // released ones, by size
   SharedSegmentsStats stats_;

@@ -99,6 +99,39 @@ TEST(SharedSegmentsTest, RefusesEmptyAndImpossibleSizes) {
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("failed")));
 }
 
+// A segment in use at a fork() is the child's too: the parent, freeing
+// it, never hands it out again (the child still sees what it holds).
+TEST(SharedSegmentsTest, AParentNeverReusesASegmentInUseAtAFork) {
+  SharedSegments segments(size_t{64} << 20);
+  ASSERT_OK_AND_ASSIGN(std::byte* live, segments.Allocate(size_t{1} << 20));
+  std::memset(live, 3, size_t{1} << 20);
+  const uint64_t token = segments.Find(live, 1)->token;
+  int go_pipe[2];
+  ASSERT_EQ(pipe(go_pipe), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    char go;
+    if (read(go_pipe[0], &go, 1) != 1) _exit(1);
+    // The parent freed and allocated again: our bytes are as they were.
+    _exit(live[12345] == std::byte{3} && live[0] == std::byte{3} ? 0 : 2);
+  }
+  EXPECT_TRUE(segments.Release(live));
+  EXPECT_EQ(segments.stats().pooled_bytes, 0);
+  ASSERT_OK_AND_ASSIGN(std::byte* next, segments.Allocate(size_t{1} << 20));
+  EXPECT_NE(segments.Find(next, 1)->token, token);
+  std::memset(next, 9, size_t{1} << 20);
+  ASSERT_EQ(write(go_pipe[1], "x", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // A segment made after the fork is pooled as usual.
+  EXPECT_TRUE(segments.Release(next));
+  EXPECT_EQ(segments.stats().pooled_bytes, int64_t{1} << 20);
+  close(go_pipe[0]);
+  close(go_pipe[1]);
+}
+
 // A child after fork() shares its parent's segments: it may free what it
 // inherited, but never hands a parent's segment out again or publishes it.
 TEST(SharedSegmentsTest, AChildNeitherReusesNorPublishesItsParentsSegments) {

@@ -35,6 +35,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "collectives/shared_segments.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -355,7 +356,9 @@ absl::Status SharedTensors(ProcessGroupRdmaflow& pg, int rank, int world) {
     return Check(pg.stats().shared_tensors == 0, "shared tensors on without the reads");
   }
   RETURN_IF_ERROR(Check(pg.stats().shared_tensors == 1, "the allocator is not installed"));
-  for (int64_t n : {int64_t{1} << 14, int64_t{1} << 16, int64_t{1} << 20, int64_t{5} << 20}) {
+  // 16 KiB (below the threshold: staged), 64 KiB, 256 KiB, 4 MiB, 20 MiB.
+  for (int64_t n : {int64_t{1} << 12, int64_t{1} << 14, int64_t{1} << 16, int64_t{1} << 20,
+                    int64_t{5} << 20}) {
     for (int round = 0; round < 2; ++round) {
       at::Tensor tensor = Values(rank, n, at::kFloat) + round;
       at::Tensor reference = Values(0, n, at::kFloat) + round;
@@ -370,11 +373,14 @@ absl::Status SharedTensors(ProcessGroupRdmaflow& pg, int rank, int world) {
       RETURN_IF_ERROR(Check(
           after.shared_tensor_allreduces == before.shared_tensor_allreduces + (shared ? 1 : 0) &&
               after.single_copy_allreduces == before.single_copy_allreduces &&
-              after.staged_bytes == before.staged_bytes,
-          absl::StrCat(what, ": not reduced in its segment")));
+              after.staged_bytes == before.staged_bytes + (shared ? 0 : 4 * n),
+          absl::StrCat(what, shared ? ": not reduced in its segment" : ": not staged")));
     }
   }
   torch_backend::BackendStats stats = pg.stats();
+  // The tensors' segments come back from the pool round after round.
+  RETURN_IF_ERROR(Check(collectives::SharedSegments::Process().stats().reused > 0,
+                        "no segment was reused"));
   RETURN_IF_ERROR(Check(stats.peer_segments_mapped >= world - 1 && stats.peer_segment_reads > 0 &&
                             stats.peer_segment_fallbacks == 0,
                         absl::StrCat("rank ", rank, ": ", stats.peer_segments_mapped,

@@ -5,6 +5,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <cstdio>
 
@@ -66,6 +68,15 @@ SharedTensorAllocator& Allocator() {
 absl::Status InstallSharedTensorAllocator(size_t min_bytes) {
   if (min_bytes == 0) {
     return absl::InvalidArgumentError("shared tensor allocator: a threshold of 0 bytes");
+  }
+  // Each segment holds a descriptor open (the peers open it through
+  // /proc): a model's parameters, gradients and optimizer state may need
+  // thousands, past a soft limit of 1024. Raised to the hard limit, as a
+  // process may do; past that, tensors go to private memory (said once).
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
   }
   SharedTensorAllocator& ours = Allocator();
   ours.set_min_bytes(min_bytes);

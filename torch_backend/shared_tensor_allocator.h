@@ -25,6 +25,8 @@ namespace rdmaflow::torch_backend {
 
 // Makes torch allocate CPU tensors through the shared tensor allocator,
 // segments from `min_bytes` (> 0) on. Later calls change the threshold.
+// Raises the soft limit on open descriptors to the hard one (a segment
+// holds one open).
 // kFailedPrecondition when torch keeps another allocator that was set at
 // a higher priority (it is then left alone).
 absl::Status InstallSharedTensorAllocator(size_t min_bytes);

@@ -1,6 +1,9 @@
 // File: shared_tensor_allocator_test.cc
 #include "torch_backend/shared_tensor_allocator.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
 
@@ -63,6 +66,27 @@ TEST(SharedTensorAllocatorTest, TheRawInterfaceAndThresholdChangesWork) {
   EXPECT_FALSE(InSegment(below));
   EXPECT_THAT(InstallSharedTensorAllocator(0),
               rdmaflow::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Where no segment can be made (here: no descriptor left), a tensor goes
+// to private memory and works as any other.
+TEST(SharedTensorAllocatorTest, ATensorWithoutASegmentGoesToPrivateMemory) {
+  ASSERT_OK(InstallSharedTensorAllocator(size_t{64} << 10));
+  rlimit files{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  const rlimit before = files;
+  const int highest = dup(0);  // the lowest free descriptor
+  ASSERT_GE(highest, 0);
+  close(highest);
+  files.rlim_cur = static_cast<rlim_t>(highest);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &files), 0);
+  // 3 MiB: no pooled segment of the earlier tests fits it.
+  at::Tensor tensor = at::full({3 << 18}, 2.0f, at::kFloat);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &before), 0);
+  EXPECT_FALSE(InSegment(tensor));
+  EXPECT_EQ(tensor.sum().item<float>(), 2.0f * (3 << 18));
+  // With descriptors again, the next one is a segment.
+  EXPECT_TRUE(InSegment(at::full({3 << 18}, 2.0f, at::kFloat)));
 }
 
 }  // namespace
