@@ -176,6 +176,30 @@ def check_ddp_hook(group, rank, world, as_view):
     expect(after["moves_refused"] == 0, f"{what}: moves refused: {after}")
 
 
+def check_shared(group, rank, world):
+    """RDMAFLOW_SHARED_TENSORS=on (the test sets it in one of its runs):
+    plain tensors from RDMAFLOW_SHARED_TENSORS_MIN_KB on lie in shared
+    segments, reduced in place and read by the peers where they lie."""
+    stats = rdmaflow_torch.stats(group)
+    on = os.environ.get("RDMAFLOW_SHARED_TENSORS") == "on"
+    if not on or stats["single_copy_reads"] != 1:
+        expect(stats["shared_tensors"] == 0, f"shared tensors on unasked: {stats}")
+        return
+    expect(stats["shared_tensors"] == 1, f"shared tensor allocator not installed: {stats}")
+    for round_ in range(2):
+        t = values(rank, 1 << 18, torch.float32, round_)
+        before = rdmaflow_torch.stats(group)
+        dist.all_reduce(t)
+        after = rdmaflow_torch.stats(group)
+        expect(torch.equal(t, sum(values(r, 1 << 18, torch.float32, round_)
+                                  for r in range(world))), "shared all_reduce")
+        expect(after["shared_tensor_allreduces"] == before["shared_tensor_allreduces"] + 1
+               and after["staged_bytes"] == before["staged_bytes"],
+               f"a 1 MiB plain tensor was not reduced in its segment: {before} -> {after}")
+    expect(after["peer_segment_reads"] > 0 and after["peer_segment_fallbacks"] == 0,
+           f"the peers' segments were not read where they lie: {after}")
+
+
 def main():
     dist.init_process_group("rdmaflow")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -261,6 +285,7 @@ def main():
     expect(after["zero_copy_allreduces"] == before["zero_copy_allreduces"] + 1,
            f"registered tensor not reduced in place: {before} -> {after}")
     del t
+    check_shared(group, rank, world)
     check_inline(group, rank, world)
     check_moves(group, rank, world)
     check_bare(group, rank, world)
