@@ -158,8 +158,9 @@ HostAllReduce::HostAllReduce(onesided::PeerLinks& links, std::vector<int> member
       data_(data),
       options_(options),
       // Room for every peer's segment of a call, and as many again for the
-      // buffers that come back call after call.
-      segment_maps_(std::max<size_t>(16, 2 * this->members_.size())) {}
+      // buffers that come back call after call; 1 GiB of them kept past
+      // their call, as the owners' pools keep as much.
+      segment_maps_(std::max<size_t>(16, 2 * this->members_.size()), size_t{1} << 30) {}
 
 HostAllReduce::~HostAllReduce() {
   onesided::ProgressLoop* loop = options_.loop;
@@ -372,8 +373,10 @@ const std::byte* HostAllReduce::MapSegment(const Peer& peer, uint64_t fd, uint64
                                           uint64_t offset, size_t bytes) {
   const int64_t mapped_before = segment_maps_.stats().mapped;
   // A word beyond int64 reads as negative: refused as forged.
-  absl::StatusOr<absl::Span<const std::byte>> segment = segment_maps_.Map(
-      peer.process->pid(), static_cast<int64_t>(fd), token, absl::StrCat("rank ", peer.rank));
+  // Its epoch is the call, whose pointers into the mappings must hold.
+  absl::StatusOr<absl::Span<const std::byte>> segment =
+      segment_maps_.Map(peer.process->pid(), static_cast<int64_t>(fd), token,
+                        absl::StrCat("rank ", peer.rank), calls_);
   stats_.segments_mapped += segment_maps_.stats().mapped - mapped_before;
   if (segment.ok() && offset <= segment->size() && bytes <= segment->size() - offset) {
     return segment->data() + offset;

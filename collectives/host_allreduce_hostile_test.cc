@@ -403,10 +403,14 @@ TEST(HostAllReduceHostileTest, ASegmentOffsetFlippingWithForgedOnesReadsOneRange
             absl::MakeSpan(block + layout::kSegmentOffset, 8), 0, images,
             rdma::testing::RacingWriter::Tearing::kWords);
         std::vector<float> own(kCount);
+        // 200 calls, and more (for up to 20 s, on a loaded machine) until
+        // both endings were seen 20 times.
         const absl::Time end = absl::Now() + absl::Seconds(20);
-        for (uint64_t call = 1;
-             call <= 200 || (absl::Now() < end && (sums[4.0f] < 20 || sums[5.0f] + sums[8.0f] < 20));
-             ++call) {
+        auto more = [&](uint64_t call) {
+          const bool both = sums[4.0f] >= 20 && sums[5.0f] + sums[8.0f] >= 20;
+          return call <= 200 || (!both && absl::Now() < end);
+        };
+        for (uint64_t call = 1; more(call); ++call) {
           SetWord(block, layout::kEntered, call);
           SetWord(block, layout::kDone, call);
           std::fill(own.begin(), own.end(), 3.0f);

@@ -21,7 +21,8 @@
 
 namespace rdmaflow::collectives {
 
-SegmentMaps::SegmentMaps(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+SegmentMaps::SegmentMaps(size_t capacity, size_t max_bytes)
+    : capacity_(std::max<size_t>(capacity, 1)), max_bytes_(max_bytes) {}
 
 SegmentMaps::~SegmentMaps() {
   for (const Mapping& mapping : mappings_) {
@@ -31,10 +32,12 @@ SegmentMaps::~SegmentMaps() {
 
 absl::StatusOr<absl::Span<const std::byte>> SegmentMaps::Map(int64_t pid, int64_t fd,
                                                               uint64_t token,
-                                                              absl::string_view who) {
+                                                              absl::string_view who,
+                                                              uint64_t epoch) {
   for (Mapping& mapping : mappings_) {
     if (mapping.pid == pid && mapping.token == token) {
       mapping.used = ++use_;
+      mapping.epoch = epoch;
       ++stats_.hits;
       return absl::Span<const std::byte>(mapping.data, mapping.size);
     }
@@ -99,15 +102,24 @@ absl::StatusOr<absl::Span<const std::byte>> SegmentMaps::Map(int64_t pid, int64_
   }
   --stats_.refused;
   ++stats_.mapped;
-  if (mappings_.size() >= capacity_) {
-    auto oldest = std::min_element(
-        mappings_.begin(), mappings_.end(),
-        [](const Mapping& a, const Mapping& b) { return a.used < b.used; });
+  mappings_.push_back(
+      Mapping{pid, token, static_cast<const std::byte*>(data), size, ++use_, epoch});
+  mapped_bytes_ += size;
+  // Past the bounds, the least recently used mapping goes, but never one
+  // returned in this epoch (its pointer is still in use).
+  while (mappings_.size() > capacity_ || mapped_bytes_ > max_bytes_) {
+    auto oldest = mappings_.end();
+    for (auto it = mappings_.begin(); it != mappings_.end(); ++it) {
+      if (it->epoch != epoch && (oldest == mappings_.end() || it->used < oldest->used)) {
+        oldest = it;
+      }
+    }
+    if (oldest == mappings_.end()) break;  // all in use: over the bounds until later
     munmap(const_cast<std::byte*>(oldest->data), oldest->size);
+    mapped_bytes_ -= oldest->size;
     mappings_.erase(oldest);
     ++stats_.evicted;
   }
-  mappings_.push_back(Mapping{pid, token, static_cast<const std::byte*>(data), size, ++use_});
   return absl::Span<const std::byte>(static_cast<const std::byte*>(data), size);
 }
 
