@@ -57,15 +57,34 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/graphs" "$work/pieces" "$work/sparse" "$work/descriptors" "$work/handshakes" \
   "$work/envelopes"
 cp graph_analyzer/testdata/*.pbtxt "$work/graphs/"
-run_fuzzer graph_text_fuzzer "$bin/graph_analyzer/graph_text_fuzzer" "$work/graphs" \
-  -dict=graph_analyzer/fuzz/graph_text.dict -max_len=65536 || exit $?
-run_fuzzer piece_stream_fuzzer "$bin/onesided/piece_stream_fuzzer" "$work/pieces" \
-  -max_len=4096 || exit $?
-run_fuzzer sparse_message_fuzzer "$bin/compression/sparse_message_fuzzer" "$work/sparse" \
-  -max_len=4096 || exit $?
-run_fuzzer descriptor_fuzzer "$bin/rdma/descriptor_fuzzer" "$work/descriptors" \
-  -max_len=4096 || exit $?
-run_fuzzer handshake_fuzzer "$bin/rdma/ibverbs/handshake_fuzzer" "$work/handshakes" \
-  -max_len=2048 || exit $?
-run_fuzzer envelope_fuzzer "$bin/rdma/ucx/envelope_fuzzer" "$work/envelopes" \
-  -max_len=2048 || exit $?
+# Two at a time: a fuzzer is one process on one core, and this machine
+# has two. Each one's lines come out once its pair is done.
+names=()
+pids=()
+start() {
+  local name=$1
+  run_fuzzer "$@" >"$work/$name.log" 2>&1 &
+  names+=("$name")
+  pids+=($!)
+}
+finish() {
+  local status=0 i
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || status=$?
+    cat "$work/${names[$i]}.log"
+  done
+  names=()
+  pids=()
+  return "$status"
+}
+start graph_text_fuzzer "$bin/graph_analyzer/graph_text_fuzzer" "$work/graphs" \
+  -dict=graph_analyzer/fuzz/graph_text.dict -max_len=65536
+start piece_stream_fuzzer "$bin/onesided/piece_stream_fuzzer" "$work/pieces" -max_len=4096
+finish || exit $?
+start sparse_message_fuzzer "$bin/compression/sparse_message_fuzzer" "$work/sparse" \
+  -max_len=4096
+start descriptor_fuzzer "$bin/rdma/descriptor_fuzzer" "$work/descriptors" -max_len=4096
+finish || exit $?
+start handshake_fuzzer "$bin/rdma/ibverbs/handshake_fuzzer" "$work/handshakes" -max_len=2048
+start envelope_fuzzer "$bin/rdma/ucx/envelope_fuzzer" "$work/envelopes" -max_len=2048
+finish || exit $?
