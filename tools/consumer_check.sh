@@ -3,8 +3,9 @@
 # (docs/using_rdmaflow.md): builds examples/bazel_consumer (its own
 # WORKSPACE: local_repository + rdmaflow_deps(), and its own .bazelrc
 # without rdmaflow's flags) offline, together with
-# every public target of rdmaflow (@rdmaflow//:all: the c10d backend, the
-# runtime, the Python module, the installed library, ...); runs its
+# every public library of rdmaflow (the c10d backend, the runtime, the
+# transports, ...; the Python module, the tool and //:install are built by
+# the wheel, CLI and CMake tests); runs its
 # two_rank_write with two ranks under plain torchrun; then checks that
 # targets of rdmaflow's that are not public are refused (visibility). Prints
 # "bazel consumer: passed (...)" or what failed, and exits non-zero on
@@ -50,7 +51,13 @@ fail() { echo "bazel consumer: FAILED ($1)"; exit 1; }
 start=$(date +%s)
 echo "consumer_check: building examples/bazel_consumer in its output base ($output_base)"
 # --symlink_prefix=/: no bazel-* links in the example's folder.
-if ! consumer_bazel 2400 build --symlink_prefix=/ //:two_rank_write @rdmaflow//:all \
+# Every library a consumer depends on (the root package's public targets);
+# the Python module, the command-line tool and //:install are binaries the
+# wheel, CLI and CMake tests build from this workspace.
+libraries=(@rdmaflow//:rdma @rdmaflow//:transports @rdmaflow//:torch_store
+           @rdmaflow//:graph_analyzer @rdmaflow//:runtime @rdmaflow//:compression
+           @rdmaflow//:collectives @rdmaflow//:c10d)
+if ! consumer_bazel 2400 build --symlink_prefix=/ //:two_rank_write "${libraries[@]}" \
     > "$work/build.log" 2>&1; then
   tail -40 "$work/build.log"
   fail "the build failed; log above"
@@ -91,4 +98,4 @@ BUILD
     fail "the probe of $internal failed for another reason than visibility"
   }
 done
-echo "bazel consumer: passed (examples/bazel_consumer and @rdmaflow//:all built offline in ${built} s (output base: $([ "$clean" = 1 ] && echo clean || echo kept)); two_rank_write over UCX shared memory; internal targets refused)"
+echo "bazel consumer: passed (examples/bazel_consumer and rdmaflow's ${#libraries[@]} public libraries built offline in ${built} s (output base: $([ "$clean" = 1 ] && echo clean || echo kept)); two_rank_write over UCX shared memory; internal targets refused)"
