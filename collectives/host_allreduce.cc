@@ -376,7 +376,7 @@ const std::byte* HostAllReduce::MapSegment(const Peer& peer, uint64_t fd, uint64
   // Its epoch is the call, whose pointers into the mappings must hold.
   absl::StatusOr<absl::Span<const std::byte>> segment =
       segment_maps_.Map(peer.process->pid(), static_cast<int64_t>(fd), token,
-                        absl::StrCat("rank ", peer.rank), calls_);
+                        peer.process->name(), calls_);
   stats_.segments_mapped += segment_maps_.stats().mapped - mapped_before;
   if (segment.ok() && offset <= segment->size() && bytes <= segment->size() - offset) {
     return segment->data() + offset;
