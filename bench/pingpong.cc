@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/coarse_clock.h"
+#include "common/shared_word.h"
 #include "common/status_macros.h"
 #include "rdma/blocking.h"
 #include "rdma/rendezvous.h"
@@ -64,16 +65,28 @@ class Stamps {
   std::vector<uint64_t> ticks_;
 };
 
+// Flag values of flagged writes: a tag in the high bits, so that no byte
+// pattern of the data (memset to 1 or 2) is taken for one, and a sequence
+// number per direction in the low bits.
+constexpr uint64_t kFlagTag = uint64_t{0xF1A6} << 48;
+
+// Where the flag of a `bytes` write lies: the first aligned word behind it.
+size_t FlagOffset(size_t bytes) { return (bytes + 7) / 8 * 8; }
+
 // Everything one rank needs to talk to the other.
 struct Link {
   rdma::Transport& transport;
   rdma::Endpoint& endpoint;
   const rdma::MemoryRegion& source;  // What this rank sends/reads into.
   rdma::RemoteRegion remote;         // The peer's buffer.
+  const rdma::MemoryRegion& target;  // Ours, which the peer writes.
   absl::Time deadline;
   bool reads_need_target = false;  // PingPongOptions::reads_need_target
+  PingPongOptions::Signal signal = PingPongOptions::Signal::kNotification;
   int in_flight = 0;
   uint32_t progress_calls = 0;
+  uint64_t flags_sent = 0;      // flagged writes posted
+  uint64_t flags_received = 0;  // flags seen
   absl::Status first_error;
 
   rdma::Completion Counted() {
@@ -109,6 +122,35 @@ struct Link {
       if (!absl::IsResourceExhausted(status)) return status;
       RETURN_IF_ERROR(Progress());
     }
+  }
+
+  // A write of `bytes` that the peer waits for with WaitSignal(): notified
+  // (carrying `value`) or flagged, as `signal` says.
+  absl::Status PostSignalled(size_t bytes, uint32_t value) {
+    if (signal == PingPongOptions::Signal::kNotification) {
+      return Post(true, bytes, value);
+    }
+    const uint64_t flag = kFlagTag | ++flags_sent;
+    while (true) {
+      absl::Status status = endpoint.PostWriteWithFlag(
+          {&source, 0, bytes}, {&remote, 0, bytes},
+          {&remote, FlagOffset(bytes), sizeof(uint64_t)}, flag, Counted());
+      if (status.ok()) return status;
+      --in_flight;  // Not accepted: the callback will not run.
+      if (!absl::IsResourceExhausted(status)) return status;
+      RETURN_IF_ERROR(Progress());
+    }
+  }
+
+  // Waits for the peer's next PostSignalled() of `bytes`.
+  absl::Status WaitSignal(size_t bytes) {
+    if (signal == PingPongOptions::Signal::kNotification) {
+      return WaitNotification();
+    }
+    const std::byte* word = target.data() + FlagOffset(bytes);
+    const uint64_t flag = kFlagTag | ++flags_received;
+    while (LoadSharedWord(word) != flag) RETURN_IF_ERROR(Progress());
+    return absl::OkStatus();
   }
 
   absl::Status WaitInFlightBelow(int limit) {
@@ -167,12 +209,12 @@ absl::StatusOr<std::vector<double>> WritePingPong(Link& link, size_t bytes,
   for (int i = 0; i < warmup + iters; ++i) {
     if (leader) {
       if (i >= warmup) stamps.Take();
-      RETURN_IF_ERROR(link.Post(true, bytes, i));
-      RETURN_IF_ERROR(link.WaitNotification());
+      RETURN_IF_ERROR(link.PostSignalled(bytes, i));
+      RETURN_IF_ERROR(link.WaitSignal(bytes));
       if (i + 1 == warmup + iters) stamps.Take();
     } else {
-      RETURN_IF_ERROR(link.WaitNotification());
-      RETURN_IF_ERROR(link.Post(true, bytes, i));
+      RETURN_IF_ERROR(link.WaitSignal(bytes));
+      RETURN_IF_ERROR(link.PostSignalled(bytes, i));
     }
     RETURN_IF_ERROR(link.WaitInFlightBelow(16));
   }
@@ -189,18 +231,20 @@ absl::StatusOr<std::pair<double, double>> WriteBandwidth(
   double peak = 0, total_seconds = 0;
   for (int r = 0; r < rounds; ++r) {
     if (!leader) {
-      RETURN_IF_ERROR(link.WaitNotification());
-      RETURN_IF_ERROR(link.Post(true, 8, r));
+      RETURN_IF_ERROR(link.WaitSignal(bytes));
+      RETURN_IF_ERROR(link.PostSignalled(8, r));
       continue;
     }
     const Clock::time_point start = Clock::now();
     for (int i = 0; i < per_round; ++i) {
       RETURN_IF_ERROR(link.WaitInFlightBelow(window));
-      const bool last = i == per_round - 1;
-      RETURN_IF_ERROR(link.Post(
-          true, bytes, last ? std::optional<uint32_t>(r) : std::nullopt));
+      if (i == per_round - 1) {
+        RETURN_IF_ERROR(link.PostSignalled(bytes, r));
+      } else {
+        RETURN_IF_ERROR(link.Post(true, bytes, std::nullopt));
+      }
     }
-    RETURN_IF_ERROR(link.WaitNotification());
+    RETURN_IF_ERROR(link.WaitSignal(8));
     const double seconds = Seconds(start, Clock::now());
     total_seconds += seconds;
     peak = std::max(peak, per_round * bytes / seconds / 1e6);
@@ -314,13 +358,27 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
         "invalid size range [", options.min_bytes, ", ", options.max_bytes,
         "]"));
   }
+  const bool flags = options.signal == PingPongOptions::Signal::kFlagWord;
+  if (flags && !transport.capabilities().flag_writes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "flag-word signals need flagged writes, which the ",
+        transport.capabilities().backend,
+        " transport does not offer: signal with notifications"));
+  }
+  if (flags && options.allocate) {
+    return absl::InvalidArgumentError(
+        "flag-word signals are polled in host memory: not with device memory");
+  }
   const int peer = 1 - rank;
-  auto allocate = [&]() -> absl::StatusOr<rdma::MemoryRegion> {
-    if (options.allocate) return options.allocate(options.max_bytes);
-    return transport.Allocate(options.max_bytes);
+  // Room for the flag behind the largest write.
+  const size_t target_bytes =
+      flags ? FlagOffset(options.max_bytes) + sizeof(uint64_t) : options.max_bytes;
+  auto allocate = [&](size_t bytes) -> absl::StatusOr<rdma::MemoryRegion> {
+    if (options.allocate) return options.allocate(bytes);
+    return transport.Allocate(bytes);
   };
-  ASSIGN_OR_RETURN(rdma::MemoryRegion source, allocate());
-  ASSIGN_OR_RETURN(rdma::MemoryRegion target, allocate());
+  ASSIGN_OR_RETURN(rdma::MemoryRegion source, allocate(options.max_bytes));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion target, allocate(target_bytes));
   const auto value = static_cast<unsigned char>(rank + 1);
   if (options.fill) {
     RETURN_IF_ERROR(options.fill(source, value));
@@ -344,8 +402,9 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
     options.on_connected(endpoint->Describe());
   }
 
-  Link link{transport, *endpoint, source, remote,
-            absl::Now() + options.timeout, options.reads_need_target};
+  Link link{transport, *endpoint, source, remote, target,
+            absl::Now() + options.timeout, options.reads_need_target,
+            options.signal};
   std::vector<PingPongRow> rows;
   constexpr int kRounds = 4;
   for (size_t bytes : Sizes(options)) {

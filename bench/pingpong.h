@@ -50,6 +50,14 @@ struct PingPongOptions {
   // staged path: the target answers each read): the target spins rather
   // than sleeping between looks, as with UCX over TCP.
   bool reads_need_target = false;
+  // How a ping-pong write announces itself. kNotification: a notified write
+  // (Endpoint::PostWrite with a notification; the peer takes it from
+  // PollNotification). kFlagWord: a flagged write
+  // (Endpoint::PostWriteWithFlag) whose flag lies right behind the data,
+  // polled by the peer in its own memory, as perftest's latency tests poll
+  // the last byte; needs Capabilities::flag_writes.
+  enum class Signal { kNotification, kFlagWord };
+  Signal signal = Signal::kNotification;
 };
 
 // One row of results (rank 0 only): one size and operation; the fields are

@@ -72,6 +72,12 @@ ABSL_FLAG(bool, writes, true,
           "the bandwidth); --nowrites with --reads measures reads alone, as "
           "ib_read_lat and ib_read_bw do.");
 ABSL_FLAG(bool, reads, true, "Also measure one-sided reads.");
+ABSL_FLAG(std::string, signal, "notification",
+          "How each ping-pong write announces itself: notification (a "
+          "notified write, taken from the transport's notification queue) "
+          "or flag (a flagged write: a flag word right behind the data that "
+          "the peer polls in its own memory, as perftest polls the last "
+          "byte; host memory over ucx or loopback).");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file.");
 ABSL_FLAG(std::string, tsv, "", "Write the results as TSV (for plotting).");
 
@@ -114,6 +120,11 @@ absl::Status CheckSizeFlags() {
         absl::StrCat("--max_iters=", absl::GetFlag(FLAGS_max_iters),
                      ": expected at least ", min_iters));
   }
+  if (const std::string signal = absl::GetFlag(FLAGS_signal);
+      signal != "notification" && signal != "flag") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--signal=", signal, ": expected notification or flag"));
+  }
   if (!absl::GetFlag(FLAGS_writes) && !absl::GetFlag(FLAGS_reads)) {
     return absl::InvalidArgumentError(
         "--nowrites and --noreads: nothing to measure");
@@ -129,6 +140,9 @@ PingPongOptions OptionsFromFlags() {
   options.max_iters = absl::GetFlag(FLAGS_max_iters);
   options.writes = absl::GetFlag(FLAGS_writes);
   options.reads = absl::GetFlag(FLAGS_reads);
+  if (absl::GetFlag(FLAGS_signal) == "flag") {
+    options.signal = PingPongOptions::Signal::kFlagWord;
+  }
   return options;
 }
 

@@ -11,6 +11,14 @@ absl::StatusOr<std::byte*> Endpoint::MapRemote(const RemoteSlice&) {
       "'s memory into this process; write and read it with posts instead"));
 }
 
+absl::Status Endpoint::PostWriteWithFlag(const LocalSlice&, const RemoteSlice&,
+                                         const RemoteSlice&, uint64_t,
+                                         Completion) {
+  return absl::UnimplementedError(absl::StrCat(
+      "this backend has no flagged writes (to rank ", peer_rank(),
+      "): write with a notification instead"));
+}
+
 absl::Status Endpoint::Prepare(const RemoteRegion&) { return absl::OkStatus(); }
 
 }  // namespace rdmaflow::rdma

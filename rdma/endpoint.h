@@ -58,6 +58,24 @@ class Endpoint {
                                  std::optional<uint32_t> notification,
                                  Completion done) = 0;
 
+  // A write whose arrival the peer sees in its own memory, with no
+  // notification queue: writes `src` into the peer's `dst`, then stores
+  // `flag` into the peer's word `flag_word` (8 bytes, 8-byte aligned; see
+  // CheckFlagWord), ordered so that a peer whose acquire load of that word
+  // returns `flag` sees every byte of this write and of each write posted
+  // before it on this endpoint. The peer polls the word itself, as
+  // perftest's latency tests poll the last byte: a flag placed right behind
+  // the data shares its cache line or the next one. How each backend orders
+  // the flag (one copy and a release store into a mapped same-host peer;
+  // the data, a flush, then the flag elsewhere) is in docs/rdma.md. `done`
+  // fires once `src` may be reused and the flag is stored or on its way.
+  // Errors as PostWrite(); kUnimplemented where the backend has no flagged
+  // writes (Capabilities::flag_writes is false): write with a notification.
+  virtual absl::Status PostWriteWithFlag(const LocalSlice& src,
+                                         const RemoteSlice& dst,
+                                         const RemoteSlice& flag_word,
+                                         uint64_t flag, Completion done);
+
   // Reads the peer's `src` into `dst`; `done` fires once the bytes are in
   // `dst`.
   virtual absl::Status PostRead(const LocalSlice& dst, const RemoteSlice& src,

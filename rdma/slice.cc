@@ -104,4 +104,27 @@ absl::Status CheckRemoteSlice(const RemoteSlice& remote, int peer_rank,
   return CheckRemoteRange(remote);
 }
 
+absl::Status CheckFlagWord(const RemoteSlice& flag_word, const RemoteSlice& data,
+                           int peer_rank, absl::string_view backend) {
+  if (flag_word.region == nullptr || flag_word.region != data.region) {
+    if (absl::Status status =
+            CheckRemoteRegion(flag_word, peer_rank, backend, Moves::kHostMemory);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (absl::Status status = CheckRemoteRange(flag_word); !status.ok()) {
+    return status;
+  }
+  if (flag_word.length != sizeof(uint64_t) ||
+      flag_word.address() % sizeof(uint64_t) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the flag word of a write to peer rank ", peer_rank, " is ",
+        flag_word.length, " bytes at offset ", flag_word.offset, " of ",
+        flag_word.region->DebugString(),
+        ": it must be 8 bytes at an 8-byte aligned address"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace rdmaflow::rdma

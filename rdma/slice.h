@@ -66,6 +66,14 @@ absl::Status CheckTransfer(const LocalSlice& local, const RemoteSlice& remote,
 absl::Status CheckRemoteSlice(const RemoteSlice& remote, int peer_rank,
                               absl::string_view backend, Moves moves = Moves::kHostMemory);
 
+// The flag word of a flagged write (Endpoint::PostWriteWithFlag) whose
+// data goes to `data`, which CheckTransfer accepted: the checks of
+// CheckRemoteSlice (the region's only where it is not the data's), and 8
+// bytes at an 8-byte aligned address (kInvalidArgument otherwise), so that
+// one aligned store places it whole.
+absl::Status CheckFlagWord(const RemoteSlice& flag_word, const RemoteSlice& data,
+                           int peer_rank, absl::string_view backend);
+
 }  // namespace rdmaflow::rdma
 
 #endif  // RDMAFLOW_RDMA_SLICE_H_

@@ -56,6 +56,8 @@ struct Capabilities {
   // Endpoint::MapRemote may map some peer's memory (a same-host peer's
   // shared memory); false: it never does, so callers need not try.
   bool maps_peer_memory = false;
+  // Endpoint::PostWriteWithFlag works; false: it returns kUnimplemented.
+  bool flag_writes = false;
 };
 
 // Thread-compatible: all methods, and every Endpoint it created, are called

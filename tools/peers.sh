@@ -2,8 +2,9 @@
 # rdmaflow beside its peers in one run, as ratios (docs/benchmarks.md,
 # "Peers in one run"): each repetition runs, one after the other on UCX
 # shared memory,
-#  - transport_pingpong (8 B to 4 KiB): rdmaflow's notified write (flags,
-#    then notify=am) and read, and single-thread memcpy;
+#  - transport_pingpong (8 B to 4 KiB): rdmaflow's flagged write (the flag
+#    word behind the data, polled by the peer: --signal=flag), notified
+#    write (flag inbox, then notify=am) and read, and single-thread memcpy;
 #  - ucx_perftest: ucp_put_lat and ucp_get at 8 B and 4 KiB;
 #  - allreduce_bench (rdmaflow and Gloo) and Open MPI's MPI_Allreduce with
 #    RANKS ranks, 4 KiB to MAX_BYTES (x16 steps); then rdmaflow and Open MPI
@@ -84,6 +85,8 @@ for rep in $(seq 1 "$reps"); do
   mkdir -p "$dir"
   rm -f "$dir"/*.json "$dir"/*.txt  # never a file of an earlier run
   echo "== repetition $rep of $reps" >&2
+  bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag \
+    --reads=false --max_bytes=4096 --json="$dir/pingpong_word.json" >/dev/null
   for notify in flag am; do
     bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm,notify=$notify" \
       --max_bytes=4096 --json="$dir/pingpong_$notify.json" >/dev/null

@@ -543,6 +543,7 @@ Capabilities DeviceTransport::capabilities() const {
                   gpudirect_.ok() ? std::string("available (unused)")
                                   : absl::StrCat("no (", gpudirect_.message(), ")"));
   capabilities.max_outstanding_per_endpoint = max_pending_;
+  capabilities.flag_writes = false;  // its endpoints have none
   return capabilities;
 }
 

@@ -22,16 +22,18 @@ namespace rdmaflow::rdma::internal {
 class CompletionQueue {
  public:
   void Push(Completion&& done, absl::Status status) {
-    ready_.push_back(Entry{std::move(done), std::move(status), nullptr, nullptr});
+    Emplace(std::move(done), std::move(status));
   }
   // The same, for an operation counted in `*outstanding` (dropped by one as
-  // it fires, before `done` runs) of an owner `keep` holds alive until then:
-  // no callback of the backend's own wrapped around `done`, so no
-  // allocation per operation.
+  // it fires, before `done` runs) of an owner `keep` holds alive until then
+  // (or that the caller keeps alive otherwise, with a null `keep`): no
+  // callback of the backend's own wrapped around `done`, so no allocation
+  // per operation.
   void Push(Completion&& done, absl::Status status, std::shared_ptr<void> keep,
             size_t* outstanding) {
-    ready_.push_back(
-        Entry{std::move(done), std::move(status), std::move(keep), outstanding});
+    Entry& entry = Emplace(std::move(done), std::move(status));
+    entry.keep = std::move(keep);
+    entry.outstanding = outstanding;
   }
 
   // Fires every callback queued before the call; callbacks may post (and so
@@ -60,8 +62,16 @@ class CompletionQueue {
     Completion done;
     absl::Status status;
     std::shared_ptr<void> keep;
-    size_t* outstanding;
+    size_t* outstanding = nullptr;
   };
+
+  // Built in place: a Completion moved once, not through a temporary.
+  Entry& Emplace(Completion&& done, absl::Status&& status) {
+    Entry& entry = ready_.emplace_back();
+    entry.done = std::move(done);
+    if (!status.ok()) entry.status = std::move(status);
+    return entry;
+  }
   std::vector<Entry> ready_;
   std::vector<Entry> spare_;
 };

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/shared_word.h"
 #include "common/status_macros.h"
 #include "rdma/slice.h"
 
@@ -83,6 +84,24 @@ class LoopbackEndpoint final : public Endpoint {
                          Completion done) override {
     return PostData(LoopbackTransport::Op::Kind::kWrite, src, dst,
                     notification, std::move(done));
+  }
+
+  absl::Status PostWriteWithFlag(const LocalSlice& src, const RemoteSlice& dst,
+                                 const RemoteSlice& flag_word, uint64_t flag,
+                                 Completion done) override {
+    RETURN_IF_ERROR(CheckTransfer(src, dst, state_->peer_rank, kBackend));
+    RETURN_IF_ERROR(CheckFlagWord(flag_word, dst, state_->peer_rank, kBackend));
+    ASSIGN_OR_RETURN(uint64_t flag_key,
+                     UnpackKey(*flag_word.region, transport_->options_.fabric->id()));
+    RETURN_IF_ERROR(PostData(LoopbackTransport::Op::Kind::kWrite, src, dst,
+                             std::nullopt, std::move(done)));
+    // Operations run in post order: the flag lands after this write's data
+    // and every earlier write's.
+    LoopbackTransport::Op& op = transport_->pending_.back();
+    op.flag = flag;
+    op.flag_address = flag_word.address();
+    op.flag_key = flag_key;
+    return absl::OkStatus();
   }
 
   absl::Status PostRead(const LocalSlice& dst, const RemoteSlice& src,
@@ -187,7 +206,7 @@ Capabilities LoopbackTransport::capabilities() const {
                                    options_.fabric->id()),
                       /*one_sided_allocate=*/false,
                       options_.max_outstanding_per_endpoint,
-                      /*maps_peer_memory=*/true};
+                      /*maps_peer_memory=*/true, /*flag_writes=*/true};
 }
 
 std::string LoopbackTransport::address() const {
@@ -259,6 +278,15 @@ void LoopbackTransport::Execute(Op& op) {
     status = options_.fabric->Write(options_.rank, endpoint.peer_rank,
                                     op.local, op.address, op.key, op.length,
                                     op.notification);
+    if (status.ok() && op.flag.has_value()) {
+      absl::StatusOr<std::byte*> word = options_.fabric->Map(
+          endpoint.peer_rank, op.flag_address, op.flag_key, sizeof(uint64_t));
+      if (word.ok()) {
+        StoreSharedWord(*word, *op.flag);
+      } else {
+        status = word.status();
+      }
+    }
   } else if (op.kind == Op::Kind::kRead) {
     status = options_.fabric->Read(endpoint.peer_rank, op.local, op.address,
                                    op.key, op.length);

@@ -68,6 +68,11 @@ class LoopbackTransport final : public Transport {
     size_t length = 0;
     std::optional<uint32_t> notification;
     Completion done;
+    // A flagged write's flag, stored into the peer's word at
+    // `flag_address` (key `flag_key`) once the data is copied.
+    std::optional<uint64_t> flag;
+    uint64_t flag_address = 0;
+    uint64_t flag_key = 0;
   };
 
   explicit LoopbackTransport(LoopbackTransportOptions options)

@@ -141,6 +141,8 @@ class FaultyEndpoint final : public Endpoint {
 Capabilities FaultyTransport::capabilities() const {
   Capabilities caps = inner().capabilities();
   caps.description = absl::StrCat("faulty(", caps.description, ")");
+  // Its endpoints inject no faults into flagged writes: they have none.
+  caps.flag_writes = false;
   return caps;
 }
 

@@ -155,6 +155,13 @@ class TrackingTransport final : public rdma::testing::TransportWrapper {
         return inner_->PostWrite(src, dst, notification, std::move(wrapped));
       });
     }
+    absl::Status PostWriteWithFlag(const rdma::LocalSlice& src, const rdma::RemoteSlice& dst,
+                                   const rdma::RemoteSlice& flag_word, uint64_t flag,
+                                   rdma::Completion done) override {
+      return Track(false, src, std::move(done), [&](rdma::Completion wrapped) {
+        return inner_->PostWriteWithFlag(src, dst, flag_word, flag, std::move(wrapped));
+      });
+    }
     absl::Status PostRead(const rdma::LocalSlice& dst, const rdma::RemoteSlice& src,
                           rdma::Completion done) override {
       return Track(true, dst, std::move(done), [&](rdma::Completion wrapped) {

@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/shared_word.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -274,6 +275,147 @@ TEST_P(TransportConformanceTest, NotificationsArriveOnceInPostOrderAfterData) {
     EXPECT_EQ(seen_data[i], 1000 + received[i].value)
         << "notification " << i << " arrived before its data";
   }
+}
+
+// Posts one flagged write (retrying on back-pressure) while driving both
+// ranks; then drives until `flag` is seen in `word` (rank 1's memory) and
+// the write's callback fired. Returns the callback's status.
+absl::Status WriteWithFlag(Fixture& f, const LocalSlice& src,
+                           const RemoteSlice& dst, const RemoteSlice& flag_word,
+                           const std::byte* word, uint64_t flag,
+                           absl::FunctionRef<void()> on_flag) {
+  CallbackProbe probe;
+  absl::Status posted;
+  RETURN_IF_ERROR(Drive({f.a_.get(), f.b_.get()}, [&] {
+    probe.posting = true;
+    posted = f.ab_->PostWriteWithFlag(src, dst, flag_word, flag, probe.Callback());
+    probe.posting = false;
+    return !absl::IsResourceExhausted(posted);
+  }));
+  RETURN_IF_ERROR(posted);
+  bool seen = false;
+  RETURN_IF_ERROR(Drive({f.a_.get(), f.b_.get()}, [&] {
+    if (!seen && LoadSharedWord(word) == flag) {
+      seen = true;
+      on_flag();  // What rank 1 sees the moment the flag is there.
+    }
+    return seen && probe.calls > 0;
+  }));
+  EXPECT_FALSE(probe.inline_call) << "callback ran inline from PostWriteWithFlag()";
+  EXPECT_EQ(probe.calls, 1);
+  return probe.status;
+}
+
+TEST_P(TransportConformanceTest, FlaggedWritesShowTheirDataWithTheFlag) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  constexpr size_t kData = 4096 + 5;
+  constexpr size_t kFlagAt = 4096 + 8;  // right behind the data
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 3 * kData));
+  constexpr size_t kEarlierAt = kFlagAt + 8;  // where a plain write goes
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, kEarlierAt + 8));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion other, f.Allocate(*f.b_, 64));
+  const RemoteRegion& d = remote.descriptor();
+  if (!f.a_->capabilities().flag_writes) {
+    CallbackProbe probe;
+    EXPECT_THAT(f.ab_->PostWriteWithFlag({&local, 0, 8}, {&d, 0, 8},
+                                         {&d, kFlagAt, 8}, 1, probe.Callback()),
+                StatusIs(absl::StatusCode::kUnimplemented));
+    for (int round = 0; round < 10; ++round) {
+      ASSERT_OK(f.a_->Progress().status());
+      ASSERT_OK(f.b_->Progress().status());
+    }
+    EXPECT_EQ(probe.calls, 0) << "a refused post's callback ran";
+    GTEST_SKIP() << f.a_->capabilities().backend
+                 << " has no flagged writes (it says so and refuses them)";
+  }
+  // Flags behind the data, in another region, and after a plain write
+  // posted just before (which the flag must cover too).
+  const std::byte* behind = remote.data() + kFlagAt;
+  const std::byte* elsewhere = other.data() + 8;
+  for (uint64_t i = 1; i <= 200; ++i) {
+    SCOPED_TRACE(absl::StrCat("write ", i));
+    const size_t bytes = i % 3 == 0 ? 8 : i % 3 == 1 ? 64 : kData;
+    FillPattern(local.data(), bytes, i);
+    FillPattern(local.data() + kData, 8, i + 1000);
+    const bool other_region = i % 2 == 0;
+    const RemoteSlice flag_word = other_region
+                                      ? RemoteSlice{&other.descriptor(), 8, 8}
+                                      : RemoteSlice{&d, kFlagAt, 8};
+    if (i % 5 == 0) {
+      // A plain write of 8 bytes behind the flag, posted first.
+      ASSERT_OK(f.ab_->PostWrite({&local, kData, 8}, {&d, kEarlierAt, 8},
+                                 std::nullopt, [](absl::Status s) { EXPECT_OK(s); }));
+    }
+    bool data_whole = false, earlier_whole = true;
+    ASSERT_OK(WriteWithFlag(
+        f, {&local, 0, bytes}, {&d, 0, bytes}, flag_word,
+        other_region ? elsewhere : behind, i, [&] {
+          data_whole = std::memcmp(remote.data(), local.data(), bytes) == 0;
+          if (i % 5 == 0) {
+            earlier_whole =
+                std::memcmp(remote.data() + kEarlierAt, local.data() + kData, 8) == 0;
+          }
+        }));
+    EXPECT_TRUE(data_whole) << "the flag was seen before its data";
+    EXPECT_TRUE(earlier_whole) << "the flag was seen before an earlier write's data";
+  }
+}
+
+TEST_P(TransportConformanceTest, FlaggedWritesIntoCallerMemory) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  if (!f.a_->capabilities().flag_writes) {
+    GTEST_SKIP() << f.a_->capabilities().backend << " has no flagged writes";
+  }
+  if (f.backend_->allocate) GTEST_SKIP() << "the backend's data memory is not host memory";
+  // Memory the peer registered (on UCX not shared: the data goes by put,
+  // the flag behind a flush), with the flag in it or in shared memory.
+  std::vector<std::byte> target(4096 + 64);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion registered, f.b_->Register(absl::MakeSpan(target)));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion shared, f.Allocate(*f.b_, 64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 4096));
+  const RemoteRegion& d = registered.descriptor();
+  for (uint64_t i = 1; i <= 20; ++i) {
+    SCOPED_TRACE(absl::StrCat("write ", i));
+    FillPattern(local.data(), 4096, i);
+    const bool in_shared = i % 2 == 0;
+    bool data_whole = false;
+    ASSERT_OK(WriteWithFlag(
+        f, {&local, 0, 4096}, {&d, 0, 4096},
+        in_shared ? RemoteSlice{&shared.descriptor(), 0, 8} : RemoteSlice{&d, 4096, 8},
+        in_shared ? shared.data() : target.data() + 4096, i, [&] {
+          data_whole = std::memcmp(target.data(), local.data(), 4096) == 0;
+        }));
+    EXPECT_TRUE(data_whole) << "the flag was seen before its data";
+  }
+}
+
+TEST_P(TransportConformanceTest, MalformedFlagWordsAreRejectedBeforePosting) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  if (!f.a_->capabilities().flag_writes) {
+    GTEST_SKIP() << f.a_->capabilities().backend << " has no flagged writes";
+  }
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 64));
+  const RemoteRegion& d = remote.descriptor();
+  int calls = 0;
+  auto must_not_run = [&calls](absl::Status) { ++calls; };
+  const LocalSlice src{&local, 0, 8};
+  const RemoteSlice dst{&d, 0, 8};
+  // Not a word, not aligned, past the end, and a bad data slice.
+  EXPECT_THAT(f.ab_->PostWriteWithFlag(src, dst, {&d, 8, 4}, 1, must_not_run),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("8-byte aligned")));
+  EXPECT_THAT(f.ab_->PostWriteWithFlag(src, dst, {&d, 12, 8}, 1, must_not_run),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("8-byte aligned")));
+  EXPECT_THAT(f.ab_->PostWriteWithFlag(src, dst, {&d, 64, 8}, 1, must_not_run),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(f.ab_->PostWriteWithFlag(src, {&d, 60, 8}, {&d, 8, 8}, 1, must_not_run),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_OK(f.a_->Progress().status());
+    ASSERT_OK(f.b_->Progress().status());
+  }
+  EXPECT_EQ(calls, 0) << "a refused post's callback ran";
+  EXPECT_EQ(LoadSharedWord(remote.data() + 8), 0u) << "a refused flag landed";
 }
 
 TEST_P(TransportConformanceTest, CallbacksFireExactlyOnceAndNeverInline) {

@@ -152,6 +152,21 @@ void UcxOps::PumpSequence(UcxEndpointState& state) {
       Complete(op, std::move(status));
       continue;
     }
+    if (op->word) {
+      // The data is placed: now the flag.
+      if (op->word_mapped != nullptr) {
+        uint64_t flag = 0;
+        std::memcpy(&flag, op->payload, sizeof(flag));
+        StoreSharedWord(op->word_mapped, flag);
+        Complete(op, absl::OkStatus());
+        continue;
+      }
+      op->stage = UcxOp::Stage::kSending;
+      ucp_request_param_t param = CallbackParam(op);
+      HandleRequest(op, ucp_put_nbx(state.ep, op->payload, sizeof(op->payload),
+                                    op->word_address, op->word_rkey, &param));
+      continue;
+    }
     if (op->flag) {
       if (!state.lane.has_value()) {
         Complete(op, Translate(*op, UCS_ERR_CANCELED));
@@ -178,6 +193,9 @@ UcxEndpoint::~UcxEndpoint() {
     std::fprintf(stderr, "rdmaflow: closing UCX endpoint: %s\n",
                  status.ToString().c_str());
   }
+  // Completions queued by CompleteNow() point into the state: it stays
+  // until they fired (UcxTransport::Progress drops it then).
+  if (state_->outstanding > 0) state_->worker->retired.push_back(state_);
 }
 
 absl::Status UcxEndpoint::CheckPostable() const {
@@ -270,8 +288,12 @@ void UcxEndpoint::ClaimLane() {
 }
 
 void UcxEndpoint::CompleteNow(Completion done) {
+  // Without a reference to the state: a copy of the shared pointer is a
+  // locked instruction, which costs more than the copy a mapped write is.
+  // The destructor retires the state while such completions are queued.
   ++state_->outstanding;
-  UcxOps::Queue(state_, std::move(done), absl::OkStatus());
+  state_->worker->completions.Push(std::move(done), absl::OkStatus(),
+                                   /*keep=*/nullptr, &state_->outstanding);
 }
 
 absl::Status UcxEndpoint::LaneRoom() {
@@ -398,6 +420,52 @@ absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
                        std::move(done)};
   op->payload[0] = static_cast<uint32_t>(state_->worker->rank);
   op->payload[1] = *notification;
+  NotifyAfterFlush(op);
+  return absl::OkStatus();
+}
+
+absl::Status UcxEndpoint::PostWriteWithFlag(const LocalSlice& src,
+                                            const RemoteSlice& dst,
+                                            const RemoteSlice& flag_word,
+                                            uint64_t flag, Completion done) {
+  RETURN_IF_ERROR(CheckTransfer(src, dst, state_->peer_rank, kBackend));
+  RETURN_IF_ERROR(CheckFlagWord(flag_word, dst, state_->peer_rank, kBackend));
+  RETURN_IF_ERROR(CheckPostable());
+  // The flag's key first: MappedAt() answers for the last key looked up.
+  // A flag in the data's region (the usual place: right behind it) needs
+  // no second look-up.
+  const bool one_region = flag_word.region == dst.region;
+  ucp_rkey_h flag_rkey = nullptr;
+  std::byte* flag_mapped = nullptr;
+  if (!one_region) {
+    ASSIGN_OR_RETURN(flag_rkey, RemoteKey(*flag_word.region));
+    flag_mapped = MappedAt(flag_word);
+  }
+  ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKey(*dst.region));
+  std::byte* mapped = MappedAt(dst);
+  if (one_region) {
+    flag_rkey = rkey;
+    flag_mapped = MappedAt(flag_word);
+  }
+  if (mapped != nullptr && flag_mapped != nullptr &&
+      !state_->wrote_through_ucx) {
+    // As a mapped notified write, with the flag where the record goes: the
+    // release store orders it after this copy and every earlier one.
+    CompleteNow(std::move(done));
+    std::memcpy(mapped, src.data(), src.length);
+    StoreSharedWord(flag_mapped, flag);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(PutBehindNotification(src, dst, rkey));
+  state_->wrote_through_ucx = true;
+  auto* op = new UcxOp{UcxOp::Kind::kNotify, "flagged write", state_,
+                       std::move(done)};
+  op->word = true;
+  static_assert(sizeof(op->payload) == sizeof(flag));
+  std::memcpy(op->payload, &flag, sizeof(flag));
+  op->word_mapped = flag_mapped;
+  op->word_address = flag_word.address();
+  op->word_rkey = flag_rkey;
   NotifyAfterFlush(op);
   return absl::OkStatus();
 }

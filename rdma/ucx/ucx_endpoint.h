@@ -28,6 +28,13 @@ class UcxEndpoint final : public Endpoint {
   absl::Status PostWrite(const LocalSlice& src, const RemoteSlice& dst,
                          std::optional<uint32_t> notification,
                          Completion done) override;
+  // Into a mapped same-host peer (when no write of this endpoint went
+  // through UCX before): the copy, then a release store of the flag. Else
+  // the data's put, a flush, then the flag (stored through the mapping, or
+  // put).
+  absl::Status PostWriteWithFlag(const LocalSlice& src, const RemoteSlice& dst,
+                                 const RemoteSlice& flag_word, uint64_t flag,
+                                 Completion done) override;
   absl::Status PostRead(const LocalSlice& dst, const RemoteSlice& src,
                         Completion done) override;
   absl::Status PostFlush(Completion done) override;

@@ -65,10 +65,19 @@ struct UcxOp {
   Stage stage = Stage::kFlushing;
   absl::Status flush_status;
   uint32_t payload[2] = {0, 0};  // Notification: sender rank, value.
+                                 // Flagged write: the flag.
   // A flag notification (flag_inbox.h): once its flush is done, its record
   // (in `payload`) is stored into slot `slot` of the endpoint's lane.
   bool flag = false;
   uint32_t slot = 0;
+  // A flagged write's flag (Endpoint::PostWriteWithFlag): once its flush is
+  // done, the 8 bytes of `payload` are stored at `word_mapped` (a mapped
+  // same-host peer) or put at `word_address` under `word_rkey` (one of the
+  // endpoint's cached keys).
+  bool word = false;
+  std::byte* word_mapped = nullptr;
+  uint64_t word_address = 0;
+  ucp_rkey_h word_rkey = nullptr;
   // Completed (UcxOps::AbandonInFlight) while UCX still held its request;
   // freed when (if ever) UCX calls back.
   bool abandoned = false;
@@ -98,6 +107,10 @@ struct UcxWorkerState {
     std::shared_ptr<UcxEndpointState> state;
   };
   std::vector<Closing> closing;
+  // Endpoints destroyed while completions of theirs were still queued
+  // without a reference (UcxEndpoint::CompleteNow): kept until those fired,
+  // so that the queue's pointers to their `outstanding` count stay valid.
+  std::vector<std::shared_ptr<UcxEndpointState>> retired;
 };
 
 // Shared by a UcxEndpoint and its in-flight operations, which may outlive it.

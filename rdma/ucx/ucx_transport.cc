@@ -318,7 +318,7 @@ Capabilities UcxTransport::capabilities() const {
                    ", TLS=", options_.tls.empty() ? "default" : options_.tls,
                    ", NET_DEVICES=", net_devices_),
       /*one_sided_allocate=*/true, options_.max_outstanding_per_endpoint,
-      MapsPeerMemory(options_.tls)};
+      MapsPeerMemory(options_.tls), /*flag_writes=*/true};
 }
 
 absl::StatusOr<MemoryRegion> UcxTransport::Map(void* address, size_t bytes,
@@ -519,7 +519,16 @@ absl::StatusOr<int> UcxTransport::Progress() {
     batch.swap(shared_->to_pump);
     for (const auto& state : batch) UcxOps::PumpSequence(*state);
   }
-  return shared_->completions.FireAll();
+  const int fired = shared_->completions.FireAll();
+  if (!shared_->retired.empty()) {
+    auto& retired = shared_->retired;
+    retired.erase(std::remove_if(retired.begin(), retired.end(),
+                                 [](const std::shared_ptr<UcxEndpointState>& state) {
+                                   return state->outstanding == 0;
+                                 }),
+                  retired.end());
+  }
+  return fired;
 }
 
 std::optional<Notification> UcxTransport::PollNotification() {

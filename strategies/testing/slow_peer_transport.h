@@ -71,6 +71,14 @@ class SlowPeerTransport final : public rdma::testing::TransportWrapper {
   explicit SlowPeerTransport(rdma::Transport& inner);
   ~SlowPeerTransport() override;
 
+  // The inner transport's, without flagged writes (its endpoints hold no
+  // such operation).
+  rdma::Capabilities capabilities() const override {
+    rdma::Capabilities caps = inner().capabilities();
+    caps.flag_writes = false;
+    return caps;
+  }
+
   void AddHold(Hold hold);
   // Runs before every Progress() on the calling thread.
   void SetBeforeProgress(std::function<void()> hook) { before_progress_ = std::move(hook); }

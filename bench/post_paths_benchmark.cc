@@ -1,0 +1,214 @@
+// post_paths_benchmark: what the software around a same-host write costs,
+// one thread, Google Benchmark. Two UCX transports over shared memory in
+// this process, rank 0 writing into rank 1's memory:
+//
+//   BM_IdleProgress             Transport::Progress() with nothing to do:
+//                               what each look of a waiting loop costs;
+//   BM_FlaggedWrite/bytes       Endpoint::PostWriteWithFlag, the flag seen
+//                               in rank 1's memory, the completion fired;
+//   BM_FlaggedPost/bytes        the post alone, completions fired in
+//                               batches of 64;
+//   BM_NotifiedWrite/bytes      a notified write, taken from rank 1's
+//                               PollNotification, the completion fired;
+//   BM_MappedCopyAndFlag/bytes  the floor: memcpy into the peer's mapped
+//                               memory and a release store of the flag,
+//                               with no transport call.
+//
+// Both write paths are timed to the point the peer has seen the write, in
+// one thread, so the figures are the software's cost per write without the
+// cache-line migration a second core adds (bench/transport_pingpong measures
+// that, next to ucx_perftest).
+//   bazel run -c opt //bench:post_paths_benchmark
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "benchmark/benchmark.h"
+#include "common/shared_word.h"
+#include "rdma/builtin_transports.h"
+#include "rdma/endpoint.h"
+#include "rdma/memory_region.h"
+#include "rdma/transport.h"
+
+namespace rdmaflow::bench {
+namespace {
+
+constexpr size_t kMaxBytes = 4096;
+constexpr size_t kFlagOffset = kMaxBytes;  // behind the largest write
+
+// Ranks 0 and 1, an endpoint 0 -> 1, a source on 0 and a target on 1.
+struct Pair {
+  std::unique_ptr<rdma::Transport> a, b;
+  std::unique_ptr<rdma::Endpoint> ab;
+  rdma::MemoryRegion source, target;
+
+  absl::Status Init() {
+    for (int rank : {0, 1}) {
+      absl::StatusOr<std::unique_ptr<rdma::Transport>> t =
+          rdma::CreateBuiltinTransport("ucx", "tls=shm", rank);
+      if (!t.ok()) return t.status();
+      (rank == 0 ? a : b) = *std::move(t);
+    }
+    absl::StatusOr<std::unique_ptr<rdma::Endpoint>> e =
+        a->Connect({b->rank(), b->address()});
+    if (!e.ok()) return e.status();
+    ab = *std::move(e);
+    absl::StatusOr<rdma::MemoryRegion> s = a->Allocate(kMaxBytes);
+    if (!s.ok()) return s.status();
+    source = *std::move(s);
+    absl::StatusOr<rdma::MemoryRegion> t = b->Allocate(kFlagOffset + 8);
+    if (!t.ok()) return t.status();
+    target = *std::move(t);
+    return absl::OkStatus();
+  }
+
+  absl::Status Progress() {
+    if (absl::Status s = a->Progress().status(); !s.ok()) return s;
+    return b->Progress().status();
+  }
+};
+
+// Sets up a pair or skips the benchmark with the reason.
+bool SetUp(benchmark::State& state, Pair& pair) {
+  if (absl::Status status = pair.Init(); !status.ok()) {
+    state.SkipWithError(status.ToString().c_str());
+    return false;
+  }
+  return true;
+}
+
+void BM_IdleProgress(benchmark::State& state) {
+  Pair pair;
+  if (!SetUp(state, pair)) return;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(pair.a->Progress());
+  }
+}
+BENCHMARK(BM_IdleProgress);
+
+void BM_FlaggedWrite(benchmark::State& state) {
+  Pair pair;
+  if (!SetUp(state, pair)) return;
+  if (!pair.a->capabilities().flag_writes) {
+    state.SkipWithError("the transport has no flagged writes");
+    return;
+  }
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const rdma::RemoteRegion& remote = pair.target.descriptor();
+  const std::byte* word = pair.target.data() + kFlagOffset;
+  uint64_t flag = 0;
+  int done = 0;
+  for (auto _ : state) {
+    ++flag;
+    absl::Status posted = pair.ab->PostWriteWithFlag(
+        {&pair.source, 0, bytes}, {&remote, 0, bytes}, {&remote, kFlagOffset, 8},
+        flag, [&done](absl::Status) { ++done; });
+    if (!posted.ok()) {
+      state.SkipWithError(posted.ToString().c_str());
+      return;
+    }
+    while (LoadSharedWord(word) != flag || done != static_cast<int>(flag)) {
+      if (!pair.Progress().ok()) {
+        state.SkipWithError("progress failed");
+        return;
+      }
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_FlaggedWrite)->Arg(8)->Arg(kMaxBytes);
+
+// The post alone: completions fired once per 64 posts, so each write
+// carries a 64th of a Progress() (the cost on a writer's critical path).
+void BM_FlaggedPost(benchmark::State& state) {
+  Pair pair;
+  if (!SetUp(state, pair)) return;
+  if (!pair.a->capabilities().flag_writes) {
+    state.SkipWithError("the transport has no flagged writes");
+    return;
+  }
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const rdma::RemoteRegion& remote = pair.target.descriptor();
+  uint64_t flag = 0;
+  int done = 0;
+  for (auto _ : state) {
+    ++flag;
+    absl::Status posted = pair.ab->PostWriteWithFlag(
+        {&pair.source, 0, bytes}, {&remote, 0, bytes}, {&remote, kFlagOffset, 8},
+        flag, [&done](absl::Status) { ++done; });
+    if (!posted.ok()) {
+      state.SkipWithError(posted.ToString().c_str());
+      return;
+    }
+    if ((flag & 63) == 0) {
+      while (done != static_cast<int>(flag)) {
+        if (!pair.a->Progress().ok()) {
+          state.SkipWithError("progress failed");
+          return;
+        }
+      }
+    }
+  }
+}
+BENCHMARK(BM_FlaggedPost)->Arg(8)->Arg(kMaxBytes);
+
+void BM_NotifiedWrite(benchmark::State& state) {
+  Pair pair;
+  if (!SetUp(state, pair)) return;
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const rdma::RemoteRegion& remote = pair.target.descriptor();
+  uint32_t sent = 0;
+  int done = 0;
+  for (auto _ : state) {
+    ++sent;
+    absl::Status posted = pair.ab->PostWrite(
+        {&pair.source, 0, bytes}, {&remote, 0, bytes}, sent,
+        [&done](absl::Status) { ++done; });
+    if (!posted.ok()) {
+      state.SkipWithError(posted.ToString().c_str());
+      return;
+    }
+    bool seen = false;
+    while (!seen || done != static_cast<int>(sent)) {
+      if (!pair.Progress().ok()) {
+        state.SkipWithError("progress failed");
+        return;
+      }
+      if (!seen) seen = pair.b->PollNotification().has_value();
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_NotifiedWrite)->Arg(8)->Arg(kMaxBytes);
+
+void BM_MappedCopyAndFlag(benchmark::State& state) {
+  Pair pair;
+  if (!SetUp(state, pair)) return;
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const rdma::RemoteRegion& remote = pair.target.descriptor();
+  absl::StatusOr<std::byte*> mapped =
+      pair.ab->MapRemote({&remote, 0, kFlagOffset + 8});
+  if (!mapped.ok()) {
+    state.SkipWithError(mapped.status().ToString().c_str());
+    return;
+  }
+  const std::byte* word = pair.target.data() + kFlagOffset;
+  uint64_t flag = 0;
+  for (auto _ : state) {
+    ++flag;
+    std::memcpy(*mapped, pair.source.data(), bytes);
+    StoreSharedWord(*mapped + kFlagOffset, flag);
+    while (LoadSharedWord(word) != flag) {
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_MappedCopyAndFlag)->Arg(8)->Arg(kMaxBytes);
+
+}  // namespace
+}  // namespace rdmaflow::bench
