@@ -104,12 +104,21 @@ absl::Status DataParallelGroup::AllReduceGradients(double scale, double momentum
     return absl::OkStatus();
   }
   if (ring_ == nullptr) return absl::OkStatus();
-  for (const collectives::Bucket& bucket : buckets_) {
-    RETURN_IF_ERROR(ring_->AllReduce(bucket.offset, bucket.bytes / sizeof(float),
-                                     collectives::DataType::kFloat32));
-  }
-  if (scale != 1.0) flat_grads_.mul_(scale);
+  for (size_t b = 0; b < buckets_.size(); ++b) RETURN_IF_ERROR(AllReduceBucket(b));
+  ScaleGradients(scale);
   return absl::OkStatus();
+}
+
+absl::Status DataParallelGroup::AllReduceBucket(size_t b) {
+  const collectives::Bucket& bucket = buckets_.at(b);
+  return ring_->AllReduce(bucket.offset, bucket.bytes / sizeof(float),
+                          collectives::DataType::kFloat32);
+}
+
+void DataParallelGroup::ScaleGradients(double scale) {
+  if (scale == 1.0 || !flat_grads_.defined()) return;
+  at::NoGradGuard no_grad;
+  flat_grads_.mul_(scale);
 }
 
 void DataParallelGroup::ApplySgd(double learning_rate, double momentum) {

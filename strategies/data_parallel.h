@@ -78,6 +78,17 @@ class DataParallelGroup {
   // factor masking, Lin et al., ICLR 2018): momentum applied after a sparse
   // exchange, to sums that arrive in bursts, diverges.
   absl::Status AllReduceGradients(double scale, double momentum);
+  // The parts of AllReduceGradients() without a codec, for a caller that
+  // reduces buckets as backward fills them (bucket_pipeline.h): whether the
+  // group reduces in buckets at all (false with a codec, which sends the
+  // fused gradients whole, or with no parameters), bucket `b`'s sum over
+  // the members (collective: every member reduces the same buckets in the
+  // same order), and the final scaling.
+  bool reduces_in_buckets() const { return ring_ != nullptr; }
+  const collectives::Bucket& bucket(size_t b) const { return buckets_[b]; }
+  absl::Status AllReduceBucket(size_t b);
+  void ScaleGradients(double scale);
+  const std::vector<Parameter>& parameters() const { return parameters_; }
   // v = momentum * v + g; p -= lr * v (torch.optim.SGD). With a codec the
   // gradients already carry the momentum: p -= lr * g.
   void ApplySgd(double learning_rate, double momentum);

@@ -6,6 +6,8 @@
 #   ps                1 server + 3 workers, bsp, one-sided pulls
 #   layer_separated   3 conv ranks + 1 FC rank (fc_ranks=1)
 #   layer_separated_auto  K chosen by the cost model (STRATEGIES to add it)
+#   allreduce_no_overlap  allreduce reducing after backward (overlap=off;
+#                     STRATEGIES to add it): what overlap gains
 # over three links: UCX shared memory (--local), and UCX over TCP between 4
 # network namespaces whose links tc caps at 1 Gbit/s and at 100 Mbit/s
 # (tools/netns_hosts.sh; needs root). Writes OUT/<link>_<strategy>.json, the
@@ -29,6 +31,7 @@ declare -A params=(
   [ps]="--strategy ps --strategy_params servers=1,sync=bsp"
   [layer_separated]="--strategy layer_separated --strategy_params fc_ranks=1"
   [layer_separated_auto]="--strategy layer_separated"
+  [allreduce_no_overlap]="--strategy allreduce --strategy_params overlap=off"
 )
 port=29700
 trap 'tools/netns_hosts.sh down 4 >/dev/null 2>&1 || true' EXIT

@@ -8,7 +8,8 @@ import json
 import os
 import sys
 
-STRATEGIES = ["ps", "allreduce", "layer_separated", "layer_separated_auto"]
+STRATEGIES = ["ps", "allreduce", "allreduce_no_overlap", "layer_separated",
+              "layer_separated_auto"]
 
 
 def main(out, links):
@@ -20,8 +21,8 @@ def main(out, links):
                 continue
             with open(path) as f:
                 rows.append((link, s, json.load(f)))
-    print("%-8s %-21s %10s %10s %14s %10s" % (
-        "link", "strategy", "step_ms", "comm_ms", "wire_MB/step", "x_ps"))
+    print("%-8s %-21s %10s %10s %10s %14s %10s" % (
+        "link", "strategy", "step_ms", "comm_ms", "overlap_ms", "wire_MB/step", "x_ps"))
     with open(os.path.join(out, "strategies.tsv"), "w") as tsv:
         tsv.write("link\t" + "\t".join(STRATEGIES) + "\n")
         for link in links.split():
@@ -31,8 +32,9 @@ def main(out, links):
                 if s not in mine:
                     continue
                 r = mine[s]
-                print("%-8s %-21s %10.1f %10.1f %14.2f %9.2fx" % (
+                print("%-8s %-21s %10.1f %10.1f %10.1f %14.2f %9.2fx" % (
                     link, s, r["mean_step_ms"], r["mean_comm_ms"],
+                    r.get("mean_overlap_ms", 0.0),
                     r["wire_bytes_per_step"] / 1e6,
                     ps / r["mean_step_ms"] if ps else float("nan")))
             tsv.write(link + "\t" + "\t".join(

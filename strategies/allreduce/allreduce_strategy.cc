@@ -1,6 +1,7 @@
 // File: allreduce_strategy.cc
 #include "strategies/allreduce/allreduce_strategy.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -19,6 +20,8 @@ absl::StatusOr<std::unique_ptr<AllReduceStrategy>> AllReduceStrategy::Create(
   RETURN_IF_ERROR(params.Size("bucket_bytes", 0, &group.bucket_bytes));
   RETURN_IF_ERROR(params.Size("chunk_bytes", 64, &group.chunk_bytes));
   RETURN_IF_ERROR(params.Int("slots", 1, &group.slots));
+  std::string overlap = "on";
+  RETURN_IF_ERROR(params.Choice("overlap", {"on", "off"}, &overlap));
   RETURN_IF_ERROR(params.Done());
   RETURN_IF_ERROR(CheckTrainingOptions("allreduce", options.steps,
                                        options.learning_rate, options.momentum));
@@ -26,7 +29,7 @@ absl::StatusOr<std::unique_ptr<AllReduceStrategy>> AllReduceStrategy::Create(
   group.timeout = options.communicator_options.timeout;
   group.codec = options.codec;
   return std::unique_ptr<AllReduceStrategy>(
-      new AllReduceStrategy(options, std::move(group)));
+      new AllReduceStrategy(options, std::move(group), overlap == "on"));
 }
 
 absl::Status AllReduceStrategy::OrderAsPlanned(const graph::GraphDef& model) {
@@ -79,7 +82,13 @@ std::vector<std::string> AllReduceStrategy::gradient_order() const {
 absl::StatusOr<graph::GraphDef> AllReduceStrategy::DoPrepare(std::vector<Parameter> parameters) {
   const int world = context().world_size;
   parameters_ = std::move(parameters);
-  if (context().model != nullptr) RETURN_IF_ERROR(OrderAsPlanned(*context().model));
+  if (context().model != nullptr) {
+    RETURN_IF_ERROR(OrderAsPlanned(*context().model));
+  } else {
+    // Without a plan, DDP's guess: backward runs the model backwards, so
+    // the last parameters' gradients come first.
+    std::reverse(parameters_.begin(), parameters_.end());
+  }
   // Declared: each replica's fused gradients, and what one ring step moves
   // to the next rank (a piece written into its staging slot).
   int64_t elements = 0;
@@ -105,6 +114,10 @@ absl::Status AllReduceStrategy::DoStart() {
   for (int r = 0; r < context().world_size; ++r) members.push_back(r);
   ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(links(), members, parameters_,
                                                      group_options_));
+  // A codec sends the fused gradients whole: nothing to pipeline then.
+  if (overlap_ && group_->reduces_in_buckets()) {
+    ASSIGN_OR_RETURN(pipeline_, BucketPipeline::Create(*group_, links().loop()));
+  }
   return absl::OkStatus();
 }
 
@@ -113,12 +126,29 @@ absl::StatusOr<StepReport> AllReduceStrategy::DoStep(const ComputeFn& compute) {
   report.clock = clock();
   report.min_clock = clock();
   group_->ZeroGradients();
-  const absl::Time begin = absl::Now();
-  ASSIGN_OR_RETURN(report.compute, compute());
-  const absl::Time computed = absl::Now();
-  RETURN_IF_ERROR(group_->AllReduceGradients(1.0 / context().world_size, options().momentum));
-  report.Add(StepSpan::Kind::kCompute, begin, computed);
-  report.Add(StepSpan::Kind::kCommunication, computed, absl::Now());
+  if (pipeline_ != nullptr) {
+    // Buckets all-reduced while backward runs: the step waits for what is
+    // still in flight when it ends.
+    ASSIGN_OR_RETURN(PipelinedStep step, pipeline_->Run(compute));
+    const absl::Time reduced = absl::Now();
+    report.compute = step.compute;
+    report.Add(StepSpan::Kind::kCompute, step.compute_begin, step.compute_end);
+    for (const PipelinedStep::Span& bucket : step.buckets) {
+      report.Add(StepSpan::Kind::kCommunication, bucket.begin, bucket.end);
+    }
+    if (reduced > step.compute_end) {
+      report.Add(StepSpan::Kind::kWait, step.compute_end, reduced);
+    }
+    overlapped_buckets_ += step.overlapped;
+    group_->ScaleGradients(1.0 / context().world_size);
+  } else {
+    const absl::Time begin = absl::Now();
+    ASSIGN_OR_RETURN(report.compute, compute());
+    const absl::Time computed = absl::Now();
+    RETURN_IF_ERROR(group_->AllReduceGradients(1.0 / context().world_size, options().momentum));
+    report.Add(StepSpan::Kind::kCompute, begin, computed);
+    report.Add(StepSpan::Kind::kCommunication, computed, absl::Now());
+  }
   group_->ApplySgd(options().learning_rate, options().momentum);
   return report;
 }
@@ -128,6 +158,7 @@ absl::Status AllReduceStrategy::DoFinish(bool after_failure) {
   absl::Status status = after_failure ? absl::OkStatus() : group_->Shutdown();
   final_stats_ = group_->stats();
   final_compression_ = group_->compression();
+  pipeline_.reset();  // its hooks before the group they report to
   group_.reset();  // the gradients point back at their own memory
   return status;
 }

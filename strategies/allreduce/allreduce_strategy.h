@@ -1,14 +1,17 @@
 // File: allreduce_strategy.h
 // -----------------------------------------------------------------------------
 // The synchronous data-parallel baseline ("allreduce"): every rank trains a
-// replica on its own batches; after backward the gradients (already in the
+// replica on its own batches; the gradients (backward writes them into the
 // ring's registered memory) are summed by the ring all-reduce in buckets,
 // averaged, and every rank applies the same SGD step, so the replicas stay
-// identical. Parameters: bucket_bytes (4M), chunk_bytes (256K), slots (8).
+// identical. Parameters: bucket_bytes (4M), chunk_bytes (256K), slots (8),
+// overlap (on: each bucket is all-reduced as soon as backward has filled
+// it, while backward goes on, bucket_pipeline.h; off: after backward).
 // Given the model's training graph (StrategyContext::model), the gradients
 // are fused and bucketed in the order backward completes them
 // (graph_analyzer/gradient_order.h), with the sizes the plan gives them
-// (parameters backward never reaches last); else in parameter order.
+// (parameters backward never reaches last); else in reverse parameter
+// order (DDP's guess: backward runs the layers last to first).
 // With a codec (StrategyOptions::codec) the fused gradients are sent
 // through it whole, once a step (compression/compressed_allreduce.h).
 // A replica slower than the timeout fails its peers' all-reduce with
@@ -26,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "strategies/bucket_pipeline.h"
 #include "strategies/data_parallel.h"
 #include "strategies/strategy.h"
 
@@ -49,13 +53,17 @@ class AllReduceStrategy final : public Strategy {
   // The parameters' names in the order their gradients are fused and
   // bucketed (from Prepare() on).
   std::vector<std::string> gradient_order() const;
+  // Whether buckets are all-reduced while backward runs (from Start() on),
+  // and how many began before their step's backward ended.
+  bool overlaps() const { return pipeline_ != nullptr; }
+  int64_t overlapped_buckets() const { return overlapped_buckets_; }
 
  private:
   // `parameters_` in the order the model's plan completes their gradients.
   absl::Status OrderAsPlanned(const graph::GraphDef& model);
 
-  AllReduceStrategy(StrategyOptions options, DataParallelOptions group)
-      : Strategy(std::move(options)), group_options_(std::move(group)) {}
+  AllReduceStrategy(StrategyOptions options, DataParallelOptions group, bool overlap)
+      : Strategy(std::move(options)), group_options_(std::move(group)), overlap_(overlap) {}
 
   absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
   absl::Status DoStart() override;
@@ -66,8 +74,11 @@ class AllReduceStrategy final : public Strategy {
   absl::Status DoFinish(bool after_failure) override;
 
   const DataParallelOptions group_options_;
+  const bool overlap_;
   std::vector<Parameter> parameters_;
   std::unique_ptr<DataParallelGroup> group_;
+  std::unique_ptr<BucketPipeline> pipeline_;  // overlap=on, without a codec
+  int64_t overlapped_buckets_ = 0;
   collectives::RingAllReduceStats final_stats_;  // kept past Finish()
   compression::CompressionStats final_compression_;
 };

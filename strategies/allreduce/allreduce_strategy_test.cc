@@ -166,8 +166,9 @@ TEST(AllReduceStrategyTest, GradientsAreBucketedInTheOrderThePlanCompletesThem) 
         ASSIGN_OR_RETURN(auto planned, AllReduceStrategy::Create(Options(1, {})));
         ASSIGN_OR_RETURN(auto plain, AllReduceStrategy::Create(Options(1, {})));
         RETURN_IF_ERROR(plain->Prepare(context, params).status());
+        // Without the plan, the parameters reversed (DDP's guess).
         EXPECT_EQ(plain->gradient_order(),
-                  (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
+                  (std::vector<std::string>{"fc2.bias", "fc2.weight", "fc1.bias", "fc1.weight"}));
         context.model = &model;
         // A parameter backward never reaches (not in the plan's gradients)
         // comes last.

@@ -1,0 +1,128 @@
+// File: bucket_pipeline.cc
+#include "strategies/bucket_pipeline.h"
+
+#include <thread>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace rdmaflow::strategies {
+
+absl::StatusOr<std::unique_ptr<BucketPipeline>> BucketPipeline::Create(
+    DataParallelGroup& group, onesided::ProgressLoop& loop) {
+  if (!group.reduces_in_buckets()) {
+    return absl::FailedPreconditionError(
+        "the group does not all-reduce in buckets (a codec sends the gradients whole, or "
+        "there are none): nothing to pipeline");
+  }
+  std::unique_ptr<BucketPipeline> pipeline(new BucketPipeline(group, loop));
+  const std::vector<Parameter>& parameters = group.parameters();
+  pipeline->bucket_of_.assign(parameters.size(), 0);
+  for (int b = 0; b < group.buckets(); ++b) {
+    const collectives::Bucket& bucket = group.bucket(static_cast<size_t>(b));
+    for (size_t i = bucket.first; i < bucket.end; ++i) pipeline->bucket_of_[i] = b;
+    pipeline->gradients_.push_back(static_cast<int>(bucket.end - bucket.first));
+  }
+  BucketPipeline* self = pipeline.get();
+  ASSIGN_OR_RETURN(pipeline->hooks_,
+                   GradientHooks::Install(parameters, [self](size_t i) { self->GradientReady(i); }));
+  return pipeline;
+}
+
+BucketPipeline::BucketPipeline(DataParallelGroup& group, onesided::ProgressLoop& loop)
+    : group_(group), loop_(loop) {}
+
+BucketPipeline::~BucketPipeline() { hooks_.reset(); }
+
+void BucketPipeline::GradientReady(size_t parameter) {
+  absl::MutexLock lock(&mu_);
+  // Outside Run() (an evaluation's backward, a test's) nothing is owed.
+  if (!running_ || parameter >= bucket_of_.size()) return;
+  int& missing = missing_[bucket_of_[parameter]];
+  // A gradient accumulated twice in one step (two backward passes in one
+  // compute) counts once: the bucket waits for compute's end then.
+  if (missing > 0) --missing;
+}
+
+void BucketPipeline::Communicate() {
+  loop_.AdoptOnCurrentThread();
+  const size_t buckets = gradients_.size();
+  for (size_t b = 0; b < buckets; ++b) {
+    bool overlapped = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto due = [this, b] {
+        mu_.AssertHeld();  // Await() calls it under mu_
+        return abandon_ || computed_ || missing_[b] == 0;
+      };
+      // No deadline: this thread's own compute sets one of the three, on
+      // every way out of Run().
+      mu_.Await(absl::Condition(&due));
+      if (abandon_) return;
+      overlapped = !computed_;
+    }
+    begun_.fetch_add(1, std::memory_order_release);
+    PipelinedStep::Span span;
+    span.begin = absl::Now();
+    status_ = group_.AllReduceBucket(b);
+    span.end = absl::Now();
+    spans_.push_back(span);
+    if (overlapped) ++overlapped_;
+    if (!status_.ok()) {
+      status_ = absl::Status(status_.code(), absl::StrCat("bucket ", b, " of ", buckets,
+                                                          ": ", status_.message()));
+      return;
+    }
+  }
+}
+
+absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
+  {
+    absl::MutexLock lock(&mu_);
+    missing_ = gradients_;
+    computed_ = false;
+    abandon_ = false;
+    running_ = true;
+  }
+  status_ = absl::OkStatus();
+  spans_.clear();
+  overlapped_ = 0;
+  begun_.store(0, std::memory_order_release);
+  PipelinedStep step;
+  std::thread communication([this] { Communicate(); });
+  // Whatever way this returns (compute's error, an exception thrown
+  // through it), the thread is released and joined, and the loop is ours
+  // again.
+  absl::Cleanup join = [this, &communication] {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!computed_) abandon_ = true;
+      running_ = false;
+    }
+    communication.join();
+    loop_.AdoptOnCurrentThread();
+  };
+  step.compute_begin = absl::Now();
+  absl::StatusOr<ComputeResult> computed = compute();
+  step.compute_end = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (computed.ok()) {
+      computed_ = true;
+    } else {
+      abandon_ = true;
+    }
+  }
+  std::move(join).Invoke();
+  if (!computed.ok()) return computed.status();
+  RETURN_IF_ERROR(status_);
+  step.compute = *computed;
+  step.buckets = std::move(spans_);
+  step.overlapped = overlapped_;
+  return step;
+}
+
+}  // namespace rdmaflow::strategies

@@ -1,0 +1,114 @@
+// File: bucket_pipeline.h
+// -----------------------------------------------------------------------------
+// BucketPipeline: a data-parallel group's gradients all-reduced while
+// backward still runs (issue 48, "overlap"). Each bucket of the group
+// (data_parallel.h: parameters fused in the order backward completes them,
+// when the strategy had the model's plan) is summed as soon as backward has
+// accumulated the last of its gradients (gradient_hooks.h), on a
+// communication thread, while backward goes on with the next layers on the
+// caller's; the step waits only for the buckets still in flight when
+// backward ends. DDP and Horovod overlap the same way.
+//
+//   ASSIGN_OR_RETURN(auto pipeline, BucketPipeline::Create(*group, links.loop()));
+//   group->ZeroGradients();
+//   ASSIGN_OR_RETURN(PipelinedStep step, pipeline->Run(compute));
+//   group->ScaleGradients(1.0 / members);
+//
+// Every member reduces the buckets in the same order, 0, 1, 2, ...: bucket
+// k waits for its own gradients even when a later one is complete first,
+// so the collectives match across members whatever each backward's order.
+// A bucket backward never reaches (parameters forward does not use, or a
+// compute that accumulates its gradients some other way, as --device cuda
+// does after backward) is reduced once compute has returned.
+//
+// Threads: the progress loop is handed to the communication thread for the
+// step (ProgressLoop::AdoptOnCurrentThread) and back to the caller before
+// Run() returns; the caller must not use the loop, its transport or the
+// group in between, which compute (forward and backward of the model) does
+// not. The hooks run on the thread that runs backward and only count.
+#ifndef RDMAFLOW_STRATEGIES_BUCKET_PIPELINE_H_
+#define RDMAFLOW_STRATEGIES_BUCKET_PIPELINE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "onesided/progress/progress_loop.h"
+#include "strategies/data_parallel.h"
+#include "strategies/gradient_hooks.h"
+#include "strategies/strategy.h"
+
+namespace rdmaflow::strategies {
+
+// What one pipelined step did, and when.
+struct PipelinedStep {
+  ComputeResult compute;
+  absl::Time compute_begin;
+  absl::Time compute_end;
+  // Each bucket's all-reduce, in bucket order.
+  struct Span {
+    absl::Time begin;
+    absl::Time end;
+  };
+  std::vector<Span> buckets;
+  // Buckets whose all-reduce began before compute returned.
+  int overlapped = 0;
+};
+
+// Thread-compatible: one thread calls Run() at a time.
+class BucketPipeline {
+ public:
+  // Hooks `group`'s parameters (GradientHooks::Install's errors);
+  // kFailedPrecondition when the group does not reduce in buckets (a
+  // codec). `group` and `loop` (the one its all-reduce runs on) must
+  // outlive the pipeline.
+  static absl::StatusOr<std::unique_ptr<BucketPipeline>> Create(
+      DataParallelGroup& group, onesided::ProgressLoop& loop);
+  ~BucketPipeline();
+
+  // Runs `compute` on this thread while the buckets are all-reduced as
+  // backward fills them; returns once every bucket is summed (not scaled).
+  // Errors: compute's (the buckets not yet begun are never begun; the
+  // members waiting for them fail on their deadline, as when compute fails
+  // without a pipeline), or the first failed all-reduce's. After an error
+  // the group is unusable, as after a failed AllReduceGradients().
+  absl::StatusOr<PipelinedStep> Run(const ComputeFn& compute);
+
+  // Buckets whose all-reduce has begun in the current (or last) Run():
+  // for a compute that wants to see the overlap happen (tests). Any thread.
+  int buckets_begun() const { return begun_.load(std::memory_order_acquire); }
+
+ private:
+  BucketPipeline(DataParallelGroup& group, onesided::ProgressLoop& loop);
+  // A gradient is in (a hook, on backward's thread).
+  void GradientReady(size_t parameter);
+  // The communication thread's work: every bucket, in order.
+  void Communicate();
+
+  DataParallelGroup& group_;
+  onesided::ProgressLoop& loop_;
+  std::unique_ptr<GradientHooks> hooks_;
+  std::vector<size_t> bucket_of_;  // by parameter
+  std::vector<int> gradients_;     // by bucket: how many parameters it has
+
+  absl::Mutex mu_;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<int> missing_ ABSL_GUARDED_BY(mu_);  // by bucket, this step
+  bool computed_ ABSL_GUARDED_BY(mu_) = false;     // compute returned
+  bool abandon_ ABSL_GUARDED_BY(mu_) = false;      // compute failed
+  // The communication thread's results, read after it is joined.
+  absl::Status status_;
+  std::vector<PipelinedStep::Span> spans_;
+  int overlapped_ = 0;
+  std::atomic<int> begun_{0};
+};
+
+}  // namespace rdmaflow::strategies
+
+#endif  // RDMAFLOW_STRATEGIES_BUCKET_PIPELINE_H_

@@ -1,0 +1,172 @@
+// BucketPipeline with two ranks as threads over loopback: a bucket's
+// all-reduce runs while compute is still running (the compute waits for it
+// to begin, so a pipeline that reduced only after compute would time out
+// here), the sums are exact, a bucket backward never reaches is reduced
+// after compute, a failed compute ends the step with its error and gives
+// the loop back.
+#include "strategies/bucket_pipeline.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ATen/ATen.h"
+#include "ATen/Parallel.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "onesided/links/peer_links.h"
+#include "onesided/progress/progress_loop.h"
+#include "rdma/testing/rank_threads.h"
+#include "strategies/data_parallel.h"
+
+namespace rdmaflow::strategies {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kDeadline = absl::Seconds(30);
+
+// Three layers' weights (parameters 0..2) and one parameter forward never
+// uses (3). Each in a bucket of its own (bucket_bytes 64 and 16 floats
+// each): the last layer's first, as the allreduce strategy orders them, so
+// that backward fills bucket 0 first.
+std::vector<Parameter> MakeParameters() {
+  std::vector<Parameter> parameters;
+  for (const char* name : {"w3", "w2", "w1", "unused"}) {
+    parameters.push_back({name, at::full({16}, 0.5).requires_grad_()});
+  }
+  return parameters;
+}
+
+// loss = sum(w3 * relu(w2 * relu(w1 * x))) with x = rank + 1: every
+// gradient is a known function of the rank.
+at::Tensor Loss(const std::vector<Parameter>& p, int rank) {
+  const at::Tensor x = at::full({16}, static_cast<double>(rank + 1));
+  at::Tensor h1 = at::relu(p[2].tensor * x);
+  at::Tensor h2 = at::relu(p[1].tensor * h1);
+  return (p[0].tensor * h2).sum();
+}
+
+// What rank `rank`'s backward puts into parameter i's gradient (all
+// entries equal): with every weight 0.5 and x = r + 1.
+float Gradient(size_t i, int rank) {
+  const float x = static_cast<float>(rank + 1);
+  switch (i) {
+    case 0: return 0.5f * 0.5f * x;   // w3: h2 = w2 * w1 * x
+    case 1: return 0.5f * 0.5f * x;   // w2: w3 * h1
+    case 2: return 0.5f * 0.5f * x;   // w1: w3 * w2 * x
+    default: return 0;
+  }
+}
+
+struct Rank {
+  std::unique_ptr<onesided::ProgressLoop> loop;
+  std::unique_ptr<onesided::PeerLinks> links;
+  std::unique_ptr<DataParallelGroup> group;
+  std::unique_ptr<BucketPipeline> pipeline;
+  std::vector<Parameter> parameters;
+
+  absl::Status SetUp(int rank, rdma::Transport& transport, rdma::Store& store) {
+    onesided::ProgressLoopOptions options;
+    options.name = absl::StrCat("rank ", rank);
+    loop = std::make_unique<onesided::ProgressLoop>(transport, options);
+    ASSIGN_OR_RETURN(links, onesided::PeerLinks::Create(transport, store, "pipeline", *loop, {}));
+    parameters = MakeParameters();
+    DataParallelOptions group_options;
+    group_options.bucket_bytes = 64;
+    group_options.chunk_bytes = 64;
+    group_options.timeout = kDeadline;
+    ASSIGN_OR_RETURN(group, DataParallelGroup::Create(*links, {0, 1}, parameters, group_options));
+    if (group->buckets() != 4) {
+      return absl::InternalError(absl::StrCat(group->buckets(), " buckets, 4 expected"));
+    }
+    ASSIGN_OR_RETURN(pipeline, BucketPipeline::Create(*group, *loop));
+    return absl::OkStatus();
+  }
+};
+
+TEST(BucketPipelineTest, BucketsAreReducedWhileComputeRunsAndSumExactly) {
+  at::set_num_threads(1);
+  std::vector<PipelinedStep> steps(2);
+  std::vector<std::vector<float>> sums(2);
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        Rank r;
+        RETURN_IF_ERROR(r.SetUp(rank, transport, store));
+        for (int step = 0; step < 3; ++step) {
+          r.group->ZeroGradients();
+          ComputeFn compute = [&]() -> absl::StatusOr<ComputeResult> {
+            Loss(r.parameters, rank).backward();
+            // Backward has filled buckets 0..2: the first of them is on its
+            // way before compute returns, or never (a pipeline that waited
+            // for compute) and this times out.
+            const absl::Time deadline = absl::Now() + kDeadline;
+            while (r.pipeline->buckets_begun() < 1) {
+              if (absl::Now() > deadline) {
+                return absl::DeadlineExceededError("no bucket began during compute");
+              }
+              std::this_thread::yield();
+            }
+            return ComputeResult{1.0, 0, 1};
+          };
+          ASSIGN_OR_RETURN(steps[rank], r.pipeline->Run(compute));
+        }
+        if (!r.loop->OnLoopThread()) return absl::InternalError("the loop was not given back");
+        for (const Parameter& p : r.parameters) {
+          sums[rank].push_back(p.tensor.grad()[0].item<float>());
+        }
+        return r.group->Shutdown();
+      });
+  for (const absl::Status& s : statuses) ASSERT_OK(s);
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    EXPECT_GE(steps[rank].overlapped, 1);
+    ASSERT_EQ(steps[rank].buckets.size(), 4u);
+    EXPECT_GE(steps[rank].buckets[0].begin, steps[rank].compute_begin);
+    EXPECT_LT(steps[rank].buckets[0].begin, steps[rank].compute_end);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_FLOAT_EQ(sums[rank][i], Gradient(i, 0) + Gradient(i, 1)) << "parameter " << i;
+    }
+  }
+}
+
+TEST(BucketPipelineTest, AFailedComputeEndsTheStepWithItsError) {
+  at::set_num_threads(1);
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        Rank r;
+        RETURN_IF_ERROR(r.SetUp(rank, transport, store));
+        r.group->ZeroGradients();
+        // No backward at all: no bucket is ever due, and the error ends it.
+        absl::StatusOr<PipelinedStep> step = r.pipeline->Run(
+            []() -> absl::StatusOr<ComputeResult> { return absl::DataLossError("bad batch"); });
+        EXPECT_THAT(step.status(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("bad batch")));
+        EXPECT_EQ(r.pipeline->buckets_begun(), 0);
+        EXPECT_TRUE(r.loop->OnLoopThread()) << "the loop was not given back";
+        return absl::OkStatus();
+      });
+  for (const absl::Status& s : statuses) EXPECT_OK(s);
+}
+
+TEST(BucketPipelineTest, ACodecGroupIsRefused) {
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
+      1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        onesided::ProgressLoop loop(transport, {});
+        ASSIGN_OR_RETURN(auto links, onesided::PeerLinks::Create(transport, store, "c", loop, {}));
+        DataParallelOptions options;
+        options.codec = "int8";
+        ASSIGN_OR_RETURN(auto group,
+                         DataParallelGroup::Create(*links, {0}, MakeParameters(), options));
+        EXPECT_THAT(BucketPipeline::Create(*group, loop).status(),
+                    StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("codec")));
+        return absl::OkStatus();
+      });
+  EXPECT_OK(statuses[0]);
+}
+
+}  // namespace
+}  // namespace rdmaflow::strategies
