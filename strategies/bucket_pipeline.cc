@@ -41,10 +41,15 @@ void BucketPipeline::GradientReady(size_t parameter) {
   absl::MutexLock lock(&mu_);
   // Outside Run() (an evaluation's backward, a test's) nothing is owed.
   if (!running_ || parameter >= bucket_of_.size()) return;
-  int& missing = missing_[bucket_of_[parameter]];
-  // A gradient accumulated twice in one step (two backward passes in one
-  // compute) counts once: the bucket waits for compute's end then.
-  if (missing > 0) --missing;
+  if (seen_[parameter]) {
+    // A second accumulation in one step (a compute that runs backward
+    // twice): its bucket may be on the wire already, so its sum would be
+    // wrong. The step fails instead.
+    if (twice_.empty()) twice_ = group_.parameters()[parameter].name;
+    return;
+  }
+  seen_[parameter] = true;
+  --missing_[bucket_of_[parameter]];
 }
 
 void BucketPipeline::Communicate() {
@@ -83,6 +88,8 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
   {
     absl::MutexLock lock(&mu_);
     missing_ = gradients_;
+    seen_.assign(bucket_of_.size(), false);
+    twice_.clear();
     computed_ = false;
     abandon_ = false;
     running_ = true;
@@ -119,6 +126,15 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
   std::move(join).Invoke();
   if (!computed.ok()) return computed.status();
   RETURN_IF_ERROR(status_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!twice_.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "parameter '", twice_,
+          "' had its gradient accumulated twice in one step (a compute that runs backward more "
+          "than once): its bucket may have been all-reduced in between; train with overlap=off"));
+    }
+  }
   step.compute = *computed;
   step.buckets = std::move(spans_);
   step.overlapped = overlapped_;

@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -74,10 +75,13 @@ class BucketPipeline {
 
   // Runs `compute` on this thread while the buckets are all-reduced as
   // backward fills them; returns once every bucket is summed (not scaled).
-  // Errors: compute's (the buckets not yet begun are never begun; the
-  // members waiting for them fail on their deadline, as when compute fails
-  // without a pipeline), or the first failed all-reduce's. After an error
-  // the group is unusable, as after a failed AllReduceGradients().
+  // `compute` must run backward once: a gradient accumulated twice in one
+  // step is kFailedPrecondition naming the parameter (its bucket may have
+  // gone before the second accumulation). Errors: compute's (the buckets
+  // not yet begun are never begun; the members waiting for them fail on
+  // their deadline, as when compute fails without a pipeline), or the first
+  // failed all-reduce's. After an error the group is unusable, as after a
+  // failed AllReduceGradients().
   absl::StatusOr<PipelinedStep> Run(const ComputeFn& compute);
 
   // Buckets whose all-reduce has begun in the current (or last) Run():
@@ -100,6 +104,8 @@ class BucketPipeline {
   absl::Mutex mu_;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int> missing_ ABSL_GUARDED_BY(mu_);  // by bucket, this step
+  std::vector<bool> seen_ ABSL_GUARDED_BY(mu_);    // by parameter, this step
+  std::string twice_ ABSL_GUARDED_BY(mu_);  // a parameter accumulated twice
   bool computed_ ABSL_GUARDED_BY(mu_) = false;     // compute returned
   bool abandon_ ABSL_GUARDED_BY(mu_) = false;      // compute failed
   // The communication thread's results, read after it is joined.

@@ -152,6 +152,26 @@ TEST(BucketPipelineTest, AFailedComputeEndsTheStepWithItsError) {
   for (const absl::Status& s : statuses) EXPECT_OK(s);
 }
 
+TEST(BucketPipelineTest, ABackwardRunTwiceInOneStepFailsTheStep) {
+  at::set_num_threads(1);
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        Rank r;
+        RETURN_IF_ERROR(r.SetUp(rank, transport, store));
+        r.group->ZeroGradients();
+        absl::StatusOr<PipelinedStep> step =
+            r.pipeline->Run([&]() -> absl::StatusOr<ComputeResult> {
+              Loss(r.parameters, rank).backward();
+              Loss(r.parameters, rank).backward();  // two micro-batches
+              return ComputeResult{1.0, 0, 1};
+            });
+        EXPECT_THAT(step.status(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                            HasSubstr("accumulated twice")));
+        return absl::OkStatus();
+      });
+  for (const absl::Status& s : statuses) EXPECT_OK(s);
+}
+
 TEST(BucketPipelineTest, ACodecGroupIsRefused) {
   std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
       1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
