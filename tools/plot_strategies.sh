@@ -12,7 +12,8 @@ if ! command -v gnuplot >/dev/null; then
 fi
 declare -A titles=(
   [ps]='parameter server (1+3)'
-  [allreduce]='all-reduce (4 replicas)'
+  [allreduce]='all-reduce (4 replicas, overlap=on)'
+  [allreduce_no_overlap]='all-reduce after backward (overlap=off)'
   [layer_separated]='layer separated (3 conv + 1 FC)'
   [layer_separated_auto]='layer separated (K by cost model)'
 )
@@ -27,7 +28,7 @@ fi
 plot=
 for c in "${columns[@]}"; do
   name=$(head -1 "$tsv" | cut -f "$c")
-  title=${titles[$name]:-$name}
+  title=${titles[$name]:-${name//_/ }}  # gnuplot takes _ for a subscript
   if [[ -z $plot ]]; then
     plot="'$tsv' using $c:xtic(1) title '$title'"
   else
