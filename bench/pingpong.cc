@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/coarse_clock.h"
@@ -108,20 +109,27 @@ struct Link {
     return first_error;
   }
 
-  // Posts (retrying on back-pressure) a write or read of `bytes` at offset 0.
-  absl::Status Post(bool write, size_t bytes,
-                    std::optional<uint32_t> notification) {
+  // Posts with `post`, given a counted completion, progressing and
+  // retrying while the endpoint pushes back.
+  absl::Status Retry(absl::FunctionRef<absl::Status(rdma::Completion)> post) {
     while (true) {
-      const rdma::LocalSlice local{&source, 0, bytes};
-      const rdma::RemoteSlice peer{&remote, 0, bytes};
-      absl::Status status =
-          write ? endpoint.PostWrite(local, peer, notification, Counted())
-                : endpoint.PostRead(local, peer, Counted());
+      absl::Status status = post(Counted());
       if (status.ok()) return status;
       --in_flight;  // Not accepted: the callback will not run.
       if (!absl::IsResourceExhausted(status)) return status;
       RETURN_IF_ERROR(Progress());
     }
+  }
+
+  // Posts a write or read of `bytes` at offset 0.
+  absl::Status Post(bool write, size_t bytes,
+                    std::optional<uint32_t> notification) {
+    const rdma::LocalSlice local{&source, 0, bytes};
+    const rdma::RemoteSlice peer{&remote, 0, bytes};
+    return Retry([&](rdma::Completion done) {
+      return write ? endpoint.PostWrite(local, peer, notification, std::move(done))
+                   : endpoint.PostRead(local, peer, std::move(done));
+    });
   }
 
   // A write of `bytes` that the peer waits for with WaitSignal(): notified
@@ -131,15 +139,11 @@ struct Link {
       return Post(true, bytes, value);
     }
     const uint64_t flag = kFlagTag | ++flags_sent;
-    while (true) {
-      absl::Status status = endpoint.PostWriteWithFlag(
-          {&source, 0, bytes}, {&remote, 0, bytes},
-          {&remote, FlagOffset(bytes), sizeof(uint64_t)}, flag, Counted());
-      if (status.ok()) return status;
-      --in_flight;  // Not accepted: the callback will not run.
-      if (!absl::IsResourceExhausted(status)) return status;
-      RETURN_IF_ERROR(Progress());
-    }
+    return Retry([&](rdma::Completion done) {
+      return endpoint.PostWriteWithFlag({&source, 0, bytes}, {&remote, 0, bytes},
+                                        {&remote, FlagOffset(bytes), sizeof(uint64_t)}, flag,
+                                        std::move(done));
+    });
   }
 
   // Waits for the peer's next PostSignalled() of `bytes`.

@@ -68,6 +68,27 @@ TEST(PingPongTest, MeasuresReadsAloneWithoutWrites) {
   }
 }
 
+TEST(PingPongTest, SignalsWithFlagWordsBehindTheData) {
+  PingPongOptions options;
+  options.min_bytes = 8;
+  options.max_bytes = 4096;
+  options.byte_budget = 1 << 14;
+  options.max_iters = 30;
+  options.reads = false;
+  options.signal = PingPongOptions::Signal::kFlagWord;
+  // Each wait polls its own memory for the peer's next flag: a flag that
+  // never lands (or lands where the waiter does not look) ends in the
+  // deadline, not in rows.
+  options.timeout = absl::Seconds(60);
+  ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows, RunTwoRanks(options));
+  ASSERT_EQ(rows.size(), 10u);  // 8..4096, writes only.
+  for (const PingPongRow& row : rows) {
+    EXPECT_EQ(row.op(), "write");
+    EXPECT_GT(row.lat_p50_us(), 0) << row.bytes();
+    EXPECT_GT(row.bw_avg_mbps(), 0) << row.bytes();
+  }
+}
+
 TEST(PingPongTest, RejectsNothingToMeasure) {
   rdma::testing::InMemoryStore store;
   ASSERT_OK_AND_ASSIGN(auto a,

@@ -124,6 +124,15 @@ absl::Status CheckFlagWord(const RemoteSlice& flag_word, const RemoteSlice& data
         flag_word.region->DebugString(),
         ": it must be 8 bytes at an 8-byte aligned address"));
   }
+  // Inside the data, the flag's value could land with the data before the
+  // rest of it: a peer polling the word would stop early.
+  if (flag_word.region == data.region && flag_word.offset < data.offset + data.length &&
+      data.offset < flag_word.offset + flag_word.length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the flag word of a write to peer rank ", peer_rank, " (offset ", flag_word.offset,
+        ") lies inside the written bytes [", data.offset, ", ", data.offset + data.length,
+        "): put it behind them"));
+  }
   return absl::OkStatus();
 }
 

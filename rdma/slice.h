@@ -69,8 +69,9 @@ absl::Status CheckRemoteSlice(const RemoteSlice& remote, int peer_rank,
 // The flag word of a flagged write (Endpoint::PostWriteWithFlag) whose
 // data goes to `data`, which CheckTransfer accepted: the checks of
 // CheckRemoteSlice (the region's only where it is not the data's), and 8
-// bytes at an 8-byte aligned address (kInvalidArgument otherwise), so that
-// one aligned store places it whole.
+// bytes at an 8-byte aligned address, outside the written bytes
+// (kInvalidArgument otherwise), so that one aligned store places it whole
+// and no byte of the data can pass for it.
 absl::Status CheckFlagWord(const RemoteSlice& flag_word, const RemoteSlice& data,
                            int peer_rank, absl::string_view backend);
 

@@ -1,6 +1,8 @@
 // File: bucket_pipeline.cc
 #include "strategies/bucket_pipeline.h"
 
+#include <exception>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -44,8 +46,11 @@ void BucketPipeline::GradientReady(size_t parameter) {
   if (seen_[parameter]) {
     // A second accumulation in one step (a compute that runs backward
     // twice): its bucket may be on the wire already, so its sum would be
-    // wrong. The step fails instead.
+    // wrong. No further bucket begins (the members waiting for them fail
+    // on their deadline rather than go on with wrong sums), and the step
+    // fails.
     if (twice_.empty()) twice_ = group_.parameters()[parameter].name;
+    abandon_ = true;
     return;
   }
   seen_[parameter] = true;
@@ -53,6 +58,18 @@ void BucketPipeline::GradientReady(size_t parameter) {
 }
 
 void BucketPipeline::Communicate() {
+  // Nothing may escape a thread of ours: what the ring or an allocation
+  // throws ends the step as an error.
+  try {
+    CommunicateBuckets();
+  } catch (const std::exception& e) {
+    status_ = absl::InternalError(absl::StrCat("the communication thread: ", e.what()));
+  } catch (...) {
+    status_ = absl::InternalError("the communication thread: an unknown exception");
+  }
+}
+
+void BucketPipeline::CommunicateBuckets() {
   loop_.AdoptOnCurrentThread();
   const size_t buckets = gradients_.size();
   for (size_t b = 0; b < buckets; ++b) {
@@ -69,9 +86,9 @@ void BucketPipeline::Communicate() {
       if (abandon_) return;
       overlapped = !computed_;
     }
-    begun_.fetch_add(1, std::memory_order_release);
     PipelinedStep::Span span;
-    span.begin = absl::Now();
+    span.begin = absl::Now();  // before begun_ says so: a test compares them
+    begun_.fetch_add(1, std::memory_order_release);
     status_ = group_.AllReduceBucket(b);
     span.end = absl::Now();
     spans_.push_back(span);
@@ -99,7 +116,16 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
   overlapped_ = 0;
   begun_.store(0, std::memory_order_release);
   PipelinedStep step;
-  std::thread communication([this] { Communicate(); });
+  std::thread communication;
+  try {
+    communication = std::thread([this] { Communicate(); });
+  } catch (const std::system_error& e) {
+    absl::MutexLock lock(&mu_);
+    running_ = false;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot start the all-reduce's communication thread: ", e.what(),
+                     " (check the process's thread limit, or train with overlap=off)"));
+  }
   // Whatever way this returns (compute's error, an exception thrown
   // through it), the thread is released and joined, and the loop is ours
   // again.
@@ -125,7 +151,6 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
   }
   std::move(join).Invoke();
   if (!computed.ok()) return computed.status();
-  RETURN_IF_ERROR(status_);
   {
     absl::MutexLock lock(&mu_);
     if (!twice_.empty()) {
@@ -135,6 +160,7 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
           "than once): its bucket may have been all-reduced in between; train with overlap=off"));
     }
   }
+  RETURN_IF_ERROR(status_);
   step.compute = *computed;
   step.buckets = std::move(spans_);
   step.overlapped = overlapped_;

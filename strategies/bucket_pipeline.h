@@ -92,8 +92,10 @@ class BucketPipeline {
   BucketPipeline(DataParallelGroup& group, onesided::ProgressLoop& loop);
   // A gradient is in (a hook, on backward's thread).
   void GradientReady(size_t parameter);
-  // The communication thread's work: every bucket, in order.
+  // The communication thread's work: every bucket, in order
+  // (CommunicateBuckets), with whatever it throws turned into `status_`.
   void Communicate();
+  void CommunicateBuckets();
 
   DataParallelGroup& group_;
   onesided::ProgressLoop& loop_;

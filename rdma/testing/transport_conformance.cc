@@ -410,6 +410,9 @@ TEST_P(TransportConformanceTest, MalformedFlagWordsAreRejectedBeforePosting) {
               StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_THAT(f.ab_->PostWriteWithFlag(src, {&d, 60, 8}, {&d, 8, 8}, 1, must_not_run),
               StatusIs(absl::StatusCode::kOutOfRange));
+  // Inside the data it writes.
+  EXPECT_THAT(f.ab_->PostWriteWithFlag({&local, 0, 16}, {&d, 0, 16}, {&d, 8, 8}, 1, must_not_run),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inside the written")));
   for (int round = 0; round < 10; ++round) {
     ASSERT_OK(f.a_->Progress().status());
     ASSERT_OK(f.b_->Progress().status());

@@ -447,6 +447,9 @@ absl::Status UcxEndpoint::PostWriteWithFlag(const LocalSlice& src,
     flag_rkey = rkey;
     flag_mapped = MappedAt(flag_word);
   }
+  // One aligned store places the flag whole; a mapping that would misalign
+  // it (never one UCX makes) is not used for it.
+  if (reinterpret_cast<uintptr_t>(flag_mapped) % sizeof(uint64_t) != 0) flag_mapped = nullptr;
   if (mapped != nullptr && flag_mapped != nullptr &&
       !state_->wrote_through_ucx) {
     // As a mapped notified write, with the flag where the record goes: the
@@ -457,7 +460,6 @@ absl::Status UcxEndpoint::PostWriteWithFlag(const LocalSlice& src,
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(PutBehindNotification(src, dst, rkey));
-  state_->wrote_through_ucx = true;
   auto* op = new UcxOp{UcxOp::Kind::kNotify, "flagged write", state_,
                        std::move(done)};
   op->word = true;
@@ -474,6 +476,9 @@ absl::Status UcxEndpoint::PutBehindNotification(const LocalSlice& src,
                                                 const RemoteSlice& dst,
                                                 ucp_rkey_h rkey) {
   // The put itself needs no callback: the flush that follows reports both.
+  // Later copies through the mapping must not pass it (a flagged write's
+  // flag covers every earlier write): they go behind a flush from now on.
+  state_->wrote_through_ucx = true;
   ucp_request_param_t put_param{};
   AddLocalMemh(src, *state_, put_param);
   ucs_status_ptr_t put = ucp_put_nbx(state_->ep, src.data(), src.length,

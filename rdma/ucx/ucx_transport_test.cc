@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/shared_word.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -324,6 +325,57 @@ TEST_F(UcxTransportTest, CompletionsOfADestroyedEndpointStillFireOnce) {
   }
   for (int i = 0; i < 100; ++i) ASSERT_OK(a->Progress().status());
   EXPECT_EQ(fired, 6) << "a completion fired twice";
+}
+
+// A flagged write into mapped memory after a write that went through UCX
+// (a notified write by active message into memory the peer registered,
+// which UCX moves later): the flag must not be seen before that earlier
+// write's bytes.
+TEST_F(UcxTransportTest, AFlagCoversAnEarlierWriteThatWentThroughUcx) {
+  UcxTransportOptions options;
+  options.tls = "shm";
+  options.flag_notifications = false;  // notified writes: put, flush, message
+  options.rank = 0;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, UcxTransport::Create(options));
+  options.rank = 1;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, UcxTransport::Create(options));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab,
+                       a->Connect(PeerInfo{b->rank(), b->address()}));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(1 << 20));
+  std::vector<std::byte> registered_memory(1 << 20);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion registered, b->Register(absl::MakeSpan(registered_memory)));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion shared, b->Allocate(64));
+  for (int round = 1; round <= 5; ++round) {
+    std::memset(local.data(), round, 1 << 20);
+    int fired = 0;
+    ASSERT_OK(ab->PostWrite({&local, 0, 1 << 20}, {&registered.descriptor(), 0, 1 << 20},
+                            round, [&fired](absl::Status s) {
+                              EXPECT_OK(s);
+                              ++fired;
+                            }));
+    ASSERT_OK(ab->PostWriteWithFlag({&local, 0, 8}, {&shared.descriptor(), 0, 8},
+                                    {&shared.descriptor(), 8, 8}, round,
+                                    [&fired](absl::Status s) {
+                                      EXPECT_OK(s);
+                                      ++fired;
+                                    }));
+    const absl::Time deadline = absl::Now() + kTimeout;
+    bool seen = false;
+    while ((!seen || fired < 2) && absl::Now() < deadline) {
+      if (!seen && LoadSharedWord(shared.data() + 8) == static_cast<uint64_t>(round)) {
+        seen = true;
+        // The earlier write's last byte, the moment the flag is there.
+        EXPECT_EQ(registered_memory[(1 << 20) - 1], std::byte(round))
+            << "round " << round << ": the flag was seen before an earlier write's bytes";
+      }
+      ASSERT_OK(a->Progress().status());
+      ASSERT_OK(b->Progress().status());
+      while (b->PollNotification().has_value()) {
+      }
+    }
+    ASSERT_TRUE(seen);
+    ASSERT_EQ(fired, 2);
+  }
 }
 
 TEST_F(UcxTransportTest, RegistryTakesNetDevices) {
