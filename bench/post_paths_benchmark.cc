@@ -68,12 +68,31 @@ struct Pair {
     if (absl::Status s = a->Progress().status(); !s.ok()) return s;
     return b->Progress().status();
   }
+
+  // A flagged write of `bytes` with `flag` behind the largest write; `done`
+  // counts its completion.
+  absl::Status WriteWithFlag(size_t bytes, uint64_t flag, int& done) {
+    const rdma::RemoteRegion& remote = target.descriptor();
+    return ab->PostWriteWithFlag({&source, 0, bytes}, {&remote, 0, bytes},
+                                 {&remote, kFlagOffset, 8}, flag,
+                                 [&done](absl::Status) { ++done; });
+  }
 };
 
 // Sets up a pair or skips the benchmark with the reason.
 bool SetUp(benchmark::State& state, Pair& pair) {
   if (absl::Status status = pair.Init(); !status.ok()) {
     state.SkipWithError(status.ToString().c_str());
+    return false;
+  }
+  return true;
+}
+
+// The same, for a benchmark of flagged writes.
+bool SetUpFlagged(benchmark::State& state, Pair& pair) {
+  if (!SetUp(state, pair)) return false;
+  if (!pair.a->capabilities().flag_writes) {
+    state.SkipWithError("the transport has no flagged writes");
     return false;
   }
   return true;
@@ -90,21 +109,14 @@ BENCHMARK(BM_IdleProgress);
 
 void BM_FlaggedWrite(benchmark::State& state) {
   Pair pair;
-  if (!SetUp(state, pair)) return;
-  if (!pair.a->capabilities().flag_writes) {
-    state.SkipWithError("the transport has no flagged writes");
-    return;
-  }
+  if (!SetUpFlagged(state, pair)) return;
   const size_t bytes = static_cast<size_t>(state.range(0));
-  const rdma::RemoteRegion& remote = pair.target.descriptor();
   const std::byte* word = pair.target.data() + kFlagOffset;
   uint64_t flag = 0;
   int done = 0;
   for (auto _ : state) {
     ++flag;
-    absl::Status posted = pair.ab->PostWriteWithFlag(
-        {&pair.source, 0, bytes}, {&remote, 0, bytes}, {&remote, kFlagOffset, 8},
-        flag, [&done](absl::Status) { ++done; });
+    absl::Status posted = pair.WriteWithFlag(bytes, flag, done);
     if (!posted.ok()) {
       state.SkipWithError(posted.ToString().c_str());
       return;
@@ -125,20 +137,13 @@ BENCHMARK(BM_FlaggedWrite)->Arg(8)->Arg(kMaxBytes);
 // carries a 64th of a Progress() (the cost on a writer's critical path).
 void BM_FlaggedPost(benchmark::State& state) {
   Pair pair;
-  if (!SetUp(state, pair)) return;
-  if (!pair.a->capabilities().flag_writes) {
-    state.SkipWithError("the transport has no flagged writes");
-    return;
-  }
+  if (!SetUpFlagged(state, pair)) return;
   const size_t bytes = static_cast<size_t>(state.range(0));
-  const rdma::RemoteRegion& remote = pair.target.descriptor();
   uint64_t flag = 0;
   int done = 0;
   for (auto _ : state) {
     ++flag;
-    absl::Status posted = pair.ab->PostWriteWithFlag(
-        {&pair.source, 0, bytes}, {&remote, 0, bytes}, {&remote, kFlagOffset, 8},
-        flag, [&done](absl::Status) { ++done; });
+    absl::Status posted = pair.WriteWithFlag(bytes, flag, done);
     if (!posted.ok()) {
       state.SkipWithError(posted.ToString().c_str());
       return;
