@@ -312,6 +312,11 @@ TEST(AllReduceGroupTest, AMemberThatNeverCallsIsATimeoutNamingIt) {
         absl::Status status = group->AllReduce(0, 1000, DataType::kFloat32);
         ASSIGN_OR_RETURN(int64_t gave_up, store.Add("t/count", 1));
         if (gave_up == 2) RETURN_IF_ERROR(store.Set("t/gave_up", "1"));
+        // Keep this rank's transport until the other waiting member has
+        // given up too: destroyed sooner, its liveness probe would end the
+        // other's wait with kUnavailable (peer gone) instead of the timeout
+        // under test (it did, on a loaded machine).
+        RETURN_IF_ERROR(store.Wait({"t/gave_up"}, absl::Seconds(30)));
         return status;
       });
   // Each waiting member times out naming rank 2, unless the other gave up
