@@ -70,7 +70,9 @@ struct Rank {
   std::unique_ptr<BucketPipeline> pipeline;
   std::vector<Parameter> parameters;
 
-  absl::Status SetUp(int rank, rdma::Transport& transport, rdma::Store& store) {
+  // `timeout`: the group's, for each all-reduce.
+  absl::Status SetUp(int rank, rdma::Transport& transport, rdma::Store& store,
+                     absl::Duration timeout = kDeadline) {
     onesided::ProgressLoopOptions options;
     options.name = absl::StrCat("rank ", rank);
     loop = std::make_unique<onesided::ProgressLoop>(transport, options);
@@ -79,7 +81,7 @@ struct Rank {
     DataParallelOptions group_options;
     group_options.bucket_bytes = 64;
     group_options.chunk_bytes = 64;
-    group_options.timeout = kDeadline;
+    group_options.timeout = timeout;
     ASSIGN_OR_RETURN(group, DataParallelGroup::Create(*links, {0, 1}, parameters, group_options));
     if (group->buckets() != 4) {
       return absl::InternalError(absl::StrCat(group->buckets(), " buckets, 4 expected"));
@@ -157,7 +159,9 @@ TEST(BucketPipelineTest, ABackwardRunTwiceInOneStepFailsTheStep) {
   std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         Rank r;
-        RETURN_IF_ERROR(r.SetUp(rank, transport, store));
+        // The ranks may stop at different buckets (each stops at its own
+        // second backward), leaving the other's all-reduce to time out.
+        RETURN_IF_ERROR(r.SetUp(rank, transport, store, absl::Seconds(2)));
         r.group->ZeroGradients();
         absl::StatusOr<PipelinedStep> step =
             r.pipeline->Run([&]() -> absl::StatusOr<ComputeResult> {
