@@ -23,8 +23,11 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "benchmark/benchmark.h"
 #include "common/shared_word.h"
 #include "rdma/builtin_transports.h"
@@ -64,9 +67,21 @@ struct Pair {
     return absl::OkStatus();
   }
 
-  absl::Status Progress() {
-    if (absl::Status s = a->Progress().status(); !s.ok()) return s;
-    return b->Progress().status();
+  // Progresses both ranks (rank 0 only with `both` false) until `done()`;
+  // kDeadlineExceeded after 10 s, which no write here comes near.
+  absl::Status ProgressUntil(absl::FunctionRef<bool()> done, bool both = true) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    for (uint32_t round = 0; !done(); ++round) {
+      if (absl::Status s = a->Progress().status(); !s.ok()) return s;
+      if (both) {
+        if (absl::Status s = b->Progress().status(); !s.ok()) return s;
+      }
+      // The clock every 1024 rounds: a look per round would be what is timed.
+      if ((round & 1023) == 1023 && absl::Now() > deadline) {
+        return absl::DeadlineExceededError("a benchmarked write never completed");
+      }
+    }
+    return absl::OkStatus();
   }
 
   // A flagged write of `bytes` with `flag` behind the largest write; `done`
@@ -121,11 +136,11 @@ void BM_FlaggedWrite(benchmark::State& state) {
       state.SkipWithError(posted.ToString().c_str());
       return;
     }
-    while (LoadSharedWord(word) != flag || done != static_cast<int>(flag)) {
-      if (!pair.Progress().ok()) {
-        state.SkipWithError("progress failed");
-        return;
-      }
+    absl::Status seen = pair.ProgressUntil(
+        [&] { return LoadSharedWord(word) == flag && done == static_cast<int>(flag); });
+    if (!seen.ok()) {
+      state.SkipWithError(seen.ToString().c_str());
+      return;
     }
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
@@ -149,11 +164,11 @@ void BM_FlaggedPost(benchmark::State& state) {
       return;
     }
     if ((flag & 63) == 0) {
-      while (done != static_cast<int>(flag)) {
-        if (!pair.a->Progress().ok()) {
-          state.SkipWithError("progress failed");
-          return;
-        }
+      absl::Status fired =
+          pair.ProgressUntil([&] { return done == static_cast<int>(flag); }, /*both=*/false);
+      if (!fired.ok()) {
+        state.SkipWithError(fired.ToString().c_str());
+        return;
       }
     }
   }
@@ -177,12 +192,13 @@ void BM_NotifiedWrite(benchmark::State& state) {
       return;
     }
     bool seen = false;
-    while (!seen || done != static_cast<int>(sent)) {
-      if (!pair.Progress().ok()) {
-        state.SkipWithError("progress failed");
-        return;
-      }
+    absl::Status arrived = pair.ProgressUntil([&] {
       if (!seen) seen = pair.b->PollNotification().has_value();
+      return seen && done == static_cast<int>(sent);
+    });
+    if (!arrived.ok()) {
+      state.SkipWithError(arrived.ToString().c_str());
+      return;
     }
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
