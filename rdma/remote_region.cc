@@ -14,39 +14,33 @@ constexpr uint32_t kDescriptorVersion = 1;
 
 }  // namespace
 
-absl::Status RemoteRegion::Validate() const {
-  if (backend.empty()) {
-    return absl::InvalidArgumentError(
-        "remote region descriptor has no backend name; was it produced by "
-        "MemoryRegion::descriptor()?");
+absl::Status RemoteRegion::Invalid(Field field) const {
+  switch (field) {
+    case Field::kBackend:
+      return absl::InvalidArgumentError(
+          "remote region descriptor has no backend name; was it produced by "
+          "MemoryRegion::descriptor()?");
+    case Field::kOwnerRank:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "remote region descriptor has a negative owner rank (", owner_rank, ")"));
+    case Field::kLength:
+      return absl::InvalidArgumentError(
+          absl::StrCat("remote region descriptor of rank ", owner_rank, " has length 0"));
+    case Field::kAddress:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "remote region descriptor of rank %d wraps around the address space "
+          "(address 0x%x, length %u)",
+          owner_rank, address, length));
+    case Field::kPackedKey:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "remote region descriptor of rank ", owner_rank, " has no remote key"));
+    case Field::kMemoryKind:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "remote region descriptor of rank ", owner_rank, " names memory kind ",
+          static_cast<int>(memory_kind),
+          ", which this build does not know; are all ranks running the same rdmaflow build?"));
   }
-  if (owner_rank < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "remote region descriptor has a negative owner rank (", owner_rank,
-        ")"));
-  }
-  if (length == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("remote region descriptor of rank ", owner_rank,
-                     " has length 0"));
-  }
-  if (address > std::numeric_limits<uint64_t>::max() - length) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "remote region descriptor of rank %d wraps around the address space "
-        "(address 0x%x, length %u)",
-        owner_rank, address, length));
-  }
-  if (packed_key.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "remote region descriptor of rank ", owner_rank, " has no remote key"));
-  }
-  if (memory_kind != device::MemoryKind::kHost && memory_kind != device::MemoryKind::kDevice) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "remote region descriptor of rank ", owner_rank, " names memory kind ",
-        static_cast<int>(memory_kind),
-        ", which this build does not know; are all ranks running the same rdmaflow build?"));
-  }
-  return absl::OkStatus();
+  return absl::InternalError("RemoteRegion::Invalid: unknown field");
 }
 
 std::string RemoteRegion::Serialize() const {

@@ -9,8 +9,10 @@
 #define RDMAFLOW_RDMA_REMOTE_REGION_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
+#include "absl/base/optimization.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -32,7 +34,21 @@ struct RemoteRegion {
   // Checks the fields are self-consistent: a backend name, a rank >= 0, a
   // non-zero length, no address overflow, a non-empty key, a known kind.
   // Returns kInvalidArgument naming the bad field.
-  absl::Status Validate() const;
+  // Inline: every post runs it; the message is built out of line.
+  absl::Status Validate() const {
+    if (ABSL_PREDICT_FALSE(backend.empty())) return Invalid(Field::kBackend);
+    if (ABSL_PREDICT_FALSE(owner_rank < 0)) return Invalid(Field::kOwnerRank);
+    if (ABSL_PREDICT_FALSE(length == 0)) return Invalid(Field::kLength);
+    if (ABSL_PREDICT_FALSE(address > std::numeric_limits<uint64_t>::max() - length)) {
+      return Invalid(Field::kAddress);
+    }
+    if (ABSL_PREDICT_FALSE(packed_key.empty())) return Invalid(Field::kPackedKey);
+    if (ABSL_PREDICT_FALSE(memory_kind != device::MemoryKind::kHost &&
+                           memory_kind != device::MemoryKind::kDevice)) {
+      return Invalid(Field::kMemoryKind);
+    }
+    return absl::OkStatus();
+  }
 
   // Wire encoding (remote_region.proto). Never fails for a valid region.
   std::string Serialize() const;
@@ -45,6 +61,11 @@ struct RemoteRegion {
   // "ucx region of rank 1 [0x7f..+4096)" ("ucx device region ..." for
   // device memory), for error messages.
   std::string DebugString() const;
+
+ private:
+  enum class Field { kBackend, kOwnerRank, kLength, kAddress, kPackedKey, kMemoryKind };
+  // Validate()'s kInvalidArgument for the bad `field`.
+  absl::Status Invalid(Field field) const;
 };
 
 }  // namespace rdmaflow::rdma
