@@ -1,9 +1,6 @@
 // File: bucket_pipeline.cc
 #include "strategies/bucket_pipeline.h"
 
-#include <exception>
-#include <system_error>
-#include <thread>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -35,7 +32,7 @@ absl::StatusOr<std::unique_ptr<BucketPipeline>> BucketPipeline::Create(
 }
 
 BucketPipeline::BucketPipeline(DataParallelGroup& group, onesided::ProgressLoop& loop)
-    : group_(group), loop_(loop) {}
+    : group_(group), communication_(loop, "the all-reduce's communication thread") {}
 
 BucketPipeline::~BucketPipeline() { hooks_.reset(); }
 
@@ -57,20 +54,7 @@ void BucketPipeline::GradientReady(size_t parameter) {
   --missing_[bucket_of_[parameter]];
 }
 
-void BucketPipeline::Communicate() {
-  // Nothing may escape a thread of ours: what the ring or an allocation
-  // throws ends the step as an error.
-  try {
-    CommunicateBuckets();
-  } catch (const std::exception& e) {
-    status_ = absl::InternalError(absl::StrCat("the communication thread: ", e.what()));
-  } catch (...) {
-    status_ = absl::InternalError("the communication thread: an unknown exception");
-  }
-}
-
 void BucketPipeline::CommunicateBuckets() {
-  loop_.AdoptOnCurrentThread();
   const size_t buckets = gradients_.size();
   for (size_t b = 0; b < buckets; ++b) {
     bool overlapped = false;
@@ -116,27 +100,26 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
   overlapped_ = 0;
   begun_.store(0, std::memory_order_release);
   PipelinedStep step;
-  std::thread communication;
-  try {
-    communication = std::thread([this] { Communicate(); });
-  } catch (const std::system_error& e) {
+  if (absl::Status started = communication_.Start([this] {
+        CommunicateBuckets();
+        return status_;
+      });
+      !started.ok()) {
     absl::MutexLock lock(&mu_);
     running_ = false;
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot start the all-reduce's communication thread: ", e.what(),
-                     " (check the process's thread limit, or train with overlap=off)"));
+    return started;
   }
   // Whatever way this returns (compute's error, an exception thrown
   // through it), the thread is released and joined, and the loop is ours
   // again.
-  absl::Cleanup join = [this, &communication] {
+  absl::Status communicated;
+  absl::Cleanup join = [this, &communicated] {
     {
       absl::MutexLock lock(&mu_);
       if (!computed_) abandon_ = true;
       running_ = false;
     }
-    communication.join();
-    loop_.AdoptOnCurrentThread();
+    communicated = communication_.Stop();
   };
   step.compute_begin = absl::Now();
   absl::StatusOr<ComputeResult> computed = compute();
@@ -160,7 +143,7 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
           "than once): its bucket may have been all-reduced in between; train with overlap=off"));
     }
   }
-  RETURN_IF_ERROR(status_);
+  RETURN_IF_ERROR(communicated);
   step.compute = *computed;
   step.buckets = std::move(spans_);
   step.overlapped = overlapped_;

@@ -41,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "onesided/progress/progress_loop.h"
+#include "strategies/communication_thread.h"
 #include "strategies/data_parallel.h"
 #include "strategies/gradient_hooks.h"
 #include "strategies/strategy.h"
@@ -92,13 +93,11 @@ class BucketPipeline {
   BucketPipeline(DataParallelGroup& group, onesided::ProgressLoop& loop);
   // A gradient is in (a hook, on backward's thread).
   void GradientReady(size_t parameter);
-  // The communication thread's work: every bucket, in order
-  // (CommunicateBuckets), with whatever it throws turned into `status_`.
-  void Communicate();
+  // The communication thread's work: every bucket, in order.
   void CommunicateBuckets();
 
   DataParallelGroup& group_;
-  onesided::ProgressLoop& loop_;
+  CommunicationThread communication_;
   std::unique_ptr<GradientHooks> hooks_;
   std::vector<size_t> bucket_of_;  // by parameter
   std::vector<int> gradients_;     // by bucket: how many parameters it has

@@ -23,8 +23,9 @@ absl::StatusOr<StepReport> LocalSgdStrategy::DoStep(const ComputeFn& compute) {
   ASSIGN_OR_RETURN(report.compute, compute());
   replica_->Step(options().learning_rate, options().momentum);
   const absl::Time computed = absl::Now();
-  if ((clock() + 1) % period_ == 0) RETURN_IF_ERROR(Exchange());
   report.Add(StepSpan::Kind::kCompute, begin, computed);
+  RETURN_IF_ERROR(FinishExchange(report));
+  if ((clock() + 1) % period_ == 0) RETURN_IF_ERROR(Exchange());
   report.Add(StepSpan::Kind::kCommunication, computed, absl::Now());
   return report;
 }

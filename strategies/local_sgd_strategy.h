@@ -42,8 +42,15 @@ class LocalSgdStrategy : public Strategy {
   absl::Status Adopt(std::vector<Parameter> parameters, int min_ranks);
   int period() const { return period_; }
 
-  // This peer's exchange, on the updated replica.
+  // This peer's exchange, on the updated replica. An overlapping exchange
+  // may leave work running on a communication thread into the next
+  // step's compute (communication_thread.h) and end it in
+  // FinishExchange().
   virtual absl::Status Exchange() = 0;
+  // Called each step after the local update, before that step's
+  // Exchange(): ends what the last Exchange() left running, recording its
+  // spans into `report`. Default: nothing runs.
+  virtual absl::Status FinishExchange(StepReport& report) { return absl::OkStatus(); }
 
   std::unique_ptr<LocalSgd> replica_;
   runtime::TransferCounters counters_;  // but steps: clock()

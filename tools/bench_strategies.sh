@@ -8,6 +8,11 @@
 #   layer_separated_auto  K chosen by the cost model (STRATEGIES to add it)
 #   allreduce_no_overlap  allreduce reducing after backward (overlap=off;
 #                     STRATEGIES to add it): what overlap gains
+#   gossip, gossip_overlap  gossip (pull, random peers) mixing after the
+#                     step, and reading during the next step's compute
+#                     (overlap=on) (STRATEGIES to add them)
+#   moshpit, moshpit_overlap  Moshpit on a 2x2 grid, averaging after the
+#                     step, and during the next step's compute (overlap=on)
 # over three links: UCX shared memory (--local), and UCX over TCP between 4
 # network namespaces whose links tc caps at 1 Gbit/s and at 100 Mbit/s
 # (tools/netns_hosts.sh; needs root). Writes OUT/<link>_<strategy>.json, the
@@ -32,6 +37,10 @@ declare -A params=(
   [layer_separated]="--strategy layer_separated --strategy_params fc_ranks=1"
   [layer_separated_auto]="--strategy layer_separated"
   [allreduce_no_overlap]="--strategy allreduce --strategy_params overlap=off"
+  [gossip]="--strategy gossip"
+  [gossip_overlap]="--strategy gossip --strategy_params overlap=on"
+  [moshpit]="--strategy moshpit"
+  [moshpit_overlap]="--strategy moshpit --strategy_params overlap=on"
 )
 port=29700
 trap 'tools/netns_hosts.sh down 4 >/dev/null 2>&1 || true' EXIT

@@ -16,6 +16,10 @@ declare -A titles=(
   [allreduce_no_overlap]='all-reduce after backward (overlap=off)'
   [layer_separated]='layer separated (3 conv + 1 FC)'
   [layer_separated_auto]='layer separated (K by cost model)'
+  [gossip]='gossip (mix after the step)'
+  [gossip_overlap]='gossip (read during compute, overlap=on)'
+  [moshpit]='Moshpit (average after the step)'
+  [moshpit_overlap]='Moshpit (average during compute, overlap=on)'
 )
 # The columns with at least one measured value.
 read -r -a columns <<<"$(awk -F'\t' 'NR == 1 { n = NF; next }

@@ -44,7 +44,7 @@ else
   # their endpoint, the overlap's communication thread.
   targets+=(//rdma/loopback:loopback_conformance_test //rdma/ucx:ucx_conformance_test
             //rdma/device:staged_conformance_test //rdma/ucx:ucx_transport_test
-            //strategies:bucket_pipeline_test)
+            //strategies:bucket_pipeline_test //strategies:communication_thread_test)
 fi
 echo "sanitizers: ${#targets[@]} test targets under ASan+UBSan"
 log=$(mktemp)

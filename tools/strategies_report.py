@@ -9,7 +9,8 @@ import os
 import sys
 
 STRATEGIES = ["ps", "allreduce", "allreduce_no_overlap", "layer_separated",
-              "layer_separated_auto"]
+              "layer_separated_auto", "gossip", "gossip_overlap", "moshpit",
+              "moshpit_overlap"]
 
 
 def main(out, links):

@@ -28,12 +28,20 @@ absl::StatusOr<std::unique_ptr<GossipStrategy>> GossipStrategy::Create(
   RETURN_IF_ERROR(params.Choice("mode", {"pull", "push"}, &mode));
   RETURN_IF_ERROR(params.Int("copies", 2, &gossip.copies));
   RETURN_IF_ERROR(params.Int("seed", int64_t{0}, &seed));
+  std::string overlap = "off";
+  RETURN_IF_ERROR(params.Choice("overlap", {"off", "on"}, &overlap));
   RETURN_IF_ERROR(params.Done());
   RETURN_IF_ERROR(CheckTrainingOptions("gossip", options.steps,
                                        options.learning_rate, options.momentum));
   ASSIGN_OR_RETURN(gossip.topology, ParseTopology(topology));
   gossip.seed = static_cast<uint64_t>(seed);
   gossip.mode = mode == "push" ? GossipMode::kPush : GossipMode::kPull;
+  gossip.overlap = overlap == "on";
+  if (gossip.overlap && gossip.mode == GossipMode::kPush) {
+    return absl::InvalidArgumentError(
+        "gossip parameter overlap=on needs mode=pull: a push's one-sided write reads the "
+        "parameters, which the next step rewrites while it would be in flight");
+  }
   return std::unique_ptr<GossipStrategy>(new GossipStrategy(options, gossip));
 }
 
@@ -75,6 +83,10 @@ absl::Status GossipStrategy::DoStart() {
     }
     ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(bytes_));
     scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
+    if (gossip_.overlap) {
+      background_ = std::make_unique<CommunicationThread>(
+          loop(), absl::StrCat("gossip rank ", context().rank, "'s read of a peer"));
+    }
   } else {
     ASSIGN_OR_RETURN(mailbox_, onesided::Mailbox::Create(links(), world, bytes_, timeout));
     for (int r = 0; r < world; ++r) {
@@ -114,14 +126,46 @@ bool GossipStrategy::LostPeer(int peer, const absl::Status& status) {
 }
 
 absl::Status GossipStrategy::Exchange() {
-  return gossip_.mode == GossipMode::kPull ? Pull() : Push();
+  if (gossip_.mode == GossipMode::kPush) return Push();
+  return gossip_.overlap ? StartPull() : Pull();
 }
 
 absl::Status GossipStrategy::Pull() {
   Publish();
   const int peer = selector_->Next(gone_);
   if (peer < 0) return absl::OkStatus();  // alone
-  absl::StatusOr<uint64_t> version = readers_[peer]->Read({scratch_.get(), 0, bytes_});
+  return TakeRead(peer, readers_[peer]->Read({scratch_.get(), 0, bytes_}));
+}
+
+absl::Status GossipStrategy::StartPull() {
+  Publish();
+  const int peer = selector_->Next(gone_);
+  if (peer < 0) return absl::OkStatus();  // alone
+  // The thread reads and then serves the peers until FinishExchange(); the
+  // read's own failure is handled there, on this thread, as Pull() does.
+  read_ = absl::UnknownError("the read did not run");
+  RETURN_IF_ERROR(background_->Start([this, peer] {
+    read_ = readers_[peer]->Read({scratch_.get(), 0, bytes_});
+    reads_finished_.fetch_add(1, std::memory_order_release);
+    return absl::OkStatus();
+  }));
+  reading_ = peer;
+  return absl::OkStatus();
+}
+
+absl::Status GossipStrategy::FinishExchange(StepReport& report) {
+  if (reading_ < 0) return absl::OkStatus();
+  const absl::Time begin = absl::Now();
+  absl::Status stopped = background_->Stop();
+  report.Add(StepSpan::Kind::kWait, begin, absl::Now());
+  report.Add(StepSpan::Kind::kCommunication, background_->work_begin(),
+             background_->work_end());
+  const int peer = std::exchange(reading_, -1);
+  RETURN_IF_ERROR(stopped);
+  return TakeRead(peer, read_);
+}
+
+absl::Status GossipStrategy::TakeRead(int peer, const absl::StatusOr<uint64_t>& version) {
   if (!version.ok()) {
     // The read gave up, normally after cancelling what it posted, but a
     // backend that could not cancel in time may still land it here: never
@@ -162,7 +206,18 @@ absl::Status GossipStrategy::Probe(int peer) {
   return readers_[peer]->LatestVersion().status();
 }
 
-absl::Status GossipStrategy::DoFinish(bool) {
+absl::Status GossipStrategy::DoFinish(bool after_failure) {
+  // A read still running (overlap=on) is ended and mixed in: the last
+  // step's mix, as without overlap. After a failure it is only ended.
+  if (reading_ >= 0) {
+    if (after_failure) {
+      reading_ = -1;
+      background_->Stop().IgnoreError();
+    } else {
+      StepReport unused;
+      RETURN_IF_ERROR(FinishExchange(unused));
+    }
+  }
   // Peers may still be reading (or writing) our memory, and over TCP they
   // need our progress: wait until every peer has finished or is gone.
   rdma::Store& store = *context().store;

@@ -17,12 +17,21 @@
 // still alive only. A read that timed out was cancelled before the error
 // came back (rdma/blocking.h); should its cancellation not have gone
 // through, it can only land in a scratch buffer that is never mixed again.
+// With overlap=on (pull only; issue 48) the read runs on a communication
+// thread (communication_thread.h) during the next step's compute, and is
+// mixed after that step's local update: the asynchronous form. Each mix
+// lands one local step later than without overlap (the peer's parameters
+// are as the read found them during that step, never torn), and what a
+// rank publishes includes its last mix.
 // Parameters: beta (0.5), period (1), topology (random|ring), mode
-// (pull|push), copies (versions kept per pull buffer, 3), seed (1).
+// (pull|push), copies (versions kept per pull buffer, 3), seed (1),
+// overlap (off|on; off).
 // See docs/strategies.md.
 #ifndef RDMAFLOW_STRATEGIES_GOSSIP_GOSSIP_STRATEGY_H_
 #define RDMAFLOW_STRATEGIES_GOSSIP_GOSSIP_STRATEGY_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +42,7 @@
 #include "onesided/versioned_buffer.h"
 #include "rdma/memory_region.h"
 #include "strategies/gossip/peer_selector.h"
+#include "strategies/communication_thread.h"
 #include "strategies/local_sgd_strategy.h"
 
 namespace rdmaflow::strategies::gossip {
@@ -46,6 +56,7 @@ struct GossipOptions {
   GossipMode mode = GossipMode::kPull;
   int copies = 3;
   uint64_t seed = 1;
+  bool overlap = false;
 };
 
 // Thread-compatible: one thread drives a rank's strategy.
@@ -64,6 +75,10 @@ class GossipStrategy final : public LocalSgdStrategy {
   // was found gone with (naming the peer and the operation).
   const std::vector<int>& peers_lost() const { return peers_lost_; }
   const std::vector<absl::Status>& peer_errors() const { return peer_errors_; }
+  // overlap=on: reads of a peer's parameters that have returned (failed
+  // ones too), counted on the thread that ran them: tests watch them
+  // return during compute. Any thread.
+  int64_t reads_finished() const { return reads_finished_.load(std::memory_order_acquire); }
 
  private:
   GossipStrategy(StrategyOptions options, GossipOptions gossip)
@@ -78,6 +93,14 @@ class GossipStrategy final : public LocalSgdStrategy {
   absl::Status Exchange() override;
   // Pull: publishes, then mixes with the next peer's latest parameters.
   absl::Status Pull();
+  // overlap=on: publishes, then starts the read of the next peer's latest
+  // parameters on the communication thread.
+  absl::Status StartPull();
+  // overlap=on: ends the read StartPull() left running and mixes it in.
+  absl::Status FinishExchange(StepReport& report) override;
+  // The end of a read of `peer` into `scratch_`: mixes it in, or marks the
+  // peer gone.
+  absl::Status TakeRead(int peer, const absl::StatusOr<uint64_t>& version);
   // Push: mixes what arrived, then sends to the next peer.
   absl::Status Push();
   // Pull: after a failed read into `scratch_`, which may still land there
@@ -106,6 +129,13 @@ class GossipStrategy final : public LocalSgdStrategy {
   std::vector<int> peers_mixed_;
   std::vector<int> peers_lost_;
   std::vector<absl::Status> peer_errors_;
+  // overlap=on: the read in flight (its peer, -1 when none, and how it
+  // ended), on a thread declared last so that it is joined before the
+  // memory it reads into goes.
+  int reading_ = -1;
+  absl::StatusOr<uint64_t> read_;
+  std::atomic<int64_t> reads_finished_{0};
+  std::unique_ptr<CommunicationThread> background_;
 };
 
 }  // namespace rdmaflow::strategies::gossip

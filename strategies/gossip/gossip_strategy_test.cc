@@ -16,12 +16,14 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "rdma/rendezvous.h"
 #include "rdma/testing/connect_counter.h"
 #include "rdma/testing/rank_threads.h"
@@ -93,7 +95,11 @@ struct MixRun {
   std::vector<int64_t> connected, link_endpoints;
 };
 
-MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after = 0) {
+// With `overlap`, each compute after the first also waits until the read
+// the last step started has returned: a strategy that read only after
+// compute would time out there.
+MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after = 0,
+           bool overlap = false) {
   at::set_num_threads(1);
   constexpr int kRanks = 4;
   MixRun run;
@@ -110,7 +116,9 @@ MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after 
         rdma::testing::ConnectCounter counting(*transport);
         ASSIGN_OR_RETURN(auto strategy,
                          GossipStrategy::Create(ToyOptions(
-                             steps, {{"topology", "ring"}, {"mode", mode}})));
+                             steps, {{"topology", "ring"},
+                                     {"mode", mode},
+                                     {"overlap", overlap ? "on" : "off"}})));
         // Each rank starts elsewhere.
         at::Tensor a = at::full({100}, static_cast<float>(rank * 10));
         at::Tensor b = at::arange(7, at::kFloat) * (rank - 1.5f);
@@ -121,6 +129,17 @@ MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after 
         RETURN_IF_ERROR(strategy->Start());
         int step = 0;
         ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> {
+          if (overlap && step > 0) {
+            const absl::Time deadline = absl::Now() + absl::Seconds(60);
+            while (strategy->reads_finished() < step) {
+              if (absl::Now() > deadline) {
+                return absl::DeadlineExceededError(absl::StrCat(
+                    "rank ", rank, "'s read of step ", step - 1,
+                    " did not return during the next compute"));
+              }
+              std::this_thread::yield();
+            }
+          }
           if (leaver >= 0 && step == leave_after) {
             // Every rank is past its last exchange with the leaver alive.
             RETURN_IF_ERROR(rdma::Barrier(store, "test", "leave", kRanks, absl::Seconds(60)));
@@ -192,6 +211,18 @@ TEST(GossipStrategyTest, ReplicasReachConsensusThroughOneSidedReads) {
   }
 }
 
+TEST(GossipStrategyTest, OverlappedReadsRunDuringComputeAndStillReachConsensus) {
+  constexpr int kSteps = kMixSteps;
+  MixRun run = Mix("pull", kSteps, -1, 0, /*overlap=*/true);
+  ExpectConsensusOfAll(run);
+  for (int r = 0; r < 4; ++r) {
+    // Every step's read is mixed, the last one by Finish().
+    EXPECT_EQ(run.mixed[r], std::vector<int>(kSteps, (r + 1) % 4));
+    EXPECT_TRUE(run.lost[r].empty());
+    EXPECT_EQ(run.connected[r], 3) << "rank " << r;
+  }
+}
+
 TEST(GossipStrategyTest, ReplicasReachConsensusThroughOneSidedWritesInPushMode) {
   constexpr int kSteps = kMixSteps;
   MixRun run = Mix("push", kSteps);
@@ -209,9 +240,11 @@ TEST(GossipStrategyTest, ReplicasReachConsensusThroughOneSidedWritesInPushMode) 
 }
 
 TEST(GossipStrategyTest, SurvivorsOfADeadRankSkipItAndStillReachConsensus) {
-  for (const std::string mode : {"pull", "push"}) {
+  for (const std::string mode : {"pull", "push", "pull+overlap"}) {
     SCOPED_TRACE(mode);
-    MixRun run = Mix(mode, kMixSteps, /*leaver=*/3, /*leave_after=*/3);
+    const bool overlap = mode == "pull+overlap";
+    MixRun run = Mix(overlap ? "pull" : mode, kMixSteps, /*leaver=*/3, /*leave_after=*/3,
+                     overlap);
     for (const absl::Status& s : run.status) ASSERT_OK(s);
     std::vector<at::Tensor> start, after;
     for (int r = 0; r < 3; ++r) {
@@ -261,6 +294,11 @@ TEST(GossipStrategyTest, BadParametersAreNamed) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("random, ring")));
   EXPECT_THAT(GossipStrategy::Create(ToyOptions(1, {{"mode", "broadcast"}})).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("pull, push")));
+  EXPECT_THAT(GossipStrategy::Create(ToyOptions(1, {{"mode", "push"}, {"overlap", "on"}}))
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("mode=pull")));
+  EXPECT_THAT(GossipStrategy::Create(ToyOptions(1, {{"overlap", "yes"}})).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("off, on")));
   EXPECT_THAT(GossipStrategy::Create(ToyOptions(1, {{"speed", "2"}})).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("known")));
 }

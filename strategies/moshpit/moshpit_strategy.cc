@@ -29,7 +29,10 @@ absl::StatusOr<std::unique_ptr<MoshpitStrategy>> MoshpitStrategy::Create(
   RETURN_IF_ERROR(params.Int("period", 1, &moshpit.period));
   RETURN_IF_ERROR(params.Int("group_timeout_ms", int64_t{1}, &group_ms));
   RETURN_IF_ERROR(params.Int("round_timeout_ms", int64_t{1}, &round_ms));
+  std::string overlap = "off";
+  RETURN_IF_ERROR(params.Choice("overlap", {"off", "on"}, &overlap));
   RETURN_IF_ERROR(params.Done());
+  moshpit.overlap = overlap == "on";
   RETURN_IF_ERROR(CheckTrainingOptions("moshpit", options.steps, options.learning_rate,
                                        options.momentum));
   moshpit.group_timeout = absl::Milliseconds(group_ms);
@@ -115,6 +118,49 @@ absl::Status MoshpitStrategy::CatchUp() {
 }
 
 absl::Status MoshpitStrategy::Exchange() {
+  if (!moshpit_.overlap) {
+    absl::Status status = Round(replica_->flat());
+    TakeRoundCounters();
+    return status;
+  }
+  if (background_ == nullptr) {
+    background_ = std::make_unique<CommunicationThread>(
+        loop(), absl::StrCat("moshpit rank ", context().rank, "'s round"));
+  }
+  {
+    at::NoGradGuard no_grad;
+    snapshot_ = replica_->flat().clone();
+    averaged_ = snapshot_.clone();
+  }
+  return background_->Start([this] { return Round(averaged_); });
+}
+
+absl::Status MoshpitStrategy::FinishExchange(StepReport& report) {
+  if (background_ == nullptr || !background_->running()) return absl::OkStatus();
+  const absl::Time begin = absl::Now();
+  absl::Status status = background_->Stop();
+  report.Add(StepSpan::Kind::kWait, begin, absl::Now());
+  report.Add(StepSpan::Kind::kCommunication, background_->work_begin(),
+             background_->work_end());
+  TakeRoundCounters();
+  RETURN_IF_ERROR(status);
+  at::NoGradGuard no_grad;
+  replica_->flat().add_(averaged_.sub_(snapshot_));
+  return absl::OkStatus();
+}
+
+void MoshpitStrategy::TakeRoundCounters() {
+  counters_.bytes_sent += std::exchange(round_bytes_sent_, 0);
+  counters_.tensors_sent += std::exchange(round_messages_, 0);
+}
+
+absl::Status MoshpitStrategy::Round(at::Tensor& theta) {
+  absl::Status status = FormGroupAndAverage(theta);
+  rounds_finished_.fetch_add(1, std::memory_order_release);
+  return status;
+}
+
+absl::Status MoshpitStrategy::FormGroupAndAverage(at::Tensor& theta) {
   const int round = round_++;
   const int rank = context().rank;
   const std::string key = grid_->GroupKey(rank, round);
@@ -150,7 +196,7 @@ absl::Status MoshpitStrategy::Exchange() {
   }
   if (members.size() < 2) return absl::OkStatus();
   DropRingUnlessAllKeep(group);
-  absl::Status status = Average(members, round, ns);
+  absl::Status status = Average(members, round, ns, theta);
   if (!status.ok()) {
     // A member died in the round: keep training, try again next round.
     ++failed_rounds_;
@@ -216,7 +262,7 @@ absl::StatusOr<collectives::AllReduceGroup*> MoshpitStrategy::RingFor(
 }
 
 absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round,
-                                      const std::string& ns) {
+                                      const std::string& ns, at::Tensor& theta) {
   ASSIGN_OR_RETURN(collectives::AllReduceGroup * ring, RingFor(members, round, ns));
   const int64_t elements = static_cast<int64_t>(replica_->bytes() / sizeof(float));
   const collectives::RingAllReduceStats before = ring->stats();
@@ -225,7 +271,7 @@ absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round
   if (adopt_next_average_) {
     std::memset(data, 0, replica_->bytes());
   } else {
-    std::memcpy(data, replica_->flat().data_ptr<float>(), replica_->bytes());
+    std::memcpy(data, theta.data_ptr<float>(), replica_->bytes());
   }
   data[elements] = adopt_next_average_ ? 0.0f : 1.0f;
   RETURN_IF_ERROR(ring->AllReduce(0, elements + 1, collectives::DataType::kFloat32));
@@ -233,15 +279,24 @@ absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round
   if (total > 0) {
     at::NoGradGuard no_grad;
     at::Tensor sum = at::from_blob(data, {elements}, at::kFloat);
-    replica_->flat().copy_(sum).div_(static_cast<double>(total));
+    theta.copy_(sum).div_(static_cast<double>(total));
     adopt_next_average_ = false;
   }
-  counters_.bytes_sent += ring->stats().bytes_sent - before.bytes_sent;
-  counters_.tensors_sent += ring->stats().messages - before.messages;
+  round_bytes_sent_ += ring->stats().bytes_sent - before.bytes_sent;
+  round_messages_ += ring->stats().messages - before.messages;
   return absl::OkStatus();
 }
 
-absl::Status MoshpitStrategy::DoFinish(bool) {
+absl::Status MoshpitStrategy::DoFinish(bool after_failure) {
+  // A round still running (overlap=on) ends first, and its average lands
+  // as without overlap; after a failure it is only ended.
+  absl::Status last_round;
+  if (after_failure && background_ != nullptr) {
+    background_->Stop().IgnoreError();
+  } else {
+    StepReport unused;
+    last_round = FinishExchange(unused);
+  }
   // std::map order: every peer shuts its rings down in the same order, so
   // the shutdown barriers cannot wait on each other in a cycle.
   for (auto& [members, kept] : rings_) {
@@ -254,7 +309,7 @@ absl::Status MoshpitStrategy::DoFinish(bool) {
     }
   }
   rings_.clear();
-  return absl::OkStatus();
+  return last_round;
 }
 
 }  // namespace rdmaflow::strategies::moshpit

@@ -23,13 +23,22 @@
 // the others expect it again as soon as its heartbeat moves. A peer that
 // finds itself alone in a group it expected company in catches up the same
 // way. Averages carry a weight element: sum(w theta) / sum(w).
+// With overlap=on (issue 48) a round runs on a communication thread
+// (communication_thread.h) during the next step's compute, on a snapshot
+// of the parameters taken when it began; after that step's local update
+// the replica moves by what the round changed the snapshot by:
+// theta += average - snapshot (delayed averaging: the local progress made
+// meanwhile is kept; a round that averaged nothing moves nothing).
 // Parameters: side (M, 2), dims (d, derived from the ranks), period (1),
 // group_timeout_ms (2000), round_timeout_ms (10000): a group whose
-// all-reduce fails (a member died in it) skips that round's average.
+// all-reduce fails (a member died in it) skips that round's average;
+// overlap (off|on, off).
 // See docs/strategies.md.
 #ifndef RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_STRATEGY_H_
 #define RDMAFLOW_STRATEGIES_MOSHPIT_MOSHPIT_STRATEGY_H_
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,6 +47,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collectives/allreduce_group.h"
+#include "strategies/communication_thread.h"
 #include "strategies/local_sgd_strategy.h"
 #include "strategies/moshpit/moshpit_grid.h"
 #include "strategies/moshpit/moshpit_group.h"
@@ -50,6 +60,7 @@ struct MoshpitOptions {
   int period = 1;
   absl::Duration group_timeout = absl::Seconds(2);
   absl::Duration round_timeout = absl::Seconds(10);
+  bool overlap = false;
 };
 
 // Thread-compatible: one thread drives a rank's strategy.
@@ -62,7 +73,8 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   bool supports_rejoin() const override { return true; }
 
   // The size of the group of each round so far, and rounds whose average
-  // failed (for tests and logs).
+  // failed (for tests and logs). With overlap=on, read these between
+  // steps only after Finish(): a round may be running.
   const std::vector<int>& group_sizes() const { return group_sizes_; }
   int failed_rounds() const { return failed_rounds_; }
   // Why each failed round's average failed (the ring's error: a member
@@ -70,6 +82,10 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   const std::vector<absl::Status>& round_errors() const { return round_errors_; }
   // Rings created so far (kept rings are reused, not counted again).
   int rings_created() const { return rings_created_; }
+  // Rounds that have ended (failed ones too), counted on the thread that
+  // ran them: with overlap=on, tests watch them end during compute. Any
+  // thread.
+  int64_t rounds_finished() const { return rounds_finished_.load(std::memory_order_acquire); }
 
  private:
   MoshpitStrategy(StrategyOptions options, MoshpitOptions moshpit)
@@ -86,13 +102,24 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   // suspected this peer) is logged and dropped. The same after a failed
   // step: the wait is bounded either way.
   absl::Status DoFinish(bool after_failure) override;
-  // One round: form the group, average in it.
+  // One round: form the group, average in it (overlap=on: on the
+  // communication thread, in a snapshot).
   absl::Status Exchange() override;
+  // The round itself, averaging `theta` in place, counted in
+  // rounds_finished_.
+  absl::Status Round(at::Tensor& theta);
+  absl::Status FormGroupAndAverage(at::Tensor& theta);
+  // overlap=on: ends the round Exchange() left running and moves the
+  // replica by what it changed.
+  absl::Status FinishExchange(StepReport& report) override;
+  void TakeRoundCounters();
   // The kept ring for `members`, or a new one set up under `ns` in `round`.
   absl::StatusOr<collectives::AllReduceGroup*> RingFor(const std::vector<int>& members,
                                                       int round, const std::string& ns);
-  // Averages the replica within the group.
-  absl::Status Average(const std::vector<int>& members, int round, const std::string& ns);
+  // Averages `theta` within the group; its ring's counts go to
+  // round_bytes_sent_ and round_messages_.
+  absl::Status Average(const std::vector<int>& members, int round, const std::string& ns,
+                       at::Tensor& theta);
   void Suspect(int peer, int64_t beat);
   // The rounds our kept rings were created in, "3,4" (the group note).
   std::string KeptRingsNote() const;
@@ -120,6 +147,18 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   std::map<std::vector<int>, KeptRing> rings_;
   // Peers that missed a group, with their heartbeat count then.
   std::map<int, int64_t> suspected_;
+  // What the rounds sent since TakeRoundCounters() added them to
+  // counters_ (on the rank's thread, so that counters() never races a
+  // running round).
+  int64_t round_bytes_sent_ = 0;
+  int64_t round_messages_ = 0;
+  std::atomic<int64_t> rounds_finished_{0};
+  // overlap=on: the parameters when the running round began, and the
+  // round's copy of them (averaged in place); the thread is declared last,
+  // so that it is joined before what it uses goes.
+  at::Tensor snapshot_;
+  at::Tensor averaged_;
+  std::unique_ptr<CommunicationThread> background_;
 };
 
 }  // namespace rdmaflow::strategies::moshpit

@@ -8,6 +8,7 @@
 #include "ATen/TensorOperators.h"
 #include "ATen/ops/cat.h"
 #include "ATen/ops/full.h"
+#include "ATen/ops/ones_like.h"
 #include "ATen/ops/randn.h"
 #include "ATen/ops/stack.h"
 #include "strategies/moshpit/moshpit_strategy.h"
@@ -80,8 +81,13 @@ struct AverageRun {
   std::vector<int> rings;  // created, by rank
 };
 
+// With `ones`, every step's gradients are all ones (the same local update
+// on every rank); with overlap=on in `params`, each compute after the first
+// also waits until the round the last step began has ended (a strategy
+// that averaged only after compute would time out there).
 AverageRun Average(int world, int steps, std::map<std::string, std::string> params,
-            int leaver = -1, int leave_after = 0) {
+            int leaver = -1, int leave_after = 0, bool ones = false) {
+  const bool overlap = params.count("overlap") != 0 && params.at("overlap") == "on";
   AverageRun run;
   run.start.resize(world);
   run.final.resize(world);
@@ -97,7 +103,23 @@ AverageRun Average(int world, int steps, std::map<std::string, std::string> para
         std::vector<Parameter> p = {{"w", w.clone()}, {"b", b.clone()}};
         RETURN_IF_ERROR(strategy->Prepare({rank, world, &transport, &store}, p).status());
         RETURN_IF_ERROR(strategy->Start());
-        ComputeFn nothing = [] { return absl::StatusOr<ComputeResult>(ComputeResult{}); };
+        int64_t computed = 0;
+        ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> {
+          const absl::Time deadline = absl::Now() + absl::Seconds(60);
+          while (overlap && strategy->rounds_finished() < computed) {
+            if (absl::Now() > deadline) {
+              return absl::DeadlineExceededError(absl::StrCat(
+                  "rank ", rank, "'s round of step ", computed - 1,
+                  " did not end during the next compute"));
+            }
+            std::this_thread::yield();
+          }
+          ++computed;
+          if (ones) {
+            for (Parameter& q : p) q.tensor.mutable_grad() = at::ones_like(q.tensor);
+          }
+          return ComputeResult{};
+        };
         int64_t taken = 0;
         while (!strategy->done()) {
           if (rank == leaver && taken == leave_after) break;  // gone
@@ -128,6 +150,38 @@ TEST(MoshpitStrategyTest, FullGridsGiveTheExactGlobalAverageAfterDRounds) {
       EXPECT_EQ(run.sizes[r], std::vector<int>(2 * dims, 2)) << "rank " << r;
       EXPECT_EQ(run.rings[r], dims) << "rank " << r;
     }
+  }
+}
+
+// Overlapped rounds average snapshots during the next compute and move each
+// replica by what its round changed: with the same local update on every
+// rank, 4 ranks end where the rounds without overlap end them (the global
+// mean of the start plus every update), the local progress made during
+// each round included.
+TEST(MoshpitStrategyTest, OverlappedRoundsRunDuringComputeAndKeepTheLocalProgress) {
+  at::set_num_threads(1);
+  constexpr int kWorld = 4, kDims = 2, kSteps = 3 * kDims;
+  const std::map<std::string, std::string> params = {{"side", "2"},
+                                                     {"group_timeout_ms", "20000"}};
+  std::map<std::string, std::string> overlapped = params;
+  overlapped["overlap"] = "on";
+  AverageRun before = Average(kWorld, kSteps, params, -1, 0, /*ones=*/true);
+  AverageRun after = Average(kWorld, kSteps, overlapped, -1, 0, /*ones=*/true);
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_OK(before.status[r]) << "rank " << r;
+    ASSERT_OK(after.status[r]) << "rank " << r;
+  }
+  // Each run's start is its own (the ranks' threads draw from one
+  // generator): each is compared with its own start's mean.
+  const at::Tensor mean_before = at::stack(before.start).mean(0);
+  const at::Tensor mean_after = at::stack(after.start).mean(0);
+  for (int r = 0; r < kWorld; ++r) {
+    const at::Tensor moved = before.final[r] - mean_before;
+    // The updates moved every replica away from the mean, the same way.
+    EXPECT_GT(moved.abs().min().item<double>(), 0.1) << "rank " << r;
+    EXPECT_LT(((after.final[r] - mean_after) - moved).abs().max().item<double>(), 1e-5)
+        << "rank " << r;
+    EXPECT_EQ(after.sizes[r], std::vector<int>(kSteps, 2)) << "rank " << r;
   }
 }
 
