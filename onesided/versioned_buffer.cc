@@ -219,6 +219,11 @@ absl::Status VersionedReader::CheckVersion(uint64_t version) {
   return checked;
 }
 
+absl::Status VersionedReader::Probe() {
+  RETURN_IF_ERROR(Named(links_.PeerStatus(owner_)));
+  return Named(Flush(links_.loop(), *endpoint_, absl::Now() + timeout_, fence_));
+}
+
 absl::StatusOr<uint64_t> VersionedReader::LatestVersion() {
   RETURN_IF_ERROR(failed_);
   RETURN_IF_ERROR(ReadWords(0, 1));

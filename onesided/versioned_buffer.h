@@ -154,6 +154,14 @@ class VersionedReader {
   // The latest version number, by one 8-byte read. kDataLoss as for Read().
   absl::StatusOr<uint64_t> LatestVersion();
 
+  // OK while the owner answers: a flush of the lane to it, which reads none
+  // of its memory. For liveness probes of an owner that may free the
+  // buffer at any moment (once it believes its last reader is done): over
+  // UCX TCP, whose reads run in software on the owner, a read arriving
+  // after the free touches freed memory there. kUnavailable /
+  // kDeadlineExceeded as for Read().
+  absl::Status Probe();
+
   // Reads that saw their copy overwritten and started again.
   int64_t retries() const { return retries_; }
 

@@ -168,7 +168,10 @@ TEST(VersionedBufferTest, AReaderOfAnOwnerSeveredOnItsLinksSaysWhy) {
         ASSIGN_OR_RETURN(auto reader, VersionedReader::Create(*links, "p", 0, absl::Seconds(60)));
         ASSIGN_OR_RETURN(rdma::MemoryRegion dst, transport.Allocate(24));
         EXPECT_OK(reader->Read({&dst, 0, 24}).status());
+        EXPECT_OK(reader->Probe());
         links->Sever(0, absl::UnavailableError("a ring gave up on rank 0"));
+        EXPECT_THAT(reader->Probe(),
+                    StatusIs(absl::StatusCode::kUnavailable, HasSubstr("a ring gave up")));
         EXPECT_THAT(reader->Read({&dst, 0, 24}),
                     StatusIs(absl::StatusCode::kUnavailable,
                              AllOf(HasSubstr("reading versioned buffer 'p' of rank 0"),

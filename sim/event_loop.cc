@@ -19,13 +19,14 @@ double Topology::LatencySeconds(int a, int b) const {
 
 EventLoop::EventLoop(Topology topology)
     : topology_(std::move(topology)),
-      // A pool needs no more cores than ranks it serves.
+      // A pool needs no more cores than two a rank it serves: the rank's
+      // compute and its communication thread's work (overlap=on).
       core_free_(topology_.shared_cores > 0 ? 1 : topology_.hosts(),
                  std::vector<double>(
                      std::max(1, std::min(topology_.pool_cores(),
-                                          topology_.shared_cores > 0
-                                              ? topology_.ranks
-                                              : topology_.ranks_per_host)),
+                                          2 * (topology_.shared_cores > 0
+                                                   ? topology_.ranks
+                                                   : topology_.ranks_per_host))),
                      0.0)),
       local_egress_(topology_.ranks, Port{0, topology_.local.burst_bytes()}),
       local_ingress_(topology_.ranks, Port{0, topology_.local.burst_bytes()}),

@@ -83,7 +83,7 @@ constexpr double kCompute = 46e-3;  // 10 + 20 + 5 + 10 + 1 ms
 
 TEST(SimulateTest, AllReduceIsComputeThenTheRingThenSgd) {
   Scenario s = Base("allreduce", 2);
-  s.params = {{"bucket_bytes", "0"}};
+  s.params = {{"bucket_bytes", "0"}, {"overlap", "off"}};
   ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
   // 5 MB over 2 ranks: 2 steps of 2.5 MB (10 pieces of 256 KiB), at 1 GB/s.
   const double ring = 2 * (10e-6 + 2.5e-3);
@@ -92,6 +92,49 @@ TEST(SimulateTest, AllReduceIsComputeThenTheRingThenSgd) {
   EXPECT_DOUBLE_EQ(run.wire_bytes_per_step(), 2 * 5e6);
   EXPECT_EQ(run.strategy(), "allreduce");
   EXPECT_EQ(run.ranks(), 2);
+}
+
+// overlap=on (the default): the head's 4 MB are all-reduced while backward
+// goes through the features (20 ms, longer), then the features' 1 MB.
+TEST(SimulateTest, AllReduceOverlapsTheHeadsRingWithTheFeaturesBackward) {
+  Scenario s = Base("allreduce", 2);
+  s.params = {{"bucket_bytes", "0"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+  const double head = 2 * (10e-6 + 2e-3), features = 2 * (10e-6 + 0.5e-3);
+  EXPECT_NEAR(run.step_ms(), (kCompute + features + 2e-3) * 1e3, 1e-6);
+  EXPECT_NEAR(run.comm_ms(), (head + features) * 1e3, 1e-6);
+  EXPECT_NEAR(run.wait_ms(), features * 1e3, 1e-6);
+  EXPECT_DOUBLE_EQ(run.wire_bytes_per_step(), 2 * 5e6);
+  // A head longer than the features' backward is waited for.
+  s.network.set_bandwidth_gbps(0.1);
+  s.local = s.network;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun slow, Simulate(s));
+  const double slow_head = 2 * (10e-6 + 20e-3), slow_features = 2 * (10e-6 + 5e-3);
+  EXPECT_NEAR(slow.step_ms(), (26e-3 + slow_head + slow_features + 2e-3) * 1e3, 1e-6);
+  EXPECT_THAT(Simulate([&] {
+                Scenario bad = Base("allreduce", 2);
+                bad.params = {{"overlap", "maybe"}};
+                return bad;
+              }()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("overlap")));
+}
+
+// Over an emulated link, gossip's overlapped reads are served while the
+// owner computes: the ranks no longer take turns waiting out each other's
+// compute, and the read hides behind the next step's.
+TEST(SimulateTest, OverlappedGossipAndMoshpitHideTheirExchange) {
+  for (const char* strategy : {"gossip", "moshpit"}) {
+    SCOPED_TRACE(strategy);
+    Scenario s = Base(strategy, 4);
+    s.network.set_needs_target_progress(true);
+    s.network.set_bandwidth_gbps(0.1);  // 5 MB: about 50 ms a read, as long as compute
+    s.local = s.network;
+    ASSERT_OK_AND_ASSIGN(SimulatedRun off, Simulate(s));
+    s.params = {{"overlap", "on"}};
+    ASSERT_OK_AND_ASSIGN(SimulatedRun on, Simulate(s));
+    EXPECT_LT(on.step_ms(), 0.8 * off.step_ms()) << off.step_ms() << " -> " << on.step_ms() << " comm " << off.comm_ms() << " -> " << on.comm_ms() << " wait " << off.wait_ms() << " -> " << on.wait_ms();
+    EXPECT_DOUBLE_EQ(on.wire_bytes_per_step(), off.wire_bytes_per_step());
+  }
 }
 
 // The update rule and workers every model reports (they key the measured

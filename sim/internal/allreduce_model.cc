@@ -1,11 +1,17 @@
 // File: allreduce_model.cc
 // -----------------------------------------------------------------------------
 // Data parallelism as strategies/allreduce runs it: every rank computes
-// (forward, loss, backward), then all-reduces its gradients bucket after
-// bucket once backward is done (nothing overlaps), scales and applies SGD.
-// The all-reduce is a blocking collective: it starts when the last rank
-// arrives (collective_time.h says how long it takes).
+// (forward, loss, backward), all-reduces its gradients, scales and applies
+// SGD. The all-reduce is a blocking collective: it starts when the last
+// rank arrives (collective_time.h says how long it takes).
+// overlap=on (the strategy's default): the head's gradients (backward
+// fills them first) are all-reduced by the communication thread while
+// backward goes on through the features (the rank serving its transport
+// meanwhile), then the features' once backward is done. overlap=off: the
+// whole all-reduce after backward.
+#include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "common/key_value_params.h"
@@ -30,7 +36,8 @@ namespace {
 
 class AllReduceModel {
  public:
-  explicit AllReduceModel(Job& job) : job_(job), members_(job.ranks()) {
+  AllReduceModel(Job& job, bool overlap)
+      : job_(job), overlap_(overlap), members_(job.ranks()) {
     std::iota(members_.begin(), members_.end(), 0);
     step_.assign(job.ranks(), 0);
   }
@@ -46,20 +53,64 @@ class AllReduceModel {
       return;
     }
     if (r == 0) job_.log().Start(job_.now());
-    job_.Compute(r, job_.costs().step(), [this, r] {
+    const Costs& c = job_.costs();
+    if (overlap_ && c.head_param_bytes > 0 && c.features_param_bytes > 0) {
+      Overlapped(r);
+      return;
+    }
+    job_.Compute(r, c.step(), [this, r] {
       const double arrived = job_.now();
       job_.AllReduce(members_, job_.costs().param_bytes(), r, [this, r, arrived] {
         if (r == 0) job_.log().comm += job_.now() - arrived;
-        job_.Work(r, job_.costs().optimizer, [this, r] {
-          ++step_[r];
-          if (r == 0) job_.log().End(job_.now());
-          Step(r);
-        });
+        Update(r);
       });
     });
   }
 
+  void Overlapped(int r) {
+    const Costs& c = job_.costs();
+    const double until_head =
+        c.features_forward + c.head_forward + c.loss + c.head_backward;
+    job_.Compute(r, until_head, [this, r] {
+      const double begin = job_.now();
+      // Both branches end here: the head's all-reduce and the features'
+      // backward; then the features' all-reduce. The log counts the two
+      // all-reduces as communication, and what the step waits after
+      // backward as waiting (the strategy's spans).
+      auto joined = std::make_shared<int>(0);
+      auto head_end = std::make_shared<double>(begin);
+      auto both = [this, r, begin, joined, head_end] {
+        if (++*joined < 2) return;
+        const double computed = job_.now();
+        job_.AllReduce(members_, job_.costs().features_param_bytes, r,
+                       [this, r, begin, computed, head_end] {
+                         if (r == 0) {
+                           job_.log().comm += *head_end - begin + job_.now() - computed;
+                           job_.log().wait += job_.now() - computed;
+                         }
+                         job_.Serve(r, false);
+                         Update(r);
+                       });
+      };
+      job_.Serve(r, true);
+      job_.AllReduce(members_, job_.costs().head_param_bytes, r, [this, both, head_end] {
+        *head_end = job_.now();
+        both();
+      });
+      job_.Compute(r, job_.costs().features_backward, both);
+    });
+  }
+
+  void Update(int r) {
+    job_.Work(r, job_.costs().optimizer, [this, r] {
+      ++step_[r];
+      if (r == 0) job_.log().End(job_.now());
+      Step(r);
+    });
+  }
+
   Job& job_;
+  const bool overlap_;
   std::vector<int> members_;
   std::vector<int> step_;
 };
@@ -70,10 +121,12 @@ absl::StatusOr<double> RunAllReduce(Job& job) {
   KeyValueParams params("allreduce", job.scenario().params);
   AllReduceShape shape;
   RETURN_IF_ERROR(ReadAllReduceShape(params, &shape));
+  std::string overlap = "on";
+  RETURN_IF_ERROR(params.Choice("overlap", {"on", "off"}, &overlap));
   RETURN_IF_ERROR(params.Done());
   job.set_shape(shape);
   job.set_update_rule("sgd");
-  AllReduceModel model(job);
+  AllReduceModel model(job, overlap == "on");
   model.Start();
   job.loop().Run();
   return static_cast<double>(job.ranks()) * job.costs().batch;

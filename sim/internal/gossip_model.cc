@@ -10,7 +10,13 @@
 //         trip each).
 // A dead peer costs the reader a failed read (a round trip); it is skipped
 // from then on.
+// overlap=on (pull): the rank publishes, then its communication thread
+// reads while the next step computes (the rank serves its peers' reads
+// meanwhile); after that step's update it waits for the read if it has
+// not landed, and mixes.
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -30,8 +36,11 @@ constexpr double kStampBytes = 8;
 class GossipModel {
  public:
   GossipModel(Job& job, gossip::Topology topology, int period, bool push,
-              uint64_t seed)
-      : job_(job), period_(period), push_(push) {
+              uint64_t seed, bool overlap)
+      : job_(job), period_(period), push_(push), overlap_(overlap) {
+    reading_.assign(job.ranks(), false);
+    landed_.assign(job.ranks(), false);
+    on_landed_.resize(job.ranks());
     for (int r = 0; r < job.ranks(); ++r) {
       selectors_.push_back(
           std::make_unique<gossip::PeerSelector>(topology, r, job.ranks(), seed));
@@ -54,12 +63,21 @@ class GossipModel {
 
   void Step(int r) {
     if (step_[r] >= job_.steps() || Gone(r)) {
-      job_.Leave(r);
+      // A read in flight lands (and is mixed) before the rank leaves.
+      if (reading_[r]) {
+        on_landed_[r] = [this, r] { job_.Leave(r); };
+      } else {
+        job_.Leave(r);
+      }
       return;
     }
     if (r == 0) job_.log().Start(job_.now());
     job_.Compute(r, job_.costs().step(), [this, r] {
       job_.Work(r, job_.costs().optimizer, [this, r] {
+        if (overlap_) {
+          AfterUpdateOverlapped(r);
+          return;
+        }
         if ((step_[r] + 1) % period_ == 0) {
           const double begin = job_.now();
           Exchange(r, [this, r, begin] {
@@ -77,6 +95,64 @@ class GossipModel {
     ++step_[r];
     if (r == 0) job_.log().End(job_.now());
     Step(r);
+  }
+
+  // overlap=on, after the update: waits for the read in flight, mixes what
+  // landed, then publishes and starts the next read (when due) and goes on.
+  void AfterUpdateOverlapped(int r) {
+    if (reading_[r]) {
+      const double begin = job_.now();
+      on_landed_[r] = [this, r, begin] {
+        if (r == 0) job_.log().wait += job_.now() - begin;
+        AfterUpdateOverlapped(r);
+      };
+      return;
+    }
+    const double bytes = job_.costs().param_bytes();
+    const double mix = landed_[r] ? job_.ReduceSeconds(bytes) : 0;
+    landed_[r] = false;
+    job_.Work(r, mix, [this, r, bytes] {
+      if ((step_[r] + 1) % period_ != 0) {
+        EndStep(r);
+        return;
+      }
+      job_.Work(r, job_.CopySeconds(bytes), [this, r] {
+        const double begin = job_.now();
+        reading_[r] = true;
+        job_.Serve(r, true);
+        ReadPeer(r, [this, r, begin](bool read) {
+          if (r == 0) job_.log().comm += job_.now() - begin;
+          job_.Serve(r, false);
+          reading_[r] = false;
+          landed_[r] = read;
+          if (on_landed_[r]) std::exchange(on_landed_[r], nullptr)();
+        });
+        EndStep(r);
+      });
+    });
+  }
+
+  // The next peer's parameters (header, data, stamp), read by the
+  // communication thread: done(true), or done(false) when there is no peer.
+  void ReadPeer(int r, std::function<void(bool)> done) {
+    const int peer = selectors_[r]->Next(knows_dead_[r] ? dead_mask_ : std::vector<bool>{});
+    if (peer < 0) {
+      done(false);
+      return;
+    }
+    if (Gone(peer)) {
+      job_.Read(r, peer, kHeaderBytes, [this, r, done = std::move(done)]() mutable {
+        knows_dead_[r] = true;
+        ReadPeer(r, std::move(done));
+      });
+      return;
+    }
+    const double bytes = job_.costs().param_bytes();
+    job_.Read(r, peer, kHeaderBytes, [this, r, peer, bytes, done] {
+      job_.Read(r, peer, bytes, [this, r, peer, done] {
+        job_.Read(r, peer, kStampBytes, [done] { done(true); });
+      });
+    });
   }
 
   void Exchange(int r, std::function<void()> done) {
@@ -132,6 +208,12 @@ class GossipModel {
   Job& job_;
   const int period_;
   const bool push_;
+  const bool overlap_;
+  // overlap=on, by rank: a read in flight; one landed and not mixed yet;
+  // what waits for the read to land.
+  std::vector<bool> reading_;
+  std::vector<bool> landed_;
+  std::vector<std::function<void()>> on_landed_;
   std::vector<std::unique_ptr<gossip::PeerSelector>> selectors_;
   std::vector<int> step_;
   std::vector<int> inbox_;  // messages not mixed yet (push)
@@ -154,12 +236,18 @@ absl::StatusOr<double> RunGossip(Job& job) {
   RETURN_IF_ERROR(params.Choice("mode", {"pull", "push"}, &mode));
   RETURN_IF_ERROR(params.Int("copies", 2, &copies));
   RETURN_IF_ERROR(params.Int("seed", int64_t{0}, &seed));
+  std::string overlap = "off";
+  RETURN_IF_ERROR(params.Choice("overlap", {"off", "on"}, &overlap));
   RETURN_IF_ERROR(params.Done());
   if (job.ranks() < 2) return absl::InvalidArgumentError("gossip needs at least 2 ranks");
+  if (overlap == "on" && mode == "push") {
+    return absl::InvalidArgumentError("gossip overlap=on needs mode=pull");
+  }
   ASSIGN_OR_RETURN(gossip::Topology parsed, gossip::ParseTopology(topology));
   job.set_update_rule(absl::StrCat("gossip:mode=", mode, ",period=", period,
                                    ",topology=", topology, ",beta=", beta));
-  GossipModel model(job, parsed, period, mode == "push", static_cast<uint64_t>(seed));
+  GossipModel model(job, parsed, period, mode == "push", static_cast<uint64_t>(seed),
+                    overlap == "on");
   model.Start();
   job.loop().Run();
   return static_cast<double>(job.ranks()) * job.costs().batch;

@@ -97,7 +97,8 @@ Job::Job(const Scenario& scenario, Costs costs)
       busy_(scenario.ranks, 0),
       is_waiting_(scenario.ranks, false),
       waiting_(scenario.shared_cores > 0 ? 1 : loop_.topology().hosts(), 0),
-      waiting_progress_(scenario.ranks) {
+      waiting_progress_(scenario.ranks),
+      serving_(scenario.ranks, 0) {
   // Processes sharing one pool of cores.
   const Topology& t = loop_.topology();
   const double sharing =
@@ -146,8 +147,23 @@ void Job::EndBusy(int rank, const EventLoop::Callback& done) {
   for (auto& fn : waiting) fn();
 }
 
+void Job::Serve(int rank, bool on) {
+  const int pool = loop_.topology().core_pool(rank);
+  if (!on) {
+    --serving_[rank];
+    --waiting_[pool];
+    return;
+  }
+  ++serving_[rank];
+  ++waiting_[pool];  // the thread polls: a waiting rank's share of a core
+  if (waiting_progress_[rank].empty()) return;
+  std::vector<EventLoop::Callback> waiting = std::move(waiting_progress_[rank]);
+  waiting_progress_[rank].clear();
+  for (auto& fn : waiting) fn();
+}
+
 void Job::WhenProgressing(int rank, EventLoop::Callback fn) {
-  if (busy_[rank] == 0) {
+  if (busy_[rank] == 0 || serving_[rank] > 0) {
     fn();
   } else {
     waiting_progress_[rank].push_back(std::move(fn));

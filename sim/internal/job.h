@@ -91,6 +91,11 @@ class Job {
   // else when it next is. A rank in Compute or Work does not call its
   // transport's progress, so a peer's emulated read or write waits for it.
   void WhenProgressing(int rank, EventLoop::Callback fn);
+  // `rank`'s communication thread holds its transport from Serve(rank,
+  // true) to Serve(rank, false) (the strategies' overlap=on): the rank
+  // progresses while it computes, and the thread's polling takes a waiting
+  // rank's share of its cores.
+  void Serve(int rank, bool on);
   // `rank` has left the job (its steps are done, or it was killed): it no
   // longer waits, so it takes no one's CPU.
   void Leave(int rank);
@@ -161,6 +166,7 @@ class Job {
   std::vector<bool> is_waiting_;
   std::vector<int> waiting_;  // by core pool: how many are
   std::vector<std::vector<EventLoop::Callback>> waiting_progress_;  // by rank
+  std::vector<int> serving_;  // by rank: Serve(rank, true) calls not ended
   std::string update_rule_;
 };
 

@@ -17,7 +17,13 @@
 //      back.
 // A dead member is waited for until the timeout once, then left out until
 // it shows up again; a member that comes after its group sealed is alone.
+// overlap=on: the rank copies a snapshot, and its communication thread runs
+// the round while the next step computes (the rank serving its transport
+// meanwhile); after that step's update it waits for the round if it has
+// not ended, and adds what the round changed (one pass over the
+// parameters).
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -40,10 +46,13 @@ constexpr double kLastPollSeconds = 1e-3;
 
 class MoshpitModel {
  public:
-  MoshpitModel(Job& job, MoshpitGrid grid, int period, double group_timeout_s)
-      : job_(job), grid_(grid), period_(period), timeout_(group_timeout_s) {
+  MoshpitModel(Job& job, MoshpitGrid grid, int period, double group_timeout_s, bool overlap)
+      : job_(job), grid_(grid), period_(period), timeout_(group_timeout_s), overlap_(overlap) {
     step_.assign(job.ranks(), 0);
     round_.assign(job.ranks(), 0);
+    in_round_.assign(job.ranks(), false);
+    ended_.assign(job.ranks(), false);
+    on_ended_.resize(job.ranks());
   }
 
   void Start() {
@@ -68,20 +77,71 @@ class MoshpitModel {
 
   void Step(int r) {
     if (step_[r] >= job_.steps() || Gone(r)) {
-      job_.Leave(r);
+      // A round in flight ends (and lands) before the rank leaves.
+      if (in_round_[r]) {
+        on_ended_[r] = [this, r] { job_.Leave(r); };
+      } else {
+        job_.Leave(r);
+      }
       return;
     }
     if (r == 0) job_.log().Start(job_.now());
     job_.Compute(r, job_.costs().step(), [this, r] {
       job_.Work(r, job_.costs().optimizer, [this, r] {
+        if (overlap_) {
+          AfterUpdateOverlapped(r);
+          return;
+        }
         if ((step_[r] + 1) % period_ != 0) {
           EndStep(r);
           return;
         }
         const double begin = job_.now();
-        job_.loop().After(3 * Rtt(), [this, r, begin] {
-          Join(r, begin);
+        Round(r, [this, r, begin] {
+          if (r == 0) job_.log().comm += job_.now() - begin;
+          EndStep(r);
         });
+      });
+    });
+  }
+
+  // A round: the heartbeat, ticket and record, then the group's average.
+  void Round(int r, std::function<void()> done) {
+    job_.loop().After(3 * Rtt(), [this, r, done = std::move(done)] { Join(r, done); });
+  }
+
+  // overlap=on, after the update: waits for the round in flight, lands what
+  // it changed, then takes the snapshot and starts the next round (when
+  // due) and goes on.
+  void AfterUpdateOverlapped(int r) {
+    if (in_round_[r]) {
+      const double begin = job_.now();
+      on_ended_[r] = [this, r, begin] {
+        if (r == 0) job_.log().wait += job_.now() - begin;
+        AfterUpdateOverlapped(r);
+      };
+      return;
+    }
+    const double bytes = job_.costs().param_bytes();
+    const double land = ended_[r] ? job_.ReduceSeconds(bytes) : 0;
+    ended_[r] = false;
+    job_.Work(r, land, [this, r, bytes] {
+      if ((step_[r] + 1) % period_ != 0) {
+        EndStep(r);
+        return;
+      }
+      job_.Work(r, 2 * job_.CopySeconds(bytes), [this, r] {
+        const double begin = job_.now();
+        in_round_[r] = true;
+        job_.Serve(r, true);
+        Round(r, [this, r, begin] {
+          if (r == 0) job_.log().comm += job_.now() - begin;
+          job_.Serve(r, false);
+          in_round_[r] = false;
+          ended_[r] = true;
+          if (on_ended_[r]) std::exchange(on_ended_[r], nullptr)();
+        });
+        EndStep(r);
       });
     });
   }
@@ -92,14 +152,14 @@ class MoshpitModel {
     Step(r);
   }
 
-  void Join(int r, double begin) {
+  void Join(int r, std::function<void()> done) {
     const int round = round_[r]++;
     // Its heartbeat moved: whoever suspected it expects it again.
     suspected_.erase(r);
     const std::string key = absl::StrCat(round, "/", grid_.GroupKey(r, round));
     if (Sealed(r, round, key)) {
       // Too late: the group sealed without it; it is alone this round.
-      Average(r, begin, {r});
+      Average(r, {r}, std::move(done));
       return;
     }
     std::vector<int> expected;
@@ -114,8 +174,8 @@ class MoshpitModel {
       job_.loop().After(timeout_, [this, key] { Seal(key); });
     }
     meeting.present.push_back(r);
-    meeting.waiting.push_back([this, r, begin](std::vector<int> members) {
-      Average(r, begin, std::move(members));
+    meeting.waiting.push_back([this, r, done](std::vector<int> members) {
+      Average(r, std::move(members), done);
     });
     if (meeting.present.size() >= meeting.expected.size()) Seal(key);
   }
@@ -159,12 +219,8 @@ class MoshpitModel {
     }
   }
 
-  void Average(int r, double begin, std::vector<int> members) {
+  void Average(int r, std::vector<int> members, std::function<void()> finish) {
     const double bytes = job_.costs().param_bytes() + 4;
-    auto finish = [this, r, begin] {
-      if (r == 0) job_.log().comm += job_.now() - begin;
-      EndStep(r);
-    };
     if (members.size() <= 1) {
       finish();
       return;
@@ -187,6 +243,12 @@ class MoshpitModel {
   const MoshpitGrid grid_;
   const int period_;
   const double timeout_;
+  const bool overlap_;
+  // overlap=on, by rank: a round in flight; one ended and not landed yet;
+  // what waits for the round to end.
+  std::vector<bool> in_round_;
+  std::vector<bool> ended_;
+  std::vector<std::function<void()>> on_ended_;
   std::vector<int> step_;
   std::vector<int> round_;
   std::map<std::string, Meeting> meetings_;
@@ -209,11 +271,13 @@ absl::StatusOr<double> RunMoshpit(Job& job) {
   RETURN_IF_ERROR(params.Int("period", 1, &period));
   RETURN_IF_ERROR(params.Int("group_timeout_ms", int64_t{1}, &group_ms));
   RETURN_IF_ERROR(params.Int("round_timeout_ms", int64_t{1}, &round_ms));
+  std::string overlap = "off";
+  RETURN_IF_ERROR(params.Choice("overlap", {"off", "on"}, &overlap));
   RETURN_IF_ERROR(params.Done());
   if (job.ranks() < 2) return absl::InvalidArgumentError("moshpit needs at least 2 ranks");
   ASSIGN_OR_RETURN(MoshpitGrid grid, MoshpitGrid::Create(job.ranks(), side, dims));
   job.set_update_rule(absl::StrCat("moshpit:side=", side, ",period=", period));
-  MoshpitModel model(job, grid, period, group_ms * 1e-3);
+  MoshpitModel model(job, grid, period, group_ms * 1e-3, overlap == "on");
   model.Start();
   job.loop().Run();
   return static_cast<double>(job.ranks()) * job.costs().batch;

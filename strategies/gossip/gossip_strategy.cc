@@ -203,7 +203,10 @@ absl::Status GossipStrategy::Push() {
 
 absl::Status GossipStrategy::Probe(int peer) {
   if (gossip_.mode == GossipMode::kPush) return mailbox_->Probe(peer);
-  return readers_[peer]->LatestVersion().status();
+  // A flush, never a read: a peer that saw every other rank finished may
+  // be freeing its buffer (and over UCX TCP a read of freed memory is
+  // served in software there).
+  return readers_[peer]->Probe();
 }
 
 absl::Status GossipStrategy::DoFinish(bool after_failure) {
