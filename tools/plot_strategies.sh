@@ -40,7 +40,7 @@ for c in "${columns[@]}"; do
   fi
 done
 gnuplot <<GP
-set terminal pngcairo size 760,440 font 'sans,10'
+set terminal pngcairo size 900,440 font 'sans,10'
 set output '$png'
 set title 'VGG-like net, 4 ranks: step time (lower is better)'
 set style data histograms
@@ -49,7 +49,7 @@ set style fill solid 0.85 border -1
 set ylabel 'ms per step'
 set logscale y
 set grid ytics
-set key top left
+set key outside right top
 set datafile missing 'nan'
 plot $plot
 GP

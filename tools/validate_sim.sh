@@ -7,7 +7,7 @@
 # machine's cores, so the predictions use --shared_cores. Then
 # tools/sim_validation.py predicts each run with `rdmaflow simulate` and
 # writes OUT/validation.txt (the table, every row), .json and .png.
-#   tools/validate_sim.sh [OUT_DIR]   (default bench-results/validation; ~15 min)
+#   tools/validate_sim.sh [OUT_DIR]   (default bench-results/validation; ~20 min)
 # Environment: LINKS ("shm 1gbit 100mbit"), RANKS ("2 4 8"), MODEL (lenet5),
 # STEPS (40), CALIBRATION (docs/scale/calibration.json: tools/calibrate_sim.sh).
 source "$(dirname "$0")/script_help.sh" "$@"
@@ -38,10 +38,13 @@ configs=(
   "ps_ssp2|--strategy ps --servers 1 --sync ssp:2|ps:servers=1,sync=ssp:2"
   "ps_dssp14|--strategy ps --servers 1 --sync dssp:1:4|ps:servers=1,sync=dssp:1:4"
   "allreduce|--strategy allreduce|allreduce"
+  "allreduce_no_overlap|--strategy allreduce --strategy_params overlap=off|allreduce:overlap=off"
   "layer_separated|--strategy layer_separated --strategy_params fc_ranks=1|layer_separated:fc_ranks=1"
   "gossip_pull|--strategy gossip|gossip"
   "gossip_push|--strategy gossip --strategy_params mode=push|gossip:mode=push"
+  "gossip_overlap|--strategy gossip --strategy_params overlap=on|gossip:overlap=on"
   "moshpit|--strategy moshpit|moshpit"
+  "moshpit_overlap|--strategy moshpit --strategy_params overlap=on|moshpit:overlap=on"
 )
 largest=0
 for n in $rank_counts; do ((n > largest)) && largest=$n; done
