@@ -154,6 +154,10 @@ TEST(SimulateTest, EachModelNamesItsUpdateRuleAndWorkers) {
            {"layer_separated", {{"fc_ranks", "2"}}, "sgd", 4},
            {"gossip", {{"mode", "push"}}, "gossip:mode=push,period=1,topology=random,beta=0.5", 6},
            {"moshpit", {{"period", "2"}}, "moshpit:side=2,period=2", 6},
+           {"gossip", {{"overlap", "on"}},
+            "gossip:mode=pull,period=1,topology=random,beta=0.5,overlap=on", 6},
+           {"moshpit", {{"overlap", "on"}}, "moshpit:side=2,period=1,overlap=on", 6},
+           {"allreduce", {{"overlap", "off"}}, "sgd", 6},
        }) {
     Scenario s = Base(c.strategy, 6);
     s.params = c.params;

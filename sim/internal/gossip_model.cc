@@ -244,8 +244,10 @@ absl::StatusOr<double> RunGossip(Job& job) {
     return absl::InvalidArgumentError("gossip overlap=on needs mode=pull");
   }
   ASSIGN_OR_RETURN(gossip::Topology parsed, gossip::ParseTopology(topology));
+  // Overlap mixes one step later: another rule (its convergence is its own).
   job.set_update_rule(absl::StrCat("gossip:mode=", mode, ",period=", period,
-                                   ",topology=", topology, ",beta=", beta));
+                                   ",topology=", topology, ",beta=", beta,
+                                   overlap == "on" ? ",overlap=on" : ""));
   GossipModel model(job, parsed, period, mode == "push", static_cast<uint64_t>(seed),
                     overlap == "on");
   model.Start();

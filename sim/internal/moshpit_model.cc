@@ -276,7 +276,9 @@ absl::StatusOr<double> RunMoshpit(Job& job) {
   RETURN_IF_ERROR(params.Done());
   if (job.ranks() < 2) return absl::InvalidArgumentError("moshpit needs at least 2 ranks");
   ASSIGN_OR_RETURN(MoshpitGrid grid, MoshpitGrid::Create(job.ranks(), side, dims));
-  job.set_update_rule(absl::StrCat("moshpit:side=", side, ",period=", period));
+  // Overlap averages one step later: another rule.
+  job.set_update_rule(absl::StrCat("moshpit:side=", side, ",period=", period,
+                                   overlap == "on" ? ",overlap=on" : ""));
   MoshpitModel model(job, grid, period, group_ms * 1e-3, overlap == "on");
   model.Start();
   job.loop().Run();
