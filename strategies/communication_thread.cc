@@ -31,6 +31,7 @@ absl::Status CommunicationThread::Start(absl::AnyInvocable<absl::Status()> work)
   }
   stop_.store(false, std::memory_order_release);
   status_ = absl::OkStatus();
+  work_begin_ = work_end_ = absl::InfinitePast();
   try {
     thread_ = std::thread([this, work = std::move(work)]() mutable { Run(work); });
   } catch (const std::system_error& e) {
@@ -44,16 +45,21 @@ absl::Status CommunicationThread::Start(absl::AnyInvocable<absl::Status()> work)
 void CommunicationThread::Run(absl::AnyInvocable<absl::Status()>& work) {
   loop_.AdoptOnCurrentThread();
   work_begin_ = absl::Now();
-  // Nothing may escape a thread of ours.
+  // Nothing may escape a thread of ours: the work's and the serving's
+  // exceptions (a handler of the loop's that throws) end it with kInternal.
   try {
     status_ = work();
+    work_end_ = absl::Now();
+    if (status_.ok()) Serve();
   } catch (const std::exception& e) {
     status_ = absl::InternalError(absl::StrCat(what_, " threw: ", e.what()));
   } catch (...) {
     status_ = absl::InternalError(absl::StrCat(what_, " threw an unknown exception"));
   }
-  work_end_ = absl::Now();
-  if (!status_.ok()) return;
+  if (work_end_ < work_begin_) work_end_ = absl::Now();
+}
+
+void CommunicationThread::Serve() {
   // Serve the peers until the caller wants the loop back. A wait that
   // times out begins again; one that fails (the loop's failure, which the
   // caller's next wait reports) ends the serving.

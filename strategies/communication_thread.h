@@ -16,7 +16,9 @@
 //
 // Between Start() and Stop() the caller must not use the loop, its
 // transport or anything that waits through them. The work must not wait
-// for the caller (the caller's compute does not progress anything).
+// for the caller (the caller's compute does not progress anything), and
+// every wait in it needs a deadline: Stop() joins the work, it cannot
+// interrupt it.
 // Nothing the work throws escapes the thread: it becomes kInternal.
 #ifndef RDMAFLOW_STRATEGIES_COMMUNICATION_THREAD_H_
 #define RDMAFLOW_STRATEGIES_COMMUNICATION_THREAD_H_
@@ -55,13 +57,16 @@ class CommunicationThread {
   // progressed further); OK when nothing runs.
   absl::Status Stop();
 
-  // When the last work began and ended (set by Stop()).
+  // When the last work began and ended: written by the thread, so read
+  // them only after Stop().
   absl::Time work_begin() const { return work_begin_; }
   absl::Time work_end() const { return work_end_; }
 
  private:
-  // The thread: the work, then progressing until stop_.
+  // The thread: the work, then Serve().
   void Run(absl::AnyInvocable<absl::Status()>& work);
+  // Progresses the loop until stop_.
+  void Serve();
 
   onesided::ProgressLoop& loop_;
   const std::string what_;

@@ -457,10 +457,9 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
 }
 
 void UcxTransport::WatchPeers() {
-  // Called on every Progress(): the coarse clock (a vDSO call) is read on
-  // every 8th, which delays a check by nanoseconds against its
-  // milliseconds' interval.
-  if ((++watch_calls_ & 7) != 1) return;
+  // Called on every Progress(): the coarse clock costs a memory read. (Not
+  // on every 8th call only: a wait that sleeps between calls would then
+  // see a dead peer up to 8 sleeps late.)
   const int64_t now = CoarseMonotonicNanos();
   if (now < next_watch_ns_) return;
   const int64_t interval = absl::ToInt64Nanoseconds(options_.keepalive_interval);

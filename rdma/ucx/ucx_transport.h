@@ -119,9 +119,6 @@ class UcxTransport final : public Transport {
   // The worker and what its endpoints share with it (ucx_internal.h).
   std::unique_ptr<UcxWorkerState> shared_;
   int64_t next_watch_ns_ = 0;  // CoarseMonotonicNanos()
-  // Progress() calls since the clock was last read: WatchPeers() reads it
-  // on every 8th (a vDSO call is a tenth of an idle Progress()).
-  uint32_t watch_calls_ = 0;
 };
 
 // Registers "ucx" (parameters: tls, net_devices, keepalive_ms,

@@ -113,7 +113,8 @@ Job::Job(const Scenario& scenario, Costs costs)
 void Job::StopWaiting(int rank) {
   if (!is_waiting_[rank]) return;
   is_waiting_[rank] = false;
-  --waiting_[loop_.topology().core_pool(rank)];
+  // A rank whose communication thread serves still has one poller.
+  if (serving_[rank] == 0) --waiting_[loop_.topology().core_pool(rank)];
 }
 
 void Job::BeginBusy(int rank) {
@@ -140,7 +141,8 @@ void Job::EndBusy(int rank, const EventLoop::Callback& done) {
   // What `done` started keeps it busy; else it waits (and progresses) now.
   if (busy_[rank] > 0) return;
   is_waiting_[rank] = true;
-  ++waiting_[loop_.topology().core_pool(rank)];
+  // One poller a rank: its thread, or (serving) its communication thread.
+  if (serving_[rank] == 0) ++waiting_[loop_.topology().core_pool(rank)];
   if (waiting_progress_[rank].empty()) return;
   std::vector<EventLoop::Callback> waiting = std::move(waiting_progress_[rank]);
   waiting_progress_[rank].clear();
@@ -148,14 +150,14 @@ void Job::EndBusy(int rank, const EventLoop::Callback& done) {
 }
 
 void Job::Serve(int rank, bool on) {
+  // The thread polls: a waiting rank's share of a core, counted once a
+  // rank (a rank that waits for its own thread polls nothing).
   const int pool = loop_.topology().core_pool(rank);
   if (!on) {
-    --serving_[rank];
-    --waiting_[pool];
+    if (--serving_[rank] == 0 && !is_waiting_[rank]) --waiting_[pool];
     return;
   }
-  ++serving_[rank];
-  ++waiting_[pool];  // the thread polls: a waiting rank's share of a core
+  if (serving_[rank]++ == 0 && !is_waiting_[rank]) ++waiting_[pool];
   if (waiting_progress_[rank].empty()) return;
   std::vector<EventLoop::Callback> waiting = std::move(waiting_progress_[rank]);
   waiting_progress_[rank].clear();

@@ -1,6 +1,7 @@
 // File: gossip_strategy.cc
 #include "strategies/gossip/gossip_strategy.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -158,8 +159,9 @@ absl::Status GossipStrategy::FinishExchange(StepReport& report) {
   const absl::Time begin = absl::Now();
   absl::Status stopped = background_->Stop();
   report.Add(StepSpan::Kind::kWait, begin, absl::Now());
+  // Up to this wait: the step's own communication span covers the wait.
   report.Add(StepSpan::Kind::kCommunication, background_->work_begin(),
-             background_->work_end());
+             std::min(background_->work_end(), begin));
   const int peer = std::exchange(reading_, -1);
   RETURN_IF_ERROR(stopped);
   return TakeRead(peer, read_);
@@ -211,16 +213,24 @@ absl::Status GossipStrategy::Probe(int peer) {
 
 absl::Status GossipStrategy::DoFinish(bool after_failure) {
   // A read still running (overlap=on) is ended and mixed in: the last
-  // step's mix, as without overlap. After a failure it is only ended.
+  // step's mix, as without overlap. After a failure it is only ended. Its
+  // error is returned after the finish below: peers may be reading our
+  // memory whatever it was.
+  absl::Status last_read;
   if (reading_ >= 0) {
     if (after_failure) {
       reading_ = -1;
       background_->Stop().IgnoreError();
     } else {
       StepReport unused;
-      RETURN_IF_ERROR(FinishExchange(unused));
+      last_read = FinishExchange(unused);
     }
   }
+  absl::Status finished = FinishWithPeers();
+  return last_read.ok() ? finished : last_read;
+}
+
+absl::Status GossipStrategy::FinishWithPeers() {
   // Peers may still be reading (or writing) our memory, and over TCP they
   // need our progress: wait until every peer has finished or is gone.
   rdma::Store& store = *context().store;

@@ -88,6 +88,8 @@ class GossipStrategy final : public LocalSgdStrategy {
   // Waits until every live peer has finished too (they may be reading our
   // memory), at most the timeout; the same after a failed step.
   absl::Status DoFinish(bool after_failure) override;
+  // DoFinish()'s wait for the live peers to finish.
+  absl::Status FinishWithPeers();
   std::string Ns() const;
   void Publish();
   absl::Status Exchange() override;

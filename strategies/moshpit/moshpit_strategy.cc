@@ -140,8 +140,9 @@ absl::Status MoshpitStrategy::FinishExchange(StepReport& report) {
   const absl::Time begin = absl::Now();
   absl::Status status = background_->Stop();
   report.Add(StepSpan::Kind::kWait, begin, absl::Now());
+  // Up to this wait: the step's own communication span covers the wait.
   report.Add(StepSpan::Kind::kCommunication, background_->work_begin(),
-             background_->work_end());
+             std::min(background_->work_end(), begin));
   TakeRoundCounters();
   RETURN_IF_ERROR(status);
   at::NoGradGuard no_grad;
@@ -293,6 +294,7 @@ absl::Status MoshpitStrategy::DoFinish(bool after_failure) {
   absl::Status last_round;
   if (after_failure && background_ != nullptr) {
     background_->Stop().IgnoreError();
+    TakeRoundCounters();
   } else {
     StepReport unused;
     last_round = FinishExchange(unused);
