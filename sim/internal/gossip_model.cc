@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/key_value_params.h"
 #include "common/status_macros.h"
+#include "sim/internal/background_exchange.h"
 #include "sim/internal/job.h"
 #include "strategies/gossip/peer_selector.h"
 
@@ -37,10 +38,7 @@ class GossipModel {
  public:
   GossipModel(Job& job, gossip::Topology topology, int period, bool push,
               uint64_t seed, bool overlap)
-      : job_(job), period_(period), push_(push), overlap_(overlap) {
-    reading_.assign(job.ranks(), false);
-    landed_.assign(job.ranks(), false);
-    on_landed_.resize(job.ranks());
+      : job_(job), period_(period), push_(push), overlap_(overlap), background_(job) {
     for (int r = 0; r < job.ranks(); ++r) {
       selectors_.push_back(
           std::make_unique<gossip::PeerSelector>(topology, r, job.ranks(), seed));
@@ -64,11 +62,7 @@ class GossipModel {
   void Step(int r) {
     if (step_[r] >= job_.steps() || Gone(r)) {
       // A read in flight lands (and is mixed) before the rank leaves.
-      if (reading_[r]) {
-        on_landed_[r] = [this, r] { job_.Leave(r); };
-      } else {
-        job_.Leave(r);
-      }
+      background_.Leave(r);
       return;
     }
     if (r == 0) job_.log().Start(job_.now());
@@ -98,38 +92,13 @@ class GossipModel {
   }
 
   // overlap=on, after the update: waits for the read in flight, mixes what
-  // landed, then publishes and starts the next read (when due) and goes on.
+  // landed, then publishes and starts the next read (when due).
   void AfterUpdateOverlapped(int r) {
-    if (reading_[r]) {
-      const double begin = job_.now();
-      on_landed_[r] = [this, r, begin] {
-        if (r == 0) job_.log().wait += job_.now() - begin;
-        AfterUpdateOverlapped(r);
-      };
-      return;
-    }
     const double bytes = job_.costs().param_bytes();
-    const double mix = landed_[r] ? job_.ReduceSeconds(bytes) : 0;
-    landed_[r] = false;
-    job_.Work(r, mix, [this, r, bytes] {
-      if ((step_[r] + 1) % period_ != 0) {
-        EndStep(r);
-        return;
-      }
-      job_.Work(r, job_.CopySeconds(bytes), [this, r] {
-        const double begin = job_.now();
-        reading_[r] = true;
-        job_.Serve(r, true);
-        ReadPeer(r, [this, r, begin](bool read) {
-          if (r == 0) job_.log().comm += job_.now() - begin;
-          job_.Serve(r, false);
-          reading_[r] = false;
-          landed_[r] = read;
-          if (on_landed_[r]) std::exchange(on_landed_[r], nullptr)();
-        });
-        EndStep(r);
-      });
-    });
+    background_.AfterUpdate(
+        r, job_.ReduceSeconds(bytes), (step_[r] + 1) % period_ == 0, job_.CopySeconds(bytes),
+        [this, r](std::function<void(bool)> done) { ReadPeer(r, std::move(done)); },
+        [this, r] { EndStep(r); });
   }
 
   // The next peer's parameters (header, data, stamp), read by the
@@ -209,11 +178,7 @@ class GossipModel {
   const int period_;
   const bool push_;
   const bool overlap_;
-  // overlap=on, by rank: a read in flight; one landed and not mixed yet;
-  // what waits for the read to land.
-  std::vector<bool> reading_;
-  std::vector<bool> landed_;
-  std::vector<std::function<void()>> on_landed_;
+  BackgroundExchanges background_;  // overlap=on: the reads
   std::vector<std::unique_ptr<gossip::PeerSelector>> selectors_;
   std::vector<int> step_;
   std::vector<int> inbox_;  // messages not mixed yet (push)

@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/key_value_params.h"
 #include "common/status_macros.h"
+#include "sim/internal/background_exchange.h"
 #include "sim/internal/job.h"
 #include "strategies/moshpit/moshpit_grid.h"
 
@@ -47,12 +48,14 @@ constexpr double kLastPollSeconds = 1e-3;
 class MoshpitModel {
  public:
   MoshpitModel(Job& job, MoshpitGrid grid, int period, double group_timeout_s, bool overlap)
-      : job_(job), grid_(grid), period_(period), timeout_(group_timeout_s), overlap_(overlap) {
+      : job_(job),
+        grid_(grid),
+        period_(period),
+        timeout_(group_timeout_s),
+        overlap_(overlap),
+        background_(job) {
     step_.assign(job.ranks(), 0);
     round_.assign(job.ranks(), 0);
-    in_round_.assign(job.ranks(), false);
-    ended_.assign(job.ranks(), false);
-    on_ended_.resize(job.ranks());
   }
 
   void Start() {
@@ -78,11 +81,7 @@ class MoshpitModel {
   void Step(int r) {
     if (step_[r] >= job_.steps() || Gone(r)) {
       // A round in flight ends (and lands) before the rank leaves.
-      if (in_round_[r]) {
-        on_ended_[r] = [this, r] { job_.Leave(r); };
-      } else {
-        job_.Leave(r);
-      }
+      background_.Leave(r);
       return;
     }
     if (r == 0) job_.log().Start(job_.now());
@@ -111,39 +110,17 @@ class MoshpitModel {
   }
 
   // overlap=on, after the update: waits for the round in flight, lands what
-  // it changed, then takes the snapshot and starts the next round (when
-  // due) and goes on.
+  // it changed (one pass), then takes the snapshot (two copies) and starts
+  // the next round (when due).
   void AfterUpdateOverlapped(int r) {
-    if (in_round_[r]) {
-      const double begin = job_.now();
-      on_ended_[r] = [this, r, begin] {
-        if (r == 0) job_.log().wait += job_.now() - begin;
-        AfterUpdateOverlapped(r);
-      };
-      return;
-    }
     const double bytes = job_.costs().param_bytes();
-    const double land = ended_[r] ? job_.ReduceSeconds(bytes) : 0;
-    ended_[r] = false;
-    job_.Work(r, land, [this, r, bytes] {
-      if ((step_[r] + 1) % period_ != 0) {
-        EndStep(r);
-        return;
-      }
-      job_.Work(r, 2 * job_.CopySeconds(bytes), [this, r] {
-        const double begin = job_.now();
-        in_round_[r] = true;
-        job_.Serve(r, true);
-        Round(r, [this, r, begin] {
-          if (r == 0) job_.log().comm += job_.now() - begin;
-          job_.Serve(r, false);
-          in_round_[r] = false;
-          ended_[r] = true;
-          if (on_ended_[r]) std::exchange(on_ended_[r], nullptr)();
-        });
-        EndStep(r);
-      });
-    });
+    background_.AfterUpdate(
+        r, job_.ReduceSeconds(bytes), (step_[r] + 1) % period_ == 0,
+        2 * job_.CopySeconds(bytes),
+        [this, r](std::function<void(bool)> done) {
+          Round(r, [done = std::move(done)] { done(true); });
+        },
+        [this, r] { EndStep(r); });
   }
 
   void EndStep(int r) {
@@ -244,11 +221,7 @@ class MoshpitModel {
   const int period_;
   const double timeout_;
   const bool overlap_;
-  // overlap=on, by rank: a round in flight; one ended and not landed yet;
-  // what waits for the round to end.
-  std::vector<bool> in_round_;
-  std::vector<bool> ended_;
-  std::vector<std::function<void()>> on_ended_;
+  BackgroundExchanges background_;  // overlap=on: the rounds
   std::vector<int> step_;
   std::vector<int> round_;
   std::map<std::string, Meeting> meetings_;
