@@ -128,9 +128,15 @@ absl::Status MoshpitStrategy::Exchange() {
         loop(), absl::StrCat("moshpit rank ", context().rank, "'s round"));
   }
   {
+    // Allocated at the first round, copied into at the next ones.
     at::NoGradGuard no_grad;
-    snapshot_ = replica_->flat().clone();
-    averaged_ = snapshot_.clone();
+    if (!snapshot_.defined()) {
+      snapshot_ = replica_->flat().clone();
+      averaged_ = snapshot_.clone();
+    } else {
+      snapshot_.copy_(replica_->flat());
+      averaged_.copy_(snapshot_);
+    }
   }
   return background_->Start([this] { return Round(averaged_); });
 }
