@@ -17,13 +17,34 @@ absl::StatusOr<std::unique_ptr<BucketPipeline>> BucketPipeline::Create(
         "the group does not all-reduce in buckets (a codec sends the gradients whole, or "
         "there are none): nothing to pipeline");
   }
-  std::unique_ptr<BucketPipeline> pipeline(new BucketPipeline(group, loop));
-  const std::vector<Parameter>& parameters = group.parameters();
-  pipeline->bucket_of_.assign(parameters.size(), 0);
+  std::vector<std::vector<size_t>> buckets;
   for (int b = 0; b < group.buckets(); ++b) {
     const collectives::Bucket& bucket = group.bucket(static_cast<size_t>(b));
-    for (size_t i = bucket.first; i < bucket.end; ++i) pipeline->bucket_of_[i] = b;
-    pipeline->gradients_.push_back(static_cast<int>(bucket.end - bucket.first));
+    buckets.emplace_back();
+    for (size_t i = bucket.first; i < bucket.end; ++i) buckets.back().push_back(i);
+  }
+  return Create(
+      group.parameters(), std::move(buckets),
+      [&group](size_t b) { return group.AllReduceBucket(b); }, loop, "the all-reduce");
+}
+
+absl::StatusOr<std::unique_ptr<BucketPipeline>> BucketPipeline::Create(
+    const std::vector<Parameter>& parameters, std::vector<std::vector<size_t>> buckets,
+    std::function<absl::Status(size_t bucket)> communicate, onesided::ProgressLoop& loop,
+    std::string what) {
+  std::unique_ptr<BucketPipeline> pipeline(
+      new BucketPipeline(parameters, std::move(communicate), loop, std::move(what)));
+  pipeline->buckets_of_.assign(parameters.size(), {});
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    for (size_t i : buckets[b]) {
+      if (i >= parameters.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            pipeline->what_, "'s bucket ", b, " names parameter ", i, " of ",
+            parameters.size()));
+      }
+      pipeline->buckets_of_[i].push_back(b);
+    }
+    pipeline->gradients_.push_back(static_cast<int>(buckets[b].size()));
   }
   BucketPipeline* self = pipeline.get();
   ASSIGN_OR_RETURN(pipeline->hooks_,
@@ -31,27 +52,32 @@ absl::StatusOr<std::unique_ptr<BucketPipeline>> BucketPipeline::Create(
   return pipeline;
 }
 
-BucketPipeline::BucketPipeline(DataParallelGroup& group, onesided::ProgressLoop& loop)
-    : group_(group), communication_(loop, "the all-reduce's communication thread") {}
+BucketPipeline::BucketPipeline(const std::vector<Parameter>& parameters,
+                               std::function<absl::Status(size_t)> communicate,
+                               onesided::ProgressLoop& loop, std::string what)
+    : parameters_(parameters),
+      communicate_(std::move(communicate)),
+      what_(std::move(what)),
+      communication_(loop, absl::StrCat(what_, "'s communication thread")) {}
 
 BucketPipeline::~BucketPipeline() { hooks_.reset(); }
 
 void BucketPipeline::GradientReady(size_t parameter) {
   absl::MutexLock lock(&mu_);
   // Outside Run() (an evaluation's backward, a test's) nothing is owed.
-  if (!running_ || parameter >= bucket_of_.size()) return;
+  if (!running_ || parameter >= buckets_of_.size()) return;
   if (seen_[parameter]) {
     // A second accumulation in one step (a compute that runs backward
     // twice): its bucket may be on the wire already, so its sum would be
     // wrong. No further bucket begins (the members waiting for them fail
     // on their deadline rather than go on with wrong sums), and the step
     // fails.
-    if (twice_.empty()) twice_ = group_.parameters()[parameter].name;
+    if (twice_.empty()) twice_ = parameters_[parameter].name;
     abandon_ = true;
     return;
   }
   seen_[parameter] = true;
-  --missing_[bucket_of_[parameter]];
+  for (size_t b : buckets_of_[parameter]) --missing_[b];
 }
 
 void BucketPipeline::CommunicateBuckets() {
@@ -73,7 +99,7 @@ void BucketPipeline::CommunicateBuckets() {
     PipelinedStep::Span span;
     span.begin = absl::Now();  // before begun_ says so: a test compares them
     begun_.fetch_add(1, std::memory_order_release);
-    status_ = group_.AllReduceBucket(b);
+    status_ = communicate_(b);
     span.end = absl::Now();
     spans_.push_back(span);
     if (overlapped) ++overlapped_;
@@ -89,7 +115,7 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
   {
     absl::MutexLock lock(&mu_);
     missing_ = gradients_;
-    seen_.assign(bucket_of_.size(), false);
+    seen_.assign(buckets_of_.size(), false);
     twice_.clear();
     computed_ = false;
     abandon_ = false;
@@ -140,7 +166,7 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
       return absl::FailedPreconditionError(absl::StrCat(
           "parameter '", twice_,
           "' had its gradient accumulated twice in one step (a compute that runs backward more "
-          "than once): its bucket may have been all-reduced in between; train with overlap=off"));
+          "than once): ", what_, " may have sent its bucket in between; train with overlap=off"));
     }
   }
   RETURN_IF_ERROR(communicated);

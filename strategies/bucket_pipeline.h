@@ -21,6 +21,12 @@
 // compute that accumulates its gradients some other way, as --device cuda
 // does after backward) is reduced once compute has returned.
 //
+// The same pipeline serves any strategy that sends gradients in pieces as
+// backward completes them: the general Create() takes each bucket's
+// parameters (a parameter may be in several: the parameter server cuts its
+// shards into slices that split tensors) and what to do with a bucket once
+// it is complete (the parameter server pushes a slice to its server).
+//
 // Threads: the progress loop is handed to the communication thread for the
 // step (ProgressLoop::AdoptOnCurrentThread) and back to the caller before
 // Run() returns; the caller must not use the loop, its transport or the
@@ -31,6 +37,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,6 +79,16 @@ class BucketPipeline {
   // outlive the pipeline.
   static absl::StatusOr<std::unique_ptr<BucketPipeline>> Create(
       DataParallelGroup& group, onesided::ProgressLoop& loop);
+  // The general form: bucket b holds the parameters `buckets[b]` (indices
+  // into `parameters`) and is handed to `communicate(b)` on the
+  // communication thread, in order, once they are all accumulated.
+  // GradientHooks::Install's errors; kInvalidArgument for an index out of
+  // range. `parameters` must outlive the pipeline; `what` names it in
+  // errors ("the all-reduce").
+  static absl::StatusOr<std::unique_ptr<BucketPipeline>> Create(
+      const std::vector<Parameter>& parameters, std::vector<std::vector<size_t>> buckets,
+      std::function<absl::Status(size_t bucket)> communicate, onesided::ProgressLoop& loop,
+      std::string what);
   ~BucketPipeline();
 
   // Runs `compute` on this thread while the buckets are all-reduced as
@@ -90,16 +107,20 @@ class BucketPipeline {
   int buckets_begun() const { return begun_.load(std::memory_order_acquire); }
 
  private:
-  BucketPipeline(DataParallelGroup& group, onesided::ProgressLoop& loop);
+  BucketPipeline(const std::vector<Parameter>& parameters,
+                 std::function<absl::Status(size_t)> communicate, onesided::ProgressLoop& loop,
+                 std::string what);
   // A gradient is in (a hook, on backward's thread).
   void GradientReady(size_t parameter);
   // The communication thread's work: every bucket, in order.
   void CommunicateBuckets();
 
-  DataParallelGroup& group_;
+  const std::vector<Parameter>& parameters_;
+  const std::function<absl::Status(size_t)> communicate_;
+  const std::string what_;
   CommunicationThread communication_;
   std::unique_ptr<GradientHooks> hooks_;
-  std::vector<size_t> bucket_of_;  // by parameter
+  std::vector<std::vector<size_t>> buckets_of_;  // by parameter
   std::vector<int> gradients_;     // by bucket: how many parameters it has
 
   absl::Mutex mu_;

@@ -6,8 +6,14 @@
 
 namespace rdmaflow::strategies::ps {
 
-std::string GradTensor(int worker, int server) {
-  return absl::StrCat("w", worker, "/grad", server, ":0");
+namespace {
+
+std::string SliceSuffix(int slice) { return slice < 0 ? "" : absl::StrCat("_", slice); }
+
+}  // namespace
+
+std::string GradTensor(int worker, int server, int slice) {
+  return absl::StrCat("w", worker, "/grad", server, SliceSuffix(slice), ":0");
 }
 
 std::string ParamsTensor(int server) {
@@ -16,8 +22,8 @@ std::string ParamsTensor(int server) {
 
 graph::GraphDef BuildPsGraph(int servers, int workers,
                              const std::vector<int64_t>& shard_elements,
-                             const std::vector<int64_t>& push_elements, bool compressed,
-                             bool pull_by_read) {
+                             const std::vector<std::vector<int64_t>>& push_elements,
+                             bool sliced, bool compressed, bool pull_by_read) {
   graph::GraphBuilder b("parameter_server");
   b.SetWorldSize(servers + workers);
   std::vector<std::string> params(servers);
@@ -29,18 +35,23 @@ graph::GraphDef BuildPsGraph(int servers, int workers,
   for (int w = 0; w < workers; ++w) {
     for (int s = 0; s < servers; ++s) {
       b.SetRank(servers + w);
-      const std::string grad = b.Variable(absl::StrCat("w", w, "/grad", s),
-                                          graph::DT_FLOAT32, {push_elements[s]});
       if (!pull_by_read) {
         b.Op(absl::StrCat("w", w, "/params", s), "Identity", {params[s]});
       }
-      b.SetRank(s);
-      if (!compressed) {
-        b.Op(absl::StrCat("ps", s, "/apply_w", w), "ApplyGradient", {params[s], grad});
-      } else {
-        // A codec's message: the server reads it (and decodes it into a
-        // gradient of its shard, which never crosses again).
-        b.Op(absl::StrCat("ps", s, "/decode_w", w), "Identity", {grad});
+      for (size_t k = 0; k < push_elements[s].size(); ++k) {
+        const std::string suffix = SliceSuffix(sliced ? static_cast<int>(k) : -1);
+        b.SetRank(servers + w);
+        const std::string grad = b.Variable(absl::StrCat("w", w, "/grad", s, suffix),
+                                            graph::DT_FLOAT32, {push_elements[s][k]});
+        b.SetRank(s);
+        if (!compressed) {
+          b.Op(absl::StrCat("ps", s, "/apply_w", w, suffix), "ApplyGradient",
+               {params[s], grad});
+        } else {
+          // A codec's message: the server reads it (and decodes it into a
+          // gradient of its shard, which never crosses again).
+          b.Op(absl::StrCat("ps", s, "/decode_w", w, suffix), "Identity", {grad});
+        }
       }
     }
   }

@@ -8,6 +8,8 @@
 //                      ps<s>/decode_w<w>, an Identity), consumed by the server's
 //                      ps<s>/apply_w<w> (ApplyGradient): a push into a static
 //                      slot of its own on the server;
+//                      With overlap=on, one such tensor per slice k of the
+//                      shard (slices.h): w<w>/grad<s>_<k>, with ps<s>/apply_w<w>_<k>.
 //   ps<s>/params       with pull=send only, sent to each worker (consumed by
 //                      its w<w>/params<s>, an Identity). With pull=read they
 //                      never cross in the plan: workers READ them from the
@@ -23,15 +25,17 @@
 
 namespace rdmaflow::strategies::ps {
 
-std::string GradTensor(int worker, int server);    // "w1/grad0:0"
+// "w1/grad0:0"; slice k of a sliced shard: "w1/grad0_3:0".
+std::string GradTensor(int worker, int server, int slice = -1);
 std::string ParamsTensor(int server);  // "ps0/params:0"
 
-// `push_elements[s]`: the float32 elements of a push to server s (the
-// shard's, or with a codec, `compressed`, its largest message's).
+// `push_elements[s]`: the float32 elements of each push to server s, one
+// per slice of its shard: the shard's (one push), the slices' (`sliced`),
+// or with a codec, `compressed`, its largest message's.
 graph::GraphDef BuildPsGraph(int servers, int workers,
                              const std::vector<int64_t>& shard_elements,
-                             const std::vector<int64_t>& push_elements, bool compressed,
-                             bool pull_by_read);
+                             const std::vector<std::vector<int64_t>>& push_elements,
+                             bool sliced, bool compressed, bool pull_by_read);
 
 }  // namespace rdmaflow::strategies::ps
 

@@ -30,11 +30,27 @@ absl::StatusOr<PsOptions> PsOptions::Parse(
         return absl::InvalidArgumentError(absl::StrCat(
             "ps copies must be at least 2, got '", value, "'"));
       }
+    } else if (key == "overlap") {
+      if (value != "on" && value != "off") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ps overlap must be 'on' or 'off', got '", value, "'"));
+      }
+      options.overlap = value == "on";
+    } else if (key == "slice_bytes") {
+      if (!absl::SimpleAtoi(value, &options.slice_bytes) || options.slice_bytes < 4096) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ps slice_bytes must be a byte count of at least 4096, got '", value, "'"));
+      }
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown ps parameter '", key,
-                       "'; known: servers, sync, pull, copies"));
+                       "'; known: servers, sync, pull, copies, overlap, slice_bytes"));
     }
+  }
+  if (options.overlap && !options.pull_by_read) {
+    return absl::InvalidArgumentError(
+        "ps overlap=on pulls each slice by one-sided READ as soon as its server published it; "
+        "it needs pull=read");
   }
   return options;
 }

@@ -8,9 +8,19 @@
 //               communicator); send: servers send them, as an RPC parameter
 //               server replies (any communicator)
 //   copies=K    versions a server keeps of its shard for readers (default 3)
+//   overlap=on  communication hidden behind compute (default off; needs
+//               pull=read and no codec): each shard is cut into slices of
+//               slice_bytes, a worker pushes each slice as soon as backward
+//               has produced its gradients, the server applies a slice once
+//               the sync mode lets it, and workers pull each slice of the
+//               next step as soon as the server published it, while the
+//               other slices are still being pushed (P3's slicing)
+//   slice_bytes=N  the slices' size with overlap=on (default 1 MiB,
+//               at least 4096)
 #ifndef RDMAFLOW_STRATEGIES_PS_PS_OPTIONS_H_
 #define RDMAFLOW_STRATEGIES_PS_PS_OPTIONS_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -25,6 +35,8 @@ struct PsOptions {
   SyncPolicy sync;
   bool pull_by_read = true;
   int copies = 3;
+  bool overlap = false;
+  int64_t slice_bytes = int64_t{1} << 20;
 
   // kInvalidArgument naming the bad or unknown key and the known ones.
   static absl::StatusOr<PsOptions> Parse(

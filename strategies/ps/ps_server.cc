@@ -1,6 +1,7 @@
 // File: ps_server.cc
 // The parameter server's server role: take gradients as they come, apply
-// SGD with momentum into the next version of the shard, publish clocks.
+// SGD with momentum into the next version of the shard (of each slice of
+// it, with overlap=on), publish clocks.
 #include <algorithm>
 #include <cstring>
 #include <thread>
@@ -26,26 +27,36 @@ at::Tensor FloatView(const std::byte* data, int64_t elements) {
 
 absl::Status PsStrategy::StartServer() {
   const Shard& shard = shards_[index_];
-  const size_t bytes = shard.elements * sizeof(float);
-  ASSIGN_OR_RETURN(params_, onesided::VersionedBuffer::Create(
-                                links(), absl::StrCat("ps", index_, "/params"), bytes,
-                                ps_.copies));
-  // Version 1: the model's initial values (every rank builds the same model
-  // from the same seed; the servers' copy is the one that counts).
-  params_->Update([&](std::byte* next, const std::byte*) {
-    for (const ShardEntry& entry : shard.entries) {
-      const at::Tensor& p = parameters_[entry.parameter].tensor;
-      std::memcpy(next + entry.offset * sizeof(float), p.data_ptr<float>(),
-                  entry.elements * sizeof(float));
-    }
-  });
+  const std::vector<Slice>& slices = slices_[index_];
+  // The model's initial values (every rank builds the same model from the
+  // same seed; the servers' copy is the one that counts).
+  std::vector<float> initial(static_cast<size_t>(shard.elements));
+  for (const ShardEntry& entry : shard.entries) {
+    const at::Tensor& p = parameters_[entry.parameter].tensor;
+    std::memcpy(initial.data() + entry.offset, p.data_ptr<float>(),
+                entry.elements * sizeof(float));
+  }
+  params_.clear();
+  for (size_t k = 0; k < slices.size(); ++k) {
+    const std::string name = ps_.overlap ? absl::StrCat("ps", index_, "/params_", k)
+                                         : absl::StrCat("ps", index_, "/params");
+    ASSIGN_OR_RETURN(auto buffer,
+                     onesided::VersionedBuffer::Create(
+                         links(), name, slices[k].elements * sizeof(float), ps_.copies));
+    // Version 1: the initial values.
+    buffer->Update([&](std::byte* next, const std::byte*) {
+      std::memcpy(next, initial.data() + slices[k].offset, slices[k].elements * sizeof(float));
+    });
+    params_.push_back(std::move(buffer));
+  }
   ASSIGN_OR_RETURN(clocks_, onesided::VersionedBuffer::Create(
                                 links(), absl::StrCat("ps", index_, "/clocks"),
-                                2 * workers_ * sizeof(int64_t), ps_.copies));
+                                ClockWords(index_) * sizeof(int64_t), ps_.copies));
   table_ = std::make_unique<ClockTable>(ps_.sync, workers_);
   momentum_ = at::zeros({shard.elements}, at::kFloat);
   sum_ = at::zeros({shard.elements}, at::kFloat);
-  contributed_.assign(workers_, false);
+  taken_.assign(slices.size(), std::vector<int64_t>(workers_, 0));
+  applied_.assign(slices.size(), 0);
   pushes_taken_.assign(workers_, 0);
   if (!codecs_.empty()) decoded_ = at::zeros({shard.elements}, at::kFloat);
   reply_due_.assign(workers_, !ps_.pull_by_read);
@@ -60,31 +71,33 @@ void PsStrategy::PublishClocks() {
       words[w] = table_->Bound(w);
       words[workers_ + w] = table_->clock(w);
     }
+    for (size_t k = 0; k < taken_.size(); ++k) {
+      std::copy(taken_[k].begin(), taken_[k].end(), words + (2 + k) * workers_);
+    }
   });
 }
 
-void PsStrategy::ApplyUpdate(const at::Tensor& gradient) {
+void PsStrategy::ApplyUpdate(int slice, const at::Tensor& gradient) {
   // SGD with momentum, as torch.optim.SGD: v = mu * v + g; p -= lr * v,
   // written straight into the next version.
-  momentum_.mul_(options().momentum).add_(gradient);
-  const int64_t elements = shards_[index_].elements;
-  params_->Update([&](std::byte* next, const std::byte* latest) {
-    at::Tensor out = FloatView(next, elements);
-    at::add_out(out, FloatView(latest, elements), momentum_,
-                   -options().learning_rate);
+  const Slice& range = slices_[index_][slice];
+  at::Tensor momentum = momentum_.narrow(0, range.offset, range.elements);
+  momentum.mul_(options().momentum).add_(gradient);
+  params_[slice]->Update([&](std::byte* next, const std::byte* latest) {
+    at::Tensor out = FloatView(next, range.elements);
+    at::add_out(out, FloatView(latest, range.elements), momentum, -options().learning_rate);
   });
-  ++updates_;
 }
 
 absl::Status PsStrategy::SendParameters(int worker) {
   const size_t bytes = shards_[index_].elements * sizeof(float);
   // Not in place: the copy may be rewritten while the write is in flight,
-  // so the communicator stages it (an RPC server's reply copy).
+  // so the communicator stages it (an RPC server's reply copy). pull=send
+  // has one slice, the whole shard.
   return communicator_->Send(params_ids_[worker],
-                             {params_->latest(), bytes,
+                             {params_[0]->latest(), bytes,
                               {shards_[index_].elements}, nullptr});
 }
-
 absl::Status PsStrategy::SendReplies() {
   if (ps_.pull_by_read) return absl::OkStatus();
   if (table_->min_clock() >= options().steps) {
@@ -103,28 +116,29 @@ absl::Status PsStrategy::SendReplies() {
   return absl::OkStatus();
 }
 
-absl::Status PsStrategy::TakeGradient(int worker) {
+absl::Status PsStrategy::TakeGradient(int worker, int slice, bool& completed) {
   ASSIGN_OR_RETURN(runtime::ReceivedTensor tensor,
-                   communicator_->Recv(grad_ids_[worker]));
-  const int64_t elements = shards_[index_].elements;
-  const size_t expected = PushElements()[index_] * sizeof(float);
+                   communicator_->Recv(grad_ids_[worker][slice]));
+  const Slice& range = slices_[index_][slice];
+  const size_t expected = PushElements()[index_][slice] * sizeof(float);
   if (tensor.bytes() != expected) {
     return absl::DataLossError(absl::StrCat(
         Where(), ": worker ", worker, " pushed ", tensor.bytes(),
-        " bytes of gradient, expected ", expected));
+        " bytes of gradient", ps_.overlap ? absl::StrCat(" for slice ", slice) : "",
+        ", expected ", expected));
   }
   // The gradient is read where it landed (decoded from there, with a
-  // codec), then the slot goes back.
+  // codec: one slice, the whole shard), then the slot goes back.
   at::Tensor gradient;
   if (codecs_.empty()) {
-    gradient = FloatView(tensor.data(), elements);
+    gradient = FloatView(tensor.data(), range.elements);
   } else {
     const absl::Time begin = absl::Now();
     decoded_.zero_();
     absl::Status decoded = codecs_[index_]->AddMessage(
         absl::MakeConstSpan(tensor.data(), tensor.bytes()),
         static_cast<uint64_t>(pushes_taken_[worker]), worker,
-        absl::MakeSpan(decoded_.data_ptr<float>(), static_cast<size_t>(elements)), 1.0f);
+        absl::MakeSpan(decoded_.data_ptr<float>(), static_cast<size_t>(range.elements)), 1.0f);
     if (!decoded.ok()) {
       return absl::Status(decoded.code(),
                           absl::StrCat(Where(), ": the push of worker ", worker, " (rank ",
@@ -134,57 +148,77 @@ absl::Status PsStrategy::TakeGradient(int worker) {
     ++codec_stats_.calls;
     gradient = decoded_;
   }
-  ++pushes_taken_[worker];
-  const double now = absl::ToDoubleSeconds(absl::Now() - start_time_);
+  ++taken_[slice][worker];
   if (ps_.sync.mode == SyncMode::kBsp) {
-    sum_.add_(gradient);
-    contributed_[worker] = true;
-    table_->OnPush(worker, now);
-    if (++contributions_ == workers_) {
-      ApplyUpdate(sum_.div_(workers_));
-      sum_.zero_();
-      contributed_.assign(workers_, false);
-      contributions_ = 0;
+    at::Tensor sum = sum_.narrow(0, range.offset, range.elements);
+    sum.add_(gradient);
+    // The slice's step is complete once every worker's slice is in.
+    const bool all = std::all_of(taken_[slice].begin(), taken_[slice].end(),
+                                 [&](int64_t n) { return n > applied_[slice]; });
+    if (all) {
+      ApplyUpdate(slice, sum.div_(workers_));
+      sum.zero_();
+      ++applied_[slice];
+      updates_ = *std::min_element(applied_.begin(), applied_.end());
     }
   } else {
-    ApplyUpdate(gradient.div(workers_));
-    table_->OnPush(worker, now);
+    ApplyUpdate(slice, gradient.div(workers_));
   }
-  history_.push_back(table_->clocks());
-  reply_due_[worker] = !ps_.pull_by_read;
+  // The worker's step is complete once every slice of it is in.
+  completed = std::all_of(taken_.begin(), taken_.end(), [&](const std::vector<int64_t>& row) {
+    return row[worker] > table_->clock(worker);
+  });
+  if (completed) {
+    if (ps_.sync.mode != SyncMode::kBsp) ++updates_;
+    ++pushes_taken_[worker];
+    table_->OnPush(worker, absl::ToDoubleSeconds(absl::Now() - start_time_));
+    history_.push_back(table_->clocks());
+    reply_due_[worker] = !ps_.pull_by_read;
+  }
   PublishClocks();
-  return SendReplies();
+  return completed ? SendReplies() : absl::OkStatus();
 }
 
 absl::StatusOr<StepReport> PsStrategy::ServerStep() {
   const absl::Time begin = absl::Now();
-  const absl::Time deadline = begin + options().communicator_options.timeout;
+  absl::Time deadline = begin + options().communicator_options.timeout;
+  const int slices = static_cast<int>(slices_[index_].size());
   while (true) {
     for (int i = 0; i < workers_; ++i) {
       const int w = (next_worker_ + i) % workers_;
-      if (table_->clock(w) >= options().steps || contributed_[w]) continue;
-      ASSIGN_OR_RETURN(bool ready, communicator_->Ready(grad_ids_[w]));
-      if (!ready) continue;
-      const absl::Time arrived = absl::Now();
-      RETURN_IF_ERROR(TakeGradient(w));
-      next_worker_ = (w + 1) % workers_;
-      StepReport report;
-      report.clock = updates_;
-      report.min_clock = table_->min_clock();
-      report.Add(StepSpan::Kind::kCommunication, begin, arrived);
-      report.Add(StepSpan::Kind::kWait, begin, arrived);
-      report.Add(StepSpan::Kind::kCompute, arrived, absl::Now());  // the optimizer
-      return report;
+      const int64_t clock = table_->clock(w);
+      if (clock >= options().steps) continue;
+      for (int k = 0; k < slices; ++k) {
+        // A slice already taken for the worker's current step, or under bsp
+        // one ahead of the others' (its next step's), waits.
+        if (taken_[k][w] > clock) continue;
+        if (ps_.sync.mode == SyncMode::kBsp && taken_[k][w] > applied_[k]) continue;
+        ASSIGN_OR_RETURN(bool ready, communicator_->Ready(grad_ids_[w][k]));
+        if (!ready) continue;
+        const absl::Time arrived = absl::Now();
+        bool completed = false;
+        RETURN_IF_ERROR(TakeGradient(w, k, completed));
+        deadline = absl::Now() + options().communicator_options.timeout;
+        if (!completed) continue;
+        next_worker_ = (w + 1) % workers_;
+        StepReport report;
+        report.clock = updates_;
+        report.min_clock = table_->min_clock();
+        report.Add(StepSpan::Kind::kCommunication, begin, arrived);
+        report.Add(StepSpan::Kind::kWait, begin, arrived);
+        report.Add(StepSpan::Kind::kCompute, arrived, absl::Now());  // the optimizer
+        return report;
+      }
     }
     if (absl::Now() > deadline) {
-      // The workers it waits for: under bsp those whose gradient this step
-      // still lacks, otherwise the slowest ones still running.
+      // The workers it waits for: the slowest ones still running.
       std::vector<std::string> waiting;
       const int64_t slowest = table_->min_clock();
       for (int w = 0; w < workers_; ++w) {
         const int64_t clock = table_->clock(w);
-        if (clock >= options().steps || contributed_[w]) continue;
-        if (ps_.sync.mode != SyncMode::kBsp && clock != slowest) continue;
+        if (clock >= options().steps) continue;
+        // Under bsp these are the ones whose gradient the step lacks.
+        if (clock != slowest) continue;
         waiting.push_back(
             absl::StrCat("worker ", w, " (rank ", ps_.servers + w, ") at clock ", clock));
       }

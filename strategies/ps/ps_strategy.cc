@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "absl/container/flat_hash_map.h"
+#include "graph_analyzer/gradient_order.h"
 #include "graph_analyzer/placement.h"
 #include "graph_analyzer/planner.h"
 #include "runtime/communicator_factory.h"
@@ -43,15 +45,30 @@ absl::StatusOr<std::unique_ptr<PsStrategy>> PsStrategy::Create(
           " needs a collective among the members (allreduce, layer_separated)"));
     }
     RETURN_IF_ERROR(probe.status());
+    if (ps.overlap) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ps overlap=on pushes each slice of a shard on its own; --codec ", options.codec,
+          " encodes a shard's gradient whole: use one or the other"));
+    }
   }
   return std::unique_ptr<PsStrategy>(new PsStrategy(options, std::move(ps)));
 }
 
-std::vector<int64_t> PsStrategy::PushElements() const {
-  if (!push_elements_.empty()) return push_elements_;
-  std::vector<int64_t> elements;
-  for (const Shard& shard : shards_) elements.push_back(shard.elements);
+std::vector<std::vector<int64_t>> PsStrategy::PushElements() const {
+  std::vector<std::vector<int64_t>> elements;
+  for (size_t s = 0; s < slices_.size(); ++s) {
+    elements.emplace_back();
+    if (!push_elements_.empty()) {
+      elements.back().push_back(push_elements_[s]);  // a codec: one message
+      continue;
+    }
+    for (const Slice& slice : slices_[s]) elements.back().push_back(slice.elements);
+  }
   return elements;
+}
+
+size_t PsStrategy::ClockWords(int server) const {
+  return static_cast<size_t>(workers_) * (2 + slices_[server].size());
 }
 
 PsStrategy::PsStrategy(StrategyOptions options, PsOptions ps)
@@ -61,6 +78,7 @@ PsStrategy::~PsStrategy() {
   // In-flight pushes leave from our memory: shut down first. Then the
   // parameters must not keep pointing into memory that goes away with us.
   communicator_.reset();
+  pipeline_.reset();
   if (!server_) DetachParameters();
 }
 
@@ -105,6 +123,28 @@ absl::StatusOr<std::vector<Shard>> PsStrategy::ShardAsPlanned(
     owner.push_back(it->second);
   }
   return ShardParametersOnto(elements, owner, ps_.servers);
+}
+
+absl::Status PsStrategy::OrderPushes() {
+  const size_t n = parameters_.size();
+  std::vector<int> ready_rank(n);
+  // Without a plan, DDP's guess: backward runs the model backwards.
+  for (size_t i = 0; i < n; ++i) ready_rank[i] = static_cast<int>(n - 1 - i);
+  if (context().model != nullptr) {
+    ASSIGN_OR_RETURN(std::vector<graph::ReadyGradient> order,
+                     graph::GradientReadyOrder(*context().model));
+    absl::flat_hash_map<std::string, int> rank;
+    for (size_t i = 0; i < order.size(); ++i) {
+      rank.emplace(order[i].parameter, static_cast<int>(i));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const auto it = rank.find(parameters_[i].name);
+      // Parameters backward never reaches go last.
+      ready_rank[i] = it == rank.end() ? static_cast<int>(order.size()) : it->second;
+    }
+  }
+  push_order_ = PushOrder(slices_, ready_rank);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> parameters) {
@@ -155,10 +195,14 @@ absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> par
       codecs_.push_back(std::move(codec).value());
     }
   }
+  slices_.clear();
+  const int64_t slice_elements = ps_.overlap ? ps_.slice_bytes / sizeof(float) : 0;
+  for (const Shard& shard : shards_) slices_.push_back(SliceShard(shard, slice_elements));
+  if (ps_.overlap) RETURN_IF_ERROR(OrderPushes());
   std::vector<int64_t> shard_elements;
   for (const Shard& shard : shards_) shard_elements.push_back(shard.elements);
-  return BuildPsGraph(ps_.servers, workers_, shard_elements, PushElements(), !codecs_.empty(),
-                      ps_.pull_by_read);
+  return BuildPsGraph(ps_.servers, workers_, shard_elements, PushElements(), ps_.overlap,
+                      !codecs_.empty(), ps_.pull_by_read);
 }
 
 graph::PlannerOptions PsStrategy::planner_options() const {
@@ -177,14 +221,19 @@ absl::Status PsStrategy::CreateCommunicator() {
   ASSIGN_OR_RETURN(runtime::RankPlan mine,
                    runtime::RankPlan::Create(plan(), context().rank));
   const int peers = server_ ? workers_ : ps_.servers;
-  grad_ids_.assign(peers, -1);
+  grad_ids_.assign(peers, {});
   params_ids_.assign(peers, -1);
   for (int peer = 0; peer < peers; ++peer) {
     const int worker = server_ ? peer : index_;
     const int server = server_ ? index_ : peer;
     const int peer_rank = server_ ? ps_.servers + peer : peer;
-    ASSIGN_OR_RETURN(grad_ids_[peer],
-                     mine.IdOf(!server_, GradTensor(worker, server), peer_rank));
+    for (size_t k = 0; k < slices_[server].size(); ++k) {
+      ASSIGN_OR_RETURN(
+          int id, mine.IdOf(!server_,
+                            GradTensor(worker, server, ps_.overlap ? static_cast<int>(k) : -1),
+                            peer_rank));
+      grad_ids_[peer].push_back(id);
+    }
     if (!ps_.pull_by_read) {
       ASSIGN_OR_RETURN(params_ids_[peer],
                        mine.IdOf(server_, ParamsTensor(server), peer_rank));
@@ -223,7 +272,9 @@ runtime::TransferCounters PsStrategy::counters() const {
 
 int64_t PsStrategy::pull_retries() const {
   int64_t retries = 0;
-  for (const auto& reader : param_readers_) retries += reader->retries();
+  for (const auto& server : param_readers_) {
+    for (const auto& reader : server) retries += reader->retries();
+  }
   for (const auto& reader : clock_readers_) retries += reader->retries();
   return retries;
 }
@@ -232,14 +283,14 @@ absl::Status PsStrategy::DoFinish(bool after_failure) {
   absl::Status status;
   if (!server_ && !after_failure) {
     // The final parameters: after every server took every gradient.
-    status = ps_.pull_by_read ? WaitForPermission(kUnbounded).status()
-                              : ReceiveParameters();
+    status = ps_.pull_by_read ? WaitForEnd() : ReceiveParameters();
     if (status.ok() && ps_.pull_by_read) status = PullParameters();
   }
   // Completes or cancels what is in flight (each wait bounded by the
   // timeout), so nothing lands after the regions below are freed.
   absl::Status shutdown = communicator_->Shutdown();
   if (status.ok()) status = shutdown;
+  pipeline_.reset();  // its hooks, before the parameters are detached
   if (!server_) DetachParameters();
   return status;
 }

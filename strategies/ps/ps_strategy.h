@@ -14,6 +14,17 @@
 // A server takes gradients as they come (Communicator::Ready): under bsp it
 // sums the W of a step and applies their mean; otherwise it applies each
 // gradient, scaled by 1/W, on arrival; then it republishes the clocks.
+// With overlap=on (ps_options.h) each shard is cut into slices (slices.h):
+// a worker pushes each slice from the communication thread as soon as
+// backward completed its gradients (bucket_pipeline.h), a server applies
+// each slice on its own (under bsp once every worker's slice of the step is
+// in), publishing it in a versioned buffer of its own and, in its clock
+// words, how many of each worker's gradients it holds; a worker pulls each
+// slice of its next step as soon as that slice is ready for it, while the
+// rest are still on the wire. What a pull sees is unchanged: under bsp each
+// slice holds exactly the step's updates of every worker; otherwise the
+// step is within the bound, and every slice holds the worker's own
+// gradients (read-my-writes).
 // With pull=send the server instead sends each worker its parameters when
 // the worker may go on (an RPC parameter server's reply), so the strategy
 // runs over every communicator, rdma_copy and grpc included.
@@ -41,7 +52,9 @@
 #include "rdma/memory_region.h"
 #include "runtime/communicator.h"
 #include "strategies/ps/ps_options.h"
+#include "strategies/bucket_pipeline.h"
 #include "strategies/ps/sharding.h"
+#include "strategies/ps/slices.h"
 #include "strategies/ps/sync_policy.h"
 #include "compression/codec.h"
 #include "strategies/strategy.h"
@@ -82,6 +95,23 @@ class PsStrategy final : public Strategy {
   }
   // Workers: pulls that raced an update and read again.
   int64_t pull_retries() const;
+  // Each server's slices (one, the whole shard, without overlap), from
+  // Prepare() on.
+  const std::vector<std::vector<Slice>>& slices() const { return slices_; }
+  // Workers with overlap=on: slices pushed while compute still ran, over
+  // all steps so far.
+  int64_t overlapped_pushes() const { return overlapped_pushes_; }
+  // Workers, for the sync tests: each pull of a slice, with how many of
+  // every worker's gradients the slice held by the clock words the worker
+  // pulled it by; empty unless record_pulls(true) was called first.
+  struct PullRecord {
+    int64_t clock = 0;  // the step it was pulled for
+    int server = 0;
+    int slice = 0;
+    std::vector<int64_t> held;  // by worker
+  };
+  void record_pulls(bool on) { record_pulls_ = on; }
+  const std::vector<PullRecord>& pulls() const { return pulls_; }
 
  private:
   PsStrategy(StrategyOptions options, PsOptions ps);
@@ -96,15 +126,23 @@ class PsStrategy final : public Strategy {
 
   absl::Status CreateCommunicator();
   std::string Ns() const;
-  // The float32 elements of a push to each server: the shard's, or with a
-  // codec its largest message's.
-  std::vector<int64_t> PushElements() const;
+  // The float32 elements of each push to each server, one per slice: the
+  // slices', or with a codec its largest message's.
+  std::vector<std::vector<int64_t>> PushElements() const;
+  // The int64 words of a server's clock buffer: each worker's bound and
+  // clock, then per slice each worker's gradients it holds.
+  size_t ClockWords(int server) const;
+  // overlap=on: push_order_, by the model's plan when the context has it
+  // (graph_analyzer/gradient_order.h), else last parameters first.
+  absl::Status OrderPushes();
 
   // ps_server.cc
   absl::Status StartServer();
   absl::StatusOr<StepReport> ServerStep();
-  absl::Status TakeGradient(int worker);
-  void ApplyUpdate(const at::Tensor& gradient);
+  // Takes slice `slice` of `worker`'s gradient; sets `completed` when that
+  // was the last slice of the worker's step.
+  absl::Status TakeGradient(int worker, int slice, bool& completed);
+  void ApplyUpdate(int slice, const at::Tensor& gradient);
   void PublishClocks();
   absl::Status SendReplies();
   absl::Status SendParameters(int worker);
@@ -112,11 +150,17 @@ class PsStrategy final : public Strategy {
   // ps_worker.cc
   absl::Status StartWorker();
   absl::StatusOr<StepReport> WorkerStep(const ComputeFn& compute);
-  // Waits until every server lets this worker's clock go; returns the
-  // slowest clock seen.
-  absl::StatusOr<int64_t> WaitForPermission(int64_t clock);
+  // Waits until every server lets the workers finish (every worker pushed
+  // every step).
+  absl::Status WaitForEnd();
+  // Pulls every slice of every shard as soon as it may go into step
+  // `clock` (the class comment); `first` is set when the first pull began.
+  // Returns the slowest clock seen.
+  absl::StatusOr<int64_t> PullWhenPermitted(int64_t clock, absl::Time& first);
   absl::Status ReadClocks(int server, std::vector<int64_t>& words);
+  absl::Status PullSlice(int server, int slice);
   absl::Status PullParameters();
+  absl::Status PushSlice(int server, int slice);
   absl::Status ReceiveParameters();
   absl::Status WaitForPushes();
   absl::Status PushGradients();
@@ -133,6 +177,7 @@ class PsStrategy final : public Strategy {
       const std::vector<int64_t>& elements) const;
 
   std::vector<Shard> shards_;
+  std::vector<std::vector<Slice>> slices_;  // by server
   int workers_ = 0;
   bool server_ = false;
   int index_ = 0;  // server index, or worker index (rank - servers)
@@ -145,17 +190,19 @@ class PsStrategy final : public Strategy {
   compression::CompressionStats codec_stats_;
 
   // Server.
-  std::unique_ptr<onesided::VersionedBuffer> params_;
+  std::vector<std::unique_ptr<onesided::VersionedBuffer>> params_;  // by slice
   std::unique_ptr<onesided::VersionedBuffer> clocks_;
   std::unique_ptr<ClockTable> table_;
   at::Tensor momentum_;
   at::Tensor sum_;  // bsp: this step's gradients so far
-  std::vector<bool> contributed_;
-  int contributions_ = 0;
+  // By slice, then worker: the worker's gradients taken into the slice.
+  std::vector<std::vector<int64_t>> taken_;
+  std::vector<int64_t> applied_;  // bsp, by slice: the steps applied
   int next_worker_ = 0;
   int64_t updates_ = 0;
   std::vector<bool> reply_due_;
-  std::vector<int> grad_ids_;    // by worker (server) or by server (worker)
+  // By worker (server) or by server (worker), then slice.
+  std::vector<std::vector<int>> grad_ids_;
   std::vector<int> params_ids_;  // pull=send, likewise
   std::vector<std::vector<int64_t>> history_;
   std::vector<int64_t> pushes_taken_;  // by worker: the next push's step
@@ -169,9 +216,17 @@ class PsStrategy final : public Strategy {
   std::unique_ptr<rdma::MemoryRegion> message_region_;
   std::vector<int64_t> message_offset_;
   std::unique_ptr<rdma::MemoryRegion> clock_scratch_;
-  std::vector<std::unique_ptr<onesided::VersionedReader>> param_readers_;
+  // By server, then slice.
+  std::vector<std::vector<std::unique_ptr<onesided::VersionedReader>>> param_readers_;
   std::vector<std::unique_ptr<onesided::VersionedReader>> clock_readers_;
   int64_t pulled_bytes_ = 0;  // parameters read from the servers
+  // overlap=on: the slices in the order backward completes them, pushed by
+  // the pipeline as they are.
+  std::vector<SliceRef> push_order_;
+  std::unique_ptr<BucketPipeline> pipeline_;
+  int64_t overlapped_pushes_ = 0;
+  bool record_pulls_ = false;
+  std::vector<PullRecord> pulls_;
 };
 
 }  // namespace rdmaflow::strategies::ps

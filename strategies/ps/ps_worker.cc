@@ -66,80 +66,156 @@ absl::Status PsStrategy::StartWorker() {
   if (message_region_ != nullptr) communicator_->AddSendArena(message_region_.get());
   if (!ps_.pull_by_read) return absl::OkStatus();
   const absl::Duration timeout = options().communicator_options.timeout;
+  param_readers_.clear();
+  param_readers_.resize(servers);
+  size_t clock_bytes = 0;
   for (int s = 0; s < servers; ++s) {
-    ASSIGN_OR_RETURN(auto reader,
-                     onesided::VersionedReader::Create(
-                         links(), absl::StrCat("ps", s, "/params"), s, timeout));
-    if (reader->bytes() != shards_[s].elements * sizeof(float)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          Where(), ": server ", s, " publishes ", reader->bytes(),
-          " bytes of parameters, this worker's model has ",
-          shards_[s].elements * sizeof(float),
-          "; do all ranks build the same model?"));
+    for (size_t k = 0; k < slices_[s].size(); ++k) {
+      const std::string name = ps_.overlap ? absl::StrCat("ps", s, "/params_", k)
+                                           : absl::StrCat("ps", s, "/params");
+      ASSIGN_OR_RETURN(auto reader,
+                       onesided::VersionedReader::Create(links(), name, s, timeout));
+      if (reader->bytes() != slices_[s][k].elements * sizeof(float)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            Where(), ": server ", s, " publishes ", reader->bytes(), " bytes of parameters in '",
+            name, "', this worker's model has ", slices_[s][k].elements * sizeof(float),
+            "; do all ranks build the same model with the same ps parameters?"));
+      }
+      param_readers_[s].push_back(std::move(reader));
     }
-    param_readers_.push_back(std::move(reader));
-    ASSIGN_OR_RETURN(reader, onesided::VersionedReader::Create(
-                                 links(), absl::StrCat("ps", s, "/clocks"), s, timeout));
+    ASSIGN_OR_RETURN(auto reader, onesided::VersionedReader::Create(
+                                      links(), absl::StrCat("ps", s, "/clocks"), s, timeout));
+    if (reader->bytes() != ClockWords(s) * sizeof(int64_t)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), ": server ", s, " publishes ", reader->bytes(), " bytes of clocks, ",
+          ClockWords(s) * sizeof(int64_t),
+          " expected; do all ranks run with the same ps parameters?"));
+    }
     clock_readers_.push_back(std::move(reader));
+    clock_bytes = std::max(clock_bytes, ClockWords(s) * sizeof(int64_t));
   }
   ASSIGN_OR_RETURN(rdma::MemoryRegion scratch,
-                   transport.Allocate(servers * RoundUp(2 * workers_ * sizeof(int64_t))));
+                   transport.Allocate(servers * RoundUp(clock_bytes)));
   clock_scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
+  if (ps_.overlap) {
+    // Each slice's push, in backward's order, as soon as its gradients are in.
+    std::vector<std::vector<size_t>> buckets;
+    for (const SliceRef& ref : push_order_) {
+      buckets.push_back(slices_[ref.server][ref.slice].parameters);
+    }
+    ASSIGN_OR_RETURN(pipeline_,
+                     BucketPipeline::Create(
+                         parameters_, std::move(buckets),
+                         [this](size_t b) {
+                           return PushSlice(push_order_[b].server, push_order_[b].slice);
+                         },
+                         links().loop(), absl::StrCat(Where(), "'s pushes")));
+  }
   return absl::OkStatus();
 }
 
 absl::Status PsStrategy::ReadClocks(int server, std::vector<int64_t>& words) {
-  const size_t bytes = 2 * workers_ * sizeof(int64_t);
-  const size_t offset = server * RoundUp(bytes);
+  const size_t bytes = ClockWords(server) * sizeof(int64_t);
+  const size_t offset = server * (clock_scratch_->size() / ps_.servers);
   ASSIGN_OR_RETURN(uint64_t version,
                    clock_readers_[server]->Read({clock_scratch_.get(), offset, bytes}));
-  words.resize(2 * workers_);
+  words.resize(ClockWords(server));
   std::memcpy(words.data(), clock_scratch_->data() + offset, bytes);
-  // Version 0 is the zeros before the server started: no permission yet.
-  if (version == 0) std::fill(words.begin(), words.begin() + workers_, -1);
+  // Version 0 is the zeros before the server started: no permission yet,
+  // nothing held.
+  if (version == 0) {
+    std::fill(words.begin(), words.begin() + workers_, -1);
+    std::fill(words.begin() + 2 * workers_, words.end(), -1);
+  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> PsStrategy::WaitForPermission(int64_t clock) {
+absl::Status PsStrategy::WaitForEnd() {
+  absl::Time first;
+  return PullWhenPermitted(kUnbounded, first).status();
+}
+
+absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time& first) {
   const absl::Time deadline = absl::Now() + options().communicator_options.timeout;
-  std::vector<int64_t> words;
+  const bool end = clock == kUnbounded;
+  const int workers = workers_;
+  // Slices still to pull, by server (none at the end: Finish() pulls them
+  // all once every worker is done).
+  std::vector<std::vector<bool>> due(ps_.servers);
+  int left = 0;
+  for (int s = 0; s < ps_.servers; ++s) {
+    due[s].assign(end ? 0 : slices_[s].size(), true);
+    left += static_cast<int>(due[s].size());
+  }
+  first = absl::InfiniteFuture();
+  std::vector<std::vector<int64_t>> words(ps_.servers);
   while (true) {
     int64_t bound = kUnbounded;
     int64_t slowest = kUnbounded;
-    int64_t mine = kUnbounded;  // our gradients the servers applied
-    int lagging_server = -1;    // one that has not applied them all
     for (int s = 0; s < ps_.servers; ++s) {
-      RETURN_IF_ERROR(ReadClocks(s, words));
-      bound = std::min(bound, words[index_]);
-      if (words[workers_ + index_] < mine) {
-        mine = words[workers_ + index_];
-        if (mine < clock) lagging_server = s;
-      }
-      slowest = std::min(slowest, *std::min_element(words.begin() + workers_,
-                                                    words.end()));
+      RETURN_IF_ERROR(ReadClocks(s, words[s]));
+      bound = std::min(bound, words[s][index_]);
+      slowest = std::min(slowest, *std::min_element(words[s].begin() + workers,
+                                                    words[s].begin() + 2 * workers));
     }
-    // kUnbounded asks for the end: every server took every gradient.
-    // Otherwise the clock must be within the bound, and the parameters must
-    // hold this worker's own gradients (read-my-writes, as in SSP).
-    const bool go = clock == kUnbounded ? slowest >= options().steps && bound >= 0
-                                        : clock <= bound && mine >= clock;
-    if (go) return slowest;
+    // The end: every server took every gradient.
+    if (end && slowest >= options().steps && bound >= 0) return slowest;
+    // A slice may go into step `clock` once it holds this worker's own
+    // gradients of the steps before (read-my-writes), and under bsp every
+    // worker's, exactly; otherwise once the step is within the bound.
+    bool pulled = false;
+    for (int s = 0; s < ps_.servers; ++s) {
+      for (size_t k = 0; k < due[s].size(); ++k) {
+        if (!due[s][k]) continue;
+        const auto held = words[s].begin() + (2 + k) * workers;
+        if (held[index_] < clock) continue;
+        if (ps_.sync.mode == SyncMode::kBsp
+                ? *std::min_element(held, held + workers) < clock
+                : clock > bound) {
+          continue;
+        }
+        if (first == absl::InfiniteFuture()) first = absl::Now();
+        if (record_pulls_) {
+          pulls_.push_back({clock, s, static_cast<int>(k),
+                            std::vector<int64_t>(held, held + workers)});
+        }
+        RETURN_IF_ERROR(PullSlice(s, static_cast<int>(k)));
+        due[s][k] = false;
+        --left;
+        pulled = true;
+      }
+    }
+    if (!end && left == 0) return slowest;
+    if (pulled) continue;  // read the clocks again at once
     if (absl::Now() > deadline) {
       // Name who is holding us back: the slowest workers (bound too low), or
-      // a server that has not applied our own last gradient.
-      std::string waiting_for = absl::StrCat("the slowest: ", WorkersAt(words, slowest));
-      if (clock != kUnbounded && clock <= bound && lagging_server >= 0) {
-        waiting_for = absl::StrCat("server ", lagging_server, " (rank ", lagging_server,
-                                   ") has applied ", mine, " of this worker's gradients");
+      // a server that has not taken this worker's own last gradient.
+      std::string waiting_for;
+      for (int s = 0; s < ps_.servers && !end; ++s) {
+        for (size_t k = 0; k < due[s].size() && waiting_for.empty(); ++k) {
+          const int64_t mine = words[s][(2 + k) * workers + index_];
+          if (due[s][k] && mine < clock) {
+            waiting_for = absl::StrCat("server ", s, " (rank ", s, ") has taken ", mine,
+                                       " of this worker's gradients",
+                                       ps_.overlap ? absl::StrCat(" into slice ", k) : "");
+          }
+        }
       }
+      if (waiting_for.empty()) {
+        waiting_for = absl::StrCat("the slowest: ", WorkersAt(words[0], slowest));
+      }
+      int total = 0;
+      for (const std::vector<Slice>& server : slices_) total += server.size();
       return absl::DeadlineExceededError(absl::StrCat(
-          Where(), " at clock ",
-          clock == kUnbounded ? std::string("end") : absl::StrCat(clock), " waited ",
+          Where(), " at clock ", end ? std::string("end") : absl::StrCat(clock), " waited ",
           absl::FormatDuration(options().communicator_options.timeout),
           " for permission (", ps_.sync.ToString(), "): its bound is ", bound,
           " and the workers' clocks are [",
-          absl::StrJoin(words.begin() + workers_, words.end(), ", "), "]; ",
-          waiting_for, "; is it stuck or dead?"));
+          absl::StrJoin(words[0].begin() + workers, words[0].begin() + 2 * workers, ", "),
+          "]; ", waiting_for,
+          end || !ps_.overlap ? "" : absl::StrCat("; it pulled ", total - left, " of ", total,
+                                                  " slices"),
+          "; is it stuck or dead?"));
     }
     std::this_thread::yield();  // let the slower ranks have the CPU
   }
@@ -155,14 +231,24 @@ std::string PsStrategy::WorkersAt(const std::vector<int64_t>& words, int64_t clo
   return absl::StrCat(absl::StrJoin(names, ", "), " at clock ", clock);
 }
 
+absl::Status PsStrategy::PullSlice(int server, int slice) {
+  const Slice& range = slices_[server][slice];
+  const size_t bytes = range.elements * sizeof(float);
+  RETURN_IF_ERROR(param_readers_[server][slice]
+                      ->Read({param_region_.get(),
+                              static_cast<size_t>(shard_offset_[server]) +
+                                  range.offset * sizeof(float),
+                              bytes})
+                      .status());
+  pulled_bytes_ += static_cast<int64_t>(bytes);
+  return absl::OkStatus();
+}
+
 absl::Status PsStrategy::PullParameters() {
   for (int s = 0; s < ps_.servers; ++s) {
-    RETURN_IF_ERROR(param_readers_[s]
-                        ->Read({param_region_.get(),
-                                static_cast<size_t>(shard_offset_[s]),
-                                shards_[s].elements * sizeof(float)})
-                        .status());
-    pulled_bytes_ += shards_[s].elements * sizeof(float);
+    for (size_t k = 0; k < slices_[s].size(); ++k) {
+      RETURN_IF_ERROR(PullSlice(s, static_cast<int>(k)));
+    }
   }
   return absl::OkStatus();
 }
@@ -189,32 +275,38 @@ absl::Status PsStrategy::WaitForPushes() {
                                                 "reusing their memory: ", done.message()));
 }
 
+absl::Status PsStrategy::PushSlice(int server, int slice) {
+  const int64_t elements = PushElements()[server][slice];
+  const size_t bytes = elements * sizeof(float);
+  const int id = grad_ids_[server][slice];
+  if (codecs_.empty()) {
+    const size_t offset = shard_offset_[server] + slices_[server][slice].offset * sizeof(float);
+    return communicator_->Send(id, {grad_region_->data() + offset, bytes, {elements}, nullptr});
+  }
+  // The shard's gradient (one slice) through its codec, into the push's
+  // slot-sized message (a shorter message leaves padding its server
+  // ignores). The last push of this region has completed (WaitForPushes()).
+  const absl::Time begin = absl::Now();
+  const absl::Span<const float> gradient(
+      reinterpret_cast<const float*>(grad_region_->data() + shard_offset_[server]),
+      static_cast<size_t>(shards_[server].elements));
+  std::byte* message = message_region_->data() + message_offset_[server];
+  RETURN_IF_ERROR(codecs_[server]
+                      ->EncodeMessage(gradient, static_cast<uint64_t>(clock()),
+                                      absl::MakeSpan(message, codecs_[server]->scratch_bytes()))
+                      .status());
+  codec_stats_.encode_time += absl::Now() - begin;
+  // The whole slot crosses (a shorter message leaves padding).
+  codec_stats_.wire_bytes += static_cast<int64_t>(bytes);
+  codec_stats_.dense_bytes += shards_[server].elements * static_cast<int64_t>(sizeof(float));
+  return communicator_->Send(id, {message, bytes, {elements}, nullptr});
+}
+
 absl::Status PsStrategy::PushGradients() {
-  const std::vector<int64_t> push = PushElements();
   for (int s = 0; s < ps_.servers; ++s) {
-    const size_t bytes = push[s] * sizeof(float);
-    if (codecs_.empty()) {
-      RETURN_IF_ERROR(communicator_->Send(
-          grad_ids_[s], {grad_region_->data() + shard_offset_[s], bytes, {push[s]}, nullptr}));
-      continue;
+    for (size_t k = 0; k < slices_[s].size(); ++k) {
+      RETURN_IF_ERROR(PushSlice(s, static_cast<int>(k)));
     }
-    // The shard's gradient through its codec, into the push's slot-sized
-    // message (a shorter message leaves padding its server ignores). The
-    // last push of this region has completed (WaitForPushes()).
-    const absl::Time begin = absl::Now();
-    const absl::Span<const float> gradient(
-        reinterpret_cast<const float*>(grad_region_->data() + shard_offset_[s]),
-        static_cast<size_t>(shards_[s].elements));
-    std::byte* message = message_region_->data() + message_offset_[s];
-    RETURN_IF_ERROR(codecs_[s]
-                        ->EncodeMessage(gradient, static_cast<uint64_t>(clock()),
-                                        absl::MakeSpan(message, codecs_[s]->scratch_bytes()))
-                        .status());
-    codec_stats_.encode_time += absl::Now() - begin;
-    // The whole slot crosses (a shorter message leaves padding).
-    codec_stats_.wire_bytes += static_cast<int64_t>(bytes);
-    codec_stats_.dense_bytes += shards_[s].elements * static_cast<int64_t>(sizeof(float));
-    RETURN_IF_ERROR(communicator_->Send(grad_ids_[s], {message, bytes, {push[s]}, nullptr}));
   }
   if (!codecs_.empty()) ++codec_stats_.calls;
   return absl::OkStatus();
@@ -225,9 +317,9 @@ absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
   report.clock = clock();
   const absl::Time begin = absl::Now();
   if (ps_.pull_by_read) {
-    ASSIGN_OR_RETURN(report.min_clock, WaitForPermission(clock()));
-    report.Add(StepSpan::Kind::kWait, begin, absl::Now());
-    RETURN_IF_ERROR(PullParameters());
+    absl::Time first;
+    ASSIGN_OR_RETURN(report.min_clock, PullWhenPermitted(clock(), first));
+    report.Add(StepSpan::Kind::kWait, begin, std::min(first, absl::Now()));
   } else {
     report.min_clock = -1;  // a reply says nothing of the other workers
     RETURN_IF_ERROR(ReceiveParameters());
@@ -237,6 +329,18 @@ absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
   const absl::Time pulled = absl::Now();
   report.Add(StepSpan::Kind::kCommunication, begin, pulled);
   std::memset(grad_region_->data(), 0, grad_region_->size());
+  if (pipeline_ != nullptr) {
+    // Each slice pushed as soon as backward completed it; the step waits
+    // only for the pushes of the slices completed last to be posted.
+    ASSIGN_OR_RETURN(PipelinedStep step, pipeline_->Run(compute));
+    report.compute = step.compute;
+    report.Add(StepSpan::Kind::kCompute, step.compute_begin, step.compute_end);
+    for (const PipelinedStep::Span& push : step.buckets) {
+      report.Add(StepSpan::Kind::kCommunication, push.begin, push.end);
+    }
+    overlapped_pushes_ += step.overlapped;
+    return report;
+  }
   ASSIGN_OR_RETURN(report.compute, compute());
   const absl::Time computed = absl::Now();
   report.Add(StepSpan::Kind::kCompute, pulled, computed);
