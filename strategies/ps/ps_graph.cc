@@ -27,10 +27,16 @@ graph::GraphDef BuildPsGraph(int servers, int workers,
   graph::GraphBuilder b("parameter_server");
   b.SetWorldSize(servers + workers);
   std::vector<std::string> params(servers);
+  // Sliced: each slice a variable of its own (a versioned buffer apiece).
+  std::vector<std::vector<std::string>> slice_params(servers);
   for (int s = 0; s < servers; ++s) {
     b.SetRank(s);
     params[s] = b.Variable(absl::StrCat("ps", s, "/params"), graph::DT_FLOAT32,
                            {shard_elements[s]});
+    for (size_t k = 0; sliced && k < push_elements[s].size(); ++k) {
+      slice_params[s].push_back(b.Variable(absl::StrCat("ps", s, "/params", SliceSuffix(k)),
+                                           graph::DT_FLOAT32, {push_elements[s][k]}));
+    }
   }
   for (int w = 0; w < workers; ++w) {
     for (int s = 0; s < servers; ++s) {
@@ -46,7 +52,7 @@ graph::GraphDef BuildPsGraph(int servers, int workers,
         b.SetRank(s);
         if (!compressed) {
           b.Op(absl::StrCat("ps", s, "/apply_w", w, suffix), "ApplyGradient",
-               {params[s], grad});
+               {sliced ? slice_params[s][k] : params[s], grad});
         } else {
           // A codec's message: the server reads it (and decodes it into a
           // gradient of its shard, which never crosses again).

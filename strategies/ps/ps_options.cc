@@ -37,9 +37,11 @@ absl::StatusOr<PsOptions> PsOptions::Parse(
       }
       options.overlap = value == "on";
     } else if (key == "slice_bytes") {
-      if (!absl::SimpleAtoi(value, &options.slice_bytes) || options.slice_bytes < 4096) {
+      if (!absl::SimpleAtoi(value, &options.slice_bytes) || options.slice_bytes < 4 ||
+          options.slice_bytes % 4 != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "ps slice_bytes must be a byte count of at least 4096, got '", value, "'"));
+            "ps slice_bytes must be a positive multiple of 4 (whole float32 elements), got '",
+            value, "'"));
       }
     } else {
       return absl::InvalidArgumentError(

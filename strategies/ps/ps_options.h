@@ -15,8 +15,8 @@
 //               the sync mode lets it, and workers pull each slice of the
 //               next step as soon as the server published it, while the
 //               other slices are still being pushed (P3's slicing)
-//   slice_bytes=N  the slices' size with overlap=on (default 1 MiB,
-//               at least 4096)
+//   slice_bytes=N  the slices' size with overlap=on (default 1 MiB; a
+//               positive multiple of 4)
 #ifndef RDMAFLOW_STRATEGIES_PS_PS_OPTIONS_H_
 #define RDMAFLOW_STRATEGIES_PS_PS_OPTIONS_H_
 

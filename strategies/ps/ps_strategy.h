@@ -101,6 +101,9 @@ class PsStrategy final : public Strategy {
   // Workers with overlap=on: slices pushed while compute still ran, over
   // all steps so far.
   int64_t overlapped_pushes() const { return overlapped_pushes_; }
+  // Workers with overlap=on: pushes begun in the current (or last) step;
+  // any thread (a test's compute watches it).
+  int pushes_begun() const { return pipeline_ == nullptr ? 0 : pipeline_->buckets_begun(); }
   // Workers, for the sync tests: each pull of a slice, with how many of
   // every worker's gradients the slice held by the clock words the worker
   // pulled it by; empty unless record_pulls(true) was called first.

@@ -5,7 +5,10 @@
 //   - ssp and dssp never let a worker run past the staleness bound (the
 //     clocks the server recorded, and the ones each worker saw), with one
 //     worker slowed down and random compute times;
-//   - asp lets a worker finish while another is stalled.
+//   - asp lets a worker finish while another is stalled;
+//   - all of it also with overlap=on (shards cut into slices pushed during
+//     backward and pulled each as soon as it may be), where every pull of a
+//     slice is checked against the mode's bound as well.
 #include "ATen/Parallel.h"
 #include "ATen/TensorOperators.h"
 #include "ATen/ops/zeros.h"
@@ -19,6 +22,8 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "graph_analyzer/placement.h"
@@ -60,12 +65,31 @@ struct JobResult {
   std::vector<std::vector<std::vector<int64_t>>> history;  // by server
   std::vector<onesided::PeerLinksStats> links;             // by rank
   std::vector<int64_t> connected;  // endpoints the rank's transport connected
+  std::vector<std::vector<PsStrategy::PullRecord>> pulls;  // by worker
+  std::vector<int64_t> overlapped;  // by worker: pushes begun during compute
 };
 
+// overlap=on with slices of 16 floats: the toy's shards (67 floats in all)
+// are cut into several slices, some splitting a parameter.
+std::map<std::string, std::string> WithOverlap(std::map<std::string, std::string> params,
+                                               bool overlap) {
+  if (overlap) {
+    params["overlap"] = "on";
+    params["slice_bytes"] = "64";
+  }
+  return params;
+}
+
+// `after_backward(w, strategy)` runs in worker w's compute after its
+// backward.
 JobResult RunJob(const Problem& problem, int servers, int workers,
                  const StrategyOptions& options,
-                 const std::function<void(int, int64_t)>& before_compute) {
+                 const std::function<void(int, int64_t)>& before_compute,
+                 const std::function<absl::Status(int, const PsStrategy&)>& after_backward =
+                     nullptr) {
   JobResult result;
+  result.pulls.resize(workers);
+  result.overlapped.resize(workers);
   result.final_params.resize(workers);
   result.reports.resize(workers);
   result.history.resize(servers);
@@ -83,6 +107,7 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
                                       params)
                             .status());
         RETURN_IF_ERROR(strategy->Start());
+        strategy->record_pulls(true);
         const int w = rank - servers;
         int64_t t = 0;
         ComputeFn compute = [&]() -> absl::StatusOr<ComputeResult> {
@@ -91,6 +116,7 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
           for (const Parameter& param : params) p.push_back(param.tensor);
           at::Tensor loss = Problem::Loss(p, problem.x[w][t], problem.y[w][t]);
           loss.backward();
+          if (after_backward) RETURN_IF_ERROR(after_backward(w, *strategy));
           ++t;
           return ComputeResult{loss.item<double>(), 0, problem.x[w][t].size(0)};
         };
@@ -106,6 +132,8 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
           for (const Parameter& param : params) {
             result.final_params[w].push_back(param.tensor.detach().clone());
           }
+          result.pulls[w] = strategy->pulls();
+          result.overlapped[w] = strategy->overlapped_pushes();
         } else {
           result.history[rank] = strategy->clock_history();
         }
@@ -119,14 +147,48 @@ class BspTest
 
 TEST_P(BspTest, MatchesOneProcessTrainingOnTheConcatenatedBatches) {
   at::set_num_threads(1);
-  const auto& [communicator, pull] = GetParam();
+  const auto& [communicator, how] = GetParam();
+  const bool overlap = how == "read_overlap";
+  const std::string pull = overlap ? "read" : how;
   constexpr int kWorkers = 2, kSteps = 6, kBatch = 16;
   const Problem problem(kWorkers, kSteps, kBatch);
-  JobResult job = RunJob(problem, 2, kWorkers,
-                         Options(kSteps, communicator,
-                                 {{"servers", "2"}, {"sync", "bsp"}, {"pull", pull}}),
-                         nullptr);
+  JobResult job = RunJob(
+      problem, 2, kWorkers,
+      Options(kSteps, communicator,
+              WithOverlap({{"servers", "2"}, {"sync", "bsp"}, {"pull", pull}}, overlap)),
+      nullptr, [&](int w, const PsStrategy& strategy) -> absl::Status {
+        if (!overlap) return absl::OkStatus();
+        // Backward has completed every slice: the first push is on its way
+        // before compute returns, or never (pushes that waited for compute)
+        // and this times out.
+        const absl::Time deadline = absl::Now() + absl::Seconds(30);
+        while (strategy.pushes_begun() < 1) {
+          if (absl::Now() > deadline) {
+            return absl::DeadlineExceededError("no push began during compute");
+          }
+          std::this_thread::yield();
+        }
+        return absl::OkStatus();
+      });
   for (const absl::Status& status : job.status) ASSERT_OK(status);
+  for (int w = 0; w < kWorkers; ++w) {
+    // Every slice of every step pulled once it held the step's updates
+    // (under bsp a server applies a slice's step once every worker's slice
+    // of it is in: the fewest any worker pushed), and no later ones.
+    int64_t slices = 0;
+    for (const PsStrategy::PullRecord& pull : job.pulls[w]) {
+      ASSERT_EQ(*std::min_element(pull.held.begin(), pull.held.end()), pull.clock)
+          << "worker " << w << " server " << pull.server << " slice " << pull.slice;
+      if (pull.clock == 0) ++slices;
+    }
+    EXPECT_EQ(job.pulls[w].size(), size_t(kSteps * slices)) << "worker " << w;
+    if (overlap) {
+      EXPECT_GE(slices, 4) << "the shards were not sliced";
+      EXPECT_GE(job.overlapped[w], kSteps) << "worker " << w;
+    } else {
+      EXPECT_EQ(job.overlapped[w], 0);
+    }
+  }
 
   // One endpoint and one watch per peer, shared by the communicator and
   // the versioned readers (pull=read reads params and clocks from each
@@ -159,6 +221,7 @@ INSTANTIATE_TEST_SUITE_P(
     CommunicatorsAndPulls, BspTest,
     ::testing::Values(std::make_tuple("rdma", "read"),
                       std::make_tuple("rdma", "send"),
+                      std::make_tuple("rdma", "read_overlap"),
                       std::make_tuple("rdma_copy", "send"),
                       std::make_tuple("grpc", "send")),
     [](const auto& info) {
@@ -207,11 +270,14 @@ TEST(PsStrategyTest, ACodecThatNeedsTheWholeGroupIsRefused) {
 // also holds each step until the others have started min(bound, 2) steps
 // further (or 5 s passed): they then use that room whatever the machine's
 // scheduling, which the random times alone did not make sure of.
-class StalenessTest : public ::testing::TestWithParam<std::string> {};
+// With overlap=on, each pull of a slice also held the worker's own
+// gradients of every step before, and every worker's down to the bound.
+class StalenessTest : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(StalenessTest, NoWorkerEverExceedsTheStalenessBound) {
   at::set_num_threads(1);
-  ASSERT_OK_AND_ASSIGN(SyncPolicy policy, SyncPolicy::Parse(GetParam()));
+  const auto& [sync, overlap] = GetParam();
+  ASSERT_OK_AND_ASSIGN(SyncPolicy policy, SyncPolicy::Parse(sync));
   const int bound = policy.mode == SyncMode::kDssp ? policy.staleness_high
                                                    : policy.staleness;
   constexpr int kWorkers = 3, kSteps = 25;
@@ -244,8 +310,20 @@ TEST_P(StalenessTest, NoWorkerEverExceedsTheStalenessBound) {
                         absl::Seconds(5));
   };
   JobResult job = RunJob(problem, 1, kWorkers,
-                         Options(kSteps, "rdma", {{"sync", GetParam()}}), delay);
+                         Options(kSteps, "rdma", WithOverlap({{"sync", sync}}, overlap)), delay);
   for (const absl::Status& status : job.status) ASSERT_OK(status);
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_FALSE(job.pulls[w].empty());
+    for (const PsStrategy::PullRecord& pull : job.pulls[w]) {
+      SCOPED_TRACE(absl::StrCat("worker ", w, " pulling slice ", pull.slice, " for clock ",
+                                pull.clock, ": [", absl::StrJoin(pull.held, ", "), "]"));
+      ASSERT_GE(pull.held[w], pull.clock);  // read-my-writes
+      ASSERT_LE(pull.clock - *std::min_element(pull.held.begin(), pull.held.end()), bound);
+      if (policy.mode == SyncMode::kBsp) {  // exactly the step's updates
+        ASSERT_EQ(*std::min_element(pull.held.begin(), pull.held.end()), pull.clock);
+      }
+    }
+  }
   int64_t widest = 0;
   for (const std::vector<int64_t>& clocks : job.history[0]) {
     const auto [lo, hi] = std::minmax_element(clocks.begin(), clocks.end());
@@ -268,14 +346,18 @@ TEST_P(StalenessTest, NoWorkerEverExceedsTheStalenessBound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, StalenessTest,
-                         ::testing::Values("bsp", "ssp:1", "ssp:3", "dssp:1:4"),
+                         ::testing::Combine(::testing::Values("bsp", "ssp:1", "ssp:3",
+                                                              "dssp:1:4"),
+                                            ::testing::Bool()),
                          [](const auto& info) {
-                           std::string name = info.param;
+                           std::string name = std::get<0>(info.param);
                            std::replace(name.begin(), name.end(), ':', '_');
-                           return name;
+                           return name + (std::get<1>(info.param) ? "_overlap" : "");
                          });
 
-TEST(AspTest, AWorkerFinishesWhileAnotherIsStalled) {
+class AspTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(AspTest, AWorkerFinishesWhileAnotherIsStalled) {
   at::set_num_threads(1);
   constexpr int kSteps = 20;
   const Problem problem(2, kSteps, 4);
@@ -290,12 +372,34 @@ TEST(AspTest, AWorkerFinishesWhileAnotherIsStalled) {
     if (w == 0 && t == kSteps - 1) worker0_done.Notify();
   };
   JobResult job =
-      RunJob(problem, 1, 2, Options(kSteps, "rdma", {{"sync", "asp"}}), stall);
+      RunJob(problem, 1, 2, Options(kSteps, "rdma", WithOverlap({{"sync", "asp"}}, GetParam())),
+             stall);
   for (const absl::Status& status : job.status) ASSERT_OK(status);
   EXPECT_EQ(worker1_clock_at_release, 1);
   // Worker 0 ran all its steps while worker 1 sat at clock 1.
   ASSERT_EQ(job.reports[0].size(), size_t{kSteps});
   EXPECT_EQ(job.reports[0].back().min_clock, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Overlap, AspTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "overlap" : "plain"; });
+
+TEST(PsStrategyTest, OverlapRefusesWhatCannotBeSliced) {
+  EXPECT_THAT(PsStrategy::Create(Options(2, "rdma", {{"overlap", "on"}, {"pull", "send"}}))
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("pull=read")));
+  StrategyOptions coded = Options(2, "rdma", {{"overlap", "on"}});
+  coded.codec = "topk:ratio=0.01";
+  EXPECT_THAT(PsStrategy::Create(coded).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("one or the other")));
+  for (const char* bad : {"0", "6", "-4", "1k"}) {
+    EXPECT_THAT(PsStrategy::Create(Options(2, "rdma", {{"overlap", "on"}, {"slice_bytes", bad}}))
+                    .status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::HasSubstr("positive multiple of 4")))
+        << bad;
+  }
 }
 
 TEST(PsStrategyTest, RejectsJobsWithoutWorkers) {
