@@ -132,7 +132,8 @@ void VersionedBuffer::Update(
 // --- VersionedReader ---------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
-    PeerLinks& links, const std::string& name, int owner_rank, absl::Duration timeout) {
+    PeerLinks& links, const std::string& name, int owner_rank, absl::Duration timeout,
+    LaneKind lane) {
   rdma::Transport& transport = links.transport();
   rdma::Store& store = links.store();
   const std::string& ns = links.ns();
@@ -170,7 +171,7 @@ absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
         " (layout '", *layout, "')"));
   }
   reader->remote_ = std::make_unique<rdma::RemoteRegion>(std::move(remote));
-  ASSIGN_OR_RETURN(reader->endpoint_, links.Lane(owner_rank));
+  ASSIGN_OR_RETURN(reader->endpoint_, links.Lane(owner_rank, lane));
   reader->fence_ = links.FenceOn(owner_rank, absl::StrCat("the reader of versioned buffer '",
                                                          name, "' on rank ", links.rank(),
                                                          " gave up a read"));

@@ -128,7 +128,10 @@ class VersionedReader {
  public:
   // Fetches <ns>/versioned/<name> from the links' store and namespace
   // (waiting up to `timeout` for the owner to publish it) and takes the
-  // links' data lane to `owner_rank` (the links must outlive the reader).
+  // links' `lane` to `owner_rank` (the links must outlive the reader): the
+  // data lane, or the control lane for reads that must not queue behind
+  // this rank's own writes to the owner on a transport that delivers in
+  // order (the parameter server's pulls during its pushes, over UCX TCP).
   // kDeadlineExceeded names both; kInvalidArgument naming the field for a
   // layout that is malformed, out of range (bytes 0, copies outside
   // 2..kMaxCopies), overflows size_t, or does not fit in the published
@@ -136,7 +139,8 @@ class VersionedReader {
   static absl::StatusOr<std::unique_ptr<VersionedReader>> Create(PeerLinks& links,
                                                                  const std::string& name,
                                                                  int owner_rank,
-                                                                 absl::Duration timeout);
+                                                                 absl::Duration timeout,
+                                                                 LaneKind lane = LaneKind::kData);
 
   size_t bytes() const { return bytes_; }
   const std::string& name() const { return name_; }
@@ -178,7 +182,7 @@ class VersionedReader {
   const std::string name_;
   const int owner_;
   const absl::Duration timeout_;
-  rdma::Endpoint* endpoint_ = nullptr;  // the links' data lane to the owner
+  rdma::Endpoint* endpoint_ = nullptr;  // the links' lane to the owner
   Fence fence_;                         // PeerLinks::FenceOn(owner_)
   std::unique_ptr<rdma::RemoteRegion> remote_;
   std::unique_ptr<rdma::MemoryRegion> scratch_;  // header words read back

@@ -4,6 +4,9 @@
 # the step time, for
 #   allreduce         4 replicas, ring all-reduce of the gradients
 #   ps                1 server + 3 workers, bsp, one-sided pulls
+#   ps_overlap        the same, each 1 MiB slice pushed as backward completes
+#                     it and pulled as soon as it is applied (overlap=on;
+#                     STRATEGIES to add it)
 #   layer_separated   3 conv ranks + 1 FC rank (fc_ranks=1)
 #   layer_separated_auto  K chosen by the cost model (STRATEGIES to add it)
 #   allreduce_no_overlap  allreduce reducing after backward (overlap=off;
@@ -34,6 +37,7 @@ train=$PWD/bazel-bin/train/rdmaflow_train
 declare -A params=(
   [allreduce]="--strategy allreduce"
   [ps]="--strategy ps --strategy_params servers=1,sync=bsp"
+  [ps_overlap]="--strategy ps --strategy_params servers=1,sync=bsp,overlap=on"
   [layer_separated]="--strategy layer_separated --strategy_params fc_ranks=1"
   [layer_separated_auto]="--strategy layer_separated"
   [allreduce_no_overlap]="--strategy allreduce --strategy_params overlap=off"

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-STRATEGIES = ["ps", "allreduce", "allreduce_no_overlap", "layer_separated",
+STRATEGIES = ["ps", "ps_overlap", "allreduce", "allreduce_no_overlap", "layer_separated",
               "layer_separated_auto", "gossip", "gossip_overlap", "moshpit",
               "moshpit_overlap"]
 

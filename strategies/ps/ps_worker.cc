@@ -66,6 +66,11 @@ absl::Status PsStrategy::StartWorker() {
   if (message_region_ != nullptr) communicator_->AddSendArena(message_region_.get());
   if (!ps_.pull_by_read) return absl::OkStatus();
   const absl::Duration timeout = options().communicator_options.timeout;
+  // With overlap the pulls run while this worker's pushes are still on the
+  // wire: on a lane of their own, they do not queue behind them (over UCX
+  // TCP a read's request would wait for every byte pushed before it).
+  const onesided::LaneKind lane =
+      ps_.overlap ? onesided::LaneKind::kControl : onesided::LaneKind::kData;
   param_readers_.clear();
   param_readers_.resize(servers);
   size_t clock_bytes = 0;
@@ -74,7 +79,7 @@ absl::Status PsStrategy::StartWorker() {
       const std::string name = ps_.overlap ? absl::StrCat("ps", s, "/params_", k)
                                            : absl::StrCat("ps", s, "/params");
       ASSIGN_OR_RETURN(auto reader,
-                       onesided::VersionedReader::Create(links(), name, s, timeout));
+                       onesided::VersionedReader::Create(links(), name, s, timeout, lane));
       if (reader->bytes() != slices_[s][k].elements * sizeof(float)) {
         return absl::FailedPreconditionError(absl::StrCat(
             Where(), ": server ", s, " publishes ", reader->bytes(), " bytes of parameters in '",
@@ -83,8 +88,9 @@ absl::Status PsStrategy::StartWorker() {
       }
       param_readers_[s].push_back(std::move(reader));
     }
-    ASSIGN_OR_RETURN(auto reader, onesided::VersionedReader::Create(
-                                      links(), absl::StrCat("ps", s, "/clocks"), s, timeout));
+    ASSIGN_OR_RETURN(auto reader,
+                     onesided::VersionedReader::Create(
+                         links(), absl::StrCat("ps", s, "/clocks"), s, timeout, lane));
     if (reader->bytes() != ClockWords(s) * sizeof(int64_t)) {
       return absl::FailedPreconditionError(absl::StrCat(
           Where(), ": server ", s, " publishes ", reader->bytes(), " bytes of clocks, ",
@@ -98,7 +104,11 @@ absl::Status PsStrategy::StartWorker() {
                    transport.Allocate(servers * RoundUp(clock_bytes)));
   clock_scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
   if (ps_.overlap) {
-    // Each slice's push, in backward's order, as soon as its gradients are in.
+    // Each slice's push, in backward's order, as soon as its gradients are
+    // in, one at a time: a notified write's flush waits for every write
+    // posted on the lane before it completes (UCX), so slices posted
+    // together would all land at the server at the end, in one burst, and
+    // the server could apply none of them early.
     std::vector<std::vector<size_t>> buckets;
     for (const SliceRef& ref : push_order_) {
       buckets.push_back(slices_[ref.server][ref.slice].parameters);
@@ -107,7 +117,8 @@ absl::Status PsStrategy::StartWorker() {
                      BucketPipeline::Create(
                          parameters_, std::move(buckets),
                          [this](size_t b) {
-                           return PushSlice(push_order_[b].server, push_order_[b].slice);
+                           RETURN_IF_ERROR(PushSlice(push_order_[b].server, push_order_[b].slice));
+                           return WaitForPushes();
                          },
                          links().loop(), absl::StrCat(Where(), "'s pushes")));
   }
