@@ -137,6 +137,31 @@ TEST(SimulateTest, OverlappedGossipAndMoshpitHideTheirExchange) {
   }
 }
 
+// The parameter server's slices: pushed during backward, and the server's
+// two links busy at once (a slice's pulls while later slices arrive). The
+// same bytes cross; with one slice as large as the shard, little is gained
+// (the one push waits for backward's end).
+TEST(SimulateTest, OverlappedParameterServerPipelinesItsSlices) {
+  Scenario s = Base("ps", 4);
+  s.params = {{"servers", "1"}};
+  s.network.set_bandwidth_gbps(0.1);  // 5 MB: 3 x 50 ms of pushes and of pulls
+  s.local = s.network;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun off, Simulate(s));
+  s.params = {{"servers", "1"}, {"overlap", "on"}, {"slice_bytes", "262144"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun on, Simulate(s));
+  s.params = {{"servers", "1"}, {"overlap", "on"}, {"slice_bytes", "100000000"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun whole, Simulate(s));
+  EXPECT_LT(on.step_ms(), 0.8 * off.step_ms()) << off.step_ms() << " -> " << on.step_ms();
+  EXPECT_LT(on.step_ms(), whole.step_ms());
+  EXPECT_NEAR(whole.step_ms(), off.step_ms(), 0.05 * off.step_ms());
+  // The parameters and gradients, and a few header words more a slice.
+  EXPECT_NEAR(on.wire_bytes_per_step(), off.wire_bytes_per_step(),
+              1e-3 * off.wire_bytes_per_step());
+  EXPECT_EQ(on.update_rule(), "sgd");
+  s.params = {{"overlap", "maybe"}};
+  EXPECT_THAT(Simulate(s).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 // The update rule and workers every model reports (they key the measured
 // convergence): sync SGD for allreduce, bsp and layer_separated, each with
 // the ranks whose batches train the model.

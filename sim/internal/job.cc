@@ -64,6 +64,8 @@ absl::StatusOr<Costs> CostsOf(const ModelProfile& model) {
       c.activation_bytes = layer.output_bytes();
     }
     if (layer.param_bytes() > 0) c.tensor_bytes.push_back(layer.param_bytes());
+    c.layer_backward.push_back(layer.backward_ms() * 1e-3);
+    c.layer_param_bytes.push_back(layer.param_bytes());
   }
   if (!(Bounded(model.optimizer_ms(), 1e9) && Bounded(model.loss_ms(), 1e9) &&
         Bounded(model.step_ms(), 1e9))) {
@@ -84,6 +86,7 @@ absl::StatusOr<Costs> CostsOf(const ModelProfile& model) {
     c.head_forward *= scale;
     c.head_backward *= scale;
     c.loss *= scale;
+    for (double& seconds : c.layer_backward) seconds *= scale;
   }
   return c;
 }

@@ -31,6 +31,10 @@ struct Costs {
   double activation_bytes = 0;  // the features' output, one batch
   int batch = 0;
   std::vector<double> tensor_bytes;  // each layer's parameters (ps shards)
+  // Every layer, in model order: its backward (seconds, scaled as the
+  // parts are) and its parameters' bytes (ps overlap's slices).
+  std::vector<double> layer_backward;
+  std::vector<double> layer_param_bytes;
 
   double param_bytes() const { return features_param_bytes + head_param_bytes; }
   // Forward, loss and backward of the whole model: a worker's compute.

@@ -13,6 +13,7 @@
 // A server takes one push at a time on its core: bsp adds it to the step's
 // sum and applies the mean once every worker's is in; the other modes apply
 // each as it comes. Then it republishes its clocks.
+// overlap=on (slice_bytes=): ps_overlap_model.cc.
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "common/key_value_params.h"
 #include "common/status_macros.h"
 #include "sim/internal/job.h"
+#include "sim/internal/ps_model.h"
 #include "strategies/ps/sync_policy.h"
 
 namespace rdmaflow::sim::internal {
@@ -36,13 +38,7 @@ class ParameterServerModel {
  public:
   ParameterServerModel(Job& job, int servers, const SyncPolicy& policy)
       : job_(job), servers_(servers), workers_(job.ranks() - servers) {
-    // Size-balanced shards of whole tensors (strategies/ps/sharding.h).
-    shard_bytes_.assign(servers_, 0);
-    std::vector<double> tensors = job.costs().tensor_bytes;
-    std::sort(tensors.rbegin(), tensors.rend());
-    for (double bytes : tensors) {
-      *std::min_element(shard_bytes_.begin(), shard_bytes_.end()) += bytes;
-    }
+    shard_bytes_ = PsShardBytes(job.costs(), servers_);
     for (int s = 0; s < servers_; ++s) {
       Server& server = servers_state_.emplace_back();
       server.table = std::make_unique<ClockTable>(policy, workers_);
@@ -220,6 +216,14 @@ class ParameterServerModel {
 
 }  // namespace
 
+std::vector<double> PsShardBytes(const Costs& costs, int servers) {
+  std::vector<double> shards(servers, 0);
+  std::vector<double> tensors = costs.tensor_bytes;
+  std::sort(tensors.rbegin(), tensors.rend());
+  for (double bytes : tensors) *std::min_element(shards.begin(), shards.end()) += bytes;
+  return shards;
+}
+
 absl::StatusOr<double> RunParameterServer(Job& job) {
   std::map<std::string, std::string> params = job.scenario().params;
   std::string sync = "bsp";
@@ -230,6 +234,10 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
   KeyValueParams p("ps", params);
   int servers = 1;
   RETURN_IF_ERROR(p.Int("servers", 1, &servers));
+  std::string overlap = "off";
+  RETURN_IF_ERROR(p.Choice("overlap", {"off", "on"}, &overlap));
+  int64_t slice_bytes = int64_t{1} << 20;
+  RETURN_IF_ERROR(p.Size("slice_bytes", 4, &slice_bytes));
   RETURN_IF_ERROR(p.Done());
   ASSIGN_OR_RETURN(SyncPolicy policy, SyncPolicy::Parse(sync));
   if (servers >= job.ranks()) {
@@ -246,6 +254,9 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
   job.set_update_rule(policy.mode == strategies::ps::SyncMode::kBsp
                           ? "sgd"
                           : absl::StrCat("ps:", policy.ToString()));
+  if (overlap == "on") {
+    return RunParameterServerOverlapped(job, servers, policy, static_cast<double>(slice_bytes));
+  }
   ParameterServerModel model(job, servers, policy);
   model.Start();
   job.loop().Run();

@@ -1,0 +1,27 @@
+// File: ps_model.h
+// -----------------------------------------------------------------------------
+// What the parameter server's two models share (ps_model.cc, without
+// overlap; ps_overlap_model.cc, overlap=on). Internal to sim/.
+#ifndef RDMAFLOW_SIM_INTERNAL_PS_MODEL_H_
+#define RDMAFLOW_SIM_INTERNAL_PS_MODEL_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sim/internal/job.h"
+#include "strategies/ps/sync_policy.h"
+
+namespace rdmaflow::sim::internal {
+
+// Each server's shard, in bytes: whole tensors, largest first onto the
+// emptiest server (strategies/ps/sharding.h).
+std::vector<double> PsShardBytes(const Costs& costs, int servers);
+
+// overlap=on: runs the loop to the end; the samples the job trains per step.
+absl::StatusOr<double> RunParameterServerOverlapped(Job& job, int servers,
+                                                    const strategies::ps::SyncPolicy& policy,
+                                                    double slice_bytes);
+
+}  // namespace rdmaflow::sim::internal
+
+#endif  // RDMAFLOW_SIM_INTERNAL_PS_MODEL_H_

@@ -1,0 +1,317 @@
+// File: ps_overlap_model.cc
+// -----------------------------------------------------------------------------
+// The parameter server with overlap=on, as strategies/ps runs it: each
+// shard (whole layers' parameters, largest first onto the emptiest server,
+// laid out in model order) cut into slices of slice_bytes. A worker's step:
+//   1. pulls each slice as soon as it may go into the step (under bsp once
+//      the server applied every worker's slice of the step before;
+//      otherwise once the worker's own slice is in and its clock is within
+//      the bound): a read of the clock words, then a versioned read
+//      (header, data, stamp), one slice after another, in push order;
+//   2. computes forward and loss, then backward layer by layer from the
+//      last; its communication thread pushes each slice, one at a time,
+//      once backward has passed every layer the slice holds (the rank
+//      serving its transport meanwhile);
+//   3. the step ends once its last push has landed.
+// A server takes one slice at a time on its core: under bsp it adds it to
+// the slice's sum and applies the slice once every worker's is in; the
+// other modes apply each on arrival. A worker's clock at a server moves
+// once all its slices there are in (the ClockTable's bound).
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "sim/internal/job.h"
+#include "sim/internal/ps_model.h"
+#include "strategies/ps/sync_policy.h"
+
+namespace rdmaflow::sim::internal {
+namespace {
+
+using strategies::ps::ClockTable;
+using strategies::ps::SyncPolicy;
+
+constexpr double kHeaderBytes = 64;
+constexpr double kStampBytes = 8;
+
+class OverlappedParameterServer {
+ public:
+  OverlappedParameterServer(Job& job, int servers, const SyncPolicy& policy,
+                            double slice_bytes)
+      : job_(job), servers_(servers), workers_(job.ranks() - servers) {
+    const Costs& c = job.costs();
+    // Whole layers onto the emptiest server, largest first.
+    std::vector<size_t> layers;
+    for (size_t i = 0; i < c.layer_param_bytes.size(); ++i) {
+      if (c.layer_param_bytes[i] > 0) layers.push_back(i);
+    }
+    std::stable_sort(layers.begin(), layers.end(), [&](size_t a, size_t b) {
+      return c.layer_param_bytes[a] > c.layer_param_bytes[b];
+    });
+    std::vector<double> load(servers_, 0);
+    std::vector<std::vector<size_t>> shard(servers_);
+    for (size_t i : layers) {
+      const int s = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[s] += c.layer_param_bytes[i];
+      shard[s].push_back(i);
+    }
+    // When backward has passed layer i: the backward of layers i.. (it
+    // runs from the last layer).
+    std::vector<double> passed(c.layer_backward.size() + 1, 0);
+    for (size_t i = c.layer_backward.size(); i-- > 0;) {
+      passed[i] = passed[i + 1] + c.layer_backward[i];
+    }
+    for (int s = 0; s < servers_; ++s) {
+      std::sort(shard[s].begin(), shard[s].end());  // model order
+      double offset = 0;
+      std::vector<std::pair<double, size_t>> extent;  // (end offset, layer)
+      for (size_t i : shard[s]) extent.push_back({offset += c.layer_param_bytes[i], i});
+      for (double begin = 0; begin < offset; begin += slice_bytes) {
+        const double end = std::min(offset, begin + slice_bytes);
+        // Complete once backward passed the first layer it holds.
+        size_t first = 0;
+        while (extent[first].first <= begin) ++first;
+        slices_.push_back({s, end - begin, passed[extent[first].second]});
+      }
+    }
+    // Push order: as backward completes them.
+    std::stable_sort(slices_.begin(), slices_.end(),
+                     [](const Slice& a, const Slice& b) { return a.ready < b.ready; });
+    held_.assign(slices_.size(), std::vector<int64_t>(workers_, 0));
+    applied_.assign(slices_.size(), 0);
+    for (int s = 0; s < servers_; ++s) {
+      servers_state_.emplace_back().table = std::make_unique<ClockTable>(policy, workers_);
+    }
+    bsp_ = policy.mode == strategies::ps::SyncMode::kBsp;
+    worker_state_.resize(workers_);
+    job.set_reporter(servers_);
+  }
+
+  void Start() {
+    for (int w = 0; w < workers_; ++w) BeginStep(w);
+  }
+
+  double samples_per_step() const {
+    return static_cast<double>(workers_) * job_.costs().batch;
+  }
+
+ private:
+  struct Slice {
+    int server = 0;
+    double bytes = 0;
+    double ready = 0;  // seconds into backward its gradients are complete
+  };
+  struct Arrival {
+    int worker = 0;
+    size_t slice = 0;
+  };
+  struct Server {
+    std::unique_ptr<ClockTable> table;
+    std::vector<Arrival> inbox;  // slices landed, in order
+    bool busy = false;
+  };
+  struct Worker {
+    int step = 0;
+    double step_start = 0;
+    bool pulling = false;  // in step 1 of its step
+    bool reading = false;  // a pull in flight
+    bool waited = false;   // its first pull of the step began
+    std::vector<bool> pulled;
+    size_t left = 0;
+    size_t next_push = 0;
+    size_t ready = 0;     // slices backward completed, in push order
+    bool pushing = false;
+    double backward = 0;  // seconds of backward computed
+    bool computed = false;
+  };
+
+  int Rank(int w) const { return servers_ + w; }
+  bool Reporting(int w) const { return w == 0; }
+
+  // Whether slice k may go into worker w's current step.
+  bool Permitted(int w, size_t k) const {
+    const int64_t clock = worker_state_[w].step;
+    if (held_[k][w] < clock) return false;  // read-my-writes
+    if (bsp_) return *std::min_element(held_[k].begin(), held_[k].end()) >= clock;
+    return clock <= servers_state_[slices_[k].server].table->Bound(w);
+  }
+
+  void BeginStep(int w) {
+    Worker& worker = worker_state_[w];
+    if (worker.step >= job_.steps()) {
+      job_.Leave(Rank(w));
+      return;
+    }
+    worker.step_start = job_.now();
+    if (Reporting(w)) job_.log().Start(job_.now());
+    worker.pulling = true;
+    worker.waited = false;
+    worker.pulled.assign(slices_.size(), false);
+    worker.left = slices_.size();
+    TryPull(w);
+  }
+
+  // Called when the worker may pull and whenever a server republishes.
+  void TryPull(int w) {
+    Worker& worker = worker_state_[w];
+    if (!worker.pulling || worker.reading) return;
+    if (worker.left == 0) {
+      worker.pulling = false;
+      AfterPull(w);
+      return;
+    }
+    size_t k = 0;
+    while (k < slices_.size() && (worker.pulled[k] || !Permitted(w, k))) ++k;
+    if (k == slices_.size()) return;  // a server's next publication calls again
+    if (!worker.waited) {
+      worker.waited = true;
+      if (Reporting(w)) job_.log().wait += job_.now() - worker.step_start;
+    }
+    worker.reading = true;
+    const int rank = Rank(w);
+    const int s = slices_[k].server;
+    // The clock words, then the slice's versioned read.
+    job_.Read(rank, s, kHeaderBytes, [this, w, k, s, rank] {
+      job_.Read(rank, s, kHeaderBytes, [this, w, k, s, rank] {
+        job_.Read(rank, s, slices_[k].bytes, [this, w, k, s, rank] {
+          job_.Read(rank, s, kStampBytes, [this, w, k] {
+            Worker& worker = worker_state_[w];
+            worker.reading = false;
+            worker.pulled[k] = true;
+            --worker.left;
+            TryPull(w);
+          });
+        });
+      });
+    });
+  }
+
+  void AfterPull(int w) {
+    Worker& worker = worker_state_[w];
+    if (Reporting(w)) job_.log().comm += job_.now() - worker.step_start;
+    const Costs& c = job_.costs();
+    worker.next_push = 0;
+    worker.ready = 0;
+    worker.backward = 0;
+    worker.computed = false;
+    job_.Serve(Rank(w), true);  // the pipeline's thread, from compute's start
+    job_.Compute(Rank(w), c.features_forward + c.head_forward + c.loss,
+                 [this, w] { Backward(w, job_.now()); });
+  }
+
+  // Backward up to the next slice it completes; then that slice may go.
+  void Backward(int w, double begin) {
+    Worker& worker = worker_state_[w];
+    while (worker.ready < slices_.size() && slices_[worker.ready].ready <= worker.backward) {
+      ++worker.ready;
+    }
+    const double total = job_.costs().features_backward + job_.costs().head_backward;
+    if (worker.ready == slices_.size() && worker.backward >= total) {
+      worker.computed = true;
+      Push(w, begin);
+      return;
+    }
+    Push(w, begin);
+    const double next = worker.ready < slices_.size() ? slices_[worker.ready].ready : total;
+    const double seconds = next - worker.backward;
+    job_.Compute(Rank(w), seconds, [this, w, begin, next] {
+      worker_state_[w].backward = next;
+      Backward(w, begin);
+    });
+  }
+
+  // The communication thread: the next complete slice, one at a time; the
+  // step ends once backward is done and the last slice landed.
+  void Push(int w, double begin) {
+    Worker& worker = worker_state_[w];
+    if (worker.pushing) return;
+    if (worker.next_push < worker.ready) {
+      worker.pushing = true;
+      PushNext(w, [this, w, begin] {
+        worker_state_[w].pushing = false;
+        Push(w, begin);
+      });
+      return;
+    }
+    if (worker.next_push < slices_.size() || !worker.computed) return;  // backward calls again
+    if (Reporting(w)) job_.log().comm += job_.now() - begin;
+    job_.Serve(Rank(w), false);
+    ++worker.step;
+    if (Reporting(w)) job_.log().End(job_.now());
+    BeginStep(w);
+  }
+
+  void PushNext(int w, EventLoop::Callback then) {
+    const size_t k = worker_state_[w].next_push++;
+    const int s = slices_[k].server;
+    job_.Write(Rank(w), s, slices_[k].bytes, [this, w, k, s, then = std::move(then)] {
+      servers_state_[s].inbox.push_back({w, k});
+      Serve(s);
+      then();
+    });
+  }
+
+  // The server takes the next slice it may take.
+  void Serve(int s) {
+    Server& server = servers_state_[s];
+    if (server.busy) return;
+    // Under bsp a slice ahead of the others' (its worker's next step)
+    // waits until the slice's step closes.
+    auto next = std::find_if(server.inbox.begin(), server.inbox.end(), [&](const Arrival& a) {
+      return !bsp_ || held_[a.slice][a.worker] == applied_[a.slice];
+    });
+    if (next == server.inbox.end()) return;
+    const Arrival arrival = *next;
+    server.inbox.erase(next);
+    server.busy = true;
+    const size_t k = arrival.slice;
+    const int w = arrival.worker;
+    bool closes = true;
+    if (bsp_) {
+      int in = 0;
+      for (int64_t held : held_[k]) in += held > applied_[k] ? 1 : 0;
+      closes = in + 1 == workers_;
+    }
+    const double fraction = slices_[k].bytes / std::max(1.0, job_.costs().param_bytes());
+    const double work = job_.ReduceSeconds(slices_[k].bytes) +
+                        (closes ? job_.costs().optimizer * fraction : 0);
+    job_.Work(s, work, [this, s, w, k, closes] {
+      Server& server = servers_state_[s];
+      ++held_[k][w];
+      if (bsp_ && closes) ++applied_[k];
+      // The worker's clock here moves once all its slices here are in.
+      bool complete = true;
+      for (size_t j = 0; j < slices_.size(); ++j) {
+        if (slices_[j].server == s && held_[j][w] <= server.table->clock(w)) complete = false;
+      }
+      if (complete) server.table->OnPush(w, job_.now());
+      server.busy = false;
+      for (int other = 0; other < workers_; ++other) TryPull(other);
+      Serve(s);
+    });
+  }
+
+  Job& job_;
+  const int servers_;
+  const int workers_;
+  bool bsp_ = true;
+  std::vector<Slice> slices_;                // in push order
+  std::vector<std::vector<int64_t>> held_;   // by slice, then worker: gradients in
+  std::vector<int64_t> applied_;             // bsp, by slice: steps applied
+  std::vector<Server> servers_state_;
+  std::vector<Worker> worker_state_;
+};
+
+}  // namespace
+
+absl::StatusOr<double> RunParameterServerOverlapped(Job& job, int servers,
+                                                    const SyncPolicy& policy,
+                                                    double slice_bytes) {
+  OverlappedParameterServer model(job, servers, policy, slice_bytes);
+  model.Start();
+  job.loop().Run();
+  return model.samples_per_step();
+}
+
+}  // namespace rdmaflow::sim::internal
