@@ -31,14 +31,15 @@ namespace {
 using strategies::ps::ClockTable;
 using strategies::ps::SyncPolicy;
 
-constexpr double kHeaderBytes = 64;
-constexpr double kStampBytes = 8;
-
 class ParameterServerModel {
  public:
   ParameterServerModel(Job& job, int servers, const SyncPolicy& policy)
       : job_(job), servers_(servers), workers_(job.ranks() - servers) {
-    shard_bytes_ = PsShardBytes(job.costs(), servers_);
+    for (const std::vector<size_t>& shard : PsShardLayers(job.costs(), servers_)) {
+      double bytes = 0;
+      for (size_t i : shard) bytes += job.costs().layer_param_bytes[i];
+      shard_bytes_.push_back(bytes);
+    }
     for (int s = 0; s < servers_; ++s) {
       Server& server = servers_state_.emplace_back();
       server.table = std::make_unique<ClockTable>(policy, workers_);
@@ -216,11 +217,22 @@ class ParameterServerModel {
 
 }  // namespace
 
-std::vector<double> PsShardBytes(const Costs& costs, int servers) {
-  std::vector<double> shards(servers, 0);
-  std::vector<double> tensors = costs.tensor_bytes;
-  std::sort(tensors.rbegin(), tensors.rend());
-  for (double bytes : tensors) *std::min_element(shards.begin(), shards.end()) += bytes;
+std::vector<std::vector<size_t>> PsShardLayers(const Costs& costs, int servers) {
+  const std::vector<double>& bytes = costs.layer_param_bytes;
+  std::vector<size_t> layers;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] > 0) layers.push_back(i);
+  }
+  std::stable_sort(layers.begin(), layers.end(),
+                   [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+  std::vector<double> load(servers, 0);
+  std::vector<std::vector<size_t>> shards(servers);
+  for (size_t i : layers) {
+    const auto emptiest = std::min_element(load.begin(), load.end());
+    *emptiest += bytes[i];
+    shards[emptiest - load.begin()].push_back(i);
+  }
+  for (std::vector<size_t>& shard : shards) std::sort(shard.begin(), shard.end());
   return shards;
 }
 

@@ -5,6 +5,7 @@
 #ifndef RDMAFLOW_SIM_INTERNAL_PS_MODEL_H_
 #define RDMAFLOW_SIM_INTERNAL_PS_MODEL_H_
 
+#include <cstddef>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -13,9 +14,14 @@
 
 namespace rdmaflow::sim::internal {
 
-// Each server's shard, in bytes: whole tensors, largest first onto the
-// emptiest server (strategies/ps/sharding.h).
-std::vector<double> PsShardBytes(const Costs& costs, int servers);
+// A versioned read's header and a copy's stamp (onesided/versioned_buffer.h).
+constexpr double kHeaderBytes = 64;
+constexpr double kStampBytes = 8;
+
+// Each server's shard: the layers (indices into Costs::layer_param_bytes)
+// whose parameters it holds, in model order; whole tensors, largest first
+// onto the emptiest server (strategies/ps/sharding.h).
+std::vector<std::vector<size_t>> PsShardLayers(const Costs& costs, int servers);
 
 // overlap=on: runs the loop to the end; the samples the job trains per step.
 absl::StatusOr<double> RunParameterServerOverlapped(Job& job, int servers,

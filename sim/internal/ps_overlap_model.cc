@@ -32,30 +32,13 @@ namespace {
 using strategies::ps::ClockTable;
 using strategies::ps::SyncPolicy;
 
-constexpr double kHeaderBytes = 64;
-constexpr double kStampBytes = 8;
-
 class OverlappedParameterServer {
  public:
   OverlappedParameterServer(Job& job, int servers, const SyncPolicy& policy,
                             double slice_bytes)
       : job_(job), servers_(servers), workers_(job.ranks() - servers) {
     const Costs& c = job.costs();
-    // Whole layers onto the emptiest server, largest first.
-    std::vector<size_t> layers;
-    for (size_t i = 0; i < c.layer_param_bytes.size(); ++i) {
-      if (c.layer_param_bytes[i] > 0) layers.push_back(i);
-    }
-    std::stable_sort(layers.begin(), layers.end(), [&](size_t a, size_t b) {
-      return c.layer_param_bytes[a] > c.layer_param_bytes[b];
-    });
-    std::vector<double> load(servers_, 0);
-    std::vector<std::vector<size_t>> shard(servers_);
-    for (size_t i : layers) {
-      const int s = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-      load[s] += c.layer_param_bytes[i];
-      shard[s].push_back(i);
-    }
+    const std::vector<std::vector<size_t>> shard = PsShardLayers(c, servers_);
     // When backward has passed layer i: the backward of layers i.. (it
     // runs from the last layer).
     std::vector<double> passed(c.layer_backward.size() + 1, 0);
@@ -63,7 +46,6 @@ class OverlappedParameterServer {
       passed[i] = passed[i + 1] + c.layer_backward[i];
     }
     for (int s = 0; s < servers_; ++s) {
-      std::sort(shard[s].begin(), shard[s].end());  // model order
       double offset = 0;
       std::vector<std::pair<double, size_t>> extent;  // (end offset, layer)
       for (size_t i : shard[s]) extent.push_back({offset += c.layer_param_bytes[i], i});
