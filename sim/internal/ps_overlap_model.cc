@@ -116,7 +116,11 @@ class OverlappedParameterServer {
     const int64_t clock = worker_state_[w].step;
     if (held_[k][w] < clock) return false;  // read-my-writes
     if (bsp_) return *std::min_element(held_[k].begin(), held_[k].end()) >= clock;
-    return clock <= servers_state_[slices_[k].server].table->Bound(w);
+    // Within every server's bound, as the worker reads them all.
+    for (const Server& server : servers_state_) {
+      if (clock > server.table->Bound(w)) return false;
+    }
+    return true;
   }
 
   void BeginStep(int w) {
@@ -179,11 +183,11 @@ class OverlappedParameterServer {
     worker.computed = false;
     job_.Serve(Rank(w), true);  // the pipeline's thread, from compute's start
     job_.Compute(Rank(w), c.features_forward + c.head_forward + c.loss,
-                 [this, w] { Backward(w, job_.now()); });
+                 [this, w] { Backward(w); });
   }
 
   // Backward up to the next slice it completes; then that slice may go.
-  void Backward(int w, double begin) {
+  void Backward(int w) {
     Worker& worker = worker_state_[w];
     while (worker.ready < slices_.size() && slices_[worker.ready].ready <= worker.backward) {
       ++worker.ready;
@@ -191,33 +195,32 @@ class OverlappedParameterServer {
     const double total = job_.costs().features_backward + job_.costs().head_backward;
     if (worker.ready == slices_.size() && worker.backward >= total) {
       worker.computed = true;
-      Push(w, begin);
+      Push(w);
       return;
     }
-    Push(w, begin);
+    Push(w);
     const double next = worker.ready < slices_.size() ? slices_[worker.ready].ready : total;
     const double seconds = next - worker.backward;
-    job_.Compute(Rank(w), seconds, [this, w, begin, next] {
+    job_.Compute(Rank(w), seconds, [this, w, next] {
       worker_state_[w].backward = next;
-      Backward(w, begin);
+      Backward(w);
     });
   }
 
   // The communication thread: the next complete slice, one at a time; the
   // step ends once backward is done and the last slice landed.
-  void Push(int w, double begin) {
+  void Push(int w) {
     Worker& worker = worker_state_[w];
     if (worker.pushing) return;
     if (worker.next_push < worker.ready) {
       worker.pushing = true;
-      PushNext(w, [this, w, begin] {
+      PushNext(w, [this, w] {
         worker_state_[w].pushing = false;
-        Push(w, begin);
+        Push(w);
       });
       return;
     }
     if (worker.next_push < slices_.size() || !worker.computed) return;  // backward calls again
-    if (Reporting(w)) job_.log().comm += job_.now() - begin;
     job_.Serve(Rank(w), false);
     ++worker.step;
     if (Reporting(w)) job_.log().End(job_.now());
@@ -227,7 +230,10 @@ class OverlappedParameterServer {
   void PushNext(int w, EventLoop::Callback then) {
     const size_t k = worker_state_[w].next_push++;
     const int s = slices_[k].server;
-    job_.Write(Rank(w), s, slices_[k].bytes, [this, w, k, s, then = std::move(then)] {
+    const double begin = job_.now();
+    job_.Write(Rank(w), s, slices_[k].bytes, [this, w, k, s, begin, then = std::move(then)] {
+      // The strategy reports each push's span as communication.
+      if (Reporting(w)) job_.log().comm += job_.now() - begin;
       servers_state_[s].inbox.push_back({w, k});
       Serve(s);
       then();

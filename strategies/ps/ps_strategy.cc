@@ -131,16 +131,31 @@ absl::Status PsStrategy::OrderPushes() {
   // Without a plan, DDP's guess: backward runs the model backwards.
   for (size_t i = 0; i < n; ++i) ready_rank[i] = static_cast<int>(n - 1 - i);
   if (context().model != nullptr) {
-    ASSIGN_OR_RETURN(std::vector<graph::ReadyGradient> order,
-                     graph::GradientReadyOrder(*context().model));
-    absl::flat_hash_map<std::string, int> rank;
-    for (size_t i = 0; i < order.size(); ++i) {
-      rank.emplace(order[i].parameter, static_cast<int>(i));
+    absl::StatusOr<std::vector<graph::ReadyGradient>> order =
+        graph::GradientReadyOrder(*context().model);
+    if (!order.ok()) {
+      return absl::Status(order.status().code(),
+                          absl::StrCat("ps overlap=on: the order of the model's gradients: ",
+                                       order.status().message()));
     }
+    absl::flat_hash_map<std::string, size_t> index;
     for (size_t i = 0; i < n; ++i) {
-      const auto it = rank.find(parameters_[i].name);
-      // Parameters backward never reaches go last.
-      ready_rank[i] = it == rank.end() ? static_cast<int>(order.size()) : it->second;
+      if (!index.emplace(parameters_[i].name, i).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ps: two parameters are named '", parameters_[i].name,
+            "'; the plan tells them apart by name"));
+      }
+    }
+    // Parameters backward never reaches go last.
+    std::fill(ready_rank.begin(), ready_rank.end(), static_cast<int>(order->size()));
+    for (size_t g = 0; g < order->size(); ++g) {
+      const auto it = index.find((*order)[g].parameter);
+      if (it == index.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "ps overlap=on: the model's plan has a gradient for '", (*order)[g].parameter,
+            "', which the model does not name among its parameters (docs/bring_your_model.md)"));
+      }
+      ready_rank[it->second] = static_cast<int>(g);
     }
   }
   push_order_ = PushOrder(slices_, ready_rank);
@@ -197,7 +212,15 @@ absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> par
   }
   slices_.clear();
   const int64_t slice_elements = ps_.overlap ? ps_.slice_bytes / sizeof(float) : 0;
-  for (const Shard& shard : shards_) slices_.push_back(SliceShard(shard, slice_elements));
+  for (const Shard& shard : shards_) {
+    slices_.push_back(SliceShard(shard, slice_elements));
+    if (slices_.back().size() > kMaxSlices) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ps slice_bytes=", ps_.slice_bytes, " cuts a shard of ", shard.elements * sizeof(float),
+          " bytes into ", slices_.back().size(), " slices, more than ", kMaxSlices,
+          " (each a transfer and a versioned buffer of its own): use larger slices"));
+    }
+  }
   if (ps_.overlap) RETURN_IF_ERROR(OrderPushes());
   std::vector<int64_t> shard_elements;
   for (const Shard& shard : shards_) shard_elements.push_back(shard.elements);

@@ -67,6 +67,7 @@ struct JobResult {
   std::vector<int64_t> connected;  // endpoints the rank's transport connected
   std::vector<std::vector<PsStrategy::PullRecord>> pulls;  // by worker
   std::vector<int64_t> overlapped;  // by worker: pushes begun during compute
+  int64_t slices = 0;               // over every server's shard
 };
 
 // overlap=on with slices of 16 floats: the toy's shards (67 floats in all)
@@ -133,6 +134,9 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
             result.final_params[w].push_back(param.tensor.detach().clone());
           }
           result.pulls[w] = strategy->pulls();
+          if (w == 0) {
+            for (const auto& server : strategy->slices()) result.slices += server.size();
+          }
           result.overlapped[w] = strategy->overlapped_pushes();
         } else {
           result.history[rank] = strategy->clock_history();
@@ -175,15 +179,15 @@ TEST_P(BspTest, MatchesOneProcessTrainingOnTheConcatenatedBatches) {
     // Every slice of every step pulled once it held the step's updates
     // (under bsp a server applies a slice's step once every worker's slice
     // of it is in: the fewest any worker pushed), and no later ones.
-    int64_t slices = 0;
     for (const PsStrategy::PullRecord& pull : job.pulls[w]) {
       ASSERT_EQ(*std::min_element(pull.held.begin(), pull.held.end()), pull.clock)
           << "worker " << w << " server " << pull.server << " slice " << pull.slice;
-      if (pull.clock == 0) ++slices;
     }
-    EXPECT_EQ(job.pulls[w].size(), size_t(kSteps * slices)) << "worker " << w;
+    // Every slice once a step (pull=send receives them instead).
+    EXPECT_EQ(job.pulls[w].size(), pull == "read" ? size_t(kSteps * job.slices) : 0)
+        << "worker " << w;
     if (overlap) {
-      EXPECT_GE(slices, 4) << "the shards were not sliced";
+      EXPECT_GE(job.slices, 4) << "the shards were not sliced";
       EXPECT_GE(job.overlapped[w], kSteps) << "worker " << w;
     } else {
       EXPECT_EQ(job.overlapped[w], 0);
@@ -396,6 +400,17 @@ TEST(PsStrategyTest, OverlapRefusesWhatCannotBeSliced) {
   EXPECT_THAT(PsStrategy::Create(coded).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        ::testing::HasSubstr("one or the other")));
+  // 4-byte slices of a 1-million-element shard: a million transfers.
+  std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+      1, [&](int, rdma::Transport& t, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(auto strategy, PsStrategy::Create(Options(
+                                            2, "rdma", {{"overlap", "on"}, {"slice_bytes", "4"}})));
+        EXPECT_THAT(strategy->Prepare({0, 2, &t, &store}, {{"p", at::zeros({1 << 20})}}).status(),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             ::testing::HasSubstr("use larger slices")));
+        return absl::OkStatus();
+      });
+  EXPECT_OK(results[0]);
   for (const char* bad : {"0", "6", "-4", "1k"}) {
     EXPECT_THAT(PsStrategy::Create(Options(2, "rdma", {{"overlap", "on"}, {"slice_bytes", bad}}))
                     .status(),

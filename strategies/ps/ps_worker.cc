@@ -75,6 +75,19 @@ absl::Status PsStrategy::StartWorker() {
   param_readers_.resize(servers);
   size_t clock_bytes = 0;
   for (int s = 0; s < servers; ++s) {
+    // The clocks first: their size says whether the server cut its shard
+    // as this worker does (the same ps parameters).
+    ASSIGN_OR_RETURN(auto clocks,
+                     onesided::VersionedReader::Create(
+                         links(), absl::StrCat("ps", s, "/clocks"), s, timeout, lane));
+    if (clocks->bytes() != ClockWords(s) * sizeof(int64_t)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(), ": server ", s, " publishes ", clocks->bytes(), " bytes of clocks, ",
+          ClockWords(s) * sizeof(int64_t),
+          " expected; do all ranks run with the same ps parameters (overlap, slice_bytes)?"));
+    }
+    clock_readers_.push_back(std::move(clocks));
+    clock_bytes = std::max(clock_bytes, ClockWords(s) * sizeof(int64_t));
     for (size_t k = 0; k < slices_[s].size(); ++k) {
       const std::string name = ps_.overlap ? absl::StrCat("ps", s, "/params_", k)
                                            : absl::StrCat("ps", s, "/params");
@@ -88,27 +101,17 @@ absl::Status PsStrategy::StartWorker() {
       }
       param_readers_[s].push_back(std::move(reader));
     }
-    ASSIGN_OR_RETURN(auto reader,
-                     onesided::VersionedReader::Create(
-                         links(), absl::StrCat("ps", s, "/clocks"), s, timeout, lane));
-    if (reader->bytes() != ClockWords(s) * sizeof(int64_t)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          Where(), ": server ", s, " publishes ", reader->bytes(), " bytes of clocks, ",
-          ClockWords(s) * sizeof(int64_t),
-          " expected; do all ranks run with the same ps parameters?"));
-    }
-    clock_readers_.push_back(std::move(reader));
-    clock_bytes = std::max(clock_bytes, ClockWords(s) * sizeof(int64_t));
   }
   ASSIGN_OR_RETURN(rdma::MemoryRegion scratch,
                    transport.Allocate(servers * RoundUp(clock_bytes)));
   clock_scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
   if (ps_.overlap) {
     // Each slice's push, in backward's order, as soon as its gradients are
-    // in, one at a time: a notified write's flush waits for every write
-    // posted on the lane before it completes (UCX), so slices posted
-    // together would all land at the server at the end, in one burst, and
-    // the server could apply none of them early.
+    // in, one at a time (the step waits until the last has completed): a
+    // notified write's flush waits for every write posted on the lane
+    // before it completes (UCX), so slices posted together would all land
+    // at the server at the end, in one burst, and the server could apply
+    // none of them early.
     std::vector<std::vector<size_t>> buckets;
     for (const SliceRef& ref : push_order_) {
       buckets.push_back(slices_[ref.server][ref.slice].parameters);
@@ -163,11 +166,16 @@ absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time&
   while (true) {
     int64_t bound = kUnbounded;
     int64_t slowest = kUnbounded;
+    int slowest_server = 0;  // whose words show the slowest clock
     for (int s = 0; s < ps_.servers; ++s) {
       RETURN_IF_ERROR(ReadClocks(s, words[s]));
       bound = std::min(bound, words[s][index_]);
-      slowest = std::min(slowest, *std::min_element(words[s].begin() + workers,
-                                                    words[s].begin() + 2 * workers));
+      const int64_t low = *std::min_element(words[s].begin() + workers,
+                                            words[s].begin() + 2 * workers);
+      if (low < slowest) {
+        slowest = low;
+        slowest_server = s;
+      }
     }
     // The end: every server took every gradient.
     if (end && slowest >= options().steps && bound >= 0) return slowest;
@@ -179,6 +187,13 @@ absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time&
       for (size_t k = 0; k < due[s].size(); ++k) {
         if (!due[s][k]) continue;
         const auto held = words[s].begin() + (2 + k) * workers;
+        if (held[index_] > clock) {
+          return absl::DataLossError(absl::StrCat(
+              Where(), " at clock ", clock, ": server ", s, " (rank ", s, ") says it holds ",
+              held[index_], " of this worker's gradients", ps_.overlap ? absl::StrCat(
+                  " in slice ", k) : "", ", more than the worker pushed; is it a server of "
+              "another job, or broken?"));
+        }
         if (held[index_] < clock) continue;
         if (ps_.sync.mode == SyncMode::kBsp
                 ? *std::min_element(held, held + workers) < clock
@@ -213,16 +228,19 @@ absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time&
         }
       }
       if (waiting_for.empty()) {
-        waiting_for = absl::StrCat("the slowest: ", WorkersAt(words[0], slowest));
+        waiting_for = absl::StrCat("the slowest: ", WorkersAt(words[slowest_server], slowest));
       }
       int total = 0;
       for (const std::vector<Slice>& server : slices_) total += server.size();
       return absl::DeadlineExceededError(absl::StrCat(
           Where(), " at clock ", end ? std::string("end") : absl::StrCat(clock), " waited ",
           absl::FormatDuration(options().communicator_options.timeout),
-          " for permission (", ps_.sync.ToString(), "): its bound is ", bound,
-          " and the workers' clocks are [",
-          absl::StrJoin(words[0].begin() + workers, words[0].begin() + 2 * workers, ", "),
+          " for permission (", ps_.sync.ToString(), "): ",
+          ps_.sync.mode == SyncMode::kBsp ? std::string()
+                                          : absl::StrCat("its bound is ", bound, " and "),
+          "the workers' clocks are [",
+          absl::StrJoin(words[slowest_server].begin() + workers,
+                        words[slowest_server].begin() + 2 * workers, ", "),
           "]; ", waiting_for,
           end || !ps_.overlap ? "" : absl::StrCat("; it pulled ", total - left, " of ", total,
                                                   " slices"),
@@ -341,8 +359,8 @@ absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
   report.Add(StepSpan::Kind::kCommunication, begin, pulled);
   std::memset(grad_region_->data(), 0, grad_region_->size());
   if (pipeline_ != nullptr) {
-    // Each slice pushed as soon as backward completed it; the step waits
-    // only for the pushes of the slices completed last to be posted.
+    // Each slice pushed as soon as backward completed it, one at a time;
+    // the step waits for the pushes still going when compute returns.
     ASSIGN_OR_RETURN(PipelinedStep step, pipeline_->Run(compute));
     report.compute = step.compute;
     report.Add(StepSpan::Kind::kCompute, step.compute_begin, step.compute_end);
