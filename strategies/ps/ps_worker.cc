@@ -108,10 +108,10 @@ absl::Status PsStrategy::StartWorker() {
   if (ps_.overlap) {
     // Each slice's push, in backward's order, as soon as its gradients are
     // in, one at a time (the step waits until the last has completed): a
-    // notified write's flush waits for every write posted on the lane
-    // before it completes (UCX), so slices posted together would all land
-    // at the server at the end, in one burst, and the server could apply
-    // none of them early.
+    // notified write's flag leaves once its data is flushed (UCX), behind
+    // the data of every write posted since on the lane, so slices posted
+    // together would all land at the server at the end, in one burst, and
+    // the server could apply none of them early.
     std::vector<std::vector<size_t>> buckets;
     for (const SliceRef& ref : push_order_) {
       buckets.push_back(slices_[ref.server][ref.slice].parameters);
