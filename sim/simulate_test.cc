@@ -160,6 +160,9 @@ TEST(SimulateTest, OverlappedParameterServerPipelinesItsSlices) {
   EXPECT_EQ(on.update_rule(), "sgd");
   s.params = {{"overlap", "maybe"}};
   EXPECT_THAT(Simulate(s).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  s.params = {{"overlap", "on"}, {"slice_bytes", "6"}};  // as the strategy refuses it
+  EXPECT_THAT(Simulate(s).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("multiple of 4")));
 }
 
 // The update rule and workers every model reports (they key the measured

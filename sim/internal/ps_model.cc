@@ -251,6 +251,11 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
   int64_t slice_bytes = int64_t{1} << 20;
   RETURN_IF_ERROR(p.Size("slice_bytes", 4, &slice_bytes));
   RETURN_IF_ERROR(p.Done());
+  if (slice_bytes % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ps slice_bytes must be a positive multiple of 4 (whole float32 elements), got ",
+        slice_bytes));
+  }
   ASSIGN_OR_RETURN(SyncPolicy policy, SyncPolicy::Parse(sync));
   if (servers >= job.ranks()) {
     return absl::InvalidArgumentError(absl::StrCat(
