@@ -186,25 +186,20 @@ absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time&
     for (int s = 0; s < ps_.servers; ++s) {
       for (size_t k = 0; k < due[s].size(); ++k) {
         if (!due[s][k]) continue;
-        const auto held = words[s].begin() + (2 + k) * workers;
-        if (held[index_] > clock) {
-          return absl::DataLossError(absl::StrCat(
-              Where(), " at clock ", clock, ": server ", s, " (rank ", s, ") says it holds ",
-              held[index_], " of this worker's gradients", ps_.overlap ? absl::StrCat(
-                  " in slice ", k) : "", ", more than the worker pushed; is it a server of "
-              "another job, or broken?"));
+        const auto row = words[s].begin() + (2 + k) * workers;
+        std::vector<int64_t> held(row, row + workers);
+        absl::StatusOr<bool> permitted =
+            SlicePermitted(held, index_, clock, ps_.sync.mode, bound);
+        if (!permitted.ok()) {
+          return absl::Status(permitted.status().code(),
+                              absl::StrCat(Where(), ", server ", s, " (rank ", s, ")",
+                                           ps_.overlap ? absl::StrCat(", slice ", k) : "", ": ",
+                                           permitted.status().message(),
+                                           "; is it a server of another job, or broken?"));
         }
-        if (held[index_] < clock) continue;
-        if (ps_.sync.mode == SyncMode::kBsp
-                ? *std::min_element(held, held + workers) < clock
-                : clock > bound) {
-          continue;
-        }
+        if (!*permitted) continue;
         if (first == absl::InfiniteFuture()) first = absl::Now();
-        if (record_pulls_) {
-          pulls_.push_back({clock, s, static_cast<int>(k),
-                            std::vector<int64_t>(held, held + workers)});
-        }
+        if (record_pulls_) pulls_.push_back({clock, s, static_cast<int>(k), std::move(held)});
         RETURN_IF_ERROR(PullSlice(s, static_cast<int>(k)));
         due[s][k] = false;
         --left;

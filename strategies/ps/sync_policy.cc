@@ -65,6 +65,21 @@ std::string SyncPolicy::ToString() const {
   return "?";
 }
 
+absl::StatusOr<bool> SlicePermitted(const std::vector<int64_t>& held, int me, int64_t clock,
+                                    SyncMode mode, int64_t bound) {
+  if (me < 0 || static_cast<size_t>(me) >= held.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", me, " of a row of ", held.size()));
+  }
+  if (held[me] > clock) {
+    return absl::DataLossError(absl::StrCat(
+        "the server says it holds ", held[me], " of the worker's gradients at its clock ", clock,
+        ", more than the worker pushed"));
+  }
+  if (held[me] < clock) return false;  // read-my-writes
+  if (mode == SyncMode::kBsp) return *std::min_element(held.begin(), held.end()) >= clock;
+  return clock <= bound;
+}
+
 int DsspExtraIterations(const PushTiming& fastest, const PushTiming& slowest,
                         double now, int range) {
   if (range <= 0 || fastest.interval <= 0 || slowest.interval <= 0) return 0;

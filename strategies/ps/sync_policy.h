@@ -57,6 +57,18 @@ struct PushTiming {
 int DsspExtraIterations(const PushTiming& fastest, const PushTiming& slowest,
                         double now, int range);
 
+// Whether worker `me` may pull a slice of a shard into its step `clock`,
+// from the slice's row of its server's clock words (`held`: each worker's
+// gradients the slice holds, a copy of what the server published; -1
+// before the server started) and `bound`, the lowest bound of all servers
+// for `me`: once the slice holds `me`'s own gradients of every step before
+// (read-my-writes), and under bsp every worker's (exactly the step's
+// updates), otherwise once `clock` is within the bound. kDataLoss when the
+// row says the slice holds more of `me`'s gradients than `me` pushed
+// (`clock`): a forged or foreign row, never trusted.
+absl::StatusOr<bool> SlicePermitted(const std::vector<int64_t>& held, int me, int64_t clock,
+                                    SyncMode mode, int64_t bound);
+
 // The server's view of its workers. Thread-compatible.
 //
 // DSSP, as this table runs it: a worker whose push takes it one past the

@@ -3,6 +3,7 @@
 #include "strategies/ps/sync_policy.h"
 
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "common/status_matchers.h"
@@ -51,6 +52,27 @@ TEST(SyncPolicyTest, BoundsOfBspSspAndAsp) {
 
 // Hand-worked cases of the rule: the r whose predicted push lands nearest
 // the slowest worker's next push.
+// A slice's row as a worker reads it from its server: read-my-writes,
+// bsp's exact step, the bound otherwise, and forged rows refused.
+TEST(SlicePermittedTest, FollowsTheModeAndRefusesForgedRows) {
+  // Worker 1 at clock 3.
+  EXPECT_THAT(SlicePermitted({3, 3, 3}, 1, 3, SyncMode::kBsp, 0), ::rdmaflow::testing::IsOkAndHolds(true));
+  EXPECT_THAT(SlicePermitted({2, 3, 3}, 1, 3, SyncMode::kBsp, 9), ::rdmaflow::testing::IsOkAndHolds(false));
+  EXPECT_THAT(SlicePermitted({9, 2, 9}, 1, 3, SyncMode::kAsp, kUnbounded),
+              ::rdmaflow::testing::IsOkAndHolds(false));  // its own last gradient not in yet
+  EXPECT_THAT(SlicePermitted({0, 3, 1}, 1, 3, SyncMode::kSsp, 3), ::rdmaflow::testing::IsOkAndHolds(true));
+  EXPECT_THAT(SlicePermitted({0, 3, 1}, 1, 3, SyncMode::kSsp, 2), ::rdmaflow::testing::IsOkAndHolds(false));
+  // Before the server started: -1 everywhere.
+  EXPECT_THAT(SlicePermitted({-1, -1, -1}, 1, 0, SyncMode::kBsp, -1), ::rdmaflow::testing::IsOkAndHolds(false));
+  // Forged: more of the worker's gradients than it pushed, at any size.
+  for (int64_t forged : {int64_t{4}, std::numeric_limits<int64_t>::max()}) {
+    EXPECT_THAT(SlicePermitted({3, forged, 3}, 1, 3, SyncMode::kAsp, kUnbounded),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr("more than the worker pushed")));
+  }
+  EXPECT_THAT(SlicePermitted({3, 3}, 2, 3, SyncMode::kBsp, 3),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(DsspTest, PicksTheIterationsThatMeetTheSlowestWorker) {
   // Fastest pushes every 1 s (last at 10), slowest every 4 s (last at 9):
   // its next push is at 13, three fast iterations away.
