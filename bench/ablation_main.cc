@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "bench/ablation_graphs.h"
 #include "bench/pingpong.h"
+#include "bench/step_statistics.h"
 #include "common/program_flags.h"
 #include "common/status_macros.h"
 #include "common/text_table.h"
@@ -57,12 +58,16 @@ ABSL_FLAG(int64_t, sweep_min, 4096, "Smallest sweep size in bytes.");
 ABSL_FLAG(int64_t, sweep_max, int64_t{64} << 20, "Largest sweep size in bytes.");
 ABSL_FLAG(int64_t, compute_delay_us, 0,
           "Busy time per step standing in for compute, in microseconds.");
+ABSL_FLAG(int32_t, pipeline_depth, 2,
+          "Buffers per receive slot in the zero-copy plan, 1..16 (the "
+          "planner's pipeline_depth): how many steps a sender may run ahead "
+          "of its receiver.");
 ABSL_FLAG(std::string, transport, "ucx", "rdmaflow transport (ucx, ibverbs).");
 ABSL_FLAG(std::string, params, "tls=shm", "Transport parameters, key=value,...");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON here.");
 ABSL_FLAG(std::string, tsv, "",
-          "Write TSV for tools/plot_ablation.sh here (<path>.graphs, "
-          "<path>.sweep).");
+          "Write TSV for tools/plot_ablation.sh here (<path>.graphs: each "
+          "graph's median of block means in ms; <path>.sweep: GB/s).");
 ABSL_FLAG(std::string, trace_dir, "",
           "Write a Chrome trace (chrome://tracing, Perfetto) of every transfer "
           "of each rank of the zero-copy runs here: "
@@ -80,6 +85,10 @@ using results::AblationRun;
 using results::AblationSweepPoint;
 using Runs = google::protobuf::RepeatedPtrField<AblationRun>;
 
+// The steps of a run are cut into this many blocks for the median of block
+// means (bench/step_statistics.h) that "time / rdma" compares.
+constexpr int kStatisticBlocks = 10;
+
 absl::StatusOr<graph::GraphDef> FindGraph(const std::string& name) {
   int64_t bytes = 0;
   if (absl::SimpleAtoi(name, &bytes)) return SingleTensor(bytes);
@@ -92,12 +101,10 @@ absl::StatusOr<graph::GraphDef> FindGraph(const std::string& name) {
                                           "'; known: ", absl::StrJoin(names, ", ")));
 }
 
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t index = std::min(values.size() - 1,
-                                static_cast<size_t>(p * values.size()));
-  return values[index];
+graph::PlannerOptions PlannerFlags() {
+  graph::PlannerOptions options;
+  options.pipeline_depth = absl::GetFlag(FLAGS_pipeline_depth);
+  return options;
 }
 
 // Runs one rank of job "<graph>|<communicator>"; every rank publishes its
@@ -108,7 +115,7 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
   std::vector<std::string> parts = absl::StrSplit(job, '|');
   if (parts.size() != 2) return absl::InvalidArgumentError("bad --job");
   ASSIGN_OR_RETURN(graph::GraphDef graph, FindGraph(parts[0]));
-  ASSIGN_OR_RETURN(plan::TransferPlan plan, graph::PlanGraph(graph, {}));
+  ASSIGN_OR_RETURN(plan::TransferPlan plan, graph::PlanGraph(graph, PlannerFlags()));
   if (plan.world_size() != world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "graph ", parts[0], " needs ", plan.world_size(), " ranks"));
@@ -154,7 +161,13 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
   AblationRankResult mine;
   mine.set_rank(rank);
   for (int step = 0; step < warmup + steps; ++step) {
-    if (step == warmup) before = communicator->counters();
+    if (step == warmup) {
+      before = communicator->counters();
+      // Warm-up steps are checked byte for byte; timed steps read each
+      // received tensor once (as its consumer would), under every
+      // communicator alike.
+      replayer->set_verify(false);
+    }
     ASSIGN_OR_RETURN(absl::Duration d, replayer->RunStep(*communicator, step));
     if (step >= warmup) mine.add_step_ms(absl::ToDoubleMilliseconds(d));
   }
@@ -166,6 +179,7 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
   RETURN_IF_ERROR(communicator->Shutdown());
   if (rank != 0) return absl::OkStatus();
   std::vector<double> step_ms(steps, 0);
+  std::vector<std::vector<double>> rank_step_ms;
   double bytes = 0, copies = 0, slowest_total_ms = 0;
   for (int r = 0; r < world_size; ++r) {
     const std::string key = absl::StrCat("result/", r);
@@ -179,6 +193,7 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
           " bytes) is not ", steps, " steps of rank ", r,
           ": do all ranks run this binary with the same --steps?"));
     }
+    rank_step_ms.emplace_back(peer.step_ms().begin(), peer.step_ms().end());
     double total_ms = 0;
     for (int i = 0; i < steps; ++i) {
       step_ms[i] = std::max(step_ms[i], peer.step_ms(i));
@@ -189,8 +204,11 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
     copies += peer.copies();
   }
   result->set_communicator(parts[1]);
-  result->set_step_p50_ms(Percentile(step_ms, 0.5));
-  result->set_step_p99_ms(Percentile(step_ms, 0.99));
+  result->set_step_p50_ms(Percentile(step_ms, 50));
+  result->set_step_p99_ms(Percentile(step_ms, 99));
+  result->set_step_mean_ms(slowest_total_ms / steps);
+  result->set_step_block_median_ms(
+      MedianOfBlockMeans(rank_step_ms, kStatisticBlocks));
   result->set_bytes_per_step(bytes / steps);
   // Streaming bandwidth: every step's bytes over the slowest rank's time.
   result->set_gbps(bytes / (slowest_total_ms * 1e6));
@@ -202,7 +220,7 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
 absl::StatusOr<Runs> RunGraph(const std::string& graph_name, char** argv) {
   ASSIGN_OR_RETURN(graph::GraphDef graph, FindGraph(graph_name));
   Runs runs;
-  ASSIGN_OR_RETURN(plan::TransferPlan plan, graph::PlanGraph(graph, {}));
+  ASSIGN_OR_RETURN(plan::TransferPlan plan, graph::PlanGraph(graph, PlannerFlags()));
   const std::vector<std::string> communicators =
       absl::StrSplit(absl::GetFlag(FLAGS_communicators), ',');
   for (const std::string& name : communicators) {
@@ -224,20 +242,24 @@ absl::StatusOr<Runs> RunGraph(const std::string& graph_name, char** argv) {
     *runs.Add() = std::move(result);
   }
   for (AblationRun& run : runs) {
-    run.set_time_ratio_to_rdma(run.step_p50_ms() / runs.Get(0).step_p50_ms());
+    run.set_time_ratio_to_rdma(run.step_block_median_ms() /
+                               runs.Get(0).step_block_median_ms());
   }
   return runs;
 }
 
 void PrintGraphs(const google::protobuf::RepeatedPtrField<results::AblationGraph>& graphs) {
   TextTable table({"graph", "communicator", "MB/step", "step p50 ms", "p99 ms",
-                   "GB/s", "copies/step", "time / rdma"});
+                   "mean ms", "MoM ms", "GB/s", "copies/step",
+                   "time / rdma"});
   for (const results::AblationGraph& g : graphs) {
     for (const AblationRun& r : g.runs()) {
       table.AddRow({g.graph(), r.communicator(),
                     absl::StrFormat("%.1f", r.bytes_per_step() / 1e6),
                     absl::StrFormat("%.3f", r.step_p50_ms()),
                     absl::StrFormat("%.3f", r.step_p99_ms()),
+                    absl::StrFormat("%.3f", r.step_mean_ms()),
+                    absl::StrFormat("%.3f", r.step_block_median_ms()),
                     absl::StrFormat("%.2f", r.gbps()),
                     absl::StrFormat("%.1f", r.copies_per_step()),
                     absl::StrFormat("%.2fx", r.time_ratio_to_rdma())});
@@ -248,7 +270,8 @@ void PrintGraphs(const google::protobuf::RepeatedPtrField<results::AblationGraph
 
 void PrintSweep(
     const google::protobuf::RepeatedPtrField<AblationSweepPoint>& sweep) {
-  TextTable table({"bytes", "communicator", "step p50 ms", "p99 ms", "GB/s",
+  TextTable table({"bytes", "communicator", "step p50 ms", "p99 ms",
+                   "mean ms", "MoM ms", "GB/s",
                    "memcpy GB/s", "x memcpy", "copies/step", "time / rdma"});
   for (const AblationSweepPoint& p : sweep) {
     for (const AblationRun& r : p.runs()) {
@@ -256,6 +279,8 @@ void PrintSweep(
                     r.communicator(),
                     absl::StrFormat("%.3f", r.step_p50_ms()),
                     absl::StrFormat("%.3f", r.step_p99_ms()),
+                    absl::StrFormat("%.4f", r.step_mean_ms()),
+                    absl::StrFormat("%.4f", r.step_block_median_ms()),
                     absl::StrFormat("%.2f", r.gbps()),
                     absl::StrFormat("%.2f", p.memcpy_gbps()),
                     absl::StrFormat("%.2f", r.gbps() / p.memcpy_gbps()),
@@ -285,7 +310,9 @@ absl::Status WriteOutputs(const results::BenchmarkReport& report) {
   g << "\n";
   for (const results::AblationGraph& graph : ablation.graphs()) {
     g << graph.graph();
-    for (const AblationRun& r : graph.runs()) g << "\t" << r.step_p50_ms();
+    for (const AblationRun& r : graph.runs()) {
+      g << "\t" << r.step_block_median_ms();
+    }
     g << "\n";
   }
   std::ofstream s(path + ".sweep");
@@ -326,6 +353,11 @@ int Main(int argc, char** argv) {
                  "--sweep_min a positive multiple of 4 (float32 tensors)\n");
     return 2;
   }
+  if (absl::Status status = graph::CheckPlannerOptions(PlannerFlags());
+      !status.ok()) {
+    std::fprintf(stderr, "--pipeline_depth: %s\n", status.ToString().c_str());
+    return 2;
+  }
   if (const std::string job = absl::GetFlag(FLAGS_job); !job.empty()) {
     return launch::RunLaunchedRank([&](int rank, int world_size, rdma::Store& store) {
       absl::Status status = RunJobRank(rank, world_size, store, job, nullptr);
@@ -363,10 +395,12 @@ int Main(int argc, char** argv) {
   }
   const std::string description = absl::StrCat(
       absl::GetFlag(FLAGS_transport), " ", absl::GetFlag(FLAGS_params));
-  std::printf("# ablation over %s: %d steps after %d warm-up steps, "
-              "step time = slowest rank\n",
+  std::printf("# ablation over %s: %d steps after %d checked warm-up steps; "
+              "p50/p99: the slowest rank's, step by step; mean: the slowest "
+              "rank's total / steps; MoM: the median of %d blocks' means; "
+              "time / rdma: of the MoMs\n",
               description.c_str(), absl::GetFlag(FLAGS_steps),
-              absl::GetFlag(FLAGS_warmup));
+              absl::GetFlag(FLAGS_warmup), kStatisticBlocks);
   results::BenchmarkReport report;
   *report.mutable_run() = results::NewRunInfo("ablation", start);
   report.mutable_run()->set_transport(absl::GetFlag(FLAGS_transport));

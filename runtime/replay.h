@@ -31,7 +31,10 @@ struct ReplayOptions {
   // New contents every step (tests: catches stale or overwritten slots), or
   // contents filled once per tensor (benchmarks: no fill cost per step).
   bool vary_content = true;
-  // Check every received byte.
+  // Check every received byte against the pattern. Off (the ablation's
+  // timed steps): each received tensor is still read once, word by word
+  // (SumWords, into received_sum()), as the compute that consumes it would
+  // read it, so a zero-copy receiver is not timed without touching its data.
   bool verify = true;
   // Busy time per step after the receives, standing in for compute.
   absl::Duration compute_delay;
@@ -51,6 +54,11 @@ void FillPattern(uint64_t seed, int id, int64_t step, std::byte* data,
 int64_t FindMismatch(uint64_t seed, int id, int64_t step, const std::byte* data,
                      size_t bytes);
 
+// The sum of `data`'s 64-bit words (native order, wrapping), its last
+// bytes % 8 bytes added as one more word zero-extended: one read of every
+// byte.
+uint64_t SumWords(const std::byte* data, size_t bytes);
+
 // Thread-compatible; one per rank.
 class Replayer {
  public:
@@ -64,6 +72,12 @@ class Replayer {
   // the communicator's errors otherwise. Returns the step's duration.
   absl::StatusOr<absl::Duration> RunStep(Communicator& communicator,
                                          int64_t step);
+
+  // Switches options().verify for the next steps (the ablation checks its
+  // warm-up steps and times the rest).
+  void set_verify(bool verify) { options_.verify = verify; }
+  // SumWords of every tensor received while verify was off, summed.
+  uint64_t received_sum() const { return received_sum_; }
 
   const RankPlan& rank_plan() const { return rank_plan_; }
   // Bytes this rank sends and receives per step (static tensors; dynamic
@@ -81,6 +95,7 @@ class Replayer {
   std::unique_ptr<PoolAllocator> arena_pool_;
   // With fixed contents: each tensor is built once and reused.
   std::map<int, OutgoingTensor> fixed_;
+  uint64_t received_sum_ = 0;
 };
 
 }  // namespace rdmaflow::runtime

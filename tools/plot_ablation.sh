@@ -16,7 +16,7 @@ set terminal pngcairo size 1200,500 noenhanced
 set output "$png"
 set multiplot layout 1,2
 load "$(dirname "$0")/step_time_bars.gp"
-set title "step time per graph (p50, slowest rank; lower is better)"
+set title "step time per graph (median of block means, slowest rank; lower is better)"
 plot "$prefix.graphs" using 2:xtic(1) title columnheader(2), \
      "" using 3 title columnheader(3), "" using 4 title columnheader(4)
 unset style

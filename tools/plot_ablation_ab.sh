@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Plots two builds' ablation runs side by side (bench/ablation --tsv=PREFIX,
-# the builds run alternately in one session): the p50 step time of each
-# graph per communicator, before and after, averaged over the runs given,
-# and writes the table it plots next to the PNG (out.tsv).
+# the builds run alternately in one session): the step time of each graph
+# per communicator (the median of block means; the p50 in TSVs written
+# before 2026-12-02), before and after, averaged over the runs given, and
+# writes the table it plots next to the PNG (out.tsv).
 #   tools/plot_ablation_ab.sh out.png BEFORE_PREFIX[,BEFORE_PREFIX2...] AFTER_PREFIX[,...]
 source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
@@ -45,7 +46,7 @@ gnuplot <<GP
 set terminal pngcairo size 1000,500 noenhanced
 set output "$png"
 load "$(dirname "$0")/step_time_bars.gp"
-set title "ablation step time per graph, before and after (p50, slowest rank; lower is better)"
+set title "ablation step time per graph, before and after (median of block means; lower is better)"
 plot for [i=2:$columns] "$tsv" using i:xtic(1) title columnheader(i)
 GP
 echo "plot: $png"
