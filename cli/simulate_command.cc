@@ -277,11 +277,13 @@ options:
   --strategy S;...     strategies, each NAME[:K=V,...], ';' between: ps,
                        allreduce, layer_separated, gossip, moshpit (default
                        allreduce), with their settings as rdmaflow_train
-                       takes them (ps: servers=1,sync=bsp|asp|ssp:S|dssp:L:H;
-                       layer_separated: fc_ranks=K; gossip: mode=pull|push,
-                       period=N, topology=random|ring; moshpit: side=M,
-                       dims=D, period=N, group_timeout_ms=T; allreduce:
-                       bucket_bytes=B, chunk_bytes=B)
+                       takes them (ps: servers=1,sync=bsp|asp|ssp:S|dssp:L:H,
+                       overlap=off|on,slice_bytes=B; layer_separated:
+                       fc_ranks=K,overlap=off|on; gossip: mode=pull|push,
+                       period=N, topology=random|ring, overlap=off|on;
+                       moshpit: side=M, dims=D, period=N, group_timeout_ms=T,
+                       overlap=off|on; allreduce: bucket_bytes=B,
+                       chunk_bytes=B, overlap=on|off)
   --ranks N,...        rank counts (default 4)
   --link NAME,...      shm (every rank on one host), 100mbit, 1gbit, 10gbit,
                        25gbit, roce25, roce100, ib_edr100, ib_hdr200, or a

@@ -259,6 +259,23 @@ TEST(SimulateTest, LayerSeparatedByHand) {
   EXPECT_NEAR(run.wait_ms(), (over + 16e-3 + back) * 1e3, 1e-6);
 }
 
+TEST(SimulateTest, LayerSeparatedOverlapPipelinesTheNextForward) {
+  Scenario s = Base("layer_separated", 2);
+  s.params = {{"fc_ranks", "1"}, {"overlap", "on"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+  const double over = 10e-6 + (1e5 + 8 * 64) / 1e9;
+  const double back = 10e-6 + (1e5 + 8) / 1e9;
+  // Step 0 as without overlap (batch 1's forward fits in the FC rank's
+  // 16 ms); steps 1-8 forward the next batch, then back-propagate (whose
+  // gradients are in by then) and SGD; step 9 has no batch ahead.
+  const double first = 10e-3 + over + 16e-3 + back + 20e-3 + 0.4e-3;
+  const double expected = (first + 8 * 30.4e-3 + 20.4e-3) / 10;
+  EXPECT_NEAR(run.step_ms(), expected * 1e3, 1e-6);
+  EXPECT_EQ(run.update_rule(), "sgd:features_stale=1");
+  s.params = {{"fc_ranks", "1"}, {"overlap", "maybe"}};
+  EXPECT_THAT(Simulate(s).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(SimulateTest, LayerSeparatedChoosesKWhenNotTold) {
   Scenario s = Base("layer_separated", 4);
   ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));

@@ -9,6 +9,11 @@
 #                     STRATEGIES to add it)
 #   layer_separated   3 conv ranks + 1 FC rank (fc_ranks=1)
 #   layer_separated_auto  K chosen by the cost model (STRATEGIES to add it)
+#   layer_separated_overlap  the same as layer_separated, pipelined: the conv
+#                     ranks forward batch t+1 while the FC rank works on
+#                     batch t (overlap=on; STRATEGIES to add it)
+#   layer_separated_2fc, layer_separated_2fc_overlap  2 conv + 2 FC ranks,
+#                     without and with the pipeline (STRATEGIES to add them)
 #   allreduce_no_overlap  allreduce reducing after backward (overlap=off;
 #                     STRATEGIES to add it): what overlap gains
 #   gossip, gossip_overlap  gossip (pull, random peers) mixing after the
@@ -40,6 +45,9 @@ declare -A params=(
   [ps_overlap]="--strategy ps --strategy_params servers=1,sync=bsp,overlap=on"
   [layer_separated]="--strategy layer_separated --strategy_params fc_ranks=1"
   [layer_separated_auto]="--strategy layer_separated"
+  [layer_separated_overlap]="--strategy layer_separated --strategy_params fc_ranks=1,overlap=on"
+  [layer_separated_2fc]="--strategy layer_separated --strategy_params fc_ranks=2"
+  [layer_separated_2fc_overlap]="--strategy layer_separated --strategy_params fc_ranks=2,overlap=on"
   [allreduce_no_overlap]="--strategy allreduce --strategy_params overlap=off"
   [gossip]="--strategy gossip"
   [gossip_overlap]="--strategy gossip --strategy_params overlap=on"

@@ -9,7 +9,8 @@ import os
 import sys
 
 STRATEGIES = ["ps", "ps_overlap", "allreduce", "allreduce_no_overlap", "layer_separated",
-              "layer_separated_auto", "gossip", "gossip_overlap", "moshpit",
+              "layer_separated_overlap", "layer_separated_auto", "layer_separated_2fc",
+              "layer_separated_2fc_overlap", "gossip", "gossip_overlap", "moshpit",
               "moshpit_overlap"]
 
 
@@ -22,7 +23,7 @@ def main(out, links):
                 continue
             with open(path) as f:
                 rows.append((link, s, json.load(f)))
-    print("%-8s %-21s %10s %10s %10s %14s %10s" % (
+    print("%-8s %-27s %10s %10s %10s %14s %10s" % (
         "link", "strategy", "step_ms", "comm_ms", "overlap_ms", "wire_MB/step", "x_ps"))
     with open(os.path.join(out, "strategies.tsv"), "w") as tsv:
         tsv.write("link\t" + "\t".join(STRATEGIES) + "\n")
@@ -33,7 +34,7 @@ def main(out, links):
                 if s not in mine:
                     continue
                 r = mine[s]
-                print("%-8s %-21s %10.1f %10.1f %10.1f %14.2f %9.2fx" % (
+                print("%-8s %-27s %10.1f %10.1f %10.1f %14.2f %9.2fx" % (
                     link, s, r["mean_step_ms"], r["mean_comm_ms"],
                     r.get("mean_overlap_ms", 0.0),
                     r["wire_bytes_per_step"] / 1e6,

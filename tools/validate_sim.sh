@@ -41,6 +41,7 @@ configs=(
   "allreduce|--strategy allreduce|allreduce"
   "allreduce_no_overlap|--strategy allreduce --strategy_params overlap=off|allreduce:overlap=off"
   "layer_separated|--strategy layer_separated --strategy_params fc_ranks=1|layer_separated:fc_ranks=1"
+  "layer_separated_overlap|--strategy layer_separated --strategy_params fc_ranks=1,overlap=on|layer_separated:fc_ranks=1,overlap=on"
   "gossip_pull|--strategy gossip|gossip"
   "gossip_push|--strategy gossip --strategy_params mode=push|gossip:mode=push"
   "gossip_overlap|--strategy gossip --strategy_params overlap=on|gossip:overlap=on"

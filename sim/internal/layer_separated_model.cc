@@ -2,12 +2,15 @@
 // -----------------------------------------------------------------------------
 // Stanza as strategies/layer_separated runs it: ranks 0..C-1 train the
 // features, C..N-1 the head; conv rank i is served by FC rank C + i mod K.
-// A conv rank's step, strictly in sequence: features forward; send the
+// A conv rank's step, in sequence without overlap: features forward; send the
 // activations and labels; wait for their gradients; features backward;
 // all-reduce the features' gradients among the conv ranks; SGD. An FC rank
 // waits for all the conv ranks it serves, runs the head forward and backward
 // on their batches together, sends each its activation gradients, then
 // all-reduces the head's gradients among the FC ranks and applies SGD.
+// overlap=on (Stanza's pipeline, the strategy's overlap=on): once a conv
+// rank has sent batch t's activations it forwards and sends batch t+1 before
+// batch t's gradients, which then wait for that forward to end.
 // K comes from fc_ranks=K or, as the strategy does, from its cost model
 // (cost_model.h) fed with the calibrated times. The strategy never calls the
 // trainer's compute, so rdmaflow_train's --slow_rank does not slow it; the
@@ -15,6 +18,7 @@
 // would be slow).
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -30,22 +34,30 @@ namespace stanza = strategies::layer_separated;
 
 class LayerSeparatedModel {
  public:
-  LayerSeparatedModel(Job& job, int fc_ranks)
-      : job_(job), fc_ranks_(fc_ranks), conv_ranks_(job.ranks() - fc_ranks) {
+  LayerSeparatedModel(Job& job, int fc_ranks, bool overlap)
+      : job_(job), fc_ranks_(fc_ranks), conv_ranks_(job.ranks() - fc_ranks),
+        overlap_(overlap) {
     for (int r = 0; r < job.ranks(); ++r) {
       (r < conv_ranks_ ? conv_members_ : fc_members_).push_back(r);
     }
     served_.resize(fc_ranks_);
     for (int i = 0; i < conv_ranks_; ++i) served_[i % fc_ranks_].push_back(i);
-    conv_step_.assign(conv_ranks_, 0);
+    conv_.resize(conv_ranks_);
     fc_state_.resize(fc_ranks_);
+    send_time_.assign(job.steps(), 0);
   }
 
   void Start() {
-    for (int i = 0; i < conv_ranks_; ++i) ConvStep(i);
+    for (int i = 0; i < conv_ranks_; ++i) ConvNext(i);
   }
 
  private:
+  struct ConvState {
+    int step = 0;       // the batch whose gradients it applies next
+    int forwarded = 0;  // batches forwarded and sent
+    int grads = 0;      // batches whose gradients arrived
+    bool busy = false;
+  };
   struct FcState {
     int step = 0;     // the step it serves next
     int arrived = 0;  // activations of that step in
@@ -57,25 +69,42 @@ class LayerSeparatedModel {
     return job_.costs().activation_bytes + 8.0 * job_.costs().batch;  // + labels
   }
 
-  void ConvStep(int i) {
-    if (conv_step_[i] >= job_.steps()) {
+  // What conv rank `i` does next, when it is free: forward its step's
+  // batch, forward the next one (overlap), or back-propagate once the
+  // gradients are in.
+  void ConvNext(int i) {
+    ConvState& c = conv_[i];
+    if (c.busy) return;
+    if (c.step >= job_.steps()) {
       job_.Leave(i);
       return;
     }
-    if (i == 0) job_.log().Start(job_.now());
+    if (c.forwarded <= c.step ||
+        (overlap_ && c.forwarded == c.step + 1 && c.forwarded < job_.steps())) {
+      ConvForward(i);
+    } else if (c.grads > c.step) {
+      ConvBackward(i);
+    }
+  }
+
+  void ConvForward(int i) {
+    ConvState& c = conv_[i];
+    if (i == 0 && c.forwarded == c.step) job_.log().Start(job_.now());
+    c.busy = true;
     job_.Compute(i, job_.costs().features_forward, [this, i] {
-      const double sent = job_.now();
-      job_.Write(i, FcRankOf(i), ActivationBytes(), [this, i, sent] {
-        FcArrive(FcRankOf(i) - conv_ranks_, i, sent);
-      });
+      ConvState& c = conv_[i];
+      const int batch = c.forwarded++;
+      if (i == 0) send_time_[batch] = job_.now();
+      job_.Write(i, FcRankOf(i), ActivationBytes(),
+                 [this, i] { FcArrive(FcRankOf(i) - conv_ranks_); });
+      c.busy = false;
+      ConvNext(i);
     });
   }
 
-  // The activations of conv rank `i` reached FC rank `f`.
-  void FcArrive(int f, int i, double sent) {
-    if (i == 0) send_time_ = sent;
-    FcState& fc = fc_state_[f];
-    ++fc.arrived;
+  // The activations of a conv rank reached FC rank `f`.
+  void FcArrive(int f) {
+    ++fc_state_[f].arrived;
     FcServe(f);
   }
 
@@ -89,8 +118,7 @@ class LayerSeparatedModel {
     const Costs& c = job_.costs();
     job_.Work(rank, m * (c.head_forward + c.head_backward + c.loss), [this, f, rank] {
       for (int i : served_[f]) {
-        job_.Write(rank, i, job_.costs().activation_bytes + 8,
-                             [this, i] { ConvBackward(i); });
+        job_.Write(rank, i, job_.costs().activation_bytes + 8, [this, i] { ConvGradients(i); });
       }
       job_.AllReduce(fc_members_, job_.costs().head_param_bytes, rank, [this, f, rank] {
         job_.Work(rank, job_.costs().optimizer * HeadFraction(), [this, f] {
@@ -107,12 +135,20 @@ class LayerSeparatedModel {
     return job_.costs().head_param_bytes / std::max(1.0, job_.costs().param_bytes());
   }
 
-  void ConvBackward(int i) {
+  void ConvGradients(int i) {
+    ConvState& c = conv_[i];
     if (i == 0) {
       // From sending the activations to their gradients' arrival.
-      job_.log().wait += job_.now() - send_time_;
-      job_.log().comm += job_.now() - send_time_;
+      const double sent = send_time_[c.grads];
+      job_.log().wait += job_.now() - sent;
+      job_.log().comm += job_.now() - sent;
     }
+    ++c.grads;
+    ConvNext(i);
+  }
+
+  void ConvBackward(int i) {
+    conv_[i].busy = true;
     job_.Compute(i, job_.costs().features_backward, [this, i] {
       const double arrived = job_.now();
       job_.AllReduce(conv_members_, job_.costs().features_param_bytes, i,
@@ -123,8 +159,10 @@ class LayerSeparatedModel {
             job_.log().comm += job_.now() - arrived;  // all-reduce and SGD
             job_.log().End(job_.now());
           }
-          ++conv_step_[i];
-          ConvStep(i);
+          ConvState& c = conv_[i];
+          c.busy = false;
+          ++c.step;
+          ConvNext(i);
         });
       });
     });
@@ -133,11 +171,12 @@ class LayerSeparatedModel {
   Job& job_;
   const int fc_ranks_;
   const int conv_ranks_;
+  const bool overlap_;
   std::vector<int> conv_members_, fc_members_;
   std::vector<std::vector<int>> served_;
-  std::vector<int> conv_step_;
+  std::vector<ConvState> conv_;
   std::vector<FcState> fc_state_;
-  double send_time_ = 0;  // rank 0's, this step
+  std::vector<double> send_time_;  // rank 0's, per batch
 };
 
 }  // namespace
@@ -146,6 +185,8 @@ absl::StatusOr<double> RunLayerSeparated(Job& job) {
   KeyValueParams params("layer_separated", job.scenario().params);
   int fc_ranks = 0;
   RETURN_IF_ERROR(params.Int("fc_ranks", 0, &fc_ranks));
+  std::string overlap = "off";
+  RETURN_IF_ERROR(params.Choice("overlap", {"off", "on"}, &overlap));
   AllReduceShape shape;
   RETURN_IF_ERROR(ReadAllReduceShape(params, &shape));
   RETURN_IF_ERROR(params.Done());
@@ -186,9 +227,10 @@ absl::StatusOr<double> RunLayerSeparated(Job& job) {
         n - fc_ranks, " conv ranks); the simulator models fc_ranks <= conv ranks"));
   }
   // SGD on the conv ranks' concatenated batches (the strategy's tests: equal
-  // to one process to 1e-5).
-  job.set_update_rule("sgd");
-  LayerSeparatedModel model(job, fc_ranks);
+  // to one process to 1e-5); with the pipeline, the features one step
+  // stale (an update rule of its own).
+  job.set_update_rule(overlap == "on" ? "sgd:features_stale=1" : "sgd");
+  LayerSeparatedModel model(job, fc_ranks, overlap == "on");
   model.Start();
   job.loop().Run();
   return static_cast<double>(n - fc_ranks) * c.batch;

@@ -13,9 +13,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::DoStep(const ComputeFn&) {
   return conv_ ? ConvStep() : FcStep();
 }
 
-absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
-  StepReport report;
-  report.clock = report.min_clock = clock();
+absl::StatusOr<at::Tensor> LayerSeparatedStrategy::ForwardAndSend() {
   ASSIGN_OR_RETURN(Batch batch, context().next_batch());
   if (batch.x.size(0) != layout_.batch) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -23,12 +21,40 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
         " samples where the plan has slots for ", layout_.batch));
   }
   const Link& link = links_.front();
-  group_->ZeroGradients();
-  const absl::Time begin = absl::Now();
   at::Tensor act = context().split->features(batch.x);
-  const absl::Time computed = absl::Now();
   RETURN_IF_ERROR(tensors_->Send(link.act, act.detach().contiguous()));
   RETURN_IF_ERROR(tensors_->Send(link.labels, batch.y.to(at::kLong).contiguous()));
+  return act;
+}
+
+// With overlap (Stanza's pipeline) the step of batch t forwards and sends
+// batch t+1 before it waits for batch t's gradients. Batch t+1's forward
+// thus sees the features before batch t's update (one step stale), and its
+// backward, a step later, runs after that update: the group's SGD writes
+// the parameters' flat storage, which autograd's saved tensors share
+// without seeing a new version, so the backward multiplies by the updated
+// weights where a weight-stashing pipeline (PipeDream) would use the ones
+// of the forward. Both differences are one step of SGD, never more: the
+// forward ahead is one batch, and the last step forwards nothing ahead.
+absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
+  StepReport report;
+  report.clock = report.min_clock = clock();
+  const Link& link = links_.front();
+  group_->ZeroGradients();
+  const absl::Time begin = absl::Now();
+  at::Tensor act;
+  // Batch t's activations went out during the step before (overlap): the
+  // FC rank's work on them runs beside this step's forward.
+  const bool sent_before = ahead_.defined();
+  if (sent_before) {
+    act = std::move(ahead_);
+    ahead_ = at::Tensor();
+  } else {
+    ASSIGN_OR_RETURN(act, ForwardAndSend());
+  }
+  if (overlap_ && clock() + 1 < options().steps) {
+    ASSIGN_OR_RETURN(ahead_, ForwardAndSend());
+  }
   const absl::Time sent = absl::Now();
   ASSIGN_OR_RETURN(at::Tensor grad, tensors_->Recv(link.grad));
   ASSIGN_OR_RETURN(at::Tensor stats, tensors_->Recv(link.stats));
@@ -37,14 +63,15 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   report.compute.accuracy = stats[1].item<double>();
   report.compute.samples = layout_.batch;
   if (act.requires_grad()) act.backward(grad);
+  act = at::Tensor();
   grad = at::Tensor();  // gives the slots back
   stats = at::Tensor();
   const absl::Time backward = absl::Now();
   RETURN_IF_ERROR(group_->AllReduceGradients(1.0, options().momentum));
   group_->ApplySgd(options().learning_rate, options().momentum);
   RETURN_IF_ERROR(tensors_->FinishStep());
-  report.Add(StepSpan::Kind::kCompute, begin, computed);
-  report.Add(StepSpan::Kind::kCommunication, computed, received);
+  report.Add(StepSpan::Kind::kCompute, begin, sent);
+  report.Add(StepSpan::Kind::kCommunication, sent_before ? begin : sent, received);
   report.Add(StepSpan::Kind::kWait, sent, received);  // the FC rank's work included
   report.Add(StepSpan::Kind::kCompute, received, backward);
   report.Add(StepSpan::Kind::kCommunication, backward, absl::Now());

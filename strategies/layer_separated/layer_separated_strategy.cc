@@ -57,12 +57,14 @@ absl::StatusOr<std::unique_ptr<LayerSeparatedStrategy>> LayerSeparatedStrategy::
   RETURN_IF_ERROR(params.Size("bucket_bytes", 0, &group.bucket_bytes));
   RETURN_IF_ERROR(params.Size("chunk_bytes", 64, &group.chunk_bytes));
   RETURN_IF_ERROR(params.Int("slots", 1, &group.slots));
+  std::string overlap = "off";
+  RETURN_IF_ERROR(params.Choice("overlap", {"off", "on"}, &overlap));
   RETURN_IF_ERROR(params.Done());
   RETURN_IF_ERROR(CheckTrainingOptions("layer_separated", options.steps,
                                        options.learning_rate, options.momentum));
   group.timeout = options.communicator_options.timeout;
-  return std::unique_ptr<LayerSeparatedStrategy>(
-      new LayerSeparatedStrategy(options, std::move(group), fc_ranks));
+  return std::unique_ptr<LayerSeparatedStrategy>(new LayerSeparatedStrategy(
+      options, std::move(group), fc_ranks, overlap == "on"));
 }
 
 LayerSeparatedStrategy::~LayerSeparatedStrategy() {
@@ -193,10 +195,15 @@ absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
 }
 
 absl::Status LayerSeparatedStrategy::DoStart() {
+  runtime::CommunicatorOptions communication = communicator_options();
+  // With overlap a conv rank sends the next batch's activations before it
+  // receives this batch's gradients: its transfers run at their own pace
+  // (the slots' two stages hold both batches).
+  if (overlap_) communication.lockstep = false;
   ASSIGN_OR_RETURN(communicator_,
                    runtime::CreateCommunicator(options().communicator, plan(),
                                                *context().transport, *context().store,
-                                               communicator_options()));
+                                               communication));
   ASSIGN_OR_RETURN(runtime::torch::TorchCommunicator tensors,
                    runtime::torch::TorchCommunicator::Create(*communicator_, plan(),
                                                              context().rank));
@@ -231,6 +238,7 @@ absl::Status LayerSeparatedStrategy::DoStart() {
 }
 
 absl::Status LayerSeparatedStrategy::DoFinish(bool after_failure) {
+  ahead_ = at::Tensor();  // a failed step's forward ahead, and its graph
   if (after_failure) {
     // The others may never come to the final all-reduce or to the rings'
     // shutdown barriers: none of them is waited for. The communicator

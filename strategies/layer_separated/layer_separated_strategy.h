@@ -17,7 +17,13 @@
 // (cost_model.h) with compute times and ring bandwidth measured at
 // Prepare(). Finish() gives every rank the whole model (one all-reduce over
 // all ranks, where only the first conv and the first FC rank contribute).
-// Parameters: fc_ranks (auto), bucket_bytes, chunk_bytes, slots.
+// Parameters: fc_ranks (auto), bucket_bytes, chunk_bytes, slots, overlap.
+// overlap=on (off by default) is Stanza's pipeline: a conv rank forwards
+// and sends batch t+1 before it receives batch t's gradients, so its
+// forward overlaps the FC rank's work on batch t, and the FC rank's work on
+// batch t+1 overlaps its backward and all-reduce of batch t. The cost is
+// one step of staleness in the features (see DoStep in
+// layer_separated_step.cc and docs/strategies.md).
 // A peer slower than the timeout: an FC rank waiting for activations, or a
 // conv rank for their gradients, gets the communicator's kDeadlineExceeded
 // naming the tensor and the peer rank; a ring that stalls, the ring's. After
@@ -73,9 +79,10 @@ class LayerSeparatedStrategy final : public Strategy {
   const StanzaCosts& costs() const { return costs_; }
 
  private:
-  LayerSeparatedStrategy(StrategyOptions options, DataParallelOptions group, int fc_ranks)
+  LayerSeparatedStrategy(StrategyOptions options, DataParallelOptions group, int fc_ranks,
+                         bool overlap)
       : Strategy(std::move(options)), group_options_(std::move(group)),
-        requested_fc_ranks_(fc_ranks) {}
+        requested_fc_ranks_(fc_ranks), overlap_(overlap) {}
   // kInvalidArgument without a model split or batch source, with fewer
   // than 2 ranks, or with fc_ranks >= ranks.
   absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
@@ -93,11 +100,18 @@ class LayerSeparatedStrategy final : public Strategy {
   absl::StatusOr<int> FindId(bool send, const std::string& tensor, int peer) const;
   // layer_separated_step.cc
   absl::StatusOr<StepReport> ConvStep();
+  // Runs features() on the next batch and sends its activations and
+  // labels to the FC rank; the activations, with their graph.
+  absl::StatusOr<at::Tensor> ForwardAndSend();
   absl::StatusOr<StepReport> FcStep();
   absl::Status ShareFinalModel();
 
   const DataParallelOptions group_options_;
   const int requested_fc_ranks_;  // 0: the cost model decides
+  const bool overlap_;            // Stanza's pipeline (overlap=on)
+  // With overlap, on a conv rank: the activations of the batch whose
+  // gradients come next, forwarded (and sent) during the step before.
+  at::Tensor ahead_;
   std::vector<Parameter> parameters_;
   std::vector<Parameter> features_, head_;
   StanzaLayout layout_;
