@@ -8,8 +8,10 @@ namespace rdmaflow::bench {
 
 double MedianOfBlockMeans(const std::vector<std::vector<double>>& ranks,
                           int blocks) {
-  if (ranks.empty() || ranks[0].empty() || blocks < 1) return 0;
-  const size_t steps = ranks[0].size();
+  if (ranks.empty() || blocks < 1) return 0;
+  size_t steps = ranks[0].size();
+  for (const std::vector<double>& rank : ranks) steps = std::min(steps, rank.size());
+  if (steps == 0) return 0;
   const size_t count = std::min(steps, static_cast<size_t>(blocks));
   std::vector<double> per_step;
   per_step.reserve(count);
@@ -19,7 +21,7 @@ double MedianOfBlockMeans(const std::vector<std::vector<double>>& ranks,
     double slowest = 0;
     for (const std::vector<double>& rank : ranks) {
       double total = 0;
-      for (size_t i = begin; i < end && i < rank.size(); ++i) total += rank[i];
+      for (size_t i = begin; i < end; ++i) total += rank[i];
       slowest = std::max(slowest, total);
     }
     per_step.push_back(slowest / static_cast<double>(end - begin));

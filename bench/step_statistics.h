@@ -2,8 +2,8 @@
 // -----------------------------------------------------------------------------
 // The statistic of a multi-rank run's step times that the ablation compares
 // (its percentiles are bench/pingpong.h's Percentile).
-// `ranks[r][i]` is rank r's time of step i (every rank the same number of
-// steps); a step of the job takes as long as its slowest rank.
+// `ranks[r][i]` is rank r's time of step i; a step of the job takes as long
+// as its slowest rank. Ranks of different lengths count the steps all have.
 //
 //   double typical = MedianOfBlockMeans(ranks, 10);
 #ifndef RDMAFLOW_BENCH_STEP_STATISTICS_H_
@@ -18,8 +18,9 @@ namespace rdmaflow::bench {
 // result is the median of those. A streaming estimate of the time a step
 // costs that neither a sender running ahead of its receiver (bimodal steps,
 // which fool the p50) nor a rare multi-millisecond preemption on a shared
-// machine (which moves the mean) decides. `blocks` is capped at the number
-// of steps; 0 for no steps or blocks < 1.
+// machine (which moves the mean) decides, provided a block is longer than
+// the run-ahead. `blocks` is capped at the number of steps; 0 for no steps
+// or blocks < 1.
 double MedianOfBlockMeans(const std::vector<std::vector<double>>& ranks,
                           int blocks);
 

@@ -39,6 +39,8 @@ TEST(MedianOfBlockMeansTest, UnevenBlocksAndEdges) {
   EXPECT_EQ(MedianOfBlockMeans({}, 10), 0);
   EXPECT_EQ(MedianOfBlockMeans({{}}, 10), 0);
   EXPECT_EQ(MedianOfBlockMeans({{1, 2}}, 0), 0);
+  // Ranks of different lengths: the steps every rank has.
+  EXPECT_DOUBLE_EQ(MedianOfBlockMeans({{1, 1, 1}, {2, 2}}, 2), 2);
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ uint64_t SumWords(const std::byte* data, size_t bytes) {
     sum += w;
   }
   uint64_t tail = 0;
-  std::memcpy(&tail, data + 8 * words, bytes % 8);
+  if (bytes % 8 != 0) std::memcpy(&tail, data + 8 * words, bytes % 8);
   return sum + tail;
 }
 

@@ -271,9 +271,32 @@ TEST(SimulateTest, LayerSeparatedOverlapPipelinesTheNextForward) {
   const double first = 10e-3 + over + 16e-3 + back + 20e-3 + 0.4e-3;
   const double expected = (first + 8 * 30.4e-3 + 20.4e-3) / 10;
   EXPECT_NEAR(run.step_ms(), expected * 1e3, 1e-6);
+  // As the strategy records rank 0's step: step 0 communicates and waits
+  // from the end of its two forwards to the gradients; steps 1-8 have
+  // communication in flight during the forward ahead (10 ms) and do not
+  // wait; step 9 neither; every step's SGD counts as communication.
+  const double first_wait = over + 16e-3 + back - 10e-3;
+  EXPECT_NEAR(run.comm_ms(), (first_wait + 8 * 10e-3 + 10 * 0.4e-3) / 10 * 1e3, 1e-6);
+  EXPECT_NEAR(run.wait_ms(), first_wait / 10 * 1e3, 1e-6);
   EXPECT_EQ(run.update_rule(), "sgd:features_stale=1");
   s.params = {{"fc_ranks", "1"}, {"overlap", "maybe"}};
   EXPECT_THAT(Simulate(s).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// With overlap and a straggler, a fast conv rank sends batch t+1 before the
+// slow one sent batch t; the FC rank still serves each step with one batch
+// of each, so the slow rank's forward and backward (30 + 60 ms, serial on
+// it) set the pace, and rank 0's communication fits in its steps.
+TEST(SimulateTest, LayerSeparatedOverlapKeepsAStragglersPace) {
+  Scenario s = Base("layer_separated", 3);
+  s.params = {{"fc_ranks", "1"}, {"overlap", "on"}};
+  s.slow_rank = 1;
+  s.slow_factor = 3;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun slow, Simulate(s));
+  EXPECT_GE(slow.step_ms(), (30 + 60) * 0.9);
+  EXPECT_LT(slow.step_ms(), (30 + 60) * 1.2);
+  EXPECT_GT(slow.wait_ms(), 0);
+  EXPECT_LE(slow.comm_ms(), slow.step_ms());
 }
 
 TEST(SimulateTest, LayerSeparatedChoosesKWhenNotTold) {

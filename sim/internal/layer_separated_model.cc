@@ -44,7 +44,7 @@ class LayerSeparatedModel {
     for (int i = 0; i < conv_ranks_; ++i) served_[i % fc_ranks_].push_back(i);
     conv_.resize(conv_ranks_);
     fc_state_.resize(fc_ranks_);
-    send_time_.assign(job.steps(), 0);
+    for (int f = 0; f < fc_ranks_; ++f) fc_state_[f].pending.assign(served_[f].size(), 0);
   }
 
   void Start() {
@@ -59,8 +59,10 @@ class LayerSeparatedModel {
     bool busy = false;
   };
   struct FcState {
-    int step = 0;     // the step it serves next
-    int arrived = 0;  // activations of that step in
+    int step = 0;  // the step it serves next
+    // Per conv rank it serves (in served_ order): batches in, not yet
+    // served. With overlap a conv rank may be a batch ahead of another.
+    std::vector<int> pending;
     bool busy = false;
   };
 
@@ -89,31 +91,43 @@ class LayerSeparatedModel {
 
   void ConvForward(int i) {
     ConvState& c = conv_[i];
-    if (i == 0 && c.forwarded == c.step) job_.log().Start(job_.now());
+    if (i == 0 && c.step == 0 && c.forwarded == 0) {
+      job_.log().Start(job_.now());
+      StepBegins();
+    }
     c.busy = true;
     job_.Compute(i, job_.costs().features_forward, [this, i] {
       ConvState& c = conv_[i];
-      const int batch = c.forwarded++;
-      if (i == 0) send_time_[batch] = job_.now();
-      job_.Write(i, FcRankOf(i), ActivationBytes(),
-                 [this, i] { FcArrive(FcRankOf(i) - conv_ranks_); });
+      ++c.forwarded;
+      if (i == 0) forwards_done_ = job_.now();
+      job_.Write(i, FcRankOf(i), ActivationBytes(), [this, i] { FcArrive(i); });
       c.busy = false;
       ConvNext(i);
     });
   }
 
-  // The activations of a conv rank reached FC rank `f`.
-  void FcArrive(int f) {
-    ++fc_state_[f].arrived;
+  // Rank 0's step begins (its timeline, as the strategy records it).
+  void StepBegins() {
+    step_begin_ = forwards_done_ = job_.now();
+    sent_before_ = conv_[0].forwarded > conv_[0].step;
+  }
+
+  // The activations of conv rank `i` reached its FC rank.
+  void FcArrive(int i) {
+    const int f = FcRankOf(i) - conv_ranks_;
+    ++fc_state_[f].pending[i / fc_ranks_];
     FcServe(f);
   }
 
   void FcServe(int f) {
     FcState& fc = fc_state_[f];
     const int m = static_cast<int>(served_[f].size());
-    if (fc.busy || fc.arrived < m) return;
+    if (fc.busy) return;
+    for (int n : fc.pending) {
+      if (n == 0) return;
+    }
     fc.busy = true;
-    fc.arrived -= m;
+    for (int& n : fc.pending) --n;
     const int rank = conv_ranks_ + f;
     const Costs& c = job_.costs();
     job_.Work(rank, m * (c.head_forward + c.head_backward + c.loss), [this, f, rank] {
@@ -136,18 +150,19 @@ class LayerSeparatedModel {
   }
 
   void ConvGradients(int i) {
-    ConvState& c = conv_[i];
-    if (i == 0) {
-      // From sending the activations to their gradients' arrival.
-      const double sent = send_time_[c.grads];
-      job_.log().wait += job_.now() - sent;
-      job_.log().comm += job_.now() - sent;
-    }
-    ++c.grads;
+    ++conv_[i].grads;
     ConvNext(i);
   }
 
   void ConvBackward(int i) {
+    if (i == 0) {
+      // As the strategy records it: communication from sending this step's
+      // activations (from the step's start when they went out in the step
+      // before) to the gradients' arrival, the wait from the end of the
+      // step's forwards.
+      job_.log().comm += job_.now() - (sent_before_ ? step_begin_ : forwards_done_);
+      job_.log().wait += job_.now() - forwards_done_;
+    }
     conv_[i].busy = true;
     job_.Compute(i, job_.costs().features_backward, [this, i] {
       const double arrived = job_.now();
@@ -162,6 +177,7 @@ class LayerSeparatedModel {
           ConvState& c = conv_[i];
           c.busy = false;
           ++c.step;
+          if (i == 0) StepBegins();
           ConvNext(i);
         });
       });
@@ -176,7 +192,11 @@ class LayerSeparatedModel {
   std::vector<std::vector<int>> served_;
   std::vector<ConvState> conv_;
   std::vector<FcState> fc_state_;
-  std::vector<double> send_time_;  // rank 0's, per batch
+  // Rank 0's current step: when it began, when its forwards ended, and
+  // whether its batch went out in the step before.
+  double step_begin_ = 0;
+  double forwards_done_ = 0;
+  bool sent_before_ = false;
 };
 
 }  // namespace

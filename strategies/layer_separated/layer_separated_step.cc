@@ -30,12 +30,15 @@ absl::StatusOr<at::Tensor> LayerSeparatedStrategy::ForwardAndSend() {
 // With overlap (Stanza's pipeline) the step of batch t forwards and sends
 // batch t+1 before it waits for batch t's gradients. Batch t+1's forward
 // thus sees the features before batch t's update (one step stale), and its
-// backward, a step later, runs after that update: the group's SGD writes
-// the parameters' flat storage, which autograd's saved tensors share
-// without seeing a new version, so the backward multiplies by the updated
-// weights where a weight-stashing pipeline (PipeDream) would use the ones
-// of the forward. Both differences are one step of SGD, never more: the
-// forward ahead is one batch, and the last step forwards nothing ahead.
+// backward, a step later, runs after that update. DataParallelGroup gave
+// each parameter a view of its flat storage with set_data(), which keeps
+// the parameter's own version counter; its SGD writes the flat tensor, so
+// autograd sees no new version of the weights the forward saved, and the
+// backward multiplies by the updated values where a weight-stashing
+// pipeline (PipeDream) would use the forward's. Both differences are one
+// step of SGD, never more: the forward ahead is one batch, and the last
+// step forwards nothing ahead. The step reports the features' staleness
+// as min_clock = clock - 1.
 absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   StepReport report;
   report.clock = report.min_clock = clock();
@@ -49,6 +52,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   if (sent_before) {
     act = std::move(ahead_);
     ahead_ = at::Tensor();
+    report.min_clock = clock() - 1;  // forwarded before the last update
   } else {
     ASSIGN_OR_RETURN(act, ForwardAndSend());
   }

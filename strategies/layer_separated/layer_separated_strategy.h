@@ -22,7 +22,7 @@
 // and sends batch t+1 before it receives batch t's gradients, so its
 // forward overlaps the FC rank's work on batch t, and the FC rank's work on
 // batch t+1 overlaps its backward and all-reduce of batch t. The cost is
-// one step of staleness in the features (see DoStep in
+// one step of staleness in the features (see ConvStep in
 // layer_separated_step.cc and docs/strategies.md).
 // A peer slower than the timeout: an FC rank waiting for activations, or a
 // conv rank for their gradients, gets the communicator's kDeadlineExceeded

@@ -6,8 +6,11 @@
 // With overlap=on (Stanza's pipeline) they end with the parameters of one
 // process running the same pipelined schedule.
 #include "ATen/Parallel.h"
+#include "ATen/ops/addmm.h"
 #include "ATen/ops/cat.h"
 #include "ATen/ops/cross_entropy_loss.h"
+#include "ATen/ops/matmul.h"
+#include "ATen/ops/relu.h"
 #include "ATen/ops/zeros_like.h"
 #include "strategies/layer_separated/layer_separated_strategy.h"
 
@@ -44,8 +47,10 @@ struct Job {
   std::vector<onesided::PeerLinksStats> links;
 };
 
+using FeaturesFn = at::Tensor (*)(const std::vector<at::Tensor>&, const at::Tensor&);
+
 Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::string> params,
-           const std::string& codec = "") {
+           const std::string& codec = "", FeaturesFn features = &ToyProblem::Features) {
   Job job;
   job.finals.resize(world);
   job.codec_calls.resize(world, -1);
@@ -63,7 +68,7 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
         std::vector<at::Tensor> p;
         for (const Parameter& param : params) p.push_back(param.tensor);
         ModelSplit split;
-        split.features = [&p](const at::Tensor& x) { return ToyProblem::Features(p, x); };
+        split.features = [&p, features](const at::Tensor& x) { return features(p, x); };
         split.head = [&p](const at::Tensor& h) { return ToyProblem::Head(p, h); };
         split.head_parameters = {"w2", "b2"};
         split.sample_shape = {4};
@@ -119,14 +124,26 @@ void ExpectMatchesReference(const ToyProblem& problem, const Job& job, int world
               ToyProblem::Loss(p0, problem.x[0][0], problem.y[0][0]).item<double>(), 1e-5);
 }
 
+// Features whose backward reads the weights (w1 is used again on the
+// hidden activations), unlike ToyProblem::Features, whose backward needs
+// only its input: with these a backward on updated weights and one on the
+// forward's (stashed) weights differ.
+at::Tensor DeepFeatures(const std::vector<at::Tensor>& p, const at::Tensor& x) {
+  const at::Tensor h = ToyProblem::Features(p, x);                   // [B, 8]
+  return at::relu(at::addmm(p[1], at::matmul(h, p[0]), p[0].t()));  // [B, 8]
+}
+
 // One process running overlap=on's schedule on the conv ranks' batches
 // concatenated: batch t+1 is forwarded before the features' update of batch
 // t, and batch t's backward runs on the features as they are when its
 // gradients arrive (updated in place, as the group's flat storage is,
-// without a new version for autograd). The head trains on each batch in
-// turn. SGD with momentum as DataParallelGroup::ApplySgd.
+// without a new version for autograd) or, with `stash`, on the weights its
+// forward used (PipeDream's weight stashing). The head trains on each batch
+// in turn. SGD with momentum as DataParallelGroup::ApplySgd.
 std::vector<at::Tensor> PipelinedReference(const ToyProblem& problem, int convs, int steps,
-                                           double lr, double momentum) {
+                                           double lr, double momentum,
+                                           FeaturesFn features = &ToyProblem::Features,
+                                           bool stash = false) {
   std::vector<at::Tensor> p, velocity;
   for (const at::Tensor& t : problem.init) {
     p.push_back(t.clone().requires_grad_(true));
@@ -137,26 +154,44 @@ std::vector<at::Tensor> PipelinedReference(const ToyProblem& problem, int convs,
     for (int w = 0; w < convs; ++w) parts.push_back(labels ? problem.y[w][t] : problem.x[w][t]);
     return at::cat(parts);
   };
-  auto update = [&](size_t i) {
-    at::Tensor value = p[i].data();  // the storage, outside autograd's versions
-    velocity[i].mul_(momentum).add_(p[i].grad());
-    value.add_(velocity[i], -lr);
-    p[i].mutable_grad() = at::Tensor();
+  // A forward and the tensors its gradients land in (p's, or stashed copies).
+  struct Forward {
+    at::Tensor act;
+    std::vector<at::Tensor> weights;
   };
-  at::Tensor act = ToyProblem::Features(p, batch(0, false));
+  auto forward = [&](int t) {
+    Forward f;
+    f.weights = p;
+    if (stash) {
+      f.weights[0] = p[0].detach().clone().requires_grad_(true);
+      f.weights[1] = p[1].detach().clone().requires_grad_(true);
+    }
+    f.act = features(f.weights, batch(t, false));
+    return f;
+  };
+  auto update = [&](size_t i, const at::Tensor& grad) {
+    at::Tensor value = p[i].data();  // the storage, outside autograd's versions
+    velocity[i].mul_(momentum).add_(grad);
+    value.add_(velocity[i], -lr);
+  };
+  Forward now = forward(0);
   for (int t = 0; t < steps; ++t) {
-    at::Tensor ahead = t + 1 < steps ? ToyProblem::Features(p, batch(t + 1, false)) : at::Tensor();
-    at::Tensor a = act.detach().requires_grad_(true);
+    Forward ahead = t + 1 < steps ? forward(t + 1) : Forward{};
+    at::Tensor a = now.act.detach().requires_grad_(true);
     at::cross_entropy_loss(ToyProblem::Head(p, a), batch(t, true), {}, at::Reduction::None)
         .sum()
         .div(static_cast<double>(kBatch * convs))
         .backward();
-    update(2);
-    update(3);
-    act.backward(a.grad());
-    update(0);
-    update(1);
-    act = ahead;
+    for (size_t i : {2, 3}) {
+      update(i, p[i].grad());
+      p[i].mutable_grad() = at::Tensor();
+    }
+    now.act.backward(a.grad());
+    for (size_t i : {0, 1}) {
+      update(i, now.weights[i].grad());
+      now.weights[i].mutable_grad() = at::Tensor();
+    }
+    now = std::move(ahead);
   }
   for (at::Tensor& t : p) t = t.detach();
   return p;
@@ -189,6 +224,23 @@ TEST(LayerSeparatedTest, OverlapWithThreeConvRanksAndTwoFcRanks) {
   ExpectPipelined(problem, RunJob(problem, 4, {{"fc_ranks", "1"}, {"overlap", "on"}}), 4, 3);
   const ToyProblem two(4, kSteps, kBatch);
   ExpectPipelined(two, RunJob(two, 4, {{"fc_ranks", "2"}, {"overlap", "on"}}), 4, 2);
+}
+
+// What docs/strategies.md says of the pipeline's backward: it multiplies by
+// the weights as updated since the forward, not by stashed ones.
+TEST(LayerSeparatedTest, OverlapBackPropagatesThroughTheUpdatedWeights) {
+  at::set_num_threads(1);
+  const ToyProblem problem(2, kSteps, kBatch);
+  const Job job = RunJob(problem, 2, {{"fc_ranks", "1"}, {"overlap", "on"}}, "", &DeepFeatures);
+  for (const absl::Status& status : job.status) ASSERT_OK(status);
+  const std::vector<at::Tensor> in_place =
+      PipelinedReference(problem, 1, kSteps, 0.1, 0.9, &DeepFeatures, /*stash=*/false);
+  const std::vector<at::Tensor> stashed =
+      PipelinedReference(problem, 1, kSteps, 0.1, 0.9, &DeepFeatures, /*stash=*/true);
+  EXPECT_GT(ToyProblem::MaxDiff(in_place, stashed), 1e-4);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LT(ToyProblem::MaxDiff(job.finals[r], in_place), 1e-5) << "rank " << r;
+  }
 }
 
 TEST(LayerSeparatedTest, OneConvOneFcEqualsOneProcess) {
