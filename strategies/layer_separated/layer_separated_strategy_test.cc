@@ -14,6 +14,7 @@
 #include "ATen/ops/zeros_like.h"
 #include "strategies/layer_separated/layer_separated_strategy.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@ struct Job {
   std::vector<std::vector<at::Tensor>> finals;  // by rank
   std::vector<int> conv_ranks;                     // as each rank saw it
   std::vector<double> first_loss;
+  std::vector<int64_t> max_staleness;  // by rank: clock - min_clock
   std::vector<int64_t> codec_calls;  // by rank
   // By rank: endpoints its transport connected; its links' counts.
   std::vector<int64_t> connected;
@@ -56,6 +58,7 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
   job.codec_calls.resize(world, -1);
   job.conv_ranks.resize(world);
   job.first_loss.resize(world, -1);
+  job.max_staleness.resize(world, -1);
   job.connected.resize(world);
   job.links.resize(world);
   job.status = rdma::testing::RunRankThreads(
@@ -88,6 +91,8 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
         while (!strategy->done()) {
           ASSIGN_OR_RETURN(StepReport report, strategy->Step(nullptr));
           if (report.clock == 0) job.first_loss[rank] = report.compute.loss;
+          job.max_staleness[rank] =
+              std::max(job.max_staleness[rank], report.clock - report.min_clock);
         }
         RETURN_IF_ERROR(strategy->Finish());
         for (const Parameter& param : params) job.finals[rank].push_back(param.tensor.detach().clone());
@@ -209,6 +214,8 @@ void ExpectPipelined(const ToyProblem& problem, const Job& job, int world, int c
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(job.conv_ranks[r], convs);
     EXPECT_LT(ToyProblem::MaxDiff(job.finals[r], pipelined), 1e-5) << "rank " << r;
+    // The conv ranks report their features one step stale; the head never is.
+    EXPECT_EQ(job.max_staleness[r], r < convs ? 1 : 0) << "rank " << r;
   }
 }
 
