@@ -140,6 +140,23 @@ absl::StatusOr<StepReport> Strategy::Step(const ComputeFn& compute) {
   return report;
 }
 
+absl::Status Strategy::ShareModel() {
+  switch (phase_) {
+    case Phase::kNew:
+    case Phase::kPrepared:
+      return Refuse("ShareModel()", "before Start(): call Prepare() and Start() first");
+    case Phase::kStarted:
+      break;
+    case Phase::kFinished:
+      return Refuse("ShareModel()", "after Finish()");
+  }
+  if (!failure_.ok()) return Unusable();
+  if (!shares_model()) return absl::OkStatus();
+  absl::Status shared = Guarded("sharing the model", [&] { return DoShareModel(); });
+  if (!shared.ok()) failure_ = shared;  // a ring may be half done
+  return shared;
+}
+
 absl::Status Strategy::Finish() {
   const bool run = phase_ == Phase::kStarted && !failed_in_start_;
   phase_ = Phase::kFinished;

@@ -195,6 +195,10 @@ class Strategy {
   // training (so the harness may evaluate it between steps); after
   // Finish() every computing rank holds the final ones.
   virtual bool holds_full_model() const { return computes(); }
+  // True where the computing ranks do not hold the whole model between
+  // steps but ShareModel() gives it them (layer_separated): a harness that
+  // evaluates between steps calls ShareModel() on every rank first.
+  virtual bool shares_model() const { return false; }
   // True on ranks whose Step() calls the ComputeFn (a rank that computes
   // from StrategyContext::next_batch itself needs none).
   virtual bool needs_compute_fn() const { return computes(); }
@@ -235,6 +239,14 @@ class Strategy {
   // True once this rank has no more iterations to run; by default once
   // `steps` of them succeeded.
   virtual bool done() const { return clock_ >= options_.steps; }
+  // Where shares_model(): gives every rank the parts of the model's current
+  // parameters that other ranks train, so a computing rank holds the whole
+  // model until its next Step(); what each rank trains is not touched, so
+  // training goes on exactly as without the call. Collective: every rank
+  // calls it after the same number of steps. Nothing to do (OK) where
+  // !shares_model(). kFailedPrecondition out of order, as Step(); a
+  // failure leaves the strategy unusable, as a failed step does.
+  absl::Status ShareModel();
   // Leaves the computing ranks with the final parameters, then shuts down.
   // Collective, except after a failed step: then it waits for nobody's
   // progress and returns the step's failure.
@@ -257,6 +269,8 @@ class Strategy {
   virtual graph::PlannerOptions planner_options() const { return {}; }
   virtual absl::Status DoStart() = 0;
   virtual absl::StatusOr<StepReport> DoStep(const ComputeFn& compute) = 0;
+  // Only where shares_model(), between steps.
+  virtual absl::Status DoShareModel() { return absl::OkStatus(); }
   // Only after a successful DoStart. `after_failure`: a step failed, so the
   // other ranks may never come to a barrier: wait for none of them, only
   // complete or cancel what this rank posted. Its error is then logged

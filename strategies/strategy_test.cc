@@ -33,8 +33,11 @@ class FakeStrategy final : public Strategy {
   int worker_index() const override { return context().rank; }
   runtime::TransferCounters counters() const override { return {}; }
 
-  absl::Status fail_prepare, fail_start, fail_step;
-  int prepares = 0, starts = 0, steps = 0, finishes = 0;
+  bool shares_model() const override { return share; }
+
+  absl::Status fail_prepare, fail_start, fail_step, fail_share;
+  bool share = false;
+  int prepares = 0, starts = 0, steps = 0, finishes = 0, shares = 0;
   bool finished_after_failure = false;
   std::vector<int64_t> clocks;  // clock() in each DoStep
 
@@ -60,6 +63,10 @@ class FakeStrategy final : public Strategy {
     StepReport report;
     ASSIGN_OR_RETURN(report.compute, compute());
     return report;
+  }
+  absl::Status DoShareModel() override {
+    ++shares;
+    return fail_share;
   }
   absl::Status DoFinish(bool after_failure) override {
     ++finishes;
@@ -157,6 +164,40 @@ TEST(StrategyTest, AFailedStepLeavesTheRankUnusableAndFinishReturnsTheFailure) {
   });
   EXPECT_EQ(s.steps, 2);  // the refused one never reached DoStep
   EXPECT_EQ(s.finishes, 1);
+  EXPECT_TRUE(s.finished_after_failure);
+}
+
+// ShareModel(): in order, only where the strategy shares, and a failed
+// one leaves the rank unusable as a failed step does.
+TEST(StrategyTest, ShareModelRunsBetweenStepsWhereTheStrategyShares) {
+  FakeStrategy s(3);
+  EXPECT_THAT(s.ShareModel(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                       HasSubstr("fake: ShareModel() before Start()")));
+  WithContext([&](const StrategyContext& context) {
+    ASSERT_OK(s.Prepare(context, {}).status());
+    EXPECT_THAT(s.ShareModel(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                         HasSubstr("fake rank 1: ShareModel() before Start()")));
+    ASSERT_OK(s.Start());
+    ASSERT_OK(s.Step(kCompute).status());
+    EXPECT_OK(s.ShareModel());  // nothing to share
+    EXPECT_EQ(s.shares, 0);
+    s.share = true;
+    EXPECT_OK(s.ShareModel());
+    EXPECT_EQ(s.shares, 1);
+    ASSERT_OK(s.Step(kCompute).status());
+    s.fail_share = absl::DeadlineExceededError("rank 0 never joined the model's all-reduce");
+    EXPECT_THAT(s.ShareModel(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+    EXPECT_THAT(s.Step(kCompute).status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr("unusable"), HasSubstr("never joined"))));
+    EXPECT_THAT(s.ShareModel(),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("unusable")));
+    EXPECT_THAT(s.Finish(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+    EXPECT_THAT(s.ShareModel(),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("after Finish()")));
+  });
+  EXPECT_EQ(s.shares, 2);
+  EXPECT_EQ(s.steps, 2);
   EXPECT_TRUE(s.finished_after_failure);
 }
 

@@ -1,8 +1,15 @@
 // End to end: rdmaflow_train runs the layer-separated strategy (Stanza) as
 // OS processes over UCX shared memory on Fashion-MNIST: the VGG-like net
 // with 2 conv ranks and 1 FC rank learns far above chance (10 %), and a
-// straggler holds the job back. Skips without the dataset.
+// straggler holds the job back; --eval_every evaluates it mid-run without
+// changing its training. Skips without the dataset.
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/train_runner.h"
 
@@ -34,6 +41,43 @@ TEST_F(LayerSeparatedTrainE2eTest, AStragglerHoldsTheJobBack) {
   const double held = run.summary.mean_comm_ms() / run.summary.mean_step_ms();
   RecordProperty("comm_fraction", absl::StrCat(held));
   EXPECT_GT(held, 0.9) << run.output;
+}
+
+// --eval_every on a strategy whose ranks each hold half the model: the
+// reporter's log has a test accuracy at every 5th step, the last one that
+// of the final model (the reporter's own half alone, with the head it
+// started with, scores near chance), and the run ends exactly where one
+// without evaluations does.
+TEST_F(LayerSeparatedTrainE2eTest, EvaluatesMidRunWithoutChangingTheTraining) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string prefix = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ls_eval");
+  const std::string flags =
+      "--local 3 --model lenet5 --strategy layer_separated --strategy_params fc_ranks=1 "
+      "--steps 20 --seed 5";
+  const testing::TrainRun plain = testing::Train("layer_separated_plain", flags);
+  const testing::TrainRun evaluated = testing::Train(
+      "layer_separated_eval",
+      absl::StrCat(flags, " --eval_every 5 --eval_samples 0 --log_prefix ", prefix));
+  ASSERT_GT(plain.summary.final_loss(), 0) << plain.output;
+  EXPECT_EQ(evaluated.summary.final_loss(), plain.summary.final_loss()) << evaluated.output;
+  EXPECT_EQ(evaluated.summary.test_accuracy(), plain.summary.test_accuracy());
+  std::ifstream csv(absl::StrCat(prefix, ".rank0.csv"));
+  ASSERT_TRUE(csv.good()) << evaluated.output;
+  std::string line;
+  std::getline(csv, line);  // the header
+  std::vector<int> evaluated_steps;
+  double last = -1;
+  while (std::getline(csv, line)) {
+    const std::vector<std::string> fields = absl::StrSplit(line, ',');
+    ASSERT_EQ(fields.size(), 11u) << line;
+    if (fields[9].empty()) continue;
+    evaluated_steps.push_back(std::stoi(fields[0]));
+    last = std::stod(fields[9]);
+  }
+  EXPECT_EQ(evaluated_steps, (std::vector<int>{4, 9, 14, 19}));
+  // Every test image, as the final evaluation (the log prints 4 digits).
+  EXPECT_GT(plain.summary.test_accuracy(), 0.2);  // chance is 0.1
+  EXPECT_NEAR(last, plain.summary.test_accuracy(), 1e-4);
 }
 
 }  // namespace

@@ -275,6 +275,14 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     }
     if (timeline.has_value()) timeline->Add(steps_taken, report.timeline);
     ++steps_taken;
+    const bool evaluate = config.eval_every > 0 && (report.clock + 1) % config.eval_every == 0;
+    if (evaluate && strategy.shares_model()) {
+      // Every rank, so that the reporter holds the whole model (not timed
+      // as training, as the evaluation is not).
+      const absl::Time share_begin = absl::Now();
+      RETURN_IF_ERROR(strategy.ShareModel());
+      eval_time += absl::Now() - share_begin;
+    }
     if (!strategy.computes()) continue;
     ++totals.steps;
     totals.comm_time += report.comm_time;
@@ -293,8 +301,8 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     record.wait_ms = Ms(report.wait_time);
     record.overlap_ms = Ms(overlap);
     record.staleness = report.min_clock < 0 ? -1 : report.clock - report.min_clock;
-    if (state.reporter && config.eval_every > 0 && strategy.holds_full_model() &&
-        (report.clock + 1) % config.eval_every == 0) {
+    if (state.reporter && evaluate &&
+        (strategy.holds_full_model() || strategy.shares_model())) {
       const absl::Time eval_begin = absl::Now();
       ASSIGN_OR_RETURN(record.test_accuracy,
                        Evaluate(state.model, state.test, config.eval_samples));

@@ -252,7 +252,7 @@ absl::Status LayerSeparatedStrategy::DoFinish(bool after_failure) {
     everyone_.reset();
     return shutdown;
   }
-  absl::Status status = ShareFinalModel();
+  absl::Status status = ShareParameters(/*everything=*/true);
   if (absl::Status s = communicator_->Shutdown(); status.ok()) status = s;
   if (absl::Status s = group_->Shutdown(); status.ok()) status = s;
   if (absl::Status s = everyone_->Shutdown(); status.ok()) status = s;
@@ -263,7 +263,7 @@ absl::Status LayerSeparatedStrategy::DoFinish(bool after_failure) {
   return status;
 }
 
-absl::Status LayerSeparatedStrategy::ShareFinalModel() {
+absl::Status LayerSeparatedStrategy::ShareParameters(bool everything) {
   // Conv rank 0 contributes the features, FC rank 0 (rank C) the head; the
   // others zeros, so the sum is an exact copy.
   std::byte* data = everyone_->data();
@@ -287,6 +287,8 @@ absl::Status LayerSeparatedStrategy::ShareFinalModel() {
   RETURN_IF_ERROR(everyone_->AllReduce(0, (total + 3) / 4, collectives::DataType::kFloat32));
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
+    // Mid-run, what this rank trains stays as it is: its replicas agree.
+    if (!everything && head.count(parameters_[i].name) != static_cast<size_t>(conv_)) continue;
     at::Tensor& p = parameters_[i].tensor;
     std::memcpy(p.data_ptr<float>(), data + everyone_offsets_[i], p.numel() * sizeof(float));
   }

@@ -16,7 +16,9 @@
 // K comes from fc_ranks=K, or, by default, from the cost model
 // (cost_model.h) with compute times and ring bandwidth measured at
 // Prepare(). Finish() gives every rank the whole model (one all-reduce over
-// all ranks, where only the first conv and the first FC rank contribute).
+// all ranks, where only the first conv and the first FC rank contribute);
+// ShareModel() between steps runs the same all-reduce but each rank takes
+// only the part it does not train, so a harness can evaluate mid-run.
 // Parameters: fc_ranks (auto), bucket_bytes, chunk_bytes, slots, overlap.
 // overlap=on (off by default) is Stanza's pipeline: a conv rank forwards
 // and sends batch t+1 before it receives batch t's gradients, so its
@@ -65,6 +67,8 @@ class LayerSeparatedStrategy final : public Strategy {
   std::string role() const override { return conv_ ? "conv" : "fc"; }
   bool computes() const override { return conv_; }
   bool holds_full_model() const override { return false; }
+  // ShareModel(): conv ranks get the head, FC ranks the features.
+  bool shares_model() const override { return true; }
   int workers() const override { return layout_.conv_ranks; }
   int worker_index() const override { return conv_ ? context().rank : -1; }
   runtime::TransferCounters counters() const override;
@@ -104,7 +108,12 @@ class LayerSeparatedStrategy final : public Strategy {
   // labels to the FC rank; the activations, with their graph.
   absl::StatusOr<at::Tensor> ForwardAndSend();
   absl::StatusOr<StepReport> FcStep();
-  absl::Status ShareFinalModel();
+  absl::Status DoShareModel() override { return ShareParameters(/*everything=*/false); }
+  // One all-reduce over every rank of conv rank 0's features and FC rank
+  // 0's head. `everything`: every rank takes the whole model (the final
+  // one); else only the part it does not train, which it then holds
+  // until its next step.
+  absl::Status ShareParameters(bool everything);
 
   const DataParallelOptions group_options_;
   const int requested_fc_ranks_;  // 0: the cost model decides

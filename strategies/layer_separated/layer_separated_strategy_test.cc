@@ -47,13 +47,17 @@ struct Job {
   // By rank: endpoints its transport connected; its links' counts.
   std::vector<int64_t> connected;
   std::vector<onesided::PeerLinksStats> links;
+  // By rank, by ShareModel() call: the rank's parameters right after it.
+  std::vector<std::vector<std::vector<at::Tensor>>> shared;
 };
 
 using FeaturesFn = at::Tensor (*)(const std::vector<at::Tensor>&, const at::Tensor&);
 
 Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::string> params,
-           const std::string& codec = "", FeaturesFn features = &ToyProblem::Features) {
+           const std::string& codec = "", FeaturesFn features = &ToyProblem::Features,
+           int share_every = 0) {
   Job job;
+  job.shared.resize(world);
   job.finals.resize(world);
   job.codec_calls.resize(world, -1);
   job.conv_ranks.resize(world);
@@ -93,6 +97,12 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
           if (report.clock == 0) job.first_loss[rank] = report.compute.loss;
           job.max_staleness[rank] =
               std::max(job.max_staleness[rank], report.clock - report.min_clock);
+          if (share_every > 0 && (report.clock + 1) % share_every == 0) {
+            RETURN_IF_ERROR(strategy->ShareModel());
+            std::vector<at::Tensor> now;
+            for (const Parameter& param : params) now.push_back(param.tensor.detach().clone());
+            job.shared[rank].push_back(std::move(now));
+          }
         }
         RETURN_IF_ERROR(strategy->Finish());
         for (const Parameter& param : params) job.finals[rank].push_back(param.tensor.detach().clone());
@@ -247,6 +257,39 @@ TEST(LayerSeparatedTest, OverlapBackPropagatesThroughTheUpdatedWeights) {
   EXPECT_GT(ToyProblem::MaxDiff(in_place, stashed), 1e-4);
   for (int r = 0; r < 2; ++r) {
     EXPECT_LT(ToyProblem::MaxDiff(job.finals[r], in_place), 1e-5) << "rank " << r;
+  }
+}
+
+// ShareModel() mid-run (what rdmaflow_train --eval_every does): every rank
+// then holds the whole model after that step, and training goes on as
+// without the calls, with and without the pipeline.
+TEST(LayerSeparatedTest, ShareModelGivesEveryRankTheWholeModelMidRun) {
+  at::set_num_threads(1);
+  constexpr int kEvery = 2, kWorld = 4, kConvs = 3;
+  for (const bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap=on" : "overlap=off");
+    const ToyProblem problem(kWorld, kSteps, kBatch);
+    const Job job = RunJob(problem, kWorld,
+                           {{"fc_ranks", "1"}, {"overlap", overlap ? "on" : "off"}}, "",
+                           &ToyProblem::Features, kEvery);
+    if (overlap) {
+      ExpectPipelined(problem, job, kWorld, kConvs);
+    } else {
+      ExpectMatchesReference(problem, job, kWorld);
+    }
+    std::vector<int> convs;
+    for (int i = 0; i < kConvs; ++i) convs.push_back(i);
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_EQ(job.shared[r].size(), static_cast<size_t>(kSteps / kEvery)) << "rank " << r;
+      for (size_t k = 0; k < job.shared[r].size(); ++k) {
+        const int steps = kEvery * static_cast<int>(k + 1);
+        const std::vector<at::Tensor> expected =
+            overlap ? PipelinedReference(problem, kConvs, steps, 0.1, 0.9)
+                    : problem.Reference(convs, steps, 0.1, 0.9);
+        EXPECT_LT(ToyProblem::MaxDiff(job.shared[r][k], expected), 1e-5)
+            << "rank " << r << " after step " << steps;
+      }
+    }
   }
 }
 
