@@ -7,6 +7,8 @@
 #   ps_overlap        the same, each 1 MiB slice pushed as backward completes
 #                     it and pulled as soon as it is applied (overlap=on;
 #                     STRATEGIES to add it)
+#   ps_ssp, ps_ssp_overlap, ps_asp, ps_asp_overlap  the same under ssp:3
+#                     and asp (STRATEGIES to add them)
 #   layer_separated   3 conv ranks + 1 FC rank (fc_ranks=1)
 #   layer_separated_auto  K chosen by the cost model (STRATEGIES to add it)
 #   layer_separated_overlap  the same as layer_separated, pipelined: the conv
@@ -43,6 +45,10 @@ declare -A params=(
   [allreduce]="--strategy allreduce"
   [ps]="--strategy ps --strategy_params servers=1,sync=bsp"
   [ps_overlap]="--strategy ps --strategy_params servers=1,sync=bsp,overlap=on"
+  [ps_ssp]="--strategy ps --strategy_params servers=1,sync=ssp:3"
+  [ps_ssp_overlap]="--strategy ps --strategy_params servers=1,sync=ssp:3,overlap=on"
+  [ps_asp]="--strategy ps --strategy_params servers=1,sync=asp"
+  [ps_asp_overlap]="--strategy ps --strategy_params servers=1,sync=asp,overlap=on"
   [layer_separated]="--strategy layer_separated --strategy_params fc_ranks=1"
   [layer_separated_auto]="--strategy layer_separated"
   [layer_separated_overlap]="--strategy layer_separated --strategy_params fc_ranks=1,overlap=on"
