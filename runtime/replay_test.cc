@@ -85,6 +85,29 @@ TEST(SumWordsTest, AddsEveryWordAndTheTail) {
   EXPECT_NE(SumWords(bytes.data(), bytes.size()), (uint64_t{1} << 40) + tail);
 }
 
+// The rounds of eight words, the words after them and the tail, at every
+// length up to 40 words and at an unaligned start, against one word at a
+// time.
+TEST(SumWordsTest, EveryLengthAndAlignmentAgreesWithOneWordAtATime) {
+  std::vector<std::byte> bytes(8 * 40 + 8 + 1);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::byte(i * 131 + 7);
+  for (size_t start : {0, 1, 5}) {
+    for (size_t length = 0; length + start <= 8 * 40 + 7; ++length) {
+      const std::byte* data = bytes.data() + start;
+      uint64_t expected = 0;
+      for (size_t i = 0; i + 8 <= length; i += 8) {
+        uint64_t w;
+        std::memcpy(&w, data + i, 8);
+        expected += w;
+      }
+      uint64_t tail = 0;
+      std::memcpy(&tail, data + length / 8 * 8, length % 8);
+      EXPECT_EQ(SumWords(data, length), expected + tail)
+          << "start " << start << ", " << length << " bytes";
+    }
+  }
+}
+
 class ReplayVerifyTest : public ::testing::Test {
  protected:
   void SetUp() override {

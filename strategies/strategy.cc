@@ -153,8 +153,15 @@ absl::Status Strategy::ShareModel() {
   if (!failure_.ok()) return Unusable();
   if (!shares_model()) return absl::OkStatus();
   absl::Status shared = Guarded("sharing the model", [&] { return DoShareModel(); });
-  if (!shared.ok()) failure_ = shared;  // a ring may be half done
-  return shared;
+  if (!shared.ok()) {
+    // A ring may be half done: the rank is unusable, as after a failed step.
+    failure_ = absl::Status(shared.code(),
+                            absl::StrCat(Where(), ": sharing the model between steps (for an "
+                                         "evaluation, rdmaflow_train --eval_every): ",
+                                         shared.message()));
+    return failure_;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Strategy::Finish() {
@@ -165,7 +172,7 @@ absl::Status Strategy::Finish() {
   absl::Status status = DoFinish(after_failure);
   if (!after_failure) return status;
   if (!status.ok()) {
-    std::fprintf(stderr, "%s: shutting down after a failed step: %s\n", Where().c_str(),
+    std::fprintf(stderr, "%s: shutting down after a failure: %s\n", Where().c_str(),
                  status.ToString().c_str());
   }
   return failure_;

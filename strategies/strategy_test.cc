@@ -186,7 +186,10 @@ TEST(StrategyTest, ShareModelRunsBetweenStepsWhereTheStrategyShares) {
     EXPECT_EQ(s.shares, 1);
     ASSERT_OK(s.Step(kCompute).status());
     s.fail_share = absl::DeadlineExceededError("rank 0 never joined the model's all-reduce");
-    EXPECT_THAT(s.ShareModel(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+    EXPECT_THAT(s.ShareModel(),
+                StatusIs(absl::StatusCode::kDeadlineExceeded,
+                         AllOf(HasSubstr("fake rank 1: sharing the model between steps"),
+                               HasSubstr("--eval_every"), HasSubstr("never joined"))));
     EXPECT_THAT(s.Step(kCompute).status(),
                 StatusIs(absl::StatusCode::kFailedPrecondition,
                          AllOf(HasSubstr("unusable"), HasSubstr("never joined"))));

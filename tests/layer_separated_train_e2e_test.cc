@@ -43,20 +43,16 @@ TEST_F(LayerSeparatedTrainE2eTest, AStragglerHoldsTheJobBack) {
   EXPECT_GT(held, 0.9) << run.output;
 }
 
-// --eval_every on a strategy whose ranks each hold half the model: the
-// reporter's log has a test accuracy at every 5th step, the last one that
-// of the final model (the reporter's own half alone, with the head it
-// started with, scores near chance), and the run ends exactly where one
-// without evaluations does.
-TEST_F(LayerSeparatedTrainE2eTest, EvaluatesMidRunWithoutChangingTheTraining) {
+void ExpectEvaluatedMidRun(const std::string& overlap) {
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string prefix = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ls_eval");
-  const std::string flags =
-      "--local 3 --model lenet5 --strategy layer_separated --strategy_params fc_ranks=1 "
-      "--steps 20 --seed 5";
-  const testing::TrainRun plain = testing::Train("layer_separated_plain", flags);
+  ASSERT_NE(tmp, nullptr) << "run under bazel test";
+  const std::string prefix = absl::StrCat(tmp, "/ls_eval_", overlap);
+  const std::string flags = absl::StrCat(
+      "--local 3 --model lenet5 --strategy layer_separated --strategy_params fc_ranks=1,overlap=",
+      overlap, " --steps 20 --seed 5");
+  const testing::TrainRun plain = testing::Train(absl::StrCat("ls_plain_", overlap), flags);
   const testing::TrainRun evaluated = testing::Train(
-      "layer_separated_eval",
+      absl::StrCat("ls_eval_", overlap),
       absl::StrCat(flags, " --eval_every 5 --eval_samples 0 --log_prefix ", prefix));
   ASSERT_GT(plain.summary.final_loss(), 0) << plain.output;
   EXPECT_EQ(evaluated.summary.final_loss(), plain.summary.final_loss()) << evaluated.output;
@@ -78,6 +74,20 @@ TEST_F(LayerSeparatedTrainE2eTest, EvaluatesMidRunWithoutChangingTheTraining) {
   // Every test image, as the final evaluation (the log prints 4 digits).
   EXPECT_GT(plain.summary.test_accuracy(), 0.2);  // chance is 0.1
   EXPECT_NEAR(last, plain.summary.test_accuracy(), 1e-4);
+}
+
+// --eval_every on a strategy whose ranks each hold half the model: the
+// reporter's log has a test accuracy at every 5th step, the last one that
+// of the final model (the reporter's own half alone, with the head it
+// started with, scores near chance), and the run ends exactly where one
+// without evaluations does.
+// With and without the pipeline (where the sharing runs while the next
+// batch's activations are on their way).
+TEST_F(LayerSeparatedTrainE2eTest, EvaluatesMidRunWithoutChangingTheTraining) {
+  for (const std::string overlap : {"off", "on"}) {
+    SCOPED_TRACE("overlap=" + overlap);
+    ExpectEvaluatedMidRun(overlap);
+  }
 }
 
 }  // namespace

@@ -253,7 +253,7 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
   absl::Duration eval_time;
   const absl::Time start = absl::Now();
   while (!strategy.done()) {
-    if (rank == config.kill_rank && totals.steps == config.kill_step && !config.rejoining) {
+    if (rank == config.kill_rank && steps_taken == config.kill_step && !config.rejoining) {
       std::fprintf(stderr, "rank %d: killing itself before step %lld (--kill_rank)\n",
                    rank, static_cast<long long>(totals.steps));
       std::fflush(stderr);
@@ -278,7 +278,8 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     const bool evaluate = config.eval_every > 0 && (report.clock + 1) % config.eval_every == 0;
     if (evaluate && strategy.shares_model()) {
       // Every rank, so that the reporter holds the whole model (not timed
-      // as training, as the evaluation is not).
+      // as training, as the evaluation is not; it includes the wait for
+      // the slowest rank to end this step, docs/strategies.md).
       const absl::Time share_begin = absl::Now();
       RETURN_IF_ERROR(strategy.ShareModel());
       eval_time += absl::Now() - share_begin;
