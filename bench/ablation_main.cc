@@ -11,9 +11,11 @@
 // Each (graph, communicator) is one local job: this process is rank 0 and
 // starts the other ranks (launch/launcher.h).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +54,13 @@ ABSL_FLAG(int32_t, steps, 20, "Measured steps per run.");
 ABSL_FLAG(int32_t, warmup, 4,
           "Steps before measuring (checked byte for byte; includes dynamic "
           "tracing).");
+ABSL_FLAG(double, min_time_s, 0.2,
+          "Each run times at least this long where --steps (--sweep_steps) "
+          "would end sooner: rank 0 times 16 steps after the warm-up, and "
+          "every rank then runs the steps that take, at most 100 times the "
+          "flag's (0: exactly --steps). A few hundred microseconds of steps "
+          "say nothing on a shared machine, where one preemption takes "
+          "milliseconds.");
 ABSL_FLAG(bool, sweep, true, "Also sweep one tensor over sizes.");
 ABSL_FLAG(int32_t, sweep_steps, 100, "Measured steps per sweep size.");
 ABSL_FLAG(int64_t, sweep_min, 4096, "Smallest sweep size in bytes.");
@@ -92,6 +101,21 @@ using Runs = google::protobuf::RepeatedPtrField<AblationRun>;
 // runs; one block, the mean, under 32 steps).
 constexpr int kStatisticBlocks = 10;
 constexpr int kMinBlockSteps = 16;
+// --min_time_s: the steps rank 0 times to choose the step count, and the
+// most it may choose, in multiples of the flag's.
+constexpr int kCalibrationSteps = 16;
+constexpr int kMaxStepsFactor = 100;
+
+// How many steps a run times: --steps (or --sweep_steps, `flag_steps`), or
+// more where those would take less than `min_time_s` at `per_step`, up to
+// kMaxStepsFactor times the flag's.
+int StepsFor(int flag_steps, double min_time_s, absl::Duration per_step) {
+  const double per_step_s = std::max(absl::ToDoubleSeconds(per_step), 1e-9);
+  const double needed = std::ceil(min_time_s / per_step_s);
+  const double most = std::min<double>(static_cast<double>(flag_steps) * kMaxStepsFactor,
+                                      std::numeric_limits<int>::max());
+  return static_cast<int>(std::clamp(needed, static_cast<double>(flag_steps), most));
+}
 
 absl::StatusOr<graph::GraphDef> FindGraph(const std::string& name) {
   int64_t bytes = 0;
@@ -158,22 +182,46 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
   ASSIGN_OR_RETURN(auto replayer, runtime::Replayer::Create(plan, rank, replay));
   const int warmup = absl::GetFlag(FLAGS_warmup);
   int64_t sweep_bytes = 0;
-  const int steps = absl::SimpleAtoi(parts[0], &sweep_bytes)
-                        ? absl::GetFlag(FLAGS_sweep_steps)
-                        : absl::GetFlag(FLAGS_steps);
-  runtime::TransferCounters before;
+  const int flag_steps = absl::SimpleAtoi(parts[0], &sweep_bytes)
+                             ? absl::GetFlag(FLAGS_sweep_steps)
+                             : absl::GetFlag(FLAGS_steps);
+  int64_t step = 0;
+  for (; step < warmup; ++step) {
+    RETURN_IF_ERROR(replayer->RunStep(*communicator, step).status());
+  }
+  // Warm-up steps are checked byte for byte; the steps after them read each
+  // received tensor once (as its consumer would), under every communicator
+  // alike.
+  replayer->set_verify(false);
+  int steps = flag_steps;
+  if (const double min_time_s = absl::GetFlag(FLAGS_min_time_s); min_time_s > 0) {
+    const absl::Time begin = absl::Now();
+    for (int i = 0; i < kCalibrationSteps; ++i, ++step) {
+      RETURN_IF_ERROR(replayer->RunStep(*communicator, step).status());
+    }
+    const std::string key = "ablation/steps";
+    if (rank == 0) {
+      steps = StepsFor(flag_steps, min_time_s, (absl::Now() - begin) / kCalibrationSteps);
+      RETURN_IF_ERROR(store.Set(key, absl::StrCat(steps)));
+    } else {
+      // Rank 0's choice, read once and checked before it is used.
+      ASSIGN_OR_RETURN(std::string value, store.Get(key, options.timeout));
+      if (!absl::SimpleAtoi(value, &steps) || steps < flag_steps ||
+          steps > int64_t{flag_steps} * kMaxStepsFactor) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rank 0's step count in the store (", key, ") is '", value, "', not ",
+            flag_steps, " to ", int64_t{flag_steps} * kMaxStepsFactor,
+            " steps: do all ranks run this binary with the same flags?"));
+      }
+    }
+  }
+  const runtime::TransferCounters before = communicator->counters();
   AblationRankResult mine;
   mine.set_rank(rank);
-  for (int step = 0; step < warmup + steps; ++step) {
-    if (step == warmup) {
-      before = communicator->counters();
-      // Warm-up steps are checked byte for byte; timed steps read each
-      // received tensor once (as its consumer would), under every
-      // communicator alike.
-      replayer->set_verify(false);
-    }
+  mine.mutable_step_ms()->Reserve(steps);
+  for (int i = 0; i < steps; ++i, ++step) {
     ASSIGN_OR_RETURN(absl::Duration d, replayer->RunStep(*communicator, step));
-    if (step >= warmup) mine.add_step_ms(absl::ToDoubleMilliseconds(d));
+    mine.add_step_ms(absl::ToDoubleMilliseconds(d));
   }
   const runtime::TransferCounters after = communicator->counters();
   mine.set_bytes_sent(static_cast<double>(after.bytes_sent - before.bytes_sent));
@@ -352,10 +400,12 @@ int Main(int argc, char** argv) {
   const absl::Time start = absl::Now();
   if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_sweep_steps) < 1 ||
       absl::GetFlag(FLAGS_warmup) < 0 || absl::GetFlag(FLAGS_sweep_min) < 4 ||
-      absl::GetFlag(FLAGS_sweep_min) % 4 != 0) {
+      absl::GetFlag(FLAGS_sweep_min) % 4 != 0 || !(absl::GetFlag(FLAGS_min_time_s) >= 0) ||
+      absl::GetFlag(FLAGS_min_time_s) > 3600) {
     std::fprintf(stderr,
                  "--steps and --sweep_steps must be >= 1, --warmup >= 0, "
-                 "--sweep_min a positive multiple of 4 (float32 tensors)\n");
+                 "--sweep_min a positive multiple of 4 (float32 tensors), "
+                 "--min_time_s 0 to 3600\n");
     return 2;
   }
   if (absl::Status status = graph::CheckPlannerOptions(PlannerFlags());
@@ -400,12 +450,13 @@ int Main(int argc, char** argv) {
   }
   const std::string description = absl::StrCat(
       absl::GetFlag(FLAGS_transport), " ", absl::GetFlag(FLAGS_params));
-  std::printf("# ablation over %s: %d steps after %d checked warm-up steps; "
-              "p50/p99: the slowest rank's, step by step; mean: the slowest "
-              "rank's total / steps; MoM: the median of up to %d blocks' means "
+  std::printf("# ablation over %s: at least %d steps (sweep: %d) and %g s a run, after %d "
+              "checked warm-up steps; p50/p99: the slowest rank's, step by step; mean: the "
+              "slowest rank's total / steps; MoM: the median of up to %d blocks' means "
               "(blocks of %d steps or more); time / rdma: of the MoMs\n",
-              description.c_str(), absl::GetFlag(FLAGS_steps),
-              absl::GetFlag(FLAGS_warmup), kStatisticBlocks, kMinBlockSteps);
+              description.c_str(), absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_sweep_steps),
+              absl::GetFlag(FLAGS_min_time_s), absl::GetFlag(FLAGS_warmup), kStatisticBlocks,
+              kMinBlockSteps);
   results::BenchmarkReport report;
   *report.mutable_run() = results::NewRunInfo("ablation", start);
   report.mutable_run()->set_transport(absl::GetFlag(FLAGS_transport));
