@@ -110,17 +110,21 @@ absl::Status Strategy::Start() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepReport> Strategy::Step(const ComputeFn& compute) {
+absl::Status Strategy::CheckRunning(absl::string_view call) const {
   switch (phase_) {
     case Phase::kNew:
     case Phase::kPrepared:
-      return Refuse("Step()", "before Start(): call Prepare() and Start() first");
+      return Refuse(call, "before Start(): call Prepare() and Start() first");
     case Phase::kStarted:
       break;
     case Phase::kFinished:
-      return Refuse("Step()", "after Finish()");
+      return Refuse(call, "after Finish()");
   }
-  if (!failure_.ok()) return Unusable();
+  return failure_.ok() ? absl::OkStatus() : Unusable();
+}
+
+absl::StatusOr<StepReport> Strategy::Step(const ComputeFn& compute) {
+  RETURN_IF_ERROR(CheckRunning("Step()"));
   if (done()) {
     return absl::FailedPreconditionError(absl::StrCat(
         Where(), " already ran its ", options_.steps, " steps: Step() after done()"));
@@ -141,16 +145,7 @@ absl::StatusOr<StepReport> Strategy::Step(const ComputeFn& compute) {
 }
 
 absl::Status Strategy::ShareModel() {
-  switch (phase_) {
-    case Phase::kNew:
-    case Phase::kPrepared:
-      return Refuse("ShareModel()", "before Start(): call Prepare() and Start() first");
-    case Phase::kStarted:
-      break;
-    case Phase::kFinished:
-      return Refuse("ShareModel()", "after Finish()");
-  }
-  if (!failure_.ok()) return Unusable();
+  RETURN_IF_ERROR(CheckRunning("ShareModel()"));
   if (!shares_model()) return absl::OkStatus();
   absl::Status shared = Guarded("sharing the model", [&] { return DoShareModel(); });
   if (!shared.ok()) {

@@ -320,6 +320,8 @@ class Strategy {
   auto Guarded(absl::string_view what, F&& run) const -> decltype(run());
   // kFailedPrecondition quoting the Start() or step that failed.
   absl::Status Unusable() const;
+  // OK once started and not failed; else Refuse(call, ...) or Unusable().
+  absl::Status CheckRunning(absl::string_view call) const;
   // Where(), or just the name before anything was prepared.
   std::string Who() const;
 
