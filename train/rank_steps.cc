@@ -255,7 +255,7 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
   while (!strategy.done()) {
     if (rank == config.kill_rank && steps_taken == config.kill_step && !config.rejoining) {
       std::fprintf(stderr, "rank %d: killing itself before step %lld (--kill_rank)\n",
-                   rank, static_cast<long long>(totals.steps));
+                   rank, static_cast<long long>(steps_taken));
       std::fflush(stderr);
       raise(SIGKILL);
     }
