@@ -11,11 +11,9 @@
 // Each (graph, communicator) is one local job: this process is rank 0 and
 // starts the other ranks (launch/launcher.h).
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,6 +29,7 @@
 #include "absl/time/time.h"
 #include "bench/ablation_graphs.h"
 #include "bench/pingpong.h"
+#include "bench/run_length.h"
 #include "bench/step_statistics.h"
 #include "common/program_flags.h"
 #include "common/status_macros.h"
@@ -101,21 +100,9 @@ using Runs = google::protobuf::RepeatedPtrField<AblationRun>;
 // runs; one block, the mean, under 32 steps).
 constexpr int kStatisticBlocks = 10;
 constexpr int kMinBlockSteps = 16;
-// --min_time_s: the steps rank 0 times to choose the step count, and the
-// most it may choose, in multiples of the flag's.
+// --min_time_s: the steps rank 0 times to choose the step count
+// (bench/run_length.h).
 constexpr int kCalibrationSteps = 16;
-constexpr int kMaxStepsFactor = 100;
-
-// How many steps a run times: --steps (or --sweep_steps, `flag_steps`), or
-// more where those would take less than `min_time_s` at `per_step`, up to
-// kMaxStepsFactor times the flag's.
-int StepsFor(int flag_steps, double min_time_s, absl::Duration per_step) {
-  const double per_step_s = std::max(absl::ToDoubleSeconds(per_step), 1e-9);
-  const double needed = std::ceil(min_time_s / per_step_s);
-  const double most = std::min<double>(static_cast<double>(flag_steps) * kMaxStepsFactor,
-                                      std::numeric_limits<int>::max());
-  return static_cast<int>(std::clamp(needed, static_cast<double>(flag_steps), most));
-}
 
 absl::StatusOr<graph::GraphDef> FindGraph(const std::string& name) {
   int64_t bytes = 0;
@@ -206,13 +193,7 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
     } else {
       // Rank 0's choice, read once and checked before it is used.
       ASSIGN_OR_RETURN(std::string value, store.Get(key, options.timeout));
-      if (!absl::SimpleAtoi(value, &steps) || steps < flag_steps ||
-          steps > int64_t{flag_steps} * kMaxStepsFactor) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "rank 0's step count in the store (", key, ") is '", value, "', not ",
-            flag_steps, " to ", int64_t{flag_steps} * kMaxStepsFactor,
-            " steps: do all ranks run this binary with the same flags?"));
-      }
+      ASSIGN_OR_RETURN(steps, ParseAgreedSteps(key, value, flag_steps));
     }
   }
   const runtime::TransferCounters before = communicator->counters();
