@@ -52,7 +52,7 @@ void EventLoop::Compute(int rank, double seconds, Callback done) {
   At(*core, std::move(done));
 }
 
-void EventLoop::Transfer(int src, int dst, double bytes, Callback done) {
+double EventLoop::Transfer(int src, int dst, double bytes, Callback done) {
   ABSL_ASSERT(src >= 0 && src < topology_.ranks && dst >= 0 && dst < topology_.ranks);
   wire_bytes_ += bytes;
   const bool local = topology_.same_host(src, dst);
@@ -71,7 +71,9 @@ void EventLoop::Transfer(int src, int dst, double bytes, Callback done) {
   const double end = start + link.per_message_us() * 1e-6 + shaped / rate;
   const double left = std::max(0.0, tokens - bytes);
   egress = ingress = Port{end, left};
-  At(end + topology_.LatencySeconds(src, dst), std::move(done));
+  const double arrival = end + topology_.LatencySeconds(src, dst);
+  At(arrival, std::move(done));
+  return arrival;
 }
 
 void EventLoop::Run() {

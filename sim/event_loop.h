@@ -75,9 +75,9 @@ class EventLoop {
   // work already given to them; `done` runs when it ends.
   void Compute(int rank, double seconds, Callback done);
   // A one-way message (a write, or a read's returning data: pass the data's
-  // sender as `src`); `done` runs when its last byte has arrived. Counts its
-  // bytes on the wire.
-  void Transfer(int src, int dst, double bytes, Callback done);
+  // sender as `src`); `done` runs when its last byte has arrived, the time
+  // it returns. Counts its bytes on the wire.
+  double Transfer(int src, int dst, double bytes, Callback done);
   // Counts bytes a modelled collective moves without Transfer calls.
   void CountWireBytes(double bytes) { wire_bytes_ += bytes; }
   double wire_bytes() const { return wire_bytes_; }

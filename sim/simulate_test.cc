@@ -408,6 +408,28 @@ TEST(SimulateTest, AnEmulatedReadWaitsForItsOwnerToProgress) {
   EXPECT_LT(free.step_ms(), 1.2 * kCompute * 1e3);
 }
 
+// A notified write over an emulated link is the data, a flush, then the
+// flag, and the writer's own progress sends the flag once the flush is
+// answered. Stanza's pipelined conv rank posts batch t+1's activations and
+// goes straight into batch t's backward when its gradients are in: the FC
+// rank then sees batch t+1 only after that backward, and the step grows.
+// Over a link with true one-sided writes it sees them at once.
+TEST(SimulateTest, AWriterThatComputesHoldsItsOwnNotification) {
+  Scenario s = Base("layer_separated", 2);
+  s.params = {{"fc_ranks", "1"}, {"overlap", "on"}};
+  s.steps = 20;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun one_sided, Simulate(s));
+  s.network.set_needs_target_progress(true);
+  s.local = s.network;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun emulated, Simulate(s));
+  // One-sided: the conv rank's forward and backward back to back (30 ms a
+  // step), the FC rank's 16 ms hidden behind them.
+  EXPECT_NEAR(one_sided.step_ms(), 30 + 2 * 0.2, 1.5);
+  // Emulated: every other step the FC rank's work starts only after the
+  // conv rank's backward and is then waited for.
+  EXPECT_GT(emulated.step_ms(), 1.05 * one_sided.step_ms());
+}
+
 // Time sharing: 8 ranks on 2 cores compute 4x as long, times the measured
 // slowdown at 4 ranks a core; 4 ranks (2 a core) interpolate between 1 at one
 // rank a core and that point.

@@ -29,7 +29,8 @@
 # table OUT/strategies.txt (and .tsv) and OUT/strategies_step.png.
 #   tools/bench_strategies.sh [OUT_DIR]   (default bench-results/strategies; ~8 min)
 # Environment: LINKS ("shm 1gbit 100mbit"), STEPS (8), MODEL (vgg),
-# STRATEGIES ("allreduce ps layer_separated").
+# STRATEGIES ("allreduce ps layer_separated"), TIMELINES (1: every rank's
+# per-step CSV and Chrome trace as OUT/<link>_<strategy>.rank<R>.*).
 source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +69,7 @@ for link in $links; do
     json="$out/${link}_${strategy}.json"
     echo "== $link: $strategy ($model, 4 ranks, $steps steps)"
     common="--model $model --steps $steps --progress=false --json $json ${params[$strategy]}"
+    if [[ ${TIMELINES:-0} == 1 ]]; then common+=" --log_prefix $out/${link}_${strategy}"; fi
     if [[ $link == shm ]]; then
       # shellcheck disable=SC2086
       "$train" --local 4 $common >"$out/${link}_${strategy}.log" 2>&1

@@ -220,14 +220,36 @@ void Job::Read(int reader, int owner, double bytes, EventLoop::Callback done) {
 }
 
 void Job::Write(int writer, int target, double bytes, EventLoop::Callback done) {
-  const bool needs = NeedsProgress(writer, target);
-  loop_.Transfer(writer, target, bytes, [this, target, needs, done = std::move(done)]() mutable {
-    if (needs) {
-      WhenProgressing(target, std::move(done));
-    } else {
-      done();
-    }
-  });
+  if (!NeedsProgress(writer, target)) {
+    loop_.Transfer(writer, target, bytes, std::move(done));
+    return;
+  }
+  // A notified write is the data's put, a flush, then the flag's put
+  // (rdma/ucx/ucx_endpoint.cc). Over an emulated link the target's
+  // progress places the data and answers the flush; the writer's progress
+  // takes that answer and sends the flag; the target's progress places it.
+  // A writer that computes after posting thus holds its own notification,
+  // and its progress is mostly its next post to the same peer: the flag
+  // then follows that post's data on their connection (as measured:
+  // docs/scale.md). Other peers' data does not delay it.
+  double& stream = stream_arrival_[{writer, target}];
+  stream = std::max(stream, loop_.Transfer(writer, target, bytes, [this, writer, target,
+                                                                  done = std::move(done)]() mutable {
+    WhenProgressing(target, [this, writer, target, done = std::move(done)]() mutable {
+      loop_.After(loop_.topology().LatencySeconds(target, writer),
+                  [this, writer, target, done = std::move(done)]() mutable {
+                    WhenProgressing(writer, [this, writer, target,
+                                             done = std::move(done)]() mutable {
+                      const double flag = std::max(
+                          now() + loop_.topology().LatencySeconds(writer, target),
+                          stream_arrival_[{writer, target}]);
+                      loop_.After(flag - now(), [this, target, done = std::move(done)]() mutable {
+                        WhenProgressing(target, std::move(done));
+                      });
+                    });
+                  });
+    });
+  }));
 }
 
 void Job::AllReduce(const std::vector<int>& members, double bytes, int member,

@@ -88,9 +88,12 @@ class Job {
   // request's latency, then (once the owner progresses, on a link that
   // needs it) the data back.
   void Read(int reader, int owner, double bytes, EventLoop::Callback done);
-  // A one-sided write of `bytes` into `target`'s memory; `done` runs when
-  // it has landed (once the target progresses, on a link that needs it).
+  // A notified one-sided write of `bytes` into `target`'s memory; `done`
+  // runs when its notification has landed. On a link that needs progress:
+  // once the target placed the data, the writer progressed to send the
+  // flag behind the flush, and the target placed the flag.
   void Write(int writer, int target, double bytes, EventLoop::Callback done);
+  void SendChunks(int writer, int target, double bytes, double chunk, EventLoop::Callback done);
   // Runs `fn` now if `rank` is progressing (not inside Compute or Work),
   // else when it next is. A rank in Compute or Work does not call its
   // transport's progress, so a peer's emulated read or write waits for it.
@@ -141,6 +144,9 @@ class Job {
   // When each group's last collective ended (a shaper's tokens refill
   // between calls).
   std::map<std::vector<int>, double> last_call_end_;
+  // When the last data each writer sent each target arrives (Write): a
+  // notification's flag travels behind it on their connection.
+  std::map<std::pair<int, int>, double> stream_arrival_;
   // Runs `seconds` on `rank`'s cores, marking it busy (not progressing)
   // until `done` has run.
   void Busy(int rank, double seconds, EventLoop::Callback done);

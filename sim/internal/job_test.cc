@@ -1,0 +1,73 @@
+// File: job_test.cc
+// A notified write over a link whose one-sided operations are emulated
+// (UCX over TCP): what its notification waits for.
+#include "sim/internal/job.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace rdmaflow::sim::internal {
+namespace {
+
+// 3 ranks, one a host, each with its own cores; a link of 1 MB/s (a byte a
+// microsecond), 10 us of latency, no per-message cost.
+Scenario ThreeHosts(bool emulated) {
+  Scenario s;
+  s.ranks = 3;
+  s.host.set_cores(4);
+  s.network.set_name("test");
+  s.network.set_latency_us(10);
+  s.network.set_bandwidth_gbps(1e-3);
+  s.network.set_needs_target_progress(emulated);
+  s.local = s.network;
+  return s;
+}
+
+constexpr double kMs = 1e-3;
+
+// One-sided: the write is done when its last byte arrives, whatever the
+// writer does next.
+TEST(JobWriteTest, OneSidedLandsWhenItsBytesArrive) {
+  Job job(ThreeHosts(false), Costs{});
+  double landed = -1;
+  job.Write(0, 1, 1000, [&] { landed = job.now(); });
+  job.Compute(0, 50 * kMs, [] {});
+  job.loop().Run();
+  EXPECT_NEAR(landed, 1 * kMs + 10e-6, 1e-9);
+}
+
+// Emulated: the data crosses, the target answers the flush, and only the
+// writer's progress sends the flag: a writer that computes right after
+// posting holds its notification until its compute ends.
+TEST(JobWriteTest, EmulatedWaitsForTheWritersProgress) {
+  Job job(ThreeHosts(true), Costs{});
+  double landed = -1;
+  job.Write(0, 1, 1000, [&] { landed = job.now(); });
+  job.Compute(0, 50 * kMs, [] {});
+  job.loop().Run();
+  // The compute ends at 50 ms; the flag then takes the latency.
+  EXPECT_NEAR(landed, 50 * kMs + 10e-6, 1e-9);
+}
+
+// The writer's progress is its next post: the flag goes behind that post's
+// data to the same peer, not behind its data to another peer.
+TEST(JobWriteTest, EmulatedFlagFollowsTheNextPostToThatPeerOnly) {
+  for (int next_peer : {1, 2}) {
+    Job job(ThreeHosts(true), Costs{});
+    double landed = -1;
+    job.Write(0, 1, 1000, [&] { landed = job.now(); });
+    job.Compute(0, 50 * kMs, [&] { job.Write(0, next_peer, 20000, [] {}); });
+    job.loop().Run();
+    if (next_peer == 1) {
+      // 20 000 bytes from 50 ms: they arrive at 70 ms + latency; the flag
+      // right behind them.
+      EXPECT_NEAR(landed, 70 * kMs + 10e-6, 1e-9) << "next post to the same peer";
+    } else {
+      EXPECT_NEAR(landed, 50 * kMs + 10e-6, 1e-9) << "next post to another peer";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rdmaflow::sim::internal
