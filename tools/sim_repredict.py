@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Predicts stored validation runs again with another simulator binary.
+"""Predicts stored validation runs again with two simulator binaries.
 
 When the simulator's model changes, the runs it was validated against stay
 what they were: this reads their measured step times (a validation .json of
@@ -8,7 +8,12 @@ hour, and prints each run's error under two simulator binaries side by side,
 so a change is judged on the same runs.
   tools/sim_repredict.py OLD_RDMAFLOW NEW_RDMAFLOW CALIBRATION VALIDATION [MODEL]
 VALIDATION: docs/scale/validation.json (model, steps, jitter inside) or a
-.txt table whose '#' line gives model, steps and jitter. MODEL overrides.
+.txt table of tools/sim_validation.py: its '#' line gives model, steps and
+jitter (rounded to 0.1 %, so OLD may differ a little from the predictions
+stored there), and rows are read under its 'link strategy ranks' header
+up to the next line that starts with '#'. One CALIBRATION for every run
+in VALIDATION: give a file a run at a time where runs have their own.
+MODEL overrides the model.
 A link the calibration did not measure is the simulator's preset of that
 name, as for tools/sim_validation.py.
 """
@@ -56,7 +61,7 @@ def blocks(path):
                [(r["link"], r["strategy"], r["ranks"], r["measured_step_ms"])
                 for r in d["rows"]])
         return
-    head, rows = None, []
+    head, rows, in_table = None, [], False
     with open(path) as f:
         for line in f:
             m = re.match(r"# (\S+), (\d+) steps, (\d+) shared cores, compute jitter \+-([\d.]+) %",
@@ -66,7 +71,15 @@ def blocks(path):
                     yield head + (rows,)
                 head = (m.group(1), int(m.group(2)), int(m.group(3)),
                         float(m.group(4)) / 100)
-                rows = []
+                rows, in_table = [], False
+                continue
+            if line.startswith("#"):
+                in_table = False
+                continue
+            if re.match(r"^link\s+strategy\s+ranks\s+measured_ms", line):
+                in_table = head is not None
+                continue
+            if not in_table:
                 continue
             row = re.match(r"^(\w+)\s+(\S+)\s+(\d+)\s+([\d.]+)\s", line)
             if head and row:
@@ -78,6 +91,12 @@ def blocks(path):
 
 def main(old, new, calibration, validation, model_override=None):
     names = specs()
+    # tools/bench_strategies.sh's names for the same settings.
+    names.setdefault("gossip", names.get("gossip_pull", "gossip"))
+    for path, what in ((old, "OLD_RDMAFLOW"), (new, "NEW_RDMAFLOW"),
+                       (calibration, "CALIBRATION"), (validation, "VALIDATION")):
+        if not os.path.isfile(path):
+            sys.exit("sim_repredict: %s %s: no such file" % (what, path))
     within = {"old": 0, "new": 0}
     total = 0
     print("%-8s %-24s %5s %9s %9s %8s %9s %8s" % (
@@ -85,9 +104,10 @@ def main(old, new, calibration, validation, model_override=None):
     for model, steps, cores, jitter, rows in blocks(validation):
         model = model_override or model
         for link, name, ranks, measured in rows:
-            # A run named as a strategy of its own (tools/bench_strategies.sh's
-            # "gossip") is that strategy with its defaults.
-            strategy = names.get(name, name)
+            strategy = names.get(name)
+            if strategy is None:
+                sys.exit("sim_repredict: run '%s' (%s): no simulator strategy for it; "
+                         "known: %s" % (name, validation, ", ".join(sorted(names))))
             errors = []
             for binary in (old, new):
                 p = predict(binary, calibration, model, strategy, ranks, link, steps,
@@ -108,5 +128,5 @@ if __name__ == "__main__":
         print(__doc__)
         sys.exit(0)
     if len(sys.argv) not in (5, 6):
-        sys.exit(__doc__)
+        sys.exit("sim_repredict: takes 4 or 5 arguments, got %d (--help)" % (len(sys.argv) - 1))
     main(*sys.argv[1:])

@@ -167,9 +167,10 @@ class GossipModel {
     });
   }
 
-  // A write and its flush: the data there, then the acknowledgement back.
+  // A write and its flush: the data there, then the acknowledgement back
+  // (onesided/stamped_slot.cc: writes without a notification, flushed).
   void WriteAndFlush(int r, int peer, double bytes, std::function<void()> done) {
-    job_.Write(r, peer, bytes, [this, r, peer, done = std::move(done)] {
+    job_.Put(r, peer, bytes, [this, r, peer, done = std::move(done)] {
       job_.loop().After(job_.loop().topology().LatencySeconds(peer, r), done);
     });
   }

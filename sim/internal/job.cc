@@ -219,6 +219,23 @@ void Job::Read(int reader, int owner, double bytes, EventLoop::Callback done) {
               });
 }
 
+double Job::SendData(int writer, int target, double bytes, EventLoop::Callback done) {
+  const double arrival = loop_.Transfer(writer, target, bytes, std::move(done));
+  double& stream = stream_arrival_[{writer, target}];
+  stream = std::max(stream, arrival);
+  return arrival;
+}
+
+void Job::Put(int writer, int target, double bytes, EventLoop::Callback done) {
+  if (!NeedsProgress(writer, target)) {
+    loop_.Transfer(writer, target, bytes, std::move(done));
+    return;
+  }
+  SendData(writer, target, bytes, [this, target, done = std::move(done)]() mutable {
+    WhenProgressing(target, std::move(done));
+  });
+}
+
 void Job::Write(int writer, int target, double bytes, EventLoop::Callback done) {
   if (!NeedsProgress(writer, target)) {
     loop_.Transfer(writer, target, bytes, std::move(done));
@@ -229,12 +246,10 @@ void Job::Write(int writer, int target, double bytes, EventLoop::Callback done) 
   // progress places the data and answers the flush; the writer's progress
   // takes that answer and sends the flag; the target's progress places it.
   // A writer that computes after posting thus holds its own notification,
-  // and its progress is mostly its next post to the same peer: the flag
-  // then follows that post's data on their connection (as measured:
-  // docs/scale.md). Other peers' data does not delay it.
-  double& stream = stream_arrival_[{writer, target}];
-  stream = std::max(stream, loop_.Transfer(writer, target, bytes, [this, writer, target,
-                                                                  done = std::move(done)]() mutable {
+  // and its progress is mostly its next post: the flag then follows the
+  // data it has since sent to that peer, on their connection (as measured:
+  // docs/scale.md). The flag's 8 bytes hold no port.
+  SendData(writer, target, bytes, [this, writer, target, done = std::move(done)]() mutable {
     WhenProgressing(target, [this, writer, target, done = std::move(done)]() mutable {
       loop_.After(loop_.topology().LatencySeconds(target, writer),
                   [this, writer, target, done = std::move(done)]() mutable {
@@ -249,7 +264,7 @@ void Job::Write(int writer, int target, double bytes, EventLoop::Callback done) 
                     });
                   });
     });
-  }));
+  });
 }
 
 void Job::AllReduce(const std::vector<int>& members, double bytes, int member,

@@ -18,7 +18,8 @@
 #include "common/key_value_params.h"
 #include "sim/collective_time.h"
 #include "sim/event_loop.h"
-#include "sim/simulate.h"
+#include "sim/scenario.h"
+#include "sim/sim.pb.h"
 
 namespace rdmaflow::sim::internal {
 
@@ -93,7 +94,10 @@ class Job {
   // once the target placed the data, the writer progressed to send the
   // flag behind the flush, and the target placed the flag.
   void Write(int writer, int target, double bytes, EventLoop::Callback done);
-  void SendChunks(int writer, int target, double bytes, double chunk, EventLoop::Callback done);
+  // A one-sided write without a notification (the writer flushes it
+  // itself): `done` runs when it has landed, once the target progresses on
+  // a link that needs it.
+  void Put(int writer, int target, double bytes, EventLoop::Callback done);
   // Runs `fn` now if `rank` is progressing (not inside Compute or Work),
   // else when it next is. A rank in Compute or Work does not call its
   // transport's progress, so a peer's emulated read or write waits for it.
@@ -144,8 +148,8 @@ class Job {
   // When each group's last collective ended (a shaper's tokens refill
   // between calls).
   std::map<std::vector<int>, double> last_call_end_;
-  // When the last data each writer sent each target arrives (Write): a
-  // notification's flag travels behind it on their connection.
+  // When the last data each writer sent each target arrives (Write, Put):
+  // a notification's flag travels behind it on their connection.
   std::map<std::pair<int, int>, double> stream_arrival_;
   // Runs `seconds` on `rank`'s cores, marking it busy (not progressing)
   // until `done` has run.
@@ -161,6 +165,9 @@ class Job {
   // Runs `done`; then, unless it made `rank` busy again, what waited for
   // `rank` to progress.
   void EndBusy(int rank, const EventLoop::Callback& done);
+  // Sends `bytes` from writer to target and notes when they arrive on
+  // their connection (stream_arrival_); returns that time.
+  double SendData(int writer, int target, double bytes, EventLoop::Callback done);
   bool NeedsProgress(int a, int b) const {
     return loop_.topology().link(a, b).needs_target_progress();
   }

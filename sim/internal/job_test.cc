@@ -37,6 +37,41 @@ TEST(JobWriteTest, OneSidedLandsWhenItsBytesArrive) {
   EXPECT_NEAR(landed, 1 * kMs + 10e-6, 1e-9);
 }
 
+// Emulated, both ranks idle: the data (1 ms and the latency), the flush's
+// answer back (the latency), the flag (the latency).
+TEST(JobWriteTest, EmulatedIdleTakesTheDataThenTwoMoreCrossings) {
+  Job job(ThreeHosts(true), Costs{});
+  double landed = -1;
+  job.Write(0, 1, 1000, [&] { landed = job.now(); });
+  job.loop().Run();
+  EXPECT_NEAR(landed, 1 * kMs + 3 * 10e-6, 1e-9);
+}
+
+// Emulated, the target computing: its progress places the data and
+// answers the flush only when its compute ends.
+TEST(JobWriteTest, EmulatedWaitsForTheTargetsProgress) {
+  Job job(ThreeHosts(true), Costs{});
+  double landed = -1;
+  job.Compute(1, 20 * kMs, [] {});
+  job.Write(0, 1, 1000, [&] { landed = job.now(); });
+  job.loop().Run();
+  EXPECT_NEAR(landed, 20 * kMs + 2 * 10e-6, 1e-9);
+}
+
+// A write without a notification (flushed by its writer, as gossip's push
+// does) lands once its bytes are there and the target progresses; the
+// writer's compute does not hold it.
+TEST(JobWriteTest, APutNeedsOnlyTheTargetsProgress) {
+  for (const bool emulated : {false, true}) {
+    Job job(ThreeHosts(emulated), Costs{});
+    double landed = -1;
+    job.Put(0, 1, 1000, [&] { landed = job.now(); });
+    job.Compute(0, 50 * kMs, [] {});
+    job.loop().Run();
+    EXPECT_NEAR(landed, 1 * kMs + 10e-6, 1e-9) << (emulated ? "emulated" : "one-sided");
+  }
+}
+
 // Emulated: the data crosses, the target answers the flush, and only the
 // writer's progress sends the flag: a writer that computes right after
 // posting holds its notification until its compute ends.
@@ -51,7 +86,8 @@ TEST(JobWriteTest, EmulatedWaitsForTheWritersProgress) {
 }
 
 // The writer's progress is its next post: the flag goes behind that post's
-// data to the same peer, not behind its data to another peer.
+// data to the same peer (their connection), not behind its data to another
+// peer (the model's choice: UCX over TCP has a connection a peer).
 TEST(JobWriteTest, EmulatedFlagFollowsTheNextPostToThatPeerOnly) {
   for (int next_peer : {1, 2}) {
     Job job(ThreeHosts(true), Costs{});
