@@ -31,7 +31,7 @@ namespace {
 std::vector<FlagSpec> CalibrateFlags() {
   return {{"links"},        {"allreduce"},   {"profiles"},     {"cores"},
           {"store_rtt_us"}, {"burst_bytes"}, {"time_sharing"}, {"wait_cpu"},
-          {"out"}};
+          {"shared_ring"},  {"out"}};
 }
 
 std::vector<std::string> List(const std::string& text) {
@@ -75,6 +75,7 @@ absl::Status CheckArgs(const ParsedArgs& args) {
   RETURN_IF_ERROR(args.GetInt("burst_bytes", 0, 0, int64_t{1} << 40).status());
   RETURN_IF_ERROR(ParseKeyValues(args.Get("links"), "--links item").status());
   RETURN_IF_ERROR(WaitCpuShares(args).status());
+  RETURN_IF_ERROR(ParseKeyValues(args.Get("shared_ring"), "--shared_ring item").status());
   ASSIGN_OR_RETURN(auto sharing,
                    ParseKeyValues(args.Get("time_sharing"), "--time_sharing item"));
   for (const auto& [ratio_text, files] : sharing) {
@@ -123,6 +124,24 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
     }
     link->set_wait_cpu(share);
     out << "link " << name << ": a waiting rank uses " << share << " of a core\n";
+  }
+  ASSIGN_OR_RETURN(auto rings, ParseKeyValues(args.Get("shared_ring"), "--shared_ring item"));
+  for (const auto& [name, path] : rings) {
+    sim::LinkProfile* link = nullptr;
+    for (sim::LinkProfile& l : *calibration.mutable_links()) {
+      if (l.name() == name) link = &l;
+    }
+    if (link == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--shared_ring names link '", name, "', which --links does not measure"));
+    }
+    results::BenchmarkReport report;
+    RETURN_IF_ERROR(ReadJsonFile(path, &report));
+    ASSIGN_OR_RETURN(const auto ring, sim::SharedRingFromAllReduce(report, path));
+    link->set_shared_ring_gbps(ring.first);
+    link->set_shared_ring_ranks(ring.second);
+    out << "link " << name << ": a ring of " << ring.second << " ranks sharing the cores moves "
+        << ring.first << " GB/s\n";
   }
   if (args.Has("allreduce")) {
     results::BenchmarkReport report;
@@ -233,6 +252,11 @@ options:
                           that model's profile in --profiles
   --wait_cpu NAME=F,...   the fraction of a core a rank waiting on a link
                           uses (tools/wait_cpu.py), per link of --links
+  --shared_ring NAME=FILE,...
+                          a ring all-reduce across namespace hosts that
+                          share the cores (bench/allreduce_bench --json, one
+                          rank a host), per link of --links: its bus
+                          bandwidth caps the simulator's rings there
   --cores N               cores the ranks of one host share (default: this
                           machine's)
   --store_rtt_us N        one rendezvous-store round trip on one host

@@ -180,6 +180,42 @@ TEST_F(SimulateCommandTest, ConvergenceGivesTimeToAccuracy) {
   EXPECT_THAT(explicit_calibration.out, ::testing::Not(HasSubstr("test accuracy")));
 }
 
+// A ring measured across namespace hosts sharing the cores caps the 1gbit
+// link's rings there; a link the calibration does not measure is refused.
+TEST_F(SimulateCommandTest, CalibrateTakesASharedRing) {
+  results::BenchmarkReport ring;
+  results::AllReduceRow* row = ring.mutable_allreduce()->add_rows();
+  row->set_impl("rdmaflow");
+  row->set_algorithm("ring");
+  row->set_bytes(16 << 20);
+  row->set_ranks(4);
+  row->set_busbw_gbps(0.05);
+  Write(ring, Tmp("ring_1g.json"));
+  const std::vector<std::string> base = {
+      "--links", "shm=" + Tmp("pp_shm.json") + ",1gbit=" + Tmp("pp_1g.json"), "--profiles",
+      Tmp("tiny.json"), "--cores", "2", "--out", Tmp("ring_calibration.json")};
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--shared_ring", "1gbit=" + Tmp("ring_1g.json")});
+  Outcome c = Call(RunCalibrateCommand, args);
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_THAT(c.out, HasSubstr("a ring of 4 ranks sharing the cores moves 0.05 GB/s"));
+  sim::Calibration calibration;
+  ASSERT_NO_FATAL_FAILURE(Read(Tmp("ring_calibration.json"), &calibration));
+  bool found = false;
+  for (const sim::LinkProfile& link : calibration.links()) {
+    if (link.name() != "1gbit") continue;
+    found = true;
+    EXPECT_DOUBLE_EQ(link.shared_ring_gbps(), 0.05);
+    EXPECT_EQ(link.shared_ring_ranks(), 4);
+  }
+  EXPECT_TRUE(found);
+  args = base;
+  args.insert(args.end(), {"--shared_ring", "10gbit=" + Tmp("ring_1g.json")});
+  c = Call(RunCalibrateCommand, args);
+  EXPECT_EQ(c.code, 1);
+  EXPECT_THAT(c.err, HasSubstr("'10gbit'"));
+}
+
 TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {
   ASSERT_EQ(Calibrate().code, 0);
   const std::string cal = Tmp("calibration.json");
@@ -215,6 +251,7 @@ TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {
            {"--links", "shm=" + Tmp("absent.json"), "--out", Tmp("x.json"), "--cores", "0"},
            {"--links", "shm", "--out", Tmp("x.json")},
            {"--wait_cpu", "shm=2", "--out", Tmp("x.json")},
+           {"--shared_ring", "1gbit", "--out", Tmp("x.json")},
            {"--time_sharing", "two=" + Tmp("absent.json"), "--out", Tmp("x.json")}}) {
     r = Call(RunCalibrateCommand, args);
     EXPECT_EQ(r.code, 2) << r.err;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,27 @@ absl::StatusOr<LinkProfile> LinkFromPingPong(const std::string& name,
   link.set_source(absl::StrCat("measured: transport_pingpong ", report.run().transport(),
                                " ", report.run().params(), " (", source, ")"));
   return link;
+}
+
+absl::StatusOr<std::pair<double, int>> SharedRingFromAllReduce(
+    const results::BenchmarkReport& report, const std::string& source) {
+  const results::AllReduceRow* largest = nullptr;
+  for (const results::AllReduceRow& row : report.allreduce().rows()) {
+    if (row.impl() != "rdmaflow" || row.algorithm() != "ring") continue;
+    if (largest == nullptr || row.bytes() > largest->bytes()) largest = &row;
+  }
+  if (largest == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, " has no rdmaflow ring row: run bench/allreduce_bench --impls=rdmaflow "
+                "with one rank a host (tools/calibrate_sim.sh does)"));
+  }
+  const double gbps = largest->busbw_gbps();
+  if (!std::isfinite(gbps) || !(gbps > 0) || largest->ranks() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the ring row of ", largest->bytes(), " bytes has bus bandwidth ", gbps,
+        " GB/s over ", largest->ranks(), " ranks; expected a positive figure over 2 or more"));
+  }
+  return std::make_pair(gbps, static_cast<int>(largest->ranks()));
 }
 
 double MemcpyFromPingPong(const results::BenchmarkReport& report) {

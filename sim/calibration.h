@@ -17,6 +17,7 @@
 #define RDMAFLOW_SIM_CALIBRATION_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +31,13 @@ namespace rdmaflow::sim {
 absl::StatusOr<LinkProfile> LinkFromPingPong(const std::string& name,
                                              const results::BenchmarkReport& report,
                                              const std::string& source);
+
+// The ring's bus bandwidth from bench/allreduce_bench --json run across
+// hosts that share cores: rdmaflow's ring row of the largest size (its
+// busbw, GB/s, and its ranks). kInvalidArgument naming `source` when it has
+// no such row or the figure is not finite and positive.
+absl::StatusOr<std::pair<double, int>> SharedRingFromAllReduce(
+    const results::BenchmarkReport& report, const std::string& source);
 
 // The memcpy column of the largest write, GB/s (0 when absent).
 double MemcpyFromPingPong(const results::BenchmarkReport& report);

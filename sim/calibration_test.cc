@@ -60,6 +60,33 @@ TEST(CalibrationTest, BadReportsAreNamed) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("8 bytes")));
 }
 
+// A ring of namespace hosts sharing the cores: rdmaflow's ring row of the
+// largest size; other implementations, algorithms and sizes are not it.
+TEST(CalibrationTest, SharedRingIsTheLargestRingRow) {
+  results::BenchmarkReport report;
+  auto add = [&](const std::string& impl, const std::string& algorithm, double bytes,
+                 int ranks, double busbw) {
+    results::AllReduceRow* row = report.mutable_allreduce()->add_rows();
+    row->set_impl(impl);
+    row->set_algorithm(algorithm);
+    row->set_bytes(bytes);
+    row->set_ranks(ranks);
+    row->set_busbw_gbps(busbw);
+  };
+  EXPECT_THAT(SharedRingFromAllReduce(report, "r.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("r.json")));
+  add("rdmaflow", "ring", 4 << 20, 4, 0.049);
+  add("rdmaflow", "ring", 16 << 20, 4, 0.065);
+  add("gloo", "", 64 << 20, 4, 0.2);
+  add("rdmaflow", "host-scatter-gather", 64 << 20, 4, 3.0);
+  ASSERT_OK_AND_ASSIGN(auto ring, SharedRingFromAllReduce(report, "r.json"));
+  EXPECT_DOUBLE_EQ(ring.first, 0.065);
+  EXPECT_EQ(ring.second, 4);
+  add("rdmaflow", "ring", 32 << 20, 4, std::nan(""));
+  EXPECT_THAT(SharedRingFromAllReduce(report, "r.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bus bandwidth")));
+}
+
 TEST(CalibrationTest, ModelsAndLinksByName) {
   Calibration c;
   c.add_models()->set_model("vgg");

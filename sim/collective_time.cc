@@ -17,14 +17,18 @@ double Oversubscription(int members, int cores) {
 }
 
 // The ring over `n` members connected by `link`, one bucket of `bytes`.
+// `shared`: its members outnumber the cores they share, so it runs at the
+// link's measured shared-ring bandwidth where that is lower.
 double RingSeconds(const LinkProfile& link, const HostProfile& host, int n,
-                   double bytes, double chunk_bytes, double oversubscription) {
+                   double bytes, double chunk_bytes, double oversubscription, bool shared) {
   if (n <= 1 || bytes <= 0) return 0;
   const double segment = bytes / n;
   const double pieces = std::max(1.0, std::ceil(segment / chunk_bytes));
   const double latency = link.latency_us() * 1e-6;
   const double messages = pieces * link.per_message_us() * 1e-6;
-  const double send = segment / Bandwidth(link.bandwidth_gbps());
+  double gbps = link.bandwidth_gbps();
+  if (shared && link.shared_ring_gbps() > 0) gbps = std::min(gbps, link.shared_ring_gbps());
+  const double send = segment / Bandwidth(gbps);
   const double reduce = segment / Bandwidth(host.reduce_gbps()) * oversubscription;
   // Reduce-scatter steps wait for the slower of the piece's transfer and its
   // reduction; all-gather steps write straight into place.
@@ -111,7 +115,8 @@ AllReduceCost AllReduceTime(const Topology& topology, const HostProfile& host,
       const double within = HostSeconds(topology.local, host, largest, b,
                                         b <= shape.one_shot_bytes, false, slow);
       const double ring = RingSeconds(topology.network, host, hosts, b, shape.chunk_bytes,
-                                      topology.shared_cores > 0 ? slow : 1.0);
+                                      topology.shared_cores > 0 ? slow : 1.0,
+                                      topology.shared_cores > 0 && n > cores);
       network_sent += times * 2.0 * (hosts - 1) / hosts * b;
       const double broadcast =
           b / Bandwidth(host.memcpy_gbps()) * slow +
@@ -120,7 +125,8 @@ AllReduceCost AllReduceTime(const Topology& topology, const HostProfile& host,
       cost.wire_bytes += 2.0 * (n - hosts) * b + 2.0 * (hosts - 1) * b;
     } else {
       cost.algorithm = "ring";
-      cost.seconds += RingSeconds(topology.network, host, n, b, shape.chunk_bytes, slow);
+      cost.seconds += RingSeconds(topology.network, host, n, b, shape.chunk_bytes, slow,
+                                  topology.shared_cores > 0 && n > cores);
       cost.wire_bytes += 2.0 * (n - 1) * b;
       network_sent += times * 2.0 * (n - 1) / n * b;
     }

@@ -55,6 +55,29 @@ TEST(CollectiveTimeTest, TheRingByHand) {
   EXPECT_DOUBLE_EQ(c.wire_bytes, 2.0 * 3 * 1e6);
 }
 
+// Namespace hosts on one machine: a ring whose members outnumber the cores
+// they share runs at the link's measured shared-ring bandwidth; with a
+// core a member, or hosts of their own, at the link's.
+TEST(CollectiveTimeTest, ARingSharingTooFewCoresRunsAtItsMeasuredBandwidth) {
+  AllReduceShape shape;
+  shape.bucket_bytes = 0;
+  Topology t = Hosts(4, 1, 2);
+  t.network.set_shared_ring_gbps(0.5);
+  // Hosts of their own: as by hand above.
+  EXPECT_NEAR(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, 6 * (11e-6 + 250e-6), 1e-9);
+  // 4 members on 2 shared cores: 250 KB at 0.5 GB/s (500 us) a step; the
+  // reduce (62.5 us, twice as long on half a core) still hides under it.
+  t.shared_cores = 2;
+  EXPECT_NEAR(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, 6 * (11e-6 + 500e-6), 1e-9);
+  // As many cores as members: the link's bandwidth.
+  t.shared_cores = 4;
+  EXPECT_NEAR(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, 6 * (11e-6 + 250e-6), 1e-9);
+  // Measured faster than the link: the link's bandwidth bounds it.
+  t.shared_cores = 2;
+  t.network.set_shared_ring_gbps(5);
+  EXPECT_NEAR(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, 6 * (11e-6 + 250e-6), 1e-9);
+}
+
 TEST(CollectiveTimeTest, AShapersTokensTakeOffTheRingsFirstSends) {
   AllReduceShape shape;
   shape.bucket_bytes = 0;

@@ -13,12 +13,14 @@
 #   tools/calibrate_sim.sh [OUT_DIR]   (default docs/scale; ~5 min)
 # Environment: MODELS ("mlp lenet5 vgg"), BATCH (64), LINKS ("1gbit 100mbit";
 # "" for shared memory only), SHARING_MODEL (lenet5; "" skips), SHARING
-# (ranks a core: "2 4").
+# (ranks a core: "2 4"), SHARED_RING_RANKS (4: a ring all-reduce of that
+# many namespace hosts on each link, whose bus bandwidth caps the
+# simulator's rings where ranks outnumber cores; "" skips).
 source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,16p' "$0"
+  sed -n '2,19p' "$0"
   exit 0
 fi
 out=${1:-docs/scale}
@@ -31,6 +33,8 @@ bazel build -c opt //bench:transport_pingpong //bench:allreduce_bench \
   //train:rdmaflow_profile //train:rdmaflow_train //cli:rdmaflow >/dev/null
 bin=$PWD/bazel-bin
 pingpong=(--max_bytes=16777216 --byte_budget=268435456 --reads=false)
+ring_ranks=${SHARED_RING_RANKS-4}
+ring_args=""
 
 echo "== [1/5] link shm: transport_pingpong over UCX shared memory"
 "$bin/bench/transport_pingpong" --transport=ucx --params=tls=shm "${pingpong[@]}" \
@@ -61,6 +65,25 @@ if [[ -n $links && $(id -u) == 0 ]]; then
     port=$((port + 1))
     tools/netns_hosts.sh down 2 >/dev/null
     link_args="$link_args,$link=$raw/pp_$link.json"
+    if [[ -n $ring_ranks ]]; then
+      echo "== [2/5] link $link: a ring all-reduce of $ring_ranks ranks, one a namespace host (allreduce_bench)"
+      tools/netns_hosts.sh up "$ring_ranks" "$link" >/dev/null
+      port=$((port + 1))
+      ring_pids=()
+      for ((r = 0; r < ring_ranks; ++r)); do
+        tools/netns_hosts.sh exec "$r" env RANK=$r WORLD_SIZE=$ring_ranks MASTER_ADDR=10.89.0.1 \
+          MASTER_PORT=$port "$bin/bench/allreduce_bench" --ranks="$ring_ranks" --impls=rdmaflow \
+          --min_bytes=16777216 --max_bytes=16777216 --max_iters=5 \
+          --params=tls=tcp,net_devices=eth0 --json="$raw/ring_$link.json" \
+          >"$raw/ring_$link.rank$r.log" 2>&1 &
+        ring_pids+=($!)
+      done
+      for pid in "${ring_pids[@]}"; do
+        wait "$pid" || { echo "calibrate_sim: the ring over $link failed (see $raw/ring_$link.rank*.log)" >&2; exit 1; }
+      done
+      tools/netns_hosts.sh down "$ring_ranks" >/dev/null
+      ring_args="$ring_args${ring_args:+,}$link=$raw/ring_$link.json"
+    fi
   done
 elif [[ -n $links ]]; then
   echo "== [2/5] skipped: measuring $links needs root (network namespaces); presets stand in"
@@ -111,4 +134,5 @@ fi
 
 "$bin/cli/rdmaflow" calibrate --links "$link_args" --allreduce "$raw/allreduce.json" \
   --profiles "$profiles" --store_rtt_us "$store_rtt" --out "$out/calibration.json" \
-  --wait_cpu "$wait_args" --burst_bytes 262144 "${sharing_args[@]}"  # tools/netns_hosts.sh's tbf burst (256kb)
+  --wait_cpu "$wait_args" --burst_bytes 262144 "${sharing_args[@]}" \
+  ${ring_args:+--shared_ring "$ring_args"}  # burst: tools/netns_hosts.sh's tbf (256kb)
