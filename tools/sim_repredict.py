@@ -20,11 +20,12 @@ name, as for tools/sim_validation.py.
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
-TOLERANCE = 0.15
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sim_validation import TOLERANCE, predict  # noqa: E402  (one place for both)
+
+
 
 
 def specs():
@@ -37,19 +38,6 @@ def specs():
             if m:
                 names[m.group(1)] = m.group(2)
     return names
-
-
-def predict(binary, calibration, model, strategy, ranks, link, steps, cores, jitter):
-    with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-        subprocess.run(
-            [binary, "simulate", "--calibration", calibration, "--model", model,
-             "--strategy", strategy, "--ranks", str(ranks), "--link", link,
-             "--steps", str(steps), "--shared_cores", str(cores), "--quiet",
-             "--convergence", "none", "--jitter", "%.4f" % jitter,
-             "--json", tmp.name],
-            check=True, stdout=subprocess.DEVNULL)
-        with open(tmp.name) as f:
-            return json.load(f)["runs"][0]["step_ms"]
 
 
 def blocks(path):
@@ -111,7 +99,7 @@ def main(old, new, calibration, validation, model_override=None):
             errors = []
             for binary in (old, new):
                 p = predict(binary, calibration, model, strategy, ranks, link, steps,
-                            cores, jitter)
+                            cores, jitter)["step_ms"]
                 errors.append((p, p / measured - 1))
             total += 1
             within["old"] += abs(errors[0][1]) <= TOLERANCE
