@@ -26,8 +26,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sim_validation import TOLERANCE, predict  # noqa: E402  (one place for both)
 
 
-
-
 def specs():
     """Validation run names to simulator strategies (tools/validate_sim.sh)."""
     here = os.path.dirname(os.path.abspath(__file__))
