@@ -63,9 +63,8 @@ TEST(CalibrationTest, BadReportsAreNamed) {
 // A ring of namespace hosts sharing the cores: rdmaflow's ring row of the
 // largest size; other implementations, algorithms and sizes are not it.
 TEST(CalibrationTest, SharedRingIsTheLargestRingRow) {
-  results::BenchmarkReport report;
-  auto add = [&](const std::string& impl, const std::string& algorithm, double bytes,
-                 int ranks, double busbw) {
+  auto add = [](results::BenchmarkReport& report, const std::string& impl,
+                const std::string& algorithm, double bytes, int ranks, double busbw) {
     results::AllReduceRow* row = report.mutable_allreduce()->add_rows();
     row->set_impl(impl);
     row->set_algorithm(algorithm);
@@ -73,18 +72,25 @@ TEST(CalibrationTest, SharedRingIsTheLargestRingRow) {
     row->set_ranks(ranks);
     row->set_busbw_gbps(busbw);
   };
+  results::BenchmarkReport report;
   EXPECT_THAT(SharedRingFromAllReduce(report, "r.json"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("r.json")));
-  add("rdmaflow", "ring", 4 << 20, 4, 0.049);
-  add("rdmaflow", "ring", 16 << 20, 4, 0.065);
-  add("gloo", "", 64 << 20, 4, 0.2);
-  add("rdmaflow", "host-scatter-gather", 64 << 20, 4, 3.0);
+  add(report, "rdmaflow", "ring", 4 << 20, 4, 0.049);
+  add(report, "rdmaflow", "ring", 16 << 20, 4, 0.065);
+  add(report, "gloo", "", 64 << 20, 4, 0.2);
+  add(report, "rdmaflow", "host-scatter-gather", 64 << 20, 4, 3.0);
   ASSERT_OK_AND_ASSIGN(auto ring, SharedRingFromAllReduce(report, "r.json"));
   EXPECT_DOUBLE_EQ(ring.first, 0.065);
   EXPECT_EQ(ring.second, 4);
-  add("rdmaflow", "ring", 32 << 20, 4, std::nan(""));
-  EXPECT_THAT(SharedRingFromAllReduce(report, "r.json"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bus bandwidth")));
+  // A largest ring row without a usable figure is refused, not skipped.
+  for (const auto& [ranks, busbw] : std::vector<std::pair<int, double>>{
+           {4, std::nan("")}, {4, 0.0}, {4, -1.0}, {1, 0.065}}) {
+    results::BenchmarkReport bad = report;
+    add(bad, "rdmaflow", "ring", 32 << 20, ranks, busbw);
+    EXPECT_THAT(SharedRingFromAllReduce(bad, "r.json"),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bus bandwidth")))
+        << ranks << " ranks, " << busbw << " GB/s";
+  }
 }
 
 TEST(CalibrationTest, ModelsAndLinksByName) {

@@ -16,9 +16,22 @@ double Oversubscription(int members, int cores) {
   return std::max(1.0, static_cast<double>(members) / std::max(1, cores));
 }
 
+// Whether a ring of `members` on `cores` shared cores is at least as
+// oversubscribed as the one the link's shared-ring bandwidth was measured
+// with (shared_ring_ranks on the calibration's host.cores()).
+bool RingAsSharedAsMeasured(const LinkProfile& link, const HostProfile& host, int members,
+                            int cores) {
+  if (!(link.shared_ring_gbps() > 0) || members <= cores) return false;
+  const double measured = link.shared_ring_ranks() > 0
+                              ? static_cast<double>(link.shared_ring_ranks()) /
+                                    std::max(1, host.cores())
+                              : 1.0;
+  return static_cast<double>(members) / std::max(1, cores) >= measured;
+}
+
 // The ring over `n` members connected by `link`, one bucket of `bytes`.
-// `shared`: its members outnumber the cores they share, so it runs at the
-// link's measured shared-ring bandwidth where that is lower.
+// `shared`: its members share too few cores (RingAsSharedAsMeasured), so it
+// runs at the link's measured shared-ring bandwidth where that is lower.
 double RingSeconds(const LinkProfile& link, const HostProfile& host, int n,
                    double bytes, double chunk_bytes, double oversubscription, bool shared) {
   if (n <= 1 || bytes <= 0) return 0;
@@ -116,7 +129,9 @@ AllReduceCost AllReduceTime(const Topology& topology, const HostProfile& host,
                                         b <= shape.one_shot_bytes, false, slow);
       const double ring = RingSeconds(topology.network, host, hosts, b, shape.chunk_bytes,
                                       topology.shared_cores > 0 ? slow : 1.0,
-                                      topology.shared_cores > 0 && n > cores);
+                                      topology.shared_cores > 0 &&
+                                          RingAsSharedAsMeasured(topology.network, host,
+                                                                 hosts, cores));
       network_sent += times * 2.0 * (hosts - 1) / hosts * b;
       const double broadcast =
           b / Bandwidth(host.memcpy_gbps()) * slow +
@@ -125,8 +140,9 @@ AllReduceCost AllReduceTime(const Topology& topology, const HostProfile& host,
       cost.wire_bytes += 2.0 * (n - hosts) * b + 2.0 * (hosts - 1) * b;
     } else {
       cost.algorithm = "ring";
-      cost.seconds += RingSeconds(topology.network, host, n, b, shape.chunk_bytes, slow,
-                                  topology.shared_cores > 0 && n > cores);
+      cost.seconds += RingSeconds(
+          topology.network, host, n, b, shape.chunk_bytes, slow,
+          topology.shared_cores > 0 && RingAsSharedAsMeasured(topology.network, host, n, cores));
       cost.wire_bytes += 2.0 * (n - 1) * b;
       network_sent += times * 2.0 * (n - 1) / n * b;
     }

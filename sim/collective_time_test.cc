@@ -76,6 +76,37 @@ TEST(CollectiveTimeTest, ARingSharingTooFewCoresRunsAtItsMeasuredBandwidth) {
   t.shared_cores = 2;
   t.network.set_shared_ring_gbps(5);
   EXPECT_NEAR(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, 6 * (11e-6 + 250e-6), 1e-9);
+  // Measured with 4 ranks on the host's 2 cores: a ring of 3 on 2 cores is
+  // less crowded than that and keeps the link's bandwidth.
+  t.network.set_shared_ring_gbps(0.5);
+  t.network.set_shared_ring_ranks(4);
+  const Topology three = [&] {
+    Topology u = t;
+    u.ranks = 3;
+    return u;
+  }();
+  EXPECT_NEAR(AllReduceTime(three, Host(), All(3), 0.75e6, shape).seconds,
+              4 * (11e-6 + 250e-6), 1e-9);
+  EXPECT_NEAR(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, 6 * (11e-6 + 500e-6), 1e-9);
+}
+
+// Hierarchical across namespace hosts: the leaders' ring is what shares the
+// cores; 2 hosts of 2 ranks on 2 cores run their ring of 2 at the link's.
+TEST(CollectiveTimeTest, TheLeadersRingCountsItsOwnMembers) {
+  AllReduceShape shape;
+  shape.bucket_bytes = 0;
+  Topology t = Hosts(4, 2, 2);
+  t.shared_cores = 2;
+  const double plain = AllReduceTime(t, Host(), All(4), 1e6, shape).seconds;
+  t.network.set_shared_ring_gbps(0.5);
+  EXPECT_EQ(AllReduceTime(t, Host(), All(4), 1e6, shape).algorithm, "hierarchical");
+  EXPECT_DOUBLE_EQ(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, plain);
+  // 8 ranks, 2 a host: 4 leaders on 2 cores, and their ring slows.
+  Topology eight = Hosts(8, 2, 2);
+  eight.shared_cores = 2;
+  const double before = AllReduceTime(eight, Host(), All(8), 1e6, shape).seconds;
+  eight.network.set_shared_ring_gbps(0.5);
+  EXPECT_GT(AllReduceTime(eight, Host(), All(8), 1e6, shape).seconds, before + 1e-3);
 }
 
 TEST(CollectiveTimeTest, AShapersTokensTakeOffTheRingsFirstSends) {

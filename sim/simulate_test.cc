@@ -408,6 +408,21 @@ TEST(SimulateTest, AnEmulatedReadWaitsForItsOwnerToProgress) {
   EXPECT_LT(free.step_ms(), 1.2 * kCompute * 1e3);
 }
 
+// Namespace hosts sharing 2 cores: the link's measured shared-ring
+// bandwidth reaches allreduce's ring (5 MB of gradients; at 1 GB/s the
+// ring takes 7.5 ms a step, at 0.25 GB/s 30 ms).
+TEST(SimulateTest, AllReduceOnSharedCoresTakesTheMeasuredRing) {
+  Scenario s = Base("allreduce", 4);
+  s.params = {{"bucket_bytes", "0"}, {"overlap", "off"}};
+  s.shared_cores = 2;
+  ASSERT_OK_AND_ASSIGN(SimulatedRun link_rate, Simulate(s));
+  s.network.set_shared_ring_gbps(0.25);
+  s.network.set_shared_ring_ranks(4);
+  s.host.set_cores(2);
+  ASSERT_OK_AND_ASSIGN(SimulatedRun measured, Simulate(s));
+  EXPECT_NEAR(measured.step_ms() - link_rate.step_ms(), 22.5, 2.0);
+}
+
 // A notified write over an emulated link is the data, a flush, then the
 // flag, and the writer's own progress sends the flag once the flush is
 // answered. Stanza's pipelined conv rank posts batch t+1's activations and

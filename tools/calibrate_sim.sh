@@ -15,12 +15,12 @@
 # "" for shared memory only), SHARING_MODEL (lenet5; "" skips), SHARING
 # (ranks a core: "2 4"), SHARED_RING_RANKS (4: a ring all-reduce of that
 # many namespace hosts on each link, whose bus bandwidth caps the
-# simulator's rings where ranks outnumber cores; "" skips).
+# simulator's rings at least as crowded on their cores; "" skips).
 source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,19p' "$0"
+  sed -n '2,18p' "$0"
   exit 0
 fi
 out=${1:-docs/scale}
@@ -35,6 +35,13 @@ bin=$PWD/bazel-bin
 pingpong=(--max_bytes=16777216 --byte_budget=268435456 --reads=false)
 ring_ranks=${SHARED_RING_RANKS-4}
 ring_args=""
+if [[ -n $ring_ranks ]] && ! [[ $ring_ranks =~ ^[0-9]+$ && $ring_ranks -ge 2 ]]; then
+  echo "calibrate_sim: SHARED_RING_RANKS=$ring_ranks: a number of ranks, 2 or more (or empty to skip)" >&2
+  exit 2
+fi
+if [[ -n $ring_ranks ]] && ((ring_ranks <= $(nproc))); then
+  echo "calibrate_sim: note: SHARED_RING_RANKS=$ring_ranks does not outnumber this machine's $(nproc) cores; the simulator applies the ring's figure only to rings at least as crowded" >&2
+fi
 
 echo "== [1/5] link shm: transport_pingpong over UCX shared memory"
 "$bin/bench/transport_pingpong" --transport=ucx --params=tls=shm "${pingpong[@]}" \
@@ -45,7 +52,8 @@ wait_args="shm=$(/usr/bin/python3 tools/wait_cpu.py "$bin/train/rdmaflow_train" 
 
 if [[ -n $links && $(id -u) == 0 ]]; then
   export NETNS_PREFIX=rfc NETNS_SUBNET=10.89.0
-  trap 'tools/netns_hosts.sh down 2 >/dev/null 2>&1 || true' EXIT
+  hosts_up=$(( ${ring_ranks:-2} > 2 ? ${ring_ranks:-2} : 2 ))
+  trap 'tools/netns_hosts.sh down "$hosts_up" >/dev/null 2>&1 || true' EXIT
   port=29650
   for link in $links; do
     echo "== [2/5] link $link: transport_pingpong over UCX TCP between 2 namespace hosts"
