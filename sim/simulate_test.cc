@@ -186,6 +186,9 @@ TEST(SimulateTest, EachModelNamesItsUpdateRuleAndWorkers) {
             "gossip:mode=pull,period=1,topology=random,beta=0.5,overlap=on", 6},
            {"moshpit", {{"overlap", "on"}}, "moshpit:side=2,period=1,overlap=on", 6},
            {"allreduce", {{"overlap", "off"}}, "sgd", 6},
+           {"ps", {{"overlap", "on"}}, "sgd", 5},
+           {"ps", {{"sync", "asp"}, {"overlap", "on"}}, "ps:asp,overlap=on", 5},
+           {"ps", {{"sync", "ssp:3"}, {"overlap", "on"}}, "ps:ssp:3,overlap=on", 5},
        }) {
     Scenario s = Base(c.strategy, 6);
     s.params = c.params;

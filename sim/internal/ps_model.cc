@@ -268,9 +268,14 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
         job.costs().tensor_bytes.size(), " layers with parameters, fewer than servers=",
         servers));
   }
+  // bsp's updates are SGD's with or without overlap; an asynchronous mode
+  // with overlap pulls each slice as soon as it may, so a worker mixes
+  // slices of several versions: a rule of its own (its steps to accuracy
+  // measured apart: docs/strategies.md).
   job.set_update_rule(policy.mode == strategies::ps::SyncMode::kBsp
                           ? "sgd"
-                          : absl::StrCat("ps:", policy.ToString()));
+                          : absl::StrCat("ps:", policy.ToString(),
+                                         overlap == "on" ? ",overlap=on" : ""));
   if (overlap == "on") {
     return RunParameterServerOverlapped(job, servers, policy, static_cast<double>(slice_bytes));
   }
