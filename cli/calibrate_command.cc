@@ -64,6 +64,17 @@ absl::StatusOr<double> SharingRatio(const std::string& text) {
   return ratio;
 }
 
+// The link of --links named `name` in `calibration`; kInvalidArgument
+// naming `flag` when --links does not measure it.
+absl::StatusOr<sim::LinkProfile*> MeasuredLink(sim::Calibration& calibration,
+                                               const std::string& name, const char* flag) {
+  for (sim::LinkProfile& link : *calibration.mutable_links()) {
+    if (link.name() == name) return &link;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, " names link '", name, "', which --links does not measure"));
+}
+
 // The command line's own mistakes, found before any file is read: a usage
 // error (exit 2). What the files hold is checked by Run (exit 1).
 absl::Status CheckArgs(const ParsedArgs& args) {
@@ -114,27 +125,13 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
   }
   ASSIGN_OR_RETURN(auto wait_cpu, WaitCpuShares(args));
   for (const auto& [name, share] : wait_cpu) {
-    sim::LinkProfile* link = nullptr;
-    for (sim::LinkProfile& l : *calibration.mutable_links()) {
-      if (l.name() == name) link = &l;
-    }
-    if (link == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--wait_cpu names link '", name, "', which --links does not measure"));
-    }
+    ASSIGN_OR_RETURN(sim::LinkProfile * link, MeasuredLink(calibration, name, "--wait_cpu"));
     link->set_wait_cpu(share);
     out << "link " << name << ": a waiting rank uses " << share << " of a core\n";
   }
   ASSIGN_OR_RETURN(auto rings, ParseKeyValues(args.Get("shared_ring"), "--shared_ring item"));
   for (const auto& [name, path] : rings) {
-    sim::LinkProfile* link = nullptr;
-    for (sim::LinkProfile& l : *calibration.mutable_links()) {
-      if (l.name() == name) link = &l;
-    }
-    if (link == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--shared_ring names link '", name, "', which --links does not measure"));
-    }
+    ASSIGN_OR_RETURN(sim::LinkProfile * link, MeasuredLink(calibration, name, "--shared_ring"));
     results::BenchmarkReport report;
     RETURN_IF_ERROR(ReadJsonFile(path, &report));
     ASSIGN_OR_RETURN(const auto ring, sim::SharedRingFromAllReduce(report, path));
