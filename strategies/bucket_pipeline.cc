@@ -80,20 +80,43 @@ void BucketPipeline::GradientReady(size_t parameter) {
   for (size_t b : buckets_of_[parameter]) --missing_[b];
 }
 
+bool BucketPipeline::AwaitBucket(size_t b) {
+  auto due = [this, b] {
+    mu_.AssertHeld();  // Await() calls it under mu_
+    return abandon_ || computed_ || (b < missing_.size() && missing_[b] == 0);
+  };
+  // No deadline: this thread's own compute sets abandon_ or computed_, on
+  // every way out of Run().
+  if (idle_ == nullptr) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&due));
+    return !abandon_;
+  }
+  bool worked = false;  // the last idle_ call did something: call it again
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!worked) mu_.AwaitWithTimeout(absl::Condition(&due), kIdlePoll);
+      if (due()) return !abandon_;
+    }
+    absl::StatusOr<bool> idle = idle_();
+    if (!idle.ok()) {
+      status_ = absl::Status(idle.status().code(),
+                             absl::StrCat(what_, ", waiting for bucket ", b, " of ",
+                                          gradients_.size(), ": ", idle.status().message()));
+      return false;
+    }
+    worked = *idle;
+  }
+}
+
 void BucketPipeline::CommunicateBuckets() {
   const size_t buckets = gradients_.size();
   for (size_t b = 0; b < buckets; ++b) {
+    if (!AwaitBucket(b)) return;
     bool overlapped = false;
     {
       absl::MutexLock lock(&mu_);
-      auto due = [this, b] {
-        mu_.AssertHeld();  // Await() calls it under mu_
-        return abandon_ || computed_ || missing_[b] == 0;
-      };
-      // No deadline: this thread's own compute sets one of the three, on
-      // every way out of Run().
-      mu_.Await(absl::Condition(&due));
-      if (abandon_) return;
       overlapped = !computed_;
     }
     PipelinedStep::Span span;
@@ -109,6 +132,8 @@ void BucketPipeline::CommunicateBuckets() {
       return;
     }
   }
+  // Every bucket is on its way; the idle work goes on while compute runs.
+  if (idle_ != nullptr) AwaitBucket(buckets);
 }
 
 absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {

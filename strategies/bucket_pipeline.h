@@ -91,6 +91,17 @@ class BucketPipeline {
       std::string what);
   ~BucketPipeline();
 
+  // Optional work for the communication thread while it has no bucket to
+  // communicate and compute has not returned (waiting for backward to
+  // complete the next bucket, and after the last one): the parameter
+  // server pulls the next step's slices there. `idle` returns true when it
+  // did something (it is called again at once), false when it had nothing
+  // to do (it is called again after a bucket is due, compute returned, or
+  // kIdlePoll passed). Its error fails the step as a bucket's would. Set it
+  // before the first Run(); it may use the loop, as the buckets' work does.
+  static constexpr absl::Duration kIdlePoll = absl::Milliseconds(1);
+  void set_idle(std::function<absl::StatusOr<bool>()> idle) { idle_ = std::move(idle); }
+
   // Runs `compute` on this thread while the buckets are all-reduced as
   // backward fills them; returns once every bucket is summed (not scaled).
   // `compute` must run backward once: a gradient accumulated twice in one
@@ -112,12 +123,18 @@ class BucketPipeline {
                  std::string what);
   // A gradient is in (a hook, on backward's thread).
   void GradientReady(size_t parameter);
-  // The communication thread's work: every bucket, in order.
+  // The communication thread's work: every bucket, in order, then idle_
+  // until compute returns.
   void CommunicateBuckets();
+  // Waits until bucket `b` is due (b == buckets: until compute returned),
+  // running idle_ meanwhile. False when the step was abandoned or idle_
+  // failed (status_ says which).
+  bool AwaitBucket(size_t b);
 
   const std::vector<Parameter>& parameters_;
   const std::function<absl::Status(size_t)> communicate_;
   const std::string what_;
+  std::function<absl::StatusOr<bool>()> idle_;
   CommunicationThread communication_;
   std::unique_ptr<GradientHooks> hooks_;
   std::vector<std::vector<size_t>> buckets_of_;  // by parameter

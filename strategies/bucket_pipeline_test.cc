@@ -3,11 +3,15 @@
 // to begin, so a pipeline that reduced only after compute would time out
 // here), the sums are exact, a bucket backward never reaches is reduced
 // after compute, a failed compute ends the step with its error and gives
-// the loop back.
+// the loop back; the idle work runs on the communication thread while a
+// bucket is not yet due and after the last one until compute returns, and
+// its error fails the step.
 #include "strategies/bucket_pipeline.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ATen/ATen.h"
@@ -26,6 +30,7 @@ namespace rdmaflow::strategies {
 namespace {
 
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kDeadline = absl::Seconds(30);
@@ -187,6 +192,109 @@ TEST(BucketPipelineTest, ACodecGroupIsRefused) {
                          DataParallelGroup::Create(*links, {0}, MakeParameters(), options));
         EXPECT_THAT(BucketPipeline::Create(*group, loop).status(),
                     StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("codec")));
+        return absl::OkStatus();
+      });
+  EXPECT_OK(statuses[0]);
+}
+
+// One rank, the general form: each bucket's work and the idle work record
+// on which thread they ran and when.
+struct IdleRank {
+  std::vector<Parameter> parameters = MakeParameters();
+  std::atomic<int> idle_calls{0};
+  std::atomic<int> buckets_done{0};
+  std::atomic<int> idle_after_last{0};  // idle calls once every bucket was done
+  std::thread::id communication;
+
+  absl::StatusOr<std::unique_ptr<BucketPipeline>> Make(onesided::ProgressLoop& loop,
+                                                       absl::Status idle_result) {
+    ASSIGN_OR_RETURN(auto pipeline,
+                     BucketPipeline::Create(
+                         parameters, {{0}, {1}, {2}, {3}},
+                         [this](size_t) {
+                           communication = std::this_thread::get_id();
+                           buckets_done.fetch_add(1);
+                           return absl::OkStatus();
+                         },
+                         loop, "the test's buckets"));
+    pipeline->set_idle([this, idle_result]() -> absl::StatusOr<bool> {
+      if (buckets_done.load() == 4) idle_after_last.fetch_add(1);
+      idle_calls.fetch_add(1);
+      if (!idle_result.ok()) return idle_result;
+      return false;
+    });
+    return pipeline;
+  }
+};
+
+// Waits up to kDeadline for `done`; the compute's error otherwise.
+absl::Status AwaitInCompute(const std::function<bool()>& done, const char* what) {
+  const absl::Time deadline = absl::Now() + kDeadline;
+  while (!done()) {
+    if (absl::Now() > deadline) return absl::DeadlineExceededError(what);
+    std::this_thread::yield();
+  }
+  return absl::OkStatus();
+}
+
+TEST(BucketPipelineTest, IdleWorkRunsWhileNoBucketIsDueAndEndsWithCompute) {
+  at::set_num_threads(1);
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
+      1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        onesided::ProgressLoop loop(transport, {});
+        IdleRank r;
+        ASSIGN_OR_RETURN(auto pipeline, r.Make(loop, absl::OkStatus()));
+        ASSIGN_OR_RETURN(PipelinedStep step,
+                         pipeline->Run([&]() -> absl::StatusOr<ComputeResult> {
+          // Before backward no bucket is due: the idle work runs, or this
+          // times out.
+          RETURN_IF_ERROR(AwaitInCompute([&] { return r.idle_calls.load() >= 2; },
+                                         "no idle work before the first bucket"));
+          if (r.buckets_done.load() != 0) return absl::InternalError("a bucket went early");
+          Loss(r.parameters, 0).backward();
+          // Buckets 0..2 go; bucket 3 (unused) waits for compute's end,
+          // and the idle work goes on meanwhile.
+          RETURN_IF_ERROR(AwaitInCompute([&] { return r.buckets_done.load() == 3; },
+                                         "the buckets did not go during compute"));
+          const int before = r.idle_calls.load();
+          RETURN_IF_ERROR(AwaitInCompute([&] { return r.idle_calls.load() > before; },
+                                         "no idle work after the buckets went"));
+          return ComputeResult{1.0, 0, 1};
+        }));
+        EXPECT_EQ(step.buckets.size(), 4u);
+        EXPECT_EQ(r.buckets_done.load(), 4);
+        EXPECT_NE(r.communication, std::this_thread::get_id());
+        // Compute's end makes bucket 3 due and ends the idle work: none of
+        // it ran after the last bucket (the thread is joined: the count is
+        // final).
+        EXPECT_EQ(r.idle_after_last.load(), 0);
+        EXPECT_TRUE(loop.OnLoopThread()) << "the loop was not given back";
+        return absl::OkStatus();
+      });
+  EXPECT_OK(statuses[0]);
+}
+
+TEST(BucketPipelineTest, AFailedIdleWorkFailsTheStepAndNoBucketGoesAfterIt) {
+  at::set_num_threads(1);
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
+      1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        onesided::ProgressLoop loop(transport, {});
+        IdleRank r;
+        ASSIGN_OR_RETURN(auto pipeline, r.Make(loop, absl::UnavailableError("server 0 is gone")));
+        absl::StatusOr<PipelinedStep> step =
+            pipeline->Run([&]() -> absl::StatusOr<ComputeResult> {
+              RETURN_IF_ERROR(AwaitInCompute([&] { return r.idle_calls.load() >= 1; },
+                                             "no idle work before the first bucket"));
+              Loss(r.parameters, 0).backward();
+              return ComputeResult{1.0, 0, 1};
+            });
+        EXPECT_THAT(step.status(),
+                    StatusIs(absl::StatusCode::kUnavailable,
+                             AllOf(HasSubstr("the test's buckets, waiting for bucket 0 of 4"),
+                                   HasSubstr("server 0 is gone"))));
+        EXPECT_EQ(r.idle_calls.load(), 1);
+        EXPECT_EQ(r.buckets_done.load(), 0);
+        EXPECT_TRUE(loop.OnLoopThread()) << "the loop was not given back";
         return absl::OkStatus();
       });
   EXPECT_OK(statuses[0]);

@@ -10,6 +10,7 @@ namespace rdmaflow::strategies::ps {
 absl::StatusOr<PsOptions> PsOptions::Parse(
     const std::map<std::string, std::string>& params) {
   PsOptions options;
+  bool prefetch_given = false;
   for (const auto& [key, value] : params) {
     if (key == "servers") {
       if (!absl::SimpleAtoi(value, &options.servers) || options.servers < 1) {
@@ -43,16 +44,30 @@ absl::StatusOr<PsOptions> PsOptions::Parse(
             "ps slice_bytes must be a positive multiple of 4 (whole float32 elements), got '",
             value, "'"));
       }
+    } else if (key == "prefetch") {
+      if (value != "on" && value != "off") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ps prefetch must be 'on' or 'off', got '", value, "'"));
+      }
+      options.prefetch = value == "on";
+      prefetch_given = true;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown ps parameter '", key,
-                       "'; known: servers, sync, pull, copies, overlap, slice_bytes"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown ps parameter '", key,
+          "'; known: servers, sync, pull, copies, overlap, slice_bytes, prefetch"));
     }
   }
   if (options.overlap && !options.pull_by_read) {
     return absl::InvalidArgumentError(
         "ps overlap=on pulls each slice by one-sided READ as soon as its server published it; "
         "it needs pull=read");
+  }
+  if (prefetch_given && (!options.overlap || options.sync.mode != SyncMode::kBsp)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ps prefetch pulls the next step's slices while backward runs, which needs "
+        "overlap=on and sync=bsp (the only mode whose next values are final before the step "
+        "ends); this job has overlap=",
+        options.overlap ? "on" : "off", " and sync=", options.sync.ToString()));
   }
   return options;
 }

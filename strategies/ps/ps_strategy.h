@@ -40,6 +40,8 @@
 #ifndef RDMAFLOW_STRATEGIES_PS_PS_STRATEGY_H_
 #define RDMAFLOW_STRATEGIES_PS_PS_STRATEGY_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,6 +106,10 @@ class PsStrategy final : public Strategy {
   // Workers with overlap=on: pushes begun in the current (or last) step;
   // any thread (a test's compute watches it).
   int pushes_begun() const { return pipeline_ == nullptr ? 0 : pipeline_->buckets_begun(); }
+  // Workers with overlap=on under bsp: slices of a step pulled during the
+  // step before it (while backward ran or the pushes went), over all steps
+  // so far; any thread (a test's compute watches it).
+  int64_t prefetched_pulls() const { return prefetched_pulls_.load(std::memory_order_relaxed); }
   // Workers, for the sync tests: each pull of a slice, with how many of
   // every worker's gradients the slice held by the clock words the worker
   // pulled it by; empty unless record_pulls(true) was called first.
@@ -112,6 +118,7 @@ class PsStrategy final : public Strategy {
     int server = 0;
     int slice = 0;
     std::vector<int64_t> held;  // by worker
+    bool prefetched = false;    // pulled during the step before `clock`
   };
   void record_pulls(bool on) { record_pulls_ = on; }
   const std::vector<PullRecord>& pulls() const { return pulls_; }
@@ -161,7 +168,17 @@ class PsStrategy final : public Strategy {
   // Returns the slowest clock seen.
   absl::StatusOr<int64_t> PullWhenPermitted(int64_t clock, absl::Time& first);
   absl::Status ReadClocks(int server, std::vector<int64_t>& words);
-  absl::Status PullSlice(int server, int slice);
+  // Reads a slice into its place in `into` (param_region_ or
+  // prefetch_region_, laid out alike).
+  absl::Status PullSlice(int server, int slice, rdma::MemoryRegion& into);
+  // overlap=on under bsp, on the pipeline's communication thread: pulls
+  // into prefetch_region_ one slice of the next step that holds every
+  // worker's gradients of this one (under bsp its values are final); true
+  // when it pulled one.
+  absl::StatusOr<bool> PrefetchOne();
+  // The slices prefetched for the current step, copied into the
+  // parameters; they are not pulled again.
+  void TakePrefetched();
   absl::Status PullParameters();
   absl::Status PushSlice(int server, int slice);
   absl::Status ReceiveParameters();
@@ -231,6 +248,14 @@ class PsStrategy final : public Strategy {
   std::vector<SliceRef> push_order_;
   std::unique_ptr<BucketPipeline> pipeline_;
   int64_t overlapped_pushes_ = 0;
+  // overlap=on under bsp: the next step's slices, pulled while this one
+  // runs (not into the parameters, which an evaluation between the steps
+  // reads whole), and which of them are in, by server then slice, for step
+  // prefetch_clock_.
+  std::unique_ptr<rdma::MemoryRegion> prefetch_region_;
+  std::vector<std::vector<bool>> prefetched_;
+  int64_t prefetch_clock_ = -1;
+  std::atomic<int64_t> prefetched_pulls_{0};  // any thread reads it (tests)
   bool record_pulls_ = false;
   std::vector<PullRecord> pulls_;
 };

@@ -8,7 +8,9 @@
 //   - asp lets a worker finish while another is stalled;
 //   - all of it also with overlap=on (shards cut into slices pushed during
 //     backward and pulled each as soon as it may be), where every pull of a
-//     slice is checked against the mode's bound as well.
+//     slice is checked against the mode's bound as well; under bsp every
+//     slice of the next step pulled during the step before (prefetch), and
+//     none with prefetch=off.
 #include "ATen/Parallel.h"
 #include "ATen/TensorOperators.h"
 #include "ATen/ops/zeros.h"
@@ -22,6 +24,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -67,6 +70,7 @@ struct JobResult {
   std::vector<int64_t> connected;  // endpoints the rank's transport connected
   std::vector<std::vector<PsStrategy::PullRecord>> pulls;  // by worker
   std::vector<int64_t> overlapped;  // by worker: pushes begun during compute
+  std::vector<int64_t> prefetched;  // by worker: slices pulled in the step before
   int64_t slices = 0;               // over every server's shard
 };
 
@@ -91,6 +95,7 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
   JobResult result;
   result.pulls.resize(workers);
   result.overlapped.resize(workers);
+  result.prefetched.resize(workers);
   result.final_params.resize(workers);
   result.reports.resize(workers);
   result.history.resize(servers);
@@ -138,6 +143,7 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
             for (const auto& server : strategy->slices()) result.slices += server.size();
           }
           result.overlapped[w] = strategy->overlapped_pushes();
+          result.prefetched[w] = strategy->prefetched_pulls();
         } else {
           result.history[rank] = strategy->clock_history();
         }
@@ -152,15 +158,21 @@ class BspTest
 TEST_P(BspTest, MatchesOneProcessTrainingOnTheConcatenatedBatches) {
   at::set_num_threads(1);
   const auto& [communicator, how] = GetParam();
-  const bool overlap = how == "read_overlap";
+  // read_overlap prefetches the next step's slices (the default), and
+  // read_overlap_late pulls them when the step begins (prefetch=off).
+  const bool overlap = absl::StartsWith(how, "read_overlap");
+  const bool prefetch = how == "read_overlap";
   const std::string pull = overlap ? "read" : how;
   constexpr int kWorkers = 2, kSteps = 6, kBatch = 16;
   const Problem problem(kWorkers, kSteps, kBatch);
+  std::map<std::string, std::string> params =
+      WithOverlap({{"servers", "2"}, {"sync", "bsp"}, {"pull", pull}}, overlap);
+  if (overlap && !prefetch) params["prefetch"] = "off";
+  std::vector<int64_t> computed(kWorkers, 0);  // by worker, written by its own thread
   JobResult job = RunJob(
-      problem, 2, kWorkers,
-      Options(kSteps, communicator,
-              WithOverlap({{"servers", "2"}, {"sync", "bsp"}, {"pull", pull}}, overlap)),
-      nullptr, [&](int w, const PsStrategy& strategy) -> absl::Status {
+      problem, 2, kWorkers, Options(kSteps, communicator, params), nullptr,
+      [&](int w, const PsStrategy& strategy) -> absl::Status {
+        const int64_t step = computed[w]++;
         if (!overlap) return absl::OkStatus();
         // Backward has completed every slice: the first push is on its way
         // before compute returns, or never (pushes that waited for compute)
@@ -169,6 +181,21 @@ TEST_P(BspTest, MatchesOneProcessTrainingOnTheConcatenatedBatches) {
         while (strategy.pushes_begun() < 1) {
           if (absl::Now() > deadline) {
             return absl::DeadlineExceededError("no push began during compute");
+          }
+          std::this_thread::yield();
+        }
+        // With prefetch, every slice of the next step is pulled while this
+        // compute still runs (the other worker's pushes go on its
+        // communication thread whatever its compute does), or this times
+        // out: a worker that pulled only when the next step began.
+        if (!prefetch || step + 1 >= kSteps) return absl::OkStatus();
+        int64_t slices = 0;
+        for (const auto& server : strategy.slices()) slices += server.size();
+        while (strategy.prefetched_pulls() < (step + 1) * slices) {
+          if (absl::Now() > deadline) {
+            return absl::DeadlineExceededError(absl::StrCat(
+                "step ", step, ": ", strategy.prefetched_pulls(), " slices prefetched, ",
+                (step + 1) * slices, " expected during compute"));
           }
           std::this_thread::yield();
         }
@@ -192,6 +219,13 @@ TEST_P(BspTest, MatchesOneProcessTrainingOnTheConcatenatedBatches) {
     } else {
       EXPECT_EQ(job.overlapped[w], 0);
     }
+    // With prefetch every step after the first was pulled during the step
+    // before it (the last step's parameters are Finish()'s), and the
+    // records say so; without it none.
+    const int64_t early = std::count_if(job.pulls[w].begin(), job.pulls[w].end(),
+                                        [](const PsStrategy::PullRecord& p) { return p.prefetched; });
+    EXPECT_EQ(early, prefetch ? (kSteps - 1) * job.slices : 0) << "worker " << w;
+    EXPECT_EQ(job.prefetched[w], early) << "worker " << w;
   }
 
   // One endpoint and one watch per peer, shared by the communicator and
@@ -229,6 +263,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(std::make_tuple("rdma", "read"),
                       std::make_tuple("rdma", "send"),
                       std::make_tuple("rdma", "read_overlap"),
+                      std::make_tuple("rdma", "read_overlap_late"),
                       std::make_tuple("rdma_copy", "send"),
                       std::make_tuple("grpc", "send")),
     [](const auto& info) {
@@ -417,6 +452,27 @@ TEST(PsStrategyTest, OverlapRefusesWhatCannotBeSliced) {
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          ::testing::HasSubstr("positive multiple of 4")))
         << bad;
+  }
+}
+
+TEST(PsStrategyTest, PrefetchIsRefusedWhereItHasNoMeaning) {
+  for (const auto& params : std::vector<std::map<std::string, std::string>>{
+           {{"prefetch", "on"}},
+           {{"prefetch", "off"}, {"overlap", "off"}},
+           {{"prefetch", "on"}, {"overlap", "on"}, {"sync", "asp"}},
+           {{"prefetch", "off"}, {"overlap", "on"}, {"sync", "ssp:2"}}}) {
+    EXPECT_THAT(PsStrategy::Create(Options(2, "rdma", params)).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::HasSubstr("needs overlap=on and sync=bsp")))
+        << absl::StrJoin(params, ",", absl::PairFormatter("="));
+  }
+  EXPECT_THAT(PsStrategy::Create(Options(2, "rdma", {{"overlap", "on"}, {"prefetch", "yes"}}))
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("prefetch must be 'on' or 'off'")));
+  for (const char* value : {"on", "off"}) {
+    EXPECT_OK(PsStrategy::Create(Options(2, "rdma", {{"overlap", "on"}, {"prefetch", value}}))
+                  .status());
   }
 }
 

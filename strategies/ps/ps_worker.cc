@@ -121,9 +121,23 @@ absl::Status PsStrategy::StartWorker() {
                          parameters_, std::move(buckets),
                          [this](size_t b) {
                            RETURN_IF_ERROR(PushSlice(push_order_[b].server, push_order_[b].slice));
+                           // The pull goes while the push does (it
+                           // progresses the loop).
+                           if (prefetch_region_ != nullptr) RETURN_IF_ERROR(PrefetchOne().status());
                            return WaitForPushes();
                          },
                          links().loop(), absl::StrCat(Where(), "'s pushes")));
+    if (ps_.sync.mode == SyncMode::kBsp && ps_.prefetch) {
+      // Under bsp a slice's next values are final once every worker's
+      // gradients are in: the next step's pulls go while this step's
+      // backward and pushes still run, one slice after each push and
+      // whenever the communication thread waits for backward.
+      ASSIGN_OR_RETURN(rdma::MemoryRegion prefetch, transport.Allocate(total));
+      prefetch_region_ = std::make_unique<rdma::MemoryRegion>(std::move(prefetch));
+      prefetched_.resize(servers);
+      for (int s = 0; s < servers; ++s) prefetched_[s].assign(slices_[s].size(), false);
+      pipeline_->set_idle([this] { return PrefetchOne(); });
+    }
   }
   return absl::OkStatus();
 }
@@ -157,9 +171,13 @@ absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time&
   // all once every worker is done).
   std::vector<std::vector<bool>> due(ps_.servers);
   int left = 0;
+  const bool prefetched = !end && prefetch_clock_ == clock;
   for (int s = 0; s < ps_.servers; ++s) {
     due[s].assign(end ? 0 : slices_[s].size(), true);
-    left += static_cast<int>(due[s].size());
+    for (size_t k = 0; k < due[s].size(); ++k) {
+      if (prefetched && prefetched_[s][k]) due[s][k] = false;
+      left += due[s][k] ? 1 : 0;
+    }
   }
   first = absl::InfiniteFuture();
   std::vector<std::vector<int64_t>> words(ps_.servers);
@@ -200,7 +218,7 @@ absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time&
         if (!*permitted) continue;
         if (first == absl::InfiniteFuture()) first = absl::Now();
         if (record_pulls_) pulls_.push_back({clock, s, static_cast<int>(k), std::move(held)});
-        RETURN_IF_ERROR(PullSlice(s, static_cast<int>(k)));
+        RETURN_IF_ERROR(PullSlice(s, static_cast<int>(k), *param_region_));
         due[s][k] = false;
         --left;
         pulled = true;
@@ -255,11 +273,11 @@ std::string PsStrategy::WorkersAt(const std::vector<int64_t>& words, int64_t clo
   return absl::StrCat(absl::StrJoin(names, ", "), " at clock ", clock);
 }
 
-absl::Status PsStrategy::PullSlice(int server, int slice) {
+absl::Status PsStrategy::PullSlice(int server, int slice, rdma::MemoryRegion& into) {
   const Slice& range = slices_[server][slice];
   const size_t bytes = range.elements * sizeof(float);
   RETURN_IF_ERROR(param_readers_[server][slice]
-                      ->Read({param_region_.get(),
+                      ->Read({&into,
                               static_cast<size_t>(shard_offset_[server]) +
                                   range.offset * sizeof(float),
                               bytes})
@@ -268,10 +286,60 @@ absl::Status PsStrategy::PullSlice(int server, int slice) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> PsStrategy::PrefetchOne() {
+  const int64_t next = clock() + 1;
+  // The last step's parameters are Finish()'s to pull.
+  if (next >= options().steps) return false;
+  if (prefetch_clock_ != next) {
+    for (std::vector<bool>& server : prefetched_) std::fill(server.begin(), server.end(), false);
+    prefetch_clock_ = next;
+  }
+  std::vector<std::vector<int64_t>> words(ps_.servers);
+  // Only a slice this worker pushed in this step can hold its gradients.
+  const size_t pushed = static_cast<size_t>(pipeline_->buckets_begun());
+  for (size_t b = 0; b < pushed && b < push_order_.size(); ++b) {
+    const SliceRef& ref = push_order_[b];
+    if (prefetched_[ref.server][ref.slice]) continue;
+    std::vector<int64_t>& clocks = words[ref.server];
+    if (clocks.empty()) RETURN_IF_ERROR(ReadClocks(ref.server, clocks));
+    const auto row = clocks.begin() + (2 + ref.slice) * workers_;
+    std::vector<int64_t> held(row, row + workers_);
+    absl::StatusOr<bool> permitted = SlicePermitted(held, index_, next, SyncMode::kBsp, kUnbounded);
+    if (!permitted.ok()) {
+      return absl::Status(permitted.status().code(),
+                          absl::StrCat(Where(), ", server ", ref.server, " (rank ", ref.server,
+                                       "), slice ", ref.slice, " of the next step: ",
+                                       permitted.status().message(),
+                                       "; is it a server of another job, or broken?"));
+    }
+    // Later slices in backward's order are complete later: stop at the
+    // first one that is not.
+    if (!*permitted) return false;
+    if (record_pulls_) pulls_.push_back({next, ref.server, ref.slice, std::move(held), true});
+    RETURN_IF_ERROR(PullSlice(ref.server, ref.slice, *prefetch_region_));
+    prefetched_[ref.server][ref.slice] = true;
+    prefetched_pulls_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+void PsStrategy::TakePrefetched() {
+  if (prefetch_clock_ != clock()) return;
+  for (int s = 0; s < ps_.servers; ++s) {
+    for (size_t k = 0; k < prefetched_[s].size(); ++k) {
+      if (!prefetched_[s][k]) continue;
+      const size_t offset = shard_offset_[s] + slices_[s][k].offset * sizeof(float);
+      std::memcpy(param_region_->data() + offset, prefetch_region_->data() + offset,
+                  slices_[s][k].elements * sizeof(float));
+    }
+  }
+}
+
 absl::Status PsStrategy::PullParameters() {
   for (int s = 0; s < ps_.servers; ++s) {
     for (size_t k = 0; k < slices_[s].size(); ++k) {
-      RETURN_IF_ERROR(PullSlice(s, static_cast<int>(k)));
+      RETURN_IF_ERROR(PullSlice(s, static_cast<int>(k), *param_region_));
     }
   }
   return absl::OkStatus();
@@ -344,6 +412,7 @@ absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
     absl::Time first;
     ASSIGN_OR_RETURN(report.min_clock, PullWhenPermitted(clock(), first));
     report.Add(StepSpan::Kind::kWait, begin, std::min(first, absl::Now()));
+    TakePrefetched();
   } else {
     report.min_clock = -1;  // a reply says nothing of the other workers
     RETURN_IF_ERROR(ReceiveParameters());
@@ -382,6 +451,7 @@ void PsStrategy::DetachParameters() {
   }
   param_region_.reset();
   grad_region_.reset();
+  prefetch_region_.reset();
 }
 
 }  // namespace rdmaflow::strategies::ps
