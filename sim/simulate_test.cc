@@ -165,6 +165,34 @@ TEST(SimulateTest, OverlappedParameterServerPipelinesItsSlices) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("multiple of 4")));
 }
 
+// With prefetch (the default under bsp) the next step's slices are pulled
+// while this step's backward and later pushes run: the server's outgoing
+// link no longer starts only once the step ends. The same bytes cross.
+TEST(SimulateTest, OverlappedParameterServerPrefetchesTheNextStep) {
+  Scenario s = Base("ps", 4);
+  s.network.set_bandwidth_gbps(0.1);
+  s.local = s.network;
+  s.params = {{"servers", "1"}, {"overlap", "on"}, {"slice_bytes", "262144"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun on, Simulate(s));
+  s.params["prefetch"] = "off";
+  ASSERT_OK_AND_ASSIGN(SimulatedRun late, Simulate(s));
+  s.params["prefetch"] = "on";
+  ASSERT_OK_AND_ASSIGN(SimulatedRun given, Simulate(s));
+  EXPECT_LT(on.step_ms(), 0.9 * late.step_ms()) << late.step_ms() << " -> " << on.step_ms();
+  EXPECT_DOUBLE_EQ(given.step_ms(), on.step_ms());
+  EXPECT_NEAR(on.wire_bytes_per_step(), late.wire_bytes_per_step(),
+              1e-3 * late.wire_bytes_per_step());
+  EXPECT_EQ(on.update_rule(), "sgd");
+  // Only where the strategy runs it: overlap=on under bsp.
+  for (const auto& params : std::vector<std::map<std::string, std::string>>{
+           {{"prefetch", "on"}},
+           {{"overlap", "on"}, {"sync", "asp"}, {"prefetch", "off"}}}) {
+    s.params = params;
+    EXPECT_THAT(Simulate(s).status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("needs overlap=on and sync=bsp")));
+  }
+}
+
 // The update rule and workers every model reports (they key the measured
 // convergence): sync SGD for allreduce, bsp and layer_separated, each with
 // the ranks whose batches train the model.

@@ -5,8 +5,10 @@
 #   allreduce         4 replicas, ring all-reduce of the gradients
 #   ps                1 server + 3 workers, bsp, one-sided pulls
 #   ps_overlap        the same, each 1 MiB slice pushed as backward completes
-#                     it and pulled as soon as it is applied (overlap=on;
-#                     STRATEGIES to add it)
+#                     it and the next step's pulled as soon as it is applied,
+#                     during this step (overlap=on; STRATEGIES to add it)
+#   ps_overlap_late   the same, the next step's slices pulled when it begins
+#                     (overlap=on,prefetch=off; STRATEGIES to add it)
 #   ps_ssp, ps_ssp_overlap, ps_asp, ps_asp_overlap  the same under ssp:3
 #                     and asp (STRATEGIES to add them)
 #   layer_separated   3 conv ranks + 1 FC rank (fc_ranks=1)
@@ -46,6 +48,7 @@ declare -A params=(
   [allreduce]="--strategy allreduce"
   [ps]="--strategy ps --strategy_params servers=1,sync=bsp"
   [ps_overlap]="--strategy ps --strategy_params servers=1,sync=bsp,overlap=on"
+  [ps_overlap_late]="--strategy ps --strategy_params servers=1,sync=bsp,overlap=on,prefetch=off"
   [ps_ssp]="--strategy ps --strategy_params servers=1,sync=ssp:3"
   [ps_ssp_overlap]="--strategy ps --strategy_params servers=1,sync=ssp:3,overlap=on"
   [ps_asp]="--strategy ps --strategy_params servers=1,sync=asp"

@@ -250,6 +250,9 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
   RETURN_IF_ERROR(p.Choice("overlap", {"off", "on"}, &overlap));
   int64_t slice_bytes = int64_t{1} << 20;
   RETURN_IF_ERROR(p.Size("slice_bytes", 4, &slice_bytes));
+  const bool prefetch_given = params.count("prefetch") > 0;
+  std::string prefetch = "on";
+  RETURN_IF_ERROR(p.Choice("prefetch", {"on", "off"}, &prefetch));
   RETURN_IF_ERROR(p.Done());
   if (slice_bytes % 4 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -257,6 +260,13 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
         slice_bytes));
   }
   ASSIGN_OR_RETURN(SyncPolicy policy, SyncPolicy::Parse(sync));
+  const bool bsp = policy.mode == strategies::ps::SyncMode::kBsp;
+  if (prefetch_given && (overlap != "on" || !bsp)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ps prefetch pulls the next step's slices while backward runs, which needs "
+        "overlap=on and sync=bsp (as the strategy refuses it); this scenario has overlap=",
+        overlap, " and sync=", policy.ToString()));
+  }
   if (servers >= job.ranks()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ps needs at least one worker: servers=", servers, " of ", job.ranks(),
@@ -277,7 +287,8 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
                           : absl::StrCat("ps:", policy.ToString(),
                                          overlap == "on" ? ",overlap=on" : ""));
   if (overlap == "on") {
-    return RunParameterServerOverlapped(job, servers, policy, static_cast<double>(slice_bytes));
+    return RunParameterServerOverlapped(job, servers, policy, static_cast<double>(slice_bytes),
+                                        bsp && prefetch == "on");
   }
   ParameterServerModel model(job, servers, policy);
   model.Start();

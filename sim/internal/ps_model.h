@@ -23,10 +23,12 @@ constexpr double kStampBytes = 8;
 // onto the emptiest server (strategies/ps/sharding.h).
 std::vector<std::vector<size_t>> PsShardLayers(const Costs& costs, int servers);
 
-// overlap=on: runs the loop to the end; the samples the job trains per step.
+// overlap=on: runs the loop to the end; the samples the job trains per
+// step. `prefetch` (bsp only): the next step's slices are pulled during
+// this one, as the strategy's prefetch=on does.
 absl::StatusOr<double> RunParameterServerOverlapped(Job& job, int servers,
                                                     const strategies::ps::SyncPolicy& policy,
-                                                    double slice_bytes);
+                                                    double slice_bytes, bool prefetch);
 
 }  // namespace rdmaflow::sim::internal
 

@@ -13,6 +13,11 @@
 //      once backward has passed every layer the slice holds (the rank
 //      serving its transport meanwhile);
 //   3. the step ends once its last push has landed.
+// With prefetch (bsp), the communication thread also pulls the next step's
+// slices during this step: one beside each push (the bucket's work waits
+// for both), and one after another while it waits for backward, each once
+// every worker's slice of this step is applied; the next step pulls only
+// the rest and first copies the prefetched ones into its parameters.
 // A server takes one slice at a time on its core: under bsp it adds it to
 // the slice's sum and applies the slice once every worker's is in; the
 // other modes apply each on arrival. A worker's clock at a server moves
@@ -35,8 +40,8 @@ using strategies::ps::SyncPolicy;
 class OverlappedParameterServer {
  public:
   OverlappedParameterServer(Job& job, int servers, const SyncPolicy& policy,
-                            double slice_bytes)
-      : job_(job), servers_(servers), workers_(job.ranks() - servers) {
+                            double slice_bytes, bool prefetch)
+      : job_(job), servers_(servers), workers_(job.ranks() - servers), prefetch_(prefetch) {
     const Costs& c = job.costs();
     const std::vector<std::vector<size_t>> shard = PsShardLayers(c, servers_);
     // When backward has passed layer i: the backward of layers i.. (it
@@ -106,6 +111,9 @@ class OverlappedParameterServer {
     bool pushing = false;
     double backward = 0;  // seconds of backward computed
     bool computed = false;
+    bool in_step = false;          // between its pulls and its step's end
+    std::vector<bool> prefetched;  // prefetch: next step's slices pulled
+    double prefetched_bytes = 0;   // the same, in bytes
   };
 
   int Rank(int w) const { return servers_ + w; }
@@ -123,6 +131,12 @@ class OverlappedParameterServer {
     return true;
   }
 
+  // Whether slice k may go into worker w's next step (prefetch, bsp).
+  bool PermittedNext(int w, size_t k) const {
+    const int64_t next = worker_state_[w].step + 1;
+    return *std::min_element(held_[k].begin(), held_[k].end()) >= next;
+  }
+
   void BeginStep(int w) {
     Worker& worker = worker_state_[w];
     if (worker.step >= job_.steps()) {
@@ -135,6 +149,10 @@ class OverlappedParameterServer {
     worker.waited = false;
     worker.pulled.assign(slices_.size(), false);
     worker.left = slices_.size();
+    if (!worker.prefetched.empty()) {
+      worker.pulled = worker.prefetched;
+      worker.left = std::count(worker.pulled.begin(), worker.pulled.end(), false);
+    }
     TryPull(w);
   }
 
@@ -144,7 +162,15 @@ class OverlappedParameterServer {
     if (!worker.pulling || worker.reading) return;
     if (worker.left == 0) {
       worker.pulling = false;
-      AfterPull(w);
+      if (!worker.waited && Reporting(w)) job_.log().wait += job_.now() - worker.step_start;
+      // The prefetched slices, copied into the parameters.
+      const double copy = worker.prefetched_bytes;
+      worker.prefetched_bytes = 0;
+      if (copy > 0) {
+        job_.Work(Rank(w), job_.CopySeconds(copy), [this, w] { AfterPull(w); });
+      } else {
+        AfterPull(w);
+      }
       return;
     }
     size_t k = 0;
@@ -181,6 +207,8 @@ class OverlappedParameterServer {
     worker.ready = 0;
     worker.backward = 0;
     worker.computed = false;
+    worker.in_step = true;
+    if (prefetch_) worker.prefetched.assign(slices_.size(), false);
     job_.Serve(Rank(w), true);  // the pipeline's thread, from compute's start
     job_.Compute(Rank(w), c.features_forward + c.head_forward + c.loss,
                  [this, w] { Backward(w); });
@@ -207,24 +235,69 @@ class OverlappedParameterServer {
     });
   }
 
-  // The communication thread: the next complete slice, one at a time; the
-  // step ends once backward is done and the last slice landed.
+  // The communication thread: the next complete slice, one at a time
+  // (with prefetch, one pull of the next step beside it), and with
+  // prefetch, while it waits for backward, the next step's pulls; the step
+  // ends once backward is done and the last slice landed.
   void Push(int w) {
     Worker& worker = worker_state_[w];
-    if (worker.pushing) return;
+    if (!worker.in_step || worker.pushing) return;
     if (worker.next_push < worker.ready) {
       worker.pushing = true;
-      PushNext(w, [this, w] {
+      // The bucket's work is done once its push and its pull are.
+      auto parts = std::make_shared<int>(1);
+      auto part_done = [this, w, parts] {
+        if (--*parts > 0) return;
         worker_state_[w].pushing = false;
         Push(w);
-      });
+      };
+      PushNext(w, part_done);
+      if (Prefetch(w, part_done)) ++*parts;
       return;
     }
-    if (worker.next_push < slices_.size() || !worker.computed) return;  // backward calls again
+    if (worker.next_push < slices_.size() || !worker.computed) {
+      // Idle until backward completes a slice: a pull of the next step
+      // if one may go (a server's publication calls again).
+      if (!worker.computed) {
+        worker.pushing = Prefetch(w, [this, w] {
+          worker_state_[w].pushing = false;
+          Push(w);
+        });
+      }
+      return;  // backward calls again
+    }
+    worker.in_step = false;
     job_.Serve(Rank(w), false);
     ++worker.step;
     if (Reporting(w)) job_.log().End(job_.now());
     BeginStep(w);
+  }
+
+  // With prefetch: starts the pull of the first slice of the next step not
+  // yet pulled, in push order, among those this worker pushed this step,
+  // if every worker's slice of this step is applied (else none: the
+  // strategy stops at the first one that is not); `done` runs once it is
+  // in. False when none started.
+  bool Prefetch(int w, EventLoop::Callback done) {
+    Worker& worker = worker_state_[w];
+    if (!prefetch_ || worker.step + 1 >= job_.steps()) return false;
+    size_t k = 0;
+    while (k < worker.next_push && worker.prefetched[k]) ++k;
+    if (k == worker.next_push || !PermittedNext(w, k)) return false;
+    worker.prefetched[k] = true;  // claimed: one pull of it
+    const int rank = Rank(w);
+    const int s = slices_[k].server;
+    job_.Read(rank, s, kHeaderBytes, [this, w, k, s, rank, done = std::move(done)]() mutable {
+      job_.Read(rank, s, kHeaderBytes, [this, w, k, s, rank, done = std::move(done)]() mutable {
+        job_.Read(rank, s, slices_[k].bytes, [this, w, k, s, rank, done = std::move(done)]() mutable {
+          job_.Read(rank, s, kStampBytes, [this, w, k, done = std::move(done)]() mutable {
+            worker_state_[w].prefetched_bytes += slices_[k].bytes;
+            done();
+          });
+        });
+      });
+    });
+    return true;
   }
 
   void PushNext(int w, EventLoop::Callback then) {
@@ -275,7 +348,10 @@ class OverlappedParameterServer {
       }
       if (complete) server.table->OnPush(w, job_.now());
       server.busy = false;
-      for (int other = 0; other < workers_; ++other) TryPull(other);
+      for (int other = 0; other < workers_; ++other) {
+        TryPull(other);
+        Push(other);  // an idle communication thread may prefetch now
+      }
       Serve(s);
     });
   }
@@ -283,6 +359,7 @@ class OverlappedParameterServer {
   Job& job_;
   const int servers_;
   const int workers_;
+  const bool prefetch_;
   bool bsp_ = true;
   std::vector<Slice> slices_;                // in push order
   std::vector<std::vector<int64_t>> held_;   // by slice, then worker: gradients in
@@ -295,8 +372,8 @@ class OverlappedParameterServer {
 
 absl::StatusOr<double> RunParameterServerOverlapped(Job& job, int servers,
                                                     const SyncPolicy& policy,
-                                                    double slice_bytes) {
-  OverlappedParameterServer model(job, servers, policy, slice_bytes);
+                                                    double slice_bytes, bool prefetch) {
+  OverlappedParameterServer model(job, servers, policy, slice_bytes, prefetch);
   model.Start();
   job.loop().Run();
   return model.samples_per_step();
