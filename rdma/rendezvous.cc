@@ -155,32 +155,59 @@ absl::Status CheckPeerLayout(Store& store, absl::string_view ns,
 
 namespace {
 
+// Once a polling barrier has passed, the store's host may leave (its
+// process exits) while another rank still reads the count, which then
+// fails as if the store were lost. So every rank counts itself out, and a
+// polling one reads that count until all are out: the host leaves only
+// after each rank stopped reading the first. (A rank at the same barrier
+// without a transport, `pass_time` null, waits for a mark that the store
+// answers all at once, so it only counts itself out.) Nothing here fails
+// the barrier, which has passed: a store gone, a transport failing or the
+// deadline (a rank that died after arriving) ends the wait.
+void LeaveTogether(Store& store, absl::string_view prefix, int world_size,
+                   absl::Time deadline,
+                   const absl::FunctionRef<absl::Status(absl::Time)>* pass_time) {
+  const std::string key = absl::StrCat(prefix, "/left");
+  absl::StatusOr<int64_t> left = store.Add(key, 1);
+  if (pass_time == nullptr) return;
+  while (left.ok() && *left < world_size && absl::Now() < deadline) {
+    if (!(*pass_time)(absl::Now() + absl::Milliseconds(1)).ok()) return;
+    left = store.Add(key, 0);
+  }
+}
+
 absl::Status BarrierOf(Store& store, absl::string_view ns, absl::string_view name,
                        int world_size, absl::Duration timeout,
                        const absl::FunctionRef<absl::Status(absl::Time)>* pass_time) {
   const std::string prefix = absl::StrCat(ns, "/barrier/", name);
+  const absl::Time deadline = absl::Now() + timeout;
   ASSIGN_OR_RETURN(int64_t arrived, store.Add(prefix + "/count", 1));
   if (arrived == world_size) {
     // The last to arrive knows at once: no wait (the store's host may be
     // leaving as soon as it sees the mark). A set is not answered; an Add
     // of 0 is, after it on the same connection: the mark has landed.
     RETURN_IF_ERROR(store.Set(prefix + "/done", "1"));
-    return store.Add(prefix + "/count", 0).status();
+    RETURN_IF_ERROR(store.Add(prefix + "/count", 0).status());
+    LeaveTogether(store, prefix, world_size, deadline, pass_time);
+    return absl::OkStatus();
   }
   absl::Status status;
   if (pass_time == nullptr) {
     status = store.Wait({prefix + "/done"}, timeout);
+    if (status.ok()) LeaveTogether(store, prefix, world_size, deadline, nullptr);
   } else {
     // Progress for a millisecond at a time, then read the count (an Add of
     // 0 answers at once; a store wait cut short by its own timeout would
     // leave a late reply in a TCPStore connection's stream).
-    const absl::Time deadline = absl::Now() + timeout;
-    status = absl::DeadlineExceededError("");
     while (arrived < world_size && absl::Now() < deadline) {
       RETURN_IF_ERROR((*pass_time)(absl::Now() + absl::Milliseconds(1)));
       ASSIGN_OR_RETURN(arrived, store.Add(prefix + "/count", 0));
     }
-    if (arrived >= world_size) status = absl::OkStatus();
+    if (arrived >= world_size) {
+      LeaveTogether(store, prefix, world_size, deadline, pass_time);
+      return absl::OkStatus();
+    }
+    status = absl::DeadlineExceededError("");
   }
   if (absl::IsDeadlineExceeded(status)) {
     absl::StatusOr<int64_t> now = store.Add(prefix + "/count", 0);

@@ -8,7 +8,8 @@
 //   <ns>/<key>               published regions and other proven values:
 //                            the value with a proof of the job token
 //                            (ProvenRecordProto; PublishProven/FetchProven)
-//   <ns>/barrier/<name>/...  barrier counters
+//   <ns>/barrier/<name>/...  barrier counters (count: arrived; left: seen it
+//                            pass; done: the last one's mark)
 #ifndef RDMAFLOW_RDMA_RENDEZVOUS_H_
 #define RDMAFLOW_RDMA_RENDEZVOUS_H_
 
@@ -87,7 +88,9 @@ absl::Status Barrier(Store& store, absl::string_view ns,
 // (a millisecond ahead) and returns its failure, which ends the barrier
 // (onesided::Barrier passes its ProgressLoop's). Where a backend emulates
 // one-sided operations in software (UCX over TCP), peers still finishing
-// their writes into, or reads from, this rank need it.
+// their writes into, or reads from, this rank need it. Once it passed, it
+// also waits (until the same deadline, never failing) for every rank to
+// have seen it pass, so that the rank hosting the store leaves last.
 absl::Status Barrier(Store& store, absl::string_view ns,
                      absl::string_view name, int world_size,
                      absl::Duration timeout,

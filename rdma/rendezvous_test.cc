@@ -1,11 +1,15 @@
 #include "rdma/rendezvous.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -16,6 +20,7 @@
 namespace rdmaflow::rdma {
 namespace {
 
+using ::rdmaflow::testing::IsOkAndHolds;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -212,9 +217,75 @@ TEST(RendezvousTest, ABarrierWithATransportKeepsItProgressing) {
   EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30), progress));
   other.join();
   EXPECT_TRUE(done);
+  // Both counted themselves out, the one without a transport too.
+  EXPECT_THAT(store.Add("job/barrier/end/left", 0), IsOkAndHolds(2));
   EXPECT_THAT(Barrier(store, "job", "alone", 2, absl::Milliseconds(20), progress),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr("1 of 2 ranks arrived")));
+}
+
+// A polling barrier's rank may host the store and leave once the barrier
+// passed; it must not leave before every rank saw it pass. Here the store
+// fails every call once rank 0 returned, and rank 1, which arrived first
+// and reads the count, reads it next only once rank 0 has counted itself
+// out or left: it passes only if rank 0 waited for it.
+TEST(RendezvousTest, TheStoresHostLeavesOnlyAfterEveryRankSawThePass) {
+  class LeavesWithItsHost final : public Store {
+   public:
+    absl::Status Set(absl::string_view key, absl::string_view value) override {
+      RETURN_IF_ERROR(Here());
+      return kept.Set(key, value);
+    }
+    absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) override {
+      RETURN_IF_ERROR(Here());
+      return kept.Get(key, timeout);
+    }
+    absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) override {
+      RETURN_IF_ERROR(Here());
+      return kept.Wait(keys, timeout);
+    }
+    absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override {
+      RETURN_IF_ERROR(Here());
+      if (absl::EndsWith(key, "/left") && delta > 0 && !out_or_gone.HasBeenNotified()) {
+        out_or_gone.Notify();
+      }
+      return kept.Add(key, delta);
+    }
+    void Leave() {
+      gone = true;
+      if (!out_or_gone.HasBeenNotified()) out_or_gone.Notify();
+    }
+    absl::Status Here() const {
+      return gone ? absl::UnavailableError("the store's host left") : absl::OkStatus();
+    }
+    testing::InMemoryStore kept;
+    std::atomic<bool> gone{false};
+    absl::Notification out_or_gone;
+  };
+  LeavesWithItsHost store;
+  std::thread reader([&] {
+    auto progress = [&](absl::Time until) {
+      store.out_or_gone.WaitForNotificationWithDeadline(until + absl::Seconds(30));
+      return absl::OkStatus();
+    };
+    EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30), progress));
+  });
+  ASSERT_OK(store.kept.Wait({"job/barrier/end/count"}, absl::Seconds(30)));
+  EXPECT_OK(Barrier(store, "job", "end", 2, absl::Seconds(30),
+                    [](absl::Time) { return absl::OkStatus(); }));
+  store.Leave();
+  reader.join();
+  EXPECT_THAT(store.kept.Add("job/barrier/end/left", 0), IsOkAndHolds(2));
+}
+
+// Counting out cannot fail a barrier that passed: a rank that died after
+// arriving leaves the others waiting for it only until the deadline.
+TEST(RendezvousTest, ARankThatDiedAfterArrivingDoesNotFailThePassedBarrier) {
+  testing::InMemoryStore store;
+  ASSERT_OK(store.Add("job/barrier/end/count", 1).status());  // arrived, then died
+  EXPECT_OK(Barrier(store, "job", "end", 2, absl::Milliseconds(50),
+                    [](absl::Time) { return absl::OkStatus(); }));
+  EXPECT_THAT(store.Add("job/barrier/end/left", 0), IsOkAndHolds(1));
 }
 
 TEST(BlockingTest, WaitNotificationTimesOutNamingTheRank) {

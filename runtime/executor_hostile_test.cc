@@ -376,10 +376,11 @@ class Attacker {
   // Receiver role: the credit word of slot 0.
   absl::Status Credit(uint64_t value) { return Write(0, {value}, std::nullopt); }
 
-  // Enters the victim's shutdown barrier without waiting in it (an honest
-  // peer's Shutdown would).
+  // Enters the victim's shutdown barrier and counts itself out of it at
+  // once, without waiting in it (an honest peer's Shutdown would).
   static absl::Status ArriveAtShutdown(rdma::Store& store) {
-    return store.Add(absl::StrCat(kNs, "/barrier/shutdown/count"), 1).status();
+    RETURN_IF_ERROR(store.Add(absl::StrCat(kNs, "/barrier/shutdown/count"), 1).status());
+    return store.Add(absl::StrCat(kNs, "/barrier/shutdown/left"), 1).status();
   }
 
  private:
