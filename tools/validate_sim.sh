@@ -38,6 +38,7 @@ configs=(
   "ps_ssp2|--strategy ps --servers 1 --sync ssp:2|ps:servers=1,sync=ssp:2"
   "ps_dssp14|--strategy ps --servers 1 --sync dssp:1:4|ps:servers=1,sync=dssp:1:4"
   "ps_overlap|--strategy ps --strategy_params servers=1,sync=bsp,overlap=on|ps:servers=1,sync=bsp,overlap=on"
+  "ps_overlap_late|--strategy ps --strategy_params servers=1,sync=bsp,overlap=on,prefetch=off|ps:servers=1,sync=bsp,overlap=on,prefetch=off"
   "allreduce|--strategy allreduce|allreduce"
   "allreduce_no_overlap|--strategy allreduce --strategy_params overlap=off|allreduce:overlap=off"
   "layer_separated|--strategy layer_separated --strategy_params fc_ranks=1|layer_separated:fc_ranks=1"
