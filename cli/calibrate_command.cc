@@ -31,28 +31,34 @@ namespace {
 std::vector<FlagSpec> CalibrateFlags() {
   return {{"links"},        {"allreduce"},   {"profiles"},     {"cores"},
           {"store_rtt_us"}, {"burst_bytes"}, {"time_sharing"}, {"wait_cpu"},
-          {"shared_ring"},  {"out"}};
+          {"moving_cpu"},   {"shared_ring"}, {"out"}};
 }
 
 std::vector<std::string> List(const std::string& text) {
   return absl::StrSplit(text, ',', absl::SkipEmpty());
 }
 
-// --wait_cpu LINK=SHARE,...: each share a fraction of a core.
-absl::StatusOr<std::map<std::string, double>> WaitCpuShares(const ParsedArgs& args) {
-  ASSIGN_OR_RETURN(auto items, ParseKeyValues(args.Get("wait_cpu"), "--wait_cpu item"));
+// --wait_cpu or --moving_cpu (`flag`) LINK=SHARE,...: each share a
+// fraction of a core, measured by `tool`.
+absl::StatusOr<std::map<std::string, double>> CpuShares(const ParsedArgs& args,
+                                                        const std::string& flag,
+                                                        const char* tool) {
+  ASSIGN_OR_RETURN(auto items, ParseKeyValues(args.Get(flag), absl::StrCat("--", flag, " item")));
   std::map<std::string, double> shares;
   for (const auto& [name, text] : items) {
     double share = -1;
     if (!absl::SimpleAtod(text, &share) || !(share >= 0 && share <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--wait_cpu ", name, "=", text, ": a fraction of a core in [0, 1] "
-          "(tools/wait_cpu.py measures it)"));
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", name, "=", text,
+                                                     ": a fraction of a core in [0, 1] (", tool,
+                                                     " measures it)"));
     }
     shares[name] = share;
   }
   return shares;
 }
+
+constexpr char kWaitCpuTool[] = "tools/wait_cpu.py";
+constexpr char kMovingCpuTool[] = "tools/wait_cpu.py --moving";
 
 // A --time_sharing key: ranks a core.
 absl::StatusOr<double> SharingRatio(const std::string& text) {
@@ -85,7 +91,8 @@ absl::Status CheckArgs(const ParsedArgs& args) {
   RETURN_IF_ERROR(args.GetInt("store_rtt_us", 50, 0, 10000000).status());
   RETURN_IF_ERROR(args.GetInt("burst_bytes", 0, 0, int64_t{1} << 40).status());
   RETURN_IF_ERROR(ParseKeyValues(args.Get("links"), "--links item").status());
-  RETURN_IF_ERROR(WaitCpuShares(args).status());
+  RETURN_IF_ERROR(CpuShares(args, "wait_cpu", kWaitCpuTool).status());
+  RETURN_IF_ERROR(CpuShares(args, "moving_cpu", kMovingCpuTool).status());
   RETURN_IF_ERROR(ParseKeyValues(args.Get("shared_ring"), "--shared_ring item").status());
   ASSIGN_OR_RETURN(auto sharing,
                    ParseKeyValues(args.Get("time_sharing"), "--time_sharing item"));
@@ -123,11 +130,17 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
         << link.bandwidth_gbps() << " GB/s, " << link.per_message_us()
         << " us a message\n";
   }
-  ASSIGN_OR_RETURN(auto wait_cpu, WaitCpuShares(args));
+  ASSIGN_OR_RETURN(auto wait_cpu, CpuShares(args, "wait_cpu", kWaitCpuTool));
   for (const auto& [name, share] : wait_cpu) {
     ASSIGN_OR_RETURN(sim::LinkProfile * link, MeasuredLink(calibration, name, "--wait_cpu"));
     link->set_wait_cpu(share);
     out << "link " << name << ": a waiting rank uses " << share << " of a core\n";
+  }
+  ASSIGN_OR_RETURN(auto moving_cpu, CpuShares(args, "moving_cpu", kMovingCpuTool));
+  for (const auto& [name, share] : moving_cpu) {
+    ASSIGN_OR_RETURN(sim::LinkProfile * link, MeasuredLink(calibration, name, "--moving_cpu"));
+    link->set_moving_cpu(share);
+    out << "link " << name << ": a rank moving data uses " << share << " of a core\n";
   }
   ASSIGN_OR_RETURN(auto rings, ParseKeyValues(args.Get("shared_ring"), "--shared_ring item"));
   for (const auto& [name, path] : rings) {
@@ -249,6 +262,9 @@ options:
                           that model's profile in --profiles
   --wait_cpu NAME=F,...   the fraction of a core a rank waiting on a link
                           uses (tools/wait_cpu.py), per link of --links
+  --moving_cpu NAME=F,... the fraction of a core a rank uses while data it
+                          sends or receives moves over a link
+                          (tools/wait_cpu.py --moving), per link of --links
   --shared_ring NAME=FILE,...
                           a ring all-reduce across namespace hosts that
                           share the cores (bench/allreduce_bench --json, one

@@ -216,6 +216,35 @@ TEST_F(SimulateCommandTest, CalibrateTakesASharedRing) {
   EXPECT_THAT(c.err, HasSubstr("'10gbit'"));
 }
 
+// A link's CPU shares: waiting, and moving data; each only for a link
+// --links measures.
+TEST_F(SimulateCommandTest, CalibrateTakesTheCpuAWaitingAndAMovingRankUse) {
+  std::vector<std::string> args = {
+      "--links", "shm=" + Tmp("pp_shm.json") + ",1gbit=" + Tmp("pp_1g.json"), "--profiles",
+      Tmp("tiny.json"), "--cores", "2", "--out", Tmp("cpu_calibration.json"),
+      "--wait_cpu", "1gbit=0.2", "--moving_cpu", "1gbit=0.9"};
+  Outcome c = Call(RunCalibrateCommand, args);
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_THAT(c.out, HasSubstr("a rank moving data uses 0.9 of a core"));
+  sim::Calibration calibration;
+  ASSERT_NO_FATAL_FAILURE(Read(Tmp("cpu_calibration.json"), &calibration));
+  int found = 0;
+  for (const sim::LinkProfile& link : calibration.links()) {
+    if (link.name() == "1gbit") {
+      ++found;
+      EXPECT_DOUBLE_EQ(link.wait_cpu(), 0.2);
+      EXPECT_DOUBLE_EQ(link.moving_cpu(), 0.9);
+    } else {
+      EXPECT_EQ(link.moving_cpu(), 0) << link.name();
+    }
+  }
+  EXPECT_EQ(found, 1);
+  args.back() = "10gbit=0.9";
+  c = Call(RunCalibrateCommand, args);
+  EXPECT_EQ(c.code, 1);
+  EXPECT_THAT(c.err, HasSubstr("--moving_cpu names link '10gbit'"));
+}
+
 TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {
   ASSERT_EQ(Calibrate().code, 0);
   const std::string cal = Tmp("calibration.json");
@@ -251,6 +280,7 @@ TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {
            {"--links", "shm=" + Tmp("absent.json"), "--out", Tmp("x.json"), "--cores", "0"},
            {"--links", "shm", "--out", Tmp("x.json")},
            {"--wait_cpu", "shm=2", "--out", Tmp("x.json")},
+           {"--moving_cpu", "shm=-1", "--out", Tmp("x.json")},
            {"--shared_ring", "1gbit", "--out", Tmp("x.json")},
            {"--time_sharing", "two=" + Tmp("absent.json"), "--out", Tmp("x.json")}}) {
     r = Call(RunCalibrateCommand, args);

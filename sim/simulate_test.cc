@@ -531,6 +531,9 @@ TEST(SimulateTest, BadScenariosAreNamed) {
   s = Base("gossip", 2);
   s.network.set_wait_cpu(1.5);
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("wait CPU")));
+  s = Base("gossip", 2);
+  s.network.set_moving_cpu(-0.5);
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("moving CPU")));
   s = Base("ps", 2);
   s.params = {{"servers", "2"}};
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("worker")));

@@ -11,7 +11,17 @@ each rank runs in its namespace host (tools/netns_hosts.sh, already up).
 Prints the fraction (0..1).
   wait_cpu.py TRAIN_BIN shm
   wait_cpu.py TRAIN_BIN LINK MASTER_ADDR PORT   (ranks in namespace hosts 0, 1)
-Environment: STEPS (40), FACTOR (20)."""
+Environment: STEPS (40), FACTOR (20).
+
+With --moving, the fraction of a core a rank uses while data it sends and
+receives moves over the link (LinkProfile.moving_cpu): two ranks of
+bench/allreduce_bench all-reduce 16 MiB over it (a ring of two: each rank
+sends and receives all the time, and waits as rdmaflow's ranks do), first
+ITERS_FEW then ITERS_MANY times (5 at least); the CPU rank 0 used grows by the extra
+iterations' share:
+  moving_cpu = (cpu_many - cpu_few) / (wall_many - wall_few)
+  wait_cpu.py --moving ALLREDUCE_BENCH LINK MASTER_ADDR PORT
+Environment: ITERS_FEW (5), ITERS_MANY (25)."""
 import os
 import resource
 import subprocess
@@ -37,7 +47,7 @@ def rusage_since(before, begin):
     return time.monotonic() - begin, cpu
 
 
-def run_hosts(train, common, master, port):
+def run_hosts(command, master, port):
     """Wall and CPU seconds of rank 0 (rank 1 runs beside it)."""
     netns = os.path.join(ROOT, "tools", "netns_hosts.sh")
     started = {}
@@ -45,8 +55,7 @@ def run_hosts(train, common, master, port):
         for rank in (1, 0):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR=master,
                        MASTER_PORT=str(port))
-            cmd = [netns, "exec", str(rank), train] + common + [
-                "--transport_params", "tls=tcp,net_devices=eth0"]
+            cmd = [netns, "exec", str(rank)] + command
             if rank == 0:
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 begin = time.monotonic()
@@ -68,7 +77,34 @@ def run_hosts(train, common, master, port):
                 p.wait()
 
 
+def share_of(first, second, what):
+    """The CPU the second run's extra wall time took, as a fraction of a core."""
+    (wall_a, cpu_a), (wall_b, cpu_b) = first, second
+    if wall_b <= wall_a:
+        sys.exit("wait_cpu: the %s run was not longer (%.2f s against %.2f s)" %
+                 (what, wall_b, wall_a))
+    return min(1.0, max(0.0, (cpu_b - cpu_a) / (wall_b - wall_a)))
+
+
+def moving(argv):
+    if len(argv) != 4:
+        sys.exit("wait_cpu: --moving needs ALLREDUCE_BENCH LINK MASTER_ADDR PORT")
+    bench, _, master, port = argv
+    size = 16 << 20
+    results = []
+    for iters in (os.environ.get("ITERS_FEW", "5"), os.environ.get("ITERS_MANY", "25")):
+        command = [bench, "--ranks=2", "--impls=rdmaflow", "--min_bytes=%d" % size,
+                   "--max_bytes=%d" % size, "--max_iters=%s" % iters,
+                   "--byte_budget=%d" % (size * int(iters)),
+                   "--params=tls=tcp,net_devices=eth0"]
+        results.append(run_hosts(command, master, int(port) + len(results)))
+    print("%.4f" % share_of(results[0], results[1], "longer all-reduce"))
+    return 0
+
+
 def main(argv):
+    if argv and argv[0] == "--moving":
+        return moving(argv[1:])
     if len(argv) < 2 or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
@@ -84,13 +120,9 @@ def main(argv):
         else:
             if len(argv) != 4:
                 sys.exit("wait_cpu: a network link needs MASTER_ADDR and PORT")
-            results.append(run_hosts(train, common, argv[2], int(argv[3]) + len(results)))
-    (wall_even, cpu_even), (wall_wait, cpu_wait) = results
-    if wall_wait <= wall_even:
-        sys.exit("wait_cpu: the straggler's run was not longer (%.2f s against %.2f s)" %
-                 (wall_wait, wall_even))
-    share = (cpu_wait - cpu_even) / (wall_wait - wall_even)
-    print("%.4f" % min(1.0, max(0.0, share)))
+            command = [train] + common + ["--transport_params", "tls=tcp,net_devices=eth0"]
+            results.append(run_hosts(command, argv[2], int(argv[3]) + len(results)))
+    print("%.4f" % share_of(results[0], results[1], "straggler's"))
     return 0
 
 

@@ -101,7 +101,10 @@ Job::Job(const Scenario& scenario, Costs costs)
       is_waiting_(scenario.ranks, false),
       waiting_(scenario.shared_cores > 0 ? 1 : loop_.topology().hosts(), 0),
       waiting_progress_(scenario.ranks),
-      serving_(scenario.ranks, 0) {
+      serving_(scenario.ranks, 0),
+      moving_(scenario.ranks, 0),
+      counted_moving_(scenario.ranks, false),
+      moving_pollers_(waiting_.size(), 0) {
   // Processes sharing one pool of cores.
   const Topology& t = loop_.topology();
   const double sharing =
@@ -109,8 +112,32 @@ Job::Job(const Scenario& scenario, Costs costs)
   const double ranks_per_core = sharing / std::max(1, t.pool_cores());
   slowdown_ = TimeSharingSlowdown(scenario.host, ranks_per_core);
   if (ranks_per_core > 1) {
-    wait_cpu_ = (t.hosts() > 1 ? scenario.network : scenario.local).wait_cpu();
+    const LinkProfile& link = t.hosts() > 1 ? scenario.network : scenario.local;
+    wait_cpu_ = link.wait_cpu();
+    moving_cpu_ = std::max(wait_cpu_, link.moving_cpu());
   }
+}
+
+void Job::RecountMoving(int rank) {
+  const bool polls = is_waiting_[rank] || serving_[rank] > 0;
+  const bool counts = polls && moving_[rank] > 0;
+  if (counts == counted_moving_[rank]) return;
+  counted_moving_[rank] = counts;
+  moving_pollers_[loop_.topology().core_pool(rank)] += counts ? 1 : -1;
+}
+
+double Job::TransferMoving(int from, int to, double bytes, EventLoop::Callback done) {
+  ++moving_[from];
+  ++moving_[to];
+  RecountMoving(from);
+  RecountMoving(to);
+  return loop_.Transfer(from, to, bytes, [this, from, to, done = std::move(done)] {
+    --moving_[from];
+    --moving_[to];
+    RecountMoving(from);
+    RecountMoving(to);
+    done();
+  });
 }
 
 void Job::StopWaiting(int rank) {
@@ -118,6 +145,7 @@ void Job::StopWaiting(int rank) {
   is_waiting_[rank] = false;
   // A rank whose communication thread serves still has one poller.
   if (serving_[rank] == 0) --waiting_[loop_.topology().core_pool(rank)];
+  RecountMoving(rank);
 }
 
 void Job::BeginBusy(int rank) {
@@ -129,7 +157,10 @@ void Job::Leave(int rank) { StopWaiting(rank); }
 
 double Job::Slowdown(int rank) const {
   const Topology& t = loop_.topology();
-  return slowdown_ * (1 + wait_cpu_ * waiting_[t.core_pool(rank)] / std::max(1, t.pool_cores()));
+  const int pool = t.core_pool(rank);
+  const double polling =
+      wait_cpu_ * waiting_[pool] + (moving_cpu_ - wait_cpu_) * moving_pollers_[pool];
+  return slowdown_ * (1 + polling / std::max(1, t.pool_cores()));
 }
 
 void Job::Busy(int rank, double seconds, EventLoop::Callback done) {
@@ -146,6 +177,7 @@ void Job::EndBusy(int rank, const EventLoop::Callback& done) {
   is_waiting_[rank] = true;
   // One poller a rank: its thread, or (serving) its communication thread.
   if (serving_[rank] == 0) ++waiting_[loop_.topology().core_pool(rank)];
+  RecountMoving(rank);
   if (waiting_progress_[rank].empty()) return;
   std::vector<EventLoop::Callback> waiting = std::move(waiting_progress_[rank]);
   waiting_progress_[rank].clear();
@@ -158,9 +190,11 @@ void Job::Serve(int rank, bool on) {
   const int pool = loop_.topology().core_pool(rank);
   if (!on) {
     if (--serving_[rank] == 0 && !is_waiting_[rank]) --waiting_[pool];
+    RecountMoving(rank);
     return;
   }
   if (serving_[rank]++ == 0 && !is_waiting_[rank]) ++waiting_[pool];
+  RecountMoving(rank);
   if (waiting_progress_[rank].empty()) return;
   std::vector<EventLoop::Callback> waiting = std::move(waiting_progress_[rank]);
   waiting_progress_[rank].clear();
@@ -212,7 +246,7 @@ void Job::Read(int reader, int owner, double bytes, EventLoop::Callback done) {
                 // data; what its socket did not take before it went back
                 // to computing waits for its next progress.
                 WhenProgressing(owner, [this, reader, owner, bytes, done = std::move(done)] {
-                  loop_.Transfer(owner, reader, bytes, [this, owner, done] {
+                  TransferMoving(owner, reader, bytes, [this, owner, done] {
                     WhenProgressing(owner, done);
                   });
                 });
@@ -220,7 +254,7 @@ void Job::Read(int reader, int owner, double bytes, EventLoop::Callback done) {
 }
 
 double Job::SendData(int writer, int target, double bytes, EventLoop::Callback done) {
-  const double arrival = loop_.Transfer(writer, target, bytes, std::move(done));
+  const double arrival = TransferMoving(writer, target, bytes, std::move(done));
   double& stream = stream_arrival_[{writer, target}];
   stream = std::max(stream, arrival);
   return arrival;

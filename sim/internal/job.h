@@ -157,9 +157,9 @@ class Job {
   // Marks `rank` busy (no longer waiting).
   void BeginBusy(int rank);
   // What a compute of `rank` issued now is slowed by: time sharing, and the
-  // ranks of its pool waiting now, each polling wait_cpu of a core. (Fixed
-  // when issued: a compute queued behind others does not see later
-  // waiters.)
+  // ranks of its pool waiting now, each polling wait_cpu of a core, or
+  // moving_cpu while data it sends or receives moves. (Fixed when issued: a
+  // compute queued behind others does not see later waiters.)
   double Slowdown(int rank) const;
   void StopWaiting(int rank);
   // Runs `done`; then, unless it made `rank` busy again, what waited for
@@ -178,12 +178,25 @@ class Job {
   // The fraction of a core a waiting rank uses, where ranks outnumber their
   // cores (else 0: a waiting rank then takes no one's core).
   double wait_cpu_ = 0;
+  // The same for a rank that polls while data it sends or receives moves
+  // (LinkProfile.moving_cpu; wait_cpu_ where not measured).
+  double moving_cpu_ = 0;
   std::vector<int> busy_;  // by rank: Compute/Work calls not ended
   // By rank: it has been busy and is not now (it waits, polling).
   std::vector<bool> is_waiting_;
   std::vector<int> waiting_;  // by core pool: how many are
   std::vector<std::vector<EventLoop::Callback>> waiting_progress_;  // by rank
   std::vector<int> serving_;  // by rank: Serve(rank, true) calls not ended
+  // By rank: transfers over a link that needs progress in flight from or
+  // to it; whether it counts in moving_pollers_ (it polls while they move).
+  std::vector<int> moving_;
+  std::vector<bool> counted_moving_;
+  std::vector<int> moving_pollers_;  // by core pool
+  // Sets counted_moving_[rank] from the rank's state now.
+  void RecountMoving(int rank);
+  // A transfer from `from` to `to` over an emulated link: both move data
+  // until `done` runs.
+  double TransferMoving(int from, int to, double bytes, EventLoop::Callback done);
   std::string update_rule_;
 };
 
