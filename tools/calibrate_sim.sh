@@ -4,7 +4,8 @@
 #   - the links: transport_pingpong over UCX shared memory, and (as root,
 #     with tools/netns_hosts.sh) over UCX TCP between two namespace hosts
 #     whose link tc caps at 1 Gbit/s and at 100 Mbit/s; on each, the CPU a
-#     rank uses while it waits (tools/wait_cpu.py);
+#     rank uses while it waits (tools/wait_cpu.py), and over the network
+#     links while data it sends and receives moves (wait_cpu.py --moving);
 #   - the host: bench/allreduce_bench's single-thread memcpy and reduce and
 #     its group set-up time, and a c10d TCPStore round trip (store_rtt.py);
 #   - the models: rdmaflow_profile's layer times (one thread, one rank);
@@ -70,7 +71,11 @@ if [[ -n $links && $(id -u) == 0 ]]; then
     port=$((port + 2))
     wait_args="$wait_args,$link=$(/usr/bin/python3 tools/wait_cpu.py "$bin/train/rdmaflow_train" \
       "$link" 10.89.0.1 "$port")"
-    port=$((port + 1))
+    port=$((port + 2))
+    echo "== [2/5] link $link: the CPU a rank uses while its data moves (tools/wait_cpu.py --moving)"
+    moving_args="${moving_args:+$moving_args,}$link=$(/usr/bin/python3 tools/wait_cpu.py --moving \
+      "$bin/bench/allreduce_bench" "$link" 10.89.0.1 "$port")"
+    port=$((port + 2))
     tools/netns_hosts.sh down 2 >/dev/null
     link_args="$link_args,$link=$raw/pp_$link.json"
     if [[ -n $ring_ranks ]]; then
@@ -143,4 +148,4 @@ fi
 "$bin/cli/rdmaflow" calibrate --links "$link_args" --allreduce "$raw/allreduce.json" \
   --profiles "$profiles" --store_rtt_us "$store_rtt" --out "$out/calibration.json" \
   --wait_cpu "$wait_args" --burst_bytes 262144 "${sharing_args[@]}" \
-  ${ring_args:+--shared_ring "$ring_args"}  # burst: tools/netns_hosts.sh's tbf (256kb)
+  ${moving_args:+--moving_cpu "$moving_args"} ${ring_args:+--shared_ring "$ring_args"}  # burst: tools/netns_hosts.sh's tbf (256kb)
