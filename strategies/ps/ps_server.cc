@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "onesided/progress/wait_policy.h"
 #include "strategies/ps/ps_strategy.h"
 
 namespace rdmaflow::strategies::ps {

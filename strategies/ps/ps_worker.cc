@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "onesided/progress/wait_policy.h"
 #include "strategies/ps/ps_strategy.h"
 
 namespace rdmaflow::strategies::ps {
@@ -181,6 +182,9 @@ absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time&
   }
   first = absl::InfiniteFuture();
   std::vector<std::vector<int64_t>> words(ps_.servers);
+  // A round that pulled nothing waits as the communicator's waits do (spin,
+  // then sleep), leaving the cores to the ranks it waits for.
+  onesided::IdleBackoff backoff(options().communicator_options.wait);
   while (true) {
     int64_t bound = kUnbounded;
     int64_t slowest = kUnbounded;
@@ -259,7 +263,7 @@ absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time&
                                                   " slices"),
           "; is it stuck or dead?"));
     }
-    std::this_thread::yield();  // let the slower ranks have the CPU
+    backoff.Idle(deadline - absl::Now());
   }
 }
 
