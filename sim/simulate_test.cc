@@ -183,14 +183,24 @@ TEST(SimulateTest, OverlappedParameterServerPrefetchesTheNextStep) {
   EXPECT_NEAR(on.wire_bytes_per_step(), late.wire_bytes_per_step(),
               1e-3 * late.wire_bytes_per_step());
   EXPECT_EQ(on.update_rule(), "sgd");
-  // Only where the strategy runs it: overlap=on under bsp.
+  // Only where the strategy runs it: with overlap=on.
   for (const auto& params : std::vector<std::map<std::string, std::string>>{
-           {{"prefetch", "on"}},
-           {{"overlap", "on"}, {"sync", "asp"}, {"prefetch", "off"}}}) {
+           {{"prefetch", "on"}}, {{"sync", "asp"}, {"prefetch", "off"}}}) {
     s.params = params;
     EXPECT_THAT(Simulate(s).status(), StatusIs(absl::StatusCode::kInvalidArgument,
-                                               HasSubstr("needs overlap=on and sync=bsp")));
+                                               HasSubstr("this scenario has overlap=off")));
   }
+  // Under asp only when asked, with an update rule of its own (its slices
+  // hold fewer of the others' updates), and a step no longer than without.
+  s.params = {{"servers", "1"}, {"overlap", "on"}, {"slice_bytes", "262144"}, {"sync", "asp"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun asp, Simulate(s));
+  EXPECT_EQ(asp.update_rule(), "ps:asp,overlap=on");
+  s.params["prefetch"] = "on";
+  ASSERT_OK_AND_ASSIGN(SimulatedRun asp_prefetch, Simulate(s));
+  EXPECT_EQ(asp_prefetch.update_rule(), "ps:asp,overlap=on,prefetch=on");
+  EXPECT_LE(asp_prefetch.step_ms(), asp.step_ms() * 1.001);
+  EXPECT_NEAR(asp_prefetch.wire_bytes_per_step(), asp.wire_bytes_per_step(),
+              1e-3 * asp.wire_bytes_per_step());
 }
 
 // The update rule and workers every model reports (they key the measured

@@ -9,8 +9,9 @@
 #                     during this step (overlap=on; STRATEGIES to add it)
 #   ps_overlap_late   the same, the next step's slices pulled when it begins
 #                     (overlap=on,prefetch=off; STRATEGIES to add it)
-#   ps_ssp, ps_ssp_overlap, ps_asp, ps_asp_overlap  the same under ssp:3
-#                     and asp (STRATEGIES to add them)
+#   ps_ssp, ps_ssp_overlap, ps_ssp_prefetch, ps_asp, ps_asp_overlap,
+#   ps_asp_prefetch   the same under ssp:3 and asp: without overlap, with
+#                     it, with it and prefetch=on (STRATEGIES to add them)
 #   layer_separated   3 conv ranks + 1 FC rank (fc_ranks=1)
 #   layer_separated_auto  K chosen by the cost model (STRATEGIES to add it)
 #   layer_separated_overlap  the same as layer_separated, pipelined: the conv
@@ -53,6 +54,8 @@ declare -A params=(
   [ps_ssp_overlap]="--strategy ps --strategy_params servers=1,sync=ssp:3,overlap=on"
   [ps_asp]="--strategy ps --strategy_params servers=1,sync=asp"
   [ps_asp_overlap]="--strategy ps --strategy_params servers=1,sync=asp,overlap=on"
+  [ps_ssp_prefetch]="--strategy ps --strategy_params servers=1,sync=ssp:3,overlap=on,prefetch=on"
+  [ps_asp_prefetch]="--strategy ps --strategy_params servers=1,sync=asp,overlap=on,prefetch=on"
   [layer_separated]="--strategy layer_separated --strategy_params fc_ranks=1"
   [layer_separated_auto]="--strategy layer_separated"
   [layer_separated_overlap]="--strategy layer_separated --strategy_params fc_ranks=1,overlap=on"

@@ -8,7 +8,8 @@ import json
 import os
 import sys
 
-STRATEGIES = ["ps", "ps_overlap", "ps_overlap_late", "ps_ssp", "ps_ssp_overlap", "ps_asp", "ps_asp_overlap",
+STRATEGIES = ["ps", "ps_overlap", "ps_overlap_late", "ps_ssp", "ps_ssp_overlap", "ps_ssp_prefetch", "ps_asp", "ps_asp_overlap",
+              "ps_asp_prefetch",
               "allreduce", "allreduce_no_overlap", "layer_separated",
               "layer_separated_overlap", "layer_separated_auto", "layer_separated_2fc",
               "layer_separated_2fc_overlap", "gossip", "gossip_overlap", "moshpit",

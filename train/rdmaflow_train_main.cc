@@ -49,13 +49,13 @@ ABSL_FLAG(int, servers, 1, "ps: ranks 0..servers-1 are parameter servers");
 ABSL_FLAG(std::string, sync, "bsp", "ps: bsp | asp | ssp:S | dssp:LOW:HIGH");
 ABSL_FLAG(std::string, strategy_params, "",
           "more strategy settings, key=value,... (ps: servers=S, sync=MODE, pull=read|send, "
-          "copies=K, overlap=off|on, slice_bytes=1M, prefetch=on|off, where servers and sync here win over "
-          "--servers and --sync; allreduce: bucket_bytes=4M, chunk_bytes=256K, slots=32, "
-          "overlap=on|off; layer_separated: fc_ranks=K, overlap=off|on, bucket_bytes, "
-          "chunk_bytes, slots; gossip: beta=0.5, period=1, topology=random|ring, "
-          "mode=pull|push, copies=3, seed=1, overlap=off|on; moshpit: side=2, dims=D, "
-          "period=1, group_timeout_ms=2000, round_timeout_ms=10000, overlap=off|on); an "
-          "unknown key lists the known ones (docs/strategies.md)");
+          "copies=K, overlap=off|on, slice_bytes=1M, prefetch=on|off (overlap=on; on under "
+          "bsp), where servers and sync here win over --servers and --sync; allreduce: "
+          "bucket_bytes=4M, chunk_bytes=256K, slots=32, overlap=on|off; layer_separated: "
+          "fc_ranks=K, overlap=off|on, bucket_bytes, chunk_bytes, slots; gossip: beta=0.5, "
+          "period=1, topology=random|ring, mode=pull|push, copies=3, seed=1, overlap=off|on; "
+          "moshpit: side=2, dims=D, period=1, group_timeout_ms=2000, round_timeout_ms=10000, "
+          "overlap=off|on); an unknown key lists the known ones (docs/strategies.md)");
 ABSL_FLAG(std::string, codec, "none",
           "gradient codec for allreduce, layer_separated (its conv ranks) and ps (topk): none | "
           "topk:ratio=R[,sampled=1] | randomk:ratio=R | int8[:bucket=N] | "

@@ -251,7 +251,7 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
   int64_t slice_bytes = int64_t{1} << 20;
   RETURN_IF_ERROR(p.Size("slice_bytes", 4, &slice_bytes));
   const bool prefetch_given = params.count("prefetch") > 0;
-  std::string prefetch = "on";
+  std::string prefetch = "off";
   RETURN_IF_ERROR(p.Choice("prefetch", {"on", "off"}, &prefetch));
   RETURN_IF_ERROR(p.Done());
   if (slice_bytes % 4 != 0) {
@@ -261,12 +261,15 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
   }
   ASSIGN_OR_RETURN(SyncPolicy policy, SyncPolicy::Parse(sync));
   const bool bsp = policy.mode == strategies::ps::SyncMode::kBsp;
-  if (prefetch_given && (overlap != "on" || !bsp)) {
+  if (prefetch_given && overlap != "on") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ps prefetch pulls the next step's slices while backward runs, which needs "
-        "overlap=on and sync=bsp (as the strategy refuses it); this scenario has overlap=",
-        overlap, " and sync=", policy.ToString()));
+        "ps prefetch pulls the next step's slices while backward runs, on the communication "
+        "thread that overlap=on starts (as the strategy refuses it); this scenario has "
+        "overlap=off (sync=",
+        policy.ToString(), ")"));
   }
+  // The strategy's default: on under bsp only.
+  if (!prefetch_given) prefetch = overlap == "on" && bsp ? "on" : "off";
   if (servers >= job.ranks()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ps needs at least one worker: servers=", servers, " of ", job.ranks(),
@@ -282,13 +285,17 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
   // with overlap pulls each slice as soon as it may, so a worker mixes
   // slices of several versions: a rule of its own (its steps to accuracy
   // measured apart: docs/strategies.md).
+  // A prefetched slice under an asynchronous mode holds fewer of the
+  // others' updates than one pulled when the step begins: a rule of its own
+  // too.
   job.set_update_rule(policy.mode == strategies::ps::SyncMode::kBsp
                           ? "sgd"
                           : absl::StrCat("ps:", policy.ToString(),
-                                         overlap == "on" ? ",overlap=on" : ""));
+                                         overlap == "on" ? ",overlap=on" : "",
+                                         prefetch == "on" ? ",prefetch=on" : ""));
   if (overlap == "on") {
     return RunParameterServerOverlapped(job, servers, policy, static_cast<double>(slice_bytes),
-                                        bsp && prefetch == "on");
+                                        prefetch == "on");
   }
   ParameterServerModel model(job, servers, policy);
   model.Start();

@@ -131,10 +131,17 @@ class OverlappedParameterServer {
     return true;
   }
 
-  // Whether slice k may go into worker w's next step (prefetch, bsp).
+  // Whether slice k may go into worker w's next step (prefetch): under
+  // bsp it holds every worker's gradients of this step; otherwise it holds
+  // this worker's, and the next step is within every server's bound now.
   bool PermittedNext(int w, size_t k) const {
     const int64_t next = worker_state_[w].step + 1;
-    return *std::min_element(held_[k].begin(), held_[k].end()) >= next;
+    if (bsp_) return *std::min_element(held_[k].begin(), held_[k].end()) >= next;
+    if (held_[k][w] < next) return false;
+    for (const Server& server : servers_state_) {
+      if (next > server.table->Bound(w)) return false;
+    }
+    return true;
   }
 
   void BeginStep(int w) {

@@ -62,13 +62,16 @@ absl::StatusOr<PsOptions> PsOptions::Parse(
         "ps overlap=on pulls each slice by one-sided READ as soon as its server published it; "
         "it needs pull=read");
   }
-  if (prefetch_given && (!options.overlap || options.sync.mode != SyncMode::kBsp)) {
+  if (prefetch_given && !options.overlap) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ps prefetch pulls the next step's slices while backward runs, which needs "
-        "overlap=on and sync=bsp (the only mode whose next values are final before the step "
-        "ends); this job has overlap=",
-        options.overlap ? "on" : "off", " and sync=", options.sync.ToString()));
+        "ps prefetch pulls the next step's slices while backward runs, on the communication "
+        "thread that overlap=on starts; this job has overlap=off (sync=",
+        options.sync.ToString(), ")"));
   }
+  // On by default only under bsp, where a prefetched slice holds exactly
+  // the next step's values; the other modes take it when asked (a slice
+  // pulled earlier holds fewer of the others' updates).
+  if (!prefetch_given) options.prefetch = options.overlap && options.sync.mode == SyncMode::kBsp;
   return options;
 }
 

@@ -17,12 +17,14 @@
 //               other slices are still being pushed (P3's slicing)
 //   slice_bytes=N  the slices' size with overlap=on (default 1 MiB; a
 //               positive multiple of 4)
-//   prefetch=on with overlap=on under bsp, a worker pulls the next step's
-//               slices during this step's backward and pushes, each as soon
-//               as every worker's gradients are in (their values are final
-//               then), into a buffer of its own that the next step takes
-//               (default on; off: they are pulled when the next step
-//               begins, for comparison; only with overlap=on and sync=bsp)
+//   prefetch=on with overlap=on, a worker pulls the next step's slices
+//               during this step's backward and pushes, into a buffer of its
+//               own that the next step takes, each as soon as it may go into
+//               the next step: under bsp once every worker's gradients are
+//               in (its values are final then), under the other modes once
+//               it holds this worker's own and the next step is within the
+//               bound (default on under bsp, off otherwise; off: they are
+//               pulled when the next step begins; only with overlap=on)
 #ifndef RDMAFLOW_STRATEGIES_PS_PS_OPTIONS_H_
 #define RDMAFLOW_STRATEGIES_PS_PS_OPTIONS_H_
 
@@ -43,7 +45,7 @@ struct PsOptions {
   int copies = 3;
   bool overlap = false;
   int64_t slice_bytes = int64_t{1} << 20;
-  bool prefetch = true;  // only where overlap=on and sync=bsp
+  bool prefetch = false;  // only with overlap=on; Parse's default: under bsp
 
   // kInvalidArgument naming the bad or unknown key and the known ones.
   static absl::StatusOr<PsOptions> Parse(

@@ -171,10 +171,11 @@ class PsStrategy final : public Strategy {
   // Reads a slice into its place in `into` (param_region_ or
   // prefetch_region_, laid out alike).
   absl::Status PullSlice(int server, int slice, rdma::MemoryRegion& into);
-  // overlap=on under bsp, on the pipeline's communication thread: pulls
-  // into prefetch_region_ one slice of the next step that holds every
-  // worker's gradients of this one (under bsp its values are final); true
-  // when it pulled one.
+  // prefetch=on, on the pipeline's communication thread: pulls into
+  // prefetch_region_ one slice of the next step that may go into it (under
+  // bsp it holds every worker's gradients of this step: its values are
+  // final; otherwise it holds this worker's, and the next step is within
+  // the bound the servers publish now); true when it pulled one.
   absl::StatusOr<bool> PrefetchOne();
   // The slices prefetched for the current step, copied into the
   // parameters; they are not pulled again.

@@ -426,6 +426,75 @@ TEST_P(AspTest, AWorkerFinishesWhileAnotherIsStalled) {
 INSTANTIATE_TEST_SUITE_P(Overlap, AspTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "overlap" : "plain"; });
 
+// prefetch=on under the asynchronous modes: every slice of the next step
+// is pulled while this step's compute still runs (each worker waits in its
+// compute until it has, or times out: a worker that pulled only when the
+// next step began), and every such pull held the worker's own gradients of
+// this step and came within the bound.
+class AsyncPrefetchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AsyncPrefetchTest, PullsTheNextStepDuringComputeWithinTheBound) {
+  at::set_num_threads(1);
+  ASSERT_OK_AND_ASSIGN(SyncPolicy policy, SyncPolicy::Parse(GetParam()));
+  const int bound = policy.mode == SyncMode::kDssp ? policy.staleness_high : policy.staleness;
+  constexpr int kWorkers = 2, kSteps = 6;
+  const Problem problem(kWorkers, kSteps, 4);
+  std::map<std::string, std::string> params =
+      WithOverlap({{"sync", GetParam()}, {"prefetch", "on"}}, true);
+  std::vector<int64_t> computed(kWorkers, 0);  // by worker, written by its own thread
+  // Worker 0 computes 5 ms a step, worker 1 at once: worker 1 runs at its
+  // bound, where a prefetch that ignored the bound would exceed it.
+  auto slow_first = [](int w, int64_t) {
+    if (w == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // compute
+  };
+  JobResult job = RunJob(
+      problem, 1, kWorkers, Options(kSteps, "rdma", params), slow_first,
+      [&](int w, const PsStrategy& strategy) -> absl::Status {
+        const int64_t step = computed[w]++;
+        if (step + 1 >= kSteps) return absl::OkStatus();
+        int64_t slices = 0;
+        for (const auto& server : strategy.slices()) slices += server.size();
+        const absl::Time deadline = absl::Now() + absl::Seconds(30);
+        while (strategy.prefetched_pulls() < (step + 1) * slices) {
+          if (absl::Now() > deadline) {
+            return absl::DeadlineExceededError(absl::StrCat(
+                "worker ", w, " step ", step, ": ", strategy.prefetched_pulls(),
+                " slices prefetched, ", (step + 1) * slices, " expected during compute"));
+          }
+          std::this_thread::yield();
+        }
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : job.status) ASSERT_OK(status);
+  for (int w = 0; w < kWorkers; ++w) {
+    int64_t early = 0;
+    for (const PsStrategy::PullRecord& pull : job.pulls[w]) {
+      SCOPED_TRACE(absl::StrCat("worker ", w, " pulling slice ", pull.slice, " for clock ",
+                                pull.clock, pull.prefetched ? " (prefetched)" : "", ": [",
+                                absl::StrJoin(pull.held, ", "), "]"));
+      ASSERT_GE(pull.held[w], pull.clock);  // read-my-writes
+      if (policy.mode != SyncMode::kAsp) {
+        ASSERT_LE(pull.clock - *std::min_element(pull.held.begin(), pull.held.end()), bound);
+      }
+      early += pull.prefetched ? 1 : 0;
+    }
+    EXPECT_EQ(early, (kSteps - 1) * job.slices) << "worker " << w;
+    EXPECT_EQ(job.prefetched[w], early) << "worker " << w;
+    ASSERT_EQ(job.reports[w].size(), size_t{kSteps});
+    for (const StepReport& report : job.reports[w]) {
+      if (policy.mode == SyncMode::kAsp) continue;
+      ASSERT_LE(report.clock - report.min_clock, bound) << "worker " << w;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, AsyncPrefetchTest,
+                         ::testing::Values("asp", "ssp:1", "dssp:1:3"), [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), ':', '_');
+                           return name;
+                         });
+
 TEST(PsStrategyTest, OverlapRefusesWhatCannotBeSliced) {
   EXPECT_THAT(PsStrategy::Create(Options(2, "rdma", {{"overlap", "on"}, {"pull", "send"}}))
                   .status(),
@@ -459,12 +528,19 @@ TEST(PsStrategyTest, PrefetchIsRefusedWhereItHasNoMeaning) {
   for (const auto& params : std::vector<std::map<std::string, std::string>>{
            {{"prefetch", "on"}},
            {{"prefetch", "off"}, {"overlap", "off"}},
-           {{"prefetch", "on"}, {"overlap", "on"}, {"sync", "asp"}},
-           {{"prefetch", "off"}, {"overlap", "on"}, {"sync", "ssp:2"}}}) {
+           {{"prefetch", "on"}, {"overlap", "off"}, {"sync", "asp"}}}) {
     EXPECT_THAT(PsStrategy::Create(Options(2, "rdma", params)).status(),
                 StatusIs(absl::StatusCode::kInvalidArgument,
-                         ::testing::HasSubstr("needs overlap=on and sync=bsp")))
+                         ::testing::HasSubstr("this job has overlap=off")))
         << absl::StrJoin(params, ",", absl::PairFormatter("="));
+  }
+  for (const char* sync : {"asp", "ssp:2", "dssp:1:3"}) {
+    for (const char* value : {"on", "off"}) {
+      EXPECT_OK(PsStrategy::Create(Options(2, "rdma",
+                                           {{"overlap", "on"}, {"sync", sync}, {"prefetch", value}}))
+                    .status())
+          << sync << " prefetch=" << value;
+    }
   }
   EXPECT_THAT(PsStrategy::Create(Options(2, "rdma", {{"overlap", "on"}, {"prefetch", "yes"}}))
                   .status(),

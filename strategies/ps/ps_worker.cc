@@ -128,11 +128,11 @@ absl::Status PsStrategy::StartWorker() {
                            return WaitForPushes();
                          },
                          links().loop(), absl::StrCat(Where(), "'s pushes")));
-    if (ps_.sync.mode == SyncMode::kBsp && ps_.prefetch) {
-      // Under bsp a slice's next values are final once every worker's
-      // gradients are in: the next step's pulls go while this step's
-      // backward and pushes still run, one slice after each push and
-      // whenever the communication thread waits for backward.
+    if (ps_.prefetch) {
+      // The next step's pulls go while this step's backward and pushes
+      // still run, one slice after each push and whenever the
+      // communication thread waits for backward (under bsp a slice's next
+      // values are final once every worker's gradients are in).
       ASSIGN_OR_RETURN(rdma::MemoryRegion prefetch, transport.Allocate(total));
       prefetch_region_ = std::make_unique<rdma::MemoryRegion>(std::move(prefetch));
       prefetched_.resize(servers);
@@ -299,6 +299,15 @@ absl::StatusOr<bool> PsStrategy::PrefetchOne() {
     prefetch_clock_ = next;
   }
   std::vector<std::vector<int64_t>> words(ps_.servers);
+  // The next step's bound: the lowest every server publishes for this
+  // worker, as PullWhenPermitted reads it (bsp has none).
+  int64_t bound = kUnbounded;
+  if (ps_.sync.mode != SyncMode::kBsp) {
+    for (int s = 0; s < ps_.servers; ++s) {
+      RETURN_IF_ERROR(ReadClocks(s, words[s]));
+      bound = std::min(bound, words[s][index_]);
+    }
+  }
   // Only a slice this worker pushed in this step can hold its gradients.
   const size_t pushed = static_cast<size_t>(pipeline_->buckets_begun());
   for (size_t b = 0; b < pushed && b < push_order_.size(); ++b) {
@@ -308,7 +317,7 @@ absl::StatusOr<bool> PsStrategy::PrefetchOne() {
     if (clocks.empty()) RETURN_IF_ERROR(ReadClocks(ref.server, clocks));
     const auto row = clocks.begin() + (2 + ref.slice) * workers_;
     std::vector<int64_t> held(row, row + workers_);
-    absl::StatusOr<bool> permitted = SlicePermitted(held, index_, next, SyncMode::kBsp, kUnbounded);
+    absl::StatusOr<bool> permitted = SlicePermitted(held, index_, next, ps_.sync.mode, bound);
     if (!permitted.ok()) {
       return absl::Status(permitted.status().code(),
                           absl::StrCat(Where(), ", server ", ref.server, " (rank ", ref.server,
