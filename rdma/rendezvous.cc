@@ -161,15 +161,17 @@ namespace {
 // polling one reads that count until all are out: the host leaves only
 // after each rank stopped reading the first. (A rank at the same barrier
 // without a transport, `pass_time` null, waits for a mark that the store
-// answers all at once, so it only counts itself out.) Nothing here fails
-// the barrier, which has passed: a store gone, a transport failing or the
-// deadline (a rank that died after arriving) ends the wait.
+// answers all at once, so it only counts itself out; the host leaves last
+// only where it polls.) Nothing here fails the barrier, which has passed:
+// a store gone, a transport failing or the deadline (a rank that died
+// after arriving) ends the wait.
+// `left` is what counting this rank out answered.
 void LeaveTogether(Store& store, absl::string_view prefix, int world_size,
                    absl::Time deadline,
-                   const absl::FunctionRef<absl::Status(absl::Time)>* pass_time) {
-  const std::string key = absl::StrCat(prefix, "/left");
-  absl::StatusOr<int64_t> left = store.Add(key, 1);
+                   const absl::FunctionRef<absl::Status(absl::Time)>* pass_time,
+                   absl::StatusOr<int64_t> left) {
   if (pass_time == nullptr) return;
+  const std::string key = absl::StrCat(prefix, "/left");
   while (left.ok() && *left < world_size && absl::Now() < deadline) {
     if (!(*pass_time)(absl::Now() + absl::Milliseconds(1)).ok()) return;
     left = store.Add(key, 0);
@@ -185,16 +187,20 @@ absl::Status BarrierOf(Store& store, absl::string_view ns, absl::string_view nam
   if (arrived == world_size) {
     // The last to arrive knows at once: no wait (the store's host may be
     // leaving as soon as it sees the mark). A set is not answered; an Add
-    // of 0 is, after it on the same connection: the mark has landed.
+    // is, after it on the same connection: counting this rank out also
+    // says the mark has landed.
     RETURN_IF_ERROR(store.Set(prefix + "/done", "1"));
-    RETURN_IF_ERROR(store.Add(prefix + "/count", 0).status());
-    LeaveTogether(store, prefix, world_size, deadline, pass_time);
+    absl::StatusOr<int64_t> left = store.Add(prefix + "/left", 1);
+    RETURN_IF_ERROR(left.status());
+    LeaveTogether(store, prefix, world_size, deadline, pass_time, left);
     return absl::OkStatus();
   }
   absl::Status status;
   if (pass_time == nullptr) {
     status = store.Wait({prefix + "/done"}, timeout);
-    if (status.ok()) LeaveTogether(store, prefix, world_size, deadline, nullptr);
+    // Counted out for the polling ranks of a barrier that mixes both (the
+    // answer is not needed: this rank does not wait for the others).
+    if (status.ok()) store.Add(prefix + "/left", 1).IgnoreError();
   } else {
     // Progress for a millisecond at a time, then read the count (an Add of
     // 0 answers at once; a store wait cut short by its own timeout would
@@ -204,7 +210,8 @@ absl::Status BarrierOf(Store& store, absl::string_view ns, absl::string_view nam
       ASSIGN_OR_RETURN(arrived, store.Add(prefix + "/count", 0));
     }
     if (arrived >= world_size) {
-      LeaveTogether(store, prefix, world_size, deadline, pass_time);
+      LeaveTogether(store, prefix, world_size, deadline, pass_time,
+                    store.Add(prefix + "/left", 1));
       return absl::OkStatus();
     }
     status = absl::DeadlineExceededError("");

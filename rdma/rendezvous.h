@@ -90,7 +90,9 @@ absl::Status Barrier(Store& store, absl::string_view ns,
 // one-sided operations in software (UCX over TCP), peers still finishing
 // their writes into, or reads from, this rank need it. Once it passed, it
 // also waits (until the same deadline, never failing) for every rank to
-// have seen it pass, so that the rank hosting the store leaves last.
+// have seen it pass, so that the rank hosting the store, where it polls,
+// leaves last. (Ranks of the plain Barrier above count themselves out
+// without waiting.)
 absl::Status Barrier(Store& store, absl::string_view ns,
                      absl::string_view name, int world_size,
                      absl::Duration timeout,

@@ -227,8 +227,8 @@ TEST(RendezvousTest, ABarrierWithATransportKeepsItProgressing) {
 // A polling barrier's rank may host the store and leave once the barrier
 // passed; it must not leave before every rank saw it pass. Here the store
 // fails every call once rank 0 returned, and rank 1, which arrived first
-// and reads the count, reads it next only once rank 0 has counted itself
-// out or left: it passes only if rank 0 waited for it.
+// and reads the count, reads it next only once rank 0 waits for the others
+// to count out, or has left: it passes only if rank 0 waited for it.
 TEST(RendezvousTest, TheStoresHostLeavesOnlyAfterEveryRankSawThePass) {
   class LeavesWithItsHost final : public Store {
    public:
@@ -246,10 +246,12 @@ TEST(RendezvousTest, TheStoresHostLeavesOnlyAfterEveryRankSawThePass) {
     }
     absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override {
       RETURN_IF_ERROR(Here());
-      if (absl::EndsWith(key, "/left") && delta > 0 && !out_or_gone.HasBeenNotified()) {
+      absl::StatusOr<int64_t> value = kept.Add(key, delta);
+      // A read of the count out: only a rank that waits for the others does.
+      if (absl::EndsWith(key, "/left") && delta == 0 && !out_or_gone.HasBeenNotified()) {
         out_or_gone.Notify();
       }
-      return kept.Add(key, delta);
+      return value;
     }
     void Leave() {
       gone = true;

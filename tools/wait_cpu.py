@@ -20,6 +20,8 @@ sends and receives all the time, and waits as rdmaflow's ranks do), first
 ITERS_FEW then ITERS_MANY times (5 at least); the CPU rank 0 used grows by the extra
 iterations' share:
   moving_cpu = (cpu_many - cpu_few) / (wall_many - wall_few)
+(its reductions included: 16 MiB at memory speed, a few per cent of a
+core at 1 Gbit/s)
   wait_cpu.py --moving ALLREDUCE_BENCH LINK MASTER_ADDR PORT
 Environment: ITERS_FEW (5), ITERS_MANY (25)."""
 import os

@@ -204,6 +204,7 @@ absl::StatusOr<StepReport> PsStrategy::ServerStep() {
         bool completed = false;
         RETURN_IF_ERROR(TakeGradient(w, k, completed));
         deadline = absl::Now() + options().communicator_options.timeout;
+        backoff.Reset();
         if (!completed) continue;
         next_worker_ = (w + 1) % workers_;
         StepReport report;

@@ -229,7 +229,10 @@ absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time&
       }
     }
     if (!end && left == 0) return slowest;
-    if (pulled) continue;  // read the clocks again at once
+    if (pulled) {
+      backoff.Reset();
+      continue;  // read the clocks again at once
+    }
     if (absl::Now() > deadline) {
       // Name who is holding us back: the slowest workers (bound too low), or
       // a server that has not taken this worker's own last gradient.
@@ -299,20 +302,23 @@ absl::StatusOr<bool> PsStrategy::PrefetchOne() {
     prefetch_clock_ = next;
   }
   std::vector<std::vector<int64_t>> words(ps_.servers);
-  // The next step's bound: the lowest every server publishes for this
-  // worker, as PullWhenPermitted reads it (bsp has none).
-  int64_t bound = kUnbounded;
-  if (ps_.sync.mode != SyncMode::kBsp) {
-    for (int s = 0; s < ps_.servers; ++s) {
-      RETURN_IF_ERROR(ReadClocks(s, words[s]));
-      bound = std::min(bound, words[s][index_]);
-    }
-  }
+  int64_t bound = kUnbounded;  // bsp has none
+  bool bound_read = ps_.sync.mode == SyncMode::kBsp;
   // Only a slice this worker pushed in this step can hold its gradients.
   const size_t pushed = static_cast<size_t>(pipeline_->buckets_begun());
   for (size_t b = 0; b < pushed && b < push_order_.size(); ++b) {
     const SliceRef& ref = push_order_[b];
     if (prefetched_[ref.server][ref.slice]) continue;
+    if (!bound_read) {
+      // The next step's bound, once there is a slice to pull: the lowest
+      // every server publishes for this worker, as PullWhenPermitted reads
+      // it.
+      for (int s = 0; s < ps_.servers; ++s) {
+        RETURN_IF_ERROR(ReadClocks(s, words[s]));
+        bound = std::min(bound, words[s][index_]);
+      }
+      bound_read = true;
+    }
     std::vector<int64_t>& clocks = words[ref.server];
     if (clocks.empty()) RETURN_IF_ERROR(ReadClocks(ref.server, clocks));
     const auto row = clocks.begin() + (2 + ref.slice) * workers_;
