@@ -112,12 +112,14 @@ TEST(JobWriteTest, EmulatedFlagFollowsTheNextPostToThatPeerOnly) {
 TEST(JobCpuTest, RanksMovingDataTakeMoreCpuFromComputeThanWaitingOnes) {
   struct Case {
     double moving_cpu;
-    bool transfer;
-    double compute_ms;  // rank 2's 10 ms, slowed by ranks 0 and 1
+    double transfer_bytes;  // 0: none; 100000: 100 ms, moving during the compute
+    bool after_landing;     // the compute starts 1 ms after the data landed
+    double compute_ms;      // rank 2's 10 ms, slowed by ranks 0 and 1
   };
-  for (const Case& c : std::vector<Case>{{0.6, true, 10 * (1 + 0.6 + 0.6)},
-                                         {0.6, false, 10 * (1 + 0.1 + 0.1)},
-                                         {0, true, 10 * (1 + 0.1 + 0.1)}}) {
+  for (const Case& c : std::vector<Case>{{0.6, 100000, false, 10 * (1 + 0.6 + 0.6)},
+                                         {0.6, 0, false, 10 * (1 + 0.1 + 0.1)},
+                                         {0, 100000, false, 10 * (1 + 0.1 + 0.1)},
+                                         {0.6, 1000, true, 10 * (1 + 0.1 + 0.1)}}) {
     Scenario s = ThreeHosts(true);
     s.shared_cores = 1;  // 3 ranks on one core
     s.network.set_wait_cpu(0.1);
@@ -125,39 +127,29 @@ TEST(JobCpuTest, RanksMovingDataTakeMoreCpuFromComputeThanWaitingOnes) {
     s.local = s.network;
     Job job(s, Costs{});
     double start = -1, end = -1;
-    // Ranks 0 and 1 compute nothing, then wait (poll); rank 0 then writes
-    // 100 ms of data to rank 1, and rank 2 computes while it moves.
-    job.Work(0, 0, [] {});
-    job.Work(1, 0, [&] {
-      if (c.transfer) job.Put(0, 1, 100000, [] {});
+    auto compute = [&] {
       job.loop().After(1 * kMs, [&] {
         start = job.now();
         job.Compute(2, 10 * kMs, [&] { end = job.now(); });
       });
+    };
+    // Ranks 0 and 1 compute nothing, then wait (poll); rank 0 then writes
+    // to rank 1, and rank 2 computes while the data moves, or once it
+    // landed.
+    job.Work(0, 0, [] {});
+    job.Work(1, 0, [&] {
+      if (c.transfer_bytes > 0) {
+        job.Put(0, 1, c.transfer_bytes, [&] {
+          if (c.after_landing) compute();
+        });
+      }
+      if (!c.after_landing) compute();
     });
     job.loop().Run();
     EXPECT_NEAR((end - start) / kMs, c.compute_ms, 1e-6)
-        << "moving_cpu " << c.moving_cpu << (c.transfer ? ", moving" : ", idle");
+        << "moving_cpu " << c.moving_cpu << ", " << c.transfer_bytes << " bytes"
+        << (c.after_landing ? ", landed" : "");
   }
-  // The data landed: waiting again.
-  Scenario s = ThreeHosts(true);
-  s.shared_cores = 1;
-  s.network.set_wait_cpu(0.1);
-  s.network.set_moving_cpu(0.6);
-  s.local = s.network;
-  Job job(s, Costs{});
-  double start = -1, end = -1;
-  job.Work(0, 0, [] {});
-  job.Work(1, 0, [&] {
-    job.Put(0, 1, 1000, [&] {  // 1 ms
-      job.loop().After(1 * kMs, [&] {
-        start = job.now();
-        job.Compute(2, 10 * kMs, [&] { end = job.now(); });
-      });
-    });
-  });
-  job.loop().Run();
-  EXPECT_NEAR((end - start) / kMs, 10 * (1 + 0.1 + 0.1), 1e-6);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 // it, with overlap=on), publish clocks.
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <utility>
 
 #include "ATen/ops/add.h"

@@ -168,6 +168,9 @@ class PsStrategy final : public Strategy {
   // Returns the slowest clock seen.
   absl::StatusOr<int64_t> PullWhenPermitted(int64_t clock, absl::Time& first);
   absl::Status ReadClocks(int server, std::vector<int64_t>& words);
+  // Reads every server's clock words into words[server]; returns the
+  // lowest bound they publish for this worker.
+  absl::StatusOr<int64_t> ReadEveryServersClocks(std::vector<std::vector<int64_t>>& words);
   // Reads a slice into its place in `into` (param_region_ or
   // prefetch_region_, laid out alike).
   absl::Status PullSlice(int server, int slice, rdma::MemoryRegion& into);

@@ -2,7 +2,6 @@
 // The parameter server's worker role: permission, pull, compute, push.
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <utility>
 
 #include "ATen/core/grad_mode.h"
@@ -164,6 +163,16 @@ absl::Status PsStrategy::WaitForEnd() {
   return PullWhenPermitted(kUnbounded, first).status();
 }
 
+absl::StatusOr<int64_t> PsStrategy::ReadEveryServersClocks(
+    std::vector<std::vector<int64_t>>& words) {
+  int64_t bound = kUnbounded;
+  for (int s = 0; s < ps_.servers; ++s) {
+    RETURN_IF_ERROR(ReadClocks(s, words[s]));
+    bound = std::min(bound, words[s][index_]);
+  }
+  return bound;
+}
+
 absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time& first) {
   const absl::Time deadline = absl::Now() + options().communicator_options.timeout;
   const bool end = clock == kUnbounded;
@@ -186,12 +195,10 @@ absl::StatusOr<int64_t> PsStrategy::PullWhenPermitted(int64_t clock, absl::Time&
   // then sleep), leaving the cores to the ranks it waits for.
   onesided::IdleBackoff backoff(options().communicator_options.wait);
   while (true) {
-    int64_t bound = kUnbounded;
+    ASSIGN_OR_RETURN(const int64_t bound, ReadEveryServersClocks(words));
     int64_t slowest = kUnbounded;
     int slowest_server = 0;  // whose words show the slowest clock
     for (int s = 0; s < ps_.servers; ++s) {
-      RETURN_IF_ERROR(ReadClocks(s, words[s]));
-      bound = std::min(bound, words[s][index_]);
       const int64_t low = *std::min_element(words[s].begin() + workers,
                                             words[s].begin() + 2 * workers);
       if (low < slowest) {
@@ -310,13 +317,8 @@ absl::StatusOr<bool> PsStrategy::PrefetchOne() {
     const SliceRef& ref = push_order_[b];
     if (prefetched_[ref.server][ref.slice]) continue;
     if (!bound_read) {
-      // The next step's bound, once there is a slice to pull: the lowest
-      // every server publishes for this worker, as PullWhenPermitted reads
-      // it.
-      for (int s = 0; s < ps_.servers; ++s) {
-        RETURN_IF_ERROR(ReadClocks(s, words[s]));
-        bound = std::min(bound, words[s][index_]);
-      }
+      // The next step's bound, once there is a slice to pull.
+      ASSIGN_OR_RETURN(bound, ReadEveryServersClocks(words));
       bound_read = true;
     }
     std::vector<int64_t>& clocks = words[ref.server];
