@@ -94,10 +94,18 @@ def moving(argv):
     bench, _, master, port = argv
     size = 16 << 20
     results = []
-    for iters in (os.environ.get("ITERS_FEW", "5"), os.environ.get("ITERS_MANY", "25")):
+    counts = []
+    for name, default in (("ITERS_FEW", "5"), ("ITERS_MANY", "25")):
+        text = os.environ.get(name, default)
+        if not text.isdigit() or int(text) < 5:
+            sys.exit("wait_cpu: %s=%s: a whole number of iterations, 5 at least" % (name, text))
+        counts.append(int(text))
+    if counts[1] <= counts[0]:
+        sys.exit("wait_cpu: ITERS_MANY (%d) must exceed ITERS_FEW (%d)" % (counts[1], counts[0]))
+    for iters in counts:
         command = [bench, "--ranks=2", "--impls=rdmaflow", "--min_bytes=%d" % size,
-                   "--max_bytes=%d" % size, "--max_iters=%s" % iters,
-                   "--byte_budget=%d" % (size * int(iters)),
+                   "--max_bytes=%d" % size, "--max_iters=%d" % iters,
+                   "--byte_budget=%d" % (size * iters),
                    "--params=tls=tcp,net_devices=eth0"]
         results.append(run_hosts(command, master, int(port) + len(results)))
     print("%.4f" % share_of(results[0], results[1], "longer all-reduce"))
