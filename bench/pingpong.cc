@@ -303,6 +303,42 @@ absl::StatusOr<ReadResult> Reads(Link& link, size_t bytes, int warmup,
   return result;
 }
 
+// How long the owner of the memory serves before it computes, in
+// OwnerBusyReads: time for rank 0's read request to reach it and be taken.
+constexpr absl::Duration kOwnerServe = absl::Milliseconds(5);
+constexpr int kOwnerBusyReads = 3;
+
+// Reads of `bytes` by rank 0 while rank 1, the owner, first serves
+// kOwnerServe from rank 0's go, then computes `busy` without progressing
+// (spins on the clock), then serves until rank 0's done. Returns rank 0's
+// read completion times (us); rank 1 returns none.
+absl::StatusOr<std::vector<double>> OwnerBusyReads(Link& link, size_t bytes,
+                                                   absl::Duration busy) {
+  std::vector<double> samples;
+  const bool leader = link.transport.rank() == 0;
+  for (int i = 0; i < kOwnerBusyReads; ++i) {
+    if (!leader) {
+      RETURN_IF_ERROR(link.WaitNotification());  // go
+      const absl::Time served = absl::Now() + kOwnerServe;
+      while (absl::Now() < served) RETURN_IF_ERROR(link.Progress());
+      const absl::Time computed = absl::Now() + busy;
+      while (absl::Now() < computed) {
+      }
+      RETURN_IF_ERROR(link.WaitNotification());  // done
+      continue;
+    }
+    RETURN_IF_ERROR(link.Post(true, 8, 0xB0000000u + i));
+    RETURN_IF_ERROR(link.WaitInFlightBelow(1));
+    const Clock::time_point start = Clock::now();
+    RETURN_IF_ERROR(link.Post(false, bytes, std::nullopt));
+    RETURN_IF_ERROR(link.WaitInFlightBelow(1));
+    samples.push_back(Seconds(start, Clock::now()) * 1e6);
+    RETURN_IF_ERROR(link.Post(true, 8, 0xD0000000u + i));
+    RETURN_IF_ERROR(link.WaitInFlightBelow(1));
+  }
+  return samples;
+}
+
 void FillLatency(std::vector<double> samples, PingPongRow& row) {
   if (samples.empty()) return;
   row.set_lat_min_us(*std::min_element(samples.begin(), samples.end()));
@@ -429,6 +465,10 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
       ASSIGN_OR_RETURN(reads, Reads(link, bytes, warmup, lat_iters, bw_iters,
                                     kRounds, options.window));
     }
+    std::vector<double> busy_reads;
+    if (options.reads && options.owner_busy > absl::ZeroDuration()) {
+      ASSIGN_OR_RETURN(busy_reads, OwnerBusyReads(link, bytes, options.owner_busy));
+    }
     if (rank != 0) continue;
 
     double memcpy_mbps = 0;
@@ -456,6 +496,10 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
       read_row.set_msg_rate_mops(reads->average / bytes);
       FillLatency(reads->samples, read_row);
       read_row.set_ratio_to_memcpy(read_row.bw_avg_mbps() / memcpy_mbps);
+      if (!busy_reads.empty()) {
+        read_row.set_owner_busy_ms(absl::ToDoubleMilliseconds(options.owner_busy));
+        read_row.set_busy_read_p50_us(Percentile(busy_reads, 50));
+      }
       rows.push_back(read_row);
     }
     if (options.on_size_done) options.on_size_done(bytes);

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "rdma/memory_region.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
@@ -32,6 +33,10 @@ struct PingPongOptions {
   int window = 32;  // Writes/reads in flight in the bandwidth runs.
   bool writes = true;  // The write ping-pong and write bandwidth.
   bool reads = true;   // One-sided reads (latency and bandwidth).
+  // > 0 (with reads): at each size also a few reads while their owner
+  // serves kOwnerServe, then computes this long without progressing, then
+  // serves again (PingPongRow.busy_read_p50_us).
+  absl::Duration owner_busy = absl::ZeroDuration();
   std::string ns = "pingpong";
   absl::Duration timeout = absl::Seconds(120);
   // Called by rank 0 after each size ("progress"), may be empty.

@@ -68,6 +68,30 @@ TEST(PingPongTest, MeasuresReadsAloneWithoutWrites) {
   }
 }
 
+// --owner_busy_ms: read rows only carry the reads timed with their owner
+// computing. Loopback reads need no one's progress, so the owner's compute
+// (half a second) does not hold them.
+TEST(PingPongTest, TimesReadsWithTheirOwnerBusy) {
+  PingPongOptions options;
+  options.min_bytes = 64;
+  options.max_bytes = 64;
+  options.byte_budget = 1 << 12;
+  options.max_iters = 20;
+  options.owner_busy = absl::Milliseconds(500);
+  ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows, RunTwoRanks(options));
+  ASSERT_EQ(rows.size(), 2u);
+  for (const PingPongRow& row : rows) {
+    if (row.op() == "write") {
+      EXPECT_EQ(row.owner_busy_ms(), 0);
+      EXPECT_EQ(row.busy_read_p50_us(), 0);
+      continue;
+    }
+    EXPECT_EQ(row.owner_busy_ms(), 500);
+    EXPECT_GT(row.busy_read_p50_us(), 0);
+    EXPECT_LT(row.busy_read_p50_us(), 500e3);
+  }
+}
+
 TEST(PingPongTest, SignalsWithFlagWordsBehindTheData) {
   PingPongOptions options;
   options.min_bytes = 8;

@@ -72,6 +72,14 @@ ABSL_FLAG(bool, writes, true,
           "the bandwidth); --nowrites with --reads measures reads alone, as "
           "ib_read_lat and ib_read_bw do.");
 ABSL_FLAG(bool, reads, true, "Also measure one-sided reads.");
+ABSL_FLAG(int64_t, owner_busy_ms, 0,
+          "With reads, > 0: at each size also 3 reads while rank 1, whose "
+          "memory is read, serves 5 ms and then computes this long without "
+          "progressing its transport, as a training rank does "
+          "(busy_read_p50_us in the JSON and the 'busy read' lines): where "
+          "reads need the owner's progress (UCX over TCP), how much less "
+          "than this the read is delayed is what the owner's socket carried "
+          "on alone (tools/calibrate_sim.sh). 0: off.");
 ABSL_FLAG(std::string, signal, "notification",
           "How each ping-pong write announces itself: notification (a "
           "notified write, taken from the transport's notification queue) "
@@ -129,6 +137,13 @@ absl::Status CheckSizeFlags() {
     return absl::InvalidArgumentError(
         "--nowrites and --noreads: nothing to measure");
   }
+  if (const int64_t busy = absl::GetFlag(FLAGS_owner_busy_ms); busy < 0 || busy > 60000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--owner_busy_ms=", busy, ": expected 0 (off) to 60000"));
+  }
+  if (absl::GetFlag(FLAGS_owner_busy_ms) > 0 && !absl::GetFlag(FLAGS_reads)) {
+    return absl::InvalidArgumentError("--owner_busy_ms times reads: not with --noreads");
+  }
   return absl::OkStatus();
 }
 
@@ -140,6 +155,7 @@ PingPongOptions OptionsFromFlags() {
   options.max_iters = absl::GetFlag(FLAGS_max_iters);
   options.writes = absl::GetFlag(FLAGS_writes);
   options.reads = absl::GetFlag(FLAGS_reads);
+  options.owner_busy = absl::Milliseconds(absl::GetFlag(FLAGS_owner_busy_ms));
   if (absl::GetFlag(FLAGS_signal) == "flag") {
     options.signal = PingPongOptions::Signal::kFlagWord;
   }
@@ -160,6 +176,11 @@ void PrintTable(const std::vector<PingPongRow>& rows) {
         r.op().c_str(), r.bytes(), r.iterations(), r.bw_peak_mbps(),
         r.bw_avg_mbps(), r.msg_rate_mops(), r.lat_min_us(), r.lat_p50_us(),
         r.lat_p99_us(), r.lat_p999_us(), r.memcpy_mbps(), r.ratio_to_memcpy());
+  }
+  for (const PingPongRow& r : rows) {
+    if (r.owner_busy_ms() <= 0) continue;
+    std::printf("busy read %10.0f bytes: %.0f us with the owner computing %.0f ms (idle: %.0f us)\n",
+                r.bytes(), r.busy_read_p50_us(), r.owner_busy_ms(), r.lat_p50_us());
   }
 }
 

@@ -31,7 +31,7 @@ namespace {
 std::vector<FlagSpec> CalibrateFlags() {
   return {{"links"},        {"allreduce"},   {"profiles"},     {"cores"},
           {"store_rtt_us"}, {"burst_bytes"}, {"time_sharing"}, {"wait_cpu"},
-          {"moving_cpu"},   {"shared_ring"}, {"out"}};
+          {"moving_cpu"},   {"shared_ring"}, {"unattended"},   {"out"}};
 }
 
 std::vector<std::string> List(const std::string& text) {
@@ -94,6 +94,7 @@ absl::Status CheckArgs(const ParsedArgs& args) {
   RETURN_IF_ERROR(CpuShares(args, "wait_cpu", kWaitCpuTool).status());
   RETURN_IF_ERROR(CpuShares(args, "moving_cpu", kMovingCpuTool).status());
   RETURN_IF_ERROR(ParseKeyValues(args.Get("shared_ring"), "--shared_ring item").status());
+  RETURN_IF_ERROR(ParseKeyValues(args.Get("unattended"), "--unattended item").status());
   ASSIGN_OR_RETURN(auto sharing,
                    ParseKeyValues(args.Get("time_sharing"), "--time_sharing item"));
   for (const auto& [ratio_text, files] : sharing) {
@@ -152,6 +153,16 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
     link->set_shared_ring_ranks(ring.second);
     out << "link " << name << ": a ring of " << ring.second << " ranks sharing the cores moves "
         << ring.first << " GB/s\n";
+  }
+  ASSIGN_OR_RETURN(auto unattended, ParseKeyValues(args.Get("unattended"), "--unattended item"));
+  for (const auto& [name, path] : unattended) {
+    ASSIGN_OR_RETURN(sim::LinkProfile * link, MeasuredLink(calibration, name, "--unattended"));
+    results::BenchmarkReport report;
+    RETURN_IF_ERROR(ReadJsonFile(path, &report));
+    ASSIGN_OR_RETURN(const double bytes, sim::UnattendedBytesFromPingPong(report, path));
+    link->set_unattended_bytes(bytes);
+    out << "link " << name << ": a busy owner's socket carries " << bytes
+        << " bytes of a read on alone\n";
   }
   if (args.Has("allreduce")) {
     results::BenchmarkReport report;
@@ -270,6 +281,11 @@ options:
                           share the cores (bench/allreduce_bench --json, one
                           rank a host), per link of --links: its bus
                           bandwidth caps the simulator's rings there
+  --unattended NAME=FILE,...
+                          reads timed with their owner computing
+                          (bench/transport_pingpong --owner_busy_ms --json),
+                          per link of --links: how much of a read the
+                          owner's socket carries on without its progress
   --cores N               cores the ranks of one host share (default: this
                           machine's)
   --store_rtt_us N        one rendezvous-store round trip on one host

@@ -245,6 +245,47 @@ TEST_F(SimulateCommandTest, CalibrateTakesTheCpuAWaitingAndAMovingRankUse) {
   EXPECT_THAT(c.err, HasSubstr("--moving_cpu names link '10gbit'"));
 }
 
+// Reads timed with their owner busy give a link's unattended bytes; only
+// for a link --links measures.
+TEST_F(SimulateCommandTest, CalibrateTakesWhatABusyOwnersSocketCarries) {
+  results::BenchmarkReport busy;
+  results::PingPongRow* row = busy.mutable_pingpong()->add_rows();
+  row->set_op("read");
+  row->set_bytes(8e6);
+  row->set_lat_p50_us(80000);
+  row->set_owner_busy_ms(400);
+  row->set_busy_read_p50_us(460000);  // 60 of 80 ms waited: 2 MB crossed alone
+  Write(busy, Tmp("pp_busy_1g.json"));
+  std::vector<std::string> args = {
+      "--links", "shm=" + Tmp("pp_shm.json") + ",1gbit=" + Tmp("pp_1g.json"), "--profiles",
+      Tmp("tiny.json"), "--cores", "2", "--out", Tmp("busy_calibration.json"),
+      "--unattended", "1gbit=" + Tmp("pp_busy_1g.json")};
+  Outcome c = Call(RunCalibrateCommand, args);
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_THAT(c.out, HasSubstr("a busy owner's socket carries 2e+06 bytes of a read on alone"));
+  sim::Calibration calibration;
+  ASSERT_NO_FATAL_FAILURE(Read(Tmp("busy_calibration.json"), &calibration));
+  int found = 0;
+  for (const sim::LinkProfile& link : calibration.links()) {
+    if (link.name() == "1gbit") {
+      ++found;
+      EXPECT_NEAR(link.unattended_bytes(), 2e6, 1e-3);
+    } else {
+      EXPECT_EQ(link.unattended_bytes(), 0) << link.name();
+    }
+  }
+  EXPECT_EQ(found, 1);
+  args.back() = "10gbit=" + Tmp("pp_busy_1g.json");
+  c = Call(RunCalibrateCommand, args);
+  EXPECT_EQ(c.code, 1);
+  EXPECT_THAT(c.err, HasSubstr("--unattended names link '10gbit'"));
+  // A ping-pong without busy reads names the option that times them.
+  args.back() = "1gbit=" + Tmp("pp_1g.json");
+  c = Call(RunCalibrateCommand, args);
+  EXPECT_EQ(c.code, 1);
+  EXPECT_THAT(c.err, HasSubstr("--owner_busy_ms"));
+}
+
 TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {
   ASSERT_EQ(Calibrate().code, 0);
   const std::string cal = Tmp("calibration.json");
@@ -282,6 +323,7 @@ TEST_F(SimulateCommandTest, ErrorsNameWhatToFix) {
            {"--wait_cpu", "shm=2", "--out", Tmp("x.json")},
            {"--moving_cpu", "shm=-1", "--out", Tmp("x.json")},
            {"--shared_ring", "1gbit", "--out", Tmp("x.json")},
+           {"--unattended", "1gbit", "--out", Tmp("x.json")},
            {"--time_sharing", "two=" + Tmp("absent.json"), "--out", Tmp("x.json")}}) {
     r = Call(RunCalibrateCommand, args);
     EXPECT_EQ(r.code, 2) << r.err;

@@ -92,6 +92,29 @@ absl::StatusOr<std::pair<double, int>> SharedRingFromAllReduce(
   return std::make_pair(gbps, static_cast<int>(largest->ranks()));
 }
 
+absl::StatusOr<double> UnattendedBytesFromPingPong(const results::BenchmarkReport& report,
+                                                   const std::string& source) {
+  const results::PingPongRow* largest = nullptr;
+  for (const results::PingPongRow& row : report.pingpong().rows()) {
+    if (row.op() != "read" || !(row.owner_busy_ms() > 0)) continue;
+    if (largest == nullptr || row.bytes() > largest->bytes()) largest = &row;
+  }
+  if (largest == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, " has no read timed with its owner busy: run bench/transport_pingpong "
+                "--owner_busy_ms (tools/calibrate_sim.sh does)"));
+  }
+  const double bytes = largest->bytes(), idle_us = largest->lat_p50_us();
+  const double busy_us = largest->owner_busy_ms() * 1e3, read_us = largest->busy_read_p50_us();
+  if (!Positive(bytes) || !Positive(idle_us) || !Positive(read_us) || !std::isfinite(busy_us)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the busy-owner read of ", bytes, " bytes has idle time ", idle_us,
+        " us and busy time ", read_us, " us; expected finite positive figures"));
+  }
+  const double delayed = std::max(0.0, read_us - busy_us) / idle_us;
+  return bytes * std::clamp(1 - delayed, 0.0, 1.0);
+}
+
 double MemcpyFromPingPong(const results::BenchmarkReport& report) {
   double bytes = 0, mbps = 0;
   for (const results::PingPongRow& row : report.pingpong().rows()) {

@@ -39,6 +39,17 @@ absl::StatusOr<LinkProfile> LinkFromPingPong(const std::string& name,
 absl::StatusOr<std::pair<double, int>> SharedRingFromAllReduce(
     const results::BenchmarkReport& report, const std::string& source);
 
+// What the owner's socket carries on alone (LinkProfile.unattended_bytes)
+// from bench/transport_pingpong --owner_busy_ms --json: the largest read
+// row timed with its owner busy. A read of B bytes that takes t idle and
+// t_busy with the owner computing T from just after it began moved
+// B x (1 - (t_busy - T) / t) while the owner computed; at most B (a read
+// that was not delayed at all moved everything: B is then a lower bound).
+// kInvalidArgument naming `source` for no such row or figures that are not
+// finite and positive.
+absl::StatusOr<double> UnattendedBytesFromPingPong(const results::BenchmarkReport& report,
+                                                   const std::string& source);
+
 // The memcpy column of the largest write, GB/s (0 when absent).
 double MemcpyFromPingPong(const results::BenchmarkReport& report);
 

@@ -12,6 +12,7 @@ namespace rdmaflow::sim {
 namespace {
 
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 results::PingPongRow* Row(results::BenchmarkReport& r, const char* op, double bytes,
@@ -90,6 +91,44 @@ TEST(CalibrationTest, SharedRingIsTheLargestRingRow) {
     EXPECT_THAT(SharedRingFromAllReduce(bad, "r.json"),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bus bandwidth")))
         << ranks << " ranks, " << busbw << " GB/s";
+  }
+}
+
+// A read of B bytes taking t idle and t_busy with its owner computing T:
+// the owner's socket carried B x (1 - (t_busy - T) / t) on alone.
+TEST(CalibrationTest, UnattendedBytesFromReadsWithTheirOwnerBusy) {
+  auto busy = [](results::BenchmarkReport& report, double bytes, double idle_us,
+                 double busy_ms, double read_us) {
+    results::PingPongRow* row = Row(report, "read", bytes, 100, idle_us, 1e-5);
+    row->set_owner_busy_ms(busy_ms);
+    row->set_busy_read_p50_us(read_us);
+  };
+  results::BenchmarkReport report;
+  Row(report, "read", 8 << 20, 100, 80000, 1e-5);  // not timed busy
+  EXPECT_THAT(UnattendedBytesFromPingPong(report, "b.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("b.json"), HasSubstr("--owner_busy_ms"))));
+  // 4 MB: 40 ms idle; 430 ms with the owner busy 400 ms: 30 of the 40 ms
+  // waited, a quarter crossed alone. The largest row is the one used.
+  busy(report, 1e6, 10000, 400, 400500);
+  busy(report, 4e6, 40000, 400, 430000);
+  ASSERT_OK_AND_ASSIGN(double bytes, UnattendedBytesFromPingPong(report, "b.json"));
+  EXPECT_NEAR(bytes, 1e6, 1e-3);
+  // Not delayed at all: everything crossed (a lower bound); delayed longer
+  // than the idle read: nothing did.
+  for (const auto& [read_us, expected] :
+       std::vector<std::pair<double, double>>{{120000, 8e6}, {600000, 0}}) {
+    results::BenchmarkReport one;
+    busy(one, 8e6, 80000, 400, read_us);
+    ASSERT_OK_AND_ASSIGN(bytes, UnattendedBytesFromPingPong(one, "b.json"));
+    EXPECT_DOUBLE_EQ(bytes, expected) << read_us << " us";
+  }
+  for (const double bad : {0.0, -1.0, std::nan("")}) {
+    results::BenchmarkReport one;
+    busy(one, 8e6, 80000, 400, bad);
+    EXPECT_THAT(UnattendedBytesFromPingPong(one, "b.json"),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("b.json")))
+        << bad;
   }
 }
 

@@ -23,11 +23,13 @@ absl::Status CheckLink(const LinkProfile& link, const char* role) {
   }
   if (!Finite(link.latency_us(), 0, 1e9) || !Finite(link.per_message_us(), 0, 1e9) ||
       !Finite(link.burst_bytes(), 0, 1e15) || !Finite(link.wait_cpu(), 0, 1) ||
-      !Finite(link.moving_cpu(), 0, 1) || link.bandwidth_gbps() > 1e6) {
+      !Finite(link.moving_cpu(), 0, 1) || !Finite(link.unattended_bytes(), 0, 1e15) ||
+      link.bandwidth_gbps() > 1e6) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", role, " link '", link.name(),
-        "' has a latency, per-message cost, burst, bandwidth, wait CPU or moving CPU out of range "
-        "(negative, not finite, absurdly large, or a wait CPU or moving CPU above 1 core)"));
+        "' has a latency, per-message cost, burst, bandwidth, wait CPU, moving CPU or unattended "
+        "bytes out of range (negative, not finite, absurdly large, or a wait CPU or moving CPU "
+        "above 1 core)"));
   }
   return absl::OkStatus();
 }

@@ -544,6 +544,10 @@ TEST(SimulateTest, BadScenariosAreNamed) {
   s = Base("gossip", 2);
   s.network.set_moving_cpu(-0.5);
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("moving CPU")));
+  s = Base("gossip", 2);
+  s.network.set_unattended_bytes(-1);
+  EXPECT_THAT(Simulate(s),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unattended bytes")));
   s = Base("ps", 2);
   s.params = {{"servers", "2"}};
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("worker")));

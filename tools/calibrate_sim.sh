@@ -5,7 +5,9 @@
 #     with tools/netns_hosts.sh) over UCX TCP between two namespace hosts
 #     whose link tc caps at 1 Gbit/s and at 100 Mbit/s; on each, the CPU a
 #     rank uses while it waits (tools/wait_cpu.py), and over the network
-#     links while data it sends and receives moves (wait_cpu.py --moving);
+#     links while data it sends and receives moves (wait_cpu.py --moving)
+#     and how much of a read the owner's socket carries on while the owner
+#     computes (transport_pingpong --owner_busy_ms);
 #   - the host: bench/allreduce_bench's single-thread memcpy and reduce and
 #     its group set-up time, and a c10d TCPStore round trip (store_rtt.py);
 #   - the models: rdmaflow_profile's layer times (one thread, one rank);
@@ -21,7 +23,7 @@ source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,18p' "$0"
+  sed -n '2,21p' "$0"
   exit 0
 fi
 out=${1:-docs/scale}
@@ -67,6 +69,17 @@ if [[ -n $links && $(id -u) == 0 ]]; then
         --byte_budget=33554432 --json="$raw/pp_$link.json" >"$raw/pp_$link.rank$r.log" 2>&1 &
     done
     wait
+    echo "== [2/5] link $link: reads while their owner computes (transport_pingpong --owner_busy_ms)"
+    port=$((port + 1))
+    for r in 1 0; do
+      tools/netns_hosts.sh exec "$r" env RANK=$r WORLD_SIZE=2 MASTER_ADDR=10.89.0.1 \
+        MASTER_PORT=$port "$bin/bench/transport_pingpong" --transport=ucx \
+        --params=tls=tcp,net_devices=eth0 --nowrites --min_bytes=8388608 --max_bytes=8388608 \
+        --byte_budget=8388608 --owner_busy_ms=400 --json="$raw/pp_busy_$link.json" \
+        >"$raw/pp_busy_$link.rank$r.log" 2>&1 &
+    done
+    wait
+    unattended_args="${unattended_args:+$unattended_args,}$link=$raw/pp_busy_$link.json"
     echo "== [2/5] link $link: the CPU a waiting rank uses (tools/wait_cpu.py)"
     port=$((port + 2))
     wait_args="$wait_args,$link=$(/usr/bin/python3 tools/wait_cpu.py "$bin/train/rdmaflow_train" \
@@ -148,4 +161,5 @@ fi
 "$bin/cli/rdmaflow" calibrate --links "$link_args" --allreduce "$raw/allreduce.json" \
   --profiles "$profiles" --store_rtt_us "$store_rtt" --out "$out/calibration.json" \
   --wait_cpu "$wait_args" --burst_bytes 262144 "${sharing_args[@]}" \
-  ${moving_args:+--moving_cpu "$moving_args"} ${ring_args:+--shared_ring "$ring_args"}  # burst: tools/netns_hosts.sh's tbf (256kb)
+  ${moving_args:+--moving_cpu "$moving_args"} ${ring_args:+--shared_ring "$ring_args"} \
+  ${unattended_args:+--unattended "$unattended_args"}  # burst: tools/netns_hosts.sh's tbf (256kb)

@@ -9,6 +9,7 @@ BackgroundExchanges::BackgroundExchanges(Job& job)
     : job_(job),
       running_(job.ranks(), false),
       landed_(job.ranks(), false),
+      serving_(job.ranks(), false),
       on_end_(job.ranks()) {}
 
 void BackgroundExchanges::AfterEnd(int rank, std::function<void(bool landed)> then) {
@@ -19,6 +20,12 @@ void BackgroundExchanges::AfterEnd(int rank, std::function<void(bool landed)> th
       AfterEnd(rank, then);
     };
     return;
+  }
+  // The communication thread stops here (CommunicationThread::Stop): it
+  // served the peers from its exchange's start until now.
+  if (serving_[rank]) {
+    serving_[rank] = false;
+    job_.Serve(rank, false);
   }
   const bool landed = landed_[rank];
   landed_[rank] = false;
@@ -44,10 +51,10 @@ void BackgroundExchanges::AfterUpdate(int rank, double land, bool due, double co
 void BackgroundExchanges::Start(int rank, Exchange exchange) {
   const double begin = job_.now();
   running_[rank] = true;
+  serving_[rank] = true;
   job_.Serve(rank, true);
   exchange([this, rank, begin](bool landed) {
     if (rank == job_.reporter()) job_.log().comm += job_.now() - begin;
-    job_.Serve(rank, false);
     running_[rank] = false;
     landed_[rank] = landed;
     if (on_end_[rank]) std::exchange(on_end_[rank], nullptr)();
@@ -56,8 +63,12 @@ void BackgroundExchanges::Start(int rank, Exchange exchange) {
 
 void BackgroundExchanges::Leave(int rank) {
   if (running_[rank]) {
-    on_end_[rank] = [this, rank] { job_.Leave(rank); };
+    on_end_[rank] = [this, rank] { Leave(rank); };
     return;
+  }
+  if (serving_[rank]) {
+    serving_[rank] = false;
+    job_.Serve(rank, false);
   }
   job_.Leave(rank);
 }

@@ -3,8 +3,11 @@
 // The exchange a decentralized strategy with overlap=on leaves running
 // beside its next step's compute (gossip's read, Moshpit's round), one a
 // rank: the rank's transport is served meanwhile (Job::Serve), and after
-// the next update the rank waits for it if it has not ended. The models
-// say what the exchange is and what landing it costs.
+// the next update the rank waits for it if it has not ended. As the
+// strategies' CommunicationThread, the serving goes on after the exchange
+// ended, until that wait (or the rank leaves): the peers' reads of this
+// rank are answered through the whole step. The models say what the
+// exchange is and what landing it costs.
 #ifndef RDMAFLOW_SIM_INTERNAL_BACKGROUND_EXCHANGE_H_
 #define RDMAFLOW_SIM_INTERNAL_BACKGROUND_EXCHANGE_H_
 
@@ -46,6 +49,9 @@ class BackgroundExchanges {
   Job& job_;
   std::vector<bool> running_;
   std::vector<bool> landed_;
+  // By rank: its communication thread serves (from Start to the next
+  // AfterEnd or Leave), whether or not its exchange still runs.
+  std::vector<bool> serving_;
   std::vector<std::function<void()>> on_end_;
 };
 

@@ -242,15 +242,33 @@ void Job::Read(int reader, int owner, double bytes, EventLoop::Callback done) {
                   loop_.Transfer(owner, reader, bytes, std::move(done));
                   return;
                 }
-                // The owner's progress takes the request and sends the
-                // data; what its socket did not take before it went back
-                // to computing waits for its next progress.
-                WhenProgressing(owner, [this, reader, owner, bytes, done = std::move(done)] {
-                  TransferMoving(owner, reader, bytes, [this, owner, done] {
-                    WhenProgressing(owner, done);
-                  });
-                });
+                Answer(reader, owner, bytes, std::move(done));
               });
+}
+
+void Job::Answer(int reader, int owner, double bytes, EventLoop::Callback done) {
+  // The owner's progress takes the request (or finds the socket drained)
+  // and hands the socket what it holds. Unmeasured, the whole answer then
+  // crosses, but its end waits for the owner's next progress (what the
+  // socket did not take before the owner went back to computing).
+  WhenProgressing(owner, [this, reader, owner, bytes, done = std::move(done)]() mutable {
+    const double unattended = loop_.topology().link(owner, reader).unattended_bytes();
+    if (!(unattended > 0)) {
+      TransferMoving(owner, reader, bytes, [this, owner, done = std::move(done)]() mutable {
+        WhenProgressing(owner, std::move(done));
+      });
+      return;
+    }
+    const double handed = std::min(bytes, unattended);
+    TransferMoving(owner, reader, handed,
+                   [this, reader, owner, rest = bytes - handed, done = std::move(done)]() mutable {
+                     if (rest > 0) {
+                       Answer(reader, owner, rest, std::move(done));
+                     } else {
+                       done();
+                     }
+                   });
+  });
 }
 
 double Job::SendData(int writer, int target, double bytes, EventLoop::Callback done) {

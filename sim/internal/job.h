@@ -165,6 +165,11 @@ class Job {
   // Runs `done`; then, unless it made `rank` busy again, what waited for
   // `rank` to progress.
   void EndBusy(int rank, const EventLoop::Callback& done);
+  // The rest of a read's answer, `bytes` from `owner` to `reader` over a
+  // link that needs progress: the owner hands its socket up to the link's
+  // unattended_bytes at its next progress, which cross while it computes;
+  // then the rest, at its next progress after they crossed.
+  void Answer(int reader, int owner, double bytes, EventLoop::Callback done);
   // Sends `bytes` from writer to target and notes when they arrive on
   // their connection (stream_arrival_); returns that time.
   double SendData(int writer, int target, double bytes, EventLoop::Callback done);

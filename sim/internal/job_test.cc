@@ -152,5 +152,36 @@ TEST(JobCpuTest, RanksMovingDataTakeMoreCpuFromComputeThanWaitingOnes) {
   }
 }
 
+// A read over an emulated link, its owner idle when the request arrives
+// and computing from 1 ms to 51 ms. Unmeasured (unattended_bytes 0), the
+// whole answer crosses, then its end waits for the owner's next progress;
+// measured, the owner's socket carries that many bytes on alone and the
+// rest waits for the owner.
+TEST(JobReadTest, AnOwnersSocketCarriesUnattendedBytesWhileItComputes) {
+  struct Case {
+    double unattended_bytes;
+    double done_ms;
+  };
+  // 5000 bytes at a byte a microsecond, 10 us of latency each way.
+  for (const Case& c : std::vector<Case>{
+           // Crossed by 5.02 ms; ended with the compute.
+           {0, 51},
+           // 2000 bytes by 2.02 ms; 2000 more from 51 ms; the last 1000
+           // right behind them (the owner progresses again).
+           {2000, 51 + 2.01 + 1.01},
+           // The socket takes all of it: the compute holds nothing.
+           {10000, 5.02}}) {
+    Scenario s = ThreeHosts(true);
+    s.network.set_unattended_bytes(c.unattended_bytes);
+    s.local = s.network;
+    Job job(s, Costs{});
+    double done = -1;
+    job.Read(0, 1, 5000, [&] { done = job.now(); });
+    job.loop().After(1 * kMs, [&] { job.Compute(1, 50 * kMs, [] {}); });
+    job.loop().Run();
+    EXPECT_NEAR(done / kMs, c.done_ms, 1e-6) << "unattended_bytes " << c.unattended_bytes;
+  }
+}
+
 }  // namespace
 }  // namespace rdmaflow::sim::internal
