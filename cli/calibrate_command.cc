@@ -10,9 +10,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/args.h"
@@ -73,12 +75,30 @@ absl::StatusOr<double> SharingRatio(const std::string& text) {
 // The link of --links named `name` in `calibration`; kInvalidArgument
 // naming `flag` when --links does not measure it.
 absl::StatusOr<sim::LinkProfile*> MeasuredLink(sim::Calibration& calibration,
-                                               const std::string& name, const char* flag) {
+                                               const std::string& name, absl::string_view flag) {
   for (sim::LinkProfile& link : *calibration.mutable_links()) {
     if (link.name() == name) return &link;
   }
   return absl::InvalidArgumentError(
       absl::StrCat(flag, " names link '", name, "', which --links does not measure"));
+}
+
+// For each NAME=FILE of --`flag`: `fn` with the link --links measured under
+// NAME and the benchmark report FILE holds.
+absl::Status ForEachLinkReport(
+    const ParsedArgs& args, const std::string& flag, sim::Calibration& calibration,
+    absl::FunctionRef<absl::Status(sim::LinkProfile&, const results::BenchmarkReport&,
+                                   const std::string& path)>
+        fn) {
+  ASSIGN_OR_RETURN(auto items, ParseKeyValues(args.Get(flag), absl::StrCat("--", flag, " item")));
+  for (const auto& [name, path] : items) {
+    ASSIGN_OR_RETURN(sim::LinkProfile * link,
+                     MeasuredLink(calibration, name, absl::StrCat("--", flag)));
+    results::BenchmarkReport report;
+    RETURN_IF_ERROR(ReadJsonFile(path, &report));
+    RETURN_IF_ERROR(fn(*link, report, path));
+  }
+  return absl::OkStatus();
 }
 
 // The command line's own mistakes, found before any file is read: a usage
@@ -143,27 +163,27 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
     link->set_moving_cpu(share);
     out << "link " << name << ": a rank moving data uses " << share << " of a core\n";
   }
-  ASSIGN_OR_RETURN(auto rings, ParseKeyValues(args.Get("shared_ring"), "--shared_ring item"));
-  for (const auto& [name, path] : rings) {
-    ASSIGN_OR_RETURN(sim::LinkProfile * link, MeasuredLink(calibration, name, "--shared_ring"));
-    results::BenchmarkReport report;
-    RETURN_IF_ERROR(ReadJsonFile(path, &report));
-    ASSIGN_OR_RETURN(const auto ring, sim::SharedRingFromAllReduce(report, path));
-    link->set_shared_ring_gbps(ring.first);
-    link->set_shared_ring_ranks(ring.second);
-    out << "link " << name << ": a ring of " << ring.second << " ranks sharing the cores moves "
-        << ring.first << " GB/s\n";
-  }
-  ASSIGN_OR_RETURN(auto unattended, ParseKeyValues(args.Get("unattended"), "--unattended item"));
-  for (const auto& [name, path] : unattended) {
-    ASSIGN_OR_RETURN(sim::LinkProfile * link, MeasuredLink(calibration, name, "--unattended"));
-    results::BenchmarkReport report;
-    RETURN_IF_ERROR(ReadJsonFile(path, &report));
-    ASSIGN_OR_RETURN(const double bytes, sim::UnattendedBytesFromPingPong(report, path));
-    link->set_unattended_bytes(bytes);
-    out << "link " << name << ": a busy owner's socket carries " << bytes
-        << " bytes of a read on alone\n";
-  }
+  RETURN_IF_ERROR(ForEachLinkReport(
+      args, "shared_ring", calibration,
+      [&](sim::LinkProfile& link, const results::BenchmarkReport& report,
+          const std::string& path) -> absl::Status {
+        ASSIGN_OR_RETURN(const auto ring, sim::SharedRingFromAllReduce(report, path));
+        link.set_shared_ring_gbps(ring.first);
+        link.set_shared_ring_ranks(ring.second);
+        out << "link " << link.name() << ": a ring of " << ring.second
+            << " ranks sharing the cores moves " << ring.first << " GB/s\n";
+        return absl::OkStatus();
+      }));
+  RETURN_IF_ERROR(ForEachLinkReport(
+      args, "unattended", calibration,
+      [&](sim::LinkProfile& link, const results::BenchmarkReport& report,
+          const std::string& path) -> absl::Status {
+        ASSIGN_OR_RETURN(const double bytes, sim::UnattendedBytesFromPingPong(report, path));
+        link.set_unattended_bytes(bytes);
+        out << "link " << link.name() << ": a busy owner's socket carries " << bytes
+            << " bytes of a read on alone\n";
+        return absl::OkStatus();
+      }));
   if (args.Has("allreduce")) {
     results::BenchmarkReport report;
     RETURN_IF_ERROR(ReadJsonFile(args.Get("allreduce"), &report));

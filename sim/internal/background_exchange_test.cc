@@ -7,25 +7,12 @@
 
 #include "gtest/gtest.h"
 #include "sim/internal/job.h"
+#include "sim/internal/test_hosts.h"
 
 namespace rdmaflow::sim::internal {
 namespace {
 
 constexpr double kMs = 1e-3;
-
-// 2 ranks, one a host; a link of 1 MB/s (a byte a microsecond), 10 us of
-// latency, whose one-sided reads need the owner's progress (UCX over TCP).
-Scenario TwoHosts() {
-  Scenario s;
-  s.ranks = 2;
-  s.host.set_cores(4);
-  s.network.set_name("test");
-  s.network.set_latency_us(10);
-  s.network.set_bandwidth_gbps(1e-3);
-  s.network.set_needs_target_progress(true);
-  s.local = s.network;
-  return s;
-}
 
 // Rank 0 starts an exchange that ends at once, then computes a step (0-50
 // ms) and another after its next update (50-100 ms). Its communication
@@ -34,7 +21,7 @@ Scenario TwoHosts() {
 // answered during the first compute; one at 60 ms waits for the second
 // compute to end.
 TEST(BackgroundExchangeTest, TheRankServesFromTheExchangeToItsNextUpdate) {
-  Job job(TwoHosts(), Costs{});
+  Job job(SlowLinkHosts(2, /*emulated=*/true), Costs{});
   BackgroundExchanges background(job);
   const BackgroundExchanges::Exchange ends_at_once = [](std::function<void(bool)> done) {
     done(true);

@@ -1,28 +1,18 @@
 // File: job_test.cc
-// A notified write over a link whose one-sided operations are emulated
-// (UCX over TCP): what its notification waits for.
+// The simulator's shared job over a link whose one-sided operations are
+// emulated (UCX over TCP): what a notified write, a put and a read wait
+// for, and the CPU that polling ranks take from compute.
 #include "sim/internal/job.h"
 
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "sim/internal/test_hosts.h"
 
 namespace rdmaflow::sim::internal {
 namespace {
 
-// 3 ranks, one a host, each with its own cores; a link of 1 MB/s (a byte a
-// microsecond), 10 us of latency, no per-message cost.
-Scenario ThreeHosts(bool emulated) {
-  Scenario s;
-  s.ranks = 3;
-  s.host.set_cores(4);
-  s.network.set_name("test");
-  s.network.set_latency_us(10);
-  s.network.set_bandwidth_gbps(1e-3);
-  s.network.set_needs_target_progress(emulated);
-  s.local = s.network;
-  return s;
-}
+Scenario ThreeHosts(bool emulated) { return SlowLinkHosts(3, emulated); }
 
 constexpr double kMs = 1e-3;
 
