@@ -153,7 +153,7 @@ absl::Status Mailbox::Send(int peer, const std::byte* data) {
                         ++sent_[peer], absl::Now() + timeout_, fences_[peer]));
 }
 
-absl::Status Mailbox::Probe(int peer) {
+absl::Status Mailbox::ProbeAllowed(int peer) const {
   if (peer < 0 || peer >= world_ || endpoints_[peer] == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("mailbox of rank ", rank_, ": Probe() of rank ", peer,
@@ -161,8 +161,17 @@ absl::Status Mailbox::Probe(int peer) {
   }
   RETURN_IF_ERROR(senders_[peer].status());
   // Severed (by this mailbox or another protocol on the links): why.
-  RETURN_IF_ERROR(links_.PeerStatus(peer));
+  return links_.PeerStatus(peer);
+}
+
+absl::Status Mailbox::Probe(int peer) {
+  RETURN_IF_ERROR(ProbeAllowed(peer));
   return Checked(peer, Flush(loop_, *endpoints_[peer], absl::Now() + timeout_, fences_[peer]));
+}
+
+absl::Status Mailbox::PostProbe(int peer, rdma::Completion done) {
+  RETURN_IF_ERROR(ProbeAllowed(peer));
+  return endpoints_[peer]->PostFlush(std::move(done));
 }
 
 absl::Status Mailbox::PeerStatus(int peer) const {

@@ -103,6 +103,11 @@ class Mailbox {
   // Flushes the connection to `peer`: OK while it lives. PeerStatus(peer)
   // once the peer broke the protocol.
   absl::Status Probe(int peer);
+  // Probe() without waiting: posts the flush, whose `done` fires from the
+  // loop's progress once `peer` answered, or with why not; as
+  // VersionedReader::PostProbe (it may not fire while the peer does not
+  // progress; it holds no memory, so the caller may stop waiting for it).
+  absl::Status PostProbe(int peer, rdma::Completion done);
 
   // OK, or kDataLoss naming what `peer` wrote into its slot here that no
   // honest sender writes (a stamp going back). kInvalidArgument for a rank
@@ -127,6 +132,8 @@ class Mailbox {
   // `status` of a Send() or Probe() to `peer`, with the mailbox named; a
   // peer found gone is severed on the links.
   absl::Status Checked(int peer, absl::Status status);
+  // Whether `peer` may be probed: connected, not failed, not severed.
+  absl::Status ProbeAllowed(int peer) const;
 
   OwnLinks own_;  // links of its own (the Create() without links), or empty
   PeerLinks& links_;

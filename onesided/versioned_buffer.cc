@@ -225,6 +225,11 @@ absl::Status VersionedReader::Probe() {
   return Named(Flush(links_.loop(), *endpoint_, absl::Now() + timeout_, fence_));
 }
 
+absl::Status VersionedReader::PostProbe(rdma::Completion done) {
+  RETURN_IF_ERROR(Named(links_.PeerStatus(owner_)));
+  return Named(endpoint_->PostFlush(std::move(done)));
+}
+
 absl::StatusOr<uint64_t> VersionedReader::LatestVersion() {
   RETURN_IF_ERROR(failed_);
   RETURN_IF_ERROR(ReadWords(0, 1));

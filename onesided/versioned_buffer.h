@@ -165,6 +165,14 @@ class VersionedReader {
   // after the free touches freed memory there. kUnavailable /
   // kDeadlineExceeded as for Read().
   absl::Status Probe();
+  // Probe() without waiting: posts the flush, whose `done` fires from the
+  // loop's progress once the owner answered, or with why not. Over UCX TCP
+  // a flush needs the owner's progress, so `done` may not fire while the
+  // owner does not progress (until the endpoint closes: kCancelled). A
+  // flush holds no memory on either side: the caller may stop waiting for
+  // it, but `done` must stay safe to run until then. kUnavailable when the
+  // owner is known gone; a post's errors (kResourceExhausted: try later).
+  absl::Status PostProbe(rdma::Completion done);
 
   // Reads that saw their copy overwritten and started again.
   int64_t retries() const { return retries_; }

@@ -169,8 +169,20 @@ TEST(VersionedBufferTest, AReaderOfAnOwnerSeveredOnItsLinksSaysWhy) {
         ASSIGN_OR_RETURN(rdma::MemoryRegion dst, transport.Allocate(24));
         EXPECT_OK(reader->Read({&dst, 0, 24}).status());
         EXPECT_OK(reader->Probe());
+        // The probe that does not wait: answered from the loop's progress.
+        absl::Status answer = absl::UnknownError("not answered");
+        bool answered = false;
+        EXPECT_OK(reader->PostProbe([&](absl::Status status) {
+          answer = std::move(status);
+          answered = true;
+        }));
+        EXPECT_OK(loop.WaitFor([&] { return answered; }, absl::Now() + absl::Seconds(60),
+                               "the probe's answer"));
+        EXPECT_OK(answer);
         links->Sever(0, absl::UnavailableError("a ring gave up on rank 0"));
         EXPECT_THAT(reader->Probe(),
+                    StatusIs(absl::StatusCode::kUnavailable, HasSubstr("a ring gave up")));
+        EXPECT_THAT(reader->PostProbe([](absl::Status) {}),
                     StatusIs(absl::StatusCode::kUnavailable, HasSubstr("a ring gave up")));
         EXPECT_THAT(reader->Read({&dst, 0, 24}),
                     StatusIs(absl::StatusCode::kUnavailable,

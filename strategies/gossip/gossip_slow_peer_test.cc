@@ -153,18 +153,22 @@ TEST(GossipSlowPeerTest, TimedOutWriteInPushModeSkipsThePeer) {
 }
 
 TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
-  // Rank 0's probe of rank 2 in Finish() is held (and times out); rank 2
-  // starts finishing only once that probe is out, so it finishes and
-  // leaves (its transport destroyed) while the probe is pending. Rank 2
-  // finished cleanly: rank 0 must not record it as lost.
+  // Rank 0's probe of rank 2 in Finish() is held (never answered: over
+  // TCP, a peer that stopped progressing); rank 2 starts finishing only
+  // once that probe is out, so it finishes and leaves (its transport
+  // destroyed) while the probe is pending. Rank 2 finished cleanly: rank 0
+  // must not record it as lost, nor wait out the probe (in a job, its
+  // other peers may give up on it meanwhile: seen with 4 ranks over TCP).
+  constexpr absl::Duration kLongTimeout = absl::Seconds(30);
   std::vector<int> lost0;
+  absl::Duration finish0;
   const std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         bool told = false;  // outlives `slow`, whose hook reads it
         SlowPeerTransport slow(transport);
         StrategyOptions options =
             testing::ToyOptions(kSteps, {{"topology", "ring"}, {"mode", "push"}});
-        options.communicator_options.timeout = kTimeout;
+        options.communicator_options.timeout = kLongTimeout;
         ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(options));
         std::vector<Parameter> params = {{"a", at::full({kElements}, 1.0f * rank)}};
         RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &slow, &store}, params).status());
@@ -185,12 +189,19 @@ TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
         if (rank == 2) {
           RETURN_IF_ERROR(store.Get("test/probe_held", absl::Seconds(60)).status());
         }
+        const absl::Time begin = absl::Now();
         RETURN_IF_ERROR(strategy->Finish());
-        if (rank == 0) lost0 = strategy->peers_lost();
+        if (rank == 0) {
+          finish0 = absl::Now() - begin;
+          lost0 = strategy->peers_lost();
+        }
         return absl::OkStatus();
       });
   for (const absl::Status& s : status) ASSERT_OK(s);
   EXPECT_TRUE(lost0.empty()) << "rank 0 lost rank " << lost0[0];
+  // The probe was never answered: a Finish() that waited for it took the
+  // whole timeout.
+  EXPECT_LT(finish0, kLongTimeout / 2);
 }
 
 }  // namespace

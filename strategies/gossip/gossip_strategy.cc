@@ -203,14 +203,6 @@ absl::Status GossipStrategy::Push() {
   return absl::OkStatus();
 }
 
-absl::Status GossipStrategy::Probe(int peer) {
-  if (gossip_.mode == GossipMode::kPush) return mailbox_->Probe(peer);
-  // A flush, never a read: a peer that saw every other rank finished may
-  // be freeing its buffer (and over UCX TCP a read of freed memory is
-  // served in software there).
-  return readers_[peer]->Probe();
-}
-
 absl::Status GossipStrategy::DoFinish(bool after_failure) {
   // A read still running (overlap=on) is ended and mixed in: the last
   // step's mix, as without overlap. After a failure it is only ended. Its
@@ -236,9 +228,16 @@ absl::Status GossipStrategy::FinishWithPeers() {
   rdma::Store& store = *context().store;
   const std::string done = absl::StrCat(Ns(), "/finished/");
   RETURN_IF_ERROR(store.Add(absl::StrCat(done, context().rank), 1).status());
-  const absl::Time deadline = absl::Now() + options().communicator_options.timeout;
+  const absl::Duration timeout = options().communicator_options.timeout;
+  const absl::Time deadline = absl::Now() + timeout;
   std::vector<bool> waiting(context().world_size, false);
   for (int r = 0; r < context().world_size; ++r) waiting[r] = r != context().rank && !gone_[r];
+  // A peer that has not finished is probed, without waiting for the
+  // answer: over TCP a probe needs the peer's progress, and a peer that
+  // finishes meanwhile (it saw us finished) stops progressing, so its
+  // probe is then left to run out (a flush holds no memory; its state
+  // outlives us).
+  std::vector<std::shared_ptr<ProbeState>> probes(context().world_size);
   absl::Time next_probe = absl::Now();
   while (true) {
     int left = 0;
@@ -246,8 +245,8 @@ absl::Status GossipStrategy::FinishWithPeers() {
     for (int r = 0; r < context().world_size; ++r) {
       if (!waiting[r]) continue;
       ASSIGN_OR_RETURN(int64_t finished, store.Add(absl::StrCat(done, r), 0));
-      if (finished == 0 && probe) {
-        absl::Status alive = Probe(r);
+      if (finished == 0) {
+        absl::Status alive = TakeProbe(r, probes[r], probe, deadline, timeout);
         if (!alive.ok()) {
           // A peer marks itself finished before it can leave: one that
           // finished and left while the probe was out is not lost.
@@ -259,14 +258,10 @@ absl::Status GossipStrategy::FinishWithPeers() {
       left += waiting[r] ? 1 : 0;
     }
     if (left == 0) return absl::OkStatus();
-    // A probe can take the whole timeout (a peer that is slow to answer):
-    // the flags read before it are stale, so read them once more before
-    // giving up.
-    if (absl::Now() > deadline && !probe) {
+    if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "gossip rank ", context().rank, ": ", left,
-          " live peers did not finish within ",
-          absl::FormatDuration(options().communicator_options.timeout)));
+          " live peers did not finish within ", absl::FormatDuration(timeout)));
     }
     if (probe) next_probe = absl::Now() + absl::Milliseconds(100);
     // Serve the peers' reads (and writes) for a millisecond, idling as the
@@ -276,6 +271,38 @@ absl::Status GossipStrategy::FinishWithPeers() {
                                      slice + absl::Seconds(1),
                                      [] { return std::string("peers to finish"); }));
   }
+}
+
+absl::Status GossipStrategy::TakeProbe(int peer, std::shared_ptr<ProbeState>& probe,
+                                       bool post, absl::Time deadline, absl::Duration timeout) {
+  if (probe != nullptr) {
+    if (probe->answered) {
+      const absl::Status status = std::exchange(probe, nullptr)->status;
+      if (status.ok()) return status;
+      return absl::Status(status.code(), absl::StrCat("gossip rank ", context().rank,
+                                                      ": probe of rank ", peer, ": ",
+                                                      status.message()));
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "gossip rank ", context().rank, ": rank ", peer,
+          " neither finished nor answered a probe within ", absl::FormatDuration(timeout)));
+    }
+    return absl::OkStatus();  // still out
+  }
+  if (!post) return absl::OkStatus();
+  auto state = std::make_shared<ProbeState>();
+  rdma::Completion answered = [state](absl::Status status) {
+    state->status = std::move(status);
+    state->answered = true;
+  };
+  absl::Status posted = gossip_.mode == GossipMode::kPush
+                            ? mailbox_->PostProbe(peer, std::move(answered))
+                            : readers_[peer]->PostProbe(std::move(answered));
+  if (absl::IsResourceExhausted(posted)) return absl::OkStatus();  // the next round
+  if (!posted.ok()) return posted;
+  probe = std::move(state);
+  return absl::OkStatus();
 }
 
 }  // namespace rdmaflow::strategies::gossip

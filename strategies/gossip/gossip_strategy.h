@@ -38,6 +38,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "onesided/mailbox.h"
 #include "onesided/versioned_buffer.h"
 #include "rdma/memory_region.h"
@@ -112,8 +113,19 @@ class GossipStrategy final : public LocalSgdStrategy {
   // For a failed operation on `peer`: true (and the peer is skipped from
   // now on) when the status says the peer is gone.
   bool LostPeer(int peer, const absl::Status& status);
-  // OK while `peer` lives (a one-word read or a flush).
-  absl::Status Probe(int peer);
+  // A liveness probe of a peer in FinishWithPeers(): answered by the
+  // loop's progress, into state that outlives the strategy.
+  struct ProbeState {
+    bool answered = false;
+    absl::Status status;
+  };
+  // `peer`'s probe: its error once answered with one (named), or
+  // kDeadlineExceeded once still out past `deadline` (the finish's, after
+  // `timeout`); OK while it is out, once answered OK (`probe` is then
+  // cleared), and when none is out (posting one first if `post`; a
+  // push-back waits for the next round).
+  absl::Status TakeProbe(int peer, std::shared_ptr<ProbeState>& probe, bool post,
+                         absl::Time deadline, absl::Duration timeout);
 
   const GossipOptions gossip_;
   size_t bytes_ = 0;
