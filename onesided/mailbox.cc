@@ -153,10 +153,10 @@ absl::Status Mailbox::Send(int peer, const std::byte* data) {
                         ++sent_[peer], absl::Now() + timeout_, fences_[peer]));
 }
 
-absl::Status Mailbox::ProbeAllowed(int peer) const {
+absl::Status Mailbox::ProbeAllowed(int peer, absl::string_view call) const {
   if (peer < 0 || peer >= world_ || endpoints_[peer] == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat("mailbox of rank ", rank_, ": Probe() of rank ", peer,
+        absl::StrCat("mailbox of rank ", rank_, ": ", call, " of rank ", peer,
                      " before Connect()"));
   }
   RETURN_IF_ERROR(senders_[peer].status());
@@ -165,12 +165,12 @@ absl::Status Mailbox::ProbeAllowed(int peer) const {
 }
 
 absl::Status Mailbox::Probe(int peer) {
-  RETURN_IF_ERROR(ProbeAllowed(peer));
+  RETURN_IF_ERROR(ProbeAllowed(peer, "Probe()"));
   return Checked(peer, Flush(loop_, *endpoints_[peer], absl::Now() + timeout_, fences_[peer]));
 }
 
 absl::Status Mailbox::PostProbe(int peer, rdma::Completion done) {
-  RETURN_IF_ERROR(ProbeAllowed(peer));
+  RETURN_IF_ERROR(ProbeAllowed(peer, "PostProbe()"));
   return endpoints_[peer]->PostFlush(std::move(done));
 }
 

@@ -50,6 +50,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
@@ -107,6 +108,9 @@ class Mailbox {
   // loop's progress once `peer` answered, or with why not; as
   // VersionedReader::PostProbe (it may not fire while the peer does not
   // progress; it holds no memory, so the caller may stop waiting for it).
+  // `done` gets the flush's own status, unnamed, and a peer it finds gone
+  // is not severed on the links (it may fire after the mailbox is gone):
+  // the caller names it, and says the peer is gone where it keeps track.
   absl::Status PostProbe(int peer, rdma::Completion done);
 
   // OK, or kDataLoss naming what `peer` wrote into its slot here that no
@@ -132,8 +136,9 @@ class Mailbox {
   // `status` of a Send() or Probe() to `peer`, with the mailbox named; a
   // peer found gone is severed on the links.
   absl::Status Checked(int peer, absl::Status status);
-  // Whether `peer` may be probed: connected, not failed, not severed.
-  absl::Status ProbeAllowed(int peer) const;
+  // Whether `peer` may be probed by `call`: connected, not failed, not
+  // severed.
+  absl::Status ProbeAllowed(int peer, absl::string_view call) const;
 
   OwnLinks own_;  // links of its own (the Create() without links), or empty
   PeerLinks& links_;

@@ -204,5 +204,74 @@ TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
   EXPECT_LT(finish0, kLongTimeout / 2);
 }
 
+// A live peer that never finishes (rank 2 calls Finish() only after rank
+// 0's has returned) answers rank 0's probes: rank 0 must report it, not
+// record it as lost, once its timeout has passed. Rank 0's tenth probe of
+// rank 2 (about 0.9 s into its Finish()) is held until just past the
+// finish's deadline (3 s), then answered: a probe still out at the
+// deadline is waited for up to its own timeout, not taken for a lost
+// peer. In both modes: push probes the peer's mailbox, pull its published
+// buffer.
+void ExpectLivePeerThatNeverFinishesIsReported(const std::string& mode) {
+  constexpr absl::Duration kFinishTimeout = absl::Seconds(3);
+  absl::Status finish0;
+  std::vector<int> lost0;
+  bool released = false;
+  const std::vector<absl::Status> status = rdma::testing::RunRankThreads(
+      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        absl::Time begin = absl::InfiniteFuture();  // outlives `slow`, whose hook reads it
+        SlowPeerTransport slow(transport);
+        StrategyOptions options =
+            testing::ToyOptions(kSteps, {{"topology", "ring"}, {"mode", mode}});
+        // Only rank 0 gives up; the others wait for rank 2 as long as it takes.
+        options.communicator_options.timeout = rank == 0 ? kFinishTimeout : absl::Seconds(60);
+        ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(options));
+        std::vector<Parameter> params = {{"a", at::full({kElements}, 1.0f * rank)}};
+        RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &slow, &store}, params).status());
+        RETURN_IF_ERROR(strategy->Start());
+        ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> { return ComputeResult{}; };
+        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(nothing).status());
+        if (rank == 0) {
+          SlowPeerTransport::Hold probe;
+          probe.op = SlowPeerTransport::Op::kFlush;
+          probe.peer = 2;
+          probe.nth = 10;
+          slow.AddHold(probe);
+          slow.SetBeforeProgress([&] {
+            if (!released && slow.held() > 0 &&
+                absl::Now() > begin + kFinishTimeout + absl::Milliseconds(50)) {
+              slow.ReleaseAll();
+              released = true;
+            }
+          });
+        }
+        if (rank == 2) {
+          RETURN_IF_ERROR(store.Get("test/rank0_finished", absl::Seconds(60)).status());
+        }
+        begin = absl::Now();
+        absl::Status finished = strategy->Finish();
+        if (rank == 0) {
+          finish0 = finished;
+          lost0 = strategy->peers_lost();
+          RETURN_IF_ERROR(store.Set("test/rank0_finished", "1"));
+          return absl::OkStatus();
+        }
+        return finished;
+      });
+  for (const absl::Status& s : status) ASSERT_OK(s);
+  EXPECT_TRUE(released) << "rank 0's tenth probe of rank 2 was not held over the deadline";
+  EXPECT_THAT(finish0, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                AllOf(HasSubstr("ranks 2"), HasSubstr("did not finish"))));
+  EXPECT_TRUE(lost0.empty()) << "rank 0 recorded live rank " << lost0[0] << " as lost";
+}
+
+TEST(GossipSlowPeerTest, ALivePeerThatNeverFinishesIsReportedInPushMode) {
+  ExpectLivePeerThatNeverFinishesIsReported("push");
+}
+
+TEST(GossipSlowPeerTest, ALivePeerThatNeverFinishesIsReportedInPullMode) {
+  ExpectLivePeerThatNeverFinishesIsReported("pull");
+}
+
 }  // namespace
 }  // namespace rdmaflow::strategies::gossip

@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "ATen/core/grad_mode.h"
 #include "ATen/ops/from_blob.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/graph_builder.h"
 #include "onesided/progress/waits.h"
@@ -236,17 +238,21 @@ absl::Status GossipStrategy::FinishWithPeers() {
   // answer: over TCP a probe needs the peer's progress, and a peer that
   // finishes meanwhile (it saw us finished) stops progressing, so its
   // probe is then left to run out (a flush holds no memory; its state
-  // outlives us).
+  // outlives us). A probe runs out `timeout` after it was posted, not at
+  // the finish's deadline: one posted just before the deadline is waited
+  // for, so that a live peer which answers it is reported as not finished
+  // rather than lost. No probe is posted after the deadline.
   std::vector<std::shared_ptr<ProbeState>> probes(context().world_size);
   absl::Time next_probe = absl::Now();
   while (true) {
-    int left = 0;
-    const bool probe = absl::Now() >= next_probe;
+    int left = 0, probed = 0;
+    const absl::Time now = absl::Now();
+    const bool probe = now >= next_probe && now <= deadline;
     for (int r = 0; r < context().world_size; ++r) {
       if (!waiting[r]) continue;
       ASSIGN_OR_RETURN(int64_t finished, store.Add(absl::StrCat(done, r), 0));
       if (finished == 0) {
-        absl::Status alive = TakeProbe(r, probes[r], probe, deadline, timeout);
+        absl::Status alive = TakeProbe(r, probes[r], probe, timeout);
         if (!alive.ok()) {
           // A peer marks itself finished before it can leave: one that
           // finished and left while the probe was out is not lost.
@@ -256,12 +262,18 @@ absl::Status GossipStrategy::FinishWithPeers() {
       }
       waiting[r] = finished == 0 && !gone_[r];
       left += waiting[r] ? 1 : 0;
+      probed += waiting[r] && probes[r] != nullptr ? 1 : 0;
     }
     if (left == 0) return absl::OkStatus();
-    if (absl::Now() > deadline) {
+    if (absl::Now() > deadline && probed == 0) {
+      std::vector<int> unfinished;
+      for (int r = 0; r < context().world_size; ++r) {
+        if (waiting[r]) unfinished.push_back(r);
+      }
       return absl::DeadlineExceededError(absl::StrCat(
-          "gossip rank ", context().rank, ": ", left,
-          " live peers did not finish within ", absl::FormatDuration(timeout)));
+          "gossip rank ", context().rank, ": live peers (ranks ", absl::StrJoin(unfinished, ", "),
+          ") did not finish within ", absl::FormatDuration(timeout),
+          "; check that every rank runs the same number of steps and calls Finish()"));
     }
     if (probe) next_probe = absl::Now() + absl::Milliseconds(100);
     // Serve the peers' reads (and writes) for a millisecond, idling as the
@@ -274,7 +286,7 @@ absl::Status GossipStrategy::FinishWithPeers() {
 }
 
 absl::Status GossipStrategy::TakeProbe(int peer, std::shared_ptr<ProbeState>& probe,
-                                       bool post, absl::Time deadline, absl::Duration timeout) {
+                                       bool post, absl::Duration timeout) {
   if (probe != nullptr) {
     if (probe->answered) {
       const absl::Status status = std::exchange(probe, nullptr)->status;
@@ -283,7 +295,7 @@ absl::Status GossipStrategy::TakeProbe(int peer, std::shared_ptr<ProbeState>& pr
                                                       ": probe of rank ", peer, ": ",
                                                       status.message()));
     }
-    if (absl::Now() > deadline) {
+    if (absl::Now() > probe->posted + timeout) {
       return absl::DeadlineExceededError(absl::StrCat(
           "gossip rank ", context().rank, ": rank ", peer,
           " neither finished nor answered a probe within ", absl::FormatDuration(timeout)));
@@ -292,6 +304,7 @@ absl::Status GossipStrategy::TakeProbe(int peer, std::shared_ptr<ProbeState>& pr
   }
   if (!post) return absl::OkStatus();
   auto state = std::make_shared<ProbeState>();
+  state->posted = absl::Now();
   rdma::Completion answered = [state](absl::Status status) {
     state->status = std::move(status);
     state->answered = true;

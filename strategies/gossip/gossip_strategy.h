@@ -116,16 +116,17 @@ class GossipStrategy final : public LocalSgdStrategy {
   // A liveness probe of a peer in FinishWithPeers(): answered by the
   // loop's progress, into state that outlives the strategy.
   struct ProbeState {
+    absl::Time posted;
     bool answered = false;
     absl::Status status;
   };
   // `peer`'s probe: its error once answered with one (named), or
-  // kDeadlineExceeded once still out past `deadline` (the finish's, after
-  // `timeout`); OK while it is out, once answered OK (`probe` is then
-  // cleared), and when none is out (posting one first if `post`; a
-  // push-back waits for the next round).
+  // kDeadlineExceeded once still out `timeout` after it was posted; OK
+  // while it is out, once answered OK (`probe` is then cleared), and when
+  // none is out (posting one first if `post`; a push-back waits for the
+  // next round).
   absl::Status TakeProbe(int peer, std::shared_ptr<ProbeState>& probe, bool post,
-                         absl::Time deadline, absl::Duration timeout);
+                         absl::Duration timeout);
 
   const GossipOptions gossip_;
   size_t bytes_ = 0;

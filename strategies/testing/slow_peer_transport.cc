@@ -190,17 +190,25 @@ void SlowPeerTransport::BeforePost(Op op, int peer) {
   for (size_t r = 0; r < rules_.size(); ++r) {
     const Hold& hold = rules_[r].hold;
     if (!hold.release_before || !hold.release_before(op, peer, nth)) continue;
-    std::vector<std::unique_ptr<HeldOp>> released;
-    for (auto it = held_ops_.begin(); it != held_ops_.end();) {
-      if ((*it)->rule == static_cast<int>(r)) {
-        released.push_back(std::move(*it));
-        it = held_ops_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    for (auto& held : released) Release(*held);
+    ReleaseRule(static_cast<int>(r));
   }
+}
+
+void SlowPeerTransport::ReleaseAll() {
+  for (size_t r = 0; r < rules_.size(); ++r) ReleaseRule(static_cast<int>(r));
+}
+
+void SlowPeerTransport::ReleaseRule(int rule) {
+  std::vector<std::unique_ptr<HeldOp>> released;
+  for (auto it = held_ops_.begin(); it != held_ops_.end();) {
+    if ((*it)->rule == rule) {
+      released.push_back(std::move(*it));
+      it = held_ops_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& held : released) Release(*held);
 }
 
 int SlowPeerTransport::Decide(Op op, int peer, size_t length) {

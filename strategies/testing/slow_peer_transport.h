@@ -80,6 +80,9 @@ class SlowPeerTransport final : public rdma::testing::TransportWrapper {
   }
 
   void AddHold(Hold hold);
+  // Releases everything held now (from the posting thread, e.g. in the
+  // SetBeforeProgress hook): a peer that was slow, not gone.
+  void ReleaseAll();
   // Runs before every Progress() on the calling thread.
   void SetBeforeProgress(std::function<void()> hook) { before_progress_ = std::move(hook); }
 
@@ -109,6 +112,8 @@ class SlowPeerTransport final : public rdma::testing::TransportWrapper {
   // The index of the rule that holds the next `op` of `length` bytes
   // towards `peer`, or -1.
   int Decide(Op op, int peer, size_t length);
+  // Releases what rule `rule` holds, in order.
+  void ReleaseRule(int rule);
   // Hands a held operation to the inner endpoint.
   void Release(HeldOp& op);
   // Closes the inner endpoint of `state` once nothing held needs it.
