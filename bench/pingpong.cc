@@ -467,6 +467,10 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
     }
     std::vector<double> busy_reads;
     if (options.reads && options.owner_busy > absl::ZeroDuration()) {
+      // The owner's compute is not the link's slowness: a fresh deadline
+      // with room for it (--owner_busy_ms may be up to a minute).
+      link.deadline =
+          absl::Now() + options.timeout + kOwnerBusyReads * (options.owner_busy + kOwnerServe);
       ASSIGN_OR_RETURN(busy_reads, OwnerBusyReads(link, bytes, options.owner_busy));
     }
     if (rank != 0) continue;

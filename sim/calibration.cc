@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "sim/scenario.h"
 
 namespace rdmaflow::sim {
 namespace {
@@ -112,7 +113,9 @@ absl::StatusOr<double> UnattendedBytesFromPingPong(const results::BenchmarkRepor
         " us and busy time ", read_us, " us; expected finite positive figures"));
   }
   const double delayed = std::max(0.0, read_us - busy_us) / idle_us;
-  return bytes * std::clamp(1 - delayed, 0.0, 1.0);
+  // A read delayed by all of its idle time (or more, noise) still had a
+  // page in flight; and 0 would read as "not measured".
+  return std::max(bytes * std::clamp(1 - delayed, 0.0, 1.0), kMinUnattendedBytes);
 }
 
 double MemcpyFromPingPong(const results::BenchmarkReport& report) {

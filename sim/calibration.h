@@ -44,7 +44,8 @@ absl::StatusOr<std::pair<double, int>> SharedRingFromAllReduce(
 // row timed with its owner busy. A read of B bytes that takes t idle and
 // t_busy with the owner computing T from just after it began moved
 // B x (1 - (t_busy - T) / t) while the owner computed; at most B (a read
-// that was not delayed at all moved everything: B is then a lower bound).
+// that was not delayed at all moved everything: B is then a lower bound),
+// and at least kMinUnattendedBytes (scenario.h).
 // kInvalidArgument naming `source` for no such row or figures that are not
 // finite and positive.
 absl::StatusOr<double> UnattendedBytesFromPingPong(const results::BenchmarkReport& report,

@@ -15,6 +15,11 @@
 
 namespace rdmaflow::sim {
 
+// The smallest measured LinkProfile.unattended_bytes: a socket's buffer
+// holds at least a page, and a smaller positive figure would split a read
+// into needlessly many events. (0 stays "not measured".)
+inline constexpr double kMinUnattendedBytes = 4096;
+
 // Value type.
 struct Scenario {
   ModelProfile model;

@@ -31,6 +31,12 @@ absl::Status CheckLink(const LinkProfile& link, const char* role) {
         "bytes out of range (negative, not finite, absurdly large, or a wait CPU or moving CPU "
         "above 1 core)"));
   }
+  if (link.unattended_bytes() > 0 && link.unattended_bytes() < kMinUnattendedBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", role, " link '", link.name(), "' has unattended_bytes ",
+        link.unattended_bytes(), "; a measured figure is at least ", kMinUnattendedBytes,
+        " (a page), and 0 means not measured"));
+  }
   return absl::OkStatus();
 }
 

@@ -18,6 +18,7 @@ namespace rdmaflow::sim {
 namespace {
 
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // A two-layer model: features 10 ms forward, 20 ms backward, 1 MB of
@@ -548,6 +549,9 @@ TEST(SimulateTest, BadScenariosAreNamed) {
   s.network.set_unattended_bytes(-1);
   EXPECT_THAT(Simulate(s),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unattended bytes")));
+  s.network.set_unattended_bytes(100);  // a handful of bytes: an event per 100
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    AllOf(HasSubstr("unattended_bytes 100"), HasSubstr("0 means"))));
   s = Base("ps", 2);
   s.params = {{"servers", "2"}};
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("worker")));

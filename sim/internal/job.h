@@ -168,7 +168,9 @@ class Job {
   // The rest of a read's answer, `bytes` from `owner` to `reader` over a
   // link that needs progress: the owner hands its socket up to the link's
   // unattended_bytes at its next progress, which cross while it computes;
-  // then the rest, at its next progress after they crossed.
+  // then the rest, at its next progress after they crossed. (Each handful
+  // pays the link's latency again, where a socket streams on: at most
+  // bytes / unattended_bytes latencies, a few per read as measured.)
   void Answer(int reader, int owner, double bytes, EventLoop::Callback done);
   // Sends `bytes` from writer to target and notes when they arrive on
   // their connection (stream_arrival_); returns that time.
