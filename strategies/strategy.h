@@ -85,6 +85,12 @@ struct ModelSplit {
   std::vector<std::string> head_parameters;
   std::vector<int64_t> sample_shape;      // one input, e.g. {1, 28, 28}
   std::vector<int64_t> activation_shape;  // one sample's activations
+  // Set by a split that runs on copies of the parameters (a device's,
+  // train/device_model.h); null otherwise. The strategy calls it once it
+  // has changed the parameters' values (an update, a model shared in):
+  // features, head and a backward still due through them run with the
+  // values of the moment they run, as on the parameters themselves.
+  std::function<void()> parameters_changed;
 };
 
 // The job as this rank sees it. The transport and store outlive the

@@ -6,6 +6,10 @@
 // strategy has its own target (layer_separated_train_e2e_test.cc), so that
 // each stays well inside its timeout on two loaded cores. Skips without the
 // dataset.
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -25,26 +29,30 @@ TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
 
 // --device mirror runs each worker's forward and backward on a copy of the
 // model (the --device cuda path, on the CPU): the same steps as on the
-// model itself, so the same loss and accuracy, for a collective strategy
-// and the parameter server (train:device_model_test checks the gradients
-// of a strategy that leaves them undefined, as gossip does).
+// model itself, so the same loss and accuracy, for a collective strategy,
+// the parameter server, and layer separation (whose ranks run the copy's
+// features and head themselves), also pipelined (train:device_model_test
+// checks the gradients of a strategy that leaves them undefined, as gossip
+// does).
 TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
-  for (const char* strategy : {"allreduce", "ps"}) {
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"allreduce", "--strategy allreduce"},
+      {"ps", "--strategy ps"},
+      {"layer_separated", "--strategy layer_separated --strategy_params fc_ranks=1"},
+      {"layer_separated_overlap",
+       "--strategy layer_separated --strategy_params fc_ranks=1,overlap=on"},
+  };
+  for (const auto& [name, strategy] : runs) {
     const std::string flags =
-        absl::StrCat("--local 3 --model lenet5 --strategy ", strategy, " --steps 20 --seed 3");
-    const testing::TrainRun host = testing::Train(absl::StrCat(strategy, "_cpu"), flags);
-    const testing::TrainRun mirror = testing::Train(absl::StrCat(strategy, "_mirror"),
+        absl::StrCat("--local 3 --model lenet5 ", strategy, " --steps 20 --seed 3");
+    const testing::TrainRun host = testing::Train(absl::StrCat(name, "_cpu"), flags);
+    const testing::TrainRun mirror = testing::Train(absl::StrCat(name, "_mirror"),
                                                     absl::StrCat(flags, " --device mirror"));
-    EXPECT_GT(host.summary.final_loss(), 0) << strategy;
-    EXPECT_NEAR(mirror.summary.final_loss(), host.summary.final_loss(), 1e-5) << strategy;
-    EXPECT_NEAR(mirror.summary.test_accuracy(), host.summary.test_accuracy(), 1e-9) << strategy;
+    EXPECT_GT(host.summary.final_loss(), 0) << name;
+    EXPECT_NEAR(mirror.summary.final_loss(), host.summary.final_loss(), 1e-5) << name;
+    EXPECT_NEAR(mirror.summary.test_accuracy(), host.summary.test_accuracy(), 1e-9) << name;
   }
-  // Refusals: a strategy that runs its model itself, and a GPU that is
-  // not there (here), each named.
-  EXPECT_THAT(testing::TrainExpectingFailure(
-                  "layer_separated_mirror",
-                  "--local 3 --model lenet5 --strategy layer_separated --steps 2 --device mirror"),
-              ::testing::HasSubstr("layer_separated runs its model halves on the CPU only"));
+  // A GPU that is not there (here) is named.
   EXPECT_THAT(testing::TrainExpectingFailure(
                   "cuda_without_gpu",
                   "--local 2 --model lenet5 --strategy allreduce --steps 2 --device cuda"),

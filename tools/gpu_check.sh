@@ -212,6 +212,20 @@ run() {
           "$(grep -o '"mean_step_ms": [0-9.]*' "$out/ps_vgg_$comm.json")")" ||
         { tail -5 "$out/ps_vgg_$comm.log"; add_row "rdmaflow_train ps $comm FAILED"; }
     done
+    # The Stanza seed on the GPU: layer separation against the parameter
+    # server above, same model and ranks (2 conv ranks and 1 FC rank, its
+    # halves on the GPU), without and with Stanza's pipeline.
+    local overlap
+    for overlap in off on; do
+      echo "== rdmaflow_train layer_separated vgg --device cuda overlap=$overlap"
+      timeout -k 10 240 .gpu/bin/rdmaflow_train --local 3 --model vgg --strategy layer_separated \
+        --strategy_params "fc_ranks=1,overlap=$overlap" --synthetic --device cuda --steps 60 \
+        --progress=false --transport_params tls=shm --json "$out/ls_vgg_$overlap.json" \
+        >"$out/ls_vgg_$overlap.log" 2>&1 &&
+        add_row "$(printf 'layer_separated vgg cuda overlap=%-3s %s' "$overlap" \
+          "$(grep -o '"mean_step_ms": [0-9.]*' "$out/ls_vgg_$overlap.json")")" ||
+        { tail -5 "$out/ls_vgg_$overlap.log"; add_row "rdmaflow_train layer_separated $overlap FAILED"; }
+    done
     echo "== the Python module for this machine's Python"
     if build_module "$out"; then
       add_row "rdmaflow_torch module built"

@@ -1,7 +1,10 @@
 #include "train/device_model.h"
 
 #include <exception>
+#include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -80,6 +83,12 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const std::stri
 
 absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor& x,
                                                                const at::Tensor& y) {
+  if (use_ == Use::kSplit) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model ", model_.name, " on ", device_.str(),
+        ": Compute() after Split() (its hooks would add the gradients twice)"));
+  }
+  use_ = Use::kCompute;
   try {
     {
       torch::NoGradGuard no_grad;
@@ -118,6 +127,84 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
     return absl::InternalError(absl::StrCat("model ", model_.name, " on ", device_.str(), ": ",
                                             strategies::ExceptionText(e)));
   }
+}
+
+absl::StatusOr<strategies::ModelSplit> DeviceModel::Split() {
+  if (use_ != Use::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model ", model_.name, " on ", device_.str(), ": Split() after ",
+        use_ == Use::kSplit ? "Split()" : "Compute()",
+        " (the copy's gradients would reach the host twice)"));
+  }
+  if (!model_.split_status.ok() || !model_.split.features || !model_.split.head) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", model_.name, " has no features and head to run on ", device_.str(), ": ",
+        model_.split_status.ok() ? "no split" : model_.split_status.message()));
+  }
+  const std::set<std::string> head(model_.split.head_parameters.begin(),
+                                   model_.split.head_parameters.end());
+  const std::vector<strategies::Parameter> named = model_.Parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    (head.count(named[i].name) ? head_ : features_).parameters.push_back(i);
+  }
+  try {
+    for (size_t i = 0; i < copies_.size(); ++i) {
+      // The copy's gradient joins the host parameter's as the backward
+      // computes it: ModelSplit's users read the host's after backward().
+      copies_[i].register_hook([host = host_[i]](const at::Tensor& grad) {
+        torch::NoGradGuard no_grad;
+        // A copy even on the CPU (mirror), as in Compute().
+        at::Tensor host_side = grad.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+        if (host.grad().defined()) {
+          host.mutable_grad().add_(host_side);
+        } else {
+          host.mutable_grad() = host_side;
+        }
+      });
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("model ", model_.name, " on ", device_.str(),
+                                            ": hooking its parameters: ",
+                                            strategies::ExceptionText(e)));
+  }
+  use_ = Use::kSplit;
+  strategies::ModelSplit split = model_.split;
+  split.features = [this, features = model_.split.features](const at::Tensor& x) {
+    return RunPart(features, features_, x);
+  };
+  split.head = [this, head_fn = model_.split.head](const at::Tensor& x) {
+    return RunPart(head_fn, head_, x);
+  };
+  split.parameters_changed = [this] { features_.stale = head_.stale = true; };
+  return split;
+}
+
+void DeviceModel::Refresh(Part& part) {
+  if (!part.stale) return;
+  torch::NoGradGuard no_grad;
+  for (size_t i : part.parameters) {
+    copies_[i].set_data(
+        host_[i].detach().to(device_, /*non_blocking=*/false, /*copy=*/true));
+    // The hook has handed every gradient on: the copy keeps none.
+    copies_[i].mutable_grad() = at::Tensor();
+  }
+  part.stale = false;
+}
+
+at::Tensor DeviceModel::RunPart(const std::function<at::Tensor(const at::Tensor&)>& part_fn,
+                                Part& part, const at::Tensor& x) {
+  Refresh(part);
+  // Tracked moves: the backward brings the input's gradient back to the
+  // host (the head's activations) and the output's to the device.
+  at::Tensor out = part_fn(x.to(device_)).to(at::kCPU);
+  if (out.requires_grad()) {
+    // Before the backward reaches the copy: the values of that moment
+    // (runs on the thread that calls backward(), before any device work).
+    out.register_hook([this, &part](const at::Tensor&) { Refresh(part); });
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < host_buffers_.size(); ++i) host_buffers_[i].copy_(copy_buffers_[i]);
+  return out;
 }
 
 }  // namespace rdmaflow::train

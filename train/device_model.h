@@ -13,6 +13,12 @@
 // strategies' tensors (docs/device.md, "Device slots in the plan") are
 // issue 44's next step.
 //
+// layer_separated runs its model halves itself: Split() gives it features
+// and head that run on the device copy the same way (host tensors in and
+// out, the host parameters' values in, their gradients out through hooks
+// on the copy's parameters during the strategy's own backward). A model
+// serves Compute() or Split(), not both.
+//
 //   cuda     the model on GPU 0 (LoadTorchCuda: torch's CUDA library)
 //   mirror   the copy on the CPU: the same path without a GPU, for tests
 //
@@ -22,6 +28,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,8 +57,38 @@ class DeviceModel {
   // parameters' current values; the gradients added to theirs.
   absl::StatusOr<strategies::ComputeResult> Compute(const at::Tensor& x, const at::Tensor& y);
 
+  // The model's features and head on the device, for layer_separated
+  // (ModelSplit's contract: host tensors in and out, autograd through
+  // both). A part's copy takes the host parameters' values when it first
+  // runs and again, in new storage, at its first forward or backward after
+  // the strategy said they changed (ModelSplit::parameters_changed): a
+  // backward still due from an earlier forward (Stanza's pipeline forwards
+  // a batch ahead) then runs, as on the host, with the values of the
+  // moment it runs. The backward adds the copy's gradients to the host
+  // parameters'. What they throw is the strategy's to catch, as on the
+  // host. kInvalidArgument when the model has no split (`split_status`
+  // says why), kFailedPrecondition after Compute() or a second Split().
+  absl::StatusOr<strategies::ModelSplit> Split();
+
  private:
   DeviceModel() = default;
+  // The features' and the head's parameters (indices), and whether their
+  // copies may lag the host's values.
+  struct Part {
+    std::vector<size_t> parameters;
+    bool stale = true;
+  };
+  // Gives `part`'s copies the host's values in new storage (set_data: no
+  // version bump for a pending backward), if they may lag.
+  void Refresh(Part& part);
+  // `part_fn` of the copy on `x` (host), its result back on the host.
+  at::Tensor RunPart(const std::function<at::Tensor(const at::Tensor&)>& part_fn, Part& part,
+                     const at::Tensor& x);
+
+  Part features_, head_;
+
+  enum class Use { kNone, kCompute, kSplit };
+  Use use_ = Use::kNone;
 
   Model model_;
   at::Device device_{at::kCPU};

@@ -3,12 +3,16 @@
 // accumulates over the same two batches, whether the host's gradients
 // start undefined (gossip, moshpit) or point at memory of their own (ps,
 // allreduce); the copy's BatchNorm statistics come back to the host; and a
-// GPU that is not there is refused by name.
+// GPU that is not there is refused by name. Its split (layer_separated's
+// features and head) back-propagates the same gradients into the host's
+// parameters, also with a batch forwarded ahead, and takes the host's
+// values once told they changed.
 #include "train/device_model.h"
 
 #include <vector>
 
 #include "ATen/ATen.h"
+#include "ATen/core/grad_mode.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "train/models.h"
@@ -60,6 +64,88 @@ TEST(DeviceModelTest, TheMirrorAccumulatesTheHostsGradients) {
           << (params[i].tensor.grad() - reference[i]).abs().max().item<float>();
     }
   }
+}
+
+// layer_separated's use: features on a batch, the head on a detached
+// copy of the activations, the head's backward, then the features' with
+// the activations' gradient, as the conv and FC ranks do. `pipelined`
+// forwards both batches before either goes back, as Stanza's pipeline
+// does (the second forward refreshes the copy's parameters while the
+// first batch's backward is still due).
+void TrainSplit(const strategies::ModelSplit& split, bool pipelined) {
+  const auto batches = Batches();
+  std::vector<at::Tensor> acts;
+  auto back = [&](size_t i) {
+    at::Tensor a = acts[i].detach().requires_grad_(true);
+    at::cross_entropy_loss(split.head(a), batches[i].second).backward();
+    acts[i].backward(a.grad());
+  };
+  for (size_t i = 0; i < batches.size(); ++i) {
+    acts.push_back(split.features(batches[i].first));
+    if (!pipelined) back(i);
+  }
+  if (pipelined) {
+    for (size_t i = 0; i < batches.size(); ++i) back(i);
+  }
+}
+
+TEST(DeviceModelTest, TheSplitBackPropagatesIntoTheHostsParameters) {
+  const std::vector<at::Tensor> reference = Reference("lenet5");
+  for (bool pipelined : {false, true}) {
+    SCOPED_TRACE(pipelined ? "both batches forwarded first" : "batch by batch");
+    ASSERT_OK_AND_ASSIGN(Model host, MakeModel("lenet5", /*seed=*/3));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceModel> mirror,
+                         DeviceModel::Create("mirror", "lenet5", 3, {}, host));
+    ASSERT_OK_AND_ASSIGN(strategies::ModelSplit split, mirror->Split());
+    EXPECT_EQ(split.head_parameters, host.split.head_parameters);
+    EXPECT_EQ(split.sample_shape, host.split.sample_shape);
+    TrainSplit(split, pipelined);
+    const std::vector<strategies::Parameter> params = host.Parameters();
+    ASSERT_EQ(params.size(), reference.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      ASSERT_TRUE(params[i].tensor.grad().defined()) << params[i].name;
+      EXPECT_TRUE(at::allclose(params[i].tensor.grad(), reference[i], 1e-5, 1e-6))
+          << params[i].name << ": max difference "
+          << (params[i].tensor.grad() - reference[i]).abs().max().item<float>();
+    }
+  }
+}
+
+TEST(DeviceModelTest, TheSplitTakesTheHostsValuesOnceTold) {
+  // The strategies' SGD writes the host parameters in place, then says so
+  // (parameters_changed): the copy runs with the new values from then on.
+  ASSERT_OK_AND_ASSIGN(Model host, MakeModel("lenet5", /*seed=*/3));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceModel> mirror,
+                       DeviceModel::Create("mirror", "lenet5", 3, {}, host));
+  ASSERT_OK_AND_ASSIGN(strategies::ModelSplit split, mirror->Split());
+  ASSERT_TRUE(split.parameters_changed);
+  const at::Tensor x = Batches()[0].first;
+  const at::Tensor before = split.features(x);
+  {
+    at::NoGradGuard no_grad;
+    for (const strategies::Parameter& p : host.Parameters()) p.tensor.mul_(0.5);
+  }
+  split.parameters_changed();
+  const at::Tensor on_copy = split.features(x);
+  const at::Tensor on_host = host.split.features(x);
+  EXPECT_FALSE(at::allclose(before, on_host, 1e-5, 1e-6)) << "the update changed nothing";
+  EXPECT_TRUE(at::allclose(on_copy, on_host, 1e-5, 1e-6))
+      << "max difference " << (on_copy - on_host).abs().max().item<float>();
+}
+
+TEST(DeviceModelTest, ACopyServesComputeOrSplitNotBoth) {
+  ASSERT_OK_AND_ASSIGN(Model host, MakeModel("lenet5", /*seed=*/3));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceModel> split_copy,
+                       DeviceModel::Create("mirror", "lenet5", 3, {}, host));
+  ASSERT_OK(split_copy->Split().status());
+  EXPECT_THAT(split_copy->Split().status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  const auto batch = Batches()[0];
+  EXPECT_THAT(split_copy->Compute(batch.first, batch.second).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceModel> compute_copy,
+                       DeviceModel::Create("mirror", "lenet5", 3, {}, host));
+  ASSERT_OK(compute_copy->Compute(batch.first, batch.second).status());
+  EXPECT_THAT(compute_copy->Split().status(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(DeviceModelTest, UnknownDevicesAndMissingGpusAreRefused) {

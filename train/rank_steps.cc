@@ -164,6 +164,14 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
   context.batch_size = config.batch_size;
   context.rejoining = config.rejoining;
   context.split = &state->model.split;
+  if (config.device != "cpu" && config.strategy == "layer_separated") {
+    // The strategy runs the model halves itself: on the device's copy.
+    ASSIGN_OR_RETURN(state->split_device,
+                     DeviceModel::Create(config.device, config.model, config.seed,
+                                         config.sample, state->model));
+    ASSIGN_OR_RETURN(state->device_split, state->split_device->Split());
+    context.split = &state->device_split;
+  }
   context.model = state->model.graph.get();
   const bool model_file = state->model.script != nullptr || state->model.program != nullptr;
   if (rank == 0 && model_file && !state->model.graph_status.ok()) {
@@ -202,7 +210,7 @@ absl::Status LoadRankData(const TrainConfig& config, RankState& state) {
     ASSIGN_OR_RETURN(state.test, LoadSplit(config, "test"));
   }
   std::unique_ptr<DeviceModel> on_device;
-  if (config.device != "cpu") {
+  if (config.device != "cpu" && strategy.needs_compute_fn()) {
     ASSIGN_OR_RETURN(on_device, DeviceModel::Create(config.device, config.model, config.seed,
                                                     config.sample, state.model));
   }

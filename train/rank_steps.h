@@ -40,6 +40,7 @@ namespace rdmaflow::train {
 strategies::StrategyOptions StrategyOptionsOf(const TrainConfig& config);
 
 // A computing rank's data and training step (defined in rank_steps.cc).
+class DeviceModel;
 class Worker;
 
 // What one rank holds from SetUpRank to ReportRank. Neither copyable nor
@@ -54,6 +55,10 @@ struct RankState {
   int world_size = 0;
   std::unique_ptr<rdma::Transport> transport;
   Model model;
+  // layer_separated with --device: the model's copy on the device, and
+  // the features and head the strategy runs there (the strategy's split).
+  std::unique_ptr<DeviceModel> split_device;
+  strategies::ModelSplit device_split;
   std::unique_ptr<strategies::Strategy> strategy;
   // The analyzer's plan of the exchange the strategy declared in Prepare().
   plan::TransferPlan plan;

@@ -36,11 +36,6 @@ absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size) {
     return invalid("--device must be cpu, cuda or mirror (a CPU copy, for tests), got '",
                    config.device, "'");
   }
-  if (config.device != "cpu" && config.strategy == "layer_separated") {
-    return absl::UnimplementedError(
-        "--device: layer_separated runs its model halves on the CPU only (yet); the other "
-        "strategies train on the device");
-  }
   if (config.batch_size < 1 || config.batch_size > kMaxBatchSize) {
     return invalid("--batch_size must be in 1..", kMaxBatchSize, ", got ",
                    config.batch_size);

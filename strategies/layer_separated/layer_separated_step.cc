@@ -73,6 +73,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   const absl::Time backward = absl::Now();
   RETURN_IF_ERROR(group_->AllReduceGradients(1.0, options().momentum));
   group_->ApplySgd(options().learning_rate, options().momentum);
+  ParametersChanged();
   RETURN_IF_ERROR(tensors_->FinishStep());
   report.Add(StepSpan::Kind::kCompute, begin, sent);
   report.Add(StepSpan::Kind::kCommunication, sent_before ? begin : sent, received);
@@ -115,6 +116,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
   }
   RETURN_IF_ERROR(group_->AllReduceGradients(1.0, options().momentum));
   group_->ApplySgd(options().learning_rate, options().momentum);
+  ParametersChanged();
   RETURN_IF_ERROR(tensors_->FinishStep());
   report.compute.loss = losses.mean().item<double>();
   report.compute.accuracy = correct.mean().item<double>();

@@ -234,6 +234,7 @@ absl::Status LayerSeparatedStrategy::DoStart() {
   group.codec = conv_ ? options().codec : std::string();
   ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(links(), members,
                                                      conv_ ? features_ : head_, group));
+  ParametersChanged();  // now views of the group's storage
   return absl::OkStatus();
 }
 
@@ -292,7 +293,12 @@ absl::Status LayerSeparatedStrategy::ShareParameters(bool everything) {
     at::Tensor& p = parameters_[i].tensor;
     std::memcpy(p.data_ptr<float>(), data + everyone_offsets_[i], p.numel() * sizeof(float));
   }
+  ParametersChanged();
   return absl::OkStatus();
+}
+
+void LayerSeparatedStrategy::ParametersChanged() const {
+  if (context().split->parameters_changed) context().split->parameters_changed();
 }
 
 runtime::TransferCounters LayerSeparatedStrategy::counters() const {

@@ -114,6 +114,8 @@ class LayerSeparatedStrategy final : public Strategy {
   // one); else only the part it does not train, which it then holds
   // until its next step.
   absl::Status ShareParameters(bool everything);
+  // Tells the split the parameters' values changed (ModelSplit).
+  void ParametersChanged() const;
 
   const DataParallelOptions group_options_;
   const int requested_fc_ranks_;  // 0: the cost model decides
