@@ -42,6 +42,18 @@ std::vector<at::Tensor> Reference(const std::string& name) {
   return grads;
 }
 
+// The host parameters hold `reference`'s gradients.
+void ExpectGradients(const Model& host, const std::vector<at::Tensor>& reference) {
+  const std::vector<strategies::Parameter> params = host.Parameters();
+  ASSERT_EQ(params.size(), reference.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    ASSERT_TRUE(params[i].tensor.grad().defined()) << params[i].name;
+    EXPECT_TRUE(at::allclose(params[i].tensor.grad(), reference[i], 1e-5, 1e-6))
+        << params[i].name << ": max difference "
+        << (params[i].tensor.grad() - reference[i]).abs().max().item<float>();
+  }
+}
+
 TEST(DeviceModelTest, TheMirrorAccumulatesTheHostsGradients) {
   const std::vector<at::Tensor> reference = Reference("lenet5");
   for (bool own_memory : {false, true}) {
@@ -55,14 +67,7 @@ TEST(DeviceModelTest, TheMirrorAccumulatesTheHostsGradients) {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceModel> mirror,
                          DeviceModel::Create("mirror", "lenet5", 3, {}, host));
     for (const auto& [x, y] : Batches()) ASSERT_OK(mirror->Compute(x, y).status());
-    const std::vector<strategies::Parameter> params = host.Parameters();
-    ASSERT_EQ(params.size(), reference.size());
-    for (size_t i = 0; i < params.size(); ++i) {
-      ASSERT_TRUE(params[i].tensor.grad().defined()) << params[i].name;
-      EXPECT_TRUE(at::allclose(params[i].tensor.grad(), reference[i], 1e-5, 1e-6))
-          << params[i].name << ": max difference "
-          << (params[i].tensor.grad() - reference[i]).abs().max().item<float>();
-    }
+    ExpectGradients(host, reference);
   }
 }
 
@@ -100,14 +105,7 @@ TEST(DeviceModelTest, TheSplitBackPropagatesIntoTheHostsParameters) {
     EXPECT_EQ(split.head_parameters, host.split.head_parameters);
     EXPECT_EQ(split.sample_shape, host.split.sample_shape);
     TrainSplit(split, pipelined);
-    const std::vector<strategies::Parameter> params = host.Parameters();
-    ASSERT_EQ(params.size(), reference.size());
-    for (size_t i = 0; i < params.size(); ++i) {
-      ASSERT_TRUE(params[i].tensor.grad().defined()) << params[i].name;
-      EXPECT_TRUE(at::allclose(params[i].tensor.grad(), reference[i], 1e-5, 1e-6))
-          << params[i].name << ": max difference "
-          << (params[i].tensor.grad() - reference[i]).abs().max().item<float>();
-    }
+    ExpectGradients(host, reference);
   }
 }
 

@@ -5,6 +5,7 @@
 // the operation, finish every step and Finish() within the timeout, and
 // never mix bytes that land late: rank 1's parameters are 1e6 where ranks
 // 0 and 2 hold 0 and 10, so one late landing in a buffer in use shows.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -152,6 +153,23 @@ TEST(GossipSlowPeerTest, TimedOutWriteInPushModeSkipsThePeer) {
   EXPECT_LT(run.finish0, kTimeout + absl::Seconds(5));
 }
 
+// A ring of kRanks in `mode` whose ranks hold their rank's value, its
+// kSteps exchanges of pure mixing taken (not finished).
+absl::StatusOr<std::unique_ptr<GossipStrategy>> RunAllSteps(int rank, rdma::Transport& transport,
+                                                            rdma::Store& store,
+                                                            const std::string& mode,
+                                                            absl::Duration timeout) {
+  StrategyOptions options = testing::ToyOptions(kSteps, {{"topology", "ring"}, {"mode", mode}});
+  options.communicator_options.timeout = timeout;
+  ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(options));
+  std::vector<Parameter> params = {{"a", at::full({kElements}, 1.0f * rank)}};
+  RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &transport, &store}, params).status());
+  RETURN_IF_ERROR(strategy->Start());
+  ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> { return ComputeResult{}; };
+  while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(nothing).status());
+  return strategy;
+}
+
 TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
   // Rank 0's probe of rank 2 in Finish() is held (never answered: over
   // TCP, a peer that stopped progressing); rank 2 starts finishing only
@@ -166,15 +184,8 @@ TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         bool told = false;  // outlives `slow`, whose hook reads it
         SlowPeerTransport slow(transport);
-        StrategyOptions options =
-            testing::ToyOptions(kSteps, {{"topology", "ring"}, {"mode", "push"}});
-        options.communicator_options.timeout = kLongTimeout;
-        ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(options));
-        std::vector<Parameter> params = {{"a", at::full({kElements}, 1.0f * rank)}};
-        RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &slow, &store}, params).status());
-        RETURN_IF_ERROR(strategy->Start());
-        ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> { return ComputeResult{}; };
-        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(nothing).status());
+        ASSIGN_OR_RETURN(auto strategy,
+                         RunAllSteps(rank, slow, store, "push", kLongTimeout));
         if (rank == 0) {
           SlowPeerTransport::Hold probe;
           probe.op = SlowPeerTransport::Op::kFlush;
@@ -221,16 +232,10 @@ void ExpectLivePeerThatNeverFinishesIsReported(const std::string& mode) {
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         absl::Time begin = absl::InfiniteFuture();  // outlives `slow`, whose hook reads it
         SlowPeerTransport slow(transport);
-        StrategyOptions options =
-            testing::ToyOptions(kSteps, {{"topology", "ring"}, {"mode", mode}});
         // Only rank 0 gives up; the others wait for rank 2 as long as it takes.
-        options.communicator_options.timeout = rank == 0 ? kFinishTimeout : absl::Seconds(60);
-        ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(options));
-        std::vector<Parameter> params = {{"a", at::full({kElements}, 1.0f * rank)}};
-        RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &slow, &store}, params).status());
-        RETURN_IF_ERROR(strategy->Start());
-        ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> { return ComputeResult{}; };
-        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(nothing).status());
+        ASSIGN_OR_RETURN(auto strategy,
+                         RunAllSteps(rank, slow, store, mode,
+                                     rank == 0 ? kFinishTimeout : absl::Seconds(60)));
         if (rank == 0) {
           SlowPeerTransport::Hold probe;
           probe.op = SlowPeerTransport::Op::kFlush;
