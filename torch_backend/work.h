@@ -12,7 +12,9 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,13 +40,25 @@ class RdmaflowWork final : public c10d::Work {
   void Complete(const absl::Status& status);
 
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // The Work's Future (what DDP's communication hooks chain on), completed
+  // with the outputs or the error once the Work is. Made at construction
+  // for device outputs (it records its events on their device), else on
+  // the first call: a caller that only waits (dist.all_reduce) never pays
+  // for one.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
  private:
+  // Completes `future` with the outputs, or `error`; returns the error the
+  // Work ends with (completing the outputs can fail too).
+  std::exception_ptr Settle(c10::ivalue::Future& future, std::exception_ptr error);
+
   const std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> completing_{false};
   std::function<absl::Status()> finish_;
+  std::mutex future_mu_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by future_mu_
+  bool done_ = false;                               // guarded by future_mu_
+  std::exception_ptr error_;                        // guarded by future_mu_
 };
 
 }  // namespace rdmaflow::torch_backend
