@@ -112,6 +112,13 @@ absl::StatusOr<double> UnattendedBytesFromPingPong(const results::BenchmarkRepor
         source, ": the busy-owner read of ", bytes, " bytes has idle time ", idle_us,
         " us and busy time ", read_us, " us; expected finite positive figures"));
   }
+  if (bytes < kMinUnattendedBytes) {
+    // Its floor would say more crossed than the read held.
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the largest read timed with its owner busy has ", bytes,
+        " bytes, under a page (", kMinUnattendedBytes,
+        "); time one of a few MiB (tools/calibrate_sim.sh does)"));
+  }
   const double delayed = std::max(0.0, read_us - busy_us) / idle_us;
   // A read delayed by all of its idle time (or more, noise) still had a
   // page in flight; and 0 would read as "not measured".

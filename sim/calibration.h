@@ -46,8 +46,8 @@ absl::StatusOr<std::pair<double, int>> SharedRingFromAllReduce(
 // B x (1 - (t_busy - T) / t) while the owner computed; at most B (a read
 // that was not delayed at all moved everything: B is then a lower bound),
 // and at least kMinUnattendedBytes (scenario.h).
-// kInvalidArgument naming `source` for no such row or figures that are not
-// finite and positive.
+// kInvalidArgument naming `source` for no such row, a read under
+// kMinUnattendedBytes, or figures that are not finite and positive.
 absl::StatusOr<double> UnattendedBytesFromPingPong(const results::BenchmarkReport& report,
                                                    const std::string& source);
 

@@ -125,6 +125,12 @@ TEST(CalibrationTest, UnattendedBytesFromReadsWithTheirOwnerBusy) {
     ASSERT_OK_AND_ASSIGN(bytes, UnattendedBytesFromPingPong(one, "b.json"));
     EXPECT_DOUBLE_EQ(bytes, expected) << read_us << " us";
   }
+  // A read under a page cannot say it moved less than one.
+  results::BenchmarkReport tiny;
+  busy(tiny, 1024, 50, 400, 400100);
+  EXPECT_THAT(UnattendedBytesFromPingPong(tiny, "b.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("b.json"), HasSubstr("under a page"))));
   for (const double bad : {0.0, -1.0, std::nan("")}) {
     results::BenchmarkReport one;
     busy(one, 8e6, 80000, 400, bad);

@@ -2,7 +2,8 @@
 // OS processes over UCX shared memory on Fashion-MNIST: the VGG-like net
 // with 2 conv ranks and 1 FC rank learns far above chance (10 %), and a
 // straggler holds the job back; --eval_every evaluates it mid-run without
-// changing its training. Skips without the dataset.
+// changing its training; --device mirror trains as the host does. Skips
+// without the dataset.
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -87,6 +88,27 @@ TEST_F(LayerSeparatedTrainE2eTest, EvaluatesMidRunWithoutChangingTheTraining) {
   for (const std::string overlap : {"off", "on"}) {
     SCOPED_TRACE("overlap=" + overlap);
     ExpectEvaluatedMidRun(overlap);
+  }
+}
+
+// --device mirror runs each rank's features and head on a copy of the
+// model (the --device cuda path, on the CPU; train:device_model_test checks
+// the split's gradients): the same steps as on the model itself, so the
+// same loss and accuracy, with and without the pipeline (where the host's
+// values change while a backward is still due).
+TEST_F(LayerSeparatedTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
+  for (const std::string overlap : {"off", "on"}) {
+    SCOPED_TRACE("overlap=" + overlap);
+    const std::string flags = absl::StrCat(
+        "--local 3 --model lenet5 --strategy layer_separated "
+        "--strategy_params fc_ranks=1,overlap=",
+        overlap, " --steps 20 --seed 3");
+    const testing::TrainRun host = testing::Train(absl::StrCat("ls_cpu_", overlap), flags);
+    const testing::TrainRun mirror = testing::Train(absl::StrCat("ls_mirror_", overlap),
+                                                    absl::StrCat(flags, " --device mirror"));
+    ASSERT_GT(host.summary.final_loss(), 0) << host.output;
+    EXPECT_NEAR(mirror.summary.final_loss(), host.summary.final_loss(), 1e-5) << mirror.output;
+    EXPECT_NEAR(mirror.summary.test_accuracy(), host.summary.test_accuracy(), 1e-9);
   }
 }
 

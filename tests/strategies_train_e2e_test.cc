@@ -29,18 +29,14 @@ TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
 
 // --device mirror runs each worker's forward and backward on a copy of the
 // model (the --device cuda path, on the CPU): the same steps as on the
-// model itself, so the same loss and accuracy, for a collective strategy,
-// the parameter server, and layer separation (whose ranks run the copy's
-// features and head themselves), also pipelined (train:device_model_test
-// checks the gradients of a strategy that leaves them undefined, as gossip
-// does).
+// model itself, so the same loss and accuracy, for a collective strategy
+// and the parameter server (layer separation has its own in
+// layer_separated_train_e2e_test.cc; train:device_model_test checks the
+// gradients of a strategy that leaves them undefined, as gossip does).
 TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"allreduce", "--strategy allreduce"},
       {"ps", "--strategy ps"},
-      {"layer_separated", "--strategy layer_separated --strategy_params fc_ranks=1"},
-      {"layer_separated_overlap",
-       "--strategy layer_separated --strategy_params fc_ranks=1,overlap=on"},
   };
   for (const auto& [name, strategy] : runs) {
     const std::string flags =

@@ -22,6 +22,10 @@
 # the library and headers `pack` put in .gpu) and runs DDP over rdmaflow
 # and Gloo with CUDA tensors (tools/gpu_ddp_bench.py).
 #
+# `run` keeps to a budget (GPU_CHECK_BUDGET_S, 540 s): each step's time
+# limit is cut to what is left, and steps that would start with under 20 s
+# left are skipped, so the table comes out inside the device's 10 minutes.
+#
 # Run `pack`, then carry .gpu to the GPU machine and run `run` there in one
 # command. Every binary also runs here: without a driver CUDA says
 # cudaErrorInsufficientDriver and the GPU tests skip.
@@ -102,8 +106,24 @@ build_module() {
   PYTHONPATH="$out/module" python3 -c 'import torch, rdmaflow_torch; print("rdmaflow_torch", rdmaflow_torch.__version__, "for torch", torch.__version__)'
 }
 
+# Runs `cmd...` under a time limit of SECONDS or what is left of the run's
+# budget (GPU_CHECK_BUDGET_S, 540 s by default: the device runs one command
+# for 10 minutes at most, and the table must come out before), whichever is
+# less; refuses to start it (124, as a timeout) with under 20 s left.
+run_limited() {
+  local want=$1 left
+  shift
+  left=$((budget_end - $(date +%s) - 10))
+  if ((left < 20)); then
+    echo "skipped, out of the run's budget: $*" >&2
+    return 124
+  fi
+  timeout -k 10 $((want < left ? want : left)) "$@"
+}
+
 run() {
   local out=${1:-.gpu/out}
+  budget_end=$(($(date +%s) + ${GPU_CHECK_BUDGET_S:-540}))
   mkdir -p "$out"
   # Each row of the table also goes to OUT/table.txt as it comes: a run
   # stopped at the device's time limit keeps what it got.
@@ -136,7 +156,7 @@ run() {
     name=$(basename "$test")
     echo "== $name"
     start=$(date +%s%N)
-    if timeout -k 10 240 "$test" >"$out/$name.log" 2>&1; then status=passed; else status="FAILED"; fi
+    if run_limited 240 "$test" >"$out/$name.log" 2>&1; then status=passed; else status="FAILED"; fi
     seconds=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { print (b - a) / 1e9 }')
     summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/$name.log" |
       sed -e 's/\[ *//' -e 's/ *\]//' -e 's/, listed below://' | tr '\n' ' ' || true)
@@ -146,13 +166,13 @@ run() {
   local algorithm
   for algorithm in split leader; do
     echo "== device_ipc_bench --algorithm=$algorithm"
-    .gpu/bin/device_ipc_bench --algorithm=$algorithm --json "$out/device_ipc_$algorithm.json" 2>&1 |
+    run_limited 120 .gpu/bin/device_ipc_bench --algorithm=$algorithm --json "$out/device_ipc_$algorithm.json" 2>&1 |
       tee "$out/device_ipc_$algorithm.log" || add_row "device_ipc_bench $algorithm FAILED"
   done
   # The device write/read ping-pong to 1 GiB, as `$1` (its JSON and log).
   pingpong_device() {
     echo "== transport_pingpong --memory=device ($1)"
-    timeout -k 10 300 .gpu/bin/transport_pingpong \
+    run_limited 300 .gpu/bin/transport_pingpong \
       --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
       --json "$out/$1.json" 2>&1 | tee "$out/$1.log" || add_row "transport_pingpong $1 FAILED"
   }
@@ -166,12 +186,12 @@ run() {
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
     if nvidia-cuda-mps-control -d; then
       echo "== device_ipc_bench --algorithm=split under MPS"
-      .gpu/bin/device_ipc_bench --algorithm=split --json "$out/device_ipc_mps.json" 2>&1 |
+      run_limited 120 .gpu/bin/device_ipc_bench --algorithm=split --json "$out/device_ipc_mps.json" 2>&1 |
         tee "$out/device_ipc_mps.log" || add_row "device_ipc_bench under MPS FAILED"
       if [ -n "$torch_lib" ]; then
         pingpong_device pingpong_device_mps
         echo "== allreduce_bench --device=cuda under MPS"
-        timeout -k 10 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
+        run_limited 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
           --impls=rdmaflow --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) --max_iters=100 \
           --byte_budget=$((8 << 30)) --json "$out/allreduce_device_mps.json" 2>&1 |
           tee "$out/allreduce_device_mps.log" || add_row "allreduce_bench under MPS FAILED"
@@ -182,21 +202,21 @@ run() {
   fi
   if [ -n "$torch_lib" ]; then
     echo "== transport_pingpong --memory=device --device_path=staged"
-    timeout -k 10 300 .gpu/bin/transport_pingpong \
+    run_limited 300 .gpu/bin/transport_pingpong \
       --params=tls=shm --memory=device --device=cuda --device_path=staged \
       --max_bytes=$((256 << 20)) --byte_budget=$((1 << 30)) \
       --json "$out/pingpong_staged.json" 2>&1 | tee "$out/pingpong_staged.log" ||
       add_row "transport_pingpong --device_path=staged FAILED"
     echo "== allreduce_bench --device=cuda"
-    timeout -k 10 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
+    run_limited 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
       --impls=rdmaflow,rdmaflow-device-ring,gloo --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) \
       --json "$out/allreduce_device.json" 2>&1 | tee "$out/allreduce_device.log" ||
       add_row "allreduce_bench --device=cuda FAILED"
     echo "== gpu_peers.py"
-    PYTHONUNBUFFERED=1 timeout -k 10 300 python3 tools/gpu_peers.py --json "$out/gpu_peers.json" 2>&1 |
+    PYTHONUNBUFFERED=1 run_limited 300 python3 tools/gpu_peers.py --json "$out/gpu_peers.json" 2>&1 |
       tee "$out/gpu_peers.log" || add_row "gpu_peers.py FAILED"
     echo "== gpu_train_baselines.py"
-    PYTHONUNBUFFERED=1 timeout -k 10 300 python3 tools/gpu_train_baselines.py \
+    PYTHONUNBUFFERED=1 run_limited 300 python3 tools/gpu_train_baselines.py \
       --json "$out/train_baselines.json" 2>&1 | tee "$out/train_baselines.log" ||
       add_row "gpu_train_baselines.py FAILED"
     # The EuroSys seed on the GPU: the parameter server's VGG step over zero
@@ -205,7 +225,7 @@ run() {
     local comm
     for comm in rdma rdma_copy grpc; do
       echo "== rdmaflow_train ps vgg --device cuda --communicator $comm"
-      timeout -k 10 240 .gpu/bin/rdmaflow_train --local 3 --model vgg --strategy ps --synthetic \
+      run_limited 240 .gpu/bin/rdmaflow_train --local 3 --model vgg --strategy ps --synthetic \
         --device cuda --communicator "$comm" --steps 60 --progress=false \
         --transport_params tls=shm --json "$out/ps_vgg_$comm.json" >"$out/ps_vgg_$comm.log" 2>&1 &&
         add_row "$(printf 'ps vgg cuda %-10s %s' "$comm" \
@@ -218,7 +238,7 @@ run() {
     local overlap
     for overlap in off on; do
       echo "== rdmaflow_train layer_separated vgg --device cuda overlap=$overlap"
-      timeout -k 10 240 .gpu/bin/rdmaflow_train --local 3 --model vgg --strategy layer_separated \
+      run_limited 240 .gpu/bin/rdmaflow_train --local 3 --model vgg --strategy layer_separated \
         --strategy_params "fc_ranks=1,overlap=$overlap" --synthetic --device cuda --steps 60 \
         --progress=false --transport_params tls=shm --json "$out/ls_vgg_$overlap.json" \
         >"$out/ls_vgg_$overlap.log" 2>&1 &&
@@ -230,7 +250,7 @@ run() {
     if build_module "$out"; then
       add_row "rdmaflow_torch module built"
       echo "== gpu_ddp_bench.py (DDP over rdmaflow and Gloo, CUDA tensors)"
-      PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 timeout -k 10 420 python3 tools/gpu_ddp_bench.py \
+      PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 420 python3 tools/gpu_ddp_bench.py \
         --device cuda --json "$out/ddp.json" 2>&1 | tee "$out/ddp.log" ||
         add_row "gpu_ddp_bench.py FAILED"
     else

@@ -16,6 +16,18 @@
 namespace rdmaflow::train {
 namespace {
 
+// Adds `grad` (the copy's) to `host`'s gradient, on the host.
+void AddToHostGrad(const at::Tensor& host, const at::Tensor& grad) {
+  torch::NoGradGuard no_grad;
+  if (host.grad().defined()) {
+    host.mutable_grad().add_(grad.to(at::kCPU));
+    return;
+  }
+  // A copy even on the CPU (mirror): the host's gradient must not alias
+  // the copy's, which the next batch zeroes and refills.
+  host.mutable_grad() = grad.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+}
+
 // A model's buffers (not parameters), in the module's order.
 std::vector<at::Tensor> Buffers(const Model& model) {
   std::vector<at::Tensor> buffers;
@@ -106,16 +118,7 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < host_.size(); ++i) {
         const at::Tensor& grad = copies_[i].grad();
-        if (!grad.defined()) continue;  // unused by this batch
-        at::Tensor host_grad = host_[i].grad();
-        // A copy even on the CPU (mirror): the host's gradient must not
-        // alias the copy's, which the next batch zeroes and refills.
-        at::Tensor host_side = grad.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
-        if (host_grad.defined()) {
-          host_grad.add_(host_side);
-        } else {
-          host_[i].mutable_grad() = host_side;
-        }
+        if (grad.defined()) AddToHostGrad(host_[i], grad);  // else unused by this batch
       }
       for (size_t i = 0; i < host_buffers_.size(); ++i) {
         host_buffers_[i].copy_(copy_buffers_[i]);
@@ -144,30 +147,27 @@ absl::StatusOr<strategies::ModelSplit> DeviceModel::Split() {
   const std::set<std::string> head(model_.split.head_parameters.begin(),
                                    model_.split.head_parameters.end());
   const std::vector<strategies::Parameter> named = model_.Parameters();
+  Part features, head_part;
   for (size_t i = 0; i < named.size(); ++i) {
-    (head.count(named[i].name) ? head_ : features_).parameters.push_back(i);
+    (head.count(named[i].name) ? head_part : features).parameters.push_back(i);
   }
+  // From here on the copy is the split's, even if hooking fails half-way:
+  // a hooked parameter must not serve Compute() as well.
+  use_ = Use::kSplit;
   try {
     for (size_t i = 0; i < copies_.size(); ++i) {
       // The copy's gradient joins the host parameter's as the backward
       // computes it: ModelSplit's users read the host's after backward().
-      copies_[i].register_hook([host = host_[i]](const at::Tensor& grad) {
-        torch::NoGradGuard no_grad;
-        // A copy even on the CPU (mirror), as in Compute().
-        at::Tensor host_side = grad.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
-        if (host.grad().defined()) {
-          host.mutable_grad().add_(host_side);
-        } else {
-          host.mutable_grad() = host_side;
-        }
-      });
+      copies_[i].register_hook(
+          [host = host_[i]](const at::Tensor& grad) { AddToHostGrad(host, grad); });
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("model ", model_.name, " on ", device_.str(),
                                             ": hooking its parameters: ",
                                             strategies::ExceptionText(e)));
   }
-  use_ = Use::kSplit;
+  features_ = std::move(features);
+  head_ = std::move(head_part);
   strategies::ModelSplit split = model_.split;
   split.features = [this, features = model_.split.features](const at::Tensor& x) {
     return RunPart(features, features_, x);
@@ -183,8 +183,11 @@ void DeviceModel::Refresh(Part& part) {
   if (!part.stale) return;
   torch::NoGradGuard no_grad;
   for (size_t i : part.parameters) {
-    copies_[i].set_data(
-        host_[i].detach().to(device_, /*non_blocking=*/false, /*copy=*/true));
+    // In place, past the version counter (variable_data), as the
+    // strategies' SGD writes the host's: what a pending backward saved,
+    // the parameter or a view of it (a linear layer's weight.t()), reads
+    // the new values, as it does on the host.
+    copies_[i].variable_data().copy_(host_[i]);
     // The hook has handed every gradient on: the copy keeps none.
     copies_[i].mutable_grad() = at::Tensor();
   }

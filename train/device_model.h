@@ -60,11 +60,11 @@ class DeviceModel {
   // The model's features and head on the device, for layer_separated
   // (ModelSplit's contract: host tensors in and out, autograd through
   // both). A part's copy takes the host parameters' values when it first
-  // runs and again, in new storage, at its first forward or backward after
-  // the strategy said they changed (ModelSplit::parameters_changed): a
-  // backward still due from an earlier forward (Stanza's pipeline forwards
-  // a batch ahead) then runs, as on the host, with the values of the
-  // moment it runs. The backward adds the copy's gradients to the host
+  // runs and again, in place without a version bump, at its first forward
+  // or backward after the strategy said they changed
+  // (ModelSplit::parameters_changed): a backward still due from an earlier
+  // forward (Stanza's pipeline forwards a batch ahead) then runs, as on
+  // the host, with the values of the moment it runs. The backward adds the copy's gradients to the host
   // parameters'. What they throw is the strategy's to catch, as on the
   // host. kInvalidArgument when the model has no split (`split_status`
   // says why), kFailedPrecondition after Compute() or a second Split().
@@ -78,8 +78,8 @@ class DeviceModel {
     std::vector<size_t> parameters;
     bool stale = true;
   };
-  // Gives `part`'s copies the host's values in new storage (set_data: no
-  // version bump for a pending backward), if they may lag.
+  // Gives `part`'s copies the host's values in place (past the version
+  // counter, for a pending backward), if they may lag.
   void Refresh(Part& part);
   // `part_fn` of the copy on `x` (host), its result back on the host.
   at::Tensor RunPart(const std::function<at::Tensor(const at::Tensor&)>& part_fn, Part& part,

@@ -5,10 +5,12 @@
 // allreduce); the copy's BatchNorm statistics come back to the host; and a
 // GPU that is not there is refused by name. Its split (layer_separated's
 // features and head) back-propagates the same gradients into the host's
-// parameters, also with a batch forwarded ahead, and takes the host's
-// values once told they changed.
+// parameters, also with a batch forwarded ahead, takes the host's values
+// once told they changed, and runs a backward still due when they changed
+// with the new values, as the host model does.
 #include "train/device_model.h"
 
+#include <functional>
 #include <vector>
 
 #include "ATen/ATen.h"
@@ -76,7 +78,8 @@ TEST(DeviceModelTest, TheMirrorAccumulatesTheHostsGradients) {
 // the activations' gradient, as the conv and FC ranks do. `pipelined`
 // forwards both batches before either goes back, as Stanza's pipeline
 // does (the second forward refreshes the copy's parameters while the
-// first batch's backward is still due).
+// first batch's backward is still due; the strategy's word that the
+// values changed, with the values as they were, changes nothing).
 void TrainSplit(const strategies::ModelSplit& split, bool pipelined) {
   const auto batches = Batches();
   std::vector<at::Tensor> acts;
@@ -88,6 +91,7 @@ void TrainSplit(const strategies::ModelSplit& split, bool pipelined) {
   for (size_t i = 0; i < batches.size(); ++i) {
     acts.push_back(split.features(batches[i].first));
     if (!pipelined) back(i);
+    if (pipelined && split.parameters_changed) split.parameters_changed();
   }
   if (pipelined) {
     for (size_t i = 0; i < batches.size(); ++i) back(i);
@@ -129,6 +133,59 @@ TEST(DeviceModelTest, TheSplitTakesTheHostsValuesOnceTold) {
   EXPECT_FALSE(at::allclose(before, on_host, 1e-5, 1e-6)) << "the update changed nothing";
   EXPECT_TRUE(at::allclose(on_copy, on_host, 1e-5, 1e-6))
       << "max difference " << (on_copy - on_host).abs().max().item<float>();
+}
+
+// Re-points `model`'s parameters at storage of their own (returned), as
+// DataParallelGroup does at its flat buffer: the strategies' SGD then
+// writes them in place without the parameters' version counters.
+std::vector<at::Tensor> RepointParameters(const Model& model) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> storage;
+  for (const strategies::Parameter& p : model.Parameters()) {
+    storage.push_back(p.tensor.detach().clone());
+    p.tensor.set_data(storage.back());
+  }
+  return storage;
+}
+
+// One batch through `split` with the values changed by `update` after
+// both forwards and before either backward (Stanza's pipeline updates
+// between a batch's forward and its backward).
+void TrainAcrossAnUpdate(const strategies::ModelSplit& split,
+                         const std::function<void()>& update) {
+  const auto batch = Batches()[0];
+  const at::Tensor acts = split.features(batch.first);
+  const at::Tensor a = acts.detach().requires_grad_(true);
+  const at::Tensor loss = at::cross_entropy_loss(split.head(a), batch.second);
+  update();
+  loss.backward();
+  acts.backward(a.grad());
+}
+
+TEST(DeviceModelTest, ABackwardStillDueRunsWithTheValuesOfItsMoment) {
+  auto halve = [](std::vector<at::Tensor>& storage) {
+    at::NoGradGuard no_grad;
+    for (at::Tensor& t : storage) t.mul_(0.5);
+  };
+  // On the host model itself: the backward reads the halved values, also
+  // through the views its forward saved.
+  ASSERT_OK_AND_ASSIGN(Model reference, MakeModel("lenet5", /*seed=*/3));
+  std::vector<at::Tensor> reference_storage = RepointParameters(reference);
+  TrainAcrossAnUpdate(reference.split, [&] { halve(reference_storage); });
+  std::vector<at::Tensor> expected;
+  for (const strategies::Parameter& p : reference.Parameters()) {
+    expected.push_back(p.tensor.grad());
+  }
+  ASSERT_OK_AND_ASSIGN(Model host, MakeModel("lenet5", /*seed=*/3));
+  std::vector<at::Tensor> storage = RepointParameters(host);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceModel> mirror,
+                       DeviceModel::Create("mirror", "lenet5", 3, {}, host));
+  ASSERT_OK_AND_ASSIGN(strategies::ModelSplit split, mirror->Split());
+  TrainAcrossAnUpdate(split, [&] {
+    halve(storage);
+    split.parameters_changed();
+  });
+  ExpectGradients(host, expected);
 }
 
 TEST(DeviceModelTest, ACopyServesComputeOrSplitNotBoth) {

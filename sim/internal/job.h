@@ -170,7 +170,10 @@ class Job {
   // unattended_bytes at its next progress, which cross while it computes;
   // then the rest, at its next progress after they crossed. (Each handful
   // pays the link's latency again, where a socket streams on: at most
-  // bytes / unattended_bytes latencies, a few per read as measured.)
+  // bytes / unattended_bytes latencies, a few per read as measured; a link
+  // measured at the floor, kMinUnattendedBytes, pays one per page, about
+  // 2,000 for an 8 MiB read: there the model overstates reads whose owner
+  // is idle.)
   void Answer(int reader, int owner, double bytes, EventLoop::Callback done);
   // Sends `bytes` from writer to target and notes when they arrive on
   // their connection (stream_arrival_); returns that time.

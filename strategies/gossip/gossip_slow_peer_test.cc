@@ -11,6 +11,7 @@
 
 #include "ATen/Parallel.h"
 #include "ATen/ops/full.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -153,21 +154,71 @@ TEST(GossipSlowPeerTest, TimedOutWriteInPushModeSkipsThePeer) {
   EXPECT_LT(run.finish0, kTimeout + absl::Seconds(5));
 }
 
-// A ring of kRanks in `mode` whose ranks hold their rank's value, its
-// kSteps exchanges of pure mixing taken (not finished).
-absl::StatusOr<std::unique_ptr<GossipStrategy>> RunAllSteps(int rank, rdma::Transport& transport,
-                                                            rdma::Store& store,
-                                                            const std::string& mode,
-                                                            absl::Duration timeout) {
+// A ring of kRanks in `mode` whose ranks hold their rank's value, started.
+absl::StatusOr<std::unique_ptr<GossipStrategy>> StartRing(int rank, rdma::Transport& transport,
+                                                          rdma::Store& store,
+                                                          const std::string& mode,
+                                                          absl::Duration timeout) {
   StrategyOptions options = testing::ToyOptions(kSteps, {{"topology", "ring"}, {"mode", mode}});
   options.communicator_options.timeout = timeout;
   ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(options));
   std::vector<Parameter> params = {{"a", at::full({kElements}, 1.0f * rank)}};
   RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &transport, &store}, params).status());
   RETURN_IF_ERROR(strategy->Start());
+  return strategy;
+}
+
+// StartRing's, its kSteps exchanges of pure mixing taken (not finished).
+absl::StatusOr<std::unique_ptr<GossipStrategy>> RunAllSteps(int rank, rdma::Transport& transport,
+                                                            rdma::Store& store,
+                                                            const std::string& mode,
+                                                            absl::Duration timeout) {
+  ASSIGN_OR_RETURN(auto strategy, StartRing(rank, transport, store, mode, timeout));
   ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> { return ComputeResult{}; };
   while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(nothing).status());
   return strategy;
+}
+
+TEST(GossipSlowPeerTest, AfterAFailedStepFinishWaitsForNoPeer) {
+  // Rank 0's second compute fails; its peers finish only after its
+  // Finish() has returned. Finish() must return the step's failure without
+  // waiting for them (Strategy::DoFinish's contract), and they must not
+  // wait for rank 0 either (an earlier Finish() waited the whole timeout).
+  constexpr absl::Duration kLongTimeout = absl::Seconds(30);
+  absl::Status finish0;
+  absl::Duration took0;
+  const std::vector<absl::Status> status = rdma::testing::RunRankThreads(
+      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        absl::Cleanup tell_peers = [&] {
+          if (rank == 0) store.Set("test/rank0_finished", "1").IgnoreError();
+        };
+        if (rank != 0) {
+          ASSIGN_OR_RETURN(auto strategy,
+                           RunAllSteps(rank, transport, store, "pull", kLongTimeout));
+          RETURN_IF_ERROR(store.Get("test/rank0_finished", absl::Seconds(60)).status());
+          const absl::Time begin = absl::Now();
+          RETURN_IF_ERROR(strategy->Finish());
+          if (absl::Now() - begin > kLongTimeout / 2) {
+            return absl::InternalError(absl::StrCat("rank ", rank, " waited for rank 0"));
+          }
+          return absl::OkStatus();
+        }
+        ASSIGN_OR_RETURN(auto strategy, StartRing(rank, transport, store, "pull", kLongTimeout));
+        int computed = 0;
+        ComputeFn fails_second = [&]() -> absl::StatusOr<ComputeResult> {
+          if (++computed == 2) return absl::InternalError("injected compute failure");
+          return ComputeResult{};
+        };
+        while (strategy->Step(fails_second).ok()) {
+        }
+        const absl::Time begin = absl::Now();
+        finish0 = strategy->Finish();
+        took0 = absl::Now() - begin;
+        return absl::OkStatus();
+      });
+  for (const absl::Status& s : status) ASSERT_OK(s);
+  EXPECT_THAT(finish0, StatusIs(absl::StatusCode::kInternal, HasSubstr("injected")));
+  EXPECT_LT(took0, kLongTimeout / 2);
 }
 
 TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
@@ -218,10 +269,10 @@ TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
 // A live peer that never finishes (rank 2 calls Finish() only after rank
 // 0's has returned) answers rank 0's probes: rank 0 must report it, not
 // record it as lost, once its timeout has passed. Rank 0's tenth probe of
-// rank 2 (about 0.9 s into its Finish()) is held until just past the
-// finish's deadline (3 s), then answered: a probe still out at the
-// deadline is waited for up to its own timeout, not taken for a lost
-// peer. In both modes: push probes the peer's mailbox, pull its published
+// rank 2 (about 0.9 s into its Finish(), so it runs out near 3.9 s) is
+// held until 0.4 s past the finish's deadline (3 s), then answered: a
+// probe still out at the deadline is waited for up to its own timeout, not
+// taken for a lost peer. In both modes: push probes the peer's mailbox, pull its published
 // buffer.
 void ExpectLivePeerThatNeverFinishesIsReported(const std::string& mode) {
   constexpr absl::Duration kFinishTimeout = absl::Seconds(3);
@@ -231,6 +282,10 @@ void ExpectLivePeerThatNeverFinishesIsReported(const std::string& mode) {
   const std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         absl::Time begin = absl::InfiniteFuture();  // outlives `slow`, whose hook reads it
+        // Rank 2 finishes once rank 0 has returned, however it returns.
+        absl::Cleanup tell_rank2 = [&] {
+          if (rank == 0) store.Set("test/rank0_finished", "1").IgnoreError();
+        };
         SlowPeerTransport slow(transport);
         // Only rank 0 gives up; the others wait for rank 2 as long as it takes.
         ASSIGN_OR_RETURN(auto strategy,
@@ -244,7 +299,7 @@ void ExpectLivePeerThatNeverFinishesIsReported(const std::string& mode) {
           slow.AddHold(probe);
           slow.SetBeforeProgress([&] {
             if (!released && slow.held() > 0 &&
-                absl::Now() > begin + kFinishTimeout + absl::Milliseconds(50)) {
+                absl::Now() > begin + kFinishTimeout + absl::Milliseconds(400)) {
               slow.ReleaseAll();
               released = true;
             }
@@ -258,7 +313,6 @@ void ExpectLivePeerThatNeverFinishesIsReported(const std::string& mode) {
         if (rank == 0) {
           finish0 = finished;
           lost0 = strategy->peers_lost();
-          RETURN_IF_ERROR(store.Set("test/rank0_finished", "1"));
           return absl::OkStatus();
         }
         return finished;

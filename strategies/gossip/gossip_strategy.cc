@@ -220,6 +220,16 @@ absl::Status GossipStrategy::DoFinish(bool after_failure) {
       last_read = FinishExchange(unused);
     }
   }
+  if (after_failure) {
+    // Wait for no rank (Strategy::DoFinish): say we finished, so that the
+    // peers do not wait for us either. Their reads of our memory fail once
+    // it is gone, which they survive as a lost peer.
+    context()
+        .store->Add(absl::StrCat(Ns(), "/finished/", context().rank), 1)
+        .status()
+        .IgnoreError();
+    return absl::OkStatus();
+  }
   absl::Status finished = FinishWithPeers();
   return last_read.ok() ? finished : last_read;
 }
@@ -241,7 +251,8 @@ absl::Status GossipStrategy::FinishWithPeers() {
   // outlives us). A probe runs out `timeout` after it was posted, not at
   // the finish's deadline: one posted just before the deadline is waited
   // for, so that a live peer which answers it is reported as not finished
-  // rather than lost. No probe is posted after the deadline.
+  // rather than lost. No probe is posted after the deadline, so the
+  // finish takes at most twice the timeout.
   std::vector<std::shared_ptr<ProbeState>> probes(context().world_size);
   absl::Time next_probe = absl::Now();
   while (true) {
@@ -313,7 +324,11 @@ absl::Status GossipStrategy::TakeProbe(int peer, std::shared_ptr<ProbeState>& pr
                             ? mailbox_->PostProbe(peer, std::move(answered))
                             : readers_[peer]->PostProbe(std::move(answered));
   if (absl::IsResourceExhausted(posted)) return absl::OkStatus();  // the next round
-  if (!posted.ok()) return posted;
+  if (!posted.ok()) {
+    return absl::Status(posted.code(), absl::StrCat("gossip rank ", context().rank,
+                                                    ": posting a probe of rank ", peer, ": ",
+                                                    posted.message()));
+  }
   probe = std::move(state);
   return absl::OkStatus();
 }

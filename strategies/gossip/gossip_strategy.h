@@ -87,7 +87,8 @@ class GossipStrategy final : public LocalSgdStrategy {
   absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
   absl::Status DoStart() override;
   // Waits until every live peer has finished too (they may be reading our
-  // memory), at most the timeout; the same after a failed step.
+  // memory), at most twice the timeout (a probe posted just before the
+  // deadline runs out its own); after a failed step it waits for none.
   absl::Status DoFinish(bool after_failure) override;
   // DoFinish()'s wait for the live peers to finish.
   absl::Status FinishWithPeers();
