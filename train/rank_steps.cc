@@ -259,6 +259,8 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
 
   LoopTotals totals;
   absl::Duration eval_time;
+  // The last step's record, when it is evaluated after Finish().
+  std::optional<StepRecord> finished_record;
   const absl::Time start = absl::Now();
   while (!strategy.done()) {
     if (rank == config.kill_rank && steps_taken == config.kill_step && !config.rejoining) {
@@ -284,7 +286,10 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     if (timeline.has_value()) timeline->Add(steps_taken, report.timeline);
     ++steps_taken;
     const bool evaluate = config.eval_every > 0 && (report.clock + 1) % config.eval_every == 0;
-    if (evaluate && strategy.shares_model()) {
+    // The last step's model is shared by Finish() anyway (Strategy::Finish):
+    // its evaluation waits for that rather than sharing the model twice.
+    const bool after_finish = evaluate && strategy.shares_model() && strategy.done();
+    if (evaluate && strategy.shares_model() && !after_finish) {
       // Every rank, so that the reporter holds the whole model (not timed
       // as training, as the evaluation is not; it includes the wait for
       // the slowest rank to end this step, docs/strategies.md).
@@ -310,7 +315,7 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     record.wait_ms = Ms(report.wait_time);
     record.overlap_ms = Ms(overlap);
     record.staleness = report.min_clock < 0 ? -1 : report.clock - report.min_clock;
-    if (state.reporter && evaluate &&
+    if (state.reporter && evaluate && !after_finish &&
         (strategy.holds_full_model() || strategy.shares_model())) {
       const absl::Time eval_begin = absl::Now();
       ASSIGN_OR_RETURN(record.test_accuracy,
@@ -318,7 +323,11 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
       eval_time += absl::Now() - eval_begin;
     }
     record.elapsed_s = absl::ToDoubleSeconds(absl::Now() - start - eval_time);
-    if (log != nullptr) log->Add(record);
+    if (after_finish) {
+      finished_record = record;
+    } else if (log != nullptr) {
+      log->Add(record);
+    }
     if (state.reporter && config.progress) {
       state.progress->Update(
           report.clock + 1,
@@ -328,6 +337,13 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
   }
   totals.wall_s = absl::ToDoubleSeconds(absl::Now() - start - eval_time);
   RETURN_IF_ERROR(strategy.Finish());
+  if (finished_record.has_value()) {
+    if (state.reporter) {
+      ASSIGN_OR_RETURN(finished_record->test_accuracy,
+                       Evaluate(state.model, state.test, config.eval_samples));
+    }
+    if (log != nullptr) log->Add(*finished_record);
+  }
   return totals;
 }
 
