@@ -220,16 +220,6 @@ absl::Status GossipStrategy::DoFinish(bool after_failure) {
       last_read = FinishExchange(unused);
     }
   }
-  if (after_failure) {
-    // Wait for no rank (Strategy::DoFinish): say we finished, so that the
-    // peers do not wait for us either. Their reads of our memory fail once
-    // it is gone, which they survive as a lost peer.
-    context()
-        .store->Add(absl::StrCat(Ns(), "/finished/", context().rank), 1)
-        .status()
-        .IgnoreError();
-    return absl::OkStatus();
-  }
   absl::Status finished = FinishWithPeers();
   return last_read.ok() ? finished : last_read;
 }

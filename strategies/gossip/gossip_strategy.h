@@ -88,7 +88,9 @@ class GossipStrategy final : public LocalSgdStrategy {
   absl::Status DoStart() override;
   // Waits until every live peer has finished too (they may be reading our
   // memory), at most twice the timeout (a probe posted just before the
-  // deadline runs out its own); after a failed step it waits for none.
+  // deadline runs out its own); the same after a failed step (the peers
+  // may still be reading our memory, and a read of memory already freed
+  // fails them as not permitted, not as a lost peer).
   absl::Status DoFinish(bool after_failure) override;
   // DoFinish()'s wait for the live peers to finish.
   absl::Status FinishWithPeers();
