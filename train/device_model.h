@@ -64,9 +64,9 @@ class DeviceModel {
   // or backward after the strategy said they changed
   // (ModelSplit::parameters_changed): a backward still due from an earlier
   // forward (Stanza's pipeline forwards a batch ahead) then runs, as on
-  // the host, with the values of the moment it runs. The backward adds the copy's gradients to the host
-  // parameters'. What they throw is the strategy's to catch, as on the
-  // host. kInvalidArgument when the model has no split (`split_status`
+  // the host, with the values of the moment it runs. The backward adds
+  // the copy's gradients to the host parameters'. What they throw is the
+  // strategy's to catch, as on the host. kInvalidArgument when the model has no split (`split_status`
   // says why), kFailedPrecondition after Compute() or a second Split().
   absl::StatusOr<strategies::ModelSplit> Split();
 

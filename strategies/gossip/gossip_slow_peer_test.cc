@@ -154,26 +154,18 @@ TEST(GossipSlowPeerTest, TimedOutWriteInPushModeSkipsThePeer) {
   EXPECT_LT(run.finish0, kTimeout + absl::Seconds(5));
 }
 
-// A ring of kRanks in `mode` whose ranks hold their rank's value, started.
-absl::StatusOr<std::unique_ptr<GossipStrategy>> StartRing(int rank, rdma::Transport& transport,
-                                                          rdma::Store& store,
-                                                          const std::string& mode,
-                                                          absl::Duration timeout) {
+// A ring of kRanks in `mode` whose ranks hold their rank's value, its
+// kSteps exchanges of pure mixing taken (not finished).
+absl::StatusOr<std::unique_ptr<GossipStrategy>> RunAllSteps(int rank, rdma::Transport& transport,
+                                                            rdma::Store& store,
+                                                            const std::string& mode,
+                                                            absl::Duration timeout) {
   StrategyOptions options = testing::ToyOptions(kSteps, {{"topology", "ring"}, {"mode", mode}});
   options.communicator_options.timeout = timeout;
   ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(options));
   std::vector<Parameter> params = {{"a", at::full({kElements}, 1.0f * rank)}};
   RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &transport, &store}, params).status());
   RETURN_IF_ERROR(strategy->Start());
-  return strategy;
-}
-
-// StartRing's, its kSteps exchanges of pure mixing taken (not finished).
-absl::StatusOr<std::unique_ptr<GossipStrategy>> RunAllSteps(int rank, rdma::Transport& transport,
-                                                            rdma::Store& store,
-                                                            const std::string& mode,
-                                                            absl::Duration timeout) {
-  ASSIGN_OR_RETURN(auto strategy, StartRing(rank, transport, store, mode, timeout));
   ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> { return ComputeResult{}; };
   while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(nothing).status());
   return strategy;
@@ -230,8 +222,8 @@ TEST(GossipSlowPeerTest, APeerThatFinishesAndLeavesWhileProbedIsNotLost) {
 // rank 2 (about 0.9 s into its Finish(), so it runs out near 3.9 s) is
 // held until 0.4 s past the finish's deadline (3 s), then answered: a
 // probe still out at the deadline is waited for up to its own timeout, not
-// taken for a lost peer. In both modes: push probes the peer's mailbox, pull its published
-// buffer.
+// taken for a lost peer. In both modes: push probes the peer's mailbox,
+// pull its published buffer.
 void ExpectLivePeerThatNeverFinishesIsReported(const std::string& mode) {
   constexpr absl::Duration kFinishTimeout = absl::Seconds(3);
   absl::Status finish0;
