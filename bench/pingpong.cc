@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -88,6 +89,9 @@ struct Link {
   uint32_t progress_calls = 0;
   uint64_t flags_sent = 0;      // flagged writes posted
   uint64_t flags_received = 0;  // flags seen
+  // The bindings of PingPongOptions::Signal::kFlagWord, one per size
+  // (the size being measured is the last one bound).
+  std::vector<std::pair<size_t, std::unique_ptr<rdma::BoundFlaggedWrite>>> bound;
   absl::Status first_error;
 
   rdma::Completion Counted() {
@@ -139,11 +143,30 @@ struct Link {
       return Post(true, bytes, value);
     }
     const uint64_t flag = kFlagTag | ++flags_sent;
-    return Retry([&](rdma::Completion done) {
-      return endpoint.PostWriteWithFlag({&source, 0, bytes}, {&remote, 0, bytes},
-                                        {&remote, FlagOffset(bytes), sizeof(uint64_t)}, flag,
-                                        std::move(done));
-    });
+    const rdma::LocalSlice data{&source, 0, bytes};
+    const rdma::RemoteSlice to{&remote, 0, bytes};
+    const rdma::RemoteSlice flag_word{&remote, FlagOffset(bytes), sizeof(uint64_t)};
+    if (signal == PingPongOptions::Signal::kFlagWordUnbound) {
+      return Retry([&](rdma::Completion done) {
+        return endpoint.PostWriteWithFlag(data, to, flag_word, flag, std::move(done));
+      });
+    }
+    ASSIGN_OR_RETURN(rdma::BoundFlaggedWrite * write, Bound(data, to, flag_word));
+    return Retry([&](rdma::Completion done) { return write->Post(flag, std::move(done)); });
+  }
+
+  // The binding of a flagged write of `data.length` bytes, made at its
+  // size's first write.
+  absl::StatusOr<rdma::BoundFlaggedWrite*> Bound(const rdma::LocalSlice& data,
+                                                 const rdma::RemoteSlice& to,
+                                                 const rdma::RemoteSlice& flag_word) {
+    for (auto it = bound.rbegin(); it != bound.rend(); ++it) {
+      if (it->first == data.length) return it->second.get();
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<rdma::BoundFlaggedWrite> write,
+                     endpoint.BindFlaggedWrite(data, to, flag_word));
+    bound.emplace_back(data.length, std::move(write));
+    return bound.back().second.get();
   }
 
   // Waits for the peer's next PostSignalled() of `bytes`.
@@ -398,7 +421,7 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
         "invalid size range [", options.min_bytes, ", ", options.max_bytes,
         "]"));
   }
-  const bool flags = options.signal == PingPongOptions::Signal::kFlagWord;
+  const bool flags = options.signal != PingPongOptions::Signal::kNotification;
   if (flags && !transport.capabilities().flag_writes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "flag-word signals need flagged writes, which the ",

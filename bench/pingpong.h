@@ -57,11 +57,13 @@ struct PingPongOptions {
   bool reads_need_target = false;
   // How a ping-pong write announces itself. kNotification: a notified write
   // (Endpoint::PostWrite with a notification; the peer takes it from
-  // PollNotification). kFlagWord: a flagged write
-  // (Endpoint::PostWriteWithFlag) whose flag lies right behind the data,
-  // polled by the peer in its own memory, as perftest's latency tests poll
-  // the last byte; needs Capabilities::flag_writes.
-  enum class Signal { kNotification, kFlagWord };
+  // PollNotification). kFlagWord: a flagged write whose flag lies right
+  // behind the data, polled by the peer in its own memory, as perftest's
+  // latency tests poll the last byte; needs Capabilities::flag_writes.
+  // Bound once per size (Endpoint::BindFlaggedWrite), as a loop that sends
+  // one buffer to one place would; kFlagWordUnbound: each posted through
+  // Endpoint::PostWriteWithFlag, which checks and looks up its slices.
+  enum class Signal { kNotification, kFlagWord, kFlagWordUnbound };
   Signal signal = Signal::kNotification;
 };
 

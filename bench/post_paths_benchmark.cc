@@ -4,9 +4,12 @@
 //
 //   BM_IdleProgress             Transport::Progress() with nothing to do:
 //                               what each look of a waiting loop costs;
-//   BM_FlaggedWrite/bytes       Endpoint::PostWriteWithFlag, the flag seen
-//                               in rank 1's memory, the completion fired;
-//   BM_FlaggedPost/bytes        the post alone, completions fired in
+//   BM_FlaggedWrite/bytes/bound Endpoint::PostWriteWithFlag (bound:0) or
+//                               the post of a binding made once
+//                               (Endpoint::BindFlaggedWrite, bound:1), the
+//                               flag seen in rank 1's memory, the
+//                               completion fired;
+//   BM_FlaggedPost/bytes/bound  the post alone, completions fired in
 //                               batches of 64;
 //   BM_NotifiedWrite/bytes      a notified write, taken from rank 1's
 //                               PollNotification, the completion fired;
@@ -22,6 +25,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -84,14 +88,27 @@ struct Pair {
     return absl::OkStatus();
   }
 
-  // A flagged write of `bytes` with `flag` behind the largest write; `done`
-  // counts its completion.
+  // A flagged write of `bytes` with `flag` behind the largest write, posted
+  // through `bound` where it is set (Bind()); `done` counts its completion.
   absl::Status WriteWithFlag(size_t bytes, uint64_t flag, int& done) {
+    rdma::Completion counted = [&done](absl::Status) { ++done; };
+    if (bound != nullptr) return bound->Post(flag, std::move(counted));
     const rdma::RemoteRegion& remote = target.descriptor();
     return ab->PostWriteWithFlag({&source, 0, bytes}, {&remote, 0, bytes},
-                                 {&remote, kFlagOffset, 8}, flag,
-                                 [&done](absl::Status) { ++done; });
+                                 {&remote, kFlagOffset, 8}, flag, std::move(counted));
   }
+
+  // Binds the flagged write of `bytes` that WriteWithFlag() posts from now.
+  absl::Status Bind(size_t bytes) {
+    const rdma::RemoteRegion& remote = target.descriptor();
+    absl::StatusOr<std::unique_ptr<rdma::BoundFlaggedWrite>> write = ab->BindFlaggedWrite(
+        {&source, 0, bytes}, {&remote, 0, bytes}, {&remote, kFlagOffset, 8});
+    if (!write.ok()) return write.status();
+    bound = *std::move(write);
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<rdma::BoundFlaggedWrite> bound;
 };
 
 // Sets up a pair or skips the benchmark with the reason.
@@ -103,12 +120,19 @@ bool SetUp(benchmark::State& state, Pair& pair) {
   return true;
 }
 
-// The same, for a benchmark of flagged writes.
+// The same, for a benchmark of flagged writes of state.range(0) bytes,
+// bound where state.range(1) is 1.
 bool SetUpFlagged(benchmark::State& state, Pair& pair) {
   if (!SetUp(state, pair)) return false;
   if (!pair.a->capabilities().flag_writes) {
     state.SkipWithError("the transport has no flagged writes");
     return false;
+  }
+  if (state.range(1) == 1) {
+    if (absl::Status bound = pair.Bind(static_cast<size_t>(state.range(0))); !bound.ok()) {
+      state.SkipWithError(bound.ToString().c_str());
+      return false;
+    }
   }
   return true;
 }
@@ -146,7 +170,7 @@ void BM_FlaggedWrite(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(bytes));
 }
-BENCHMARK(BM_FlaggedWrite)->Arg(8)->Arg(kMaxBytes);
+BENCHMARK(BM_FlaggedWrite)->ArgsProduct({{8, kMaxBytes}, {0, 1}})->ArgNames({"", "bound"});
 
 // The post alone: completions fired once per 64 posts, so each write
 // carries a 64th of a Progress() (the cost on a writer's critical path).
@@ -173,7 +197,7 @@ void BM_FlaggedPost(benchmark::State& state) {
     }
   }
 }
-BENCHMARK(BM_FlaggedPost)->Arg(8)->Arg(kMaxBytes);
+BENCHMARK(BM_FlaggedPost)->ArgsProduct({{8, kMaxBytes}, {0, 1}})->ArgNames({"", "bound"});
 
 void BM_NotifiedWrite(benchmark::State& state) {
   Pair pair;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -25,6 +26,8 @@ namespace rdmaflow::rdma {
 // kUnavailable (peer died or unreachable), kCancelled (endpoint closed),
 // kPermissionDenied (stale or foreign remote key), kInternal (backend bug).
 using Completion = absl::AnyInvocable<void(absl::Status) &&>;
+
+class BoundFlaggedWrite;
 
 // A connection to one peer, created by Transport::Connect(). The Transport
 // must outlive it. Thread-compatible: one thread posts at a time, and it is
@@ -76,6 +79,20 @@ class Endpoint {
                                          const RemoteSlice& flag_word,
                                          uint64_t flag, Completion done);
 
+  // Binds a flagged write of `src` into the peer's `dst` with its flag in
+  // `flag_word` (as PostWriteWithFlag), to be posted many times, each time
+  // with a flag of its own: for a loop that sends the same buffer into the
+  // same place every round (a ping-pong, a ring's chunk, a mailbox slot).
+  // A backend that resolves what the post needs (UCX: the slices' checks,
+  // the remote key, the peer's mapped memory) does it here once, and each
+  // BoundFlaggedWrite::Post() then costs about the copy and the flag's
+  // store; elsewhere each Post() is a PostWriteWithFlag() and checks then.
+  // Errors: those of PostWriteWithFlag for these slices (kUnimplemented
+  // without flagged writes). The binding must not outlive this endpoint;
+  // the regions behind the slices must outlive the binding.
+  virtual absl::StatusOr<std::unique_ptr<BoundFlaggedWrite>> BindFlaggedWrite(
+      const LocalSlice& src, const RemoteSlice& dst, const RemoteSlice& flag_word);
+
   // Reads the peer's `src` into `dst`; `done` fires once the bytes are in
   // `dst`.
   virtual absl::Status PostRead(const LocalSlice& dst, const RemoteSlice& src,
@@ -107,6 +124,19 @@ class Endpoint {
   // (their callbacks fire from later Progress() calls); later posts return
   // kFailedPrecondition. Idempotent. The destructor calls it.
   virtual absl::Status Close() = 0;
+};
+
+// A flagged write bound to its slices (Endpoint::BindFlaggedWrite).
+// Thread-compatible, as its endpoint: posted from the thread that posts on
+// the endpoint.
+class BoundFlaggedWrite {
+ public:
+  virtual ~BoundFlaggedWrite() = default;
+
+  // Endpoint::PostWriteWithFlag(src, dst, flag_word, flag, done) with the
+  // bound slices: the same ordering, completion and errors
+  // (kFailedPrecondition once the endpoint is closed).
+  virtual absl::Status Post(uint64_t flag, Completion done) = 0;
 };
 
 }  // namespace rdmaflow::rdma

@@ -277,18 +277,17 @@ TEST_P(TransportConformanceTest, NotificationsArriveOnceInPostOrderAfterData) {
   }
 }
 
-// Posts one flagged write (retrying on back-pressure) while driving both
-// ranks; then drives until `flag` is seen in `word` (rank 1's memory) and
-// the write's callback fired. Returns the callback's status.
-absl::Status WriteWithFlag(Fixture& f, const LocalSlice& src,
-                           const RemoteSlice& dst, const RemoteSlice& flag_word,
-                           const std::byte* word, uint64_t flag,
-                           absl::FunctionRef<void()> on_flag) {
+// Posts one flagged write with `post` (retrying on back-pressure) while
+// driving both ranks; then drives until `flag` is seen in `word` (rank 1's
+// memory) and the write's callback fired. Returns the callback's status.
+absl::Status FlaggedWrite(Fixture& f, absl::FunctionRef<absl::Status(Completion)> post,
+                          const std::byte* word, uint64_t flag,
+                          absl::FunctionRef<void()> on_flag) {
   CallbackProbe probe;
   absl::Status posted;
   RETURN_IF_ERROR(Drive({f.a_.get(), f.b_.get()}, [&] {
     probe.posting = true;
-    posted = f.ab_->PostWriteWithFlag(src, dst, flag_word, flag, probe.Callback());
+    posted = post(probe.Callback());
     probe.posting = false;
     return !absl::IsResourceExhausted(posted);
   }));
@@ -301,9 +300,22 @@ absl::Status WriteWithFlag(Fixture& f, const LocalSlice& src,
     }
     return seen && probe.calls > 0;
   }));
-  EXPECT_FALSE(probe.inline_call) << "callback ran inline from PostWriteWithFlag()";
+  EXPECT_FALSE(probe.inline_call) << "callback ran inline from a flagged write's post";
   EXPECT_EQ(probe.calls, 1);
   return probe.status;
+}
+
+// One flagged write through Endpoint::PostWriteWithFlag (FlaggedWrite).
+absl::Status WriteWithFlag(Fixture& f, const LocalSlice& src,
+                           const RemoteSlice& dst, const RemoteSlice& flag_word,
+                           const std::byte* word, uint64_t flag,
+                           absl::FunctionRef<void()> on_flag) {
+  return FlaggedWrite(
+      f,
+      [&](Completion done) {
+        return f.ab_->PostWriteWithFlag(src, dst, flag_word, flag, std::move(done));
+      },
+      word, flag, on_flag);
 }
 
 TEST_P(TransportConformanceTest, FlaggedWritesShowTheirDataWithTheFlag) {
@@ -413,6 +425,126 @@ TEST_P(TransportConformanceTest, MalformedFlagWordsAreRejectedBeforePosting) {
   // Inside the data it writes.
   EXPECT_THAT(f.ab_->PostWriteWithFlag({&local, 0, 16}, {&d, 0, 16}, {&d, 8, 8}, 1, must_not_run),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inside the written")));
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_OK(f.a_->Progress().status());
+    ASSERT_OK(f.b_->Progress().status());
+  }
+  EXPECT_EQ(calls, 0) << "a refused post's callback ran";
+  EXPECT_EQ(LoadSharedWord(remote.data() + 8), 0u) << "a refused flag landed";
+}
+
+// Binds a flagged write and posts it once with `flag`: the binding's
+// refusal, else the post's (a backend may check at either).
+absl::Status BindAndPost(Fixture& f, const LocalSlice& src, const RemoteSlice& dst,
+                         const RemoteSlice& flag_word, uint64_t flag, Completion done) {
+  ASSIGN_OR_RETURN(std::unique_ptr<BoundFlaggedWrite> write,
+                   f.ab_->BindFlaggedWrite(src, dst, flag_word));
+  return write->Post(flag, std::move(done));
+}
+
+TEST_P(TransportConformanceTest, BoundFlaggedWritesShowTheirDataWithTheFlag) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  constexpr size_t kData = 4096 + 5;
+  constexpr size_t kFlagAt = 4096 + 8;        // right behind the data
+  constexpr size_t kEarlierAt = kFlagAt + 8;  // where a plain write goes
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, kData + 8));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, kEarlierAt + 8));
+  const RemoteRegion& d = remote.descriptor();
+  if (!f.a_->capabilities().flag_writes) {
+    int calls = 0;
+    EXPECT_THAT(BindAndPost(f, {&local, 0, 8}, {&d, 0, 8}, {&d, kFlagAt, 8}, 1,
+                            [&calls](absl::Status) { ++calls; }),
+                StatusIs(absl::StatusCode::kUnimplemented));
+    ASSERT_OK(f.a_->Progress().status());
+    EXPECT_EQ(calls, 0) << "a refused post's callback ran";
+    GTEST_SKIP() << f.a_->capabilities().backend << " has no flagged writes";
+  }
+  // One binding, posted many times with new data and a new flag each time,
+  // some behind a plain write that its flag must cover too.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> write,
+                       f.ab_->BindFlaggedWrite({&local, 0, kData}, {&d, 0, kData},
+                                               {&d, kFlagAt, 8}));
+  for (uint64_t i = 1; i <= 200; ++i) {
+    SCOPED_TRACE(absl::StrCat("write ", i));
+    FillPattern(local.data(), kData, i);
+    FillPattern(local.data() + kData, 8, i + 1000);
+    if (i % 5 == 0) {
+      ASSERT_OK(f.ab_->PostWrite({&local, kData, 8}, {&d, kEarlierAt, 8},
+                                 std::nullopt, [](absl::Status s) { EXPECT_OK(s); }));
+    }
+    bool data_whole = false, earlier_whole = true;
+    ASSERT_OK(FlaggedWrite(
+        f, [&](Completion done) { return write->Post(i, std::move(done)); },
+        remote.data() + kFlagAt, i, [&] {
+          data_whole = std::memcmp(remote.data(), local.data(), kData) == 0;
+          if (i % 5 == 0) {
+            earlier_whole =
+                std::memcmp(remote.data() + kEarlierAt, local.data() + kData, 8) == 0;
+          }
+        }));
+    EXPECT_TRUE(data_whole) << "the flag was seen before its data";
+    EXPECT_TRUE(earlier_whole) << "the flag was seen before an earlier write's data";
+  }
+}
+
+TEST_P(TransportConformanceTest, BoundFlaggedWritesStayBehindWritesIntoCallerMemory) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  if (!f.a_->capabilities().flag_writes) {
+    GTEST_SKIP() << f.a_->capabilities().backend << " has no flagged writes";
+  }
+  if (f.backend_->allocate) GTEST_SKIP() << "the backend's data memory is not host memory";
+  // A binding made while every write went into shared memory, then a
+  // write into memory the peer registered (on UCX not shared: a put) just
+  // before each post: the flag, stored through the mapping, must not pass it.
+  std::vector<std::byte> target(4096);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion registered, f.b_->Register(absl::MakeSpan(target)));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion shared, f.Allocate(*f.b_, 64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 4096 + 8));
+  const RemoteRegion& d = shared.descriptor();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> write,
+                       f.ab_->BindFlaggedWrite({&local, 4096, 8}, {&d, 0, 8}, {&d, 8, 8}));
+  for (uint64_t i = 1; i <= 20; ++i) {
+    SCOPED_TRACE(absl::StrCat("write ", i));
+    FillPattern(local.data(), 4096, i);
+    ASSERT_OK(f.ab_->PostWrite({&local, 0, 4096}, {&registered.descriptor(), 0, 4096},
+                               std::nullopt, [](absl::Status s) { EXPECT_OK(s); }));
+    bool earlier_whole = false;
+    ASSERT_OK(FlaggedWrite(
+        f, [&](Completion done) { return write->Post(i, std::move(done)); },
+        shared.data() + 8, i,
+        [&] { earlier_whole = std::memcmp(target.data(), local.data(), 4096) == 0; }));
+    EXPECT_TRUE(earlier_whole) << "the flag was seen before an earlier write's data";
+  }
+}
+
+TEST_P(TransportConformanceTest, BoundFlaggedWritesAreCheckedAndEndWithTheEndpoint) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  if (!f.a_->capabilities().flag_writes) {
+    GTEST_SKIP() << f.a_->capabilities().backend << " has no flagged writes";
+  }
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 64));
+  const RemoteRegion& d = remote.descriptor();
+  int calls = 0;
+  auto must_not_run = [&calls](absl::Status) { ++calls; };
+  const LocalSlice src{&local, 0, 8};
+  const RemoteSlice dst{&d, 0, 8};
+  // What PostWriteWithFlag refuses, refused at the binding or its post.
+  EXPECT_THAT(BindAndPost(f, src, dst, {&d, 12, 8}, 1, must_not_run),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("8-byte aligned")));
+  EXPECT_THAT(BindAndPost(f, src, dst, {&d, 64, 8}, 1, must_not_run),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(BindAndPost(f, src, {&d, 60, 8}, {&d, 8, 8}, 1, must_not_run),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(BindAndPost(f, {&local, 0, 16}, {&d, 0, 16}, {&d, 8, 8}, 1, must_not_run),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inside the written")));
+  // A binding made before the endpoint closed is refused after.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> write,
+                       f.ab_->BindFlaggedWrite(src, dst, {&d, 8, 8}));
+  ASSERT_OK(f.ab_->Close());
+  EXPECT_THAT(write->Post(7, must_not_run), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(BindAndPost(f, src, dst, {&d, 8, 8}, 1, must_not_run),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   for (int round = 0; round < 10; ++round) {
     ASSERT_OK(f.a_->Progress().status());
     ASSERT_OK(f.b_->Progress().status());

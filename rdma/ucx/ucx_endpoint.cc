@@ -16,6 +16,7 @@
 #include "rdma/ucx/envelope.h"
 #include "rdma/ucx/peer_liveness.h"
 #include "rdma/ucx/process_maps.h"
+#include "rdma/ucx/ucx_bound_write.h"
 #include "rdma/ucx/ucx_status.h"
 #include "rdma/ucx/ucx_transport.h"
 
@@ -219,10 +220,15 @@ UcxEndpoint::~UcxEndpoint() {
   if (state_->outstanding > 0) state_->worker->retired.push_back(state_);
 }
 
+absl::Status UcxOps::ClosedError(const UcxEndpointState& state) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("endpoint to rank ", state.peer_rank, " is closed"));
+}
+
 absl::Status UcxEndpoint::CheckPostable() const {
+  if (UcxOps::CanPost(*state_)) return absl::OkStatus();
   if (state_->closed) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("endpoint to rank ", state_->peer_rank, " is closed"));
+    return UcxOps::ClosedError(*state_);
   }
   if (!state_->failure.ok()) return state_->failure;
   if (state_->outstanding >=
@@ -309,12 +315,7 @@ void UcxEndpoint::ClaimLane() {
 }
 
 void UcxEndpoint::CompleteNow(Completion done) {
-  // Without a reference to the state: a copy of the shared pointer is a
-  // locked instruction, which costs more than the copy a mapped write is.
-  // The destructor retires the state while such completions are queued.
-  ++state_->outstanding;
-  state_->worker->completions.Push(std::move(done), absl::OkStatus(),
-                                   /*keep=*/nullptr, &state_->outstanding);
+  UcxOps::CompleteNow(*state_, std::move(done));
 }
 
 absl::Status UcxEndpoint::LaneRoom() {
@@ -336,8 +337,7 @@ absl::Status UcxEndpoint::LaneRoom() {
 
 absl::Status UcxEndpoint::Prepare(const RemoteRegion& region) {
   if (state_->closed) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("endpoint to rank ", state_->peer_rank, " is closed"));
+    return UcxOps::ClosedError(*state_);
   }
   if (!state_->failure.ok()) return state_->failure;
   if (state_->ep == nullptr) {
@@ -452,45 +452,66 @@ absl::Status UcxEndpoint::PostWriteWithFlag(const LocalSlice& src,
   RETURN_IF_ERROR(CheckTransfer(src, dst, state_->peer_rank, kBackend));
   RETURN_IF_ERROR(CheckFlagWord(flag_word, dst, state_->peer_rank, kBackend));
   RETURN_IF_ERROR(CheckPostable());
-  // The flag's key first: MappedAt() answers for the last key looked up.
-  // A flag in the data's region (the usual place: right behind it) needs
-  // no second look-up.
-  const bool one_region = flag_word.region == dst.region;
-  ucp_rkey_h flag_rkey = nullptr;
-  std::byte* flag_mapped = nullptr;
-  if (!one_region) {
-    ASSIGN_OR_RETURN(flag_rkey, RemoteKey(*flag_word.region));
-    flag_mapped = MappedAt(flag_word);
-  }
-  ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKey(*dst.region));
-  std::byte* mapped = MappedAt(dst);
-  if (one_region) {
-    flag_rkey = rkey;
-    flag_mapped = MappedAt(flag_word);
-  }
-  // One aligned store places the flag whole; a mapping that would misalign
-  // it (never one UCX makes) is not used for it.
-  if (reinterpret_cast<uintptr_t>(flag_mapped) % sizeof(uint64_t) != 0) flag_mapped = nullptr;
-  if (mapped != nullptr && flag_mapped != nullptr &&
-      !state_->wrote_through_ucx) {
+  ASSIGN_OR_RETURN(const FlagTargets to, ResolveFlagTargets(dst, flag_word));
+  if (to.mapped != nullptr && to.flag_mapped != nullptr && !state_->wrote_through_ucx) {
     // As a mapped notified write, with the flag where the record goes: the
-    // release store orders it after this copy and every earlier one.
+    // release store orders it after this copy and every earlier one. The
+    // completion is queued after the store, off the peer's wait.
+    std::memcpy(to.mapped, src.data(), src.length);
+    StoreSharedWord(to.flag_mapped, flag);
     CompleteNow(std::move(done));
-    std::memcpy(mapped, src.data(), src.length);
-    StoreSharedWord(flag_mapped, flag);
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(PutBehindNotification(src, dst, rkey));
+  RETURN_IF_ERROR(PutBehindNotification(src, dst, to.rkey));
   auto* op = new UcxOp{UcxOp::Kind::kNotify, "flagged write", state_,
                        std::move(done)};
   op->word = true;
   static_assert(sizeof(op->payload) == sizeof(flag));
   std::memcpy(op->payload, &flag, sizeof(flag));
-  op->word_mapped = flag_mapped;
+  op->word_mapped = to.flag_mapped;
   op->word_address = flag_word.address();
-  op->word_rkey = flag_rkey;
+  op->word_rkey = to.flag_rkey;
   NotifyAfterFlush(op);
   return absl::OkStatus();
+}
+
+absl::StatusOr<UcxEndpoint::FlagTargets> UcxEndpoint::ResolveFlagTargets(
+    const RemoteSlice& dst, const RemoteSlice& flag_word) {
+  // The flag's key first: MappedAt() answers for the last key looked up.
+  // A flag in the data's region (the usual place: right behind it) needs
+  // no second look-up.
+  FlagTargets to;
+  const bool one_region = flag_word.region == dst.region;
+  if (!one_region) {
+    ASSIGN_OR_RETURN(to.flag_rkey, RemoteKey(*flag_word.region));
+    to.flag_mapped = MappedAt(flag_word);
+  }
+  ASSIGN_OR_RETURN(to.rkey, RemoteKey(*dst.region));
+  to.mapped = MappedAt(dst);
+  if (one_region) {
+    to.flag_rkey = to.rkey;
+    to.flag_mapped = MappedAt(flag_word);
+  }
+  // One aligned store places the flag whole; a mapping that would misalign
+  // it (never one UCX makes) is not used for it.
+  if (reinterpret_cast<uintptr_t>(to.flag_mapped) % sizeof(uint64_t) != 0) {
+    to.flag_mapped = nullptr;
+  }
+  return to;
+}
+
+absl::StatusOr<std::unique_ptr<BoundFlaggedWrite>> UcxEndpoint::BindFlaggedWrite(
+    const LocalSlice& src, const RemoteSlice& dst, const RemoteSlice& flag_word) {
+  RETURN_IF_ERROR(CheckTransfer(src, dst, state_->peer_rank, kBackend));
+  RETURN_IF_ERROR(CheckFlagWord(flag_word, dst, state_->peer_rank, kBackend));
+  // A binding is no operation in flight: only a closed or failed endpoint
+  // refuses one.
+  if (state_->closed || !state_->failure.ok()) RETURN_IF_ERROR(CheckPostable());
+  ASSIGN_OR_RETURN(const FlagTargets to, ResolveFlagTargets(dst, flag_word));
+  const bool mapped = to.mapped != nullptr && to.flag_mapped != nullptr;
+  return std::make_unique<UcxBoundFlaggedWrite>(
+      *this, state_, UcxBoundFlaggedWrite::Slices{src, dst, flag_word},
+      mapped ? to.mapped : nullptr, mapped ? to.flag_mapped : nullptr);
 }
 
 absl::Status UcxEndpoint::PutBehindNotification(const LocalSlice& src,
@@ -611,8 +632,7 @@ absl::Status UcxEndpoint::PostFlush(Completion done) {
 absl::StatusOr<std::byte*> UcxEndpoint::MapRemote(const RemoteSlice& remote) {
   RETURN_IF_ERROR(CheckRemoteSlice(remote, state_->peer_rank, kBackend));
   if (state_->closed) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("endpoint to rank ", state_->peer_rank, " is closed"));
+    return UcxOps::ClosedError(*state_);
   }
   if (state_->ep == nullptr) {  // the transport gave it up: its peer died
     return absl::UnavailableError(absl::StrCat("endpoint to rank ", state_->peer_rank,

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,10 @@ class UcxEndpoint final : public Endpoint {
   // memory (Transport::Allocate) maps.
   absl::StatusOr<std::byte*> MapRemote(const RemoteSlice& remote) override;
   absl::Status Prepare(const RemoteRegion& region) override;
+  // Checks the slices and resolves the peer's mapped memory once
+  // (UcxBoundFlaggedWrite).
+  absl::StatusOr<std::unique_ptr<BoundFlaggedWrite>> BindFlaggedWrite(
+      const LocalSlice& src, const RemoteSlice& dst, const RemoteSlice& flag_word) override;
 
   // How notifications go ("notify flag (lane 3 of 64, 512 slots)", or
   // "notify am" and why), then ucp_ep_print_info() output.
@@ -59,6 +64,17 @@ class UcxEndpoint final : public Endpoint {
 
  private:
   absl::Status CheckPostable() const;
+  // Where a flagged write's data and flag go: their remote keys (the
+  // flag's looked up first) and where each lies mapped here (null where it
+  // does not, and for a flag that the mapping would misalign).
+  struct FlagTargets {
+    ucp_rkey_h rkey = nullptr;
+    ucp_rkey_h flag_rkey = nullptr;
+    std::byte* mapped = nullptr;
+    std::byte* flag_mapped = nullptr;
+  };
+  absl::StatusOr<FlagTargets> ResolveFlagTargets(const RemoteSlice& dst,
+                                                 const RemoteSlice& flag_word);
   absl::StatusOr<ucp_rkey_h> RemoteKey(const RemoteRegion& region);
   // A freshly unpacked key of `region` (the caller owns it).
   absl::StatusOr<ucp_rkey_h> UnpackKey(const RemoteRegion& region);
@@ -100,6 +116,28 @@ class UcxEndpoint final : public Endpoint {
 
 // Operation bookkeeping shared by the endpoint and the transport's progress.
 struct UcxOps {
+  // Whether `state`'s endpoint takes a post now: open, not failed, and
+  // under its limit of operations in flight (UcxEndpoint::CheckPostable
+  // says why not).
+  static bool CanPost(const UcxEndpointState& state) {
+    return !state.closed && state.failure.ok() &&
+           state.outstanding < state.worker->max_outstanding_per_endpoint;
+  }
+
+  // kFailedPrecondition: the endpoint to `state`'s peer is closed.
+  static absl::Status ClosedError(const UcxEndpointState& state);
+
+  // Queues the completion of an operation of `state`'s that was done when
+  // it was posted. Without a reference to the state: a copy of the shared
+  // pointer is a locked instruction, which costs more than the copy a
+  // mapped write is. The endpoint's destructor retires the state while
+  // such completions are queued.
+  static void CompleteNow(UcxEndpointState& state, Completion done) {
+    ++state.outstanding;
+    state.worker->completions.Push(std::move(done), absl::OkStatus(),
+                                   /*keep=*/nullptr, &state.outstanding);
+  }
+
   // Called with the result of an operation's UCX request; queues its
   // completion or advances its notification.
   static void OnRequestStatus(UcxOp* op, ucs_status_t status);

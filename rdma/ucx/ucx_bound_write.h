@@ -1,0 +1,62 @@
+// File: ucx_bound_write.h
+// -----------------------------------------------------------------------------
+// UcxBoundFlaggedWrite: a flagged write bound once (UcxEndpoint::
+// BindFlaggedWrite) into a same-host peer's mapped shared memory, posted as
+// the copy and the flag's release store, with no look-up or slice check
+// per post.
+#ifndef RDMAFLOW_RDMA_UCX_UCX_BOUND_WRITE_H_
+#define RDMAFLOW_RDMA_UCX_UCX_BOUND_WRITE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "rdma/endpoint.h"
+#include "rdma/slice.h"
+#include "rdma/ucx/ucx_endpoint.h"
+#include "rdma/ucx/ucx_internal.h"
+
+namespace rdmaflow::rdma::ucx {
+
+// Thread-compatible, as its endpoint. Holds the endpoint's state, so that a
+// post after the endpoint closed (or was destroyed) is refused, not a use
+// of freed memory; the endpoint and the regions must outlive it otherwise.
+class UcxBoundFlaggedWrite final : public BoundFlaggedWrite {
+ public:
+  // The slices as bound, checked by the endpoint.
+  struct Slices {
+    LocalSlice src;
+    RemoteSlice dst;
+    RemoteSlice flag_word;
+  };
+
+  // `mapped` and `flag_mapped`: where `dst` and `flag_word` lie in this
+  // process (the peer's shared memory under the endpoint's remote keys),
+  // or both null where they do not map: every post then goes through
+  // UcxEndpoint::PostWriteWithFlag.
+  UcxBoundFlaggedWrite(UcxEndpoint& endpoint, std::shared_ptr<UcxEndpointState> state,
+                       const Slices& slices, std::byte* mapped, std::byte* flag_mapped)
+      : endpoint_(endpoint),
+        state_(std::move(state)),
+        slices_(slices),
+        mapped_(mapped),
+        flag_mapped_(flag_mapped) {}
+
+  // Mapped, while the endpoint takes posts and no write of it went through
+  // UCX (a flag stored here could pass such a write): the copy, the release
+  // store, then the completion queued. Else PostWriteWithFlag() with the
+  // bound slices, which checks them again and says why it refuses.
+  absl::Status Post(uint64_t flag, Completion done) override;
+
+ private:
+  UcxEndpoint& endpoint_;  // used only while state_ says it is open
+  const std::shared_ptr<UcxEndpointState> state_;
+  const Slices slices_;
+  std::byte* const mapped_;
+  std::byte* const flag_mapped_;
+};
+
+}  // namespace rdmaflow::rdma::ucx
+
+#endif  // RDMAFLOW_RDMA_UCX_UCX_BOUND_WRITE_H_
