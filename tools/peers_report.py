@@ -73,6 +73,8 @@ def torch_rows(d):
 
 def one_rep(d):
     word = pingpong(os.path.join(d, "pingpong_word.json"))
+    unbound_path = os.path.join(d, "pingpong_word_unbound.json")
+    unbound = pingpong(unbound_path) if os.path.exists(unbound_path) else {}
     flag = pingpong(os.path.join(d, "pingpong_flag.json"))
     am = pingpong(os.path.join(d, "pingpong_am.json"))
     times = allreduce_times(os.path.join(d, "allreduce.json"))
@@ -83,6 +85,10 @@ def one_rep(d):
         get = perftest_p50(os.path.join(d, f"perftest_get_{b}.txt"))
         fw = word[("write", b)]["lat_p50_us"]
         rows.append((f"flagged write {b} B / ucp_put_lat", fw, put, fw / put, "<= 1.3"))
+        if ("write", b) in unbound:
+            u = unbound[("write", b)]["lat_p50_us"]
+            rows.append((f"  (unbound: checked per post) {b} B / ucp_put_lat", u, put, u / put,
+                         ""))
         w = flag[("write", b)]["lat_p50_us"]
         rows.append((f"  (notified, flag inbox) {b} B / ucp_put_lat", w, put, w / put, ""))
         wa = am[("write", b)]["lat_p50_us"]
