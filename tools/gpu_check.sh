@@ -97,28 +97,45 @@ pack() {
 
 # The Python module for the GPU machine's Python, under OUT/module; its
 # log under OUT. Returns non-zero (and says why) where it cannot be built.
+# Keeps to the run's budget (run_limited): returns $skipped where it had
+# no time left to start.
 build_module() {
-  local out=$1
+  local out=$1 status=0
   rm -rf "$out/include" && mkdir -p "$out/include"
   tar xzf .gpu/include.tgz -C "$out/include"
-  tools/torch_module_for.sh --python python3 --prefix .gpu/rdmaflow --include "$out/include" \
-    --out "$out/module" >"$out/module.log" 2>&1 || { cat "$out/module.log"; return 1; }
-  PYTHONPATH="$out/module" python3 -c 'import torch, rdmaflow_torch; print("rdmaflow_torch", rdmaflow_torch.__version__, "for torch", torch.__version__)'
+  run_limited 240 tools/torch_module_for.sh --python python3 --prefix .gpu/rdmaflow \
+    --include "$out/include" --out "$out/module" >"$out/module.log" 2>&1 || status=$?
+  if [ "$status" != 0 ]; then
+    cat "$out/module.log"
+    return "$status"
+  fi
+  PYTHONPATH="$out/module" run_limited 60 python3 -c 'import torch, rdmaflow_torch; print("rdmaflow_torch", rdmaflow_torch.__version__, "for torch", torch.__version__)'
 }
 
 # Runs `cmd...` under a time limit of SECONDS or what is left of the run's
 # budget (GPU_CHECK_BUDGET_S, 540 s by default: the device runs one command
 # for 10 minutes at most, and the table must come out before), whichever is
-# less; refuses to start it (124, as a timeout) with under 20 s left.
+# less; refuses to start it with under 20 s left, returning $skipped.
+skipped=200
 run_limited() {
   local want=$1 left
   shift
   left=$((budget_end - $(date +%s) - 10))
   if ((left < 20)); then
     echo "skipped, out of the run's budget: $*" >&2
-    return 124
+    return $skipped
   fi
   timeout -k 10 $((want < left ? want : left)) "$@"
+}
+
+# outcome STATUS: "passed", "skipped" (run_limited refused to start it) or
+# "FAILED", for a step's exit status.
+outcome() {
+  case $1 in
+    0) echo passed ;;
+    "$skipped") echo skipped ;;
+    *) echo FAILED ;;
+  esac
 }
 
 run() {
@@ -134,7 +151,9 @@ run() {
   }
   export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local system_cxx
-  system_cxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ { print $NF; exit }')
+  # (awk leaves at its first match: ldconfig may die of SIGPIPE, which
+  # pipefail would make this script's end.)
+  system_cxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ { print $NF; exit }' || true)
   if [ -z "$system_cxx" ] || ! grep -q GLIBCXX_3.4.30 "$system_cxx"; then
     echo "the system's libstdc++ (${system_cxx:-none}) is older than the build's: using .gpu/lib-cxx"
     export LD_LIBRARY_PATH="$PWD/.gpu/lib-cxx:$LD_LIBRARY_PATH"
@@ -156,7 +175,9 @@ run() {
     name=$(basename "$test")
     echo "== $name"
     start=$(date +%s%N)
-    if run_limited 240 "$test" >"$out/$name.log" 2>&1; then status=passed; else status="FAILED"; fi
+    status=0
+    run_limited 240 "$test" >"$out/$name.log" 2>&1 || status=$?
+    status=$(outcome "$status")
     seconds=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { print (b - a) / 1e9 }')
     summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/$name.log" |
       sed -e 's/\[ *//' -e 's/ *\]//' -e 's/, listed below://' | tr '\n' ' ' || true)
@@ -167,14 +188,14 @@ run() {
   for algorithm in split leader; do
     echo "== device_ipc_bench --algorithm=$algorithm"
     run_limited 120 .gpu/bin/device_ipc_bench --algorithm=$algorithm --json "$out/device_ipc_$algorithm.json" 2>&1 |
-      tee "$out/device_ipc_$algorithm.log" || add_row "device_ipc_bench $algorithm FAILED"
+      tee "$out/device_ipc_$algorithm.log" || add_row "device_ipc_bench $algorithm $(outcome $?)"
   done
   # The device write/read ping-pong to 1 GiB, as `$1` (its JSON and log).
   pingpong_device() {
     echo "== transport_pingpong --memory=device ($1)"
     run_limited 300 .gpu/bin/transport_pingpong \
       --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
-      --json "$out/$1.json" 2>&1 | tee "$out/$1.log" || add_row "transport_pingpong $1 FAILED"
+      --json "$out/$1.json" 2>&1 | tee "$out/$1.log" || add_row "transport_pingpong $1 $(outcome $?)"
   }
   if [ -n "$torch_lib" ]; then pingpong_device pingpong_device; fi
   # Under MPS the two processes' kernels and copies run side by side rather
@@ -187,14 +208,14 @@ run() {
     if nvidia-cuda-mps-control -d; then
       echo "== device_ipc_bench --algorithm=split under MPS"
       run_limited 120 .gpu/bin/device_ipc_bench --algorithm=split --json "$out/device_ipc_mps.json" 2>&1 |
-        tee "$out/device_ipc_mps.log" || add_row "device_ipc_bench under MPS FAILED"
+        tee "$out/device_ipc_mps.log" || add_row "device_ipc_bench under MPS $(outcome $?)"
       if [ -n "$torch_lib" ]; then
         pingpong_device pingpong_device_mps
         echo "== allreduce_bench --device=cuda under MPS"
         run_limited 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
           --impls=rdmaflow --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) --max_iters=100 \
           --byte_budget=$((8 << 30)) --json "$out/allreduce_device_mps.json" 2>&1 |
-          tee "$out/allreduce_device_mps.log" || add_row "allreduce_bench under MPS FAILED"
+          tee "$out/allreduce_device_mps.log" || add_row "allreduce_bench under MPS $(outcome $?)"
       fi
       echo quit | nvidia-cuda-mps-control
     fi
@@ -206,19 +227,19 @@ run() {
       --params=tls=shm --memory=device --device=cuda --device_path=staged \
       --max_bytes=$((256 << 20)) --byte_budget=$((1 << 30)) \
       --json "$out/pingpong_staged.json" 2>&1 | tee "$out/pingpong_staged.log" ||
-      add_row "transport_pingpong --device_path=staged FAILED"
+      add_row "transport_pingpong --device_path=staged $(outcome $?)"
     echo "== allreduce_bench --device=cuda"
     run_limited 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
       --impls=rdmaflow,rdmaflow-device-ring,gloo --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) \
       --json "$out/allreduce_device.json" 2>&1 | tee "$out/allreduce_device.log" ||
-      add_row "allreduce_bench --device=cuda FAILED"
+      add_row "allreduce_bench --device=cuda $(outcome $?)"
     echo "== gpu_peers.py"
     PYTHONUNBUFFERED=1 run_limited 300 python3 tools/gpu_peers.py --json "$out/gpu_peers.json" 2>&1 |
-      tee "$out/gpu_peers.log" || add_row "gpu_peers.py FAILED"
+      tee "$out/gpu_peers.log" || add_row "gpu_peers.py $(outcome $?)"
     echo "== gpu_train_baselines.py"
     PYTHONUNBUFFERED=1 run_limited 300 python3 tools/gpu_train_baselines.py \
       --json "$out/train_baselines.json" 2>&1 | tee "$out/train_baselines.log" ||
-      add_row "gpu_train_baselines.py FAILED"
+      add_row "gpu_train_baselines.py $(outcome $?)"
     # The EuroSys seed on the GPU: the parameter server's VGG step over zero
     # copy, rdma_copy and gRPC, workers computing on the GPU (synthetic
     # data: the dataset is not there).
@@ -230,7 +251,7 @@ run() {
         --transport_params tls=shm --json "$out/ps_vgg_$comm.json" >"$out/ps_vgg_$comm.log" 2>&1 &&
         add_row "$(printf 'ps vgg cuda %-10s %s' "$comm" \
           "$(grep -o '"mean_step_ms": [0-9.]*' "$out/ps_vgg_$comm.json")")" ||
-        { tail -5 "$out/ps_vgg_$comm.log"; add_row "rdmaflow_train ps $comm FAILED"; }
+        { status=$?; tail -5 "$out/ps_vgg_$comm.log"; add_row "rdmaflow_train ps $comm $(outcome $status)"; }
     done
     # The Stanza seed on the GPU: layer separation against the parameter
     # server above, same model and ranks (2 conv ranks and 1 FC rank, its
@@ -244,17 +265,19 @@ run() {
         >"$out/ls_vgg_$overlap.log" 2>&1 &&
         add_row "$(printf 'layer_separated vgg cuda overlap=%-3s %s' "$overlap" \
           "$(grep -o '"mean_step_ms": [0-9.]*' "$out/ls_vgg_$overlap.json")")" ||
-        { tail -5 "$out/ls_vgg_$overlap.log"; add_row "rdmaflow_train layer_separated $overlap FAILED"; }
+        { status=$?; tail -5 "$out/ls_vgg_$overlap.log"; add_row "rdmaflow_train layer_separated $overlap $(outcome $status)"; }
     done
     echo "== the Python module for this machine's Python"
-    if build_module "$out"; then
+    status=0
+    build_module "$out" || status=$?
+    if [ "$status" = 0 ]; then
       add_row "rdmaflow_torch module built"
       echo "== gpu_ddp_bench.py (DDP over rdmaflow and Gloo, CUDA tensors)"
       PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 420 python3 tools/gpu_ddp_bench.py \
         --device cuda --json "$out/ddp.json" 2>&1 | tee "$out/ddp.log" ||
-        add_row "gpu_ddp_bench.py FAILED"
+        add_row "gpu_ddp_bench.py $(outcome $?)"
     else
-      add_row "rdmaflow_torch module FAILED to build"
+      add_row "rdmaflow_torch module build $(outcome "$status")"
     fi
   fi
   echo
