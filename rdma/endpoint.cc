@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "rdma/bound_slices.h"
 
 namespace rdmaflow::rdma {
 
@@ -30,17 +31,16 @@ class PostingFlaggedWrite final : public BoundFlaggedWrite {
  public:
   PostingFlaggedWrite(Endpoint& endpoint, const LocalSlice& src, const RemoteSlice& dst,
                       const RemoteSlice& flag_word)
-      : endpoint_(endpoint), src_(src), dst_(dst), flag_word_(flag_word) {}
+      : endpoint_(endpoint), slices_(src, dst, flag_word) {}
 
   absl::Status Post(uint64_t flag, Completion done) override {
-    return endpoint_.PostWriteWithFlag(src_, dst_, flag_word_, flag, std::move(done));
+    return endpoint_.PostWriteWithFlag(slices_.src(), slices_.dst(), slices_.flag_word(), flag,
+                                       std::move(done));
   }
 
  private:
   Endpoint& endpoint_;
-  const LocalSlice src_;
-  const RemoteSlice dst_;
-  const RemoteSlice flag_word_;
+  const BoundSlices slices_;
 };
 
 }  // namespace

@@ -87,9 +87,11 @@ class Endpoint {
   // the remote key, the peer's mapped memory) does it here once, and each
   // BoundFlaggedWrite::Post() then costs about the copy and the flag's
   // store; elsewhere each Post() is a PostWriteWithFlag() and checks then.
-  // Errors: those of PostWriteWithFlag for these slices (kUnimplemented
-  // without flagged writes). The binding must not outlive this endpoint;
-  // the regions behind the slices must outlive the binding.
+  // Errors: those PostWriteWithFlag would return for these slices
+  // (kUnimplemented without flagged writes), here where the backend binds,
+  // else from each Post(); the limit of operations in flight applies to
+  // the posts only. The binding keeps copies of the peer's descriptors;
+  // it must not outlive this endpoint, nor `src`'s region.
   virtual absl::StatusOr<std::unique_ptr<BoundFlaggedWrite>> BindFlaggedWrite(
       const LocalSlice& src, const RemoteSlice& dst, const RemoteSlice& flag_word);
 
@@ -134,8 +136,7 @@ class BoundFlaggedWrite {
   virtual ~BoundFlaggedWrite() = default;
 
   // Endpoint::PostWriteWithFlag(src, dst, flag_word, flag, done) with the
-  // bound slices: the same ordering, completion and errors
-  // (kFailedPrecondition once the endpoint is closed).
+  // bound slices: the same ordering, completion and errors.
   virtual absl::Status Post(uint64_t flag, Completion done) = 0;
 };
 

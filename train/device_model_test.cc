@@ -176,6 +176,19 @@ TEST(DeviceModelTest, ABackwardStillDueRunsWithTheValuesOfItsMoment) {
   for (const strategies::Parameter& p : reference.Parameters()) {
     expected.push_back(p.tensor.grad());
   }
+  // The update matters: without it the gradients of every layer below the
+  // last are other than these (the last one's come from its input and the
+  // loss, both of the forward), so a copy that kept its old values could
+  // not pass.
+  ASSERT_OK_AND_ASSIGN(Model unchanged, MakeModel("lenet5", /*seed=*/3));
+  TrainAcrossAnUpdate(unchanged.split, [] {});
+  const std::vector<strategies::Parameter> unchanged_params = unchanged.Parameters();
+  ASSERT_EQ(unchanged_params.size(), expected.size());
+  size_t changed = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    changed += at::allclose(unchanged_params[i].tensor.grad(), expected[i], 1e-5, 1e-6) ? 0 : 1;
+  }
+  EXPECT_EQ(changed, expected.size() - 2) << "of " << expected.size() << " gradients";
   ASSERT_OK_AND_ASSIGN(Model host, MakeModel("lenet5", /*seed=*/3));
   std::vector<at::Tensor> storage = RepointParameters(host);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceModel> mirror,

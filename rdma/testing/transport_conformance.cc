@@ -459,11 +459,16 @@ TEST_P(TransportConformanceTest, BoundFlaggedWritesShowTheirDataWithTheFlag) {
     EXPECT_EQ(calls, 0) << "a refused post's callback ran";
     GTEST_SKIP() << f.a_->capabilities().backend << " has no flagged writes";
   }
-  // One binding, posted many times with new data and a new flag each time,
-  // some behind a plain write that its flag must cover too.
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> write,
+  ASSERT_OK_AND_ASSIGN(MemoryRegion other, f.Allocate(*f.b_, 64));
+  // Two bindings, the flag right behind the data and in another region,
+  // each posted many times with new data and a new flag each time, some
+  // behind a plain write that its flag must cover too.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> behind,
                        f.ab_->BindFlaggedWrite({&local, 0, kData}, {&d, 0, kData},
                                                {&d, kFlagAt, 8}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> elsewhere,
+                       f.ab_->BindFlaggedWrite({&local, 0, kData}, {&d, 0, kData},
+                                               {&other.descriptor(), 8, 8}));
   for (uint64_t i = 1; i <= 200; ++i) {
     SCOPED_TRACE(absl::StrCat("write ", i));
     FillPattern(local.data(), kData, i);
@@ -472,10 +477,11 @@ TEST_P(TransportConformanceTest, BoundFlaggedWritesShowTheirDataWithTheFlag) {
       ASSERT_OK(f.ab_->PostWrite({&local, kData, 8}, {&d, kEarlierAt, 8},
                                  std::nullopt, [](absl::Status s) { EXPECT_OK(s); }));
     }
+    BoundFlaggedWrite& write = i % 2 == 0 ? *elsewhere : *behind;
     bool data_whole = false, earlier_whole = true;
     ASSERT_OK(FlaggedWrite(
-        f, [&](Completion done) { return write->Post(i, std::move(done)); },
-        remote.data() + kFlagAt, i, [&] {
+        f, [&](Completion done) { return write.Post(i, std::move(done)); },
+        i % 2 == 0 ? other.data() + 8 : remote.data() + kFlagAt, i, [&] {
           data_whole = std::memcmp(remote.data(), local.data(), kData) == 0;
           if (i % 5 == 0) {
             earlier_whole =
@@ -494,25 +500,27 @@ TEST_P(TransportConformanceTest, BoundFlaggedWritesStayBehindWritesIntoCallerMem
   }
   if (f.backend_->allocate) GTEST_SKIP() << "the backend's data memory is not host memory";
   // A binding made while every write went into shared memory, then a
-  // write into memory the peer registered (on UCX not shared: a put) just
-  // before each post: the flag, stored through the mapping, must not pass it.
-  std::vector<std::byte> target(4096);
+  // 1 MiB write into memory the peer registered (on UCX not shared: a put
+  // still moving when it returns) just before each post: the flag, stored
+  // through the mapping, must not pass it.
+  constexpr size_t kEarlier = 1 << 20;
+  std::vector<std::byte> target(kEarlier);
   ASSERT_OK_AND_ASSIGN(MemoryRegion registered, f.b_->Register(absl::MakeSpan(target)));
   ASSERT_OK_AND_ASSIGN(MemoryRegion shared, f.Allocate(*f.b_, 64));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 4096 + 8));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, kEarlier + 8));
   const RemoteRegion& d = shared.descriptor();
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> write,
-                       f.ab_->BindFlaggedWrite({&local, 4096, 8}, {&d, 0, 8}, {&d, 8, 8}));
+                       f.ab_->BindFlaggedWrite({&local, kEarlier, 8}, {&d, 0, 8}, {&d, 8, 8}));
   for (uint64_t i = 1; i <= 20; ++i) {
     SCOPED_TRACE(absl::StrCat("write ", i));
-    FillPattern(local.data(), 4096, i);
-    ASSERT_OK(f.ab_->PostWrite({&local, 0, 4096}, {&registered.descriptor(), 0, 4096},
+    FillPattern(local.data(), kEarlier, i);
+    ASSERT_OK(f.ab_->PostWrite({&local, 0, kEarlier}, {&registered.descriptor(), 0, kEarlier},
                                std::nullopt, [](absl::Status s) { EXPECT_OK(s); }));
     bool earlier_whole = false;
     ASSERT_OK(FlaggedWrite(
         f, [&](Completion done) { return write->Post(i, std::move(done)); },
         shared.data() + 8, i,
-        [&] { earlier_whole = std::memcmp(target.data(), local.data(), 4096) == 0; }));
+        [&] { earlier_whole = std::memcmp(target.data(), local.data(), kEarlier) == 0; }));
     EXPECT_TRUE(earlier_whole) << "the flag was seen before an earlier write's data";
   }
 }
@@ -707,6 +715,48 @@ TEST_P(TransportConformanceTest, FullQueueIsResourceExhaustedNotBlocking) {
   ASSERT_OK(Drive({f.a_.get(), f.b_.get()},
                   [&] { return completions == static_cast<int>(accepted); }));
   EXPECT_OK(f.Write({&local, 0, 8}, {&remote.descriptor(), 0, 8}));
+}
+
+TEST_P(TransportConformanceTest, BoundFlaggedWritesPushBackAtTheLimit) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  if (!f.a_->capabilities().flag_writes) {
+    GTEST_SKIP() << f.a_->capabilities().backend << " has no flagged writes";
+  }
+  if (f.backend_->allocate) GTEST_SKIP() << "the flag is polled in host memory";
+  const size_t limit = f.a_->capabilities().max_outstanding_per_endpoint;
+  ASSERT_GT(limit, 0u);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 64));
+  const RemoteRegion& d = remote.descriptor();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> write,
+                       f.ab_->BindFlaggedWrite({&local, 0, 8}, {&d, 0, 8}, {&d, 8, 8}));
+  int completions = 0;
+  auto count = [&completions](absl::Status s) {
+    EXPECT_OK(s);
+    ++completions;
+  };
+  uint64_t accepted = 0;
+  absl::Status status;
+  while (accepted <= limit) {
+    status = write->Post(accepted + 1, count);
+    if (!status.ok()) break;
+    ++accepted;
+  }
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("rank 1")));
+  EXPECT_EQ(accepted, limit);
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+    return completions == static_cast<int>(accepted) &&
+           LoadSharedWord(remote.data() + 8) == accepted;
+  }));
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_OK(f.a_->Progress().status());
+    ASSERT_OK(f.b_->Progress().status());
+  }
+  EXPECT_EQ(LoadSharedWord(remote.data() + 8), accepted) << "a refused post's flag landed";
+  // Room again once the completions fired.
+  ASSERT_OK(FlaggedWrite(
+      f, [&](Completion done) { return write->Post(accepted + 1, std::move(done)); },
+      remote.data() + 8, accepted + 1, [] {}));
 }
 
 TEST_P(TransportConformanceTest, CloseCancelsPendingAndRefusesNewOperations) {

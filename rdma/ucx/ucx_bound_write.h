@@ -10,8 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "rdma/bound_slices.h"
 #include "rdma/endpoint.h"
 #include "rdma/slice.h"
 #include "rdma/ucx/ucx_endpoint.h"
@@ -19,40 +21,41 @@
 
 namespace rdmaflow::rdma::ucx {
 
-// Thread-compatible, as its endpoint. Holds the endpoint's state, so that a
-// post after the endpoint closed (or was destroyed) is refused, not a use
-// of freed memory; the endpoint and the regions must outlive it otherwise.
+// Thread-compatible, as its endpoint. The endpoint and the local region
+// must outlive it (Endpoint::BindFlaggedWrite); it keeps copies of the
+// peer's descriptors. As a defence, not a contract: it holds the
+// endpoint's state, so a post after the endpoint was destroyed is refused
+// (kFailedPrecondition) rather than a use of freed memory.
 class UcxBoundFlaggedWrite final : public BoundFlaggedWrite {
  public:
-  // The slices as bound, checked by the endpoint.
-  struct Slices {
-    LocalSlice src;
-    RemoteSlice dst;
-    RemoteSlice flag_word;
-  };
-
-  // `mapped` and `flag_mapped`: where `dst` and `flag_word` lie in this
-  // process (the peer's shared memory under the endpoint's remote keys),
-  // or both null where they do not map: every post then goes through
+  // The slices as bound, checked by the endpoint. `mapped` and
+  // `flag_mapped`: where `dst` and `flag_word` lie in this process (the
+  // peer's shared memory under the endpoint's remote keys), or both null
+  // where they do not map: every post then goes through
   // UcxEndpoint::PostWriteWithFlag.
   UcxBoundFlaggedWrite(UcxEndpoint& endpoint, std::shared_ptr<UcxEndpointState> state,
-                       const Slices& slices, std::byte* mapped, std::byte* flag_mapped)
+                       const LocalSlice& src, const RemoteSlice& dst,
+                       const RemoteSlice& flag_word, std::byte* mapped, std::byte* flag_mapped)
       : endpoint_(endpoint),
         state_(std::move(state)),
-        slices_(slices),
+        slices_(src, dst, flag_word),
+        source_(src.data()),
+        length_(src.length),
         mapped_(mapped),
         flag_mapped_(flag_mapped) {}
 
   // Mapped, while the endpoint takes posts and no write of it went through
-  // UCX (a flag stored here could pass such a write): the copy, the release
-  // store, then the completion queued. Else PostWriteWithFlag() with the
-  // bound slices, which checks them again and says why it refuses.
+  // UCX (a flag stored here could pass such a write): UcxOps::CopyAndFlag.
+  // Else PostWriteWithFlag() with the bound slices, which checks them
+  // again and says why it refuses.
   absl::Status Post(uint64_t flag, Completion done) override;
 
  private:
   UcxEndpoint& endpoint_;  // used only while state_ says it is open
   const std::shared_ptr<UcxEndpointState> state_;
-  const Slices slices_;
+  const BoundSlices slices_;
+  const std::byte* const source_;
+  const size_t length_;
   std::byte* const mapped_;
   std::byte* const flag_mapped_;
 };

@@ -215,7 +215,7 @@ UcxEndpoint::~UcxEndpoint() {
     std::fprintf(stderr, "rdmaflow: closing UCX endpoint: %s\n",
                  status.ToString().c_str());
   }
-  // Completions queued by CompleteNow() point into the state: it stays
+  // Completions queued by UcxOps::CompleteNow() point into the state: it stays
   // until they fired (UcxTransport::Progress drops it then).
   if (state_->outstanding > 0) state_->worker->retired.push_back(state_);
 }
@@ -225,19 +225,17 @@ absl::Status UcxOps::ClosedError(const UcxEndpointState& state) {
       absl::StrCat("endpoint to rank ", state.peer_rank, " is closed"));
 }
 
+absl::Status UcxEndpoint::CheckOpen() const {
+  if (state_->closed) return UcxOps::ClosedError(*state_);
+  return state_->failure;
+}
+
 absl::Status UcxEndpoint::CheckPostable() const {
   if (UcxOps::CanPost(*state_)) return absl::OkStatus();
-  if (state_->closed) {
-    return UcxOps::ClosedError(*state_);
-  }
-  if (!state_->failure.ok()) return state_->failure;
-  if (state_->outstanding >=
-      state_->worker->max_outstanding_per_endpoint) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "endpoint to rank ", state_->peer_rank, " has ", state_->outstanding,
-        " operations in flight (the limit); call Progress() and retry"));
-  }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(CheckOpen());
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "endpoint to rank ", state_->peer_rank, " has ", state_->outstanding,
+      " operations in flight (the limit); call Progress() and retry"));
 }
 
 absl::StatusOr<ucp_rkey_h> UcxEndpoint::RemoteKey(const RemoteRegion& region) {
@@ -314,9 +312,6 @@ void UcxEndpoint::ClaimLane() {
   state_->lane = std::move(lane);
 }
 
-void UcxEndpoint::CompleteNow(Completion done) {
-  UcxOps::CompleteNow(*state_, std::move(done));
-}
 
 absl::Status UcxEndpoint::LaneRoom() {
   absl::StatusOr<bool> room = state_->lane->writer().HasRoom();
@@ -376,15 +371,15 @@ absl::Status UcxEndpoint::PostData(bool is_write, const LocalSlice& local,
     // A same-host peer's shared memory, mapped here: the copy is the
     // transfer (what UCX's shared-memory put and get do, without their
     // requests). The fence keeps later stores, ours or UCX's, behind it.
-    // The completion is queued first: a locked instruction after stores to
-    // the peer's cache lines would wait for them to land.
-    CompleteNow(std::move(done));
+    // The completion is queued after it (queuing takes no locked
+    // instruction: UcxOps::CompleteNow).
     if (is_write) {
       std::memcpy(mapped, local.data(), local.length);
     } else {
       std::memcpy(local.data(), mapped, local.length);
     }
     std::atomic_thread_fence(std::memory_order_release);
+    UcxOps::CompleteNow(*state_, std::move(done));
     return absl::OkStatus();
   }
   if (is_write) state_->wrote_through_ucx = true;
@@ -425,15 +420,14 @@ absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
       return PostFlagged(src, dst, rkey, *notification, std::move(done));
     }
     // The copy, then the record: a release store, so the peer that sees
-    // the record sees the bytes of this write and of every earlier one.
-    // Nothing fails after the room check, so the completion is queued
-    // first (see PostData).
+    // the record sees the bytes of this write and of every earlier one;
+    // the completion is queued after it, off the peer's wait.
     RETURN_IF_ERROR(LaneRoom());
-    CompleteNow(std::move(done));
     std::memcpy(mapped, src.data(), src.length);
     FlagLane& lane = *state_->lane;
     const NotifyRingWriter::Next next = lane.writer().Take(*notification);
     StoreSharedWord(lane.inbox() + lane.RecordOffset(next.slot), next.record);
+    UcxOps::CompleteNow(*state_, std::move(done));
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(PutBehindNotification(src, dst, rkey));
@@ -454,12 +448,9 @@ absl::Status UcxEndpoint::PostWriteWithFlag(const LocalSlice& src,
   RETURN_IF_ERROR(CheckPostable());
   ASSIGN_OR_RETURN(const FlagTargets to, ResolveFlagTargets(dst, flag_word));
   if (to.mapped != nullptr && to.flag_mapped != nullptr && !state_->wrote_through_ucx) {
-    // As a mapped notified write, with the flag where the record goes: the
-    // release store orders it after this copy and every earlier one. The
-    // completion is queued after the store, off the peer's wait.
-    std::memcpy(to.mapped, src.data(), src.length);
-    StoreSharedWord(to.flag_mapped, flag);
-    CompleteNow(std::move(done));
+    // As a mapped notified write, with the flag where the record goes.
+    UcxOps::CopyAndFlag(*state_, to.mapped, src.data(), src.length, to.flag_mapped, flag,
+                        std::move(done));
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(PutBehindNotification(src, dst, to.rkey));
@@ -506,12 +497,12 @@ absl::StatusOr<std::unique_ptr<BoundFlaggedWrite>> UcxEndpoint::BindFlaggedWrite
   RETURN_IF_ERROR(CheckFlagWord(flag_word, dst, state_->peer_rank, kBackend));
   // A binding is no operation in flight: only a closed or failed endpoint
   // refuses one.
-  if (state_->closed || !state_->failure.ok()) RETURN_IF_ERROR(CheckPostable());
+  RETURN_IF_ERROR(CheckOpen());
   ASSIGN_OR_RETURN(const FlagTargets to, ResolveFlagTargets(dst, flag_word));
   const bool mapped = to.mapped != nullptr && to.flag_mapped != nullptr;
-  return std::make_unique<UcxBoundFlaggedWrite>(
-      *this, state_, UcxBoundFlaggedWrite::Slices{src, dst, flag_word},
-      mapped ? to.mapped : nullptr, mapped ? to.flag_mapped : nullptr);
+  return std::make_unique<UcxBoundFlaggedWrite>(*this, state_, src, dst, flag_word,
+                                                mapped ? to.mapped : nullptr,
+                                                mapped ? to.flag_mapped : nullptr);
 }
 
 absl::Status UcxEndpoint::PutBehindNotification(const LocalSlice& src,
@@ -616,7 +607,7 @@ absl::Status UcxEndpoint::PostFlush(Completion done) {
       state_->sequence.empty()) {
     // Every write to this peer was a copy, done when it was posted, and
     // every read UCX took has finished: there is nothing to flush.
-    CompleteNow(std::move(done));
+    UcxOps::CompleteNow(*state_, std::move(done));
     return absl::OkStatus();
   }
   auto* op = new UcxOp{UcxOp::Kind::kFlush, "flush", state_, std::move(done)};

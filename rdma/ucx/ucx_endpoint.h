@@ -4,6 +4,9 @@
 #ifndef RDMAFLOW_RDMA_UCX_UCX_ENDPOINT_H_
 #define RDMAFLOW_RDMA_UCX_UCX_ENDPOINT_H_
 
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -11,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/shared_word.h"
 #include "rdma/endpoint.h"
 #include "rdma/ucx/envelope.h"
 #include "rdma/ucx/ucx_internal.h"
@@ -63,6 +67,10 @@ class UcxEndpoint final : public Endpoint {
   }
 
  private:
+  // kFailedPrecondition once closed, the endpoint's failure once failed.
+  absl::Status CheckOpen() const;
+  // CheckOpen(), then kResourceExhausted at the limit of operations in
+  // flight.
   absl::Status CheckPostable() const;
   // Where a flagged write's data and flag go: their remote keys (the
   // flag's looked up first) and where each lies mapped here (null where it
@@ -88,8 +96,6 @@ class UcxEndpoint final : public Endpoint {
   void ClaimLane();
   // `remote`, where RemoteKey() just found it mapped here, else nullptr.
   std::byte* MappedAt(const RemoteSlice& remote) const;
-  // An operation done by the time it was posted: its completion is queued.
-  void CompleteNow(Completion done);
   // Room for a record in our lane, or why not.
   absl::Status LaneRoom();
   // A write without notification or a read (checked; `rkey` is the
@@ -126,6 +132,16 @@ struct UcxOps {
 
   // kFailedPrecondition: the endpoint to `state`'s peer is closed.
   static absl::Status ClosedError(const UcxEndpointState& state);
+
+  // A flagged write into mapped memory: the copy, then the flag's release
+  // store, which orders it after this copy and every earlier one, then the
+  // completion queued, off the peer's wait.
+  static void CopyAndFlag(UcxEndpointState& state, std::byte* to, const std::byte* from,
+                          size_t length, std::byte* flag_to, uint64_t flag, Completion done) {
+    std::memcpy(to, from, length);
+    StoreSharedWord(flag_to, flag);
+    CompleteNow(state, std::move(done));
+  }
 
   // Queues the completion of an operation of `state`'s that was done when
   // it was posted. Without a reference to the state: a copy of the shared

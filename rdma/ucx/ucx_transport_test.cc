@@ -327,6 +327,38 @@ TEST_F(UcxTransportTest, CompletionsOfADestroyedEndpointStillFireOnce) {
   EXPECT_EQ(fired, 6) << "a completion fired twice";
 }
 
+// A binding outliving its endpoint (against Endpoint::BindFlaggedWrite's
+// contract): its post is refused and touches neither the endpoint nor the
+// peer's memory; the completion of the post made before still fires once.
+TEST_F(UcxTransportTest, ABindingOfADestroyedEndpointRefusesToPost) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, "shm", ""));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, "shm", ""));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, b->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab,
+                       a->Connect(PeerInfo{b->rank(), b->address()}));
+  std::unique_ptr<BoundFlaggedWrite> write;
+  {
+    // Descriptors the binding copies: gone before its posts.
+    const RemoteRegion d = remote.descriptor();
+    ASSERT_OK_AND_ASSIGN(write, ab->BindFlaggedWrite({&local, 0, 8}, {&d, 0, 8}, {&d, 8, 8}));
+  }
+  int fired = 0;
+  ASSERT_OK(write->Post(1, [&fired](absl::Status s) {
+    EXPECT_OK(s);
+    ++fired;
+  }));
+  EXPECT_EQ(LoadSharedWord(remote.data() + 8), 1u);
+  ab.reset();
+  EXPECT_THAT(write->Post(2, [&fired](absl::Status) { ++fired; }),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("closed")));
+  const absl::Time deadline = absl::Now() + kTimeout;
+  while (fired < 1 && absl::Now() < deadline) ASSERT_OK(a->Progress().status());
+  for (int i = 0; i < 100; ++i) ASSERT_OK(a->Progress().status());
+  EXPECT_EQ(fired, 1);
+  EXPECT_EQ(LoadSharedWord(remote.data() + 8), 1u) << "a refused post's flag landed";
+}
+
 // A flagged write into mapped memory after a write that went through UCX
 // (a notified write by active message into memory the peer registered,
 // which UCX moves later): the flag must not be seen before that earlier
