@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -318,6 +320,15 @@ absl::Status WriteWithFlag(Fixture& f, const LocalSlice& src,
       word, flag, on_flag);
 }
 
+// Binds a flagged write and posts it once with `flag`: the binding's
+// refusal, else the post's (a backend may check at either).
+absl::Status BindAndPost(Fixture& f, const LocalSlice& src, const RemoteSlice& dst,
+                         const RemoteSlice& flag_word, uint64_t flag, Completion done) {
+  ASSIGN_OR_RETURN(std::unique_ptr<BoundFlaggedWrite> write,
+                   f.ab_->BindFlaggedWrite(src, dst, flag_word));
+  return write->Post(flag, std::move(done));
+}
+
 TEST_P(TransportConformanceTest, FlaggedWritesShowTheirDataWithTheFlag) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
   constexpr size_t kData = 4096 + 5;
@@ -336,40 +347,63 @@ TEST_P(TransportConformanceTest, FlaggedWritesShowTheirDataWithTheFlag) {
       ASSERT_OK(f.a_->Progress().status());
       ASSERT_OK(f.b_->Progress().status());
     }
+    EXPECT_THAT(BindAndPost(f, {&local, 0, 8}, {&d, 0, 8}, {&d, kFlagAt, 8}, 1,
+                            probe.Callback()),
+                StatusIs(absl::StatusCode::kUnimplemented));
+    for (int round = 0; round < 10; ++round) {
+      ASSERT_OK(f.a_->Progress().status());
+      ASSERT_OK(f.b_->Progress().status());
+    }
     EXPECT_EQ(probe.calls, 0) << "a refused post's callback ran";
     GTEST_SKIP() << f.a_->capabilities().backend
                  << " has no flagged writes (it says so and refuses them)";
   }
   // Flags behind the data, in another region, and after a plain write
-  // posted just before (which the flag must cover too).
+  // posted just before (which the flag must cover too); each write posted
+  // as it comes (PostWriteWithFlag), then through bindings made once per
+  // size and place of the flag (BindFlaggedWrite) and posted many times.
   const std::byte* behind = remote.data() + kFlagAt;
   const std::byte* elsewhere = other.data() + 8;
-  for (uint64_t i = 1; i <= 200; ++i) {
-    SCOPED_TRACE(absl::StrCat("write ", i));
-    const size_t bytes = i % 3 == 0 ? 8 : i % 3 == 1 ? 64 : kData;
-    FillPattern(local.data(), bytes, i);
-    FillPattern(local.data() + kData, 8, i + 1000);
-    const bool other_region = i % 2 == 0;
-    const RemoteSlice flag_word = other_region
-                                      ? RemoteSlice{&other.descriptor(), 8, 8}
-                                      : RemoteSlice{&d, kFlagAt, 8};
-    if (i % 5 == 0) {
-      // A plain write of 8 bytes behind the flag, posted first.
-      ASSERT_OK(f.ab_->PostWrite({&local, kData, 8}, {&d, kEarlierAt, 8},
-                                 std::nullopt, [](absl::Status s) { EXPECT_OK(s); }));
+  std::map<std::pair<size_t, bool>, std::unique_ptr<BoundFlaggedWrite>> bindings;
+  for (const bool bound : {false, true}) {
+    SCOPED_TRACE(bound ? "bound" : "posted as they come");
+    for (uint64_t i = 1; i <= 200; ++i) {
+      SCOPED_TRACE(absl::StrCat("write ", i));
+      const uint64_t flag = bound ? 1000 + i : i;
+      const size_t bytes = i % 3 == 0 ? 8 : i % 3 == 1 ? 64 : kData;
+      FillPattern(local.data(), bytes, flag);
+      FillPattern(local.data() + kData, 8, flag + 10000);
+      const bool other_region = i % 2 == 0;
+      const LocalSlice src{&local, 0, bytes};
+      const RemoteSlice dst{&d, 0, bytes};
+      const RemoteSlice flag_word = other_region ? RemoteSlice{&other.descriptor(), 8, 8}
+                                                 : RemoteSlice{&d, kFlagAt, 8};
+      if (i % 5 == 0) {
+        // A plain write of 8 bytes behind the flag, posted first.
+        ASSERT_OK(f.ab_->PostWrite({&local, kData, 8}, {&d, kEarlierAt, 8}, std::nullopt,
+                                   [](absl::Status s) { EXPECT_OK(s); }));
+      }
+      std::unique_ptr<BoundFlaggedWrite>& binding = bindings[{bytes, other_region}];
+      if (bound && binding == nullptr) {
+        ASSERT_OK_AND_ASSIGN(binding, f.ab_->BindFlaggedWrite(src, dst, flag_word));
+      }
+      bool data_whole = false, earlier_whole = true;
+      ASSERT_OK(FlaggedWrite(
+          f,
+          [&](Completion done) {
+            return bound ? binding->Post(flag, std::move(done))
+                         : f.ab_->PostWriteWithFlag(src, dst, flag_word, flag, std::move(done));
+          },
+          other_region ? elsewhere : behind, flag, [&] {
+            data_whole = std::memcmp(remote.data(), local.data(), bytes) == 0;
+            if (i % 5 == 0) {
+              earlier_whole =
+                  std::memcmp(remote.data() + kEarlierAt, local.data() + kData, 8) == 0;
+            }
+          }));
+      EXPECT_TRUE(data_whole) << "the flag was seen before its data";
+      EXPECT_TRUE(earlier_whole) << "the flag was seen before an earlier write's data";
     }
-    bool data_whole = false, earlier_whole = true;
-    ASSERT_OK(WriteWithFlag(
-        f, {&local, 0, bytes}, {&d, 0, bytes}, flag_word,
-        other_region ? elsewhere : behind, i, [&] {
-          data_whole = std::memcmp(remote.data(), local.data(), bytes) == 0;
-          if (i % 5 == 0) {
-            earlier_whole =
-                std::memcmp(remote.data() + kEarlierAt, local.data() + kData, 8) == 0;
-          }
-        }));
-    EXPECT_TRUE(data_whole) << "the flag was seen before its data";
-    EXPECT_TRUE(earlier_whole) << "the flag was seen before an earlier write's data";
   }
 }
 
@@ -401,7 +435,7 @@ TEST_P(TransportConformanceTest, FlaggedWritesIntoCallerMemory) {
   }
 }
 
-TEST_P(TransportConformanceTest, MalformedFlagWordsAreRejectedBeforePosting) {
+TEST_P(TransportConformanceTest, MalformedOrClosedFlaggedWritesAreRefusedBeforePosting) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
   if (!f.a_->capabilities().flag_writes) {
     GTEST_SKIP() << f.a_->capabilities().backend << " has no flagged writes";
@@ -413,18 +447,32 @@ TEST_P(TransportConformanceTest, MalformedFlagWordsAreRejectedBeforePosting) {
   auto must_not_run = [&calls](absl::Status) { ++calls; };
   const LocalSlice src{&local, 0, 8};
   const RemoteSlice dst{&d, 0, 8};
-  // Not a word, not aligned, past the end, and a bad data slice.
-  EXPECT_THAT(f.ab_->PostWriteWithFlag(src, dst, {&d, 8, 4}, 1, must_not_run),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("8-byte aligned")));
-  EXPECT_THAT(f.ab_->PostWriteWithFlag(src, dst, {&d, 12, 8}, 1, must_not_run),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("8-byte aligned")));
-  EXPECT_THAT(f.ab_->PostWriteWithFlag(src, dst, {&d, 64, 8}, 1, must_not_run),
-              StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(f.ab_->PostWriteWithFlag(src, {&d, 60, 8}, {&d, 8, 8}, 1, must_not_run),
-              StatusIs(absl::StatusCode::kOutOfRange));
-  // Inside the data it writes.
-  EXPECT_THAT(f.ab_->PostWriteWithFlag({&local, 0, 16}, {&d, 0, 16}, {&d, 8, 8}, 1, must_not_run),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inside the written")));
+  // Not a word, not aligned, past the end, a bad data slice, and inside
+  // the data it writes: each posted as it comes, then bound (refused at
+  // the binding or its post).
+  for (const bool bound : {false, true}) {
+    SCOPED_TRACE(bound ? "bound" : "posted as it comes");
+    auto post = [&](const LocalSlice& data, const RemoteSlice& to, const RemoteSlice& word) {
+      return bound ? BindAndPost(f, data, to, word, 1, must_not_run)
+                   : f.ab_->PostWriteWithFlag(data, to, word, 1, must_not_run);
+    };
+    EXPECT_THAT(post(src, dst, {&d, 8, 4}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("8-byte aligned")));
+    EXPECT_THAT(post(src, dst, {&d, 12, 8}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("8-byte aligned")));
+    EXPECT_THAT(post(src, dst, {&d, 64, 8}), StatusIs(absl::StatusCode::kOutOfRange));
+    EXPECT_THAT(post(src, {&d, 60, 8}, {&d, 8, 8}), StatusIs(absl::StatusCode::kOutOfRange));
+    EXPECT_THAT(post({&local, 0, 16}, {&d, 0, 16}, {&d, 8, 8}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inside the written")));
+  }
+  // A binding made before the endpoint closed is refused after, as a
+  // binding or a post after it.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> write,
+                       f.ab_->BindFlaggedWrite(src, dst, {&d, 8, 8}));
+  ASSERT_OK(f.ab_->Close());
+  EXPECT_THAT(write->Post(7, must_not_run), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(BindAndPost(f, src, dst, {&d, 8, 8}, 1, must_not_run),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   for (int round = 0; round < 10; ++round) {
     ASSERT_OK(f.a_->Progress().status());
     ASSERT_OK(f.b_->Progress().status());
@@ -433,65 +481,6 @@ TEST_P(TransportConformanceTest, MalformedFlagWordsAreRejectedBeforePosting) {
   EXPECT_EQ(LoadSharedWord(remote.data() + 8), 0u) << "a refused flag landed";
 }
 
-// Binds a flagged write and posts it once with `flag`: the binding's
-// refusal, else the post's (a backend may check at either).
-absl::Status BindAndPost(Fixture& f, const LocalSlice& src, const RemoteSlice& dst,
-                         const RemoteSlice& flag_word, uint64_t flag, Completion done) {
-  ASSIGN_OR_RETURN(std::unique_ptr<BoundFlaggedWrite> write,
-                   f.ab_->BindFlaggedWrite(src, dst, flag_word));
-  return write->Post(flag, std::move(done));
-}
-
-TEST_P(TransportConformanceTest, BoundFlaggedWritesShowTheirDataWithTheFlag) {
-  RDMAFLOW_CONFORMANCE_SETUP(f);
-  constexpr size_t kData = 4096 + 5;
-  constexpr size_t kFlagAt = 4096 + 8;        // right behind the data
-  constexpr size_t kEarlierAt = kFlagAt + 8;  // where a plain write goes
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, kData + 8));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, kEarlierAt + 8));
-  const RemoteRegion& d = remote.descriptor();
-  if (!f.a_->capabilities().flag_writes) {
-    int calls = 0;
-    EXPECT_THAT(BindAndPost(f, {&local, 0, 8}, {&d, 0, 8}, {&d, kFlagAt, 8}, 1,
-                            [&calls](absl::Status) { ++calls; }),
-                StatusIs(absl::StatusCode::kUnimplemented));
-    ASSERT_OK(f.a_->Progress().status());
-    EXPECT_EQ(calls, 0) << "a refused post's callback ran";
-    GTEST_SKIP() << f.a_->capabilities().backend << " has no flagged writes";
-  }
-  ASSERT_OK_AND_ASSIGN(MemoryRegion other, f.Allocate(*f.b_, 64));
-  // Two bindings, the flag right behind the data and in another region,
-  // each posted many times with new data and a new flag each time, some
-  // behind a plain write that its flag must cover too.
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> behind,
-                       f.ab_->BindFlaggedWrite({&local, 0, kData}, {&d, 0, kData},
-                                               {&d, kFlagAt, 8}));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> elsewhere,
-                       f.ab_->BindFlaggedWrite({&local, 0, kData}, {&d, 0, kData},
-                                               {&other.descriptor(), 8, 8}));
-  for (uint64_t i = 1; i <= 200; ++i) {
-    SCOPED_TRACE(absl::StrCat("write ", i));
-    FillPattern(local.data(), kData, i);
-    FillPattern(local.data() + kData, 8, i + 1000);
-    if (i % 5 == 0) {
-      ASSERT_OK(f.ab_->PostWrite({&local, kData, 8}, {&d, kEarlierAt, 8},
-                                 std::nullopt, [](absl::Status s) { EXPECT_OK(s); }));
-    }
-    BoundFlaggedWrite& write = i % 2 == 0 ? *elsewhere : *behind;
-    bool data_whole = false, earlier_whole = true;
-    ASSERT_OK(FlaggedWrite(
-        f, [&](Completion done) { return write.Post(i, std::move(done)); },
-        i % 2 == 0 ? other.data() + 8 : remote.data() + kFlagAt, i, [&] {
-          data_whole = std::memcmp(remote.data(), local.data(), kData) == 0;
-          if (i % 5 == 0) {
-            earlier_whole =
-                std::memcmp(remote.data() + kEarlierAt, local.data() + kData, 8) == 0;
-          }
-        }));
-    EXPECT_TRUE(data_whole) << "the flag was seen before its data";
-    EXPECT_TRUE(earlier_whole) << "the flag was seen before an earlier write's data";
-  }
-}
 
 TEST_P(TransportConformanceTest, BoundFlaggedWritesStayBehindWritesIntoCallerMemory) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
@@ -523,42 +512,6 @@ TEST_P(TransportConformanceTest, BoundFlaggedWritesStayBehindWritesIntoCallerMem
         [&] { earlier_whole = std::memcmp(target.data(), local.data(), kEarlier) == 0; }));
     EXPECT_TRUE(earlier_whole) << "the flag was seen before an earlier write's data";
   }
-}
-
-TEST_P(TransportConformanceTest, BoundFlaggedWritesAreCheckedAndEndWithTheEndpoint) {
-  RDMAFLOW_CONFORMANCE_SETUP(f);
-  if (!f.a_->capabilities().flag_writes) {
-    GTEST_SKIP() << f.a_->capabilities().backend << " has no flagged writes";
-  }
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 64));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 64));
-  const RemoteRegion& d = remote.descriptor();
-  int calls = 0;
-  auto must_not_run = [&calls](absl::Status) { ++calls; };
-  const LocalSlice src{&local, 0, 8};
-  const RemoteSlice dst{&d, 0, 8};
-  // What PostWriteWithFlag refuses, refused at the binding or its post.
-  EXPECT_THAT(BindAndPost(f, src, dst, {&d, 12, 8}, 1, must_not_run),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("8-byte aligned")));
-  EXPECT_THAT(BindAndPost(f, src, dst, {&d, 64, 8}, 1, must_not_run),
-              StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(BindAndPost(f, src, {&d, 60, 8}, {&d, 8, 8}, 1, must_not_run),
-              StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(BindAndPost(f, {&local, 0, 16}, {&d, 0, 16}, {&d, 8, 8}, 1, must_not_run),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inside the written")));
-  // A binding made before the endpoint closed is refused after.
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> write,
-                       f.ab_->BindFlaggedWrite(src, dst, {&d, 8, 8}));
-  ASSERT_OK(f.ab_->Close());
-  EXPECT_THAT(write->Post(7, must_not_run), StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(BindAndPost(f, src, dst, {&d, 8, 8}, 1, must_not_run),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
-  for (int round = 0; round < 10; ++round) {
-    ASSERT_OK(f.a_->Progress().status());
-    ASSERT_OK(f.b_->Progress().status());
-  }
-  EXPECT_EQ(calls, 0) << "a refused post's callback ran";
-  EXPECT_EQ(LoadSharedWord(remote.data() + 8), 0u) << "a refused flag landed";
 }
 
 TEST_P(TransportConformanceTest, CallbacksFireExactlyOnceAndNeverInline) {
