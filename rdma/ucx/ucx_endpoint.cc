@@ -215,8 +215,8 @@ UcxEndpoint::~UcxEndpoint() {
     std::fprintf(stderr, "rdmaflow: closing UCX endpoint: %s\n",
                  status.ToString().c_str());
   }
-  // Completions queued by UcxOps::CompleteNow() point into the state: it stays
-  // until they fired (UcxTransport::Progress drops it then).
+  // Completions queued by UcxOps::CompleteNow() point into the state: it
+  // stays until they fired (UcxTransport::Progress drops it then).
   if (state_->outstanding > 0) state_->worker->retired.push_back(state_);
 }
 
@@ -312,7 +312,6 @@ void UcxEndpoint::ClaimLane() {
   state_->lane = std::move(lane);
 }
 
-
 absl::Status UcxEndpoint::LaneRoom() {
   absl::StatusOr<bool> room = state_->lane->writer().HasRoom();
   if (!room.ok()) {
@@ -331,10 +330,7 @@ absl::Status UcxEndpoint::LaneRoom() {
 }
 
 absl::Status UcxEndpoint::Prepare(const RemoteRegion& region) {
-  if (state_->closed) {
-    return UcxOps::ClosedError(*state_);
-  }
-  if (!state_->failure.ok()) return state_->failure;
+  RETURN_IF_ERROR(CheckOpen());
   if (state_->ep == nullptr) {
     return absl::UnavailableError(absl::StrCat(
         "endpoint to rank ", state_->peer_rank, " was given up"));
