@@ -89,7 +89,7 @@ struct Link {
   uint32_t progress_calls = 0;
   uint64_t flags_sent = 0;      // flagged writes posted
   uint64_t flags_received = 0;  // flags seen
-  // The bindings of PingPongOptions::Signal::kFlagWord, one per size
+  // The bindings of the bound flagged writes, one per size
   // (the size being measured is the last one bound).
   std::vector<std::pair<size_t, std::unique_ptr<rdma::BoundFlaggedWrite>>> bound;
   absl::Status first_error;
@@ -152,6 +152,10 @@ struct Link {
       });
     }
     ASSIGN_OR_RETURN(rdma::BoundFlaggedWrite * write, Bound(data, to, flag_word));
+    if (signal == PingPongOptions::Signal::kFlagWord) {
+      ASSIGN_OR_RETURN(const bool done_already, write->TryPostInline(flag));
+      if (done_already) return absl::OkStatus();
+    }
     return Retry([&](rdma::Completion done) { return write->Post(flag, std::move(done)); });
   }
 

@@ -61,9 +61,13 @@ struct PingPongOptions {
   // behind the data, polled by the peer in its own memory, as perftest's
   // latency tests poll the last byte; needs Capabilities::flag_writes.
   // Bound once per size (Endpoint::BindFlaggedWrite), as a loop that sends
-  // one buffer to one place would; kFlagWordUnbound: each posted through
-  // Endpoint::PostWriteWithFlag, which checks and looks up its slices.
-  enum class Signal { kNotification, kFlagWord, kFlagWordUnbound };
+  // one buffer to one place would, and posted with no completion where the
+  // write is done at once (BoundFlaggedWrite::TryPostInline: the peer's
+  // answer says it arrived), else with one; kFlagWordSignalled: bound, each
+  // post with a completion (BoundFlaggedWrite::Post); kFlagWordUnbound:
+  // each posted through Endpoint::PostWriteWithFlag, which checks and looks
+  // up its slices.
+  enum class Signal { kNotification, kFlagWord, kFlagWordSignalled, kFlagWordUnbound };
   Signal signal = Signal::kNotification;
 };
 

@@ -99,17 +99,24 @@ TEST(PingPongTest, SignalsWithFlagWordsBehindTheData) {
   options.byte_budget = 1 << 14;
   options.max_iters = 30;
   options.reads = false;
-  options.signal = PingPongOptions::Signal::kFlagWord;
   // Each wait polls its own memory for the peer's next flag: a flag that
   // never lands (or lands where the waiter does not look) ends in the
-  // deadline, not in rows.
+  // deadline, not in rows. Bound (inline where the backend writes at once,
+  // else with a completion: loopback's), bound with a completion each, and
+  // unbound.
   options.timeout = absl::Seconds(60);
-  ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows, RunTwoRanks(options));
-  ASSERT_EQ(rows.size(), 10u);  // 8..4096, writes only.
-  for (const PingPongRow& row : rows) {
-    EXPECT_EQ(row.op(), "write");
-    EXPECT_GT(row.lat_p50_us(), 0) << row.bytes();
-    EXPECT_GT(row.bw_avg_mbps(), 0) << row.bytes();
+  for (const PingPongOptions::Signal signal :
+       {PingPongOptions::Signal::kFlagWord, PingPongOptions::Signal::kFlagWordSignalled,
+        PingPongOptions::Signal::kFlagWordUnbound}) {
+    SCOPED_TRACE(static_cast<int>(signal));
+    options.signal = signal;
+    ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows, RunTwoRanks(options));
+    ASSERT_EQ(rows.size(), 10u);  // 8..4096, writes only.
+    for (const PingPongRow& row : rows) {
+      EXPECT_EQ(row.op(), "write");
+      EXPECT_GT(row.lat_p50_us(), 0) << row.bytes();
+      EXPECT_GT(row.bw_avg_mbps(), 0) << row.bytes();
+    }
   }
 }
 

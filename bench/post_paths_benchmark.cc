@@ -4,11 +4,13 @@
 //
 //   BM_IdleProgress             Transport::Progress() with nothing to do:
 //                               what each look of a waiting loop costs;
-//   BM_FlaggedWrite/bytes/bound Endpoint::PostWriteWithFlag (bound:0) or
+//   BM_FlaggedWrite/bytes/bound Endpoint::PostWriteWithFlag (bound:0),
 //                               the post of a binding made once
-//                               (Endpoint::BindFlaggedWrite, bound:1), the
-//                               flag seen in rank 1's memory, the
-//                               completion fired;
+//                               (Endpoint::BindFlaggedWrite, bound:1) or
+//                               its post with no completion
+//                               (BoundFlaggedWrite::TryPostInline,
+//                               bound:2), the flag seen in rank 1's memory,
+//                               the completion fired (if any);
 //   BM_FlaggedPost/bytes/bound  the post alone, completions fired in
 //                               batches of 64;
 //   BM_NotifiedWrite/bytes      a notified write, taken from rank 1's
@@ -29,6 +31,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -91,6 +94,14 @@ struct Pair {
   // A flagged write of `bytes` with `flag` behind the largest write, posted
   // through `bound` where it is set (Bind()); `done` counts its completion.
   absl::Status WriteWithFlag(size_t bytes, uint64_t flag, int& done) {
+    if (bound != nullptr && inline_posts) {
+      absl::StatusOr<bool> posted = bound->TryPostInline(flag);
+      if (!posted.ok()) return posted.status();
+      if (*posted) {
+        ++done;  // done at once, and nothing will fire
+        return absl::OkStatus();
+      }
+    }
     rdma::Completion counted = [&done](absl::Status) { ++done; };
     if (bound != nullptr) return bound->Post(flag, std::move(counted));
     const rdma::RemoteRegion& remote = target.descriptor();
@@ -109,6 +120,7 @@ struct Pair {
   }
 
   std::unique_ptr<rdma::BoundFlaggedWrite> bound;
+  bool inline_posts = false;  // TryPostInline() first
 };
 
 // Sets up a pair or skips the benchmark with the reason.
@@ -121,14 +133,15 @@ bool SetUp(benchmark::State& state, Pair& pair) {
 }
 
 // The same, for a benchmark of flagged writes of state.range(0) bytes,
-// bound where state.range(1) is 1.
+// bound where state.range(1) is 1, bound and posted inline where it is 2.
 bool SetUpFlagged(benchmark::State& state, Pair& pair) {
   if (!SetUp(state, pair)) return false;
   if (!pair.a->capabilities().flag_writes) {
     state.SkipWithError("the transport has no flagged writes");
     return false;
   }
-  if (state.range(1) == 1) {
+  if (state.range(1) >= 1) {
+    pair.inline_posts = state.range(1) == 2;
     if (absl::Status bound = pair.Bind(static_cast<size_t>(state.range(0))); !bound.ok()) {
       state.SkipWithError(bound.ToString().c_str());
       return false;
@@ -170,7 +183,7 @@ void BM_FlaggedWrite(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(bytes));
 }
-BENCHMARK(BM_FlaggedWrite)->ArgsProduct({{8, kMaxBytes}, {0, 1}})->ArgNames({"", "bound"});
+BENCHMARK(BM_FlaggedWrite)->ArgsProduct({{8, kMaxBytes}, {0, 1, 2}})->ArgNames({"", "bound"});
 
 // The post alone: completions fired once per 64 posts, so each write
 // carries a 64th of a Progress() (the cost on a writer's critical path).
@@ -197,7 +210,7 @@ void BM_FlaggedPost(benchmark::State& state) {
     }
   }
 }
-BENCHMARK(BM_FlaggedPost)->ArgsProduct({{8, kMaxBytes}, {0, 1}})->ArgNames({"", "bound"});
+BENCHMARK(BM_FlaggedPost)->ArgsProduct({{8, kMaxBytes}, {0, 1, 2}})->ArgNames({"", "bound"});
 
 void BM_NotifiedWrite(benchmark::State& state) {
   Pair pair;

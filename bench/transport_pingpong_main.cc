@@ -86,9 +86,11 @@ ABSL_FLAG(std::string, signal, "notification",
           "or flag (a flagged write: a flag word right behind the data that "
           "the peer polls in its own memory, as perftest polls the last "
           "byte; host memory over ucx or loopback; bound once per size, "
-          "Endpoint::BindFlaggedWrite) or flag_unbound (the same, each "
-          "write posted with its slices checked and looked up again, "
-          "Endpoint::PostWriteWithFlag).");
+          "Endpoint::BindFlaggedWrite, and posted with no completion where "
+          "the write is done at once, BoundFlaggedWrite::TryPostInline), "
+          "flag_signalled (bound, each post with a completion) or "
+          "flag_unbound (each write posted with its slices checked and "
+          "looked up again, Endpoint::PostWriteWithFlag).");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file.");
 ABSL_FLAG(std::string, tsv, "", "Write the results as TSV (for plotting).");
 
@@ -132,9 +134,11 @@ absl::Status CheckSizeFlags() {
                      ": expected at least ", min_iters));
   }
   if (const std::string signal = absl::GetFlag(FLAGS_signal);
-      signal != "notification" && signal != "flag" && signal != "flag_unbound") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--signal=", signal, ": expected notification, flag or flag_unbound"));
+      signal != "notification" && signal != "flag" && signal != "flag_signalled" &&
+      signal != "flag_unbound") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--signal=", signal,
+                     ": expected notification, flag, flag_signalled or flag_unbound"));
   }
   if (!absl::GetFlag(FLAGS_writes) && !absl::GetFlag(FLAGS_reads)) {
     return absl::InvalidArgumentError(
@@ -161,6 +165,8 @@ PingPongOptions OptionsFromFlags() {
   options.owner_busy = absl::Milliseconds(absl::GetFlag(FLAGS_owner_busy_ms));
   if (absl::GetFlag(FLAGS_signal) == "flag") {
     options.signal = PingPongOptions::Signal::kFlagWord;
+  } else if (absl::GetFlag(FLAGS_signal) == "flag_signalled") {
+    options.signal = PingPongOptions::Signal::kFlagWordSignalled;
   } else if (absl::GetFlag(FLAGS_signal) == "flag_unbound") {
     options.signal = PingPongOptions::Signal::kFlagWordUnbound;
   }

@@ -52,4 +52,6 @@ absl::StatusOr<std::unique_ptr<BoundFlaggedWrite>> Endpoint::BindFlaggedWrite(
 
 absl::Status Endpoint::Prepare(const RemoteRegion&) { return absl::OkStatus(); }
 
+absl::StatusOr<bool> BoundFlaggedWrite::TryPostInline(uint64_t) { return false; }
+
 }  // namespace rdmaflow::rdma

@@ -138,6 +138,19 @@ class BoundFlaggedWrite {
   // Endpoint::PostWriteWithFlag(src, dst, flag_word, flag, done) with the
   // bound slices: the same ordering, completion and errors.
   virtual absl::Status Post(uint64_t flag, Completion done) = 0;
+
+  // The same write where it is done before this returns (UCX: a copy into
+  // a same-host peer's mapped memory and the flag's release store): returns
+  // true, and the write is counted nowhere and fires no completion, as a
+  // ucp_put_nbi nobody flushes; `src` may be reused at once. For a loop
+  // that learns from the peer's answer that its write arrived, and would
+  // spend on a completion more than the write costs. Where the write would
+  // not be done at once (it goes through the transport, or the backend
+  // binds nothing), posts nothing and returns false: post it with Post().
+  // The limit of operations in flight does not apply (nothing is in
+  // flight). Errors, with nothing posted: a closed endpoint
+  // (kFailedPrecondition) or a failed one, as Post() returns them.
+  virtual absl::StatusOr<bool> TryPostInline(uint64_t flag);
 };
 
 }  // namespace rdmaflow::rdma

@@ -3,8 +3,10 @@
 # "Peers in one run"): each repetition runs, one after the other on UCX
 # shared memory,
 #  - transport_pingpong (8 B to 4 KiB): rdmaflow's flagged write (the flag
-#    word behind the data, polled by the peer: --signal=flag, bound once;
-#    and --signal=flag_unbound, each post checked and looked up), notified
+#    word behind the data, polled by the peer: --signal=flag, bound once and
+#    posted with no completion where the write is done at once;
+#    --signal=flag_signalled, bound, a completion each post; and
+#    --signal=flag_unbound, each post checked and looked up), notified
 #    write (flag inbox, then notify=am) and read, and single-thread memcpy;
 #  - ucx_perftest: ucp_put_lat and ucp_get at 8 B and 4 KiB;
 #  - allreduce_bench (rdmaflow and Gloo) and Open MPI's MPI_Allreduce with
@@ -88,6 +90,8 @@ for rep in $(seq 1 "$reps"); do
   echo "== repetition $rep of $reps" >&2
   bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag \
     --reads=false --max_bytes=4096 --json="$dir/pingpong_word.json" >/dev/null
+  bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag_signalled \
+    --reads=false --max_bytes=4096 --json="$dir/pingpong_word_signalled.json" >/dev/null
   bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag_unbound \
     --reads=false --max_bytes=4096 --json="$dir/pingpong_word_unbound.json" >/dev/null
   for notify in flag am; do

@@ -73,6 +73,9 @@ def torch_rows(d):
 
 def one_rep(d):
     word = pingpong(os.path.join(d, "pingpong_word.json"))
+    # Runs of earlier builds lack the later variants.
+    signalled_path = os.path.join(d, "pingpong_word_signalled.json")
+    signalled = pingpong(signalled_path) if os.path.exists(signalled_path) else {}
     unbound_path = os.path.join(d, "pingpong_word_unbound.json")
     unbound = pingpong(unbound_path) if os.path.exists(unbound_path) else {}
     flag = pingpong(os.path.join(d, "pingpong_flag.json"))
@@ -85,6 +88,10 @@ def one_rep(d):
         get = perftest_p50(os.path.join(d, f"perftest_get_{b}.txt"))
         fw = word[("write", b)]["lat_p50_us"]
         rows.append((f"flagged write {b} B / ucp_put_lat", fw, put, fw / put, "<= 1.3"))
+        if ("write", b) in signalled:
+            g = signalled[("write", b)]["lat_p50_us"]
+            rows.append((f"  (bound, a completion each) {b} B / ucp_put_lat", g, put, g / put,
+                         ""))
         if ("write", b) in unbound:
             u = unbound[("write", b)]["lat_p50_us"]
             rows.append((f"  (unbound: checked per post) {b} B / ucp_put_lat", u, put, u / put,

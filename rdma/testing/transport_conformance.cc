@@ -361,15 +361,19 @@ TEST_P(TransportConformanceTest, FlaggedWritesShowTheirDataWithTheFlag) {
   // Flags behind the data, in another region, and after a plain write
   // posted just before (which the flag must cover too); each write posted
   // as it comes (PostWriteWithFlag), then through bindings made once per
-  // size and place of the flag (BindFlaggedWrite) and posted many times.
+  // size and place of the flag (BindFlaggedWrite) and posted many times,
+  // then through the same bindings inline where the backend writes at once
+  // (TryPostInline; else posted with a completion).
   const std::byte* behind = remote.data() + kFlagAt;
   const std::byte* elsewhere = other.data() + 8;
   std::map<std::pair<size_t, bool>, std::unique_ptr<BoundFlaggedWrite>> bindings;
-  for (const bool bound : {false, true}) {
-    SCOPED_TRACE(bound ? "bound" : "posted as they come");
+  int done_inline = 0, plain_posted = 0, plain_done = 0;
+  for (const int mode : {0, 1, 2}) {
+    const bool bound = mode > 0;
+    SCOPED_TRACE(mode == 0 ? "posted as they come" : mode == 1 ? "bound" : "bound, inline");
     for (uint64_t i = 1; i <= 200; ++i) {
       SCOPED_TRACE(absl::StrCat("write ", i));
-      const uint64_t flag = bound ? 1000 + i : i;
+      const uint64_t flag = 1000 * mode + i;
       const size_t bytes = i % 3 == 0 ? 8 : i % 3 == 1 ? 64 : kData;
       FillPattern(local.data(), bytes, flag);
       FillPattern(local.data() + kData, 8, flag + 10000);
@@ -381,20 +385,41 @@ TEST_P(TransportConformanceTest, FlaggedWritesShowTheirDataWithTheFlag) {
       if (i % 5 == 0) {
         // A plain write of 8 bytes behind the flag, posted first.
         ASSERT_OK(f.ab_->PostWrite({&local, kData, 8}, {&d, kEarlierAt, 8}, std::nullopt,
-                                   [](absl::Status s) { EXPECT_OK(s); }));
+                                   [&plain_done](absl::Status s) {
+                                     EXPECT_OK(s);
+                                     ++plain_done;
+                                   }));
+        ++plain_posted;
       }
       std::unique_ptr<BoundFlaggedWrite>& binding = bindings[{bytes, other_region}];
       if (bound && binding == nullptr) {
         ASSERT_OK_AND_ASSIGN(binding, f.ab_->BindFlaggedWrite(src, dst, flag_word));
       }
       bool data_whole = false, earlier_whole = true;
+      const std::byte* word = other_region ? elsewhere : behind;
+      if (mode == 2) {
+        ASSERT_OK_AND_ASSIGN(const bool done_now, binding->TryPostInline(flag));
+        if (done_now) {
+          // Done before the call returned: the peer sees all of it with no
+          // progress of either rank, and no completion is left to fire.
+          ++done_inline;
+          EXPECT_EQ(LoadSharedWord(word), flag) << "an inline write's flag is not there";
+          EXPECT_EQ(std::memcmp(remote.data(), local.data(), bytes), 0)
+              << "an inline write's data is not there with its flag";
+          if (i % 5 == 0) {
+            EXPECT_EQ(std::memcmp(remote.data() + kEarlierAt, local.data() + kData, 8), 0)
+                << "an inline write's flag is there before an earlier write's data";
+          }
+          continue;
+        }
+      }
       ASSERT_OK(FlaggedWrite(
           f,
           [&](Completion done) {
             return bound ? binding->Post(flag, std::move(done))
                          : f.ab_->PostWriteWithFlag(src, dst, flag_word, flag, std::move(done));
           },
-          other_region ? elsewhere : behind, flag, [&] {
+          word, flag, [&] {
             data_whole = std::memcmp(remote.data(), local.data(), bytes) == 0;
             if (i % 5 == 0) {
               earlier_whole =
@@ -405,6 +430,18 @@ TEST_P(TransportConformanceTest, FlaggedWritesShowTheirDataWithTheFlag) {
       EXPECT_TRUE(earlier_whole) << "the flag was seen before an earlier write's data";
     }
   }
+  // Every write done inline or none (the backend writes at once into this
+  // peer's memory, or never): plain writes here go where the flags go.
+  EXPECT_TRUE(done_inline == 0 || done_inline == 200) << done_inline << " of 200 inline";
+  // Once the plain writes' completions fired, nothing is left: an inline
+  // write queues none.
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] { return plain_done == plain_posted; }));
+  int fired = 0;
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_OK_AND_ASSIGN(const int n, f.a_->Progress());
+    fired += n;
+  }
+  EXPECT_EQ(fired, 0) << "completions fired after every write's had";
 }
 
 TEST_P(TransportConformanceTest, FlaggedWritesIntoCallerMemory) {
@@ -471,6 +508,13 @@ TEST_P(TransportConformanceTest, MalformedOrClosedFlaggedWritesAreRefusedBeforeP
                        f.ab_->BindFlaggedWrite(src, dst, {&d, 8, 8}));
   ASSERT_OK(f.ab_->Close());
   EXPECT_THAT(write->Post(7, must_not_run), StatusIs(absl::StatusCode::kFailedPrecondition));
+  // Inline: refused, or not done at once (and then Post() refuses it).
+  const absl::StatusOr<bool> done_now = write->TryPostInline(8);
+  if (done_now.ok()) {
+    EXPECT_FALSE(*done_now) << "an inline write went out on a closed endpoint";
+  } else {
+    EXPECT_THAT(done_now.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  }
   EXPECT_THAT(BindAndPost(f, src, dst, {&d, 8, 8}, 1, must_not_run),
               StatusIs(absl::StatusCode::kFailedPrecondition));
   for (int round = 0; round < 10; ++round) {
@@ -506,6 +550,17 @@ TEST_P(TransportConformanceTest, BoundFlaggedWritesStayBehindWritesIntoCallerMem
     ASSERT_OK(f.ab_->PostWrite({&local, 0, kEarlier}, {&registered.descriptor(), 0, kEarlier},
                                std::nullopt, [](absl::Status s) { EXPECT_OK(s); }));
     bool earlier_whole = false;
+    if (i % 2 == 1) {
+      // Inline, where the backend can write at once: the flag must still
+      // not pass the write before it (UCX: no inline write behind a put).
+      ASSERT_OK_AND_ASSIGN(const bool done_now, write->TryPostInline(i));
+      if (done_now) {
+        EXPECT_EQ(LoadSharedWord(shared.data() + 8), i);
+        EXPECT_EQ(std::memcmp(target.data(), local.data(), kEarlier), 0)
+            << "an inline write's flag is there before an earlier write's data";
+        continue;
+      }
+    }
     ASSERT_OK(FlaggedWrite(
         f, [&](Completion done) { return write->Post(i, std::move(done)); },
         shared.data() + 8, i,
@@ -697,19 +752,27 @@ TEST_P(TransportConformanceTest, BoundFlaggedWritesPushBackAtTheLimit) {
   }
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("rank 1")));
   EXPECT_EQ(accepted, limit);
+  // An inline write puts nothing in flight: the limit does not refuse it.
+  ASSERT_OK_AND_ASSIGN(const bool done_now, write->TryPostInline(accepted + 1));
+  uint64_t last = accepted;
+  if (done_now) {
+    last = accepted + 1;
+    EXPECT_EQ(LoadSharedWord(remote.data() + 8), last) << "an inline write's flag is not there";
+  }
   ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
     return completions == static_cast<int>(accepted) &&
-           LoadSharedWord(remote.data() + 8) == accepted;
+           LoadSharedWord(remote.data() + 8) == last;
   }));
   for (int round = 0; round < 10; ++round) {
     ASSERT_OK(f.a_->Progress().status());
     ASSERT_OK(f.b_->Progress().status());
   }
-  EXPECT_EQ(LoadSharedWord(remote.data() + 8), accepted) << "a refused post's flag landed";
+  EXPECT_EQ(completions, static_cast<int>(accepted)) << "an inline write's completion fired";
+  EXPECT_EQ(LoadSharedWord(remote.data() + 8), last) << "a refused post's flag landed";
   // Room again once the completions fired.
   ASSERT_OK(FlaggedWrite(
-      f, [&](Completion done) { return write->Post(accepted + 1, std::move(done)); },
-      remote.data() + 8, accepted + 1, [] {}));
+      f, [&](Completion done) { return write->Post(last + 1, std::move(done)); },
+      remote.data() + 8, last + 1, [] {}));
 }
 
 TEST_P(TransportConformanceTest, CloseCancelsPendingAndRefusesNewOperations) {

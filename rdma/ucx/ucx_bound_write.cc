@@ -26,4 +26,16 @@ absl::Status UcxBoundFlaggedWrite::Post(uint64_t flag, Completion done) {
                                      std::move(done));
 }
 
+absl::StatusOr<bool> UcxBoundFlaggedWrite::TryPostInline(uint64_t flag) {
+  const UcxEndpointState& state = *state_;
+  if (ABSL_PREDICT_TRUE(mapped_ != nullptr && state.ep != nullptr && UcxOps::IsOpen(state) &&
+                        !state.wrote_through_ucx)) {
+    UcxOps::CopyAndStoreFlag(mapped_, source_, length_, flag_mapped_, flag);
+    return true;
+  }
+  if (state.closed) return UcxOps::ClosedError(state);
+  if (!state.failure.ok()) return state.failure;
+  return false;
+}
+
 }  // namespace rdmaflow::rdma::ucx

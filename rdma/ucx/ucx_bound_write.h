@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "rdma/bound_slices.h"
 #include "rdma/endpoint.h"
 #include "rdma/slice.h"
@@ -49,6 +50,10 @@ class UcxBoundFlaggedWrite final : public BoundFlaggedWrite {
   // Else PostWriteWithFlag() with the bound slices, which checks them
   // again and says why it refuses.
   absl::Status Post(uint64_t flag, Completion done) override;
+  // Mapped, while the endpoint is open and no write of it went through
+  // UCX: UcxOps::CopyAndStoreFlag, true. Else false, or the endpoint's
+  // closure or failure.
+  absl::StatusOr<bool> TryPostInline(uint64_t flag) override;
 
  private:
   UcxEndpoint& endpoint_;  // used only while state_ says it is open

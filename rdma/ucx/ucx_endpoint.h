@@ -126,8 +126,12 @@ struct UcxOps {
   // under its limit of operations in flight (UcxEndpoint::CheckPostable
   // says why not).
   static bool CanPost(const UcxEndpointState& state) {
-    return !state.closed && state.failure.ok() &&
-           state.outstanding < state.worker->max_outstanding_per_endpoint;
+    return IsOpen(state) && state.outstanding < state.worker->max_outstanding_per_endpoint;
+  }
+  // Whether `state`'s endpoint is open and not failed: what a write done
+  // before its post returns needs (UcxEndpoint::CheckOpen says why not).
+  static bool IsOpen(const UcxEndpointState& state) {
+    return !state.closed && state.failure.ok();
   }
 
   // kFailedPrecondition: the endpoint to `state`'s peer is closed.
@@ -138,9 +142,15 @@ struct UcxOps {
   // completion queued, off the peer's wait.
   static void CopyAndFlag(UcxEndpointState& state, std::byte* to, const std::byte* from,
                           size_t length, std::byte* flag_to, uint64_t flag, Completion done) {
+    CopyAndStoreFlag(to, from, length, flag_to, flag);
+    CompleteNow(state, std::move(done));
+  }
+  // The copy and the flag's release store alone: the whole of a write
+  // posted with no completion (UcxBoundFlaggedWrite::TryPostInline).
+  static void CopyAndStoreFlag(std::byte* to, const std::byte* from, size_t length,
+                               std::byte* flag_to, uint64_t flag) {
     std::memcpy(to, from, length);
     StoreSharedWord(flag_to, flag);
-    CompleteNow(state, std::move(done));
   }
 
   // Queues the completion of an operation of `state`'s that was done when

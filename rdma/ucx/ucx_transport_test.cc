@@ -22,6 +22,7 @@
 namespace rdmaflow::rdma::ucx {
 namespace {
 
+using ::rdmaflow::testing::IsOkAndHolds;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -349,14 +350,20 @@ TEST_F(UcxTransportTest, ABindingOfADestroyedEndpointRefusesToPost) {
     ++fired;
   }));
   EXPECT_EQ(LoadSharedWord(remote.data() + 8), 1u);
+  // Over shared memory the bound write is done at once: inline, with no
+  // completion.
+  EXPECT_THAT(write->TryPostInline(2), IsOkAndHolds(true));
+  EXPECT_EQ(LoadSharedWord(remote.data() + 8), 2u);
   ab.reset();
-  EXPECT_THAT(write->Post(2, [&fired](absl::Status) { ++fired; }),
+  EXPECT_THAT(write->Post(3, [&fired](absl::Status) { ++fired; }),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("closed")));
+  EXPECT_THAT(write->TryPostInline(4),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("closed")));
   const absl::Time deadline = absl::Now() + kTimeout;
   while (fired < 1 && absl::Now() < deadline) ASSERT_OK(a->Progress().status());
   for (int i = 0; i < 100; ++i) ASSERT_OK(a->Progress().status());
   EXPECT_EQ(fired, 1);
-  EXPECT_EQ(LoadSharedWord(remote.data() + 8), 1u) << "a refused post's flag landed";
+  EXPECT_EQ(LoadSharedWord(remote.data() + 8), 2u) << "a refused post's flag landed";
 }
 
 // A flagged write into mapped memory after a write that went through UCX
