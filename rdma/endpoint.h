@@ -139,17 +139,23 @@ class BoundFlaggedWrite {
   // bound slices: the same ordering, completion and errors.
   virtual absl::Status Post(uint64_t flag, Completion done) = 0;
 
-  // The same write where it is done before this returns (UCX: a copy into
-  // a same-host peer's mapped memory and the flag's release store): returns
-  // true, and the write is counted nowhere and fires no completion, as a
-  // ucp_put_nbi nobody flushes; `src` may be reused at once. For a loop
+  // The same write, with Post()'s ordering (the flag covers this data and
+  // every earlier write of the endpoint), where it is done at the peer
+  // before this returns (UCX: a copy into a same-host peer's mapped memory
+  // and the flag's release store): returns true, and the write is counted
+  // nowhere and fires no completion, as an unsignalled work request whose
+  // completion nobody waits for; `src` may be reused at once. For a loop
   // that learns from the peer's answer that its write arrived, and would
   // spend on a completion more than the write costs. Where the write would
   // not be done at once (it goes through the transport, or the backend
   // binds nothing), posts nothing and returns false: post it with Post().
-  // The limit of operations in flight does not apply (nothing is in
-  // flight). Errors, with nothing posted: a closed endpoint
-  // (kFailedPrecondition) or a failed one, as Post() returns them.
+  // The answer may change between calls (UCX: false for good once a write
+  // of the endpoint went by UCX put), so call it each time. The limit of
+  // operations in flight does not apply (nothing is in flight). Errors,
+  // with nothing posted: a closed endpoint (kFailedPrecondition) or a
+  // failed one, where the backend would write inline; elsewhere false, and
+  // Post() refuses. A peer's death is noticed by Transport::Progress(), as
+  // for every operation: a loop of inline writes keeps calling it.
   virtual absl::StatusOr<bool> TryPostInline(uint64_t flag);
 };
 

@@ -384,6 +384,12 @@ TEST_F(UcxTransportTest, AFlagCoversAnEarlierWriteThatWentThroughUcx) {
   std::vector<std::byte> registered_memory(1 << 20);
   ASSERT_OK_AND_ASSIGN(MemoryRegion registered, b->Register(absl::MakeSpan(registered_memory)));
   ASSERT_OK_AND_ASSIGN(MemoryRegion shared, b->Allocate(64));
+  // Bound while every write went through the mapping: inline until the
+  // first put, never after it.
+  const RemoteRegion& sd = shared.descriptor();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> bound,
+                       ab->BindFlaggedWrite({&local, 0, 8}, {&sd, 16, 8}, {&sd, 24, 8}));
+  EXPECT_THAT(bound->TryPostInline(100), IsOkAndHolds(true));
   for (int round = 1; round <= 5; ++round) {
     std::memset(local.data(), round, 1 << 20);
     int fired = 0;
@@ -414,7 +420,10 @@ TEST_F(UcxTransportTest, AFlagCoversAnEarlierWriteThatWentThroughUcx) {
     }
     ASSERT_TRUE(seen);
     ASSERT_EQ(fired, 2);
+    EXPECT_THAT(bound->TryPostInline(100 + round), IsOkAndHolds(false))
+        << "round " << round << ": an inline write after a put";
   }
+  EXPECT_EQ(LoadSharedWord(shared.data() + 24), 100u) << "a write not taken inline landed";
 }
 
 TEST_F(UcxTransportTest, RegistryTakesNetDevices) {
