@@ -92,6 +92,8 @@ struct Link {
   // The bindings of the bound flagged writes, one per size
   // (the size being measured is the last one bound).
   std::vector<std::pair<size_t, std::unique_ptr<rdma::BoundFlaggedWrite>>> bound;
+  PingPongOptions::ReadPost read_post = PingPongOptions::ReadPost::kPosted;
+  std::vector<std::pair<size_t, std::unique_ptr<rdma::BoundRead>>> bound_reads;
   absl::Status first_error;
 
   rdma::Completion Counted() {
@@ -134,6 +136,28 @@ struct Link {
       return write ? endpoint.PostWrite(local, peer, notification, std::move(done))
                    : endpoint.PostRead(local, peer, std::move(done));
     });
+  }
+
+  // A read of `bytes` at offset 0, posted as `read_post` says. Sets
+  // `done_already` where it was done inline (no completion to wait for).
+  absl::Status PostRead(size_t bytes, bool& done_already) {
+    done_already = false;
+    if (read_post == PingPongOptions::ReadPost::kPosted) return Post(false, bytes, std::nullopt);
+    rdma::BoundRead* read = nullptr;
+    for (auto it = bound_reads.rbegin(); it != bound_reads.rend() && read == nullptr; ++it) {
+      if (it->first == bytes) read = it->second.get();
+    }
+    if (read == nullptr) {
+      ASSIGN_OR_RETURN(std::unique_ptr<rdma::BoundRead> made,
+                       endpoint.BindRead({&source, 0, bytes}, {&remote, 0, bytes}));
+      bound_reads.emplace_back(bytes, std::move(made));
+      read = bound_reads.back().second.get();
+    }
+    if (read_post == PingPongOptions::ReadPost::kInline) {
+      ASSIGN_OR_RETURN(done_already, read->TryPostInline());
+      if (done_already) return absl::OkStatus();
+    }
+    return Retry([&](rdma::Completion done) { return read->Post(std::move(done)); });
   }
 
   // A write of `bytes` that the peer waits for with WaitSignal(): notified
@@ -303,10 +327,11 @@ absl::StatusOr<ReadResult> Reads(Link& link, size_t bytes, int warmup,
   // As perftest's ib_read_lat: the time between two successive posts, each
   // after the previous read completed.
   Stamps stamps;
+  bool done_already = false;
   for (int i = 0; i < warmup + lat_iters; ++i) {
     if (i >= warmup) stamps.Take();
-    RETURN_IF_ERROR(link.Post(false, bytes, std::nullopt));
-    RETURN_IF_ERROR(link.WaitInFlightBelow(1));
+    RETURN_IF_ERROR(link.PostRead(bytes, done_already));
+    if (!done_already) RETURN_IF_ERROR(link.WaitInFlightBelow(1));
   }
   stamps.Take();
   result.samples = stamps.Deltas(1);
@@ -316,7 +341,7 @@ absl::StatusOr<ReadResult> Reads(Link& link, size_t bytes, int warmup,
     const Clock::time_point start = Clock::now();
     for (int i = 0; i < per_round; ++i) {
       RETURN_IF_ERROR(link.WaitInFlightBelow(window));
-      RETURN_IF_ERROR(link.Post(false, bytes, std::nullopt));
+      RETURN_IF_ERROR(link.PostRead(bytes, done_already));
     }
     RETURN_IF_ERROR(link.WaitInFlightBelow(1));
     const double seconds = Seconds(start, Clock::now());
@@ -472,6 +497,7 @@ absl::StatusOr<std::vector<PingPongRow>> RunPingPong(
   Link link{transport, *endpoint, source, remote, target,
             absl::Now() + options.timeout, options.reads_need_target,
             options.signal};
+  link.read_post = options.read_post;
   std::vector<PingPongRow> rows;
   constexpr int kRounds = 4;
   for (size_t bytes : Sizes(options)) {

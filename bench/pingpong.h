@@ -69,6 +69,12 @@ struct PingPongOptions {
   // up its slices.
   enum class Signal { kNotification, kFlagWord, kFlagWordSignalled, kFlagWordUnbound };
   Signal signal = Signal::kNotification;
+  // How each read is posted. kPosted: Endpoint::PostRead, checked and
+  // looked up each time; kBound: bound once per size (Endpoint::BindRead),
+  // a completion each post; kInline: bound, and done inline with no
+  // completion where the backend reads at once (BoundRead::TryPostInline).
+  enum class ReadPost { kPosted, kBound, kInline };
+  ReadPost read_post = ReadPost::kPosted;
 };
 
 // One row of results (rank 0 only): one size and operation; the fields are

@@ -120,6 +120,29 @@ TEST(PingPongTest, SignalsWithFlagWordsBehindTheData) {
   }
 }
 
+TEST(PingPongTest, ReadsPostedBoundAndInline) {
+  PingPongOptions options;
+  options.min_bytes = 8;
+  options.max_bytes = 64;
+  options.byte_budget = 1 << 12;
+  options.max_iters = 30;
+  options.writes = false;
+  options.timeout = absl::Seconds(60);
+  for (const PingPongOptions::ReadPost post :
+       {PingPongOptions::ReadPost::kPosted, PingPongOptions::ReadPost::kBound,
+        PingPongOptions::ReadPost::kInline}) {
+    SCOPED_TRACE(static_cast<int>(post));
+    options.read_post = post;
+    ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows, RunTwoRanks(options));
+    ASSERT_EQ(rows.size(), 4u);  // 8..64, reads only.
+    for (const PingPongRow& row : rows) {
+      EXPECT_EQ(row.op(), "read");
+      EXPECT_GT(row.lat_p50_us(), 0) << row.bytes();
+      EXPECT_GT(row.bw_avg_mbps(), 0) << row.bytes();
+    }
+  }
+}
+
 TEST(PingPongTest, RejectsNothingToMeasure) {
   rdma::testing::InMemoryStore store;
   ASSERT_OK_AND_ASSIGN(auto a,

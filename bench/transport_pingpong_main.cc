@@ -91,6 +91,13 @@ ABSL_FLAG(std::string, signal, "notification",
           "flag_signalled (bound, each post with a completion) or "
           "flag_unbound (each write posted with its slices checked and "
           "looked up again, Endpoint::PostWriteWithFlag).");
+ABSL_FLAG(std::string, read, "posted",
+          "How each read is posted: posted (Endpoint::PostRead, checked and "
+          "looked up each time), bound (bound once per size, "
+          "Endpoint::BindRead, a completion each post) or inline (bound, "
+          "and done with no completion where the backend reads at once, "
+          "BoundRead::TryPostInline: a copy out of a same-host peer's "
+          "mapped memory over ucx).");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON to this file.");
 ABSL_FLAG(std::string, tsv, "", "Write the results as TSV (for plotting).");
 
@@ -140,6 +147,11 @@ absl::Status CheckSizeFlags() {
         absl::StrCat("--signal=", signal,
                      ": expected notification, flag, flag_signalled or flag_unbound"));
   }
+  if (const std::string read = absl::GetFlag(FLAGS_read);
+      read != "posted" && read != "bound" && read != "inline") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--read=", read, ": expected posted, bound or inline"));
+  }
   if (!absl::GetFlag(FLAGS_writes) && !absl::GetFlag(FLAGS_reads)) {
     return absl::InvalidArgumentError(
         "--nowrites and --noreads: nothing to measure");
@@ -169,6 +181,11 @@ PingPongOptions OptionsFromFlags() {
     options.signal = PingPongOptions::Signal::kFlagWordSignalled;
   } else if (absl::GetFlag(FLAGS_signal) == "flag_unbound") {
     options.signal = PingPongOptions::Signal::kFlagWordUnbound;
+  }
+  if (absl::GetFlag(FLAGS_read) == "bound") {
+    options.read_post = PingPongOptions::ReadPost::kBound;
+  } else if (absl::GetFlag(FLAGS_read) == "inline") {
+    options.read_post = PingPongOptions::ReadPost::kInline;
   }
   return options;
 }

@@ -1,7 +1,8 @@
 // File: bound_slices.h
 // -----------------------------------------------------------------------------
 // BoundSlices: the slices of a bound flagged write (Endpoint::
-// BindFlaggedWrite), holding copies of the peer's descriptors. A caller may
+// BindFlaggedWrite) or read (Endpoint::BindRead), holding copies of the
+// peer's descriptors. A caller may
 // drop or rewrite a RemoteRegion once a post returned (slice.h: it is read
 // at post time only); a binding posts long after, so it reads its own.
 #ifndef RDMAFLOW_RDMA_BOUND_SLICES_H_
@@ -32,12 +33,18 @@ class BoundSlices {
       flag_word_.region = &*flag_region_;
     }
   }
+  // A read's: its local `dst` and the peer's `src`, with no flag word
+  // (local() and remote()).
+  BoundSlices(const LocalSlice& local, const RemoteSlice& remote)
+      : BoundSlices(local, remote, RemoteSlice{}) {}
   BoundSlices(const BoundSlices&) = delete;
   BoundSlices& operator=(const BoundSlices&) = delete;
 
   const LocalSlice& src() const { return src_; }
   const RemoteSlice& dst() const { return dst_; }
   const RemoteSlice& flag_word() const { return flag_word_; }
+  const LocalSlice& local() const { return src_; }
+  const RemoteSlice& remote() const { return dst_; }
 
  private:
   std::optional<RemoteRegion> dst_region_;

@@ -43,7 +43,27 @@ class PostingFlaggedWrite final : public BoundFlaggedWrite {
   const BoundSlices slices_;
 };
 
+// The same for a read.
+class PostingRead final : public BoundRead {
+ public:
+  PostingRead(Endpoint& endpoint, const LocalSlice& dst, const RemoteSlice& src)
+      : endpoint_(endpoint), slices_(dst, src) {}
+
+  absl::Status Post(Completion done) override {
+    return endpoint_.PostRead(slices_.local(), slices_.remote(), std::move(done));
+  }
+
+ private:
+  Endpoint& endpoint_;
+  const BoundSlices slices_;
+};
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<BoundRead>> Endpoint::BindRead(const LocalSlice& dst,
+                                                              const RemoteSlice& src) {
+  return std::make_unique<PostingRead>(*this, dst, src);
+}
 
 absl::StatusOr<std::unique_ptr<BoundFlaggedWrite>> Endpoint::BindFlaggedWrite(
     const LocalSlice& src, const RemoteSlice& dst, const RemoteSlice& flag_word) {
@@ -53,5 +73,7 @@ absl::StatusOr<std::unique_ptr<BoundFlaggedWrite>> Endpoint::BindFlaggedWrite(
 absl::Status Endpoint::Prepare(const RemoteRegion&) { return absl::OkStatus(); }
 
 absl::StatusOr<bool> BoundFlaggedWrite::TryPostInline(uint64_t) { return false; }
+
+absl::StatusOr<bool> BoundRead::TryPostInline() { return false; }
 
 }  // namespace rdmaflow::rdma

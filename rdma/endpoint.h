@@ -28,6 +28,7 @@ namespace rdmaflow::rdma {
 using Completion = absl::AnyInvocable<void(absl::Status) &&>;
 
 class BoundFlaggedWrite;
+class BoundRead;
 
 // A connection to one peer, created by Transport::Connect(). The Transport
 // must outlive it. Thread-compatible: one thread posts at a time, and it is
@@ -100,6 +101,19 @@ class Endpoint {
   virtual absl::Status PostRead(const LocalSlice& dst, const RemoteSlice& src,
                                 Completion done) = 0;
 
+  // Binds a read of the peer's `src` into `dst` (as PostRead), to be posted
+  // many times: for a loop that reads the same place every round (a peer's
+  // clock word, a mailbox, a parameter slice). As BindFlaggedWrite: a
+  // backend that resolves what the post needs (UCX: the slices' checks, the
+  // remote key, the peer's mapped memory) does it here once; elsewhere each
+  // BoundRead::Post() is a PostRead() and checks then. Errors: those
+  // PostRead would return for these slices, here where the backend binds,
+  // else from each Post(); the limit of operations in flight applies to
+  // the posts only. The binding keeps a copy of the peer's descriptor; it
+  // must not outlive this endpoint, nor `dst`'s region.
+  virtual absl::StatusOr<std::unique_ptr<BoundRead>> BindRead(const LocalSlice& dst,
+                                                              const RemoteSlice& src);
+
   // `done` fires once every operation posted before it has completed and its
   // writes are visible at the peer.
   virtual absl::Status PostFlush(Completion done) = 0;
@@ -157,6 +171,28 @@ class BoundFlaggedWrite {
   // Post() refuses. A peer's death is noticed by Transport::Progress(), as
   // for every operation: a loop of inline writes keeps calling it.
   virtual absl::StatusOr<bool> TryPostInline(uint64_t flag);
+};
+
+// A read bound to its slices (Endpoint::BindRead). Thread-compatible, as its
+// endpoint: posted from the thread that posts on the endpoint.
+class BoundRead {
+ public:
+  virtual ~BoundRead() = default;
+
+  // Endpoint::PostRead(dst, src, done) with the bound slices: the same
+  // completion and errors.
+  virtual absl::Status Post(Completion done) = 0;
+
+  // The same read where it is done before this returns (UCX: a copy out of
+  // a same-host peer's mapped memory): returns true with the bytes in
+  // `dst`, and the read is counted nowhere and fires no completion.
+  // Where it would not be done at once (it goes through the transport, or
+  // the backend binds nothing), posts nothing and returns false: post it
+  // with Post(). As BoundFlaggedWrite::TryPostInline: the limit of
+  // operations in flight does not apply; a closed (kFailedPrecondition) or
+  // failed endpoint is refused here where the backend would read inline,
+  // else by Post(); a peer's death is noticed by Transport::Progress().
+  virtual absl::StatusOr<bool> TryPostInline();
 };
 
 }  // namespace rdmaflow::rdma

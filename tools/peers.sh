@@ -7,7 +7,8 @@
 #    posted with no completion where the write is done at once;
 #    --signal=flag_signalled, bound, a completion each post; and
 #    --signal=flag_unbound, each post checked and looked up), notified
-#    write (flag inbox, then notify=am) and read, and single-thread memcpy;
+#    write (flag inbox, then notify=am), read (bound and inline where it is
+#    done at once, --read=inline; and posted), and single-thread memcpy;
 #  - ucx_perftest: ucp_put_lat and ucp_get at 8 B and 4 KiB;
 #  - allreduce_bench (rdmaflow and Gloo) and Open MPI's MPI_Allreduce with
 #    RANKS ranks, 4 KiB to MAX_BYTES (x16 steps); then rdmaflow and Open MPI
@@ -89,7 +90,7 @@ for rep in $(seq 1 "$reps"); do
   rm -f "$dir"/*.json "$dir"/*.txt  # never a file of an earlier run
   echo "== repetition $rep of $reps" >&2
   bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag \
-    --reads=false --max_bytes=4096 --json="$dir/pingpong_word.json" >/dev/null
+    --read=inline --max_bytes=4096 --json="$dir/pingpong_word.json" >/dev/null
   bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag_signalled \
     --reads=false --max_bytes=4096 --json="$dir/pingpong_word_signalled.json" >/dev/null
   bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag_unbound \

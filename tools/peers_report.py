@@ -100,10 +100,13 @@ def one_rep(d):
         rows.append((f"  (notified, flag inbox) {b} B / ucp_put_lat", w, put, w / put, ""))
         wa = am[("write", b)]["lat_p50_us"]
         rows.append((f"  (notify=am) {b} B / ucp_put_lat", wa, put, wa / put, ""))
-        r = flag[("read", b)]["lat_p50_us"]
         # ucx_perftest's ucp_get latency is the cost of issuing a get in a
         # stream of them, not a completed read: a bound no read can reach.
-        rows.append((f"read {b} B / ucp_get (issue only)", r, get, r / get, ""))
+        if ("read", b) in word:
+            ri = word[("read", b)]["lat_p50_us"]
+            rows.append((f"read {b} B, inline / ucp_get (issue only)", ri, get, ri / get, ""))
+        r = flag[("read", b)]["lat_p50_us"]
+        rows.append((f"read {b} B, posted / ucp_get (issue only)", r, get, r / get, ""))
     w4 = flag[("write", 4096)]
     rows.append(("write 4 KiB bandwidth / memcpy (MB/s)", w4["bw_avg_mbps"],
                  w4["memcpy_mbps"], w4["ratio_to_memcpy"], ""))

@@ -212,6 +212,87 @@ TEST_P(TransportConformanceTest, WritesAndReadsAreByteExact) {
   }
 }
 
+// Reads bound once per size (BindRead, from a descriptor gone before the
+// posts) and posted 20 times each, the peer's bytes changed before every
+// post: with a completion, and inline where the backend reads at once.
+TEST_P(TransportConformanceTest, BoundReadsAreByteExact) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  constexpr size_t kMax = 65537;
+  constexpr size_t kAt = 11, kFrom = 5;  // unaligned on both sides
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, kMax + 64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, kMax + 64));
+  int tried_inline = 0, done_inline = 0;
+  for (size_t size : {size_t{1}, size_t{64}, size_t{4097}, kMax}) {
+    SCOPED_TRACE(absl::StrCat("size ", size));
+    std::unique_ptr<BoundRead> read;
+    {
+      const RemoteRegion copy = remote.descriptor();
+      ASSERT_OK_AND_ASSIGN(read, f.ab_->BindRead({&local, kAt, size}, {&copy, kFrom, size}));
+    }
+    for (int round = 1; round <= 20; ++round) {
+      SCOPED_TRACE(absl::StrCat("round ", round));
+      FillPattern(remote.data() + kFrom, size, size * 100 + round);
+      std::memset(local.data() + kAt, 0, size);
+      bool done = false;
+      if (round % 2 == 0) {
+        ++tried_inline;
+        ASSERT_OK_AND_ASSIGN(done, read->TryPostInline());
+        done_inline += done ? 1 : 0;
+      }
+      if (!done) ASSERT_OK(f.Run([&](Completion c) { return read->Post(std::move(c)); }));
+      ASSERT_EQ(std::memcmp(local.data() + kAt, remote.data() + kFrom, size), 0)
+          << "read bytes differ";
+      EXPECT_EQ(local.data()[kAt - 1], std::byte{0}) << "a read wrote before its place";
+      EXPECT_EQ(local.data()[kAt + size], std::byte{0}) << "a read wrote past its place";
+    }
+  }
+  // Inline always or never (the peer's memory maps here, or not), and an
+  // inline read leaves nothing to fire.
+  EXPECT_TRUE(done_inline == 0 || done_inline == tried_inline)
+      << done_inline << " of " << tried_inline << " inline";
+  int fired = 0;
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_OK_AND_ASSIGN(const int n, f.a_->Progress());
+    fired += n;
+    ASSERT_OK(f.b_->Progress().status());
+  }
+  EXPECT_EQ(fired, 0) << "an inline read left a completion to fire";
+}
+
+TEST_P(TransportConformanceTest, MalformedOrClosedBoundReadsAreRefused) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 64));
+  const RemoteRegion& d = remote.descriptor();
+  int calls = 0;
+  auto must_not_run = [&calls](absl::Status) { ++calls; };
+  // Past the peer's region or ours: refused at the binding or its post.
+  auto bind_and_post = [&](const LocalSlice& dst, const RemoteSlice& src) -> absl::Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<BoundRead> read, f.ab_->BindRead(dst, src));
+    return read->Post(must_not_run);
+  };
+  EXPECT_THAT(bind_and_post({&local, 0, 8}, {&d, 60, 8}), StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(bind_and_post({&local, 60, 8}, {&d, 0, 8}), StatusIs(absl::StatusCode::kOutOfRange));
+  // Bound before the endpoint closed: refused after, inline or posted.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundRead> read,
+                       f.ab_->BindRead({&local, 0, 8}, {&d, 0, 8}));
+  ASSERT_OK(f.ab_->Close());
+  const absl::StatusOr<bool> done_now = read->TryPostInline();
+  if (done_now.ok()) {
+    EXPECT_FALSE(*done_now) << "an inline read went out on a closed endpoint";
+  } else {
+    EXPECT_THAT(done_now.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  }
+  EXPECT_THAT(read->Post(must_not_run), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(bind_and_post({&local, 0, 8}, {&d, 0, 8}),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_OK(f.a_->Progress().status());
+    ASSERT_OK(f.b_->Progress().status());
+  }
+  EXPECT_EQ(calls, 0) << "a refused read's callback ran";
+}
+
 TEST_P(TransportConformanceTest, RegisteredCallerMemoryWorks) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
   std::vector<std::byte> source(10000);

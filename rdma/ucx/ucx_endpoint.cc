@@ -16,6 +16,7 @@
 #include "rdma/ucx/envelope.h"
 #include "rdma/ucx/peer_liveness.h"
 #include "rdma/ucx/process_maps.h"
+#include "rdma/ucx/ucx_bound_read.h"
 #include "rdma/ucx/ucx_bound_write.h"
 #include "rdma/ucx/ucx_status.h"
 #include "rdma/ucx/ucx_transport.h"
@@ -366,15 +367,13 @@ absl::Status UcxEndpoint::PostData(bool is_write, const LocalSlice& local,
   if (std::byte* mapped = MappedAt(remote)) {
     // A same-host peer's shared memory, mapped here: the copy is the
     // transfer (what UCX's shared-memory put and get do, without their
-    // requests). The fence keeps later stores, ours or UCX's, behind it.
-    // The completion is queued after it (queuing takes no locked
-    // instruction: UcxOps::CompleteNow).
+    // requests). The completion is queued after it (queuing takes no
+    // locked instruction: UcxOps::CompleteNow).
     if (is_write) {
-      std::memcpy(mapped, local.data(), local.length);
+      UcxOps::CopyMapped(mapped, local.data(), local.length);
     } else {
-      std::memcpy(local.data(), mapped, local.length);
+      UcxOps::CopyMapped(local.data(), mapped, local.length);
     }
-    std::atomic_thread_fence(std::memory_order_release);
     UcxOps::CompleteNow(*state_, std::move(done));
     return absl::OkStatus();
   }
@@ -499,6 +498,14 @@ absl::StatusOr<std::unique_ptr<BoundFlaggedWrite>> UcxEndpoint::BindFlaggedWrite
   return std::make_unique<UcxBoundFlaggedWrite>(*this, state_, src, dst, flag_word,
                                                 mapped ? to.mapped : nullptr,
                                                 mapped ? to.flag_mapped : nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<BoundRead>> UcxEndpoint::BindRead(const LocalSlice& dst,
+                                                                 const RemoteSlice& src) {
+  RETURN_IF_ERROR(CheckTransfer(dst, src, state_->peer_rank, kBackend));
+  RETURN_IF_ERROR(CheckOpen());
+  RETURN_IF_ERROR(RemoteKey(*src.region).status());
+  return std::make_unique<UcxBoundRead>(*this, state_, dst, src, MappedAt(src));
 }
 
 absl::Status UcxEndpoint::PutBehindNotification(const LocalSlice& src,

@@ -4,6 +4,7 @@
 #ifndef RDMAFLOW_RDMA_UCX_UCX_ENDPOINT_H_
 #define RDMAFLOW_RDMA_UCX_UCX_ENDPOINT_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -52,6 +53,9 @@ class UcxEndpoint final : public Endpoint {
   // (UcxBoundFlaggedWrite).
   absl::StatusOr<std::unique_ptr<BoundFlaggedWrite>> BindFlaggedWrite(
       const LocalSlice& src, const RemoteSlice& dst, const RemoteSlice& flag_word) override;
+  // The same for a read (UcxBoundRead).
+  absl::StatusOr<std::unique_ptr<BoundRead>> BindRead(const LocalSlice& dst,
+                                                      const RemoteSlice& src) override;
 
   // How notifications go ("notify flag (lane 3 of 64, 512 slots)", or
   // "notify am" and why), then ucp_ep_print_info() output.
@@ -145,6 +149,13 @@ struct UcxOps {
     CopyAndStoreFlag(to, from, length, flag_to, flag);
     CompleteNow(state, std::move(done));
   }
+  // A transfer through a mapping of a same-host peer's shared memory: the
+  // copy, then a fence that keeps later stores, ours or UCX's, behind it.
+  static void CopyMapped(std::byte* to, const std::byte* from, size_t length) {
+    std::memcpy(to, from, length);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+
   // The copy and the flag's release store alone: the whole of a write
   // posted with no completion (UcxBoundFlaggedWrite::TryPostInline).
   static void CopyAndStoreFlag(std::byte* to, const std::byte* from, size_t length,

@@ -366,6 +366,41 @@ TEST_F(UcxTransportTest, ABindingOfADestroyedEndpointRefusesToPost) {
   EXPECT_EQ(LoadSharedWord(remote.data() + 8), 2u) << "a refused post's flag landed";
 }
 
+// Over shared memory a bound read is a copy out of the peer's mapping:
+// inline, with no completion; refused once its endpoint is destroyed.
+TEST_F(UcxTransportTest, ABoundReadOverSharedMemoryIsInline) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, "shm", ""));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, "shm", ""));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, b->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab,
+                       a->Connect(PeerInfo{b->rank(), b->address()}));
+  std::unique_ptr<BoundRead> read;
+  {
+    const RemoteRegion d = remote.descriptor();
+    ASSERT_OK_AND_ASSIGN(read, ab->BindRead({&local, 0, 16}, {&d, 8, 16}));
+  }
+  for (int round = 1; round <= 3; ++round) {
+    std::memset(remote.data() + 8, round, 16);
+    EXPECT_THAT(read->TryPostInline(), IsOkAndHolds(true));
+    EXPECT_EQ(local.data()[0], std::byte(round));
+    EXPECT_EQ(local.data()[15], std::byte(round));
+    EXPECT_EQ(local.data()[16], std::byte{0}) << "the read wrote past its place";
+  }
+  int fired = 0;
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_OK_AND_ASSIGN(const int n, a->Progress());
+    fired += n;
+  }
+  EXPECT_EQ(fired, 0) << "an inline read left a completion to fire";
+  ab.reset();
+  EXPECT_THAT(read->TryPostInline(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("closed")));
+  EXPECT_THAT(read->Post([](absl::Status) { ADD_FAILURE() << "a refused read fired"; }),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("closed")));
+  for (int i = 0; i < 10; ++i) ASSERT_OK(a->Progress().status());
+}
+
 // A flagged write into mapped memory after a write that went through UCX
 // (a notified write by active message into memory the peer registered,
 // which UCX moves later): the flag must not be seen before that earlier
