@@ -167,9 +167,10 @@ class BoundFlaggedWrite {
   // of the endpoint went by UCX put), so call it each time. The limit of
   // operations in flight does not apply (nothing is in flight). Errors,
   // with nothing posted: a closed endpoint (kFailedPrecondition) or a
-  // failed one, where the backend would write inline; elsewhere false, and
-  // Post() refuses. A peer's death is noticed by Transport::Progress(), as
-  // for every operation: a loop of inline writes keeps calling it.
+  // failed one may be refused here (UCX refuses them whether or not the
+  // write would map); otherwise this returns false and Post() refuses. A
+  // peer's death is noticed by Transport::Progress(), as for every
+  // operation: a loop of inline writes keeps calling it.
   virtual absl::StatusOr<bool> TryPostInline(uint64_t flag);
 };
 
@@ -190,8 +191,8 @@ class BoundRead {
   // the backend binds nothing), posts nothing and returns false: post it
   // with Post(). As BoundFlaggedWrite::TryPostInline: the limit of
   // operations in flight does not apply; a closed (kFailedPrecondition) or
-  // failed endpoint is refused here where the backend would read inline,
-  // else by Post(); a peer's death is noticed by Transport::Progress().
+  // failed endpoint may be refused here, else this returns false and
+  // Post() refuses; a peer's death is noticed by Transport::Progress().
   virtual absl::StatusOr<bool> TryPostInline();
 };
 

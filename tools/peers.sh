@@ -90,7 +90,9 @@ for rep in $(seq 1 "$reps"); do
   rm -f "$dir"/*.json "$dir"/*.txt  # never a file of an earlier run
   echo "== repetition $rep of $reps" >&2
   bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag \
-    --read=inline --max_bytes=4096 --json="$dir/pingpong_word.json" >/dev/null
+    --reads=false --max_bytes=4096 --json="$dir/pingpong_word.json" >/dev/null
+  bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --read=inline \
+    --writes=false --max_bytes=4096 --json="$dir/pingpong_read_inline.json" >/dev/null
   bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag_signalled \
     --reads=false --max_bytes=4096 --json="$dir/pingpong_word_signalled.json" >/dev/null
   bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag_unbound \

@@ -76,6 +76,8 @@ def one_rep(d):
     # Runs of earlier builds lack the later variants.
     signalled_path = os.path.join(d, "pingpong_word_signalled.json")
     signalled = pingpong(signalled_path) if os.path.exists(signalled_path) else {}
+    read_inline_path = os.path.join(d, "pingpong_read_inline.json")
+    read_inline = pingpong(read_inline_path) if os.path.exists(read_inline_path) else {}
     unbound_path = os.path.join(d, "pingpong_word_unbound.json")
     unbound = pingpong(unbound_path) if os.path.exists(unbound_path) else {}
     flag = pingpong(os.path.join(d, "pingpong_flag.json"))
@@ -102,8 +104,8 @@ def one_rep(d):
         rows.append((f"  (notify=am) {b} B / ucp_put_lat", wa, put, wa / put, ""))
         # ucx_perftest's ucp_get latency is the cost of issuing a get in a
         # stream of them, not a completed read: a bound no read can reach.
-        if ("read", b) in word:
-            ri = word[("read", b)]["lat_p50_us"]
+        if ("read", b) in read_inline:
+            ri = read_inline[("read", b)]["lat_p50_us"]
             rows.append((f"read {b} B, inline / ucp_get (issue only)", ri, get, ri / get, ""))
         r = flag[("read", b)]["lat_p50_us"]
         rows.append((f"read {b} B, posted / ucp_get (issue only)", r, get, r / get, ""))

@@ -221,6 +221,7 @@ TEST_P(TransportConformanceTest, BoundReadsAreByteExact) {
   constexpr size_t kAt = 11, kFrom = 5;  // unaligned on both sides
   ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, kMax + 64));
   ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, kMax + 64));
+  std::memset(local.data(), 0xEE, kMax + 64);  // guard bytes around the target
   int tried_inline = 0, done_inline = 0;
   for (size_t size : {size_t{1}, size_t{64}, size_t{4097}, kMax}) {
     SCOPED_TRACE(absl::StrCat("size ", size));
@@ -242,8 +243,8 @@ TEST_P(TransportConformanceTest, BoundReadsAreByteExact) {
       if (!done) ASSERT_OK(f.Run([&](Completion c) { return read->Post(std::move(c)); }));
       ASSERT_EQ(std::memcmp(local.data() + kAt, remote.data() + kFrom, size), 0)
           << "read bytes differ";
-      EXPECT_EQ(local.data()[kAt - 1], std::byte{0}) << "a read wrote before its place";
-      EXPECT_EQ(local.data()[kAt + size], std::byte{0}) << "a read wrote past its place";
+      EXPECT_EQ(local.data()[kAt - 1], std::byte{0xEE}) << "a read wrote before its place";
+      EXPECT_EQ(local.data()[kAt + size], std::byte{0xEE}) << "a read wrote past its place";
     }
   }
   // Inline always or never (the peer's memory maps here, or not), and an

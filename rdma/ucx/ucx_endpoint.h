@@ -150,10 +150,12 @@ struct UcxOps {
     CompleteNow(state, std::move(done));
   }
   // A transfer through a mapping of a same-host peer's shared memory: the
-  // copy, then a fence that keeps later stores, ours or UCX's, behind it.
+  // copy, then a fence that keeps later loads and stores, ours or UCX's,
+  // behind it (a read's loads before what its caller does next, a write's
+  // stores before a later flag).
   static void CopyMapped(std::byte* to, const std::byte* from, size_t length) {
     std::memcpy(to, from, length);
-    std::atomic_thread_fence(std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_acq_rel);
   }
 
   // The copy and the flag's release store alone: the whole of a write

@@ -373,6 +373,7 @@ TEST_F(UcxTransportTest, ABoundReadOverSharedMemoryIsInline) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, "shm", ""));
   ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(64));
   ASSERT_OK_AND_ASSIGN(MemoryRegion remote, b->Allocate(64));
+  std::memset(local.data(), 0xEE, 64);  // guard bytes around the target
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab,
                        a->Connect(PeerInfo{b->rank(), b->address()}));
   std::unique_ptr<BoundRead> read;
@@ -385,7 +386,7 @@ TEST_F(UcxTransportTest, ABoundReadOverSharedMemoryIsInline) {
     EXPECT_THAT(read->TryPostInline(), IsOkAndHolds(true));
     EXPECT_EQ(local.data()[0], std::byte(round));
     EXPECT_EQ(local.data()[15], std::byte(round));
-    EXPECT_EQ(local.data()[16], std::byte{0}) << "the read wrote past its place";
+    EXPECT_EQ(local.data()[16], std::byte{0xEE}) << "the read wrote past its place";
   }
   int fired = 0;
   for (int i = 0; i < 10; ++i) {
