@@ -1,6 +1,8 @@
 #include "bench/pingpong.h"
 
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
@@ -92,6 +94,18 @@ TEST(PingPongTest, TimesReadsWithTheirOwnerBusy) {
   }
 }
 
+// Runs two ranks with `options` and expects `count` rows of `op`, each
+// with a latency and a bandwidth measured.
+void ExpectMeasured(const PingPongOptions& options, size_t count, const std::string& op) {
+  ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows, RunTwoRanks(options));
+  ASSERT_EQ(rows.size(), count);
+  for (const PingPongRow& row : rows) {
+    EXPECT_EQ(row.op(), op);
+    EXPECT_GT(row.lat_p50_us(), 0) << row.bytes();
+    EXPECT_GT(row.bw_avg_mbps(), 0) << row.bytes();
+  }
+}
+
 TEST(PingPongTest, SignalsWithFlagWordsBehindTheData) {
   PingPongOptions options;
   options.min_bytes = 8;
@@ -110,13 +124,7 @@ TEST(PingPongTest, SignalsWithFlagWordsBehindTheData) {
         PingPongOptions::Signal::kFlagWordUnbound}) {
     SCOPED_TRACE(static_cast<int>(signal));
     options.signal = signal;
-    ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows, RunTwoRanks(options));
-    ASSERT_EQ(rows.size(), 10u);  // 8..4096, writes only.
-    for (const PingPongRow& row : rows) {
-      EXPECT_EQ(row.op(), "write");
-      EXPECT_GT(row.lat_p50_us(), 0) << row.bytes();
-      EXPECT_GT(row.bw_avg_mbps(), 0) << row.bytes();
-    }
+    ExpectMeasured(options, 10, "write");  // 8..4096, writes only
   }
 }
 
@@ -133,13 +141,7 @@ TEST(PingPongTest, ReadsPostedBoundAndInline) {
         PingPongOptions::ReadPost::kInline}) {
     SCOPED_TRACE(static_cast<int>(post));
     options.read_post = post;
-    ASSERT_OK_AND_ASSIGN(std::vector<PingPongRow> rows, RunTwoRanks(options));
-    ASSERT_EQ(rows.size(), 4u);  // 8..64, reads only.
-    for (const PingPongRow& row : rows) {
-      EXPECT_EQ(row.op(), "read");
-      EXPECT_GT(row.lat_p50_us(), 0) << row.bytes();
-      EXPECT_GT(row.bw_avg_mbps(), 0) << row.bytes();
-    }
+    ExpectMeasured(options, 4, "read");  // 8..64, reads only
   }
 }
 
