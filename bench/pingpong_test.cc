@@ -94,6 +94,18 @@ TEST(PingPongTest, TimesReadsWithTheirOwnerBusy) {
   }
 }
 
+// A sweep of 8 to `max_bytes` with few iterations, ended by a deadline a
+// minute away rather than hanging.
+PingPongOptions ShortSweep(size_t max_bytes, size_t byte_budget) {
+  PingPongOptions options;
+  options.min_bytes = 8;
+  options.max_bytes = max_bytes;
+  options.byte_budget = byte_budget;
+  options.max_iters = 30;
+  options.timeout = absl::Seconds(60);
+  return options;
+}
+
 // Runs two ranks with `options` and expects `count` rows of `op`, each
 // with a latency and a bandwidth measured.
 void ExpectMeasured(const PingPongOptions& options, size_t count, const std::string& op) {
@@ -107,18 +119,13 @@ void ExpectMeasured(const PingPongOptions& options, size_t count, const std::str
 }
 
 TEST(PingPongTest, SignalsWithFlagWordsBehindTheData) {
-  PingPongOptions options;
-  options.min_bytes = 8;
-  options.max_bytes = 4096;
-  options.byte_budget = 1 << 14;
-  options.max_iters = 30;
+  PingPongOptions options = ShortSweep(4096, 1 << 14);
   options.reads = false;
   // Each wait polls its own memory for the peer's next flag: a flag that
   // never lands (or lands where the waiter does not look) ends in the
   // deadline, not in rows. Bound (inline where the backend writes at once,
   // else with a completion: loopback's), bound with a completion each, and
   // unbound.
-  options.timeout = absl::Seconds(60);
   for (const PingPongOptions::Signal signal :
        {PingPongOptions::Signal::kFlagWord, PingPongOptions::Signal::kFlagWordSignalled,
         PingPongOptions::Signal::kFlagWordUnbound}) {
@@ -129,13 +136,8 @@ TEST(PingPongTest, SignalsWithFlagWordsBehindTheData) {
 }
 
 TEST(PingPongTest, ReadsPostedBoundAndInline) {
-  PingPongOptions options;
-  options.min_bytes = 8;
-  options.max_bytes = 64;
-  options.byte_budget = 1 << 12;
-  options.max_iters = 30;
+  PingPongOptions options = ShortSweep(64, 1 << 12);
   options.writes = false;
-  options.timeout = absl::Seconds(60);
   for (const PingPongOptions::ReadPost post :
        {PingPongOptions::ReadPost::kPosted, PingPongOptions::ReadPost::kBound,
         PingPongOptions::ReadPost::kInline}) {
