@@ -25,6 +25,10 @@
 # `run` keeps to a budget (GPU_CHECK_BUDGET_S, 540 s): each step's time
 # limit is cut to what is left, and steps that would start with under 20 s
 # left are skipped, so the table comes out inside the device's 10 minutes.
+# GPU_CHECK_STEPS names the groups of steps to run, of tests,bench,train,ddp
+# (all by default): the tests; the transport and all-reduce benchmarks,
+# their peers and the baselines; the seeds' training runs; the Python
+# module and DDP. GPU_CHECK_MPS=1 runs train and ddp under MPS.
 #
 # Run `pack`, then carry .gpu to the GPU machine and run `run` there in one
 # command. Every binary also runs here: without a driver CUDA says
@@ -138,13 +142,169 @@ outcome() {
   esac
 }
 
+# step GROUP: whether GPU_CHECK_STEPS names GROUP.
+step() {
+  [[ ",${GPU_CHECK_STEPS:-tests,bench,train,ddp}," == *",$1,"* ]]
+}
+
+# mps_start / mps_stop: MPS's control daemon, under which two processes'
+# kernels and copies run side by side rather than in turns (a switch
+# between them costs about 150 us): what two processes on two GPUs see.
+# mps_start fails where MPS is not there.
+mps_start() {
+  command -v nvidia-cuda-mps-control >/dev/null || return 1
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && return 0
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  return 1
+}
+mps_stop() {
+  echo quit | nvidia-cuda-mps-control || true
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+
+# The packed tests, on the GPU.
+run_tests() {
+  local test name status start seconds summary
+  for test in .gpu/bin/*_test; do
+    name=$(basename "$test")
+    echo "== $name"
+    start=$(date +%s%N)
+    status=0
+    run_limited 240 "$test" >"$out/$name.log" 2>&1 || status=$?
+    status=$(outcome "$status")
+    seconds=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { print (b - a) / 1e9 }')
+    summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/$name.log" |
+      sed -e 's/\[ *//' -e 's/ *\]//' -e 's/, listed below://' | tr '\n' ' ' || true)
+    tail -5 "$out/$name.log"
+    add_row "$(printf '%-36s %-7s %7.1f s  %s' "$name" "$status" "$seconds" "$summary")"
+  done
+}
+
+# The device write/read ping-pong to 1 GiB, as `$1` (its JSON and log).
+pingpong_device() {
+  echo "== transport_pingpong --memory=device ($1)"
+  run_limited 300 .gpu/bin/transport_pingpong \
+    --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
+    --json "$out/$1.json" 2>&1 | tee "$out/$1.log" || add_row "transport_pingpong $1 $(outcome $?)"
+}
+
+# The transport and all-reduce benchmarks, their peers through PyTorch, and
+# issue 44's baselines.
+run_bench() {
+  local algorithm
+  for algorithm in split leader; do
+    echo "== device_ipc_bench --algorithm=$algorithm"
+    run_limited 120 .gpu/bin/device_ipc_bench --algorithm=$algorithm --json "$out/device_ipc_$algorithm.json" 2>&1 |
+      tee "$out/device_ipc_$algorithm.log" || add_row "device_ipc_bench $algorithm $(outcome $?)"
+  done
+  if [ -n "$torch_lib" ]; then pingpong_device pingpong_device; fi
+  # The split all-reduce, the write ping-pong and the device all-reduce
+  # again under MPS.
+  if mps_start; then
+    echo "== device_ipc_bench --algorithm=split under MPS"
+    run_limited 120 .gpu/bin/device_ipc_bench --algorithm=split --json "$out/device_ipc_mps.json" 2>&1 |
+      tee "$out/device_ipc_mps.log" || add_row "device_ipc_bench under MPS $(outcome $?)"
+    if [ -n "$torch_lib" ]; then
+      pingpong_device pingpong_device_mps
+      echo "== allreduce_bench --device=cuda under MPS"
+      run_limited 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
+        --impls=rdmaflow --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) --max_iters=100 \
+        --byte_budget=$((8 << 30)) --json "$out/allreduce_device_mps.json" 2>&1 |
+        tee "$out/allreduce_device_mps.log" || add_row "allreduce_bench under MPS $(outcome $?)"
+    fi
+    mps_stop
+  fi
+  [ -n "$torch_lib" ] || return 0
+  echo "== transport_pingpong --memory=device --device_path=staged"
+  run_limited 300 .gpu/bin/transport_pingpong \
+    --params=tls=shm --memory=device --device=cuda --device_path=staged \
+    --max_bytes=$((256 << 20)) --byte_budget=$((1 << 30)) \
+    --json "$out/pingpong_staged.json" 2>&1 | tee "$out/pingpong_staged.log" ||
+    add_row "transport_pingpong --device_path=staged $(outcome $?)"
+  echo "== allreduce_bench --device=cuda"
+  run_limited 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
+    --impls=rdmaflow,rdmaflow-device-ring,gloo --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) \
+    --json "$out/allreduce_device.json" 2>&1 | tee "$out/allreduce_device.log" ||
+    add_row "allreduce_bench --device=cuda $(outcome $?)"
+  echo "== gpu_peers.py"
+  PYTHONUNBUFFERED=1 run_limited 300 python3 tools/gpu_peers.py --json "$out/gpu_peers.json" 2>&1 |
+    tee "$out/gpu_peers.log" || add_row "gpu_peers.py $(outcome $?)"
+  echo "== gpu_train_baselines.py"
+  PYTHONUNBUFFERED=1 run_limited 300 python3 tools/gpu_train_baselines.py \
+    --json "$out/train_baselines.json" 2>&1 | tee "$out/train_baselines.log" ||
+    add_row "gpu_train_baselines.py $(outcome $?)"
+}
+
+# train_run NAME JSON LOG ARGS...: one rdmaflow_train run; its row in the
+# table has its mean step time, or says that it failed (its log's end shown).
+train_run() {
+  local name=$1 json=$2 log=$3 status=0
+  shift 3
+  run_limited 240 .gpu/bin/rdmaflow_train "$@" --json "$json" >"$log" 2>&1 || status=$?
+  if [ "$status" = 0 ]; then
+    add_row "$(printf '%-36s %s' "$name$mps_label" "$(grep -o '"mean_step_ms": [0-9.]*' "$json")")"
+  else
+    tail -5 "$log"
+    add_row "$(printf '%-36s %s' "$name$mps_label" "$(outcome "$status")")"
+  fi
+}
+
+# The seeds' training runs on 3 ranks of the VGG-like net, workers on the
+# GPU (synthetic data: the dataset is not there).
+run_train() {
+  # EuroSys: the parameter server's step over zero copy, rdma_copy and gRPC.
+  local comm overlap
+  for comm in rdma rdma_copy grpc; do
+    echo "== rdmaflow_train ps vgg --device cuda --communicator $comm$mps_label"
+    train_run "ps vgg cuda $comm" "$out/ps_vgg_$comm.json" "$out/ps_vgg_$comm.log" \
+      --local 3 --model vgg --strategy ps --synthetic --device cuda --communicator "$comm" \
+      --steps 60 --progress=false --transport_params tls=shm
+  done
+  # Stanza: layer separation against the parameter server above, same model
+  # and ranks (2 conv ranks and 1 FC rank, its halves on the GPU), without
+  # and with Stanza's pipeline.
+  for overlap in off on; do
+    echo "== rdmaflow_train layer_separated vgg --device cuda overlap=$overlap$mps_label"
+    train_run "layer_separated vgg cuda overlap=$overlap" "$out/ls_vgg_$overlap.json" \
+      "$out/ls_vgg_$overlap.log" --local 3 --model vgg --strategy layer_separated \
+      --strategy_params "fc_ranks=1,overlap=$overlap" --synthetic --device cuda --steps 60 \
+      --progress=false --transport_params tls=shm
+  done
+}
+
+# The Python module for this machine's Python, then DDP over rdmaflow and
+# Gloo with CUDA tensors.
+run_ddp() {
+  echo "== the Python module for this machine's Python"
+  local status=0
+  build_module "$out" || status=$?
+  if [ "$status" != 0 ]; then
+    add_row "rdmaflow_torch module build $(outcome "$status")"
+    return 0
+  fi
+  add_row "rdmaflow_torch module built"
+  echo "== gpu_ddp_bench.py (DDP over rdmaflow and Gloo, CUDA tensors)$mps_label"
+  PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 420 python3 tools/gpu_ddp_bench.py \
+    --device cuda --json "$out/ddp.json" 2>&1 | tee "$out/ddp.log" ||
+    add_row "gpu_ddp_bench.py$mps_label $(outcome $?)"
+}
+
 run() {
-  local out=${1:-.gpu/out}
+  out=${1:-.gpu/out}
+  local unknown
+  unknown=$(tr ',' '\n' <<<"${GPU_CHECK_STEPS:-tests,bench,train,ddp}" | grep -v -x -E 'tests|bench|train|ddp' || true)
+  if [ -n "$unknown" ]; then
+    echo "GPU_CHECK_STEPS: unknown group(s): $unknown (the groups: tests,bench,train,ddp)" >&2
+    return 2
+  fi
   budget_end=$(($(date +%s) + ${GPU_CHECK_BUDGET_S:-540}))
   mkdir -p "$out"
   # Each row of the table also goes to OUT/table.txt as it comes: a run
   # stopped at the device's time limit keeps what it got.
   : >"$out/table.txt"
+  rows=()
   add_row() {
     rows+=("$1")
     printf '%s\n' "$1" >>"$out/table.txt"
@@ -162,123 +322,23 @@ run() {
   command -v nvidia-smi >/dev/null &&
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   # LibTorch from the GPU machine's torch, after ours.
-  local torch_lib=""
+  torch_lib=""
   if command -v python3 >/dev/null && python3 -c 'import torch' 2>/dev/null; then
     torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
     export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib"
     echo "LibTorch from $torch_lib"
   fi
   export RDMAFLOW_TEST_DEVICE=cuda
-  local rows=() test status start seconds summary
-  for test in .gpu/bin/*_test; do
-    local name
-    name=$(basename "$test")
-    echo "== $name"
-    start=$(date +%s%N)
-    status=0
-    run_limited 240 "$test" >"$out/$name.log" 2>&1 || status=$?
-    status=$(outcome "$status")
-    seconds=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { print (b - a) / 1e9 }')
-    summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/$name.log" |
-      sed -e 's/\[ *//' -e 's/ *\]//' -e 's/, listed below://' | tr '\n' ' ' || true)
-    tail -5 "$out/$name.log"
-    add_row "$(printf '%-36s %-7s %7.1f s  %s' "$name" "$status" "$seconds" "$summary")"
-  done
-  local algorithm
-  for algorithm in split leader; do
-    echo "== device_ipc_bench --algorithm=$algorithm"
-    run_limited 120 .gpu/bin/device_ipc_bench --algorithm=$algorithm --json "$out/device_ipc_$algorithm.json" 2>&1 |
-      tee "$out/device_ipc_$algorithm.log" || add_row "device_ipc_bench $algorithm $(outcome $?)"
-  done
-  # The device write/read ping-pong to 1 GiB, as `$1` (its JSON and log).
-  pingpong_device() {
-    echo "== transport_pingpong --memory=device ($1)"
-    run_limited 300 .gpu/bin/transport_pingpong \
-      --params=tls=shm --memory=device --device=cuda --max_bytes=$((1 << 30)) \
-      --json "$out/$1.json" 2>&1 | tee "$out/$1.log" || add_row "transport_pingpong $1 $(outcome $?)"
-  }
-  if [ -n "$torch_lib" ]; then pingpong_device pingpong_device; fi
-  # Under MPS the two processes' kernels and copies run side by side rather
-  # than in turns (a switch between them costs about 150 us): what two
-  # processes on two GPUs see. The split all-reduce, the write ping-pong
-  # and the device all-reduce again.
-  if command -v nvidia-cuda-mps-control >/dev/null; then
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if nvidia-cuda-mps-control -d; then
-      echo "== device_ipc_bench --algorithm=split under MPS"
-      run_limited 120 .gpu/bin/device_ipc_bench --algorithm=split --json "$out/device_ipc_mps.json" 2>&1 |
-        tee "$out/device_ipc_mps.log" || add_row "device_ipc_bench under MPS $(outcome $?)"
-      if [ -n "$torch_lib" ]; then
-        pingpong_device pingpong_device_mps
-        echo "== allreduce_bench --device=cuda under MPS"
-        run_limited 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
-          --impls=rdmaflow --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) --max_iters=100 \
-          --byte_budget=$((8 << 30)) --json "$out/allreduce_device_mps.json" 2>&1 |
-          tee "$out/allreduce_device_mps.log" || add_row "allreduce_bench under MPS $(outcome $?)"
-      fi
-      echo quit | nvidia-cuda-mps-control
+  step tests && run_tests
+  step bench && run_bench
+  if [ -n "$torch_lib" ] && { step train || step ddp; }; then
+    mps_label=""
+    if [ "${GPU_CHECK_MPS:-0}" = 1 ]; then
+      if mps_start; then mps_label=" (MPS)"; else add_row "MPS asked for, not started"; fi
     fi
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  fi
-  if [ -n "$torch_lib" ]; then
-    echo "== transport_pingpong --memory=device --device_path=staged"
-    run_limited 300 .gpu/bin/transport_pingpong \
-      --params=tls=shm --memory=device --device=cuda --device_path=staged \
-      --max_bytes=$((256 << 20)) --byte_budget=$((1 << 30)) \
-      --json "$out/pingpong_staged.json" 2>&1 | tee "$out/pingpong_staged.log" ||
-      add_row "transport_pingpong --device_path=staged $(outcome $?)"
-    echo "== allreduce_bench --device=cuda"
-    run_limited 300 .gpu/bin/allreduce_bench --ranks=2 --params=tls=shm --device=cuda \
-      --impls=rdmaflow,rdmaflow-device-ring,gloo --min_bytes=$((4 << 10)) --max_bytes=$((256 << 20)) \
-      --json "$out/allreduce_device.json" 2>&1 | tee "$out/allreduce_device.log" ||
-      add_row "allreduce_bench --device=cuda $(outcome $?)"
-    echo "== gpu_peers.py"
-    PYTHONUNBUFFERED=1 run_limited 300 python3 tools/gpu_peers.py --json "$out/gpu_peers.json" 2>&1 |
-      tee "$out/gpu_peers.log" || add_row "gpu_peers.py $(outcome $?)"
-    echo "== gpu_train_baselines.py"
-    PYTHONUNBUFFERED=1 run_limited 300 python3 tools/gpu_train_baselines.py \
-      --json "$out/train_baselines.json" 2>&1 | tee "$out/train_baselines.log" ||
-      add_row "gpu_train_baselines.py $(outcome $?)"
-    # The EuroSys seed on the GPU: the parameter server's VGG step over zero
-    # copy, rdma_copy and gRPC, workers computing on the GPU (synthetic
-    # data: the dataset is not there).
-    local comm
-    for comm in rdma rdma_copy grpc; do
-      echo "== rdmaflow_train ps vgg --device cuda --communicator $comm"
-      run_limited 240 .gpu/bin/rdmaflow_train --local 3 --model vgg --strategy ps --synthetic \
-        --device cuda --communicator "$comm" --steps 60 --progress=false \
-        --transport_params tls=shm --json "$out/ps_vgg_$comm.json" >"$out/ps_vgg_$comm.log" 2>&1 &&
-        add_row "$(printf 'ps vgg cuda %-10s %s' "$comm" \
-          "$(grep -o '"mean_step_ms": [0-9.]*' "$out/ps_vgg_$comm.json")")" ||
-        { status=$?; tail -5 "$out/ps_vgg_$comm.log"; add_row "rdmaflow_train ps $comm $(outcome $status)"; }
-    done
-    # The Stanza seed on the GPU: layer separation against the parameter
-    # server above, same model and ranks (2 conv ranks and 1 FC rank, its
-    # halves on the GPU), without and with Stanza's pipeline.
-    local overlap
-    for overlap in off on; do
-      echo "== rdmaflow_train layer_separated vgg --device cuda overlap=$overlap"
-      run_limited 240 .gpu/bin/rdmaflow_train --local 3 --model vgg --strategy layer_separated \
-        --strategy_params "fc_ranks=1,overlap=$overlap" --synthetic --device cuda --steps 60 \
-        --progress=false --transport_params tls=shm --json "$out/ls_vgg_$overlap.json" \
-        >"$out/ls_vgg_$overlap.log" 2>&1 &&
-        add_row "$(printf 'layer_separated vgg cuda overlap=%-3s %s' "$overlap" \
-          "$(grep -o '"mean_step_ms": [0-9.]*' "$out/ls_vgg_$overlap.json")")" ||
-        { status=$?; tail -5 "$out/ls_vgg_$overlap.log"; add_row "rdmaflow_train layer_separated $overlap $(outcome $status)"; }
-    done
-    echo "== the Python module for this machine's Python"
-    status=0
-    build_module "$out" || status=$?
-    if [ "$status" = 0 ]; then
-      add_row "rdmaflow_torch module built"
-      echo "== gpu_ddp_bench.py (DDP over rdmaflow and Gloo, CUDA tensors)"
-      PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 420 python3 tools/gpu_ddp_bench.py \
-        --device cuda --json "$out/ddp.json" 2>&1 | tee "$out/ddp.log" ||
-        add_row "gpu_ddp_bench.py $(outcome $?)"
-    else
-      add_row "rdmaflow_torch module build $(outcome "$status")"
-    fi
+    step train && run_train
+    step ddp && run_ddp
+    [ -z "$mps_label" ] || mps_stop
   fi
   echo
   printf '%-36s %-7s %9s  %s\n' test result time gtest
@@ -288,6 +348,6 @@ run() {
 case "${1:-}" in
   pack) pack ;;
   run) shift; run "$@" ;;
-  -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
-  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
+  -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
+  *) sed -n '2,/^[^#]/{/^#/p}' "$0" >&2; exit 2 ;;
 esac
