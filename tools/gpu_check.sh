@@ -70,6 +70,9 @@ pack() {
     path="${path/://}"
     cp "$path" .gpu/bin/
   done
+  # Without their symbols: what travels to the GPU machine is capped.
+  chmod u+w .gpu/bin/*
+  strip .gpu/bin/*
   # Every shared library the binaries load, but the C runtime's own (the
   # GPU machine's glibc is newer and must be the one used).
   ldd .gpu/bin/* | awk '/=> \// { print $3 }' | sort -u | grep -v -E "$NOT_PACKED" |
