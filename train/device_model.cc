@@ -41,19 +41,21 @@ std::vector<at::Tensor> Buffers(const Model& model) {
 
 }  // namespace
 
+absl::Status DeviceModel::Prepare(const std::string& kind) {
+  if (kind == "cuda") return runtime::torch::LoadTorchCuda();
+  if (kind == "mirror") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--device=", kind, ": the devices are cpu, cuda and mirror (a CPU copy, for tests)"));
+}
+
 absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const std::string& kind,
                                                                  const std::string& name,
                                                                  uint64_t seed,
                                                                  const SampleSpec& sample,
                                                                  const Model& host) {
+  RETURN_IF_ERROR(Prepare(kind));
   std::unique_ptr<DeviceModel> self(new DeviceModel());
-  if (kind == "cuda") {
-    RETURN_IF_ERROR(runtime::torch::LoadTorchCuda());
-    self->device_ = at::Device(at::kCUDA, 0);
-  } else if (kind != "mirror") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device=", kind, ": the devices are cpu, cuda and mirror (a CPU copy, for tests)"));
-  }
+  if (kind == "cuda") self->device_ = at::Device(at::kCUDA, 0);
   if (host.program != nullptr) {
     return absl::UnimplementedError(
         "--device: a torch.export model (.pt2) trains on the CPU only; export it with "

@@ -43,6 +43,13 @@ namespace rdmaflow::train {
 
 class DeviceModel {
  public:
+  // Readies `kind` for this process: for cuda, loads torch's CUDA library
+  // (LoadTorchCuda). Call it before any other torch call of the process:
+  // torch looks its CUDA hooks up once (torch::manual_seed, which MakeModel
+  // calls, does), and a lookup made before the library was loaded sticks.
+  // Errors as Create's; nothing to do for mirror.
+  static absl::Status Prepare(const std::string& kind);
+
   // The model `name` (as MakeModel builds it, from `seed`) on `kind`, its
   // parameters paired with `host`'s in order. kUnavailable without a GPU
   // (why); kUnimplemented for a torch.export model; kInvalidArgument for an

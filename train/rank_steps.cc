@@ -143,6 +143,8 @@ strategies::StrategyOptions StrategyOptionsOf(const TrainConfig& config) {
 absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, int rank,
                                                      int world_size, rdma::Store& store) {
   RETURN_IF_ERROR(ValidateTrainConfig(config, world_size));
+  // Before any torch call (DeviceModel::Prepare says why).
+  if (config.device != "cpu") RETURN_IF_ERROR(DeviceModel::Prepare(config.device));
   at::set_num_threads(1);  // ranks share the machine's cores
   auto state = std::make_unique<RankState>();
   state->rank = rank;

@@ -4,6 +4,7 @@
 #include <link.h>
 #include <stdlib.h>
 
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -60,6 +61,14 @@ absl::Status LoadTorchCuda() {
         return absl::UnavailableError(
             "torch's CUDA library is loaded, but it sees no GPU (no driver, or "
             "CUDA_VISIBLE_DEVICES hides them)");
+      }
+      // ATen looks its CUDA hooks up once: a lookup before the library was
+      // loaded keeps the stub, and every later CUDA call fails ("Cannot
+      // initialize CUDA without ATen_cuda library").
+      if (!at::detail::getCUDAHooks().hasCUDA()) {
+        return absl::FailedPreconditionError(
+            "torch's CUDA library was loaded after this process asked torch about CUDA "
+            "(torch::manual_seed does): load it first (LoadTorchCuda before any torch call)");
       }
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat("asking torch for GPUs: ", e.what()));

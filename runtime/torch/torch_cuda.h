@@ -13,8 +13,10 @@
 namespace rdmaflow::runtime::torch {
 
 // OK once torch sees a GPU; kUnavailable naming why not (the library
-// missing beside libtorch_cpu, or no device: no driver). Thread-safe; the
-// first call's answer is every call's.
+// missing beside libtorch_cpu, or no device: no driver); kFailedPrecondition
+// where the process asked ATen about CUDA before (torch::manual_seed does):
+// call it before any torch call. Thread-safe; the first call's answer is
+// every call's.
 absl::Status LoadTorchCuda();
 
 }  // namespace rdmaflow::runtime::torch
