@@ -73,6 +73,12 @@ for script in fx_export ddp_hook hooks; do
   { echo 'R"rdmaflow_py('; cat "torch_backend/python/$script.py"; echo ')rdmaflow_py"'; } \
     >"$work/gen/torch_backend/python/$script.inc"
 done
+# The module exports its PyInit alone, and links the C++ runtime's shared
+# library by name: a compiler with no libstdc++.so link beside it (the GPU
+# machine's) links the static libstdc++.a instead, and the module's copy of
+# the runtime then served librdmaflow.so's calls too (a std::locale made by
+# one copy and freed by the other: "free(): invalid pointer").
+echo '{ global: PyInit_rdmaflow_torch; local: *; };' >"$work/exports.map"
 version=$(sed -n 's/^RDMAFLOW_VERSION = "\(.*\)"/\1/p' bazel/version.bzl)
 echo "torch_module_for: rdmaflow_torch $version for torch $torch_version ($python)"
 "${CXX:-g++}" -O2 -shared -fPIC -std=c++17 -D_GLIBCXX_USE_CXX11_ABI="$abi" \
@@ -81,5 +87,6 @@ echo "torch_module_for: rdmaflow_torch $version for torch $torch_version ($pytho
   -I"$work/torch_include" -I"$torch_dir/include/torch/csrc/api/include" -I"$python_include" \
   torch_backend/python/rdmaflow_torch_module.cc torch_backend/python/codec_binding.cc \
   -L"$prefix/lib" -lrdmaflow -L"$torch_dir/lib" -ltorch_python -ltorch_cpu -lc10 \
+  -l:libstdc++.so.6 -Wl,--version-script="$work/exports.map" \
   -Wl,-rpath,"$(cd "$prefix/lib" && pwd):$torch_dir/lib" -o "$out/rdmaflow_torch.so"
 echo "torch_module_for: wrote $out/rdmaflow_torch.so"
