@@ -292,6 +292,13 @@ run_ddp() {
   PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 420 python3 tools/gpu_ddp_bench.py \
     --device cuda --json "$out/ddp.json" 2>&1 | tee "$out/ddp.log" ||
     add_row "gpu_ddp_bench.py$mps_label $(outcome $?)"
+  # The ResNet's parameters on both backends, to the bit: cuDNN's
+  # deterministic algorithms (its default ones are not).
+  echo "== gpu_ddp_bench.py --deterministic (ResNet-18-like)$mps_label"
+  PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 150 python3 tools/gpu_ddp_bench.py \
+    --device cuda --models resnet18 --steps 10 --deterministic --json "$out/ddp_deterministic.json" \
+    2>&1 | tee "$out/ddp_deterministic.log" ||
+    add_row "gpu_ddp_bench.py --deterministic$mps_label $(outcome $?)"
 }
 
 run() {

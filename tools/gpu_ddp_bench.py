@@ -3,7 +3,7 @@
 
   gpu_ddp_bench.py [--device cuda|cpu] [--world 2] [--steps 30] [--warmup 5]
                    [--models resnet18,transformer] [--backends rdmaflow,gloo]
-                   [--small] [--json PATH]
+                   [--small] [--deterministic] [--json PATH]
 
 For each model and backend, `world` processes (sharing GPU 0 with
 --device cuda: NCCL refuses that, rdmaflow and Gloo take it) train the
@@ -17,7 +17,9 @@ same model from the same seed on the same synthetic batches:
 and an FSDP2 step (fully_shard on a 1-D DeviceMesh) of the transformer
 over rdmaflow. ResNet-18-like: CIFAR-style, batch 64 of 3x32x32;
 transformer: 4 encoder layers, d_model 256, sequence 128, batch 32.
---small shrinks both (CI runs it on CPU). Prints a table last; needs
+--small shrinks both (CI runs it on CPU). --deterministic makes cuDNN use
+deterministic algorithms (slower), so that the backends' parameters can be
+compared to the bit: its default ones are not deterministic on a GPU. Prints a table last; needs
 rdmaflow_torch on PYTHONPATH for the rdmaflow backend.
 """
 import argparse
@@ -118,6 +120,9 @@ def worker(rank, args, backend, name, port, out_dir):
         import rdmaflow_torch  # noqa: F401  (registers the backend)
     if args.device == "cuda":
         torch.cuda.set_device(0)
+        if args.deterministic:
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cudnn.benchmark = False
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=args.world, timeout=datetime.timedelta(seconds=120))
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -174,6 +179,8 @@ def main():
     parser.add_argument("--models", default="resnet18,transformer")
     parser.add_argument("--backends", default="rdmaflow,gloo")
     parser.add_argument("--small", action="store_true")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="cuDNN's deterministic algorithms (parameters comparable to the bit)")
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
