@@ -2,7 +2,8 @@
 // (1 server, 2 workers) over UCX shared memory, on Fashion-MNIST from
 // Debian's dataset-fashion-mnist, and LeNet-5 learns: test accuracy far
 // above chance (10 %). Also asp with a straggler (one worker 2x slower),
-// and the step timeline every rank writes. Skips when the dataset package
+// the step timeline every rank writes, and the warning of a run whose loss
+// rose. Skips when the dataset package
 // is missing.
 #include <cstdlib>
 #include <fstream>
@@ -36,6 +37,18 @@ TEST_F(PsTrainE2eTest, LeNetLearnsWithAspAndAStraggler) {
   EXPECT_GT(accuracy, 0.60);
 }
 
+// A run whose loss ends above its first step's says so, with what to try;
+// one that learns says nothing of the kind.
+TEST_F(PsTrainE2eTest, ARunWhoseLossRisesIsSaidToHaveDiverged) {
+  const std::string said = "the run diverged or did not learn";
+  const testing::TrainRun diverged =
+      testing::Train("diverged", "--local 2 --model lenet5 --steps 20 --lr 20");
+  EXPECT_NE(diverged.output.find(said), std::string::npos) << diverged.output;
+  EXPECT_NE(diverged.output.find("try a smaller --lr"), std::string::npos);
+  const testing::TrainRun learns = testing::Train("learns", "--local 2 --model lenet5 --steps 20");
+  EXPECT_EQ(learns.output.find(said), std::string::npos) << learns.output;
+}
+
 // With --log_prefix every rank writes its step timeline as a Chrome trace
 // (train/timeline_trace.h): the workers' steps pull, compute and push one
 // after the other, so each step has compute and communication spans and
@@ -46,6 +59,9 @@ TEST_F(PsTrainE2eTest, EveryRankWritesItsStepTimeline) {
       "timeline",
       absl::StrCat("--local 3 --model lenet5 --steps 6 --log_prefix ", prefix));
   ASSERT_GT(run.summary.mean_step_ms(), 0) << run.output;
+  // The median step is one of the steps: above 0, below the whole run.
+  EXPECT_GT(run.summary.median_step_ms(), 0);
+  EXPECT_LT(run.summary.median_step_ms(), 1000 * run.summary.wall_s());
   EXPECT_EQ(run.summary.mean_overlap_ms(), 0);
   for (int rank = 0; rank < 3; ++rank) {
     SCOPED_TRACE(absl::StrCat("rank ", rank));

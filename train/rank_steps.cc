@@ -222,6 +222,10 @@ absl::Status LoadRankData(const TrainConfig& config, RankState& state) {
   return absl::OkStatus();
 }
 
+// Runs at least this long before a rising loss is reported (a few steps'
+// losses are noisy).
+constexpr int64_t kDivergenceCheckSteps = 20;
+
 absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& state) {
   strategies::Strategy& strategy = *state.strategy;
   const int rank = state.rank;
@@ -285,6 +289,7 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
                                             config.timeout);
       std::this_thread::sleep_for(absl::ToChronoNanoseconds(lag));
     }
+    const absl::Duration step_time = absl::Now() - step_begin;
     if (timeline.has_value()) timeline->Add(steps_taken, report.timeline);
     ++steps_taken;
     const bool evaluate = config.eval_every > 0 && (report.clock + 1) % config.eval_every == 0;
@@ -305,7 +310,9 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     totals.wait_time += report.wait_time;
     const absl::Duration overlap = report.timeline.Overlap();
     totals.overlap_time += overlap;
+    if (totals.steps == 1) totals.first_loss = report.compute.loss;
     totals.last_loss = report.compute.loss;
+    totals.step_ms.push_back(Ms(step_time));
     StepRecord record;
     record.step = report.clock;
     record.loss = report.compute.loss;
@@ -417,6 +424,22 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   summary.final_loss = totals.last_loss;
   summary.wall_s = totals.wall_s;
   summary.mean_step_ms = 1000 * totals.wall_s / steps;
+  // A run whose loss ended above its first step's did not train: said
+  // once, with what to try (Stanza's pipeline diverged at the default rate).
+  if (totals.steps >= kDivergenceCheckSteps &&
+      !(totals.last_loss <= totals.first_loss)) {
+    std::fprintf(stderr,
+                 "rdmaflow_train: warning: the training loss went from %.4g (first step) to "
+                 "%.4g (last step): the run diverged or did not learn; try a smaller --lr "
+                 "(--lr %.3g; strategies with overlap=on train on a step-old gradient)\n",
+                 totals.first_loss, totals.last_loss, config.learning_rate);
+  }
+  if (!totals.step_ms.empty()) {
+    std::vector<double> sorted = totals.step_ms;
+    auto middle = sorted.begin() + static_cast<ptrdiff_t>(sorted.size() / 2);
+    std::nth_element(sorted.begin(), middle, sorted.end());
+    summary.median_step_ms = *middle;
+  }
   summary.mean_comm_ms = Ms(totals.comm_time) / steps;
   summary.mean_wait_ms = Ms(totals.wait_time) / steps;
   summary.mean_overlap_ms = Ms(totals.overlap_time) / steps;

@@ -74,10 +74,12 @@ struct RankState {
 // What RunStepLoop measured on a computing rank (zero elsewhere). Value type.
 struct LoopTotals {
   int64_t steps = 0;
+  double first_loss = 0;
   double last_loss = 0;
   absl::Duration comm_time;
   absl::Duration wait_time;
   absl::Duration overlap_time;  // communication beside compute
+  std::vector<double> step_ms;  // each step's time, ms
   double wall_s = 0;  // the loop's time, evaluations excluded
 };
 

@@ -186,6 +186,7 @@ void WriteSummary(const TrainConfig& config, int world_size,
   summary.set_final_loss(s.final_loss);
   summary.set_wall_s(s.wall_s);
   summary.set_mean_step_ms(s.mean_step_ms);
+  summary.set_median_step_ms(s.median_step_ms);
   summary.set_mean_comm_ms(s.mean_comm_ms);
   summary.set_mean_wait_ms(s.mean_wait_ms);
   summary.set_mean_overlap_ms(s.mean_overlap_ms);

@@ -76,6 +76,9 @@ struct TrainSummary {
   double final_loss = 0;
   double wall_s = 0;  // training time (evaluations excluded)
   double mean_step_ms = 0;
+  // The median step (the upper middle of an even count): unlike the mean,
+  // not moved by the first steps' warm-up (a GPU's libraries load then).
+  double median_step_ms = 0;
   double mean_comm_ms = 0;
   double mean_wait_ms = 0;
   // Communication that ran beside compute (the step timeline's overlap).
