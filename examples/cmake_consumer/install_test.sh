@@ -7,8 +7,9 @@
 #   3. CMake: find_package(Torch) + find_package(rdmaflow) build
 #      c10d_train_loop, and two ranks train with the c10d backend;
 #   4. tools/torch_module_for.sh builds the Python module against the
-#      installed library (as on the GPU machine, for its Python), and two
-#      ranks all-reduce through it under torchrun;
+#      installed library (as on the GPU machine, for its Python): it exports
+#      its PyInit alone and loads libstdc++.so.6, and two ranks all-reduce
+#      through it under torchrun;
 #   5. --uninstall removes every installed file.
 # Ranks run under plain torchrun (of the build's torch, $RDMAFLOW_PYTHON)
 # over UCX shared memory; CMake finds that torch's package
@@ -93,6 +94,16 @@ grep -q 'compatible with requested version' "$tmp/version_probe.log" || {
 # The Python module against the installed library.
 tools/torch_module_for.sh --python "$RDMAFLOW_PYTHON" --prefix "$prefix" --out "$tmp/module" \
   > "$tmp/module.log" 2>&1 || { cat "$tmp/module.log"; exit 1; }
+# The module exports its PyInit alone and needs the shared C++ runtime: a
+# copy of the runtime inside it served librdmaflow.so's calls too (the GPU
+# machine's compiler, with no libstdc++.so link, linked the static one).
+exports=$(nm -D --defined-only "$tmp/module/rdmaflow_torch.so" | awk '{ print $NF }')
+if [ "$exports" != PyInit_rdmaflow_torch ]; then
+  echo "the module exports more than PyInit_rdmaflow_torch: $(head -5 <<<"$exports")"
+  exit 1
+fi
+readelf -d "$tmp/module/rdmaflow_torch.so" | grep -q 'NEEDED.*\[libstdc++\.so\.6\]' ||
+  { echo "the module does not load libstdc++.so.6"; exit 1; }
 cat > "$tmp/module_check.py" <<'PY'
 import torch, torch.distributed as dist, rdmaflow_torch
 dist.init_process_group("rdmaflow")
