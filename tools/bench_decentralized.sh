@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Decentralized training under stragglers and failures (docs/strategies.md):
-# LeNet-5 on Fashion-MNIST with 4 ranks over UCX shared memory, for the
+# LeNet-5 (MODEL) on Fashion-MNIST with 4 ranks over UCX shared memory, for the
 # all-reduce, gossip (pull and push) and Moshpit strategies, in three
 # scenarios:
 #   homogeneous  every rank at full speed;
@@ -15,7 +15,9 @@
 #                                             ~3.5 min per repeat)
 # Environment: SCENARIOS ("homogeneous slow kill"), STRATEGIES ("allreduce
 # gossip gossip_push moshpit"), STEPS (400), TARGET (0.80), EVAL_SAMPLES
-# (1000), REPEATS (1).
+# (1000), REPEATS (1), MODEL (lenet5), EXTRA (more rdmaflow_train flags, such as "--device
+# cuda --synthetic"), TRAIN (an rdmaflow_train already built, such as the
+# device check's on a machine without Bazel; default: built here, -c opt).
 source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +29,19 @@ steps=${STEPS:-400}
 target=${TARGET:-0.80}
 eval_samples=${EVAL_SAMPLES:-1000}
 repeats=${REPEATS:-1}
-bazel build -c opt //train:rdmaflow_train >/dev/null
-train=bazel-bin/train/rdmaflow_train
+model=${MODEL:-lenet5}
+read -r -a extra <<<"${EXTRA:-}"
+# What the report and the plots say was trained.
+what="$model on Fashion-MNIST"
+[ "$model" = lenet5 ] && what="LeNet-5 on Fashion-MNIST"
+[[ " ${extra[*]} " == *" --synthetic "* ]] && what="${what% on *} on synthetic data"
+[[ " ${extra[*]} " == *" --device cuda "* ]] && what="$what, on the GPU"
+if [ -n "${TRAIN:-}" ]; then
+  train=$TRAIN
+else
+  bazel build -c opt //train:rdmaflow_train >/dev/null
+  train=bazel-bin/train/rdmaflow_train
+fi
 
 for scenario in $scenarios; do
   case $scenario in
@@ -46,8 +59,8 @@ for scenario in $scenarios; do
       run="$out/${scenario}_${name}_r$repeat"
       rm -f "$run.json" "$run".rank*.csv
       echo "== $scenario: $name, 4 ranks, $steps steps (repeat $repeat of $repeats)"
-      if "$train" --local 4 --model lenet5 "${strategy[@]}" --steps "$steps" "${churn[@]}" \
-           --eval_every 25 --eval_samples "$eval_samples" --log_prefix "$run" \
+      if "$train" --local 4 --model "$model" "${strategy[@]}" --steps "$steps" "${churn[@]}" \
+           "${extra[@]}" --eval_every 25 --eval_samples "$eval_samples" --log_prefix "$run" \
            --json "$run.json" --progress=false >"$run.log" 2>&1; then
         echo "   done: $(grep -o '"test_accuracy": [0-9.]*' "$run.json")"
       else
@@ -63,9 +76,9 @@ for scenario in $scenarios; do
     kill) title="4 ranks, rank 3 killed at step $((steps / 2))" ;;
   esac
   tools/plot_accuracy.sh "$out/decentralized_$scenario.png" \
-    "LeNet-5 on Fashion-MNIST, $title (UCX shared memory)" "${logs[@]}"
+    "$what, $title (UCX shared memory)" "${logs[@]}"
 done
 
-python3 tools/decentralized_report.py "$out" "$target" "$scenarios" "$strategies" "$repeats" |
+python3 tools/decentralized_report.py "$out" "$target" "$scenarios" "$strategies" "$repeats" "$what" |
   tee "$out/report.txt"
 echo "bench_decentralized: results in $out"

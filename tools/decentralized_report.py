@@ -4,7 +4,8 @@ strategy, the time rank 0 took to reach the target accuracy (median and
 range over the repeats), its best evaluation, the final test accuracy, the
 mean step and communication times, and for runs that failed, the step they
 reached and the error. Writes OUT/report.json too.
-Usage: decentralized_report.py OUT_DIR TARGET "SCENARIOS" "STRATEGIES" REPEATS"""
+Usage: decentralized_report.py OUT_DIR TARGET "SCENARIOS" "STRATEGIES" REPEATS
+           [WHAT]   (the title's model and data; "LeNet-5 on Fashion-MNIST")"""
 import json
 import os
 import re
@@ -75,8 +76,9 @@ def main():
     out, target = sys.argv[1], float(sys.argv[2])
     scenarios, strategies = sys.argv[3].split(), sys.argv[4].split()
     repeats = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    what = sys.argv[6] if len(sys.argv) > 6 else "LeNet-5 on Fashion-MNIST"
     rows = [summarize(out, s, n, target, repeats) for s in scenarios for n in strategies]
-    print(f"LeNet-5 on Fashion-MNIST, 4 ranks; time for rank 0 to reach test accuracy "
+    print(f"{what}, 4 ranks; time for rank 0 to reach test accuracy "
           f"{target} (evaluations excluded); medians over {repeats} run(s)")
     print(f"{'scenario':<13}{'strategy':<13}{'to target (s)':>14}{'range':>14}"
           f"{'best eval':>11}{'final test':>12}{'step (ms)':>11}{'comm (ms)':>11}  outcome")

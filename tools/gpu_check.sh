@@ -275,6 +275,21 @@ run_train() {
       --strategy_params "fc_ranks=1,overlap=$overlap" --synthetic --device cuda --steps 60 \
       --progress=false --transport_params tls=shm
   done
+  # Gossip and Moshpit against the all-reduce: the time to a fixed accuracy,
+  # 4 ranks of the VGG-like net on the GPU (synthetic data).
+  echo "== bench_decentralized.sh, vgg --device cuda$mps_label"
+  local status=0 line
+  TRAIN=.gpu/bin/rdmaflow_train MODEL=vgg SCENARIOS=homogeneous STEPS=200 TARGET=0.95 \
+    STRATEGIES="allreduce gossip moshpit" EXTRA="--device cuda --synthetic --transport_params tls=shm" \
+    run_limited 240 tools/bench_decentralized.sh "$out/decentralized" >"$out/decentralized.log" 2>&1 ||
+    status=$?
+  tail -6 "$out/decentralized.log"
+  if [ "$status" = 0 ]; then
+    while read -r line; do add_row "time to 0.95, $line$mps_label"; done \
+      < <(grep '^homogeneous' "$out/decentralized/report.txt")
+  else
+    add_row "bench_decentralized.sh$mps_label $(outcome "$status")"
+  fi
 }
 
 # The Python module for this machine's Python, then DDP over rdmaflow and
