@@ -47,6 +47,10 @@ TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
     EXPECT_GT(host.summary.final_loss(), 0) << name;
     EXPECT_NEAR(mirror.summary.final_loss(), host.summary.final_loss(), 1e-5) << name;
     EXPECT_NEAR(mirror.summary.test_accuracy(), host.summary.test_accuracy(), 1e-9) << name;
+    // Where the device path's steps went; nothing of the kind on the host.
+    EXPECT_GT(mirror.summary.device_compute_ms(), 0) << name;
+    EXPECT_GT(mirror.summary.device_in_ms() + mirror.summary.device_out_ms(), 0) << name;
+    EXPECT_EQ(host.summary.device_compute_ms(), 0) << name;
   }
   // A GPU that is not there (here) is named.
   EXPECT_THAT(testing::TrainExpectingFailure(

@@ -247,7 +247,7 @@ train_run() {
   shift 3
   run_limited 240 .gpu/bin/rdmaflow_train "$@" --json "$json" >"$log" 2>&1 || status=$?
   if [ "$status" = 0 ]; then
-    add_row "$(printf '%-36s %s' "$name$mps_label" "$(grep -o -E '"(mean|median)_step_ms": [0-9.]*' "$json" | tr '\n' ' ')")"
+    add_row "$(printf '%-36s %s' "$name$mps_label" "$(grep -o -E '"((mean|median)_step|device_(in|compute|out))_ms": [0-9.]*' "$json" | tr '\n' ' ')")"
   else
     tail -5 "$log"
     add_row "$(printf '%-36s %s' "$name$mps_label" "$(outcome "$status")")"

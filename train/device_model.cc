@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "c10/core/impl/DeviceGuardImplInterface.h"
 #include "common/status_macros.h"
 #include "runtime/torch/torch_cuda.h"
 #include "strategies/exception_text.h"
@@ -104,6 +106,7 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
   }
   use_ = Use::kCompute;
   try {
+    const absl::Time begin = absl::Now();
     {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < host_.size(); ++i) {
@@ -113,9 +116,16 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
     }
     const at::Tensor dx = x.to(device_);
     const at::Tensor dy = y.to(device_);
+    const absl::Time in = absl::Now();
     ASSIGN_OR_RETURN(at::Tensor logits, model_.Forward(dx));
     at::Tensor loss = at::cross_entropy_loss(logits, dy);
     loss.backward();
+    // The kernels ran asynchronously: their end, for the times (the first
+    // gradient's copy out would wait for it anyway).
+    if (device_.is_cuda()) {
+      c10::impl::getDeviceGuardImpl(device_.type())->synchronizeDevice(device_.index());
+    }
+    const absl::Time computed = absl::Now();
     {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < host_.size(); ++i) {
@@ -126,6 +136,11 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
         host_buffers_[i].copy_(copy_buffers_[i]);
       }
     }
+    const absl::Time out = absl::Now();
+    ++times_.calls;
+    times_.in += in - begin;
+    times_.compute += computed - in;
+    times_.out += out - computed;
     const double accuracy = logits.argmax(1).eq(dy).to(at::kFloat).mean().item<double>();
     return strategies::ComputeResult{loss.item<double>(), accuracy, x.size(0)};
   } catch (const std::exception& e) {

@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "strategies/strategy.h"
 #include "train/models.h"
 #include "train/sample_spec.h"
@@ -63,6 +64,17 @@ class DeviceModel {
   // Forward and backward of (x, y) on the device with the host
   // parameters' current values; the gradients added to theirs.
   absl::StatusOr<strategies::ComputeResult> Compute(const at::Tensor& x, const at::Tensor& y);
+
+  // Where Compute()'s time went, summed over its calls: the parameters'
+  // values in; forward and backward (up to the device's end of them: it is
+  // synchronized there); the gradients and buffers out.
+  struct Times {
+    int64_t calls = 0;
+    absl::Duration in;
+    absl::Duration compute;
+    absl::Duration out;
+  };
+  const Times& times() const { return times_; }
 
   // The model's features and head on the device, for layer_separated
   // (ModelSplit's contract: host tensors in and out, autograd through
@@ -96,6 +108,7 @@ class DeviceModel {
 
   enum class Use { kNone, kCompute, kSplit };
   Use use_ = Use::kNone;
+  Times times_;
 
   Model model_;
   at::Device device_{at::kCPU};

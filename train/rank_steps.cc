@@ -74,6 +74,9 @@ class Worker {
                                      config_.batch_size};
   }
 
+  // The device copy (--device), else null.
+  const DeviceModel* on_device() const { return on_device_.get(); }
+
  private:
   void Shuffle() {
     at::Tensor perm = at::randperm(static_cast<int64_t>(mine_.size()),
@@ -443,6 +446,13 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   summary.mean_comm_ms = Ms(totals.comm_time) / steps;
   summary.mean_wait_ms = Ms(totals.wait_time) / steps;
   summary.mean_overlap_ms = Ms(totals.overlap_time) / steps;
+  if (state.worker != nullptr && state.worker->on_device() != nullptr) {
+    const DeviceModel::Times& device = state.worker->on_device()->times();
+    const double calls = static_cast<double>(std::max<int64_t>(device.calls, 1));
+    summary.device_in_ms = Ms(device.in) / calls;
+    summary.device_compute_ms = Ms(device.compute) / calls;
+    summary.device_out_ms = Ms(device.out) / calls;
+  }
   const compression::CompressionStats codec = state.strategy->compression();
   summary.encode_ms_per_step = Ms(codec.encode_time) / steps;
   summary.decode_ms_per_step = Ms(codec.decode_time) / steps;

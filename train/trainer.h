@@ -83,6 +83,12 @@ struct TrainSummary {
   double mean_wait_ms = 0;
   // Communication that ran beside compute (the step timeline's overlap).
   double mean_overlap_ms = 0;
+  // With --device (ps, allreduce, gossip, moshpit workers): a step's
+  // parameters in, forward and backward there, gradients out
+  // (DeviceModel::Times), per step; 0 otherwise.
+  double device_in_ms = 0;
+  double device_compute_ms = 0;
+  double device_out_ms = 0;
   // Bytes every rank put on the wire (written or read), per step.
   double wire_bytes_per_step = 0;
   // The analyzer's plan of the exchange the strategy declared: registered
