@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -302,6 +303,41 @@ absl::Status OtherCollectives(Rank& r) {
     for (int q = 1; q < r.world; ++q) sum += Values(q, n * r.world, at::kFloat, 4);
     RETURN_IF_ERROR(r.Expect(output, sum.slice(0, r.rank * n, (r.rank + 1) * n),
                              "_reduce_scatter_base"));
+    // The average FSDP asks for, over several pieces of the region.
+    ASSIGN_OR_RETURN(at::Tensor big, r.Upload(Values(r.rank, 300000 * r.world, at::kFloat, 7)));
+    ASSIGN_OR_RETURN(at::Tensor mean, r.Empty({300000}, at::kFloat));
+    c10d::ReduceScatterOptions average;
+    average.reduceOp = c10d::ReduceOp::AVG;
+    RETURN_IF_ERROR(Wait(r.pg->_reduce_scatter_base(mean, big, average)));
+    at::Tensor total = Values(0, 300000 * r.world, at::kFloat, 7);
+    for (int q = 1; q < r.world; ++q) total += Values(q, 300000 * r.world, at::kFloat, 7);
+    RETURN_IF_ERROR(r.Expect(
+        mean, total.slice(0, r.rank * 300000, (r.rank + 1) * 300000).div(r.world),
+        "_reduce_scatter_base (average, in pieces)"));
+  }
+  {
+    // The device all-gather sums -0.0 into every other rank's part: each
+    // part comes back bit for bit, -0.0, infinities, NaN and a subnormal
+    // too.
+    const float specials[] = {-0.0f, 0.0f, std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN(), 1e-40f,
+                              static_cast<float>(r.rank) + 0.5f};
+    const int64_t k = sizeof(specials) / sizeof(specials[0]);
+    auto part = [&](int q) {
+      at::Tensor t = at::from_blob(const_cast<float*>(specials), {k}, at::kFloat).clone();
+      t[k - 1] = static_cast<float>(q) + 0.5f;
+      return t;
+    };
+    ASSIGN_OR_RETURN(at::Tensor input, r.Upload(part(r.rank)));
+    ASSIGN_OR_RETURN(at::Tensor output, r.Empty({k * r.world}, at::kFloat));
+    RETURN_IF_ERROR(Wait(r.pg->_allgather_base(output, input)));
+    std::vector<at::Tensor> parts;
+    for (int q = 0; q < r.world; ++q) parts.push_back(part(q));
+    ASSIGN_OR_RETURN(at::Tensor got, r.Download(output));
+    RETURN_IF_ERROR(Check(at::equal(got.view(at::kInt), at::cat(parts).view(at::kInt)),
+                          "_allgather_base of -0.0, infinities, NaN and a subnormal: not bit for "
+                          "bit"));
   }
   {
     // Rank q sends rows [q * 3, q * 3 + 3) of its input to each rank.
@@ -397,8 +433,12 @@ absl::Status Counted(Rank& r) {
                static_cast<long long>(stats.device_staged_bytes));
   std::fprintf(stderr, "rank %d: %lld all-reduces on the device\n", r.rank,
                static_cast<long long>(stats.device_allreduces));
+  std::fprintf(stderr, "rank %d: %lld all-gathers and %lld reduce-scatters on the device\n",
+               r.rank, static_cast<long long>(stats.device_allgathers),
+               static_cast<long long>(stats.device_reduce_scatters));
   return Check(stats.device_calls > 10 && stats.device_staged_bytes > (int64_t{1} << 20) &&
-                   stats.device_allreduces >= 4,
+                   stats.device_allreduces >= 4 && stats.device_allgathers >= 2 &&
+                   stats.device_reduce_scatters >= 2,
                "the device calls were not counted");
 }
 

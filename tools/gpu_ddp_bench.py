@@ -156,8 +156,9 @@ def worker(rank, args, backend, name, port, out_dir):
     if backend == "rdmaflow":
         import rdmaflow_torch
         stats = rdmaflow_torch.stats(dist.group.WORLD)
-        result["device_allreduces"] = stats.get("device_allreduces", 0)
-        result["device_staged_bytes"] = stats.get("device_staged_bytes", 0)
+        for key in ("device_allreduces", "device_allgathers", "device_reduce_scatters",
+                    "device_staged_bytes"):
+            result[key] = stats.get(key, 0)
     dist.destroy_process_group()
     if rank == 0:
         with open(os.path.join(out_dir, f"{name}-{backend}.json"), "w") as f:

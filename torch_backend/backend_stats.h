@@ -51,6 +51,10 @@ struct BackendStats {
   int64_t device_staged_bytes = 0;
   // All-reduces of device tensors on the device (DeviceAllReduce).
   int64_t device_allreduces = 0;
+  // The flat all-gathers and reduce-scatters (FSDP's) of device tensors on
+  // the device, through the device all-reduce.
+  int64_t device_allgathers = 0;
+  int64_t device_reduce_scatters = 0;
 };
 
 }  // namespace rdmaflow::torch_backend

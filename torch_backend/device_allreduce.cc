@@ -87,6 +87,39 @@ absl::Status DeviceAllReduce::AllReduce(void* data, size_t count, collectives::D
   return absl::OkStatus();
 }
 
+absl::Status DeviceAllReduce::ReduceScatter(const void* input, void* output, size_t count,
+                                            collectives::DataType type,
+                                            collectives::ReduceOp op, absl::Time deadline) {
+  const size_t element = collectives::ElementSize(type);
+  const auto* in = static_cast<const std::byte*>(input);
+  auto* out = static_cast<std::byte*>(output);
+  constexpr uint8_t kLastPiece = 2;
+  const size_t total = count * static_cast<size_t>(group_->size());
+  if (total == 0) return group_->AllReduce(0, 0, type, op, kLastPiece);
+  // This rank's part, in elements of the input.
+  const size_t mine = count * static_cast<size_t>(group_->position());
+  const size_t per_piece = group_->capacity() / element;
+  for (size_t first = 0; first < total; first += per_piece) {
+    const size_t n = std::min(per_piece, total - first);
+    const bool last = first + n >= total;
+    absl::Status copied = device_.Copy(group_->data(), in + first * element, n * element,
+                                       deadline,
+                                       "copying a device tensor into the device "
+                                       "reduce-scatter's region");
+    if (!copied.ok()) return group_->Abandon(copied);
+    RETURN_IF_ERROR(group_->AllReduce(0, n, type, op, last ? kLastPiece : uint8_t{0}));
+    const size_t begin = std::max(first, mine);
+    const size_t end = std::min(first + n, mine + count);
+    if (begin >= end) continue;
+    absl::Status out_copied =
+        device_.Copy(out + (begin - mine) * element, group_->data() + (begin - first) * element,
+                     (end - begin) * element, deadline,
+                     "copying this rank's part of the device reduce-scatter out of its region");
+    if (!out_copied.ok()) return last ? out_copied : group_->Abandon(out_copied);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DeviceAllReduce::Shutdown(absl::Duration timeout) {
   return group_->Shutdown(timeout);
 }

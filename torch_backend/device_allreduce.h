@@ -57,6 +57,17 @@ class DeviceAllReduce {
   absl::Status AllReduce(void* data, size_t count, collectives::DataType type,
                          collectives::ReduceOp op, absl::Time deadline);
 
+  // This rank's part of the reduction over the ranks of `input` (size()
+  // parts of `count` elements, device memory the caller's stream has
+  // finished with) into `output` (`count` elements of device memory): each
+  // piece of the input is copied into the region and all-reduced there,
+  // and what of it is this rank's part copied out. The input stays as it
+  // was. AllReduce's errors; a failed copy out fails this rank's call
+  // (and, with pieces still to come, the peers' too).
+  absl::Status ReduceScatter(const void* input, void* output, size_t count,
+                             collectives::DataType type, collectives::ReduceOp op,
+                             absl::Time deadline);
+
   // Collective teardown (AllReduceGroup::Shutdown), within `timeout`.
   absl::Status Shutdown(absl::Duration timeout);
 

@@ -49,11 +49,12 @@ absl::Status DeviceStage::Stage(at::Tensor& tensor, Direction direction) {
   return absl::OkStatus();
 }
 
-bool DeviceStage::on_device() const {
-  for (const Pair& pair : pairs_) {
-    if (pair.direction == Direction::kOnDevice) return true;
-  }
-  return false;
+bool DeviceStage::on_device() const { return on_device_count() > 0; }
+
+int DeviceStage::on_device_count() const {
+  int count = 0;
+  for (const Pair& pair : pairs_) count += pair.direction == Direction::kOnDevice ? 1 : 0;
+  return count;
 }
 
 absl::Status DeviceStage::Stage(std::vector<at::Tensor>& tensors, Direction direction) {

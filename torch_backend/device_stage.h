@@ -63,8 +63,9 @@ class DeviceStage {
   absl::Status Stage(std::vector<at::Tensor>& tensors, Direction direction);
   bool empty() const { return pairs_.empty(); }
   TensorDevice* device() const { return device_; }
-  // Whether some tensor was staged kOnDevice.
+  // Whether some tensor was staged kOnDevice; how many were.
   bool on_device() const;
+  int on_device_count() const;
   // The bytes the stage moves, both ways together.
   size_t bytes() const;
 

@@ -456,6 +456,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_allgather_base(
                                input.numel() * size_, " elements (", size_,
                                " times the input)")));
   }
+  // Both on the device, of a type it sums: there (DeviceAllGatherTensor).
+  absl::StatusOr<collectives::DataType> type = ReducibleType(input.scalar_type());
+  if (engine_ != nullptr && engine_->device_allreduce() != nullptr && type.ok() &&
+      DeviceAllReduce::Takes(*type, collectives::ReduceOp::kSum) && input.is_contiguous()) {
+    std::shared_ptr<DeviceStage> stage;
+    if (absl::Status s = StageCall(stage, {{&input, Direction::kOnDevice},
+                                           {&output, Direction::kOnDevice}});
+        !s.ok()) {
+      return Failed(op_type, s);
+    }
+    if (stage->on_device_count() == 2) {
+      std::vector<at::Tensor> results = {output};
+      return Enqueue(op_type, results, CallerWaits(opts),
+                     [input, output, type = *type](Engine& engine, const auto&) mutable {
+                       return DeviceAllGatherTensor(engine, input, output, type);
+                     },
+                     stage);
+    }
+  }
   std::vector<std::vector<at::Tensor>> outputs = {
       at::flatten(output).chunk(size_)};
   std::vector<at::Tensor> inputs = {input};
@@ -511,6 +530,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_reduce_scatter_base(
     return Failed(op_type, absl::InvalidArgumentError(absl::StrCat(
                                "_reduce_scatter_base: the input must hold ", size_,
                                " times the output's ", output.numel(), " elements")));
+  }
+  // Both on the device, of a type and operator it reduces: there
+  // (DeviceReduceScatterTensor).
+  absl::StatusOr<collectives::DataType> type = ReducibleType(output.scalar_type());
+  absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, output.scalar_type());
+  if (engine_ != nullptr && engine_->device_allreduce() != nullptr && type.ok() &&
+      reduction.ok() && DeviceAllReduce::Takes(*type, reduction->op) &&
+      input.is_contiguous() && output.is_contiguous()) {
+    std::shared_ptr<DeviceStage> stage;
+    if (absl::Status s = StageCall(stage, {{&input, Direction::kOnDevice},
+                                           {&output, Direction::kOnDevice}});
+        !s.ok()) {
+      return Failed(op_type, s);
+    }
+    if (stage->on_device_count() == 2) {
+      std::vector<at::Tensor> results = {output};
+      return Enqueue(op_type, results, CallerWaits(opts),
+                     [input, output, type = *type, reduction = *reduction](
+                         Engine& engine, const auto&) mutable {
+                       return DeviceReduceScatterTensor(engine, input, output, type, reduction);
+                     },
+                     stage);
+    }
   }
   std::vector<at::Tensor> outputs = {output};
   std::vector<std::vector<at::Tensor>> inputs = {at::flatten(input).chunk(size_)};

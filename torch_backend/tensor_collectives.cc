@@ -1,7 +1,10 @@
 #include "torch_backend/tensor_collectives.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -215,6 +218,59 @@ absl::Status DeviceAllReduceTensor(Engine& engine, at::Tensor& tensor,
   return engine.device_allreduce()->AllReduce(tensor.data_ptr(),
                                               static_cast<size_t>(tensor.numel()), type, op,
                                               absl::Now() + engine.options().timeout);
+}
+
+namespace {
+
+// Waits until torch's work on `device`'s current stream of this thread (the
+// engine's) is done: the device collectives' own copies run on other
+// streams. Nothing to wait for on the CPU (the fake device's tensors).
+absl::Status FinishTorchWork(const c10::Device& device, const char* what) {
+  if (device.is_cpu()) return absl::OkStatus();
+  try {
+    const c10::impl::DeviceGuardImplInterface* impl =
+        c10::impl::getDeviceGuardImpl(device.type());
+    impl->synchronizeStream(impl->getStream(device));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, " on ", device.str(), ": ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DeviceAllGatherTensor(Engine& engine, const at::Tensor& input,
+                                   at::Tensor& output, collectives::DataType type) {
+  engine.Count([](BackendStats& stats) { ++stats.device_allgathers; });
+  const int64_t n = input.numel();
+  at::Tensor flat = output.view({-1});
+  try {
+    flat.fill_(-0.0);
+    flat.narrow(0, engine.rank() * n, n).copy_(input.view({-1}));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("preparing the device all-gather's output: ",
+                                            e.what()));
+  }
+  RETURN_IF_ERROR(FinishTorchWork(output.device(), "preparing the device all-gather's output"));
+  return engine.device_allreduce()->AllReduce(flat.data_ptr(), static_cast<size_t>(flat.numel()),
+                                              type, collectives::ReduceOp::kSum,
+                                              absl::Now() + engine.options().timeout);
+}
+
+absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
+                                       at::Tensor& output, collectives::DataType type,
+                                       Reduction reduction) {
+  engine.Count([](BackendStats& stats) { ++stats.device_reduce_scatters; });
+  RETURN_IF_ERROR(engine.device_allreduce()->ReduceScatter(
+      input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()), type,
+      reduction.op, absl::Now() + engine.options().timeout));
+  if (!reduction.average) return absl::OkStatus();
+  try {
+    output.div_(engine.size());
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("averaging the device reduce-scatter: ", e.what()));
+  }
+  return FinishTorchWork(output.device(), "averaging the device reduce-scatter");
 }
 
 absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root) {

@@ -34,6 +34,20 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
 absl::Status DeviceAllReduceTensor(Engine& engine, at::Tensor& tensor,
                                    collectives::DataType type, collectives::ReduceOp op);
 
+// The flat all-gather and reduce-scatter FSDP calls (_allgather_base,
+// _reduce_scatter_base) of contiguous device tensors of the group's device,
+// on the device through DeviceAllReduce, once the caller's stream has
+// reached the call. The all-gather is a sum of the output with every other
+// rank's part filled with -0.0 (x + -0.0 is x, bit for bit, for every x
+// but a signalling NaN, which comes out quiet); the reduce-scatter an
+// all-reduce of which this rank keeps its part, divided by the ranks for
+// an average. Types and operators DeviceAllReduce::Takes.
+absl::Status DeviceAllGatherTensor(Engine& engine, const at::Tensor& input,
+                                   at::Tensor& output, collectives::DataType type);
+absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
+                                       at::Tensor& output, collectives::DataType type,
+                                       Reduction reduction);
+
 absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root);
 
 // For benchmarks: `iterations` float32 sums of `tensor` (in the registered

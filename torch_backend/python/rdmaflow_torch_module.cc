@@ -193,6 +193,8 @@ py::dict Stats(const py::object& handle) {
   out["device_calls"] = stats.device_calls;
   out["device_staged_bytes"] = stats.device_staged_bytes;
   out["device_allreduces"] = stats.device_allreduces;
+  out["device_allgathers"] = stats.device_allgathers;
+  out["device_reduce_scatters"] = stats.device_reduce_scatters;
   out["noncontiguous_copies"] = stats.noncontiguous_copies;
   out["coalesced_bytes"] = stats.coalesced_bytes;
   out["moved_to_registered"] = stats.moved_to_registered;
