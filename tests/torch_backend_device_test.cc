@@ -314,6 +314,16 @@ absl::Status OtherCollectives(Rank& r) {
     RETURN_IF_ERROR(r.Expect(
         mean, total.slice(0, r.rank * 300000, (r.rank + 1) * 300000).div(r.world),
         "_reduce_scatter_base (average, in pieces)"));
+    // In place: the output is this rank's part of the input, and then the
+    // next rank's part (read after it is written, unless copied first).
+    for (const int at_part : {r.rank, (r.rank + 1) % r.world}) {
+      ASSIGN_OR_RETURN(at::Tensor both, r.Upload(Values(r.rank, 300000 * r.world, at::kFloat, 7)));
+      at::Tensor into = both.narrow(0, at_part * 300000, 300000);
+      RETURN_IF_ERROR(Wait(r.pg->_reduce_scatter_base(into, both)));
+      RETURN_IF_ERROR(r.Expect(into, total.slice(0, r.rank * 300000, (r.rank + 1) * 300000),
+                               absl::StrCat("_reduce_scatter_base into part ", at_part,
+                                            " of its input")));
+    }
   }
   {
     // The device all-gather sums -0.0 into every other rank's part: each
@@ -338,6 +348,16 @@ absl::Status OtherCollectives(Rank& r) {
     RETURN_IF_ERROR(Check(at::equal(got.view(at::kInt), at::cat(parts).view(at::kInt)),
                           "_allgather_base of -0.0, infinities, NaN and a subnormal: not bit for "
                           "bit"));
+    // In place, as FSDP2 calls it: the input is this rank's part of the
+    // output; the other parts hold what must be overwritten.
+    at::Tensor before = at::full({k * r.world}, 99.0f);
+    before.narrow(0, r.rank * k, k).copy_(part(r.rank));
+    ASSIGN_OR_RETURN(at::Tensor gathered, r.Upload(before));
+    at::Tensor mine = gathered.narrow(0, r.rank * k, k);
+    RETURN_IF_ERROR(Wait(r.pg->_allgather_base(gathered, mine)));
+    ASSIGN_OR_RETURN(at::Tensor in_place, r.Download(gathered));
+    RETURN_IF_ERROR(Check(at::equal(in_place.view(at::kInt), at::cat(parts).view(at::kInt)),
+                          "_allgather_base in place (the input a part of the output)"));
   }
   {
     // Rank q sends rows [q * 3, q * 3 + 3) of its input to each rank.
@@ -437,8 +457,8 @@ absl::Status Counted(Rank& r) {
                r.rank, static_cast<long long>(stats.device_allgathers),
                static_cast<long long>(stats.device_reduce_scatters));
   return Check(stats.device_calls > 10 && stats.device_staged_bytes > (int64_t{1} << 20) &&
-                   stats.device_allreduces >= 4 && stats.device_allgathers >= 2 &&
-                   stats.device_reduce_scatters >= 2,
+                   stats.device_allreduces >= 4 && stats.device_allgathers >= 3 &&
+                   stats.device_reduce_scatters >= 4,
                "the device calls were not counted");
 }
 

@@ -243,10 +243,23 @@ absl::Status DeviceAllGatherTensor(Engine& engine, const at::Tensor& input,
                                    at::Tensor& output, collectives::DataType type) {
   engine.Count([](BackendStats& stats) { ++stats.device_allgathers; });
   const int64_t n = input.numel();
+  const int64_t rank = engine.rank();
   at::Tensor flat = output.view({-1});
   try {
-    flat.fill_(-0.0);
-    flat.narrow(0, engine.rank() * n, n).copy_(input.view({-1}));
+    at::Tensor mine = flat.narrow(0, rank * n, n);
+    at::Tensor source = input.view({-1});
+    // In place (FSDP2's call: the input is this rank's part of the output),
+    // or from elsewhere; an input overlapping the output otherwise is read
+    // before the fill.
+    const bool in_place = source.data_ptr() == mine.data_ptr();
+    const auto* in_begin = static_cast<const std::byte*>(source.data_ptr());
+    const auto* out_begin = static_cast<const std::byte*>(flat.data_ptr());
+    if (!in_place && in_begin < out_begin + Bytes(flat) && out_begin < in_begin + Bytes(source)) {
+      source = source.clone();
+    }
+    flat.narrow(0, 0, rank * n).fill_(-0.0);
+    flat.narrow(0, (rank + 1) * n, (engine.size() - rank - 1) * n).fill_(-0.0);
+    if (!in_place) mine.copy_(source);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("preparing the device all-gather's output: ",
                                             e.what()));
@@ -261,8 +274,24 @@ absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
                                        at::Tensor& output, collectives::DataType type,
                                        Reduction reduction) {
   engine.Count([](BackendStats& stats) { ++stats.device_reduce_scatters; });
+  // An output that is this rank's part of the input is written only after
+  // that part was read; one overlapping the input elsewhere gets a copy of
+  // the input to read.
+  at::Tensor source = input;
+  const auto* in_begin = static_cast<const std::byte*>(input.data_ptr());
+  const auto* out_begin = static_cast<const std::byte*>(output.data_ptr());
+  if (in_begin < out_begin + Bytes(output) && out_begin < in_begin + Bytes(input) &&
+      out_begin != in_begin + engine.rank() * Bytes(output)) {
+    try {
+      source = input.clone();
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("copying the device reduce-scatter's input: ",
+                                              e.what()));
+    }
+    RETURN_IF_ERROR(FinishTorchWork(input.device(), "copying the device reduce-scatter's input"));
+  }
   RETURN_IF_ERROR(engine.device_allreduce()->ReduceScatter(
-      input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()), type,
+      source.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()), type,
       reduction.op, absl::Now() + engine.options().timeout));
   if (!reduction.average) return absl::OkStatus();
   try {
