@@ -20,7 +20,8 @@ def first_error(log_path):
         return "no log"
     with open(log_path) as f:
         for line in f:
-            if re.search(r"rdmaflow_train|UNAVAILABLE|DEADLINE_EXCEEDED", line):
+            if ("warning:" not in line and
+                    re.search(r"rdmaflow_train|UNAVAILABLE|DEADLINE_EXCEEDED", line)):
                 return re.sub(r"pid \d+", "pid ...", line.strip())[:140]
     return "exited with an error"
 

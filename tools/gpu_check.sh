@@ -17,10 +17,14 @@
 # bench/transport_pingpong --memory=device, bench/allreduce_bench
 # --device=cuda, and their peers through
 # PyTorch: tools/gpu_peers.py) and issue 44's baselines
-# (tools/gpu_train_baselines.py), their JSON under OUT; then builds the
-# Python module for that machine's Python (tools/torch_module_for.sh, from
-# the library and headers `pack` put in .gpu) and runs DDP over rdmaflow
-# and Gloo with CUDA tensors (tools/gpu_ddp_bench.py).
+# (tools/gpu_train_baselines.py), their JSON under OUT; then the seeds'
+# training runs (rdmaflow_train --device cuda: the parameter server over
+# three communicators, layer separation, gossip and Moshpit against the
+# all-reduce to a fixed accuracy); then builds the Python module for that
+# machine's Python (tools/torch_module_for.sh, from the library and
+# headers `pack` put in .gpu) and runs DDP and FSDP2 over rdmaflow and
+# Gloo with CUDA tensors (tools/gpu_ddp_bench.py). docs/gpu.md has the
+# figures.
 #
 # `run` keeps to a budget (GPU_CHECK_BUDGET_S, 540 s): each step's time
 # limit is cut to what is left, and steps that would start with under 20 s
@@ -145,6 +149,21 @@ outcome() {
   esac
 }
 
+# What run() sets for the steps: OUT, the table's rows, LibTorch's folder
+# (empty without torch), the label of runs under MPS, whether MPS runs.
+out=.gpu/out
+rows=()
+torch_lib=""
+mps_label=""
+mps_running=0
+
+# add_row ROW: a row of the table, also appended to OUT/table.txt as it
+# comes (a run stopped at the device's time limit keeps what it got).
+add_row() {
+  rows+=("$1")
+  printf '%s\n' "$1" >>"$out/table.txt"
+}
+
 # step GROUP: whether GPU_CHECK_STEPS names GROUP.
 step() {
   [[ ",${GPU_CHECK_STEPS:-tests,bench,train,ddp}," == *",$1,"* ]]
@@ -158,14 +177,27 @@ mps_start() {
   command -v nvidia-cuda-mps-control >/dev/null || return 1
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d && return 0
+  if nvidia-cuda-mps-control -d; then
+    mps_running=1
+    return 0
+  fi
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   return 1
 }
+# Stops the daemon and waits (5 s at most) until it is gone, so that a
+# start right after does not find it leaving.
 mps_stop() {
+  [ "$mps_running" = 1 ] || return 0
   echo quit | nvidia-cuda-mps-control || true
+  local i
+  for ((i = 0; i < 50; ++i)); do
+    pgrep -x nvidia-cuda-mps-control >/dev/null 2>&1 || break
+    sleep 0.1
+  done
+  mps_running=0
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
+trap mps_stop EXIT
 
 # The packed tests, on the GPU.
 run_tests() {
@@ -241,7 +273,8 @@ run_bench() {
 }
 
 # train_run NAME JSON LOG ARGS...: one rdmaflow_train run; its row in the
-# table has its mean step time, or says that it failed (its log's end shown).
+# table has its mean and median step times (and with --device, where a
+# worker's staged step went), or says that it failed (its log's end shown).
 train_run() {
   local name=$1 json=$2 log=$3 status=0
   shift 3
@@ -284,12 +317,15 @@ run_train() {
     run_limited 240 tools/bench_decentralized.sh "$out/decentralized" >"$out/decentralized.log" 2>&1 ||
     status=$?
   tail -6 "$out/decentralized.log"
-  if [ "$status" = 0 ]; then
-    while read -r line; do add_row "time to 0.95, $line$mps_label"; done \
-      < <(grep '^homogeneous' "$out/decentralized/report.txt")
-  else
+  if [ "$status" != 0 ]; then
     add_row "bench_decentralized.sh$mps_label $(outcome "$status")"
+    # Stopped at its limit: the report of the runs that finished.
+    python3 tools/decentralized_report.py "$out/decentralized" 0.95 homogeneous \
+      "allreduce gossip moshpit" 1 "vgg on synthetic data, on the GPU" \
+      >"$out/decentralized/report.txt" 2>&1 || true
   fi
+  while read -r line; do add_row "time to 0.95, $line$mps_label"; done \
+    < <(grep '^homogeneous' "$out/decentralized/report.txt" 2>/dev/null || true)
 }
 
 # The Python module for this machine's Python, then DDP over rdmaflow and
@@ -318,6 +354,7 @@ run_ddp() {
 
 run() {
   out=${1:-.gpu/out}
+  rows=()
   local unknown
   unknown=$(tr ',' '\n' <<<"${GPU_CHECK_STEPS:-tests,bench,train,ddp}" | grep -v -x -E 'tests|bench|train|ddp' || true)
   if [ -n "$unknown" ]; then
@@ -326,14 +363,7 @@ run() {
   fi
   budget_end=$(($(date +%s) + ${GPU_CHECK_BUDGET_S:-540}))
   mkdir -p "$out"
-  # Each row of the table also goes to OUT/table.txt as it comes: a run
-  # stopped at the device's time limit keeps what it got.
   : >"$out/table.txt"
-  rows=()
-  add_row() {
-    rows+=("$1")
-    printf '%s\n' "$1" >>"$out/table.txt"
-  }
   export LD_LIBRARY_PATH="$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local system_cxx
   # (awk leaves at its first match: ldconfig may die of SIGPIPE, which
@@ -357,7 +387,6 @@ run() {
   step tests && run_tests
   step bench && run_bench
   if [ -n "$torch_lib" ] && { step train || step ddp; }; then
-    mps_label=""
     if [ "${GPU_CHECK_MPS:-0}" = 1 ]; then
       if mps_start; then mps_label=" (MPS)"; else add_row "MPS asked for, not started"; fi
     fi

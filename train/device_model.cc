@@ -45,7 +45,7 @@ std::vector<at::Tensor> Buffers(const Model& model) {
 
 absl::Status DeviceModel::Prepare(const std::string& kind) {
   if (kind == "cuda") return runtime::torch::LoadTorchCuda();
-  if (kind == "mirror") return absl::OkStatus();
+  if (kind == "mirror" || kind == "cpu") return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "--device=", kind, ": the devices are cpu, cuda and mirror (a CPU copy, for tests)"));
 }
@@ -55,6 +55,10 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const std::stri
                                                                  uint64_t seed,
                                                                  const SampleSpec& sample,
                                                                  const Model& host) {
+  if (kind == "cpu") {
+    return absl::InvalidArgumentError(
+        "--device=cpu trains on the model itself: no device copy to make");
+  }
   RETURN_IF_ERROR(Prepare(kind));
   std::unique_ptr<DeviceModel> self(new DeviceModel());
   if (kind == "cuda") self->device_ = at::Device(at::kCUDA, 0);
@@ -120,8 +124,9 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
     ASSIGN_OR_RETURN(at::Tensor logits, model_.Forward(dx));
     at::Tensor loss = at::cross_entropy_loss(logits, dy);
     loss.backward();
-    // The kernels ran asynchronously: their end, for the times (the first
-    // gradient's copy out would wait for it anyway).
+    // The kernels ran asynchronously: their end, for the times. No wait
+    // added: the first gradient's copy out, into pageable host memory,
+    // would wait for it anyway.
     if (device_.is_cuda()) {
       c10::impl::getDeviceGuardImpl(device_.type())->synchronizeDevice(device_.index());
     }

@@ -48,13 +48,15 @@ class DeviceModel {
   // (LoadTorchCuda). Call it before any other torch call of the process:
   // torch looks its CUDA hooks up once (torch::manual_seed, which MakeModel
   // calls, does), and a lookup made before the library was loaded sticks.
-  // Errors as Create's; nothing to do for mirror.
+  // Errors as Create's; nothing to do for cpu and mirror.
   static absl::Status Prepare(const std::string& kind);
 
   // The model `name` (as MakeModel builds it, from `seed`) on `kind`, its
   // parameters paired with `host`'s in order. kUnavailable without a GPU
-  // (why); kUnimplemented for a torch.export model; kInvalidArgument for an
-  // unknown kind or parameters that do not pair up.
+  // (why); kFailedPrecondition where torch was asked about CUDA before its
+  // CUDA library was loaded (Prepare); kUnimplemented for a torch.export
+  // model; kInvalidArgument for cpu, an unknown kind or parameters that do
+  // not pair up.
   static absl::StatusOr<std::unique_ptr<DeviceModel>> Create(const std::string& kind,
                                                              const std::string& name,
                                                              uint64_t seed,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -147,7 +148,7 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
                                                      int world_size, rdma::Store& store) {
   RETURN_IF_ERROR(ValidateTrainConfig(config, world_size));
   // Before any torch call (DeviceModel::Prepare says why).
-  if (config.device != "cpu") RETURN_IF_ERROR(DeviceModel::Prepare(config.device));
+  RETURN_IF_ERROR(DeviceModel::Prepare(config.device));
   at::set_num_threads(1);  // ranks share the machine's cores
   auto state = std::make_unique<RankState>();
   state->rank = rank;
@@ -225,9 +226,10 @@ absl::Status LoadRankData(const TrainConfig& config, RankState& state) {
   return absl::OkStatus();
 }
 
-// Runs at least this long before a rising loss is reported (a few steps'
-// losses are noisy).
+// Runs at least this long before a rising loss is reported, comparing the
+// first step's loss with the mean of the last kLossWindow steps'.
 constexpr int64_t kDivergenceCheckSteps = 20;
+constexpr int kLossWindow = 5;
 
 absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& state) {
   strategies::Strategy& strategy = *state.strategy;
@@ -313,8 +315,8 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
     totals.wait_time += report.wait_time;
     const absl::Duration overlap = report.timeline.Overlap();
     totals.overlap_time += overlap;
-    if (totals.steps == 1) totals.first_loss = report.compute.loss;
     totals.last_loss = report.compute.loss;
+    totals.losses.push_back(report.compute.loss);
     totals.step_ms.push_back(Ms(step_time));
     StepRecord record;
     record.step = report.clock;
@@ -427,15 +429,23 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   summary.final_loss = totals.last_loss;
   summary.wall_s = totals.wall_s;
   summary.mean_step_ms = 1000 * totals.wall_s / steps;
-  // A run whose loss ended above its first step's did not train: said
-  // once, with what to try (Stanza's pipeline diverged at the default rate).
-  if (totals.steps >= kDivergenceCheckSteps &&
-      !(totals.last_loss <= totals.first_loss)) {
-    std::fprintf(stderr,
-                 "rdmaflow_train: warning: the training loss went from %.4g (first step) to "
-                 "%.4g (last step): the run diverged or did not learn; try a smaller --lr "
-                 "(--lr %.3g; strategies with overlap=on train on a step-old gradient)\n",
-                 totals.first_loss, totals.last_loss, config.learning_rate);
+  // A run whose loss ended above the untrained model's (the first step's)
+  // did not train: said once, with what to try (Stanza's pipeline diverged
+  // at the default rate). The mean of the last few steps: one batch's loss
+  // is noisy.
+  if (totals.losses.size() >= static_cast<size_t>(kDivergenceCheckSteps)) {
+    const double first = totals.losses.front();
+    const double last =
+        std::accumulate(totals.losses.end() - kLossWindow, totals.losses.end(), 0.0) /
+        kLossWindow;
+    if (!(last <= first)) {
+      std::fprintf(stderr,
+                   "rdmaflow_train: warning: the training loss went from %.4g (the first "
+                   "step) to %.4g (the last %d steps' mean): the run diverged or did not "
+                   "learn; try a smaller --lr (--lr %.3g; strategies with overlap=on train on "
+                   "a step-old gradient)\n",
+                   first, last, kLossWindow, config.learning_rate);
+    }
   }
   if (!totals.step_ms.empty()) {
     std::vector<double> sorted = totals.step_ms;

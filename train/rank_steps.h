@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -74,12 +75,12 @@ struct RankState {
 // What RunStepLoop measured on a computing rank (zero elsewhere). Value type.
 struct LoopTotals {
   int64_t steps = 0;
-  double first_loss = 0;
   double last_loss = 0;
   absl::Duration comm_time;
   absl::Duration wait_time;
   absl::Duration overlap_time;  // communication beside compute
   std::vector<double> step_ms;  // each step's time, ms
+  std::vector<double> losses;   // each step's training loss
   double wall_s = 0;  // the loop's time, evaluations excluded
 };
 
