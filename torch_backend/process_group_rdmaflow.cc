@@ -240,6 +240,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::EnqueuePost(
   return work;
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::OnDeviceOrNull(
+    c10d::OpType type, at::Tensor& input, at::Tensor& output, bool caller_waits,
+    std::function<absl::Status(Engine&)> run) {
+  if (engine_ == nullptr || engine_->device_allreduce() == nullptr ||
+      !input.is_contiguous() || !output.is_contiguous()) {
+    return nullptr;
+  }
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {{&input, Direction::kOnDevice},
+                                         {&output, Direction::kOnDevice}});
+      !s.ok()) {
+    return Failed(type, s);
+  }
+  if (stage->on_device_count() != 2) return nullptr;
+  return Enqueue(type, {output}, caller_waits,
+                 [run = std::move(run)](Engine& engine, const auto&) { return run(engine); },
+                 stage);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Failed(c10d::OpType type,
                                                            const absl::Status& status) {
   auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::vector<at::Tensor>{});
@@ -458,21 +477,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_allgather_base(
   }
   // Both on the device, of a type it sums: there (DeviceAllGatherTensor).
   absl::StatusOr<collectives::DataType> type = ReducibleType(input.scalar_type());
-  if (engine_ != nullptr && engine_->device_allreduce() != nullptr && type.ok() &&
-      DeviceAllReduce::Takes(*type, collectives::ReduceOp::kSum) && input.is_contiguous()) {
-    std::shared_ptr<DeviceStage> stage;
-    if (absl::Status s = StageCall(stage, {{&input, Direction::kOnDevice},
-                                           {&output, Direction::kOnDevice}});
-        !s.ok()) {
-      return Failed(op_type, s);
-    }
-    if (stage->on_device_count() == 2) {
-      std::vector<at::Tensor> results = {output};
-      return Enqueue(op_type, results, CallerWaits(opts),
-                     [input, output, type = *type](Engine& engine, const auto&) mutable {
-                       return DeviceAllGatherTensor(engine, input, output, type);
-                     },
-                     stage);
+  if (type.ok() && DeviceAllReduce::Takes(*type, collectives::ReduceOp::kSum)) {
+    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
+            op_type, input, output, CallerWaits(opts),
+            [input, output, type = *type](Engine& engine) mutable {
+              return DeviceAllGatherTensor(engine, input, output, type);
+            })) {
+      return work;
     }
   }
   std::vector<std::vector<at::Tensor>> outputs = {
@@ -535,23 +546,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_reduce_scatter_base(
   // (DeviceReduceScatterTensor).
   absl::StatusOr<collectives::DataType> type = ReducibleType(output.scalar_type());
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, output.scalar_type());
-  if (engine_ != nullptr && engine_->device_allreduce() != nullptr && type.ok() &&
-      reduction.ok() && DeviceAllReduce::Takes(*type, reduction->op) &&
-      input.is_contiguous() && output.is_contiguous()) {
-    std::shared_ptr<DeviceStage> stage;
-    if (absl::Status s = StageCall(stage, {{&input, Direction::kOnDevice},
-                                           {&output, Direction::kOnDevice}});
-        !s.ok()) {
-      return Failed(op_type, s);
-    }
-    if (stage->on_device_count() == 2) {
-      std::vector<at::Tensor> results = {output};
-      return Enqueue(op_type, results, CallerWaits(opts),
-                     [input, output, type = *type, reduction = *reduction](
-                         Engine& engine, const auto&) mutable {
-                       return DeviceReduceScatterTensor(engine, input, output, type, reduction);
-                     },
-                     stage);
+  if (type.ok() && reduction.ok() && DeviceAllReduce::Takes(*type, reduction->op)) {
+    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
+            op_type, input, output, CallerWaits(opts),
+            [input, output, type = *type, reduction = *reduction](Engine& engine) mutable {
+              return DeviceReduceScatterTensor(engine, input, output, type, reduction);
+            })) {
+      return work;
     }
   }
   std::vector<at::Tensor> outputs = {output};

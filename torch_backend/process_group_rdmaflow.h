@@ -221,6 +221,13 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
                                               const c10::intrusive_ptr<RdmaflowWork>&)>
           post,
       std::shared_ptr<DeviceStage> stage = nullptr);
+  // A call of `input` into `output` that `run` does on the device where
+  // both are contiguous tensors of the group's device and it has a device
+  // all-reduce: its Work (a failed one where staging refused them), else
+  // null (the caller goes through host twins).
+  c10::intrusive_ptr<c10d::Work> OnDeviceOrNull(c10d::OpType type, at::Tensor& input,
+                                                at::Tensor& output, bool caller_waits,
+                                                std::function<absl::Status(Engine&)> run);
   // One argument of a call for StageCall: a tensor or a list of them, and
   // which way its bytes go.
   struct StageItem {
