@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -67,6 +68,11 @@ class DeviceAllReduce {
   absl::Status ReduceScatter(const void* input, void* output, size_t count,
                              collectives::DataType type, collectives::ReduceOp op,
                              absl::Time deadline);
+
+  // Gives up this rank's next call for `why` (returned), an error before
+  // it: the peers already waiting in it fail it at once
+  // (AllReduceGroup::Abandon); the group is unusable after.
+  absl::Status Abandon(absl::Status why) { return group_->Abandon(std::move(why)); }
 
   // Collective teardown (AllReduceGroup::Shutdown), within `timeout`.
   absl::Status Shutdown(absl::Duration timeout);

@@ -261,10 +261,15 @@ absl::Status DeviceAllGatherTensor(Engine& engine, const at::Tensor& input,
     flat.narrow(0, (rank + 1) * n, (engine.size() - rank - 1) * n).fill_(-0.0);
     if (!in_place) mine.copy_(source);
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("preparing the device all-gather's output: ",
-                                            e.what()));
+    // The peers are in the call already: they must not wait for us.
+    return engine.device_allreduce()->Abandon(absl::InternalError(
+        absl::StrCat("preparing the device all-gather's output: ", e.what())));
   }
-  RETURN_IF_ERROR(FinishTorchWork(output.device(), "preparing the device all-gather's output"));
+  if (absl::Status ready =
+          FinishTorchWork(output.device(), "preparing the device all-gather's output");
+      !ready.ok()) {
+    return engine.device_allreduce()->Abandon(ready);
+  }
   return engine.device_allreduce()->AllReduce(flat.data_ptr(), static_cast<size_t>(flat.numel()),
                                               type, collectives::ReduceOp::kSum,
                                               absl::Now() + engine.options().timeout);
@@ -282,13 +287,16 @@ absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
   const auto* out_begin = static_cast<const std::byte*>(output.data_ptr());
   if (in_begin < out_begin + Bytes(output) && out_begin < in_begin + Bytes(input) &&
       out_begin != in_begin + engine.rank() * Bytes(output)) {
+    absl::Status copied;
     try {
       source = input.clone();
+      copied = FinishTorchWork(input.device(), "copying the device reduce-scatter's input");
     } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("copying the device reduce-scatter's input: ",
-                                              e.what()));
+      copied = absl::InternalError(
+          absl::StrCat("copying the device reduce-scatter's input: ", e.what()));
     }
-    RETURN_IF_ERROR(FinishTorchWork(input.device(), "copying the device reduce-scatter's input"));
+    // The peers are in the call already: they must not wait for us.
+    if (!copied.ok()) return engine.device_allreduce()->Abandon(copied);
   }
   RETURN_IF_ERROR(engine.device_allreduce()->ReduceScatter(
       source.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()), type,

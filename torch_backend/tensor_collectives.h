@@ -41,7 +41,9 @@ absl::Status DeviceAllReduceTensor(Engine& engine, at::Tensor& tensor,
 // rank's part filled with -0.0 (x + -0.0 is x, bit for bit, for every x
 // but a signalling NaN, which comes out quiet); the reduce-scatter an
 // all-reduce of which this rank keeps its part, divided by the ranks for
-// an average. Types and operators DeviceAllReduce::Takes.
+// an average. Types and operators DeviceAllReduce::Takes. A failure before
+// the collective gives the device all-reduce up (DeviceAllReduce::Abandon),
+// so that the peers' calls fail at once.
 absl::Status DeviceAllGatherTensor(Engine& engine, const at::Tensor& input,
                                    at::Tensor& output, collectives::DataType type);
 absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
