@@ -20,8 +20,9 @@
 # (tools/gpu_train_baselines.py), their JSON under OUT; then the seeds'
 # training runs (rdmaflow_train --device cuda: the parameter server over
 # three communicators, layer separation, gossip and Moshpit against the
-# all-reduce to a fixed accuracy); then builds the Python module for that
-# machine's Python (tools/torch_module_for.sh, from the library and
+# all-reduce to a fixed accuracy; an untimed run first, and the EuroSys
+# ratios of median and mean steps after the parameter server's); then
+# builds the Python module for that machine's Python (tools/torch_module_for.sh, from the library and
 # headers `pack` put in .gpu) and runs DDP and FSDP2 over rdmaflow and
 # Gloo with CUDA tensors (tools/gpu_ddp_bench.py). docs/gpu.md has the
 # figures.
@@ -290,6 +291,12 @@ train_run() {
 # The seeds' training runs on 3 ranks of the VGG-like net, workers on the
 # GPU (synthetic data: the dataset is not there).
 run_train() {
+  # A first run reads CUDA's and cuDNN's libraries from disk: untimed, so
+  # that the measured runs all start with them in the page cache.
+  echo "== rdmaflow_train warm-up (untimed)"
+  run_limited 120 .gpu/bin/rdmaflow_train --local 2 --model vgg --strategy allreduce \
+    --synthetic --device cuda --steps 3 --progress=false --transport_params tls=shm \
+    >"$out/warmup.log" 2>&1 || tail -5 "$out/warmup.log"
   # EuroSys: the parameter server's step over zero copy, rdma_copy and gRPC.
   local comm overlap
   for comm in rdma rdma_copy grpc; do
@@ -298,6 +305,21 @@ run_train() {
       --local 3 --model vgg --strategy ps --synthetic --device cuda --communicator "$comm" \
       --steps 60 --progress=false --transport_params tls=shm
   done
+  # The ratios, of the median steps (the means carry each process's
+  # warm-up) and of the means.
+  local ratios line
+  ratios=$(python3 - "$out" <<'PY'
+import json, sys
+try:
+    runs = {c: json.load(open(f"{sys.argv[1]}/ps_vgg_{c}.json")) for c in ("rdma", "rdma_copy", "grpc")}
+except (OSError, ValueError):
+    sys.exit(0)
+for key in ("median_step_ms", "mean_step_ms"):
+    z = runs["rdma"][key]
+    print(f"ps zero copy, {key}: {runs['grpc'][key] / z:.2f}x grpc, {runs['rdma_copy'][key] / z:.2f}x rdma_copy")
+PY
+  ) || true
+  while read -r line; do [ -z "$line" ] || add_row "$line$mps_label"; done <<<"$ratios"
   # Stanza: layer separation against the parameter server above, same model
   # and ranks (2 conv ranks and 1 FC rank, its halves on the GPU), without
   # and with Stanza's pipeline.

@@ -98,6 +98,23 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const std::stri
                        self->device_.str()));
     }
   }
+  // Compute()'s staging buffers, page-locked on a GPU: copies between them
+  // and the device run at the link's speed and asynchronously, where
+  // pageable memory is copied through the driver's own buffers in pieces
+  // and a fresh gradient tensor each step faults its pages in first.
+  try {
+    const bool pinned = self->device_.is_cuda();
+    for (const at::Tensor& h : self->host_) {
+      const at::TensorOptions options =
+          at::TensorOptions().dtype(h.scalar_type()).pinned_memory(pinned);
+      self->in_stage_.push_back(at::empty(h.sizes(), options));
+      self->out_stage_.push_back(at::empty(h.sizes(), options));
+    }
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model ", name, ": page-locked staging buffers for its parameters on ",
+        self->device_.str(), ": ", strategies::ExceptionText(e)));
+  }
   return self;
 }
 
@@ -114,7 +131,10 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
     {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < host_.size(); ++i) {
-        copies_[i].copy_(host_[i]);
+        // The stage is free: the last step's copies ended at its
+        // synchronization below.
+        in_stage_[i].copy_(host_[i]);
+        copies_[i].copy_(in_stage_[i], /*non_blocking=*/true);
         if (copies_[i].grad().defined()) copies_[i].mutable_grad().zero_();
       }
     }
@@ -124,18 +144,23 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
     ASSIGN_OR_RETURN(at::Tensor logits, model_.Forward(dx));
     at::Tensor loss = at::cross_entropy_loss(logits, dy);
     loss.backward();
-    // The kernels ran asynchronously: their end, for the times. No wait
-    // added: the first gradient's copy out, into pageable host memory,
-    // would wait for it anyway.
-    if (device_.is_cuda()) {
-      c10::impl::getDeviceGuardImpl(device_.type())->synchronizeDevice(device_.index());
-    }
+    // The kernels ran asynchronously: their end, for the times. (The
+    // gradients' copies out would wait for it anyway.)
+    SynchronizeDevice();
     const absl::Time computed = absl::Now();
     {
       torch::NoGradGuard no_grad;
+      // All gradients out at once, then one wait for them.
+      std::vector<bool> used(host_.size(), false);
       for (size_t i = 0; i < host_.size(); ++i) {
         const at::Tensor& grad = copies_[i].grad();
-        if (grad.defined()) AddToHostGrad(host_[i], grad);  // else unused by this batch
+        if (!grad.defined()) continue;  // unused by this batch
+        out_stage_[i].copy_(grad, /*non_blocking=*/true);
+        used[i] = true;
+      }
+      SynchronizeDevice();
+      for (size_t i = 0; i < host_.size(); ++i) {
+        if (used[i]) AddToHostGrad(host_[i], out_stage_[i]);
       }
       for (size_t i = 0; i < host_buffers_.size(); ++i) {
         host_buffers_[i].copy_(copy_buffers_[i]);
@@ -199,6 +224,12 @@ absl::StatusOr<strategies::ModelSplit> DeviceModel::Split() {
   };
   split.parameters_changed = [this] { features_.stale = head_.stale = true; };
   return split;
+}
+
+void DeviceModel::SynchronizeDevice() const {
+  if (device_.is_cuda()) {
+    c10::impl::getDeviceGuardImpl(device_.type())->synchronizeDevice(device_.index());
+  }
 }
 
 void DeviceModel::Refresh(Part& part) {

@@ -9,7 +9,8 @@
 // accumulated them. The strategies then run unchanged.
 //
 // This is the staged form: every step moves the parameters in and the
-// gradients out (counted in the step's compute time). Device slots for the
+// gradients out (counted in the step's compute time), through page-locked
+// host buffers on a GPU, the gradients all at once. Device slots for the
 // strategies' tensors (docs/device.md, "Device slots in the plan") are
 // issue 44's next step.
 //
@@ -106,6 +107,9 @@ class DeviceModel {
   at::Tensor RunPart(const std::function<at::Tensor(const at::Tensor&)>& part_fn, Part& part,
                      const at::Tensor& x);
 
+  // Waits for the device's work so far (nothing to wait for on mirror).
+  void SynchronizeDevice() const;
+
   Part features_, head_;
 
   enum class Use { kNone, kCompute, kSplit };
@@ -116,6 +120,10 @@ class DeviceModel {
   at::Device device_{at::kCPU};
   std::vector<at::Tensor> host_;    // the strategy's parameters
   std::vector<at::Tensor> copies_;  // the device copy's, in the same order
+  // Compute()'s host staging of the parameters' values in and their
+  // gradients out (page-locked on a GPU), in the same order.
+  std::vector<at::Tensor> in_stage_;
+  std::vector<at::Tensor> out_stage_;
   // Buffers (BatchNorm's running statistics), copied back after each batch
   // so that the host model evaluates as trained.
   std::vector<at::Tensor> host_buffers_;

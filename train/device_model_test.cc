@@ -3,7 +3,8 @@
 // accumulates over the same two batches, whether the host's gradients
 // start undefined (gossip, moshpit) or point at memory of their own (ps,
 // allreduce); the copy's BatchNorm statistics come back to the host; and a
-// GPU that is not there is refused by name. Its split (layer_separated's
+// GPU that is not there is refused by name; each batch computes with the
+// host's values of its moment. Its split (layer_separated's
 // features and head) back-propagates the same gradients into the host's
 // parameters, also with a batch forwarded ahead, takes the host's values
 // once told they changed, and runs a backward still due when they changed
@@ -71,6 +72,36 @@ TEST(DeviceModelTest, TheMirrorAccumulatesTheHostsGradients) {
     for (const auto& [x, y] : Batches()) ASSERT_OK(mirror->Compute(x, y).status());
     ExpectGradients(host, reference);
   }
+}
+
+// A step of the strategy's between batches (new values in the host
+// parameters, their gradients zeroed): the next batch computes with the
+// new values, staged in afresh, and its gradients alone reach the host.
+TEST(DeviceModelTest, EachBatchTakesTheHostsValuesOfItsMoment) {
+  const auto batches = Batches();
+  auto step = [](const Model& model) {
+    at::NoGradGuard no_grad;
+    for (const strategies::Parameter& p : model.Parameters()) {
+      p.tensor.sub_(p.tensor.grad(), /*alpha=*/0.5);
+      p.tensor.mutable_grad().zero_();
+    }
+  };
+  ASSERT_OK_AND_ASSIGN(Model reference, MakeModel("lenet5", /*seed=*/3));
+  ASSERT_OK_AND_ASSIGN(Model host, MakeModel("lenet5", /*seed=*/3));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceModel> mirror,
+                       DeviceModel::Create("mirror", "lenet5", 3, {}, host));
+  for (const auto& [x, y] : batches) {
+    at::cross_entropy_loss(*reference.Forward(x), y).backward();
+    ASSERT_OK(mirror->Compute(x, y).status());
+    std::vector<at::Tensor> grads;
+    for (const strategies::Parameter& p : reference.Parameters()) {
+      grads.push_back(p.tensor.grad().clone());
+    }
+    ExpectGradients(host, grads);
+    step(reference);
+    step(host);
+  }
+  EXPECT_EQ(mirror->times().calls, static_cast<int64_t>(batches.size()));
 }
 
 // layer_separated's use: features on a batch, the head on a detached
