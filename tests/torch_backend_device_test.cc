@@ -459,6 +459,22 @@ absl::Status Counted(Rank& r) {
   std::fprintf(stderr, "rank %d: %lld all-gathers and %lld reduce-scatters on the device\n",
                r.rank, static_cast<long long>(stats.device_allgathers),
                static_cast<long long>(stats.device_reduce_scatters));
+  // Where the engine's time went: on the fake device (it has a stream of
+  // the test's) every device all-reduce takes its delay per operation at
+  // least; on a GPU some time.
+  std::fprintf(stderr, "rank %d: engine us on device calls: queued %lld, waiting %lld, "
+               "running %lld, copying back %lld\n", r.rank,
+               static_cast<long long>(stats.device_queued_us),
+               static_cast<long long>(stats.device_wait_us),
+               static_cast<long long>(stats.device_run_us),
+               static_cast<long long>(stats.device_back_us));
+  const int64_t least_run_us =
+      r.stream != nullptr ? stats.device_allreduces * absl::ToInt64Microseconds(kOperationDelay)
+                          : 1;
+  RETURN_IF_ERROR(Check(stats.device_run_us >= least_run_us &&
+                            stats.device_wait_us > 0 && stats.device_back_us > 0 &&
+                            stats.device_queued_us >= 0,
+                        "the engine's time on device calls was not counted"));
   return Check(stats.device_calls > 10 && stats.device_staged_bytes > (int64_t{1} << 20) &&
                    stats.device_allreduces >= 4 && stats.device_allgathers >= 3 &&
                    stats.device_reduce_scatters >= 4,

@@ -14,6 +14,9 @@ same model from the same seed on the same synthetic batches:
     comm_share = 1 - compute_ms / step_ms;
   - the parameters after the run, compared with the first backend's:
     max_param_diff (the backends must train the same model);
+  - rdmaflow's engine on the device calls, ms per timed step
+    (rdmaflow_torch.stats): queued behind its earlier calls, waiting for
+    the caller's stream, running the collective, copying back;
 and an FSDP2 step (fully_shard on a 1-D DeviceMesh) of the transformer
 over rdmaflow. ResNet-18-like: CIFAR-style, batch 64 of 3x32x32;
 transformer: 4 encoder layers, d_model 256, sequence 128, batch 32.
@@ -137,15 +140,19 @@ def worker(rank, args, backend, name, port, out_dir):
         fully_shard(model, mesh=mesh)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         timed_steps(model, opt, "transformer", args, rank, 0, args.warmup, None)
+        before = engine_times(backend)
         result["step_ms"] = timed_steps(model, opt, "transformer", args, rank, args.warmup,
                                         args.steps, None)
+        result.update(engine_times(backend, before, args.steps))
     else:
         model = make_model(name, args.small).to(args.device)
         ddp = DDP(model, device_ids=[0] if args.device == "cuda" else None)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
         timed_steps(ddp, opt, name, args, rank, 0, args.warmup, None)
+        before = engine_times(backend)
         result["step_ms"] = timed_steps(ddp, opt, name, args, rank, args.warmup, args.steps,
                                         None)
+        result.update(engine_times(backend, before, args.steps))
         # The parameters after the same steps on every backend.
         flat = torch.cat([p.detach().float().reshape(-1).cpu() for p in ddp.parameters()])
         if rank == 0:
@@ -163,6 +170,23 @@ def worker(rank, args, backend, name, port, out_dir):
     if rank == 0:
         with open(os.path.join(out_dir, f"{name}-{backend}.json"), "w") as f:
             json.dump(result, f)
+
+
+ENGINE_TIMES = ("device_queued_us", "device_wait_us", "device_run_us", "device_back_us")
+
+
+def engine_times(backend, before=None, steps=1):
+    """rdmaflow's engine time on device calls (rdmaflow_torch.stats): the
+    totals, or with `before` (the totals then) ms per step since."""
+    if backend != "rdmaflow":
+        return {}
+    import rdmaflow_torch
+    stats = rdmaflow_torch.stats(dist.group.WORLD)
+    now = {key: stats.get(key, 0) for key in ENGINE_TIMES}
+    if before is None:
+        return now
+    return {key.replace("_us", "_ms_per_step"): (now[key] - before[key]) / 1000.0 / steps
+            for key in ENGINE_TIMES}
 
 
 def free_port():
@@ -228,6 +252,13 @@ def main():
               f"{'' if 'comm_share' not in r else format(r['comm_share'], '.0%'):>6} "
               f"{'' if 'max_param_diff' not in r else format(r['max_param_diff'], '.1e'):>11}  "
               f"{r.get('error', '')}")
+    # Where rdmaflow's engine spent each step on device calls (ms per step).
+    for r in rows:
+        if "device_run_ms_per_step" in r:
+            print(f"{r['model']}: rdmaflow's engine per step: "
+                  + ", ".join(f"{key[len('device_'):-len('_us')]} "
+                              f"{r[key.replace('_us', '_ms_per_step')]:.2f} ms"
+                              for key in ENGINE_TIMES))
     by = {(r["model"], r["backend"]): r for r in rows}
     for model in args.models.split(","):
         a, b = by.get((model, "rdmaflow"), {}), by.get((model, "gloo"), {})

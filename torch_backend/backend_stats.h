@@ -55,6 +55,15 @@ struct BackendStats {
   // the device, through the device all-reduce.
   int64_t device_allgathers = 0;
   int64_t device_reduce_scatters = 0;
+  // The engine's time on the calls with device tensors, in microseconds,
+  // summed: from the call to the engine's start of it (its earlier calls
+  // ahead), waiting for the caller's stream to reach the call (and the
+  // copies into host memory of a staged call), the collective itself, the
+  // copies back. A call run on the caller's thread counts there too.
+  int64_t device_queued_us = 0;
+  int64_t device_wait_us = 0;
+  int64_t device_run_us = 0;
+  int64_t device_back_us = 0;
 };
 
 }  // namespace rdmaflow::torch_backend

@@ -179,12 +179,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Enqueue(
     // inline next cannot copy the same tensor in before it. Its failure
     // fails this call's Work, not the group: the collective itself went
     // through on every rank.
-    run = [stage, run = std::move(run)](Engine& engine,
-                                        const c10::intrusive_ptr<RdmaflowWork>& work) {
+    // Where the engine's time on device calls goes (stats): in line after
+    // the engine's earlier calls, waiting for the caller's stream (and
+    // copying in), the call itself, the copy back.
+    run = [stage, run = std::move(run), submitted = absl::Now()](
+              Engine& engine, const c10::intrusive_ptr<RdmaflowWork>& work) {
       const absl::Duration timeout = engine.options().timeout;
-      RETURN_IF_ERROR(stage->CopyIn(absl::Now() + timeout));
+      const absl::Time started = absl::Now();
+      RETURN_IF_ERROR(stage->CopyIn(started + timeout));
+      const absl::Time in = absl::Now();
       RETURN_IF_ERROR(run(engine, work));
-      absl::Status back = stage->CopyOut(absl::Now() + timeout);
+      const absl::Time ran = absl::Now();
+      absl::Status back = stage->CopyOut(ran + timeout);
+      const absl::Time out = absl::Now();
+      engine.Count([&](BackendStats& stats) {
+        stats.device_queued_us += absl::ToInt64Microseconds(started - submitted);
+        stats.device_wait_us += absl::ToInt64Microseconds(in - started);
+        stats.device_run_us += absl::ToInt64Microseconds(ran - in);
+        stats.device_back_us += absl::ToInt64Microseconds(out - ran);
+      });
       if (!back.ok()) work->SetFinish([back] { return back; });
       return absl::OkStatus();
     };
