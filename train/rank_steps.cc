@@ -442,8 +442,8 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
       std::fprintf(stderr,
                    "rdmaflow_train: warning: the training loss went from %.4g (the first "
                    "step) to %.4g (the last %d steps' mean): the run diverged or did not "
-                   "learn; try a smaller --lr (--lr %.3g; strategies with overlap=on train on "
-                   "a step-old gradient)\n",
+                   "learn; try a smaller --lr (--lr %.3g; with overlap=on, half the rate that "
+                   "trains without it: its gradients are a step old)\n",
                    first, last, kLossWindow, config.learning_rate);
     }
   }
