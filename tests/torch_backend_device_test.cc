@@ -361,6 +361,20 @@ absl::Status OtherCollectives(Rank& r) {
     ASSIGN_OR_RETURN(at::Tensor in_place, r.Download(gathered));
     RETURN_IF_ERROR(Check(at::equal(in_place.view(at::kInt), at::cat(parts).view(at::kInt)),
                           "_allgather_base in place (the input a part of the output)"));
+    // A broadcast on the device sums the others' -0.0 into the root's
+    // values: they come back bit for bit too, on every rank.
+    for (int root = 0; root < r.world; ++root) {
+      ASSIGN_OR_RETURN(at::Tensor tensor, r.Upload(part(r.rank)));
+      std::vector<at::Tensor> tensors = {tensor};
+      c10d::BroadcastOptions opts;
+      opts.rootRank = root;
+      RETURN_IF_ERROR(Wait(r.pg->broadcast(tensors, opts)));
+      ASSIGN_OR_RETURN(at::Tensor got_root, r.Download(tensor));
+      RETURN_IF_ERROR(Check(at::equal(got_root.view(at::kInt), part(root).view(at::kInt)),
+                            absl::StrCat("broadcast from ", root,
+                                         " of -0.0, infinities, NaN and a subnormal: not bit "
+                                         "for bit")));
+    }
   }
   {
     // Rank q sends rows [q * 3, q * 3 + 3) of its input to each rank.
@@ -456,9 +470,12 @@ absl::Status Counted(Rank& r) {
                static_cast<long long>(stats.device_staged_bytes));
   std::fprintf(stderr, "rank %d: %lld all-reduces on the device\n", r.rank,
                static_cast<long long>(stats.device_allreduces));
-  std::fprintf(stderr, "rank %d: %lld all-gathers and %lld reduce-scatters on the device\n",
+  std::fprintf(stderr,
+               "rank %d: %lld all-gathers, %lld reduce-scatters and %lld broadcasts on the "
+               "device\n",
                r.rank, static_cast<long long>(stats.device_allgathers),
-               static_cast<long long>(stats.device_reduce_scatters));
+               static_cast<long long>(stats.device_reduce_scatters),
+               static_cast<long long>(stats.device_broadcasts));
   // Where the engine's time went: on the fake device (it has a stream of
   // the test's) every device all-reduce takes its delay per operation at
   // least; on a GPU some time.
@@ -477,7 +494,8 @@ absl::Status Counted(Rank& r) {
                         "the engine's time on device calls was not counted"));
   return Check(stats.device_calls > 10 && stats.device_staged_bytes > (int64_t{1} << 20) &&
                    stats.device_allreduces >= 4 && stats.device_allgathers >= 3 &&
-                   stats.device_reduce_scatters >= 4,
+                   stats.device_reduce_scatters >= 4 &&
+                   stats.device_broadcasts >= 2 * r.world,
                "the device calls were not counted");
 }
 

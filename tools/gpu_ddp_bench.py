@@ -164,7 +164,7 @@ def worker(rank, args, backend, name, port, out_dir):
         import rdmaflow_torch
         stats = rdmaflow_torch.stats(dist.group.WORLD)
         for key in ("device_allreduces", "device_allgathers", "device_reduce_scatters",
-                    "device_staged_bytes"):
+                    "device_broadcasts", "device_staged_bytes"):
             result[key] = stats.get(key, 0)
     dist.destroy_process_group()
     if rank == 0:

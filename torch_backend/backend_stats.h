@@ -55,6 +55,9 @@ struct BackendStats {
   // the device, through the device all-reduce.
   int64_t device_allgathers = 0;
   int64_t device_reduce_scatters = 0;
+  // Broadcasts of device tensors on the device (the root's values summed
+  // with the others' -0.0), through the device all-reduce.
+  int64_t device_broadcasts = 0;
   // The engine's time on the calls with device tensors, in microseconds,
   // summed: from the call to the engine's start of it (its earlier calls
   // ahead), waiting for the caller's stream to reach the call (and the

@@ -272,6 +272,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::OnDeviceOrNull(
                  stage);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::SummedOnDeviceOrNull(
+    c10d::OpType type, at::Tensor& input, at::Tensor& output, bool caller_waits,
+    std::function<absl::Status(Engine&, collectives::DataType)> run) {
+  absl::StatusOr<collectives::DataType> data_type = ReducibleType(input.scalar_type());
+  if (!data_type.ok() || !DeviceAllReduce::Takes(*data_type, collectives::ReduceOp::kSum)) {
+    return nullptr;
+  }
+  return OnDeviceOrNull(type, input, output, caller_waits,
+                        [run = std::move(run), data_type = *data_type](Engine& engine) {
+                          return run(engine, data_type);
+                        });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::Failed(c10d::OpType type,
                                                            const absl::Status& status) {
   auto work = c10::make_intrusive<RdmaflowWork>(rank_, type, std::vector<at::Tensor>{});
@@ -323,6 +336,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(
   }
   at::Tensor tensor = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
+  // On the device, of a type it sums: there (DeviceBroadcastTensor).
+  if (c10::intrusive_ptr<c10d::Work> work = SummedOnDeviceOrNull(
+          op_type, tensor, tensor, CallerWaits(opts),
+          [tensor, root](Engine& engine, collectives::DataType type) mutable {
+            return DeviceBroadcastTensor(engine, tensor, root, type);
+          })) {
+    return work;
+  }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s =
           StageCall(stage, {{&tensor, rank_ == root ? Direction::kIn : Direction::kOut}});
@@ -489,15 +510,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_allgather_base(
                                " times the input)")));
   }
   // Both on the device, of a type it sums: there (DeviceAllGatherTensor).
-  absl::StatusOr<collectives::DataType> type = ReducibleType(input.scalar_type());
-  if (type.ok() && DeviceAllReduce::Takes(*type, collectives::ReduceOp::kSum)) {
-    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
-            op_type, input, output, CallerWaits(opts),
-            [input, output, type = *type](Engine& engine) mutable {
-              return DeviceAllGatherTensor(engine, input, output, type);
-            })) {
-      return work;
-    }
+  if (c10::intrusive_ptr<c10d::Work> work = SummedOnDeviceOrNull(
+          op_type, input, output, CallerWaits(opts),
+          [input, output](Engine& engine, collectives::DataType type) mutable {
+            return DeviceAllGatherTensor(engine, input, output, type);
+          })) {
+    return work;
   }
   std::vector<std::vector<at::Tensor>> outputs = {
       at::flatten(output).chunk(size_)};

@@ -228,6 +228,12 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> OnDeviceOrNull(c10d::OpType type, at::Tensor& input,
                                                 at::Tensor& output, bool caller_waits,
                                                 std::function<absl::Status(Engine&)> run);
+  // OnDeviceOrNull for a call the device does as a sum of `input`'s type
+  // (a floating type the device all-reduce sums; else null), `run` given
+  // that type.
+  c10::intrusive_ptr<c10d::Work> SummedOnDeviceOrNull(
+      c10d::OpType type, at::Tensor& input, at::Tensor& output, bool caller_waits,
+      std::function<absl::Status(Engine&, collectives::DataType)> run);
   // One argument of a call for StageCall: a tensor or a list of them, and
   // which way its bytes go.
   struct StageItem {

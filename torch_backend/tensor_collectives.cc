@@ -310,6 +310,27 @@ absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
   return FinishTorchWork(output.device(), "averaging the device reduce-scatter");
 }
 
+absl::Status DeviceBroadcastTensor(Engine& engine, at::Tensor& tensor, int root,
+                                   collectives::DataType type) {
+  engine.Count([](BackendStats& stats) { ++stats.device_broadcasts; });
+  if (engine.rank() != root) {
+    absl::Status ready;
+    try {
+      tensor.fill_(-0.0);
+      ready = FinishTorchWork(tensor.device(), "preparing the device broadcast's tensor");
+    } catch (const std::exception& e) {
+      ready = absl::InternalError(
+          absl::StrCat("preparing the device broadcast's tensor: ", e.what()));
+    }
+    // The peers are in the call already: they must not wait for us.
+    if (!ready.ok()) return engine.device_allreduce()->Abandon(ready);
+  }
+  return engine.device_allreduce()->AllReduce(tensor.data_ptr(),
+                                              static_cast<size_t>(tensor.numel()), type,
+                                              collectives::ReduceOp::kSum,
+                                              absl::Now() + engine.options().timeout);
+}
+
 absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root) {
   at::Tensor buffer = Contiguous(engine, tensor, /*fill=*/engine.rank() == root);
   RETURN_IF_ERROR(engine.direct().Broadcast(root, buffer.data_ptr(), Bytes(buffer)));

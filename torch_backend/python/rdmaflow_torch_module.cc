@@ -192,6 +192,7 @@ py::dict Stats(const py::object& handle) {
   out["peer_segment_fallbacks"] = stats.peer_segment_fallbacks;
   out["device_calls"] = stats.device_calls;
   out["device_staged_bytes"] = stats.device_staged_bytes;
+  out["device_broadcasts"] = stats.device_broadcasts;
   out["device_queued_us"] = stats.device_queued_us;
   out["device_wait_us"] = stats.device_wait_us;
   out["device_run_us"] = stats.device_run_us;
