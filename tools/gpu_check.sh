@@ -365,13 +365,13 @@ run_ddp() {
   PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 420 python3 tools/gpu_ddp_bench.py \
     --device cuda --json "$out/ddp.json" 2>&1 | tee "$out/ddp.log" ||
     add_row "gpu_ddp_bench.py$mps_label $(outcome $?)"
-  # What the engine's idling between polls costs the DDP step: its waits
-  # spinning instead (RDMAFLOW_WAIT=spin), the ResNet over rdmaflow.
-  echo "== gpu_ddp_bench.py, RDMAFLOW_WAIT=spin (ResNet-18-like over rdmaflow)$mps_label"
-  RDMAFLOW_WAIT=spin PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 100 python3 \
-    tools/gpu_ddp_bench.py --device cuda --models resnet18 --backends rdmaflow \
-    --json "$out/ddp_spin.json" 2>&1 | tee "$out/ddp_spin.log" ||
-    add_row "gpu_ddp_bench.py RDMAFLOW_WAIT=spin$mps_label $(outcome $?)"
+  # What DDP's copies into its buckets and back cost (gradient_as_bucket_view),
+  # the ResNet over both backends.
+  echo "== gpu_ddp_bench.py --bucket_view (ResNet-18-like)$mps_label"
+  PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 100 python3 tools/gpu_ddp_bench.py \
+    --device cuda --models resnet18 --bucket_view --json "$out/ddp_bucket_view.json" 2>&1 |
+    tee "$out/ddp_bucket_view.log" ||
+    add_row "gpu_ddp_bench.py --bucket_view$mps_label $(outcome $?)"
   # The ResNet's parameters on both backends, to the bit: cuDNN's
   # deterministic algorithms (its default ones are not).
   echo "== gpu_ddp_bench.py --deterministic (ResNet-18-like)$mps_label"

@@ -3,7 +3,7 @@
 
   gpu_ddp_bench.py [--device cuda|cpu] [--world 2] [--steps 30] [--warmup 5]
                    [--models resnet18,transformer] [--backends rdmaflow,gloo]
-                   [--small] [--deterministic] [--json PATH]
+                   [--small] [--deterministic] [--bucket_view] [--json PATH]
 
 For each model and backend, `world` processes (sharing GPU 0 with
 --device cuda: NCCL refuses that, rdmaflow and Gloo take it) train the
@@ -22,7 +22,10 @@ over rdmaflow. ResNet-18-like: CIFAR-style, batch 64 of 3x32x32;
 transformer: 4 encoder layers, d_model 256, sequence 128, batch 32.
 --small shrinks both (CI runs it on CPU). --deterministic makes cuDNN use
 deterministic algorithms (slower), so that the backends' parameters can be
-compared to the bit: its default ones are not deterministic on a GPU. Prints a table last; needs
+compared to the bit: its default ones are not deterministic on a GPU.
+--bucket_view builds DDP with gradient_as_bucket_view=True (the gradients
+are views of the buckets: no copies into them and back). Prints a table
+last; needs
 rdmaflow_torch on PYTHONPATH for the rdmaflow backend.
 """
 import argparse
@@ -146,7 +149,8 @@ def worker(rank, args, backend, name, port, out_dir):
         result.update(engine_times(backend, before, args.steps))
     else:
         model = make_model(name, args.small).to(args.device)
-        ddp = DDP(model, device_ids=[0] if args.device == "cuda" else None)
+        ddp = DDP(model, device_ids=[0] if args.device == "cuda" else None,
+                  gradient_as_bucket_view=args.bucket_view)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
         timed_steps(ddp, opt, name, args, rank, 0, args.warmup, None)
         before = engine_times(backend)
@@ -206,6 +210,8 @@ def main():
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--deterministic", action="store_true",
                         help="cuDNN's deterministic algorithms (parameters comparable to the bit)")
+    parser.add_argument("--bucket_view", action="store_true",
+                        help="DDP's gradient_as_bucket_view=True (no copies into the buckets)")
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
