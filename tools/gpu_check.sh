@@ -279,6 +279,7 @@ run_bench() {
 train_run() {
   local name=$1 json=$2 log=$3 status=0
   shift 3
+  rm -f "$json"  # a failed run leaves none for the ratios to read
   run_limited 240 .gpu/bin/rdmaflow_train "$@" --json "$json" >"$log" 2>&1 || status=$?
   if [ "$status" = 0 ]; then
     add_row "$(printf '%-36s %s' "$name$mps_label" "$(grep -o -E '"((mean|median)_step|device_(in|compute|out))_ms": [0-9.]*' "$json" | tr '\n' ' ')")"

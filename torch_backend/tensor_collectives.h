@@ -44,16 +44,18 @@ absl::Status DeviceAllReduceTensor(Engine& engine, at::Tensor& tensor,
 // an average. Types and operators DeviceAllReduce::Takes. A failure before
 // the collective gives the device all-reduce up (DeviceAllReduce::Abandon),
 // so that the peers' calls fail at once.
-// The broadcast of a contiguous device tensor of the group's device, on the
-// device the same way: the root's values summed with -0.0 from every other
-// rank (DDP's broadcasts of parameters and buffers).
-absl::Status DeviceBroadcastTensor(Engine& engine, at::Tensor& tensor, int root,
-                                   collectives::DataType type);
 absl::Status DeviceAllGatherTensor(Engine& engine, const at::Tensor& input,
                                    at::Tensor& output, collectives::DataType type);
 absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
                                        at::Tensor& output, collectives::DataType type,
                                        Reduction reduction);
+
+// The broadcast of a contiguous device tensor of the group's device, on the
+// device the same way as the all-gather: the root's values summed with
+// -0.0 from every other rank (DDP's broadcasts of parameters and floating
+// buffers). Types DeviceAllReduce::Takes for a sum; Abandon as above.
+absl::Status DeviceBroadcastTensor(Engine& engine, at::Tensor& tensor, int root,
+                                   collectives::DataType type);
 
 absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root);
 

@@ -98,23 +98,6 @@ absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const std::stri
                        self->device_.str()));
     }
   }
-  // Compute()'s staging buffers, page-locked on a GPU: copies between them
-  // and the device run at the link's speed and asynchronously, where
-  // pageable memory is copied through the driver's own buffers in pieces
-  // and a fresh gradient tensor each step faults its pages in first.
-  try {
-    const bool pinned = self->device_.is_cuda();
-    for (const at::Tensor& h : self->host_) {
-      const at::TensorOptions options =
-          at::TensorOptions().dtype(h.scalar_type()).pinned_memory(pinned);
-      self->in_stage_.push_back(at::empty(h.sizes(), options));
-      self->out_stage_.push_back(at::empty(h.sizes(), options));
-    }
-  } catch (const std::exception& e) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "model ", name, ": page-locked staging buffers for its parameters on ",
-        self->device_.str(), ": ", strategies::ExceptionText(e)));
-  }
   return self;
 }
 
@@ -126,13 +109,37 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
         ": Compute() after Split() (its hooks would add the gradients twice)"));
   }
   use_ = Use::kCompute;
+  // Compute()'s staging buffers, made at its first call (Split() needs
+  // none), page-locked on a GPU: copies between them and the device run
+  // at the link's speed and asynchronously, where pageable memory is
+  // copied through the driver's own buffers in pieces and a fresh gradient
+  // tensor each step faults its pages in first.
+  if (in_stage_.empty() && !host_.empty()) {
+    try {
+      const bool pinned = device_.is_cuda();
+      for (const at::Tensor& h : host_) {
+        const at::TensorOptions options =
+            at::TensorOptions().dtype(h.scalar_type()).pinned_memory(pinned);
+        in_stage_.push_back(at::empty(h.sizes(), options));
+        out_stage_.push_back(at::empty(h.sizes(), options));
+      }
+    } catch (const std::exception& e) {
+      in_stage_.clear();
+      out_stage_.clear();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "model ", model_.name, ": staging buffers for its parameters on ", device_.str(),
+          device_.is_cuda() ? " (page-locked host memory)" : "", ": ",
+          strategies::ExceptionText(e)));
+    }
+  }
   try {
     const absl::Time begin = absl::Now();
     {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < host_.size(); ++i) {
-        // The stage is free: the last step's copies ended at its
-        // synchronization below.
+        // The stage is free: the last call's copies ended before it
+        // returned (its synchronization below, or on a failure the
+        // synchronization in the handler).
         in_stage_[i].copy_(host_[i]);
         copies_[i].copy_(in_stage_[i], /*non_blocking=*/true);
         if (copies_[i].grad().defined()) copies_[i].mutable_grad().zero_();
@@ -141,7 +148,12 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
     const at::Tensor dx = x.to(device_);
     const at::Tensor dy = y.to(device_);
     const absl::Time in = absl::Now();
-    ASSIGN_OR_RETURN(at::Tensor logits, model_.Forward(dx));
+    absl::StatusOr<at::Tensor> forward = model_.Forward(dx);
+    if (!forward.ok()) {
+      SynchronizeDevice();  // the stage's copies in end before it is reused
+      return forward.status();
+    }
+    at::Tensor logits = *std::move(forward);
     at::Tensor loss = at::cross_entropy_loss(logits, dy);
     loss.backward();
     // The kernels ran asynchronously: their end, for the times. (The
@@ -174,6 +186,12 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
     const double accuracy = logits.argmax(1).eq(dy).to(at::kFloat).mean().item<double>();
     return strategies::ComputeResult{loss.item<double>(), accuracy, x.size(0)};
   } catch (const std::exception& e) {
+    // The stage's copies end before it is reused (a broken device throws
+    // again: nothing more to wait for then).
+    try {
+      SynchronizeDevice();
+    } catch (const std::exception&) {
+    }
     return absl::InternalError(absl::StrCat("model ", model_.name, " on ", device_.str(), ": ",
                                             strategies::ExceptionText(e)));
   }
