@@ -5,26 +5,16 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "common/poll_until.h"
 #include "common/status_macros.h"
 
 namespace rdmaflow::collectives {
 
 absl::Status PollUntil(absl::FunctionRef<absl::StatusOr<bool>()> reached, absl::Time deadline,
                        absl::string_view what) {
-  constexpr int kEagerPolls = 32;
-  absl::Duration nap = absl::Microseconds(2);
-  for (int poll = 0;; ++poll) {
-    ASSIGN_OR_RETURN(const bool done, reached());
-    if (done) return absl::OkStatus();
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(what, " did not finish in time"));
-    }
-    if (poll >= kEagerPolls) {
-      absl::SleepFor(nap);
-      nap = std::min(nap * 2, absl::Microseconds(50));
-    }
-  }
+  ASSIGN_OR_RETURN(const bool done, rdmaflow::PollUntil(reached, deadline));
+  if (done) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(what, " did not finish in time"));
 }
 
 absl::StatusOr<std::byte*> HostDataMover::MapPeer(rdma::Endpoint& endpoint,

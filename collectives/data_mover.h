@@ -85,10 +85,11 @@ class DataMover {
   virtual absl::Status Fence(absl::Time deadline, const std::string& what) = 0;
 };
 
-// Polls `reached` until it holds: at once a few times (a device's short
-// kernels end within microseconds), then with naps of 2 us doubling to
-// 50 us. kDeadlineExceeded saying `what` did not finish once `deadline`
-// passes; `reached`'s own error.
+// Polls `reached` until it holds (common/poll_until.h: at once a few
+// times, a device's short kernels end within microseconds, then naps of
+// 2 us doubling to 50 us with the timer slack narrowed). kDeadlineExceeded
+// saying `what` did not finish once `deadline` passes; `reached`'s own
+// error.
 absl::Status PollUntil(absl::FunctionRef<absl::StatusOr<bool>()> reached, absl::Time deadline,
                        absl::string_view what);
 

@@ -1,10 +1,9 @@
 #include "device/device_runtime.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "common/poll_until.h"
 
 namespace rdmaflow::device {
 
@@ -38,18 +37,11 @@ absl::Status CheckReduceArgs(const ReduceArgs& args) {
 }
 
 absl::Status Event::WaitUntil(absl::Time deadline, const std::string& what) {
-  absl::Duration pause = absl::Microseconds(2);
-  while (true) {
-    absl::StatusOr<bool> done = Done();
-    if (!done.ok() || *done) return done.status();
-    const absl::Time now = absl::Now();
-    if (now >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("device: ", what, " did not complete by its deadline"));
-    }
-    absl::SleepFor(std::min(pause, deadline - now));
-    pause = std::min(pause * 2, absl::Microseconds(200));
-  }
+  absl::StatusOr<bool> done = PollUntil([this] { return Done(); }, deadline);
+  if (!done.ok()) return done.status();
+  if (*done) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("device: ", what, " did not complete by its deadline"));
 }
 
 DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {

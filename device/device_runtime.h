@@ -98,8 +98,9 @@ class Event {
   virtual absl::StatusOr<bool> Done() = 0;
   // Waits until Done() or `deadline`: kDeadlineExceeded naming `what` (the
   // operation waited for) when it passes; the stream's error if it failed.
-  // Polls Done() with a backoff (2 us doubling to 200 us): the host thread
-  // stays free for other work between polls.
+  // Polls Done() (common/poll_until.h: back to back a few times, then naps
+  // of 2 us doubling to 50 us with the thread's timer slack narrowed, so
+  // that the wait ends within a few microseconds of the device's).
   absl::Status WaitUntil(absl::Time deadline, const std::string& what);
 };
 

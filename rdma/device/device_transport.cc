@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "common/timer_slack.h"
 #include "rdma/device/device_key.pb.h"
 #include "rdma/device/gpudirect_probe.h"
 #include "rdma/slice.h"
@@ -714,6 +716,11 @@ bool DeviceTransport::WaitForActivity(absl::Duration timeout) {
   const absl::Duration look = copying       ? kCopyLook
                               : staged_peer ? kStagedPeerLook
                                             : absl::InfiniteDuration();
+  // With device copies in flight what is waited for runs on the device,
+  // which needs none of our cores: the nap ends when it says, not the
+  // kernel's default timer slack (50 us) later (common/timer_slack.h).
+  std::optional<ScopedTimerSlack> precise;
+  if (copying) precise.emplace(kCopySlack);
   return host_->WaitForActivity(std::min(timeout, look));
 }
 

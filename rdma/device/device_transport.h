@@ -129,6 +129,8 @@ class DeviceTransport final : public Transport {
   // within about that much even when it sleeps here.
   bool WaitForActivity(absl::Duration timeout) override;
   static constexpr absl::Duration kCopyLook = absl::Microseconds(50);
+  // The thread's timer slack while it waits with copies in flight.
+  static constexpr absl::Duration kCopySlack = absl::Microseconds(1);
   static constexpr absl::Duration kStagedPeerLook = absl::Microseconds(100);
 
   // For DeviceEndpoint: the peer's allocation named by `key`, mapped here
