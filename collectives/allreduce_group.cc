@@ -402,6 +402,16 @@ absl::Status AllReduceGroup::AllReduce(size_t offset, size_t count, DataType typ
   return status;
 }
 
+absl::Status AllReduceGroup::Broadcast(size_t offset, size_t bytes, int root,
+                                      uint8_t variant) {
+  if (host_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "broadcast on rank ", rank(), ": a copy out of the root's region needs every member "
+        "on one host with direct access (", external_refusal(), ")"));
+  }
+  return host_->Broadcast(offset, bytes, root, variant);
+}
+
 std::string AllReduceGroup::external_refusal() const {
   if (host_ != nullptr) return host_->external_refusal();
   return hosts_ > 1 ? "the members are on several hosts"

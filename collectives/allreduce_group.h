@@ -199,6 +199,14 @@ class AllReduceGroup {
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0,
                          std::byte* result = nullptr);
 
+  // Copies `bytes` of the member at position `root` (from its `offset`)
+  // into every other member's range at its own `offset`, read straight out
+  // of the root's region: HostAllReduce::Broadcast, byte for byte, any
+  // type, on host or device memory. Needs direct(): else
+  // kFailedPrecondition on every member alike, before any wait (callers
+  // with members on several hosts broadcast another way). Its errors as
+  // AllReduce()'s; the same root, size and `variant` on every member.
+  absl::Status Broadcast(size_t offset, size_t bytes, int root, uint8_t variant = 0);
   // AllReduce()'s contract in place on `buffer` (count elements of this
   // process's ordinary memory, not in the region): HostAllReduce::
   // AllReduceExternal, pairing with the other members' AllReduce() or

@@ -599,9 +599,11 @@ absl::Status HostAllReduce::Reduce(size_t offset, size_t count, DataType type, R
              mover_->Supports(type, op));
 }
 
-absl::Status HostAllReduce::Broadcast(size_t offset, size_t bytes, int root) {
+absl::Status HostAllReduce::Broadcast(size_t offset, size_t bytes, int root,
+                                     uint8_t variant) {
   return Run(offset, bytes, 1, "byte",
-             call_word::Pack(layout::kBroadcastCall, root, DataType{}, ReduceOp{}, 0), root,
+             call_word::Pack(layout::kBroadcastCall, root, DataType{}, ReduceOp{}, variant),
+             root,
              [&](uint64_t call, size_t) {
                if (position_ != root) {
                  const Peer& from = peers_[root];

@@ -254,9 +254,10 @@ class HostAllReduce {
 
   // Copies `bytes` at the member at position `root` (from its offset) into
   // every other member's range (at its own offset), read straight out of
-  // the root's buffer. The same errors as AllReduce()'s; a call whose root
-  // or size differs between members is kInvalidArgument on every member.
-  absl::Status Broadcast(size_t offset, size_t bytes, int root);
+  // the root's buffer. The same errors as AllReduce()'s; a call whose root,
+  // size or `variant` (AllReduce()'s) differs between members is
+  // kInvalidArgument on every member.
+  absl::Status Broadcast(size_t offset, size_t bytes, int root, uint8_t variant = 0);
 
   // Ends our part after an error outside this collective (a hierarchical
   // all-reduce's leader whose ring across hosts failed): marks our next

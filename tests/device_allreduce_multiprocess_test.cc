@@ -379,6 +379,29 @@ absl::Status Group(int per_host, AllReduceAlgorithm expected_large) {
         absl::StrCat("rank ", r->rank, ": an int32 call gave ", int32.ToString()));
   }
   RETURN_IF_ERROR(r->group->AllReduce(offset, 16, DataType::kFloat32));
+  // A broadcast of any bytes, copied straight out of the root's region:
+  // with every member on one host; refused alike on every member
+  // otherwise, and the group goes on.
+  constexpr size_t kBytes = 40001;
+  const int root = r->world - 1;
+  auto pattern = [](int rank, size_t i) {
+    return static_cast<uint8_t>((i * 131 + static_cast<size_t>(rank) * 77 + 5) & 0xff);
+  };
+  std::vector<uint8_t> mine(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) mine[i] = pattern(r->rank, i);
+  RETURN_IF_ERROR(r->Upload(data + offset, mine.data(), kBytes));
+  absl::Status broadcast = r->group->Broadcast(offset, kBytes, root);
+  if (r->group->direct()) {
+    RETURN_IF_ERROR(broadcast);
+    ASSIGN_OR_RETURN(std::vector<uint8_t> got, r->Download<uint8_t>(data + offset, kBytes));
+    for (size_t i = 0; i < kBytes; ++i) {
+      if (got[i] != pattern(root, i)) return Mismatch("a broadcast's byte", i, got[i], pattern(root, i));
+    }
+  } else if (!absl::IsFailedPrecondition(broadcast)) {
+    return absl::InternalError(absl::StrCat("rank ", r->rank, ": a broadcast across hosts gave ",
+                                            broadcast.ToString()));
+  }
+  RETURN_IF_ERROR(r->group->AllReduce(offset, 16, DataType::kFloat32));
   return r->group->Shutdown();
 }
 

@@ -254,6 +254,13 @@ absl::Status AllReduces(Rank& r) {
   return absl::OkStatus();
 }
 
+// Whether the test runs the group with direct access off (the rings; the
+// device broadcasts then sum rather than copy).
+bool DirectOff() {
+  const char* direct = std::getenv("RDMAFLOW_DIRECT");
+  return direct != nullptr && std::string(direct) == "off";
+}
+
 absl::Status OtherCollectives(Rank& r) {
   const int64_t n = 4099;
   for (int root = 0; root < r.world; ++root) {
@@ -264,6 +271,32 @@ absl::Status OtherCollectives(Rank& r) {
     RETURN_IF_ERROR(Wait(r.pg->broadcast(tensors, opts)));
     RETURN_IF_ERROR(
         r.Expect(tensor, Values(root, n, at::kFloat, root), absl::StrCat("broadcast from ", root)));
+  }
+  // int64 (BatchNorm's num_batches_tracked, which DDP broadcasts every
+  // step), extremes included: copied on the device with every rank on one
+  // host, nothing staged; through host memory with direct access off.
+  for (int root = 0; root < r.world; ++root) {
+    auto longs = [&](int q) {
+      at::Tensor v = Values(q, n, at::kLong, root);
+      v[0] = std::numeric_limits<int64_t>::min() + q;
+      v[1] = std::numeric_limits<int64_t>::max() - q;
+      v[2] = -1;
+      return v;
+    };
+    ASSIGN_OR_RETURN(at::Tensor tensor, r.Upload(longs(r.rank)));
+    std::vector<at::Tensor> tensors = {tensor};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    const torch_backend::BackendStats before = r.pg->stats();
+    RETURN_IF_ERROR(Wait(r.pg->broadcast(tensors, opts)));
+    const torch_backend::BackendStats after = r.pg->stats();
+    RETURN_IF_ERROR(r.Expect(tensor, longs(root), absl::StrCat("int64 broadcast from ", root)));
+    const int64_t staged = after.device_staged_bytes - before.device_staged_bytes;
+    const int64_t on_device = after.device_broadcasts - before.device_broadcasts;
+    RETURN_IF_ERROR(Check(DirectOff() ? staged > 0 && on_device == 0
+                                      : staged == 0 && on_device == 1,
+                          absl::StrCat("int64 broadcast from ", root, ": ", staged,
+                                       " bytes staged, ", on_device, " on the device")));
   }
   // all-gather into device outputs, and into host outputs.
   for (bool device_outputs : {true, false}) {
@@ -361,8 +394,9 @@ absl::Status OtherCollectives(Rank& r) {
     ASSIGN_OR_RETURN(at::Tensor in_place, r.Download(gathered));
     RETURN_IF_ERROR(Check(at::equal(in_place.view(at::kInt), at::cat(parts).view(at::kInt)),
                           "_allgather_base in place (the input a part of the output)"));
-    // A broadcast on the device sums the others' -0.0 into the root's
-    // values: they come back bit for bit too, on every rank.
+    // A broadcast on the device copies the root's bytes (one host) or sums
+    // the others' -0.0 into its values (direct access off): either way
+    // they come back bit for bit, on every rank.
     for (int root = 0; root < r.world; ++root) {
       ASSIGN_OR_RETURN(at::Tensor tensor, r.Upload(part(r.rank)));
       std::vector<at::Tensor> tensors = {tensor};
@@ -561,6 +595,15 @@ TEST(TorchBackendDeviceTest, EveryCallWithDeviceTensorsOnTwoAndThreeRanks) {
   for (int world : {2, 3}) {
     EXPECT_OK(launch::LaunchRanks(world, Env("collectives")).status) << world << " ranks";
   }
+}
+
+// The rings instead of the same-host paths: the device all-reduce stages
+// through pinned host memory, and broadcasts sum rather than copy.
+TEST(TorchBackendDeviceTest, EveryCallWithDirectAccessOff) {
+  SKIP_WITHOUT_GPU();
+  std::map<std::string, std::string> env = Env("collectives");
+  env["RDMAFLOW_DIRECT"] = "off";
+  EXPECT_OK(launch::LaunchRanks(2, env).status);
 }
 
 TEST(TorchBackendDeviceTest, ADeviceFaultFailsItsRanksWorkAndTheNextCallWorks) {

@@ -45,6 +45,7 @@ absl::StatusOr<std::unique_ptr<DeviceAllReduce>> DeviceAllReduce::Create(
   std::iota(members.begin(), members.end(), 0);
   ASSIGN_OR_RETURN(self->group_, collectives::AllReduceGroup::Create(
                                      *self->transport_, store, ns, members, group));
+  self->copies_broadcasts_ = self->group_->direct();
   return self;
 }
 
@@ -116,6 +117,32 @@ absl::Status DeviceAllReduce::ReduceScatter(const void* input, void* output, siz
                      (end - begin) * element, deadline,
                      "copying this rank's part of the device reduce-scatter out of its region");
     if (!out_copied.ok()) return last ? out_copied : group_->Abandon(out_copied);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceAllReduce::Broadcast(void* data, size_t bytes, int root,
+                                        absl::Time deadline) {
+  auto* base = static_cast<std::byte*>(data);
+  constexpr uint8_t kLastPiece = 2;
+  if (bytes == 0) return group_->Broadcast(0, 0, root, kLastPiece);
+  const bool is_root = group_->position() == root;
+  const size_t per_piece = group_->capacity();
+  for (size_t first = 0; first < bytes; first += per_piece) {
+    const size_t n = std::min(per_piece, bytes - first);
+    const bool last = first + n >= bytes;
+    if (is_root) {
+      absl::Status copied = device_.Copy(group_->data(), base + first, n, deadline,
+                                         "copying a device tensor into the device "
+                                         "broadcast's region");
+      if (!copied.ok()) return group_->Abandon(copied);
+    }
+    RETURN_IF_ERROR(group_->Broadcast(0, n, root, last ? kLastPiece : uint8_t{0}));
+    if (is_root) continue;
+    absl::Status out = device_.Copy(base + first, group_->data(), n, deadline,
+                                    "copying the device broadcast's bytes out of its region");
+    // With pieces to come the peers would wait for us in the next one.
+    if (!out.ok()) return last ? out : group_->Abandon(out);
   }
   return absl::OkStatus();
 }

@@ -69,6 +69,20 @@ class DeviceAllReduce {
                              collectives::DataType type, collectives::ReduceOp op,
                              absl::Time deadline);
 
+  // Whether Broadcast() runs: every rank on one host with direct access
+  // (the same answer on every rank). Fixed at Create(): any thread may ask.
+  bool copies_broadcasts() const { return copies_broadcasts_; }
+
+  // `bytes` of device memory of the group's device (the caller's stream
+  // finished with them) copied from the rank at position `root` to every
+  // other rank, byte for byte whatever they hold: the root's piece copied
+  // into its region, read straight out of it by the others (CUDA IPC), and
+  // copied out into their `data`. Needs copies_broadcasts(): else
+  // kFailedPrecondition on every rank alike. AllReduce()'s errors; a rank
+  // whose size differs fails the call on every rank at the first piece
+  // that differs.
+  absl::Status Broadcast(void* data, size_t bytes, int root, absl::Time deadline);
+
   // Gives up this rank's next call for `why` (returned), an error before
   // it: the peers already waiting in it fail it at once
   // (AllReduceGroup::Abandon); the group is unusable after.
@@ -85,6 +99,7 @@ class DeviceAllReduce {
   TensorDevice& device_;
   std::unique_ptr<rdma::device_path::DeviceTransport> transport_;
   std::unique_ptr<collectives::AllReduceGroup> group_;
+  bool copies_broadcasts_ = false;
 };
 
 }  // namespace rdmaflow::torch_backend

@@ -336,12 +336,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(
   }
   at::Tensor tensor = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  // On the device, of a type it sums: there (DeviceBroadcastTensor).
-  if (c10::intrusive_ptr<c10d::Work> work = SummedOnDeviceOrNull(
-          op_type, tensor, tensor, CallerWaits(opts),
-          [tensor, root](Engine& engine, collectives::DataType type) mutable {
-            return DeviceBroadcastTensor(engine, tensor, root, type);
-          })) {
+  // On the device: copied, any dtype, with every rank on one host
+  // (DeviceBroadcastTensor); elsewhere summed, of a type the device sums
+  // (DeviceSumBroadcastTensor).
+  if (engine_ != nullptr && engine_->device_allreduce() != nullptr &&
+      engine_->device_allreduce()->copies_broadcasts()) {
+    if (c10::intrusive_ptr<c10d::Work> work =
+            OnDeviceOrNull(op_type, tensor, tensor, CallerWaits(opts),
+                           [tensor, root](Engine& engine) mutable {
+                             return DeviceBroadcastTensor(engine, tensor, root);
+                           })) {
+      return work;
+    }
+  } else if (c10::intrusive_ptr<c10d::Work> work = SummedOnDeviceOrNull(
+                 op_type, tensor, tensor, CallerWaits(opts),
+                 [tensor, root](Engine& engine, collectives::DataType type) mutable {
+                   return DeviceSumBroadcastTensor(engine, tensor, root, type);
+                 })) {
     return work;
   }
   std::shared_ptr<DeviceStage> stage;

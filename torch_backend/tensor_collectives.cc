@@ -310,8 +310,14 @@ absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
   return FinishTorchWork(output.device(), "averaging the device reduce-scatter");
 }
 
-absl::Status DeviceBroadcastTensor(Engine& engine, at::Tensor& tensor, int root,
-                                   collectives::DataType type) {
+absl::Status DeviceBroadcastTensor(Engine& engine, at::Tensor& tensor, int root) {
+  engine.Count([](BackendStats& stats) { ++stats.device_broadcasts; });
+  return engine.device_allreduce()->Broadcast(tensor.data_ptr(), Bytes(tensor), root,
+                                              absl::Now() + engine.options().timeout);
+}
+
+absl::Status DeviceSumBroadcastTensor(Engine& engine, at::Tensor& tensor, int root,
+                                      collectives::DataType type) {
   engine.Count([](BackendStats& stats) { ++stats.device_broadcasts; });
   if (engine.rank() != root) {
     absl::Status ready;

@@ -51,11 +51,17 @@ absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
                                        Reduction reduction);
 
 // The broadcast of a contiguous device tensor of the group's device, on the
-// device the same way as the all-gather: the root's values summed with
-// -0.0 from every other rank (DDP's broadcasts of parameters and floating
-// buffers). Types DeviceAllReduce::Takes for a sum; Abandon as above.
-absl::Status DeviceBroadcastTensor(Engine& engine, at::Tensor& tensor, int root,
-                                   collectives::DataType type);
+// device (DDP's broadcasts of its parameters and buffers), counted as
+// device_broadcasts:
+//   - DeviceBroadcastTensor, every rank on one host
+//     (DeviceAllReduce::copies_broadcasts()): the root's bytes copied to
+//     the others through its region, any dtype, bit for bit;
+//   - DeviceSumBroadcastTensor, elsewhere: the same way as the all-gather,
+//     the root's values summed with -0.0 from every other rank; types
+//     DeviceAllReduce::Takes for a sum. Abandon as above.
+absl::Status DeviceBroadcastTensor(Engine& engine, at::Tensor& tensor, int root);
+absl::Status DeviceSumBroadcastTensor(Engine& engine, at::Tensor& tensor, int root,
+                                      collectives::DataType type);
 
 absl::Status BroadcastTensor(Engine& engine, at::Tensor& tensor, int root);
 
