@@ -26,6 +26,7 @@
 // runs skip, naming why.
 // The test binary re-executes itself per rank (launch/ranks_or_tests_main.h).
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <limits>
@@ -497,6 +498,71 @@ absl::Status Refusals(Rank& r) {
   return r.Expect(square, sum, "the all-reduce after the refusals");
 }
 
+// DDP's hook moves a bucket into the device pool at its second sighting
+// (RegisterRepeated), once the caller's stream has written it; all-reduces
+// of it then run in place there. Rank 0 moves a second, larger bucket
+// (more than the 1 MiB staging part: two pieces) that the others keep
+// where it is: the pieces still pair up.
+absl::Status DevicePool(Rank& r) {
+  for (const int64_t n : {int64_t{3001}, int64_t{300001}}) {
+    const bool move = n < 300001 || r.rank == 0;
+    ASSIGN_OR_RETURN(at::Tensor bucket, r.Upload(Values(r.rank, n, at::kFloat, 9)));
+    if (move) {
+      ASSIGN_OR_RETURN(const bool first, r.pg->RegisterRepeated(bucket));
+      ASSIGN_OR_RETURN(const bool second, r.pg->RegisterRepeated(bucket));
+      RETURN_IF_ERROR(Check(!first && second,
+                            absl::StrCat("a ", n, "-element bucket was not moved at its "
+                                         "second sighting")));
+      RETURN_IF_ERROR(
+          r.Expect(bucket, Values(r.rank, n, at::kFloat, 9),
+                   absl::StrCat("a ", n, "-element bucket after its move (its values)")));
+    }
+    // A gradient view of the bucket follows its storage.
+    at::Tensor view = bucket.narrow(0, 7, 100);
+    at::Tensor sum = Values(0, n, at::kFloat, 9);
+    for (int q = 1; q < r.world; ++q) sum += Values(q, n, at::kFloat, 9);
+    for (int round = 1; round <= 2; ++round) {
+      std::vector<at::Tensor> tensors = {bucket};
+      const torch_backend::BackendStats before = r.pg->stats();
+      RETURN_IF_ERROR(Wait(r.pg->allreduce(tensors)));
+      const torch_backend::BackendStats after = r.pg->stats();
+      at::Tensor expected = sum * std::pow(r.world, round - 1);
+      RETURN_IF_ERROR(r.Expect(bucket, expected,
+                               absl::StrCat("a ", n, "-element bucket's all-reduce ", round)));
+      RETURN_IF_ERROR(r.Expect(view, expected.narrow(0, 7, 100),
+                               absl::StrCat("a view of a ", n, "-element bucket")));
+      const int64_t in_pool = after.device_pool_allreduces - before.device_pool_allreduces;
+      RETURN_IF_ERROR(Check(in_pool == (move ? 1 : 0) &&
+                                after.device_staged_bytes == before.device_staged_bytes,
+                            absl::StrCat("a ", n, "-element bucket's all-reduce ", round, ": ",
+                                         in_pool, " in the pool, ",
+                                         after.device_staged_bytes - before.device_staged_bytes,
+                                         " bytes staged")));
+    }
+  }
+  // A bucket larger than the pool (2 MiB) stays where it is: refused and
+  // counted, and its all-reduce still right.
+  {
+    const int64_t n = 700001;
+    ASSIGN_OR_RETURN(at::Tensor bucket, r.Upload(Values(r.rank, n, at::kFloat, 4)));
+    const int64_t refused_before = r.pg->stats().moves_refused;
+    for (int sighting = 0; sighting < 2; ++sighting) {
+      ASSIGN_OR_RETURN(const bool moved, r.pg->RegisterRepeated(bucket));
+      RETURN_IF_ERROR(Check(!moved, "a bucket larger than the device pool was moved"));
+    }
+    RETURN_IF_ERROR(Check(r.pg->stats().moves_refused == refused_before + 1,
+                          "a bucket larger than the device pool was not counted as refused"));
+    std::vector<at::Tensor> tensors = {bucket};
+    RETURN_IF_ERROR(Wait(r.pg->allreduce(tensors)));
+    at::Tensor sum = Values(0, n, at::kFloat, 4);
+    for (int q = 1; q < r.world; ++q) sum += Values(q, n, at::kFloat, 4);
+    RETURN_IF_ERROR(r.Expect(bucket, sum, "the all-reduce of a bucket the pool refused"));
+  }
+  const torch_backend::BackendStats stats = r.pg->stats();
+  return Check(stats.moved_to_device_pool == (r.rank == 0 ? 2 : 1),
+               absl::StrCat(stats.moved_to_device_pool, " buckets moved into the device pool"));
+}
+
 absl::Status Counted(Rank& r) {
   const torch_backend::BackendStats stats = r.pg->stats();
   std::fprintf(stderr, "rank %d: %lld device calls, %lld bytes staged\n", r.rank,
@@ -576,6 +642,7 @@ absl::Status RunRank(const std::string& which) {
     RETURN_IF_ERROR(OtherCollectives(*r));
     RETURN_IF_ERROR(PointToPoint(*r));
     RETURN_IF_ERROR(Refusals(*r));
+    RETURN_IF_ERROR(DevicePool(*r));
     RETURN_IF_ERROR(Counted(*r));
     return Wait(r->pg->barrier());
   }
@@ -587,7 +654,8 @@ std::map<std::string, std::string> Env(const char* which) {
           {"RDMAFLOW_TRANSPORT_PARAMS", "tls=shm"},
           {"RDMAFLOW_STAGING_MB", "4"},
           {"RDMAFLOW_REGISTERED_MB", "8"},
-          {"RDMAFLOW_DEVICE_MB", "1"}};
+          {"RDMAFLOW_DEVICE_MB", "1"},
+          {"RDMAFLOW_DEVICE_POOL_MB", "2"}};
 }
 
 TEST(TorchBackendDeviceTest, EveryCallWithDeviceTensorsOnTwoAndThreeRanks) {

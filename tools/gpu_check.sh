@@ -366,13 +366,14 @@ run_ddp() {
   PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 420 python3 tools/gpu_ddp_bench.py \
     --device cuda --json "$out/ddp.json" 2>&1 | tee "$out/ddp.log" ||
     add_row "gpu_ddp_bench.py$mps_label $(outcome $?)"
-  # What DDP's copies into its buckets and back cost (gradient_as_bucket_view),
-  # the ResNet over both backends.
-  echo "== gpu_ddp_bench.py --bucket_view (ResNet-18-like)$mps_label"
+  # With no copies of the gradients at all: DDP's gradient_as_bucket_view
+  # and rdmaflow's hook (its buckets in the device pool, reduced in place),
+  # the ResNet over both backends (Gloo with the bucket views only).
+  echo "== gpu_ddp_bench.py --bucket_view --hook (ResNet-18-like)$mps_label"
   PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 100 python3 tools/gpu_ddp_bench.py \
-    --device cuda --models resnet18 --bucket_view --json "$out/ddp_bucket_view.json" 2>&1 |
+    --device cuda --models resnet18 --bucket_view --hook --json "$out/ddp_bucket_view.json" 2>&1 |
     tee "$out/ddp_bucket_view.log" ||
-    add_row "gpu_ddp_bench.py --bucket_view$mps_label $(outcome $?)"
+    add_row "gpu_ddp_bench.py --bucket_view --hook$mps_label $(outcome $?)"
   # The ResNet's parameters on both backends, to the bit: cuDNN's
   # deterministic algorithms (its default ones are not).
   echo "== gpu_ddp_bench.py --deterministic (ResNet-18-like)$mps_label"

@@ -3,7 +3,8 @@
 
   gpu_ddp_bench.py [--device cuda|cpu] [--world 2] [--steps 30] [--warmup 5]
                    [--models resnet18,transformer] [--backends rdmaflow,gloo]
-                   [--small] [--deterministic] [--bucket_view] [--json PATH]
+                   [--small] [--deterministic] [--bucket_view] [--hook]
+                   [--json PATH]
 
 For each model and backend, `world` processes (sharing GPU 0 with
 --device cuda: NCCL refuses that, rdmaflow and Gloo take it) train the
@@ -24,7 +25,11 @@ transformer: 4 encoder layers, d_model 256, sequence 128, batch 32.
 deterministic algorithms (slower), so that the backends' parameters can be
 compared to the bit: its default ones are not deterministic on a GPU.
 --bucket_view builds DDP with gradient_as_bucket_view=True (the gradients
-are views of the buckets: no copies into them and back). Prints a table
+are views of the buckets: no copies into them and back). --hook registers
+rdmaflow_torch.allreduce_hook on rdmaflow's DDP (Gloo keeps DDP's own):
+the buckets move into the group's device pool at their second sighting
+and are all-reduced there in place (moved_to_device_pool,
+device_pool_allreduces in the JSON). Prints a table
 last; needs
 rdmaflow_torch on PYTHONPATH for the rdmaflow backend.
 """
@@ -151,6 +156,9 @@ def worker(rank, args, backend, name, port, out_dir):
         model = make_model(name, args.small).to(args.device)
         ddp = DDP(model, device_ids=[0] if args.device == "cuda" else None,
                   gradient_as_bucket_view=args.bucket_view)
+        if args.hook and backend == "rdmaflow":
+            import rdmaflow_torch
+            ddp.register_comm_hook(None, rdmaflow_torch.allreduce_hook)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
         timed_steps(ddp, opt, name, args, rank, 0, args.warmup, None)
         before = engine_times(backend)
@@ -168,7 +176,8 @@ def worker(rank, args, backend, name, port, out_dir):
         import rdmaflow_torch
         stats = rdmaflow_torch.stats(dist.group.WORLD)
         for key in ("device_allreduces", "device_allgathers", "device_reduce_scatters",
-                    "device_broadcasts", "device_staged_bytes"):
+                    "device_broadcasts", "device_staged_bytes", "moved_to_device_pool",
+                    "moved_to_registered", "device_pool_allreduces"):
             result[key] = stats.get(key, 0)
     dist.destroy_process_group()
     if rank == 0:
@@ -212,6 +221,9 @@ def main():
                         help="cuDNN's deterministic algorithms (parameters comparable to the bit)")
     parser.add_argument("--bucket_view", action="store_true",
                         help="DDP's gradient_as_bucket_view=True (no copies into the buckets)")
+    parser.add_argument("--hook", action="store_true",
+                        help="rdmaflow_torch.allreduce_hook on rdmaflow's DDP (buckets in "
+                             "the device pool, reduced in place)")
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -54,6 +54,10 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
   if (absl::Status s = Size("RDMAFLOW_DEVICE_MB", 20, 0, options.device_bytes); !s.ok()) {
     return s;
   }
+  if (absl::Status s = Size("RDMAFLOW_DEVICE_POOL_MB", 20, 0, options.device_pool_bytes);
+      !s.ok()) {
+    return s;
+  }
   if (const char* wait = Variable("RDMAFLOW_WAIT")) {
     absl::StatusOr<onesided::WaitPolicy> policy = onesided::WaitPolicy::Parse(wait);
     if (!policy.ok()) {

@@ -39,6 +39,9 @@
 //   RDMAFLOW_DEVICE_MB         the device all-reduce's region in device
 //                              memory (default 64; 0: device tensors are
 //                              all-reduced through host memory too)
+//   RDMAFLOW_DEVICE_POOL_MB    device memory beside that region where the
+//                              DDP hook moves gradient buckets, reduced
+//                              there in place (default 64; 0: none)
 //   RDMAFLOW_DEVICE            cuda (default): CUDA tensors go through
 //                              torch's current device at creation; none:
 //                              CPU tensors only (no CUDA context); fake:
@@ -101,6 +104,8 @@ struct BackendOptions {
   std::string device = "cuda";
   // The device all-reduce's region (DeviceAllReduce); 0: none.
   size_t device_bytes = size_t{64} << 20;
+  // The device pool beside it (DeviceAllReduce::MoveIn); 0: none.
+  size_t device_pool_bytes = size_t{64} << 20;
   // Prefix of the group's keys in its store: keeps the keys of an earlier
   // run, or of an attempt before an elastic restart, out of sight.
   std::string store_scope = "run/none/attempt/0";

@@ -22,7 +22,7 @@ class BackendOptionsTest : public ::testing::Test {
     for (const char* name :
          {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB", "RDMAFLOW_DIRECT", "RDMAFLOW_INLINE_KB",
           "RDMAFLOW_DEVICE", "RDMAFLOW_CMA", "RDMAFLOW_CMA_MIN_KB", "RDMAFLOW_SHARED_TENSORS",
-          "RDMAFLOW_SHARED_TENSORS_MIN_KB"}) {
+          "RDMAFLOW_SHARED_TENSORS_MIN_KB", "RDMAFLOW_DEVICE_MB", "RDMAFLOW_DEVICE_POOL_MB"}) {
       unsetenv(name);
     }
   }
@@ -101,6 +101,22 @@ TEST_F(BackendOptionsTest, SharedTensorsAreOffUnlessTurnedOnFrom1MiB) {
   EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("RDMAFLOW_SHARED_TENSORS_MIN_KB")));
+}
+
+TEST_F(BackendOptionsTest, TheDeviceRegionAndPoolAre64MiBEachUnlessTold) {
+  absl::StatusOr<BackendOptions> options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->device_bytes, size_t{64} << 20);
+  EXPECT_EQ(options->device_pool_bytes, size_t{64} << 20);
+  setenv("RDMAFLOW_DEVICE_MB", "8", 1);
+  setenv("RDMAFLOW_DEVICE_POOL_MB", "0", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->device_bytes, size_t{8} << 20);
+  EXPECT_EQ(options->device_pool_bytes, 0u);
+  setenv("RDMAFLOW_DEVICE_POOL_MB", "lots", 1);
+  EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("RDMAFLOW_DEVICE_POOL_MB")));
 }
 
 TEST_F(BackendOptionsTest, DeviceTensorsAreCudaUnlessTheFakeDeviceIsAsked) {

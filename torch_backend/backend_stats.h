@@ -55,9 +55,15 @@ struct BackendStats {
   // the device, through the device all-reduce.
   int64_t device_allgathers = 0;
   int64_t device_reduce_scatters = 0;
-  // Broadcasts of device tensors on the device (the root's values summed
-  // with the others' -0.0), through the device all-reduce.
+  // Broadcasts of device tensors on the device (copied out of the root's
+  // region on one host, else the root's values summed with the others'
+  // -0.0), through the device all-reduce.
   int64_t device_broadcasts = 0;
+  // Storages moved into the device pool (counted in moved_to_registered
+  // too), and the device all-reduces of tensors lying there, reduced in
+  // place with no copy in or out.
+  int64_t moved_to_device_pool = 0;
+  int64_t device_pool_allreduces = 0;
   // The engine's time on the calls with device tensors, in microseconds,
   // summed: from the call to the engine's start of it (its earlier calls
   // ahead), waiting for the caller's stream to reach the call (and the

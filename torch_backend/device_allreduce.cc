@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "c10/core/Allocator.h"
 #include "common/status_macros.h"
 #include "rdma/builtin_transports.h"
 
@@ -34,7 +35,8 @@ absl::StatusOr<std::unique_ptr<DeviceAllReduce>> DeviceAllReduce::Create(
   self->transport_ = *std::move(transport);
   collectives::AllReduceGroupOptions group;
   group.ring.name = "c10d-device";
-  group.ring.capacity_bytes = options.device_bytes;
+  // The staging part first, the pool after it (both 1 MiB multiples).
+  group.ring.capacity_bytes = options.device_bytes + options.device_pool_bytes;
   group.ring.chunk_bytes = options.chunk_bytes;
   group.ring.slots = options.ring_slots;
   group.ring.timeout = options.timeout;
@@ -46,10 +48,21 @@ absl::StatusOr<std::unique_ptr<DeviceAllReduce>> DeviceAllReduce::Create(
   ASSIGN_OR_RETURN(self->group_, collectives::AllReduceGroup::Create(
                                      *self->transport_, store, ns, members, group));
   self->copies_broadcasts_ = self->group_->direct();
+  self->staging_bytes_ = options.device_bytes;
+  if (options.device_pool_bytes > 0) {
+    const c10::Device where = device.fake() ? c10::Device(c10::DeviceType::CPU)
+                                            : c10::Device(c10::DeviceType::CUDA,
+                                                          static_cast<c10::DeviceIndex>(
+                                                              device.index()));
+    ASSIGN_OR_RETURN(self->pool_, runtime::torch::RegisteredAllocator::Over(
+                                      self->group_->data_region(), options.device_bytes,
+                                      options.device_pool_bytes, where));
+  }
   return self;
 }
 
 DeviceAllReduce::~DeviceAllReduce() {
+  pool_.reset();
   group_.reset();
   transport_.reset();
 }
@@ -71,7 +84,18 @@ absl::Status DeviceAllReduce::AllReduce(void* data, size_t count, collectives::D
   // tensors differ in size differ at their first piece that differs.
   constexpr uint8_t kLastPiece = 2;
   if (count == 0) return group_->AllReduce(0, 0, type, op, kLastPiece);
-  const size_t per_piece = group_->capacity() / element;
+  const size_t per_piece = staging_bytes_ / element;
+  // In the pool: each piece reduced where it lies (the peers' pieces are
+  // the same whether theirs lie in the pool or not).
+  if (const std::optional<size_t> at = PoolOffset(data, count * element)) {
+    ++pool_allreduces_;
+    for (size_t first = 0; first < count; first += per_piece) {
+      const size_t n = std::min(per_piece, count - first);
+      RETURN_IF_ERROR(group_->AllReduce(*at + first * element, n, type, op,
+                                        first + n >= count ? kLastPiece : uint8_t{0}));
+    }
+    return absl::OkStatus();
+  }
   for (size_t first = 0; first < count; first += per_piece) {
     const size_t n = std::min(per_piece, count - first);
     std::byte* piece = base + first * element;
@@ -99,7 +123,7 @@ absl::Status DeviceAllReduce::ReduceScatter(const void* input, void* output, siz
   if (total == 0) return group_->AllReduce(0, 0, type, op, kLastPiece);
   // This rank's part, in elements of the input.
   const size_t mine = count * static_cast<size_t>(group_->position());
-  const size_t per_piece = group_->capacity() / element;
+  const size_t per_piece = staging_bytes_ / element;
   for (size_t first = 0; first < total; first += per_piece) {
     const size_t n = std::min(per_piece, total - first);
     const bool last = first + n >= total;
@@ -127,7 +151,7 @@ absl::Status DeviceAllReduce::Broadcast(void* data, size_t bytes, int root,
   constexpr uint8_t kLastPiece = 2;
   if (bytes == 0) return group_->Broadcast(0, 0, root, kLastPiece);
   const bool is_root = group_->position() == root;
-  const size_t per_piece = group_->capacity();
+  const size_t per_piece = staging_bytes_;
   for (size_t first = 0; first < bytes; first += per_piece) {
     const size_t n = std::min(per_piece, bytes - first);
     const bool last = first + n >= bytes;
@@ -144,6 +168,79 @@ absl::Status DeviceAllReduce::Broadcast(void* data, size_t bytes, int root,
     // With pieces to come the peers would wait for us in the next one.
     if (!out.ok()) return last ? out : group_->Abandon(out);
   }
+  return absl::OkStatus();
+}
+
+std::optional<size_t> DeviceAllReduce::PoolOffset(const void* data, size_t bytes) const {
+  if (pool_ == nullptr || data == nullptr) return std::nullopt;
+  const auto* at = static_cast<const std::byte*>(data);
+  const std::byte* begin = group_->data() + staging_bytes_;
+  const std::byte* end = group_->data() + group_->capacity();
+  if (at < begin || at > end || bytes > static_cast<size_t>(end - at)) return std::nullopt;
+  return static_cast<size_t>(at - group_->data());
+}
+
+bool DeviceAllReduce::InPool(const at::Tensor& tensor) const {
+  return pool_ != nullptr && pool_->Holds(tensor);
+}
+
+size_t DeviceAllReduce::pool_used() const { return pool_ != nullptr ? pool_->used() : 0; }
+
+absl::Status DeviceAllReduce::MoveIn(const at::Tensor& tensor, absl::Time deadline) {
+  if (pool_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the group has no device pool (RDMAFLOW_DEVICE_POOL_MB=0)");
+  }
+  if (pool_->Holds(tensor)) return absl::OkStatus();
+  absl::StatusOr<bool> ours = device_.Holds(tensor);
+  if (!ours.ok()) return ours.status();
+  if (!*ours || !tensor.has_storage()) {
+    return absl::InvalidArgumentError(
+        "only a device tensor of the group's device, with storage, can be moved into its "
+        "device pool");
+  }
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  const size_t bytes = storage->nbytes();
+  const size_t tensor_bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
+  if (!tensor.is_contiguous() || tensor.storage_offset() != 0 || tensor_bytes != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "only a contiguous device tensor that is the whole of its storage can be moved "
+        "into the device pool (this one: ", tensor_bytes, " bytes from element ",
+        tensor.storage_offset(), " of a ", bytes, "-byte storage",
+        tensor.is_contiguous() ? "" : ", not contiguous",
+        "); moving a view would move the tensors it shares memory with"));
+  }
+  if (runtime::torch::RegisteredAllocator::IsBlock(storage->data_ptr())) {
+    return absl::FailedPreconditionError(
+        "the tensor already lies in another registered region (another process group's "
+        "pool); copy it into a tensor of its own first");
+  }
+  // On a GPU only torch's CUDA allocator's memory: whoever else owns it
+  // (from_blob, another allocator) would free it under us. The fake
+  // device's tensors are from_blob views of its memory by design.
+  if (!device_.fake()) {
+    const c10::Allocator* cuda = c10::GetAllocator(tensor.device().type());
+    if (cuda == nullptr || storage->data_ptr().get_deleter() != cuda->raw_deleter() ||
+        cuda->raw_deleter() == nullptr) {
+      return absl::FailedPreconditionError(
+          "the tensor's memory was not allocated by torch's CUDA allocator (from_blob, "
+          "DLPack or another allocator own it), so it cannot be moved; copy it into a "
+          "tensor of its own first");
+    }
+  }
+  if (bytes == 0) return absl::OkStatus();
+  absl::StatusOr<c10::DataPtr> allocated = pool_->Allocate(bytes);
+  if (!allocated.ok()) {
+    return absl::Status(allocated.status().code(),
+                        absl::StrCat("the device pool: ", allocated.status().message(),
+                                     "; RDMAFLOW_DEVICE_POOL_MB sets its size"));
+  }
+  c10::DataPtr block = *std::move(allocated);
+  RETURN_IF_ERROR(device_.Copy(block.get(), storage->data(), bytes, deadline,
+                               "copying a tensor into the device pool"));
+  // The old memory goes back to torch's allocator as `old` goes: nothing
+  // of ours reads it any more (the copy is done).
+  c10::DataPtr old = storage->set_data_ptr(std::move(block));
   return absl::OkStatus();
 }
 

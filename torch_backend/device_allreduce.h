@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -32,6 +33,7 @@
 #include "collectives/reduce.h"
 #include "rdma/device/device_transport.h"
 #include "rdma/store.h"
+#include "runtime/torch/registered_allocator.h"
 #include "torch_backend/backend_options.h"
 #include "torch_backend/tensor_device.h"
 
@@ -53,7 +55,8 @@ class DeviceAllReduce {
 
   // `data`: `count` elements of a device tensor of the group's device that
   // the caller's stream has finished with. Reduced in place, across the
-  // ranks, which pass the same count, type and op. kDeadlineExceeded naming
+  // ranks, which pass the same count, type and op: where it lies in the
+  // pool, right there (each rank either way, the same pieces). kDeadlineExceeded naming
   // the copy when a copy into the region does not finish by `deadline`.
   absl::Status AllReduce(void* data, size_t count, collectives::DataType type,
                          collectives::ReduceOp op, absl::Time deadline);
@@ -83,6 +86,30 @@ class DeviceAllReduce {
   // that differs.
   absl::Status Broadcast(void* data, size_t bytes, int root, absl::Time deadline);
 
+  // The pool: device memory beside the region's staging part, in the same
+  // region (options.device_pool_bytes; none when 0), where the DDP hook's
+  // gradient buckets are moved (MoveIn) and then reduced in place, with no
+  // copy into the region nor out of it.
+  //
+  // Moves the memory of `tensor`'s storage into the pool, as
+  // runtime::torch::RegisteredAllocator::MoveIn does for host memory: the
+  // bytes copied into a block (the caller's stream finished with them),
+  // the storage pointed at the block, the old memory given back to torch's
+  // CUDA allocator. Every tensor sharing the storage (DDP's gradient views)
+  // follows. OK at once when it lies there already. Refused, the tensor
+  // untouched: kInvalidArgument for a tensor that is not a contiguous
+  // device tensor of the group's device and the whole of its storage;
+  // kFailedPrecondition for memory that is not torch's CUDA allocator's
+  // (another pool, from_blob) or no pool; kResourceExhausted when the pool
+  // cannot hold it; the copy's errors.
+  absl::Status MoveIn(const at::Tensor& tensor, absl::Time deadline);
+  // Whether `tensor`'s memory is a block of the pool.
+  bool InPool(const at::Tensor& tensor) const;
+  // Bytes of the pool in use (0 without one).
+  size_t pool_used() const;
+  // AllReduce() calls that reduced their tensor in the pool, in place.
+  int64_t pool_allreduces() const { return pool_allreduces_; }
+
   // Gives up this rank's next call for `why` (returned), an error before
   // it: the peers already waiting in it fail it at once
   // (AllReduceGroup::Abandon); the group is unusable after.
@@ -98,8 +125,17 @@ class DeviceAllReduce {
 
   TensorDevice& device_;
   std::unique_ptr<rdma::device_path::DeviceTransport> transport_;
+  // The pool's offset in the region for `bytes` at `data` lying in it, or
+  // nullopt.
+  std::optional<size_t> PoolOffset(const void* data, size_t bytes) const;
+
   std::unique_ptr<collectives::AllReduceGroup> group_;
   bool copies_broadcasts_ = false;
+  // The region's first staging_bytes_ take copies of tensors; the pool is
+  // the rest.
+  size_t staging_bytes_ = 0;
+  std::unique_ptr<runtime::torch::RegisteredAllocator> pool_;
+  int64_t pool_allreduces_ = 0;
 };
 
 }  // namespace rdmaflow::torch_backend

@@ -412,6 +412,15 @@ void Engine::TearDown() {
                    std::string(s.message()).c_str());
     }
   }
+  if (device_allreduce_ != nullptr && device_allreduce_->pool_used() > 0) {
+    // Tensors in the device pool outlive the group: its device memory must
+    // stay valid (the peers are done reading it: shut down above).
+    std::fprintf(stderr,
+                 "rdmaflow rank %d: %zu bytes of tensors in the device pool outlive the "
+                 "process group; its device memory stays allocated\n",
+                 rank_, device_allreduce_->pool_used());
+    device_allreduce_.release();
+  }
   device_allreduce_.reset();
   if (ring_ != nullptr && broken_.ok()) {
     // Collective: every rank tears down; a peer's writes into our memory
@@ -464,27 +473,50 @@ absl::StatusOr<at::Tensor> Engine::AllocateRegistered(const std::vector<int64_t>
 }
 
 bool Engine::IsRegistered(const at::Tensor& tensor) const {
-  return registered_->Holds(tensor);
+  return registered_->Holds(tensor) ||
+         (device_allreduce_ != nullptr && device_allreduce_->InPool(tensor));
 }
 
 absl::Status Engine::MoveToRegistered(const at::Tensor& tensor) {
   if (registered_->Holds(tensor)) return absl::OkStatus();
+  RETURN_IF_ERROR(NoPostsInFlight());
+  RETURN_IF_ERROR(registered_->MoveIn(tensor));
+  if (!registered_->Holds(tensor)) return absl::OkStatus();  // empty: nothing to move
+  CountMove(tensor);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::MoveToDevicePool(const at::Tensor& tensor) {
+  if (device_allreduce_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the group has no device all-reduce, so no device pool (no device on some rank, "
+        "RDMAFLOW_DEVICE_MB=0, or a group of one)");
+  }
+  if (device_allreduce_->InPool(tensor)) return absl::OkStatus();
+  RETURN_IF_ERROR(NoPostsInFlight());
+  RETURN_IF_ERROR(device_allreduce_->MoveIn(tensor, absl::Now() + options_.timeout));
+  if (!device_allreduce_->InPool(tensor)) return absl::OkStatus();  // empty
+  CountMove(tensor);
+  Count([](BackendStats& stats) { ++stats.moved_to_device_pool; });
+  return absl::OkStatus();
+}
+
+absl::Status Engine::NoPostsInFlight() const {
   const auto in_flight = std::find_if(posted_.begin(), posted_.end(), [](const Posted& p) {
     return !p.work->isCompleted();
   });
-  if (in_flight != posted_.end()) {
-    return absl::UnavailableError(absl::StrCat(
-        "point-to-point operations are in flight (", in_flight->what,
-        ") and may hold the tensor's memory; move it when they are done"));
-  }
-  RETURN_IF_ERROR(registered_->MoveIn(tensor));
-  if (!registered_->Holds(tensor)) return absl::OkStatus();  // empty: nothing to move
+  if (in_flight == posted_.end()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "point-to-point operations are in flight (", in_flight->what,
+      ") and may hold the tensor's memory; move it when they are done"));
+}
+
+void Engine::CountMove(const at::Tensor& tensor) {
   const int64_t bytes = static_cast<int64_t>(tensor.storage().nbytes());
   Count([&](BackendStats& stats) {
     ++stats.moved_to_registered;
     stats.moved_bytes += bytes;
   });
-  return absl::OkStatus();
 }
 
 BackendStats Engine::stats() const {

@@ -110,7 +110,8 @@ class Engine {
   static bool OnEngineThread();
   absl::StatusOr<at::Tensor> AllocateRegistered(const std::vector<int64_t>& shape,
                                                 at::ScalarType dtype);
-  // Whether `tensor`'s memory is a block of the registered pool. Thread-safe.
+  // Whether `tensor`'s memory is a block of the registered pool, or of the
+  // device all-reduce's device pool. Thread-safe.
   bool IsRegistered(const at::Tensor& tensor) const;
   BackendStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -132,12 +133,21 @@ class Engine {
   // collective is reading it. kUnavailable while point-to-point operations
   // are in flight (one may hold the old address): try again later.
   absl::Status MoveToRegistered(const at::Tensor& tensor);
+  // The same for a device tensor, into the device all-reduce's pool
+  // (DeviceAllReduce::MoveIn), once the caller's stream finished with it;
+  // kFailedPrecondition without a device all-reduce.
+  absl::Status MoveToDevicePool(const at::Tensor& tensor);
   // Adds to the counters (any thread).
   void Count(const std::function<void(BackendStats&)>& update) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   Engine(int rank, int size, const BackendOptions& options, TensorDevice* device);
   absl::Status SetUp(const c10::intrusive_ptr<c10d::Store>& store);
+  // kUnavailable while point-to-point operations are in flight (one may
+  // hold a tensor's old address).
+  absl::Status NoPostsInFlight() const;
+  // Counts a tensor moved into registered memory.
+  void CountMove(const at::Tensor& tensor);
   // Installs the shared tensor allocator (options' shared_tensors) where
   // the ranks read each other's memory; else says once why not.
   void UseSharedTensors();

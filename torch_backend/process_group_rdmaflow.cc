@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "torch_backend/engine.h"
@@ -957,6 +958,13 @@ absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
         "(the backend's engine thread); move it from the thread that issues the "
         "collectives");
   }
+  // A device tensor goes into the device pool once the caller's stream is
+  // done with it (the stage waits for that); the others into host memory.
+  at::Tensor moved = tensor;
+  std::shared_ptr<DeviceStage> stage;
+  RETURN_IF_ERROR(StageCall(stage, {{&moved, Direction::kOnDevice}}));
+  const bool on_device = stage->on_device();
+  if (!on_device) stage = nullptr;
   // Who moves: the engine between operations (1), or nobody because the
   // caller gave up waiting first (2).
   struct Move {
@@ -964,15 +972,17 @@ absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
     absl::Status status;  // written by the engine before the Work completes
   };
   auto move = std::make_shared<Move>();
-  c10::intrusive_ptr<c10d::Work> work =
-      Enqueue(c10d::OpType::UNKNOWN, {}, /*caller_waits=*/false,
-              [tensor, move](Engine& engine, const auto&) {
+  c10::intrusive_ptr<c10d::Work> work = Enqueue(
+      c10d::OpType::UNKNOWN, {}, /*caller_waits=*/false,
+      [tensor, move, on_device](Engine& engine, const auto&) {
         int pending = 0;
         if (move->claim.compare_exchange_strong(pending, 1)) {
-          move->status = engine.MoveToRegistered(tensor);
+          move->status = on_device ? engine.MoveToDevicePool(tensor)
+                                   : engine.MoveToRegistered(tensor);
         }
         return absl::OkStatus();
-      });
+      },
+      stage);
   const absl::Duration timeout = engine_->options().timeout;
   bool timed_out = false;
   try {
@@ -1020,7 +1030,8 @@ absl::StatusOr<bool> ProcessGroupRdmaflow::RegisterRepeated(const at::Tensor& te
                  "memory and is staged: %s%s (warned once)\n",
                  rank_, tensor.defined() && tensor.has_storage() ? tensor.storage().nbytes() : 0,
                  std::string(moved.message()).c_str(),
-                 absl::IsResourceExhausted(moved)
+                 absl::IsResourceExhausted(moved) &&
+                         !absl::StrContains(moved.message(), "RDMAFLOW_DEVICE_POOL_MB")
                      ? "; RDMAFLOW_REGISTERED_MB sets the pool's size"
                      : "");
   }

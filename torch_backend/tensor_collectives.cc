@@ -211,13 +211,18 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
 
 absl::Status DeviceAllReduceTensor(Engine& engine, at::Tensor& tensor,
                                    collectives::DataType type, collectives::ReduceOp op) {
-  engine.Count([](BackendStats& stats) {
+  DeviceAllReduce& device = *engine.device_allreduce();
+  const int64_t in_pool_before = device.pool_allreduces();
+  absl::Status status =
+      device.AllReduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type, op,
+                       absl::Now() + engine.options().timeout);
+  const bool in_pool = device.pool_allreduces() > in_pool_before;
+  engine.Count([in_pool](BackendStats& stats) {
     ++stats.allreduces;
     ++stats.device_allreduces;
+    if (in_pool) ++stats.device_pool_allreduces;
   });
-  return engine.device_allreduce()->AllReduce(tensor.data_ptr(),
-                                              static_cast<size_t>(tensor.numel()), type, op,
-                                              absl::Now() + engine.options().timeout);
+  return status;
 }
 
 namespace {

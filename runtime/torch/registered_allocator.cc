@@ -31,11 +31,11 @@ absl::StatusOr<std::unique_ptr<RegisteredAllocator>> RegisteredAllocator::Create
     rdma::Transport& transport, size_t bytes) {
   ASSIGN_OR_RETURN(rdma::MemoryRegion region, transport.Allocate(bytes));
   return std::unique_ptr<RegisteredAllocator>(
-      new RegisteredAllocator(std::move(region)));
+      new RegisteredAllocator(std::move(region), c10::Device(c10::DeviceType::CPU)));
 }
 
 absl::StatusOr<std::unique_ptr<RegisteredAllocator>> RegisteredAllocator::Over(
-    const rdma::MemoryRegion& parent, size_t offset, size_t bytes) {
+    const rdma::MemoryRegion& parent, size_t offset, size_t bytes, c10::Device device) {
   if (offset > parent.size() || bytes > parent.size() - offset ||
       offset % kAlignment != 0) {
     return absl::OutOfRangeError(absl::StrCat(
@@ -46,11 +46,12 @@ absl::StatusOr<std::unique_ptr<RegisteredAllocator>> RegisteredAllocator::Over(
   descriptor.address += offset;
   descriptor.length = bytes;
   return std::unique_ptr<RegisteredAllocator>(new RegisteredAllocator(
-      rdma::MemoryRegion(parent.data() + offset, bytes, std::move(descriptor), nullptr)));
+      rdma::MemoryRegion(parent.data() + offset, bytes, std::move(descriptor), nullptr),
+      device));
 }
 
-RegisteredAllocator::RegisteredAllocator(rdma::MemoryRegion region)
-    : region_(std::move(region)), pool_(region_.size(), kAlignment) {}
+RegisteredAllocator::RegisteredAllocator(rdma::MemoryRegion region, c10::Device device)
+    : region_(std::move(region)), device_(device), pool_(region_.size(), kAlignment) {}
 
 absl::StatusOr<c10::DataPtr> RegisteredAllocator::Allocate(size_t bytes) const {
   absl::StatusOr<size_t> offset;
@@ -66,8 +67,7 @@ absl::StatusOr<c10::DataPtr> RegisteredAllocator::Allocate(size_t bytes) const {
         " more bytes (", used, " bytes in use): ", offset.status().message()));
   }
   void* data = region_.data() + *offset;
-  return c10::DataPtr(data, new Block{this, *offset}, &RegisteredAllocator::Free,
-                      c10::Device(c10::DeviceType::CPU));
+  return c10::DataPtr(data, new Block{this, *offset}, &RegisteredAllocator::Free, device_);
 }
 
 c10::DataPtr RegisteredAllocator::AllocateOrFallBack(size_t bytes) const {

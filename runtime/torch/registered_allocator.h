@@ -41,9 +41,13 @@ class RegisteredAllocator final : public c10::Allocator {
   // someone else registered and keeps alive (a collective's data region, so
   // its tensors are reduced in place). region() is then a view without a
   // registration of its own: post transfers from `parent`.
-  // kOutOfRange when the range does not fit in `parent`.
+  // kOutOfRange when the range does not fit in `parent`. `device`: where
+  // the region's memory is, as the blocks' DataPtrs say (a device region's
+  // blocks are for Allocate() and Holds() only: the c10::Allocator
+  // interface, Empty() and MoveIn() make CPU tensors).
   static absl::StatusOr<std::unique_ptr<RegisteredAllocator>> Over(
-      const rdma::MemoryRegion& parent, size_t offset, size_t bytes);
+      const rdma::MemoryRegion& parent, size_t offset, size_t bytes,
+      c10::Device device = c10::Device(c10::DeviceType::CPU));
 
   // c10::Allocator. When the region is full, falls back to ordinary memory
   // (counted in fallbacks(); such tensors are staged by the executor).
@@ -79,6 +83,10 @@ class RegisteredAllocator final : public c10::Allocator {
   absl::Status MoveIn(const at::Tensor& tensor) const;
   // Whether `tensor`'s memory is a block of this allocator.
   bool Holds(const at::Tensor& tensor) const;
+  // Whether `data` is a block of any RegisteredAllocator.
+  static bool IsBlock(const c10::DataPtr& data) {
+    return data.get_deleter() == &RegisteredAllocator::Free;
+  }
 
   const rdma::MemoryRegion& region() const { return region_; }
   size_t used() const;
@@ -87,10 +95,11 @@ class RegisteredAllocator final : public c10::Allocator {
  private:
   // A block of the region, else ordinary memory (counted).
   c10::DataPtr AllocateOrFallBack(size_t bytes) const;
-  explicit RegisteredAllocator(rdma::MemoryRegion region);
+  RegisteredAllocator(rdma::MemoryRegion region, c10::Device device);
   static void Free(void* context);
 
   rdma::MemoryRegion region_;
+  const c10::Device device_;
   mutable absl::Mutex mu_;
   mutable PoolAllocator pool_ ABSL_GUARDED_BY(mu_);
   mutable std::atomic<int64_t> fallbacks_{0};

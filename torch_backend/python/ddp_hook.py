@@ -13,7 +13,9 @@ first step and rebuilds them after it, so the buffers that come back step
 after step are the ones moved, from the third step on. From then on the
 backend reduces them where they lie instead of copying them through its
 staging area. The parameters' gradients (views of the bucket with
-gradient_as_bucket_view=True) move along with it.
+gradient_as_bucket_view=True) move along with it. CUDA buckets move into
+the group's device pool instead (RDMAFLOW_DEVICE_POOL_MB), where their
+all-reduces run in place on the device.
 
 Run by the module when it is imported (it sees register_repeated and
 _backend_of); this file is not imported on its own.

@@ -19,3 +19,16 @@ for r in runs.values():
 assert runs[("transformer", "gloo")]["max_param_diff"] < 1e-5, runs
 print("gpu_ddp_bench: both backends trained the same parameters; FSDP2 ran")
 PY
+# --hook: rdmaflow's DDP through rdmaflow_torch.allreduce_hook (on CPU its
+# buckets move into registered host memory), the same parameters as Gloo's.
+hooked="${TEST_TMPDIR:?}/ddp_hook.json"
+timeout -k 10 240 "$RDMAFLOW_PYTHON" tools/gpu_ddp_bench.py --device cpu --small \
+  --models transformer --steps 3 --warmup 2 --hook --json "$hooked"
+"$RDMAFLOW_PYTHON" - "$hooked" <<'PY'
+import json, sys
+runs = {(r["model"], r["backend"]): r for r in json.load(open(sys.argv[1]))["runs"]}
+ours = runs[("transformer", "rdmaflow")]
+assert ours["moved_to_registered"] > 0, ours
+assert runs[("transformer", "gloo")]["max_param_diff"] < 1e-5, runs
+print("gpu_ddp_bench --hook: buckets moved, the same parameters as Gloo's")
+PY

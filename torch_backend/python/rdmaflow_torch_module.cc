@@ -193,6 +193,8 @@ py::dict Stats(const py::object& handle) {
   out["device_calls"] = stats.device_calls;
   out["device_staged_bytes"] = stats.device_staged_bytes;
   out["device_broadcasts"] = stats.device_broadcasts;
+  out["moved_to_device_pool"] = stats.moved_to_device_pool;
+  out["device_pool_allreduces"] = stats.device_pool_allreduces;
   out["device_queued_us"] = stats.device_queued_us;
   out["device_wait_us"] = stats.device_wait_us;
   out["device_run_us"] = stats.device_run_us;
