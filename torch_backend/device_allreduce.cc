@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "c10/core/Allocator.h"
 #include "common/status_macros.h"
 #include "rdma/builtin_transports.h"
 
@@ -215,16 +214,18 @@ absl::Status DeviceAllReduce::MoveIn(const at::Tensor& tensor, absl::Time deadli
         "the tensor already lies in another registered region (another process group's "
         "pool); copy it into a tensor of its own first");
   }
-  // On a GPU only torch's CUDA allocator's memory: whoever else owns it
-  // (from_blob, another allocator) would free it under us. The fake
-  // device's tensors are from_blob views of its memory by design.
+  // On a GPU only memory the storage's own allocator (torch's CUDA
+  // allocator) gave it, which the old DataPtr gives back as it goes:
+  // memory someone else owns (from_blob, DLPack) would be freed under
+  // them. The fake device's tensors are from_blob views of its memory by
+  // design.
   if (!device_.fake()) {
-    const c10::Allocator* cuda = c10::GetAllocator(tensor.device().type());
-    if (cuda == nullptr || storage->data_ptr().get_deleter() != cuda->raw_deleter() ||
-        cuda->raw_deleter() == nullptr) {
+    const c10::Allocator* own = storage->allocator();
+    if (own == nullptr || own->raw_deleter() == nullptr ||
+        storage->data_ptr().get_deleter() != own->raw_deleter()) {
       return absl::FailedPreconditionError(
           "the tensor's memory was not allocated by torch's CUDA allocator (from_blob, "
-          "DLPack or another allocator own it), so it cannot be moved; copy it into a "
+          "DLPack or another owner hold it), so it cannot be moved; copy it into a "
           "tensor of its own first");
     }
   }
