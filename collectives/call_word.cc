@@ -18,9 +18,9 @@ std::string Describe(uint64_t offset, uint64_t count, uint64_t word) {
   }
   const uint64_t root = word >> 32, kind = (word >> 24) & 0xff;
   const uint64_t variant = (word >> 16) & 0xff, type = (word >> 8) & 0xff, op = word & 0xff;
-  if (kind == kBroadcast && (word & 0xffffff) == 0) {
+  if (kind == kBroadcast && (word & 0xffff) == 0) {
     return absl::StrCat("Broadcast(offset ", offset, ", ", count, " bytes, root position ",
-                        root, ")");
+                        root, variant != 0 ? absl::StrCat(", variant ", variant) : "", ")");
   }
   const bool known = (kind == kAllReduce ? root == 0 : kind == kReduce) &&
                      type <= static_cast<uint64_t>(DataType::kInt64) &&

@@ -8,7 +8,8 @@
 //
 //   root << 32 | kind << 24 | variant << 16 | DataType << 8 | ReduceOp
 //
-// A broadcast's type, operator and variant are 0 (its count is in bytes).
+// A broadcast's type and operator are 0 (its count is in bytes); its
+// variant is the caller's (the c10d backend marks a tensor's last piece).
 #ifndef RDMAFLOW_COLLECTIVES_CALL_WORD_H_
 #define RDMAFLOW_COLLECTIVES_CALL_WORD_H_
 

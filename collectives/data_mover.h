@@ -87,7 +87,7 @@ class DataMover {
 
 // Polls `reached` until it holds (common/poll_until.h: at once a few
 // times, a device's short kernels end within microseconds, then naps of
-// 2 us doubling to 50 us with the timer slack narrowed). kDeadlineExceeded
+// 2 us doubling to 20 us with the timer slack narrowed). kDeadlineExceeded
 // saying `what` did not finish once `deadline` passes; `reached`'s own
 // error.
 absl::Status PollUntil(absl::FunctionRef<absl::StatusOr<bool>()> reached, absl::Time deadline,

@@ -26,7 +26,7 @@
 namespace rdmaflow {
 
 struct PollOptions {
-  // Polls back to back before the first nap.
+  // Polls back to back before the first nap (which follows one more).
   int eager_polls = 32;
   // Naps double from the first to the longest.
   absl::Duration first_nap = absl::Microseconds(2);

@@ -99,7 +99,7 @@ class Event {
   // Waits until Done() or `deadline`: kDeadlineExceeded naming `what` (the
   // operation waited for) when it passes; the stream's error if it failed.
   // Polls Done() (common/poll_until.h: back to back a few times, then naps
-  // of 2 us doubling to 50 us with the thread's timer slack narrowed, so
+  // of 2 us doubling to 20 us with the thread's timer slack narrowed, so
   // that the wait ends within a few microseconds of the device's).
   absl::Status WaitUntil(absl::Time deadline, const std::string& what);
 };

@@ -299,6 +299,28 @@ absl::Status OtherCollectives(Rank& r) {
                           absl::StrCat("int64 broadcast from ", root, ": ", staged,
                                        " bytes staged, ", on_device, " on the device")));
   }
+  // Ranks whose broadcasts differ in size (rank 0's past the 1 MiB staging
+  // part, two pieces; the others' one) all fail at once, naming the call,
+  // and the group goes on. With direct access off it would be the ring's
+  // mismatch, after which the ring is unusable: not tried there.
+  if (!DirectOff()) {
+    const int64_t n = r.rank == 0 ? 393216 : 262144;  // 1.5 MiB and 1 MiB of float32
+    ASSIGN_OR_RETURN(at::Tensor tensor, r.Upload(Values(r.rank, n, at::kFloat, 2)));
+    std::vector<at::Tensor> tensors = {tensor};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = 0;
+    absl::Status status = Wait(r.pg->broadcast(tensors, opts));
+    // Each side named as the broadcast it is, the last piece's mark too.
+    RETURN_IF_ERROR(Check(!status.ok() && absl::StrContains(status.message(), "Broadcast(") &&
+                              absl::StrContains(status.message(), "variant 2") &&
+                              !absl::StrContains(status.message(), "unknown call"),
+                          absl::StrCat("broadcasts of different sizes: ", status.ToString())));
+    ASSIGN_OR_RETURN(at::Tensor again, r.Upload(Values(r.rank, 4099, at::kFloat, 2)));
+    std::vector<at::Tensor> agains = {again};
+    RETURN_IF_ERROR(Wait(r.pg->broadcast(agains, opts)));
+    RETURN_IF_ERROR(r.Expect(again, Values(0, 4099, at::kFloat, 2),
+                             "a broadcast after broadcasts of different sizes"));
+  }
   // all-gather into device outputs, and into host outputs.
   for (bool device_outputs : {true, false}) {
     ASSIGN_OR_RETURN(at::Tensor input, r.Upload(Values(r.rank, n, at::kDouble)));
@@ -532,12 +554,9 @@ absl::Status DevicePool(Rank& r) {
       RETURN_IF_ERROR(r.Expect(view, expected.narrow(0, 7, 100),
                                absl::StrCat("a view of a ", n, "-element bucket")));
       const int64_t in_pool = after.device_pool_allreduces - before.device_pool_allreduces;
-      RETURN_IF_ERROR(Check(in_pool == (move ? 1 : 0) &&
-                                after.device_staged_bytes == before.device_staged_bytes,
+      RETURN_IF_ERROR(Check(in_pool == (move ? 1 : 0),
                             absl::StrCat("a ", n, "-element bucket's all-reduce ", round, ": ",
-                                         in_pool, " in the pool, ",
-                                         after.device_staged_bytes - before.device_staged_bytes,
-                                         " bytes staged")));
+                                         in_pool, " in the pool")));
     }
   }
   // A bucket larger than the pool (2 MiB) stays where it is: refused and

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rdma/builtin_transports.h"
+#include "torch_backend/tensor_types.h"
 
 namespace rdmaflow::torch_backend {
 
@@ -87,12 +88,12 @@ absl::Status DeviceAllReduce::AllReduce(void* data, size_t count, collectives::D
   // In the pool: each piece reduced where it lies (the peers' pieces are
   // the same whether theirs lie in the pool or not).
   if (const std::optional<size_t> at = PoolOffset(data, count * element)) {
-    ++pool_allreduces_;
     for (size_t first = 0; first < count; first += per_piece) {
       const size_t n = std::min(per_piece, count - first);
       RETURN_IF_ERROR(group_->AllReduce(*at + first * element, n, type, op,
                                         first + n >= count ? kLastPiece : uint8_t{0}));
     }
+    ++pool_allreduces_;
     return absl::OkStatus();
   }
   for (size_t first = 0; first < count; first += per_piece) {
@@ -229,6 +230,15 @@ absl::Status DeviceAllReduce::MoveIn(const at::Tensor& tensor, absl::Time deadli
           "tensor of its own first");
     }
   }
+  // Only what the device sums: anything else would take pool space and
+  // still be all-reduced through host memory.
+  absl::StatusOr<collectives::DataType> type = ReducibleType(tensor.scalar_type());
+  if (!type.ok() || !Takes(*type, collectives::ReduceOp::kSum)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ", c10::toString(tensor.scalar_type()),
+        " tensor is not moved into the device pool: the device all-reduces float32, "
+        "float16 and bfloat16 only"));
+  }
   if (bytes == 0) return absl::OkStatus();
   absl::StatusOr<c10::DataPtr> allocated = pool_->Allocate(bytes);
   if (!allocated.ok()) {
@@ -237,8 +247,13 @@ absl::Status DeviceAllReduce::MoveIn(const at::Tensor& tensor, absl::Time deadli
                                      "; RDMAFLOW_DEVICE_POOL_MB sets its size"));
   }
   c10::DataPtr block = *std::move(allocated);
-  RETURN_IF_ERROR(device_.Copy(block.get(), storage->data(), bytes, deadline,
-                               "copying a tensor into the device pool"));
+  absl::Status copied = device_.Copy(block.get(), storage->data(), bytes, deadline,
+                                     "copying a tensor into the device pool");
+  if (absl::IsDeadlineExceeded(copied)) {
+    // The copy may still land: the block is never given to another tensor.
+    new c10::DataPtr(std::move(block));
+  }
+  RETURN_IF_ERROR(copied);
   // The old memory goes back to torch's allocator as `old` goes: nothing
   // of ours reads it any more (the copy is done).
   c10::DataPtr old = storage->set_data_ptr(std::move(block));

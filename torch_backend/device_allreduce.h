@@ -98,7 +98,8 @@ class DeviceAllReduce {
   // CUDA allocator. Every tensor sharing the storage (DDP's gradient views)
   // follows. OK at once when it lies there already. Refused, the tensor
   // untouched: kInvalidArgument for a tensor that is not a contiguous
-  // device tensor of the group's device and the whole of its storage;
+  // device tensor of the group's device and the whole of its storage, or
+  // of a dtype the device does not sum (it would be staged anyway);
   // kFailedPrecondition for memory that is not torch's CUDA allocator's
   // (another pool, from_blob) or no pool; kResourceExhausted when the pool
   // cannot hold it; the copy's errors.
@@ -107,7 +108,8 @@ class DeviceAllReduce {
   bool InPool(const at::Tensor& tensor) const;
   // Bytes of the pool in use (0 without one).
   size_t pool_used() const;
-  // AllReduce() calls that reduced their tensor in the pool, in place.
+  // AllReduce() calls that reduced their tensor in the pool, in place, and
+  // succeeded.
   int64_t pool_allreduces() const { return pool_allreduces_; }
 
   // Gives up this rank's next call for `why` (returned), an error before

@@ -948,6 +948,25 @@ absl::StatusOr<at::Tensor> ProcessGroupRdmaflow::AllocateRegistered(
   return engine_->AllocateRegistered(shape, dtype);
 }
 
+namespace {
+
+// A device tensor into the device pool, after the caller's stream got to
+// the move (`stage`). A move that fails for another reason than "not now"
+// (kUnavailable) is a refusal: the bucket stays where it is and is staged,
+// as one the pool cannot hold.
+absl::Status MoveOnDevice(Engine& engine, DeviceStage& stage, const at::Tensor& tensor) {
+  absl::Status status = stage.CopyIn(absl::Now() + engine.options().timeout);
+  if (status.ok()) status = engine.MoveToDevicePool(tensor);
+  if (status.ok() || absl::IsUnavailable(status) || absl::IsResourceExhausted(status) ||
+      absl::IsInvalidArgument(status) || absl::IsFailedPrecondition(status)) {
+    return status;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("moving a device tensor into the device pool failed: ", status.ToString()));
+}
+
+}  // namespace
+
 absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
   if (engine_ == nullptr) return ShutDownError();
   if (engine_->IsRegistered(tensor)) return absl::OkStatus();
@@ -959,12 +978,14 @@ absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
         "collectives");
   }
   // A device tensor goes into the device pool once the caller's stream is
-  // done with it (the stage waits for that); the others into host memory.
+  // done with it (the stage marks where that stream is, and the move waits
+  // for it itself: a wait that fails is this move's failure, not the
+  // group's); the others into host memory.
   at::Tensor moved = tensor;
   std::shared_ptr<DeviceStage> stage;
   RETURN_IF_ERROR(StageCall(stage, {{&moved, Direction::kOnDevice}}));
   const bool on_device = stage->on_device();
-  if (!on_device) stage = nullptr;
+  if (on_device) RETURN_IF_ERROR(stage->MarkCaller());
   // Who moves: the engine between operations (1), or nobody because the
   // caller gave up waiting first (2).
   struct Move {
@@ -974,15 +995,14 @@ absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
   auto move = std::make_shared<Move>();
   c10::intrusive_ptr<c10d::Work> work = Enqueue(
       c10d::OpType::UNKNOWN, {}, /*caller_waits=*/false,
-      [tensor, move, on_device](Engine& engine, const auto&) {
+      [tensor, move, on_device, stage](Engine& engine, const auto&) {
         int pending = 0;
         if (move->claim.compare_exchange_strong(pending, 1)) {
-          move->status = on_device ? engine.MoveToDevicePool(tensor)
+          move->status = on_device ? MoveOnDevice(engine, *stage, tensor)
                                    : engine.MoveToRegistered(tensor);
         }
         return absl::OkStatus();
-      },
-      stage);
+      });
   const absl::Duration timeout = engine_->options().timeout;
   bool timed_out = false;
   try {
