@@ -199,22 +199,9 @@ absl::Status DeviceAllReduce::MoveIn(const at::Tensor& tensor, absl::Time deadli
         "only a device tensor of the group's device, with storage, can be moved into its "
         "device pool");
   }
+  RETURN_IF_ERROR(runtime::torch::RegisteredAllocator::CheckMovable(tensor, "the device pool"));
   c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
   const size_t bytes = storage->nbytes();
-  const size_t tensor_bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
-  if (!tensor.is_contiguous() || tensor.storage_offset() != 0 || tensor_bytes != bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "only a contiguous device tensor that is the whole of its storage can be moved "
-        "into the device pool (this one: ", tensor_bytes, " bytes from element ",
-        tensor.storage_offset(), " of a ", bytes, "-byte storage",
-        tensor.is_contiguous() ? "" : ", not contiguous",
-        "); moving a view would move the tensors it shares memory with"));
-  }
-  if (runtime::torch::RegisteredAllocator::IsBlock(storage->data_ptr())) {
-    return absl::FailedPreconditionError(
-        "the tensor already lies in another registered region (another process group's "
-        "pool); copy it into a tensor of its own first");
-  }
   // On a GPU only memory the storage's own allocator (torch's CUDA
   // allocator) gave it, which the old DataPtr gives back as it goes:
   // memory someone else owns (from_blob, DLPack) would be freed under

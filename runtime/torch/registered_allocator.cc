@@ -92,22 +92,9 @@ absl::Status RegisteredAllocator::MoveIn(const at::Tensor& tensor) const {
     return absl::InvalidArgumentError(
         "only a CPU tensor with storage can be moved into registered memory");
   }
+  RETURN_IF_ERROR(CheckMovable(tensor, "registered memory"));
   c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
   const size_t bytes = storage->nbytes();
-  const size_t tensor_bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
-  if (!tensor.is_contiguous() || tensor.storage_offset() != 0 || tensor_bytes != bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "only a contiguous tensor that is the whole of its storage can be moved into "
-        "registered memory (this one: ", tensor_bytes, " bytes from element ",
-        tensor.storage_offset(), " of a ", bytes, "-byte storage", 
-        tensor.is_contiguous() ? "" : ", not contiguous",
-        "); moving a view would move the tensors it shares memory with"));
-  }
-  if (storage->data_ptr().get_deleter() == &RegisteredAllocator::Free) {
-    return absl::FailedPreconditionError(
-        "the tensor already lies in another registered region (another process "
-        "group's pool); copy it into a tensor of its own first");
-  }
   const c10::DeleterFnPtr cpu = c10::GetCPUAllocator()->raw_deleter();
   const c10::DeleterFnPtr default_cpu = c10::GetDefaultCPUAllocator()->raw_deleter();
   const c10::DeleterFnPtr deleter = storage->data_ptr().get_deleter();
@@ -122,6 +109,25 @@ absl::Status RegisteredAllocator::MoveIn(const at::Tensor& tensor) const {
   std::memcpy(block.get(), storage->data(), bytes);
   // The old DataPtr is freed as it goes out of scope.
   c10::DataPtr old = storage->set_data_ptr(std::move(block));
+  return absl::OkStatus();
+}
+
+absl::Status RegisteredAllocator::CheckMovable(const at::Tensor& tensor, const char* into) {
+  const c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  const size_t bytes = storage->nbytes();
+  const size_t tensor_bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
+  if (!tensor.is_contiguous() || tensor.storage_offset() != 0 || tensor_bytes != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "only a contiguous tensor that is the whole of its storage can be moved into ", into,
+        " (this one: ", tensor_bytes, " bytes from element ", tensor.storage_offset(), " of a ",
+        bytes, "-byte storage", tensor.is_contiguous() ? "" : ", not contiguous",
+        "); moving a view would move the tensors it shares memory with"));
+  }
+  if (storage->data_ptr().get_deleter() == &RegisteredAllocator::Free) {
+    return absl::FailedPreconditionError(
+        "the tensor already lies in another registered region (another process "
+        "group's pool); copy it into a tensor of its own first");
+  }
   return absl::OkStatus();
 }
 

@@ -83,10 +83,12 @@ class RegisteredAllocator final : public c10::Allocator {
   absl::Status MoveIn(const at::Tensor& tensor) const;
   // Whether `tensor`'s memory is a block of this allocator.
   bool Holds(const at::Tensor& tensor) const;
-  // Whether `data` is a block of any RegisteredAllocator.
-  static bool IsBlock(const c10::DataPtr& data) {
-    return data.get_deleter() == &RegisteredAllocator::Free;
-  }
+  // MoveIn's refusals that do not depend on where the memory is, for the
+  // device pool's move too (`into` names the destination in the message):
+  // kInvalidArgument unless `tensor` (which has a storage) is contiguous
+  // and the whole of its storage; kFailedPrecondition when its storage is
+  // already a block of a RegisteredAllocator.
+  static absl::Status CheckMovable(const at::Tensor& tensor, const char* into);
 
   const rdma::MemoryRegion& region() const { return region_; }
   size_t used() const;
