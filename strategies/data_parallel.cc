@@ -9,11 +9,24 @@
 #include "ATen/ops/zeros.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "device/fake/fake_device.h"
+#include "rdma/device/device_transport.h"
 
 namespace rdmaflow::strategies {
 namespace {
 
 constexpr size_t kAlignment = 64;
+
+// Where the tensors of a group's parameters lie: the host, or the memory
+// of `device`'s runtime (the fake device's is host memory: CPU tensors).
+c10::Device TensorDeviceOf(rdma::device_path::DeviceTransport* device) {
+  if (device == nullptr ||
+      dynamic_cast<const device::FakeDevice*>(&device->runtime()) != nullptr) {
+    return c10::Device(c10::DeviceType::CPU);
+  }
+  return c10::Device(c10::DeviceType::CUDA,
+                     static_cast<c10::DeviceIndex>(device->runtime().device()));
+}
 
 }  // namespace
 
@@ -21,12 +34,23 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
     onesided::PeerLinks& links, const std::vector<int>& members,
     std::vector<Parameter> parameters, const DataParallelOptions& options) {
   std::unique_ptr<DataParallelGroup> group(new DataParallelGroup());
+  const c10::Device where = TensorDeviceOf(options.device);
+  if (options.device != nullptr && !options.codec.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data-parallel group '", options.name, "': codec '", options.codec,
+        "' encodes on the host; device parameters take none (drop --codec, or train on the "
+        "CPU)"));
+  }
   std::vector<size_t> bytes;
   for (const Parameter& p : parameters) {
-    if (p.tensor.scalar_type() != at::kFloat || !p.tensor.is_cpu()) {
+    if (p.tensor.scalar_type() != at::kFloat || p.tensor.device() != where) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data-parallel group '", options.name, "': parameter '", p.name,
-          "' must be a float32 CPU tensor"));
+          "data-parallel group '", options.name, "': parameter '", p.name, "' is a ",
+          c10::toString(p.tensor.scalar_type()), " tensor on ", p.tensor.device().str(),
+          "; the group takes float32 tensors on ", where.str(),
+          options.device != nullptr ? absl::StrCat(" (its device, ",
+                                                   options.device->runtime().name(), ")")
+                                    : std::string()));
     }
     bytes.push_back(static_cast<size_t>(p.tensor.numel()) * sizeof(float));
   }
@@ -45,10 +69,13 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
   all_reduce.ring.timeout = options.timeout;
   all_reduce.ring.loop = &links.loop();
   all_reduce.direct = options.direct;
+  all_reduce.device = options.device;
   const int64_t elements = group->layout_.total_bytes / sizeof(float);
+  const at::TensorOptions flat = at::TensorOptions().dtype(at::kFloat).device(where);
   if (options.codec.empty()) {
     ASSIGN_OR_RETURN(group->ring_, collectives::AllReduceGroup::Create(links, members, all_reduce));
-    group->flat_grads_ = at::from_blob(group->ring_->data(), {elements}, at::kFloat);
+    group->on_device_ = group->ring_->on_device();
+    group->flat_grads_ = at::from_blob(group->ring_->data(), {elements}, flat);
   } else {
     compression::CompressedAllReduceOptions compressed;
     compressed.name = options.name;
@@ -66,9 +93,9 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
     group->compressed_ = std::move(made).value();
     group->flat_grads_ = at::zeros({elements}, at::kFloat);
   }
-  group->flat_params_ = at::zeros({elements}, at::kFloat);
+  group->flat_params_ = at::zeros({elements}, flat);
   group->flat_grads_.zero_();
-  group->momentum_ = at::zeros({elements}, at::kFloat);
+  group->momentum_ = at::zeros({elements}, flat);
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < group->parameters_.size(); ++i) {
     at::Tensor& p = group->parameters_[i].tensor;
@@ -86,7 +113,14 @@ DataParallelGroup::~DataParallelGroup() {
 }
 
 void DataParallelGroup::ZeroGradients() {
-  if (flat_grads_.defined()) std::memset(flat_grads_.data_ptr(), 0, layout_.total_bytes);
+  if (!flat_grads_.defined()) return;
+  if (on_device_) {
+    // Device memory: a kernel on the caller's stream, ahead of backward.
+    at::NoGradGuard no_grad;
+    flat_grads_.zero_();
+    return;
+  }
+  std::memset(flat_grads_.data_ptr(), 0, layout_.total_bytes);
 }
 
 absl::Status DataParallelGroup::AllReduceGradients(double scale, double momentum) {

@@ -17,6 +17,15 @@
 // With a codec (DataParallelOptions::codec) backward writes into a plain
 // flat tensor instead, and the codec encodes from it into the exchange's
 // registered scratch (compression/compressed_allreduce.h).
+//
+// On a device (DataParallelOptions::device): the parameters are that
+// device's tensors, the region is device memory (the all-reduce reduces
+// it on the device: collectives/allreduce_group.h), and the flat
+// parameters, gradients and momentum are device tensors, so nothing of the
+// model crosses to the host. The caller's device work that wrote the
+// gradients must be complete when they are reduced (rdmaflow_train's
+// device model synchronizes at the end of backward); the group's own work
+// is complete when its calls return.
 #ifndef RDMAFLOW_STRATEGIES_DATA_PARALLEL_H_
 #define RDMAFLOW_STRATEGIES_DATA_PARALLEL_H_
 
@@ -53,16 +62,23 @@ struct DataParallelOptions {
   // all-reduce, whole, once a step.
   std::string codec;
   uint64_t seed = 0;  // the codec's shared seed
+  // Device parameters: the DeviceTransport the group's links run on (the
+  // same object), whose runtime's memory the parameters lie in: CUDA
+  // tensors of its device, or CPU tensors on the fake device. No codec
+  // then. Null: host parameters.
+  rdma::device_path::DeviceTransport* device = nullptr;
 };
 
 // Thread-compatible: the thread that drives the transport.
 class DataParallelGroup {
  public:
   // Collective over `members` (global ranks, the same list everywhere),
-  // all holding the same `parameters` (float32, CPU). With no parameters
-  // the group does nothing. Its all-reduce runs on `links` (the
-  // transport's, shared with the strategy's other protocols; they must
-  // outlive the group). Errors: AllReduceGroup::Create's.
+  // all holding the same `parameters` (float32; CPU, or options.device's
+  // tensors). With no parameters the group does nothing. Its all-reduce
+  // runs on `links` (the transport's, shared with the strategy's other
+  // protocols; they must outlive the group). kInvalidArgument for a
+  // parameter of another type or device, or a codec on a device;
+  // AllReduceGroup::Create's errors.
   static absl::StatusOr<std::unique_ptr<DataParallelGroup>> Create(
       onesided::PeerLinks& links, const std::vector<int>& members,
       std::vector<Parameter> parameters, const DataParallelOptions& options);
@@ -85,6 +101,8 @@ class DataParallelGroup {
   // the members (collective: every member reduces the same buckets in the
   // same order), and the final scaling.
   bool reduces_in_buckets() const { return ring_ != nullptr; }
+  // Whether the parameters and gradients live on a device (options.device).
+  bool on_device() const { return on_device_; }
   const collectives::Bucket& bucket(size_t b) const { return buckets_[b]; }
   absl::Status AllReduceBucket(size_t b);
   void ScaleGradients(double scale);
@@ -113,6 +131,7 @@ class DataParallelGroup {
   at::Tensor flat_params_;
   at::Tensor flat_grads_;
   at::Tensor momentum_;
+  bool on_device_ = false;
 };
 
 }  // namespace rdmaflow::strategies

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "rdma/device/device_transport.h"
 #include "strategies/exception_text.h"
 
 namespace rdmaflow::strategies {
@@ -36,6 +37,17 @@ absl::StatusOr<graph::GraphDef> Strategy::Prepare(const StrategyContext& context
   if (context.transport == nullptr || context.store == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         name(), " needs a transport and a store (StrategyContext::transport, ::store)"));
+  }
+  if (context.device != nullptr) {
+    if (!takes_device_parameters()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name(), " exchanges host parameters only: pass StrategyContext::device null (the "
+          "harness stages a device model's parameters through host memory for it)"));
+    }
+    if (static_cast<rdma::Transport*>(context.device) != context.transport) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name(), ": StrategyContext::device must be the context's transport itself"));
+    }
   }
   if (context.world_size < 1 || context.rank < 0 || context.rank >= context.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": rank ", context.rank,

@@ -49,6 +49,10 @@
 #include "runtime/counters.h"
 #include "strategies/step_timeline.h"
 
+namespace rdmaflow::rdma::device_path {
+class DeviceTransport;
+}  // namespace rdmaflow::rdma::device_path
+
 namespace rdmaflow::strategies {
 
 // What every strategy is configured with; `params` holds the strategy's own
@@ -116,9 +120,16 @@ struct StrategyContext {
   // This rank died and was started again: it joins the others where they
   // are (only where supports_rejoin()).
   bool rejoining = false;
+  // Where the trainer runs the model on a device and the strategy
+  // takes_device_parameters(): `transport` itself, a DeviceTransport whose
+  // runtime holds the parameters (they are that device's tensors: CUDA, or
+  // CPU on the fake device), so the strategy exchanges them in device
+  // regions. Null: host parameters.
+  rdma::device_path::DeviceTransport* device = nullptr;
 };
 
-// A model parameter (float32, CPU, contiguous); its name is unique.
+// A model parameter (float32, contiguous; CPU, or the device of
+// StrategyContext::device); its name is unique.
 struct Parameter {
   std::string name;
   at::Tensor tensor;
@@ -211,6 +222,11 @@ class Strategy {
   // True when a rank that died can be started again and rejoin the running
   // job (StrategyContext::rejoining): moshpit.
   virtual bool supports_rejoin() const { return false; }
+  // True where the strategy exchanges parameters that live on a device
+  // (StrategyContext::device): the harness then hands it the device
+  // model's own parameters, with nothing staged through host memory
+  // (allreduce). The others take host parameters.
+  virtual bool takes_device_parameters() const { return false; }
   // After Prepare(): how many ranks compute, and which of them this is
   // (-1 if it does not compute); the harness shards the data by these.
   virtual int workers() const = 0;

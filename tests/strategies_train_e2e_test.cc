@@ -33,12 +33,20 @@ TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
 // and the parameter server (layer separation has its own in
 // layer_separated_train_e2e_test.cc; train:device_model_test checks the
 // gradients of a strategy that leaves them undefined, as gossip does).
+// allreduce keeps the copy's own parameters in device regions (the fake
+// device's, read across the processes through its IPC) with nothing
+// staged; ps stages them through host memory.
 TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
-  const std::vector<std::pair<std::string, std::string>> runs = {
-      {"allreduce", "--strategy allreduce"},
-      {"ps", "--strategy ps"},
+  struct Run {
+    std::string name;
+    std::string strategy;
+    bool resident;
   };
-  for (const auto& [name, strategy] : runs) {
+  const std::vector<Run> runs = {
+      {"allreduce", "--strategy allreduce", true},
+      {"ps", "--strategy ps", false},
+  };
+  for (const auto& [name, strategy, resident] : runs) {
     const std::string flags =
         absl::StrCat("--local 3 --model lenet5 ", strategy, " --steps 20 --seed 3");
     const testing::TrainRun host = testing::Train(absl::StrCat(name, "_cpu"), flags);
@@ -49,8 +57,14 @@ TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
     EXPECT_NEAR(mirror.summary.test_accuracy(), host.summary.test_accuracy(), 1e-9) << name;
     // Where the device path's steps went; nothing of the kind on the host.
     EXPECT_GT(mirror.summary.device_compute_ms(), 0) << name;
-    EXPECT_GT(mirror.summary.device_in_ms() + mirror.summary.device_out_ms(), 0) << name;
+    EXPECT_EQ(mirror.summary.device_resident(), resident) << name;
+    if (resident) {
+      EXPECT_EQ(mirror.summary.device_out_ms(), 0) << name;  // nothing staged out
+    } else {
+      EXPECT_GT(mirror.summary.device_in_ms() + mirror.summary.device_out_ms(), 0) << name;
+    }
     EXPECT_EQ(host.summary.device_compute_ms(), 0) << name;
+    EXPECT_FALSE(host.summary.device_resident()) << name;
   }
   // A GPU that is not there (here) is named.
   EXPECT_THAT(testing::TrainExpectingFailure(

@@ -108,6 +108,7 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
         "model ", model_.name, " on ", device_.str(),
         ": Compute() after Split() (its hooks would add the gradients twice)"));
   }
+  if (use_ == Use::kResident) return ComputeResident(x, y);
   use_ = Use::kCompute;
   // Compute()'s staging buffers, made at its first call (Split() needs
   // none), page-locked on a GPU: copies between them and the device run
@@ -197,11 +198,58 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
   }
 }
 
+absl::StatusOr<std::vector<strategies::Parameter>> DeviceModel::Resident() {
+  if (use_ != Use::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model ", model_.name, " on ", device_.str(),
+        ": Resident() after Compute(), Split() or Resident() (its parameters are taken)"));
+  }
+  use_ = Use::kResident;
+  return model_.Parameters();
+}
+
+absl::StatusOr<strategies::ComputeResult> DeviceModel::ComputeResident(const at::Tensor& x,
+                                                                       const at::Tensor& y) {
+  try {
+    const absl::Time begin = absl::Now();
+    const at::Tensor dx = x.to(device_);
+    const at::Tensor dy = y.to(device_);
+    const absl::Time in = absl::Now();
+    ASSIGN_OR_RETURN(at::Tensor logits, model_.Forward(dx));
+    at::Tensor loss = at::cross_entropy_loss(logits, dy);
+    loss.backward();
+    // The gradients are complete before the strategy's device work reads
+    // them (its own stream: data_parallel.h).
+    SynchronizeDevice();
+    ++times_.calls;
+    times_.in += in - begin;
+    times_.compute += absl::Now() - in;
+    const double accuracy = logits.argmax(1).eq(dy).to(at::kFloat).mean().item<double>();
+    return strategies::ComputeResult{loss.item<double>(), accuracy, x.size(0)};
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("model ", model_.name, " on ", device_.str(), ": ",
+                                            strategies::ExceptionText(e)));
+  }
+}
+
+absl::Status DeviceModel::CopyToHost() {
+  try {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < host_.size(); ++i) host_[i].copy_(copies_[i]);
+    for (size_t i = 0; i < host_buffers_.size(); ++i) host_buffers_[i].copy_(copy_buffers_[i]);
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("model ", model_.name, ": its values from ",
+                                            device_.str(), " to the host: ",
+                                            strategies::ExceptionText(e)));
+  }
+}
+
 absl::StatusOr<strategies::ModelSplit> DeviceModel::Split() {
   if (use_ != Use::kNone) {
     return absl::FailedPreconditionError(absl::StrCat(
         "model ", model_.name, " on ", device_.str(), ": Split() after ",
-        use_ == Use::kSplit ? "Split()" : "Compute()",
+        use_ == Use::kSplit ? "Split()" : use_ == Use::kResident ? "Resident()" : "Compute()",
         " (the copy's gradients would reach the host twice)"));
   }
   if (!model_.split_status.ok() || !model_.split.features || !model_.split.head) {

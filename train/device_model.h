@@ -10,9 +10,13 @@
 //
 // This is the staged form: every step moves the parameters in and the
 // gradients out (counted in the step's compute time), through page-locked
-// host buffers on a GPU, the gradients all at once. Device slots for the
-// strategies' tensors (docs/device.md, "Device slots in the plan") are
-// issue 44's next step.
+// host buffers on a GPU, the gradients all at once.
+//
+// A strategy that takes device parameters (Strategy::
+// takes_device_parameters: allreduce) gets the copy's own parameters
+// instead (Resident()): it exchanges and updates them on the device, in
+// its device regions, and Compute() stages nothing; CopyToHost() brings
+// the host model up to date for an evaluation.
 //
 // layer_separated runs its model halves itself: Split() gives it features
 // and head that run on the device copy the same way (host tensors in and
@@ -79,6 +83,19 @@ class DeviceModel {
   };
   const Times& times() const { return times_; }
 
+  // The copy's own parameters, named as the host's, for a strategy that
+  // takes device parameters: from now on Compute() runs on them with
+  // nothing staged (the batch in, forward and backward, the device
+  // synchronized: the gradients are in the parameters' .grad(), which the
+  // strategy zeroes), and the host model lags until CopyToHost().
+  // kFailedPrecondition after Compute(), Split() or a first Resident().
+  absl::StatusOr<std::vector<strategies::Parameter>> Resident();
+  // The copy's parameters' and buffers' values into the host model's
+  // (after Resident(): before evaluating it). kInternal naming the model
+  // when the device fails.
+  absl::Status CopyToHost();
+  bool resident() const { return use_ == Use::kResident; }
+
   // The model's features and head on the device, for layer_separated
   // (ModelSplit's contract: host tensors in and out, autograd through
   // both). A part's copy takes the host parameters' values when it first
@@ -107,12 +124,15 @@ class DeviceModel {
   at::Tensor RunPart(const std::function<at::Tensor(const at::Tensor&)>& part_fn, Part& part,
                      const at::Tensor& x);
 
+  // Compute() after Resident(): nothing staged.
+  absl::StatusOr<strategies::ComputeResult> ComputeResident(const at::Tensor& x,
+                                                            const at::Tensor& y);
   // Waits for the device's work so far (nothing to wait for on mirror).
   void SynchronizeDevice() const;
 
   Part features_, head_;
 
-  enum class Use { kNone, kCompute, kSplit };
+  enum class Use { kNone, kCompute, kSplit, kResident };
   Use use_ = Use::kNone;
   Times times_;
 

@@ -4,7 +4,8 @@
 // start undefined (gossip, moshpit) or point at memory of their own (ps,
 // allreduce); the copy's BatchNorm statistics come back to the host; and a
 // GPU that is not there is refused by name; each batch computes with the
-// host's values of its moment. Its split (layer_separated's
+// host's values of its moment. Resident, the copy's own parameters take
+// the gradients and the host takes their values only when copied back. Its split (layer_separated's
 // features and head) back-propagates the same gradients into the host's
 // parameters, also with a batch forwarded ahead, takes the host's values
 // once told they changed, and runs a backward still due when they changed
@@ -102,6 +103,51 @@ TEST(DeviceModelTest, EachBatchTakesTheHostsValuesOfItsMoment) {
     step(host);
   }
   EXPECT_EQ(mirror->times().calls, static_cast<int64_t>(batches.size()));
+}
+
+// A strategy that takes device parameters: Resident() hands it the copy's
+// own parameters (the host's names), Compute() accumulates the batches'
+// gradients into them with the host model untouched, and CopyToHost()
+// brings the host's values up to date; the copy serves one use.
+TEST(DeviceModelTest, ResidentParametersLeaveTheHostUntilCopiedBack) {
+  const std::vector<at::Tensor> reference = Reference("lenet5");
+  ASSERT_OK_AND_ASSIGN(Model host, MakeModel("lenet5", /*seed=*/3));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceModel> mirror,
+                       DeviceModel::Create("mirror", "lenet5", 3, {}, host));
+  ASSERT_OK_AND_ASSIGN(std::vector<strategies::Parameter> copy, mirror->Resident());
+  EXPECT_TRUE(mirror->resident());
+  const std::vector<strategies::Parameter> params = host.Parameters();
+  ASSERT_EQ(copy.size(), params.size());
+  for (size_t i = 0; i < copy.size(); ++i) {
+    EXPECT_EQ(copy[i].name, params[i].name);
+    EXPECT_NE(copy[i].tensor.data_ptr(), params[i].tensor.data_ptr()) << copy[i].name;
+  }
+  for (const auto& [x, y] : Batches()) ASSERT_OK(mirror->Compute(x, y).status());
+  for (size_t i = 0; i < copy.size(); ++i) {
+    EXPECT_FALSE(params[i].tensor.grad().defined()) << params[i].name;
+    ASSERT_TRUE(copy[i].tensor.grad().defined()) << copy[i].name;
+    EXPECT_TRUE(at::allclose(copy[i].tensor.grad(), reference[i], 1e-5, 1e-6)) << copy[i].name;
+  }
+  EXPECT_EQ(mirror->times().calls, 2);
+  // A strategy's update on the device: the host sees it once copied back.
+  {
+    at::NoGradGuard no_grad;
+    for (const strategies::Parameter& p : copy) p.tensor.sub_(p.tensor.grad(), 0.5);
+  }
+  EXPECT_FALSE(at::equal(params[0].tensor, copy[0].tensor));
+  ASSERT_OK(mirror->CopyToHost());
+  for (size_t i = 0; i < copy.size(); ++i) {
+    EXPECT_TRUE(at::equal(params[i].tensor, copy[i].tensor)) << params[i].name;
+  }
+  EXPECT_THAT(mirror->Resident().status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("Resident()")));
+  EXPECT_THAT(mirror->Split().status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("Resident()")));
+  // Staged first, resident never.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceModel> staged,
+                       DeviceModel::Create("mirror", "lenet5", 3, {}, host));
+  ASSERT_OK(staged->Compute(Batches()[0].first, Batches()[0].second).status());
+  EXPECT_THAT(staged->Resident().status(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 // layer_separated's use: features on a batch, the head on a detached

@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "device/runtime_factory.h"
 #include "rdma/builtin_transports.h"
 #include "rdma/rendezvous.h"
 #include "strategies/builtin_strategies.h"
@@ -36,11 +37,11 @@ namespace rdmaflow::train {
 // the data (every workers-th sample, reshuffled each epoch).
 class Worker {
  public:
-  // `on_device`: forward and backward there (--device), else on `model`.
+  // `on_device`: forward and backward there (--device), else on `model`;
+  // it outlives the worker.
   Worker(const TrainConfig& config, Model& model, Dataset train, int index,
-         int workers, std::unique_ptr<DeviceModel> on_device)
-      : config_(config), model_(model), train_(std::move(train)),
-        on_device_(std::move(on_device)) {
+         int workers, DeviceModel* on_device)
+      : config_(config), model_(model), train_(std::move(train)), on_device_(on_device) {
     for (int64_t i = index; i < train_.size(); i += workers) mine_.push_back(i);
     generator_ = at::detail::createCPUGenerator(config.seed * 1000 + index);
   }
@@ -75,8 +76,6 @@ class Worker {
                                      config_.batch_size};
   }
 
-  // The device copy (--device), else null.
-  const DeviceModel* on_device() const { return on_device_.get(); }
 
  private:
   void Shuffle() {
@@ -91,7 +90,7 @@ class Worker {
   const TrainConfig& config_;
   Model& model_;
   Dataset train_;
-  std::unique_ptr<DeviceModel> on_device_;
+  DeviceModel* on_device_;
   std::vector<int64_t> mine_;
   std::vector<int64_t> order_;
   int64_t cursor_ = 0;
@@ -122,6 +121,15 @@ absl::StatusOr<double> Evaluate(Model& model, const Dataset& data, int64_t limit
     correct += logits.argmax(1).eq(data.labels.slice(0, begin, end)).sum().item<int64_t>();
   }
   return static_cast<double>(correct) / n;
+}
+
+// Evaluate() of the rank's model, brought up to date first where its
+// parameters lived on the device.
+absl::StatusOr<double> EvaluateRank(RankState& state, const Dataset& data, int64_t limit) {
+  if (state.compute_device != nullptr && state.compute_device->resident()) {
+    RETURN_IF_ERROR(state.compute_device->CopyToHost());
+  }
+  return Evaluate(state.model, data, limit);
 }
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
@@ -166,7 +174,30 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
   RETURN_IF_ERROR(strategies::RegisterBuiltinStrategies(registry));
   strategies::StrategyOptions options = StrategyOptionsOf(config);
   ASSIGN_OR_RETURN(state->strategy, registry.Create(config.strategy, options));
+  if (config.device != "cpu" && state->strategy->takes_device_parameters()) {
+    // The strategy keeps the device copy's own parameters in device
+    // regions: the transport learns device memory (the fake device's for
+    // mirror, whose tensors are the CPU's), and nothing is staged.
+    ASSIGN_OR_RETURN(state->device_runtime,
+                     device::CreateDeviceRuntime(config.device == "cuda" ? "cuda" : "fake"));
+    absl::StatusOr<std::unique_ptr<rdma::device_path::DeviceTransport>> device_transport =
+        rdma::device_path::DeviceTransport::Create(std::move(state->transport),
+                                                   state->device_runtime.get());
+    if (!device_transport.ok()) {
+      return absl::Status(device_transport.status().code(),
+                          absl::StrCat("--device ", config.device, ": the device transport on ",
+                                       state->device_runtime->name(), ": ",
+                                       device_transport.status().message()));
+    }
+    state->device_transport = device_transport->get();
+    state->transport = *std::move(device_transport);
+    ASSIGN_OR_RETURN(state->compute_device,
+                     DeviceModel::Create(config.device, config.model, config.seed, config.sample,
+                                         state->model));
+    ASSIGN_OR_RETURN(parameters, state->compute_device->Resident());
+  }
   strategies::StrategyContext context{rank, world_size, state->transport.get(), &store};
+  context.device = state->device_transport;
   context.batch_size = config.batch_size;
   context.rejoining = config.rejoining;
   context.split = &state->model.split;
@@ -215,14 +246,14 @@ absl::Status LoadRankData(const TrainConfig& config, RankState& state) {
   if (state.reporter) {
     ASSIGN_OR_RETURN(state.test, LoadSplit(config, "test"));
   }
-  std::unique_ptr<DeviceModel> on_device;
-  if (config.device != "cpu" && strategy.needs_compute_fn()) {
-    ASSIGN_OR_RETURN(on_device, DeviceModel::Create(config.device, config.model, config.seed,
-                                                    config.sample, state.model));
+  if (config.device != "cpu" && strategy.needs_compute_fn() && state.compute_device == nullptr) {
+    ASSIGN_OR_RETURN(state.compute_device,
+                     DeviceModel::Create(config.device, config.model, config.seed, config.sample,
+                                         state.model));
   }
   state.worker = std::make_unique<Worker>(config, state.model, std::move(train),
                                           strategy.worker_index(), strategy.workers(),
-                                          std::move(on_device));
+                                          state.compute_device.get());
   return absl::OkStatus();
 }
 
@@ -333,7 +364,7 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
         (strategy.holds_full_model() || strategy.shares_model())) {
       const absl::Time eval_begin = absl::Now();
       ASSIGN_OR_RETURN(record.test_accuracy,
-                       Evaluate(state.model, state.test, config.eval_samples));
+                       EvaluateRank(state, state.test, config.eval_samples));
       eval_time += absl::Now() - eval_begin;
     }
     record.elapsed_s = absl::ToDoubleSeconds(absl::Now() - start - eval_time);
@@ -354,7 +385,7 @@ absl::StatusOr<LoopTotals> RunStepLoop(const TrainConfig& config, RankState& sta
   if (finished_record.has_value()) {
     if (state.reporter) {
       ASSIGN_OR_RETURN(finished_record->test_accuracy,
-                       Evaluate(state.model, state.test, config.eval_samples));
+                       EvaluateRank(state, state.test, config.eval_samples));
     }
     if (log != nullptr) log->Add(*finished_record);
   }
@@ -425,7 +456,7 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
     summary.plan_transfers += link.slot_size();
   }
   summary.reported = true;
-  ASSIGN_OR_RETURN(summary.test_accuracy, Evaluate(state.model, state.test, 0));
+  ASSIGN_OR_RETURN(summary.test_accuracy, EvaluateRank(state, state.test, 0));
   summary.final_loss = totals.last_loss;
   summary.wall_s = totals.wall_s;
   summary.mean_step_ms = 1000 * totals.wall_s / steps;
@@ -456,8 +487,9 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   summary.mean_comm_ms = Ms(totals.comm_time) / steps;
   summary.mean_wait_ms = Ms(totals.wait_time) / steps;
   summary.mean_overlap_ms = Ms(totals.overlap_time) / steps;
-  if (state.worker != nullptr && state.worker->on_device() != nullptr) {
-    const DeviceModel::Times& device = state.worker->on_device()->times();
+  if (state.worker != nullptr && state.compute_device != nullptr) {
+    summary.device_resident = state.compute_device->resident();
+    const DeviceModel::Times& device = state.compute_device->times();
     const double calls = static_cast<double>(std::max<int64_t>(device.calls, 1));
     summary.device_in_ms = Ms(device.in) / calls;
     summary.device_compute_ms = Ms(device.compute) / calls;

@@ -26,6 +26,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "graph_analyzer/plan.pb.h"
+#include "device/device_runtime.h"
+#include "rdma/device/device_transport.h"
 #include "rdma/store.h"
 #include "rdma/transport.h"
 #include "strategies/strategy.h"
@@ -54,8 +56,17 @@ struct RankState {
 
   int rank = 0;
   int world_size = 0;
+  // With --device and a strategy that takes device parameters: the device
+  // runtime, and `transport` a DeviceTransport over it (device_transport,
+  // the same object), in which the strategy keeps them.
+  std::unique_ptr<device::DeviceRuntime> device_runtime;
   std::unique_ptr<rdma::Transport> transport;
+  rdma::device_path::DeviceTransport* device_transport = nullptr;
   Model model;
+  // With --device on a rank that computes with the ComputeFn: the model's
+  // copy on the device, staged (DeviceModel::Compute) or resident (the
+  // strategy's parameters: DeviceModel::Resident).
+  std::unique_ptr<DeviceModel> compute_device;
   // layer_separated with --device: the model's copy on the device, and
   // the features and head the strategy runs there (the strategy's split).
   std::unique_ptr<DeviceModel> split_device;

@@ -190,6 +190,7 @@ void WriteSummary(const TrainConfig& config, int world_size,
   summary.set_device_in_ms(s.device_in_ms);
   summary.set_device_compute_ms(s.device_compute_ms);
   summary.set_device_out_ms(s.device_out_ms);
+  summary.set_device_resident(s.device_resident);
   summary.set_mean_comm_ms(s.mean_comm_ms);
   summary.set_mean_wait_ms(s.mean_wait_ms);
   summary.set_mean_overlap_ms(s.mean_overlap_ms);

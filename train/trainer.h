@@ -89,6 +89,10 @@ struct TrainSummary {
   double device_in_ms = 0;
   double device_compute_ms = 0;
   double device_out_ms = 0;
+  // With --device: whether the strategy exchanged the device copy's own
+  // parameters in device regions (allreduce: nothing staged, in and out
+  // are the batch's move only), rather than staged host parameters.
+  bool device_resident = false;
   // Bytes every rank put on the wire (written or read), per step.
   double wire_bytes_per_step = 0;
   // The analyzer's plan of the exchange the strategy declared: registered

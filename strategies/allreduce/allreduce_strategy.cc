@@ -112,10 +112,13 @@ absl::StatusOr<graph::GraphDef> AllReduceStrategy::DoPrepare(std::vector<Paramet
 absl::Status AllReduceStrategy::DoStart() {
   std::vector<int> members;
   for (int r = 0; r < context().world_size; ++r) members.push_back(r);
-  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(links(), members, parameters_,
-                                                     group_options_));
-  // A codec sends the fused gradients whole: nothing to pipeline then.
-  if (overlap_ && group_->reduces_in_buckets()) {
+  DataParallelOptions group = group_options_;
+  group.device = context().device;
+  ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(links(), members, parameters_, group));
+  // A codec sends the fused gradients whole: nothing to pipeline then. On
+  // a device, backward's hooks run before its kernels have written the
+  // gradients: the buckets go after backward.
+  if (overlap_ && group_->reduces_in_buckets() && !group_->on_device()) {
     ASSIGN_OR_RETURN(pipeline_, BucketPipeline::Create(*group_, links().loop()));
   }
   return absl::OkStatus();

@@ -14,6 +14,10 @@
 // order (DDP's guess: backward runs the layers last to first).
 // With a codec (StrategyOptions::codec) the fused gradients are sent
 // through it whole, once a step (compression/compressed_allreduce.h).
+// It takes device parameters (StrategyContext::device): the fused
+// gradients, parameters and momentum then stay on the device, reduced
+// there (data_parallel.h), after backward (overlap needs host gradients:
+// backward's hooks fire before the device has written them).
 // A replica slower than the timeout fails its peers' all-reduce with
 // kDeadlineExceeded naming the neighbour the ring waited for; after any
 // failed step the strategy is unusable (Step() returns kFailedPrecondition
@@ -45,6 +49,7 @@ class AllReduceStrategy final : public Strategy {
   std::string name() const override { return "allreduce"; }
   std::string role() const override { return "replica"; }
   bool computes() const override { return true; }
+  bool takes_device_parameters() const override { return true; }
   int workers() const override { return context().world_size; }
   int worker_index() const override { return context().rank; }
   runtime::TransferCounters counters() const override;

@@ -1,7 +1,8 @@
 // The all-reduce strategy with its ranks as threads over loopback: W
 // replicas end with exactly the parameters of one process training on their
-// batches concatenated (SGD with momentum), whatever the bucket size; bad
-// parameters are refused by name.
+// batches concatenated (SGD with momentum), whatever the bucket size, also
+// with device parameters on the fake device; bad parameters are refused by
+// name.
 #include "ATen/Parallel.h"
 #include "ATen/core/grad_mode.h"
 #include "ATen/ops/zeros.h"
@@ -12,8 +13,10 @@
 
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
+#include "device/fake/fake_device.h"
 #include "graph_analyzer/testing/small_traces.h"
 #include "gtest/gtest.h"
+#include "rdma/device/device_transport.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
 
@@ -112,6 +115,93 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(std::get<0>(info.param), "ranks_bucket",
                           std::get<1>(info.param));
     });
+
+// Device parameters (StrategyContext::device): each rank's transport wrapped
+// in a DeviceTransport over a fake device of its own, each on a "host" of
+// its own (the fake device's IPC opens only in another process, as CUDA's:
+// tests/strategies_train_e2e_test runs the same-host device path, as
+// processes). The parameters are the fake device's tensors (CPU tensors
+// over its memory); the gradients lie in the group's device region; the
+// replicas end as one process on the concatenated batches, as on the
+// host; no bucket goes while backward runs (its hooks fire before a
+// device has written the gradients).
+TEST(AllReduceStrategyTest, DeviceParametersTrainAsOneProcessDoes) {
+  at::set_num_threads(1);
+  constexpr int kWorld = 2, kSteps = 4, kBatch = 8;
+  const ToyProblem problem(kWorld, kSteps, kBatch);
+  std::vector<std::vector<at::Tensor>> finals(kWorld);
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreadsOwning(
+      kWorld,
+      [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake,
+                         device::FakeDevice::Create(device::FakeDeviceOptions{}));
+        rdma::device_path::DeviceTransportOptions device_options;
+        device_options.host_identity = absl::StrCat("toy-host-", rank);
+        ASSIGN_OR_RETURN(std::unique_ptr<rdma::device_path::DeviceTransport> transport,
+                         rdma::device_path::DeviceTransport::Create(std::move(host), fake.get(),
+                                                                    device_options));
+        ASSIGN_OR_RETURN(auto strategy,
+                         AllReduceStrategy::Create(Options(kSteps, {{"bucket_bytes", "64"}})));
+        std::vector<Parameter> parameters = problem.MakeParameters();
+        StrategyContext context{rank, kWorld, transport.get(), &store};
+        context.device = transport.get();
+        RETURN_IF_ERROR(strategy->Prepare(context, parameters).status());
+        RETURN_IF_ERROR(strategy->Start());
+        EXPECT_FALSE(strategy->overlaps());
+        for (const Parameter& p : parameters) {
+          ASSIGN_OR_RETURN(const device::PointerInfo grad,
+                           fake->Query(p.tensor.grad().data_ptr()));
+          EXPECT_EQ(grad.kind, device::MemoryKind::kDevice) << p.name;
+        }
+        ComputeFn compute = problem.Compute(parameters, rank);
+        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(compute).status());
+        RETURN_IF_ERROR(strategy->Finish());
+        for (const Parameter& p : parameters) finals[rank].push_back(p.tensor.detach().clone());
+        strategy.reset();  // before the transport and the device it used
+        return absl::OkStatus();
+      });
+  for (const absl::Status& status : statuses) ASSERT_OK(status);
+  const std::vector<at::Tensor> reference = problem.Reference({0, 1}, kSteps, 0.1, 0.9);
+  EXPECT_GT(ToyProblem::MaxDiff(reference, problem.init), 1e-3);  // it trained
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_LT(ToyProblem::MaxDiff(finals[r], reference), 1e-5) << "rank " << r;
+  }
+}
+
+// Device parameters need a strategy that takes them and the context's
+// transport as the device; a codec encodes on the host.
+TEST(AllReduceStrategyTest, DeviceParametersAreRefusedWhereTheyCannotGo) {
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreadsOwning(
+      1, [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake,
+                         device::FakeDevice::Create(device::FakeDeviceOptions{}));
+        rdma::Transport* plain = host.get();
+        ASSIGN_OR_RETURN(std::unique_ptr<rdma::device_path::DeviceTransport> transport,
+                         rdma::device_path::DeviceTransport::Create(std::move(host), fake.get()));
+        std::vector<Parameter> params = {{"w", at::zeros({3})}};
+        StrategyContext context{rank, 1, plain, &store};
+        context.device = transport.get();
+        ASSIGN_OR_RETURN(auto other, AllReduceStrategy::Create(Options(1, {})));
+        EXPECT_THAT(other->Prepare(context, params).status(),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             ::testing::HasSubstr("must be the context's transport")));
+        context.transport = transport.get();
+        StrategyOptions with_codec = Options(1, {});
+        with_codec.codec = "topk:ratio=0.25";
+        ASSIGN_OR_RETURN(auto coded, AllReduceStrategy::Create(with_codec));
+        RETURN_IF_ERROR(coded->Prepare(context, params).status());
+        EXPECT_THAT(coded->Start(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             ::testing::HasSubstr("encodes on the host")));
+        std::vector<Parameter> doubles = {{"d", at::zeros({3}, at::kDouble)}};
+        ASSIGN_OR_RETURN(auto typed, AllReduceStrategy::Create(Options(1, {})));
+        RETURN_IF_ERROR(typed->Prepare(context, doubles).status());
+        EXPECT_THAT(typed->Start(),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             ::testing::HasSubstr("'d' is a Double tensor on cpu")));
+        return absl::OkStatus();
+      });
+  EXPECT_OK(statuses[0]);
+}
 
 // Each codec trains the toy problem to within 0.15 of the loss the dense
 // all-reduce reaches in the same steps (and well below where it started),
