@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/train_runner.h"
@@ -35,7 +36,8 @@ TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
 // gradients of a strategy that leaves them undefined, as gossip does).
 // allreduce keeps the copy's own parameters in device regions (the fake
 // device's, read across the processes through its IPC) with nothing
-// staged; ps stages them through host memory.
+// staged; ps stages them through host memory, as allreduce does with
+// --stage_device_parameters (the ablation).
 TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
   struct Run {
     std::string name;
@@ -44,12 +46,14 @@ TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
   };
   const std::vector<Run> runs = {
       {"allreduce", "--strategy allreduce", true},
+      {"allreduce_staged", "--strategy allreduce --stage_device_parameters", false},
       {"ps", "--strategy ps", false},
   };
   for (const auto& [name, strategy, resident] : runs) {
     const std::string flags =
         absl::StrCat("--local 3 --model lenet5 ", strategy, " --steps 20 --seed 3");
-    const testing::TrainRun host = testing::Train(absl::StrCat(name, "_cpu"), flags);
+    const std::string host_flags = absl::StrReplaceAll(flags, {{" --stage_device_parameters", ""}});
+    const testing::TrainRun host = testing::Train(absl::StrCat(name, "_cpu"), host_flags);
     const testing::TrainRun mirror = testing::Train(absl::StrCat(name, "_mirror"),
                                                     absl::StrCat(flags, " --device mirror"));
     EXPECT_GT(host.summary.final_loss(), 0) << name;
@@ -66,6 +70,11 @@ TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
     EXPECT_EQ(host.summary.device_compute_ms(), 0) << name;
     EXPECT_FALSE(host.summary.device_resident()) << name;
   }
+  EXPECT_THAT(testing::TrainExpectingFailure(
+                  "staged_without_device",
+                  "--local 2 --model lenet5 --strategy allreduce --steps 2 "
+                  "--stage_device_parameters"),
+              ::testing::HasSubstr("--stage_device_parameters needs --device"));
   // A GPU that is not there (here) is named.
   EXPECT_THAT(testing::TrainExpectingFailure(
                   "cuda_without_gpu",

@@ -19,7 +19,8 @@
 # PyTorch: tools/gpu_peers.py) and issue 44's baselines
 # (tools/gpu_train_baselines.py), their JSON under OUT; then the seeds'
 # training runs (rdmaflow_train --device cuda: the parameter server over
-# three communicators, layer separation, gossip and Moshpit against the
+# three communicators, the all-reduce with its parameters on the device
+# and staged, layer separation, gossip and Moshpit against the
 # all-reduce to a fixed accuracy; an untimed run first, and the EuroSys
 # ratios of median and mean steps after the parameter server's); then
 # builds the Python module for that machine's Python (tools/torch_module_for.sh, from the library and
@@ -282,7 +283,7 @@ train_run() {
   rm -f "$json"  # a failed run leaves none for the ratios to read
   run_limited 240 .gpu/bin/rdmaflow_train "$@" --json "$json" >"$log" 2>&1 || status=$?
   if [ "$status" = 0 ]; then
-    add_row "$(printf '%-36s %s' "$name$mps_label" "$(grep -o -E '"((mean|median)_step|device_(in|compute|out))_ms": [0-9.]*' "$json" | tr '\n' ' ')")"
+    add_row "$(printf '%-36s %s' "$name$mps_label" "$(grep -o -E '"((mean|median)_step|device_(in|compute|out))_ms": [0-9.]*|"device_resident": [a-z]*' "$json" | tr '\n' ' ')")"
   else
     tail -5 "$log"
     add_row "$(printf '%-36s %s' "$name$mps_label" "$(outcome "$status")")"
@@ -321,6 +322,16 @@ for key in ("median_step_ms", "mean_step_ms"):
 PY
   ) || true
   while read -r line; do [ -z "$line" ] || add_row "$line$mps_label"; done <<<"$ratios"
+  # The all-reduce with its parameters and gradients on the device against
+  # the same run staged through host memory each step (the ablation).
+  local staging
+  for staging in resident staged; do
+    echo "== rdmaflow_train allreduce vgg --device cuda ($staging)$mps_label"
+    train_run "allreduce vgg cuda $staging" "$out/ar_vgg_$staging.json" "$out/ar_vgg_$staging.log" \
+      --local 3 --model vgg --strategy allreduce --synthetic --device cuda --steps 60 \
+      --progress=false --transport_params tls=shm \
+      $([ "$staging" = staged ] && echo --stage_device_parameters)
+  done
   # Stanza: layer separation against the parameter server above, same model
   # and ranks (2 conv ranks and 1 FC rank, its halves on the GPU), without
   # and with Stanza's pipeline.

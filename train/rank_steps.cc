@@ -174,7 +174,8 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
   RETURN_IF_ERROR(strategies::RegisterBuiltinStrategies(registry));
   strategies::StrategyOptions options = StrategyOptionsOf(config);
   ASSIGN_OR_RETURN(state->strategy, registry.Create(config.strategy, options));
-  if (config.device != "cpu" && state->strategy->takes_device_parameters()) {
+  if (config.device != "cpu" && !config.stage_device_parameters &&
+      state->strategy->takes_device_parameters()) {
     // The strategy keeps the device copy's own parameters in device
     // regions: the transport learns device memory (the fake device's for
     // mirror, whose tensors are the CPU's), and nothing is staged.

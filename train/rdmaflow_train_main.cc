@@ -63,8 +63,12 @@ ABSL_FLAG(std::string, codec, "none",
           "see docs/compression.md");
 ABSL_FLAG(std::string, communicator, "rdma", "rdma | rdma_copy | grpc");
 ABSL_FLAG(std::string, device, "cpu",
-          "where workers compute: cpu | cuda (GPU 0; the strategy exchanges host memory) | "
-          "mirror (the cuda path on a CPU copy, for tests)");
+          "where workers compute: cpu | cuda (GPU 0) | mirror (the cuda path on a CPU copy, "
+          "for tests). allreduce (without --codec) then keeps the parameters and gradients "
+          "on the device; the other strategies exchange host memory, staged each step");
+ABSL_FLAG(bool, stage_device_parameters, false,
+          "with --device: stage the parameters through host memory each step also for a "
+          "strategy that keeps them on the device (allreduce): the ablation");
 ABSL_FLAG(std::string, transport, "ucx", "ucx | ibverbs | loopback");
 ABSL_FLAG(std::string, transport_params, "", "backend settings, key=value,...");
 ABSL_FLAG(int64_t, steps, 300, "iterations per worker");
@@ -128,6 +132,7 @@ absl::StatusOr<TrainConfig> ConfigFromFlags() {
   config.codec = absl::GetFlag(FLAGS_codec) == "none" ? "" : absl::GetFlag(FLAGS_codec);
   config.communicator = absl::GetFlag(FLAGS_communicator);
   config.device = absl::GetFlag(FLAGS_device);
+  config.stage_device_parameters = absl::GetFlag(FLAGS_stage_device_parameters);
   config.transport = absl::GetFlag(FLAGS_transport);
   config.transport_params = absl::GetFlag(FLAGS_transport_params);
   config.steps = absl::GetFlag(FLAGS_steps);

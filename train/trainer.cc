@@ -36,6 +36,9 @@ absl::Status ValidateTrainConfig(const TrainConfig& config, int world_size) {
     return invalid("--device must be cpu, cuda or mirror (a CPU copy, for tests), got '",
                    config.device, "'");
   }
+  if (config.stage_device_parameters && config.device == "cpu") {
+    return invalid("--stage_device_parameters needs --device cuda or mirror");
+  }
   if (config.batch_size < 1 || config.batch_size > kMaxBatchSize) {
     return invalid("--batch_size must be in 1..", kMaxBatchSize, ", got ",
                    config.batch_size);

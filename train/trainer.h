@@ -29,10 +29,14 @@ struct TrainConfig {
   // The gradient codec (--codec, compression/codec.h); empty: none.
   std::string codec;
   std::string communicator = "rdma";
-  // Where workers run forward and backward: cpu, cuda (GPU 0; the strategy
-  // still exchanges host memory: train/device_model.h), or mirror (the
-  // cuda path on a CPU copy, for tests).
+  // Where workers run forward and backward: cpu, cuda (GPU 0), or mirror
+  // (the cuda path on a CPU copy, for tests). A strategy that takes device
+  // parameters keeps them there, the others exchange host memory
+  // (train/device_model.h).
   std::string device = "cpu";
+  // With a device: stage the parameters through host memory also for a
+  // strategy that takes device parameters (the ablation).
+  bool stage_device_parameters = false;
   std::string transport = "ucx";
   std::string transport_params;
   int64_t steps = 300;

@@ -14,7 +14,7 @@
 // order (DDP's guess: backward runs the layers last to first).
 // With a codec (StrategyOptions::codec) the fused gradients are sent
 // through it whole, once a step (compression/compressed_allreduce.h).
-// It takes device parameters (StrategyContext::device): the fused
+// Without a codec it takes device parameters (StrategyContext::device): the fused
 // gradients, parameters and momentum then stay on the device, reduced
 // there (data_parallel.h), after backward (overlap needs host gradients:
 // backward's hooks fire before the device has written them).
@@ -49,7 +49,8 @@ class AllReduceStrategy final : public Strategy {
   std::string name() const override { return "allreduce"; }
   std::string role() const override { return "replica"; }
   bool computes() const override { return true; }
-  bool takes_device_parameters() const override { return true; }
+  // Not with a codec, which encodes on the host.
+  bool takes_device_parameters() const override { return options().codec.empty(); }
   int workers() const override { return context().world_size; }
   int worker_index() const override { return context().rank; }
   runtime::TransferCounters counters() const override;
