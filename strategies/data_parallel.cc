@@ -9,24 +9,13 @@
 #include "ATen/ops/zeros.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "device/fake/fake_device.h"
 #include "rdma/device/device_transport.h"
+#include "strategies/device_tensors.h"
 
 namespace rdmaflow::strategies {
 namespace {
 
 constexpr size_t kAlignment = 64;
-
-// Where the tensors of a group's parameters lie: the host, or the memory
-// of `device`'s runtime (the fake device's is host memory: CPU tensors).
-c10::Device TensorDeviceOf(rdma::device_path::DeviceTransport* device) {
-  if (device == nullptr ||
-      dynamic_cast<const device::FakeDevice*>(&device->runtime()) != nullptr) {
-    return c10::Device(c10::DeviceType::CPU);
-  }
-  return c10::Device(c10::DeviceType::CUDA,
-                     static_cast<c10::DeviceIndex>(device->runtime().device()));
-}
 
 }  // namespace
 

@@ -10,12 +10,14 @@
 namespace rdmaflow::strategies {
 
 absl::StatusOr<std::unique_ptr<LocalSgd>> LocalSgd::Create(
-    const std::string& strategy, std::vector<Parameter> parameters) {
+    const std::string& strategy, std::vector<Parameter> parameters, c10::Device where) {
   std::vector<size_t> bytes;
   for (const Parameter& p : parameters) {
-    if (p.tensor.scalar_type() != at::kFloat || !p.tensor.is_cpu()) {
+    if (p.tensor.scalar_type() != at::kFloat || p.tensor.device() != where) {
       return absl::InvalidArgumentError(absl::StrCat(
-          strategy, " parameter '", p.name, "' must be a float32 CPU tensor"));
+          strategy, " parameter '", p.name, "' must be a float32 tensor on ", where.str(),
+          ", not a ", c10::toString(p.tensor.scalar_type()), " tensor on ",
+          p.tensor.device().str()));
     }
     bytes.push_back(p.tensor.numel() * sizeof(float));
   }
@@ -26,8 +28,9 @@ absl::StatusOr<std::unique_ptr<LocalSgd>> LocalSgd::Create(
   std::unique_ptr<LocalSgd> sgd(new LocalSgd());
   sgd->bytes_ = layout.total_bytes;
   const int64_t elements = layout.total_bytes / sizeof(float);
-  sgd->flat_ = at::zeros({elements}, at::kFloat);
-  sgd->momentum_ = at::zeros({elements}, at::kFloat);
+  const at::TensorOptions flat = at::TensorOptions().dtype(at::kFloat).device(where);
+  sgd->flat_ = at::zeros({elements}, flat);
+  sgd->momentum_ = at::zeros({elements}, flat);
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters.size(); ++i) {
     at::Tensor& p = parameters[i].tensor;

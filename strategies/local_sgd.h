@@ -21,10 +21,13 @@ namespace rdmaflow::strategies {
 // Thread-compatible.
 class LocalSgd {
  public:
+  // The replica on `where` (the CPU, or the device of a strategy's device
+  // parameters): its flat parameters and momentum are tensors there.
   // kInvalidArgument (naming `strategy` and the parameter) for a parameter
-  // that is not float32 on the CPU, or for no parameters at all.
+  // that is not a float32 tensor on `where`, or for no parameters at all.
   static absl::StatusOr<std::unique_ptr<LocalSgd>> Create(
-      const std::string& strategy, std::vector<Parameter> parameters);
+      const std::string& strategy, std::vector<Parameter> parameters,
+      c10::Device where = c10::Device(c10::DeviceType::CPU));
 
   // The parameters, flat (padding between them is zero).
   at::Tensor& flat() { return flat_; }

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "strategies/device_tensors.h"
 
 namespace rdmaflow::strategies {
 
@@ -11,7 +12,10 @@ absl::Status LocalSgdStrategy::Adopt(std::vector<Parameter> parameters, int min_
     return absl::InvalidArgumentError(absl::StrCat(
         name(), " needs at least ", min_ranks, " ranks, the job has ", context().world_size));
   }
-  ASSIGN_OR_RETURN(replica_, LocalSgd::Create(name(), std::move(parameters)));
+  // On the device of device parameters (StrategyContext::device), where
+  // the strategy takes them.
+  ASSIGN_OR_RETURN(replica_, LocalSgd::Create(name(), std::move(parameters),
+                                              TensorDeviceOf(context().device)));
   return absl::OkStatus();
 }
 

@@ -13,8 +13,9 @@
 // The base class checks that order (and refuses a call out of it) once for
 // every strategy; a strategy implements DoPrepare/DoStart/DoStep/DoFinish.
 // The harness (train/) owns the model and the data; strategies see only the
-// model's parameters, as float32 CPU tensors they may re-point (set_data) at
-// registered memory so that pulls and pushes move them without copies.
+// model's parameters, as float32 CPU tensors (a device's where the strategy
+// takes device parameters) they may re-point (set_data) at registered
+// memory so that pulls and pushes move them without copies.
 //
 //   ASSIGN_OR_RETURN(auto strategy, registry.Create("ps", options));
 //   ASSIGN_OR_RETURN(graph::GraphDef graph, strategy->Prepare(context, params));

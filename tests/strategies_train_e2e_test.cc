@@ -34,10 +34,10 @@ TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
 // and the parameter server (layer separation has its own in
 // layer_separated_train_e2e_test.cc; train:device_model_test checks the
 // gradients of a strategy that leaves them undefined, as gossip does).
-// allreduce keeps the copy's own parameters in device regions (the fake
-// device's, read across the processes through its IPC) with nothing
-// staged; ps stages them through host memory, as allreduce does with
-// --stage_device_parameters (the ablation).
+// allreduce and moshpit keep the copy's own parameters on the device (their
+// rings' regions the fake device's, read across the processes through its
+// IPC) with nothing staged; ps stages them through host memory, as
+// allreduce does with --stage_device_parameters (the ablation).
 TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
   struct Run {
     std::string name;
@@ -48,6 +48,7 @@ TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
       {"allreduce", "--strategy allreduce", true},
       {"allreduce_staged", "--strategy allreduce --stage_device_parameters", false},
       {"ps", "--strategy ps", false},
+      {"moshpit", "--strategy moshpit", true},
   };
   for (const auto& [name, strategy, resident] : runs) {
     const std::string flags =

@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "c10/core/impl/DeviceGuardImplInterface.h"
 #include "common/status_macros.h"
 #include "runtime/torch/torch_cuda.h"
+#include "strategies/device_tensors.h"
 #include "strategies/exception_text.h"
 #include "torch/script.h"
 #include "torch/torch.h"
@@ -292,11 +292,7 @@ absl::StatusOr<strategies::ModelSplit> DeviceModel::Split() {
   return split;
 }
 
-void DeviceModel::SynchronizeDevice() const {
-  if (device_.is_cuda()) {
-    c10::impl::getDeviceGuardImpl(device_.type())->synchronizeDevice(device_.index());
-  }
-}
+void DeviceModel::SynchronizeDevice() const { strategies::SynchronizeTorchDevice(device_); }
 
 void DeviceModel::Refresh(Part& part) {
   if (!part.stale) return;

@@ -168,8 +168,9 @@ TEST(AllReduceStrategyTest, DeviceParametersTrainAsOneProcessDoes) {
   }
 }
 
-// Device parameters need a strategy that takes them and the context's
-// transport as the device; a codec encodes on the host.
+// Device parameters need a strategy that takes them (not the all-reduce
+// with a codec, which encodes on the host) and the context's transport as
+// the device; a parameter of another type is named.
 TEST(AllReduceStrategyTest, DeviceParametersAreRefusedWhereTheyCannotGo) {
   std::vector<absl::Status> statuses = rdma::testing::RunRankThreadsOwning(
       1, [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
@@ -189,9 +190,10 @@ TEST(AllReduceStrategyTest, DeviceParametersAreRefusedWhereTheyCannotGo) {
         StrategyOptions with_codec = Options(1, {});
         with_codec.codec = "topk:ratio=0.25";
         ASSIGN_OR_RETURN(auto coded, AllReduceStrategy::Create(with_codec));
-        RETURN_IF_ERROR(coded->Prepare(context, params).status());
-        EXPECT_THAT(coded->Start(), StatusIs(absl::StatusCode::kInvalidArgument,
-                                             ::testing::HasSubstr("encodes on the host")));
+        EXPECT_FALSE(coded->takes_device_parameters());
+        EXPECT_THAT(coded->Prepare(context, params).status(),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             ::testing::HasSubstr("exchanges host parameters only")));
         std::vector<Parameter> doubles = {{"d", at::zeros({3}, at::kDouble)}};
         ASSIGN_OR_RETURN(auto typed, AllReduceStrategy::Create(Options(1, {})));
         RETURN_IF_ERROR(typed->Prepare(context, doubles).status());

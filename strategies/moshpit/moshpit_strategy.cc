@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "strategies/device_tensors.h"
 #include "graph_analyzer/graph_builder.h"
 #include "strategies/moshpit/moshpit_group.h"
 #include "strategies/strategy_params.h"
@@ -251,6 +252,12 @@ void MoshpitStrategy::DropRingUnlessAllKeep(const std::vector<GroupMember>& grou
   }
 }
 
+int MoshpitStrategy::device_rings() const {
+  int count = 0;
+  for (const auto& [members, kept] : rings_) count += kept.ring->on_device() ? 1 : 0;
+  return count;
+}
+
 absl::StatusOr<collectives::AllReduceGroup*> MoshpitStrategy::RingFor(
     const std::vector<int>& members, int round, const std::string& ns) {
   if (auto it = rings_.find(members); it != rings_.end()) return it->second.ring.get();
@@ -259,6 +266,7 @@ absl::StatusOr<collectives::AllReduceGroup*> MoshpitStrategy::RingFor(
   ring_options.ring.capacity_bytes = replica_->bytes() + sizeof(float);  // + the weight
   ring_options.ring.timeout = moshpit_.round_timeout;
   ring_options.ring.loop = &loop();
+  ring_options.device = context().device;  // device parameters: a device region
   ASSIGN_OR_RETURN(std::unique_ptr<collectives::AllReduceGroup> ring,
                    collectives::AllReduceGroup::Create(*context().transport, *context().store,
                                                        ns, members, ring_options));
@@ -273,19 +281,25 @@ absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round
   ASSIGN_OR_RETURN(collectives::AllReduceGroup * ring, RingFor(members, round, ns));
   const int64_t elements = static_cast<int64_t>(replica_->bytes() / sizeof(float));
   const collectives::RingAllReduceStats before = ring->stats();
-  // [w theta, w], summed: the average is sum(w theta) / sum(w).
-  float* data = reinterpret_cast<float*>(ring->data());
+  // [w theta, w], summed: the average is sum(w theta) / sum(w). Written
+  // and read with torch's ops, on the replica's device (device parameters:
+  // the ring's region is device memory there), and complete before the
+  // ring's own device work reads them.
+  at::NoGradGuard no_grad;
+  const c10::Device where = theta.device();
+  at::Tensor region = at::from_blob(ring->data(), {elements + 1},
+                                    at::TensorOptions().dtype(at::kFloat).device(where));
+  at::Tensor sum = region.narrow(0, 0, elements);
   if (adopt_next_average_) {
-    std::memset(data, 0, replica_->bytes());
+    sum.zero_();
   } else {
-    std::memcpy(data, theta.data_ptr<float>(), replica_->bytes());
+    sum.copy_(theta);
   }
-  data[elements] = adopt_next_average_ ? 0.0f : 1.0f;
+  region.narrow(0, elements, 1).fill_(adopt_next_average_ ? 0.0 : 1.0);
+  SynchronizeTorchDevice(where);
   RETURN_IF_ERROR(ring->AllReduce(0, elements + 1, collectives::DataType::kFloat32));
-  const float total = data[elements];
+  const float total = region[elements].item<float>();
   if (total > 0) {
-    at::NoGradGuard no_grad;
-    at::Tensor sum = at::from_blob(data, {elements}, at::kFloat);
     theta.copy_(sum).div_(static_cast<double>(total));
     adopt_next_average_ = false;
   }

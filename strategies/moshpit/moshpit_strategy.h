@@ -71,6 +71,8 @@ class MoshpitStrategy final : public LocalSgdStrategy {
 
   std::string name() const override { return "moshpit"; }
   bool supports_rejoin() const override { return true; }
+  // Its replica, rings and averages on the device (StrategyContext::device).
+  bool takes_device_parameters() const override { return true; }
 
   // The size of the group of each round so far, and rounds whose average
   // failed (for tests and logs). With overlap=on, read these between
@@ -82,6 +84,9 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   const std::vector<absl::Status>& round_errors() const { return round_errors_; }
   // Rings created so far (kept rings are reused, not counted again).
   int rings_created() const { return rings_created_; }
+  // Of the rings kept now, those whose region is device memory (device
+  // parameters).
+  int device_rings() const;
   // Rounds that have ended (failed ones too), counted on the thread that
   // ran them: with overlap=on, tests watch them end during compute. Any
   // thread.

@@ -2,7 +2,8 @@
 // moshpit_group_test.cc); the exact global average
 // after d rounds on full grids (4 ranks 2x2, 8 ranks 2x2x2); with one rank
 // gone mid-run the others keep averaging, their spread shrinks, and nobody
-// hangs.
+// hangs. With device parameters (fake devices, one per rank) the rings'
+// regions are device memory and the rounds average exactly as on the host.
 #include "ATen/Context.h"
 #include "ATen/Parallel.h"
 #include "ATen/TensorOperators.h"
@@ -25,7 +26,9 @@
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
+#include "device/fake/fake_device.h"
 #include "gtest/gtest.h"
+#include "rdma/device/device_transport.h"
 #include "rdma/testing/in_memory_store.h"
 #include "rdma/store.h"
 #include "rdma/testing/rank_threads.h"
@@ -79,29 +82,46 @@ struct AverageRun {
   std::vector<at::Tensor> start, final;
   std::vector<std::vector<int>> sizes;
   std::vector<int> rings;  // created, by rank
+  std::vector<int> device_rings;  // kept on device memory before Finish(), by rank
 };
 
 // With `ones`, every step's gradients are all ones (the same local update
 // on every rank); with overlap=on in `params`, each compute after the first
 // also waits until the round the last step began has ended (a strategy
 // that averaged only after compute would time out there).
+// With `on_device`, each rank's transport is a DeviceTransport over a fake
+// device of its own, on a "host" of its own, and the parameters are device
+// parameters (StrategyContext::device).
 AverageRun Average(int world, int steps, std::map<std::string, std::string> params,
-            int leaver = -1, int leave_after = 0, bool ones = false) {
+            int leaver = -1, int leave_after = 0, bool ones = false, bool on_device = false) {
   const bool overlap = params.count("overlap") != 0 && params.at("overlap") == "on";
   AverageRun run;
   run.start.resize(world);
   run.final.resize(world);
   run.sizes.resize(world);
   run.rings.resize(world);
-  run.status = rdma::testing::RunRankThreads(
-      world, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+  run.device_rings.resize(world);
+  run.status = rdma::testing::RunRankThreadsOwning(
+      world,
+      [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
+        std::unique_ptr<device::FakeDevice> fake;
+        std::unique_ptr<rdma::device_path::DeviceTransport> device_transport;
+        StrategyContext context{rank, world, host.get(), &store};
+        if (on_device) {
+          ASSIGN_OR_RETURN(fake, device::FakeDevice::Create(device::FakeDeviceOptions{}));
+          rdma::device_path::DeviceTransportOptions options;
+          options.host_identity = absl::StrCat("moshpit-host-", rank);
+          ASSIGN_OR_RETURN(device_transport, rdma::device_path::DeviceTransport::Create(
+                                                 std::move(host), fake.get(), options));
+          context.transport = context.device = device_transport.get();
+        }
         ASSIGN_OR_RETURN(auto strategy, MoshpitStrategy::Create(ToyOptions(steps, params)));
         at::manual_seed(100 + rank);
         at::Tensor w = at::randn({37});
         at::Tensor b = at::randn({5});
         run.start[rank] = at::cat({w, b});
         std::vector<Parameter> p = {{"w", w.clone()}, {"b", b.clone()}};
-        RETURN_IF_ERROR(strategy->Prepare({rank, world, &transport, &store}, p).status());
+        RETURN_IF_ERROR(strategy->Prepare(context, p).status());
         RETURN_IF_ERROR(strategy->Start());
         int64_t computed = 0;
         ComputeFn nothing = [&]() -> absl::StatusOr<ComputeResult> {
@@ -126,10 +146,12 @@ AverageRun Average(int world, int steps, std::map<std::string, std::string> para
           RETURN_IF_ERROR(strategy->Step(nothing).status());
           ++taken;
         }
+        run.device_rings[rank] = strategy->device_rings();
         RETURN_IF_ERROR(strategy->Finish());
         run.final[rank] = at::cat({p[0].tensor.detach().flatten(), p[1].tensor.detach()});
         run.sizes[rank] = strategy->group_sizes();
         run.rings[rank] = strategy->rings_created();
+        strategy.reset();  // before its transport and device
         return absl::OkStatus();
       });
   return run;
@@ -150,6 +172,42 @@ TEST(MoshpitStrategyTest, FullGridsGiveTheExactGlobalAverageAfterDRounds) {
       EXPECT_EQ(run.sizes[r], std::vector<int>(2 * dims, 2)) << "rank " << r;
       EXPECT_EQ(run.rings[r], dims) << "rank " << r;
     }
+  }
+}
+
+// Device parameters: every ring kept on device memory, the same exact
+// global average after d rounds; overlapped rounds on the device keep the
+// local progress as on the host (the same final spread from the mean).
+TEST(MoshpitStrategyTest, DeviceParametersAverageOnTheDeviceAsOnTheHost) {
+  at::set_num_threads(1);
+  constexpr int kWorld = 4, kDims = 2;
+  const std::map<std::string, std::string> params = {{"side", "2"},
+                                                     {"group_timeout_ms", "20000"}};
+  AverageRun run = Average(kWorld, 2 * kDims, params, -1, 0, false, /*on_device=*/true);
+  for (const absl::Status& s : run.status) ASSERT_OK(s);
+  const at::Tensor mean = at::stack(run.start).mean(0);
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_LT((run.final[r] - mean).abs().max().item<double>(), 1e-6) << "rank " << r;
+    EXPECT_EQ(run.device_rings[r], kDims) << "rank " << r;
+  }
+  std::map<std::string, std::string> overlapped = params;
+  overlapped["overlap"] = "on";
+  constexpr int kSteps = 3 * kDims;
+  AverageRun host = Average(kWorld, kSteps, overlapped, -1, 0, /*ones=*/true);
+  AverageRun device = Average(kWorld, kSteps, overlapped, -1, 0, /*ones=*/true, true);
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_OK(host.status[r]) << "rank " << r;
+    ASSERT_OK(device.status[r]) << "rank " << r;
+  }
+  const at::Tensor host_mean = at::stack(host.start).mean(0);
+  const at::Tensor device_mean = at::stack(device.start).mean(0);
+  for (int r = 0; r < kWorld; ++r) {
+    const at::Tensor moved = host.final[r] - host_mean;
+    EXPECT_GT(moved.abs().min().item<double>(), 0.1) << "rank " << r;
+    EXPECT_LT(((device.final[r] - device_mean) - moved).abs().max().item<double>(), 1e-5)
+        << "rank " << r;
+    EXPECT_EQ(device.device_rings[r], kDims) << "rank " << r;
+    EXPECT_EQ(host.device_rings[r], 0) << "rank " << r;
   }
 }
 

@@ -1,0 +1,32 @@
+// File: device_tensors.h
+// -----------------------------------------------------------------------------
+// The torch side of a strategy's device parameters (StrategyContext::
+// device): which torch device their tensors are on, and a wait for the
+// work torch queued on it. A strategy hands device memory to its
+// transport's device work (an all-reduce group's copies and reductions,
+// on streams of their own) only once torch's kernels that wrote it are
+// complete, so it synchronizes torch's device first.
+#ifndef RDMAFLOW_STRATEGIES_DEVICE_TENSORS_H_
+#define RDMAFLOW_STRATEGIES_DEVICE_TENSORS_H_
+
+#include "c10/core/Device.h"
+
+namespace rdmaflow::rdma::device_path {
+class DeviceTransport;
+}  // namespace rdmaflow::rdma::device_path
+
+namespace rdmaflow::strategies {
+
+// Where tensors over `device`'s memory live: CUDA device runtime().device()
+// of a GPU's runtime; the CPU for the fake device (its memory is host
+// shared memory) and for no device (null).
+c10::Device TensorDeviceOf(rdma::device_path::DeviceTransport* device);
+
+// Waits until the work torch queued on `device` is complete (every stream
+// of a CUDA device); nothing to wait for on the CPU. Throws what torch
+// throws for a broken device.
+void SynchronizeTorchDevice(const c10::Device& device);
+
+}  // namespace rdmaflow::strategies
+
+#endif  // RDMAFLOW_STRATEGIES_DEVICE_TENSORS_H_
