@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
   if (options.codec.empty()) {
     ASSIGN_OR_RETURN(group->ring_, collectives::AllReduceGroup::Create(links, members, all_reduce));
     group->on_device_ = group->ring_->on_device();
-    group->flat_grads_ = at::from_blob(group->ring_->data(), {elements}, flat);
+    group->flat_grads_ = FloatsOver(group->ring_->data(), elements, where);
   } else {
     compression::CompressedAllReduceOptions compressed;
     compressed.name = options.name;
@@ -134,6 +134,9 @@ absl::Status DataParallelGroup::AllReduceGradients(double scale, double momentum
 
 absl::Status DataParallelGroup::AllReduceBucket(size_t b) {
   const collectives::Bucket& bucket = buckets_.at(b);
+  // Torch's kernels that wrote the gradients end before the group's own
+  // device work reads them.
+  if (on_device_) RETURN_IF_ERROR(SynchronizeTorchDevice(flat_grads_.device()));
   return ring_->AllReduce(bucket.offset, bucket.bytes / sizeof(float),
                           collectives::DataType::kFloat32);
 }

@@ -22,10 +22,9 @@
 // device's tensors, the region is device memory (the all-reduce reduces
 // it on the device: collectives/allreduce_group.h), and the flat
 // parameters, gradients and momentum are device tensors, so nothing of the
-// model crosses to the host. The caller's device work that wrote the
-// gradients must be complete when they are reduced (rdmaflow_train's
-// device model synchronizes at the end of backward); the group's own work
-// is complete when its calls return.
+// model crosses to the host. A reduction first waits for the work torch
+// queued on the device (the backward that wrote the gradients); the
+// group's own work is complete when its calls return.
 #ifndef RDMAFLOW_STRATEGIES_DATA_PARALLEL_H_
 #define RDMAFLOW_STRATEGIES_DATA_PARALLEL_H_
 

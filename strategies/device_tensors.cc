@@ -1,9 +1,14 @@
 // File: device_tensors.cc
 #include "strategies/device_tensors.h"
 
+#include "ATen/ops/from_blob.h"
 #include "c10/core/impl/DeviceGuardImplInterface.h"
+#include <exception>
+
+#include "absl/strings/str_cat.h"
 #include "device/fake/fake_device.h"
 #include "rdma/device/device_transport.h"
+#include "strategies/exception_text.h"
 
 namespace rdmaflow::strategies {
 
@@ -16,9 +21,19 @@ c10::Device TensorDeviceOf(rdma::device_path::DeviceTransport* device) {
                      static_cast<c10::DeviceIndex>(device->runtime().device()));
 }
 
-void SynchronizeTorchDevice(const c10::Device& device) {
-  if (!device.is_cuda()) return;
-  c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
+at::Tensor FloatsOver(std::byte* data, int64_t elements, const c10::Device& where) {
+  return at::from_blob(data, {elements}, at::TensorOptions().dtype(at::kFloat).device(where));
+}
+
+absl::Status SynchronizeTorchDevice(const c10::Device& device) {
+  if (!device.is_cuda()) return absl::OkStatus();
+  try {
+    c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("waiting for torch's work on ", device.str(), ": ",
+                                            ExceptionText(e)));
+  }
 }
 
 }  // namespace rdmaflow::strategies

@@ -9,6 +9,11 @@
 #ifndef RDMAFLOW_STRATEGIES_DEVICE_TENSORS_H_
 #define RDMAFLOW_STRATEGIES_DEVICE_TENSORS_H_
 
+#include <cstddef>
+#include <cstdint>
+
+#include "ATen/core/Tensor.h"
+#include "absl/status/status.h"
 #include "c10/core/Device.h"
 
 namespace rdmaflow::rdma::device_path {
@@ -22,10 +27,14 @@ namespace rdmaflow::strategies {
 // shared memory) and for no device (null).
 c10::Device TensorDeviceOf(rdma::device_path::DeviceTransport* device);
 
+// `elements` float32 values at `data` (a region's memory on `where`: a
+// device region's on its device) as a tensor that does not own them.
+at::Tensor FloatsOver(std::byte* data, int64_t elements, const c10::Device& where);
+
 // Waits until the work torch queued on `device` is complete (every stream
-// of a CUDA device); nothing to wait for on the CPU. Throws what torch
-// throws for a broken device.
-void SynchronizeTorchDevice(const c10::Device& device);
+// of a CUDA device); nothing to wait for on the CPU. kInternal with torch's
+// reason for a broken device.
+absl::Status SynchronizeTorchDevice(const c10::Device& device);
 
 }  // namespace rdmaflow::strategies
 

@@ -95,7 +95,9 @@ TEST_F(LayerSeparatedTrainE2eTest, EvaluatesMidRunWithoutChangingTheTraining) {
 // model (the --device cuda path, on the CPU; train:device_model_test checks
 // the split's gradients): the same steps as on the model itself, so the
 // same loss and accuracy, with and without the pipeline (where the host's
-// values change while a backward is still due).
+// values change while a backward is still due): on the copy's own
+// parameters (resident: the groups' regions the fake device's) and staged
+// through the host's (--stage_device_parameters).
 TEST_F(LayerSeparatedTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
   for (const std::string overlap : {"off", "on"}) {
     SCOPED_TRACE("overlap=" + overlap);
@@ -104,11 +106,17 @@ TEST_F(LayerSeparatedTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
         "--strategy_params fc_ranks=1,overlap=",
         overlap, " --steps 20 --seed 3");
     const testing::TrainRun host = testing::Train(absl::StrCat("ls_cpu_", overlap), flags);
-    const testing::TrainRun mirror = testing::Train(absl::StrCat("ls_mirror_", overlap),
-                                                    absl::StrCat(flags, " --device mirror"));
     ASSERT_GT(host.summary.final_loss(), 0) << host.output;
-    EXPECT_NEAR(mirror.summary.final_loss(), host.summary.final_loss(), 1e-5) << mirror.output;
-    EXPECT_NEAR(mirror.summary.test_accuracy(), host.summary.test_accuracy(), 1e-9);
+    EXPECT_FALSE(host.summary.device_resident());
+    for (const bool staged : {false, true}) {
+      SCOPED_TRACE(staged ? "staged" : "resident");
+      const testing::TrainRun mirror = testing::Train(
+          absl::StrCat("ls_mirror_", overlap, staged ? "_staged" : ""),
+          absl::StrCat(flags, " --device mirror", staged ? " --stage_device_parameters" : ""));
+      EXPECT_NEAR(mirror.summary.final_loss(), host.summary.final_loss(), 1e-5) << mirror.output;
+      EXPECT_NEAR(mirror.summary.test_accuracy(), host.summary.test_accuracy(), 1e-9);
+      EXPECT_EQ(mirror.summary.device_resident(), !staged);
+    }
   }
 }
 

@@ -342,6 +342,12 @@ PY
       --strategy_params "fc_ranks=1,overlap=$overlap" --synthetic --device cuda --steps 60 \
       --progress=false --transport_params tls=shm
   done
+  # Staged as the parameter server is: the like-for-like ratio.
+  echo "== rdmaflow_train layer_separated vgg --device cuda staged$mps_label"
+  train_run "layer_separated vgg cuda staged" "$out/ls_vgg_staged.json" "$out/ls_vgg_staged.log" \
+    --local 3 --model vgg --strategy layer_separated --strategy_params "fc_ranks=1" \
+    --synthetic --device cuda --steps 60 --progress=false --transport_params tls=shm \
+    --stage_device_parameters
   # Gossip and Moshpit against the all-reduce: the time to a fixed accuracy,
   # 4 ranks of the VGG-like net on the GPU (synthetic data).
   echo "== bench_decentralized.sh, vgg --device cuda$mps_label"

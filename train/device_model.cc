@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "c10/core/impl/DeviceGuardImplInterface.h"
 #include "common/status_macros.h"
 #include "runtime/torch/torch_cuda.h"
-#include "strategies/device_tensors.h"
 #include "strategies/exception_text.h"
 #include "torch/script.h"
 #include "torch/torch.h"
@@ -108,7 +108,13 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::Compute(const at::Tensor&
         "model ", model_.name, " on ", device_.str(),
         ": Compute() after Split() (its hooks would add the gradients twice)"));
   }
-  if (use_ == Use::kResident) return ComputeResident(x, y);
+  if (use_ == Use::kResident) {
+    if (resident_split_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model ", model_.name, " on ", device_.str(), ": Compute() after ResidentSplit()"));
+    }
+    return ComputeResident(x, y);
+  }
   use_ = Use::kCompute;
   // Compute()'s staging buffers, made at its first call (Split() needs
   // none), page-locked on a GPU: copies between them and the device run
@@ -208,6 +214,36 @@ absl::StatusOr<std::vector<strategies::Parameter>> DeviceModel::Resident() {
   return model_.Parameters();
 }
 
+absl::Status DeviceModel::CheckSplit() const {
+  if (!model_.split_status.ok() || !model_.split.features || !model_.split.head) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", model_.name, " has no features and head to run on ", device_.str(), ": ",
+        model_.split_status.ok() ? "no split" : model_.split_status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<strategies::ModelSplit> DeviceModel::ResidentSplit() {
+  if (use_ != Use::kResident || resident_split_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model ", model_.name, " on ", device_.str(),
+        ": ResidentSplit() comes once, after Resident()"));
+  }
+  RETURN_IF_ERROR(CheckSplit());
+  resident_split_ = true;
+  strategies::ModelSplit split = model_.split;
+  // Tracked moves: the backward brings the input's gradient back to the
+  // host (the head's activations) and the output's to the device.
+  split.features = [this, features = model_.split.features](const at::Tensor& x) {
+    return features(x.to(device_)).to(at::kCPU);
+  };
+  split.head = [this, head_fn = model_.split.head](const at::Tensor& x) {
+    return head_fn(x.to(device_)).to(at::kCPU);
+  };
+  split.parameters_changed = nullptr;
+  return split;
+}
+
 absl::StatusOr<strategies::ComputeResult> DeviceModel::ComputeResident(const at::Tensor& x,
                                                                        const at::Tensor& y) {
   try {
@@ -252,11 +288,7 @@ absl::StatusOr<strategies::ModelSplit> DeviceModel::Split() {
         use_ == Use::kSplit ? "Split()" : use_ == Use::kResident ? "Resident()" : "Compute()",
         " (the copy's gradients would reach the host twice)"));
   }
-  if (!model_.split_status.ok() || !model_.split.features || !model_.split.head) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model ", model_.name, " has no features and head to run on ", device_.str(), ": ",
-        model_.split_status.ok() ? "no split" : model_.split_status.message()));
-  }
+  RETURN_IF_ERROR(CheckSplit());
   const std::set<std::string> head(model_.split.head_parameters.begin(),
                                    model_.split.head_parameters.end());
   const std::vector<strategies::Parameter> named = model_.Parameters();
@@ -292,7 +324,11 @@ absl::StatusOr<strategies::ModelSplit> DeviceModel::Split() {
   return split;
 }
 
-void DeviceModel::SynchronizeDevice() const { strategies::SynchronizeTorchDevice(device_); }
+void DeviceModel::SynchronizeDevice() const {
+  if (device_.is_cuda()) {
+    c10::impl::getDeviceGuardImpl(device_.type())->synchronizeDevice(device_.index());
+  }
+}
 
 void DeviceModel::Refresh(Part& part) {
   if (!part.stale) return;

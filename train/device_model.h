@@ -16,7 +16,8 @@
 // takes_device_parameters: allreduce) gets the copy's own parameters
 // instead (Resident()): it exchanges and updates them on the device, in
 // its device regions, and Compute() stages nothing; CopyToHost() brings
-// the host model up to date for an evaluation.
+// the host model up to date for an evaluation. layer_separated with
+// device parameters runs ResidentSplit()'s halves on them.
 //
 // layer_separated runs its model halves itself: Split() gives it features
 // and head that run on the device copy the same way (host tensors in and
@@ -90,6 +91,14 @@ class DeviceModel {
   // strategy zeroes), and the host model lags until CopyToHost().
   // kFailedPrecondition after Compute(), Split() or a first Resident().
   absl::StatusOr<std::vector<strategies::Parameter>> Resident();
+  // After Resident(), for layer_separated with device parameters: the
+  // model's features and head on the copy's own parameters (ModelSplit's
+  // contract: host tensors in and out, autograd through both; the
+  // parameters' gradients stay in the copy's .grad()), with no
+  // parameters_changed: the strategy updates the values where they run.
+  // kInvalidArgument when the model has no split; kFailedPrecondition
+  // unless Resident() came first, or after a first ResidentSplit().
+  absl::StatusOr<strategies::ModelSplit> ResidentSplit();
   // The copy's parameters' and buffers' values into the host model's
   // (after Resident(): before evaluating it). kInternal naming the model
   // when the device fails.
@@ -133,6 +142,9 @@ class DeviceModel {
   Part features_, head_;
 
   enum class Use { kNone, kCompute, kSplit, kResident };
+  // The split of a model that has one, else why not.
+  absl::Status CheckSplit() const;
+  bool resident_split_ = false;
   Use use_ = Use::kNone;
   Times times_;
 

@@ -190,6 +190,34 @@ TEST(DeviceModelTest, TheSplitBackPropagatesIntoTheHostsParameters) {
   }
 }
 
+// layer_separated on device parameters: ResidentSplit() (after Resident()
+// only, once) runs the halves on the copy's own parameters, whose
+// gradients are the host model's own over the same batches; the host's
+// stay untouched; the copy serves the split alone.
+TEST(DeviceModelTest, TheResidentSplitBackPropagatesIntoTheCopysParameters) {
+  const std::vector<at::Tensor> reference = Reference("lenet5");
+  ASSERT_OK_AND_ASSIGN(Model host, MakeModel("lenet5", /*seed=*/3));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceModel> mirror,
+                       DeviceModel::Create("mirror", "lenet5", 3, {}, host));
+  EXPECT_THAT(mirror->ResidentSplit().status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("Resident()")));
+  ASSERT_OK_AND_ASSIGN(std::vector<strategies::Parameter> copy, mirror->Resident());
+  ASSERT_OK_AND_ASSIGN(strategies::ModelSplit split, mirror->ResidentSplit());
+  EXPECT_EQ(split.head_parameters, host.split.head_parameters);
+  EXPECT_FALSE(static_cast<bool>(split.parameters_changed));
+  TrainSplit(split, /*pipelined=*/false);
+  const std::vector<strategies::Parameter> params = host.Parameters();
+  for (size_t i = 0; i < copy.size(); ++i) {
+    EXPECT_FALSE(params[i].tensor.grad().defined()) << params[i].name;
+    ASSERT_TRUE(copy[i].tensor.grad().defined()) << copy[i].name;
+    EXPECT_TRUE(at::allclose(copy[i].tensor.grad(), reference[i], 1e-5, 1e-6)) << copy[i].name;
+  }
+  EXPECT_THAT(mirror->ResidentSplit().status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(mirror->Compute(Batches()[0].first, Batches()[0].second).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::HasSubstr("ResidentSplit()")));
+}
+
 TEST(DeviceModelTest, TheSplitTakesTheHostsValuesOnceTold) {
   // The strategies' SGD writes the host parameters in place, then says so
   // (parameters_changed): the copy runs with the new values from then on.

@@ -126,8 +126,8 @@ absl::StatusOr<double> Evaluate(Model& model, const Dataset& data, int64_t limit
 // Evaluate() of the rank's model, brought up to date first where its
 // parameters lived on the device.
 absl::StatusOr<double> EvaluateRank(RankState& state, const Dataset& data, int64_t limit) {
-  if (state.compute_device != nullptr && state.compute_device->resident()) {
-    RETURN_IF_ERROR(state.compute_device->CopyToHost());
+  for (DeviceModel* copy : {state.compute_device.get(), state.split_device.get()}) {
+    if (copy != nullptr && copy->resident()) RETURN_IF_ERROR(copy->CopyToHost());
   }
   return Evaluate(state.model, data, limit);
 }
@@ -192,10 +192,16 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
     }
     state->device_transport = device_transport->get();
     state->transport = *std::move(device_transport);
-    ASSIGN_OR_RETURN(state->compute_device,
-                     DeviceModel::Create(config.device, config.model, config.seed, config.sample,
-                                         state->model));
-    ASSIGN_OR_RETURN(parameters, state->compute_device->Resident());
+    // layer_separated runs the copy's halves itself; the others compute
+    // through the worker.
+    std::unique_ptr<DeviceModel>& copy =
+        config.strategy == "layer_separated" ? state->split_device : state->compute_device;
+    ASSIGN_OR_RETURN(copy, DeviceModel::Create(config.device, config.model, config.seed,
+                                               config.sample, state->model));
+    ASSIGN_OR_RETURN(parameters, copy->Resident());
+    if (state->split_device != nullptr) {
+      ASSIGN_OR_RETURN(state->device_split, state->split_device->ResidentSplit());
+    }
   }
   strategies::StrategyContext context{rank, world_size, state->transport.get(), &store};
   context.device = state->device_transport;
@@ -203,11 +209,14 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
   context.rejoining = config.rejoining;
   context.split = &state->model.split;
   if (config.device != "cpu" && config.strategy == "layer_separated") {
-    // The strategy runs the model halves itself: on the device's copy.
-    ASSIGN_OR_RETURN(state->split_device,
-                     DeviceModel::Create(config.device, config.model, config.seed,
-                                         config.sample, state->model));
-    ASSIGN_OR_RETURN(state->device_split, state->split_device->Split());
+    // The strategy runs the model halves itself: on the device's copy
+    // (its own parameters, where the strategy took them above).
+    if (state->split_device == nullptr) {
+      ASSIGN_OR_RETURN(state->split_device,
+                       DeviceModel::Create(config.device, config.model, config.seed,
+                                           config.sample, state->model));
+      ASSIGN_OR_RETURN(state->device_split, state->split_device->Split());
+    }
     context.split = &state->device_split;
   }
   context.model = state->model.graph.get();
@@ -488,6 +497,7 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   summary.mean_comm_ms = Ms(totals.comm_time) / steps;
   summary.mean_wait_ms = Ms(totals.wait_time) / steps;
   summary.mean_overlap_ms = Ms(totals.overlap_time) / steps;
+  if (state.split_device != nullptr) summary.device_resident = state.split_device->resident();
   if (state.worker != nullptr && state.compute_device != nullptr) {
     summary.device_resident = state.compute_device->resident();
     const DeviceModel::Times& device = state.compute_device->times();

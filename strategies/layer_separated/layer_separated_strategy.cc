@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/buckets.h"
 #include "common/status_macros.h"
+#include "strategies/device_tensors.h"
 #include "graph_analyzer/planner.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/rank_plan.h"
@@ -122,6 +123,7 @@ absl::StatusOr<graph::GraphDef> LayerSeparatedStrategy::DoPrepare(
   ring.ring.timeout = group_options_.timeout;
   ring.ring.loop = &loop();
   ring.direct = group_options_.direct;
+  ring.device = job.device;
   std::vector<int> members;
   for (int r = 0; r < job.world_size; ++r) members.push_back(r);
   ASSIGN_OR_RETURN(everyone_, collectives::AllReduceGroup::Create(links(), members, ring));
@@ -141,7 +143,10 @@ absl::StatusOr<graph::GraphDef> LayerSeparatedStrategy::DoPrepare(
 absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
   const int n = context().world_size;
   const size_t probe = kProbeBytes / sizeof(float);
-  std::memset(everyone_->data(), 0, kProbeBytes);
+  {
+    at::NoGradGuard no_grad;
+    FloatsOver(everyone_->data(), probe, TensorDeviceOf(context().device)).zero_();
+  }
   RETURN_IF_ERROR(everyone_->AllReduce(0, probe, collectives::DataType::kFloat32));
   const double big_s = Fastest([&] {
     everyone_->AllReduce(0, probe, collectives::DataType::kFloat32).IgnoreError();
@@ -232,6 +237,7 @@ absl::Status LayerSeparatedStrategy::DoStart() {
   // The codec is the convolutional ranks': their gradients are what the
   // many replicas exchange; the few FC ranks' stay dense.
   group.codec = conv_ ? options().codec : std::string();
+  group.device = context().device;
   ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(links(), members,
                                                      conv_ ? features_ : head_, group));
   ParametersChanged();  // now views of the group's storage
@@ -266,32 +272,38 @@ absl::Status LayerSeparatedStrategy::DoFinish(bool after_failure) {
 
 absl::Status LayerSeparatedStrategy::ShareParameters(bool everything) {
   // Conv rank 0 contributes the features, FC rank 0 (rank C) the head; the
-  // others zeros, so the sum is an exact copy.
-  std::byte* data = everyone_->data();
-  std::memset(data, 0, everyone_->capacity());
+  // others zeros, so the sum is an exact copy. Written and read with
+  // torch's ops, on the parameters' device (device parameters: the ring's
+  // region is device memory), complete before the ring's own work.
+  at::NoGradGuard no_grad;
+  const c10::Device where = TensorDeviceOf(context().device);
+  at::Tensor region = FloatsOver(everyone_->data(),
+                                 static_cast<int64_t>(everyone_->capacity() / sizeof(float)),
+                                 where);
+  region.zero_();
   const std::set<std::string> head(context().split->head_parameters.begin(),
                                    context().split->head_parameters.end());
   const bool give_features = context().rank == 0;
   const bool give_head = context().rank == layout_.conv_ranks;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    const Parameter& p = parameters_[i];
-    if (head.count(p.name) ? give_head : give_features) {
-      std::memcpy(data + everyone_offsets_[i], p.tensor.data_ptr<float>(),
-                  p.tensor.numel() * sizeof(float));
-    }
-  }
+  auto slot = [&](size_t i) {
+    const at::Tensor& p = parameters_[i].tensor;
+    return region.narrow(0, static_cast<int64_t>(everyone_offsets_[i] / sizeof(float)),
+                         p.numel());
+  };
   size_t total = 0;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    total = std::max<size_t>(total, everyone_offsets_[i] +
-                                        parameters_[i].tensor.numel() * sizeof(float));
+    const Parameter& p = parameters_[i];
+    if (head.count(p.name) ? give_head : give_features) slot(i).copy_(p.tensor.reshape({-1}));
+    total = std::max<size_t>(total, everyone_offsets_[i] + p.tensor.numel() * sizeof(float));
   }
+  RETURN_IF_ERROR(SynchronizeTorchDevice(where));
   RETURN_IF_ERROR(everyone_->AllReduce(0, (total + 3) / 4, collectives::DataType::kFloat32));
-  at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     // Mid-run, what this rank trains stays as it is: its replicas agree.
     if (!everything && head.count(parameters_[i].name) != static_cast<size_t>(conv_)) continue;
-    at::Tensor& p = parameters_[i].tensor;
-    std::memcpy(p.data_ptr<float>(), data + everyone_offsets_[i], p.numel() * sizeof(float));
+    // Past the version counter, as the group's SGD writes (a backward
+    // still due, Stanza's forward ahead, reads the new values).
+    parameters_[i].tensor.variable_data().view({-1}).copy_(slot(i));
   }
   ParametersChanged();
   return absl::OkStatus();

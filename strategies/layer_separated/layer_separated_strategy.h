@@ -69,6 +69,10 @@ class LayerSeparatedStrategy final : public Strategy {
   bool holds_full_model() const override { return false; }
   // ShareModel(): conv ranks get the head, FC ranks the features.
   bool shares_model() const override { return true; }
+  // Without a codec (it encodes on the host): both groups' and the final
+  // exchange's regions on the device, the split running on the device's
+  // parameters (StrategyContext::split over them).
+  bool takes_device_parameters() const override { return options().codec.empty(); }
   int workers() const override { return layout_.conv_ranks; }
   int worker_index() const override { return conv_ ? context().rank : -1; }
   runtime::TransferCounters counters() const override;

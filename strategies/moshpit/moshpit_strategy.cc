@@ -287,8 +287,7 @@ absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round
   // ring's own device work reads them.
   at::NoGradGuard no_grad;
   const c10::Device where = theta.device();
-  at::Tensor region = at::from_blob(ring->data(), {elements + 1},
-                                    at::TensorOptions().dtype(at::kFloat).device(where));
+  at::Tensor region = FloatsOver(ring->data(), elements + 1, where);
   at::Tensor sum = region.narrow(0, 0, elements);
   if (adopt_next_average_) {
     sum.zero_();
@@ -296,7 +295,7 @@ absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round
     sum.copy_(theta);
   }
   region.narrow(0, elements, 1).fill_(adopt_next_average_ ? 0.0 : 1.0);
-  SynchronizeTorchDevice(where);
+  RETURN_IF_ERROR(SynchronizeTorchDevice(where));
   RETURN_IF_ERROR(ring->AllReduce(0, elements + 1, collectives::DataType::kFloat32));
   const float total = region[elements].item<float>();
   if (total > 0) {
