@@ -30,17 +30,10 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
         "' encodes on the host; device parameters take none (drop --codec, or train on the "
         "CPU)"));
   }
+  RETURN_IF_ERROR(CheckParametersOn(absl::StrCat("data-parallel group '", options.name, "'"),
+                                    parameters, where));
   std::vector<size_t> bytes;
   for (const Parameter& p : parameters) {
-    if (p.tensor.scalar_type() != at::kFloat || p.tensor.device() != where) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data-parallel group '", options.name, "': parameter '", p.name, "' is a ",
-          c10::toString(p.tensor.scalar_type()), " tensor on ", p.tensor.device().str(),
-          "; the group takes float32 tensors on ", where.str(),
-          options.device != nullptr ? absl::StrCat(" (its device, ",
-                                                   options.device->runtime().name(), ")")
-                                    : std::string()));
-    }
     bytes.push_back(static_cast<size_t>(p.tensor.numel()) * sizeof(float));
   }
   ASSIGN_OR_RETURN(group->layout_, collectives::LayOut(bytes, kAlignment));
@@ -98,6 +91,9 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
 }
 
 DataParallelGroup::~DataParallelGroup() {
+  // Torch's kernels still queued on the region (the last step's SGD reads
+  // the gradients) end before it is freed.
+  if (on_device_) SynchronizeTorchDevice(flat_grads_.device()).IgnoreError();
   for (Parameter& p : parameters_) p.tensor.mutable_grad() = at::Tensor();
 }
 
@@ -127,16 +123,21 @@ absl::Status DataParallelGroup::AllReduceGradients(double scale, double momentum
     return absl::OkStatus();
   }
   if (ring_ == nullptr) return absl::OkStatus();
-  for (size_t b = 0; b < buckets_.size(); ++b) RETURN_IF_ERROR(AllReduceBucket(b));
+  // Torch's kernels that wrote the gradients end before the group's own
+  // device work reads them: once for every bucket.
+  if (on_device_) RETURN_IF_ERROR(SynchronizeTorchDevice(flat_grads_.device()));
+  for (size_t b = 0; b < buckets_.size(); ++b) RETURN_IF_ERROR(ReduceBucket(b));
   ScaleGradients(scale);
   return absl::OkStatus();
 }
 
 absl::Status DataParallelGroup::AllReduceBucket(size_t b) {
-  const collectives::Bucket& bucket = buckets_.at(b);
-  // Torch's kernels that wrote the gradients end before the group's own
-  // device work reads them.
   if (on_device_) RETURN_IF_ERROR(SynchronizeTorchDevice(flat_grads_.device()));
+  return ReduceBucket(b);
+}
+
+absl::Status DataParallelGroup::ReduceBucket(size_t b) {
+  const collectives::Bucket& bucket = buckets_.at(b);
   return ring_->AllReduce(bucket.offset, bucket.bytes / sizeof(float),
                           collectives::DataType::kFloat32);
 }

@@ -121,6 +121,8 @@ class DataParallelGroup {
 
  private:
   DataParallelGroup() = default;
+  // AllReduceBucket() without waiting for torch's device work.
+  absl::Status ReduceBucket(size_t b);
 
   std::unique_ptr<collectives::AllReduceGroup> ring_;        // without a codec
   std::unique_ptr<compression::CompressedAllReduce> compressed_;  // with one

@@ -21,6 +21,18 @@ c10::Device TensorDeviceOf(rdma::device_path::DeviceTransport* device) {
                      static_cast<c10::DeviceIndex>(device->runtime().device()));
 }
 
+absl::Status CheckParametersOn(const std::string& who, const std::vector<Parameter>& parameters,
+                               const c10::Device& where) {
+  for (const Parameter& p : parameters) {
+    if (p.tensor.scalar_type() != at::kFloat || p.tensor.device() != where) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": parameter '", p.name, "' is a ", c10::toString(p.tensor.scalar_type()),
+          " tensor on ", p.tensor.device().str(), "; it takes float32 tensors on ", where.str()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 at::Tensor FloatsOver(std::byte* data, int64_t elements, const c10::Device& where) {
   return at::from_blob(data, {elements}, at::TensorOptions().dtype(at::kFloat).device(where));
 }

@@ -12,9 +12,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <string>
+#include <vector>
+
 #include "ATen/core/Tensor.h"
 #include "absl/status/status.h"
 #include "c10/core/Device.h"
+#include "strategies/strategy.h"
 
 namespace rdmaflow::rdma::device_path {
 class DeviceTransport;
@@ -26,6 +30,11 @@ namespace rdmaflow::strategies {
 // of a GPU's runtime; the CPU for the fake device (its memory is host
 // shared memory) and for no device (null).
 c10::Device TensorDeviceOf(rdma::device_path::DeviceTransport* device);
+
+// OK when every parameter is a float32 tensor on `where`; else
+// kInvalidArgument naming `who`, the parameter, and what it is.
+absl::Status CheckParametersOn(const std::string& who, const std::vector<Parameter>& parameters,
+                               const c10::Device& where);
 
 // `elements` float32 values at `data` (a region's memory on `where`: a
 // device region's on its device) as a tensor that does not own them.

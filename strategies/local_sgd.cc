@@ -6,19 +6,15 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/buckets.h"
 #include "common/status_macros.h"
+#include "strategies/device_tensors.h"
 
 namespace rdmaflow::strategies {
 
 absl::StatusOr<std::unique_ptr<LocalSgd>> LocalSgd::Create(
     const std::string& strategy, std::vector<Parameter> parameters, c10::Device where) {
+  RETURN_IF_ERROR(CheckParametersOn(strategy, parameters, where));
   std::vector<size_t> bytes;
   for (const Parameter& p : parameters) {
-    if (p.tensor.scalar_type() != at::kFloat || p.tensor.device() != where) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          strategy, " parameter '", p.name, "' must be a float32 tensor on ", where.str(),
-          ", not a ", c10::toString(p.tensor.scalar_type()), " tensor on ",
-          p.tensor.device().str()));
-    }
     bytes.push_back(p.tensor.numel() * sizeof(float));
   }
   ASSIGN_OR_RETURN(collectives::FusedLayout layout, collectives::LayOut(bytes, 64));

@@ -31,6 +31,17 @@ absl::Status Strategy::Unusable() const {
                                                     ": ", failure_.ToString()));
 }
 
+template <typename F>
+auto Strategy::Guarded(absl::string_view what, F&& run) const -> decltype(run()) {
+  // The model's own code (LibTorch, a user's TorchScript) throws; no
+  // exception may leave the strategy.
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(Where(), ": ", what, " threw: ", ExceptionText(e)));
+  }
+}
+
 absl::StatusOr<graph::GraphDef> Strategy::Prepare(const StrategyContext& context,
                                                   std::vector<Parameter> parameters) {
   if (phase_ != Phase::kNew) return Refuse("Prepare()", "called twice");
@@ -71,7 +82,8 @@ absl::StatusOr<graph::GraphDef> Strategy::Prepare(const StrategyContext& context
                              options_.communicator_options.timeout,
                              absl::StrCat(name(), " rank ", context.rank)));
   context_ = context;
-  absl::StatusOr<graph::GraphDef> graph = DoPrepare(std::move(parameters));
+  absl::StatusOr<graph::GraphDef> graph =
+      Guarded("Prepare()", [&] { return DoPrepare(std::move(parameters)); });
   if (!graph.ok()) return graph;
   absl::StatusOr<plan::TransferPlan> planned = graph::PlanGraph(*graph, planner_options());
   if (!planned.ok()) {
@@ -89,17 +101,6 @@ runtime::CommunicatorOptions Strategy::communicator_options() const {
   options.loop = own_.loop.get();
   options.links = own_.links.get();
   return options;
-}
-
-template <typename F>
-auto Strategy::Guarded(absl::string_view what, F&& run) const -> decltype(run()) {
-  // The model's own code (LibTorch, a user's TorchScript) throws; no
-  // exception may leave the strategy.
-  try {
-    return run();
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(Where(), ": ", what, " threw: ", ExceptionText(e)));
-  }
 }
 
 absl::Status Strategy::Start() {
@@ -176,7 +177,7 @@ absl::Status Strategy::Finish() {
   phase_ = Phase::kFinished;
   if (!run) return absl::OkStatus();  // nothing started, or finished already
   const bool after_failure = !failure_.ok();
-  absl::Status status = DoFinish(after_failure);
+  absl::Status status = Guarded("Finish()", [&] { return DoFinish(after_failure); });
   if (!after_failure) return status;
   if (!status.ok()) {
     std::fprintf(stderr, "%s: shutting down after a failure: %s\n", Where().c_str(),

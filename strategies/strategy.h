@@ -226,8 +226,12 @@ class Strategy {
   // True where the strategy exchanges parameters that live on a device
   // (StrategyContext::device): the harness then hands it the device
   // model's own parameters, with nothing staged through host memory
-  // (allreduce). The others take host parameters.
+  // (allreduce, layer_separated, moshpit). The others take host
+  // parameters.
   virtual bool takes_device_parameters() const { return false; }
+  // From Start() on: whether this rank's exchanges of the parameters run
+  // in device regions (device parameters taken; what a harness reports).
+  virtual bool exchanges_on_device() const { return false; }
   // After Prepare(): how many ranks compute, and which of them this is
   // (-1 if it does not compute); the harness shards the data by these.
   virtual int workers() const = 0;

@@ -36,6 +36,9 @@ class FakeStrategy final : public Strategy {
   bool shares_model() const override { return share; }
 
   absl::Status fail_prepare, fail_start, fail_step, fail_share;
+  // DoPrepare or DoFinish throw what torch throws for a bad shape (a
+  // device's allocation failing, say).
+  bool throw_in_prepare = false, throw_in_finish = false;
   bool share = false;
   int prepares = 0, starts = 0, steps = 0, finishes = 0, shares = 0;
   bool finished_after_failure = false;
@@ -49,6 +52,7 @@ class FakeStrategy final : public Strategy {
   }
   absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter>) override {
     ++prepares;
+    if (throw_in_prepare) Throw();
     RETURN_IF_ERROR(fail_prepare);
     return graph::GraphDef();
   }
@@ -71,8 +75,10 @@ class FakeStrategy final : public Strategy {
   absl::Status DoFinish(bool after_failure) override {
     ++finishes;
     finished_after_failure = after_failure;
+    if (throw_in_finish) Throw();
     return absl::OkStatus();
   }
+  static void Throw() { at::ones({2, 3}).matmul(at::ones({2, 3})); }
 };
 
 const ComputeFn kCompute = []() -> absl::StatusOr<ComputeResult> { return ComputeResult{}; };
@@ -237,6 +243,24 @@ TEST(StrategyTest, AnExceptionFromTheModelsCodeIsAFailedStepNamingTheRank) {
     EXPECT_THAT(s.Step(kCompute).status(),
                 StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("unusable")));
     EXPECT_THAT(s.Finish(), StatusIs(absl::StatusCode::kInternal));
+  });
+}
+
+// Prepare() and Finish() run the strategy's own torch code too (device
+// parameters are allocated and copied there): what it throws is an error
+// naming the call, never an exception out of the strategy; a Prepare()
+// that threw may be retried.
+TEST(StrategyTest, AnExceptionInPrepareOrFinishIsAnError) {
+  FakeStrategy s(1);
+  WithContext([&](const StrategyContext& context) {
+    s.throw_in_prepare = true;
+    EXPECT_THAT(s.Prepare(context, {}).status(),
+                StatusIs(absl::StatusCode::kInternal, HasSubstr("Prepare() threw")));
+    s.throw_in_prepare = false;
+    ASSERT_OK(s.Prepare(context, {}).status());
+    ASSERT_OK(s.Start());
+    s.throw_in_finish = true;
+    EXPECT_THAT(s.Finish(), StatusIs(absl::StatusCode::kInternal, HasSubstr("Finish() threw")));
   });
 }
 

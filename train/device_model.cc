@@ -2,15 +2,16 @@
 
 #include <exception>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "c10/core/impl/DeviceGuardImplInterface.h"
 #include "common/status_macros.h"
 #include "runtime/torch/torch_cuda.h"
+#include "strategies/device_tensors.h"
 #include "strategies/exception_text.h"
 #include "torch/script.h"
 #include "torch/torch.h"
@@ -325,8 +326,9 @@ absl::StatusOr<strategies::ModelSplit> DeviceModel::Split() {
 }
 
 void DeviceModel::SynchronizeDevice() const {
-  if (device_.is_cuda()) {
-    c10::impl::getDeviceGuardImpl(device_.type())->synchronizeDevice(device_.index());
+  // Thrown to the callers' handlers, as torch's own errors on the device.
+  if (absl::Status done = strategies::SynchronizeTorchDevice(device_); !done.ok()) {
+    throw std::runtime_error(std::string(done.message()));
   }
 }
 

@@ -13,7 +13,8 @@
 // host buffers on a GPU, the gradients all at once.
 //
 // A strategy that takes device parameters (Strategy::
-// takes_device_parameters: allreduce) gets the copy's own parameters
+// takes_device_parameters: allreduce, moshpit; layer_separated through
+// ResidentSplit()) gets the copy's own parameters
 // instead (Resident()): it exchanges and updates them on the device, in
 // its device regions, and Compute() stages nothing; CopyToHost() brings
 // the host model up to date for an evaluation. layer_separated with
@@ -136,7 +137,9 @@ class DeviceModel {
   // Compute() after Resident(): nothing staged.
   absl::StatusOr<strategies::ComputeResult> ComputeResident(const at::Tensor& x,
                                                             const at::Tensor& y);
-  // Waits for the device's work so far (nothing to wait for on mirror).
+  // Waits for the device's work so far (nothing to wait for on mirror);
+  // throws std::runtime_error for a broken device, into the callers'
+  // handlers.
   void SynchronizeDevice() const;
 
   Part features_, head_;

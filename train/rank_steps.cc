@@ -123,6 +123,12 @@ absl::StatusOr<double> Evaluate(Model& model, const Dataset& data, int64_t limit
   return static_cast<double>(correct) / n;
 }
 
+// The model's copy on --device.
+absl::StatusOr<std::unique_ptr<DeviceModel>> DeviceCopy(const TrainConfig& config,
+                                                        const Model& model) {
+  return DeviceModel::Create(config.device, config.model, config.seed, config.sample, model);
+}
+
 // Evaluate() of the rank's model, brought up to date first where its
 // parameters lived on the device.
 absl::StatusOr<double> EvaluateRank(RankState& state, const Dataset& data, int64_t limit) {
@@ -188,7 +194,9 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
       return absl::Status(device_transport.status().code(),
                           absl::StrCat("--device ", config.device, ": the device transport on ",
                                        state->device_runtime->name(), ": ",
-                                       device_transport.status().message()));
+                                       device_transport.status().message(),
+                                       " (--stage_device_parameters exchanges host memory "
+                                       "instead)"));
     }
     state->device_transport = device_transport->get();
     state->transport = *std::move(device_transport);
@@ -196,8 +204,7 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
     // through the worker.
     std::unique_ptr<DeviceModel>& copy =
         config.strategy == "layer_separated" ? state->split_device : state->compute_device;
-    ASSIGN_OR_RETURN(copy, DeviceModel::Create(config.device, config.model, config.seed,
-                                               config.sample, state->model));
+    ASSIGN_OR_RETURN(copy, DeviceCopy(config, state->model));
     ASSIGN_OR_RETURN(parameters, copy->Resident());
     if (state->split_device != nullptr) {
       ASSIGN_OR_RETURN(state->device_split, state->split_device->ResidentSplit());
@@ -212,9 +219,7 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
     // The strategy runs the model halves itself: on the device's copy
     // (its own parameters, where the strategy took them above).
     if (state->split_device == nullptr) {
-      ASSIGN_OR_RETURN(state->split_device,
-                       DeviceModel::Create(config.device, config.model, config.seed,
-                                           config.sample, state->model));
+      ASSIGN_OR_RETURN(state->split_device, DeviceCopy(config, state->model));
       ASSIGN_OR_RETURN(state->device_split, state->split_device->Split());
     }
     context.split = &state->device_split;
@@ -257,9 +262,7 @@ absl::Status LoadRankData(const TrainConfig& config, RankState& state) {
     ASSIGN_OR_RETURN(state.test, LoadSplit(config, "test"));
   }
   if (config.device != "cpu" && strategy.needs_compute_fn() && state.compute_device == nullptr) {
-    ASSIGN_OR_RETURN(state.compute_device,
-                     DeviceModel::Create(config.device, config.model, config.seed, config.sample,
-                                         state.model));
+    ASSIGN_OR_RETURN(state.compute_device, DeviceCopy(config, state.model));
   }
   state.worker = std::make_unique<Worker>(config, state.model, std::move(train),
                                           strategy.worker_index(), strategy.workers(),
@@ -497,9 +500,9 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   summary.mean_comm_ms = Ms(totals.comm_time) / steps;
   summary.mean_wait_ms = Ms(totals.wait_time) / steps;
   summary.mean_overlap_ms = Ms(totals.overlap_time) / steps;
-  if (state.split_device != nullptr) summary.device_resident = state.split_device->resident();
+  // The strategy's word: its exchanges ran in device regions.
+  summary.device_resident = state.strategy->exchanges_on_device();
   if (state.worker != nullptr && state.compute_device != nullptr) {
-    summary.device_resident = state.compute_device->resident();
     const DeviceModel::Times& device = state.compute_device->times();
     const double calls = static_cast<double>(std::max<int64_t>(device.calls, 1));
     summary.device_in_ms = Ms(device.in) / calls;

@@ -115,6 +115,7 @@ absl::Status AllReduceStrategy::DoStart() {
   DataParallelOptions group = group_options_;
   group.device = context().device;
   ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(links(), members, parameters_, group));
+  on_device_ = group_->on_device();
   // A codec sends the fused gradients whole: nothing to pipeline then. On
   // a device, backward's hooks run before its kernels have written the
   // gradients: the buckets go after backward.

@@ -51,6 +51,7 @@ class AllReduceStrategy final : public Strategy {
   bool computes() const override { return true; }
   // Not with a codec, which encodes on the host.
   bool takes_device_parameters() const override { return options().codec.empty(); }
+  bool exchanges_on_device() const override { return on_device_; }
   int workers() const override { return context().world_size; }
   int worker_index() const override { return context().rank; }
   runtime::TransferCounters counters() const override;
@@ -85,6 +86,7 @@ class AllReduceStrategy final : public Strategy {
   std::unique_ptr<DataParallelGroup> group_;
   std::unique_ptr<BucketPipeline> pipeline_;  // overlap=on, without a codec
   int64_t overlapped_buckets_ = 0;
+  bool on_device_ = false;  // the group's, kept after Finish()
   collectives::RingAllReduceStats final_stats_;  // kept past Finish()
   compression::CompressionStats final_compression_;
 };

@@ -145,7 +145,9 @@ absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
   const size_t probe = kProbeBytes / sizeof(float);
   {
     at::NoGradGuard no_grad;
-    FloatsOver(everyone_->data(), probe, TensorDeviceOf(context().device)).zero_();
+    const c10::Device where = TensorDeviceOf(context().device);
+    FloatsOver(everyone_->data(), probe, where).zero_();
+    RETURN_IF_ERROR(SynchronizeTorchDevice(where));
   }
   RETURN_IF_ERROR(everyone_->AllReduce(0, probe, collectives::DataType::kFloat32));
   const double big_s = Fastest([&] {
@@ -240,6 +242,7 @@ absl::Status LayerSeparatedStrategy::DoStart() {
   group.device = context().device;
   ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(links(), members,
                                                      conv_ ? features_ : head_, group));
+  on_device_ = group_->on_device() && everyone_->on_device();
   ParametersChanged();  // now views of the group's storage
   return absl::OkStatus();
 }
@@ -305,6 +308,9 @@ absl::Status LayerSeparatedStrategy::ShareParameters(bool everything) {
     // still due, Stanza's forward ahead, reads the new values).
     parameters_[i].tensor.variable_data().view({-1}).copy_(slot(i));
   }
+  // Nothing of torch's still reads the region after (it is freed after
+  // the last exchange).
+  RETURN_IF_ERROR(SynchronizeTorchDevice(where));
   ParametersChanged();
   return absl::OkStatus();
 }

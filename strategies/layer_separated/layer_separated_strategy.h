@@ -73,6 +73,7 @@ class LayerSeparatedStrategy final : public Strategy {
   // exchange's regions on the device, the split running on the device's
   // parameters (StrategyContext::split over them).
   bool takes_device_parameters() const override { return options().codec.empty(); }
+  bool exchanges_on_device() const override { return on_device_; }
   int workers() const override { return layout_.conv_ranks; }
   int worker_index() const override { return conv_ ? context().rank : -1; }
   runtime::TransferCounters counters() const override;
@@ -138,6 +139,7 @@ class LayerSeparatedStrategy final : public Strategy {
   std::unique_ptr<runtime::Communicator> communicator_;
   std::unique_ptr<runtime::torch::TorchCommunicator> tensors_;
   std::unique_ptr<DataParallelGroup> group_;  // conv or FC replicas
+  bool on_device_ = false;  // both groups', kept after Finish()
   collectives::RingAllReduceStats group_stats_;
   compression::CompressionStats group_compression_;
   runtime::TransferCounters final_counters_;

@@ -252,12 +252,6 @@ void MoshpitStrategy::DropRingUnlessAllKeep(const std::vector<GroupMember>& grou
   }
 }
 
-int MoshpitStrategy::device_rings() const {
-  int count = 0;
-  for (const auto& [members, kept] : rings_) count += kept.ring->on_device() ? 1 : 0;
-  return count;
-}
-
 absl::StatusOr<collectives::AllReduceGroup*> MoshpitStrategy::RingFor(
     const std::vector<int>& members, int round, const std::string& ns) {
   if (auto it = rings_.find(members); it != rings_.end()) return it->second.ring.get();
@@ -271,6 +265,7 @@ absl::StatusOr<collectives::AllReduceGroup*> MoshpitStrategy::RingFor(
                    collectives::AllReduceGroup::Create(*context().transport, *context().store,
                                                        ns, members, ring_options));
   ++rings_created_;
+  if (ring->on_device()) ++device_rings_created_;
   collectives::AllReduceGroup* kept = ring.get();
   rings_[members] = KeptRing{std::move(ring), round};
   return kept;
@@ -302,6 +297,9 @@ absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round
     theta.copy_(sum).div_(static_cast<double>(total));
     adopt_next_average_ = false;
   }
+  // Nothing of torch's still reads the region once the round is over (a
+  // ring may be dropped and its region freed).
+  RETURN_IF_ERROR(SynchronizeTorchDevice(where));
   round_bytes_sent_ += ring->stats().bytes_sent - before.bytes_sent;
   round_messages_ += ring->stats().messages - before.messages;
   return absl::OkStatus();

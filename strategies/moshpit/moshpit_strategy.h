@@ -84,9 +84,10 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   const std::vector<absl::Status>& round_errors() const { return round_errors_; }
   // Rings created so far (kept rings are reused, not counted again).
   int rings_created() const { return rings_created_; }
-  // Of the rings kept now, those whose region is device memory (device
+  // Of those, the rings whose region was device memory (device
   // parameters).
-  int device_rings() const;
+  int device_rings_created() const { return device_rings_created_; }
+  bool exchanges_on_device() const override { return device_rings_created_ > 0; }
   // Rounds that have ended (failed ones too), counted on the thread that
   // ran them: with overlap=on, tests watch them end during compute. Any
   // thread.
@@ -141,6 +142,7 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   std::vector<absl::Status> round_errors_;
   int round_ = 0;
   int rings_created_ = 0;
+  int device_rings_created_ = 0;
   // A rejoining peer's first average counts with weight 0: it adopts its
   // group's parameters instead of pulling them toward its fresh ones.
   bool adopt_next_average_ = false;

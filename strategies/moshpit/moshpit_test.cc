@@ -82,7 +82,7 @@ struct AverageRun {
   std::vector<at::Tensor> start, final;
   std::vector<std::vector<int>> sizes;
   std::vector<int> rings;  // created, by rank
-  std::vector<int> device_rings;  // kept on device memory before Finish(), by rank
+  std::vector<int> device_rings;  // created on device memory, by rank
 };
 
 // With `ones`, every step's gradients are all ones (the same local update
@@ -146,8 +146,8 @@ AverageRun Average(int world, int steps, std::map<std::string, std::string> para
           RETURN_IF_ERROR(strategy->Step(nothing).status());
           ++taken;
         }
-        run.device_rings[rank] = strategy->device_rings();
         RETURN_IF_ERROR(strategy->Finish());
+        run.device_rings[rank] = strategy->device_rings_created();
         run.final[rank] = at::cat({p[0].tensor.detach().flatten(), p[1].tensor.detach()});
         run.sizes[rank] = strategy->group_sizes();
         run.rings[rank] = strategy->rings_created();
