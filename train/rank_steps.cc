@@ -76,7 +76,6 @@ class Worker {
                                      config_.batch_size};
   }
 
-
  private:
   void Shuffle() {
     at::Tensor perm = at::randperm(static_cast<int64_t>(mine_.size()),
