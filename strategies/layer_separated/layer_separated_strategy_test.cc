@@ -2,7 +2,8 @@
 // toy perceptron split after its hidden layer: C conv ranks and K FC ranks
 // end (every rank, after Finish) with the parameters of one process
 // training on the C conv ranks' batches concatenated (1e-5), for 1+1, 3+1
-// and 2+2 ranks and with K chosen by the cost model; bad set-ups are named.
+// and 2+2 ranks and with K chosen by the cost model, also with device
+// parameters on fake devices; bad set-ups are named.
 // With overlap=on (Stanza's pipeline) they end with the parameters of one
 // process running the same pipelined schedule.
 #include "ATen/Parallel.h"
@@ -18,9 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
+#include "device/fake/fake_device.h"
 #include "gtest/gtest.h"
+#include "rdma/device/device_transport.h"
 #include "rdma/testing/connect_counter.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
@@ -49,13 +53,18 @@ struct Job {
   std::vector<onesided::PeerLinksStats> links;
   // By rank, by ShareModel() call: the rank's parameters right after it.
   std::vector<std::vector<std::vector<at::Tensor>>> shared;
+  std::vector<int> on_device;  // by rank: Strategy::exchanges_on_device()
 };
 
 using FeaturesFn = at::Tensor (*)(const std::vector<at::Tensor>&, const at::Tensor&);
 
+// With `on_device`, each rank's transport is a DeviceTransport over a fake
+// device of its own, on a "host" of its own (the fake device's IPC opens
+// only in another process), and the parameters are device parameters;
+// its connections are not counted then.
 Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::string> params,
            const std::string& codec = "", FeaturesFn features = &ToyProblem::Features,
-           int share_every = 0) {
+           int share_every = 0, bool on_device = false) {
   Job job;
   job.shared.resize(world);
   job.finals.resize(world);
@@ -65,9 +74,23 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
   job.max_staleness.resize(world, -1);
   job.connected.resize(world);
   job.links.resize(world);
-  job.status = rdma::testing::RunRankThreads(
-      world, [&](int rank, rdma::Transport& fabric, rdma::Store& store) -> absl::Status {
-        rdma::testing::ConnectCounter transport(fabric);
+  job.on_device.resize(world, -1);
+  job.status = rdma::testing::RunRankThreadsOwning(
+      world,
+      [&](int rank, std::unique_ptr<rdma::Transport>& fabric, rdma::Store& store) -> absl::Status {
+        std::unique_ptr<device::FakeDevice> fake;
+        std::unique_ptr<rdma::device_path::DeviceTransport> device_transport;
+        if (on_device) {
+          ASSIGN_OR_RETURN(fake, device::FakeDevice::Create(device::FakeDeviceOptions{}));
+          rdma::device_path::DeviceTransportOptions device_options;
+          device_options.host_identity = absl::StrCat("layer-host-", rank);
+          ASSIGN_OR_RETURN(device_transport, rdma::device_path::DeviceTransport::Create(
+                                                 std::move(fabric), fake.get(), device_options));
+        }
+        rdma::testing::ConnectCounter counter(
+            on_device ? static_cast<rdma::Transport&>(*device_transport) : *fabric);
+        rdma::Transport& transport =
+            on_device ? static_cast<rdma::Transport&>(*device_transport) : counter;
         StrategyOptions options = Options(params);
         options.codec = codec;
         ASSIGN_OR_RETURN(auto strategy, LayerSeparatedStrategy::Create(options));
@@ -82,6 +105,7 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
         split.activation_shape = {8};
         int t = 0;
         StrategyContext context{rank, world, &transport, &store};
+        context.device = device_transport.get();
         context.batch_size = kBatch;
         context.split = &split;
         context.next_batch = [&]() -> absl::StatusOr<Batch> {
@@ -107,8 +131,10 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
         RETURN_IF_ERROR(strategy->Finish());
         for (const Parameter& param : params) job.finals[rank].push_back(param.tensor.detach().clone());
         job.codec_calls[rank] = strategy->compression().calls;
-        job.connected[rank] = transport.connected();
+        job.connected[rank] = counter.connected();
         job.links[rank] = strategy->link_stats();
+        job.on_device[rank] = strategy->exchanges_on_device();
+        strategy.reset();  // before the transport and device it used
         return absl::OkStatus();
       });
   return job;
@@ -137,6 +163,37 @@ void ExpectMatchesReference(const ToyProblem& problem, const Job& job, int world
   std::vector<at::Tensor> p0(problem.init.begin(), problem.init.end());
   EXPECT_NEAR(job.first_loss[0],
               ToyProblem::Loss(p0, problem.x[0][0], problem.y[0][0]).item<double>(), 1e-5);
+}
+
+// Device parameters (fake devices): both groups and the final exchange on
+// device regions, the same parameters as one process on the conv ranks'
+// batches, with the model shared mid-run through the device region too
+// and with K chosen by the cost model (its probe on the region).
+TEST(LayerSeparatedStrategyTest, DeviceParametersMatchOneProcess) {
+  at::set_num_threads(1);
+  for (const auto& params : std::vector<std::map<std::string, std::string>>{
+           {{"fc_ranks", "1"}}, {}}) {
+    SCOPED_TRACE(params.empty() ? "K chosen" : "fc_ranks=1");
+    const ToyProblem problem(3, kSteps, kBatch);
+    const Job job = RunJob(problem, 3, params, "", &ToyProblem::Features, /*share_every=*/2,
+                           /*on_device=*/true);
+    for (const absl::Status& status : job.status) ASSERT_OK(status);
+    const int conv = job.conv_ranks[0];
+    std::vector<int> convs;
+    for (int i = 0; i < conv; ++i) convs.push_back(i);
+    const std::vector<at::Tensor> reference = problem.Reference(convs, kSteps, 0.1, 0.9);
+    EXPECT_GT(ToyProblem::MaxDiff(reference, problem.init), 1e-3);  // it trained
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_LT(ToyProblem::MaxDiff(job.finals[r], reference), 1e-5) << "rank " << r;
+      EXPECT_EQ(job.on_device[r], 1) << "rank " << r;
+      ASSERT_EQ(job.shared[r].size(), 2u) << "rank " << r;
+    }
+    // After each mid-run share every rank holds the same whole model.
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(ToyProblem::MaxDiff(job.shared[1][k], job.shared[0][k]), 0.0) << k;
+      EXPECT_EQ(ToyProblem::MaxDiff(job.shared[2][k], job.shared[0][k]), 0.0) << k;
+    }
+  }
 }
 
 // Features whose backward reads the weights (w1 is used again on the
