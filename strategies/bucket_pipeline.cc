@@ -6,6 +6,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/poll_until.h"
 #include "common/status_macros.h"
 
 namespace rdmaflow::strategies {
@@ -25,7 +26,7 @@ absl::StatusOr<std::unique_ptr<BucketPipeline>> BucketPipeline::Create(
   }
   return Create(
       group.parameters(), std::move(buckets),
-      [&group](size_t b) { return group.AllReduceBucket(b); }, loop, "the all-reduce");
+      [&group](size_t b) { return group.AllReduceWrittenBucket(b); }, loop, "the all-reduce");
 }
 
 absl::StatusOr<std::unique_ptr<BucketPipeline>> BucketPipeline::Create(
@@ -77,7 +78,39 @@ void BucketPipeline::GradientReady(size_t parameter) {
     return;
   }
   seen_[parameter] = true;
-  for (size_t b : buckets_of_[parameter]) --missing_[b];
+  for (size_t b : buckets_of_[parameter]) {
+    // The bucket's last gradient: mark the device work that writes it
+    // before the communication thread may see it due.
+    if (missing_[b] == 1 && mark_ != nullptr) marks_[b] = mark_(b);
+    --missing_[b];
+  }
+}
+
+absl::Status BucketPipeline::AwaitMark(size_t b) {
+  absl::StatusOr<ReadyPoll> mark;
+  {
+    absl::MutexLock lock(&mu_);
+    mark = marks_[b];
+  }
+  const std::string which = absl::StrCat("bucket ", b, " of ", gradients_.size());
+  if (!mark.ok()) {
+    return absl::Status(mark.status().code(),
+                        absl::StrCat("marking the device work of ", which, ": ",
+                                     mark.status().message()));
+  }
+  if (*mark == nullptr) return absl::OkStatus();
+  absl::StatusOr<bool> done = PollUntil(*mark, absl::Now() + mark_timeout_);
+  if (!done.ok()) {
+    return absl::Status(done.status().code(),
+                        absl::StrCat("waiting for the device to write ", which, ": ",
+                                     done.status().message()));
+  }
+  if (!*done) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the device did not finish writing the gradients of ", which, " in ",
+        absl::FormatDuration(mark_timeout_), "; is the device hung?"));
+  }
+  return absl::OkStatus();
 }
 
 bool BucketPipeline::AwaitBucket(size_t b) {
@@ -119,6 +152,8 @@ void BucketPipeline::CommunicateBuckets() {
       absl::MutexLock lock(&mu_);
       overlapped = !computed_;
     }
+    status_ = AwaitMark(b);
+    if (!status_.ok()) return;
     PipelinedStep::Span span;
     span.begin = absl::Now();  // before begun_ says so: a test compares them
     begun_.fetch_add(1, std::memory_order_release);
@@ -140,6 +175,7 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
   {
     absl::MutexLock lock(&mu_);
     missing_ = gradients_;
+    marks_.assign(gradients_.size(), ReadyPoll());
     seen_.assign(buckets_of_.size(), false);
     twice_.clear();
     computed_ = false;

@@ -18,7 +18,7 @@
 // k waits for its own gradients even when a later one is complete first,
 // so the collectives match across members whatever each backward's order.
 // A bucket backward never reaches (parameters forward does not use, or a
-// compute that accumulates its gradients some other way, as --device cuda
+// compute that accumulates its gradients some other way, as a staged --device cuda
 // does after backward) is reduced once compute has returned.
 //
 // The same pipeline serves any strategy that sends gradients in pieces as
@@ -102,6 +102,21 @@ class BucketPipeline {
   static constexpr absl::Duration kIdlePoll = absl::Milliseconds(1);
   void set_idle(std::function<absl::StatusOr<bool>()> idle) { idle_ = std::move(idle); }
 
+  // Gradients a device writes (device parameters): a hook fires once the
+  // accumulation is queued, not done. `mark(b)`, called on backward's
+  // thread as bucket b's last gradient is in, marks the work queued so far (a
+  // device event: device_tensors.h, MarkTorchWork) and returns a poll that
+  // is true once it is complete, or null when nothing is left to wait for;
+  // the communication thread polls it before it hands the bucket on, at
+  // most `timeout` (then the step fails with kDeadlineExceeded naming the
+  // bucket). Its error fails the step. Set it before the first Run().
+  using ReadyPoll = std::function<absl::StatusOr<bool>()>;
+  void set_ready_marks(std::function<absl::StatusOr<ReadyPoll>(size_t bucket)> mark,
+                       absl::Duration timeout) {
+    mark_ = std::move(mark);
+    mark_timeout_ = timeout;
+  }
+
   // Runs `compute` on this thread while the buckets are all-reduced as
   // backward fills them; returns once every bucket is summed (not scaled).
   // `compute` must run backward once: a gradient accumulated twice in one
@@ -130,11 +145,16 @@ class BucketPipeline {
   // running idle_ meanwhile. False when the step was abandoned or idle_
   // failed (status_ says which).
   bool AwaitBucket(size_t b);
+  // Polls bucket `b`'s mark, if it has one, until the work it marked is
+  // complete (set_ready_marks). Its error or the timeout's.
+  absl::Status AwaitMark(size_t b);
 
   const std::vector<Parameter>& parameters_;
   const std::function<absl::Status(size_t)> communicate_;
   const std::string what_;
   std::function<absl::StatusOr<bool>()> idle_;
+  std::function<absl::StatusOr<ReadyPoll>(size_t)> mark_;
+  absl::Duration mark_timeout_;
   CommunicationThread communication_;
   std::unique_ptr<GradientHooks> hooks_;
   std::vector<std::vector<size_t>> buckets_of_;  // by parameter
@@ -145,6 +165,8 @@ class BucketPipeline {
   std::vector<int> missing_ ABSL_GUARDED_BY(mu_);  // by bucket, this step
   std::vector<bool> seen_ ABSL_GUARDED_BY(mu_);    // by parameter, this step
   std::string twice_ ABSL_GUARDED_BY(mu_);  // a parameter accumulated twice
+  // By bucket, this step: its mark (set_ready_marks), or the mark's error.
+  std::vector<absl::StatusOr<ReadyPoll>> marks_ ABSL_GUARDED_BY(mu_);
   bool computed_ ABSL_GUARDED_BY(mu_) = false;     // compute returned
   bool abandon_ ABSL_GUARDED_BY(mu_) = false;      // compute failed
   // The communication thread's results, read after it is joined.

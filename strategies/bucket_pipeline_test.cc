@@ -5,7 +5,9 @@
 // after compute, a failed compute ends the step with its error and gives
 // the loop back; the idle work runs on the communication thread while a
 // bucket is not yet due and after the last one until compute returns, and
-// its error fails the step.
+// its error fails the step. With marks (gradients a device writes) a
+// bucket goes only once its mark says its work is complete, and a failed
+// or stuck mark fails the step.
 #include "strategies/bucket_pipeline.h"
 
 #include <atomic>
@@ -298,6 +300,109 @@ TEST(BucketPipelineTest, AFailedIdleWorkFailsTheStepAndNoBucketGoesAfterIt) {
         return absl::OkStatus();
       });
   EXPECT_OK(statuses[0]);
+}
+
+// Gradients a device writes: a bucket goes only once the mark recorded as
+// backward queued its last gradient says the work is complete. Each
+// bucket's mark is polled before the bucket goes, and no bucket goes
+// while its mark says no; a bucket backward never reaches has no mark.
+TEST(BucketPipelineTest, ADeviceBucketGoesOnlyOnceItsMarkSaysItsWritten) {
+  at::set_num_threads(1);
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
+      1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        onesided::ProgressLoop loop(transport, {});
+        std::vector<Parameter> parameters = MakeParameters();
+        std::atomic<bool> released[4] = {false, false, false, false};
+        std::atomic<int> polled[4] = {0, 0, 0, 0};
+        std::atomic<int> marks{0}, done{0};
+        std::atomic<bool> early{false};
+        ASSIGN_OR_RETURN(auto pipeline,
+                         BucketPipeline::Create(
+                             parameters, {{0}, {1}, {2}, {3}},
+                             [&](size_t b) {
+                               if (b < 3 && !released[b].load()) early.store(true);
+                               done.fetch_add(1);
+                               return absl::OkStatus();
+                             },
+                             loop, "the test's buckets"));
+        pipeline->set_ready_marks(
+            [&](size_t b) -> absl::StatusOr<BucketPipeline::ReadyPoll> {
+              marks.fetch_add(1);
+              return BucketPipeline::ReadyPoll([&, b]() -> absl::StatusOr<bool> {
+                polled[b].fetch_add(1);
+                return released[b].load();
+              });
+            },
+            kDeadline);
+        ASSIGN_OR_RETURN(PipelinedStep step,
+                         pipeline->Run([&]() -> absl::StatusOr<ComputeResult> {
+          Loss(parameters, 0).backward();
+          for (int b = 0; b < 3; ++b) {
+            // The communication thread waits on bucket b's mark...
+            RETURN_IF_ERROR(AwaitInCompute([&] { return polled[b].load() > 0; },
+                                           "a bucket's mark was never polled"));
+            if (done.load() != b) return absl::InternalError("a bucket went before its mark");
+            // ...and the bucket goes once the mark says so.
+            released[b].store(true);
+            RETURN_IF_ERROR(AwaitInCompute([&] { return done.load() == b + 1; },
+                                           "a bucket did not go after its mark"));
+          }
+          return ComputeResult{1.0, 0, 1};
+        }));
+        EXPECT_EQ(step.buckets.size(), 4u);
+        EXPECT_EQ(done.load(), 4);
+        EXPECT_EQ(marks.load(), 3);  // none for the unused bucket 3
+        EXPECT_FALSE(early.load());
+        return absl::OkStatus();
+      });
+  EXPECT_OK(statuses[0]);
+}
+
+// A mark that cannot be made, or whose work never completes, fails the
+// step naming the bucket; no bucket goes after it.
+TEST(BucketPipelineTest, AFailedOrStuckMarkFailsTheStep) {
+  at::set_num_threads(1);
+  for (const bool stuck : {false, true}) {
+    SCOPED_TRACE(stuck ? "stuck" : "failed");
+    std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
+        1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+          onesided::ProgressLoop loop(transport, {});
+          std::vector<Parameter> parameters = MakeParameters();
+          std::atomic<int> done{0};
+          ASSIGN_OR_RETURN(auto pipeline, BucketPipeline::Create(
+                                              parameters, {{0}, {1}, {2}, {3}},
+                                              [&](size_t) {
+                                                done.fetch_add(1);
+                                                return absl::OkStatus();
+                                              },
+                                              loop, "the test's buckets"));
+          pipeline->set_ready_marks(
+              [stuck](size_t) -> absl::StatusOr<BucketPipeline::ReadyPoll> {
+                if (!stuck) return absl::InternalError("no events left");
+                return BucketPipeline::ReadyPoll(
+                    []() -> absl::StatusOr<bool> { return false; });
+              },
+              absl::Milliseconds(20));
+          absl::StatusOr<PipelinedStep> step =
+              pipeline->Run([&]() -> absl::StatusOr<ComputeResult> {
+                Loss(parameters, 0).backward();
+                return ComputeResult{1.0, 0, 1};
+              });
+          if (stuck) {
+            EXPECT_THAT(step.status(),
+                        StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                 HasSubstr("writing the gradients of bucket 0 of 4")));
+          } else {
+            EXPECT_THAT(step.status(),
+                        StatusIs(absl::StatusCode::kInternal,
+                                 AllOf(HasSubstr("marking the device work of bucket 0 of 4"),
+                                       HasSubstr("no events left"))));
+          }
+          EXPECT_EQ(done.load(), 0);
+          return absl::OkStatus();
+        });
+    EXPECT_OK(statuses[0]);
+  }
 }
 
 }  // namespace

@@ -126,17 +126,17 @@ absl::Status DataParallelGroup::AllReduceGradients(double scale, double momentum
   // Torch's kernels that wrote the gradients end before the group's own
   // device work reads them: once for every bucket.
   if (on_device_) RETURN_IF_ERROR(SynchronizeTorchDevice(flat_grads_.device()));
-  for (size_t b = 0; b < buckets_.size(); ++b) RETURN_IF_ERROR(ReduceBucket(b));
+  for (size_t b = 0; b < buckets_.size(); ++b) RETURN_IF_ERROR(AllReduceWrittenBucket(b));
   ScaleGradients(scale);
   return absl::OkStatus();
 }
 
 absl::Status DataParallelGroup::AllReduceBucket(size_t b) {
   if (on_device_) RETURN_IF_ERROR(SynchronizeTorchDevice(flat_grads_.device()));
-  return ReduceBucket(b);
+  return AllReduceWrittenBucket(b);
 }
 
-absl::Status DataParallelGroup::ReduceBucket(size_t b) {
+absl::Status DataParallelGroup::AllReduceWrittenBucket(size_t b) {
   const collectives::Bucket& bucket = buckets_.at(b);
   return ring_->AllReduce(bucket.offset, bucket.bytes / sizeof(float),
                           collectives::DataType::kFloat32);

@@ -104,6 +104,10 @@ class DataParallelGroup {
   bool on_device() const { return on_device_; }
   const collectives::Bucket& bucket(size_t b) const { return buckets_[b]; }
   absl::Status AllReduceBucket(size_t b);
+  // AllReduceBucket() of a bucket whose gradients the caller knows written
+  // (a device's writes seen complete: bucket_pipeline.h's marks), with no
+  // wait for the rest of torch's device work.
+  absl::Status AllReduceWrittenBucket(size_t b);
   void ScaleGradients(double scale);
   const std::vector<Parameter>& parameters() const { return parameters_; }
   // v = momentum * v + g; p -= lr * v (torch.optim.SGD). With a codec the
@@ -121,8 +125,6 @@ class DataParallelGroup {
 
  private:
   DataParallelGroup() = default;
-  // AllReduceBucket() without waiting for torch's device work.
-  absl::Status ReduceBucket(size_t b);
 
   std::unique_ptr<collectives::AllReduceGroup> ring_;        // without a codec
   std::unique_ptr<compression::CompressedAllReduce> compressed_;  // with one

@@ -2,8 +2,10 @@
 #include "strategies/device_tensors.h"
 
 #include "ATen/ops/from_blob.h"
+#include "c10/core/Event.h"
 #include "c10/core/impl/DeviceGuardImplInterface.h"
 #include <exception>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "device/fake/fake_device.h"
@@ -35,6 +37,24 @@ absl::Status CheckParametersOn(const std::string& who, const std::vector<Paramet
 
 at::Tensor FloatsOver(std::byte* data, int64_t elements, const c10::Device& where) {
   return at::from_blob(data, {elements}, at::TensorOptions().dtype(at::kFloat).device(where));
+}
+
+absl::StatusOr<std::function<absl::StatusOr<bool>()>> MarkTorchWork(const c10::Device& device) {
+  if (!device.is_cuda()) return std::function<absl::StatusOr<bool>()>();
+  try {
+    auto event = std::make_shared<c10::Event>(device.type());
+    event->record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+    return std::function<absl::StatusOr<bool>()>([event]() -> absl::StatusOr<bool> {
+      try {
+        return event->query();
+      } catch (const std::exception& e) {
+        return absl::InternalError(absl::StrCat("a device event: ", ExceptionText(e)));
+      }
+    });
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("recording an event on ", device.str(), ": ",
+                                            ExceptionText(e)));
+  }
 }
 
 absl::Status SynchronizeTorchDevice(const c10::Device& device) {

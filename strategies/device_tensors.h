@@ -12,11 +12,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "ATen/core/Tensor.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "c10/core/Device.h"
 #include "strategies/strategy.h"
 
@@ -39,6 +41,12 @@ absl::Status CheckParametersOn(const std::string& who, const std::vector<Paramet
 // `elements` float32 values at `data` (a region's memory on `where`: a
 // device region's on its device) as a tensor that does not own them.
 at::Tensor FloatsOver(std::byte* data, int64_t elements, const c10::Device& where);
+
+// A mark of the work torch has queued so far on `device`'s current stream
+// (the calling thread's): a poll that is true once that work is complete
+// (a device event), or null on the CPU, where nothing is queued.
+// kInternal with torch's reason when the event cannot be recorded.
+absl::StatusOr<std::function<absl::StatusOr<bool>()>> MarkTorchWork(const c10::Device& device);
 
 // Waits until the work torch queued on `device` is complete (every stream
 // of a CUDA device); nothing to wait for on the CPU. kInternal with torch's

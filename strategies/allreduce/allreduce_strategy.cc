@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "graph_analyzer/gradient_order.h"
 #include "graph_analyzer/graph_builder.h"
+#include "strategies/device_tensors.h"
 #include "strategies/strategy_params.h"
 
 namespace rdmaflow::strategies {
@@ -117,10 +118,15 @@ absl::Status AllReduceStrategy::DoStart() {
   ASSIGN_OR_RETURN(group_, DataParallelGroup::Create(links(), members, parameters_, group));
   on_device_ = group_->on_device();
   // A codec sends the fused gradients whole: nothing to pipeline then. On
-  // a device, backward's hooks run before its kernels have written the
-  // gradients: the buckets go after backward.
-  if (overlap_ && group_->reduces_in_buckets() && !group_->on_device()) {
+  // a device, backward's hooks run once the kernels that write a gradient
+  // are queued: each bucket waits for an event recorded then.
+  if (overlap_ && group_->reduces_in_buckets()) {
     ASSIGN_OR_RETURN(pipeline_, BucketPipeline::Create(*group_, links().loop()));
+    if (group_->on_device()) {
+      const c10::Device where = TensorDeviceOf(context().device);
+      pipeline_->set_ready_marks([where](size_t) { return MarkTorchWork(where); },
+                                 options().communicator_options.timeout);
+    }
   }
   return absl::OkStatus();
 }

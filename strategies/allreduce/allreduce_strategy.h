@@ -16,8 +16,8 @@
 // through it whole, once a step (compression/compressed_allreduce.h).
 // Without a codec it takes device parameters (StrategyContext::device): the fused
 // gradients, parameters and momentum then stay on the device, reduced
-// there (data_parallel.h), after backward (overlap needs host gradients:
-// backward's hooks fire before the device has written them).
+// there (data_parallel.h); with overlap each bucket waits for an event
+// recorded as backward queued its last gradient (bucket_pipeline.h).
 // A replica slower than the timeout fails its peers' all-reduce with
 // kDeadlineExceeded naming the neighbour the ring waited for; after any
 // failed step the strategy is unusable (Step() returns kFailedPrecondition
