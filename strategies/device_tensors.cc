@@ -1,13 +1,13 @@
 // File: device_tensors.cc
 #include "strategies/device_tensors.h"
 
-#include "ATen/ops/from_blob.h"
-#include "c10/core/Event.h"
-#include "c10/core/impl/DeviceGuardImplInterface.h"
 #include <exception>
 #include <memory>
 
+#include "ATen/ops/from_blob.h"
 #include "absl/strings/str_cat.h"
+#include "c10/core/Event.h"
+#include "c10/core/impl/DeviceGuardImplInterface.h"
 #include "device/fake/fake_device.h"
 #include "rdma/device/device_transport.h"
 #include "strategies/exception_text.h"
