@@ -140,13 +140,19 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
   return job;
 }
 
+// One process on the job's conv ranks' batches concatenated; it trained.
+std::vector<at::Tensor> ConvReference(const ToyProblem& problem, const Job& job) {
+  std::vector<int> convs;
+  for (int i = 0; i < job.conv_ranks[0]; ++i) convs.push_back(i);
+  std::vector<at::Tensor> reference = problem.Reference(convs, kSteps, 0.1, 0.9);
+  EXPECT_GT(ToyProblem::MaxDiff(reference, problem.init), 1e-3);
+  return reference;
+}
+
 void ExpectMatchesReference(const ToyProblem& problem, const Job& job, int world) {
   for (const absl::Status& status : job.status) ASSERT_OK(status);
   const int conv = job.conv_ranks[0];
-  std::vector<int> convs;
-  for (int i = 0; i < conv; ++i) convs.push_back(i);
-  const std::vector<at::Tensor> reference = problem.Reference(convs, kSteps, 0.1, 0.9);
-  EXPECT_GT(ToyProblem::MaxDiff(reference, problem.init), 1e-3);  // it trained
+  const std::vector<at::Tensor> reference = ConvReference(problem, job);
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(job.conv_ranks[r], conv);
     EXPECT_LT(ToyProblem::MaxDiff(job.finals[r], reference), 1e-5) << "rank " << r;
@@ -178,11 +184,7 @@ TEST(LayerSeparatedStrategyTest, DeviceParametersMatchOneProcess) {
     const Job job = RunJob(problem, 3, params, "", &ToyProblem::Features, /*share_every=*/2,
                            /*on_device=*/true);
     for (const absl::Status& status : job.status) ASSERT_OK(status);
-    const int conv = job.conv_ranks[0];
-    std::vector<int> convs;
-    for (int i = 0; i < conv; ++i) convs.push_back(i);
-    const std::vector<at::Tensor> reference = problem.Reference(convs, kSteps, 0.1, 0.9);
-    EXPECT_GT(ToyProblem::MaxDiff(reference, problem.init), 1e-3);  // it trained
+    const std::vector<at::Tensor> reference = ConvReference(problem, job);
     for (int r = 0; r < 3; ++r) {
       EXPECT_LT(ToyProblem::MaxDiff(job.finals[r], reference), 1e-5) << "rank " << r;
       EXPECT_EQ(job.on_device[r], 1) << "rank " << r;
