@@ -147,13 +147,16 @@ void BucketPipeline::CommunicateBuckets() {
   const size_t buckets = gradients_.size();
   for (size_t b = 0; b < buckets; ++b) {
     if (!AwaitBucket(b)) return;
+    status_ = AwaitMark(b);
+    if (!status_.ok()) return;
     bool overlapped = false;
     {
       absl::MutexLock lock(&mu_);
+      // Compute may have failed during the device's wait: no bucket
+      // begins after that.
+      if (abandon_) return;
       overlapped = !computed_;
     }
-    status_ = AwaitMark(b);
-    if (!status_.ok()) return;
     PipelinedStep::Span span;
     span.begin = absl::Now();  // before begun_ says so: a test compares them
     begun_.fetch_add(1, std::memory_order_release);
@@ -214,6 +217,14 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
   {
     absl::MutexLock lock(&mu_);
     if (computed.ok()) {
+      // A bucket backward never completed (unused parameters, gradients
+      // written some other way) may still be written by device work compute
+      // queued: marked here, on compute's stream, before it falls due.
+      if (mark_ != nullptr) {
+        for (size_t b = 0; b < missing_.size(); ++b) {
+          if (missing_[b] > 0) marks_[b] = mark_(b);
+        }
+      }
       computed_ = true;
     } else {
       abandon_ = true;

@@ -31,7 +31,8 @@
 // step (ProgressLoop::AdoptOnCurrentThread) and back to the caller before
 // Run() returns; the caller must not use the loop, its transport or the
 // group in between, which compute (forward and backward of the model) does
-// not. The hooks run on the thread that runs backward and only count.
+// not. The hooks run on the thread that runs backward: they count, and
+// with ready marks they record a bucket's mark (set_ready_marks).
 #ifndef RDMAFLOW_STRATEGIES_BUCKET_PIPELINE_H_
 #define RDMAFLOW_STRATEGIES_BUCKET_PIPELINE_H_
 
@@ -106,10 +107,13 @@ class BucketPipeline {
   // accumulation is queued, not done. `mark(b)`, called on backward's
   // thread as bucket b's last gradient is in, marks the work queued so far (a
   // device event: device_tensors.h, MarkTorchWork) and returns a poll that
-  // is true once it is complete, or null when nothing is left to wait for;
+  // is true once it is complete, or null when nothing is left to wait for
+  // (a bucket still incomplete when compute returns is marked then, on
+  // compute's thread);
   // the communication thread polls it before it hands the bucket on, at
   // most `timeout` (then the step fails with kDeadlineExceeded naming the
-  // bucket). Its error fails the step. Set it before the first Run().
+  // bucket). Its error fails the step. Set it before the first Run(),
+  // never during one.
   using ReadyPoll = std::function<absl::StatusOr<bool>()>;
   void set_ready_marks(std::function<absl::StatusOr<ReadyPoll>(size_t bucket)> mark,
                        absl::Duration timeout) {

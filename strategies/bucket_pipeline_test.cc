@@ -305,7 +305,8 @@ TEST(BucketPipelineTest, AFailedIdleWorkFailsTheStepAndNoBucketGoesAfterIt) {
 // Gradients a device writes: a bucket goes only once the mark recorded as
 // backward queued its last gradient says the work is complete. Each
 // bucket's mark is polled before the bucket goes, and no bucket goes
-// while its mark says no; a bucket backward never reaches has no mark.
+// while its mark says no; a bucket backward never reaches is marked once
+// compute returns.
 TEST(BucketPipelineTest, ADeviceBucketGoesOnlyOnceItsMarkSaysItsWritten) {
   at::set_num_threads(1);
   std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
@@ -320,7 +321,7 @@ TEST(BucketPipelineTest, ADeviceBucketGoesOnlyOnceItsMarkSaysItsWritten) {
                          BucketPipeline::Create(
                              parameters, {{0}, {1}, {2}, {3}},
                              [&](size_t b) {
-                               if (b < 3 && !released[b].load()) early.store(true);
+                               if (!released[b].load()) early.store(true);
                                done.fetch_add(1);
                                return absl::OkStatus();
                              },
@@ -347,11 +348,14 @@ TEST(BucketPipelineTest, ADeviceBucketGoesOnlyOnceItsMarkSaysItsWritten) {
             RETURN_IF_ERROR(AwaitInCompute([&] { return done.load() == b + 1; },
                                            "a bucket did not go after its mark"));
           }
+          if (marks.load() != 3) return absl::InternalError("bucket 3 marked during compute");
+          released[3].store(true);  // compute's own work for it, done
           return ComputeResult{1.0, 0, 1};
         }));
         EXPECT_EQ(step.buckets.size(), 4u);
         EXPECT_EQ(done.load(), 4);
-        EXPECT_EQ(marks.load(), 3);  // none for the unused bucket 3
+        EXPECT_EQ(marks.load(), 4);  // the unused bucket 3's once compute returned
+        EXPECT_GT(polled[3].load(), 0);
         EXPECT_FALSE(early.load());
         return absl::OkStatus();
       });
