@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "ATen/core/grad_mode.h"
-#include "ATen/ops/from_blob.h"
 #include "ATen/ops/zeros.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"

@@ -1,17 +1,16 @@
 // File: device_tensors.h
 // -----------------------------------------------------------------------------
 // The torch side of a strategy's device parameters (StrategyContext::
-// device): which torch device their tensors are on, and a wait for the
-// work torch queued on it. A strategy hands device memory to its
-// transport's device work (an all-reduce group's copies and reductions,
-// on streams of their own) only once torch's kernels that wrote it are
-// complete, so it synchronizes torch's device first.
+// device): which torch device their tensors are on, and waits for the
+// work torch queued on it (the whole device, or a mark of one stream). A
+// strategy hands device memory to its transport's device work (an
+// all-reduce group's copies and reductions, on streams of their own) only
+// once torch's kernels that wrote it are complete.
 #ifndef RDMAFLOW_STRATEGIES_DEVICE_TENSORS_H_
 #define RDMAFLOW_STRATEGIES_DEVICE_TENSORS_H_
 
 #include <cstddef>
 #include <cstdint>
-
 #include <functional>
 #include <string>
 #include <vector>

@@ -4,7 +4,6 @@
 #include "strategies/layer_separated/layer_separated_strategy.h"
 
 #include <cstdio>
-#include <cstring>
 #include <set>
 #include <utility>
 
@@ -18,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/buckets.h"
 #include "common/status_macros.h"
-#include "strategies/device_tensors.h"
 #include "graph_analyzer/planner.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/rank_plan.h"
+#include "strategies/device_tensors.h"
 #include "strategies/strategy_params.h"
 
 namespace rdmaflow::strategies::layer_separated {

@@ -3,18 +3,16 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <utility>
 
 #include "ATen/core/grad_mode.h"
-#include "ATen/ops/from_blob.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
-#include "strategies/device_tensors.h"
 #include "graph_analyzer/graph_builder.h"
+#include "strategies/device_tensors.h"
 #include "strategies/moshpit/moshpit_group.h"
 #include "strategies/strategy_params.h"
 
