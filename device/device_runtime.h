@@ -113,6 +113,8 @@ class Stream {
   virtual ~Stream() = default;
   // Copies `bytes` from `src` to `dst`, host or device memory either way.
   virtual absl::Status Copy(void* dst, const void* src, size_t bytes) = 0;
+  // Sets `bytes` of device memory at `dst` to zero.
+  virtual absl::Status Zero(void* dst, size_t bytes) = 0;
   // Launches a reduction (ReduceArgs).
   virtual absl::Status Reduce(const ReduceArgs& args) = 0;
   // Marks this point of the stream in `event`.

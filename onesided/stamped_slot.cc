@@ -140,17 +140,22 @@ absl::Status WriteBracket(uint64_t sequence,
 
 void WriteLocal(std::byte* base, const StampedSlot& slot, uint64_t sequence,
                 absl::FunctionRef<void(std::byte* payload)> fill) {
+  WriteLocal(base, slot.stamp_offset, base + slot.payload_offset, sequence, fill);
+}
+
+void WriteLocal(std::byte* stamp_base, size_t stamp_offset, std::byte* payload,
+                uint64_t sequence, absl::FunctionRef<void(std::byte* payload)> fill) {
   absl::Status written = WriteBracket(
       sequence,
       [&](uint64_t stamp) {
-        StoreStamp(base, slot.stamp_offset, stamp);
+        StoreStamp(stamp_base, stamp_offset, stamp);
         // The odd stamp before any byte of the payload (a reader that sees
         // new bytes then sees the odd stamp, or a later one, on reload).
         std::atomic_thread_fence(std::memory_order_seq_cst);
         return absl::OkStatus();
       },
       [&] {
-        fill(base + slot.payload_offset);
+        fill(payload);
         // Every byte of the payload before the even stamp.
         std::atomic_thread_fence(std::memory_order_release);
         return absl::OkStatus();

@@ -19,7 +19,15 @@
 //
 // In memory: 8-byte words [latest version][stamp of copy 0]...[stamp of
 // copy copies-1], padded to 64 bytes, then the copies, each rounded up to
-// 64 bytes.
+// 64 bytes. With the copies in device memory (copies_in = kDevice: a
+// parameter server's shard or a gossip peer's parameters on a GPU), the
+// header stays in host memory and the copies lie in a device region of
+// their own (transport.AllocateDevice: rdma/device), published beside it;
+// readers read the header as before and the copy through the transport's
+// device path (IPC on one host, staged otherwise), into host or device
+// memory. Update()'s `fill` then gets device pointers and must have
+// finished its device work when it returns (synchronize the stream that
+// wrote them): the copy's stamp says whole only after `fill` returns.
 //
 // Everything a reader learns from the store (the layout: bytes and copies;
 // the region's descriptor) or from the owner's memory (the latest version,
@@ -56,6 +64,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "device/memory_kind.h"
 #include "onesided/links/peer_links.h"
 #include "onesided/progress/progress_loop.h"
 #include "onesided/progress/waits.h"
@@ -76,46 +85,60 @@ class VersionedBuffer {
   // must not make it allocate without bound.
   static constexpr int kMaxCopies = 1024;
 
-  // Allocates the copies and the header with transport.Allocate(), writes
-  // version 0 (zeros) and publishes the descriptor as <ns>/versioned/<name>.
-  // kInvalidArgument for 0 bytes, fewer than 2 or more than kMaxCopies
-  // copies, or a size that does not fit in size_t; Allocate's errors.
-  // The transport's address is published there too (readers connect by it).
+  // Allocates the header and the copies with transport.Allocate() (with
+  // `copies_in` kDevice: the header so, the copies with
+  // transport.AllocateDevice(), in a region of their own), writes version 0
+  // (zeros) and publishes the descriptors as <ns>/versioned/<name> (and
+  // <ns>/versioned/<name>/copies). kInvalidArgument for 0 bytes, fewer than
+  // 2 or more than kMaxCopies copies, or a size that does not fit in
+  // size_t; Allocate's and AllocateDevice's errors (kUnimplemented from a
+  // transport without device regions). The transport's address is
+  // published there too (readers connect by it).
   static absl::StatusOr<std::unique_ptr<VersionedBuffer>> Create(
       rdma::Transport& transport, rdma::Store& store, const std::string& ns,
-      const std::string& name, size_t bytes, int copies);
+      const std::string& name, size_t bytes, int copies,
+      device::MemoryKind copies_in = device::MemoryKind::kHost);
   // The same on `links` (their transport, store and namespace; the links
   // published the address).
-  static absl::StatusOr<std::unique_ptr<VersionedBuffer>> Create(PeerLinks& links,
-                                                                 const std::string& name,
-                                                                 size_t bytes, int copies);
+  static absl::StatusOr<std::unique_ptr<VersionedBuffer>> Create(
+      PeerLinks& links, const std::string& name, size_t bytes, int copies,
+      device::MemoryKind copies_in = device::MemoryKind::kHost);
 
   size_t bytes() const { return bytes_; }
   // Versions written so far (0 before the first Update()).
   uint64_t version() const { return version_; }
-  // The latest version's bytes (read-only: readers may be reading them).
+  // Where the copies lie: host or device memory.
+  device::MemoryKind copies_in() const { return copies_region_->descriptor().memory_kind; }
+  // The latest version's bytes (read-only: readers may be reading them; a
+  // device address with copies in device memory).
   const std::byte* latest() const { return CopyData(version_); }
-  // The registered memory holding the header and the copies.
+  // The registered memory holding the header, and the copies unless they
+  // are in device memory.
   const rdma::MemoryRegion& region() const { return *region_; }
+  // The registered memory holding the copies: region(), or the device
+  // region.
+  const rdma::MemoryRegion& copies_region() const { return *copies_region_; }
 
   // Writes version()+1: `fill(next, latest)` must write all bytes() of
-  // `next` (it may read `latest`, the current version); then the new version
-  // becomes the latest, atomically for readers.
+  // `next` (it may read `latest`, the current version), device work
+  // included; then the new version becomes the latest, atomically for
+  // readers.
   void Update(
       absl::FunctionRef<void(std::byte* next, const std::byte* latest)> fill);
 
  private:
-  VersionedBuffer(std::unique_ptr<rdma::MemoryRegion> region, size_t bytes,
-                  int copies);
+  VersionedBuffer(std::unique_ptr<rdma::MemoryRegion> region,
+                  std::unique_ptr<rdma::MemoryRegion> device_copies, size_t bytes, int copies);
   // Both Create()s but the address.
-  static absl::StatusOr<std::unique_ptr<VersionedBuffer>> Make(rdma::Transport& transport,
-                                                               rdma::Store& store,
-                                                               const std::string& ns,
-                                                               const std::string& name,
-                                                               size_t bytes, int copies);
+  static absl::StatusOr<std::unique_ptr<VersionedBuffer>> Make(
+      rdma::Transport& transport, rdma::Store& store, const std::string& ns,
+      const std::string& name, size_t bytes, int copies, device::MemoryKind copies_in);
   std::byte* CopyData(uint64_t version) const;
 
   std::unique_ptr<rdma::MemoryRegion> region_;
+  // The copies in device memory, or null (they follow the header).
+  std::unique_ptr<rdma::MemoryRegion> device_copies_;
+  const rdma::MemoryRegion* copies_region_;  // device_copies_ or region_
   size_t bytes_;
   int copies_;
   uint64_t version_ = 0;
@@ -127,7 +150,10 @@ class VersionedBuffer {
 class VersionedReader {
  public:
   // Fetches <ns>/versioned/<name> from the links' store and namespace
-  // (waiting up to `timeout` for the owner to publish it) and takes the
+  // (waiting up to `timeout` for the owner to publish it; and the copies'
+  // device region, for a buffer whose copies are in device memory, which
+  // needs a transport with device regions: kFailedPrecondition otherwise)
+  // and takes the
   // links' `lane` to `owner_rank` (the links must outlive the reader): the
   // data lane, or the control lane for reads that must not queue behind
   // this rank's own writes to the owner on a transport that delivers in
@@ -146,7 +172,8 @@ class VersionedReader {
   const std::string& name() const { return name_; }
 
   // Reads a whole, consistent version into `dst` (registered memory of
-  // exactly bytes()) and returns its version number. kInvalidArgument for a
+  // exactly bytes(), host or device memory where the transport moves
+  // both) and returns its version number. kInvalidArgument for a
   // wrong `dst`; kUnavailable / kDeadlineExceeded when the owner is gone or
   // silent; kAborted when 1000 attempts in a row lost the race against the
   // owner's updates (give the buffer more copies); kDataLoss when the
@@ -193,6 +220,11 @@ class VersionedReader {
   rdma::Endpoint* endpoint_ = nullptr;  // the links' lane to the owner
   Fence fence_;                         // PeerLinks::FenceOn(owner_)
   std::unique_ptr<rdma::RemoteRegion> remote_;
+  // The copies' region: remote_, or the device region of a buffer whose
+  // copies are in device memory; where copy 0 starts in it.
+  std::unique_ptr<rdma::RemoteRegion> device_copies_;
+  const rdma::RemoteRegion* copies_remote_ = nullptr;
+  size_t first_copy_ = 0;
   std::unique_ptr<rdma::MemoryRegion> scratch_;  // header words read back
   size_t bytes_ = 0;
   int copies_ = 0;

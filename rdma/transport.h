@@ -58,6 +58,9 @@ struct Capabilities {
   bool maps_peer_memory = false;
   // Endpoint::PostWriteWithFlag works; false: it returns kUnimplemented.
   bool flag_writes = false;
+  // AllocateDevice works and endpoints move device regions (the device
+  // transport, rdma/device); false: a device region is refused.
+  bool device_regions = false;
 };
 
 // Thread-compatible: all methods, and every Endpoint it created, are called
@@ -89,7 +92,7 @@ class Transport {
   virtual absl::StatusOr<MemoryRegion> Register(
       absl::Span<std::byte> memory) = 0;
 
-  // `bytes` of device memory as a region peers write and read one-sidedly
+  // `bytes` of zeroed device memory as a region peers write and read one-sidedly
   // (docs/device.md), owned by the region. The default: kUnimplemented,
   // naming the backend (a host transport has no device; the device
   // transport of rdma/device, over any host transport, has).

@@ -126,6 +126,16 @@ class CudaStream final : public Stream {
                       absl::StrCat("cudaMemcpyAsync of ", bytes, " bytes"), runtime_->device());
   }
 
+  absl::Status Zero(void* dst, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(runtime_->name(), ": zero of a null pointer"));
+    }
+    RETURN_IF_ERROR(runtime_->MakeCurrent());
+    return CudaStatus(cudaMemsetAsync(dst, 0, bytes, stream_),
+                      absl::StrCat("cudaMemsetAsync of ", bytes, " bytes"), runtime_->device());
+  }
+
   absl::Status Reduce(const ReduceArgs& args) override {
     RETURN_IF_ERROR(CheckReduceArgs(args));
     if (args.count == 0) return absl::OkStatus();

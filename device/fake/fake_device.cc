@@ -108,6 +108,9 @@ absl::StatusOr<DeviceMemory> FakeDevice::Allocate(size_t bytes) {
     undo();
     return data.status();
   }
+  // Garbage, as cudaMalloc's memory may be: code that takes fresh device
+  // memory for zeros fails here rather than only on a GPU.
+  std::memset(*data, kFreshByte, bytes);
   absl::MutexLock lock(&mu_);
   blocks_[static_cast<const std::byte*>(*data)] = Block{bytes, name, /*mapped=*/false};
   return DeviceMemory(this, *data, bytes);

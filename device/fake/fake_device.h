@@ -10,7 +10,8 @@
 //   - an event reports a failure of its stream, and a failed stream stays
 //     broken;
 //   - work runs later than it is enqueued (operation_delay makes it much
-//     later), so only events order it.
+//     later), so only events order it;
+//   - a fresh allocation holds garbage (every byte kFreshByte), not zeros.
 // A dma-buf export is the allocation's shared-memory object (mapping it
 // shows the memory, but no NIC driver takes it as a dma-buf).
 // Faults are injected by options: the Nth copy or reduction fails.
@@ -53,6 +54,8 @@ struct FakeDeviceOptions {
 class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
  public:
   static absl::StatusOr<std::unique_ptr<FakeDevice>> Create(const FakeDeviceOptions& options);
+  // What every byte of a fresh allocation holds.
+  static constexpr unsigned char kFreshByte = 0xA5;
   ~FakeDevice() override;
 
   std::string name() const override;

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -127,9 +128,14 @@ TEST(FakeDeviceTest, CapacityAndBounds) {
     ASSERT_OK_AND_ASSIGN(DeviceMemory b, device->Allocate(256 << 10));
   }
   ASSERT_OK_AND_ASSIGN(DeviceMemory c, device->Allocate(256 << 10));  // b's bytes came back
+  // Fresh memory holds garbage, as cudaMalloc's may, never zeros.
+  const auto* fresh = static_cast<const unsigned char*>(c.data());
+  EXPECT_EQ(std::count(fresh, fresh + (256 << 10), FakeDevice::kFreshByte), 256 << 10);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, device->CreateStream());
   std::vector<char> host(4096);
   EXPECT_THAT(stream->Copy(static_cast<char*>(c.data()) + (256 << 10) - 100, host.data(), 101),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("past the end")));
+  EXPECT_THAT(stream->Zero(static_cast<char*>(c.data()) + (256 << 10) - 100, 101),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("past the end")));
   // Pinning: overlaps refused, device memory refused.
   ASSERT_OK(device->PinHost(host.data() + 100, 1000));

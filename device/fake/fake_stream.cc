@@ -160,6 +160,21 @@ absl::Status FakeStream::Copy(void* dst, const void* src, size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status FakeStream::Zero(void* dst, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (dst == nullptr) return absl::InvalidArgumentError("fake device zero: a null pointer");
+  RETURN_IF_ERROR(runtime_->CheckRange(dst, bytes, "zero destination"));
+  absl::Status fault = runtime_->NextOperationFault();
+  const absl::Duration delay = runtime_->operation_delay();
+  Enqueue([dst, bytes, fault, delay] {
+    Delay(delay);
+    if (!fault.ok()) return fault;
+    std::memset(dst, 0, bytes);
+    return absl::OkStatus();
+  });
+  return absl::OkStatus();
+}
+
 absl::Status FakeStream::Reduce(const ReduceArgs& args) {
   RETURN_IF_ERROR(CheckReduceArgs(args));
   if (args.count == 0) return absl::OkStatus();

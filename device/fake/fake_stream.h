@@ -73,6 +73,7 @@ class FakeStream final : public Stream {
   ~FakeStream() override;
 
   absl::Status Copy(void* dst, const void* src, size_t bytes) override;
+  absl::Status Zero(void* dst, size_t bytes) override;
   absl::Status Reduce(const ReduceArgs& args) override;
   absl::Status Record(Event& event) override;
   absl::Status WaitFor(Event& event) override;
@@ -103,6 +104,7 @@ class FakeStreamView final : public Stream {
   absl::Status Copy(void* dst, const void* src, size_t bytes) override {
     return stream_->Copy(dst, src, bytes);
   }
+  absl::Status Zero(void* dst, size_t bytes) override { return stream_->Zero(dst, bytes); }
   absl::Status Reduce(const ReduceArgs& args) override { return stream_->Reduce(args); }
   absl::Status Record(Event& event) override { return stream_->Record(event); }
   absl::Status WaitFor(Event& event) override { return stream_->WaitFor(event); }

@@ -193,6 +193,24 @@ TEST_P(DeviceConformanceTest, StreamRunsInOrder) {
   EXPECT_EQ(last, data);
 }
 
+// Zero() clears exactly its range, in stream order after a copy into it.
+TEST_P(DeviceConformanceTest, ZeroesARangeInStreamOrder) {
+  RDMAFLOW_CREATE_OR_SKIP(runtime);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, runtime.CreateStream());
+  constexpr size_t kBytes = (1 << 20) + 13;
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, runtime.Allocate(kBytes));
+  auto* base = static_cast<std::byte*>(memory.data());
+  const std::vector<uint8_t> data = Pattern(kBytes, 4);
+  ASSERT_OK(stream->Copy(base, data.data(), kBytes));
+  ASSERT_OK(stream->Zero(base + 7, kBytes - 20));
+  ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> seen, Download(runtime, *stream, base, kBytes));
+  std::vector<uint8_t> expected = data;
+  std::fill(expected.begin() + 7, expected.end() - 13, 0);
+  EXPECT_EQ(seen, expected);
+  EXPECT_OK(stream->Zero(base, 0));
+  EXPECT_THAT(stream->Zero(nullptr, 8), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST_P(DeviceConformanceTest, EventsOrderStreams) {
   RDMAFLOW_CREATE_OR_SKIP(runtime);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> first, runtime.CreateStream());

@@ -546,6 +546,7 @@ Capabilities DeviceTransport::capabilities() const {
                                   : absl::StrCat("no (", gpudirect_.message(), ")"));
   capabilities.max_outstanding_per_endpoint = max_pending_;
   capabilities.flag_writes = false;  // its endpoints have none
+  capabilities.device_regions = true;
   return capabilities;
 }
 
@@ -729,6 +730,14 @@ absl::StatusOr<MemoryRegion> DeviceTransport::AllocateDevice(size_t bytes) {
   ASSIGN_OR_RETURN(device::DeviceMemory memory, runtime_->Allocate(bytes));
   ASSIGN_OR_RETURN(device::PointerInfo info, runtime_->Query(memory.data()));
   auto* data = static_cast<std::byte*>(memory.data());
+  // Zeroed, as Allocate's host memory is: on this transport's stream, and
+  // waited for (only that, not the device) before a peer can see the region.
+  RETURN_IF_ERROR(stream_->Zero(data, bytes));
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> zeroed, TakeEvent());
+  RETURN_IF_ERROR(stream_->Record(*zeroed));
+  RETURN_IF_ERROR(zeroed->WaitUntil(absl::Now() + kZeroTimeout,
+                                    absl::StrCat("zeroing a new ", bytes, "-byte device region")));
+  ReturnEvent(std::move(zeroed));
   return DeviceRegion(data, bytes, info, std::move(memory));
 }
 

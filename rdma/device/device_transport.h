@@ -83,8 +83,11 @@ class DeviceTransport final : public Transport {
       const DeviceTransportOptions& options = {});
   ~DeviceTransport() override;
 
-  // `bytes` of device memory, owned by the region (freed with it).
+  // `bytes` of zeroed device memory, owned by the region (freed with it).
+  // The zeroing runs on this transport's stream and is waited for, at most
+  // kZeroTimeout (kDeadlineExceeded then).
   absl::StatusOr<MemoryRegion> AllocateDevice(size_t bytes) override;
+  static constexpr absl::Duration kZeroTimeout = absl::Seconds(60);
   // The caller's device memory [data, data + bytes), which must lie in one
   // allocation of this transport's runtime and outlive the region.
   // kInvalidArgument for host memory, another device's, or a range past

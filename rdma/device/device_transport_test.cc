@@ -395,6 +395,15 @@ TEST_F(DeviceTransportTest, WritesAndReadsAPeersDeviceMemoryFromDeviceAndHostMem
   EXPECT_THAT(Ask("host 0 4096"), ::rdmaflow::testing::IsOkAndHolds(Expected(4096, 5)));
 }
 
+// AllocateDevice's memory is zeroed, as Allocate's is (the runtime's fresh
+// memory is not: the fake device's holds FakeDevice::kFreshByte).
+TEST_F(DeviceTransportTest, AllocatesZeroedDeviceMemory) {
+  ASSERT_OK_AND_ASSIGN(MemoryRegion region, transport_->AllocateDevice(kDeviceBytes + 5));
+  ASSERT_OK_AND_ASSIGN(std::string seen, Download(*device_, region.data(), kDeviceBytes + 5));
+  EXPECT_TRUE(seen == std::string(kDeviceBytes + 5, '\0'));
+  EXPECT_THAT(transport_->AllocateDevice(0), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST_F(DeviceTransportTest, RegistersACallersDeviceMemoryInsideItsAllocation) {
   ASSERT_OK_AND_ASSIGN(device::DeviceMemory memory, device_->Allocate(1 << 20));
   auto* inside = static_cast<std::byte*>(memory.data()) + 4096;
@@ -444,7 +453,7 @@ TEST_F(DeviceTransportTest, NotificationsKeepPostOrderAcrossDeviceAndHostWrites)
 
 TEST_F(DeviceTransportTest, AFailedCopyFailsItsWriteAndNotifiesNobody) {
   device::FakeDeviceOptions faulty;
-  faulty.fail_operation = 2;  // the fill below is the first
+  faulty.fail_operation = 3;  // 1: AllocateDevice zeroing, 2: the fill below
   Restart(faulty);
   ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
   ASSERT_OK(Fill(*device_, on_device.data(), 4096, 1));
