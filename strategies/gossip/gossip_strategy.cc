@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "ATen/core/grad_mode.h"
-#include "ATen/ops/from_blob.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "graph_analyzer/graph_builder.h"
 #include "onesided/progress/waits.h"
 #include "rdma/rendezvous.h"
+#include "strategies/device_tensors.h"
 #include "strategies/strategy_params.h"
 
 namespace rdmaflow::strategies::gossip {
@@ -73,10 +73,14 @@ absl::Status GossipStrategy::DoStart() {
   const absl::Duration timeout = options().communicator_options.timeout;
   const int world = context().world_size;
   if (gossip_.mode == GossipMode::kPull) {
+    // Device parameters: the published copies and the scratch a peer's are
+    // read into are device memory, so a read moves device to device.
+    on_device_ = context().device != nullptr;
     ASSIGN_OR_RETURN(published_,
-                     onesided::VersionedBuffer::Create(links(), absl::StrCat("r", context().rank),
-                                                       bytes_, gossip_.copies));
-    Publish();
+                     onesided::VersionedBuffer::Create(
+                         links(), absl::StrCat("r", context().rank), bytes_, gossip_.copies,
+                         on_device_ ? device::MemoryKind::kDevice : device::MemoryKind::kHost));
+    RETURN_IF_ERROR(Publish());
     readers_.resize(world);
     for (int r = 0; r < world; ++r) {
       if (r == context().rank) continue;
@@ -84,7 +88,7 @@ absl::Status GossipStrategy::DoStart() {
                        onesided::VersionedReader::Create(links(), absl::StrCat("r", r), r,
                                                          timeout));
     }
-    ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, transport.Allocate(bytes_));
+    ASSIGN_OR_RETURN(rdma::MemoryRegion scratch, AllocateScratch());
     scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(scratch));
     if (gossip_.overlap) {
       background_ = std::make_unique<CommunicationThread>(
@@ -103,18 +107,36 @@ absl::Status GossipStrategy::DoStart() {
   return onesided::Barrier(loop(), store, Ns(), "published", world, timeout);
 }
 
-void GossipStrategy::Publish() {
-  published_->Update([&](std::byte* next, const std::byte*) {
-    std::memcpy(next, replica_->flat().data_ptr<float>(), bytes_);
-  });
+absl::StatusOr<rdma::MemoryRegion> GossipStrategy::AllocateScratch() {
+  rdma::Transport& transport = *context().transport;
+  return on_device_ ? transport.AllocateDevice(bytes_) : transport.Allocate(bytes_);
 }
 
-void GossipStrategy::Mix(int peer, const float* theta) {
+absl::Status GossipStrategy::Publish() {
+  const at::Tensor& theta = replica_->flat();
+  // Complete before the copy's stamp says whole (VersionedBuffer::Update):
+  // on a device, torch's copy is waited for, which also completes the
+  // step's kernels and the last mix's reads of the scratch, before a read
+  // can rewrite it.
+  absl::Status copied;
+  published_->Update([&](std::byte* next, const std::byte*) {
+    at::NoGradGuard no_grad;
+    FloatsOver(next, theta.numel(), theta.device()).copy_(theta);
+    copied = SynchronizeTorchDevice(theta.device());
+  });
+  if (!copied.ok()) {
+    return absl::Status(copied.code(), absl::StrCat("gossip rank ", context().rank,
+                                                    ": publishing its parameters: ",
+                                                    copied.message()));
+  }
+  return absl::OkStatus();
+}
+
+void GossipStrategy::Mix(int peer, const std::byte* theta) {
   at::NoGradGuard no_grad;
-  at::Tensor other = at::from_blob(const_cast<float*>(theta),
-                                         {static_cast<int64_t>(bytes_ / sizeof(float))},
-                                         at::kFloat);
-  replica_->flat().mul_(1.0 - gossip_.beta).add_(other, gossip_.beta);
+  at::Tensor& mine = replica_->flat();
+  at::Tensor other = FloatsOver(const_cast<std::byte*>(theta), mine.numel(), mine.device());
+  mine.mul_(1.0 - gossip_.beta).add_(other, gossip_.beta);
   peers_mixed_.push_back(peer);
 }
 
@@ -134,14 +156,14 @@ absl::Status GossipStrategy::Exchange() {
 }
 
 absl::Status GossipStrategy::Pull() {
-  Publish();
+  RETURN_IF_ERROR(Publish());
   const int peer = selector_->Next(gone_);
   if (peer < 0) return absl::OkStatus();  // alone
   return TakeRead(peer, readers_[peer]->Read({scratch_.get(), 0, bytes_}));
 }
 
 absl::Status GossipStrategy::StartPull() {
-  Publish();
+  RETURN_IF_ERROR(Publish());
   const int peer = selector_->Next(gone_);
   if (peer < 0) return absl::OkStatus();  // alone
   // The thread reads and then serves the peers until FinishExchange(); the
@@ -179,12 +201,12 @@ absl::Status GossipStrategy::TakeRead(int peer, const absl::StatusOr<uint64_t>& 
   }
   ++counters_.tensors_received;
   counters_.bytes_read += static_cast<int64_t>(bytes_);
-  Mix(peer, reinterpret_cast<const float*>(scratch_->data()));
+  Mix(peer, scratch_->data());
   return absl::OkStatus();
 }
 
 absl::Status GossipStrategy::RetireScratch() {
-  ASSIGN_OR_RETURN(rdma::MemoryRegion fresh, context().transport->Allocate(bytes_));
+  ASSIGN_OR_RETURN(rdma::MemoryRegion fresh, AllocateScratch());
   retired_scratch_.push_back(std::move(scratch_));
   scratch_ = std::make_unique<rdma::MemoryRegion>(std::move(fresh));
   return absl::OkStatus();
@@ -193,7 +215,7 @@ absl::Status GossipStrategy::RetireScratch() {
 absl::Status GossipStrategy::Push() {
   mailbox_->Collect([&](int sender, const std::byte* message) {
     ++counters_.tensors_received;
-    Mix(sender, reinterpret_cast<const float*>(message));
+    Mix(sender, message);
   });
   const int peer = selector_->Next(gone_);
   if (peer < 0) return absl::OkStatus();

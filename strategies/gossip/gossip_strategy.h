@@ -23,6 +23,11 @@
 // lands one local step later than without overlap (the peer's parameters
 // are as the read found them during that step, never torn), and what a
 // rank publishes includes its last mix.
+// Device parameters (StrategyContext::device; pull only: a push's mailbox
+// is host memory, so push stages): the replica, the published copies
+// (VersionedBuffer with copies_in = kDevice) and the scratch a peer's
+// parameters are read into are device memory; a read moves them device to
+// device (IPC on one host), and the mix runs as torch's kernels there.
 // Parameters: beta (0.5), period (1), topology (random|ring), mode
 // (pull|push), copies (versions kept per pull buffer, 3), seed (1),
 // overlap (off|on; off).
@@ -68,6 +73,9 @@ class GossipStrategy final : public LocalSgdStrategy {
       const StrategyOptions& options);
 
   std::string name() const override { return "gossip"; }
+  // Pull: its replica, published copies and reads on the device.
+  bool takes_device_parameters() const override { return gossip_.mode == GossipMode::kPull; }
+  bool exchanges_on_device() const override { return on_device_; }
 
   // The peers this rank mixed with, in order (for tests). In push mode,
   // the senders of the messages it mixed.
@@ -95,7 +103,11 @@ class GossipStrategy final : public LocalSgdStrategy {
   // DoFinish()'s wait for the live peers to finish.
   absl::Status FinishWithPeers();
   std::string Ns() const;
-  void Publish();
+  // Writes the replica into the next version of the published buffer, and
+  // waits for torch's device (if any) so that it is whole when published.
+  absl::Status Publish();
+  // A buffer for a peer's parameters: device memory with device parameters.
+  absl::StatusOr<rdma::MemoryRegion> AllocateScratch();
   absl::Status Exchange() override;
   // Pull: publishes, then mixes with the next peer's latest parameters.
   absl::Status Pull();
@@ -112,7 +124,9 @@ class GossipStrategy final : public LocalSgdStrategy {
   // Pull: after a failed read into `scratch_`, which may still land there
   // if its cancellation did not go through, reads go to a fresh buffer.
   absl::Status RetireScratch();
-  void Mix(int peer, const float* theta);
+  // theta_i <- (1 - beta) theta_i + beta theta at `theta` (float32, on the
+  // replica's device).
+  void Mix(int peer, const std::byte* theta);
   // For a failed operation on `peer`: true (and the peer is skipped from
   // now on) when the status says the peer is gone.
   bool LostPeer(int peer, const absl::Status& status);
@@ -133,6 +147,7 @@ class GossipStrategy final : public LocalSgdStrategy {
 
   const GossipOptions gossip_;
   size_t bytes_ = 0;
+  bool on_device_ = false;  // pull with device parameters
   std::unique_ptr<PeerSelector> selector_;
   // Pull.
   std::unique_ptr<onesided::VersionedBuffer> published_;

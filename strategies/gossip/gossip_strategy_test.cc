@@ -21,9 +21,11 @@
 
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
+#include "device/fake/fake_device.h"
 #include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "rdma/device/device_transport.h"
 #include "rdma/rendezvous.h"
 #include "rdma/testing/connect_counter.h"
 #include "rdma/testing/rank_threads.h"
@@ -285,6 +287,111 @@ TEST(GossipStrategyTest, TrainsTheToyProblem) {
       });
   for (const absl::Status& s : status) ASSERT_OK(s);
   for (int r = 0; r < kRanks; ++r) EXPECT_LT(last[r], 0.9 * first[r]) << "rank " << r;
+}
+
+// Device parameters (pull): each rank's transport wrapped in a
+// DeviceTransport over a fake device of its own, on a "host" of its own
+// (the fake device's IPC opens only in another process:
+// tests/strategies_train_e2e_test runs the same-host path, as processes),
+// so reads of a peer's device copies are staged and answered by its
+// progress. The published copies and the scratch are device memory; the
+// replicas train the toy problem as on the host; push, whose mailbox is
+// host memory, refuses device parameters.
+TEST(GossipStrategyTest, DeviceParametersTrainThroughDeviceCopies) {
+  at::set_num_threads(1);
+  constexpr int kRanks = 3, kSteps = 40;
+  const ToyProblem problem(kRanks, kSteps, 16);
+  std::vector<double> first(kRanks), last(kRanks);
+  std::vector<absl::Status> status = rdma::testing::RunRankThreadsOwning(
+      kRanks,
+      [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake,
+                         device::FakeDevice::Create(device::FakeDeviceOptions{}));
+        rdma::device_path::DeviceTransportOptions device_options;
+        device_options.host_identity = absl::StrCat("gossip-host-", rank);
+        ASSIGN_OR_RETURN(std::unique_ptr<rdma::device_path::DeviceTransport> transport,
+                         rdma::device_path::DeviceTransport::Create(std::move(host), fake.get(),
+                                                                    device_options));
+        std::vector<Parameter> params = problem.MakeParameters();
+        StrategyContext context{rank, kRanks, transport.get(), &store};
+        context.device = transport.get();
+        ASSIGN_OR_RETURN(auto push,
+                         GossipStrategy::Create(ToyOptions(kSteps, {{"mode", "push"}})));
+        EXPECT_FALSE(push->takes_device_parameters());
+        EXPECT_THAT(push->Prepare(context, params).status(),
+                    StatusIs(absl::StatusCode::kInvalidArgument,
+                             ::testing::HasSubstr("exchanges host parameters only")));
+        ASSIGN_OR_RETURN(auto strategy,
+                         GossipStrategy::Create(ToyOptions(kSteps, {{"period", "2"}})));
+        EXPECT_TRUE(strategy->takes_device_parameters());
+        RETURN_IF_ERROR(strategy->Prepare(context, params).status());
+        RETURN_IF_ERROR(strategy->Start());
+        EXPECT_TRUE(strategy->exchanges_on_device());
+        ComputeFn compute = problem.Compute(params, rank);
+        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(compute).status());
+        RETURN_IF_ERROR(strategy->Finish());
+        EXPECT_EQ(strategy->peers_mixed().size(), static_cast<size_t>(kSteps / 2));
+        EXPECT_TRUE(strategy->peers_lost().empty());
+        at::NoGradGuard no_grad;
+        at::Tensor x = at::cat(problem.x[0]), y = at::cat(problem.y[0]);
+        std::vector<at::Tensor> p;
+        for (const Parameter& param : params) p.push_back(param.tensor);
+        first[rank] = ToyProblem::Loss(problem.init, x, y).item<double>();
+        last[rank] = ToyProblem::Loss(p, x, y).item<double>();
+        strategy.reset();  // before the transport and the device it used
+        return absl::OkStatus();
+      });
+  for (const absl::Status& s : status) ASSERT_OK(s);
+  for (int r = 0; r < kRanks; ++r) EXPECT_LT(last[r], 0.9 * first[r]) << "rank " << r;
+}
+
+// Pure mixing on device parameters (4 ranks on a ring, running free: a
+// per-step barrier that does not progress would stall the staged reads):
+// every value a rank ends with is an average of what the ranks started
+// with, never fresh device memory's garbage or a torn copy, and the
+// replicas come together.
+TEST(GossipStrategyTest, DeviceCopiesMixOnlyWhatPeersPublished) {
+  at::set_num_threads(1);
+  constexpr int kRanks = 4;
+  MixRun run;
+  run.start.resize(kRanks);
+  run.final.resize(kRanks);
+  run.status = rdma::testing::RunRankThreadsOwning(
+      kRanks,
+      [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
+        ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake,
+                         device::FakeDevice::Create(device::FakeDeviceOptions{}));
+        rdma::device_path::DeviceTransportOptions device_options;
+        device_options.host_identity = absl::StrCat("gossip-mix-host-", rank);
+        ASSIGN_OR_RETURN(std::unique_ptr<rdma::device_path::DeviceTransport> transport,
+                         rdma::device_path::DeviceTransport::Create(std::move(host), fake.get(),
+                                                                    device_options));
+        ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(ToyOptions(
+                                            kMixSteps, {{"topology", "ring"}})));
+        at::Tensor a = at::full({100}, static_cast<float>(rank * 10));
+        at::Tensor b = at::arange(7, at::kFloat) * (rank - 1.5f);
+        std::vector<Parameter> params = {{"a", a.clone()}, {"b", b.clone()}};
+        run.start[rank] = at::cat({a, b});
+        StrategyContext context{rank, kRanks, transport.get(), &store};
+        context.device = transport.get();
+        RETURN_IF_ERROR(strategy->Prepare(context, params).status());
+        RETURN_IF_ERROR(strategy->Start());
+        ComputeFn nothing = []() -> absl::StatusOr<ComputeResult> { return ComputeResult{}; };
+        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(nothing).status());
+        RETURN_IF_ERROR(strategy->Finish());
+        EXPECT_EQ(strategy->peers_mixed(), std::vector<int>(kMixSteps, (rank + 1) % kRanks));
+        run.final[rank] = at::cat({params[0].tensor, params[1].tensor}).detach().clone();
+        strategy.reset();  // before the transport and the device it used
+        return absl::OkStatus();
+      });
+  for (const absl::Status& s : run.status) ASSERT_OK(s);
+  ExpectWithinStartRange(run, {0, 1, 2, 3});
+  EXPECT_LT(ConsensusDistance(run.final), 0.5 * ConsensusDistance(run.start));
+  // Each mix weighs the ranks' starts (a: 0, 10, 20, 30) about alike: the
+  // replicas meet near 15, not at the zeros of a copy never published.
+  const double a = at::stack(run.final).narrow(1, 0, 100).mean().item<double>();
+  EXPECT_GT(a, 5);
+  EXPECT_LT(a, 25);
 }
 
 TEST(GossipStrategyTest, BadParametersAreNamed) {
