@@ -36,8 +36,10 @@ TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
 // gradients of a strategy that leaves them undefined, as gossip does).
 // allreduce and moshpit keep the copy's own parameters on the device (their
 // rings' regions the fake device's, read across the processes through its
-// IPC) with nothing staged, and so does gossip (pull: its published copies); ps stages them through host memory, as
-// allreduce does with --stage_device_parameters (the ablation).
+// IPC) with nothing staged, and so do gossip (pull: its published copies)
+// and ps (pull=read: the servers' copies, the pushes' device slots); ps
+// pull=send stages them through host memory, as allreduce does with
+// --stage_device_parameters (the ablation).
 TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
   struct Run {
     std::string name;
@@ -47,7 +49,8 @@ TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
   const std::vector<Run> runs = {
       {"allreduce", "--strategy allreduce", true},
       {"allreduce_staged", "--strategy allreduce --stage_device_parameters", false},
-      {"ps", "--strategy ps", false},
+      {"ps", "--strategy ps", true},
+      {"ps_send", "--strategy ps --strategy_params pull=send", false},
       {"moshpit", "--strategy moshpit", true},
   };
   for (const auto& [name, strategy, resident] : runs) {

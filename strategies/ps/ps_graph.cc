@@ -23,9 +23,11 @@ std::string ParamsTensor(int server) {
 graph::GraphDef BuildPsGraph(int servers, int workers,
                              const std::vector<int64_t>& shard_elements,
                              const std::vector<std::vector<int64_t>>& push_elements,
-                             bool sliced, bool compressed, bool pull_by_read) {
+                             bool sliced, bool compressed, bool pull_by_read,
+                             bool on_device) {
   graph::GraphBuilder b("parameter_server");
   b.SetWorldSize(servers + workers);
+  if (on_device) b.SetMemory(graph::MEMORY_DEVICE);
   std::vector<std::string> params(servers);
   // Sliced: each slice a variable of its own (a versioned buffer apiece).
   std::vector<std::vector<std::string>> slice_params(servers);

@@ -14,6 +14,8 @@
 //                      its w<w>/params<s>, an Identity). With pull=read they
 //                      never cross in the plan: workers READ them from the
 //                      server's versioned buffer.
+// `on_device` (device parameters): every node keeps its outputs in device
+// memory, so each push lands in a device slot on its server.
 #ifndef RDMAFLOW_STRATEGIES_PS_PS_GRAPH_H_
 #define RDMAFLOW_STRATEGIES_PS_PS_GRAPH_H_
 
@@ -35,7 +37,8 @@ std::string ParamsTensor(int server);  // "ps0/params:0"
 graph::GraphDef BuildPsGraph(int servers, int workers,
                              const std::vector<int64_t>& shard_elements,
                              const std::vector<std::vector<int64_t>>& push_elements,
-                             bool sliced, bool compressed, bool pull_by_read);
+                             bool sliced, bool compressed, bool pull_by_read,
+                             bool on_device = false);
 
 }  // namespace rdmaflow::strategies::ps
 

@@ -6,55 +6,55 @@
 #include <cstring>
 #include <utility>
 
+#include "ATen/core/grad_mode.h"
 #include "ATen/ops/add.h"
-#include "ATen/ops/from_blob.h"
+#include "ATen/ops/cat.h"
 #include "ATen/ops/zeros.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "onesided/progress/wait_policy.h"
+#include "strategies/device_tensors.h"
 #include "strategies/ps/ps_strategy.h"
 
 namespace rdmaflow::strategies::ps {
-namespace {
-
-at::Tensor FloatView(const std::byte* data, int64_t elements) {
-  return at::from_blob(const_cast<std::byte*>(data), {elements},
-                          at::kFloat);
-}
-
-}  // namespace
 
 absl::Status PsStrategy::StartServer() {
+  at::NoGradGuard no_grad;
   const Shard& shard = shards_[index_];
   const std::vector<Slice>& slices = slices_[index_];
   // The model's initial values (every rank builds the same model from the
-  // same seed; the servers' copy is the one that counts).
-  std::vector<float> initial(static_cast<size_t>(shard.elements));
+  // same seed; the servers' copy is the one that counts), on the
+  // parameters' device.
+  std::vector<at::Tensor> entries;
   for (const ShardEntry& entry : shard.entries) {
-    const at::Tensor& p = parameters_[entry.parameter].tensor;
-    std::memcpy(initial.data() + entry.offset, p.data_ptr<float>(),
-                entry.elements * sizeof(float));
+    entries.push_back(parameters_[entry.parameter].tensor.detach().reshape({-1}));
   }
+  const at::Tensor initial = at::cat(entries);
   params_.clear();
   for (size_t k = 0; k < slices.size(); ++k) {
     const std::string name = ps_.overlap ? absl::StrCat("ps", index_, "/params_", k)
                                          : absl::StrCat("ps", index_, "/params");
+    // Device parameters: the copies workers read are device memory.
     ASSIGN_OR_RETURN(auto buffer,
                      onesided::VersionedBuffer::Create(
-                         links(), name, slices[k].elements * sizeof(float), ps_.copies));
+                         links(), name, slices[k].elements * sizeof(float), ps_.copies,
+                         on_device_ ? device::MemoryKind::kDevice : device::MemoryKind::kHost));
     // Version 1: the initial values.
     buffer->Update([&](std::byte* next, const std::byte*) {
-      std::memcpy(next, initial.data() + slices[k].offset, slices[k].elements * sizeof(float));
+      FloatsOver(next, slices[k].elements, where_)
+          .copy_(initial.narrow(0, slices[k].offset, slices[k].elements));
     });
+    RETURN_IF_ERROR(SyncDevice("the initial parameters"));
     params_.push_back(std::move(buffer));
   }
   ASSIGN_OR_RETURN(clocks_, onesided::VersionedBuffer::Create(
                                 links(), absl::StrCat("ps", index_, "/clocks"),
                                 ClockWords(index_) * sizeof(int64_t), ps_.copies));
   table_ = std::make_unique<ClockTable>(ps_.sync, workers_);
-  momentum_ = at::zeros({shard.elements}, at::kFloat);
-  sum_ = at::zeros({shard.elements}, at::kFloat);
+  const at::TensorOptions floats = at::TensorOptions().dtype(at::kFloat).device(where_);
+  momentum_ = at::zeros({shard.elements}, floats);
+  sum_ = at::zeros({shard.elements}, floats);
   taken_.assign(slices.size(), std::vector<int64_t>(workers_, 0));
   applied_.assign(slices.size(), 0);
   pushes_taken_.assign(workers_, 0);
@@ -77,16 +77,22 @@ void PsStrategy::PublishClocks() {
   });
 }
 
-void PsStrategy::ApplyUpdate(int slice, const at::Tensor& gradient) {
+absl::Status PsStrategy::ApplyUpdate(int slice, const at::Tensor& gradient) {
   // SGD with momentum, as torch.optim.SGD: v = mu * v + g; p -= lr * v,
-  // written straight into the next version.
+  // written straight into the next version (on the device, complete
+  // before the version is published: VersionedBuffer::Update).
+  at::NoGradGuard no_grad;
   const Slice& range = slices_[index_][slice];
   at::Tensor momentum = momentum_.narrow(0, range.offset, range.elements);
   momentum.mul_(options().momentum).add_(gradient);
+  absl::Status applied;
   params_[slice]->Update([&](std::byte* next, const std::byte* latest) {
-    at::Tensor out = FloatView(next, range.elements);
-    at::add_out(out, FloatView(latest, range.elements), momentum, -options().learning_rate);
+    at::Tensor out = FloatsOver(next, range.elements, where_);
+    at::add_out(out, FloatsOver(const_cast<std::byte*>(latest), range.elements, where_),
+                momentum, -options().learning_rate);
+    applied = SyncDevice("the update of the parameters");
   });
+  return applied;
 }
 
 absl::Status PsStrategy::SendParameters(int worker) {
@@ -129,9 +135,16 @@ absl::Status PsStrategy::TakeGradient(int worker, int slice, bool& completed) {
   }
   // The gradient is read where it landed (decoded from there, with a
   // codec: one slice, the whole shard), then the slot goes back.
+  if (tensor.on_device() != on_device_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), ": worker ", worker, "'s gradient landed in ",
+        tensor.on_device() ? "device" : "host", " memory, this server's parameters are on ",
+        where_.str(), "; do all ranks run with the same --device?"));
+  }
+  at::NoGradGuard no_grad;
   at::Tensor gradient;
   if (codecs_.empty()) {
-    gradient = FloatView(tensor.data(), range.elements);
+    gradient = FloatsOver(tensor.data(), range.elements, where_);
   } else {
     const absl::Time begin = absl::Now();
     decoded_.zero_();
@@ -156,14 +169,17 @@ absl::Status PsStrategy::TakeGradient(int worker, int slice, bool& completed) {
     const bool all = std::all_of(taken_[slice].begin(), taken_[slice].end(),
                                  [&](int64_t n) { return n > applied_[slice]; });
     if (all) {
-      ApplyUpdate(slice, sum.div_(workers_));
+      RETURN_IF_ERROR(ApplyUpdate(slice, sum.div_(workers_)));
       sum.zero_();
       ++applied_[slice];
       updates_ = *std::min_element(applied_.begin(), applied_.end());
     }
   } else {
-    ApplyUpdate(slice, gradient.div(workers_));
+    RETURN_IF_ERROR(ApplyUpdate(slice, gradient.div(workers_)));
   }
+  // The slot goes back to the worker when `tensor` goes: torch's kernels
+  // that read it first.
+  RETURN_IF_ERROR(SyncDevice("the reads of a pushed gradient"));
   // The worker's step is complete once every slice of it is in.
   completed = std::all_of(taken_.begin(), taken_.end(), [&](const std::vector<int64_t>& row) {
     return row[worker] > table_->clock(worker);

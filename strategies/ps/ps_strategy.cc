@@ -15,6 +15,7 @@
 #include "runtime/communicator_factory.h"
 #include "compression/codec.h"
 #include "runtime/rank_plan.h"
+#include "strategies/device_tensors.h"
 #include "strategies/ps/ps_graph.h"
 
 namespace rdmaflow::strategies::ps {
@@ -84,6 +85,14 @@ PsStrategy::~PsStrategy() {
 
 std::string PsStrategy::Ns() const {
   return absl::StrCat(options().communicator_options.ns, "/ps");
+}
+
+absl::Status PsStrategy::SyncDevice(const char* what) const {
+  if (!on_device_) return absl::OkStatus();
+  absl::Status synced = SynchronizeTorchDevice(where_);
+  if (synced.ok()) return synced;
+  return absl::Status(synced.code(), absl::StrCat(Where(), ": waiting on ", where_.str(),
+                                                  " for ", what, ": ", synced.message()));
 }
 
 std::string PsStrategy::Where() const {
@@ -171,12 +180,18 @@ absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> par
         " ranks (servers first, then workers); the job has ",
         job.world_size));
   }
+  // Device parameters (StrategyContext::device): shards, slots and pulls
+  // on the device.
+  on_device_ = job.device != nullptr;
+  where_ = TensorDeviceOf(job.device);
   std::vector<int64_t> elements;
   for (const Parameter& p : parameters) {
-    if (p.tensor.scalar_type() != at::kFloat || !p.tensor.is_cpu() ||
+    if (p.tensor.scalar_type() != at::kFloat || p.tensor.device() != where_ ||
         !p.tensor.is_contiguous()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "ps parameter '", p.name, "' must be a contiguous float32 CPU tensor"));
+          "ps parameter '", p.name, "' must be a contiguous float32 tensor on ", where_.str(),
+          "; it is a ", c10::toString(p.tensor.scalar_type()), " tensor on ",
+          p.tensor.device().str(), p.tensor.is_contiguous() ? "" : ", not contiguous"));
     }
     elements.push_back(p.tensor.numel());
   }
@@ -225,7 +240,7 @@ absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> par
   std::vector<int64_t> shard_elements;
   for (const Shard& shard : shards_) shard_elements.push_back(shard.elements);
   return BuildPsGraph(ps_.servers, workers_, shard_elements, PushElements(), ps_.overlap,
-                      !codecs_.empty(), ps_.pull_by_read);
+                      !codecs_.empty(), ps_.pull_by_read, on_device_);
 }
 
 graph::PlannerOptions PsStrategy::planner_options() const {

@@ -49,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "c10/core/Device.h"
 #include "graph_analyzer/plan.pb.h"
 #include "onesided/versioned_buffer.h"
 #include "rdma/memory_region.h"
@@ -73,6 +74,16 @@ class PsStrategy final : public Strategy {
   ~PsStrategy() override;
 
   std::string name() const override { return "ps"; }
+  // Device parameters with pull=read and no codec: the servers' shards
+  // (their versioned buffers' copies, the momentum), the pushes' slots and
+  // the workers' parameters and gradients are device memory; a pull reads
+  // a server's copy device to device, a push writes into a device slot.
+  // pull=send (whose reply the communicator stages through host memory)
+  // and a codec (which encodes on the host) keep staging.
+  bool takes_device_parameters() const override {
+    return ps_.pull_by_read && options().codec.empty();
+  }
+  bool exchanges_on_device() const override { return on_device_; }
   std::string role() const override { return server_ ? "server" : "worker"; }
   bool computes() const override { return !server_; }
   int workers() const override { return workers_; }
@@ -135,6 +146,9 @@ class PsStrategy final : public Strategy {
   std::string Where() const override;  // "ps server 0 (rank 0)"
 
   absl::Status CreateCommunicator();
+  // Waits for the work torch queued on the device (device parameters; none
+  // on the CPU), naming what it was for.
+  absl::Status SyncDevice(const char* what) const;
   std::string Ns() const;
   // The float32 elements of each push to each server, one per slice: the
   // slices', or with a codec its largest message's.
@@ -152,7 +166,7 @@ class PsStrategy final : public Strategy {
   // Takes slice `slice` of `worker`'s gradient; sets `completed` when that
   // was the last slice of the worker's step.
   absl::Status TakeGradient(int worker, int slice, bool& completed);
-  void ApplyUpdate(int slice, const at::Tensor& gradient);
+  absl::Status ApplyUpdate(int slice, const at::Tensor& gradient);
   void PublishClocks();
   absl::Status SendReplies();
   absl::Status SendParameters(int worker);
@@ -182,7 +196,7 @@ class PsStrategy final : public Strategy {
   absl::StatusOr<bool> PrefetchOne();
   // The slices prefetched for the current step, copied into the
   // parameters; they are not pulled again.
-  void TakePrefetched();
+  absl::Status TakePrefetched();
   absl::Status PullParameters();
   absl::Status PushSlice(int server, int slice);
   absl::Status ReceiveParameters();
@@ -198,6 +212,9 @@ class PsStrategy final : public Strategy {
 
   const PsOptions ps_;
   std::vector<Parameter> parameters_;
+  // Device parameters: where their tensors (and the server's) live.
+  bool on_device_ = false;
+  c10::Device where_ = c10::Device(c10::kCPU);
   // Shards as the analyzer places `model`'s parameters for this job.
   absl::StatusOr<std::vector<Shard>> ShardAsPlanned(
       const graph::GraphDef& model, const std::vector<Parameter>& parameters,

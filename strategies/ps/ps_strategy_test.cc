@@ -35,6 +35,8 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "device/fake/fake_device.h"
+#include "rdma/device/device_transport.h"
 #include "rdma/testing/connect_counter.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
@@ -86,12 +88,17 @@ std::map<std::string, std::string> WithOverlap(std::map<std::string, std::string
 }
 
 // `after_backward(w, strategy)` runs in worker w's compute after its
-// backward.
+// backward. With `on_device`, each rank's transport is a DeviceTransport
+// over a fake device of its own, on a "host" of its own (the fake device's
+// IPC opens only in another process, as CUDA's), and the parameters are
+// device parameters (StrategyContext::device); its connections are not
+// counted.
 JobResult RunJob(const Problem& problem, int servers, int workers,
                  const StrategyOptions& options,
                  const std::function<void(int, int64_t)>& before_compute,
                  const std::function<absl::Status(int, const PsStrategy&)>& after_backward =
-                     nullptr) {
+                     nullptr,
+                 bool on_device = false) {
   JobResult result;
   result.pulls.resize(workers);
   result.overlapped.resize(workers);
@@ -101,18 +108,29 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
   result.history.resize(servers);
   result.links.resize(servers + workers);
   result.connected.resize(servers + workers);
-  result.status = rdma::testing::RunRankThreads(
+  result.status = rdma::testing::RunRankThreadsOwning(
       servers + workers,
-      [&](int rank, rdma::Transport& fabric,
+      [&](int rank, std::unique_ptr<rdma::Transport>& fabric,
           rdma::Store& store) -> absl::Status {
-        rdma::testing::ConnectCounter transport(fabric);
-        ASSIGN_OR_RETURN(auto strategy, PsStrategy::Create(options));
+        std::unique_ptr<device::FakeDevice> fake;
+        std::unique_ptr<rdma::device_path::DeviceTransport> device;
+        if (on_device) {
+          ASSIGN_OR_RETURN(fake, device::FakeDevice::Create(device::FakeDeviceOptions{}));
+          rdma::device_path::DeviceTransportOptions device_options;
+          device_options.host_identity = absl::StrCat("ps-host-", rank);
+          ASSIGN_OR_RETURN(device, rdma::device_path::DeviceTransport::Create(
+                                       std::move(fabric), fake.get(), device_options));
+        }
+        rdma::testing::ConnectCounter counting(on_device ? *device : *fabric);
+        rdma::Transport& transport =
+            on_device ? static_cast<rdma::Transport&>(*device) : counting;
+        ASSIGN_OR_RETURN(auto strategy, PsStrategy::Create(options));  // goes first
         std::vector<Parameter> params = problem.MakeParameters();
-        RETURN_IF_ERROR(strategy
-                            ->Prepare({rank, servers + workers, &transport, &store},
-                                      params)
-                            .status());
+        StrategyContext context{rank, servers + workers, &transport, &store};
+        context.device = device.get();
+        RETURN_IF_ERROR(strategy->Prepare(context, params).status());
         RETURN_IF_ERROR(strategy->Start());
+        EXPECT_EQ(strategy->exchanges_on_device(), on_device);
         strategy->record_pulls(true);
         const int w = rank - servers;
         int64_t t = 0;
@@ -133,7 +151,7 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
         }
         RETURN_IF_ERROR(strategy->Finish());
         result.links[rank] = strategy->link_stats();
-        result.connected[rank] = transport.connected();
+        result.connected[rank] = counting.connected();
         if (strategy->computes()) {
           for (const Parameter& param : params) {
             result.final_params[w].push_back(param.tensor.detach().clone());
@@ -269,6 +287,58 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::get<0>(info.param) + "_" + std::get<1>(info.param);
     });
+
+// Device parameters (fake devices, each rank on a "host" of its own, so the
+// pulls of the servers' device copies and the pushes into their device
+// slots go the staged way): under bsp the workers end with one process's
+// parameters, as on the host, with and without overlap; pull=send and a
+// codec, which stage through host memory, take no device parameters.
+TEST(PsStrategyTest, DeviceParametersMatchOneProcessTraining) {
+  at::set_num_threads(1);
+  constexpr int kWorkers = 2, kSteps = 5, kBatch = 16;
+  const Problem problem(kWorkers, kSteps, kBatch);
+  const std::vector<at::Tensor> reference = problem.Reference({0, 1}, kSteps, 0.1, 0.9);
+  for (const bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap=on" : "overlap=off");
+    JobResult job = RunJob(problem, 2, kWorkers,
+                           Options(kSteps, "rdma",
+                                   WithOverlap({{"servers", "2"}, {"sync", "bsp"}}, overlap)),
+                           nullptr,
+                           [&](int, const PsStrategy& strategy) -> absl::Status {
+                             // With overlap the first push goes before
+                             // compute returns (or this times out).
+                             const absl::Time deadline = absl::Now() + absl::Seconds(30);
+                             while (overlap && strategy.pushes_begun() < 1) {
+                               if (absl::Now() > deadline) {
+                                 return absl::DeadlineExceededError("no push during compute");
+                               }
+                               std::this_thread::yield();
+                             }
+                             return absl::OkStatus();
+                           },
+                           /*on_device=*/true);
+    for (const absl::Status& status : job.status) ASSERT_OK(status);
+    for (int w = 0; w < kWorkers; ++w) {
+      ASSERT_EQ(job.final_params[w].size(), reference.size());
+      for (size_t i = 0; i < reference.size(); ++i) {
+        EXPECT_LT((job.final_params[w][i] - reference[i].detach()).abs().max().item<double>(),
+                  1e-5)
+            << "worker " << w << " parameter " << i;
+      }
+      EXPECT_EQ(job.pulls[w].size(), static_cast<size_t>(kSteps * job.slices));
+      if (overlap) EXPECT_GE(job.overlapped[w], kSteps) << "worker " << w;
+    }
+  }
+  EXPECT_GT((reference[0].detach() - problem.init[0]).abs().max().item<double>(), 1e-3);
+  ASSERT_OK_AND_ASSIGN(auto send, PsStrategy::Create(Options(1, "rdma", {{"pull", "send"}})));
+  EXPECT_FALSE(send->takes_device_parameters());
+  StrategyOptions coded = Options(1, "rdma", {});
+  coded.codec = "topk:ratio=0.25";
+  ASSERT_OK_AND_ASSIGN(auto with_codec, PsStrategy::Create(coded));
+  EXPECT_FALSE(with_codec->takes_device_parameters());
+  ASSERT_OK_AND_ASSIGN(auto read, PsStrategy::Create(Options(1, "rdma", {})));
+  EXPECT_TRUE(read->takes_device_parameters());
+}
 
 // With a codec that keeps every element (topk:ratio=1) the compressed push
 // gives the uncompressed result; with one that sends a quarter, the

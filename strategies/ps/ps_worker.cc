@@ -5,11 +5,11 @@
 #include <utility>
 
 #include "ATen/core/grad_mode.h"
-#include "ATen/ops/from_blob.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "onesided/progress/wait_policy.h"
+#include "strategies/device_tensors.h"
 #include "strategies/ps/ps_strategy.h"
 
 namespace rdmaflow::strategies::ps {
@@ -17,6 +17,14 @@ namespace {
 
 constexpr size_t kAlign = 64;
 size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// A region of `bytes`, on the device for device parameters.
+absl::StatusOr<std::unique_ptr<rdma::MemoryRegion>> RegionFor(rdma::Transport& transport,
+                                                              bool on_device, size_t bytes) {
+  ASSIGN_OR_RETURN(rdma::MemoryRegion region,
+                   on_device ? transport.AllocateDevice(bytes) : transport.Allocate(bytes));
+  return std::make_unique<rdma::MemoryRegion>(std::move(region));
+}
 
 }  // namespace
 
@@ -29,10 +37,11 @@ absl::Status PsStrategy::StartWorker() {
     total += RoundUp(shards_[s].elements * sizeof(float));
   }
   rdma::Transport& transport = *context().transport;
-  ASSIGN_OR_RETURN(rdma::MemoryRegion params, transport.Allocate(total));
-  param_region_ = std::make_unique<rdma::MemoryRegion>(std::move(params));
-  ASSIGN_OR_RETURN(rdma::MemoryRegion grads, transport.Allocate(total));
-  grad_region_ = std::make_unique<rdma::MemoryRegion>(std::move(grads));
+  // Device parameters: both regions are device memory (pulls land there
+  // device to device, pushes leave from there into the servers' device
+  // slots).
+  ASSIGN_OR_RETURN(param_region_, RegionFor(transport, on_device_, total));
+  ASSIGN_OR_RETURN(grad_region_, RegionFor(transport, on_device_, total));
   // The model's parameters and gradients live in registered memory from
   // now on: pulls land in them, pushes leave from them, without copies.
   {
@@ -41,14 +50,15 @@ absl::Status PsStrategy::StartWorker() {
       for (const ShardEntry& entry : shards_[s].entries) {
         at::Tensor& p = parameters_[entry.parameter].tensor;
         const size_t offset = shard_offset_[s] + entry.offset * sizeof(float);
-        at::Tensor values = at::from_blob(
-            param_region_->data() + offset, p.sizes(), at::kFloat);
+        at::Tensor values =
+            FloatsOver(param_region_->data() + offset, p.numel(), where_).view(p.sizes());
         values.copy_(p.detach());
         p.set_data(values);
-        p.mutable_grad() = at::from_blob(grad_region_->data() + offset,
-                                            p.sizes(), at::kFloat);
+        p.mutable_grad() =
+            FloatsOver(grad_region_->data() + offset, p.numel(), where_).view(p.sizes());
       }
     }
+    RETURN_IF_ERROR(SyncDevice("the parameters' move into their region"));
   }
   if (!codecs_.empty()) {
     message_offset_.assign(servers, 0);
@@ -127,13 +137,19 @@ absl::Status PsStrategy::StartWorker() {
                            return WaitForPushes();
                          },
                          links().loop(), absl::StrCat(Where(), "'s pushes")));
+    if (on_device_) {
+      // A slice goes once torch's kernels that wrote its gradients are
+      // complete: a mark on backward's stream as its last one comes in.
+      const c10::Device where = where_;
+      pipeline_->set_ready_marks([where](size_t) { return MarkTorchWork(where); },
+                                 options().communicator_options.timeout);
+    }
     if (ps_.prefetch) {
       // The next step's pulls go while this step's backward and pushes
       // still run, one slice after each push and whenever the
       // communication thread waits for backward (under bsp a slice's next
       // values are final once every worker's gradients are in).
-      ASSIGN_OR_RETURN(rdma::MemoryRegion prefetch, transport.Allocate(total));
-      prefetch_region_ = std::make_unique<rdma::MemoryRegion>(std::move(prefetch));
+      ASSIGN_OR_RETURN(prefetch_region_, RegionFor(transport, on_device_, total));
       prefetched_.resize(servers);
       for (int s = 0; s < servers; ++s) prefetched_[s].assign(slices_[s].size(), false);
       pipeline_->set_idle([this] { return PrefetchOne(); });
@@ -345,16 +361,20 @@ absl::StatusOr<bool> PsStrategy::PrefetchOne() {
   return false;
 }
 
-void PsStrategy::TakePrefetched() {
-  if (prefetch_clock_ != clock()) return;
+absl::Status PsStrategy::TakePrefetched() {
+  if (prefetch_clock_ != clock()) return absl::OkStatus();
+  at::NoGradGuard no_grad;
   for (int s = 0; s < ps_.servers; ++s) {
     for (size_t k = 0; k < prefetched_[s].size(); ++k) {
       if (!prefetched_[s][k]) continue;
       const size_t offset = shard_offset_[s] + slices_[s][k].offset * sizeof(float);
-      std::memcpy(param_region_->data() + offset, prefetch_region_->data() + offset,
-                  slices_[s][k].elements * sizeof(float));
+      const int64_t elements = slices_[s][k].elements;
+      FloatsOver(param_region_->data() + offset, elements, where_)
+          .copy_(FloatsOver(prefetch_region_->data() + offset, elements, where_));
     }
   }
+  // Before the next prefetch rewrites the region (during this step).
+  return SyncDevice("the prefetched parameters' copy");
 }
 
 absl::Status PsStrategy::PullParameters() {
@@ -429,11 +449,14 @@ absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
   StepReport report;
   report.clock = clock();
   const absl::Time begin = absl::Now();
+  // Torch's kernels of the last step that read the parameters end before
+  // a pull rewrites them (device parameters).
+  RETURN_IF_ERROR(SyncDevice("the last step's kernels"));
   if (ps_.pull_by_read) {
     absl::Time first;
     ASSIGN_OR_RETURN(report.min_clock, PullWhenPermitted(clock(), first));
     report.Add(StepSpan::Kind::kWait, begin, std::min(first, absl::Now()));
-    TakePrefetched();
+    RETURN_IF_ERROR(TakePrefetched());
   } else {
     report.min_clock = -1;  // a reply says nothing of the other workers
     RETURN_IF_ERROR(ReceiveParameters());
@@ -442,7 +465,14 @@ absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
   RETURN_IF_ERROR(WaitForPushes());
   const absl::Time pulled = absl::Now();
   report.Add(StepSpan::Kind::kCommunication, begin, pulled);
-  std::memset(grad_region_->data(), 0, grad_region_->size());
+  if (on_device_) {
+    at::NoGradGuard no_grad;
+    FloatsOver(grad_region_->data(), static_cast<int64_t>(grad_region_->size() / sizeof(float)),
+               where_)
+        .zero_();
+  } else {
+    std::memset(grad_region_->data(), 0, grad_region_->size());
+  }
   if (pipeline_ != nullptr) {
     // Each slice pushed as soon as backward completed it, one at a time;
     // the step waits for the pushes still going when compute returns.
@@ -456,6 +486,8 @@ absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
     return report;
   }
   ASSIGN_OR_RETURN(report.compute, compute());
+  // The pushes read the gradients torch's kernels wrote.
+  RETURN_IF_ERROR(SyncDevice("the step's gradients"));
   const absl::Time computed = absl::Now();
   report.Add(StepSpan::Kind::kCompute, pulled, computed);
   RETURN_IF_ERROR(PushGradients());
@@ -470,6 +502,8 @@ void PsStrategy::DetachParameters() {
     p.tensor.set_data(p.tensor.detach().clone());
     p.tensor.mutable_grad() = at::Tensor();
   }
+  // The clones (and any kernel still reading the regions) end first.
+  SyncDevice("the parameters' copies out of their region").IgnoreError();
   param_region_.reset();
   grad_region_.reset();
   prefetch_region_.reset();
