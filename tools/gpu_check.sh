@@ -299,13 +299,16 @@ run_train() {
   run_limited 120 .gpu/bin/rdmaflow_train --local 2 --model vgg --strategy allreduce \
     --synthetic --device cuda --steps 3 --progress=false --transport_params tls=shm \
     >"$out/warmup.log" 2>&1 || tail -5 "$out/warmup.log"
-  # EuroSys: the parameter server's step over zero copy, rdma_copy and gRPC.
+  # EuroSys: the parameter server's step over zero copy (its shards, pulls
+  # and pushes in device memory), rdma_copy and gRPC (pull=send, staged
+  # through host memory), and zero copy staged as they are (the ablation).
   local comm overlap
-  for comm in rdma rdma_copy grpc; do
+  for comm in rdma rdma_copy grpc rdma_staged; do
     echo "== rdmaflow_train ps vgg --device cuda --communicator $comm$mps_label"
     train_run "ps vgg cuda $comm" "$out/ps_vgg_$comm.json" "$out/ps_vgg_$comm.log" \
-      --local 3 --model vgg --strategy ps --synthetic --device cuda --communicator "$comm" \
-      --steps 60 --progress=false --transport_params tls=shm
+      --local 3 --model vgg --strategy ps --synthetic --device cuda \
+      --communicator "${comm%_staged}" --steps 60 --progress=false --transport_params tls=shm \
+      $([ "$comm" = rdma_staged ] && echo --stage_device_parameters)
   done
   # The ratios, of the median steps (the means carry each process's
   # warm-up) and of the means.
@@ -313,12 +316,14 @@ run_train() {
   ratios=$(python3 - "$out" <<'PY'
 import json, sys
 try:
-    runs = {c: json.load(open(f"{sys.argv[1]}/ps_vgg_{c}.json")) for c in ("rdma", "rdma_copy", "grpc")}
+    runs = {c: json.load(open(f"{sys.argv[1]}/ps_vgg_{c}.json"))
+            for c in ("rdma", "rdma_copy", "grpc", "rdma_staged")}
 except (OSError, ValueError):
     sys.exit(0)
 for key in ("median_step_ms", "mean_step_ms"):
     z = runs["rdma"][key]
-    print(f"ps zero copy, {key}: {runs['grpc'][key] / z:.2f}x grpc, {runs['rdma_copy'][key] / z:.2f}x rdma_copy")
+    print(f"ps zero copy, {key}: {runs['grpc'][key] / z:.2f}x grpc, "
+          f"{runs['rdma_copy'][key] / z:.2f}x rdma_copy, {runs['rdma_staged'][key] / z:.2f}x staged")
 PY
   ) || true
   while read -r line; do [ -z "$line" ] || add_row "$line$mps_label"; done <<<"$ratios"
@@ -342,7 +347,7 @@ PY
       --strategy_params "fc_ranks=1,overlap=$overlap" --synthetic --device cuda --steps 60 \
       --progress=false --transport_params tls=shm
   done
-  # Staged as the parameter server is: the like-for-like ratio.
+  # Staged, against the parameter server staged: like for like too.
   echo "== rdmaflow_train layer_separated vgg --device cuda staged$mps_label"
   train_run "layer_separated vgg cuda staged" "$out/ls_vgg_staged.json" "$out/ls_vgg_staged.log" \
     --local 3 --model vgg --strategy layer_separated --strategy_params "fc_ranks=1" \
