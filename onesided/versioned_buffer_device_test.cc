@@ -23,7 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onesided/versioned_buffer.h"
-#include "rdma/device/device_transport.h"
+#include "rdma/device/testing/fake_device_rank.h"
 #include "rdma/rendezvous.h"
 #include "rdma/testing/rank_threads.h"
 
@@ -36,23 +36,6 @@ using ::testing::HasSubstr;
 
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
-// A rank's device transport and its fake device (the device first: the
-// transport must go before it).
-struct DeviceRank {
-  std::unique_ptr<device::FakeDevice> fake;
-  std::unique_ptr<rdma::device_path::DeviceTransport> transport;
-};
-
-absl::StatusOr<DeviceRank> WrapInDevice(int rank, std::unique_ptr<rdma::Transport>& host) {
-  DeviceRank out;
-  ASSIGN_OR_RETURN(out.fake, device::FakeDevice::Create(device::FakeDeviceOptions{}));
-  rdma::device_path::DeviceTransportOptions options;
-  options.host_identity = absl::StrCat("versioned-host-", rank);
-  ASSIGN_OR_RETURN(out.transport, rdma::device_path::DeviceTransport::Create(
-                                      std::move(host), out.fake.get(), options));
-  return out;
-}
-
 // Runs `body` for two ranks whose transports have device regions (or, for
 // the ranks `host_only` names, their plain host transport).
 void RunTwoRanks(const std::string& ns, const std::vector<bool>& host_only,
@@ -61,9 +44,10 @@ void RunTwoRanks(const std::string& ns, const std::vector<bool>& host_only,
                                                   rdma::Store& store)>& body) {
   std::vector<absl::Status> results = rdma::testing::RunRankThreadsOwning(
       2, [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) {
-        DeviceRank device;
+        rdma::device_path::testing::FakeDeviceRank device;
         if (!host_only[rank]) {
-          ASSIGN_OR_RETURN(device, WrapInDevice(rank, host));
+          ASSIGN_OR_RETURN(device, rdma::device_path::testing::WrapInFakeDevice(
+                                       std::move(host), absl::StrCat("versioned-host-", rank)));
         }
         rdma::Transport& transport =
             host_only[rank] ? *host : static_cast<rdma::Transport&>(*device.transport);
@@ -71,7 +55,7 @@ void RunTwoRanks(const std::string& ns, const std::vector<bool>& host_only,
           ProgressLoop loop(transport, ProgressLoopOptions{});
           ASSIGN_OR_RETURN(std::unique_ptr<PeerLinks> links,
                            PeerLinks::Create(transport, store, ns, loop, {}));
-          const absl::Status done = body(rank, transport, device.fake.get(), *links, store);
+          const absl::Status done = body(rank, transport, device.device.get(), *links, store);
           // Neither leaves while the other may still read its memory, even
           // after a failure.
           const absl::Status left = Barrier(loop, store, ns, "left", 2, kTimeout);

@@ -17,6 +17,7 @@
 #include "graph_analyzer/testing/small_traces.h"
 #include "gtest/gtest.h"
 #include "rdma/device/device_transport.h"
+#include "rdma/device/testing/fake_device_rank.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
 
@@ -133,13 +134,11 @@ TEST(AllReduceStrategyTest, DeviceParametersTrainAsOneProcessDoes) {
   std::vector<absl::Status> statuses = rdma::testing::RunRankThreadsOwning(
       kWorld,
       [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake,
-                         device::FakeDevice::Create(device::FakeDeviceOptions{}));
-        rdma::device_path::DeviceTransportOptions device_options;
-        device_options.host_identity = absl::StrCat("toy-host-", rank);
-        ASSIGN_OR_RETURN(std::unique_ptr<rdma::device_path::DeviceTransport> transport,
-                         rdma::device_path::DeviceTransport::Create(std::move(host), fake.get(),
-                                                                    device_options));
+        ASSIGN_OR_RETURN(rdma::device_path::testing::FakeDeviceRank device,
+                         rdma::device_path::testing::WrapInFakeDevice(
+                             std::move(host), absl::StrCat("toy-host-", rank)));
+        device::FakeDevice* fake = device.device.get();
+        std::unique_ptr<rdma::device_path::DeviceTransport>& transport = device.transport;
         ASSIGN_OR_RETURN(auto strategy,
                          AllReduceStrategy::Create(Options(kSteps, {{"bucket_bytes", "64"}})));
         std::vector<Parameter> parameters = problem.MakeParameters();
@@ -174,11 +173,10 @@ TEST(AllReduceStrategyTest, DeviceParametersTrainAsOneProcessDoes) {
 TEST(AllReduceStrategyTest, DeviceParametersAreRefusedWhereTheyCannotGo) {
   std::vector<absl::Status> statuses = rdma::testing::RunRankThreadsOwning(
       1, [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake,
-                         device::FakeDevice::Create(device::FakeDeviceOptions{}));
         rdma::Transport* plain = host.get();
-        ASSIGN_OR_RETURN(std::unique_ptr<rdma::device_path::DeviceTransport> transport,
-                         rdma::device_path::DeviceTransport::Create(std::move(host), fake.get()));
+        ASSIGN_OR_RETURN(rdma::device_path::testing::FakeDeviceRank device,
+                         rdma::device_path::testing::WrapInFakeDevice(std::move(host), ""));
+        std::unique_ptr<rdma::device_path::DeviceTransport>& transport = device.transport;
         std::vector<Parameter> params = {{"w", at::zeros({3})}};
         StrategyContext context{rank, 1, plain, &store};
         context.device = transport.get();

@@ -21,11 +21,11 @@
 
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
-#include "device/fake/fake_device.h"
 #include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "rdma/device/device_transport.h"
+#include "rdma/device/testing/fake_device_rank.h"
 #include "rdma/rendezvous.h"
 #include "rdma/testing/connect_counter.h"
 #include "rdma/testing/rank_threads.h"
@@ -260,44 +260,16 @@ TEST(GossipStrategyTest, SurvivorsOfADeadRankSkipItAndStillReachConsensus) {
   }
 }
 
-TEST(GossipStrategyTest, TrainsTheToyProblem) {
-  at::set_num_threads(1);
-  constexpr int kRanks = 3, kSteps = 40;
-  const ToyProblem problem(kRanks, kSteps, 16);
-  std::vector<double> first(kRanks), last(kRanks);
-  std::vector<absl::Status> status = rdma::testing::RunRankThreads(
-      kRanks, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(auto strategy,
-                         GossipStrategy::Create(ToyOptions(kSteps, {{"period", "2"}})));
-        std::vector<Parameter> params = problem.MakeParameters();
-        RETURN_IF_ERROR(strategy->Prepare({rank, kRanks, &transport, &store}, params).status());
-        RETURN_IF_ERROR(strategy->Start());
-        ComputeFn compute = problem.Compute(params, rank);
-        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(compute).status());
-        RETURN_IF_ERROR(strategy->Finish());
-        EXPECT_EQ(strategy->peers_mixed().size(), static_cast<size_t>(kSteps / 2));
-        // The loss on all of the data, before and after.
-        at::NoGradGuard no_grad;
-        at::Tensor x = at::cat(problem.x[0]), y = at::cat(problem.y[0]);
-        std::vector<at::Tensor> p;
-        for (const Parameter& param : params) p.push_back(param.tensor);
-        first[rank] = ToyProblem::Loss(problem.init, x, y).item<double>();
-        last[rank] = ToyProblem::Loss(p, x, y).item<double>();
-        return absl::OkStatus();
-      });
-  for (const absl::Status& s : status) ASSERT_OK(s);
-  for (int r = 0; r < kRanks; ++r) EXPECT_LT(last[r], 0.9 * first[r]) << "rank " << r;
-}
-
-// Device parameters (pull): each rank's transport wrapped in a
-// DeviceTransport over a fake device of its own, on a "host" of its own
-// (the fake device's IPC opens only in another process:
-// tests/strategies_train_e2e_test runs the same-host path, as processes),
-// so reads of a peer's device copies are staged and answered by its
-// progress. The published copies and the scratch are device memory; the
-// replicas train the toy problem as on the host; push, whose mailbox is
-// host memory, refuses device parameters.
-TEST(GossipStrategyTest, DeviceParametersTrainThroughDeviceCopies) {
+// Trains the toy problem on 3 ranks, mixing every 2 steps: each rank's loss
+// on all of the data falls. With `on_device` (device parameters, pull),
+// each rank's transport is a DeviceTransport over a fake device of its
+// own, on a "host" of its own (the fake device's IPC opens only in another
+// process: tests/strategies_train_e2e_test runs the same-host path, as
+// processes), so reads of a peer's device copies are staged and answered
+// by its progress; the published copies and the scratch are device
+// memory, and push, whose mailbox is host memory, refuses device
+// parameters.
+void TrainToy(bool on_device) {
   at::set_num_threads(1);
   constexpr int kRanks = 3, kSteps = 40;
   const ToyProblem problem(kRanks, kSteps, 16);
@@ -305,33 +277,32 @@ TEST(GossipStrategyTest, DeviceParametersTrainThroughDeviceCopies) {
   std::vector<absl::Status> status = rdma::testing::RunRankThreadsOwning(
       kRanks,
       [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake,
-                         device::FakeDevice::Create(device::FakeDeviceOptions{}));
-        rdma::device_path::DeviceTransportOptions device_options;
-        device_options.host_identity = absl::StrCat("gossip-host-", rank);
-        ASSIGN_OR_RETURN(std::unique_ptr<rdma::device_path::DeviceTransport> transport,
-                         rdma::device_path::DeviceTransport::Create(std::move(host), fake.get(),
-                                                                    device_options));
+        rdma::device_path::testing::FakeDeviceRank device;
+        StrategyContext context{rank, kRanks, host.get(), &store};
         std::vector<Parameter> params = problem.MakeParameters();
-        StrategyContext context{rank, kRanks, transport.get(), &store};
-        context.device = transport.get();
-        ASSIGN_OR_RETURN(auto push,
-                         GossipStrategy::Create(ToyOptions(kSteps, {{"mode", "push"}})));
-        EXPECT_FALSE(push->takes_device_parameters());
-        EXPECT_THAT(push->Prepare(context, params).status(),
-                    StatusIs(absl::StatusCode::kInvalidArgument,
-                             ::testing::HasSubstr("exchanges host parameters only")));
+        if (on_device) {
+          ASSIGN_OR_RETURN(device, rdma::device_path::testing::WrapInFakeDevice(
+                                       std::move(host), absl::StrCat("gossip-host-", rank)));
+          context.transport = context.device = device.transport.get();
+          ASSIGN_OR_RETURN(auto push,
+                           GossipStrategy::Create(ToyOptions(kSteps, {{"mode", "push"}})));
+          EXPECT_FALSE(push->takes_device_parameters());
+          EXPECT_THAT(push->Prepare(context, params).status(),
+                      StatusIs(absl::StatusCode::kInvalidArgument,
+                               ::testing::HasSubstr("exchanges host parameters only")));
+        }
         ASSIGN_OR_RETURN(auto strategy,
                          GossipStrategy::Create(ToyOptions(kSteps, {{"period", "2"}})));
         EXPECT_TRUE(strategy->takes_device_parameters());
         RETURN_IF_ERROR(strategy->Prepare(context, params).status());
         RETURN_IF_ERROR(strategy->Start());
-        EXPECT_TRUE(strategy->exchanges_on_device());
+        EXPECT_EQ(strategy->exchanges_on_device(), on_device);
         ComputeFn compute = problem.Compute(params, rank);
         while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(compute).status());
         RETURN_IF_ERROR(strategy->Finish());
         EXPECT_EQ(strategy->peers_mixed().size(), static_cast<size_t>(kSteps / 2));
         EXPECT_TRUE(strategy->peers_lost().empty());
+        // The loss on all of the data, before and after.
         at::NoGradGuard no_grad;
         at::Tensor x = at::cat(problem.x[0]), y = at::cat(problem.y[0]);
         std::vector<at::Tensor> p;
@@ -343,6 +314,12 @@ TEST(GossipStrategyTest, DeviceParametersTrainThroughDeviceCopies) {
       });
   for (const absl::Status& s : status) ASSERT_OK(s);
   for (int r = 0; r < kRanks; ++r) EXPECT_LT(last[r], 0.9 * first[r]) << "rank " << r;
+}
+
+TEST(GossipStrategyTest, TrainsTheToyProblem) { TrainToy(/*on_device=*/false); }
+
+TEST(GossipStrategyTest, DeviceParametersTrainThroughDeviceCopies) {
+  TrainToy(/*on_device=*/true);
 }
 
 // Pure mixing on device parameters (4 ranks on a ring, running free: a
@@ -359,13 +336,10 @@ TEST(GossipStrategyTest, DeviceCopiesMixOnlyWhatPeersPublished) {
   run.status = rdma::testing::RunRankThreadsOwning(
       kRanks,
       [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(std::unique_ptr<device::FakeDevice> fake,
-                         device::FakeDevice::Create(device::FakeDeviceOptions{}));
-        rdma::device_path::DeviceTransportOptions device_options;
-        device_options.host_identity = absl::StrCat("gossip-mix-host-", rank);
-        ASSIGN_OR_RETURN(std::unique_ptr<rdma::device_path::DeviceTransport> transport,
-                         rdma::device_path::DeviceTransport::Create(std::move(host), fake.get(),
-                                                                    device_options));
+        ASSIGN_OR_RETURN(rdma::device_path::testing::FakeDeviceRank device,
+                         rdma::device_path::testing::WrapInFakeDevice(
+                             std::move(host), absl::StrCat("gossip-mix-host-", rank)));
+        std::unique_ptr<rdma::device_path::DeviceTransport>& transport = device.transport;
         ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(ToyOptions(
                                             kMixSteps, {{"topology", "ring"}})));
         at::Tensor a = at::full({100}, static_cast<float>(rank * 10));

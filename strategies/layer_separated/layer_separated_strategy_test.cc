@@ -22,9 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
-#include "device/fake/fake_device.h"
 #include "gtest/gtest.h"
 #include "rdma/device/device_transport.h"
+#include "rdma/device/testing/fake_device_rank.h"
 #include "rdma/testing/connect_counter.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
@@ -78,15 +78,12 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
   job.status = rdma::testing::RunRankThreadsOwning(
       world,
       [&](int rank, std::unique_ptr<rdma::Transport>& fabric, rdma::Store& store) -> absl::Status {
-        std::unique_ptr<device::FakeDevice> fake;
-        std::unique_ptr<rdma::device_path::DeviceTransport> device_transport;
+        rdma::device_path::testing::FakeDeviceRank device;
         if (on_device) {
-          ASSIGN_OR_RETURN(fake, device::FakeDevice::Create(device::FakeDeviceOptions{}));
-          rdma::device_path::DeviceTransportOptions device_options;
-          device_options.host_identity = absl::StrCat("layer-host-", rank);
-          ASSIGN_OR_RETURN(device_transport, rdma::device_path::DeviceTransport::Create(
-                                                 std::move(fabric), fake.get(), device_options));
+          ASSIGN_OR_RETURN(device, rdma::device_path::testing::WrapInFakeDevice(
+                                       std::move(fabric), absl::StrCat("layer-host-", rank)));
         }
+        rdma::device_path::DeviceTransport* device_transport = device.transport.get();
         rdma::testing::ConnectCounter counter(
             on_device ? static_cast<rdma::Transport&>(*device_transport) : *fabric);
         rdma::Transport& transport =
@@ -105,7 +102,7 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
         split.activation_shape = {8};
         int t = 0;
         StrategyContext context{rank, world, &transport, &store};
-        context.device = device_transport.get();
+        context.device = device_transport;
         context.batch_size = kBatch;
         context.split = &split;
         context.next_batch = [&]() -> absl::StatusOr<Batch> {

@@ -26,9 +26,8 @@
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
-#include "device/fake/fake_device.h"
 #include "gtest/gtest.h"
-#include "rdma/device/device_transport.h"
+#include "rdma/device/testing/fake_device_rank.h"
 #include "rdma/testing/in_memory_store.h"
 #include "rdma/store.h"
 #include "rdma/testing/rank_threads.h"
@@ -104,16 +103,12 @@ AverageRun Average(int world, int steps, std::map<std::string, std::string> para
   run.status = rdma::testing::RunRankThreadsOwning(
       world,
       [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
-        std::unique_ptr<device::FakeDevice> fake;
-        std::unique_ptr<rdma::device_path::DeviceTransport> device_transport;
+        rdma::device_path::testing::FakeDeviceRank device;
         StrategyContext context{rank, world, host.get(), &store};
         if (on_device) {
-          ASSIGN_OR_RETURN(fake, device::FakeDevice::Create(device::FakeDeviceOptions{}));
-          rdma::device_path::DeviceTransportOptions options;
-          options.host_identity = absl::StrCat("moshpit-host-", rank);
-          ASSIGN_OR_RETURN(device_transport, rdma::device_path::DeviceTransport::Create(
-                                                 std::move(host), fake.get(), options));
-          context.transport = context.device = device_transport.get();
+          ASSIGN_OR_RETURN(device, rdma::device_path::testing::WrapInFakeDevice(
+                                       std::move(host), absl::StrCat("moshpit-host-", rank)));
+          context.transport = context.device = device.transport.get();
         }
         ASSIGN_OR_RETURN(auto strategy, MoshpitStrategy::Create(ToyOptions(steps, params)));
         at::manual_seed(100 + rank);

@@ -35,8 +35,8 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "device/fake/fake_device.h"
 #include "rdma/device/device_transport.h"
+#include "rdma/device/testing/fake_device_rank.h"
 #include "rdma/testing/connect_counter.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
@@ -112,22 +112,19 @@ JobResult RunJob(const Problem& problem, int servers, int workers,
       servers + workers,
       [&](int rank, std::unique_ptr<rdma::Transport>& fabric,
           rdma::Store& store) -> absl::Status {
-        std::unique_ptr<device::FakeDevice> fake;
-        std::unique_ptr<rdma::device_path::DeviceTransport> device;
+        rdma::device_path::testing::FakeDeviceRank on;
         if (on_device) {
-          ASSIGN_OR_RETURN(fake, device::FakeDevice::Create(device::FakeDeviceOptions{}));
-          rdma::device_path::DeviceTransportOptions device_options;
-          device_options.host_identity = absl::StrCat("ps-host-", rank);
-          ASSIGN_OR_RETURN(device, rdma::device_path::DeviceTransport::Create(
-                                       std::move(fabric), fake.get(), device_options));
+          ASSIGN_OR_RETURN(on, rdma::device_path::testing::WrapInFakeDevice(
+                                   std::move(fabric), absl::StrCat("ps-host-", rank)));
         }
+        rdma::device_path::DeviceTransport* device = on.transport.get();
         rdma::testing::ConnectCounter counting(on_device ? *device : *fabric);
         rdma::Transport& transport =
             on_device ? static_cast<rdma::Transport&>(*device) : counting;
         ASSIGN_OR_RETURN(auto strategy, PsStrategy::Create(options));  // goes first
         std::vector<Parameter> params = problem.MakeParameters();
         StrategyContext context{rank, servers + workers, &transport, &store};
-        context.device = device.get();
+        context.device = device;
         RETURN_IF_ERROR(strategy->Prepare(context, params).status());
         RETURN_IF_ERROR(strategy->Start());
         EXPECT_EQ(strategy->exchanges_on_device(), on_device);
