@@ -140,12 +140,18 @@ absl::Status WriteBracket(uint64_t sequence,
 
 void WriteLocal(std::byte* base, const StampedSlot& slot, uint64_t sequence,
                 absl::FunctionRef<void(std::byte* payload)> fill) {
-  WriteLocal(base, slot.stamp_offset, base + slot.payload_offset, sequence, fill);
+  absl::Status written = WriteLocal(base, slot.stamp_offset, base + slot.payload_offset,
+                                    sequence, [&](std::byte* payload) {
+                                      fill(payload);
+                                      return absl::OkStatus();
+                                    });
+  ABSL_RAW_CHECK(written.ok(), "local stores cannot fail");
 }
 
-void WriteLocal(std::byte* stamp_base, size_t stamp_offset, std::byte* payload,
-                uint64_t sequence, absl::FunctionRef<void(std::byte* payload)> fill) {
-  absl::Status written = WriteBracket(
+absl::Status WriteLocal(std::byte* stamp_base, size_t stamp_offset, std::byte* payload,
+                        uint64_t sequence,
+                        absl::FunctionRef<absl::Status(std::byte* payload)> fill) {
+  return WriteBracket(
       sequence,
       [&](uint64_t stamp) {
         StoreStamp(stamp_base, stamp_offset, stamp);
@@ -155,12 +161,11 @@ void WriteLocal(std::byte* stamp_base, size_t stamp_offset, std::byte* payload,
         return absl::OkStatus();
       },
       [&] {
-        fill(payload);
+        RETURN_IF_ERROR(fill(payload));
         // Every byte of the payload before the even stamp.
         std::atomic_thread_fence(std::memory_order_release);
         return absl::OkStatus();
       });
-  ABSL_RAW_CHECK(written.ok(), "local stores cannot fail");
 }
 
 absl::Status WriteRemote(ProgressLoop& loop, rdma::Endpoint& endpoint,

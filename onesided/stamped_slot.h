@@ -207,9 +207,12 @@ void WriteLocal(std::byte* base, const StampedSlot& slot, uint64_t sequence,
                 absl::FunctionRef<void(std::byte* payload)> fill);
 // The same with the stamp word at `stamp_base + stamp_offset` and the
 // payload elsewhere, `payload` (device memory, say: `fill` must then have
-// finished its device work when it returns).
-void WriteLocal(std::byte* stamp_base, size_t stamp_offset, std::byte* payload,
-                uint64_t sequence, absl::FunctionRef<void(std::byte* payload)> fill);
+// finished its device work when it returns), and a `fill` that may fail:
+// its error returns, and the stamp stays odd ("being written") until a
+// later write of this or a higher sequence.
+absl::Status WriteLocal(std::byte* stamp_base, size_t stamp_offset, std::byte* payload,
+                        uint64_t sequence,
+                        absl::FunctionRef<absl::Status(std::byte* payload)> fill);
 
 // The bracket on slot `at` of a peer's region by one-sided WRITEs, each one
 // flushed before the next (so the peer sees them in order whatever the

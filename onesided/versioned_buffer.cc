@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/internal/raw_logging.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -156,13 +157,23 @@ std::byte* VersionedBuffer::CopyData(uint64_t version) const {
 
 void VersionedBuffer::Update(
     absl::FunctionRef<void(std::byte* next, const std::byte* latest)> fill) {
+  absl::Status written = TryUpdate([&](std::byte* next, const std::byte* latest) {
+    fill(next, latest);
+    return absl::OkStatus();
+  });
+  ABSL_RAW_CHECK(written.ok(), "an infallible fill cannot fail");
+}
+
+absl::Status VersionedBuffer::TryUpdate(
+    absl::FunctionRef<absl::Status(std::byte* next, const std::byte* latest)> fill) {
   const uint64_t next = version_ + 1;
   const StampedSlot slot = Slot(next, bytes_, copies_, 0);
-  WriteLocal(region_->data(), slot.stamp_offset, CopyData(next), next,
-             [&](std::byte* payload) { fill(payload, CopyData(version_)); });
+  RETURN_IF_ERROR(WriteLocal(region_->data(), slot.stamp_offset, CopyData(next), next,
+                             [&](std::byte* payload) { return fill(payload, CopyData(version_)); }));
   StoreStamp(region_->data(), sizeof(uint64_t) * kLatestWord,
              next);  // the latest
   version_ = next;
+  return absl::OkStatus();
 }
 
 // --- VersionedReader ---------------------------------------------------------
@@ -223,6 +234,12 @@ absl::StatusOr<std::unique_ptr<VersionedReader>> VersionedReader::Create(
                    fetch(RegionKey(name), on_device ? needed->header : needed->total));
   if (on_device) {
     ASSIGN_OR_RETURN(reader->device_copies_, fetch(CopiesKey(name), needed->copies));
+    if (reader->device_copies_->memory_kind != device::MemoryKind::kDevice) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "versioned buffer '", name, "' of rank ", owner_rank, ": its layout says device copies, "
+          "and the descriptor '", CopiesKey(name), "' (", reader->device_copies_->DebugString(),
+          ") is not device memory"));
+    }
   }
   reader->copies_remote_ = on_device ? reader->device_copies_.get() : reader->remote_.get();
   reader->first_copy_ = on_device ? 0 : needed->header;

@@ -125,6 +125,12 @@ class VersionedBuffer {
   // readers.
   void Update(
       absl::FunctionRef<void(std::byte* next, const std::byte* latest)> fill);
+  // Update() with a `fill` that may fail (a device's work): when it does,
+  // nothing is published (readers keep the latest version; the copy it
+  // was writing reads as being written until the next update) and its
+  // error returns.
+  absl::Status TryUpdate(
+      absl::FunctionRef<absl::Status(std::byte* next, const std::byte* latest)> fill);
 
  private:
   VersionedBuffer(std::unique_ptr<rdma::MemoryRegion> region,

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -115,7 +116,10 @@ TEST(VersionedBufferDeviceTest, PullsFromDeviceCopiesAreNeverTorn) {
           absl::Status filled;
           while (!done.load()) {
             RETURN_IF_ERROR(links.loop().Poll().status());
-            if (buffer->version() >= kUpdatesPerRead * (reads.load() + 1)) continue;
+            if (buffer->version() >= kUpdatesPerRead * (reads.load() + 1)) {
+              std::this_thread::yield();  // the reader's turn (2 cores)
+              continue;
+            }
             const uint64_t next = buffer->version() + 1;
             buffer->Update([&](std::byte* out, const std::byte* latest) {
               // Each version derives from the last, as an optimizer's does.
@@ -216,7 +220,7 @@ TEST(VersionedBufferDeviceTest, ARankWithoutDeviceRegionsIsRefusedByName) {
 TEST(VersionedBufferDeviceTest, ForgedDeviceLayoutsAndDescriptorsAreRefused) {
   struct Case {
     std::string layout;
-    enum Copies { kReal, kShort, kOtherRank, kHostHeader, kMissing } copies;
+    enum Copies { kReal, kShort, kOtherRank, kHostHeader, kHostCopies, kMissing } copies;
     absl::StatusCode code;
     std::string error;  // empty: accepted
   };
@@ -232,6 +236,9 @@ TEST(VersionedBufferDeviceTest, ForgedDeviceLayoutsAndDescriptorsAreRefused) {
       // The header region (64 bytes) passed off as the copies.
       {"64 3 device", Case::kHostHeader, absl::StatusCode::kInvalidArgument,
        "does not hold 192 bytes"},
+      // Host memory large enough, where the layout says device copies.
+      {"64 3 device", Case::kHostCopies, absl::StatusCode::kInvalidArgument,
+       "is not device memory"},
       {"64 3 device", Case::kMissing, absl::StatusCode::kDeadlineExceeded, "copies"},
       {"9223372036854775808 2 device", Case::kReal, absl::StatusCode::kInvalidArgument,
        "overflow"},
@@ -244,12 +251,14 @@ TEST(VersionedBufferDeviceTest, ForgedDeviceLayoutsAndDescriptorsAreRefused) {
         if (rank == 0) {
           ASSIGN_OR_RETURN(rdma::MemoryRegion header, transport.Allocate(64));
           ASSIGN_OR_RETURN(rdma::MemoryRegion copies, transport.AllocateDevice(192));
+          ASSIGN_OR_RETURN(rdma::MemoryRegion host_copies, transport.Allocate(192));
           for (size_t i = 0; i < cases.size(); ++i) {
             const std::string name = absl::StrCat("b", i);
             rdma::RemoteRegion forged = copies.descriptor();
             if (cases[i].copies == Case::kShort) forged.length = 191;
             if (cases[i].copies == Case::kOtherRank) forged.owner_rank = 1;
             if (cases[i].copies == Case::kHostHeader) forged = header.descriptor();
+            if (cases[i].copies == Case::kHostCopies) forged = host_copies.descriptor();
             RETURN_IF_ERROR(
                 store.Set(absl::StrCat(ns, "/versioned/", name, "/layout"), cases[i].layout));
             RETURN_IF_ERROR(rdma::PublishRegion(store, ns, absl::StrCat("versioned/", name),

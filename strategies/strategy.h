@@ -226,8 +226,8 @@ class Strategy {
   // True where the strategy exchanges parameters that live on a device
   // (StrategyContext::device): the harness then hands it the device
   // model's own parameters, with nothing staged through host memory
-  // (allreduce, layer_separated, moshpit). The others take host
-  // parameters.
+  // (allreduce and layer_separated without a codec, moshpit, gossip pull,
+  // ps pull=read without a codec). The others take host parameters.
   virtual bool takes_device_parameters() const { return false; }
   // From Start() on: whether this rank's exchanges of the parameters run
   // in device regions (device parameters taken; what a harness reports).

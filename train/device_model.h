@@ -13,8 +13,8 @@
 // host buffers on a GPU, the gradients all at once.
 //
 // A strategy that takes device parameters (Strategy::
-// takes_device_parameters: allreduce, moshpit; layer_separated through
-// ResidentSplit()) gets the copy's own parameters
+// takes_device_parameters: allreduce, moshpit, gossip pull, ps pull=read;
+// layer_separated through ResidentSplit()) gets the copy's own parameters
 // instead (Resident()): it exchanges and updates them on the device, in
 // its device regions, and Compute() stages nothing; CopyToHost() brings
 // the host model up to date for an evaluation. layer_separated with

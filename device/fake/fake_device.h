@@ -43,8 +43,8 @@ struct FakeDeviceOptions {
   // Allocations beyond this many bytes in all fail with kResourceExhausted.
   size_t capacity_bytes = size_t{1} << 30;
   // The Nth copy or reduction enqueued on this runtime (counting from 1,
-  // over all its streams) fails with `fault` when it runs, breaking its
-  // stream. 0: none fails.
+  // over all its streams; a Stream::Zero is neither) fails with `fault`
+  // when it runs, breaking its stream. 0: none fails.
   int fail_operation = 0;
   absl::Status fault = absl::InternalError("an injected fault of the fake device");
   // Every copy and reduction takes at least this long to run.
@@ -55,7 +55,8 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
  public:
   static absl::StatusOr<std::unique_ptr<FakeDevice>> Create(const FakeDeviceOptions& options);
   // What every byte of a fresh allocation holds.
-  static constexpr unsigned char kFreshByte = 0xA5;
+  // 0xFF: as float32 a NaN, which spreads through any sum a test checks.
+  static constexpr unsigned char kFreshByte = 0xFF;
   ~FakeDevice() override;
 
   std::string name() const override;

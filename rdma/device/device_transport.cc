@@ -732,12 +732,20 @@ absl::StatusOr<MemoryRegion> DeviceTransport::AllocateDevice(size_t bytes) {
   auto* data = static_cast<std::byte*>(memory.data());
   // Zeroed, as Allocate's host memory is: on this transport's stream, and
   // waited for (only that, not the device) before a peer can see the region.
-  RETURN_IF_ERROR(stream_->Zero(data, bytes));
   ASSIGN_OR_RETURN(std::unique_ptr<device::Event> zeroed, TakeEvent());
-  RETURN_IF_ERROR(stream_->Record(*zeroed));
-  RETURN_IF_ERROR(zeroed->WaitUntil(absl::Now() + kZeroTimeout,
-                                    absl::StrCat("zeroing a new ", bytes, "-byte device region")));
+  absl::Status status = stream_->Zero(data, bytes);
+  if (status.ok()) {
+    status = stream_->Record(*zeroed);
+    if (status.ok()) {
+      status = zeroed->WaitUntil(absl::Now() + kZeroTimeout,
+                                 absl::StrCat("zeroing a new ", bytes, "-byte device region"));
+    }
+    // The zeroing may still be queued: its memory stays until the stream
+    // has gone.
+    if (!status.ok()) abandoned_.push_back(std::move(memory));
+  }
   ReturnEvent(std::move(zeroed));
+  RETURN_IF_ERROR(status);
   return DeviceRegion(data, bytes, info, std::move(memory));
 }
 

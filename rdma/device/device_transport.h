@@ -175,6 +175,10 @@ class DeviceTransport final : public Transport {
   // their chunks may land in.
   MemoryRegion directory_;
   std::shared_ptr<DeviceRanges> ranges_ = std::make_shared<DeviceRanges>();
+  // Allocations whose zeroing was queued but not seen to complete
+  // (AllocateDevice gave up): kept until the stream, declared after, has
+  // gone and finished its work.
+  std::vector<device::DeviceMemory> abandoned_;
   std::unique_ptr<device::Stream> stream_;
   std::vector<std::unique_ptr<device::Event>> free_events_;
   // Host memory the peers' notifications are written into (its bytes mean

@@ -453,7 +453,7 @@ TEST_F(DeviceTransportTest, NotificationsKeepPostOrderAcrossDeviceAndHostWrites)
 
 TEST_F(DeviceTransportTest, AFailedCopyFailsItsWriteAndNotifiesNobody) {
   device::FakeDeviceOptions faulty;
-  faulty.fail_operation = 3;  // 1: AllocateDevice zeroing, 2: the fill below
+  faulty.fail_operation = 2;  // the fill below is the first
   Restart(faulty);
   ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
   ASSERT_OK(Fill(*device_, on_device.data(), 4096, 1));

@@ -118,11 +118,11 @@ absl::Status GossipStrategy::Publish() {
   // on a device, torch's copy is waited for, which also completes the
   // step's kernels and the last mix's reads of the scratch, before a read
   // can rewrite it.
-  absl::Status copied;
-  published_->Update([&](std::byte* next, const std::byte*) {
+  // A copy that fails publishes nothing (VersionedBuffer::TryUpdate).
+  absl::Status copied = published_->TryUpdate([&](std::byte* next, const std::byte*) {
     at::NoGradGuard no_grad;
     FloatsOver(next, theta.numel(), theta.device()).copy_(theta);
-    copied = SynchronizeTorchDevice(theta.device());
+    return SynchronizeTorchDevice(theta.device());
   });
   if (!copied.ok()) {
     return absl::Status(copied.code(), absl::StrCat("gossip rank ", context().rank,
@@ -243,6 +243,11 @@ absl::Status GossipStrategy::DoFinish(bool after_failure) {
     }
   }
   absl::Status finished = FinishWithPeers();
+  // The last mix's kernels read the scratch, which goes with us.
+  if (on_device_) {
+    absl::Status synced = SynchronizeTorchDevice(replica_->flat().device());
+    if (finished.ok()) finished = synced;
+  }
   return last_read.ok() ? finished : last_read;
 }
 

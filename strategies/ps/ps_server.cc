@@ -40,12 +40,12 @@ absl::Status PsStrategy::StartServer() {
                      onesided::VersionedBuffer::Create(
                          links(), name, slices[k].elements * sizeof(float), ps_.copies,
                          on_device_ ? device::MemoryKind::kDevice : device::MemoryKind::kHost));
-    // Version 1: the initial values.
-    buffer->Update([&](std::byte* next, const std::byte*) {
+    // Version 1: the initial values, complete before they are published.
+    RETURN_IF_ERROR(buffer->TryUpdate([&](std::byte* next, const std::byte*) {
       FloatsOver(next, slices[k].elements, where_)
           .copy_(initial.narrow(0, slices[k].offset, slices[k].elements));
-    });
-    RETURN_IF_ERROR(SyncDevice("the initial parameters"));
+      return SyncDevice("the initial parameters");
+    }));
     params_.push_back(std::move(buffer));
   }
   ASSIGN_OR_RETURN(clocks_, onesided::VersionedBuffer::Create(
@@ -85,14 +85,13 @@ absl::Status PsStrategy::ApplyUpdate(int slice, const at::Tensor& gradient) {
   const Slice& range = slices_[index_][slice];
   at::Tensor momentum = momentum_.narrow(0, range.offset, range.elements);
   momentum.mul_(options().momentum).add_(gradient);
-  absl::Status applied;
-  params_[slice]->Update([&](std::byte* next, const std::byte* latest) {
+  // An update that fails on the device publishes nothing.
+  return params_[slice]->TryUpdate([&](std::byte* next, const std::byte* latest) {
     at::Tensor out = FloatsOver(next, range.elements, where_);
     at::add_out(out, FloatsOver(const_cast<std::byte*>(latest), range.elements, where_),
                 momentum, -options().learning_rate);
-    applied = SyncDevice("the update of the parameters");
+    return SyncDevice("the update of the parameters");
   });
-  return applied;
 }
 
 absl::Status PsStrategy::SendParameters(int worker) {

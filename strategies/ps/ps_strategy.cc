@@ -320,8 +320,11 @@ int64_t PsStrategy::pull_retries() const {
 absl::Status PsStrategy::DoFinish(bool after_failure) {
   absl::Status status;
   if (!server_ && !after_failure) {
-    // The final parameters: after every server took every gradient.
-    status = ps_.pull_by_read ? WaitForEnd() : ReceiveParameters();
+    // The final parameters: after every server took every gradient, and
+    // after torch's kernels that read the parameters (an evaluation since
+    // the last step) are complete.
+    status = SyncDevice("the kernels before the final pull");
+    if (status.ok()) status = ps_.pull_by_read ? WaitForEnd() : ReceiveParameters();
     if (status.ok() && ps_.pull_by_read) status = PullParameters();
   }
   // Completes or cancels what is in flight (each wait bounded by the

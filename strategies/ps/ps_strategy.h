@@ -7,7 +7,9 @@
 //      buffer (one-sided) until their clock is within it (sync_policy.h)
 //      and the server has applied their own last gradient (read-my-writes);
 //   2. pull each shard by one-sided READ straight into the memory the
-//      model's parameters point at (no server CPU, no copy);
+//      model's parameters point at (no server CPU, no copy; device
+//      parameters on another host are staged, answered by the server's
+//      progress);
 //   3. compute, with the gradients landing in registered memory;
 //   4. push each shard's gradient into their own static slot on its server
 //      (one-sided write through the free-running communicator, no copy).

@@ -1,7 +1,9 @@
 // File: ps_worker.cc
 // The parameter server's worker role: permission, pull, compute, push.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <utility>
 
 #include "ATen/core/grad_mode.h"
@@ -497,10 +499,23 @@ absl::StatusOr<StepReport> PsStrategy::WorkerStep(const ComputeFn& compute) {
 
 void PsStrategy::DetachParameters() {
   if (param_region_ == nullptr) return;
-  at::NoGradGuard no_grad;
-  for (Parameter& p : parameters_) {
-    p.tensor.set_data(p.tensor.detach().clone());
-    p.tensor.mutable_grad() = at::Tensor();
+  try {
+    at::NoGradGuard no_grad;
+    for (Parameter& p : parameters_) {
+      p.tensor.set_data(p.tensor.detach().clone());
+      p.tensor.mutable_grad() = at::Tensor();
+    }
+  } catch (const std::exception& e) {
+    // A device that cannot copy them (out of memory, broken): the
+    // parameters may still point into the regions, which are kept
+    // (leaked) rather than freed under them. Never thrown from here: the
+    // destructor calls this.
+    std::fprintf(stderr, "%s: the parameters could not leave their regions, kept: %s\n",
+                 Where().c_str(), e.what());
+    static_cast<void>(param_region_.release());
+    static_cast<void>(grad_region_.release());
+    static_cast<void>(prefetch_region_.release());
+    return;
   }
   // The clones (and any kernel still reading the regions) end first.
   SyncDevice("the parameters' copies out of their region").IgnoreError();
