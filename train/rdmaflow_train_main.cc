@@ -64,13 +64,13 @@ ABSL_FLAG(std::string, codec, "none",
 ABSL_FLAG(std::string, communicator, "rdma", "rdma | rdma_copy | grpc");
 ABSL_FLAG(std::string, device, "cpu",
           "where workers compute: cpu | cuda (GPU 0) | mirror (the cuda path on a CPU copy, "
-          "for tests). allreduce, layer_separated (both without --codec) and moshpit then keep "
-          "the parameters on the device; ps and gossip exchange host memory, staged each "
-          "step");
+          "for tests). allreduce, layer_separated (both without --codec), moshpit, gossip "
+          "(pull) and ps (pull=read, without --codec) then keep the parameters on the device; "
+          "ps pull=send, gossip push and codecs exchange host memory, staged each step");
 ABSL_FLAG(bool, stage_device_parameters, false,
           "with --device: stage the parameters through host memory each step also for a "
-          "strategy that keeps them on the device (allreduce, layer_separated, moshpit): the "
-          "ablation");
+          "strategy that keeps them on the device (allreduce, layer_separated, moshpit, gossip, "
+          "ps): the ablation");
 ABSL_FLAG(std::string, transport, "ucx", "ucx | ibverbs | loopback");
 ABSL_FLAG(std::string, transport_params, "", "backend settings, key=value,...");
 ABSL_FLAG(int64_t, steps, 300, "iterations per worker");

@@ -95,8 +95,8 @@ struct TrainSummary {
   double device_out_ms = 0;
   // With --device: whether the strategy exchanged the device copy's own
   // parameters in device regions (Strategy::exchanges_on_device: allreduce,
-  // layer_separated, moshpit; nothing staged, in and out are the batch's
-  // move only), rather than staged host parameters.
+  // layer_separated, moshpit, gossip pull, ps pull=read; nothing staged, in
+  // and out are the batch's move only), rather than staged host parameters.
   bool device_resident = false;
   // Bytes every rank put on the wire (written or read), per step.
   double wire_bytes_per_step = 0;
