@@ -68,4 +68,41 @@ absl::Status SynchronizeTorchDevice(const c10::Device& device) {
   }
 }
 
+absl::Status SynchronizeTorchStream(const c10::Device& device) {
+  if (!device.is_cuda()) return absl::OkStatus();
+  try {
+    c10::impl::getDeviceGuardImpl(device.type())->getStream(device).synchronize();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("waiting for torch's work on ", device.str(),
+                                            "'s current stream: ", ExceptionText(e)));
+  }
+}
+
+absl::Status SideStream::Mark() {
+  if (!device_.is_cuda()) return absl::OkStatus();
+  try {
+    if (mark_ == nullptr) mark_ = std::make_unique<c10::Event>(device_.type());
+    mark_->record(c10::impl::getDeviceGuardImpl(device_.type())->getStream(device_));
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("marking torch's work on ", device_.str(),
+                                            " for another thread: ", ExceptionText(e)));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<c10::StreamGuard>> SideStream::Enter() {
+  if (!device_.is_cuda()) return std::unique_ptr<c10::StreamGuard>();
+  try {
+    if (!stream_.has_value()) {
+      stream_ = c10::impl::getDeviceGuardImpl(device_.type())->getStreamFromGlobalPool(device_);
+    }
+    if (mark_ != nullptr) mark_->block(*stream_);
+    return std::make_unique<c10::StreamGuard>(*stream_);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("a stream of its own on ", device_.str(), ": ",
+                                            ExceptionText(e)));
+  }
+}
+
 }  // namespace rdmaflow::strategies

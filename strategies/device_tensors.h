@@ -1,8 +1,9 @@
 // File: device_tensors.h
 // -----------------------------------------------------------------------------
 // The torch side of a strategy's device parameters (StrategyContext::
-// device): which torch device their tensors are on, and waits for the
-// work torch queued on it (the whole device, or a mark of one stream). A
+// device): which torch device their tensors are on, waits for the work
+// torch queued on it (the whole device, one thread's stream, or a mark of
+// one stream), and a stream of its own for a background thread. A
 // strategy hands device memory to its transport's device work (an
 // all-reduce group's copies and reductions, on streams of their own) only
 // once torch's kernels that wrote it are complete.
@@ -12,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "c10/core/Device.h"
+#include "c10/core/Event.h"
+#include "c10/core/Stream.h"
+#include "c10/core/StreamGuard.h"
 #include "strategies/strategy.h"
 
 namespace rdmaflow::rdma::device_path {
@@ -51,6 +57,34 @@ absl::StatusOr<std::function<absl::StatusOr<bool>()>> MarkTorchWork(const c10::D
 // of a CUDA device); nothing to wait for on the CPU. kInternal with torch's
 // reason for a broken device.
 absl::Status SynchronizeTorchDevice(const c10::Device& device);
+
+// Waits until the work torch queued on `device`'s current stream (the
+// calling thread's) is complete: not other streams' (another thread's
+// forward and backward). Nothing on the CPU. kInternal as above.
+absl::Status SynchronizeTorchStream(const c10::Device& device);
+
+// Torch's work handed from one thread to another that runs its own on a
+// stream of its own, so that neither waits for the other's kernels (a
+// background round during the next step's compute). On a CUDA device:
+// Mark() on the handing thread records where its current stream is;
+// Enter() on the receiving thread makes a stream of torch's pool (the same
+// one each time) its current one for the guard's life, and that stream
+// first waits, on the device, for the last mark. On the CPU, where nothing
+// is queued, both do nothing (Enter() gives a null guard).
+// Thread-compatible: Mark() and Enter() never run at once.
+class SideStream {
+ public:
+  explicit SideStream(const c10::Device& device) : device_(device) {}
+
+  // kInternal with torch's reason.
+  absl::Status Mark();
+  absl::StatusOr<std::unique_ptr<c10::StreamGuard>> Enter();
+
+ private:
+  const c10::Device device_;
+  std::unique_ptr<c10::Event> mark_;
+  std::optional<c10::Stream> stream_;  // from the pool, at the first Enter()
+};
 
 }  // namespace rdmaflow::strategies
 

@@ -137,7 +137,15 @@ absl::Status MoshpitStrategy::Exchange() {
       averaged_.copy_(snapshot_);
     }
   }
-  return background_->Start([this] { return Round(averaged_); });
+  // On a GPU the round's kernels run on a stream of their own, after these
+  // copies, so that neither they nor the round's waits (for its own
+  // stream) wait for the next step's forward and backward.
+  if (side_ == nullptr) side_ = std::make_unique<SideStream>(averaged_.device());
+  RETURN_IF_ERROR(side_->Mark());
+  return background_->Start([this]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<c10::StreamGuard> on_side, side_->Enter());
+    return Round(averaged_);
+  });
 }
 
 absl::Status MoshpitStrategy::FinishExchange(StepReport& report) {
@@ -288,7 +296,8 @@ absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round
     sum.copy_(theta);
   }
   region.narrow(0, elements, 1).fill_(adopt_next_average_ ? 0.0 : 1.0);
-  RETURN_IF_ERROR(SynchronizeTorchDevice(where));
+  // (This thread's stream only: with overlap=on another thread computes.)
+  RETURN_IF_ERROR(SynchronizeTorchStream(where));
   RETURN_IF_ERROR(ring->AllReduce(0, elements + 1, collectives::DataType::kFloat32));
   const float total = region[elements].item<float>();
   if (total > 0) {
@@ -296,8 +305,9 @@ absl::Status MoshpitStrategy::Average(const std::vector<int>& members, int round
     adopt_next_average_ = false;
   }
   // Nothing of torch's still reads the region once the round is over (a
-  // ring may be dropped and its region freed).
-  RETURN_IF_ERROR(SynchronizeTorchDevice(where));
+  // ring may be dropped and its region freed), and the average is written
+  // before another thread takes it (FinishExchange).
+  RETURN_IF_ERROR(SynchronizeTorchStream(where));
   round_bytes_sent_ += ring->stats().bytes_sent - before.bytes_sent;
   round_messages_ += ring->stats().messages - before.messages;
   return absl::OkStatus();

@@ -28,7 +28,10 @@
 // of the parameters taken when it began; after that step's local update
 // the replica moves by what the round changed the snapshot by:
 // theta += average - snapshot (delayed averaging: the local progress made
-// meanwhile is kept; a round that averaged nothing moves nothing).
+// meanwhile is kept; a round that averaged nothing moves nothing). On a
+// GPU the round's kernels run on a stream of their own (SideStream), after
+// the snapshot's copies, and its waits are for that stream only: the
+// round never waits for the step's forward and backward.
 // Parameters: side (M, 2), dims (d, derived from the ranks), period (1),
 // group_timeout_ms (2000), round_timeout_ms (10000): a group whose
 // all-reduce fails (a member died in it) skips that round's average;
@@ -48,6 +51,7 @@
 #include "absl/status/statusor.h"
 #include "collectives/allreduce_group.h"
 #include "strategies/communication_thread.h"
+#include "strategies/device_tensors.h"
 #include "strategies/local_sgd_strategy.h"
 #include "strategies/moshpit/moshpit_grid.h"
 #include "strategies/moshpit/moshpit_group.h"
@@ -165,6 +169,7 @@ class MoshpitStrategy final : public LocalSgdStrategy {
   // so that it is joined before what it uses goes.
   at::Tensor snapshot_;
   at::Tensor averaged_;
+  std::unique_ptr<SideStream> side_;  // the round's stream on a GPU
   std::unique_ptr<CommunicationThread> background_;
 };
 
