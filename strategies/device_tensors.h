@@ -64,8 +64,11 @@ absl::Status SynchronizeTorchDevice(const c10::Device& device);
 absl::Status SynchronizeTorchStream(const c10::Device& device);
 
 // Torch's work handed from one thread to another that runs its own on a
-// stream of its own, so that neither waits for the other's kernels (a
-// background round during the next step's compute). On a CUDA device:
+// stream of its own, so that its waits (for its own stream) are not for
+// the other thread's kernels (a background round during the next step's
+// compute; a cudaMalloc or cudaFree in it still waits for the device, and
+// torch's pool hands its streams round robin, so one may be shared). On a
+// CUDA device:
 // Mark() on the handing thread records where its current stream is;
 // Enter() on the receiving thread makes a stream of torch's pool (the same
 // one each time) its current one for the guard's life, and that stream

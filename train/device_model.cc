@@ -256,8 +256,13 @@ absl::StatusOr<strategies::ComputeResult> DeviceModel::ComputeResident(const at:
     at::Tensor loss = at::cross_entropy_loss(logits, dy);
     loss.backward();
     // The gradients are complete before the strategy's device work reads
-    // them (its own stream: data_parallel.h).
-    SynchronizeDevice();
+    // them (its own stream: data_parallel.h). This thread's stream only
+    // (backward ends with it waiting for autograd's): a strategy's
+    // background work on a stream of its own (Moshpit's round) is not
+    // waited for.
+    if (absl::Status done = strategies::SynchronizeTorchStream(device_); !done.ok()) {
+      return done;
+    }
     ++times_.calls;
     times_.in += in - begin;
     times_.compute += absl::Now() - in;

@@ -69,8 +69,8 @@ ABSL_FLAG(std::string, device, "cpu",
           "ps pull=send, gossip push and codecs exchange host memory, staged each step");
 ABSL_FLAG(bool, stage_device_parameters, false,
           "with --device: stage the parameters through host memory each step also for a "
-          "strategy that keeps them on the device (allreduce, layer_separated, moshpit, gossip, "
-          "ps): the ablation");
+          "strategy that keeps them on the device (allreduce, layer_separated, moshpit, gossip "
+          "pull, ps pull=read): the ablation");
 ABSL_FLAG(std::string, transport, "ucx", "ucx | ibverbs | loopback");
 ABSL_FLAG(std::string, transport_params, "", "backend settings, key=value,...");
 ABSL_FLAG(int64_t, steps, 300, "iterations per worker");

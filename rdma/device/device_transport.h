@@ -176,8 +176,8 @@ class DeviceTransport final : public Transport {
   MemoryRegion directory_;
   std::shared_ptr<DeviceRanges> ranges_ = std::make_shared<DeviceRanges>();
   // Allocations whose zeroing was queued but not seen to complete
-  // (AllocateDevice gave up): kept until the stream, declared after, has
-  // gone and finished its work.
+  // (AllocateDevice gave up): kept until the transport goes, after its
+  // destructor's drain of the stream (declared after, so destroyed first).
   std::vector<device::DeviceMemory> abandoned_;
   std::unique_ptr<device::Stream> stream_;
   std::vector<std::unique_ptr<device::Event>> free_events_;

@@ -114,7 +114,7 @@ absl::StatusOr<rdma::MemoryRegion> GossipStrategy::AllocateScratch() {
 
 absl::Status GossipStrategy::Publish() {
   const at::Tensor& theta = replica_->flat();
-  // Complete before the copy's stamp says whole (VersionedBuffer::Update):
+  // Complete before the copy's stamp says whole (VersionedBuffer::TryUpdate):
   // on a device, torch's copy is waited for, which also completes the
   // step's kernels and the last mix's reads of the scratch, before a read
   // can rewrite it.

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "ATen/core/grad_mode.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -144,6 +145,11 @@ absl::Status MoshpitStrategy::Exchange() {
   RETURN_IF_ERROR(side_->Mark());
   return background_->Start([this]() -> absl::Status {
     ASSIGN_OR_RETURN(std::unique_ptr<c10::StreamGuard> on_side, side_->Enter());
+    // However the round ends (an error, a throw), nothing of it is left
+    // queued on the side stream (after this, before the guard goes).
+    absl::Cleanup drained = [this] {
+      SynchronizeTorchStream(averaged_.device()).IgnoreError();
+    };
     return Round(averaged_);
   });
 }

@@ -30,8 +30,9 @@
 // theta += average - snapshot (delayed averaging: the local progress made
 // meanwhile is kept; a round that averaged nothing moves nothing). On a
 // GPU the round's kernels run on a stream of their own (SideStream), after
-// the snapshot's copies, and its waits are for that stream only: the
-// round never waits for the step's forward and backward.
+// the snapshot's copies, and its waits are for that stream only, not for
+// the step's forward and backward (but for a ring set up or dropped: its
+// device memory's allocation or release waits for the device).
 // Parameters: side (M, 2), dims (d, derived from the ranks), period (1),
 // group_timeout_ms (2000), round_timeout_ms (10000): a group whose
 // all-reduce fails (a member died in it) skips that round's average;

@@ -80,7 +80,7 @@ void PsStrategy::PublishClocks() {
 absl::Status PsStrategy::ApplyUpdate(int slice, const at::Tensor& gradient) {
   // SGD with momentum, as torch.optim.SGD: v = mu * v + g; p -= lr * v,
   // written straight into the next version (on the device, complete
-  // before the version is published: VersionedBuffer::Update).
+  // before the version is published: VersionedBuffer::TryUpdate).
   at::NoGradGuard no_grad;
   const Slice& range = slices_[index_][slice];
   at::Tensor momentum = momentum_.narrow(0, range.offset, range.elements);
