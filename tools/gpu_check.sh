@@ -19,9 +19,10 @@
 # PyTorch: tools/gpu_peers.py) and issue 44's baselines
 # (tools/gpu_train_baselines.py), their JSON under OUT; then the seeds'
 # training runs (rdmaflow_train --device cuda: the parameter server over
-# three communicators, the all-reduce with its parameters on the device
-# and staged, layer separation, gossip and Moshpit against the
-# all-reduce to a fixed accuracy; an untimed run first, and the EuroSys
+# three communicators and staged, the all-reduce with its parameters on
+# the device and staged, layer separation, Moshpit with and without its
+# background round, gossip and Moshpit against the all-reduce to a fixed
+# accuracy; an untimed run first, and the EuroSys
 # ratios of median and mean steps after the parameter server's); then
 # builds the Python module for that machine's Python (tools/torch_module_for.sh, from the library and
 # headers `pack` put in .gpu) and runs DDP and FSDP2 over rdmaflow and
@@ -353,6 +354,15 @@ PY
     --local 3 --model vgg --strategy layer_separated --strategy_params "fc_ranks=1" \
     --synthetic --device cuda --steps 60 --progress=false --transport_params tls=shm \
     --stage_device_parameters
+  # Moshpit's background round (overlap=on, on a stream of its own) against
+  # its rounds between the steps, 4 ranks.
+  for overlap in off on; do
+    echo "== rdmaflow_train moshpit vgg --device cuda overlap=$overlap$mps_label"
+    train_run "moshpit vgg cuda overlap=$overlap" "$out/moshpit_vgg_$overlap.json" \
+      "$out/moshpit_vgg_$overlap.log" --local 4 --model vgg --strategy moshpit \
+      --strategy_params "overlap=$overlap" --synthetic --device cuda --steps 60 \
+      --progress=false --transport_params tls=shm
+  done
   # Gossip and Moshpit against the all-reduce: the time to a fixed accuracy,
   # 4 ranks of the VGG-like net on the GPU (synthetic data).
   echo "== bench_decentralized.sh, vgg --device cuda$mps_label"
