@@ -33,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -100,17 +101,13 @@ struct Rank {
     pg.reset();
   }
 
-  // A device tensor of `shape`, uninitialized.
+  // A device tensor of `shape`, uninitialized (the fake device's: 0xFF
+  // bytes).
   absl::StatusOr<at::Tensor> Empty(std::vector<int64_t> shape, at::ScalarType dtype) {
-    if (OnCuda()) return at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kCUDA));
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    const size_t bytes = std::max<size_t>(1, n * c10::elementSize(dtype));
-    ASSIGN_OR_RETURN(device::DeviceMemory memory, device->runtime().Allocate(bytes));
-    auto held = std::make_shared<device::DeviceMemory>(std::move(memory));
-    return at::from_blob(
-        held->data(), shape, [held](void*) mutable { held.reset(); },
-        at::TensorOptions().dtype(dtype));
+    ASSIGN_OR_RETURN(at::Tensor flat, device->Empty(n, dtype, "a test's tensor"));
+    return flat.view(shape);
   }
 
   // A device tensor that the caller's stream fills with `values` (later:
@@ -214,7 +211,17 @@ absl::Status AllReduces(Rank& r) {
   ASSIGN_OR_RETURN(at::Tensor a, r.Upload(Values(r.rank, 1000, at::kFloat, 1)));
   ASSIGN_OR_RETURN(at::Tensor b, r.Upload(Values(r.rank, 3000, at::kFloat, 2)));
   std::vector<at::Tensor> both = {a, b};
-  RETURN_IF_ERROR(Wait(r.pg->allreduce_coalesced(both)));
+  {
+    // On the device, through one flat tensor: nothing staged.
+    const torch_backend::BackendStats before = r.pg->stats();
+    RETURN_IF_ERROR(Wait(r.pg->allreduce_coalesced(both)));
+    const torch_backend::BackendStats after = r.pg->stats();
+    const int64_t staged = after.device_staged_bytes - before.device_staged_bytes;
+    const int64_t reduced = after.device_allreduces - before.device_allreduces;
+    RETURN_IF_ERROR(Check(staged == 0 && reduced == 1,
+                          absl::StrCat("allreduce_coalesced: ", staged, " bytes staged, ",
+                                       reduced, " on the device")));
+  }
   at::Tensor ra = Values(0, 1000, at::kFloat, 1);
   at::Tensor rb = Values(0, 3000, at::kFloat, 2);
   for (int q = 1; q < r.world; ++q) {
@@ -481,6 +488,146 @@ absl::Status OtherCollectives(Rank& r) {
   return absl::OkStatus();
 }
 
+// The list forms of all-gather and reduce-scatter, reduce, and averages,
+// on the device: through a flat device tensor, nothing staged, counted as
+// the device calls they are; a list with one host tensor in it staged.
+absl::Status ListFormsOnTheDevice(Rank& r) {
+  const int64_t n = 70001;  // the parts lie across the region's 1 MiB pieces
+  auto staged_and = [&](const torch_backend::BackendStats& before, auto field) {
+    const torch_backend::BackendStats after = r.pg->stats();
+    return std::make_pair(after.device_staged_bytes - before.device_staged_bytes,
+                          after.*field - before.*field);
+  };
+  {
+    // all-gather, bit for bit: -0.0, infinities, NaN and a subnormal in
+    // every part.
+    auto part = [&](int q) {
+      at::Tensor t = Values(q, n, at::kFloat, 9);
+      t[0] = -0.0f;
+      t[1] = std::numeric_limits<float>::infinity();
+      t[2] = std::numeric_limits<float>::quiet_NaN();
+      t[n - 1] = 1e-40f;
+      return t;
+    };
+    ASSIGN_OR_RETURN(at::Tensor input, r.Upload(part(r.rank)));
+    std::vector<at::Tensor> inputs = {input};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int q = 0; q < r.world; ++q) {
+      ASSIGN_OR_RETURN(at::Tensor out, r.Empty({n}, at::kFloat));
+      outputs[0].push_back(out);
+    }
+    const torch_backend::BackendStats before = r.pg->stats();
+    RETURN_IF_ERROR(Wait(r.pg->allgather(outputs, inputs)));
+    const auto [staged, gathers] =
+        staged_and(before, &torch_backend::BackendStats::device_allgathers);
+    RETURN_IF_ERROR(Check(staged == 0 && gathers == 1,
+                          absl::StrCat("allgather into device outputs: ", staged,
+                                       " bytes staged, ", gathers, " on the device")));
+    for (int q = 0; q < r.world; ++q) {
+      ASSIGN_OR_RETURN(at::Tensor got, r.Download(outputs[0][q]));
+      RETURN_IF_ERROR(Check(at::equal(got.view(at::kInt), part(q).view(at::kInt)),
+                            absl::StrCat("allgather on the device, part ", q,
+                                         ": not bit for bit")));
+    }
+    // This rank's output is its input: gathered all the same.
+    ASSIGN_OR_RETURN(at::Tensor own, r.Upload(part(r.rank)));
+    std::vector<at::Tensor> own_input = {own};
+    outputs[0][r.rank] = own;
+    RETURN_IF_ERROR(Wait(r.pg->allgather(outputs, own_input)));
+    for (int q = 0; q < r.world; ++q) {
+      ASSIGN_OR_RETURN(at::Tensor got, r.Download(outputs[0][q]));
+      RETURN_IF_ERROR(Check(at::equal(got.view(at::kInt), part(q).view(at::kInt)),
+                            absl::StrCat("allgather with its input as an output, part ", q)));
+    }
+    // One host output in the list: staged, and still right.
+    outputs[0][r.world - 1] = at::zeros({n}, at::kFloat);
+    const torch_backend::BackendStats mixed_before = r.pg->stats();
+    RETURN_IF_ERROR(Wait(r.pg->allgather(outputs, inputs)));
+    const auto [mixed_staged, mixed_gathers] =
+        staged_and(mixed_before, &torch_backend::BackendStats::device_allgathers);
+    RETURN_IF_ERROR(Check(mixed_staged > 0 && mixed_gathers == 0,
+                          absl::StrCat("allgather with a host output: ", mixed_staged,
+                                       " bytes staged, ", mixed_gathers, " on the device")));
+    RETURN_IF_ERROR(Check(at::equal(outputs[0][r.world - 1].view(at::kInt),
+                                    part(r.world - 1).view(at::kInt)),
+                          "allgather with a host output: the host part"));
+  }
+  // reduce-scatter of a list, by each operator the device takes.
+  for (const c10d::ReduceOp::RedOpType op :
+       {c10d::ReduceOp::SUM, c10d::ReduceOp::AVG, c10d::ReduceOp::MAX}) {
+    std::vector<std::vector<at::Tensor>> inputs(1);
+    for (int q = 0; q < r.world; ++q) {
+      ASSIGN_OR_RETURN(at::Tensor in, r.Upload(Values(r.rank, n, at::kFloat, 10 + q)));
+      inputs[0].push_back(in);
+    }
+    ASSIGN_OR_RETURN(at::Tensor output, r.Empty({n}, at::kFloat));
+    std::vector<at::Tensor> outputs = {output};
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = op;
+    const torch_backend::BackendStats before = r.pg->stats();
+    RETURN_IF_ERROR(Wait(r.pg->reduce_scatter(outputs, inputs, opts)));
+    const auto [staged, scatters] =
+        staged_and(before, &torch_backend::BackendStats::device_reduce_scatters);
+    const std::string what = absl::StrCat("reduce_scatter (op ", static_cast<int>(op), ")");
+    RETURN_IF_ERROR(Check(staged == 0 && scatters == 1,
+                          absl::StrCat(what, ": ", staged, " bytes staged, ", scatters,
+                                       " on the device")));
+    at::Tensor expected = Values(0, n, at::kFloat, 10 + r.rank);
+    for (int q = 1; q < r.world; ++q) {
+      const at::Tensor v = Values(q, n, at::kFloat, 10 + r.rank);
+      expected = op == c10d::ReduceOp::MAX ? at::maximum(expected, v) : expected + v;
+    }
+    if (op == c10d::ReduceOp::AVG) expected = expected.div(r.world);
+    RETURN_IF_ERROR(r.Expect(output, expected, what));
+    // Its inputs are left as they were.
+    RETURN_IF_ERROR(r.Expect(inputs[0][r.world - 1], Values(r.rank, n, at::kFloat, 10 + r.world - 1),
+                             what + ": an input"));
+  }
+  // An averaging all-reduce, and a reduce to each root by sum and average.
+  {
+    ASSIGN_OR_RETURN(at::Tensor tensor, r.Upload(Values(r.rank, n, at::kFloat, 11)));
+    std::vector<at::Tensor> tensors = {tensor};
+    c10d::AllreduceOptions average;
+    average.reduceOp = c10d::ReduceOp::AVG;
+    const torch_backend::BackendStats before = r.pg->stats();
+    RETURN_IF_ERROR(Wait(r.pg->allreduce(tensors, average)));
+    const auto [staged, reduced] =
+        staged_and(before, &torch_backend::BackendStats::device_allreduces);
+    RETURN_IF_ERROR(Check(staged == 0 && reduced == 1,
+                          absl::StrCat("allreduce AVG: ", staged, " bytes staged, ", reduced,
+                                       " on the device")));
+    at::Tensor sum = Values(0, n, at::kFloat, 11);
+    for (int q = 1; q < r.world; ++q) sum += Values(q, n, at::kFloat, 11);
+    RETURN_IF_ERROR(r.Expect(tensor, sum.div(r.world), "allreduce AVG"));
+  }
+  for (int root = 0; root < r.world; ++root) {
+    for (const c10d::ReduceOp::RedOpType op : {c10d::ReduceOp::SUM, c10d::ReduceOp::AVG}) {
+      ASSIGN_OR_RETURN(at::Tensor tensor, r.Upload(Values(r.rank, n, at::kFloat, root)));
+      std::vector<at::Tensor> tensors = {tensor};
+      c10d::ReduceOptions opts;
+      opts.rootRank = root;
+      opts.reduceOp = op;
+      const torch_backend::BackendStats before = r.pg->stats();
+      RETURN_IF_ERROR(Wait(r.pg->reduce(tensors, opts)));
+      const auto [staged, reduced] =
+          staged_and(before, &torch_backend::BackendStats::device_allreduces);
+      const std::string what =
+          absl::StrCat("reduce to ", root, " (op ", static_cast<int>(op), ")");
+      RETURN_IF_ERROR(Check(staged == 0 && reduced == 1,
+                            absl::StrCat(what, ": ", staged, " bytes staged, ", reduced,
+                                         " on the device")));
+      at::Tensor expected = Values(r.rank, n, at::kFloat, root);
+      if (r.rank == root) {
+        expected = Values(0, n, at::kFloat, root);
+        for (int q = 1; q < r.world; ++q) expected += Values(q, n, at::kFloat, root);
+        if (op == c10d::ReduceOp::AVG) expected = expected.div(r.world);
+      }
+      RETURN_IF_ERROR(r.Expect(tensor, expected, what));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PointToPoint(Rank& r) {
   const int peer = r.rank ^ 1;
   if (peer >= r.world) return absl::OkStatus();
@@ -659,6 +806,7 @@ absl::Status RunRank(const std::string& which) {
   if (which == "collectives") {
     RETURN_IF_ERROR(AllReduces(*r));
     RETURN_IF_ERROR(OtherCollectives(*r));
+    RETURN_IF_ERROR(ListFormsOnTheDevice(*r));
     RETURN_IF_ERROR(PointToPoint(*r));
     RETURN_IF_ERROR(Refusals(*r));
     RETURN_IF_ERROR(DevicePool(*r));

@@ -127,6 +127,8 @@ class Engine {
   // for a group of one, or with RDMAFLOW_DEVICE_MB=0. Set before Start()
   // returns; readable from any thread.
   DeviceAllReduce* device_allreduce() const { return device_allreduce_.get(); }
+  // The group's device, or null.
+  TensorDevice* device() const { return device_; }
   const rdma::MemoryRegion& data_region() const { return *data_region_; }
   // Moves `tensor`'s storage into the registered pool
   // (RegisteredAllocator::MoveIn), counted: between operations, so no

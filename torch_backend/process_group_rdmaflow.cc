@@ -255,32 +255,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::EnqueuePost(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::OnDeviceOrNull(
-    c10d::OpType type, at::Tensor& input, at::Tensor& output, bool caller_waits,
-    std::function<absl::Status(Engine&)> run) {
-  if (engine_ == nullptr || engine_->device_allreduce() == nullptr ||
-      !input.is_contiguous() || !output.is_contiguous()) {
-    return nullptr;
+    c10d::OpType type, std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
+    bool caller_waits, std::function<absl::Status(Engine&)> run) {
+  if (engine_ == nullptr || engine_->device_allreduce() == nullptr) return nullptr;
+  for (const at::Tensor& tensor : tensors) {
+    if (!tensor.is_contiguous()) return nullptr;
   }
   std::shared_ptr<DeviceStage> stage;
-  if (absl::Status s = StageCall(stage, {{&input, Direction::kOnDevice},
-                                         {&output, Direction::kOnDevice}});
-      !s.ok()) {
+  if (absl::Status s = StageCall(stage, {{&tensors, Direction::kOnDevice}}); !s.ok()) {
     return Failed(type, s);
   }
-  if (stage->on_device_count() != 2) return nullptr;
-  return Enqueue(type, {output}, caller_waits,
+  if (stage->on_device_count() != static_cast<int>(tensors.size())) return nullptr;
+  return Enqueue(type, std::move(results), caller_waits,
                  [run = std::move(run)](Engine& engine, const auto&) { return run(engine); },
                  stage);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::SummedOnDeviceOrNull(
-    c10d::OpType type, at::Tensor& input, at::Tensor& output, bool caller_waits,
-    std::function<absl::Status(Engine&, collectives::DataType)> run) {
-  absl::StatusOr<collectives::DataType> data_type = ReducibleType(input.scalar_type());
+    c10d::OpType type, std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
+    bool caller_waits, std::function<absl::Status(Engine&, collectives::DataType)> run) {
+  if (tensors.empty()) return nullptr;
+  absl::StatusOr<collectives::DataType> data_type = ReducibleType(tensors[0].scalar_type());
   if (!data_type.ok() || !DeviceAllReduce::Takes(*data_type, collectives::ReduceOp::kSum)) {
     return nullptr;
   }
-  return OnDeviceOrNull(type, input, output, caller_waits,
+  return OnDeviceOrNull(type, std::move(tensors), std::move(results), caller_waits,
                         [run = std::move(run), data_type = *data_type](Engine& engine) {
                           return run(engine, data_type);
                         });
@@ -304,7 +303,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce(
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   // On the device where it reduces this type and op, else through a twin.
   const bool device_path = engine_ != nullptr && engine_->device_allreduce() != nullptr &&
-                           !reduction->average &&
                            DeviceAllReduce::Takes(*type, reduction->op);
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(
@@ -314,9 +312,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce(
   }
   if (stage->on_device()) {
     return Enqueue(op_type, tensors, CallerWaits(opts),
-                   [tensor, type = *type, op = reduction->op](Engine& engine,
-                                                              const auto&) mutable {
-                     return DeviceAllReduceTensor(engine, tensor, type, op);
+                   [tensor, type = *type, reduction = *reduction](Engine& engine,
+                                                                  const auto&) mutable {
+                     return DeviceAllReduceTensor(engine, tensor, type, reduction);
                    },
                    stage);
   }
@@ -343,14 +341,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(
   if (engine_ != nullptr && engine_->device_allreduce() != nullptr &&
       engine_->device_allreduce()->copies_broadcasts()) {
     if (c10::intrusive_ptr<c10d::Work> work =
-            OnDeviceOrNull(op_type, tensor, tensor, CallerWaits(opts),
+            OnDeviceOrNull(op_type, {tensor}, {tensor}, CallerWaits(opts),
                            [tensor, root](Engine& engine) mutable {
                              return DeviceBroadcastTensor(engine, tensor, root);
                            })) {
       return work;
     }
   } else if (c10::intrusive_ptr<c10d::Work> work = SummedOnDeviceOrNull(
-                 op_type, tensor, tensor, CallerWaits(opts),
+                 op_type, {tensor}, {tensor}, CallerWaits(opts),
                  [tensor, root](Engine& engine, collectives::DataType type) mutable {
                    return DeviceSumBroadcastTensor(engine, tensor, root, type);
                  })) {
@@ -382,6 +380,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensor.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   const int root = static_cast<int>(opts.rootRank);
+  // On the device where it reduces this type and op (DeviceReduceTensor).
+  if (DeviceAllReduce::Takes(*type, reduction->op)) {
+    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
+            op_type, {tensor}, tensors, CallerWaits(opts),
+            [tensor, root, type = *type, reduction = *reduction](Engine& engine) mutable {
+              return DeviceReduceTensor(engine, tensor, root, type, reduction);
+            })) {
+      return work;
+    }
+  }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s =
           StageCall(stage, {{&tensor, rank_ == root ? Direction::kInOut : Direction::kIn}});
@@ -493,6 +501,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather(
   at::Tensor input = inputs[0];
   std::vector<at::Tensor> targets = outputs[0];
   std::vector<at::Tensor> results = targets;
+  // All on the device, of a type it sums: there, through a flat tensor
+  // (DeviceAllGatherListTensors).
+  std::vector<at::Tensor> every = targets;
+  every.push_back(input);
+  if (c10::intrusive_ptr<c10d::Work> work = SummedOnDeviceOrNull(
+          op_type, every, results, CallerWaits(opts),
+          [input, targets](Engine& engine, collectives::DataType type) mutable {
+            return DeviceAllGatherListTensors(engine, input, targets, type);
+          })) {
+    return work;
+  }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {{&input, Direction::kIn}, {&targets, Direction::kOut}});
       !s.ok()) {
@@ -523,7 +542,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_allgather_base(
   }
   // Both on the device, of a type it sums: there (DeviceAllGatherTensor).
   if (c10::intrusive_ptr<c10d::Work> work = SummedOnDeviceOrNull(
-          op_type, input, output, CallerWaits(opts),
+          op_type, {input, output}, {output}, CallerWaits(opts),
           [input, output](Engine& engine, collectives::DataType type) mutable {
             return DeviceAllGatherTensor(engine, input, output, type);
           })) {
@@ -558,6 +577,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce_scatter(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, output.scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   std::vector<at::Tensor> sources = inputs[0];
+  // All on the device, of a type and operator it reduces: there, through a
+  // flat tensor (DeviceReduceScatterListTensors).
+  if (DeviceAllReduce::Takes(*type, reduction->op)) {
+    std::vector<at::Tensor> every = sources;
+    every.push_back(output);
+    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
+            op_type, every, outputs, CallerWaits(opts),
+            [sources, output, type = *type, reduction = *reduction](Engine& engine) mutable {
+              return DeviceReduceScatterListTensors(engine, sources, output, type, reduction);
+            })) {
+      return work;
+    }
+  }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {{&sources, Direction::kIn}, {&output, Direction::kOut}});
       !s.ok()) {
@@ -591,7 +623,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_reduce_scatter_base(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, output.scalar_type());
   if (type.ok() && reduction.ok() && DeviceAllReduce::Takes(*type, reduction->op)) {
     if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
-            op_type, input, output, CallerWaits(opts),
+            op_type, {input, output}, {output}, CallerWaits(opts),
             [input, output, type = *type, reduction = *reduction](Engine& engine) mutable {
               return DeviceReduceScatterTensor(engine, input, output, type, reduction);
             })) {
@@ -661,6 +693,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce_coalesced(
   absl::StatusOr<Reduction> reduction = ToReduction(opts.reduceOp, tensors[0].scalar_type());
   if (!reduction.ok()) return Failed(op_type, reduction.status());
   std::vector<at::Tensor> targets = tensors;
+  // All on the device, of a type and operator it reduces: there, through a
+  // flat tensor (DeviceAllReduceCoalescedTensors).
+  if (DeviceAllReduce::Takes(*type, reduction->op)) {
+    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
+            op_type, targets, tensors, CallerWaits(opts),
+            [targets, type = *type, reduction = *reduction](Engine& engine) mutable {
+              return DeviceAllReduceCoalescedTensors(engine, targets, type, reduction);
+            })) {
+      return work;
+    }
+  }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {{&targets, Direction::kInOut}}); !s.ok()) {
     return Failed(op_type, s);

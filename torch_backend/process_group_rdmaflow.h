@@ -221,19 +221,22 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
                                               const c10::intrusive_ptr<RdmaflowWork>&)>
           post,
       std::shared_ptr<DeviceStage> stage = nullptr);
-  // A call of `input` into `output` that `run` does on the device where
-  // both are contiguous tensors of the group's device and it has a device
-  // all-reduce: its Work (a failed one where staging refused them), else
-  // null (the caller goes through host twins).
-  c10::intrusive_ptr<c10d::Work> OnDeviceOrNull(c10d::OpType type, at::Tensor& input,
-                                                at::Tensor& output, bool caller_waits,
+  // A call that `run` does on the device where every tensor it reads or
+  // writes (`tensors`) is a contiguous tensor of the group's device and it
+  // has a device all-reduce: its Work (a failed one where staging refused
+  // them), completing with `results`, else null (the caller goes through
+  // host twins).
+  c10::intrusive_ptr<c10d::Work> OnDeviceOrNull(c10d::OpType type,
+                                                std::vector<at::Tensor> tensors,
+                                                std::vector<at::Tensor> results,
+                                                bool caller_waits,
                                                 std::function<absl::Status(Engine&)> run);
-  // OnDeviceOrNull for a call the device does as a sum of `input`'s type
-  // (a floating type the device all-reduce sums; else null), `run` given
-  // that type.
+  // OnDeviceOrNull for a call the device does as a sum of the first
+  // tensor's type (a floating type the device all-reduce sums; else null),
+  // `run` given that type.
   c10::intrusive_ptr<c10d::Work> SummedOnDeviceOrNull(
-      c10d::OpType type, at::Tensor& input, at::Tensor& output, bool caller_waits,
-      std::function<absl::Status(Engine&, collectives::DataType)> run);
+      c10d::OpType type, std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
+      bool caller_waits, std::function<absl::Status(Engine&, collectives::DataType)> run);
   // One argument of a call for StageCall: a tensor or a list of them, and
   // which way its bytes go.
   struct StageItem {

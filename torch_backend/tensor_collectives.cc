@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -209,22 +210,6 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
   return absl::OkStatus();
 }
 
-absl::Status DeviceAllReduceTensor(Engine& engine, at::Tensor& tensor,
-                                   collectives::DataType type, collectives::ReduceOp op) {
-  DeviceAllReduce& device = *engine.device_allreduce();
-  const int64_t in_pool_before = device.pool_allreduces();
-  absl::Status status =
-      device.AllReduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type, op,
-                       absl::Now() + engine.options().timeout);
-  const bool in_pool = device.pool_allreduces() > in_pool_before;
-  engine.Count([in_pool](BackendStats& stats) {
-    ++stats.allreduces;
-    ++stats.device_allreduces;
-    if (in_pool) ++stats.device_pool_allreduces;
-  });
-  return status;
-}
-
 namespace {
 
 // Waits until torch's work on `device`'s current stream of this thread (the
@@ -243,6 +228,40 @@ absl::Status FinishTorchWork(const c10::Device& device, const char* what) {
 }
 
 }  // namespace
+
+namespace {
+
+// `tensor` reduced across the ranks on the device, in place (counted as
+// device_allreduces), and averaged there when asked.
+absl::Status ReduceOnDevice(Engine& engine, at::Tensor& tensor, collectives::DataType type,
+                            Reduction reduction) {
+  DeviceAllReduce& device = *engine.device_allreduce();
+  const int64_t in_pool_before = device.pool_allreduces();
+  absl::Status status =
+      device.AllReduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type,
+                       reduction.op, absl::Now() + engine.options().timeout);
+  const bool in_pool = device.pool_allreduces() > in_pool_before;
+  engine.Count([in_pool](BackendStats& stats) {
+    ++stats.device_allreduces;
+    if (in_pool) ++stats.device_pool_allreduces;
+  });
+  RETURN_IF_ERROR(status);
+  if (!reduction.average) return absl::OkStatus();
+  try {
+    tensor.div_(engine.size());
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("averaging the device all-reduce: ", e.what()));
+  }
+  return FinishTorchWork(tensor.device(), "averaging the device all-reduce");
+}
+
+}  // namespace
+
+absl::Status DeviceAllReduceTensor(Engine& engine, at::Tensor& tensor,
+                                   collectives::DataType type, Reduction reduction) {
+  engine.Count([](BackendStats& stats) { ++stats.allreduces; });
+  return ReduceOnDevice(engine, tensor, type, reduction);
+}
 
 absl::Status DeviceAllGatherTensor(Engine& engine, const at::Tensor& input,
                                    at::Tensor& output, collectives::DataType type) {
@@ -313,6 +332,79 @@ absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
     return absl::InternalError(absl::StrCat("averaging the device reduce-scatter: ", e.what()));
   }
   return FinishTorchWork(output.device(), "averaging the device reduce-scatter");
+}
+
+namespace {
+
+// A flat device tensor of `numel` elements of `dtype` that `fill` prepares
+// on the engine thread's current stream (copies into it), finished before
+// it is returned; any failure gives the device all-reduce up, as the peers
+// are in the call already.
+absl::StatusOr<at::Tensor> PreparedFlat(Engine& engine, int64_t numel, at::ScalarType dtype,
+                                        const char* what,
+                                        const std::function<void(at::Tensor&)>& fill) {
+  absl::StatusOr<at::Tensor> flat = engine.device()->Empty(numel, dtype, what);
+  if (!flat.ok()) return engine.device_allreduce()->Abandon(flat.status());
+  absl::Status ready;
+  try {
+    fill(*flat);
+    ready = FinishTorchWork(flat->device(), what);
+  } catch (const std::exception& e) {
+    ready = absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  }
+  if (!ready.ok()) return engine.device_allreduce()->Abandon(ready);
+  return flat;
+}
+
+}  // namespace
+
+absl::Status DeviceAllGatherListTensors(Engine& engine, const at::Tensor& input,
+                                        std::vector<at::Tensor>& outputs,
+                                        collectives::DataType type) {
+  const int64_t n = input.numel();
+  ASSIGN_OR_RETURN(at::Tensor flat,
+                   PreparedFlat(engine, n * engine.size(), input.scalar_type(),
+                                "the device all-gather's flat output", [](at::Tensor&) {}));
+  RETURN_IF_ERROR(DeviceAllGatherTensor(engine, input, flat, type));
+  try {
+    for (size_t q = 0; q < outputs.size(); ++q) {
+      outputs[q].view({-1}).copy_(flat.narrow(0, static_cast<int64_t>(q) * n, n));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("copying the device all-gather's parts out: ", e.what()));
+  }
+  // The flat tensor goes back to torch's allocator on this stream, after
+  // the copies out of it.
+  return FinishTorchWork(flat.device(), "copying the device all-gather's parts out");
+}
+
+absl::Status DeviceReduceScatterListTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                                            at::Tensor& output, collectives::DataType type,
+                                            Reduction reduction) {
+  const int64_t n = output.numel();
+  ASSIGN_OR_RETURN(at::Tensor flat,
+                   PreparedFlat(engine, n * engine.size(), output.scalar_type(),
+                                "copying the device reduce-scatter's inputs together",
+                                [&](at::Tensor& flat) {
+                                  for (size_t q = 0; q < inputs.size(); ++q) {
+                                    flat.narrow(0, static_cast<int64_t>(q) * n, n)
+                                        .copy_(inputs[q].view({-1}));
+                                  }
+                                }));
+  return DeviceReduceScatterTensor(engine, flat, output, type, reduction);
+}
+
+absl::Status DeviceReduceTensor(Engine& engine, at::Tensor& tensor, int root,
+                                collectives::DataType type, Reduction reduction) {
+  if (engine.rank() == root) return ReduceOnDevice(engine, tensor, type, reduction);
+  // The others reduce a copy: their tensors stay as they were.
+  ASSIGN_OR_RETURN(at::Tensor copy,
+                   PreparedFlat(engine, tensor.numel(), tensor.scalar_type(),
+                                "copying the device reduce's tensor",
+                                [&](at::Tensor& flat) { flat.copy_(tensor.view({-1})); }));
+  reduction.average = false;
+  return ReduceOnDevice(engine, copy, type, reduction);
 }
 
 absl::Status DeviceBroadcastTensor(Engine& engine, at::Tensor& tensor, int root) {
@@ -447,6 +539,31 @@ absl::Status AllReduceCoalescedTensors(Engine& engine, std::vector<at::Tensor>& 
   RETURN_IF_ERROR(AllReduceTensor(engine, joined, type, reduction));
   CopyPieces(engine, joined, tensors);
   return absl::OkStatus();
+}
+
+absl::Status DeviceAllReduceCoalescedTensors(Engine& engine, std::vector<at::Tensor>& tensors,
+                                             collectives::DataType type, Reduction reduction) {
+  int64_t total = 0;
+  for (const at::Tensor& t : tensors) total += t.numel();
+  ASSIGN_OR_RETURN(at::Tensor joined,
+                   PreparedFlat(engine, total, tensors[0].scalar_type(),
+                                "copying the device all-reduce's tensors together",
+                                [&](at::Tensor& flat) {
+                                  int64_t at = 0;
+                                  for (const at::Tensor& t : tensors) {
+                                    flat.narrow(0, at, t.numel()).copy_(t.view({-1}));
+                                    at += t.numel();
+                                  }
+                                }));
+  engine.Count([&](BackendStats& stats) { stats.coalesced_bytes += Bytes(joined); });
+  RETURN_IF_ERROR(DeviceAllReduceTensor(engine, joined, type, reduction));
+  try {
+    CopyPieces(engine, joined, tensors);
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("copying the device all-reduce's tensors back: ", e.what()));
+  }
+  return FinishTorchWork(joined.device(), "copying the device all-reduce's tensors back");
 }
 
 absl::Status AllGatherCoalescedTensors(Engine& engine, const std::vector<at::Tensor>& inputs,

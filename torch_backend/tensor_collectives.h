@@ -30,9 +30,10 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
                              Reduction reduction);
 
 // A contiguous device tensor of the group's device, on the device
-// (DeviceAllReduce), once the caller's stream has reached the call.
+// (DeviceAllReduce), once the caller's stream has reached the call; an
+// average is the sum divided by the ranks there.
 absl::Status DeviceAllReduceTensor(Engine& engine, at::Tensor& tensor,
-                                   collectives::DataType type, collectives::ReduceOp op);
+                                   collectives::DataType type, Reduction reduction);
 
 // The flat all-gather and reduce-scatter FSDP calls (_allgather_base,
 // _reduce_scatter_base) of contiguous device tensors of the group's device,
@@ -49,6 +50,24 @@ absl::Status DeviceAllGatherTensor(Engine& engine, const at::Tensor& input,
 absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
                                        at::Tensor& output, collectives::DataType type,
                                        Reduction reduction);
+
+// The list forms of the two, and the reduce to a root, for contiguous
+// device tensors of the group's device (the lists of one tensor per rank):
+// the flat calls above on a flat tensor of the device (TensorDevice::Empty)
+// that the list is copied into or out of on the device, as NCCL's backend
+// does; the reduce an all-reduce of which the root keeps the result (the
+// others' tensors left as they were). Counted as the flat calls are, and
+// the reduce as device_allreduces. Types and operators
+// DeviceAllReduce::Takes (a sum for the all-gather). A failure before the
+// collective gives the device all-reduce up, as above.
+absl::Status DeviceAllGatherListTensors(Engine& engine, const at::Tensor& input,
+                                        std::vector<at::Tensor>& outputs,
+                                        collectives::DataType type);
+absl::Status DeviceReduceScatterListTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                                            at::Tensor& output, collectives::DataType type,
+                                            Reduction reduction);
+absl::Status DeviceReduceTensor(Engine& engine, at::Tensor& tensor, int root,
+                                collectives::DataType type, Reduction reduction);
 
 // The broadcast of a contiguous device tensor of the group's device, on the
 // device (DDP's broadcasts of its parameters and buffers), counted as
@@ -106,6 +125,13 @@ absl::Status AllToAllTensors(Engine& engine, const std::vector<at::Tensor>& inpu
 // one dtype; every rank passes the same list of sizes.
 absl::Status AllReduceCoalescedTensors(Engine& engine, std::vector<at::Tensor>& tensors,
                                        collectives::DataType type, Reduction reduction);
+
+// The same for contiguous device tensors of the group's device, on the
+// device (a flat device tensor, as DeviceAllGatherListTensors), of the
+// types and operators DeviceAllReduce::Takes; counted as a device
+// all-reduce and coalesced_bytes.
+absl::Status DeviceAllReduceCoalescedTensors(Engine& engine, std::vector<at::Tensor>& tensors,
+                                             collectives::DataType type, Reduction reduction);
 
 // outputs[r][i] = rank r's inputs[i], as one all-gather of the inputs laid
 // end to end (counted as coalesced_bytes). They share one dtype.

@@ -1,10 +1,12 @@
 #include "torch_backend/tensor_device.h"
 
+#include <ATen/ATen.h>
 #include <c10/core/Device.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
@@ -167,6 +169,35 @@ absl::StatusOr<bool> TensorDevice::Holds(const at::Tensor& tensor) {
   }
   ASSIGN_OR_RETURN(device::PointerInfo info, runtime_->Query(tensor.storage().data()));
   return info.kind == device::MemoryKind::kDevice;
+}
+
+absl::StatusOr<at::Tensor> TensorDevice::Empty(int64_t numel, at::ScalarType dtype,
+                                               const std::string& what) {
+  if (numel < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", numel, " elements"));
+  }
+  if (!fake_) {
+    try {
+      return at::empty({numel}, at::TensorOptions().dtype(dtype).device(
+                                    c10::Device(c10::DeviceType::CUDA,
+                                                static_cast<c10::DeviceIndex>(index_))));
+    } catch (const std::exception& e) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, ": allocating ", numel, " elements of ", c10::toString(dtype), " on cuda:",
+          index_, ": ", e.what()));
+    }
+  }
+  const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel) * c10::elementSize(dtype));
+  absl::StatusOr<device::DeviceMemory> memory = runtime_->Allocate(bytes);
+  if (!memory.ok()) {
+    return absl::Status(memory.status().code(),
+                        absl::StrCat(what, ": allocating ", bytes, " bytes on ",
+                                     runtime_->name(), ": ", memory.status().message()));
+  }
+  auto held = std::make_shared<device::DeviceMemory>(*std::move(memory));
+  void* data = held->data();
+  return at::from_blob(
+      data, {numel}, [held](void*) mutable { held.reset(); }, at::TensorOptions().dtype(dtype));
 }
 
 absl::StatusOr<std::unique_ptr<device::Stream>> TensorDevice::CallerStream() {

@@ -56,6 +56,14 @@ class TensorDevice {
   // is kInvalidArgument: a group moves one device's tensors.
   absl::StatusOr<bool> Holds(const at::Tensor& tensor);
 
+  // An uninitialized contiguous tensor of `numel` elements of `dtype` on
+  // this device: CUDA, from torch's caching allocator (the calling
+  // thread's current stream); the fake device, one allocation of its own,
+  // freed with the tensor, which must not outlive this device.
+  // kResourceExhausted (CUDA out of memory) or the runtime's error, naming
+  // `what`.
+  absl::StatusOr<at::Tensor> Empty(int64_t numel, at::ScalarType dtype, const std::string& what);
+
   // The calling thread's current stream on this device, not owned. The
   // fake device: kFailedPrecondition when the thread named none.
   absl::StatusOr<std::unique_ptr<device::Stream>> CallerStream();
