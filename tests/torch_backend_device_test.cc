@@ -61,6 +61,10 @@ using torch_backend::TensorDevice;
 constexpr char kCaseEnv[] = "RDMAFLOW_DEVICE_PG_TEST_CASE";
 constexpr char kDeviceEnv[] = "RDMAFLOW_TEST_DEVICE";
 constexpr absl::Duration kOperationDelay = absl::Milliseconds(20);
+// The fake device's allocations past this refuse IPC export (as torch's
+// expandable segments' do): more than the device all-reduce's region (3 MiB
+// here), so only the test's large tensors.
+constexpr int64_t kIpcExportLimit = int64_t{7} << 19;  // 3.5 MiB
 
 bool OnCuda() {
   const char* device = std::getenv(kDeviceEnv);
@@ -176,6 +180,7 @@ absl::StatusOr<std::unique_ptr<Rank>> Join(
   if (device == nullptr) {
     device::FakeDeviceOptions fake;
     fake.operation_delay = kOperationDelay;
+    fake.ipc_export_limit_bytes = kIpcExportLimit;
     ASSIGN_OR_RETURN(device, TensorDevice::Fake(fake));
   }
   ASSIGN_OR_RETURN(rank->pg, ProcessGroupRdmaflow::Create(rank->store->store(), rank->rank,
@@ -628,9 +633,13 @@ absl::Status ListFormsOnTheDevice(Rank& r) {
   return absl::OkStatus();
 }
 
+// Sends and receives of device tensors: device to device with every rank
+// on one host (through IPC, or inline in the message where the sender's
+// memory does not export: past kIpcExportLimit), else through host memory.
 absl::Status PointToPoint(Rank& r) {
   const int peer = r.rank ^ 1;
   if (peer >= r.world) return absl::OkStatus();
+  const torch_backend::BackendStats before = r.pg->stats();
   for (int round = 0; round < 3; ++round) {
     const int64_t n = 1000 + 70000 * round;  // past one message slot too
     ASSIGN_OR_RETURN(at::Tensor in, r.Empty({n}, at::kFloat));
@@ -643,7 +652,57 @@ absl::Status PointToPoint(Rank& r) {
     RETURN_IF_ERROR(r.Expect(in, Values(peer, n, at::kFloat, round),
                              absl::StrCat("recv round ", round)));
   }
-  return absl::OkStatus();
+  // Three of one tag in flight at once, int64, each sent from inside a
+  // larger tensor (its offset in the allocation) and received in order.
+  {
+    const int64_t n = 3001;
+    std::vector<c10::intrusive_ptr<c10d::Work>> receives;
+    std::vector<at::Tensor> targets;
+    for (int k = 0; k < 3; ++k) {
+      ASSIGN_OR_RETURN(at::Tensor in, r.Empty({n}, at::kLong));
+      targets.push_back(in);
+      std::vector<at::Tensor> ins = {in};
+      receives.push_back(r.pg->recv(ins, peer, 7));
+    }
+    ASSIGN_OR_RETURN(at::Tensor whole, r.Upload(Values(r.rank, 3 * n + 5, at::kLong, 7)));
+    std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+    for (int k = 0; k < 3; ++k) {
+      std::vector<at::Tensor> outs = {whole.narrow(0, 5 + k * n, n)};
+      sends.push_back(r.pg->send(outs, peer, 7));
+    }
+    for (auto& work : sends) RETURN_IF_ERROR(Wait(work));
+    for (int k = 0; k < 3; ++k) {
+      RETURN_IF_ERROR(Wait(receives[k]));
+      RETURN_IF_ERROR(r.Expect(targets[k],
+                               Values(peer, 3 * n + 5, at::kLong, 7).narrow(0, 5 + k * n, n),
+                               absl::StrCat("receive ", k, " of three in flight on one tag")));
+    }
+  }
+  const torch_backend::BackendStats middle = r.pg->stats();
+  const int64_t ipc = middle.device_p2p_ipc - before.device_p2p_ipc;
+  const int64_t staged = middle.device_staged_bytes - before.device_staged_bytes;
+  RETURN_IF_ERROR(Check(DirectOff() ? ipc == 0 && staged > 0 : ipc == 12 && staged == 0,
+                        absl::StrCat("sends and receives of device tensors: ", ipc,
+                                     " device to device, ", staged, " bytes staged")));
+  if (DirectOff() || OnCuda()) return absl::OkStatus();
+  // Memory that does not export (as expandable segments'): the bytes go
+  // inline in the message, counted.
+  const int64_t n = kIpcExportLimit / 4 + 1000;
+  ASSIGN_OR_RETURN(at::Tensor in, r.Empty({n}, at::kFloat));
+  std::vector<at::Tensor> ins = {in};
+  c10::intrusive_ptr<c10d::Work> received = r.pg->recv(ins, peer, 8);
+  ASSIGN_OR_RETURN(at::Tensor out, r.Upload(Values(r.rank, n, at::kFloat, 8)));
+  std::vector<at::Tensor> outs = {out};
+  RETURN_IF_ERROR(Wait(r.pg->send(outs, peer, 8)));
+  RETURN_IF_ERROR(Wait(received));
+  RETURN_IF_ERROR(r.Expect(in, Values(peer, n, at::kFloat, 8), "a receive sent inline"));
+  const torch_backend::BackendStats after = r.pg->stats();
+  const int64_t inlined = after.device_p2p_inline - middle.device_p2p_inline;
+  const int64_t inline_staged = after.device_staged_bytes - middle.device_staged_bytes;
+  return Check(inlined == 2 && inline_staged == 2 * n * 4 &&
+                   after.device_p2p_ipc == middle.device_p2p_ipc,
+               absl::StrCat("a send of memory that does not export: ", inlined, " inline, ",
+                            inline_staged, " bytes staged"));
 }
 
 absl::Status Refusals(Rank& r) {

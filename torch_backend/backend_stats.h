@@ -59,6 +59,11 @@ struct BackendStats {
   // region on one host, else the root's values summed with the others'
   // -0.0), through the device all-reduce.
   int64_t device_broadcasts = 0;
+  // Sends and receives of device tensors device to device (every rank on
+  // one host): through CUDA IPC, or inline in the message where the
+  // sender's memory does not export (its bytes in device_staged_bytes).
+  int64_t device_p2p_ipc = 0;
+  int64_t device_p2p_inline = 0;
   // Storages moved into the device pool (counted in moved_to_registered
   // too), and the device all-reduces of tensors lying there, reduced in
   // place with no copy in or out.

@@ -201,6 +201,9 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     if (refusal.empty()) {
       ASSIGN_OR_RETURN(device_allreduce_, DeviceAllReduce::Create(*store_, ns, rank_, size_,
                                                                   *device_, options_));
+      if (device_allreduce_->copies_broadcasts()) {
+        device_p2p_ = std::make_unique<DeviceP2p>(*device_);
+      }
     } else if (device_ != nullptr && rank_ == 0) {
       std::fprintf(stderr,
                    "rdmaflow: CUDA tensors are all-reduced through host memory (%s)\n",
@@ -404,6 +407,8 @@ void Engine::TearDown() {
     posted.work->Complete(cancelled);
   }
   posted_.clear();
+  // Nothing of it is used once the posts are abandoned: their mappings go.
+  device_p2p_.reset();
   if (device_allreduce_ != nullptr && broken_.ok()) {
     if (absl::Status s =
             device_allreduce_->Shutdown(std::min(absl::Seconds(10), options_.timeout));

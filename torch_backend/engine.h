@@ -49,6 +49,7 @@
 #include "torch_backend/backend_options.h"
 #include "torch_backend/backend_stats.h"
 #include "torch_backend/device_allreduce.h"
+#include "torch_backend/device_p2p.h"
 #include "torch_backend/tensor_device.h"
 #include "torch_backend/work.h"
 
@@ -129,6 +130,11 @@ class Engine {
   DeviceAllReduce* device_allreduce() const { return device_allreduce_.get(); }
   // The group's device, or null.
   TensorDevice* device() const { return device_; }
+  // Sends and receives of device tensors device to device: with a device
+  // all-reduce whose ranks all lie on one host with direct access
+  // (DeviceAllReduce::copies_broadcasts(), the same on every rank), else
+  // null (they go through host memory). On the engine thread.
+  DeviceP2p* device_p2p() const { return device_p2p_.get(); }
   const rdma::MemoryRegion& data_region() const { return *data_region_; }
   // Moves `tensor`'s storage into the registered pool
   // (RegisteredAllocator::MoveIn), counted: between operations, so no
@@ -189,6 +195,7 @@ class Engine {
   std::unique_ptr<collectives::DirectCollectives> direct_;
   std::unique_ptr<collectives::AllReduceGroup> ring_;
   std::unique_ptr<DeviceAllReduce> device_allreduce_;
+  std::unique_ptr<DeviceP2p> device_p2p_;
   std::unique_ptr<rdma::MemoryRegion> own_region_;  // a group of one's
   const rdma::MemoryRegion* data_region_ = nullptr;
   std::unique_ptr<runtime::torch::RegisteredAllocator> registered_;

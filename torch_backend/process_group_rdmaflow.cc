@@ -271,6 +271,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::OnDeviceOrNull(
                  stage);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::DevicePostOrNull(
+    c10d::OpType type, at::Tensor& tensor, std::string what,
+    std::function<absl::StatusOr<uint64_t>(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)>
+        post) {
+  if (engine_ == nullptr || engine_->device_p2p() == nullptr || !tensor.is_contiguous()) {
+    return nullptr;
+  }
+  std::vector<at::Tensor> tensors = {tensor};
+  std::shared_ptr<DeviceStage> stage;
+  if (absl::Status s = StageCall(stage, {{&tensors, Direction::kOnDevice}}); !s.ok()) {
+    return Failed(type, s);
+  }
+  if (stage->on_device_count() != 1) return nullptr;
+  return EnqueuePost(type, tensors, std::move(what), std::move(post), stage);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::SummedOnDeviceOrNull(
     c10d::OpType type, std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
     bool caller_waits, std::function<absl::Status(Engine&, collectives::DataType)> run) {
@@ -934,6 +950,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::send(std::vector<at::Tensor
     return Failed(op_type, s);
   }
   at::Tensor tensor = tensors[0];
+  // Device to device where every rank is on this host (DeviceP2p).
+  if (c10::intrusive_ptr<c10d::Work> work = DevicePostOrNull(
+          op_type, tensor,
+          absl::StrCat("send of a CUDA tensor to rank ", dst_rank, " (tag ", tag,
+                       "; it pairs with a receive of a CUDA tensor there)"),
+          [tensor, dst_rank, tag](Engine& engine, const auto& work) {
+            return PostDeviceSend(engine, tensor, dst_rank, tag, work);
+          })) {
+    return work;
+  }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {{&tensor, Direction::kIn}}); !s.ok()) {
     return Failed(op_type, s);
@@ -954,6 +980,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor
     return Failed(op_type, s);
   }
   at::Tensor tensor = tensors[0];
+  if (c10::intrusive_ptr<c10d::Work> work = DevicePostOrNull(
+          op_type, tensor,
+          absl::StrCat("receive of a CUDA tensor from rank ", src_rank, " (tag ", tag,
+                       "; it pairs with a send of a CUDA tensor there)"),
+          [tensor, src_rank, tag](Engine& engine, const auto& work) {
+            return PostDeviceRecv(engine, tensor, src_rank, tag, work);
+          })) {
+    return work;
+  }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {{&tensor, Direction::kOut}}); !s.ok()) {
     return Failed(op_type, s);

@@ -231,6 +231,13 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
                                                 std::vector<at::Tensor> results,
                                                 bool caller_waits,
                                                 std::function<absl::Status(Engine&)> run);
+  // A point-to-point `post` of `tensor` device to device where the engine
+  // has a DeviceP2p and `tensor` is a contiguous tensor of the group's
+  // device: its Work, else null (the caller goes through host twins).
+  c10::intrusive_ptr<c10d::Work> DevicePostOrNull(
+      c10d::OpType type, at::Tensor& tensor, std::string what,
+      std::function<absl::StatusOr<uint64_t>(Engine&, const c10::intrusive_ptr<RdmaflowWork>&)>
+          post);
   // OnDeviceOrNull for a call the device does as a sum of the first
   // tensor's type (a floating type the device all-reduce sums; else null),
   // `run` given that type.

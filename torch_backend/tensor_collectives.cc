@@ -611,4 +611,111 @@ absl::StatusOr<onesided::Messenger::OpId> PostRecv(
       });
 }
 
+absl::StatusOr<onesided::Messenger::OpId> PostDeviceSend(
+    Engine& engine, const at::Tensor& tensor, int peer, int tag,
+    const c10::intrusive_ptr<RdmaflowWork>& work) {
+  const absl::Time deadline = absl::Now() + engine.options().timeout;
+  absl::StatusOr<DeviceP2p::Outgoing> described =
+      engine.device_p2p()->Describe(tensor.data_ptr(), Bytes(tensor), deadline);
+  if (absl::IsDeadlineExceeded(described.status())) {
+    new at::Tensor(tensor);  // the copy given up on may still read it
+  }
+  if (!described.ok()) return described.status();
+  const bool inline_bytes = described->inline_bytes;
+  const int64_t bytes = static_cast<int64_t>(Bytes(tensor));
+  engine.Count([inline_bytes, bytes](BackendStats& stats) {
+    if (inline_bytes) {
+      ++stats.device_p2p_inline;
+      stats.device_staged_bytes += bytes;
+    } else {
+      ++stats.device_p2p_ipc;
+    }
+  });
+  auto message = std::make_shared<DeviceP2p::Outgoing>(*std::move(described));
+  auto ack = std::make_shared<DeviceAck>();
+  onesided::Messenger& messenger = engine.messenger();
+  // The answer's receive first: it may come before the send's completion.
+  ASSIGN_OR_RETURN(
+      const onesided::Messenger::OpId answer,
+      messenger.Recv(
+          peer, DeviceP2p::AckTag(tag), ack.get(), sizeof(DeviceAck),
+          [work, ack, tensor, peer, inline_bytes](absl::StatusOr<size_t> got) {
+            absl::Status status = got.status();
+            if (status.ok() && *got != sizeof(DeviceAck)) {
+              status = absl::DataLossError(absl::StrCat(
+                  "rank ", peer, " answered a CUDA tensor's send with ", *got, " bytes"));
+            } else if (status.ok() && ack->code != 0) {
+              const int code = ack->code;
+              status = absl::Status(
+                  code > 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated)
+                      ? static_cast<absl::StatusCode>(code)
+                      : absl::StatusCode::kUnknown,
+                  absl::StrCat("rank ", peer,
+                               " could not take this rank's CUDA tensor (its receive says "
+                               "why)"));
+            }
+            if (!status.ok() && !inline_bytes) {
+              // Given up on, or answered wrongly: the peer may still be
+              // reading the tensor through its mapping.
+              new at::Tensor(tensor);
+            }
+            work->Complete(status);
+          }));
+  absl::StatusOr<onesided::Messenger::OpId> sent = messenger.Send(
+      peer, DeviceP2p::DataTag(tag), message->data.get(), message->size,
+      [work, message](absl::Status status) {
+        if (!status.ok()) work->Complete(status);
+      });
+  if (!sent.ok()) {
+    messenger.Abandon(answer, sent.status());
+    return sent.status();
+  }
+  return answer;
+}
+
+absl::StatusOr<onesided::Messenger::OpId> PostDeviceRecv(
+    Engine& engine, const at::Tensor& tensor, int peer, int tag,
+    const c10::intrusive_ptr<RdmaflowWork>& work) {
+  const size_t bytes = Bytes(tensor);
+  auto buffer = std::make_shared<DeviceP2p::Outgoing>(DeviceP2p::ReceiveBuffer(bytes));
+  Engine* const owner = &engine;
+  return engine.messenger().Recv(
+      peer, DeviceP2p::DataTag(tag), buffer->data.get(), buffer->size,
+      [owner, work, tensor, buffer, bytes, peer, tag](absl::StatusOr<size_t> got) {
+        // A message that came (or one too large for the receive) is
+        // answered; one given up on, or a dead peer, is not (the engine may
+        // be going).
+        if (!got.ok() && !absl::IsInvalidArgument(got.status())) {
+          return work->Complete(got.status());
+        }
+        absl::Status status = got.status();
+        bool inline_bytes = false;
+        if (status.ok()) {
+          status = owner->device_p2p()->Deliver(peer, *buffer, *got, tensor.data_ptr(), bytes,
+                                                absl::Now() + owner->options().timeout,
+                                                &inline_bytes);
+          if (absl::IsDeadlineExceeded(status)) new at::Tensor(tensor);
+        }
+        if (status.ok()) {
+          owner->Count([inline_bytes, bytes](BackendStats& stats) {
+            if (inline_bytes) {
+              ++stats.device_p2p_inline;
+              stats.device_staged_bytes += static_cast<int64_t>(bytes);
+            } else {
+              ++stats.device_p2p_ipc;
+            }
+          });
+        }
+        auto answer = std::make_shared<DeviceAck>();
+        answer->code = static_cast<int32_t>(status.code());
+        // The sender learns of a failure only from the answer; a dead one
+        // is no matter.
+        owner->messenger()
+            .Send(peer, DeviceP2p::AckTag(tag), answer.get(), sizeof(DeviceAck),
+                  [answer](absl::Status) {})
+            .IgnoreError();
+        work->Complete(status);
+      });
+}
+
 }  // namespace rdmaflow::torch_backend

@@ -149,6 +149,21 @@ absl::StatusOr<onesided::Messenger::OpId> PostRecv(
     Engine& engine, const at::Tensor& tensor, int peer, int tag,
     const c10::intrusive_ptr<RdmaflowWork>& work);
 
+// The same for a contiguous device tensor of the group's device, device to
+// device (Engine::device_p2p(), DeviceP2p): the send's `work` completes
+// when the receiver answered that it has the tensor (which stays
+// referenced until then), the receive's once the tensor is in place and
+// answered for. Counted as device_p2p_ipc, or device_p2p_inline and
+// device_staged_bytes where the sender's memory does not export. The
+// operation returned is the one the engine abandons at its deadline (the
+// send's wait for the answer).
+absl::StatusOr<onesided::Messenger::OpId> PostDeviceSend(
+    Engine& engine, const at::Tensor& tensor, int peer, int tag,
+    const c10::intrusive_ptr<RdmaflowWork>& work);
+absl::StatusOr<onesided::Messenger::OpId> PostDeviceRecv(
+    Engine& engine, const at::Tensor& tensor, int peer, int tag,
+    const c10::intrusive_ptr<RdmaflowWork>& work);
+
 }  // namespace rdmaflow::torch_backend
 
 #endif  // RDMAFLOW_TORCH_BACKEND_TENSOR_COLLECTIVES_H_

@@ -231,7 +231,12 @@ void CudaDevice::Release(void* data, size_t) {
       return;
     }
     mapped = it->second;
-    held_.erase(it);
+    // A mapping opened again stays held until its last opening goes (CUDA
+    // counts the openings: each is closed).
+    if (!mapped || --opens_[data] <= 0) {
+      held_.erase(it);
+      opens_.erase(data);
+    }
   }
   absl::Status status = MakeCurrent();
   if (status.ok()) {
@@ -338,6 +343,7 @@ absl::StatusOr<DeviceMemory> CudaDevice::OpenIpc(const IpcHandle& handle) {
   }
   absl::MutexLock lock(&mu_);
   held_[data] = true;
+  ++opens_[data];
   return DeviceMemory(this, data, size);
 }
 

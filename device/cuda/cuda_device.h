@@ -59,6 +59,10 @@ class CudaDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   // What Release must undo: true for an IPC mapping (closed), false for an
   // allocation (freed).
   std::map<void*, bool> held_ ABSL_GUARDED_BY(mu_);
+  // How many DeviceMemory hold each IPC mapping: CUDA hands the same
+  // pointer to every opening of one handle in a context, counting them
+  // (each closed once), so the mapping is held until the last goes.
+  std::map<void*, int> opens_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rdmaflow::device

@@ -245,6 +245,12 @@ absl::StatusOr<IpcHandle> FakeDevice::ExportIpc(const void* base) {
         "fake device: exporting ", absl::StrFormat("%p", base),
         ", which is not the base of an allocation of this process (Query gives the base)"));
   }
+  if (options_.ipc_export_limit_bytes > 0 && it->second.size > options_.ipc_export_limit_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "fake device: the allocation at ", absl::StrFormat("%p", base), " (", it->second.size,
+        " bytes) refuses IPC export (FakeDeviceOptions::ipc_export_limit_bytes ",
+        options_.ipc_export_limit_bytes, ", as expandable segments' memory does)"));
+  }
   IpcHandle handle;
   HandleHeader header;
   std::memcpy(header.magic, kMagic, sizeof(kMagic));

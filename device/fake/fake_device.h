@@ -49,6 +49,11 @@ struct FakeDeviceOptions {
   absl::Status fault = absl::InternalError("an injected fault of the fake device");
   // Every copy and reduction takes at least this long to run.
   absl::Duration operation_delay = absl::ZeroDuration();
+  // Allocations of more bytes than this refuse ExportIpc with
+  // kFailedPrecondition, as memory of torch's expandable segments (CUDA
+  // virtual memory, which takes another kind of handle) refuses
+  // cudaIpcGetMemHandle. 0: none refuses.
+  size_t ipc_export_limit_bytes = 0;
 };
 
 class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {

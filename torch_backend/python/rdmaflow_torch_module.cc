@@ -192,6 +192,8 @@ py::dict Stats(const py::object& handle) {
   out["peer_segment_fallbacks"] = stats.peer_segment_fallbacks;
   out["device_calls"] = stats.device_calls;
   out["device_staged_bytes"] = stats.device_staged_bytes;
+  out["device_p2p_ipc"] = stats.device_p2p_ipc;
+  out["device_p2p_inline"] = stats.device_p2p_inline;
   out["device_broadcasts"] = stats.device_broadcasts;
   out["moved_to_device_pool"] = stats.moved_to_device_pool;
   out["device_pool_allreduces"] = stats.device_pool_allreduces;
