@@ -167,6 +167,10 @@ absl::StatusOr<std::unique_ptr<Rank>> Join(
   ASSIGN_OR_RETURN(rank->store, rdma::torch::TcpStore::Create(options));
   ASSIGN_OR_RETURN(torch_backend::BackendOptions backend,
                    torch_backend::BackendOptions::FromEnvironment(absl::Seconds(60)));
+  if (const char* off = std::getenv("RDMAFLOW_TEST_P2P_OFF_ON_RANK");
+      off != nullptr && std::string(off) == std::to_string(rank->rank)) {
+    backend.device_p2p = false;
+  }
   if (OnCuda()) {
     // The group takes torch's current CUDA device itself.
     RETURN_IF_ERROR(LoadTorchCuda());
@@ -272,6 +276,13 @@ absl::Status AllReduces(Rank& r) {
 bool DirectOff() {
   const char* direct = std::getenv("RDMAFLOW_DIRECT");
   return direct != nullptr && std::string(direct) == "off";
+}
+
+// Whether the test turned device to device sends off on one rank
+// (RDMAFLOW_DEVICE_P2P=off there, said to every rank by the next variable).
+bool P2pOffSomewhere() {
+  const char* off = std::getenv("RDMAFLOW_TEST_P2P_OFF_ON_RANK");
+  return off != nullptr;
 }
 
 absl::Status OtherCollectives(Rank& r) {
@@ -681,10 +692,13 @@ absl::Status PointToPoint(Rank& r) {
   const torch_backend::BackendStats middle = r.pg->stats();
   const int64_t ipc = middle.device_p2p_ipc - before.device_p2p_ipc;
   const int64_t staged = middle.device_staged_bytes - before.device_staged_bytes;
-  RETURN_IF_ERROR(Check(DirectOff() ? ipc == 0 && staged > 0 : ipc == 12 && staged == 0,
+  // Off where direct access is, or where one rank turned it off (rank 1
+  // there: every rank stages).
+  RETURN_IF_ERROR(Check(DirectOff() || P2pOffSomewhere() ? ipc == 0 && staged > 0
+                                                         : ipc == 12 && staged == 0,
                         absl::StrCat("sends and receives of device tensors: ", ipc,
                                      " device to device, ", staged, " bytes staged")));
-  if (DirectOff() || OnCuda()) return absl::OkStatus();
+  if (DirectOff() || P2pOffSomewhere() || OnCuda()) return absl::OkStatus();
   // Memory that does not export (as expandable segments'): the bytes go
   // inline in the message, counted.
   const int64_t n = kIpcExportLimit / 4 + 1000;
@@ -872,6 +886,10 @@ absl::Status RunRank(const std::string& which) {
     RETURN_IF_ERROR(Counted(*r));
     return Wait(r->pg->barrier());
   }
+  if (which == "point_to_point") {
+    RETURN_IF_ERROR(PointToPoint(*r));
+    return Wait(r->pg->barrier());
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown case ", which));
 }
 
@@ -897,6 +915,15 @@ TEST(TorchBackendDeviceTest, EveryCallWithDirectAccessOff) {
   SKIP_WITHOUT_GPU();
   std::map<std::string, std::string> env = Env("collectives");
   env["RDMAFLOW_DIRECT"] = "off";
+  EXPECT_OK(launch::LaunchRanks(2, env).status);
+}
+
+// One rank with RDMAFLOW_DEVICE_P2P=off: every rank sends through host
+// memory (a send and its receive must take one path).
+TEST(TorchBackendDeviceTest, DeviceToDeviceSendsNeedEveryRank) {
+  SKIP_WITHOUT_GPU();
+  std::map<std::string, std::string> env = Env("point_to_point");
+  env["RDMAFLOW_TEST_P2P_OFF_ON_RANK"] = "1";
   EXPECT_OK(launch::LaunchRanks(2, env).status);
 }
 

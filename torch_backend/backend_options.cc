@@ -102,6 +102,16 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
       !s.ok()) {
     return s;
   }
+  if (const char* p2p = Variable("RDMAFLOW_DEVICE_P2P")) {
+    const std::string value = p2p;
+    if (value != "auto" && value != "off") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RDMAFLOW_DEVICE_P2P: '", value, "' is neither auto (the default: sends and "
+          "receives of CUDA tensors between ranks of one host go device to device) nor off "
+          "(through host memory)"));
+    }
+    options.device_p2p = value == "auto";
+  }
   if (const char* device = Variable("RDMAFLOW_DEVICE")) {
     const std::string kind = device;
     if (kind != "cuda" && kind != "fake" && kind != "none") {

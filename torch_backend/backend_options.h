@@ -42,6 +42,11 @@
 //   RDMAFLOW_DEVICE_POOL_MB    device memory beside that region where the
 //                              DDP hook moves gradient buckets, reduced
 //                              there in place (default 64; 0: none)
+//   RDMAFLOW_DEVICE_P2P        auto (default): sends and receives of CUDA
+//                              tensors between ranks of one host go device
+//                              to device (torch_backend/device_p2p.h)
+//                              where every rank says auto; off: through
+//                              host memory
 //   RDMAFLOW_DEVICE            cuda (default): CUDA tensors go through
 //                              torch's current device at creation; none:
 //                              CPU tensors only (no CUDA context); fake:
@@ -106,6 +111,9 @@ struct BackendOptions {
   size_t device_bytes = size_t{64} << 20;
   // The device pool beside it (DeviceAllReduce::MoveIn); 0: none.
   size_t device_pool_bytes = size_t{64} << 20;
+  // Sends and receives of device tensors device to device (DeviceP2p),
+  // where every rank of one host has it on.
+  bool device_p2p = true;
   // Prefix of the group's keys in its store: keeps the keys of an earlier
   // run, or of an attempt before an elastic restart, out of sight.
   std::string store_scope = "run/none/attempt/0";

@@ -22,7 +22,8 @@ class BackendOptionsTest : public ::testing::Test {
     for (const char* name :
          {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB", "RDMAFLOW_DIRECT", "RDMAFLOW_INLINE_KB",
           "RDMAFLOW_DEVICE", "RDMAFLOW_CMA", "RDMAFLOW_CMA_MIN_KB", "RDMAFLOW_SHARED_TENSORS",
-          "RDMAFLOW_SHARED_TENSORS_MIN_KB", "RDMAFLOW_DEVICE_MB", "RDMAFLOW_DEVICE_POOL_MB"}) {
+          "RDMAFLOW_SHARED_TENSORS_MIN_KB", "RDMAFLOW_DEVICE_MB", "RDMAFLOW_DEVICE_POOL_MB",
+          "RDMAFLOW_DEVICE_P2P"}) {
       unsetenv(name);
     }
   }
@@ -58,6 +59,20 @@ TEST_F(BackendOptionsTest, DirectAccessIsAutomaticUnlessTurnedOff) {
   EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("RDMAFLOW_DIRECT"), HasSubstr("'auto' or 'off'"))));
+}
+
+TEST_F(BackendOptionsTest, DeviceToDeviceSendsAreAutomaticUnlessTurnedOff) {
+  absl::StatusOr<BackendOptions> options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_TRUE(options->device_p2p);
+  setenv("RDMAFLOW_DEVICE_P2P", "off", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_FALSE(options->device_p2p);
+  setenv("RDMAFLOW_DEVICE_P2P", "on", 1);
+  EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("RDMAFLOW_DEVICE_P2P"), HasSubstr("neither auto"))));
 }
 
 TEST_F(BackendOptionsTest, SingleCopyReadsAreAutomaticFrom4MiBUnlessTurnedOff) {

@@ -201,9 +201,17 @@ absl::Status Engine::SetUp(const c10::intrusive_ptr<c10d::Store>& store) {
     if (refusal.empty()) {
       ASSIGN_OR_RETURN(device_allreduce_, DeviceAllReduce::Create(*store_, ns, rank_, size_,
                                                                   *device_, options_));
-      if (device_allreduce_->copies_broadcasts()) {
-        device_p2p_ = std::make_unique<DeviceP2p>(*device_);
+      // Device to device sends only where every rank has them on: a send
+      // and its receive must both take that path.
+      RETURN_IF_ERROR(store_->Set(absl::StrCat(ns, "/p2p/", rank_),
+                                  options_.device_p2p ? "auto" : "off"));
+      bool p2p = device_allreduce_->copies_broadcasts();
+      for (int r = 0; r < size_; ++r) {
+        ASSIGN_OR_RETURN(std::string theirs,
+                         store_->Get(absl::StrCat(ns, "/p2p/", r), options_.timeout));
+        p2p = p2p && theirs == "auto";
       }
+      if (p2p) device_p2p_ = std::make_unique<DeviceP2p>(*device_);
     } else if (device_ != nullptr && rank_ == 0) {
       std::fprintf(stderr,
                    "rdmaflow: CUDA tensors are all-reduced through host memory (%s)\n",
