@@ -26,8 +26,9 @@
 # ratios of median and mean steps after the parameter server's); then
 # builds the Python module for that machine's Python (tools/torch_module_for.sh, from the library and
 # headers `pack` put in .gpu) and runs DDP and FSDP2 over rdmaflow and
-# Gloo with CUDA tensors (tools/gpu_ddp_bench.py). docs/gpu.md has the
-# figures.
+# Gloo with CUDA tensors (tools/gpu_ddp_bench.py), and sends and receives
+# of CUDA tensors device to device against staged and Gloo
+# (tools/gpu_p2p_bench.py). docs/gpu.md has the figures.
 #
 # `run` keeps to a budget (GPU_CHECK_BUDGET_S, 540 s): each step's time
 # limit is cut to what is left, and steps that would start with under 20 s
@@ -406,6 +407,14 @@ run_ddp() {
     --device cuda --models resnet18 --bucket_view --hook --json "$out/ddp_bucket_view.json" 2>&1 |
     tee "$out/ddp_bucket_view.log" ||
     add_row "gpu_ddp_bench.py --bucket_view --hook$mps_label $(outcome $?)"
+  # Sends and receives of CUDA tensors (pipeline parallelism's traffic):
+  # device to device through CUDA IPC, against rdmaflow staged and Gloo.
+  echo "== gpu_p2p_bench.py (send/recv of CUDA tensors)$mps_label"
+  PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 run_limited 120 python3 tools/gpu_p2p_bench.py \
+    --device cuda --json "$out/p2p.json" 2>&1 | tee "$out/p2p.log" ||
+    add_row "gpu_p2p_bench.py$mps_label $(outcome $?)"
+  while read -r line; do add_row "p2p $line$mps_label"; done \
+    < <(grep -E '^ +[0-9]+ rdmaflow ' "$out/p2p.log" 2>/dev/null || true)
   # The ResNet's parameters on both backends, to the bit: cuDNN's
   # deterministic algorithms (its default ones are not).
   echo "== gpu_ddp_bench.py --deterministic (ResNet-18-like)$mps_label"
