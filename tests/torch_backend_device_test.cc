@@ -462,7 +462,9 @@ absl::Status OtherCollectives(Rank& r) {
                                                     .reshape({3 * r.world, 5})));
     ASSIGN_OR_RETURN(at::Tensor output, r.Empty({3 * r.world, 5}, at::kLong));
     std::vector<int64_t> splits;
+    const torch_backend::BackendStats before = r.pg->stats();
     RETURN_IF_ERROR(Wait(r.pg->alltoall_base(output, input, splits, splits)));
+    const torch_backend::BackendStats after = r.pg->stats();
     std::vector<at::Tensor> parts;
     for (int q = 0; q < r.world; ++q) {
       parts.push_back(Values(q, 3 * r.world * 5, at::kLong)
@@ -470,6 +472,59 @@ absl::Status OtherCollectives(Rank& r) {
                           .slice(0, r.rank * 3, r.rank * 3 + 3));
     }
     RETURN_IF_ERROR(r.Expect(output, at::cat(parts), "alltoall_base"));
+    // Device to device with every rank on one host: nothing staged.
+    const int64_t on_device = after.device_alltoalls - before.device_alltoalls;
+    const int64_t staged = after.device_staged_bytes - before.device_staged_bytes;
+    RETURN_IF_ERROR(Check(DirectOff() ? on_device == 0 && staged > 0
+                                      : on_device == 1 && staged == 0,
+                          absl::StrCat("alltoall_base: ", on_device, " device to device, ",
+                                       staged, " bytes staged")));
+  }
+  {
+    // Uneven parts, an empty one among them: rank q sends q + p rows to
+    // rank p (none from rank 0 to rank 0), float32 rows of 3.
+    auto rows_to = [](int q, int p) { return static_cast<int64_t>(q + p); };
+    std::vector<int64_t> in_splits, out_splits;
+    int64_t in_rows = 0, out_rows = 0;
+    for (int p = 0; p < r.world; ++p) {
+      in_splits.push_back(rows_to(r.rank, p));
+      out_splits.push_back(rows_to(p, r.rank));
+      in_rows += in_splits.back();
+      out_rows += out_splits.back();
+    }
+    // Rank q's input: its rows for rank 0, then 1, ...: row values name
+    // (q, p, row).
+    auto input_of = [&](int q) {
+      std::vector<at::Tensor> rows;
+      for (int p = 0; p < r.world; ++p) {
+        const int64_t k = rows_to(q, p);
+        rows.push_back(at::arange(k * 3, at::kFloat).reshape({k, 3}) + 1000 * q + 100 * p);
+      }
+      return at::cat(rows);
+    };
+    ASSIGN_OR_RETURN(at::Tensor input, r.Upload(input_of(r.rank)));
+    ASSIGN_OR_RETURN(at::Tensor output, r.Empty({out_rows, 3}, at::kFloat));
+    RETURN_IF_ERROR(Wait(r.pg->alltoall_base(output, input, out_splits, in_splits)));
+    std::vector<at::Tensor> expected;
+    for (int q = 0; q < r.world; ++q) {
+      int64_t first = 0;
+      for (int p = 0; p < r.rank; ++p) first += rows_to(q, p);
+      expected.push_back(input_of(q).narrow(0, first, rows_to(q, r.rank)));
+    }
+    RETURN_IF_ERROR(r.Expect(output, at::cat(expected), "alltoall_base with uneven parts"));
+    // The list form.
+    std::vector<at::Tensor> ins, outs;
+    for (int p = 0; p < r.world; ++p) {
+      ASSIGN_OR_RETURN(at::Tensor in, r.Upload(Values(r.rank * 10 + p, 257, at::kFloat, 3)));
+      ins.push_back(in);
+      ASSIGN_OR_RETURN(at::Tensor out, r.Empty({257}, at::kFloat));
+      outs.push_back(out);
+    }
+    RETURN_IF_ERROR(Wait(r.pg->alltoall(outs, ins)));
+    for (int q = 0; q < r.world; ++q) {
+      RETURN_IF_ERROR(r.Expect(outs[q], Values(q * 10 + r.rank, 257, at::kFloat, 3),
+                               absl::StrCat("alltoall, the part from rank ", q)));
+    }
   }
   {
     // gather and scatter at root 0.

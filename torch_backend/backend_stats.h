@@ -64,6 +64,9 @@ struct BackendStats {
   // sender's memory does not export (its bytes in device_staged_bytes).
   int64_t device_p2p_ipc = 0;
   int64_t device_p2p_inline = 0;
+  // All-to-alls of device tensors device to device (each part counted
+  // above too).
+  int64_t device_alltoalls = 0;
   // Storages moved into the device pool (counted in moved_to_registered
   // too), and the device all-reduces of tensors lying there, reduced in
   // place with no copy in or out.

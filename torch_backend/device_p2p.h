@@ -73,10 +73,18 @@ absl::StatusOr<DeviceMessageHeader> ParseDeviceMessage(const std::byte* message,
 
 class DeviceP2p {
  public:
-  // Messenger tags: the users' tags are below 2^31, the collectives' from
-  // 2^62 (collectives/direct_collectives.h).
-  static uint64_t DataTag(int tag) { return static_cast<uint64_t>(tag) | (uint64_t{1} << 60); }
-  static uint64_t AckTag(int tag) { return static_cast<uint64_t>(tag) | (uint64_t{1} << 61); }
+  // Messenger tags of device messages and their answers, from a tag that
+  // is a user's (below 2^31: UserTag) or a device collective's
+  // (NextCollectiveTag: bit 59 and a sequence number), all below the
+  // collectives' 2^62 (collectives/direct_collectives.h).
+  static uint64_t UserTag(int tag) { return static_cast<uint64_t>(static_cast<uint32_t>(tag)); }
+  static uint64_t DataTag(uint64_t tag) { return tag | (uint64_t{1} << 60); }
+  static uint64_t AckTag(uint64_t tag) { return tag | (uint64_t{1} << 61); }
+  // Every rank calls the device collectives in one order, so the n-th
+  // call's tag is the same everywhere.
+  uint64_t NextCollectiveTag() {
+    return (uint64_t{1} << 59) | (collective_calls_++ & ((uint64_t{1} << 59) - 1));
+  }
 
   // `device` must outlive it. At most `max_mappings` peers' allocations
   // stay mapped.
@@ -129,6 +137,7 @@ class DeviceP2p {
   const size_t max_mappings_;
   std::list<Mapping> mappings_;  // most recently used first
   int64_t mappings_opened_ = 0;
+  uint64_t collective_calls_ = 0;
 };
 
 }  // namespace rdmaflow::torch_backend

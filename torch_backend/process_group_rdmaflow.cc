@@ -861,6 +861,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::AllToAll(
   }
   std::vector<at::Tensor> sources = inputs;
   std::vector<at::Tensor> targets = outputs;
+  // Every part on the device, with every rank on this host: device to
+  // device (DeviceAllToAllTensors).
+  if (engine_ != nullptr && engine_->device_p2p() != nullptr) {
+    std::vector<at::Tensor> every = sources;
+    every.insert(every.end(), targets.begin(), targets.end());
+    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
+            op_type, every, outputs, caller_waits,
+            [sources, targets](Engine& engine) mutable {
+              return DeviceAllToAllTensors(engine, sources, targets);
+            })) {
+      return work;
+    }
+  }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {{&sources, Direction::kIn}, {&targets, Direction::kOut}});
       !s.ok()) {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/host_allreduce.h"
 #include "collectives/shared_segments.h"
@@ -611,9 +612,14 @@ absl::StatusOr<onesided::Messenger::OpId> PostRecv(
       });
 }
 
-absl::StatusOr<onesided::Messenger::OpId> PostDeviceSend(
-    Engine& engine, const at::Tensor& tensor, int peer, int tag,
-    const c10::intrusive_ptr<RdmaflowWork>& work) {
+namespace {
+
+// A device tensor's send: `done` fires with the receiver's answer (or the
+// error that came first); the tensor stays referenced until then, and for
+// ever when the answer never came (the peer may still read it).
+absl::StatusOr<onesided::Messenger::OpId> SendDeviceTensor(
+    Engine& engine, const at::Tensor& tensor, int peer, uint64_t tag,
+    absl::AnyInvocable<void(absl::Status) &&> done) {
   const absl::Time deadline = absl::Now() + engine.options().timeout;
   absl::StatusOr<DeviceP2p::Outgoing> described =
       engine.device_p2p()->Describe(tensor.data_ptr(), Bytes(tensor), deadline);
@@ -633,13 +639,19 @@ absl::StatusOr<onesided::Messenger::OpId> PostDeviceSend(
   });
   auto message = std::make_shared<DeviceP2p::Outgoing>(*std::move(described));
   auto ack = std::make_shared<DeviceAck>();
+  // Fires once: the answer, or the send's failure, whichever comes first.
+  auto finish = std::make_shared<absl::AnyInvocable<void(absl::Status) &&>>(std::move(done));
+  auto fire = [finish](absl::Status status) {
+    if (*finish) std::move (*finish)(std::move(status));
+    *finish = nullptr;
+  };
   onesided::Messenger& messenger = engine.messenger();
   // The answer's receive first: it may come before the send's completion.
   ASSIGN_OR_RETURN(
       const onesided::Messenger::OpId answer,
       messenger.Recv(
           peer, DeviceP2p::AckTag(tag), ack.get(), sizeof(DeviceAck),
-          [work, ack, tensor, peer, inline_bytes](absl::StatusOr<size_t> got) {
+          [fire, ack, tensor, peer, inline_bytes](absl::StatusOr<size_t> got) {
             absl::Status status = got.status();
             if (status.ok() && *got != sizeof(DeviceAck)) {
               status = absl::DataLossError(absl::StrCat(
@@ -659,12 +671,12 @@ absl::StatusOr<onesided::Messenger::OpId> PostDeviceSend(
               // reading the tensor through its mapping.
               new at::Tensor(tensor);
             }
-            work->Complete(status);
+            fire(std::move(status));
           }));
   absl::StatusOr<onesided::Messenger::OpId> sent = messenger.Send(
       peer, DeviceP2p::DataTag(tag), message->data.get(), message->size,
-      [work, message](absl::Status status) {
-        if (!status.ok()) work->Complete(status);
+      [fire, message](absl::Status status) {
+        if (!status.ok()) fire(std::move(status));
       });
   if (!sent.ok()) {
     messenger.Abandon(answer, sent.status());
@@ -673,20 +685,23 @@ absl::StatusOr<onesided::Messenger::OpId> PostDeviceSend(
   return answer;
 }
 
-absl::StatusOr<onesided::Messenger::OpId> PostDeviceRecv(
-    Engine& engine, const at::Tensor& tensor, int peer, int tag,
-    const c10::intrusive_ptr<RdmaflowWork>& work) {
+// A device tensor's receive: `done` fires once the tensor is in place and
+// answered for, or with the error.
+absl::StatusOr<onesided::Messenger::OpId> ReceiveDeviceTensor(
+    Engine& engine, const at::Tensor& tensor, int peer, uint64_t tag,
+    absl::AnyInvocable<void(absl::Status) &&> done) {
   const size_t bytes = Bytes(tensor);
   auto buffer = std::make_shared<DeviceP2p::Outgoing>(DeviceP2p::ReceiveBuffer(bytes));
   Engine* const owner = &engine;
   return engine.messenger().Recv(
       peer, DeviceP2p::DataTag(tag), buffer->data.get(), buffer->size,
-      [owner, work, tensor, buffer, bytes, peer, tag](absl::StatusOr<size_t> got) {
+      [owner, done = std::move(done), tensor, buffer, bytes, peer,
+       tag](absl::StatusOr<size_t> got) mutable {
         // A message that came (or one too large for the receive) is
         // answered; one given up on, or a dead peer, is not (the engine may
         // be going).
         if (!got.ok() && !absl::IsInvalidArgument(got.status())) {
-          return work->Complete(got.status());
+          return std::move(done)(got.status());
         }
         absl::Status status = got.status();
         bool inline_bytes = false;
@@ -714,8 +729,85 @@ absl::StatusOr<onesided::Messenger::OpId> PostDeviceRecv(
             .Send(peer, DeviceP2p::AckTag(tag), answer.get(), sizeof(DeviceAck),
                   [answer](absl::Status) {})
             .IgnoreError();
-        work->Complete(status);
+        std::move(done)(std::move(status));
       });
+}
+
+}  // namespace
+
+absl::StatusOr<onesided::Messenger::OpId> PostDeviceSend(
+    Engine& engine, const at::Tensor& tensor, int peer, int tag,
+    const c10::intrusive_ptr<RdmaflowWork>& work) {
+  return SendDeviceTensor(engine, tensor, peer, DeviceP2p::UserTag(tag),
+                          [work](absl::Status status) { work->Complete(status); });
+}
+
+absl::StatusOr<onesided::Messenger::OpId> PostDeviceRecv(
+    Engine& engine, const at::Tensor& tensor, int peer, int tag,
+    const c10::intrusive_ptr<RdmaflowWork>& work) {
+  return ReceiveDeviceTensor(engine, tensor, peer, DeviceP2p::UserTag(tag),
+                             [work](absl::Status status) { work->Complete(status); });
+}
+
+absl::Status DeviceAllToAllTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                                   std::vector<at::Tensor>& outputs) {
+  engine.Count([](BackendStats& stats) { ++stats.device_alltoalls; });
+  const uint64_t tag = engine.device_p2p()->NextCollectiveTag();
+  const int me = engine.rank();
+  const absl::Time deadline = absl::Now() + engine.options().timeout;
+  // Every part of every peer posted; the first error kept.
+  auto left = std::make_shared<int>(0);
+  auto first_error = std::make_shared<absl::Status>();
+  auto done = [left, first_error](absl::Status status) {
+    --*left;
+    if (first_error->ok()) *first_error = std::move(status);
+  };
+  std::vector<onesided::Messenger::OpId> posted;
+  absl::Status status;
+  for (int q = 0; q < engine.size() && status.ok(); ++q) {
+    if (q == me) continue;
+    ++*left;
+    absl::StatusOr<onesided::Messenger::OpId> received =
+        ReceiveDeviceTensor(engine, outputs[q], q, tag, done);
+    if (!received.ok()) {
+      --*left;
+      status = received.status();
+      break;
+    }
+    posted.push_back(*received);
+    ++*left;
+    absl::StatusOr<onesided::Messenger::OpId> sent =
+        SendDeviceTensor(engine, inputs[q], q, tag, done);
+    if (!sent.ok()) {
+      --*left;
+      status = sent.status();
+      break;
+    }
+    posted.push_back(*sent);
+  }
+  // This rank's own part, while the peers' move.
+  if (status.ok() && Bytes(inputs[me]) > 0) {
+    status = engine.device()->Copy(outputs[me].data_ptr(), inputs[me].data_ptr(),
+                                   Bytes(inputs[me]), deadline,
+                                   "copying this rank's own part of a device all-to-all");
+    if (absl::IsDeadlineExceeded(status)) {
+      new at::Tensor(inputs[me]);
+      new at::Tensor(outputs[me]);
+    }
+  }
+  if (status.ok()) {
+    status = engine.messenger().ProgressUntil([left] { return *left == 0; }, deadline,
+                                              "the parts of a device all-to-all");
+  }
+  if (*left > 0) {
+    // Given up on (an error, the deadline): what was posted goes (a part
+    // the peer may still read stays referenced: SendDeviceTensor).
+    const absl::Status why = absl::AbortedError(
+        absl::StrCat("a device all-to-all given up: ", status.message()));
+    for (onesided::Messenger::OpId op : posted) engine.messenger().Abandon(op, why);
+  }
+  RETURN_IF_ERROR(status);
+  return *first_error;
 }
 
 }  // namespace rdmaflow::torch_backend

@@ -164,6 +164,17 @@ absl::StatusOr<onesided::Messenger::OpId> PostDeviceRecv(
     Engine& engine, const at::Tensor& tensor, int peer, int tag,
     const c10::intrusive_ptr<RdmaflowWork>& work);
 
+// outputs[r] = rank r's inputs[this rank], contiguous device tensors of the
+// group's device, device to device (Engine::device_p2p()): each part to
+// another rank goes as a send and a receive of a device tensor (above),
+// this rank's own is copied on the device; returns once every part has
+// landed and been answered for (so the inputs may change), or the first
+// error; at the group's deadline what is left is given up. A part whose
+// size differs from what its sender sends is kInvalidArgument naming the
+// sender. Counted as device_alltoalls (and each part as above).
+absl::Status DeviceAllToAllTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                                   std::vector<at::Tensor>& outputs);
+
 }  // namespace rdmaflow::torch_backend
 
 #endif  // RDMAFLOW_TORCH_BACKEND_TENSOR_COLLECTIVES_H_
