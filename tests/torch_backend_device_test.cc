@@ -538,11 +538,19 @@ absl::Status OtherCollectives(Rank& r) {
         outputs[0].push_back(out);
       }
     }
+    const torch_backend::BackendStats before = r.pg->stats();
     RETURN_IF_ERROR(Wait(r.pg->gather(outputs, inputs)));
     for (int q = 0; r.rank == 0 && q < r.world; ++q) {
       RETURN_IF_ERROR(r.Expect(outputs[0][q], Values(q, n, at::kFloat, 5),
                                absl::StrCat("gather part ", q)));
     }
+    const torch_backend::BackendStats gathered = r.pg->stats();
+    const int64_t gathers = gathered.device_gathers - before.device_gathers;
+    const int64_t gather_staged = gathered.device_staged_bytes - before.device_staged_bytes;
+    RETURN_IF_ERROR(Check(DirectOff() ? gathers == 0 && gather_staged > 0
+                                      : gathers == 1 && gather_staged == 0,
+                          absl::StrCat("gather: ", gathers, " device to device, ",
+                                       gather_staged, " bytes staged")));
     ASSIGN_OR_RETURN(at::Tensor received, r.Empty({n}, at::kFloat));
     std::vector<at::Tensor> scattered = {received};
     std::vector<std::vector<at::Tensor>> sources;
@@ -555,6 +563,37 @@ absl::Status OtherCollectives(Rank& r) {
     }
     RETURN_IF_ERROR(Wait(r.pg->scatter(scattered, sources)));
     RETURN_IF_ERROR(r.Expect(received, Values(r.rank, n, at::kFloat, 6), "scatter"));
+    const torch_backend::BackendStats after = r.pg->stats();
+    const int64_t scatters = after.device_scatters - gathered.device_scatters;
+    const int64_t scatter_staged = after.device_staged_bytes - gathered.device_staged_bytes;
+    RETURN_IF_ERROR(Check(DirectOff() ? scatters == 0 && scatter_staged > 0
+                                      : scatters == 1 && scatter_staged == 0,
+                          absl::StrCat("scatter: ", scatters, " device to device, ",
+                                       scatter_staged, " bytes staged")));
+    // Rooted at the last rank, the root's input one of its outputs: its
+    // own part stays as it is.
+    const int root = r.world - 1;
+    ASSIGN_OR_RETURN(at::Tensor mine, r.Upload(Values(r.rank, n, at::kFloat, 9)));
+    std::vector<at::Tensor> mines = {mine};
+    std::vector<std::vector<at::Tensor>> into;
+    if (r.rank == root) {
+      into.emplace_back();
+      for (int q = 0; q < r.world; ++q) {
+        if (q == root) {
+          into[0].push_back(mine);
+          continue;
+        }
+        ASSIGN_OR_RETURN(at::Tensor out, r.Empty({n}, at::kFloat));
+        into[0].push_back(out);
+      }
+    }
+    c10d::GatherOptions at_last;
+    at_last.rootRank = root;
+    RETURN_IF_ERROR(Wait(r.pg->gather(into, mines, at_last)));
+    for (int q = 0; r.rank == root && q < r.world; ++q) {
+      RETURN_IF_ERROR(r.Expect(into[0][q], Values(q, n, at::kFloat, 9),
+                               absl::StrCat("gather at the last rank, part ", q)));
+    }
   }
   return absl::OkStatus();
 }

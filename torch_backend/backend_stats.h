@@ -67,6 +67,9 @@ struct BackendStats {
   // All-to-alls of device tensors device to device (each part counted
   // above too).
   int64_t device_alltoalls = 0;
+  // Gathers and scatters of device tensors device to device, the same way.
+  int64_t device_gathers = 0;
+  int64_t device_scatters = 0;
   // Storages moved into the device pool (counted in moved_to_registered
   // too), and the device all-reduces of tensors lying there, reduced in
   // place with no copy in or out.

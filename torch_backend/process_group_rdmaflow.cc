@@ -448,6 +448,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::gather(
   }
   at::Tensor input = inputs[0];
   std::vector<at::Tensor> results = targets;
+  // All on the device, with every rank on this host: device to device
+  // (DeviceGatherTensors).
+  if (engine_ != nullptr && engine_->device_p2p() != nullptr) {
+    std::vector<at::Tensor> every = targets;
+    every.push_back(input);
+    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
+            op_type, every, results, CallerWaits(opts),
+            [input, targets, root](Engine& engine) mutable {
+              return DeviceGatherTensors(engine, input, targets, root);
+            })) {
+      return work;
+    }
+  }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {{&input, Direction::kIn}, {&targets, Direction::kOut}});
       !s.ok()) {
@@ -487,6 +500,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
                                "scatter: only the root passes input tensors"));
   }
   at::Tensor output = outputs[0];
+  // All on the device, with every rank on this host: device to device
+  // (DeviceScatterTensors).
+  if (engine_ != nullptr && engine_->device_p2p() != nullptr) {
+    std::vector<at::Tensor> every = sources;
+    every.push_back(output);
+    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
+            op_type, every, outputs, CallerWaits(opts),
+            [sources, output, root](Engine& engine) mutable {
+              return DeviceScatterTensors(engine, sources, output, root);
+            })) {
+      return work;
+    }
+  }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {{&sources, Direction::kIn}, {&output, Direction::kOut}});
       !s.ok()) {

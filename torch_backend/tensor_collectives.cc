@@ -616,7 +616,8 @@ namespace {
 
 // A device tensor's send: `done` fires with the receiver's answer (or the
 // error that came first); the tensor stays referenced until then, and for
-// ever when the answer never came (the peer may still read it).
+// ever when the answer never came (the peer may still read it). An error
+// returned: nothing went out, and `done` is never called.
 absl::StatusOr<onesided::Messenger::OpId> SendDeviceTensor(
     Engine& engine, const at::Tensor& tensor, int peer, uint64_t tag,
     absl::AnyInvocable<void(absl::Status) &&> done) {
@@ -679,6 +680,7 @@ absl::StatusOr<onesided::Messenger::OpId> SendDeviceTensor(
         if (!status.ok()) fire(std::move(status));
       });
   if (!sent.ok()) {
+    *finish = nullptr;  // the error is returned: `done` is never called
     messenger.Abandon(answer, sent.status());
     return sent.status();
   }
@@ -686,7 +688,8 @@ absl::StatusOr<onesided::Messenger::OpId> SendDeviceTensor(
 }
 
 // A device tensor's receive: `done` fires once the tensor is in place and
-// answered for, or with the error.
+// answered for, or with the error. An error returned: `done` is never
+// called.
 absl::StatusOr<onesided::Messenger::OpId> ReceiveDeviceTensor(
     Engine& engine, const at::Tensor& tensor, int peer, uint64_t tag,
     absl::AnyInvocable<void(absl::Status) &&> done) {
@@ -749,13 +752,24 @@ absl::StatusOr<onesided::Messenger::OpId> PostDeviceRecv(
                              [work](absl::Status status) { work->Complete(status); });
 }
 
-absl::Status DeviceAllToAllTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
-                                   std::vector<at::Tensor>& outputs) {
-  engine.Count([](BackendStats& stats) { ++stats.device_alltoalls; });
+namespace {
+
+// One part of a device exchange: a tensor to or from `peer`.
+struct DevicePart {
+  int peer;
+  at::Tensor tensor;
+};
+
+// Every receive and send of device tensors posted at once under the next
+// collective tag, this rank's own part (`own_from` into `own_to`, when
+// given) copied on the device meanwhile; returns once all have completed,
+// or the first error. At the group's deadline, or after an error, what is
+// left is given up (a part the peer may still read stays referenced).
+absl::Status ExchangeOnDevice(Engine& engine, const std::vector<DevicePart>& receives,
+                              const std::vector<DevicePart>& sends, const at::Tensor* own_from,
+                              const at::Tensor* own_to, const char* what) {
   const uint64_t tag = engine.device_p2p()->NextCollectiveTag();
-  const int me = engine.rank();
   const absl::Time deadline = absl::Now() + engine.options().timeout;
-  // Every part of every peer posted; the first error kept.
   auto left = std::make_shared<int>(0);
   auto first_error = std::make_shared<absl::Status>();
   auto done = [left, first_error](absl::Status status) {
@@ -764,50 +778,91 @@ absl::Status DeviceAllToAllTensors(Engine& engine, const std::vector<at::Tensor>
   };
   std::vector<onesided::Messenger::OpId> posted;
   absl::Status status;
-  for (int q = 0; q < engine.size() && status.ok(); ++q) {
-    if (q == me) continue;
+  for (const DevicePart& part : receives) {
     ++*left;
-    absl::StatusOr<onesided::Messenger::OpId> received =
-        ReceiveDeviceTensor(engine, outputs[q], q, tag, done);
-    if (!received.ok()) {
+    absl::StatusOr<onesided::Messenger::OpId> op =
+        ReceiveDeviceTensor(engine, part.tensor, part.peer, tag, done);
+    if (!op.ok()) {
       --*left;
-      status = received.status();
+      status = op.status();
       break;
     }
-    posted.push_back(*received);
+    posted.push_back(*op);
+  }
+  for (size_t i = 0; status.ok() && i < sends.size(); ++i) {
     ++*left;
-    absl::StatusOr<onesided::Messenger::OpId> sent =
-        SendDeviceTensor(engine, inputs[q], q, tag, done);
-    if (!sent.ok()) {
+    absl::StatusOr<onesided::Messenger::OpId> op =
+        SendDeviceTensor(engine, sends[i].tensor, sends[i].peer, tag, done);
+    if (!op.ok()) {
       --*left;
-      status = sent.status();
+      status = op.status();
       break;
     }
-    posted.push_back(*sent);
+    posted.push_back(*op);
   }
   // This rank's own part, while the peers' move.
-  if (status.ok() && Bytes(inputs[me]) > 0) {
-    status = engine.device()->Copy(outputs[me].data_ptr(), inputs[me].data_ptr(),
-                                   Bytes(inputs[me]), deadline,
-                                   "copying this rank's own part of a device all-to-all");
+  if (status.ok() && own_from != nullptr && Bytes(*own_from) > 0 &&
+      own_from->data_ptr() != own_to->data_ptr()) {
+    status = engine.device()->Copy(own_to->data_ptr(), own_from->data_ptr(), Bytes(*own_from),
+                                   deadline, absl::StrCat("copying this rank's own part of ", what));
     if (absl::IsDeadlineExceeded(status)) {
-      new at::Tensor(inputs[me]);
-      new at::Tensor(outputs[me]);
+      new at::Tensor(*own_from);
+      new at::Tensor(*own_to);
     }
   }
   if (status.ok()) {
     status = engine.messenger().ProgressUntil([left] { return *left == 0; }, deadline,
-                                              "the parts of a device all-to-all");
+                                              absl::StrCat("the parts of ", what));
   }
   if (*left > 0) {
-    // Given up on (an error, the deadline): what was posted goes (a part
-    // the peer may still read stays referenced: SendDeviceTensor).
-    const absl::Status why = absl::AbortedError(
-        absl::StrCat("a device all-to-all given up: ", status.message()));
+    const absl::Status why =
+        absl::AbortedError(absl::StrCat(what, " given up: ", status.message()));
     for (onesided::Messenger::OpId op : posted) engine.messenger().Abandon(op, why);
   }
   RETURN_IF_ERROR(status);
   return *first_error;
+}
+
+}  // namespace
+
+absl::Status DeviceAllToAllTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                                   std::vector<at::Tensor>& outputs) {
+  engine.Count([](BackendStats& stats) { ++stats.device_alltoalls; });
+  const int me = engine.rank();
+  std::vector<DevicePart> receives, sends;
+  for (int q = 0; q < engine.size(); ++q) {
+    if (q == me) continue;
+    receives.push_back({q, outputs[q]});
+    sends.push_back({q, inputs[q]});
+  }
+  return ExchangeOnDevice(engine, receives, sends, &inputs[me], &outputs[me],
+                          "a device all-to-all");
+}
+
+absl::Status DeviceGatherTensors(Engine& engine, const at::Tensor& input,
+                                 std::vector<at::Tensor>& outputs, int root) {
+  engine.Count([](BackendStats& stats) { ++stats.device_gathers; });
+  const int me = engine.rank();
+  std::vector<DevicePart> receives;
+  if (me != root) return ExchangeOnDevice(engine, {}, {{root, input}}, nullptr, nullptr,
+                                          "a device gather");
+  for (int q = 0; q < engine.size(); ++q) {
+    if (q != me) receives.push_back({q, outputs[q]});
+  }
+  return ExchangeOnDevice(engine, receives, {}, &input, &outputs[me], "a device gather");
+}
+
+absl::Status DeviceScatterTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                                  at::Tensor& output, int root) {
+  engine.Count([](BackendStats& stats) { ++stats.device_scatters; });
+  const int me = engine.rank();
+  if (me != root) return ExchangeOnDevice(engine, {{root, output}}, {}, nullptr, nullptr,
+                                          "a device scatter");
+  std::vector<DevicePart> sends;
+  for (int q = 0; q < engine.size(); ++q) {
+    if (q != me) sends.push_back({q, inputs[q]});
+  }
+  return ExchangeOnDevice(engine, {}, sends, &inputs[me], &output, "a device scatter");
 }
 
 }  // namespace rdmaflow::torch_backend

@@ -175,6 +175,13 @@ absl::StatusOr<onesided::Messenger::OpId> PostDeviceRecv(
 absl::Status DeviceAllToAllTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
                                    std::vector<at::Tensor>& outputs);
 
+// Gather and scatter at `root` the same way (the root's own part copied on
+// the device), counted as device_gathers and device_scatters.
+absl::Status DeviceGatherTensors(Engine& engine, const at::Tensor& input,
+                                 std::vector<at::Tensor>& outputs, int root);
+absl::Status DeviceScatterTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
+                                  at::Tensor& output, int root);
+
 }  // namespace rdmaflow::torch_backend
 
 #endif  // RDMAFLOW_TORCH_BACKEND_TENSOR_COLLECTIVES_H_

@@ -195,6 +195,8 @@ py::dict Stats(const py::object& handle) {
   out["device_p2p_ipc"] = stats.device_p2p_ipc;
   out["device_p2p_inline"] = stats.device_p2p_inline;
   out["device_alltoalls"] = stats.device_alltoalls;
+  out["device_gathers"] = stats.device_gathers;
+  out["device_scatters"] = stats.device_scatters;
   out["device_broadcasts"] = stats.device_broadcasts;
   out["moved_to_device_pool"] = stats.moved_to_device_pool;
   out["device_pool_allreduces"] = stats.device_pool_allreduces;
