@@ -50,6 +50,7 @@
 #include "runtime/torch/torch_cuda.h"
 #include "torch_backend/process_group_rdmaflow.h"
 #include "tests/torch_backend_test_util.h"
+#include "torch_backend/device_p2p.h"
 #include "torch_backend/tensor_device.h"
 
 namespace rdmaflow {
@@ -792,7 +793,33 @@ absl::Status PointToPoint(Rank& r) {
                                                          : ipc == 12 && staged == 0,
                         absl::StrCat("sends and receives of device tensors: ", ipc,
                                      " device to device, ", staged, " bytes staged")));
-  if (DirectOff() || P2pOffSomewhere() || OnCuda()) return absl::OkStatus();
+  if (DirectOff() || P2pOffSomewhere()) return absl::OkStatus();
+  // Tensors from ten more allocations: the peer keeps 8 of this rank's
+  // allocations mapped (kMappingsPerPeer), and this rank pins one tensor
+  // per allocation it maps, no more (the answers name what it closed).
+  {
+    const int64_t pinned_before = r.pg->stats().device_p2p_pinned;
+    for (int k = 0; k < 10; ++k) {
+      ASSIGN_OR_RETURN(at::Tensor in, r.Empty({256}, at::kFloat));
+      std::vector<at::Tensor> ins = {in};
+      c10::intrusive_ptr<c10d::Work> received = r.pg->recv(ins, peer, 9);
+      ASSIGN_OR_RETURN(at::Tensor out, r.Upload(Values(r.rank, 256, at::kFloat, k)));
+      std::vector<at::Tensor> outs = {out};
+      RETURN_IF_ERROR(Wait(r.pg->send(outs, peer, 9)));
+      RETURN_IF_ERROR(Wait(received));
+      RETURN_IF_ERROR(r.Expect(in, Values(peer, 256, at::kFloat, k),
+                               absl::StrCat("receive ", k, " from a new allocation")));
+    }
+    const int64_t pinned = r.pg->stats().device_p2p_pinned;
+    const int64_t most = static_cast<int64_t>(torch_backend::DeviceP2p::kMappingsPerPeer);
+    RETURN_IF_ERROR(Check(r.world == 2 ? pinned == most
+                                       : pinned > 0 && pinned - pinned_before <= most &&
+                                             pinned <= most * (r.world - 1),
+                          absl::StrCat(pinned, " tensors pinned for the peers' mappings (",
+                                       pinned_before, " before ten new allocations)")));
+  }
+  if (OnCuda()) return absl::OkStatus();
+  const torch_backend::BackendStats before_inline = r.pg->stats();
   // Memory that does not export (as expandable segments'): the bytes go
   // inline in the message, counted.
   const int64_t n = kIpcExportLimit / 4 + 1000;
@@ -805,10 +832,10 @@ absl::Status PointToPoint(Rank& r) {
   RETURN_IF_ERROR(Wait(received));
   RETURN_IF_ERROR(r.Expect(in, Values(peer, n, at::kFloat, 8), "a receive sent inline"));
   const torch_backend::BackendStats after = r.pg->stats();
-  const int64_t inlined = after.device_p2p_inline - middle.device_p2p_inline;
-  const int64_t inline_staged = after.device_staged_bytes - middle.device_staged_bytes;
+  const int64_t inlined = after.device_p2p_inline - before_inline.device_p2p_inline;
+  const int64_t inline_staged = after.device_staged_bytes - before_inline.device_staged_bytes;
   return Check(inlined == 2 && inline_staged == 2 * n * 4 &&
-                   after.device_p2p_ipc == middle.device_p2p_ipc,
+                   after.device_p2p_ipc == before_inline.device_p2p_ipc,
                absl::StrCat("a send of memory that does not export: ", inlined, " inline, ",
                             inline_staged, " bytes staged"));
 }

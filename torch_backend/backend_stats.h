@@ -64,6 +64,9 @@ struct BackendStats {
   // sender's memory does not export (its bytes in device_staged_bytes).
   int64_t device_p2p_ipc = 0;
   int64_t device_p2p_inline = 0;
+  // This rank's tensors kept referenced because a peer still maps their
+  // allocations (DeviceP2p's pins), as of the last send answered.
+  int64_t device_p2p_pinned = 0;
   // All-to-alls of device tensors device to device (each part counted
   // above too).
   int64_t device_alltoalls = 0;

@@ -77,21 +77,24 @@ bool DeviceAllReduce::Takes(collectives::DataType type, collectives::ReduceOp op
 }
 
 absl::Status DeviceAllReduce::AllReduce(void* data, size_t count, collectives::DataType type,
-                                        collectives::ReduceOp op, absl::Time deadline) {
+                                        collectives::ReduceOp op, absl::Time deadline,
+                                        uint8_t variant) {
   const size_t element = collectives::ElementSize(type);
   auto* base = static_cast<std::byte*>(data);
   // The last piece of a tensor says so (as the host path's): ranks whose
   // tensors differ in size differ at their first piece that differs.
   constexpr uint8_t kLastPiece = 2;
-  if (count == 0) return group_->AllReduce(0, 0, type, op, kLastPiece);
+  variant &= 1;
+  if (count == 0) return group_->AllReduce(0, 0, type, op, kLastPiece | variant);
   const size_t per_piece = staging_bytes_ / element;
   // In the pool: each piece reduced where it lies (the peers' pieces are
   // the same whether theirs lie in the pool or not).
   if (const std::optional<size_t> at = PoolOffset(data, count * element)) {
     for (size_t first = 0; first < count; first += per_piece) {
       const size_t n = std::min(per_piece, count - first);
-      RETURN_IF_ERROR(group_->AllReduce(*at + first * element, n, type, op,
-                                        first + n >= count ? kLastPiece : uint8_t{0}));
+      RETURN_IF_ERROR(group_->AllReduce(
+          *at + first * element, n, type, op,
+          static_cast<uint8_t>((first + n >= count ? kLastPiece : 0) | variant)));
     }
     ++pool_allreduces_;
     return absl::OkStatus();
@@ -106,8 +109,9 @@ absl::Status DeviceAllReduce::AllReduce(void* data, size_t count, collectives::D
     // pair it with our next one.
     if (!copied.ok()) return group_->Abandon(copied);
     // The group writes the sum straight into the tensor.
-    RETURN_IF_ERROR(group_->AllReduce(0, n, type, op,
-                                      first + n >= count ? kLastPiece : uint8_t{0}, piece));
+    RETURN_IF_ERROR(group_->AllReduce(
+        0, n, type, op, static_cast<uint8_t>((first + n >= count ? kLastPiece : 0) | variant),
+        piece));
   }
   return absl::OkStatus();
 }

@@ -58,8 +58,10 @@ class DeviceAllReduce {
   // ranks, which pass the same count, type and op: where it lies in the
   // pool, right there (each rank either way, the same pieces). kDeadlineExceeded naming
   // the copy when a copy into the region does not finish by `deadline`.
+  // `variant` (below 2) marks every piece, compared between the ranks as
+  // the type and op are (the backend's average).
   absl::Status AllReduce(void* data, size_t count, collectives::DataType type,
-                         collectives::ReduceOp op, absl::Time deadline);
+                         collectives::ReduceOp op, absl::Time deadline, uint8_t variant = 0);
 
   // This rank's part of the reduction over the ranks of `input` (size()
   // parts of `count` elements, device memory the caller's stream has

@@ -51,12 +51,12 @@ absl::StatusOr<DeviceMessageHeader> ParseDeviceMessage(const std::byte* message,
   }
 }
 
-DeviceP2p::DeviceP2p(TensorDevice& device, size_t max_mappings)
-    : device_(device), max_mappings_(max_mappings == 0 ? 1 : max_mappings) {}
+DeviceP2p::DeviceP2p(TensorDevice& device, size_t mappings_per_peer)
+    : device_(device), mappings_per_peer_(mappings_per_peer == 0 ? 1 : mappings_per_peer) {}
 
 DeviceP2p::~DeviceP2p() = default;
 
-absl::StatusOr<DeviceP2p::Outgoing> DeviceP2p::Describe(const void* data, size_t bytes,
+absl::StatusOr<DeviceP2p::Outgoing> DeviceP2p::Describe(int peer, const void* data, size_t bytes,
                                                         absl::Time deadline) {
   DeviceMessageHeader header;
   header.bytes = bytes;
@@ -68,6 +68,7 @@ absl::StatusOr<DeviceP2p::Outgoing> DeviceP2p::Describe(const void* data, size_t
     const auto* at = static_cast<const std::byte*>(data);
     const auto* base = static_cast<const std::byte*>(info->base);
     if (info->kind != device::MemoryKind::kDevice || at < base ||
+        static_cast<size_t>(at - base) > info->size ||
         bytes > info->size - static_cast<size_t>(at - base)) {
       return absl::InvalidArgumentError(
           "a device tensor's send: its memory does not lie within one device allocation");
@@ -76,9 +77,12 @@ absl::StatusOr<DeviceP2p::Outgoing> DeviceP2p::Describe(const void* data, size_t
     handle = device_.runtime().ExportIpc(info->base);
   }
   Outgoing out;
+  header.sequence = next_sequence_[peer]++;
+  out.sequence = header.sequence;
   if (handle.ok()) {
     header.kind = DeviceMessageHeader::kIpc;
     header.handle = *handle;
+    out.handle = *handle;
     out.size = sizeof(header);
     out.data.reset(new std::byte[out.size]);
     std::memcpy(out.data.get(), &header, sizeof(header));
@@ -110,9 +114,11 @@ DeviceP2p::Outgoing DeviceP2p::ReceiveBuffer(size_t bytes) {
 }
 
 absl::Status DeviceP2p::Deliver(int peer, Outgoing& buffer, size_t got, void* dst,
-                                size_t bytes, absl::Time deadline, bool* inline_bytes) {
+                                size_t bytes, absl::Time deadline, DeviceAck& answer,
+                                bool* inline_bytes) {
   ASSIGN_OR_RETURN(const DeviceMessageHeader header,
                    ParseDeviceMessage(buffer.data.get(), got, bytes, peer));
+  answer.sequence = header.sequence;
   *inline_bytes = header.kind == DeviceMessageHeader::kInline;
   if (bytes == 0) return absl::OkStatus();
   if (*inline_bytes) {
@@ -123,47 +129,77 @@ absl::Status DeviceP2p::Deliver(int peer, Outgoing& buffer, size_t got, void* ds
     if (absl::IsDeadlineExceeded(copied)) buffer.data.release();
     return copied;
   }
-  absl::StatusOr<const device::DeviceMemory*> mapped = Map(peer, header.handle);
+  absl::StatusOr<std::list<Mapping>::iterator> mapped = Map(peer, header.handle, answer);
   if (!mapped.ok()) {
     return absl::Status(mapped.status().code(),
                         absl::StrCat("mapping rank ", peer, "'s CUDA tensor (CUDA IPC): ",
                                      mapped.status().message()));
   }
-  const size_t size = (*mapped)->size();
+  const size_t size = (*mapped)->memory.size();
   if (header.offset > size || bytes > size - header.offset) {
+    // Nothing read it: closed at once (the sender pins nothing for it).
+    mappings_.erase(*mapped);
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", peer, "'s CUDA tensor of ", bytes, " bytes at offset ", header.offset,
         " does not lie within its allocation of ", size, " bytes"));
   }
-  absl::Status copied =
-      device_.Copy(dst, static_cast<const std::byte*>((*mapped)->data()) + header.offset, bytes,
-                   deadline,
-                   absl::StrCat("copying rank ", peer,
-                                "'s CUDA tensor into the receiving tensor (CUDA IPC)"));
+  absl::Status copied = device_.Copy(
+      dst, static_cast<const std::byte*>((*mapped)->memory.data()) + header.offset, bytes,
+      deadline,
+      absl::StrCat("copying rank ", peer, "'s CUDA tensor into the receiving tensor (CUDA IPC)"));
   if (absl::IsDeadlineExceeded(copied)) {
-    // The copy may still read the mapping (Map made it the first): it is
-    // never unmapped.
-    new device::DeviceMemory(std::move(mappings_.front().memory));
-    mappings_.pop_front();
+    answer.flags |= DeviceAck::kCopyMayRun;
+    Abandon(*mapped);
+  } else if (!copied.ok()) {
+    // The sender pins nothing for a failed receive: the mapping goes.
+    mappings_.erase(*mapped);
   }
   return copied;
 }
 
-absl::StatusOr<const device::DeviceMemory*> DeviceP2p::Map(int peer,
-                                                           const device::IpcHandle& handle) {
+absl::Status DeviceP2p::Answered(int peer, const Outgoing& sent, const DeviceAck& answer,
+                                 const at::Tensor& tensor) {
+  // The answer is the peer's: copied by the caller, its handle only looked
+  // up among our own pins.
+  if (answer.sequence != sent.sequence) {
+    return absl::DataLossError(absl::StrCat(
+        "rank ", peer, " answered message ", answer.sequence, " where this rank waited for ",
+        sent.sequence, "'s answer (a receive of a CUDA tensor given up on there?)"));
+  }
+  if ((answer.flags & DeviceAck::kEvicted) != 0) pins_.erase({peer, answer.evicted.bytes});
+  if (!sent.inline_bytes) pins_[{peer, sent.handle.bytes}] = tensor;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::list<DeviceP2p::Mapping>::iterator> DeviceP2p::Map(
+    int peer, const device::IpcHandle& handle, DeviceAck& answer) {
+  size_t of_peer = 0;
+  auto oldest = mappings_.end();
   for (auto it = mappings_.begin(); it != mappings_.end(); ++it) {
-    if (it->peer == peer && it->handle.bytes == handle.bytes) {
+    if (it->peer != peer) continue;
+    if (it->handle.bytes == handle.bytes) {
       mappings_.splice(mappings_.begin(), mappings_, it);
-      return &mappings_.front().memory;
+      return mappings_.begin();
     }
+    ++of_peer;
+    oldest = it;
   }
   ASSIGN_OR_RETURN(device::DeviceMemory memory, device_.runtime().OpenIpc(handle));
   ++mappings_opened_;
-  // The least recently used goes first; none is in use (copies are waited
-  // for before Deliver returns).
-  while (mappings_.size() >= max_mappings_) mappings_.pop_back();
+  // The peer's least recently used goes (none is in use: copies are waited
+  // for before Deliver returns), and the answer says so.
+  if (of_peer >= mappings_per_peer_ && oldest != mappings_.end()) {
+    answer.flags |= DeviceAck::kEvicted;
+    answer.evicted = oldest->handle;
+    mappings_.erase(oldest);
+  }
   mappings_.push_front(Mapping{peer, handle, std::move(memory)});
-  return &mappings_.front().memory;
+  return mappings_.begin();
+}
+
+void DeviceP2p::Abandon(std::list<Mapping>::iterator mapping) {
+  new device::DeviceMemory(std::move(mapping->memory));
+  mappings_.erase(mapping);
 }
 
 }  // namespace rdmaflow::torch_backend

@@ -10,6 +10,7 @@
 // copy alone, within the mapping.
 #include "torch_backend/device_p2p.h"
 
+#include <ATen/ATen.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,8 +34,8 @@ constexpr size_t kAllocation = 4096;
 // Byte i of the child's allocation.
 uint8_t Pattern(size_t i) { return static_cast<uint8_t>(i * 7 + 3); }
 
-// A child process that holds a fake device allocation of kAllocation
-// bytes, filled with Pattern, until the test ends; its IPC handle.
+// A child process that holds two fake device allocations of kAllocation
+// bytes, filled with Pattern, until the test ends; their IPC handles.
 class Exporter {
  public:
   void Start() {
@@ -52,9 +53,11 @@ class Exporter {
     close(handle_pipe[1]);
     close(done_pipe[0]);
     done_ = done_pipe[1];
-    ASSERT_EQ(read(handle_pipe[0], handle_.bytes.data(), handle_.bytes.size()),
-              static_cast<ssize_t>(handle_.bytes.size()))
-        << "the exporting child did not answer";
+    for (device::IpcHandle* handle : {&handle_, &second_}) {
+      ASSERT_EQ(read(handle_pipe[0], handle->bytes.data(), handle->bytes.size()),
+                static_cast<ssize_t>(handle->bytes.size()))
+          << "the exporting child did not answer";
+    }
     close(handle_pipe[0]);
   }
   ~Exporter() {
@@ -64,27 +67,34 @@ class Exporter {
     waitpid(child_, &status, 0);
   }
   const device::IpcHandle& handle() const { return handle_; }
+  // A second allocation of the child's, filled alike.
+  const device::IpcHandle& second() const { return second_; }
 
  private:
   static int RunChild(int handle_fd, int done_fd) {
     absl::StatusOr<std::unique_ptr<device::FakeDevice>> fake = device::FakeDevice::Create({});
     if (!fake.ok()) return 1;
-    absl::StatusOr<device::DeviceMemory> memory = (*fake)->Allocate(kAllocation);
-    if (!memory.ok()) return 2;
-    std::vector<uint8_t> bytes(kAllocation);
-    for (size_t i = 0; i < kAllocation; ++i) bytes[i] = Pattern(i);
-    absl::StatusOr<std::unique_ptr<device::Stream>> stream = (*fake)->CreateStream();
-    absl::StatusOr<std::unique_ptr<device::Event>> done = (*fake)->CreateEvent();
-    if (!stream.ok() || !done.ok() || !(*stream)->Copy(memory->data(), bytes.data(), kAllocation).ok() ||
-        !(*stream)->Record(**done).ok() ||
-        !(*done)->WaitUntil(absl::Now() + absl::Seconds(30), "the child's fill").ok()) {
-      return 3;
-    }
-    absl::StatusOr<device::IpcHandle> handle = (*fake)->ExportIpc(memory->data());
-    if (!handle.ok()) return 4;
-    if (write(handle_fd, handle->bytes.data(), handle->bytes.size()) !=
-        static_cast<ssize_t>(handle->bytes.size())) {
-      return 5;
+    std::vector<device::DeviceMemory> memories;
+    for (int k = 0; k < 2; ++k) {
+      absl::StatusOr<device::DeviceMemory> memory = (*fake)->Allocate(kAllocation);
+      if (!memory.ok()) return 2;
+      std::vector<uint8_t> bytes(kAllocation);
+      for (size_t i = 0; i < kAllocation; ++i) bytes[i] = Pattern(i);
+      absl::StatusOr<std::unique_ptr<device::Stream>> stream = (*fake)->CreateStream();
+      absl::StatusOr<std::unique_ptr<device::Event>> done = (*fake)->CreateEvent();
+      if (!stream.ok() || !done.ok() ||
+          !(*stream)->Copy(memory->data(), bytes.data(), kAllocation).ok() ||
+          !(*stream)->Record(**done).ok() ||
+          !(*done)->WaitUntil(absl::Now() + absl::Seconds(30), "the child's fill").ok()) {
+        return 3;
+      }
+      absl::StatusOr<device::IpcHandle> handle = (*fake)->ExportIpc(memory->data());
+      if (!handle.ok()) return 4;
+      if (write(handle_fd, handle->bytes.data(), handle->bytes.size()) !=
+          static_cast<ssize_t>(handle->bytes.size())) {
+        return 5;
+      }
+      memories.push_back(*std::move(memory));
     }
     char c;
     while (read(done_fd, &c, 1) > 0) {
@@ -95,6 +105,7 @@ class Exporter {
   pid_t child_ = -1;
   int done_ = -1;
   device::IpcHandle handle_;
+  device::IpcHandle second_;
 };
 
 class DeviceP2pTest : public ::testing::Test {
@@ -103,7 +114,7 @@ class DeviceP2pTest : public ::testing::Test {
     exporter_.Start();
     ASSERT_FALSE(HasFatalFailure());
     ASSERT_OK_AND_ASSIGN(device_, TensorDevice::Fake());
-    p2p_ = std::make_unique<DeviceP2p>(*device_, /*max_mappings=*/2);
+    p2p_ = std::make_unique<DeviceP2p>(*device_, /*mappings_per_peer=*/1);
     ASSERT_OK_AND_ASSIGN(dst_, device_->runtime().Allocate(kAllocation));
   }
   void TearDown() override {
@@ -128,9 +139,11 @@ class DeviceP2pTest : public ::testing::Test {
     header.handle = exporter_.handle();
     return header;
   }
-  absl::Status Deliver(DeviceP2p::Outgoing& message, size_t bytes, bool* inline_bytes) {
-    return p2p_->Deliver(/*peer=*/3, message, message.size, dst_.data(), bytes,
-                         absl::Now() + absl::Seconds(30), inline_bytes);
+  absl::Status Deliver(DeviceP2p::Outgoing& message, size_t bytes, bool* inline_bytes,
+                       int peer = 3) {
+    answer_ = DeviceAck();
+    return p2p_->Deliver(peer, message, message.size, dst_.data(), bytes,
+                         absl::Now() + absl::Seconds(30), answer_, inline_bytes);
   }
   std::vector<uint8_t> Received(size_t bytes) {
     std::vector<uint8_t> out(bytes);
@@ -140,6 +153,7 @@ class DeviceP2pTest : public ::testing::Test {
   }
 
   Exporter exporter_;
+  DeviceAck answer_;
   std::unique_ptr<TensorDevice> device_;
   std::unique_ptr<DeviceP2p> p2p_;
   device::DeviceMemory dst_;
@@ -185,7 +199,72 @@ TEST_F(DeviceP2pTest, ATensorPastTheAllocationOrAWrappingOffsetIsRefused) {
     const absl::Status status = Deliver(message, bytes, &inline_bytes);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << offset << ": " << status;
     EXPECT_THAT(status.message(), ::testing::HasSubstr("rank 3")) << status;
+    // Nothing read it: not kept mapped (the sender pins nothing for it).
+    EXPECT_EQ(p2p_->mappings_kept(), 0u);
   }
+}
+
+// One mapping per peer here: a second allocation of the same peer closes
+// the first, and the answer names it; another peer's does not.
+TEST_F(DeviceP2pTest, AMappingClosedToMakeRoomIsNamedInTheAnswer) {
+  DeviceP2p::Outgoing first = Message(Ipc(0, 256));
+  bool inline_bytes = true;
+  ASSERT_OK(Deliver(first, 256, &inline_bytes));
+  EXPECT_EQ(answer_.flags & DeviceAck::kEvicted, 0u);
+  DeviceMessageHeader header = Ipc(64, 256);
+  header.handle = exporter_.second();
+  header.sequence = 1;
+  DeviceP2p::Outgoing second = Message(header);
+  ASSERT_OK(Deliver(second, 256, &inline_bytes));
+  EXPECT_EQ(answer_.sequence, 1u);
+  ASSERT_NE(answer_.flags & DeviceAck::kEvicted, 0u);
+  EXPECT_EQ(answer_.evicted.bytes, exporter_.handle().bytes);
+  EXPECT_EQ(Received(256)[0], Pattern(64));
+  // The first allocation again, as another peer's: its own mapping.
+  DeviceP2p::Outgoing again = Message(Ipc(0, 256));
+  ASSERT_OK(Deliver(again, 256, &inline_bytes, /*peer=*/4));
+  EXPECT_EQ(answer_.flags & DeviceAck::kEvicted, 0u);
+  EXPECT_EQ(p2p_->mappings_kept(), 2u);
+  EXPECT_EQ(p2p_->mappings_opened(), 3);
+}
+
+// The sender's side of the answers: a tensor pinned per peer and
+// allocation while the peer maps it, let go when the peer says it closed
+// it; an answer to another message refused.
+TEST_F(DeviceP2pTest, TheSenderPinsWhatAPeerMapsUntilItClosesIt) {
+  DeviceP2p::Outgoing sent;
+  sent.handle = exporter_.handle();
+  sent.sequence = 5;
+  const at::Tensor tensor = at::ones({4});
+  DeviceAck answer;
+  answer.sequence = 5;
+  ASSERT_OK(p2p_->Answered(/*peer=*/1, sent, answer, tensor));
+  EXPECT_EQ(p2p_->pinned(), 1u);
+  ASSERT_OK(p2p_->Answered(/*peer=*/2, sent, answer, tensor));
+  EXPECT_EQ(p2p_->pinned(), 2u);
+  // The same allocation again: the newer tensor replaces the pin.
+  ASSERT_OK(p2p_->Answered(/*peer=*/1, sent, answer, at::zeros({2})));
+  EXPECT_EQ(p2p_->pinned(), 2u);
+  // Peer 1 closed it: let go.
+  DeviceP2p::Outgoing other;
+  other.handle = exporter_.second();
+  other.sequence = 6;
+  answer.sequence = 6;
+  answer.flags = DeviceAck::kEvicted;
+  answer.evicted = exporter_.handle();
+  ASSERT_OK(p2p_->Answered(/*peer=*/1, other, answer, tensor));
+  EXPECT_EQ(p2p_->pinned(), 2u);  // peer 1's second, peer 2's first
+  // An answer echoing another message's sequence.
+  answer.flags = 0;
+  answer.sequence = 9;
+  EXPECT_EQ(p2p_->Answered(/*peer=*/1, other, answer, tensor).code(),
+            absl::StatusCode::kDataLoss);
+  // Inline messages pin nothing.
+  DeviceP2p::Outgoing inline_message;
+  inline_message.inline_bytes = true;
+  inline_message.sequence = 9;
+  ASSERT_OK(p2p_->Answered(/*peer=*/3, inline_message, answer, tensor));
+  EXPECT_EQ(p2p_->pinned(), 2u);
 }
 
 TEST_F(DeviceP2pTest, ForgedMessagesAreRefusedNamingThePeer) {
@@ -203,7 +282,7 @@ TEST_F(DeviceP2pTest, ForgedMessagesAreRefusedNamingThePeer) {
   magic.magic ^= 1;
   cases.push_back({"another magic", magic});
   DeviceMessageHeader version = good;
-  version.version = 2;
+  version.version = DeviceMessageHeader::kVersion + 1;
   cases.push_back({"another version", version});
   DeviceMessageHeader kind = good;
   kind.kind = 7;
@@ -217,9 +296,10 @@ TEST_F(DeviceP2pTest, ForgedMessagesAreRefusedNamingThePeer) {
   for (Case& c : cases) {
     DeviceP2p::Outgoing message = Message(c.header, c.extra);
     bool inline_bytes = false;
+    DeviceAck answer;
     const absl::Status status =
         p2p_->Deliver(/*peer=*/3, message, message.size - c.cut, dst_.data(), c.expected,
-                      absl::Now() + absl::Seconds(30), &inline_bytes);
+                      absl::Now() + absl::Seconds(30), answer, &inline_bytes);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.what << ": " << status;
     EXPECT_THAT(status.message(), ::testing::HasSubstr("rank 3")) << c.what << ": " << status;
   }

@@ -415,8 +415,10 @@ void Engine::TearDown() {
     posted.work->Complete(cancelled);
   }
   posted_.clear();
-  // Nothing of it is used once the posts are abandoned: their mappings go.
-  device_p2p_.reset();
+  // The peers' memory mapped here is let go before the last barrier (the
+  // device all-reduce's shutdown), after which they may free it; this
+  // rank's pins (tensors a peer mapped) after it.
+  if (device_p2p_ != nullptr) device_p2p_->CloseMappings();
   if (device_allreduce_ != nullptr && broken_.ok()) {
     if (absl::Status s =
             device_allreduce_->Shutdown(std::min(absl::Seconds(10), options_.timeout));
@@ -435,6 +437,7 @@ void Engine::TearDown() {
     device_allreduce_.release();
   }
   device_allreduce_.reset();
+  device_p2p_.reset();
   if (ring_ != nullptr && broken_.ok()) {
     // Collective: every rank tears down; a peer's writes into our memory
     // must be over before it is freed.

@@ -233,21 +233,24 @@ absl::Status FinishTorchWork(const c10::Device& device, const char* what) {
 namespace {
 
 // `tensor` reduced across the ranks on the device, in place (counted as
-// device_allreduces), and averaged there when asked.
+// device_allreduces), and averaged there when asked and `divide` (a
+// reduce's other ranks do not divide what they throw away; their call is
+// marked as the root's).
 absl::Status ReduceOnDevice(Engine& engine, at::Tensor& tensor, collectives::DataType type,
-                            Reduction reduction) {
+                            Reduction reduction, bool divide = true) {
   DeviceAllReduce& device = *engine.device_allreduce();
   const int64_t in_pool_before = device.pool_allreduces();
-  absl::Status status =
-      device.AllReduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type,
-                       reduction.op, absl::Now() + engine.options().timeout);
+  // An average is marked, so that it never pairs with a sum.
+  absl::Status status = device.AllReduce(
+      tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type, reduction.op,
+      absl::Now() + engine.options().timeout, reduction.average ? kAverageVariant : uint8_t{0});
   const bool in_pool = device.pool_allreduces() > in_pool_before;
   engine.Count([in_pool](BackendStats& stats) {
     ++stats.device_allreduces;
     if (in_pool) ++stats.device_pool_allreduces;
   });
   RETURN_IF_ERROR(status);
-  if (!reduction.average) return absl::OkStatus();
+  if (!reduction.average || !divide) return absl::OkStatus();
   try {
     tensor.div_(engine.size());
   } catch (const std::exception& e) {
@@ -337,6 +340,13 @@ absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
 
 namespace {
 
+// `status`; a failed collective may still copy into or out of `tensor` (a
+// copy given up on at its deadline), so then it is never freed.
+absl::Status KeptOnFailure(absl::Status status, const at::Tensor& tensor) {
+  if (!status.ok()) new at::Tensor(tensor);
+  return status;
+}
+
 // A flat device tensor of `numel` elements of `dtype` that `fill` prepares
 // on the engine thread's current stream (copies into it), finished before
 // it is returned; any failure gives the device all-reduce up, as the peers
@@ -366,7 +376,7 @@ absl::Status DeviceAllGatherListTensors(Engine& engine, const at::Tensor& input,
   ASSIGN_OR_RETURN(at::Tensor flat,
                    PreparedFlat(engine, n * engine.size(), input.scalar_type(),
                                 "the device all-gather's flat output", [](at::Tensor&) {}));
-  RETURN_IF_ERROR(DeviceAllGatherTensor(engine, input, flat, type));
+  RETURN_IF_ERROR(KeptOnFailure(DeviceAllGatherTensor(engine, input, flat, type), flat));
   try {
     for (size_t q = 0; q < outputs.size(); ++q) {
       outputs[q].view({-1}).copy_(flat.narrow(0, static_cast<int64_t>(q) * n, n));
@@ -393,7 +403,7 @@ absl::Status DeviceReduceScatterListTensors(Engine& engine, const std::vector<at
                                         .copy_(inputs[q].view({-1}));
                                   }
                                 }));
-  return DeviceReduceScatterTensor(engine, flat, output, type, reduction);
+  return KeptOnFailure(DeviceReduceScatterTensor(engine, flat, output, type, reduction), flat);
 }
 
 absl::Status DeviceReduceTensor(Engine& engine, at::Tensor& tensor, int root,
@@ -404,8 +414,7 @@ absl::Status DeviceReduceTensor(Engine& engine, at::Tensor& tensor, int root,
                    PreparedFlat(engine, tensor.numel(), tensor.scalar_type(),
                                 "copying the device reduce's tensor",
                                 [&](at::Tensor& flat) { flat.copy_(tensor.view({-1})); }));
-  reduction.average = false;
-  return ReduceOnDevice(engine, copy, type, reduction);
+  return KeptOnFailure(ReduceOnDevice(engine, copy, type, reduction, /*divide=*/false), copy);
 }
 
 absl::Status DeviceBroadcastTensor(Engine& engine, at::Tensor& tensor, int root) {
@@ -557,7 +566,7 @@ absl::Status DeviceAllReduceCoalescedTensors(Engine& engine, std::vector<at::Ten
                                   }
                                 }));
   engine.Count([&](BackendStats& stats) { stats.coalesced_bytes += Bytes(joined); });
-  RETURN_IF_ERROR(DeviceAllReduceTensor(engine, joined, type, reduction));
+  RETURN_IF_ERROR(KeptOnFailure(DeviceAllReduceTensor(engine, joined, type, reduction), joined));
   try {
     CopyPieces(engine, joined, tensors);
   } catch (const std::exception& e) {
@@ -615,29 +624,21 @@ absl::StatusOr<onesided::Messenger::OpId> PostRecv(
 namespace {
 
 // A device tensor's send: `done` fires with the receiver's answer (or the
-// error that came first); the tensor stays referenced until then, and for
-// ever when the answer never came (the peer may still read it). An error
-// returned: nothing went out, and `done` is never called.
+// error that came first); the tensor stays referenced until then, pinned
+// after it while the receiver maps its allocation (DeviceP2p::Answered),
+// and for ever when a copy of it may still run (no answer, or the answer
+// says so). An error returned: nothing went out, and `done` is never
+// called.
 absl::StatusOr<onesided::Messenger::OpId> SendDeviceTensor(
     Engine& engine, const at::Tensor& tensor, int peer, uint64_t tag,
     absl::AnyInvocable<void(absl::Status) &&> done) {
   const absl::Time deadline = absl::Now() + engine.options().timeout;
   absl::StatusOr<DeviceP2p::Outgoing> described =
-      engine.device_p2p()->Describe(tensor.data_ptr(), Bytes(tensor), deadline);
+      engine.device_p2p()->Describe(peer, tensor.data_ptr(), Bytes(tensor), deadline);
   if (absl::IsDeadlineExceeded(described.status())) {
     new at::Tensor(tensor);  // the copy given up on may still read it
   }
   if (!described.ok()) return described.status();
-  const bool inline_bytes = described->inline_bytes;
-  const int64_t bytes = static_cast<int64_t>(Bytes(tensor));
-  engine.Count([inline_bytes, bytes](BackendStats& stats) {
-    if (inline_bytes) {
-      ++stats.device_p2p_inline;
-      stats.device_staged_bytes += bytes;
-    } else {
-      ++stats.device_p2p_ipc;
-    }
-  });
   auto message = std::make_shared<DeviceP2p::Outgoing>(*std::move(described));
   auto ack = std::make_shared<DeviceAck>();
   // Fires once: the answer, or the send's failure, whichever comes first.
@@ -646,32 +647,57 @@ absl::StatusOr<onesided::Messenger::OpId> SendDeviceTensor(
     if (*finish) std::move (*finish)(std::move(status));
     *finish = nullptr;
   };
+  Engine* const owner = &engine;
   onesided::Messenger& messenger = engine.messenger();
   // The answer's receive first: it may come before the send's completion.
   ASSIGN_OR_RETURN(
       const onesided::Messenger::OpId answer,
       messenger.Recv(
           peer, DeviceP2p::AckTag(tag), ack.get(), sizeof(DeviceAck),
-          [fire, ack, tensor, peer, inline_bytes](absl::StatusOr<size_t> got) {
+          [owner, fire, ack, message, tensor, peer](absl::StatusOr<size_t> got) {
+            // Only an answer that came (inside the engine's progress) uses
+            // the engine; one given up on or a dead peer may come at its
+            // teardown.
             absl::Status status = got.status();
-            if (status.ok() && *got != sizeof(DeviceAck)) {
-              status = absl::DataLossError(absl::StrCat(
-                  "rank ", peer, " answered a CUDA tensor's send with ", *got, " bytes"));
-            } else if (status.ok() && ack->code != 0) {
-              const int code = ack->code;
-              status = absl::Status(
-                  code > 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated)
-                      ? static_cast<absl::StatusCode>(code)
-                      : absl::StatusCode::kUnknown,
-                  absl::StrCat("rank ", peer,
-                               " could not take this rank's CUDA tensor (its receive says "
-                               "why)"));
+            bool may_run = !status.ok();
+            if (status.ok()) {
+              const DeviceAck answer = *ack;  // the peer's bytes, copied once
+              if (*got != sizeof(DeviceAck)) {
+                status = absl::DataLossError(absl::StrCat(
+                    "rank ", peer, " answered a CUDA tensor's send with ", *got, " bytes"));
+                may_run = true;
+              } else if (answer.code != 0) {
+                const int code = answer.code;
+                status = absl::Status(
+                    code > 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated)
+                        ? static_cast<absl::StatusCode>(code)
+                        : absl::StatusCode::kUnknown,
+                    absl::StrCat("rank ", peer,
+                                 " could not take this rank's CUDA tensor (its receive says "
+                                 "why)"));
+                may_run = (answer.flags & DeviceAck::kCopyMayRun) != 0;
+              } else {
+                status = owner->device_p2p()->Answered(peer, *message, answer, tensor);
+                may_run = !status.ok();
+                if (status.ok()) {
+                  const bool inline_bytes = message->inline_bytes;
+                  const int64_t bytes = static_cast<int64_t>(Bytes(tensor));
+                  const int64_t pinned =
+                      static_cast<int64_t>(owner->device_p2p()->pinned());
+                  owner->Count([inline_bytes, bytes, pinned](BackendStats& stats) {
+                    if (inline_bytes) {
+                      ++stats.device_p2p_inline;
+                      stats.device_staged_bytes += bytes;
+                    } else {
+                      ++stats.device_p2p_ipc;
+                    }
+                    stats.device_p2p_pinned = pinned;
+                  });
+                }
+              }
             }
-            if (!status.ok() && !inline_bytes) {
-              // Given up on, or answered wrongly: the peer may still be
-              // reading the tensor through its mapping.
-              new at::Tensor(tensor);
-            }
+            // The peer may still read the tensor through its mapping.
+            if (may_run && !message->inline_bytes) new at::Tensor(tensor);
             fire(std::move(status));
           }));
   absl::StatusOr<onesided::Messenger::OpId> sent = messenger.Send(
@@ -694,25 +720,29 @@ absl::StatusOr<onesided::Messenger::OpId> ReceiveDeviceTensor(
     Engine& engine, const at::Tensor& tensor, int peer, uint64_t tag,
     absl::AnyInvocable<void(absl::Status) &&> done) {
   const size_t bytes = Bytes(tensor);
+  const absl::Time deadline = absl::Now() + engine.options().timeout;
   auto buffer = std::make_shared<DeviceP2p::Outgoing>(DeviceP2p::ReceiveBuffer(bytes));
   Engine* const owner = &engine;
   return engine.messenger().Recv(
       peer, DeviceP2p::DataTag(tag), buffer->data.get(), buffer->size,
-      [owner, done = std::move(done), tensor, buffer, bytes, peer,
-       tag](absl::StatusOr<size_t> got) mutable {
+      [owner, done = std::move(done), tensor, buffer, bytes, peer, tag,
+       deadline](absl::StatusOr<size_t> got) mutable {
         // A message that came (or one too large for the receive) is
         // answered; one given up on, or a dead peer, is not (the engine may
         // be going).
         if (!got.ok() && !absl::IsInvalidArgument(got.status())) {
           return std::move(done)(got.status());
         }
+        auto answer = std::make_shared<DeviceAck>();
         absl::Status status = got.status();
         bool inline_bytes = false;
         if (status.ok()) {
           status = owner->device_p2p()->Deliver(peer, *buffer, *got, tensor.data_ptr(), bytes,
-                                                absl::Now() + owner->options().timeout,
-                                                &inline_bytes);
-          if (absl::IsDeadlineExceeded(status)) new at::Tensor(tensor);
+                                                deadline, *answer, &inline_bytes);
+          if ((answer->flags & DeviceAck::kCopyMayRun) != 0 ||
+              absl::IsDeadlineExceeded(status)) {
+            new at::Tensor(tensor);  // a copy given up on may still write it
+          }
         }
         if (status.ok()) {
           owner->Count([inline_bytes, bytes](BackendStats& stats) {
@@ -724,7 +754,6 @@ absl::StatusOr<onesided::Messenger::OpId> ReceiveDeviceTensor(
             }
           });
         }
-        auto answer = std::make_shared<DeviceAck>();
         answer->code = static_cast<int32_t>(status.code());
         // The sender learns of a failure only from the answer; a dead one
         // is no matter.

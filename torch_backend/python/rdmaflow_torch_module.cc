@@ -194,6 +194,7 @@ py::dict Stats(const py::object& handle) {
   out["device_staged_bytes"] = stats.device_staged_bytes;
   out["device_p2p_ipc"] = stats.device_p2p_ipc;
   out["device_p2p_inline"] = stats.device_p2p_inline;
+  out["device_p2p_pinned"] = stats.device_p2p_pinned;
   out["device_alltoalls"] = stats.device_alltoalls;
   out["device_gathers"] = stats.device_gathers;
   out["device_scatters"] = stats.device_scatters;
