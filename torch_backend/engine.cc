@@ -1,8 +1,13 @@
 #include "torch_backend/engine.h"
 
+#include <c10/core/Device.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <exception>
 #include <future>
 #include <new>
 #include <numeric>
@@ -73,6 +78,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
   std::future<absl::Status> set_up = ready->get_future();
   Engine* self = engine.get();
   engine->thread_ = std::thread([self, store, ready] {
+    self->UseStreamOfItsOwn();
     absl::Status status = self->SetUp(store);
     const bool ok = status.ok();
     if (!ok) {
@@ -88,6 +94,23 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
     return status;
   }
   return engine;
+}
+
+void Engine::UseStreamOfItsOwn() {
+  if (device_ == nullptr || device_->fake()) return;
+  try {
+    const c10::DeviceType cuda = c10::DeviceType::CUDA;
+    if (!c10::impl::hasDeviceGuardImpl(cuda)) return;
+    const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(cuda);
+    const c10::Device where(cuda, static_cast<c10::DeviceIndex>(device_->index()));
+    impl->setDevice(where);
+    impl->exchangeStream(impl->getStreamFromGlobalPool(where, /*isHighPriority=*/false));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "rdmaflow rank %d: the engine's torch work stays on the default stream of "
+                 "cuda:%d (%s)\n",
+                 rank_, device_->index(), e.what());
+  }
 }
 
 void Engine::UseSharedTensors() {

@@ -176,6 +176,11 @@ class Engine {
   // Messenger's counters.
   void Settle();
   void TearDown() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_);
+  // On the engine thread, first: torch's work there (the device
+  // collectives' fills and copies) runs on a stream of torch's pool, never
+  // the legacy default stream, which would wait for (and hold up) every
+  // other stream's work.
+  void UseStreamOfItsOwn();
 
   const int rank_;
   const int size_;

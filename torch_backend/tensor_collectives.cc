@@ -213,19 +213,18 @@ absl::Status AllReduceTensor(Engine& engine, at::Tensor& tensor, collectives::Da
 
 namespace {
 
-// Waits until torch's work on `device`'s current stream of this thread (the
-// engine's) is done: the device collectives' own copies run on other
-// streams. Nothing to wait for on the CPU (the fake device's tensors).
-absl::Status FinishTorchWork(const c10::Device& device, const char* what) {
-  if (device.is_cpu()) return absl::OkStatus();
-  try {
-    const c10::impl::DeviceGuardImplInterface* impl =
-        c10::impl::getDeviceGuardImpl(device.type());
-    impl->synchronizeStream(impl->getStream(device));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(what, " on ", device.str(), ": ", e.what()));
-  }
-  return absl::OkStatus();
+// Waits, to the group's deadline, until torch's work on this thread's
+// current stream of the group's device is done (the engine thread's own
+// stream from torch's pool, or an inline caller's): the device
+// collectives' own copies run on other streams. Nothing to wait for on
+// the fake device (its tensors are CPU tensors to torch).
+absl::Status FinishTorchWork(Engine& engine, const char* what) {
+  TensorDevice* device = engine.device();
+  if (device == nullptr || device->fake()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Stream> stream, device->CallerStream());
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> done, device->runtime().CreateEvent());
+  RETURN_IF_ERROR(stream->Record(*done));
+  return done->WaitUntil(absl::Now() + engine.options().timeout, what);
 }
 
 }  // namespace
@@ -256,7 +255,7 @@ absl::Status ReduceOnDevice(Engine& engine, at::Tensor& tensor, collectives::Dat
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("averaging the device all-reduce: ", e.what()));
   }
-  return FinishTorchWork(tensor.device(), "averaging the device all-reduce");
+  return FinishTorchWork(engine, "averaging the device all-reduce");
 }
 
 }  // namespace
@@ -294,7 +293,7 @@ absl::Status DeviceAllGatherTensor(Engine& engine, const at::Tensor& input,
         absl::StrCat("preparing the device all-gather's output: ", e.what())));
   }
   if (absl::Status ready =
-          FinishTorchWork(output.device(), "preparing the device all-gather's output");
+          FinishTorchWork(engine, "preparing the device all-gather's output");
       !ready.ok()) {
     return engine.device_allreduce()->Abandon(ready);
   }
@@ -318,7 +317,7 @@ absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
     absl::Status copied;
     try {
       source = input.clone();
-      copied = FinishTorchWork(input.device(), "copying the device reduce-scatter's input");
+      copied = FinishTorchWork(engine, "copying the device reduce-scatter's input");
     } catch (const std::exception& e) {
       copied = absl::InternalError(
           absl::StrCat("copying the device reduce-scatter's input: ", e.what()));
@@ -335,7 +334,7 @@ absl::Status DeviceReduceScatterTensor(Engine& engine, const at::Tensor& input,
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("averaging the device reduce-scatter: ", e.what()));
   }
-  return FinishTorchWork(output.device(), "averaging the device reduce-scatter");
+  return FinishTorchWork(engine, "averaging the device reduce-scatter");
 }
 
 namespace {
@@ -359,11 +358,11 @@ absl::StatusOr<at::Tensor> PreparedFlat(Engine& engine, int64_t numel, at::Scala
   absl::Status ready;
   try {
     fill(*flat);
-    ready = FinishTorchWork(flat->device(), what);
+    ready = FinishTorchWork(engine, what);
   } catch (const std::exception& e) {
     ready = absl::InternalError(absl::StrCat(what, ": ", e.what()));
   }
-  if (!ready.ok()) return engine.device_allreduce()->Abandon(ready);
+  if (!ready.ok()) return engine.device_allreduce()->Abandon(KeptOnFailure(ready, *flat));
   return flat;
 }
 
@@ -387,7 +386,7 @@ absl::Status DeviceAllGatherListTensors(Engine& engine, const at::Tensor& input,
   }
   // The flat tensor goes back to torch's allocator on this stream, after
   // the copies out of it.
-  return FinishTorchWork(flat.device(), "copying the device all-gather's parts out");
+  return KeptOnFailure(FinishTorchWork(engine, "copying the device all-gather's parts out"), flat);
 }
 
 absl::Status DeviceReduceScatterListTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
@@ -430,7 +429,7 @@ absl::Status DeviceSumBroadcastTensor(Engine& engine, at::Tensor& tensor, int ro
     absl::Status ready;
     try {
       tensor.fill_(-0.0);
-      ready = FinishTorchWork(tensor.device(), "preparing the device broadcast's tensor");
+      ready = FinishTorchWork(engine, "preparing the device broadcast's tensor");
     } catch (const std::exception& e) {
       ready = absl::InternalError(
           absl::StrCat("preparing the device broadcast's tensor: ", e.what()));
@@ -573,7 +572,8 @@ absl::Status DeviceAllReduceCoalescedTensors(Engine& engine, std::vector<at::Ten
     return absl::InternalError(
         absl::StrCat("copying the device all-reduce's tensors back: ", e.what()));
   }
-  return FinishTorchWork(joined.device(), "copying the device all-reduce's tensors back");
+  return KeptOnFailure(FinishTorchWork(engine, "copying the device all-reduce's tensors back"),
+                       joined);
 }
 
 absl::Status AllGatherCoalescedTensors(Engine& engine, const std::vector<at::Tensor>& inputs,
