@@ -27,7 +27,6 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -35,6 +34,9 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_ddp_bench import free_port  # noqa: E402  (the same free port)
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -119,12 +121,6 @@ def worker(rank, args, backend, port, out_dir):
     if rank == 0:
         with open(os.path.join(out_dir, f"{backend}.json"), "w") as f:
             json.dump(result, f)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():

@@ -287,6 +287,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::DevicePostOrNull(
   return EnqueuePost(type, tensors, std::move(what), std::move(post), stage);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::ExchangedOnDeviceOrNull(
+    c10d::OpType type, const std::vector<at::Tensor>& some, const std::vector<at::Tensor>& more,
+    std::vector<at::Tensor> results, bool caller_waits,
+    std::function<absl::Status(Engine&)> run) {
+  if (engine_ == nullptr || engine_->device_p2p() == nullptr) return nullptr;
+  std::vector<at::Tensor> every = some;
+  every.insert(every.end(), more.begin(), more.end());
+  return OnDeviceOrNull(type, std::move(every), std::move(results), caller_waits,
+                        std::move(run));
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::SummedOnDeviceOrNull(
     c10d::OpType type, std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
     bool caller_waits, std::function<absl::Status(Engine&, collectives::DataType)> run) {
@@ -450,16 +461,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::gather(
   std::vector<at::Tensor> results = targets;
   // All on the device, with every rank on this host: device to device
   // (DeviceGatherTensors).
-  if (engine_ != nullptr && engine_->device_p2p() != nullptr) {
-    std::vector<at::Tensor> every = targets;
-    every.push_back(input);
-    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
-            op_type, every, results, CallerWaits(opts),
-            [input, targets, root](Engine& engine) mutable {
-              return DeviceGatherTensors(engine, input, targets, root);
-            })) {
-      return work;
-    }
+  if (c10::intrusive_ptr<c10d::Work> work = ExchangedOnDeviceOrNull(
+          op_type, targets, {input}, results, CallerWaits(opts),
+          [input, targets, root](Engine& engine) mutable {
+            return DeviceGatherTensors(engine, input, targets, root);
+          })) {
+    return work;
   }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {{&input, Direction::kIn}, {&targets, Direction::kOut}});
@@ -502,16 +509,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
   at::Tensor output = outputs[0];
   // All on the device, with every rank on this host: device to device
   // (DeviceScatterTensors).
-  if (engine_ != nullptr && engine_->device_p2p() != nullptr) {
-    std::vector<at::Tensor> every = sources;
-    every.push_back(output);
-    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
-            op_type, every, outputs, CallerWaits(opts),
-            [sources, output, root](Engine& engine) mutable {
-              return DeviceScatterTensors(engine, sources, output, root);
-            })) {
-      return work;
-    }
+  if (c10::intrusive_ptr<c10d::Work> work = ExchangedOnDeviceOrNull(
+          op_type, sources, {output}, outputs, CallerWaits(opts),
+          [sources, output, root](Engine& engine) mutable {
+            return DeviceScatterTensors(engine, sources, output, root);
+          })) {
+    return work;
   }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {{&sources, Direction::kIn}, {&output, Direction::kOut}});
@@ -889,16 +892,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::AllToAll(
   std::vector<at::Tensor> targets = outputs;
   // Every part on the device, with every rank on this host: device to
   // device (DeviceAllToAllTensors).
-  if (engine_ != nullptr && engine_->device_p2p() != nullptr) {
-    std::vector<at::Tensor> every = sources;
-    every.insert(every.end(), targets.begin(), targets.end());
-    if (c10::intrusive_ptr<c10d::Work> work = OnDeviceOrNull(
-            op_type, every, outputs, caller_waits,
-            [sources, targets](Engine& engine) mutable {
-              return DeviceAllToAllTensors(engine, sources, targets);
-            })) {
-      return work;
-    }
+  if (c10::intrusive_ptr<c10d::Work> work = ExchangedOnDeviceOrNull(
+          op_type, sources, targets, outputs, caller_waits,
+          [sources, targets](Engine& engine) mutable {
+            return DeviceAllToAllTensors(engine, sources, targets);
+          })) {
+    return work;
   }
   std::shared_ptr<DeviceStage> stage;
   if (absl::Status s = StageCall(stage, {{&sources, Direction::kIn}, {&targets, Direction::kOut}});

@@ -231,6 +231,13 @@ class ProcessGroupRdmaflow final : public c10d::Backend {
                                                 std::vector<at::Tensor> results,
                                                 bool caller_waits,
                                                 std::function<absl::Status(Engine&)> run);
+  // OnDeviceOrNull for an exchange of device sends and receives
+  // (DeviceP2p: gather, scatter, all-to-all) of the tensors in `some` and
+  // `more`: null without device to device sends.
+  c10::intrusive_ptr<c10d::Work> ExchangedOnDeviceOrNull(
+      c10d::OpType type, const std::vector<at::Tensor>& some,
+      const std::vector<at::Tensor>& more, std::vector<at::Tensor> results, bool caller_waits,
+      std::function<absl::Status(Engine&)> run);
   // A point-to-point `post` of `tensor` device to device where the engine
   // has a DeviceP2p and `tensor` is a contiguous tensor of the group's
   // device: its Work, else null (the caller goes through host twins).
