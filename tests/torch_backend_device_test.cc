@@ -198,6 +198,26 @@ absl::StatusOr<std::unique_ptr<Rank>> Join(
   return rank;
 }
 
+// Whether the test runs the group with direct access off (the rings; the
+// device broadcasts then sum rather than copy).
+bool DirectOff() {
+  const char* direct = std::getenv("RDMAFLOW_DIRECT");
+  return direct != nullptr && std::string(direct) == "off";
+}
+
+// Between two snapshots of the stats: `on_device` calls counted in
+// `field` and no byte staged, or (`staged`) no such call and some bytes
+// staged through host memory.
+absl::Status CheckPath(const torch_backend::BackendStats& before,
+                       const torch_backend::BackendStats& after,
+                       int64_t torch_backend::BackendStats::*field, bool staged,
+                       int64_t on_device, const std::string& what) {
+  const int64_t calls = after.*field - before.*field;
+  const int64_t bytes = after.device_staged_bytes - before.device_staged_bytes;
+  return Check(staged ? calls == 0 && bytes > 0 : calls == on_device && bytes == 0,
+               absl::StrCat(what, ": ", calls, " on the device, ", bytes, " bytes staged"));
+}
+
 absl::Status AllReduces(Rank& r) {
   for (at::ScalarType dtype : {at::kFloat, at::kDouble, at::kLong}) {
     // Past the device all-reduce's 1 MiB region too (in pieces).
@@ -225,12 +245,9 @@ absl::Status AllReduces(Rank& r) {
     // On the device, through one flat tensor: nothing staged.
     const torch_backend::BackendStats before = r.pg->stats();
     RETURN_IF_ERROR(Wait(r.pg->allreduce_coalesced(both)));
-    const torch_backend::BackendStats after = r.pg->stats();
-    const int64_t staged = after.device_staged_bytes - before.device_staged_bytes;
-    const int64_t reduced = after.device_allreduces - before.device_allreduces;
-    RETURN_IF_ERROR(Check(staged == 0 && reduced == 1,
-                          absl::StrCat("allreduce_coalesced: ", staged, " bytes staged, ",
-                                       reduced, " on the device")));
+    RETURN_IF_ERROR(CheckPath(before, r.pg->stats(),
+                              &torch_backend::BackendStats::device_allreduces,
+                              /*staged=*/false, 1, "allreduce_coalesced"));
   }
   at::Tensor ra = Values(0, 1000, at::kFloat, 1);
   at::Tensor rb = Values(0, 3000, at::kFloat, 2);
@@ -270,13 +287,6 @@ absl::Status AllReduces(Rank& r) {
                                                   c10::toString(dtype), ")")));
   }
   return absl::OkStatus();
-}
-
-// Whether the test runs the group with direct access off (the rings; the
-// device broadcasts then sum rather than copy).
-bool DirectOff() {
-  const char* direct = std::getenv("RDMAFLOW_DIRECT");
-  return direct != nullptr && std::string(direct) == "off";
 }
 
 // Whether the test turned device to device sends off on one rank
@@ -474,12 +484,8 @@ absl::Status OtherCollectives(Rank& r) {
     }
     RETURN_IF_ERROR(r.Expect(output, at::cat(parts), "alltoall_base"));
     // Device to device with every rank on one host: nothing staged.
-    const int64_t on_device = after.device_alltoalls - before.device_alltoalls;
-    const int64_t staged = after.device_staged_bytes - before.device_staged_bytes;
-    RETURN_IF_ERROR(Check(DirectOff() ? on_device == 0 && staged > 0
-                                      : on_device == 1 && staged == 0,
-                          absl::StrCat("alltoall_base: ", on_device, " device to device, ",
-                                       staged, " bytes staged")));
+    RETURN_IF_ERROR(CheckPath(before, after, &torch_backend::BackendStats::device_alltoalls,
+                              DirectOff(), 1, "alltoall_base"));
   }
   {
     // Uneven parts, an empty one among them: rank q sends q + p rows to
@@ -546,12 +552,8 @@ absl::Status OtherCollectives(Rank& r) {
                                absl::StrCat("gather part ", q)));
     }
     const torch_backend::BackendStats gathered = r.pg->stats();
-    const int64_t gathers = gathered.device_gathers - before.device_gathers;
-    const int64_t gather_staged = gathered.device_staged_bytes - before.device_staged_bytes;
-    RETURN_IF_ERROR(Check(DirectOff() ? gathers == 0 && gather_staged > 0
-                                      : gathers == 1 && gather_staged == 0,
-                          absl::StrCat("gather: ", gathers, " device to device, ",
-                                       gather_staged, " bytes staged")));
+    RETURN_IF_ERROR(CheckPath(before, gathered, &torch_backend::BackendStats::device_gathers,
+                              DirectOff(), 1, "gather"));
     ASSIGN_OR_RETURN(at::Tensor received, r.Empty({n}, at::kFloat));
     std::vector<at::Tensor> scattered = {received};
     std::vector<std::vector<at::Tensor>> sources;
@@ -564,13 +566,9 @@ absl::Status OtherCollectives(Rank& r) {
     }
     RETURN_IF_ERROR(Wait(r.pg->scatter(scattered, sources)));
     RETURN_IF_ERROR(r.Expect(received, Values(r.rank, n, at::kFloat, 6), "scatter"));
-    const torch_backend::BackendStats after = r.pg->stats();
-    const int64_t scatters = after.device_scatters - gathered.device_scatters;
-    const int64_t scatter_staged = after.device_staged_bytes - gathered.device_staged_bytes;
-    RETURN_IF_ERROR(Check(DirectOff() ? scatters == 0 && scatter_staged > 0
-                                      : scatters == 1 && scatter_staged == 0,
-                          absl::StrCat("scatter: ", scatters, " device to device, ",
-                                       scatter_staged, " bytes staged")));
+    RETURN_IF_ERROR(CheckPath(gathered, r.pg->stats(),
+                              &torch_backend::BackendStats::device_scatters, DirectOff(), 1,
+                              "scatter"));
     // Rooted at the last rank, the root's input one of its outputs: its
     // own part stays as it is.
     const int root = r.world - 1;
@@ -604,11 +602,6 @@ absl::Status OtherCollectives(Rank& r) {
 // the device calls they are; a list with one host tensor in it staged.
 absl::Status ListFormsOnTheDevice(Rank& r) {
   const int64_t n = 70001;  // the parts lie across the region's 1 MiB pieces
-  auto staged_and = [&](const torch_backend::BackendStats& before, auto field) {
-    const torch_backend::BackendStats after = r.pg->stats();
-    return std::make_pair(after.device_staged_bytes - before.device_staged_bytes,
-                          after.*field - before.*field);
-  };
   {
     // all-gather, bit for bit: -0.0, infinities, NaN and a subnormal in
     // every part.
@@ -629,11 +622,9 @@ absl::Status ListFormsOnTheDevice(Rank& r) {
     }
     const torch_backend::BackendStats before = r.pg->stats();
     RETURN_IF_ERROR(Wait(r.pg->allgather(outputs, inputs)));
-    const auto [staged, gathers] =
-        staged_and(before, &torch_backend::BackendStats::device_allgathers);
-    RETURN_IF_ERROR(Check(staged == 0 && gathers == 1,
-                          absl::StrCat("allgather into device outputs: ", staged,
-                                       " bytes staged, ", gathers, " on the device")));
+    RETURN_IF_ERROR(CheckPath(before, r.pg->stats(),
+                              &torch_backend::BackendStats::device_allgathers,
+                              /*staged=*/false, 1, "allgather into device outputs"));
     for (int q = 0; q < r.world; ++q) {
       ASSIGN_OR_RETURN(at::Tensor got, r.Download(outputs[0][q]));
       RETURN_IF_ERROR(Check(at::equal(got.view(at::kInt), part(q).view(at::kInt)),
@@ -654,11 +645,9 @@ absl::Status ListFormsOnTheDevice(Rank& r) {
     outputs[0][r.world - 1] = at::zeros({n}, at::kFloat);
     const torch_backend::BackendStats mixed_before = r.pg->stats();
     RETURN_IF_ERROR(Wait(r.pg->allgather(outputs, inputs)));
-    const auto [mixed_staged, mixed_gathers] =
-        staged_and(mixed_before, &torch_backend::BackendStats::device_allgathers);
-    RETURN_IF_ERROR(Check(mixed_staged > 0 && mixed_gathers == 0,
-                          absl::StrCat("allgather with a host output: ", mixed_staged,
-                                       " bytes staged, ", mixed_gathers, " on the device")));
+    RETURN_IF_ERROR(CheckPath(mixed_before, r.pg->stats(),
+                              &torch_backend::BackendStats::device_allgathers,
+                              /*staged=*/true, 0, "allgather with a host output"));
     RETURN_IF_ERROR(Check(at::equal(outputs[0][r.world - 1].view(at::kInt),
                                     part(r.world - 1).view(at::kInt)),
                           "allgather with a host output: the host part"));
@@ -677,12 +666,10 @@ absl::Status ListFormsOnTheDevice(Rank& r) {
     opts.reduceOp = op;
     const torch_backend::BackendStats before = r.pg->stats();
     RETURN_IF_ERROR(Wait(r.pg->reduce_scatter(outputs, inputs, opts)));
-    const auto [staged, scatters] =
-        staged_and(before, &torch_backend::BackendStats::device_reduce_scatters);
     const std::string what = absl::StrCat("reduce_scatter (op ", static_cast<int>(op), ")");
-    RETURN_IF_ERROR(Check(staged == 0 && scatters == 1,
-                          absl::StrCat(what, ": ", staged, " bytes staged, ", scatters,
-                                       " on the device")));
+    RETURN_IF_ERROR(CheckPath(before, r.pg->stats(),
+                              &torch_backend::BackendStats::device_reduce_scatters,
+                              /*staged=*/false, 1, what));
     at::Tensor expected = Values(0, n, at::kFloat, 10 + r.rank);
     for (int q = 1; q < r.world; ++q) {
       const at::Tensor v = Values(q, n, at::kFloat, 10 + r.rank);
@@ -702,11 +689,9 @@ absl::Status ListFormsOnTheDevice(Rank& r) {
     average.reduceOp = c10d::ReduceOp::AVG;
     const torch_backend::BackendStats before = r.pg->stats();
     RETURN_IF_ERROR(Wait(r.pg->allreduce(tensors, average)));
-    const auto [staged, reduced] =
-        staged_and(before, &torch_backend::BackendStats::device_allreduces);
-    RETURN_IF_ERROR(Check(staged == 0 && reduced == 1,
-                          absl::StrCat("allreduce AVG: ", staged, " bytes staged, ", reduced,
-                                       " on the device")));
+    RETURN_IF_ERROR(CheckPath(before, r.pg->stats(),
+                              &torch_backend::BackendStats::device_allreduces,
+                              /*staged=*/false, 1, "allreduce AVG"));
     at::Tensor sum = Values(0, n, at::kFloat, 11);
     for (int q = 1; q < r.world; ++q) sum += Values(q, n, at::kFloat, 11);
     RETURN_IF_ERROR(r.Expect(tensor, sum.div(r.world), "allreduce AVG"));
@@ -720,13 +705,11 @@ absl::Status ListFormsOnTheDevice(Rank& r) {
       opts.reduceOp = op;
       const torch_backend::BackendStats before = r.pg->stats();
       RETURN_IF_ERROR(Wait(r.pg->reduce(tensors, opts)));
-      const auto [staged, reduced] =
-          staged_and(before, &torch_backend::BackendStats::device_allreduces);
       const std::string what =
           absl::StrCat("reduce to ", root, " (op ", static_cast<int>(op), ")");
-      RETURN_IF_ERROR(Check(staged == 0 && reduced == 1,
-                            absl::StrCat(what, ": ", staged, " bytes staged, ", reduced,
-                                         " on the device")));
+      RETURN_IF_ERROR(CheckPath(before, r.pg->stats(),
+                                &torch_backend::BackendStats::device_allreduces,
+                                /*staged=*/false, 1, what));
       at::Tensor expected = Values(r.rank, n, at::kFloat, root);
       if (r.rank == root) {
         expected = Values(0, n, at::kFloat, root);
@@ -785,14 +768,11 @@ absl::Status PointToPoint(Rank& r) {
     }
   }
   const torch_backend::BackendStats middle = r.pg->stats();
-  const int64_t ipc = middle.device_p2p_ipc - before.device_p2p_ipc;
-  const int64_t staged = middle.device_staged_bytes - before.device_staged_bytes;
   // Off where direct access is, or where one rank turned it off (rank 1
   // there: every rank stages).
-  RETURN_IF_ERROR(Check(DirectOff() || P2pOffSomewhere() ? ipc == 0 && staged > 0
-                                                         : ipc == 12 && staged == 0,
-                        absl::StrCat("sends and receives of device tensors: ", ipc,
-                                     " device to device, ", staged, " bytes staged")));
+  RETURN_IF_ERROR(CheckPath(before, middle, &torch_backend::BackendStats::device_p2p_ipc,
+                            DirectOff() || P2pOffSomewhere(), 12,
+                            "sends and receives of device tensors"));
   if (DirectOff() || P2pOffSomewhere()) return absl::OkStatus();
   // Tensors from ten more allocations: the peer keeps 8 of this rank's
   // allocations mapped (kMappingsPerPeer), and this rank pins one tensor
