@@ -54,8 +54,9 @@ absl::Status RegisterBuiltinStrategies(StrategyRegistry& registry) {
       "layer_separated",
       "Stanza: ranks 0..C-1 train the conv layers (all-reducing their "
       "gradients), the last K the FC layers; activations and their gradients "
-      "cross by one-sided writes; params fc_ranks= (default: cost model), "
-      "bucket_bytes=, chunk_bytes=, slots=",
+      "cross by one-sided writes (in device slots with device parameters); "
+      "params fc_ranks= (default: cost model), bucket_bytes=, chunk_bytes=, slots=, "
+      "overlap=off|on, activations=auto|host",
       [](const StrategyOptions& options)
           -> absl::StatusOr<std::unique_ptr<Strategy>> {
         ASSIGN_OR_RETURN(auto strategy,

@@ -90,6 +90,13 @@ struct ModelSplit {
   std::vector<std::string> head_parameters;
   std::vector<int64_t> sample_shape;      // one input, e.g. {1, 28, 28}
   std::vector<int64_t> activation_shape;  // one sample's activations
+  // Where features() returns its activations and head() its logits: the
+  // CPU (host tensors in and out), or the device of the parameters a split
+  // over a device's own parameters runs on (DeviceModel::ResidentSplit:
+  // StrategyContext::device's tensors; on the fake device, the CPU), where
+  // layer_separated keeps the activations and their gradients in device
+  // slots. Either part takes its input on the host or on that device.
+  c10::Device device = c10::kCPU;
   // Set by a split that runs on copies of the parameters (a device's,
   // train/device_model.h); null otherwise. The strategy calls it once it
   // has changed the parameters' values (an update, a model shared in):

@@ -116,6 +116,9 @@ TEST_F(LayerSeparatedTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
       EXPECT_NEAR(mirror.summary.final_loss(), host.summary.final_loss(), 1e-5) << mirror.output;
       EXPECT_NEAR(mirror.summary.test_accuracy(), host.summary.test_accuracy(), 1e-9);
       EXPECT_EQ(mirror.summary.device_resident(), !staged);
+      // Resident, each conv rank's activations, labels and the
+      // activations' gradients land in device slots (the loss does not).
+      EXPECT_EQ(mirror.summary.plan_device_transfers(), staged ? 0 : 2 * 3) << mirror.output;
     }
   }
 }

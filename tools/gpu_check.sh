@@ -349,6 +349,13 @@ PY
       --strategy_params "fc_ranks=1,overlap=$overlap" --synthetic --device cuda --steps 60 \
       --progress=false --transport_params tls=shm
   done
+  # The activations and their gradients through host memory, the
+  # parameters still on the device: what their device slots save.
+  echo "== rdmaflow_train layer_separated vgg --device cuda activations=host$mps_label"
+  train_run "layer_separated vgg cuda activations=host" "$out/ls_vgg_host_act.json" \
+    "$out/ls_vgg_host_act.log" --local 3 --model vgg --strategy layer_separated \
+    --strategy_params "fc_ranks=1,activations=host" --synthetic --device cuda --steps 60 \
+    --progress=false --transport_params tls=shm
   # Staged, against the parameter server staged: like for like too.
   echo "== rdmaflow_train layer_separated vgg --device cuda staged$mps_label"
   train_run "layer_separated vgg cuda staged" "$out/ls_vgg_staged.json" "$out/ls_vgg_staged.log" \

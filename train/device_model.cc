@@ -233,14 +233,16 @@ absl::StatusOr<strategies::ModelSplit> DeviceModel::ResidentSplit() {
   RETURN_IF_ERROR(CheckSplit());
   resident_split_ = true;
   strategies::ModelSplit split = model_.split;
-  // Tracked moves: the backward brings the input's gradient back to the
-  // host (the head's activations) and the output's to the device.
+  // Outputs on the device (the activations go device to device where the
+  // strategy can); an input on the host moves there, tracked: the backward
+  // brings its gradient back to the host.
   split.features = [this, features = model_.split.features](const at::Tensor& x) {
-    return features(x.to(device_)).to(at::kCPU);
+    return features(x.to(device_));
   };
   split.head = [this, head_fn = model_.split.head](const at::Tensor& x) {
-    return head_fn(x.to(device_)).to(at::kCPU);
+    return head_fn(x.to(device_));
   };
+  split.device = device_;
   split.parameters_changed = nullptr;
   return split;
 }

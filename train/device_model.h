@@ -93,10 +93,11 @@ class DeviceModel {
   // kFailedPrecondition after Compute(), Split() or a first Resident().
   absl::StatusOr<std::vector<strategies::Parameter>> Resident();
   // After Resident(), for layer_separated with device parameters: the
-  // model's features and head on the copy's own parameters (ModelSplit's
-  // contract: host tensors in and out, autograd through both; the
-  // parameters' gradients stay in the copy's .grad()), with no
-  // parameters_changed: the strategy updates the values where they run.
+  // model's features and head on the copy's own parameters (autograd
+  // through both; the parameters' gradients stay in the copy's .grad()),
+  // their outputs on the device (ModelSplit::device; inputs on the host
+  // or the device), with no parameters_changed: the strategy updates the
+  // values where they run.
   // kInvalidArgument when the model has no split; kFailedPrecondition
   // unless Resident() came first, or after a first ResidentSplit().
   absl::StatusOr<strategies::ModelSplit> ResidentSplit();

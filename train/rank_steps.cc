@@ -466,6 +466,9 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   }
   for (const plan::LinkRegion& link : state.plan.link()) {
     summary.plan_transfers += link.slot_size();
+    for (const plan::TensorSlot& slot : link.slot()) {
+      summary.plan_device_transfers += slot.memory() == graph::MEMORY_DEVICE;
+    }
   }
   summary.reported = true;
   ASSIGN_OR_RETURN(summary.test_accuracy, EvaluateRank(state, state.test, 0));

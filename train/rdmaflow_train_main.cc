@@ -204,6 +204,7 @@ void WriteSummary(const TrainConfig& config, int world_size,
   summary.set_wire_bytes_per_step(s.wire_bytes_per_step);
   summary.set_plan_registered_bytes(static_cast<double>(s.plan_registered_bytes));
   summary.set_plan_transfers(static_cast<int32_t>(s.plan_transfers));
+  summary.set_plan_device_transfers(static_cast<int32_t>(s.plan_device_transfers));
   summary.set_codec(config.codec);
   summary.set_encode_ms_per_step(s.encode_ms_per_step);
   summary.set_decode_ms_per_step(s.decode_ms_per_step);

@@ -104,6 +104,8 @@ struct TrainSummary {
   // bytes over every rank, and tensors crossing between ranks.
   int64_t plan_registered_bytes = 0;
   int64_t plan_transfers = 0;
+  // Of those, the ones received in device slots (docs/device.md).
+  int64_t plan_device_transfers = 0;
   // The reporting rank's codec, per step: encoding and decoding (0 without
   // a codec).
   double encode_ms_per_step = 0;

@@ -5,12 +5,46 @@
 #include "ATen/ops/stack.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "strategies/device_tensors.h"
 #include "strategies/layer_separated/layer_separated_strategy.h"
 
 namespace rdmaflow::strategies::layer_separated {
 
 absl::StatusOr<StepReport> LayerSeparatedStrategy::DoStep(const ComputeFn&) {
   return conv_ ? ConvStep() : FcStep();
+}
+
+absl::StatusOr<std::vector<at::Tensor>> LayerSeparatedStrategy::Outgoing(
+    const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> out;
+  if (!activations_on_device_) {
+    for (const at::Tensor& t : tensors) out.push_back(t.detach().to(at::kCPU).contiguous());
+    return out;
+  }
+  const int64_t room = static_cast<int64_t>(send_arena_->size()) / arena_stride_;
+  // The arena's last sends are done before it is written again.
+  RETURN_IF_ERROR(communicator_->WaitSendsDone());
+  const c10::Device where = TensorDeviceOf(context().device);
+  for (size_t j = 0; j < tensors.size(); ++j) {
+    const at::Tensor& t = tensors[j];
+    if (static_cast<int64_t>(j) >= room ||
+        t.numel() * static_cast<int64_t>(sizeof(float)) > arena_stride_) {
+      return absl::InternalError(absl::StrCat(Where(), ": ", tensors.size(), " tensors of ",
+                                              t.numel(), " floats do not fit its send arena (",
+                                              room, " of ", arena_stride_, " bytes)"));
+    }
+    at::Tensor copy = FloatsOver(send_arena_->data() + j * arena_stride_, t.numel(), where)
+                          .view(t.sizes());
+    copy.copy_(t.detach());
+    out.push_back(std::move(copy));
+  }
+  RETURN_IF_ERROR(SynchronizeTorchStream(where));  // the copies, before the transport reads
+  return out;
+}
+
+absl::Status LayerSeparatedStrategy::DoneWithSlots() const {
+  if (!activations_on_device_) return absl::OkStatus();
+  return SynchronizeTorchDevice(TensorDeviceOf(context().device));
 }
 
 absl::StatusOr<at::Tensor> LayerSeparatedStrategy::ForwardAndSend() {
@@ -22,7 +56,11 @@ absl::StatusOr<at::Tensor> LayerSeparatedStrategy::ForwardAndSend() {
   }
   const Link& link = links_.front();
   at::Tensor act = context().split->features(batch.x);
-  RETURN_IF_ERROR(tensors_->Send(link.act, act.detach().contiguous()));
+  // Through host memory: a tracked move, so that the host gradients
+  // back-propagate into the device's features (nothing on the host).
+  if (!activations_on_device_) act = act.to(at::kCPU);
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> out, Outgoing({act}));
+  RETURN_IF_ERROR(tensors_->Send(link.act, out.front()));
   RETURN_IF_ERROR(tensors_->Send(link.labels, batch.y.to(at::kLong).contiguous()));
   return act;
 }
@@ -67,6 +105,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   report.compute.accuracy = stats[1].item<double>();
   report.compute.samples = layout_.batch;
   if (act.requires_grad()) act.backward(grad);
+  RETURN_IF_ERROR(DoneWithSlots());  // the backward read the gradients' slot
   act = at::Tensor();
   grad = at::Tensor();  // gives the slots back
   stats = at::Tensor();
@@ -98,9 +137,11 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
   const absl::Time received = absl::Now();
   at::Tensor a = at::cat(acts).requires_grad_(true);
   at::Tensor y = at::cat(labels);
+  RETURN_IF_ERROR(DoneWithSlots());  // the copies out of the slots
   acts.clear();  // gives the slots back
   labels.clear();
   at::Tensor logits = context().split->head(a);
+  if (y.device() != logits.device()) y = y.to(logits.device());
   at::Tensor losses = at::cross_entropy_loss(logits, y, /*weight=*/{}, at::Reduction::None);
   // The gradient of the global batch's mean loss.
   losses.sum().div(static_cast<double>(layout_.batch * layout_.conv_ranks)).backward();
@@ -108,10 +149,14 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
   const at::Tensor grad = a.grad();
   const absl::Time computed = absl::Now();
   const int64_t b = layout_.batch;
+  std::vector<at::Tensor> grads;
+  for (size_t j = 0; j < links_.size(); ++j) grads.push_back(grad.narrow(0, j * b, b));
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> out, Outgoing(grads));
   for (size_t j = 0; j < links_.size(); ++j) {
-    RETURN_IF_ERROR(tensors_->Send(links_[j].grad, grad.narrow(0, j * b, b).contiguous()));
+    RETURN_IF_ERROR(tensors_->Send(links_[j].grad, out[j]));
     at::Tensor stats = at::stack({losses.narrow(0, j * b, b).mean().detach(),
-                                        correct.narrow(0, j * b, b).mean()});
+                                  correct.narrow(0, j * b, b).mean()})
+                           .to(at::kCPU);
     RETURN_IF_ERROR(tensors_->Send(links_[j].stats, stats));
   }
   RETURN_IF_ERROR(group_->AllReduceGradients(1.0, options().momentum));

@@ -59,12 +59,14 @@ absl::StatusOr<std::unique_ptr<LayerSeparatedStrategy>> LayerSeparatedStrategy::
   RETURN_IF_ERROR(params.Int("slots", 1, &group.slots));
   std::string overlap = "off";
   RETURN_IF_ERROR(params.Choice("overlap", {"off", "on"}, &overlap));
+  std::string activations = "auto";
+  RETURN_IF_ERROR(params.Choice("activations", {"auto", "host"}, &activations));
   RETURN_IF_ERROR(params.Done());
   RETURN_IF_ERROR(CheckTrainingOptions("layer_separated", options.steps,
                                        options.learning_rate, options.momentum));
   group.timeout = options.communicator_options.timeout;
   return std::unique_ptr<LayerSeparatedStrategy>(new LayerSeparatedStrategy(
-      options, std::move(group), fc_ranks, overlap == "on"));
+      options, std::move(group), fc_ranks, overlap == "on", activations == "host"));
 }
 
 LayerSeparatedStrategy::~LayerSeparatedStrategy() {
@@ -136,7 +138,12 @@ absl::StatusOr<graph::GraphDef> LayerSeparatedStrategy::DoPrepare(
   layout_.activation_shape = job.split->activation_shape;
   conv_ = job.rank < layout_.conv_ranks;
   fc_index_ = conv_ ? -1 : job.rank - layout_.conv_ranks;
-  return BuildStanzaGraph(layout_);
+  // Every rank decides alike (the same options, device and split); a plan
+  // that differed would fail the communicators' plan check.
+  activations_on_device_ = !host_activations_ && job.device != nullptr &&
+                           options().communicator == "rdma" &&
+                           job.split->device == TensorDeviceOf(job.device);
+  return BuildStanzaGraph(layout_, activations_on_device_);
 }
 
 absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
@@ -210,9 +217,31 @@ absl::Status LayerSeparatedStrategy::DoStart() {
                    runtime::CreateCommunicator(options().communicator, plan(),
                                                *context().transport, *context().store,
                                                communication));
+  std::optional<c10::Device> device;
+  if (activations_on_device_) {
+    device = TensorDeviceOf(context().device);
+    // One tensor of the activations' size per conv rank served (FC) or
+    // one (conv), each at a 64-byte boundary.
+    int64_t elements = layout_.batch;
+    for (int64_t d : layout_.activation_shape) elements *= d;
+    arena_stride_ = (elements * static_cast<int64_t>(sizeof(float)) + 63) / 64 * 64;
+    const int64_t tensors = conv_ ? 1 : static_cast<int64_t>(layout_.Served(fc_index_).size());
+    absl::StatusOr<rdma::MemoryRegion> arena =
+        context().transport->AllocateDevice(arena_stride_ * tensors);
+    if (!arena.ok()) {
+      return absl::Status(arena.status().code(),
+                          absl::StrCat(Where(), ": device memory for the ",
+                                       conv_ ? "activations" : "activations' gradients",
+                                       " it sends (", arena_stride_ * tensors, " bytes): ",
+                                       arena.status().message(),
+                                       " (activations=host moves them through host memory)"));
+    }
+    send_arena_ = std::make_unique<rdma::MemoryRegion>(*std::move(arena));
+    communicator_->AddSendArena(send_arena_.get());
+  }
   ASSIGN_OR_RETURN(runtime::torch::TorchCommunicator tensors,
                    runtime::torch::TorchCommunicator::Create(*communicator_, plan(),
-                                                             context().rank));
+                                                             context().rank, device));
   tensors_ = std::make_unique<runtime::torch::TorchCommunicator>(std::move(tensors));
   ASSIGN_OR_RETURN(runtime::RankPlan mine, runtime::RankPlan::Create(plan(), context().rank));
   const std::vector<int> convs =

@@ -19,7 +19,16 @@
 // all ranks, where only the first conv and the first FC rank contribute);
 // ShareModel() between steps runs the same all-reduce but each rank takes
 // only the part it does not train, so a harness can evaluate mid-run.
-// Parameters: fc_ranks (auto), bucket_bytes, chunk_bytes, slots, overlap.
+// Parameters: fc_ranks (auto), bucket_bytes, chunk_bytes, slots, overlap,
+// activations.
+// activations=auto (the default): with device parameters, a split whose
+// parts return device tensors (ModelSplit::device) and the zero-copy
+// communicator, the activations and their gradients stay on the device:
+// each goes out of a send arena in device memory (one device copy) into a
+// device slot of its receiver, which runs on it in place (on one host by
+// CUDA IPC, across hosts staged by the device transport); the labels go
+// from the host into device slots, the loss and accuracy host to host.
+// activations=host (or any other case) moves them through host memory.
 // overlap=on (off by default) is Stanza's pipeline: a conv rank forwards
 // and sends batch t+1 before it receives batch t's gradients, so its
 // forward overlaps the FC rank's work on batch t, and the FC rank's work on
@@ -86,12 +95,15 @@ class LayerSeparatedStrategy final : public Strategy {
   const StanzaLayout& layout() const { return layout_; }
   // What the cost model saw (when it chose K).
   const StanzaCosts& costs() const { return costs_; }
+  // The activations and their gradients cross in device slots (from
+  // Prepare() on; activations= above).
+  bool activations_on_device() const { return activations_on_device_; }
 
  private:
   LayerSeparatedStrategy(StrategyOptions options, DataParallelOptions group, int fc_ranks,
-                         bool overlap)
+                         bool overlap, bool host_activations)
       : Strategy(std::move(options)), group_options_(std::move(group)),
-        requested_fc_ranks_(fc_ranks), overlap_(overlap) {}
+        requested_fc_ranks_(fc_ranks), overlap_(overlap), host_activations_(host_activations) {}
   // kInvalidArgument without a model split or batch source, with fewer
   // than 2 ranks, or with fc_ranks >= ranks.
   absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
@@ -113,6 +125,15 @@ class LayerSeparatedStrategy final : public Strategy {
   // labels to the FC rank; the activations, with their graph.
   absl::StatusOr<at::Tensor> ForwardAndSend();
   absl::StatusOr<StepReport> FcStep();
+  // What this rank sends of `tensors` (a step's activations, or its
+  // gradients for each served conv rank), as the plan holds them: with the
+  // activations on the device, copies in the send arena, one after another,
+  // complete (the arena's last sends done before it is written again);
+  // else the tensors on the host (a tracked move keeps the autograd graph).
+  absl::StatusOr<std::vector<at::Tensor>> Outgoing(const std::vector<at::Tensor>& tensors);
+  // Waits for torch's work on the received slots (device slots go back
+  // when dropped); nothing to wait for on the host.
+  absl::Status DoneWithSlots() const;
   absl::Status DoShareModel() override { return ShareParameters(/*everything=*/false); }
   // One all-reduce over every rank of conv rank 0's features and FC rank
   // 0's head. `everything`: every rank takes the whole model (the final
@@ -125,6 +146,13 @@ class LayerSeparatedStrategy final : public Strategy {
   const DataParallelOptions group_options_;
   const int requested_fc_ranks_;  // 0: the cost model decides
   const bool overlap_;            // Stanza's pipeline (overlap=on)
+  const bool host_activations_;   // activations=host
+  bool activations_on_device_ = false;
+  // With the activations on the device: what this rank's activations (conv)
+  // or gradients (FC) go out of, registered with the communicator; after
+  // it in this list, so that the communicator is gone first.
+  std::unique_ptr<rdma::MemoryRegion> send_arena_;
+  int64_t arena_stride_ = 0;  // bytes between its tensors
   // With overlap, on a conv rank: the activations of the batch whose
   // gradients come next, forwarded (and sent) during the step before.
   at::Tensor ahead_;

@@ -54,6 +54,8 @@ struct Job {
   // By rank, by ShareModel() call: the rank's parameters right after it.
   std::vector<std::vector<std::vector<at::Tensor>>> shared;
   std::vector<int> on_device;  // by rank: Strategy::exchanges_on_device()
+  std::vector<int> activations_on_device;  // by rank
+  std::vector<int64_t> copies;             // by rank: the communicator's
 };
 
 using FeaturesFn = at::Tensor (*)(const std::vector<at::Tensor>&, const at::Tensor&);
@@ -75,6 +77,8 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
   job.connected.resize(world);
   job.links.resize(world);
   job.on_device.resize(world, -1);
+  job.activations_on_device.resize(world, -1);
+  job.copies.resize(world, -1);
   job.status = rdma::testing::RunRankThreadsOwning(
       world,
       [&](int rank, std::unique_ptr<rdma::Transport>& fabric, rdma::Store& store) -> absl::Status {
@@ -131,6 +135,8 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
         job.connected[rank] = counter.connected();
         job.links[rank] = strategy->link_stats();
         job.on_device[rank] = strategy->exchanges_on_device();
+        job.activations_on_device[rank] = strategy->activations_on_device();
+        job.copies[rank] = strategy->counters().copies;
         strategy.reset();  // before the transport and device it used
         return absl::OkStatus();
       });
@@ -169,22 +175,33 @@ void ExpectMatchesReference(const ToyProblem& problem, const Job& job, int world
 }
 
 // Device parameters (fake devices): both groups and the final exchange on
-// device regions, the same parameters as one process on the conv ranks'
-// batches, with the model shared mid-run through the device region too
-// and with K chosen by the cost model (its probe on the region).
+// device regions, the activations and their gradients in device slots,
+// sent out of a device send arena uncopied (the labels and the loss, from
+// host memory, are the communicator's only copies), the same parameters as
+// one process on the conv ranks' batches, with the model shared mid-run
+// through the device region too and with K chosen by the cost model (its
+// probe on the region); with activations=host, through host memory (the
+// activations and their gradients copied too), the same parameters.
 TEST(LayerSeparatedStrategyTest, DeviceParametersMatchOneProcess) {
   at::set_num_threads(1);
   for (const auto& params : std::vector<std::map<std::string, std::string>>{
-           {{"fc_ranks", "1"}}, {}}) {
-    SCOPED_TRACE(params.empty() ? "K chosen" : "fc_ranks=1");
+           {{"fc_ranks", "1"}}, {}, {{"fc_ranks", "1"}, {"activations", "host"}}}) {
+    const bool host = params.count("activations") > 0;
+    SCOPED_TRACE(params.empty() ? "K chosen" : host ? "activations=host" : "fc_ranks=1");
     const ToyProblem problem(3, kSteps, kBatch);
     const Job job = RunJob(problem, 3, params, "", &ToyProblem::Features, /*share_every=*/2,
                            /*on_device=*/true);
     for (const absl::Status& status : job.status) ASSERT_OK(status);
     const std::vector<at::Tensor> reference = ConvReference(problem, job);
+    const int convs = job.conv_ranks[0];
     for (int r = 0; r < 3; ++r) {
       EXPECT_LT(ToyProblem::MaxDiff(job.finals[r], reference), 1e-5) << "rank " << r;
       EXPECT_EQ(job.on_device[r], 1) << "rank " << r;
+      EXPECT_EQ(job.activations_on_device[r], host ? 0 : 1) << "rank " << r;
+      // A conv rank sends labels (and its activations) each step; an FC
+      // rank a loss (and the activations' gradients) per conv rank served.
+      const int64_t per_step = (host ? 2 : 1) * (r < convs ? 1 : convs);
+      EXPECT_EQ(job.copies[r], per_step * kSteps) << "rank " << r;
       ASSERT_EQ(job.shared[r].size(), 2u) << "rank " << r;
     }
     // After each mid-run share every rank holds the same whole model.
@@ -297,6 +314,18 @@ TEST(LayerSeparatedTest, OverlapWithThreeConvRanksAndTwoFcRanks) {
   ExpectPipelined(problem, RunJob(problem, 4, {{"fc_ranks", "1"}, {"overlap", "on"}}), 4, 3);
   const ToyProblem two(4, kSteps, kBatch);
   ExpectPipelined(two, RunJob(two, 4, {{"fc_ranks", "2"}, {"overlap", "on"}}), 4, 2);
+}
+
+// The pipeline with the activations in device slots (fake devices): the
+// FC rank's gradients for its three conv ranks out of one send arena, a
+// conv rank's next activations written into its arena once the last went.
+TEST(LayerSeparatedTest, OverlapOnDevicesRunsStanzasPipeline) {
+  at::set_num_threads(1);
+  const ToyProblem problem(4, kSteps, kBatch);
+  const Job job = RunJob(problem, 4, {{"fc_ranks", "1"}, {"overlap", "on"}}, "",
+                         &ToyProblem::Features, /*share_every=*/0, /*on_device=*/true);
+  ExpectPipelined(problem, job, 4, 3);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(job.activations_on_device[r], 1) << "rank " << r;
 }
 
 // What docs/strategies.md says of the pipeline's backward: it multiplies by

@@ -9,6 +9,9 @@
 //   f<k>/grad_c<i>  like c<i>/act                 FC rank -> conv rank
 //   f<k>/stats_c<i> [2] float32 (loss, accuracy)  FC rank -> conv rank
 // (a transfer is named after its producer's output, "c<i>/act:0").
+// With `on_device` the activations and their gradients are held and
+// received in device memory (device slots: docs/device.md), the labels
+// received there from the host, the stats host to host.
 #ifndef RDMAFLOW_STRATEGIES_LAYER_SEPARATED_STANZA_GRAPH_H_
 #define RDMAFLOW_STRATEGIES_LAYER_SEPARATED_STANZA_GRAPH_H_
 
@@ -37,7 +40,7 @@ std::string LabelsTensor(int conv);
 std::string GradTensor(int fc_index, int conv);
 std::string StatsTensor(int fc_index, int conv);
 
-graph::GraphDef BuildStanzaGraph(const StanzaLayout& layout);
+graph::GraphDef BuildStanzaGraph(const StanzaLayout& layout, bool on_device = false);
 
 }  // namespace rdmaflow::strategies::layer_separated
 
