@@ -180,14 +180,19 @@ absl::StatusOr<int> LayerSeparatedStrategy::ChooseK() {
   x_shape.insert(x_shape.end(), split.sample_shape.begin(), split.sample_shape.end());
   a_shape.insert(a_shape.end(), split.activation_shape.begin(), split.activation_shape.end());
   at::Tensor x = at::randn(x_shape);
-  at::Tensor labels = at::zeros({b}, at::kLong);
+  // On the parts' device (a resident split's logits are there); each run
+  // waits for its kernels, so that the times are the work's, not its
+  // launches'.
+  at::Tensor labels = at::zeros({b}, at::TensorOptions().dtype(at::kLong).device(split.device));
   costs_.conv_s = Fastest([&] {
     at::Tensor h = split.features(x);
     if (h.requires_grad()) h.backward(at::ones_like(h));
+    SynchronizeTorchDevice(split.device).IgnoreError();
   });
   costs_.fc_s = Fastest([&] {
     at::Tensor a = at::randn(a_shape).requires_grad_(true);
     at::cross_entropy_loss(split.head(a), labels).backward();
+    SynchronizeTorchDevice(split.device).IgnoreError();
   });
   for (Parameter& p : parameters_) p.tensor.mutable_grad() = at::Tensor();
   costs_.activation_bytes = static_cast<int64_t>(at::empty(a_shape).numel()) * 4 + b * 8;
