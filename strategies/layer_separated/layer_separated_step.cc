@@ -3,6 +3,7 @@
 #include "ATen/ops/cat.h"
 #include "ATen/ops/cross_entropy_loss.h"
 #include "ATen/ops/stack.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "strategies/device_tensors.h"
@@ -99,12 +100,16 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   }
   const absl::Time sent = absl::Now();
   ASSIGN_OR_RETURN(at::Tensor grad, tensors_->Recv(link.grad));
+  // Declared after the slot: on a failed or throwing backward the device is
+  // synchronised before the slot goes back (destruction runs in reverse).
+  absl::Cleanup slot_guard = [this] { DoneWithSlots().IgnoreError(); };
   ASSIGN_OR_RETURN(at::Tensor stats, tensors_->Recv(link.stats));
   const absl::Time received = absl::Now();
   report.compute.loss = stats[0].item<double>();
   report.compute.accuracy = stats[1].item<double>();
   report.compute.samples = layout_.batch;
   if (act.requires_grad()) act.backward(grad);
+  std::move(slot_guard).Cancel();
   RETURN_IF_ERROR(DoneWithSlots());  // the backward read the gradients' slot
   act = at::Tensor();
   grad = at::Tensor();  // gives the slots back
@@ -128,6 +133,9 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
   group_->ZeroGradients();
   const absl::Time begin = absl::Now();
   std::vector<at::Tensor> acts, labels;
+  // Declared after the slots: a failed or throwing Recv or cat synchronises
+  // the device before they go back (destruction runs in reverse).
+  absl::Cleanup slot_guard = [this] { DoneWithSlots().IgnoreError(); };
   for (const Link& link : links_) {
     ASSIGN_OR_RETURN(at::Tensor a, tensors_->Recv(link.act));
     ASSIGN_OR_RETURN(at::Tensor y, tensors_->Recv(link.labels));
@@ -137,6 +145,7 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
   const absl::Time received = absl::Now();
   at::Tensor a = at::cat(acts).requires_grad_(true);
   at::Tensor y = at::cat(labels);
+  std::move(slot_guard).Cancel();
   RETURN_IF_ERROR(DoneWithSlots());  // the copies out of the slots
   acts.clear();  // gives the slots back
   labels.clear();
