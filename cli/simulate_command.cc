@@ -278,7 +278,7 @@ options:
                        allreduce, layer_separated, gossip, moshpit (default
                        allreduce), with their settings as rdmaflow_train
                        takes them (ps: servers=1,sync=bsp|asp|ssp:S|dssp:L:H,
-                       overlap=off|on,slice_bytes=B; layer_separated:
+                       overlap=off|on,slice_bytes=auto|B; layer_separated:
                        fc_ranks=K,overlap=off|on; gossip: mode=pull|push,
                        period=N, topology=random|ring, overlap=off|on;
                        moshpit: side=M, dims=D, period=N, group_timeout_ms=T,

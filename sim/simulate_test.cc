@@ -159,6 +159,13 @@ TEST(SimulateTest, OverlappedParameterServerPipelinesItsSlices) {
   EXPECT_NEAR(on.wire_bytes_per_step(), off.wire_bytes_per_step(),
               1e-3 * off.wire_bytes_per_step());
   EXPECT_EQ(on.update_rule(), "sgd");
+  // Left out or auto, the slices are the strategy's: 256 KiB here.
+  for (const char* automatic : {"", "auto"}) {
+    s.params = {{"servers", "1"}, {"overlap", "on"}};
+    if (*automatic != '\0') s.params["slice_bytes"] = automatic;
+    ASSERT_OK_AND_ASSIGN(SimulatedRun run, Simulate(s));
+    EXPECT_DOUBLE_EQ(run.step_ms(), on.step_ms()) << automatic;
+  }
   s.params = {{"overlap", "maybe"}};
   EXPECT_THAT(Simulate(s).status(), StatusIs(absl::StatusCode::kInvalidArgument));
   s.params = {{"overlap", "on"}, {"slice_bytes", "6"}};  // as the strategy refuses it

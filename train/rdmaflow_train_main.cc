@@ -49,7 +49,7 @@ ABSL_FLAG(int, servers, 1, "ps: ranks 0..servers-1 are parameter servers");
 ABSL_FLAG(std::string, sync, "bsp", "ps: bsp | asp | ssp:S | dssp:LOW:HIGH");
 ABSL_FLAG(std::string, strategy_params, "",
           "more strategy settings, key=value,... (ps: servers=S, sync=MODE, pull=read|send, "
-          "copies=K, overlap=off|on, slice_bytes=1M, prefetch=on|off (overlap=on; on under "
+          "copies=K, overlap=off|on, slice_bytes=auto|B, prefetch=on|off (overlap=on; on under "
           "bsp), where servers and sync here win over --servers and --sync; allreduce: "
           "bucket_bytes=4M, chunk_bytes=256K, slots=32, overlap=on|off; layer_separated: "
           "fc_ranks=K, overlap=off|on, bucket_bytes, chunk_bytes, slots; gossip: beta=0.5, "

@@ -243,12 +243,16 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
     sync = it->second;
     params.erase(it);
   }
+  // 0: auto, as the strategy's default (strategies/ps/slices.h).
+  int64_t slice_bytes = 0;
+  if (auto it = params.find("slice_bytes"); it != params.end() && it->second == "auto") {
+    params.erase(it);
+  }
   KeyValueParams p("ps", params);
   int servers = 1;
   RETURN_IF_ERROR(p.Int("servers", 1, &servers));
   std::string overlap = "off";
   RETURN_IF_ERROR(p.Choice("overlap", {"off", "on"}, &overlap));
-  int64_t slice_bytes = int64_t{1} << 20;
   RETURN_IF_ERROR(p.Size("slice_bytes", 4, &slice_bytes));
   const bool prefetch_given = params.count("prefetch") > 0;
   std::string prefetch = "off";
@@ -256,7 +260,7 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
   RETURN_IF_ERROR(p.Done());
   if (slice_bytes % 4 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ps slice_bytes must be a positive multiple of 4 (whole float32 elements), got ",
+        "ps slice_bytes must be auto or a positive multiple of 4 (whole float32 elements), got ",
         slice_bytes));
   }
   ASSIGN_OR_RETURN(SyncPolicy policy, SyncPolicy::Parse(sync));

@@ -2,7 +2,8 @@
 // -----------------------------------------------------------------------------
 // The parameter server with overlap=on, as strategies/ps runs it: each
 // shard (whole layers' parameters, largest first onto the emptiest server,
-// laid out in model order) cut into slices of slice_bytes. A worker's step:
+// laid out in model order) cut into slices of slice_bytes (auto: as the
+// strategy's AutoSliceBytes). A worker's step:
 //   1. pulls each slice as soon as it may go into the step (under bsp once
 //      the server applied every worker's slice of the step before;
 //      otherwise once the worker's own slice is in and its clock is within
@@ -29,6 +30,7 @@
 
 #include "sim/internal/job.h"
 #include "sim/internal/ps_model.h"
+#include "strategies/ps/slices.h"
 #include "strategies/ps/sync_policy.h"
 
 namespace rdmaflow::sim::internal {
@@ -54,8 +56,13 @@ class OverlappedParameterServer {
       double offset = 0;
       std::vector<std::pair<double, size_t>> extent;  // (end offset, layer)
       for (size_t i : shard[s]) extent.push_back({offset += c.layer_param_bytes[i], i});
-      for (double begin = 0; begin < offset; begin += slice_bytes) {
-        const double end = std::min(offset, begin + slice_bytes);
+      // slice_bytes 0: auto, as the strategy cuts this shard.
+      const double size = slice_bytes > 0
+                              ? slice_bytes
+                              : static_cast<double>(strategies::ps::AutoSliceBytes(
+                                    static_cast<int64_t>(std::ceil(offset))));
+      for (double begin = 0; begin < offset; begin += size) {
+        const double end = std::min(offset, begin + size);
         // Complete once backward passed the first layer it holds.
         size_t first = 0;
         while (extent[first].first <= begin) ++first;

@@ -38,11 +38,13 @@ absl::StatusOr<PsOptions> PsOptions::Parse(
       }
       options.overlap = value == "on";
     } else if (key == "slice_bytes") {
-      if (!absl::SimpleAtoi(value, &options.slice_bytes) || options.slice_bytes < 4 ||
-          options.slice_bytes % 4 != 0) {
+      if (value == "auto") {
+        options.slice_bytes = 0;
+      } else if (!absl::SimpleAtoi(value, &options.slice_bytes) || options.slice_bytes < 4 ||
+                 options.slice_bytes % 4 != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "ps slice_bytes must be a positive multiple of 4 (whole float32 elements), got '",
-            value, "'"));
+            "ps slice_bytes must be auto or a positive multiple of 4 (whole float32 elements), "
+            "got '", value, "'"));
       }
     } else if (key == "prefetch") {
       if (value != "on" && value != "off") {

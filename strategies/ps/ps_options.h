@@ -15,8 +15,10 @@
 //               the sync mode lets it, and workers pull each slice of the
 //               next step as soon as the server published it, while the
 //               other slices are still being pushed (P3's slicing)
-//   slice_bytes=N  the slices' size with overlap=on (default 1 MiB; a
-//               positive multiple of 4)
+//   slice_bytes=N  the slices' size with overlap=on: a positive multiple
+//               of 4, or auto (the default): 256 KiB, larger only where a
+//               shard would otherwise be cut into more than 1024 slices
+//               (slices.h, AutoSliceBytes)
 //   prefetch=on with overlap=on, a worker pulls the next step's slices
 //               during this step's backward and pushes, into a buffer of its
 //               own that the next step takes, each as soon as it may go into
@@ -44,7 +46,7 @@ struct PsOptions {
   bool pull_by_read = true;
   int copies = 3;
   bool overlap = false;
-  int64_t slice_bytes = int64_t{1} << 20;
+  int64_t slice_bytes = 0;  // 0: auto
   bool prefetch = false;  // only with overlap=on; Parse's default: under bsp
 
   // kInvalidArgument naming the bad or unknown key and the known ones.

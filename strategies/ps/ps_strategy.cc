@@ -226,10 +226,11 @@ absl::StatusOr<graph::GraphDef> PsStrategy::DoPrepare(std::vector<Parameter> par
     }
   }
   slices_.clear();
-  const int64_t slice_elements = ps_.overlap ? ps_.slice_bytes / sizeof(float) : 0;
   for (const Shard& shard : shards_) {
-    slices_.push_back(SliceShard(shard, slice_elements));
-    if (slices_.back().size() > kMaxSlices) {
+    const int64_t shard_bytes = shard.elements * static_cast<int64_t>(sizeof(float));
+    const int64_t slice_bytes = ps_.slice_bytes > 0 ? ps_.slice_bytes : AutoSliceBytes(shard_bytes);
+    slices_.push_back(SliceShard(shard, ps_.overlap ? slice_bytes / sizeof(float) : 0));
+    if (static_cast<int64_t>(slices_.back().size()) > kMaxSlices) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ps slice_bytes=", ps_.slice_bytes, " cuts a shard of ", shard.elements * sizeof(float),
           " bytes into ", slices_.back().size(), " slices, more than ", kMaxSlices,

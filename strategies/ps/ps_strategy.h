@@ -209,9 +209,6 @@ class PsStrategy final : public Strategy {
   // server's clock words is `clock`.
   std::string WorkersAt(const std::vector<int64_t>& words, int64_t clock) const;
 
-  // The most slices overlap=on cuts a shard into.
-  static constexpr size_t kMaxSlices = 1024;
-
   const PsOptions ps_;
   std::vector<Parameter> parameters_;
   // Device parameters: where their tensors (and the server's) live.

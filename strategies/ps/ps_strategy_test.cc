@@ -586,7 +586,7 @@ TEST(PsStrategyTest, OverlapRefusesWhatCannotBeSliced) {
     EXPECT_THAT(PsStrategy::Create(Options(2, "rdma", {{"overlap", "on"}, {"slice_bytes", bad}}))
                     .status(),
                 StatusIs(absl::StatusCode::kInvalidArgument,
-                         ::testing::HasSubstr("positive multiple of 4")))
+                         ::testing::HasSubstr("auto or a positive multiple of 4")))
         << bad;
   }
 }
@@ -658,6 +658,29 @@ TEST(PsStrategyTest, ReportsThePlanItRuns) {
         return absl::OkStatus();
       });
   EXPECT_OK(results[0]);
+}
+
+// slice_bytes left out, or auto, cuts a 600 KiB shard into 256 KiB slices
+// (three pushes a worker: three slots on its link); a size given is kept.
+TEST(PsStrategyTest, AutoSlicesAre256KiB) {
+  at::Tensor p = at::zeros({600 * 1024 / 4});
+  for (const auto& [given, slots] : std::vector<std::pair<std::string, int>>{
+           {"", 3}, {"auto", 3}, {"1048576", 1}, {"204800", 3}, {"65536", 10}}) {
+    std::map<std::string, std::string> params = {{"servers", "1"}, {"overlap", "on"}};
+    if (!given.empty()) params["slice_bytes"] = given;
+    std::vector<absl::Status> results = rdma::testing::RunRankThreads(
+        1, [&](int, rdma::Transport& t, rdma::Store& store) -> absl::Status {
+          ASSIGN_OR_RETURN(auto strategy, PsStrategy::Create(Options(5, "rdma", params)));
+          RETURN_IF_ERROR(strategy->Prepare({0, 3, &t, &store}, {{"p", p}}).status());
+          const plan::TransferPlan& plan = strategy->plan();
+          EXPECT_EQ(plan.link_size(), 2);
+          for (const plan::LinkRegion& link : plan.link()) {
+            EXPECT_EQ(link.slot_size(), slots) << "slice_bytes=" << given;
+          }
+          return absl::OkStatus();
+        });
+    EXPECT_OK(results[0]) << "slice_bytes=" << given;
+  }
 }
 
 TEST(PsStrategyTest, ShardsAsTheAnalyzerPlacesTheModelGivenItsGraph) {

@@ -6,6 +6,15 @@
 
 namespace rdmaflow::strategies::ps {
 
+int64_t AutoSliceBytes(int64_t shard_bytes) {
+  // The fewest bytes a slice needs for at most kMaxSlices of them, in
+  // whole elements (rounded up twice: no overflow below 2^63 - 4096).
+  const int64_t elements = std::max<int64_t>(shard_bytes, 0) / 4 +
+                           (std::max<int64_t>(shard_bytes, 0) % 4 != 0 ? 1 : 0);
+  const int64_t per_slice = elements / kMaxSlices + (elements % kMaxSlices != 0 ? 1 : 0);
+  return std::max(kAutoSliceBytes, std::max<int64_t>(per_slice, 1) * 4);
+}
+
 std::vector<Slice> SliceShard(const Shard& shard, int64_t slice_elements) {
   if (slice_elements <= 0 || slice_elements >= shard.elements) {
     slice_elements = std::max<int64_t>(shard.elements, 1);

@@ -9,7 +9,8 @@
 // complete once backward produced the gradients of every parameter it
 // overlaps.
 //
-//   std::vector<Slice> slices = SliceShard(shard, slice_elements);
+//   std::vector<Slice> slices = SliceShard(
+//       shard, AutoSliceBytes(shard.elements * 4) / 4);
 //   std::vector<SliceRef> order = PushOrder(all_slices, ready_rank);
 #ifndef RDMAFLOW_STRATEGIES_PS_SLICES_H_
 #define RDMAFLOW_STRATEGIES_PS_SLICES_H_
@@ -30,6 +31,21 @@ struct Slice {
   int64_t elements = 0;
   std::vector<size_t> parameters;
 };
+
+// The most slices a shard may be cut into (each a transfer and a
+// versioned buffer of its own).
+inline constexpr int64_t kMaxSlices = 1024;
+// The slices' size where slice_bytes is left to the strategy (auto).
+// Measured on the VGG-like net, 1 server and 3 workers (docs/strategies.md,
+// "Slice size"): over 100 Mbit/s steps shorten as slices shrink (1 MiB to
+// 256 KiB: 12 %), over 1 Gbit/s and shared memory 256 KiB and 1 MiB are
+// level, and 128 KiB costs 5 % over shared memory.
+inline constexpr int64_t kAutoSliceBytes = int64_t{256} << 10;
+
+// slice_bytes=auto for a shard of `shard_bytes`: kAutoSliceBytes, or the
+// smallest multiple of 4 bytes (whole float32 elements) that cuts the
+// shard into at most kMaxSlices. Never below 4.
+int64_t AutoSliceBytes(int64_t shard_bytes);
 
 // `shard` cut into slices of `slice_elements` each (the last one shorter),
 // in shard order; the whole shard as one slice when `slice_elements` is

@@ -2,6 +2,9 @@
 // the parameters it overlaps, and the push order backward's.
 #include "strategies/ps/slices.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -39,6 +42,28 @@ TEST(SlicesTest, AWholeShardIsOneSlice) {
     EXPECT_EQ(slices[0].elements, 40);
     EXPECT_THAT(slices[0].parameters, ElementsAre(0, 2, 5));
   }
+}
+
+TEST(SlicesTest, AutoSlicesAre256KiBUntilAShardWouldNeedMoreThanTheMostSlices) {
+  // Small and mid-sized shards: 256 KiB (a 256 MiB shard is exactly 1024).
+  for (int64_t shard : {int64_t{0}, int64_t{1}, int64_t{17} << 20, int64_t{256} << 20}) {
+    EXPECT_EQ(AutoSliceBytes(shard), 256 << 10) << shard;
+  }
+  // Beyond, the fewest whole elements that keep to 1024 slices.
+  EXPECT_EQ(AutoSliceBytes((int64_t{256} << 20) + 4), (256 << 10) + 4);
+  EXPECT_EQ(AutoSliceBytes(int64_t{1} << 30), 1 << 20);
+  for (int64_t shard : {(int64_t{256} << 20) + 1, (int64_t{1} << 30) + 3,
+                        int64_t{3'000'000'007}, (int64_t{1} << 40) + 12}) {
+    const int64_t bytes = AutoSliceBytes(shard);
+    EXPECT_EQ(bytes % 4, 0) << shard;
+    const int64_t elements = bytes / 4;
+    const int64_t shard_elements = (shard + 3) / 4;
+    EXPECT_LE((shard_elements + elements - 1) / elements, kMaxSlices) << shard;
+    // And no smaller size would do.
+    EXPECT_GT((shard_elements + elements - 2) / (elements - 1), kMaxSlices) << shard;
+  }
+  // The largest shard a job could declare does not overflow.
+  EXPECT_GT(AutoSliceBytes(std::numeric_limits<int64_t>::max()), 0);
 }
 
 TEST(SlicesTest, PushOrderFollowsTheLastGradientEachSliceWaitsFor) {
