@@ -196,7 +196,7 @@ TEST(SimulateTest, OverlappedParameterServerPrefetchesTheNextStep) {
            {{"prefetch", "on"}}, {{"sync", "asp"}, {"prefetch", "off"}}}) {
     s.params = params;
     EXPECT_THAT(Simulate(s).status(), StatusIs(absl::StatusCode::kInvalidArgument,
-                                               HasSubstr("this scenario has overlap=off")));
+                                               HasSubstr("has overlap=off")));
   }
   // Under asp only when asked, with an update rule of its own (its slices
   // hold fewer of the others' updates), and a step no longer than without.
@@ -563,6 +563,10 @@ TEST(SimulateTest, BadScenariosAreNamed) {
   s.params = {{"servers", "2"}};
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("worker")));
   s = Base("ps", 3);
+  s.params = {{"pull", "send"}};  // the strategy runs it; the model does not
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pull=send")));
+  s.params = {{"overlap", "on"}, {"slice_bytes", "1M"}};  // as the strategy refuses it
+  EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("slice_bytes")));
   s.params = {{"sync", "ssp:-1"}};
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ssp")));
   s = Base("gossip", 2);

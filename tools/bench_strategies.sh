@@ -4,7 +4,7 @@
 # the step time, for
 #   allreduce         4 replicas, ring all-reduce of the gradients
 #   ps                1 server + 3 workers, bsp, one-sided pulls
-#   ps_overlap        the same, each 1 MiB slice pushed as backward completes
+#   ps_overlap        the same, each slice (256 KiB: slice_bytes=auto) pushed as backward completes
 #                     it and the next step's pulled as soon as it is applied,
 #                     during this step (overlap=on; STRATEGIES to add it)
 #   ps_overlap_late   the same, the next step's slices pulled when it begins

@@ -14,6 +14,9 @@ stored there), and rows are read under its 'link strategy ranks' header
 up to the next line that starts with '#'. One CALIBRATION for every run
 in VALIDATION: give a file a run at a time where runs have their own.
 MODEL overrides the model.
+PS_SLICE_BYTES=N adds slice_bytes=N to every ps strategy with overlap=on:
+the runs stored before 2026-12-05 used 1 MiB slices (1048576), where the
+simulator now cuts the strategy's default (docs/scale.md).
 A link the calibration did not measure is the simulator's preset of that
 name, as for tools/sim_validation.py.
 """
@@ -75,6 +78,16 @@ def blocks(path):
         yield head + (rows,)
 
 
+def with_slices(strategy, slice_bytes):
+    """The strategy with slice_bytes=N where it is ps with overlap=on."""
+    if not slice_bytes or not strategy.startswith("ps:") or "overlap=on" not in strategy:
+        return strategy
+    if not slice_bytes.isdigit() or int(slice_bytes) < 4 or int(slice_bytes) % 4:
+        sys.exit("sim_repredict: PS_SLICE_BYTES must be a positive multiple of 4, got '%s'"
+                 % slice_bytes)
+    return strategy + ",slice_bytes=" + slice_bytes
+
+
 def main(old, new, calibration, validation, model_override=None):
     names = specs()
     # tools/bench_strategies.sh's names for the same settings.
@@ -94,6 +107,7 @@ def main(old, new, calibration, validation, model_override=None):
             if strategy is None:
                 sys.exit("sim_repredict: run '%s' (%s): no simulator strategy for it; "
                          "known: %s" % (name, validation, ", ".join(sorted(names))))
+            strategy = with_slices(strategy, os.environ.get("PS_SLICE_BYTES"))
             errors = []
             for binary in (old, new):
                 p = predict(binary, calibration, model, strategy, ranks, link, steps,

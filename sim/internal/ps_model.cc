@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/key_value_params.h"
 #include "common/status_macros.h"
 #include "sim/internal/job.h"
 #include "sim/internal/ps_model.h"
+#include "strategies/ps/ps_options.h"
 #include "strategies/ps/sync_policy.h"
 
 namespace rdmaflow::sim::internal {
@@ -237,43 +237,15 @@ std::vector<std::vector<size_t>> PsShardLayers(const Costs& costs, int servers) 
 }
 
 absl::StatusOr<double> RunParameterServer(Job& job) {
-  std::map<std::string, std::string> params = job.scenario().params;
-  std::string sync = "bsp";
-  if (auto it = params.find("sync"); it != params.end()) {
-    sync = it->second;
-    params.erase(it);
+  // The strategy's own parse: the same settings, defaults and refusals.
+  ASSIGN_OR_RETURN(const strategies::ps::PsOptions ps,
+                   strategies::ps::PsOptions::Parse(job.scenario().params));
+  if (!ps.pull_by_read) {
+    return absl::InvalidArgumentError(
+        "the simulator models ps with pull=read (one-sided pulls) only, not pull=send");
   }
-  // 0: auto, as the strategy's default (strategies/ps/slices.h).
-  int64_t slice_bytes = 0;
-  if (auto it = params.find("slice_bytes"); it != params.end() && it->second == "auto") {
-    params.erase(it);
-  }
-  KeyValueParams p("ps", params);
-  int servers = 1;
-  RETURN_IF_ERROR(p.Int("servers", 1, &servers));
-  std::string overlap = "off";
-  RETURN_IF_ERROR(p.Choice("overlap", {"off", "on"}, &overlap));
-  RETURN_IF_ERROR(p.Size("slice_bytes", 4, &slice_bytes));
-  const bool prefetch_given = params.count("prefetch") > 0;
-  std::string prefetch = "off";
-  RETURN_IF_ERROR(p.Choice("prefetch", {"on", "off"}, &prefetch));
-  RETURN_IF_ERROR(p.Done());
-  if (slice_bytes % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ps slice_bytes must be auto or a positive multiple of 4 (whole float32 elements), got ",
-        slice_bytes));
-  }
-  ASSIGN_OR_RETURN(SyncPolicy policy, SyncPolicy::Parse(sync));
-  const bool bsp = policy.mode == strategies::ps::SyncMode::kBsp;
-  if (prefetch_given && overlap != "on") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ps prefetch pulls the next step's slices while backward runs, on the communication "
-        "thread that overlap=on starts (as the strategy refuses it); this scenario has "
-        "overlap=off (sync=",
-        policy.ToString(), ")"));
-  }
-  // The strategy's default: on under bsp only.
-  if (!prefetch_given) prefetch = overlap == "on" && bsp ? "on" : "off";
+  const int servers = ps.servers;
+  const SyncPolicy& policy = ps.sync;
   if (servers >= job.ranks()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ps needs at least one worker: servers=", servers, " of ", job.ranks(),
@@ -294,12 +266,11 @@ absl::StatusOr<double> RunParameterServer(Job& job) {
   // too.
   job.set_update_rule(policy.mode == strategies::ps::SyncMode::kBsp
                           ? "sgd"
-                          : absl::StrCat("ps:", policy.ToString(),
-                                         overlap == "on" ? ",overlap=on" : "",
-                                         prefetch == "on" ? ",prefetch=on" : ""));
-  if (overlap == "on") {
-    return RunParameterServerOverlapped(job, servers, policy, static_cast<double>(slice_bytes),
-                                        prefetch == "on");
+                          : absl::StrCat("ps:", policy.ToString(), ps.overlap ? ",overlap=on" : "",
+                                         ps.prefetch ? ",prefetch=on" : ""));
+  if (ps.overlap) {
+    return RunParameterServerOverlapped(job, servers, policy,
+                                        static_cast<double>(ps.slice_bytes), ps.prefetch);
   }
   ParameterServerModel model(job, servers, policy);
   model.Start();

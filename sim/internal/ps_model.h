@@ -24,8 +24,9 @@ constexpr double kStampBytes = 8;
 std::vector<std::vector<size_t>> PsShardLayers(const Costs& costs, int servers);
 
 // overlap=on: runs the loop to the end; the samples the job trains per
-// step. `prefetch` (bsp only): the next step's slices are pulled during
-// this one, as the strategy's prefetch=on does.
+// step. `slice_bytes` 0 cuts each shard as the strategy's slice_bytes=auto
+// does (strategies/ps/slices.h). `prefetch` (bsp only): the next step's
+// slices are pulled during this one, as the strategy's prefetch=on does.
 absl::StatusOr<double> RunParameterServerOverlapped(Job& job, int servers,
                                                     const strategies::ps::SyncPolicy& policy,
                                                     double slice_bytes, bool prefetch);

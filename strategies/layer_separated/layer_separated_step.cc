@@ -110,6 +110,8 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::ConvStep() {
   report.compute.samples = layout_.batch;
   if (act.requires_grad()) act.backward(grad);
   std::move(slot_guard).Cancel();
+  // A failed sync (a broken device: its work is abandoned) returns the slot
+  // unsynchronised.
   RETURN_IF_ERROR(DoneWithSlots());  // the backward read the gradients' slot
   act = at::Tensor();
   grad = at::Tensor();  // gives the slots back
@@ -133,8 +135,9 @@ absl::StatusOr<StepReport> LayerSeparatedStrategy::FcStep() {
   group_->ZeroGradients();
   const absl::Time begin = absl::Now();
   std::vector<at::Tensor> acts, labels;
-  // Declared after the slots: a failed or throwing Recv or cat synchronises
-  // the device before they go back (destruction runs in reverse).
+  // Declared after the slots: a throwing cat, or a failed Recv after others
+  // landed, synchronises the device before they go back (destruction runs
+  // in reverse).
   absl::Cleanup slot_guard = [this] { DoneWithSlots().IgnoreError(); };
   for (const Link& link : links_) {
     ASSIGN_OR_RETURN(at::Tensor a, tensors_->Recv(link.act));

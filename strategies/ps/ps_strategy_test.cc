@@ -661,11 +661,13 @@ TEST(PsStrategyTest, ReportsThePlanItRuns) {
 }
 
 // slice_bytes left out, or auto, cuts a 600 KiB shard into 256 KiB slices
-// (three pushes a worker: three slots on its link); a size given is kept.
+// (three pushes a worker: three slots on its link, the first of 256 KiB);
+// a size given is kept.
 TEST(PsStrategyTest, AutoSlicesAre256KiB) {
   at::Tensor p = at::zeros({600 * 1024 / 4});
-  for (const auto& [given, slots] : std::vector<std::pair<std::string, int>>{
-           {"", 3}, {"auto", 3}, {"1048576", 1}, {"204800", 3}, {"65536", 10}}) {
+  for (const auto& [given, slots, first] : std::vector<std::tuple<std::string, int, size_t>>{
+           {"", 3, 262144}, {"auto", 3, 262144}, {"1048576", 1, 614400},
+           {"204800", 3, 204800}, {"65536", 10, 65536}}) {
     std::map<std::string, std::string> params = {{"servers", "1"}, {"overlap", "on"}};
     if (!given.empty()) params["slice_bytes"] = given;
     std::vector<absl::Status> results = rdma::testing::RunRankThreads(
@@ -676,6 +678,11 @@ TEST(PsStrategyTest, AutoSlicesAre256KiB) {
           EXPECT_EQ(plan.link_size(), 2);
           for (const plan::LinkRegion& link : plan.link()) {
             EXPECT_EQ(link.slot_size(), slots) << "slice_bytes=" << given;
+            // The largest slot holds a whole slice (the last may be shorter).
+            size_t largest = 0;
+            for (const auto& slot : link.slot()) largest = std::max<size_t>(largest, slot.bytes());
+            EXPECT_GE(largest, first) << "slice_bytes=" << given;
+            EXPECT_LT(largest, first + 4096) << "slice_bytes=" << given;
           }
           return absl::OkStatus();
         });

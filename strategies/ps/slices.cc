@@ -8,7 +8,7 @@ namespace rdmaflow::strategies::ps {
 
 int64_t AutoSliceBytes(int64_t shard_bytes) {
   // The fewest bytes a slice needs for at most kMaxSlices of them, in
-  // whole elements (rounded up twice: no overflow below 2^63 - 4096).
+  // whole elements (each step divides before it adds: no input overflows).
   const int64_t elements = std::max<int64_t>(shard_bytes, 0) / 4 +
                            (std::max<int64_t>(shard_bytes, 0) % 4 != 0 ? 1 : 0);
   const int64_t per_slice = elements / kMaxSlices + (elements % kMaxSlices != 0 ? 1 : 0);

@@ -35,11 +35,10 @@ struct Slice {
 // The most slices a shard may be cut into (each a transfer and a
 // versioned buffer of its own).
 inline constexpr int64_t kMaxSlices = 1024;
-// The slices' size where slice_bytes is left to the strategy (auto).
-// Measured on the VGG-like net, 1 server and 3 workers (docs/strategies.md,
-// "Slice size"): over 100 Mbit/s steps shorten as slices shrink (1 MiB to
-// 256 KiB: 12 %), over 1 Gbit/s and shared memory 256 KiB and 1 MiB are
-// level, and 128 KiB costs 5 % over shared memory.
+// The slices' size where slice_bytes is left to the strategy (auto): on
+// the VGG-like net with 1 server and 3 workers, faster than 1 MiB over
+// 100 Mbit/s, level over 1 Gbit/s and shared memory, where 128 KiB is
+// slower (docs/strategies.md, "Slice size").
 inline constexpr int64_t kAutoSliceBytes = int64_t{256} << 10;
 
 // slice_bytes=auto for a shard of `shard_bytes`: kAutoSliceBytes, or the
