@@ -567,6 +567,9 @@ TEST(SimulateTest, BadScenariosAreNamed) {
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pull=send")));
   s.params = {{"overlap", "on"}, {"slice_bytes", "1M"}};  // as the strategy refuses it
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("slice_bytes")));
+  s.params = {{"overlap", "on"}, {"slice_bytes", "4"}};  // more than 1024 slices, refused too
+  EXPECT_THAT(Simulate(s),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("use larger slices")));
   s.params = {{"sync", "ssp:-1"}};
   EXPECT_THAT(Simulate(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ssp")));
   s = Base("gossip", 2);

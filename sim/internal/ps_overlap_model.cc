@@ -28,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "sim/internal/job.h"
 #include "sim/internal/ps_model.h"
 #include "strategies/ps/slices.h"
@@ -38,6 +39,14 @@ namespace {
 
 using strategies::ps::ClockTable;
 using strategies::ps::SyncPolicy;
+
+// The slices' size for a shard of `shard_bytes`: `slice_bytes`, or where it
+// is 0 (auto) the strategy's AutoSliceBytes.
+double SliceSize(double slice_bytes, double shard_bytes) {
+  return slice_bytes > 0 ? slice_bytes
+                         : static_cast<double>(strategies::ps::AutoSliceBytes(
+                               static_cast<int64_t>(std::ceil(shard_bytes))));
+}
 
 class OverlappedParameterServer {
  public:
@@ -56,11 +65,7 @@ class OverlappedParameterServer {
       double offset = 0;
       std::vector<std::pair<double, size_t>> extent;  // (end offset, layer)
       for (size_t i : shard[s]) extent.push_back({offset += c.layer_param_bytes[i], i});
-      // slice_bytes 0: auto, as the strategy cuts this shard.
-      const double size = slice_bytes > 0
-                              ? slice_bytes
-                              : static_cast<double>(strategies::ps::AutoSliceBytes(
-                                    static_cast<int64_t>(std::ceil(offset))));
+      const double size = SliceSize(slice_bytes, offset);
       for (double begin = 0; begin < offset; begin += size) {
         const double end = std::min(offset, begin + size);
         // Complete once backward passed the first layer it holds.
@@ -387,6 +392,18 @@ class OverlappedParameterServer {
 absl::StatusOr<double> RunParameterServerOverlapped(Job& job, int servers,
                                                     const SyncPolicy& policy,
                                                     double slice_bytes, bool prefetch) {
+  // As the strategy refuses it (strategies/ps/ps_strategy.cc).
+  const Costs& c = job.costs();
+  for (const std::vector<size_t>& shard : PsShardLayers(c, servers)) {
+    double bytes = 0;
+    for (size_t i : shard) bytes += c.layer_param_bytes[i];
+    const double slices = std::ceil(bytes / SliceSize(slice_bytes, bytes));
+    if (slices > static_cast<double>(strategies::ps::kMaxSlices)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ps slice_bytes=", slice_bytes, " cuts a shard of ", bytes, " bytes into ", slices,
+          " slices, more than ", strategies::ps::kMaxSlices, ": use larger slices"));
+    }
+  }
   OverlappedParameterServer model(job, servers, policy, slice_bytes, prefetch);
   model.Start();
   job.loop().Run();
