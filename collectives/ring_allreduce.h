@@ -9,7 +9,9 @@
 //   - per ring link, `slots` staging slots of `chunk_bytes` at the receiver,
 //     and one flag word per slot.
 // Each message (one piece of a segment) is a write of the piece, a flush,
-// then a write of its sequence number into the receiver's flag word; the
+// then a write of its sequence number into the receiver's flag word (on
+// the link's control lane, so that it does not queue behind the pieces
+// posted while its flush was out); the
 // receiver polls its flags in local memory, reduces a staged piece into its
 // buffer and passes it on, so reduction overlaps the transfer of the next
 // pieces. All-gather pieces are written straight into the receiver's data

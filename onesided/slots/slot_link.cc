@@ -222,6 +222,9 @@ absl::Status SlotLink::Connect(absl::string_view what) {
     send.slots = ring.slots;
     send.peer = who(ring);
     send.endpoint = endpoint;
+    if (ring.flag_lane.has_value() && *ring.flag_lane != ring.lane) {
+      ASSIGN_OR_RETURN(send.flag_endpoint, lane(*ring.flag_lane));
+    }
     send.flag_source = private_.get();
     send.flag_source_offset = layout_.flag_sources(static_cast<int>(j));
     send.remote_flags = &remote_;

@@ -53,6 +53,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,14 +82,21 @@ struct SlotRingShape {
   // copies before writing it (rdma::LocalSlice from staged()).
   bool stage_sends = false;
   // The lane this side posts the ring's operations on: the writes and flags
-  // of an outgoing ring, the credits of an incoming one. Local: the two
-  // sides need not agree.
+  // of an outgoing ring (the flags elsewhere with `flag_lane`), the credits
+  // of an incoming one. Local: the two sides need not agree.
   LaneKind lane = LaneKind::kData;
   // Whose slots, in messages ("rank 3 (the right neighbour)"); "rank <peer>"
   // when empty.
   std::string who;
   // Incoming rings: names message `seq` in errors (SlotRingReceiver).
   std::function<std::string(uint64_t seq)> describe;
+  // Outgoing rings: the lane a message's flag goes on, once the flush of
+  // its writes completed; unset: `lane`. On a transport that sends each
+  // endpoint's operations in order (UCX over TCP) a flag on the writes'
+  // lane waits behind every write posted while its flush was out, so a
+  // sender that runs ahead delays its own flags (the ring all-reduce puts
+  // its flags on the control lane: docs/collectives.md).
+  std::optional<LaneKind> flag_lane;
 };
 
 struct SlotLinkOptions {

@@ -1,5 +1,6 @@
 // SlotLink: two ranks whose shapes mirror each other connect and carry
-// messages both ways through the memory the link laid out; shapes that do
+// messages both ways through the memory the link laid out, with the flags
+// on the lane the shape names; shapes that do
 // not mirror, a peer region too small for its shapes and bad shapes are
 // refused with errors that say which.
 #include "onesided/slots/slot_link.h"
@@ -130,6 +131,46 @@ TEST(SlotLinkTest, MirroredShapesCarryMessagesBothWays) {
         return Expect(done, "the link's operations completed");
       });
   for (const absl::Status& result : results) EXPECT_THAT(result, IsOk());
+}
+
+TEST(SlotLinkTest, FlagsGoOnTheLaneTheShapeNames) {
+  std::vector<absl::Status> results = RunRankThreads(
+      2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        ProgressLoop loop(transport, ProgressLoopOptions{});
+        ASSIGN_OR_RETURN(auto links, PeerLinks::Create(transport, store, kNs, loop, {}));
+        SlotLinkOptions shapes = Shapes(rank, 3);
+        shapes.out[0].flag_lane = LaneKind::kControl;
+        ASSIGN_OR_RETURN(auto link, SlotLink::Create(*links, std::move(shapes)));
+        RETURN_IF_ERROR(link->Connect("the test"));
+        // Messages pass with their flags on the other lane.
+        RETURN_IF_ERROR(Talk(loop, *link, rank, 40));
+        RETURN_IF_ERROR(Barrier(loop, store, kNs, "talked", 2, absl::Seconds(30)));
+        if (rank == 1) {
+          return store.Get(absl::StrCat(kNs, "/judged"), absl::Seconds(30)).status();
+        }
+        // With rank 0's control lane closed, its next message's write and
+        // flush still go (on the data lane), and its flag cannot.
+        ASSIGN_OR_RETURN(rdma::Endpoint * control, links->Lane(1, LaneKind::kControl));
+        RETURN_IF_ERROR(control->Close());
+        SlotRingSender& sender = link->sender(link->out_index("msgs"));
+        ASSIGN_OR_RETURN(bool room, sender.HasRoom());
+        RETURN_IF_ERROR(Expect(room, "room for message 40"));
+        const int out = link->out_index("msgs");
+        const uint64_t seq = sender.Claim();
+        sender.Write(seq, link->staged(out, sender.slot(seq), 0, kPayload),
+                     link->destination(out, sender.slot(seq), 0, kPayload));
+        sender.Commit(seq);
+        absl::Status waited = loop.WaitFor(
+            [&] { return !sender.Post().ok() || sender.delivered() > seq; },
+            absl::Now() + absl::Seconds(30), "message 40's flag");
+        RETURN_IF_ERROR(store.Set(absl::StrCat(kNs, "/judged"), "1"));
+        RETURN_IF_ERROR(waited);
+        RETURN_IF_ERROR(Expect(sender.written() > seq, "message 40's writes were flushed"));
+        return sender.failure();
+      });
+  EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                   HasSubstr("posting to rank 1")));
+  EXPECT_THAT(results[1], IsOk());
 }
 
 TEST(SlotLinkTest, ShapesThatDoNotMirrorAreRefusedQuotingBoth) {

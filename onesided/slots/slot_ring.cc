@@ -106,7 +106,9 @@ absl::Status SlotRingSender::Post() {
       case Action::kFlag: {
         const size_t source = options_.flag_source_offset + slot(seq) * kSlotWordBytes;
         StoreWord(options_.flag_source->data() + source, seq + 1);
-        posted = options_.endpoint->PostWrite(
+        rdma::Endpoint* const flags =
+            options_.flag_endpoint != nullptr ? options_.flag_endpoint : options_.endpoint;
+        posted = flags->PostWrite(
             {options_.flag_source, source, kSlotWordBytes},
             {options_.remote_flags, options_.remote_flags_offset + slot(seq) * kSlotWordBytes,
              kSlotWordBytes},

@@ -59,6 +59,10 @@ class SlotRingSender {
     // Whose slots, in messages: "rank 3", "rank 3 (the right neighbour)".
     std::string peer;
     rdma::Endpoint* endpoint = nullptr;
+    // Where the flags are posted, each once its message's flush completed
+    // (every write of it is visible at the peer, so any endpoint to the
+    // peer may carry the flag); null: `endpoint`.
+    rdma::Endpoint* flag_endpoint = nullptr;
     // `slots` words of ours the flag values are written from.
     const rdma::MemoryRegion* flag_source = nullptr;
     size_t flag_source_offset = 0;
