@@ -18,7 +18,9 @@
 # "" for shared memory only), SHARING_MODEL (lenet5; "" skips), SHARING
 # (ranks a core: "2 4"), SHARED_RING_RANKS (4: a ring all-reduce of that
 # many namespace hosts on each link, whose bus bandwidth caps the
-# simulator's rings at least as crowded on their cores; "" skips).
+# simulator's rings at least as crowded on their cores; "" skips),
+# SHARED_RING_BYTES (4194304: the size of that all-reduce, the strategies'
+# default bucket, whose calls run below a 16 MiB call's bandwidth).
 source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,9 +39,14 @@ bazel build -c opt //bench:transport_pingpong //bench:allreduce_bench \
 bin=$PWD/bazel-bin
 pingpong=(--max_bytes=16777216 --byte_budget=268435456 --reads=false)
 ring_ranks=${SHARED_RING_RANKS-4}
+ring_bytes=${SHARED_RING_BYTES:-4194304}
 ring_args=""
 if [[ -n $ring_ranks ]] && ! [[ $ring_ranks =~ ^[0-9]+$ && $ring_ranks -ge 2 ]]; then
   echo "calibrate_sim: SHARED_RING_RANKS=$ring_ranks: a number of ranks, 2 or more (or empty to skip)" >&2
+  exit 2
+fi
+if ! [[ $ring_bytes =~ ^[0-9]+$ && $ring_bytes -ge 1024 ]]; then
+  echo "calibrate_sim: SHARED_RING_BYTES=$ring_bytes: a size in bytes, 1024 or more" >&2
   exit 2
 fi
 if [[ -n $ring_ranks ]] && ((ring_ranks <= $(nproc))); then
@@ -99,7 +106,7 @@ if [[ -n $links && $(id -u) == 0 ]]; then
       for ((r = 0; r < ring_ranks; ++r)); do
         tools/netns_hosts.sh exec "$r" env RANK=$r WORLD_SIZE=$ring_ranks MASTER_ADDR=10.89.0.1 \
           MASTER_PORT=$port "$bin/bench/allreduce_bench" --ranks="$ring_ranks" --impls=rdmaflow \
-          --min_bytes=16777216 --max_bytes=16777216 --max_iters=5 \
+          --min_bytes="$ring_bytes" --max_bytes="$ring_bytes" --max_iters=10 \
           --params=tls=tcp,net_devices=eth0 --json="$raw/ring_$link.json" \
           >"$raw/ring_$link.rank$r.log" 2>&1 &
         ring_pids+=($!)
