@@ -293,6 +293,7 @@ absl::Status RingAllReduce::Connect() {
   for (auto& link : slot_links_) RETURN_IF_ERROR(link->Connect(Where()));
   ASSIGN_OR_RETURN(right_endpoint_, links_.Lane(right_rank_));
   ASSIGN_OR_RETURN(left_endpoint_, links_.Lane(left_rank_, onesided::LaneKind::kControl));
+  ASSIGN_OR_RETURN(right_flag_endpoint_, links_.Lane(right_rank_, onesided::LaneKind::kControl));
   // The neighbours' keys now, while they hold their regions (Prepare()).
   RETURN_IF_ERROR(right_endpoint_->Prepare(right_data_));
   RETURN_IF_ERROR(right_endpoint_->Prepare(right_control_));
@@ -689,6 +690,10 @@ absl::Status RingAllReduce::Shutdown(std::optional<absl::Duration> timeout) {
     if (failure().ok()) {
       to_flush.push_back(right_endpoint_);
       if (left_endpoint_ != nullptr) to_flush.push_back(left_endpoint_);
+      // The data's flags (on the left one's lane too with 2 members).
+      if (right_flag_endpoint_ != nullptr && right_flag_endpoint_ != left_endpoint_) {
+        to_flush.push_back(right_flag_endpoint_);
+      }
     }
     // Posting happens between the loop's rounds; a failure ends the wait.
     absl::Status trouble;

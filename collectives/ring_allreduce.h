@@ -266,9 +266,11 @@ class RingAllReduce {
   rdma::RemoteRegion right_data_, right_control_, left_control_;
   // The links': the data lane to the right neighbour, and for credits to
   // the left one its control lane, also when the left neighbour is the
-  // right one (2 members). Null with 1 member.
+  // right one (2 members); the data's flags go on the right neighbour's
+  // control lane (the left one's with 2 members). Null with 1 member.
   rdma::Endpoint* right_endpoint_ = nullptr;
   rdma::Endpoint* left_endpoint_ = nullptr;
+  rdma::Endpoint* right_flag_endpoint_ = nullptr;
 
   // The slot links to the neighbours (onesided/slots/slot_link.h; one
   // when the left neighbour is the right one) and their rings

@@ -55,6 +55,11 @@ absl::Status CheckShapes(absl::Span<const SlotRingShape> rings, const char* dire
           direction, " slot ring '", ring.name, "': slots must be >= 1 (got ", ring.slots,
           ")"));
     }
+    if (ring.flag_lane.has_value() && std::string_view(direction) == "incoming") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "incoming slot ring '", ring.name,
+          "': flag_lane is the sender's choice (set it on the outgoing shape)"));
+    }
   }
   return absl::OkStatus();
 }

@@ -177,7 +177,8 @@ class SlotLink {
   // The halves (after Connect()): outgoing ring `j`, incoming ring `i`.
   SlotRingSender& sender(int j) { return *senders_[j]; }
   SlotRingReceiver& receiver(int i) { return *receivers_[i]; }
-  // The endpoint outgoing ring `j` or incoming ring `i` posts on.
+  // The endpoint outgoing ring `j` or incoming ring `i` posts on (an
+  // outgoing ring's flags elsewhere with SlotRingShape::flag_lane).
   rdma::Endpoint* out_endpoint(int j) const { return out_endpoints_[j]; }
   rdma::Endpoint* in_endpoint(int i) const { return in_endpoints_[i]; }
 

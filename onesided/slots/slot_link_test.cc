@@ -232,6 +232,8 @@ TEST(SlotLinkTest, BadShapesAreRefusedBeforeAnythingIsPublished) {
         SlotLinkOptions no_slots = Shapes(rank, 0);
         SlotLinkOptions twice = Shapes(rank, 2);
         twice.out.push_back(twice.out[0]);
+        SlotLinkOptions incoming_flags = Shapes(rank, 2);
+        incoming_flags.in[0].flag_lane = LaneKind::kControl;
         SlotLinkOptions huge = Shapes(rank, 2);
         huge.in[0].slot_bytes = ~size_t{0} / 2;
         // Staged only at the peer: it is the peer's layout that overflows.
@@ -240,7 +242,8 @@ TEST(SlotLinkTest, BadShapesAreRefusedBeforeAnythingIsPublished) {
         huge_out.out[0].stage_sends = false;
         const std::vector<std::pair<SlotLinkOptions, std::string>> cases = {
             {self, "another rank"}, {none, "no rings"}, {no_slots, "slots must be >= 1"},
-            {twice, "a name of its own"}, {huge, "do not fit"}, {huge_out, "do not fit"}};
+            {twice, "a name of its own"}, {incoming_flags, "the sender's choice"},
+            {huge, "do not fit"}, {huge_out, "do not fit"}};
         for (const auto& [options, says] : cases) {
           absl::StatusOr<std::unique_ptr<SlotLink>> link = SlotLink::Create(*links, options);
           RETURN_IF_ERROR(Expect(link.status().code() == absl::StatusCode::kInvalidArgument &&

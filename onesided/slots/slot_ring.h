@@ -26,7 +26,8 @@
 // only from Post()/PostCredit(). Completions fire inside
 // Transport::Progress() and touch only the half that posted them: an owner
 // keeps a half alive, and progresses its transport, until outstanding() is
-// 0 (close the endpoint first to cancel what is still posted).
+// 0 (close the endpoints first, the flags' too, to cancel what is still
+// posted).
 #ifndef RDMAFLOW_ONESIDED_SLOTS_SLOT_RING_H_
 #define RDMAFLOW_ONESIDED_SLOTS_SLOT_RING_H_
 
@@ -60,8 +61,9 @@ class SlotRingSender {
     std::string peer;
     rdma::Endpoint* endpoint = nullptr;
     // Where the flags are posted, each once its message's flush completed
-    // (every write of it is visible at the peer, so any endpoint to the
-    // peer may carry the flag); null: `endpoint`.
+    // (every write of it is visible at the peer, so any endpoint of the
+    // same transport to the same peer, with `remote_flags` prepared on it,
+    // may carry the flag); null: `endpoint`.
     rdma::Endpoint* flag_endpoint = nullptr;
     // `slots` words of ours the flag values are written from.
     const rdma::MemoryRegion* flag_source = nullptr;
@@ -96,8 +98,8 @@ class SlotRingSender {
   // had writes) and, once the flush has completed, its flag.
   void Commit(uint64_t seq, bool had_writes = true);
 
-  // Posts what is queued, in order, until done or the endpoint's queue is
-  // full (the rest waits for the next call). A refused post fails the link.
+  // Posts what is queued, in order, until done or an endpoint's queue
+  // (the writes' or the flags') is full (the rest waits for the next call). A refused post fails the link.
   // Returns failure(). Call it after each Transport::Progress(): completed
   // flushes queue their flags.
   absl::Status Post();

@@ -212,6 +212,69 @@ TEST_P(TransportConformanceTest, WritesAndReadsAreByteExact) {
   }
 }
 
+// What the slot rings rely on when a flag takes another endpoint than its
+// data (onesided/slots/slot_link.h, flag_lane): a flush posted right
+// behind writes still in flight completes only once they are visible at
+// the peer, and a write posted then on a second endpoint to the peer lands
+// beside them, not over them.
+TEST_P(TransportConformanceTest, AFlushCoversWritesInFlightForAnotherEndpoint) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> second, ConnectTo(*f.a_, *f.b_));
+  constexpr size_t kPiece = (size_t{1} << 20) + 7;
+  constexpr int kPieces = 4;
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, kPieces * kPiece + 64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, kPieces * kPiece + 64));
+  const RemoteRegion& descriptor = remote.descriptor();
+  FillPattern(local.data(), kPieces * kPiece, 41);
+  std::memset(remote.data(), 0xEE, kPieces * kPiece + 64);
+  const size_t flag_at = kPieces * kPiece + 1;  // past the pieces, unaligned
+  std::vector<CallbackProbe> writes(kPieces);
+  CallbackProbe flushed;
+  for (int i = 0; i < kPieces; ++i) {
+    absl::Status posted;
+    ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+      posted = f.ab_->PostWrite({&local, i * kPiece, kPiece},
+                                {&descriptor, i * kPiece, kPiece}, std::nullopt,
+                                writes[i].Callback());
+      return !absl::IsResourceExhausted(posted);
+    }));
+    ASSERT_OK(posted);
+  }
+  absl::Status posted;
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+    posted = f.ab_->PostFlush(flushed.Callback());
+    return !absl::IsResourceExhausted(posted);
+  }));
+  ASSERT_OK(posted);
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] { return flushed.calls > 0; }));
+  ASSERT_OK(flushed.status);
+  ASSERT_EQ(std::memcmp(remote.data(), local.data(), kPieces * kPiece), 0)
+      << "a completed flush left written bytes not yet visible at the peer";
+  for (const CallbackProbe& write : writes) EXPECT_EQ(write.calls, 1);
+  FillPattern(local.data() + flag_at, 8, 42);
+  CallbackProbe flag;
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+    posted = second->PostWrite({&local, flag_at, 8}, {&descriptor, flag_at, 8}, std::nullopt,
+                               flag.Callback());
+    return !absl::IsResourceExhausted(posted);
+  }));
+  ASSERT_OK(posted);
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] { return flag.calls > 0; }));
+  ASSERT_OK(flag.status);
+  CallbackProbe landed;
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+    posted = second->PostFlush(landed.Callback());
+    return !absl::IsResourceExhausted(posted);
+  }));
+  ASSERT_OK(posted);
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] { return landed.calls > 0; }));
+  ASSERT_OK(landed.status);
+  EXPECT_EQ(std::memcmp(remote.data(), local.data(), kPieces * kPiece), 0);
+  EXPECT_EQ(std::memcmp(remote.data() + flag_at, local.data() + flag_at, 8), 0);
+  EXPECT_EQ(remote.data()[flag_at - 1], std::byte{0xEE});
+  EXPECT_EQ(remote.data()[flag_at + 8], std::byte{0xEE});
+}
+
 // Reads bound once per size (BindRead, from a descriptor gone before the
 // posts) and posted 20 times each, the peer's bytes changed before every
 // post: with a completion, and inline where the backend reads at once.

@@ -160,9 +160,9 @@ void ExpectMatchesReference(const ToyProblem& problem, const Job& job, int world
     EXPECT_EQ(job.conv_ranks[r], conv);
     EXPECT_LT(ToyProblem::MaxDiff(job.finals[r], reference), 1e-5) << "rank " << r;
     // The communicator, the ring over everyone and the group's all-reduce
-    // share the links: every endpoint is theirs, at most a data lane per
-    // peer and a control lane to a ring's left neighbour, and one watch
-    // per peer.
+    // share the links: every endpoint is theirs, at most a data lane and
+    // a control lane per peer (a ring's neighbours: credits to the left
+    // one, flags to the right one), and one watch per peer.
     EXPECT_EQ(job.connected[r], job.links[r].endpoints) << "rank " << r;
     EXPECT_LE(job.links[r].endpoints, 2 * (world - 1)) << "rank " << r;
     EXPECT_LE(job.links[r].watches, world - 1) << "rank " << r;
