@@ -99,7 +99,8 @@ class SlotRingSender {
   void Commit(uint64_t seq, bool had_writes = true);
 
   // Posts what is queued, in order, until done or an endpoint's queue
-  // (the writes' or the flags') is full (the rest waits for the next call). A refused post fails the link.
+  // (the writes' or the flags') is full (the rest waits for the next
+  // call). A refused post fails the link.
   // Returns failure(). Call it after each Transport::Progress(): completed
   // flushes queue their flags.
   absl::Status Post();
