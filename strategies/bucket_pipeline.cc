@@ -164,6 +164,10 @@ void BucketPipeline::CommunicateBuckets() {
     span.end = absl::Now();
     spans_.push_back(span);
     if (overlapped) ++overlapped_;
+    if (status_.ok()) {
+      absl::MutexLock lock(&mu_);
+      ++communicated_;
+    }
     if (!status_.ok()) {
       status_ = absl::Status(status_.code(), absl::StrCat("bucket ", b, " of ", buckets,
                                                           ": ", status_.message()));
@@ -172,6 +176,28 @@ void BucketPipeline::CommunicateBuckets() {
   }
   // Every bucket is on its way; the idle work goes on while compute runs.
   if (idle_ != nullptr) AwaitBucket(buckets);
+}
+
+absl::Status BucketPipeline::AwaitCommunicated(size_t b, absl::Time deadline) {
+  if (b >= gradients_.size()) {
+    return absl::OutOfRangeError(absl::StrCat(what_, " has ", gradients_.size(),
+                                              " buckets; there is no bucket ", b));
+  }
+  absl::MutexLock lock(&mu_);
+  auto settled = [this, b] {
+    mu_.AssertHeld();  // AwaitWithDeadline() calls it under mu_
+    return communicated_ > b || ended_;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  if (communicated_ > b) return absl::OkStatus();
+  const std::string which = absl::StrCat("bucket ", b, " of ", gradients_.size());
+  if (!ended_) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(what_, " of ", which, " did not return by the deadline"));
+  }
+  if (!ended_status_.ok()) return ended_status_;
+  return absl::AbortedError(
+      absl::StrCat(what_, "'s communication thread stopped before ", which));
 }
 
 absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
@@ -184,6 +210,9 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
     computed_ = false;
     abandon_ = false;
     running_ = true;
+    communicated_ = 0;
+    ended_ = false;
+    ended_status_ = absl::OkStatus();
   }
   status_ = absl::OkStatus();
   spans_.clear();
@@ -192,6 +221,9 @@ absl::StatusOr<PipelinedStep> BucketPipeline::Run(const ComputeFn& compute) {
   PipelinedStep step;
   if (absl::Status started = communication_.Start([this] {
         CommunicateBuckets();
+        absl::MutexLock lock(&mu_);
+        ended_ = true;
+        ended_status_ = status_;
         return status_;
       });
       !started.ok()) {

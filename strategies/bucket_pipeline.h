@@ -132,6 +132,15 @@ class BucketPipeline {
   // failed AllReduceGradients().
   absl::StatusOr<PipelinedStep> Run(const ComputeFn& compute);
 
+  // For a compute that needs a bucket's result before it goes on (the
+  // allreduce strategy's overlap=forward waits for the head's buckets of
+  // the last step before the head's forward): blocks until bucket `b`'s
+  // communication has returned. OK then; the communication thread's error
+  // if it failed (or stopped: compute failed) first; kDeadlineExceeded at
+  // `deadline`; kOutOfRange for a bucket it does not have. Only from
+  // compute, during Run().
+  absl::Status AwaitCommunicated(size_t b, absl::Time deadline);
+
   // Buckets whose all-reduce has begun in the current (or last) Run():
   // for a compute that wants to see the overlap happen (tests). Any thread.
   int buckets_begun() const { return begun_.load(std::memory_order_acquire); }
@@ -172,6 +181,11 @@ class BucketPipeline {
   // By bucket, this step: its mark (set_ready_marks), or the mark's error.
   std::vector<absl::StatusOr<ReadyPoll>> marks_ ABSL_GUARDED_BY(mu_);
   bool computed_ ABSL_GUARDED_BY(mu_) = false;     // compute returned
+  // This step: buckets whose communication returned OK, and the
+  // communication thread's end (its status then).
+  size_t communicated_ ABSL_GUARDED_BY(mu_) = 0;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status ended_status_ ABSL_GUARDED_BY(mu_);
   bool abandon_ ABSL_GUARDED_BY(mu_) = false;      // compute failed
   // The communication thread's results, read after it is joined.
   absl::Status status_;

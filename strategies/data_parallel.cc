@@ -154,8 +154,33 @@ void DataParallelGroup::ApplySgd(double learning_rate, double momentum) {
     flat_params_.add_(flat_grads_, -learning_rate);
     return;
   }
-  momentum_.mul_(momentum).add_(flat_grads_);
-  flat_params_.add_(momentum_, -learning_rate);
+  Sgd(flat_params_, flat_grads_, momentum_, learning_rate, momentum);
+}
+
+void DataParallelGroup::Sgd(at::Tensor params, const at::Tensor& grads, at::Tensor velocity,
+                            double learning_rate, double momentum) {
+  velocity.mul_(momentum).add_(grads);
+  params.add_(velocity, -learning_rate);
+}
+
+void DataParallelGroup::ZeroBucketGradients(size_t b) {
+  const collectives::Bucket& bucket = buckets_.at(b);
+  at::NoGradGuard no_grad;
+  flat_grads_.narrow(0, static_cast<int64_t>(bucket.offset / sizeof(float)),
+                     static_cast<int64_t>(bucket.bytes / sizeof(float)))
+      .zero_();
+}
+
+void DataParallelGroup::ApplySgdToBucket(size_t b, double scale, double learning_rate,
+                                         double momentum) {
+  const collectives::Bucket& bucket = buckets_.at(b);
+  const int64_t first = static_cast<int64_t>(bucket.offset / sizeof(float));
+  const int64_t length = static_cast<int64_t>(bucket.bytes / sizeof(float));
+  at::NoGradGuard no_grad;
+  at::Tensor grads = flat_grads_.narrow(0, first, length);
+  if (scale != 1.0) grads.mul_(scale);
+  Sgd(flat_params_.narrow(0, first, length), grads, momentum_.narrow(0, first, length),
+      learning_rate, momentum);
 }
 
 absl::Status DataParallelGroup::Shutdown() {

@@ -113,6 +113,13 @@ class DataParallelGroup {
   // v = momentum * v + g; p -= lr * v (torch.optim.SGD). With a codec the
   // gradients already carry the momentum: p -= lr * g.
   void ApplySgd(double learning_rate, double momentum);
+  // The same, bucket by bucket (without a codec), for a caller that updates
+  // the parameters of one bucket while another is still being reduced
+  // (allreduce's overlap=forward): bucket `b`'s gradients zeroed; scaled by
+  // `scale` and its parameters given the SGD step. Each element gets what
+  // ScaleGradients() and ApplySgd() give it.
+  void ZeroBucketGradients(size_t b);
+  void ApplySgdToBucket(size_t b, double scale, double learning_rate, double momentum);
   // Collective: after the last AllReduceGradients().
   absl::Status Shutdown();
 
@@ -125,6 +132,10 @@ class DataParallelGroup {
 
  private:
   DataParallelGroup() = default;
+  // velocity = momentum * velocity + grads; params -= lr * velocity, in place
+  // (views of the flat tensors).
+  static void Sgd(at::Tensor params, const at::Tensor& grads, at::Tensor velocity,
+                  double learning_rate, double momentum);
 
   std::unique_ptr<collectives::AllReduceGroup> ring_;        // without a codec
   std::unique_ptr<compression::CompressedAllReduce> compressed_;  // with one

@@ -21,6 +21,9 @@
 #                     without and with the pipeline (STRATEGIES to add them)
 #   allreduce_no_overlap  allreduce reducing after backward (overlap=off;
 #                     STRATEGIES to add it): what overlap gains
+#   allreduce_forward allreduce with the head's later buckets reduced during
+#                     the next step's forward (overlap=forward; STRATEGIES
+#                     to add it)
 #   gossip, gossip_overlap  gossip (pull, random peers) mixing after the
 #                     step, and reading during the next step's compute
 #                     (overlap=on) (STRATEGIES to add them)
@@ -62,6 +65,7 @@ declare -A params=(
   [layer_separated_2fc]="--strategy layer_separated --strategy_params fc_ranks=2"
   [layer_separated_2fc_overlap]="--strategy layer_separated --strategy_params fc_ranks=2,overlap=on"
   [allreduce_no_overlap]="--strategy allreduce --strategy_params overlap=off"
+  [allreduce_forward]="--strategy allreduce --strategy_params overlap=forward"
   [gossip]="--strategy gossip"
   [gossip_overlap]="--strategy gossip --strategy_params overlap=on"
   [moshpit]="--strategy moshpit"

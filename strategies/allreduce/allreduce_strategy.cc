@@ -2,6 +2,8 @@
 #include "strategies/allreduce/allreduce_strategy.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -9,6 +11,7 @@
 #include "common/status_macros.h"
 #include "graph_analyzer/gradient_order.h"
 #include "graph_analyzer/graph_builder.h"
+#include "strategies/allreduce/forward_buckets.h"
 #include "strategies/device_tensors.h"
 #include "strategies/strategy_params.h"
 
@@ -17,20 +20,34 @@ namespace rdmaflow::strategies {
 absl::StatusOr<std::unique_ptr<AllReduceStrategy>> AllReduceStrategy::Create(
     const StrategyOptions& options) {
   DataParallelOptions group;
-  StrategyParams params("allreduce", options.params);
+  // forward_bytes=auto is the default budget (forward_buckets.h).
+  std::map<std::string, std::string> values = options.params;
+  int64_t forward_bytes = kAutoBudget;
+  if (auto it = values.find("forward_bytes"); it != values.end() && it->second == "auto") {
+    values.erase(it);
+  }
+  StrategyParams params("allreduce", values);
   RETURN_IF_ERROR(params.Size("bucket_bytes", 0, &group.bucket_bytes));
   RETURN_IF_ERROR(params.Size("chunk_bytes", 64, &group.chunk_bytes));
   RETURN_IF_ERROR(params.Int("slots", 1, &group.slots));
   std::string overlap = "on";
-  RETURN_IF_ERROR(params.Choice("overlap", {"on", "off"}, &overlap));
+  RETURN_IF_ERROR(params.Choice("overlap", {"on", "off", "forward"}, &overlap));
+  RETURN_IF_ERROR(params.Size("forward_bytes", 0, &forward_bytes));
   RETURN_IF_ERROR(params.Done());
   RETURN_IF_ERROR(CheckTrainingOptions("allreduce", options.steps,
                                        options.learning_rate, options.momentum));
+  if (overlap == "forward" && !options.codec.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "allreduce: overlap=forward all-reduces the gradients in buckets while the next "
+        "forward runs; codec '", options.codec,
+        "' sends them whole after backward (use overlap=on or drop the codec)"));
+  }
   group.name = "allreduce/grads";
   group.timeout = options.communicator_options.timeout;
   group.codec = options.codec;
   return std::unique_ptr<AllReduceStrategy>(
-      new AllReduceStrategy(options, std::move(group), overlap == "on"));
+      new AllReduceStrategy(options, std::move(group), overlap != "off", overlap == "forward",
+                            forward_bytes));
 }
 
 absl::Status AllReduceStrategy::OrderAsPlanned(const graph::GraphDef& model) {
@@ -120,6 +137,7 @@ absl::Status AllReduceStrategy::DoStart() {
   // A codec sends the fused gradients whole: nothing to pipeline then. On
   // a device, backward's hooks run once the kernels that write a gradient
   // are queued: each bucket waits for an event recorded then.
+  if (forward_) return StartForwardOverlap();
   if (overlap_ && group_->reduces_in_buckets()) {
     ASSIGN_OR_RETURN(pipeline_, BucketPipeline::Create(*group_, links().loop()));
     if (group_->on_device()) {
@@ -132,6 +150,7 @@ absl::Status AllReduceStrategy::DoStart() {
 }
 
 absl::StatusOr<StepReport> AllReduceStrategy::DoStep(const ComputeFn& compute) {
+  if (forward_) return ForwardOverlapStep();
   StepReport report;
   report.clock = clock();
   report.min_clock = clock();
@@ -164,8 +183,10 @@ absl::StatusOr<StepReport> AllReduceStrategy::DoStep(const ComputeFn& compute) {
 }
 
 absl::Status AllReduceStrategy::DoFinish(bool after_failure) {
-  // After a failure the ring cancels what it posted as it goes.
-  absl::Status status = after_failure ? absl::OkStatus() : group_->Shutdown();
+  // After a failure the ring cancels what it posted as it goes. Else the
+  // head's buckets overlap=forward left for a next step are applied first.
+  absl::Status status = after_failure ? absl::OkStatus() : FlushDeferred();
+  if (!after_failure && status.ok()) status = group_->Shutdown();
   final_stats_ = group_->stats();
   final_compression_ = group_->compression();
   pipeline_.reset();  // its hooks before the group they report to

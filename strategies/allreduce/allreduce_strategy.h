@@ -6,7 +6,11 @@
 // averaged, and every rank applies the same SGD step, so the replicas stay
 // identical. Parameters: bucket_bytes (4M), chunk_bytes (256K), slots (8),
 // overlap (on: each bucket is all-reduced as soon as backward has filled
-// it, while backward goes on, bucket_pipeline.h; off: after backward).
+// it, while backward goes on, bucket_pipeline.h; off: after backward;
+// forward: as on, and some of the head's buckets, at most forward_bytes
+// (auto: a third of the gradients; forward_buckets.h), are all-reduced
+// during the next step's forward through the features, which the strategy
+// runs itself from the model's split, StrategyContext::split).
 // Given the model's training graph (StrategyContext::model), the gradients
 // are fused and bucketed in the order backward completes them
 // (graph_analyzer/gradient_order.h), with the sizes the plan gives them
@@ -49,6 +53,12 @@ class AllReduceStrategy final : public Strategy {
   std::string name() const override { return "allreduce"; }
   std::string role() const override { return "replica"; }
   bool computes() const override { return true; }
+  // overlap=forward runs the model's halves itself (StrategyContext::split
+  // and next_batch), and between steps the head's deferred buckets are not
+  // yet applied: ShareModel() applies them.
+  bool needs_compute_fn() const override { return !forward_; }
+  bool holds_full_model() const override { return !forward_; }
+  bool shares_model() const override { return forward_; }
   // Not with a codec, which encodes on the host.
   bool takes_device_parameters() const override { return options().codec.empty(); }
   bool exchanges_on_device() const override { return on_device_; }
@@ -64,13 +74,41 @@ class AllReduceStrategy final : public Strategy {
   // and how many began before their step's backward ended.
   bool overlaps() const { return pipeline_ != nullptr; }
   int64_t overlapped_buckets() const { return overlapped_buckets_; }
+  // overlap=forward (from Start() on): the group's buckets all-reduced
+  // during the next step's forward (forward_buckets.h), how many of them had begun by the time the features'
+  // forward returned, over the steps so far, and how many buckets' all-reduces have begun in
+  // the step running now (any thread; for a test's features to watch).
+  int deferred_buckets() const { return static_cast<int>(deferred_.size()); }
+  int64_t forward_overlapped_buckets() const { return forward_overlapped_; }
+  int buckets_begun() const { return pipeline_ != nullptr ? pipeline_->buckets_begun() : 0; }
 
  private:
   // `parameters_` in the order the model's plan completes their gradients.
   absl::Status OrderAsPlanned(const graph::GraphDef& model);
 
-  AllReduceStrategy(StrategyOptions options, DataParallelOptions group, bool overlap)
-      : Strategy(std::move(options)), group_options_(std::move(group)), overlap_(overlap) {}
+  AllReduceStrategy(StrategyOptions options, DataParallelOptions group, bool overlap,
+                    bool forward, int64_t forward_bytes)
+      : Strategy(std::move(options)),
+        group_options_(std::move(group)),
+        overlap_(overlap),
+        forward_(forward),
+        forward_bytes_(forward_bytes) {}
+
+  // overlap=forward: which buckets wait for the next step (deferred_) and
+  // which go in theirs (in_step_), and the pipeline over both.
+  absl::Status StartForwardOverlap();
+  absl::StatusOr<StepReport> ForwardOverlapStep();
+  // The split's features, then (after the deferred buckets are in and
+  // applied) its head, loss and backward on the next batch: overlap=forward's
+  // compute. `features_end` and `head_begin` bound the wait for them.
+  absl::StatusOr<ComputeResult> SplitCompute(bool pending, absl::Time& features_end,
+                                             absl::Time& head_begin);
+  // Scales and applies bucket `b` (in_step_ or deferred_ entries).
+  void ApplyBucket(size_t b);
+  // All-reduces and applies the deferred buckets still pending, on this
+  // thread (between steps: ShareModel, Finish).
+  absl::Status FlushDeferred();
+  absl::Status DoShareModel() override { return FlushDeferred(); }
 
   absl::StatusOr<graph::GraphDef> DoPrepare(std::vector<Parameter> parameters) override;
   absl::Status DoStart() override;
@@ -82,6 +120,12 @@ class AllReduceStrategy final : public Strategy {
 
   const DataParallelOptions group_options_;
   const bool overlap_;
+  const bool forward_;  // overlap=forward
+  const int64_t forward_bytes_;  // forward_buckets.h's budget
+  std::vector<size_t> deferred_;  // group buckets
+  std::vector<size_t> in_step_;
+  bool pending_ = false;  // deferred_ hold the last step's gradients
+  int64_t forward_overlapped_ = 0;
   std::vector<Parameter> parameters_;
   std::unique_ptr<DataParallelGroup> group_;
   std::unique_ptr<BucketPipeline> pipeline_;  // overlap=on, without a codec

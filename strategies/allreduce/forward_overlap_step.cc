@@ -1,0 +1,193 @@
+// File: forward_overlap_step.cc
+// The allreduce strategy's overlap=forward (see the header): the head's
+// buckets but the first that backward completes are all-reduced while the
+// next step's forward runs through the features, as P3 (Jayarajan et al.,
+// SysML 2019) and ByteScheduler (Peng et al., SOSP 2019) order a step's
+// communication by when the next forward needs it.
+//
+// A step, with D deferred buckets:
+//   communication thread: the D deferred buckets of the last step, then
+//     this step's other buckets in bucket order, each once backward has
+//     completed it (bucket_pipeline.h);
+//   this thread: the features' forward; then it waits for the D buckets,
+//     scales them and applies their SGD, zeroes their gradients; then the
+//     head's forward, the loss and backward.
+// After the pipeline the step applies its own buckets; the deferred ones
+// stay pending until the next step, ShareModel() or Finish(). Every
+// parameter thus gets the same update, from the same sums, before the
+// forward that reads it, as without overlap: only the order in which the
+// ring reduces the buckets changes, the same on every rank.
+#include <algorithm>
+
+#include "ATen/ops/cross_entropy_loss.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "strategies/allreduce/allreduce_strategy.h"
+#include "strategies/allreduce/forward_buckets.h"
+#include "strategies/exception_text.h"
+
+namespace rdmaflow::strategies {
+
+absl::Status AllReduceStrategy::StartForwardOverlap() {
+  const ModelSplit* split = context().split;
+  if (split == nullptr || split->features == nullptr || split->head == nullptr ||
+      context().next_batch == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), ": overlap=forward runs the model's features and head itself and needs the "
+                 "model cut before its first fully connected layer (the trainer's split) and "
+                 "the next batch; this context has ",
+        split == nullptr || split->features == nullptr ? "no split" : "no next_batch",
+        " (use overlap=on)"));
+  }
+  if (group_->on_device()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(), ": overlap=forward runs the model's halves on the host; with device "
+                 "parameters use overlap=on"));
+  }
+  if (!group_->reduces_in_buckets()) return absl::OkStatus();  // no gradients
+  const std::vector<Parameter>& parameters = group_->parameters();
+  auto in_head = [&](size_t i) {
+    for (const std::string& name : split->head_parameters) {
+      if (name == parameters[i].name) return true;
+    }
+    return false;
+  };
+  std::vector<bool> head;
+  for (int b = 0; b < group_->buckets(); ++b) {
+    const collectives::Bucket& bucket = group_->bucket(static_cast<size_t>(b));
+    bool all = bucket.end > bucket.first;
+    for (size_t i = bucket.first; i < bucket.end && all; ++i) all = in_head(i);
+    head.push_back(all);
+  }
+  std::vector<collectives::Bucket> all_buckets;
+  for (int b = 0; b < group_->buckets(); ++b) {
+    all_buckets.push_back(group_->bucket(static_cast<size_t>(b)));
+  }
+  ForwardSchedule schedule = ScheduleForForward(all_buckets, head, forward_bytes_);
+  deferred_ = std::move(schedule.deferred);
+  in_step_ = std::move(schedule.in_step);
+  // The pipeline's buckets: the deferred ones first (no gradients of this
+  // step: due at once), then this step's.
+  std::vector<std::vector<size_t>> buckets(deferred_.size());
+  for (size_t b : in_step_) {
+    const collectives::Bucket& bucket = group_->bucket(b);
+    buckets.emplace_back();
+    for (size_t i = bucket.first; i < bucket.end; ++i) buckets.back().push_back(i);
+  }
+  ASSIGN_OR_RETURN(
+      pipeline_,
+      BucketPipeline::Create(
+          parameters, std::move(buckets),
+          [this](size_t k) -> absl::Status {
+            if (k < deferred_.size()) {
+              return pending_ ? group_->AllReduceWrittenBucket(deferred_[k]) : absl::OkStatus();
+            }
+            return group_->AllReduceWrittenBucket(in_step_[k - deferred_.size()]);
+          },
+          links().loop(), "the all-reduce"));
+  return absl::OkStatus();
+}
+
+void AllReduceStrategy::ApplyBucket(size_t b) {
+  group_->ApplySgdToBucket(b, 1.0 / context().world_size, options().learning_rate,
+                           options().momentum);
+}
+
+absl::Status AllReduceStrategy::FlushDeferred() {
+  if (!pending_) return absl::OkStatus();
+  for (size_t b : deferred_) {
+    RETURN_IF_ERROR(group_->AllReduceWrittenBucket(b));
+    ApplyBucket(b);
+  }
+  pending_ = false;
+  if (context().split->parameters_changed) context().split->parameters_changed();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ComputeResult> AllReduceStrategy::SplitCompute(bool pending,
+                                                              absl::Time& features_end,
+                                                              absl::Time& head_begin) {
+  const ModelSplit& split = *context().split;
+  ASSIGN_OR_RETURN(Batch batch, context().next_batch());
+  at::Tensor activations;
+  try {
+    activations = split.features(batch.x);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(), ": the model's features failed: ", ExceptionText(e)));
+  }
+  features_end = absl::Now();
+  head_begin = features_end;
+  if (pending) {
+    forward_overlapped_ +=
+        std::min<int64_t>(pipeline_->buckets_begun(), static_cast<int64_t>(deferred_.size()));
+    const absl::Time deadline = absl::Now() + 2 * options().communicator_options.timeout;
+    for (size_t k = 0; k < deferred_.size(); ++k) {
+      RETURN_IF_ERROR(pipeline_->AwaitCommunicated(k, deadline));
+    }
+    for (size_t b : deferred_) {
+      ApplyBucket(b);
+      group_->ZeroBucketGradients(b);
+    }
+    if (split.parameters_changed) split.parameters_changed();
+    head_begin = absl::Now();
+  }
+  try {
+    at::Tensor logits = split.head(activations);
+    at::Tensor loss = at::cross_entropy_loss(logits, batch.y);
+    loss.backward();
+    const double accuracy =
+        logits.argmax(1).eq(batch.y).to(at::kFloat).mean().item<double>();
+    return ComputeResult{loss.item<double>(), accuracy, batch.x.size(0)};
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(), ": the model's head, loss or backward failed: ", ExceptionText(e)));
+  }
+}
+
+absl::StatusOr<StepReport> AllReduceStrategy::ForwardOverlapStep() {
+  StepReport report;
+  report.clock = clock();
+  report.min_clock = clock();
+  const bool pending = pending_;
+  if (pipeline_ == nullptr) {  // no gradients: nothing to reduce
+    absl::Time features_end, head_begin;
+    const absl::Time begin = absl::Now();
+    ASSIGN_OR_RETURN(report.compute, SplitCompute(false, features_end, head_begin));
+    report.Add(StepSpan::Kind::kCompute, begin, absl::Now());
+    return report;
+  }
+  // The deferred buckets hold the last step's sums until they are applied
+  // (inside the compute); the others are this step's.
+  if (pending) {
+    for (size_t b : in_step_) group_->ZeroBucketGradients(b);
+  } else {
+    group_->ZeroGradients();
+  }
+  absl::Time features_end, head_begin;
+  ASSIGN_OR_RETURN(PipelinedStep step, pipeline_->Run([&] {
+                     return SplitCompute(pending, features_end, head_begin);
+                   }));
+  const absl::Time reduced = absl::Now();
+  report.compute = step.compute;
+  report.Add(StepSpan::Kind::kCompute, step.compute_begin, features_end);
+  if (head_begin > features_end) report.Add(StepSpan::Kind::kWait, features_end, head_begin);
+  report.Add(StepSpan::Kind::kCompute, head_begin, step.compute_end);
+  for (size_t k = 0; k < step.buckets.size(); ++k) {
+    // A deferred bucket with nothing pending (the first step) did nothing.
+    if (k < deferred_.size() && !pending) continue;
+    report.Add(StepSpan::Kind::kCommunication, step.buckets[k].begin, step.buckets[k].end);
+  }
+  if (reduced > step.compute_end) report.Add(StepSpan::Kind::kWait, step.compute_end, reduced);
+  // Without anything pending the deferred buckets began, and did nothing.
+  overlapped_buckets_ +=
+      pending ? step.overlapped
+              : step.overlapped - std::min<int>(step.overlapped, static_cast<int>(deferred_.size()));
+  for (size_t b : in_step_) ApplyBucket(b);
+  pending_ = !deferred_.empty();
+  if (context().split->parameters_changed) context().split->parameters_changed();
+  return report;
+}
+
+}  // namespace rdmaflow::strategies
