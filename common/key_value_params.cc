@@ -78,6 +78,16 @@ absl::Status KeyValueParams::Size(const std::string& key, int64_t minimum,
   return absl::OkStatus();
 }
 
+absl::Status KeyValueParams::SizeOrAuto(const std::string& key, int64_t minimum,
+                                        int64_t automatic, int64_t* value) {
+  if (auto it = params_.find(key); it != params_.end() && it->second == "auto") {
+    known_.push_back(key);
+    *value = automatic;
+    return absl::OkStatus();
+  }
+  return Size(key, minimum, value);
+}
+
 absl::Status KeyValueParams::Choice(const std::string& key,
                                     const std::vector<std::string>& choices,
                                     std::string* value) {

@@ -37,6 +37,9 @@ class KeyValueParams {
                     double* value);
   // Byte sizes also accept K, M and G suffixes (powers of 1024).
   absl::Status Size(const std::string& key, int64_t minimum, int64_t* value);
+  // The same, or "auto", which sets *value to `automatic`.
+  absl::Status SizeOrAuto(const std::string& key, int64_t minimum, int64_t automatic,
+                          int64_t* value);
   // One of `choices`.
   absl::Status Choice(const std::string& key,
                       const std::vector<std::string>& choices, std::string* value);

@@ -120,6 +120,48 @@ TEST(SimulateTest, AllReduceOverlapsTheHeadsRingWithTheFeaturesBackward) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("overlap")));
 }
 
+// overlap=forward: the head's fc1 (1.5 MB, within a third of the 6.5 MB)
+// is all-reduced during the next step's features forward instead of
+// beside the features' backward, which the head's 5.5 MB outlast at
+// 0.1 GB/s; fc2, the first head layer backward completes, stays.
+TEST(SimulateTest, AllReduceForwardDefersPartOfTheHeadToTheNextForward) {
+  Scenario s = Base("allreduce", 2);
+  s.model.mutable_layers(1)->set_name("fc1");
+  s.model.mutable_layers(1)->set_forward_ms(2);
+  s.model.mutable_layers(1)->set_backward_ms(4);
+  s.model.mutable_layers(1)->set_param_bytes(1.5e6);
+  LayerProfile* fc2 = s.model.add_layers();
+  fc2->set_name("fc2");
+  fc2->set_head(true);
+  fc2->set_forward_ms(3);
+  fc2->set_backward_ms(6);
+  fc2->set_param_bytes(4e6);
+  fc2->set_output_bytes(64 * 40);
+  s.network.set_bandwidth_gbps(0.1);
+  s.local = s.network;
+  s.params = {{"bucket_bytes", "0"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun on, Simulate(s));
+  s.params = {{"bucket_bytes", "0"}, {"overlap", "forward"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun forward, Simulate(s));
+  // The ring of B bytes over 2 ranks: B / 0.1 GB/s + 2 x 10 us.
+  auto ring = [](double bytes) { return bytes / 0.1e9 + 20e-6; };
+  const double until_head = 10e-3 + 5e-3 + 1e-3 + 10e-3;
+  EXPECT_NEAR(on.step_ms(), (until_head + ring(5.5e6) + ring(1e6) + 2e-3) * 1e3, 1e-6);
+  // In the steady state: the deferred 1.5 MB outlast the features' 10 ms
+  // forward, fc2's 4 MB the features' backward.
+  const double steady = ring(1.5e6) + 16e-3 + ring(4e6) + ring(1e6) + 2e-3;
+  EXPECT_LT(forward.step_ms(), on.step_ms() - 5);
+  EXPECT_NEAR(forward.step_ms(), (steady * 10 - ring(1.5e6) + 10e-3) / 10 * 1e3, 1e-6);
+  EXPECT_DOUBLE_EQ(forward.wire_bytes_per_step(), on.wire_bytes_per_step());
+  // A budget of 0 defers nothing: overlap=on's step.
+  s.params = {{"bucket_bytes", "0"}, {"overlap", "forward"}, {"forward_bytes", "0"}};
+  ASSERT_OK_AND_ASSIGN(SimulatedRun none, Simulate(s));
+  EXPECT_NEAR(none.step_ms(), on.step_ms(), 1e-9);
+  s.params = {{"overlap", "forward"}, {"forward_bytes", "lots"}};
+  EXPECT_THAT(Simulate(s).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("forward_bytes")));
+}
+
 // Over an emulated link, gossip's overlapped reads are served while the
 // owner computes: the ranks no longer take turns waiting out each other's
 // compute, and the read hides behind the next step's.

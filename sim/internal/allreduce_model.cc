@@ -8,7 +8,11 @@
 // fills them first) are all-reduced by the communication thread while
 // backward goes on through the features (the rank serving its transport
 // meanwhile), then the features' once backward is done. overlap=off: the
-// whole all-reduce after backward.
+// whole all-reduce after backward. overlap=forward: as on, but some of the
+// head's layers (DeferredBytes(): the strategy's forward_buckets.h schedule,
+// by layer instead of by bucket) are all-reduced during the next step's
+// forward through the features, which the head's forward then waits for.
+#include <algorithm>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -34,10 +38,30 @@ absl::Status ReadAllReduceShape(KeyValueParams& params, AllReduceShape* shape) {
 
 namespace {
 
+// overlap=forward's deferred bytes: walking the head's layers in backward's
+// order (the model's last first), the first stays in its step and each
+// later one is deferred while the deferred bytes stay within `budget`
+// (negative: a third of the parameters' bytes).
+double DeferredBytes(const Costs& c, double budget) {
+  if (budget < 0) budget = c.param_bytes() / 3;
+  double head = 0, deferred = 0;
+  bool first = true;
+  for (size_t i = c.layer_param_bytes.size(); i-- > 0 && head < c.head_param_bytes;) {
+    const double bytes = c.layer_param_bytes[i];
+    if (bytes <= 0) continue;
+    head += bytes;
+    if (!first && bytes <= budget - deferred) deferred += bytes;
+    first = false;
+  }
+  return deferred;
+}
+
 class AllReduceModel {
  public:
-  AllReduceModel(Job& job, bool overlap)
-      : job_(job), overlap_(overlap), members_(job.ranks()) {
+  // `deferred`: overlap=forward's bytes all-reduced during the next
+  // forward (0 otherwise).
+  AllReduceModel(Job& job, bool overlap, double deferred)
+      : job_(job), overlap_(overlap), deferred_(deferred), members_(job.ranks()) {
     std::iota(members_.begin(), members_.end(), 0);
     step_.assign(job.ranks(), 0);
   }
@@ -49,11 +73,20 @@ class AllReduceModel {
  private:
   void Step(int r) {
     if (step_[r] >= job_.steps()) {
+      if (overlap_ && deferred_ > 0 && job_.steps() > 0) {
+        // The strategy's Finish() applies the last step's deferred buckets.
+        job_.AllReduce(members_, deferred_, r, [this, r] { job_.Leave(r); });
+        return;
+      }
       job_.Leave(r);
       return;
     }
     if (r == 0) job_.log().Start(job_.now());
     const Costs& c = job_.costs();
+    if (overlap_ && deferred_ > 0) {
+      Forwarded(r);
+      return;
+    }
     if (overlap_ && c.head_param_bytes > 0 && c.features_param_bytes > 0) {
       Overlapped(r);
       return;
@@ -101,6 +134,66 @@ class AllReduceModel {
     });
   }
 
+  // overlap=forward: the last step's deferred all-reduce beside the
+  // features' forward, then the head's forward and backward, then overlap=on's
+  // all-reduce of the rest of the head beside the features' backward.
+  void Forwarded(int r) {
+    const double begin = job_.now();
+    job_.Serve(r, true);
+    auto joined = std::make_shared<int>(0);
+    auto features_end = std::make_shared<double>(begin);
+    auto pending_end = std::make_shared<double>(begin);
+    auto both = [this, r, begin, joined, features_end, pending_end] {
+      if (++*joined < 2) return;
+      if (r == 0) {
+        job_.log().comm += *pending_end - begin;
+        job_.log().wait += std::max(0.0, *pending_end - *features_end);
+      }
+      Backward(r);
+    };
+    job_.Compute(r, job_.costs().features_forward, [this, both, features_end] {
+      *features_end = job_.now();
+      both();
+    });
+    if (step_[r] == 0) {  // nothing deferred yet
+      *pending_end = begin;
+      both();
+      return;
+    }
+    job_.AllReduce(members_, deferred_, r, [this, both, pending_end] {
+      *pending_end = job_.now();
+      both();
+    });
+  }
+
+  void Backward(int r) {
+    const Costs& c = job_.costs();
+    job_.Compute(r, c.head_forward + c.loss + c.head_backward, [this, r] {
+      const double begin = job_.now();
+      auto joined = std::make_shared<int>(0);
+      auto head_end = std::make_shared<double>(begin);
+      auto both = [this, r, begin, joined, head_end] {
+        if (++*joined < 2) return;
+        const double computed = job_.now();
+        job_.AllReduce(members_, job_.costs().features_param_bytes, r,
+                       [this, r, begin, computed, head_end] {
+                         if (r == 0) {
+                           job_.log().comm += *head_end - begin + job_.now() - computed;
+                           job_.log().wait += job_.now() - computed;
+                         }
+                         job_.Serve(r, false);
+                         Update(r);
+                       });
+      };
+      job_.AllReduce(members_, job_.costs().head_param_bytes - deferred_, r,
+                     [this, both, head_end] {
+                       *head_end = job_.now();
+                       both();
+                     });
+      job_.Compute(r, job_.costs().features_backward, both);
+    });
+  }
+
   void Update(int r) {
     job_.Work(r, job_.costs().optimizer, [this, r] {
       ++step_[r];
@@ -111,6 +204,7 @@ class AllReduceModel {
 
   Job& job_;
   const bool overlap_;
+  const double deferred_;
   std::vector<int> members_;
   std::vector<int> step_;
 };
@@ -122,11 +216,19 @@ absl::StatusOr<double> RunAllReduce(Job& job) {
   AllReduceShape shape;
   RETURN_IF_ERROR(ReadAllReduceShape(params, &shape));
   std::string overlap = "on";
-  RETURN_IF_ERROR(params.Choice("overlap", {"on", "off"}, &overlap));
+  RETURN_IF_ERROR(params.Choice("overlap", {"on", "off", "forward"}, &overlap));
+  // forward_bytes=auto (the default) is a third of the parameters' bytes.
+  int64_t forward_bytes = -1;
+  RETURN_IF_ERROR(params.SizeOrAuto("forward_bytes", 0, -1, &forward_bytes));
   RETURN_IF_ERROR(params.Done());
   job.set_shape(shape);
   job.set_update_rule("sgd");
-  AllReduceModel model(job, overlap == "on");
+  const Costs& c = job.costs();
+  const double deferred =
+      overlap == "forward" && c.features_param_bytes > 0
+          ? DeferredBytes(c, static_cast<double>(forward_bytes))
+          : 0;
+  AllReduceModel model(job, overlap != "off", deferred);
   model.Start();
   job.loop().Run();
   return static_cast<double>(job.ranks()) * job.costs().batch;

@@ -2,8 +2,6 @@
 #include "strategies/allreduce/allreduce_strategy.h"
 
 #include <algorithm>
-#include <map>
-#include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -20,19 +18,15 @@ namespace rdmaflow::strategies {
 absl::StatusOr<std::unique_ptr<AllReduceStrategy>> AllReduceStrategy::Create(
     const StrategyOptions& options) {
   DataParallelOptions group;
-  // forward_bytes=auto is the default budget (forward_buckets.h).
-  std::map<std::string, std::string> values = options.params;
-  int64_t forward_bytes = kAutoBudget;
-  if (auto it = values.find("forward_bytes"); it != values.end() && it->second == "auto") {
-    values.erase(it);
-  }
-  StrategyParams params("allreduce", values);
+  StrategyParams params("allreduce", options.params);
   RETURN_IF_ERROR(params.Size("bucket_bytes", 0, &group.bucket_bytes));
   RETURN_IF_ERROR(params.Size("chunk_bytes", 64, &group.chunk_bytes));
   RETURN_IF_ERROR(params.Int("slots", 1, &group.slots));
   std::string overlap = "on";
   RETURN_IF_ERROR(params.Choice("overlap", {"on", "off", "forward"}, &overlap));
-  RETURN_IF_ERROR(params.Size("forward_bytes", 0, &forward_bytes));
+  // forward_bytes=auto is the default budget (forward_buckets.h).
+  int64_t forward_bytes = kAutoBudget;
+  RETURN_IF_ERROR(params.SizeOrAuto("forward_bytes", 0, kAutoBudget, &forward_bytes));
   RETURN_IF_ERROR(params.Done());
   RETURN_IF_ERROR(CheckTrainingOptions("allreduce", options.steps,
                                        options.learning_rate, options.momentum));
