@@ -41,6 +41,7 @@ configs=(
   "ps_overlap_late|--strategy ps --strategy_params servers=1,sync=bsp,overlap=on,prefetch=off|ps:servers=1,sync=bsp,overlap=on,prefetch=off"
   "allreduce|--strategy allreduce|allreduce"
   "allreduce_no_overlap|--strategy allreduce --strategy_params overlap=off|allreduce:overlap=off"
+  "allreduce_forward|--strategy allreduce --strategy_params overlap=forward|allreduce:overlap=forward"
   "layer_separated|--strategy layer_separated --strategy_params fc_ranks=1|layer_separated:fc_ranks=1"
   "layer_separated_overlap|--strategy layer_separated --strategy_params fc_ranks=1,overlap=on|layer_separated:fc_ranks=1,overlap=on"
   "gossip_pull|--strategy gossip|gossip"

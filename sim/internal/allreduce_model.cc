@@ -21,6 +21,7 @@
 #include "common/key_value_params.h"
 #include "common/status_macros.h"
 #include "sim/internal/job.h"
+#include "strategies/allreduce/forward_buckets.h"
 
 namespace rdmaflow::sim::internal {
 
@@ -38,22 +39,25 @@ absl::Status ReadAllReduceShape(KeyValueParams& params, AllReduceShape* shape) {
 
 namespace {
 
-// overlap=forward's deferred bytes: walking the head's layers in backward's
-// order (the model's last first), the first stays in its step and each
-// later one is deferred while the deferred bytes stay within `budget`
-// (negative: a third of the parameters' bytes).
-double DeferredBytes(const Costs& c, double budget) {
-  if (budget < 0) budget = c.param_bytes() / 3;
-  double head = 0, deferred = 0;
-  bool first = true;
-  for (size_t i = c.layer_param_bytes.size(); i-- > 0 && head < c.head_param_bytes;) {
-    const double bytes = c.layer_param_bytes[i];
-    if (bytes <= 0) continue;
-    head += bytes;
-    if (!first && bytes <= budget - deferred) deferred += bytes;
-    first = false;
+// overlap=forward's deferred bytes: the strategy's schedule
+// (strategies/allreduce/forward_buckets.h) of the model's layers, each
+// layer's parameters one tensor, in backward's order (the last layer's
+// first), bucketed as the strategy's group buckets them.
+absl::StatusOr<double> DeferredBytes(const Costs& c, const AllReduceShape& shape,
+                                     int64_t budget) {
+  std::vector<size_t> bytes;
+  std::vector<bool> head;
+  for (size_t i = c.layer_param_bytes.size(); i-- > 0;) {
+    if (c.layer_param_bytes[i] <= 0) continue;
+    bytes.push_back(static_cast<size_t>(c.layer_param_bytes[i]));
+    head.push_back(c.layer_head[i]);
   }
-  return deferred;
+  constexpr size_t kGroupAlignment = 64;  // strategies/data_parallel.cc's
+  ASSIGN_OR_RETURN(const strategies::ForwardSchedule schedule,
+                   strategies::ScheduleTensorsForForward(
+                       bytes, head, static_cast<size_t>(shape.bucket_bytes), kGroupAlignment,
+                       budget));
+  return static_cast<double>(schedule.deferred_bytes);
 }
 
 class AllReduceModel {
@@ -218,16 +222,16 @@ absl::StatusOr<double> RunAllReduce(Job& job) {
   std::string overlap = "on";
   RETURN_IF_ERROR(params.Choice("overlap", {"on", "off", "forward"}, &overlap));
   // forward_bytes=auto (the default) is a third of the parameters' bytes.
-  int64_t forward_bytes = -1;
-  RETURN_IF_ERROR(params.SizeOrAuto("forward_bytes", 0, -1, &forward_bytes));
+  int64_t forward_bytes = strategies::kAutoBudget;
+  RETURN_IF_ERROR(
+      params.SizeOrAuto("forward_bytes", 0, strategies::kAutoBudget, &forward_bytes));
   RETURN_IF_ERROR(params.Done());
   job.set_shape(shape);
   job.set_update_rule("sgd");
-  const Costs& c = job.costs();
-  const double deferred =
-      overlap == "forward" && c.features_param_bytes > 0
-          ? DeferredBytes(c, static_cast<double>(forward_bytes))
-          : 0;
+  double deferred = 0;
+  if (overlap == "forward") {
+    ASSIGN_OR_RETURN(deferred, DeferredBytes(job.costs(), shape, forward_bytes));
+  }
   AllReduceModel model(job, overlap != "off", deferred);
   model.Start();
   job.loop().Run();

@@ -66,6 +66,7 @@ absl::StatusOr<Costs> CostsOf(const ModelProfile& model) {
     if (layer.param_bytes() > 0) c.tensor_bytes.push_back(layer.param_bytes());
     c.layer_backward.push_back(layer.backward_ms() * 1e-3);
     c.layer_param_bytes.push_back(layer.param_bytes());
+    c.layer_head.push_back(layer.head());
   }
   if (!(Bounded(model.optimizer_ms(), 1e9) && Bounded(model.loss_ms(), 1e9) &&
         Bounded(model.step_ms(), 1e9))) {

@@ -36,6 +36,7 @@ struct Costs {
   // parts are) and its parameters' bytes (ps overlap's slices).
   std::vector<double> layer_backward;
   std::vector<double> layer_param_bytes;
+  std::vector<bool> layer_head;  // the layer is in the model's head
 
   double param_bytes() const { return features_param_bytes + head_param_bytes; }
   // Forward, loss and backward of the whole model: a worker's compute.

@@ -1,6 +1,9 @@
 // File: forward_buckets.cc
 #include "strategies/allreduce/forward_buckets.h"
 
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
 namespace rdmaflow::strategies {
 
 ForwardSchedule ScheduleForForward(const std::vector<collectives::Bucket>& buckets,
@@ -22,6 +25,27 @@ ForwardSchedule ScheduleForForward(const std::vector<collectives::Bucket>& bucke
     if (is_head) first_head = false;
   }
   return schedule;
+}
+
+absl::StatusOr<ForwardSchedule> ScheduleTensorsForForward(const std::vector<size_t>& tensor_bytes,
+                                                          const std::vector<bool>& head,
+                                                          size_t bucket_bytes, size_t alignment,
+                                                          int64_t budget_bytes) {
+  if (head.size() != tensor_bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("forward schedule: ", tensor_bytes.size(),
+                                                   " tensors, ", head.size(), " head flags"));
+  }
+  ASSIGN_OR_RETURN(const collectives::FusedLayout layout,
+                   collectives::LayOut(tensor_bytes, alignment));
+  ASSIGN_OR_RETURN(const std::vector<collectives::Bucket> buckets,
+                   collectives::MakeBuckets(tensor_bytes, layout, bucket_bytes));
+  std::vector<bool> head_bucket;
+  for (const collectives::Bucket& bucket : buckets) {
+    bool all = bucket.end > bucket.first;
+    for (size_t i = bucket.first; i < bucket.end && all; ++i) all = head[i];
+    head_bucket.push_back(all);
+  }
+  return ScheduleForForward(buckets, head_bucket, budget_bytes);
 }
 
 }  // namespace rdmaflow::strategies

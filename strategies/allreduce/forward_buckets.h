@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "collectives/buckets.h"
 
 namespace rdmaflow::strategies {
@@ -37,6 +38,16 @@ inline constexpr int64_t kAutoBudget = -1;
 // holds only head parameters. `budget_bytes`: kAutoBudget or >= 0.
 ForwardSchedule ScheduleForForward(const std::vector<collectives::Bucket>& buckets,
                                    const std::vector<bool>& head, int64_t budget_bytes);
+
+// The same from tensors (in backward's order, `head[i]` for tensor i),
+// bucketed as a data-parallel group buckets them (`alignment`: the
+// group's, 64): what the simulator asks for its model's layers.
+// kInvalidArgument for an alignment that is not a power of two, or sizes
+// and flags of different counts.
+absl::StatusOr<ForwardSchedule> ScheduleTensorsForForward(const std::vector<size_t>& tensor_bytes,
+                                                          const std::vector<bool>& head,
+                                                          size_t bucket_bytes, size_t alignment,
+                                                          int64_t budget_bytes);
 
 }  // namespace rdmaflow::strategies
 
