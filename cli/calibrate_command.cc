@@ -168,13 +168,10 @@ absl::Status Run(const ParsedArgs& args, std::ostream& out) {
       [&](sim::LinkProfile& link, const results::BenchmarkReport& report,
           const std::string& path) -> absl::Status {
         ASSIGN_OR_RETURN(const auto ring, sim::SharedRingFromAllReduce(report, path));
-        link.set_shared_ring_gbps(ring.gbps);
-        link.set_shared_ring_ranks(ring.ranks);
-        link.set_shared_ring_call_us(ring.call_us);
-        out << "link " << link.name() << ": a ring of " << ring.ranks
-            << " ranks sharing the cores moves " << ring.gbps << " GB/s";
-        if (ring.call_us > 0) out << " after " << ring.call_us << " us a call";
-        out << "\n";
+        link.set_shared_ring_gbps(ring.first);
+        link.set_shared_ring_ranks(ring.second);
+        out << "link " << link.name() << ": a ring of " << ring.second
+            << " ranks sharing the cores moves " << ring.first << " GB/s\n";
         return absl::OkStatus();
       }));
   RETURN_IF_ERROR(ForEachLinkReport(
@@ -303,9 +300,7 @@ options:
                           a ring all-reduce across namespace hosts that
                           share the cores (bench/allreduce_bench --json, one
                           rank a host), per link of --links: its bus
-                          bandwidth caps the simulator's rings there (two
-                          sizes or more: a cost per call and a rate, fitted
-                          to the smallest and the largest)
+                          bandwidth caps the simulator's rings there
   --unattended NAME=FILE,...
                           reads timed with their owner computing
                           (bench/transport_pingpong --owner_busy_ms --json),

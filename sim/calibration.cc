@@ -72,42 +72,25 @@ absl::StatusOr<LinkProfile> LinkFromPingPong(const std::string& name,
   return link;
 }
 
-absl::StatusOr<SharedRing> SharedRingFromAllReduce(const results::BenchmarkReport& report,
-                                                   const std::string& source) {
-  const results::AllReduceRow* smallest = nullptr;
+absl::StatusOr<std::pair<double, int>> SharedRingFromAllReduce(
+    const results::BenchmarkReport& report, const std::string& source) {
   const results::AllReduceRow* largest = nullptr;
   for (const results::AllReduceRow& row : report.allreduce().rows()) {
     if (row.impl() != "rdmaflow" || row.algorithm() != "ring") continue;
-    const double gbps = row.busbw_gbps();
-    if (!std::isfinite(gbps) || !(gbps > 0) || row.ranks() < 2 || !(row.bytes() > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ": the ring row of ", row.bytes(), " bytes has bus bandwidth ", gbps,
-          " GB/s over ", row.ranks(), " ranks; expected a positive figure over 2 or more"));
-    }
     if (largest == nullptr || row.bytes() > largest->bytes()) largest = &row;
-    if (smallest == nullptr || row.bytes() < smallest->bytes()) smallest = &row;
   }
   if (largest == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, " has no rdmaflow ring row: run bench/allreduce_bench --impls=rdmaflow "
                 "with one rank a host (tools/calibrate_sim.sh does)"));
   }
-  SharedRing ring;
-  ring.gbps = largest->busbw_gbps();
-  ring.ranks = static_cast<int>(largest->ranks());
-  if (smallest->bytes() < largest->bytes()) {
-    // Bus bytes (the ring's 2 (n-1)/n of each call) over seconds.
-    const double share = 2.0 * (ring.ranks - 1) / ring.ranks;
-    const double b1 = smallest->bytes() * share, b2 = largest->bytes() * share;
-    const double t1 = b1 / (smallest->busbw_gbps() * 1e9), t2 = b2 / (ring.gbps * 1e9);
-    const double seconds_per_byte = (t2 - t1) / (b2 - b1);
-    const double call = t1 - b1 * seconds_per_byte;
-    if (seconds_per_byte > 0 && call > 0) {
-      ring.gbps = 1e-9 / seconds_per_byte;
-      ring.call_us = call * 1e6;
-    }
+  const double gbps = largest->busbw_gbps();
+  if (!std::isfinite(gbps) || !(gbps > 0) || largest->ranks() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the ring row of ", largest->bytes(), " bytes has bus bandwidth ", gbps,
+        " GB/s over ", largest->ranks(), " ranks; expected a positive figure over 2 or more"));
   }
-  return ring;
+  return std::make_pair(gbps, static_cast<int>(largest->ranks()));
 }
 
 absl::StatusOr<double> UnattendedBytesFromPingPong(const results::BenchmarkReport& report,

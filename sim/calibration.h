@@ -32,20 +32,11 @@ absl::StatusOr<LinkProfile> LinkFromPingPong(const std::string& name,
                                              const results::BenchmarkReport& report,
                                              const std::string& source);
 
-// The ring over hosts that share cores, from bench/allreduce_bench --json:
-// with one size of rdmaflow's ring row, its bus bandwidth for every size;
-// with two or more, the line through the smallest and the largest (each
-// call's bus bytes against its time): a fixed cost per call and the rate
-// bytes add at (a fit that slopes the wrong way falls back to the largest
-// size's bus bandwidth, no call cost).
-struct SharedRing {
-  double gbps = 0;
-  int ranks = 0;
-  double call_us = 0;
-};
-// kInvalidArgument naming `source` when it has no such row or a figure is
-// not finite and positive.
-absl::StatusOr<SharedRing> SharedRingFromAllReduce(
+// The ring's bus bandwidth from bench/allreduce_bench --json run across
+// hosts that share cores: rdmaflow's ring row of the largest size (its
+// busbw, GB/s, and its ranks). kInvalidArgument naming `source` when it has
+// no such row or the figure is not finite and positive.
+absl::StatusOr<std::pair<double, int>> SharedRingFromAllReduce(
     const results::BenchmarkReport& report, const std::string& source);
 
 // What the owner's socket carries on alone (LinkProfile.unattended_bytes)

@@ -43,13 +43,6 @@ double RingSeconds(const LinkProfile& link, const HostProfile& host, int n,
   if (shared && link.shared_ring_gbps() > 0) gbps = std::min(gbps, link.shared_ring_gbps());
   const double send = segment / Bandwidth(gbps);
   const double reduce = segment / Bandwidth(host.reduce_gbps()) * oversubscription;
-  if (shared && link.shared_ring_call_us() > 0 && link.shared_ring_gbps() > 0) {
-    // Measured at two sizes: the call's own cost (for the measured ring's
-    // 2 (ranks - 1) steps, scaled to this ring's), then its bytes.
-    const double steps_measured = 2.0 * std::max(1, link.shared_ring_ranks() - 1);
-    const double call = link.shared_ring_call_us() * 1e-6 * 2.0 * (n - 1) / steps_measured;
-    return call + (n - 1) * std::max(send, reduce) + (n - 1) * send;
-  }
   // Reduce-scatter steps wait for the slower of the piece's transfer and its
   // reduction; all-gather steps write straight into place.
   return (n - 1) * (latency + messages + std::max(send, reduce)) +

@@ -88,19 +88,6 @@ TEST(CollectiveTimeTest, ARingSharingTooFewCoresRunsAtItsMeasuredBandwidth) {
   EXPECT_NEAR(AllReduceTime(three, Host(), All(3), 0.75e6, shape).seconds,
               4 * (11e-6 + 250e-6), 1e-9);
   EXPECT_NEAR(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, 6 * (11e-6 + 500e-6), 1e-9);
-  // Measured at two sizes (a cost per call and a rate): that cost, then
-  // the bytes at the rate, with no step's latency on top; a ring of 8
-  // members has 14 steps to the measured ring's 6.
-  t.network.set_shared_ring_call_us(3000);
-  EXPECT_NEAR(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, 3e-3 + 6 * 500e-6, 1e-9);
-  Topology eight = Hosts(8, 1, 2);
-  eight.shared_cores = 2;
-  eight.network = t.network;
-  EXPECT_NEAR(AllReduceTime(eight, Host(), All(8), 2e6, shape).seconds,
-              3e-3 * 14 / 6 + 14 * 500e-6, 1e-9);
-  // A ring that does not share the cores as measured: the link's figures.
-  t.shared_cores = 4;
-  EXPECT_NEAR(AllReduceTime(t, Host(), All(4), 1e6, shape).seconds, 6 * (11e-6 + 250e-6), 1e-9);
 }
 
 // Hierarchical across namespace hosts: the leaders' ring is what shares the

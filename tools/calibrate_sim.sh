@@ -19,16 +19,13 @@
 # (ranks a core: "2 4"), SHARED_RING_RANKS (4: a ring all-reduce of that
 # many namespace hosts on each link, whose bus bandwidth caps the
 # simulator's rings at least as crowded on their cores; "" skips),
-# SHARED_RING_BYTES (4194304: the smallest size of that all-reduce, the
-# strategies' default bucket) and SHARED_RING_MAX_BYTES (16777216: its
-# largest; the simulator fits a cost per call and a rate to the two, as a
-# 4 MiB call runs below a 16 MiB call's bandwidth; equal: one size, its
-# bandwidth for every size).
+# SHARED_RING_BYTES (4194304: the size of that all-reduce, the strategies'
+# default bucket, whose calls run below a 16 MiB call's bandwidth).
 source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  sed -n '2,24p' "$0"
+  sed -n '2,21p' "$0"
   exit 0
 fi
 out=${1:-docs/scale}
@@ -43,7 +40,6 @@ bin=$PWD/bazel-bin
 pingpong=(--max_bytes=16777216 --byte_budget=268435456 --reads=false)
 ring_ranks=${SHARED_RING_RANKS-4}
 ring_bytes=${SHARED_RING_BYTES:-4194304}
-ring_max_bytes=${SHARED_RING_MAX_BYTES:-16777216}
 ring_args=""
 if [[ -n $ring_ranks ]] && ! [[ $ring_ranks =~ ^[0-9]+$ && $ring_ranks -ge 2 ]]; then
   echo "calibrate_sim: SHARED_RING_RANKS=$ring_ranks: a number of ranks, 2 or more (or empty to skip)" >&2
@@ -51,10 +47,6 @@ if [[ -n $ring_ranks ]] && ! [[ $ring_ranks =~ ^[0-9]+$ && $ring_ranks -ge 2 ]];
 fi
 if ! [[ $ring_bytes =~ ^[0-9]+$ && $ring_bytes -ge 1024 ]]; then
   echo "calibrate_sim: SHARED_RING_BYTES=$ring_bytes: a size in bytes, 1024 or more" >&2
-  exit 2
-fi
-if ! [[ $ring_max_bytes =~ ^[0-9]+$ && $ring_max_bytes -ge $ring_bytes ]]; then
-  echo "calibrate_sim: SHARED_RING_MAX_BYTES=$ring_max_bytes: a size in bytes, at least SHARED_RING_BYTES ($ring_bytes)" >&2
   exit 2
 fi
 if [[ -n $ring_ranks ]] && ((ring_ranks <= $(nproc))); then
@@ -114,7 +106,7 @@ if [[ -n $links && $(id -u) == 0 ]]; then
       for ((r = 0; r < ring_ranks; ++r)); do
         tools/netns_hosts.sh exec "$r" env RANK=$r WORLD_SIZE=$ring_ranks MASTER_ADDR=10.89.0.1 \
           MASTER_PORT=$port "$bin/bench/allreduce_bench" --ranks="$ring_ranks" --impls=rdmaflow \
-          --min_bytes="$ring_bytes" --max_bytes="$ring_max_bytes" --max_iters=10 \
+          --min_bytes="$ring_bytes" --max_bytes="$ring_bytes" --max_iters=10 \
           --params=tls=tcp,net_devices=eth0 --json="$raw/ring_$link.json" \
           >"$raw/ring_$link.rank$r.log" 2>&1 &
         ring_pids+=($!)
