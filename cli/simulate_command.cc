@@ -283,7 +283,8 @@ options:
                        period=N, topology=random|ring, overlap=off|on;
                        moshpit: side=M, dims=D, period=N, group_timeout_ms=T,
                        overlap=off|on; allreduce: bucket_bytes=B,
-                       chunk_bytes=B, overlap=on|off)
+                       chunk_bytes=B, overlap=on|off|forward,
+                       forward_bytes=auto|B)
   --ranks N,...        rank counts (default 4)
   --link NAME,...      shm (every rank on one host), 100mbit, 1gbit, 10gbit,
                        25gbit, roce25, roce100, ib_edr100, ib_hdr200, or a

@@ -192,8 +192,10 @@ absl::Status BucketPipeline::AwaitCommunicated(size_t b, absl::Time deadline) {
   if (communicated_ > b) return absl::OkStatus();
   const std::string which = absl::StrCat("bucket ", b, " of ", gradients_.size());
   if (!ended_) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(what_, " of ", which, " did not return by the deadline"));
+    return absl::DeadlineExceededError(absl::StrCat(
+        what_, " of ", which,
+        " did not return by the deadline; is a peer slow or gone? (its own timeout names the "
+        "peer it waited for)"));
   }
   if (!ended_status_.ok()) return ended_status_;
   return absl::AbortedError(

@@ -1,5 +1,6 @@
-// End to end: rdmaflow_train runs the all-reduce, gossip and Moshpit
-// strategies as OS processes over UCX shared memory on Fashion-MNIST:
+// End to end: rdmaflow_train runs the all-reduce (also with
+// overlap=forward), gossip and Moshpit strategies as OS processes over UCX
+// shared memory on Fashion-MNIST:
 // LeNet-5 with 3 replicas (all-reduce, gossip) and 4 (Moshpit, a 2x2 grid;
 // gossip and Moshpit also with a rank killed half-way, Moshpit with that
 // rank restarted) all learn far above chance (10 %). The layer-separated
@@ -26,6 +27,24 @@ TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
       "allreduce", "--local 3 --model lenet5 --strategy allreduce --steps 150");
   RecordProperty("test_accuracy", absl::StrCat(accuracy));
   EXPECT_GT(accuracy, 0.60);
+}
+
+// allreduce's overlap=forward runs the model's split itself (the MLP's
+// features are the flattening, its three layers the head; 64 KiB buckets
+// leave the second layer's weight to the next step's forward) and shares
+// the model for the evaluations between steps: the same batches, sums and
+// updates as overlap=on, so the same loss and accuracy.
+TEST_F(StrategiesTrainE2eTest, OverlapThroughTheNextForwardTrainsAsOverlapOnDoes) {
+  const std::string flags =
+      "--local 3 --model mlp --strategy allreduce --steps 20 --seed 3 --eval_every 7 "
+      "--strategy_params bucket_bytes=64K,overlap=";
+  const testing::TrainRun on = testing::Train("allreduce_on", absl::StrCat(flags, "on"));
+  const testing::TrainRun forward =
+      testing::Train("allreduce_forward", absl::StrCat(flags, "forward"));
+  EXPECT_GT(on.summary.final_loss(), 0);
+  EXPECT_NEAR(forward.summary.final_loss(), on.summary.final_loss(), 1e-6);
+  EXPECT_NEAR(forward.summary.test_accuracy(), on.summary.test_accuracy(), 1e-9);
+  EXPECT_GT(forward.summary.test_accuracy(), 0.3);
 }
 
 // --device mirror runs each worker's forward and backward on a copy of the

@@ -10,7 +10,7 @@ import sys
 
 STRATEGIES = ["ps", "ps_overlap", "ps_overlap_late", "ps_ssp", "ps_ssp_overlap", "ps_ssp_prefetch", "ps_asp", "ps_asp_overlap",
               "ps_asp_prefetch",
-              "allreduce", "allreduce_no_overlap", "layer_separated",
+              "allreduce", "allreduce_no_overlap", "allreduce_forward", "layer_separated",
               "layer_separated_overlap", "layer_separated_auto", "layer_separated_2fc",
               "layer_separated_2fc_overlap", "gossip", "gossip_overlap", "moshpit",
               "moshpit_overlap"]

@@ -51,8 +51,9 @@ ABSL_FLAG(std::string, strategy_params, "",
           "more strategy settings, key=value,... (ps: servers=S, sync=MODE, pull=read|send, "
           "copies=K, overlap=off|on, slice_bytes=auto|B, prefetch=on|off (overlap=on; on under "
           "bsp), where servers and sync here win over --servers and --sync; allreduce: "
-          "bucket_bytes=4M, chunk_bytes=256K, slots=32, overlap=on|off; layer_separated: "
-          "fc_ranks=K, overlap=off|on, bucket_bytes, chunk_bytes, slots; gossip: beta=0.5, "
+          "bucket_bytes=4M, chunk_bytes=256K, slots=32, overlap=on|off|forward, "
+          "forward_bytes=auto|B; layer_separated: fc_ranks=K, overlap=off|on, bucket_bytes, "
+          "chunk_bytes, slots; gossip: beta=0.5, "
           "period=1, topology=random|ring, mode=pull|push, copies=3, seed=1, overlap=off|on; "
           "moshpit: side=2, dims=D, period=1, group_timeout_ms=2000, round_timeout_ms=10000, "
           "overlap=off|on); an unknown key lists the known ones (docs/strategies.md)");

@@ -74,10 +74,12 @@ class AllReduceStrategy final : public Strategy {
   // and how many began before their step's backward ended.
   bool overlaps() const { return pipeline_ != nullptr; }
   int64_t overlapped_buckets() const { return overlapped_buckets_; }
-  // overlap=forward (from Start() on): the group's buckets all-reduced
-  // during the next step's forward (forward_buckets.h), how many of them had begun by the time the features'
-  // forward returned, over the steps so far, and how many buckets' all-reduces have begun in
-  // the step running now (any thread; for a test's features to watch).
+  // overlap=forward (from Start() on): how many of the group's buckets
+  // are all-reduced during the next step's forward (forward_buckets.h);
+  // how many of those had begun by the time the features' forward
+  // returned, over the steps so far; and how many buckets' all-reduces
+  // have begun in the step running now (any thread: for a test's features
+  // to watch).
   int deferred_buckets() const { return static_cast<int>(deferred_.size()); }
   int64_t forward_overlapped_buckets() const { return forward_overlapped_; }
   int buckets_begun() const { return pipeline_ != nullptr ? pipeline_->buckets_begun() : 0; }

@@ -181,9 +181,9 @@ absl::StatusOr<StepReport> AllReduceStrategy::ForwardOverlapStep() {
   }
   if (reduced > step.compute_end) report.Add(StepSpan::Kind::kWait, step.compute_end, reduced);
   // Without anything pending the deferred buckets began, and did nothing.
-  overlapped_buckets_ +=
-      pending ? step.overlapped
-              : step.overlapped - std::min<int>(step.overlapped, static_cast<int>(deferred_.size()));
+  const int idle_deferred =
+      pending ? 0 : std::min<int>(step.overlapped, static_cast<int>(deferred_.size()));
+  overlapped_buckets_ += step.overlapped - idle_deferred;
   for (size_t b : in_step_) ApplyBucket(b);
   pending_ = !deferred_.empty();
   if (context().split->parameters_changed) context().split->parameters_changed();
