@@ -109,38 +109,45 @@ class AllReduceModel {
     const double until_head =
         c.features_forward + c.head_forward + c.loss + c.head_backward;
     job_.Compute(r, until_head, [this, r] {
-      const double begin = job_.now();
-      // Both branches end here: the head's all-reduce and the features'
-      // backward; then the features' all-reduce. The log counts the two
-      // all-reduces as communication, and what the step waits after
-      // backward as waiting (the strategy's spans).
-      auto joined = std::make_shared<int>(0);
-      auto head_end = std::make_shared<double>(begin);
-      auto both = [this, r, begin, joined, head_end] {
-        if (++*joined < 2) return;
-        const double computed = job_.now();
-        job_.AllReduce(members_, job_.costs().features_param_bytes, r,
-                       [this, r, begin, computed, head_end] {
-                         if (r == 0) {
-                           job_.log().comm += *head_end - begin + job_.now() - computed;
-                           job_.log().wait += job_.now() - computed;
-                         }
-                         job_.Serve(r, false);
-                         Update(r);
-                       });
-      };
       job_.Serve(r, true);
-      job_.AllReduce(members_, job_.costs().head_param_bytes, r, [this, both, head_end] {
-        *head_end = job_.now();
-        both();
-      });
-      job_.Compute(r, job_.costs().features_backward, both);
+      HeadBesideFeaturesBackward(r, job_.costs().head_param_bytes);
     });
   }
 
+  // From the end of the head's backward: `head_bytes` all-reduced beside
+  // the features' backward, then the features' bytes, then SGD; the
+  // communication thread's serving ends with them. Both branches end
+  // here: the head's all-reduce and the features' backward. The log counts
+  // the two all-reduces as communication, and what the step waits after
+  // backward as waiting (the strategy's spans).
+  void HeadBesideFeaturesBackward(int r, double head_bytes) {
+    const double begin = job_.now();
+    auto joined = std::make_shared<int>(0);
+    auto head_end = std::make_shared<double>(begin);
+    auto both = [this, r, begin, joined, head_end] {
+      if (++*joined < 2) return;
+      const double computed = job_.now();
+      job_.AllReduce(members_, job_.costs().features_param_bytes, r,
+                     [this, r, begin, computed, head_end] {
+                       if (r == 0) {
+                         job_.log().comm += *head_end - begin + job_.now() - computed;
+                         job_.log().wait += job_.now() - computed;
+                       }
+                       job_.Serve(r, false);
+                       Update(r);
+                     });
+    };
+    job_.AllReduce(members_, head_bytes, r, [this, both, head_end] {
+      *head_end = job_.now();
+      both();
+    });
+    job_.Compute(r, job_.costs().features_backward, both);
+  }
+
   // overlap=forward: the last step's deferred all-reduce beside the
-  // features' forward, then the head's forward and backward, then overlap=on's
-  // all-reduce of the rest of the head beside the features' backward.
+  // features' forward, then the head's forward and backward, then
+  // overlap=on's all-reduce of the rest of the head beside the features'
+  // backward.
   void Forwarded(int r) {
     const double begin = job_.now();
     job_.Serve(r, true);
@@ -153,7 +160,10 @@ class AllReduceModel {
         job_.log().comm += *pending_end - begin;
         job_.log().wait += std::max(0.0, *pending_end - *features_end);
       }
-      Backward(r);
+      const Costs& c = job_.costs();
+      job_.Compute(r, c.head_forward + c.loss + c.head_backward, [this, r] {
+        HeadBesideFeaturesBackward(r, job_.costs().head_param_bytes - deferred_);
+      });
     };
     job_.Compute(r, job_.costs().features_forward, [this, both, features_end] {
       *features_end = job_.now();
@@ -167,34 +177,6 @@ class AllReduceModel {
     job_.AllReduce(members_, deferred_, r, [this, both, pending_end] {
       *pending_end = job_.now();
       both();
-    });
-  }
-
-  void Backward(int r) {
-    const Costs& c = job_.costs();
-    job_.Compute(r, c.head_forward + c.loss + c.head_backward, [this, r] {
-      const double begin = job_.now();
-      auto joined = std::make_shared<int>(0);
-      auto head_end = std::make_shared<double>(begin);
-      auto both = [this, r, begin, joined, head_end] {
-        if (++*joined < 2) return;
-        const double computed = job_.now();
-        job_.AllReduce(members_, job_.costs().features_param_bytes, r,
-                       [this, r, begin, computed, head_end] {
-                         if (r == 0) {
-                           job_.log().comm += *head_end - begin + job_.now() - computed;
-                           job_.log().wait += job_.now() - computed;
-                         }
-                         job_.Serve(r, false);
-                         Update(r);
-                       });
-      };
-      job_.AllReduce(members_, job_.costs().head_param_bytes - deferred_, r,
-                     [this, both, head_end] {
-                       *head_end = job_.now();
-                       both();
-                     });
-      job_.Compute(r, job_.costs().features_backward, both);
     });
   }
 

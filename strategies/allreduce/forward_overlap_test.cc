@@ -63,7 +63,7 @@ ForwardRun TrainForward(const ToyProblem& problem, int world, int steps,
         for (const Parameter& param : params) p.push_back(param.tensor);
         int t = 0;  // the step whose batch is next
         bool pending = false;  // the step that runs has deferred buckets to reduce
-        ModelSplit split;
+        ModelSplit split = ToyProblem::Split(p);
         split.features = [&](const at::Tensor& x) {
           if (pending) {
             // The last step's deferred all-reduce begins while this runs.
@@ -74,17 +74,9 @@ ForwardRun TrainForward(const ToyProblem& problem, int world, int steps,
           }
           return ToyProblem::Features(p, x);
         };
-        split.head = [&p](const at::Tensor& h) { return ToyProblem::Head(p, h); };
-        split.head_parameters = {"w2", "b2"};
-        split.sample_shape = {4};
-        split.activation_shape = {8};
         StrategyContext context{rank, world, &transport, &store};
         context.split = &split;
-        context.next_batch = [&]() -> absl::StatusOr<Batch> {
-          Batch batch{problem.x[rank][t], problem.y[rank][t]};
-          ++t;
-          return batch;
-        };
+        context.next_batch = problem.NextBatch(rank, &t);
         RETURN_IF_ERROR(strategy->Prepare(context, params).status());
         RETURN_IF_ERROR(strategy->Start());
         run.deferred[rank] = strategy->deferred_buckets();

@@ -98,22 +98,14 @@ Job RunJob(const ToyProblem& problem, int world, std::map<std::string, std::stri
         std::vector<Parameter> params = problem.MakeParameters();
         std::vector<at::Tensor> p;
         for (const Parameter& param : params) p.push_back(param.tensor);
-        ModelSplit split;
+        ModelSplit split = ToyProblem::Split(p);
         split.features = [&p, features](const at::Tensor& x) { return features(p, x); };
-        split.head = [&p](const at::Tensor& h) { return ToyProblem::Head(p, h); };
-        split.head_parameters = {"w2", "b2"};
-        split.sample_shape = {4};
-        split.activation_shape = {8};
         int t = 0;
         StrategyContext context{rank, world, &transport, &store};
         context.device = device_transport;
         context.batch_size = kBatch;
         context.split = &split;
-        context.next_batch = [&]() -> absl::StatusOr<Batch> {
-          Batch batch{problem.x[rank][t], problem.y[rank][t]};
-          ++t;
-          return batch;
-        };
+        context.next_batch = problem.NextBatch(rank, &t);
         RETURN_IF_ERROR(strategy->Prepare(context, params).status());
         job.conv_ranks[rank] = strategy->layout().conv_ranks;
         RETURN_IF_ERROR(strategy->Start());

@@ -39,6 +39,24 @@ at::Tensor ToyProblem::Head(const std::vector<at::Tensor>& p,
   return at::addmm(p[3], h, p[2].t());
 }
 
+std::function<absl::StatusOr<Batch>()> ToyProblem::NextBatch(int worker, int* step) const {
+  return [this, worker, step]() -> absl::StatusOr<Batch> {
+    Batch batch{x[worker][*step], y[worker][*step]};
+    ++*step;
+    return batch;
+  };
+}
+
+ModelSplit ToyProblem::Split(const std::vector<at::Tensor>& p) {
+  ModelSplit split;
+  split.features = [&p](const at::Tensor& x) { return Features(p, x); };
+  split.head = [&p](const at::Tensor& h) { return Head(p, h); };
+  split.head_parameters = {"w2", "b2"};
+  split.sample_shape = {4};
+  split.activation_shape = {8};
+  return split;
+}
+
 at::Tensor ToyProblem::Loss(const std::vector<at::Tensor>& p,
                                const at::Tensor& x, const at::Tensor& y) {
   return at::cross_entropy_loss(Head(p, Features(p, x)), y);

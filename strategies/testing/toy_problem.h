@@ -7,11 +7,13 @@
 #ifndef RDMAFLOW_STRATEGIES_TESTING_TOY_PROBLEM_H_
 #define RDMAFLOW_STRATEGIES_TESTING_TOY_PROBLEM_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "ATen/core/Tensor.h"
+#include "absl/status/statusor.h"
 #include "strategies/strategy.h"
 
 namespace rdmaflow::strategies::testing {
@@ -31,6 +33,14 @@ struct ToyProblem {
                             const at::Tensor& h);
   static at::Tensor Loss(const std::vector<at::Tensor>& p,
                             const at::Tensor& x, const at::Tensor& y);
+  // The model cut between its layers, over `p` (the parameters' tensors,
+  // which must outlive it): features the hidden layer, head the output
+  // layer (w2, b2), 4 inputs, 8 activations.
+  static ModelSplit Split(const std::vector<at::Tensor>& p);
+
+  // StrategyContext::next_batch for `worker`: its batches in step order,
+  // `*step` the next one's (it counts them; must outlive the function).
+  std::function<absl::StatusOr<Batch>()> NextBatch(int worker, int* step) const;
 
   // Fresh parameters named w1, b1, w2, b2, requiring grad.
   std::vector<Parameter> MakeParameters() const;
