@@ -85,7 +85,9 @@ absl::Status KeyValueParams::SizeOrAuto(const std::string& key, int64_t minimum,
     *value = automatic;
     return absl::OkStatus();
   }
-  return Size(key, minimum, value);
+  absl::Status size = Size(key, minimum, value);
+  if (size.ok()) return size;
+  return absl::InvalidArgumentError(absl::StrCat(size.message(), ", or auto"));
 }
 
 absl::Status KeyValueParams::Choice(const std::string& key,

@@ -33,7 +33,8 @@ TEST_F(StrategiesTrainE2eTest, AllReduceTrainsLeNet) {
 // features are the flattening, its three layers the head; 64 KiB buckets
 // leave the second layer's weight to the next step's forward) and shares
 // the model for the evaluations between steps: the same batches, sums and
-// updates as overlap=on, so the same loss and accuracy.
+// updates as overlap=on, so the same loss and accuracy (the overlap itself
+// is strategies/allreduce:forward_overlap_test's).
 TEST_F(StrategiesTrainE2eTest, OverlapThroughTheNextForwardTrainsAsOverlapOnDoes) {
   const std::string flags =
       "--local 3 --model mlp --strategy allreduce --steps 20 --seed 3 --eval_every 7 "
@@ -45,6 +46,13 @@ TEST_F(StrategiesTrainE2eTest, OverlapThroughTheNextForwardTrainsAsOverlapOnDoes
   EXPECT_NEAR(forward.summary.final_loss(), on.summary.final_loss(), 1e-6);
   EXPECT_NEAR(forward.summary.test_accuracy(), on.summary.test_accuracy(), 1e-9);
   EXPECT_GT(forward.summary.test_accuracy(), 0.3);
+  // It runs the model on the host: a device run is refused, not quietly
+  // trained on the CPU.
+  EXPECT_THAT(testing::TrainExpectingFailure(
+                  "allreduce_forward_device",
+                  "--local 2 --model mlp --strategy allreduce --steps 2 --device mirror "
+                  "--strategy_params overlap=forward"),
+              ::testing::HasSubstr("train on a device with overlap=on"));
 }
 
 // --device mirror runs each worker's forward and backward on a copy of the

@@ -238,6 +238,13 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
     }
     return held->worker->NextBatch();
   };
+  if (config.device != "cpu" && config.strategy == "allreduce" &&
+      !state->strategy->needs_compute_fn()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device ", config.device,
+        ": allreduce with overlap=forward runs the model's features and head itself, on the "
+        "host; train on a device with overlap=on (or --device cpu)"));
+  }
   RETURN_IF_ERROR(state->strategy->Prepare(context, parameters).status());
   // The plan the strategy runs: what the summary reports as its registered
   // memory and transfers.

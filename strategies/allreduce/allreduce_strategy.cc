@@ -27,6 +27,11 @@ absl::StatusOr<std::unique_ptr<AllReduceStrategy>> AllReduceStrategy::Create(
   // forward_bytes=auto is the default budget (forward_buckets.h).
   int64_t forward_bytes = kAutoBudget;
   RETURN_IF_ERROR(params.SizeOrAuto("forward_bytes", 0, kAutoBudget, &forward_bytes));
+  if (options.params.count("forward_bytes") > 0 && overlap != "forward") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "allreduce: forward_bytes is the budget of overlap=forward; with overlap=", overlap,
+        " nothing is deferred (drop it, or set overlap=forward)"));
+  }
   RETURN_IF_ERROR(params.Done());
   RETURN_IF_ERROR(CheckTrainingOptions("allreduce", options.steps,
                                        options.learning_rate, options.momentum));
@@ -93,6 +98,7 @@ std::vector<std::string> AllReduceStrategy::gradient_order() const {
 
 absl::StatusOr<graph::GraphDef> AllReduceStrategy::DoPrepare(std::vector<Parameter> parameters) {
   const int world = context().world_size;
+  if (forward_) RETURN_IF_ERROR(CheckForwardContext());
   parameters_ = std::move(parameters);
   if (context().model != nullptr) {
     RETURN_IF_ERROR(OrderAsPlanned(*context().model));

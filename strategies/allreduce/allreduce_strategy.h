@@ -59,8 +59,11 @@ class AllReduceStrategy final : public Strategy {
   bool needs_compute_fn() const override { return !forward_; }
   bool holds_full_model() const override { return !forward_; }
   bool shares_model() const override { return forward_; }
-  // Not with a codec, which encodes on the host.
-  bool takes_device_parameters() const override { return options().codec.empty(); }
+  // Not with a codec, which encodes on the host, nor with overlap=forward,
+  // which runs the model's halves on the host.
+  bool takes_device_parameters() const override {
+    return options().codec.empty() && !forward_;
+  }
   bool exchanges_on_device() const override { return on_device_; }
   int workers() const override { return context().world_size; }
   int worker_index() const override { return context().rank; }
@@ -98,6 +101,9 @@ class AllReduceStrategy final : public Strategy {
 
   // overlap=forward: which buckets wait for the next step (deferred_) and
   // which go in theirs (in_step_), and the pipeline over both.
+  // kFailedPrecondition unless the context has the split and next_batch
+  // (in Prepare(), before anything connects).
+  absl::Status CheckForwardContext() const;
   absl::Status StartForwardOverlap();
   absl::StatusOr<StepReport> ForwardOverlapStep();
   // The split's features, then (after the deferred buckets are in and

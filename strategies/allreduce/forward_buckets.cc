@@ -14,7 +14,10 @@ ForwardSchedule ScheduleForForward(const std::vector<collectives::Bucket>& bucke
   ForwardSchedule schedule;
   bool first_head = true;
   for (size_t b = 0; b < buckets.size(); ++b) {
-    const bool is_head = b < head.size() && head[b];
+    bool is_head = buckets[b].end > buckets[b].first;
+    for (size_t i = buckets[b].first; i < buckets[b].end && is_head; ++i) {
+      is_head = i < head.size() && head[i];
+    }
     const int64_t bytes = static_cast<int64_t>(buckets[b].bytes);
     if (is_head && !first_head && bytes <= budget - schedule.deferred_bytes) {
       schedule.deferred.push_back(b);
@@ -39,13 +42,7 @@ absl::StatusOr<ForwardSchedule> ScheduleTensorsForForward(const std::vector<size
                    collectives::LayOut(tensor_bytes, alignment));
   ASSIGN_OR_RETURN(const std::vector<collectives::Bucket> buckets,
                    collectives::MakeBuckets(tensor_bytes, layout, bucket_bytes));
-  std::vector<bool> head_bucket;
-  for (const collectives::Bucket& bucket : buckets) {
-    bool all = bucket.end > bucket.first;
-    for (size_t i = bucket.first; i < bucket.end && all; ++i) all = head[i];
-    head_bucket.push_back(all);
-  }
-  return ScheduleForForward(buckets, head_bucket, budget_bytes);
+  return ScheduleForForward(buckets, head, budget_bytes);
 }
 
 }  // namespace rdmaflow::strategies

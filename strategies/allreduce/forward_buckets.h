@@ -34,8 +34,9 @@ struct ForwardSchedule {
 
 inline constexpr int64_t kAutoBudget = -1;
 
-// `buckets` in the order backward completes them; `head[b]`: bucket b
-// holds only head parameters. `budget_bytes`: kAutoBudget or >= 0.
+// `buckets` (of tensors in the order backward completes them); `head[i]`:
+// tensor i is a head parameter (a bucket is the head's when all its
+// tensors are). `budget_bytes`: kAutoBudget or >= 0.
 ForwardSchedule ScheduleForForward(const std::vector<collectives::Bucket>& buckets,
                                    const std::vector<bool>& head, int64_t budget_bytes);
 

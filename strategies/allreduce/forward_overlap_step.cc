@@ -29,36 +29,27 @@
 
 namespace rdmaflow::strategies {
 
-absl::Status AllReduceStrategy::StartForwardOverlap() {
+absl::Status AllReduceStrategy::CheckForwardContext() const {
   const ModelSplit* split = context().split;
-  if (split == nullptr || split->features == nullptr || split->head == nullptr ||
-      context().next_batch == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Where(), ": overlap=forward runs the model's features and head itself and needs the "
-                 "model cut before its first fully connected layer (the trainer's split) and "
-                 "the next batch; this context has ",
-        split == nullptr || split->features == nullptr ? "no split" : "no next_batch",
-        " (use overlap=on)"));
-  }
-  if (group_->on_device()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Where(), ": overlap=forward runs the model's halves on the host; with device "
-                 "parameters use overlap=on"));
-  }
+  const char* missing = split == nullptr || split->features == nullptr || split->head == nullptr
+                            ? "no split (the model's features and head)"
+                        : context().next_batch == nullptr ? "no next_batch"
+                                                          : nullptr;
+  if (missing == nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      Where(), ": overlap=forward runs the model's features and head itself and needs the "
+               "model cut before its first fully connected layer (the trainer's split) and "
+               "the next batch; this context has ",
+      missing, " (use overlap=on)"));
+}
+
+absl::Status AllReduceStrategy::StartForwardOverlap() {
   if (!group_->reduces_in_buckets()) return absl::OkStatus();  // no gradients
   const std::vector<Parameter>& parameters = group_->parameters();
-  auto in_head = [&](size_t i) {
-    for (const std::string& name : split->head_parameters) {
-      if (name == parameters[i].name) return true;
-    }
-    return false;
-  };
+  const std::vector<std::string>& head_names = context().split->head_parameters;
   std::vector<bool> head;
-  for (int b = 0; b < group_->buckets(); ++b) {
-    const collectives::Bucket& bucket = group_->bucket(static_cast<size_t>(b));
-    bool all = bucket.end > bucket.first;
-    for (size_t i = bucket.first; i < bucket.end && all; ++i) all = in_head(i);
-    head.push_back(all);
+  for (const Parameter& p : parameters) {
+    head.push_back(std::find(head_names.begin(), head_names.end(), p.name) != head_names.end());
   }
   std::vector<collectives::Bucket> all_buckets;
   for (int b = 0; b < group_->buckets(); ++b) {
@@ -126,12 +117,13 @@ absl::StatusOr<ComputeResult> AllReduceStrategy::SplitCompute(bool pending,
     for (size_t k = 0; k < deferred_.size(); ++k) {
       RETURN_IF_ERROR(pipeline_->AwaitCommunicated(k, deadline));
     }
+    // The wait ends here; applying the sums is the step's compute.
+    head_begin = absl::Now();
     for (size_t b : deferred_) {
       ApplyBucket(b);
       group_->ZeroBucketGradients(b);
     }
     if (split.parameters_changed) split.parameters_changed();
-    head_begin = absl::Now();
   }
   try {
     at::Tensor logits = split.head(activations);
@@ -166,6 +158,8 @@ absl::StatusOr<StepReport> AllReduceStrategy::ForwardOverlapStep() {
     group_->ZeroGradients();
   }
   absl::Time features_end, head_begin;
+  // pending_ is read on the communication thread (the deferred buckets'
+  // work) and changes only outside Run(), which starts and joins it.
   ASSIGN_OR_RETURN(PipelinedStep step, pipeline_->Run([&] {
                      return SplitCompute(pending, features_end, head_begin);
                    }));

@@ -196,17 +196,29 @@ TEST(ForwardOverlapTest, IsRefusedWhereItCannotRun) {
   EXPECT_THAT(AllReduceStrategy::Create(testing::ToyOptions(1, {{"overlap", "backward"}}))
                   .status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("forward")));
+  EXPECT_THAT(AllReduceStrategy::Create(testing::ToyOptions(1, {{"forward_bytes", "1M"}}))
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("budget of overlap=forward")));
+  EXPECT_THAT(AllReduceStrategy::Create(testing::ToyOptions(
+                                            1, {{"overlap", "forward"}, {"forward_bytes", "x"}}))
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("or auto")));
+  ASSERT_OK_AND_ASSIGN(auto host_only,
+                       AllReduceStrategy::Create(testing::ToyOptions(1, {{"overlap", "forward"}})));
+  EXPECT_FALSE(host_only->takes_device_parameters());
   // No split in the context (a model the trainer could not cut).
   std::vector<absl::Status> status = rdma::testing::RunRankThreads(
       1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(
                                             testing::ToyOptions(1, {{"overlap", "forward"}})));
         std::vector<Parameter> params = {{"w", at::zeros({3})}};
-        RETURN_IF_ERROR(strategy->Prepare({rank, 1, &transport, &store}, params).status());
-        return strategy->Start();
+        // Refused in Prepare(), before anything connects.
+        return strategy->Prepare({rank, 1, &transport, &store}, params).status();
       });
   EXPECT_THAT(status[0], StatusIs(absl::StatusCode::kFailedPrecondition,
-                                  ::testing::HasSubstr("no split (use overlap=on)")));
+                                  ::testing::HasSubstr("no split (the model's features and "
+                                                       "head) (use overlap=on)")));
 }
 
 }  // namespace
