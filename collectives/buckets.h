@@ -14,6 +14,10 @@
 
 namespace rdmaflow::collectives {
 
+// The alignment of each tensor in a data-parallel group's fused region
+// (strategies/data_parallel.h): a cache line.
+inline constexpr size_t kFusionAlignment = 64;
+
 // Where each tensor lives in the fused region, and the region's size.
 struct FusedLayout {
   std::vector<size_t> offsets;  // bytes, one per tensor, in input order

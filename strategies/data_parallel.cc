@@ -12,12 +12,6 @@
 #include "strategies/device_tensors.h"
 
 namespace rdmaflow::strategies {
-namespace {
-
-constexpr size_t kAlignment = 64;
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
     onesided::PeerLinks& links, const std::vector<int>& members,
     std::vector<Parameter> parameters, const DataParallelOptions& options) {
@@ -35,7 +29,7 @@ absl::StatusOr<std::unique_ptr<DataParallelGroup>> DataParallelGroup::Create(
   for (const Parameter& p : parameters) {
     bytes.push_back(static_cast<size_t>(p.tensor.numel()) * sizeof(float));
   }
-  ASSIGN_OR_RETURN(group->layout_, collectives::LayOut(bytes, kAlignment));
+  ASSIGN_OR_RETURN(group->layout_, collectives::LayOut(bytes, collectives::kFusionAlignment));
   ASSIGN_OR_RETURN(group->buckets_,
                    collectives::MakeBuckets(bytes, group->layout_,
                                             static_cast<size_t>(options.bucket_bytes)));

@@ -52,11 +52,9 @@ absl::StatusOr<double> DeferredBytes(const Costs& c, const AllReduceShape& shape
     bytes.push_back(static_cast<size_t>(c.layer_param_bytes[i]));
     head.push_back(c.layer_head[i]);
   }
-  constexpr size_t kGroupAlignment = 64;  // strategies/data_parallel.cc's
   ASSIGN_OR_RETURN(const strategies::ForwardSchedule schedule,
                    strategies::ScheduleTensorsForForward(
-                       bytes, head, static_cast<size_t>(shape.bucket_bytes), kGroupAlignment,
-                       budget));
+                       bytes, head, static_cast<size_t>(shape.bucket_bytes), budget));
   return static_cast<double>(schedule.deferred_bytes);
 }
 

@@ -32,14 +32,14 @@ ForwardSchedule ScheduleForForward(const std::vector<collectives::Bucket>& bucke
 
 absl::StatusOr<ForwardSchedule> ScheduleTensorsForForward(const std::vector<size_t>& tensor_bytes,
                                                           const std::vector<bool>& head,
-                                                          size_t bucket_bytes, size_t alignment,
+                                                          size_t bucket_bytes,
                                                           int64_t budget_bytes) {
   if (head.size() != tensor_bytes.size()) {
     return absl::InvalidArgumentError(absl::StrCat("forward schedule: ", tensor_bytes.size(),
                                                    " tensors, ", head.size(), " head flags"));
   }
   ASSIGN_OR_RETURN(const collectives::FusedLayout layout,
-                   collectives::LayOut(tensor_bytes, alignment));
+                   collectives::LayOut(tensor_bytes, collectives::kFusionAlignment));
   ASSIGN_OR_RETURN(const std::vector<collectives::Bucket> buckets,
                    collectives::MakeBuckets(tensor_bytes, layout, bucket_bytes));
   return ScheduleForForward(buckets, head, budget_bytes);

@@ -41,13 +41,12 @@ ForwardSchedule ScheduleForForward(const std::vector<collectives::Bucket>& bucke
                                    const std::vector<bool>& head, int64_t budget_bytes);
 
 // The same from tensors (in backward's order, `head[i]` for tensor i),
-// bucketed as a data-parallel group buckets them (`alignment`: the
-// group's, 64): what the simulator asks for its model's layers.
-// kInvalidArgument for an alignment that is not a power of two, or sizes
-// and flags of different counts.
+// laid out and bucketed as a data-parallel group lays out and buckets
+// them: what the simulator asks for its model's layers. kInvalidArgument
+// for sizes and flags of different counts.
 absl::StatusOr<ForwardSchedule> ScheduleTensorsForForward(const std::vector<size_t>& tensor_bytes,
                                                           const std::vector<bool>& head,
-                                                          size_t bucket_bytes, size_t alignment,
+                                                          size_t bucket_bytes,
                                                           int64_t budget_bytes);
 
 }  // namespace rdmaflow::strategies

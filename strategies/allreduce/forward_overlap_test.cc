@@ -179,11 +179,11 @@ TEST(ForwardScheduleTest, BucketsTensorsAsTheGroupDoes) {
   const std::vector<size_t> bytes = {40, 40960, 4096, 4194304, 4096, 12845056, 256, 73728};
   const std::vector<bool> head = {true, true, true, true, true, true, false, false};
   ASSERT_OK_AND_ASSIGN(ForwardSchedule schedule,
-                       ScheduleTensorsForForward(bytes, head, 4 << 20, 64, kAutoBudget));
+                       ScheduleTensorsForForward(bytes, head, 4 << 20, kAutoBudget));
   EXPECT_EQ(schedule.deferred, (std::vector<size_t>{1, 2}));
   EXPECT_EQ(schedule.in_step, (std::vector<size_t>{0, 3, 4}));
   EXPECT_EQ(schedule.deferred_bytes, 4194304 + 4096);
-  EXPECT_THAT(ScheduleTensorsForForward(bytes, {true}, 4 << 20, 64, kAutoBudget).status(),
+  EXPECT_THAT(ScheduleTensorsForForward(bytes, {true}, 4 << 20, kAutoBudget).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("head flags")));
 }
 
