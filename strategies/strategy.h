@@ -227,6 +227,11 @@ class Strategy {
   // True on ranks whose Step() calls the ComputeFn (a rank that computes
   // from StrategyContext::next_batch itself needs none).
   virtual bool needs_compute_fn() const { return computes(); }
+  // True where the strategy runs the model's halves itself, from
+  // StrategyContext::split and next_batch (layer_separated, allreduce
+  // overlap=forward), on any rank: a harness hands it a split model (on
+  // its device, with --device). Known from Create() on.
+  virtual bool runs_split() const { return false; }
   // True when a rank that died can be started again and rejoin the running
   // job (StrategyContext::rejoining): moshpit.
   virtual bool supports_rejoin() const { return false; }

@@ -8,6 +8,7 @@
 // each stays well inside its timeout on two loaded cores. Skips without the
 // dataset.
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -46,13 +47,20 @@ TEST_F(StrategiesTrainE2eTest, OverlapThroughTheNextForwardTrainsAsOverlapOnDoes
   EXPECT_NEAR(forward.summary.final_loss(), on.summary.final_loss(), 1e-6);
   EXPECT_NEAR(forward.summary.test_accuracy(), on.summary.test_accuracy(), 1e-9);
   EXPECT_GT(forward.summary.test_accuracy(), 0.3);
-  // It runs the model on the host: a device run is refused, not quietly
-  // trained on the CPU.
-  EXPECT_THAT(testing::TrainExpectingFailure(
-                  "allreduce_forward_device",
-                  "--local 2 --model mlp --strategy allreduce --steps 2 --device mirror "
-                  "--strategy_params overlap=forward"),
-              ::testing::HasSubstr("train on a device with overlap=on"));
+  // On a device it runs the split of the device's copy: on its own
+  // parameters (resident, nothing staged), or staged through the host's
+  // with --stage_device_parameters; the same steps either way.
+  for (const auto& [name, extra, resident] :
+       {std::tuple<std::string, std::string, bool>{"resident", "", true},
+        std::tuple<std::string, std::string, bool>{"staged", " --stage_device_parameters",
+                                                   false}}) {
+    const testing::TrainRun mirror =
+        testing::Train(absl::StrCat("allreduce_forward_mirror_", name),
+                       absl::StrCat(flags, "forward --device mirror", extra));
+    EXPECT_NEAR(mirror.summary.final_loss(), forward.summary.final_loss(), 1e-5) << name;
+    EXPECT_NEAR(mirror.summary.test_accuracy(), forward.summary.test_accuracy(), 1e-9) << name;
+    EXPECT_EQ(mirror.summary.device_resident(), resident) << name;
+  }
 }
 
 // --device mirror runs each worker's forward and backward on a copy of the

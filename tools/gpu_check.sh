@@ -339,6 +339,15 @@ PY
       --progress=false --transport_params tls=shm \
       $([ "$staging" = staged ] && echo --stage_device_parameters)
   done
+  # Issue 48's overlap on the GPU (the resident run above is overlap=on):
+  # without it, and with the head's later buckets during the next forward.
+  for overlap in off forward; do
+    echo "== rdmaflow_train allreduce vgg --device cuda overlap=$overlap$mps_label"
+    train_run "allreduce vgg cuda overlap=$overlap" "$out/ar_vgg_$overlap.json" \
+      "$out/ar_vgg_$overlap.log" --local 3 --model vgg --strategy allreduce --synthetic \
+      --device cuda --steps 60 --progress=false --transport_params tls=shm \
+      --strategy_params "overlap=$overlap"
+  done
   # Stanza: layer separation against the parameter server above, same model
   # and ranks (2 conv ranks and 1 FC rank, its halves on the GPU), without
   # and with Stanza's pipeline.

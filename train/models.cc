@@ -253,8 +253,8 @@ absl::StatusOr<Model> LoadExported(const std::string& path, const SampleSpec& sa
     return absl::InvalidArgumentError(absl::StrCat("--model ", path, " takes no input"));
   }
   model.split_status = absl::UnimplementedError(
-      "layer_separated cuts presets and TorchScript models; a torch.export program "
-      "(.pt2) is not cut: save the model with torch.jit.trace for layer_separated");
+      "presets and TorchScript models are cut; a torch.export program (.pt2) is not: "
+      "save the model with torch.jit.trace to cut it");
   graph::TensorSpec spec;
   spec.set_dtype(sample.int64 ? graph::DT_INT64 : graph::DT_FLOAT32);
   spec.add_shape(2);

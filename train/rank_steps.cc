@@ -169,16 +169,20 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
   ASSIGN_OR_RETURN(state->transport, rdma::CreateBuiltinTransport(
                                          config.transport, config.transport_params, rank));
   ASSIGN_OR_RETURN(state->model, MakeModel(config.model, config.seed, config.sample));
-  if (config.strategy == "layer_separated" && !state->model.split_status.ok()) {
-    return absl::Status(state->model.split_status.code(),
-                        absl::StrCat("--model ", config.model, ": ",
-                                     state->model.split_status.message()));
-  }
   std::vector<strategies::Parameter> parameters = state->model.Parameters();
   strategies::StrategyRegistry registry;
   RETURN_IF_ERROR(strategies::RegisterBuiltinStrategies(registry));
   strategies::StrategyOptions options = StrategyOptionsOf(config);
   ASSIGN_OR_RETURN(state->strategy, registry.Create(config.strategy, options));
+  if (state->strategy->runs_split() && !state->model.split_status.ok()) {
+    // layer_separated and allreduce overlap=forward run the model's
+    // features and head themselves.
+    return absl::Status(state->model.split_status.code(),
+                        absl::StrCat("--model ", config.model, ": --strategy ", config.strategy,
+                                     " runs the model cut before its first fully connected "
+                                     "layer: ",
+                                     state->model.split_status.message()));
+  }
   if (config.device != "cpu" && !config.stage_device_parameters &&
       state->strategy->takes_device_parameters()) {
     // The strategy keeps the device copy's own parameters in device
@@ -199,10 +203,11 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
     }
     state->device_transport = device_transport->get();
     state->transport = *std::move(device_transport);
-    // layer_separated runs the copy's halves itself; the others compute
+    // A strategy that runs the model's halves itself (layer_separated,
+    // allreduce overlap=forward) runs the copy's; the others compute
     // through the worker.
     std::unique_ptr<DeviceModel>& copy =
-        config.strategy == "layer_separated" ? state->split_device : state->compute_device;
+        state->strategy->runs_split() ? state->split_device : state->compute_device;
     ASSIGN_OR_RETURN(copy, DeviceCopy(config, state->model));
     ASSIGN_OR_RETURN(parameters, copy->Resident());
     if (state->split_device != nullptr) {
@@ -214,7 +219,7 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
   context.batch_size = config.batch_size;
   context.rejoining = config.rejoining;
   context.split = &state->model.split;
-  if (config.device != "cpu" && config.strategy == "layer_separated") {
+  if (config.device != "cpu" && state->strategy->runs_split()) {
     // The strategy runs the model halves itself: on the device's copy
     // (its own parameters, where the strategy took them above).
     if (state->split_device == nullptr) {
@@ -238,13 +243,6 @@ absl::StatusOr<std::unique_ptr<RankState>> SetUpRank(const TrainConfig& config, 
     }
     return held->worker->NextBatch();
   };
-  if (config.device != "cpu" && config.strategy == "allreduce" &&
-      !state->strategy->needs_compute_fn()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device ", config.device,
-        ": allreduce with overlap=forward runs the model's features and head itself, on the "
-        "host; train on a device with overlap=on (or --device cpu)"));
-  }
   RETURN_IF_ERROR(state->strategy->Prepare(context, parameters).status());
   // The plan the strategy runs: what the summary reports as its registered
   // memory and transfers.

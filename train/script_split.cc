@@ -26,8 +26,8 @@ using torch::jit::Value;
 
 absl::Status Invalid(const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(
-      "layer_separated cannot cut this TorchScript model before its first fully "
-      "connected layer: ", why));
+      "this TorchScript model cannot be cut before its first fully connected layer: ",
+      why));
 }
 
 // The dotted attribute path of a prim::GetAttr chain from the module

@@ -137,14 +137,15 @@ absl::Status AllReduceStrategy::DoStart() {
   // A codec sends the fused gradients whole: nothing to pipeline then. On
   // a device, backward's hooks run once the kernels that write a gradient
   // are queued: each bucket waits for an event recorded then.
-  if (forward_) return StartForwardOverlap();
-  if (overlap_ && group_->reduces_in_buckets()) {
+  if (forward_) {
+    RETURN_IF_ERROR(StartForwardOverlap());
+  } else if (overlap_ && group_->reduces_in_buckets()) {
     ASSIGN_OR_RETURN(pipeline_, BucketPipeline::Create(*group_, links().loop()));
-    if (group_->on_device()) {
-      const c10::Device where = TensorDeviceOf(context().device);
-      pipeline_->set_ready_marks([where](size_t) { return MarkTorchWork(where); },
-                                 options().communicator_options.timeout);
-    }
+  }
+  if (pipeline_ != nullptr && group_->on_device()) {
+    const c10::Device where = TensorDeviceOf(context().device);
+    pipeline_->set_ready_marks([where](size_t) { return MarkTorchWork(where); },
+                               options().communicator_options.timeout);
   }
   return absl::OkStatus();
 }

@@ -21,7 +21,9 @@
 // Without a codec it takes device parameters (StrategyContext::device): the fused
 // gradients, parameters and momentum then stay on the device, reduced
 // there (data_parallel.h); with overlap each bucket waits for an event
-// recorded as backward queued its last gradient (bucket_pipeline.h).
+// recorded as backward queued its last gradient (bucket_pipeline.h), and
+// overlap=forward runs a split of the device's copy on them
+// (train/device_model.h, ResidentSplit).
 // A replica slower than the timeout fails its peers' all-reduce with
 // kDeadlineExceeded naming the neighbour the ring waited for; after any
 // failed step the strategy is unusable (Step() returns kFailedPrecondition
@@ -57,13 +59,12 @@ class AllReduceStrategy final : public Strategy {
   // and next_batch), and between steps the head's deferred buckets are not
   // yet applied: ShareModel() applies them.
   bool needs_compute_fn() const override { return !forward_; }
+  bool runs_split() const override { return forward_; }
   bool holds_full_model() const override { return !forward_; }
   bool shares_model() const override { return forward_; }
-  // Not with a codec, which encodes on the host, nor with overlap=forward,
-  // which runs the model's halves on the host.
-  bool takes_device_parameters() const override {
-    return options().codec.empty() && !forward_;
-  }
+  // Not with a codec, which encodes on the host. overlap=forward runs the
+  // split of the device's copy (DeviceModel::ResidentSplit) on them.
+  bool takes_device_parameters() const override { return options().codec.empty(); }
   bool exchanges_on_device() const override { return on_device_; }
   int workers() const override { return context().world_size; }
   int worker_index() const override { return context().rank; }

@@ -126,11 +126,16 @@ absl::StatusOr<ComputeResult> AllReduceStrategy::SplitCompute(bool pending,
     if (split.parameters_changed) split.parameters_changed();
   }
   try {
+    // On a device's split (DeviceModel::ResidentSplit) the logits are the
+    // device's: the labels go there.
     at::Tensor logits = split.head(activations);
-    at::Tensor loss = at::cross_entropy_loss(logits, batch.y);
+    const at::Tensor labels = batch.y.to(logits.device());
+    at::Tensor loss = at::cross_entropy_loss(logits, labels);
     loss.backward();
-    const double accuracy =
-        logits.argmax(1).eq(batch.y).to(at::kFloat).mean().item<double>();
+    // Reading them waits for backward's device work: the deferred buckets'
+    // gradients are complete when the next step's communication thread
+    // sums them (the others wait for their ready marks).
+    const double accuracy = logits.argmax(1).eq(labels).to(at::kFloat).mean().item<double>();
     return ComputeResult{loss.item<double>(), accuracy, batch.x.size(0)};
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(

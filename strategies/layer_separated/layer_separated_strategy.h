@@ -112,6 +112,7 @@ class LayerSeparatedStrategy final : public Strategy {
   // ComputeFn is not used.
   absl::StatusOr<StepReport> DoStep(const ComputeFn& compute) override;
   bool needs_compute_fn() const override { return false; }
+  bool runs_split() const override { return true; }
   // After a failure: skips the final model and the rings' barriers.
   absl::Status DoFinish(bool after_failure) override;
   std::string Where() const override;  // "layer_separated conv rank 0"
