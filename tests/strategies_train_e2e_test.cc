@@ -125,17 +125,19 @@ TEST_F(StrategiesTrainE2eTest, TheDevicePathTrainsAsTheHostDoes) {
 // Gossip (pull) keeps its published copies and reads on the device too;
 // push, whose mailbox is host memory, stages. Its reads take whatever
 // version a peer has published when they come, so no two runs match
-// exactly: each trains (its test accuracy well above chance, 0.1; 0.27
-// to 0.41 seen over runs).
+// exactly: each trains (its test accuracy well above chance, 0.1). After
+// 20 steps LeNet-5 was still leaving chance (0.20-0.31 over runs, and
+// 0.10 once, in a loaded test run: every prediction one class): 60 steps
+// gave 0.47-0.67 (2026-12-05).
 TEST_F(StrategiesTrainE2eTest, GossipOnTheDevicePathTrains) {
   for (const auto& [mode, resident] : {std::pair<std::string, bool>{"pull", true},
                                        std::pair<std::string, bool>{"push", false}}) {
     const testing::TrainRun mirror = testing::Train(
         absl::StrCat("gossip_", mode, "_mirror"),
         absl::StrCat("--local 3 --model lenet5 --strategy gossip --strategy_params mode=", mode,
-                     " --steps 20 --seed 3 --device mirror"));
+                     " --steps 60 --seed 3 --device mirror"));
     EXPECT_GT(mirror.summary.final_loss(), 0) << mode;
-    EXPECT_GT(mirror.summary.test_accuracy(), 0.15) << mode;
+    EXPECT_GT(mirror.summary.test_accuracy(), 0.3) << mode;
     EXPECT_EQ(mirror.summary.device_resident(), resident) << mode;
     if (resident) {
       EXPECT_EQ(mirror.summary.device_out_ms(), 0) << mode;
