@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace rdmaflow::rdma::ucx {
 namespace {
@@ -70,6 +71,20 @@ std::string DefaultNetDevices() {
     return new std::string(absl::StrJoin(devices, ","));
   }();
   return *kDevices;
+}
+
+bool MayUseTcp(const std::string& tls, const std::string& net_devices) {
+  const std::vector<std::string> transports = absl::StrSplit(
+      tls.size() > 0 && tls[0] == '^' ? tls.substr(1) : tls, ',', absl::SkipEmpty());
+  const bool names_tcp =
+      std::find(transports.begin(), transports.end(), kTcpComponent) != transports.end();
+  const bool all = std::find(transports.begin(), transports.end(), "all") != transports.end();
+  const bool tls_may = tls.empty() || (tls[0] == '^' ? !names_tcp : names_tcp || all);
+  if (!tls_may) return false;
+  for (absl::string_view device : absl::StrSplit(net_devices, ',', absl::SkipEmpty())) {
+    if (device == "all" || device.find(':') == absl::string_view::npos) return true;
+  }
+  return net_devices.empty();
 }
 
 }  // namespace rdmaflow::rdma::ucx

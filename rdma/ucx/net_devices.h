@@ -21,6 +21,15 @@ inline constexpr char kLoopbackDevice[] = "lo";
 // once per process.
 std::string DefaultNetDevices();
 
+// Whether UCX may open its TCP transport under UCX's TLS `tls` and
+// NET_DEVICES `net_devices` (each as UCX reads it; empty: UCX's default,
+// all): `tls` empty, "all", a list naming "tcp", or an exclusion ("^...")
+// that does not; and `net_devices` empty, "all", or naming a network
+// interface (a name without a port, "eth0"; "mlx5_0:1" is an RDMA port).
+// For settings of TCP's own, which UCX warns about where no transport
+// takes them.
+bool MayUseTcp(const std::string& tls, const std::string& net_devices);
+
 }  // namespace rdmaflow::rdma::ucx
 
 #endif  // RDMAFLOW_RDMA_UCX_NET_DEVICES_H_

@@ -156,6 +156,30 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
         ucp_config_modify(config, "KEEPALIVE_INTERVAL", keepalive.c_str()),
         "setting UCX KEEPALIVE_INTERVAL");
   }
+  if (status.ok() && (options.tcp_tx_seg_kb < 0 || options.tcp_tx_seg_kb > 64)) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "UCX tcp_tx_seg_kb=", options.tcp_tx_seg_kb,
+        " must be between 1 and 64 KiB, as TCP's receive segment (64 KiB) must hold it "
+        "(0: UCX's own, 8 KiB; UCX_TCP_TX_SEG_SIZE and UCX_TCP_RX_SEG_SIZE set both)"));
+  }
+  // UCX_TCP_TX_SEG_SIZE in the environment wins, as UCX_NET_DEVICES does.
+  // ucp_config_modify keeps a name it does not know for the transports'
+  // own tables, which name their fields without their prefix ("TCP_"): in
+  // UCX 1.13 only TCP's has a TX_SEG_SIZE.
+  // Only where TCP may run: UCX warns of a setting no transport took.
+  const char* tls_env = std::getenv("UCX_TLS");
+  const char* devices_env = std::getenv("UCX_NET_DEVICES");
+  const bool may_use_tcp = MayUseTcp(
+      !options.tls.empty() ? options.tls : tls_env != nullptr ? tls_env : "",
+      !net_devices.empty() ? net_devices : devices_env != nullptr ? devices_env : "");
+  std::string tcp_tx_seg_in_effect;  // set by us; empty: UCX's or the environment's
+  if (status.ok() && may_use_tcp && options.tcp_tx_seg_kb > 0 &&
+      std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr) {
+    const std::string seg = absl::StrCat(options.tcp_tx_seg_kb, "K");
+    tcp_tx_seg_in_effect = seg;
+    status = UcsToStatus(ucp_config_modify(config, "TX_SEG_SIZE", seg.c_str()),
+                         absl::StrCat("setting UCX TCP_TX_SEG_SIZE=", seg));
+  }
   auto context = std::make_shared<UcxContext>();
   if (status.ok()) {
     ucp_params_t params{};
@@ -176,6 +200,7 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
   std::unique_ptr<UcxTransport> transport(
       new UcxTransport(options, std::move(context)));
   transport->net_devices_ = net_devices_in_effect;
+  transport->tcp_tx_seg_ = tcp_tx_seg_in_effect;
   transport->tcp_on_loopback_by_default_ = tcp_on_loopback_by_default;
   transport->shared_->context = transport->context_->context;
   transport->shared_->rank = options.rank;
@@ -316,7 +341,8 @@ Capabilities UcxTransport::capabilities() const {
       kBackend,
       absl::StrCat("UCX ", ucp_get_version_string(),
                    ", TLS=", options_.tls.empty() ? "default" : options_.tls,
-                   ", NET_DEVICES=", net_devices_),
+                   ", NET_DEVICES=", net_devices_,
+                   tcp_tx_seg_.empty() ? "" : absl::StrCat(", TCP_TX_SEG_SIZE=", tcp_tx_seg_)),
       /*one_sided_allocate=*/true, options_.max_outstanding_per_endpoint,
       MapsPeerMemory(options_.tls), /*flag_writes=*/true};
 }
@@ -547,7 +573,7 @@ absl::Status RegisterUcxTransport(TransportRegistry& registry) {
         RETURN_IF_ERROR(CheckKnownParams(
             config, kBackend,
             {"tls", "net_devices", "keepalive_ms", "max_outstanding",
-             "notify"}));
+             "notify", "tcp_tx_seg_kb"}));
         UcxTransportOptions options;
         options.rank = config.rank;
         for (const auto& [key, value] : config.params) {
@@ -570,6 +596,13 @@ absl::Status RegisterUcxTransport(TransportRegistry& registry) {
             options.keepalive_interval = absl::Milliseconds(ms);
           } else if (key == "max_outstanding") {
             ok = absl::SimpleAtoi(value, &options.max_outstanding_per_endpoint);
+          } else if (key == "tcp_tx_seg_kb") {
+            if (!absl::SimpleAtoi(value, &options.tcp_tx_seg_kb) ||
+                options.tcp_tx_seg_kb < 0) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "ucx parameter tcp_tx_seg_kb='", value,
+                  "' must be a size in KiB, 1 to 64 (64 by default; 0: UCX's own, 8)"));
+            }
           }
           if (!ok) {
             return absl::InvalidArgumentError(absl::StrCat(

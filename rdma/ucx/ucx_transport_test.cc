@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/transport_registry.h"
+#include "rdma/ucx/net_devices.h"
 
 namespace rdmaflow::rdma::ucx {
 namespace {
@@ -460,6 +461,56 @@ TEST_F(UcxTransportTest, AFlagCoversAnEarlierWriteThatWentThroughUcx) {
         << "round " << round << ": an inline write after a put";
   }
   EXPECT_EQ(LoadSharedWord(shared.data() + 24), 100u) << "a write not taken inline landed";
+}
+
+// TCP sends a large put in pieces of 64 KiB, not UCX's 8 (tcp_tx_seg_kb):
+// set where TCP may run, and the description says so; never where it
+// cannot (UCX would warn of a setting nobody took); the environment's
+// UCX_TCP_TX_SEG_SIZE wins; 0 leaves UCX's; a bad size is refused.
+TEST_F(UcxTransportTest, TcpSendsLargePutsInPiecesOfTheGivenSize) {
+  TransportRegistry registry;
+  ASSERT_OK(RegisterUcxTransport(registry));
+  TransportConfig config;
+  config.params = {{"tls", "tcp"}, {"net_devices", "lo"}};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> a, registry.Create("ucx", config));
+  EXPECT_THAT(a->capabilities().description, HasSubstr("TCP_TX_SEG_SIZE=64K"));
+  config.rank = 1;
+  config.params["tcp_tx_seg_kb"] = "32";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> b, registry.Create("ucx", config));
+  EXPECT_THAT(b->capabilities().description, HasSubstr("TCP_TX_SEG_SIZE=32K"));
+  ASSERT_OK(RoundTrip(*a, *b, nullptr));
+  config.params["tcp_tx_seg_kb"] = "0";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> ucx_own, registry.Create("ucx", config));
+  EXPECT_THAT(ucx_own->capabilities().description,
+              ::testing::Not(HasSubstr("TCP_TX_SEG_SIZE")));
+  config.params = {{"tls", "shm"}};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> shm, registry.Create("ucx", config));
+  EXPECT_THAT(shm->capabilities().description, ::testing::Not(HasSubstr("TCP_TX_SEG_SIZE")));
+  for (const std::string bad : {"-1", "x", "65"}) {
+    config.params = {{"tls", "tcp"}, {"net_devices", "lo"}, {"tcp_tx_seg_kb", bad}};
+    EXPECT_THAT(registry.Create("ucx", config),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tcp_tx_seg_kb")))
+        << bad;
+  }
+  setenv("UCX_TCP_TX_SEG_SIZE", "16K", 1);
+  config.params = {{"tls", "tcp"}, {"net_devices", "lo"}};
+  absl::StatusOr<std::unique_ptr<Transport>> from_env = registry.Create("ucx", config);
+  unsetenv("UCX_TCP_TX_SEG_SIZE");
+  ASSERT_OK(from_env.status());
+  EXPECT_THAT((*from_env)->capabilities().description,
+              ::testing::Not(HasSubstr("TCP_TX_SEG_SIZE")));
+}
+
+TEST(MayUseTcpTest, ReadsTheTransportsAndTheDevices) {
+  EXPECT_TRUE(MayUseTcp("", ""));
+  EXPECT_TRUE(MayUseTcp("tcp", "lo"));
+  EXPECT_TRUE(MayUseTcp("shm,tcp", "eth0,mlx5_0:1"));
+  EXPECT_TRUE(MayUseTcp("all", "all"));
+  EXPECT_TRUE(MayUseTcp("^shm", ""));
+  EXPECT_FALSE(MayUseTcp("^tcp", ""));
+  EXPECT_FALSE(MayUseTcp("shm", ""));
+  EXPECT_FALSE(MayUseTcp("rc_verbs,ud_verbs", "lo"));
+  EXPECT_FALSE(MayUseTcp("tcp", "mlx5_0:1"));
 }
 
 TEST_F(UcxTransportTest, RegistryTakesNetDevices) {
