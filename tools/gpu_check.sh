@@ -348,6 +348,24 @@ PY
       --device cuda --steps 60 --progress=false --transport_params tls=shm \
       --strategy_params "overlap=$overlap"
   done
+  # The same sums in every setting: the same final loss (a stream-ordering
+  # bug on the device would show here first).
+  local same
+  same=$(python3 - "$out" <<'PY'
+import json, sys
+try:
+    runs = {o: json.load(open(f"{sys.argv[1]}/ar_vgg_{o}.json"))
+            for o in ("resident", "off", "forward")}
+except (OSError, ValueError):
+    sys.exit(0)
+on = runs["resident"]["final_loss"]
+worst = max(abs(runs[o]["final_loss"] - on) for o in ("off", "forward"))
+print(f"allreduce overlap off/on/forward final loss: "
+      + ", ".join(f"{runs[o]['final_loss']:.5f}" for o in ("off", "resident", "forward"))
+      + (" (same)" if worst <= 1e-4 else f" (DIFFER by {worst:.2g})"))
+PY
+  ) || true
+  [ -z "$same" ] || add_row "$same$mps_label"
   # Stanza: layer separation against the parameter server above, same model
   # and ranks (2 conv ranks and 1 FC rank, its halves on the GPU), without
   # and with Stanza's pipeline.

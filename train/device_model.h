@@ -14,13 +14,16 @@
 //
 // A strategy that takes device parameters (Strategy::
 // takes_device_parameters: allreduce, moshpit, gossip pull, ps pull=read;
-// layer_separated through ResidentSplit()) gets the copy's own parameters
+// those that run the model cut in two, Strategy::runs_split(), through
+// ResidentSplit(): layer_separated, allreduce overlap=forward) gets the
+// copy's own parameters
 // instead (Resident()): it exchanges and updates them on the device, in
 // its device regions, and Compute() stages nothing; CopyToHost() brings
-// the host model up to date for an evaluation. layer_separated with
-// device parameters runs ResidentSplit()'s halves on them.
+// the host model up to date for an evaluation. A strategy that runs the
+// split with device parameters runs ResidentSplit()'s halves on them.
 //
-// layer_separated runs its model halves itself: Split() gives it features
+// A strategy that runs the model halves itself (layer_separated,
+// allreduce overlap=forward) with host parameters: Split() gives it features
 // and head that run on the device copy the same way (host tensors in and
 // out, the host parameters' values in, their gradients out through hooks
 // on the copy's parameters during the strategy's own backward). A model
@@ -92,7 +95,8 @@ class DeviceModel {
   // strategy zeroes), and the host model lags until CopyToHost().
   // kFailedPrecondition after Compute(), Split() or a first Resident().
   absl::StatusOr<std::vector<strategies::Parameter>> Resident();
-  // After Resident(), for layer_separated with device parameters: the
+  // After Resident(), for a strategy that runs the split
+  // (Strategy::runs_split) with device parameters: the
   // model's features and head on the copy's own parameters (autograd
   // through both; the parameters' gradients stay in the copy's .grad()),
   // their outputs on the device (ModelSplit::device; inputs on the host
@@ -107,8 +111,8 @@ class DeviceModel {
   absl::Status CopyToHost();
   bool resident() const { return use_ == Use::kResident; }
 
-  // The model's features and head on the device, for layer_separated
-  // (ModelSplit's contract: host tensors in and out, autograd through
+  // The model's features and head on the device, for a strategy that
+  // runs the split on host parameters (ModelSplit's contract: host tensors in and out, autograd through
   // both). A part's copy takes the host parameters' values when it first
   // runs and again, in place without a version bump, at its first forward
   // or backward after the strategy said they changed

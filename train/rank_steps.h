@@ -67,8 +67,10 @@ struct RankState {
   // copy on the device, staged (DeviceModel::Compute) or resident (the
   // strategy's parameters: DeviceModel::Resident).
   std::unique_ptr<DeviceModel> compute_device;
-  // layer_separated with --device: the model's copy on the device, and
-  // the features and head the strategy runs there (the strategy's split).
+  // With --device, for a strategy that runs the model cut in two
+  // (Strategy::runs_split: layer_separated, allreduce overlap=forward):
+  // the model's copy on the device, and the features and head the strategy
+  // runs there (the strategy's split).
   std::unique_ptr<DeviceModel> split_device;
   strategies::ModelSplit device_split;
   std::unique_ptr<strategies::Strategy> strategy;

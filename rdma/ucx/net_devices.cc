@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace rdmaflow::rdma::ucx {
 namespace {
@@ -73,14 +74,25 @@ std::string DefaultNetDevices() {
   return *kDevices;
 }
 
+bool TlsList::Names(absl::string_view name) const {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+TlsList ParseTls(absl::string_view tls) {
+  TlsList list;
+  if (absl::ConsumePrefix(&tls, "^")) list.all_but = true;
+  for (absl::string_view name : absl::StrSplit(tls, ',', absl::SkipEmpty())) {
+    absl::ConsumePrefix(&name, "\\");
+    absl::ConsumeSuffix(&name, ":aux");
+    list.names.emplace_back(name);
+  }
+  return list;
+}
+
 bool MayUseTcp(const std::string& tls, const std::string& net_devices) {
-  const std::vector<std::string> transports = absl::StrSplit(
-      tls.size() > 0 && tls[0] == '^' ? tls.substr(1) : tls, ',', absl::SkipEmpty());
-  const bool names_tcp =
-      std::find(transports.begin(), transports.end(), kTcpComponent) != transports.end();
-  const bool all = std::find(transports.begin(), transports.end(), "all") != transports.end();
-  const bool tls_may = tls.empty() || (tls[0] == '^' ? !names_tcp : names_tcp || all);
-  if (!tls_may) return false;
+  const TlsList list = ParseTls(tls);
+  const bool names_tcp = list.Names(kTcpComponent) || list.Names("all");
+  if (!tls.empty() && list.all_but == names_tcp) return false;
   for (absl::string_view device : absl::StrSplit(net_devices, ',', absl::SkipEmpty())) {
     if (device == "all" || device.find(':') == absl::string_view::npos) return true;
   }

@@ -9,6 +9,9 @@
 #define RDMAFLOW_RDMA_UCX_NET_DEVICES_H_
 
 #include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace rdmaflow::rdma::ucx {
 
@@ -20,6 +23,17 @@ inline constexpr char kLoopbackDevice[] = "lo";
 // other (non-TCP) transports, e.g. "lo,mlx5_0:1". Thread-safe; enumerated
 // once per process.
 std::string DefaultNetDevices();
+
+// UCX's TLS setting as UCX 1.13 reads it: "^a,b" is every transport but a
+// and b (`all_but`); a name may carry a leading backslash (the transport
+// of that name, not an alias) or a ":aux" suffix (for wireup only: still
+// opened), which `names` drop ("tcp:aux" -> "tcp").
+struct TlsList {
+  bool all_but = false;
+  std::vector<std::string> names;
+  bool Names(absl::string_view name) const;
+};
+TlsList ParseTls(absl::string_view tls);
 
 // Whether UCX may open its TCP transport under UCX's TLS `tls` and
 // NET_DEVICES `net_devices` (each as UCX reads it; empty: UCX's default,

@@ -56,21 +56,17 @@ ucs_status_t OnNotification(void* arg, const void* /*header*/,
 // which has them) include shared memory, the only memory ucp_rkey_ptr maps.
 bool MapsPeerMemory(const std::string& tls) {
   if (tls.empty()) return true;
-  if (tls[0] == '^') {
+  const TlsList list = ParseTls(tls);
+  if (list.all_but) {
     // "^a,b": every transport but a and b. Shared memory is gone only when
     // the list takes all of it, not one kind (say "^xpmem").
-    int kinds = 0;
-    for (absl::string_view name : absl::StrSplit(absl::string_view(tls).substr(1), ',')) {
-      if (name == "shm" || name == "sm" || name == "mm" || name == "all") return false;
-      if (name == "posix" || name == "sysv" || name == "xpmem") ++kinds;
+    if (list.Names("shm") || list.Names("sm") || list.Names("mm") || list.Names("all")) {
+      return false;
     }
-    return kinds < 3;
+    return !(list.Names("posix") && list.Names("sysv") && list.Names("xpmem"));
   }
-  for (absl::string_view name : absl::StrSplit(tls, ',')) {
-    if (name == "all" || name == "shm" || name == "sm" || name == "mm" || name == "posix" ||
-        name == "sysv" || name == "xpmem") {
-      return true;
-    }
+  for (const char* name : {"all", "shm", "sm", "mm", "posix", "sysv", "xpmem"}) {
+    if (list.Names(name)) return true;
   }
   return false;
 }
@@ -162,11 +158,12 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
         " must be between 1 and 64 KiB, as TCP's receive segment (64 KiB) must hold it "
         "(0: UCX's own, 8 KiB; UCX_TCP_TX_SEG_SIZE and UCX_TCP_RX_SEG_SIZE set both)"));
   }
-  // UCX_TCP_TX_SEG_SIZE in the environment wins, as UCX_NET_DEVICES does.
-  // ucp_config_modify keeps a name it does not know for the transports'
-  // own tables, which name their fields without their prefix ("TCP_"): in
-  // UCX 1.13 only TCP's has a TX_SEG_SIZE.
-  // Only where TCP may run: UCX warns of a setting no transport took.
+  // UCX_TCP_TX_SEG_SIZE in the environment wins, as UCX_NET_DEVICES does,
+  // and so does UCX_TCP_RX_SEG_SIZE (UCX refuses a send segment larger
+  // than the receive one). ucp_config_modify keeps a name it does not know
+  // for the transports' own tables, which name their fields without their
+  // prefix ("TCP_"): in UCX 1.13 only TCP's has a TX_SEG_SIZE. Only where
+  // TCP may run: UCX warns of a setting no transport took.
   const char* tls_env = std::getenv("UCX_TLS");
   const char* devices_env = std::getenv("UCX_NET_DEVICES");
   const bool may_use_tcp = MayUseTcp(
@@ -174,7 +171,8 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
       !net_devices.empty() ? net_devices : devices_env != nullptr ? devices_env : "");
   std::string tcp_tx_seg_in_effect;  // set by us; empty: UCX's or the environment's
   if (status.ok() && may_use_tcp && options.tcp_tx_seg_kb > 0 &&
-      std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr) {
+      std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr &&
+      std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr) {
     const std::string seg = absl::StrCat(options.tcp_tx_seg_kb, "K");
     tcp_tx_seg_in_effect = seg;
     status = UcsToStatus(ucp_config_modify(config, "TX_SEG_SIZE", seg.c_str()),

@@ -2,6 +2,8 @@
 // default for TCP (shared memory unaffected), and endpoint teardown.
 #include "rdma/ucx/ucx_transport.h"
 
+#include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -19,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "rdma/transport_registry.h"
 #include "rdma/ucx/net_devices.h"
+#include "ucs/debug/log_def.h"
 
 namespace rdmaflow::rdma::ucx {
 namespace {
@@ -32,8 +35,26 @@ constexpr absl::Duration kTimeout = absl::Seconds(60);
 // Tests run with UCX_NET_DEVICES unset unless they set it.
 class UcxTransportTest : public ::testing::Test {
  protected:
-  void SetUp() override { unsetenv("UCX_NET_DEVICES"); }
-  void TearDown() override { unsetenv("UCX_NET_DEVICES"); }
+  // The UCX variables the tests set, as the environment had them.
+  static constexpr const char* kVariables[] = {"UCX_NET_DEVICES", "UCX_TCP_TX_SEG_SIZE",
+                                               "UCX_TCP_RX_SEG_SIZE"};
+  void SetUp() override {
+    for (const char* name : kVariables) {
+      const char* value = std::getenv(name);
+      saved_.emplace_back(value == nullptr ? std::nullopt : std::optional<std::string>(value));
+      unsetenv(name);
+    }
+  }
+  void TearDown() override {
+    for (size_t i = 0; i < saved_.size(); ++i) {
+      if (saved_[i].has_value()) {
+        setenv(kVariables[i], saved_[i]->c_str(), 1);
+      } else {
+        unsetenv(kVariables[i]);
+      }
+    }
+  }
+  std::vector<std::optional<std::string>> saved_;
 };
 
 absl::StatusOr<std::unique_ptr<UcxTransport>> Make(int rank,
@@ -463,42 +484,88 @@ TEST_F(UcxTransportTest, AFlagCoversAnEarlierWriteThatWentThroughUcx) {
   EXPECT_EQ(LoadSharedWord(shared.data() + 24), 100u) << "a write not taken inline landed";
 }
 
+// UCX's warnings while it is alive: "invalid configuration: ..." names a
+// setting no transport took (ucp_worker.c, at the worker's end).
+class UcxWarnings {
+ public:
+  UcxWarnings() { ucs_log_push_handler(&Record); }
+  ~UcxWarnings() { ucs_log_pop_handler(); }
+  std::vector<std::string> Take() {
+    std::vector<std::string> taken;
+    taken.swap(*messages());
+    return taken;
+  }
+
+ private:
+  static std::vector<std::string>* messages() {
+    static auto* list = new std::vector<std::string>();
+    return list;
+  }
+  static ucs_log_func_rc_t Record(const char*, unsigned, const char*, ucs_log_level_t level,
+                                  const ucs_log_component_config_t*, const char* format,
+                                  va_list ap) {
+    if (level <= UCS_LOG_LEVEL_WARN) {
+      char text[512];
+      va_list copy;
+      va_copy(copy, ap);
+      std::vsnprintf(text, sizeof(text), format, copy);
+      va_end(copy);
+      messages()->emplace_back(text);
+    }
+    return UCS_LOG_FUNC_RC_CONTINUE;
+  }
+};
+
 // TCP sends a large put in pieces of 64 KiB, not UCX's 8 (tcp_tx_seg_kb):
-// set where TCP may run, and the description says so; never where it
-// cannot (UCX would warn of a setting nobody took); the environment's
-// UCX_TCP_TX_SEG_SIZE wins; 0 leaves UCX's; a bad size is refused.
+// set where TCP may run (UCX takes it: no warning of a setting nobody
+// took), and the description says so; never where TCP cannot run (UCX
+// would warn); UCX_TCP_TX_SEG_SIZE or UCX_TCP_RX_SEG_SIZE in the
+// environment wins; 0 leaves UCX's; a bad size is refused.
 TEST_F(UcxTransportTest, TcpSendsLargePutsInPiecesOfTheGivenSize) {
   TransportRegistry registry;
   ASSERT_OK(RegisterUcxTransport(registry));
+  UcxWarnings warnings;
   TransportConfig config;
-  config.params = {{"tls", "tcp"}, {"net_devices", "lo"}};
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> a, registry.Create("ucx", config));
-  EXPECT_THAT(a->capabilities().description, HasSubstr("TCP_TX_SEG_SIZE=64K"));
-  config.rank = 1;
-  config.params["tcp_tx_seg_kb"] = "32";
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> b, registry.Create("ucx", config));
-  EXPECT_THAT(b->capabilities().description, HasSubstr("TCP_TX_SEG_SIZE=32K"));
-  ASSERT_OK(RoundTrip(*a, *b, nullptr));
+  {
+    config.params = {{"tls", "tcp"}, {"net_devices", "lo"}};
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> a, registry.Create("ucx", config));
+    EXPECT_THAT(a->capabilities().description, HasSubstr("TCP_TX_SEG_SIZE=64K"));
+    config.rank = 1;
+    config.params["tcp_tx_seg_kb"] = "32";
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> b, registry.Create("ucx", config));
+    EXPECT_THAT(b->capabilities().description, HasSubstr("TCP_TX_SEG_SIZE=32K"));
+    ASSERT_OK(RoundTrip(*a, *b, nullptr));
+  }
+  EXPECT_THAT(warnings.Take(), ::testing::Not(::testing::Contains(
+                                   HasSubstr("invalid configuration"))));
   config.params["tcp_tx_seg_kb"] = "0";
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> ucx_own, registry.Create("ucx", config));
   EXPECT_THAT(ucx_own->capabilities().description,
               ::testing::Not(HasSubstr("TCP_TX_SEG_SIZE")));
-  config.params = {{"tls", "shm"}};
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> shm, registry.Create("ucx", config));
-  EXPECT_THAT(shm->capabilities().description, ::testing::Not(HasSubstr("TCP_TX_SEG_SIZE")));
+  {
+    config.params = {{"tls", "shm"}};
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> shm, registry.Create("ucx", config));
+    EXPECT_THAT(shm->capabilities().description,
+                ::testing::Not(HasSubstr("TCP_TX_SEG_SIZE")));
+  }
+  EXPECT_THAT(warnings.Take(), ::testing::Not(::testing::Contains(
+                                   HasSubstr("invalid configuration"))));
   for (const std::string bad : {"-1", "x", "65"}) {
     config.params = {{"tls", "tcp"}, {"net_devices", "lo"}, {"tcp_tx_seg_kb", bad}};
     EXPECT_THAT(registry.Create("ucx", config),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tcp_tx_seg_kb")))
         << bad;
   }
-  setenv("UCX_TCP_TX_SEG_SIZE", "16K", 1);
   config.params = {{"tls", "tcp"}, {"net_devices", "lo"}};
-  absl::StatusOr<std::unique_ptr<Transport>> from_env = registry.Create("ucx", config);
-  unsetenv("UCX_TCP_TX_SEG_SIZE");
-  ASSERT_OK(from_env.status());
-  EXPECT_THAT((*from_env)->capabilities().description,
-              ::testing::Not(HasSubstr("TCP_TX_SEG_SIZE")));
+  for (const char* variable : {"UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE"}) {
+    setenv(variable, "16K", 1);
+    absl::StatusOr<std::unique_ptr<Transport>> from_env = registry.Create("ucx", config);
+    unsetenv(variable);
+    ASSERT_OK(from_env.status()) << variable;
+    EXPECT_THAT((*from_env)->capabilities().description,
+                ::testing::Not(HasSubstr("TCP_TX_SEG_SIZE")))
+        << variable;
+  }
 }
 
 TEST(MayUseTcpTest, ReadsTheTransportsAndTheDevices) {
@@ -511,6 +578,15 @@ TEST(MayUseTcpTest, ReadsTheTransportsAndTheDevices) {
   EXPECT_FALSE(MayUseTcp("shm", ""));
   EXPECT_FALSE(MayUseTcp("rc_verbs,ud_verbs", "lo"));
   EXPECT_FALSE(MayUseTcp("tcp", "mlx5_0:1"));
+  // Spellings UCX 1.13 takes: a name as such, wireup only, aliases.
+  EXPECT_TRUE(MayUseTcp("\\tcp", ""));
+  EXPECT_TRUE(MayUseTcp("rc,tcp:aux", ""));
+  EXPECT_TRUE(MayUseTcp("^sm,ib", ""));
+  EXPECT_FALSE(MayUseTcp("sm,ib", ""));
+  EXPECT_FALSE(MayUseTcp("^sm,tcp", ""));
+  const TlsList list = ParseTls("^\\posix,tcp:aux");
+  EXPECT_TRUE(list.all_but);
+  EXPECT_THAT(list.names, ::testing::ElementsAre("posix", "tcp"));
 }
 
 TEST_F(UcxTransportTest, RegistryTakesNetDevices) {

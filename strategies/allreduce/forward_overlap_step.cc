@@ -25,6 +25,7 @@
 #include "common/status_macros.h"
 #include "strategies/allreduce/allreduce_strategy.h"
 #include "strategies/allreduce/forward_buckets.h"
+#include "strategies/device_tensors.h"
 #include "strategies/exception_text.h"
 
 namespace rdmaflow::strategies {
@@ -125,6 +126,8 @@ absl::StatusOr<ComputeResult> AllReduceStrategy::SplitCompute(bool pending,
     }
     if (split.parameters_changed) split.parameters_changed();
   }
+  ComputeResult result{0, 0, batch.x.size(0)};
+  at::Tensor accuracy, loss_value;
   try {
     // On a device's split (DeviceModel::ResidentSplit) the logits are the
     // device's: the labels go there.
@@ -132,15 +135,25 @@ absl::StatusOr<ComputeResult> AllReduceStrategy::SplitCompute(bool pending,
     const at::Tensor labels = batch.y.to(logits.device());
     at::Tensor loss = at::cross_entropy_loss(logits, labels);
     loss.backward();
-    // Reading them waits for backward's device work: the deferred buckets'
-    // gradients are complete when the next step's communication thread
-    // sums them (the others wait for their ready marks).
-    const double accuracy = logits.argmax(1).eq(labels).to(at::kFloat).mean().item<double>();
-    return ComputeResult{loss.item<double>(), accuracy, batch.x.size(0)};
+    // Read after the wait below (on a device).
+    accuracy = logits.argmax(1).eq(labels).to(at::kFloat).mean();
+    loss_value = loss.detach();
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(), ": the model's head, loss or backward failed: ", ExceptionText(e)));
   }
+  // Backward's device work, complete: the deferred buckets' gradients
+  // have no ready marks (their all-reduce begins the next step, at once);
+  // the step's own buckets wait for theirs.
+  RETURN_IF_ERROR(SynchronizeTorchStream(loss_value.device()));
+  try {
+    result.loss = loss_value.item<double>();
+    result.accuracy = accuracy.item<double>();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(
+        Where(), ": reading the loss from ", loss_value.device().str(), ": ", ExceptionText(e)));
+  }
+  return result;
 }
 
 absl::StatusOr<StepReport> AllReduceStrategy::ForwardOverlapStep() {
