@@ -8,6 +8,7 @@
 #include "ATen/ops/zeros.h"
 #include "strategies/allreduce/allreduce_strategy.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -125,10 +126,16 @@ INSTANTIATE_TEST_SUITE_P(
 // over its memory); the gradients lie in the group's device region; the
 // replicas end as one process on the concatenated batches, as on the
 // host, with the buckets pipelined (on the fake device, whose tensors the
-// CPU writes, no bucket needs a device event first).
-TEST(AllReduceStrategyTest, DeviceParametersTrainAsOneProcessDoes) {
+// CPU writes, no bucket needs a device event first), and with
+// overlap=forward, which runs the model's split on them as the trainer's
+// --device gives it (w2, the head's later bucket, deferred to the next
+// forward).
+class DeviceParametersTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeviceParametersTest, TrainAsOneProcessDoes) {
   at::set_num_threads(1);
   constexpr int kWorld = 2, kSteps = 4, kBatch = 8;
+  const bool forward = GetParam() == "forward";
   const ToyProblem problem(kWorld, kSteps, kBatch);
   std::vector<std::vector<at::Tensor>> finals(kWorld);
   std::vector<absl::Status> statuses = rdma::testing::RunRankThreadsOwning(
@@ -139,20 +146,32 @@ TEST(AllReduceStrategyTest, DeviceParametersTrainAsOneProcessDoes) {
                              std::move(host), absl::StrCat("toy-host-", rank)));
         device::FakeDevice* fake = device.device.get();
         std::unique_ptr<rdma::device_path::DeviceTransport>& transport = device.transport;
-        ASSIGN_OR_RETURN(auto strategy,
-                         AllReduceStrategy::Create(Options(kSteps, {{"bucket_bytes", "64"}})));
+        std::map<std::string, std::string> params = {{"bucket_bytes", "64"}};
+        if (forward) {
+          params = {{"overlap", "forward"}, {"bucket_bytes", "4"}, {"chunk_bytes", "64"},
+                    {"forward_bytes", "1K"}};
+        }
+        ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(Options(kSteps, params)));
         std::vector<Parameter> parameters = problem.MakeParameters();
+        std::vector<at::Tensor> tensors;
+        for (const Parameter& p : parameters) tensors.push_back(p.tensor);
+        const ModelSplit split = ToyProblem::Split(tensors);
+        int t = 0;
         StrategyContext context{rank, kWorld, transport.get(), &store};
         context.device = transport.get();
+        context.split = &split;
+        context.next_batch = problem.NextBatch(rank, &t);
         RETURN_IF_ERROR(strategy->Prepare(context, parameters).status());
         RETURN_IF_ERROR(strategy->Start());
-        EXPECT_TRUE(strategy->overlaps());
+        EXPECT_TRUE(strategy->exchanges_on_device());
+        EXPECT_EQ(strategy->deferred_buckets(), forward ? 1 : 0);
+        if (!forward) EXPECT_TRUE(strategy->overlaps());
         for (const Parameter& p : parameters) {
           ASSIGN_OR_RETURN(const device::PointerInfo grad,
                            fake->Query(p.tensor.grad().data_ptr()));
           EXPECT_EQ(grad.kind, device::MemoryKind::kDevice) << p.name;
         }
-        ComputeFn compute = problem.Compute(parameters, rank);
+        ComputeFn compute = forward ? nullptr : problem.Compute(parameters, rank);
         while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(compute).status());
         RETURN_IF_ERROR(strategy->Finish());
         for (const Parameter& p : parameters) finals[rank].push_back(p.tensor.detach().clone());
@@ -166,6 +185,9 @@ TEST(AllReduceStrategyTest, DeviceParametersTrainAsOneProcessDoes) {
     EXPECT_LT(ToyProblem::MaxDiff(finals[r], reference), 1e-5) << "rank " << r;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Overlap, DeviceParametersTest, ::testing::Values("on", "forward"),
+                         [](const auto& info) { return info.param; });
 
 // Device parameters need a strategy that takes them (not the all-reduce
 // with a codec, which encodes on the host) and the context's transport as

@@ -19,10 +19,7 @@
 #include "common/poll_until.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
-#include "device/fake/fake_device.h"
 #include "gtest/gtest.h"
-#include "rdma/device/device_transport.h"
-#include "rdma/device/testing/fake_device_rank.h"
 #include "rdma/testing/rank_threads.h"
 #include "strategies/testing/toy_problem.h"
 
@@ -188,63 +185,6 @@ TEST(ForwardScheduleTest, BucketsTensorsAsTheGroupDoes) {
   EXPECT_EQ(schedule.deferred_bytes, 4194304 + 4096);
   EXPECT_THAT(ScheduleTensorsForForward(bytes, {true}, 4 << 20, kAutoBudget).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("head flags")));
-}
-
-// Device parameters (StrategyContext::device), as the trainer's --device
-// gives them with the split of its device copy: each rank's transport
-// wrapped in a DeviceTransport over a fake device of its own (on a "host"
-// of its own: its IPC opens only in another process, as CUDA's), the
-// gradients in the group's device region. w2 is still deferred to the next
-// forward, and the replicas end as one process on the concatenated batches.
-TEST(ForwardOverlapTest, DeviceParametersTrainAsOneProcessDoes) {
-  at::set_num_threads(1);
-  constexpr int kWorld = 2, kSteps = 4, kBatch = 8;
-  const ToyProblem problem(kWorld, kSteps, kBatch);
-  std::vector<std::vector<at::Tensor>> finals(kWorld);
-  std::vector<absl::Status> statuses = rdma::testing::RunRankThreadsOwning(
-      kWorld,
-      [&](int rank, std::unique_ptr<rdma::Transport>& host, rdma::Store& store) -> absl::Status {
-        ASSIGN_OR_RETURN(rdma::device_path::testing::FakeDeviceRank device,
-                         rdma::device_path::testing::WrapInFakeDevice(
-                             std::move(host), absl::StrCat("toy-host-", rank)));
-        device::FakeDevice* fake = device.device.get();
-        std::unique_ptr<rdma::device_path::DeviceTransport>& transport = device.transport;
-        ASSIGN_OR_RETURN(auto strategy,
-                         AllReduceStrategy::Create(testing::ToyOptions(
-                             kSteps, {{"overlap", "forward"}, {"bucket_bytes", "4"},
-                                      {"chunk_bytes", "64"}, {"forward_bytes", "1K"}})));
-        std::vector<Parameter> params = problem.MakeParameters();
-        std::vector<at::Tensor> p;
-        for (const Parameter& param : params) p.push_back(param.tensor);
-        int t = 0;
-        const ModelSplit split = ToyProblem::Split(p);
-        StrategyContext context{rank, kWorld, transport.get(), &store};
-        context.device = transport.get();
-        context.split = &split;
-        context.next_batch = problem.NextBatch(rank, &t);
-        RETURN_IF_ERROR(strategy->Prepare(context, params).status());
-        RETURN_IF_ERROR(strategy->Start());
-        EXPECT_TRUE(strategy->exchanges_on_device());
-        EXPECT_EQ(strategy->deferred_buckets(), 1);  // w2
-        for (const Parameter& param : params) {
-          ASSIGN_OR_RETURN(const device::PointerInfo grad,
-                           fake->Query(param.tensor.grad().data_ptr()));
-          EXPECT_EQ(grad.kind, device::MemoryKind::kDevice) << param.name;
-        }
-        while (!strategy->done()) RETURN_IF_ERROR(strategy->Step(nullptr).status());
-        RETURN_IF_ERROR(strategy->Finish());
-        for (const Parameter& param : params) {
-          finals[rank].push_back(param.tensor.detach().clone());
-        }
-        strategy.reset();  // before the transport and the device it used
-        return absl::OkStatus();
-      });
-  for (const absl::Status& status : statuses) ASSERT_OK(status);
-  const std::vector<at::Tensor> reference = problem.Reference({0, 1}, kSteps, 0.1, 0.9);
-  EXPECT_GT(ToyProblem::MaxDiff(reference, problem.init), 1e-3);  // it trained
-  for (int r = 0; r < kWorld; ++r) {
-    EXPECT_LT(ToyProblem::MaxDiff(finals[r], reference), 1e-5) << "rank " << r;
-  }
 }
 
 TEST(ForwardOverlapTest, IsRefusedWhereItCannotRun) {
