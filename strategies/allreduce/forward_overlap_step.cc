@@ -109,6 +109,10 @@ absl::StatusOr<ComputeResult> AllReduceStrategy::SplitCompute(bool pending,
     return absl::InvalidArgumentError(
         absl::StrCat(Where(), ": the model's features failed: ", ExceptionText(e)));
   }
+  // On a device the features' kernels are queued, not done: the step's
+  // timeline counts them as compute until they are (the deferred buckets
+  // go on meanwhile).
+  RETURN_IF_ERROR(SynchronizeTorchStream(activations.device()));
   features_end = absl::Now();
   head_begin = features_end;
   if (pending) {
