@@ -79,6 +79,32 @@ TEST(RingAllReduceTest, ExactSumsForOneToEightRanks) {
   }
 }
 
+TEST(RingAllReduceTest, ExactSumsWhereFlagsFollowTheirPiecesWithoutAFlush) {
+  // Endpoints that place their writes in post order (UCX over one TCP
+  // connection): each piece's flag goes behind it on the data lane.
+  rdma::testing::RankThreadsOptions ordered;
+  ordered.orders_writes = true;
+  for (int world : {2, 3, 5}) {
+    SCOPED_TRACE(absl::StrCat(world, " ranks"));
+    ExpectAllOk(RunRankThreads(
+        world,
+        [&](int, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+          RingAllReduceOptions options;
+          options.capacity_bytes = 8 << 20;
+          options.chunk_bytes = 64 << 10;
+          options.slots = 4;  // the window fills: credits pace the pieces
+          ASSIGN_OR_RETURN(auto ring, RingAllReduce::Create(transport, store, "t",
+                                                            AllRanks(world), options));
+          for (size_t count : {size_t{1}, size_t{65537}, (size_t{1} << 20) + 5}) {
+            RETURN_IF_ERROR(ReduceAndCheck(*ring, world, 0, count));
+          }
+          RETURN_IF_ERROR(ReduceAndCheck(*ring, world, 12345, 999));
+          return ring->Shutdown();
+        },
+        ordered));
+  }
+}
+
 TEST(RingAllReduceTest, StagingIsBoundedByWhatACallCanFill) {
   // 4 ranks, 16 KiB: segments of 4 KiB, one 4 KiB piece each, so a call
   // has 3 reduce-scatter messages per link and 3 slots are all it can use;

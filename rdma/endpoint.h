@@ -118,6 +118,16 @@ class Endpoint {
   // writes are visible at the peer.
   virtual absl::Status PostFlush(Completion done) = 0;
 
+  // True where the writes posted on this endpoint (flagged and notified
+  // ones included) are placed at the peer in the order they were posted: a
+  // peer that sees a write's bytes sees those of every write posted on this
+  // endpoint before it. A flag may then follow its payload at once, with no
+  // flush between them (onesided/slots/slot_ring.h). UCX over one TCP
+  // connection (rdma/ucx/ep_lanes.h), and the loopback backend where asked;
+  // false elsewhere, and for an endpoint that wraps another: order those
+  // writes with a flush.
+  virtual bool OrdersWrites() const { return false; }
+
   // Maps the peer's `remote` into this process for loads and stores, where
   // the backend can: a same-host peer's shared memory (UCX: ucp_rkey_ptr;
   // loopback: the peer's own memory). `remote` is checked as a post's is

@@ -16,7 +16,9 @@ void StoreWord(std::byte* word, uint64_t value) { StoreSharedWord(word, value); 
 
 }  // namespace
 
-SlotRingSender::SlotRingSender(Options options) : options_(std::move(options)) {}
+SlotRingSender::SlotRingSender(Options options)
+    : options_(std::move(options)),
+      ordered_(options_.endpoint != nullptr && options_.endpoint->OrdersWrites()) {}
 
 void SlotRingSender::Fail(absl::Status status) {
   if (failure_.ok()) failure_ = std::move(status);
@@ -47,6 +49,12 @@ void SlotRingSender::Write(uint64_t seq, const rdma::LocalSlice& src,
 }
 
 void SlotRingSender::Commit(uint64_t seq, bool had_writes) {
+  if (ordered_) {
+    // The endpoint places the flag after the payload: it goes at once.
+    actions_.push_back({Action::kFlag, seq, {}, {}});
+    if (had_writes) actions_.push_back({Action::kWritten, seq, {}, {}});
+    return;
+  }
   // The flag may only land once the payload is visible: it is queued when
   // the flush completes.
   actions_.push_back({had_writes ? Action::kFlush : Action::kFlag, seq, {}, {}});
@@ -103,11 +111,22 @@ absl::Status SlotRingSender::Post() {
           actions_.push_back({Action::kFlag, seq, {}, {}});
         });
         break;
+      case Action::kWritten:
+        posted = options_.endpoint->PostFlush([this, seq](absl::Status status) {
+          --outstanding_;
+          if (!status.ok()) {
+            Fail(std::move(status));
+            return;
+          }
+          written_ = std::max(written_, seq + 1);
+        });
+        break;
       case Action::kFlag: {
         const size_t source = options_.flag_source_offset + slot(seq) * kSlotWordBytes;
         StoreWord(options_.flag_source->data() + source, seq + 1);
-        rdma::Endpoint* const flags =
-            options_.flag_endpoint != nullptr ? options_.flag_endpoint : options_.endpoint;
+        rdma::Endpoint* const flags = !ordered_ && options_.flag_endpoint != nullptr
+                                          ? options_.flag_endpoint
+                                          : options_.endpoint;
         posted = flags->PostWrite(
             {options_.flag_source, source, kSlotWordBytes},
             {options_.remote_flags, options_.remote_flags_offset + slot(seq) * kSlotWordBytes,

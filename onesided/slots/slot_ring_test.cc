@@ -1,7 +1,9 @@
 // The credited slot ring over a loopback pair: messages arrive whole and in
 // order, the sender stops at its window and resumes on credit, flags land
 // in order of messages (delivered()), and forged flags and credits fail the
-// link with kDataLoss naming the peer.
+// link with kDataLoss naming the peer. Each test runs over endpoints that
+// order their writes (the flag follows its payload at once) and over ones
+// that do not (the flag waits for the payload's flush).
 #include "onesided/slots/slot_ring.h"
 
 #include <cstring>
@@ -37,10 +39,11 @@ constexpr size_t kOutboxCredit = kSlots * kSlotWordBytes;
 constexpr size_t kOutboxPayload = kOutboxCredit + kSlotWordBytes;
 constexpr size_t kOutboxBytes = kOutboxPayload + kSlots * kSlotBytes;
 
-class SlotRingTest : public ::testing::Test {
+class SlotRingTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    absl::StatusOr<rdma::testing::LoopbackPair> pair = rdma::testing::LoopbackPair::Create();
+    absl::StatusOr<rdma::testing::LoopbackPair> pair =
+        rdma::testing::LoopbackPair::Create(/*orders_writes=*/GetParam());
     ASSERT_THAT(pair, IsOk());
     transports_ = std::move(pair->transports);
     auto outbox = transports_[0]->Allocate(kOutboxBytes);
@@ -106,7 +109,7 @@ class SlotRingTest : public ::testing::Test {
   std::unique_ptr<rdma::Endpoint> to_1_, to_0_;
 };
 
-TEST_F(SlotRingTest, MessagesArriveWholeInOrderAndTheWindowWaitsForCredit) {
+TEST_P(SlotRingTest, MessagesArriveWholeInOrderAndTheWindowWaitsForCredit) {
   constexpr int kMessages = 3 * kSlots + 1;
   int sent = 0, received = 0;
   int refused = 0;
@@ -144,7 +147,7 @@ TEST_F(SlotRingTest, MessagesArriveWholeInOrderAndTheWindowWaitsForCredit) {
   EXPECT_TRUE(sender_->idle());
 }
 
-TEST_F(SlotRingTest, AFlagOnlyMessageNeedsNoPayload) {
+TEST_P(SlotRingTest, AFlagOnlyMessageNeedsNoPayload) {
   ASSERT_THAT(sender_->HasRoom(), IsOk());
   const uint64_t seq = sender_->Claim();
   sender_->Commit(seq, /*had_writes=*/false);
@@ -159,9 +162,48 @@ TEST_F(SlotRingTest, AFlagOnlyMessageNeedsNoPayload) {
   EXPECT_TRUE(arrived);
 }
 
+TEST_P(SlotRingTest, OverOrderedWritesTheFlagGoesWithItsPayload) {
+  EXPECT_EQ(sender_->flags_follow_writes(), GetParam());
+  for (int message = 0; message < 2 * kSlots; ++message) {
+    SCOPED_TRACE(absl::StrCat("message ", message));
+    ASSERT_THAT(TrySend(static_cast<std::byte>(0x40 + message)), IsOk());
+    int rounds = 0;
+    bool arrived = false;
+    while (!arrived && rounds < 100) {
+      ASSERT_THAT(Round(), IsOk());
+      ++rounds;
+      absl::StatusOr<bool> now = receiver_->Arrived();
+      ASSERT_THAT(now, IsOk());
+      arrived = *now;
+    }
+    ASSERT_TRUE(arrived);
+    // Whole when its flag is seen, either way.
+    const std::byte* payload = inbox_->data() + kInboxSlots + receiver_->slot() * kSlotBytes;
+    for (size_t i = 0; i < kSlotBytes; ++i) {
+      ASSERT_EQ(payload[i], static_cast<std::byte>(0x40 + message));
+    }
+    // Loopback runs a round's operations in post order: a flag posted
+    // behind its payload lands in the payload's round; one that waits for
+    // the flush is posted after the round that completed it.
+    if (GetParam()) {
+      EXPECT_EQ(rounds, 1);
+    } else {
+      EXPECT_GT(rounds, 1);
+    }
+    receiver_->Consume();
+    ASSERT_THAT(receiver_->PostCredit(), IsOk());
+    for (int round = 0; round < 100 && !sender_->idle(); ++round) ASSERT_THAT(Round(), IsOk());
+    ASSERT_TRUE(sender_->idle());
+    // The flush behind the flag still says when the payload's source may
+    // be reused.
+    EXPECT_EQ(sender_->written(), static_cast<uint64_t>(message + 1));
+    EXPECT_EQ(sender_->delivered(), static_cast<uint64_t>(message + 1));
+  }
+}
+
 void Forge(std::byte* word, uint64_t value) { std::memcpy(word, &value, sizeof(value)); }
 
-TEST_F(SlotRingTest, AForgedFlagFailsTheLinkForGood) {
+TEST_P(SlotRingTest, AForgedFlagFailsTheLinkForGood) {
   Forge(inbox_->data() + 2 * kSlotWordBytes, 77);  // not slot 0's: ignored until due
   EXPECT_THAT(receiver_->Arrived(), IsOk());
   Forge(inbox_->data(), 5);  // slot 0 may hold 0 (nothing yet) or 1
@@ -174,7 +216,7 @@ TEST_F(SlotRingTest, AForgedFlagFailsTheLinkForGood) {
   EXPECT_THAT(receiver_->PostCredit(), StatusIs(absl::StatusCode::kDataLoss));
 }
 
-TEST_F(SlotRingTest, AFlagFromTheSlotsPreviousRoundIsNotAnArrival) {
+TEST_P(SlotRingTest, AFlagFromTheSlotsPreviousRoundIsNotAnArrival) {
   // Messages 0..3 consumed; message 4 reuses slot 0, whose flag still says 1.
   for (int i = 0; i < kSlots; ++i) {
     Forge(inbox_->data() + i * kSlotWordBytes, i + 1);
@@ -192,7 +234,7 @@ TEST_F(SlotRingTest, AFlagFromTheSlotsPreviousRoundIsNotAnArrival) {
   EXPECT_TRUE(*next);
 }
 
-TEST_F(SlotRingTest, ACreditBeyondWhatWasSentFailsTheSender) {
+TEST_P(SlotRingTest, ACreditBeyondWhatWasSentFailsTheSender) {
   ASSERT_THAT(TrySend(std::byte{1}), IsOk());
   Forge(outbox_->data() + kOutboxCredit, 2);  // one message was sent
   EXPECT_THAT(sender_->HasRoom(),
@@ -201,7 +243,7 @@ TEST_F(SlotRingTest, ACreditBeyondWhatWasSentFailsTheSender) {
   EXPECT_THAT(sender_->Post(), StatusIs(absl::StatusCode::kDataLoss));
 }
 
-TEST_F(SlotRingTest, ACreditThatGoesBackFailsTheSender) {
+TEST_P(SlotRingTest, ACreditThatGoesBackFailsTheSender) {
   ASSERT_THAT(TrySend(std::byte{1}), IsOk());
   ASSERT_THAT(TrySend(std::byte{2}), IsOk());
   Forge(outbox_->data() + kOutboxCredit, 2);
@@ -212,7 +254,7 @@ TEST_F(SlotRingTest, ACreditThatGoesBackFailsTheSender) {
                        HasSubstr("rank 1 wrote a credit of 1 after 2; credits never go back")));
 }
 
-TEST_F(SlotRingTest, ADeadReceiverFailsTheSender) {
+TEST_P(SlotRingTest, ADeadReceiverFailsTheSender) {
   receiver_.reset();
   to_0_.reset();
   transports_[1].reset();
@@ -232,6 +274,11 @@ TEST_F(SlotRingTest, ADeadReceiverFailsTheSender) {
   }
   EXPECT_EQ(sender_->outstanding(), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Writes, SlotRingTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Ordered" : "Flushed";
+                         });
 
 }  // namespace
 }  // namespace rdmaflow::onesided

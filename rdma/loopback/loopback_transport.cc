@@ -78,6 +78,7 @@ class LoopbackEndpoint final : public Endpoint {
   ~LoopbackEndpoint() override { Close().IgnoreError(); }
 
   int peer_rank() const override { return state_->peer_rank; }
+  bool OrdersWrites() const override { return transport_->options_.orders_writes; }
 
   absl::Status PostWrite(const LocalSlice& src, const RemoteSlice& dst,
                          std::optional<uint32_t> notification,

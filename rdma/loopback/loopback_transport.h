@@ -26,6 +26,11 @@ struct LoopbackTransportOptions {
   std::shared_ptr<LoopbackFabric> fabric;
   // Operations one endpoint accepts in flight before kResourceExhausted.
   size_t max_outstanding_per_endpoint = 256;
+  // Endpoint::OrdersWrites() answers true, as it may (operations run in post
+  // order): callers then order a flag behind its payload without a flush,
+  // as over UCX's TCP. False by default, so that they flush, as over
+  // transports that do not order writes; tests run both.
+  bool orders_writes = false;
 };
 
 // Thread-compatible (see Transport). Operations are executed, in post order,

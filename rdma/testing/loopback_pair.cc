@@ -8,13 +8,14 @@
 
 namespace rdmaflow::rdma::testing {
 
-absl::StatusOr<LoopbackPair> LoopbackPair::Create() {
+absl::StatusOr<LoopbackPair> LoopbackPair::Create(bool orders_writes) {
   LoopbackPair pair;
   auto fabric = loopback::LoopbackFabric::Create();
   for (int rank : {0, 1}) {
     loopback::LoopbackTransportOptions options;
     options.rank = rank;
     options.fabric = fabric;
+    options.orders_writes = orders_writes;
     ASSIGN_OR_RETURN(auto transport, loopback::LoopbackTransport::Create(options));
     pair.transports.push_back(std::move(transport));
   }

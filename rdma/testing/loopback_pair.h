@@ -21,7 +21,8 @@ struct LoopbackPair {
   std::unique_ptr<Endpoint> to_1;  // rank 0's endpoint to rank 1
   std::unique_ptr<Endpoint> to_0;  // rank 1's endpoint to rank 0
 
-  static absl::StatusOr<LoopbackPair> Create();
+  // `orders_writes`: LoopbackTransportOptions::orders_writes of both ranks.
+  static absl::StatusOr<LoopbackPair> Create(bool orders_writes = false);
 };
 
 }  // namespace rdmaflow::rdma::testing

@@ -38,6 +38,7 @@ std::vector<absl::Status> RunRankThreadsOwning(
       loopback.rank = rank;
       loopback.fabric = fabric;
       loopback.max_outstanding_per_endpoint = options.max_outstanding_per_endpoint;
+      loopback.orders_writes = options.orders_writes;
       auto created = rdma::loopback::LoopbackTransport::Create(loopback);
       if (!created.ok()) {
         results[rank] = created.status();

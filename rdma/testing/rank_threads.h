@@ -21,6 +21,8 @@ struct RankThreadsOptions {
   // Operations each loopback endpoint accepts in flight before posts are
   // refused with kResourceExhausted (a full send queue).
   size_t max_outstanding_per_endpoint = 256;
+  // LoopbackTransportOptions::orders_writes of every rank.
+  bool orders_writes = false;
 };
 
 // Runs `body(rank, transport, store)` for every rank on its own thread and

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -598,6 +600,69 @@ TEST_P(TransportConformanceTest, FlaggedWritesShowTheirDataWithTheFlag) {
   }
   EXPECT_EQ(fired, plain_posted - plain_before_inline)
       << "an inline write left a completion to fire";
+}
+
+TEST_P(TransportConformanceTest, WritesLandInPostOrderWhereTheEndpointSaysSo) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  if (!f.ab_->OrdersWrites()) {
+    GTEST_SKIP() << f.a_->capabilities().backend
+                 << ": this endpoint does not order its writes (a flag follows a flush)";
+  }
+  // A payload of many of the transport's segments, then an 8-byte flag
+  // posted at once behind it with no flush: rank 1 must never see the flag
+  // before every byte of the payload, round after round. A thread of its
+  // own watches rank 1's memory while this one progresses both ranks, so
+  // that it sees the words land one by one, not only between two calls of
+  // Progress() (one of which may place the flag and the payload both).
+  constexpr size_t kBig = (size_t{1} << 20) + 16;
+  constexpr size_t kFlagAt = kBig + 8;
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, kBig + 64));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, kBig + 64));
+  const RemoteRegion& d = remote.descriptor();
+  std::atomic<uint64_t> expected{0}, checked{0};
+  std::atomic<size_t> expected_bytes{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> torn{0};
+  std::thread watcher([&] {
+    while (!stop.load(std::memory_order_acquire)) {
+      const uint64_t round = expected.load(std::memory_order_acquire);
+      if (round == 0 || checked.load(std::memory_order_relaxed) == round) continue;
+      if (LoadSharedWord(remote.data() + kFlagAt) != round) continue;
+      const size_t bytes = expected_bytes.load(std::memory_order_relaxed);
+      if (std::memcmp(remote.data(), local.data(), bytes) != 0) torn.fetch_add(1);
+      checked.store(round, std::memory_order_release);
+    }
+  });
+  for (uint64_t round = 1; round <= 24; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    const size_t bytes = round % 3 == 0 ? 4096 + round : kBig - 8 * (round % 5);
+    FillPattern(local.data(), bytes, round);
+    StoreSharedWord(local.data() + kFlagAt, round);
+    expected_bytes.store(bytes, std::memory_order_relaxed);
+    expected.store(round, std::memory_order_release);
+    int done = 0;
+    auto count = [&done](absl::Status status) {
+      EXPECT_OK(status);
+      ++done;
+    };
+    absl::Status posted;
+    ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+      posted = f.ab_->PostWrite({&local, 0, bytes}, {&d, 0, bytes}, std::nullopt, count);
+      return !absl::IsResourceExhausted(posted);
+    }));
+    ASSERT_OK(posted);
+    ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+      posted = f.ab_->PostWrite({&local, kFlagAt, 8}, {&d, kFlagAt, 8}, std::nullopt, count);
+      return !absl::IsResourceExhausted(posted);
+    }));
+    ASSERT_OK(posted);
+    ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+      return done == 2 && checked.load(std::memory_order_acquire) == round;
+    }));
+  }
+  stop.store(true, std::memory_order_release);
+  watcher.join();
+  EXPECT_EQ(torn.load(), 0) << "a flag landed before the payload posted ahead of it";
 }
 
 TEST_P(TransportConformanceTest, FlaggedWritesIntoCallerMemory) {

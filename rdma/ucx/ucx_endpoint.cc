@@ -756,18 +756,21 @@ absl::Status UcxOps::ReleaseEndpoint(
   return result;
 }
 
-std::string UcxEndpoint::Describe() const {
-  if (state_->ep == nullptr) return state_->notify;
+std::string UcxEndpoint::LanesOf(ucp_ep_h ep) {
   char* text = nullptr;
   size_t size = 0;
   FILE* stream = open_memstream(&text, &size);
   if (stream == nullptr) return "";
-  ucp_ep_print_info(state_->ep, stream);
+  ucp_ep_print_info(ep, stream);
   std::fclose(stream);
-  std::string result = absl::StrCat(state_->notify, "\n",
-                                    absl::string_view(text, size));
+  std::string result(text, size);
   std::free(text);
   return result;
+}
+
+std::string UcxEndpoint::Describe() const {
+  if (state_->ep == nullptr) return state_->notify;
+  return absl::StrCat(state_->notify, "\n", LanesOf(state_->ep));
 }
 
 }  // namespace rdmaflow::rdma::ucx

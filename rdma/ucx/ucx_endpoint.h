@@ -60,6 +60,10 @@ class UcxEndpoint final : public Endpoint {
   // How notifications go ("notify flag (lane 3 of 64, 512 slots)", or
   // "notify am" and why), then ucp_ep_print_info() output.
   std::string Describe() const override;
+  // ucp_ep_print_info()'s text for `ep`.
+  static std::string LanesOf(ucp_ep_h ep);
+  // Set at Connect() from the endpoint's lanes (OneTcpLane).
+  bool OrdersWrites() const override { return state_->orders_writes; }
 
   // The peer offered its flag inbox (its worker address): map it and claim
   // a lane, so that notified writes go as flags. Where that cannot be done,

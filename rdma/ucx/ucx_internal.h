@@ -125,6 +125,9 @@ struct UcxEndpointState {
   // by UCX's peer error handling (UCP_ERR_HANDLING_MODE_PEER).
   bool watched = false;
   ProcessIdentity peer_identity;
+  // Every operation goes down one TCP connection (OneTcpLane, ep_lanes.h):
+  // Endpoint::OrdersWrites().
+  bool orders_writes = false;
   size_t outstanding = 0;
   // Unpacked remote keys by packed key.
   absl::flat_hash_map<std::string, ucp_rkey_h> rkeys;

@@ -15,6 +15,7 @@
 #include "common/coarse_clock.h"
 #include "common/status_macros.h"
 #include "rdma/ucx/envelope.h"
+#include "rdma/ucx/ep_lanes.h"
 #include "rdma/ucx/flag_inbox.h"
 #include "rdma/ucx/net_devices.h"
 #include "rdma/ucx/peer_liveness.h"
@@ -465,6 +466,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
   }
   if (watched) shared_->watched.push_back(state);
   state->copies = watched && MapsPeerMemory(options_.tls);
+  state->orders_writes = OneTcpLane(UcxEndpoint::LanesOf(state->ep));
   auto endpoint = std::make_unique<UcxEndpoint>(std::move(state));
   if (!options_.flag_notifications) {
     endpoint->NoFlags("notify=am");

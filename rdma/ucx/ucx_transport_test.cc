@@ -219,6 +219,24 @@ TEST_F(UcxTransportTest, ASameHostPeersSharedMemoryMapsAndTcpDoesNot) {
   ASSERT_OK(cd->Close());
 }
 
+// One TCP connection carries every operation in post order; shared memory
+// (CMA for large puts, a copy or the flag inbox for the rest) does not
+// promise that, nor do several lanes.
+TEST_F(UcxTransportTest, WritesAreOrderedOverOneTcpLaneOnly) {
+  struct Case {
+    const char* tls;
+    bool ordered;
+  };
+  for (const Case& c : {Case{"tcp", true}, Case{"shm", false}, Case{"", false}}) {
+    SCOPED_TRACE(absl::StrCat("tls='", c.tls, "'"));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, c.tls, "lo"));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, c.tls, "lo"));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> ab, a->Connect({b->rank(), b->address()}));
+    EXPECT_EQ(ab->OrdersWrites(), c.ordered) << ab->Describe();
+    ASSERT_OK(ab->Close());
+  }
+}
+
 TEST_F(UcxTransportTest, TheTransportListSaysWhetherPeersMemoryCanMap) {
   struct Case {
     const char* tls;
