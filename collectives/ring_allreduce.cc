@@ -246,11 +246,13 @@ absl::Status RingAllReduce::Connect() {
   // Each direction's rings in one order on both ends: data, then calls.
   onesided::SlotRingShape data_out{layout::kDataRing, options_.slots, options_.chunk_bytes,
                                    /*stage_sends=*/false, onesided::LaneKind::kData, right};
-  // The flags apart from the data too: a flag goes once its message's
-  // flush completed, and on the data's lane it would wait behind every
-  // piece posted meanwhile (UCX over TCP: with 4 members over 1 Gbit/s the
-  // ring ran at 60 % of the link that way, 92-97 % with flags apart at
-  // 16 MiB: docs/collectives.md).
+  // The flags apart from the data too: a flag that goes once its message's
+  // flush completed would, on the data's lane, wait behind every piece
+  // posted meanwhile (with 4 members over 1 Gbit/s the ring ran at 60 % of
+  // the link that way, 92-97 % with flags apart at 16 MiB). Where the data
+  // lane places its writes in post order (UCX over TCP) the sender ignores
+  // this and posts each flag right behind its piece on the data lane, with
+  // no flush between: the link's rate from 1 MiB (docs/collectives.md).
   data_out.flag_lane = onesided::LaneKind::kControl;
   links[right_rank_].out.push_back(std::move(data_out));
   links[left_rank_].out.push_back(

@@ -118,14 +118,17 @@ class Endpoint {
   // writes are visible at the peer.
   virtual absl::Status PostFlush(Completion done) = 0;
 
-  // True where the writes posted on this endpoint (flagged and notified
-  // ones included) are placed at the peer in the order they were posted: a
-  // peer that sees a write's bytes sees those of every write posted on this
-  // endpoint before it. A flag may then follow its payload at once, with no
-  // flush between them (onesided/slots/slot_ring.h). UCX over one TCP
-  // connection (rdma/ucx/ep_lanes.h), and the loopback backend where asked;
-  // false elsewhere, and for an endpoint that wraps another: order those
-  // writes with a flush.
+  // True where the plain writes posted on this endpoint (PostWrite without
+  // a notification) are placed at the peer in the order they were posted:
+  // a peer that sees such a write's bytes sees those of every plain write
+  // posted on this endpoint before it. A flag written that way may then
+  // follow its payload at once, with no flush between them
+  // (onesided/slots/slot_ring.h); a flush still says when the payload's
+  // source may be reused. Flagged and notified writes keep their own
+  // ordering (above), outside this one. UCX over one TCP connection
+  // (rdma/ucx/ep_lanes.h; decided once, at Connect()), and the loopback
+  // backend where asked; false elsewhere, and for an endpoint that wraps
+  // another: order those writes with a flush.
   virtual bool OrdersWrites() const { return false; }
 
   // Maps the peer's `remote` into this process for loads and stores, where

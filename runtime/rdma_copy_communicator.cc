@@ -211,10 +211,16 @@ absl::Status RdmaCopyCommunicator::Send(int id, OutgoingTensor tensor) {
   } while (offset < bytes);
   // A flag goes out once its flush has completed, from a progress round:
   // wait for that here, so the message is on its way when Send() returns
-  // and the receiver never waits on a sender busy elsewhere.
+  // and the receiver never waits on a sender busy elsewhere. Where flags
+  // follow their writes at once (slot_ring.h), the message is on its way
+  // once nothing of it is left queued.
   RETURN_IF_ERROR(engine_.WaitUntil(
-      [&] { return sender.written() == sender.claimed(); }, info->dst_rank,
-      [&] { return absl::StrCat("the writes of ", info->Describe(), " to complete"); }));
+      [&] {
+        return sender.flags_follow_writes() ? !sender.has_queued()
+                                            : sender.written() == sender.claimed();
+      },
+      info->dst_rank,
+      [&] { return absl::StrCat("the writes of ", info->Describe(), " to go out"); }));
   if (absl::Status posted = sender.Post(); !posted.ok()) {
     engine_.Fail(posted);
     return absl::Status(posted.code(),

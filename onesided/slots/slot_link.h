@@ -91,11 +91,13 @@ struct SlotRingShape {
   // Incoming rings: names message `seq` in errors (SlotRingReceiver).
   std::function<std::string(uint64_t seq)> describe;
   // Outgoing rings: the lane a message's flag goes on, once the flush of
-  // its writes completed; unset: `lane`. On a transport that sends each
-  // endpoint's operations in order (UCX over TCP) a flag on the writes'
-  // lane waits behind every write posted while its flush was out, so a
-  // sender that runs ahead delays its own flags (the ring all-reduce puts
-  // its flags on the control lane: docs/collectives.md).
+  // its writes completed; unset: `lane`. A flag that waits for a flush
+  // would, on the writes' lane, wait behind every write posted while the
+  // flush was out, so a sender that runs ahead delays its own flags (the
+  // ring all-reduce puts its flags on the control lane). Unused where the
+  // writes' lane places its writes in post order (UCX over TCP): the flags
+  // then go right behind their writes on it, with no flush between
+  // (slot_ring.h; docs/collectives.md).
   std::optional<LaneKind> flag_lane;
 };
 

@@ -50,8 +50,10 @@ void SlotRingSender::Write(uint64_t seq, const rdma::LocalSlice& src,
 
 void SlotRingSender::Commit(uint64_t seq, bool had_writes) {
   if (ordered_) {
-    // The endpoint places the flag after the payload: it goes at once.
-    actions_.push_back({Action::kFlag, seq, {}, {}});
+    // The endpoint places the flag after the payload: it goes at once. The
+    // flush behind it completes once the writes (and the flag) have: then
+    // the message is written and delivered.
+    actions_.push_back({Action::kFlag, seq, {}, {}, /*delivers=*/!had_writes});
     if (had_writes) actions_.push_back({Action::kWritten, seq, {}, {}});
     return;
   }
@@ -119,6 +121,7 @@ absl::Status SlotRingSender::Post() {
             return;
           }
           written_ = std::max(written_, seq + 1);
+          Delivered(seq);
         });
         break;
       case Action::kFlag: {
@@ -131,13 +134,13 @@ absl::Status SlotRingSender::Post() {
             {options_.flag_source, source, kSlotWordBytes},
             {options_.remote_flags, options_.remote_flags_offset + slot(seq) * kSlotWordBytes,
              kSlotWordBytes},
-            std::nullopt, [this, seq](absl::Status status) {
+            std::nullopt, [this, seq, delivers = action.delivers](absl::Status status) {
               --outstanding_;
               if (!status.ok()) {
                 Fail(std::move(status));
                 return;
               }
-              Delivered(seq);
+              if (delivers) Delivered(seq);
             });
         break;
       }

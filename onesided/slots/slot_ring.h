@@ -22,7 +22,7 @@
 //   sender:   [payload writes] -> flag[seq % slots] := seq + 1 -> flush
 //
 // which saves the flush's round trip on every message's way to the
-// receiver (a ring all-reduce over 1 Gbit/s ran at 73-75 % of the link with
+// receiver (a ring all-reduce over 1 Gbit/s ran at 72-82 % of the link with
 // 1-4 MiB calls, and at the link's rate so: docs/collectives.md). Credits
 // are batched: at most one credit write is in flight, and it carries the
 // latest count.
@@ -133,12 +133,17 @@ class SlotRingSender {
   // (the endpoint orders its writes).
   bool flags_follow_writes() const { return ordered_; }
 
-  // Messages whose flags have landed, counted contiguously from 0.
+  // Messages whose flags have landed, counted contiguously from 0; their
+  // payload writes have completed too (written() >= delivered()), so what
+  // they read may be reused.
   uint64_t delivered() const { return delivered_; }
   uint64_t claimed() const { return claimed_; }
   uint64_t credit_seen() const { return credit_seen_; }
   int64_t outstanding() const { return outstanding_; }
   bool idle() const { return actions_.empty() && outstanding_ == 0; }
+  // Whether anything is queued and not yet posted (Post() met a full queue,
+  // or, flushing first, a flag waits for its flush).
+  bool has_queued() const { return !actions_.empty(); }
   // The first failure: a completion's error, a refused post, a forged credit.
   const absl::Status& failure() const { return failure_; }
 
@@ -150,6 +155,10 @@ class SlotRingSender {
     uint64_t seq;
     rdma::LocalSlice src;
     rdma::RemoteSlice dst;
+    // kFlag: its completion delivers the message (false where a kWritten
+    // behind it does, so that a message is never delivered before its
+    // writes completed).
+    bool delivers = true;
   };
 
   void Fail(absl::Status status);

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -626,13 +627,21 @@ TEST_P(TransportConformanceTest, WritesLandInPostOrderWhereTheEndpointSaysSo) {
   std::thread watcher([&] {
     while (!stop.load(std::memory_order_acquire)) {
       const uint64_t round = expected.load(std::memory_order_acquire);
-      if (round == 0 || checked.load(std::memory_order_relaxed) == round) continue;
-      if (LoadSharedWord(remote.data() + kFlagAt) != round) continue;
+      if (round == 0 || checked.load(std::memory_order_relaxed) == round ||
+          LoadSharedWord(remote.data() + kFlagAt) != round) {
+        std::this_thread::yield();  // two cores: leave the progress its turn
+        continue;
+      }
       const size_t bytes = expected_bytes.load(std::memory_order_relaxed);
       if (std::memcmp(remote.data(), local.data(), bytes) != 0) torn.fetch_add(1);
       checked.store(round, std::memory_order_release);
     }
   });
+  // Stopped and joined on every way out, a failed assertion's too.
+  absl::Cleanup join_watcher = [&] {
+    stop.store(true, std::memory_order_release);
+    watcher.join();
+  };
   for (uint64_t round = 1; round <= 24; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const size_t bytes = round % 3 == 0 ? 4096 + round : kBig - 8 * (round % 5);
@@ -660,8 +669,7 @@ TEST_P(TransportConformanceTest, WritesLandInPostOrderWhereTheEndpointSaysSo) {
       return done == 2 && checked.load(std::memory_order_acquire) == round;
     }));
   }
-  stop.store(true, std::memory_order_release);
-  watcher.join();
+  std::move(join_watcher).Invoke();
   EXPECT_EQ(torn.load(), 0) << "a flag landed before the payload posted ahead of it";
 }
 

@@ -30,4 +30,6 @@ bool OneTcpLane(absl::string_view ep_info) {
   return lanes == 1 && tcp;
 }
 
+bool TcpLaneOrdersPuts(unsigned major, unsigned minor) { return major == 1 && minor == 13; }
+
 }  // namespace rdmaflow::rdma::ucx

@@ -54,5 +54,12 @@ TEST(OneTcpLaneTest, AnythingElseDoesNot) {
   EXPECT_FALSE(OneTcpLane("lane[0]:  0:tcpx/lo.0"));
 }
 
+TEST(TcpLaneOrdersPutsTest, OnlyTheVersionItWasCheckedFor) {
+  EXPECT_TRUE(TcpLaneOrdersPuts(1, 13));
+  EXPECT_FALSE(TcpLaneOrdersPuts(1, 12));
+  EXPECT_FALSE(TcpLaneOrdersPuts(1, 14));
+  EXPECT_FALSE(TcpLaneOrdersPuts(2, 13));
+}
+
 }  // namespace
 }  // namespace rdmaflow::rdma::ucx

@@ -466,7 +466,13 @@ absl::StatusOr<std::unique_ptr<Endpoint>> UcxTransport::Connect(
   }
   if (watched) shared_->watched.push_back(state);
   state->copies = watched && MapsPeerMemory(options_.tls);
-  state->orders_writes = OneTcpLane(UcxEndpoint::LanesOf(state->ep));
+  // Puts go in post order only down one TCP lane of the UCX version that
+  // was checked (ep_lanes.h), and never where a copy through a mapping
+  // could overtake them.
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  state->orders_writes = !state->copies && TcpLaneOrdersPuts(major, minor) &&
+                         OneTcpLane(UcxEndpoint::LanesOf(state->ep));
   auto endpoint = std::make_unique<UcxEndpoint>(std::move(state));
   if (!options_.flag_notifications) {
     endpoint->NoFlags("notify=am");
