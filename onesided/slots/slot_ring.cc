@@ -102,7 +102,10 @@ absl::Status SlotRingSender::Post() {
         posted = options_.endpoint->PostWrite(action.src, action.dst, std::nullopt, Done());
         break;
       case Action::kFlush:
-        posted = options_.endpoint->PostFlush([this, seq](absl::Status status) {
+      case Action::kWritten: {
+        // kFlush: the flag goes next; kWritten: the flag went before it.
+        const bool flag_next = action.kind == Action::kFlush;
+        posted = options_.endpoint->PostFlush([this, seq, flag_next](absl::Status status) {
           --outstanding_;
           if (!status.ok()) {
             Fail(std::move(status));
@@ -110,20 +113,14 @@ absl::Status SlotRingSender::Post() {
           }
           // Every write posted before the flush has completed.
           written_ = std::max(written_, seq + 1);
-          actions_.push_back({Action::kFlag, seq, {}, {}});
-        });
-        break;
-      case Action::kWritten:
-        posted = options_.endpoint->PostFlush([this, seq](absl::Status status) {
-          --outstanding_;
-          if (!status.ok()) {
-            Fail(std::move(status));
-            return;
+          if (flag_next) {
+            actions_.push_back({Action::kFlag, seq, {}, {}});
+          } else {
+            Delivered(seq);
           }
-          written_ = std::max(written_, seq + 1);
-          Delivered(seq);
         });
         break;
+      }
       case Action::kFlag: {
         const size_t source = options_.flag_source_offset + slot(seq) * kSlotWordBytes;
         StoreWord(options_.flag_source->data() + source, seq + 1);
