@@ -130,8 +130,18 @@ absl::Status DataParallelGroup::AllReduceBucket(size_t b) {
 }
 
 absl::Status DataParallelGroup::AllReduceWrittenBucket(size_t b) {
+  return AllReduceWrittenPart(b, 0, buckets_.at(b).bytes);
+}
+
+absl::Status DataParallelGroup::AllReduceWrittenPart(size_t b, size_t begin, size_t bytes) {
   const collectives::Bucket& bucket = buckets_.at(b);
-  return ring_->AllReduce(bucket.offset, bucket.bytes / sizeof(float),
+  if (begin > bucket.bytes || bytes > bucket.bytes - begin || begin % sizeof(float) != 0 ||
+      bytes % sizeof(float) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all-reduce of bytes [", begin, ", +", bytes, ") of bucket ", b, " (", bucket.bytes,
+        " bytes): the range must lie in the bucket and hold whole float32 elements"));
+  }
+  return ring_->AllReduce(bucket.offset + begin, bytes / sizeof(float),
                           collectives::DataType::kFloat32);
 }
 

@@ -108,6 +108,10 @@ class DataParallelGroup {
   // (a device's writes seen complete: bucket_pipeline.h's marks), with no
   // wait for the rest of torch's device work.
   absl::Status AllReduceWrittenBucket(size_t b);
+  // The same for bytes [begin, begin + bytes) of bucket `b` (counted from
+  // its first byte): kInvalidArgument for a range outside the bucket or
+  // not of whole elements.
+  absl::Status AllReduceWrittenPart(size_t b, size_t begin, size_t bytes);
   void ScaleGradients(double scale);
   const std::vector<Parameter>& parameters() const { return parameters_; }
   // v = momentum * v + g; p -= lr * v (torch.optim.SGD). With a codec the

@@ -39,6 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "strategies/allreduce/forward_buckets.h"
 #include "strategies/bucket_pipeline.h"
 #include "strategies/data_parallel.h"
 #include "strategies/strategy.h"
@@ -78,9 +79,9 @@ class AllReduceStrategy final : public Strategy {
   // and how many began before their step's backward ended.
   bool overlaps() const { return pipeline_ != nullptr; }
   int64_t overlapped_buckets() const { return overlapped_buckets_; }
-  // overlap=forward (from Start() on): how many of the group's buckets
-  // are all-reduced during the next step's forward (forward_buckets.h);
-  // how many of those had begun by the time the features' forward
+  // overlap=forward (from Start() on): how many parts of the group's
+  // buckets are all-reduced during the next step's forward
+  // (forward_buckets.h); how many of those had begun by the time the features' forward
   // returned, over the steps so far; and how many buckets' all-reduces
   // have begun in the step running now (any thread: for a test's features
   // to watch).
@@ -100,8 +101,9 @@ class AllReduceStrategy final : public Strategy {
         forward_(forward),
         forward_bytes_(forward_bytes) {}
 
-  // overlap=forward: which buckets wait for the next step (deferred_) and
-  // which go in theirs (in_step_), and the pipeline over both.
+  // overlap=forward: which bytes of the buckets wait for the next step
+  // (deferred_) and which go in theirs (in_step_), and the pipeline over
+  // both.
   // kFailedPrecondition unless the context has the split and next_batch
   // (in Prepare(), before anything connects).
   absl::Status CheckForwardContext() const;
@@ -112,7 +114,7 @@ class AllReduceStrategy final : public Strategy {
   // compute. `features_end` and `head_begin` bound the wait for them.
   absl::StatusOr<ComputeResult> SplitCompute(bool pending, absl::Time& features_end,
                                              absl::Time& head_begin);
-  // Scales and applies bucket `b` (in_step_ or deferred_ entries).
+  // Scales and applies bucket `b`.
   void ApplyBucket(size_t b);
   // All-reduces and applies the deferred buckets still pending, on this
   // thread (between steps: ShareModel, Finish).
@@ -131,9 +133,11 @@ class AllReduceStrategy final : public Strategy {
   const bool overlap_;
   const bool forward_;  // overlap=forward
   const int64_t forward_bytes_;  // forward_buckets.h's budget
-  std::vector<size_t> deferred_;  // group buckets
-  std::vector<size_t> in_step_;
-  bool pending_ = false;  // deferred_ hold the last step's gradients
+  std::vector<BucketPart> deferred_;  // of group buckets
+  std::vector<BucketPart> in_step_;
+  std::vector<size_t> applied_late_;  // buckets with a deferred part
+  std::vector<size_t> applied_in_step_;
+  bool pending_ = false;  // applied_late_ hold the last step's gradients
   int64_t forward_overlapped_ = 0;
   std::vector<Parameter> parameters_;
   std::unique_ptr<DataParallelGroup> group_;

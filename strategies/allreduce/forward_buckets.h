@@ -1,19 +1,24 @@
 // File: forward_buckets.h
 // -----------------------------------------------------------------------------
-// Which of a data-parallel group's buckets the allreduce strategy's
+// Which bytes of a data-parallel group's buckets the allreduce strategy's
 // overlap=forward all-reduces during the next step's forward (deferred),
 // and which in their own step, during backward (in step). Only the head's
 // buckets (every parameter in the model's head, the part after the split)
 // can wait: the next forward reads them last. The first head bucket
 // backward completes stays in its step, so the ring has work while
-// backward runs on; then, in backward's order, each head bucket is
-// deferred while the deferred bytes stay within `budget_bytes`.
+// backward runs on. The budget is then taken from the head buckets
+// backward completes last, whole buckets while they fit and then the tail
+// of the next one: the buckets backward completes first go in their step
+// as soon as they are complete, and the ring's work during backward has no
+// gap while a deferred bucket waits out the step.
 //
 // The budget: forward takes about a third of a step's compute (backward
 // about twice its cost), so by default (kAutoBudget) a third of the
-// gradients' bytes: on the VGG-like net (4 MiB buckets) the 4.2 MB of the
-// second fully connected layer, while the first's 12.8 MB go during
-// backward. Every rank computes the same schedule from the same buckets.
+// gradients' bytes: on the VGG-like net (4 MiB buckets) 5.8 MB of the
+// first fully connected layer's 12.8 MB, while the rest of that layer and
+// the second layer's 4.2 MB go during backward. A bucket with a deferred
+// part is applied with the deferred ones, in the next forward. Every rank
+// computes the same schedule from the same buckets.
 #ifndef RDMAFLOW_STRATEGIES_ALLREDUCE_FORWARD_BUCKETS_H_
 #define RDMAFLOW_STRATEGIES_ALLREDUCE_FORWARD_BUCKETS_H_
 
@@ -26,13 +31,32 @@
 
 namespace rdmaflow::strategies {
 
+// Bytes [begin, begin + bytes) of bucket `bucket`, counted from the
+// bucket's first byte.
+struct BucketPart {
+  size_t bucket = 0;
+  size_t begin = 0;
+  size_t bytes = 0;
+  bool operator==(const BucketPart& o) const {
+    return bucket == o.bucket && begin == o.begin && bytes == o.bytes;
+  }
+};
+
 struct ForwardSchedule {
-  std::vector<size_t> deferred;  // bucket indices, in bucket order
-  std::vector<size_t> in_step;   // the others, in bucket order
+  std::vector<BucketPart> deferred;  // in bucket order
+  std::vector<BucketPart> in_step;   // the rest of every bucket, in bucket order
+  // Buckets with a deferred part, applied in the next forward, and the
+  // others, applied after their step; both in bucket order.
+  std::vector<size_t> applied_late;
+  std::vector<size_t> applied_in_step;
   int64_t deferred_bytes = 0;
 };
 
 inline constexpr int64_t kAutoBudget = -1;
+// A bucket's deferred tail is a multiple of this (the group's alignment of
+// its tensors). However short, it costs one more all-reduce call, during
+// the next forward, which the features' compute hides.
+inline constexpr size_t kDeferredPartAlignment = 64;
 
 // `buckets` (of tensors in the order backward completes them); `head[i]`:
 // tensor i is a head parameter (a bucket is the head's when all its

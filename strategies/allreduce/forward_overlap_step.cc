@@ -5,15 +5,16 @@
 // SysML 2019) and ByteScheduler (Peng et al., SOSP 2019) order a step's
 // communication by when the next forward needs it.
 //
-// A step, with D deferred buckets:
-//   communication thread: the D deferred buckets of the last step, then
-//     this step's other buckets in bucket order, each once backward has
-//     completed it (bucket_pipeline.h);
-//   this thread: the features' forward; then it waits for the D buckets,
-//     scales them and applies their SGD, zeroes their gradients; then the
-//     head's forward, the loss and backward.
-// After the pipeline the step applies its own buckets; the deferred ones
-// stay pending until the next step, ShareModel() or Finish(). Every
+// A step, with D deferred parts of buckets (forward_buckets.h):
+//   communication thread: the D deferred parts of the last step, then
+//     this step's other parts in bucket order, each once backward has
+//     completed its bucket (bucket_pipeline.h);
+//   this thread: the features' forward; then it waits for the D parts,
+//     scales and applies SGD to the buckets they belong to, zeroes their
+//     gradients; then the head's forward, the loss and backward.
+// After the pipeline the step applies the buckets all-reduced whole in it;
+// those with a deferred part stay pending until the next step,
+// ShareModel() or Finish(). Every
 // parameter thus gets the same update, from the same sums, before the
 // forward that reads it, as without overlap: only the order in which the
 // ring reduces the buckets changes, the same on every rank.
@@ -59,11 +60,14 @@ absl::Status AllReduceStrategy::StartForwardOverlap() {
   ForwardSchedule schedule = ScheduleForForward(all_buckets, head, forward_bytes_);
   deferred_ = std::move(schedule.deferred);
   in_step_ = std::move(schedule.in_step);
-  // The pipeline's buckets: the deferred ones first (no gradients of this
-  // step: due at once), then this step's.
+  applied_late_ = std::move(schedule.applied_late);
+  applied_in_step_ = std::move(schedule.applied_in_step);
+  // The pipeline's buckets: the deferred parts first (no gradients of this
+  // step: due at once), then this step's, each due once backward has
+  // completed its bucket.
   std::vector<std::vector<size_t>> buckets(deferred_.size());
-  for (size_t b : in_step_) {
-    const collectives::Bucket& bucket = group_->bucket(b);
+  for (const BucketPart& part : in_step_) {
+    const collectives::Bucket& bucket = group_->bucket(part.bucket);
     buckets.emplace_back();
     for (size_t i = bucket.first; i < bucket.end; ++i) buckets.back().push_back(i);
   }
@@ -72,10 +76,10 @@ absl::Status AllReduceStrategy::StartForwardOverlap() {
       BucketPipeline::Create(
           parameters, std::move(buckets),
           [this](size_t k) -> absl::Status {
-            if (k < deferred_.size()) {
-              return pending_ ? group_->AllReduceWrittenBucket(deferred_[k]) : absl::OkStatus();
-            }
-            return group_->AllReduceWrittenBucket(in_step_[k - deferred_.size()]);
+            if (k < deferred_.size() && !pending_) return absl::OkStatus();
+            const BucketPart& part =
+                k < deferred_.size() ? deferred_[k] : in_step_[k - deferred_.size()];
+            return group_->AllReduceWrittenPart(part.bucket, part.begin, part.bytes);
           },
           links().loop(), "the all-reduce"));
   return absl::OkStatus();
@@ -88,10 +92,10 @@ void AllReduceStrategy::ApplyBucket(size_t b) {
 
 absl::Status AllReduceStrategy::FlushDeferred() {
   if (!pending_) return absl::OkStatus();
-  for (size_t b : deferred_) {
-    RETURN_IF_ERROR(group_->AllReduceWrittenBucket(b));
-    ApplyBucket(b);
+  for (const BucketPart& part : deferred_) {
+    RETURN_IF_ERROR(group_->AllReduceWrittenPart(part.bucket, part.begin, part.bytes));
   }
+  for (size_t b : applied_late_) ApplyBucket(b);
   pending_ = false;
   if (context().split->parameters_changed) context().split->parameters_changed();
   return absl::OkStatus();
@@ -124,7 +128,7 @@ absl::StatusOr<ComputeResult> AllReduceStrategy::SplitCompute(bool pending,
     }
     // The wait ends here; applying the sums is the step's compute.
     head_begin = absl::Now();
-    for (size_t b : deferred_) {
+    for (size_t b : applied_late_) {
       ApplyBucket(b);
       group_->ZeroBucketGradients(b);
     }
@@ -172,10 +176,11 @@ absl::StatusOr<StepReport> AllReduceStrategy::ForwardOverlapStep() {
     report.Add(StepSpan::Kind::kCompute, begin, absl::Now());
     return report;
   }
-  // The deferred buckets hold the last step's sums until they are applied
-  // (inside the compute); the others are this step's.
+  // The buckets with a deferred part hold the last step's sums (and, in
+  // that part, its gradients) until they are applied (inside the compute);
+  // the others are this step's.
   if (pending) {
-    for (size_t b : in_step_) group_->ZeroBucketGradients(b);
+    for (size_t b : applied_in_step_) group_->ZeroBucketGradients(b);
   } else {
     group_->ZeroGradients();
   }
@@ -200,7 +205,7 @@ absl::StatusOr<StepReport> AllReduceStrategy::ForwardOverlapStep() {
   const int idle_deferred =
       pending ? 0 : std::min<int>(step.overlapped, static_cast<int>(deferred_.size()));
   overlapped_buckets_ += step.overlapped - idle_deferred;
-  for (size_t b : in_step_) ApplyBucket(b);
+  for (size_t b : applied_in_step_) ApplyBucket(b);
   pending_ = !deferred_.empty();
   if (context().split->parameters_changed) context().split->parameters_changed();
   return report;

@@ -42,7 +42,8 @@ struct ForwardRun {
 // `world` replicas train `problem` for `steps` with overlap=forward and
 // `bucket_bytes`, sharing the model after step `share_after` (-1: never).
 ForwardRun TrainForward(const ToyProblem& problem, int world, int steps,
-                        const std::string& bucket_bytes, int share_after) {
+                        const std::string& bucket_bytes, const std::string& forward_bytes,
+                        int share_after) {
   ForwardRun run;
   run.finals.resize(world);
   run.shared.resize(world);
@@ -55,7 +56,7 @@ ForwardRun TrainForward(const ToyProblem& problem, int world, int steps,
         ASSIGN_OR_RETURN(auto strategy,
                          AllReduceStrategy::Create(testing::ToyOptions(
                              steps, {{"overlap", "forward"}, {"bucket_bytes", bucket_bytes},
-                                     {"chunk_bytes", "64"}, {"forward_bytes", "1K"}})));
+                                     {"chunk_bytes", "64"}, {"forward_bytes", forward_bytes}})));
         EXPECT_FALSE(strategy->needs_compute_fn());
         EXPECT_TRUE(strategy->shares_model());
         std::vector<Parameter> params = problem.MakeParameters();
@@ -104,18 +105,22 @@ ForwardRun TrainForward(const ToyProblem& problem, int world, int steps,
   return run;
 }
 
-class ForwardOverlapTest : public ::testing::TestWithParam<std::tuple<int, std::string, int>> {};
+// world, bucket_bytes, forward_bytes, deferred parts.
+class ForwardOverlapTest
+    : public ::testing::TestWithParam<std::tuple<int, std::string, std::string, int>> {};
 
 // Buckets of 4 bytes put each tensor in one of its own: backward completes
-// b2, w2 (the head's), then b1, w1; w2 is deferred. One bucket of
+// b2, w2 (the head's), then b1, w1; w2 is deferred, whole within 1 KiB,
+// and within 64 bytes its last 64 of 96 bytes (its first 32 go in the
+// step, and the bucket is applied once both are summed). One bucket of
 // everything (0) mixes head and features: nothing is deferred, and the
 // step is overlap=on's.
 TEST_P(ForwardOverlapTest, TrainsAsOneProcessOnTheConcatenatedBatches) {
   at::set_num_threads(1);
-  const auto& [world, bucket, deferred] = GetParam();
+  const auto& [world, bucket, forward_bytes, deferred] = GetParam();
   constexpr int kSteps = 6, kBatch = 8, kShareAfter = 2;
   const ToyProblem problem(world, kSteps, kBatch);
-  const ForwardRun run = TrainForward(problem, world, kSteps, bucket, kShareAfter);
+  const ForwardRun run = TrainForward(problem, world, kSteps, bucket, forward_bytes, kShareAfter);
   if (HasFailure()) return;
   std::vector<int> everyone;
   for (int w = 0; w < world; ++w) everyone.push_back(w);
@@ -138,16 +143,19 @@ TEST_P(ForwardOverlapTest, TrainsAsOneProcessOnTheConcatenatedBatches) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RanksAndBuckets, ForwardOverlapTest,
-                         ::testing::Values(std::make_tuple(2, "4", 1), std::make_tuple(3, "4", 1),
-                                           std::make_tuple(2, "0", 0)),
+                         ::testing::Values(std::make_tuple(2, "4", "1K", 1),
+                                           std::make_tuple(3, "4", "1K", 1),
+                                           std::make_tuple(2, "4", "64", 1),
+                                           std::make_tuple(2, "0", "1K", 0)),
                          [](const auto& info) {
                            return absl::StrCat(std::get<0>(info.param), "ranks_bucket",
-                                               std::get<1>(info.param));
+                                               std::get<1>(info.param), "_forward",
+                                               std::get<2>(info.param));
                          });
 
 // The VGG-like net's buckets of 4 MiB, in backward's order: fc3 and fc2's
 // bias, fc2's weight, fc1's bias, fc1's weight (the head), the convolutions.
-TEST(ForwardScheduleTest, DefersTheHeadsBucketsWithinTheBudget) {
+std::vector<collectives::Bucket> VggBuckets() {
   const std::vector<size_t> sizes = {45120, 4194304, 4096, 12845056, 300000};
   std::vector<collectives::Bucket> buckets;
   size_t offset = 0;
@@ -155,21 +163,48 @@ TEST(ForwardScheduleTest, DefersTheHeadsBucketsWithinTheBudget) {
     buckets.push_back({b, b + 1, offset, sizes[b]});
     offset += sizes[b];
   }
+  return buckets;
+}
+
+TEST(ForwardScheduleTest, DefersTheTailOfWhatBackwardCompletesLast) {
+  const std::vector<collectives::Bucket> buckets = VggBuckets();
   const std::vector<bool> head = {true, true, true, true, false};
-  // A third of the bytes (5.8 MB): fc2's weight and fc1's bias.
-  ForwardSchedule automatic = ScheduleForForward(buckets, head, kAutoBudget);
-  EXPECT_EQ(automatic.deferred, (std::vector<size_t>{1, 2}));
-  EXPECT_EQ(automatic.in_step, (std::vector<size_t>{0, 3, 4}));
-  EXPECT_EQ(automatic.deferred_bytes, 4194304 + 4096);
-  // The first head bucket stays, whatever the budget; features never wait.
-  ForwardSchedule all = ScheduleForForward(buckets, head, int64_t{1} << 40);
-  EXPECT_EQ(all.deferred, (std::vector<size_t>{1, 2, 3}));
-  EXPECT_EQ(ScheduleForForward(buckets, head, 0).deferred, std::vector<size_t>{});
-  // A bucket over what is left of the budget is skipped, a later one fits.
-  EXPECT_EQ(ScheduleForForward(buckets, head, 5000).deferred, std::vector<size_t>{2});
+  // A third of the bytes (5,796,192) from fc1's weight, backward's last
+  // head bucket, cut to 64 bytes: the rest of it and fc2 go in the step.
+  const ForwardSchedule automatic = ScheduleForForward(buckets, head, kAutoBudget);
+  EXPECT_EQ(automatic.deferred, (std::vector<BucketPart>{{3, 7048896, 5796160}}));
+  EXPECT_EQ(automatic.in_step, (std::vector<BucketPart>{{0, 0, 45120},
+                                                        {1, 0, 4194304},
+                                                        {2, 0, 4096},
+                                                        {3, 0, 7048896},
+                                                        {4, 0, 300000}}));
+  EXPECT_EQ(automatic.applied_late, std::vector<size_t>{3});
+  EXPECT_EQ(automatic.applied_in_step, (std::vector<size_t>{0, 1, 2, 4}));
+  EXPECT_EQ(automatic.deferred_bytes, 5796160);
+  // Whole buckets while they fit, back to the second head bucket: the
+  // first stays, whatever the budget; features never wait.
+  const ForwardSchedule all = ScheduleForForward(buckets, head, int64_t{1} << 40);
+  EXPECT_EQ(all.deferred, (std::vector<BucketPart>{{1, 0, 4194304}, {2, 0, 4096},
+                                                   {3, 0, 12845056}}));
+  EXPECT_EQ(all.in_step, (std::vector<BucketPart>{{0, 0, 45120}, {4, 0, 300000}}));
+  EXPECT_EQ(all.applied_late, (std::vector<size_t>{1, 2, 3}));
+  // Two whole buckets and the tail of the one before them; nothing after
+  // the bucket that is cut.
+  const ForwardSchedule cut = ScheduleForForward(buckets, head, 12845056 + 4096 + 1000);
+  EXPECT_EQ(cut.deferred, (std::vector<BucketPart>{{1, 4194304 - 960, 960}, {2, 0, 4096},
+                                                   {3, 0, 12845056}}));
+  EXPECT_EQ(cut.in_step.front(), (BucketPart{0, 0, 45120}));
+  EXPECT_EQ(cut.in_step[1], (BucketPart{1, 0, 4194304 - 960}));
+  EXPECT_EQ(cut.deferred_bytes, 960 + 4096 + 12845056);
+  // Under 64 bytes of budget defers nothing.
+  const ForwardSchedule none = ScheduleForForward(buckets, head, 63);
+  EXPECT_TRUE(none.deferred.empty());
+  EXPECT_EQ(none.in_step.size(), buckets.size());
+  EXPECT_EQ(none.applied_in_step.size(), buckets.size());
+  EXPECT_TRUE(ScheduleForForward(buckets, head, 0).deferred.empty());
   // No head bucket (a split the buckets straddle): nothing waits.
-  EXPECT_EQ(ScheduleForForward(buckets, std::vector<bool>(5, false), kAutoBudget).deferred,
-            std::vector<size_t>{});
+  EXPECT_TRUE(ScheduleForForward(buckets, std::vector<bool>(5, false), kAutoBudget)
+                  .deferred.empty());
 }
 
 // From tensors, bucketed as the group buckets them (4 MiB): fc3's weight
@@ -180,9 +215,10 @@ TEST(ForwardScheduleTest, BucketsTensorsAsTheGroupDoes) {
   const std::vector<bool> head = {true, true, true, true, true, true, false, false};
   ASSERT_OK_AND_ASSIGN(ForwardSchedule schedule,
                        ScheduleTensorsForForward(bytes, head, 4 << 20, kAutoBudget));
-  EXPECT_EQ(schedule.deferred, (std::vector<size_t>{1, 2}));
-  EXPECT_EQ(schedule.in_step, (std::vector<size_t>{0, 3, 4}));
-  EXPECT_EQ(schedule.deferred_bytes, 4194304 + 4096);
+  // A third of 17,162,560 bytes, cut to 64: the tail of fc1's weight.
+  EXPECT_EQ(schedule.deferred, (std::vector<BucketPart>{{3, 12845056 - 5720832, 5720832}}));
+  EXPECT_EQ(schedule.in_step.size(), 5u);
+  EXPECT_EQ(schedule.deferred_bytes, 5720832);
   EXPECT_THAT(ScheduleTensorsForForward(bytes, {true}, 4 << 20, kAutoBudget).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("head flags")));
 }
