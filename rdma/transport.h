@@ -130,6 +130,13 @@ class Transport {
   // backends without events, and activity no event announces (a flag a
   // peer writes into memory), are seen when the timeout ends.
   virtual bool WaitForActivity(absl::Duration timeout);
+
+  // True when WaitForActivity() is woken by everything Progress() could
+  // find: every completion and every arrival, no flag a peer writes into
+  // memory unannounced (UCX over TCP alone: each is a socket's). A
+  // ProgressLoop then waits in WaitForActivity() rather than polling
+  // (onesided/progress/progress_loop.h). The default: false.
+  virtual bool AnnouncesActivity() const { return false; }
 };
 
 }  // namespace rdmaflow::rdma

@@ -283,7 +283,9 @@ absl::Status ProgressLoop::WaitUntil(absl::FunctionRef<bool()> ready, absl::Time
   }
 }
 
-IdleBackoff ProgressLoop::Backoff(const WaitPolicy& policy) {
+IdleBackoff ProgressLoop::Backoff(const WaitPolicy& given) {
+  const WaitPolicy policy =
+      transport_.AnnouncesActivity() ? given.ForAnnouncedActivity() : given;
   IdleBackoff::Clock clock = IdleBackoff::RealClock();
   if (policy.sleep_on_events) {
     clock.sleep = [this](absl::Duration d) { transport_.WaitForActivity(d); };

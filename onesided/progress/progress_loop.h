@@ -12,7 +12,10 @@
 //   - runs every registered round handler once per round (protocols that
 //     poll flags in their memory: slot rings, stamped slots);
 //   - waits with a deadline (WaitUntil), escalating from spin to yield to
-//     sleep as its WaitPolicy says (wait_policy.h);
+//     sleep as its WaitPolicy says (wait_policy.h), or, on a transport
+//     that announces everything its Progress() could find (UCX over TCP
+//     alone), sleeping in the transport's wait at once
+//     (WaitPolicy::ForAnnouncedActivity);
 //   - probes watched peers for liveness: a flush every `liveness_interval`
 //     while a wait involves the peer; a flush that fails (other than
 //     cancelled) reports the peer to its watcher.
@@ -202,7 +205,8 @@ class ProgressLoop final {
   void CheckThread(const char* method) const;
   void Probe(const std::shared_ptr<Watch>& watch, absl::Time now);
   // The backoff of a wait by `policy` (sleeping on the transport's
-  // completion events where it says so).
+  // completion events where it says so), or by its ForAnnouncedActivity()
+  // where the transport announces everything it could find.
   IdleBackoff Backoff(const WaitPolicy& policy);
   // The WaitForProgress()s; `idle` null: the backoff of `policy`.
   absl::Status WaitForProgressWith(absl::FunctionRef<absl::Status(bool& moved)> turn,

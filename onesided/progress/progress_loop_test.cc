@@ -139,7 +139,8 @@ TEST_F(ProgressLoopTest, RoundHandlersRunEachRoundAndMayRemoveThemselves) {
 // Rank 0's transport, counting the waits a loop sleeps in.
 class WaitCountingTransport final : public rdma::Transport {
  public:
-  explicit WaitCountingTransport(rdma::Transport& inner) : inner_(inner) {}
+  explicit WaitCountingTransport(rdma::Transport& inner, bool announces = false)
+      : inner_(inner), announces_(announces) {}
   int rank() const override { return inner_.rank(); }
   rdma::Capabilities capabilities() const override { return inner_.capabilities(); }
   std::string address() const override { return inner_.address(); }
@@ -160,10 +161,12 @@ class WaitCountingTransport final : public rdma::Transport {
     ++waits;
     return inner_.WaitForActivity(timeout);
   }
+  bool AnnouncesActivity() const override { return announces_; }
   int waits = 0;
 
  private:
   rdma::Transport& inner_;
+  const bool announces_;
 };
 
 TEST_F(ProgressLoopTest, AnEventsPolicySleepsInTheTransportsWait) {
@@ -183,6 +186,43 @@ TEST_F(ProgressLoopTest, AnEventsPolicySleepsInTheTransportsWait) {
       EXPECT_EQ(counting.waits, 0) << "a plain sleep does not involve the transport";
     }
   }
+}
+
+// Where the transport announces everything, a policy that sleeps sleeps in
+// its wait from the first idle round (no spinning); one that never sleeps
+// is left as it is.
+TEST_F(ProgressLoopTest, ATransportThatAnnouncesActivityIsWaitedOnAtOnce) {
+  struct Case {
+    WaitPolicy policy;
+    bool announces;
+    int waits;  // of the 6 idle rounds, those that slept in the transport
+  };
+  for (const Case& c : {Case{WaitPolicy::Adaptive(), true, 6}, Case{WaitPolicy::Adaptive(), false, 0},
+                        Case{WaitPolicy::Spin(), true, 0}, Case{WaitPolicy::Yield(), true, 0}}) {
+    SCOPED_TRACE(absl::StrCat(c.policy.ToString(), c.announces ? ", announced" : ""));
+    WaitCountingTransport counting(*transports_[0], c.announces);
+    ProgressLoop loop(counting, ProgressLoopOptions{});
+    int rounds = 0;
+    ASSERT_THAT(loop.WaitUntil([&] { return ++rounds > 6; }, absl::Now() + kTimeout,
+                               [] { return "six rounds"; }, {}, c.policy),
+                IsOk());
+    EXPECT_EQ(counting.waits, c.waits);
+  }
+}
+
+TEST(WaitPolicyForAnnouncedActivityTest, SleepsAtOnceForLonger) {
+  const WaitPolicy announced = WaitPolicy::Adaptive().ForAnnouncedActivity();
+  EXPECT_EQ(announced.spin_rounds, 0);
+  EXPECT_EQ(announced.yield_for, absl::ZeroDuration());
+  EXPECT_EQ(announced.max_sleep, WaitPolicy::kAnnouncedMaxSleep);
+  EXPECT_EQ(announced.min_sleep, WaitPolicy::Adaptive().min_sleep);
+  EXPECT_TRUE(announced.sleep_on_events);
+  EXPECT_OK(announced.Validate());
+  WaitPolicy longer = WaitPolicy::Adaptive();
+  longer.max_sleep = absl::Milliseconds(2);
+  EXPECT_EQ(longer.ForAnnouncedActivity().max_sleep, absl::Milliseconds(2));
+  EXPECT_EQ(WaitPolicy::Spin().ForAnnouncedActivity().ToString(), "spin");
+  EXPECT_EQ(WaitPolicy::Yield().ForAnnouncedActivity().ToString(), "yield");
 }
 
 TEST_F(ProgressLoopTest, WaitSeesWhatAPeerWroteAndEndsAtItsDeadline) {

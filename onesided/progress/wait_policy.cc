@@ -41,6 +41,16 @@ WaitPolicy WaitPolicy::Yield() {
 
 WaitPolicy WaitPolicy::Adaptive() { return WaitPolicy(); }
 
+WaitPolicy WaitPolicy::ForAnnouncedActivity() const {
+  if (spin_rounds == INT64_MAX || yield_for == absl::InfiniteDuration()) return *this;
+  WaitPolicy policy = *this;
+  policy.spin_rounds = 0;
+  policy.yield_for = absl::ZeroDuration();
+  policy.max_sleep = std::max(max_sleep, kAnnouncedMaxSleep);
+  policy.sleep_on_events = true;
+  return policy;
+}
+
 absl::Status WaitPolicy::Validate() const {
   if (spin_rounds < 0) {
     return absl::InvalidArgumentError(

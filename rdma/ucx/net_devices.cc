@@ -89,6 +89,15 @@ TlsList ParseTls(absl::string_view tls) {
   return list;
 }
 
+bool OnlyTcp(const std::string& tls) {
+  const TlsList list = ParseTls(tls);
+  if (list.all_but || list.names.empty()) return false;
+  for (const std::string& name : list.names) {
+    if (name != kTcpComponent) return false;
+  }
+  return true;
+}
+
 bool MayUseTcp(const std::string& tls, const std::string& net_devices) {
   const TlsList list = ParseTls(tls);
   const bool names_tcp = list.Names(kTcpComponent) || list.Names("all");

@@ -44,6 +44,12 @@ TlsList ParseTls(absl::string_view tls);
 // takes them.
 bool MayUseTcp(const std::string& tls, const std::string& net_devices);
 
+// Whether UCX's TLS `tls` (as above) opens TCP and nothing else: a list of
+// "tcp" alone (with or without a backslash or ":aux"). Where it does, every
+// operation's progress is a socket's, which the worker's event file
+// descriptor announces (UcxTransport::AnnouncesActivity).
+bool OnlyTcp(const std::string& tls);
+
 }  // namespace rdmaflow::rdma::ucx
 
 #endif  // RDMAFLOW_RDMA_UCX_NET_DEVICES_H_

@@ -1,5 +1,6 @@
 #include "rdma/ucx/ucx_transport.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -179,11 +180,18 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
     status = UcsToStatus(ucp_config_modify(config, "TX_SEG_SIZE", seg.c_str()),
                          absl::StrCat("setting UCX TCP_TX_SEG_SIZE=", seg));
   }
+  // Over TCP alone every operation progresses through a socket, which the
+  // worker's event file descriptor announces: a waiting loop can sleep on
+  // it instead of polling (WaitForActivity).
+  const bool wakeup = OnlyTcp(!options.tls.empty() ? options.tls
+                              : tls_env != nullptr  ? tls_env
+                                                    : "");
   auto context = std::make_shared<UcxContext>();
   if (status.ok()) {
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+    if (wakeup) params.features |= UCP_FEATURE_WAKEUP;
     status = UcsToStatus(
         ucp_init(&params, config, &context->context),
         absl::StrCat("initializing UCX (TLS=",
@@ -211,6 +219,12 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
       ucp_worker_create(transport->context_->context, &worker_params,
                         &transport->shared_->worker),
       "creating the UCX worker"));
+  if (wakeup) {
+    int fd = -1;
+    RETURN_IF_ERROR(UcsToStatus(ucp_worker_get_efd(transport->shared_->worker, &fd),
+                                "getting the UCX worker's event file descriptor"));
+    transport->event_fd_ = fd;
+  }
 
   ucp_am_handler_param_t handler{};
   handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
@@ -563,6 +577,18 @@ absl::StatusOr<int> UcxTransport::Progress() {
                   retired.end());
   }
   return fired;
+}
+
+bool UcxTransport::WaitForActivity(absl::Duration timeout) {
+  if (event_fd_ < 0) return Transport::WaitForActivity(timeout);
+  // Progress() drained the worker; what arrived since makes arming fail
+  // with UCS_ERR_BUSY: then there is work at once.
+  const ucs_status_t armed = ucp_worker_arm(shared_->worker);
+  if (armed == UCS_ERR_BUSY) return true;
+  if (armed != UCS_OK) return Transport::WaitForActivity(timeout);
+  const timespec wait = absl::ToTimespec(std::max(absl::ZeroDuration(), timeout));
+  pollfd event{event_fd_, POLLIN, 0};
+  return ppoll(&event, 1, &wait, nullptr) > 0;
 }
 
 std::optional<Notification> UcxTransport::PollNotification() {

@@ -94,6 +94,12 @@ class UcxTransport final : public Transport {
       const PeerInfo& peer) override;
   absl::StatusOr<int> Progress() override;
   std::optional<Notification> PollNotification() override;
+  // Where the TLS in effect is TCP alone (net_devices.h, OnlyTcp), the
+  // worker has UCX's wakeup feature: the wait arms it (ucp_worker_arm) and
+  // sleeps on its event file descriptor, and AnnouncesActivity() is true.
+  // Elsewhere (shared memory's puts raise no event) the base's sleep.
+  bool WaitForActivity(absl::Duration timeout) override;
+  bool AnnouncesActivity() const override { return event_fd_ >= 0; }
   // Notifications dropped because max_queued_notifications were waiting,
   // and ones refused as malformed, so far.
   uint64_t dropped_notifications() const { return notifications_.dropped(); }
@@ -120,6 +126,9 @@ class UcxTransport final : public Transport {
   // UCX_TCP_TX_SEG_SIZE where this transport set it (tcp_tx_seg_kb), else
   // empty.
   std::string tcp_tx_seg_;
+  // The worker's event file descriptor (ucp_worker_get_efd; owned by the
+  // worker) where it has the wakeup feature, else -1.
+  int event_fd_ = -1;
   std::unique_ptr<ProcessIdentity> self_;  // Published in address_.
   std::shared_ptr<UcxContext> context_;  // Shared with memory regions.
   std::string address_;

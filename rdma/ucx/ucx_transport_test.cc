@@ -8,8 +8,10 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <atomic>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -235,6 +237,76 @@ TEST_F(UcxTransportTest, WritesAreOrderedOverOneTcpLaneOnly) {
     EXPECT_EQ(ab->OrdersWrites(), c.ordered) << ab->Describe();
     ASSERT_OK(ab->Close());
   }
+}
+
+// Over TCP alone the worker's events announce everything: the receiver
+// sleeps in WaitForActivity() with a deadline it never reaches, and each
+// wait ends because something arrived, until the notified write has. Over
+// shared memory (puts raise no event) the transport does not say so.
+TEST_F(UcxTransportTest, OverTcpAloneTheWaitIsWokenByWhatArrives) {
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> shm, Make(0, "shm", "lo"));
+    EXPECT_FALSE(shm->AnnouncesActivity());
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> both, Make(0, "shm,tcp", "lo"));
+    EXPECT_FALSE(both->AnnouncesActivity());
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, "tcp", "lo"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> b, Make(1, "tcp", "lo"));
+  EXPECT_TRUE(a->AnnouncesActivity());
+  EXPECT_TRUE(b->AnnouncesActivity());
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, b->Allocate(4096));
+  std::memset(local.data(), 0x6B, 4096);
+  const absl::Time deadline = absl::Now() + kTimeout;
+  // The writer, on a thread of its own, progresses (waiting on its own
+  // events) until the notification has arrived.
+  absl::Status written = absl::DeadlineExceededError("the write never completed");
+  std::atomic<bool> received{false};
+  std::thread writer([&] {
+    absl::StatusOr<std::unique_ptr<Endpoint>> ab = a->Connect(PeerInfo{1, b->address()});
+    if (!ab.ok()) {
+      written = ab.status();
+      return;
+    }
+    bool done = false;
+    absl::Status posted = (*ab)->PostWrite({&local, 0, 4096}, {&remote.descriptor(), 0, 4096},
+                                           9u, [&](absl::Status s) {
+                                             written = s;
+                                             done = true;
+                                           });
+    if (!posted.ok()) {
+      written = posted;
+      return;
+    }
+    while (!received.load() && absl::Now() < deadline) {
+      absl::StatusOr<int> fired = a->Progress();
+      if (!fired.ok()) {
+        written = fired.status();
+        return;
+      }
+      if (*fired == 0) a->WaitForActivity(absl::Milliseconds(100));
+    }
+    if (!done) written = absl::DeadlineExceededError("the write's completion never fired");
+    if (absl::Status closed = (*ab)->Close(); !closed.ok() && written.ok()) written = closed;
+  });
+  std::optional<Notification> got;
+  int waits = 0, woken = 0;
+  while (!got.has_value() && absl::Now() < deadline) {
+    ASSERT_OK(b->Progress().status());
+    got = b->PollNotification();
+    if (got.has_value()) break;
+    ++waits;
+    if (b->WaitForActivity(kTimeout)) ++woken;
+  }
+  received.store(true);
+  writer.join();
+  ASSERT_TRUE(got.has_value()) << "no notification within " << kTimeout;
+  EXPECT_EQ(got->peer_rank, 0);
+  EXPECT_EQ(got->value, 9u);
+  EXPECT_EQ(remote.data()[4095], std::byte{0x6B});
+  EXPECT_GT(waits, 0);
+  EXPECT_EQ(woken, waits) << "every wait ends on an event, none at its deadline";
+  EXPECT_OK(written);
 }
 
 TEST_F(UcxTransportTest, TheTransportListSaysWhetherPeersMemoryCanMap) {
@@ -584,6 +656,18 @@ TEST_F(UcxTransportTest, TcpSendsLargePutsInPiecesOfTheGivenSize) {
                 ::testing::Not(HasSubstr("TCP_TX_SEG_SIZE")))
         << variable;
   }
+}
+
+TEST(OnlyTcpTest, ReadsTheTransports) {
+  EXPECT_TRUE(OnlyTcp("tcp"));
+  EXPECT_TRUE(OnlyTcp("\\tcp"));
+  EXPECT_TRUE(OnlyTcp("tcp,tcp:aux"));
+  EXPECT_FALSE(OnlyTcp(""));  // UCX's choice: all
+  EXPECT_FALSE(OnlyTcp("all"));
+  EXPECT_FALSE(OnlyTcp("^shm"));
+  EXPECT_FALSE(OnlyTcp("shm,tcp"));
+  EXPECT_FALSE(OnlyTcp("rc,tcp:aux"));
+  EXPECT_FALSE(OnlyTcp("^tcp"));
 }
 
 TEST(MayUseTcpTest, ReadsTheTransportsAndTheDevices) {
