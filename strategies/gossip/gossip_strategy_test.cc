@@ -122,7 +122,7 @@ MixRun Mix(const std::string& mode, int steps, int leaver = -1, int leave_after 
                                      {"mode", mode},
                                      {"overlap", overlap ? "on" : "off"}})));
         // Each rank starts elsewhere.
-        at::Tensor a = at::full({100}, static_cast<float>(rank * 10));
+        at::Tensor a = at::full({100}, static_cast<float>(100 + rank * 10));
         at::Tensor b = at::arange(7, at::kFloat) * (rank - 1.5f);
         std::vector<Parameter> params = {{"a", a.clone()}, {"b", b.clone()}};
         run.start[rank] = at::cat({a, b});
@@ -325,8 +325,12 @@ TEST(GossipStrategyTest, DeviceParametersTrainThroughDeviceCopies) {
 // Pure mixing on device parameters (4 ranks on a ring, running free: a
 // per-step barrier that does not progress would stall the staged reads):
 // every value a rank ends with is an average of what the ranks started
-// with, never fresh device memory's garbage or a torn copy, and the
-// replicas come together.
+// with, never fresh device memory's garbage (NaN), the zeros of a copy
+// never published or a torn copy, and the replicas come together. Where
+// they meet depends on the interleaving (a rank that stalls while the
+// others pull its values draws them all to its own: a mean of 28.5 of
+// starts 0-30 was seen under load), so the starts of `a` (100-130) keep
+// zeros outside their range rather than a bound on the mean.
 TEST(GossipStrategyTest, DeviceCopiesMixOnlyWhatPeersPublished) {
   at::set_num_threads(1);
   constexpr int kRanks = 4;
@@ -342,7 +346,7 @@ TEST(GossipStrategyTest, DeviceCopiesMixOnlyWhatPeersPublished) {
         std::unique_ptr<rdma::device_path::DeviceTransport>& transport = device.transport;
         ASSIGN_OR_RETURN(auto strategy, GossipStrategy::Create(ToyOptions(
                                             kMixSteps, {{"topology", "ring"}})));
-        at::Tensor a = at::full({100}, static_cast<float>(rank * 10));
+        at::Tensor a = at::full({100}, static_cast<float>(100 + rank * 10));
         at::Tensor b = at::arange(7, at::kFloat) * (rank - 1.5f);
         std::vector<Parameter> params = {{"a", a.clone()}, {"b", b.clone()}};
         run.start[rank] = at::cat({a, b});
@@ -361,11 +365,6 @@ TEST(GossipStrategyTest, DeviceCopiesMixOnlyWhatPeersPublished) {
   for (const absl::Status& s : run.status) ASSERT_OK(s);
   ExpectWithinStartRange(run, {0, 1, 2, 3});
   EXPECT_LT(ConsensusDistance(run.final), 0.5 * ConsensusDistance(run.start));
-  // Each mix weighs the ranks' starts (a: 0, 10, 20, 30) about alike: the
-  // replicas meet near 15, not at the zeros of a copy never published.
-  const double a = at::stack(run.final).narrow(1, 0, 100).mean().item<double>();
-  EXPECT_GT(a, 5);
-  EXPECT_LT(a, 25);
 }
 
 TEST(GossipStrategyTest, BadParametersAreNamed) {
