@@ -79,8 +79,8 @@ struct WaitPolicy {
   // AnnouncesActivity(): UCX over TCP alone). A policy that sleeps then
   // neither spins nor yields: each idle round sleeps in the transport's
   // wait, which the next arrival or completion ends, for up to
-  // max(max_sleep, kAnnouncedMaxSleep), the longest a condition set by
-  // another thread goes unseen. Polling such a transport costs a system
+  // max(max_sleep, kAnnouncedMaxSleep) plus the kernel's timer slack, the
+  // longest a condition set by another thread goes unseen. Polling such a transport costs a system
   // call a round: with 4 ranks on 2 cores, the ring's waits over TCP made
   // about 160,000 epoll_wait calls a second among the four, ten for each
   // send or receive (docs/collectives.md, "Waiting on TCP's events"). A policy that never sleeps (Spin(),

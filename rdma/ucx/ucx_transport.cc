@@ -581,8 +581,14 @@ absl::StatusOr<int> UcxTransport::Progress() {
 
 bool UcxTransport::WaitForActivity(absl::Duration timeout) {
   if (event_fd_ < 0) return Transport::WaitForActivity(timeout);
-  // Progress() drained the worker; what arrived since makes arming fail
-  // with UCS_ERR_BUSY: then there is work at once.
+  // Work no socket announces: completions queued by a post since the last
+  // Progress() (one UCX finished at once), sequences to pump.
+  if (!shared_->completions.empty() || !shared_->to_pump.empty()) return true;
+  // UCS_ERR_BUSY: the worker's own events (its internal signal, the
+  // keepalive timer) are pending. Data on a socket does not make arming
+  // fail: the worker's and TCP's epoll sets are level-triggered (never
+  // ask for UCP_WAKEUP_EDGE), so a socket with data left keeps the file
+  // descriptor readable and the poll returns at once.
   const ucs_status_t armed = ucp_worker_arm(shared_->worker);
   if (armed == UCS_ERR_BUSY) return true;
   if (armed != UCS_OK) return Transport::WaitForActivity(timeout);

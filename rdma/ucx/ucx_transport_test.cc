@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -257,28 +258,31 @@ TEST_F(UcxTransportTest, OverTcpAloneTheWaitIsWokenByWhatArrives) {
   ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(4096));
   ASSERT_OK_AND_ASSIGN(MemoryRegion remote, b->Allocate(4096));
   std::memset(local.data(), 0x6B, 4096);
-  const absl::Time deadline = absl::Now() + kTimeout;
+  // Within the test's size (small: 60 s), each wait of 5 s at most.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  constexpr absl::Duration kWait = absl::Seconds(5);
   // The writer, on a thread of its own, progresses (waiting on its own
-  // events) until the notification has arrived.
+  // events) until the notification has arrived and its write completed;
+  // `finished` ends the reader's waits where it gives up first.
   absl::Status written = absl::DeadlineExceededError("the write never completed");
-  std::atomic<bool> received{false};
+  std::atomic<bool> done{false}, received{false}, finished{false};
   std::thread writer([&] {
+    absl::Cleanup finish = [&] { finished.store(true); };
     absl::StatusOr<std::unique_ptr<Endpoint>> ab = a->Connect(PeerInfo{1, b->address()});
     if (!ab.ok()) {
       written = ab.status();
       return;
     }
-    bool done = false;
     absl::Status posted = (*ab)->PostWrite({&local, 0, 4096}, {&remote.descriptor(), 0, 4096},
                                            9u, [&](absl::Status s) {
                                              written = s;
-                                             done = true;
+                                             done.store(true);
                                            });
     if (!posted.ok()) {
       written = posted;
       return;
     }
-    while (!received.load() && absl::Now() < deadline) {
+    while ((!received.load() || !done.load()) && absl::Now() < deadline) {
       absl::StatusOr<int> fired = a->Progress();
       if (!fired.ok()) {
         written = fired.status();
@@ -286,27 +290,29 @@ TEST_F(UcxTransportTest, OverTcpAloneTheWaitIsWokenByWhatArrives) {
       }
       if (*fired == 0) a->WaitForActivity(absl::Milliseconds(100));
     }
-    if (!done) written = absl::DeadlineExceededError("the write's completion never fired");
+    if (!done.load()) written = absl::DeadlineExceededError("the write's completion never fired");
     if (absl::Status closed = (*ab)->Close(); !closed.ok() && written.ok()) written = closed;
   });
   std::optional<Notification> got;
+  absl::Status progressed;
   int waits = 0, woken = 0;
-  while (!got.has_value() && absl::Now() < deadline) {
-    ASSERT_OK(b->Progress().status());
+  while (!finished.load() && absl::Now() < deadline) {
+    if (progressed = b->Progress().status(); !progressed.ok()) break;
     got = b->PollNotification();
     if (got.has_value()) break;
     ++waits;
-    if (b->WaitForActivity(kTimeout)) ++woken;
+    if (b->WaitForActivity(kWait)) ++woken;
   }
   received.store(true);
   writer.join();
-  ASSERT_TRUE(got.has_value()) << "no notification within " << kTimeout;
+  ASSERT_OK(progressed);
+  EXPECT_OK(written);
+  ASSERT_TRUE(got.has_value()) << "no notification within 30 s";
   EXPECT_EQ(got->peer_rank, 0);
   EXPECT_EQ(got->value, 9u);
   EXPECT_EQ(remote.data()[4095], std::byte{0x6B});
   EXPECT_GT(waits, 0);
-  EXPECT_EQ(woken, waits) << "every wait ends on an event, none at its deadline";
-  EXPECT_OK(written);
+  EXPECT_EQ(woken, waits) << "every wait ends on an event, none at its " << kWait << " limit";
 }
 
 TEST_F(UcxTransportTest, TheTransportListSaysWhetherPeersMemoryCanMap) {

@@ -7,8 +7,8 @@
 // identical. Parameters: bucket_bytes (4M), chunk_bytes (256K), slots (8),
 // overlap (on: each bucket is all-reduced as soon as backward has filled
 // it, while backward goes on, bucket_pipeline.h; off: after backward;
-// forward: as on, and some of the head's buckets, at most forward_bytes
-// (auto: a third of the gradients; forward_buckets.h), are all-reduced
+// forward: as on, and part of the head's gradients, at most forward_bytes
+// (auto: a third of the gradients; forward_buckets.h), is all-reduced
 // during the next step's forward through the features, which the strategy
 // runs itself from the model's split, StrategyContext::split).
 // Given the model's training graph (StrategyContext::model), the gradients

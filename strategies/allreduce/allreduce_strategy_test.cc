@@ -129,13 +129,14 @@ INSTANTIATE_TEST_SUITE_P(
 // CPU writes, no bucket needs a device event first), and with
 // overlap=forward, which runs the model's split on them as the trainer's
 // --device gives it (w2, the head's later bucket, deferred to the next
-// forward).
+// forward: whole, or `forward_cut` its last 64 of 96 bytes, a part of a
+// bucket reduced in two calls).
 class DeviceParametersTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeviceParametersTest, TrainAsOneProcessDoes) {
   at::set_num_threads(1);
   constexpr int kWorld = 2, kSteps = 4, kBatch = 8;
-  const bool forward = GetParam() == "forward";
+  const bool forward = GetParam() != "on";
   const ToyProblem problem(kWorld, kSteps, kBatch);
   std::vector<std::vector<at::Tensor>> finals(kWorld);
   std::vector<absl::Status> statuses = rdma::testing::RunRankThreadsOwning(
@@ -149,7 +150,7 @@ TEST_P(DeviceParametersTest, TrainAsOneProcessDoes) {
         std::map<std::string, std::string> params = {{"bucket_bytes", "64"}};
         if (forward) {
           params = {{"overlap", "forward"}, {"bucket_bytes", "4"}, {"chunk_bytes", "64"},
-                    {"forward_bytes", "1K"}};
+                    {"forward_bytes", GetParam() == "forward_cut" ? "64" : "1K"}};
         }
         ASSIGN_OR_RETURN(auto strategy, AllReduceStrategy::Create(Options(kSteps, params)));
         std::vector<Parameter> parameters = problem.MakeParameters();
@@ -186,7 +187,8 @@ TEST_P(DeviceParametersTest, TrainAsOneProcessDoes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Overlap, DeviceParametersTest, ::testing::Values("on", "forward"),
+INSTANTIATE_TEST_SUITE_P(Overlap, DeviceParametersTest,
+                         ::testing::Values("on", "forward", "forward_cut"),
                          [](const auto& info) { return info.param; });
 
 // Device parameters need a strategy that takes them (not the all-reduce

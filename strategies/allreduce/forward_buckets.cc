@@ -1,6 +1,8 @@
 // File: forward_buckets.cc
 #include "strategies/allreduce/forward_buckets.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -23,7 +25,7 @@ ForwardSchedule ScheduleForForward(const std::vector<collectives::Bucket>& bucke
   // to the second (the first stays in its step): whole buckets while they
   // fit, then what is left of the budget from the next one.
   std::vector<size_t> tail(buckets.size(), 0);
-  int64_t left = budget;
+  int64_t left = std::max<int64_t>(budget, 0);
   for (size_t h = heads.size(); h-- > 1;) {
     const size_t b = heads[h];
     const int64_t bytes = static_cast<int64_t>(buckets[b].bytes);

@@ -53,9 +53,10 @@ struct ForwardSchedule {
 };
 
 inline constexpr int64_t kAutoBudget = -1;
-// A bucket's deferred tail is a multiple of this (the group's alignment of
-// its tensors). However short, it costs one more all-reduce call, during
-// the next forward, which the features' compute hides.
+// A bucket's deferred tail is a multiple of this many bytes long (it
+// begins wherever that leaves it, on a whole element). However short, it
+// costs one more all-reduce call, during the next forward, which the
+// features' compute hides.
 inline constexpr size_t kDeferredPartAlignment = 64;
 
 // `buckets` (of tensors in the order backward completes them); `head[i]`:

@@ -1,7 +1,8 @@
 // File: forward_overlap_step.cc
-// The allreduce strategy's overlap=forward (see the header): the head's
-// buckets but the first that backward completes are all-reduced while the
-// next step's forward runs through the features, as P3 (Jayarajan et al.,
+// The allreduce strategy's overlap=forward (see the header): part of the
+// head's gradients (forward_buckets.h: a budget taken from the buckets
+// backward completes last) is all-reduced while the next step's forward
+// runs through the features, as P3 (Jayarajan et al.,
 // SysML 2019) and ByteScheduler (Peng et al., SOSP 2019) order a step's
 // communication by when the next forward needs it.
 //
@@ -17,7 +18,9 @@
 // ShareModel() or Finish(). Every
 // parameter thus gets the same update, from the same sums, before the
 // forward that reads it, as without overlap: only the order in which the
-// ring reduces the buckets changes, the same on every rank.
+// ring reduces the buckets changes, the same on every rank (and, in a
+// bucket cut in two, the order in which it adds the ranks' floats: the
+// same sums up to rounding).
 #include <algorithm>
 
 #include "ATen/ops/cross_entropy_loss.h"
