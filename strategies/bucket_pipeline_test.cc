@@ -11,9 +11,11 @@
 #include "strategies/bucket_pipeline.h"
 
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ATen/ATen.h"
@@ -194,6 +196,30 @@ TEST(BucketPipelineTest, ACodecGroupIsRefused) {
                          DataParallelGroup::Create(*links, {0}, MakeParameters(), options));
         EXPECT_THAT(BucketPipeline::Create(*group, loop).status(),
                     StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("codec")));
+        return absl::OkStatus();
+      });
+  EXPECT_OK(statuses[0]);
+}
+
+// A part of a bucket is reduced only where it lies in the bucket and holds
+// whole elements; anything else is refused before the ring sees it.
+TEST(DataParallelGroupTest, APartOutsideItsBucketIsRefused) {
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
+      1, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
+        onesided::ProgressLoop loop(transport, {});
+        ASSIGN_OR_RETURN(auto links, onesided::PeerLinks::Create(transport, store, "p", loop, {}));
+        ASSIGN_OR_RETURN(auto group,
+                         DataParallelGroup::Create(*links, {0}, MakeParameters(), {}));
+        const size_t bytes = group->bucket(0).bytes;
+        EXPECT_OK(group->AllReduceWrittenPart(0, 0, bytes));
+        EXPECT_OK(group->AllReduceWrittenPart(0, 4, bytes - 4));
+        for (const auto& [begin, length] : std::vector<std::pair<size_t, size_t>>{
+                 {bytes + 4, 0}, {0, bytes + 4}, {4, bytes}, {2, 4}, {0, 6},
+                 {8, std::numeric_limits<size_t>::max() - 4}}) {
+          EXPECT_THAT(group->AllReduceWrittenPart(0, begin, length),
+                      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bucket 0")))
+              << begin << " +" << length;
+        }
         return absl::OkStatus();
       });
   EXPECT_OK(statuses[0]);
