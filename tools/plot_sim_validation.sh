@@ -2,11 +2,13 @@
 # Predicted against measured step time, one point per run of
 # tools/validate_sim.sh, by link, with the 15 % band (sim_validation.py's
 # TSV).
-#   tools/plot_sim_validation.sh validation.tsv out.png
+#   tools/plot_sim_validation.sh validation.tsv out.png [TITLE]
+# TITLE: the plot's title (default: validate_sim.sh's runs).
 source "$(dirname "$0")/script_help.sh" "$@"
 set -euo pipefail
 tsv=$1
 png=$2
+title=${3:-Simulator vs runs: step time (2, 4, 8 processes, every strategy)}
 if ! command -v gnuplot >/dev/null; then
   echo "plot: gnuplot not installed (tools/setup.sh installs gnuplot-nox); skipping" >&2
   exit 0
@@ -14,7 +16,7 @@ fi
 gnuplot <<GP
 set terminal pngcairo size 640,560 font 'sans,10'
 set output '$png'
-set title 'Simulator vs runs: step time (2, 4, 8 processes, every strategy)'
+set title '${title//\'/}'
 set xlabel 'measured ms per step'
 set ylabel 'predicted ms per step'
 set logscale xy

@@ -36,16 +36,17 @@ def main(out, links):
                 if s not in mine:
                     continue
                 r = mine[s]
-                print("%-8s %-27s %10.1f %10.1f %10.1f %14.2f %9.2fx" % (
+                # Without a ps run on the link there is nothing to divide.
+                x_ps = "%9.2fx" % (ps / r["mean_step_ms"]) if ps else "%10s" % "-"
+                print("%-8s %-27s %10.1f %10.1f %10.1f %14.2f %s" % (
                     link, s, r["mean_step_ms"], r["mean_comm_ms"],
                     r.get("mean_overlap_ms", 0.0),
-                    r["wire_bytes_per_step"] / 1e6,
-                    ps / r["mean_step_ms"] if ps else float("nan")))
+                    r["wire_bytes_per_step"] / 1e6, x_ps))
             tsv.write(link + "\t" + "\t".join(
                 "%.1f" % mine[s]["mean_step_ms"] if s in mine else "nan"
                 for s in STRATEGIES) + "\n")
     print("(x_ps: the parameter server's step time over this strategy's, same "
-          "link; wire: bytes all ranks wrote or read per step)")
+          "link, '-' without a ps run; wire: bytes all ranks wrote or read per step)")
 
 
 if __name__ == "__main__":
