@@ -190,15 +190,18 @@ TEST_F(ProgressLoopTest, AnEventsPolicySleepsInTheTransportsWait) {
 
 // Where the transport announces everything, a policy that sleeps sleeps in
 // its wait from the first idle round (no spinning); one that never sleeps
-// is left as it is.
+// is left as it is, and so is one that asks to be kept (announced=0).
 TEST_F(ProgressLoopTest, ATransportThatAnnouncesActivityIsWaitedOnAtOnce) {
   struct Case {
     WaitPolicy policy;
     bool announces;
     int waits;  // of the 6 idle rounds, those that slept in the transport
   };
+  WaitPolicy as_given = WaitPolicy::Adaptive();  // announced=0: spins first
+  as_given.follow_announced = false;
   for (const Case& c : {Case{WaitPolicy::Adaptive(), true, 6}, Case{WaitPolicy::Adaptive(), false, 0},
-                        Case{WaitPolicy::Spin(), true, 0}, Case{WaitPolicy::Yield(), true, 0}}) {
+                        Case{WaitPolicy::Spin(), true, 0}, Case{WaitPolicy::Yield(), true, 0},
+                        Case{as_given, true, 0}}) {
     SCOPED_TRACE(absl::StrCat(c.policy.ToString(), c.announces ? ", announced" : ""));
     WaitCountingTransport counting(*transports_[0], c.announces);
     ProgressLoop loop(counting, ProgressLoopOptions{});
@@ -223,6 +226,10 @@ TEST(WaitPolicyForAnnouncedActivityTest, SleepsAtOnceForLonger) {
   EXPECT_EQ(longer.ForAnnouncedActivity().max_sleep, absl::Milliseconds(2));
   EXPECT_EQ(WaitPolicy::Spin().ForAnnouncedActivity().ToString(), "spin");
   EXPECT_EQ(WaitPolicy::Yield().ForAnnouncedActivity().ToString(), "yield");
+  absl::StatusOr<WaitPolicy> as_given = WaitPolicy::Parse("adaptive:spin=300,announced=0");
+  ASSERT_THAT(as_given, IsOk());
+  EXPECT_EQ(as_given->ForAnnouncedActivity().ToString(), as_given->ToString())
+      << "announced=0 keeps the policy as given";
 }
 
 TEST_F(ProgressLoopTest, WaitSeesWhatAPeerWroteAndEndsAtItsDeadline) {

@@ -42,7 +42,9 @@ WaitPolicy WaitPolicy::Yield() {
 WaitPolicy WaitPolicy::Adaptive() { return WaitPolicy(); }
 
 WaitPolicy WaitPolicy::ForAnnouncedActivity() const {
-  if (spin_rounds == INT64_MAX || yield_for == absl::InfiniteDuration()) return *this;
+  if (!follow_announced || spin_rounds == INT64_MAX || yield_for == absl::InfiniteDuration()) {
+    return *this;
+  }
   WaitPolicy policy = *this;
   policy.spin_rounds = 0;
   policy.yield_for = absl::ZeroDuration();
@@ -111,10 +113,16 @@ absl::StatusOr<WaitPolicy> WaitPolicy::Parse(absl::string_view text) {
               absl::StrCat("wait policy '", text, "': events is 0 or 1"));
         }
         policy.sleep_on_events = value == 1;
+      } else if (kv.first == "announced") {
+        if (value > 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("wait policy '", text, "': announced is 0 or 1"));
+        }
+        policy.follow_announced = value == 1;
       } else {
         return absl::InvalidArgumentError(absl::StrCat(
             "wait policy '", text, "': unknown field '", kv.first,
-            "' (known: spin, yield_us, sleep_us, events)"));
+            "' (known: spin, yield_us, sleep_us, events, announced)"));
       }
     }
   }
@@ -131,7 +139,8 @@ std::string WaitPolicy::ToString() const {
     return "yield";
   }
   return absl::StrCat("adaptive:spin=", spin_rounds, ",yield_us=", Micros(yield_for),
-                      ",sleep_us=", Micros(max_sleep), sleep_on_events ? ",events=1" : "");
+                      ",sleep_us=", Micros(max_sleep), sleep_on_events ? ",events=1" : "",
+                      follow_announced ? "" : ",announced=0");
 }
 
 IdleBackoff::IdleBackoff(const WaitPolicy& policy) : IdleBackoff(policy, RealClock()) {}

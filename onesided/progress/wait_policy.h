@@ -31,8 +31,8 @@
 //   }
 //
 // Policies also parse from text (`--wait=spin|yield|adaptive`, or
-// `adaptive:spin=200,yield_us=50,sleep_us=100,events=1`) for CLIs and
-// benchmarks.
+// `adaptive:spin=200,yield_us=50,sleep_us=100,events=1`, and `announced=0`
+// to keep such a policy as given over UCX TCP) for CLIs and benchmarks.
 #ifndef RDMAFLOW_ONESIDED_PROGRESS_WAIT_POLICY_H_
 #define RDMAFLOW_ONESIDED_PROGRESS_WAIT_POLICY_H_
 
@@ -62,6 +62,11 @@ struct WaitPolicy {
   // has events for them (ibverbs with `events=1`): then a longer max_sleep
   // costs no wake-up latency for those, only for flags in memory.
   bool sleep_on_events = false;
+  // Whether ForAnnouncedActivity() may turn this policy into sleeping in
+  // the transport's wait from the first idle round where the transport
+  // announces all its activity (UCX over TCP alone). `announced=0` in the
+  // text keeps the policy as given there: spin, yield and sleep as it says.
+  bool follow_announced = true;
 
   // Never yields nor sleeps: a core per rank, latency benchmarks.
   static WaitPolicy Spin();
@@ -84,7 +89,7 @@ struct WaitPolicy {
   // call a round: with 4 ranks on 2 cores, the ring's waits over TCP made
   // about 160,000 epoll_wait calls a second among the four, ten for each
   // send or receive (docs/collectives.md, "Waiting on TCP's events"). A policy that never sleeps (Spin(),
-  // Yield()) is returned as it is.
+  // Yield()), or one with follow_announced false, is returned as it is.
   WaitPolicy ForAnnouncedActivity() const;
 
   // kInvalidArgument naming the field: negative rounds or durations, a
@@ -92,8 +97,9 @@ struct WaitPolicy {
   absl::Status Validate() const;
 
   // "spin", "yield", "adaptive" or
-  // "adaptive:spin=N,yield_us=N,sleep_us=N,events=0|1" (sleep_us sets
-  // max_sleep). kInvalidArgument naming what is wrong.
+  // "adaptive:spin=N,yield_us=N,sleep_us=N,events=0|1,announced=0|1"
+  // (sleep_us sets max_sleep; announced=0 clears follow_announced).
+  // kInvalidArgument naming what is wrong.
   static absl::StatusOr<WaitPolicy> Parse(absl::string_view text);
   // The text Parse() reads back to the same policy.
   std::string ToString() const;

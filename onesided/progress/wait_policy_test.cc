@@ -19,7 +19,8 @@ using ::testing::HasSubstr;
 TEST(WaitPolicyTest, NamedPoliciesRoundTripThroughText) {
   for (const char* text : {"spin", "yield", "adaptive:spin=200,yield_us=100,sleep_us=100",
                            "adaptive:spin=0,yield_us=0,sleep_us=1000",
-                           "adaptive:spin=100,yield_us=0,sleep_us=1000,events=1"}) {
+                           "adaptive:spin=100,yield_us=0,sleep_us=1000,events=1",
+                           "adaptive:spin=50,yield_us=0,sleep_us=20,announced=0"}) {
     absl::StatusOr<WaitPolicy> parsed = WaitPolicy::Parse(text);
     ASSERT_THAT(parsed, IsOk()) << text;
     EXPECT_EQ(parsed->ToString(), text);
@@ -46,6 +47,10 @@ TEST(WaitPolicyTest, BadTextIsNamed) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("spin=")));
   EXPECT_THAT(WaitPolicy::Parse("adaptive:events=2"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("events is 0 or 1")));
+  EXPECT_THAT(WaitPolicy::Parse("adaptive:announced=2"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("announced is 0 or 1")));
+  EXPECT_THAT(WaitPolicy::Parse("adaptive:announce=0"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("announced)")));
   EXPECT_THAT(WaitPolicy::Parse("adaptive:sleep_us=0"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sleeps must lie")));
   EXPECT_THAT(WaitPolicy::Parse("adaptive:sleep_us=5000000"),
