@@ -137,6 +137,13 @@ class Transport {
   // ProgressLoop then waits in WaitForActivity() rather than polling
   // (onesided/progress/progress_loop.h). The default: false.
   virtual bool AnnouncesActivity() const { return false; }
+
+  // Ends a WaitForActivity() in progress on another thread now, or the
+  // next one where none is: for a condition another thread sets, which no
+  // event of the backend's announces (a communication thread told to
+  // stop). Safe from any thread while the transport lives. The default
+  // does nothing: such waits end at their timeout.
+  virtual void InterruptWait() {}
 };
 
 }  // namespace rdmaflow::rdma

@@ -74,6 +74,9 @@ void CommunicationThread::Serve() {
 absl::Status CommunicationThread::Stop() {
   if (!running()) return absl::OkStatus();
   stop_.store(true, std::memory_order_release);
+  // Over UCX TCP the thread sleeps in the transport's wait between
+  // arrivals, up to 200 us: wake it for the flag.
+  loop_.InterruptWait();
   thread_.join();
   loop_.AdoptOnCurrentThread();
   return status_;

@@ -14,6 +14,10 @@
 //   ... compute: no call on the loop, its transport or its protocols ...
 //   RETURN_IF_ERROR(thread.Stop());
 //
+// Stop() interrupts the thread's wait in the transport
+// (ProgressLoop::InterruptWait), where over UCX TCP it sleeps between
+// arrivals, so the thread sees the request at once.
+//
 // Between Start() and Stop() the caller must not use the loop, its
 // transport or anything that waits through them. The work must not wait
 // for the caller (the caller's compute does not progress anything), and

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/testing/rank_threads.h"
+#include "rdma/testing/transport_wrapper.h"
 
 namespace rdmaflow::strategies {
 namespace {
@@ -117,6 +118,43 @@ TEST(CommunicationThreadTest, TheDestructorStopsARunningThread) {
     }
     EXPECT_TRUE(loop.OnLoopThread());
   });
+}
+
+// A transport that announces its activity (as UCX over TCP alone does): the
+// serving thread sleeps in its wait, which Stop() interrupts, once.
+class AnnouncingTransport : public rdma::testing::TransportWrapper {
+ public:
+  using TransportWrapper::TransportWrapper;
+  bool AnnouncesActivity() const override { return true; }
+  bool WaitForActivity(absl::Duration timeout) override {
+    waits.fetch_add(1);
+    if (interrupted.exchange(false)) return true;
+    return TransportWrapper::WaitForActivity(timeout);
+  }
+  void InterruptWait() override {
+    interrupts.fetch_add(1);
+    interrupted.store(true);
+  }
+  std::atomic<int> waits{0}, interrupts{0};
+  std::atomic<bool> interrupted{false};
+};
+
+TEST(CommunicationThreadTest, StopWakesAThreadSleepingInTheTransportsWait) {
+  std::vector<absl::Status> statuses = rdma::testing::RunRankThreads(
+      1, [&](int, rdma::Transport& transport, rdma::Store&) {
+        AnnouncingTransport announcing(transport);
+        onesided::ProgressLoop loop(announcing, {});
+        CommunicationThread thread(loop, "the test's work");
+        EXPECT_TRUE(thread.Start([] { return absl::OkStatus(); }).ok());
+        // Serving: the thread's idle rounds sleep in the transport's wait.
+        EXPECT_TRUE(SpinUntil([&] { return announcing.waits.load() >= 3; }));
+        EXPECT_EQ(announcing.interrupts.load(), 0);
+        EXPECT_TRUE(thread.Stop().ok());
+        EXPECT_EQ(announcing.interrupts.load(), 1) << "Stop() did not interrupt the wait";
+        return absl::OkStatus();
+      });
+  ASSERT_EQ(statuses.size(), 1u);
+  EXPECT_TRUE(statuses[0].ok()) << statuses[0];
 }
 
 }  // namespace

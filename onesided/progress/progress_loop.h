@@ -95,6 +95,13 @@ class ProgressLoop final {
   // that built the loop, e.g. a backend's engine thread).
   void AdoptOnCurrentThread();
   bool OnLoopThread() const { return std::this_thread::get_id() == owner_; }
+  // From any thread, after setting a condition the loop's thread waits on
+  // (WaitUntil): ends its sleep in the transport's wait now
+  // (Transport::InterruptWait) rather than at the sleep's end, where the
+  // transport announces its activity and the loop sleeps up to
+  // WaitPolicy::kAnnouncedMaxSleep there. The condition must already be
+  // set: the loop looks at it again once woken.
+  void InterruptWait() { transport_.InterruptWait(); }
   // Aborts, naming `caller` and the loop, off the loop's thread: for a
   // protocol's destructor, whose handlers a shared loop would otherwise go
   // on calling after it is gone.

@@ -131,6 +131,8 @@ class DeviceTransport final : public Transport {
   // kCopyLook or kStagedPeerLook, so a target serving staged reads answers
   // within about that much even when it sleeps here.
   bool WaitForActivity(absl::Duration timeout) override;
+  // The host transport's: its wait is the one WaitForActivity() sleeps in.
+  void InterruptWait() override { host_->InterruptWait(); }
   static constexpr absl::Duration kCopyLook = absl::Microseconds(50);
   // The thread's timer slack while it waits with copies in flight.
   static constexpr absl::Duration kCopySlack = absl::Microseconds(1);

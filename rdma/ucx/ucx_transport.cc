@@ -597,6 +597,12 @@ bool UcxTransport::WaitForActivity(absl::Duration timeout) {
   return ppoll(&event, 1, &wait, nullptr) > 0;
 }
 
+void UcxTransport::InterruptWait() {
+  if (event_fd_ < 0) return;
+  // A failed signal leaves the wait to end at its timeout, as before.
+  static_cast<void>(ucp_worker_signal(shared_->worker));
+}
+
 std::optional<Notification> UcxTransport::PollNotification() {
   return notifications_.Pop();
 }

@@ -100,6 +100,10 @@ class UcxTransport final : public Transport {
   // Elsewhere (shared memory's puts raise no event) the base's sleep.
   bool WaitForActivity(absl::Duration timeout) override;
   bool AnnouncesActivity() const override { return event_fd_ >= 0; }
+  // Signals the worker (ucp_worker_signal, safe from any thread): the wait
+  // in progress, or the next one, ends at once. Nothing where the worker
+  // has no wakeup feature (its waits are plain sleeps).
+  void InterruptWait() override;
   // Notifications dropped because max_queued_notifications were waiting,
   // and ones refused as malformed, so far.
   uint64_t dropped_notifications() const { return notifications_.dropped(); }

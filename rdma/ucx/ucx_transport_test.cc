@@ -315,6 +315,40 @@ TEST_F(UcxTransportTest, OverTcpAloneTheWaitIsWokenByWhatArrives) {
   EXPECT_EQ(woken, waits) << "every wait ends on an event, none at its " << kWait << " limit";
 }
 
+// Another thread's InterruptWait() ends a wait in progress over TCP alone,
+// where nothing arrives (no peer), long before its timeout; one that comes
+// first ends the next wait at once. Each wait is 20 s, so a missed
+// interrupt fails rather than passing late.
+TEST_F(UcxTransportTest, OverTcpAloneAnotherThreadEndsTheWait) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> a, Make(0, "tcp", "lo"));
+  ASSERT_TRUE(a->AnnouncesActivity());
+  constexpr absl::Duration kWait = absl::Seconds(20);
+  ASSERT_OK(a->Progress().status());
+  a->InterruptWait();  // before the wait: the next one ends at once
+  absl::Time begin = absl::Now();
+  EXPECT_TRUE(a->WaitForActivity(kWait));
+  EXPECT_LT(absl::Now() - begin, kWait) << "the interrupt came before the wait";
+  // During the wait: the waiting thread says when it is about to wait; the
+  // interrupt may land just before the wait begins, which ends it as well.
+  std::atomic<bool> waiting{false};
+  std::atomic<bool> woken{false};
+  std::thread waiter([&] {
+    ASSERT_OK(a->Progress().status());
+    waiting.store(true);
+    woken.store(a->WaitForActivity(kWait));
+  });
+  while (!waiting.load()) std::this_thread::yield();
+  begin = absl::Now();
+  a->InterruptWait();
+  waiter.join();
+  EXPECT_TRUE(woken.load());
+  EXPECT_LT(absl::Now() - begin, kWait) << "the interrupt did not end the wait";
+  // Over shared memory there is no wait to end: the call does nothing.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<UcxTransport> shm, Make(0, "shm", "lo"));
+  shm->InterruptWait();
+  EXPECT_FALSE(shm->WaitForActivity(absl::Milliseconds(1)));
+}
+
 TEST_F(UcxTransportTest, TheTransportListSaysWhetherPeersMemoryCanMap) {
   struct Case {
     const char* tls;
