@@ -37,6 +37,7 @@
 #include "graph_analyzer/planner.h"
 #include "launch/launcher.h"
 #include "launch/rank.h"
+#include "onesided/progress/wait_policy.h"
 #include "rdma/builtin_transports.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/replay.h"
@@ -73,6 +74,9 @@ ABSL_FLAG(int32_t, pipeline_depth, 2,
 ABSL_FLAG(std::string, transport, "ucx", "rdmaflow transport (ucx, ibverbs).");
 ABSL_FLAG(std::string, params, "tls=shm", "Transport parameters, key=value,...");
 ABSL_FLAG(std::string, json, "", "Write the results as JSON here.");
+ABSL_FLAG(std::string, wait, "adaptive",
+          "How a waiting rank idles, every communicator's: adaptive, spin, yield, or "
+          "adaptive:spin=N,yield_us=N,sleep_us=N (onesided/progress/wait_policy.h).");
 ABSL_FLAG(std::string, tsv, "",
           "Write TSV for tools/plot_ablation.sh here (<path>.graphs: each "
           "graph's median of block means in ms; <path>.sweep: GB/s).");
@@ -141,6 +145,7 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
   runtime::CommunicatorOptions options;
   options.ns = "ablation";
   options.timeout = absl::Seconds(120);
+  ASSIGN_OR_RETURN(options.wait, onesided::WaitPolicy::Parse(absl::GetFlag(FLAGS_wait)));
   if (const std::string dir = absl::GetFlag(FLAGS_trace_dir); !dir.empty()) {
     options.trace_path =
         absl::StrCat(dir, "/", parts[0], ".", parts[1], ".rank", rank, ".json");
@@ -387,6 +392,12 @@ int Main(int argc, char** argv) {
                  "--steps and --sweep_steps must be >= 1, --warmup >= 0, "
                  "--sweep_min a positive multiple of 4 (float32 tensors), "
                  "--min_time_s 0 to 3600\n");
+    return 2;
+  }
+  if (absl::StatusOr<onesided::WaitPolicy> wait =
+          onesided::WaitPolicy::Parse(absl::GetFlag(FLAGS_wait));
+      !wait.ok()) {
+    std::fprintf(stderr, "--wait: %s\n", wait.status().ToString().c_str());
     return 2;
   }
   if (absl::Status status = graph::CheckPlannerOptions(PlannerFlags());
