@@ -76,7 +76,8 @@ ABSL_FLAG(std::string, params, "tls=shm", "Transport parameters, key=value,...")
 ABSL_FLAG(std::string, json, "", "Write the results as JSON here.");
 ABSL_FLAG(std::string, wait, "adaptive",
           "How a waiting rank idles, every communicator's: adaptive, spin, yield, or "
-          "adaptive:spin=N,yield_us=N,sleep_us=N (onesided/progress/wait_policy.h).");
+          "adaptive:spin=N,yield_us=N,sleep_us=N,events=0|1,announced=0|1 "
+          "(onesided/progress/wait_policy.h).");
 ABSL_FLAG(std::string, tsv, "",
           "Write TSV for tools/plot_ablation.sh here (<path>.graphs: each "
           "graph's median of block means in ms; <path>.sweep: GB/s).");
@@ -440,8 +441,9 @@ int Main(int argc, char** argv) {
       return kExitUsage;
     }
   }
-  const std::string description = absl::StrCat(
-      absl::GetFlag(FLAGS_transport), " ", absl::GetFlag(FLAGS_params));
+  const std::string description =
+      absl::StrCat(absl::GetFlag(FLAGS_transport), " ", absl::GetFlag(FLAGS_params), "; wait ",
+                   absl::GetFlag(FLAGS_wait));
   std::printf("# ablation over %s: at least %d steps (sweep: %d) and %g s a run, after %d "
               "checked warm-up steps; p50/p99: the slowest rank's, step by step; mean: the "
               "slowest rank's total / steps; MoM: the median of up to %d blocks' means "
@@ -453,6 +455,7 @@ int Main(int argc, char** argv) {
   *report.mutable_run() = results::NewRunInfo("ablation", start);
   report.mutable_run()->set_transport(absl::GetFlag(FLAGS_transport));
   report.mutable_run()->set_params(absl::GetFlag(FLAGS_params));
+  report.mutable_run()->set_description(absl::StrCat("wait ", absl::GetFlag(FLAGS_wait)));
   results::AblationResults& ablation = *report.mutable_ablation();
   ablation.set_steps(absl::GetFlag(FLAGS_steps));
   ablation.set_sweep_steps(absl::GetFlag(FLAGS_sweep_steps));

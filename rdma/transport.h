@@ -65,7 +65,8 @@ struct Capabilities {
 
 // Thread-compatible: all methods, and every Endpoint it created, are called
 // from one thread at a time, the thread that drives Progress() (see
-// docs/rdma.md, "Threads"). Must outlive its endpoints; memory regions keep
+// docs/rdma.md, "Threads"), but InterruptWait(), which any thread may call
+// while the transport lives. Must outlive its endpoints; memory regions keep
 // what they need of it alive themselves.
 class Transport {
  public:

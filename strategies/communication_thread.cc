@@ -75,7 +75,9 @@ absl::Status CommunicationThread::Stop() {
   if (!running()) return absl::OkStatus();
   stop_.store(true, std::memory_order_release);
   // Over UCX TCP the thread sleeps in the transport's wait between
-  // arrivals, up to 200 us: wake it for the flag.
+  // arrivals (up to the policy's max_sleep, at least 200 us, plus the
+  // timer slack): wake it for the flag. Transports without an interrupt
+  // (ibverbs with events=1) still end that sleep at its bound.
   loop_.InterruptWait();
   thread_.join();
   loop_.AdoptOnCurrentThread();

@@ -121,7 +121,9 @@ TEST(CommunicationThreadTest, TheDestructorStopsARunningThread) {
 }
 
 // A transport that announces its activity (as UCX over TCP alone does): the
-// serving thread sleeps in its wait, which Stop() interrupts, once.
+// serving thread sleeps in its wait, and Stop() interrupts it, once. (The
+// fake ends the wait that follows the interrupt; that a sleep in progress
+// ends is the UCX test's, OverTcpAloneAnotherThreadEndsTheWait.)
 class AnnouncingTransport : public rdma::testing::TransportWrapper {
  public:
   using TransportWrapper::TransportWrapper;

@@ -22,7 +22,8 @@
 //
 // Thread model (docs/thread_model.md): a loop belongs to one thread, the
 // one that created it until AdoptOnCurrentThread() hands it to another.
-// Every method but the destructor, Drain() and Fail() checks that it runs there and aborts the
+// Every method but the destructor, Drain(), Fail() and InterruptWait() (any
+// thread's, by design) checks that it runs there and aborts the
 // process with a message naming the loop and the method otherwise: a call
 // from the wrong thread is a bug, never a race. Handlers run on that thread,
 // inside Poll(), never under a lock of ours.

@@ -52,8 +52,9 @@ class TransportWrapper : public Transport {
   bool WaitForActivity(absl::Duration timeout) override {
     return inner_.WaitForActivity(timeout);
   }
-  // AnnouncesActivity() stays false: a wrapper may hold work of its own
-  // (a delayed completion) that no event of the inner transport announces.
+  // The inner transport's waits are the ones WaitForActivity() sleeps in.
+  // (AnnouncesActivity() stays false: a wrapper may hold work of its own,
+  // a delayed completion, that no event of the inner transport announces.)
   void InterruptWait() override { inner_.InterruptWait(); }
 
  protected:

@@ -102,7 +102,8 @@ class UcxTransport final : public Transport {
   bool AnnouncesActivity() const override { return event_fd_ >= 0; }
   // Signals the worker (ucp_worker_signal, safe from any thread): the wait
   // in progress, or the next one, ends at once. Nothing where the worker
-  // has no wakeup feature (its waits are plain sleeps).
+  // has no wakeup feature (its waits are plain sleeps). Not during or
+  // after the transport's destruction: the worker's descriptors close.
   void InterruptWait() override;
   // Notifications dropped because max_queued_notifications were waiting,
   // and ones refused as malformed, so far.
