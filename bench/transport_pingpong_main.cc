@@ -39,7 +39,7 @@ ABSL_FLAG(std::string, transport, "ucx",
           "Transport backend: ucx, ibverbs or loopback (loopback needs --mode=thread).");
 ABSL_FLAG(std::string, params, "",
           "Backend parameters key=value,... (docs/configuration.md says what "
-          "each does). ucx: tls, net_devices, keepalive_ms, max_outstanding, notify, tcp_tx_seg_kb. "
+          "each does). ucx: tls, net_devices, keepalive_ms, max_outstanding, notify, tcp_tx_seg_kb, streaming_copy_kb. "
           "ibverbs: device, port, gid_index, bootstrap_host, bind_address, "
           "world_size, max_outstanding, signal_every, max_inline, "
           "ack_timeout, retry_count, notify=imm|flag, notify_slots, events, "

@@ -35,7 +35,7 @@ TEST(TransportRegistryTest, UnknownParameterListsTheAcceptedOnes) {
   config.params["tsl"] = "shm";
   EXPECT_THAT(registry.Create("ucx", config),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("tls, net_devices, keepalive_ms, max_outstanding, notify, tcp_tx_seg_kb")));
+                       HasSubstr("tls, net_devices, keepalive_ms, max_outstanding, notify, tcp_tx_seg_kb, streaming_copy_kb")));
   config.params = {{"notify", "imm"}};
   EXPECT_THAT(registry.Create("ucx", config),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("flag")));

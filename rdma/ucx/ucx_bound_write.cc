@@ -30,7 +30,7 @@ absl::StatusOr<bool> UcxBoundFlaggedWrite::TryPostInline(uint64_t flag) {
   const UcxEndpointState& state = *state_;
   if (ABSL_PREDICT_TRUE(mapped_ != nullptr && state.ep != nullptr && UcxOps::IsOpen(state) &&
                         !state.wrote_through_ucx)) {
-    UcxOps::CopyAndStoreFlag(mapped_, source_, length_, flag_mapped_, flag);
+    UcxOps::CopyAndStoreFlag(state, mapped_, source_, length_, flag_mapped_, flag);
     return true;
   }
   if (state.closed) return UcxOps::ClosedError(state);

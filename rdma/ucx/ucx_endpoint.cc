@@ -370,7 +370,7 @@ absl::Status UcxEndpoint::PostData(bool is_write, const LocalSlice& local,
     // requests). The completion is queued after it (queuing takes no
     // locked instruction: UcxOps::CompleteNow).
     if (is_write) {
-      UcxOps::CopyMapped(mapped, local.data(), local.length);
+      UcxOps::CopyIntoMapped(*state_, mapped, local.data(), local.length);
     } else {
       UcxOps::CopyMapped(local.data(), mapped, local.length);
     }
@@ -418,7 +418,7 @@ absl::Status UcxEndpoint::PostWrite(const LocalSlice& src,
     // the record sees the bytes of this write and of every earlier one;
     // the completion is queued after it, off the peer's wait.
     RETURN_IF_ERROR(LaneRoom());
-    std::memcpy(mapped, src.data(), src.length);
+    CopyToPeer(mapped, src.data(), src.length, state_->worker->streaming_copy_min);
     FlagLane& lane = *state_->lane;
     const NotifyRingWriter::Next next = lane.writer().Take(*notification);
     StoreSharedWord(lane.inbox() + lane.RecordOffset(next.slot), next.record);

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/peer_copy.h"
 #include "common/shared_word.h"
 #include "rdma/endpoint.h"
 #include "rdma/ucx/envelope.h"
@@ -150,23 +151,31 @@ struct UcxOps {
   // completion queued, off the peer's wait.
   static void CopyAndFlag(UcxEndpointState& state, std::byte* to, const std::byte* from,
                           size_t length, std::byte* flag_to, uint64_t flag, Completion done) {
-    CopyAndStoreFlag(to, from, length, flag_to, flag);
+    CopyAndStoreFlag(state, to, from, length, flag_to, flag);
     CompleteNow(state, std::move(done));
   }
   // A transfer through a mapping of a same-host peer's shared memory: the
   // copy, then a fence that keeps later loads and stores, ours or UCX's,
   // behind it (a read's loads before what its caller does next, a write's
-  // stores before a later flag).
+  // stores before a later flag). A write into the peer copies as
+  // CopyToPeer (common/peer_copy.h) does, streaming from the transport's
+  // threshold; a read into our memory, plainly.
   static void CopyMapped(std::byte* to, const std::byte* from, size_t length) {
     std::memcpy(to, from, length);
+    std::atomic_thread_fence(std::memory_order_acq_rel);
+  }
+  static void CopyIntoMapped(const UcxEndpointState& state, std::byte* to,
+                             const std::byte* from, size_t length) {
+    CopyToPeer(to, from, length, state.worker->streaming_copy_min);
     std::atomic_thread_fence(std::memory_order_acq_rel);
   }
 
   // The copy and the flag's release store alone: the whole of a write
   // posted with no completion (UcxBoundFlaggedWrite::TryPostInline).
-  static void CopyAndStoreFlag(std::byte* to, const std::byte* from, size_t length,
-                               std::byte* flag_to, uint64_t flag) {
-    std::memcpy(to, from, length);
+  static void CopyAndStoreFlag(const UcxEndpointState& state, std::byte* to,
+                               const std::byte* from, size_t length, std::byte* flag_to,
+                               uint64_t flag) {
+    CopyToPeer(to, from, length, state.worker->streaming_copy_min);
     StoreSharedWord(flag_to, flag);
   }
 

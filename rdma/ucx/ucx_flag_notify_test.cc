@@ -20,12 +20,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
+#include "common/peer_copy.h"
 #include "common/shared_word.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/ucx/envelope.h"
 #include "rdma/ucx/flag_inbox.h"
+#include "rdma/transport_registry.h"
 #include "rdma/ucx/ucx_transport.h"
 
 namespace rdmaflow::rdma::ucx {
@@ -37,13 +39,15 @@ using ::testing::StartsWith;
 
 constexpr int kWrites = 1500;  // Almost three laps of a 512-slot lane.
 
-absl::StatusOr<std::unique_ptr<UcxTransport>> Make(int rank, const std::string& tls,
-                                                   bool flags = true) {
+absl::StatusOr<std::unique_ptr<UcxTransport>> Make(
+    int rank, const std::string& tls, bool flags = true,
+    size_t streaming_copy_min = kDefaultStreamingCopyMinBytes) {
   UcxTransportOptions options;
   options.rank = rank;
   options.tls = tls;
   options.net_devices = "lo";
   options.flag_notifications = flags;
+  options.streaming_copy_min = streaming_copy_min;
   return UcxTransport::Create(options);
 }
 
@@ -155,6 +159,104 @@ TEST_F(UcxFlagNotifyTest, AfterAWriteThroughUcxNotifiedCopiesWaitForTheFlush) {
   ExpectNotificationsInOrderAfterTheirData(*a, *b, *ab);
   EXPECT_TRUE(written);
   EXPECT_EQ(heap[4095], std::byte{0x5a});
+}
+
+// Copies into the mapped peer with streaming stores (from 128 bytes here):
+// every byte of notified, flagged and plain writes of odd sizes at odd
+// offsets arrives, and nothing around them is written; each notification
+// and flag is seen with its whole write in place.
+TEST(UcxStreamingCopyTest, StreamedWritesArriveWholeBeforeTheirNotifications) {
+  ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm", true, /*streaming_copy_min=*/128));
+  ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
+  EXPECT_THAT(a->capabilities().description,
+              HasSubstr(StreamingCopyAvailable()
+                            ? "streaming copies to same-host peers from 128 bytes"
+                            : "plain copies to same-host peers"));
+  ASSERT_OK_AND_ASSIGN(auto ab, a->Connect({b->rank(), b->address()}));
+  constexpr size_t kBytes = 1 << 16;
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, a->Allocate(kBytes));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion target, b->Allocate(kBytes + 64));
+  const RemoteRegion remote = target.descriptor();
+  int completed = 0;
+  auto count = [&](absl::Status s) {
+    EXPECT_OK(s);
+    ++completed;
+  };
+  struct Case {
+    size_t src, dst, bytes;
+  };
+  const Case cases[] = {{0, 0, 128}, {3, 17, 129}, {64, 5, 1000}, {1, 63, 4097},
+                        {7, 0, 40000}, {0, 33, kBytes - 64}};
+  for (int round = 0; round < 3; ++round) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(absl::StrCat("round ", round, ": ", c.bytes, " bytes from +", c.src,
+                                " to +", c.dst));
+      for (size_t i = 0; i < kBytes; ++i) {
+        local.data()[i] = static_cast<std::byte>((i * 13 + round * 7 + c.bytes) % 251);
+      }
+      std::memset(target.data(), 0xee, kBytes + 64);
+      const int before = completed;
+      // Flagged: the flag word right behind the data, aligned.
+      const size_t flag_at = (c.dst + c.bytes + 7) / 8 * 8;
+      const uint64_t flag = 1000 + round;
+      ASSERT_OK(ab->PostWriteWithFlag({&local, c.src, c.bytes}, {&remote, c.dst, c.bytes},
+                                      {&remote, flag_at, 8}, flag, count));
+      ASSERT_EQ(LoadSharedWord(target.data() + flag_at), flag);
+      for (size_t i = 0; i < c.bytes; ++i) {
+        ASSERT_EQ(target.data()[c.dst + i], local.data()[c.src + i]) << "flagged, byte " << i;
+      }
+      for (size_t i = c.dst + c.bytes; i < flag_at; ++i) {
+        ASSERT_EQ(target.data()[i], std::byte{0xee}) << "byte " << i << " before the flag";
+      }
+      ASSERT_EQ(target.data()[flag_at + 8], std::byte{0xee});
+      if (c.dst > 0) ASSERT_EQ(target.data()[c.dst - 1], std::byte{0xee});
+      // Notified, then plain, each over the other's bytes.
+      for (bool notified : {true, false}) {
+        for (size_t i = 0; i < kBytes; i += 4096) local.data()[i + c.src % 4096] ^= std::byte{1};
+        std::optional<uint32_t> value;
+        if (notified) value = static_cast<uint32_t>(round);
+        ASSERT_OK(ab->PostWrite({&local, c.src, c.bytes}, {&remote, c.dst, c.bytes}, value,
+                                count));
+        if (notified) {
+          std::optional<Notification> n;
+          const absl::Time deadline = absl::Now() + absl::Seconds(30);
+          while (!(n = b->PollNotification()).has_value()) {
+            ASSERT_LT(absl::Now(), deadline) << "no notification";
+            ASSERT_OK(b->Progress().status());
+          }
+          ASSERT_EQ(n->value, static_cast<uint32_t>(round));
+        }
+        for (size_t i = 0; i < c.bytes; ++i) {
+          ASSERT_EQ(target.data()[c.dst + i], local.data()[c.src + i])
+              << (notified ? "notified" : "plain") << ", byte " << i;
+        }
+        if (c.dst > 0) ASSERT_EQ(target.data()[c.dst - 1], std::byte{0xee});
+      }
+      ASSERT_OK(a->Progress().status());
+      ASSERT_EQ(completed, before + 3);
+    }
+  }
+}
+
+TEST(UcxStreamingCopyTest, TheThresholdIsAParameterInKiB) {
+  TransportRegistry registry;
+  ASSERT_OK(RegisterUcxTransport(registry));
+  TransportConfig config;
+  config.params = {{"tls", "shm"}, {"streaming_copy_kb", "256"}};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> t, registry.Create("ucx", config));
+  if (StreamingCopyAvailable()) {
+    EXPECT_THAT(t->capabilities().description,
+                HasSubstr("streaming copies to same-host peers from 256 KiB"));
+  }
+  config.params["streaming_copy_kb"] = "0";
+  ASSERT_OK_AND_ASSIGN(t, registry.Create("ucx", config));
+  EXPECT_THAT(t->capabilities().description, HasSubstr("plain copies to same-host peers"));
+  for (const std::string bad : {"-1", "x", "", "2000000000"}) {
+    config.params["streaming_copy_kb"] = bad;
+    EXPECT_THAT(registry.Create("ucx", config),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("streaming_copy_kb")))
+        << bad;
+  }
 }
 
 TEST(UcxNotifyPathTest, ActiveMessagesWhereFlagsAreOffOrCannotBeMapped) {

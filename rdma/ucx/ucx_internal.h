@@ -94,6 +94,9 @@ struct UcxWorkerState {
   ucp_context_h context = nullptr;  // regions of another context are refused
   int rank = 0;
   size_t max_outstanding_per_endpoint = 0;
+  // Copies into a same-host peer's mapped memory of at least this many
+  // bytes use streaming stores (CopyToPeer); 0: never.
+  size_t streaming_copy_min = 0;
   internal::CompletionQueue completions;
   // Endpoints whose notification sequence may advance.
   std::vector<std::shared_ptr<UcxEndpointState>> to_pump;

@@ -212,6 +212,7 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(
   transport->shared_->context = transport->context_->context;
   transport->shared_->rank = options.rank;
   transport->shared_->max_outstanding_per_endpoint = options.max_outstanding_per_endpoint;
+  transport->shared_->streaming_copy_min = options.streaming_copy_min;
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
@@ -355,7 +356,16 @@ Capabilities UcxTransport::capabilities() const {
       absl::StrCat("UCX ", ucp_get_version_string(),
                    ", TLS=", options_.tls.empty() ? "default" : options_.tls,
                    ", NET_DEVICES=", net_devices_,
-                   tcp_tx_seg_.empty() ? "" : absl::StrCat(", TCP_TX_SEG_SIZE=", tcp_tx_seg_)),
+                   tcp_tx_seg_.empty() ? "" : absl::StrCat(", TCP_TX_SEG_SIZE=", tcp_tx_seg_),
+                   !MapsPeerMemory(options_.tls)      ? ""
+                   : options_.streaming_copy_min == 0 || !StreamingCopyAvailable()
+                       ? ", plain copies to same-host peers"
+                       : absl::StrCat(", streaming copies to same-host peers from ",
+                                      options_.streaming_copy_min % 1024 == 0
+                                          ? absl::StrCat(options_.streaming_copy_min / 1024,
+                                                         " KiB")
+                                          : absl::StrCat(options_.streaming_copy_min,
+                                                         " bytes"))),
       /*one_sided_allocate=*/true, options_.max_outstanding_per_endpoint,
       MapsPeerMemory(options_.tls), /*flag_writes=*/true};
 }
@@ -617,7 +627,7 @@ absl::Status RegisterUcxTransport(TransportRegistry& registry) {
         RETURN_IF_ERROR(CheckKnownParams(
             config, kBackend,
             {"tls", "net_devices", "keepalive_ms", "max_outstanding",
-             "notify", "tcp_tx_seg_kb"}));
+             "notify", "tcp_tx_seg_kb", "streaming_copy_kb"}));
         UcxTransportOptions options;
         options.rank = config.rank;
         for (const auto& [key, value] : config.params) {
@@ -640,6 +650,16 @@ absl::Status RegisterUcxTransport(TransportRegistry& registry) {
             options.keepalive_interval = absl::Milliseconds(ms);
           } else if (key == "max_outstanding") {
             ok = absl::SimpleAtoi(value, &options.max_outstanding_per_endpoint);
+          } else if (key == "streaming_copy_kb") {
+            int64_t kb = 0;
+            if (!absl::SimpleAtoi(value, &kb) || kb < 0 || kb > (int64_t{1} << 30)) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "ucx parameter streaming_copy_kb='", value,
+                  "' must be a size in KiB from which writes into a same-host peer use "
+                  "streaming stores (", kDefaultStreamingCopyMinBytes / 1024,
+                  " by default; 0: never)"));
+            }
+            options.streaming_copy_min = static_cast<size_t>(kb) * 1024;
           } else if (key == "tcp_tx_seg_kb") {
             if (!absl::SimpleAtoi(value, &options.tcp_tx_seg_kb) ||
                 options.tcp_tx_seg_kb < 0) {

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/peer_copy.h"
 #include "rdma/internal/notification_queue.h"
 #include "rdma/transport.h"
 #include "rdma/transport_registry.h"
@@ -55,6 +56,11 @@ struct UcxTransportOptions {
   int64_t tcp_tx_seg_kb = 64;
   // Operations one endpoint accepts in flight before kResourceExhausted.
   size_t max_outstanding_per_endpoint = 1024;
+  // Writes into a same-host peer's shared memory (copies through its
+  // mapping) of at least this many bytes use streaming stores, which do
+  // not wait on the peer's cache (common/peer_copy.h; docs/rdma.md,
+  // "Streaming copies into a peer"); 0: plain copies at every size.
+  size_t streaming_copy_min = kDefaultStreamingCopyMinBytes;
   // Notified writes to a same-host peer as flags in its shared-memory inbox
   // (flag_inbox.h): the data's put, a fence and an 8-byte record, which the
   // peer's Progress() polls. False: by active message after a flush, as to
