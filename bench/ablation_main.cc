@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/ablation_graphs.h"
+#include "bench/line_probe.h"
 #include "bench/pingpong.h"
 #include "bench/run_length.h"
 #include "bench/step_statistics.h"
@@ -49,7 +50,9 @@ ABSL_FLAG(std::string, graphs, "all",
           "Comma-separated graphs to replay (mlp, cnn_ps, cnn_layer_separated, "
           "seq, vgg_fc, small_tensors), 'all', or 'none'.");
 ABSL_FLAG(std::string, communicators, "rdma,rdma_copy,grpc",
-          "Comma-separated communicators to compare.");
+          "Comma-separated communicators to compare; `time / rdma` divides by the first. An "
+          "entry may add transport parameters to --params for its own runs, each after a '+': "
+          "rdma_copy+streaming_copy_kb=0 is rdma_copy with plain copies into a same-host peer.");
 ABSL_FLAG(int32_t, steps, 20, "Measured steps per run.");
 ABSL_FLAG(int32_t, warmup, 4,
           "Steps before measuring (checked byte for byte; includes dynamic "
@@ -130,6 +133,23 @@ graph::PlannerOptions PlannerFlags() {
 // Runs one rank of job "<graph>|<communicator>"; every rank publishes its
 // step times and counter deltas (an AblationRankResult); rank 0 gathers them
 // into `result`.
+// One entry of --communicators: the communicator and the transport
+// parameters of its runs (--params, then what the entry adds after '+').
+struct CommunicatorEntry {
+  std::string name;
+  std::string params;
+};
+
+CommunicatorEntry ParseCommunicatorEntry(absl::string_view entry) {
+  std::vector<std::string> parts = absl::StrSplit(entry, '+');
+  CommunicatorEntry out{parts[0], absl::GetFlag(FLAGS_params)};
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (!out.params.empty()) out.params += ",";
+    out.params += parts[i];
+  }
+  return out;
+}
+
 absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
                         const std::string& job, AblationRun* result) {
   std::vector<std::string> parts = absl::StrSplit(job, '|');
@@ -140,9 +160,10 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
     return absl::InvalidArgumentError(absl::StrCat(
         "graph ", parts[0], " needs ", plan.world_size(), " ranks"));
   }
+  const CommunicatorEntry entry = ParseCommunicatorEntry(parts[1]);
   ASSIGN_OR_RETURN(auto transport,
-                   rdma::CreateBuiltinTransport(absl::GetFlag(FLAGS_transport),
-                                                absl::GetFlag(FLAGS_params), rank));
+                   rdma::CreateBuiltinTransport(absl::GetFlag(FLAGS_transport), entry.params,
+                                                rank));
   runtime::CommunicatorOptions options;
   options.ns = "ablation";
   options.timeout = absl::Seconds(120);
@@ -152,7 +173,7 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
         absl::StrCat(dir, "/", parts[0], ".", parts[1], ".rank", rank, ".json");
   }
   ASSIGN_OR_RETURN(auto communicator,
-                   runtime::CreateCommunicator(parts[1], plan, *transport,
+                   runtime::CreateCommunicator(entry.name, plan, *transport,
                                                store, options));
   runtime::ReplayOptions replay;
   replay.vary_content = false;
@@ -255,6 +276,20 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
   return absl::OkStatus();
 }
 
+// The cache-line round trip now (bench/line_probe.h), or 0 where it cannot be
+// taken (one CPU).
+double LineRoundTripNs() {
+  absl::StatusOr<LineRoundTrip> probe = ProbeLineRoundTrip({});
+  return probe.ok() ? probe->round_trip_ns : 0;
+}
+
+// "50/53": the probes before and after a run.
+std::string LineColumn(const AblationRun& r) {
+  if (r.line_round_trip_ns_before() <= 0 || r.line_round_trip_ns_after() <= 0) return "-";
+  return absl::StrFormat("%.0f/%.0f", r.line_round_trip_ns_before(),
+                         r.line_round_trip_ns_after());
+}
+
 // Runs `graph` under every communicator as local jobs.
 absl::StatusOr<Runs> RunGraph(const std::string& graph_name, char** argv) {
   ASSIGN_OR_RETURN(graph::GraphDef graph, FindGraph(graph_name));
@@ -267,6 +302,7 @@ absl::StatusOr<Runs> RunGraph(const std::string& graph_name, char** argv) {
     std::fprintf(stderr, "  %-22s %-10s ", graph_name.c_str(), name.c_str());
     AblationRun result;
     absl::Status status;
+    const double line_before = LineRoundTripNs();
     const int code = launch::RunLocalJob(
         plan.world_size(), argv, {absl::StrCat("--job=", job)},
         [&](rdma::Store& store) {
@@ -277,6 +313,8 @@ absl::StatusOr<Runs> RunGraph(const std::string& graph_name, char** argv) {
       return absl::InternalError(absl::StrCat(
           job, " failed: ", status.ok() ? "a rank failed" : status.ToString()));
     }
+    result.set_line_round_trip_ns_before(line_before);
+    result.set_line_round_trip_ns_after(LineRoundTripNs());
     std::fprintf(stderr, "step %.3f ms (median of block means)\n",
                  result.step_block_median_ms());
     *runs.Add() = std::move(result);
@@ -291,7 +329,7 @@ absl::StatusOr<Runs> RunGraph(const std::string& graph_name, char** argv) {
 void PrintGraphs(const google::protobuf::RepeatedPtrField<results::AblationGraph>& graphs) {
   TextTable table({"graph", "communicator", "MB/step", "step p50 ms", "p99 ms",
                    "mean ms", "MoM ms", "GB/s", "copies/step",
-                   "time / rdma"});
+                   "time / rdma", "line ns"});
   for (const results::AblationGraph& g : graphs) {
     for (const AblationRun& r : g.runs()) {
       table.AddRow({g.graph(), r.communicator(),
@@ -302,7 +340,7 @@ void PrintGraphs(const google::protobuf::RepeatedPtrField<results::AblationGraph
                     absl::StrFormat("%.3f", r.step_block_median_ms()),
                     absl::StrFormat("%.2f", r.gbps()),
                     absl::StrFormat("%.1f", r.copies_per_step()),
-                    absl::StrFormat("%.2fx", r.time_ratio_to_rdma())});
+                    absl::StrFormat("%.2fx", r.time_ratio_to_rdma()), LineColumn(r)});
     }
   }
   std::printf("%s\n", table.Render().c_str());
@@ -312,7 +350,7 @@ void PrintSweep(
     const google::protobuf::RepeatedPtrField<AblationSweepPoint>& sweep) {
   TextTable table({"bytes", "communicator", "step p50 ms", "p99 ms",
                    "mean ms", "MoM ms", "GB/s",
-                   "memcpy GB/s", "x memcpy", "copies/step", "time / rdma"});
+                   "memcpy GB/s", "x memcpy", "copies/step", "time / rdma", "line ns"});
   for (const AblationSweepPoint& p : sweep) {
     for (const AblationRun& r : p.runs()) {
       table.AddRow({FormatBytes(static_cast<uint64_t>(p.bytes())),
@@ -325,7 +363,7 @@ void PrintSweep(
                     absl::StrFormat("%.2f", p.memcpy_gbps()),
                     absl::StrFormat("%.2f", r.gbps() / p.memcpy_gbps()),
                     absl::StrFormat("%.1f", r.copies_per_step()),
-                    absl::StrFormat("%.2fx", r.time_ratio_to_rdma())});
+                    absl::StrFormat("%.2fx", r.time_ratio_to_rdma()), LineColumn(r)});
     }
   }
   std::printf("%s\n", table.Render().c_str());
@@ -424,13 +462,14 @@ int Main(int argc, char** argv) {
     names = absl::StrSplit(graphs_flag, ',');
   }
   const std::vector<std::string> known_communicators = runtime::CommunicatorNames();
-  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_communicators), ',')) {
+  for (absl::string_view entry : absl::StrSplit(absl::GetFlag(FLAGS_communicators), ',')) {
+    const std::string name = ParseCommunicatorEntry(entry).name;
     if (std::find(known_communicators.begin(), known_communicators.end(), name) ==
         known_communicators.end()) {
       std::fprintf(stderr,
                    "ablation: --communicators: unknown communicator '%s' (known: %s) "
                    "(see ablation --help)\n",
-                   std::string(name).c_str(), absl::StrJoin(known_communicators, ", ").c_str());
+                   name.c_str(), absl::StrJoin(known_communicators, ", ").c_str());
       return kExitUsage;
     }
   }
@@ -447,7 +486,9 @@ int Main(int argc, char** argv) {
   std::printf("# ablation over %s: at least %d steps (sweep: %d) and %g s a run, after %d "
               "checked warm-up steps; p50/p99: the slowest rank's, step by step; mean: the "
               "slowest rank's total / steps; MoM: the median of up to %d blocks' means "
-              "(blocks of %d steps or more); time / rdma: of the MoMs\n",
+              "(blocks of %d steps or more); time / rdma: of the MoMs; line ns: the cache-line "
+              "round trip between two CPUs before/after the run (the machine's placement of "
+              "them: bench/line_probe.h)\n",
               description.c_str(), absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_sweep_steps),
               absl::GetFlag(FLAGS_min_time_s), absl::GetFlag(FLAGS_warmup), kStatisticBlocks,
               kMinBlockSteps);

@@ -1,0 +1,64 @@
+// File: line_probe_main.cc
+// line_probe: the cache-line round trip between two CPUs (bench/line_probe.h),
+// once or every --interval_ms, a line each: the UTC time, the CPUs and the
+// nanoseconds. Benchmarks on a VM record it beside their figures: where it
+// changes, the hypervisor moved the CPUs, and so did every figure that
+// moves data between processes.
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "bench/line_probe.h"
+#include "common/program_flags.h"
+
+ABSL_FLAG(std::string, cpus, "", "The two CPUs, as A,B; empty: the first two this process may run on.");
+ABSL_FLAG(int, repeat, 1, "Probes to take, --interval_ms apart.");
+ABSL_FLAG(int, interval_ms, 1000, "Between probes.");
+ABSL_FLAG(int, batches, 5, "Batches per probe; a probe reports the median batch.");
+ABSL_FLAG(int, round_trips, 4000, "Round trips per batch.");
+
+int main(int argc, char** argv) {
+  rdmaflow::ParseProgramFlags(
+      argc, argv,
+      "The cache-line round trip between two CPUs, in nanoseconds: where it changes, the "
+      "machine placed them differently (docs/benchmarks.md).\n"
+      "  line_probe [--cpus=0,1] [--repeat=1] [--interval_ms=1000]");
+  rdmaflow::bench::LineProbeOptions options;
+  options.batches = absl::GetFlag(FLAGS_batches);
+  options.round_trips = absl::GetFlag(FLAGS_round_trips);
+  if (const std::string cpus = absl::GetFlag(FLAGS_cpus); !cpus.empty()) {
+    const std::vector<std::string> parts = absl::StrSplit(cpus, ',');
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &options.cpu_a) ||
+        !absl::SimpleAtoi(parts[1], &options.cpu_b) || options.cpu_a < 0 || options.cpu_b < 0) {
+      std::fprintf(stderr, "--cpus='%s' must be two CPU numbers, A,B\n", cpus.c_str());
+      return 2;
+    }
+  }
+  const int repeat = absl::GetFlag(FLAGS_repeat);
+  const int interval_ms = absl::GetFlag(FLAGS_interval_ms);
+  if (repeat < 1 || interval_ms < 0) {
+    std::fprintf(stderr, "--repeat must be >= 1 and --interval_ms >= 0\n");
+    return 2;
+  }
+  std::printf("time\tcpu_a\tcpu_b\tround_trip_ns\n");
+  for (int i = 0; i < repeat; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+    absl::StatusOr<rdmaflow::bench::LineRoundTrip> probe =
+        rdmaflow::bench::ProbeLineRoundTrip(options);
+    if (!probe.ok()) {
+      std::fprintf(stderr, "line_probe: %s\n", probe.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("%s\t%d\t%d\t%.0f\n",
+                absl::FormatTime("%H:%M:%S", absl::Now(), absl::UTCTimeZone()).c_str(),
+                probe->cpu_a, probe->cpu_b, probe->round_trip_ns);
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,80 @@
+// The line probe: a round trip between the first two CPUs this process may
+// run on; refused options and CPUs; a thread that may run on one CPU only
+// has nothing to measure.
+#include "bench/line_probe.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace rdmaflow::bench {
+namespace {
+
+using ::rdmaflow::testing::StatusIs;
+
+int AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 0;
+  return CPU_COUNT(&set);
+}
+
+TEST(LineProbeTest, MeasuresARoundTripBetweenTwoCpus) {
+  if (AllowedCpus() < 2) GTEST_SKIP() << "this process may run on one CPU only";
+  LineProbeOptions options;
+  options.batches = 3;
+  options.round_trips = 200;
+  options.timeout = absl::Seconds(60);
+  ASSERT_OK_AND_ASSIGN(LineRoundTrip probe, ProbeLineRoundTrip(options));
+  EXPECT_GE(probe.cpu_a, 0);
+  EXPECT_GE(probe.cpu_b, 0);
+  EXPECT_NE(probe.cpu_a, probe.cpu_b);
+  EXPECT_GT(probe.round_trip_ns, 0);
+  // The CPUs named are the ones measured.
+  options.cpu_a = probe.cpu_b;
+  options.cpu_b = probe.cpu_a;
+  ASSERT_OK_AND_ASSIGN(LineRoundTrip swapped, ProbeLineRoundTrip(options));
+  EXPECT_EQ(swapped.cpu_a, probe.cpu_b);
+  EXPECT_EQ(swapped.cpu_b, probe.cpu_a);
+}
+
+TEST(LineProbeTest, RefusesBadOptionsAndCpusItMayNotRunOn) {
+  LineProbeOptions bad;
+  bad.batches = 0;
+  EXPECT_THAT(ProbeLineRoundTrip(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  bad = {};
+  bad.round_trips = 0;
+  EXPECT_THAT(ProbeLineRoundTrip(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  bad = {};
+  bad.cpu_a = CPU_SETSIZE - 1;
+  EXPECT_THAT(ProbeLineRoundTrip(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("is not one this process may run on")));
+  bad.cpu_a = CPU_SETSIZE + 5;
+  EXPECT_THAT(ProbeLineRoundTrip(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(LineProbeTest, OneCpuHasNothingToMeasure) {
+  absl::StatusOr<LineRoundTrip> probe;
+  std::thread alone([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof(one), &one) != 0) {
+      probe = absl::InternalError("cannot pin the test's thread");
+      return;
+    }
+    probe = ProbeLineRoundTrip({});
+  });
+  alone.join();
+  EXPECT_THAT(probe, StatusIs(absl::StatusCode::kFailedPrecondition,
+                              ::testing::HasSubstr("needs two CPUs")));
+}
+
+}  // namespace
+}  // namespace rdmaflow::bench
