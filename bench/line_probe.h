@@ -14,6 +14,8 @@
 #ifndef RDMAFLOW_BENCH_LINE_PROBE_H_
 #define RDMAFLOW_BENCH_LINE_PROBE_H_
 
+#include <cstddef>
+
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
@@ -36,6 +38,20 @@ struct LineRoundTrip {
   int cpu_b = -1;
   double round_trip_ns = 0;
 };
+
+// A write into memory the other CPU reads next, as a transfer into a
+// same-host peer is: thread A copies `bytes` into a buffer (CopyToPeer,
+// common/peer_copy.h, streaming from `streaming_min`; 0: plainly) and
+// raises a flag; thread B, on the other CPU, reads every word of the
+// buffer and answers. The mean of `iterations` such rounds, in
+// microseconds, after one unmeasured round.
+struct CopyRound {
+  size_t bytes = 0;
+  size_t streaming_min = 0;
+  double round_us = 0;
+};
+absl::StatusOr<CopyRound> ProbeCopyRound(const LineProbeOptions& options, size_t bytes,
+                                         size_t streaming_min, int iterations);
 
 // Measures it with two threads of its own (the caller's affinity is left as
 // it is). kInvalidArgument for bad options or a CPU this process may not run

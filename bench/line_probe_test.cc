@@ -59,6 +59,20 @@ TEST(LineProbeTest, RefusesBadOptionsAndCpusItMayNotRunOn) {
   EXPECT_THAT(ProbeLineRoundTrip(bad), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(LineProbeTest, TimesACopyTheOtherCpuReadsPlainAndStreamed) {
+  if (AllowedCpus() < 2) GTEST_SKIP() << "this process may run on one CPU only";
+  LineProbeOptions options;
+  options.timeout = absl::Seconds(60);
+  for (size_t streaming_min : {size_t{0}, size_t{4096}}) {
+    ASSERT_OK_AND_ASSIGN(CopyRound round, ProbeCopyRound(options, 65536, streaming_min, 20));
+    EXPECT_EQ(round.bytes, 65536u);
+    EXPECT_EQ(round.streaming_min, streaming_min);
+    EXPECT_GT(round.round_us, 0);
+  }
+  EXPECT_THAT(ProbeCopyRound(options, 12, 0, 1), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ProbeCopyRound(options, 4096, 0, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(LineProbeTest, OneCpuHasNothingToMeasure) {
   absl::StatusOr<LineRoundTrip> probe;
   std::thread alone([&] {
