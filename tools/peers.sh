@@ -19,6 +19,12 @@
 #    shared segments, RDMAFLOW_SHARED_TENSORS=on; read out of the process,
 #    RDMAFLOW_CMA_MIN_KB=1024; staged, RDMAFLOW_CMA=off) and of registered
 #    ones, each run beside the bare collective in the same processes;
+# Around the latency measures (our flagged write, ucx_perftest's put) the
+# cache-line round trip between the two CPUs is probed (bench:line_round_trip)
+# into rep<N>/placement.tsv: this VM's hypervisor moves its CPUs between a
+# near and a far placement (docs/benchmarks.md, "The machine's two
+# placements"), and a ratio of two figures taken in different placements
+# says nothing;
 # then tools/peers_report.py prints each repetition's ratios and their
 # range over the repetitions (latency: rdmaflow / peer, lower is better;
 # all-reduce: peer time / rdmaflow time, higher is better), and writes
@@ -39,7 +45,8 @@ load=${LOAD:-2}
 mkdir -p "$out"
 command -v ucx_perftest >/dev/null || { echo "peers.sh: ucx_perftest missing (apt-get install ucx-utils, or tools/setup.sh)" >&2; exit 1; }
 command -v mpirun >/dev/null || { echo "peers.sh: mpirun missing (apt-get install openmpi-bin, or tools/setup.sh)" >&2; exit 1; }
-bazel build -c opt //bench:transport_pingpong //bench:allreduce_bench //bench:mpi_allreduce >/dev/null
+bazel build -c opt //bench:transport_pingpong //bench:allreduce_bench //bench:mpi_allreduce \
+  //bench:line_round_trip >/dev/null
 torch_ranks=${TORCH_RANKS-2 4}
 if [ -n "$torch_ranks" ]; then
   bazel build -c opt //torch_backend/python:rdmaflow_torch.so >/dev/null
@@ -62,6 +69,19 @@ torch_allreduce() {
 case "$load" in
   ''|*[!0-9]*) echo "peers.sh: LOAD=$load is not a thread count" >&2; exit 2 ;;
 esac
+
+# placed LABEL FILE COMMAND...: runs COMMAND between two probes of the
+# cache-line round trip, and appends "LABEL<TAB>before<TAB>after" (ns) to
+# FILE.
+placed() {
+  local label=$1 file=$2 before after
+  shift 2
+  # One CPU (nothing to probe) or a failed probe: "-".
+  before=$(bazel-bin/bench/line_round_trip 2>/dev/null | tail -1 | cut -f4) || before=-
+  "$@"
+  after=$(bazel-bin/bench/line_round_trip 2>/dev/null | tail -1 | cut -f4) || after=-
+  printf '%s\t%s\t%s\n' "$label" "$before" "$after" >>"$file"
+}
 
 # ucx_perftest TEST BYTES FILE: a server and a client on a free port over
 # shared memory, each bounded in time; the client's output goes to FILE.
@@ -87,9 +107,10 @@ perftest() {
 for rep in $(seq 1 "$reps"); do
   dir="$out/rep$rep"
   mkdir -p "$dir"
-  rm -f "$dir"/*.json "$dir"/*.txt  # never a file of an earlier run
+  rm -f "$dir"/*.json "$dir"/*.txt "$dir"/*.tsv  # never a file of an earlier run
   echo "== repetition $rep of $reps" >&2
-  bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag \
+  placed pingpong_word "$dir/placement.tsv" \
+    bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --signal=flag \
     --reads=false --max_bytes=4096 --json="$dir/pingpong_word.json" >/dev/null
   bazel-bin/bench/transport_pingpong --transport=ucx --params="tls=shm" --read=inline \
     --writes=false --max_bytes=4096 --json="$dir/pingpong_read_inline.json" >/dev/null
@@ -102,7 +123,8 @@ for rep in $(seq 1 "$reps"); do
       --max_bytes=4096 --json="$dir/pingpong_$notify.json" >/dev/null
   done
   for bytes in 8 4096; do
-    perftest ucp_put_lat "$bytes" "$dir/perftest_put_lat_$bytes.txt"
+    placed "perftest_put_lat_$bytes" "$dir/placement.tsv" \
+      perftest ucp_put_lat "$bytes" "$dir/perftest_put_lat_$bytes.txt"
     perftest ucp_get "$bytes" "$dir/perftest_get_$bytes.txt"
   done
   bazel-bin/bench/allreduce_bench --ranks="$ranks" --impls=rdmaflow,gloo \

@@ -6,8 +6,12 @@ Usage: peers_report.py OUT_DIR REPS
 Reads OUT_DIR/rep<N>/ (pingpong_{word,flag,am}.json, perftest_*.txt,
 allreduce.json, mpi.json, and allreduce_loaded.json, mpi_loaded.json where
 the run had a compute load, torch_{shared,cma,staged,registered}_<ranks>.jsonl
-where it ran the torch bench), prints each repetition's ratios and the range
-over the repetitions, and writes OUT_DIR/peers.json.
+where it ran the torch bench, placement.tsv where it probed the CPUs'
+placement), prints each repetition's ratios and the range over the
+repetitions, and writes OUT_DIR/peers.json. A latency ratio whose two sides
+ran in one placement of the CPUs (every probe around both within 1.5x of
+the others) is also listed as "..., one placement"; the others compare
+figures of two different machines, in effect.
 """
 import json
 import os
@@ -71,6 +75,29 @@ def torch_rows(d):
     return rows
 
 
+def placement(d):
+    """{label: (before_ns, after_ns)} of rep<N>/placement.tsv; {} without it."""
+    path = os.path.join(d, "placement.tsv")
+    probes = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                try:
+                    probes[parts[0]] = (float(parts[1]), float(parts[2]))
+                except (IndexError, ValueError):
+                    continue  # "-": no probe
+    return probes
+
+
+def one_placement(probes, labels):
+    """Whether every probe around `labels` lies within 1.5x of the others."""
+    values = [v for label in labels if label in probes for v in probes[label]]
+    if len(values) != 2 * len(labels):
+        return False
+    return max(values) <= 1.5 * min(values)
+
+
 def one_rep(d):
     word = pingpong(os.path.join(d, "pingpong_word.json"))
     # Runs of earlier builds lack the later variants.
@@ -84,12 +111,15 @@ def one_rep(d):
     am = pingpong(os.path.join(d, "pingpong_am.json"))
     times = allreduce_times(os.path.join(d, "allreduce.json"))
     times.update(allreduce_times(os.path.join(d, "mpi.json")))
+    probes = placement(d)
     rows = []
     for b in (8, 4096):
         put = perftest_p50(os.path.join(d, f"perftest_put_lat_{b}.txt"))
         get = perftest_p50(os.path.join(d, f"perftest_get_{b}.txt"))
         fw = word[("write", b)]["lat_p50_us"]
         rows.append((f"flagged write {b} B / ucp_put_lat", fw, put, fw / put, "<= 1.3"))
+        if one_placement(probes, ("pingpong_word", f"perftest_put_lat_{b}")):
+            rows.append((f"  (the same, one placement) {b} B", fw, put, fw / put, "<= 1.3"))
         if ("write", b) in signalled:
             g = signalled[("write", b)]["lat_p50_us"]
             rows.append((f"  (bound, a completion each) {b} B / ucp_put_lat", g, put, g / put,
@@ -141,6 +171,10 @@ def main():
     runs = [one_rep(os.path.join(out, f"rep{n}")) for n in range(1, reps + 1)]
     for n, rows in enumerate(runs, 1):
         print(f"repetition {n}")
+        probes = placement(os.path.join(out, f"rep{n}"))
+        if probes:
+            print("  placement (cache-line round trip, ns, before/after): " + ", ".join(
+                f"{label} {a:.0f}/{b:.0f}" for label, (a, b) in probes.items()))
         print(f"  {'measure':<44} {'a':>10} {'b':>10} {'a/b':>7}  target")
         for name, a, b, ratio, target in rows:
             print(f"  {name:<44} {a:>10.3f} {b:>10.3f} {ratio:>7.2f}  {target}")
