@@ -40,6 +40,7 @@
 #include "launch/rank.h"
 #include "onesided/progress/wait_policy.h"
 #include "rdma/builtin_transports.h"
+#include "rdma/transport_registry.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/replay.h"
 #include "results/json.h"
@@ -51,8 +52,9 @@ ABSL_FLAG(std::string, graphs, "all",
           "seq, vgg_fc, small_tensors), 'all', or 'none'.");
 ABSL_FLAG(std::string, communicators, "rdma,rdma_copy,grpc",
           "Comma-separated communicators to compare; `time / rdma` divides by the first. An "
-          "entry may add transport parameters to --params for its own runs, each after a '+': "
-          "rdma_copy+streaming_copy_kb=0 is rdma_copy with plain copies into a same-host peer.");
+          "entry may set transport parameters for its own runs, each after a '+', beside or in "
+          "place of --params' own: rdma_copy+streaming_copy_kb=0 is rdma_copy with plain "
+          "copies into a same-host peer.");
 ABSL_FLAG(int32_t, steps, 20, "Measured steps per run.");
 ABSL_FLAG(int32_t, warmup, 4,
           "Steps before measuring (checked byte for byte; includes dynamic "
@@ -130,26 +132,38 @@ graph::PlannerOptions PlannerFlags() {
   return options;
 }
 
-// Runs one rank of job "<graph>|<communicator>"; every rank publishes its
-// step times and counter deltas (an AblationRankResult); rank 0 gathers them
-// into `result`.
 // One entry of --communicators: the communicator and the transport
-// parameters of its runs (--params, then what the entry adds after '+').
+// parameters of its runs: --params, each key=value the entry gives after a
+// '+' added or, for a key --params has, in its place.
 struct CommunicatorEntry {
   std::string name;
   std::string params;
 };
 
-CommunicatorEntry ParseCommunicatorEntry(absl::string_view entry) {
+// kInvalidArgument naming the entry where --params or a '+' part is not
+// key=value.
+absl::StatusOr<CommunicatorEntry> ParseCommunicatorEntry(absl::string_view entry) {
   std::vector<std::string> parts = absl::StrSplit(entry, '+');
-  CommunicatorEntry out{parts[0], absl::GetFlag(FLAGS_params)};
+  using Params = std::map<std::string, std::string>;
+  ASSIGN_OR_RETURN(Params params, rdma::ParseTransportParams(absl::GetFlag(FLAGS_params)));
   for (size_t i = 1; i < parts.size(); ++i) {
-    if (!out.params.empty()) out.params += ",";
-    out.params += parts[i];
+    absl::StatusOr<std::map<std::string, std::string>> part =
+        rdma::ParseTransportParams(parts[i]);
+    if (!part.ok() || part->size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", parts[i], "' in --communicators entry '", entry,
+          "' is not one transport parameter key=value"));
+    }
+    params[part->begin()->first] = part->begin()->second;
   }
-  return out;
+  std::vector<std::string> pairs;
+  for (const auto& [key, value] : params) pairs.push_back(absl::StrCat(key, "=", value));
+  return CommunicatorEntry{parts[0], absl::StrJoin(pairs, ",")};
 }
 
+// Runs one rank of job "<graph>|<communicator entry>"; every rank publishes
+// its step times and counter deltas (an AblationRankResult); rank 0 gathers
+// them into `result`.
 absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
                         const std::string& job, AblationRun* result) {
   std::vector<std::string> parts = absl::StrSplit(job, '|');
@@ -160,7 +174,7 @@ absl::Status RunJobRank(int rank, int world_size, rdma::Store& store,
     return absl::InvalidArgumentError(absl::StrCat(
         "graph ", parts[0], " needs ", plan.world_size(), " ranks"));
   }
-  const CommunicatorEntry entry = ParseCommunicatorEntry(parts[1]);
+  ASSIGN_OR_RETURN(const CommunicatorEntry entry, ParseCommunicatorEntry(parts[1]));
   ASSIGN_OR_RETURN(auto transport,
                    rdma::CreateBuiltinTransport(absl::GetFlag(FLAGS_transport), entry.params,
                                                 rank));
@@ -462,8 +476,23 @@ int Main(int argc, char** argv) {
     names = absl::StrSplit(graphs_flag, ',');
   }
   const std::vector<std::string> known_communicators = runtime::CommunicatorNames();
-  for (absl::string_view entry : absl::StrSplit(absl::GetFlag(FLAGS_communicators), ',')) {
-    const std::string name = ParseCommunicatorEntry(entry).name;
+  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_communicators), ',')) {
+    absl::StatusOr<CommunicatorEntry> entry = ParseCommunicatorEntry(text);
+    if (!entry.ok()) {
+      std::fprintf(stderr, "ablation: --communicators: %s (see ablation --help)\n",
+                   std::string(entry.status().message()).c_str());
+      return kExitUsage;
+    }
+    // Every entry's transport parameters are checked before the first run,
+    // so that a typo does not end a run of many minutes half-way.
+    if (absl::StatusOr<std::unique_ptr<rdma::Transport>> transport =
+            rdma::CreateBuiltinTransport(absl::GetFlag(FLAGS_transport), entry->params, 0);
+        !transport.ok()) {
+      std::fprintf(stderr, "ablation: --communicators entry '%s': %s\n",
+                   std::string(text).c_str(), transport.status().ToString().c_str());
+      return kExitUsage;
+    }
+    const std::string& name = entry->name;
     if (std::find(known_communicators.begin(), known_communicators.end(), name) ==
         known_communicators.end()) {
       std::fprintf(stderr,

@@ -43,7 +43,7 @@ struct LineRoundTrip {
 // same-host peer is: thread A copies `bytes` into a buffer (CopyToPeer,
 // common/peer_copy.h, streaming from `streaming_min`; 0: plainly) and
 // raises a flag; thread B, on the other CPU, reads every word of the
-// buffer and answers. The mean of `iterations` such rounds, in
+// buffer, checks it holds that round's bytes, and answers. The mean of `iterations` such rounds, in
 // microseconds, after one unmeasured round.
 struct CopyRound {
   size_t bytes = 0;
@@ -54,8 +54,8 @@ absl::StatusOr<CopyRound> ProbeCopyRound(const LineProbeOptions& options, size_t
                                          size_t streaming_min, int iterations);
 
 // Measures it with two threads of its own (the caller's affinity is left as
-// it is). kInvalidArgument for bad options or a CPU this process may not run
-// on; kFailedPrecondition where it may run on fewer than two CPUs (nothing
+// it is). kInvalidArgument for bad options, one CPU named twice or a CPU this
+// process may not run on; kFailedPrecondition where it may run on fewer than two CPUs (nothing
 // to measure); kDeadlineExceeded as above; kInternal when a thread cannot be
 // pinned.
 absl::StatusOr<LineRoundTrip> ProbeLineRoundTrip(const LineProbeOptions& options);

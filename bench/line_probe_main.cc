@@ -5,6 +5,7 @@
 // copy the other CPU then reads, plain and streamed. Benchmarks on a VM record it beside their figures: where it
 // changes, the hypervisor moved the CPUs, and so did every figure that
 // moves data between processes.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -29,6 +30,9 @@ ABSL_FLAG(std::string, copy_sizes, "",
           "other CPU then reads, plain and with streaming stores (common/peer_copy.h): two "
           "more columns per size, microseconds a round.");
 ABSL_FLAG(int, copy_rounds, 200, "Rounds per copy timing.");
+ABSL_FLAG(double, timeout_s, 10,
+          "How long one probe may take (a copy timing: at least 1 s per 100 MB it moves) "
+          "before it fails, the CPUs being busy with something else.");
 
 int main(int argc, char** argv) {
   rdmaflow::ParseProgramFlags(
@@ -43,8 +47,10 @@ int main(int argc, char** argv) {
   if (const std::string cpus = absl::GetFlag(FLAGS_cpus); !cpus.empty()) {
     const std::vector<std::string> parts = absl::StrSplit(cpus, ',');
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &options.cpu_a) ||
-        !absl::SimpleAtoi(parts[1], &options.cpu_b) || options.cpu_a < 0 || options.cpu_b < 0) {
-      std::fprintf(stderr, "--cpus='%s' must be two CPU numbers, A,B\n", cpus.c_str());
+        !absl::SimpleAtoi(parts[1], &options.cpu_b) || options.cpu_a < 0 || options.cpu_b < 0 ||
+        options.cpu_a == options.cpu_b) {
+      std::fprintf(stderr, "--cpus='%s' must be two different CPU numbers, A,B\n",
+                   cpus.c_str());
       return 2;
     }
   }
@@ -52,10 +58,11 @@ int main(int argc, char** argv) {
   if (const std::string sizes = absl::GetFlag(FLAGS_copy_sizes); !sizes.empty()) {
     for (absl::string_view part : absl::StrSplit(sizes, ',')) {
       size_t bytes = 0;
-      if (!absl::SimpleAtoi(part, &bytes) || bytes < 8 || bytes % 8 != 0 ||
+      // From 128 bytes: a shorter copy never streams (common/peer_copy.h).
+      if (!absl::SimpleAtoi(part, &bytes) || bytes < 128 || bytes % 8 != 0 ||
           bytes > (size_t{1} << 30)) {
         std::fprintf(stderr,
-                     "--copy_sizes: '%s' is not a size in bytes, a multiple of 8 from 8 to "
+                     "--copy_sizes: '%s' is not a size in bytes, a multiple of 8 from 128 to "
                      "1073741824\n",
                      std::string(part).c_str());
         return 2;
@@ -64,10 +71,12 @@ int main(int argc, char** argv) {
     }
   }
   const int copy_rounds = absl::GetFlag(FLAGS_copy_rounds);
-  if (copy_rounds < 1) {
-    std::fprintf(stderr, "--copy_rounds must be >= 1\n");
+  const double timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  if (copy_rounds < 1 || !(timeout_s > 0) || timeout_s > 86400) {
+    std::fprintf(stderr, "--copy_rounds must be >= 1 and --timeout_s from 0 to 86400\n");
     return 2;
   }
+  options.timeout = absl::Seconds(timeout_s);
   const int repeat = absl::GetFlag(FLAGS_repeat);
   const int interval_ms = absl::GetFlag(FLAGS_interval_ms);
   if (repeat < 1 || interval_ms < 0) {
@@ -90,8 +99,12 @@ int main(int argc, char** argv) {
     std::string copies;
     for (size_t bytes : copy_sizes) {
       for (size_t streaming_min : {size_t{0}, bytes}) {
+        rdmaflow::bench::LineProbeOptions copy_options = options;
+        copy_options.timeout = std::max(
+            options.timeout,
+            absl::Seconds(static_cast<double>(bytes) * (copy_rounds + 1) / 1e8));
         absl::StatusOr<rdmaflow::bench::CopyRound> round =
-            rdmaflow::bench::ProbeCopyRound(options, bytes, streaming_min, copy_rounds);
+            rdmaflow::bench::ProbeCopyRound(copy_options, bytes, streaming_min, copy_rounds);
         if (!round.ok()) {
           std::fprintf(stderr, "line_round_trip: %s\n", round.status().ToString().c_str());
           return 1;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 
@@ -24,13 +25,25 @@ int AllowedCpus() {
   return CPU_COUNT(&set);
 }
 
+// A probe needs both CPUs at once: on a machine busy with other tests it may
+// not get them within its timeout, and a sandbox may refuse pinning. Those
+// skip, saying so; anything else is the probe's answer.
+#define SKIP_IF_CPUS_UNAVAILABLE(result)                                           \
+  if (absl::IsDeadlineExceeded((result).status()) ||                               \
+      absl::IsInternal((result).status())) {                                       \
+    GTEST_SKIP() << "two CPUs were not available together: " << (result).status(); \
+  }
+
 TEST(LineProbeTest, MeasuresARoundTripBetweenTwoCpus) {
   if (AllowedCpus() < 2) GTEST_SKIP() << "this process may run on one CPU only";
   LineProbeOptions options;
   options.batches = 3;
   options.round_trips = 200;
-  options.timeout = absl::Seconds(60);
-  ASSERT_OK_AND_ASSIGN(LineRoundTrip probe, ProbeLineRoundTrip(options));
+  options.timeout = absl::Seconds(10);
+  absl::StatusOr<LineRoundTrip> first = ProbeLineRoundTrip(options);
+  SKIP_IF_CPUS_UNAVAILABLE(first);
+  ASSERT_OK(first.status());
+  const LineRoundTrip probe = *first;
   EXPECT_GE(probe.cpu_a, 0);
   EXPECT_GE(probe.cpu_b, 0);
   EXPECT_NE(probe.cpu_a, probe.cpu_b);
@@ -38,9 +51,14 @@ TEST(LineProbeTest, MeasuresARoundTripBetweenTwoCpus) {
   // The CPUs named are the ones measured.
   options.cpu_a = probe.cpu_b;
   options.cpu_b = probe.cpu_a;
-  ASSERT_OK_AND_ASSIGN(LineRoundTrip swapped, ProbeLineRoundTrip(options));
-  EXPECT_EQ(swapped.cpu_a, probe.cpu_b);
-  EXPECT_EQ(swapped.cpu_b, probe.cpu_a);
+  absl::StatusOr<LineRoundTrip> swapped = ProbeLineRoundTrip(options);
+  SKIP_IF_CPUS_UNAVAILABLE(swapped);
+  ASSERT_OK(swapped.status());
+  EXPECT_EQ(swapped->cpu_a, probe.cpu_b);
+  EXPECT_EQ(swapped->cpu_b, probe.cpu_a);
+  // One CPU twice is refused.
+  options.cpu_b = options.cpu_a;
+  EXPECT_THAT(ProbeLineRoundTrip(options), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(LineProbeTest, RefusesBadOptionsAndCpusItMayNotRunOn) {
@@ -62,12 +80,22 @@ TEST(LineProbeTest, RefusesBadOptionsAndCpusItMayNotRunOn) {
 TEST(LineProbeTest, TimesACopyTheOtherCpuReadsPlainAndStreamed) {
   if (AllowedCpus() < 2) GTEST_SKIP() << "this process may run on one CPU only";
   LineProbeOptions options;
-  options.timeout = absl::Seconds(60);
+  options.timeout = absl::Seconds(10);
   for (size_t streaming_min : {size_t{0}, size_t{4096}}) {
-    ASSERT_OK_AND_ASSIGN(CopyRound round, ProbeCopyRound(options, 65536, streaming_min, 20));
-    EXPECT_EQ(round.bytes, 65536u);
-    EXPECT_EQ(round.streaming_min, streaming_min);
-    EXPECT_GT(round.round_us, 0);
+    absl::StatusOr<CopyRound> round = ProbeCopyRound(options, 65536, streaming_min, 20);
+    if (absl::IsDeadlineExceeded(round.status())) {
+      GTEST_SKIP() << "two CPUs were not available together: " << round.status();
+    }
+    // kInternal here is a pin refused, or the reader finding stale bytes:
+    // only the first may skip.
+    if (absl::IsInternal(round.status()) &&
+        absl::StrContains(round.status().message(), "cannot pin")) {
+      GTEST_SKIP() << round.status();
+    }
+    ASSERT_OK(round.status());
+    EXPECT_EQ(round->bytes, 65536u);
+    EXPECT_EQ(round->streaming_min, streaming_min);
+    EXPECT_GT(round->round_us, 0);
   }
   EXPECT_THAT(ProbeCopyRound(options, 12, 0, 1), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ProbeCopyRound(options, 4096, 0, 0), StatusIs(absl::StatusCode::kInvalidArgument));
@@ -76,9 +104,19 @@ TEST(LineProbeTest, TimesACopyTheOtherCpuReadsPlainAndStreamed) {
 TEST(LineProbeTest, OneCpuHasNothingToMeasure) {
   absl::StatusOr<LineRoundTrip> probe;
   std::thread alone([&] {
-    cpu_set_t one;
+    cpu_set_t allowed, one;
+    CPU_ZERO(&allowed);
     CPU_ZERO(&one);
-    CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+      probe = absl::InternalError("sched_getaffinity failed");
+      return;
+    }
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &allowed)) {
+        CPU_SET(cpu, &one);
+        break;
+      }
+    }
     if (pthread_setaffinity_np(pthread_self(), sizeof(one), &one) != 0) {
       probe = absl::InternalError("cannot pin the test's thread");
       return;

@@ -11,6 +11,8 @@
 namespace rdmaflow {
 namespace {
 
+thread_local uint64_t streamed_copies = 0;
+
 #if defined(__x86_64__)
 // Streams `bytes` (a multiple of 64) from `from` to `to` (16-byte aligned),
 // a cache line per round: four unaligned loads, four streaming stores.
@@ -31,6 +33,8 @@ void StreamLines(std::byte* to, const std::byte* from, size_t bytes) {
 #endif
 
 }  // namespace
+
+uint64_t StreamedCopiesOnThisThread() { return streamed_copies; }
 
 bool StreamingCopyAvailable() {
 #if defined(__x86_64__)
@@ -57,6 +61,7 @@ void CopyToPeer(void* to, const void* from, size_t bytes, size_t streaming_min) 
     // Streaming stores are weakly ordered: the fence makes them visible
     // before any later store (the caller's flag).
     _mm_sfence();
+    ++streamed_copies;
     return;
   }
 #endif

@@ -13,13 +13,14 @@
 // the reader holds moves each line between the two cores twice (the writer
 // takes it, the reader takes it back), at the cost of a cache-line round
 // trip each; where the two cores sit on different dies that trip is 4-5
-// times longer (this project's VM: 60-90 ns or 350 ns, as its hypervisor
-// places the vCPUs), and so was every large copy. Streaming stores do not
+// times longer (this project's VM: 50-74 ns or 316-466 ns, as its
+// hypervisor places the vCPUs), and so was every large copy. Streaming stores do not
 // wait on the reader's cache; the reader then reads from memory.
 #ifndef RDMAFLOW_COMMON_PEER_COPY_H_
 #define RDMAFLOW_COMMON_PEER_COPY_H_
 
 #include <cstddef>
+#include <cstdint>
 
 namespace rdmaflow {
 
@@ -29,8 +30,13 @@ namespace rdmaflow {
 inline constexpr size_t kDefaultStreamingCopyMinBytes = size_t{64} << 10;
 
 // Copies `bytes` from `from` to `to` (which must not overlap), with
-// streaming stores when `streaming_min` > 0 and `bytes` >= `streaming_min`.
+// streaming stores when `streaming_min` > 0 and `bytes` >= `streaming_min`
+// and at least 128 (shorter copies are always plain).
 void CopyToPeer(void* to, const void* from, size_t bytes, size_t streaming_min);
+
+// How many copies CopyToPeer streamed on the calling thread so far (tests
+// check that a path streams).
+uint64_t StreamedCopiesOnThisThread();
 
 // Whether CopyToPeer can stream on this build (x86-64); false: it always
 // copies with memcpy.

@@ -3,6 +3,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -59,6 +62,59 @@ TEST(CopyToPeerTest, CopiesAtTheDefaultThreshold) {
   EXPECT_EQ(target[0], kGuard);
   for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(target[1 + i], source[2 + i]) << i;
   EXPECT_EQ(target[bytes + 1], kGuard);
+}
+
+TEST(CopyToPeerTest, CountsTheCopiesItStreams) {
+  std::vector<std::byte> source(4096, std::byte{1}), target(4096);
+  const uint64_t before = StreamedCopiesOnThisThread();
+  CopyToPeer(target.data(), source.data(), 4096, /*streaming_min=*/0);
+  CopyToPeer(target.data(), source.data(), 4096, /*streaming_min=*/8192);
+  CopyToPeer(target.data(), source.data(), 100, /*streaming_min=*/1);
+  EXPECT_EQ(StreamedCopiesOnThisThread(), before);
+  CopyToPeer(target.data(), source.data(), 4096, /*streaming_min=*/4096);
+  EXPECT_EQ(StreamedCopiesOnThisThread(), before + (StreamingCopyAvailable() ? 1 : 0));
+}
+
+// A writer streams a new pattern into a buffer and release-stores the
+// round's number; a reader on another thread acquires it and finds every
+// byte of that round (the store fence orders the streamed stores before
+// the flag). Each wait has a deadline.
+TEST(CopyToPeerTest, AReaderThatSeesTheFlagSeesEveryStreamedByte) {
+  constexpr size_t kBytes = 64 << 10;
+  constexpr uint64_t kRounds = 300;
+  std::vector<uint64_t> source(kBytes / 8);
+  std::vector<uint64_t> target(kBytes / 8, 0);
+  std::atomic<uint64_t> flag{0}, seen{0};
+  std::atomic<bool> failed{false};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto expired = [&] { return std::chrono::steady_clock::now() > deadline; };
+  std::thread reader([&] {
+    for (uint64_t round = 1; round <= kRounds; ++round) {
+      while (flag.load(std::memory_order_acquire) < round) {
+        if (expired() || failed.load()) return;
+      }
+      for (size_t i = 0; i < target.size(); ++i) {
+        if (target[i] != (round << 32 | i)) {
+          ADD_FAILURE() << "round " << round << ": word " << i << " is stale";
+          failed = true;
+          return;
+        }
+      }
+      seen.store(round, std::memory_order_release);
+    }
+  });
+  for (uint64_t round = 1; round <= kRounds && !failed.load(); ++round) {
+    for (size_t i = 0; i < source.size(); ++i) source[i] = round << 32 | i;
+    CopyToPeer(target.data(), source.data(), kBytes, /*streaming_min=*/1);
+    flag.store(round, std::memory_order_release);
+    while (seen.load(std::memory_order_acquire) < round && !failed.load()) {
+      if (expired()) break;
+    }
+    if (expired()) break;
+  }
+  reader.join();
+  EXPECT_FALSE(expired()) << "the reader saw " << seen.load() << " of " << kRounds << " rounds";
+  EXPECT_EQ(seen.load(), kRounds);
 }
 
 }  // namespace

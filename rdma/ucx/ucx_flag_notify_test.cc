@@ -162,9 +162,10 @@ TEST_F(UcxFlagNotifyTest, AfterAWriteThroughUcxNotifiedCopiesWaitForTheFlush) {
 }
 
 // Copies into the mapped peer with streaming stores (from 128 bytes here):
-// every byte of notified, flagged and plain writes of odd sizes at odd
-// offsets arrives, and nothing around them is written; each notification
-// and flag is seen with its whole write in place.
+// every byte of notified, flagged (unbound, bound, bound and inline) and
+// plain writes of odd sizes at odd offsets arrives, nothing around them is
+// written, and each of them streamed; each notification and flag is seen
+// with its whole write in place.
 TEST(UcxStreamingCopyTest, StreamedWritesArriveWholeBeforeTheirNotifications) {
   ASSERT_OK_AND_ASSIGN(auto a, Make(0, "shm", true, /*streaming_copy_min=*/128));
   ASSERT_OK_AND_ASSIGN(auto b, Make(1, "shm"));
@@ -196,11 +197,27 @@ TEST(UcxStreamingCopyTest, StreamedWritesArriveWholeBeforeTheirNotifications) {
       }
       std::memset(target.data(), 0xee, kBytes + 64);
       const int before = completed;
-      // Flagged: the flag word right behind the data, aligned.
+      const uint64_t streamed = StreamedCopiesOnThisThread();
+      // Flagged: the flag word right behind the data, aligned; unbound,
+      // bound and posted, or bound and inline by turns.
       const size_t flag_at = (c.dst + c.bytes + 7) / 8 * 8;
       const uint64_t flag = 1000 + round;
-      ASSERT_OK(ab->PostWriteWithFlag({&local, c.src, c.bytes}, {&remote, c.dst, c.bytes},
-                                      {&remote, flag_at, 8}, flag, count));
+      if (round == 0) {
+        ASSERT_OK(ab->PostWriteWithFlag({&local, c.src, c.bytes}, {&remote, c.dst, c.bytes},
+                                        {&remote, flag_at, 8}, flag, count));
+      } else {
+        ASSERT_OK_AND_ASSIGN(std::unique_ptr<BoundFlaggedWrite> bound,
+                             ab->BindFlaggedWrite({&local, c.src, c.bytes},
+                                                  {&remote, c.dst, c.bytes},
+                                                  {&remote, flag_at, 8}));
+        if (round == 1) {
+          ASSERT_OK(bound->Post(flag, count));
+        } else {
+          ASSERT_OK_AND_ASSIGN(const bool inline_done, bound->TryPostInline(flag));
+          ASSERT_TRUE(inline_done) << "a mapped peer's write was not done inline";
+          ++completed;  // an inline write fires no completion
+        }
+      }
       ASSERT_EQ(LoadSharedWord(target.data() + flag_at), flag);
       for (size_t i = 0; i < c.bytes; ++i) {
         ASSERT_EQ(target.data()[c.dst + i], local.data()[c.src + i]) << "flagged, byte " << i;
@@ -234,6 +251,8 @@ TEST(UcxStreamingCopyTest, StreamedWritesArriveWholeBeforeTheirNotifications) {
       }
       ASSERT_OK(a->Progress().status());
       ASSERT_EQ(completed, before + 3);
+      // Each of the three writes streamed where streaming is built in.
+      EXPECT_EQ(StreamedCopiesOnThisThread(), streamed + (StreamingCopyAvailable() ? 3 : 0));
     }
   }
 }
