@@ -226,7 +226,9 @@ TEST(UcxStreamingCopyTest, StreamedWritesArriveWholeBeforeTheirNotifications) {
         ASSERT_EQ(target.data()[i], std::byte{0xee}) << "byte " << i << " before the flag";
       }
       ASSERT_EQ(target.data()[flag_at + 8], std::byte{0xee});
-      if (c.dst > 0) ASSERT_EQ(target.data()[c.dst - 1], std::byte{0xee});
+      if (c.dst > 0) {
+        ASSERT_EQ(target.data()[c.dst - 1], std::byte{0xee});
+      }
       // Notified, then plain, each over the other's bytes.
       for (bool notified : {true, false}) {
         for (size_t i = 0; i < kBytes; i += 4096) local.data()[i + c.src % 4096] ^= std::byte{1};
@@ -247,7 +249,9 @@ TEST(UcxStreamingCopyTest, StreamedWritesArriveWholeBeforeTheirNotifications) {
           ASSERT_EQ(target.data()[c.dst + i], local.data()[c.src + i])
               << (notified ? "notified" : "plain") << ", byte " << i;
         }
-        if (c.dst > 0) ASSERT_EQ(target.data()[c.dst - 1], std::byte{0xee});
+        if (c.dst > 0) {
+          ASSERT_EQ(target.data()[c.dst - 1], std::byte{0xee});
+        }
       }
       ASSERT_OK(a->Progress().status());
       ASSERT_EQ(completed, before + 3);
