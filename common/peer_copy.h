@@ -12,10 +12,11 @@
 // Why (docs/rdma.md, "Streaming copies into a peer"): a plain copy into lines
 // the reader holds moves each line between the two cores twice (the writer
 // takes it, the reader takes it back), at the cost of a cache-line round
-// trip each; where the two cores sit on different dies that trip is 4-5
+// trip each; where the two cores sit on different dies that trip is 5-7
 // times longer (this project's VM: 50-74 ns or 316-466 ns, as its
-// hypervisor places the vCPUs), and so was every large copy. Streaming stores do not
-// wait on the reader's cache; the reader then reads from memory.
+// hypervisor places the vCPUs), and so was every large copy. Streaming
+// stores do not wait on the reader's cache; the reader then reads from
+// memory.
 #ifndef RDMAFLOW_COMMON_PEER_COPY_H_
 #define RDMAFLOW_COMMON_PEER_COPY_H_
 
