@@ -44,9 +44,9 @@ bool StreamingCopyAvailable() {
 #endif
 }
 
-void CopyToPeer(void* to, const void* from, size_t bytes, size_t streaming_min) {
+void StreamToPeer(void* to, const void* from, size_t bytes) {
 #if defined(__x86_64__)
-  if (streaming_min > 0 && bytes >= streaming_min && bytes >= 128) {
+  if (bytes >= 128) {  // else a plain copy: no whole line past the head
     auto* out = static_cast<std::byte*>(to);
     const auto* in = static_cast<const std::byte*>(from);
     // A plain copy up to the first 64-byte boundary of the destination, so

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace rdmaflow {
 
@@ -30,10 +31,20 @@ namespace rdmaflow {
 // project's VM; below it a plain copy was (docs/rdma.md).
 inline constexpr size_t kDefaultStreamingCopyMinBytes = size_t{64} << 10;
 
+// CopyToPeer's streamed copy, out of line (a plain one under 128 bytes).
+void StreamToPeer(void* to, const void* from, size_t bytes);
+
 // Copies `bytes` from `from` to `to` (which must not overlap), with
 // streaming stores when `streaming_min` > 0 and `bytes` >= `streaming_min`
-// and at least 128 (shorter copies are always plain).
-void CopyToPeer(void* to, const void* from, size_t bytes, size_t streaming_min);
+// and at least 128 (shorter copies are always plain). Inline: the short
+// copies (an 8-byte flagged write's) cost no more than memcpy did.
+inline void CopyToPeer(void* to, const void* from, size_t bytes, size_t streaming_min) {
+  if (streaming_min > 0 && bytes >= streaming_min && bytes >= 128) {
+    StreamToPeer(to, from, bytes);
+    return;
+  }
+  std::memcpy(to, from, bytes);
+}
 
 // How many copies CopyToPeer streamed on the calling thread so far (tests
 // check that a path streams).
