@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -173,7 +174,9 @@ absl::StatusOr<AllReduceRow> MeasureGloo(GlooGroup& gloo, rdma::Store& store,
   return MakeRow("gloo", world, bytes, iterations, us);
 }
 
-absl::Status RunRank(int rank, int world, rdma::Store& store,
+// `load`: the compute load where it runs in this process (rank 0), else
+// null; each row records what it got while its size was measured.
+absl::Status RunRank(int rank, int world, rdma::Store& store, const ComputeLoad* load,
                      std::vector<AllReduceRow>* rows, std::string* description) {
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   const SweepOptions sweep = SweepFromFlags();
@@ -262,19 +265,32 @@ absl::Status RunRank(int rank, int world, rdma::Store& store,
   for (int64_t bytes : SweepSizes(sweep)) {
     const int iterations = Iterations(sweep, bytes);
     std::vector<AllReduceRow> measured;
+    // Each measure with the load's rate while it ran.
+    auto measure = [&](const std::function<absl::StatusOr<AllReduceRow>()>& run)
+        -> absl::StatusOr<AllReduceRow> {
+      absl::StatusOr<AllReduceRow> row;
+      const double rate = LoadRate(load, [&] { row = run(); });
+      if (row.ok()) row->set_load_iterations_per_s(rate);
+      return row;
+    };
     for (auto& [impl, group] : groups) {
-      ASSIGN_OR_RETURN(AllReduceRow row,
-                       MeasureGroup(impl, *group, store, world, bytes, iterations));
+      ASSIGN_OR_RETURN(AllReduceRow row, measure([&, &impl = impl, &group = group] {
+                         return MeasureGroup(impl, *group, store, world, bytes, iterations);
+                       }));
       row.set_setup_ms(setup_ms[impl]);
       measured.push_back(row);
     }
     for (const auto& bench : device_benches) {
-      ASSIGN_OR_RETURN(AllReduceRow row, bench->Measure(bytes, iterations, copy_gbps));
+      ASSIGN_OR_RETURN(AllReduceRow row, measure([&] {
+                         return bench->Measure(bytes, iterations, copy_gbps);
+                       }));
       row.set_setup_ms(setup_ms[bench->impl()]);
       measured.push_back(row);
     }
     if (gloo != nullptr) {
-      ASSIGN_OR_RETURN(AllReduceRow row, MeasureGloo(*gloo, store, world, bytes, iterations));
+      ASSIGN_OR_RETURN(AllReduceRow row, measure([&] {
+                         return MeasureGloo(*gloo, store, world, bytes, iterations);
+                       }));
       measured.push_back(row);
     }
     if (rows == nullptr) continue;
@@ -353,7 +369,7 @@ int Main(int argc, char** argv) {
     bool reports = false;
     const int code = launch::RunLaunchedRank([&](int rank, int world, rdma::Store& store) {
       reports = rank == 0;
-      return Report(RunRank(rank, world, store, reports ? &rows : nullptr,
+      return Report(RunRank(rank, world, store, &compute, reports ? &rows : nullptr,
                             reports ? &description : nullptr),
                     rank);
     });
@@ -362,7 +378,7 @@ int Main(int argc, char** argv) {
     for (const int world : *rank_counts) {
       std::fprintf(stderr, "allreduce_bench: %d ranks\n", world);
       const int code = launch::RunLocalJob(world, argv, {}, [&](rdma::Store& store) {
-        return Report(RunRank(0, world, store, &rows, &description), 0);
+        return Report(RunRank(0, world, store, &compute, &rows, &description), 0);
       });
       if (code != 0) return code;
     }

@@ -1,26 +1,43 @@
 // File: compute_load.cc
 #include "bench/compute_load.h"
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 namespace rdmaflow::bench {
 
 ComputeLoad::ComputeLoad(int threads) {
   for (int t = 0; t < threads; ++t) {
     threads_.emplace_back([this, t] {
       double x = 1.0 + t;
-      uint64_t n = 0;
       while (!stop_.load(std::memory_order_relaxed)) {
         for (int i = 0; i < 4096; ++i) x = x * 1.0000001 + 1e-9;
-        n += 4096;
+        // x is never negative: the branch keeps the loop from being
+        // optimized away.
+        iterations_.fetch_add(x > 0 ? 4096 : 4097, std::memory_order_relaxed);
       }
-      iterations_.fetch_add(n + (x > 0 ? 0 : 1));
     });
   }
+  threads_started_ = threads;
 }
 
 void ComputeLoad::Stop() {
   stop_ = true;
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+}
+
+double LoadRate(const ComputeLoad* load, const std::function<void()>& measure) {
+  if (load == nullptr || load->threads() == 0) {
+    measure();
+    return 0;
+  }
+  const uint64_t before = load->iterations();
+  const absl::Time begin = absl::Now();
+  measure();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - begin);
+  const uint64_t done = load->iterations() - before;
+  return seconds > 0 ? static_cast<double>(done) / seconds : 0;
 }
 
 }  // namespace rdmaflow::bench

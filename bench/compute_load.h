@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -24,16 +25,26 @@ class ComputeLoad {
   ComputeLoad(const ComputeLoad&) = delete;
   ComputeLoad& operator=(const ComputeLoad&) = delete;
 
-  // Ends the threads (their iterations are counted); idempotent.
+  // Ends the threads; idempotent.
   void Stop();
-  // Work done so far by the threads that have stopped.
-  uint64_t iterations() const { return iterations_.load(); }
+  // Work done so far by all the threads, counted every 4096 iterations
+  // while they run: sampled around a measurement, it says how much of the
+  // machine the load got beside it (LoadRate below).
+  uint64_t iterations() const { return iterations_.load(std::memory_order_relaxed); }
+  // The threads started (0: no load).
+  int threads() const { return threads_started_; }
 
  private:
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> iterations_{0};
   std::vector<std::thread> threads_;
+  int threads_started_ = 0;
 };
+
+// The load's work per second of wall time while `measure` ran: what the
+// training step's compute would have got beside it. 0 without a load (null
+// or no threads).
+double LoadRate(const ComputeLoad* load, const std::function<void()>& measure);
 
 }  // namespace rdmaflow::bench
 

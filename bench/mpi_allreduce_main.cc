@@ -68,10 +68,14 @@ int main(int argc, char** argv) {
     std::fill(data.begin(), data.begin() + count, 0.0f);
     const int iterations = rdmaflow::bench::Iterations(sweep, bytes);
     MPI_Barrier(MPI_COMM_WORLD);
-    const double us = rdmaflow::bench::TimeCalls(2, iterations, [&] {
-      MPI_Allreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    double us = 0;
+    const double load_rate = rdmaflow::bench::LoadRate(&compute, [&] {
+      us = rdmaflow::bench::TimeCalls(2, iterations, [&] {
+        MPI_Allreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      });
     });
     rows.push_back(rdmaflow::bench::MakeRow("mpi", world, bytes, iterations, us));
+    rows.back().set_load_iterations_per_s(load_rate);
     if (rank == 0) {
       std::fprintf(stderr, "  %d ranks %10lld bytes mpi      %10.1f us %8.3f GB/s bus\n",
                    world, static_cast<long long>(bytes), us, rows.back().busbw_gbps());

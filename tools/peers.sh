@@ -13,14 +13,17 @@
 #  - allreduce_bench (rdmaflow and Gloo) and Open MPI's MPI_Allreduce with
 #    RANKS ranks, 4 KiB to MAX_BYTES (x16 steps); then rdmaflow and Open MPI
 #    again beside LOAD threads of busy compute in rank 0's process (both
-#    benches' --load), as when ranks share their cores with a training step;
+#    benches' --load), as when ranks share their cores with a training step,
+#    each size with the work the load got while it ran (a peer that keeps
+#    its latency by taking the cores from the compute shows it there);
 #  - torch.distributed all-reduces (bench/torch_backend_bench.py under
 #    torchrun, TORCH_RANKS ranks, 1, 4 and 16 MiB) of ordinary tensors (in
 #    shared segments, RDMAFLOW_SHARED_TENSORS=on; read out of the process,
 #    RDMAFLOW_CMA_MIN_KB=1024; staged, RDMAFLOW_CMA=off) and of registered
 #    ones, each run beside the bare collective in the same processes;
-# Around the latency measures (our flagged write, ucx_perftest's put) the
-# cache-line round trip between the two CPUs is probed (bench:line_round_trip)
+# Around the measures with a target (our flagged write, ucx_perftest's put,
+# each all-reduce run, the torch run in shared segments) the cache-line
+# round trip between the two CPUs is probed (bench:line_round_trip, 10 ms)
 # into rep<N>/placement.tsv: this VM's hypervisor moves its CPUs between a
 # near and a far placement (docs/benchmarks.md, "The machine's two
 # placements"), and a ratio of two figures taken in different placements
@@ -127,24 +130,28 @@ for rep in $(seq 1 "$reps"); do
       perftest ucp_put_lat "$bytes" "$dir/perftest_put_lat_$bytes.txt"
     perftest ucp_get "$bytes" "$dir/perftest_get_$bytes.txt"
   done
-  bazel-bin/bench/allreduce_bench --ranks="$ranks" --impls=rdmaflow,gloo \
+  placed allreduce "$dir/placement.tsv" \
+    bazel-bin/bench/allreduce_bench --ranks="$ranks" --impls=rdmaflow,gloo \
     --max_bytes="$max_bytes" --factor=16 \
     --json="$dir/allreduce.json" >/dev/null
-  mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" \
+  placed mpi "$dir/placement.tsv" \
+    mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" \
     bazel-bin/bench/mpi_allreduce --max_bytes="$max_bytes" --factor=16 \
     --json="$dir/mpi.json" >/dev/null
   if [ "$load" -gt 0 ]; then
-    bazel-bin/bench/allreduce_bench --ranks="$ranks" --impls=rdmaflow \
+    placed allreduce_loaded "$dir/placement.tsv" \
+      bazel-bin/bench/allreduce_bench --ranks="$ranks" --impls=rdmaflow \
       --max_bytes="$max_bytes" --factor=16 --load="$load" \
       --json="$dir/allreduce_loaded.json" >/dev/null
-    mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" \
+    placed mpi_loaded "$dir/placement.tsv" \
+      mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" \
       bazel-bin/bench/mpi_allreduce --max_bytes="$max_bytes" --factor=16 \
       --load="$load" --json="$dir/mpi_loaded.json" >/dev/null
   fi
   rm -f "$dir"/torch_*.jsonl
   for n in $torch_ranks; do
-    RDMAFLOW_SHARED_TENSORS=on torch_allreduce "$n" "$dir/torch_shared_$n.jsonl" \
-      --bare --label shared
+    RDMAFLOW_SHARED_TENSORS=on placed "torch_shared_$n" "$dir/placement.tsv" \
+      torch_allreduce "$n" "$dir/torch_shared_$n.jsonl" --bare --label shared
     RDMAFLOW_CMA=auto RDMAFLOW_CMA_MIN_KB=1024 torch_allreduce "$n" "$dir/torch_cma_$n.jsonl" \
       --bare --label cma
     RDMAFLOW_CMA=off torch_allreduce "$n" "$dir/torch_staged_$n.jsonl" --bare --label staged

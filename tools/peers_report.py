@@ -11,7 +11,12 @@ placement), prints each repetition's ratios and the range over the
 repetitions, and writes OUT_DIR/peers.json. A latency ratio whose two sides
 ran in one placement of the CPUs (every probe around both within 1.5x of
 the others) is also listed as "..., one placement"; the others compare
-figures of two different machines, in effect.
+figures of two different machines, in effect. So are the all-reduce's
+ratios to Open MPI (probes around both runs) and the torch ratios in
+shared segments (probes around the run, which alternates both sides).
+Beside a compute load, the work the load got while each size ran is
+compared too (Open MPI's / ours: above 1, the compute got more of the
+machine beside Open MPI).
 """
 import json
 import os
@@ -39,6 +44,15 @@ def allreduce_times(path):
     return {(r["impl"], r["bytes"]): r["time_us"] for r in rows}
 
 
+def load_rates(path):
+    """{(impl, bytes): the compute load's iterations per second} while each
+    size ran (absent in runs of earlier builds and without a load)."""
+    with open(path) as f:
+        rows = json.load(f)["allreduce"]["rows"]
+    return {(r["impl"], r["bytes"]): r["load_iterations_per_s"] for r in rows
+            if r.get("load_iterations_per_s")}
+
+
 def torch_times(path):
     """{(series, bytes): us} of one torch bench run's JSON lines."""
     times = {}
@@ -50,11 +64,12 @@ def torch_times(path):
     return times
 
 
-def torch_rows(d):
+def torch_rows(d, probes):
     """Tensors through torch.distributed against the bare collective timed
     in the same processes (each mode's run alternates them), per rank
     count: ordinary tensors in shared segments, read out of the process,
-    staged, and registered ones."""
+    staged, and registered ones; the measure with a target again where the
+    probes around its run found one placement."""
     rows = []
     kinds = (("shared", "shared segments", ">= 0.8"), ("cma", "single-copy", ""),
              ("staged", "staged", ""), ("registered", "registered", ""))
@@ -72,6 +87,9 @@ def torch_rows(d):
                 if series == kind and bare:
                     rows.append((f"torch {n} ranks {b >> 20} MiB {label}: bare / ours", bare,
                                  ours, bare / ours, target))
+                    if target and one_placement(probes, (f"torch_{kind}_{n}",)):
+                        rows.append((f"  (one placement) torch {n} ranks {b >> 20} MiB",
+                                     bare, ours, bare / ours, target))
     return rows
 
 
@@ -142,10 +160,11 @@ def one_rep(d):
     w4 = flag[("write", 4096)]
     rows.append(("write 4 KiB bandwidth / memcpy (MB/s)", w4["bw_avg_mbps"],
                  w4["memcpy_mbps"], w4["ratio_to_memcpy"], ""))
-    loaded = {}
+    loaded, rates = {}, {}
     if os.path.exists(os.path.join(d, "allreduce_loaded.json")):
-        loaded = allreduce_times(os.path.join(d, "allreduce_loaded.json"))
-        loaded.update(allreduce_times(os.path.join(d, "mpi_loaded.json")))
+        for name in ("allreduce_loaded.json", "mpi_loaded.json"):
+            loaded.update(allreduce_times(os.path.join(d, name)))
+            rates.update(load_rates(os.path.join(d, name)))
     sizes = sorted({b for (impl, b) in times if impl == "rdmaflow"})
     for b in sizes:
         ours = times[("rdmaflow", b)]
@@ -156,12 +175,24 @@ def one_rep(d):
                     target = ">= 2" if b >= 1 << 20 else ">= 1"
                 rows.append((f"all-reduce {b} B: {label} time / ours", times[(peer, b)],
                              ours, times[(peer, b)] / ours, target))
+                if peer == "mpi" and one_placement(probes, ("allreduce", "mpi")):
+                    rows.append((f"  (one placement) all-reduce {b} B", times[(peer, b)], ours,
+                                 times[(peer, b)] / ours, target))
     for b in sizes:
         if ("rdmaflow", b) in loaded and ("mpi", b) in loaded:
             ours = loaded[("rdmaflow", b)]
             rows.append((f"  loaded {b} B: Open MPI time / ours", loaded[("mpi", b)], ours,
                          loaded[("mpi", b)] / ours, ">= 1"))
-    return rows + torch_rows(d)
+            if one_placement(probes, ("allreduce_loaded", "mpi_loaded")):
+                rows.append((f"  (one placement) loaded {b} B", loaded[("mpi", b)], ours,
+                             loaded[("mpi", b)] / ours, ">= 1"))
+            # What the compute beside it got: a peer that keeps its latency by
+            # taking the cores from the training step's compute shows it here.
+            if ("rdmaflow", b) in rates and ("mpi", b) in rates:
+                rows.append((f"  loaded {b} B: compute's share, Open MPI / ours",
+                             rates[("mpi", b)] / 1e6, rates[("rdmaflow", b)] / 1e6,
+                             rates[("mpi", b)] / rates[("rdmaflow", b)], ""))
+    return rows + torch_rows(d, probes)
 
 
 def main():
@@ -179,7 +210,8 @@ def main():
         for name, a, b, ratio, target in rows:
             print(f"  {name:<44} {a:>10.3f} {b:>10.3f} {ratio:>7.2f}  {target}")
     print()
-    print(f"range over {reps} repetitions (latency in us; all-reduce a = peer, b = rdmaflow)")
+    print(f"range over {reps} repetitions (latency in us; all-reduce a = peer, b = rdmaflow;"
+          " compute beside it: M iterations/s)")
     print(f"  {'measure':<44} {'a/b min':>8} {'a/b max':>8}  target")
     # By name: a repetition without a measure (no loaded runs, a size
     # missing) leaves a gap instead of shifting the others.
