@@ -35,8 +35,7 @@ absl::Status HostDataMover::Copy(std::byte* dst, const std::byte* src, size_t by
 absl::Status HostDataMover::Reduce(DataType type, ReduceOp op, std::byte* dst,
                                    const std::vector<const std::byte*>& srcs, size_t count) {
   if (srcs.empty()) return absl::InvalidArgumentError("a reduction of no sources");
-  if (dst != srcs[0]) RETURN_IF_ERROR(Copy(dst, srcs[0], count * ElementSize(type)));
-  for (size_t i = 1; i < srcs.size(); ++i) collectives::Reduce(type, op, dst, srcs[i], count);
+  ReduceMany(type, op, dst, srcs, count);
   return absl::OkStatus();
 }
 

@@ -293,4 +293,20 @@ void Reduce(DataType type, ReduceOp op, void* dst, const void* src,
   }
 }
 
+void ReduceMany(DataType type, ReduceOp op, std::byte* dst,
+                absl::Span<const std::byte* const> srcs, size_t count) {
+  if (srcs.empty() || count == 0) return;
+  const size_t element = ElementSize(type);
+  // A block every vector width divides (elements of 2 to 8 bytes), small
+  // enough to stay in L1 while each source is added to it.
+  constexpr size_t kBlockBytes = 4096;
+  const size_t per_block = kBlockBytes / element;
+  for (size_t first = 0; first < count; first += per_block) {
+    const size_t n = std::min(per_block, count - first);
+    const size_t at = first * element;
+    if (dst != srcs[0]) std::memcpy(dst + at, srcs[0] + at, n * element);
+    for (size_t k = 1; k < srcs.size(); ++k) Reduce(type, op, dst + at, srcs[k] + at, n);
+  }
+}
+
 }  // namespace rdmaflow::collectives

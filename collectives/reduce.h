@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace rdmaflow::collectives {
 
@@ -35,6 +36,16 @@ std::vector<std::string> DataTypeNames();
 // Every (type, op) pair is supported.
 void Reduce(DataType type, ReduceOp op, void* dst, const void* src,
             size_t count);
+
+// dst[i] = op(...op(op(srcs[0][i], srcs[1][i]), srcs[2][i])..., srcs[n-1][i])
+// for i < count: the sources folded in their order, as Reduce() on a copy
+// of srcs[0], source after source, would (the same bits), but a block of
+// 4 KiB at a time, so that the partial result stays in the core's nearest
+// cache while every source is added to it instead of being read and
+// written once per source. `dst` may be srcs[0]; no other overlap. No
+// sources: nothing is written.
+void ReduceMany(DataType type, ReduceOp op, std::byte* dst,
+                absl::Span<const std::byte* const> srcs, size_t count);
 
 // float32 <-> float16 / bfloat16 (round to nearest even), for tests and
 // callers that fill half-precision buffers.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/status_matchers.h"
@@ -121,6 +122,52 @@ TEST(ReduceTest, VectorKernelsMatchTheElementwiseDefinitionBitForBit) {
       }
     }
   }
+}
+
+// ReduceMany folds block by block: every type, operator and source count,
+// sizes that end inside a block, on one and past it, in place and into a
+// separate buffer, give the bytes Reduce() gives source after source.
+TEST(ReduceTest, ReduceManyMatchesReducingSourceAfterSourceByteForByte) {
+  std::mt19937 random(11);
+  const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin,
+                                     ReduceOp::kMax};
+  for (const std::string& name : DataTypeNames()) {
+    const DataType type = *ParseDataType(name);
+    const size_t element = ElementSize(type);
+    for (ReduceOp op : ops) {
+      for (size_t sources : {size_t{1}, size_t{2}, size_t{4}}) {
+        for (size_t count : {size_t{1}, size_t{7}, 4096 / element - 1, 4096 / element,
+                             4096 / element + 1, 3 * 4096 / element + 5}) {
+          SCOPED_TRACE(name + " " + ReduceOpName(op) + ", " + std::to_string(sources) +
+                       " sources, " + std::to_string(count) + " elements");
+          const size_t bytes = count * element;
+          std::vector<std::vector<std::byte>> data(sources, std::vector<std::byte>(bytes));
+          for (auto& source : data) {
+            for (std::byte& b : source) b = static_cast<std::byte>(random());
+          }
+          // Source after source, on a copy of the first.
+          std::vector<std::byte> want = data[0];
+          for (size_t k = 1; k < sources; ++k) Reduce(type, op, want.data(), data[k].data(), count);
+          std::vector<const std::byte*> srcs;
+          for (const auto& source : data) srcs.push_back(source.data());
+          std::vector<std::byte> out(bytes + 8, std::byte{0x5a});
+          ReduceMany(type, op, out.data(), srcs, count);
+          ASSERT_TRUE(std::equal(want.begin(), want.end(), out.begin()));
+          // Nothing past `count` is written.
+          ASSERT_EQ(out[bytes], std::byte{0x5a});
+          // In place: the first source is the destination.
+          ReduceMany(type, op, data[0].data(), srcs, count);
+          ASSERT_TRUE(data[0] == want);
+        }
+      }
+    }
+  }
+  // No sources, or no elements: nothing written.
+  std::vector<std::byte> untouched(16, std::byte{1});
+  ReduceMany(DataType::kFloat32, ReduceOp::kSum, untouched.data(), {}, 4);
+  const std::byte* one = untouched.data();
+  ReduceMany(DataType::kFloat32, ReduceOp::kSum, untouched.data() + 8, {&one, 1}, 0);
+  EXPECT_EQ(untouched, std::vector<std::byte>(16, std::byte{1}));
 }
 
 TEST(ReduceTest, NamesRoundTripAndUnknownOnesAreListed) {
