@@ -25,7 +25,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -131,11 +130,12 @@ bool Wants(const std::string& impl) {
   return false;
 }
 
-// Checks the sum once, then times the calls (on zeros, so nothing grows).
+// Checks the sum once, then times the calls (on zeros, so nothing grows);
+// with `load` (rank 0's compute load), what it got while they ran.
 absl::StatusOr<AllReduceRow> MeasureGroup(const std::string& impl,
                                           collectives::AllReduceGroup& ring,
                                           rdma::Store& store, int world, int64_t bytes,
-                                          int iterations) {
+                                          int iterations, const ComputeLoad* load) {
   const size_t count = bytes / sizeof(float);
   float* data = reinterpret_cast<float*>(ring.data());
   for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(ring.rank() + 1);
@@ -152,30 +152,40 @@ absl::StatusOr<AllReduceRow> MeasureGroup(const std::string& impl,
   RETURN_IF_ERROR(rdma::Barrier(store, "bench", absl::StrCat(impl, "/", bytes),
                                 world, absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
   absl::Status status;
-  const double us = TimeCalls(2, iterations, [&] {
-    if (status.ok()) status = ring.AllReduce(0, count, collectives::DataType::kFloat32);
+  double us = 0;
+  const double load_rate = LoadRate(load, [&] {
+    us = TimeCalls(2, iterations, [&] {
+      if (status.ok()) status = ring.AllReduce(0, count, collectives::DataType::kFloat32);
+    });
   });
   RETURN_IF_ERROR(status);
   AllReduceRow row = MakeRow(impl, world, bytes, iterations, us);
   row.set_algorithm(collectives::AlgorithmName(ring.last_algorithm()));
+  row.set_load_iterations_per_s(load_rate);
   return row;
 }
 
 absl::StatusOr<AllReduceRow> MeasureGloo(GlooGroup& gloo, rdma::Store& store,
-                                         int world, int64_t bytes, int iterations) {
+                                         int world, int64_t bytes, int iterations,
+                                         const ComputeLoad* load) {
   at::Tensor tensor = at::zeros({bytes / 4}, at::kFloat);
   RETURN_IF_ERROR(rdma::Barrier(store, "bench", absl::StrCat("gloo/", bytes), world,
                                 absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
   absl::Status status;
-  const double us = TimeCalls(2, iterations, [&] {
-    if (status.ok()) status = gloo.AllReduce(tensor);
+  double us = 0;
+  const double load_rate = LoadRate(load, [&] {
+    us = TimeCalls(2, iterations, [&] {
+      if (status.ok()) status = gloo.AllReduce(tensor);
+    });
   });
   RETURN_IF_ERROR(status);
-  return MakeRow("gloo", world, bytes, iterations, us);
+  AllReduceRow row = MakeRow("gloo", world, bytes, iterations, us);
+  row.set_load_iterations_per_s(load_rate);
+  return row;
 }
 
-// `load`: the compute load where it runs in this process (rank 0), else
-// null; each row records what it got while its size was measured.
+// `load`: the compute load of this process (threads on rank 0 only); each
+// host row records what it got while its calls were timed (device rows: 0).
 absl::Status RunRank(int rank, int world, rdma::Store& store, const ComputeLoad* load,
                      std::vector<AllReduceRow>* rows, std::string* description) {
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
@@ -265,32 +275,20 @@ absl::Status RunRank(int rank, int world, rdma::Store& store, const ComputeLoad*
   for (int64_t bytes : SweepSizes(sweep)) {
     const int iterations = Iterations(sweep, bytes);
     std::vector<AllReduceRow> measured;
-    // Each measure with the load's rate while it ran.
-    auto measure = [&](const std::function<absl::StatusOr<AllReduceRow>()>& run)
-        -> absl::StatusOr<AllReduceRow> {
-      absl::StatusOr<AllReduceRow> row;
-      const double rate = LoadRate(load, [&] { row = run(); });
-      if (row.ok()) row->set_load_iterations_per_s(rate);
-      return row;
-    };
     for (auto& [impl, group] : groups) {
-      ASSIGN_OR_RETURN(AllReduceRow row, measure([&, &impl = impl, &group = group] {
-                         return MeasureGroup(impl, *group, store, world, bytes, iterations);
-                       }));
+      ASSIGN_OR_RETURN(AllReduceRow row,
+                       MeasureGroup(impl, *group, store, world, bytes, iterations, load));
       row.set_setup_ms(setup_ms[impl]);
       measured.push_back(row);
     }
     for (const auto& bench : device_benches) {
-      ASSIGN_OR_RETURN(AllReduceRow row, measure([&] {
-                         return bench->Measure(bytes, iterations, copy_gbps);
-                       }));
+      ASSIGN_OR_RETURN(AllReduceRow row, bench->Measure(bytes, iterations, copy_gbps));
       row.set_setup_ms(setup_ms[bench->impl()]);
       measured.push_back(row);
     }
     if (gloo != nullptr) {
-      ASSIGN_OR_RETURN(AllReduceRow row, measure([&] {
-                         return MeasureGloo(*gloo, store, world, bytes, iterations);
-                       }));
+      ASSIGN_OR_RETURN(AllReduceRow row,
+                       MeasureGloo(*gloo, store, world, bytes, iterations, load));
       measured.push_back(row);
     }
     if (rows == nullptr) continue;

@@ -1,8 +1,7 @@
 // File: compute_load.cc
 #include "bench/compute_load.h"
 
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
+#include <chrono>
 
 namespace rdmaflow::bench {
 
@@ -27,17 +26,17 @@ void ComputeLoad::Stop() {
   threads_.clear();
 }
 
-double LoadRate(const ComputeLoad* load, const std::function<void()>& measure) {
+double LoadRate(const ComputeLoad* load, absl::FunctionRef<void()> measure) {
   if (load == nullptr || load->threads() == 0) {
     measure();
     return 0;
   }
   const uint64_t before = load->iterations();
-  const absl::Time begin = absl::Now();
+  const auto begin = std::chrono::steady_clock::now();
   measure();
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - begin);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - begin;
   const uint64_t done = load->iterations() - before;
-  return seconds > 0 ? static_cast<double>(done) / seconds : 0;
+  return took.count() > 0 ? static_cast<double>(done) / took.count() : 0;
 }
 
 }  // namespace rdmaflow::bench

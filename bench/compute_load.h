@@ -11,13 +11,15 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+
 namespace rdmaflow::bench {
 
-// Thread-compatible; the load's threads share nothing with the caller.
+// Thread-compatible; the load's threads share only their atomic count with
+// the caller, which may read it at any time.
 class ComputeLoad {
  public:
   explicit ComputeLoad(int threads);
@@ -44,7 +46,7 @@ class ComputeLoad {
 // The load's work per second of wall time while `measure` ran: what the
 // training step's compute would have got beside it. 0 without a load (null
 // or no threads).
-double LoadRate(const ComputeLoad* load, const std::function<void()>& measure);
+double LoadRate(const ComputeLoad* load, absl::FunctionRef<void()> measure);
 
 }  // namespace rdmaflow::bench
 

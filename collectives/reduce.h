@@ -1,7 +1,8 @@
 // File: reduce.h
 // -----------------------------------------------------------------------------
-// Element types and reduction operators of the collectives, and the one
-// elementwise kernel they all use: dst[i] = op(dst[i], src[i]).
+// Element types and reduction operators of the collectives, the
+// elementwise kernel they all use, dst[i] = op(dst[i], src[i]), and the
+// fold of several sources into one result built on it (ReduceMany).
 // float16 and bfloat16 are reduced in float32 and rounded back (to nearest,
 // ties to even), as LibTorch does on CPU.
 #ifndef RDMAFLOW_COLLECTIVES_REDUCE_H_

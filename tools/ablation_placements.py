@@ -9,7 +9,7 @@ and prints, per graph and sweep size, a Markdown table: each communicator's
 median of block means (ms) in every run, marked with a superscript f where a
 placement probe before or after that run found the CPUs far apart (a
 cache-line round trip over 200 ns: docs/benchmarks.md, "The machine's two
-placements"); then, per run, rdma_copy at its better setting over zero copy
+placements"), "?" where a probe is missing; then, per run, rdma_copy at its better setting over zero copy
 at its default, and the same with only the rdma_copy runs made in zero copy's
 placement ("-": none was). Ratios under issue 47's targets (1.5x a graph, 1x
 a sweep size) are in bold. docs/ablation.md's tables come from it.
@@ -23,11 +23,19 @@ FAR_NS = 200
 
 
 def far(run):
-    return max(run.get("line_round_trip_ns_before", 0),
-               run.get("line_round_trip_ns_after", 0)) > FAR_NS
+    """True or False where both probes were taken, None where one was not
+    (runs before the probes, or a probe that failed)."""
+    before = run.get("line_round_trip_ns_before", 0)
+    after = run.get("line_round_trip_ns_after", 0)
+    if before <= 0 or after <= 0:
+        return None
+    return max(before, after) > FAR_NS
 
 
 def mom(run):
+    if "step_block_median_ms" not in run:
+        raise SystemExit("ablation_placements: a run without a median of block means "
+                         "(a report of an older build)")
     return run["step_block_median_ms"]
 
 
@@ -49,7 +57,7 @@ def main():
     print("| | " + " | ".join(COMMUNICATORS) +
           " | better rdma_copy / zero copy | the same, one placement |")
     print("|---" * (len(COMMUNICATORS) + 3) + "|")
-    for i, name in enumerate(names):
+    for name in names:
         cells = {c: [] for c in COMMUNICATORS}
         ratios, same = [], []
         for report in reports:
@@ -61,11 +69,13 @@ def main():
             if missing:
                 raise SystemExit(f"ablation_placements: {name}: no run of {', '.join(missing)}")
             for c in COMMUNICATORS:
-                cells[c].append(f"{mom(runs[c]):.3g}" + ("ᶠ" if far(runs[c]) else ""))
+                mark = {True: "ᶠ", False: "", None: "?"}[far(runs[c])]
+                cells[c].append(f"{mom(runs[c]):.3g}" + mark)
             zero = runs["rdma"]
             copies = [runs["rdma_copy"], runs["rdma_copy+streaming_copy_kb=0"]]
             ratios.append(min(mom(c) for c in copies) / mom(zero))
-            placed = [c for c in copies if far(c) == far(zero)]
+            placed = [c for c in copies
+                      if far(zero) is not None and far(c) == far(zero)]
             same.append(min(mom(c) for c in placed) / mom(zero) if placed else None)
         bar = 1.0 if name.startswith("one tensor") else 1.5
 

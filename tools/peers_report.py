@@ -215,12 +215,17 @@ def main():
     print(f"  {'measure':<44} {'a/b min':>8} {'a/b max':>8}  target")
     # By name: a repetition without a measure (no loaded runs, a size
     # missing) leaves a gap instead of shifting the others.
+    # A measure only some repetitions have (a one-placement row) goes right
+    # after the measure it follows where it appears.
     names, targets = [], {}
     for rows in runs:
+        previous = None
         for name, _, _, _, target in rows:
             if name not in targets:
-                names.append(name)
+                at = names.index(previous) + 1 if previous is not None else 0
+                names.insert(at, name)
                 targets[name] = target
+            previous = name
     summary = []
     for name in names:
         found = [next((r for r in rows if r[0] == name), None) for rows in runs]
