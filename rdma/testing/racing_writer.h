@@ -101,9 +101,9 @@ struct RaceOptions {
   absl::Duration budget = absl::Seconds(20);
 };
 
-// Calls `parse` until it has been called options.min_calls times and
-// `writer` has done options.min_writer_rounds rewrites (or the budget is
-// spent), then stops the writer.
+// Calls `parse` until it has been called options.min_calls times after
+// `writer` first ran and `writer` has done options.min_writer_rounds
+// rewrites (or the budget is spent), then stops the writer.
 RaceTally RaceParse(RacingWriter& writer, const std::function<absl::Status()>& parse,
                     const RaceOptions& options = {});
 
