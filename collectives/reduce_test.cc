@@ -124,8 +124,8 @@ TEST(ReduceTest, VectorKernelsMatchTheElementwiseDefinitionBitForBit) {
   }
 }
 
-// ReduceMany folds block by block: every type, operator and source count,
-// sizes that end inside a block, on one and past it, in place and into a
+// ReduceMany folds block by block: every type and operator, one, two and
+// four sources, sizes that end inside a block, on one and past it, in place and into a
 // separate buffer, give the bytes Reduce() gives source after source.
 TEST(ReduceTest, ReduceManyMatchesReducingSourceAfterSourceByteForByte) {
   std::mt19937 random(11);

@@ -9,9 +9,9 @@ and prints, per graph and sweep size, a Markdown table: each communicator's
 median of block means (ms) in every run, marked with a superscript f where a
 placement probe before or after that run found the CPUs far apart (a
 cache-line round trip over 200 ns: docs/benchmarks.md, "The machine's two
-placements"), "?" where a probe is missing; then, per run, rdma_copy at its better setting over zero copy
-at its default, and the same with only the rdma_copy runs made in zero copy's
-placement ("-": none was). Ratios under issue 47's targets (1.5x a graph, 1x
+placements"), "?" where a probe is missing; then, per run, rdma_copy at its
+better setting over zero copy at its default, and the same with only the
+rdma_copy runs made in zero copy's placement ("-": none was). Ratios under issue 47's targets (1.5x a graph, 1x
 a sweep size) are in bold. docs/ablation.md's tables come from it.
 """
 import argparse
