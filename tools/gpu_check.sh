@@ -7,6 +7,10 @@
 #                                  static) and packs them with the shared
 #                                  libraries they need into .gpu/ (ignored
 #                                  by git, a few tens of MiB)
+#   tools/gpu_check.sh stale       here: whether .gpu/ was packed from the
+#                                  checkout as it is, docs and tools/
+#                                  aside (exit 0), or what changed since
+#                                  (exit 1: pack again)
 #   tools/gpu_check.sh run [OUT]   there, from the repository root with
 #                                  .gpu/ carried along: runs every packed
 #                                  test, its log under OUT (default
@@ -106,8 +110,44 @@ pack() {
   # compiled there may need it).
   mkdir -p .gpu/lib-cxx
   cp -L "$(g++ -print-file-name=libstdc++.so.6)" "$(g++ -print-file-name=libgcc_s.so.1)" .gpu/lib-cxx/
+  # What was packed: the commit, and whether the checkout differed from it.
+  local dirty=""
+  [ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || dirty=" with uncommitted changes"
+  printf '%s%s, %s\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$dirty" \
+    "$(date -u '+%Y-%m-%d %H:%M UTC')" >.gpu/PACKED
   du -sh .gpu | awk '{ print "packed .gpu: " $1 }'
+  echo "packed from $(cat .gpu/PACKED)"
   ls .gpu/bin
+}
+
+# Whether .gpu holds the checkout as it is: exit 0 if it was packed from
+# HEAD with nothing uncommitted and nothing has changed since; otherwise
+# says what differs and exits 1. Docs and tools/ do not count: the check
+# runs tools/ from the working tree it is carried with.
+stale() {
+  if [ ! -f .gpu/PACKED ]; then
+    echo "no .gpu/PACKED: run tools/gpu_check.sh pack" >&2
+    return 1
+  fi
+  local packed commit changed
+  packed=$(cat .gpu/PACKED)
+  commit=${packed%%[ ,]*}
+  echo "packed from $packed"
+  if [[ $packed == *"uncommitted"* ]]; then
+    echo "packed with uncommitted changes: pack again" >&2
+    return 1
+  fi
+  if ! git rev-parse -q --verify "$commit^{commit}" >/dev/null; then
+    echo "commit $commit is not in this checkout: pack again" >&2
+    return 1
+  fi
+  changed=$( (git diff --name-only "$commit" -- . ':!docs' ':!*.md' ':!tools'; git ls-files --others --exclude-standard -- . ':!docs' ':!*.md' ':!tools') | sort -u)
+  if [ -n "$changed" ]; then
+    echo "changed since (pack again):" >&2
+    sed 's/^/  /' <<<"$changed" >&2
+    return 1
+  fi
+  echo "up to date with the checkout (docs and tools/ aside)"
 }
 
 # The Python module for the GPU machine's Python, under OUT/module; its
@@ -480,6 +520,7 @@ run() {
     export LD_LIBRARY_PATH="$PWD/.gpu/lib-cxx:$LD_LIBRARY_PATH"
   fi
   export UCX_MODULE_DIR="$PWD/.gpu/lib/ucx"
+  [ ! -f .gpu/PACKED ] || add_row "binaries packed from $(cat .gpu/PACKED)"
   command -v nvidia-smi >/dev/null &&
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   # LibTorch from the GPU machine's torch, after ours.
@@ -507,6 +548,7 @@ run() {
 
 case "${1:-}" in
   pack) pack ;;
+  stale) stale ;;
   run) shift; run "$@" ;;
   -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
   *) sed -n '2,/^[^#]/{/^#/p}' "$0" >&2; exit 2 ;;
