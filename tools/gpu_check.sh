@@ -112,7 +112,8 @@ pack() {
   cp -L "$(g++ -print-file-name=libstdc++.so.6)" "$(g++ -print-file-name=libgcc_s.so.1)" .gpu/lib-cxx/
   # What was packed: the commit, and whether the checkout differed from it.
   local dirty=""
-  [ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || dirty=" with uncommitted changes"
+  [ -z "$(git status --porcelain --untracked-files=no -- "${PACKED_FROM[@]}" 2>/dev/null)" ] ||
+    dirty=" with uncommitted changes"
   printf '%s%s, %s\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$dirty" \
     "$(date -u '+%Y-%m-%d %H:%M UTC')" >.gpu/PACKED
   du -sh .gpu | awk '{ print "packed .gpu: " $1 }'
@@ -120,10 +121,14 @@ pack() {
   ls .gpu/bin
 }
 
+# The files the packed binaries may be built from, as git pathspecs: all
+# but the docs and tools/ (the check runs tools/ from the working tree it
+# is carried with).
+PACKED_FROM=(. ':!docs' ':!*.md' ':!tools')
+
 # Whether .gpu holds the checkout as it is: exit 0 if it was packed from
 # HEAD with nothing uncommitted and nothing has changed since; otherwise
-# says what differs and exits 1. Docs and tools/ do not count: the check
-# runs tools/ from the working tree it is carried with.
+# says what differs (in PACKED_FROM) and exits 1.
 stale() {
   if [ ! -f .gpu/PACKED ]; then
     echo "no .gpu/PACKED: run tools/gpu_check.sh pack" >&2
@@ -141,7 +146,8 @@ stale() {
     echo "commit $commit is not in this checkout: pack again" >&2
     return 1
   fi
-  changed=$( (git diff --name-only "$commit" -- . ':!docs' ':!*.md' ':!tools'; git ls-files --others --exclude-standard -- . ':!docs' ':!*.md' ':!tools') | sort -u)
+  changed=$( (git diff --name-only "$commit" -- "${PACKED_FROM[@]}"
+    git ls-files --others --exclude-standard -- "${PACKED_FROM[@]}") | sort -u)
   if [ -n "$changed" ]; then
     echo "changed since (pack again):" >&2
     sed 's/^/  /' <<<"$changed" >&2
@@ -489,6 +495,16 @@ run_ddp() {
     add_row "gpu_p2p_bench.py$mps_label $(outcome $?)"
   while read -r line; do add_row "p2p $line$mps_label"; done \
     < <(grep -E '^ +[0-9]+ rdmaflow ' "$out/p2p.log" 2>/dev/null || true)
+  # Under torch's expandable segments (memory CUDA IPC cannot export):
+  # the sends carry their bytes inline (device_p2p_inline), not a handle.
+  echo "== gpu_p2p_bench.py under expandable_segments$mps_label"
+  local p2p_status=0
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 \
+    run_limited 60 python3 tools/gpu_p2p_bench.py --device cuda --sizes 64K,4M --iters 10 \
+    --warmup 2 --backends rdmaflow --json "$out/p2p_expandable.json" 2>&1 |
+    tee "$out/p2p_expandable.log" || p2p_status=$?
+  add_row "$(printf '%-36s %-7s %s' "p2p, expandable segments$mps_label" "$(outcome "$p2p_status")" \
+    "$(grep -o -E 'device_p2p_(ipc|inline) [0-9]+' "$out/p2p_expandable.log" 2>/dev/null | tr '\n' ' ')")"
   # The ResNet's parameters on both backends, to the bit: cuDNN's
   # deterministic algorithms (its default ones are not).
   echo "== gpu_ddp_bench.py --deterministic (ResNet-18-like)$mps_label"
