@@ -186,6 +186,8 @@ absl::StatusOr<std::unique_ptr<Rank>> Join(
     device::FakeDeviceOptions fake;
     fake.operation_delay = kOperationDelay;
     fake.ipc_export_limit_bytes = kIpcExportLimit;
+    // Those allocations come in pieces too, as expandable segments do.
+    fake.query_piece_bytes = kIpcExportLimit;
     ASSIGN_OR_RETURN(device, TensorDevice::Fake(fake));
   }
   ASSIGN_OR_RETURN(rank->pg, ProcessGroupRdmaflow::Create(rank->store->store(), rank->rank,

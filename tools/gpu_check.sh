@@ -500,7 +500,7 @@ run_ddp() {
   echo "== gpu_p2p_bench.py under expandable_segments$mps_label"
   local p2p_status=0
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 \
-    run_limited 60 python3 tools/gpu_p2p_bench.py --device cuda --sizes 64K,4M --iters 10 \
+    run_limited 60 python3 tools/gpu_p2p_bench.py --device cuda --sizes 64K,4M,64M --iters 10 \
     --warmup 2 --backends rdmaflow --json "$out/p2p_expandable.json" 2>&1 |
     tee "$out/p2p_expandable.log" || p2p_status=$?
   add_row "$(printf '%-36s %-7s %s' "p2p, expandable segments$mps_label" "$(outcome "$p2p_status")" \

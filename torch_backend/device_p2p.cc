@@ -65,16 +65,21 @@ absl::StatusOr<DeviceP2p::Outgoing> DeviceP2p::Describe(int peer, const void* da
   if (bytes > 0) {
     absl::StatusOr<device::PointerInfo> info = device_.runtime().Query(data);
     if (!info.ok()) return info.status();
+    if (info->kind != device::MemoryKind::kDevice) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a device tensor's send: its memory is not memory of ", device_.runtime().name()));
+    }
     const auto* at = static_cast<const std::byte*>(data);
     const auto* base = static_cast<const std::byte*>(info->base);
-    if (info->kind != device::MemoryKind::kDevice || at < base ||
-        static_cast<size_t>(at - base) > info->size ||
-        bytes > info->size - static_cast<size_t>(at - base)) {
-      return absl::InvalidArgumentError(
-          "a device tensor's send: its memory does not lie within one device allocation");
+    if (at >= base && static_cast<size_t>(at - base) <= info->size &&
+        bytes <= info->size - static_cast<size_t>(at - base)) {
+      header.offset = static_cast<uint64_t>(at - base);
+      handle = device_.runtime().ExportIpc(info->base);
+    } else {
+      // Beyond the piece CUDA reports: memory mapped a piece at a time
+      // (torch's expandable segments), which does not export either.
+      handle = absl::FailedPreconditionError("a tensor across pieces of mapped memory");
     }
-    header.offset = static_cast<uint64_t>(at - base);
-    handle = device_.runtime().ExportIpc(info->base);
   }
   Outgoing out;
   header.sequence = next_sequence_[peer]++;

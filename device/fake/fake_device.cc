@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -166,6 +167,12 @@ absl::StatusOr<PointerInfo> FakeDevice::Query(const void* ptr) {
   info.device = options_.device;
   info.base = it->first;
   info.size = it->second.size;
+  if (const size_t piece = options_.query_piece_bytes; piece > 0) {
+    const size_t offset = static_cast<size_t>(static_cast<const std::byte*>(ptr) - it->first);
+    const size_t start = offset - offset % piece;
+    info.base = it->first + start;
+    info.size = std::min(piece, it->second.size - start);
+  }
   return info;
 }
 

@@ -54,6 +54,12 @@ struct FakeDeviceOptions {
   // virtual memory, which takes another kind of handle) refuses
   // cudaIpcGetMemHandle. 0: none refuses.
   size_t ipc_export_limit_bytes = 0;
+  // Query reports the piece of this many bytes (counted from the
+  // allocation's base) that holds the pointer, not the whole allocation:
+  // CUDA's address range of memory mapped a piece at a time, as torch's
+  // expandable segments map theirs (2 and 20 MiB), is the piece's. Copies
+  // still span pieces. 0: the whole allocation.
+  size_t query_piece_bytes = 0;
 };
 
 class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {

@@ -147,6 +147,36 @@ TEST(FakeDeviceTest, CapacityAndBounds) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// Memory mapped a piece at a time (as torch's expandable segments map
+// theirs): Query reports the piece that holds the pointer, the last one
+// short; a copy still spans pieces.
+TEST(FakeDeviceTest, QueryReportsThePieceThatHoldsAPointer) {
+  FakeDeviceOptions options;
+  options.query_piece_bytes = 4096;
+  std::unique_ptr<FakeDevice> device = MakeDevice(options);
+  constexpr size_t kBytes = 3 * 4096 + 100;
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(kBytes));
+  auto* data = static_cast<std::byte*>(memory.data());
+  ASSERT_OK_AND_ASSIGN(PointerInfo first, device->Query(data + 10));
+  EXPECT_EQ(first.base, data);
+  EXPECT_EQ(first.size, 4096u);
+  ASSERT_OK_AND_ASSIGN(PointerInfo second, device->Query(data + 4096));
+  EXPECT_EQ(second.base, data + 4096);
+  EXPECT_EQ(second.size, 4096u);
+  ASSERT_OK_AND_ASSIGN(PointerInfo last, device->Query(data + kBytes - 1));
+  EXPECT_EQ(last.base, data + 3 * 4096);
+  EXPECT_EQ(last.size, 100u);
+  // Only the allocation's base exports.
+  EXPECT_THAT(device->ExportIpc(second.base), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, device->CreateStream());
+  std::vector<char> host(kBytes, 7);
+  ASSERT_OK(stream->Copy(data, host.data(), kBytes));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> copied, device->CreateEvent());
+  ASSERT_OK(stream->Record(*copied));
+  ASSERT_OK(copied->WaitUntil(absl::Now() + absl::Seconds(10), "a copy across pieces"));
+  EXPECT_EQ(std::count(data, data + kBytes, std::byte{7}), static_cast<long>(kBytes));
+}
+
 // A handle as another process would export it, forged field by field.
 TEST(FakeDeviceTest, ForgedHandlesAreRefusedByName) {
   std::unique_ptr<FakeDevice> device = MakeDevice();
