@@ -137,11 +137,17 @@ absl::StatusOr<std::shared_ptr<DeviceStage>> ProcessGroupRdmaflow::NewStage(
         return absl::InvalidArgumentError(
             "a CUDA tensor, but RDMAFLOW_DEVICE=none: this group moves CPU tensors only");
       }
+      // (Making it selects its device on this thread: the caller's comes
+      // back.)
+      DeviceScope scope(tensor.device().index());
       ASSIGN_OR_RETURN(device_, TensorDevice::Cuda(tensor.device().index()));
       break;
     }
   }
-  if (device_ != nullptr) device_->Reap();
+  if (device_ != nullptr) {
+    DeviceScope scope(device_.get());
+    device_->Reap();
+  }
   return std::make_shared<DeviceStage>(device_.get());
 }
 
@@ -1101,7 +1107,10 @@ absl::Status ProcessGroupRdmaflow::MoveToRegistered(const at::Tensor& tensor) {
   std::shared_ptr<DeviceStage> stage;
   RETURN_IF_ERROR(StageCall(stage, {{&moved, Direction::kOnDevice}}));
   const bool on_device = stage->on_device();
-  if (on_device) RETURN_IF_ERROR(stage->MarkCaller());
+  if (on_device) {
+    DeviceScope scope(stage->device());
+    RETURN_IF_ERROR(stage->MarkCaller());
+  }
   // Who moves: the engine between operations (1), or nobody because the
   // caller gave up waiting first (2).
   struct Move {

@@ -116,14 +116,17 @@ absl::StatusOr<std::unique_ptr<TensorDevice>> TensorDevice::Fake(
   return device;
 }
 
-DeviceScope::DeviceScope(TensorDevice* device) {
-  if (device == nullptr || device->fake()) return;
+DeviceScope::DeviceScope(TensorDevice* device)
+    : DeviceScope(device == nullptr || device->fake() ? -1 : device->index()) {}
+
+DeviceScope::DeviceScope(int cuda_index) {
+  if (cuda_index < 0) return;
   const int current = TensorDevice::CurrentCudaDevice();
-  if (current < 0 || current == device->index()) return;
+  if (current < 0 || current == cuda_index) return;
   try {
     const c10::DeviceType cuda = c10::DeviceType::CUDA;
     c10::impl::getDeviceGuardImpl(cuda)->setDevice(
-        c10::Device(cuda, static_cast<c10::DeviceIndex>(device->index())));
+        c10::Device(cuda, static_cast<c10::DeviceIndex>(cuda_index)));
     restore_ = current;
   } catch (const std::exception&) {
     // Our own calls select the device anyway; nothing to restore.
@@ -132,12 +135,11 @@ DeviceScope::DeviceScope(TensorDevice* device) {
 
 DeviceScope::~DeviceScope() {
   if (restore_ < 0) return;
-  try {
-    const c10::DeviceType cuda = c10::DeviceType::CUDA;
-    c10::impl::getDeviceGuardImpl(cuda)->setDevice(
-        c10::Device(cuda, static_cast<c10::DeviceIndex>(restore_)));
-  } catch (const std::exception&) {
-  }
+  // What torch's own guards do on leaving: a device without a CUDA context
+  // becomes current only once torch next uses it.
+  const c10::DeviceType cuda = c10::DeviceType::CUDA;
+  c10::impl::getDeviceGuardImpl(cuda)->uncheckedSetDevice(
+      c10::Device(cuda, static_cast<c10::DeviceIndex>(restore_)));
 }
 
 int TensorDevice::CurrentCudaDevice() {

@@ -110,10 +110,14 @@ class TensorDevice {
 // While it lives, torch's current CUDA device on this thread is `device`'s
 // (null, or the fake device: nothing changes), and then what it was: the
 // CUDA runtime calls on the caller's thread select the group's device, and
-// the caller's own current device must come back.
+// the caller's own current device must come back (as torch's guards bring
+// it back: lazily where it has no CUDA context yet, so none is made).
 class DeviceScope {
  public:
   explicit DeviceScope(TensorDevice* device);
+  // The same for cuda:`cuda_index` (a CUDA tensor's device, before the
+  // group has made its own).
+  explicit DeviceScope(int cuda_index);
   ~DeviceScope();
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
