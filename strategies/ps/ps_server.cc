@@ -10,6 +10,7 @@
 #include "ATen/ops/add.h"
 #include "ATen/ops/cat.h"
 #include "ATen/ops/zeros.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -124,6 +125,12 @@ absl::Status PsStrategy::SendReplies() {
 absl::Status PsStrategy::TakeGradient(int worker, int slice, bool& completed) {
   ASSIGN_OR_RETURN(runtime::ReceivedTensor tensor,
                    communicator_->Recv(grad_ids_[worker][slice]));
+  // However this ends, torch's kernels that read the slot are done before
+  // it goes back to the worker with `tensor` (declared after it: runs
+  // first); the success path waits below and reports a failed wait.
+  absl::Cleanup reads_done = [this] {
+    SyncDevice("the reads of a pushed gradient that failed").IgnoreError();
+  };
   const Slice& range = slices_[index_][slice];
   const size_t expected = PushElements()[index_][slice] * sizeof(float);
   if (tensor.bytes() != expected) {
@@ -178,6 +185,7 @@ absl::Status PsStrategy::TakeGradient(int worker, int slice, bool& completed) {
   }
   // The slot goes back to the worker when `tensor` goes: torch's kernels
   // that read it first.
+  std::move(reads_done).Cancel();
   RETURN_IF_ERROR(SyncDevice("the reads of a pushed gradient"));
   // The worker's step is complete once every slice of it is in.
   completed = std::all_of(taken_.begin(), taken_.end(), [&](const std::vector<int64_t>& row) {
