@@ -3,7 +3,9 @@
 #include <string>
 #include <cstdlib>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "rdma/torch/run_scope.h"
 
@@ -13,6 +15,19 @@ namespace {
 const char* Variable(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+// Whether torch's allocator settings (PYTORCH_CUDA_ALLOC_CONF's syntax:
+// key:value pairs, comma-separated) pick the cudaMallocAsync backend.
+bool PicksCudaMallocAsync(absl::string_view conf) {
+  for (absl::string_view setting : absl::StrSplit(conf, ',')) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(setting, ':');
+    if (absl::StripAsciiWhitespace(kv.first) == "backend" &&
+        absl::StripAsciiWhitespace(kv.second) == "cudaMallocAsync") {
+      return true;
+    }
+  }
+  return false;
 }
 
 // A size in units of 2^`shift` bytes (KiB: 10, MiB: 20), from `least` to
@@ -121,6 +136,11 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
           "or fake (tests without a GPU)"));
     }
     options.device = kind;
+  }
+  for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
+    if (const char* conf = Variable(name); conf != nullptr && PicksCudaMallocAsync(conf)) {
+      options.torch_cuda_malloc_async = true;
+    }
   }
   absl::StatusOr<rdma::torch::RunScope> scope = rdma::torch::RunScope::FromEnvironment();
   if (!scope.ok()) return scope.status();

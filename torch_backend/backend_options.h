@@ -52,6 +52,9 @@
 //                              CPU tensors only (no CUDA context); fake:
 //                              the fake device's tensors (tests without a
 //                              GPU: torch_backend/tensor_device.h)
+//   PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF: torch's; backend:
+//                              cudaMallocAsync there keeps CUDA tensors out
+//                              of the device pool
 //   TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT (set by torchrun), or
 //   RDMAFLOW_RUN_ID: scope the group's store keys (rdma/torch/run_scope.h)
 #ifndef RDMAFLOW_TORCH_BACKEND_BACKEND_OPTIONS_H_
@@ -111,6 +114,11 @@ struct BackendOptions {
   size_t device_bytes = size_t{64} << 20;
   // The device pool beside it (DeviceAllReduce::MoveIn); 0: none.
   size_t device_pool_bytes = size_t{64} << 20;
+  // Torch's CUDA allocator is cudaMallocAsync (PYTORCH_CUDA_ALLOC_CONF or
+  // PYTORCH_ALLOC_CONF says backend:cudaMallocAsync), whose bookkeeping of
+  // streams fails on memory it did not allocate: no CUDA tensor moves into
+  // the device pool then (DeviceAllReduce::MoveIn).
+  bool torch_cuda_malloc_async = false;
   // Sends and receives of device tensors device to device (DeviceP2p),
   // where every rank of one host has it on.
   bool device_p2p = true;

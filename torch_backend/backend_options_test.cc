@@ -23,7 +23,7 @@ class BackendOptionsTest : public ::testing::Test {
          {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB", "RDMAFLOW_DIRECT", "RDMAFLOW_INLINE_KB",
           "RDMAFLOW_DEVICE", "RDMAFLOW_CMA", "RDMAFLOW_CMA_MIN_KB", "RDMAFLOW_SHARED_TENSORS",
           "RDMAFLOW_SHARED_TENSORS_MIN_KB", "RDMAFLOW_DEVICE_MB", "RDMAFLOW_DEVICE_POOL_MB",
-          "RDMAFLOW_DEVICE_P2P"}) {
+          "RDMAFLOW_DEVICE_P2P", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
       unsetenv(name);
     }
   }
@@ -132,6 +132,31 @@ TEST_F(BackendOptionsTest, TheDeviceRegionAndPoolAre64MiBEachUnlessTold) {
   setenv("RDMAFLOW_DEVICE_POOL_MB", "lots", 1);
   EXPECT_THAT(BackendOptions::FromEnvironment(absl::Seconds(5)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("RDMAFLOW_DEVICE_POOL_MB")));
+}
+
+TEST_F(BackendOptionsTest, TorchsCudaMallocAsyncBackendIsSeenInEitherVariable) {
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  unsetenv("PYTORCH_ALLOC_CONF");
+  absl::StatusOr<BackendOptions> options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_FALSE(options->torch_cuda_malloc_async);
+  for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
+    for (const char* conf :
+         {"backend:cudaMallocAsync", "expandable_segments:True, backend : cudaMallocAsync"}) {
+      setenv(name, conf, 1);
+      options = BackendOptions::FromEnvironment(absl::Seconds(5));
+      ASSERT_THAT(options, IsOk());
+      EXPECT_TRUE(options->torch_cuda_malloc_async) << name << "=" << conf;
+    }
+    for (const char* conf : {"backend:native", "expandable_segments:True", "cudaMallocAsync",
+                             "backend:cudaMallocAsyncX"}) {
+      setenv(name, conf, 1);
+      options = BackendOptions::FromEnvironment(absl::Seconds(5));
+      ASSERT_THAT(options, IsOk());
+      EXPECT_FALSE(options->torch_cuda_malloc_async) << name << "=" << conf;
+    }
+    unsetenv(name);
+  }
 }
 
 TEST_F(BackendOptionsTest, DeviceTensorsAreCudaUnlessTheFakeDeviceIsAsked) {

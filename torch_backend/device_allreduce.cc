@@ -48,6 +48,7 @@ absl::StatusOr<std::unique_ptr<DeviceAllReduce>> DeviceAllReduce::Create(
   ASSIGN_OR_RETURN(self->group_, collectives::AllReduceGroup::Create(
                                      *self->transport_, store, ns, members, group));
   self->copies_broadcasts_ = self->group_->direct();
+  self->async_allocator_ = options.torch_cuda_malloc_async && !device.fake();
   self->staging_bytes_ = options.device_bytes;
   if (options.device_pool_bytes > 0) {
     const c10::Device where = device.fake() ? c10::Device(c10::DeviceType::CPU)
@@ -194,6 +195,14 @@ absl::Status DeviceAllReduce::MoveIn(const at::Tensor& tensor, absl::Time deadli
   if (pool_ == nullptr) {
     return absl::FailedPreconditionError(
         "the group has no device pool (RDMAFLOW_DEVICE_POOL_MB=0)");
+  }
+  if (async_allocator_) {
+    // Torch's futures record the pool's memory on their streams, which
+    // cudaMallocAsync's allocator refuses for memory it did not allocate.
+    return absl::FailedPreconditionError(
+        "torch's CUDA allocator is cudaMallocAsync (backend:cudaMallocAsync in "
+        "PYTORCH_CUDA_ALLOC_CONF), which cannot track the device pool's memory on its "
+        "streams: the buffer stays where it is and is all-reduced through the device region");
   }
   if (pool_->Holds(tensor)) return absl::OkStatus();
   absl::StatusOr<bool> ours = device_.Holds(tensor);

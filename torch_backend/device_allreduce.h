@@ -135,6 +135,8 @@ class DeviceAllReduce {
 
   std::unique_ptr<collectives::AllReduceGroup> group_;
   bool copies_broadcasts_ = false;
+  // Torch's CUDA allocator is cudaMallocAsync: MoveIn refuses.
+  bool async_allocator_ = false;
   // The region's first staging_bytes_ take copies of tensors; the pool is
   // the rest.
   size_t staging_bytes_ = 0;
