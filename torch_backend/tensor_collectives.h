@@ -40,7 +40,7 @@ absl::Status DeviceAllReduceTensor(Engine& engine, at::Tensor& tensor,
 // on the device through DeviceAllReduce, once the caller's stream has
 // reached the call. The all-gather is a sum of the output with every other
 // rank's part filled with -0.0 (x + -0.0 is x, bit for bit, for every x
-// but a signalling NaN, which comes out quiet); the reduce-scatter an
+// but a NaN, which a GPU makes its canonical NaN); the reduce-scatter an
 // all-reduce of which this rank keeps its part, divided by the ranks for
 // an average. Types and operators DeviceAllReduce::Takes. A failure before
 // the collective gives the device all-reduce up (DeviceAllReduce::Abandon),

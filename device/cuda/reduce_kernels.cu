@@ -31,7 +31,9 @@ __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
 
 // One element per thread per pass, over a grid-stride loop. The sources
 // are read in order and the comparison for max is the host's
-// (v > acc ? v : acc), so both devices agree bit for bit.
+// (v > acc ? v : acc), so both devices agree bit for bit on every value
+// but a NaN: the GPU's arithmetic gives its one canonical NaN, the CPU's
+// keeps a NaN's sign and payload.
 template <typename T, bool kSum>
 __global__ void ReduceKernel(T* dst, Sources srcs, int sources, size_t count) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
