@@ -142,10 +142,27 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
       options.torch_cuda_malloc_async = true;
     }
   }
+  if (const char* local = Variable("LOCAL_RANK")) {
+    int parsed = -1;
+    // Not ours to refuse: a value that is no rank gives no warning.
+    if (absl::SimpleAtoi(local, &parsed) && parsed >= 0) options.local_rank = parsed;
+  }
   absl::StatusOr<rdma::torch::RunScope> scope = rdma::torch::RunScope::FromEnvironment();
   if (!scope.ok()) return scope.status();
   options.store_scope = scope->prefix();
   return options;
+}
+
+std::string DeviceChoiceWarning(const BackendOptions& options, int current, int count) {
+  if (current < 0 || count < 2 || options.local_rank < 0 || options.local_rank >= count ||
+      options.local_rank == current) {
+    return "";
+  }
+  return absl::StrCat("this rank's process group takes cuda:", current,
+                      ", torch's current device, for its CUDA tensors, but LOCAL_RANK is ",
+                      options.local_rank, ": call torch.cuda.set_device(", options.local_rank,
+                      ") before init_process_group, or its tensors on cuda:",
+                      options.local_rank, " will be refused");
 }
 
 }  // namespace rdmaflow::torch_backend

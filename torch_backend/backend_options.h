@@ -55,6 +55,8 @@
 //   PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF: torch's; backend:
 //                              cudaMallocAsync there keeps CUDA tensors out
 //                              of the device pool
+//   LOCAL_RANK (set by torchrun): warned of where the current CUDA
+//                              device at creation is not that one
 //   TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT (set by torchrun), or
 //   RDMAFLOW_RUN_ID: scope the group's store keys (rdma/torch/run_scope.h)
 #ifndef RDMAFLOW_TORCH_BACKEND_BACKEND_OPTIONS_H_
@@ -122,6 +124,8 @@ struct BackendOptions {
   // Sends and receives of device tensors device to device (DeviceP2p),
   // where every rank of one host has it on.
   bool device_p2p = true;
+  // LOCAL_RANK as torchrun sets it (-1: unset), for the warning below.
+  int local_rank = -1;
   // Prefix of the group's keys in its store: keeps the keys of an earlier
   // run, or of an attempt before an elastic restart, out of sight.
   std::string store_scope = "run/none/attempt/0";
@@ -130,6 +134,13 @@ struct BackendOptions {
   // naming a malformed variable.
   static absl::StatusOr<BackendOptions> FromEnvironment(absl::Duration timeout);
 };
+
+// What to tell a rank that is about to take CUDA device `current` of
+// `count` while torchrun's LOCAL_RANK names another device that exists (a
+// script that calls torch.cuda.set_device after init_process_group: the
+// group would take cuda:`current` and refuse the rank's tensors); empty
+// where nothing is amiss (one device, LOCAL_RANK unset, or its device).
+std::string DeviceChoiceWarning(const BackendOptions& options, int current, int count);
 
 }  // namespace rdmaflow::torch_backend
 

@@ -23,7 +23,8 @@ class BackendOptionsTest : public ::testing::Test {
          {"RDMAFLOW_WAIT", "RDMAFLOW_STAGING_MB", "RDMAFLOW_DIRECT", "RDMAFLOW_INLINE_KB",
           "RDMAFLOW_DEVICE", "RDMAFLOW_CMA", "RDMAFLOW_CMA_MIN_KB", "RDMAFLOW_SHARED_TENSORS",
           "RDMAFLOW_SHARED_TENSORS_MIN_KB", "RDMAFLOW_DEVICE_MB", "RDMAFLOW_DEVICE_POOL_MB",
-          "RDMAFLOW_DEVICE_P2P", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
+          "RDMAFLOW_DEVICE_P2P", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
+          "LOCAL_RANK"}) {
       unsetenv(name);
     }
   }
@@ -157,6 +158,28 @@ TEST_F(BackendOptionsTest, TorchsCudaMallocAsyncBackendIsSeenInEitherVariable) {
     }
     unsetenv(name);
   }
+}
+
+TEST_F(BackendOptionsTest, ARankTakingAnotherDeviceThanItsLocalRankIsWarned) {
+  unsetenv("LOCAL_RANK");
+  absl::StatusOr<BackendOptions> options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->local_rank, -1);
+  EXPECT_EQ(DeviceChoiceWarning(*options, 0, 8), "");
+  setenv("LOCAL_RANK", "3", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->local_rank, 3);
+  EXPECT_THAT(DeviceChoiceWarning(*options, 0, 8),
+              AllOf(HasSubstr("cuda:0"), HasSubstr("torch.cuda.set_device(3)")));
+  EXPECT_EQ(DeviceChoiceWarning(*options, 3, 8), "");   // its own device
+  EXPECT_EQ(DeviceChoiceWarning(*options, 0, 1), "");   // ranks sharing one GPU
+  EXPECT_EQ(DeviceChoiceWarning(*options, 0, 2), "");   // more ranks than GPUs
+  EXPECT_EQ(DeviceChoiceWarning(*options, -1, 8), "");  // no CUDA
+  setenv("LOCAL_RANK", "three", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->local_rank, -1);
 }
 
 TEST_F(BackendOptionsTest, DeviceTensorsAreCudaUnlessTheFakeDeviceIsAsked) {

@@ -86,6 +86,11 @@ absl::StatusOr<c10::intrusive_ptr<ProcessGroupRdmaflow>> ProcessGroupRdmaflow::C
   } else if (const int index = TensorDevice::CurrentCudaDevice(); index >= 0) {
     // Torch has CUDA and a device: the group takes the current one now, so
     // that every rank sets up the device all-reduce at creation.
+    if (const std::string warning =
+            DeviceChoiceWarning(options, index, TensorDevice::CudaDeviceCount());
+        !warning.empty()) {
+      std::fprintf(stderr, "rdmaflow rank %d: %s\n", rank, warning.c_str());
+    }
     absl::StatusOr<std::unique_ptr<TensorDevice>> cuda = TensorDevice::Cuda(index);
     if (cuda.ok()) {
       device = *std::move(cuda);

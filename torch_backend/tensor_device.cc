@@ -154,6 +154,16 @@ int TensorDevice::CurrentCudaDevice() {
   }
 }
 
+int TensorDevice::CudaDeviceCount() {
+  try {
+    const c10::DeviceType cuda = c10::DeviceType::CUDA;
+    if (!c10::impl::hasDeviceGuardImpl(cuda)) return 0;
+    return std::max<int>(0, c10::impl::getDeviceGuardImpl(cuda)->deviceCount());
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 absl::StatusOr<bool> TensorDevice::Holds(const at::Tensor& tensor) {
   if (tensor.is_cuda()) {
     if (fake_ || tensor.device().index() != index_) {

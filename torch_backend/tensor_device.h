@@ -44,6 +44,8 @@ class TensorDevice {
   // Torch's current CUDA device in this process, or -1 when torch has no
   // CUDA loaded (libtorch_cpu alone) or sees no device.
   static int CurrentCudaDevice();
+  // How many CUDA devices torch sees (0 without CUDA).
+  static int CudaDeviceCount();
   ~TensorDevice();
 
   bool fake() const { return fake_; }
