@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rdma/builtin_transports.h"
+#include "rdma/rendezvous.h"
 #include "torch_backend/tensor_types.h"
 
 namespace rdmaflow::torch_backend {
@@ -33,6 +34,9 @@ absl::StatusOr<std::unique_ptr<DeviceAllReduce>> DeviceAllReduce::Create(
                                      transport.status().message()));
   }
   self->transport_ = *std::move(transport);
+  self->store_ = &store;
+  self->ns_ = ns;
+  self->size_ = size;
   collectives::AllReduceGroupOptions group;
   group.ring.name = "c10d-device";
   // The staging part first, the pool after it (both 1 MiB multiples).
@@ -261,7 +265,14 @@ absl::Status DeviceAllReduce::MoveIn(const at::Tensor& tensor, absl::Time deadli
 }
 
 absl::Status DeviceAllReduce::Shutdown(absl::Duration timeout) {
-  return group_->Shutdown(timeout);
+  const absl::Time deadline = absl::Now() + timeout;
+  // No rank reads another's memory after the group's barriers; then every
+  // rank closes its mappings of the others' regions, and only once all
+  // have (the last barrier) may any free its own (the destructor).
+  RETURN_IF_ERROR(group_->Shutdown(timeout));
+  RETURN_IF_ERROR(transport_->CloseMappings(deadline));
+  return rdma::Barrier(*store_, ns_, "device/mappings-closed", size_,
+                       std::max(deadline - absl::Now(), absl::ZeroDuration()));
 }
 
 }  // namespace rdmaflow::torch_backend

@@ -119,7 +119,10 @@ class DeviceAllReduce {
   // (AllReduceGroup::Abandon); the group is unusable after.
   absl::Status Abandon(absl::Status why) { return group_->Abandon(std::move(why)); }
 
-  // Collective teardown (AllReduceGroup::Shutdown), within `timeout`.
+  // Collective teardown within `timeout`: the group's (AllReduceGroup::
+  // Shutdown), then every rank closes its mappings of the others' regions
+  // and waits for all to have, before any frees its own. `store` (of
+  // Create) must still be there.
   absl::Status Shutdown(absl::Duration timeout);
 
   const collectives::AllReduceGroup& group() const { return *group_; }
@@ -129,6 +132,10 @@ class DeviceAllReduce {
 
   TensorDevice& device_;
   std::unique_ptr<rdma::device_path::DeviceTransport> transport_;
+  // For Shutdown's last barrier: Create's store, namespace and ranks.
+  rdma::Store* store_ = nullptr;
+  std::string ns_;
+  int size_ = 0;
   // The pool's offset in the region for `bytes` at `data` lying in it, or
   // nullopt.
   std::optional<size_t> PoolOffset(const void* data, size_t bytes) const;

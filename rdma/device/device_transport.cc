@@ -695,6 +695,24 @@ absl::StatusOr<int> DeviceTransport::Progress() {
   return fired;
 }
 
+absl::Status DeviceTransport::CloseMappings(absl::Time deadline) {
+  for (const auto& queue : queues_) {
+    if (!queue->ops.empty() || (queue->link != nullptr && queue->link->copying())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "closing the peers' mappings: operations to rank ", queue->peer_rank,
+          " are still in flight"));
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> idle, TakeEvent());
+  absl::Status drained = stream_->Record(*idle);
+  if (drained.ok()) drained = idle->WaitUntil(deadline, "device copies before closing mappings");
+  ReturnEvent(std::move(idle));
+  RETURN_IF_ERROR(drained);
+  for (const auto& queue : queues_) queue->mapped.clear();
+  mappings_.clear();
+  return absl::OkStatus();
+}
+
 void DeviceTransport::Unmap(PendingQueue& queue) {
   for (const std::string& id : queue.mapped) {
     const bool shared = std::any_of(queues_.begin(), queues_.end(), [&](const auto& other) {

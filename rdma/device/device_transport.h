@@ -158,6 +158,16 @@ class DeviceTransport final : public Transport {
   // How many peers' allocations are mapped here (diagnostics, tests).
   size_t mapped_allocations() const { return mappings_.size(); }
 
+  // Closes every mapping of a peer's allocation, once this transport's
+  // copies have ended (waited for until `deadline`): for a collective
+  // teardown after the last operation, so that every peer may free what
+  // it exported once all have closed (CUDA leaves freeing memory another
+  // process still has open undefined). kFailedPrecondition, closing
+  // nothing, while an endpoint still has operations in flight; the wait's
+  // error. What MapRemote gave out is invalid after it; an endpoint used
+  // afterwards maps again.
+  absl::Status CloseMappings(absl::Time deadline);
+
  private:
   DeviceTransport(std::unique_ptr<Transport> host, device::DeviceRuntime* runtime,
                   std::string host_id, const StagingOptions& staging);

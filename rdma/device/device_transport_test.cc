@@ -570,6 +570,35 @@ TEST_F(DeviceTransportTest, MapsAPeersDeviceRegionForDeviceWork) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an endpoint")));
 }
 
+// A teardown closes every mapping of the peers' allocations while the
+// endpoints live, refused while a copy is queued; a post afterwards maps
+// again.
+TEST_F(DeviceTransportTest, CloseMappingsClosesThemAllOnceNoCopyIsQueued) {
+  device::FakeDeviceOptions slow;
+  slow.operation_delay = absl::Milliseconds(50);
+  Restart(slow);
+  ASSERT_OK(Ask("fill 5").status());
+  ASSERT_OK_AND_ASSIGN(MemoryRegion back, transport_->Allocate(4096));
+  std::optional<absl::Status> read;
+  ASSERT_OK(endpoint_->PostRead({&back, 0, 4096}, {&peer_device_, 0, 4096},
+                                [&](absl::Status status) { read = status; }));
+  EXPECT_EQ(transport_->mapped_allocations(), 1u);
+  EXPECT_THAT(transport_->CloseMappings(absl::Now() + kTimeout),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("rank 1")));
+  EXPECT_EQ(transport_->mapped_allocations(), 1u);
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return read.has_value(); }, absl::Now() + kTimeout, "the read"));
+  ASSERT_OK(*read);
+  ASSERT_OK(transport_->CloseMappings(absl::Now() + kTimeout));
+  EXPECT_EQ(transport_->mapped_allocations(), 0u);
+  // The endpoint maps again for its next post.
+  ASSERT_OK(Read(*transport_, *endpoint_, {&back, 0, 4096}, {&peer_device_, 0, 4096},
+                 absl::Now() + kTimeout));
+  EXPECT_EQ(transport_->mapped_allocations(), 1u);
+  std::string seen(reinterpret_cast<const char*>(back.data()), 4096);
+  EXPECT_TRUE(seen == Expected(4096, 5, 0));
+}
+
 // Closing, or destroying, an endpoint with a copy in flight: the copy's
 // completion fires from Progress once the copy has ended, as kCancelled,
 // and later posts are refused.
