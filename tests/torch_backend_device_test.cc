@@ -976,6 +976,16 @@ absl::Status DeviceFault() {
   return r->Expect(again, sum, "the all-reduce after the fault");
 }
 
+// The collective teardown: every step of it passes on every rank (the
+// device all-reduce's included: every rank closes its mappings of the
+// others' regions before any frees its own).
+absl::Status ShutDown(Rank& r) {
+  RETURN_IF_ERROR(Wait(r.pg->barrier()));
+  r.pg->shutdown();
+  const int64_t failures = r.pg->stats().teardown_failures;
+  return Check(failures == 0, absl::StrCat(failures, " teardown steps failed"));
+}
+
 absl::Status RunRank(const std::string& which) {
   if (which == "device_fault") return DeviceFault();
   ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, Join());
@@ -987,11 +997,11 @@ absl::Status RunRank(const std::string& which) {
     RETURN_IF_ERROR(Refusals(*r));
     RETURN_IF_ERROR(DevicePool(*r));
     RETURN_IF_ERROR(Counted(*r));
-    return Wait(r->pg->barrier());
+    return ShutDown(*r);
   }
   if (which == "point_to_point") {
     RETURN_IF_ERROR(PointToPoint(*r));
-    return Wait(r->pg->barrier());
+    return ShutDown(*r);
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown case ", which));
 }

@@ -72,6 +72,11 @@ BENCHES=(
 NOT_PACKED='/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so|/torch/lib/|/(libcupti|libcudart|libnvrtc|libnccl|libstdc\+\+|libgcc_s)\.so'
 
 pack() {
+  # What is packed, said before the build reads the checkout: the commit,
+  # and whether the files it is built from differed from it.
+  local dirty="" stamp
+  [ -z "$(git status --porcelain -- "${PACKED_FROM[@]}")" ] || dirty=" with uncommitted changes"
+  stamp="$(git rev-parse --short HEAD)$dirty, $(date -u '+%Y-%m-%d %H:%M UTC')"
   # Our own libraries linked in: only system ones are packed beside.
   bazel build -c opt --dynamic_mode=off "${TESTS[@]}" "${BENCHES[@]}"
   rm -rf .gpu
@@ -110,12 +115,7 @@ pack() {
   # compiled there may need it).
   mkdir -p .gpu/lib-cxx
   cp -L "$(g++ -print-file-name=libstdc++.so.6)" "$(g++ -print-file-name=libgcc_s.so.1)" .gpu/lib-cxx/
-  # What was packed: the commit, and whether the checkout differed from it.
-  local dirty=""
-  [ -z "$(git status --porcelain --untracked-files=no -- "${PACKED_FROM[@]}" 2>/dev/null)" ] ||
-    dirty=" with uncommitted changes"
-  printf '%s%s, %s\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$dirty" \
-    "$(date -u '+%Y-%m-%d %H:%M UTC')" >.gpu/PACKED
+  echo "$stamp" >.gpu/PACKED
   du -sh .gpu | awk '{ print "packed .gpu: " $1 }'
   echo "packed from $(cat .gpu/PACKED)"
   ls .gpu/bin
@@ -501,7 +501,7 @@ run_ddp() {
   local p2p_status=0
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH="$out/module" PYTHONUNBUFFERED=1 \
     run_limited 60 python3 tools/gpu_p2p_bench.py --device cuda --sizes 64K,4M,64M --iters 10 \
-    --warmup 2 --backends rdmaflow --json "$out/p2p_expandable.json" 2>&1 |
+    --warmup 2 --backends rdmaflow --expect_inline --json "$out/p2p_expandable.json" 2>&1 |
     tee "$out/p2p_expandable.log" || p2p_status=$?
   add_row "$(printf '%-36s %-7s %s' "p2p, expandable segments$mps_label" "$(outcome "$p2p_status")" \
     "$(grep -o -E 'device_p2p_(ipc|inline) [0-9]+' "$out/p2p_expandable.log" 2>/dev/null | tr '\n' ' ')")"

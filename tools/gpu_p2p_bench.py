@@ -4,7 +4,7 @@ to device, rdmaflow through host memory, and Gloo (issue 44).
 
   gpu_p2p_bench.py [--device cuda|cpu] [--sizes 64K,1M,16M,64M] [--iters 30]
                    [--warmup 3] [--backends rdmaflow,rdmaflow_staged,gloo]
-                   [--json PATH]
+                   [--json PATH] [--expect_inline]
 
 What a pipeline-parallel job does between its stages: rank 0 sends a
 tensor to rank 1, which sends it back, `iters` times after `warmup`
@@ -132,6 +132,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--backends", default="rdmaflow,rdmaflow_staged,gloo")
     parser.add_argument("--json")
+    parser.add_argument("--expect_inline", action="store_true",
+                        help="fail unless every rdmaflow send went inline (memory CUDA IPC "
+                             "cannot export, as under expandable segments): "
+                             "device_p2p_inline > 0 and device_p2p_ipc 0")
     args = parser.parse_args()
     try:
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -196,6 +200,14 @@ def main():
                        "runs": runs}, f, indent=1)
     wrong = [r["backend"] for r in runs
              if "error" in r or not all(s.get("echo_ok", True) for s in r.get("sizes", []))]
+    if args.expect_inline:
+        for r in runs:
+            if r["backend"] == "rdmaflow" and (r.get("device_p2p_ipc", 0) != 0 or
+                                               r.get("device_p2p_inline", 0) == 0):
+                print(f"rdmaflow: expected every send inline, got device_p2p_ipc "
+                      f"{r.get('device_p2p_ipc')}, device_p2p_inline "
+                      f"{r.get('device_p2p_inline')}", file=sys.stderr)
+                wrong.append("rdmaflow (inline)")
     return 1 if wrong else 0
 
 

@@ -137,11 +137,11 @@ absl::StatusOr<BackendOptions> BackendOptions::FromEnvironment(absl::Duration ti
     }
     options.device = kind;
   }
-  for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
-    if (const char* conf = Variable(name); conf != nullptr && PicksCudaMallocAsync(conf)) {
-      options.torch_cuda_malloc_async = true;
-    }
-  }
+  // Torch reads PYTORCH_ALLOC_CONF only where PYTORCH_CUDA_ALLOC_CONF is
+  // not set.
+  const char* conf = Variable("PYTORCH_CUDA_ALLOC_CONF");
+  if (conf == nullptr) conf = Variable("PYTORCH_ALLOC_CONF");
+  options.torch_cuda_malloc_async = conf != nullptr && PicksCudaMallocAsync(conf);
   if (const char* local = Variable("LOCAL_RANK")) {
     int parsed = -1;
     // Not ours to refuse: a value that is no rank gives no warning.

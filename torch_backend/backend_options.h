@@ -116,8 +116,9 @@ struct BackendOptions {
   size_t device_bytes = size_t{64} << 20;
   // The device pool beside it (DeviceAllReduce::MoveIn); 0: none.
   size_t device_pool_bytes = size_t{64} << 20;
-  // Torch's CUDA allocator is cudaMallocAsync (PYTORCH_CUDA_ALLOC_CONF or
-  // PYTORCH_ALLOC_CONF says backend:cudaMallocAsync), whose bookkeeping of
+  // Torch's CUDA allocator is cudaMallocAsync (PYTORCH_CUDA_ALLOC_CONF, or
+  // PYTORCH_ALLOC_CONF where that is unset, as torch reads them, says
+  // backend:cudaMallocAsync), whose bookkeeping of
   // streams fails on memory it did not allocate: no CUDA tensor moves into
   // the device pool then (DeviceAllReduce::MoveIn).
   bool torch_cuda_malloc_async = false;

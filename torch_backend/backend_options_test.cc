@@ -158,6 +158,12 @@ TEST_F(BackendOptionsTest, TorchsCudaMallocAsyncBackendIsSeenInEitherVariable) {
     }
     unsetenv(name);
   }
+  // As torch reads them: PYTORCH_ALLOC_CONF only where the other is unset.
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", 1);
+  setenv("PYTORCH_ALLOC_CONF", "backend:cudaMallocAsync", 1);
+  options = BackendOptions::FromEnvironment(absl::Seconds(5));
+  ASSERT_THAT(options, IsOk());
+  EXPECT_FALSE(options->torch_cuda_malloc_async);
 }
 
 TEST_F(BackendOptionsTest, ARankTakingAnotherDeviceThanItsLocalRankIsWarned) {

@@ -39,6 +39,8 @@ struct BackendStats {
   int64_t moved_bytes = 0;           // their bytes
   int64_t moves_refused = 0;         // by RegisterRepeated (pool full, ...)
   int64_t inline_calls = 0;          // collectives run on the caller's thread
+  int64_t teardown_failures = 0;     // collective teardown steps that failed
+                                     // (shutdown; their memory kept, stderr)
   int64_t messages_sent = 0;         // by the Messenger
   int64_t message_bytes_staged = 0;  // payload the Messenger copied
   // What the group's links cost (onesided/links): endpoints connected to

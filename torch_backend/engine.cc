@@ -446,8 +446,14 @@ void Engine::TearDown() {
     if (absl::Status s =
             device_allreduce_->Shutdown(std::min(absl::Seconds(10), options_.timeout));
         !s.ok()) {
-      std::fprintf(stderr, "rdmaflow rank %d: shutdown of the device all-reduce: %s\n", rank_,
-                   std::string(s.message()).c_str());
+      // A peer may still have this rank's region open (or be reading it):
+      // it stays allocated.
+      Count([](BackendStats& stats) { ++stats.teardown_failures; });
+      std::fprintf(stderr,
+                   "rdmaflow rank %d: shutdown of the device all-reduce: %s; its device "
+                   "memory stays allocated\n",
+                   rank_, std::string(s.message()).c_str());
+      device_allreduce_.release();
     }
   }
   if (device_allreduce_ != nullptr && device_allreduce_->pool_used() > 0) {
@@ -466,6 +472,7 @@ void Engine::TearDown() {
     // must be over before it is freed.
     if (absl::Status s = ring_->Shutdown(std::min(absl::Seconds(10), options_.timeout));
         !s.ok()) {
+      Count([](BackendStats& stats) { ++stats.teardown_failures; });
       std::fprintf(stderr, "rdmaflow rank %d: shutdown: %s\n", rank_,
                    std::string(s.message()).c_str());
     }
@@ -495,7 +502,7 @@ void Engine::TearDown() {
   transport_.reset();
 }
 
-Engine::~Engine() {
+void Engine::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -503,6 +510,10 @@ Engine::~Engine() {
     wake_.Signal();
   }
   if (thread_.joinable()) thread_.join();
+}
+
+Engine::~Engine() {
+  Stop();
   --live_engines;
 }
 

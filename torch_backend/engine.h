@@ -82,7 +82,9 @@ class Engine {
   // or their timeout), point-to-point operations still pending are
   // cancelled, then everything is torn down. Returns within the group's
   // timeout plus the ring's shutdown bound (the timeout, at most 10 s),
-  // even with peers that never answer.
+  // even with peers that never answer. Stop() does so before the engine
+  // goes, so that its counters say how the teardown went; idempotent.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   ~Engine();
 
   // Thread-safe.

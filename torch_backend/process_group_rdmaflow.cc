@@ -1195,8 +1195,9 @@ BackendStats ProcessGroupRdmaflow::stats() const {
 void ProcessGroupRdmaflow::shutdown() {
   if (engine_ == nullptr) return;
   std::unique_ptr<Engine> engine = std::move(engine_);
-  final_stats_ = engine->stats();
-  engine.reset();  // bounded (Engine::~Engine)
+  engine->Stop();  // bounded (Engine::~Engine)
+  final_stats_ = engine->stats();  // with the teardown's
+  engine.reset();
 }
 
 void ProcessGroupRdmaflow::abort() { shutdown(); }

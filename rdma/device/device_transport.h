@@ -164,8 +164,10 @@ class DeviceTransport final : public Transport {
   // it exported once all have closed (CUDA leaves freeing memory another
   // process still has open undefined). kFailedPrecondition, closing
   // nothing, while an endpoint still has operations in flight; the wait's
-  // error. What MapRemote gave out is invalid after it; an endpoint used
-  // afterwards maps again.
+  // error. Device work of the caller's own that reads the mappings (what
+  // MapDevice gave out: a collective's reductions on its mover's stream)
+  // must have ended first, and those pointers are invalid after it; an
+  // endpoint used afterwards maps again.
   absl::Status CloseMappings(absl::Time deadline);
 
  private:

@@ -3,7 +3,9 @@
 // SGD with momentum into the next version of the shard (of each slice of
 // it, with overlap=on), publish clocks.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "ATen/core/grad_mode.h"
@@ -129,7 +131,9 @@ absl::Status PsStrategy::TakeGradient(int worker, int slice, bool& completed) {
   // it goes back to the worker with `tensor` (declared after it: runs
   // first); the success path waits below and reports a failed wait.
   absl::Cleanup reads_done = [this] {
-    SyncDevice("the reads of a pushed gradient that failed").IgnoreError();
+    if (absl::Status s = SyncDevice("the reads of a pushed gradient that failed"); !s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    }
   };
   const Slice& range = slices_[index_][slice];
   const size_t expected = PushElements()[index_][slice] * sizeof(float);

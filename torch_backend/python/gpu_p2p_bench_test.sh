@@ -25,3 +25,11 @@ if "$RDMAFLOW_PYTHON" tools/gpu_p2p_bench.py --device cpu --sizes 3 2>"$TEST_TMP
 fi
 grep -q -- "--sizes" "$TEST_TMPDIR/err"
 echo "gpu_p2p_bench: a malformed size refused"
+# --expect_inline fails a run whose sends did not go inline (CPU tensors
+# take no device path at all).
+if "$RDMAFLOW_PYTHON" tools/gpu_p2p_bench.py --device cpu --sizes 4K --iters 1 --warmup 0 \
+  --backends rdmaflow --expect_inline >/dev/null 2>"$TEST_TMPDIR/err"; then
+  echo "--expect_inline passed sends that took no device path" >&2; exit 1
+fi
+grep -q "expected every send inline" "$TEST_TMPDIR/err"
+echo "gpu_p2p_bench: --expect_inline refuses sends that were not inline"

@@ -214,6 +214,7 @@ py::dict Stats(const py::object& handle) {
   out["moved_bytes"] = stats.moved_bytes;
   out["moves_refused"] = stats.moves_refused;
   out["inline_calls"] = stats.inline_calls;
+  out["teardown_failures"] = stats.teardown_failures;
   out["messages_sent"] = stats.messages_sent;
   out["peer_endpoints"] = stats.peer_endpoints;
   out["peer_watches"] = stats.peer_watches;
