@@ -205,8 +205,9 @@ absl::Status DeviceAllReduce::MoveIn(const at::Tensor& tensor, absl::Time deadli
     // cudaMallocAsync's allocator refuses for memory it did not allocate.
     return absl::FailedPreconditionError(
         "torch's CUDA allocator is cudaMallocAsync (backend:cudaMallocAsync in "
-        "PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF), which cannot track the device pool's memory on its "
-        "streams: the buffer stays where it is and is all-reduced through the device region");
+        "PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF), which cannot track the device "
+        "pool's memory on its streams: the buffer stays where it is and is all-reduced "
+        "through the device region");
   }
   if (pool_->Holds(tensor)) return absl::OkStatus();
   absl::StatusOr<bool> ours = device_.Holds(tensor);

@@ -1195,7 +1195,7 @@ BackendStats ProcessGroupRdmaflow::stats() const {
 void ProcessGroupRdmaflow::shutdown() {
   if (engine_ == nullptr) return;
   std::unique_ptr<Engine> engine = std::move(engine_);
-  engine->Stop();  // bounded (Engine::~Engine)
+  engine->Stop();  // bounded (Engine::Stop)
   final_stats_ = engine->stats();  // with the teardown's
   engine.reset();
 }
