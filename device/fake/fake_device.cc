@@ -1,6 +1,7 @@
 #include "device/fake/fake_device.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,7 +46,26 @@ absl::StatusOr<void*> Map(int fd, size_t size, const std::string& name) {
   return data;
 }
 
+std::atomic<int64_t> freed_while_open_count{0};
+
+// Before an exported allocation's object is unlinked: whether a process
+// that opened it through an IPC handle still has it (its share lock,
+// FakeDevice::Block::importer), said on stderr and counted if so.
+void CheckNoImporter(const std::string& name, size_t size) {
+  UniqueFd fd(shm_open(name.c_str(), O_RDWR, 0));
+  if (fd.get() < 0) return;
+  if (flock(fd.get(), LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK) return;
+  freed_while_open_count.fetch_add(1);
+  std::fprintf(stderr,
+               "fake device: freeing the %zu-byte allocation %s %s through an IPC handle "
+               "(undefined with CUDA: every importer closes its mapping, then the exporter "
+               "frees; DeviceTransport::CloseMappings and a barrier)\n",
+               size, name.c_str(), FakeDevice::kFreedWhileOpen);
+}
+
 }  // namespace
+
+int64_t FakeDevice::frees_while_open() { return freed_while_open_count.load(); }
 
 absl::StatusOr<std::unique_ptr<FakeDevice>> FakeDevice::Create(const FakeDeviceOptions& options) {
   if (options.device < 0) {
@@ -64,7 +84,10 @@ FakeDevice::~FakeDevice() {
     std::fprintf(stderr, "fake device: %zu bytes at %p outlived the runtime; released now\n",
                  block.size, static_cast<const void*>(data));
     munmap(const_cast<std::byte*>(data), block.size);
-    if (!block.shm_name.empty()) shm_unlink(block.shm_name.c_str());
+    if (!block.shm_name.empty()) {
+      CheckNoImporter(block.shm_name, block.size);
+      shm_unlink(block.shm_name.c_str());
+    }
   }
 }
 
@@ -144,7 +167,10 @@ void FakeDevice::Release(void* data, size_t size) {
   if (munmap(data, size) != 0) {
     std::fprintf(stderr, "fake device: munmap(%p, %zu): %s\n", data, size, std::strerror(errno));
   }
-  if (!block.shm_name.empty()) shm_unlink(block.shm_name.c_str());
+  if (!block.shm_name.empty()) {
+    CheckNoImporter(block.shm_name, block.size);
+    shm_unlink(block.shm_name.c_str());
+  }
 }
 
 std::map<const std::byte*, FakeDevice::Block>::const_iterator FakeDevice::Find(
@@ -293,8 +319,8 @@ absl::StatusOr<DeviceMemory> FakeDevice::OpenIpc(const IpcHandle& handle) {
         "CUDA); use the allocation itself");
   }
   if (header.size == 0) return absl::InvalidArgumentError("fake device: an IPC handle of 0 bytes");
-  const int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) {
+  UniqueFd fd(shm_open(name.c_str(), O_RDWR, 0));
+  if (fd.get() < 0) {
     const int error = errno;
     if (error == ENOENT) {
       return absl::UnavailableError(absl::StrCat(
@@ -303,17 +329,22 @@ absl::StatusOr<DeviceMemory> FakeDevice::OpenIpc(const IpcHandle& handle) {
     }
     return absl::ErrnoToStatus(error, absl::StrCat("fake device: opening IPC handle ", name));
   }
+  // Held while mapped: the exporter sees the allocation is open here.
+  if (flock(fd.get(), LOCK_SH) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("fake device: locking IPC handle ", name));
+  }
   struct stat st;
-  const bool sized = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == header.size;
+  const bool sized =
+      fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) == header.size;
   absl::StatusOr<void*> data =
-      sized ? Map(fd, header.size, name)
+      sized ? Map(fd.get(), header.size, name)
             : absl::InvalidArgumentError(absl::StrCat(
                   "fake device: IPC handle ", name, " says ", header.size,
                   " bytes, which is not the size of the allocation it names"));
-  close(fd);
   RETURN_IF_ERROR(data.status());
   absl::MutexLock lock(&mu_);
-  blocks_[static_cast<const std::byte*>(*data)] = Block{header.size, "", /*mapped=*/true};
+  blocks_[static_cast<const std::byte*>(*data)] =
+      Block{header.size, "", /*mapped=*/true, std::move(fd)};
   return DeviceMemory(this, *data, header.size);
 }
 

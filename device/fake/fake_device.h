@@ -11,7 +11,11 @@
 //     broken;
 //   - work runs later than it is enqueued (operation_delay makes it much
 //     later), so only events order it;
-//   - a fresh allocation holds garbage (every byte kFreshByte), not zeros.
+//   - a fresh allocation holds garbage (every byte kFreshByte), not zeros;
+//   - freeing an allocation another process still has open through an IPC
+//     handle is undefined: the fake says so on stderr and counts it
+//     (frees_while_open()), so that a teardown that frees before its peers
+//     have closed their mappings fails its tests here, not on a GPU.
 // A dma-buf export is the allocation's shared-memory object (mapping it
 // shows the memory, but no NIC driver takes it as a dma-buf).
 // Faults are injected by options: the Nth copy or reduction fails.
@@ -31,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/unique_fd.h"
 #include "device/device_runtime.h"
 
 namespace rdmaflow::device {
@@ -96,11 +101,22 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   void AddStream(FakeStream* stream);
   void RemoveStream(FakeStream* stream);
 
+  // How many times a fake device of this process freed an allocation of
+  // its own while another process still had it open through an IPC handle
+  // (each is also said on stderr, with kFreedWhileOpen in the line). An
+  // importer that ended no longer holds it open, as with CUDA.
+  static int64_t frees_while_open();
+  static constexpr char kFreedWhileOpen[] = "while another process still has it open";
+
  private:
   struct Block {
     size_t size = 0;
     std::string shm_name;  // allocated here: the name to export and unlink
     bool mapped = false;   // a peer's allocation, opened here
+    // A mapped block: the shared-memory object, open and share-locked
+    // (flock) while mapped, so that its exporter sees it is open (and a
+    // process that ends drops the lock with it).
+    UniqueFd importer;
   };
 
   explicit FakeDevice(const FakeDeviceOptions& options) : options_(options) {}

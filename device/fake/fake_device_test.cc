@@ -3,6 +3,7 @@
 #include "device/fake/fake_device.h"
 
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -246,6 +247,58 @@ TEST(FakeDeviceTest, AHandleRewrittenWhileOpening) {
   stop = true;
   writer.join();
   std::printf("%d of 2000 opens saw a whole handle\n", opened);
+}
+
+// Freeing an allocation an importer still has open is undefined with CUDA:
+// the fake counts it, and not once the importer has closed its mapping or
+// ended. (A handle opens here with another process's pid written in, as
+// above: the fake tells processes apart by their locks, not their pids.)
+IpcHandle AsIfFromAnotherProcess(IpcHandle handle) {
+  const int32_t other_pid = getpid() + 1;
+  std::memcpy(handle.bytes.data() + 8, &other_pid, sizeof(other_pid));
+  return handle;
+}
+
+TEST(FakeDeviceTest, FreeingWhatAnImporterHasOpenIsCounted) {
+  std::unique_ptr<FakeDevice> device = MakeDevice();
+  const int64_t before = FakeDevice::frees_while_open();
+  {
+    ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(4096));
+    ASSERT_OK_AND_ASSIGN(IpcHandle handle, device->ExportIpc(memory.data()));
+    ASSERT_OK_AND_ASSIGN(DeviceMemory mapped, device->OpenIpc(AsIfFromAnotherProcess(handle)));
+    memory = DeviceMemory();  // freed while `mapped` is open
+    EXPECT_EQ(FakeDevice::frees_while_open(), before + 1);
+  }
+  // Closed first, then freed: nothing to count.
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(IpcHandle handle, device->ExportIpc(memory.data()));
+  {
+    ASSERT_OK_AND_ASSIGN(DeviceMemory mapped, device->OpenIpc(AsIfFromAnotherProcess(handle)));
+  }
+  memory = DeviceMemory();
+  EXPECT_EQ(FakeDevice::frees_while_open(), before + 1);
+}
+
+TEST(FakeDeviceTest, AnImporterThatEndedHoldsNothingOpen) {
+  std::unique_ptr<FakeDevice> device = MakeDevice();
+  const int64_t before = FakeDevice::frees_while_open();
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(IpcHandle handle, device->ExportIpc(memory.data()));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0) << std::strerror(errno);
+  if (child == 0) {
+    // Opens the allocation and ends without closing it, as a process that
+    // dies does: exit status 0 only if the open worked.
+    absl::StatusOr<std::unique_ptr<FakeDevice>> own = FakeDevice::Create({});
+    if (!own.ok()) _exit(2);
+    absl::StatusOr<DeviceMemory> mapped = (*own)->OpenIpc(handle);
+    _exit(mapped.ok() && mapped->size() == 4096 ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  memory = DeviceMemory();
+  EXPECT_EQ(FakeDevice::frees_while_open(), before);
 }
 
 }  // namespace
