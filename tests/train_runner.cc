@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "device/fake/fake_device.h"
 #include "gtest/gtest.h"
 #include "results/json.h"
 #include "results/results.pb.h"
@@ -49,6 +50,10 @@ TrainRun Train(const std::string& name, const std::string& flags) {
   std::string json;
   const int status = RunTrain(name, flags, &json, &run.output);
   EXPECT_EQ(status, 0) << flags << "\n" << run.output;
+  // --device mirror's ranks share the fake device's memory as CUDA's IPC
+  // would: none may free what another still has open.
+  EXPECT_EQ(run.output.find(device::FakeDevice::kFreedWhileOpen), std::string::npos)
+      << flags << "\n" << run.output;
   std::ifstream in(json);
   std::stringstream text;
   text << in.rdbuf();

@@ -30,7 +30,8 @@ struct TrainRun {
 };
 
 // `name` names the run's JSON file in TEST_TMPDIR; `flags` are passed as
-// they are (--local, --model, --strategy, ...).
+// they are (--local, --model, --strategy, ...). A gtest failure also when a
+// rank freed fake device memory another still had open.
 TrainRun Train(const std::string& name, const std::string& flags);
 // A run that must fail (a gtest failure if it succeeds): what it printed.
 std::string TrainExpectingFailure(const std::string& name, const std::string& flags);

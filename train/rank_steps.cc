@@ -448,6 +448,19 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
       if (absl::SimpleAtoi(bytes, &value)) wire += value;
     }
   }
+  // The peers' device regions mapped here are closed before the exit
+  // barrier, after which each rank frees its own (the state's destruction):
+  // CUDA leaves freeing memory another process still has open undefined.
+  // Finish() ended every exchange, so nothing reads them any more.
+  if (state.device_transport != nullptr) {
+    if (absl::Status closed = state.device_transport->CloseMappings(absl::Now() + config.timeout);
+        !closed.ok()) {
+      std::fprintf(stderr,
+                   "rdmaflow_train: rank %d: closing its mappings of the peers' device "
+                   "regions: %s (they may free memory still mapped here)\n",
+                   state.rank, closed.ToString().c_str());
+    }
+  }
   // Rank 0 may host the store (torchrun without its agent, our netns
   // launches): nobody leaves before the reporter has read it, and rank 0
   // leaves last, once every other rank has had the barrier's answer (a

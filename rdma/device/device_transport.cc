@@ -41,20 +41,41 @@ constexpr int kStagedRounds = 4;
 class DeviceRegistration final : public MemoryRegion::Registration {
  public:
   DeviceRegistration(device::DeviceMemory owned, std::shared_ptr<DeviceRanges> ranges,
-                     uintptr_t base, size_t size)
-      : ranges_(std::move(ranges)), base_(base), size_(size), owned_(std::move(owned)) {
+                     std::shared_ptr<RetiredDeviceMemory> retired, uintptr_t base, size_t size)
+      : ranges_(std::move(ranges)),
+        retired_(std::move(retired)),
+        base_(base),
+        size_(size),
+        owned_(std::move(owned)) {
     ranges_->Add(base_, size_);
   }
-  ~DeviceRegistration() override { ranges_->Remove(base_, size_); }
+  // Memory of ours goes to the transport's retired memory: a peer may
+  // still have it open (DeviceTransport::retired_bytes).
+  ~DeviceRegistration() override {
+    ranges_->Remove(base_, size_);
+    if (owned_.data() != nullptr) retired_->Keep(std::move(owned_));
+  }
 
  private:
   std::shared_ptr<DeviceRanges> ranges_;
+  std::shared_ptr<RetiredDeviceMemory> retired_;
   uintptr_t base_;
   size_t size_;
   device::DeviceMemory owned_;
 };
 
 }  // namespace
+
+void RetiredDeviceMemory::Keep(device::DeviceMemory memory) {
+  absl::MutexLock lock(&mu_);
+  bytes_ += memory.size();
+  memory_.push_back(std::move(memory));
+}
+
+size_t RetiredDeviceMemory::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
 
 // One operation of an endpoint, in post order.
 struct PendingOp {
@@ -811,7 +832,8 @@ absl::StatusOr<MemoryRegion> DeviceTransport::DeviceRegion(std::byte* data, size
   RETURN_IF_ERROR(descriptor.Validate());
   return MemoryRegion(data, bytes, std::move(descriptor),
                       std::make_unique<DeviceRegistration>(
-                          std::move(owned), ranges_, reinterpret_cast<uintptr_t>(data), bytes));
+                          std::move(owned), ranges_, retired_, reinterpret_cast<uintptr_t>(data),
+                          bytes));
 }
 
 absl::StatusOr<const device::DeviceMemory*> DeviceTransport::Map(const DeviceKey& key,

@@ -50,6 +50,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "device/device_runtime.h"
 #include "rdma/device/device_key.h"
@@ -61,6 +62,20 @@
 namespace rdmaflow::rdma::device_path {
 
 struct PendingQueue;
+
+// Device memory whose region was destroyed while a peer may still have it
+// open: kept, and freed with the last owner of this object (the device
+// transport, or a region that outlives it). Thread-safe.
+class RetiredDeviceMemory {
+ public:
+  void Keep(device::DeviceMemory memory);
+  size_t bytes() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<device::DeviceMemory> memory_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 struct DeviceTransportOptions {
   // This host's identity, which tells same-host peers (IPC) from others
@@ -158,6 +173,14 @@ class DeviceTransport final : public Transport {
   // How many peers' allocations are mapped here (diagnostics, tests).
   size_t mapped_allocations() const { return mappings_.size(); }
 
+  // Device memory of AllocateDevice regions already destroyed, still
+  // allocated: a region's memory is freed when the transport goes (or with
+  // the last region that outlives it), not with the region, since a peer
+  // of this host may still have it open (CUDA leaves freeing memory another
+  // process has open undefined) until the collective teardown: every rank
+  // CloseMappings(), a barrier, then the transports go.
+  size_t retired_bytes() const { return retired_->bytes(); }
+
   // Closes every mapping of a peer's allocation, once this transport's
   // copies have ended (waited for until `deadline`): for a collective
   // teardown after the last operation, so that every peer may free what
@@ -189,6 +212,8 @@ class DeviceTransport final : public Transport {
   // their chunks may land in.
   MemoryRegion directory_;
   std::shared_ptr<DeviceRanges> ranges_ = std::make_shared<DeviceRanges>();
+  // Destroyed regions' memory (retired_bytes), shared with the regions.
+  std::shared_ptr<RetiredDeviceMemory> retired_ = std::make_shared<RetiredDeviceMemory>();
   // Allocations whose zeroing was queued but not seen to complete
   // (AllocateDevice gave up): kept until the transport goes, after its
   // destructor's drain of the stream (declared after, so destroyed first).

@@ -298,6 +298,14 @@ class DeviceTransportTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    // Rank 1 frees its regions as it ends: our mappings of them go first
+    // (rank 1 fails if it freed memory we still had open).
+    if (transport_ != nullptr && !transport_->CloseMappings(absl::Now() + kTimeout).ok()) {
+      // Its stream failed (an injected fault): it cannot tell its copies
+      // ended, and keeps them. Destroyed, it closes them as it goes.
+      endpoint_.reset();
+      transport_.reset();
+    }
     if (link_ != nullptr) link_->Send("quit").IgnoreError();
     if (peer_ > 0) {
       const absl::Time deadline = absl::Now() + kTimeout;
@@ -310,7 +318,7 @@ class DeviceTransportTest : public ::testing::Test {
           break;
         }
         // Rank 1 may still need our progress to finish what it does.
-        transport_->Progress().IgnoreError();
+        if (transport_ != nullptr) transport_->Progress().IgnoreError();
       }
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank 1 failed";
       peer_ = -1;
@@ -599,6 +607,34 @@ TEST_F(DeviceTransportTest, CloseMappingsClosesThemAllOnceNoCopyIsQueued) {
   EXPECT_TRUE(seen == Expected(4096, 5, 0));
 }
 
+// A region's device memory outlives the region until its transport goes:
+// a peer may still have it open until the collective teardown.
+TEST_F(DeviceTransportTest, ADestroyedRegionsMemoryIsFreedWithItsTransport) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceTransport> own, MakeTransport(device_.get(), 0));
+  const std::byte* data = nullptr;
+  {
+    ASSERT_OK_AND_ASSIGN(MemoryRegion region, own->AllocateDevice(8192));
+    data = region.data();
+    EXPECT_EQ(own->retired_bytes(), 0u);
+  }
+  EXPECT_EQ(own->retired_bytes(), 8192u);
+  ASSERT_OK_AND_ASSIGN(device::PointerInfo kept, device_->Query(data));
+  EXPECT_EQ(kept.kind, device::MemoryKind::kDevice);
+  own.reset();
+  ASSERT_OK_AND_ASSIGN(device::PointerInfo freed, device_->Query(data));
+  EXPECT_NE(freed.kind, device::MemoryKind::kDevice);
+  // A region that outlives its transport frees its memory itself.
+  ASSERT_OK_AND_ASSIGN(own, MakeTransport(device_.get(), 0));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion outliving, own->AllocateDevice(4096));
+  data = outliving.data();
+  own.reset();
+  ASSERT_OK_AND_ASSIGN(kept, device_->Query(data));
+  EXPECT_EQ(kept.kind, device::MemoryKind::kDevice);
+  outliving = MemoryRegion();
+  ASSERT_OK_AND_ASSIGN(freed, device_->Query(data));
+  EXPECT_NE(freed.kind, device::MemoryKind::kDevice);
+}
+
 // Closing, or destroying, an endpoint with a copy in flight: the copy's
 // completion fires from Progress once the copy has ended, as kCancelled,
 // and later posts are refused.
@@ -859,7 +895,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
       return 1;
     }
-    return 0;
+    // Its regions are gone: none while rank 0 still had them open.
+    return rdmaflow::device::FakeDevice::frees_while_open() == 0 ? 0 : 4;
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
