@@ -47,6 +47,7 @@
 #include "onesided/progress/progress_loop.h"
 #include "rdma/builtin_transports.h"
 #include "rdma/device/device_transport.h"
+#include "rdma/rendezvous.h"
 
 namespace rdmaflow::collectives {
 namespace {
@@ -97,6 +98,14 @@ struct DeviceRank {
   std::unique_ptr<HostAllReduce> allreduce;
   std::unique_ptr<AllReduceGroup> group;  // the group cases, in place of the above
 
+  // After the collective's Shutdown(): this rank closes its mappings of
+  // the peers' regions and waits for every rank to have, before any frees
+  // its own (the teardown after this; CUDA leaves freeing memory another
+  // process still has open undefined).
+  absl::Status CloseMappings() {
+    RETURN_IF_ERROR(transport->CloseMappings(absl::Now() + kTimeout));
+    return rdma::Barrier(*store, "test", "mappings-closed", world, kTimeout);
+  }
   absl::Status Finish() {
     ASSIGN_OR_RETURN(std::unique_ptr<device::Event> done, device->CreateEvent());
     RETURN_IF_ERROR(stream->Record(*done));
@@ -268,7 +277,8 @@ absl::Status Exact() {
         absl::StrCat("rank ", r->rank, ": an int32 call gave ", refused.ToString()));
   }
   RETURN_IF_ERROR(CheckReduceAndBroadcast(*r));
-  return r->allreduce->Shutdown();
+  RETURN_IF_ERROR(r->allreduce->Shutdown());
+  return r->CloseMappings();
 }
 
 // Rank 1's device fails its second operation (the first call's reduction):
@@ -285,7 +295,8 @@ absl::Status Fault() {
     return absl::InternalError(absl::StrCat("rank ", r->rank, ": with rank 1's device failing, "
                                             "the call gave ", status.ToString()));
   }
-  return r->allreduce->Shutdown();
+  RETURN_IF_ERROR(r->allreduce->Shutdown());
+  return r->CloseMappings();
 }
 
 // Rank 0 holds host memory, rank 1 device memory: neither takes the other's
@@ -402,7 +413,8 @@ absl::Status Group(int per_host, AllReduceAlgorithm expected_large) {
                                             broadcast.ToString()));
   }
   RETURN_IF_ERROR(r->group->AllReduce(offset, 16, DataType::kFloat32));
-  return r->group->Shutdown();
+  RETURN_IF_ERROR(r->group->Shutdown());
+  return r->CloseMappings();
 }
 
 // Rank 1 cannot allocate its device region: it fails, and rank 0 fails at
@@ -447,8 +459,20 @@ absl::Status GroupMixed() {
   return absl::OkStatus();
 }
 
+absl::Status RunCase(const std::string& name);
+
+// A case, then (its ranks' memory freed) whether this rank freed any a
+// peer still had open.
 absl::Status RunRank(const char* which) {
-  const std::string name = which;
+  RETURN_IF_ERROR(RunCase(which));
+  if (const int64_t freed = device::FakeDevice::frees_while_open(); freed > 0) {
+    return absl::InternalError(absl::StrCat(freed, " allocations freed while a peer still had "
+                                            "them open (the fake device's lines above)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunCase(const std::string& name) {
   if (name == "exact") return Exact();
   if (name == "fault") return Fault();
   if (name == "mixed") return Mixed();
