@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "bench/device_copy.h"
 #include "common/status_macros.h"
+#include "rdma/device/close_mappings.h"
 #include "rdma/rendezvous.h"
 
 namespace rdmaflow::bench {
@@ -109,6 +111,12 @@ absl::StatusOr<AllReduceRow> DeviceAllReduceBench::Measure(int64_t bytes, int it
   return row;
 }
 
-absl::Status DeviceAllReduceBench::Shutdown() { return group_->Shutdown(); }
+absl::Status DeviceAllReduceBench::Shutdown() {
+  // Nobody reads a peer's region after the group's shutdown; all close
+  // their mappings of them before any frees its own (the destructor).
+  RETURN_IF_ERROR(group_->Shutdown());
+  return rdma::device_path::CloseMappingsTogether(*transport_, *store_, "bench", options_.world,
+                                                  absl::Now() + options_.timeout);
+}
 
 }  // namespace rdmaflow::bench

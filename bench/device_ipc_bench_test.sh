@@ -8,8 +8,10 @@ bench=bench/device_ipc_bench
 tmp="${TEST_TMPDIR:?}"
 for algorithm in split leader; do
   timeout -k 10 120 "$bench" --device=fake --mib=1,2 --iterations=2 \
-    --algorithm="$algorithm" --json="$tmp/$algorithm.json" | tee "$tmp/$algorithm.out"
+    --algorithm="$algorithm" --json="$tmp/$algorithm.json" 2>&1 | tee "$tmp/$algorithm.out"
   grep -q "algorithm $algorithm" "$tmp/$algorithm.out"
+  # Neither process freed its buffer while the other still had it open.
+  if grep -q 'while another process still has it open' "$tmp/$algorithm.out"; then exit 1; fi
   test "$(grep -o '"allreduce_us"' "$tmp/$algorithm.json" | wc -l)" = 2
   grep -q '"device": "fake:0"' "$tmp/$algorithm.json"
 done

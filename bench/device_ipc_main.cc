@@ -453,6 +453,14 @@ int Main(int argc, char** argv) {
     }
   }
   absl::Status ran = RunRank(*r, *sizes, iterations, rank == 0 ? report.mutable_device_ipc() : nullptr);
+  // Each rank closes what it mapped of the other's memory, and neither
+  // frees its own before both have: CUDA leaves freeing memory another
+  // process still has open undefined.
+  if (ran.ok()) {
+    r->peer = DeviceMemory();
+    ran = r->transport->CloseMappings(absl::Now() + kTimeout);
+  }
+  if (ran.ok()) ran = r->link->Barrier();
   if (!ran.ok()) {
     if (child > 0) kill(child, SIGKILL);
     return fail(ran);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/device_copy.h"
 #include "common/status_macros.h"
+#include "rdma/device/close_mappings.h"
 
 namespace rdmaflow::bench {
 
@@ -21,6 +22,10 @@ absl::StatusOr<std::unique_ptr<DevicePingPong>> DevicePingPong::Create(
   ASSIGN_OR_RETURN(out->done_, out->runtime_->CreateEvent());
   out->max_bytes_ = max_bytes;
   return out;
+}
+
+absl::Status DevicePingPong::CloseMappings(rdma::Store& store, absl::Time deadline) {
+  return rdma::device_path::CloseMappingsTogether(*transport_, store, "pingpong", 2, deadline);
 }
 
 void DevicePingPong::Apply(PingPongOptions& options) {

@@ -18,6 +18,7 @@
 #include "device/device_runtime.h"
 #include "rdma/device/device_transport.h"
 #include "rdma/memory_region.h"
+#include "rdma/store.h"
 #include "rdma/transport.h"
 
 namespace rdmaflow::bench {
@@ -37,6 +38,11 @@ class DevicePingPong {
   // Points `options`' allocate, fill and reference at this object, which
   // must outlive the run.
   void Apply(PingPongOptions& options);
+
+  // After the run, on both ranks: each closes its mappings of the other's
+  // regions, and neither frees its own (this object's end) before both
+  // have (rdma/device/close_mappings.h).
+  absl::Status CloseMappings(rdma::Store& store, absl::Time deadline);
 
  private:
   DevicePingPong() = default;

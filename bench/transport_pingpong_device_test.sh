@@ -11,8 +11,10 @@ bench=bench/transport_pingpong
 tmp="${TEST_TMPDIR:?}"
 timeout -k 10 120 "$bench" --transport=ucx --params=tls=shm --memory=device --device=fake \
   --min_bytes=8 --max_bytes=65536 --byte_budget=262144 --max_iters=64 \
-  --json="$tmp/out.json" | tee "$tmp/out"
+  --json="$tmp/out.json" 2>&1 | tee "$tmp/out"
 grep -q '^# memory: device (fake' "$tmp/out"
+# Neither rank freed a region while the other still had it open.
+if grep -q 'while another process still has it open' "$tmp/out"; then exit 1; fi
 # 8 B to 64 KiB in powers of 4 or 2: at least 5 sizes, a write and a read row each.
 writes=$(grep -o '"op": "write"' "$tmp/out.json" | wc -l)
 reads=$(grep -o '"op": "read"' "$tmp/out.json" | wc -l)
@@ -25,7 +27,7 @@ test "$(grep -c '"memcpy_mbps"' "$tmp/out.json")" = "$((writes + reads))"
 timeout -k 10 120 "$bench" --transport=ucx --params=tls=shm --memory=device --device=fake \
   --device_path=staged --staging_slot_bytes=65536 \
   --min_bytes=8 --max_bytes=1048576 --byte_budget=4194304 --max_iters=64 \
-  --json="$tmp/staged.json" | tee "$tmp/staged"
+  --json="$tmp/staged.json" 2>&1 | tee "$tmp/staged"
 grep -q '^# memory: device (fake:0), staged path' "$tmp/staged"
 grep -q '(another host) written through pinned host memory' "$tmp/staged"
 staged_writes=$(grep -o '"op": "write"' "$tmp/staged.json" | wc -l)

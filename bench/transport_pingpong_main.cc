@@ -335,6 +335,14 @@ int RunRank(int rank, rdma::Store& store) {
                  rows.status().ToString().c_str());
     return 1;
   }
+  if (device_memory != nullptr) {
+    const absl::Status closed = device_memory->CloseMappings(store, absl::Now() + options.timeout);
+    if (!closed.ok()) {
+      std::fprintf(stderr, "rank %d: closing its mappings of the peer's device memory: %s\n",
+                   rank, closed.ToString().c_str());
+      return 1;
+    }
+  }
   if (rank != 0) return 0;
   PrintTable(*rows);
   PrintPerftestTables(*rows);

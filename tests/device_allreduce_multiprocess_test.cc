@@ -47,7 +47,7 @@
 #include "onesided/progress/progress_loop.h"
 #include "rdma/builtin_transports.h"
 #include "rdma/device/device_transport.h"
-#include "rdma/rendezvous.h"
+#include "rdma/device/close_mappings.h"
 
 namespace rdmaflow::collectives {
 namespace {
@@ -103,8 +103,8 @@ struct DeviceRank {
   // its own (the teardown after this; CUDA leaves freeing memory another
   // process still has open undefined).
   absl::Status CloseMappings() {
-    RETURN_IF_ERROR(transport->CloseMappings(absl::Now() + kTimeout));
-    return rdma::Barrier(*store, "test", "mappings-closed", world, kTimeout);
+    return rdma::device_path::CloseMappingsTogether(*transport, *store, "test", world,
+                                                    absl::Now() + kTimeout);
   }
   absl::Status Finish() {
     ASSIGN_OR_RETURN(std::unique_ptr<device::Event> done, device->CreateEvent());

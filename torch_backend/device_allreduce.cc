@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rdma/builtin_transports.h"
-#include "rdma/rendezvous.h"
+#include "rdma/device/close_mappings.h"
 #include "torch_backend/tensor_types.h"
 
 namespace rdmaflow::torch_backend {
@@ -271,9 +271,7 @@ absl::Status DeviceAllReduce::Shutdown(absl::Duration timeout) {
   // rank closes its mappings of the others' regions, and only once all
   // have (the last barrier) may any free its own (the destructor).
   RETURN_IF_ERROR(group_->Shutdown(timeout));
-  RETURN_IF_ERROR(transport_->CloseMappings(deadline));
-  return rdma::Barrier(*store_, ns_, "device/mappings-closed", size_,
-                       std::max(deadline - absl::Now(), absl::ZeroDuration()));
+  return rdma::device_path::CloseMappingsTogether(*transport_, *store_, ns_, size_, deadline);
 }
 
 }  // namespace rdmaflow::torch_backend
