@@ -68,7 +68,6 @@ absl::StatusOr<graph::GraphDef> GossipStrategy::DoPrepare(std::vector<Parameter>
 }
 
 absl::Status GossipStrategy::DoStart() {
-  rdma::Transport& transport = *context().transport;
   rdma::Store& store = *context().store;
   const absl::Duration timeout = options().communicator_options.timeout;
   const int world = context().world_size;
