@@ -13,11 +13,15 @@ tmp="${TEST_TMPDIR:?}"
 timeout -k 10 180 "$bench" --ranks=2,3 --impls=rdmaflow-device-ring --params=tls=shm --device=fake \
   --min_bytes=4096 --max_bytes=1048576 --factor=16 --byte_budget=2097152 --max_iters=8 \
   --device_one_shot_max_bytes=65536 --device_chunk_bytes=262144 \
-  --json="$tmp/out.json" 2>"$tmp/progress" | tee "$tmp/out"
+  --json="$tmp/out.json" 2>"$tmp/progress" >"$tmp/out" || { cat "$tmp/out" "$tmp/progress"; exit 1; }
+cat "$tmp/out"
 cat "$tmp/progress" >&2
 grep -q '; device fake:0, copy [0-9.]* GB/s' "$tmp/out"
 # No rank freed its region while another still had it open.
-if grep -q 'while another process still has it open' "$tmp/progress"; then exit 1; fi
+if grep -q 'while another process still has it open' "$tmp/progress"; then
+  echo "a rank freed device memory another still had mapped (the fake device's line above)"
+  exit 1
+fi
 # 4 KiB, 64 KiB, 1 MiB on 2 and 3 ranks: 6 rows, 4 one-shot and 2 scatter-gather.
 test "$(grep -c '^rdmaflow-device ' "$tmp/out")" = 6
 test "$(grep -c '^rdmaflow-device-ring ' "$tmp/out")" = 6

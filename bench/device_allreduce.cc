@@ -115,7 +115,10 @@ absl::Status DeviceAllReduceBench::Shutdown() {
   // Nobody reads a peer's region after the group's shutdown; all close
   // their mappings of them before any frees its own (the destructor).
   RETURN_IF_ERROR(group_->Shutdown());
-  return rdma::device_path::CloseMappingsTogether(*transport_, *store_, "bench", options_.world,
+  // A namespace per bench: each rank runs several (a barrier's name is
+  // good for one use).
+  return rdma::device_path::CloseMappingsTogether(*transport_, *store_,
+                                                  absl::StrCat("bench/", impl()), options_.world,
                                                   absl::Now() + options_.timeout);
 }
 

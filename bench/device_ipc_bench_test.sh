@@ -11,7 +11,10 @@ for algorithm in split leader; do
     --algorithm="$algorithm" --json="$tmp/$algorithm.json" 2>&1 | tee "$tmp/$algorithm.out"
   grep -q "algorithm $algorithm" "$tmp/$algorithm.out"
   # Neither process freed its buffer while the other still had it open.
-  if grep -q 'while another process still has it open' "$tmp/$algorithm.out"; then exit 1; fi
+  if grep -q 'while another process still has it open' "$tmp/$algorithm.out"; then
+    echo "a process freed device memory the other still had mapped (the fake device's line above)"
+    exit 1
+  fi
   test "$(grep -o '"allreduce_us"' "$tmp/$algorithm.json" | wc -l)" = 2
   grep -q '"device": "fake:0"' "$tmp/$algorithm.json"
 done

@@ -14,7 +14,10 @@ timeout -k 10 120 "$bench" --transport=ucx --params=tls=shm --memory=device --de
   --json="$tmp/out.json" 2>&1 | tee "$tmp/out"
 grep -q '^# memory: device (fake' "$tmp/out"
 # Neither rank freed a region while the other still had it open.
-if grep -q 'while another process still has it open' "$tmp/out"; then exit 1; fi
+if grep -q 'while another process still has it open' "$tmp/out"; then
+  echo "a rank freed device memory the other still had mapped (the fake device's line above)"
+  exit 1
+fi
 # 8 B to 64 KiB in powers of 4 or 2: at least 5 sizes, a write and a read row each.
 writes=$(grep -o '"op": "write"' "$tmp/out.json" | wc -l)
 reads=$(grep -o '"op": "read"' "$tmp/out.json" | wc -l)

@@ -94,7 +94,8 @@ class Transport {
       absl::Span<std::byte> memory) = 0;
 
   // `bytes` of zeroed device memory as a region peers write and read one-sidedly
-  // (docs/device.md), owned by the region. The default: kUnimplemented,
+  // (docs/device.md), owned by the region (the device transport frees it
+  // when the transport goes: peers may have it open). The default: kUnimplemented,
   // naming the backend (a host transport has no device; the device
   // transport of rdma/device, over any host transport, has).
   virtual absl::StatusOr<MemoryRegion> AllocateDevice(size_t bytes);

@@ -451,14 +451,18 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
   // The peers' device regions mapped here are closed before the exit
   // barrier, after which each rank frees its own (the state's destruction):
   // CUDA leaves freeing memory another process still has open undefined.
-  // Finish() ended every exchange, so nothing reads them any more.
+  // Finish() ended every exchange, so nothing reads them any more. A rank
+  // that cannot close them still meets the others (they would wait for it
+  // otherwise), then fails.
+  absl::Status closed;
   if (state.device_transport != nullptr) {
-    if (absl::Status closed = state.device_transport->CloseMappings(absl::Now() + config.timeout);
-        !closed.ok()) {
-      std::fprintf(stderr,
-                   "rdmaflow_train: rank %d: closing its mappings of the peers' device "
-                   "regions: %s (they may free memory still mapped here)\n",
-                   state.rank, closed.ToString().c_str());
+    closed = state.device_transport->CloseMappings(absl::Now() + config.timeout);
+    if (!closed.ok()) {
+      closed = absl::Status(
+          closed.code(),
+          absl::StrCat("rank ", state.rank, ": closing its mappings of the peers' device regions "
+                       "at the end of the run (the peers then freed memory still mapped here): ",
+                       closed.message()));
     }
   }
   // Rank 0 may host the store (torchrun without its agent, our netns
@@ -475,6 +479,7 @@ absl::StatusOr<TrainSummary> ReportRank(const TrainConfig& config, RankState& st
     exit = WaitForLeavers(store, alive - 1, config.timeout);
   }
   RETURN_IF_ERROR(exit);
+  RETURN_IF_ERROR(closed);
   TrainSummary summary;
   if (!state.reporter) return summary;
   const int64_t steps = std::max<int64_t>(totals.steps, 1);

@@ -11,12 +11,14 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <utility>
 
 #include "absl/base/internal/raw_logging.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "device/fake/fake_stream.h"
 
@@ -47,6 +49,7 @@ absl::StatusOr<void*> Map(int fd, size_t size, const std::string& name) {
 }
 
 std::atomic<int64_t> freed_while_open_count{0};
+constexpr absl::Duration kLockTimeout = absl::Seconds(5);
 
 // Before an exported allocation's object is unlinked: whether a process
 // that opened it through an IPC handle still has it (its share lock,
@@ -61,6 +64,25 @@ void CheckNoImporter(const std::string& name, size_t size) {
                "(undefined with CUDA: every importer closes its mapping, then the exporter "
                "frees; DeviceTransport::CloseMappings and a barrier)\n",
                size, name.c_str(), FakeDevice::kFreedWhileOpen);
+}
+
+// The share lock an importer holds while mapped. An exporter checking for
+// importers holds the exclusive one for an instant: tried again until
+// kLockTimeout.
+absl::Status LockShared(int fd, const std::string& name) {
+  const absl::Time deadline = absl::Now() + kLockTimeout;
+  while (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("fake device: locking IPC handle ", name));
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "fake device: IPC handle ", name, " stayed locked by its exporter for ",
+          absl::FormatDuration(kLockTimeout)));
+    }
+    std::this_thread::yield();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -330,9 +352,7 @@ absl::StatusOr<DeviceMemory> FakeDevice::OpenIpc(const IpcHandle& handle) {
     return absl::ErrnoToStatus(error, absl::StrCat("fake device: opening IPC handle ", name));
   }
   // Held while mapped: the exporter sees the allocation is open here.
-  if (flock(fd.get(), LOCK_SH) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("fake device: locking IPC handle ", name));
-  }
+  RETURN_IF_ERROR(LockShared(fd.get(), name));
   struct stat st;
   const bool sized =
       fstat(fd.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) == header.size;

@@ -2,6 +2,7 @@
 // deadlines, its capacity, and forged or racing IPC handles.
 #include "device/fake/fake_device.h"
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -295,7 +297,15 @@ TEST(FakeDeviceTest, AnImporterThatEndedHoldsNothingOpen) {
     _exit(mapped.ok() && mapped->size() == 4096 ? 0 : 3);
   }
   int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (absl::Now() > deadline) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      FAIL() << "the importer did not end";
+    }
+    std::this_thread::yield();
+  }
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   memory = DeviceMemory();
   EXPECT_EQ(FakeDevice::frees_while_open(), before);

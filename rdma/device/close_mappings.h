@@ -22,7 +22,8 @@ namespace rdmaflow::rdma::device_path {
 // Closes `transport`'s mappings (DeviceTransport::CloseMappings, whose
 // errors it returns, closing nothing), then waits at the store barrier
 // "device/mappings-closed" of `ns` until all `world_size` ranks have, by
-// `deadline` (the barrier's errors).
+// `deadline` (the barrier's errors). Once per `ns`: a store barrier counts
+// on, so a second one of the same name would not wait.
 absl::Status CloseMappingsTogether(DeviceTransport& transport, Store& store, absl::string_view ns,
                                    int world_size, absl::Time deadline);
 

@@ -98,13 +98,15 @@ class DeviceTransport final : public Transport {
       const DeviceTransportOptions& options = {});
   ~DeviceTransport() override;
 
-  // `bytes` of zeroed device memory, owned by the region (freed with it).
+  // `bytes` of zeroed device memory, owned by the region, and freed when
+  // the transport goes (retired_bytes()).
   // The zeroing runs on this transport's stream and is waited for, at most
   // kZeroTimeout (kDeadlineExceeded then).
   absl::StatusOr<MemoryRegion> AllocateDevice(size_t bytes) override;
   static constexpr absl::Duration kZeroTimeout = absl::Seconds(60);
   // The caller's device memory [data, data + bytes), which must lie in one
-  // allocation of this transport's runtime and outlive the region.
+  // allocation of this transport's runtime and outlive the region (and,
+  // when peers of this host map it, their CloseMappings: close_mappings.h).
   // kInvalidArgument for host memory, another device's, or a range past
   // the end of its allocation.
   absl::StatusOr<MemoryRegion> RegisterDevice(void* data, size_t bytes);
@@ -174,8 +176,8 @@ class DeviceTransport final : public Transport {
   size_t mapped_allocations() const { return mappings_.size(); }
 
   // Device memory of AllocateDevice regions already destroyed, still
-  // allocated: a region's memory is freed when the transport goes (or with
-  // the last region that outlives it), not with the region, since a peer
+  // allocated: a region's memory is freed when the transport goes (or, if
+  // regions outlive it, with the last of them), not with the region: a peer
   // of this host may still have it open (CUDA leaves freeing memory another
   // process has open undefined) until the collective teardown: every rank
   // CloseMappings(), a barrier, then the transports go.
