@@ -18,6 +18,9 @@
 //   - A device fault in one rank's copy back fails that rank's Work with
 //     the device's error while its peer completes; the next call on a new
 //     staging stream works.
+//   - A group broken by a timed-out all-reduce frees none of the device
+//     memory its live peer still maps (its pinned sends), counted by the
+//     fake device.
 // RDMAFLOW_TEST_DEVICE=cuda runs the same cases with CUDA tensors on GPU 0
 // (tools/gpu_check.sh): the test loads torch's CUDA library, the caller's
 // stream is torch's current one, and a chain of matrix products queued
@@ -26,7 +29,9 @@
 // runs skip, naming why.
 // The test binary re-executes itself per rank (launch/ranks_or_tests_main.h).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <limits>
@@ -158,8 +163,8 @@ struct Rank {
   }
 };
 
-absl::StatusOr<std::unique_ptr<Rank>> Join(
-    std::unique_ptr<TensorDevice> device = nullptr) {
+absl::StatusOr<std::unique_ptr<Rank>> Join(std::unique_ptr<TensorDevice> device = nullptr,
+                                           absl::Duration timeout = absl::Seconds(60)) {
   ASSIGN_OR_RETURN(rdma::torch::TcpStoreOptions options,
                    rdma::torch::TcpStoreOptions::FromEnvironment());
   auto rank = std::make_unique<Rank>();
@@ -167,7 +172,7 @@ absl::StatusOr<std::unique_ptr<Rank>> Join(
   rank->world = options.world_size;
   ASSIGN_OR_RETURN(rank->store, rdma::torch::TcpStore::Create(options));
   ASSIGN_OR_RETURN(torch_backend::BackendOptions backend,
-                   torch_backend::BackendOptions::FromEnvironment(absl::Seconds(60)));
+                   torch_backend::BackendOptions::FromEnvironment(timeout));
   if (const char* off = std::getenv("RDMAFLOW_TEST_P2P_OFF_ON_RANK");
       off != nullptr && std::string(off) == std::to_string(rank->rank)) {
     backend.device_p2p = false;
@@ -986,8 +991,62 @@ absl::Status ShutDown(Rank& r) {
   return Check(failures == 0, absl::StrCat(failures, " teardown steps failed"));
 }
 
+// A group broken by a failed collective frees none of the device memory a
+// live peer may still map: its region (which the peer mapped for the
+// device all-reduce) and the tensor it sent device to device (the peer
+// keeps that allocation mapped, the sender pinned it). Rank 0's all-reduce
+// times out (rank 1 never calls it), and rank 0 tears down while rank 1,
+// alive, still maps its memory (the fake device counts a free of it);
+// rank 1's teardown then finds no peer to meet.
+absl::Status BrokenGroup() {
+  ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, Join(nullptr, absl::Seconds(3)));
+  const int64_t n = 5000;
+  at::Tensor sum = Values(0, n, at::kFloat);
+  for (int q = 1; q < r->world; ++q) sum += Values(q, n, at::kFloat);
+  ASSIGN_OR_RETURN(at::Tensor tensor, r->Upload(Values(r->rank, n, at::kFloat)));
+  std::vector<at::Tensor> tensors = {tensor};
+  RETURN_IF_ERROR(Wait(r->pg->allreduce(tensors)));
+  RETURN_IF_ERROR(r->Expect(tensor, sum, "the all-reduce before the group broke"));
+  if (r->rank == 0) {
+    // Only the pin keeps it once sent.
+    ASSIGN_OR_RETURN(at::Tensor out, r->Upload(Values(0, n, at::kFloat, 3)));
+    std::vector<at::Tensor> outs = {out};
+    RETURN_IF_ERROR(Wait(r->pg->send(outs, 1, 0)));
+    RETURN_IF_ERROR(Check(r->pg->stats().device_p2p_ipc == 1 &&
+                              r->pg->stats().device_p2p_pinned == 1,
+                          "the send went inline, or its tensor was not pinned"));
+  } else if (r->rank == 1) {
+    ASSIGN_OR_RETURN(at::Tensor in, r->Empty({n}, at::kFloat));
+    std::vector<at::Tensor> ins = {in};
+    RETURN_IF_ERROR(Wait(r->pg->recv(ins, 0, 0)));
+    RETURN_IF_ERROR(r->Expect(in, Values(0, n, at::kFloat, 3), "the send before the break"));
+  }
+  // Rank 1 tears down only after rank 0 did and counted its frees: until
+  // then it maps rank 0's memory.
+  const std::string done = "test/rank 0 tore down";
+  const c10::intrusive_ptr<c10d::Store>& store = r->store->store();
+  try {
+    if (r->rank == 0) {
+      const absl::Status status = Wait(r->pg->allreduce(tensors));
+      RETURN_IF_ERROR(Check(!status.ok(), "an all-reduce rank 1 never called completed"));
+      r->pg->shutdown();
+      const int64_t freed = device::FakeDevice::frees_while_open();
+      store->set(done, std::vector<uint8_t>{1});
+      return Check(freed == 0, absl::StrCat("rank 0 freed ", freed,
+                                            " allocations that rank 1 still maps"));
+    }
+    store->wait({done}, std::chrono::seconds(60));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("the test's store: ", e.what()));
+  }
+  r->pg->shutdown();
+  return Check(r->pg->stats().teardown_failures > 0,
+               "rank 1's teardown met a peer whose group had broken");
+}
+
 absl::Status RunRank(const std::string& which) {
   if (which == "device_fault") return DeviceFault();
+  if (which == "broken") return BrokenGroup();
   ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, Join());
   if (which == "collectives") {
     RETURN_IF_ERROR(AllReduces(*r));
@@ -1043,6 +1102,11 @@ TEST(TorchBackendDeviceTest, DeviceToDeviceSendsNeedEveryRank) {
 TEST(TorchBackendDeviceTest, ADeviceFaultFailsItsRanksWorkAndTheNextCallWorks) {
   if (OnCuda()) GTEST_SKIP() << "faults are injected on the fake device only";
   EXPECT_OK(launch::LaunchRanks(2, Env("device_fault")).status);
+}
+
+TEST(TorchBackendDeviceTest, ABrokenGroupFreesNoDeviceMemoryALivePeerMaps) {
+  if (OnCuda()) GTEST_SKIP() << "the fake device alone tells a free a peer still maps";
+  EXPECT_OK(launch::LaunchRanks(2, Env("broken")).status);
 }
 
 }  // namespace

@@ -439,21 +439,27 @@ void Engine::TearDown() {
   }
   posted_.clear();
   // The peers' memory mapped here is let go before the last barrier (the
-  // device all-reduce's shutdown), after which they may free it; this
-  // rank's pins (tensors a peer mapped) after it.
+  // device all-reduce's shutdown), after which they may free theirs; this
+  // rank's device memory (its region, its pins: tensors a peer mapped) goes
+  // only after it. Without that barrier (a group broken by an earlier
+  // failure, or a barrier some peer missed) a live peer may still map it,
+  // and CUDA leaves freeing it then undefined: it stays allocated.
   if (device_p2p_ != nullptr) device_p2p_->CloseMappings();
-  if (device_allreduce_ != nullptr && broken_.ok()) {
-    if (absl::Status s =
-            device_allreduce_->Shutdown(std::min(absl::Seconds(10), options_.timeout));
-        !s.ok()) {
-      // A peer may still have this rank's region open (or be reading it):
-      // it stays allocated.
-      Count([](BackendStats& stats) { ++stats.teardown_failures; });
+  if (device_allreduce_ != nullptr) {
+    absl::Status met = broken_;
+    std::string what = "the process group broke earlier";
+    if (met.ok()) {
+      met = device_allreduce_->Shutdown(std::min(absl::Seconds(10), options_.timeout));
+      what = "shutdown of the device all-reduce";
+      if (!met.ok()) Count([](BackendStats& stats) { ++stats.teardown_failures; });
+    }
+    if (!met.ok()) {
       std::fprintf(stderr,
-                   "rdmaflow rank %d: shutdown of the device all-reduce: %s; its device "
-                   "memory stays allocated\n",
-                   rank_, std::string(s.message()).c_str());
+                   "rdmaflow rank %d: %s (%s): a peer may still map this rank's device "
+                   "memory, which stays allocated\n",
+                   rank_, what.c_str(), std::string(met.message()).c_str());
       device_allreduce_.release();
+      device_p2p_.release();
     }
   }
   if (device_allreduce_ != nullptr && device_allreduce_->pool_used() > 0) {
