@@ -104,7 +104,9 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   // How many times a fake device of this process freed an allocation of
   // its own while another process still had it open through an IPC handle
   // (each is also said on stderr, with kFreedWhileOpen in the line). An
-  // importer that ended no longer holds it open, as with CUDA. (Unlike
+  // importer that ended no longer holds it open, as with CUDA. Memory
+  // still allocated when its fake device goes is no free of the program's
+  // (CUDA releases it with the process) and is not counted. (Unlike
   // CUDA's, an importer's lock passes to a child it forks without exec:
   // such a child that outlives the importer's close keeps it open.)
   static int64_t frees_while_open();

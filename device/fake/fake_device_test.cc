@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -309,6 +310,27 @@ TEST(FakeDeviceTest, AnImporterThatEndedHoldsNothingOpen) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   memory = DeviceMemory();
   EXPECT_EQ(FakeDevice::frees_while_open(), before);
+}
+
+// Memory the program never freed goes with its runtime (CUDA's with the
+// process): that is no free the program made, so it is not counted though
+// an importer still has it open, and the importer's mapping keeps its
+// bytes.
+TEST(FakeDeviceTest, MemoryThatOutlivesItsRuntimeIsNoFreeOfTheProgram) {
+  const int64_t before = FakeDevice::frees_while_open();
+  std::unique_ptr<FakeDevice> importer = MakeDevice();
+  std::unique_ptr<FakeDevice> exporter = MakeDevice();
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, exporter->Allocate(4096));
+  std::memset(memory.data(), 0x5A, memory.size());
+  ASSERT_OK_AND_ASSIGN(IpcHandle handle, exporter->ExportIpc(memory.data()));
+  ASSERT_OK_AND_ASSIGN(DeviceMemory mapped,
+                       importer->OpenIpc(AsIfFromAnotherProcess(handle)));
+  // Never destroyed (as a DeviceTransport's region a failed teardown keeps).
+  alignas(DeviceMemory) unsigned char kept[sizeof(DeviceMemory)];
+  new (kept) DeviceMemory(std::move(memory));
+  exporter.reset();
+  EXPECT_EQ(FakeDevice::frees_while_open(), before);
+  EXPECT_EQ(static_cast<const unsigned char*>(mapped.data())[4095], 0x5A);
 }
 
 }  // namespace
