@@ -171,6 +171,17 @@ absl::StatusOr<std::unique_ptr<Rank>> Join(std::unique_ptr<TensorDevice> device 
   rank->rank = options.rank;
   rank->world = options.world_size;
   ASSIGN_OR_RETURN(rank->store, rdma::torch::TcpStore::Create(options));
+  // Every rank is up before the group starts: a group's timeout (3 s in
+  // one case) bounds its own set-up, not the processes' start.
+  try {
+    const c10::intrusive_ptr<c10d::Store>& store = rank->store->store();
+    store->set(absl::StrCat("test/up/", rank->rank), std::vector<uint8_t>{1});
+    for (int r = 0; r < rank->world; ++r) {
+      store->wait({absl::StrCat("test/up/", r)}, std::chrono::seconds(60));
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("the test's store, at start: ", e.what()));
+  }
   ASSIGN_OR_RETURN(torch_backend::BackendOptions backend,
                    torch_backend::BackendOptions::FromEnvironment(timeout));
   if (const char* off = std::getenv("RDMAFLOW_TEST_P2P_OFF_ON_RANK");
@@ -992,56 +1003,74 @@ absl::Status ShutDown(Rank& r) {
 }
 
 // A group broken by a failed collective frees none of the device memory a
-// live peer may still map: its region (which the peer mapped for the
-// device all-reduce) and the tensor it sent device to device (the peer
-// keeps that allocation mapped, the sender pinned it). Rank 0's all-reduce
-// times out (rank 1 never calls it), and rank 0 tears down while rank 1,
-// alive, still maps its memory (the fake device counts a free of it);
-// rank 1's teardown then finds no peer to meet.
-absl::Status BrokenGroup() {
-  ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, Join(nullptr, absl::Seconds(3)));
+// live peer may still map: the tensor it sent device to device (the peer
+// keeps that allocation mapped, the sender pinned it) and its region (the
+// peer mapped it for the device all-reduce; the all-reduce's own group
+// keeps it too where no barrier passed). Rank 0's all-reduce times out
+// (rank 1 never calls it), and rank 0 tears down while rank 1, alive,
+// still maps its memory (the fake device counts a free of it); rank 1's
+// teardown then finds no peer to meet.
+absl::Status BeforeTheBreak(Rank& r) {
   const int64_t n = 5000;
   at::Tensor sum = Values(0, n, at::kFloat);
-  for (int q = 1; q < r->world; ++q) sum += Values(q, n, at::kFloat);
-  ASSIGN_OR_RETURN(at::Tensor tensor, r->Upload(Values(r->rank, n, at::kFloat)));
+  for (int q = 1; q < r.world; ++q) sum += Values(q, n, at::kFloat);
+  ASSIGN_OR_RETURN(at::Tensor tensor, r.Upload(Values(r.rank, n, at::kFloat)));
   std::vector<at::Tensor> tensors = {tensor};
-  RETURN_IF_ERROR(Wait(r->pg->allreduce(tensors)));
-  RETURN_IF_ERROR(r->Expect(tensor, sum, "the all-reduce before the group broke"));
-  if (r->rank == 0) {
+  RETURN_IF_ERROR(Wait(r.pg->allreduce(tensors)));
+  RETURN_IF_ERROR(r.Expect(tensor, sum, "the all-reduce before the group broke"));
+  if (r.rank == 0) {
     // Only the pin keeps it once sent.
-    ASSIGN_OR_RETURN(at::Tensor out, r->Upload(Values(0, n, at::kFloat, 3)));
+    ASSIGN_OR_RETURN(at::Tensor out, r.Upload(Values(0, n, at::kFloat, 3)));
     std::vector<at::Tensor> outs = {out};
-    RETURN_IF_ERROR(Wait(r->pg->send(outs, 1, 0)));
-    RETURN_IF_ERROR(Check(r->pg->stats().device_p2p_ipc == 1 &&
-                              r->pg->stats().device_p2p_pinned == 1,
-                          "the send went inline, or its tensor was not pinned"));
-  } else if (r->rank == 1) {
-    ASSIGN_OR_RETURN(at::Tensor in, r->Empty({n}, at::kFloat));
-    std::vector<at::Tensor> ins = {in};
-    RETURN_IF_ERROR(Wait(r->pg->recv(ins, 0, 0)));
-    RETURN_IF_ERROR(r->Expect(in, Values(0, n, at::kFloat, 3), "the send before the break"));
+    RETURN_IF_ERROR(Wait(r.pg->send(outs, 1, 0)));
+    return Check(r.pg->stats().device_p2p_ipc == 1 && r.pg->stats().device_p2p_pinned == 1,
+                 "the send went inline, or its tensor was not pinned");
   }
-  // Rank 1 tears down only after rank 0 did and counted its frees: until
-  // then it maps rank 0's memory.
+  ASSIGN_OR_RETURN(at::Tensor in, r.Empty({n}, at::kFloat));
+  std::vector<at::Tensor> ins = {in};
+  RETURN_IF_ERROR(Wait(r.pg->recv(ins, 0, 0)));
+  return r.Expect(in, Values(0, n, at::kFloat, 3), "the send before the break");
+}
+
+// Rank 0: an all-reduce rank 1 never calls, then the teardown.
+absl::Status BreakAndTearDown(Rank& r) {
+  ASSIGN_OR_RETURN(at::Tensor tensor,
+                   r.device->Empty(1000, at::kFloat, "the all-reduce that breaks"));
+  std::vector<at::Tensor> tensors = {tensor};
+  const absl::Status status = Wait(r.pg->allreduce(tensors));
+  RETURN_IF_ERROR(Check(!status.ok(), "an all-reduce rank 1 never called completed"));
+  r.pg->shutdown();
+  const int64_t freed = device::FakeDevice::frees_while_open();
+  return Check(freed == 0,
+               absl::StrCat("rank 0 freed ", freed, " allocations that rank 1 still maps"));
+}
+
+absl::Status BrokenGroup() {
+  ASSIGN_OR_RETURN(std::unique_ptr<Rank> r, Join(nullptr, absl::Seconds(3)));
+  const absl::Status before = BeforeTheBreak(*r);
+  // Rank 1 tears down only after rank 0 has (until then it maps rank 0's
+  // memory), and rank 0 ends (with the store's server) only after rank 1
+  // has heard it.
   const std::string done = "test/rank 0 tore down";
+  const std::string heard = "test/rank 1 heard it";
   const c10::intrusive_ptr<c10d::Store>& store = r->store->store();
   try {
     if (r->rank == 0) {
-      const absl::Status status = Wait(r->pg->allreduce(tensors));
-      RETURN_IF_ERROR(Check(!status.ok(), "an all-reduce rank 1 never called completed"));
-      r->pg->shutdown();
-      const int64_t freed = device::FakeDevice::frees_while_open();
+      const absl::Status result = before.ok() ? BreakAndTearDown(*r) : before;
       store->set(done, std::vector<uint8_t>{1});
-      return Check(freed == 0, absl::StrCat("rank 0 freed ", freed,
-                                            " allocations that rank 1 still maps"));
+      store->wait({heard}, std::chrono::seconds(60));
+      return result;
     }
     store->wait({done}, std::chrono::seconds(60));
+    store->set(heard, std::vector<uint8_t>{1});
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("the test's store: ", e.what()));
   }
+  RETURN_IF_ERROR(before);
   r->pg->shutdown();
   return Check(r->pg->stats().teardown_failures > 0,
-               "rank 1's teardown met a peer whose group had broken");
+               "rank 1's teardown counted no failure, though rank 0's group broke and "
+               "skipped the last barrier");
 }
 
 absl::Status RunRank(const std::string& which) {

@@ -454,10 +454,14 @@ void Engine::TearDown() {
       if (!met.ok()) Count([](BackendStats& stats) { ++stats.teardown_failures; });
     }
     if (!met.ok()) {
+      const size_t pinned = device_p2p_ != nullptr ? device_p2p_->pinned() : 0;
       std::fprintf(stderr,
                    "rdmaflow rank %d: %s (%s): a peer may still map this rank's device "
-                   "memory, which stays allocated\n",
-                   rank_, what.c_str(), std::string(met.message()).c_str());
+                   "memory, which stays allocated until this process exits (%zu bytes of "
+                   "region and pool: RDMAFLOW_DEVICE_MB and RDMAFLOW_DEVICE_POOL_MB; tensors "
+                   "sent device to device that a peer maps: %zu)\n",
+                   rank_, what.c_str(), std::string(met.message()).c_str(),
+                   options_.device_bytes + options_.device_pool_bytes, pinned);
       device_allreduce_.release();
       device_p2p_.release();
     }
