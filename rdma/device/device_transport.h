@@ -187,12 +187,13 @@ class DeviceTransport final : public Transport {
   // copies have ended (waited for until `deadline`): for a collective
   // teardown after the last operation, so that every peer may free what
   // it exported once all have closed (CUDA leaves freeing memory another
-  // process still has open undefined). kFailedPrecondition, closing
-  // nothing, while an endpoint still has operations in flight; the wait's
-  // error. Device work of the caller's own that reads the mappings (what
-  // MapDevice gave out: a collective's reductions on its mover's stream)
-  // must have ended first, and those pointers are invalid after it; an
-  // endpoint used afterwards maps again.
+  // process still has open undefined). Operations whose copies have ended
+  // finish first, their completions firing as in Progress();
+  // kFailedPrecondition, closing nothing, while an endpoint still has
+  // operations in flight; the wait's error. Device work of the caller's
+  // own that reads the mappings (what MapDevice gave out: a collective's
+  // reductions on its mover's stream) must have ended first, and those
+  // pointers are invalid after it; an endpoint used afterwards maps again.
   absl::Status CloseMappings(absl::Time deadline);
 
  private:

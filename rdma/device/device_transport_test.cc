@@ -607,6 +607,29 @@ TEST_F(DeviceTransportTest, CloseMappingsClosesThemAllOnceNoCopyIsQueued) {
   EXPECT_TRUE(seen == Expected(4096, 5, 0));
 }
 
+// A copy that ended after the last Progress() (the caller waited on the
+// device, as a cudaDeviceSynchronize does, not on the transport) does not
+// hold the close: CloseMappings finishes it, firing its completion.
+TEST_F(DeviceTransportTest, CloseMappingsFinishesTheCopiesThatEndedFirst) {
+  device::FakeDeviceOptions slow;
+  slow.operation_delay = absl::Milliseconds(50);
+  Restart(slow);
+  ASSERT_OK(Ask("fill 6").status());
+  ASSERT_OK_AND_ASSIGN(MemoryRegion back, transport_->Allocate(4096));
+  std::optional<absl::Status> read;
+  ASSERT_OK(endpoint_->PostRead({&back, 0, 4096}, {&peer_device_, 0, 4096},
+                                [&](absl::Status status) { read = status; }));
+  // Freeing device memory waits for every stream's work, as cudaFree does.
+  { ASSERT_OK_AND_ASSIGN(device::DeviceMemory synced, device_->Allocate(64)); }
+  EXPECT_FALSE(read.has_value());
+  ASSERT_OK(transport_->CloseMappings(absl::Now() + kTimeout));
+  ASSERT_TRUE(read.has_value());
+  ASSERT_OK(*read);
+  EXPECT_EQ(transport_->mapped_allocations(), 0u);
+  std::string seen(reinterpret_cast<const char*>(back.data()), 4096);
+  EXPECT_TRUE(seen == Expected(4096, 6, 0));
+}
+
 // A region's device memory outlives the region until its transport goes:
 // a peer may still have it open until the collective teardown.
 TEST_F(DeviceTransportTest, ADestroyedRegionsMemoryIsFreedWithItsTransport) {
