@@ -163,6 +163,21 @@ absl::StatusOr<DeviceMemory> FakeDevice::Allocate(size_t bytes) {
   return DeviceMemory(this, *data, bytes);
 }
 
+void FakeDevice::Pause() {
+  absl::MutexLock lock(&pause_mu_);
+  running_ = false;
+}
+
+void FakeDevice::Resume() {
+  absl::MutexLock lock(&pause_mu_);
+  running_ = true;
+}
+
+void FakeDevice::AwaitResumed() {
+  absl::MutexLock lock(&pause_mu_);
+  pause_mu_.Await(absl::Condition(&running_));
+}
+
 void FakeDevice::AddStream(FakeStream* stream) {
   absl::MutexLock lock(&mu_);
   streams_.insert(stream);

@@ -18,7 +18,8 @@
 //     have closed their mappings fails its tests here, not on a GPU.
 // A dma-buf export is the allocation's shared-memory object (mapping it
 // shows the memory, but no NIC driver takes it as a dma-buf).
-// Faults are injected by options: the Nth copy or reduction fails.
+// Faults are injected by options: the Nth copy or reduction fails; and
+// Pause() holds every stream's queued work until Resume().
 //
 // Thread-safe, like every DeviceRuntime.
 #ifndef RDMAFLOW_DEVICE_FAKE_FAKE_DEVICE_H_
@@ -96,6 +97,15 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   absl::Status CheckRange(const void* ptr, size_t bytes, const char* what);
   absl::Status NextOperationFault();
   absl::Duration operation_delay() const { return options_.operation_delay; }
+  // Pause(): no stream of this runtime starts another operation until
+  // Resume() (one running ends), as work queued behind a long kernel
+  // waits; so that a test sees a copy still queued without a race against
+  // a delay. Work that waits for the streams (a free, a stream's
+  // destruction) waits for Resume() as well.
+  void Pause();
+  void Resume();
+  // For the streams: returns once the runtime is not paused.
+  void AwaitResumed();
   // Streams say when they start and end: freeing memory first finishes
   // their work, as cudaFree synchronizes the device.
   void AddStream(FakeStream* stream);
@@ -136,6 +146,9 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   std::map<const std::byte*, size_t> pinned_ ABSL_GUARDED_BY(mu_);
   std::set<FakeStream*> streams_ ABSL_GUARDED_BY(mu_);
   size_t allocated_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Not mu_: a free drains the streams holding mu_.
+  absl::Mutex pause_mu_;
+  bool running_ ABSL_GUARDED_BY(pause_mu_) = true;  // not paused
 };
 
 }  // namespace rdmaflow::device

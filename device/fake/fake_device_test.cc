@@ -105,6 +105,26 @@ TEST(FakeDeviceTest, AWaitOnASlowDeviceEndsAtItsDeadline) {
   // as cudaFree and cudaStreamDestroy do.
 }
 
+// A paused device starts nothing until it resumes: a copy stays queued
+// however long the test takes to look.
+TEST(FakeDeviceTest, APausedDeviceRunsNothingUntilItResumes) {
+  std::unique_ptr<FakeDevice> device = MakeDevice(FakeDeviceOptions{});
+  std::vector<char> host(64, 7);  // outlives the stream's pending copy
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, device->CreateStream());
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> done, device->CreateEvent());
+  device->Pause();
+  ASSERT_OK(stream->Copy(memory.data(), host.data(), 64));
+  ASSERT_OK(stream->Record(*done));
+  EXPECT_THAT(done->WaitUntil(absl::Now() + absl::Milliseconds(20), "the paused copy"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("the paused copy")));
+  EXPECT_EQ(static_cast<unsigned char>(static_cast<char*>(memory.data())[0]),
+            FakeDevice::kFreshByte);
+  device->Resume();
+  ASSERT_OK(done->WaitUntil(absl::Now() + absl::Seconds(30), "the resumed copy"));
+  EXPECT_EQ(static_cast<char*>(memory.data())[63], 7);
+}
+
 TEST(FakeDeviceTest, OnlyALiveStreamOfThisDeviceWraps) {
   std::unique_ptr<FakeDevice> device = MakeDevice();
   std::unique_ptr<FakeDevice> other = MakeDevice();

@@ -138,6 +138,7 @@ void FakeStream::Loop() {
       run = std::move(queue_.front());
       queue_.pop_front();
     }
+    runtime_->AwaitResumed();
     state_->Ran(++sequence, run());
   }
 }
