@@ -717,8 +717,9 @@ absl::StatusOr<int> DeviceTransport::Progress() {
 }
 
 absl::Status DeviceTransport::CloseMappings(absl::Time deadline) {
-  // Operations whose copies ended since the last Progress() finish here
-  // first: only what still runs refuses the close.
+  // Operations whose copies ended since the last Progress() move on here
+  // first (complete, or post their host part): only what still runs
+  // refuses the close.
   for (const auto& queue : queues_) Advance(*this, *queue);
   for (const auto& queue : queues_) {
     if (!queue->ops.empty() || (queue->link != nullptr && queue->link->copying())) {

@@ -188,9 +188,11 @@ class DeviceTransport final : public Transport {
   // teardown after the last operation, so that every peer may free what
   // it exported once all have closed (CUDA leaves freeing memory another
   // process still has open undefined). Operations whose copies have ended
-  // finish first, their completions firing as in Progress();
-  // kFailedPrecondition, closing nothing, while an endpoint still has
-  // operations in flight; the wait's error. Device work of the caller's
+  // move on first, as in Progress(): a read or a write without a
+  // notification completes there, a notification or a held host operation
+  // is posted (its completion fires from a later Progress()).
+  // kFailedPrecondition, closing nothing (but having moved those on),
+  // while an endpoint still has operations in flight; the wait's error. Device work of the caller's
   // own that reads the mappings (what MapDevice gave out: a collective's
   // reductions on its mover's stream) must have ended first, and those
   // pointers are invalid after it; an endpoint used afterwards maps again.

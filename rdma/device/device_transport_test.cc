@@ -300,7 +300,11 @@ class DeviceTransportTest : public ::testing::Test {
   void TearDown() override {
     // Rank 1 frees its regions as it ends: our mappings of them go first
     // (rank 1 fails if it freed memory we still had open).
-    if (transport_ != nullptr && !transport_->CloseMappings(absl::Now() + kTimeout).ok()) {
+    // A failed test may have returned with operations whose completions
+    // point into its frame, which CloseMappings would fire: the transport
+    // is destroyed instead.
+    if (transport_ != nullptr &&
+        (HasFailure() || !transport_->CloseMappings(absl::Now() + kTimeout).ok())) {
       // Its stream failed (an injected fault): it cannot tell its copies
       // ended, and keeps them. Destroyed, it closes them as it goes.
       endpoint_.reset();
@@ -579,23 +583,33 @@ TEST_F(DeviceTransportTest, MapsAPeersDeviceRegionForDeviceWork) {
 }
 
 // A teardown closes every mapping of the peers' allocations while the
-// endpoints live, refused while a copy runs; a copy that ended after the
+// endpoints live, refused while a copy runs. Copies that ended after the
 // last Progress() (the caller waited on the device, as a
-// cudaDeviceSynchronize does, not on the transport) does not hold it:
-// CloseMappings finishes it, firing its completion. A post afterwards
-// maps again.
+// cudaDeviceSynchronize does, not on the transport) do not hold it:
+// CloseMappings completes a read, and posts a write's notification. A
+// post afterwards maps again.
 TEST_F(DeviceTransportTest, CloseMappingsClosesThemAllOnceNoCopyRuns) {
   ASSERT_OK(Ask("fill 5").status());
   ASSERT_OK_AND_ASSIGN(MemoryRegion back, transport_->Allocate(4096));
-  std::optional<absl::Status> read;
-  device_->Pause();  // the read's copy stays queued
-  ASSERT_OK(endpoint_->PostRead({&back, 0, 4096}, {&peer_device_, 0, 4096},
-                                [&](absl::Status status) { read = status; }));
-  EXPECT_EQ(transport_->mapped_allocations(), 1u);
-  EXPECT_THAT(transport_->CloseMappings(absl::Now() + kTimeout),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("rank 1")));
-  EXPECT_EQ(transport_->mapped_allocations(), 1u);
+  ASSERT_OK_AND_ASSIGN(MemoryRegion out, transport_->Allocate(64));
+  std::optional<absl::Status> read, wrote;
+  // The copies stay queued while paused; nothing fails in between, so
+  // that the device always resumes.
+  device_->Pause();
+  absl::Status posted = endpoint_->PostRead({&back, 0, 4096}, {&peer_device_, 0, 4096},
+                                            [&](absl::Status status) { read = status; });
+  if (posted.ok()) {
+    posted = endpoint_->PostWrite({&out, 0, 64}, {&peer_device_, 4096, 64}, 9,
+                                  [&](absl::Status status) { wrote = status; });
+  }
+  const size_t mapped = transport_->mapped_allocations();
+  const absl::Status refused = transport_->CloseMappings(absl::Now() + kTimeout);
+  const size_t still_mapped = transport_->mapped_allocations();
   device_->Resume();
+  ASSERT_OK(posted);
+  EXPECT_EQ(mapped, 1u);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("rank 1")));
+  EXPECT_EQ(still_mapped, 1u);
   // Freeing device memory waits for every stream's work, as cudaFree does.
   { ASSERT_OK_AND_ASSIGN(device::DeviceMemory synced, device_->Allocate(64)); }
   EXPECT_FALSE(read.has_value());
@@ -603,6 +617,12 @@ TEST_F(DeviceTransportTest, CloseMappingsClosesThemAllOnceNoCopyRuns) {
   ASSERT_TRUE(read.has_value());
   ASSERT_OK(*read);
   EXPECT_EQ(transport_->mapped_allocations(), 0u);
+  // The write's notification went out from the close; its completion
+  // fires from a later Progress() (Ask's).
+  EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("9")));
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return wrote.has_value(); }, absl::Now() + kTimeout, "the write"));
+  EXPECT_OK(*wrote);
   // The endpoint maps again for its next post.
   ASSERT_OK(Read(*transport_, *endpoint_, {&back, 0, 4096}, {&peer_device_, 0, 4096},
                  absl::Now() + kTimeout));
