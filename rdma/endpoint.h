@@ -22,8 +22,11 @@ namespace rdmaflow::rdma {
 
 // Called exactly once per accepted operation, from Transport::Progress()
 // (or DeviceTransport::CloseMappings(), which first finishes the copies
-// that ended) on the thread that drives the transport, never inline from Post*() and never
-// under a backend lock. OK, or the operation's error (see docs/rdma.md):
+// that ended) on the thread that drives the transport, never inline from
+// Post*() and never under a backend lock. It may post, connect, close or
+// destroy endpoints (its own included) and call Progress() again; every
+// other operation still completes exactly once. OK, or the operation's
+// error (see docs/rdma.md):
 // kUnavailable (peer died or unreachable), kCancelled (endpoint closed),
 // kPermissionDenied (stale or foreign remote key), kInternal (backend bug).
 using Completion = absl::AnyInvocable<void(absl::Status) &&>;

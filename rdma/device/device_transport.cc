@@ -35,6 +35,23 @@ constexpr absl::Duration kDrainTimeout = absl::Seconds(10);
 // sleep apart, where the caller waits in WaitForActivity).
 constexpr int kStagedRounds = 4;
 
+// One walk over the transport's queues (Progress, CloseMappings), counted
+// in `depth` while it lasts: a completion fired during a walk may call
+// Progress() again, whose walk must not erase a queue from under it.
+class QueueWalk {
+ public:
+  explicit QueueWalk(int& depth) : depth_(depth) { ++depth_; }
+  ~QueueWalk() { --depth_; }
+  QueueWalk(const QueueWalk&) = delete;
+  QueueWalk& operator=(const QueueWalk&) = delete;
+
+  // No other walk is under way.
+  bool outermost() const { return depth_ == 1; }
+
+ private:
+  int& depth_;
+};
+
 // What a device region's registration owns: the allocation, for
 // AllocateDevice; nothing for a caller's memory. Its range is one staged
 // chunks may land in while it lives.
@@ -699,6 +716,7 @@ absl::StatusOr<int> DeviceTransport::Progress() {
     fired += more;
   }
   for (auto& link : retired_links_) link->Quiesce();
+  const QueueWalk walk(walks_);
   for (auto it = queues_.begin(); it != queues_.end();) {
     PendingQueue& queue = **it;
     fired += Advance(*this, queue);
@@ -709,9 +727,11 @@ absl::StatusOr<int> DeviceTransport::Progress() {
     // No copy of this endpoint runs: the mappings of a gone peer are closed
     // (holding them may hold its freed allocations' resources), and a queue
     // whose endpoint was destroyed goes with its own.
+    // Only the outermost walk drops one: a completion that called Progress()
+    // again may have come from an Advance of this very queue.
     const bool destroyed = queue.host == nullptr;
     if (destroyed || !queue.gone->ok()) Unmap(queue);
-    it = destroyed ? queues_.erase(it) : std::next(it);
+    it = destroyed && walk.outermost() ? queues_.erase(it) : std::next(it);
   }
   return fired;
 }
@@ -720,7 +740,10 @@ absl::Status DeviceTransport::CloseMappings(absl::Time deadline) {
   // Operations whose copies ended since the last Progress() move on here
   // first (complete, or post their host part): only what still runs
   // refuses the close.
-  for (const auto& queue : queues_) Advance(*this, *queue);
+  {
+    const QueueWalk walk(walks_);
+    for (const auto& queue : queues_) Advance(*this, *queue);
+  }
   for (const auto& queue : queues_) {
     if (!queue->ops.empty() || (queue->link != nullptr && queue->link->copying())) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -237,6 +237,9 @@ class DeviceTransport final : public Transport {
   absl::flat_hash_map<int, std::unique_ptr<StagingLink>> links_;
   std::vector<std::unique_ptr<StagingLink>> retired_links_;
   std::list<std::unique_ptr<PendingQueue>> queues_;
+  // Walks over queues_ under way (a completion may call Progress() from
+  // inside one): only the outermost erases a queue.
+  int walks_ = 0;
 };
 
 }  // namespace rdmaflow::rdma::device_path

@@ -631,6 +631,40 @@ TEST_F(DeviceTransportTest, CloseMappingsClosesThemAllOnceNoCopyRuns) {
   EXPECT_TRUE(seen == Expected(4096, 5, 0));
 }
 
+// A completion fired from CloseMappings may drop its own endpoint and call
+// Progress() again (rdma/endpoint.h): the close goes on over the queue the
+// completion came from, which only a later Progress() drops.
+TEST_F(DeviceTransportTest, ACompletionFromCloseMappingsMayDropItsEndpointAndProgress) {
+  ASSERT_OK(Ask("fill 5").status());
+  ASSERT_OK_AND_ASSIGN(MemoryRegion back, transport_->Allocate(4096));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> own, transport_->Connect({1, peer_address_}));
+  std::optional<absl::Status> read;
+  absl::Status nested;
+  ASSERT_OK(own->PostRead({&back, 0, 4096}, {&peer_device_, 0, 4096},
+                          [&](absl::Status status) {
+                            read = status;
+                            own.reset();
+                            nested = transport_->Progress().status();
+                          }));
+  // Freeing device memory waits for every stream's work, as cudaFree does:
+  // the copy has ended, and no Progress() has seen it.
+  { ASSERT_OK_AND_ASSIGN(device::DeviceMemory synced, device_->Allocate(64)); }
+  EXPECT_FALSE(read.has_value());
+  ASSERT_OK(transport_->CloseMappings(absl::Now() + kTimeout));
+  ASSERT_TRUE(read.has_value());
+  ASSERT_OK(*read);
+  EXPECT_OK(nested) << "Progress() from inside a completion fired by CloseMappings";
+  EXPECT_EQ(own, nullptr);
+  EXPECT_EQ(transport_->mapped_allocations(), 0u);
+  std::string seen(reinterpret_cast<const char*>(back.data()), 4096);
+  EXPECT_TRUE(seen == Expected(4096, 5, 0));
+  // The transport goes on: the fixture's endpoint maps the peer again.
+  ASSERT_OK(transport_->Progress().status());
+  ASSERT_OK(Read(*transport_, *endpoint_, {&back, 1024, 1024}, {&peer_device_, 0, 1024},
+                 absl::Now() + kTimeout));
+  EXPECT_EQ(transport_->mapped_allocations(), 1u);
+}
+
 // A region's device memory outlives the region until its transport goes:
 // a peer may still have it open until the collective teardown.
 TEST_F(DeviceTransportTest, ADestroyedRegionsMemoryIsFreedWithItsTransport) {

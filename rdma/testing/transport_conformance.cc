@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -837,6 +838,82 @@ TEST_P(TransportConformanceTest, CallbacksFireExactlyOnceAndNeverInline) {
     EXPECT_EQ(probe->calls, 1);
     EXPECT_FALSE(probe->inline_call);
     EXPECT_OK(probe->status);
+  }
+}
+
+// What a completion handler may do (rdma/endpoint.h): drop the endpoint
+// whose operation just completed, with operations of it still in flight,
+// progress the transport again from inside the callback, connect anew and
+// post on the new endpoint. Every operation still completes exactly once,
+// and the new endpoint's write lands.
+TEST_P(TransportConformanceTest, ACallbackMayDropItsEndpointProgressAndConnectAgain) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  constexpr size_t kBytes = 4096;
+  constexpr uint32_t kNotice = 77;
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 2 * kBytes));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 2 * kBytes));
+  // One operation behind the first (its queue empties as the callback
+  // runs), then several.
+  for (int behind : {0, 3}) {
+    SCOPED_TRACE(absl::StrCat(behind, " operations behind the first"));
+    FillPattern(local.data(), 2 * kBytes, 31 + behind);
+    std::memset(remote.data(), 0, 2 * kBytes);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> first, ConnectTo(*f.a_, *f.b_));
+    std::unique_ptr<Endpoint> next;
+    absl::Status nested, reconnected, reposted;
+    CallbackProbe last;
+    std::vector<CallbackProbe> probes(1 + behind);
+    const RemoteSlice head{&remote.descriptor(), 0, kBytes};
+    ASSERT_OK(first->PostWrite({&local, 0, kBytes}, head, std::nullopt,
+                               [&, done = probes[0].Callback()](absl::Status s) mutable {
+                                 std::move(done)(std::move(s));
+                                 first.reset();
+                                 nested = f.a_->Progress().status();
+                                 absl::StatusOr<std::unique_ptr<Endpoint>> again =
+                                     ConnectTo(*f.a_, *f.b_);
+                                 reconnected = again.status();
+                                 if (!again.ok()) return;
+                                 next = *std::move(again);
+                                 last.posting = true;
+                                 reposted = next->PostWrite(
+                                     {&local, kBytes, kBytes},
+                                     {&remote.descriptor(), kBytes, kBytes}, kNotice,
+                                     last.Callback());
+                                 last.posting = false;
+                               }));
+    for (int i = 1; i <= behind; ++i) {
+      ASSERT_OK(first->PostWrite({&local, 0, kBytes}, head, std::nullopt,
+                                 probes[i].Callback()));
+    }
+    std::optional<Notification> notice;
+    ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+      if (!notice.has_value()) notice = f.b_->PollNotification();
+      const bool all = std::all_of(probes.begin(), probes.end(),
+                                   [](const CallbackProbe& p) { return p.calls > 0; });
+      const bool posted = reconnected.ok() && reposted.ok();
+      return all && (!posted || (last.calls > 0 && notice.has_value()));
+    }));
+    ASSERT_OK(nested) << "Progress() from inside a completion callback";
+    ASSERT_OK(reconnected) << "Connect() from inside a completion callback";
+    ASSERT_OK(reposted) << "a post on the new endpoint from inside a completion callback";
+    for (int round = 0; round < 100; ++round) {
+      ASSERT_OK(f.a_->Progress().status());
+      ASSERT_OK(f.b_->Progress().status());
+    }
+    EXPECT_EQ(probes[0].calls, 1);
+    EXPECT_OK(probes[0].status);
+    for (int i = 1; i <= behind; ++i) {
+      EXPECT_EQ(probes[i].calls, 1) << "operation " << i;
+      EXPECT_THAT(probes[i].status, AnyOf(IsOk(), StatusIs(absl::StatusCode::kCancelled)))
+          << "operation " << i;
+    }
+    EXPECT_EQ(last.calls, 1);
+    EXPECT_FALSE(last.inline_call) << "callback ran inline from Post*()";
+    EXPECT_OK(last.status);
+    EXPECT_EQ(notice->peer_rank, f.a_->rank());
+    EXPECT_EQ(notice->value, kNotice);
+    EXPECT_EQ(std::memcmp(remote.data() + kBytes, local.data() + kBytes, kBytes), 0)
+        << "the new endpoint's write did not land before its notification";
   }
 }
 
