@@ -25,8 +25,10 @@ namespace rdmaflow::rdma {
 // that ended) on the thread that drives the transport, never inline from
 // Post*() and never under a backend lock. It may post, connect, close or
 // destroy endpoints (its own included) and call Progress() again; every
-// other operation still completes exactly once. OK, or the operation's
-// error (see docs/rdma.md):
+// other operation still completes exactly once. Whatever the status, the
+// operation's local memory is the caller's again when it fires: nothing of
+// it is read or written after. OK, or the operation's error (see
+// docs/rdma.md):
 // kUnavailable (peer died or unreachable), kCancelled (endpoint closed),
 // kPermissionDenied (stale or foreign remote key), kInternal (backend bug).
 using Completion = absl::AnyInvocable<void(absl::Status) &&>;

@@ -185,23 +185,26 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
     const bool staged =
         op.kind == PendingOp::Kind::kStaged || op.kind == PendingOp::Kind::kStagedRead;
     const bool read = op.kind == PendingOp::Kind::kStagedRead;
-    if (staged && (queue.closed || queue.host == nullptr) && queue.link->copying()) {
-      break;  // cancelled once no device copy of the link touches its memory
-    }
-    if (staged && !queue.closed && queue.host != nullptr) {
-      absl::Status failed = !queue.gone->ok() ? *queue.gone : queue.link->error();
-      if (!failed.ok()) {
-        Finish(transport, queue,
-               absl::Status(failed.code(),
-                            absl::StrCat(read ? "a staged read from rank " : "a staged write to rank ",
-                                         queue.peer_rank, " failed: ", failed.message())));
-        ++fired;
-        continue;
-      }
-      if (!(read ? queue.link->ReadDone(op.staged_last) : queue.link->Landed(op.staged_last))) {
-        break;  // and the rest behind it
-      }
-      if (read) {
+    const bool stopped = queue.closed || queue.host == nullptr;
+    if (staged) {
+      StagingLink& link = *queue.link;
+      if (!queue.gone->ok()) link.Fail(*queue.gone);  // the peer is gone: nothing more starts
+      if (!(read ? link.ReadDone(op.staged_last) : link.Landed(op.staged_last))) {
+        // Its chunks still move (the link serves every endpoint to the
+        // peer, a closed one's too), or a copy or host write of its memory
+        // still runs: whatever its outcome, it completes only once the link
+        // leaves its memory alone (the caller may free it then).
+        if (link.error().ok() || link.touching_callers_memory()) break;  // and the rest behind
+        if (!stopped) {
+          Finish(transport, queue,
+                 absl::Status(link.error().code(),
+                              absl::StrCat(read ? "a staged read from rank "
+                                                : "a staged write to rank ",
+                                           queue.peer_rank, " failed: ", link.error().message())));
+          ++fired;
+          continue;
+        }
+      } else if (read && !stopped) {
         Finish(transport, queue, absl::OkStatus());
         ++fired;
         continue;
@@ -220,7 +223,7 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
         continue;
       }
     }
-    if (queue.closed || queue.host == nullptr) {
+    if (stopped) {
       Finish(transport, queue,
              absl::CancelledError(absl::StrCat("the endpoint to rank ", queue.peer_rank,
                                                " was closed")));

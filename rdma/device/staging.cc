@@ -361,6 +361,18 @@ bool StagingLink::copying() const {
   });
 }
 
+bool StagingLink::touching_callers_memory() const {
+  if (copying()) return true;
+  return std::any_of(chunks_.begin(), chunks_.end(), [](const Chunk& c) {
+    return c.phase == Chunk::Phase::kWriting && c.region != nullptr && c.step != nullptr &&
+           !c.step->done;
+  });
+}
+
+void StagingLink::Fail(absl::Status status) {
+  if (error_.ok()) error_ = std::move(status);
+}
+
 void StagingLink::Quiesce() {
   while (!incoming_.empty()) {
     absl::StatusOr<bool> done = incoming_.front().event->Done();

@@ -205,9 +205,17 @@ class StagingLink {
   // Device copies still running (the transport drains them before the
   // link's memory goes, and before it cancels a staged operation).
   bool copying() const;
+  // Whether the link may still touch memory it was given (a source of
+  // Stage, a destination of RequestRead): a device copy runs, or a host
+  // write from a caller's region is under way. A failed link starts
+  // nothing, so once this is false after error() it stays false.
+  bool touching_callers_memory() const;
   // For a link that stops (its endpoint closed, its peer gone): notes the
   // device copies that ended, starts nothing.
   void Quiesce();
+  // Fails the link with `status` unless it failed already (its peer is
+  // gone): it starts nothing more.
+  void Fail(absl::Status status);
 
  private:
   struct Step;

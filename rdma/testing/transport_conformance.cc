@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -915,6 +916,81 @@ TEST_P(TransportConformanceTest, ACallbackMayDropItsEndpointProgressAndConnectAg
     EXPECT_EQ(std::memcmp(remote.data() + kBytes, local.data() + kBytes, kBytes), 0)
         << "the new endpoint's write did not land before its notification";
   }
+}
+
+// An operation's memory is the caller's again once its completion fires,
+// whatever its status: the source of a write and the destination of a read
+// of an endpoint closed with them in flight (several chunks each on the
+// staged path) are touched by nothing after that. Their completions
+// scribble over both; a write, a read and a flush through another
+// endpoint to the peer, posted after and done behind them, then find no
+// scribble at the peer and nothing but the scribble in the destination.
+TEST_P(TransportConformanceTest, ACancelledOperationLeavesItsMemoryAlone) {
+  RDMAFLOW_CONFORMANCE_SETUP(f);
+  constexpr size_t kBytes = size_t{4} << 20;
+  constexpr size_t kMarker = 64;
+  constexpr int kScribble = 0x5A;
+  constexpr int kUntouched = 0xEE;
+  // Local: the write's source, then the read's destination, then the
+  // marker's. Remote: the write's target, the read's source, the marker's.
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 2 * kBytes + kMarker));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 2 * kBytes + kMarker));
+  const RemoteRegion& far = remote.descriptor();
+  FillPattern(local.data(), kBytes, 41);
+  std::memset(local.data() + kBytes, 0, kBytes);
+  std::memset(remote.data(), kUntouched, kBytes);
+  FillPattern(remote.data() + kBytes, kBytes, 43);
+  const std::vector<std::byte> source(local.data(), local.data() + kBytes);
+  CallbackProbe wrote, read;
+  ASSERT_OK(f.ab_->PostWrite({&local, 0, kBytes}, {&far, 0, kBytes}, std::nullopt,
+                             [&, done = wrote.Callback()](absl::Status s) mutable {
+                               std::memset(local.data(), kScribble, kBytes);
+                               std::move(done)(std::move(s));
+                             }));
+  ASSERT_OK(f.ab_->PostRead({&local, kBytes, kBytes}, {&far, kBytes, kBytes},
+                            [&, done = read.Callback()](absl::Status s) mutable {
+                              std::memset(local.data() + kBytes, kScribble, kBytes);
+                              std::move(done)(std::move(s));
+                            }));
+  ASSERT_OK(f.ab_->Close());
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] { return wrote.calls > 0 && read.calls > 0; }));
+  EXPECT_THAT(wrote.status, AnyOf(IsOk(), StatusIs(absl::StatusCode::kCancelled)));
+  EXPECT_THAT(read.status, AnyOf(IsOk(), StatusIs(absl::StatusCode::kCancelled)));
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> after, ConnectTo(*f.a_, *f.b_));
+  const size_t mark = 2 * kBytes;
+  CallbackProbe marked, fetched, flushed;
+  ASSERT_OK(after->PostWrite({&local, mark, kMarker}, {&far, mark, kMarker}, std::nullopt,
+                             marked.Callback()));
+  ASSERT_OK(after->PostRead({&local, mark, kMarker}, {&far, mark, kMarker}, fetched.Callback()));
+  ASSERT_OK(after->PostFlush(flushed.Callback()));
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()},
+                  [&] { return marked.calls > 0 && fetched.calls > 0 && flushed.calls > 0; }));
+  EXPECT_OK(marked.status);
+  EXPECT_OK(fetched.status);
+  EXPECT_OK(flushed.status);
+  for (int round = 0; round < 100; ++round) {
+    ASSERT_OK(f.a_->Progress().status());
+    ASSERT_OK(f.b_->Progress().status());
+  }
+  EXPECT_EQ(wrote.calls, 1);
+  EXPECT_EQ(read.calls, 1);
+  // At the peer, each byte is untouched or the source's from before the
+  // write's completion.
+  size_t late = 0, first_late = 0;
+  for (size_t i = 0; i < kBytes; ++i) {
+    const int at = std::to_integer<int>(remote.data()[i]);
+    if (at != kUntouched && remote.data()[i] != source[i]) {
+      if (late++ == 0) first_late = i;
+    }
+  }
+  EXPECT_EQ(late, 0u) << "bytes of the write's source as it was after its completion reached the "
+                      << "peer, the first at offset " << first_late;
+  size_t landed = 0;
+  for (size_t i = kBytes; i < 2 * kBytes; ++i) {
+    landed += std::to_integer<int>(local.data()[i]) != kScribble;
+  }
+  EXPECT_EQ(landed, 0u) << "bytes of the read landed in its destination after its completion";
 }
 
 TEST_P(TransportConformanceTest, OutOfBoundsIsRejectedBeforePosting) {
