@@ -50,7 +50,8 @@ struct FakeDeviceOptions {
   size_t capacity_bytes = size_t{1} << 30;
   // The Nth copy or reduction enqueued on this runtime (counting from 1,
   // over all its streams; a Stream::Zero is neither) fails with `fault`
-  // when it runs, breaking its stream. 0: none fails.
+  // when it runs, breaking its stream for good: what is queued behind it
+  // fails with it and runs nothing. 0: none fails.
   int fail_operation = 0;
   absl::Status fault = absl::InternalError("an injected fault of the fake device");
   // Every copy and reduction takes at least this long to run.

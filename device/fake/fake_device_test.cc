@@ -85,6 +85,17 @@ TEST(FakeDeviceTest, AnInjectedFaultBreaksItsStreamForGood) {
               StatusIs(absl::StatusCode::kDataLoss));
   ASSERT_OK(stream->Record(*after));
   EXPECT_THAT(after->Done(), StatusIs(absl::StatusCode::kDataLoss));
+  // Nothing queued behind the failure ran, on either stream: destroyed, a
+  // stream has finished its queue.
+  std::vector<char> later(4096, 'y');
+  ASSERT_OK(stream->Copy(memory.data(), later.data(), 4096));
+  ASSERT_OK(other->Copy(memory.data(), later.data(), 4096));
+  stream.reset();
+  other.reset();
+  std::vector<char> now(4096);
+  std::memcpy(now.data(), memory.data(), 4096);
+  EXPECT_EQ(std::count(now.begin(), now.end(), 'x'), 4096)
+      << "a copy queued behind the failure wrote into device memory";
 }
 
 TEST(FakeDeviceTest, AWaitOnASlowDeviceEndsAtItsDeadline) {

@@ -75,6 +75,11 @@ absl::Status FakeStreamState::Await(uint64_t sequence, const std::function<bool(
   }
 }
 
+absl::Status FakeStreamState::error() const {
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
 void FakeStreamState::Ran(uint64_t sequence, const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   ran_ = sequence;
@@ -139,7 +144,11 @@ void FakeStream::Loop() {
       queue_.pop_front();
     }
     runtime_->AwaitResumed();
-    state_->Ran(++sequence, run());
+    // Broken for good, as a sticky CUDA error ends its context's work: what
+    // was queued behind the failure fails with it and touches no memory (a
+    // caller told of the failure may free or unmap what it would have used).
+    const absl::Status broken = state_->error();
+    state_->Ran(++sequence, broken.ok() ? run() : broken);
   }
 }
 

@@ -35,6 +35,8 @@ class FakeStreamState {
   // kCancelled when stopped.
   absl::Status Await(uint64_t sequence, const std::function<bool()>& stop) const;
   void Ran(uint64_t sequence, const absl::Status& status);
+  // The first failure (OK while none).
+  absl::Status error() const;
 
  private:
   mutable absl::Mutex mu_;
