@@ -94,10 +94,32 @@ absl::StatusOr<std::unique_ptr<Endpoint>> ConnectTo(Transport& from,
   return from.Connect(PeerInfo{to.rank(), to.address()});
 }
 
+// Completions that use a test's locals. After a failed assertion returns
+// early, the fixture (declared first, so destroyed last) still fires what
+// was in flight as its transports go; guarded, those completions then do
+// nothing. Declared after the locals they use, so it goes before them.
+class Liveness {
+ public:
+  Liveness() = default;
+  Liveness(const Liveness&) = delete;
+  Liveness& operator=(const Liveness&) = delete;
+  ~Liveness() { *live_ = false; }
+
+  Completion Guard(Completion done) const {
+    return [live = live_, done = std::move(done)](absl::Status status) mutable {
+      if (*live) std::move(done)(std::move(status));
+    };
+  }
+
+ private:
+  std::shared_ptr<bool> live_ = std::make_shared<bool>(true);
+};
+
 // The backend's memory for the data tests.
-absl::StatusOr<MemoryRegion> AllocateFor(const ConformanceBackend& backend, Transport& transport,
-                                         size_t bytes) {
-  return backend.allocate ? backend.allocate(transport, bytes) : transport.Allocate(bytes);
+absl::StatusOr<MemoryRegion> AllocateFor(const ConformanceBackend& backend,
+                                         Transport& transport, size_t bytes) {
+  return backend.allocate ? backend.allocate(transport, bytes)
+                          : transport.Allocate(bytes);
 }
 
 class Fixture {
@@ -847,7 +869,8 @@ TEST_P(TransportConformanceTest, CallbacksFireExactlyOnceAndNeverInline) {
 // progress the transport again from inside the callback, connect anew and
 // post on the new endpoint. Every operation still completes exactly once,
 // and the new endpoint's write lands.
-TEST_P(TransportConformanceTest, ACallbackMayDropItsEndpointProgressAndConnectAgain) {
+TEST_P(TransportConformanceTest,
+       ACallbackMayDropItsEndpointProgressAndConnectAgain) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
   constexpr size_t kBytes = 4096;
   constexpr uint32_t kNotice = 77;
@@ -859,44 +882,48 @@ TEST_P(TransportConformanceTest, ACallbackMayDropItsEndpointProgressAndConnectAg
     SCOPED_TRACE(absl::StrCat(behind, " operations behind the first"));
     FillPattern(local.data(), 2 * kBytes, 31 + behind);
     std::memset(remote.data(), 0, 2 * kBytes);
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> first, ConnectTo(*f.a_, *f.b_));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> first,
+                         ConnectTo(*f.a_, *f.b_));
     std::unique_ptr<Endpoint> next;
     absl::Status nested, reconnected, reposted;
     CallbackProbe last;
     std::vector<CallbackProbe> probes(1 + behind);
+    std::optional<Notification> notice;
     const RemoteSlice head{&remote.descriptor(), 0, kBytes};
-    ASSERT_OK(first->PostWrite({&local, 0, kBytes}, head, std::nullopt,
-                               [&, done = probes[0].Callback()](absl::Status s) mutable {
-                                 std::move(done)(std::move(s));
-                                 first.reset();
-                                 nested = f.a_->Progress().status();
-                                 absl::StatusOr<std::unique_ptr<Endpoint>> again =
-                                     ConnectTo(*f.a_, *f.b_);
-                                 reconnected = again.status();
-                                 if (!again.ok()) return;
-                                 next = *std::move(again);
-                                 last.posting = true;
-                                 reposted = next->PostWrite(
-                                     {&local, kBytes, kBytes},
-                                     {&remote.descriptor(), kBytes, kBytes}, kNotice,
-                                     last.Callback());
-                                 last.posting = false;
-                               }));
+    const Liveness alive;
+    ASSERT_OK(first->PostWrite(
+        {&local, 0, kBytes}, head, std::nullopt,
+        alive.Guard([&, done = probes[0].Callback()](absl::Status s) mutable {
+          std::move(done)(std::move(s));
+          first.reset();
+          nested = f.a_->Progress().status();
+          absl::StatusOr<std::unique_ptr<Endpoint>> again =
+              ConnectTo(*f.a_, *f.b_);
+          reconnected = again.status();
+          if (!again.ok()) return;
+          next = *std::move(again);
+          last.posting = true;
+          reposted = next->PostWrite({&local, kBytes, kBytes},
+                                     {&remote.descriptor(), kBytes, kBytes},
+                                     kNotice, alive.Guard(last.Callback()));
+          last.posting = false;
+        })));
     for (int i = 1; i <= behind; ++i) {
       ASSERT_OK(first->PostWrite({&local, 0, kBytes}, head, std::nullopt,
-                                 probes[i].Callback()));
+                                 alive.Guard(probes[i].Callback())));
     }
-    std::optional<Notification> notice;
     ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
       if (!notice.has_value()) notice = f.b_->PollNotification();
-      const bool all = std::all_of(probes.begin(), probes.end(),
-                                   [](const CallbackProbe& p) { return p.calls > 0; });
+      const bool all =
+          std::all_of(probes.begin(), probes.end(),
+                      [](const CallbackProbe& p) { return p.calls > 0; });
       const bool posted = reconnected.ok() && reposted.ok();
       return all && (!posted || (last.calls > 0 && notice.has_value()));
     }));
     ASSERT_OK(nested) << "Progress() from inside a completion callback";
     ASSERT_OK(reconnected) << "Connect() from inside a completion callback";
-    ASSERT_OK(reposted) << "a post on the new endpoint from inside a completion callback";
+    ASSERT_OK(reposted)
+        << "a post on the new endpoint from inside a completion callback";
     for (int round = 0; round < 100; ++round) {
       ASSERT_OK(f.a_->Progress().status());
       ASSERT_OK(f.b_->Progress().status());
@@ -905,7 +932,8 @@ TEST_P(TransportConformanceTest, ACallbackMayDropItsEndpointProgressAndConnectAg
     EXPECT_OK(probes[0].status);
     for (int i = 1; i <= behind; ++i) {
       EXPECT_EQ(probes[i].calls, 1) << "operation " << i;
-      EXPECT_THAT(probes[i].status, AnyOf(IsOk(), StatusIs(absl::StatusCode::kCancelled)))
+      EXPECT_THAT(probes[i].status,
+                  AnyOf(IsOk(), StatusIs(absl::StatusCode::kCancelled)))
           << "operation " << i;
     }
     EXPECT_EQ(last.calls, 1);
@@ -913,7 +941,8 @@ TEST_P(TransportConformanceTest, ACallbackMayDropItsEndpointProgressAndConnectAg
     EXPECT_OK(last.status);
     EXPECT_EQ(notice->peer_rank, f.a_->rank());
     EXPECT_EQ(notice->value, kNotice);
-    EXPECT_EQ(std::memcmp(remote.data() + kBytes, local.data() + kBytes, kBytes), 0)
+    EXPECT_EQ(
+        std::memcmp(remote.data() + kBytes, local.data() + kBytes, kBytes), 0)
         << "the new endpoint's write did not land before its notification";
   }
 }
@@ -933,39 +962,49 @@ TEST_P(TransportConformanceTest, ACancelledOperationLeavesItsMemoryAlone) {
   constexpr int kUntouched = 0xEE;
   // Local: the write's source, then the read's destination, then the
   // marker's. Remote: the write's target, the read's source, the marker's.
-  ASSERT_OK_AND_ASSIGN(MemoryRegion local, f.Allocate(*f.a_, 2 * kBytes + kMarker));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion remote, f.Allocate(*f.b_, 2 * kBytes + kMarker));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion local,
+                       f.Allocate(*f.a_, 2 * kBytes + kMarker));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion remote,
+                       f.Allocate(*f.b_, 2 * kBytes + kMarker));
   const RemoteRegion& far = remote.descriptor();
   FillPattern(local.data(), kBytes, 41);
   std::memset(local.data() + kBytes, 0, kBytes);
   std::memset(remote.data(), kUntouched, kBytes);
   FillPattern(remote.data() + kBytes, kBytes, 43);
   const std::vector<std::byte> source(local.data(), local.data() + kBytes);
-  CallbackProbe wrote, read;
-  ASSERT_OK(f.ab_->PostWrite({&local, 0, kBytes}, {&far, 0, kBytes}, std::nullopt,
-                             [&, done = wrote.Callback()](absl::Status s) mutable {
-                               std::memset(local.data(), kScribble, kBytes);
-                               std::move(done)(std::move(s));
-                             }));
-  ASSERT_OK(f.ab_->PostRead({&local, kBytes, kBytes}, {&far, kBytes, kBytes},
-                            [&, done = read.Callback()](absl::Status s) mutable {
-                              std::memset(local.data() + kBytes, kScribble, kBytes);
-                              std::move(done)(std::move(s));
-                            }));
+  CallbackProbe wrote, read, marked, fetched, flushed;
+  std::unique_ptr<Endpoint> after;
+  const Liveness alive;
+  ASSERT_OK(f.ab_->PostWrite(
+      {&local, 0, kBytes}, {&far, 0, kBytes}, std::nullopt,
+      alive.Guard([&, done = wrote.Callback()](absl::Status s) mutable {
+        std::memset(local.data(), kScribble, kBytes);
+        std::move(done)(std::move(s));
+      })));
+  ASSERT_OK(f.ab_->PostRead(
+      {&local, kBytes, kBytes}, {&far, kBytes, kBytes},
+      alive.Guard([&, done = read.Callback()](absl::Status s) mutable {
+        std::memset(local.data() + kBytes, kScribble, kBytes);
+        std::move(done)(std::move(s));
+      })));
   ASSERT_OK(f.ab_->Close());
-  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] { return wrote.calls > 0 && read.calls > 0; }));
-  EXPECT_THAT(wrote.status, AnyOf(IsOk(), StatusIs(absl::StatusCode::kCancelled)));
-  EXPECT_THAT(read.status, AnyOf(IsOk(), StatusIs(absl::StatusCode::kCancelled)));
-
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> after, ConnectTo(*f.a_, *f.b_));
-  const size_t mark = 2 * kBytes;
-  CallbackProbe marked, fetched, flushed;
-  ASSERT_OK(after->PostWrite({&local, mark, kMarker}, {&far, mark, kMarker}, std::nullopt,
-                             marked.Callback()));
-  ASSERT_OK(after->PostRead({&local, mark, kMarker}, {&far, mark, kMarker}, fetched.Callback()));
-  ASSERT_OK(after->PostFlush(flushed.Callback()));
   ASSERT_OK(Drive({f.a_.get(), f.b_.get()},
-                  [&] { return marked.calls > 0 && fetched.calls > 0 && flushed.calls > 0; }));
+                  [&] { return wrote.calls > 0 && read.calls > 0; }));
+  EXPECT_THAT(wrote.status,
+              AnyOf(IsOk(), StatusIs(absl::StatusCode::kCancelled)));
+  EXPECT_THAT(read.status,
+              AnyOf(IsOk(), StatusIs(absl::StatusCode::kCancelled)));
+
+  ASSERT_OK_AND_ASSIGN(after, ConnectTo(*f.a_, *f.b_));
+  const size_t mark = 2 * kBytes;
+  ASSERT_OK(after->PostWrite({&local, mark, kMarker}, {&far, mark, kMarker},
+                             std::nullopt, alive.Guard(marked.Callback())));
+  ASSERT_OK(after->PostRead({&local, mark, kMarker}, {&far, mark, kMarker},
+                            alive.Guard(fetched.Callback())));
+  ASSERT_OK(after->PostFlush(alive.Guard(flushed.Callback())));
+  ASSERT_OK(Drive({f.a_.get(), f.b_.get()}, [&] {
+    return marked.calls > 0 && fetched.calls > 0 && flushed.calls > 0;
+  }));
   EXPECT_OK(marked.status);
   EXPECT_OK(fetched.status);
   EXPECT_OK(flushed.status);
@@ -984,13 +1023,15 @@ TEST_P(TransportConformanceTest, ACancelledOperationLeavesItsMemoryAlone) {
       if (late++ == 0) first_late = i;
     }
   }
-  EXPECT_EQ(late, 0u) << "bytes of the write's source as it was after its completion reached the "
+  EXPECT_EQ(late, 0u) << "bytes of the write's source as it was after its "
+                         "completion reached the "
                       << "peer, the first at offset " << first_late;
   size_t landed = 0;
   for (size_t i = kBytes; i < 2 * kBytes; ++i) {
     landed += std::to_integer<int>(local.data()[i]) != kScribble;
   }
-  EXPECT_EQ(landed, 0u) << "bytes of the read landed in its destination after its completion";
+  EXPECT_EQ(landed, 0u)
+      << "bytes of the read landed in its destination after its completion";
 }
 
 TEST_P(TransportConformanceTest, OutOfBoundsIsRejectedBeforePosting) {
