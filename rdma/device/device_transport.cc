@@ -107,8 +107,9 @@ struct PendingOp {
   std::unique_ptr<device::Event> event;  // kDeviceCopy: after the copy
   std::optional<uint32_t> notification;
   Completion done;
-  // kStaged: the sequence of its last chunk (landed: the write is done);
-  // kStagedRead: the read's number.
+  // kStaged: the sequences of its first and last chunks (the last landed:
+  // the write is done); kStagedRead: the read's number (in staged_last).
+  uint64_t staged_first = 0;
   uint64_t staged_last = 0;
   // kHostWrite: what to post, the descriptor copied (a post reads it then).
   LocalSlice src;
@@ -188,19 +189,29 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
     const bool stopped = queue.closed || queue.host == nullptr;
     if (staged) {
       StagingLink& link = *queue.link;
-      if (!queue.gone->ok()) link.Fail(*queue.gone);  // the peer is gone: nothing more starts
       if (!(read ? link.ReadDone(op.staged_last) : link.Landed(op.staged_last))) {
-        // Its chunks still move (the link serves every endpoint to the
-        // peer, a closed one's too), or a copy or host write of its memory
-        // still runs: whatever its outcome, it completes only once the link
-        // leaves its memory alone (the caller may free it then).
-        if (link.error().ok() || link.touching_callers_memory()) break;  // and the rest behind
+        const absl::Status failed = !queue.gone->ok() ? *queue.gone : link.error();
+        if (failed.ok() && !stopped) break;  // still under way, and the rest behind it
+        // Closed, or failed: what of it has not started is dropped (its
+        // chunks go void, its answer lands nowhere), and it completes once
+        // nothing of it touches its memory any more (the caller may free
+        // it then), without waiting for the peer. The link goes on for the
+        // other endpoints to the peer.
+        if (read) {
+          link.CancelRead(op.staged_last);
+        } else {
+          link.CancelWrite(op.staged_first, op.staged_last);
+        }
+        if (!(read ? link.ReadReleased(op.staged_last)
+                   : link.WriteReleased(op.staged_first, op.staged_last))) {
+          break;  // a copy or a host write of its memory still runs
+        }
         if (!stopped) {
           Finish(transport, queue,
-                 absl::Status(link.error().code(),
+                 absl::Status(failed.code(),
                               absl::StrCat(read ? "a staged read from rank "
                                                 : "a staged write to rank ",
-                                           queue.peer_rank, " failed: ", link.error().message())));
+                                           queue.peer_rank, " failed: ", failed.message())));
           ++fired;
           continue;
         }
@@ -439,6 +450,7 @@ class DeviceEndpoint final : public Endpoint {
     RETURN_IF_ERROR(CheckStagedLocal(src, "write to"));
     PendingOp op;
     op.kind = PendingOp::Kind::kStaged;
+    op.staged_first = queue_->link->staged() + 1;
     op.staged_last = queue_->link->Stage(src, dst.address(), dst.length);
     op.notification = notification;
     op.done = std::move(done);

@@ -121,7 +121,8 @@ absl::StatusOr<std::optional<ChunkHeader>> ReadHeader(const std::byte* slot_head
         "rank ", peer, " wrote chunk ", header.sequence, " into the staging slot of chunk ",
         expected, ": a forged or corrupted header"));
   }
-  if (header.length == 0 || header.length > slot_bytes) {
+  const bool void_chunk = header.address == 0 && header.request == 0;
+  if ((header.length == 0 && !void_chunk) || header.length > slot_bytes) {
     return absl::DataLossError(absl::StrCat("rank ", peer, "'s staged chunk ", expected,
                                             " claims ", header.length,
                                             " bytes in a slot of ", slot_bytes));
@@ -213,6 +214,8 @@ struct StagingLink::Chunk {
   uint64_t address = 0;
   uint64_t length = 0;
   uint64_t request = 0;  // the read it answers; 0: a write
+  // A cancelled write's chunk not yet under way: it goes void.
+  bool cancelled = false;
   std::unique_ptr<device::Event> event;
   std::shared_ptr<Step> step;
 };
@@ -221,6 +224,8 @@ struct StagingLink::Incoming {
   uint64_t sequence = 0;
   uint64_t request = 0;
   uint64_t length = 0;
+  // Its copy; null where nothing lands (a void chunk, an answer to a
+  // cancelled read).
   std::unique_ptr<device::Event> event;
 };
 
@@ -236,6 +241,8 @@ struct StagingLink::Read {
   std::shared_ptr<Step> step;
   uint64_t accepted = 0;  // bytes of its answer whose copies are queued
   uint64_t landed = 0;    // ... and done
+  // Cancelled: the rest of its answer lands nowhere.
+  bool cancelled = false;
 };
 
 namespace {
@@ -355,29 +362,64 @@ bool StagingLink::busy() const {
 }
 
 bool StagingLink::copying() const {
-  if (!incoming_.empty()) return true;
+  if (std::any_of(incoming_.begin(), incoming_.end(),
+                  [](const Incoming& in) { return in.event != nullptr; })) {
+    return true;
+  }
   return std::any_of(chunks_.begin(), chunks_.end(), [](const Chunk& c) {
     return c.phase == Chunk::Phase::kCopying;
   });
 }
 
-bool StagingLink::touching_callers_memory() const {
-  if (copying()) return true;
-  return std::any_of(chunks_.begin(), chunks_.end(), [](const Chunk& c) {
-    return c.phase == Chunk::Phase::kWriting && c.region != nullptr && c.step != nullptr &&
-           !c.step->done;
+void StagingLink::CancelWrite(uint64_t first, uint64_t last) {
+  for (Chunk& c : chunks_) {
+    if (c.request == 0 && c.sequence >= first && c.sequence <= last &&
+        c.phase <= Chunk::Phase::kCopied) {
+      c.cancelled = true;
+    }
+  }
+}
+
+bool StagingLink::WriteReleased(uint64_t first, uint64_t last) const {
+  return std::none_of(chunks_.begin(), chunks_.end(), [&](const Chunk& c) {
+    if (c.request != 0 || c.sequence < first || c.sequence > last) return false;
+    switch (c.phase) {
+      case Chunk::Phase::kQueued:
+      case Chunk::Phase::kCopied:
+        return !c.cancelled;
+      case Chunk::Phase::kCopying:
+        return true;
+      case Chunk::Phase::kWriting:  // from the caller's host region
+        return c.region != nullptr && c.step != nullptr && !c.step->done;
+      default:
+        return false;
+    }
   });
 }
 
-void StagingLink::Fail(absl::Status status) {
-  if (error_.ok()) error_ = std::move(status);
+void StagingLink::CancelRead(uint64_t request) {
+  for (Read& read : reads_) {
+    if (read.sequence == request) read.cancelled = true;
+  }
+}
+
+bool StagingLink::ReadReleased(uint64_t request) const {
+  if (ReadDone(request)) return true;
+  const bool cancelled = std::any_of(reads_.begin(), reads_.end(), [&](const Read& read) {
+    return read.sequence == request && read.cancelled;
+  });
+  return cancelled && std::none_of(incoming_.begin(), incoming_.end(), [&](const Incoming& in) {
+           return in.request == request && in.event != nullptr;
+         });
 }
 
 void StagingLink::Quiesce() {
   while (!incoming_.empty()) {
-    absl::StatusOr<bool> done = incoming_.front().event->Done();
-    if (done.ok() && !*done) break;
-    free_events_.push_back(std::move(incoming_.front().event));
+    if (incoming_.front().event != nullptr) {
+      absl::StatusOr<bool> done = incoming_.front().event->Done();
+      if (done.ok() && !*done) break;
+      free_events_.push_back(std::move(incoming_.front().event));
+    }
     incoming_.pop_front();
   }
   for (Chunk& c : chunks_) {
@@ -518,8 +560,8 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
               (c.sequence > slots && chunks_.front().sequence <= c.sequence - slots)) {
             return absl::OkStatus();
           }
-          if (c.device_source == nullptr) {
-            c.phase = Chunk::Phase::kCopied;
+          if (c.cancelled || c.device_source == nullptr) {
+            c.phase = Chunk::Phase::kCopied;  // nothing to copy
             break;
           }
           ASSIGN_OR_RETURN(c.event, TakeEvent());
@@ -536,6 +578,10 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
           break;
         }
         case Chunk::Phase::kCopied: {
+          if (c.cancelled) {
+            c.phase = Chunk::Phase::kFlushing;  // a void chunk: its header alone
+            break;
+          }
           auto step = std::make_shared<Step>();
           const LocalSlice from = c.device_source != nullptr
                                       ? LocalSlice{&outbound_, in_slot, c.length}
@@ -556,7 +602,9 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
           break;
         }
         case Chunk::Phase::kFlushing: {
-          ChunkHeader header{c.sequence, c.address, c.length, c.request, 0};
+          ChunkHeader header = c.cancelled ? ChunkHeader{c.sequence, 0, 0, 0, 0}
+                                           : ChunkHeader{c.sequence, c.address, c.length,
+                                                         c.request, 0};
           header.check =
               HeaderCheck(header.sequence, header.address, header.length, header.request);
           const size_t source = kHeaderSources + slot * layout::kHeaderBytes;
@@ -588,22 +636,23 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
 absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
   // Copies that completed: their chunks landed, in order.
   while (!incoming_.empty()) {
-    absl::StatusOr<bool> copied = incoming_.front().event->Done();
-    if (!copied.ok()) {
-      return absl::Status(copied.status().code(),
-                          absl::StrCat("copying rank ", peer_, "'s staged chunk ",
-                                       incoming_.front().sequence, " into device memory: ",
-                                       copied.status().message()));
+    Incoming& in = incoming_.front();
+    if (in.event != nullptr) {
+      absl::StatusOr<bool> copied = in.event->Done();
+      if (!copied.ok()) {
+        return absl::Status(copied.status().code(),
+                            absl::StrCat("copying rank ", peer_, "'s staged chunk ", in.sequence,
+                                         " into device memory: ", copied.status().message()));
+      }
+      if (!*copied) break;
+      free_events_.push_back(std::move(in.event));
     }
-    if (!*copied) break;
-    const Incoming& in = incoming_.front();
     landed_ = in.sequence;
     if (in.request != 0) {
       for (Read& read : reads_) {
         if (read.sequence == in.request) read.landed += in.length;
       }
     }
-    free_events_.push_back(std::move(incoming_.front().event));
     incoming_.pop_front();
   }
   // Reads whose whole answer landed, in order.
@@ -621,13 +670,16 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
                      ReadHeader(link_.data() + layout::kHeaders + slot * layout::kHeaderBytes,
                                 next, slots, options_.slot_bytes, peer_));
     if (!header.has_value()) break;
-    RETURN_IF_ERROR(CheckLanding(*header));
-    ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
-    RETURN_IF_ERROR(stream.Copy(reinterpret_cast<void*>(header->address),
-                                link_.data() + layout::DataOffset(slots) +
-                                    static_cast<size_t>(slot) * options_.slot_bytes,
-                                header->length));
-    RETURN_IF_ERROR(stream.Record(*event));
+    std::unique_ptr<device::Event> event;
+    ASSIGN_OR_RETURN(const bool lands, CheckLanding(*header));
+    if (lands) {
+      ASSIGN_OR_RETURN(event, TakeEvent());
+      RETURN_IF_ERROR(stream.Copy(reinterpret_cast<void*>(header->address),
+                                  link_.data() + layout::DataOffset(slots) +
+                                      static_cast<size_t>(slot) * options_.slot_bytes,
+                                  header->length));
+      RETURN_IF_ERROR(stream.Record(*event));
+    }
     incoming_.push_back({next, header->request, header->length, std::move(event)});
     accepted_ = next;
   }
@@ -649,9 +701,10 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
   return absl::OkStatus();
 }
 
-absl::Status StagingLink::CheckLanding(const ChunkHeader& header) {
+absl::StatusOr<bool> StagingLink::CheckLanding(const ChunkHeader& header) {
+  if (header.length == 0) return false;  // a void chunk (ReadHeader checked it)
   if (header.request == 0) {
-    if (ranges_->Contains(header.address, header.length)) return absl::OkStatus();
+    if (ranges_->Contains(header.address, header.length)) return true;
     return absl::DataLossError(absl::StrCat(
         "rank ", peer_, "'s staged chunk ", header.sequence, " goes to ", header.length,
         " bytes at device address ", header.address,
@@ -668,7 +721,7 @@ absl::Status StagingLink::CheckLanding(const ChunkHeader& header) {
       break;
     }
     read.accepted += header.length;
-    return absl::OkStatus();
+    return !read.cancelled;
   }
   return absl::DataLossError(absl::StrCat(
       "rank ", peer_, "'s staged chunk ", header.sequence, " answers read ", header.request,

@@ -92,7 +92,9 @@ constexpr size_t kEntryHeaderBytes = 16;
 }  // namespace staging_layout
 
 // What a sender writes into a slot's header, after the slot's data (and a
-// flush between them, so the data is there before the header).
+// flush between them, so the data is there before the header). A void
+// chunk (address, length and request 0) carries no data: a cancelled
+// write's chunk, sent only to keep the sequence; nothing lands.
 struct ChunkHeader {
   uint64_t sequence = 0;  // 1, 2, ...: in slot (sequence - 1) % slots
   uint64_t address = 0;   // where the bytes go: a device address of the target
@@ -123,7 +125,7 @@ absl::StatusOr<std::optional<ReadRequest>> ReadRequestAt(const std::byte* slot, 
 // The header of chunk `expected` in `slot_header` (copied once here):
 // nullopt while it is not there (the slot's older sequence, or a header
 // caught half written); kDataLoss naming `peer` for a forged one (another
-// sequence, or a length of 0 or past a slot).
+// sequence, a length past a slot, or a length of 0 but for a void chunk).
 absl::StatusOr<std::optional<ChunkHeader>> ReadHeader(const std::byte* slot_header,
                                                       uint64_t expected, size_t slots,
                                                       size_t slot_bytes, int peer);
@@ -186,6 +188,16 @@ class StagingLink {
   // sequence: the write has landed once Landed() says so.
   uint64_t Stage(const LocalSlice& src, uint64_t address, uint64_t length);
   bool Landed(uint64_t sequence) const { return credited_ >= sequence; }
+  // The sequences given out so far: the next Stage's first chunk is one more.
+  uint64_t staged() const { return staged_; }
+  // Cancels the write of chunks [first, last]: those not yet under way go
+  // as void chunks (nothing of theirs is read or lands); those whose
+  // source is being read (a device copy, a host write) run on.
+  void CancelWrite(uint64_t first, uint64_t last);
+  // Whether nothing of the write of chunks [first, last] reads its source
+  // any more: no device copy from it runs, no host write from its region
+  // is under way, and nothing of it waits to start but void chunks.
+  bool WriteReleased(uint64_t first, uint64_t last) const;
 
   // Queues a read of `length` bytes at the peer's device address `source`
   // into `destination` (device memory of this runtime, or host memory),
@@ -193,6 +205,12 @@ class StagingLink {
   uint64_t RequestRead(uint64_t source, uint64_t length, std::byte* destination);
   // Whether read `request` (and every earlier one) is done.
   bool ReadDone(uint64_t request) const { return reads_done_ >= request; }
+  // Cancels read `request`: the rest of its answer lands nowhere (its
+  // chunks are still taken in sequence, checked and counted).
+  void CancelRead(uint64_t request);
+  // Whether nothing more lands in read `request`'s destination: it is
+  // cancelled (or done) and no copy into it runs.
+  bool ReadReleased(uint64_t request) const;
 
   // Moves everything on as far as it can without waiting. The link's
   // error (sticky) once the peer forged a word or a step failed.
@@ -205,17 +223,9 @@ class StagingLink {
   // Device copies still running (the transport drains them before the
   // link's memory goes, and before it cancels a staged operation).
   bool copying() const;
-  // Whether the link may still touch memory it was given (a source of
-  // Stage, a destination of RequestRead): a device copy runs, or a host
-  // write from a caller's region is under way. A failed link starts
-  // nothing, so once this is false after error() it stays false.
-  bool touching_callers_memory() const;
   // For a link that stops (its endpoint closed, its peer gone): notes the
   // device copies that ended, starts nothing.
   void Quiesce();
-  // Fails the link with `status` unless it failed already (its peer is
-  // gone): it starts nothing more.
-  void Fail(absl::Status status);
 
  private:
   struct Step;
@@ -235,8 +245,9 @@ class StagingLink {
   absl::Status SendRequests(Endpoint& endpoint);
   absl::Status TakeRequests();
   // Where an incoming chunk may land: a registered device range for a
-  // write, the destination of the read it answers for an answer.
-  absl::Status CheckLanding(const ChunkHeader& header);
+  // write, the destination of the read it answers for an answer. Whether
+  // it lands: not a void chunk, nor an answer to a cancelled read.
+  absl::StatusOr<bool> CheckLanding(const ChunkHeader& header);
   StagingOptions options_;
   std::unique_ptr<Endpoint> endpoint_;
   int peer_ = -1;

@@ -56,6 +56,17 @@ TEST(StagingHeaderTest, TheExpectedChunkIsRead) {
   EXPECT_EQ(header->length, 77u);
 }
 
+// A cancelled write's chunk: its header alone, nothing to land.
+TEST(StagingHeaderTest, AVoidChunkIsReadAndCarriesNothing) {
+  ASSERT_OK_AND_ASSIGN(std::optional<ChunkHeader> header, Read(Header(6, 0, 0), 6));
+  ASSERT_TRUE(header.has_value());
+  EXPECT_EQ(header->length, 0u);
+  EXPECT_EQ(header->address, 0u);
+  // Only address, length and request all 0 make one: a length of 0 to an
+  // address is forged (ForgedHeadersAreDataLossNamingThePeer).
+  EXPECT_THAT(Read(Header(6, 0x1000, 0), 6), StatusIs(absl::StatusCode::kDataLoss));
+}
+
 TEST(StagingHeaderTest, AnOlderOrHalfWrittenHeaderIsNotThereYet) {
   // The slot's previous chunk (6 - 4), an empty slot, a header whose check
   // does not match (caught half written).

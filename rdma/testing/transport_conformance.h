@@ -46,6 +46,10 @@ struct ConformanceBackend {
   // True: rank 1 connects back to rank 0 as well (a backend whose
   // transfers need both directions, as the device transport's staged path).
   bool connect_both_ways = false;
+  // True: Close() ends operations in flight only as the peer progresses
+  // (UCX over TCP: a graceful close, whose flush needs the target's
+  // progress, as its puts and gets do).
+  bool close_needs_peer_progress = false;
 };
 
 class TransportConformanceTest

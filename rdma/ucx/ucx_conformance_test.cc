@@ -15,6 +15,7 @@ ConformanceBackend UcxBackend(const std::string& name, const std::string& tls) {
   ConformanceBackend backend;
   backend.name = name;
   backend.multi_process = true;
+  backend.close_needs_peer_progress = tls == "tcp";
   backend.new_group = [tls] {
     return [tls](int rank)
                -> absl::StatusOr<std::unique_ptr<rdmaflow::rdma::Transport>> {
