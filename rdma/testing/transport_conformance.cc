@@ -951,10 +951,11 @@ TEST_P(TransportConformanceTest,
 // whatever its status: the source of a write and the destination of a read
 // of an endpoint closed with them in flight (several chunks each on the
 // staged path) are touched by nothing after that, and closing ends them
-// without the peer's progress (unless the backend says it needs it). Their completions scribble over both; a
-// write, a read and a flush through another endpoint to the peer, posted
-// after and done behind them, then find no scribble at the peer and
-// nothing but the scribble in the destination.
+// without the peer's progress (unless the backend says it needs it).
+// Their completions scribble over both; a write, a read and a flush
+// through another endpoint to the peer, posted after and done behind them,
+// then find no scribble at the peer and nothing but the scribble in the
+// destination, and the write landed.
 TEST_P(TransportConformanceTest, ACancelledOperationLeavesItsMemoryAlone) {
   RDMAFLOW_CONFORMANCE_SETUP(f);
   constexpr size_t kBytes = size_t{4} << 20;
