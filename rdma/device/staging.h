@@ -190,9 +190,10 @@ class StagingLink {
   bool Landed(uint64_t sequence) const { return credited_ >= sequence; }
   // The sequences given out so far: the next Stage's first chunk is one more.
   uint64_t staged() const { return staged_; }
-  // Cancels the write of chunks [first, last]: those not yet under way go
-  // as void chunks (nothing of theirs is read or lands); those whose
-  // source is being read (a device copy, a host write) run on.
+  // Cancels the write of chunks [first, last]: those not yet written to
+  // the peer go as void chunks (nothing more of theirs is read, nothing
+  // lands; one being copied out of its source goes void once the copy
+  // ends); those whose host write is under way run on.
   void CancelWrite(uint64_t first, uint64_t last);
   // Whether nothing of the write of chunks [first, last] reads its source
   // any more: no device copy from it runs, no host write from its region
