@@ -195,8 +195,8 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
         // Closed, or failed: what of it has not started is dropped (its
         // chunks go void, its answer lands nowhere), and it completes once
         // nothing of it touches its memory any more (the caller may free
-        // it then), without waiting for the peer. The link goes on for the
-        // other endpoints to the peer.
+        // it then), waiting for the peer only through a host write of it
+        // already under way. The link goes on for the other endpoints.
         if (read) {
           link.CancelRead(op.staged_last);
         } else {
