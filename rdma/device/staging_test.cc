@@ -36,9 +36,9 @@ bool Absent(const absl::StatusOr<std::optional<T>>& read) {
 constexpr size_t kSlotBytes = 64 << 10;
 
 std::vector<std::byte> Header(uint64_t sequence, uint64_t address, uint64_t length,
-                              bool checked = true) {
-  ChunkHeader header{sequence, address, length, 0,
-                     checked ? HeaderCheck(sequence, address, length, 0) : 12345};
+                              bool checked = true, uint64_t request = 0) {
+  ChunkHeader header{sequence, address, length, request,
+                     checked ? HeaderCheck(sequence, address, length, request) : 12345};
   std::vector<std::byte> bytes(staging_layout::kHeaderBytes);
   EncodeHeader(header, bytes.data());
   return bytes;
@@ -63,8 +63,10 @@ TEST(StagingHeaderTest, AVoidChunkIsReadAndCarriesNothing) {
   EXPECT_EQ(header->length, 0u);
   EXPECT_EQ(header->address, 0u);
   // Only address, length and request all 0 make one: a length of 0 to an
-  // address is forged (ForgedHeadersAreDataLossNamingThePeer).
+  // address, or answering a read, is forged.
   EXPECT_THAT(Read(Header(6, 0x1000, 0), 6), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(Read(Header(6, 0, 0, /*checked=*/true, /*request=*/2), 6),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("claims 0 bytes")));
 }
 
 TEST(StagingHeaderTest, AnOlderOrHalfWrittenHeaderIsNotThereYet) {
