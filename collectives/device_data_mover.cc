@@ -125,9 +125,17 @@ absl::StatusOr<bool> DeviceDataMover::Reached(uint64_t mark) {
 }
 
 absl::Status DeviceDataMover::Fence(absl::Time deadline, const std::string& what) {
-  ASSIGN_OR_RETURN(const uint64_t mark, Mark());
-  return PollUntil([&] { return Reached(mark); }, deadline,
-                   absl::StrCat(what, " on ", Describe()));
+  absl::StatusOr<uint64_t> mark = Mark();
+  if (mark.ok()) {
+    return PollUntil([&] { return Reached(*mark); }, deadline,
+                     absl::StrCat(what, " on ", Describe()));
+  }
+  // No event marks the work queued so far, which runs all the same: the
+  // stream going idle says it ended (the scratch and the peers' mappings
+  // it uses stay until then). The fence fails with the Record's error.
+  RETURN_IF_ERROR(PollUntil([&] { return stream_->Idle(); }, deadline,
+                            absl::StrCat(what, " on ", Describe(), " (its stream to go idle)")));
+  return mark.status();
 }
 
 }  // namespace rdmaflow::collectives

@@ -61,6 +61,8 @@ class DeviceDataMover final : public DataMover {
   absl::StatusOr<bool> Reached(uint64_t mark) override;
   // Polls the mark's event: at once a few times (a device's short kernels
   // end within microseconds), then with sleeps of 2 us doubling to 50 us.
+  // Where the mark's Record fails, polls the stream until it is idle, then
+  // fails with the Record's error.
   absl::Status Fence(absl::Time deadline, const std::string& what) override;
 
  private:

@@ -122,6 +122,10 @@ class Stream {
   // Later operations of this stream wait until `event` (as recorded now,
   // on any stream of the same runtime) completes.
   virtual absl::Status WaitFor(Event& event) = 0;
+  // True once everything enqueued on it so far has ended; the stream's
+  // error once it failed (a broken stream runs nothing more). For work no
+  // event marks: a Record that failed after the work was queued.
+  virtual absl::StatusOr<bool> Idle() = 0;
   // The stream as its runtime's own API knows it (CUDA: the cudaStream_t;
   // the fake device: its FakeStream), for DeviceRuntime::WrapStream.
   virtual void* native_handle() const = 0;

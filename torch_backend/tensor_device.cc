@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "device/cuda/cuda_device.h"
+#include "device/queued_work.h"
 
 namespace rdmaflow::torch_backend {
 namespace {
@@ -58,16 +59,27 @@ absl::Status TensorDevice::RenewStaging() {
 absl::Status TensorDevice::Copy(void* dst, const void* src, size_t bytes, absl::Time deadline,
                                 const std::string& what) {
   ASSIGN_OR_RETURN(std::unique_ptr<device::Event> done, runtime_->CreateEvent());
+  device::QueuedWork copy;
   {
     absl::MutexLock lock(&staging_mu_);
     absl::Status enqueued = staging_->Copy(dst, src, bytes);
-    if (enqueued.ok()) enqueued = staging_->Record(*done);
-    if (!enqueued.ok()) {
+    if (!enqueued.ok()) {  // nothing queued
       RenewStaging().IgnoreError();
       return enqueued;
     }
+    const absl::Status marked = copy.Mark(*staging_, std::move(done));
+    if (!marked.ok()) {
+      // Queued all the same, with no event to say when it ended: the
+      // stream's idling does, waited for with the stream held (renewed
+      // under the copy, it would be lost sight of). At the deadline the
+      // copy may still run, as for any copy given up on.
+      const absl::Status ended = copy.WaitUntil(deadline, what);
+      if (absl::IsDeadlineExceeded(ended)) return ended;
+      RenewStaging().IgnoreError();
+      return ended.ok() ? marked : ended;
+    }
   }
-  absl::Status status = done->WaitUntil(deadline, what);
+  absl::Status status = copy.WaitUntil(deadline, what);
   if (!status.ok() && !absl::IsDeadlineExceeded(status)) {
     absl::MutexLock lock(&staging_mu_);
     RenewStaging().IgnoreError();

@@ -79,7 +79,10 @@ class TensorDevice {
   // one finishes what it holds before it goes.
   absl::Status RenewStaging() ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
   // Copies `bytes` from `src` to `dst` on the staging stream and waits
-  // until done: kDeadlineExceeded naming `what` at `deadline`.
+  // until done: kDeadlineExceeded naming `what` at `deadline` (the copy
+  // may still run: the caller keeps its memory). Any other error: the copy
+  // did not run or has ended (a Record that failed after it was queued is
+  // waited out through the stream).
   absl::Status Copy(void* dst, const void* src, size_t bytes, absl::Time deadline,
                     const std::string& what) ABSL_LOCKS_EXCLUDED(staging_mu_);
   // Keeps `tensors` until `done` completes: copies given up on at their

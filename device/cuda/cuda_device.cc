@@ -167,6 +167,14 @@ class CudaStream final : public Stream {
                       runtime_->device());
   }
 
+  absl::StatusOr<bool> Idle() override {
+    RETURN_IF_ERROR(runtime_->MakeCurrent());
+    const cudaError_t error = cudaStreamQuery(stream_);
+    if (error == cudaErrorNotReady) return false;
+    RETURN_IF_ERROR(CudaStatus(error, "cudaStreamQuery", runtime_->device()));
+    return true;
+  }
+
  private:
   absl::StatusOr<CudaEvent*> Ours(Event& event) {
     auto* cuda = dynamic_cast<CudaEvent*>(&event);

@@ -259,6 +259,13 @@ absl::Status FakeDevice::NextOperationFault() {
   return absl::OkStatus();
 }
 
+absl::Status FakeDevice::NextRecordFault() {
+  for (int left = records_to_fail_.load(); left > 0;) {
+    if (records_to_fail_.compare_exchange_weak(left, left - 1)) return options_.fault;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FakeDevice::PinHost(void* ptr, size_t bytes) {
   if (ptr == nullptr || bytes == 0) {
     return absl::InvalidArgumentError("fake device: pinning a null or empty range");

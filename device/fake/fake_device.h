@@ -18,8 +18,9 @@
 //     have closed their mappings fails its tests here, not on a GPU.
 // A dma-buf export is the allocation's shared-memory object (mapping it
 // shows the memory, but no NIC driver takes it as a dma-buf).
-// Faults are injected by options: the Nth copy or reduction fails; and
-// Pause() holds every stream's queued work until Resume().
+// Faults are injected by options: the Nth copy or reduction fails; by
+// FailNextRecord(): a Record fails; and Pause() holds every stream's
+// queued work until Resume().
 //
 // Thread-safe, like every DeviceRuntime.
 #ifndef RDMAFLOW_DEVICE_FAKE_FAKE_DEVICE_H_
@@ -97,6 +98,15 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   // operation for fault injection: its fault, or OK.
   absl::Status CheckRange(const void* ptr, size_t bytes, const char* what);
   absl::Status NextOperationFault();
+  // The next Record on a stream of this runtime fails with options' fault
+  // and marks nothing, and the stream runs on: what was queued before it
+  // runs, though no event says when (Stream::Idle() does). Each call fails
+  // one more Record.
+  void FailNextRecord() { records_to_fail_.fetch_add(1); }
+  // How many of those are still to fail: 0 once the last was tried.
+  int records_left_to_fail() const { return records_to_fail_.load(); }
+  // For the streams: a Record's injected fault, or OK.
+  absl::Status NextRecordFault();
   absl::Duration operation_delay() const { return options_.operation_delay; }
   // Pause(): no stream of this runtime starts another operation until
   // Resume() (one running ends), as work queued behind a long kernel
@@ -142,6 +152,7 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
 
   const FakeDeviceOptions options_;
   std::atomic<int> operations_{0};
+  std::atomic<int> records_to_fail_{0};
   mutable absl::Mutex mu_;
   std::map<const std::byte*, Block> blocks_ ABSL_GUARDED_BY(mu_);
   std::map<const std::byte*, size_t> pinned_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,6 @@
-// What only the fake device does: injected faults, a slow device against
-// deadlines, its capacity, and forged or racing IPC handles.
+// What only the fake device does: injected faults (a copy's, a Record's),
+// a slow device against deadlines, its capacity, and forged or racing IPC
+// handles.
 #include "device/fake/fake_device.h"
 
 #include <signal.h>
@@ -17,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/poll_until.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -25,6 +27,7 @@ namespace rdmaflow::device {
 namespace {
 
 using ::rdmaflow::testing::IsOk;
+using ::rdmaflow::testing::IsOkAndHolds;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -85,6 +88,7 @@ TEST(FakeDeviceTest, AnInjectedFaultBreaksItsStreamForGood) {
               StatusIs(absl::StatusCode::kDataLoss));
   ASSERT_OK(stream->Record(*after));
   EXPECT_THAT(after->Done(), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(stream->Idle(), StatusIs(absl::StatusCode::kDataLoss));
   // Nothing queued behind the failure ran, on either stream: destroyed, a
   // stream has finished its queue.
   std::vector<char> later(4096, 'y');
@@ -139,6 +143,36 @@ TEST(FakeDeviceTest, APausedDeviceRunsNothingUntilItResumes) {
   EXPECT_EQ(first, FakeDevice::kFreshByte);
   ASSERT_OK(done->WaitUntil(absl::Now() + absl::Seconds(30), "the resumed copy"));
   EXPECT_EQ(static_cast<char*>(memory.data())[63], 7);
+}
+
+// A Record that fails marks nothing, and what was queued before it still
+// runs: only Idle() says when it ended.
+TEST(FakeDeviceTest, AFailedRecordMarksNothingAndTheStreamRunsOn) {
+  FakeDeviceOptions options;
+  options.fault = absl::InternalError("cudaEventRecord (injected)");
+  std::unique_ptr<FakeDevice> device = MakeDevice(options);
+  std::vector<char> host(64, 'z');  // outlives the stream's pending copy
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, device->CreateStream());
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> done, device->CreateEvent());
+  ASSERT_OK(stream->Record(*done));  // before any work
+  // Nothing fails while paused, so that the device always resumes.
+  device->Pause();
+  const absl::Status queued = stream->Copy(memory.data(), host.data(), 64);
+  device->FailNextRecord();
+  const absl::Status recorded = stream->Record(*done);
+  const absl::StatusOr<bool> marked = done->Done();
+  const absl::StatusOr<bool> idle = stream->Idle();
+  device->Resume();
+  ASSERT_OK(queued);
+  EXPECT_THAT(recorded, StatusIs(absl::StatusCode::kInternal, HasSubstr("injected")));
+  EXPECT_THAT(marked, IsOkAndHolds(true)) << "the failed Record moved the event";
+  EXPECT_THAT(idle, IsOkAndHolds(false)) << "idle with a copy still queued";
+  ASSERT_OK_AND_ASSIGN(const bool ended,
+                       PollUntil([&] { return stream->Idle(); }, absl::Now() + absl::Seconds(30)));
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(static_cast<char*>(memory.data())[63], 'z') << "the copy did not run";
+  EXPECT_OK(stream->Record(*done)) << "one FailNextRecord failed more than one Record";
 }
 
 TEST(FakeDeviceTest, OnlyALiveStreamOfThisDeviceWraps) {

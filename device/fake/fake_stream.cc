@@ -218,6 +218,7 @@ absl::StatusOr<FakeEvent*> FakeStream::Ours(Event& event) {
 
 absl::Status FakeStream::Record(Event& event) {
   ASSIGN_OR_RETURN(FakeEvent * fake, Ours(event));
+  RETURN_IF_ERROR(runtime_->NextRecordFault());
   absl::MutexLock lock(&mu_);
   fake->Set(state_, enqueued_);
   return absl::OkStatus();
@@ -235,6 +236,15 @@ absl::Status FakeStream::WaitFor(Event& event) {
     });
   });
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> FakeStream::Idle() {
+  uint64_t enqueued;
+  {
+    absl::MutexLock lock(&mu_);
+    enqueued = enqueued_;
+  }
+  return state_->Reached(enqueued);
 }
 
 }  // namespace rdmaflow::device

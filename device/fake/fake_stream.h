@@ -79,6 +79,7 @@ class FakeStream final : public Stream {
   absl::Status Reduce(const ReduceArgs& args) override;
   absl::Status Record(Event& event) override;
   absl::Status WaitFor(Event& event) override;
+  absl::StatusOr<bool> Idle() override;
   void* native_handle() const override { return const_cast<FakeStream*>(this); }
   // Returns once everything enqueued so far has run (or the stream stops).
   void Drain();
@@ -110,6 +111,7 @@ class FakeStreamView final : public Stream {
   absl::Status Reduce(const ReduceArgs& args) override { return stream_->Reduce(args); }
   absl::Status Record(Event& event) override { return stream_->Record(event); }
   absl::Status WaitFor(Event& event) override { return stream_->WaitFor(event); }
+  absl::StatusOr<bool> Idle() override { return stream_->Idle(); }
   void* native_handle() const override { return stream_; }
 
  private:

@@ -15,6 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/poll_until.h"
 #include "common/status_macros.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -232,6 +233,28 @@ TEST_P(DeviceConformanceTest, EventsOrderStreams) {
     EXPECT_TRUE(done);
     EXPECT_EQ(out, data) << "round " << int{round};
   }
+}
+
+// Idle() says when everything queued so far has ended, with no event.
+TEST_P(DeviceConformanceTest, AStreamIsIdleOnceItsWorkEnded) {
+  RDMAFLOW_CREATE_OR_SKIP(runtime);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, runtime.CreateStream());
+  ASSERT_OK_AND_ASSIGN(bool idle, stream->Idle());
+  EXPECT_TRUE(idle) << "a new stream has nothing to run";
+  constexpr size_t kBytes = 4 << 20;
+  ASSERT_OK_AND_ASSIGN(DeviceMemory chain, runtime.Allocate(kBytes * 8));
+  auto* base = static_cast<std::byte*>(chain.data());
+  const std::vector<uint8_t> data = Pattern(kBytes, 5);
+  std::vector<uint8_t> out(kBytes);
+  ASSERT_OK(stream->Copy(base, data.data(), kBytes));
+  for (int i = 1; i < 8; ++i) {
+    ASSERT_OK(stream->Copy(base + i * kBytes, base + (i - 1) * kBytes, kBytes));
+  }
+  ASSERT_OK(stream->Copy(out.data(), base + 7 * kBytes, kBytes));
+  ASSERT_OK_AND_ASSIGN(const bool ended,
+                       PollUntil([&] { return stream->Idle(); }, absl::Now() + kTimeout));
+  ASSERT_TRUE(ended) << "the stream's copies did not end within " << kTimeout;
+  EXPECT_EQ(out, data) << "idle before its last copy ended";
 }
 
 TEST_P(DeviceConformanceTest, AWrappedStreamIsTheSameQueue) {

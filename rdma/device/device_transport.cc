@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/timer_slack.h"
+#include "device/queued_work.h"
 #include "rdma/device/device_key.pb.h"
 #include "rdma/device/gpudirect_probe.h"
 #include "rdma/slice.h"
@@ -104,7 +105,11 @@ struct PendingOp {
     kStagedRead,  // a read request through the staging link, done when answered
   };
   Kind kind = Kind::kDeviceCopy;
-  std::unique_ptr<device::Event> event;  // kDeviceCopy: after the copy
+  device::QueuedWork copy;  // kDeviceCopy: the copy
+  // kDeviceCopy: the error of the Record that was to mark the copy's end.
+  // The copy was queued all the same: the operation fails with this once
+  // the copy ended (the stream went idle).
+  absl::Status unmarked;
   std::optional<uint32_t> notification;
   Completion done;
   // kStaged: the sequences of its first and last chunks (the last landed:
@@ -145,7 +150,7 @@ namespace {
 void Finish(DeviceTransport& transport, PendingQueue& queue, absl::Status status) {
   PendingOp op = std::move(queue.ops.front());
   queue.ops.pop_front();
-  if (op.event != nullptr) transport.ReturnEvent(std::move(op.event));
+  if (op.copy.pending()) transport.ReturnEvent(op.copy.Release());
   std::move(op.done)(std::move(status));
 }
 
@@ -221,15 +226,15 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
         continue;
       }
     }
-    if (op.event != nullptr) {
-      absl::StatusOr<bool> copied = op.event->Done();
+    if (op.copy.pending()) {
+      absl::StatusOr<bool> copied = op.copy.Ended();
       if (copied.ok() && !*copied) break;  // still running, and the rest behind it
-      transport.ReturnEvent(std::move(op.event));
-      if (!copied.ok()) {
+      transport.ReturnEvent(op.copy.Release());
+      const absl::Status failed = !copied.ok() ? copied.status() : op.unmarked;
+      if (!failed.ok()) {
         Finish(transport, queue,
-               absl::Status(copied.status().code(),
-                            absl::StrCat("a device copy with rank ", queue.peer_rank,
-                                         " failed: ", copied.status().message())));
+               absl::Status(failed.code(), absl::StrCat("a device copy with rank ", queue.peer_rank,
+                                                        " failed: ", failed.message())));
         ++fired;
         continue;
       }
@@ -524,15 +529,17 @@ class DeviceEndpoint final : public Endpoint {
     RETURN_IF_ERROR(CheckRoom());
     ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, transport_->TakeEvent());
     absl::Status queued = transport_->stream().Copy(to, from, bytes);
-    if (queued.ok()) queued = transport_->stream().Record(*event);
-    if (!queued.ok()) {
+    if (!queued.ok()) {  // refused: nothing queued, nothing touched
       transport_->ReturnEvent(std::move(event));
       return absl::Status(queued.code(), absl::StrCat("a device copy with rank ", peer_rank(),
                                                       ": ", queued.message()));
     }
+    // Queued: the post is taken whatever the Record says, and completes
+    // only once the copy ended (through the stream where no event marks
+    // it), so that the caller never frees memory the copy still touches.
     PendingOp op;
     op.kind = PendingOp::Kind::kDeviceCopy;
-    op.event = std::move(event);
+    op.unmarked = op.copy.Mark(transport_->stream(), std::move(event));
     op.notification = notification;
     op.done = std::move(done);
     queue_->ops.push_back(std::move(op));
@@ -584,9 +591,10 @@ DeviceTransport::~DeviceTransport() {
   // Copies still running may touch peers' mappings and our regions: let
   // them end before either goes.
   absl::StatusOr<std::unique_ptr<device::Event>> idle = TakeEvent();
-  if (idle.ok() && stream_->Record(**idle).ok()) {
-    (*idle)->WaitUntil(absl::Now() + kDrainTimeout, "device copies at shutdown").IgnoreError();
-  }
+  if (!idle.ok()) return;
+  device::QueuedWork copies;
+  copies.Mark(*stream_, *std::move(idle)).IgnoreError();  // or waited for as the stream
+  copies.WaitUntil(absl::Now() + kDrainTimeout, "device copies at shutdown").IgnoreError();
 }
 
 Capabilities DeviceTransport::capabilities() const {
@@ -767,9 +775,10 @@ absl::Status DeviceTransport::CloseMappings(absl::Time deadline) {
     }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<device::Event> idle, TakeEvent());
-  absl::Status drained = stream_->Record(*idle);
-  if (drained.ok()) drained = idle->WaitUntil(deadline, "device copies before closing mappings");
-  ReturnEvent(std::move(idle));
+  device::QueuedWork copies;
+  copies.Mark(*stream_, std::move(idle)).IgnoreError();  // or waited for as the stream
+  const absl::Status drained = copies.WaitUntil(deadline, "device copies before closing mappings");
+  ReturnEvent(copies.Release());
   RETURN_IF_ERROR(drained);
   for (const auto& queue : queues_) queue->mapped.clear();
   mappings_.clear();

@@ -5,6 +5,8 @@
 // this same binary (RDMAFLOW_DEVICE_PEER_FD set), which holds a device
 // region and a host region, answers commands over a socket pair and keeps
 // its transport progressing in between.
+#include "rdma/device/device_transport.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,9 +35,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/blocking.h"
-#include "rdma/device/device_key.pb.h"
-#include "rdma/device/device_transport.h"
 #include "rdma/builtin_transports.h"
+#include "rdma/device/device_key.pb.h"
 #include "rdma/testing/transport_wrapper.h"
 
 namespace rdmaflow::rdma::device_path {
@@ -42,6 +44,7 @@ namespace {
 
 using ::rdmaflow::testing::IsOk;
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr char kPeerEnv[] = "RDMAFLOW_DEVICE_PEER_FD";
@@ -349,6 +352,31 @@ class DeviceTransportTest : public ::testing::Test {
     return out;
   }
 
+  // Posts through `post` with the device paused and its next Record
+  // failing; progresses until that Record was tried (a copy queued, no
+  // event to mark its end), then 50 times more; resumes the device
+  // whatever happened. Whether `fired` was set while the copy was still
+  // queued.
+  absl::StatusOr<bool> FiredBeforeAnUnmarkedCopyRan(const std::function<absl::Status()>& post,
+                                                    const std::optional<absl::Status>& fired) {
+    // Nothing returns while paused, so that the device always resumes.
+    device_->Pause();
+    device_->FailNextRecord();
+    absl::Status status = post();
+    const absl::Time deadline = absl::Now() + kTimeout;
+    while (status.ok() && device_->records_left_to_fail() > 0 && absl::Now() < deadline) {
+      status = transport_->Progress().status();
+    }
+    if (status.ok() && device_->records_left_to_fail() > 0) {
+      status = absl::DeadlineExceededError("no copy's Record was tried");
+    }
+    for (int i = 0; i < 50 && status.ok(); ++i) status = transport_->Progress().status();
+    const bool early = fired.has_value();
+    device_->Resume();
+    RETURN_IF_ERROR(status);
+    return early;
+  }
+
   // Progress until `fired` is true.
   absl::Status ProgressUntil(const bool& fired) {
     return rdma::ProgressUntil(
@@ -474,6 +502,34 @@ TEST_F(DeviceTransportTest, AFailedCopyFailsItsWriteAndNotifiesNobody) {
               StatusIs(absl::StatusCode::kInternal, HasSubstr("injected fault")));
   // The next notification rank 1 sees is this host write's, not the
   // failed copy's.
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_host, transport_->Allocate(4096));
+  ASSERT_OK(Write(*transport_, *endpoint_, {&on_host, 0, 4096}, {&peer_host_, 0, 4096}, 6,
+                  absl::Now() + kTimeout));
+  EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("6")));
+}
+
+// The Record that was to mark the end of a write's copy fails with the
+// copy queued: the write is taken all the same, and fails only once the
+// copy ended, so that its memory never goes while the copy may read it.
+TEST_F(DeviceTransportTest, AWriteWhoseCopyNoEventMarksFailsOnlyOnceTheCopyEnded) {
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
+  ASSERT_OK(Fill(*device_, on_device.data(), 4096, 21));
+  // Shared: a failed test's transport may fire it after this frame.
+  auto fired = std::make_shared<std::optional<absl::Status>>();
+  auto post = [&] {
+    return endpoint_->PostWrite({&on_device, 0, 4096}, {&peer_device_, 0, 4096}, 5,
+                                [fired](absl::Status s) { *fired = s; });
+  };
+  ASSERT_OK_AND_ASSIGN(const bool early, FiredBeforeAnUnmarkedCopyRan(post, *fired));
+  EXPECT_FALSE(early) << "completed with its copy still queued";
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return fired->has_value(); }, absl::Now() + kTimeout, "the write"));
+  EXPECT_THAT(**fired, StatusIs(absl::StatusCode::kInternal,
+                                AllOf(HasSubstr("rank 1"), HasSubstr("injected fault"))));
+  // The copy ran; its notification was not sent: the next rank 1 sees is
+  // this host write's.
+  ASSERT_OK_AND_ASSIGN(std::string seen, Ask("device 0 4096"));
+  EXPECT_TRUE(seen == Expected(4096, 21));
   ASSERT_OK_AND_ASSIGN(MemoryRegion on_host, transport_->Allocate(4096));
   ASSERT_OK(Write(*transport_, *endpoint_, {&on_host, 0, 4096}, {&peer_host_, 0, 4096}, 6,
                   absl::Now() + kTimeout));
@@ -853,6 +909,47 @@ TEST_F(StagedDeviceTransportTest, ReadsAnotherHostsDeviceMemoryInChunks) {
   EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("4")));
   ASSERT_OK_AND_ASSIGN(seen, Ask(absl::StrCat("device ", 3 << 20, " 4096")));
   EXPECT_TRUE(seen == Expected(4096, 17));
+}
+
+// The staged link's own copies, out of a write's device source and into a
+// read's destination: where the Record that was to mark one's end fails,
+// the link fails, and the operation completes only once the copy ended.
+TEST_F(StagedDeviceTransportTest, AStagedWriteWhoseCopyNoEventMarksEndsOnlyAfterTheCopy) {
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
+  ASSERT_OK(Fill(*device_, on_device.data(), 4096, 22));
+  auto fired = std::make_shared<std::optional<absl::Status>>();
+  auto post = [&] {
+    return endpoint_->PostWrite({&on_device, 0, 4096}, {&peer_device_, 0, 4096}, std::nullopt,
+                                [fired](absl::Status s) { *fired = s; });
+  };
+  ASSERT_OK_AND_ASSIGN(const bool early, FiredBeforeAnUnmarkedCopyRan(post, *fired));
+  EXPECT_FALSE(early) << "completed with the copy out of its source still queued";
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return fired->has_value(); }, absl::Now() + kTimeout, "the write"));
+  EXPECT_THAT(**fired, StatusIs(absl::StatusCode::kInternal,
+                                AllOf(HasSubstr("staged write to rank 1"),
+                                      HasSubstr("marking the end of the device copy of chunk"),
+                                      HasSubstr("injected fault"))));
+}
+
+TEST_F(StagedDeviceTransportTest, AStagedReadWhoseCopyNoEventMarksEndsOnlyAfterTheCopy) {
+  ASSERT_OK(Ask("fill 23").status());
+  ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
+  auto fired = std::make_shared<std::optional<absl::Status>>();
+  auto post = [&] {
+    return endpoint_->PostRead({&on_device, 0, 4096}, {&peer_device_, 0, 4096},
+                               [fired](absl::Status s) { *fired = s; });
+  };
+  ASSERT_OK_AND_ASSIGN(const bool early, FiredBeforeAnUnmarkedCopyRan(post, *fired));
+  EXPECT_FALSE(early) << "completed with the copy into its destination still queued";
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return fired->has_value(); }, absl::Now() + kTimeout, "the read"));
+  EXPECT_THAT(**fired, StatusIs(absl::StatusCode::kInternal,
+                                AllOf(HasSubstr("staged read from rank 1"),
+                                      HasSubstr("marking the end of the device copy of chunk"))));
+  // The copy ran, though the read failed: its answer is there.
+  ASSERT_OK_AND_ASSIGN(std::string seen, Download(*device_, on_device.data(), 4096));
+  EXPECT_TRUE(seen == Expected(4096, 23));
 }
 
 // A staged peer's chunks and read requests are silent writes into our

@@ -216,7 +216,7 @@ struct StagingLink::Chunk {
   uint64_t request = 0;  // the read it answers; 0: a write
   // A cancelled write's chunk not yet under way: it goes void.
   bool cancelled = false;
-  std::unique_ptr<device::Event> event;
+  device::QueuedWork copy;  // kCopying: out of its device source
   std::shared_ptr<Step> step;
 };
 
@@ -224,9 +224,9 @@ struct StagingLink::Incoming {
   uint64_t sequence = 0;
   uint64_t request = 0;
   uint64_t length = 0;
-  // Its copy; null where nothing lands (a void chunk, an answer to a
+  // Its copy; none where nothing lands (a void chunk, an answer to a
   // cancelled read).
-  std::unique_ptr<device::Event> event;
+  device::QueuedWork copy;
 };
 
 struct StagingLink::Read {
@@ -310,6 +310,15 @@ StagingLink::~StagingLink() {
   if (outbound_.data() != nullptr) runtime_->UnpinHost(outbound_.data()).IgnoreError();
 }
 
+absl::Status StagingLink::MarkCopy(device::Stream& stream, std::unique_ptr<device::Event> event,
+                                   uint64_t sequence, device::QueuedWork& copy) const {
+  absl::Status marked = copy.Mark(stream, std::move(event));
+  if (marked.ok()) return marked;
+  return absl::Status(marked.code(),
+                      absl::StrCat("marking the end of the device copy of chunk ", sequence,
+                                   " of the link with rank ", peer_, ": ", marked.message()));
+}
+
 absl::StatusOr<std::unique_ptr<device::Event>> StagingLink::TakeEvent() {
   if (free_events_.empty()) return runtime_->CreateEvent();
   std::unique_ptr<device::Event> event = std::move(free_events_.back());
@@ -363,7 +372,7 @@ bool StagingLink::busy() const {
 
 bool StagingLink::copying() const {
   if (std::any_of(incoming_.begin(), incoming_.end(),
-                  [](const Incoming& in) { return in.event != nullptr; })) {
+                  [](const Incoming& in) { return in.copy.pending(); })) {
     return true;
   }
   return std::any_of(chunks_.begin(), chunks_.end(), [](const Chunk& c) {
@@ -409,24 +418,25 @@ bool StagingLink::ReadReleased(uint64_t request) const {
     return read.sequence == request && read.cancelled;
   });
   return cancelled && std::none_of(incoming_.begin(), incoming_.end(), [&](const Incoming& in) {
-           return in.request == request && in.event != nullptr;
+           return in.request == request && in.copy.pending();
          });
 }
 
 void StagingLink::Quiesce() {
   while (!incoming_.empty()) {
-    if (incoming_.front().event != nullptr) {
-      absl::StatusOr<bool> done = incoming_.front().event->Done();
+    device::QueuedWork& copy = incoming_.front().copy;
+    if (copy.pending()) {
+      absl::StatusOr<bool> done = copy.Ended();
       if (done.ok() && !*done) break;
-      free_events_.push_back(std::move(incoming_.front().event));
+      free_events_.push_back(copy.Release());
     }
     incoming_.pop_front();
   }
   for (Chunk& c : chunks_) {
     if (c.phase != Chunk::Phase::kCopying) continue;
-    absl::StatusOr<bool> done = c.event->Done();
+    absl::StatusOr<bool> done = c.copy.Ended();
     if (done.ok() && !*done) continue;
-    free_events_.push_back(std::move(c.event));
+    free_events_.push_back(c.copy.Release());
     c.phase = Chunk::Phase::kCopied;
   }
 }
@@ -564,16 +574,23 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
             c.phase = Chunk::Phase::kCopied;  // nothing to copy
             break;
           }
-          ASSIGN_OR_RETURN(c.event, TakeEvent());
-          RETURN_IF_ERROR(stream.Copy(outbound_.data() + in_slot, c.device_source, c.length));
-          RETURN_IF_ERROR(stream.Record(*c.event));
+          ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
+          absl::Status queued = stream.Copy(outbound_.data() + in_slot, c.device_source, c.length);
+          if (!queued.ok()) {
+            free_events_.push_back(std::move(event));
+            return queued;
+          }
+          // Queued: it reads its source until it ended, whatever the
+          // Record says (the link fails with the Record's error and waits
+          // for the stream then).
           c.phase = Chunk::Phase::kCopying;
+          RETURN_IF_ERROR(MarkCopy(stream, std::move(event), c.sequence, c.copy));
           break;
         }
         case Chunk::Phase::kCopying: {
-          ASSIGN_OR_RETURN(const bool copied, c.event->Done());
+          ASSIGN_OR_RETURN(const bool copied, c.copy.Ended());
           if (!copied) break;
-          free_events_.push_back(std::move(c.event));
+          free_events_.push_back(c.copy.Release());
           c.phase = Chunk::Phase::kCopied;
           break;
         }
@@ -637,15 +654,15 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
   // Copies that completed: their chunks landed, in order.
   while (!incoming_.empty()) {
     Incoming& in = incoming_.front();
-    if (in.event != nullptr) {
-      absl::StatusOr<bool> copied = in.event->Done();
+    if (in.copy.pending()) {
+      absl::StatusOr<bool> copied = in.copy.Ended();
       if (!copied.ok()) {
         return absl::Status(copied.status().code(),
                             absl::StrCat("copying rank ", peer_, "'s staged chunk ", in.sequence,
                                          " into device memory: ", copied.status().message()));
       }
       if (!*copied) break;
-      free_events_.push_back(std::move(in.event));
+      free_events_.push_back(in.copy.Release());
     }
     landed_ = in.sequence;
     if (in.request != 0) {
@@ -670,18 +687,26 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
                      ReadHeader(link_.data() + layout::kHeaders + slot * layout::kHeaderBytes,
                                 next, slots, options_.slot_bytes, peer_));
     if (!header.has_value()) break;
-    std::unique_ptr<device::Event> event;
+    device::QueuedWork copy;
+    absl::Status marked;
     ASSIGN_OR_RETURN(const bool lands, CheckLanding(*header));
     if (lands) {
-      ASSIGN_OR_RETURN(event, TakeEvent());
-      RETURN_IF_ERROR(stream.Copy(reinterpret_cast<void*>(header->address),
-                                  link_.data() + layout::DataOffset(slots) +
-                                      static_cast<size_t>(slot) * options_.slot_bytes,
-                                  header->length));
-      RETURN_IF_ERROR(stream.Record(*event));
+      ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
+      absl::Status queued = stream.Copy(reinterpret_cast<void*>(header->address),
+                                        link_.data() + layout::DataOffset(slots) +
+                                            static_cast<size_t>(slot) * options_.slot_bytes,
+                                        header->length);
+      if (!queued.ok()) {
+        free_events_.push_back(std::move(event));
+        return queued;
+      }
+      // Queued: it writes its destination until it ended, whatever the
+      // Record says.
+      marked = MarkCopy(stream, std::move(event), next, copy);
     }
-    incoming_.push_back({next, header->request, header->length, std::move(event)});
+    incoming_.push_back({next, header->request, header->length, std::move(copy)});
     accepted_ = next;
+    RETURN_IF_ERROR(marked);
   }
   // The count of landed chunks back to the peer, one write at a time.
   if (crediting_ != nullptr) {

@@ -51,6 +51,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "device/device_runtime.h"
+#include "device/queued_work.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
 #include "rdma/remote_region.h"
@@ -239,6 +240,11 @@ class StagingLink {
   absl::Status Receive(Endpoint& endpoint, device::Stream& stream);
   absl::Status Publish(Endpoint& endpoint);
   absl::StatusOr<std::unique_ptr<device::Event>> TakeEvent();
+  // Marks the end of chunk `sequence`'s device copy, just queued, in
+  // `copy`: the Record's error, named (the copy is then watched through
+  // the stream).
+  absl::Status MarkCopy(device::Stream& stream, std::unique_ptr<device::Event> event,
+                        uint64_t sequence, device::QueuedWork& copy) const;
   // Queues chunks of [source, source + length) (a device address of ours)
   // for `address` at the peer, answering `request` (0: a write).
   uint64_t StageChunks(const MemoryRegion* region, size_t offset, const std::byte* device_source,
