@@ -135,7 +135,9 @@ absl::Status DeviceDataMover::Fence(absl::Time deadline, const std::string& what
   // it uses stay until then). The fence fails with the Record's error.
   RETURN_IF_ERROR(PollUntil([&] { return stream_->Idle(); }, deadline,
                             absl::StrCat(what, " on ", Describe(), " (its stream to go idle)")));
-  return mark.status();
+  return absl::Status(mark.status().code(),
+                      absl::StrCat(what, " on ", Describe(), " ended, but marking its end failed: ",
+                                   mark.status().message()));
 }
 
 }  // namespace rdmaflow::collectives

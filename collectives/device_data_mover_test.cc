@@ -18,9 +18,14 @@ namespace rdmaflow::collectives {
 namespace {
 
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(DeviceDataMoverTest, AFenceWhoseMarkIsNotRecordedWaitsForTheStream) {
+  // Before the device: they outlive its streams' copies.
+  const std::vector<std::byte> data(64, std::byte{'m'});
+  std::vector<std::byte> back(64);
+  std::vector<std::byte> again(64);
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<device::FakeDevice> fake,
                        device::FakeDevice::Create(device::FakeDeviceOptions{}));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<rdma::Transport> host,
@@ -29,25 +34,24 @@ TEST(DeviceDataMoverTest, AFenceWhoseMarkIsNotRecordedWaitsForTheStream) {
                        rdma::device_path::DeviceTransport::Create(std::move(host), fake.get()));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceDataMover> mover, DeviceDataMover::Create(*transport));
   ASSERT_OK_AND_ASSIGN(std::byte * scratch, mover->Scratch(64));
-  const std::vector<std::byte> data(64, std::byte{'m'});  // outlives the copies
   // Paused: the copy cannot end, so the fence ends at its deadline.
   // Nothing returns while paused.
   fake->Pause();
   const absl::Status queued = mover->Copy(scratch, data.data(), 64);
-  fake->FailNextRecord();
+  fake->FailRecords(1);
   const absl::Status paused = mover->Fence(absl::Now() + absl::Milliseconds(50), "the paused copy");
   fake->Resume();
   ASSERT_OK(queued);
   EXPECT_THAT(paused, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("the paused copy")));
   // Running: the fence fails with the Record's error once the copy ended.
-  std::vector<std::byte> back(64);
   ASSERT_OK(mover->Copy(back.data(), scratch, 64));
-  fake->FailNextRecord();
+  fake->FailRecords(1);
   EXPECT_THAT(mover->Fence(absl::Now() + absl::Seconds(30), "the copy back"),
-              StatusIs(absl::StatusCode::kInternal, HasSubstr("injected")));
+              StatusIs(absl::StatusCode::kInternal,
+                       AllOf(HasSubstr("the copy back"), HasSubstr("marking its end failed"),
+                             HasSubstr("injected"))));
   EXPECT_EQ(back, data) << "the fence returned before the copy ended";
   // Marks recorded again afterwards work as before.
-  std::vector<std::byte> again(64);
   ASSERT_OK(mover->Copy(again.data(), scratch, 64));
   EXPECT_OK(mover->Fence(absl::Now() + absl::Seconds(30), "a third copy"));
   EXPECT_EQ(again, data);

@@ -9,25 +9,32 @@ namespace rdmaflow::device {
 
 absl::Status QueuedWork::Mark(Stream& stream, std::unique_ptr<Event> event) {
   event_ = std::move(event);
-  stream_ = nullptr;
+  stream_ = &stream;
+  if (event_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "no event to mark the end of device work: it is waited for as its stream's idling");
+  }
   absl::Status recorded = stream.Record(*event_);
-  if (!recorded.ok()) stream_ = &stream;
+  if (recorded.ok()) stream_ = nullptr;
   return recorded;
 }
 
 absl::StatusOr<bool> QueuedWork::Ended() {
+  if (stream_ != nullptr) {
+    if (event_ == nullptr || !stream_->Record(*event_).ok()) return stream_->Idle();
+    stream_ = nullptr;  // marked now, after the work
+  }
   if (event_ == nullptr) return true;
-  return stream_ != nullptr ? stream_->Idle() : event_->Done();
+  return event_->Done();
 }
 
 absl::Status QueuedWork::WaitUntil(absl::Time deadline, const std::string& what) {
-  if (event_ == nullptr) return absl::OkStatus();
-  if (stream_ == nullptr) return event_->WaitUntil(deadline, what);
-  absl::StatusOr<bool> idle = PollUntil([this] { return stream_->Idle(); }, deadline);
-  if (!idle.ok()) return idle.status();
-  if (*idle) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat(
-      "device: ", what, " did not complete by its deadline (its stream did not go idle)"));
+  absl::StatusOr<bool> ended = PollUntil([this] { return Ended(); }, deadline);
+  if (!ended.ok()) return ended.status();
+  if (*ended) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("device: ", what, " did not complete by its deadline",
+                   unmarked() ? " (no event marks it, and its stream did not go idle)" : ""));
 }
 
 std::unique_ptr<Event> QueuedWork::Release() {

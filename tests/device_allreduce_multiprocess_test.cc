@@ -24,6 +24,7 @@
 // device has.
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -46,8 +47,8 @@
 #include "launch/ranks_or_tests_main.h"
 #include "onesided/progress/progress_loop.h"
 #include "rdma/builtin_transports.h"
-#include "rdma/device/device_transport.h"
 #include "rdma/device/close_mappings.h"
+#include "rdma/device/device_transport.h"
 
 namespace rdmaflow::collectives {
 namespace {
@@ -128,9 +129,11 @@ struct DeviceRank {
 std::string HostOf(int rank, int per_host) { return absl::StrCat("host-", rank / per_host); }
 
 // Joins the job: store, device, transport, loop and test stream.
-// `fail_operation` for rank 1's fake device; with `per_host` > 0 the device
+// `fail_operation` for rank 1's fake device, and each of its operations at
+// least `rank1_delay` long (else 300 us); with `per_host` > 0 the device
 // transport claims HostOf(rank, per_host).
-absl::StatusOr<std::unique_ptr<DeviceRank>> JoinDevice(int fail_operation, int per_host = 0) {
+absl::StatusOr<std::unique_ptr<DeviceRank>> JoinDevice(
+    int fail_operation, int per_host = 0, absl::Duration rank1_delay = absl::ZeroDuration()) {
   auto r = std::make_unique<DeviceRank>();
   ASSIGN_OR_RETURN(launch::JoinedRank joined, launch::JoinJob());
   r->rank = joined.rank;
@@ -141,6 +144,9 @@ absl::StatusOr<std::unique_ptr<DeviceRank>> JoinDevice(int fail_operation, int p
   // Device work lands well after it is enqueued: a word published before
   // its fence would let a peer read stale bytes, and the sums show it.
   device_options.operation_delay = absl::Microseconds(300);
+  if (r->rank == 1 && rank1_delay > absl::ZeroDuration()) {
+    device_options.operation_delay = rank1_delay;
+  }
   if (OnCuda()) {
     ASSIGN_OR_RETURN(r->device, device::CreateDeviceRuntime("cuda"));
   } else {
@@ -157,11 +163,13 @@ absl::StatusOr<std::unique_ptr<DeviceRank>> JoinDevice(int fail_operation, int p
   return r;
 }
 
-// Joins the job with a HostAllReduce; `fail_operation` for rank 1's fake
-// device; rank 0 on host memory when `host_rank0`.
-absl::StatusOr<std::unique_ptr<DeviceRank>> Join(int fail_operation = 0,
-                                                 bool host_rank0 = false) {
-  ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r, JoinDevice(fail_operation));
+// Joins the job with a HostAllReduce; `fail_operation` and `rank1_delay`
+// for rank 1's fake device; rank 0 on host memory when `host_rank0`.
+absl::StatusOr<std::unique_ptr<DeviceRank>> Join(
+    int fail_operation = 0, bool host_rank0 = false,
+    absl::Duration rank1_delay = absl::ZeroDuration()) {
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r,
+                   JoinDevice(fail_operation, /*per_host=*/0, rank1_delay));
   const bool host_memory = host_rank0 && r->rank == 0;
   if (host_memory) {
     ASSIGN_OR_RETURN(r->data, r->transport->Allocate(kCapacity));
@@ -294,6 +302,40 @@ absl::Status Fault() {
   if (status.ok() || !named) {
     return absl::InternalError(absl::StrCat("rank ", r->rank, ": with rank 1's device failing, "
                                             "the call gave ", status.ToString()));
+  }
+  RETURN_IF_ERROR(r->allreduce->Shutdown());
+  return r->CloseMappings();
+}
+
+// Rank 1's device fails every Record during the call, its first mark's
+// included, with its first reduction still running (20 ms an operation):
+// its call fails only once that reduction ended, so nothing of the call
+// reads a peer's buffer or writes ours after it returned; the others'
+// calls fail naming it.
+absl::Status UnmarkedWork() {
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r,
+                   Join(0, /*host_rank0=*/false, /*rank1_delay=*/absl::Milliseconds(20)));
+  auto* fake = dynamic_cast<device::FakeDevice*>(r->device.get());
+  if (fake == nullptr) return absl::InternalError("not on the fake device");
+  std::vector<float> in(100003, 1.0f);
+  RETURN_IF_ERROR(r->Upload(r->data.data(), in.data(), in.size() * 4));
+  if (r->rank == 1) fake->FailRecords(std::numeric_limits<int>::max());
+  const absl::Status status = r->allreduce->AllReduce(0, in.size(), DataType::kFloat32);
+  const absl::StatusOr<bool> idle = fake->Idle();
+  fake->FailRecords(0);
+  const bool named = r->rank == 1 ? absl::StrContains(status.message(), "injected fault")
+                                  : absl::IsAborted(status) &&
+                                        absl::StrContains(status.message(), "rank 1 gave up");
+  if (status.ok() || !named) {
+    return absl::InternalError(absl::StrCat("rank ", r->rank,
+                                            ": with rank 1's Records failing, "
+                                            "the call gave ",
+                                            status.ToString()));
+  }
+  if (!idle.ok() || !*idle) {
+    return absl::InternalError(absl::StrCat(
+        "rank ", r->rank, ": the failed call returned with its device work still queued (",
+        idle.ok() ? "not idle" : idle.status().ToString(), ")"));
   }
   RETURN_IF_ERROR(r->allreduce->Shutdown());
   return r->CloseMappings();
@@ -475,6 +517,7 @@ absl::Status RunRank(const char* which) {
 absl::Status RunCase(const std::string& name) {
   if (name == "exact") return Exact();
   if (name == "fault") return Fault();
+  if (name == "unmarked") return UnmarkedWork();
   if (name == "mixed") return Mixed();
   if (name == "group-host") return Group(2, AllReduceAlgorithm::kHostScatterGather);
   if (name == "group-ring") return Group(1, AllReduceAlgorithm::kRing);
@@ -492,6 +535,11 @@ TEST(DeviceAllReduceTest, ThreeProcessesReduceEachOthersDeviceMemoryExactly) {
 TEST(DeviceAllReduceTest, AFailingDeviceFailsEveryMembersCallByName) {
   if (OnCuda()) GTEST_SKIP() << "faults are injected on the fake device only";
   EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "fault"}}).status);
+}
+
+TEST(DeviceAllReduceTest, AFailedCallReturnsOnlyOnceItsDeviceWorkEnded) {
+  if (OnCuda()) GTEST_SKIP() << "failing Records are injected on the fake device only";
+  EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "unmarked"}}).status);
 }
 
 TEST(DeviceAllReduceTest, HostAndDeviceMembersRefuseEachOther) {

@@ -1,9 +1,11 @@
 // TensorDevice::Copy (torch_backend/tensor_device.h) on the fake device,
 // where the Record that was to mark a copy's end fails with the copy
-// queued: it returns only once the copy ended, or at its deadline with
-// kDeadlineExceeded (the caller then keeps the copy's memory).
+// queued (once, or every time): it returns only once the copy ended, or at
+// its deadline with kDeadlineExceeded (the caller then keeps the copy's
+// memory).
 #include "torch_backend/tensor_device.h"
 
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -18,34 +20,41 @@ namespace rdmaflow::torch_backend {
 namespace {
 
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-TEST(TensorDeviceTest, ACopyNoEventMarksIsWaitedForThroughItsStream) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<TensorDevice> device, TensorDevice::Fake());
-  auto* fake = dynamic_cast<device::FakeDevice*>(&device->runtime());
-  ASSERT_NE(fake, nullptr);
-  ASSERT_OK_AND_ASSIGN(device::DeviceMemory memory, fake->Allocate(64));
-  const std::vector<char> host(64, 'w');  // outlives the copies
-  // Paused: the copy cannot end, so the call ends at its deadline, saying
-  // the copy may still run. Nothing returns while paused.
-  fake->Pause();
-  fake->FailNextRecord();
-  const absl::Status given_up = device->Copy(memory.data(), host.data(), 64,
-                                             absl::Now() + absl::Milliseconds(50), "a test copy");
-  fake->Resume();
-  EXPECT_THAT(given_up, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("a test copy")));
-  // Running: the call returns the Record's error once the copy ended.
-  std::vector<char> back(64, 0);
-  fake->FailNextRecord();
-  EXPECT_THAT(device->Copy(back.data(), memory.data(), 64, absl::Now() + absl::Seconds(30),
-                           "a test copy back"),
-              StatusIs(absl::StatusCode::kInternal, HasSubstr("injected")));
-  EXPECT_EQ(back, host) << "returned before the copy ended";
-  // The staging stream still copies (renewed after the failure).
-  std::vector<char> again(64, 0);
-  EXPECT_OK(device->Copy(again.data(), memory.data(), 64, absl::Now() + absl::Seconds(30),
-                         "a third copy"));
-  EXPECT_EQ(again, host);
+TEST(TensorDeviceTest, ACopyNoEventMarksIsWaitedFor) {
+  for (const int failing : {1, std::numeric_limits<int>::max()}) {
+    SCOPED_TRACE(failing == 1 ? "one Record fails" : "every Record fails");
+    // Before the device: they outlive its streams' copies.
+    const std::vector<char> host(64, 'w');
+    std::vector<char> back(64, 0);
+    std::vector<char> again(64, 0);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<TensorDevice> device, TensorDevice::Fake());
+    auto* fake = dynamic_cast<device::FakeDevice*>(&device->runtime());
+    ASSERT_NE(fake, nullptr);
+    ASSERT_OK_AND_ASSIGN(device::DeviceMemory memory, fake->Allocate(64));
+    // Paused: the copy cannot end, so the call ends at its deadline, saying
+    // the copy may still run. Nothing returns while paused.
+    fake->Pause();
+    fake->FailRecords(failing);
+    const absl::Status given_up = device->Copy(memory.data(), host.data(), 64,
+                                               absl::Now() + absl::Milliseconds(50), "a test copy");
+    fake->Resume();
+    EXPECT_THAT(given_up, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("a test copy")));
+    // Running: the call says the copy ran unmarked, once it ended.
+    fake->FailRecords(failing);
+    EXPECT_THAT(device->Copy(back.data(), memory.data(), 64, absl::Now() + absl::Seconds(30),
+                             "a test copy back"),
+                StatusIs(absl::StatusCode::kInternal,
+                         AllOf(HasSubstr("a test copy back ran"), HasSubstr("injected"))));
+    EXPECT_EQ(back, host) << "returned before the copy ended";
+    // Records pass again: the (renewed) staging stream copies as before.
+    fake->FailRecords(0);
+    EXPECT_OK(device->Copy(again.data(), memory.data(), 64, absl::Now() + absl::Seconds(30),
+                           "a third copy"));
+    EXPECT_EQ(again, host);
+  }
 }
 
 }  // namespace

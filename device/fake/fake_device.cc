@@ -266,6 +266,15 @@ absl::Status FakeDevice::NextRecordFault() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> FakeDevice::Idle() {
+  absl::MutexLock lock(&mu_);
+  for (FakeStream* stream : streams_) {
+    absl::StatusOr<bool> idle = stream->Idle();
+    if (!idle.ok() || !*idle) return idle;
+  }
+  return true;
+}
+
 absl::Status FakeDevice::PinHost(void* ptr, size_t bytes) {
   if (ptr == nullptr || bytes == 0) {
     return absl::InvalidArgumentError("fake device: pinning a null or empty range");

@@ -19,8 +19,8 @@
 // A dma-buf export is the allocation's shared-memory object (mapping it
 // shows the memory, but no NIC driver takes it as a dma-buf).
 // Faults are injected by options: the Nth copy or reduction fails; by
-// FailNextRecord(): a Record fails; and Pause() holds every stream's
-// queued work until Resume().
+// FailRecords(n): the next n Records fail; and Pause() holds every
+// stream's queued work until Resume().
 //
 // Thread-safe, like every DeviceRuntime.
 #ifndef RDMAFLOW_DEVICE_FAKE_FAKE_DEVICE_H_
@@ -98,13 +98,16 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   // operation for fault injection: its fault, or OK.
   absl::Status CheckRange(const void* ptr, size_t bytes, const char* what);
   absl::Status NextOperationFault();
-  // The next Record on a stream of this runtime fails with options' fault
-  // and marks nothing, and the stream runs on: what was queued before it
-  // runs, though no event says when (Stream::Idle() does). Each call fails
-  // one more Record.
-  void FailNextRecord() { records_to_fail_.fetch_add(1); }
-  // How many of those are still to fail: 0 once the last was tried.
+  // The next `n` Records on streams of this runtime fail with options'
+  // fault and mark nothing, and the streams run on: what was queued before
+  // such a Record runs, though no event says when (Stream::Idle() does).
+  // Replaces the count left (0: no more fail).
+  void FailRecords(int n) { records_to_fail_.store(n); }
+  // How many of those are still to fail.
   int records_left_to_fail() const { return records_to_fail_.load(); }
+  // Whether every stream of this runtime has run everything queued on it
+  // so far; the first broken stream's error.
+  absl::StatusOr<bool> Idle();
   // For the streams: a Record's injected fault, or OK.
   absl::Status NextRecordFault();
   absl::Duration operation_delay() const { return options_.operation_delay; }

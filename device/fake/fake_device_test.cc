@@ -159,7 +159,7 @@ TEST(FakeDeviceTest, AFailedRecordMarksNothingAndTheStreamRunsOn) {
   // Nothing fails while paused, so that the device always resumes.
   device->Pause();
   const absl::Status queued = stream->Copy(memory.data(), host.data(), 64);
-  device->FailNextRecord();
+  device->FailRecords(1);
   const absl::Status recorded = stream->Record(*done);
   const absl::StatusOr<bool> marked = done->Done();
   const absl::StatusOr<bool> idle = stream->Idle();
@@ -172,7 +172,7 @@ TEST(FakeDeviceTest, AFailedRecordMarksNothingAndTheStreamRunsOn) {
                        PollUntil([&] { return stream->Idle(); }, absl::Now() + absl::Seconds(30)));
   ASSERT_TRUE(ended);
   EXPECT_EQ(static_cast<char*>(memory.data())[63], 'z') << "the copy did not run";
-  EXPECT_OK(stream->Record(*done)) << "one FailNextRecord failed more than one Record";
+  EXPECT_OK(stream->Record(*done)) << "FailRecords(1) failed more than one Record";
 }
 
 TEST(FakeDeviceTest, OnlyALiveStreamOfThisDeviceWraps) {

@@ -24,6 +24,7 @@ namespace rdmaflow::device::testing {
 namespace {
 
 using ::rdmaflow::testing::IsOk;
+using ::rdmaflow::testing::IsOkAndHolds;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -251,9 +252,14 @@ TEST_P(DeviceConformanceTest, AStreamIsIdleOnceItsWorkEnded) {
     ASSERT_OK(stream->Copy(base + i * kBytes, base + (i - 1) * kBytes, kBytes));
   }
   ASSERT_OK(stream->Copy(out.data(), base + 7 * kBytes, kBytes));
+  // (A copy into pageable memory may return only once it ran: the event
+  // is what shows an Idle() that answers too soon.)
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> last, runtime.CreateEvent());
+  ASSERT_OK(stream->Record(*last));
   ASSERT_OK_AND_ASSIGN(const bool ended,
                        PollUntil([&] { return stream->Idle(); }, absl::Now() + kTimeout));
   ASSERT_TRUE(ended) << "the stream's copies did not end within " << kTimeout;
+  EXPECT_THAT(last->Done(), IsOkAndHolds(true)) << "idle before its last copy ended";
   EXPECT_EQ(out, data) << "idle before its last copy ended";
 }
 

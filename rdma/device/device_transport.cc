@@ -230,11 +230,21 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
       absl::StatusOr<bool> copied = op.copy.Ended();
       if (copied.ok() && !*copied) break;  // still running, and the rest behind it
       transport.ReturnEvent(op.copy.Release());
-      const absl::Status failed = !copied.ok() ? copied.status() : op.unmarked;
-      if (!failed.ok()) {
+      if (!copied.ok()) {
         Finish(transport, queue,
-               absl::Status(failed.code(), absl::StrCat("a device copy with rank ", queue.peer_rank,
-                                                        " failed: ", failed.message())));
+               absl::Status(copied.status().code(),
+                            absl::StrCat("a device copy with rank ", queue.peer_rank,
+                                         " failed: ", copied.status().message())));
+        ++fired;
+        continue;
+      }
+      if (!op.unmarked.ok()) {
+        Finish(transport, queue,
+               absl::Status(op.unmarked.code(),
+                            absl::StrCat("a device copy with rank ", queue.peer_rank,
+                                         " ran, but the event to mark its end could not be "
+                                         "recorded, so its notification was not sent: ",
+                                         op.unmarked.message())));
         ++fired;
         continue;
       }
@@ -591,9 +601,9 @@ DeviceTransport::~DeviceTransport() {
   // Copies still running may touch peers' mappings and our regions: let
   // them end before either goes.
   absl::StatusOr<std::unique_ptr<device::Event>> idle = TakeEvent();
-  if (!idle.ok()) return;
   device::QueuedWork copies;
-  copies.Mark(*stream_, *std::move(idle)).IgnoreError();  // or waited for as the stream
+  // With no event, or its Record failing: waited for as the stream's idling.
+  copies.Mark(*stream_, idle.ok() ? *std::move(idle) : nullptr).IgnoreError();
   copies.WaitUntil(absl::Now() + kDrainTimeout, "device copies at shutdown").IgnoreError();
 }
 

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -352,22 +353,23 @@ class DeviceTransportTest : public ::testing::Test {
     return out;
   }
 
-  // Posts through `post` with the device paused and its next Record
-  // failing; progresses until that Record was tried (a copy queued, no
-  // event to mark its end), then 50 times more; resumes the device
-  // whatever happened. Whether `fired` was set while the copy was still
-  // queued.
+  // Posts through `post` with the device paused and every Record of it
+  // failing (set back by the caller: FailRecords(0)); progresses until a
+  // Record was tried (a copy queued, no event to mark its end), then 50
+  // times more; resumes the device whatever happened. Whether `fired` was
+  // set while the copy was still queued.
   absl::StatusOr<bool> FiredBeforeAnUnmarkedCopyRan(const std::function<absl::Status()>& post,
                                                     const std::optional<absl::Status>& fired) {
+    constexpr int kAll = std::numeric_limits<int>::max();
     // Nothing returns while paused, so that the device always resumes.
     device_->Pause();
-    device_->FailNextRecord();
+    device_->FailRecords(kAll);
     absl::Status status = post();
     const absl::Time deadline = absl::Now() + kTimeout;
-    while (status.ok() && device_->records_left_to_fail() > 0 && absl::Now() < deadline) {
+    while (status.ok() && device_->records_left_to_fail() == kAll && absl::Now() < deadline) {
       status = transport_->Progress().status();
     }
-    if (status.ok() && device_->records_left_to_fail() > 0) {
+    if (status.ok() && device_->records_left_to_fail() == kAll) {
       status = absl::DeadlineExceededError("no copy's Record was tried");
     }
     for (int i = 0; i < 50 && status.ok(); ++i) status = transport_->Progress().status();
@@ -524,8 +526,11 @@ TEST_F(DeviceTransportTest, AWriteWhoseCopyNoEventMarksFailsOnlyOnceTheCopyEnded
   EXPECT_FALSE(early) << "completed with its copy still queued";
   ASSERT_OK(rdma::ProgressUntil(
       *transport_, [&] { return fired->has_value(); }, absl::Now() + kTimeout, "the write"));
-  EXPECT_THAT(**fired, StatusIs(absl::StatusCode::kInternal,
-                                AllOf(HasSubstr("rank 1"), HasSubstr("injected fault"))));
+  device_->FailRecords(0);
+  EXPECT_THAT(**fired,
+              StatusIs(absl::StatusCode::kInternal,
+                       AllOf(HasSubstr("a device copy with rank 1 ran"),
+                             HasSubstr("notification was not sent"), HasSubstr("injected fault"))));
   // The copy ran; its notification was not sent: the next rank 1 sees is
   // this host write's.
   ASSERT_OK_AND_ASSIGN(std::string seen, Ask("device 0 4096"));
@@ -926,6 +931,7 @@ TEST_F(StagedDeviceTransportTest, AStagedWriteWhoseCopyNoEventMarksEndsOnlyAfter
   EXPECT_FALSE(early) << "completed with the copy out of its source still queued";
   ASSERT_OK(rdma::ProgressUntil(
       *transport_, [&] { return fired->has_value(); }, absl::Now() + kTimeout, "the write"));
+  device_->FailRecords(0);
   EXPECT_THAT(**fired, StatusIs(absl::StatusCode::kInternal,
                                 AllOf(HasSubstr("staged write to rank 1"),
                                       HasSubstr("marking the end of the device copy of chunk"),
@@ -944,6 +950,7 @@ TEST_F(StagedDeviceTransportTest, AStagedReadWhoseCopyNoEventMarksEndsOnlyAfterT
   EXPECT_FALSE(early) << "completed with the copy into its destination still queued";
   ASSERT_OK(rdma::ProgressUntil(
       *transport_, [&] { return fired->has_value(); }, absl::Now() + kTimeout, "the read"));
+  device_->FailRecords(0);
   EXPECT_THAT(**fired, StatusIs(absl::StatusCode::kInternal,
                                 AllOf(HasSubstr("staged read from rank 1"),
                                       HasSubstr("marking the end of the device copy of chunk"))));
