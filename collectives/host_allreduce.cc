@@ -667,21 +667,21 @@ absl::Status HostAllReduce::Run(size_t offset, size_t count, size_t element,
     status = size() == 1 ? Leave(call) : body(call, bytes);
   }
   if (!status.ok()) {
-    // Device work this call queued (a reduction reading the peers' buffers,
-    // a copy into the caller's result) ends before the call does: once we
-    // return, the caller may free its result. (The host mover has none.)
-    if (absl::Status drained = mover_->Fence(Deadline(), "device work of a failed call");
-        absl::IsDeadlineExceeded(drained)) {
-      status = absl::Status(
-          status.code(),
-          absl::StrCat(status.message(), "; and its device work still ran at ", "its deadline (",
-                       drained.message(), "): its result buffer may yet be written"));
-    }
     // Our buffer may change as soon as we return: a peer still reading it
     // must not take what it reads for this call's data (it checks for this
     // mark after its last read).
     Store(block_ + layout::kDone, call | layout::kAborted);
     RingPeers();
+    // Device work this call queued (a reduction reading the peers' buffers,
+    // a copy into the caller's result) ends before the call does: once we
+    // return, the caller may free its result. (The host mover has none.)
+    // Published first, the abort above lets no peer wait for this.
+    if (absl::Status drained = mover_->Fence(Deadline(), "device work of a failed call");
+        absl::IsDeadlineExceeded(drained)) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          status.message(), "; and its device work still ran at its deadline (", drained.message(),
+          "): keep the result buffer, the device may yet write it"));
+    }
     if (failure_.ok()) failure_ = status;
     return Annotate(status, Where());
   }

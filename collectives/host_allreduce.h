@@ -229,7 +229,9 @@ class HostAllReduce {
   // and for the other members as a bad range is; nullptr: in place). The
   // result then goes straight there, and the range keeps this member's
   // input but for its own segment: one copy fewer than copying it out.
-  // After an error `result` holds unspecified bytes.
+  // After an error `result` holds unspecified bytes, and nothing of the
+  // call touches it any more, but for kDeadlineExceeded saying its device
+  // work still ran (a hung device): then the device may yet write it.
   absl::Status AllReduce(size_t offset, size_t count, DataType type,
                          ReduceOp op = ReduceOp::kSum, uint8_t variant = 0,
                          std::byte* result = nullptr);

@@ -920,7 +920,7 @@ absl::StatusOr<std::unique_ptr<device::Event>> DeviceTransport::TakeEvent() {
 }
 
 void DeviceTransport::ReturnEvent(std::unique_ptr<device::Event> event) {
-  free_events_.push_back(std::move(event));
+  if (event != nullptr) free_events_.push_back(std::move(event));
 }
 
 }  // namespace rdmaflow::rdma::device_path

@@ -319,6 +319,10 @@ absl::Status StagingLink::MarkCopy(device::Stream& stream, std::unique_ptr<devic
                                    " of the link with rank ", peer_, ": ", marked.message()));
 }
 
+void StagingLink::ReturnEvent(std::unique_ptr<device::Event> event) {
+  if (event != nullptr) free_events_.push_back(std::move(event));
+}
+
 absl::StatusOr<std::unique_ptr<device::Event>> StagingLink::TakeEvent() {
   if (free_events_.empty()) return runtime_->CreateEvent();
   std::unique_ptr<device::Event> event = std::move(free_events_.back());
@@ -428,7 +432,7 @@ void StagingLink::Quiesce() {
     if (copy.pending()) {
       absl::StatusOr<bool> done = copy.Ended();
       if (done.ok() && !*done) break;
-      free_events_.push_back(copy.Release());
+      ReturnEvent(copy.Release());
     }
     incoming_.pop_front();
   }
@@ -436,7 +440,7 @@ void StagingLink::Quiesce() {
     if (c.phase != Chunk::Phase::kCopying) continue;
     absl::StatusOr<bool> done = c.copy.Ended();
     if (done.ok() && !*done) continue;
-    free_events_.push_back(c.copy.Release());
+    ReturnEvent(c.copy.Release());
     c.phase = Chunk::Phase::kCopied;
   }
 }
@@ -577,7 +581,7 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
           ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
           absl::Status queued = stream.Copy(outbound_.data() + in_slot, c.device_source, c.length);
           if (!queued.ok()) {
-            free_events_.push_back(std::move(event));
+            ReturnEvent(std::move(event));
             return queued;
           }
           // Queued: it reads its source until it ended, whatever the
@@ -590,7 +594,7 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
         case Chunk::Phase::kCopying: {
           ASSIGN_OR_RETURN(const bool copied, c.copy.Ended());
           if (!copied) break;
-          free_events_.push_back(c.copy.Release());
+          ReturnEvent(c.copy.Release());
           c.phase = Chunk::Phase::kCopied;
           break;
         }
@@ -662,7 +666,7 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
                                          " into device memory: ", copied.status().message()));
       }
       if (!*copied) break;
-      free_events_.push_back(in.copy.Release());
+      ReturnEvent(in.copy.Release());
     }
     landed_ = in.sequence;
     if (in.request != 0) {
@@ -697,7 +701,7 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
                                             static_cast<size_t>(slot) * options_.slot_bytes,
                                         header->length);
       if (!queued.ok()) {
-        free_events_.push_back(std::move(event));
+        ReturnEvent(std::move(event));
         return queued;
       }
       // Queued: it writes its destination until it ended, whatever the

@@ -240,6 +240,8 @@ class StagingLink {
   absl::Status Receive(Endpoint& endpoint, device::Stream& stream);
   absl::Status Publish(Endpoint& endpoint);
   absl::StatusOr<std::unique_ptr<device::Event>> TakeEvent();
+  // Back to the free events (a null one is dropped).
+  void ReturnEvent(std::unique_ptr<device::Event> event);
   // Marks the end of chunk `sequence`'s device copy, just queued, in
   // `copy`: the Record's error, named (the copy is then watched through
   // the stream).
