@@ -108,7 +108,7 @@ struct PendingOp {
   device::QueuedWork copy;  // kDeviceCopy: the copy
   // kDeviceCopy: the error of the Record that was to mark the copy's end.
   // The copy was queued all the same: the operation fails with this once
-  // the copy ended (the stream went idle).
+  // `copy` says the copy ended.
   absl::Status unmarked;
   std::optional<uint32_t> notification;
   Completion done;
