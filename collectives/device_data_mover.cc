@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "device/queued_work.h"
 
 namespace rdmaflow::collectives {
 namespace {
@@ -92,19 +93,17 @@ absl::Status DeviceDataMover::Reduce(DataType type, ReduceOp op, std::byte* dst,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<device::Event>> DeviceDataMover::TakeEvent() {
+  if (free_.empty()) return transport_.runtime().CreateEvent();
+  std::unique_ptr<device::Event> event = std::move(free_.back());
+  free_.pop_back();
+  return event;
+}
+
 absl::StatusOr<uint64_t> DeviceDataMover::Mark() {
-  std::unique_ptr<device::Event> event;
-  if (free_.empty()) {
-    ASSIGN_OR_RETURN(event, transport_.runtime().CreateEvent());
-  } else {
-    event = std::move(free_.back());
-    free_.pop_back();
-  }
-  absl::Status recorded = stream_->Record(*event);
-  if (!recorded.ok()) {
-    free_.push_back(std::move(event));
-    return recorded;
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
+  // Refused, the event is dropped rather than pooled: it may be a bad one.
+  RETURN_IF_ERROR(stream_->Record(*event));
   pending_.push_back({++marks_, std::move(event)});
   return marks_;
 }
@@ -125,19 +124,21 @@ absl::StatusOr<bool> DeviceDataMover::Reached(uint64_t mark) {
 }
 
 absl::Status DeviceDataMover::Fence(absl::Time deadline, const std::string& what) {
+  const std::string where = absl::StrCat(what, " on ", Describe());
   absl::StatusOr<uint64_t> mark = Mark();
-  if (mark.ok()) {
-    return PollUntil([&] { return Reached(*mark); }, deadline,
-                     absl::StrCat(what, " on ", Describe()));
-  }
-  // No event marks the work queued so far, which runs all the same: the
-  // stream going idle says it ended (the scratch and the peers' mappings
-  // it uses stay until then). The fence fails with the Record's error.
-  RETURN_IF_ERROR(PollUntil([&] { return stream_->Idle(); }, deadline,
-                            absl::StrCat(what, " on ", Describe(), " (its stream to go idle)")));
-  return absl::Status(mark.status().code(),
-                      absl::StrCat(what, " on ", Describe(), " ended, but marking its end failed: ",
-                                   mark.status().message()));
+  if (mark.ok()) return PollUntil([&] { return Reached(*mark); }, deadline, where);
+  // No event marks the work queued so far, which runs all the same: a
+  // Record tried again at each look, or else the stream going idle, says
+  // it ended (the scratch and the peers' mappings it uses stay until
+  // then). The fence fails with the first Record's error.
+  absl::StatusOr<std::unique_ptr<device::Event>> event = TakeEvent();
+  device::QueuedWork queued;
+  queued.Mark(*stream_, event.ok() ? *std::move(event) : nullptr).IgnoreError();
+  RETURN_IF_ERROR(queued.WaitUntil(deadline, where));
+  if (std::unique_ptr<device::Event> marked = queued.Release()) free_.push_back(std::move(marked));
+  return absl::Status(
+      mark.status().code(),
+      absl::StrCat(where, " ended, but marking its end failed: ", mark.status().message()));
 }
 
 }  // namespace rdmaflow::collectives

@@ -61,8 +61,9 @@ class DeviceDataMover final : public DataMover {
   absl::StatusOr<bool> Reached(uint64_t mark) override;
   // Polls the mark's event: at once a few times (a device's short kernels
   // end within microseconds), then with sleeps of 2 us doubling to 50 us.
-  // Where the mark's Record fails, polls the stream until it is idle, then
-  // fails with the Record's error.
+  // Where the mark's Record fails, waits for the work queued so far
+  // through a device::QueuedWork (the Record tried again, or the stream
+  // idle), then fails with the Record's error.
   absl::Status Fence(absl::Time deadline, const std::string& what) override;
 
  private:
@@ -75,10 +76,13 @@ class DeviceDataMover final : public DataMover {
                   std::unique_ptr<device::Stream> stream)
       : transport_(transport), stream_(std::move(stream)) {}
 
+  // A free event, or a new one.
+  absl::StatusOr<std::unique_ptr<device::Event>> TakeEvent();
+
   rdma::device_path::DeviceTransport& transport_;
   std::unique_ptr<device::Stream> stream_;
   // Marks recorded and not yet seen reached, oldest first; their events
-  // return to `free_` once reached.
+  // return to `free_` once reached (one whose Record failed never does).
   std::deque<Pending> pending_;
   std::vector<std::unique_ptr<device::Event>> free_;
   uint64_t marks_ = 0;

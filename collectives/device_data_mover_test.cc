@@ -1,6 +1,7 @@
 // DeviceDataMover (collectives/device_data_mover.h) on the fake device,
 // where the Record of a fence's mark fails with work queued: the fence
-// returns only once that work ended, or at its deadline.
+// returns only once that work ended, or at its deadline, trying the
+// Record again as it waits.
 #include "collectives/device_data_mover.h"
 
 #include <memory>
@@ -51,6 +52,13 @@ TEST(DeviceDataMoverTest, AFenceWhoseMarkIsNotRecordedWaitsForTheStream) {
                        AllOf(HasSubstr("the copy back"), HasSubstr("marking its end failed"),
                              HasSubstr("injected"))));
   EXPECT_EQ(back, data) << "the fence returned before the copy ended";
+  // Two Records refused (the mark's, and the first try of the fence's
+  // own): a Record tried again marks the copy, before the stream drains.
+  ASSERT_OK(mover->Copy(back.data(), scratch, 64));
+  fake->FailRecords(2);
+  EXPECT_THAT(mover->Fence(absl::Now() + absl::Seconds(30), "the copy again"),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("marking its end failed")));
+  EXPECT_EQ(fake->records_left_to_fail(), 0) << "the fence did not try its Record again";
   // Marks recorded again afterwards work as before.
   ASSERT_OK(mover->Copy(again.data(), scratch, 64));
   EXPECT_OK(mover->Fence(absl::Now() + absl::Seconds(30), "a third copy"));

@@ -38,8 +38,10 @@ absl::Status QueuedWork::WaitUntil(absl::Time deadline, const std::string& what)
 }
 
 std::unique_ptr<Event> QueuedWork::Release() {
-  stream_ = nullptr;
-  return std::move(event_);
+  std::unique_ptr<Event> event = std::move(event_);
+  // Still unmarked: the device never took a Record of this event.
+  if (std::exchange(stream_, nullptr) != nullptr) event.reset();
+  return event;
 }
 
 }  // namespace rdmaflow::device

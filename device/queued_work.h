@@ -57,8 +57,10 @@ class QueuedWork {
   absl::StatusOr<bool> Ended();
   // Waits until Ended() or `deadline`: kDeadlineExceeded naming `what`.
   absl::Status WaitUntil(absl::Time deadline, const std::string& what);
-  // Gives the event back for reuse (null if none) and leaves no work: once
-  // Ended(), or for work that may be dropped.
+  // Gives the event back for reuse and leaves no work: once Ended(), or
+  // for work that may be dropped. Null if there was none, or if no Record
+  // of it passed: an event the device refused may be a bad one, and is
+  // dropped rather than pooled (each later use would fail the same way).
   std::unique_ptr<Event> Release();
 
  private:

@@ -108,8 +108,9 @@ TEST(QueuedWorkTest, WorkNoRecordMarksEndsWhenItsStreamGoesIdle) {
   EXPECT_TRUE(copy.unmarked()) << "a Record passed";
   EXPECT_EQ(f.last(), 'q');
   f.device->FailRecords(0);
-  EXPECT_NE(copy.Release(), nullptr);
+  EXPECT_EQ(copy.Release(), nullptr) << "an event no Record of passed went back for reuse";
   EXPECT_FALSE(copy.unmarked());
+  EXPECT_FALSE(copy.pending());
 }
 
 // One Record fails: the next Ended() records the event again, after the
@@ -133,6 +134,7 @@ TEST(QueuedWorkTest, ARecordTriedAgainMarksTheWork) {
   EXPECT_FALSE(unmarked_then) << "the Record was not tried again";
   ASSERT_OK(copy.WaitUntil(absl::Now() + kTimeout, "the copy"));
   EXPECT_EQ(f.last(), 'q');
+  EXPECT_NE(copy.Release(), nullptr) << "an event a Record passed on is good for reuse";
 }
 
 // No event could be made: the work is watched through the stream.

@@ -832,20 +832,26 @@ absl::StatusOr<MemoryRegion> DeviceTransport::AllocateDevice(size_t bytes) {
   auto* data = static_cast<std::byte*>(memory.data());
   // Zeroed, as Allocate's host memory is: on this transport's stream, and
   // waited for (only that, not the device) before a peer can see the region.
-  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> zeroed, TakeEvent());
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
   absl::Status status = stream_->Zero(data, bytes);
-  if (status.ok()) {
-    status = stream_->Record(*zeroed);
-    if (status.ok()) {
-      status = zeroed->WaitUntil(absl::Now() + kZeroTimeout,
-                                 absl::StrCat("zeroing a new ", bytes, "-byte device region"));
-    }
-    // The zeroing may still be queued: its memory stays until the stream
-    // has gone.
-    if (!status.ok()) abandoned_.push_back(std::move(memory));
+  if (!status.ok()) {
+    ReturnEvent(std::move(event));
+    return status;
   }
-  ReturnEvent(std::move(zeroed));
+  const std::string what = absl::StrCat("zeroing a new ", bytes, "-byte device region");
+  device::QueuedWork zeroing;
+  const absl::Status marked = zeroing.Mark(*stream_, std::move(event));
+  status = zeroing.WaitUntil(absl::Now() + kZeroTimeout, what);
+  // Still queued or running at the deadline: its memory stays until the
+  // stream has gone.
+  if (!status.ok()) abandoned_.push_back(std::move(memory));
+  ReturnEvent(zeroing.Release());
   RETURN_IF_ERROR(status);
+  if (!marked.ok()) {
+    return absl::Status(
+        marked.code(),
+        absl::StrCat(what, " ended, but marking its end failed: ", marked.message()));
+  }
   return DeviceRegion(data, bytes, info, std::move(memory));
 }
 

@@ -446,6 +446,21 @@ TEST_F(DeviceTransportTest, AllocatesZeroedDeviceMemory) {
   EXPECT_THAT(transport_->AllocateDevice(0), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// The Record marking the zeroing's end refused: the allocation fails,
+// naming it, once the zeroing ended (watched through the stream). The
+// next one is zeroed as before.
+TEST_F(DeviceTransportTest, AnAllocationWhoseZeroingNoRecordMarksFails) {
+  device_->FailRecords(std::numeric_limits<int>::max());
+  const absl::StatusOr<MemoryRegion> refused = transport_->AllocateDevice(4096);
+  device_->FailRecords(0);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInternal,
+                                AllOf(HasSubstr("zeroing a new 4096-byte device region ended"),
+                                      HasSubstr("marking its end failed"))));
+  ASSERT_OK_AND_ASSIGN(MemoryRegion region, transport_->AllocateDevice(4096));
+  ASSERT_OK_AND_ASSIGN(std::string seen, Download(*device_, region.data(), 4096));
+  EXPECT_TRUE(seen == std::string(4096, '\0'));
+}
+
 TEST_F(DeviceTransportTest, RegistersACallersDeviceMemoryInsideItsAllocation) {
   ASSERT_OK_AND_ASSIGN(device::DeviceMemory memory, device_->Allocate(1 << 20));
   auto* inside = static_cast<std::byte*>(memory.data()) + 4096;
