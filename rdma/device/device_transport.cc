@@ -729,6 +729,12 @@ PendingQueue* DeviceTransport::NewQueue(int peer_rank) {
   return queues_.back().get();
 }
 
+uint64_t DeviceTransport::staged_answer_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& [peer, link] : links_) bytes += link->answered_bytes();
+  return bytes;
+}
+
 absl::StatusOr<int> DeviceTransport::Progress() {
   ASSIGN_OR_RETURN(int fired, host_->Progress());
   for (int round = 0; round < kStagedRounds; ++round) {

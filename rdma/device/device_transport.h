@@ -174,6 +174,9 @@ class DeviceTransport final : public Transport {
 
   // How many peers' allocations are mapped here (diagnostics, tests).
   size_t mapped_allocations() const { return mappings_.size(); }
+  // Bytes of this transport's device memory staged so far to answer staged
+  // peers' reads, over the links in use (diagnostics, tests).
+  uint64_t staged_answer_bytes() const;
 
   // Device memory of AllocateDevice regions already destroyed, still
   // allocated: a region's memory is freed when the transport goes (or, if

@@ -189,6 +189,7 @@ absl::StatusOr<std::string> Download(device::DeviceRuntime& device, const void* 
 //   "device OFF LEN"    bytes [OFF, OFF + LEN) of its device region
 //   "host OFF LEN"      the same of its host region
 //   "fill SALT"         its device region filled with pattern SALT
+//   "answered"          bytes it staged so far to answer staged reads
 absl::Status RunPeer(int fd) {
   Link link(fd);
   const bool staged = std::getenv(kStagedEnv) != nullptr;
@@ -231,6 +232,8 @@ absl::Status RunPeer(int fd) {
         RETURN_IF_ERROR(link.Send(
             std::string(reinterpret_cast<const char*>(on_host.data()) + offset, length)));
       }
+    } else if (words[0] == "answered" && words.size() == 1) {
+      RETURN_IF_ERROR(link.Send(absl::StrCat(transport->staged_answer_bytes())));
     } else if (words[0] == "fill" && words.size() == 2) {
       int salt = 0;
       if (!absl::SimpleAtoi(words[1], &salt)) return absl::InvalidArgumentError(command);
@@ -377,6 +380,16 @@ class DeviceTransportTest : public ::testing::Test {
     device_->Resume();
     RETURN_IF_ERROR(status);
     return early;
+  }
+
+  // Ask(command), whose answer is a number.
+  absl::StatusOr<uint64_t> AskNumber(const std::string& command) {
+    ASSIGN_OR_RETURN(std::string answer, Ask(command));
+    uint64_t value = 0;
+    if (!absl::SimpleAtoi(answer, &value)) {
+      return absl::InternalError(absl::StrCat("rank 1 answered '", command, "' with ", answer));
+    }
+    return value;
   }
 
   // Progress until `fired` is true.
@@ -1014,6 +1027,39 @@ TEST_F(StagedDeviceTransportTest, EndpointsToOnePeerShareItsLink) {
   EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("24")));
   ASSERT_OK_AND_ASSIGN(seen, Ask("device 0 4096"));
   EXPECT_TRUE(seen == Expected(4096, 23));
+}
+
+// An endpoint closed with staged reads queued: those whose request went
+// are answered (landing nowhere), the one whose request had to wait for a
+// free request slot (2 here) goes void, and rank 1 stages nothing for it.
+// A read of another endpoint to rank 1 (the same link, its request after
+// the void one) then completes as before.
+TEST_F(StagedDeviceTransportTest, AReadCancelledBeforeItsRequestWentIsNotAnswered) {
+  constexpr size_t kClosed = 100000, kAfter = 5000;
+  ASSERT_OK(Ask("fill 29").status());
+  ASSERT_OK_AND_ASSIGN(uint64_t before, AskNumber("answered"));
+  // Before `second`, which a completion may outlive; `into` too.
+  int cancelled = 0;
+  ASSERT_OK_AND_ASSIGN(MemoryRegion into, transport_->Allocate(3 * kClosed + kAfter));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Endpoint> second, transport_->Connect({1, peer_address_}));
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_OK(second->PostRead({&into, i * kClosed, kClosed}, {&peer_device_, i * kClosed, kClosed},
+                               [&](absl::Status status) {
+                                 EXPECT_THAT(status, StatusIs(absl::StatusCode::kCancelled));
+                                 ++cancelled;
+                               }));
+  }
+  ASSERT_OK(second->Close());
+  ASSERT_OK(rdma::ProgressUntil(
+      *transport_, [&] { return cancelled == 3; }, absl::Now() + kTimeout, "three cancellations"));
+  ASSERT_OK(Read(*transport_, *endpoint_, {&into, 3 * kClosed, kAfter},
+                 {&peer_device_, 7000, kAfter}, absl::Now() + kTimeout));
+  EXPECT_TRUE(std::string(reinterpret_cast<const char*>(into.data()) + 3 * kClosed, kAfter) ==
+              Expected(kAfter, 29, 7000));
+  ASSERT_OK_AND_ASSIGN(uint64_t after, AskNumber("answered"));
+  EXPECT_GE(after - before, kAfter);
+  EXPECT_LE(after - before, 2 * kClosed + kAfter)
+      << "rank 1 answered the read whose request was not sent before it was cancelled";
 }
 
 // A target that dies: the sender's wait for its credits ends within the

@@ -92,7 +92,8 @@ absl::StatusOr<std::optional<ReadRequest>> ReadRequestAt(const std::byte* slot, 
                                             request.sequence, " into the slot of request ",
                                             expected, ": a forged or corrupted request"));
   }
-  if (request.length == 0 || request.length > kMaxReadBytes) {
+  const bool void_request = request.source == 0 && request.destination == 0;
+  if ((request.length == 0 && !void_request) || request.length > kMaxReadBytes) {
     return absl::DataLossError(absl::StrCat("rank ", peer, "'s read request ", expected,
                                             " asks for ", request.length,
                                             " bytes (1 to 2^40)"));
@@ -552,6 +553,7 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
     StageChunks(nullptr, 0, reinterpret_cast<const std::byte*>(answer.source + answer.staged),
                 answer.destination + answer.staged, n, answer.request);
     answer.staged += n;
+    answered_bytes_ += n;
     if (answer.staged == answer.length) answers_.pop_front();
   }
   for (Chunk& c : chunks_) {
@@ -772,6 +774,13 @@ absl::Status StagingLink::SendRequests(Endpoint& endpoint) {
     if (read.sequence > reads_done_ + slots) break;
     const size_t slot = static_cast<size_t>((read.sequence - 1) % slots);
     const size_t source = kHeaderSources + (slots + slot) * layout::kHeaderBytes;
+    if (read.cancelled) {
+      // Nothing to ask for any more: a void request keeps the sequence, and
+      // the read is done once it went (an answer to it would be forged).
+      read.source = 0;
+      read.length = 0;
+      read.destination = nullptr;
+    }
     EncodeRequest({read.sequence, read.source, read.length,
                    reinterpret_cast<uintptr_t>(read.destination), 0},
                   words_.data() + source);
@@ -802,6 +811,8 @@ absl::Status StagingLink::TakeRequests() {
                                        slot * layout::kHeaderBytes,
                                    next, slots, peer_));
     if (!request.has_value()) break;
+    requests_taken_ = next;
+    if (request->length == 0) continue;  // void: nothing to answer
     if (!ranges_->Contains(request->source, request->length)) {
       return absl::DataLossError(absl::StrCat(
           "rank ", peer_, "'s read request ", next, " asks for ", request->length,
@@ -809,7 +820,6 @@ absl::Status StagingLink::TakeRequests() {
           ", which lie in no device region of this transport"));
     }
     answers_.push_back({next, request->source, request->destination, request->length, 0});
-    requests_taken_ = next;
   }
   return absl::OkStatus();
 }

@@ -108,7 +108,9 @@ uint64_t HeaderCheck(uint64_t sequence, uint64_t address, uint64_t length, uint6
 void EncodeHeader(const ChunkHeader& header, std::byte* out);
 
 // A read request: the reader wants `length` bytes at the peer's device
-// address `source` written to its own `destination`.
+// address `source` written to its own `destination`. A void request
+// (source, length and destination 0) asks for nothing: a read cancelled
+// before its request went, sent only to keep the sequence; no answer.
 struct ReadRequest {
   uint64_t sequence = 0;  // 1, 2, ...: in request slot (sequence - 1) % slots
   uint64_t source = 0;
@@ -119,7 +121,7 @@ struct ReadRequest {
 void EncodeRequest(const ReadRequest& request, std::byte* out);
 // Request `expected` in `slot` (copied once here): nullopt while it is not
 // there (older, or caught half written); kDataLoss naming `peer` for
-// another sequence or a length of 0 or above 2^40.
+// another sequence or a length above 2^40, or of 0 but for a void request.
 absl::StatusOr<std::optional<ReadRequest>> ReadRequestAt(const std::byte* slot, uint64_t expected,
                                                          size_t slots, int peer);
 
@@ -208,7 +210,8 @@ class StagingLink {
   // Whether read `request` (and every earlier one) is done.
   bool ReadDone(uint64_t request) const { return reads_done_ >= request; }
   // Cancels read `request`: the rest of its answer lands nowhere (its
-  // chunks are still taken in sequence, checked and counted).
+  // chunks are still taken in sequence, checked and counted); a request
+  // not yet sent goes void, and the peer answers nothing.
   void CancelRead(uint64_t request);
   // Whether nothing more lands in read `request`'s destination: it is
   // cancelled (or done) and no copy into it runs.
@@ -220,6 +223,9 @@ class StagingLink {
   // Whether anything is under way either way (the transport then polls
   // instead of sleeping).
   bool busy() const;
+  // Bytes of our device memory staged so far to answer the peer's reads
+  // (diagnostics).
+  uint64_t answered_bytes() const { return answered_bytes_; }
   // The sticky error of Advance (OK while the link works).
   const absl::Status& error() const { return error_; }
   // Device copies still running (the transport drains them before the
@@ -300,6 +306,7 @@ class StagingLink {
   };
   std::deque<Answer> answers_;
   uint64_t requests_taken_ = 0;
+  uint64_t answered_bytes_ = 0;
   // Target.
   std::deque<Incoming> incoming_;
   uint64_t accepted_ = 0;  // chunks whose copy is queued

@@ -2,10 +2,10 @@
 // The staged path's peer-written words (rdma/device/staging.h), forged and
 // racing: chunk headers (another sequence, lengths of 0 or past a slot, a
 // header caught half written, one rewritten while it is read), read
-// requests (another sequence, nothing or too much asked, torn), directory
-// entries (absent, oversized, garbage, torn, rewritten while read, another
-// rank's or kind's region),
-// and the device ranges a chunk may land in (edges, sums that would wrap).
+// requests (another sequence, nothing or too much asked, torn, void),
+// directory entries (absent, oversized, garbage, torn, rewritten while
+// read, another rank's or kind's region), and the device ranges a chunk
+// may land in (edges, sums that would wrap).
 #include "rdma/device/staging.h"
 
 #include <cstring>
@@ -146,6 +146,18 @@ TEST(StagingRequestTest, ReadRequestsAreReadOnceCheckedAndForgedOnesRefused) {
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("rank 2 wrote read request 9")));
   EXPECT_THAT(ReadRequestAt(Request(7, 0).data(), 7, kSlots, 2),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("asks for 0 bytes")));
+  // A void request (a read cancelled before it went): nothing at all asked.
+  // Nothing asked of an address, or into one, is forged.
+  auto void_request = [](uint64_t source, uint64_t destination) {
+    std::vector<std::byte> bytes(staging_layout::kHeaderBytes);
+    EncodeRequest({7, source, 0, destination, 0}, bytes.data());
+    return ReadRequestAt(bytes.data(), 7, kSlots, 2);
+  };
+  ASSERT_OK_AND_ASSIGN(std::optional<ReadRequest> nothing, void_request(0, 0));
+  ASSERT_TRUE(nothing.has_value());
+  EXPECT_EQ(nothing->length, 0u);
+  EXPECT_THAT(void_request(0x5000, 0), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(void_request(0, 0x9000), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(ReadRequestAt(Request(7, (uint64_t{1} << 40) + 1).data(), 7, kSlots, 2),
               StatusIs(absl::StatusCode::kDataLoss));
 }
