@@ -63,7 +63,7 @@ class DeviceDataMover final : public DataMover {
   // end within microseconds), then with sleeps of 2 us doubling to 50 us.
   // Where the mark's Record fails, waits for the work queued so far
   // through a device::QueuedWork (the Record tried again, or the stream
-  // idle), then fails with the Record's error.
+  // idle): a refused Record costs only time.
   absl::Status Fence(absl::Time deadline, const std::string& what) override;
 
  private:

@@ -56,23 +56,10 @@ absl::Status TensorDevice::RenewStaging() {
   return absl::OkStatus();
 }
 
-namespace {
-
-// A copy that ran, though the Record that was to mark its end failed.
-absl::Status Unmarked(const absl::Status& marked, const std::string& what) {
-  return absl::Status(marked.code(), absl::StrCat(what,
-                                                  " ran, but marking its end on the "
-                                                  "staging stream failed: ",
-                                                  marked.message()));
-}
-
-}  // namespace
-
 absl::Status TensorDevice::Copy(void* dst, const void* src, size_t bytes, absl::Time deadline,
                                 const std::string& what) {
   ASSIGN_OR_RETURN(std::unique_ptr<device::Event> done, runtime_->CreateEvent());
   device::QueuedWork copy;
-  absl::Status marked;
   {
     absl::MutexLock lock(&staging_mu_);
     absl::Status enqueued = staging_->Copy(dst, src, bytes);
@@ -80,9 +67,9 @@ absl::Status TensorDevice::Copy(void* dst, const void* src, size_t bytes, absl::
       RenewStaging().IgnoreError();
       return enqueued;
     }
-    marked = copy.Mark(*staging_, std::move(done));
-    // Tried again at once: a later point of the stream covers the copy.
-    if (!marked.ok()) copy.Ended().IgnoreError();
+    // A Record the device refused costs only time: tried again at once (a
+    // later point of the stream covers the copy), and at each look.
+    if (!copy.Mark(*staging_, std::move(done)).ok()) copy.Ended().IgnoreError();
     if (copy.unmarked()) {
       // Queued all the same, with no event to say when it ended: the
       // stream's idling does, waited for with the stream held (renewed
@@ -90,13 +77,11 @@ absl::Status TensorDevice::Copy(void* dst, const void* src, size_t bytes, absl::
       // most until this deadline). At the deadline the copy may still run,
       // as for any copy given up on.
       const absl::Status ended = copy.WaitUntil(deadline, what);
-      if (absl::IsDeadlineExceeded(ended)) return ended;
-      RenewStaging().IgnoreError();
-      return ended.ok() ? Unmarked(marked, what) : ended;
+      if (!ended.ok() && !absl::IsDeadlineExceeded(ended)) RenewStaging().IgnoreError();
+      return ended;
     }
   }
   absl::Status status = copy.WaitUntil(deadline, what);
-  if (status.ok() && !marked.ok()) status = Unmarked(marked, what);
   if (!status.ok() && !absl::IsDeadlineExceeded(status)) {
     absl::MutexLock lock(&staging_mu_);
     RenewStaging().IgnoreError();

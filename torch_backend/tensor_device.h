@@ -81,8 +81,8 @@ class TensorDevice {
   // Copies `bytes` from `src` to `dst` on the staging stream and waits
   // until done: kDeadlineExceeded naming `what` at `deadline` (the copy
   // may still run: the caller keeps its memory). Any other error: the copy
-  // did not run or has ended (a Record that failed after it was queued is
-  // waited out through the stream).
+  // did not run or has ended. A Record the device refused after the copy
+  // was queued is no error: the copy is waited out through the stream.
   absl::Status Copy(void* dst, const void* src, size_t bytes, absl::Time deadline,
                     const std::string& what) ABSL_LOCKS_EXCLUDED(staging_mu_);
   // Keeps `tensors` until `done` completes: copies given up on at their

@@ -106,10 +106,6 @@ struct PendingOp {
   };
   Kind kind = Kind::kDeviceCopy;
   device::QueuedWork copy;  // kDeviceCopy: the copy
-  // kDeviceCopy: the error of the Record that was to mark the copy's end.
-  // The copy was queued all the same: the operation fails with this once
-  // `copy` says the copy ended.
-  absl::Status unmarked;
   std::optional<uint32_t> notification;
   Completion done;
   // kStaged: the sequences of its first and last chunks (the last landed:
@@ -235,16 +231,6 @@ int Advance(DeviceTransport& transport, PendingQueue& queue) {
                absl::Status(copied.status().code(),
                             absl::StrCat("a device copy with rank ", queue.peer_rank,
                                          " failed: ", copied.status().message())));
-        ++fired;
-        continue;
-      }
-      if (!op.unmarked.ok()) {
-        Finish(transport, queue,
-               absl::Status(op.unmarked.code(),
-                            absl::StrCat("a device copy with rank ", queue.peer_rank,
-                                         " ran, but the event to mark its end could not be "
-                                         "recorded, so its notification was not sent: ",
-                                         op.unmarked.message())));
         ++fired;
         continue;
       }
@@ -544,12 +530,14 @@ class DeviceEndpoint final : public Endpoint {
       return absl::Status(queued.code(), absl::StrCat("a device copy with rank ", peer_rank(),
                                                       ": ", queued.message()));
     }
-    // Queued: the post is taken whatever the Record says, and completes
-    // only once the copy ended (through the stream where no event marks
-    // it), so that the caller never frees memory the copy still touches.
+    // Queued: the post is taken whatever the Record says, and goes on
+    // only once the copy ended, so that the caller never frees memory the
+    // copy still touches. A Record the device refused costs only time: the
+    // copy is watched through the stream until one passes (QueuedWork),
+    // and a broken stream fails the operation there.
     PendingOp op;
     op.kind = PendingOp::Kind::kDeviceCopy;
-    op.unmarked = op.copy.Mark(transport_->stream(), std::move(event));
+    op.copy.Mark(transport_->stream(), std::move(event)).IgnoreError();
     op.notification = notification;
     op.done = std::move(done);
     queue_->ops.push_back(std::move(op));
@@ -844,20 +832,17 @@ absl::StatusOr<MemoryRegion> DeviceTransport::AllocateDevice(size_t bytes) {
     ReturnEvent(std::move(event));
     return status;
   }
-  const std::string what = absl::StrCat("zeroing a new ", bytes, "-byte device region");
+  // A Record refused costs only time: the zeroing is watched through the
+  // stream until one passes.
   device::QueuedWork zeroing;
-  const absl::Status marked = zeroing.Mark(*stream_, std::move(event));
-  status = zeroing.WaitUntil(absl::Now() + kZeroTimeout, what);
+  zeroing.Mark(*stream_, std::move(event)).IgnoreError();
+  status = zeroing.WaitUntil(absl::Now() + kZeroTimeout,
+                             absl::StrCat("zeroing a new ", bytes, "-byte device region"));
   // Still queued or running at the deadline: its memory stays until the
   // stream has gone.
   if (!status.ok()) abandoned_.push_back(std::move(memory));
   ReturnEvent(zeroing.Release());
   RETURN_IF_ERROR(status);
-  if (!marked.ok()) {
-    return absl::Status(
-        marked.code(),
-        absl::StrCat(what, " ended, but marking its end failed: ", marked.message()));
-  }
   return DeviceRegion(data, bytes, info, std::move(memory));
 }
 

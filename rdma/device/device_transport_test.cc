@@ -459,18 +459,14 @@ TEST_F(DeviceTransportTest, AllocatesZeroedDeviceMemory) {
   EXPECT_THAT(transport_->AllocateDevice(0), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-// The Record marking the zeroing's end refused: the allocation fails,
-// naming it, once the zeroing ended (watched through the stream). The
-// next one is zeroed as before.
-TEST_F(DeviceTransportTest, AnAllocationWhoseZeroingNoRecordMarksFails) {
+// The Record marking the zeroing's end refused: the allocation waits for
+// the zeroing through the stream, and is zeroed all the same.
+TEST_F(DeviceTransportTest, AnAllocationWhoseZeroingNoRecordMarksIsZeroedAllTheSame) {
   device_->FailRecords(std::numeric_limits<int>::max());
-  const absl::StatusOr<MemoryRegion> refused = transport_->AllocateDevice(4096);
+  const absl::StatusOr<MemoryRegion> unmarked = transport_->AllocateDevice(4096);
   device_->FailRecords(0);
-  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInternal,
-                                AllOf(HasSubstr("zeroing a new 4096-byte device region ended"),
-                                      HasSubstr("marking its end failed"))));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion region, transport_->AllocateDevice(4096));
-  ASSERT_OK_AND_ASSIGN(std::string seen, Download(*device_, region.data(), 4096));
+  ASSERT_OK(unmarked.status());
+  ASSERT_OK_AND_ASSIGN(std::string seen, Download(*device_, unmarked->data(), 4096));
   EXPECT_TRUE(seen == std::string(4096, '\0'));
 }
 
@@ -539,9 +535,10 @@ TEST_F(DeviceTransportTest, AFailedCopyFailsItsWriteAndNotifiesNobody) {
 }
 
 // The Record that was to mark the end of a write's copy fails with the
-// copy queued: the write is taken all the same, and fails only once the
-// copy ended, so that its memory never goes while the copy may read it.
-TEST_F(DeviceTransportTest, AWriteWhoseCopyNoEventMarksFailsOnlyOnceTheCopyEnded) {
+// copy queued: the write is taken all the same, and completes (its
+// notification sent) only once the copy ended, so that its memory never
+// goes while the copy may read it. A refused Record costs only time.
+TEST_F(DeviceTransportTest, AWriteWhoseCopyNoEventMarksCompletesOnlyOnceTheCopyEnded) {
   ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
   ASSERT_OK(Fill(*device_, on_device.data(), 4096, 21));
   // Shared: a failed test's transport may fire it after this frame.
@@ -555,18 +552,10 @@ TEST_F(DeviceTransportTest, AWriteWhoseCopyNoEventMarksFailsOnlyOnceTheCopyEnded
   ASSERT_OK(rdma::ProgressUntil(
       *transport_, [&] { return fired->has_value(); }, absl::Now() + kTimeout, "the write"));
   device_->FailRecords(0);
-  EXPECT_THAT(**fired,
-              StatusIs(absl::StatusCode::kInternal,
-                       AllOf(HasSubstr("a device copy with rank 1 ran"),
-                             HasSubstr("notification was not sent"), HasSubstr("injected fault"))));
-  // The copy ran; its notification was not sent: the next rank 1 sees is
-  // this host write's.
+  EXPECT_OK(**fired);
+  EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("5")));
   ASSERT_OK_AND_ASSIGN(std::string seen, Ask("device 0 4096"));
   EXPECT_TRUE(seen == Expected(4096, 21));
-  ASSERT_OK_AND_ASSIGN(MemoryRegion on_host, transport_->Allocate(4096));
-  ASSERT_OK(Write(*transport_, *endpoint_, {&on_host, 0, 4096}, {&peer_host_, 0, 4096}, 6,
-                  absl::Now() + kTimeout));
-  EXPECT_THAT(Ask("notes 1"), ::rdmaflow::testing::IsOkAndHolds(std::string("6")));
 }
 
 // A peer's descriptor rewritten: each lie is caught before any copy.
@@ -946,7 +935,8 @@ TEST_F(StagedDeviceTransportTest, ReadsAnotherHostsDeviceMemoryInChunks) {
 
 // The staged link's own copies, out of a write's device source and into a
 // read's destination: where the Record that was to mark one's end fails,
-// the link fails, and the operation completes only once the copy ended.
+// the link goes on, watching the copy through the stream, and the
+// operation completes only once the copy ended.
 TEST_F(StagedDeviceTransportTest, AStagedWriteWhoseCopyNoEventMarksEndsOnlyAfterTheCopy) {
   ASSERT_OK_AND_ASSIGN(MemoryRegion on_device, transport_->AllocateDevice(4096));
   ASSERT_OK(Fill(*device_, on_device.data(), 4096, 22));
@@ -960,10 +950,9 @@ TEST_F(StagedDeviceTransportTest, AStagedWriteWhoseCopyNoEventMarksEndsOnlyAfter
   ASSERT_OK(rdma::ProgressUntil(
       *transport_, [&] { return fired->has_value(); }, absl::Now() + kTimeout, "the write"));
   device_->FailRecords(0);
-  EXPECT_THAT(**fired, StatusIs(absl::StatusCode::kInternal,
-                                AllOf(HasSubstr("staged write to rank 1"),
-                                      HasSubstr("marking the end of the device copy of chunk"),
-                                      HasSubstr("injected fault"))));
+  EXPECT_OK(**fired);
+  ASSERT_OK_AND_ASSIGN(std::string seen, Ask("device 0 4096"));
+  EXPECT_TRUE(seen == Expected(4096, 22));
 }
 
 TEST_F(StagedDeviceTransportTest, AStagedReadWhoseCopyNoEventMarksEndsOnlyAfterTheCopy) {
@@ -979,10 +968,7 @@ TEST_F(StagedDeviceTransportTest, AStagedReadWhoseCopyNoEventMarksEndsOnlyAfterT
   ASSERT_OK(rdma::ProgressUntil(
       *transport_, [&] { return fired->has_value(); }, absl::Now() + kTimeout, "the read"));
   device_->FailRecords(0);
-  EXPECT_THAT(**fired, StatusIs(absl::StatusCode::kInternal,
-                                AllOf(HasSubstr("staged read from rank 1"),
-                                      HasSubstr("marking the end of the device copy of chunk"))));
-  // The copy ran, though the read failed: its answer is there.
+  EXPECT_OK(**fired);
   ASSERT_OK_AND_ASSIGN(std::string seen, Download(*device_, on_device.data(), 4096));
   EXPECT_TRUE(seen == Expected(4096, 23));
 }

@@ -311,13 +311,20 @@ StagingLink::~StagingLink() {
   if (outbound_.data() != nullptr) runtime_->UnpinHost(outbound_.data()).IgnoreError();
 }
 
-absl::Status StagingLink::MarkCopy(device::Stream& stream, std::unique_ptr<device::Event> event,
-                                   uint64_t sequence, device::QueuedWork& copy) const {
-  absl::Status marked = copy.Mark(stream, std::move(event));
-  if (marked.ok()) return marked;
-  return absl::Status(marked.code(),
-                      absl::StrCat("marking the end of the device copy of chunk ", sequence,
-                                   " of the link with rank ", peer_, ": ", marked.message()));
+absl::Status StagingLink::QueueCopy(device::Stream& stream, void* to, const void* from,
+                                    uint64_t length, device::QueuedWork& copy) {
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
+  absl::Status queued = stream.Copy(to, from, length);
+  if (!queued.ok()) {
+    ReturnEvent(std::move(event));
+    return queued;
+  }
+  // Queued: it touches its memory until it ended, whatever the Record
+  // says. A Record the device refused costs only time: the copy is
+  // watched through the stream until one passes, and a broken stream
+  // fails the link there.
+  copy.Mark(stream, std::move(event)).IgnoreError();
+  return absl::OkStatus();
 }
 
 void StagingLink::ReturnEvent(std::unique_ptr<device::Event> event) {
@@ -580,17 +587,9 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
             c.phase = Chunk::Phase::kCopied;  // nothing to copy
             break;
           }
-          ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
-          absl::Status queued = stream.Copy(outbound_.data() + in_slot, c.device_source, c.length);
-          if (!queued.ok()) {
-            ReturnEvent(std::move(event));
-            return queued;
-          }
-          // Queued: it reads its source until it ended, whatever the
-          // Record says (the link fails with the Record's error and waits
-          // for the stream then).
+          RETURN_IF_ERROR(
+              QueueCopy(stream, outbound_.data() + in_slot, c.device_source, c.length, c.copy));
           c.phase = Chunk::Phase::kCopying;
-          RETURN_IF_ERROR(MarkCopy(stream, std::move(event), c.sequence, c.copy));
           break;
         }
         case Chunk::Phase::kCopying: {
@@ -694,25 +693,15 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
                                 next, slots, options_.slot_bytes, peer_));
     if (!header.has_value()) break;
     device::QueuedWork copy;
-    absl::Status marked;
     ASSIGN_OR_RETURN(const bool lands, CheckLanding(*header));
     if (lands) {
-      ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
-      absl::Status queued = stream.Copy(reinterpret_cast<void*>(header->address),
-                                        link_.data() + layout::DataOffset(slots) +
-                                            static_cast<size_t>(slot) * options_.slot_bytes,
-                                        header->length);
-      if (!queued.ok()) {
-        ReturnEvent(std::move(event));
-        return queued;
-      }
-      // Queued: it writes its destination until it ended, whatever the
-      // Record says.
-      marked = MarkCopy(stream, std::move(event), next, copy);
+      RETURN_IF_ERROR(QueueCopy(stream, reinterpret_cast<void*>(header->address),
+                                link_.data() + layout::DataOffset(slots) +
+                                    static_cast<size_t>(slot) * options_.slot_bytes,
+                                header->length, copy));
     }
     incoming_.push_back({next, header->request, header->length, std::move(copy)});
     accepted_ = next;
-    RETURN_IF_ERROR(marked);
   }
   // The count of landed chunks back to the peer, one write at a time.
   if (crediting_ != nullptr) {

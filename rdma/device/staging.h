@@ -248,11 +248,10 @@ class StagingLink {
   absl::StatusOr<std::unique_ptr<device::Event>> TakeEvent();
   // Back to the free events (a null one is dropped).
   void ReturnEvent(std::unique_ptr<device::Event> event);
-  // Marks the end of chunk `sequence`'s device copy, just queued, in
-  // `copy`: the Record's error, named (the copy is then watched through
-  // the stream).
-  absl::Status MarkCopy(device::Stream& stream, std::unique_ptr<device::Event> event,
-                        uint64_t sequence, device::QueuedWork& copy) const;
+  // Queues a copy of `length` bytes on `stream`, its end tracked in
+  // `copy`; an error where it was refused (nothing queued).
+  absl::Status QueueCopy(device::Stream& stream, void* to, const void* from, uint64_t length,
+                         device::QueuedWork& copy);
   // Queues chunks of [source, source + length) (a device address of ours)
   // for `address` at the peer, answering `request` (0: a write).
   uint64_t StageChunks(const MemoryRegion* region, size_t offset, const std::byte* device_source,
