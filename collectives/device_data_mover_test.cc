@@ -52,11 +52,11 @@ TEST(DeviceDataMoverTest, AFenceWhoseMarkIsNotRecordedWaitsForTheStream) {
   fake->FailRecords(0);
   EXPECT_OK(unmarked);
   EXPECT_EQ(back, data) << "the fence returned before the copy ended";
-  // Two Records refused (the mark's, and the first try of the fence's
-  // own): a Record tried again marks the copy, before the stream drains.
+  // Three Records refused (the mark's, the first try of the fence's own,
+  // and one try again): a later try marks the copy.
   std::vector<std::byte> twice(64);
   ASSERT_OK(mover->Copy(twice.data(), scratch, 64));
-  fake->FailRecords(2);
+  fake->FailRecords(3);
   EXPECT_OK(mover->Fence(absl::Now() + absl::Seconds(30), "the copy again"));
   EXPECT_EQ(fake->records_left_to_fail(), 0) << "the fence did not try its Record again";
   EXPECT_EQ(twice, data);

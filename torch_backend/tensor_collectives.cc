@@ -15,6 +15,7 @@
 #include "collectives/host_allreduce.h"
 #include "collectives/shared_segments.h"
 #include "common/status_macros.h"
+#include "device/queued_work.h"
 
 namespace rdmaflow::torch_backend {
 namespace {
@@ -217,14 +218,16 @@ namespace {
 // current stream of the group's device is done (the engine thread's own
 // stream from torch's pool, or an inline caller's): the device
 // collectives' own copies run on other streams. Nothing to wait for on
-// the fake device (its tensors are CPU tensors to torch).
+// the fake device (its tensors are CPU tensors to torch). A Record the
+// device refuses costs only time: the stream's idling says instead.
 absl::Status FinishTorchWork(Engine& engine, const char* what) {
   TensorDevice* device = engine.device();
   if (device == nullptr || device->fake()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::unique_ptr<device::Stream> stream, device->CallerStream());
   ASSIGN_OR_RETURN(std::unique_ptr<device::Event> done, device->runtime().CreateEvent());
-  RETURN_IF_ERROR(stream->Record(*done));
-  return done->WaitUntil(absl::Now() + engine.options().timeout, what);
+  device::QueuedWork work;
+  work.Mark(*stream, std::move(done)).IgnoreError();
+  return work.WaitUntil(absl::Now() + engine.options().timeout, what);
 }
 
 }  // namespace

@@ -75,9 +75,10 @@ absl::Status TensorDevice::Copy(void* dst, const void* src, size_t bytes, absl::
       // stream's idling does, waited for with the stream held (renewed
       // under the copy, it would be lost sight of; other threads wait, at
       // most until this deadline). At the deadline the copy may still run,
-      // as for any copy given up on.
+      // as for any copy given up on. Ended, the stream is renewed: one
+      // whose Records keep being refused would hold every later copy here.
       const absl::Status ended = copy.WaitUntil(deadline, what);
-      if (!ended.ok() && !absl::IsDeadlineExceeded(ended)) RenewStaging().IgnoreError();
+      if (!absl::IsDeadlineExceeded(ended)) RenewStaging().IgnoreError();
       return ended;
     }
   }

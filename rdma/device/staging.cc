@@ -122,8 +122,10 @@ absl::StatusOr<std::optional<ChunkHeader>> ReadHeader(const std::byte* slot_head
         "rank ", peer, " wrote chunk ", header.sequence, " into the staging slot of chunk ",
         expected, ": a forged or corrupted header"));
   }
-  const bool void_chunk = header.address == 0 && header.request == 0;
-  if ((header.length == 0 && !void_chunk) || header.length > slot_bytes) {
+  // Nothing carried: a void chunk (request 0) or the empty answer to a
+  // void read request (its request named), neither with an address.
+  const bool empty = header.address == 0;
+  if ((header.length == 0 && !empty) || header.length > slot_bytes) {
     return absl::DataLossError(absl::StrCat("rank ", peer, "'s staged chunk ", expected,
                                             " claims ", header.length,
                                             " bytes in a slot of ", slot_bytes));
@@ -244,6 +246,11 @@ struct StagingLink::Read {
   uint64_t landed = 0;    // ... and done
   // Cancelled: the rest of its answer lands nowhere.
   bool cancelled = false;
+  // Sent void (cancelled before its request went): its length is 0, and
+  // it is done once the peer's empty answer came (the peer took it, so its
+  // request slot may be written again).
+  bool voided = false;
+  bool answered = false;
 };
 
 namespace {
@@ -364,6 +371,13 @@ uint64_t StagingLink::StageChunks(const MemoryRegion* region, size_t offset,
     done += n;
   }
   return staged_;
+}
+
+void StagingLink::StageEmptyAnswer(uint64_t request) {
+  Chunk chunk;
+  chunk.sequence = ++staged_;
+  chunk.request = request;  // address and length 0: nothing read, nothing lands
+  chunks_.push_back(std::move(chunk));
 }
 
 uint64_t StagingLink::RequestRead(uint64_t source, uint64_t length, std::byte* destination) {
@@ -556,6 +570,11 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
   // Answers to the peer's reads, a chunk at a time, as slots come free.
   while (!answers_.empty() && chunks_.size() < 2 * slots) {
     Answer& answer = answers_.front();
+    if (answer.length == 0) {  // to a void request: one chunk, its header alone
+      StageEmptyAnswer(answer.request);
+      answers_.pop_front();
+      continue;
+    }
     const uint64_t n = std::min<uint64_t>(options_.slot_bytes, answer.length - answer.staged);
     StageChunks(nullptr, 0, reinterpret_cast<const std::byte*>(answer.source + answer.staged),
                 answer.destination + answer.staged, n, answer.request);
@@ -600,8 +619,9 @@ absl::Status StagingLink::Send(Endpoint& endpoint, device::Stream& stream) {
           break;
         }
         case Chunk::Phase::kCopied: {
-          if (c.cancelled) {
-            c.phase = Chunk::Phase::kFlushing;  // a void chunk: its header alone
+          if (c.cancelled || c.length == 0) {
+            // A void chunk, or an empty answer: its header alone.
+            c.phase = Chunk::Phase::kFlushing;
             break;
           }
           auto step = std::make_shared<Step>();
@@ -677,8 +697,10 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
     }
     incoming_.pop_front();
   }
-  // Reads whose whole answer landed, in order.
-  while (!reads_.empty() && reads_.front().sent && reads_.front().landed == reads_.front().length) {
+  // Reads whose whole answer landed (a void one: its empty answer), in
+  // order.
+  while (!reads_.empty() && reads_.front().sent && reads_.front().landed == reads_.front().length &&
+         (!reads_.front().voided || reads_.front().answered)) {
     reads_done_ = reads_.front().sequence;
     reads_.pop_front();
   }
@@ -722,7 +744,21 @@ absl::Status StagingLink::Receive(Endpoint& endpoint, device::Stream& stream) {
 }
 
 absl::StatusOr<bool> StagingLink::CheckLanding(const ChunkHeader& header) {
-  if (header.length == 0) return false;  // a void chunk (ReadHeader checked it)
+  if (header.length == 0 && header.request == 0) return false;  // a void chunk
+  if (header.length == 0) {
+    // The empty answer to a void request of ours, once.
+    for (Read& read : reads_) {
+      if (read.sequence != header.request || !read.posted || !read.voided || read.answered) {
+        continue;
+      }
+      read.answered = true;
+      return false;
+    }
+    return absl::DataLossError(absl::StrCat(
+        "rank ", peer_, "'s staged chunk ", header.sequence, " answers read ", header.request,
+        " with nothing, but that read asked for bytes, was answered already, or is not under "
+        "way"));
+  }
   if (header.request == 0) {
     if (ranges_->Contains(header.address, header.length)) return true;
     return absl::DataLossError(absl::StrCat(
@@ -764,11 +800,12 @@ absl::Status StagingLink::SendRequests(Endpoint& endpoint) {
     const size_t slot = static_cast<size_t>((read.sequence - 1) % slots);
     const size_t source = kHeaderSources + (slots + slot) * layout::kHeaderBytes;
     if (read.cancelled) {
-      // Nothing to ask for any more: a void request keeps the sequence, and
-      // the read is done once it went (an answer to it would be forged).
+      // Nothing to ask for any more: a void request keeps the sequence,
+      // and the peer's empty answer says it took it.
       read.source = 0;
       read.length = 0;
       read.destination = nullptr;
+      read.voided = true;
     }
     EncodeRequest({read.sequence, read.source, read.length,
                    reinterpret_cast<uintptr_t>(read.destination), 0},
@@ -801,8 +838,8 @@ absl::Status StagingLink::TakeRequests() {
                                    next, slots, peer_));
     if (!request.has_value()) break;
     requests_taken_ = next;
-    if (request->length == 0) continue;  // void: nothing to answer
-    if (!ranges_->Contains(request->source, request->length)) {
+    // A void request: its answer is empty (no source to check).
+    if (request->length != 0 && !ranges_->Contains(request->source, request->length)) {
       return absl::DataLossError(absl::StrCat(
           "rank ", peer_, "'s read request ", next, " asks for ", request->length,
           " bytes at device address ", request->source,

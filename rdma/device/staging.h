@@ -95,7 +95,9 @@ constexpr size_t kEntryHeaderBytes = 16;
 // What a sender writes into a slot's header, after the slot's data (and a
 // flush between them, so the data is there before the header). A void
 // chunk (address, length and request 0) carries no data: a cancelled
-// write's chunk, sent only to keep the sequence; nothing lands.
+// write's chunk, sent only to keep the sequence; nothing lands. An empty
+// answer (address and length 0, a request named) answers a void read
+// request; nothing lands either.
 struct ChunkHeader {
   uint64_t sequence = 0;  // 1, 2, ...: in slot (sequence - 1) % slots
   uint64_t address = 0;   // where the bytes go: a device address of the target
@@ -110,7 +112,9 @@ void EncodeHeader(const ChunkHeader& header, std::byte* out);
 // A read request: the reader wants `length` bytes at the peer's device
 // address `source` written to its own `destination`. A void request
 // (source, length and destination 0) asks for nothing: a read cancelled
-// before its request went, sent only to keep the sequence; no answer.
+// before its request went, sent only to keep the sequence. Its answer is
+// one empty chunk (address and length 0, the request named), which tells
+// the reader the request was taken and its slot may be written again.
 struct ReadRequest {
   uint64_t sequence = 0;  // 1, 2, ...: in request slot (sequence - 1) % slots
   uint64_t source = 0;
@@ -128,7 +132,7 @@ absl::StatusOr<std::optional<ReadRequest>> ReadRequestAt(const std::byte* slot, 
 // The header of chunk `expected` in `slot_header` (copied once here):
 // nullopt while it is not there (the slot's older sequence, or a header
 // caught half written); kDataLoss naming `peer` for a forged one (another
-// sequence, a length past a slot, or a length of 0 but for a void chunk).
+// sequence, a length past a slot, or a length of 0 with an address).
 absl::StatusOr<std::optional<ChunkHeader>> ReadHeader(const std::byte* slot_header,
                                                       uint64_t expected, size_t slots,
                                                       size_t slot_bytes, int peer);
@@ -252,6 +256,9 @@ class StagingLink {
   // `copy`; an error where it was refused (nothing queued).
   absl::Status QueueCopy(device::Stream& stream, void* to, const void* from, uint64_t length,
                          device::QueuedWork& copy);
+  // Queues the empty answer to the peer's void read `request`: a chunk
+  // whose header alone says the request was taken.
+  void StageEmptyAnswer(uint64_t request);
   // Queues chunks of [source, source + length) (a device address of ours)
   // for `address` at the peer, answering `request` (0: a write).
   uint64_t StageChunks(const MemoryRegion* region, size_t offset, const std::byte* device_source,
