@@ -1020,10 +1020,10 @@ TEST_F(StagedDeviceTransportTest, EndpointsToOnePeerShareItsLink) {
 
 // An endpoint closed with staged reads queued: those whose request went
 // are answered (landing nowhere), the one whose request had to wait for a
-// free request slot (2 here) goes void, and rank 1 stages nothing for it.
-// A read of another endpoint to rank 1 (the same link, its request after
-// the void one) then completes as before.
-TEST_F(StagedDeviceTransportTest, AReadCancelledBeforeItsRequestWentIsNotAnswered) {
+// free request slot (2 here) goes void, and rank 1 stages no bytes for it
+// (only an empty answer). A read of another endpoint to rank 1 (the same
+// link, its request after the void one) then completes as before.
+TEST_F(StagedDeviceTransportTest, RankOneStagesNothingForAReadCancelledBeforeItsRequestWent) {
   constexpr size_t kClosed = 100000, kAfter = 5000;
   ASSERT_OK(Ask("fill 29").status());
   ASSERT_OK_AND_ASSIGN(uint64_t before, AskNumber("answered"));
@@ -1046,8 +1046,9 @@ TEST_F(StagedDeviceTransportTest, AReadCancelledBeforeItsRequestWentIsNotAnswere
   EXPECT_TRUE(std::string(reinterpret_cast<const char*>(into.data()) + 3 * kClosed, kAfter) ==
               Expected(kAfter, 29, 7000));
   // Progress() moves the links before the endpoints' queues: the first
-  // one after the close sent the first two requests before it cancelled
-  // them, so rank 1 answered those in full.
+  // one after the close posted the first two requests (both slots free on
+  // this fresh link, and room for the posts) before it cancelled them, so
+  // rank 1 answered those in full.
   ASSERT_OK_AND_ASSIGN(uint64_t after, AskNumber("answered"));
   EXPECT_EQ(after - before, 2 * kClosed + kAfter)
       << "rank 1 answered the read whose request was not sent before it was cancelled";

@@ -6,8 +6,16 @@
 // rank 0 wrote again before rank 1 took what was in it shows, every time.
 // A void request is taken by the peer, answered by an empty chunk, and its
 // slot is reused only after that; the reads behind it are answered whole.
-#include <cstring>
+// And the chunks rank 1 writes into rank 0's link, forged (the in-process
+// backend maps the link for the test): an empty answer to a read that
+// asked for bytes, to no read under way, to a read not yet sent; an
+// answer outside its read's destination; a write outside any device
+// region: each fails the link with kDataLoss naming rank 1, and the read
+// under way with it.
+#include <functional>
 #include <memory>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,7 +28,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rdma/blocking.h"
+#include "rdma/device/device_key.pb.h"
 #include "rdma/device/device_transport.h"
+#include "rdma/device/staging.h"
 #include "rdma/loopback/loopback_fabric.h"
 #include "rdma/loopback/loopback_transport.h"
 
@@ -28,6 +38,8 @@ namespace rdmaflow::rdma::device_path {
 namespace {
 
 using ::rdmaflow::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 constexpr absl::Duration kTimeout = absl::Seconds(30);
 constexpr size_t kSlots = 2;
@@ -121,6 +133,50 @@ class StagedReadsTest : public ::testing::Test {
                              [status](absl::Status s) { *status = std::move(s); });
   }
 
+  // Rank 0's link region, where rank 1 writes its chunks and headers,
+  // mapped here as rank 1 reaches it: found through rank 1's directory,
+  // where rank 0 published it (the link must be up).
+  absl::StatusOr<std::byte*> RankZerosLink() {
+    DeviceAddressProto zero, one;
+    if (!zero.ParseFromString(t(0).address()) || !one.ParseFromString(t(1).address())) {
+      return absl::InternalError("a device transport's address did not parse");
+    }
+    ASSIGN_OR_RETURN(directory_, RemoteRegion::Parse(one.directory()));
+    ASSIGN_OR_RETURN(std::byte * entries, to_1_->MapRemote({&directory_, 0, directory_.length}));
+    StagingOptions options;
+    options.slots = kSlots;
+    options.slot_bytes = kChunk;
+    ASSIGN_OR_RETURN(
+        std::optional<RemoteRegion> link,
+        ReadEntry(entries, 0, Incarnation(zero.host_address()), t(0).host().capabilities().backend,
+                  staging_layout::LinkBytes(options)));
+    if (!link.has_value()) return absl::FailedPreconditionError("rank 0's link is not up");
+    link_ = *std::move(link);
+    return to_0_->MapRemote({&link_, 0, link_.length});
+  }
+
+  // Whether the header of chunk `sequence` is in `link` (rank 1 wrote it).
+  static bool HasHeader(const std::byte* link, uint64_t sequence) {
+    absl::StatusOr<std::optional<ChunkHeader>> header = ReadHeader(
+        link + staging_layout::kHeaders + ((sequence - 1) % kSlots) * staging_layout::kHeaderBytes,
+        sequence, kSlots, kChunk, 1);
+    return header.ok() && header->has_value();
+  }
+
+  // The first read, through both ranks: the link up both ways, and rank 0's
+  // credit for its answer (chunk 1) written back, so that rank 1 has both
+  // its slots for the next answers.
+  absl::Status FirstRead() {
+    auto fired = std::make_shared<std::optional<absl::Status>>();
+    RETURN_IF_ERROR(PostRead(*to_1_, 0, fired));
+    RETURN_IF_ERROR(ProgressUntil(
+        {0, 1}, [&] { return fired->has_value(); }, "the first read"));
+    RETURN_IF_ERROR(**fired);
+    // The credit is posted as the answer lands and runs in Progress().
+    for (int i = 0; i < 20; ++i) RETURN_IF_ERROR(t(0).Progress().status());
+    return absl::OkStatus();
+  }
+
   // Whether chunk `chunk` of `into_` holds rank 1's bytes.
   bool Holds(size_t chunk) const {
     for (size_t i = chunk * kChunk; i < (chunk + 1) * kChunk; ++i) {
@@ -134,6 +190,7 @@ class StagedReadsTest : public ::testing::Test {
   MemoryRegion source_;  // rank 1's device memory
   MemoryRegion into_;    // rank 0's host memory
   RemoteRegion remote_;
+  RemoteRegion directory_, link_;  // rank 1's directory, rank 0's link
 };
 
 using Fired = std::shared_ptr<std::optional<absl::Status>>;
@@ -141,12 +198,8 @@ using Fired = std::shared_ptr<std::optional<absl::Status>>;
 Fired NewFired() { return std::make_shared<std::optional<absl::Status>>(); }
 
 TEST_F(StagedReadsTest, AVoidRequestsSlotIsReusedOnlyOnceThePeerTookIt) {
-  // The link up, both ways (request 1).
-  Fired warmup = NewFired();
-  ASSERT_OK(PostRead(*to_1_, 0, warmup));
-  ASSERT_OK(ProgressUntil(
-      {0, 1}, [&] { return warmup->has_value(); }, "the first read"));
-  ASSERT_OK(**warmup);
+  ASSERT_OK(FirstRead());  // request 1, answered by chunk 1
+  ASSERT_OK_AND_ASSIGN(const std::byte* link, RankZerosLink());
   const uint64_t answered_before = t(1).staged_answer_bytes();
   // Requests 2 and 3 fill both request slots; rank 1 has not looked.
   Fired first = NewFired(), second = NewFired();
@@ -167,17 +220,11 @@ TEST_F(StagedReadsTest, AVoidRequestsSlotIsReusedOnlyOnceThePeerTookIt) {
   Fired third = NewFired(), fourth = NewFired();
   ASSERT_OK(PostRead(*to_1_, 5, third));
   ASSERT_OK(PostRead(*to_1_, 6, fourth));
-  // Rank 1 alone answers requests 2 and 3 (both chunks fit rank 0's
-  // slots): their copies out of its device memory end, then its posts go
-  // (the loopback backend runs them in Progress()).
+  // Rank 1 alone answers requests 2 and 3 (chunks 2 and 3, which fit
+  // rank 0's slots) until both headers are in rank 0's link.
   ASSERT_OK(ProgressUntil(
-      {1},
-      [&] {
-        const absl::StatusOr<bool> idle = ranks_[1].device->Idle();
-        return t(1).staged_answer_bytes() == answered_before + 2 * kChunk && idle.ok() && *idle;
-      },
+      {1}, [&] { return HasHeader(link, 2) && HasHeader(link, 3); },
       "rank 1's answers to two reads"));
-  for (int i = 0; i < 50; ++i) ASSERT_OK(t(1).Progress().status());
   // Rank 0 alone: the two reads complete, the void requests go, and then,
   // with rank 1 standing still, rank 0 runs on. A void request counted
   // done once sent would free its slot here, and requests 6 and 7 would
@@ -212,6 +259,59 @@ TEST_F(StagedReadsTest, AVoidRequestsSlotIsReusedOnlyOnceThePeerTookIt) {
     EXPECT_TRUE(Holds(7 + i));
   }
 }
+
+// A chunk rank 1 did not send: forged into rank 0's link as chunk 2, the
+// next one rank 0 takes, while a read of 4 KiB (request 2, into chunk 1 of
+// `into_`) waits for its answer and rank 1 stands still. The read fails
+// with what the link found.
+struct Forgery {
+  const char* name;
+  uint64_t address;  // into_.data() + this, or 0 for none
+  uint64_t length;
+  uint64_t request;
+  const char* says;
+};
+
+void PrintTo(const Forgery& forgery, std::ostream* os) { *os << forgery.name; }
+
+class ForgedChunkTest : public StagedReadsTest, public ::testing::WithParamInterface<Forgery> {};
+
+TEST_P(ForgedChunkTest, FailsTheReadUnderWayNamingThePeer) {
+  const Forgery& forgery = GetParam();
+  ASSERT_OK(FirstRead());
+  ASSERT_OK_AND_ASSIGN(std::byte * link, RankZerosLink());
+  // Requests 2 and 3 sent (both slots), request 4 waiting for one.
+  Fired waiting = NewFired(), other = NewFired(), unsent = NewFired();
+  ASSERT_OK(PostRead(*to_1_, 1, waiting));
+  ASSERT_OK(PostRead(*to_1_, 2, other));
+  ASSERT_OK(PostRead(*to_1_, 3, unsent));
+  for (int i = 0; i < 20; ++i) ASSERT_OK(t(0).Progress().status());
+  const uint64_t address =
+      forgery.address == 0 ? 0 : reinterpret_cast<uintptr_t>(into_.data()) + forgery.address;
+  const ChunkHeader header{2, address, forgery.length, forgery.request,
+                           HeaderCheck(2, address, forgery.length, forgery.request)};
+  EncodeHeader(header, link + staging_layout::kHeaders + staging_layout::kHeaderBytes);
+  ASSERT_OK(ProgressUntil(
+      {0}, [&] { return waiting->has_value(); }, "the read under way"));
+  EXPECT_THAT(**waiting,
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("staged read from rank 1 failed"),
+                             HasSubstr("rank 1's staged chunk 2"), HasSubstr(forgery.says))));
+  for (size_t i = kChunk; i < 2 * kChunk; ++i) {
+    ASSERT_EQ(into_.data()[i], std::byte{0}) << "a forged chunk landed at byte " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forgeries, ForgedChunkTest,
+    ::testing::Values(
+        Forgery{"EmptyAnswerToAReadOfBytes", 0, 0, 2, "with nothing"},
+        Forgery{"EmptyAnswerToNoRead", 0, 0, 99, "with nothing"},
+        Forgery{"EmptyAnswerToAReadNotSent", 0, 0, 4, "with nothing"},
+        Forgery{"AnswerOutsideItsRead", 8 * kChunk, 64, 2, "outside what that read asked for"},
+        Forgery{"AnswerBeyondItsRead", kChunk + 64, kChunk, 2, "outside what that read asked for"},
+        Forgery{"WriteOutsideEveryDeviceRegion", kChunk, 64, 0, "lie in no device region"}),
+    [](const ::testing::TestParamInfo<Forgery>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace rdmaflow::rdma::device_path

@@ -215,7 +215,8 @@ class StagingLink {
   bool ReadDone(uint64_t request) const { return reads_done_ >= request; }
   // Cancels read `request`: the rest of its answer lands nowhere (its
   // chunks are still taken in sequence, checked and counted); a request
-  // not yet sent goes void, and the peer answers nothing.
+  // not yet posted goes void, the peer answers it with one empty chunk,
+  // and the read is done only then.
   void CancelRead(uint64_t request);
   // Whether nothing more lands in read `request`'s destination: it is
   // cancelled (or done) and no copy into it runs.
