@@ -93,15 +93,8 @@ absl::Status DeviceDataMover::Reduce(DataType type, ReduceOp op, std::byte* dst,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<device::Event>> DeviceDataMover::TakeEvent() {
-  if (free_.empty()) return transport_.runtime().CreateEvent();
-  std::unique_ptr<device::Event> event = std::move(free_.back());
-  free_.pop_back();
-  return event;
-}
-
 absl::StatusOr<uint64_t> DeviceDataMover::Mark() {
-  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, TakeEvent());
+  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, events_.Take());
   // Refused, the event is dropped rather than pooled: it may be a bad one.
   RETURN_IF_ERROR(stream_->Record(*event));
   pending_.push_back({++marks_, std::move(event)});
@@ -117,7 +110,7 @@ absl::StatusOr<bool> DeviceDataMover::Reached(uint64_t mark) {
     ASSIGN_OR_RETURN(const bool done, pending_.front().event->Done());
     if (!done) break;
     reached_ = pending_.front().mark;
-    free_.push_back(std::move(pending_.front().event));
+    events_.Give(std::move(pending_.front().event));
     pending_.pop_front();
   }
   return mark <= reached_;
@@ -131,11 +124,11 @@ absl::Status DeviceDataMover::Fence(absl::Time deadline, const std::string& what
   // Record tried again at each look, or else the stream going idle, says
   // it ended (the scratch and the peers' mappings it uses stay until
   // then). A refused Record costs only that time.
-  absl::StatusOr<std::unique_ptr<device::Event>> event = TakeEvent();
+  absl::StatusOr<std::unique_ptr<device::Event>> event = events_.Take();
   device::QueuedWork queued;
   queued.Mark(*stream_, event.ok() ? *std::move(event) : nullptr).IgnoreError();
   RETURN_IF_ERROR(queued.WaitUntil(deadline, where));
-  if (std::unique_ptr<device::Event> marked = queued.Release()) free_.push_back(std::move(marked));
+  events_.Give(queued.Release());
   return absl::OkStatus();
 }
 

@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "collectives/data_mover.h"
 #include "device/device_runtime.h"
+#include "device/event_pool.h"
 #include "rdma/device/device_transport.h"
 
 namespace rdmaflow::collectives {
@@ -74,17 +75,14 @@ class DeviceDataMover final : public DataMover {
 
   DeviceDataMover(rdma::device_path::DeviceTransport& transport,
                   std::unique_ptr<device::Stream> stream)
-      : transport_(transport), stream_(std::move(stream)) {}
-
-  // A free event, or a new one.
-  absl::StatusOr<std::unique_ptr<device::Event>> TakeEvent();
+      : transport_(transport), stream_(std::move(stream)), events_(transport.runtime()) {}
 
   rdma::device_path::DeviceTransport& transport_;
   std::unique_ptr<device::Stream> stream_;
   // Marks recorded and not yet seen reached, oldest first; their events
-  // return to `free_` once reached (one whose Record failed never does).
+  // return to `events_` once reached (one whose Record failed never does).
   std::deque<Pending> pending_;
-  std::vector<std::unique_ptr<device::Event>> free_;
+  device::EventPool events_;
   uint64_t marks_ = 0;
   uint64_t reached_ = 0;
   device::DeviceMemory scratch_;

@@ -551,10 +551,13 @@ class DeviceEndpoint final : public Endpoint {
 
 }  // namespace
 
-DeviceTransport::DeviceTransport(std::unique_ptr<Transport> host,
-                                 device::DeviceRuntime* runtime, std::string host_id,
-                                 const StagingOptions& staging)
-    : host_(std::move(host)), runtime_(runtime), host_id_(std::move(host_id)), staging_(staging) {}
+DeviceTransport::DeviceTransport(std::unique_ptr<Transport> host, device::DeviceRuntime* runtime,
+                                 std::string host_id, const StagingOptions& staging)
+    : host_(std::move(host)),
+      runtime_(runtime),
+      host_id_(std::move(host_id)),
+      staging_(staging),
+      events_(*runtime) {}
 
 absl::StatusOr<std::unique_ptr<DeviceTransport>> DeviceTransport::Create(
     std::unique_ptr<Transport> host, device::DeviceRuntime* runtime,
@@ -910,14 +913,11 @@ absl::StatusOr<const device::DeviceMemory*> DeviceTransport::Map(const DeviceKey
 }
 
 absl::StatusOr<std::unique_ptr<device::Event>> DeviceTransport::TakeEvent() {
-  if (free_events_.empty()) return runtime_->CreateEvent();
-  std::unique_ptr<device::Event> event = std::move(free_events_.back());
-  free_events_.pop_back();
-  return event;
+  return events_.Take();
 }
 
 void DeviceTransport::ReturnEvent(std::unique_ptr<device::Event> event) {
-  if (event != nullptr) free_events_.push_back(std::move(event));
+  events_.Give(std::move(event));
 }
 
 }  // namespace rdmaflow::rdma::device_path

@@ -53,6 +53,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "device/device_runtime.h"
+#include "device/event_pool.h"
 #include "rdma/device/device_key.h"
 #include "rdma/device/staging.h"
 #include "rdma/endpoint.h"
@@ -227,7 +228,7 @@ class DeviceTransport final : public Transport {
   // destructor's drain of the stream (declared after, so destroyed first).
   std::vector<device::DeviceMemory> abandoned_;
   std::unique_ptr<device::Stream> stream_;
-  std::vector<std::unique_ptr<device::Event>> free_events_;
+  device::EventPool events_;
   // Host memory the peers' notifications are written into (its bytes mean
   // nothing), and the 8 bytes ours are written from.
   MemoryRegion doorbell_;

@@ -284,6 +284,7 @@ absl::StatusOr<std::unique_ptr<StagingLink>> StagingLink::Create(
   link->peer_ = peer_rank;
   link->backend_ = host.capabilities().backend;
   link->runtime_ = &runtime;
+  link->events_.emplace(runtime);
   link->ranges_ = std::move(ranges);
   link->our_entry_ = our_entry;
   link->peer_incarnation_ = peer_incarnation;
@@ -335,15 +336,10 @@ absl::Status StagingLink::QueueCopy(device::Stream& stream, void* to, const void
 }
 
 void StagingLink::ReturnEvent(std::unique_ptr<device::Event> event) {
-  if (event != nullptr) free_events_.push_back(std::move(event));
+  events_->Give(std::move(event));
 }
 
-absl::StatusOr<std::unique_ptr<device::Event>> StagingLink::TakeEvent() {
-  if (free_events_.empty()) return runtime_->CreateEvent();
-  std::unique_ptr<device::Event> event = std::move(free_events_.back());
-  free_events_.pop_back();
-  return event;
-}
+absl::StatusOr<std::unique_ptr<device::Event>> StagingLink::TakeEvent() { return events_->Take(); }
 
 uint64_t StagingLink::Stage(const LocalSlice& src, uint64_t address, uint64_t length) {
   const bool on_device = src.region->descriptor().memory_kind == device::MemoryKind::kDevice;

@@ -51,6 +51,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "device/device_runtime.h"
+#include "device/event_pool.h"
 #include "device/queued_work.h"
 #include "rdma/endpoint.h"
 #include "rdma/memory_region.h"
@@ -286,7 +287,7 @@ class StagingLink {
   MemoryRegion words_;  // [credit source][entry][headers]
   RemoteRegion peer_directory_;
   std::optional<RemoteRegion> peer_link_;
-  std::vector<std::unique_ptr<device::Event>> free_events_;
+  std::optional<device::EventPool> events_;  // of runtime_, set by Create
   // Publishing our entry: body, flush, length word.
   int publish_step_ = 0;
   std::shared_ptr<Step> publishing_;
