@@ -3,8 +3,10 @@
 // that does not fit is refused before a value is added.
 #include "compression/sparse_message.h"
 
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "common/status_matchers.h"
@@ -32,6 +34,20 @@ TEST(SparseMessageTest, AddsEveryPairScaled) {
   std::vector<float> empty_out(5, 0.0f);
   ASSERT_OK(AddSparseMessage(Message(7, {}, source), 7, 3, 1, absl::MakeSpan(empty_out), 1));
   EXPECT_EQ(empty_out, std::vector<float>(5, 0.0f));
+}
+
+// Values are never checked: a NaN or infinity in a peer's gradient (an
+// fp16 overflow) reaches the sum as it would through NCCL, where a loss
+// scaler sees it and skips the step. Refusing it would fail the collective.
+TEST(SparseMessageTest, AddsNonFiniteValuesAsTheyAre) {
+  const std::vector<float> source = {std::numeric_limits<float>::quiet_NaN(),
+                                     std::numeric_limits<float>::infinity(), 2};
+  const std::vector<std::byte> m = Message(4, {0, 1, 2}, source);
+  std::vector<float> out(3, 1.0f);
+  ASSERT_OK(AddSparseMessage(m, 4, 3, 1, absl::MakeSpan(out), 1.0f));
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_EQ(out[1], std::numeric_limits<float>::infinity());
+  EXPECT_EQ(out[2], 3.0f);
 }
 
 struct Forgery {
