@@ -286,9 +286,12 @@ TEST(RingAllReduceHostileTest, ADescriptorRewrittenWhileTheRingRunsIsReadOnce) {
   std::vector<absl::Status> results = RunRankThreads(
       2, [&](int rank, rdma::Transport& transport, rdma::Store& store) -> absl::Status {
         for (int trial = 0; trial < kTrials; ++trial) {
+          // Two writers spin beside the ranks: on a loaded 2-core machine
+          // a rank may wait its turn for seconds, which is no stall.
+          RingAllReduceOptions options = Options(absl::StrCat("race", trial));
+          options.timeout = absl::Seconds(30);
           ASSIGN_OR_RETURN(auto ring,
-                           RingAllReduce::Create(transport, store, kNs, {0, 1},
-                                                 Options(absl::StrCat("race", trial))));
+                           RingAllReduce::Create(transport, store, kNs, {0, 1}, options));
           std::vector<std::unique_ptr<rdma::testing::RacingWriter>> writers;
           if (rank == 0) {
             // Rank 0's side of the link, where rank 1 writes descriptors: on

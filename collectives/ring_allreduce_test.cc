@@ -314,6 +314,9 @@ TEST(RingAllReduceTest, AMemberThatNeverCallsIsATimeoutNotAHang) {
           absl::Status status = ring->AllReduce(0, 1000, DataType::kFloat32);
           ASSIGN_OR_RETURN(int64_t gave_up, store.Add(ns + "/count", 1));
           if (gave_up == 2) RETURN_IF_ERROR(store.Set(ns + "/gave_up", "1"));
+          // Keeps this transport until both gave up: one destroyed sooner
+          // ends the other's wait on it with "peer gone" (its probes fail).
+          RETURN_IF_ERROR(store.Wait({ns + "/gave_up"}, absl::Seconds(30)));
           return status;
         });
     EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kDeadlineExceeded,
