@@ -37,7 +37,6 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -126,6 +125,7 @@ def timed_steps(model, opt, name, args, rank, first, count, ddp_off):
 
 
 def worker(rank, args, backend, name, port, out_dir):
+    # The parent's store (rendezvous_store), this run's keys under a prefix.
     os.environ.setdefault("RDMAFLOW_TRANSPORT_PARAMS", "tls=shm")
     if backend == "rdmaflow":
         import rdmaflow_torch  # noqa: F401  (registers the backend)
@@ -134,7 +134,7 @@ def worker(rank, args, backend, name, port, out_dir):
         if args.deterministic:
             torch.backends.cudnn.deterministic = True
             torch.backends.cudnn.benchmark = False
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group(backend, store=join_store(port, f"{name}-{backend}"), rank=rank,
                             world_size=args.world, timeout=datetime.timedelta(seconds=120))
     from torch.nn.parallel import DistributedDataParallel as DDP
     result = {}
@@ -202,10 +202,19 @@ def engine_times(backend, before=None, steps=1):
             for key in ENGINE_TIMES}
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def rendezvous_store():
+    """A TCPStore the parent serves for all runs, on a port the kernel picked
+    and the store holds: a port found free, closed and handed to the ranks
+    could be taken by another process before rank 0 binds it."""
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=120))
+
+
+def join_store(port, run):
+    """A rank's client of the parent's store, its keys under `run`'s prefix."""
+    client = dist.TCPStore("127.0.0.1", port, is_master=False,
+                           timeout=datetime.timedelta(seconds=120))
+    return dist.PrefixStore(run + "/", client)
 
 
 def main():
@@ -231,6 +240,7 @@ def main():
         return 2
     backends = args.backends.split(",")
     rows = []
+    store = rendezvous_store()
     with tempfile.TemporaryDirectory() as out_dir:
         runs = [(m, b) for m in args.models.split(",") for b in backends]
         if "rdmaflow" in backends and "transformer" in args.models.split(","):
@@ -239,7 +249,7 @@ def main():
             print(f"== {name} over {backend} ({args.world} processes, {args.device})", flush=True)
             start = time.perf_counter()
             try:
-                mp.spawn(worker, args=(args, backend, name, free_port(), out_dir),
+                mp.spawn(worker, args=(args, backend, name, store.port, out_dir),
                          nprocs=args.world, join=True)
                 with open(os.path.join(out_dir, f"{name}-{backend}.json")) as f:
                     result = json.load(f)

@@ -36,7 +36,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_ddp_bench import free_port  # noqa: E402  (the same free port)
+from gpu_ddp_bench import join_store, rendezvous_store  # noqa: E402  (the same store)
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -83,7 +83,7 @@ def worker(rank, args, backend, port, out_dir):
         import rdmaflow_torch  # noqa: F401  (registers the backend)
     if args.device == "cuda":
         torch.cuda.set_device(0)
-    dist.init_process_group(name, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group(name, store=join_store(port, backend), rank=rank,
                             world_size=2, timeout=datetime.timedelta(seconds=120))
     peer = 1 - rank
     result = {"sizes": []}
@@ -152,12 +152,13 @@ def main():
         print("gpu_p2p_bench: --device cuda, but torch sees no GPU", file=sys.stderr)
         return 2
     runs = []
+    store = rendezvous_store()
     with tempfile.TemporaryDirectory() as out_dir:
         for backend in backends:
             print(f"== send/recv over {backend} (2 processes, {args.device})", flush=True)
             start = time.perf_counter()
             try:
-                mp.spawn(worker, args=(args, backend, free_port(), out_dir), nprocs=2,
+                mp.spawn(worker, args=(args, backend, store.port, out_dir), nprocs=2,
                          join=True)
                 with open(os.path.join(out_dir, f"{backend}.json")) as f:
                     result = json.load(f)
