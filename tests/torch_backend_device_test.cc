@@ -89,6 +89,7 @@ using runtime::torch::LoadTorchCuda;
     }                                                                                 \
   }
 
+using testing::AllRanksUp;
 using testing::Check;
 using testing::Values;
 using testing::Wait;
@@ -171,17 +172,8 @@ absl::StatusOr<std::unique_ptr<Rank>> Join(std::unique_ptr<TensorDevice> device 
   rank->rank = options.rank;
   rank->world = options.world_size;
   ASSIGN_OR_RETURN(rank->store, rdma::torch::TcpStore::Create(options));
-  // Every rank is up before the group starts: a group's timeout (3 s in
-  // one case) bounds its own set-up, not the processes' start.
-  try {
-    const c10::intrusive_ptr<c10d::Store>& store = rank->store->store();
-    store->set(absl::StrCat("test/up/", rank->rank), std::vector<uint8_t>{1});
-    for (int r = 0; r < rank->world; ++r) {
-      store->wait({absl::StrCat("test/up/", r)}, std::chrono::seconds(60));
-    }
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("the test's store, at start: ", e.what()));
-  }
+  // Every rank is up before the group starts (3 s timeout in one case).
+  RETURN_IF_ERROR(AllRanksUp(*rank->store->store(), rank->rank, rank->world));
   ASSIGN_OR_RETURN(torch_backend::BackendOptions backend,
                    torch_backend::BackendOptions::FromEnvironment(timeout));
   if (const char* off = std::getenv("RDMAFLOW_TEST_P2P_OFF_ON_RANK");

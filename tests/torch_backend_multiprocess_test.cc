@@ -53,6 +53,7 @@ using torch_backend::ProcessGroupRdmaflow;
 
 constexpr char kCaseEnv[] = "RDMAFLOW_PG_TEST_CASE";
 
+using testing::AllRanksUp;
 using testing::Check;
 using testing::Values;
 using testing::Wait;
@@ -543,6 +544,8 @@ absl::StatusOr<Joined> Join() {
   joined.rank = options.rank;
   joined.world = options.world_size;
   ASSIGN_OR_RETURN(joined.store, rdma::torch::TcpStore::Create(options));
+  // Every rank is up before the group starts (5 s timeout in some cases).
+  RETURN_IF_ERROR(AllRanksUp(*joined.store->store(), joined.rank, joined.world));
   const char* timeout_s = std::getenv("RDMAFLOW_PG_TEST_TIMEOUT_S");
   ASSIGN_OR_RETURN(torch_backend::BackendOptions backend,
                    torch_backend::BackendOptions::FromEnvironment(
