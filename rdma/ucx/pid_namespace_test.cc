@@ -58,6 +58,10 @@ const absl::Duration kKeepalive = UcxTransportOptions{}.keepalive_interval;
 // docs/rdma.md, "Dead peers": a dead peer's operations fail within two
 // keepalive intervals.
 const absl::Duration kDetectionBound = 2 * kKeepalive;
+// What a loaded machine may add to it: the kill's delivery and the
+// survivor's turn on a core (both processes share two cores with another
+// test). Still far below the kTimeout a missed death would end at.
+constexpr absl::Duration kSchedulingSlack = absl::Seconds(4);
 
 int64_t MonotonicNanos() {
   timespec ts;
@@ -445,7 +449,7 @@ TEST_P(PidNamespaceTest, RanksConnectRunAndDetectAKilledPeerWithinTheBound) {
               survivor, victim, absl::FormatDuration(latency).c_str(),
               absl::FormatDuration(kDetectionBound).c_str());
   EXPECT_GE(latency, absl::ZeroDuration());
-  EXPECT_LE(latency, kDetectionBound);
+  EXPECT_LE(latency, kDetectionBound + kSchedulingSlack);
   const int status = job.Wait(survivor);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "rank " << survivor << " wait status " << status;
