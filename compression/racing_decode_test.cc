@@ -158,7 +158,8 @@ TEST(RacingDecodeTest, PsPushStepFlippedInItsSlot) {
 
 // Random bytes anywhere in the message, header included. A scribbled value
 // may be NaN or infinite, which the decoder adds as it is: only where the
-// additions land is checked (inside the tensor), not what they add.
+// additions land is checked (inside the tensor of exactly kElements, by
+// AddressSanitizer or a fault), not what they add.
 TEST(RacingDecodeTest, SparseMessageScribbled) {
   std::vector<std::byte> message = HonestMessage(9, /*padding=*/32);
   auto writer = RacingWriter::Scribbling(absl::MakeSpan(message), 0, message.size(), 11);

@@ -7,13 +7,13 @@
 #define RDMAFLOW_TESTS_TORCH_BACKEND_TEST_UTIL_H_
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <exception>
 #include <string>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -43,15 +43,15 @@ inline at::Tensor Values(int rank, int64_t n, at::ScalarType dtype, int salt = 0
   return ((i * 7 + rank * 13 + salt * 5) % 31 - 15).to(dtype);
 }
 
-// Returns once every rank of `world` called it (60 s at most): a group's
+// Returns once every rank of `world` called it (within 60 s): a group's
 // timeout (a few seconds in the slow-peer cases) then bounds the group's own
 // set-up, not how far apart the processes started on a loaded machine.
 inline absl::Status AllRanksUp(c10d::Store& store, int rank, int world) {
   try {
     store.set(absl::StrCat("test/up/", rank), std::vector<uint8_t>{1});
-    for (int r = 0; r < world; ++r) {
-      store.wait({absl::StrCat("test/up/", r)}, std::chrono::seconds(60));
-    }
+    std::vector<std::string> keys;
+    for (int r = 0; r < world; ++r) keys.push_back(absl::StrCat("test/up/", r));
+    store.wait(keys, std::chrono::seconds(60));
     return absl::OkStatus();
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("the test's store, at start: ", e.what()));

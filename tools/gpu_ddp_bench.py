@@ -125,7 +125,6 @@ def timed_steps(model, opt, name, args, rank, first, count, ddp_off):
 
 
 def worker(rank, args, backend, name, port, out_dir):
-    # The parent's store (rendezvous_store), this run's keys under a prefix.
     os.environ.setdefault("RDMAFLOW_TRANSPORT_PARAMS", "tls=shm")
     if backend == "rdmaflow":
         import rdmaflow_torch  # noqa: F401  (registers the backend)
@@ -134,6 +133,7 @@ def worker(rank, args, backend, name, port, out_dir):
         if args.deterministic:
             torch.backends.cudnn.deterministic = True
             torch.backends.cudnn.benchmark = False
+    # The parent's store (rendezvous_store), this run's keys under a prefix.
     dist.init_process_group(backend, store=join_store(port, f"{name}-{backend}"), rank=rank,
                             world_size=args.world, timeout=datetime.timedelta(seconds=120))
     from torch.nn.parallel import DistributedDataParallel as DDP

@@ -8,6 +8,7 @@
 // may land in (edges, sums that would wrap).
 #include "rdma/device/staging.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -114,33 +115,32 @@ TEST(StagingHeaderTest, AHeaderRewrittenWhileItIsReadIsReadWholeOrNotAtAll) {
   first.resize(kEncodedHeaderBytes);
   second.resize(kEncodedHeaderBytes);
   const std::set<std::tuple<uint64_t, uint64_t>> images = {{0x1000, 100}, {0x900000, 4096}};
+  int read = 0;
+  // Garbage either fails its check (not there yet) or, torn with an image,
+  // is a forged sequence (kDataLoss): never a header with mixed fields.
+  auto parse = [&]() -> absl::Status {
+    absl::StatusOr<std::optional<ChunkHeader>> header =
+        ReadHeader(slot.data(), 5, kSlots, kSlotBytes, 3);
+    if (!header.ok() || !header->has_value()) return header.status();
+    ++read;
+    if (images.count({(*header)->address, (*header)->length}) != 1) {
+      return absl::InternalError(absl::StrCat("a header mixing two writes: address ",
+                                              (*header)->address, ", length ", (*header)->length));
+    }
+    return absl::OkStatus();
+  };
   for (auto tearing : {testing::RacingWriter::Tearing::kBytes,
                        testing::RacingWriter::Tearing::kWords}) {
-    // Raced again (a fresh writer) until a header was read whole: on a
-    // loaded machine the reader may meet only torn slots in one race.
-    int read = 0;
+    // Raced again (a fresh writer over a cleared slot, where nothing is
+    // there yet) until a header was read whole: on a loaded machine the
+    // reader may meet only torn slots in one race.
+    read = 0;
     testing::RaceTally total;
     for (int race = 0; race < 20 && read == 0; ++race) {
+      std::fill(slot.begin(), slot.end(), std::byte{0});
       auto writer = testing::RacingWriter::Flipping(absl::MakeSpan(slot), 0,
                                                     {first, garbage, second}, tearing);
-      testing::Add(total, testing::RaceParse(
-                              *writer,
-                              [&]() -> absl::Status {
-                                absl::StatusOr<std::optional<ChunkHeader>> header =
-                                    ReadHeader(slot.data(), 5, kSlots, kSlotBytes, 3);
-                                // Garbage either fails its check (not there yet) or, torn with an
-                                // image, is a forged sequence (kDataLoss): never a header with
-                                // mixed fields.
-                                if (!header.ok() || !header->has_value()) return header.status();
-                                ++read;
-                                if (images.count({(*header)->address, (*header)->length}) != 1) {
-                                  return absl::InternalError(absl::StrCat(
-                                      "a header mixing two writes: address ", (*header)->address,
-                                      ", length ", (*header)->length));
-                                }
-                                return absl::OkStatus();
-                              },
-                              Long()));
+      testing::Add(total, testing::RaceParse(*writer, parse, Long()));
     }
     EXPECT_EQ(total.other, 0) << total.first_other;
     EXPECT_GT(read, 0);
@@ -271,44 +271,39 @@ TEST(StagingEntryTest, AnEntryRewrittenWhileItIsReadIsReadWholeOrNotAtAll) {
     return out;
   };
   std::vector<std::byte> entry(staging_layout::kEntryBytes);
-  // Raced again (a fresh writer) until an entry was read whole: on a loaded
-  // machine the reader may meet only torn entries in one race.
+  const std::vector<std::vector<std::byte>> images = {
+      image(EncodeEntry(one, kPeer)),
+      std::vector<std::byte>(staging_layout::kEntryBytes, std::byte{0xa5}),
+      image(EncodeEntry(two, kPeer))};
   int read = 0;
+  auto parse = [&]() -> absl::Status {
+    absl::StatusOr<std::optional<RemoteRegion>> link =
+        ReadEntry(entry.data(), 3, kPeer, "ucx", 1 << 20);
+    if (!link.ok()) {
+      // The garbage's length, refused; any other refusal is a failure.
+      if (absl::IsDataLoss(link.status()) && absl::StrContains(link.status().message(), "claims")) {
+        return link.status();
+      }
+      return absl::InternalError(absl::StrCat("not a length refusal: ", link.status().ToString()));
+    }
+    if (!link->has_value()) return absl::OkStatus();
+    ++read;
+    const RemoteRegion& got = **link;
+    const bool whole = (got.address == one.address && got.length == one.length &&
+                        got.packed_key == one.packed_key) ||
+                       (got.address == two.address && got.length == two.length &&
+                        got.packed_key == two.packed_key);
+    if (!whole) return absl::InternalError("an entry mixing two writes: " + got.DebugString());
+    return absl::OkStatus();
+  };
+  // Raced again (a fresh writer over a cleared entry, where nothing is there
+  // yet) until an entry was read whole: on a loaded machine the reader may
+  // meet only torn entries in one race.
   testing::RaceTally total;
   for (int race = 0; race < 20 && read == 0; ++race) {
-    auto writer = testing::RacingWriter::Flipping(
-        absl::MakeSpan(entry), 0,
-        {image(EncodeEntry(one, kPeer)),
-         std::vector<std::byte>(staging_layout::kEntryBytes, std::byte{0xa5}),
-         image(EncodeEntry(two, kPeer))});
-    testing::Add(total, testing::RaceParse(
-                            *writer,
-                            [&]() -> absl::Status {
-                              absl::StatusOr<std::optional<RemoteRegion>> link =
-                                  ReadEntry(entry.data(), 3, kPeer, "ucx", 1 << 20);
-                              if (!link.ok()) {
-                                // The garbage's length, refused; any other refusal is a failure.
-                                if (absl::IsDataLoss(link.status()) &&
-                                    absl::StrContains(link.status().message(), "claims")) {
-                                  return link.status();
-                                }
-                                return absl::InternalError(absl::StrCat("not a length refusal: ",
-                                                                        link.status().ToString()));
-                              }
-                              if (!link->has_value()) return absl::OkStatus();
-                              ++read;
-                              const RemoteRegion& got = **link;
-                              const bool whole =
-                                  (got.address == one.address && got.length == one.length &&
-                                   got.packed_key == one.packed_key) ||
-                                  (got.address == two.address && got.length == two.length &&
-                                   got.packed_key == two.packed_key);
-                              if (!whole)
-                                return absl::InternalError("an entry mixing two writes: " +
-                                                           got.DebugString());
-                              return absl::OkStatus();
-                            },
-                            Long()));
+    std::fill(entry.begin(), entry.end(), std::byte{0});
+    auto writer = testing::RacingWriter::Flipping(absl::MakeSpan(entry), 0, images);
+    testing::Add(total, testing::RaceParse(*writer, parse, Long()));
   }
   EXPECT_EQ(total.other, 0) << total.first_other;
   EXPECT_GT(read, 0);
