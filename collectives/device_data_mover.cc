@@ -94,11 +94,17 @@ absl::Status DeviceDataMover::Reduce(DataType type, ReduceOp op, std::byte* dst,
 }
 
 absl::StatusOr<uint64_t> DeviceDataMover::Mark() {
-  ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, events_.Take());
-  // Refused, the event is dropped rather than pooled: it may be a bad one.
-  RETURN_IF_ERROR(stream_->Record(*event));
-  pending_.push_back({++marks_, std::move(event)});
-  return marks_;
+  // An event recorded now marks the work queued so far. Where none could
+  // be made or its Record is refused, that work runs all the same: the
+  // QueuedWork watches it (the Record tried again at each look, or else the
+  // stream going idle), and the mark is reached once it ended. A refused
+  // Record costs only that time; a broken stream fails Reached().
+  absl::StatusOr<std::unique_ptr<device::Event>> event = events_.Take();
+  Pending pending;
+  pending.mark = marks_ + 1;
+  pending.work.Mark(*stream_, event.ok() ? *std::move(event) : nullptr).IgnoreError();
+  pending_.push_back(std::move(pending));
+  return ++marks_;
 }
 
 absl::StatusOr<bool> DeviceDataMover::Reached(uint64_t mark) {
@@ -107,29 +113,19 @@ absl::StatusOr<bool> DeviceDataMover::Reached(uint64_t mark) {
         absl::StrCat("mark ", mark, " of a device data mover that made ", marks_));
   }
   while (mark > reached_ && !pending_.empty()) {
-    ASSIGN_OR_RETURN(const bool done, pending_.front().event->Done());
+    ASSIGN_OR_RETURN(const bool done, pending_.front().work.Ended());
     if (!done) break;
     reached_ = pending_.front().mark;
-    events_.Give(std::move(pending_.front().event));
+    events_.Give(pending_.front().work.Release());  // a refused event is dropped
     pending_.pop_front();
   }
   return mark <= reached_;
 }
 
 absl::Status DeviceDataMover::Fence(absl::Time deadline, const std::string& what) {
-  const std::string where = absl::StrCat(what, " on ", Describe());
-  absl::StatusOr<uint64_t> mark = Mark();
-  if (mark.ok()) return PollUntil([&] { return Reached(*mark); }, deadline, where);
-  // No event marks the work queued so far, which runs all the same: a
-  // Record tried again at each look, or else the stream going idle, says
-  // it ended (the scratch and the peers' mappings it uses stay until
-  // then). A refused Record costs only that time.
-  absl::StatusOr<std::unique_ptr<device::Event>> event = events_.Take();
-  device::QueuedWork queued;
-  queued.Mark(*stream_, event.ok() ? *std::move(event) : nullptr).IgnoreError();
-  RETURN_IF_ERROR(queued.WaitUntil(deadline, where));
-  events_.Give(queued.Release());
-  return absl::OkStatus();
+  // The scratch and the peers' mappings the work uses stay until it ended.
+  ASSIGN_OR_RETURN(const uint64_t mark, Mark());
+  return PollUntil([&] { return Reached(mark); }, deadline, absl::StrCat(what, " on ", Describe()));
 }
 
 }  // namespace rdmaflow::collectives

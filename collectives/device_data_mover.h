@@ -36,6 +36,7 @@
 #include "collectives/data_mover.h"
 #include "device/device_runtime.h"
 #include "device/event_pool.h"
+#include "device/queued_work.h"
 #include "rdma/device/device_transport.h"
 
 namespace rdmaflow::collectives {
@@ -58,19 +59,21 @@ class DeviceDataMover final : public DataMover {
   absl::Status Copy(std::byte* dst, const std::byte* src, size_t bytes) override;
   absl::Status Reduce(DataType type, ReduceOp op, std::byte* dst,
                       const std::vector<const std::byte*>& srcs, size_t count) override;
+  // An event recorded after the work queued so far. Where its Record is
+  // refused (or no event could be made), the work is watched through a
+  // device::QueuedWork (the Record tried again at each Reached(), or else
+  // the stream idle): a refused Record costs only time, never an error
+  // nor a mark reached before its work ended.
   absl::StatusOr<uint64_t> Mark() override;
   absl::StatusOr<bool> Reached(uint64_t mark) override;
-  // Polls the mark's event: at once a few times (a device's short kernels
-  // end within microseconds), then with sleeps of 2 us doubling to 50 us.
-  // Where the mark's Record fails, waits for the work queued so far
-  // through a device::QueuedWork (the Record tried again, or the stream
-  // idle): a refused Record costs only time.
+  // A Mark(), then Reached() polled: at once a few times (a device's short
+  // kernels end within microseconds), then with sleeps of 2 us doubling.
   absl::Status Fence(absl::Time deadline, const std::string& what) override;
 
  private:
   struct Pending {
     uint64_t mark = 0;
-    std::unique_ptr<device::Event> event;
+    device::QueuedWork work;  // the work before the mark
   };
 
   DeviceDataMover(rdma::device_path::DeviceTransport& transport,
@@ -79,8 +82,9 @@ class DeviceDataMover final : public DataMover {
 
   rdma::device_path::DeviceTransport& transport_;
   std::unique_ptr<device::Stream> stream_;
-  // Marks recorded and not yet seen reached, oldest first; their events
-  // return to `events_` once reached (one whose Record failed never does).
+  // Marks made and not yet seen reached, oldest first; their events return
+  // to `events_` once reached (one whose Record failed never does). After
+  // `stream_`, which their QueuedWorks use: they go first.
   std::deque<Pending> pending_;
   device::EventPool events_;
   uint64_t marks_ = 0;

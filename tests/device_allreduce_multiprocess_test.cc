@@ -8,8 +8,9 @@
 // offset per member, into a result buffer, in float16 and bfloat16 and by
 // max; a reduce to a root and a broadcast; a type the device cannot reduce
 // refused on every member alike; a device fault on one member failing
-// every member's call by name; a member on host memory refused by the
-// others' layout check.
+// every member's call by name, each returning only once its own device
+// work ended; every Record of a member refused, costing only time; a
+// member on host memory refused by the others' layout check.
 // AllReduceGroup on device memory (options.device) takes each of its paths:
 // two members of one host (the same-host paths in place), three hosts of
 // one member (the flat ring on pinned host copies) and two hosts of two
@@ -129,18 +130,22 @@ struct DeviceRank {
 std::string HostOf(int rank, int per_host) { return absl::StrCat("host-", rank / per_host); }
 
 // Joins the job: store, device, transport, loop and test stream.
-// `fail_operation` for rank 1's fake device, and each of its operations at
+// `fail_operation` for rank 1's fake device (refused when enqueued where
+// `refuse`, else failing when it runs), and each of its operations at
 // least `rank1_delay` long (else 300 us); with `per_host` > 0 the device
 // transport claims HostOf(rank, per_host).
 absl::StatusOr<std::unique_ptr<DeviceRank>> JoinDevice(
-    int fail_operation, int per_host = 0, absl::Duration rank1_delay = absl::ZeroDuration()) {
+    int fail_operation, int per_host = 0, absl::Duration rank1_delay = absl::ZeroDuration(),
+    bool refuse = false) {
   auto r = std::make_unique<DeviceRank>();
   ASSIGN_OR_RETURN(launch::JoinedRank joined, launch::JoinJob());
   r->rank = joined.rank;
   r->world = joined.world_size;
   r->store = std::move(joined.store);
   device::FakeDeviceOptions device_options;
-  if (r->rank == 1) device_options.fail_operation = fail_operation;
+  if (r->rank == 1) {
+    (refuse ? device_options.refuse_operation : device_options.fail_operation) = fail_operation;
+  }
   // Device work lands well after it is enqueued: a word published before
   // its fence would let a peer read stale bytes, and the sums show it.
   device_options.operation_delay = absl::Microseconds(300);
@@ -163,13 +168,14 @@ absl::StatusOr<std::unique_ptr<DeviceRank>> JoinDevice(
   return r;
 }
 
-// Joins the job with a HostAllReduce; `fail_operation` and `rank1_delay`
-// for rank 1's fake device; rank 0 on host memory when `host_rank0`.
-absl::StatusOr<std::unique_ptr<DeviceRank>> Join(
-    int fail_operation = 0, bool host_rank0 = false,
-    absl::Duration rank1_delay = absl::ZeroDuration()) {
+// Joins the job with a HostAllReduce; `fail_operation`, `refuse` and
+// `rank1_delay` for rank 1's fake device; rank 0 on host memory when
+// `host_rank0`.
+absl::StatusOr<std::unique_ptr<DeviceRank>> Join(int fail_operation = 0, bool host_rank0 = false,
+                                                 absl::Duration rank1_delay = absl::ZeroDuration(),
+                                                 bool refuse = false) {
   ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r,
-                   JoinDevice(fail_operation, /*per_host=*/0, rank1_delay));
+                   JoinDevice(fail_operation, /*per_host=*/0, rank1_delay, refuse));
   const bool host_memory = host_rank0 && r->rank == 0;
   if (host_memory) {
     ASSIGN_OR_RETURN(r->data, r->transport->Allocate(kCapacity));
@@ -307,36 +313,79 @@ absl::Status Fault() {
   return r->CloseMappings();
 }
 
-// Rank 1's device fails every Record during the call, its first mark's
-// included, with its first reduction still running (20 ms an operation):
-// its call fails only once that reduction ended, so nothing of the call
-// reads a peer's buffer or writes ours after it returned; the others'
-// calls fail naming it.
-absl::Status UnmarkedWork() {
+// Whether the fake device of `r` ran everything queued on it: an error
+// naming `what` where work is still queued.
+absl::Status ExpectIdle(DeviceRank& r, device::FakeDevice& fake, const std::string& what) {
+  const absl::StatusOr<bool> idle = fake.Idle();
+  if (idle.ok() && *idle) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("rank ", r.rank, ": ", what,
+                                          " returned with its device work still queued (",
+                                          idle.ok() ? "not idle" : idle.status().ToString(), ")"));
+}
+
+// Rank 1's device refuses every Record during the call, with each of its
+// operations 20 ms long: a refused Record costs only time. Every member's
+// call succeeds with the exact sums, and rank 1's returns only once its
+// device work ended (no mark was reached before its work: only the stream
+// going idle could say so).
+absl::Status RecordsRefused() {
   ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r,
                    Join(0, /*host_rank0=*/false, /*rank1_delay=*/absl::Milliseconds(20)));
   auto* fake = dynamic_cast<device::FakeDevice*>(r->device.get());
   if (fake == nullptr) return absl::InternalError("not on the fake device");
-  std::vector<float> in(100003, 1.0f);
+  constexpr size_t kCount = 100003;
+  std::vector<float> in(kCount);
+  for (size_t i = 0; i < kCount; ++i) in[i] = Value(r->rank, i);
   RETURN_IF_ERROR(r->Upload(r->data.data(), in.data(), in.size() * 4));
   if (r->rank == 1) fake->FailRecords(std::numeric_limits<int>::max());
-  const absl::Status status = r->allreduce->AllReduce(0, in.size(), DataType::kFloat32);
-  const absl::StatusOr<bool> idle = fake->Idle();
+  const absl::Status status = r->allreduce->AllReduce(0, kCount, DataType::kFloat32);
+  const absl::Status idle = ExpectIdle(*r, *fake, "the call");
+  const int refused = fake->records_left_to_fail();
   fake->FailRecords(0);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("rank ", r->rank, ": with rank 1's Records refused, ",
+                                            "the call gave ", status.ToString()));
+  }
+  RETURN_IF_ERROR(idle);
+  if (r->rank == 1 && refused == std::numeric_limits<int>::max()) {
+    return absl::InternalError("rank 1's call recorded no event: nothing was refused");
+  }
+  ASSIGN_OR_RETURN(std::vector<float> out, r->Download<float>(r->data.data(), kCount));
+  for (size_t i = 0; i < kCount; ++i) {
+    float expected = 0;
+    for (int p = 0; p < r->world; ++p) expected += Value(p, i);
+    if (out[i] != expected) return Mismatch("with Records refused", i, out[i], expected);
+  }
+  RETURN_IF_ERROR(r->allreduce->Shutdown());
+  return r->CloseMappings();
+}
+
+// Rank 1's device refuses its second reduction when it is enqueued (as
+// CUDA refuses a launch it cannot run), with the first still running (20
+// ms an operation): its call fails with the refusal only once that
+// reduction ended, so nothing of the call reads a peer's buffer or writes
+// ours after it returned; the others' calls fail naming it.
+absl::Status AbandonedWork() {
+  // Operation 1 is the upload, 2 the first reduction.
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r,
+                   Join(/*fail_operation=*/3, /*host_rank0=*/false,
+                        /*rank1_delay=*/absl::Milliseconds(20), /*refuse=*/true));
+  auto* fake = dynamic_cast<device::FakeDevice*>(r->device.get());
+  if (fake == nullptr) return absl::InternalError("not on the fake device");
+  std::vector<float> in(100003, 1.0f);
+  RETURN_IF_ERROR(r->Upload(r->data.data(), in.data(), in.size() * 4));
+  const absl::Status status = r->allreduce->AllReduce(0, in.size(), DataType::kFloat32);
+  const absl::Status idle = ExpectIdle(*r, *fake, "the failed call");
   const bool named = r->rank == 1 ? absl::StrContains(status.message(), "injected fault")
                                   : absl::IsAborted(status) &&
                                         absl::StrContains(status.message(), "rank 1 gave up");
   if (status.ok() || !named) {
     return absl::InternalError(absl::StrCat("rank ", r->rank,
-                                            ": with rank 1's Records failing, "
-                                            "the call gave ",
+                                            ": with rank 1's device refusing a reduction, the "
+                                            "call gave ",
                                             status.ToString()));
   }
-  if (!idle.ok() || !*idle) {
-    return absl::InternalError(absl::StrCat(
-        "rank ", r->rank, ": the failed call returned with its device work still queued (",
-        idle.ok() ? "not idle" : idle.status().ToString(), ")"));
-  }
+  RETURN_IF_ERROR(idle);
   RETURN_IF_ERROR(r->allreduce->Shutdown());
   return r->CloseMappings();
 }
@@ -517,7 +566,8 @@ absl::Status RunRank(const char* which) {
 absl::Status RunCase(const std::string& name) {
   if (name == "exact") return Exact();
   if (name == "fault") return Fault();
-  if (name == "unmarked") return UnmarkedWork();
+  if (name == "records-refused") return RecordsRefused();
+  if (name == "abandoned") return AbandonedWork();
   if (name == "mixed") return Mixed();
   if (name == "group-host") return Group(2, AllReduceAlgorithm::kHostScatterGather);
   if (name == "group-ring") return Group(1, AllReduceAlgorithm::kRing);
@@ -537,9 +587,14 @@ TEST(DeviceAllReduceTest, AFailingDeviceFailsEveryMembersCallByName) {
   EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "fault"}}).status);
 }
 
-TEST(DeviceAllReduceTest, AFailedCallReturnsOnlyOnceItsDeviceWorkEnded) {
+TEST(DeviceAllReduceTest, RefusedRecordsCostOnlyTime) {
   if (OnCuda()) GTEST_SKIP() << "failing Records are injected on the fake device only";
-  EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "unmarked"}}).status);
+  EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "records-refused"}}).status);
+}
+
+TEST(DeviceAllReduceTest, AFailedCallReturnsOnlyOnceItsDeviceWorkEnded) {
+  if (OnCuda()) GTEST_SKIP() << "faults are injected on the fake device only";
+  EXPECT_OK(launch::LaunchRanks(2, {{kCaseEnv, "abandoned"}}).status);
 }
 
 TEST(DeviceAllReduceTest, HostAndDeviceMembersRefuseEachOther) {

@@ -94,8 +94,9 @@ absl::StatusOr<std::unique_ptr<FakeDevice>> FakeDevice::Create(const FakeDeviceO
     return absl::InvalidArgumentError(
         absl::StrCat("fake device: ordinal ", options.device, " is negative"));
   }
-  if (options.fail_operation < 0) {
-    return absl::InvalidArgumentError("fake device: fail_operation is negative");
+  if (options.fail_operation < 0 || options.refuse_operation < 0) {
+    return absl::InvalidArgumentError(
+        "fake device: fail_operation and refuse_operation must not be negative");
   }
   return std::unique_ptr<FakeDevice>(new FakeDevice(options));
 }
@@ -253,9 +254,11 @@ absl::Status FakeDevice::CheckRange(const void* ptr, size_t bytes, const char* w
   return absl::OkStatus();
 }
 
-absl::Status FakeDevice::NextOperationFault() {
+absl::Status FakeDevice::CountOperation(absl::Status* when_run) {
   const int n = ++operations_;
-  if (options_.fail_operation != 0 && n == options_.fail_operation) return options_.fault;
+  if (options_.refuse_operation != 0 && n == options_.refuse_operation) return options_.fault;
+  *when_run = options_.fail_operation != 0 && n == options_.fail_operation ? options_.fault
+                                                                           : absl::OkStatus();
   return absl::OkStatus();
 }
 

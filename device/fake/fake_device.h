@@ -18,7 +18,8 @@
 //     have closed their mappings fails its tests here, not on a GPU.
 // A dma-buf export is the allocation's shared-memory object (mapping it
 // shows the memory, but no NIC driver takes it as a dma-buf).
-// Faults are injected by options: the Nth copy or reduction fails; by
+// Faults are injected by options: the Nth copy or reduction fails (or is
+// refused when enqueued); by
 // FailRecords(n): the next n Records fail; and Pause() holds every
 // stream's queued work until Resume().
 //
@@ -54,6 +55,11 @@ struct FakeDeviceOptions {
   // when it runs, breaking its stream for good: what is queued behind it
   // fails with it and runs nothing. 0: none fails.
   int fail_operation = 0;
+  // The Nth copy or reduction (counted as above) is refused when enqueued:
+  // the call returns `fault`, nothing is queued and the stream runs on, as
+  // CUDA refuses a launch it cannot run (out of resources) without
+  // breaking the context. 0: none is refused.
+  int refuse_operation = 0;
   absl::Status fault = absl::InternalError("an injected fault of the fake device");
   // Every copy and reduction takes at least this long to run.
   absl::Duration operation_delay = absl::ZeroDuration();
@@ -94,10 +100,12 @@ class FakeDevice final : public DeviceRuntime, private DeviceMemory::Owner {
   absl::StatusOr<DmaBuf> ExportDmaBuf(const void* ptr, size_t bytes) override;
 
   // For the streams: whether an operation of `bytes` at `ptr` stays within
-  // device memory it starts in (host memory is not checked). Counts the
-  // operation for fault injection: its fault, or OK.
+  // device memory it starts in (host memory is not checked).
   absl::Status CheckRange(const void* ptr, size_t bytes, const char* what);
-  absl::Status NextOperationFault();
+  // For the streams: counts a copy or reduction about to be enqueued. Its
+  // refusal (refuse_operation), else OK with `*when_run` set to the fault
+  // it fails with when it runs (fail_operation), or OK.
+  absl::Status CountOperation(absl::Status* when_run);
   // The next `n` Records on streams of this runtime fail with options'
   // fault and mark nothing, and the streams run on: what was queued before
   // such a Record runs, though no event says when (Stream::Idle() does).

@@ -102,6 +102,34 @@ TEST(FakeDeviceTest, AnInjectedFaultBreaksItsStreamForGood) {
       << "a copy queued behind the failure wrote into device memory";
 }
 
+// A refused launch: the call fails, nothing of it runs, and the stream runs
+// on (what was queued before and after it), unlike a fault when it runs.
+TEST(FakeDeviceTest, ARefusedOperationQueuesNothingAndLeavesItsStreamWhole) {
+  FakeDeviceOptions options;
+  options.refuse_operation = 2;
+  options.fault = absl::ResourceExhaustedError("too many resources requested (injected)");
+  std::unique_ptr<FakeDevice> device = MakeDevice(options);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Stream> stream, device->CreateStream());
+  ASSERT_OK_AND_ASSIGN(DeviceMemory memory, device->Allocate(64));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> done, device->CreateEvent());
+  const std::vector<float> ones(16, 1.0f);
+  ASSERT_OK(stream->Copy(memory.data(), ones.data(), 64));  // operation 1
+  ReduceArgs sum;
+  sum.type = collectives::DataType::kFloat32;
+  sum.op = collectives::ReduceOp::kSum;
+  sum.dst = memory.data();
+  sum.srcs = {memory.data(), memory.data()};
+  sum.count = 16;
+  EXPECT_THAT(stream->Reduce(sum), StatusIs(absl::StatusCode::kResourceExhausted,
+                                            HasSubstr("injected")));  // operation 2
+  std::vector<float> back(16);
+  ASSERT_OK(stream->Copy(back.data(), memory.data(), 64));  // operation 3
+  ASSERT_OK(stream->Record(*done));
+  EXPECT_OK(done->WaitUntil(absl::Now() + absl::Seconds(30), "the copies around it"));
+  EXPECT_EQ(back, ones) << "the refused reduction ran";
+  EXPECT_THAT(stream->Idle(), IsOkAndHolds(true));
+}
+
 TEST(FakeDeviceTest, AWaitOnASlowDeviceEndsAtItsDeadline) {
   FakeDeviceOptions options;
   options.operation_delay = absl::Milliseconds(500);

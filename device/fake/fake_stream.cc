@@ -159,7 +159,8 @@ absl::Status FakeStream::Copy(void* dst, const void* src, size_t bytes) {
   }
   RETURN_IF_ERROR(runtime_->CheckRange(dst, bytes, "copy destination"));
   RETURN_IF_ERROR(runtime_->CheckRange(src, bytes, "copy source"));
-  absl::Status fault = runtime_->NextOperationFault();
+  absl::Status fault;
+  RETURN_IF_ERROR(runtime_->CountOperation(&fault));
   const absl::Duration delay = runtime_->operation_delay();
   Enqueue([dst, src, bytes, fault, delay] {
     Delay(delay);
@@ -196,7 +197,8 @@ absl::Status FakeStream::Reduce(const ReduceArgs& args) {
   for (const void* src : args.srcs) {
     RETURN_IF_ERROR(runtime_->CheckRange(src, bytes, "reduce source"));
   }
-  absl::Status fault = runtime_->NextOperationFault();
+  absl::Status fault;
+  RETURN_IF_ERROR(runtime_->CountOperation(&fault));
   const absl::Duration delay = runtime_->operation_delay();
   Enqueue([args, fault, delay] {
     Delay(delay);
