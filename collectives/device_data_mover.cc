@@ -125,7 +125,15 @@ absl::StatusOr<bool> DeviceDataMover::Reached(uint64_t mark) {
 absl::Status DeviceDataMover::Fence(absl::Time deadline, const std::string& what) {
   // The scratch and the peers' mappings the work uses stay until it ended.
   ASSIGN_OR_RETURN(const uint64_t mark, Mark());
-  return PollUntil([&] { return Reached(mark); }, deadline, absl::StrCat(what, " on ", Describe()));
+  absl::Status status =
+      PollUntil([&] { return Reached(mark); }, deadline, absl::StrCat(what, " on ", Describe()));
+  if (absl::IsDeadlineExceeded(status) && !pending_.empty() && pending_.front().work.unmarked()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(status.message(),
+                     " (no event marks its work: the device refused its Record, "
+                     "and the stream did not go idle)"));
+  }
+  return status;
 }
 
 }  // namespace rdmaflow::collectives

@@ -9,7 +9,7 @@
 // reduce launch over all sources on this mover's own stream; the control
 // words stay in host memory, where the host polls them. A word that says
 // "these bytes are there" is published only after an event on that stream
-// completed (Fence).
+// completed (or, where its Record was refused, the stream went idle).
 //
 //   ASSIGN_OR_RETURN(auto mover, DeviceDataMover::Create(*device_transport));
 //   HostAllReduceOptions options;

@@ -5,6 +5,7 @@
 // waits.
 #include "collectives/device_data_mover.h"
 
+#include <deque>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -24,93 +25,127 @@ using ::rdmaflow::testing::IsOkAndHolds;
 using ::rdmaflow::testing::StatusIs;
 using ::testing::HasSubstr;
 
-TEST(DeviceDataMoverTest, AFenceWhoseMarkIsNotRecordedWaitsForTheStream) {
-  // Before the device: they outlive its streams' copies.
-  const std::vector<std::byte> data(64, std::byte{'m'});
-  std::vector<std::byte> back(64);
-  std::vector<std::byte> again(64);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<device::FakeDevice> fake,
-                       device::FakeDevice::Create(device::FakeDeviceOptions{}));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<rdma::Transport> host,
-                       rdma::CreateBuiltinTransport("loopback", "", 0));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<rdma::device_path::DeviceTransport> transport,
-                       rdma::device_path::DeviceTransport::Create(std::move(host), fake.get()));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceDataMover> mover, DeviceDataMover::Create(*transport));
-  ASSERT_OK_AND_ASSIGN(std::byte * scratch, mover->Scratch(64));
+// A DeviceDataMover over a loopback DeviceTransport on a fake device,
+// with 64 bytes of scratch holding `data_`. The host buffers a test copies
+// into come from Buffer(): members declared before the device, they
+// outlive its streams' copies (a failed assertion may leave one queued).
+class DeviceDataMoverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(fake_, device::FakeDevice::Create(device::FakeDeviceOptions{}));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<rdma::Transport> host,
+                         rdma::CreateBuiltinTransport("loopback", "", 0));
+    ASSERT_OK_AND_ASSIGN(transport_,
+                         rdma::device_path::DeviceTransport::Create(std::move(host), fake_.get()));
+    ASSERT_OK_AND_ASSIGN(mover_, DeviceDataMover::Create(*transport_));
+    ASSERT_OK_AND_ASSIGN(scratch_, mover_->Scratch(64));
+    ASSERT_OK(mover_->Copy(scratch_, data_.data(), 64));
+    ASSERT_OK(mover_->Fence(absl::Now() + absl::Seconds(30), "the upload"));
+  }
+
+  // A failed assertion may leave the device paused or refusing Records:
+  // the mover's end fences, and a free waits for Resume().
+  void TearDown() override {
+    if (fake_ == nullptr) return;
+    fake_->Resume();
+    fake_->FailRecords(0);
+  }
+
+  std::vector<std::byte>& Buffer() { return buffers_.emplace_back(64); }
+
+  const std::vector<std::byte> data_ = std::vector<std::byte>(64, std::byte{'m'});
+  std::deque<std::vector<std::byte>> buffers_;
+  std::unique_ptr<device::FakeDevice> fake_;
+  std::unique_ptr<rdma::device_path::DeviceTransport> transport_;
+  std::unique_ptr<DeviceDataMover> mover_;
+  std::byte* scratch_ = nullptr;
+};
+
+TEST_F(DeviceDataMoverTest, AFenceWhoseMarkIsNotRecordedWaitsForTheStream) {
   // Paused: the copy cannot end, so the fence ends at its deadline.
   // Nothing returns while paused.
-  fake->Pause();
-  const absl::Status queued = mover->Copy(scratch, data.data(), 64);
-  fake->FailRecords(1);
-  const absl::Status paused = mover->Fence(absl::Now() + absl::Milliseconds(50), "the paused copy");
-  fake->Resume();
+  std::vector<std::byte>& held = Buffer();
+  fake_->Pause();
+  const absl::Status queued = mover_->Copy(held.data(), scratch_, 64);
+  fake_->FailRecords(1);
+  const absl::Status paused =
+      mover_->Fence(absl::Now() + absl::Milliseconds(50), "the paused copy");
+  fake_->Resume();
   ASSERT_OK(queued);
   EXPECT_THAT(paused, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("the paused copy")));
+  // Paused with every Record refused: the deadline says why no event could
+  // tell.
+  std::vector<std::byte>& refused = Buffer();
+  fake_->Pause();
+  const absl::Status queued_again = mover_->Copy(refused.data(), scratch_, 64);
+  fake_->FailRecords(std::numeric_limits<int>::max());
+  const absl::Status unmarked_paused =
+      mover_->Fence(absl::Now() + absl::Milliseconds(50), "the refused copy");
+  fake_->FailRecords(0);
+  fake_->Resume();
+  ASSERT_OK(queued_again);
+  EXPECT_THAT(unmarked_paused,
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       ::testing::AllOf(HasSubstr("the refused copy"),
+                                        HasSubstr("the device refused its Record"))));
   // Running, every Record refused: the fence succeeds once the copy ended
   // (the stream went idle), never before.
-  ASSERT_OK(mover->Copy(back.data(), scratch, 64));
-  fake->FailRecords(std::numeric_limits<int>::max());
-  const absl::Status unmarked = mover->Fence(absl::Now() + absl::Seconds(30), "the copy back");
-  fake->FailRecords(0);
+  std::vector<std::byte>& back = Buffer();
+  ASSERT_OK(mover_->Copy(back.data(), scratch_, 64));
+  fake_->FailRecords(std::numeric_limits<int>::max());
+  const absl::Status unmarked = mover_->Fence(absl::Now() + absl::Seconds(30), "the copy back");
+  fake_->FailRecords(0);
   EXPECT_OK(unmarked);
-  EXPECT_EQ(back, data) << "the fence returned before the copy ended";
+  EXPECT_EQ(back, data_) << "the fence returned before the copy ended";
   // Two Records refused: the fence's mark's, and the try again its first
   // look makes before it asks whether the stream is idle (a later look
   // tries again too, unless the stream was idle already).
-  std::vector<std::byte> twice(64);
-  ASSERT_OK(mover->Copy(twice.data(), scratch, 64));
-  fake->FailRecords(2);
-  EXPECT_OK(mover->Fence(absl::Now() + absl::Seconds(30), "the copy again"));
-  EXPECT_EQ(fake->records_left_to_fail(), 0) << "the fence did not try its Record again";
-  EXPECT_EQ(twice, data);
+  std::vector<std::byte>& twice = Buffer();
+  ASSERT_OK(mover_->Copy(twice.data(), scratch_, 64));
+  fake_->FailRecords(2);
+  EXPECT_OK(mover_->Fence(absl::Now() + absl::Seconds(30), "the copy again"));
+  EXPECT_EQ(fake_->records_left_to_fail(), 0) << "the fence did not try its Record again";
+  EXPECT_EQ(twice, data_);
   // Marks recorded again afterwards work as before.
-  ASSERT_OK(mover->Copy(again.data(), scratch, 64));
-  EXPECT_OK(mover->Fence(absl::Now() + absl::Seconds(30), "a third copy"));
-  EXPECT_EQ(again, data);
+  std::vector<std::byte>& again = Buffer();
+  ASSERT_OK(mover_->Copy(again.data(), scratch_, 64));
+  EXPECT_OK(mover_->Fence(absl::Now() + absl::Seconds(30), "a third copy"));
+  EXPECT_EQ(again, data_);
 }
 
 // A protocol's marks (HostAllReduce publishes a chunk once its mark is
-// reached) with every Record refused: each mark is made, reached only once
-// the work before it ended, and in order; the events come back to use.
-TEST(DeviceDataMoverTest, MarksWhoseRecordsAreRefusedAreReachedOnceTheirWorkEnded) {
-  const std::vector<std::byte> data(64, std::byte{'r'});
-  std::vector<std::byte> first(64), second(64), third(64);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<device::FakeDevice> fake,
-                       device::FakeDevice::Create(device::FakeDeviceOptions{}));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<rdma::Transport> host,
-                       rdma::CreateBuiltinTransport("loopback", "", 0));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<rdma::device_path::DeviceTransport> transport,
-                       rdma::device_path::DeviceTransport::Create(std::move(host), fake.get()));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceDataMover> mover, DeviceDataMover::Create(*transport));
-  ASSERT_OK_AND_ASSIGN(std::byte * scratch, mover->Scratch(64));
-  ASSERT_OK(mover->Copy(scratch, data.data(), 64));
-  ASSERT_OK(mover->Fence(absl::Now() + absl::Seconds(30), "the upload"));
-  fake->Pause();
-  fake->FailRecords(std::numeric_limits<int>::max());
-  ASSERT_OK(mover->Copy(first.data(), scratch, 64));
-  ASSERT_OK_AND_ASSIGN(const uint64_t one, mover->Mark());
-  ASSERT_OK(mover->Copy(second.data(), scratch, 64));
-  ASSERT_OK_AND_ASSIGN(const uint64_t two, mover->Mark());
+// reached) with every Record refused: each mark is made, and reached only
+// once the work before it ended.
+TEST_F(DeviceDataMoverTest, MarksWhoseRecordsAreRefusedAreReachedOnceTheirWorkEnded) {
+  std::vector<std::byte>& first = Buffer();
+  std::vector<std::byte>& second = Buffer();
+  fake_->Pause();
+  fake_->FailRecords(std::numeric_limits<int>::max());
+  ASSERT_OK(mover_->Copy(first.data(), scratch_, 64));
+  ASSERT_OK_AND_ASSIGN(const uint64_t one, mover_->Mark());
+  ASSERT_OK(mover_->Copy(second.data(), scratch_, 64));
+  ASSERT_OK_AND_ASSIGN(const uint64_t two, mover_->Mark());
   EXPECT_EQ(two, one + 1);
   // Paused, nothing ran: neither mark is reached, however often asked.
   for (int look = 0; look < 3; ++look) {
-    EXPECT_THAT(mover->Reached(one), IsOkAndHolds(false));
-    EXPECT_THAT(mover->Reached(two), IsOkAndHolds(false));
+    EXPECT_THAT(mover_->Reached(one), IsOkAndHolds(false));
+    EXPECT_THAT(mover_->Reached(two), IsOkAndHolds(false));
   }
-  fake->Resume();
-  EXPECT_OK(PollUntil([&] { return mover->Reached(two); }, absl::Now() + absl::Seconds(30),
+  fake_->Resume();
+  EXPECT_OK(PollUntil([&] { return mover_->Reached(two); }, absl::Now() + absl::Seconds(30),
                       "the second mark"));
-  EXPECT_THAT(mover->Reached(one), IsOkAndHolds(true));  // in order
-  EXPECT_EQ(first, data) << "a mark was reached before its copy ended";
-  EXPECT_EQ(second, data) << "a mark was reached before its copy ended";
+  EXPECT_THAT(mover_->Reached(one), IsOkAndHolds(true));
+  EXPECT_EQ(first, data_) << "a mark was reached before its copy ended";
+  EXPECT_EQ(second, data_) << "a mark was reached before its copy ended";
   // Records accepted again: the next mark is an event's, reached as before.
-  fake->FailRecords(0);
-  ASSERT_OK(mover->Copy(third.data(), scratch, 64));
-  ASSERT_OK_AND_ASSIGN(const uint64_t three, mover->Mark());
-  EXPECT_OK(PollUntil([&] { return mover->Reached(three); }, absl::Now() + absl::Seconds(30),
+  fake_->FailRecords(0);
+  std::vector<std::byte>& third = Buffer();
+  ASSERT_OK(mover_->Copy(third.data(), scratch_, 64));
+  ASSERT_OK_AND_ASSIGN(const uint64_t three, mover_->Mark());
+  EXPECT_OK(PollUntil([&] { return mover_->Reached(three); }, absl::Now() + absl::Seconds(30),
                       "the third mark"));
-  EXPECT_EQ(third, data);
-  EXPECT_THAT(mover->Reached(three + 1), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(third, data_);
+  EXPECT_THAT(mover_->Reached(three + 1), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -361,15 +361,15 @@ absl::Status RecordsRefused() {
 }
 
 // Rank 1's device refuses its second reduction when it is enqueued (as
-// CUDA refuses a launch it cannot run), with the first still running (20
-// ms an operation): its call fails with the refusal only once that
-// reduction ended, so nothing of the call reads a peer's buffer or writes
-// ours after it returned; the others' calls fail naming it.
+// CUDA refuses a launch it cannot run), with the first still running (100
+// ms an operation, far more than the enqueues between them take): its call fails with the refusal
+// only once that reduction ended, so nothing of the call reads a peer's buffer or writes ours after
+// it returned; the others' calls fail naming it.
 absl::Status AbandonedWork() {
   // Operation 1 is the upload, 2 the first reduction.
   ASSIGN_OR_RETURN(std::unique_ptr<DeviceRank> r,
                    Join(/*fail_operation=*/3, /*host_rank0=*/false,
-                        /*rank1_delay=*/absl::Milliseconds(20), /*refuse=*/true));
+                        /*rank1_delay=*/absl::Milliseconds(100), /*refuse=*/true));
   auto* fake = dynamic_cast<device::FakeDevice*>(r->device.get());
   if (fake == nullptr) return absl::InternalError("not on the fake device");
   std::vector<float> in(100003, 1.0f);
