@@ -127,7 +127,10 @@ absl::Status DeviceDataMover::Fence(absl::Time deadline, const std::string& what
   ASSIGN_OR_RETURN(const uint64_t mark, Mark());
   absl::Status status =
       PollUntil([&] { return Reached(mark); }, deadline, absl::StrCat(what, " on ", Describe()));
-  if (absl::IsDeadlineExceeded(status) && !pending_.empty() && pending_.front().work.unmarked()) {
+  // The fence's own mark is the last one made; earlier marks it waits on
+  // may have events even where the device refuses this Record.
+  if (absl::IsDeadlineExceeded(status) && !pending_.empty() && pending_.back().mark == mark &&
+      pending_.back().work.unmarked()) {
     return absl::DeadlineExceededError(
         absl::StrCat(status.message(),
                      " (no event marks its work: the device refused its Record, "

@@ -113,6 +113,31 @@ TEST_F(DeviceDataMoverTest, AFenceWhoseMarkIsNotRecordedWaitsForTheStream) {
   EXPECT_EQ(again, data_);
 }
 
+// Paused, an earlier mark's Record taken and the fence's refused: the
+// deadline says the fence's own work has no event, whatever the marks
+// before it have.
+TEST_F(DeviceDataMoverTest, AFenceBehindARecordedMarkSaysItsOwnRecordWasRefused) {
+  std::vector<std::byte>& earlier = Buffer();
+  std::vector<std::byte>& later = Buffer();
+  fake_->Pause();
+  ASSERT_OK(mover_->Copy(earlier.data(), scratch_, 64));
+  ASSERT_OK(mover_->Mark().status());
+  ASSERT_OK(mover_->Copy(later.data(), scratch_, 64));
+  fake_->FailRecords(std::numeric_limits<int>::max());
+  const absl::Status behind_a_mark =
+      mover_->Fence(absl::Now() + absl::Milliseconds(50), "the copy behind a mark");
+  fake_->FailRecords(0);
+  fake_->Resume();
+  EXPECT_THAT(behind_a_mark,
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       ::testing::AllOf(HasSubstr("the copy behind a mark"),
+                                        HasSubstr("the device refused its Record"))));
+  // Running again, the fence ends once both copies did.
+  EXPECT_OK(mover_->Fence(absl::Now() + absl::Seconds(30), "both copies"));
+  EXPECT_EQ(earlier, data_);
+  EXPECT_EQ(later, data_);
+}
+
 // A protocol's marks (HostAllReduce publishes a chunk once its mark is
 // reached) with every Record refused: each mark is made, and reached only
 // once the work before it ended.
